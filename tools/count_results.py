@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""Counts test cases from Bazel's test.xml files and prints the closing line.
+
+Usage: count_results.py TESTLOGS_DIR TARGET...
+Each gtest case counts once. A target whose XML is missing (it failed to
+build or never ran) counts as one failure. Prints "N passed, M failed" (and
+", K skipped" when any were skipped) as the last line; exits 1 on failure.
+"""
+import os
+import sys
+import xml.etree.ElementTree as ET
+
+
+def count_target(testlogs, target):
+    rel = target.lstrip("/").replace(":", "/")
+    xml_path = os.path.join(testlogs, rel, "test.xml")
+    if not os.path.exists(xml_path):
+        return 0, 1, 0, [f"{target}: no result (build failure or not run)"]
+    passed = failed = skipped = 0
+    failures = []
+    root = ET.parse(xml_path).getroot()
+    cases = root.iter("testcase")
+    for case in cases:
+        name = f"{target}:{case.get('classname', '')}.{case.get('name', '')}"
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed += 1
+            failures.append(name)
+        elif case.find("skipped") is not None or case.get("result") == "skipped":
+            skipped += 1
+        else:
+            passed += 1
+    return passed, failed, skipped, failures
+
+
+def main():
+    testlogs, targets = sys.argv[1], sys.argv[2:]
+    total_p = total_f = total_s = 0
+    all_failures = []
+    for t in targets:
+        p, f, s, fl = count_target(testlogs, t)
+        total_p, total_f, total_s = total_p + p, total_f + f, total_s + s
+        all_failures += fl
+    for name in all_failures:
+        print(f"FAILED: {name}")
+    line = f"{total_p} passed, {total_f} failed"
+    if total_s:
+        line += f", {total_s} skipped"
+    print(line)
+    return 1 if total_f else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
