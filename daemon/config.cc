@@ -1,0 +1,716 @@
+#include "daemon/config.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace rankd {
+namespace {
+
+// Kubernetes variables (see config.h).
+constexpr char kLwsLeaderAddress[] = "LWS_LEADER_ADDRESS";
+constexpr char kLwsGroupSize[] = "LWS_GROUP_SIZE";
+constexpr char kLwsWorkerIndex[] = "LWS_WORKER_INDEX";
+constexpr char kJobCompletionIndex[] = "JOB_COMPLETION_INDEX";
+constexpr char kPodIp[] = "POD_IP";
+constexpr char kPodName[] = "POD_NAME";
+constexpr char kNodeName[] = "NODE_NAME";
+constexpr char kHostname[] = "HOSTNAME";
+
+// Debian's abseil has its own string_view, distinct from std::string_view.
+absl::string_view Av(std::string_view s) { return {s.data(), s.size()}; }
+
+// Renders a value for an error message: as is when it is plain, quoted and
+// escaped when it is empty or has spaces or unprintable characters.
+std::string Show(std::string_view value) {
+  bool plain = !value.empty();
+  for (char c : value) {
+    if (!absl::ascii_isgraph(static_cast<unsigned char>(c)) || c == '"') {
+      plain = false;
+    }
+  }
+  if (plain) return std::string(value);
+  return absl::StrCat("\"", absl::CHexEscape(Av(value)), "\"");
+}
+
+// One setting's value and the name of where it came from: "--world_size"
+// for a flag, "RANKD_WORLD_SIZE" or "LWS_GROUP_SIZE" for a variable, and the
+// flag's name for a default (that is what a person would set to change it).
+struct Setting {
+  std::string value;
+  std::string source;
+
+  // "--world_size=7", "RANKD_WORLD_SIZE=7".
+  std::string Assignment() const {
+    return absl::StrCat(source, "=", Show(value));
+  }
+};
+
+// "--world_size(8)" style reference to an already-parsed number.
+std::string Ref(const Setting& s, uint64_t value) {
+  return absl::StrCat(s.source, "(", value, ")");
+}
+
+std::string FlagName(std::string_view name) {
+  return absl::StrCat("--", Av(name));
+}
+
+std::string EnvName(std::string_view name) {
+  return absl::StrCat("RANKD_", absl::AsciiStrToUpper(Av(name)));
+}
+
+// The explicit value of setting `name`: its flag, else its RANKD_ variable.
+std::optional<Setting> Explicit(const std::optional<std::string>& flag,
+                                std::string_view name, const EnvLookup& env) {
+  if (flag.has_value()) return Setting{*flag, FlagName(name)};
+  std::string env_name = EnvName(name);
+  if (std::optional<std::string> v = env(env_name); v.has_value()) {
+    return Setting{*v, std::move(env_name)};
+  }
+  return std::nullopt;
+}
+
+// A Kubernetes variable; empty counts as absent.
+std::optional<Setting> Kubernetes(std::string_view name, const EnvLookup& env) {
+  std::optional<std::string> v = env(name);
+  if (!v.has_value() || v->empty()) return std::nullopt;
+  return Setting{*v, std::string(name)};
+}
+
+Setting Default(std::string_view name, std::string value) {
+  return Setting{std::move(value), FlagName(name)};
+}
+
+absl::Status Invalid(std::string_view message) {
+  return absl::InvalidArgumentError(Av(message));
+}
+
+// Strict unsigned decimal: digits only, at most 10 of them, <= 2^32-1.
+absl::StatusOr<uint32_t> ParseUint32(const Setting& s) {
+  const std::string& v = s.value;
+  bool digits = !v.empty() && v.size() <= 10;
+  for (char c : v)
+    digits = digits && absl::ascii_isdigit(static_cast<unsigned char>(c));
+  uint64_t n = 0;
+  if (digits) {
+    for (char c : v) n = n * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (!digits || n > 0xFFFFFFFFull) {
+    return Invalid(absl::StrCat(s.Assignment(),
+                                " is not a whole number in 0..4294967295"));
+  }
+  return static_cast<uint32_t>(n);
+}
+
+absl::StatusOr<bool> ParseBool(const Setting& s) {
+  const std::string v = absl::AsciiStrToLower(s.value);
+  if (v == "true" || v == "1" || v == "yes") return true;
+  if (v == "false" || v == "0" || v == "no") return false;
+  return Invalid(
+      absl::StrCat(s.Assignment(), " is not a boolean (true or false)"));
+}
+
+absl::Status RequirePositive(const Setting& s, uint32_t value) {
+  if (value == 0) return Invalid(absl::StrCat(s.Assignment(), " must be >= 1"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<HostPort> ParseAddress(const Setting& s) {
+  absl::StatusOr<HostPort> hp = ParseHostPort(s.value);
+  if (!hp.ok()) {
+    return Invalid(absl::StrCat(s.Assignment(),
+                                " is not HOST:PORT: ", hp.status().message()));
+  }
+  return hp;
+}
+
+// Parsed numeric setting plus where it came from.
+struct Number {
+  uint32_t value;
+  Setting setting;
+  std::string Ref() const { return rankd::Ref(setting, value); }
+};
+
+absl::StatusOr<std::optional<Number>> ParseOptional(
+    const std::optional<Setting>& s) {
+  if (!s.has_value()) return std::optional<Number>();
+  absl::StatusOr<uint32_t> v = ParseUint32(*s);
+  if (!v.ok()) return v.status();
+  return std::optional<Number>(Number{*v, *s});
+}
+
+// Resolves a number that may be given explicitly and by Kubernetes
+// variables. All given values must agree; the explicit one wins, then the
+// Kubernetes ones in order, then `fallback`.
+absl::StatusOr<Number> ResolveAgreeing(
+    const std::optional<Setting>& explicit_setting,
+    const std::vector<std::optional<Setting>>& kubernetes,
+    std::string_view name, uint32_t fallback) {
+  std::vector<Number> given;
+  absl::StatusOr<std::optional<Number>> e = ParseOptional(explicit_setting);
+  if (!e.ok()) return e.status();
+  if (e->has_value()) given.push_back(**e);
+  for (const std::optional<Setting>& k : kubernetes) {
+    absl::StatusOr<std::optional<Number>> n = ParseOptional(k);
+    if (!n.ok()) return n.status();
+    if (n->has_value()) given.push_back(**n);
+  }
+  for (size_t i = 1; i < given.size(); ++i) {
+    if (given[i].value != given[0].value) {
+      return Invalid(absl::StrCat(given[0].setting.Assignment(), " but ",
+                                  given[i].setting.Assignment(),
+                                  "; they must agree (drop one or fix it)"));
+    }
+  }
+  if (!given.empty()) return given[0];
+  return Number{fallback, Default(name, absl::StrCat(fallback))};
+}
+
+absl::Status ValidateJobId(const Setting& s) {
+  const std::string& v = s.value;
+  bool ok = !v.empty() && v.size() <= 128;
+  for (char c : v) {
+    ok = ok && (absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
+                c == '.' || c == '_' || c == '-');
+  }
+  if (!ok) {
+    return Invalid(absl::StrCat(
+        s.Assignment(), " is not a job id: use 1 to 128 of A-Z a-z 0-9 . _ -"));
+  }
+  return absl::OkStatus();
+}
+
+// Host names: letters, digits, '-', '_' and '.'-separated non-empty labels.
+bool IsHostName(std::string_view host) {
+  if (host.empty() || host.size() > 253) return false;
+  for (absl::string_view label : absl::StrSplit(Av(host), '.')) {
+    if (label.empty() || label.size() > 63) return false;
+    for (char c : label) {
+      if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' &&
+          c != '_') {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Contents of [...]: hex digits, ':' and '.' (embedded IPv4), optionally
+// "%zone".
+bool IsIpv6Literal(std::string_view host) {
+  std::string_view address = host;
+  std::string_view zone;
+  if (size_t pct = host.find('%'); pct != std::string_view::npos) {
+    address = host.substr(0, pct);
+    zone = host.substr(pct + 1);
+    if (zone.empty() || !IsHostName(zone)) return false;
+  }
+  if (address.size() < 2 || address.size() > 45) return false;
+  if (address.find(':') == std::string_view::npos) return false;
+  for (char c : address) {
+    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c)) && c != ':' &&
+        c != '.') {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool IsHost(std::string_view host) {
+  return host.find(':') != std::string_view::npos ? IsIpv6Literal(host)
+                                                  : IsHostName(host);
+}
+
+std::string FirstLabel(std::string_view host) {
+  return std::string(host.substr(0, host.find('.')));
+}
+
+// Dotted digits, e.g. an IPv4 address; its first label is not a host name.
+bool IsNumericHost(std::string_view host) {
+  for (char c : host) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c)) && c != '.') {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string OsHostname() {
+  char buffer[256] = {};
+  if (gethostname(buffer, sizeof(buffer) - 1) != 0) return "";
+  return buffer;
+}
+
+}  // namespace
+
+absl::StatusOr<HostPort> ParseHostPort(std::string_view address) {
+  std::string_view host;
+  std::string_view port;
+  if (absl::StartsWith(Av(address), "[")) {
+    const size_t close = address.find(']');
+    if (close == std::string_view::npos) {
+      return Invalid("'[' without matching ']'");
+    }
+    host = address.substr(1, close - 1);
+    std::string_view rest = address.substr(close + 1);
+    if (!absl::StartsWith(Av(rest), ":")) {
+      return Invalid("expected ':PORT' after ']'");
+    }
+    port = rest.substr(1);
+    if (!IsIpv6Literal(host)) {
+      return Invalid(absl::StrCat("'", Show(host), "' is not an IPv6 address"));
+    }
+  } else {
+    const size_t colon = address.rfind(':');
+    if (colon == std::string_view::npos) {
+      return Invalid("missing ':PORT'");
+    }
+    host = address.substr(0, colon);
+    port = address.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos) {
+      return Invalid("an IPv6 address needs brackets: [ADDRESS]:PORT");
+    }
+    if (host.empty()) return Invalid("missing HOST before ':'");
+    if (!IsHostName(host)) {
+      return Invalid(absl::StrCat("'", Show(host), "' is not a host name"));
+    }
+  }
+  bool digits = !port.empty() && port.size() <= 5;
+  uint32_t n = 0;
+  for (char c : port) {
+    digits = digits && absl::ascii_isdigit(static_cast<unsigned char>(c));
+    if (digits) n = n * 10 + static_cast<uint32_t>(c - '0');
+  }
+  if (!digits || n > 65535) {
+    return Invalid(
+        absl::StrCat("port '", Show(port), "' is not a number in 0..65535"));
+  }
+  return HostPort{std::string(host), static_cast<uint16_t>(n)};
+}
+
+std::string JoinHostPort(std::string_view host, uint16_t port) {
+  if (host.find(':') != std::string_view::npos) {
+    return absl::StrCat("[", Av(host), "]:", port);
+  }
+  return absl::StrCat(Av(host), ":", port);
+}
+
+bool IsWildcardHost(std::string_view host) {
+  return host.empty() || host == "0.0.0.0" || host == "::" || host == "0::0";
+}
+
+EnvLookup ProcessEnv() {
+  return [](std::string_view name) -> std::optional<std::string> {
+    const char* v = std::getenv(std::string(name).c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+namespace {
+
+// Resolves one DaemonConfig in stages, each filling part of `c_` and
+// keeping what later stages name in their errors.
+class Resolver {
+ public:
+  Resolver(const RawConfig& flags, const EnvLookup& env)
+      : flags_(flags), env_(env) {}
+
+  absl::StatusOr<DaemonConfig> Run() {
+    for (absl::Status (Resolver::*stage)() :
+         {&Resolver::Identity, &Resolver::Sizes, &Resolver::Topology,
+          &Resolver::Addresses, &Resolver::Coordinator, &Resolver::Socket,
+          &Resolver::Heartbeat, &Resolver::Security, &Resolver::Metrics}) {
+      if (absl::Status s = (this->*stage)(); !s.ok()) return s;
+    }
+    return c_;
+  }
+
+ private:
+  std::optional<Setting> Given(const std::optional<std::string>& flag,
+                               std::string_view name) const {
+    return Explicit(flag, name, env_);
+  }
+  std::optional<Setting> Kube(std::string_view name) const {
+    return Kubernetes(name, env_);
+  }
+  Setting GivenOr(const std::optional<std::string>& flag, std::string_view name,
+                  std::string fallback) const {
+    std::optional<Setting> s = Given(flag, name);
+    return s.has_value() ? *s : Default(name, std::move(fallback));
+  }
+
+  // Job id; host, pod and node names.
+  absl::Status Identity() {
+    std::optional<Setting> hostname = Kube(kHostname);
+    c_.hostname = hostname.has_value() ? hostname->value : OsHostname();
+    if (std::optional<Setting> s = Kube(kPodName)) c_.pod_name = s->value;
+    if (std::optional<Setting> s = Kube(kNodeName)) c_.node_name = s->value;
+
+    const Setting job_id = GivenOr(flags_.job_id, "job_id", kDefaultJobId);
+    if (absl::Status s = ValidateJobId(job_id); !s.ok()) return s;
+    c_.job_id = job_id.value;
+    return absl::OkStatus();
+  }
+
+  // nnodes, node_index, world_size, nproc_per_node.
+  absl::Status Sizes() {
+    absl::StatusOr<Number> nnodes = ResolveAgreeing(
+        Given(flags_.nnodes, "nnodes"), {Kube(kLwsGroupSize)}, "nnodes", 1);
+    if (!nnodes.ok()) return nnodes.status();
+    if (absl::Status s = RequirePositive(nnodes->setting, nnodes->value);
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<Number> node_index = ResolveAgreeing(
+        Given(flags_.node_index, "node_index"),
+        {Kube(kLwsWorkerIndex), Kube(kJobCompletionIndex)}, "node_index", 0);
+    if (!node_index.ok()) return node_index.status();
+    if (node_index->value >= nnodes->value) {
+      return Invalid(absl::StrCat(node_index->setting.Assignment(),
+                                  " must be below ", nnodes->Ref()));
+    }
+    nnodes_ = *nnodes;
+    c_.nnodes = nnodes->value;
+    c_.node_index = node_index->value;
+
+    absl::StatusOr<std::optional<Number>> world =
+        ParseOptional(Given(flags_.world_size, "world_size"));
+    if (!world.ok()) return world.status();
+    absl::StatusOr<std::optional<Number>> nproc =
+        ParseOptional(Given(flags_.nproc_per_node, "nproc_per_node"));
+    if (!nproc.ok()) return nproc.status();
+    for (const std::optional<Number>* n : {&*world, &*nproc}) {
+      if (!n->has_value()) continue;
+      if (absl::Status s = RequirePositive((*n)->setting, (*n)->value);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (world->has_value() && nproc->has_value()) {
+      if (uint64_t{c_.nnodes} * (*nproc)->value != (*world)->value) {
+        return Invalid(absl::StrCat((*world)->setting.Assignment(), " is not ",
+                                    nnodes_.Ref(), " * ", (*nproc)->Ref()));
+      }
+    } else if (world->has_value()) {
+      if ((*world)->value % c_.nnodes != 0) {
+        return Invalid(absl::StrCat((*world)->setting.Assignment(),
+                                    " is not divisible by ", nnodes_.Ref(),
+                                    "; set --nproc_per_node or fix the sizes"));
+      }
+      *nproc =
+          Number{(*world)->value / c_.nnodes, Default("nproc_per_node", "")};
+    } else if (nproc->has_value()) {
+      const uint64_t w = uint64_t{c_.nnodes} * (*nproc)->value;
+      if (w > kMaxWorldSize) {
+        return Invalid(absl::StrCat(nnodes_.Ref(), " * ", (*nproc)->Ref(),
+                                    " exceeds the largest world size ",
+                                    kMaxWorldSize));
+      }
+      *world = Number{static_cast<uint32_t>(w), Default("world_size", "")};
+    } else {
+      return Invalid(
+          "set --world_size or --nproc_per_node (or RANKD_WORLD_SIZE / "
+          "RANKD_NPROC_PER_NODE)");
+    }
+    if ((*world)->value > kMaxWorldSize) {
+      return Invalid(absl::StrCat((*world)->setting.Assignment(),
+                                  " exceeds the largest world size ",
+                                  kMaxWorldSize));
+    }
+    world_ = **world;
+    c_.world_size = (*world)->value;
+    c_.nproc_per_node = (*nproc)->value;
+    return absl::OkStatus();
+  }
+
+  // tensor/pipeline/expert degrees; data parallel is the rest.
+  absl::Status Topology() {
+    const std::pair<const std::optional<std::string>*, const char*> kDegrees[] =
+        {{&flags_.tensor_parallel, "tensor_parallel"},
+         {&flags_.pipeline_parallel, "pipeline_parallel"},
+         {&flags_.expert_parallel, "expert_parallel"}};
+    std::vector<Number> degrees;
+    for (const auto& [flag, name] : kDegrees) {
+      const Setting s = GivenOr(*flag, name, "1");
+      absl::StatusOr<uint32_t> v = ParseUint32(s);
+      if (!v.ok()) return v.status();
+      if (absl::Status st = RequirePositive(s, *v); !st.ok()) return st;
+      degrees.push_back(Number{*v, s});
+    }
+    absl::StatusOr<ParallelTopology> t = TopologyFromDegrees(
+        c_.world_size, degrees[0].value, degrees[1].value, degrees[2].value);
+    if (!t.ok()) {
+      return Invalid(absl::StrCat(degrees[0].Ref(), " * ", degrees[1].Ref(),
+                                  " * ", degrees[2].Ref(), " does not divide ",
+                                  world_.Ref(),
+                                  " (data parallel is the quotient)"));
+    }
+    c_.topology = *t;
+    return absl::OkStatus();
+  }
+
+  // Listen and advertise addresses.
+  absl::Status Addresses() {
+    listen_ = GivenOr(flags_.listen, "listen", kDefaultListenAddress);
+    absl::StatusOr<HostPort> listen = ParseAddress(listen_);
+    if (!listen.ok()) return listen.status();
+    if (listen->port == 0 && c_.nnodes > 1) {
+      return Invalid(absl::StrCat(
+          listen_.Assignment(),
+          " picks a random port, which peers cannot find; use a fixed port "
+          "when ",
+          nnodes_.Ref(), " > 1"));
+    }
+    listen_hp_ = *listen;
+    c_.listen_address = listen_.value;
+
+    if (std::optional<Setting> s =
+            Given(flags_.advertise_address, "advertise_address")) {
+      if (absl::Status st = RequireReachable(*s); !st.ok()) return st;
+      c_.advertise_address = s->value;
+    } else if (!IsWildcardHost(listen_hp_.host)) {
+      c_.advertise_address = listen_.value;
+    } else if (std::optional<Setting> pod_ip = Kube(kPodIp)) {
+      if (!IsHost(pod_ip->value) || IsWildcardHost(pod_ip->value)) {
+        return Invalid(absl::StrCat(pod_ip->Assignment(),
+                                    " is not an IP address; fix it or set "
+                                    "--advertise_address"));
+      }
+      c_.advertise_address = JoinHostPort(pod_ip->value, listen_hp_.port);
+    } else if (IsHostName(c_.hostname)) {
+      c_.advertise_address = JoinHostPort(c_.hostname, listen_hp_.port);
+    } else {
+      return Invalid(
+          absl::StrCat("cannot tell peers how to reach this daemon: host name ",
+                       Show(c_.hostname),
+                       " is unusable and POD_IP is not set; set "
+                       "--advertise_address=HOST:PORT"));
+    }
+    absl::StatusOr<HostPort> advertise = ParseHostPort(c_.advertise_address);
+    if (!advertise.ok()) return advertise.status();  // Cannot happen.
+    advertise_hp_ = *advertise;
+    return absl::OkStatus();
+  }
+
+  // An advertised or coordinator address: parses, names a host peers can
+  // reach and a real port.
+  static absl::Status RequireReachable(const Setting& s) {
+    absl::StatusOr<HostPort> hp = ParseAddress(s);
+    if (!hp.ok()) return hp.status();
+    if (IsWildcardHost(hp->host) || hp->port == 0) {
+      return Invalid(
+          absl::StrCat(s.Assignment(),
+                       " must name a reachable host and a port in 1..65535"));
+    }
+    return absl::OkStatus();
+  }
+
+  // True when `address` (already validated) names this daemon: same port as
+  // its advertise address, and a host equal to its advertise host, POD_IP,
+  // host name or pod name, or a DNS name whose first label is its host or pod
+  // name ("rankd-0.rankd.ns.svc" names pod "rankd-0").
+  bool NamesThisDaemon(const HostPort& address) const {
+    if (address.port != advertise_hp_.port) return false;
+    std::vector<std::string> names = {advertise_hp_.host, c_.hostname,
+                                      c_.pod_name};
+    if (std::optional<Setting> pod_ip = Kube(kPodIp)) {
+      names.push_back(pod_ip->value);
+    }
+    for (const std::string& name : names) {
+      if (!name.empty() && absl::EqualsIgnoreCase(address.host, name)) {
+        return true;
+      }
+    }
+    if (IsIpv6Literal(address.host) || IsNumericHost(address.host)) {
+      return false;
+    }
+    const std::string label = FirstLabel(address.host);
+    for (const std::string& name : {c_.hostname, c_.pod_name}) {
+      if (!name.empty() && absl::EqualsIgnoreCase(label, FirstLabel(name))) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  absl::Status Coordinator() {
+    if (std::optional<Setting> s = Given(flags_.coordinator, "coordinator")) {
+      if (absl::Status st = RequireReachable(*s); !st.ok()) return st;
+      c_.is_coordinator = NamesThisDaemon(*ParseHostPort(s->value));
+      c_.coordinator_address =
+          c_.is_coordinator ? c_.advertise_address : s->value;
+    } else if (std::optional<Setting> leader = Kube(kLwsLeaderAddress)) {
+      if (!IsHostName(leader->value)) {
+        return Invalid(absl::StrCat(leader->Assignment(),
+                                    " is not a host name; fix it or set "
+                                    "--coordinator=HOST:PORT"));
+      }
+      if (listen_hp_.port == 0) {
+        return Invalid(absl::StrCat(listen_.Assignment(),
+                                    " has no fixed port to reach the leader ",
+                                    leader->Assignment(), " on"));
+      }
+      // LeaderWorkerSet's leader is worker 0.
+      c_.is_coordinator = c_.node_index == 0;
+      c_.coordinator_address =
+          c_.is_coordinator ? c_.advertise_address
+                            : JoinHostPort(leader->value, listen_hp_.port);
+    } else if (c_.node_index == 0) {
+      c_.is_coordinator = true;
+      c_.coordinator_address = c_.advertise_address;
+    } else {
+      return Invalid(absl::StrCat("node ", c_.node_index,
+                                  " needs --coordinator=HOST:PORT (or ",
+                                  kLwsLeaderAddress, ")"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Socket() {
+    const Setting s = GivenOr(flags_.socket, "socket", kDefaultSocketPath);
+    if (!s.value.empty()) {
+      if (!absl::StartsWith(s.value, "/")) {
+        return Invalid(absl::StrCat(s.Assignment(),
+                                    " must be an absolute path (or empty to "
+                                    "disable the socket)"));
+      }
+      if (s.value.size() > kMaxSocketPathLength ||
+          s.value.find('\0') != std::string::npos) {
+        return Invalid(absl::StrCat(s.Assignment(), " is longer than ",
+                                    kMaxSocketPathLength,
+                                    " bytes, the limit for Unix sockets"));
+      }
+    }
+    c_.socket_path = s.value;
+    return absl::OkStatus();
+  }
+
+  absl::Status Heartbeat() {
+    const Setting si =
+        GivenOr(flags_.heartbeat_interval_ms, "heartbeat_interval_ms",
+                absl::StrCat(kDefaultHeartbeatIntervalMs));
+    const Setting st =
+        GivenOr(flags_.heartbeat_timeout_ms, "heartbeat_timeout_ms",
+                absl::StrCat(kDefaultHeartbeatTimeoutMs));
+    absl::StatusOr<uint32_t> interval = ParseUint32(si);
+    if (!interval.ok()) return interval.status();
+    absl::StatusOr<uint32_t> timeout = ParseUint32(st);
+    if (!timeout.ok()) return timeout.status();
+    if (*interval < kMinHeartbeatIntervalMs ||
+        *interval > kMaxHeartbeatIntervalMs) {
+      return Invalid(absl::StrCat(si.Assignment(), " must be in ",
+                                  kMinHeartbeatIntervalMs, "..",
+                                  kMaxHeartbeatIntervalMs));
+    }
+    if (uint64_t{*timeout} <= 2 * uint64_t{*interval}) {
+      return Invalid(absl::StrCat(st.Assignment(), " must be more than 2 * ",
+                                  Ref(si, *interval)));
+    }
+    if (*timeout > kMaxHeartbeatTimeoutMs) {
+      return Invalid(absl::StrCat(st.Assignment(), " must be at most ",
+                                  kMaxHeartbeatTimeoutMs));
+    }
+    c_.heartbeat_interval = absl::Milliseconds(*interval);
+    c_.heartbeat_timeout = absl::Milliseconds(*timeout);
+    return absl::OkStatus();
+  }
+
+  // TLS files and the token file (names only; nothing is read here).
+  absl::Status Security() {
+    const Setting cert = GivenOr(flags_.tls_cert, "tls_cert", "");
+    const Setting key = GivenOr(flags_.tls_key, "tls_key", "");
+    const Setting ca = GivenOr(flags_.tls_ca, "tls_ca", "");
+    const Setting require = GivenOr(flags_.tls_require_client_cert,
+                                    "tls_require_client_cert", "false");
+    absl::StatusOr<bool> require_client_cert = ParseBool(require);
+    if (!require_client_cert.ok()) return require_client_cert.status();
+    if (!cert.value.empty() && key.value.empty()) {
+      return Invalid(absl::StrCat(cert.Assignment(),
+                                  " needs --tls_key (its private key)"));
+    }
+    if (!key.value.empty() && cert.value.empty()) {
+      return Invalid(absl::StrCat(key.Assignment(),
+                                  " needs --tls_cert (its certificate)"));
+    }
+    if (!ca.value.empty() && cert.value.empty()) {
+      return Invalid(absl::StrCat(
+          ca.Assignment(),
+          " needs --tls_cert and --tls_key: every daemon serves TLS when any "
+          "TLS is configured"));
+    }
+    if (*require_client_cert && ca.value.empty()) {
+      return Invalid(absl::StrCat(
+          require.Assignment(),
+          " needs --tls_ca (the CA that signs client certificates)"));
+    }
+    c_.tls.cert_file = cert.value;
+    c_.tls.key_file = key.value;
+    c_.tls.ca_file = ca.value;
+    c_.tls.require_client_cert = *require_client_cert;
+    c_.auth_token_file =
+        GivenOr(flags_.auth_token_file, "auth_token_file", "").value;
+    return absl::OkStatus();
+  }
+
+  absl::Status Metrics() {
+    const Setting s = GivenOr(flags_.metrics_listen, "metrics_listen", "");
+    if (s.value.empty()) return absl::OkStatus();
+    absl::StatusOr<HostPort> hp = ParseAddress(s);
+    if (!hp.ok()) return hp.status();
+    c_.metrics_address = s.value;
+    return absl::OkStatus();
+  }
+
+  const RawConfig& flags_;
+  const EnvLookup& env_;
+  DaemonConfig c_;
+  // Kept for later stages' checks and error messages.
+  Number nnodes_{};
+  Number world_{};
+  Setting listen_;
+  HostPort listen_hp_;
+  HostPort advertise_hp_;
+};
+
+}  // namespace
+
+absl::StatusOr<DaemonConfig> ResolveConfig(const RawConfig& flags,
+                                           const EnvLookup& env) {
+  return Resolver(flags, env).Run();
+}
+
+std::string DescribeConfig(const DaemonConfig& c) {
+  const std::string tls = !c.tls.enabled()            ? "off"
+                          : c.tls.require_client_cert ? "mutual"
+                          : !c.tls.ca_file.empty()    ? "on+ca"
+                                                      : "on";
+  auto or_dash = [](const std::string& s) {
+    return s.empty() ? std::string("-") : s;
+  };
+  return absl::StrCat(
+      "job=", c.job_id, " world_size=", c.world_size, " nnodes=", c.nnodes,
+      " nproc_per_node=", c.nproc_per_node, " node_index=", c.node_index,
+      " tp=", c.topology.tensor, " pp=", c.topology.pipeline,
+      " ep=", c.topology.expert, " dp=", c.topology.data,
+      " role=", c.is_coordinator ? "coordinator" : "worker",
+      " coordinator=", c.coordinator_address, " listen=", c.listen_address,
+      " advertise=", c.advertise_address,
+      " socket=", c.socket_path.empty() ? "off" : c.socket_path,
+      " heartbeat=", absl::FormatDuration(c.heartbeat_interval), "/",
+      absl::FormatDuration(c.heartbeat_timeout), " tls=", tls,
+      " auth_token=", c.auth_token_file.empty() ? "off" : c.auth_token_file,
+      " metrics=", c.metrics_address.empty() ? "off" : c.metrics_address,
+      " host=", or_dash(c.hostname), " pod=", or_dash(c.pod_name),
+      " node=", or_dash(c.node_name));
+}
+
+}  // namespace rankd

@@ -1,0 +1,209 @@
+// Configuration of one rankd daemon: what it is told on its command line and
+// in its environment, merged, defaulted and validated into a DaemonConfig.
+//
+// Every setting comes from, in order of precedence:
+//   1. its command-line flag (see daemon/flags.h), e.g. --world_size;
+//   2. its RANKD_<FLAG NAME IN UPPER CASE> environment variable, e.g.
+//      RANKD_WORLD_SIZE, RANKD_TENSOR_PARALLEL, RANKD_SOCKET;
+//   3. a Kubernetes convention, for the settings that have one:
+//        LeaderWorkerSet  LWS_LEADER_ADDRESS  coordinator host (the leader's
+//                                             listen port is assumed)
+//                         LWS_GROUP_SIZE      nnodes
+//                         LWS_WORKER_INDEX    node_index
+//        Indexed Job /    JOB_COMPLETION_INDEX node_index
+//        JobSet
+//        downward API     POD_IP              advertise host
+//                         POD_NAME, NODE_NAME recorded for reports
+//        container        HOSTNAME            advertise host fallback
+//   4. a built-in default.
+// A flag or RANKD_ variable is taken literally, even when empty (so
+// RANKD_SOCKET= disables the socket); an empty Kubernetes variable counts as
+// absent. When an explicit setting (1 or 2) and a Kubernetes variable both
+// give nnodes or node_index and disagree, or two Kubernetes variables
+// disagree, resolution fails naming both instead of guessing.
+//
+// Every error is InvalidArgument and names the flag or variable to fix, with
+// the value it had, e.g. "--world_size=7 is not --nnodes(2) *
+// --nproc_per_node(4)". Settings that came from the environment are named by
+// their variable (RANKD_WORLD_SIZE=7, LWS_GROUP_SIZE(2)).
+//
+// Depends on abseil and //common:topology only. Resolution is pure except
+// that ResolveConfig asks the operating system for the host name when
+// HOSTNAME is not set, and ProcessEnv reads the process environment.
+
+#ifndef RANKD_DAEMON_CONFIG_H_
+#define RANKD_DAEMON_CONFIG_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/topology.h"
+
+namespace rankd {
+
+// Defaults.
+inline constexpr char kDefaultJobId[] = "rankd-job";
+inline constexpr char kDefaultListenAddress[] = "0.0.0.0:7421";
+inline constexpr char kDefaultSocketPath[] = "/run/rankd/rankd.sock";
+inline constexpr int64_t kDefaultHeartbeatIntervalMs = 250;
+inline constexpr int64_t kDefaultHeartbeatTimeoutMs = 2000;
+
+// Accepted ranges (milliseconds). The timeout must also exceed twice the
+// interval, so that one late heartbeat never declares a node lost.
+inline constexpr int64_t kMinHeartbeatIntervalMs = 10;
+inline constexpr int64_t kMaxHeartbeatIntervalMs = 60'000;
+inline constexpr int64_t kMaxHeartbeatTimeoutMs = 600'000;
+
+// Longest Unix socket path (sockaddr_un.sun_path holds 108 bytes with NUL).
+inline constexpr size_t kMaxSocketPathLength = 107;
+
+// Certificate files for the TCP listener and for connections to peers.
+// Either cert_file and key_file are both set (TLS on) or neither is (TLS
+// off). ca_file verifies peers; require_client_cert (mutual TLS) needs it.
+struct TlsFiles {
+  std::string cert_file;
+  std::string key_file;
+  std::string ca_file;
+  bool require_client_cert = false;
+
+  bool enabled() const { return !cert_file.empty(); }
+};
+
+// The validated configuration of one daemon. Every field is set by
+// ResolveConfig; a DaemonConfig it returns satisfies all rules listed there.
+struct DaemonConfig {
+  // Matches [A-Za-z0-9._-]{1,128}. Default kDefaultJobId.
+  std::string job_id;
+  // world_size == nnodes * nproc_per_node; node_index < nnodes.
+  uint32_t world_size = 0;
+  uint32_t nnodes = 0;
+  uint32_t nproc_per_node = 0;
+  uint32_t node_index = 0;
+  // Product of the degrees == world_size.
+  ParallelTopology topology;
+
+  // True when this daemon is the job's coordinator; coordinator_address is
+  // then its own advertise_address. Otherwise coordinator_address is the
+  // host:port it registers with.
+  bool is_coordinator = false;
+  std::string coordinator_address;
+
+  // host:port the TCP listener binds. Default kDefaultListenAddress. Port 0
+  // (pick any) is accepted only for a single-node job.
+  std::string listen_address;
+  // host:port peers use to reach this daemon.
+  std::string advertise_address;
+  // Unix socket for local ranks; empty when disabled.
+  std::string socket_path;
+
+  absl::Duration heartbeat_interval = absl::Milliseconds(250);
+  absl::Duration heartbeat_timeout = absl::Milliseconds(2000);
+
+  TlsFiles tls;
+  // File holding the bearer token clients and peers must present; empty when
+  // no token is required. Not read here.
+  std::string auth_token_file;
+
+  // Identity of the host, pod and Kubernetes node ("" when unknown).
+  std::string hostname;
+  std::string pod_name;
+  std::string node_name;
+
+  // host:port for a metrics endpoint; empty when off (reserved for later).
+  std::string metrics_address;
+};
+
+// The rankd settings exactly as given on the command line: one field per
+// flag, nullopt when the flag was not given. Values are unparsed.
+struct RawConfig {
+  std::optional<std::string> job_id;
+  std::optional<std::string> world_size;
+  std::optional<std::string> nnodes;
+  std::optional<std::string> node_index;
+  std::optional<std::string> nproc_per_node;
+  std::optional<std::string> coordinator;
+  std::optional<std::string> listen;
+  std::optional<std::string> advertise_address;
+  std::optional<std::string> socket;
+  std::optional<std::string> tensor_parallel;
+  std::optional<std::string> pipeline_parallel;
+  std::optional<std::string> expert_parallel;
+  std::optional<std::string> heartbeat_interval_ms;
+  std::optional<std::string> heartbeat_timeout_ms;
+  std::optional<std::string> tls_cert;
+  std::optional<std::string> tls_key;
+  std::optional<std::string> tls_ca;
+  std::optional<std::string> tls_require_client_cert;
+  std::optional<std::string> auth_token_file;
+  std::optional<std::string> metrics_listen;
+};
+
+// Returns the value of environment variable `name`, or nullopt when unset.
+using EnvLookup =
+    std::function<std::optional<std::string>(std::string_view name)>;
+
+// Returns an EnvLookup that reads this process's environment.
+EnvLookup ProcessEnv();
+
+// Merges `flags`, RANKD_* variables and Kubernetes variables from `env` with
+// the defaults (see the file comment) and validates the result:
+//   - numbers are decimal digits only (no sign, spaces or suffix) and fit
+//     in 32 bits; booleans are true/false/1/0/yes/no;
+//   - job_id matches [A-Za-z0-9._-]{1,128};
+//   - nnodes >= 1 (default 1), node_index < nnodes (default 0);
+//   - world_size and nproc_per_node: at least one is given; the missing one
+//     is derived (nproc_per_node = world_size / nnodes must divide); both
+//     satisfy world_size == nnodes * nproc_per_node <= kMaxWorldSize;
+//   - tensor/pipeline/expert_parallel >= 1 (default 1), their product
+//     divides world_size, data parallel is the quotient;
+//   - addresses are HOST:PORT or [IPV6]:PORT; advertised and coordinator
+//     ports are 1..65535;
+//   - advertise address: --advertise_address, else the listen address if
+//     it names a specific host, else POD_IP, else the host name, each with
+//     the listen port;
+//   - coordinator: --coordinator, else LWS_LEADER_ADDRESS with the listen
+//     port. Without either, node 0 coordinates and every other node fails.
+//     With LWS_LEADER_ADDRESS, node 0 (the leader) coordinates. With an
+//     explicit address, this daemon coordinates iff the address names it:
+//     same port as its advertise address, and host equal to its advertise
+//     host, POD_IP, HOSTNAME or POD_NAME, or whose first DNS label is
+//     HOSTNAME or POD_NAME (so "rankd-0.rankd.ns.svc" names pod "rankd-0");
+//   - socket path is "" (disabled) or absolute and <= 107 bytes;
+//   - heartbeat interval in [10ms, 60s], timeout in (2 * interval, 600s];
+//   - TLS: cert and key together; ca or require_client_cert need them;
+//     require_client_cert needs ca.
+// Returns InvalidArgument naming the flag or variable to fix.
+absl::StatusOr<DaemonConfig> ResolveConfig(const RawConfig& flags,
+                                           const EnvLookup& env);
+
+// Returns a one-line, human-readable summary of `config` for the startup log.
+// Contains no secrets (the token file is named, never read).
+std::string DescribeConfig(const DaemonConfig& config);
+
+// A parsed network address.
+struct HostPort {
+  std::string host;  // Without brackets, e.g. "::1" or "rankd-0.svc".
+  uint16_t port = 0;
+};
+
+// Parses "HOST:PORT" (a DNS name or IPv4 address) or "[IPV6]:PORT"; port in
+// 0..65535. Returns InvalidArgument saying what is wrong (without naming a
+// flag; callers add that).
+absl::StatusOr<HostPort> ParseHostPort(std::string_view address);
+
+// Returns "host:port", or "[host]:port" when host contains ':' (IPv6).
+std::string JoinHostPort(std::string_view host, uint16_t port);
+
+// Returns true for hosts that bind every interface ("", "0.0.0.0", "::") and
+// so cannot be advertised to peers.
+bool IsWildcardHost(std::string_view host);
+
+}  // namespace rankd
+
+#endif  // RANKD_DAEMON_CONFIG_H_

@@ -1,0 +1,725 @@
+#include "daemon/coordinator.h"
+
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "daemon/rank_list.h"
+
+namespace rankd {
+namespace {
+
+std::string NodeName(uint32_t index, const v1::NodeInfo& info) {
+  if (info.hostname().empty()) return absl::StrCat("node ", index);
+  return absl::StrCat("node ", index, " (", info.hostname(), " at ",
+                      info.address(), ")");
+}
+
+absl::Status AbortedBy(const std::string& cause) {
+  return absl::AbortedError(absl::StrCat("job failed: ", cause));
+}
+
+absl::Time DeadlineAfterMs(uint32_t ms) {
+  return absl::Now() + absl::Milliseconds(ms);
+}
+
+}  // namespace
+
+uint64_t NewIncarnation() {
+  static std::mt19937_64 engine(std::random_device{}() ^
+                                absl::ToUnixNanos(absl::Now()));
+  static absl::Mutex mu(absl::kConstInit);
+  absl::MutexLock lock(&mu);
+  uint64_t v = 0;
+  while (v == 0) v = engine();
+  return v;
+}
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
+    JobSpec spec, DeadlineTimer* timer) {
+  auto groups = DeriveGroups(spec.topology, spec.world_size);
+  if (!groups.ok()) return groups.status();
+  return std::unique_ptr<Coordinator>(
+      new Coordinator(std::move(spec), *std::move(groups), timer));
+}
+
+Coordinator::Coordinator(JobSpec spec, std::vector<GroupSpec> groups,
+                         DeadlineTimer* timer)
+    : spec_(std::move(spec)),
+      groups_(std::move(groups)),
+      job_incarnation_(NewIncarnation()),
+      started_(absl::Now()),
+      timer_(timer),
+      kv_(timer),
+      rounds_(
+          spec_.world_size, [this](uint32_t r) { return NodeOfRank(r); },
+          timer) {
+  nodes_.resize(spec_.nnodes);
+  members_.resize(spec_.world_size);
+  for (uint32_t r = 0; r < spec_.world_size; ++r) {
+    members_[r].node_index = spec_.DefaultNodeOf(r);
+    members_[r].local_rank = r % spec_.nproc_per_node;
+  }
+  absl::MutexLock lock(&mu_);
+  heartbeat_timer_ = timer_->Schedule(absl::Now() + spec_.heartbeat_interval,
+                                      [this] { CheckHeartbeats(); });
+}
+
+Coordinator::~Coordinator() = default;
+
+uint32_t Coordinator::NodeOfRank(uint32_t rank) const {
+  absl::MutexLock lock(&mu_);
+  return rank < members_.size() ? members_[rank].node_index : 0;
+}
+
+absl::Status Coordinator::JobFailedLocked() const {
+  if (state_ == v1::JOB_STATE_FAILED) return AbortedBy(failure_);
+  if (shutting_down_) {
+    return absl::UnavailableError("the coordinator is shutting down");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::CheckNodeLocked(const v1::NodeRef& node) const {
+  if (node.job_id() != spec_.job_id) {
+    return absl::NotFoundError(absl::StrCat("unknown job '", node.job_id(),
+                                            "'; this coordinator runs job '",
+                                            spec_.job_id, "'"));
+  }
+  if (node.node_index() >= spec_.nnodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node index ", node.node_index(), " is outside [0, ",
+                     spec_.nnodes, ")"));
+  }
+  const Node& n = nodes_[node.node_index()];
+  if (n.state == v1::NODE_STATE_NOT_REGISTERED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("node ", node.node_index(), " has not registered"));
+  }
+  if (n.info.daemon_incarnation() != node.daemon_incarnation()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "node %d: daemon incarnation %x is stale (registered: %x); a "
+        "restarted daemon cannot reuse its predecessor's state",
+        node.node_index(), node.daemon_incarnation(),
+        n.info.daemon_incarnation()));
+  }
+  if (n.state != v1::NODE_STATE_REGISTERED) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", node.node_index(), " is ", v1::NodeState_Name(n.state)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::CheckMemberLocked(const v1::MemberRef& member) const {
+  if (member.job_id() != spec_.job_id) {
+    return absl::NotFoundError(absl::StrCat("unknown job '", member.job_id(),
+                                            "'; this daemon serves job '",
+                                            spec_.job_id, "'"));
+  }
+  if (member.rank() >= spec_.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", member.rank(), " is outside the world of size ",
+                     spec_.world_size));
+  }
+  const Member& m = members_[member.rank()];
+  if (m.state == v1::MEMBER_STATE_NOT_JOINED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", member.rank(), " has not joined"));
+  }
+  if (m.incarnation != member.incarnation()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("rank %d: incarnation %x is stale (joined: %x)",
+                        member.rank(), member.incarnation(), m.incarnation));
+  }
+  if (m.state != v1::MEMBER_STATE_JOINED) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", member.rank(), " is ", v1::MemberState_Name(m.state)));
+  }
+  return JobFailedLocked();
+}
+
+absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
+    const v1::RegisterNodeRequest& request) {
+  const v1::NodeInfo& info = request.node();
+  if (info.node_index() >= spec_.nnodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node index ", info.node_index(), " is outside [0, ",
+                     spec_.nnodes, ") (--nnodes=", spec_.nnodes, ")"));
+  }
+  if (info.daemon_incarnation() == 0) {
+    return absl::InvalidArgumentError("daemon_incarnation must be non-zero");
+  }
+  if (request.config().job_id() != spec_.job_id) {
+    return absl::NotFoundError(absl::StrCat(
+        "unknown job '", request.config().job_id(),
+        "'; this coordinator runs job '", spec_.job_id, "' (check --job_id)"));
+  }
+  if (auto s =
+          CheckSameJob(ToJobConfig(spec_), request.config(), info.node_index());
+      !s.ok()) {
+    return s;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    Node& node = nodes_[info.node_index()];
+    if (node.state != v1::NODE_STATE_NOT_REGISTERED) {
+      if (node.info.daemon_incarnation() == info.daemon_incarnation()) {
+        if (auto s = JobFailedLocked(); !s.ok()) return s;
+        node.last_heartbeat = absl::Now();
+        v1::RegisterNodeResponse response;
+        response.set_job_incarnation(job_incarnation_);
+        response.set_last_event_sequence(events_.last_sequence());
+        return response;  // a retried registration
+      }
+      std::string why = absl::StrFormat(
+          "%s re-registered with a new daemon incarnation (%x, was %x): its "
+          "daemon restarted, so this job incarnation cannot continue; "
+          "recreate the whole group",
+          NodeName(info.node_index(), node.info), info.daemon_incarnation(),
+          node.info.daemon_incarnation());
+      if (state_ != v1::JOB_STATE_FAILED &&
+          node.state == v1::NODE_STATE_REGISTERED) {
+        LoseNodeLocked(info.node_index(), "its daemon restarted");
+      }
+      FailJobLocked(why);
+    } else if (auto s = JobFailedLocked(); !s.ok()) {
+      return s;
+    } else {
+      node.state = v1::NODE_STATE_REGISTERED;
+      node.info = info;
+      node.last_heartbeat = absl::Now();
+      events_.Append(
+          v1::EVENT_KIND_NODE_REGISTERED, info.node_index(), {},
+          absl::StrCat(NodeName(info.node_index(), info), " registered"));
+      v1::RegisterNodeResponse response;
+      response.set_job_incarnation(job_incarnation_);
+      response.set_last_event_sequence(events_.last_sequence());
+      return response;
+    }
+  }
+  ReleaseAfterFailure();
+  absl::MutexLock lock(&mu_);
+  return AbortedBy(failure_);
+}
+
+absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
+    const v1::HeartbeatRequest& request) {
+  absl::MutexLock lock(&mu_);
+  if (auto s = CheckNodeLocked(request.node()); !s.ok()) return s;
+  nodes_[request.node().node_index()].last_heartbeat = absl::Now();
+  v1::HeartbeatResponse response;
+  response.set_state(state_);
+  response.set_failure(failure_);
+  return response;
+}
+
+absl::StatusOr<EventLog::SubscriptionId> Coordinator::Subscribe(
+    const v1::SubscribeRequest& request, EventLog::Subscriber sink) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto s = CheckNodeLocked(request.node()); !s.ok()) return s;
+  }
+  return events_.Subscribe(request.after_sequence(), std::move(sink));
+}
+
+void Coordinator::EndSubscription(EventLog::SubscriptionId id,
+                                  const v1::NodeRef& node, bool connection_lost,
+                                  const std::string& reason) {
+  events_.Unsubscribe(id);
+  if (!connection_lost) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_ || !CheckNodeLocked(node).ok()) return;
+    LoseNodeLocked(node.node_index(),
+                   absl::StrCat("its event stream closed (", reason, ")"));
+  }
+  ReleaseAfterFailure();
+}
+
+absl::StatusOr<v1::LeaveNodeResponse> Coordinator::LeaveNode(
+    const v1::LeaveNodeRequest& request) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto s = CheckNodeLocked(request.node()); !s.ok()) return s;
+    uint32_t index = request.node().node_index();
+    std::vector<uint32_t> stranded;
+    for (uint32_t r = 0; r < members_.size(); ++r) {
+      if (members_[r].node_index == index &&
+          members_[r].state == v1::MEMBER_STATE_JOINED) {
+        stranded.push_back(r);
+      }
+    }
+    if (!stranded.empty()) {
+      LoseNodeLocked(
+          index, absl::StrCat("its daemon shut down (", request.reason(), ")"));
+    } else {
+      Node& node = nodes_[index];
+      node.state = v1::NODE_STATE_LEFT;
+      node.detail = request.reason();
+      events_.Append(v1::EVENT_KIND_NODE_LEFT, index, {},
+                     absl::StrCat(NodeName(index, node.info),
+                                  " left: ", request.reason()));
+      return v1::LeaveNodeResponse();
+    }
+  }
+  ReleaseAfterFailure();
+  return v1::LeaveNodeResponse();
+}
+
+void Coordinator::JoinRank(const v1::JoinRankRequest& request,
+                           Reply<v1::JoinRankResponse> reply) {
+  v1::JoinRankResponse response;
+  response.set_job_incarnation(job_incarnation_);
+  std::vector<JoinWaiter> released;  // joins waiting for the world
+  absl::Status status;
+  bool wait = false;
+  {
+    absl::MutexLock lock(&mu_);
+    status = JoinRankLocked(request, &released);
+    if (status.ok() && request.wait_for_world_ms() > 0 &&
+        state_ == v1::JOB_STATE_FORMING) {
+      uint64_t id = next_waiter_++;
+      JoinWaiter& w = join_waiters_[id];
+      w.reply = std::move(reply);
+      w.started = absl::Now();
+      w.timer = timer_->Schedule(DeadlineAfterMs(request.wait_for_world_ms()),
+                                 [this, id] { ExpireJoinWaiter(id); });
+      wait = true;
+    }
+  }
+  for (auto& w : released) w.reply(response);
+  if (wait) return;
+  if (!status.ok()) return reply(status);
+  reply(response);
+}
+
+absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
+                                         std::vector<JoinWaiter>* released) {
+  if (auto s = CheckNodeLocked(request.node()); !s.ok()) return s;
+  if (auto s = JobFailedLocked(); !s.ok()) return s;
+  if (state_ == v1::JOB_STATE_COMPLETED) {
+    return absl::FailedPreconditionError(
+        "the job has completed: every rank left");
+  }
+  const uint32_t rank = request.rank();
+  const uint32_t node_index = request.node().node_index();
+  if (rank >= spec_.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", rank, " is outside the world of size ", spec_.world_size));
+  }
+  if (request.incarnation() == 0) {
+    return absl::InvalidArgumentError("incarnation must be non-zero");
+  }
+  Member& m = members_[rank];
+  if (m.state == v1::MEMBER_STATE_JOINED) {
+    if (m.incarnation == request.incarnation() && m.node_index == node_index) {
+      return absl::OkStatus();  // a retried join of the same process
+    }
+    return absl::AlreadyExistsError(absl::StrFormat(
+        "rank %d is already held by pid %d on node %d (incarnation %x); two "
+        "processes claim it",
+        rank, m.pid, m.node_index, m.incarnation));
+  }
+  if (m.state != v1::MEMBER_STATE_NOT_JOINED) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank, " already ran in this job incarnation and is ",
+        v1::MemberState_Name(m.state),
+        "; a restarted process cannot rejoin: recreate the whole group"));
+  }
+  uint32_t on_node = 0;
+  for (const Member& other : members_) {
+    if (other.state != v1::MEMBER_STATE_NOT_JOINED &&
+        other.node_index == node_index) {
+      ++on_node;
+    }
+  }
+  if (on_node >= spec_.nproc_per_node) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("node ", node_index, " already has ", on_node,
+                     " ranks (--nproc_per_node=", spec_.nproc_per_node, ")"));
+  }
+  m.state = v1::MEMBER_STATE_JOINED;
+  m.node_index = node_index;
+  m.local_rank = request.local_rank();
+  m.incarnation = request.incarnation();
+  m.pid = request.pid();
+  m.device = request.device();
+  ++joined_;
+  events_.Append(v1::EVENT_KIND_MEMBER_JOINED, node_index, {rank},
+                 absl::StrCat("rank ", rank, " (pid ", request.pid(),
+                              ") joined on node ", node_index));
+  if (joined_ == spec_.world_size) {
+    state_ = v1::JOB_STATE_READY;
+    events_.Append(v1::EVENT_KIND_JOB_READY, std::nullopt, {},
+                   absl::StrCat("all ", spec_.world_size, " ranks joined"));
+    for (auto& [id, w] : join_waiters_) {
+      timer_->Cancel(w.timer);
+      released->push_back(std::move(w));
+    }
+    join_waiters_.clear();
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::ExpireJoinWaiter(uint64_t id) {
+  JoinWaiter waiter;
+  std::string missing;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = join_waiters_.find(id);
+    if (it == join_waiters_.end()) return;
+    waiter = std::move(it->second);
+    join_waiters_.erase(it);
+    missing = MissingRanksLocked();
+  }
+  waiter.reply(absl::DeadlineExceededError(
+      absl::StrCat("job '", spec_.job_id, "' was not complete after ",
+                   absl::ToInt64Milliseconds(absl::Now() - waiter.started),
+                   " ms: ", missing)));
+}
+
+std::string Coordinator::MissingRanksLocked() const {
+  std::map<uint32_t, std::vector<uint32_t>> by_node;
+  std::vector<uint32_t> all;
+  for (uint32_t r = 0; r < members_.size(); ++r) {
+    if (members_[r].state == v1::MEMBER_STATE_NOT_JOINED) {
+      by_node[members_[r].node_index].push_back(r);
+      all.push_back(r);
+    }
+  }
+  std::vector<std::string> parts;
+  for (auto& [node, ranks] : by_node) {
+    parts.push_back(absl::StrCat("node ", node, ": ", FormatRankList(ranks)));
+  }
+  std::vector<uint32_t> unregistered;
+  for (uint32_t n = 0; n < nodes_.size(); ++n) {
+    if (nodes_[n].state == v1::NODE_STATE_NOT_REGISTERED)
+      unregistered.push_back(n);
+  }
+  std::string out =
+      absl::StrCat(all.size(), " of ", spec_.world_size,
+                   " ranks have not joined: ", FormatRankList(all), " (",
+                   absl::StrJoin(parts, "; "), ")");
+  if (!unregistered.empty()) {
+    absl::StrAppend(&out,
+                    "; nodes never registered: ", FormatRankList(unregistered));
+  }
+  return out;
+}
+
+absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
+    const v1::ReleaseRankRequest& request) {
+  bool failed = false;
+  bool left_now = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto s = CheckNodeLocked(request.node()); !s.ok()) return s;
+    const uint32_t rank = request.rank();
+    if (rank >= spec_.world_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", rank, " is outside the world of size ", spec_.world_size));
+    }
+    Member& m = members_[rank];
+    if (m.state != v1::MEMBER_STATE_JOINED ||
+        m.incarnation != request.incarnation() ||
+        m.node_index != request.node().node_index()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "rank %d (incarnation %x) is not joined on node %d", rank,
+          request.incarnation(), request.node().node_index()));
+    }
+    m.detail = request.reason();
+    if (request.clean()) {
+      m.state = v1::MEMBER_STATE_LEFT;
+      ++left_;
+      left_now = true;
+      events_.Append(v1::EVENT_KIND_MEMBER_LEFT, m.node_index, {rank},
+                     absl::StrCat("rank ", rank, " left"));
+      if (left_ == spec_.world_size && state_ != v1::JOB_STATE_FAILED) {
+        state_ = v1::JOB_STATE_COMPLETED;
+        events_.Append(v1::EVENT_KIND_JOB_COMPLETED, std::nullopt, {},
+                       "every rank left cleanly");
+      }
+    } else {
+      m.state = v1::MEMBER_STATE_LOST;
+      std::string why =
+          absl::StrCat("rank ", rank, " (pid ", m.pid, " on node ",
+                       m.node_index, ") lost: ", request.reason());
+      events_.Append(v1::EVENT_KIND_MEMBER_LOST, m.node_index, {rank}, why);
+      FailJobLocked(why);
+      failed = true;
+    }
+  }
+  if (failed) ReleaseAfterFailure();
+  if (left_now) {
+    // Rounds need every rank; once one left, none can complete.
+    rounds_.Fail(absl::FailedPreconditionError(
+        absl::StrCat("rank ", request.rank(),
+                     " left the job; all_gather_words needs every rank")));
+  }
+  return v1::ReleaseRankResponse();
+}
+
+void Coordinator::ContributeWords(const v1::ContributeWordsRequest& request,
+                                  Reply<v1::AllGatherWordsResponse> reply) {
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    status = CheckNodeLocked(request.node());
+    if (status.ok()) status = JobFailedLocked();
+    for (const auto& f : request.frames()) {
+      if (!status.ok()) break;
+      if (f.rank() >= spec_.world_size) {
+        status = absl::InvalidArgumentError(
+            absl::StrCat("rank ", f.rank(), " is outside the world of size ",
+                         spec_.world_size));
+      } else if (members_[f.rank()].node_index != request.node().node_index() ||
+                 members_[f.rank()].state != v1::MEMBER_STATE_JOINED) {
+        status = absl::FailedPreconditionError(
+            absl::StrCat("rank ", f.rank(), " is not a joined member of node ",
+                         request.node().node_index()));
+      }
+    }
+    if (status.ok() && request.timeout_ms() == 0) {
+      status = absl::InvalidArgumentError("timeout_ms must be > 0");
+    }
+  }
+  if (!status.ok()) return reply(status);
+  rounds_.Contribute(request.round(),
+                     std::vector<v1::RankFrame>(request.frames().begin(),
+                                                request.frames().end()),
+                     DeadlineAfterMs(request.timeout_ms()), std::move(reply));
+}
+
+absl::StatusOr<v1::KvSetResponse> Coordinator::KvSet(
+    const v1::KvSetRequest& request) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
+  }
+  if (auto s = kv_.Set(request.key(), request.value()); !s.ok()) return s;
+  return v1::KvSetResponse();
+}
+
+void Coordinator::KvGet(const v1::KvGetRequest& request,
+                        Reply<v1::KvGetResponse> reply) {
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    status = CheckMemberLocked(request.member());
+  }
+  if (!status.ok()) return reply(status);
+  kv_.Get(request.key(), DeadlineAfterMs(request.timeout_ms()),
+          [reply = std::move(reply)](absl::StatusOr<std::string> value) {
+            if (!value.ok()) return reply(value.status());
+            v1::KvGetResponse response;
+            response.set_value(*std::move(value));
+            reply(response);
+          });
+}
+
+absl::StatusOr<v1::KvAddResponse> Coordinator::KvAdd(
+    const v1::KvAddRequest& request) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
+  }
+  auto value = kv_.Add(request.key(), request.delta());
+  if (!value.ok()) return value.status();
+  v1::KvAddResponse response;
+  response.set_value(*value);
+  return response;
+}
+
+absl::StatusOr<v1::KvDeleteResponse> Coordinator::KvDelete(
+    const v1::KvDeleteRequest& request) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
+  }
+  auto existed = kv_.Delete(request.key());
+  if (!existed.ok()) return existed.status();
+  v1::KvDeleteResponse response;
+  response.set_existed(*existed);
+  return response;
+}
+
+void Coordinator::LoseNodeLocked(uint32_t node_index, const std::string& why) {
+  Node& node = nodes_[node_index];
+  if (node.state != v1::NODE_STATE_REGISTERED) return;
+  node.state = v1::NODE_STATE_LOST;
+  node.detail = why;
+  std::vector<uint32_t> lost;
+  for (uint32_t r = 0; r < members_.size(); ++r) {
+    Member& m = members_[r];
+    if (m.node_index == node_index && m.state == v1::MEMBER_STATE_JOINED) {
+      m.state = v1::MEMBER_STATE_LOST;
+      m.detail = absl::StrCat("node ", node_index, " lost");
+      lost.push_back(r);
+    }
+  }
+  std::string message =
+      absl::StrCat(NodeName(node_index, node.info), " lost: ", why);
+  if (!lost.empty()) {
+    absl::StrAppend(&message, "; its rank", lost.size() > 1 ? "s " : " ",
+                    FormatRankList(lost), lost.size() > 1 ? " are" : " is",
+                    " lost");
+  }
+  events_.Append(v1::EVENT_KIND_NODE_LOST, node_index, lost, message);
+  if (state_ != v1::JOB_STATE_COMPLETED) FailJobLocked(message);
+}
+
+void Coordinator::FailJob(const std::string& cause) {
+  {
+    absl::MutexLock lock(&mu_);
+    FailJobLocked(cause);
+  }
+  ReleaseAfterFailure();
+}
+
+void Coordinator::FailJobLocked(const std::string& cause) {
+  if (state_ == v1::JOB_STATE_FAILED) return;
+  state_ = v1::JOB_STATE_FAILED;
+  failure_ = cause;
+  events_.Append(v1::EVENT_KIND_JOB_FAILED, std::nullopt, {}, cause);
+}
+
+void Coordinator::ReleaseAfterFailure() {
+  absl::Status cause;
+  std::map<uint64_t, JoinWaiter> waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    cause = JobFailedLocked();
+    if (cause.ok()) return;
+    waiters.swap(join_waiters_);
+    for (auto& [id, w] : waiters) timer_->Cancel(w.timer);
+  }
+  rounds_.Fail(cause);
+  kv_.Fail(cause);
+  for (auto& [id, w] : waiters) w.reply(cause);
+}
+
+void Coordinator::BeginShutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+    timer_->Cancel(heartbeat_timer_);
+    heartbeat_timer_ = 0;
+  }
+  ReleaseAfterFailure();
+}
+
+void Coordinator::CheckHeartbeats() {
+  bool failed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return;
+    absl::Time now = absl::Now();
+    for (uint32_t n = 0; n < nodes_.size(); ++n) {
+      if (nodes_[n].state != v1::NODE_STATE_REGISTERED) continue;
+      absl::Duration age = now - nodes_[n].last_heartbeat;
+      if (age > spec_.heartbeat_timeout) {
+        LoseNodeLocked(
+            n, absl::StrCat("no heartbeat for ", absl::ToInt64Milliseconds(age),
+                            " ms (--heartbeat_timeout_ms=",
+                            absl::ToInt64Milliseconds(spec_.heartbeat_timeout),
+                            ")"));
+        failed = true;
+      }
+    }
+    heartbeat_timer_ = timer_->Schedule(now + spec_.heartbeat_interval,
+                                        [this] { CheckHeartbeats(); });
+  }
+  if (failed) ReleaseAfterFailure();
+}
+
+v1::JobStatus Coordinator::GetJob() const {
+  v1::JobStatus status;
+  status.set_job_id(spec_.job_id);
+  status.set_job_incarnation(job_incarnation_);
+  status.set_world_size(spec_.world_size);
+  status.set_nnodes(spec_.nnodes);
+  status.set_completed_rounds(rounds_.completed_rounds());
+  status.set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - started_));
+  absl::MutexLock lock(&mu_);
+  status.set_state(state_);
+  status.set_failure(failure_);
+  status.set_joined_ranks(joined_);
+  uint32_t registered = 0;
+  for (const Node& n : nodes_) {
+    if (n.state != v1::NODE_STATE_NOT_REGISTERED) ++registered;
+  }
+  status.set_registered_nodes(registered);
+  return status;
+}
+
+v1::Topology Coordinator::GetTopology() const {
+  v1::Topology topology;
+  topology.set_job_id(spec_.job_id);
+  topology.set_world_size(spec_.world_size);
+  topology.set_nnodes(spec_.nnodes);
+  topology.set_nproc_per_node(spec_.nproc_per_node);
+  *topology.mutable_topology() = ToProto(spec_.topology);
+  for (const GroupSpec& g : groups_) {
+    v1::CollectiveGroup* out = topology.add_groups();
+    out->set_id(g.id);
+    out->set_kind(ToProto(g.kind));
+    for (uint32_t m : g.members) out->add_members(m);
+  }
+  absl::MutexLock lock(&mu_);
+  for (uint32_t n = 0; n < nodes_.size(); ++n) {
+    v1::NodeInfo* info = topology.add_nodes();
+    if (nodes_[n].state != v1::NODE_STATE_NOT_REGISTERED)
+      *info = nodes_[n].info;
+    info->set_node_index(n);
+  }
+  return topology;
+}
+
+v1::MemberList Coordinator::ListMembers() const {
+  std::map<uint32_t, uint64_t> waiting = rounds_.WaitingRanks();
+  uint64_t completed = rounds_.completed_rounds();
+  v1::MemberList list;
+  absl::Time now = absl::Now();
+  absl::MutexLock lock(&mu_);
+  for (uint32_t r = 0; r < members_.size(); ++r) {
+    const Member& m = members_[r];
+    v1::MemberStatus* out = list.add_members();
+    out->set_rank(r);
+    out->set_node_index(m.node_index);
+    out->set_local_rank(m.local_rank);
+    out->set_state(m.state);
+    out->set_round(completed);
+    if (m.state == v1::MEMBER_STATE_JOINED) {
+      if (auto it = waiting.find(r); it != waiting.end()) {
+        out->set_state(v1::MEMBER_STATE_IN_ROUND);
+        out->set_round(it->second);
+      }
+    }
+    out->set_incarnation(m.incarnation);
+    out->set_pid(m.pid);
+    *out->mutable_device() = m.device;
+    out->set_detail(m.detail);
+  }
+  for (uint32_t n = 0; n < nodes_.size(); ++n) {
+    const Node& node = nodes_[n];
+    v1::NodeStatus* out = list.add_nodes();
+    out->set_node_index(n);
+    out->set_state(node.state);
+    out->set_hostname(node.info.hostname());
+    out->set_address(node.info.address());
+    out->set_heartbeat_age_ms(
+        node.state == v1::NODE_STATE_NOT_REGISTERED
+            ? -1
+            : absl::ToInt64Milliseconds(now - node.last_heartbeat));
+    out->set_detail(node.detail);
+  }
+  return list;
+}
+
+std::optional<std::string> Coordinator::PeekKey(const std::string& key) const {
+  return kv_.Peek(key);
+}
+
+}  // namespace rankd

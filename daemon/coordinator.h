@@ -1,0 +1,170 @@
+// Coordinator: the authoritative state of one job incarnation, run by the
+// coordinating daemon.
+//
+// It registers nodes, assigns and fences ranks, runs all_gather_words
+// rounds, hosts the key-value broker, watches node heartbeats and event
+// streams, and records every membership change in its EventLog. Once the
+// job fails (a rank or node lost, a daemon restarted) every pending and
+// later wait fails with an Aborted status naming the cause.
+//
+// Transport-agnostic: the Peer gRPC service and the coordinating daemon's
+// own NodeAgent call it directly. Replies may be delivered on the calling
+// thread or on the timer thread; they are never invoked with the
+// coordinator's lock held. Thread-safe. Depends on the daemon's bookkeeping
+// classes, common/topology and the protos.
+#ifndef RANKD_DAEMON_COORDINATOR_H_
+#define RANKD_DAEMON_COORDINATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/topology.h"
+#include "daemon/deadline_timer.h"
+#include "daemon/event_log.h"
+#include "daemon/job_spec.h"
+#include "daemon/kv_store.h"
+#include "daemon/word_rounds.h"
+#include "rankd/v1/admin.pb.h"
+#include "rankd/v1/peer.pb.h"
+
+namespace rankd {
+
+template <typename T>
+using Reply = std::function<void(absl::StatusOr<T>)>;
+
+class Coordinator {
+ public:
+  // `spec` must be valid (see ResolveConfig). `timer` must outlive this.
+  // Generates a random job incarnation and starts the heartbeat monitor.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(
+      JobSpec spec, DeadlineTimer* timer);
+  ~Coordinator();
+
+  uint64_t job_incarnation() const { return job_incarnation_; }
+  const JobSpec& spec() const { return spec_; }
+  EventLog& events() { return events_; }
+
+  // --- Peer service (calls from node daemons) ---
+
+  // Registers a node. FailedPrecondition when its configuration differs,
+  // the job failed, or its index is held by a live daemon of another
+  // incarnation (which also fails the job: a restarted daemon cannot
+  // silently rejoin). Idempotent for the same incarnation.
+  absl::StatusOr<v1::RegisterNodeResponse> RegisterNode(
+      const v1::RegisterNodeRequest& request);
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request);
+  // Streams events after request.after_sequence to `sink` (EventLog rules).
+  absl::StatusOr<EventLog::SubscriptionId> Subscribe(
+      const v1::SubscribeRequest& request, EventLog::Subscriber sink);
+  // Ends a subscription. With `connection_lost`, a node still registered
+  // is declared lost (its daemon exited or the network broke).
+  void EndSubscription(EventLog::SubscriptionId id, const v1::NodeRef& node,
+                       bool connection_lost, const std::string& reason);
+  absl::StatusOr<v1::LeaveNodeResponse> LeaveNode(
+      const v1::LeaveNodeRequest& request);
+  void JoinRank(const v1::JoinRankRequest& request,
+                Reply<v1::JoinRankResponse> reply);
+  absl::StatusOr<v1::ReleaseRankResponse> ReleaseRank(
+      const v1::ReleaseRankRequest& request);
+  void ContributeWords(const v1::ContributeWordsRequest& request,
+                       Reply<v1::AllGatherWordsResponse> reply);
+  absl::StatusOr<v1::KvSetResponse> KvSet(const v1::KvSetRequest& request);
+  void KvGet(const v1::KvGetRequest& request, Reply<v1::KvGetResponse> reply);
+  absl::StatusOr<v1::KvAddResponse> KvAdd(const v1::KvAddRequest& request);
+  absl::StatusOr<v1::KvDeleteResponse> KvDelete(
+      const v1::KvDeleteRequest& request);
+
+  // --- Admin views ---
+  v1::JobStatus GetJob() const;
+  v1::Topology GetTopology() const;
+  v1::MemberList ListMembers() const;
+  std::optional<std::string> PeekKey(const std::string& key) const;
+
+  // Fails the job with `cause` (first cause wins) and releases every wait.
+  void FailJob(const std::string& cause);
+  // Stops treating closed streams as node loss (the coordinator itself is
+  // shutting down) and fails waits with Unavailable.
+  void BeginShutdown();
+
+ private:
+  struct Node {
+    v1::NodeState state = v1::NODE_STATE_NOT_REGISTERED;
+    v1::NodeInfo info;
+    absl::Time last_heartbeat;
+    std::string detail;
+  };
+  struct Member {
+    v1::MemberState state = v1::MEMBER_STATE_NOT_JOINED;
+    uint32_t node_index = 0;
+    uint32_t local_rank = 0;
+    uint64_t incarnation = 0;
+    uint32_t pid = 0;
+    v1::DeviceInfo device;
+    std::string detail;
+  };
+  struct JoinWaiter {
+    Reply<v1::JoinRankResponse> reply;
+    absl::Time started;
+    DeadlineTimer::TimerId timer = 0;
+  };
+
+  Coordinator(JobSpec spec, std::vector<GroupSpec> groups,
+              DeadlineTimer* timer);
+
+  absl::Status CheckNodeLocked(const v1::NodeRef& node) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckMemberLocked(const v1::MemberRef& member) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status JobFailedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status JoinRankLocked(const v1::JoinRankRequest& request,
+                              std::vector<JoinWaiter>* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks the node lost and fails the job; returns whether anything changed.
+  void LoseNodeLocked(uint32_t node_index, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailJobLocked(const std::string& cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases waits after FailJobLocked; call without the lock.
+  void ReleaseAfterFailure();
+  std::string MissingRanksLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t NodeOfRank(uint32_t rank) const;
+  void CheckHeartbeats();
+  void ExpireJoinWaiter(uint64_t id);
+
+  const JobSpec spec_;
+  const std::vector<GroupSpec> groups_;
+  const uint64_t job_incarnation_;
+  const absl::Time started_;
+  DeadlineTimer* const timer_;
+  EventLog events_;
+  KvStore kv_;
+  WordRounds rounds_;
+
+  mutable absl::Mutex mu_;
+  v1::JobState state_ ABSL_GUARDED_BY(mu_) = v1::JOB_STATE_FORMING;
+  std::string failure_ ABSL_GUARDED_BY(mu_);
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Node> nodes_ ABSL_GUARDED_BY(mu_);
+  std::vector<Member> members_ ABSL_GUARDED_BY(mu_);
+  uint32_t joined_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t left_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, JoinWaiter> join_waiters_ ABSL_GUARDED_BY(mu_);
+  DeadlineTimer::TimerId heartbeat_timer_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Random non-zero 64-bit id for incarnations.
+uint64_t NewIncarnation();
+
+}  // namespace rankd
+
+#endif  // RANKD_DAEMON_COORDINATOR_H_

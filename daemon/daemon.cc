@@ -1,0 +1,250 @@
+#include "daemon/daemon.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/event_log.h"
+#include "daemon/log.h"
+#include "daemon/remote_coordinator.h"
+#include "daemon/security.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace rankd {
+namespace {
+
+constexpr char kReadinessService[] = "readiness";
+constexpr absl::Duration kRegisterTimeout = absl::Minutes(5);
+
+std::string ReadBootId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return std::string(absl::StripAsciiWhitespace(id));
+}
+
+// True when something accepts connections on the Unix socket at `path`.
+bool SocketIsLive(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  bool live =
+      ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return live;
+}
+
+// Makes the socket's folder and removes a stale socket file left by a
+// daemon that died. Refuses to take over a socket a live daemon serves.
+absl::Status PrepareSocketPath(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (!parent.empty()) {
+    std::filesystem::create_directories(parent, ec);
+    if (ec) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot create the folder of --socket=", path, ": ", ec.message()));
+    }
+  }
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return absl::OkStatus();
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--socket=", path,
+                     " exists and is not a socket; refusing to remove it"));
+  }
+  if (SocketIsLive(path)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--socket=", path,
+        " is served by another live process (another rankd?); choose another "
+        "path"));
+  }
+  ::unlink(path.c_str());
+  return absl::OkStatus();
+}
+
+JobSpec SpecFromConfig(const DaemonConfig& config) {
+  JobSpec spec;
+  spec.job_id = config.job_id;
+  spec.world_size = config.world_size;
+  spec.nnodes = config.nnodes;
+  spec.nproc_per_node = config.nproc_per_node;
+  spec.topology = config.topology;
+  spec.heartbeat_interval = config.heartbeat_interval;
+  spec.heartbeat_timeout = config.heartbeat_timeout;
+  return spec;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonConfig config) {
+  auto daemon = std::unique_ptr<Daemon>(new Daemon(std::move(config)));
+  if (auto s = daemon->Init(); !s.ok()) return s;
+  return daemon;
+}
+
+Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {}
+
+Daemon::~Daemon() { Shutdown("daemon destroyed", absl::Seconds(2)); }
+
+absl::Status Daemon::Init() {
+  if (!config_.auth_token_file.empty()) {
+    auto token = ReadSecretFile(config_.auth_token_file, "--auth_token_file");
+    if (!token.ok()) return token.status();
+    token_ = std::string(absl::StripAsciiWhitespace(*token));
+    if (token_.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--auth_token_file=", config_.auth_token_file, " is empty"));
+    }
+  }
+  auto server_credentials = MakeServerCredentials(config_.tls);
+  if (!server_credentials.ok()) return server_credentials.status();
+
+  timer_ = std::make_unique<DeadlineTimer>();
+  JobSpec spec = SpecFromConfig(config_);
+  if (config_.is_coordinator) {
+    auto coordinator = Coordinator::Create(spec, timer_.get());
+    if (!coordinator.ok()) return coordinator.status();
+    coordinator_ = *std::move(coordinator);
+    link_ = std::make_unique<LocalCoordinatorLink>(
+        coordinator_.get(), timer_.get(), config_.advertise_address);
+  } else {
+    auto channel_credentials = MakeChannelCredentials(config_.tls);
+    if (!channel_credentials.ok()) return channel_credentials.status();
+    link_ = std::make_unique<RemoteCoordinatorLink>(
+        config_.coordinator_address, *channel_credentials, token_,
+        config_.heartbeat_interval, config_.heartbeat_timeout, timer_.get());
+  }
+
+  v1::NodeInfo node;
+  node.set_node_index(config_.node_index);
+  node.set_hostname(config_.hostname);
+  node.set_address(config_.advertise_address);
+  node.set_boot_id(ReadBootId());
+  node.set_local_ranks(config_.nproc_per_node);
+  node.set_daemon_incarnation(NewIncarnation());
+  node.set_pod_name(config_.pod_name);
+  auto agent = NodeAgent::Create(spec, node, link_.get(), timer_.get());
+  if (!agent.ok()) return agent.status();
+  agent_ = *std::move(agent);
+
+  rank_service_ = std::make_unique<RankService>(agent_.get(), token_);
+  peer_service_ = std::make_unique<PeerService>(
+      coordinator_.get(), config_.coordinator_address, token_);
+  admin_service_ =
+      std::make_unique<AdminService>(agent_.get(), coordinator_.get(), token_);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  builder.SetMaxSendMessageSize(64 << 20);
+  // Let clients ping every second (they use keepalive to notice a dead
+  // daemon) and ping them too, so a vanished client is noticed.
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 1000);
+  builder.AddListeningPort(config_.listen_address, *server_credentials,
+                           &tcp_port_);
+  if (!config_.socket_path.empty()) {
+    if (auto s = PrepareSocketPath(config_.socket_path); !s.ok()) return s;
+    // Local ranks authenticate by file permissions: owner and group only.
+    builder.AddListeningPort(absl::StrCat("unix:", config_.socket_path),
+                             grpc::InsecureServerCredentials());
+  }
+  builder.RegisterService(rank_service_.get());
+  builder.RegisterService(peer_service_.get());
+  builder.RegisterService(admin_service_.get());
+  mode_t old_umask = ::umask(0117);
+  server_ = builder.BuildAndStart();
+  ::umask(old_umask);
+  if (server_ == nullptr || tcp_port_ == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on --listen=", config_.listen_address,
+                     config_.socket_path.empty()
+                         ? ""
+                         : absl::StrCat(" / --socket=", config_.socket_path),
+                     " (address in use or not local?)"));
+  }
+  auto* health = server_->GetHealthCheckService();
+  health->SetServingStatus("", true);
+  health->SetServingStatus(kReadinessService, false);
+
+  log_subscription_ = agent_->events().Subscribe(
+      0, [this](const v1::JobEvent& e) { WatchJobHealth(e); });
+  agent_->Start(absl::Now() + kRegisterTimeout,
+                [this](absl::Status s) { OnRegistered(std::move(s)); });
+  return absl::OkStatus();
+}
+
+void Daemon::WatchJobHealth(const v1::JobEvent& event) {
+  Log(DescribeEvent(event));
+  if (event.kind() == v1::EVENT_KIND_JOB_FAILED && server_ != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(kReadinessService,
+                                                       false);
+  }
+}
+
+void Daemon::OnRegistered(absl::Status status) {
+  if (status.ok()) {
+    Log(absl::StrCat("node ", config_.node_index,
+                     " registered with the coordinator at ",
+                     link_->coordinator_address()));
+    server_->GetHealthCheckService()->SetServingStatus(kReadinessService, true);
+  } else {
+    Log(absl::StrCat("registration failed: ", status.ToString()));
+  }
+  absl::MutexLock lock(&mu_);
+  registration_done_ = true;
+  registration_ = std::move(status);
+}
+
+absl::Status Daemon::WaitRegistered(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  if (!mu_.AwaitWithTimeout(absl::Condition(&registration_done_), timeout)) {
+    return absl::DeadlineExceededError("registration still in progress");
+  }
+  return registration_;
+}
+
+void Daemon::Shutdown(const std::string& reason, absl::Duration grace) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  if (server_ != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(kReadinessService,
+                                                       false);
+  }
+  if (agent_ != nullptr) {
+    Log(absl::StrCat("shutting down: ", reason));
+    agent_->Shutdown(reason, grace / 2);
+    agent_->events().Unsubscribe(log_subscription_);
+  }
+  if (coordinator_ != nullptr) coordinator_->BeginShutdown();
+  if (server_ != nullptr) {
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace / 2));
+    server_->Wait();
+  }
+  // Stop the timer before the objects its callbacks reference go away.
+  timer_.reset();
+  if (!config_.socket_path.empty()) ::unlink(config_.socket_path.c_str());
+}
+
+}  // namespace rankd

@@ -1,0 +1,76 @@
+// Daemon: one running rankd process's parts wired together: the deadline
+// timer, the Coordinator (when this daemon coordinates), the link to the
+// coordinator, the NodeAgent, and the gRPC server with its TCP listener,
+// Unix socket, reflection and grpc.health.v1 service.
+//
+// Health: service "" is SERVING while the process runs (liveness);
+// service "readiness" is SERVING once the node is registered with the
+// coordinator and until shutdown or job failure. Depends on everything in
+// daemon/.
+#ifndef RANKD_DAEMON_DAEMON_H_
+#define RANKD_DAEMON_DAEMON_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/config.h"
+#include "daemon/coordinator.h"
+#include "daemon/coordinator_link.h"
+#include "daemon/deadline_timer.h"
+#include "daemon/node_agent.h"
+#include "daemon/services.h"
+#include "grpcpp/grpcpp.h"
+
+namespace rankd {
+
+class Daemon {
+ public:
+  // Starts the listeners and begins registration with the coordinator.
+  // Fails when a listener cannot be bound, credentials cannot be read, or
+  // the Unix socket path is held by a live daemon.
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(DaemonConfig config);
+  ~Daemon();
+
+  // Blocks until registration finished; returns its outcome (a daemon
+  // whose registration failed should exit non-zero).
+  absl::Status WaitRegistered(absl::Duration timeout);
+
+  // Drains: tells the coordinator this node leaves, fails pending waits,
+  // closes streams, stops the server (bounded by `grace`). Idempotent.
+  void Shutdown(const std::string& reason, absl::Duration grace);
+
+  // TCP port actually bound (useful with --listen=HOST:0).
+  int tcp_port() const { return tcp_port_; }
+  const DaemonConfig& config() const { return config_; }
+
+ private:
+  explicit Daemon(DaemonConfig config);
+  absl::Status Init();
+  void OnRegistered(absl::Status status);
+  void WatchJobHealth(const v1::JobEvent& event);
+
+  const DaemonConfig config_;
+  std::string token_;
+  std::unique_ptr<DeadlineTimer> timer_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<CoordinatorLink> link_;
+  std::unique_ptr<NodeAgent> agent_;
+  std::unique_ptr<RankService> rank_service_;
+  std::unique_ptr<PeerService> peer_service_;
+  std::unique_ptr<AdminService> admin_service_;
+  std::unique_ptr<grpc::Server> server_;
+  int tcp_port_ = 0;
+  EventLog::SubscriptionId log_subscription_ = 0;
+
+  absl::Mutex mu_;
+  bool registration_done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status registration_ ABSL_GUARDED_BY(mu_);
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace rankd
+
+#endif  // RANKD_DAEMON_DAEMON_H_

@@ -1,0 +1,59 @@
+#include "daemon/deadline_timer.h"
+
+#include <utility>
+
+namespace rankd {
+
+DeadlineTimer::DeadlineTimer() : thread_([this] { Run(); }) {}
+
+DeadlineTimer::~DeadlineTimer() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    changed_.Signal();
+  }
+  thread_.join();
+}
+
+DeadlineTimer::TimerId DeadlineTimer::Schedule(absl::Time when,
+                                               std::function<void()> callback) {
+  absl::MutexLock lock(&mu_);
+  TimerId id = next_id_++;
+  queue_.emplace(std::make_pair(when, id), std::move(callback));
+  when_.emplace(id, when);
+  changed_.Signal();
+  return id;
+}
+
+bool DeadlineTimer::Cancel(TimerId id) {
+  absl::MutexLock lock(&mu_);
+  auto it = when_.find(id);
+  if (it == when_.end()) return false;
+  queue_.erase(std::make_pair(it->second, id));
+  when_.erase(it);
+  return true;
+}
+
+void DeadlineTimer::Run() {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    if (queue_.empty()) {
+      changed_.Wait(&mu_);
+      continue;
+    }
+    auto first = queue_.begin();
+    if (first->first.first > absl::Now()) {
+      // Woken early by a new (possibly earlier) timer or by stop.
+      changed_.WaitWithDeadline(&mu_, first->first.first);
+      continue;
+    }
+    std::function<void()> callback = std::move(first->second);
+    when_.erase(first->first.second);
+    queue_.erase(first);
+    mu_.Unlock();
+    callback();
+    mu_.Lock();
+  }
+}
+
+}  // namespace rankd

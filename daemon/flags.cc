@@ -1,0 +1,123 @@
+#include "daemon/flags.h"
+
+#include <optional>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/string_view.h"
+
+namespace rankd {
+namespace flags_internal {
+
+// A flag value that is either absent (never given) or the exact text given,
+// possibly empty.
+struct OptionalText {
+  std::optional<std::string> text;
+};
+
+bool AbslParseFlag(absl::string_view input, OptionalText* out,
+                   std::string* /*error*/) {
+  out->text = std::string(input);
+  return true;
+}
+
+std::string AbslUnparseFlag(const OptionalText& value) {
+  return value.text.value_or("");
+}
+
+}  // namespace flags_internal
+}  // namespace rankd
+
+using rankd::flags_internal::OptionalText;
+
+// Help texts name the RANKD_* fallback and the default (see config.h).
+ABSL_FLAG(OptionalText, job_id, OptionalText{},
+          "Job id, [A-Za-z0-9._-]{1,128}; the same on every node. "
+          "Env RANKD_JOB_ID. Default rankd-job.");
+ABSL_FLAG(OptionalText, world_size, OptionalText{},
+          "Total number of ranks = nnodes * nproc_per_node. Env "
+          "RANKD_WORLD_SIZE. Default nnodes * nproc_per_node.");
+ABSL_FLAG(OptionalText, nnodes, OptionalText{},
+          "Number of nodes (daemons) in the job. Env RANKD_NNODES, else "
+          "LWS_GROUP_SIZE. Default 1.");
+ABSL_FLAG(OptionalText, node_index, OptionalText{},
+          "This node's index, 0..nnodes-1; node 0 coordinates by default. "
+          "Env RANKD_NODE_INDEX, else LWS_WORKER_INDEX or "
+          "JOB_COMPLETION_INDEX. Default 0.");
+ABSL_FLAG(OptionalText, nproc_per_node, OptionalText{},
+          "Ranks (serving processes) per node. Env RANKD_NPROC_PER_NODE. "
+          "Default world_size / nnodes.");
+ABSL_FLAG(OptionalText, coordinator, OptionalText{},
+          "HOST:PORT of the coordinator daemon. Env RANKD_COORDINATOR, else "
+          "LWS_LEADER_ADDRESS plus the --listen port. Default: node 0 "
+          "coordinates.");
+ABSL_FLAG(OptionalText, listen, OptionalText{},
+          "HOST:PORT ([IPV6]:PORT) the TCP listener binds. Env RANKD_LISTEN. "
+          "Default 0.0.0.0:7421.");
+ABSL_FLAG(OptionalText, advertise_address, OptionalText{},
+          "HOST:PORT peers use to reach this daemon. Env "
+          "RANKD_ADVERTISE_ADDRESS. Default: the --listen address if it names "
+          "a host, else POD_IP, else the host name, with the --listen port.");
+ABSL_FLAG(OptionalText, socket, OptionalText{},
+          "Unix socket path for local ranks; empty disables it. Env "
+          "RANKD_SOCKET. Default /run/rankd/rankd.sock.");
+ABSL_FLAG(OptionalText, tensor_parallel, OptionalText{},
+          "Tensor-parallel degree. Env RANKD_TENSOR_PARALLEL. Default 1.");
+ABSL_FLAG(OptionalText, pipeline_parallel, OptionalText{},
+          "Pipeline-parallel degree. Env RANKD_PIPELINE_PARALLEL. Default 1.");
+ABSL_FLAG(OptionalText, expert_parallel, OptionalText{},
+          "Expert-parallel degree. Env RANKD_EXPERT_PARALLEL. Default 1. "
+          "Data parallel is world_size / (tensor * pipeline * expert).");
+ABSL_FLAG(OptionalText, heartbeat_interval_ms, OptionalText{},
+          "Milliseconds between heartbeats to the coordinator, 10..60000. Env "
+          "RANKD_HEARTBEAT_INTERVAL_MS. Default 250.");
+ABSL_FLAG(OptionalText, heartbeat_timeout_ms, OptionalText{},
+          "Milliseconds without a heartbeat before a node is lost; more than "
+          "twice the interval, at most 600000. Env "
+          "RANKD_HEARTBEAT_TIMEOUT_MS. Default 2000.");
+ABSL_FLAG(OptionalText, tls_cert, OptionalText{},
+          "PEM certificate for TLS (needs --tls_key). Env RANKD_TLS_CERT. "
+          "Default: no TLS.");
+ABSL_FLAG(OptionalText, tls_key, OptionalText{},
+          "PEM private key for --tls_cert. Env RANKD_TLS_KEY.");
+ABSL_FLAG(OptionalText, tls_ca, OptionalText{},
+          "PEM CA bundle that verifies peers. Env RANKD_TLS_CA.");
+ABSL_FLAG(OptionalText, tls_require_client_cert, OptionalText{},
+          "true to require client certificates signed by --tls_ca (mutual "
+          "TLS). Env RANKD_TLS_REQUIRE_CLIENT_CERT. Default false.");
+ABSL_FLAG(OptionalText, auth_token_file, OptionalText{},
+          "File holding the bearer token every caller must present. Env "
+          "RANKD_AUTH_TOKEN_FILE. Default: no token.");
+ABSL_FLAG(OptionalText, metrics_listen, OptionalText{},
+          "HOST:PORT for metrics (reserved). Env RANKD_METRICS_LISTEN. "
+          "Default off.");
+
+namespace rankd {
+
+RawConfig RawConfigFromFlags() {
+  RawConfig raw;
+  raw.job_id = absl::GetFlag(FLAGS_job_id).text;
+  raw.world_size = absl::GetFlag(FLAGS_world_size).text;
+  raw.nnodes = absl::GetFlag(FLAGS_nnodes).text;
+  raw.node_index = absl::GetFlag(FLAGS_node_index).text;
+  raw.nproc_per_node = absl::GetFlag(FLAGS_nproc_per_node).text;
+  raw.coordinator = absl::GetFlag(FLAGS_coordinator).text;
+  raw.listen = absl::GetFlag(FLAGS_listen).text;
+  raw.advertise_address = absl::GetFlag(FLAGS_advertise_address).text;
+  raw.socket = absl::GetFlag(FLAGS_socket).text;
+  raw.tensor_parallel = absl::GetFlag(FLAGS_tensor_parallel).text;
+  raw.pipeline_parallel = absl::GetFlag(FLAGS_pipeline_parallel).text;
+  raw.expert_parallel = absl::GetFlag(FLAGS_expert_parallel).text;
+  raw.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_interval_ms).text;
+  raw.heartbeat_timeout_ms = absl::GetFlag(FLAGS_heartbeat_timeout_ms).text;
+  raw.tls_cert = absl::GetFlag(FLAGS_tls_cert).text;
+  raw.tls_key = absl::GetFlag(FLAGS_tls_key).text;
+  raw.tls_ca = absl::GetFlag(FLAGS_tls_ca).text;
+  raw.tls_require_client_cert =
+      absl::GetFlag(FLAGS_tls_require_client_cert).text;
+  raw.auth_token_file = absl::GetFlag(FLAGS_auth_token_file).text;
+  raw.metrics_listen = absl::GetFlag(FLAGS_metrics_listen).text;
+  return raw;
+}
+
+}  // namespace rankd

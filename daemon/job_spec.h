@@ -1,0 +1,54 @@
+// JobSpec: the shape of one job (id, sizes, parallel topology, liveness
+// timing) as every daemon of the job must agree on it, and the conversions
+// between it and the rankd.v1 messages. Depends on common/topology and the
+// protos.
+#ifndef RANKD_DAEMON_JOB_SPEC_H_
+#define RANKD_DAEMON_JOB_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/topology.h"
+#include "rankd/v1/common.pb.h"
+#include "rankd/v1/peer.pb.h"
+
+namespace rankd {
+
+struct JobSpec {
+  std::string job_id;
+  uint32_t world_size = 1;
+  uint32_t nnodes = 1;
+  uint32_t nproc_per_node = 1;
+  ParallelTopology topology;
+  // A node (or rank without a watch stream) silent this long is lost.
+  absl::Duration heartbeat_timeout = absl::Seconds(2);
+  absl::Duration heartbeat_interval = absl::Milliseconds(250);
+
+  // Node that hosts `rank` under the default node-major assignment.
+  uint32_t DefaultNodeOf(uint32_t rank) const { return rank / nproc_per_node; }
+};
+
+v1::ParallelTopology ToProto(const ParallelTopology& topology);
+ParallelTopology FromProto(const v1::ParallelTopology& topology);
+v1::JobConfig ToJobConfig(const JobSpec& spec);
+v1::GroupKind ToProto(GroupKind kind);
+
+// OK when `theirs` (a registering node's configuration) equals `ours`;
+// otherwise FailedPrecondition naming every field that differs and the flag
+// that sets it, e.g. "node 2 has --world_size=8 but the coordinator has 16".
+absl::Status CheckSameJob(const v1::JobConfig& ours,
+                          const v1::JobConfig& theirs, uint32_t their_node);
+
+// The descriptor of `rank`: its groups (with its index in each) among
+// `groups`, derived from spec.topology.
+v1::SessionDescriptor BuildSessionDescriptor(
+    const JobSpec& spec, const std::vector<GroupSpec>& groups,
+    uint64_t job_incarnation, uint32_t rank, uint32_t node_index,
+    uint32_t local_rank);
+
+}  // namespace rankd
+
+#endif  // RANKD_DAEMON_JOB_SPEC_H_

@@ -1,0 +1,888 @@
+#include "daemon/node_agent.h"
+
+#include <algorithm>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
+#include "daemon/kv_store.h"
+#include "daemon/rank_list.h"
+#include "daemon/word_rounds.h"
+
+namespace rankd {
+namespace {
+
+absl::Status AbortedBy(const std::string& cause) {
+  return absl::AbortedError(absl::StrCat("job failed: ", cause));
+}
+
+absl::Status CheckTimeout(uint32_t timeout_ms, const char* field) {
+  if (timeout_ms == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " must be > 0: every wait needs a deadline"));
+  }
+  if (timeout_ms > NodeAgent::kMaxTimeoutMs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, "=", timeout_ms, " exceeds the limit of ",
+                     NodeAgent::kMaxTimeoutMs, " ms"));
+  }
+  return absl::OkStatus();
+}
+
+// Time before the round deadline at which a node forwards an incomplete
+// batch, so the coordinator can name exactly which ranks are missing.
+absl::Duration FlushMargin(absl::Duration timeout) {
+  return std::min(timeout / 4, absl::Milliseconds(200));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NodeAgent>> NodeAgent::Create(
+    JobSpec spec, v1::NodeInfo node, CoordinatorLink* link,
+    DeadlineTimer* timer) {
+  auto groups = DeriveGroups(spec.topology, spec.world_size);
+  if (!groups.ok()) return groups.status();
+  return std::unique_ptr<NodeAgent>(new NodeAgent(
+      std::move(spec), *std::move(groups), std::move(node), link, timer));
+}
+
+NodeAgent::NodeAgent(JobSpec spec, std::vector<GroupSpec> groups,
+                     v1::NodeInfo node, CoordinatorLink* link,
+                     DeadlineTimer* timer)
+    : spec_(std::move(spec)),
+      groups_(std::move(groups)),
+      node_(std::move(node)),
+      started_(absl::Now()),
+      link_(link),
+      timer_(timer) {
+  replica_.resize(spec_.world_size);
+  for (uint32_t r = 0; r < spec_.world_size; ++r) {
+    replica_[r].node_index = spec_.DefaultNodeOf(r);
+  }
+  replica_nodes_.assign(spec_.nnodes, v1::NODE_STATE_NOT_REGISTERED);
+}
+
+NodeAgent::~NodeAgent() = default;
+
+void NodeAgent::Start(absl::Time register_deadline,
+                      std::function<void(absl::Status)> done) {
+  v1::RegisterNodeRequest request;
+  *request.mutable_config() = ToJobConfig(spec_);
+  *request.mutable_node() = node_;
+  link_->Start(
+      request, register_deadline, this,
+      [this, done](absl::StatusOr<v1::RegisterNodeResponse> result) {
+        std::vector<std::function<void(absl::Status)>> queued;
+        absl::Status status = result.status();
+        {
+          absl::MutexLock lock(&mu_);
+          if (result.ok()) {
+            registered_ = true;
+            job_incarnation_ = result->job_incarnation();
+          } else {
+            registration_ = absl::Status(
+                result.status().code(),
+                absl::StrCat("node ", node_.node_index(),
+                             " could not register with the coordinator at ",
+                             link_->coordinator_address(), ": ",
+                             result.status().message()));
+            status = registration_;
+          }
+          queued.swap(until_registered_);
+        }
+        for (auto& work : queued) work(status);
+        done(status);
+      });
+}
+
+bool NodeAgent::registered() const {
+  absl::MutexLock lock(&mu_);
+  return registered_ && !shutting_down_;
+}
+
+v1::NodeRef NodeAgent::NodeRefLocked() const {
+  v1::NodeRef ref;
+  ref.set_job_id(spec_.job_id);
+  ref.set_node_index(node_.node_index());
+  ref.set_daemon_incarnation(node_.daemon_incarnation());
+  return ref;
+}
+
+absl::Status NodeAgent::FailureLocked() const {
+  if (!failure_.empty()) return AbortedBy(failure_);
+  if (shutting_down_) {
+    return absl::UnavailableError(absl::StrCat(
+        "the rankd daemon of node ", node_.node_index(), " is shutting down"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NodeAgent::CheckMemberLocked(const v1::MemberRef& member) const {
+  if (member.job_id() != spec_.job_id) {
+    return absl::NotFoundError(absl::StrCat("unknown job '", member.job_id(),
+                                            "'; this daemon serves job '",
+                                            spec_.job_id, "'"));
+  }
+  auto it = members_.find(member.rank());
+  if (it == members_.end() || it->second.state == LocalState::kJoining) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", member.rank(), " has not joined through this daemon (node ",
+        node_.node_index(), "); call Join first"));
+  }
+  const LocalMember& m = it->second;
+  if (m.incarnation != member.incarnation()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "rank %d: incarnation %x is stale (the rank joined as %x); a "
+        "restarted process must not reuse its predecessor's membership",
+        member.rank(), member.incarnation(), m.incarnation));
+  }
+  if (m.state == LocalState::kLeft) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", member.rank(), " has left the job"));
+  }
+  if (auto s = FailureLocked(); !s.ok()) return s;
+  if (m.state == LocalState::kLost) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", member.rank(), " was declared lost"));
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+Reply<T> NodeAgent::Relay(Reply<T> reply) {
+  return [this, reply = std::move(reply)](absl::StatusOr<T> result) {
+    if (result.ok()) return reply(std::move(result));
+    if (result.status().code() == absl::StatusCode::kUnavailable &&
+        !spec_.job_id.empty()) {
+      bool shutting_down;
+      {
+        absl::MutexLock lock(&mu_);
+        shutting_down = shutting_down_;
+      }
+      if (!shutting_down)
+        OnCoordinatorLost(std::string(result.status().message()));
+    }
+    std::string failure;
+    {
+      absl::MutexLock lock(&mu_);
+      failure = failure_;
+    }
+    if (!failure.empty() &&
+        result.status().code() != absl::StatusCode::kAborted) {
+      return reply(AbortedBy(failure));
+    }
+    reply(std::move(result));
+  };
+}
+
+void NodeAgent::Join(const v1::JoinRequest& request,
+                     Reply<v1::JoinResponse> reply) {
+  if (request.job_id() != spec_.job_id) {
+    return reply(absl::NotFoundError(
+        absl::StrCat("unknown job '", request.job_id(),
+                     "'; this daemon serves job '", spec_.job_id, "'")));
+  }
+  if (request.world_size() != 0 && request.world_size() != spec_.world_size) {
+    return reply(absl::InvalidArgumentError(absl::StrCat(
+        "world_size ", request.world_size(), " does not match job '",
+        spec_.job_id, "', which has ", spec_.world_size, " ranks")));
+  }
+  if (request.local_rank() >= spec_.nproc_per_node) {
+    return reply(absl::InvalidArgumentError(absl::StrCat(
+        "local_rank ", request.local_rank(), " is outside [0, ",
+        spec_.nproc_per_node, ") (the daemon's --nproc_per_node)")));
+  }
+  if (request.has_rank() && request.rank() >= spec_.world_size) {
+    return reply(absl::InvalidArgumentError(
+        absl::StrCat("rank ", request.rank(), " is outside the world of size ",
+                     spec_.world_size)));
+  }
+  if (request.incarnation() == 0) {
+    return reply(absl::InvalidArgumentError(
+        "incarnation must be a random non-zero id chosen at process start"));
+  }
+  if (request.wait_for_world_ms() > kMaxTimeoutMs) {
+    return reply(absl::InvalidArgumentError(
+        absl::StrCat("wait_for_world_ms=", request.wait_for_world_ms(),
+                     " exceeds the limit of ", kMaxTimeoutMs, " ms")));
+  }
+  const std::string& kind = request.device().kind();
+  if (!kind.empty() && kind != "cpu" && kind != "cuda") {
+    return reply(absl::InvalidArgumentError(absl::StrCat(
+        "device kind '", kind, "' is not one of \"cpu\", \"cuda\"")));
+  }
+  const uint32_t rank =
+      request.has_rank()
+          ? request.rank()
+          : node_.node_index() * spec_.nproc_per_node + request.local_rank();
+  absl::Status early;
+  bool queued = false;
+  {
+    absl::MutexLock lock(&mu_);
+    early = registration_.ok() ? FailureLocked() : registration_;
+    if (early.ok() && !registered_) {
+      until_registered_.push_back(
+          [this, request, rank, reply](absl::Status registered) {
+            if (!registered.ok()) return reply(registered);
+            ForwardJoin(request, rank, reply);
+          });
+      queued = true;
+    }
+  }
+  if (!early.ok()) return reply(early);
+  if (queued) return;
+  ForwardJoin(request, rank, std::move(reply));
+}
+
+void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
+                            Reply<v1::JoinResponse> reply) {
+  v1::JoinRankRequest forward;
+  {
+    absl::ReleasableMutexLock lock(&mu_);
+    if (auto it = rank_of_local_.find(request.local_rank());
+        it != rank_of_local_.end()) {
+      const LocalMember& holder = members_.at(it->second);
+      bool live = holder.state == LocalState::kJoining ||
+                  holder.state == LocalState::kJoined;
+      if (live && holder.incarnation != request.incarnation()) {
+        lock.Release();
+        return reply(absl::AlreadyExistsError(absl::StrFormat(
+            "local rank %d on node %d is already held by pid %d (rank %d); "
+            "two processes claim it",
+            request.local_rank(), node_.node_index(), holder.pid, it->second)));
+      }
+    }
+    if (auto it = members_.find(rank); it != members_.end()) {
+      const LocalMember& holder = it->second;
+      if (holder.incarnation != request.incarnation()) {
+        bool live = holder.state == LocalState::kJoining ||
+                    holder.state == LocalState::kJoined;
+        lock.Release();
+        if (live) {
+          return reply(absl::AlreadyExistsError(absl::StrFormat(
+              "rank %d is already held by pid %d on node %d; two processes "
+              "claim it",
+              rank, holder.pid, node_.node_index())));
+        }
+        return reply(absl::FailedPreconditionError(absl::StrCat(
+            "rank ", rank,
+            " already ran in this job incarnation; a restarted process "
+            "cannot rejoin: recreate the whole group")));
+      }
+    } else {
+      LocalMember& m = members_[rank];
+      m.state = LocalState::kJoining;
+      m.local_rank = request.local_rank();
+      m.incarnation = request.incarnation();
+      m.pid = request.pid();
+      m.device = request.device();
+      rank_of_local_[request.local_rank()] = rank;
+    }
+    *forward.mutable_node() = NodeRefLocked();
+  }
+  forward.set_rank(rank);
+  forward.set_local_rank(request.local_rank());
+  forward.set_incarnation(request.incarnation());
+  *forward.mutable_device() = request.device();
+  forward.set_pid(request.pid());
+  forward.set_wait_for_world_ms(request.wait_for_world_ms());
+  const uint64_t incarnation = request.incarnation();
+  const uint32_t local_rank = request.local_rank();
+  const bool waited = request.wait_for_world_ms() > 0;
+  link_->JoinRank(
+      forward,
+      Relay<v1::JoinRankResponse>(
+          [this, rank, incarnation, local_rank, waited,
+           reply](absl::StatusOr<v1::JoinRankResponse> result) {
+            absl::ReleasableMutexLock lock(&mu_);
+            auto it = members_.find(rank);
+            if (it == members_.end() || it->second.incarnation != incarnation) {
+              lock.Release();
+              return reply(absl::AbortedError(
+                  absl::StrCat("rank ", rank, " changed while joining")));
+            }
+            LocalMember& m = it->second;
+            // A join whose wait for the world timed out still holds its
+            // rank at the coordinator; keep it, leased, so that a process
+            // that gives up is noticed.
+            bool keep = result.ok() ||
+                        (waited && result.status().code() ==
+                                       absl::StatusCode::kDeadlineExceeded);
+            if (!keep) {
+              if (m.state == LocalState::kJoining) {
+                members_.erase(it);
+                rank_of_local_.erase(local_rank);
+              }
+              lock.Release();
+              return reply(result.status());
+            }
+            if (m.state == LocalState::kJoining) m.state = LocalState::kJoined;
+            if (result.ok()) job_incarnation_ = result->job_incarnation();
+            if (m.open_watches == 0 && m.lease_timer == 0) {
+              m.lease_timer =
+                  timer_->Schedule(absl::Now() + spec_.heartbeat_timeout,
+                                   [this, rank, incarnation] {
+                                     ExpireLease(rank, incarnation);
+                                   });
+            }
+            if (!result.ok()) {
+              lock.Release();
+              return reply(result.status());
+            }
+            v1::JoinResponse response;
+            *response.mutable_session() =
+                BuildSessionDescriptor(spec_, groups_, job_incarnation_, rank,
+                                       node_.node_index(), m.local_rank);
+            v1::MemberRef* member = response.mutable_member();
+            member->set_job_id(spec_.job_id);
+            member->set_rank(rank);
+            member->set_incarnation(incarnation);
+            lock.Release();
+            reply(std::move(response));
+          }));
+}
+
+absl::StatusOr<v1::SessionDescriptor> NodeAgent::GetDescriptor(
+    const v1::GetDescriptorRequest& request) {
+  absl::MutexLock lock(&mu_);
+  if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
+  const LocalMember& m = members_.at(request.member().rank());
+  return BuildSessionDescriptor(spec_, groups_, job_incarnation_,
+                                request.member().rank(), node_.node_index(),
+                                m.local_rank);
+}
+
+void NodeAgent::ExpireLease(uint32_t rank, uint64_t incarnation) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = members_.find(rank);
+    if (it == members_.end() || it->second.incarnation != incarnation) return;
+    it->second.lease_timer = 0;
+    if (it->second.state != LocalState::kJoined ||
+        it->second.open_watches > 0 || shutting_down_) {
+      return;
+    }
+  }
+  LoseRank(rank, incarnation,
+           absl::StrCat("it opened no Watch stream within ",
+                        absl::ToInt64Milliseconds(spec_.heartbeat_timeout),
+                        " ms of joining (a joined process must stay "
+                        "connected to its daemon)"));
+}
+
+void NodeAgent::LoseRank(uint32_t rank, uint64_t incarnation,
+                         const std::string& reason) {
+  v1::ReleaseRankRequest release;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = members_.find(rank);
+    if (it == members_.end() || it->second.incarnation != incarnation ||
+        it->second.state != LocalState::kJoined) {
+      return;
+    }
+    it->second.state = LocalState::kLost;
+    *release.mutable_node() = NodeRefLocked();
+  }
+  release.set_rank(rank);
+  release.set_incarnation(incarnation);
+  release.set_clean(false);
+  release.set_reason(reason);
+  link_->ReleaseRank(release,
+                     Relay<v1::ReleaseRankResponse>(
+                         [](absl::StatusOr<v1::ReleaseRankResponse>) {}));
+}
+
+void NodeAgent::AllGatherWords(const v1::AllGatherWordsRequest& request,
+                               Reply<v1::AllGatherWordsResponse> reply) {
+  const uint32_t rank = request.member().rank();
+  if (request.words_size() > static_cast<int>(WordRounds::kMaxWordsPerRank)) {
+    return reply(absl::InvalidArgumentError(absl::StrCat(
+        "frame of ", request.words_size(), " words exceeds the limit of ",
+        WordRounds::kMaxWordsPerRank, " words per rank per round")));
+  }
+  if (auto s = CheckTimeout(request.timeout_ms(), "timeout_ms"); !s.ok()) {
+    return reply(s);
+  }
+  std::vector<v1::RankFrame> batch;
+  std::vector<RoundWaiter> waiters;
+  absl::Time deadline;
+  {
+    absl::ReleasableMutexLock lock(&mu_);
+    if (auto s = CheckMemberLocked(request.member()); !s.ok()) {
+      lock.Release();
+      return reply(s);
+    }
+    LocalMember& m = members_.at(rank);
+    if (request.round() != m.next_round) {
+      uint64_t expected = m.next_round;
+      lock.Release();
+      return reply(absl::FailedPreconditionError(
+          absl::StrCat("rank ", rank, " sent all_gather_words round ",
+                       request.round(), " but its next round is ", expected,
+                       " (rounds are numbered 1, 2, 3... per rank)")));
+    }
+    ++m.next_round;
+    m.waiting_round = request.round();
+    const uint64_t number = request.round();
+    auto [it, inserted] = rounds_.try_emplace(number);
+    LocalRound& round = it->second;
+    if (inserted) {
+      absl::Duration timeout = absl::Milliseconds(request.timeout_ms());
+      round.deadline = absl::Now() + timeout;
+      round.flush_timer =
+          timer_->Schedule(round.deadline - FlushMargin(timeout),
+                           [this, number] { FlushRound(number); });
+    }
+    deadline = round.deadline;
+    v1::RankFrame frame;
+    frame.set_rank(rank);
+    *frame.mutable_words() = request.words();
+    ++round.contributed;
+    if (round.flushed) {
+      // Late after a partial flush: send this frame on its own.
+      batch.push_back(std::move(frame));
+      waiters.push_back({rank, std::move(reply)});
+    } else {
+      round.pending.push_back(std::move(frame));
+      round.waiters.push_back({rank, std::move(reply)});
+      if (round.contributed == spec_.nproc_per_node) {
+        batch = std::move(round.pending);
+        waiters = std::move(round.waiters);
+      }
+    }
+    if (round.contributed == spec_.nproc_per_node) {
+      timer_->Cancel(round.flush_timer);
+      rounds_.erase(it);
+    }
+  }
+  if (!batch.empty()) {
+    SendBatch(request.round(), deadline, std::move(batch), std::move(waiters));
+  }
+}
+
+void NodeAgent::FlushRound(uint64_t number) {
+  std::vector<v1::RankFrame> batch;
+  std::vector<RoundWaiter> waiters;
+  absl::Time deadline;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = rounds_.find(number);
+    if (it == rounds_.end()) return;
+    LocalRound& round = it->second;
+    round.flush_timer = 0;
+    round.flushed = true;
+    batch = std::move(round.pending);
+    waiters = std::move(round.waiters);
+    round.pending.clear();
+    round.waiters.clear();
+    deadline = round.deadline;
+  }
+  if (!batch.empty()) {
+    SendBatch(number, deadline, std::move(batch), std::move(waiters));
+  }
+}
+
+void NodeAgent::SendBatch(uint64_t number, absl::Time deadline,
+                          std::vector<v1::RankFrame> frames,
+                          std::vector<RoundWaiter> waiters) {
+  v1::ContributeWordsRequest request;
+  {
+    absl::MutexLock lock(&mu_);
+    *request.mutable_node() = NodeRefLocked();
+  }
+  request.set_round(number);
+  for (auto& f : frames) *request.add_frames() = std::move(f);
+  int64_t remaining_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+  request.set_timeout_ms(
+      static_cast<uint32_t>(std::max<int64_t>(remaining_ms, 1)));
+  auto shared_waiters =
+      std::make_shared<std::vector<RoundWaiter>>(std::move(waiters));
+  link_->ContributeWords(
+      request, Relay<v1::AllGatherWordsResponse>(
+                   [this, number, shared_waiters](
+                       absl::StatusOr<v1::AllGatherWordsResponse> result) {
+                     {
+                       absl::MutexLock lock(&mu_);
+                       for (const RoundWaiter& w : *shared_waiters) {
+                         auto it = members_.find(w.rank);
+                         if (it != members_.end() &&
+                             it->second.waiting_round == number) {
+                           it->second.waiting_round = 0;
+                         }
+                       }
+                       if (result.ok() && number > completed_rounds_) {
+                         completed_rounds_ = number;
+                       }
+                     }
+                     for (RoundWaiter& w : *shared_waiters) w.reply(result);
+                   }));
+}
+
+void NodeAgent::KvSet(const v1::KvSetRequest& request,
+                      Reply<v1::KvSetResponse> reply) {
+  absl::Status status = KvStore::ValidateKey(request.key());
+  if (status.ok()) status = KvStore::ValidateValue(request.value());
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    status = CheckMemberLocked(request.member());
+  }
+  if (!status.ok()) return reply(status);
+  link_->KvSet(request, Relay(std::move(reply)));
+}
+
+void NodeAgent::KvGet(const v1::KvGetRequest& request,
+                      Reply<v1::KvGetResponse> reply) {
+  absl::Status status = KvStore::ValidateKey(request.key());
+  if (status.ok() && request.timeout_ms() > kMaxTimeoutMs) {
+    status = CheckTimeout(request.timeout_ms(), "timeout_ms");
+  }
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    status = CheckMemberLocked(request.member());
+  }
+  if (!status.ok()) return reply(status);
+  link_->KvGet(request, Relay(std::move(reply)));
+}
+
+void NodeAgent::KvAdd(const v1::KvAddRequest& request,
+                      Reply<v1::KvAddResponse> reply) {
+  absl::Status status = KvStore::ValidateKey(request.key());
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    status = CheckMemberLocked(request.member());
+  }
+  if (!status.ok()) return reply(status);
+  link_->KvAdd(request, Relay(std::move(reply)));
+}
+
+void NodeAgent::KvDelete(const v1::KvDeleteRequest& request,
+                         Reply<v1::KvDeleteResponse> reply) {
+  absl::Status status = KvStore::ValidateKey(request.key());
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    status = CheckMemberLocked(request.member());
+  }
+  if (!status.ok()) return reply(status);
+  link_->KvDelete(request, Relay(std::move(reply)));
+}
+
+void NodeAgent::Leave(const v1::LeaveRequest& request,
+                      Reply<v1::LeaveResponse> reply) {
+  const uint32_t rank = request.member().rank();
+  v1::ReleaseRankRequest release;
+  bool job_failed = false;
+  {
+    absl::ReleasableMutexLock lock(&mu_);
+    absl::Status status = CheckMemberLocked(request.member());
+    job_failed = !failure_.empty();
+    auto it = members_.find(rank);
+    bool known = it != members_.end() &&
+                 it->second.incarnation == request.member().incarnation() &&
+                 it->second.state != LocalState::kJoining;
+    if (!status.ok() && !(job_failed && known)) {
+      // Leaving twice is harmless.
+      bool already_left = known && it->second.state == LocalState::kLeft;
+      lock.Release();
+      if (already_left) return reply(v1::LeaveResponse());
+      return reply(status);
+    }
+    LocalMember& m = it->second;
+    bool was_joined = m.state == LocalState::kJoined;
+    m.state = LocalState::kLeft;
+    timer_->Cancel(m.lease_timer);
+    m.lease_timer = 0;
+    if (!was_joined || job_failed) {
+      lock.Release();
+      return reply(v1::LeaveResponse());
+    }
+    *release.mutable_node() = NodeRefLocked();
+  }
+  release.set_rank(rank);
+  release.set_incarnation(request.member().incarnation());
+  release.set_clean(true);
+  release.set_reason("left");
+  link_->ReleaseRank(
+      release, Relay<v1::ReleaseRankResponse>(
+                   [reply](absl::StatusOr<v1::ReleaseRankResponse> result) {
+                     if (!result.ok()) return reply(result.status());
+                     reply(v1::LeaveResponse());
+                   }));
+}
+
+absl::StatusOr<NodeAgent::WatchId> NodeAgent::Attach(
+    const v1::WatchRequest& request, WatchSink sink) {
+  absl::MutexLock lock(&mu_);
+  const v1::MemberRef& member = request.member();
+  if (member.job_id() != spec_.job_id) {
+    return absl::NotFoundError(absl::StrCat("unknown job '", member.job_id(),
+                                            "'; this daemon serves job '",
+                                            spec_.job_id, "'"));
+  }
+  auto it = members_.find(member.rank());
+  if (it == members_.end() || it->second.state == LocalState::kJoining ||
+      it->second.incarnation != member.incarnation()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "rank %d (incarnation %x) has not joined through this daemon (node "
+        "%d)",
+        member.rank(), member.incarnation(), node_.node_index()));
+  }
+  if (shutting_down_) return FailureLocked();
+  LocalMember& m = it->second;
+  ++m.open_watches;
+  timer_->Cancel(m.lease_timer);
+  m.lease_timer = 0;
+  WatchId id = next_watch_++;
+  Watch& watch = watches_[id];
+  watch.rank = member.rank();
+  watch.on_close = std::move(sink.on_close);
+  watch.subscription =
+      mirror_.Subscribe(request.after_sequence(), std::move(sink.on_event));
+  return id;
+}
+
+void NodeAgent::Detach(WatchId id, bool broken, const std::string& reason) {
+  uint32_t rank = 0;
+  uint64_t incarnation = 0;
+  bool lose = false;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = watches_.find(id);
+    if (it == watches_.end()) return;
+    rank = it->second.rank;
+    mirror_.Unsubscribe(it->second.subscription);
+    watches_.erase(it);
+    auto m = members_.find(rank);
+    if (m == members_.end()) return;
+    --m->second.open_watches;
+    incarnation = m->second.incarnation;
+    lose = broken && !shutting_down_ && m->second.open_watches == 0 &&
+           m->second.state == LocalState::kJoined;
+  }
+  if (lose) {
+    LoseRank(rank, incarnation,
+             absl::StrCat("its connection to the rankd daemon on node ",
+                          node_.node_index(), " closed (", reason, ")"));
+  }
+}
+
+void NodeAgent::OnEvent(const v1::JobEvent& event) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto set_ranks = [&](v1::MemberState state) {
+      for (uint32_t r : event.ranks()) {
+        if (r < replica_.size()) {
+          replica_[r].state = state;
+          if (event.has_node_index())
+            replica_[r].node_index = event.node_index();
+        }
+      }
+    };
+    auto set_node = [&](v1::NodeState state) {
+      if (event.has_node_index() &&
+          event.node_index() < replica_nodes_.size()) {
+        replica_nodes_[event.node_index()] = state;
+      }
+    };
+    switch (event.kind()) {
+      case v1::EVENT_KIND_MEMBER_JOINED:
+        set_ranks(v1::MEMBER_STATE_JOINED);
+        break;
+      case v1::EVENT_KIND_MEMBER_LEFT:
+        set_ranks(v1::MEMBER_STATE_LEFT);
+        break;
+      case v1::EVENT_KIND_MEMBER_LOST:
+        set_ranks(v1::MEMBER_STATE_LOST);
+        break;
+      case v1::EVENT_KIND_NODE_REGISTERED:
+        set_node(v1::NODE_STATE_REGISTERED);
+        break;
+      case v1::EVENT_KIND_NODE_LOST:
+        set_node(v1::NODE_STATE_LOST);
+        set_ranks(v1::MEMBER_STATE_LOST);
+        break;
+      case v1::EVENT_KIND_NODE_LEFT:
+        set_node(v1::NODE_STATE_LEFT);
+        break;
+      case v1::EVENT_KIND_JOB_READY:
+        if (job_state_ == v1::JOB_STATE_FORMING)
+          job_state_ = v1::JOB_STATE_READY;
+        break;
+      case v1::EVENT_KIND_JOB_COMPLETED:
+        if (job_state_ != v1::JOB_STATE_FAILED) {
+          job_state_ = v1::JOB_STATE_COMPLETED;
+        }
+        break;
+      case v1::EVENT_KIND_JOB_FAILED:
+        job_state_ = v1::JOB_STATE_FAILED;
+        break;
+      default:
+        break;
+    }
+  }
+  mirror_.Mirror(event);
+  if (event.kind() == v1::EVENT_KIND_JOB_FAILED) {
+    // Not inline: the coordinator may be calling with its lock held, and
+    // failing waits can run callbacks that call back into it.
+    std::string cause = event.message();
+    timer_->Schedule(absl::Now(), [this, cause] { FailLocal(cause); });
+  }
+}
+
+void NodeAgent::OnCoordinatorLost(const std::string& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_ || !failure_.empty() ||
+        job_state_ == v1::JOB_STATE_COMPLETED) {
+      return;
+    }
+    job_state_ = v1::JOB_STATE_FAILED;
+  }
+  std::string cause = absl::StrCat("coordinator lost: ", reason);
+  mirror_.Append(v1::EVENT_KIND_JOB_FAILED, std::nullopt, {}, cause);
+  FailLocal(cause);
+}
+
+void NodeAgent::FailLocal(const std::string& cause) {
+  std::vector<RoundWaiter> waiters;
+  std::vector<std::function<void(absl::Status)>> queued;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!failure_.empty()) return;
+    failure_ = cause;
+    job_state_ = v1::JOB_STATE_FAILED;
+    for (auto& [number, round] : rounds_) {
+      timer_->Cancel(round.flush_timer);
+      for (auto& w : round.waiters) waiters.push_back(std::move(w));
+    }
+    rounds_.clear();
+    queued.swap(until_registered_);
+    status = AbortedBy(cause);
+  }
+  for (auto& w : waiters) w.reply(status);
+  for (auto& q : queued) q(status);
+}
+
+void NodeAgent::Shutdown(const std::string& reason, absl::Duration grace) {
+  std::vector<RoundWaiter> waiters;
+  std::vector<std::function<void(absl::Status)>> queued;
+  std::vector<std::function<void(absl::Status)>> closers;
+  bool registered;
+  v1::LeaveNodeRequest leave;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return;
+    shutting_down_ = true;
+    registered = registered_;
+    for (auto& [number, round] : rounds_) {
+      timer_->Cancel(round.flush_timer);
+      for (auto& w : round.waiters) waiters.push_back(std::move(w));
+    }
+    rounds_.clear();
+    queued.swap(until_registered_);
+    for (auto& [id, watch] : watches_) closers.push_back(watch.on_close);
+    for (auto& [rank, m] : members_) timer_->Cancel(m.lease_timer);
+    *leave.mutable_node() = NodeRefLocked();
+    leave.set_reason(reason);
+  }
+  absl::Status status = absl::UnavailableError(
+      absl::StrCat("the rankd daemon of node ", node_.node_index(),
+                   " is shutting down (", reason, ")"));
+  for (auto& w : waiters) w.reply(status);
+  for (auto& q : queued) q(status);
+  if (registered) {
+    auto done = std::make_shared<absl::Notification>();
+    link_->LeaveNode(leave, [done](absl::StatusOr<v1::LeaveNodeResponse>) {
+      done->Notify();
+    });
+    done->WaitForNotificationWithTimeout(grace);
+  }
+  link_->Stop();
+  for (auto& close : closers) close(status);
+}
+
+v1::JobStatus NodeAgent::LocalJob() const {
+  v1::JobStatus status;
+  status.set_job_id(spec_.job_id);
+  status.set_world_size(spec_.world_size);
+  status.set_nnodes(spec_.nnodes);
+  status.set_served_by_node(node_.node_index());
+  status.set_coordinator_address(link_->coordinator_address());
+  status.set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - started_));
+  absl::MutexLock lock(&mu_);
+  status.set_job_incarnation(job_incarnation_);
+  status.set_state(job_state_);
+  status.set_failure(failure_);
+  uint32_t joined = 0;
+  for (const auto& m : replica_) {
+    if (m.state != v1::MEMBER_STATE_NOT_JOINED) ++joined;
+  }
+  status.set_joined_ranks(joined);
+  uint32_t registered = 0;
+  for (auto s : replica_nodes_) {
+    if (s != v1::NODE_STATE_NOT_REGISTERED) ++registered;
+  }
+  status.set_registered_nodes(registered);
+  status.set_completed_rounds(completed_rounds_);
+  return status;
+}
+
+v1::MemberList NodeAgent::LocalMembers() const {
+  v1::MemberList list;
+  absl::MutexLock lock(&mu_);
+  for (uint32_t r = 0; r < replica_.size(); ++r) {
+    v1::MemberStatus* out = list.add_members();
+    out->set_rank(r);
+    out->set_node_index(replica_[r].node_index);
+    out->set_local_rank(r % spec_.nproc_per_node);
+    out->set_state(replica_[r].state);
+    out->set_round(completed_rounds_);
+    auto it = members_.find(r);
+    if (it == members_.end()) continue;
+    const LocalMember& m = it->second;
+    out->set_local_rank(m.local_rank);
+    out->set_incarnation(m.incarnation);
+    out->set_pid(m.pid);
+    *out->mutable_device() = m.device;
+    if (m.waiting_round != 0 && replica_[r].state == v1::MEMBER_STATE_JOINED) {
+      out->set_state(v1::MEMBER_STATE_IN_ROUND);
+      out->set_round(m.waiting_round);
+    }
+  }
+  for (uint32_t n = 0; n < replica_nodes_.size(); ++n) {
+    v1::NodeStatus* out = list.add_nodes();
+    out->set_node_index(n);
+    out->set_state(replica_nodes_[n]);
+    out->set_heartbeat_age_ms(-1);
+    if (n == node_.node_index()) {
+      out->set_hostname(node_.hostname());
+      out->set_address(node_.address());
+    }
+  }
+  return list;
+}
+
+v1::Topology NodeAgent::LocalTopology() const {
+  v1::Topology topology;
+  topology.set_job_id(spec_.job_id);
+  topology.set_world_size(spec_.world_size);
+  topology.set_nnodes(spec_.nnodes);
+  topology.set_nproc_per_node(spec_.nproc_per_node);
+  *topology.mutable_topology() = ToProto(spec_.topology);
+  for (const GroupSpec& g : groups_) {
+    v1::CollectiveGroup* out = topology.add_groups();
+    out->set_id(g.id);
+    out->set_kind(ToProto(g.kind));
+    for (uint32_t m : g.members) out->add_members(m);
+  }
+  for (uint32_t n = 0; n < spec_.nnodes; ++n) {
+    v1::NodeInfo* info = topology.add_nodes();
+    if (n == node_.node_index()) *info = node_;
+    info->set_node_index(n);
+  }
+  return topology;
+}
+
+}  // namespace rankd

@@ -1,0 +1,190 @@
+// NodeAgent: one daemon's side of the job. It serves the ranks of its node:
+// validates their requests, assigns ranks, aggregates their
+// all_gather_words frames into one message per round to the coordinator,
+// forwards key-value operations, fans job events out to their Watch
+// streams, and turns a broken Watch stream into a lost rank.
+//
+// It also keeps a replica of the job's membership built from the
+// coordinator's events, so any daemon can answer admin queries even when
+// the coordinator is gone. After the job fails (event from the coordinator
+// or coordinator lost), every pending and later wait fails at once with an
+// Aborted status naming the cause.
+//
+// Transport-agnostic (the Rank gRPC service calls it). Replies never run
+// with the agent's lock held. Thread-safe. Depends on CoordinatorLink, the
+// daemon core and the protos.
+#ifndef RANKD_DAEMON_NODE_AGENT_H_
+#define RANKD_DAEMON_NODE_AGENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/topology.h"
+#include "daemon/coordinator_link.h"
+#include "daemon/deadline_timer.h"
+#include "daemon/event_log.h"
+#include "daemon/job_spec.h"
+#include "rankd/v1/admin.pb.h"
+#include "rankd/v1/rank.pb.h"
+
+namespace rankd {
+
+class NodeAgent : public CoordinatorLink::Listener {
+ public:
+  // Longest wait a request may ask for.
+  static constexpr uint32_t kMaxTimeoutMs = 3'600'000;
+
+  // A Watch stream's sink: `on_event` gets events in order; `on_close` ends
+  // the stream (daemon shutdown, or the rank left). Neither may block or
+  // call back into the agent.
+  struct WatchSink {
+    EventLog::Subscriber on_event;
+    std::function<void(absl::Status)> on_close;
+  };
+  using WatchId = uint64_t;
+
+  // `link` and `timer` must outlive the agent. `node` describes this node
+  // (index, hostname, address, boot id, daemon incarnation).
+  static absl::StatusOr<std::unique_ptr<NodeAgent>> Create(
+      JobSpec spec, v1::NodeInfo node, CoordinatorLink* link,
+      DeadlineTimer* timer);
+  ~NodeAgent() override;
+
+  // Registers with the coordinator (retrying until `register_deadline`).
+  // `done` runs once with the outcome.
+  void Start(absl::Time register_deadline,
+             std::function<void(absl::Status)> done);
+  // True once registered and until shutdown.
+  bool registered() const;
+
+  // --- Rank service ---
+  void Join(const v1::JoinRequest& request, Reply<v1::JoinResponse> reply);
+  absl::StatusOr<v1::SessionDescriptor> GetDescriptor(
+      const v1::GetDescriptorRequest& request);
+  void AllGatherWords(const v1::AllGatherWordsRequest& request,
+                      Reply<v1::AllGatherWordsResponse> reply);
+  void KvSet(const v1::KvSetRequest& request, Reply<v1::KvSetResponse> reply);
+  void KvGet(const v1::KvGetRequest& request, Reply<v1::KvGetResponse> reply);
+  void KvAdd(const v1::KvAddRequest& request, Reply<v1::KvAddResponse> reply);
+  void KvDelete(const v1::KvDeleteRequest& request,
+                Reply<v1::KvDeleteResponse> reply);
+  void Leave(const v1::LeaveRequest& request, Reply<v1::LeaveResponse> reply);
+  // Opens a rank's Watch stream (its liveness lease).
+  absl::StatusOr<WatchId> Attach(const v1::WatchRequest& request,
+                                 WatchSink sink);
+  // The stream ended. When `broken` (the client went away) and the rank
+  // has neither left nor another open stream, the rank is lost.
+  void Detach(WatchId id, bool broken, const std::string& reason);
+
+  // --- Admin views (this daemon's replica) ---
+  v1::JobStatus LocalJob() const;
+  v1::MemberList LocalMembers() const;
+  // The job's layout and groups; nodes carry only what this daemon knows.
+  v1::Topology LocalTopology() const;
+  EventLog& events() { return mirror_; }
+
+  // Leaves the job: tells the coordinator (bounded by `grace`), fails every
+  // pending wait with Unavailable and closes every Watch stream.
+  void Shutdown(const std::string& reason, absl::Duration grace);
+
+  // --- CoordinatorLink::Listener ---
+  void OnEvent(const v1::JobEvent& event) override;
+  void OnCoordinatorLost(const std::string& reason) override;
+
+ private:
+  enum class LocalState { kJoining, kJoined, kLeft, kLost };
+  struct LocalMember {
+    LocalState state = LocalState::kJoining;
+    uint32_t local_rank = 0;
+    uint64_t incarnation = 0;
+    uint32_t pid = 0;
+    v1::DeviceInfo device;
+    uint64_t next_round = 1;
+    uint64_t waiting_round = 0;  // 0 = not in a round
+    int open_watches = 0;
+    DeadlineTimer::TimerId lease_timer = 0;
+  };
+  struct RoundWaiter {
+    uint32_t rank;
+    Reply<v1::AllGatherWordsResponse> reply;
+  };
+  struct LocalRound {
+    absl::Time deadline;
+    std::vector<v1::RankFrame> pending;  // not yet forwarded
+    std::vector<RoundWaiter> waiters;    // for the pending frames
+    DeadlineTimer::TimerId flush_timer = 0;
+    bool flushed = false;  // a partial batch went out at the flush time
+    uint32_t contributed = 0;
+  };
+  struct ReplicaMember {
+    v1::MemberState state = v1::MEMBER_STATE_NOT_JOINED;
+    uint32_t node_index = 0;
+  };
+
+  NodeAgent(JobSpec spec, std::vector<GroupSpec> groups, v1::NodeInfo node,
+            CoordinatorLink* link, DeadlineTimer* timer);
+
+  v1::NodeRef NodeRefLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK when `member` is a joined rank of this node with that incarnation
+  // and the job has not failed.
+  absl::Status CheckMemberLocked(const v1::MemberRef& member) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status FailureLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
+                   Reply<v1::JoinResponse> reply);
+  void ExpireLease(uint32_t rank, uint64_t incarnation);
+  void LoseRank(uint32_t rank, uint64_t incarnation, const std::string& reason);
+  // Sends the pending frames of `round` to the coordinator.
+  void FlushRound(uint64_t round);
+  void SendBatch(uint64_t round, absl::Time deadline,
+                 std::vector<v1::RankFrame> frames,
+                 std::vector<RoundWaiter> waiters);
+  // Wraps a forwarded reply: a transport failure means the coordinator is
+  // gone; a failure after the job failed reports the job's cause.
+  template <typename T>
+  Reply<T> Relay(Reply<T> reply);
+  void FailLocal(const std::string& cause);
+
+  const JobSpec spec_;
+  const std::vector<GroupSpec> groups_;
+  const v1::NodeInfo node_;
+  const absl::Time started_;
+  CoordinatorLink* const link_;
+  DeadlineTimer* const timer_;
+  EventLog mirror_;
+
+  mutable absl::Mutex mu_;
+  bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t job_incarnation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string failure_ ABSL_GUARDED_BY(mu_);
+  v1::JobState job_state_ ABSL_GUARDED_BY(mu_) = v1::JOB_STATE_FORMING;
+  std::map<uint32_t, LocalMember> members_ ABSL_GUARDED_BY(mu_);  // by rank
+  std::map<uint32_t, uint32_t> rank_of_local_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, LocalRound> rounds_ ABSL_GUARDED_BY(mu_);
+  uint64_t completed_rounds_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<ReplicaMember> replica_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::NodeState> replica_nodes_ ABSL_GUARDED_BY(mu_);
+  WatchId next_watch_ ABSL_GUARDED_BY(mu_) = 1;
+  struct Watch {
+    uint32_t rank;
+    EventLog::SubscriptionId subscription;
+    std::function<void(absl::Status)> on_close;
+  };
+  std::map<WatchId, Watch> watches_ ABSL_GUARDED_BY(mu_);
+  // Work waiting for registration; runs with its outcome.
+  std::vector<std::function<void(absl::Status)>> until_registered_
+      ABSL_GUARDED_BY(mu_);
+  absl::Status registration_ ABSL_GUARDED_BY(mu_);  // error once it failed
+};
+
+}  // namespace rankd
+
+#endif  // RANKD_DAEMON_NODE_AGENT_H_

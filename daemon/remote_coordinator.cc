@@ -1,0 +1,310 @@
+#include "daemon/remote_coordinator.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/security.h"
+
+namespace rankd {
+namespace {
+
+// Extra time given to gRPC beyond a request's own timeout, so that the
+// coordinator's precise timeout error arrives before the transport's.
+constexpr absl::Duration kDeadlineMargin = absl::Seconds(5);
+constexpr absl::Duration kShortCall = absl::Seconds(10);
+constexpr absl::Duration kRegisterRetry = absl::Milliseconds(250);
+
+bool Transient(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE ||
+         code == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+}  // namespace
+
+// Follows the coordinator's Subscribe stream. Owned by the link; the link
+// cancels it and waits for OnDone before destroying it.
+class RemoteCoordinatorLink::EventStream
+    : public grpc::ClientReadReactor<v1::JobEvent> {
+ public:
+  EventStream(RemoteCoordinatorLink* link, v1::Peer::Stub* stub,
+              const v1::SubscribeRequest& request, Listener* listener)
+      : link_(link), listener_(listener), request_(request) {
+    AttachBearerToken(&context_, link->bearer_token_);
+    stub->async()->Subscribe(&context_, &request_, this);
+    StartRead(&event_);
+    StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows
+    listener_->OnEvent(event_);
+    StartRead(&event_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    link_->OnStreamDone(status);
+    done_.Notify();
+  }
+
+  void CancelAndWait() {
+    context_.TryCancel();
+    done_.WaitForNotification();
+  }
+
+ private:
+  RemoteCoordinatorLink* const link_;
+  Listener* const listener_;
+  grpc::ClientContext context_;
+  v1::SubscribeRequest request_;
+  v1::JobEvent event_;
+  absl::Notification done_;
+};
+
+RemoteCoordinatorLink::RemoteCoordinatorLink(
+    std::string address, std::shared_ptr<grpc::ChannelCredentials> credentials,
+    std::string bearer_token, absl::Duration heartbeat_interval,
+    absl::Duration heartbeat_timeout, DeadlineTimer* timer)
+    : address_(std::move(address)),
+      bearer_token_(std::move(bearer_token)),
+      heartbeat_interval_(heartbeat_interval),
+      heartbeat_timeout_(heartbeat_timeout),
+      timer_(timer) {
+  channel_ = grpc::CreateCustomChannel(address_, credentials,
+                                       DefaultChannelArguments());
+  stub_ = v1::Peer::NewStub(channel_);
+}
+
+RemoteCoordinatorLink::~RemoteCoordinatorLink() { Stop(); }
+
+absl::Status RemoteCoordinatorLink::Annotate(const grpc::Status& status) const {
+  if (Transient(status.error_code())) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        absl::StrCat("coordinator at ", address_, ": ",
+                                     status.error_message()));
+  }
+  return FromGrpc(status);
+}
+
+template <typename Request, typename Response, typename Invoke>
+void RemoteCoordinatorLink::Call(const Request& request, absl::Duration timeout,
+                                 Reply<Response> reply, Invoke invoke) {
+  struct State {
+    grpc::ClientContext context;
+    Request request;
+    Response response;
+    Reply<Response> reply;
+  };
+  auto state = std::make_shared<State>();
+  state->request = request;
+  state->reply = std::move(reply);
+  state->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  AttachBearerToken(&state->context, bearer_token_);
+  uint64_t id = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopped_) {
+      id = next_call_++;
+      inflight_[id] = &state->context;
+    }
+  }
+  if (id == 0) {
+    return state->reply(absl::CancelledError("daemon is shutting down"));
+  }
+  invoke(&state->context, &state->request, &state->response,
+         [this, state, id](grpc::Status status) {
+           if (status.ok()) {
+             state->reply(std::move(state->response));
+           } else {
+             state->reply(Annotate(status));
+           }
+           absl::MutexLock lock(&mu_);
+           inflight_.erase(id);
+         });
+}
+
+void RemoteCoordinatorLink::Start(const v1::RegisterNodeRequest& request,
+                                  absl::Time register_deadline,
+                                  Listener* listener,
+                                  Reply<v1::RegisterNodeResponse> registered) {
+  {
+    absl::MutexLock lock(&mu_);
+    listener_ = listener;
+  }
+  TryRegister(std::make_shared<v1::RegisterNodeRequest>(request),
+              register_deadline, std::move(registered));
+}
+
+void RemoteCoordinatorLink::TryRegister(
+    std::shared_ptr<v1::RegisterNodeRequest> request, absl::Time deadline,
+    Reply<v1::RegisterNodeResponse> done) {
+  Call<v1::RegisterNodeRequest, v1::RegisterNodeResponse>(
+      *request, absl::Seconds(2),
+      [this, request, deadline,
+       done](absl::StatusOr<v1::RegisterNodeResponse> result) {
+        {
+          absl::MutexLock lock(&mu_);
+          if (stopped_) {
+            return done(absl::CancelledError("daemon is shutting down"));
+          }
+        }
+        if (result.ok()) {
+          OnRegistered(*request, *result);
+          return done(result);
+        }
+        bool transient =
+            result.status().code() == absl::StatusCode::kUnavailable ||
+            result.status().code() == absl::StatusCode::kDeadlineExceeded;
+        if (!transient || absl::Now() + kRegisterRetry >= deadline) {
+          return done(result.status());
+        }
+        timer_->Schedule(absl::Now() + kRegisterRetry,
+                         [this, request, deadline, done] {
+                           TryRegister(request, deadline, done);
+                         });
+      },
+      [this](grpc::ClientContext* c, const v1::RegisterNodeRequest* q,
+             v1::RegisterNodeResponse* p, std::function<void(grpc::Status)> f) {
+        stub_->async()->RegisterNode(c, q, p, std::move(f));
+      });
+}
+
+void RemoteCoordinatorLink::OnRegistered(
+    const v1::RegisterNodeRequest& request,
+    const v1::RegisterNodeResponse& /*response*/) {
+  absl::MutexLock lock(&mu_);
+  node_.set_job_id(request.config().job_id());
+  node_.set_node_index(request.node().node_index());
+  node_.set_daemon_incarnation(request.node().daemon_incarnation());
+  v1::SubscribeRequest subscribe;
+  *subscribe.mutable_node() = node_;
+  subscribe.set_after_sequence(0);
+  stream_ =
+      std::make_unique<EventStream>(this, stub_.get(), subscribe, listener_);
+  last_heartbeat_ok_ = absl::Now();
+  heartbeat_timer_ =
+      timer_->Schedule(absl::Now() + heartbeat_interval_, [this] { Beat(); });
+}
+
+void RemoteCoordinatorLink::Beat() {
+  v1::HeartbeatRequest request;
+  std::string lost_reason;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_ || lost_) return;
+    absl::Duration silent = absl::Now() - last_heartbeat_ok_;
+    if (silent > heartbeat_timeout_) {
+      lost_reason = absl::StrCat("coordinator at ", address_,
+                                 " answered no heartbeat for ",
+                                 absl::ToInt64Milliseconds(silent), " ms");
+      if (!last_heartbeat_error_.empty()) {
+        absl::StrAppend(&lost_reason, " (last error: ", last_heartbeat_error_,
+                        ")");
+      }
+    } else {
+      *request.mutable_node() = node_;
+      heartbeat_timer_ = timer_->Schedule(absl::Now() + heartbeat_interval_,
+                                          [this] { Beat(); });
+    }
+  }
+  if (!lost_reason.empty()) return ReportLost(lost_reason);
+  Call<v1::HeartbeatRequest, v1::HeartbeatResponse>(
+      request, heartbeat_timeout_,
+      [this](absl::StatusOr<v1::HeartbeatResponse> result) {
+        absl::MutexLock lock(&mu_);
+        if (result.ok()) {
+          last_heartbeat_ok_ = absl::Now();
+          last_heartbeat_error_.clear();
+        } else {
+          last_heartbeat_error_ = result.status().ToString();
+        }
+      },
+      [this](grpc::ClientContext* c, const v1::HeartbeatRequest* q,
+             v1::HeartbeatResponse* p, std::function<void(grpc::Status)> f) {
+        stub_->async()->Heartbeat(c, q, p, std::move(f));
+      });
+}
+
+void RemoteCoordinatorLink::OnStreamDone(const grpc::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+  }
+  ReportLost(
+      absl::StrCat("event stream from coordinator at ", address_, " closed: ",
+                   status.error_message().empty() ? "connection closed"
+                                                  : status.error_message()));
+}
+
+void RemoteCoordinatorLink::ReportLost(const std::string& reason) {
+  Listener* listener = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_ || lost_) return;
+    lost_ = true;
+    timer_->Cancel(heartbeat_timer_);
+    listener = listener_;
+  }
+  if (listener != nullptr) listener->OnCoordinatorLost(reason);
+}
+
+#define RANKD_FORWARD(Method, Request, Response, timeout)                     \
+  void RemoteCoordinatorLink::Method(const v1::Request& request,              \
+                                     Reply<v1::Response> reply) {             \
+    Call<v1::Request, v1::Response>(                                          \
+        request, timeout, std::move(reply),                                   \
+        [this](grpc::ClientContext* c, const v1::Request* q, v1::Response* p, \
+               std::function<void(grpc::Status)> f) {                         \
+          stub_->async()->Method(c, q, p, std::move(f));                      \
+        });                                                                   \
+  }
+
+RANKD_FORWARD(JoinRank, JoinRankRequest, JoinRankResponse,
+              absl::Milliseconds(request.wait_for_world_ms()) + kDeadlineMargin)
+RANKD_FORWARD(ReleaseRank, ReleaseRankRequest, ReleaseRankResponse, kShortCall)
+RANKD_FORWARD(ContributeWords, ContributeWordsRequest, AllGatherWordsResponse,
+              absl::Milliseconds(request.timeout_ms()) + kDeadlineMargin)
+RANKD_FORWARD(KvSet, KvSetRequest, KvSetResponse, kShortCall)
+RANKD_FORWARD(KvGet, KvGetRequest, KvGetResponse,
+              absl::Milliseconds(request.timeout_ms()) + kDeadlineMargin)
+RANKD_FORWARD(KvAdd, KvAddRequest, KvAddResponse, kShortCall)
+RANKD_FORWARD(KvDelete, KvDeleteRequest, KvDeleteResponse, kShortCall)
+
+#undef RANKD_FORWARD
+
+void RemoteCoordinatorLink::LeaveNode(const v1::LeaveNodeRequest& request,
+                                      Reply<v1::LeaveNodeResponse> reply) {
+  {
+    // From here on a closing stream is expected, not a loss.
+    absl::MutexLock lock(&mu_);
+    lost_ = true;
+    timer_->Cancel(heartbeat_timer_);
+  }
+  Call<v1::LeaveNodeRequest, v1::LeaveNodeResponse>(
+      request, kShortCall, std::move(reply),
+      [this](grpc::ClientContext* c, const v1::LeaveNodeRequest* q,
+             v1::LeaveNodeResponse* p, std::function<void(grpc::Status)> f) {
+        stub_->async()->LeaveNode(c, q, p, std::move(f));
+      });
+}
+
+void RemoteCoordinatorLink::Stop() {
+  std::unique_ptr<EventStream> stream;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    timer_->Cancel(heartbeat_timer_);
+    stream = std::move(stream_);
+  }
+  if (stream) stream->CancelAndWait();
+  // Calls still in flight reference this link: cancel them and wait.
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, context] : inflight_) context->TryCancel();
+  mu_.Await(absl::Condition(
+      +[](std::map<uint64_t, grpc::ClientContext*>* calls) {
+        return calls->empty();
+      },
+      &inflight_));
+}
+
+}  // namespace rankd

@@ -1,0 +1,333 @@
+#include "daemon/services.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/event_stream_reactor.h"
+#include "daemon/security.h"
+
+namespace rankd {
+namespace {
+
+// Finishes `reactor` with `result`, copying a value into `response`.
+template <typename T>
+Reply<T> FinishInto(grpc::ServerUnaryReactor* reactor, T* response) {
+  return [reactor, response](absl::StatusOr<T> result) {
+    if (result.ok()) *response = *std::move(result);
+    reactor->Finish(ToGrpc(result.status()));
+  };
+}
+
+// Unary handler boilerplate: authenticate, then hand the request to `run`
+// with a reply that finishes the call.
+template <typename T, typename Run>
+grpc::ServerUnaryReactor* Handle(grpc::CallbackServerContext* context,
+                                 absl::Status auth, T* response, Run run) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!auth.ok()) {
+    reactor->Finish(ToGrpc(auth));
+    return reactor;
+  }
+  run(FinishInto(reactor, response));
+  return reactor;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Rank
+
+RankService::RankService(NodeAgent* agent, std::string token)
+    : agent_(agent), token_(std::move(token)) {}
+
+grpc::ServerUnaryReactor* RankService::Join(
+    grpc::CallbackServerContext* context, const v1::JoinRequest* request,
+    v1::JoinResponse* response) {
+  return Handle(context, CheckBearerToken(context, token_), response,
+                [&](Reply<v1::JoinResponse> reply) {
+                  agent_->Join(*request, std::move(reply));
+                });
+}
+
+grpc::ServerUnaryReactor* RankService::GetDescriptor(
+    grpc::CallbackServerContext* context,
+    const v1::GetDescriptorRequest* request, v1::SessionDescriptor* response) {
+  return Handle(context, CheckBearerToken(context, token_), response,
+                [&](Reply<v1::SessionDescriptor> reply) {
+                  reply(agent_->GetDescriptor(*request));
+                });
+}
+
+grpc::ServerUnaryReactor* RankService::AllGatherWords(
+    grpc::CallbackServerContext* context,
+    const v1::AllGatherWordsRequest* request,
+    v1::AllGatherWordsResponse* response) {
+  return Handle(context, CheckBearerToken(context, token_), response,
+                [&](Reply<v1::AllGatherWordsResponse> reply) {
+                  agent_->AllGatherWords(*request, std::move(reply));
+                });
+}
+
+grpc::ServerUnaryReactor* RankService::KvSet(
+    grpc::CallbackServerContext* context, const v1::KvSetRequest* request,
+    v1::KvSetResponse* response) {
+  return Handle(context, CheckBearerToken(context, token_), response,
+                [&](Reply<v1::KvSetResponse> reply) {
+                  agent_->KvSet(*request, std::move(reply));
+                });
+}
+
+grpc::ServerUnaryReactor* RankService::KvGet(
+    grpc::CallbackServerContext* context, const v1::KvGetRequest* request,
+    v1::KvGetResponse* response) {
+  return Handle(context, CheckBearerToken(context, token_), response,
+                [&](Reply<v1::KvGetResponse> reply) {
+                  agent_->KvGet(*request, std::move(reply));
+                });
+}
+
+grpc::ServerUnaryReactor* RankService::KvAdd(
+    grpc::CallbackServerContext* context, const v1::KvAddRequest* request,
+    v1::KvAddResponse* response) {
+  return Handle(context, CheckBearerToken(context, token_), response,
+                [&](Reply<v1::KvAddResponse> reply) {
+                  agent_->KvAdd(*request, std::move(reply));
+                });
+}
+
+grpc::ServerUnaryReactor* RankService::KvDelete(
+    grpc::CallbackServerContext* context, const v1::KvDeleteRequest* request,
+    v1::KvDeleteResponse* response) {
+  return Handle(context, CheckBearerToken(context, token_), response,
+                [&](Reply<v1::KvDeleteResponse> reply) {
+                  agent_->KvDelete(*request, std::move(reply));
+                });
+}
+
+grpc::ServerWriteReactor<v1::JobEvent>* RankService::Watch(
+    grpc::CallbackServerContext* context, const v1::WatchRequest* request) {
+  NodeAgent* agent = agent_;
+  return EventStreamReactor::Start(
+      CheckBearerToken(context, token_),
+      [agent, request](EventStreamReactor::Sinks sinks) {
+        return agent->Attach(*request,
+                             NodeAgent::WatchSink{std::move(sinks.deliver),
+                                                  std::move(sinks.close)});
+      },
+      [agent](uint64_t id, bool client_gone, const std::string& reason) {
+        agent->Detach(id, client_gone, reason);
+      });
+}
+
+grpc::ServerUnaryReactor* RankService::Leave(
+    grpc::CallbackServerContext* context, const v1::LeaveRequest* request,
+    v1::LeaveResponse* response) {
+  return Handle(context, CheckBearerToken(context, token_), response,
+                [&](Reply<v1::LeaveResponse> reply) {
+                  agent_->Leave(*request, std::move(reply));
+                });
+}
+
+// ---------------------------------------------------------------- Peer
+
+PeerService::PeerService(Coordinator* coordinator,
+                         std::string coordinator_address, std::string token)
+    : coordinator_(coordinator),
+      coordinator_address_(std::move(coordinator_address)),
+      token_(std::move(token)) {}
+
+absl::Status PeerService::Check(grpc::CallbackServerContext* context) const {
+  if (auto s = CheckBearerToken(context, token_); !s.ok()) return s;
+  if (coordinator_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this daemon is not the job's coordinator; the coordinator is at ",
+        coordinator_address_, " (check --coordinator)"));
+  }
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* PeerService::RegisterNode(
+    grpc::CallbackServerContext* context,
+    const v1::RegisterNodeRequest* request,
+    v1::RegisterNodeResponse* response) {
+  return Handle(context, Check(context), response,
+                [&](Reply<v1::RegisterNodeResponse> reply) {
+                  reply(coordinator_->RegisterNode(*request));
+                });
+}
+
+grpc::ServerUnaryReactor* PeerService::Heartbeat(
+    grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
+    v1::HeartbeatResponse* response) {
+  return Handle(context, Check(context), response,
+                [&](Reply<v1::HeartbeatResponse> reply) {
+                  reply(coordinator_->Heartbeat(*request));
+                });
+}
+
+grpc::ServerWriteReactor<v1::JobEvent>* PeerService::Subscribe(
+    grpc::CallbackServerContext* context, const v1::SubscribeRequest* request) {
+  Coordinator* coordinator = coordinator_;
+  v1::NodeRef node = request->node();
+  return EventStreamReactor::Start(
+      Check(context),
+      [coordinator, request](EventStreamReactor::Sinks sinks) {
+        return coordinator->Subscribe(*request, std::move(sinks.deliver));
+      },
+      [coordinator, node](uint64_t id, bool client_gone,
+                          const std::string& reason) {
+        coordinator->EndSubscription(id, node, client_gone, reason);
+      });
+}
+
+grpc::ServerUnaryReactor* PeerService::LeaveNode(
+    grpc::CallbackServerContext* context, const v1::LeaveNodeRequest* request,
+    v1::LeaveNodeResponse* response) {
+  return Handle(context, Check(context), response,
+                [&](Reply<v1::LeaveNodeResponse> reply) {
+                  reply(coordinator_->LeaveNode(*request));
+                });
+}
+
+grpc::ServerUnaryReactor* PeerService::JoinRank(
+    grpc::CallbackServerContext* context, const v1::JoinRankRequest* request,
+    v1::JoinRankResponse* response) {
+  return Handle(context, Check(context), response,
+                [&](Reply<v1::JoinRankResponse> reply) {
+                  coordinator_->JoinRank(*request, std::move(reply));
+                });
+}
+
+grpc::ServerUnaryReactor* PeerService::ReleaseRank(
+    grpc::CallbackServerContext* context, const v1::ReleaseRankRequest* request,
+    v1::ReleaseRankResponse* response) {
+  return Handle(context, Check(context), response,
+                [&](Reply<v1::ReleaseRankResponse> reply) {
+                  reply(coordinator_->ReleaseRank(*request));
+                });
+}
+
+grpc::ServerUnaryReactor* PeerService::ContributeWords(
+    grpc::CallbackServerContext* context,
+    const v1::ContributeWordsRequest* request,
+    v1::AllGatherWordsResponse* response) {
+  return Handle(context, Check(context), response,
+                [&](Reply<v1::AllGatherWordsResponse> reply) {
+                  coordinator_->ContributeWords(*request, std::move(reply));
+                });
+}
+
+grpc::ServerUnaryReactor* PeerService::KvSet(
+    grpc::CallbackServerContext* context, const v1::KvSetRequest* request,
+    v1::KvSetResponse* response) {
+  return Handle(context, Check(context), response,
+                [&](Reply<v1::KvSetResponse> reply) {
+                  reply(coordinator_->KvSet(*request));
+                });
+}
+
+grpc::ServerUnaryReactor* PeerService::KvGet(
+    grpc::CallbackServerContext* context, const v1::KvGetRequest* request,
+    v1::KvGetResponse* response) {
+  return Handle(context, Check(context), response,
+                [&](Reply<v1::KvGetResponse> reply) {
+                  coordinator_->KvGet(*request, std::move(reply));
+                });
+}
+
+grpc::ServerUnaryReactor* PeerService::KvAdd(
+    grpc::CallbackServerContext* context, const v1::KvAddRequest* request,
+    v1::KvAddResponse* response) {
+  return Handle(context, Check(context), response,
+                [&](Reply<v1::KvAddResponse> reply) {
+                  reply(coordinator_->KvAdd(*request));
+                });
+}
+
+grpc::ServerUnaryReactor* PeerService::KvDelete(
+    grpc::CallbackServerContext* context, const v1::KvDeleteRequest* request,
+    v1::KvDeleteResponse* response) {
+  return Handle(context, Check(context), response,
+                [&](Reply<v1::KvDeleteResponse> reply) {
+                  reply(coordinator_->KvDelete(*request));
+                });
+}
+
+// ---------------------------------------------------------------- Admin
+
+AdminService::AdminService(NodeAgent* agent, Coordinator* coordinator,
+                           std::string token)
+    : agent_(agent), coordinator_(coordinator), token_(std::move(token)) {}
+
+grpc::ServerUnaryReactor* AdminService::GetJob(
+    grpc::CallbackServerContext* context, const v1::GetJobRequest* /*request*/,
+    v1::JobStatus* response) {
+  return Handle(context, CheckBearerToken(context, token_), response,
+                [&](Reply<v1::JobStatus> reply) {
+                  v1::JobStatus local = agent_->LocalJob();
+                  if (coordinator_ == nullptr) return reply(local);
+                  v1::JobStatus status = coordinator_->GetJob();
+                  status.set_served_by_node(local.served_by_node());
+                  status.set_served_by_coordinator(true);
+                  status.set_coordinator_address(local.coordinator_address());
+                  reply(status);
+                });
+}
+
+grpc::ServerUnaryReactor* AdminService::GetTopology(
+    grpc::CallbackServerContext* context,
+    const v1::GetTopologyRequest* /*request*/, v1::Topology* response) {
+  return Handle(context, CheckBearerToken(context, token_), response,
+                [&](Reply<v1::Topology> reply) {
+                  reply(coordinator_ != nullptr ? coordinator_->GetTopology()
+                                                : agent_->LocalTopology());
+                });
+}
+
+grpc::ServerUnaryReactor* AdminService::ListMembers(
+    grpc::CallbackServerContext* context,
+    const v1::ListMembersRequest* /*request*/, v1::MemberList* response) {
+  return Handle(context, CheckBearerToken(context, token_), response,
+                [&](Reply<v1::MemberList> reply) {
+                  reply(coordinator_ != nullptr ? coordinator_->ListMembers()
+                                                : agent_->LocalMembers());
+                });
+}
+
+grpc::ServerUnaryReactor* AdminService::KvGet(
+    grpc::CallbackServerContext* context, const v1::AdminKvGetRequest* request,
+    v1::AdminKvGetResponse* response) {
+  return Handle(context, CheckBearerToken(context, token_), response,
+                [&](Reply<v1::AdminKvGetResponse> reply) {
+                  if (coordinator_ == nullptr) {
+                    return reply(absl::FailedPreconditionError(absl::StrCat(
+                        "the key-value broker lives on the coordinator at ",
+                        agent_->LocalJob().coordinator_address(), "; ask it")));
+                  }
+                  auto value = coordinator_->PeekKey(request->key());
+                  if (!value.has_value()) {
+                    return reply(absl::NotFoundError(
+                        absl::StrCat("key '", request->key(), "' is not set")));
+                  }
+                  v1::AdminKvGetResponse out;
+                  out.set_value(*value);
+                  reply(out);
+                });
+}
+
+grpc::ServerWriteReactor<v1::JobEvent>* AdminService::WatchEvents(
+    grpc::CallbackServerContext* context,
+    const v1::WatchEventsRequest* request) {
+  EventLog* events = &agent_->events();
+  uint64_t after = request->after_sequence();
+  return EventStreamReactor::Start(
+      CheckBearerToken(context, token_),
+      [events,
+       after](EventStreamReactor::Sinks sinks) -> absl::StatusOr<uint64_t> {
+        return events->Subscribe(after, std::move(sinks.deliver));
+      },
+      [events](uint64_t id, bool, const std::string&) {
+        events->Unsubscribe(id);
+      });
+}
+
+}  // namespace rankd

@@ -1,0 +1,140 @@
+// The daemon's gRPC services: Rank (for serving processes), Peer (between
+// daemons; only the coordinator accepts calls) and Admin (for operators).
+// Each is a thin adapter from gRPC's callback API to NodeAgent and
+// Coordinator: it authenticates, translates statuses, and never blocks a
+// gRPC thread. Depends on the daemon core, NodeAgent and gRPC.
+#ifndef RANKD_DAEMON_SERVICES_H_
+#define RANKD_DAEMON_SERVICES_H_
+
+#include <string>
+
+#include "daemon/coordinator.h"
+#include "daemon/node_agent.h"
+#include "rankd/v1/admin.grpc.pb.h"
+#include "rankd/v1/peer.grpc.pb.h"
+#include "rankd/v1/rank.grpc.pb.h"
+
+namespace rankd {
+
+class RankService final : public v1::Rank::CallbackService {
+ public:
+  // `agent` must outlive the service. An empty `token` disables auth.
+  RankService(NodeAgent* agent, std::string token);
+
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
+                                 const v1::JoinRequest* request,
+                                 v1::JoinResponse* response) override;
+  grpc::ServerUnaryReactor* GetDescriptor(
+      grpc::CallbackServerContext* context,
+      const v1::GetDescriptorRequest* request,
+      v1::SessionDescriptor* response) override;
+  grpc::ServerUnaryReactor* AllGatherWords(
+      grpc::CallbackServerContext* context,
+      const v1::AllGatherWordsRequest* request,
+      v1::AllGatherWordsResponse* response) override;
+  grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* context,
+                                  const v1::KvSetRequest* request,
+                                  v1::KvSetResponse* response) override;
+  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* context,
+                                  const v1::KvGetRequest* request,
+                                  v1::KvGetResponse* response) override;
+  grpc::ServerUnaryReactor* KvAdd(grpc::CallbackServerContext* context,
+                                  const v1::KvAddRequest* request,
+                                  v1::KvAddResponse* response) override;
+  grpc::ServerUnaryReactor* KvDelete(grpc::CallbackServerContext* context,
+                                     const v1::KvDeleteRequest* request,
+                                     v1::KvDeleteResponse* response) override;
+  grpc::ServerWriteReactor<v1::JobEvent>* Watch(
+      grpc::CallbackServerContext* context,
+      const v1::WatchRequest* request) override;
+  grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
+                                  const v1::LeaveRequest* request,
+                                  v1::LeaveResponse* response) override;
+
+ private:
+  NodeAgent* const agent_;
+  const std::string token_;
+};
+
+class PeerService final : public v1::Peer::CallbackService {
+ public:
+  // `coordinator` is null on a daemon that does not coordinate; every call
+  // then fails with FailedPrecondition naming `coordinator_address`.
+  PeerService(Coordinator* coordinator, std::string coordinator_address,
+              std::string token);
+
+  grpc::ServerUnaryReactor* RegisterNode(
+      grpc::CallbackServerContext* context,
+      const v1::RegisterNodeRequest* request,
+      v1::RegisterNodeResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const v1::HeartbeatRequest* request,
+                                      v1::HeartbeatResponse* response) override;
+  grpc::ServerWriteReactor<v1::JobEvent>* Subscribe(
+      grpc::CallbackServerContext* context,
+      const v1::SubscribeRequest* request) override;
+  grpc::ServerUnaryReactor* LeaveNode(grpc::CallbackServerContext* context,
+                                      const v1::LeaveNodeRequest* request,
+                                      v1::LeaveNodeResponse* response) override;
+  grpc::ServerUnaryReactor* JoinRank(grpc::CallbackServerContext* context,
+                                     const v1::JoinRankRequest* request,
+                                     v1::JoinRankResponse* response) override;
+  grpc::ServerUnaryReactor* ReleaseRank(
+      grpc::CallbackServerContext* context,
+      const v1::ReleaseRankRequest* request,
+      v1::ReleaseRankResponse* response) override;
+  grpc::ServerUnaryReactor* ContributeWords(
+      grpc::CallbackServerContext* context,
+      const v1::ContributeWordsRequest* request,
+      v1::AllGatherWordsResponse* response) override;
+  grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* context,
+                                  const v1::KvSetRequest* request,
+                                  v1::KvSetResponse* response) override;
+  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* context,
+                                  const v1::KvGetRequest* request,
+                                  v1::KvGetResponse* response) override;
+  grpc::ServerUnaryReactor* KvAdd(grpc::CallbackServerContext* context,
+                                  const v1::KvAddRequest* request,
+                                  v1::KvAddResponse* response) override;
+  grpc::ServerUnaryReactor* KvDelete(grpc::CallbackServerContext* context,
+                                     const v1::KvDeleteRequest* request,
+                                     v1::KvDeleteResponse* response) override;
+
+ private:
+  absl::Status Check(grpc::CallbackServerContext* context) const;
+
+  Coordinator* const coordinator_;
+  const std::string coordinator_address_;
+  const std::string token_;
+};
+
+class AdminService final : public v1::Admin::CallbackService {
+ public:
+  // `coordinator` may be null (answers come from the agent's replica).
+  AdminService(NodeAgent* agent, Coordinator* coordinator, std::string token);
+
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
+                                   const v1::GetJobRequest* request,
+                                   v1::JobStatus* response) override;
+  grpc::ServerUnaryReactor* GetTopology(grpc::CallbackServerContext* context,
+                                        const v1::GetTopologyRequest* request,
+                                        v1::Topology* response) override;
+  grpc::ServerUnaryReactor* ListMembers(grpc::CallbackServerContext* context,
+                                        const v1::ListMembersRequest* request,
+                                        v1::MemberList* response) override;
+  grpc::ServerUnaryReactor* KvGet(grpc::CallbackServerContext* context,
+                                  const v1::AdminKvGetRequest* request,
+                                  v1::AdminKvGetResponse* response) override;
+  grpc::ServerWriteReactor<v1::JobEvent>* WatchEvents(
+      grpc::CallbackServerContext* context,
+      const v1::WatchEventsRequest* request) override;
+
+ private:
+  NodeAgent* const agent_;
+  Coordinator* const coordinator_;
+  const std::string token_;
+};
+
+}  // namespace rankd
+
+#endif  // RANKD_DAEMON_SERVICES_H_

@@ -1,0 +1,220 @@
+#include "daemon/word_rounds.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "daemon/rank_list.h"
+
+namespace rankd {
+namespace {
+
+constexpr size_t kFailedRoundsKept = 64;
+
+// "node 1: 3; node 2: 7, 8"
+std::string MissingByNode(const std::vector<uint32_t>& missing,
+                          const WordRounds::NodeOfRank& node_of) {
+  std::map<uint32_t, std::vector<uint32_t>> by_node;
+  for (uint32_t r : missing) by_node[node_of(r)].push_back(r);
+  std::vector<std::string> parts;
+  for (auto& [node, ranks] : by_node) {
+    parts.push_back(absl::StrCat("node ", node, ": ", FormatRankList(ranks)));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
+}  // namespace
+
+WordRounds::WordRounds(uint32_t world_size, NodeOfRank node_of,
+                       DeadlineTimer* timer)
+    : world_size_(world_size), node_of_(std::move(node_of)), timer_(timer) {}
+
+void WordRounds::Contribute(uint64_t number, std::vector<v1::RankFrame> frames,
+                            absl::Time deadline, Done done) {
+  if (number == 0) {
+    return done(absl::InvalidArgumentError("round numbers start at 1"));
+  }
+  for (const auto& f : frames) {
+    if (f.rank() >= world_size_) {
+      return done(absl::InvalidArgumentError(absl::StrCat(
+          "rank ", f.rank(), " is outside the world of size ", world_size_)));
+    }
+    if (f.words_size() > static_cast<int>(kMaxWordsPerRank)) {
+      return done(absl::InvalidArgumentError(absl::StrCat(
+          "rank ", f.rank(), " sent a frame of ", f.words_size(),
+          " words in round ", number, "; the limit is ", kMaxWordsPerRank)));
+    }
+  }
+  std::vector<bool> seen(world_size_, false);
+  for (const auto& f : frames) {
+    if (seen[f.rank()]) {
+      return done(absl::InvalidArgumentError(absl::StrCat(
+          "rank ", f.rank(), " appears twice in one contribution to round ",
+          number)));
+    }
+    seen[f.rank()] = true;
+  }
+  std::vector<Contributor> finished;
+  absl::StatusOr<v1::AllGatherWordsResponse> result;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!failure_.ok()) {
+      result = failure_;
+    } else if (auto f = failed_.find(number); f != failed_.end()) {
+      result = f->second;
+    } else if (!open_.contains(number) && number <= completed_) {
+      result = absl::FailedPreconditionError(absl::StrCat(
+          "all_gather_words round ", number,
+          " has already completed; rounds are numbered consecutively per "
+          "rank and this one was sent twice or out of order"));
+    } else {
+      uint64_t base = open_.empty() ? completed_ : open_.begin()->first - 1;
+      if (!open_.contains(number) && number > base + kMaxOpenRounds) {
+        result = absl::FailedPreconditionError(
+            absl::StrCat("all_gather_words round ", number, " is more than ",
+                         kMaxOpenRounds, " rounds ahead of round ", base + 1,
+                         ", the oldest one still open"));
+      }
+    }
+    if (!result.ok()) {
+      // fall through to report below
+    } else {
+      auto [it, inserted] = open_.try_emplace(number);
+      Round& round = it->second;
+      if (inserted) {
+        round.opened = absl::Now();
+        round.frames.resize(world_size_);
+        round.present.assign(world_size_, false);
+      }
+      for (const auto& f : frames) {
+        if (round.present[f.rank()]) {
+          result = absl::InvalidArgumentError(absl::StrCat(
+              "rank ", f.rank(),
+              " contributed twice to all_gather_words round ", number));
+          break;
+        }
+      }
+      if (result.ok()) {
+        Contributor c;
+        for (auto& f : frames) {
+          c.ranks.push_back(f.rank());
+          round.present[f.rank()] = true;
+          round.frames[f.rank()].assign(f.words().begin(), f.words().end());
+          ++round.contributed;
+        }
+        c.done = std::move(done);
+        round.contributors.push_back(std::move(c));
+        if (round.contributed == world_size_) {
+          timer_->Cancel(round.timer);
+          result = Assemble(number, round);
+          finished = std::move(round.contributors);
+          if (!result.ok()) {
+            failed_.emplace(number, result.status());
+            while (failed_.size() > kFailedRoundsKept)
+              failed_.erase(failed_.begin());
+          }
+          open_.erase(it);
+          if (number > completed_) completed_ = number;
+        } else if (deadline < round.deadline) {
+          timer_->Cancel(round.timer);
+          round.deadline = deadline;
+          round.timer =
+              timer_->Schedule(deadline, [this, number] { Expire(number); });
+        }
+        if (finished.empty()) return;
+      }
+    }
+  }
+  if (finished.empty()) {
+    // Rejected before joining the round.
+    return done(result.status());
+  }
+  for (auto& c : finished) c.done(result);
+}
+
+absl::StatusOr<v1::AllGatherWordsResponse> WordRounds::Assemble(
+    uint64_t number, const Round& round) const {
+  std::map<size_t, std::vector<uint32_t>> ranks_by_length;
+  for (uint32_t r = 0; r < world_size_; ++r) {
+    ranks_by_length[round.frames[r].size()].push_back(r);
+  }
+  if (ranks_by_length.size() > 1) {
+    std::vector<std::string> parts;
+    for (auto& [length, ranks] : ranks_by_length) {
+      parts.push_back(absl::StrCat(length, " words from rank",
+                                   ranks.size() > 1 ? "s " : " ",
+                                   FormatRankList(ranks)));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "all_gather_words round ", number,
+        ": frame lengths disagree (every rank must send the same length): ",
+        absl::StrJoin(parts, "; ")));
+  }
+  v1::AllGatherWordsResponse response;
+  response.set_round(number);
+  const size_t width = round.frames[0].size();
+  response.set_words_per_rank(static_cast<uint32_t>(width));
+  response.mutable_words()->Reserve(static_cast<int>(width * world_size_));
+  for (const auto& frame : round.frames) {
+    response.mutable_words()->Add(frame.begin(), frame.end());
+  }
+  return response;
+}
+
+void WordRounds::Expire(uint64_t number) {
+  std::vector<Contributor> failed;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = open_.find(number);
+    if (it == open_.end()) return;
+    Round& round = it->second;
+    std::vector<uint32_t> missing;
+    for (uint32_t r = 0; r < world_size_; ++r) {
+      if (!round.present[r]) missing.push_back(r);
+    }
+    status = absl::DeadlineExceededError(absl::StrCat(
+        "all_gather_words round ", number, " timed out after ",
+        absl::ToInt64Milliseconds(round.deadline - round.opened),
+        " ms waiting for rank", missing.size() > 1 ? "s " : " ",
+        FormatRankList(missing), " (", MissingByNode(missing, node_of_), ")"));
+    failed = std::move(round.contributors);
+    open_.erase(it);
+    failed_.emplace(number, status);
+    while (failed_.size() > kFailedRoundsKept) failed_.erase(failed_.begin());
+    if (number > completed_) completed_ = number;
+  }
+  for (auto& c : failed) c.done(status);
+}
+
+void WordRounds::Fail(absl::Status cause) {
+  std::vector<Contributor> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    if (failure_.ok()) failure_ = cause;
+    for (auto& [number, round] : open_) {
+      timer_->Cancel(round.timer);
+      for (auto& c : round.contributors) failed.push_back(std::move(c));
+    }
+    open_.clear();
+  }
+  for (auto& c : failed) c.done(cause);
+}
+
+uint64_t WordRounds::completed_rounds() const {
+  absl::MutexLock lock(&mu_);
+  return completed_;
+}
+
+std::map<uint32_t, uint64_t> WordRounds::WaitingRanks() const {
+  absl::MutexLock lock(&mu_);
+  std::map<uint32_t, uint64_t> out;
+  for (const auto& [number, round] : open_) {
+    for (uint32_t r = 0; r < world_size_; ++r) {
+      if (round.present[r] && !out.contains(r)) out[r] = number;
+    }
+  }
+  return out;
+}
+
+}  // namespace rankd

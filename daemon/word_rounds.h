@@ -1,0 +1,96 @@
+// WordRounds: the coordinator's bookkeeping for all_gather_words rounds.
+//
+// Each node forwards its ranks' frames for a round (normally one message per
+// node per round). A round completes when every rank of the world has
+// contributed; then every contributor receives the rank-major concatenation,
+// or, if frame lengths disagree, an InvalidArgument naming the disagreeing
+// ranks. A round that misses its deadline fails on every contributor with
+// DeadlineExceeded naming the missing ranks and their nodes. Thread-safe.
+// Depends on DeadlineTimer, the rankd.v1 protos and absl.
+#ifndef RANKD_DAEMON_WORD_ROUNDS_H_
+#define RANKD_DAEMON_WORD_ROUNDS_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/deadline_timer.h"
+#include "rankd/v1/peer.pb.h"
+#include "rankd/v1/rank.pb.h"
+
+namespace rankd {
+
+class WordRounds {
+ public:
+  // Largest frame one rank may send in one round.
+  static constexpr uint32_t kMaxWordsPerRank = 65536;
+  // Rounds may run ahead of the oldest open round by at most this many.
+  static constexpr uint64_t kMaxOpenRounds = 64;
+
+  using Done = std::function<void(absl::StatusOr<v1::AllGatherWordsResponse>)>;
+  // Names a rank's node for timeout messages.
+  using NodeOfRank = std::function<uint32_t(uint32_t rank)>;
+
+  // `timer` must outlive this object.
+  WordRounds(uint32_t world_size, NodeOfRank node_of, DeadlineTimer* timer);
+
+  // Adds `frames` (ranks already validated by the caller: < world size and
+  // members of the calling node) to `round`. `done` runs exactly once: with
+  // the result when the round completes, or with an error. Errors:
+  // InvalidArgument for round 0, a frame over kMaxWordsPerRank, a rank that
+  // already contributed to this round, or mismatched frame lengths;
+  // FailedPrecondition for a round already completed or too far ahead;
+  // DeadlineExceeded at `deadline`; the cause passed to Fail. `done` may run
+  // on the calling thread; it never runs with this object's lock held.
+  void Contribute(uint64_t round, std::vector<v1::RankFrame> frames,
+                  absl::Time deadline, Done done);
+
+  // Fails every open round and every later contribution with `cause`.
+  void Fail(absl::Status cause);
+
+  // Highest round completed so far (0 before the first).
+  uint64_t completed_rounds() const;
+
+  // Ranks that contributed to an open round and wait for it: rank -> round.
+  std::map<uint32_t, uint64_t> WaitingRanks() const;
+
+ private:
+  struct Contributor {
+    std::vector<uint32_t> ranks;
+    Done done;
+  };
+  struct Round {
+    absl::Time opened;
+    absl::Time deadline = absl::InfiniteFuture();
+    DeadlineTimer::TimerId timer = 0;
+    uint32_t contributed = 0;
+    std::vector<std::vector<uint32_t>> frames;  // by rank
+    std::vector<bool> present;                  // by rank
+    std::vector<Contributor> contributors;
+  };
+
+  // Completes `round` (all ranks present); returns the contributors to call.
+  absl::StatusOr<v1::AllGatherWordsResponse> Assemble(uint64_t number,
+                                                      const Round& round) const;
+  void Expire(uint64_t round);
+
+  const uint32_t world_size_;
+  const NodeOfRank node_of_;
+  DeadlineTimer* const timer_;
+  mutable absl::Mutex mu_;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, Round> open_ ABSL_GUARDED_BY(mu_);
+  // Rounds that failed, so late contributors get the same error.
+  std::map<uint64_t, absl::Status> failed_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace rankd
+
+#endif  // RANKD_DAEMON_WORD_ROUNDS_H_
