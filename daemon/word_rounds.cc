@@ -56,29 +56,11 @@ void WordRounds::Contribute(uint64_t number, std::vector<v1::RankFrame> frames,
   }
   std::vector<Contributor> finished;
   absl::StatusOr<v1::AllGatherWordsResponse> result;
+  absl::Status rejected;
   {
     absl::MutexLock lock(&mu_);
-    if (!failure_.ok()) {
-      result = failure_;
-    } else if (auto f = failed_.find(number); f != failed_.end()) {
-      result = f->second;
-    } else if (!open_.contains(number) && number <= completed_) {
-      result = absl::FailedPreconditionError(absl::StrCat(
-          "all_gather_words round ", number,
-          " has already completed; rounds are numbered consecutively per "
-          "rank and this one was sent twice or out of order"));
-    } else {
-      uint64_t base = open_.empty() ? completed_ : open_.begin()->first - 1;
-      if (!open_.contains(number) && number > base + kMaxOpenRounds) {
-        result = absl::FailedPreconditionError(
-            absl::StrCat("all_gather_words round ", number, " is more than ",
-                         kMaxOpenRounds, " rounds ahead of round ", base + 1,
-                         ", the oldest one still open"));
-      }
-    }
-    if (!result.ok()) {
-      // fall through to report below
-    } else {
+    rejected = CheckAcceptsLocked(number);
+    if (rejected.ok()) {
       auto [it, inserted] = open_.try_emplace(number);
       Round& round = it->second;
       if (inserted) {
@@ -88,13 +70,13 @@ void WordRounds::Contribute(uint64_t number, std::vector<v1::RankFrame> frames,
       }
       for (const auto& f : frames) {
         if (round.present[f.rank()]) {
-          result = absl::InvalidArgumentError(absl::StrCat(
+          rejected = absl::InvalidArgumentError(absl::StrCat(
               "rank ", f.rank(),
               " contributed twice to all_gather_words round ", number));
           break;
         }
       }
-      if (result.ok()) {
+      if (rejected.ok()) {
         Contributor c;
         for (auto& f : frames) {
           c.ranks.push_back(f.rank());
@@ -104,32 +86,53 @@ void WordRounds::Contribute(uint64_t number, std::vector<v1::RankFrame> frames,
         }
         c.done = std::move(done);
         round.contributors.push_back(std::move(c));
-        if (round.contributed == world_size_) {
-          timer_->Cancel(round.timer);
-          result = Assemble(number, round);
-          finished = std::move(round.contributors);
-          if (!result.ok()) {
-            failed_.emplace(number, result.status());
-            while (failed_.size() > kFailedRoundsKept)
-              failed_.erase(failed_.begin());
+        if (round.contributed < world_size_) {
+          if (deadline < round.deadline) {
+            timer_->Cancel(round.timer);
+            round.deadline = deadline;
+            round.timer =
+                timer_->Schedule(deadline, [this, number] { Expire(number); });
           }
-          open_.erase(it);
-          if (number > completed_) completed_ = number;
-        } else if (deadline < round.deadline) {
-          timer_->Cancel(round.timer);
-          round.deadline = deadline;
-          round.timer =
-              timer_->Schedule(deadline, [this, number] { Expire(number); });
+          return;  // the last contributor completes the round
         }
-        if (finished.empty()) return;
+        timer_->Cancel(round.timer);
+        result = Assemble(number, round);
+        finished = std::move(round.contributors);
+        if (!result.ok()) RememberFailureLocked(number, result.status());
+        open_.erase(it);
+        if (number > completed_) completed_ = number;
+      } else if (inserted) {
+        open_.erase(it);
       }
     }
   }
-  if (finished.empty()) {
-    // Rejected before joining the round.
-    return done(result.status());
-  }
+  if (!rejected.ok()) return done(rejected);
   for (auto& c : finished) c.done(result);
+}
+
+absl::Status WordRounds::CheckAcceptsLocked(uint64_t number) const {
+  if (!failure_.ok()) return failure_;
+  if (auto f = failed_.find(number); f != failed_.end()) return f->second;
+  if (open_.contains(number)) return absl::OkStatus();
+  if (number <= completed_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "all_gather_words round ", number,
+        " has already completed; rounds are numbered consecutively per "
+        "rank and this one was sent twice or out of order"));
+  }
+  uint64_t base = open_.empty() ? completed_ : open_.begin()->first - 1;
+  if (number > base + kMaxOpenRounds) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("all_gather_words round ", number, " is more than ",
+                     kMaxOpenRounds, " rounds ahead of round ", base + 1,
+                     ", the oldest one still open"));
+  }
+  return absl::OkStatus();
+}
+
+void WordRounds::RememberFailureLocked(uint64_t number, absl::Status status) {
+  failed_.emplace(number, std::move(status));
+  while (failed_.size() > kFailedRoundsKept) failed_.erase(failed_.begin());
 }
 
 absl::StatusOr<v1::AllGatherWordsResponse> WordRounds::Assemble(
@@ -180,8 +183,7 @@ void WordRounds::Expire(uint64_t number) {
         FormatRankList(missing), " (", MissingByNode(missing, node_of_), ")"));
     failed = std::move(round.contributors);
     open_.erase(it);
-    failed_.emplace(number, status);
-    while (failed_.size() > kFailedRoundsKept) failed_.erase(failed_.begin());
+    RememberFailureLocked(number, status);
     if (number > completed_) completed_ = number;
   }
   for (auto& c : failed) c.done(status);

@@ -75,10 +75,15 @@ class WordRounds {
     std::vector<Contributor> contributors;
   };
 
-  // Completes `round` (all ranks present); returns the contributors to call.
+  // The result of a round every rank contributed to.
   absl::StatusOr<v1::AllGatherWordsResponse> Assemble(uint64_t number,
                                                       const Round& round) const;
   void Expire(uint64_t round);
+  // OK when `number` may receive contributions.
+  absl::Status CheckAcceptsLocked(uint64_t number) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RememberFailureLocked(uint64_t number, absl::Status status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint32_t world_size_;
   const NodeOfRank node_of_;

@@ -1,0 +1,255 @@
+// Copyright 2024 The rankd Authors.
+//
+// client/client.h: the library a serving process (a "rank") links to take
+// part in a rankd job through its node's daemon.
+//
+// A Client connects to the daemon (Unix socket by default, TCP optional),
+// joins the job once, and then offers the control-plane services of
+// ../shared/SPEC.md sections 3.2 and 4: the rank's session descriptor,
+// world-wide all_gather_words rounds (blocking and bounded forms), the job's
+// key-value broker (used for NCCL unique ids and Gloo rendezvous) and prompt
+// notice of job failure through a watch stream that is also the rank's
+// liveness lease.
+//
+//   rankd::ClientOptions options;  // target defaults to the node's socket
+//   auto client = rankd::Client::Connect(options);
+//   if (!client.ok()) return client.status();
+//   rankd::JoinOptions join;
+//   join.job_id = "llama-70b";
+//   join.local_rank = local_rank;
+//   auto session = (*client)->Join(join);
+//   ...
+//   auto all = (*client)->AllGatherWords(my_words, absl::Seconds(30));
+//
+// Depends only on the generated rankd.v1 API (//proto:rankd_v1), gRPC and
+// abseil; gRPC types do not appear in this header.
+//
+// Thread safety: every Client method may be called from any thread
+// concurrently, except that descriptor() must not race with Join(), and the
+// destructor must not race with anything. Errors are absl::Status values
+// whose message starts with "rankd <Method> via <target>:" and whose code is
+// the daemon's gRPC code.
+
+#ifndef RANKD_CLIENT_CLIENT_H_
+#define RANKD_CLIENT_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "client/channel.h"
+#include "rankd/v1/common.pb.h"
+
+namespace rankd {
+
+namespace internal {
+class ClientCore;
+class RoundCall;
+}  // namespace internal
+
+// Largest all_gather_words frame, in words, that a rank may contribute.
+inline constexpr size_t kMaxFrameWords = 65536;
+// Largest key-value broker key (bytes) and value (bytes).
+inline constexpr size_t kMaxKeyBytes = 512;
+inline constexpr size_t kMaxValueBytes = 1 << 20;
+
+// What a rank says about itself when joining.
+struct JoinOptions {
+  // The job to join; must match the daemon's job id. Required.
+  std::string job_id;
+  // Index of this process on its node, in [0, nproc_per_node).
+  uint32_t local_rank = 0;
+  // Explicit world rank; when absent the daemon assigns
+  // node_index * nproc_per_node + local_rank.
+  std::optional<uint32_t> rank;
+  // When non-zero, must equal the job's world size.
+  uint32_t world_size = 0;
+  // The device this rank drives (kind "cpu" or "cuda", index, uuid, ...).
+  v1::DeviceInfo device;
+  // How long Join waits for every rank of the job to join before returning.
+  // Zero returns as soon as this rank is registered. Must be finite.
+  absl::Duration wait_for_world = absl::Seconds(60);
+};
+
+class Client {
+ public:
+  // The bounded form of all_gather_words: one submitted round whose result
+  // is collected later. Returned by SubmitAllGatherWords.
+  //
+  // A PendingWords owns, through shared state, every resource its round uses
+  // (request, response, gRPC context, channel); they stay alive until gRPC
+  // has finished the call, even if the PendingWords or its Client is
+  // destroyed first. Thread-safe.
+  class PendingWords {
+   public:
+    // Cancels the round if it is still in flight (see Cancel()).
+    ~PendingWords();
+    PendingWords(const PendingWords&) = delete;
+    PendingWords& operator=(const PendingWords&) = delete;
+
+    // The round's sequence number (1 for the client's first round).
+    uint64_t round() const;
+
+    // True once the round has finished (successfully or not): Wait() will
+    // then return without blocking. Never blocks.
+    bool IsReady() const;
+
+    // Blocks until the round finishes or `timeout` passes. Returns the
+    // rank-major concatenation of every rank's frame (word i of rank r at
+    // r * frame_size + i), or the round's error. Returns InvalidArgument for
+    // a zero or negative timeout, and DeadlineExceeded when the timeout
+    // passes first; the round then stays in flight and Wait may be called
+    // again. An infinite timeout waits for the round itself, which its
+    // round_timeout bounds. May be called any number of times, from any
+    // thread; each call returns a copy of the same result.
+    absl::StatusOr<std::vector<uint32_t>> Wait(absl::Duration timeout) const;
+
+    // Cancels the round's RPC and returns once gRPC has finished with it, so
+    // no resource of the round is in use afterwards. A no-op when the round
+    // already finished. A cancelled round leaves the client's round sequence
+    // poisoned (see AllGatherWords).
+    void Cancel();
+
+   private:
+    friend class Client;
+    explicit PendingWords(std::shared_ptr<internal::RoundCall> call);
+    std::shared_ptr<internal::RoundCall> call_;
+  };
+
+  // Invoked with each job event the daemon pushes, in sequence order.
+  using EventCallback = std::function<void(const v1::JobEvent&)>;
+  // Invoked once, with JobHealth()'s new value, when the job is first seen
+  // failed.
+  using FailureCallback = std::function<void(const absl::Status&)>;
+
+  // Connects to the daemon at options.target (empty = DefaultTarget()) and
+  // waits until the connection is ready, at most options.connect_timeout.
+  // Returns InvalidArgument for bad options and Unavailable when the daemon
+  // cannot be reached in time; both name the target. Does not join.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(
+      const ClientOptions& options);
+
+  // Leaves the job if joined (ignoring errors) and stops the watch thread.
+  // In-flight rounds (PendingWords) stay valid.
+  ~Client();
+
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Joins the job as described by `options`, sending this client's
+  // incarnation and the process id, and returns this rank's descriptor. On
+  // success, opens the watch stream (the rank's liveness lease: the daemon
+  // declares the rank lost when it breaks without Leave) on a background
+  // thread. Returns FailedPrecondition when already joined, joining or left;
+  // InvalidArgument for bad options; otherwise the daemon's rejection (e.g.
+  // rank claimed, wrong world size, DeadlineExceeded naming missing ranks
+  // when wait_for_world passes). A failed Join may be retried.
+  absl::StatusOr<v1::SessionDescriptor> Join(const JoinOptions& options);
+
+  // This rank's descriptor. Empty until Join succeeds, then never changes.
+  // The reference is valid for the life of the Client.
+  const v1::SessionDescriptor& descriptor() const;
+
+  // The identity sent with every request after Join (empty before).
+  v1::MemberRef member() const;
+
+  // This client's incarnation: random, non-zero, fixed at Connect.
+  uint64_t incarnation() const;
+
+  // The daemon address, as given (or defaulted) in ClientOptions.
+  const std::string& target() const;
+
+  // One world-wide all_gather_words round: sends `words` (this rank's frame,
+  // at most kMaxFrameWords; every rank must send the same length) and blocks
+  // until every rank contributed or `timeout` passes. Returns the rank-major
+  // concatenation of every rank's frame.
+  //
+  // Rounds are numbered 1, 2, 3, ... in the order they are submitted; this
+  // method and SubmitAllGatherWords share the numbering. Every rank must run
+  // the same sequence of rounds. Once a submitted round fails (deadline, lost
+  // member, frame-length disagreement, cancellation), the numbering can no
+  // longer be trusted to match the other ranks', so every later round fails
+  // at once with FailedPrecondition naming the failed round.
+  //
+  // Errors: InvalidArgument for a bad timeout (zero, negative, infinite) or
+  // an oversized frame, without using a round number; FailedPrecondition
+  // before Join or after Leave; JobHealth() when the job already failed;
+  // otherwise the daemon's error (DeadlineExceeded naming the ranks that did
+  // not contribute, ...).
+  absl::StatusOr<std::vector<uint32_t>> AllGatherWords(
+      absl::Span<const uint32_t> words, absl::Duration timeout);
+
+  // The bounded form of AllGatherWords: validates and submits the round now
+  // and returns at once; the result is collected with PendingWords::Wait.
+  // `round_timeout` bounds the whole round on the daemon. Errors as for
+  // AllGatherWords, for what can be known at submission; the round's own
+  // outcome is reported by Wait.
+  absl::StatusOr<std::unique_ptr<PendingWords>> SubmitAllGatherWords(
+      absl::Span<const uint32_t> words, absl::Duration round_timeout);
+
+  // Key-value broker of the job (namespaced per job and job incarnation by
+  // the daemon). Keys are 1..kMaxKeyBytes bytes, values at most
+  // kMaxValueBytes; InvalidArgument otherwise. Each call fails with
+  // FailedPrecondition before Join or after Leave, and with JobHealth() once
+  // the job failed.
+  //
+  // KvSet stores `value` under `key`, replacing any previous value.
+  absl::Status KvSet(absl::string_view key, absl::string_view value);
+  // KvGet returns the value of `key`, waiting up to `timeout` for it to be
+  // set. A zero timeout does not wait: NotFound when absent. DeadlineExceeded
+  // when the timeout passes; InvalidArgument for a negative/infinite timeout.
+  absl::StatusOr<std::string> KvGet(absl::string_view key,
+                                    absl::Duration timeout);
+  // KvAdd adds `delta` to the signed 64-bit counter at `key` (absent = 0)
+  // and returns the new value. Fails when `key` holds a non-counter value.
+  absl::StatusOr<int64_t> KvAdd(absl::string_view key, int64_t delta);
+  // KvDelete removes `key`; returns whether it existed.
+  absl::StatusOr<bool> KvDelete(absl::string_view key);
+
+  // Sets the function called, on the watch thread, with every job event
+  // (replayed from the job's first event when the stream opens). Replaces
+  // any previous callback; an empty function clears it. The callback should
+  // return quickly (it delays the next event) and may call any Client
+  // method, Leave() included.
+  void SetEventCallback(EventCallback callback);
+
+  // Sets the function called once, on the thread that notices it (usually
+  // the watch thread), when JobHealth() first becomes non-OK; called at once
+  // on this thread if it already is. Meant for aborting data-plane
+  // communicators. Same rules as the event callback.
+  void SetFailureCallback(FailureCallback callback);
+
+  // OK while the job is healthy as far as this client knows. Otherwise the
+  // first failure seen: Aborted for a JOB_FAILED, MEMBER_LOST or NODE_LOST
+  // event (message names the job, ranks or node and the daemon's cause), or
+  // Unavailable "connection to local rankd daemon lost" when the watch
+  // stream breaks without Leave. Never contacts the daemon.
+  absl::Status JobHealth() const;
+
+  // Leaves the job cleanly: tells the daemon, then closes the watch stream
+  // and joins the watch thread. Idempotent: returns OK when not joined or
+  // already left. Returns the daemon's error if the Leave call fails (the
+  // watch stream is closed anyway, so the daemon will treat the rank as
+  // lost). After Leave, calls that need a joined rank fail with
+  // FailedPrecondition, and Join fails too (a new Client is a new
+  // incarnation). Rounds already submitted are not cancelled.
+  absl::Status Leave();
+
+ private:
+  explicit Client(std::shared_ptr<internal::ClientCore> core);
+
+  // Shared with the watch thread and in-flight rounds.
+  const std::shared_ptr<internal::ClientCore> core_;
+};
+
+}  // namespace rankd
+
+#endif  // RANKD_CLIENT_CLIENT_H_

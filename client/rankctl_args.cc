@@ -1,0 +1,192 @@
+// Copyright 2024 The rankd Authors.
+//
+// client/rankctl_args.cc: see rankctl_args.h.
+
+#include "client/rankctl_args.h"
+
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace rankd {
+namespace {
+
+absl::Status Usage(absl::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(why, " (rankctl --help for usage)"));
+}
+
+// Flags that take a value, and where the value goes.
+std::string* StringFlag(RankctlArgs& a, absl::string_view name) {
+  if (name == "target") return &a.target;
+  if (name == "token_file") return &a.token_file;
+  if (name == "tls_ca") return &a.tls_ca;
+  if (name == "tls_cert") return &a.tls_cert;
+  if (name == "tls_key") return &a.tls_key;
+  if (name == "tls_server_name") return &a.tls_server_name;
+  if (name == "service") return &a.service;
+  return nullptr;
+}
+
+}  // namespace
+
+std::string RankctlUsage() {
+  return R"(rankctl: inspect a rankd job through one of its daemons.
+
+usage: rankctl [flags] COMMAND
+commands:
+  status            the job's state, ranks and nodes joined, rounds, coordinator
+  topology          layout, nodes and collective groups
+  members           every rank's and node's state
+  health            grpc.health.v1 status (SERVING / NOT_SERVING / ...)
+  kv get KEY        one key of the job's key-value broker (binary as 0x<hex>)
+  watch             job events, one per line, until interrupted or --timeout_ms
+flags:
+  --target=ADDR        daemon address: host:port, unix:///path.sock, /path.sock
+                       (default $RANKD_TARGET, else unix:///run/rankd/rankd.sock)
+  --json               print the answer as JSON (proto3 mapping, all fields;
+                       watch prints one JSON object per line)
+  --timeout_ms=N       connect and call deadline (default 5000); for watch,
+                       how long to watch (0 = until interrupted)
+  --token_file=PATH    send the bearer token in PATH
+  --tls_ca=PATH        use TLS, trusting the PEM roots in PATH
+  --tls_cert=PATH --tls_key=PATH   client certificate for mutual TLS
+  --tls_server_name=NAME   name expected in the daemon's certificate
+  --service=NAME       health: the service to ask about (default: server)
+  --after=SEQ          watch: replay events after sequence number SEQ (default 0)
+exit status: 0 ok, 1 RPC or connection error, 2 usage error,
+             3 health answered but not SERVING
+)";
+}
+
+absl::StatusOr<RankctlArgs> ParseRankctlArgs(
+    const std::vector<std::string>& args) {
+  RankctlArgs out;
+  std::vector<std::string> positional;
+  bool saw_timeout = false, saw_service = false, saw_after = false;
+  bool flags_done = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (flags_done || !absl::StartsWith(arg, "-") || arg == "-") {
+      positional.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      flags_done = true;
+      continue;
+    }
+    if (arg == "-h" || arg == "--help" || arg == "-help") {
+      out.help = true;
+      return out;
+    }
+    absl::string_view body = arg;
+    body.remove_prefix(absl::StartsWith(body, "--") ? 2 : 1);
+    absl::string_view name = body;
+    std::optional<std::string> value;
+    if (size_t eq = body.find('='); eq != absl::string_view::npos) {
+      name = body.substr(0, eq);
+      value = std::string(body.substr(eq + 1));
+    }
+    if (name == "json" || name == "nojson") {
+      bool on = name == "json";
+      if (value.has_value()) {
+        if (name == "nojson" || !absl::SimpleAtob(*value, &on)) {
+          return Usage(
+              absl::StrCat("bad value for --", name, ": \"", *value, "\""));
+        }
+      }
+      out.json = on;
+      continue;
+    }
+    std::string* string_flag = StringFlag(out, name);
+    bool numeric = name == "timeout_ms" || name == "after";
+    if (string_flag == nullptr && !numeric) {
+      return Usage(absl::StrCat("unknown flag --", name));
+    }
+    if (!value.has_value()) {
+      if (i + 1 >= args.size()) {
+        return Usage(absl::StrCat("--", name, " needs a value"));
+      }
+      value = args[++i];
+    }
+    if (name == "timeout_ms") {
+      if (!absl::SimpleAtoi(*value, &out.timeout_ms) || out.timeout_ms < 0) {
+        return Usage(
+            absl::StrCat("--timeout_ms must be a non-negative integer, got \"",
+                         *value, "\""));
+      }
+      saw_timeout = true;
+    } else if (name == "after") {
+      if (!absl::SimpleAtoi(*value, &out.after)) {
+        return Usage(absl::StrCat(
+            "--after must be a non-negative integer, got \"", *value, "\""));
+      }
+      saw_after = true;
+    } else {
+      if (value->empty()) {
+        return Usage(absl::StrCat("--", name, " needs a non-empty value"));
+      }
+      *string_flag = *std::move(value);
+      if (name == "service") saw_service = true;
+    }
+  }
+
+  if (positional.empty()) {
+    return Usage(
+        "missing command (status, topology, members, health, "
+        "kv get KEY, watch)");
+  }
+  const std::string& command = positional[0];
+  size_t expected_args = 1;
+  if (command == "status") {
+    out.command = RankctlArgs::Command::kStatus;
+  } else if (command == "topology") {
+    out.command = RankctlArgs::Command::kTopology;
+  } else if (command == "members") {
+    out.command = RankctlArgs::Command::kMembers;
+  } else if (command == "health") {
+    out.command = RankctlArgs::Command::kHealth;
+  } else if (command == "watch") {
+    out.command = RankctlArgs::Command::kWatch;
+  } else if (command == "kv") {
+    if (positional.size() < 2 || positional[1] != "get") {
+      return Usage("the kv command is: kv get KEY");
+    }
+    if (positional.size() < 3 || positional[2].empty()) {
+      return Usage("kv get needs a KEY");
+    }
+    out.command = RankctlArgs::Command::kKvGet;
+    out.key = positional[2];
+    expected_args = 3;
+  } else {
+    return Usage(absl::StrCat("unknown command \"", command, "\""));
+  }
+  if (positional.size() > expected_args) {
+    return Usage(absl::StrCat("unexpected argument \"",
+                              positional[expected_args], "\" after ", command));
+  }
+  if (saw_service && out.command != RankctlArgs::Command::kHealth) {
+    return Usage("--service applies to the health command only");
+  }
+  if (saw_after && out.command != RankctlArgs::Command::kWatch) {
+    return Usage("--after applies to the watch command only");
+  }
+  if (saw_timeout && out.timeout_ms == 0 &&
+      out.command != RankctlArgs::Command::kWatch) {
+    return Usage("--timeout_ms=0 (no deadline) is allowed for watch only");
+  }
+  if (!out.tls_cert.empty() != !out.tls_key.empty()) {
+    return Usage("--tls_cert and --tls_key must be given together");
+  }
+  if ((!out.tls_cert.empty() || !out.tls_server_name.empty()) &&
+      out.tls_ca.empty()) {
+    return Usage("--tls_cert, --tls_key and --tls_server_name need --tls_ca");
+  }
+  return out;
+}
+
+}  // namespace rankd

@@ -1,0 +1,336 @@
+#include "daemon/kv_store.h"
+
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "daemon/deadline_timer.h"
+#include "gtest/gtest.h"
+
+namespace rankd {
+namespace {
+
+// Generous bound for "this should happen"; never used to assert speed.
+constexpr absl::Duration kPatience = absl::Seconds(20);
+
+absl::Time Far() { return absl::Now() + absl::Hours(1); }
+
+// The outcome of one Get, shared with its callback so that a late callback
+// never touches a dead test frame.
+struct GetResult {
+  absl::Notification done;
+  std::atomic<int> calls{0};
+  absl::StatusOr<std::string> value;
+
+  bool Wait() { return done.WaitForNotificationWithTimeout(kPatience); }
+};
+
+std::shared_ptr<GetResult> StartGet(KvStore& kv, absl::string_view key,
+                                    absl::Time deadline) {
+  auto result = std::make_shared<GetResult>();
+  kv.Get(key, deadline, [result](absl::StatusOr<std::string> v) {
+    if (result->calls++ == 0) {
+      result->value = std::move(v);
+      result->done.Notify();
+    }
+  });
+  return result;
+}
+
+#define EXPECT_STATUS(expr, code_, substring)                      \
+  do {                                                             \
+    const absl::Status _s = (expr);                                \
+    EXPECT_EQ(_s.code(), (code_)) << _s;                           \
+    EXPECT_TRUE(absl::StrContains(_s.message(), (substring)))      \
+        << "missing '" << (substring) << "' in: " << _s.message(); \
+  } while (0)
+
+class KvStoreTest : public ::testing::Test {
+ protected:
+  ~KvStoreTest() override {
+    // Stop the timer first so no expiry runs against a dead store.
+    timer_.reset();
+  }
+
+  std::unique_ptr<DeadlineTimer> timer_ = std::make_unique<DeadlineTimer>();
+  KvStore kv_{timer_.get()};
+};
+
+TEST_F(KvStoreTest, ValidateKey) {
+  EXPECT_STATUS(KvStore::ValidateKey(""), absl::StatusCode::kInvalidArgument,
+                "key must not be empty");
+  EXPECT_TRUE(KvStore::ValidateKey("k").ok());
+  EXPECT_TRUE(
+      KvStore::ValidateKey(std::string(KvStore::kMaxKeyBytes, 'k')).ok());
+  EXPECT_STATUS(
+      KvStore::ValidateKey(std::string(KvStore::kMaxKeyBytes + 1, 'k')),
+      absl::StatusCode::kInvalidArgument, "key is 513 bytes; the limit is 512");
+}
+
+TEST_F(KvStoreTest, ValidateValue) {
+  EXPECT_TRUE(KvStore::ValidateValue("").ok());
+  EXPECT_TRUE(
+      KvStore::ValidateValue(std::string(KvStore::kMaxValueBytes, 'v')).ok());
+  EXPECT_STATUS(
+      KvStore::ValidateValue(std::string(KvStore::kMaxValueBytes + 1, 'v')),
+      absl::StatusCode::kInvalidArgument,
+      "value is 1048577 bytes; the limit is 1048576");
+}
+
+TEST_F(KvStoreTest, SetPeekOverwrite) {
+  EXPECT_EQ(kv_.Peek("a"), std::nullopt);
+  EXPECT_TRUE(kv_.Set("a", "1").ok());
+  EXPECT_EQ(kv_.Peek("a"), "1");
+  EXPECT_TRUE(kv_.Set("a", "two").ok());
+  EXPECT_EQ(kv_.Peek("a"), "two");
+  EXPECT_EQ(kv_.size(), 1u);
+  // Empty values and binary bytes are kept as they are.
+  EXPECT_TRUE(kv_.Set("empty", "").ok());
+  EXPECT_EQ(kv_.Peek("empty"), "");
+  const std::string binary("\0\x01\xff", 3);
+  EXPECT_TRUE(kv_.Set("bin", binary).ok());
+  EXPECT_EQ(kv_.Peek("bin"), binary);
+  EXPECT_EQ(kv_.size(), 3u);
+}
+
+TEST_F(KvStoreTest, SetRejectsBadKeysAndValues) {
+  EXPECT_STATUS(kv_.Set("", "v"), absl::StatusCode::kInvalidArgument,
+                "key must not be empty");
+  EXPECT_STATUS(kv_.Set(std::string(513, 'k'), "v"),
+                absl::StatusCode::kInvalidArgument, "key is 513 bytes");
+  EXPECT_STATUS(kv_.Set("k", std::string(KvStore::kMaxValueBytes + 1, 'v')),
+                absl::StatusCode::kInvalidArgument,
+                "value is 1048577 bytes; the limit is 1048576");
+  EXPECT_EQ(kv_.size(), 0u);
+  // The largest allowed key and value are accepted.
+  EXPECT_TRUE(kv_.Set(std::string(KvStore::kMaxKeyBytes, 'k'),
+                      std::string(KvStore::kMaxValueBytes, 'v'))
+                  .ok());
+}
+
+TEST_F(KvStoreTest, GetOfExistingKeyAnswersOnTheCallingThread) {
+  ASSERT_TRUE(kv_.Set("id", "nccl-unique-id").ok());
+  auto r = StartGet(kv_, "id", Far());
+  // Already answered when Get returned.
+  ASSERT_TRUE(r->done.HasBeenNotified());
+  ASSERT_TRUE(r->value.ok()) << r->value.status();
+  EXPECT_EQ(*r->value, "nccl-unique-id");
+}
+
+TEST_F(KvStoreTest, GetWithPastDeadlineOfMissingKeyIsNotFound) {
+  auto r = StartGet(kv_, "missing", absl::Now() - absl::Seconds(1));
+  ASSERT_TRUE(r->done.HasBeenNotified());
+  EXPECT_STATUS(r->value.status(), absl::StatusCode::kNotFound,
+                "key 'missing' is not set");
+}
+
+TEST_F(KvStoreTest, GetRejectsBadKey) {
+  auto r = StartGet(kv_, "", Far());
+  ASSERT_TRUE(r->done.HasBeenNotified());
+  EXPECT_STATUS(r->value.status(), absl::StatusCode::kInvalidArgument,
+                "key must not be empty");
+}
+
+TEST_F(KvStoreTest, BlockingGetReleasedByLaterSet) {
+  auto r1 = StartGet(kv_, "rendezvous", Far());
+  auto r2 = StartGet(kv_, "rendezvous", Far());
+  auto other = StartGet(kv_, "other", Far());
+  EXPECT_FALSE(r1->done.HasBeenNotified());
+  EXPECT_FALSE(r2->done.HasBeenNotified());
+
+  std::thread setter([this] { EXPECT_TRUE(kv_.Set("rendezvous", "42").ok()); });
+  ASSERT_TRUE(r1->Wait());
+  ASSERT_TRUE(r2->Wait());
+  setter.join();
+  ASSERT_TRUE(r1->value.ok()) << r1->value.status();
+  EXPECT_EQ(*r1->value, "42");
+  ASSERT_TRUE(r2->value.ok()) << r2->value.status();
+  EXPECT_EQ(*r2->value, "42");
+  // A waiter for another key is not released.
+  EXPECT_FALSE(other->done.HasBeenNotified());
+  ASSERT_TRUE(kv_.Set("other", "x").ok());
+  ASSERT_TRUE(other->Wait());
+  EXPECT_EQ(*other->value, "x");
+  EXPECT_EQ(r1->calls.load(), 1);
+  EXPECT_EQ(r2->calls.load(), 1);
+}
+
+TEST_F(KvStoreTest, BlockingGetReleasedByLaterAdd) {
+  auto r = StartGet(kv_, "counter", Far());
+  EXPECT_FALSE(r->done.HasBeenNotified());
+  absl::StatusOr<int64_t> v = kv_.Add("counter", 5);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(*v, 5);
+  ASSERT_TRUE(r->Wait());
+  ASSERT_TRUE(r->value.ok()) << r->value.status();
+  EXPECT_EQ(*r->value, "5");
+}
+
+TEST_F(KvStoreTest, BlockingGetExpiresNamingTheKey) {
+  const absl::Time start = absl::Now();
+  auto r = StartGet(kv_, "gloo/rank3", start + absl::Milliseconds(50));
+  ASSERT_TRUE(r->Wait());
+  EXPECT_GE(absl::Now(), start + absl::Milliseconds(50));
+  EXPECT_STATUS(r->value.status(), absl::StatusCode::kDeadlineExceeded,
+                "key 'gloo/rank3' was not set within");
+  EXPECT_TRUE(absl::StrContains(r->value.status().message(), " ms"));
+  // A later Set does not call it again.
+  ASSERT_TRUE(kv_.Set("gloo/rank3", "late").ok());
+  EXPECT_EQ(r->calls.load(), 1);
+}
+
+TEST_F(KvStoreTest, FailReleasesWaitersAndFailsLaterOperations) {
+  ASSERT_TRUE(kv_.Set("kept", "v").ok());
+  auto r1 = StartGet(kv_, "a", Far());
+  auto r2 = StartGet(kv_, "b", Far());
+  const absl::Status cause = absl::AbortedError("job failed: rank 1 lost");
+  kv_.Fail(cause);
+  ASSERT_TRUE(r1->Wait());
+  ASSERT_TRUE(r2->Wait());
+  EXPECT_EQ(r1->value.status(), cause);
+  EXPECT_EQ(r2->value.status(), cause);
+
+  EXPECT_EQ(kv_.Set("a", "v"), cause);
+  EXPECT_EQ(kv_.Add("n", 1).status(), cause);
+  EXPECT_EQ(kv_.Delete("kept").status(), cause);
+  // Even a key that exists is not handed out any more.
+  auto r3 = StartGet(kv_, "kept", Far());
+  ASSERT_TRUE(r3->done.HasBeenNotified());
+  EXPECT_EQ(r3->value.status(), cause);
+
+  // The first cause wins.
+  kv_.Fail(absl::UnavailableError("shutting down"));
+  EXPECT_EQ(kv_.Set("a", "v"), cause);
+  EXPECT_EQ(r1->calls.load(), 1);
+  EXPECT_EQ(r2->calls.load(), 1);
+}
+
+TEST_F(KvStoreTest, AddTreatsAbsentAsZeroAndAccumulates) {
+  EXPECT_EQ(*kv_.Add("n", 3), 3);
+  EXPECT_EQ(*kv_.Add("n", 4), 7);
+  EXPECT_EQ(*kv_.Add("n", -10), -3);
+  EXPECT_EQ(*kv_.Add("n", 0), -3);
+  EXPECT_EQ(kv_.Peek("n"), "-3");
+  // A counter written by Set is accepted.
+  ASSERT_TRUE(kv_.Set("m", "100").ok());
+  EXPECT_EQ(*kv_.Add("m", 1), 101);
+}
+
+TEST_F(KvStoreTest, AddOnNonNumericValueIsFailedPrecondition) {
+  ASSERT_TRUE(kv_.Set("name", "abc").ok());
+  EXPECT_STATUS(kv_.Add("name", 1).status(),
+                absl::StatusCode::kFailedPrecondition,
+                "key 'name' holds a value that is not a decimal counter");
+  EXPECT_EQ(kv_.Peek("name"), "abc");
+  ASSERT_TRUE(kv_.Set("big", "99999999999999999999").ok());
+  EXPECT_EQ(kv_.Add("big", 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(kv_.Set("empty", "").ok());
+  EXPECT_EQ(kv_.Add("empty", 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(KvStoreTest, AddOverflowIsOutOfRangeAndLeavesValue) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  ASSERT_TRUE(kv_.Set("hi", absl::StrCat(kMax)).ok());
+  EXPECT_STATUS(kv_.Add("hi", 1).status(), absl::StatusCode::kOutOfRange,
+                "adding 1 to counter 'hi' (9223372036854775807) overflows "
+                "int64");
+  EXPECT_EQ(kv_.Peek("hi"), absl::StrCat(kMax));
+  EXPECT_EQ(*kv_.Add("hi", 0), kMax);
+  EXPECT_EQ(*kv_.Add("hi", -1), kMax - 1);
+
+  ASSERT_TRUE(kv_.Set("lo", absl::StrCat(kMin)).ok());
+  EXPECT_STATUS(kv_.Add("lo", -1).status(), absl::StatusCode::kOutOfRange,
+                "overflows int64");
+  EXPECT_EQ(kv_.Peek("lo"), absl::StrCat(kMin));
+  EXPECT_EQ(*kv_.Add("lo", kMax), -1);
+
+  // From an absent key, the extremes themselves are fine.
+  EXPECT_EQ(*kv_.Add("x", kMin), kMin);
+  EXPECT_EQ(*kv_.Add("y", kMax), kMax);
+}
+
+TEST_F(KvStoreTest, AddRejectsBadKey) {
+  EXPECT_STATUS(kv_.Add("", 1).status(), absl::StatusCode::kInvalidArgument,
+                "key must not be empty");
+}
+
+TEST_F(KvStoreTest, Delete) {
+  ASSERT_TRUE(kv_.Set("k", "v").ok());
+  absl::StatusOr<bool> existed = kv_.Delete("k");
+  ASSERT_TRUE(existed.ok());
+  EXPECT_TRUE(*existed);
+  existed = kv_.Delete("k");
+  ASSERT_TRUE(existed.ok());
+  EXPECT_FALSE(*existed);
+  EXPECT_EQ(kv_.Peek("k"), std::nullopt);
+  EXPECT_EQ(kv_.size(), 0u);
+  EXPECT_EQ(kv_.Delete("").status().code(), absl::StatusCode::kInvalidArgument);
+  // A deleted key can be waited for again.
+  auto r = StartGet(kv_, "k", Far());
+  EXPECT_FALSE(r->done.HasBeenNotified());
+  ASSERT_TRUE(kv_.Set("k", "again").ok());
+  ASSERT_TRUE(r->Wait());
+  EXPECT_EQ(*r->value, "again");
+}
+
+TEST_F(KvStoreTest, KeyCountLimit) {
+  for (size_t i = 0; i < KvStore::kMaxKeys; ++i) {
+    ASSERT_TRUE(kv_.Set(absl::StrCat("k", i), "").ok()) << i;
+  }
+  EXPECT_EQ(kv_.size(), KvStore::kMaxKeys);
+  EXPECT_STATUS(kv_.Set("one-more", "v"), absl::StatusCode::kResourceExhausted,
+                "key-value broker holds 65536 keys already");
+  EXPECT_STATUS(kv_.Add("one-more", 1).status(),
+                absl::StatusCode::kResourceExhausted,
+                "key-value broker holds 65536 keys already");
+  // Existing keys can still be overwritten and counted.
+  EXPECT_TRUE(kv_.Set("k0", "7").ok());
+  EXPECT_EQ(*kv_.Add("k0", 1), 8);
+  // Deleting makes room.
+  ASSERT_TRUE(*kv_.Delete("k1"));
+  EXPECT_TRUE(kv_.Set("one-more", "v").ok());
+  EXPECT_EQ(kv_.size(), KvStore::kMaxKeys);
+}
+
+TEST_F(KvStoreTest, EveryGetIsAnsweredExactlyOnceWhenSetRacesExpiry) {
+  constexpr int kWaiters = 100;
+  std::vector<std::shared_ptr<GetResult>> results;
+  const absl::Time base = absl::Now();
+  for (int i = 0; i < kWaiters; ++i) {
+    results.push_back(
+        StartGet(kv_, "race", base + absl::Microseconds(200 * (i % 20))));
+    // (Those whose deadline passed already are answered NotFound at once.)
+  }
+  ASSERT_TRUE(kv_.Set("race", "won").ok());
+  for (auto& r : results) ASSERT_TRUE(r->Wait());
+  // Stop the timer: no expiry can still be in flight after this.
+  timer_.reset();
+  for (auto& r : results) {
+    EXPECT_EQ(r->calls.load(), 1);
+    if (r->value.ok()) {
+      EXPECT_EQ(*r->value, "won");
+    } else {
+      EXPECT_TRUE(r->value.status().code() ==
+                      absl::StatusCode::kDeadlineExceeded ||
+                  r->value.status().code() == absl::StatusCode::kNotFound)
+          << r->value.status();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace rankd

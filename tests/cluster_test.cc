@@ -1,0 +1,251 @@
+// Integration tests of the control plane: real rankd daemons (one process
+// per node) and real rank processes (tests/rank_worker) over Unix sockets
+// and loopback TCP.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/admin_client.h"
+#include "common/topology.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "rankd/v1/common.pb.h"
+#include "tests/harness/cluster.h"
+
+namespace rankd::testing {
+namespace {
+
+int ExitCode(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+
+std::string Logs(std::vector<ChildProcess>& workers) {
+  std::string out;
+  for (auto& w : workers) absl::StrAppend(&out, "--- ", w.log_path(), "\n", w.ReadLog());
+  return out;
+}
+
+// Waits until `process`'s log contains `needle`.
+bool WaitForLog(ChildProcess& process, const std::string& needle,
+                absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (absl::StrContains(process.ReadLog(), needle)) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return false;
+}
+
+// The ERROR line a worker printed, or "".
+std::string ErrorLine(ChildProcess& worker) {
+  auto lines = LinesWithPrefix(worker.ReadLog(), "ERROR ");
+  return lines.empty() ? "" : lines.back();
+}
+
+TEST(ClusterTest, FourDaemonsEightRanksAgreeOnTopologyRoundsAndKeys) {
+  ClusterOptions options;
+  options.nnodes = 4;
+  options.nproc_per_node = 2;
+  options.tensor_parallel = 2;
+  options.pipeline_parallel = 2;
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  auto workers = cluster.StartAllWorkers({"--rounds=60", "--words=5", "--kv_keys=6"});
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  std::vector<int> statuses = WaitAll(*workers, absl::Seconds(120));
+  for (size_t r = 0; r < statuses.size(); ++r) {
+    ASSERT_EQ(ExitCode(statuses[r]), 0) << "rank " << r << "\n" << Logs(*workers);
+  }
+
+  ParallelTopology topology{2, 2, 1, 2};
+  auto expected = DeriveGroups(topology, 8);
+  ASSERT_TRUE(expected.ok());
+  // group id -> members, as reported by each member.
+  std::map<uint32_t, std::set<std::string>> views;
+  for (uint32_t r = 0; r < 8; ++r) {
+    std::string log = (*workers)[r].ReadLog();
+    EXPECT_TRUE(absl::StrContains(log, "KV_OK keys=6")) << log;
+    EXPECT_TRUE(absl::StrContains(log, "ROUNDS_OK n=60")) << log;
+    auto json = LinesWithPrefix(log, "DESCRIPTOR ");
+    ASSERT_EQ(json.size(), 1u) << log;
+    v1::SessionDescriptor d;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(json[0], &d).ok());
+    EXPECT_EQ(d.rank(), r);
+    EXPECT_EQ(d.world_size(), 8u);
+    EXPECT_EQ(d.node_index(), r / 2);
+    EXPECT_EQ(d.local_rank(), r % 2);
+    EXPECT_EQ(d.topology().tensor(), 2u);
+    EXPECT_EQ(d.topology().data(), 2u);
+    auto mine = GroupsOfRank(*expected, r);
+    ASSERT_EQ(d.groups_size(), static_cast<int>(mine.size()));
+    for (int g = 0; g < d.groups_size(); ++g) {
+      EXPECT_EQ(d.groups(g).id(), mine[g].first->id);
+      EXPECT_EQ(std::vector<uint32_t>(d.groups(g).members().begin(),
+                                      d.groups(g).members().end()),
+                mine[g].first->members);
+      EXPECT_EQ(d.groups(g).local_rank(), mine[g].second);
+      views[d.groups(g).id()].insert(absl::StrJoin(d.groups(g).members(), ","));
+    }
+  }
+  for (const auto& [id, seen] : views) {
+    EXPECT_EQ(seen.size(), 1u) << "group " << id << " seen differently";
+  }
+
+  // After every rank left, every daemon reports the job completed.
+  for (uint32_t n = 0; n < 4; ++n) {
+    ClientOptions admin_options;
+    admin_options.target = cluster.tcp_address(n);
+    auto admin = AdminClient::Connect(admin_options);
+    ASSERT_TRUE(admin.ok());
+    absl::Time deadline = absl::Now() + absl::Seconds(5);
+    v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
+    while (absl::Now() < deadline) {
+      auto job = (*admin)->GetJob();
+      ASSERT_TRUE(job.ok()) << job.status();
+      state = job->state();
+      if (state == v1::JOB_STATE_COMPLETED) break;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    EXPECT_EQ(state, v1::JOB_STATE_COMPLETED) << "node " << n;
+  }
+}
+
+TEST(ClusterTest, BoundedRoundsMatchBlockingRounds) {
+  ClusterOptions options;
+  options.nnodes = 3;
+  options.nproc_per_node = 2;
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  auto workers = cluster.StartAllWorkers({"--rounds=25", "--words=3", "--bounded"});
+  ASSERT_TRUE(workers.ok());
+  std::vector<int> statuses = WaitAll(*workers, absl::Seconds(60));
+  for (size_t r = 0; r < statuses.size(); ++r) {
+    EXPECT_EQ(ExitCode(statuses[r]), 0) << Logs(*workers);
+  }
+}
+
+TEST(ClusterTest, FrameLengthMismatchFailsTheRoundOnEveryRankNamingTheRank) {
+  ClusterOptions options;
+  options.nnodes = 3;
+  options.nproc_per_node = 2;
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  auto workers = cluster.StartAllWorkers({"--rounds=3", "--words=4", "--words_for_rank=3:5"});
+  ASSERT_TRUE(workers.ok());
+  std::vector<int> statuses = WaitAll(*workers, absl::Seconds(60));
+  for (size_t r = 0; r < statuses.size(); ++r) {
+    EXPECT_EQ(ExitCode(statuses[r]), 3) << Logs(*workers);
+    std::string error = ErrorLine((*workers)[r]);
+    EXPECT_TRUE(absl::StrContains(error, "code=INVALID_ARGUMENT")) << error;
+    EXPECT_TRUE(absl::StrContains(error, "5 words from rank 3")) << error;
+    EXPECT_TRUE(absl::StrContains(error, "4 words from ranks 0-2, 4-5")) << error;
+  }
+}
+
+TEST(ClusterTest, KilledRankFailsEveryOtherRankNamingIt) {
+  ClusterOptions options;
+  options.nnodes = 3;
+  options.nproc_per_node = 3;
+  options.heartbeat_timeout_ms = 1000;
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  const uint32_t victim = 4;  // node 1, local rank 1
+  std::vector<ChildProcess> workers;
+  for (uint32_t n = 0; n < 3; ++n) {
+    for (uint32_t l = 0; l < 3; ++l) {
+      std::vector<std::string> args = {"--rounds=1000", "--round_timeout_ms=30000"};
+      if (n * 3 + l == victim) args.push_back("--stall_at_round=5");
+      auto w = cluster.StartWorker(n, l, args);
+      ASSERT_TRUE(w.ok());
+      workers.push_back(*std::move(w));
+    }
+  }
+  ASSERT_TRUE(WaitForLog(workers[victim], "STALLING round=5", absl::Seconds(30)))
+      << Logs(workers);
+  absl::SleepFor(absl::Milliseconds(200));  // the others now wait in round 5
+  workers[victim].Signal(SIGKILL);
+  absl::Time killed = absl::Now();
+  std::vector<int> statuses = WaitAll(workers, absl::Seconds(20));
+  absl::Duration took = absl::Now() - killed;
+  EXPECT_LT(took, absl::Seconds(10)) << "survivors took too long to fail";
+  for (uint32_t r = 0; r < workers.size(); ++r) {
+    if (r == victim) continue;
+    EXPECT_EQ(ExitCode(statuses[r]), 3) << Logs(workers);
+    std::string error = ErrorLine(workers[r]);
+    EXPECT_TRUE(absl::StrContains(error, "code=ABORTED")) << error;
+    EXPECT_TRUE(absl::StrContains(error, "rank 4 ")) << error;
+    EXPECT_TRUE(absl::StrContains(error, "lost")) << error;
+  }
+  // Every daemon still answers operators, and reports the failure.
+  for (uint32_t n = 0; n < 3; ++n) {
+    ClientOptions admin_options;
+    admin_options.target = cluster.tcp_address(n);
+    auto admin = AdminClient::Connect(admin_options);
+    ASSERT_TRUE(admin.ok());
+    auto job = (*admin)->GetJob();
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED);
+    EXPECT_TRUE(absl::StrContains(job->failure(), "rank 4 ")) << job->failure();
+    auto members = (*admin)->ListMembers();
+    ASSERT_TRUE(members.ok());
+    EXPECT_EQ(members->members(victim).state(), v1::MEMBER_STATE_LOST);
+  }
+}
+
+TEST(ClusterTest, KilledDaemonFailsEveryOtherRankNamingTheNode) {
+  ClusterOptions options;
+  options.nnodes = 3;
+  options.nproc_per_node = 2;
+  options.heartbeat_timeout_ms = 1000;
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  std::vector<ChildProcess> workers;
+  for (uint32_t n = 0; n < 3; ++n) {
+    for (uint32_t l = 0; l < 2; ++l) {
+      std::vector<std::string> args = {"--rounds=1000", "--round_timeout_ms=30000"};
+      if (n == 0 && l == 0) args.push_back("--stall_at_round=4");
+      auto w = cluster.StartWorker(n, l, args);
+      ASSERT_TRUE(w.ok());
+      workers.push_back(*std::move(w));
+    }
+  }
+  ASSERT_TRUE(WaitForLog(workers[0], "STALLING round=4", absl::Seconds(30)))
+      << Logs(workers);
+  absl::SleepFor(absl::Milliseconds(200));
+  cluster.daemon(2).Signal(SIGKILL);
+  absl::Time killed = absl::Now();
+  std::vector<int> statuses = WaitAll(workers, absl::Seconds(20));
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(10));
+  for (uint32_t r = 0; r < 4; ++r) {  // ranks on the surviving nodes
+    EXPECT_EQ(ExitCode(statuses[r]), 3) << Logs(workers);
+    std::string error = ErrorLine(workers[r]);
+    EXPECT_TRUE(absl::StrContains(error, "code=ABORTED")) << error;
+    EXPECT_TRUE(absl::StrContains(error, "node 2")) << error;
+  }
+  for (uint32_t r = 4; r < 6; ++r) {  // ranks that lost their own daemon
+    EXPECT_EQ(ExitCode(statuses[r]), 3) << Logs(workers);
+    EXPECT_FALSE(ErrorLine(workers[r]).empty());
+  }
+  for (uint32_t n = 0; n < 2; ++n) {
+    ClientOptions admin_options;
+    admin_options.target = cluster.tcp_address(n);
+    auto admin = AdminClient::Connect(admin_options);
+    ASSERT_TRUE(admin.ok());
+    auto job = (*admin)->GetJob();
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->state(), v1::JOB_STATE_FAILED);
+    EXPECT_TRUE(absl::StrContains(job->failure(), "node 2")) << job->failure();
+    auto topology = (*admin)->GetTopology();
+    EXPECT_TRUE(topology.ok()) << topology.status();
+  }
+}
+
+}  // namespace
+}  // namespace rankd::testing

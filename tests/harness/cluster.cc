@@ -1,0 +1,136 @@
+#include "tests/harness/cluster.h"
+
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "client/admin_client.h"
+
+namespace rankd::testing {
+
+LocalCluster::LocalCluster(ClusterOptions options)
+    : options_(std::move(options)), dir_(MakeTempDir("rankd-cluster")) {}
+
+LocalCluster::~LocalCluster() {
+  for (auto& d : daemons_) d.Stop(absl::Seconds(5));
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+std::string LocalCluster::socket_target(uint32_t node) const {
+  return absl::StrCat("unix://", dir_, "/node", node, ".sock");
+}
+
+std::string LocalCluster::tcp_address(uint32_t node) const {
+  return absl::StrCat("127.0.0.1:", ports_[node]);
+}
+
+absl::Status LocalCluster::Start(absl::Duration timeout) {
+  for (uint32_t n = 0; n < options_.nnodes; ++n) ports_.push_back(FreePort());
+  for (uint32_t n = 0; n < options_.nnodes; ++n) {
+    std::vector<std::string> argv = {
+        Runfile("daemon/rankd"),
+        absl::StrCat("--job_id=", options_.job_id),
+        absl::StrCat("--nnodes=", options_.nnodes),
+        absl::StrCat("--node_index=", n),
+        absl::StrCat("--nproc_per_node=", options_.nproc_per_node),
+        absl::StrCat("--tensor_parallel=", options_.tensor_parallel),
+        absl::StrCat("--pipeline_parallel=", options_.pipeline_parallel),
+        absl::StrCat("--expert_parallel=", options_.expert_parallel),
+        absl::StrCat("--listen=", tcp_address(n)),
+        absl::StrCat("--socket=", dir_, "/node", n, ".sock"),
+        absl::StrCat("--heartbeat_interval_ms=", options_.heartbeat_interval_ms),
+        absl::StrCat("--heartbeat_timeout_ms=", options_.heartbeat_timeout_ms),
+    };
+    if (n != 0) argv.push_back(absl::StrCat("--coordinator=", tcp_address(0)));
+    for (const auto& f : options_.extra_flags) argv.push_back(f);
+    auto child = ChildProcess::Spawn(argv, {},
+                                     absl::StrCat(dir_, "/daemon", n, ".log"));
+    if (!child.ok()) return child.status();
+    daemons_.push_back(*std::move(child));
+  }
+  absl::Time deadline = absl::Now() + timeout;
+  for (uint32_t n = 0; n < options_.nnodes; ++n) {
+    ClientOptions client;
+    client.target = tcp_address(n);
+    client.connect_timeout = absl::Seconds(5);
+    while (true) {
+      if (!daemons_[n].running()) {
+        return absl::InternalError(absl::StrCat(
+            "daemon ", n, " exited during start:\n", daemons_[n].ReadLog()));
+      }
+      auto admin = AdminClient::Connect(client);
+      if (admin.ok()) {
+        auto health = (*admin)->Health("readiness");
+        if (health.ok() && *health == "SERVING") break;
+      }
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "daemon ", n, " not ready:\n", daemons_[n].ReadLog()));
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ChildProcess> LocalCluster::StartWorker(
+    uint32_t node, uint32_t local_rank, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {
+      Runfile("tests/rank_worker"),
+      absl::StrCat("--target=", socket_target(node)),
+      absl::StrCat("--job_id=", options_.job_id),
+      absl::StrCat("--local_rank=", local_rank),
+      absl::StrCat("--world_size=", world_size()),
+  };
+  for (const auto& a : args) argv.push_back(a);
+  uint32_t rank = node * options_.nproc_per_node + local_rank;
+  return ChildProcess::Spawn(argv, {}, absl::StrCat(dir_, "/rank", rank, ".log"));
+}
+
+absl::StatusOr<std::vector<ChildProcess>> LocalCluster::StartAllWorkers(
+    const std::vector<std::string>& args) {
+  std::vector<ChildProcess> workers;
+  for (uint32_t n = 0; n < options_.nnodes; ++n) {
+    for (uint32_t l = 0; l < options_.nproc_per_node; ++l) {
+      auto w = StartWorker(n, l, args);
+      if (!w.ok()) return w.status();
+      workers.push_back(*std::move(w));
+    }
+  }
+  return workers;
+}
+
+std::vector<int> WaitAll(std::vector<ChildProcess>& workers,
+                         absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  std::vector<int> statuses;
+  for (auto& w : workers) {
+    absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
+    auto s = w.Wait(left);
+    if (!s.has_value()) {
+      w.Stop(absl::ZeroDuration());
+      statuses.push_back(-1);
+    } else {
+      statuses.push_back(*s);
+    }
+  }
+  return statuses;
+}
+
+std::vector<std::string> LinesWithPrefix(const std::string& text,
+                                         const std::string& prefix) {
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::StartsWith(line, prefix)) {
+      out.emplace_back(line.substr(prefix.size()));
+    }
+  }
+  return out;
+}
+
+}  // namespace rankd::testing

@@ -1,0 +1,82 @@
+// LocalCluster: a real rankd job on this machine for integration tests: one
+// `rankd` process per node on loopback TCP ports, each with its own Unix
+// socket, plus helpers to start rank processes (tests/rank_worker) against
+// them. Everything it starts it stops, by pid. Depends on the harness
+// process helpers and the client library (for readiness probes).
+#ifndef RANKD_TESTS_HARNESS_CLUSTER_H_
+#define RANKD_TESTS_HARNESS_CLUSTER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "tests/harness/process.h"
+
+namespace rankd::testing {
+
+struct ClusterOptions {
+  std::string job_id = "itest";
+  uint32_t nnodes = 3;
+  uint32_t nproc_per_node = 2;
+  uint32_t tensor_parallel = 1;
+  uint32_t pipeline_parallel = 1;
+  uint32_t expert_parallel = 1;
+  int heartbeat_interval_ms = 100;
+  int heartbeat_timeout_ms = 1000;
+  // Extra flags for every daemon.
+  std::vector<std::string> extra_flags;
+};
+
+class LocalCluster {
+ public:
+  explicit LocalCluster(ClusterOptions options);
+  // Stops every process it started and removes its folder.
+  ~LocalCluster();
+
+  // Starts every daemon and waits until each reports readiness (registered
+  // with the coordinator) through grpc.health.v1.
+  absl::Status Start(absl::Duration timeout = absl::Seconds(20));
+
+  const ClusterOptions& options() const { return options_; }
+  uint32_t world_size() const {
+    return options_.nnodes * options_.nproc_per_node;
+  }
+  std::string dir() const { return dir_; }
+  // "unix:///tmp/.../node1.sock"
+  std::string socket_target(uint32_t node) const;
+  // "127.0.0.1:PORT"
+  std::string tcp_address(uint32_t node) const;
+  ChildProcess& daemon(uint32_t node) { return daemons_[node]; }
+
+  // Starts one rank process (tests/rank_worker) on `node` with `args`
+  // (--target, --job_id, --local_rank and --world_size are added).
+  absl::StatusOr<ChildProcess> StartWorker(uint32_t node, uint32_t local_rank,
+                                           const std::vector<std::string>& args);
+
+  // Starts workers for every rank, node-major. Worker logs are
+  // dir()/rank<R>.log.
+  absl::StatusOr<std::vector<ChildProcess>> StartAllWorkers(
+      const std::vector<std::string>& args);
+
+ private:
+  ClusterOptions options_;
+  std::string dir_;
+  std::vector<int> ports_;
+  std::vector<ChildProcess> daemons_;
+};
+
+// Waits for every worker to exit within `timeout`; returns their wait
+// statuses (-1 for a worker still running, which is then killed).
+std::vector<int> WaitAll(std::vector<ChildProcess>& workers,
+                         absl::Duration timeout);
+
+// Lines of `text` that start with `prefix` (prefix stripped).
+std::vector<std::string> LinesWithPrefix(const std::string& text,
+                                         const std::string& prefix);
+
+}  // namespace rankd::testing
+
+#endif  // RANKD_TESTS_HARNESS_CLUSTER_H_

@@ -1,0 +1,166 @@
+#include "tests/harness/process.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+extern char** environ;
+
+namespace rankd::testing {
+
+absl::StatusOr<ChildProcess> ChildProcess::Spawn(
+    const std::vector<std::string>& argv,
+    const std::map<std::string, std::string>& env,
+    const std::string& log_path) {
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry(*e);
+    auto eq = entry.find('=');
+    if (eq != std::string::npos) merged[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  for (const auto& [k, v] : env) merged[k] = v;
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = argv;
+  std::vector<char*> argp;
+  for (auto& s : args) argp.push_back(s.data());
+  argp.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null",
+                                   O_RDONLY, 0);
+  // The test process may block signals; give children a clean mask.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argp[0], &actions, &attr, argp.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    return absl::InternalError(
+        absl::StrCat("posix_spawn ", argv[0], ": ", std::strerror(rc)));
+  }
+  ChildProcess child;
+  child.pid_ = pid;
+  child.log_path_ = log_path;
+  return child;
+}
+
+ChildProcess::ChildProcess(ChildProcess&& other) noexcept
+    : pid_(std::exchange(other.pid_, -1)),
+      status_(std::exchange(other.status_, std::nullopt)),
+      log_path_(std::move(other.log_path_)) {}
+
+ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
+  if (this != &other) {
+    if (pid_ > 0 && !status_.has_value()) Stop(absl::ZeroDuration());
+    pid_ = std::exchange(other.pid_, -1);
+    status_ = std::exchange(other.status_, std::nullopt);
+    log_path_ = std::move(other.log_path_);
+  }
+  return *this;
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0 && !status_.has_value()) {
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+  }
+}
+
+bool ChildProcess::running() {
+  if (pid_ <= 0 || status_.has_value()) return false;
+  int status = 0;
+  pid_t r = ::waitpid(pid_, &status, WNOHANG);
+  if (r == pid_) {
+    status_ = status;
+    return false;
+  }
+  return true;
+}
+
+void ChildProcess::Signal(int signal) {
+  if (running()) ::kill(pid_, signal);
+}
+
+std::optional<int> ChildProcess::Wait(absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    if (!running()) return status_;
+    if (absl::Now() >= deadline) return std::nullopt;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+int ChildProcess::Stop(absl::Duration grace) {
+  if (!running()) return status_.value_or(0);
+  ::kill(pid_, SIGTERM);
+  if (auto s = Wait(grace); s.has_value()) return *s;
+  ::kill(pid_, SIGKILL);
+  return Wait(absl::Seconds(30)).value_or(-1);
+}
+
+std::string ChildProcess::ReadLog() const {
+  std::ifstream in(log_path_);
+  std::stringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+std::string Runfile(const std::string& path) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* workspace = std::getenv("TEST_WORKSPACE");
+  if (srcdir == nullptr) return path;
+  return absl::StrCat(srcdir, "/", workspace ? workspace : "rankd", "/", path);
+}
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+std::string MakeTempDir(const std::string& prefix) {
+  // Not $TEST_TMPDIR: Unix socket paths must stay under 108 bytes.
+  std::string pattern = absl::StrCat("/tmp/", prefix, "-XXXXXX");
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  char* dir = ::mkdtemp(buffer.data());
+  return dir ? std::string(dir) : std::string("/tmp");
+}
+
+}  // namespace rankd::testing

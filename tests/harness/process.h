@@ -1,0 +1,68 @@
+// ChildProcess: a process started by a test, owned RAII-style. Tests stop
+// only the processes they started, by pid; a ChildProcess still running at
+// destruction is killed (SIGKILL) and reaped. Depends on POSIX and absl.
+#ifndef RANKD_TESTS_HARNESS_PROCESS_H_
+#define RANKD_TESTS_HARNESS_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace rankd::testing {
+
+class ChildProcess {
+ public:
+  // Starts `argv` (argv[0] is a path) with the test's environment plus
+  // `env`, stdout and stderr appended to `log_path`.
+  static absl::StatusOr<ChildProcess> Spawn(
+      const std::vector<std::string>& argv,
+      const std::map<std::string, std::string>& env,
+      const std::string& log_path);
+
+  ChildProcess() = default;
+  ChildProcess(ChildProcess&& other) noexcept;
+  ChildProcess& operator=(ChildProcess&& other) noexcept;
+  ~ChildProcess();
+
+  pid_t pid() const { return pid_; }
+  const std::string& log_path() const { return log_path_; }
+  bool running();
+
+  // Sends `signal` to this process (by pid).
+  void Signal(int signal);
+
+  // Waits up to `timeout` for the process to exit. Returns its wait status
+  // (as from waitpid), or nullopt on timeout.
+  std::optional<int> Wait(absl::Duration timeout);
+
+  // SIGTERM, then SIGKILL after `grace`. Returns the wait status.
+  int Stop(absl::Duration grace = absl::Seconds(5));
+
+  // The whole log so far.
+  std::string ReadLog() const;
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+  std::string log_path_;
+};
+
+// Path of a runfile such as "daemon/rankd" (relative to the workspace).
+std::string Runfile(const std::string& path);
+
+// A free TCP port on 127.0.0.1 (bound and released; small race acceptable
+// in tests).
+int FreePort();
+
+// A fresh folder under /tmp (short, so socket paths fit); the caller removes it.
+std::string MakeTempDir(const std::string& prefix);
+
+}  // namespace rankd::testing
+
+#endif  // RANKD_TESTS_HARNESS_PROCESS_H_
