@@ -621,6 +621,16 @@ class Resolver {
     }
     c_.heartbeat_interval = absl::Milliseconds(*interval);
     c_.heartbeat_timeout = absl::Milliseconds(*timeout);
+    const Setting sr =
+        GivenOr(flags_.register_timeout_ms, "register_timeout_ms",
+                absl::StrCat(kDefaultRegisterTimeoutMs));
+    absl::StatusOr<uint32_t> register_timeout = ParseUint32(sr);
+    if (!register_timeout.ok()) return register_timeout.status();
+    if (*register_timeout < kMinRegisterTimeoutMs) {
+      return Invalid(absl::StrCat(sr.Assignment(), " must be at least ",
+                                  kMinRegisterTimeoutMs));
+    }
+    c_.register_timeout = absl::Milliseconds(*register_timeout);
     return absl::OkStatus();
   }
 

@@ -53,6 +53,10 @@ inline constexpr char kDefaultListenAddress[] = "0.0.0.0:7421";
 inline constexpr char kDefaultSocketPath[] = "/run/rankd/rankd.sock";
 inline constexpr int64_t kDefaultHeartbeatIntervalMs = 250;
 inline constexpr int64_t kDefaultHeartbeatTimeoutMs = 2000;
+// How long a daemon keeps trying to register with its coordinator before it
+// gives up and exits non-zero.
+inline constexpr int64_t kDefaultRegisterTimeoutMs = 300'000;
+inline constexpr int64_t kMinRegisterTimeoutMs = 100;
 
 // Accepted ranges (milliseconds). The timeout must also exceed twice the
 // interval, so that one late heartbeat never declares a node lost.
@@ -104,6 +108,7 @@ struct DaemonConfig {
 
   absl::Duration heartbeat_interval = absl::Milliseconds(250);
   absl::Duration heartbeat_timeout = absl::Milliseconds(2000);
+  absl::Duration register_timeout = absl::Milliseconds(kDefaultRegisterTimeoutMs);
 
   TlsFiles tls;
   // File holding the bearer token clients and peers must present; empty when
@@ -136,6 +141,7 @@ struct RawConfig {
   std::optional<std::string> expert_parallel;
   std::optional<std::string> heartbeat_interval_ms;
   std::optional<std::string> heartbeat_timeout_ms;
+  std::optional<std::string> register_timeout_ms;
   std::optional<std::string> tls_cert;
   std::optional<std::string> tls_key;
   std::optional<std::string> tls_ca;

@@ -24,7 +24,6 @@ namespace rankd {
 namespace {
 
 constexpr char kReadinessService[] = "readiness";
-constexpr absl::Duration kRegisterTimeout = absl::Minutes(5);
 
 std::string ReadBootId() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
@@ -187,7 +186,7 @@ absl::Status Daemon::Init() {
 
   log_subscription_ = agent_->events().Subscribe(
       0, [this](const v1::JobEvent& e) { WatchJobHealth(e); });
-  agent_->Start(absl::Now() + kRegisterTimeout,
+  agent_->Start(absl::Now() + config_.register_timeout,
                 [this](absl::Status s) { OnRegistered(std::move(s)); });
   return absl::OkStatus();
 }

@@ -75,6 +75,10 @@ ABSL_FLAG(OptionalText, heartbeat_timeout_ms, OptionalText{},
           "Milliseconds without a heartbeat before a node is lost; more than "
           "twice the interval, at most 600000. Env "
           "RANKD_HEARTBEAT_TIMEOUT_MS. Default 2000.");
+ABSL_FLAG(OptionalText, register_timeout_ms, OptionalText{},
+          "Milliseconds a daemon keeps retrying registration with an "
+          "unreachable coordinator before it exits with status 1. Env "
+          "RANKD_REGISTER_TIMEOUT_MS. Default 300000.");
 ABSL_FLAG(OptionalText, tls_cert, OptionalText{},
           "PEM certificate for TLS (needs --tls_key). Env RANKD_TLS_CERT. "
           "Default: no TLS.");
@@ -110,6 +114,7 @@ RawConfig RawConfigFromFlags() {
   raw.expert_parallel = absl::GetFlag(FLAGS_expert_parallel).text;
   raw.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_interval_ms).text;
   raw.heartbeat_timeout_ms = absl::GetFlag(FLAGS_heartbeat_timeout_ms).text;
+  raw.register_timeout_ms = absl::GetFlag(FLAGS_register_timeout_ms).text;
   raw.tls_cert = absl::GetFlag(FLAGS_tls_cert).text;
   raw.tls_key = absl::GetFlag(FLAGS_tls_key).text;
   raw.tls_ca = absl::GetFlag(FLAGS_tls_ca).text;

@@ -1,6 +1,8 @@
 // Integration tests of the control plane: real rankd daemons (one process
 // per node) and real rank processes (tests/rank_worker) over Unix sockets
 // and loopback TCP.
+#include "tests/harness/cluster.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -19,16 +21,18 @@
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "rankd/v1/common.pb.h"
-#include "tests/harness/cluster.h"
 
 namespace rankd::testing {
 namespace {
 
-int ExitCode(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+int ExitCode(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
 
 std::string Logs(std::vector<ChildProcess>& workers) {
   std::string out;
-  for (auto& w : workers) absl::StrAppend(&out, "--- ", w.log_path(), "\n", w.ReadLog());
+  for (auto& w : workers)
+    absl::StrAppend(&out, "--- ", w.log_path(), "\n", w.ReadLog());
   return out;
 }
 
@@ -57,11 +61,13 @@ TEST(ClusterTest, FourDaemonsEightRanksAgreeOnTopologyRoundsAndKeys) {
   options.pipeline_parallel = 2;
   LocalCluster cluster(options);
   ASSERT_TRUE(cluster.Start().ok());
-  auto workers = cluster.StartAllWorkers({"--rounds=60", "--words=5", "--kv_keys=6"});
+  auto workers =
+      cluster.StartAllWorkers({"--rounds=60", "--words=5", "--kv_keys=6"});
   ASSERT_TRUE(workers.ok()) << workers.status();
   std::vector<int> statuses = WaitAll(*workers, absl::Seconds(120));
   for (size_t r = 0; r < statuses.size(); ++r) {
-    ASSERT_EQ(ExitCode(statuses[r]), 0) << "rank " << r << "\n" << Logs(*workers);
+    ASSERT_EQ(ExitCode(statuses[r]), 0) << "rank " << r << "\n"
+                                        << Logs(*workers);
   }
 
   ParallelTopology topology{2, 2, 1, 2};
@@ -123,7 +129,8 @@ TEST(ClusterTest, BoundedRoundsMatchBlockingRounds) {
   options.nproc_per_node = 2;
   LocalCluster cluster(options);
   ASSERT_TRUE(cluster.Start().ok());
-  auto workers = cluster.StartAllWorkers({"--rounds=25", "--words=3", "--bounded"});
+  auto workers =
+      cluster.StartAllWorkers({"--rounds=25", "--words=3", "--bounded"});
   ASSERT_TRUE(workers.ok());
   std::vector<int> statuses = WaitAll(*workers, absl::Seconds(60));
   for (size_t r = 0; r < statuses.size(); ++r) {
@@ -137,7 +144,8 @@ TEST(ClusterTest, FrameLengthMismatchFailsTheRoundOnEveryRankNamingTheRank) {
   options.nproc_per_node = 2;
   LocalCluster cluster(options);
   ASSERT_TRUE(cluster.Start().ok());
-  auto workers = cluster.StartAllWorkers({"--rounds=3", "--words=4", "--words_for_rank=3:5"});
+  auto workers = cluster.StartAllWorkers(
+      {"--rounds=3", "--words=4", "--words_for_rank=3:5"});
   ASSERT_TRUE(workers.ok());
   std::vector<int> statuses = WaitAll(*workers, absl::Seconds(60));
   for (size_t r = 0; r < statuses.size(); ++r) {
@@ -145,7 +153,8 @@ TEST(ClusterTest, FrameLengthMismatchFailsTheRoundOnEveryRankNamingTheRank) {
     std::string error = ErrorLine((*workers)[r]);
     EXPECT_TRUE(absl::StrContains(error, "code=INVALID_ARGUMENT")) << error;
     EXPECT_TRUE(absl::StrContains(error, "5 words from rank 3")) << error;
-    EXPECT_TRUE(absl::StrContains(error, "4 words from ranks 0-2, 4-5")) << error;
+    EXPECT_TRUE(absl::StrContains(error, "4 words from ranks 0-2, 4-5"))
+        << error;
   }
 }
 
@@ -160,14 +169,16 @@ TEST(ClusterTest, KilledRankFailsEveryOtherRankNamingIt) {
   std::vector<ChildProcess> workers;
   for (uint32_t n = 0; n < 3; ++n) {
     for (uint32_t l = 0; l < 3; ++l) {
-      std::vector<std::string> args = {"--rounds=1000", "--round_timeout_ms=30000"};
+      std::vector<std::string> args = {"--rounds=1000",
+                                       "--round_timeout_ms=30000"};
       if (n * 3 + l == victim) args.push_back("--stall_at_round=5");
       auto w = cluster.StartWorker(n, l, args);
       ASSERT_TRUE(w.ok());
       workers.push_back(*std::move(w));
     }
   }
-  ASSERT_TRUE(WaitForLog(workers[victim], "STALLING round=5", absl::Seconds(30)))
+  ASSERT_TRUE(
+      WaitForLog(workers[victim], "STALLING round=5", absl::Seconds(30)))
       << Logs(workers);
   absl::SleepFor(absl::Milliseconds(200));  // the others now wait in round 5
   workers[victim].Signal(SIGKILL);
@@ -209,7 +220,8 @@ TEST(ClusterTest, KilledDaemonFailsEveryOtherRankNamingTheNode) {
   std::vector<ChildProcess> workers;
   for (uint32_t n = 0; n < 3; ++n) {
     for (uint32_t l = 0; l < 2; ++l) {
-      std::vector<std::string> args = {"--rounds=1000", "--round_timeout_ms=30000"};
+      std::vector<std::string> args = {"--rounds=1000",
+                                       "--round_timeout_ms=30000"};
       if (n == 0 && l == 0) args.push_back("--stall_at_round=4");
       auto w = cluster.StartWorker(n, l, args);
       ASSERT_TRUE(w.ok());

@@ -6,16 +6,20 @@
 //   DESCRIPTOR {json}
 //   KV_OK keys=M
 //   ROUNDS_OK n=N
+//   KV_SET key=K
 //   ERROR code=CODE elapsed_ms=T msg=MESSAGE    (exit 3)
 //   MISMATCH ...                                 (exit 4)
 //   DONE                                         (exit 0)
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -39,6 +43,13 @@ ABSL_FLAG(int, stall_ms, 30000, "longest stall");
 ABSL_FLAG(int, kv_keys, 0, "keys each rank sets and reads back from all");
 ABSL_FLAG(int, hold_ms, 0, "after the scenario, stay joined this long");
 ABSL_FLAG(bool, bounded, false, "use the bounded (submit/wait) round form");
+ABSL_FLAG(std::vector<std::string>, kv_set, {},
+          "KEY=VALUE pairs (comma-separated) to set after joining");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding the bearer token to send to the daemon");
+ABSL_FLAG(std::string, leave_when_file, "",
+          "after the scenario (and --hold_ms), stay joined until this file "
+          "exists, then leave");
 
 namespace {
 
@@ -48,9 +59,10 @@ void Print(const std::string& line) {
 }
 
 int Fail(const absl::Status& status, absl::Time started) {
-  Print(absl::StrCat("ERROR code=", absl::StatusCodeToString(status.code()),
-                     " elapsed_ms=", absl::ToInt64Milliseconds(absl::Now() - started),
-                     " msg=", status.message()));
+  Print(absl::StrCat(
+      "ERROR code=", absl::StatusCodeToString(status.code()),
+      " elapsed_ms=", absl::ToInt64Milliseconds(absl::Now() - started),
+      " msg=", status.message()));
   return 3;
 }
 
@@ -66,6 +78,12 @@ int main(int argc, char** argv) {
   absl::Time started = absl::Now();
   rankd::ClientOptions options;
   options.target = absl::GetFlag(FLAGS_target);
+  if (std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
+    std::ifstream in(path);
+    std::stringstream token;
+    token << in.rdbuf();
+    options.bearer_token = std::string(absl::StripAsciiWhitespace(token.str()));
+  }
   auto client = rankd::Client::Connect(options);
   if (!client.ok()) return Fail(client.status(), started);
   rankd::JoinOptions join;
@@ -85,6 +103,17 @@ int main(int argc, char** argv) {
   print.always_print_primitive_fields = true;
   (void)google::protobuf::util::MessageToJsonString(*descriptor, &json, print);
   Print(absl::StrCat("DESCRIPTOR ", json));
+
+  for (const std::string& pair : absl::GetFlag(FLAGS_kv_set)) {
+    std::vector<std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
+    if (kv.size() != 2) {
+      Print("ERROR code=INVALID_ARGUMENT elapsed_ms=0 msg=bad --kv_set");
+      return 2;
+    }
+    auto s = (*client)->KvSet(kv[0], kv[1]);
+    if (!s.ok()) return Fail(s, started);
+    Print(absl::StrCat("KV_SET key=", kv[0]));
+  }
 
   // Key-value traffic: every rank writes its keys and bumps a shared
   // counter, then reads every other rank's keys (blocking until set).
@@ -112,7 +141,8 @@ int main(int argc, char** argv) {
     }
     for (uint32_t s = 0; s < world; ++s) {
       for (int i = 0; i < keys; ++i) {
-        auto v = (*client)->KvGet(absl::StrCat("r", s, "/k", i), absl::Seconds(20));
+        auto v =
+            (*client)->KvGet(absl::StrCat("r", s, "/k", i), absl::Seconds(20));
         if (!v.ok()) return Fail(v.status(), started);
         if (*v != absl::StrCat("v", s, "-", i)) {
           Print(absl::StrCat("MISMATCH key r", s, "/k", i, "=", *v));
@@ -128,7 +158,8 @@ int main(int argc, char** argv) {
     auto counter = (*client)->KvGet("counter", absl::Seconds(1));
     if (!counter.ok()) return Fail(counter.status(), started);
     if (*counter != absl::StrCat(world * keys)) {
-      Print(absl::StrCat("MISMATCH counter=", *counter, " want ", world * keys));
+      Print(
+          absl::StrCat("MISMATCH counter=", *counter, " want ", world * keys));
       return 4;
     }
     Print(absl::StrCat("KV_OK keys=", keys));
@@ -142,7 +173,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> parts = absl::StrSplit(spec, ':');
     if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &odd_rank) ||
         !absl::SimpleAtoi(parts[1], &odd_words)) {
-      Print("ERROR code=INVALID_ARGUMENT elapsed_ms=0 msg=bad --words_for_rank");
+      Print(
+          "ERROR code=INVALID_ARGUMENT elapsed_ms=0 msg=bad --words_for_rank");
       return 2;
     }
   }
@@ -152,16 +184,20 @@ int main(int argc, char** argv) {
     if (round == absl::GetFlag(FLAGS_stall_at_round)) {
       Print(absl::StrCat("STALLING round=", round));
       absl::Time stall_start = absl::Now();
-      absl::Time until = stall_start + absl::Milliseconds(absl::GetFlag(FLAGS_stall_ms));
+      absl::Time until =
+          stall_start + absl::Milliseconds(absl::GetFlag(FLAGS_stall_ms));
       while (absl::Now() < until) {
         absl::Status health = (*client)->JobHealth();
         if (!health.ok()) return Fail(health, stall_start);
         absl::SleepFor(absl::Milliseconds(5));
       }
-      Print("ERROR code=DEADLINE_EXCEEDED elapsed_ms=0 msg=stall ended without a job failure");
+      Print(
+          "ERROR code=DEADLINE_EXCEEDED elapsed_ms=0 msg=stall ended without a "
+          "job failure");
       return 3;
     }
-    std::vector<uint32_t> frame(static_cast<int>(rank) == odd_rank ? odd_words : words);
+    std::vector<uint32_t> frame(static_cast<int>(rank) == odd_rank ? odd_words
+                                                                   : words);
     for (size_t j = 0; j < frame.size(); ++j) frame[j] = Word(rank, round, j);
     absl::Time round_start = absl::Now();
     absl::StatusOr<std::vector<uint32_t>> result;
@@ -180,7 +216,8 @@ int main(int argc, char** argv) {
     for (uint32_t r = 0; r < world; ++r) {
       for (int j = 0; j < words; ++j) {
         if ((*result)[r * words + j] != Word(r, round, j)) {
-          Print(absl::StrCat("MISMATCH round=", round, " rank=", r, " word=", j));
+          Print(
+              absl::StrCat("MISMATCH round=", round, " rank=", r, " word=", j));
           return 4;
         }
       }
@@ -188,11 +225,19 @@ int main(int argc, char** argv) {
   }
   if (rounds > 0) Print(absl::StrCat("ROUNDS_OK n=", rounds));
 
-  absl::Time hold_until = absl::Now() + absl::Milliseconds(absl::GetFlag(FLAGS_hold_ms));
+  absl::Time hold_until =
+      absl::Now() + absl::Milliseconds(absl::GetFlag(FLAGS_hold_ms));
   while (absl::Now() < hold_until) {
     absl::Status health = (*client)->JobHealth();
     if (!health.ok()) return Fail(health, started);
     absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (std::string path = absl::GetFlag(FLAGS_leave_when_file); !path.empty()) {
+    while (!std::ifstream(path).good()) {
+      absl::Status health = (*client)->JobHealth();
+      if (!health.ok()) return Fail(health, started);
+      absl::SleepFor(absl::Milliseconds(10));
+    }
   }
   auto left = (*client)->Leave();
   if (!left.ok()) return Fail(left, started);

@@ -22,7 +22,11 @@ LocalCluster::~LocalCluster() {
 }
 
 std::string LocalCluster::socket_target(uint32_t node) const {
-  return absl::StrCat("unix://", dir_, "/node", node, ".sock");
+  return absl::StrCat("unix://", socket_path(node));
+}
+
+std::string LocalCluster::socket_path(uint32_t node) const {
+  return absl::StrCat(dir_, "/node", node, ".sock");
 }
 
 std::string LocalCluster::tcp_address(uint32_t node) const {
@@ -43,19 +47,20 @@ absl::Status LocalCluster::Start(absl::Duration timeout) {
         absl::StrCat("--expert_parallel=", options_.expert_parallel),
         absl::StrCat("--listen=", tcp_address(n)),
         absl::StrCat("--socket=", dir_, "/node", n, ".sock"),
-        absl::StrCat("--heartbeat_interval_ms=", options_.heartbeat_interval_ms),
+        absl::StrCat("--heartbeat_interval_ms=",
+                     options_.heartbeat_interval_ms),
         absl::StrCat("--heartbeat_timeout_ms=", options_.heartbeat_timeout_ms),
     };
     if (n != 0) argv.push_back(absl::StrCat("--coordinator=", tcp_address(0)));
     for (const auto& f : options_.extra_flags) argv.push_back(f);
-    auto child = ChildProcess::Spawn(argv, {},
-                                     absl::StrCat(dir_, "/daemon", n, ".log"));
+    auto child =
+        ChildProcess::Spawn(argv, {}, absl::StrCat(dir_, "/daemon", n, ".log"));
     if (!child.ok()) return child.status();
     daemons_.push_back(*std::move(child));
   }
   absl::Time deadline = absl::Now() + timeout;
   for (uint32_t n = 0; n < options_.nnodes; ++n) {
-    ClientOptions client;
+    ClientOptions client = options_.probe;
     client.target = tcp_address(n);
     client.connect_timeout = absl::Seconds(5);
     while (true) {
@@ -69,8 +74,8 @@ absl::Status LocalCluster::Start(absl::Duration timeout) {
         if (health.ok() && *health == "SERVING") break;
       }
       if (absl::Now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "daemon ", n, " not ready:\n", daemons_[n].ReadLog()));
+        return absl::DeadlineExceededError(
+            absl::StrCat("daemon ", n, " not ready:\n", daemons_[n].ReadLog()));
       }
       absl::SleepFor(absl::Milliseconds(20));
     }
@@ -89,7 +94,8 @@ absl::StatusOr<ChildProcess> LocalCluster::StartWorker(
   };
   for (const auto& a : args) argv.push_back(a);
   uint32_t rank = node * options_.nproc_per_node + local_rank;
-  return ChildProcess::Spawn(argv, {}, absl::StrCat(dir_, "/rank", rank, ".log"));
+  return ChildProcess::Spawn(argv, {},
+                             absl::StrCat(dir_, "/rank", rank, ".log"));
 }
 
 absl::StatusOr<std::vector<ChildProcess>> LocalCluster::StartAllWorkers(
@@ -110,7 +116,8 @@ std::vector<int> WaitAll(std::vector<ChildProcess>& workers,
   absl::Time deadline = absl::Now() + timeout;
   std::vector<int> statuses;
   for (auto& w : workers) {
-    absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
+    absl::Duration left =
+        std::max(deadline - absl::Now(), absl::ZeroDuration());
     auto s = w.Wait(left);
     if (!s.has_value()) {
       w.Stop(absl::ZeroDuration());

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "client/channel.h"
 #include "tests/harness/process.h"
 
 namespace rankd::testing {
@@ -28,6 +29,9 @@ struct ClusterOptions {
   int heartbeat_timeout_ms = 1000;
   // Extra flags for every daemon.
   std::vector<std::string> extra_flags;
+  // How the harness's own readiness probes reach each daemon's TCP listener
+  // (TLS files, bearer token). `target` is ignored (set per node).
+  ClientOptions probe;
 };
 
 class LocalCluster {
@@ -41,20 +45,25 @@ class LocalCluster {
   absl::Status Start(absl::Duration timeout = absl::Seconds(20));
 
   const ClusterOptions& options() const { return options_; }
+  // For settings that need dir() (certificates, token files); only before
+  // Start().
+  ClusterOptions& mutable_options() { return options_; }
   uint32_t world_size() const {
     return options_.nnodes * options_.nproc_per_node;
   }
   std::string dir() const { return dir_; }
   // "unix:///tmp/.../node1.sock"
   std::string socket_target(uint32_t node) const;
+  // "/tmp/.../node1.sock"
+  std::string socket_path(uint32_t node) const;
   // "127.0.0.1:PORT"
   std::string tcp_address(uint32_t node) const;
   ChildProcess& daemon(uint32_t node) { return daemons_[node]; }
 
   // Starts one rank process (tests/rank_worker) on `node` with `args`
   // (--target, --job_id, --local_rank and --world_size are added).
-  absl::StatusOr<ChildProcess> StartWorker(uint32_t node, uint32_t local_rank,
-                                           const std::vector<std::string>& args);
+  absl::StatusOr<ChildProcess> StartWorker(
+      uint32_t node, uint32_t local_rank, const std::vector<std::string>& args);
 
   // Starts workers for every rank, node-major. Worker logs are
   // dir()/rank<R>.log.

@@ -30,7 +30,8 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(
   for (char** e = environ; *e != nullptr; ++e) {
     std::string entry(*e);
     auto eq = entry.find('=');
-    if (eq != std::string::npos) merged[entry.substr(0, eq)] = entry.substr(eq + 1);
+    if (eq != std::string::npos)
+      merged[entry.substr(0, eq)] = entry.substr(eq + 1);
   }
   for (const auto& [k, v] : env) merged[k] = v;
   std::vector<std::string> env_strings;
@@ -58,7 +59,8 @@ absl::StatusOr<ChildProcess> ChildProcess::Spawn(
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
   pid_t pid = -1;
-  int rc = posix_spawn(&pid, argp[0], &actions, &attr, argp.data(), envp.data());
+  int rc =
+      posix_spawn(&pid, argp[0], &actions, &attr, argp.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) {

@@ -60,7 +60,8 @@ std::string Runfile(const std::string& path);
 // in tests).
 int FreePort();
 
-// A fresh folder under /tmp (short, so socket paths fit); the caller removes it.
+// A fresh folder under /tmp (short, so socket paths fit); the caller removes
+// it.
 std::string MakeTempDir(const std::string& prefix);
 
 }  // namespace rankd::testing
