@@ -174,16 +174,14 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
         return response;  // a retried registration
       }
       std::string why = absl::StrFormat(
-          "%s re-registered with a new daemon incarnation (%x, was %x): its "
-          "daemon restarted, so this job incarnation cannot continue; "
-          "recreate the whole group",
-          NodeName(info.node_index(), node.info), info.daemon_incarnation(),
-          node.info.daemon_incarnation());
+          "its daemon restarted (new daemon incarnation %x, was %x), so this "
+          "job incarnation cannot continue; recreate the whole group",
+          info.daemon_incarnation(), node.info.daemon_incarnation());
       if (state_ != v1::JOB_STATE_FAILED &&
           node.state == v1::NODE_STATE_REGISTERED) {
-        LoseNodeLocked(info.node_index(), "its daemon restarted");
+        LoseNodeLocked(info.node_index(), why);
       }
-      FailJobLocked(why);
+      FailJobLocked(absl::StrCat(NodeName(info.node_index(), node.info), ": ", why));
     } else if (auto s = JobFailedLocked(); !s.ok()) {
       return s;
     } else {

@@ -500,8 +500,8 @@ TEST_F(CoordinatorTest, ReRegistrationAfterLeavingAlsoFailsTheJob) {
 
   auto r = Register(1, 0x2001);
   EXPECT_STATUS(r.status(), absl::StatusCode::kAborted,
-                "job failed: node 1 (host-1 at 10.0.0.1:7000) re-registered "
-                "with a new daemon incarnation (2001, was 1001)");
+                "job failed: node 1 (host-1 at 10.0.0.1:7000): its daemon "
+                "restarted (new daemon incarnation 2001, was 1001)");
   EXPECT_STATUS(r.status(), absl::StatusCode::kAborted,
                 "recreate the whole group");
   EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_FAILED);
