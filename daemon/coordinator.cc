@@ -214,22 +214,29 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
 }
 
 absl::StatusOr<EventLog::SubscriptionId> Coordinator::Subscribe(
-    const v1::SubscribeRequest& request, EventLog::Subscriber sink) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (auto s = CheckNodeLocked(request.node()); !s.ok()) return s;
+    const v1::SubscribeRequest& request, EventLog::Subscriber sink,
+    std::function<void(absl::Status)> close) {
+  absl::MutexLock lock(&mu_);
+  if (auto s = CheckNodeLocked(request.node()); !s.ok()) return s;
+  if (shutting_down_) {
+    return absl::UnavailableError("the coordinator is shutting down");
   }
-  return events_.Subscribe(request.after_sequence(), std::move(sink));
+  EventLog::SubscriptionId id =
+      events_.Subscribe(request.after_sequence(), std::move(sink));
+  if (close) stream_closers_[id] = std::move(close);
+  return id;
 }
 
 void Coordinator::EndSubscription(EventLog::SubscriptionId id,
                                   const v1::NodeRef& node, bool connection_lost,
                                   const std::string& reason) {
   events_.Unsubscribe(id);
-  if (!connection_lost) return;
   {
     absl::MutexLock lock(&mu_);
-    if (shutting_down_ || !CheckNodeLocked(node).ok()) return;
+    stream_closers_.erase(id);
+    if (!connection_lost || shutting_down_ || !CheckNodeLocked(node).ok()) {
+      return;
+    }
     LoseNodeLocked(node.node_index(),
                    absl::StrCat("its event stream closed (", reason, ")"));
   }
@@ -599,13 +606,18 @@ void Coordinator::ReleaseAfterFailure() {
 }
 
 void Coordinator::BeginShutdown() {
+  std::map<EventLog::SubscriptionId, std::function<void(absl::Status)>> closers;
   {
     absl::MutexLock lock(&mu_);
     shutting_down_ = true;
     timer_->Cancel(heartbeat_timer_);
     heartbeat_timer_ = 0;
+    closers.swap(stream_closers_);
   }
   ReleaseAfterFailure();
+  for (auto& [id, close] : closers) {
+    close(absl::UnavailableError("the coordinator is shutting down"));
+  }
 }
 
 void Coordinator::CheckHeartbeats() {

@@ -63,8 +63,10 @@ class Coordinator {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request);
   // Streams events after request.after_sequence to `sink` (EventLog rules).
+  // `close` (may be empty) ends the stream when the coordinator shuts down.
   absl::StatusOr<EventLog::SubscriptionId> Subscribe(
-      const v1::SubscribeRequest& request, EventLog::Subscriber sink);
+      const v1::SubscribeRequest& request, EventLog::Subscriber sink,
+      std::function<void(absl::Status)> close = nullptr);
   // Ends a subscription. With `connection_lost`, a node still registered
   // is declared lost (its daemon exited or the network broke).
   void EndSubscription(EventLog::SubscriptionId id, const v1::NodeRef& node,
@@ -92,7 +94,8 @@ class Coordinator {
   // Fails the job with `cause` (first cause wins) and releases every wait.
   void FailJob(const std::string& cause);
   // Stops treating closed streams as node loss (the coordinator itself is
-  // shutting down) and fails waits with Unavailable.
+  // shutting down), fails waits with Unavailable and ends the nodes' event
+  // streams, so they learn at once that the coordinator is going away.
   void BeginShutdown();
 
  private:
@@ -160,6 +163,9 @@ class Coordinator {
   uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, JoinWaiter> join_waiters_ ABSL_GUARDED_BY(mu_);
   DeadlineTimer::TimerId heartbeat_timer_ ABSL_GUARDED_BY(mu_) = 0;
+  // Closers of the nodes' event streams, by subscription.
+  std::map<EventLog::SubscriptionId, std::function<void(absl::Status)>>
+      stream_closers_ ABSL_GUARDED_BY(mu_);
 };
 
 // Random non-zero 64-bit id for incarnations.

@@ -171,7 +171,8 @@ grpc::ServerWriteReactor<v1::JobEvent>* PeerService::Subscribe(
   return EventStreamReactor::Start(
       Check(context),
       [coordinator, request](EventStreamReactor::Sinks sinks) {
-        return coordinator->Subscribe(*request, std::move(sinks.deliver));
+        return coordinator->Subscribe(*request, std::move(sinks.deliver),
+                                      std::move(sinks.close));
       },
       [coordinator, node](uint64_t id, bool client_gone,
                           const std::string& reason) {
