@@ -181,7 +181,8 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
           node.state == v1::NODE_STATE_REGISTERED) {
         LoseNodeLocked(info.node_index(), why);
       }
-      FailJobLocked(absl::StrCat(NodeName(info.node_index(), node.info), ": ", why));
+      FailJobLocked(
+          absl::StrCat(NodeName(info.node_index(), node.info), ": ", why));
     } else if (auto s = JobFailedLocked(); !s.ok()) {
       return s;
     } else {
@@ -665,18 +666,7 @@ v1::JobStatus Coordinator::GetJob() const {
 }
 
 v1::Topology Coordinator::GetTopology() const {
-  v1::Topology topology;
-  topology.set_job_id(spec_.job_id);
-  topology.set_world_size(spec_.world_size);
-  topology.set_nnodes(spec_.nnodes);
-  topology.set_nproc_per_node(spec_.nproc_per_node);
-  *topology.mutable_topology() = ToProto(spec_.topology);
-  for (const GroupSpec& g : groups_) {
-    v1::CollectiveGroup* out = topology.add_groups();
-    out->set_id(g.id);
-    out->set_kind(ToProto(g.kind));
-    for (uint32_t m : g.members) out->add_members(m);
-  }
+  v1::Topology topology = BuildTopology(spec_, groups_);
   absl::MutexLock lock(&mu_);
   for (uint32_t n = 0; n < nodes_.size(); ++n) {
     v1::NodeInfo* info = topology.add_nodes();

@@ -100,4 +100,21 @@ v1::SessionDescriptor BuildSessionDescriptor(
   return d;
 }
 
+v1::Topology BuildTopology(const JobSpec& spec,
+                           const std::vector<GroupSpec>& groups) {
+  v1::Topology topology;
+  topology.set_job_id(spec.job_id);
+  topology.set_world_size(spec.world_size);
+  topology.set_nnodes(spec.nnodes);
+  topology.set_nproc_per_node(spec.nproc_per_node);
+  *topology.mutable_topology() = ToProto(spec.topology);
+  for (const GroupSpec& g : groups) {
+    v1::CollectiveGroup* out = topology.add_groups();
+    out->set_id(g.id);
+    out->set_kind(ToProto(g.kind));
+    for (uint32_t m : g.members) out->add_members(m);
+  }
+  return topology;
+}
+
 }  // namespace rankd

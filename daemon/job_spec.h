@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/topology.h"
+#include "rankd/v1/admin.pb.h"
 #include "rankd/v1/common.pb.h"
 #include "rankd/v1/peer.pb.h"
 
@@ -48,6 +49,11 @@ v1::SessionDescriptor BuildSessionDescriptor(
     const JobSpec& spec, const std::vector<GroupSpec>& groups,
     uint64_t job_incarnation, uint32_t rank, uint32_t node_index,
     uint32_t local_rank);
+
+// The job's layout and every group, for admin answers; `nodes` is left
+// empty for the caller to fill.
+v1::Topology BuildTopology(const JobSpec& spec,
+                           const std::vector<GroupSpec>& groups);
 
 }  // namespace rankd
 

@@ -47,15 +47,7 @@ absl::Status KvStore::Set(absl::string_view key, absl::string_view value) {
     } else {
       it->second = std::string(value);
     }
-    for (auto w = waiters_.begin(); w != waiters_.end();) {
-      if (w->second.key == key) {
-        timer_->Cancel(w->second.timer);
-        released.push_back(std::move(w->second.done));
-        w = waiters_.erase(w);
-      } else {
-        ++w;
-      }
-    }
+    TakeWaitersLocked(key, &released);
   }
   for (auto& done : released) done(std::string(value));
   return absl::OkStatus();
@@ -86,6 +78,19 @@ void KvStore::Get(absl::string_view key, absl::Time deadline,
     }
   }
   done(std::move(immediate));
+}
+
+void KvStore::TakeWaitersLocked(absl::string_view key,
+                                std::vector<GetCallback>* released) {
+  for (auto w = waiters_.begin(); w != waiters_.end();) {
+    if (w->second.key == key) {
+      timer_->Cancel(w->second.timer);
+      released->push_back(std::move(w->second.done));
+      w = waiters_.erase(w);
+    } else {
+      ++w;
+    }
+  }
 }
 
 void KvStore::Expire(uint64_t waiter_id, absl::Duration waited) {
@@ -134,15 +139,7 @@ absl::StatusOr<int64_t> KvStore::Add(absl::string_view key, int64_t delta) {
           absl::StrCat("key-value broker holds ", kMaxKeys, " keys already"));
     }
     values_[std::string(key)] = absl::StrCat(updated);
-    for (auto w = waiters_.begin(); w != waiters_.end();) {
-      if (w->second.key == key) {
-        timer_->Cancel(w->second.timer);
-        released.push_back(std::move(w->second.done));
-        w = waiters_.erase(w);
-      } else {
-        ++w;
-      }
-    }
+    TakeWaitersLocked(key, &released);
   }
   for (auto& done : released) done(absl::StrCat(updated));
   return updated;

@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -72,6 +73,11 @@ class KvStore {
   };
 
   void Expire(uint64_t waiter_id, absl::Duration waited);
+  // Removes the Gets waiting for `key` (cancelling their timers) and
+  // appends their callbacks to `released`, to be run without the lock.
+  void TakeWaitersLocked(absl::string_view key,
+                         std::vector<GetCallback>* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   DeadlineTimer* const timer_;
   mutable absl::Mutex mu_;

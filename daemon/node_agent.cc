@@ -154,8 +154,9 @@ template <typename T>
 Reply<T> NodeAgent::Relay(Reply<T> reply) {
   return [this, reply = std::move(reply)](absl::StatusOr<T> result) {
     if (result.ok()) return reply(std::move(result));
-    if (result.status().code() == absl::StatusCode::kUnavailable &&
-        !spec_.job_id.empty()) {
+    // A forwarded call that finds the coordinator unreachable means the
+    // coordinator is gone (the event stream breaks at the same moment).
+    if (result.status().code() == absl::StatusCode::kUnavailable) {
       bool shutting_down;
       {
         absl::MutexLock lock(&mu_);
@@ -397,6 +398,11 @@ void NodeAgent::LoseRank(uint32_t rank, uint64_t incarnation,
 void NodeAgent::AllGatherWords(const v1::AllGatherWordsRequest& request,
                                Reply<v1::AllGatherWordsResponse> reply) {
   const uint32_t rank = request.member().rank();
+  if (request.round() == 0) {
+    return reply(absl::InvalidArgumentError(
+        "round 0 is not a round number: rounds are numbered 1, 2, 3... per "
+        "rank"));
+  }
   if (request.words_size() > static_cast<int>(WordRounds::kMaxWordsPerRank)) {
     return reply(absl::InvalidArgumentError(absl::StrCat(
         "frame of ", request.words_size(), " words exceeds the limit of ",
@@ -865,18 +871,7 @@ v1::MemberList NodeAgent::LocalMembers() const {
 }
 
 v1::Topology NodeAgent::LocalTopology() const {
-  v1::Topology topology;
-  topology.set_job_id(spec_.job_id);
-  topology.set_world_size(spec_.world_size);
-  topology.set_nnodes(spec_.nnodes);
-  topology.set_nproc_per_node(spec_.nproc_per_node);
-  *topology.mutable_topology() = ToProto(spec_.topology);
-  for (const GroupSpec& g : groups_) {
-    v1::CollectiveGroup* out = topology.add_groups();
-    out->set_id(g.id);
-    out->set_kind(ToProto(g.kind));
-    for (uint32_t m : g.members) out->add_members(m);
-  }
+  v1::Topology topology = BuildTopology(spec_, groups_);
   for (uint32_t n = 0; n < spec_.nnodes; ++n) {
     v1::NodeInfo* info = topology.add_nodes();
     if (n == node_.node_index()) *info = node_;
