@@ -9,6 +9,7 @@ packages=(
   g++ libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev
   libabsl-dev libgtest-dev libgloo-dev
   python3 iproute2 procps
+  openssl
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)

@@ -16,7 +16,11 @@ LocalCluster::LocalCluster(ClusterOptions options)
     : options_(std::move(options)), dir_(MakeTempDir("rankd-cluster")) {}
 
 LocalCluster::~LocalCluster() {
-  for (auto& d : daemons_) d.Stop(absl::Seconds(5));
+  // Coordinator last: it waits for the other daemons' event streams to end
+  // before it exits, so stopping it first costs its whole shutdown grace.
+  for (auto d = daemons_.rbegin(); d != daemons_.rend(); ++d) {
+    d->Stop(absl::Seconds(5));
+  }
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
 }
@@ -53,6 +57,9 @@ absl::Status LocalCluster::Start(absl::Duration timeout) {
     };
     if (n != 0) argv.push_back(absl::StrCat("--coordinator=", tcp_address(0)));
     for (const auto& f : options_.extra_flags) argv.push_back(f);
+    if (n < options_.node_flags.size()) {
+      for (const auto& f : options_.node_flags[n]) argv.push_back(f);
+    }
     auto child =
         ChildProcess::Spawn(argv, {}, absl::StrCat(dir_, "/daemon", n, ".log"));
     if (!child.ok()) return child.status();

@@ -29,6 +29,9 @@ struct ClusterOptions {
   int heartbeat_timeout_ms = 1000;
   // Extra flags for every daemon.
   std::vector<std::string> extra_flags;
+  // Extra flags for one daemon (index = node), after extra_flags (so they
+  // win when both set a flag).
+  std::vector<std::vector<std::string>> node_flags;
   // How the harness's own readiness probes reach each daemon's TCP listener
   // (TLS files, bearer token). `target` is ignored (set per node).
   ClientOptions probe;
