@@ -1,0 +1,224 @@
+// allgather_words_bench: one rank of the all_gather_words latency benchmark
+// (bench/run_allgather_words.sh starts the daemons and one of these per
+// rank). It connects to its node's daemon through the client library, joins
+// the job, runs --warmup untimed rounds and then --rounds timed rounds of
+// AllGatherWords with a --words-word frame, and writes one line per timed
+// round to --out:
+//   <start_ns> <end_ns>
+// (steady_clock, i.e. CLOCK_MONOTONIC, comparable across processes on one
+// machine). The first line of --out is a "# ..." header that also gives the
+// process's CPU time (cpu_us, all threads, user + system) and voluntary and
+// involuntary context switches (vcsw, ivcsw) over the timed rounds. On
+// stdout it prints
+//   JOINED rank=R world=W
+//   SUMMARY rank=R rounds=N p50_us=X p99_us=Y
+// and exits 0; on any error it prints "ERROR ..." and exits non-zero.
+//
+// Results of the warmup rounds and of the last timed round are checked word
+// by word (outside the timed region); the others only by size.
+//
+// --path selects how a round reaches the daemon:
+//   client     (default) rankd::Client::AllGatherWords, the product path;
+//   sync_stub  diagnostic only: after joining through the client library,
+//              send the same AllGatherWords RPCs with gRPC's synchronous stub
+//              on this thread over a second channel to the same socket,
+//              bypassing the client library's callback-API call and
+//              notification hand-off. It measures what the client path
+//              costs; it is not how serving processes should talk to rankd.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "grpcpp/grpcpp.h"
+#include "rankd/v1/rank.grpc.pb.h"
+
+ABSL_FLAG(std::string, target, "", "daemon target, e.g. unix:///tmp/x/node0.sock");
+ABSL_FLAG(std::string, job_id, "bench", "job id");
+ABSL_FLAG(uint32_t, local_rank, 0, "local rank on this node");
+ABSL_FLAG(uint32_t, world_size, 0, "expected world size (0: don't check)");
+ABSL_FLAG(int, join_wait_ms, 120000, "how long Join waits for every rank");
+ABSL_FLAG(int, warmup, 200, "untimed rounds before the timed ones");
+ABSL_FLAG(int, rounds, 2000, "timed rounds");
+ABSL_FLAG(int, words, 4, "uint32 words per rank per round");
+ABSL_FLAG(int, round_timeout_ms, 30000, "deadline of each round");
+ABSL_FLAG(std::string, path, "client",
+          "client (product path) or sync_stub (diagnostic, see the file comment)");
+ABSL_FLAG(std::string, out, "", "file for per-round timestamps (required)");
+
+namespace {
+
+int Fail(const std::string& what, const absl::Status& status) {
+  std::printf("ERROR %s: %s\n", what.c_str(), status.ToString().c_str());
+  std::fflush(stdout);
+  return 3;
+}
+
+uint32_t Word(uint32_t rank, int round, int j) {
+  return rank * 1000003u + static_cast<uint32_t>(round) * 131u +
+         static_cast<uint32_t>(j);
+}
+
+// CPU time (user + system, every thread) and context switches so far.
+struct Usage {
+  int64_t cpu_us = 0, vcsw = 0, ivcsw = 0;
+};
+Usage SelfUsage() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto us = [](const timeval& tv) {
+    return static_cast<int64_t>(tv.tv_sec) * 1000000 + tv.tv_usec;
+  };
+  return {us(ru.ru_utime) + us(ru.ru_stime), ru.ru_nvcsw, ru.ru_nivcsw};
+}
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  const int words = absl::GetFlag(FLAGS_words);
+  const std::string out_path = absl::GetFlag(FLAGS_out);
+  const std::string path = absl::GetFlag(FLAGS_path);
+  if (path != "client" && path != "sync_stub") {
+    std::printf("ERROR usage: --path must be client or sync_stub\n");
+    return 2;
+  }
+  if (warmup < 0 || rounds < 1 || words < 1 ||
+      words > static_cast<int>(rankd::kMaxFrameWords) || out_path.empty()) {
+    std::printf("ERROR usage: need --warmup>=0 --rounds>=1 --words in [1, %zu] --out=FILE\n",
+                rankd::kMaxFrameWords);
+    return 2;
+  }
+  FILE* out = std::fopen(out_path.c_str(), "w");
+  if (out == nullptr) {
+    std::printf("ERROR cannot write %s\n", out_path.c_str());
+    return 2;
+  }
+
+  rankd::ClientOptions options;
+  options.target = absl::GetFlag(FLAGS_target);
+  auto client = rankd::Client::Connect(options);
+  if (!client.ok()) return Fail("connect", client.status());
+  rankd::JoinOptions join;
+  join.job_id = absl::GetFlag(FLAGS_job_id);
+  join.local_rank = absl::GetFlag(FLAGS_local_rank);
+  join.world_size = absl::GetFlag(FLAGS_world_size);
+  join.device.set_kind("cpu");
+  join.wait_for_world = absl::Milliseconds(absl::GetFlag(FLAGS_join_wait_ms));
+  auto descriptor = (*client)->Join(join);
+  if (!descriptor.ok()) return Fail("join", descriptor.status());
+  const uint32_t rank = descriptor->rank();
+  const uint32_t world = descriptor->world_size();
+  std::printf("JOINED rank=%u world=%u\n", rank, world);
+  std::fflush(stdout);
+
+  const absl::Duration timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_round_timeout_ms));
+  const size_t expected = static_cast<size_t>(world) * words;
+  // Diagnostic path: the same RPC through a synchronous stub.
+  std::unique_ptr<rankd::v1::Rank::Stub> stub;
+  rankd::v1::AllGatherWordsRequest request;
+  if (path == "sync_stub") {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    stub = rankd::v1::Rank::NewStub(grpc::CreateCustomChannel(
+        (*client)->target(), grpc::InsecureChannelCredentials(), args));
+    *request.mutable_member() = (*client)->member();
+    request.set_timeout_ms(absl::GetFlag(FLAGS_round_timeout_ms));
+  }
+  auto sync_round = [&](uint64_t number, const std::vector<uint32_t>& words_in)
+      -> absl::StatusOr<std::vector<uint32_t>> {
+    request.set_round(number);
+    request.mutable_words()->Assign(words_in.begin(), words_in.end());
+    rankd::v1::AllGatherWordsResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout + absl::Seconds(5)));
+    grpc::Status status = stub->AllGatherWords(&context, request, &response);
+    if (!status.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          status.error_message());
+    }
+    return std::vector<uint32_t>(response.words().begin(), response.words().end());
+  };
+
+  std::vector<uint32_t> frame(words);
+  std::vector<int64_t> start(rounds), end(rounds);
+  const int total = warmup + rounds;
+  Usage before;
+  for (int i = 0; i < total; ++i) {
+    if (i == warmup) before = SelfUsage();
+    for (int j = 0; j < words; ++j) frame[j] = Word(rank, i, j);
+    const int64_t t0 = NowNs();
+    auto result = stub ? sync_round(i + 1, frame)
+                       : (*client)->AllGatherWords(frame, timeout);
+    const int64_t t1 = NowNs();
+    if (!result.ok()) return Fail(absl::StrCat("round ", i + 1), result.status());
+    if (result->size() != expected) {
+      std::printf("ERROR round %d: %zu words, expected %zu\n", i + 1,
+                  result->size(), expected);
+      return 4;
+    }
+    if (i < warmup || i == total - 1) {
+      for (uint32_t r = 0; r < world; ++r) {
+        for (int j = 0; j < words; ++j) {
+          if ((*result)[r * words + j] != Word(r, i, j)) {
+            std::printf("ERROR round %d: wrong word %d of rank %u\n", i + 1, j, r);
+            return 4;
+          }
+        }
+      }
+    }
+    if (i >= warmup) {
+      start[i - warmup] = t0;
+      end[i - warmup] = t1;
+    }
+  }
+
+  const Usage after = SelfUsage();
+  std::fprintf(out,
+               "# rankd all_gather_words rank=%u world=%u words=%d warmup=%d "
+               "rounds=%d path=%s cpu_us=%lld vcsw=%lld ivcsw=%lld\n",
+               rank, world, words, warmup, rounds, path.c_str(),
+               static_cast<long long>(after.cpu_us - before.cpu_us),
+               static_cast<long long>(after.vcsw - before.vcsw),
+               static_cast<long long>(after.ivcsw - before.ivcsw));
+  std::vector<int64_t> lat(rounds);
+  for (int i = 0; i < rounds; ++i) {
+    std::fprintf(out, "%lld %lld\n", static_cast<long long>(start[i]),
+                 static_cast<long long>(end[i]));
+    lat[i] = end[i] - start[i];
+  }
+  if (std::fclose(out) != 0) {
+    std::printf("ERROR writing %s\n", out_path.c_str());
+    return 2;
+  }
+  std::sort(lat.begin(), lat.end());
+  auto pct = [&](double p) {
+    size_t k = static_cast<size_t>(p / 100.0 * rounds + 0.999999);
+    return lat[std::clamp<size_t>(k, 1, rounds) - 1] / 1000.0;
+  };
+  std::printf("SUMMARY rank=%u rounds=%d p50_us=%.1f p99_us=%.1f\n", rank,
+              rounds, pct(50), pct(99));
+  std::fflush(stdout);
+  auto left = (*client)->Leave();
+  if (!left.ok()) return Fail("leave", left);
+  return 0;
+}

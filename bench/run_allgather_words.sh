@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# all_gather_words round latency: rankd vs torch.distributed (Gloo), same run.
+#
+# Starts a real rankd job on loopback (NNODES daemons, NPROC_PER_NODE rank
+# processes each, ranks on Unix sockets, daemons on 127.0.0.1 TCP ports),
+# runs WARMUP untimed + ROUNDS timed all_gather_words rounds of a WORDS-word
+# frame in every rank (bench/allgather_words_bench.cc), then runs the same
+# exchange with torch.distributed from Debian's python3-torch: the same
+# number of processes, Gloo, TCPStore on 127.0.0.1, all_gather of an int32
+# tensor of WORDS elements, same warmup and rounds (bench/torch_allgather.py).
+# Prints p50/p99 round latency for both and the ratio rankd/torch, and
+# rewrites the "latest run" section of bench/RESULTS.md (plus one history
+# row) with the date, machine, command and numbers (bench/summarize.py).
+#
+# usage: bench/run_allgather_words.sh [--warmup=N] [--rounds=N] [--words=N]
+#          [--nnodes=N] [--nproc_per_node=N] [--results=PATH | --no_results]
+#          [--note=TEXT] [--keep=DIR] [--skip_setup] [--path=client|sync_stub]
+# Each flag has an environment default: WARMUP (200), ROUNDS (2000),
+# WORDS (4), NNODES (4), NPROC_PER_NODE (4), RESULTS (bench/RESULTS.md),
+# BAZEL_COMPILATION_MODE (opt). --keep=DIR copies the raw per-rank samples
+# and the daemon/rank logs to DIR. --skip_setup skips tools/setup.sh --bench.
+# --path=sync_stub is a diagnostic: ranks send the same RPC through gRPC's
+# synchronous stub instead of the client library (see allgather_words_bench.cc).
+#
+# It stops only what it started, by pid (TERM, then KILL after 5 s), and
+# removes its temp folder, on success, failure or interruption.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+WARMUP=${WARMUP:-200}
+ROUNDS=${ROUNDS:-2000}
+WORDS=${WORDS:-4}
+NNODES=${NNODES:-4}
+NPROC_PER_NODE=${NPROC_PER_NODE:-4}
+RESULTS=${RESULTS:-bench/RESULTS.md}
+MODE=${BAZEL_COMPILATION_MODE:-opt}
+NOTE=""
+KEEP=""
+SETUP=1
+RANK_PATH=client
+ORIG_ARGS=("$@")
+
+die() { echo "run_allgather_words: $*" >&2; exit 1; }
+for arg in "$@"; do
+  case "$arg" in
+    --warmup=*) WARMUP=${arg#*=} ;;
+    --rounds=*) ROUNDS=${arg#*=} ;;
+    --words=*) WORDS=${arg#*=} ;;
+    --nnodes=*) NNODES=${arg#*=} ;;
+    --nproc_per_node=*) NPROC_PER_NODE=${arg#*=} ;;
+    --results=*) RESULTS=${arg#*=} ;;
+    --no_results) RESULTS="" ;;
+    --note=*) NOTE=${arg#*=} ;;
+    --keep=*) KEEP=${arg#*=} ;;
+    --skip_setup) SETUP=0 ;;
+    --path=client|--path=sync_stub) RANK_PATH=${arg#*=} ;;
+    -h|--help) sed -n "2,26p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument '$arg' (see --help)" ;;
+  esac
+done
+for v in WARMUP ROUNDS WORDS NNODES NPROC_PER_NODE; do
+  [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a number, got '${!v}'"
+done
+((ROUNDS >= 1 && WORDS >= 1 && NNODES >= 1 && NPROC_PER_NODE >= 1)) ||
+  die "rounds, words, nnodes and nproc_per_node must be at least 1"
+WORLD=$((NNODES * NPROC_PER_NODE))
+TORCH_PY=/usr/bin/python3   # Debian's torch is importable only by it
+
+# --- Everything started below is tracked here and stopped on exit. --------
+TMP=""
+declare -a PIDS=()
+stop_all() {
+  local pid left i
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for ((i = 0; i < 50; i++)); do
+    left=0
+    for pid in "${PIDS[@]}"; do
+      # A child that exited stays a zombie (state Z) until reaped.
+      if [[ -r /proc/$pid/stat ]] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$pid/stat" 2>/dev/null; then
+        left=1
+      fi
+    done
+    ((left)) || break
+    sleep 0.1
+  done
+  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  PIDS=()
+}
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  stop_all
+  if [[ -n "$TMP" && -d "$TMP" ]]; then
+    if [[ -n "$KEEP" ]]; then mkdir -p "$KEEP" && cp -r "$TMP"/. "$KEEP"/ || true; fi
+    rm -rf "$TMP"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+# Forget a pid once it has been reaped, so it is never signalled again.
+forget() {
+  local keep=() p
+  for p in "${PIDS[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
+  PIDS=("${keep[@]}")
+}
+
+# --- Setup and build. ------------------------------------------------------
+if ((SETUP)); then tools/setup.sh --bench; fi
+[[ -x $TORCH_PY ]] || die "$TORCH_PY not found (tools/setup.sh --bench installs python3-torch)"
+TORCH_VERSION=$($TORCH_PY -c 'import torch, torch.distributed as d; assert d.is_gloo_available(); print(torch.__version__)') ||
+  die "$TORCH_PY cannot import torch with Gloo (run tools/setup.sh --bench)"
+
+echo "building (bazel -c $MODE) ..." >&2
+bazel build -c "$MODE" //daemon:rankd //client:rankctl //bench:allgather_words_bench
+BIN=$(bazel info -c "$MODE" bazel-bin 2>/dev/null)
+RANKD=$BIN/daemon/rankd
+RANKCTL=$BIN/client/rankctl
+RANK_BENCH=$BIN/bench/allgather_words_bench
+for b in "$RANKD" "$RANKCTL" "$RANK_BENCH"; do [[ -x $b ]] || die "missing $b"; done
+
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+TMP=$(mktemp -d /tmp/rankd-bench.XXXXXX)   # short: Unix socket paths must fit
+read -r -a PORTS <<<"$($TORCH_PY - "$((NNODES + 1))" <<'EOF'
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+for s in socks: s.close()
+EOF
+)"
+
+# --- rankd: daemons, readiness, ranks. -------------------------------------
+JOB=bench
+for ((n = 0; n < NNODES; n++)); do
+  args=(--job_id=$JOB --nnodes="$NNODES" --node_index=$n
+        --nproc_per_node="$NPROC_PER_NODE"
+        --listen=127.0.0.1:${PORTS[$n]} --socket="$TMP/node$n.sock")
+  ((n == 0)) || args+=(--coordinator=127.0.0.1:${PORTS[0]})
+  "$RANKD" "${args[@]}" >"$TMP/daemon$n.log" 2>&1 &
+  PIDS+=($!)
+done
+DAEMON_PIDS=("${PIDS[@]}")
+for ((n = 0; n < NNODES; n++)); do
+  deadline=$((SECONDS + 30))
+  until "$RANKCTL" --target=127.0.0.1:${PORTS[$n]} --service=readiness \
+          --timeout_ms=1000 health >/dev/null 2>&1; do
+    if ! kill -0 "${DAEMON_PIDS[$n]}" 2>/dev/null; then
+      cat "$TMP/daemon$n.log" >&2; die "daemon $n exited during start"
+    fi
+    ((SECONDS < deadline)) || { cat "$TMP/daemon$n.log" >&2; die "daemon $n not ready in 30 s"; }
+    sleep 0.05
+  done
+done
+echo "rankd: $NNODES daemons ready; running $WORLD ranks x ($WARMUP warmup + $ROUNDS rounds) ..." >&2
+
+# CPU time (user + system, all threads) of the daemons, in microseconds.
+daemon_cpu_us() {
+  local tck total=0 pid
+  tck=$(getconf CLK_TCK)
+  for pid in "${DAEMON_PIDS[@]}"; do
+    total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+  done
+  echo $((total * 1000000 / tck))
+}
+DAEMON_CPU_BEFORE=$(daemon_cpu_us)
+
+RUN_LIMIT=$((120 + (WARMUP + ROUNDS) / 20))   # seconds; generous
+RANK_PIDS=()
+for ((n = 0; n < NNODES; n++)); do
+  for ((l = 0; l < NPROC_PER_NODE; l++)); do
+    r=$((n * NPROC_PER_NODE + l))
+    timeout -k 5 "$RUN_LIMIT" "$RANK_BENCH" --target="unix://$TMP/node$n.sock" \
+      --job_id=$JOB --local_rank=$l --world_size=$WORLD --warmup="$WARMUP" \
+      --rounds="$ROUNDS" --words="$WORDS" --out="$TMP/rankd.rank$r.txt" \
+      --path="$RANK_PATH" \
+      >"$TMP/rank$r.log" 2>&1 &
+    PIDS+=($!)
+    RANK_PIDS+=($!)
+  done
+done
+failed=0
+for ((r = 0; r < WORLD; r++)); do
+  pid=${RANK_PIDS[$r]}
+  rc=0; wait "$pid" || rc=$?
+  forget "$pid"
+  if ((rc != 0)); then
+    failed=1
+    echo "rank $r exited with $rc:" >&2; tail -5 "$TMP/rank$r.log" >&2
+  fi
+done
+if ((failed)); then
+  for ((n = 0; n < NNODES; n++)); do echo "--- daemon $n" >&2; tail -5 "$TMP/daemon$n.log" >&2; done
+  die "rankd run failed"
+fi
+DAEMON_CPU_US=$(($(daemon_cpu_us) - DAEMON_CPU_BEFORE))
+stop_all   # the daemons; torch then has the machine to itself
+
+# --- torch.distributed (Gloo). ---------------------------------------------
+echo "torch $TORCH_VERSION: running $WORLD ranks x ($WARMUP warmup + $ROUNDS rounds) ..." >&2
+timeout -k 5 "$((RUN_LIMIT + 10))" "$TORCH_PY" bench/torch_allgather.py \
+  --world="$WORLD" --warmup="$WARMUP" --rounds="$ROUNDS" --words="$WORDS" \
+  --port="${PORTS[$NNODES]}" --out_dir="$TMP" --timeout_s="$RUN_LIMIT" \
+  >"$TMP/torch.log" 2>&1 &
+PIDS+=($!)
+rc=0; wait "$!" || rc=$?
+forget "$!"
+if ((rc != 0)); then tail -20 "$TMP/torch.log" >&2; die "torch run failed ($rc)"; fi
+
+# --- Summary. ---------------------------------------------------------------
+cmd="bench/run_allgather_words.sh"
+for a in "${ORIG_ARGS[@]}"; do cmd+=" $(printf '%q' "$a")"; done
+for v in WARMUP ROUNDS WORDS NNODES NPROC_PER_NODE RESULTS BAZEL_COMPILATION_MODE; do
+  if [[ -n "${!v+x}" ]] && env | grep -q "^$v="; then cmd="$v=$(printf '%q' "${!v}") $cmd"; fi
+done
+cpu=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+mem=$(awk '/^MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)
+rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD 2>/dev/null || rev+=" (with uncommitted changes)"
+meta=(
+  --meta "date=$(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  --meta "machine=$(nproc) CPUs, $cpu, $mem"
+  --meta "kernel=$(uname -sr)"
+  --meta "load average (1, 5, 15 min)=before the run: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  --meta "layout=$NNODES daemons x $NPROC_PER_NODE ranks = $WORLD ranks, loopback (ranks on Unix sockets, daemons on 127.0.0.1 TCP)"
+  --meta "frame=$WORDS uint32 words per rank (torch: int32 tensor of $WORDS elements)"
+  --meta "rounds=$ROUNDS timed after $WARMUP warmup, every rank"
+  --meta "rankd=git $rev, bazel -c $MODE, gRPC $(dpkg-query -W -f='${Version}' libgrpc++-dev 2>/dev/null || echo '?')"
+  --meta "rank path=$RANK_PATH$([[ $RANK_PATH == client ]] && echo ' (rankd::Client::AllGatherWords, the product path)' || echo ' (DIAGNOSTIC: synchronous gRPC stub, not the client library)')"
+  --meta "torch=$TORCH_VERSION (Debian python3-torch), Gloo over TCP on lo, TCPStore init"
+  --meta "command=$cmd"
+)
+[[ -z "$NOTE" ]] || meta+=(--meta "note=$NOTE")
+results_args=()
+[[ -z "$RESULTS" ]] || results_args=(--results "$RESULTS")
+echo
+$TORCH_PY bench/summarize.py --dir="$TMP" --world="$WORLD" --rounds="$ROUNDS" \
+  --daemon_cpu_us="$DAEMON_CPU_US" --daemon_rounds="$((WARMUP + ROUNDS))" \
+  "${results_args[@]}" "${meta[@]}"

@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""Summarises one all_gather_words benchmark run (bench/run_allgather_words.sh).
+
+Reads <dir>/rankd.rank<R>.txt and <dir>/torch.rank<R>.txt ("# header", then
+"<start_ns> <end_ns>" per timed round), computes round latency for both
+systems the same way, prints a table, and (with --results) rewrites the
+section between the BEGIN/END markers of bench/RESULTS.md and appends a row
+to its history table. Standard library only.
+
+Aggregation (identical for both systems):
+  * round latency (primary): for each timed round, the slowest rank's
+    latency for that round, max over ranks of (end - start): when the round
+    is complete as seen by every rank;
+  * per-rank (secondary): every rank's per-round latency pooled together.
+Percentiles are nearest-rank: the ceil(q/100 * n)-th smallest sample.
+"""
+
+import argparse
+import glob
+import math
+import os
+import re
+import sys
+
+BEGIN = "<!-- BEGIN allgather_words latest (written by bench/summarize.py) -->"
+END = "<!-- END allgather_words latest -->"
+HIST_BEGIN = "<!-- BEGIN allgather_words history -->"
+HIST_END = "<!-- END allgather_words history -->"
+
+
+def load(dirname, system):
+    """Returns ({rank: [(start_ns, end_ns)]}, {header field: sum over ranks})."""
+    files = glob.glob(os.path.join(dirname, f"{system}.rank*.txt"))
+    ranks = {}
+    totals = {}
+    for path in files:
+        m = re.search(r"\.rank(\d+)\.txt$", path)
+        rows = []
+        with open(path) as f:
+            for line in f:
+                if line.startswith("#"):
+                    for k, v in re.findall(r"(cpu_us|vcsw|ivcsw)=(\d+)", line):
+                        totals[k] = totals.get(k, 0) + int(v)
+                    continue
+                if not line.strip():
+                    continue
+                a, b = line.split()
+                rows.append((int(a), int(b)))
+        ranks[int(m.group(1))] = rows
+    return ranks, totals
+
+
+def pct(sorted_values, q):
+    n = len(sorted_values)
+    k = min(max(math.ceil(q / 100.0 * n), 1), n)
+    return sorted_values[k - 1]
+
+
+def stats(loaded, world, rounds):
+    ranks, totals = loaded
+    if sorted(ranks) != list(range(world)):
+        raise SystemExit(f"expected ranks 0..{world - 1}, found {sorted(ranks)}")
+    for r, rows in ranks.items():
+        if len(rows) != rounds:
+            raise SystemExit(f"rank {r}: {len(rows)} rounds, expected {rounds}")
+    per_round = sorted(
+        max(ranks[r][i][1] - ranks[r][i][0] for r in range(world)) / 1000.0
+        for i in range(rounds))
+    pooled = sorted((b - a) / 1000.0 for rows in ranks.values() for a, b in rows)
+    first = min(rows[0][0] for rows in ranks.values())
+    last = max(rows[-1][1] for rows in ranks.values())
+    return {
+        "p50": pct(per_round, 50), "p99": pct(per_round, 99),
+        "mean": sum(per_round) / len(per_round), "max": per_round[-1],
+        "rank_p50": pct(pooled, 50), "rank_p99": pct(pooled, 99),
+        "rounds_per_s": rounds / ((last - first) / 1e9),
+        "rank_cpu_us": totals.get("cpu_us", 0) / rounds,
+        "csw": (totals.get("vcsw", 0) + totals.get("ivcsw", 0)) / rounds,
+    }
+
+
+def fmt(x):
+    return f"{x:.1f}"
+
+
+def table(res):
+    r, t = res["rankd"], res["torch"]
+    lines = [
+        "| system | round p50 µs | round p99 µs | round mean µs | round max µs "
+        "| per-rank p50 µs | per-rank p99 µs | rounds/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, s in (("rankd all_gather_words", r),
+                    ("torch.distributed gloo all_gather", t)):
+        lines.append(
+            f"| {name} | {fmt(s['p50'])} | {fmt(s['p99'])} | {fmt(s['mean'])} "
+            f"| {fmt(s['max'])} | {fmt(s['rank_p50'])} | {fmt(s['rank_p99'])} "
+            f"| {s['rounds_per_s']:.0f} |")
+    lines.append(
+        f"| **ratio rankd / torch** | **{r['p50'] / t['p50']:.2f}** "
+        f"| **{r['p99'] / t['p99']:.2f}** | {r['mean'] / t['mean']:.2f} "
+        f"| {r['max'] / t['max']:.2f} | {r['rank_p50'] / t['rank_p50']:.2f} "
+        f"| {r['rank_p99'] / t['rank_p99']:.2f} "
+        f"| {r['rounds_per_s'] / t['rounds_per_s']:.2f} |")
+    return "\n".join(lines)
+
+
+def cpu_table(res, daemon_us):
+    r, t = res["rankd"], res["torch"]
+    ncpu = os.cpu_count() or 1
+    lines = [
+        "| system | rank processes | daemons | total | total / CPUs "
+        "| round period (1 / rounds per s) | context switches / round (ranks) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, s, d in (("rankd", r, daemon_us), ("torch", t, 0.0)):
+        tot = s["rank_cpu_us"] + d
+        lines.append(
+            f"| {name} | {fmt(s['rank_cpu_us'])} | {fmt(d) if name == 'rankd' else '-'} "
+            f"| {fmt(tot)} | {fmt(tot / ncpu)} | {fmt(1e6 / s['rounds_per_s'])} "
+            f"| {s['csw']:.0f} |")
+    return "\n".join(lines)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--dir", required=True)
+    p.add_argument("--world", type=int, required=True)
+    p.add_argument("--rounds", type=int, required=True)
+    p.add_argument("--results", help="bench/RESULTS.md to update")
+    p.add_argument("--meta", action="append", default=[],
+                   help="KEY=VALUE lines for the results section, in order")
+    p.add_argument("--daemon_cpu_us", type=int, default=0,
+                   help="CPU time the daemons used while the ranks ran")
+    p.add_argument("--daemon_rounds", type=int, default=0,
+                   help="rounds (warmup included) that CPU time covers")
+    p.add_argument("--goal", type=float, default=0.25,
+                   help="goal for the p50 ratio rankd/torch")
+    a = p.parse_args()
+
+    res = {s: stats(load(a.dir, s), a.world, a.rounds) for s in ("rankd", "torch")}
+    daemon_us = a.daemon_cpu_us / a.daemon_rounds if a.daemon_rounds else 0.0
+    ratio50 = res["rankd"]["p50"] / res["torch"]["p50"]
+    ratio99 = res["rankd"]["p99"] / res["torch"]["p99"]
+    goal_met = ratio50 <= a.goal
+    verdict = (f"goal (rankd p50 <= {a.goal:g} x torch p50): "
+               f"{'MET' if goal_met else 'NOT MET'} (ratio {ratio50:.2f})")
+
+    print(f"{'system':<36}{'p50 µs':>10}{'p99 µs':>10}")
+    print(f"{'rankd all_gather_words':<36}{fmt(res['rankd']['p50']):>10}"
+          f"{fmt(res['rankd']['p99']):>10}")
+    print(f"{'torch.distributed gloo all_gather':<36}"
+          f"{fmt(res['torch']['p50']):>10}{fmt(res['torch']['p99']):>10}")
+    print(f"{'ratio rankd/torch':<36}{ratio50:>10.2f}{ratio99:>10.2f}")
+    print("(round latency: per round, the slowest rank's latency)")
+    print(f"CPU per round, all processes: rankd "
+          f"{fmt(res['rankd']['rank_cpu_us'] + daemon_us)} µs "
+          f"(ranks {fmt(res['rankd']['rank_cpu_us'])}, daemons {fmt(daemon_us)}), "
+          f"torch {fmt(res['torch']['rank_cpu_us'])} µs")
+    print(verdict)
+
+    if not a.results:
+        return 0
+    meta = [m.split("=", 1) for m in a.meta]
+    md = dict(meta)
+    section = [BEGIN, "", f"### Latest run: {md.get('date', '?')}", ""]
+    for k, v in meta:
+        if k in ("command", "date"):
+            continue
+        section.append(f"- {k}: {v}")
+    section += [
+        "",
+        "Command:",
+        "",
+        "```",
+        md.get("command", "?"),
+        "```",
+        "",
+        table(res),
+        "",
+        "Round latency = for each timed round, the maximum over all ranks of "
+        "that rank's call latency (the round as completed for the slowest "
+        "rank); per-rank = all ranks' call latencies pooled. Nearest-rank "
+        "percentiles. Same method for both systems.",
+        "",
+        "CPU time per timed round, µs, summed over processes (user + "
+        "system, every thread; rank processes from getrusage over the timed "
+        "rounds, daemons from /proc/PID/stat over the ranks' whole run "
+        "divided by warmup + timed rounds). When total / CPUs is close to "
+        "the round period the run is CPU-bound: latency is then set by how "
+        "much CPU one round costs, not by the network.",
+        "",
+        cpu_table(res, daemon_us),
+        "",
+        f"**{verdict}**",
+        "",
+        END,
+    ]
+    lm = re.match(r"(\d+) daemons x (\d+) ranks", md.get("layout", ""))
+    layout = f"{lm.group(1)}x{lm.group(2)}" if lm else f"{a.world} ranks"
+    row = (f"| {md.get('date', '?')} | {md.get('machine', '?')} | {layout} "
+           f"| {a.rounds} | {fmt(res['rankd']['p50'])} "
+           f"| {fmt(res['rankd']['p99'])} | {fmt(res['torch']['p50'])} "
+           f"| {fmt(res['torch']['p99'])} | {ratio50:.2f} | {ratio99:.2f} "
+           f"| {md.get('note', '')} |")
+
+    text = open(a.results).read() if os.path.exists(a.results) else ""
+    new_section = "\n".join(section)
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        text = head + new_section + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + new_section + "\n"
+    if HIST_BEGIN in text and HIST_END in text:
+        head, rest = text.split(HIST_END, 1)
+        text = head.rstrip("\n") + "\n" + row + "\n" + HIST_END + rest
+    else:
+        text = (text.rstrip("\n") + "\n\n### History\n\n" + HIST_BEGIN + "\n"
+                "| date | machine | layout | rounds | rankd p50 µs | rankd p99 µs "
+                "| torch p50 µs | torch p99 µs | p50 ratio | p99 ratio | note |\n"
+                "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n"
+                + row + "\n" + HIST_END + "\n")
+    with open(a.results, "w") as f:
+        f.write(text)
+    print(f"updated {a.results}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
