@@ -67,7 +67,9 @@ class ControlPlane {
 };
 
 // The control plane through a joined rankd::Client. `client` must be joined
-// and outlive the returned object.
+// and outlive the returned object. It takes over the client's (single)
+// failure callback, Client::SetFailureCallback, to fan it out to every
+// OnJobFailure registration.
 std::unique_ptr<ControlPlane> MakeClientControlPlane(Client* client);
 
 }  // namespace rankd::dataplane

@@ -272,8 +272,16 @@ absl::StatusOr<ValueDescriptor> CheckAllToAllV(
         "all_to_all_v: the input needs a leading (row) axis; got a scalar");
   }
   size_t sent = 0, received = 0;
-  for (size_t c : send_counts) sent += c;
-  for (size_t c : receive_counts) received += c;
+  for (auto [counts, total] :
+       {std::pair(send_counts, &sent), std::pair(receive_counts, &received)}) {
+    for (size_t c : counts) {
+      if (c > std::numeric_limits<size_t>::max() - *total) {
+        return absl::InvalidArgumentError(
+            "all_to_all_v: the counts overflow when added up");
+      }
+      *total += c;
+    }
+  }
   if (sent != input.rows()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "all_to_all_v: send_counts add up to ", sent, " rows but the input ",

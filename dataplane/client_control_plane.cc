@@ -1,0 +1,152 @@
+// ClientControlPlane: the data plane's ControlPlane (control_plane.h) over a
+// joined rankd::Client. all_gather_words rounds, the key-value broker and job
+// health go straight to the client; the client's single failure callback is
+// taken over and fanned out to every OnJobFailure registration. Depends on
+// the client library, dataplane/control_plane.h and absl.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/client.h"
+#include "dataplane/control_plane.h"
+
+namespace rankd::dataplane {
+namespace {
+
+// A Client::PendingWords seen as a dataplane::PendingWords.
+class ClientPendingWords final : public PendingWords {
+ public:
+  explicit ClientPendingWords(std::unique_ptr<Client::PendingWords> pending)
+      : pending_(std::move(pending)) {}
+
+  bool IsComplete() const override { return pending_->IsReady(); }
+
+  absl::Status Wait() override { return Result().status(); }
+
+  absl::StatusOr<std::vector<uint32_t>> Result() override {
+    // The round's own round_timeout bounds an infinite wait.
+    return pending_->Wait(absl::InfiniteDuration());
+  }
+
+  // Both modes are real: Cancel() cancels the RPC and returns once gRPC has
+  // finished with it; the round's shared state owns every resource it uses
+  // until gRPC finishes, so leaving it in flight is a quarantine.
+  bool SupportsCancellation(CancellationMode) const override { return true; }
+
+  absl::StatusOr<WaitOutcome> WaitBounded(absl::Duration timeout,
+                                          CancellationMode mode) override {
+    if (absl::Status s = CheckBoundedWait(*this, timeout, mode, "rankd client");
+        !s.ok()) {
+      return s;
+    }
+    auto result = pending_->Wait(timeout);
+    if (result.ok()) return WaitOutcome::Completed();
+    if (pending_->IsReady()) return result.status();  // the round's error
+    if (mode == CancellationMode::kNativeCancel) pending_->Cancel();
+    return WaitOutcome::DeadlineExceeded(mode);
+  }
+
+ private:
+  const std::unique_ptr<Client::PendingWords> pending_;
+};
+
+// Shared with the client's failure callback, which may outlive the control
+// plane object.
+struct FailureFanout {
+  absl::Mutex mu;
+  std::vector<std::function<void(const absl::Status&)>> callbacks
+      ABSL_GUARDED_BY(mu);
+  absl::Status failure ABSL_GUARDED_BY(mu);
+  bool closed ABSL_GUARDED_BY(mu) = false;
+
+  void Fire(const absl::Status& status) {
+    std::vector<std::function<void(const absl::Status&)>> to_run;
+    {
+      absl::MutexLock lock(&mu);
+      if (closed || !failure.ok()) return;
+      failure = status;
+      to_run.swap(callbacks);
+    }
+    for (auto& callback : to_run) callback(status);
+  }
+};
+
+class ClientControlPlane final : public ControlPlane {
+ public:
+  explicit ClientControlPlane(Client* client)
+      : client_(client), fanout_(std::make_shared<FailureFanout>()) {
+    std::weak_ptr<FailureFanout> weak = fanout_;
+    client_->SetFailureCallback([weak](const absl::Status& status) {
+      if (auto fanout = weak.lock()) fanout->Fire(status);
+    });
+  }
+
+  ~ClientControlPlane() override {
+    absl::MutexLock lock(&fanout_->mu);
+    fanout_->closed = true;
+    fanout_->callbacks.clear();
+  }
+
+  absl::StatusOr<std::vector<uint32_t>> AllGatherWords(
+      absl::Span<const uint32_t> local, absl::Duration timeout) override {
+    return client_->AllGatherWords(local, timeout);
+  }
+
+  absl::StatusOr<std::unique_ptr<PendingWords>> SubmitAllGatherWords(
+      absl::Span<const uint32_t> local, absl::Duration timeout) override {
+    auto pending = client_->SubmitAllGatherWords(local, timeout);
+    if (!pending.ok()) return pending.status();
+    return std::unique_ptr<PendingWords>(
+        std::make_unique<ClientPendingWords>(*std::move(pending)));
+  }
+
+  absl::Status KvSet(absl::string_view key, absl::string_view value) override {
+    return client_->KvSet(key, value);
+  }
+
+  absl::StatusOr<std::string> KvGet(absl::string_view key,
+                                    absl::Duration timeout) override {
+    return client_->KvGet(key, timeout);
+  }
+
+  absl::StatusOr<int64_t> KvAdd(absl::string_view key, int64_t delta) override {
+    return client_->KvAdd(key, delta);
+  }
+
+  absl::Status JobHealth() const override { return client_->JobHealth(); }
+
+  void OnJobFailure(
+      std::function<void(const absl::Status&)> callback) override {
+    absl::Status failure;
+    {
+      absl::MutexLock lock(&fanout_->mu);
+      if (fanout_->failure.ok()) {
+        fanout_->callbacks.push_back(std::move(callback));
+        return;
+      }
+      failure = fanout_->failure;
+    }
+    callback(failure);  // already failed: run at once, outside the lock
+  }
+
+  std::string Namespace() const override {
+    const v1::SessionDescriptor& d = client_->descriptor();
+    return absl::StrCat(d.job_id(), "@", d.job_incarnation());
+  }
+
+ private:
+  Client* const client_;
+  const std::shared_ptr<FailureFanout> fanout_;
+};
+
+}  // namespace
+
+std::unique_ptr<ControlPlane> MakeClientControlPlane(Client* client) {
+  return std::make_unique<ClientControlPlane>(client);
+}
+
+}  // namespace rankd::dataplane

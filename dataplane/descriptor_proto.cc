@@ -1,0 +1,35 @@
+#include "dataplane/descriptor_proto.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace rankd::dataplane {
+
+absl::StatusOr<DistributedSessionDescriptor> DescriptorFromProto(
+    const v1::SessionDescriptor& proto) {
+  std::vector<CollectiveGroupDescriptor> groups;
+  groups.reserve(proto.groups_size());
+  for (const v1::CollectiveGroup& g : proto.groups()) {
+    auto group = CollectiveGroupDescriptor::Create(
+        g.id(), std::vector<uint32_t>(g.members().begin(), g.members().end()),
+        g.local_rank(), proto.rank());
+    if (!group.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("session descriptor of job ", proto.job_id(), ": ",
+                       group.status().message()));
+    }
+    groups.push_back(*std::move(group));
+  }
+  auto descriptor = DistributedSessionDescriptor::Create(
+      proto.world_size(), proto.rank(), std::move(groups));
+  if (!descriptor.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("session descriptor of job ", proto.job_id(), ": ",
+                     descriptor.status().message()));
+  }
+  return descriptor;
+}
+
+}  // namespace rankd::dataplane

@@ -1,0 +1,100 @@
+#include "dataplane/gloo/agreement_check.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace rankd::dataplane::gloo_internal {
+namespace {
+
+// Gathers `words` (the same count on every member) from every member.
+absl::Status GatherWords(GlooGroup& group, const std::string& operation,
+                         const std::vector<uint64_t>& words,
+                         std::vector<uint64_t>* all, Milliseconds timeout) {
+  const size_t n = group.size();
+  all->assign(n * words.size(), 0);
+  std::vector<size_t> bytes(n, words.size() * sizeof(uint64_t));
+  const uint32_t tag = group.NextTag();
+  return CatchNative(absl::StrCat("gloo ", operation, " (agreement check)"),
+                     [&] {
+                       NativeAllGatherV(group.context(), words.data(),
+                                        all->data(), bytes, tag, timeout);
+                     });
+}
+
+}  // namespace
+
+uint64_t Fingerprint(absl::string_view canonical) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : canonical) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+TaskResult VerifyAgreement(GlooGroup& group, const std::string& operation,
+                           const std::string& canonical, Milliseconds timeout) {
+  std::vector<uint64_t> all;
+  absl::Status s =
+      GatherWords(group, operation, {Fingerprint(canonical)}, &all, timeout);
+  if (!s.ok()) return TaskResult::Native(s);
+  const uint64_t mine = all[group.local_rank()];
+  std::vector<uint32_t> same, different;
+  for (uint32_t m = 0; m < group.size(); ++m) {
+    (all[m] == mine ? same : different).push_back(group.members()[m]);
+  }
+  if (different.empty()) return TaskResult::Ok();
+  return TaskResult::Agreed(absl::InvalidArgumentError(absl::StrCat(
+      "gloo ", operation,
+      ": members disagree on the operation, dtype or shape: ranks ",
+      absl::StrJoin(same, ", "), " submitted `", canonical, "` but ranks ",
+      absl::StrJoin(different, ", "), " submitted something else")));
+}
+
+TaskResult VerifyAllToAllCounts(GlooGroup& group, const std::string& operation,
+                                const std::string& canonical,
+                                const std::vector<size_t>& send,
+                                const std::vector<size_t>& receive,
+                                Milliseconds timeout) {
+  const size_t n = group.size();
+  std::vector<uint64_t> words;
+  words.reserve(1 + 2 * n);
+  words.push_back(Fingerprint(canonical));
+  for (size_t c : send) words.push_back(c);
+  for (size_t c : receive) words.push_back(c);
+  std::vector<uint64_t> all;
+  absl::Status s = GatherWords(group, operation, words, &all, timeout);
+  if (!s.ok()) return TaskResult::Native(s);
+  const size_t stride = 1 + 2 * n;
+  auto fingerprint = [&](size_t m) { return all[m * stride]; };
+  auto sends = [&](size_t s_, size_t d) { return all[s_ * stride + 1 + d]; };
+  auto receives = [&](size_t d, size_t s_) {
+    return all[d * stride + 1 + n + s_];
+  };
+  for (size_t m = 1; m < n; ++m) {
+    if (fingerprint(m) != fingerprint(0)) {
+      return TaskResult::Agreed(absl::InvalidArgumentError(
+          absl::StrCat("gloo ", operation,
+                       ": members disagree on the dtype, row shape or "
+                       "axis: rank ",
+                       group.rank(), " submitted `", canonical, "`; ranks ",
+                       group.members()[0], " and ", group.members()[m],
+                       " submitted different ones")));
+    }
+  }
+  for (size_t src = 0; src < n; ++src) {
+    for (size_t dst = 0; dst < n; ++dst) {
+      if (sends(src, dst) != receives(dst, src)) {
+        return TaskResult::Agreed(absl::InvalidArgumentError(absl::StrCat(
+            "gloo ", operation, ": member ", src, " (rank ",
+            group.members()[src], ") sends ", sends(src, dst),
+            " rows to member ", dst, " (rank ", group.members()[dst],
+            "), which expects ", receives(dst, src), " from it")));
+      }
+    }
+  }
+  return TaskResult::Ok();
+}
+
+}  // namespace rankd::dataplane::gloo_internal

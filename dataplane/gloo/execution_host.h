@@ -1,0 +1,59 @@
+// ExecutionHost: what the Gloo executor and its completions need from the
+// communicator that owns them: admission (poison and quarantine fence),
+// turning a native failure into the session's poison cause, and the two
+// cancellation modes applied when WaitBounded misses its deadline. An
+// interface so that completion and executor do not depend on the
+// communicator (which owns them). Internal to the Gloo backend. Depends on
+// dataplane/completion.h and absl.
+#ifndef RANKD_DATAPLANE_GLOO_EXECUTION_HOST_H_
+#define RANKD_DATAPLANE_GLOO_EXECUTION_HOST_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "dataplane/completion.h"
+
+namespace rankd::dataplane {
+
+class GlooCompletion;
+
+class ExecutionHost {
+ public:
+  virtual ~ExecutionHost() = default;
+
+  // OK when new work named `operation` may be submitted: the session is not
+  // poisoned and nothing is quarantined.
+  virtual absl::Status Admission(const char* operation) const = 0;
+
+  // OK when queued work may start now; the poison cause otherwise (the work
+  // is then finished with it without running).
+  virtual absl::Status BeforeRun(const std::string& operation) const = 0;
+
+  // Called on the executor thread when `operation` failed natively with
+  // `error`. Poisons the session (attributing the failure to a lost rank
+  // when the control plane reports one) and returns the status the
+  // operation's completion reports.
+  virtual absl::Status OnNativeFailure(const std::string& operation,
+                                       const absl::Status& error) = 0;
+
+  // Called after work finished, so a quarantine can release it promptly.
+  virtual void WorkFinished() = 0;
+
+  // Whether WaitBounded may use `mode`.
+  virtual bool SupportsCancellation(CancellationMode mode) const = 0;
+
+  // Applies `mode` to `completion`, which missed a WaitBounded deadline of
+  // `missed`. Returns false when it completed in the meantime (nothing was
+  // applied), true once the mode was applied, or an error when the mode
+  // could not be completed (the work's resources stay retained).
+  virtual absl::StatusOr<bool> ApplyCancellation(
+      const std::shared_ptr<GlooCompletion>& completion, CancellationMode mode,
+      absl::Duration missed) = 0;
+};
+
+}  // namespace rankd::dataplane
+
+#endif  // RANKD_DATAPLANE_GLOO_EXECUTION_HOST_H_

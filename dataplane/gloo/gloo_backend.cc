@@ -1,0 +1,752 @@
+#include "dataplane/gloo/gloo_backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "dataplane/gloo/agreement_check.h"
+#include "dataplane/gloo/gloo_communicator.h"
+#include "dataplane/gloo/native_ops.h"
+#include "dataplane/gloo/sum_kernels.h"
+
+namespace rankd::dataplane {
+namespace {
+
+using gloo_internal::CatchNative;
+using gloo_internal::Milliseconds;
+
+constexpr char kBackend[] = "gloo";
+
+Milliseconds Millis(absl::Duration d) {
+  return Milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
+}
+
+std::optional<size_t> CheckedSum(absl::Span<const size_t> values) {
+  size_t total = 0;
+  for (size_t v : values) {
+    if (v > std::numeric_limits<size_t>::max() - total) return std::nullopt;
+    total += v;
+  }
+  return total;
+}
+
+// A value's layout around `axis`: `outer` blocks (the product of the
+// dimensions before it), each holding shape[axis] slices of `slice_bytes`.
+struct AxisLayout {
+  size_t outer = 1;
+  size_t slice_bytes = 0;
+};
+
+AxisLayout LayoutOf(const ValueDescriptor& d, size_t axis) {
+  AxisLayout layout;
+  layout.slice_bytes = DtypeSize(d.dtype());
+  for (size_t i = 0; i < d.shape().size(); ++i) {
+    if (i < axis) layout.outer *= d.shape()[i];
+    if (i > axis) layout.slice_bytes *= d.shape()[i];
+  }
+  return layout;
+}
+
+// "f32[*, 4]": the descriptor with the partitioned axis left open.
+std::string OpenAxis(const ValueDescriptor& d, size_t axis) {
+  std::vector<std::string> dims;
+  for (size_t i = 0; i < d.shape().size(); ++i) {
+    dims.push_back(i == axis ? "*" : absl::StrCat(d.shape()[i]));
+  }
+  return absl::StrCat(DtypeName(d.dtype()), "[", absl::StrJoin(dims, ", "),
+                      "]");
+}
+
+// `d` with shape[axis] replaced by `extent` (zero only on axis 0).
+absl::StatusOr<ValueDescriptor> WithExtent(const ValueDescriptor& d,
+                                           size_t axis, size_t extent) {
+  if (axis == 0) {
+    if (d.shape().empty()) return ValueDescriptor::Create({extent}, d.dtype());
+    return ValueDescriptor::Rows(extent, d.RowDescriptor());
+  }
+  std::vector<size_t> shape = d.shape();
+  shape[axis] = extent;
+  return ValueDescriptor::Create(std::move(shape), d.dtype());
+}
+
+// Copies pieces between a member-major buffer (member m's outer blocks of
+// counts[m] slices, one member after another) and a value partitioned along
+// an axis (each outer block holds every member's slices in member order).
+void Scatter(const uint8_t* member_major, uint8_t* by_axis,
+             const std::vector<size_t>& counts, const AxisLayout& layout) {
+  const size_t total = *CheckedSum(counts);
+  size_t src = 0, prefix = 0;
+  for (size_t m = 0; m < counts.size(); ++m) {
+    const size_t piece = counts[m] * layout.slice_bytes;
+    for (size_t o = 0; o < layout.outer; ++o) {
+      if (piece > 0) {
+        std::memcpy(by_axis + (o * total + prefix) * layout.slice_bytes,
+                    member_major + src, piece);
+      }
+      src += piece;
+    }
+    prefix += counts[m];
+  }
+}
+
+void Gather(const uint8_t* by_axis, uint8_t* member_major,
+            const std::vector<size_t>& counts, const AxisLayout& layout) {
+  const size_t total = *CheckedSum(counts);
+  size_t dst = 0, prefix = 0;
+  for (size_t m = 0; m < counts.size(); ++m) {
+    const size_t piece = counts[m] * layout.slice_bytes;
+    for (size_t o = 0; o < layout.outer; ++o) {
+      if (piece > 0) {
+        std::memcpy(member_major + dst,
+                    by_axis + (o * total + prefix) * layout.slice_bytes, piece);
+      }
+      dst += piece;
+    }
+    prefix += counts[m];
+  }
+}
+
+std::string OperationName(const char* kind, const GlooGroup& group) {
+  return absl::StrCat(kind, " on ", group.ToString());
+}
+
+TaskResult NativeResult(absl::Status s) {
+  return s.ok() ? TaskResult::Ok() : TaskResult::Native(std::move(s));
+}
+
+// The Agreement of agree_success.
+class GlooAgreement final : public Agreement {
+ public:
+  struct State {
+    absl::Mutex mu;
+    std::optional<bool> value ABSL_GUARDED_BY(mu);
+  };
+
+  GlooAgreement(std::shared_ptr<State> state,
+                std::shared_ptr<GlooCompletion> completion)
+      : state_(std::move(state)), completion_(std::move(completion)) {}
+
+  absl::StatusOr<bool> Resolve() const override {
+    if (!completion_->IsComplete()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "gloo backend: ", completion_->operation(),
+          " has not completed yet; resolve it after its completion"));
+    }
+    if (absl::Status s = completion_->Wait(); !s.ok()) return s;
+    absl::MutexLock lock(&state_->mu);
+    return *state_->value;
+  }
+
+ private:
+  std::shared_ptr<State> state_;
+  std::shared_ptr<GlooCompletion> completion_;
+};
+
+}  // namespace
+
+GlooBackend::GlooBackend(std::shared_ptr<GlooCommunicator> comm)
+    : comm_(std::move(comm)) {
+  const GlooOptions& options = comm_->options();
+  caps_.world_collectives = true;
+  for (const auto& g : comm_->descriptor().groups()) {
+    caps_.collective_groups.insert(g.id());
+  }
+  caps_.point_to_point = true;
+  caps_.variable_all_to_all = true;
+  caps_.exact_completion = true;
+  if (options.restrict_capabilities.has_value()) {
+    const DistributedCapabilities& allow = *options.restrict_capabilities;
+    caps_.world_collectives &= allow.world_collectives;
+    std::set<CollectiveGroupId> groups;
+    for (CollectiveGroupId id : caps_.collective_groups) {
+      if (allow.collective_groups.contains(id)) groups.insert(id);
+    }
+    caps_.collective_groups = std::move(groups);
+    caps_.point_to_point &= allow.point_to_point;
+    caps_.variable_all_to_all &= allow.variable_all_to_all;
+    caps_.exact_completion &= allow.exact_completion;
+  }
+}
+
+GlooBackend::~GlooBackend() { comm_->Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
+    ControlPlane* control_plane, const DistributedSessionDescriptor& descriptor,
+    const GlooOptions& options) {
+  auto comm = GlooCommunicator::Create(control_plane, descriptor, options);
+  if (!comm.ok()) return comm.status();
+  return std::unique_ptr<GlooBackend>(new GlooBackend(*std::move(comm)));
+}
+
+const DistributedSessionDescriptor& GlooBackend::descriptor() const {
+  return comm_->descriptor();
+}
+const GlooOptions& GlooBackend::options() const { return comm_->options(); }
+GlooExecutor& GlooBackend::executor() { return comm_->executor(); }
+GlooGroup& GlooBackend::world() { return *comm_->world(); }
+bool GlooBackend::poisoned() const { return comm_->poisoned(); }
+absl::Status GlooBackend::poison_cause() const { return comm_->poison_cause(); }
+size_t GlooBackend::quarantined() const { return comm_->quarantined(); }
+void GlooBackend::Fail(const absl::Status& cause) { comm_->Fail(cause); }
+absl::Status GlooBackend::Admission(const char* operation) const {
+  return comm_->Admission(operation);
+}
+
+absl::StatusOr<GlooGroup*> GlooBackend::group(CollectiveGroupId id) {
+  std::shared_ptr<GlooGroup> g = comm_->group(id);
+  if (g == nullptr) {
+    return absl::NotFoundError(absl::StrCat("gloo backend: rank ",
+                                            descriptor().rank(),
+                                            " is not a member of group ", id));
+  }
+  return g.get();
+}
+
+absl::StatusOr<GlooGroup*> GlooBackend::ResolveGroup(
+    const CollectiveScope& scope) {
+  if (scope.is_world()) return &world();
+  return group(scope.group_id());
+}
+
+absl::StatusOr<GlooRoute> GlooBackend::Route(GlooGroup& group,
+                                             uint32_t source_rank,
+                                             uint32_t destination_rank) {
+  if (group.owner() != comm_.get()) {
+    return absl::InvalidArgumentError(
+        "gloo backend: route: the group does not belong to this backend");
+  }
+  auto source = group.IndexOf(source_rank);
+  auto destination = group.IndexOf(destination_rank);
+  if (!source.has_value() || !destination.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo backend: route ", source_rank, "->", destination_rank,
+        ": both ends must be members of ", group.ToString(), " (members ",
+        absl::StrJoin(group.members(), ", "), ")"));
+  }
+  if (source_rank == destination_rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo backend: route ", source_rank, "->", destination_rank,
+        ": source and destination are the same"));
+  }
+  if (group.rank() != source_rank && group.rank() != destination_rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo backend: route ", source_rank, "->", destination_rank,
+        ": this rank (", group.rank(), ") is neither end"));
+  }
+  return GlooRoute(group.shared_from_this(), *source, *destination);
+}
+
+absl::Status GlooBackend::Precheck(const char* kind, const GlooGroup& group,
+                                   const GlooExecutor& executor) const {
+  if (absl::Status s = comm_->Admission(kind); !s.ok()) return s;
+  if (group.owner() != comm_.get()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo backend: ", kind, ": the group does not belong to this backend"));
+  }
+  if (&executor != &comm_->executor()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo backend: ", kind,
+                     ": the executor does not belong to this backend"));
+  }
+  return RequireCollective(caps_, kBackend, kind,
+                           group.is_world()
+                               ? CollectiveScope::World()
+                               : CollectiveScope::Group(group.id()));
+}
+
+GlooUnitSubmission GlooBackend::SubmitLocalDependencies(
+    absl::Span<const HostTensor* const> values, GlooExecutor& executor) {
+  std::vector<std::shared_ptr<const void>> resources;
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (values[i] == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gloo backend: submit_local_dependencies: value ", i, " is null"));
+    }
+    resources.push_back(values[i]->resource());
+  }
+  // Host tensors are evaluated already; the task only orders.
+  auto completion =
+      executor.Submit("submit_local_dependencies", "submit_local_dependencies",
+                      std::move(resources), [] { return TaskResult::Ok(); });
+  if (!completion.ok()) return completion.status();
+  return Submission<Unit, GlooCompletionPtr>{Unit{}, *std::move(completion)};
+}
+
+GlooTensorSubmission GlooBackend::AllReduceSum(const HostTensor& value,
+                                               GlooGroup& group,
+                                               GlooExecutor& executor) {
+  constexpr char kind[] = "all_reduce_sum";
+  if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
+  auto kernel = gloo_internal::SumKernelFor(value.dtype(), kind);
+  if (!kernel.ok()) return kernel.status();
+  HostTensor output = value.Clone();
+  std::shared_ptr<GlooGroup> g = group.shared_from_this();
+  const std::string op = OperationName(kind, group);
+  const std::string canonical =
+      absl::StrCat(kind, " ", value.descriptor().ToString());
+  const bool verify = options().verify_agreement;
+  const Milliseconds timeout = Millis(options().op_timeout);
+  auto completion = executor.Submit(
+      kind, op, {value.resource(), output.resource(), g},
+      [g, output, kernel = *kernel, op, canonical, verify, timeout] {
+        if (g->context() == nullptr) return TaskResult::Ok();
+        if (verify) {
+          TaskResult r =
+              gloo_internal::VerifyAgreement(*g, op, canonical, timeout);
+          if (!r.status.ok()) return r;
+        }
+        const size_t elements = output.descriptor().element_count();
+        if (elements == 0) return TaskResult::Ok();
+        const uint32_t tag = g->NextTag();
+        return NativeResult(CatchNative(absl::StrCat("gloo ", op), [&] {
+          gloo_internal::NativeAllReduce(g->context(), output.data(), elements,
+                                         kernel, tag, timeout);
+        }));
+      });
+  if (!completion.ok()) return completion.status();
+  return Submission<HostTensor, GlooCompletionPtr>{std::move(output),
+                                                   *std::move(completion)};
+}
+
+GlooTensorSubmission GlooBackend::AllGatherEven(const HostTensor& value,
+                                                size_t axis, GlooGroup& group,
+                                                GlooExecutor& executor) {
+  constexpr char kind[] = "all_gather_even";
+  if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
+  const ValueDescriptor& d = value.descriptor();
+  if (d.shape().empty() ? axis != 0 : axis >= d.shape().size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo backend: ", kind, ": axis ", axis, " is outside ", d.ToString()));
+  }
+  const size_t extent = d.shape().empty() ? 1 : d.shape()[axis];
+  return SubmitGather(kind, value, std::vector<size_t>(group.size(), extent),
+                      axis, group);
+}
+
+GlooTensorSubmission GlooBackend::AllGatherUneven(
+    const HostTensor& value, absl::Span<const size_t> counts, size_t axis,
+    GlooGroup& group, GlooExecutor& executor) {
+  constexpr char kind[] = "all_gather_uneven";
+  if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
+  const ValueDescriptor& d = value.descriptor();
+  if (counts.size() != group.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo backend: ", kind, ": counts has ", counts.size(),
+                     " entries; it needs one per member of ", group.ToString(),
+                     " (", group.size(), ")"));
+  }
+  if (d.shape().empty() ? axis != 0 : axis >= d.shape().size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo backend: ", kind, ": axis ", axis, " is outside ", d.ToString()));
+  }
+  const size_t mine = d.shape().empty() ? 1 : d.shape()[axis];
+  if (counts[group.local_rank()] != mine) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo backend: ", kind, ": counts[", group.local_rank(),
+        "] (this member) is ", counts[group.local_rank()], " but the value ",
+        d.ToString(), " has ", mine, " along axis ", axis));
+  }
+  return SubmitGather(kind, value,
+                      std::vector<size_t>(counts.begin(), counts.end()), axis,
+                      group);
+}
+
+GlooTensorSubmission GlooBackend::SubmitGather(const char* kind,
+                                               const HostTensor& value,
+                                               std::vector<size_t> counts,
+                                               size_t axis, GlooGroup& group) {
+  const ValueDescriptor& d = value.descriptor();
+  auto total = CheckedSum(counts);
+  if (!total.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo backend: ", kind, ": counts overflow"));
+  }
+  auto out_descriptor = WithExtent(d, axis, *total);
+  if (!out_descriptor.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo backend: ", kind, ": the result of gathering ",
+                     d.ToString(), " along axis ", axis,
+                     " is invalid: ", out_descriptor.status().message()));
+  }
+  // A scalar gathers as [1].
+  const ValueDescriptor in_descriptor =
+      d.shape().empty() ? *ValueDescriptor::Create({1}, d.dtype()) : d;
+  const AxisLayout layout = LayoutOf(in_descriptor, axis);
+  HostTensor output = HostTensor::Zeros(*out_descriptor);
+  std::shared_ptr<GlooGroup> g = group.shared_from_this();
+  const std::string op = OperationName(kind, group);
+  const std::string canonical = absl::StrCat(kind, " axis=", axis, " counts=[",
+                                             absl::StrJoin(counts, ","), "] ",
+                                             OpenAxis(in_descriptor, axis));
+  const bool verify = options().verify_agreement;
+  const Milliseconds timeout = Millis(options().op_timeout);
+  auto completion = executor().Submit(
+      kind, op, {value.resource(), output.resource(), g},
+      [g, value, output, counts, layout, op, canonical, verify, timeout] {
+        if (g->context() == nullptr) {
+          std::memcpy(output.data(), value.data(), value.byte_size());
+          return TaskResult::Ok();
+        }
+        if (verify) {
+          TaskResult r =
+              gloo_internal::VerifyAgreement(*g, op, canonical, timeout);
+          if (!r.status.ok()) return r;
+        }
+        std::vector<size_t> bytes(counts.size());
+        size_t all = 0;
+        for (size_t m = 0; m < counts.size(); ++m) {
+          bytes[m] = layout.outer * counts[m] * layout.slice_bytes;
+          all += bytes[m];
+        }
+        // Axis 0 is member-major already; otherwise gather then interleave.
+        std::vector<uint8_t> staging(layout.outer == 1 ? 0 : all);
+        uint8_t* target = layout.outer == 1 ? output.data() : staging.data();
+        const uint32_t tag = g->NextTag();
+        absl::Status s = CatchNative(absl::StrCat("gloo ", op), [&] {
+          gloo_internal::NativeAllGatherV(g->context(), value.data(), target,
+                                          bytes, tag, timeout);
+        });
+        if (!s.ok()) return TaskResult::Native(s);
+        if (layout.outer != 1) {
+          Scatter(staging.data(), output.data(), counts, layout);
+        }
+        return TaskResult::Ok();
+      });
+  if (!completion.ok()) return completion.status();
+  return Submission<HostTensor, GlooCompletionPtr>{std::move(output),
+                                                   *std::move(completion)};
+}
+
+GlooTensorSubmission GlooBackend::VariableAllToAll(const HostTensor& value,
+                                                   const PeerCounts& counts,
+                                                   size_t axis,
+                                                   GlooGroup& group,
+                                                   GlooExecutor& executor) {
+  constexpr char kind[] = "variable_all_to_all";
+  if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
+  if (absl::Status s = RequireCapability(caps_.variable_all_to_all, kBackend,
+                                         kind, "variable_all_to_all");
+      !s.ok()) {
+    return s;
+  }
+  const ValueDescriptor& d = value.descriptor();
+  const size_t n = group.size();
+  if (counts.send.size() != n || counts.receive.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo backend: ", kind, ": send counts have ", counts.send.size(),
+        " entries and receive counts ", counts.receive.size(),
+        "; both need one per member of ", group.ToString(), " (", n, ")"));
+  }
+  if (d.shape().empty() || axis >= d.shape().size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo backend: ", kind, ": axis ", axis, " is outside ",
+                     d.ToString(), " (the value needs an axis to partition)"));
+  }
+  auto sent = CheckedSum(counts.send);
+  auto received = CheckedSum(counts.receive);
+  if (!sent.has_value() || !received.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo backend: ", kind, ": counts overflow"));
+  }
+  if (*sent != d.shape()[axis]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo backend: ", kind, ": send counts add up to ", *sent,
+                     " but the value ", d.ToString(), " has ", d.shape()[axis],
+                     " along axis ", axis));
+  }
+  const uint32_t me = group.local_rank();
+  if (counts.send[me] != counts.receive[me]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo backend: ", kind, ": the self slot disagrees: send[", me, "] = ",
+        counts.send[me], " but receive[", me, "] = ", counts.receive[me]));
+  }
+  auto out_descriptor = WithExtent(d, axis, *received);
+  if (!out_descriptor.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo backend: ", kind, ": the result (", *received, " along axis ",
+        axis, ") is invalid: ", out_descriptor.status().message()));
+  }
+  const AxisLayout layout = LayoutOf(d, axis);
+  HostTensor output = HostTensor::Zeros(*out_descriptor);
+  std::shared_ptr<GlooGroup> g = group.shared_from_this();
+  const std::string op = OperationName(kind, group);
+  const std::string canonical =
+      absl::StrCat(kind, " axis=", axis, " ", OpenAxis(d, axis));
+  const bool verify = options().verify_agreement;
+  const Milliseconds timeout = Millis(options().op_timeout);
+  auto completion = executor.Submit(
+      kind, op, {value.resource(), output.resource(), g},
+      [g, value, output, counts, layout, op, canonical, verify, timeout] {
+        if (g->context() == nullptr) {
+          std::memcpy(output.data(), value.data(), value.byte_size());
+          return TaskResult::Ok();
+        }
+        if (verify) {
+          TaskResult r = gloo_internal::VerifyAllToAllCounts(
+              *g, op, canonical, counts.send, counts.receive, timeout);
+          if (!r.status.ok()) return r;
+        }
+        const size_t n = counts.send.size();
+        std::vector<int64_t> send_bytes(n), recv_bytes(n);
+        for (size_t p = 0; p < n; ++p) {
+          send_bytes[p] = layout.outer * counts.send[p] * layout.slice_bytes;
+          recv_bytes[p] = layout.outer * counts.receive[p] * layout.slice_bytes;
+        }
+        const bool direct = layout.outer == 1;
+        std::vector<uint8_t> packed, staging;
+        if (!direct) {
+          packed.resize(value.byte_size());
+          Gather(value.data(), packed.data(), counts.send, layout);
+          staging.resize(output.byte_size());
+        }
+        const uint32_t tag = g->NextTag();
+        absl::Status s = CatchNative(absl::StrCat("gloo ", op), [&] {
+          gloo_internal::NativeAllToAllV(
+              g->context(), direct ? value.data() : packed.data(), send_bytes,
+              direct ? output.data() : staging.data(), recv_bytes, tag,
+              timeout);
+        });
+        if (!s.ok()) return TaskResult::Native(s);
+        if (!direct) {
+          Scatter(staging.data(), output.data(), counts.receive, layout);
+        }
+        return TaskResult::Ok();
+      });
+  if (!completion.ok()) return completion.status();
+  return Submission<HostTensor, GlooCompletionPtr>{std::move(output),
+                                                   *std::move(completion)};
+}
+
+GlooTensorSubmission GlooBackend::Broadcast(const HostTensor& value,
+                                            size_t root_member_index,
+                                            GlooGroup& group,
+                                            GlooExecutor& executor) {
+  constexpr char kind[] = "broadcast";
+  if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
+  if (root_member_index >= group.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo backend: ", kind, ": root member index ", root_member_index,
+        " is outside ", group.ToString(), "'s ", group.size(), " members"));
+  }
+  const bool root = root_member_index == group.local_rank();
+  HostTensor output =
+      root ? value.Clone() : HostTensor::Zeros(value.descriptor());
+  std::shared_ptr<GlooGroup> g = group.shared_from_this();
+  const std::string op = OperationName(kind, group);
+  const std::string canonical = absl::StrCat(
+      kind, " root=", root_member_index, " ", value.descriptor().ToString());
+  const bool verify = options().verify_agreement;
+  const Milliseconds timeout = Millis(options().op_timeout);
+  const int root_index = static_cast<int>(root_member_index);
+  auto completion = executor.Submit(
+      kind, op, {value.resource(), output.resource(), g},
+      [g, output, root_index, op, canonical, verify, timeout] {
+        if (g->context() == nullptr) return TaskResult::Ok();
+        if (verify) {
+          TaskResult r =
+              gloo_internal::VerifyAgreement(*g, op, canonical, timeout);
+          if (!r.status.ok()) return r;
+        }
+        const uint32_t tag = g->NextTag();
+        return NativeResult(CatchNative(absl::StrCat("gloo ", op), [&] {
+          gloo_internal::NativeBroadcast(g->context(), output.data(),
+                                         output.byte_size(), root_index, tag,
+                                         timeout);
+        }));
+      });
+  if (!completion.ok()) return completion.status();
+  return Submission<HostTensor, GlooCompletionPtr>{std::move(output),
+                                                   *std::move(completion)};
+}
+
+GlooUnitSubmission GlooBackend::Barrier(GlooGroup& group,
+                                        GlooExecutor& executor) {
+  constexpr char kind[] = "barrier";
+  if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
+  std::shared_ptr<GlooGroup> g = group.shared_from_this();
+  const std::string op = OperationName(kind, group);
+  const bool verify = options().verify_agreement;
+  const Milliseconds timeout = Millis(options().op_timeout);
+  auto completion = executor.Submit(kind, op, {g}, [g, op, verify, timeout] {
+    if (g->context() == nullptr) return TaskResult::Ok();
+    if (verify) {
+      TaskResult r = gloo_internal::VerifyAgreement(*g, op, "barrier", timeout);
+      if (!r.status.ok()) return r;
+    }
+    const uint32_t tag = g->NextTag();
+    return NativeResult(CatchNative(absl::StrCat("gloo ", op), [&] {
+      gloo_internal::NativeBarrier(g->context(), tag, timeout);
+    }));
+  });
+  if (!completion.ok()) return completion.status();
+  return Submission<Unit, GlooCompletionPtr>{Unit{}, *std::move(completion)};
+}
+
+GlooAgreementSubmission GlooBackend::AgreeSuccess(bool success,
+                                                  GlooGroup& group,
+                                                  GlooExecutor& executor) {
+  constexpr char kind[] = "agree_success";
+  if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
+  auto state = std::make_shared<GlooAgreement::State>();
+  std::shared_ptr<GlooGroup> g = group.shared_from_this();
+  const std::string op = OperationName(kind, group);
+  const bool verify = options().verify_agreement;
+  const Milliseconds timeout = Millis(options().op_timeout);
+  auto completion = executor.Submit(
+      kind, op, {g, state}, [g, state, success, op, verify, timeout] {
+        // Count the false votes: the agreement holds iff there are none.
+        uint32_t false_votes = success ? 0 : 1;
+        if (g->context() != nullptr) {
+          if (verify) {
+            TaskResult r = gloo_internal::VerifyAgreement(
+                *g, op, "agree_success", timeout);
+            if (!r.status.ok()) return r;
+          }
+          auto kernel =
+              *gloo_internal::SumKernelFor(TensorDtype::kU32, "agree_success");
+          const uint32_t tag = g->NextTag();
+          absl::Status s = CatchNative(absl::StrCat("gloo ", op), [&] {
+            gloo_internal::NativeAllReduce(g->context(), &false_votes, 1,
+                                           kernel, tag, timeout);
+          });
+          if (!s.ok()) return TaskResult::Native(s);
+        }
+        absl::MutexLock lock(&state->mu);
+        state->value = false_votes == 0;
+        return TaskResult::Ok();
+      });
+  if (!completion.ok()) return completion.status();
+  auto agreement = std::make_shared<const GlooAgreement>(state, *completion);
+  return Submission<std::shared_ptr<const Agreement>, GlooCompletionPtr>{
+      std::move(agreement), *std::move(completion)};
+}
+
+GlooBundleSubmission GlooBackend::SendReceive(
+    absl::Span<const HostTensor> tensors, const GlooRoute& route,
+    GlooExecutor& executor) {
+  if (route.group() != nullptr && route.group()->rank() == route.source()) {
+    return SubmitBundle("send_receive", tensors, {}, route, executor);
+  }
+  std::vector<ValueDescriptor> descriptors;
+  for (const HostTensor& t : tensors) descriptors.push_back(t.descriptor());
+  return SubmitBundle("send_receive", {}, descriptors, route, executor);
+}
+
+GlooBundleSubmission GlooBackend::ReceiveBundle(
+    absl::Span<const ValueDescriptor> descriptors, const GlooRoute& route,
+    GlooExecutor& executor) {
+  return SubmitBundle("send_receive", {}, descriptors, route, executor);
+}
+
+GlooBundleSubmission GlooBackend::SubmitBundle(
+    const char* kind, absl::Span<const HostTensor> send,
+    absl::Span<const ValueDescriptor> receive, const GlooRoute& route,
+    GlooExecutor& executor) {
+  if (absl::Status s = comm_->Admission(kind); !s.ok()) return s;
+  if (route.group() == nullptr || route.group()->owner() != comm_.get()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo backend: ", kind, ": the route does not belong to this backend"));
+  }
+  if (&executor != &comm_->executor()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo backend: ", kind,
+                     ": the executor does not belong to this backend"));
+  }
+  if (absl::Status s = RequireCapability(caps_.point_to_point, kBackend, kind,
+                                         "point_to_point");
+      !s.ok()) {
+    return s;
+  }
+  std::shared_ptr<GlooGroup> g = route.group();
+  const bool is_source = g->rank() == route.source();
+  const size_t count = is_source ? send.size() : receive.size();
+  if (count > 60000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo backend: ", kind,
+                     ": a bundle holds at most 60000 tensors; got ", count));
+  }
+  std::vector<HostTensor> tensors;
+  std::vector<std::string> described;
+  std::vector<std::shared_ptr<const void>> resources = {g};
+  if (is_source) {
+    for (const HostTensor& t : send) {
+      tensors.push_back(t);
+      described.push_back(t.descriptor().ToString());
+      resources.push_back(t.resource());
+    }
+  } else {
+    for (const ValueDescriptor& d : receive) {
+      tensors.push_back(HostTensor::Zeros(d));
+      described.push_back(d.ToString());
+      resources.push_back(tensors.back().resource());
+    }
+  }
+  const std::string op = absl::StrCat(kind, " on ", route.ToString());
+  const std::string canonical =
+      absl::StrCat("bundle(", absl::StrJoin(described, ", "), ")");
+  const bool verify = options().verify_agreement;
+  const Milliseconds timeout = Millis(options().op_timeout);
+  const uint32_t source = route.source_index();
+  const uint32_t destination = route.destination_index();
+  auto completion = executor.Submit(
+      kind, op, std::move(resources),
+      [g, tensors, is_source, source, destination, op, canonical, verify,
+       timeout] {
+        const uint32_t sequence = g->NextRouteSequence(source, destination);
+        const bool ascending = source < destination;
+        const int peer = static_cast<int>(is_source ? destination : source);
+        if (verify) {
+          // Each end tells the other what it expects; both compare.
+          const uint64_t mine = gloo_internal::Fingerprint(canonical);
+          uint64_t theirs = 0;
+          absl::Status s =
+              CatchNative(absl::StrCat("gloo ", op, " (agreement check)"), [&] {
+                gloo_internal::NativeExchange(
+                    g->context(), peer,
+                    gloo_internal::RouteSlot(ascending, sequence,
+                                             is_source ? 0 : 1),
+                    &mine, sizeof(mine),
+                    gloo_internal::RouteSlot(ascending, sequence,
+                                             is_source ? 1 : 0),
+                    &theirs, sizeof(theirs), timeout);
+              });
+          if (!s.ok()) return TaskResult::Native(s);
+          if (mine != theirs) {
+            return TaskResult::Agreed(absl::InvalidArgumentError(absl::StrCat(
+                "gloo ", op,
+                ": the two ends disagree on the bundle: this end (",
+                is_source ? "source" : "destination", ") has ", canonical,
+                ", the other end something else")));
+          }
+        }
+        for (size_t i = 0; i < tensors.size(); ++i) {
+          const HostTensor& t = tensors[i];
+          if (t.byte_size() == 0) continue;
+          const uint64_t slot = gloo_internal::RouteSlot(
+              ascending, sequence, static_cast<uint16_t>(2 + i));
+          absl::Status s = CatchNative(absl::StrCat("gloo ", op), [&] {
+            if (is_source) {
+              gloo_internal::NativeSend(g->context(), peer, slot, t.data(),
+                                        t.byte_size(), timeout);
+            } else {
+              gloo_internal::NativeRecv(g->context(), peer, slot, t.data(),
+                                        t.byte_size(), timeout);
+            }
+          });
+          if (!s.ok()) return TaskResult::Native(s);
+        }
+        return TaskResult::Ok();
+      });
+  if (!completion.ok()) return completion.status();
+  return Submission<std::vector<HostTensor>, GlooCompletionPtr>{
+      std::move(tensors), *std::move(completion)};
+}
+
+}  // namespace rankd::dataplane

@@ -1,0 +1,219 @@
+// GlooBackend: the CommunicationBackend contract (SPEC 3.3,
+// communication_backend.h) on Gloo's TCP transport and host memory. It
+// declares all eight fine-grained operations: AllReduceSum, AllGatherEven,
+// AllGatherUneven, VariableAllToAll, Broadcast, Barrier, AgreeSuccess and
+// SendReceive; the static_asserts at the end check it satisfies each concept.
+//
+//   Tensor                  = HostTensor
+//   Executor                = GlooExecutor (one in-order thread per backend)
+//   CommunicationGroup      = GlooGroup (world or a descriptor group)
+//   CommunicationRoute      = GlooRoute (source -> destination in a group)
+//   CommunicationCompletion = GlooCompletion
+//
+//   auto backend = GlooBackend::Create(control_plane, descriptor, {});
+//   GlooGroup* tp = *(*backend)->group(2);
+//   auto sum = (*backend)->AllReduceSum(x, *tp, (*backend)->executor());
+//   if (!sum.ok()) return sum.status();          // refused, nothing queued
+//   RETURN_IF_ERROR(sum->completion->Wait());     // sum->output is now valid
+//
+// Every operation validates (poison, quarantine fence, group/executor
+// ownership, capability, dtype, shape, axis, counts, root, route) before
+// queuing anything; the output tensor is allocated at submission and is
+// authoritative once the completion completes. Operations run in submission
+// order on the executor; every member of a group must submit the same
+// operations on it in the same order (like a CUDA stream), and with
+// GlooOptions::verify_agreement each collective first checks that they did.
+// Supported dtypes: docs/dataplane.md. Thread-safe. Depends on Gloo (through
+// the gloo/ files), dataplane contract headers, host_tensor.h and absl.
+#ifndef RANKD_DATAPLANE_GLOO_GLOO_BACKEND_H_
+#define RANKD_DATAPLANE_GLOO_GLOO_BACKEND_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "dataplane/communication_backend.h"
+#include "dataplane/completion.h"
+#include "dataplane/control_plane.h"
+#include "dataplane/gloo/gloo_completion.h"
+#include "dataplane/gloo/gloo_executor.h"
+#include "dataplane/gloo/gloo_group.h"
+#include "dataplane/gloo/gloo_options.h"
+#include "dataplane/host_tensor.h"
+#include "dataplane/types.h"
+
+namespace rankd::dataplane {
+
+class GlooCommunicator;
+
+// The submissions GlooBackend returns (the same types as
+// communication_backend.h's TensorSubmission<GlooBackend> etc.).
+using GlooCompletionPtr = std::shared_ptr<GlooCompletion>;
+using GlooTensorSubmission =
+    absl::StatusOr<Submission<HostTensor, GlooCompletionPtr>>;
+using GlooUnitSubmission = absl::StatusOr<Submission<Unit, GlooCompletionPtr>>;
+using GlooAgreementSubmission = absl::StatusOr<
+    Submission<std::shared_ptr<const Agreement>, GlooCompletionPtr>>;
+using GlooBundleSubmission =
+    absl::StatusOr<Submission<std::vector<HostTensor>, GlooCompletionPtr>>;
+
+class GlooBackend {
+ public:
+  using Tensor = HostTensor;
+  using Executor = GlooExecutor;
+  using CommunicationGroup = GlooGroup;
+  using CommunicationRoute = GlooRoute;
+  using CommunicationCompletion = GlooCompletion;
+
+  // Connects every group of `descriptor` through `control_plane` (which must
+  // outlive the backend); blocks until connected or options.connect_timeout.
+  static absl::StatusOr<std::unique_ptr<GlooBackend>> Create(
+      ControlPlane* control_plane,
+      const DistributedSessionDescriptor& descriptor,
+      const GlooOptions& options = {});
+
+  // Aborts work still in flight, finishes queued work with Cancelled, and
+  // waits for quarantined work to complete before releasing it.
+  ~GlooBackend();
+
+  GlooBackend(const GlooBackend&) = delete;
+  GlooBackend& operator=(const GlooBackend&) = delete;
+
+  const DistributedSessionDescriptor& descriptor() const;
+  // Fail-closed: world_collectives, every group of the descriptor,
+  // point_to_point, variable_all_to_all and exact_completion, intersected
+  // with GlooOptions::restrict_capabilities.
+  const DistributedCapabilities& capabilities() const { return caps_; }
+  const GlooOptions& options() const;
+
+  // The backend's only executor.
+  GlooExecutor& executor();
+  // The world group.
+  GlooGroup& world();
+  // The group `id` of the descriptor; NotFound when this rank is not a
+  // member.
+  absl::StatusOr<GlooGroup*> group(CollectiveGroupId id);
+  // World or group, as a scope names it; NotFound as group().
+  absl::StatusOr<GlooGroup*> ResolveGroup(const CollectiveScope& scope);
+  // The directed route source_rank -> destination_rank (world ranks) in
+  // `group`. InvalidArgument unless both are members and differ, and this
+  // rank is one of them.
+  absl::StatusOr<GlooRoute> Route(GlooGroup& group, uint32_t source_rank,
+                                  uint32_t destination_rank);
+
+  // Host tensors are always evaluated, so this only orders: the completion
+  // completes once all earlier work on `executor` has, and retains `values`
+  // until then. Selects no group. InvalidArgument for a null value.
+  static GlooUnitSubmission SubmitLocalDependencies(
+      absl::Span<const HostTensor* const> values, GlooExecutor& executor);
+
+  // Element-wise sum over the group; output has the input's descriptor.
+  // Unimplemented for bool (docs/dataplane.md lists the dtypes).
+  GlooTensorSubmission AllReduceSum(const HostTensor& value, GlooGroup& group,
+                                    GlooExecutor& executor);
+  // Equal parts concatenated along `axis` in member order: shape[axis] is
+  // multiplied by the group size. A scalar (axis 0) gives [members].
+  GlooTensorSubmission AllGatherEven(const HostTensor& value, size_t axis,
+                                     GlooGroup& group, GlooExecutor& executor);
+  // Member m contributes counts[m] slices along `axis` (this rank's value
+  // must have shape[axis] == counts[local_rank]; counts agree on every
+  // member); output shape[axis] = sum(counts). Zero counts are valid on axis
+  // 0 (a member passes a Rows(0, ...) value).
+  GlooTensorSubmission AllGatherUneven(const HostTensor& value,
+                                       absl::Span<const size_t> counts,
+                                       size_t axis, GlooGroup& group,
+                                       GlooExecutor& executor);
+  // counts.send[d] slices along `axis` go to member d (input compact,
+  // destination-major); counts.receive[s] come from member s (output
+  // source-major). Zero is valid; every member takes part even if all its
+  // counts are zero; send[self] == receive[self].
+  GlooTensorSubmission VariableAllToAll(const HostTensor& value,
+                                        const PeerCounts& counts, size_t axis,
+                                        GlooGroup& group,
+                                        GlooExecutor& executor);
+  // The root member's value, everywhere. On other members `value` only
+  // gives the descriptor; every member gets a fresh output tensor.
+  GlooTensorSubmission Broadcast(const HostTensor& value,
+                                 size_t root_member_index, GlooGroup& group,
+                                 GlooExecutor& executor);
+  GlooUnitSubmission Barrier(GlooGroup& group, GlooExecutor& executor);
+  // Resolves to true only if every member submitted true.
+  GlooAgreementSubmission AgreeSuccess(bool success, GlooGroup& group,
+                                       GlooExecutor& executor);
+  // An ordered bundle over `route`. On the source, `tensors` are sent and
+  // returned as the output. On the destination, `tensors` only give the
+  // descriptors to receive and the output holds fresh tensors with the data.
+  // Both ends must pass the same descriptors in the same order.
+  GlooBundleSubmission SendReceive(absl::Span<const HostTensor> tensors,
+                                   const GlooRoute& route,
+                                   GlooExecutor& executor);
+  // The destination end of SendReceive, from descriptors alone.
+  GlooBundleSubmission ReceiveBundle(
+      absl::Span<const ValueDescriptor> descriptors, const GlooRoute& route,
+      GlooExecutor& executor);
+
+  // OK when new work named `operation` may be submitted; otherwise the
+  // refusal every operation gives (poisoned: the original cause; work
+  // quarantined: FailedPrecondition).
+  absl::Status Admission(const char* operation) const;
+  // Poison state and quarantine, for schedulers and tests.
+  bool poisoned() const;
+  absl::Status poison_cause() const;
+  size_t quarantined() const;
+  // Poisons the session with `cause` and aborts every Gloo context, as a
+  // job failure reported by the control plane does.
+  void Fail(const absl::Status& cause);
+
+ private:
+  explicit GlooBackend(std::shared_ptr<GlooCommunicator> comm);
+  // Admission, group/executor ownership and the group's capability.
+  absl::Status Precheck(const char* kind, const GlooGroup& group,
+                        const GlooExecutor& executor) const;
+  GlooBundleSubmission SubmitBundle(const char* kind,
+                                    absl::Span<const HostTensor> send,
+                                    absl::Span<const ValueDescriptor> receive,
+                                    const GlooRoute& route,
+                                    GlooExecutor& executor);
+  GlooTensorSubmission SubmitGather(const char* kind, const HostTensor& value,
+                                    std::vector<size_t> counts, size_t axis,
+                                    GlooGroup& group);
+
+  std::shared_ptr<GlooCommunicator> comm_;
+  DistributedCapabilities caps_;
+};
+
+template <>
+struct DeclaresAllReduceSum<GlooBackend> : std::true_type {};
+template <>
+struct DeclaresAllGatherEven<GlooBackend> : std::true_type {};
+template <>
+struct DeclaresAllGatherUneven<GlooBackend> : std::true_type {};
+template <>
+struct DeclaresVariableAllToAll<GlooBackend> : std::true_type {};
+template <>
+struct DeclaresBroadcast<GlooBackend> : std::true_type {};
+template <>
+struct DeclaresBarrier<GlooBackend> : std::true_type {};
+template <>
+struct DeclaresAgreeSuccess<GlooBackend> : std::true_type {};
+template <>
+struct DeclaresSendReceive<GlooBackend> : std::true_type {};
+
+static_assert(CommunicationBackend<GlooBackend>);
+static_assert(AllReduceSumBackend<GlooBackend>);
+static_assert(AllGatherEvenBackend<GlooBackend>);
+static_assert(AllGatherUnevenBackend<GlooBackend>);
+static_assert(VariableAllToAllBackend<GlooBackend>);
+static_assert(BroadcastBackend<GlooBackend>);
+static_assert(BarrierBackend<GlooBackend>);
+static_assert(AgreeSuccessBackend<GlooBackend>);
+static_assert(SendReceiveBackend<GlooBackend>);
+
+}  // namespace rankd::dataplane
+
+#endif  // RANKD_DATAPLANE_GLOO_GLOO_BACKEND_H_

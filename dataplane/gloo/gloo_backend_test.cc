@@ -1,0 +1,284 @@
+// GlooBackend (CommunicationBackend on Gloo) unit tests: validation of each
+// fine-grained operation, and exact values of all eight operations with
+// four ranks as threads over real Gloo TCP connections.
+#include "dataplane/gloo/gloo_backend.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "dataplane/testing/gloo_test_cluster.h"
+#include "gtest/gtest.h"
+
+namespace rankd::dataplane {
+namespace {
+
+using testing::GlooTestCluster;
+
+template <typename T>
+std::vector<T> ValuesOf(const HostTensor& t) {
+  auto v = t.Values<T>();
+  EXPECT_TRUE(v.ok()) << v.status();
+  return v.ok() ? std::vector<T>(v->begin(), v->end()) : std::vector<T>();
+}
+
+HostTensor I32(std::vector<size_t> shape, std::vector<int32_t> values) {
+  return *HostTensor::FromVector<int32_t>(std::move(shape), values);
+}
+
+// TP2 x PP2: world {0..3}, tensor 2 {0,1} 3 {2,3}, pipeline 4 {0,2} 5 {1,3}.
+class BackendTest : public ::testing::Test {
+ protected:
+  BackendTest() : cluster_({2, 2, 1, 1}, 4) {}
+  void SetUp() override {
+    ASSERT_TRUE(cluster_.status().ok()) << cluster_.status();
+  }
+  GlooBackend& backend(uint32_t r) { return cluster_.session(r).backend(); }
+  GlooTestCluster cluster_;
+};
+
+TEST_F(BackendTest, ValidationBeforeAnyNativeWork) {
+  GlooBackend& b = backend(0);
+  GlooBackend& other = backend(1);
+  GlooExecutor& e = b.executor();
+  HostTensor x = I32({2, 3}, {1, 2, 3, 4, 5, 6});
+  // Groups and executors of another backend are refused.
+  EXPECT_EQ(b.AllReduceSum(x, other.world(), e).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b.AllReduceSum(x, b.world(), other.executor()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Membership.
+  EXPECT_EQ(b.group(3).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(b.group(2).ok());
+  // Axis ranges.
+  EXPECT_EQ(b.AllGatherEven(x, 2, b.world(), e).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b.AllGatherUneven(x, {2, 2, 2, 2}, 5, b.world(), e).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b.VariableAllToAll(x, {{2, 0, 0, 0}, {2, 0, 0, 0}}, 2, b.world(), e)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  // Count lengths and this member's count.
+  EXPECT_EQ(b.AllGatherUneven(x, {2, 2}, 0, b.world(), e).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  auto mine = b.AllGatherUneven(x, {3, 2, 2, 2}, 0, b.world(), e);
+  EXPECT_EQ(mine.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(mine.status().message(), "counts[0]"));
+  EXPECT_EQ(
+      b.VariableAllToAll(x, {{2, 0}, {2, 0}}, 0, b.world(), e).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b.VariableAllToAll(x, {{1, 0, 0, 0}, {1, 0, 0, 0}}, 0, b.world(), e)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);  // sends 1 of 2 rows
+  EXPECT_EQ(b.VariableAllToAll(x, {{2, 0, 0, 0}, {1, 1, 0, 0}}, 0, b.world(), e)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);  // self slot
+  // Broadcast root range.
+  auto root = b.Broadcast(x, 4, b.world(), e);
+  EXPECT_EQ(root.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(root.status().message(), "root"));
+  // Bool has no sum.
+  auto flags = *HostTensor::FromVector<bool>({1}, {true});
+  EXPECT_EQ(b.AllReduceSum(flags, b.world(), e).status().code(),
+            absl::StatusCode::kUnimplemented);
+  // Routes: both ends members, distinct, and this rank one of them.
+  GlooGroup& tp = **b.group(2);
+  EXPECT_EQ(b.Route(tp, 0, 2).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b.Route(tp, 1, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b.Route(b.world(), 1, 2).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(b.Route(tp, 0, 1).ok());
+  EXPECT_EQ(b.Route(other.world(), 0, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Local dependencies: null values are refused.
+  const HostTensor* none[] = {nullptr};
+  EXPECT_EQ(GlooBackend::SubmitLocalDependencies(none, e).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Nothing was queued by any of the refusals.
+  EXPECT_TRUE(e.idle());
+  EXPECT_FALSE(b.poisoned());
+}
+
+TEST_F(BackendTest, SubmitLocalDependenciesOrdersAndRetains) {
+  GlooBackend& b = backend(0);
+  HostTensor x = I32({1}, {1});
+  std::weak_ptr<const void> watch = x.resource();
+  const HostTensor* values[] = {&x};
+  auto deps = GlooBackend::SubmitLocalDependencies(values, b.executor());
+  ASSERT_TRUE(deps.ok()) << deps.status();
+  EXPECT_TRUE(deps->completion->Wait().ok());
+  EXPECT_EQ(deps->completion->retained(), 0u);
+}
+
+TEST_F(BackendTest, AllEightOperationsExactValues) {
+  cluster_.Run([&](uint32_t r) {
+    GlooBackend& b = backend(r);
+    GlooExecutor& e = b.executor();
+    GlooGroup& world = b.world();
+    GlooGroup& tp = **b.group(r < 2 ? 2 : 3);
+    GlooGroup& pp = **b.group(r % 2 == 0 ? 4 : 5);
+
+    // all_reduce_sum on the pipeline group.
+    auto sum = b.AllReduceSum(I32({2}, {int(r), 1}), pp, e);
+    ASSERT_TRUE(sum.ok()) << sum.status();
+
+    // all_gather_even along axis 1: [2, 1] per rank -> [2, 4].
+    auto even =
+        b.AllGatherEven(I32({2, 1}, {int(r), int(r) + 10}), 1, world, e);
+    ASSERT_TRUE(even.ok()) << even.status();
+
+    // all_gather_uneven along axis 0 with a member contributing nothing:
+    // member m contributes m rows (member 0: none).
+    std::vector<int32_t> rows;
+    for (uint32_t k = 0; k < r; ++k) rows.push_back(int(r) * 10 + int(k));
+    auto uneven_input = *HostTensor::FromRows<int32_t>(r, {}, rows);
+    auto uneven = b.AllGatherUneven(uneven_input, {0, 1, 2, 3}, 0, world, e);
+    ASSERT_TRUE(uneven.ok()) << uneven.status();
+
+    // all_gather_uneven along axis 1 within the tensor group: member 0
+    // gives [1, 1], member 1 gives [1, 2].
+    const uint32_t tl = tp.local_rank();
+    std::vector<int32_t> cols(tl + 1, int(r));
+    auto uneven1 = b.AllGatherUneven(
+        *HostTensor::FromVector<int32_t>({1, tl + 1}, cols), {1, 2}, 1, tp, e);
+    ASSERT_TRUE(uneven1.ok()) << uneven1.status();
+
+    // variable_all_to_all along axis 1 in the world: member s sends d+1
+    // columns to member d (value s*10 + d), 2 rows.
+    PeerCounts counts;
+    std::vector<int32_t> a2a_values;
+    size_t width = 0;
+    for (uint32_t d = 0; d < 4; ++d) {
+      counts.send.push_back(d + 1);
+      counts.receive.push_back(r + 1);
+      width += d + 1;
+    }
+    for (int row = 0; row < 2; ++row) {
+      for (uint32_t d = 0; d < 4; ++d) {
+        for (uint32_t c = 0; c <= d; ++c) {
+          a2a_values.push_back(int(r) * 10 + int(d) + row * 1000);
+        }
+      }
+    }
+    auto a2a = b.VariableAllToAll(
+        *HostTensor::FromVector<int32_t>({2, width}, a2a_values), counts, 1,
+        world, e);
+    ASSERT_TRUE(a2a.ok()) << a2a.status();
+
+    // broadcast from member 2 of the world.
+    auto bcast = b.Broadcast(
+        *HostTensor::FromVector<double>({3}, {r * 1.0, 2.0, 3.0}), 2, world, e);
+    ASSERT_TRUE(bcast.ok()) << bcast.status();
+
+    // barrier and agree_success (one false vote from rank 3, then all true).
+    auto barrier = b.Barrier(world, e);
+    ASSERT_TRUE(barrier.ok()) << barrier.status();
+    auto vote = b.AgreeSuccess(r != 3, world, e);
+    ASSERT_TRUE(vote.ok()) << vote.status();
+    auto unanimous = b.AgreeSuccess(true, world, e);
+    ASSERT_TRUE(unanimous.ok()) << unanimous.status();
+
+    // send_receive: a bundle of two tensors along the pipeline route
+    // member 0 -> member 1.
+    auto route = b.Route(pp, pp.members()[0], pp.members()[1]);
+    ASSERT_TRUE(route.ok()) << route.status();
+    std::vector<HostTensor> bundle = {
+        *HostTensor::FromVector<float>({2}, {r + 0.5f, r + 1.5f}),
+        *HostTensor::FromVector<uint8_t>({3}, {uint8_t(r), 7, 9})};
+    auto sr = b.SendReceive(bundle, *route, e);
+    ASSERT_TRUE(sr.ok()) << sr.status();
+
+    // Everything completes, in order.
+    ASSERT_TRUE(sr->completion->Wait().ok());
+    for (const GlooCompletionPtr& c :
+         {sum->completion, even->completion, uneven->completion,
+          uneven1->completion, a2a->completion, bcast->completion,
+          barrier->completion, vote->completion, unanimous->completion}) {
+      EXPECT_TRUE(c->IsComplete()) << c->operation();
+      EXPECT_TRUE(c->Wait().ok()) << c->operation();
+      EXPECT_EQ(c->retained(), 0u);
+    }
+
+    EXPECT_EQ(ValuesOf<int32_t>(sum->output),
+              (std::vector<int32_t>{r % 2 == 0 ? 2 : 4, 2}));
+    EXPECT_EQ(even->output.descriptor().shape(), (std::vector<size_t>{2, 4}));
+    EXPECT_EQ(ValuesOf<int32_t>(even->output),
+              (std::vector<int32_t>{0, 1, 2, 3, 10, 11, 12, 13}));
+    EXPECT_EQ(uneven->output.descriptor().shape(), (std::vector<size_t>{6}));
+    EXPECT_EQ(ValuesOf<int32_t>(uneven->output),
+              (std::vector<int32_t>{10, 20, 21, 30, 31, 32}));
+    const int t0 = int(tp.members()[0]), t1 = int(tp.members()[1]);
+    EXPECT_EQ(uneven1->output.descriptor().shape(),
+              (std::vector<size_t>{1, 3}));
+    EXPECT_EQ(ValuesOf<int32_t>(uneven1->output),
+              (std::vector<int32_t>{t0, t1, t1}));
+    std::vector<int32_t> want_a2a;
+    for (int row = 0; row < 2; ++row) {
+      for (uint32_t s = 0; s < 4; ++s) {
+        for (uint32_t c = 0; c <= r; ++c) {
+          want_a2a.push_back(int(s) * 10 + int(r) + row * 1000);
+        }
+      }
+    }
+    EXPECT_EQ(a2a->output.descriptor().shape(),
+              (std::vector<size_t>{2, 4 * (r + 1)}));
+    EXPECT_EQ(ValuesOf<int32_t>(a2a->output), want_a2a);
+    EXPECT_EQ(ValuesOf<double>(bcast->output),
+              (std::vector<double>{2.0, 2.0, 3.0}));
+    EXPECT_FALSE(*vote->output->Resolve());
+    EXPECT_TRUE(*unanimous->output->Resolve());
+    const uint32_t src = pp.members()[0];
+    ASSERT_EQ(sr->output.size(), 2u);
+    EXPECT_EQ(ValuesOf<float>(sr->output[0]),
+              (std::vector<float>{src + 0.5f, src + 1.5f}));
+    EXPECT_EQ(ValuesOf<uint8_t>(sr->output[1]),
+              (std::vector<uint8_t>{uint8_t(src), 7, 9}));
+    if (r == src) {
+      EXPECT_TRUE(sr->output[0].SharesBufferWith(bundle[0]));
+    }
+  });
+}
+
+TEST_F(BackendTest, AgreementResolvesOnlyAfterCompletion) {
+  // Rank 1 holds back, so rank 0's agree_success cannot complete yet.
+  GlooBackend& b0 = backend(0);
+  auto vote = b0.AgreeSuccess(true, **b0.group(2), b0.executor());
+  ASSERT_TRUE(vote.ok());
+  auto early = vote->output->Resolve();
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
+  GlooBackend& b1 = backend(1);
+  auto other = b1.AgreeSuccess(false, **b1.group(2), b1.executor());
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE(vote->completion->Wait().ok());
+  ASSERT_TRUE(other->completion->Wait().ok());
+  EXPECT_FALSE(*vote->output->Resolve());
+  EXPECT_FALSE(*other->output->Resolve());
+}
+
+TEST_F(BackendTest, BundleDisagreementFailsBothEnds) {
+  cluster_.Run([&](uint32_t r) {
+    if (r > 1) return;
+    GlooBackend& b = backend(r);
+    GlooGroup& tp = **b.group(2);
+    auto route = b.Route(tp, 0, 1);
+    ASSERT_TRUE(route.ok());
+    // The destination expects 3 elements, the source sends 2.
+    std::vector<HostTensor> bundle = {*HostTensor::FromVector<float>(
+        {r == 0 ? 2u : 3u}, std::vector<float>(r == 0 ? 2 : 3))};
+    auto sr = b.SendReceive(bundle, *route, b.executor());
+    ASSERT_TRUE(sr.ok()) << sr.status();
+    absl::Status s = sr->completion->Wait();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "disagree")) << s;
+    EXPECT_FALSE(b.poisoned());
+  });
+}
+
+}  // namespace
+}  // namespace rankd::dataplane

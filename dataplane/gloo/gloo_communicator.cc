@@ -1,0 +1,286 @@
+#include "dataplane/gloo/gloo_communicator.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "dataplane/gloo/gloo_abort.h"
+#include "dataplane/gloo/native_ops.h"
+#include "dataplane/gloo/rankd_store.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/transport/tcp/device.h"
+
+namespace rankd::dataplane {
+namespace {
+
+using gloo_internal::CatchNative;
+
+std::chrono::milliseconds Millis(absl::Duration d) {
+  return std::chrono::milliseconds(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
+}
+
+// Gloo writes to sockets without MSG_NOSIGNAL: a write to a peer that died
+// would raise SIGPIPE and kill the process. Ignore it unless the process
+// installed its own handler.
+void IgnoreSigpipe() {
+  struct sigaction current {};
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 &&
+      current.sa_handler == SIG_DFL) {
+    signal(SIGPIPE, SIG_IGN);
+  }
+}
+
+absl::Status Scoped(const std::string& operation, const absl::Status& cause) {
+  return absl::Status(cause.code(), absl::StrCat("gloo ", operation,
+                                                 " failed: ", cause.message()));
+}
+
+}  // namespace
+
+GlooCommunicator::GlooCommunicator(ControlPlane* control_plane,
+                                   DistributedSessionDescriptor descriptor,
+                                   GlooOptions options)
+    : control_plane_(control_plane),
+      descriptor_(std::move(descriptor)),
+      options_(std::move(options)),
+      executor_(std::make_unique<GlooExecutor>()) {}
+
+GlooCommunicator::~GlooCommunicator() { Shutdown(); }
+
+absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
+    ControlPlane* control_plane, DistributedSessionDescriptor descriptor,
+    GlooOptions options) {
+  if (control_plane == nullptr) {
+    return absl::InvalidArgumentError("gloo backend: no control plane");
+  }
+  if (options.connect_timeout <= absl::ZeroDuration() ||
+      options.op_timeout <= absl::ZeroDuration() ||
+      options.words_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "gloo backend: connect_timeout, op_timeout and words_timeout must be "
+        "positive");
+  }
+  if (absl::Status health = control_plane->JobHealth(); !health.ok()) {
+    return health;
+  }
+  IgnoreSigpipe();
+  std::shared_ptr<GlooCommunicator> comm(new GlooCommunicator(
+      control_plane, std::move(descriptor), std::move(options)));
+  comm->executor_->Bind(comm);
+
+  gloo::transport::tcp::attr attr;
+  if (!comm->options_.interface.empty()) {
+    attr.iface = comm->options_.interface;
+  } else {
+    attr.hostname = comm->options_.hostname;
+  }
+  absl::Status device_status = CatchNative(
+      absl::StrCat("gloo backend: creating the TCP device on ",
+                   comm->options_.interface.empty() ? comm->options_.hostname
+                                                    : comm->options_.interface),
+      [&] { comm->device_ = gloo::transport::tcp::CreateDevice(attr); });
+  if (!device_status.ok()) return device_status;
+
+  const DistributedSessionDescriptor& d = comm->descriptor_;
+  std::vector<uint32_t> everyone(d.world_size());
+  std::iota(everyone.begin(), everyone.end(), 0u);
+  std::vector<const CollectiveGroupDescriptor*> sorted;
+  for (const auto& g : d.groups()) sorted.push_back(&g);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto* a, const auto* b) { return a->id() < b->id(); });
+  const CollectiveGroupDescriptor* world_group = nullptr;
+  for (const auto* g : sorted) {
+    if (g->id() == kWorldGroupId && g->members() == everyone) world_group = g;
+  }
+  // Without a group 1 holding every rank, the world gets its own context,
+  // connected first.
+  if (world_group == nullptr) {
+    auto context = comm->Connect("world", d.rank(), d.world_size());
+    if (!context.ok()) return context.status();
+    comm->world_ = std::make_shared<GlooGroup>(comm.get(), kWorldGroupId, true,
+                                               everyone, d.rank(), *context);
+  }
+  for (const auto* g : sorted) {
+    auto context =
+        comm->Connect(absl::StrCat(g->id()), g->local_rank(), g->size());
+    if (!context.ok()) return context.status();
+    auto group =
+        std::make_shared<GlooGroup>(comm.get(), g->id(), g == world_group,
+                                    g->members(), g->local_rank(), *context);
+    if (g == world_group) comm->world_ = group;
+    comm->groups_.push_back(std::move(group));
+  }
+
+  std::weak_ptr<GlooCommunicator> weak = comm;
+  control_plane->OnJobFailure([weak](const absl::Status& failure) {
+    if (auto c = weak.lock()) c->Fail(failure);
+  });
+  return comm;
+}
+
+absl::StatusOr<std::shared_ptr<gloo::Context>> GlooCommunicator::Connect(
+    const std::string& name, uint32_t rank, uint32_t size) {
+  if (size <= 1) return std::shared_ptr<gloo::Context>();
+  auto context = std::make_shared<gloo::rendezvous::Context>(
+      static_cast<int>(rank), static_cast<int>(size));
+  context->setTimeout(Millis(options_.connect_timeout));
+  RankdStore store(
+      control_plane_,
+      RankdStore::Prefix(control_plane_->Namespace(), options_.instance, name),
+      options_.connect_timeout);
+  absl::Status s = CatchNative(
+      absl::StrCat("gloo backend: connecting ",
+                   name == "world" ? name : absl::StrCat("group ", name), " (",
+                   size, " members, this rank is member ", rank, ")"),
+      [&] {
+        std::shared_ptr<gloo::transport::Device> device = device_;
+        context->connectFullMesh(store, device);
+      });
+  if (!s.ok()) {
+    // Prefer the job's failure (naming the lost rank) when there is one.
+    absl::Status health = control_plane_->JobHealth();
+    if (!health.ok()) {
+      return absl::Status(health.code(),
+                          absl::StrCat(s.message(), ": ", health.message()));
+    }
+    return s;
+  }
+  context->setTimeout(Millis(options_.op_timeout));
+  return std::shared_ptr<gloo::Context>(std::move(context));
+}
+
+void GlooCommunicator::Shutdown() {
+  if (shut_down_.exchange(true)) return;
+  if (!executor_->idle()) {
+    const absl::Status cause = absl::CancelledError(
+        "gloo backend: the session was destroyed with work in flight");
+    poison_.Poison(cause);
+    AbortAll(std::string(cause.message()));
+  }
+  executor_->Shutdown(
+      absl::CancelledError("gloo backend: the session was destroyed"));
+}
+
+std::shared_ptr<GlooGroup> GlooCommunicator::group(CollectiveGroupId id) const {
+  for (const auto& g : groups_) {
+    if (g->id() == id) return g;
+  }
+  return nullptr;
+}
+
+void GlooCommunicator::AbortAll(const std::string& reason) {
+  const std::string message = absl::StrCat("aborted by rankd: ", reason);
+  auto abort = [&](const std::shared_ptr<GlooGroup>& g) {
+    if (g == nullptr || g->context() == nullptr) return;
+    // Runs on control-plane and executor threads: never let Gloo throw here.
+    CatchNative("gloo backend: abort", [&] {
+      gloo_internal::AbortGlooContext(*g->context(), message);
+    }).IgnoreError();
+  };
+  abort(world_);
+  for (const auto& g : groups_) {
+    if (g != world_) abort(g);
+  }
+}
+
+void GlooCommunicator::Fail(const absl::Status& cause) {
+  if (cause.ok()) return;
+  poison_.Poison(cause);
+  AbortAll(std::string(poison_.cause().message()));
+}
+
+absl::Status GlooCommunicator::Admission(const char* operation) const {
+  if (absl::Status s = poison_.Check("gloo", operation); !s.ok()) return s;
+  return quarantine_.Fence("gloo");
+}
+
+absl::Status GlooCommunicator::BeforeRun(const std::string& operation) const {
+  if (!poison_.poisoned()) return absl::OkStatus();
+  return absl::Status(
+      poison_.cause().code(),
+      absl::StrCat("gloo ", operation,
+                   " not run: session poisoned by an earlier failure: ",
+                   poison_.cause().message()));
+}
+
+absl::Status GlooCommunicator::OnNativeFailure(const std::string& operation,
+                                               const absl::Status& error) {
+  if (!poison_.poisoned()) {
+    // A lost peer usually shows up here as a closed socket a little before
+    // the control plane's notice, which names it: wait briefly for that.
+    const absl::Time deadline =
+        absl::Now() + options_.failure_attribution_grace;
+    absl::Status health = control_plane_->JobHealth();
+    while (health.ok() && !poison_.poisoned() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));
+      health = control_plane_->JobHealth();
+    }
+    if (!health.ok()) {
+      poison_.Poison(absl::Status(
+          health.code(), absl::StrCat(health.message(), " (gloo transport: ",
+                                      error.message(), ")")));
+    } else {
+      poison_.Poison(error);
+    }
+  }
+  // Make the peers' pending operations fail promptly too.
+  AbortAll(std::string(poison_.cause().message()));
+  return Scoped(operation, poison_.cause());
+}
+
+void GlooCommunicator::WorkFinished() { quarantine_.Notify(); }
+
+bool GlooCommunicator::SupportsCancellation(CancellationMode mode) const {
+  switch (mode) {
+    case CancellationMode::kQuarantineUntilComplete:
+      return true;
+    case CancellationMode::kNativeCancel:
+      // AbortGlooContext tears the transport down and the executor unwinds
+      // before ApplyCancellation returns.
+      return true;
+  }
+  return false;
+}
+
+absl::StatusOr<bool> GlooCommunicator::ApplyCancellation(
+    const std::shared_ptr<GlooCompletion>& completion, CancellationMode mode,
+    absl::Duration missed) {
+  if (completion->IsComplete()) return false;
+  const std::string deadline = absl::StrCat(
+      "gloo backend: ", completion->operation(),
+      " missed its WaitBounded deadline of ", absl::FormatDuration(missed));
+  if (mode == CancellationMode::kQuarantineUntilComplete) {
+    poison_.Poison(absl::DeadlineExceededError(
+        absl::StrCat(deadline,
+                     "; its resources are quarantined until it completes "
+                     "(QuarantineUntilComplete)")));
+    quarantine_.Admit(completion, completion->TakeResources(),
+                      completion->operation());
+    return true;
+  }
+  const absl::Status cause = absl::DeadlineExceededError(absl::StrCat(
+      deadline,
+      "; cancelled natively (NativeCancel): every Gloo context of the "
+      "session was aborted"));
+  poison_.Poison(cause);
+  AbortAll(std::string(cause.message()));
+  // The running operation now fails at once and queued ones are refused;
+  // Gloo's own op timeout bounds anything the abort could not wake.
+  const absl::Duration bound = options_.op_timeout + absl::Seconds(5);
+  if (!executor_->WaitIdle(bound) || !completion->WaitFor(absl::Seconds(1))) {
+    return absl::InternalError(absl::StrCat(
+        deadline, "; NativeCancel could not confirm teardown within ",
+        absl::FormatDuration(bound),
+        "; the work's resources stay retained by its completion"));
+  }
+  return true;
+}
+
+}  // namespace rankd::dataplane

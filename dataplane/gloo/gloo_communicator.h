@@ -1,0 +1,121 @@
+// GlooCommunicator: everything a Gloo session shares. It owns the TCP
+// transport device, one connected gloo::rendezvous::Context per group this
+// rank belongs to (created in ascending group-id order, every group's
+// rendezvous going through RankdStore with the connect timeout), the in-order
+// executor, the poison latch and the quarantine. It is the ExecutionHost of
+// its executor and completions:
+//
+//   - Admission refuses new work once the session is poisoned or while work
+//     is quarantined.
+//   - A native failure poisons the session. When the control plane reports
+//     the job failed (now, or within failure_attribution_grace), the cause
+//     is that failure, which names the lost rank or node; otherwise the
+//     Gloo error. Every context is then aborted so peers fail fast too.
+//   - OnJobFailure from the control plane poisons the session with the
+//     job's failure and aborts every context, so pending operations fail at
+//     once (Gloo has no public abort; see gloo_abort.h) and later ones are
+//     refused.
+//   - WaitBounded deadlines: QuarantineUntilComplete poisons and moves the
+//     work's resources to the quarantine; NativeCancel poisons, aborts every
+//     context and returns once the executor has unwound.
+//
+// Create blocks until every group is connected. Shutdown() must be called
+// before the last owner lets go (GlooBackend's destructor does). Thread-safe.
+// Depends on Gloo, dataplane/control_plane.h, poison.h, quarantine.h and the
+// gloo/ executor, completion, group, store and options headers.
+#ifndef RANKD_DATAPLANE_GLOO_GLOO_COMMUNICATOR_H_
+#define RANKD_DATAPLANE_GLOO_GLOO_COMMUNICATOR_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "dataplane/control_plane.h"
+#include "dataplane/gloo/execution_host.h"
+#include "dataplane/gloo/gloo_executor.h"
+#include "dataplane/gloo/gloo_group.h"
+#include "dataplane/gloo/gloo_options.h"
+#include "dataplane/poison.h"
+#include "dataplane/quarantine.h"
+#include "dataplane/types.h"
+
+namespace gloo::transport {
+class Device;
+}
+
+namespace rankd::dataplane {
+
+class GlooCommunicator final
+    : public ExecutionHost,
+      public std::enable_shared_from_this<GlooCommunicator> {
+ public:
+  // Connects every group of `descriptor` (and the world) through
+  // `control_plane`, which must outlive the communicator. Errors name the
+  // group that failed to connect.
+  static absl::StatusOr<std::shared_ptr<GlooCommunicator>> Create(
+      ControlPlane* control_plane, DistributedSessionDescriptor descriptor,
+      GlooOptions options);
+
+  ~GlooCommunicator() override;
+
+  // Aborts in-flight work (if any), finishes queued work with Cancelled and
+  // stops the executor. Idempotent.
+  void Shutdown();
+
+  const DistributedSessionDescriptor& descriptor() const { return descriptor_; }
+  const GlooOptions& options() const { return options_; }
+  ControlPlane* control_plane() const { return control_plane_; }
+  GlooExecutor& executor() { return *executor_; }
+
+  // The world group.
+  const std::shared_ptr<GlooGroup>& world() const { return world_; }
+  // The group with `id` this rank belongs to, or null.
+  std::shared_ptr<GlooGroup> group(CollectiveGroupId id) const;
+
+  // Poisons the session with `cause` (first cause wins) and aborts every
+  // Gloo context so pending operations fail now.
+  void Fail(const absl::Status& cause);
+  bool poisoned() const { return poison_.poisoned(); }
+  absl::Status poison_cause() const { return poison_.cause(); }
+  // Operations quarantined now.
+  size_t quarantined() const { return quarantine_.size(); }
+
+  // ExecutionHost.
+  absl::Status Admission(const char* operation) const override;
+  absl::Status BeforeRun(const std::string& operation) const override;
+  absl::Status OnNativeFailure(const std::string& operation,
+                               const absl::Status& error) override;
+  void WorkFinished() override;
+  bool SupportsCancellation(CancellationMode mode) const override;
+  absl::StatusOr<bool> ApplyCancellation(
+      const std::shared_ptr<GlooCompletion>& completion, CancellationMode mode,
+      absl::Duration missed) override;
+
+ private:
+  GlooCommunicator(ControlPlane* control_plane,
+                   DistributedSessionDescriptor descriptor,
+                   GlooOptions options);
+  // Connects one group: a Gloo context of `size` members in which this rank
+  // is `rank`, rendezvousing under `name` ("world" or the group id).
+  absl::StatusOr<std::shared_ptr<gloo::Context>> Connect(
+      const std::string& name, uint32_t rank, uint32_t size);
+  void AbortAll(const std::string& reason);
+
+  ControlPlane* const control_plane_;
+  const DistributedSessionDescriptor descriptor_;
+  const GlooOptions options_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<GlooGroup> world_;
+  std::vector<std::shared_ptr<GlooGroup>> groups_;  // ascending id
+  PoisonLatch poison_;
+  Quarantine quarantine_;
+  std::unique_ptr<GlooExecutor> executor_;
+  std::atomic<bool> shut_down_{false};
+};
+
+}  // namespace rankd::dataplane
+
+#endif  // RANKD_DATAPLANE_GLOO_GLOO_COMMUNICATOR_H_

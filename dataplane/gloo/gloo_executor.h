@@ -1,0 +1,99 @@
+// GlooExecutor: the Gloo backend's Executor (the "stream" of the
+// CommunicationBackend contract). One thread runs submitted operations one at
+// a time, in submission order, because Gloo calls block; each operation's
+// GlooCompletion is finished (exactly, after its last native call) when it
+// returns. Before running queued work the executor asks its ExecutionHost
+// whether the session was poisoned meanwhile, and finishes such work with the
+// cause without running it (no native submission); a native failure goes
+// through the host, which poisons the session.
+//
+// The backend owns one executor; operations refuse any other. Thread-safe.
+// Internal to the Gloo backend. Depends on gloo_completion.h,
+// execution_host.h and absl.
+#ifndef RANKD_DATAPLANE_GLOO_GLOO_EXECUTOR_H_
+#define RANKD_DATAPLANE_GLOO_GLOO_EXECUTOR_H_
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "dataplane/gloo/execution_host.h"
+#include "dataplane/gloo/gloo_completion.h"
+
+namespace rankd::dataplane {
+
+// What an operation's body reports.
+struct TaskResult {
+  absl::Status status;
+  // True when `status` is a native (transport) failure, which poisons the
+  // session. False for failures every member detects identically before
+  // moving data (e.g. a cross-rank shape disagreement), which leave the
+  // members in step and the session usable.
+  bool native_failure = false;
+
+  static TaskResult Ok() { return {}; }
+  static TaskResult Native(absl::Status s) { return {std::move(s), true}; }
+  static TaskResult Agreed(absl::Status s) { return {std::move(s), false}; }
+};
+
+class GlooExecutor {
+ public:
+  using Task = std::function<TaskResult()>;
+
+  GlooExecutor();
+  // Shuts down (finishing queued work with Cancelled) if not done yet.
+  ~GlooExecutor();
+
+  GlooExecutor(const GlooExecutor&) = delete;
+  GlooExecutor& operator=(const GlooExecutor&) = delete;
+
+  // Sets the host; once, before the first Submit.
+  void Bind(std::weak_ptr<ExecutionHost> host);
+
+  // Queues `task` behind all earlier work and returns its completion, which
+  // retains `resources` until the task finished. `kind` ("all_reduce_sum")
+  // is checked with the host's Admission first (poison, fence): its error is
+  // returned and nothing is queued. FailedPrecondition after Shutdown.
+  absl::StatusOr<std::shared_ptr<GlooCompletion>> Submit(
+      const char* kind, std::string operation,
+      std::vector<std::shared_ptr<const void>> resources, Task task);
+
+  // Stops accepting work; queued work is finished with `cause` without
+  // running; waits for the running task (the owner aborts it natively
+  // first if it must not wait) and joins the thread. Idempotent. Must not be
+  // called from the executor thread.
+  void Shutdown(const absl::Status& cause);
+
+  // True when nothing is queued or running.
+  bool idle() const;
+  // Waits until idle or `timeout` passes; returns whether idle.
+  bool WaitIdle(absl::Duration timeout) const;
+
+ private:
+  struct Item {
+    std::string operation;
+    std::shared_ptr<GlooCompletion> completion;
+    Task task;
+  };
+  void Loop();
+
+  mutable absl::Mutex mu_;
+  std::weak_ptr<ExecutionHost> host_ ABSL_GUARDED_BY(mu_);
+  std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status shutdown_cause_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace rankd::dataplane
+
+#endif  // RANKD_DATAPLANE_GLOO_GLOO_EXECUTOR_H_

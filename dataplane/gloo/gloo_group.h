@@ -1,0 +1,100 @@
+// GlooGroup and GlooRoute: the Gloo backend's CommunicationGroup and
+// CommunicationRoute. A GlooGroup is one collective group this rank belongs
+// to (the world, or a group of the session descriptor) with its connected
+// Gloo context; a group of one member has no context and its operations are
+// local copies. A GlooRoute is a directed source -> destination pair of
+// world ranks within one group, the unit of ordered send/receive bundles.
+// Both are created by the backend (GlooBackend::group / Route) and are only
+// valid with the backend that made them.
+//
+// The tag and route counters are touched only by the executor thread, so
+// every member derives the same Gloo tags from the same operation order.
+// Depends on dataplane/types.h and absl; Gloo types are only forward
+// declared.
+#ifndef RANKD_DATAPLANE_GLOO_GLOO_GROUP_H_
+#define RANKD_DATAPLANE_GLOO_GLOO_GROUP_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dataplane/types.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace rankd::dataplane {
+
+class GlooGroup : public std::enable_shared_from_this<GlooGroup> {
+ public:
+  // `owner` identifies the communicator that made the group.
+  GlooGroup(const void* owner, CollectiveGroupId id, bool is_world,
+            std::vector<uint32_t> members, uint32_t local_rank,
+            std::shared_ptr<gloo::Context> context);
+
+  CollectiveGroupId id() const { return id_; }
+  bool is_world() const { return is_world_; }
+  const std::vector<uint32_t>& members() const { return members_; }
+  uint32_t local_rank() const { return local_rank_; }
+  uint32_t rank() const { return members_[local_rank_]; }
+  uint32_t size() const { return static_cast<uint32_t>(members_.size()); }
+  // The index of `world_rank` in members(), if it is a member.
+  std::optional<uint32_t> IndexOf(uint32_t world_rank) const;
+  // "world" or "group 3".
+  std::string ToString() const;
+
+  // The connected Gloo context; null for a one-member group.
+  const std::shared_ptr<gloo::Context>& context() const { return context_; }
+  const void* owner() const { return owner_; }
+
+  // Executor thread only: the next Gloo tag of a collective on this group.
+  uint32_t NextTag() { return next_tag_++; }
+  // Executor thread only: the next sequence number on the directed route
+  // between member indices `source` and `destination`.
+  uint32_t NextRouteSequence(uint32_t source, uint32_t destination) {
+    return route_sequence_[{source, destination}]++;
+  }
+
+ private:
+  const void* const owner_;
+  const CollectiveGroupId id_;
+  const bool is_world_;
+  const std::vector<uint32_t> members_;
+  const uint32_t local_rank_;
+  const std::shared_ptr<gloo::Context> context_;
+  uint32_t next_tag_ = 0;
+  std::map<std::pair<uint32_t, uint32_t>, uint32_t> route_sequence_;
+};
+
+class GlooRoute {
+ public:
+  GlooRoute(std::shared_ptr<GlooGroup> group, uint32_t source_index,
+            uint32_t destination_index)
+      : group_(std::move(group)),
+        source_index_(source_index),
+        destination_index_(destination_index) {}
+
+  const std::shared_ptr<GlooGroup>& group() const { return group_; }
+  // World ranks.
+  uint32_t source() const { return group_->members()[source_index_]; }
+  uint32_t destination() const { return group_->members()[destination_index_]; }
+  // Member indices within the group.
+  uint32_t source_index() const { return source_index_; }
+  uint32_t destination_index() const { return destination_index_; }
+  // "route 2->4 in group 3".
+  std::string ToString() const;
+
+ private:
+  std::shared_ptr<GlooGroup> group_;
+  uint32_t source_index_;
+  uint32_t destination_index_;
+};
+
+}  // namespace rankd::dataplane
+
+#endif  // RANKD_DATAPLANE_GLOO_GLOO_GROUP_H_

@@ -1,0 +1,48 @@
+// GlooOptions: how the Gloo backend connects and how long it waits. Shared
+// by the communicator, the backend and the session factory. Depends on
+// dataplane/types.h and absl.
+#ifndef RANKD_DATAPLANE_GLOO_GLOO_OPTIONS_H_
+#define RANKD_DATAPLANE_GLOO_GLOO_OPTIONS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/time/time.h"
+#include "dataplane/types.h"
+
+namespace rankd::dataplane {
+
+struct GlooOptions {
+  // Address the TCP transport listens on: an IP or hostname of this rank
+  // that its peers can reach (the pod IP in Kubernetes).
+  std::string hostname = "127.0.0.1";
+  // A network interface name (e.g. "eth0"); when set it overrides hostname.
+  std::string interface;
+  // Bounds rendezvous (key-value waits) and connecting each group.
+  absl::Duration connect_timeout = absl::Seconds(30);
+  // Bounds every native operation: Gloo's own timeout, after which the
+  // operation fails with DeadlineExceeded and the session is poisoned.
+  absl::Duration op_timeout = absl::Seconds(60);
+  // Deadline of AllGatherWords rounds (the bounded variant takes its own).
+  absl::Duration words_timeout = absl::Seconds(60);
+  // After a transport failure, how long to wait for the control plane to
+  // report the job failure (which names the lost rank or node) so the error
+  // can name it instead of a socket address.
+  absl::Duration failure_attribution_grace = absl::Seconds(2);
+  // Before each collective, exchange a fingerprint of the operation, shapes
+  // and counts so that a cross-rank disagreement fails on every member with
+  // InvalidArgument instead of corrupting data or hanging. Costs one small
+  // extra exchange per operation.
+  bool verify_agreement = true;
+  // Distinguishes several sessions of one job incarnation in the rendezvous
+  // key space; every rank must use the same value for the same session.
+  uint32_t instance = 0;
+  // When set, the backend advertises (and serves) only what this allows:
+  // the intersection with what Gloo can do. Everything else fails closed.
+  std::optional<DistributedCapabilities> restrict_capabilities;
+};
+
+}  // namespace rankd::dataplane
+
+#endif  // RANKD_DATAPLANE_GLOO_GLOO_OPTIONS_H_

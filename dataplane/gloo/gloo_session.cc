@@ -1,0 +1,160 @@
+#include "dataplane/gloo/gloo_session.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "dataplane/descriptor_proto.h"
+
+namespace rankd::dataplane {
+namespace {
+
+using ValueSubmission = DistributedSession<HostTensor>::ValueSubmission;
+
+absl::StatusOr<ValueSubmission> Widen(GlooTensorSubmission submission) {
+  if (!submission.ok()) return submission.status();
+  return ValueSubmission{std::move(submission->output),
+                         std::move(submission->completion)};
+}
+
+}  // namespace
+
+GlooSession::GlooSession(ControlPlane* control_plane,
+                         std::unique_ptr<GlooBackend> backend)
+    : control_plane_(control_plane), backend_(std::move(backend)) {}
+
+const DistributedSessionDescriptor& GlooSession::descriptor() const {
+  return backend_->descriptor();
+}
+
+DistributedCapabilities GlooSession::capabilities() const {
+  return backend_->capabilities();
+}
+
+absl::StatusOr<GlooGroup*> GlooSession::Scope(const char* operation,
+                                              const CollectiveScope& scope) {
+  if (absl::Status s = backend_->Admission(operation); !s.ok()) return s;
+  auto group = backend_->ResolveGroup(scope);
+  if (!group.ok()) return group.status();
+  if (absl::Status s =
+          RequireCollective(backend_->capabilities(), "gloo", operation, scope);
+      !s.ok()) {
+    return s;
+  }
+  return group;
+}
+
+absl::StatusOr<ValueSubmission> GlooSession::AllReduceSum(
+    const CollectiveScope& scope, const Value& input) {
+  auto group = Scope("all_reduce_sum", scope);
+  if (!group.ok()) return group.status();
+  return Widen(backend_->AllReduceSum(input, **group, backend_->executor()));
+}
+
+absl::StatusOr<ValueSubmission> GlooSession::AllGather(
+    const CollectiveScope& scope, const Value& input) {
+  auto group = Scope("all_gather", scope);
+  if (!group.ok()) return group.status();
+  return Widen(
+      backend_->AllGatherEven(input, 0, **group, backend_->executor()));
+}
+
+absl::StatusOr<ValueSubmission> GlooSession::AllToAllV(
+    const CollectiveScope& scope, const Value& input,
+    absl::Span<const size_t> send_counts,
+    absl::Span<const size_t> receive_counts) {
+  auto group = Scope("all_to_all_v", scope);
+  if (!group.ok()) return group.status();
+  if (absl::Status s =
+          RequireCapability(backend_->capabilities().variable_all_to_all,
+                            "gloo", "all_to_all_v", "variable_all_to_all");
+      !s.ok()) {
+    return s;
+  }
+  ResolvedScope resolved{(*group)->members(), (*group)->local_rank(),
+                         (*group)->id()};
+  auto output =
+      CheckAllToAllV(input.descriptor(), send_counts, receive_counts, resolved);
+  if (!output.ok()) return output.status();
+  PeerCounts counts{
+      std::vector<size_t>(send_counts.begin(), send_counts.end()),
+      std::vector<size_t>(receive_counts.begin(), receive_counts.end())};
+  return Widen(backend_->VariableAllToAll(input, counts, 0, **group,
+                                          backend_->executor()));
+}
+
+absl::StatusOr<ValueSubmission> GlooSession::Send(const CollectiveScope& scope,
+                                                  size_t peer,
+                                                  const Value& input) {
+  auto group = Scope("send", scope);
+  if (!group.ok()) return group.status();
+  if (absl::Status s =
+          RequireCapability(backend_->capabilities().point_to_point, "gloo",
+                            "send", "point_to_point");
+      !s.ok()) {
+    return s;
+  }
+  ResolvedScope resolved{(*group)->members(), (*group)->local_rank(),
+                         (*group)->id()};
+  if (absl::Status s = CheckPeer(peer, resolved, "send"); !s.ok()) return s;
+  auto route =
+      backend_->Route(**group, (*group)->rank(), (*group)->members()[peer]);
+  if (!route.ok()) return route.status();
+  auto bundle = backend_->SendReceive(absl::MakeConstSpan(&input, 1), *route,
+                                      backend_->executor());
+  if (!bundle.ok()) return bundle.status();
+  return ValueSubmission{std::move(bundle->output.front()),
+                         std::move(bundle->completion)};
+}
+
+absl::StatusOr<ValueSubmission> GlooSession::Receive(
+    const CollectiveScope& scope, size_t peer,
+    const ValueDescriptor& descriptor) {
+  auto group = Scope("receive", scope);
+  if (!group.ok()) return group.status();
+  if (absl::Status s =
+          RequireCapability(backend_->capabilities().point_to_point, "gloo",
+                            "receive", "point_to_point");
+      !s.ok()) {
+    return s;
+  }
+  ResolvedScope resolved{(*group)->members(), (*group)->local_rank(),
+                         (*group)->id()};
+  if (absl::Status s = CheckPeer(peer, resolved, "receive"); !s.ok()) return s;
+  auto route =
+      backend_->Route(**group, (*group)->members()[peer], (*group)->rank());
+  if (!route.ok()) return route.status();
+  auto bundle = backend_->ReceiveBundle(absl::MakeConstSpan(&descriptor, 1),
+                                        *route, backend_->executor());
+  if (!bundle.ok()) return bundle.status();
+  return ValueSubmission{std::move(bundle->output.front()),
+                         std::move(bundle->completion)};
+}
+
+absl::StatusOr<std::vector<uint32_t>> GlooSession::AllGatherWords(
+    absl::Span<const uint32_t> local) {
+  return control_plane_->AllGatherWords(local,
+                                        backend_->options().words_timeout);
+}
+
+absl::StatusOr<std::unique_ptr<PendingWords>> GlooSession::SubmitAllGatherWords(
+    absl::Span<const uint32_t> local, absl::Duration timeout) {
+  return control_plane_->SubmitAllGatherWords(local, timeout);
+}
+
+absl::StatusOr<std::unique_ptr<GlooSession>> CreateGlooSession(
+    ControlPlane* control_plane, const DistributedSessionDescriptor& descriptor,
+    const GlooOptions& options) {
+  auto backend = GlooBackend::Create(control_plane, descriptor, options);
+  if (!backend.ok()) return backend.status();
+  return std::make_unique<GlooSession>(control_plane, *std::move(backend));
+}
+
+absl::StatusOr<std::unique_ptr<GlooSession>> CreateGlooSession(
+    ControlPlane* control_plane, const v1::SessionDescriptor& descriptor,
+    const GlooOptions& options) {
+  auto converted = DescriptorFromProto(descriptor);
+  if (!converted.ok()) return converted.status();
+  return CreateGlooSession(control_plane, *converted, options);
+}
+
+}  // namespace rankd::dataplane

@@ -1,0 +1,90 @@
+// GlooSession: the DistributedSession contract (SPEC 3.2, session.h) on the
+// Gloo backend, with HostTensor values. Scopes map to the backend's groups
+// (World -> the world group, Group(id) -> the descriptor's group); every
+// operation is the matching GlooBackend operation on its executor, so the
+// session and the backend share one order, one poison state and one
+// quarantine. all_gather_words goes over the control plane, not Gloo, so it
+// works independently of the data communicators (and of their poisoning).
+//
+//   auto control_plane = MakeClientControlPlane(client.get());
+//   auto session = CreateGlooSession(control_plane.get(),
+//                                    client->descriptor(), {});
+//   auto sum = (*session)->AllReduceSum(CollectiveScope::World(), x);
+//   ...
+//
+// Validation order for every operation: poison and quarantine fence
+// (the original cause), scope membership (NotFound), capability
+// (Unimplemented naming "gloo" and the capability), then dtype, shape,
+// counts and peer range (InvalidArgument / Unimplemented for a dtype without
+// a sum), all before anything is queued. Thread-safe. Depends on
+// dataplane/session.h, gloo_backend.h, descriptor_proto.h and absl.
+#ifndef RANKD_DATAPLANE_GLOO_GLOO_SESSION_H_
+#define RANKD_DATAPLANE_GLOO_GLOO_SESSION_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "dataplane/control_plane.h"
+#include "dataplane/gloo/gloo_backend.h"
+#include "dataplane/gloo/gloo_options.h"
+#include "dataplane/host_tensor.h"
+#include "dataplane/session.h"
+#include "dataplane/types.h"
+#include "rankd/v1/common.pb.h"
+
+namespace rankd::dataplane {
+
+class GlooSession final : public DistributedSession<HostTensor> {
+ public:
+  GlooSession(ControlPlane* control_plane,
+              std::unique_ptr<GlooBackend> backend);
+
+  const DistributedSessionDescriptor& descriptor() const override;
+  DistributedCapabilities capabilities() const override;
+
+  absl::StatusOr<ValueSubmission> AllReduceSum(const CollectiveScope& scope,
+                                               const Value& input) override;
+  absl::StatusOr<ValueSubmission> AllGather(const CollectiveScope& scope,
+                                            const Value& input) override;
+  absl::StatusOr<ValueSubmission> AllToAllV(
+      const CollectiveScope& scope, const Value& input,
+      absl::Span<const size_t> send_counts,
+      absl::Span<const size_t> receive_counts) override;
+  absl::StatusOr<ValueSubmission> Send(const CollectiveScope& scope,
+                                       size_t peer,
+                                       const Value& input) override;
+  absl::StatusOr<ValueSubmission> Receive(
+      const CollectiveScope& scope, size_t peer,
+      const ValueDescriptor& descriptor) override;
+  absl::StatusOr<std::vector<uint32_t>> AllGatherWords(
+      absl::Span<const uint32_t> local) override;
+  absl::StatusOr<std::unique_ptr<PendingWords>> SubmitAllGatherWords(
+      absl::Span<const uint32_t> local, absl::Duration timeout) override;
+
+  // The low-level contract over the same communicators and executor.
+  GlooBackend& backend() { return *backend_; }
+
+ private:
+  // Poison/fence, then scope membership, then the scope's capability.
+  absl::StatusOr<GlooGroup*> Scope(const char* operation,
+                                   const CollectiveScope& scope);
+  ControlPlane* const control_plane_;
+  const std::unique_ptr<GlooBackend> backend_;
+};
+
+// Connects a Gloo session for this rank: every group of `descriptor` (and
+// the world) rendezvouses through `control_plane`'s key-value broker. Blocks
+// until every group is connected or options.connect_timeout passes; errors
+// name the group. `control_plane` must outlive the session.
+absl::StatusOr<std::unique_ptr<GlooSession>> CreateGlooSession(
+    ControlPlane* control_plane, const DistributedSessionDescriptor& descriptor,
+    const GlooOptions& options = {});
+// The same from the descriptor rankd::Client::Join returned.
+absl::StatusOr<std::unique_ptr<GlooSession>> CreateGlooSession(
+    ControlPlane* control_plane, const v1::SessionDescriptor& descriptor,
+    const GlooOptions& options = {});
+
+}  // namespace rankd::dataplane
+
+#endif  // RANKD_DATAPLANE_GLOO_GLOO_SESSION_H_

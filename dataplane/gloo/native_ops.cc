@@ -1,0 +1,170 @@
+#include "dataplane/gloo/native_ops.h"
+
+#include <exception>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gloo/allgatherv.h"
+#include "gloo/allreduce.h"
+#include "gloo/alltoallv.h"
+#include "gloo/barrier.h"
+#include "gloo/broadcast.h"
+#include "gloo/common/error.h"
+#include "gloo/common/logging.h"
+#include "gloo/context.h"
+#include "gloo/transport/unbound_buffer.h"
+
+namespace rankd::dataplane::gloo_internal {
+namespace {
+
+// Stands in for the data pointer of an empty piece.
+char empty_piece;
+
+void* NonNull(void* p) { return p != nullptr ? p : &empty_piece; }
+void* NonNull(const void* p) { return NonNull(const_cast<void*>(p)); }
+
+// An opaque element of N bytes: Gloo's allreduce only needs the size.
+template <size_t N>
+struct Element {
+  uint8_t bytes[N];
+};
+
+template <size_t N>
+void AllReduceElements(const std::shared_ptr<gloo::Context>& context,
+                       void* data, size_t elements, const SumKernel& kernel,
+                       uint32_t tag, Milliseconds timeout) {
+  gloo::AllreduceOptions options(context);
+  options.setOutput(static_cast<Element<N>*>(NonNull(data)), elements);
+  options.setReduceFunction(kernel.reduce);
+  options.setTag(tag);
+  options.setTimeout(timeout);
+  gloo::allreduce(options);
+}
+
+}  // namespace
+
+absl::Status CatchNative(absl::string_view what,
+                         const std::function<void()>& fn) {
+  try {
+    fn();
+    return absl::OkStatus();
+  } catch (const gloo::IoException& e) {
+    const std::string text = e.what();
+    if (absl::StrContains(text, "Timed out")) {
+      return absl::DeadlineExceededError(absl::StrCat(what, ": ", text));
+    }
+    return absl::UnavailableError(absl::StrCat(what, ": ", text));
+  } catch (const gloo::Exception& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+  } catch (const gloo::EnforceNotMet& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+  } catch (...) {
+    return absl::UnknownError(
+        absl::StrCat(what, ": an unknown exception was thrown"));
+  }
+}
+
+void NativeAllReduce(const std::shared_ptr<gloo::Context>& context, void* data,
+                     size_t elements, const SumKernel& kernel, uint32_t tag,
+                     Milliseconds timeout) {
+  switch (kernel.element_size) {
+    case 1:
+      return AllReduceElements<1>(context, data, elements, kernel, tag,
+                                  timeout);
+    case 2:
+      return AllReduceElements<2>(context, data, elements, kernel, tag,
+                                  timeout);
+    case 4:
+      return AllReduceElements<4>(context, data, elements, kernel, tag,
+                                  timeout);
+    case 8:
+      return AllReduceElements<8>(context, data, elements, kernel, tag,
+                                  timeout);
+  }
+  throw gloo::Exception(
+      absl::StrCat("unsupported element size ", kernel.element_size));
+}
+
+void NativeAllGatherV(const std::shared_ptr<gloo::Context>& context,
+                      const void* in, void* out,
+                      const std::vector<size_t>& bytes_per_member, uint32_t tag,
+                      Milliseconds timeout) {
+  gloo::AllgathervOptions options(context);
+  options.setInput(static_cast<char*>(NonNull(in)),
+                   bytes_per_member[context->rank]);
+  options.setOutput(static_cast<char*>(NonNull(out)), bytes_per_member);
+  options.setTag(tag);
+  options.setTimeout(timeout);
+  gloo::allgatherv(options);
+}
+
+void NativeAllToAllV(const std::shared_ptr<gloo::Context>& context,
+                     const void* in, const std::vector<int64_t>& send_bytes,
+                     void* out, const std::vector<int64_t>& recv_bytes,
+                     uint32_t tag, Milliseconds timeout) {
+  gloo::AlltoallvOptions options(context);
+  options.setInput(static_cast<char*>(NonNull(in)), send_bytes);
+  options.setOutput(static_cast<char*>(NonNull(out)), recv_bytes);
+  options.setTag(tag);
+  options.setTimeout(timeout);
+  gloo::alltoallv(options);
+}
+
+void NativeBroadcast(const std::shared_ptr<gloo::Context>& context, void* data,
+                     size_t bytes, int root, uint32_t tag,
+                     Milliseconds timeout) {
+  gloo::BroadcastOptions options(context);
+  char* p = static_cast<char*>(NonNull(data));
+  if (context->rank == root) options.setInput(p, bytes);
+  options.setOutput(p, bytes);
+  options.setRoot(root);
+  options.setTag(tag);
+  options.setTimeout(timeout);
+  gloo::broadcast(options);
+}
+
+void NativeBarrier(const std::shared_ptr<gloo::Context>& context, uint32_t tag,
+                   Milliseconds timeout) {
+  gloo::BarrierOptions options(context);
+  options.setTag(tag);
+  options.setTimeout(timeout);
+  gloo::barrier(options);
+}
+
+uint64_t RouteSlot(bool ascending, uint32_t sequence, uint16_t piece) {
+  // Gloo's collectives use slot prefixes 0x01..0x08 in the top byte.
+  const uint64_t prefix = ascending ? 0x50 : 0x51;
+  return (prefix << 56) | (static_cast<uint64_t>(sequence) << 16) | piece;
+}
+
+void NativeSend(const std::shared_ptr<gloo::Context>& context, int peer,
+                uint64_t slot, const void* data, size_t bytes,
+                Milliseconds timeout) {
+  auto buffer = context->createUnboundBuffer(NonNull(data), bytes);
+  buffer->send(peer, slot);
+  if (!buffer->waitSend(timeout)) throw gloo::IoException("send aborted");
+}
+
+void NativeRecv(const std::shared_ptr<gloo::Context>& context, int peer,
+                uint64_t slot, void* data, size_t bytes, Milliseconds timeout) {
+  auto buffer = context->createUnboundBuffer(NonNull(data), bytes);
+  buffer->recv(peer, slot);
+  if (!buffer->waitRecv(timeout)) throw gloo::IoException("receive aborted");
+}
+
+void NativeExchange(const std::shared_ptr<gloo::Context>& context, int peer,
+                    uint64_t send_slot, const void* send, size_t send_bytes,
+                    uint64_t recv_slot, void* recv, size_t recv_bytes,
+                    Milliseconds timeout) {
+  auto out = context->createUnboundBuffer(NonNull(send), send_bytes);
+  auto in = context->createUnboundBuffer(NonNull(recv), recv_bytes);
+  in->recv(peer, recv_slot);
+  out->send(peer, send_slot);
+  if (!in->waitRecv(timeout)) throw gloo::IoException("receive aborted");
+  if (!out->waitSend(timeout)) throw gloo::IoException("send aborted");
+}
+
+}  // namespace rankd::dataplane::gloo_internal

@@ -1,0 +1,88 @@
+// Thin wrappers over Gloo's collectives and point-to-point transfers on host
+// buffers, and CatchNative, which converts anything a Gloo call throws into
+// an absl::Status so that no exception ever leaves the backend. Every
+// wrapper blocks until its operation finished on this rank (or throws); each
+// takes the Gloo tag (collectives) or slot (point-to-point) that pairs it
+// with the peers' matching call, and Gloo's per-operation timeout.
+//
+// Zero-byte pieces are fine: Gloo moves them as empty messages, and no null
+// pointer is ever handed to Gloo. Internal to the Gloo backend; runs on its
+// executor thread. Depends on Gloo and absl.
+#ifndef RANKD_DATAPLANE_GLOO_NATIVE_OPS_H_
+#define RANKD_DATAPLANE_GLOO_NATIVE_OPS_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "dataplane/gloo/sum_kernels.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace rankd::dataplane::gloo_internal {
+
+using Milliseconds = std::chrono::milliseconds;
+
+// Runs `fn`. Returns OK, or the exception it threw as a status whose message
+// is "<what>: <exception text>": DeadlineExceeded for a Gloo timeout,
+// Unavailable for other Gloo I/O errors (peer closed, connection reset,
+// aborted), Internal for Gloo assertions and other std::exceptions, Unknown
+// for anything else.
+absl::Status CatchNative(absl::string_view what,
+                         const std::function<void()>& fn);
+
+// In-place sum of `elements` elements at `data` over the context.
+void NativeAllReduce(const std::shared_ptr<gloo::Context>& context, void* data,
+                     size_t elements, const SumKernel& kernel, uint32_t tag,
+                     Milliseconds timeout);
+
+// Every member contributes bytes_per_member[its rank] bytes from `in`;
+// `out` receives all contributions, member-major.
+void NativeAllGatherV(const std::shared_ptr<gloo::Context>& context,
+                      const void* in, void* out,
+                      const std::vector<size_t>& bytes_per_member, uint32_t tag,
+                      Milliseconds timeout);
+
+// send_bytes[d] bytes of `in` (destination-major) go to member d;
+// recv_bytes[s] bytes from member s land in `out` (source-major).
+void NativeAllToAllV(const std::shared_ptr<gloo::Context>& context,
+                     const void* in, const std::vector<int64_t>& send_bytes,
+                     void* out, const std::vector<int64_t>& recv_bytes,
+                     uint32_t tag, Milliseconds timeout);
+
+// `bytes` bytes at `data` on member `root` are copied to `data` everywhere.
+void NativeBroadcast(const std::shared_ptr<gloo::Context>& context, void* data,
+                     size_t bytes, int root, uint32_t tag,
+                     Milliseconds timeout);
+
+void NativeBarrier(const std::shared_ptr<gloo::Context>& context, uint32_t tag,
+                   Milliseconds timeout);
+
+// The slot of piece `piece` of the `sequence`-th transfer on one directed
+// route. `ascending` is true when the source's member index is below the
+// destination's, so the two directions of a pair never share a slot.
+uint64_t RouteSlot(bool ascending, uint32_t sequence, uint16_t piece);
+
+// Point-to-point transfer to / from member `peer`.
+void NativeSend(const std::shared_ptr<gloo::Context>& context, int peer,
+                uint64_t slot, const void* data, size_t bytes,
+                Milliseconds timeout);
+void NativeRecv(const std::shared_ptr<gloo::Context>& context, int peer,
+                uint64_t slot, void* data, size_t bytes, Milliseconds timeout);
+// Posts a send of `send` (slot `send_slot`) and a receive into `recv`
+// (slot `recv_slot`) with member `peer`, then waits for both.
+void NativeExchange(const std::shared_ptr<gloo::Context>& context, int peer,
+                    uint64_t send_slot, const void* send, size_t send_bytes,
+                    uint64_t recv_slot, void* recv, size_t recv_bytes,
+                    Milliseconds timeout);
+
+}  // namespace rankd::dataplane::gloo_internal
+
+#endif  // RANKD_DATAPLANE_GLOO_NATIVE_OPS_H_

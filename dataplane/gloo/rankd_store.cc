@@ -1,0 +1,67 @@
+#include "dataplane/gloo/rankd_store.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gloo/common/error.h"
+
+namespace rankd::dataplane {
+namespace {
+
+[[noreturn]] void Throw(const absl::Status& status, const std::string& what) {
+  throw gloo::IoException(absl::StrCat("rankd rendezvous store: ", what, ": ",
+                                       absl::StatusCodeToString(status.code()),
+                                       ": ", status.message()));
+}
+
+}  // namespace
+
+std::string RankdStore::Prefix(absl::string_view name_space, uint32_t instance,
+                               absl::string_view group) {
+  return absl::StrCat("gloo/", name_space, "/",
+                      instance == 0 ? "" : absl::StrCat("i", instance, "/"),
+                      group, "/");
+}
+
+RankdStore::RankdStore(ControlPlane* control_plane, std::string prefix,
+                       absl::Duration timeout)
+    : control_plane_(control_plane),
+      prefix_(std::move(prefix)),
+      timeout_(timeout) {}
+
+void RankdStore::set(const std::string& key, const std::vector<char>& data) {
+  const std::string full = prefix_ + key;
+  absl::Status s =
+      control_plane_->KvSet(full, absl::string_view(data.data(), data.size()));
+  if (!s.ok()) Throw(s, absl::StrCat("set ", full));
+}
+
+std::vector<char> RankdStore::get(const std::string& key) {
+  const std::string full = prefix_ + key;
+  auto value = control_plane_->KvGet(full, timeout_);
+  if (!value.ok()) Throw(value.status(), absl::StrCat("get ", full));
+  return std::vector<char>(value->begin(), value->end());
+}
+
+void RankdStore::wait(const std::vector<std::string>& keys) {
+  wait(keys, std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout_)));
+}
+
+void RankdStore::wait(const std::vector<std::string>& keys,
+                      const std::chrono::milliseconds& timeout) {
+  absl::Duration bound =
+      std::min(timeout_, absl::Milliseconds(timeout.count()));
+  if (bound <= absl::ZeroDuration()) bound = timeout_;
+  const absl::Time deadline = absl::Now() + bound;
+  for (const std::string& key : keys) {
+    const std::string full = prefix_ + key;
+    absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) left = absl::Milliseconds(1);
+    auto value = control_plane_->KvGet(full, left);
+    if (!value.ok()) Throw(value.status(), absl::StrCat("wait for ", full));
+  }
+}
+
+}  // namespace rankd::dataplane

@@ -1,0 +1,58 @@
+// RankdStore: Gloo's rendezvous store (gloo::rendezvous::Store) on the rankd
+// key-value broker, reached through the data plane's ControlPlane. Every key
+// is prefixed "gloo/<namespace>/<group>/" so that jobs, job incarnations,
+// session instances and groups never see each other's keys. Reads block
+// until the key is set, bounded by a deadline.
+//
+// Gloo's store interface can only report errors by throwing, so failures
+// (deadline passed, job failed, broker unreachable) are thrown as
+// gloo::IoException whose message names the key and carries the broker's
+// status; callers catch them (see gloo_communicator.cc). Thread-compatible;
+// used by one connecting thread at a time. Depends on Gloo's store header,
+// dataplane/control_plane.h and absl.
+#ifndef RANKD_DATAPLANE_GLOO_RANKD_STORE_H_
+#define RANKD_DATAPLANE_GLOO_RANKD_STORE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "dataplane/control_plane.h"
+#include "gloo/rendezvous/store.h"
+
+namespace rankd::dataplane {
+
+class RankdStore final : public gloo::rendezvous::Store {
+ public:
+  // The key prefix of `group` (a group id, or "world") in session
+  // `instance` of the job incarnation `name_space`:
+  // "gloo/<namespace>/<group>/", with "i<instance>/" before the group when
+  // instance is not zero.
+  static std::string Prefix(absl::string_view name_space, uint32_t instance,
+                            absl::string_view group);
+
+  // `control_plane` must outlive the store. `timeout` bounds get() and
+  // wait() (wait's own timeout applies when shorter).
+  RankdStore(ControlPlane* control_plane, std::string prefix,
+             absl::Duration timeout);
+
+  void set(const std::string& key, const std::vector<char>& data) override;
+  std::vector<char> get(const std::string& key) override;
+  void wait(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
+
+  const std::string& prefix() const { return prefix_; }
+
+ private:
+  ControlPlane* const control_plane_;
+  const std::string prefix_;
+  const absl::Duration timeout_;
+};
+
+}  // namespace rankd::dataplane
+
+#endif  // RANKD_DATAPLANE_GLOO_RANKD_STORE_H_

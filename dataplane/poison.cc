@@ -1,0 +1,31 @@
+#include "dataplane/poison.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace rankd::dataplane {
+
+bool PoisonLatch::Poison(absl::Status cause) {
+  if (cause.ok()) return false;
+  absl::MutexLock lock(&mu_);
+  if (!cause_.ok()) return false;
+  cause_ = std::move(cause);
+  poisoned_.store(true, std::memory_order_release);
+  return true;
+}
+
+absl::Status PoisonLatch::cause() const {
+  absl::MutexLock lock(&mu_);
+  return cause_;
+}
+
+absl::Status PoisonLatch::Check(const char* backend, const char* what) const {
+  if (!poisoned()) return absl::OkStatus();
+  absl::Status cause = this->cause();
+  return absl::Status(
+      cause.code(),
+      absl::StrCat(backend, " backend: ", what,
+                   " refused: session poisoned by an earlier failure: ",
+                   cause.message()));
+}
+
+}  // namespace rankd::dataplane

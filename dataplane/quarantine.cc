@@ -1,0 +1,90 @@
+#include "dataplane/quarantine.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace rankd::dataplane {
+
+Quarantine::Quarantine(absl::Duration poll_interval)
+    : poll_interval_(poll_interval) {}
+
+Quarantine::~Quarantine() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    nudged_ = true;
+  }
+  if (reaper_.joinable()) reaper_.join();
+}
+
+void Quarantine::Admit(std::shared_ptr<const Completion> completion,
+                       std::vector<std::shared_ptr<const void>> resources,
+                       std::string description) {
+  absl::MutexLock lock(&mu_);
+  items_.push_back(Item{std::move(completion), std::move(resources),
+                        std::move(description)});
+  ++admitted_;
+  nudged_ = true;
+  if (!reaper_.joinable()) reaper_ = std::thread([this] { ReaperLoop(); });
+}
+
+void Quarantine::Notify() {
+  absl::MutexLock lock(&mu_);
+  nudged_ = true;
+}
+
+size_t Quarantine::size() const {
+  absl::MutexLock lock(&mu_);
+  return items_.size();
+}
+
+size_t Quarantine::admitted() const {
+  absl::MutexLock lock(&mu_);
+  return admitted_;
+}
+
+absl::Status Quarantine::Fence(const char* backend) const {
+  absl::MutexLock lock(&mu_);
+  if (items_.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat(backend, " backend: ", items_.size(),
+                   " operation(s) quarantined after a missed deadline (first: ",
+                   items_.front().description,
+                   "); the communicator refuses new work until they complete"));
+}
+
+bool Quarantine::WaitUntilEmpty(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto empty = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return items_.empty();
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&empty), timeout);
+}
+
+void Quarantine::ReaperLoop() {
+  while (true) {
+    std::vector<Item> done;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&nudged_), poll_interval_);
+      nudged_ = false;
+      for (auto it = items_.begin(); it != items_.end();) {
+        if (it->completion->IsComplete()) {
+          done.push_back(std::move(*it));
+          it = items_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      if (stopping_ && items_.empty() && done.empty()) return;
+    }
+    // Release outside the lock: resources first, then the completion.
+    for (Item& item : done) {
+      item.resources.clear();
+      item.completion.reset();
+    }
+  }
+}
+
+}  // namespace rankd::dataplane

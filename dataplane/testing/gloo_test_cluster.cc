@@ -1,0 +1,52 @@
+#include "dataplane/testing/gloo_test_cluster.h"
+
+#include <utility>
+
+namespace rankd::dataplane::testing {
+
+GlooOptions GlooTestCluster::DefaultOptions() {
+  GlooOptions options;
+  options.connect_timeout = absl::Seconds(20);
+  options.op_timeout = absl::Seconds(20);
+  options.words_timeout = absl::Seconds(20);
+  options.failure_attribution_grace = absl::Seconds(2);
+  return options;
+}
+
+GlooTestCluster::GlooTestCluster(ParallelTopology topology, uint32_t world_size,
+                                 GlooOptions options)
+    : world_size_(world_size), job_(InProcessJob::Create(world_size)) {
+  for (uint32_t r = 0; r < world_size; ++r) {
+    control_planes_.push_back(job_->ForRank(r));
+  }
+  sessions_.resize(world_size);
+  std::vector<absl::Status> statuses(world_size);
+  Run([&](uint32_t r) {
+    auto descriptor =
+        DistributedSessionDescriptor::FromTopology(topology, world_size, r);
+    if (!descriptor.ok()) {
+      statuses[r] = descriptor.status();
+      return;
+    }
+    auto session =
+        CreateGlooSession(control_planes_[r].get(), *descriptor, options);
+    if (!session.ok()) {
+      statuses[r] = session.status();
+      return;
+    }
+    sessions_[r] = *std::move(session);
+  });
+  for (const auto& s : statuses) {
+    if (!s.ok() && status_.ok()) status_ = s;
+  }
+}
+
+void GlooTestCluster::Run(const std::function<void(uint32_t rank)>& fn) {
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < world_size_; ++r) {
+    threads.emplace_back([&fn, r] { fn(r); });
+  }
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace rankd::dataplane::testing
