@@ -1,0 +1,189 @@
+// RAII handles for the CUDA runtime objects the NCCL backend uses: the
+// current device (DeviceGuard), streams, events, device buffers, plus the
+// device probe and a few stream-ordered copies.
+//
+// The header does not include cuda_runtime.h: CUDA handle types are
+// forward-declared exactly as the CUDA runtime declares them
+// (cudaStream_t == CUstream_st*, cudaEvent_t == CUevent_st*), so code that
+// includes it compiles whether or not this build has CUDA
+// (RANKD_HAVE_CUDA in @local_cuda//:config). Without CUDA every factory
+// returns Unavailable with the reason and ProbeDevices() reports 0 devices.
+//
+// Rules the handles follow so that a hung NCCL kernel never blocks the host
+// in a destructor:
+//   - DeviceBuffer uses the stream-ordered allocator (cudaMallocAsync /
+//     cudaFreeAsync) when the device supports memory pools: cudaFree
+//     synchronizes the whole device, cudaFreeAsync does not. A buffer keeps
+//     its allocation stream alive and frees on it.
+//   - No pinned host memory (cudaFreeHost synchronizes the device too).
+//   - Streams are created non-blocking (no implicit sync with stream 0).
+//
+// Thread-safety: handles are immutable after creation and may be shared
+// between threads (through std::shared_ptr); CudaEvent::Record must not race
+// with other uses of the same event.
+#ifndef RANKD_DATAPLANE_NCCL_CUDA_HANDLES_H_
+#define RANKD_DATAPLANE_NCCL_CUDA_HANDLES_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+// As declared by the CUDA runtime (driver_types.h).
+struct CUstream_st;
+struct CUevent_st;
+
+namespace rankd::dataplane::nccl {
+
+using CudaStreamHandle = CUstream_st*;  // cudaStream_t
+using CudaEventHandle = CUevent_st*;    // cudaEvent_t
+
+// Whether this build links the CUDA runtime and NCCL.
+bool BuiltWithCuda();
+// Why it does not (empty when BuiltWithCuda()).
+std::string CudaUnavailableReason();
+
+// What the machine offers. device_count is 0 (with a reason) when there is
+// no driver, no device, or the build has no CUDA; never an error.
+struct DeviceProbe {
+  int device_count = 0;
+  std::string reason;
+};
+DeviceProbe ProbeDevices();
+
+// "cuda: <what>: cudaErrorX (text)" with a code that fits the error:
+// ResourceExhausted for out-of-memory, Unavailable for missing devices or
+// drivers, Internal otherwise.
+absl::Status CudaStatus(int cuda_error, absl::string_view what);
+
+// Makes `device` current for the calling thread. It stays current
+// afterwards: restoring the previous device (0 on a fresh thread) would
+// create a CUDA context on it in every process. Every CUDA call rankd makes
+// sets its device first, so callers need not care.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  // OK when the device is current.
+  const absl::Status& status() const { return status_; }
+
+ private:
+  absl::Status status_;
+};
+
+// A non-blocking CUDA stream on one device. Destroying it does not wait:
+// work already queued still runs (CUDA releases the stream afterwards).
+class CudaStream {
+ public:
+  static absl::StatusOr<std::shared_ptr<CudaStream>> Create(int device);
+  ~CudaStream();
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+
+  CudaStreamHandle get() const { return stream_; }
+  int device() const { return device_; }
+  // Blocks until every piece of work queued so far has finished.
+  absl::Status Synchronize() const;
+
+ private:
+  CudaStream(CudaStreamHandle stream, int device)
+      : stream_(stream), device_(device) {}
+  CudaStreamHandle stream_;
+  int device_;
+};
+
+// A CUDA event without timing. Query() is exact and never blocks.
+class CudaEvent {
+ public:
+  static absl::StatusOr<std::shared_ptr<CudaEvent>> Create(int device);
+  ~CudaEvent();
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  // Captures the work queued on `stream` so far.
+  absl::Status Record(const CudaStream& stream);
+  // true once the captured work finished, false while it runs; an error
+  // when the work failed (a sticky CUDA error).
+  absl::StatusOr<bool> Query() const;
+  // Blocks until the captured work finished.
+  absl::Status Synchronize() const;
+
+  CudaEventHandle get() const { return event_; }
+  int device() const { return device_; }
+
+ private:
+  CudaEvent(CudaEventHandle event, int device)
+      : event_(event), device_(device) {}
+  CudaEventHandle event_;
+  int device_;
+};
+
+// Makes later work on `stream` wait for `event` (no host blocking).
+absl::Status StreamWaitEvent(const CudaStream& stream, const CudaEvent& event);
+
+// Device memory. A zero-byte buffer is valid and holds no memory (data()
+// is nullptr); allocating one makes no CUDA call.
+class DeviceBuffer {
+ public:
+  // Allocates `bytes` on stream->device(), ordered on `stream`.
+  static absl::StatusOr<std::shared_ptr<DeviceBuffer>> Allocate(
+      size_t bytes, std::shared_ptr<CudaStream> stream);
+  // Device memory owned elsewhere (e.g. a framework tensor): never freed
+  // by rankd; `keep_alive` (may be null) is held as long as the buffer.
+  // Makes no CUDA call.
+  static std::shared_ptr<DeviceBuffer> External(
+      void* data, size_t bytes, int device,
+      std::shared_ptr<const void> keep_alive = nullptr);
+  // Frees stream-ordered on the allocation stream (no device sync); an
+  // external buffer only drops its keep-alive.
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return data_; }
+  size_t size() const { return bytes_; }
+  int device() const { return device_; }
+  const std::shared_ptr<CudaStream>& stream() const { return stream_; }
+
+ private:
+  DeviceBuffer(void* data, size_t bytes, int device, bool async,
+               std::shared_ptr<CudaStream> stream)
+      : data_(data),
+        bytes_(bytes),
+        device_(device),
+        async_(async),
+        stream_(std::move(stream)) {}
+  void* data_;
+  size_t bytes_;
+  int device_;
+  bool async_;
+  bool owned_ = true;
+  std::shared_ptr<CudaStream> stream_;
+  std::shared_ptr<const void> keep_alive_;
+};
+
+// Stream-ordered copies and fills on `stream` (no host blocking unless
+// noted). Zero bytes is a no-op.
+absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes,
+                                const CudaStream& stream);
+// `height` rows of `width` bytes, rows `src_pitch` / `dst_pitch` apart.
+absl::Status Copy2DDeviceToDevice(void* dst, size_t dst_pitch, const void* src,
+                                  size_t src_pitch, size_t width,
+                                  size_t height, const CudaStream& stream);
+absl::Status FillBytes(void* dst, int value, size_t bytes,
+                       const CudaStream& stream);
+// Host <-> device; both return once `src` may be reused / `dst` holds the
+// data (they synchronize `stream`).
+absl::Status CopyHostToDevice(void* dst, const void* src, size_t bytes,
+                              const CudaStream& stream);
+absl::Status CopyDeviceToHost(void* dst, const void* src, size_t bytes,
+                              const CudaStream& stream);
+
+}  // namespace rankd::dataplane::nccl
+
+#endif  // RANKD_DATAPLANE_NCCL_CUDA_HANDLES_H_

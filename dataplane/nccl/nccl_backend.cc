@@ -1,0 +1,202 @@
+#include "dataplane/nccl/nccl_backend.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace rankd::dataplane::nccl {
+
+// The contract: NcclBackend is a CommunicationBackend and opts into every
+// fine-grained operation (each concept also checks the exact signature).
+static_assert(CommunicationBackend<NcclBackend>);
+static_assert(AllReduceSumBackend<NcclBackend>);
+static_assert(AllGatherEvenBackend<NcclBackend>);
+static_assert(AllGatherUnevenBackend<NcclBackend>);
+static_assert(VariableAllToAllBackend<NcclBackend>);
+static_assert(BroadcastBackend<NcclBackend>);
+static_assert(BarrierBackend<NcclBackend>);
+static_assert(AgreeSuccessBackend<NcclBackend>);
+static_assert(SendReceiveBackend<NcclBackend>);
+
+namespace {
+
+std::string GroupName(const NcclGroup& group) {
+  return group.is_world() ? std::string("world")
+                          : absl::StrCat("group ", group.id());
+}
+
+}  // namespace
+
+absl::StatusOr<CudaExecutor> CudaExecutor::Create(int device) {
+  auto stream = CudaStream::Create(device);
+  if (!stream.ok()) return stream.status();
+  return CudaExecutor(*std::move(stream));
+}
+
+absl::StatusOr<Submission<Unit, std::shared_ptr<NcclCompletion>>>
+NcclBackend::SubmitLocalDependencies(
+    absl::Span<const DeviceTensor* const> values, CudaExecutor& executor) {
+  return SubmitLocal(values, executor.stream());
+}
+
+absl::StatusOr<NcclGroup> NcclBackend::Group(const CollectiveScope& scope) const {
+  auto comm = core_->CommFor(scope, "communication group");
+  if (!comm.ok()) return comm.status();
+  return NcclGroup(core_, *std::move(comm),
+                   scope.is_world() ? kWorldGroupId : scope.group_id(),
+                   scope.is_world());
+}
+
+absl::StatusOr<NcclRoute> NcclBackend::Route(const CollectiveScope& scope,
+                                             size_t source,
+                                             size_t destination) const {
+  auto comm = core_->CommFor(scope, "communication route",
+                             &DistributedCapabilities::point_to_point,
+                             "point_to_point");
+  if (!comm.ok()) return comm.status();
+  const size_t n = (*comm)->members.size();
+  const size_t me = (*comm)->local_rank;
+  if (source >= n || destination >= n || source == destination) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: route ", source, " -> ", destination, " on ",
+        scope.ToString(), " needs two different member indices below ", n));
+  }
+  if (me != source && me != destination) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: route ", source, " -> ", destination, " on ",
+        scope.ToString(), " does not involve this member (", me, ")"));
+  }
+  NcclGroup group(core_, *std::move(comm),
+                  scope.is_world() ? kWorldGroupId : scope.group_id(),
+                  scope.is_world());
+  return NcclRoute(std::move(group), static_cast<uint32_t>(source),
+                   static_cast<uint32_t>(destination));
+}
+
+absl::Status NcclBackend::Check(const NcclGroup& group,
+                                const CudaExecutor& executor,
+                                const char* operation,
+                                bool DistributedCapabilities::*flag,
+                                const char* capability) const {
+  if (group.core_ != core_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: ", operation, ": the group belongs to another session"));
+  }
+  absl::Status poison = core_->PoisonStatus();
+  if (!poison.ok()) return poison;
+  const DistributedCapabilities caps = core_->capabilities();
+  if (flag != nullptr) {
+    absl::Status cap =
+        RequireCapability(caps.*flag, kBackendName, operation, capability);
+    if (!cap.ok()) return core_->FailClosed(cap);
+  }
+  const CollectiveScope scope = group.is_world()
+                                    ? CollectiveScope::World()
+                                    : CollectiveScope::Group(group.id());
+  absl::Status cap = RequireCollective(caps, kBackendName, operation, scope);
+  if (!cap.ok()) return core_->FailClosed(cap);
+  if (executor.stream() == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: ", operation, ": the executor has no stream"));
+  }
+  if (executor.device() != core_->device()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: ", operation, ": the executor's stream is on cuda:",
+        executor.device(), ", the session on cuda:", core_->device()));
+  }
+  return absl::OkStatus();
+}
+
+TensorSubmission<NcclBackend> NcclBackend::AllReduceSum(
+    const DeviceTensor& value, NcclGroup& group, CudaExecutor& executor) {
+  absl::Status ok = Check(group, executor, "all_reduce_sum", nullptr, nullptr);
+  if (!ok.ok()) return ok;
+  return SubmitAllReduceSum(*core_, group.comm_, value, executor.stream(),
+                            absl::StrCat("all_reduce_sum on ", GroupName(group)));
+}
+
+TensorSubmission<NcclBackend> NcclBackend::AllGatherEven(
+    const DeviceTensor& value, size_t axis, NcclGroup& group,
+    CudaExecutor& executor) {
+  absl::Status ok = Check(group, executor, "all_gather_even", nullptr, nullptr);
+  if (!ok.ok()) return ok;
+  return SubmitAllGatherEven(
+      *core_, group.comm_, value, axis, executor.stream(),
+      absl::StrCat("all_gather_even(axis ", axis, ") on ", GroupName(group)));
+}
+
+TensorSubmission<NcclBackend> NcclBackend::AllGatherUneven(
+    const DeviceTensor& value, absl::Span<const size_t> counts, size_t axis,
+    NcclGroup& group, CudaExecutor& executor) {
+  absl::Status ok =
+      Check(group, executor, "all_gather_uneven", nullptr, nullptr);
+  if (!ok.ok()) return ok;
+  return SubmitAllGatherUneven(
+      *core_, group.comm_, value, counts, axis, executor.stream(),
+      absl::StrCat("all_gather_uneven(axis ", axis, ") on ", GroupName(group)));
+}
+
+TensorSubmission<NcclBackend> NcclBackend::VariableAllToAll(
+    const DeviceTensor& value, const PeerCounts& counts, size_t axis,
+    NcclGroup& group, CudaExecutor& executor) {
+  absl::Status ok =
+      Check(group, executor, "variable_all_to_all",
+            &DistributedCapabilities::variable_all_to_all,
+            "variable_all_to_all");
+  if (!ok.ok()) return ok;
+  return SubmitAllToAll(
+      *core_, group.comm_, value, counts.send, counts.receive, axis,
+      executor.stream(),
+      absl::StrCat("variable_all_to_all(axis ", axis, ") on ",
+                   GroupName(group)));
+}
+
+TensorSubmission<NcclBackend> NcclBackend::Broadcast(const DeviceTensor& value,
+                                                     size_t root_member_index,
+                                                     NcclGroup& group,
+                                                     CudaExecutor& executor) {
+  absl::Status ok = Check(group, executor, "broadcast", nullptr, nullptr);
+  if (!ok.ok()) return ok;
+  if (root_member_index >= group.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: broadcast: root member index ", root_member_index,
+        " is outside the group's ", group.size(), " members"));
+  }
+  return SubmitBroadcast(
+      *core_, group.comm_, value, static_cast<uint32_t>(root_member_index),
+      executor.stream(),
+      absl::StrCat("broadcast from member ", root_member_index, " on ",
+                   GroupName(group)));
+}
+
+UnitSubmission<NcclBackend> NcclBackend::Barrier(NcclGroup& group,
+                                                 CudaExecutor& executor) {
+  absl::Status ok = Check(group, executor, "barrier", nullptr, nullptr);
+  if (!ok.ok()) return ok;
+  return SubmitBarrier(*core_, group.comm_, executor.stream(),
+                       absl::StrCat("barrier on ", GroupName(group)));
+}
+
+AgreementSubmission<NcclBackend> NcclBackend::AgreeSuccess(
+    bool success, NcclGroup& group, CudaExecutor& executor) {
+  absl::Status ok = Check(group, executor, "agree_success", nullptr, nullptr);
+  if (!ok.ok()) return ok;
+  return SubmitAgreeSuccess(*core_, group.comm_, success, executor.stream(),
+                            absl::StrCat("agree_success on ", GroupName(group)));
+}
+
+BundleSubmission<NcclBackend> NcclBackend::SendReceive(
+    absl::Span<const DeviceTensor> tensors, const NcclRoute& route,
+    CudaExecutor& executor) {
+  absl::Status ok = Check(route.group(), executor, "send_receive",
+                          &DistributedCapabilities::point_to_point,
+                          "point_to_point");
+  if (!ok.ok()) return ok;
+  return SubmitBundle(
+      *core_, route.group().comm_, tensors, route.source(),
+      route.destination(), executor.stream(),
+      absl::StrCat("send_receive ", route.source(), " -> ",
+                   route.destination(), " on ", GroupName(route.group())));
+}
+
+}  // namespace rankd::dataplane::nccl

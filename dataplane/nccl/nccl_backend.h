@@ -1,0 +1,176 @@
+// NcclBackend: the CommunicationBackend contract (SPEC 3.3) on NCCL.
+//
+//   Tensor                   = DeviceTensor
+//   Executor                 = CudaExecutor (a CUDA stream)
+//   CommunicationGroup       = NcclGroup (a scope resolved to a communicator)
+//   CommunicationRoute       = NcclRoute (group + source -> destination)
+//   CommunicationCompletion  = NcclCompletion (CUDA event + retained
+//                              buffers, streams and communicators)
+//
+// It declares (DeclaresX specializations, checked by static_asserts in
+// nccl_backend.cc) every fine-grained operation it implements for real:
+//   all_reduce_sum       ncclAllReduce(sum) with the SumTypeFor dtype
+//   all_gather_even      ncclAllGather (+ 2-D copies for an inner axis)
+//   all_gather_uneven    grouped ncclSend/ncclRecv with exact widths
+//   variable_all_to_all  grouped ncclSend/ncclRecv + a self copy
+//   broadcast            ncclBroadcast
+//   barrier              a one-byte ncclAllReduce
+//   agree_success        a one-byte ncclAllReduce(min) of 0/1 flags
+//   send_receive         ordered grouped ncclSend/ncclRecv on one route
+//
+// The backend shares its session's communicators, poison and watchdog; it
+// runs each operation on the caller's executor stream. Groups and routes
+// come from Group()/Route(), which fail closed (Unimplemented naming "nccl"
+// and the capability) while the session has no capability. The session
+// must outlive the backend, its groups and routes (after it is destroyed
+// they refuse new work).
+#ifndef RANKD_DATAPLANE_NCCL_NCCL_BACKEND_H_
+#define RANKD_DATAPLANE_NCCL_NCCL_BACKEND_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "dataplane/communication_backend.h"
+#include "dataplane/nccl/device_tensor.h"
+#include "dataplane/nccl/nccl_completion.h"
+#include "dataplane/nccl/nccl_session.h"
+#include "dataplane/nccl/session_core.h"
+
+namespace rankd::dataplane::nccl {
+
+// The executor: a CUDA stream. Copies share the stream.
+class CudaExecutor {
+ public:
+  explicit CudaExecutor(std::shared_ptr<CudaStream> stream)
+      : stream_(std::move(stream)) {}
+  // A new non-blocking stream on `device`.
+  static absl::StatusOr<CudaExecutor> Create(int device);
+  const std::shared_ptr<CudaStream>& stream() const { return stream_; }
+  int device() const { return stream_ == nullptr ? -1 : stream_->device(); }
+
+ private:
+  std::shared_ptr<CudaStream> stream_;
+};
+
+// One collective group (or the world) of a session, realized as an NCCL
+// communicator.
+class NcclGroup {
+ public:
+  // kWorldGroupId for the world.
+  CollectiveGroupId id() const { return id_; }
+  bool is_world() const { return world_; }
+  const std::vector<uint32_t>& members() const { return comm_->members; }
+  uint32_t local_rank() const { return comm_->local_rank; }
+  uint32_t size() const { return static_cast<uint32_t>(comm_->members.size()); }
+  const std::string& communicator_name() const { return comm_->name; }
+
+ private:
+  friend class NcclBackend;
+  NcclGroup(std::shared_ptr<SessionCore> core, std::shared_ptr<CommEntry> comm,
+            CollectiveGroupId id, bool world)
+      : core_(std::move(core)), comm_(std::move(comm)), id_(id), world_(world) {}
+  std::shared_ptr<SessionCore> core_;
+  std::shared_ptr<CommEntry> comm_;
+  CollectiveGroupId id_;
+  bool world_;
+};
+
+// A directed route between two members of a group (member indices).
+class NcclRoute {
+ public:
+  const NcclGroup& group() const { return group_; }
+  uint32_t source() const { return source_; }
+  uint32_t destination() const { return destination_; }
+
+ private:
+  friend class NcclBackend;
+  NcclRoute(NcclGroup group, uint32_t source, uint32_t destination)
+      : group_(std::move(group)), source_(source), destination_(destination) {}
+  NcclGroup group_;
+  uint32_t source_;
+  uint32_t destination_;
+};
+
+class NcclBackend {
+ public:
+  using Tensor = DeviceTensor;
+  using Executor = CudaExecutor;
+  using CommunicationGroup = NcclGroup;
+  using CommunicationRoute = NcclRoute;
+  using CommunicationCompletion = NcclCompletion;
+
+  explicit NcclBackend(NcclSession& session) : core_(session.core()) {}
+
+  // Submits evaluation of rank-local tensors: the executor's stream waits
+  // for their ready events; the completion retains them. No group, no
+  // NCCL; works without a session. InvalidArgument for a null tensor or one
+  // on another device.
+  static absl::StatusOr<Submission<Unit, std::shared_ptr<NcclCompletion>>>
+  SubmitLocalDependencies(absl::Span<const DeviceTensor* const> values,
+                          CudaExecutor& executor);
+
+  // The group serving `scope` (fail closed; NotFound for a group this rank
+  // is not in).
+  absl::StatusOr<NcclGroup> Group(const CollectiveScope& scope) const;
+  // A route `source` -> `destination` (member indices of the scope); this
+  // rank must be one of them. Needs point_to_point.
+  absl::StatusOr<NcclRoute> Route(const CollectiveScope& scope, size_t source,
+                                  size_t destination) const;
+
+  TensorSubmission<NcclBackend> AllReduceSum(const DeviceTensor& value,
+                                             NcclGroup& group,
+                                             CudaExecutor& executor);
+  TensorSubmission<NcclBackend> AllGatherEven(const DeviceTensor& value,
+                                              size_t axis, NcclGroup& group,
+                                              CudaExecutor& executor);
+  TensorSubmission<NcclBackend> AllGatherUneven(const DeviceTensor& value,
+                                                absl::Span<const size_t> counts,
+                                                size_t axis, NcclGroup& group,
+                                                CudaExecutor& executor);
+  TensorSubmission<NcclBackend> VariableAllToAll(const DeviceTensor& value,
+                                                 const PeerCounts& counts,
+                                                 size_t axis, NcclGroup& group,
+                                                 CudaExecutor& executor);
+  TensorSubmission<NcclBackend> Broadcast(const DeviceTensor& value,
+                                          size_t root_member_index,
+                                          NcclGroup& group,
+                                          CudaExecutor& executor);
+  UnitSubmission<NcclBackend> Barrier(NcclGroup& group, CudaExecutor& executor);
+  AgreementSubmission<NcclBackend> AgreeSuccess(bool success, NcclGroup& group,
+                                                CudaExecutor& executor);
+  BundleSubmission<NcclBackend> SendReceive(absl::Span<const DeviceTensor> tensors,
+                                            const NcclRoute& route,
+                                            CudaExecutor& executor);
+
+ private:
+  // Poison, ownership and capability checks shared by the operations.
+  absl::Status Check(const NcclGroup& group, const CudaExecutor& executor,
+                     const char* operation, bool DistributedCapabilities::*flag,
+                     const char* capability) const;
+  std::shared_ptr<SessionCore> core_;
+};
+
+}  // namespace rankd::dataplane::nccl
+
+namespace rankd::dataplane {
+template <>
+struct DeclaresAllReduceSum<nccl::NcclBackend> : std::true_type {};
+template <>
+struct DeclaresAllGatherEven<nccl::NcclBackend> : std::true_type {};
+template <>
+struct DeclaresAllGatherUneven<nccl::NcclBackend> : std::true_type {};
+template <>
+struct DeclaresVariableAllToAll<nccl::NcclBackend> : std::true_type {};
+template <>
+struct DeclaresBroadcast<nccl::NcclBackend> : std::true_type {};
+template <>
+struct DeclaresBarrier<nccl::NcclBackend> : std::true_type {};
+template <>
+struct DeclaresAgreeSuccess<nccl::NcclBackend> : std::true_type {};
+template <>
+struct DeclaresSendReceive<nccl::NcclBackend> : std::true_type {};
+}  // namespace rankd::dataplane
+
+#endif  // RANKD_DATAPLANE_NCCL_NCCL_BACKEND_H_

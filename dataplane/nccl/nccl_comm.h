@@ -1,0 +1,181 @@
+// NcclCommunicator: RAII for one ncclComm_t, always non-blocking
+// (ncclConfig_t.blocking = 0), so that no NCCL call parks the host
+// indefinitely:
+//   - StartInit() calls ncclCommInitRankConfig (or ncclCommInitRankScalable
+//     with several unique ids) and returns at once; AwaitReady()/PollReady()
+//     poll ncclCommGetAsyncError until the communicator is ready, failed, a
+//     deadline passed or an interrupt (job failure) fired; on a deadline or
+//     interrupt the communicator is aborted (ncclCommAbort) before it
+//     returns.
+//   - Enqueue() issues NCCL calls; a call that answers ncclInProgress is
+//     polled until NCCL accepted it, bounded the same way.
+//   - Abort() (ncclCommAbort) may be called from any thread at any time,
+//     also while another thread is polling inside Enqueue(); it tears the
+//     communicator down (kernels waiting for a dead peer exit) before it
+//     returns. Later calls fail with the abort's cause.
+//   - The destructor finalizes and destroys a healthy communicator within a
+//     bound and aborts it otherwise.
+// Without CUDA (RANKD_HAVE_CUDA == 0) StartInit and NewNcclUniqueId return
+// Unavailable with the reason. The header does not include nccl.h.
+#ifndef RANKD_DATAPLANE_NCCL_NCCL_COMM_H_
+#define RANKD_DATAPLANE_NCCL_NCCL_COMM_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "dataplane/nccl/cuda_handles.h"
+#include "dataplane/nccl/nccl_types.h"
+
+// As declared by nccl.h (typedef struct ncclComm* ncclComm_t).
+struct ncclComm;
+
+namespace rankd::dataplane::nccl {
+
+using NcclCommHandle = ncclComm*;  // ncclComm_t
+
+// NCCL version code of the headers this build used (0 without CUDA).
+int NcclBuildVersion();
+// NCCL version code of the loaded library (ncclGetVersion; 0 without CUDA).
+int NcclRuntimeVersion();
+// Whether ncclCommInitRankScalable can be used (headers and library >=
+// 2.23.4).
+bool ScalableInitSupported();
+
+// A fresh ncclUniqueId (ncclGetUniqueId): kNcclUniqueIdBytes raw bytes.
+absl::StatusOr<std::string> NewNcclUniqueId();
+
+// "nccl: <what>: ncclSystemError (text)[; last error: ...]" with a code
+// that fits (InvalidArgument for ncclInvalidArgument/ncclInvalidUsage,
+// Unavailable for ncclRemoteError and ncclSystemError, Internal otherwise).
+absl::Status NcclStatus(int nccl_result, absl::string_view what,
+                        NcclCommHandle comm = nullptr);
+
+// The value of ncclInProgress / ncclSuccess (so callers need not include
+// nccl.h).
+inline constexpr int kNcclSuccess = 0;
+inline constexpr int kNcclInProgress = 7;
+
+// Thin wrappers over the NCCL calls rankd issues (inside
+// NcclCommunicator::Enqueue bodies), so that callers need not include
+// nccl.h. Each returns the ncclResult_t; without CUDA, kNcclUnavailable.
+inline constexpr int kNcclUnavailable = 5;  // ncclInvalidUsage
+enum class NcclRedOp : int { kSum = 0, kMin = 3 };
+int NcclAllReduce(const void* send, void* recv, size_t count,
+                  NcclDataType type, NcclRedOp op, NcclCommHandle comm,
+                  CudaStreamHandle stream);
+int NcclAllGather(const void* send, void* recv, size_t send_count,
+                  NcclDataType type, NcclCommHandle comm,
+                  CudaStreamHandle stream);
+int NcclBroadcast(const void* send, void* recv, size_t count,
+                  NcclDataType type, int root, NcclCommHandle comm,
+                  CudaStreamHandle stream);
+int NcclSend(const void* send, size_t count, NcclDataType type, int peer,
+             NcclCommHandle comm, CudaStreamHandle stream);
+int NcclRecv(void* recv, size_t count, NcclDataType type, int peer,
+             NcclCommHandle comm, CudaStreamHandle stream);
+// ncclGroupStart(); calls(); ncclGroupEnd(). Returns the first error of
+// `calls` (the group is still closed) or ncclGroupEnd's result.
+int NcclGrouped(const std::function<int()>& calls);
+
+class NcclCommunicator {
+ public:
+  struct Options {
+    // For messages and logs ("world", "m2-...").
+    std::string name;
+    int device = 0;
+    int nranks = 0;
+    int rank = 0;
+    // Raw ncclUniqueIds (kNcclUniqueIdBytes each); more than one needs
+    // ScalableInitSupported().
+    std::vector<std::string> unique_ids;
+  };
+
+  // Validates `options` and starts a non-blocking init. The communicator is
+  // not usable until PollReady() returned true.
+  static absl::StatusOr<std::unique_ptr<NcclCommunicator>> StartInit(
+      Options options);
+
+  // Finalizes and destroys within `destroy_timeout` when healthy; aborts
+  // otherwise (or when that bound passes).
+  ~NcclCommunicator();
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  // One poll of an initializing communicator: true when ready, false while
+  // init is in progress, the error (init failed) otherwise.
+  absl::StatusOr<bool> PollReady();
+
+  // Polls until ready. On `deadline` (DeadlineExceeded naming the
+  // communicator) or when `interrupt` returns an error (that error), aborts
+  // the communicator first. `interrupt` may be empty.
+  absl::Status AwaitReady(absl::Time deadline,
+                          const std::function<absl::Status()>& interrupt,
+                          absl::Duration poll_interval = absl::Milliseconds(2));
+
+  // For a ready communicator: OK while healthy (or still enqueuing), the
+  // asynchronous error (ncclCommGetAsyncError) or the abort cause
+  // otherwise. Never blocks for long.
+  absl::Status CheckAsyncError();
+
+  // Runs `body` with the communicator (with its device current) under the
+  // communicator's lock. `body` issues NCCL calls and returns the last
+  // ncclResult_t. ncclInProgress is polled until NCCL accepted the work;
+  // `deadline` bounds that (DeadlineExceeded naming `what`; the caller
+  // poisons and aborts), and `interrupt` (may be empty) ends it early with
+  // its error. Calls are serialized: one Enqueue at a time.
+  absl::Status Enqueue(absl::string_view what,
+                       const std::function<int(NcclCommHandle)>& body,
+                       absl::Time deadline,
+                       const std::function<absl::Status()>& interrupt,
+                       absl::Duration poll_interval = absl::Microseconds(200));
+
+  // ncclCommAbort. Idempotent and thread-safe; returns after NCCL tore the
+  // communicator down. Later calls fail with `cause`.
+  void Abort(const absl::Status& cause);
+
+  // Finalize (polled) then destroy within `timeout`; abort on error or
+  // timeout. Idempotent.
+  void Close(absl::Duration timeout);
+
+  // OK until aborted or closed; then the cause.
+  absl::Status closed_status() const;
+  bool ready() const;
+  const std::string& name() const { return options_.name; }
+  int device() const { return options_.device; }
+  int nranks() const { return options_.nranks; }
+  int rank() const { return options_.rank; }
+
+  // How long the destructor waits for a clean finalize.
+  void set_destroy_timeout(absl::Duration timeout) {
+    destroy_timeout_ = timeout;
+  }
+
+ private:
+  explicit NcclCommunicator(Options options) : options_(std::move(options)) {}
+  // Requires mu_; aborts and records `cause`.
+  void AbortLocked(const absl::Status& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  absl::Duration destroy_timeout_ = absl::Seconds(10);
+  // Serializes Enqueue: NCCL needs an in-progress call polled to completion
+  // before the next call on the communicator.
+  absl::Mutex enqueue_mu_;
+  // Guards the handle and every NCCL call that uses it (Abort takes only
+  // this one, so it never waits for a polling Enqueue).
+  mutable absl::Mutex mu_;
+  NcclCommHandle comm_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status closed_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace rankd::dataplane::nccl
+
+#endif  // RANKD_DATAPLANE_NCCL_NCCL_COMM_H_

@@ -1,0 +1,253 @@
+#include "dataplane/nccl/nccl_completion.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace rankd::dataplane::nccl {
+
+NcclOp::NcclOp(std::string operation, std::shared_ptr<CudaEvent> event,
+               std::vector<std::shared_ptr<const void>> retained)
+    : operation_(std::move(operation)),
+      event_(std::move(event)),
+      retained_(std::move(retained)) {}
+
+bool NcclOp::Done() {
+  absl::MutexLock lock(&mu_);
+  if (done_) return true;
+  if (event_ == nullptr) return false;
+  absl::StatusOr<bool> finished = event_->Query();
+  if (!finished.ok()) {
+    done_ = true;
+    if (status_.ok()) {
+      status_ = absl::Status(
+          finished.status().code(),
+          absl::StrCat("nccl backend: ", operation_,
+                       " failed on the device: ", finished.status().message()));
+    }
+    return true;
+  }
+  if (*finished) done_ = true;
+  return done_;
+}
+
+absl::Status NcclOp::status() const {
+  absl::MutexLock lock(&mu_);
+  return status_;
+}
+
+void NcclOp::FailIfRunning(const absl::Status& cause) {
+  absl::MutexLock lock(&mu_);
+  if (done_) return;
+  if (event_ != nullptr) {
+    absl::StatusOr<bool> finished = event_->Query();
+    if (finished.ok() && *finished) {
+      done_ = true;
+      return;
+    }
+  }
+  if (status_.ok()) {
+    status_ = cause.ok() ? absl::AbortedError(absl::StrCat(
+                               "nccl backend: ", operation_, " was aborted"))
+                         : cause;
+  }
+}
+
+void NcclOp::ReleaseIfDone() {
+  std::vector<std::shared_ptr<const void>> released;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!done_) return;
+    released.swap(retained_);
+  }
+  // Destructors (stream-ordered frees) run here, outside the lock.
+}
+
+void NcclOp::Abandon() {
+  absl::MutexLock lock(&mu_);
+  if (retained_.empty()) return;
+  // Deliberately leaked: the GPU may still use these buffers.
+  new std::vector<std::shared_ptr<const void>>(std::move(retained_));
+  retained_.clear();
+}
+
+OpQuarantine::~OpQuarantine() { Abandon(); }
+
+void OpQuarantine::Add(std::shared_ptr<NcclOp> op) {
+  if (op == nullptr) return;
+  absl::MutexLock lock(&mu_);
+  for (const auto& held : ops_) {
+    if (held == op) return;
+  }
+  ops_.push_back(std::move(op));
+}
+
+size_t OpQuarantine::Reap() {
+  std::vector<std::shared_ptr<NcclOp>> finished;
+  size_t remaining;
+  {
+    absl::MutexLock lock(&mu_);
+    auto keep = std::partition(ops_.begin(), ops_.end(),
+                               [](const std::shared_ptr<NcclOp>& op) {
+                                 return !op->Done();
+                               });
+    finished.assign(std::make_move_iterator(keep),
+                    std::make_move_iterator(ops_.end()));
+    ops_.erase(keep, ops_.end());
+    remaining = ops_.size();
+  }
+  for (auto& op : finished) op->ReleaseIfDone();
+  return remaining;
+}
+
+size_t OpQuarantine::size() const {
+  absl::MutexLock lock(&mu_);
+  return ops_.size();
+}
+
+size_t OpQuarantine::Drain(absl::Duration timeout, absl::Duration poll) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    size_t remaining = Reap();
+    if (remaining == 0 || absl::Now() >= deadline) return remaining;
+    absl::SleepFor(poll);
+  }
+}
+
+size_t OpQuarantine::Abandon() {
+  std::vector<std::shared_ptr<NcclOp>> ops;
+  {
+    absl::MutexLock lock(&mu_);
+    ops.swap(ops_);
+  }
+  size_t abandoned = 0;
+  for (auto& op : ops) {
+    if (op->Done()) {
+      op->ReleaseIfDone();
+    } else {
+      op->Abandon();
+      ++abandoned;
+    }
+  }
+  return abandoned;
+}
+
+namespace {
+
+// Owner of session-less operations. Leaked singleton with a reaper thread
+// started on first use.
+class LocalOwner final : public NcclOpOwner {
+ public:
+  absl::Status PoisonStatus() const override { return absl::OkStatus(); }
+  void Poison(const absl::Status&) override {}
+  bool SupportsNativeCancel() const override { return false; }
+  void CancelNative(const absl::Status&) override {}
+  void Quarantine(std::shared_ptr<NcclOp> op) override {
+    quarantine_.Add(std::move(op));
+    absl::MutexLock lock(&mu_);
+    if (!reaper_started_) {
+      reaper_started_ = true;
+      std::thread([this] {
+        while (true) {
+          absl::SleepFor(absl::Milliseconds(20));
+          quarantine_.Reap();
+        }
+      }).detach();
+    }
+  }
+  absl::Duration AbortGrace() const override { return absl::ZeroDuration(); }
+
+ private:
+  OpQuarantine quarantine_;
+  absl::Mutex mu_;
+  bool reaper_started_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+std::shared_ptr<NcclOpOwner> LocalOpOwner() {
+  static auto* owner =
+      new std::shared_ptr<NcclOpOwner>(std::make_shared<LocalOwner>());
+  return *owner;
+}
+
+NcclCompletion::NcclCompletion(std::shared_ptr<NcclOp> op,
+                               std::shared_ptr<NcclOpOwner> owner)
+    : op_(std::move(op)), owner_(std::move(owner)) {}
+
+NcclCompletion::~NcclCompletion() {
+  if (!op_->Done()) owner_->Quarantine(op_);
+}
+
+bool NcclCompletion::Poll() const {
+  if (!op_->Done()) return false;
+  absl::Status status = op_->status();
+  if (!status.ok()) owner_->Poison(status);
+  return true;
+}
+
+bool NcclCompletion::IsComplete() const { return Poll(); }
+
+absl::Status NcclCompletion::Wait() {
+  absl::Duration sleep = absl::Microseconds(5);
+  while (!Poll()) {
+    absl::SleepFor(sleep);
+    sleep = std::min(sleep * 2, absl::Milliseconds(1));
+  }
+  return op_->status();
+}
+
+bool NcclCompletion::SupportsCancellation(CancellationMode mode) const {
+  switch (mode) {
+    case CancellationMode::kNativeCancel:
+      return owner_->SupportsNativeCancel();
+    case CancellationMode::kQuarantineUntilComplete:
+      return true;
+  }
+  return false;
+}
+
+absl::StatusOr<WaitOutcome> NcclCompletion::WaitBounded(
+    absl::Duration timeout, CancellationMode mode) {
+  absl::Status valid = CheckBoundedWait(*this, timeout, mode, "nccl");
+  if (!valid.ok()) return valid;
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Duration sleep = absl::Microseconds(5);
+  while (!Poll()) {
+    absl::Time now = absl::Now();
+    if (now >= deadline) break;
+    absl::SleepFor(std::min(sleep, deadline - now));
+    sleep = std::min(sleep * 2, absl::Milliseconds(1));
+  }
+  if (Poll()) {
+    absl::Status status = op_->status();
+    if (!status.ok()) return status;
+    return WaitOutcome::Completed();
+  }
+  const absl::Status cause = absl::DeadlineExceededError(absl::StrCat(
+      "nccl backend: ", op_->operation(), " did not complete within ",
+      absl::FormatDuration(timeout), "; ",
+      mode == CancellationMode::kNativeCancel
+          ? "the session's communicators were aborted (NativeCancel)"
+          : "its work was quarantined until it completes "
+            "(QuarantineUntilComplete)",
+      " and the session is poisoned"));
+  if (mode == CancellationMode::kNativeCancel) {
+    owner_->CancelNative(cause);
+    const absl::Time grace_end = absl::Now() + owner_->AbortGrace();
+    while (!op_->Done() && absl::Now() < grace_end) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    op_->FailIfRunning(cause);
+    if (!op_->Done()) owner_->Quarantine(op_);
+  } else {
+    owner_->Poison(cause);
+    op_->FailIfRunning(cause);
+    owner_->Quarantine(op_);
+  }
+  return WaitOutcome::DeadlineExceeded(mode);
+}
+
+}  // namespace rankd::dataplane::nccl

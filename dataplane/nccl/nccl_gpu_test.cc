@@ -1,0 +1,736 @@
+// The NCCL backend on real CUDA devices, in one process: CUDA handles,
+// DeviceTensor, NcclSession and NcclBackend with world size 1 (any single
+// GPU), bounded waits (quarantine and native cancel, with a stream held by
+// a host function), job-failure aborts, init deadlines, and, when the
+// machine has 2+ GPUs, a multi-rank world with one thread per GPU. The
+// control plane is the in-process FakeJob; tests/gpu/ runs the same
+// operations through real rankd daemons.
+//
+// Every test skips (GTEST_SKIP with the reason) when there is no CUDA
+// device or the build has no CUDA.
+#include <algorithm>
+#include <atomic>
+#include <complex>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/barrier.h"
+#include "absl/time/clock.h"
+#include "dataplane/nccl/cuda_handles.h"
+#include "dataplane/nccl/device_tensor.h"
+#include "dataplane/nccl/fake_control_plane.h"
+#include "dataplane/nccl/nccl_backend.h"
+#include "dataplane/nccl/nccl_session.h"
+#include "gtest/gtest.h"
+#include "local_cuda_config.h"
+
+#if RANKD_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace rankd::dataplane::nccl {
+namespace {
+
+using testing::FakeJob;
+
+#define ASSERT_OK(expr)                                 \
+  do {                                                  \
+    const absl::Status _s = (expr);                     \
+    ASSERT_TRUE(_s.ok()) << #expr << ": " << _s;        \
+  } while (0)
+
+int DeviceCount() { return ProbeDevices().device_count; }
+
+// tests/gpu/run.sh sets RANKD_REQUIRE_GPU=1: there, no device at all is a
+// failure (a broken driver setup), not a reason to skip.
+bool RequireGpu() {
+  const char* v = std::getenv("RANKD_REQUIRE_GPU");
+  return v != nullptr && std::string(v) == "1";
+}
+
+#define SKIP_WITHOUT_DEVICES(n)                                           \
+  do {                                                                    \
+    DeviceProbe _probe = ProbeDevices();                                  \
+    if (_probe.device_count == 0 && RequireGpu()) {                       \
+      GTEST_FAIL() << "RANKD_REQUIRE_GPU=1 but no CUDA device: "          \
+                   << _probe.reason;                                      \
+    }                                                                     \
+    if (_probe.device_count < (n)) {                                      \
+      GTEST_SKIP() << "needs " << (n) << " CUDA device(s); this machine " \
+                   << "has " << _probe.device_count << ": "               \
+                   << _probe.reason;                                      \
+    }                                                                     \
+  } while (0)
+
+ValueDescriptor Desc(std::vector<size_t> shape,
+                     TensorDtype dtype = TensorDtype::kF32) {
+  return *ValueDescriptor::Create(std::move(shape), dtype);
+}
+
+template <typename T>
+DeviceTensor Upload(const ValueDescriptor& desc, const std::vector<T>& values,
+                    const std::shared_ptr<CudaStream>& stream) {
+  auto t = DeviceTensor::FromHostVector(desc, values, stream);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return *std::move(t);
+}
+
+template <typename T>
+std::vector<T> Download(const DeviceTensor& t) {
+  auto v = t.ToHostVector<T>();
+  EXPECT_TRUE(v.ok()) << v.status();
+  return v.ok() ? *v : std::vector<T>{};
+}
+
+std::vector<float> Floats(size_t n, float start = 0) {
+  std::vector<float> v(n);
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+#if RANKD_HAVE_CUDA
+// Holds a stream (a host function that blocks until released or 30 s
+// passed), so that work queued behind it cannot complete.
+struct Stall {
+  std::atomic<bool> released{false};
+};
+void CUDART_CB HoldStream(void* arg) {
+  auto* stall = static_cast<Stall*>(arg);
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (!stall->released.load() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+}
+// Leaked on purpose: the host function may outlive a failed test.
+Stall* StallStream(const CudaStream& stream) {
+  auto* stall = new Stall();
+  cudaError_t e = cudaLaunchHostFunc(stream.get(), HoldStream, stall);
+  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+  return stall;
+}
+#endif
+
+class NcclGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override { SKIP_WITHOUT_DEVICES(1); }
+
+  // A world of one rank on device 0.
+  std::unique_ptr<NcclSession> OpenWorld1(NcclSessionOptions options = {}) {
+    job_ = FakeJob::Create(1);
+    cp_ = job_->ControlPlaneFor(0);
+    ParallelTopology topology;  // all degrees 1: groups 1..5, all [0]
+    auto descriptor = DistributedSessionDescriptor::FromTopology(topology, 1, 0);
+    EXPECT_TRUE(descriptor.ok());
+    options.device = 0;
+    auto session = NcclSession::Open(*descriptor, cp_.get(), options);
+    EXPECT_TRUE(session.ok()) << session.status();
+    return session.ok() ? *std::move(session) : nullptr;
+  }
+
+  std::shared_ptr<FakeJob> job_;
+  std::unique_ptr<ControlPlane> cp_;
+};
+
+TEST_F(NcclGpuTest, CudaHandles) {
+  DeviceProbe probe = ProbeDevices();
+  EXPECT_GT(probe.device_count, 0);
+  EXPECT_TRUE(BuiltWithCuda());
+  auto stream = CudaStream::Create(0);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  auto event = CudaEvent::Create(0);
+  ASSERT_TRUE(event.ok());
+  auto buffer = DeviceBuffer::Allocate(1 << 20, *stream);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  EXPECT_NE((*buffer)->data(), nullptr);
+  ASSERT_OK(FillBytes((*buffer)->data(), 7, 1 << 20, **stream));
+  ASSERT_OK((*event)->Record(**stream));
+  ASSERT_OK((*event)->Synchronize());
+  auto done = (*event)->Query();
+  ASSERT_TRUE(done.ok());
+  EXPECT_TRUE(*done);
+  auto empty = DeviceBuffer::Allocate(0, *stream);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ((*empty)->data(), nullptr);
+  std::vector<uint8_t> host(16);
+  ASSERT_OK(CopyDeviceToHost(host.data(), (*buffer)->data(), 16, **stream));
+  EXPECT_EQ(host, std::vector<uint8_t>(16, 7));
+  EXPECT_FALSE(CudaStream::Create(probe.device_count).ok());
+}
+
+TEST_F(NcclGpuTest, DeviceTensorRoundTrip) {
+  auto stream = *CudaStream::Create(0);
+  const std::vector<float> values = Floats(12, 1.5f);
+  DeviceTensor t = Upload(Desc({3, 4}), values, stream);
+  EXPECT_EQ(t.device(), 0);
+  EXPECT_EQ(Download<float>(t), values);
+  EXPECT_EQ(DeviceTensor::FromHost(Desc({3}), values.data(), 8, stream)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(NcclGpuTest, World1SessionAdvertisesEverything) {
+  auto session = OpenWorld1();
+  ASSERT_NE(session, nullptr);
+  EXPECT_TRUE(session->ready());
+  DistributedCapabilities caps = session->capabilities();
+  EXPECT_TRUE(caps.world_collectives);
+  EXPECT_TRUE(caps.point_to_point);
+  EXPECT_TRUE(caps.variable_all_to_all);
+  EXPECT_TRUE(caps.exact_completion);
+  EXPECT_EQ(caps.collective_groups,
+            (std::set<CollectiveGroupId>{1, 2, 3, 4, 5}));
+  // Every group of a one-rank world has the world's members: one
+  // communicator, and no unique id needed the broker.
+  EXPECT_EQ(session->communicator_count(), 1u);
+  EXPECT_EQ(job_->kv_sets(), 0);
+  EXPECT_EQ(session->device(), 0);
+  EXPECT_NE(session->stream(), nullptr);
+}
+
+TEST_F(NcclGpuTest, AllReduceSumEveryDtype) {
+  auto session = OpenWorld1();
+  ASSERT_NE(session, nullptr);
+  auto stream = session->stream();
+  for (TensorDtype dtype :
+       {TensorDtype::kF32, TensorDtype::kF16, TensorDtype::kBf16,
+        TensorDtype::kF64, TensorDtype::kI8, TensorDtype::kU8,
+        TensorDtype::kI32, TensorDtype::kU32, TensorDtype::kI64,
+        TensorDtype::kU64, TensorDtype::kComplex64}) {
+    const ValueDescriptor desc = Desc({5, 3}, dtype);
+    std::vector<uint8_t> bytes(desc.byte_size());
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = (i * 13) % 61;
+    auto in = DeviceTensor::FromHost(desc, bytes.data(), bytes.size(), stream);
+    ASSERT_TRUE(in.ok()) << in.status();
+    auto sum = session->AllReduceSum(CollectiveScope::World(), *in);
+    ASSERT_TRUE(sum.ok()) << DtypeName(dtype) << ": " << sum.status();
+    ASSERT_OK(sum->completion->Wait());
+    EXPECT_TRUE(sum->completion->IsComplete());
+    EXPECT_EQ(sum->output.descriptor(), desc);
+    // A sum over one rank is the input, bit for bit.
+    EXPECT_EQ(Download<uint8_t>(sum->output), bytes) << DtypeName(dtype);
+  }
+  EXPECT_TRUE(session->poison_status().ok());
+}
+
+TEST_F(NcclGpuTest, UnsummableDtypesFailBeforeNativeWork) {
+  auto session = OpenWorld1();
+  ASSERT_NE(session, nullptr);
+  auto b = Upload(Desc({4}, TensorDtype::kBool), std::vector<uint8_t>{1, 0, 1, 1},
+                  session->stream());
+  auto sum = session->AllReduceSum(CollectiveScope::World(), b);
+  EXPECT_EQ(sum.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(sum.status().message(), "bool"));
+  EXPECT_TRUE(session->poison_status().ok());
+  EXPECT_TRUE(session->capabilities().world_collectives);
+}
+
+TEST_F(NcclGpuTest, AllGatherAndGroups) {
+  auto session = OpenWorld1();
+  ASSERT_NE(session, nullptr);
+  const std::vector<float> values = Floats(6);
+  auto x = Upload(Desc({2, 3}), values, session->stream());
+  for (CollectiveScope scope :
+       {CollectiveScope::World(), CollectiveScope::Group(1),
+        CollectiveScope::Group(2), CollectiveScope::Group(5)}) {
+    auto g = session->AllGather(scope, x);
+    ASSERT_TRUE(g.ok()) << scope.ToString() << ": " << g.status();
+    ASSERT_OK(g->completion->Wait());
+    EXPECT_EQ(g->output.descriptor().shape(), (std::vector<size_t>{2, 3}));
+    EXPECT_EQ(Download<float>(g->output), values);
+  }
+  auto scalar = Upload(Desc({}), std::vector<float>{4.25f}, session->stream());
+  auto g = session->AllGather(CollectiveScope::World(), scalar);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_OK(g->completion->Wait());
+  EXPECT_EQ(g->output.descriptor().shape(), std::vector<size_t>{1});
+  EXPECT_EQ(Download<float>(g->output), std::vector<float>{4.25f});
+  EXPECT_EQ(session->AllGather(CollectiveScope::Group(9), x).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(NcclGpuTest, AllToAllVIsASelfCopy) {
+  auto session = OpenWorld1();
+  ASSERT_NE(session, nullptr);
+  const std::vector<float> values = Floats(6, 10);
+  auto x = Upload(Desc({3, 2}), values, session->stream());
+  const std::vector<size_t> three = {3};
+  auto y = session->AllToAllV(CollectiveScope::World(), x, three, three);
+  ASSERT_TRUE(y.ok()) << y.status();
+  ASSERT_OK(y->completion->Wait());
+  EXPECT_EQ(Download<float>(y->output), values);
+  // Zero rows both ways: an empty but valid exchange.
+  auto empty = DeviceTensor::Allocate(*ValueDescriptor::Rows(0, Desc({2})),
+                                      session->stream());
+  ASSERT_TRUE(empty.ok());
+  const std::vector<size_t> zero = {0};
+  auto z = session->AllToAllV(CollectiveScope::World(), *empty, zero, zero);
+  ASSERT_TRUE(z.ok()) << z.status();
+  ASSERT_OK(z->completion->Wait());
+  EXPECT_EQ(z->output.descriptor().rows(), 0u);
+  // Mismatched totals and self slot: InvalidArgument, no poison.
+  const std::vector<size_t> two = {2};
+  EXPECT_EQ(session->AllToAllV(CollectiveScope::World(), x, two, two)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(session->AllToAllV(CollectiveScope::World(), x, three, two)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(session->poison_status().ok());
+}
+
+TEST_F(NcclGpuTest, PointToPointNeedsAPeer) {
+  auto session = OpenWorld1();
+  ASSERT_NE(session, nullptr);
+  auto x = Upload(Desc({2}), Floats(2), session->stream());
+  EXPECT_EQ(session->Send(CollectiveScope::World(), 0, x).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(session->Receive(CollectiveScope::World(), 1, x.descriptor())
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(session->poison_status().ok());
+}
+
+TEST_F(NcclGpuTest, ChainedOperationsFollowReadyEvents) {
+  auto session = OpenWorld1();
+  ASSERT_NE(session, nullptr);
+  auto executor = CudaExecutor::Create(0);
+  ASSERT_TRUE(executor.ok());
+  const std::vector<float> values = Floats(1024, 3);
+  auto x = Upload(Desc({1024}), values, executor->stream());
+  DeviceTensor current = x;
+  std::vector<std::shared_ptr<BoundedCompletion>> completions;
+  for (int i = 0; i < 8; ++i) {
+    auto next = session->AllReduceSum(CollectiveScope::World(), current);
+    ASSERT_TRUE(next.ok()) << next.status();
+    completions.push_back(next->completion);
+    current = next->output;  // consumed by the next op via its ready event
+  }
+  ASSERT_OK(completions.back()->Wait());
+  for (auto& c : completions) EXPECT_TRUE(c->IsComplete());
+  EXPECT_EQ(Download<float>(current), values);
+}
+
+TEST_F(NcclGpuTest, BackendOperations) {
+  auto session = OpenWorld1();
+  ASSERT_NE(session, nullptr);
+  NcclBackend backend(*session);
+  auto group = backend.Group(CollectiveScope::World());
+  ASSERT_TRUE(group.ok()) << group.status();
+  EXPECT_EQ(group->size(), 1u);
+  auto executor = CudaExecutor::Create(0);
+  ASSERT_TRUE(executor.ok());
+  const std::vector<float> values = Floats(6, 1);
+  auto x = Upload(Desc({2, 3}), values, executor->stream());
+
+  auto sum = dataplane::AllReduceSum(backend, x, *group, *executor);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  ASSERT_OK(sum->completion->Wait());
+  EXPECT_EQ(Download<float>(sum->output), values);
+
+  auto even = dataplane::AllGatherEven(backend, x, 1, *group, *executor);
+  ASSERT_TRUE(even.ok()) << even.status();
+  ASSERT_OK(even->completion->Wait());
+  EXPECT_EQ(even->output.descriptor().shape(), (std::vector<size_t>{2, 3}));
+  EXPECT_EQ(Download<float>(even->output), values);
+
+  const std::vector<size_t> counts = {3};
+  auto uneven =
+      dataplane::AllGatherUneven(backend, x, counts, 1, *group, *executor);
+  ASSERT_TRUE(uneven.ok()) << uneven.status();
+  ASSERT_OK(uneven->completion->Wait());
+  EXPECT_EQ(Download<float>(uneven->output), values);
+
+  PeerCounts peer;
+  peer.send = {3};
+  peer.receive = {3};
+  auto a2a = dataplane::VariableAllToAll(backend, x, peer, 1, *group, *executor);
+  ASSERT_TRUE(a2a.ok()) << a2a.status();
+  ASSERT_OK(a2a->completion->Wait());
+  EXPECT_EQ(Download<float>(a2a->output), values);
+
+  auto bcast = dataplane::Broadcast(backend, x, 0, *group, *executor);
+  ASSERT_TRUE(bcast.ok()) << bcast.status();
+  ASSERT_OK(bcast->completion->Wait());
+  EXPECT_EQ(Download<float>(bcast->output), values);
+  EXPECT_EQ(backend.Broadcast(x, 1, *group, *executor).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  auto barrier = dataplane::Barrier(backend, *group, *executor);
+  ASSERT_TRUE(barrier.ok()) << barrier.status();
+  ASSERT_OK(barrier->completion->Wait());
+
+  for (bool vote : {true, false}) {
+    auto agree = dataplane::AgreeSuccess(backend, vote, *group, *executor);
+    ASSERT_TRUE(agree.ok()) << agree.status();
+    ASSERT_OK(agree->completion->Wait());
+    auto resolved = agree->output->Resolve();
+    ASSERT_TRUE(resolved.ok()) << resolved.status();
+    EXPECT_EQ(*resolved, vote);
+  }
+
+  // A route needs two members.
+  EXPECT_EQ(backend.Route(CollectiveScope::World(), 0, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  const DeviceTensor* deps[] = {&x, &sum->output};
+  auto local = NcclBackend::SubmitLocalDependencies(deps, *executor);
+  ASSERT_TRUE(local.ok()) << local.status();
+  ASSERT_OK(local->completion->Wait());
+  EXPECT_FALSE(
+      local->completion->SupportsCancellation(CancellationMode::kNativeCancel));
+  EXPECT_TRUE(local->completion->SupportsCancellation(
+      CancellationMode::kQuarantineUntilComplete));
+  EXPECT_TRUE(session->poison_status().ok());
+}
+
+TEST_F(NcclGpuTest, BoundedWaitCompletes) {
+  auto session = OpenWorld1();
+  ASSERT_NE(session, nullptr);
+  auto x = Upload(Desc({256}), Floats(256), session->stream());
+  auto sum = session->AllReduceSum(CollectiveScope::World(), x);
+  ASSERT_TRUE(sum.ok());
+  EXPECT_TRUE(sum->completion->SupportsCancellation(
+      CancellationMode::kNativeCancel));
+  EXPECT_TRUE(sum->completion->SupportsCancellation(
+      CancellationMode::kQuarantineUntilComplete));
+  EXPECT_EQ(sum->completion
+                ->WaitBounded(absl::ZeroDuration(),
+                              CancellationMode::kNativeCancel)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  auto outcome = sum->completion->WaitBounded(absl::Seconds(30),
+                                              CancellationMode::kNativeCancel);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_TRUE(outcome->completed());
+  EXPECT_TRUE(session->poison_status().ok());
+}
+
+#if RANKD_HAVE_CUDA
+TEST_F(NcclGpuTest, DeadlineQuarantinesUntilTheWorkCompletes) {
+  auto session = OpenWorld1();
+  ASSERT_NE(session, nullptr);
+  auto x = Upload(Desc({1 << 16}), Floats(1 << 16), session->stream());
+  Stall* stall = StallStream(*session->stream());
+  auto sum = session->AllReduceSum(CollectiveScope::World(), x);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_FALSE(sum->completion->IsComplete());
+  auto outcome = sum->completion->WaitBounded(
+      absl::Milliseconds(50), CancellationMode::kQuarantineUntilComplete);
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_FALSE(outcome->completed());
+  EXPECT_EQ(outcome->mode(), CancellationMode::kQuarantineUntilComplete);
+  // Poisoned: later work fails at once with the original cause.
+  EXPECT_EQ(session->poison_status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  auto later = session->AllReduceSum(CollectiveScope::World(), x);
+  EXPECT_EQ(later.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_FALSE(session->capabilities().world_collectives);
+  // The caller drops everything; the quarantine keeps the buffers.
+  sum = absl::UnknownError("dropped");
+  EXPECT_GE(session->quarantined(), 1u);
+  stall->released = true;
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (session->quarantined() > 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(session->quarantined(), 0u);
+}
+
+TEST_F(NcclGpuTest, NativeCancelAbortsTheCommunicators) {
+  NcclSessionOptions options;
+  options.abort_grace = absl::Seconds(5);
+  auto session = OpenWorld1(options);
+  ASSERT_NE(session, nullptr);
+  auto x = Upload(Desc({1024}), Floats(1024), session->stream());
+  Stall* stall = StallStream(*session->stream());
+  auto sum = session->AllReduceSum(CollectiveScope::World(), x);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  std::thread release([stall] {
+    absl::SleepFor(absl::Milliseconds(300));
+    stall->released = true;
+  });
+  auto outcome = sum->completion->WaitBounded(absl::Milliseconds(50),
+                                              CancellationMode::kNativeCancel);
+  release.join();
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_FALSE(outcome->completed());
+  EXPECT_EQ(outcome->mode(), CancellationMode::kNativeCancel);
+  absl::Status waited = sum->completion->Wait();
+  EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded) << waited;
+  EXPECT_EQ(session->AllGather(CollectiveScope::World(), x).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(NcclGpuTest, JobFailureAbortsAndFailsRunningWork) {
+  NcclSessionOptions options;
+  options.watchdog_interval = absl::Milliseconds(20);
+  auto session = OpenWorld1(options);
+  ASSERT_NE(session, nullptr);
+  auto x = Upload(Desc({64}), Floats(64), session->stream());
+  Stall* stall = StallStream(*session->stream());
+  auto sum = session->AllReduceSum(CollectiveScope::World(), x);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  job_->Fail(absl::AbortedError("rankd: rank 7 lost (node 3 heartbeat)"));
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  while (session->poison_status().ok() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(session->poison_status().code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(absl::StrContains(session->poison_status().message(), "rank 7"));
+  EXPECT_FALSE(session->capabilities().world_collectives);
+  stall->released = true;
+  absl::Status waited = sum->completion->Wait();
+  EXPECT_EQ(waited.code(), absl::StatusCode::kAborted) << waited;
+  auto later = session->AllReduceSum(CollectiveScope::World(), x);
+  EXPECT_EQ(later.status().code(), absl::StatusCode::kAborted);
+}
+#endif  // RANKD_HAVE_CUDA
+
+// A world of two ranks where rank 1 never shows up: init is bounded by its
+// deadline, or ended at once by a job failure; either way the communicator
+// is aborted and the session poisoned.
+TEST_F(NcclGpuTest, InitDeadlineAbortsTheCommunicators) {
+  auto job = FakeJob::Create(2);
+  auto cp = job->ControlPlaneFor(0);
+  auto descriptor = DistributedSessionDescriptor::FromTopology({}, 2, 0);
+  ASSERT_TRUE(descriptor.ok());
+  NcclSessionOptions options;
+  options.device = 0;
+  options.init_timeout = absl::Seconds(2);
+  const absl::Time start = absl::Now();
+  auto session = NcclSession::Create(*descriptor, cp.get(), options);
+  ASSERT_TRUE(session.ok());
+  absl::Status init = (*session)->Initialize();
+  EXPECT_EQ(init.code(), absl::StatusCode::kDeadlineExceeded) << init;
+  EXPECT_TRUE(absl::StrContains(init.message(), "world")) << init;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  EXPECT_FALSE((*session)->capabilities().world_collectives);
+  EXPECT_EQ((*session)->poison_status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  // Rank 0 is the world's root: it published the id.
+  EXPECT_TRUE(job->Get(absl::StrCat(job->ns(), "/nccl/default/world/uid/0of1"))
+                  .has_value());
+}
+
+TEST_F(NcclGpuTest, JobFailureDuringInitAbortsPromptly) {
+  auto job = FakeJob::Create(2);
+  auto cp = job->ControlPlaneFor(0);
+  auto descriptor = DistributedSessionDescriptor::FromTopology({}, 2, 0);
+  ASSERT_TRUE(descriptor.ok());
+  NcclSessionOptions options;
+  options.device = 0;
+  options.init_timeout = absl::Seconds(60);
+  std::thread failer([&] {
+    absl::SleepFor(absl::Milliseconds(500));
+    job->Fail(absl::AbortedError("rankd: rank 1 lost"));
+  });
+  const absl::Time start = absl::Now();
+  auto session = NcclSession::Open(*descriptor, cp.get(), options);
+  failer.join();
+  EXPECT_EQ(session.status().code(), absl::StatusCode::kAborted)
+      << session.status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+}
+
+// --- Several GPUs: one thread per rank, one GPU per rank.
+
+class NcclMultiGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override { SKIP_WITHOUT_DEVICES(2); }
+};
+
+// Runs `body(rank, session)` on `world` ranks (threads) after opening a
+// session on each; returns once all bodies returned.
+void RunRanks(uint32_t world, const ParallelTopology& topology,
+              const std::function<void(uint32_t, NcclSession&, FakeJob&)>& body,
+              std::shared_ptr<FakeJob> job = nullptr) {
+  if (job == nullptr) job = FakeJob::Create(world);
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      auto cp = job->ControlPlaneFor(r);
+      auto descriptor =
+          DistributedSessionDescriptor::FromTopology(topology, world, r);
+      ASSERT_TRUE(descriptor.ok()) << descriptor.status();
+      NcclSessionOptions options;
+      options.device = static_cast<int>(r);
+      options.init_timeout = absl::Seconds(60);
+      auto session = NcclSession::Open(*descriptor, cp.get(), options);
+      ASSERT_TRUE(session.ok()) << "rank " << r << ": " << session.status();
+      body(r, **session, *job);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+uint32_t MultiWorld() {
+  return static_cast<uint32_t>(std::min(DeviceCount(), 4));
+}
+
+TEST_F(NcclMultiGpuTest, CollectivesAcrossRanks) {
+  const uint32_t world = MultiWorld();
+  RunRanks(world, {}, [world](uint32_t r, NcclSession& s, FakeJob&) {
+    auto stream = s.stream();
+    // all_reduce_sum: sum over ranks of (r + i).
+    auto x = Upload(Desc({8}), Floats(8, static_cast<float>(r)), stream);
+    auto sum = s.AllReduceSum(CollectiveScope::World(), x);
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    ASSERT_OK(sum->completion->Wait());
+    std::vector<float> expect(8);
+    for (int i = 0; i < 8; ++i) {
+      expect[i] = world * i + world * (world - 1) / 2.0f;
+    }
+    EXPECT_EQ(Download<float>(sum->output), expect) << "rank " << r;
+
+    // all_gather of a scalar: [0, 1, ..., world-1].
+    auto me = Upload(Desc({}, TensorDtype::kI32),
+                     std::vector<int32_t>{static_cast<int32_t>(r)}, stream);
+    auto gathered = s.AllGather(CollectiveScope::World(), me);
+    ASSERT_TRUE(gathered.ok()) << gathered.status();
+    ASSERT_OK(gathered->completion->Wait());
+    std::vector<int32_t> ranks(world);
+    std::iota(ranks.begin(), ranks.end(), 0);
+    EXPECT_EQ(Download<int32_t>(gathered->output), ranks);
+
+    // all_to_all_v: rank r sends (d + 1) rows to d, each row = 100 r + d;
+    // receives (r + 1) rows from every s.
+    std::vector<size_t> send(world), recv(world, r + 1);
+    std::vector<int32_t> rows;
+    for (uint32_t d = 0; d < world; ++d) {
+      send[d] = d + 1;
+      for (uint32_t k = 0; k <= d; ++k) rows.push_back(100 * r + d);
+    }
+    auto in = Upload(Desc({rows.size()}, TensorDtype::kI32), rows, stream);
+    auto out = s.AllToAllV(CollectiveScope::World(), in, send, recv);
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_OK(out->completion->Wait());
+    std::vector<int32_t> want;
+    for (uint32_t src = 0; src < world; ++src) {
+      for (uint32_t k = 0; k <= r; ++k) want.push_back(100 * src + r);
+    }
+    EXPECT_EQ(Download<int32_t>(out->output), want) << "rank " << r;
+
+    // send/receive around a ring.
+    const uint32_t next = (r + 1) % world, prev = (r + world - 1) % world;
+    auto token = Upload(Desc({3}, TensorDtype::kI64),
+                        std::vector<int64_t>{r, r * 2, r * 3}, stream);
+    // Even ranks send first; odd ranks receive first (same session stream,
+    // so a rank's own send and receive are ordered).
+    absl::StatusOr<NcclSession::ValueSubmission> sent, received;
+    if (r % 2 == 0) {
+      sent = s.Send(CollectiveScope::World(), next, token);
+      received = s.Receive(CollectiveScope::World(), prev, token.descriptor());
+    } else {
+      received = s.Receive(CollectiveScope::World(), prev, token.descriptor());
+      sent = s.Send(CollectiveScope::World(), next, token);
+    }
+    ASSERT_TRUE(sent.ok()) << sent.status();
+    ASSERT_TRUE(received.ok()) << received.status();
+    ASSERT_OK(sent->completion->Wait());
+    ASSERT_OK(received->completion->Wait());
+    EXPECT_EQ(Download<int64_t>(received->output),
+              (std::vector<int64_t>{prev, prev * 2, prev * 3}));
+
+    // Backend: broadcast from member 1, barrier, agree (rank 0 says no).
+    NcclBackend backend(s);
+    auto group = backend.Group(CollectiveScope::World());
+    ASSERT_TRUE(group.ok());
+    CudaExecutor executor(stream);
+    auto b = backend.Broadcast(x, 1, *group, executor);
+    ASSERT_TRUE(b.ok()) << b.status();
+    ASSERT_OK(b->completion->Wait());
+    EXPECT_EQ(Download<float>(b->output), Floats(8, 1));
+    auto barrier = backend.Barrier(*group, executor);
+    ASSERT_TRUE(barrier.ok());
+    ASSERT_OK(barrier->completion->Wait());
+    auto agree = backend.AgreeSuccess(r != 0, *group, executor);
+    ASSERT_TRUE(agree.ok());
+    ASSERT_OK(agree->completion->Wait());
+    EXPECT_EQ(*agree->output->Resolve(), false);
+    auto all_agree = backend.AgreeSuccess(true, *group, executor);
+    ASSERT_TRUE(all_agree.ok());
+    ASSERT_OK(all_agree->completion->Wait());
+    EXPECT_EQ(*all_agree->output->Resolve(), true);
+
+    // Backend send_receive: member 0 -> member 1, a bundle of two tensors.
+    if (r <= 1) {
+      auto route = backend.Route(CollectiveScope::World(), 0, 1);
+      ASSERT_TRUE(route.ok()) << route.status();
+      std::vector<DeviceTensor> bundle = {
+          Upload(Desc({2}), std::vector<float>{1.f + r, 2.f}, stream),
+          Upload(Desc({1}, TensorDtype::kI32), std::vector<int32_t>{42}, stream)};
+      auto moved = backend.SendReceive(bundle, *route, executor);
+      ASSERT_TRUE(moved.ok()) << moved.status();
+      ASSERT_OK(moved->completion->Wait());
+      ASSERT_EQ(moved->output.size(), 2u);
+      EXPECT_EQ(Download<float>(moved->output[0]),
+                (std::vector<float>{1.f, 2.f}));
+      EXPECT_EQ(Download<int32_t>(moved->output[1]), std::vector<int32_t>{42});
+    }
+    EXPECT_TRUE(s.poison_status().ok()) << s.poison_status();
+  });
+}
+
+TEST_F(NcclMultiGpuTest, GroupsOfATopology) {
+  const uint32_t world = MultiWorld() >= 4 ? 4 : 2;
+  ParallelTopology topology;
+  topology.tensor = 2;
+  topology.data = world / 2;
+  RunRanks(world, topology, [](uint32_t r, NcclSession& s, FakeJob&) {
+    const CollectiveGroupDescriptor& tensor = s.descriptor().groups()[1];
+    ASSERT_EQ(tensor.size(), 2u);
+    auto x = Upload(Desc({4}), std::vector<float>(4, 1.0f + r), s.stream());
+    auto sum = s.AllReduceSum(CollectiveScope::Group(tensor.id()), x);
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    ASSERT_OK(sum->completion->Wait());
+    const float want = 2.0f + tensor.members()[0] + tensor.members()[1];
+    EXPECT_EQ(Download<float>(sum->output), std::vector<float>(4, want));
+  });
+}
+
+TEST_F(NcclMultiGpuTest, JobFailureUnblocksAHungCollective) {
+  auto job = FakeJob::Create(2);
+  RunRanks(
+      2, {},
+      [](uint32_t r, NcclSession& s, FakeJob& job) {
+        // Connect the peers first (NCCL connects lazily on first use).
+        auto warm = Upload(Desc({4}), Floats(4), s.stream());
+        auto warmed = s.AllReduceSum(CollectiveScope::World(), warm);
+        ASSERT_TRUE(warmed.ok()) << warmed.status();
+        ASSERT_OK(warmed->completion->Wait());
+        if (r == 1) {
+          // Never enters the collective; the job then fails (as when its
+          // process dies and the daemon notices).
+          absl::SleepFor(absl::Milliseconds(500));
+          job.Fail(absl::AbortedError("rankd: rank 1 lost"));
+          return;
+        }
+        auto x = Upload(Desc({1 << 20}), Floats(1 << 20), s.stream());
+        auto sum = s.AllReduceSum(CollectiveScope::World(), x);
+        // Without a connected peer a non-blocking communicator may refuse
+        // the work until the job failure interrupts it: also an abort.
+        if (!sum.ok()) {
+          EXPECT_EQ(sum.status().code(), absl::StatusCode::kAborted);
+          return;
+        }
+        const absl::Time start = absl::Now();
+        absl::Status waited = sum->completion->Wait();
+        EXPECT_EQ(waited.code(), absl::StatusCode::kAborted) << waited;
+        EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+        EXPECT_EQ(s.poison_status().code(), absl::StatusCode::kAborted);
+      },
+      job);
+}
+
+}  // namespace
+}  // namespace rankd::dataplane::nccl

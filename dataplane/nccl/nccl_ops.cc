@@ -1,0 +1,714 @@
+// The NCCL operations behind NcclSession and NcclBackend (declared in
+// session_core.h). Every function validates its arguments before any
+// native call; the data moves as bytes (ncclInt8) except for reductions,
+// whose dtype comes from SumTypeFor.
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "dataplane/nccl/session_core.h"
+
+namespace rankd::dataplane::nccl {
+namespace {
+
+template <typename T>
+std::shared_ptr<const void> Retain(std::shared_ptr<T> p) {
+  return std::static_pointer_cast<const void>(std::move(p));
+}
+
+char* At(void* base, size_t offset) {
+  return static_cast<char*>(base) + offset;
+}
+const char* At(const void* base, size_t offset) {
+  return static_cast<const char*>(base) + offset;
+}
+
+// Prefix sums: offsets[i] = sum(counts[0..i)).
+std::vector<size_t> Offsets(absl::Span<const size_t> counts) {
+  std::vector<size_t> offsets(counts.size() + 1, 0);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    offsets[i + 1] = offsets[i] + counts[i];
+  }
+  return offsets;
+}
+
+absl::StatusOr<std::shared_ptr<DeviceBuffer>> Scratch(
+    SessionCore& core, size_t bytes, const std::shared_ptr<CudaStream>& stream,
+    absl::string_view name) {
+  auto buffer = DeviceBuffer::Allocate(bytes, stream);
+  if (!buffer.ok()) {
+    return core.Fail(absl::Status(
+        buffer.status().code(),
+        absl::StrCat("nccl backend: ", name, ": allocating ", bytes,
+                     " bytes of scratch: ", buffer.status().message())));
+  }
+  return buffer;
+}
+
+TensorResult Finish(absl::StatusOr<Submitted> submitted,
+                    const DeviceTensor& output) {
+  if (!submitted.ok()) return submitted.status();
+  return Submission<DeviceTensor, std::shared_ptr<NcclCompletion>>{
+      output.WithReady(submitted->event), submitted->completion};
+}
+
+}  // namespace
+
+absl::StatusOr<AxisLayout> LayoutAlong(const ValueDescriptor& descriptor,
+                                       size_t axis,
+                                       absl::string_view operation) {
+  const auto& shape = descriptor.shape();
+  AxisLayout layout;
+  const size_t dsize = DtypeSize(descriptor.dtype());
+  if (shape.empty()) {
+    if (axis != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "nccl backend: ", operation, ": axis ", axis,
+          " is out of range for the scalar ", descriptor.ToString()));
+    }
+    layout.unit_bytes = dsize;
+    return layout;
+  }
+  if (axis >= shape.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: ", operation, ": axis ", axis, " is out of range for ",
+        descriptor.ToString()));
+  }
+  for (size_t i = 0; i < axis; ++i) layout.outer *= shape[i];
+  layout.extent = shape[axis];
+  layout.unit_bytes = dsize;
+  for (size_t i = axis + 1; i < shape.size(); ++i) layout.unit_bytes *= shape[i];
+  return layout;
+}
+
+absl::StatusOr<ValueDescriptor> WithExtent(const ValueDescriptor& descriptor,
+                                           size_t axis, size_t extent,
+                                           absl::string_view operation) {
+  if (descriptor.shape().empty() || axis == 0) {
+    if (axis != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "nccl backend: ", operation, ": axis ", axis,
+          " is out of range for the scalar ", descriptor.ToString()));
+    }
+    return ValueDescriptor::Rows(extent, descriptor.RowDescriptor());
+  }
+  if (axis >= descriptor.shape().size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: ", operation, ": axis ", axis, " is out of range for ",
+        descriptor.ToString()));
+  }
+  if (extent == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: ", operation, ": the result would have a zero-sized "
+        "dimension ", axis, " (only the leading axis may be empty)"));
+  }
+  std::vector<size_t> shape = descriptor.shape();
+  shape[axis] = extent;
+  return ValueDescriptor::Create(std::move(shape), descriptor.dtype());
+}
+
+TensorResult SubmitAllReduceSum(SessionCore& core,
+                                const std::shared_ptr<CommEntry>& comm,
+                                const DeviceTensor& input,
+                                const std::shared_ptr<CudaStream>& stream,
+                                std::string name) {
+  absl::Status valid = core.CheckTensor(input, name);
+  if (!valid.ok()) return valid;
+  auto sum = SumTypeFor(input.descriptor().dtype(), NcclRuntimeVersion());
+  if (!sum.ok()) return sum.status();
+  auto out = core.AllocateOutput(input.descriptor(), stream, name);
+  if (!out.ok()) return out.status();
+  OpPlan plan;
+  plan.name = std::move(name);
+  plan.comm = comm;
+  plan.stream = stream;
+  plan.inputs = {input};
+  plan.retained = {Retain(out->buffer())};
+  const size_t count = input.descriptor().element_count() * sum->lanes;
+  const void* send = input.data();
+  void* recv = out->data();
+  const NcclDataType type = sum->type;
+  CudaStreamHandle s = stream->get();
+  if (count > 0) {  // an empty value (zero rows) needs no NCCL call
+    plan.nccl = [=](NcclCommHandle c) {
+      return NcclAllReduce(send, recv, count, type, NcclRedOp::kSum, c, s);
+    };
+  }
+  return Finish(core.Submit(std::move(plan)), *out);
+}
+
+TensorResult SubmitAllGatherEven(SessionCore& core,
+                                 const std::shared_ptr<CommEntry>& comm,
+                                 const DeviceTensor& input, size_t axis,
+                                 const std::shared_ptr<CudaStream>& stream,
+                                 std::string name) {
+  absl::Status valid = core.CheckTensor(input, name);
+  if (!valid.ok()) return valid;
+  auto layout = LayoutAlong(input.descriptor(), axis, name);
+  if (!layout.ok()) return layout.status();
+  const size_t n = comm->members.size();
+  auto out_desc =
+      WithExtent(input.descriptor(), axis, layout->extent * n, name);
+  if (!out_desc.ok()) return out_desc.status();
+  auto out = core.AllocateOutput(*out_desc, stream, name);
+  if (!out.ok()) return out.status();
+  const size_t bytes = input.byte_size();
+  OpPlan plan;
+  plan.comm = comm;
+  plan.stream = stream;
+  plan.inputs = {input};
+  plan.retained = {Retain(out->buffer())};
+  const void* send = input.data();
+  CudaStreamHandle s = stream->get();
+  if (bytes > 0) {
+    if (layout->outer == 1) {
+      // Along the leading (or a leading-equivalent) axis: members' parts
+      // are contiguous in member order.
+      void* recv = out->data();
+      plan.nccl = [=](NcclCommHandle c) {
+        return NcclAllGather(send, recv, bytes, NcclDataType::kInt8, c, s);
+      };
+    } else {
+      auto staging = Scratch(core, bytes * n, stream, name);
+      if (!staging.ok()) return staging.status();
+      plan.retained.push_back(Retain(*staging));
+      void* gathered = (*staging)->data();
+      plan.nccl = [=](NcclCommHandle c) {
+        return NcclAllGather(send, gathered, bytes, NcclDataType::kInt8, c, s);
+      };
+      // gathered is [member][outer][extent*unit]; the output is
+      // [outer][member][extent*unit].
+      const size_t part = layout->extent * layout->unit_bytes;
+      const size_t outer = layout->outer;
+      void* dst = out->data();
+      plan.after = [=](const CudaStream& st) {
+        for (size_t m = 0; m < n; ++m) {
+          absl::Status copied = Copy2DDeviceToDevice(
+              At(dst, m * part), n * part, At(gathered, m * bytes), part, part,
+              outer, st);
+          if (!copied.ok()) return copied;
+        }
+        return absl::OkStatus();
+      };
+    }
+  }
+  plan.name = std::move(name);
+  return Finish(core.Submit(std::move(plan)), *out);
+}
+
+TensorResult SubmitAllGatherUneven(SessionCore& core,
+                                   const std::shared_ptr<CommEntry>& comm,
+                                   const DeviceTensor& input,
+                                   absl::Span<const size_t> counts,
+                                   size_t axis,
+                                   const std::shared_ptr<CudaStream>& stream,
+                                   std::string name) {
+  absl::Status valid = core.CheckTensor(input, name);
+  if (!valid.ok()) return valid;
+  const size_t n = comm->members.size();
+  const size_t me = comm->local_rank;
+  if (counts.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl backend: ", name, ": counts has ", counts.size(),
+                     " entries; the group has ", n, " members"));
+  }
+  auto layout = LayoutAlong(input.descriptor(), axis, name);
+  if (!layout.ok()) return layout.status();
+  if (counts[me] != layout->extent) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: ", name, ": counts[", me, "] = ", counts[me],
+        " but this member's input ", input.descriptor().ToString(), " has ",
+        layout->extent, " along axis ", axis));
+  }
+  const std::vector<size_t> offsets = Offsets(counts);
+  const size_t total = offsets[n];
+  auto out_desc = WithExtent(input.descriptor(), axis, total, name);
+  if (!out_desc.ok()) return out_desc.status();
+  auto out = core.AllocateOutput(*out_desc, stream, name);
+  if (!out.ok()) return out.status();
+
+  const size_t unit = layout->unit_bytes;
+  const size_t outer = layout->outer;
+  std::vector<size_t> block(n);
+  std::vector<size_t> block_offset(n + 1, 0);
+  for (size_t m = 0; m < n; ++m) {
+    block[m] = outer * counts[m] * unit;
+    block_offset[m + 1] = block_offset[m] + block[m];
+  }
+  OpPlan plan;
+  plan.comm = comm;
+  plan.stream = stream;
+  plan.inputs = {input};
+  plan.retained = {Retain(out->buffer())};
+  const void* send = input.data();
+  const size_t my_bytes = input.byte_size();
+  void* landing = out->data();
+  std::vector<size_t> landing_offset(n);
+  if (outer == 1) {
+    for (size_t m = 0; m < n; ++m) landing_offset[m] = offsets[m] * unit;
+  } else {
+    auto staging = Scratch(core, block_offset[n], stream, name);
+    if (!staging.ok()) return staging.status();
+    plan.retained.push_back(Retain(*staging));
+    landing = (*staging)->data();
+    for (size_t m = 0; m < n; ++m) landing_offset[m] = block_offset[m];
+    void* dst = out->data();
+    std::vector<size_t> widths(n);
+    for (size_t m = 0; m < n; ++m) widths[m] = counts[m] * unit;
+    plan.after = [=](const CudaStream& st) {
+      for (size_t m = 0; m < n; ++m) {
+        absl::Status copied = Copy2DDeviceToDevice(
+            At(dst, offsets[m] * unit), total * unit,
+            At(landing, block_offset[m]), widths[m], widths[m], outer, st);
+        if (!copied.ok()) return copied;
+      }
+      return absl::OkStatus();
+    };
+  }
+  plan.before = [=](const CudaStream& st) {
+    return CopyDeviceToDevice(At(landing, landing_offset[me]), send, my_bytes,
+                              st);
+  };
+  bool any = false;
+  for (size_t m = 0; m < n; ++m) {
+    if (m != me && (my_bytes > 0 || block[m] > 0)) any = true;
+  }
+  if (any) {
+    CudaStreamHandle s = stream->get();
+    plan.nccl = [=](NcclCommHandle c) {
+      return NcclGrouped([&]() -> int {
+        for (size_t m = 0; m < n; ++m) {
+          if (m == me) continue;
+          if (my_bytes > 0) {
+            int r = NcclSend(send, my_bytes, NcclDataType::kInt8,
+                             static_cast<int>(m), c, s);
+            if (r != kNcclSuccess && r != kNcclInProgress) return r;
+          }
+          if (block[m] > 0) {
+            int r = NcclRecv(At(landing, landing_offset[m]), block[m],
+                             NcclDataType::kInt8, static_cast<int>(m), c, s);
+            if (r != kNcclSuccess && r != kNcclInProgress) return r;
+          }
+        }
+        return kNcclSuccess;
+      });
+    };
+  }
+  plan.name = std::move(name);
+  return Finish(core.Submit(std::move(plan)), *out);
+}
+
+TensorResult SubmitAllToAll(SessionCore& core,
+                            const std::shared_ptr<CommEntry>& comm,
+                            const DeviceTensor& input,
+                            absl::Span<const size_t> send_counts,
+                            absl::Span<const size_t> receive_counts,
+                            size_t axis,
+                            const std::shared_ptr<CudaStream>& stream,
+                            std::string name) {
+  absl::Status valid = core.CheckTensor(input, name);
+  if (!valid.ok()) return valid;
+  const size_t n = comm->members.size();
+  const size_t me = comm->local_rank;
+  if (send_counts.size() != n || receive_counts.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: ", name, ": send counts have ", send_counts.size(),
+        " entries and receive counts ", receive_counts.size(),
+        "; both need one per member (", n, ")"));
+  }
+  auto layout = LayoutAlong(input.descriptor(), axis, name);
+  if (!layout.ok()) return layout.status();
+  if (input.descriptor().shape().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: ", name, ": the input needs an axis to partition; got "
+        "the scalar ", input.descriptor().ToString()));
+  }
+  const std::vector<size_t> send_off = Offsets(send_counts);
+  const std::vector<size_t> recv_off = Offsets(receive_counts);
+  if (send_off[n] != layout->extent) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: ", name, ": send counts add up to ", send_off[n],
+        " but the input ", input.descriptor().ToString(), " has ",
+        layout->extent, " along axis ", axis));
+  }
+  if (send_counts[me] != receive_counts[me]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: ", name, ": the self slot disagrees: send_counts[", me,
+        "] = ", send_counts[me], " but receive_counts[", me, "] = ",
+        receive_counts[me]));
+  }
+  auto out_desc = WithExtent(input.descriptor(), axis, recv_off[n], name);
+  if (!out_desc.ok()) return out_desc.status();
+  auto out = core.AllocateOutput(*out_desc, stream, name);
+  if (!out.ok()) return out.status();
+
+  const size_t unit = layout->unit_bytes;
+  const size_t outer = layout->outer;
+  const size_t in_extent = send_off[n];
+  const size_t out_extent = recv_off[n];
+  OpPlan plan;
+  plan.comm = comm;
+  plan.stream = stream;
+  plan.inputs = {input};
+  plan.retained = {Retain(out->buffer())};
+  // Where block d leaves from and block s lands, and their sizes.
+  const void* send_base = input.data();
+  void* recv_base = out->data();
+  std::vector<size_t> send_at(n), recv_at(n), send_bytes(n), recv_bytes(n);
+  for (size_t p = 0; p < n; ++p) {
+    send_bytes[p] = outer * send_counts[p] * unit;
+    recv_bytes[p] = outer * receive_counts[p] * unit;
+  }
+  if (outer == 1) {
+    for (size_t p = 0; p < n; ++p) {
+      send_at[p] = send_off[p] * unit;
+      recv_at[p] = recv_off[p] * unit;
+    }
+    plan.before = [=](const CudaStream& st) {
+      return CopyDeviceToDevice(At(recv_base, recv_at[me]),
+                                At(send_base, send_at[me]), send_bytes[me], st);
+    };
+  } else {
+    // Pack the strided blocks, exchange packed blocks, unpack.
+    auto packed = Scratch(core, input.byte_size(), stream, name);
+    if (!packed.ok()) return packed.status();
+    auto landed = Scratch(core, out->byte_size(), stream, name);
+    if (!landed.ok()) return landed.status();
+    plan.retained.push_back(Retain(*packed));
+    plan.retained.push_back(Retain(*landed));
+    size_t p_off = 0, l_off = 0;
+    for (size_t p = 0; p < n; ++p) {
+      send_at[p] = p_off;
+      recv_at[p] = l_off;
+      p_off += send_bytes[p];
+      l_off += recv_bytes[p];
+    }
+    void* pack = (*packed)->data();
+    void* land = (*landed)->data();
+    const void* src = input.data();
+    void* dst = out->data();
+    std::vector<size_t> send_w(n), recv_w(n);
+    for (size_t p = 0; p < n; ++p) {
+      send_w[p] = send_counts[p] * unit;
+      recv_w[p] = receive_counts[p] * unit;
+    }
+    plan.before = [=](const CudaStream& st) {
+      for (size_t d = 0; d < n; ++d) {
+        absl::Status copied = Copy2DDeviceToDevice(
+            At(pack, send_at[d]), send_w[d], At(src, send_off[d] * unit),
+            in_extent * unit, send_w[d], outer, st);
+        if (!copied.ok()) return copied;
+      }
+      return CopyDeviceToDevice(At(land, recv_at[me]), At(pack, send_at[me]),
+                                send_bytes[me], st);
+    };
+    plan.after = [=](const CudaStream& st) {
+      for (size_t s = 0; s < n; ++s) {
+        absl::Status copied = Copy2DDeviceToDevice(
+            At(dst, recv_off[s] * unit), out_extent * unit,
+            At(land, recv_at[s]), recv_w[s], recv_w[s], outer, st);
+        if (!copied.ok()) return copied;
+      }
+      return absl::OkStatus();
+    };
+    send_base = pack;
+    recv_base = land;
+  }
+  bool any = false;
+  for (size_t p = 0; p < n; ++p) {
+    if (p != me && (send_bytes[p] > 0 || recv_bytes[p] > 0)) any = true;
+  }
+  if (any) {
+    CudaStreamHandle s = stream->get();
+    plan.nccl = [=](NcclCommHandle c) {
+      return NcclGrouped([&]() -> int {
+        for (size_t p = 0; p < n; ++p) {
+          if (p == me) continue;
+          if (send_bytes[p] > 0) {
+            int r = NcclSend(At(send_base, send_at[p]), send_bytes[p],
+                             NcclDataType::kInt8, static_cast<int>(p), c, s);
+            if (r != kNcclSuccess && r != kNcclInProgress) return r;
+          }
+          if (recv_bytes[p] > 0) {
+            int r = NcclRecv(At(recv_base, recv_at[p]), recv_bytes[p],
+                             NcclDataType::kInt8, static_cast<int>(p), c, s);
+            if (r != kNcclSuccess && r != kNcclInProgress) return r;
+          }
+        }
+        return kNcclSuccess;
+      });
+    };
+  }
+  plan.name = std::move(name);
+  return Finish(core.Submit(std::move(plan)), *out);
+}
+
+TensorResult SubmitSend(SessionCore& core,
+                        const std::shared_ptr<CommEntry>& comm, uint32_t peer,
+                        const DeviceTensor& input,
+                        const std::shared_ptr<CudaStream>& stream,
+                        std::string name) {
+  absl::Status valid = core.CheckTensor(input, name);
+  if (!valid.ok()) return valid;
+  OpPlan plan;
+  plan.name = std::move(name);
+  plan.comm = comm;
+  plan.stream = stream;
+  plan.inputs = {input};
+  const size_t bytes = input.byte_size();
+  if (bytes > 0) {
+    const void* send = input.data();
+    CudaStreamHandle s = stream->get();
+    plan.nccl = [=](NcclCommHandle c) {
+      return NcclSend(send, bytes, NcclDataType::kInt8, static_cast<int>(peer),
+                      c, s);
+    };
+  }
+  return Finish(core.Submit(std::move(plan)), input);
+}
+
+TensorResult SubmitReceive(SessionCore& core,
+                           const std::shared_ptr<CommEntry>& comm,
+                           uint32_t peer, const ValueDescriptor& descriptor,
+                           const std::shared_ptr<CudaStream>& stream,
+                           std::string name) {
+  auto out = core.AllocateOutput(descriptor, stream, name);
+  if (!out.ok()) return out.status();
+  OpPlan plan;
+  plan.name = std::move(name);
+  plan.comm = comm;
+  plan.stream = stream;
+  plan.retained = {Retain(out->buffer())};
+  const size_t bytes = descriptor.byte_size();
+  if (bytes > 0) {
+    void* recv = out->data();
+    CudaStreamHandle s = stream->get();
+    plan.nccl = [=](NcclCommHandle c) {
+      return NcclRecv(recv, bytes, NcclDataType::kInt8, static_cast<int>(peer),
+                      c, s);
+    };
+  }
+  return Finish(core.Submit(std::move(plan)), *out);
+}
+
+TensorResult SubmitBroadcast(SessionCore& core,
+                             const std::shared_ptr<CommEntry>& comm,
+                             const DeviceTensor& input, uint32_t root,
+                             const std::shared_ptr<CudaStream>& stream,
+                             std::string name) {
+  absl::Status valid = core.CheckTensor(input, name);
+  if (!valid.ok()) return valid;
+  if (root >= comm->members.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl backend: ", name, ": root member index ", root,
+                     " is outside the group's ", comm->members.size(),
+                     " members"));
+  }
+  auto out = core.AllocateOutput(input.descriptor(), stream, name);
+  if (!out.ok()) return out.status();
+  OpPlan plan;
+  plan.name = std::move(name);
+  plan.comm = comm;
+  plan.stream = stream;
+  plan.inputs = {input};
+  plan.retained = {Retain(out->buffer())};
+  const size_t bytes = input.byte_size();
+  if (bytes > 0) {
+    const bool is_root = comm->local_rank == root;
+    const void* send = is_root ? input.data() : out->data();
+    void* recv = out->data();
+    CudaStreamHandle s = stream->get();
+    plan.nccl = [=](NcclCommHandle c) {
+      return NcclBroadcast(send, recv, bytes, NcclDataType::kInt8,
+                           static_cast<int>(root), c, s);
+    };
+  }
+  return Finish(core.Submit(std::move(plan)), *out);
+}
+
+UnitResult SubmitBarrier(SessionCore& core,
+                         const std::shared_ptr<CommEntry>& comm,
+                         const std::shared_ptr<CudaStream>& stream,
+                         std::string name) {
+  auto flag = Scratch(core, 1, stream, name);
+  if (!flag.ok()) return flag.status();
+  OpPlan plan;
+  plan.name = std::move(name);
+  plan.comm = comm;
+  plan.stream = stream;
+  plan.retained = {Retain(*flag)};
+  void* data = (*flag)->data();
+  CudaStreamHandle s = stream->get();
+  plan.before = [=](const CudaStream& st) { return FillBytes(data, 0, 1, st); };
+  plan.nccl = [=](NcclCommHandle c) {
+    return NcclAllReduce(data, data, 1, NcclDataType::kUint8, NcclRedOp::kSum,
+                         c, s);
+  };
+  auto submitted = core.Submit(std::move(plan));
+  if (!submitted.ok()) return submitted.status();
+  return Submission<Unit, std::shared_ptr<NcclCompletion>>{
+      Unit{}, submitted->completion};
+}
+
+absl::StatusOr<bool> NcclAgreement::Resolve() const {
+  absl::MutexLock lock(&mu_);
+  if (resolved_) return value_;
+  if (!completion_->IsComplete()) {
+    return absl::FailedPreconditionError(
+        "nccl backend: agree_success is not complete yet; wait for its "
+        "completion before resolving it");
+  }
+  absl::Status status = completion_->op()->status();
+  if (!status.ok()) {
+    resolved_ = true;
+    value_ = status;
+    return value_;
+  }
+  auto stream = CudaStream::Create(flag_->device());
+  if (!stream.ok()) return stream.status();
+  uint8_t flag = 0;
+  absl::Status copied = CopyDeviceToHost(&flag, flag_->data(), 1, **stream);
+  if (!copied.ok()) return copied;
+  resolved_ = true;
+  value_ = flag != 0;
+  return value_;
+}
+
+absl::StatusOr<Submission<std::shared_ptr<const Agreement>,
+                          std::shared_ptr<NcclCompletion>>>
+SubmitAgreeSuccess(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
+                   bool success, const std::shared_ptr<CudaStream>& stream,
+                   std::string name) {
+  auto flag = Scratch(core, 1, stream, name);
+  if (!flag.ok()) return flag.status();
+  OpPlan plan;
+  plan.name = std::move(name);
+  plan.comm = comm;
+  plan.stream = stream;
+  plan.retained = {Retain(*flag)};
+  void* data = (*flag)->data();
+  CudaStreamHandle s = stream->get();
+  const int value = success ? 1 : 0;
+  plan.before = [=](const CudaStream& st) {
+    return FillBytes(data, value, 1, st);
+  };
+  // Logical AND over members: the minimum of 0/1 flags.
+  plan.nccl = [=](NcclCommHandle c) {
+    return NcclAllReduce(data, data, 1, NcclDataType::kUint8, NcclRedOp::kMin,
+                         c, s);
+  };
+  auto submitted = core.Submit(std::move(plan));
+  if (!submitted.ok()) return submitted.status();
+  std::shared_ptr<const Agreement> agreement =
+      std::make_shared<NcclAgreement>(*flag, submitted->completion);
+  return Submission<std::shared_ptr<const Agreement>,
+                    std::shared_ptr<NcclCompletion>>{std::move(agreement),
+                                                     submitted->completion};
+}
+
+absl::StatusOr<Submission<std::vector<DeviceTensor>,
+                          std::shared_ptr<NcclCompletion>>>
+SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
+             absl::Span<const DeviceTensor> tensors, uint32_t source,
+             uint32_t destination, const std::shared_ptr<CudaStream>& stream,
+             std::string name) {
+  const uint32_t n = static_cast<uint32_t>(comm->members.size());
+  const uint32_t me = comm->local_rank;
+  if (source >= n || destination >= n || source == destination) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: ", name, ": route ", source, " -> ", destination,
+        " needs two different member indices below ", n));
+  }
+  if (me != source && me != destination) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: ", name, ": this member (", me,
+        ") is neither the source nor the destination of route ", source,
+        " -> ", destination));
+  }
+  for (const DeviceTensor& t : tensors) {
+    absl::Status valid = core.CheckTensor(t, name);
+    if (!valid.ok()) return valid;
+  }
+  OpPlan plan;
+  plan.name = std::move(name);
+  plan.comm = comm;
+  plan.stream = stream;
+  std::vector<DeviceTensor> outputs;
+  std::vector<std::pair<void*, size_t>> buffers;
+  const bool sending = me == source;
+  if (sending) {
+    plan.inputs.assign(tensors.begin(), tensors.end());
+    outputs.assign(tensors.begin(), tensors.end());
+    for (const DeviceTensor& t : tensors) buffers.emplace_back(t.data(), t.byte_size());
+  } else {
+    for (const DeviceTensor& t : tensors) {
+      auto out = core.AllocateOutput(t.descriptor(), stream, plan.name);
+      if (!out.ok()) return out.status();
+      plan.retained.push_back(Retain(out->buffer()));
+      buffers.emplace_back(out->data(), out->byte_size());
+      outputs.push_back(*std::move(out));
+    }
+  }
+  bool any = false;
+  for (const auto& b : buffers) any = any || b.second > 0;
+  if (any) {
+    const int peer = static_cast<int>(sending ? destination : source);
+    CudaStreamHandle s = stream->get();
+    plan.nccl = [=](NcclCommHandle c) {
+      return NcclGrouped([&]() -> int {
+        for (const auto& [data, bytes] : buffers) {
+          if (bytes == 0) continue;
+          int r = sending ? NcclSend(data, bytes, NcclDataType::kInt8, peer, c, s)
+                          : NcclRecv(data, bytes, NcclDataType::kInt8, peer, c, s);
+          if (r != kNcclSuccess && r != kNcclInProgress) return r;
+        }
+        return kNcclSuccess;
+      });
+    };
+  }
+  auto submitted = core.Submit(std::move(plan));
+  if (!submitted.ok()) return submitted.status();
+  for (auto& t : outputs) t = t.WithReady(submitted->event);
+  return Submission<std::vector<DeviceTensor>, std::shared_ptr<NcclCompletion>>{
+      std::move(outputs), submitted->completion};
+}
+
+UnitResult SubmitLocal(absl::Span<const DeviceTensor* const> values,
+                       const std::shared_ptr<CudaStream>& stream) {
+  if (stream == nullptr) {
+    return absl::InvalidArgumentError(
+        "nccl backend: submit_local_dependencies needs an executor stream");
+  }
+  std::vector<std::shared_ptr<const void>> retained = {Retain(stream)};
+  for (const DeviceTensor* value : values) {
+    if (value == nullptr || value->buffer() == nullptr) {
+      return absl::InvalidArgumentError(
+          "nccl backend: submit_local_dependencies got a null tensor");
+    }
+    if (value->device() != stream->device()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "nccl backend: submit_local_dependencies: tensor ",
+          value->ToString(), " is not on the executor's device cuda:",
+          stream->device()));
+    }
+  }
+  auto event = CudaEvent::Create(stream->device());
+  if (!event.ok()) return event.status();
+  for (const DeviceTensor* value : values) {
+    retained.push_back(value->buffer());
+    if (value->ready() != nullptr) {
+      retained.push_back(value->ready());
+      absl::Status s = StreamWaitEvent(*stream, *value->ready());
+      if (!s.ok()) return s;
+    }
+  }
+  absl::Status recorded = (*event)->Record(*stream);
+  if (!recorded.ok()) return recorded;
+  auto op = std::make_shared<NcclOp>("submit_local_dependencies", *event,
+                                     std::move(retained));
+  return Submission<Unit, std::shared_ptr<NcclCompletion>>{
+      Unit{}, std::make_shared<NcclCompletion>(std::move(op), LocalOpOwner())};
+}
+
+}  // namespace rankd::dataplane::nccl

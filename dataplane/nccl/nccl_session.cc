@@ -1,0 +1,133 @@
+#include "dataplane/nccl/nccl_session.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace rankd::dataplane::nccl {
+namespace {
+
+using ValueSubmission = DistributedSession<DeviceTensor>::ValueSubmission;
+
+absl::StatusOr<ValueSubmission> ToValue(TensorResult result) {
+  if (!result.ok()) return result.status();
+  return ValueSubmission{std::move(result->output),
+                         std::shared_ptr<BoundedCompletion>(
+                             std::move(result->completion))};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NcclSession>> NcclSession::Create(
+    DistributedSessionDescriptor descriptor, ControlPlane* control_plane,
+    NcclSessionOptions options) {
+  auto core = SessionCore::Create(std::move(descriptor), control_plane,
+                                  std::move(options));
+  if (!core.ok()) return core.status();
+  return std::unique_ptr<NcclSession>(new NcclSession(*std::move(core)));
+}
+
+absl::StatusOr<std::unique_ptr<NcclSession>> NcclSession::Open(
+    DistributedSessionDescriptor descriptor, ControlPlane* control_plane,
+    NcclSessionOptions options) {
+  auto session =
+      Create(std::move(descriptor), control_plane, std::move(options));
+  if (!session.ok()) return session.status();
+  absl::Status init = (*session)->Initialize();
+  if (!init.ok()) return init;
+  return session;
+}
+
+NcclSession::~NcclSession() { core_->Detach(); }
+
+absl::Status NcclSession::Initialize() { return core_->Initialize(); }
+
+absl::StatusOr<ValueSubmission> NcclSession::AllReduceSum(
+    const CollectiveScope& scope, const DeviceTensor& input) {
+  auto comm = core_->CommFor(scope, "all_reduce_sum");
+  if (!comm.ok()) return comm.status();
+  return ToValue(SubmitAllReduceSum(
+      *core_, *comm, input, core_->stream(),
+      absl::StrCat("all_reduce_sum on ", scope.ToString())));
+}
+
+absl::StatusOr<ValueSubmission> NcclSession::AllGather(
+    const CollectiveScope& scope, const DeviceTensor& input) {
+  auto comm = core_->CommFor(scope, "all_gather");
+  if (!comm.ok()) return comm.status();
+  return ToValue(SubmitAllGatherEven(
+      *core_, *comm, input, 0, core_->stream(),
+      absl::StrCat("all_gather on ", scope.ToString())));
+}
+
+absl::StatusOr<ValueSubmission> NcclSession::AllToAllV(
+    const CollectiveScope& scope, const DeviceTensor& input,
+    absl::Span<const size_t> send_counts,
+    absl::Span<const size_t> receive_counts) {
+  auto comm = core_->CommFor(scope, "all_to_all_v",
+                             &DistributedCapabilities::variable_all_to_all,
+                             "variable_all_to_all");
+  if (!comm.ok()) return comm.status();
+  auto resolved = ResolveScope(descriptor(), scope);
+  if (!resolved.ok()) return resolved.status();
+  auto checked =
+      CheckAllToAllV(input.descriptor(), send_counts, receive_counts, *resolved);
+  if (!checked.ok()) {
+    return absl::Status(checked.status().code(),
+                        absl::StrCat("nccl backend: ", checked.status().message()));
+  }
+  return ToValue(SubmitAllToAll(
+      *core_, *comm, input, send_counts, receive_counts, 0, core_->stream(),
+      absl::StrCat("all_to_all_v on ", scope.ToString())));
+}
+
+absl::StatusOr<ValueSubmission> NcclSession::Send(const CollectiveScope& scope,
+                                                  size_t peer,
+                                                  const DeviceTensor& input) {
+  auto comm = core_->CommFor(scope, "send",
+                             &DistributedCapabilities::point_to_point,
+                             "point_to_point");
+  if (!comm.ok()) return comm.status();
+  auto resolved = ResolveScope(descriptor(), scope);
+  if (!resolved.ok()) return resolved.status();
+  absl::Status peer_ok = CheckPeer(peer, *resolved, "send");
+  if (!peer_ok.ok()) {
+    return absl::Status(peer_ok.code(),
+                        absl::StrCat("nccl backend: ", peer_ok.message()));
+  }
+  return ToValue(SubmitSend(
+      *core_, *comm, static_cast<uint32_t>(peer), input, core_->stream(),
+      absl::StrCat("send to member ", peer, " of ", scope.ToString())));
+}
+
+absl::StatusOr<ValueSubmission> NcclSession::Receive(
+    const CollectiveScope& scope, size_t peer,
+    const ValueDescriptor& descriptor) {
+  auto comm = core_->CommFor(scope, "receive",
+                             &DistributedCapabilities::point_to_point,
+                             "point_to_point");
+  if (!comm.ok()) return comm.status();
+  auto resolved = ResolveScope(this->descriptor(), scope);
+  if (!resolved.ok()) return resolved.status();
+  absl::Status peer_ok = CheckPeer(peer, *resolved, "receive");
+  if (!peer_ok.ok()) {
+    return absl::Status(peer_ok.code(),
+                        absl::StrCat("nccl backend: ", peer_ok.message()));
+  }
+  return ToValue(SubmitReceive(
+      *core_, *comm, static_cast<uint32_t>(peer), descriptor, core_->stream(),
+      absl::StrCat("receive from member ", peer, " of ", scope.ToString())));
+}
+
+absl::StatusOr<std::vector<uint32_t>> NcclSession::AllGatherWords(
+    absl::Span<const uint32_t> local) {
+  return core_->control_plane()->AllGatherWords(local,
+                                                core_->options().words_timeout);
+}
+
+absl::StatusOr<std::unique_ptr<PendingWords>> NcclSession::SubmitAllGatherWords(
+    absl::Span<const uint32_t> local, absl::Duration timeout) {
+  return core_->control_plane()->SubmitAllGatherWords(local, timeout);
+}
+
+}  // namespace rankd::dataplane::nccl

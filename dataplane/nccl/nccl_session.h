@@ -1,0 +1,116 @@
+// NcclSession: DistributedSession<DeviceTensor> on NCCL (SPEC 3.2, 3.4).
+//
+//   auto control = MakeClientControlPlane(client.get());   // or any ControlPlane
+//   auto descriptor = ...;                                 // from the daemon
+//   auto session = NcclSession::Open(descriptor, control.get(), {.device = local_rank});
+//   if (!session.ok()) ...                                 // init failed / no GPU
+//   auto sum = (*session)->AllReduceSum(CollectiveScope::World(), tensor);
+//   sum->completion->Wait();                               // or WaitBounded
+//
+// Every operation runs on the session's own CUDA stream (stream()), in call
+// order; inputs produced on other streams are waited for through their
+// ready events (DeviceTensor::ready()), and outputs carry their
+// operation's completion event as ready event.
+//
+// Fail-closed: Create() does no native work and advertises nothing;
+// Initialize() turns the capabilities on only when a CUDA device exists and
+// every communicator (world + one per distinct group member list) is
+// ready. Without a device Initialize() returns Unavailable and every
+// operation returns Unimplemented naming "nccl" and the capability. Order of
+// checks in every operation: poison (original cause), scope membership
+// (NotFound), capability (Unimplemented), arguments (InvalidArgument), then
+// native work. A native failure, a missed deadline or a job failure poisons
+// the session and aborts its communicators.
+//
+// AllGatherWords travels over the control plane, works before Initialize
+// and on machines without a GPU, and is not affected by poisoning (it is
+// how ranks coordinate a recovery).
+//
+// Thread-safety: operations may be called from several threads, but NCCL
+// requires every member to issue collectives on a communicator in the same
+// order, which is the caller's responsibility.
+#ifndef RANKD_DATAPLANE_NCCL_NCCL_SESSION_H_
+#define RANKD_DATAPLANE_NCCL_NCCL_SESSION_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "dataplane/control_plane.h"
+#include "dataplane/nccl/device_tensor.h"
+#include "dataplane/nccl/session_core.h"
+#include "dataplane/session.h"
+
+namespace rankd::dataplane::nccl {
+
+class NcclSession final : public DistributedSession<DeviceTensor> {
+ public:
+  // No native work; capabilities stay empty until Initialize() succeeds.
+  // `control_plane` must outlive the session.
+  static absl::StatusOr<std::unique_ptr<NcclSession>> Create(
+      DistributedSessionDescriptor descriptor, ControlPlane* control_plane,
+      NcclSessionOptions options = {});
+  // Create() + Initialize(): the init error when it fails.
+  static absl::StatusOr<std::unique_ptr<NcclSession>> Open(
+      DistributedSessionDescriptor descriptor, ControlPlane* control_plane,
+      NcclSessionOptions options = {});
+  ~NcclSession() override;
+
+  // Probes the device, brokers unique ids and initializes every
+  // communicator (see session_core.h). Unavailable without a device (not
+  // poisoning); the failure otherwise (poisoning). Once only.
+  absl::Status Initialize();
+
+  bool ready() const { return core_->ready(); }
+  // OK while healthy; the original cause once poisoned.
+  absl::Status poison_status() const { return core_->PoisonStatus(); }
+  // Why the capabilities are empty (no device, ...); empty otherwise.
+  std::string unavailable_reason() const { return core_->unavailable_reason(); }
+  int device() const { return core_->device(); }
+  // The stream every session operation runs on (null before Initialize).
+  std::shared_ptr<CudaStream> stream() const { return core_->stream(); }
+  // Operations whose work may still run after a deadline or after their
+  // completion was dropped.
+  size_t quarantined() const { return core_->quarantined(); }
+  size_t communicator_count() const { return core_->communicator_count(); }
+  // Poisons the session with `cause` and aborts every communicator.
+  void Abort(const absl::Status& cause) { core_->CancelNative(cause); }
+  const std::shared_ptr<SessionCore>& core() const { return core_; }
+
+  // DistributedSession.
+  const DistributedSessionDescriptor& descriptor() const override {
+    return core_->descriptor();
+  }
+  DistributedCapabilities capabilities() const override {
+    return core_->capabilities();
+  }
+  absl::StatusOr<ValueSubmission> AllReduceSum(
+      const CollectiveScope& scope, const DeviceTensor& input) override;
+  absl::StatusOr<ValueSubmission> AllGather(const CollectiveScope& scope,
+                                            const DeviceTensor& input) override;
+  absl::StatusOr<ValueSubmission> AllToAllV(
+      const CollectiveScope& scope, const DeviceTensor& input,
+      absl::Span<const size_t> send_counts,
+      absl::Span<const size_t> receive_counts) override;
+  absl::StatusOr<ValueSubmission> Send(const CollectiveScope& scope,
+                                       size_t peer,
+                                       const DeviceTensor& input) override;
+  absl::StatusOr<ValueSubmission> Receive(
+      const CollectiveScope& scope, size_t peer,
+      const ValueDescriptor& descriptor) override;
+  absl::StatusOr<std::vector<uint32_t>> AllGatherWords(
+      absl::Span<const uint32_t> local) override;
+  absl::StatusOr<std::unique_ptr<PendingWords>> SubmitAllGatherWords(
+      absl::Span<const uint32_t> local, absl::Duration timeout) override;
+
+ private:
+  explicit NcclSession(std::shared_ptr<SessionCore> core)
+      : core_(std::move(core)) {}
+  std::shared_ptr<SessionCore> core_;
+};
+
+}  // namespace rankd::dataplane::nccl
+
+#endif  // RANKD_DATAPLANE_NCCL_NCCL_SESSION_H_

@@ -1,0 +1,576 @@
+#include "dataplane/nccl/session_core.h"
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+
+namespace rankd::dataplane::nccl {
+
+absl::StatusOr<std::shared_ptr<SessionCore>> SessionCore::Create(
+    DistributedSessionDescriptor descriptor, ControlPlane* control_plane,
+    NcclSessionOptions options) {
+  if (control_plane == nullptr) {
+    return absl::InvalidArgumentError(
+        "nccl backend: a session needs a control plane (unique ids, job "
+        "health, all_gather_words)");
+  }
+  absl::Status tag = ValidateSessionTag(options.tag);
+  if (!tag.ok()) return tag;
+  if (options.init_timeout <= absl::ZeroDuration() ||
+      options.enqueue_timeout <= absl::ZeroDuration() ||
+      options.words_timeout <= absl::ZeroDuration() ||
+      options.watchdog_interval <= absl::ZeroDuration() ||
+      options.destroy_timeout < absl::ZeroDuration() ||
+      options.abort_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "nccl backend: session timeouts and intervals must be positive");
+  }
+  if (options.device < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: device ", options.device,
+        " is not valid (-1 picks rank % device count)"));
+  }
+  return std::shared_ptr<SessionCore>(new SessionCore(
+      std::move(descriptor), control_plane, std::move(options)));
+}
+
+SessionCore::SessionCore(DistributedSessionDescriptor descriptor,
+                         ControlPlane* control_plane,
+                         NcclSessionOptions options)
+    : descriptor_(std::move(descriptor)),
+      control_plane_(control_plane),
+      options_(std::move(options)),
+      signal_(std::make_shared<FailureSignal>()) {}
+
+SessionCore::~SessionCore() {
+  {
+    absl::MutexLock lock(&signal_->mu);
+    signal_->stop = true;
+  }
+  if (watchdog_.joinable()) watchdog_.join();
+  if (!comms_.empty()) {
+    absl::Status poison = PoisonStatus();
+    if (!poison.ok()) {
+      CancelNative(poison);
+    } else {
+      for (auto& entry : comms_) {
+        if (entry->comm != nullptr) entry->comm->Close(options_.destroy_timeout);
+      }
+    }
+  }
+  quarantine_.Drain(options_.destroy_timeout);
+  // Whatever still runs is leaked by ~OpQuarantine, never freed.
+}
+
+bool SessionCore::ready() const {
+  absl::MutexLock lock(&mu_);
+  return ready_;
+}
+
+std::string SessionCore::unavailable_reason() const {
+  absl::MutexLock lock(&mu_);
+  return unavailable_reason_;
+}
+
+int SessionCore::device() const {
+  absl::MutexLock lock(&mu_);
+  return device_;
+}
+
+std::shared_ptr<CudaStream> SessionCore::stream() const {
+  absl::MutexLock lock(&mu_);
+  return stream_;
+}
+
+size_t SessionCore::communicator_count() const {
+  absl::MutexLock lock(&mu_);
+  return ready_ ? comms_.size() : 0;
+}
+
+DistributedCapabilities SessionCore::capabilities() const {
+  absl::MutexLock lock(&mu_);
+  DistributedCapabilities caps;
+  if (!ready_ || !poison_.ok()) return caps;
+  caps.world_collectives = true;
+  for (const auto& [id, entry] : groups_) caps.collective_groups.insert(id);
+  caps.point_to_point = true;
+  caps.variable_all_to_all = true;
+  caps.exact_completion = true;
+  return caps;
+}
+
+absl::Status SessionCore::PoisonStatus() const {
+  absl::MutexLock lock(&mu_);
+  return poison_;
+}
+
+void SessionCore::Poison(const absl::Status& cause) {
+  absl::MutexLock lock(&mu_);
+  if (!poison_.ok()) return;
+  poison_ = cause.ok() ? absl::InternalError(
+                             "nccl backend: session poisoned without a cause")
+                       : cause;
+}
+
+absl::Status SessionCore::FailClosed(const absl::Status& status) const {
+  if (status.ok()) return status;
+  std::string why;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!unavailable_reason_.empty()) {
+      why = unavailable_reason_;
+    } else if (!initialize_called_) {
+      why = "the session was not initialized";
+    } else if (!ready_) {
+      why = "the session is not initialized";
+    }
+  }
+  if (why.empty()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat(status.message(), " (", why, ")"));
+}
+
+absl::StatusOr<std::shared_ptr<CommEntry>> SessionCore::CommFor(
+    const CollectiveScope& scope, const char* operation,
+    bool DistributedCapabilities::*flag, const char* capability) const {
+  absl::Status poison = PoisonStatus();
+  if (!poison.ok()) return poison;
+  auto resolved = ResolveScope(descriptor_, scope);
+  if (!resolved.ok()) return resolved.status();
+  const DistributedCapabilities caps = capabilities();
+  if (flag != nullptr) {
+    absl::Status cap =
+        RequireCapability(caps.*flag, kBackendName, operation, capability);
+    if (!cap.ok()) return FailClosed(cap);
+  }
+  absl::Status cap = RequireCollective(caps, kBackendName, operation, scope);
+  if (!cap.ok()) return FailClosed(cap);
+  absl::MutexLock lock(&mu_);
+  if (scope.is_world()) return world_;
+  auto it = groups_.find(scope.group_id());
+  if (it == groups_.end()) {
+    return absl::InternalError(absl::StrCat(
+        "nccl backend: no communicator for ", scope.ToString()));
+  }
+  return it->second;
+}
+
+absl::Status SessionCore::RequireFlag(bool DistributedCapabilities::*flag,
+                                      const char* operation,
+                                      const char* capability) const {
+  absl::Status poison = PoisonStatus();
+  if (!poison.ok()) return poison;
+  DistributedCapabilities caps = capabilities();
+  return FailClosed(
+      RequireCapability(caps.*flag, kBackendName, operation, capability));
+}
+
+absl::Status SessionCore::CheckTensor(const DeviceTensor& tensor,
+                                      absl::string_view operation) const {
+  const int device = this->device();
+  if (tensor.buffer() == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: ", operation, ": the tensor has no buffer"));
+  }
+  if (tensor.device() != device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: ", operation, ": tensor ", tensor.ToString(),
+        " is not on this session's device cuda:", device));
+  }
+  if (tensor.buffer()->size() < tensor.byte_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: ", operation, ": tensor ", tensor.ToString(),
+        " has a buffer of ", tensor.buffer()->size(), " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SessionCore::SignalCause() const {
+  absl::MutexLock lock(&signal_->mu);
+  return signal_->cause;
+}
+
+absl::Status SessionCore::JobHealth() const {
+  if (detached_.load()) {
+    return absl::FailedPreconditionError(
+        "nccl backend: the session was destroyed; its groups and backend "
+        "can no longer submit work");
+  }
+  return control_plane_->JobHealth();
+}
+
+void SessionCore::Detach() {
+  detached_.store(true);
+  // The watchdog may be inside JobHealth(); wait for its current tick.
+  absl::MutexLock lock(&watchdog_tick_mu_);
+}
+
+absl::Status SessionCore::CheckUsable() {
+  absl::Status poison = PoisonStatus();
+  if (!poison.ok()) return poison;
+  if (detached_.load()) return JobHealth();
+  absl::Status cause = SignalCause();
+  if (cause.ok()) cause = JobHealth();
+  if (!cause.ok()) {
+    CancelNative(cause);
+    return PoisonStatus();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SessionCore::Fail(const absl::Status& cause) {
+  CancelNative(cause);
+  return PoisonStatus();
+}
+
+void SessionCore::CancelNative(const absl::Status& cause) {
+  Poison(cause);
+  const absl::Status poison = PoisonStatus();
+  absl::MutexLock lock(&abort_mu_);
+  if (aborted_) return;
+  aborted_ = true;
+  {
+    absl::MutexLock ops(&ops_mu_);
+    for (const auto& weak : outstanding_) {
+      if (auto op = weak.lock()) op->FailIfRunning(poison);
+    }
+  }
+  std::vector<std::shared_ptr<CommEntry>> comms;
+  {
+    absl::MutexLock state(&mu_);
+    comms = comms_;
+  }
+  for (auto& entry : comms) {
+    if (entry->comm != nullptr) entry->comm->Abort(poison);
+  }
+}
+
+void SessionCore::Quarantine(std::shared_ptr<NcclOp> op) {
+  quarantine_.Add(std::move(op));
+}
+
+absl::StatusOr<DeviceTensor> SessionCore::AllocateOutput(
+    const ValueDescriptor& descriptor,
+    const std::shared_ptr<CudaStream>& stream, absl::string_view operation) {
+  auto tensor = DeviceTensor::Allocate(descriptor, stream);
+  if (!tensor.ok()) {
+    return Fail(absl::Status(
+        tensor.status().code(),
+        absl::StrCat("nccl backend: ", operation, ": allocating the output ",
+                     descriptor.ToString(), ": ", tensor.status().message())));
+  }
+  return tensor;
+}
+
+absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
+  absl::Status usable = CheckUsable();
+  if (!usable.ok()) return usable;
+  if (plan.stream == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl backend: ", plan.name, ": no stream"));
+  }
+  if (plan.stream->device() != device()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: ", plan.name, ": the stream is on cuda:",
+        plan.stream->device(), ", the session on cuda:", device()));
+  }
+  DeviceGuard guard(plan.stream->device());
+  if (!guard.status().ok()) return Fail(guard.status());
+  auto event = CudaEvent::Create(plan.stream->device());
+  if (!event.ok()) return Fail(event.status());
+
+  std::vector<std::shared_ptr<const void>> retained = std::move(plan.retained);
+  retained.push_back(plan.stream);
+  if (plan.comm != nullptr) retained.push_back(plan.comm);
+  for (const DeviceTensor& input : plan.inputs) {
+    retained.push_back(input.buffer());
+    if (input.ready() != nullptr) retained.push_back(input.ready());
+  }
+  const CudaStream& stream = *plan.stream;
+  // After native work may have been queued: poison, abort, and hold every
+  // resource until the queued work finished.
+  auto failed = [&](const absl::Status& cause) -> absl::Status {
+    absl::Status poisoned = Fail(absl::Status(
+        cause.code(),
+        absl::StrCat("nccl backend: ", plan.name, ": ", cause.message())));
+    const bool recorded = (*event)->Record(stream).ok();
+    quarantine_.Add(std::make_shared<NcclOp>(
+        absl::StrCat(plan.name, " (failed)"),
+        recorded ? *event : nullptr, std::move(retained)));
+    return poisoned;
+  };
+  for (const DeviceTensor& input : plan.inputs) {
+    if (input.ready() == nullptr) continue;
+    absl::Status s = StreamWaitEvent(stream, *input.ready());
+    if (!s.ok()) return failed(s);
+  }
+  if (plan.before) {
+    absl::Status s = plan.before(stream);
+    if (!s.ok()) return failed(s);
+  }
+  if (plan.nccl) {
+    if (plan.comm == nullptr || plan.comm->comm == nullptr) {
+      return failed(absl::InternalError("no communicator"));
+    }
+    auto interrupt = [this]() -> absl::Status {
+      absl::Status s = PoisonStatus();
+      if (!s.ok()) return s;
+      return SignalCause();
+    };
+    absl::Status s = plan.comm->comm->Enqueue(
+        plan.name, plan.nccl, absl::Now() + options_.enqueue_timeout,
+        interrupt);
+    if (!s.ok()) return failed(s);
+  }
+  if (plan.after) {
+    absl::Status s = plan.after(stream);
+    if (!s.ok()) return failed(s);
+  }
+  absl::Status recorded = (*event)->Record(stream);
+  if (!recorded.ok()) return failed(recorded);
+  auto op = std::make_shared<NcclOp>(plan.name, *event, std::move(retained));
+  {
+    absl::MutexLock lock(&ops_mu_);
+    if (outstanding_.size() >= 256) {
+      outstanding_.erase(
+          std::remove_if(outstanding_.begin(), outstanding_.end(),
+                         [](const std::weak_ptr<NcclOp>& w) {
+                           return w.expired();
+                         }),
+          outstanding_.end());
+    }
+    outstanding_.push_back(op);
+  }
+  Submitted submitted;
+  submitted.event = *event;
+  submitted.completion =
+      std::make_shared<NcclCompletion>(std::move(op), shared_from_this());
+  return submitted;
+}
+
+absl::Status SessionCore::InitInterrupt() const {
+  absl::Status s = SignalCause();
+  if (!s.ok()) return s;
+  return JobHealth();
+}
+
+absl::Status SessionCore::Initialize() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (initialize_called_) {
+      return absl::FailedPreconditionError(
+          "nccl backend: Initialize was already called on this session");
+    }
+    initialize_called_ = true;
+  }
+  absl::Status s = InitializeLocked();
+  if (s.ok()) {
+    absl::MutexLock lock(&mu_);
+    ready_ = true;
+  }
+  if (s.ok()) watchdog_ = std::thread([this] { WatchdogLoop(); });
+  return s;
+}
+
+absl::Status SessionCore::InitializeLocked() {
+  // Job failure notifications reach the watchdog through the signal only
+  // (the callback holds no reference to this core).
+  std::weak_ptr<FailureSignal> weak_signal = signal_;
+  control_plane_->OnJobFailure([weak_signal](const absl::Status& cause) {
+    if (auto signal = weak_signal.lock()) {
+      absl::MutexLock lock(&signal->mu);
+      if (signal->cause.ok()) {
+        signal->cause = cause.ok() ? absl::AbortedError("rankd: the job failed")
+                                   : cause;
+      }
+    }
+  });
+
+  DeviceProbe probe = ProbeDevices();
+  if (probe.device_count == 0) {
+    {
+      absl::MutexLock lock(&mu_);
+      unavailable_reason_ = probe.reason;
+    }
+    return absl::UnavailableError(absl::StrCat(
+        "nccl backend: ", probe.reason,
+        "; every NCCL capability is reported false"));
+  }
+  const int device = options_.device >= 0
+                         ? options_.device
+                         : static_cast<int>(descriptor_.rank() %
+                                            static_cast<uint32_t>(probe.device_count));
+  if (device >= probe.device_count) {
+    absl::Status s = absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: device ", device, " does not exist (", probe.device_count,
+        " CUDA devices)"));
+    absl::MutexLock lock(&mu_);
+    unavailable_reason_ = std::string(s.message());
+    return s;
+  }
+  absl::Status health = InitInterrupt();
+  if (!health.ok()) {
+    Poison(health);
+    return health;
+  }
+  auto stream = CudaStream::Create(device);
+  if (!stream.ok()) {
+    Poison(stream.status());
+    return stream.status();
+  }
+
+  // One communicator per distinct member list: the world first, then the
+  // descriptor's groups (groups with the world's members share it).
+  const uint32_t world_size = descriptor_.world_size();
+  std::map<std::vector<uint32_t>, std::shared_ptr<CommEntry>> by_members;
+  std::vector<std::shared_ptr<CommEntry>> comms;
+  auto entry_for = [&](const std::vector<uint32_t>& members,
+                       uint32_t local_rank) {
+    auto it = by_members.find(members);
+    if (it != by_members.end()) return it->second;
+    auto entry = std::make_shared<CommEntry>();
+    entry->name = CommName(members, world_size);
+    entry->members = members;
+    entry->local_rank = local_rank;
+    by_members.emplace(members, entry);
+    comms.push_back(entry);
+    return entry;
+  };
+  std::vector<uint32_t> all(world_size);
+  std::iota(all.begin(), all.end(), 0u);
+  std::shared_ptr<CommEntry> world = entry_for(all, descriptor_.rank());
+  std::map<CollectiveGroupId, std::shared_ptr<CommEntry>> groups;
+  for (const auto& g : descriptor_.groups()) {
+    groups[g.id()] = entry_for(g.members(), g.local_rank());
+  }
+
+  std::vector<CommIdRequest> requests;
+  const bool scalable = ScalableInitSupported();
+  for (const auto& entry : comms) {
+    CommIdRequest req;
+    req.comm_name = entry->name;
+    req.members = entry->members;
+    req.rank = entry->local_rank;
+    req.plan = PlanUniqueIds(static_cast<uint32_t>(entry->members.size()),
+                             options_.ranks_per_unique_id, scalable);
+    requests.push_back(std::move(req));
+  }
+  const absl::Time deadline = absl::Now() + options_.init_timeout;
+  auto interrupt = [this] { return InitInterrupt(); };
+  UniqueIdGenerator generator = options_.unique_id_generator;
+  if (!generator) generator = [] { return NewNcclUniqueId(); };
+  auto ids = BrokerUniqueIds(*control_plane_, options_.tag, requests,
+                             generator, deadline, interrupt);
+  if (!ids.ok()) {
+    Poison(ids.status());
+    return ids.status();
+  }
+
+  auto abort_all = [&](const absl::Status& cause) {
+    for (auto& entry : comms) {
+      if (entry->comm != nullptr) entry->comm->Abort(cause);
+    }
+    Poison(cause);
+    return cause;
+  };
+  for (size_t c = 0; c < comms.size(); ++c) {
+    NcclCommunicator::Options o;
+    o.name = comms[c]->name;
+    o.device = device;
+    o.nranks = static_cast<int>(comms[c]->members.size());
+    o.rank = static_cast<int>(comms[c]->local_rank);
+    o.unique_ids = (*ids)[c];
+    auto comm = NcclCommunicator::StartInit(std::move(o));
+    if (!comm.ok()) return abort_all(comm.status());
+    (*comm)->set_destroy_timeout(options_.destroy_timeout);
+    comms[c]->comm = *std::move(comm);
+  }
+  // Poll every communicator with the one deadline.
+  while (true) {
+    std::vector<std::string> pending;
+    for (auto& entry : comms) {
+      absl::StatusOr<bool> ready = entry->comm->PollReady();
+      if (!ready.ok()) return abort_all(ready.status());
+      if (!*ready) pending.push_back(entry->name);
+    }
+    if (pending.empty()) break;
+    absl::Status stop = interrupt();
+    if (!stop.ok()) return abort_all(stop);
+    if (absl::Now() >= deadline) {
+      return abort_all(absl::DeadlineExceededError(absl::StrCat(
+          "nccl backend: communicator init did not finish within ",
+          absl::FormatDuration(options_.init_timeout), " (still pending: ",
+          absl::StrJoin(pending, ", "), "); all communicators aborted")));
+    }
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+
+  absl::MutexLock lock(&mu_);
+  device_ = device;
+  stream_ = *std::move(stream);
+  world_ = std::move(world);
+  groups_ = std::move(groups);
+  comms_ = std::move(comms);
+  return absl::OkStatus();
+}
+
+void SessionCore::WatchdogLoop() {
+  DeviceGuard guard(device());
+  while (true) {
+    absl::Status cause;
+    {
+      absl::MutexLock lock(&signal_->mu);
+      FailureSignal* signal = signal_.get();
+      signal_->mu.AwaitWithTimeout(
+          absl::Condition(
+              +[](FailureSignal* s) {
+                return s->stop || (!s->cause.ok() && !s->handled);
+              },
+              signal),
+          options_.watchdog_interval);
+      if (signal_->stop) return;
+      if (!signal_->cause.ok() && !signal_->handled) {
+        signal_->handled = true;
+        cause = signal_->cause;
+      }
+    }
+    bool aborted;
+    {
+      absl::MutexLock lock(&abort_mu_);
+      aborted = aborted_;
+    }
+    if (!aborted) {
+      if (cause.ok() && !detached_.load()) {
+        absl::MutexLock tick(&watchdog_tick_mu_);
+        if (!detached_.load()) cause = control_plane_->JobHealth();
+      }
+      if (!cause.ok()) {
+        CancelNative(cause);
+      } else if (PoisonStatus().ok()) {
+        for (auto& entry : comms_) {
+          absl::Status async = entry->comm->CheckAsyncError();
+          if (!async.ok()) {
+            CancelNative(async);
+            break;
+          }
+        }
+      }
+    }
+    {
+      absl::MutexLock lock(&ops_mu_);
+      outstanding_.erase(
+          std::remove_if(outstanding_.begin(), outstanding_.end(),
+                         [](const std::weak_ptr<NcclOp>& w) {
+                           return w.expired();
+                         }),
+          outstanding_.end());
+    }
+    quarantine_.Reap();
+  }
+}
+
+}  // namespace rankd::dataplane::nccl

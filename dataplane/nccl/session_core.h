@@ -1,0 +1,343 @@
+// SessionCore: the state shared by NcclSession (the DistributedSession) and
+// NcclBackend (the CommunicationBackend) of one rank: device, stream,
+// communicators, poison, outstanding operations, quarantine and the
+// watchdog. Also the operations themselves (Submit*), which both front ends
+// call after their own scope/group resolution.
+//
+// Lifecycle:
+//   Create (no native work; capabilities empty)
+//   -> Initialize: probe devices (none => Unavailable, capabilities stay
+//      empty, nothing is poisoned); broker unique ids through the control
+//      plane; start every communicator non-blocking; poll them all with one
+//      deadline, aborting all on deadline, error or job failure (=> poison);
+//      start the watchdog.
+//   -> operations: poison check, fail-closed capability check and
+//      validation before any native call; any native failure or missed
+//      deadline poisons the core and aborts every communicator.
+//   -> destruction (when the NcclSession and every completion and group are
+//      gone): watchdog stopped; communicators finalized (healthy) or
+//      aborted (poisoned); quarantined work drained, then leaked on purpose
+//      if it still runs.
+// The watchdog thread wakes on a job-failure notification from the control
+// plane (ControlPlane::OnJobFailure) or every `watchdog_interval`: it checks
+// JobHealth() and ncclCommGetAsyncError of every communicator, aborts all
+// communicators on a failure (so no rank stays in a collective with a dead
+// peer), and frees quarantined work that finished.
+#ifndef RANKD_DATAPLANE_NCCL_SESSION_CORE_H_
+#define RANKD_DATAPLANE_NCCL_SESSION_CORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "dataplane/communication_backend.h"
+#include "dataplane/completion.h"
+#include "dataplane/control_plane.h"
+#include "dataplane/nccl/cuda_handles.h"
+#include "dataplane/nccl/device_tensor.h"
+#include "dataplane/nccl/nccl_comm.h"
+#include "dataplane/nccl/nccl_completion.h"
+#include "dataplane/nccl/nccl_types.h"
+#include "dataplane/nccl/unique_id_broker.h"
+#include "dataplane/types.h"
+
+namespace rankd::dataplane::nccl {
+
+inline constexpr char kBackendName[] = "nccl";
+
+struct NcclSessionOptions {
+  // CUDA device of this rank; -1 picks rank % device_count.
+  int device = -1;
+  // Names this session's keys in the job's key-value broker. Two sessions
+  // of one job incarnation need different tags.
+  std::string tag = "default";
+  // Unique-id brokering plus communicator init, all communicators together.
+  absl::Duration init_timeout = absl::Seconds(120);
+  // How long one NCCL call may stay ncclInProgress (waiting for peers to
+  // connect) before the session is poisoned and aborted.
+  absl::Duration enqueue_timeout = absl::Seconds(120);
+  // Deadline of AllGatherWords rounds.
+  absl::Duration words_timeout = absl::Seconds(60);
+  // Watchdog period (job health, async errors, quarantine).
+  absl::Duration watchdog_interval = absl::Milliseconds(50);
+  // After ncclCommAbort, how long a NativeCancel wait lets aborted work
+  // leave before quarantining it.
+  absl::Duration abort_grace = absl::Seconds(10);
+  // Finalize bound per communicator, and quarantine drain bound, at
+  // destruction.
+  absl::Duration destroy_timeout = absl::Seconds(10);
+  // Ranks per ncclUniqueId for ncclCommInitRankScalable.
+  uint32_t ranks_per_unique_id = kDefaultRanksPerUniqueId;
+  // Replaces ncclGetUniqueId (tests).
+  UniqueIdGenerator unique_id_generator;
+};
+
+// One NCCL communicator and the world ranks it spans. Groups with the same
+// member list share one.
+struct CommEntry {
+  std::string name;
+  std::vector<uint32_t> members;
+  uint32_t local_rank = 0;
+  std::unique_ptr<NcclCommunicator> comm;
+};
+
+// What one submission does, in order, on `stream`: wait for every input's
+// ready event, run `before` (CUDA work), run `nccl` through the
+// communicator (if set), run `after`, record the completion event.
+struct OpPlan {
+  std::string name;
+  std::shared_ptr<CommEntry> comm;
+  std::shared_ptr<CudaStream> stream;
+  std::vector<DeviceTensor> inputs;
+  std::vector<std::shared_ptr<const void>> retained;
+  std::function<absl::Status(const CudaStream&)> before;
+  std::function<int(NcclCommHandle)> nccl;
+  std::function<absl::Status(const CudaStream&)> after;
+};
+
+struct Submitted {
+  std::shared_ptr<NcclCompletion> completion;
+  std::shared_ptr<CudaEvent> event;
+};
+
+using TensorResult =
+    absl::StatusOr<Submission<DeviceTensor, std::shared_ptr<NcclCompletion>>>;
+using UnitResult =
+    absl::StatusOr<Submission<Unit, std::shared_ptr<NcclCompletion>>>;
+
+class SessionCore final : public NcclOpOwner,
+                          public std::enable_shared_from_this<SessionCore> {
+ public:
+  // `control_plane` must outlive the NcclSession.
+  static absl::StatusOr<std::shared_ptr<SessionCore>> Create(
+      DistributedSessionDescriptor descriptor, ControlPlane* control_plane,
+      NcclSessionOptions options);
+  ~SessionCore() override;
+
+  absl::Status Initialize();
+  // Called when the NcclSession is destroyed: the control plane may go
+  // away, so the core never touches it again; later submissions (through a
+  // backend or group that outlived the session) fail.
+  void Detach();
+  // The control plane's JobHealth(), or FailedPrecondition once detached.
+  absl::Status JobHealth() const;
+
+  const DistributedSessionDescriptor& descriptor() const {
+    return descriptor_;
+  }
+  ControlPlane* control_plane() const { return control_plane_; }
+  const NcclSessionOptions& options() const { return options_; }
+  bool ready() const;
+  // Empty when the session could initialize; otherwise why not.
+  std::string unavailable_reason() const;
+  DistributedCapabilities capabilities() const;
+  int device() const;
+  std::shared_ptr<CudaStream> stream() const;
+  size_t quarantined() const { return quarantine_.size(); }
+  size_t communicator_count() const;
+
+  // Fail-closed resolution of a scope for `operation`: the poison cause;
+  // NotFound when this rank is not in the group; Unimplemented naming
+  // "nccl" and the missing capability (with the reason) otherwise; then the
+  // communicator that serves it.
+  // With `flag`, that capability (named `capability`) is checked right
+  // after membership, before the scope's.
+  absl::StatusOr<std::shared_ptr<CommEntry>> CommFor(
+      const CollectiveScope& scope, const char* operation,
+      bool DistributedCapabilities::*flag = nullptr,
+      const char* capability = nullptr) const;
+  // Capability `capability` (a DistributedCapabilities field name) as a
+  // fail-closed check.
+  absl::Status RequireFlag(bool DistributedCapabilities::*flag,
+                           const char* operation,
+                           const char* capability) const;
+  // Adds why the capabilities are empty to a fail-closed error.
+  absl::Status FailClosed(const absl::Status& status) const;
+
+  // A tensor on this session's device whose buffer covers its descriptor.
+  absl::Status CheckTensor(const DeviceTensor& tensor,
+                           absl::string_view operation) const;
+  // Poison cause, or the job failure (which poisons and aborts).
+  absl::Status CheckUsable();
+  // Output memory; a failure poisons.
+  absl::StatusOr<DeviceTensor> AllocateOutput(
+      const ValueDescriptor& descriptor,
+      const std::shared_ptr<CudaStream>& stream, absl::string_view operation);
+  absl::StatusOr<Submitted> Submit(OpPlan plan);
+  // Poison + abort (any failure after validation).
+  absl::Status Fail(const absl::Status& cause);
+
+  // NcclOpOwner.
+  absl::Status PoisonStatus() const override;
+  void Poison(const absl::Status& cause) override;
+  bool SupportsNativeCancel() const override { return true; }
+  void CancelNative(const absl::Status& cause) override;
+  void Quarantine(std::shared_ptr<NcclOp> op) override;
+  absl::Duration AbortGrace() const override { return options_.abort_grace; }
+
+ private:
+  struct FailureSignal {
+    absl::Mutex mu;
+    absl::Status cause ABSL_GUARDED_BY(mu);
+    bool handled ABSL_GUARDED_BY(mu) = false;
+    bool stop ABSL_GUARDED_BY(mu) = false;
+  };
+
+  SessionCore(DistributedSessionDescriptor descriptor,
+              ControlPlane* control_plane, NcclSessionOptions options);
+  absl::Status InitializeLocked();
+  absl::Status InitInterrupt() const;
+  absl::Status SignalCause() const;
+  void WatchdogLoop();
+
+  const DistributedSessionDescriptor descriptor_;
+  ControlPlane* const control_plane_;
+  const NcclSessionOptions options_;
+  const std::shared_ptr<FailureSignal> signal_;
+
+  mutable absl::Mutex mu_;
+  bool initialize_called_ ABSL_GUARDED_BY(mu_) = false;
+  bool ready_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status poison_ ABSL_GUARDED_BY(mu_);
+  std::string unavailable_reason_ ABSL_GUARDED_BY(mu_);
+  // Set by Initialize, constant once ready_.
+  int device_ = -1;
+  std::shared_ptr<CudaStream> stream_;
+  std::shared_ptr<CommEntry> world_;
+  std::map<CollectiveGroupId, std::shared_ptr<CommEntry>> groups_;
+  std::vector<std::shared_ptr<CommEntry>> comms_;
+
+  absl::Mutex ops_mu_;
+  std::vector<std::weak_ptr<NcclOp>> outstanding_ ABSL_GUARDED_BY(ops_mu_);
+  OpQuarantine quarantine_;
+
+  absl::Mutex abort_mu_;
+  bool aborted_ ABSL_GUARDED_BY(abort_mu_) = false;
+
+  std::atomic<bool> detached_{false};
+  // Held by the watchdog while it calls into the control plane.
+  absl::Mutex watchdog_tick_mu_;
+  std::thread watchdog_;
+};
+
+// The operations, shared by NcclSession and NcclBackend. Each validates
+// before any native call and returns the output with its completion. The
+// scope/group/capability resolution is the caller's.
+//
+// Element-wise sum (dtype mapping: SumTypeFor).
+TensorResult SubmitAllReduceSum(SessionCore& core,
+                                const std::shared_ptr<CommEntry>& comm,
+                                const DeviceTensor& input,
+                                const std::shared_ptr<CudaStream>& stream,
+                                std::string name);
+// Equal parts concatenated along `axis` in member order (axis 0 of a
+// scalar gives [members]).
+TensorResult SubmitAllGatherEven(SessionCore& core,
+                                 const std::shared_ptr<CommEntry>& comm,
+                                 const DeviceTensor& input, size_t axis,
+                                 const std::shared_ptr<CudaStream>& stream,
+                                 std::string name);
+// counts[m] = member m's extent along `axis` (this rank's must match its
+// input).
+TensorResult SubmitAllGatherUneven(SessionCore& core,
+                                   const std::shared_ptr<CommEntry>& comm,
+                                   const DeviceTensor& input,
+                                   absl::Span<const size_t> counts,
+                                   size_t axis,
+                                   const std::shared_ptr<CudaStream>& stream,
+                                   std::string name);
+// Exact per-peer partitions along `axis`, grouped ncclSend/ncclRecv plus a
+// self copy.
+TensorResult SubmitAllToAll(SessionCore& core,
+                            const std::shared_ptr<CommEntry>& comm,
+                            const DeviceTensor& input,
+                            absl::Span<const size_t> send_counts,
+                            absl::Span<const size_t> receive_counts,
+                            size_t axis,
+                            const std::shared_ptr<CudaStream>& stream,
+                            std::string name);
+// Point-to-point; `peer` is a communicator rank (validated by the caller).
+TensorResult SubmitSend(SessionCore& core,
+                        const std::shared_ptr<CommEntry>& comm, uint32_t peer,
+                        const DeviceTensor& input,
+                        const std::shared_ptr<CudaStream>& stream,
+                        std::string name);
+TensorResult SubmitReceive(SessionCore& core,
+                           const std::shared_ptr<CommEntry>& comm,
+                           uint32_t peer, const ValueDescriptor& descriptor,
+                           const std::shared_ptr<CudaStream>& stream,
+                           std::string name);
+TensorResult SubmitBroadcast(SessionCore& core,
+                             const std::shared_ptr<CommEntry>& comm,
+                             const DeviceTensor& input, uint32_t root,
+                             const std::shared_ptr<CudaStream>& stream,
+                             std::string name);
+UnitResult SubmitBarrier(SessionCore& core,
+                         const std::shared_ptr<CommEntry>& comm,
+                         const std::shared_ptr<CudaStream>& stream,
+                         std::string name);
+
+// agree_success's result: a one-byte device flag, read back once.
+class NcclAgreement final : public Agreement {
+ public:
+  NcclAgreement(std::shared_ptr<DeviceBuffer> flag,
+                std::shared_ptr<NcclCompletion> completion)
+      : flag_(std::move(flag)), completion_(std::move(completion)) {}
+  absl::StatusOr<bool> Resolve() const override;
+
+ private:
+  const std::shared_ptr<DeviceBuffer> flag_;
+  const std::shared_ptr<NcclCompletion> completion_;
+  mutable absl::Mutex mu_;
+  mutable bool resolved_ ABSL_GUARDED_BY(mu_) = false;
+  mutable absl::StatusOr<bool> value_ ABSL_GUARDED_BY(mu_) = false;
+};
+absl::StatusOr<Submission<std::shared_ptr<const Agreement>,
+                          std::shared_ptr<NcclCompletion>>>
+SubmitAgreeSuccess(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
+                   bool success, const std::shared_ptr<CudaStream>& stream,
+                   std::string name);
+// An ordered bundle from communicator rank `source` to `destination`. The
+// source sends `tensors` (output: the same tensors); the destination
+// receives tensors with their descriptors (output: new tensors).
+absl::StatusOr<Submission<std::vector<DeviceTensor>,
+                          std::shared_ptr<NcclCompletion>>>
+SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
+             absl::Span<const DeviceTensor> tensors, uint32_t source,
+             uint32_t destination, const std::shared_ptr<CudaStream>& stream,
+             std::string name);
+// Evaluation of local tensors on `stream` (no communicator): waits for
+// their ready events and retains them.
+UnitResult SubmitLocal(absl::Span<const DeviceTensor* const> values,
+                       const std::shared_ptr<CudaStream>& stream);
+
+// Shape arithmetic shared by the operations (exposed for tests).
+struct AxisLayout {
+  size_t outer = 1;       // product of dims before the axis
+  size_t extent = 1;      // the axis's dim
+  size_t unit_bytes = 0;  // bytes of one axis index (dims after it x dtype)
+};
+// InvalidArgument naming `operation` when `axis` is out of range (a scalar
+// only has axis 0).
+absl::StatusOr<AxisLayout> LayoutAlong(const ValueDescriptor& descriptor,
+                                       size_t axis, absl::string_view operation);
+// `descriptor` with the axis's dim replaced by `extent` (0 allowed only on
+// axis 0). A scalar becomes [extent].
+absl::StatusOr<ValueDescriptor> WithExtent(const ValueDescriptor& descriptor,
+                                           size_t axis, size_t extent,
+                                           absl::string_view operation);
+
+}  // namespace rankd::dataplane::nccl
+
+#endif  // RANKD_DATAPLANE_NCCL_SESSION_CORE_H_

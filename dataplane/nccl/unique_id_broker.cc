@@ -1,0 +1,118 @@
+#include "dataplane/nccl/unique_id_broker.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace rankd::dataplane::nccl {
+namespace {
+
+// Longest single KvGet, so that the interrupt is checked regularly even if
+// the broker does not fail pending gets itself.
+constexpr absl::Duration kGetSlice = absl::Milliseconds(500);
+
+absl::StatusOr<std::string> Generate(const UniqueIdGenerator& generator,
+                                     absl::string_view comm_name) {
+  if (!generator) {
+    return absl::FailedPreconditionError(
+        "nccl backend: no unique id generator");
+  }
+  absl::StatusOr<std::string> id = generator();
+  if (!id.ok()) return id.status();
+  if (id->size() != kNcclUniqueIdBytes) {
+    return absl::InternalError(absl::StrCat(
+        "nccl backend: the unique id generator returned ", id->size(),
+        " bytes for communicator ", comm_name, "; expected ",
+        kNcclUniqueIdBytes));
+  }
+  return id;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::vector<std::string>>> BrokerUniqueIds(
+    ControlPlane& control_plane, absl::string_view tag,
+    absl::Span<const CommIdRequest> requests,
+    const UniqueIdGenerator& generator, absl::Time deadline,
+    const InterruptCheck& interrupt) {
+  absl::Status tag_ok = ValidateSessionTag(tag);
+  if (!tag_ok.ok()) return tag_ok;
+  const std::string ns = control_plane.Namespace();
+  std::vector<std::vector<std::string>> ids(requests.size());
+
+  // Phase 1: generate (and publish, for communicators of 2+ ranks) the ids
+  // this rank is root for.
+  for (size_t c = 0; c < requests.size(); ++c) {
+    const CommIdRequest& req = requests[c];
+    const uint32_t n = static_cast<uint32_t>(req.members.size());
+    if (n == 0 || req.rank >= n || req.plan.nranks != n ||
+        req.plan.count() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "nccl backend: communicator ", req.comm_name, " has rank ",
+          req.rank, " of ", n, " and a plan for ", req.plan.nranks,
+          " ranks with ", req.plan.count(), " ids"));
+    }
+    ids[c].resize(req.plan.count());
+    for (uint32_t i = 0; i < req.plan.count(); ++i) {
+      if (req.plan.roots[i] != req.rank) continue;
+      auto id = Generate(generator, req.comm_name);
+      if (!id.ok()) return id.status();
+      if (n > 1) {
+        const std::string key =
+            UniqueIdKey(ns, tag, req.comm_name, i, req.plan.count());
+        absl::Status set = control_plane.KvSet(key, EncodeUniqueId(*id));
+        if (!set.ok()) {
+          return absl::Status(
+              set.code(),
+              absl::StrCat("nccl backend: publishing unique id '", key,
+                           "': ", set.message()));
+        }
+      }
+      ids[c][i] = *std::move(id);
+    }
+  }
+
+  // Phase 2: fetch the others.
+  for (size_t c = 0; c < requests.size(); ++c) {
+    const CommIdRequest& req = requests[c];
+    for (uint32_t i = 0; i < req.plan.count(); ++i) {
+      if (!ids[c][i].empty()) continue;
+      const std::string key =
+          UniqueIdKey(ns, tag, req.comm_name, i, req.plan.count());
+      const uint32_t root = req.plan.roots[i];
+      while (true) {
+        if (interrupt) {
+          absl::Status s = interrupt();
+          if (!s.ok()) return s;
+        }
+        const absl::Duration left = deadline - absl::Now();
+        if (left <= absl::ZeroDuration()) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "nccl backend: unique id '", key, "' of communicator ",
+              req.comm_name, " was not published by its root (communicator "
+              "rank ", root, ", world rank ", req.members[root],
+              ") before the init deadline"));
+        }
+        absl::StatusOr<std::string> value =
+            control_plane.KvGet(key, std::min(left, kGetSlice));
+        if (value.ok()) {
+          auto decoded = DecodeUniqueId(*value, key);
+          if (!decoded.ok()) return decoded.status();
+          ids[c][i] = *std::move(decoded);
+          break;
+        }
+        if (value.status().code() != absl::StatusCode::kDeadlineExceeded &&
+            value.status().code() != absl::StatusCode::kNotFound) {
+          return absl::Status(
+              value.status().code(),
+              absl::StrCat("nccl backend: waiting for unique id '", key,
+                           "': ", value.status().message()));
+        }
+      }
+    }
+  }
+  return ids;
+}
+
+}  // namespace rankd::dataplane::nccl

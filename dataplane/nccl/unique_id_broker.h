@@ -1,0 +1,60 @@
+// Hands NCCL unique ids to every member of a communicator through the
+// control plane's key-value broker (SPEC 3.4): the root of each id calls
+// ncclGetUniqueId and publishes it; the others wait for it with a deadline.
+// Above kDefaultRanksPerUniqueId ranks a communicator uses one id per that
+// many ranks (ncclCommInitRankScalable), each created by its own root (see
+// PlanUniqueIds in nccl_types.h).
+//
+// Several communicators are brokered together: every rank first publishes
+// the ids it is root for, then fetches the rest, so no order of
+// communicators can deadlock. Keys are namespaced by the control plane's
+// Namespace() and the session tag (UniqueIdKey).
+//
+// The id generator is injected so that the brokering is tested without
+// NCCL. Depends on dataplane/control_plane.h and nccl_types.h.
+#ifndef RANKD_DATAPLANE_NCCL_UNIQUE_ID_BROKER_H_
+#define RANKD_DATAPLANE_NCCL_UNIQUE_ID_BROKER_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "dataplane/control_plane.h"
+#include "dataplane/nccl/nccl_types.h"
+
+namespace rankd::dataplane::nccl {
+
+// Returns kNcclUniqueIdBytes raw bytes (NewNcclUniqueId in production).
+using UniqueIdGenerator = std::function<absl::StatusOr<std::string>()>;
+// OK to keep waiting; an error (e.g. the job failed) ends the wait with it.
+using InterruptCheck = std::function<absl::Status()>;
+
+// One communicator to broker.
+struct CommIdRequest {
+  // CommName(members, world_size).
+  std::string comm_name;
+  // World ranks in communicator order; this rank is members[rank].
+  std::vector<uint32_t> members;
+  uint32_t rank = 0;
+  UniqueIdPlan plan;
+};
+
+// For each request, the ids in plan order (raw bytes). A one-rank
+// communicator's id is generated locally and never published. Fails with
+// DeadlineExceeded naming the key, the id's root and its world rank when a
+// root did not publish by `deadline`; with the interrupt's error when it
+// fires; with InvalidArgument when a key holds something else.
+absl::StatusOr<std::vector<std::vector<std::string>>> BrokerUniqueIds(
+    ControlPlane& control_plane, absl::string_view tag,
+    absl::Span<const CommIdRequest> requests,
+    const UniqueIdGenerator& generator, absl::Time deadline,
+    const InterruptCheck& interrupt);
+
+}  // namespace rankd::dataplane::nccl
+
+#endif  // RANKD_DATAPLANE_NCCL_UNIQUE_ID_BROKER_H_

@@ -1,0 +1,272 @@
+// Unique-id brokering through the control plane's key-value broker, with
+// simulated ranks (threads) on an in-process control plane and a fake id
+// generator. Runs on every machine (no CUDA needed).
+#include "dataplane/nccl/unique_id_broker.h"
+
+#include <atomic>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "dataplane/nccl/fake_control_plane.h"
+#include "gtest/gtest.h"
+
+namespace rankd::dataplane::nccl {
+namespace {
+
+using testing::FakeJob;
+
+// Distinct 128-byte ids: "id-<n>" padded.
+UniqueIdGenerator Counter(std::atomic<int>* next) {
+  return [next]() -> absl::StatusOr<std::string> {
+    std::string id = absl::StrCat("id-", next->fetch_add(1));
+    id.resize(kNcclUniqueIdBytes, '.');
+    return id;
+  };
+}
+
+CommIdRequest Request(const std::vector<uint32_t>& members, uint32_t rank,
+                      uint32_t world_size, uint32_t ranks_per_id = 128) {
+  CommIdRequest req;
+  req.comm_name = CommName(members, world_size);
+  req.members = members;
+  req.rank = rank;
+  req.plan = PlanUniqueIds(static_cast<uint32_t>(members.size()), ranks_per_id,
+                           /*scalable_available=*/true);
+  return req;
+}
+
+std::vector<uint32_t> Iota(uint32_t n) {
+  std::vector<uint32_t> v(n);
+  std::iota(v.begin(), v.end(), 0u);
+  return v;
+}
+
+TEST(BrokerUniqueIds, RootPublishesOthersFetch) {
+  constexpr uint32_t kWorld = 4;
+  auto job = FakeJob::Create(kWorld, "job/7");
+  std::atomic<int> next{0};
+  std::vector<absl::StatusOr<std::vector<std::vector<std::string>>>> results(
+      kWorld, absl::UnknownError("not run"));
+  std::vector<std::thread> ranks;
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    ranks.emplace_back([&, r] {
+      auto cp = job->ControlPlaneFor(r);
+      std::vector<CommIdRequest> reqs = {Request(Iota(kWorld), r, kWorld)};
+      results[r] = BrokerUniqueIds(*cp, "default", reqs, Counter(&next),
+                                   absl::Now() + absl::Seconds(10), nullptr);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(results[r].ok()) << r << ": " << results[r].status();
+    ASSERT_EQ(results[r]->size(), 1u);
+    ASSERT_EQ((*results[r])[0].size(), 1u);
+    EXPECT_EQ((*results[r])[0][0], (*results[0])[0][0]) << r;
+  }
+  EXPECT_EQ(next.load(), 1);  // only the root generated an id
+  EXPECT_EQ(job->kv_sets(), 1);
+  auto stored = job->Get("job/7/nccl/default/world/uid/0of1");
+  ASSERT_TRUE(stored.has_value());
+  EXPECT_TRUE(absl::StartsWith(*stored, "nccl-uid-v1:"));
+}
+
+TEST(BrokerUniqueIds, OneIdPer128RanksWithScalableInit) {
+  constexpr uint32_t kWorld = 260;  // 3 ids: roots 0, 87, 174
+  auto job = FakeJob::Create(kWorld);
+  std::atomic<int> next{0};
+  std::vector<std::vector<std::string>> got(kWorld);
+  std::vector<absl::Status> status(kWorld);
+  std::vector<std::thread> ranks;
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    ranks.emplace_back([&, r] {
+      auto cp = job->ControlPlaneFor(r);
+      std::vector<CommIdRequest> reqs = {Request(Iota(kWorld), r, kWorld)};
+      auto ids = BrokerUniqueIds(*cp, "big", reqs, Counter(&next),
+                                 absl::Now() + absl::Seconds(20), nullptr);
+      status[r] = ids.status();
+      if (ids.ok()) got[r] = (*ids)[0];
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(status[r].ok()) << r << ": " << status[r];
+    ASSERT_EQ(got[r].size(), 3u);
+    EXPECT_EQ(got[r], got[0]) << r;
+  }
+  EXPECT_EQ(next.load(), 3);
+  EXPECT_EQ(job->kv_sets(), 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(job->Get(absl::StrCat(job->ns(), "/nccl/big/world/uid/", i,
+                                      "of3"))
+                    .has_value());
+  }
+  EXPECT_NE(got[0][0], got[0][1]);
+  EXPECT_NE(got[0][1], got[0][2]);
+}
+
+TEST(BrokerUniqueIds, SingleRankCommunicatorNeedsNoBroker) {
+  auto job = FakeJob::Create(4);
+  auto cp = job->ControlPlaneFor(2);
+  std::atomic<int> next{0};
+  std::vector<CommIdRequest> reqs = {Request({2}, 0, 4)};
+  auto ids = BrokerUniqueIds(*cp, "default", reqs, Counter(&next),
+                             absl::Now() + absl::Seconds(1), nullptr);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_EQ((*ids)[0].size(), 1u);
+  EXPECT_EQ(job->kv_sets(), 0);
+  EXPECT_EQ(job->kv_gets(), 0);
+}
+
+TEST(BrokerUniqueIds, MissingRootIsADeadlineNamingKeyAndRank) {
+  auto job = FakeJob::Create(4);
+  auto cp = job->ControlPlaneFor(1);
+  std::atomic<int> next{0};
+  // Group {3, 1}: its root is communicator rank 0 = world rank 3, which
+  // never comes.
+  std::vector<CommIdRequest> reqs = {Request({3, 1}, 1, 4)};
+  const absl::Time start = absl::Now();
+  auto ids = BrokerUniqueIds(*cp, "default", reqs, Counter(&next),
+                             absl::Now() + absl::Milliseconds(300), nullptr);
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_FALSE(ids.ok());
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(absl::StrContains(ids.status().message(),
+                                UniqueIdKey(job->ns(), "default",
+                                            reqs[0].comm_name, 0, 1)))
+      << ids.status();
+  EXPECT_TRUE(absl::StrContains(ids.status().message(), "world rank 3"))
+      << ids.status();
+  EXPECT_LT(took, absl::Seconds(3));
+  EXPECT_EQ(next.load(), 0);
+}
+
+TEST(BrokerUniqueIds, JobFailureEndsTheWait) {
+  auto job = FakeJob::Create(2);
+  auto cp = job->ControlPlaneFor(1);
+  std::atomic<int> next{0};
+  std::thread failer([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    job->Fail(absl::AbortedError("rank 0 lost"));
+  });
+  const absl::Time start = absl::Now();
+  std::vector<CommIdRequest> reqs = {Request(Iota(2), 1, 2)};
+  auto ids = BrokerUniqueIds(*cp, "default", reqs, Counter(&next),
+                             absl::Now() + absl::Seconds(30), nullptr);
+  failer.join();
+  ASSERT_FALSE(ids.ok());
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(absl::StrContains(ids.status().message(), "rank 0 lost"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(BrokerUniqueIds, InterruptEndsTheWait) {
+  auto job = FakeJob::Create(2);
+  auto cp = job->ControlPlaneFor(1);
+  std::atomic<int> next{0};
+  std::atomic<bool> stop{false};
+  std::thread stopper([&] {
+    absl::SleepFor(absl::Milliseconds(100));
+    stop = true;
+  });
+  std::vector<CommIdRequest> reqs = {Request(Iota(2), 1, 2)};
+  auto ids = BrokerUniqueIds(
+      *cp, "default", reqs, Counter(&next), absl::Now() + absl::Seconds(30),
+      [&]() -> absl::Status {
+        return stop ? absl::CancelledError("stopped") : absl::OkStatus();
+      });
+  stopper.join();
+  ASSERT_FALSE(ids.ok());
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kCancelled);
+}
+
+TEST(BrokerUniqueIds, RejectsForeignValues) {
+  auto job = FakeJob::Create(2);
+  auto setter = job->ControlPlaneFor(0);
+  std::vector<CommIdRequest> reqs = {Request(Iota(2), 1, 2)};
+  ASSERT_TRUE(setter
+                  ->KvSet(UniqueIdKey(job->ns(), "default", "world", 0, 1),
+                          "not an id")
+                  .ok());
+  auto cp = job->ControlPlaneFor(1);
+  std::atomic<int> next{0};
+  auto ids = BrokerUniqueIds(*cp, "default", reqs, Counter(&next),
+                             absl::Now() + absl::Seconds(1), nullptr);
+  ASSERT_FALSE(ids.ok());
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BrokerUniqueIds, CrossedRootsDoNotDeadlock) {
+  // Rank 0 is root of group {0,1}; rank 1 is root of group {1,0}; each
+  // lists the other's group first. Publishing before fetching avoids a
+  // deadlock.
+  auto job = FakeJob::Create(2);
+  std::atomic<int> next{0};
+  std::vector<absl::Status> status(2);
+  std::vector<std::vector<std::vector<std::string>>> got(2);
+  std::vector<std::thread> ranks;
+  for (uint32_t r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      auto cp = job->ControlPlaneFor(r);
+      std::vector<CommIdRequest> reqs;
+      if (r == 0) {
+        reqs = {Request({1, 0}, 1, 2), Request({0, 1}, 0, 2)};
+      } else {
+        reqs = {Request({0, 1}, 1, 2), Request({1, 0}, 0, 2)};
+      }
+      auto ids = BrokerUniqueIds(*cp, "x", reqs, Counter(&next),
+                                 absl::Now() + absl::Seconds(5), nullptr);
+      status[r] = ids.status();
+      if (ids.ok()) got[r] = *ids;
+    });
+  }
+  for (auto& t : ranks) t.join();
+  ASSERT_TRUE(status[0].ok()) << status[0];
+  ASSERT_TRUE(status[1].ok()) << status[1];
+  EXPECT_EQ(got[0][0], got[1][1]);  // group {1,0}
+  EXPECT_EQ(got[0][1], got[1][0]);  // group {0,1} ("world")
+  EXPECT_EQ(next.load(), 2);
+}
+
+TEST(BrokerUniqueIds, ValidatesTagAndRequests) {
+  auto job = FakeJob::Create(2);
+  auto cp = job->ControlPlaneFor(0);
+  std::atomic<int> next{0};
+  std::vector<CommIdRequest> reqs = {Request(Iota(2), 0, 2)};
+  EXPECT_EQ(BrokerUniqueIds(*cp, "bad/tag", reqs, Counter(&next),
+                            absl::Now() + absl::Seconds(1), nullptr)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  reqs[0].rank = 5;
+  EXPECT_EQ(BrokerUniqueIds(*cp, "t", reqs, Counter(&next),
+                            absl::Now() + absl::Seconds(1), nullptr)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(job->kv_sets(), 0);
+}
+
+TEST(BrokerUniqueIds, GeneratorErrorsPropagate) {
+  auto job = FakeJob::Create(2);
+  auto cp = job->ControlPlaneFor(0);
+  std::vector<CommIdRequest> reqs = {Request(Iota(2), 0, 2)};
+  auto ids = BrokerUniqueIds(
+      *cp, "t", reqs,
+      []() -> absl::StatusOr<std::string> {
+        return absl::UnavailableError("no nccl");
+      },
+      absl::Now() + absl::Seconds(1), nullptr);
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kUnavailable);
+  auto short_id = BrokerUniqueIds(
+      *cp, "t", reqs,
+      []() -> absl::StatusOr<std::string> { return std::string("short"); },
+      absl::Now() + absl::Seconds(1), nullptr);
+  EXPECT_EQ(short_id.status().code(), absl::StatusCode::kInternal);
+}
+
+}  // namespace
+}  // namespace rankd::dataplane::nccl

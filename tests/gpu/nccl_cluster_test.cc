@@ -1,0 +1,194 @@
+// The NCCL backend through real rankd daemons: a one-node LocalCluster
+// (tests/harness) whose ranks are tests/gpu/nccl_worker processes, one per
+// GPU (world size = number of GPUs, 1 works), each joining through the
+// daemon, receiving NCCL unique ids through the daemon's key-value broker and
+// checking its own results. Abort scenarios add one control-only rank (no
+// GPU) that the test kills with SIGKILL, so that the daemon reports the job
+// failed and every NCCL communicator must be aborted.
+//
+// Skips (GTEST_SKIP with the reason) without a CUDA device. Run by
+// tests/gpu/run.sh.
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "dataplane/nccl/cuda_handles.h"
+#include "gtest/gtest.h"
+#include "tests/harness/cluster.h"
+#include "tests/harness/process.h"
+
+namespace rankd::testing {
+namespace {
+
+constexpr int kMaxGpus = 8;
+
+struct Outcome {
+  std::vector<std::string> logs;  // one per NCCL rank
+  std::vector<int> statuses;
+  std::string daemon_log;
+};
+
+class NcclClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (DryRun()) {
+      gpus_ = 2;  // pretend: the workers get --dry_run
+      return;
+    }
+    auto probe = dataplane::nccl::ProbeDevices();
+    if (probe.device_count == 0) {
+      const char* require = std::getenv("RANKD_REQUIRE_GPU");
+      if (require != nullptr && std::string(require) == "1") {
+        GTEST_FAIL() << "RANKD_REQUIRE_GPU=1 but no CUDA device: "
+                     << probe.reason;
+      }
+      GTEST_SKIP() << "no CUDA device, nothing to run on: " << probe.reason;
+    }
+    gpus_ = std::min(probe.device_count, kMaxGpus);
+  }
+
+  // A job of `job_world` ranks on one node: ranks below gpus_ run
+  // `scenario`, the others are control-only. When `marker` is set, waits
+  // until every NCCL rank printed it, then kills the control-only ranks.
+  Outcome Run(const std::string& scenario, uint32_t job_world,
+              const std::vector<std::string>& extra = {},
+              const std::string& marker = "", uint32_t tensor_parallel = 1) {
+    Outcome outcome;
+    ClusterOptions options;
+    options.job_id = absl::StrCat("gpu-", scenario);
+    options.nnodes = 1;
+    options.nproc_per_node = job_world;
+    options.tensor_parallel = tensor_parallel;
+    LocalCluster cluster(options);
+    absl::Status started = cluster.Start();
+    EXPECT_TRUE(started.ok()) << started;
+    if (!started.ok()) return outcome;
+    std::vector<ChildProcess> workers, controls;
+    for (uint32_t l = 0; l < job_world; ++l) {
+      const bool nccl = l < static_cast<uint32_t>(gpus_);
+      std::vector<std::string> argv = {
+          Runfile("tests/gpu/nccl_worker"),
+          absl::StrCat("--target=", cluster.socket_target(0)),
+          absl::StrCat("--job_id=", options.job_id),
+          absl::StrCat("--local_rank=", l),
+          absl::StrCat("--world_size=", job_world),
+          absl::StrCat("--scenario=", nccl ? scenario : "control_only"),
+      };
+      if (nccl) argv.insert(argv.end(), extra.begin(), extra.end());
+      if (nccl && DryRun()) argv.push_back("--dry_run");
+      auto child = ChildProcess::Spawn(
+          argv, {}, absl::StrCat(cluster.dir(), "/rank", l, ".log"));
+      EXPECT_TRUE(child.ok()) << child.status();
+      if (!child.ok()) return outcome;
+      (nccl ? workers : controls).push_back(*std::move(child));
+    }
+    if (!marker.empty()) {
+      const absl::Time give_up = absl::Now() + absl::Seconds(90);
+      while (absl::Now() < give_up) {
+        int seen = 0;
+        for (auto& w : workers) {
+          if (!LinesWithPrefix(w.ReadLog(), marker).empty()) ++seen;
+        }
+        if (seen == static_cast<int>(workers.size())) break;
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+      // Let the work (or init) really wait for the peer, then lose it.
+      absl::SleepFor(absl::Milliseconds(700));
+      for (auto& c : controls) c.Signal(SIGKILL);
+    }
+    outcome.statuses = WaitAll(workers, absl::Seconds(150));
+    for (auto& w : workers) outcome.logs.push_back(w.ReadLog());
+    for (auto& c : controls) c.Stop(absl::Seconds(1));
+    outcome.daemon_log = cluster.daemon(0).ReadLog();
+    return outcome;
+  }
+
+  // Every NCCL rank exited 0, printed DONE, and no case failed.
+  static void ExpectAllPassed(const Outcome& outcome, int min_cases) {
+    ASSERT_FALSE(outcome.logs.empty());
+    for (size_t r = 0; r < outcome.logs.size(); ++r) {
+      const std::string& log = outcome.logs[r];
+      const int st = outcome.statuses[r];
+      const bool exited_ok = st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+      int passed = 0;
+      for (const std::string& line : LinesWithPrefix(log, "CASE ")) {
+        EXPECT_FALSE(absl::StrContains(line, " FAIL ")) << "rank " << r << ": " << line;
+        if (absl::EndsWith(line, " OK")) ++passed;
+      }
+      EXPECT_TRUE(exited_ok) << "rank " << r << " wait status " << st
+                             << "\n--- rank log:\n" << log
+                             << "\n--- daemon log:\n" << outcome.daemon_log;
+      EXPECT_FALSE(LinesWithPrefix(log, "DONE").empty()) << log;
+      EXPECT_GE(passed, min_cases) << "rank " << r << ":\n" << log;
+    }
+  }
+
+  static void ExpectPromptAbort(const Outcome& outcome) {
+    for (size_t r = 0; r < outcome.logs.size(); ++r) {
+      auto lines = LinesWithPrefix(outcome.logs[r], "ABORTED_AFTER_MS ");
+      ASSERT_EQ(lines.size(), 1u) << outcome.logs[r];
+      int64_t ms = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(lines[0], &ms)) << lines[0];
+      EXPECT_LT(ms, 15000) << "rank " << r;
+    }
+  }
+
+  // RANKD_NCCL_CLUSTER_DRY_RUN=1 (nccl_cluster_dry_run_test): no GPU; the
+  // workers only exercise the control plane, so that this file's
+  // orchestration (daemons, markers, SIGKILL of the lost peer, job-failure
+  // delivery, log checks) is verified on every machine.
+  static bool DryRun() {
+    const char* v = std::getenv("RANKD_NCCL_CLUSTER_DRY_RUN");
+    return v != nullptr && std::string(v) == "1";
+  }
+  static int Cases(int real) { return DryRun() ? 1 : real; }
+  uint32_t gpus() const { return static_cast<uint32_t>(gpus_); }
+  uint32_t tensor_parallel() const { return gpus_ % 2 == 0 ? 2 : 1; }
+
+  int gpus_ = 0;
+};
+
+TEST_F(NcclClusterTest, SessionCollectives) {
+  Outcome outcome = Run("collectives", gpus(), {}, "", tensor_parallel());
+  ExpectAllPassed(outcome, Cases(gpus() >= 2 ? 13 : 12));
+}
+
+TEST_F(NcclClusterTest, BackendOperations) {
+  Outcome outcome = Run("backend", gpus(), {}, "", tensor_parallel());
+  ExpectAllPassed(outcome, Cases(gpus() >= 2 ? 9 : 8));
+}
+
+TEST_F(NcclClusterTest, BoundedWaitQuarantinesUntilComplete) {
+  ExpectAllPassed(Run("quarantine", gpus()), 1);
+}
+
+TEST_F(NcclClusterTest, BoundedWaitNativeCancelAborts) {
+  ExpectAllPassed(Run("native_cancel", gpus()), 1);
+}
+
+TEST_F(NcclClusterTest, LostPeerAbortsRunningCollectives) {
+  Outcome outcome =
+      Run("abort_peer", gpus() + 1, {absl::StrCat("--nccl_world=", gpus())},
+          "POSTED");
+  ExpectAllPassed(outcome, 1);
+  ExpectPromptAbort(outcome);
+}
+
+TEST_F(NcclClusterTest, LostPeerAbortsCommunicatorInit) {
+  Outcome outcome = Run("init_abort", gpus() + 1,
+                        {absl::StrCat("--nccl_world=", gpus() + 1)},
+                        "INIT_STARTED");
+  ExpectAllPassed(outcome, 1);
+  ExpectPromptAbort(outcome);
+}
+
+}  // namespace
+}  // namespace rankd::testing
