@@ -120,7 +120,7 @@ struct DaemonConfig {
   std::string pod_name;
   std::string node_name;
 
-  // host:port for a metrics endpoint; empty when off (reserved for later).
+  // host:port of the Prometheus endpoint (daemon/metrics.h); empty when off.
   std::string metrics_address;
 };
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -112,6 +113,12 @@ absl::Status Daemon::Init() {
   if (!server_credentials.ok()) return server_credentials.status();
 
   timer_ = std::make_unique<DeadlineTimer>();
+  if (!config_.metrics_address.empty()) {
+    metrics_ = std::make_unique<DaemonMetrics>(
+        DaemonMetrics::Identity{config_.job_id, config_.node_index,
+                                config_.is_coordinator},
+        [this] { return Snapshot(); });
+  }
   JobSpec spec = SpecFromConfig(config_);
   if (config_.is_coordinator) {
     auto coordinator = Coordinator::Create(spec, timer_.get());
@@ -122,9 +129,16 @@ absl::Status Daemon::Init() {
   } else {
     auto channel_credentials = MakeChannelCredentials(config_.tls);
     if (!channel_credentials.ok()) return channel_credentials.status();
-    link_ = std::make_unique<RemoteCoordinatorLink>(
+    auto remote = std::make_unique<RemoteCoordinatorLink>(
         config_.coordinator_address, *channel_credentials, token_,
         config_.heartbeat_interval, config_.heartbeat_timeout, timer_.get());
+    if (metrics_ != nullptr) {
+      remote->set_heartbeat_observer(
+          [metrics = metrics_.get()](absl::StatusCode code) {
+            metrics->ObserveHeartbeatSent(code);
+          });
+    }
+    link_ = std::move(remote);
   }
 
   v1::NodeInfo node;
@@ -169,6 +183,16 @@ absl::Status Daemon::Init() {
   builder.RegisterService(rank_service_.get());
   builder.RegisterService(peer_service_.get());
   builder.RegisterService(admin_service_.get());
+  if (metrics_ != nullptr) {
+    if (auto s = metrics_->Serve(config_.metrics_address); !s.ok()) return s;
+    Log(absl::StrCat("metrics on http://", config_.metrics_address,
+                     "/metrics (port ", metrics_->port(), ")"));
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(metrics_->MakeInterceptorFactory());
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
   mode_t old_umask = ::umask(0117);
   server_ = builder.BuildAndStart();
   ::umask(old_umask);
@@ -193,10 +217,31 @@ absl::Status Daemon::Init() {
 
 void Daemon::WatchJobHealth(const v1::JobEvent& event) {
   Log(DescribeEvent(event));
+  if (metrics_ != nullptr) metrics_->ObserveEvent(event);
   if (event.kind() == v1::EVENT_KIND_JOB_FAILED && server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(kReadinessService,
                                                        false);
   }
+}
+
+JobSnapshot Daemon::Snapshot() const {
+  JobSnapshot snapshot;
+  if (agent_ == nullptr) return snapshot;
+  snapshot.job = agent_->LocalJob();
+  if (coordinator_ != nullptr) {
+    // The coordinator's answers are authoritative (as in Admin/GetJob).
+    v1::JobStatus local = snapshot.job;
+    snapshot.job = coordinator_->GetJob();
+    snapshot.job.set_served_by_node(local.served_by_node());
+    snapshot.job.set_served_by_coordinator(true);
+    snapshot.job.set_coordinator_address(local.coordinator_address());
+    snapshot.members = coordinator_->ListMembers();
+  } else {
+    snapshot.members = agent_->LocalMembers();
+  }
+  snapshot.ready =
+      agent_->registered() && snapshot.job.state() != v1::JOB_STATE_FAILED;
+  return snapshot;
 }
 
 void Daemon::OnRegistered(absl::Status status) {

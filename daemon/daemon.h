@@ -5,8 +5,10 @@
 //
 // Health: service "" is SERVING while the process runs (liveness);
 // service "readiness" is SERVING once the node is registered with the
-// coordinator and until shutdown or job failure. Depends on everything in
-// daemon/.
+// coordinator and until shutdown or job failure.
+//
+// Metrics: with --metrics_listen, a Prometheus endpoint (daemon/metrics.h)
+// serves /metrics over HTTP. Depends on everything in daemon/.
 #ifndef RANKD_DAEMON_DAEMON_H_
 #define RANKD_DAEMON_DAEMON_H_
 
@@ -20,6 +22,7 @@
 #include "daemon/coordinator.h"
 #include "daemon/coordinator_link.h"
 #include "daemon/deadline_timer.h"
+#include "daemon/metrics.h"
 #include "daemon/node_agent.h"
 #include "daemon/services.h"
 #include "grpcpp/grpcpp.h"
@@ -44,6 +47,10 @@ class Daemon {
 
   // TCP port actually bound (useful with --listen=HOST:0).
   int tcp_port() const { return tcp_port_; }
+  // Port of the metrics endpoint; 0 when --metrics_listen is off.
+  int metrics_port() const {
+    return metrics_ == nullptr ? 0 : metrics_->port();
+  }
   const DaemonConfig& config() const { return config_; }
 
  private:
@@ -51,6 +58,8 @@ class Daemon {
   absl::Status Init();
   void OnRegistered(absl::Status status);
   void WatchJobHealth(const v1::JobEvent& event);
+  // The job as the metrics endpoint reports it.
+  JobSnapshot Snapshot() const;
 
   const DaemonConfig config_;
   std::string token_;
@@ -69,6 +78,9 @@ class Daemon {
   bool registration_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status registration_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Declared last: destroyed first, so no scrape outlives what it reads.
+  std::unique_ptr<DaemonMetrics> metrics_;
 };
 
 }  // namespace rankd

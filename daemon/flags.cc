@@ -93,8 +93,8 @@ ABSL_FLAG(OptionalText, auth_token_file, OptionalText{},
           "File holding the bearer token every caller must present. Env "
           "RANKD_AUTH_TOKEN_FILE. Default: no token.");
 ABSL_FLAG(OptionalText, metrics_listen, OptionalText{},
-          "HOST:PORT for metrics (reserved). Env RANKD_METRICS_LISTEN. "
-          "Default off.");
+          "HOST:PORT of the Prometheus endpoint (HTTP, /metrics). Env "
+          "RANKD_METRICS_LISTEN. Default off.");
 
 namespace rankd {
 

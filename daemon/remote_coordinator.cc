@@ -210,6 +210,7 @@ void RemoteCoordinatorLink::Beat() {
   Call<v1::HeartbeatRequest, v1::HeartbeatResponse>(
       request, heartbeat_timeout_,
       [this](absl::StatusOr<v1::HeartbeatResponse> result) {
+        if (heartbeat_observer_) heartbeat_observer_(result.status().code());
         absl::MutexLock lock(&mu_);
         if (result.ok()) {
           last_heartbeat_ok_ = absl::Now();

@@ -6,6 +6,7 @@
 #ifndef RANKD_DAEMON_REMOTE_COORDINATOR_H_
 #define RANKD_DAEMON_REMOTE_COORDINATOR_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -52,6 +53,12 @@ class RemoteCoordinatorLink : public CoordinatorLink {
   void Stop() override;
   std::string coordinator_address() const override { return address_; }
 
+  // Runs with the outcome of every heartbeat sent (for metrics). Set before
+  // Start(); must not block.
+  void set_heartbeat_observer(std::function<void(absl::StatusCode)> observer) {
+    heartbeat_observer_ = std::move(observer);
+  }
+
  private:
   class EventStream;
 
@@ -75,6 +82,7 @@ class RemoteCoordinatorLink : public CoordinatorLink {
   DeadlineTimer* const timer_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Peer::Stub> stub_;
+  std::function<void(absl::StatusCode)> heartbeat_observer_;
 
   absl::Mutex mu_;
   Listener* listener_ ABSL_GUARDED_BY(mu_) = nullptr;

@@ -1,0 +1,276 @@
+"""The manifests in deploy/kubernetes form a working rankd job as written.
+
+For each deployment (LeaderWorkerSet CPU demo, its TLS overlay, the
+StatefulSet and Indexed Job variants) it renders the kustomization, starts
+one simulated pod per pod the controller would create (tests/k8s/podsim.py:
+network namespaces when root), each with exactly the command, arguments and
+environment Kubernetes would give its rankd sidecar and its (stand-in)
+serving container, probes every rankd the way the kubelet would, and checks
+that the job forms: every node registered, every rank joined, the same job
+state visible from every pod, metrics served. The CPU demo also loses a pod's
+serving container and checks that every pod reports the failure.
+"""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import manifests  # noqa: E402
+import podsim  # noqa: E402
+
+BINARIES = {
+    "rankd": "daemon/rankd",
+    "rankctl": "client/rankctl",
+    "rank_worker": "tests/rank_worker",
+}
+
+
+def binaries():
+    return {name: manifests.runfile(path) for name, path in BINARIES.items()}
+
+
+def wait_for(predicate, limit_s, what):
+    deadline = time.time() + limit_s
+    last = None
+    while time.time() < deadline:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except Exception as e:  # retried until the deadline
+            last = e
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {limit_s} s waiting for {what} "
+                         f"(last: {last})")
+
+
+def make_certificates(folder, names, ips):
+    """A CA and one certificate (server and client use) for `names`/`ips`,
+    as the rankd-tls Secret holds them (tls.crt, tls.key, ca.crt)."""
+
+    def openssl(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True,
+                       cwd=folder)
+
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
+            "-subj", "/CN=rankd test CA")
+    san = ",".join([f"DNS:{n}" for n in names] + [f"IP:{i}" for i in ips])
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-nodes", "-keyout", "tls.key", "-out", "tls.csr", "-subj",
+            "/CN=rankd")
+    with open(os.path.join(folder, "ext.cnf"), "w") as f:
+        f.write(f"subjectAltName={san}\nextendedKeyUsage=serverAuth,clientAuth\n"
+                "basicConstraints=CA:FALSE\n")
+    openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "tls.crt", "-days", "2", "-extfile",
+            "ext.cnf")
+    secret = os.path.join(folder, "secret")
+    os.makedirs(secret)
+    for name in ("tls.crt", "tls.key", "ca.crt"):
+        with open(os.path.join(folder, name), "rb") as src, \
+                open(os.path.join(secret, name), "wb") as dst:
+            dst.write(src.read())
+    return secret
+
+
+class WiringTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.deploy = manifests.Deploy()
+        cls.mode = ("network namespaces" if podsim.netns_available() else
+                    "host network (not root: loopback addresses)")
+        print(f"pods run in: {cls.mode}", flush=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.deploy.close()
+
+    def create(self, overlay, **kwargs):
+        objects = self.deploy.render(overlay)
+        cluster = podsim.Cluster(objects, binaries(), **kwargs)
+        self.addCleanup(cluster.close)
+        self.addCleanup(lambda: self._dump_logs_on_failure(cluster))
+        return objects, cluster
+
+    def start(self, overlay, **kwargs):
+        objects, cluster = self.create(overlay, **kwargs)
+        cluster.start_all()
+        for r in cluster.rewrites:
+            print(f"  host-network rewrite: {r}", flush=True)
+        return objects, cluster
+
+    def _dump_logs_on_failure(self, cluster):
+        outcome = getattr(self, "_outcome", None)
+        errors = getattr(getattr(outcome, "result", None), "errors", [])
+        failures = getattr(getattr(outcome, "result", None), "failures", [])
+        if any(t is self for t, _ in errors + failures):
+            print(cluster.logs(), flush=True)
+
+    def config(self, objects):
+        cm = [o for o in manifests.by_kind(objects, "ConfigMap")]
+        self.assertEqual(len(cm), 1)
+        return cm[0]["data"]
+
+    def wait_ready(self, cluster, limit_s=30):
+        for pod in cluster.pods:
+            wait_for(lambda p=pod: cluster.sidecar_probe(p, "readinessProbe"),
+                     limit_s, f"{pod.name}'s rankd to be ready")
+
+    def status(self, cluster, pod, tls=None):
+        return podsim.json_of(cluster.rankctl(pod, ["--json", "status"], tls))
+
+    def check_job_forms(self, objects, cluster, expected_state, tls=None):
+        data = self.config(objects)
+        nproc = int(data["RANKD_NPROC_PER_NODE"])
+        nnodes = len(cluster.pods)
+        world = nproc * nnodes
+        # Every rank joins: the job is READY (or COMPLETED, when the ranks
+        # already left), and every pod's rankd says so.
+        for i, pod in enumerate(cluster.pods):
+            job = wait_for(
+                lambda p=pod: (lambda j: j if j["state"] in expected_state
+                               else None)(self.status(cluster, p, tls)),
+                60, f"the job as seen from {pod.name}")
+            self.assertEqual(job["jobId"], data["RANKD_JOB_ID"])
+            self.assertEqual(job["worldSize"], world)
+            self.assertEqual(job["nnodes"], nnodes)
+            self.assertEqual(job["servedByNode"], i)
+            self.assertEqual(job["servedByCoordinator"], i == 0)
+        # The topology names every pod (downward API POD_NAME) and the
+        # layout from the ConfigMap.
+        topology = podsim.json_of(
+            cluster.rankctl(cluster.pods[-1], ["--json", "topology"], tls))
+        self.assertEqual(topology["worldSize"], world)
+        self.assertEqual(topology["topology"]["tensor"],
+                         int(data.get("RANKD_TENSOR_PARALLEL", 1)))
+        return world, nproc
+
+    def check_metrics(self, cluster, world, state):
+        for pod in cluster.pods:
+            port = int(cluster.container(pod, "rankd").env[
+                "RANKD_METRICS_LISTEN"].rsplit(":", 1)[1])
+            annotations = pod.annotations
+            self.assertEqual(annotations.get("prometheus.io/port"), str(port))
+            text = cluster.scrape(pod, port, annotations["prometheus.io/path"])
+            self.assertEqual(
+                podsim.metric(text, "rankd_job_state", {"state": state}), 1.0,
+                text[:2000])
+            self.assertEqual(podsim.metric(text, "rankd_job_world_size"), world)
+            self.assertEqual(podsim.metric(text, "rankd_ready"),
+                             1.0 if state != "FAILED" else 0.0)
+
+    def serving_logs_ok(self, cluster, nproc):
+        for pod in cluster.pods:
+            log = cluster.container(pod, "serving").read_log()
+            self.assertEqual(log.count("ROUNDS_OK n=100"), nproc, log[-2000:])
+            self.assertEqual(log.count("KV_OK"), nproc, log[-2000:])
+
+    def stop_all(self, cluster):
+        for pod in cluster.pods:
+            codes = cluster.stop_pod(pod)
+            self.assertEqual(codes.get("rankd"), 0,
+                             cluster.container(pod, "rankd").read_log()[-2000:])
+
+    # ------------------------------------------------------------- tests
+
+    def test_leaderworkerset_cpu_demo_forms_a_job_and_reports_a_lost_pod(self):
+        objects, cluster = self.start("overlays/cpu-demo")
+        self.wait_ready(cluster)
+        world, nproc = self.check_job_forms(objects, cluster, {"JOB_STATE_READY"})
+        wait_for(lambda: all("ROUNDS_OK" in cluster.container(p, "serving")
+                             .read_log() for p in cluster.pods), 60,
+                 "every rank to finish its rounds")
+        self.serving_logs_ok(cluster, nproc)
+        self.check_metrics(cluster, world, "READY")
+        leader_metrics = cluster.scrape(cluster.pods[0], 9421)
+        self.assertGreaterEqual(
+            podsim.metric(leader_metrics, "rankd_rounds_total", {"code": "OK"}),
+            100 * nproc)
+        self.assertEqual(
+            podsim.metric(leader_metrics, "rankd_members", {"state": "JOINED"}),
+            world)
+
+        # A worker pod's serving container dies: every pod sees the job fail,
+        # naming a lost rank, and no rankd is ready any more (what
+        # LeaderWorkerSet recreates the group for).
+        victim = cluster.pods[-1]
+        cluster.stop_container(cluster.container(victim, "serving"),
+                               sig=signal.SIGKILL)
+        for pod in cluster.pods:
+            job = wait_for(
+                lambda p=pod: (lambda j: j if j["state"] == "JOB_STATE_FAILED"
+                               else None)(self.status(cluster, p)),
+                20, f"{pod.name} to report the failure")
+            self.assertRegex(job["failure"], r"rank \d+ .*lost")
+            wait_for(lambda p=pod: not cluster.sidecar_probe(p, "readinessProbe"),
+                     10, f"{pod.name} to turn unready")
+            self.assertTrue(cluster.sidecar_probe(pod, "livenessProbe"))
+        text = cluster.scrape(cluster.pods[0], 9421)
+        self.assertGreaterEqual(podsim.metric(text, "rankd_ranks_lost_total"), 1)
+        self.check_metrics(cluster, world, "FAILED")
+        self.stop_all(cluster)
+
+    def test_tls_overlay_forms_a_job_over_mutual_tls(self):
+        tmp = tempfile.mkdtemp(prefix="rk-tls-")
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", tmp]))
+        objects, cluster = self.create("overlays/tls")
+        lws = manifests.by_kind(objects, "LeaderWorkerSet")[0]
+        name = lws["metadata"]["name"]
+        names = [f"*.{name}.{podsim.NAMESPACE}", f"*.{name}", "localhost"]
+        # Without network namespaces peers reach each other by IP.
+        ips = ["127.0.0.1"] + [pod.ip for pod in cluster.pods]
+        cluster.secret_files["rankd-tls"] = make_certificates(tmp, names, ips)
+        cluster.start_all()
+        self.wait_ready(cluster)
+        tls = [f"--tls_ca={tmp}/ca.crt", f"--tls_cert={tmp}/tls.crt",
+               f"--tls_key={tmp}/tls.key",
+               f"--tls_server_name={name}-0.{name}.{podsim.NAMESPACE}"
+               if cluster.netns else f"--tls_server_name={cluster.pods[0].ip}"]
+        world, nproc = self.check_job_forms(objects, cluster,
+                                            {"JOB_STATE_READY"}, tls)
+        # Plaintext is refused on the TLS listener.
+        plain = cluster.rankctl(cluster.pods[0], ["status"])
+        self.assertNotEqual(plain.returncode, 0)
+        self.check_metrics(cluster, world, "READY")
+        self.stop_all(cluster)
+
+    def test_statefulset_variant_forms_a_job(self):
+        objects, cluster = self.start("variants/statefulset")
+        self.wait_ready(cluster)
+        world, nproc = self.check_job_forms(objects, cluster, {"JOB_STATE_READY"})
+        wait_for(lambda: all("ROUNDS_OK" in cluster.container(p, "serving")
+                             .read_log() for p in cluster.pods), 60,
+                 "every rank to finish its rounds")
+        self.serving_logs_ok(cluster, nproc)
+        self.check_metrics(cluster, world, "READY")
+        self.stop_all(cluster)
+
+    def test_indexed_job_variant_runs_to_completion(self):
+        objects, cluster = self.start("variants/indexed-job")
+        self.wait_ready(cluster)
+        world, nproc = self.check_job_forms(
+            objects, cluster, {"JOB_STATE_READY", "JOB_STATE_COMPLETED"})
+        # The serving containers finish; the Job's pods succeed.
+        for pod in cluster.pods:
+            c = cluster.container(pod, "serving")
+            self.assertEqual(c.process.wait(timeout=60), 0, c.read_log()[-2000:])
+        self.serving_logs_ok(cluster, nproc)
+        job = self.status(cluster, cluster.pods[0])
+        self.assertEqual(job["state"], "JOB_STATE_COMPLETED")
+        self.check_metrics(cluster, world, "COMPLETED")
+        # Then the kubelet stops the sidecars: rankd leaves cleanly.
+        for pod in cluster.pods:
+            self.assertEqual(cluster.stop_pod(pod).get("rankd"), 0)
+
+
+if __name__ == "__main__":
+    manifests.main()
