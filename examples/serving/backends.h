@@ -1,0 +1,49 @@
+// Opening the example's Collectives on a rankd data-plane backend: Gloo
+// (host memory over TCP; runs anywhere) or NCCL (CUDA devices). Both take
+// the control plane of a joined rankd::Client (MakeClientControlPlane) and
+// the descriptor Join returned.
+#ifndef RANKD_EXAMPLES_SERVING_BACKENDS_H_
+#define RANKD_EXAMPLES_SERVING_BACKENDS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "dataplane/control_plane.h"
+#include "examples/serving/collectives.h"
+#include "rankd/v1/common.pb.h"
+
+namespace rankd::examples {
+
+struct BackendOptions {
+  // Gloo: the address this rank's TCP transport listens on (the node's
+  // address; 127.0.0.1 on a single machine).
+  std::string hostname = "127.0.0.1";
+  // Connecting every group (Gloo rendezvous, NCCL communicator init).
+  absl::Duration connect_timeout = absl::Seconds(60);
+  // Gloo: bound of every native operation.
+  absl::Duration op_timeout = absl::Seconds(30);
+};
+
+// GlooSession over `control_plane` (which must outlive the result).
+absl::StatusOr<std::unique_ptr<Collectives>> OpenGlooCollectives(
+    dataplane::ControlPlane* control_plane,
+    const v1::SessionDescriptor& descriptor, const BackendOptions& options);
+
+// The number of CUDA devices when this machine can run the NCCL backend (a
+// CUDA build and at least one device); otherwise FailedPrecondition saying
+// why, e.g. "--backend=nccl needs a CUDA GPU; this machine has none (...).
+// Use --backend=gloo, ...".
+absl::StatusOr<int> NcclDevices();
+
+// NcclSession over `control_plane` on device rank % device_count (one rank
+// per GPU: NCCL refuses two ranks of a communicator on one device).
+absl::StatusOr<std::unique_ptr<Collectives>> OpenNcclCollectives(
+    dataplane::ControlPlane* control_plane,
+    const v1::SessionDescriptor& descriptor, const BackendOptions& options);
+
+}  // namespace rankd::examples
+
+#endif  // RANKD_EXAMPLES_SERVING_BACKENDS_H_

@@ -1,0 +1,76 @@
+// Reporting for the serving example: the progress line rank 0 prints while
+// serving, the end-of-run statistics every rank contributes (one
+// all_gather_words round), and the summary table rank 0 prints from them.
+#ifndef RANKD_EXAMPLES_SERVING_REPORT_H_
+#define RANKD_EXAMPLES_SERVING_REPORT_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "examples/serving/collectives.h"
+#include "examples/serving/layout.h"
+#include "examples/serving/model_spec.h"
+#include "rankd/v1/admin.pb.h"
+
+namespace rankd::examples {
+
+// The q-quantile (0..1, nearest rank) of `samples`; zero when empty.
+absl::Duration Percentile(std::vector<absl::Duration> samples, double q);
+
+// "8/8 up" or "7/8 up; lost: 5 (node 1)" from a daemon's member list.
+std::string RanksUp(const v1::MemberList& members);
+
+// "PROGRESS step 20/50  tokens 412  2,981 tokens/s  ranks 8/8 up".
+std::string ProgressLine(uint32_t step, uint32_t steps, uint64_t tokens,
+                         absl::Duration elapsed, const std::string& ranks_up);
+
+// What one rank reports at the end of the run.
+struct RankReport {
+  struct Kind {
+    uint32_t calls = 0;
+    uint32_t total_us = 0;
+    uint32_t max_us = 0;
+  };
+  std::array<Kind, kNumCollectiveKinds> kinds{};
+  // Tokens of this rank's slot it processed.
+  uint32_t tokens = 0;
+  // Non-zero when this rank saw the self-check fail (rank 0) or was asked
+  // to stop.
+  uint32_t failed = 0;
+};
+
+// The end-of-run frame (fixed length) and its decoding (rank-major).
+std::vector<uint32_t> EncodeReport(const CollectiveStats& stats,
+                                   uint64_t tokens, bool failed);
+absl::StatusOr<std::vector<RankReport>> DecodeReports(
+    absl::Span<const uint32_t> words, uint32_t world_size);
+
+// Everything the summary table shows.
+struct RunSummary {
+  ServingLayout layout;
+  ModelSpec spec;
+  std::string backend;
+  uint32_t steps = 0;
+  uint64_t tokens = 0;
+  absl::Duration wall;                  // the serving loop on rank 0
+  std::vector<absl::Duration> latency;  // per step on rank 0, without check
+  absl::Duration check_time;            // rank 0's reference + compare
+  uint32_t checked_steps = 0;
+  uint64_t checked_values = 0;
+  double max_abs_error = 0;
+  std::string tolerance;
+  bool check_passed = true;
+  std::vector<RankReport> ranks;
+};
+
+// The multi-line summary table (ends with a newline).
+std::string SummaryTable(const RunSummary& summary);
+
+}  // namespace rankd::examples
+
+#endif  // RANKD_EXAMPLES_SERVING_REPORT_H_

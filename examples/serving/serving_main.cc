@@ -1,0 +1,389 @@
+// serving: a model-parallel "inference server" rank, the way a real serving
+// process uses rankd. One process per rank; run it through tools/run.sh,
+// which starts the rankd daemons and every rank (see README.md).
+//
+// It joins the job through its node's daemon (rankd::Client), opens a
+// data-plane session (Gloo, or NCCL on GPUs) over the client's control
+// plane, loads its shard of a small model (tensor-parallel MLPs, experts,
+// pipeline stages; model_shard.h) and serves a stream of synthetic requests
+// step by step:
+//
+//   agree on the batch      all_gather_words (batch_agreement.h)
+//   run its stage           receive / all_reduce_sum / all_to_all_v / send
+//                           (forward_step.h)
+//   gather outputs          all_gather, checked by rank 0 against a
+//                           single-process reference (self_check.h)
+//
+// Output lines (tools/run.sh reads them):
+//   BACKEND_OK B devices=N (--probe_backend) REFUSED <why the backend cannot
+//   run here>                  (exit 2) READY rank=R node=N coords=dD pP tT eE
+//   backend=B PROGRESS step S/N  tokens T  X tokens/s  ranks 8/8 up     (rank
+//   0) SELF-CHECK FAILED ...                                      (rank 0)
+//   STALLING rank=R step=S                                     (drill victim)
+//   FAILED rank=R step=S unix_ms=T CODE: <op>: <message>
+//   CAUSE rank=R CODE: <the job failure, naming the lost rank or node>
+//   STOPPED rank=R step=S: ...
+//   DONE rank=R tokens=T
+//   == summary ...                                             (rank 0)
+// Exit status: 0 served and self-check passed; 2 bad flags or backend
+// unavailable; 3 a collective or the job failed (e.g. a peer was lost);
+// 4 the self-check failed.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/admin_client.h"
+#include "client/client.h"
+#include "dataplane/control_plane.h"
+#include "examples/serving/backends.h"
+#include "examples/serving/batch_agreement.h"
+#include "examples/serving/collectives.h"
+#include "examples/serving/forward_step.h"
+#include "examples/serving/layout.h"
+#include "examples/serving/model_shard.h"
+#include "examples/serving/model_spec.h"
+#include "examples/serving/report.h"
+#include "examples/serving/request_stream.h"
+#include "examples/serving/self_check.h"
+
+ABSL_FLAG(std::string, target, "",
+          "the node's rankd daemon (default: $RANKD_TARGET, else "
+          "unix:///run/rankd/rankd.sock)");
+ABSL_FLAG(std::string, job_id, "serving", "the rankd job to join");
+ABSL_FLAG(uint32_t, local_rank, 0, "this process's index on its node");
+ABSL_FLAG(uint32_t, world_size, 0, "expected world size (0: the job's)");
+ABSL_FLAG(std::string, backend, "gloo", "data plane: gloo or nccl");
+ABSL_FLAG(bool, probe_backend, false,
+          "only check that --backend can run on this machine, then exit");
+ABSL_FLAG(uint32_t, steps, 50, "serving steps");
+ABSL_FLAG(uint64_t, seed, 2024, "model weights and request traffic seed");
+ABSL_FLAG(uint32_t, hidden, 64, "model width");
+ABSL_FLAG(uint32_t, ffn, 0, "MLP width (0: 128 rounded up to the TP degree)");
+ABSL_FLAG(uint32_t, layers, 0, "layers (0: 2 rounded up to the PP degree)");
+ABSL_FLAG(uint32_t, experts, 0,
+          "experts per layer (0: 4 rounded up to the EP degree)");
+ABSL_FLAG(std::string, hostname, "127.0.0.1",
+          "address of this rank's Gloo transport (the node's address)");
+ABSL_FLAG(int, connect_timeout_ms, 60000, "session connect deadline");
+ABSL_FLAG(int, op_timeout_ms, 30000, "deadline of each data-plane operation");
+ABSL_FLAG(double, atol, 1e-4, "self-check absolute tolerance");
+ABSL_FLAG(double, rtol, 1e-4, "self-check relative tolerance");
+ABSL_FLAG(int, progress_ms, 1000, "rank 0 prints progress at least this often");
+ABSL_FLAG(uint32_t, stall_at_step, 0,
+          "failure drill: stall after agreeing on this step (0: never); "
+          "tools/run.sh --kill-rank kills the stalled rank");
+ABSL_FLAG(uint32_t, inject_error_at_step, 0,
+          "testing the self-check: perturb this rank's outputs at this step "
+          "(0: never)");
+
+namespace rankd::examples {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitUsage = 2;
+constexpr int kExitFailed = 3;
+constexpr int kExitCheckFailed = 4;
+
+void Print(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+int64_t UnixMs() { return absl::ToUnixMillis(absl::Now()); }
+
+class ServingProcess {
+ public:
+  int Run();
+
+ private:
+  int Setup();
+  int Serve();
+  // Reports a failed operation and the job failure behind it, if any.
+  int Failed(uint32_t step, const absl::Status& status);
+  // The drill victim: waits until it is killed (or the job fails).
+  int Stall(uint32_t step);
+  void MaybeProgress(uint32_t step, bool force);
+
+  std::unique_ptr<Client> client_;
+  std::unique_ptr<dataplane::ControlPlane> control_plane_;
+  std::unique_ptr<Collectives> collectives_;
+  std::unique_ptr<AdminClient> admin_;
+  ServingLayout layout_;
+  ModelSpec spec_;
+  std::unique_ptr<ModelShard> shard_;
+  std::unique_ptr<SelfCheck> check_;
+  Tolerance tolerance_;
+
+  // Rank 0's view of the run.
+  RunSummary summary_;
+  absl::Time started_;
+  absl::Time last_progress_;
+  bool joined_ = false;
+  uint64_t my_tokens_ = 0;
+  bool check_failed_ = false;
+};
+
+int ServingProcess::Run() {
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (backend != "gloo" && backend != "nccl") {
+    Print(absl::StrCat("ERROR --backend=", backend, ": use gloo or nccl"));
+    return kExitUsage;
+  }
+  int devices = 0;
+  if (backend == "nccl") {
+    auto count = NcclDevices();
+    if (!count.ok()) {
+      Print(absl::StrCat("REFUSED ", count.status().message()));
+      return kExitUsage;
+    }
+    devices = *count;
+  }
+  if (absl::GetFlag(FLAGS_probe_backend)) {
+    Print(absl::StrCat("BACKEND_OK ", backend, " devices=", devices));
+    return kExitOk;
+  }
+  if (absl::GetFlag(FLAGS_steps) == 0) {
+    Print("ERROR --steps must be at least 1");
+    return kExitUsage;
+  }
+  if (int code = Setup(); code != kExitOk) return code;
+  const int code = Serve();
+  // Every rank is past its last data-plane operation (the end-of-run round
+  // is a barrier) before anyone closes its session.
+  collectives_.reset();
+  if (code == kExitOk || code == kExitCheckFailed) {
+    if (absl::Status s = client_->Leave(); !s.ok()) {
+      Print(absl::StrCat("ERROR leaving the job: ", s.ToString()));
+      return kExitFailed;
+    }
+  }
+  return code;
+}
+
+int ServingProcess::Setup() {
+  ClientOptions options;
+  options.target = absl::GetFlag(FLAGS_target);
+  auto client = Client::Connect(options);
+  if (!client.ok()) return Failed(0, client.status());
+  client_ = *std::move(client);
+
+  const bool nccl = absl::GetFlag(FLAGS_backend) == "nccl";
+  JoinOptions join;
+  join.job_id = absl::GetFlag(FLAGS_job_id);
+  join.local_rank = absl::GetFlag(FLAGS_local_rank);
+  join.world_size = absl::GetFlag(FLAGS_world_size);
+  join.device.set_kind(nccl ? "cuda" : "cpu");
+  join.device.set_index(static_cast<int32_t>(join.local_rank));
+  join.wait_for_world = absl::Seconds(60);
+  auto descriptor = client_->Join(join);
+  if (!descriptor.ok()) return Failed(0, descriptor.status());
+
+  auto layout = LayoutFromDescriptor(*descriptor);
+  if (!layout.ok()) return Failed(0, layout.status());
+  layout_ = *layout;
+  joined_ = true;
+  ModelSpec requested;
+  requested.hidden = absl::GetFlag(FLAGS_hidden);
+  requested.ffn = absl::GetFlag(FLAGS_ffn);
+  requested.layers = absl::GetFlag(FLAGS_layers);
+  requested.experts = absl::GetFlag(FLAGS_experts);
+  requested.seed = absl::GetFlag(FLAGS_seed);
+  auto spec = ModelSpecFor(layout_.topology, requested);
+  if (!spec.ok()) {
+    Print(absl::StrCat("ERROR ", spec.status().message()));
+    return kExitUsage;
+  }
+  spec_ = *spec;
+
+  control_plane_ = dataplane::MakeClientControlPlane(client_.get());
+  BackendOptions backend;
+  backend.hostname = absl::GetFlag(FLAGS_hostname);
+  backend.connect_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_connect_timeout_ms));
+  backend.op_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_op_timeout_ms));
+  auto collectives =
+      nccl ? OpenNcclCollectives(control_plane_.get(), *descriptor, backend)
+           : OpenGlooCollectives(control_plane_.get(), *descriptor, backend);
+  if (!collectives.ok()) return Failed(0, collectives.status());
+  collectives_ = *std::move(collectives);
+  shard_ = std::make_unique<ModelShard>(spec_, layout_);
+  Print(absl::StrCat("READY rank=", layout_.rank, " node=", layout_.node_index,
+                     " coords=d", layout_.coords.data, " p",
+                     layout_.coords.pipeline, " t", layout_.coords.tensor, " e",
+                     layout_.coords.expert,
+                     " backend=", collectives_->backend()));
+
+  if (layout_.rank == 0) {
+    tolerance_.atol = absl::GetFlag(FLAGS_atol);
+    tolerance_.rtol = absl::GetFlag(FLAGS_rtol);
+    check_ = std::make_unique<SelfCheck>(spec_, layout_, tolerance_);
+    auto admin = AdminClient::Connect(options);
+    if (admin.ok()) admin_ = *std::move(admin);
+    summary_.layout = layout_;
+    summary_.spec = spec_;
+    summary_.backend = collectives_->backend();
+    summary_.tolerance = tolerance_.ToString();
+    Print(absl::StrCat("SERVING world ", layout_.world_size, " (",
+                       DescribeTopology(layout_.topology), "), ",
+                       spec_.ToString(), ", ", absl::GetFlag(FLAGS_steps),
+                       " steps, backend ", collectives_->backend()));
+  }
+  return kExitOk;
+}
+
+int ServingProcess::Serve() {
+  const uint32_t steps = absl::GetFlag(FLAGS_steps);
+  std::optional<RequestStream> stream;
+  if (layout_.is_scheduler()) {
+    stream.emplace(spec_.seed, layout_.my_slot(), layout_.num_slots());
+  }
+  started_ = last_progress_ = absl::Now();
+  uint32_t done = 0;
+  int code = kExitOk;
+  for (uint32_t step = 1; step <= steps; ++step) {
+    const absl::Time step_start = absl::Now();
+    std::optional<SlotBatch> batch;
+    if (stream) batch = stream->Next();
+    auto plan = AgreeOnBatch(*collectives_, layout_, step,
+                             batch ? &*batch : nullptr, check_failed_);
+    if (!plan.ok()) return Failed(step, plan.status());
+    if (!plan->stop_requested_by.empty()) {
+      Print(absl::StrCat("STOPPED rank=", layout_.rank, " step=", step,
+                         ": rank ", plan->stop_requested_by[0],
+                         " asked every rank to stop (its self-check failed)"));
+      code = kExitCheckFailed;
+      break;
+    }
+    if (step == absl::GetFlag(FLAGS_stall_at_step)) return Stall(step);
+
+    auto out = ForwardStep(*collectives_, *shard_, layout_, *plan);
+    if (!out.ok()) return Failed(step, out.status());
+    my_tokens_ += plan->slots[layout_.my_slot()].tokens();
+
+    // Every rank's outputs to everyone, padded to the largest slot; only
+    // the last stage's rows are used.
+    const size_t rows = plan->max_slot_tokens();
+    Matrix gathered;
+    if (rows > 0) {
+      Matrix mine = Matrix::Zeros(rows, spec_.hidden);
+      if (layout_.last_stage()) {
+        std::copy(out->values.begin(), out->values.end(), mine.values.begin());
+        if (step == absl::GetFlag(FLAGS_inject_error_at_step) &&
+            out->rows > 0) {
+          mine.values[0] += 1.0f;
+        }
+      }
+      auto all = collectives_->AllGather(mine);
+      if (!all.ok()) return Failed(step, all.status());
+      gathered = *std::move(all);
+    }
+    done = step;
+    if (layout_.rank != 0) continue;
+
+    summary_.latency.push_back(absl::Now() - step_start);
+    summary_.tokens += plan->total_tokens();
+    const absl::Time check_start = absl::Now();
+    const StepCheck check = check_->Check(*plan, gathered, rows);
+    summary_.check_time += absl::Now() - check_start;
+    summary_.checked_values += check.values_checked;
+    summary_.max_abs_error =
+        std::max(summary_.max_abs_error, check.max_abs_error);
+    if (check.status.ok()) {
+      ++summary_.checked_steps;
+    } else if (!check_failed_) {
+      check_failed_ = true;
+      Print(absl::StrCat("SELF-CHECK FAILED ", check.status.message()));
+    }
+    MaybeProgress(step, step == steps);
+  }
+  const absl::Duration wall = absl::Now() - started_;
+
+  // End of run: every rank's statistics in one round (also a barrier).
+  auto words = collectives_->AllGatherWords(EncodeReport(
+      collectives_->stats(), my_tokens_, check_failed_ || code != kExitOk));
+  if (!words.ok()) return Failed(done, words.status());
+  auto reports = DecodeReports(*words, layout_.world_size);
+  if (!reports.ok()) return Failed(done, reports.status());
+  bool any_failed = false;
+  for (const RankReport& r : *reports) any_failed |= r.failed != 0;
+  if (layout_.rank == 0) {
+    summary_.steps = done;
+    summary_.wall = wall;
+    summary_.check_passed = !check_failed_;
+    summary_.ranks = *std::move(reports);
+    std::fputs(SummaryTable(summary_).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  if (any_failed) return kExitCheckFailed;
+  Print(absl::StrCat("DONE rank=", layout_.rank, " tokens=", my_tokens_));
+  return code;
+}
+
+void ServingProcess::MaybeProgress(uint32_t step, bool force) {
+  const absl::Time now = absl::Now();
+  const uint32_t steps = absl::GetFlag(FLAGS_steps);
+  const uint32_t every = std::max(1u, steps / 5);
+  if (!force && step % every != 0 &&
+      now - last_progress_ <
+          absl::Milliseconds(absl::GetFlag(FLAGS_progress_ms))) {
+    return;
+  }
+  last_progress_ = now;
+  std::string up = "unknown";
+  if (admin_ != nullptr) {
+    auto members = admin_->ListMembers();
+    up = members.ok() ? RanksUp(*members) : members.status().ToString();
+  }
+  Print(ProgressLine(step, steps, summary_.tokens, now - started_, up));
+}
+
+int ServingProcess::Failed(uint32_t step, const absl::Status& status) {
+  Print(absl::StrCat(
+      "FAILED rank=",
+      joined_ ? absl::StrCat(layout_.rank)
+              : absl::StrCat("? (local ", absl::GetFlag(FLAGS_local_rank), ")"),
+      " step=", step, " unix_ms=", UnixMs(), " ", status.ToString()));
+  if (control_plane_ != nullptr) {
+    // A transport error can beat the daemon's notice by a moment.
+    absl::Status cause = control_plane_->JobHealth();
+    for (int i = 0; i < 40 && cause.ok(); ++i) {
+      absl::SleepFor(absl::Milliseconds(50));
+      cause = control_plane_->JobHealth();
+    }
+    if (!cause.ok()) {
+      Print(absl::StrCat("CAUSE rank=", layout_.rank, " ", cause.ToString()));
+    }
+  }
+  return kExitFailed;
+}
+
+int ServingProcess::Stall(uint32_t step) {
+  Print(absl::StrCat("STALLING rank=", layout_.rank, " step=", step));
+  const absl::Time until = absl::Now() + absl::Seconds(60);
+  while (absl::Now() < until) {
+    if (absl::Status s = control_plane_->JobHealth(); !s.ok()) {
+      return Failed(step, s);
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return Failed(step, absl::DeadlineExceededError(
+                          "stalled for 60 s and was never killed"));
+}
+
+}  // namespace
+}  // namespace rankd::examples
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  rankd::examples::ServingProcess process;
+  return process.Run();
+}
