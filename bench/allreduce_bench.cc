@@ -1,0 +1,486 @@
+// allreduce_bench: one rank of the all_reduce_sum bandwidth benchmark
+// (bench/run_allreduce.sh starts the daemons and one of these per rank).
+// It connects to its node's daemon through the client library, joins the
+// job, builds GlooSession(s) over the client's control plane exactly as a
+// serving process does (tests/dataplane_worker.cc), and for every size of
+// --schedule runs, one mode after the other, --warmup untimed and --iters
+// timed f32 all_reduce_sum operations on the world, back to back:
+//
+//   rankd           GlooSession::AllReduceSum(World, x) then
+//                   completion->Wait(), default GlooOptions (the product
+//                   path; verify_agreement is on by default);
+//   direct          gloo::allreduce on a gloo::rendezvous::Context this
+//                   program connects itself (its own TCP device on
+//                   127.0.0.1, rendezvous keys on the same broker under
+//                   "gloo/<namespace>/bench_direct/"), in place on a
+//                   preallocated buffer, with the same options rankd's layer
+//                   uses (dataplane/gloo/native_ops.cc: default ring
+//                   algorithm, rankd's own f32 sum kernel, one tag per
+//                   operation, op_timeout) and nothing else: no executor
+//                   thread, no completion, no validation, no output copy;
+//   rankd_noverify  DIAGNOSTIC: a second GlooSession (instance 1) with
+//                   GlooOptions::verify_agreement = false, to split rankd's
+//                   overhead into the agreement check and the rest;
+//   rankd_local     DIAGNOSTIC: the product session's AllReduceSum on this
+//                   rank's one-member group (the tensor-parallel group when
+//                   tensor_parallel = 1): the whole layer (validation,
+//                   output copy, executor hand-off, completion) with no Gloo
+//                   call and no agreement check (a one-member group has no
+//                   Gloo context), i.e. the layer's own cost per operation.
+//                   Only rank 0 runs it (the other ranks wait, blocked,
+//                   in the next collective), so it is measured without the
+//                   other ranks competing for the CPUs.
+//
+// --schedule is "bytes:warmup:iters,..." (the launcher passes the same one
+// to the torch peer). Every rank must get the same flags. Per rank, --out
+// receives
+//   # header
+//   C <mode> <bytes> <iters> <cpu_us> <vcsw> <ivcsw> <minflt>  (timed ops,
+//                                                 this process, getrusage)
+//   T <mode> <bytes> <start_ns> <end_ns>                (one per timed op)
+// with steady_clock (CLOCK_MONOTONIC) times, comparable across processes on
+// one machine. On stdout: "JOINED rank=R world=W", "SESSION_READY", and one
+// "SIZE ..." line per mode and size; exit 0. Any error: "ERROR ..." and a
+// non-zero exit.
+//
+// Values are checked exactly (outside the timed region): rank r contributes
+// x[i] = (r + 1) * (1 + i % 5), so every element of the sum is
+// W(W+1)/2 * (1 + i % 5), exact in f32. rankd's all_reduce_sum is out of
+// place (the input is unchanged), so the first warmup and the last timed
+// result are checked. The direct mode reduces in place like torch does, so
+// its buffer keeps growing (x 4 per operation, reaching inf after ~60
+// operations, which costs nothing extra on x86 SSE); it is checked after
+// its first warmup operation and once more, refilled, after the timed ones.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "dataplane/control_plane.h"
+#include "dataplane/gloo/gloo_session.h"
+#include "dataplane/gloo/rankd_store.h"
+#include "dataplane/gloo/sum_kernels.h"
+#include "dataplane/host_tensor.h"
+#include "gloo/allreduce.h"
+#include "gloo/common/error.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/transport/tcp/device.h"
+
+ABSL_FLAG(std::string, target, "", "daemon target, e.g. unix:///tmp/x/node0.sock");
+ABSL_FLAG(std::string, job_id, "bench", "job id");
+ABSL_FLAG(uint32_t, local_rank, 0, "local rank on this node");
+ABSL_FLAG(uint32_t, world_size, 0, "expected world size (0: don't check)");
+ABSL_FLAG(int, join_wait_ms, 120000, "how long Join waits for every rank");
+ABSL_FLAG(std::string, schedule, "1024:5:100",
+          "bytes:warmup:iters,... (bytes a multiple of 4)");
+ABSL_FLAG(std::string, modes, "rankd,direct,rankd_noverify",
+          "modes to run for each size, in this order");
+ABSL_FLAG(int, op_timeout_ms, 60000, "Gloo per-operation timeout (all modes)");
+ABSL_FLAG(std::string, out, "", "file for per-operation timestamps (required)");
+
+namespace {
+
+using rankd::dataplane::CollectiveScope;
+using rankd::dataplane::GlooOptions;
+using rankd::dataplane::GlooSession;
+using rankd::dataplane::HostTensor;
+using rankd::dataplane::TensorDtype;
+using rankd::dataplane::ValueDescriptor;
+
+struct Step {
+  size_t bytes = 0;
+  int warmup = 0;
+  int iters = 0;
+};
+
+// CPU time (user + system, every thread) and context switches so far.
+struct Usage {
+  int64_t cpu_us = 0, vcsw = 0, ivcsw = 0, minflt = 0;
+};
+Usage SelfUsage() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto us = [](const timeval& tv) {
+    return static_cast<int64_t>(tv.tv_sec) * 1000000 + tv.tv_usec;
+  };
+  return {us(ru.ru_utime) + us(ru.ru_stime), ru.ru_nvcsw, ru.ru_nivcsw,
+          ru.ru_minflt};
+}
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void Print(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+absl::StatusOr<std::vector<Step>> ParseSchedule(const std::string& text) {
+  std::vector<Step> steps;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::vector<absl::string_view> f = absl::StrSplit(item, ':');
+    Step s;
+    uint64_t bytes = 0;
+    if (f.size() != 3 || !absl::SimpleAtoi(f[0], &bytes) ||
+        !absl::SimpleAtoi(f[1], &s.warmup) || !absl::SimpleAtoi(f[2], &s.iters) ||
+        bytes == 0 || bytes % sizeof(float) != 0 || s.warmup < 1 ||
+        s.iters < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bad --schedule item '", std::string(item),
+          "' (want bytes:warmup:iters, bytes a positive multiple of 4, "
+          "warmup and iters >= 1)"));
+    }
+    s.bytes = bytes;
+    steps.push_back(s);
+  }
+  if (steps.empty()) return absl::InvalidArgumentError("empty --schedule");
+  return steps;
+}
+
+float Contribution(uint32_t rank, size_t i) {
+  return static_cast<float>((rank + 1) * (1 + i % 5));
+}
+
+void Fill(float* x, size_t n, uint32_t rank) {
+  for (size_t i = 0; i < n; ++i) x[i] = Contribution(rank, i);
+}
+
+// OK when every element is the exact sum over `world` ranks (over this rank
+// alone when `local_rank` is set).
+absl::Status Check(const float* x, size_t n, uint32_t world,
+                   const std::string& what,
+                   std::optional<uint32_t> local_rank = std::nullopt) {
+  const float scale = local_rank ? static_cast<float>(*local_rank + 1)
+                                 : static_cast<float>(world * (world + 1) / 2);
+  for (size_t i = 0; i < n; ++i) {
+    const float want = scale * static_cast<float>(1 + i % 5);
+    if (x[i] != want) {
+      return absl::InternalError(absl::StrCat(what, ": element ", i, " is ",
+                                              x[i], ", expected ", want));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A Gloo context connected directly (no rankd layer), for the direct mode.
+struct Direct {
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  rankd::dataplane::gloo_internal::SumKernel kernel;
+  uint32_t next_tag = 0;
+  std::chrono::milliseconds timeout{60000};
+};
+
+absl::StatusOr<std::unique_ptr<Direct>> ConnectDirect(
+    rankd::dataplane::ControlPlane* control_plane, uint32_t rank,
+    uint32_t world, std::chrono::milliseconds timeout) {
+  auto direct = std::make_unique<Direct>();
+  auto kernel =
+      rankd::dataplane::gloo_internal::SumKernelFor(TensorDtype::kF32, "bench");
+  if (!kernel.ok()) return kernel.status();
+  direct->kernel = *kernel;
+  direct->timeout = timeout;
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.1";
+    direct->device = gloo::transport::tcp::CreateDevice(attr);
+    direct->context = std::make_shared<gloo::rendezvous::Context>(
+        static_cast<int>(rank), static_cast<int>(world));
+    direct->context->setTimeout(std::chrono::milliseconds(60000));
+    rankd::dataplane::RankdStore store(
+        control_plane,
+        rankd::dataplane::RankdStore::Prefix(control_plane->Namespace(), 0,
+                                             "bench_direct"),
+        absl::Seconds(60));
+    direct->context->connectFullMesh(store, direct->device);
+    direct->context->setTimeout(timeout);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("connecting the direct Gloo context: ", e.what()));
+  }
+  return direct;
+}
+
+// One gloo::allreduce, as native_ops.cc's NativeAllReduce issues it.
+void DirectAllReduce(Direct& d, float* data, size_t elements) {
+  gloo::AllreduceOptions options(d.context);
+  options.setOutput(data, elements);
+  options.setReduceFunction(d.kernel.reduce);
+  options.setTag(d.next_tag++);
+  options.setTimeout(d.timeout);
+  gloo::allreduce(options);
+}
+
+struct Timed {
+  std::vector<int64_t> start, end;
+  Usage usage;
+};
+
+struct Runner {
+  uint32_t rank = 0;
+  uint32_t world = 0;
+  FILE* out = nullptr;
+
+  void Record(const std::string& mode, const Step& step, const Timed& t) {
+    std::fprintf(out, "C %s %zu %d %lld %lld %lld %lld\n", mode.c_str(),
+                 step.bytes, step.iters, static_cast<long long>(t.usage.cpu_us),
+                 static_cast<long long>(t.usage.vcsw),
+                 static_cast<long long>(t.usage.ivcsw),
+                 static_cast<long long>(t.usage.minflt));
+    for (int i = 0; i < step.iters; ++i) {
+      std::fprintf(out, "T %s %zu %lld %lld\n", mode.c_str(), step.bytes,
+                   static_cast<long long>(t.start[i]),
+                   static_cast<long long>(t.end[i]));
+    }
+    std::vector<int64_t> lat(step.iters);
+    for (int i = 0; i < step.iters; ++i) lat[i] = t.end[i] - t.start[i];
+    std::sort(lat.begin(), lat.end());
+    const double total_s = (t.end.back() - t.start.front()) / 1e9;
+    Print(absl::StrCat("SIZE rank=", rank, " mode=", mode, " bytes=",
+                       step.bytes, " iters=", step.iters, " p50_us=",
+                       lat[lat.size() / 2] / 1000.0, " avg_us=",
+                       total_s * 1e6 / step.iters));
+  }
+
+  // GlooSession::AllReduceSum on `scope`, waited for, `step` times.
+  // `local` when the scope is this rank's one-member group.
+  absl::Status RunSession(GlooSession& session, const std::string& mode,
+                          const Step& step, const CollectiveScope& scope,
+                          bool local = false) {
+    const size_t n = step.bytes / sizeof(float);
+    auto descriptor = ValueDescriptor::Create({n}, TensorDtype::kF32);
+    if (!descriptor.ok()) return descriptor.status();
+    HostTensor input = HostTensor::Zeros(*descriptor);
+    Fill(reinterpret_cast<float*>(input.data()), n, rank);
+    Timed t;
+    t.start.resize(step.iters);
+    t.end.resize(step.iters);
+    const int total = step.warmup + step.iters;
+    Usage before;
+    for (int i = 0; i < total; ++i) {
+      if (i == step.warmup) before = SelfUsage();
+      const bool check = i == 0 || i == total - 1;
+      const int64_t t0 = NowNs();
+      auto sum = session.AllReduceSum(scope, input);
+      if (!sum.ok()) return sum.status();
+      if (absl::Status s = sum->completion->Wait(); !s.ok()) return s;
+      if (check) {
+        // Stop the clock before checking the values (untimed).
+        const int64_t t1 = NowNs();
+        absl::Status s =
+            Check(reinterpret_cast<const float*>(sum->output.data()), n, world,
+                  absl::StrCat(mode, " ", step.bytes, " B op ", i),
+                  local ? std::optional<uint32_t>(rank) : std::nullopt);
+        if (!s.ok()) return s;
+        if (i >= step.warmup) {
+          t.start[i - step.warmup] = t0;
+          t.end[i - step.warmup] = t1;
+        }
+        continue;
+      }
+      // The output is released (as a caller would) inside the timed region.
+      sum = absl::UnknownError("released");
+      if (i >= step.warmup) {
+        t.start[i - step.warmup] = t0;
+        t.end[i - step.warmup] = NowNs();
+      }
+    }
+    const Usage after = SelfUsage();
+    t.usage = {after.cpu_us - before.cpu_us, after.vcsw - before.vcsw,
+               after.ivcsw - before.ivcsw,
+                after.minflt - before.minflt};
+    Record(mode, step, t);
+    return absl::OkStatus();
+  }
+
+  absl::Status RunDirect(Direct& d, const Step& step) {
+    const size_t n = step.bytes / sizeof(float);
+    std::vector<float> buffer(n);
+    Fill(buffer.data(), n, rank);
+    Timed t;
+    t.start.resize(step.iters);
+    t.end.resize(step.iters);
+    const int total = step.warmup + step.iters;
+    Usage before;
+    try {
+      for (int i = 0; i < total; ++i) {
+        if (i == step.warmup) before = SelfUsage();
+        const int64_t t0 = NowNs();
+        DirectAllReduce(d, buffer.data(), n);
+        const int64_t t1 = NowNs();
+        if (i == 0) {
+          absl::Status s = Check(buffer.data(), n, world,
+                                 absl::StrCat("direct ", step.bytes, " B op 0"));
+          if (!s.ok()) return s;
+        }
+        if (i >= step.warmup) {
+          t.start[i - step.warmup] = t0;
+          t.end[i - step.warmup] = t1;
+        }
+      }
+      const Usage after = SelfUsage();
+      t.usage = {after.cpu_us - before.cpu_us, after.vcsw - before.vcsw,
+                 after.ivcsw - before.ivcsw,
+                after.minflt - before.minflt};
+      Fill(buffer.data(), n, rank);
+      DirectAllReduce(d, buffer.data(), n);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(
+          absl::StrCat("direct gloo::allreduce of ", step.bytes, " B: ", e.what()));
+    }
+    absl::Status s = Check(buffer.data(), n, world,
+                           absl::StrCat("direct ", step.bytes, " B final op"));
+    if (!s.ok()) return s;
+    Record("direct", step, t);
+    return absl::OkStatus();
+  }
+};
+
+int Fail(const std::string& what, const absl::Status& status) {
+  Print(absl::StrCat("ERROR ", what, ": ", status.ToString()));
+  return 3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  auto schedule = ParseSchedule(absl::GetFlag(FLAGS_schedule));
+  if (!schedule.ok()) return Fail("usage", schedule.status());
+  std::vector<std::string> modes =
+      absl::StrSplit(absl::GetFlag(FLAGS_modes), ',', absl::SkipEmpty());
+  bool want_noverify = false, want_direct = false;
+  for (const std::string& m : modes) {
+    if (m == "rankd_noverify") {
+      want_noverify = true;
+    } else if (m == "direct") {
+      want_direct = true;
+    } else if (m != "rankd" && m != "rankd_local") {
+      return Fail("usage",
+                  absl::InvalidArgumentError(
+                      "--modes: rankd, direct, rankd_noverify, rankd_local"));
+    }
+  }
+  const std::string out_path = absl::GetFlag(FLAGS_out);
+  if (out_path.empty()) {
+    return Fail("usage", absl::InvalidArgumentError("--out is required"));
+  }
+  FILE* out = std::fopen(out_path.c_str(), "w");
+  if (out == nullptr) {
+    return Fail("usage", absl::InvalidArgumentError("cannot write " + out_path));
+  }
+  const absl::Duration op_timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_op_timeout_ms));
+
+  rankd::ClientOptions options;
+  options.target = absl::GetFlag(FLAGS_target);
+  auto client = rankd::Client::Connect(options);
+  if (!client.ok()) return Fail("connect", client.status());
+  rankd::JoinOptions join;
+  join.job_id = absl::GetFlag(FLAGS_job_id);
+  join.local_rank = absl::GetFlag(FLAGS_local_rank);
+  join.world_size = absl::GetFlag(FLAGS_world_size);
+  join.device.set_kind("cpu");
+  join.wait_for_world = absl::Milliseconds(absl::GetFlag(FLAGS_join_wait_ms));
+  auto descriptor = (*client)->Join(join);
+  if (!descriptor.ok()) return Fail("join", descriptor.status());
+  Runner runner;
+  runner.rank = descriptor->rank();
+  runner.world = descriptor->world_size();
+  runner.out = out;
+  Print(absl::StrCat("JOINED rank=", runner.rank, " world=", runner.world));
+
+  auto control_plane = rankd::dataplane::MakeClientControlPlane(client->get());
+  // The product path: default options except the per-operation timeout.
+  GlooOptions gloo;
+  gloo.op_timeout = op_timeout;
+  gloo.connect_timeout = absl::Seconds(60);
+  auto session = rankd::dataplane::CreateGlooSession(control_plane.get(),
+                                                     *descriptor, gloo);
+  if (!session.ok()) return Fail("session", session.status());
+  std::unique_ptr<GlooSession> noverify;
+  if (want_noverify) {
+    GlooOptions g = gloo;
+    g.verify_agreement = false;
+    g.instance = 1;
+    auto s = rankd::dataplane::CreateGlooSession(control_plane.get(),
+                                                 *descriptor, g);
+    if (!s.ok()) return Fail("session (noverify)", s.status());
+    noverify = *std::move(s);
+  }
+  std::unique_ptr<Direct> direct;
+  if (want_direct) {
+    auto d = ConnectDirect(
+        control_plane.get(), runner.rank, runner.world,
+        std::chrono::milliseconds(absl::ToInt64Milliseconds(op_timeout)));
+    if (!d.ok()) return Fail("direct", d.status());
+    direct = *std::move(d);
+  }
+  // This rank's one-member group, for rankd_local.
+  std::optional<CollectiveScope> local_scope;
+  for (const auto& g : (*session)->descriptor().groups()) {
+    if (g.size() == 1 && !local_scope) {
+      local_scope = CollectiveScope::Group(g.id());
+    }
+  }
+  if (!local_scope && absl::StrContains(absl::GetFlag(FLAGS_modes), "rankd_local")) {
+    return Fail("usage", absl::FailedPreconditionError(
+                             "rankd_local needs a one-member group in the "
+                             "session descriptor (tensor_parallel = 1)"));
+  }
+  std::fprintf(out, "# rankd all_reduce_sum f32 rank=%u world=%u modes=%s\n",
+               runner.rank, runner.world, absl::GetFlag(FLAGS_modes).c_str());
+  Print("SESSION_READY");
+
+  for (const Step& step : *schedule) {
+    for (const std::string& mode : modes) {
+      absl::Status s;
+      if (mode == "rankd") {
+        s = runner.RunSession(**session, mode, step, CollectiveScope::World());
+      } else if (mode == "rankd_noverify") {
+        s = runner.RunSession(*noverify, mode, step, CollectiveScope::World());
+      } else if (mode == "rankd_local") {
+        // Rank 0 only, so that it has the machine to itself: the others go
+        // on to the next collective and wait there (blocked, no CPU).
+        if (runner.rank == 0) {
+          s = runner.RunSession(**session, mode, step, *local_scope, true);
+        }
+      } else {
+        s = runner.RunDirect(*direct, step);
+      }
+      if (!s.ok()) return Fail(absl::StrCat(mode, " ", step.bytes, " B"), s);
+    }
+  }
+  if (std::fclose(out) != 0) {
+    return Fail("write", absl::DataLossError("writing " + out_path));
+  }
+  // Every rank is done with the data plane before anyone closes it.
+  auto done = (*session)->AllGatherWords(std::vector<uint32_t>{runner.rank});
+  if (!done.ok()) return Fail("final barrier", done.status());
+  direct.reset();
+  noverify.reset();
+  session->reset();
+  if (absl::Status s = (*client)->Leave(); !s.ok()) return Fail("leave", s);
+  Print("DONE");
+  return 0;
+}

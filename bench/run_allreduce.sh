@@ -1,0 +1,276 @@
+#!/usr/bin/env bash
+# all_reduce_sum bus bandwidth on the Gloo backend: rankd vs torch.distributed
+# (Gloo), and rankd's per-operation overhead over a direct Gloo call, same run.
+#
+# Starts a real rankd job on loopback (NNODES daemons, NPROC_PER_NODE rank
+# processes each; default 1 x 4: ranks reach their daemon on a Unix socket,
+# Gloo's data moves over 127.0.0.1 TCP between the rank processes), and in
+# every rank (bench/allreduce_bench.cc) runs, for each size, these modes one
+# after the other: rankd (GlooSession::AllReduceSum on the world, default
+# options), direct (gloo::allreduce on a context the rank connects itself,
+# same algorithm and kernel, no rankd layer), and two diagnostics:
+# rankd_noverify (a session with verify_agreement off) and rankd_local (the
+# layer alone: all_reduce_sum on a one-member group, no Gloo call). Then it stops the daemons and runs
+# torch.distributed from Debian's python3-torch: the same number of
+# processes, Gloo, TCPStore on 127.0.0.1, dist.all_reduce of float32 tensors
+# of the same sizes with the same warmup and timed counts
+# (bench/torch_allreduce.py). Never both at once. It prints per-size bus
+# bandwidth (2(n-1)/n x bytes / time per operation), the ratio rankd/torch,
+# the per-operation overhead vs direct Gloo, and rewrites the "latest run"
+# section of bench/RESULTS.md's all_reduce_sum part (plus one history row)
+# (bench/summarize_allreduce.py).
+#
+# usage: bench/run_allreduce.sh [--sizes=B,B,...] [--bytes_per_size=B]
+#          [--min_iters=N] [--max_iters=N] [--modes=rankd,direct,...]
+#          [--nnodes=N] [--nproc_per_node=N] [--results=PATH | --no_results]
+#          [--note=TEXT] [--keep=DIR] [--skip_setup] [--skip_torch]
+#          [--rank_env=NAME=VALUE ...]
+# Environment defaults: SIZES (16 B, then 1 KiB to 64 MiB in powers of 4),
+# BYTES_PER_SIZE (256 MiB: timed iterations = BYTES_PER_SIZE / size, clamped
+# to [MIN_ITERS (6), MAX_ITERS (200)]; warmup = iterations / 10, clamped to
+# [2, 50]), MODES (rankd,direct,rankd_noverify,rankd_local; rankd_local
+# runs on rank 0 only), NNODES (1), NPROC_PER_NODE (4), RESULTS
+# (bench/RESULTS.md), BAZEL_COMPILATION_MODE (opt).
+# --keep=DIR copies the raw per-rank samples and logs to DIR. --skip_torch
+# (diagnostic) runs rankd only and writes no results. --rank_env (diagnostic,
+# repeatable) sets an environment variable for the rankd rank processes only,
+# e.g. GLIBC_TUNABLES=glibc.malloc.hugetlb=1; it is recorded with the run.
+#
+# It stops only what it started, by pid (TERM, then KILL after 5 s), and
+# removes its temp folder, on success, failure or interruption.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SIZES=${SIZES:-16,1024,4096,16384,65536,262144,1048576,4194304,16777216,67108864}
+BYTES_PER_SIZE=${BYTES_PER_SIZE:-268435456}
+MIN_ITERS=${MIN_ITERS:-6}
+MAX_ITERS=${MAX_ITERS:-200}
+MODES=${MODES:-rankd,direct,rankd_noverify,rankd_local}
+NNODES=${NNODES:-1}
+NPROC_PER_NODE=${NPROC_PER_NODE:-4}
+RESULTS=${RESULTS:-bench/RESULTS.md}
+MODE=${BAZEL_COMPILATION_MODE:-opt}
+NOTE=""
+KEEP=""
+SETUP=1
+TORCH=1
+RANK_ENV=()
+ORIG_ARGS=("$@")
+
+die() { echo "run_allreduce: $*" >&2; exit 1; }
+for arg in "$@"; do
+  case "$arg" in
+    --sizes=*) SIZES=${arg#*=} ;;
+    --bytes_per_size=*) BYTES_PER_SIZE=${arg#*=} ;;
+    --min_iters=*) MIN_ITERS=${arg#*=} ;;
+    --max_iters=*) MAX_ITERS=${arg#*=} ;;
+    --modes=*) MODES=${arg#*=} ;;
+    --nnodes=*) NNODES=${arg#*=} ;;
+    --nproc_per_node=*) NPROC_PER_NODE=${arg#*=} ;;
+    --results=*) RESULTS=${arg#*=} ;;
+    --no_results) RESULTS="" ;;
+    --note=*) NOTE=${arg#*=} ;;
+    --keep=*) KEEP=${arg#*=} ;;
+    --skip_setup) SETUP=0 ;;
+    --skip_torch) TORCH=0; RESULTS="" ;;
+    --rank_env=*=*) RANK_ENV+=("${arg#*=}") ;;
+    -h|--help) sed -n "2,40p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument '$arg' (see --help)" ;;
+  esac
+done
+for v in BYTES_PER_SIZE MIN_ITERS MAX_ITERS NNODES NPROC_PER_NODE; do
+  [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a number, got '${!v}'"
+done
+((MIN_ITERS >= 1 && MAX_ITERS >= MIN_ITERS && NNODES >= 1 && NPROC_PER_NODE >= 1)) ||
+  die "need 1 <= min_iters <= max_iters, nnodes >= 1, nproc_per_node >= 1"
+M='(rankd|direct|rankd_noverify|rankd_local)'
+[[ $MODES =~ ^$M(,$M)*$ ]] ||
+  die "--modes: a comma-separated list of rankd, direct, rankd_noverify, rankd_local"
+[[ ,$MODES, == *,rankd,* ]] || ((!TORCH)) || die "--modes must include rankd (or use --skip_torch)"
+WORLD=$((NNODES * NPROC_PER_NODE))
+((WORLD >= 2)) || die "need at least 2 ranks"
+TORCH_PY=/usr/bin/python3   # Debian's torch is importable only by it
+
+# The schedule (bytes:warmup:iters,...), shared by both systems.
+SCHEDULE=""
+TOTAL_OPS=0
+IFS=, read -r -a SIZE_LIST <<<"$SIZES"
+for b in "${SIZE_LIST[@]}"; do
+  [[ $b =~ ^[0-9]+$ ]] && ((b > 0 && b % 4 == 0)) ||
+    die "sizes must be positive multiples of 4 bytes, got '$b'"
+  n=$((BYTES_PER_SIZE / b))
+  ((n < MIN_ITERS)) && n=$MIN_ITERS
+  ((n > MAX_ITERS)) && n=$MAX_ITERS
+  w=$((n / 10))
+  ((w < 2)) && w=2
+  ((w > 50)) && w=50
+  SCHEDULE+="${SCHEDULE:+,}$b:$w:$n"
+  TOTAL_OPS=$((TOTAL_OPS + n + w))
+done
+
+# --- Everything started below is tracked here and stopped on exit. --------
+TMP=""
+declare -a PIDS=()
+stop_all() {
+  local pid left i
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for ((i = 0; i < 50; i++)); do
+    left=0
+    for pid in "${PIDS[@]}"; do
+      # A child that exited stays a zombie (state Z) until reaped.
+      if [[ -r /proc/$pid/stat ]] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$pid/stat" 2>/dev/null; then
+        left=1
+      fi
+    done
+    ((left)) || break
+    sleep 0.1
+  done
+  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  PIDS=()
+}
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  stop_all
+  if [[ -n "$TMP" && -d "$TMP" ]]; then
+    if [[ -n "$KEEP" ]]; then mkdir -p "$KEEP" && cp -r "$TMP"/. "$KEEP"/ || true; fi
+    rm -rf "$TMP"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+# Forget a pid once it has been reaped, so it is never signalled again.
+forget() {
+  local keep=() p
+  for p in "${PIDS[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
+  PIDS=("${keep[@]}")
+}
+
+# --- Setup and build. ------------------------------------------------------
+if ((SETUP)); then tools/setup.sh --bench; fi
+[[ -x $TORCH_PY ]] || die "$TORCH_PY not found (tools/setup.sh --bench installs python3-torch)"
+TORCH_VERSION=$($TORCH_PY -c 'import torch, torch.distributed as d; assert d.is_gloo_available(); print(torch.__version__)') ||
+  die "$TORCH_PY cannot import torch with Gloo (run tools/setup.sh --bench)"
+
+echo "building (bazel -c $MODE) ..." >&2
+bazel build -c "$MODE" //daemon:rankd //client:rankctl //bench:allreduce_bench
+BIN=$(bazel info -c "$MODE" bazel-bin 2>/dev/null)
+RANKD=$BIN/daemon/rankd
+RANKCTL=$BIN/client/rankctl
+RANK_BENCH=$BIN/bench/allreduce_bench
+for b in "$RANKD" "$RANKCTL" "$RANK_BENCH"; do [[ -x $b ]] || die "missing $b"; done
+
+LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+TMP=$(mktemp -d /tmp/rankd-bench.XXXXXX)   # short: Unix socket paths must fit
+read -r -a PORTS <<<"$($TORCH_PY - "$((NNODES + 1))" <<'EOF'
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+for s in socks: s.close()
+EOF
+)"
+
+# --- rankd: daemons, readiness, ranks. -------------------------------------
+JOB=bench
+for ((n = 0; n < NNODES; n++)); do
+  args=(--job_id=$JOB --nnodes="$NNODES" --node_index=$n
+        --nproc_per_node="$NPROC_PER_NODE"
+        --listen=127.0.0.1:${PORTS[$n]} --socket="$TMP/node$n.sock")
+  ((n == 0)) || args+=(--coordinator=127.0.0.1:${PORTS[0]})
+  "$RANKD" "${args[@]}" >"$TMP/daemon$n.log" 2>&1 &
+  PIDS+=($!)
+done
+DAEMON_PIDS=("${PIDS[@]}")
+for ((n = 0; n < NNODES; n++)); do
+  deadline=$((SECONDS + 30))
+  until "$RANKCTL" --target=127.0.0.1:${PORTS[$n]} --service=readiness \
+          --timeout_ms=1000 health >/dev/null 2>&1; do
+    if ! kill -0 "${DAEMON_PIDS[$n]}" 2>/dev/null; then
+      cat "$TMP/daemon$n.log" >&2; die "daemon $n exited during start"
+    fi
+    ((SECONDS < deadline)) || { cat "$TMP/daemon$n.log" >&2; die "daemon $n not ready in 30 s"; }
+    sleep 0.05
+  done
+done
+echo "rankd: $NNODES daemon(s) ready; $WORLD ranks, modes $MODES, schedule $SCHEDULE ..." >&2
+
+RUN_LIMIT=600   # seconds, per system; generous (the default run takes ~1 min each)
+RANK_PIDS=()
+for ((n = 0; n < NNODES; n++)); do
+  for ((l = 0; l < NPROC_PER_NODE; l++)); do
+    r=$((n * NPROC_PER_NODE + l))
+    env ${RANK_ENV[@]+"${RANK_ENV[@]}"} \
+      timeout -k 5 "$RUN_LIMIT" "$RANK_BENCH" --target="unix://$TMP/node$n.sock" \
+      --job_id=$JOB --local_rank=$l --world_size=$WORLD --schedule="$SCHEDULE" \
+      --modes="$MODES" --out="$TMP/rankd.rank$r.txt" \
+      >"$TMP/rank$r.log" 2>&1 &
+    PIDS+=($!)
+    RANK_PIDS+=($!)
+  done
+done
+failed=0
+for ((r = 0; r < WORLD; r++)); do
+  pid=${RANK_PIDS[$r]}
+  rc=0; wait "$pid" || rc=$?
+  forget "$pid"
+  if ((rc != 0)); then
+    failed=1
+    echo "rank $r exited with $rc:" >&2; tail -5 "$TMP/rank$r.log" >&2
+  fi
+done
+if ((failed)); then
+  for ((n = 0; n < NNODES; n++)); do echo "--- daemon $n" >&2; tail -5 "$TMP/daemon$n.log" >&2; done
+  die "rankd run failed"
+fi
+LOAD_MID=$(cut -d' ' -f1-3 /proc/loadavg)
+stop_all   # the daemons; torch then has the machine to itself
+
+# --- torch.distributed (Gloo). ---------------------------------------------
+if ((TORCH)); then
+  echo "torch $TORCH_VERSION: $WORLD ranks, schedule $SCHEDULE ..." >&2
+  timeout -k 5 "$((RUN_LIMIT + 10))" "$TORCH_PY" bench/torch_allreduce.py \
+    --world="$WORLD" --schedule="$SCHEDULE" --port="${PORTS[$NNODES]}" \
+    --out_dir="$TMP" --timeout_s="$RUN_LIMIT" >"$TMP/torch.log" 2>&1 &
+  PIDS+=($!)
+  rc=0; wait "$!" || rc=$?
+  forget "$!"
+  if ((rc != 0)); then tail -20 "$TMP/torch.log" >&2; die "torch run failed ($rc)"; fi
+fi
+
+# --- Summary. ---------------------------------------------------------------
+cmd="bench/run_allreduce.sh"
+for a in "${ORIG_ARGS[@]}"; do cmd+=" $(printf '%q' "$a")"; done
+for v in SIZES BYTES_PER_SIZE MIN_ITERS MAX_ITERS MODES NNODES NPROC_PER_NODE RESULTS BAZEL_COMPILATION_MODE; do
+  if env | grep -q "^$v="; then cmd="$v=$(printf '%q' "${!v}") $cmd"; fi
+done
+cpu=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+mem=$(awk '/^MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)
+rev=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff --quiet HEAD 2>/dev/null || rev+=" (with uncommitted changes)"
+[[ -z $(git status --porcelain --untracked-files=normal -- bench 2>/dev/null) ]] ||
+  rev+=" (bench/ has uncommitted files)"
+meta=(
+  --meta "date=$(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  --meta "machine=$(nproc) CPUs, $cpu, $mem"
+  --meta "kernel=$(uname -sr)"
+  --meta "load average (1, 5, 15 min)=before the run: $LOAD_BEFORE; after rankd: $LOAD_MID; after torch: $(cut -d' ' -f1-3 /proc/loadavg)"
+  --meta "layout=$NNODES daemon(s) x $NPROC_PER_NODE ranks = $WORLD ranks, loopback (ranks on Unix sockets to their daemon; Gloo over 127.0.0.1 TCP between rank processes)"
+  --meta "payload=float32, in-place sum for direct and torch, out of place for rankd (its contract); schedule bytes:warmup:iters = $SCHEDULE"
+  --meta "rankd=git $rev, bazel -c $MODE, Gloo $(dpkg-query -W -f='${Version}' libgloo0 2>/dev/null || echo '?') (Debian libgloo0)"
+  --meta "rankd modes=$MODES"
+  --meta "torch=$TORCH_VERSION (Debian python3-torch, links the same libgloo0), Gloo over TCP on lo, TCPStore init, torch.set_num_threads(1)"
+  --meta "command=$cmd"
+)
+((${#RANK_ENV[@]} == 0)) ||
+  meta+=(--meta "rank environment=DIAGNOSTIC, rankd rank processes only (not torch): ${RANK_ENV[*]}")
+[[ -z "$NOTE" ]] || meta+=(--meta "note=$NOTE")
+results_args=()
+[[ -z "$RESULTS" ]] || results_args=(--results "$RESULTS")
+((TORCH)) || results_args+=(--no_torch)
+echo
+$TORCH_PY bench/summarize_allreduce.py --dir="$TMP" --world="$WORLD" \
+  --schedule="$SCHEDULE" "${results_args[@]}" "${meta[@]}"

@@ -1,0 +1,190 @@
+#!/usr/bin/python3
+"""The peer half of the all_reduce_sum benchmark: torch.distributed (Gloo).
+
+Starts --world processes on this machine (forked from this one after
+importing torch), initialises a Gloo process group through a TCPStore on
+127.0.0.1:--port (GLOO_SOCKET_IFNAME=lo), and in each rank, for every
+"bytes:warmup:iters" item of --schedule (the same string the launcher gives
+bench/allreduce_bench.cc), runs warmup untimed and iters timed
+dist.all_reduce (SUM, in place) calls of a float32 tensor of bytes / 4
+elements, back to back. Each rank writes <out_dir>/torch.rank<R>.txt in the
+format allreduce_bench.cc uses:
+  # header
+  C torch <bytes> <iters> <cpu_us> <vcsw> <ivcsw> <minflt>  (timed calls,
+                                               getrusage)
+  T torch <bytes> <start_ns> <end_ns>               (one per timed call)
+with time.monotonic_ns() (CLOCK_MONOTONIC, the C++ ranks' steady_clock).
+
+Values are checked exactly (outside the timed region), as in the C++ rank:
+rank r contributes x[i] = (r + 1) * (1 + i % 5). all_reduce is in place, so
+the tensor is checked after the first warmup call and once more, refilled,
+after the timed calls (in between it keeps growing, x world per call, to
+inf, which costs nothing extra on x86).
+
+Needs Debian's python3-torch, i.e. run it with /usr/bin/python3. Every
+process it starts dies with it: children are killed by pid when this
+launcher exits or is terminated, and each child also asks the kernel
+(PR_SET_PDEATHSIG) to kill it if the launcher dies first.
+Exit status: 0 when every rank succeeded, 1 otherwise.
+"""
+
+import argparse
+import ctypes
+import multiprocessing as mp
+import os
+import resource
+import signal
+import sys
+import time
+from datetime import timedelta
+
+
+def parse_schedule(text):
+    steps = []
+    for item in text.split(","):
+        if not item:
+            continue
+        b, w, n = (int(v) for v in item.split(":"))
+        if b <= 0 or b % 4 or w < 1 or n < 1:
+            raise SystemExit(f"bad --schedule item {item!r}")
+        steps.append((b, w, n))
+    return steps
+
+
+def rank_main(rank, args):
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != args.parent_pid:  # launcher already gone
+        os._exit(1)
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{args.port}",
+        rank=rank,
+        world_size=args.world,
+        timeout=timedelta(seconds=args.timeout_s),
+    )
+    world = args.world
+    scale = world * (world + 1) // 2
+    lines = [f"# torch {torch.__version__} gloo all_reduce SUM float32 "
+             f"rank={rank} world={world}\n"]
+    now = time.monotonic_ns
+
+    def fill(t, n):
+        pattern = torch.arange(n, dtype=torch.int64) % 5 + 1
+        t.copy_(pattern * (rank + 1))
+        return pattern
+
+    def check(t, pattern, what):
+        if not torch.equal(t, (pattern * scale).to(torch.float32)):
+            print(f"ERROR {what}: wrong sum", flush=True)
+            os._exit(4)
+
+    for nbytes, warmup, iters in parse_schedule(args.schedule):
+        n = nbytes // 4
+        t = torch.empty(n, dtype=torch.float32)
+        pattern = fill(t, n)
+        start = [0] * iters
+        end = [0] * iters
+        before = None
+        for i in range(warmup + iters):
+            if i == warmup:
+                before = resource.getrusage(resource.RUSAGE_SELF)
+            t0 = now()
+            dist.all_reduce(t)
+            t1 = now()
+            if i == 0:
+                check(t, pattern, f"{nbytes} B call 0")
+            if i >= warmup:
+                start[i - warmup] = t0
+                end[i - warmup] = t1
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        fill(t, n)
+        dist.all_reduce(t)
+        check(t, pattern, f"{nbytes} B final call")
+        cpu_us = round((after.ru_utime + after.ru_stime - before.ru_utime -
+                        before.ru_stime) * 1e6)
+        lines.append(f"C torch {nbytes} {iters} {cpu_us} "
+                     f"{after.ru_nvcsw - before.ru_nvcsw} "
+                     f"{after.ru_nivcsw - before.ru_nivcsw} "
+                     f"{after.ru_minflt - before.ru_minflt}\n")
+        lines += [f"T torch {nbytes} {a} {b}\n" for a, b in zip(start, end)]
+        del t, pattern
+    with open(os.path.join(args.out_dir, f"torch.rank{rank}.txt"), "w") as f:
+        f.writelines(lines)
+    # Keep every rank alive until all have finished before tearing down.
+    dist.barrier()
+    dist.destroy_process_group()
+    os._exit(0)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--world", type=int, default=4)
+    p.add_argument("--schedule", required=True,
+                   help="bytes:warmup:iters,... (as allreduce_bench.cc)")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--out_dir", required=True)
+    p.add_argument("--timeout_s", type=int, default=600,
+                   help="whole-run limit, and Gloo's per-operation timeout")
+    args = p.parse_args()
+    parse_schedule(args.schedule)
+    args.parent_pid = os.getpid()
+
+    import torch  # noqa: F401  (imported once here; children inherit it)
+    import torch.distributed as dist
+    if not dist.is_available() or not dist.is_gloo_available():
+        print("ERROR torch.distributed with Gloo is not available", flush=True)
+        return 1
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    os.environ["OMP_NUM_THREADS"] = "1"
+
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=rank_main, args=(r, args), daemon=True)
+             for r in range(args.world)]
+
+    def stop_children(*_):
+        for pr in procs:
+            if pr.pid is not None and pr.exitcode is None:
+                try:
+                    os.kill(pr.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for pr in procs:
+            if pr.pid is not None:
+                pr.join(5)
+
+    def on_signal(signum, _frame):
+        stop_children()
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    ok = False
+    try:
+        for pr in procs:
+            pr.start()
+        deadline = time.monotonic() + args.timeout_s
+        failed = False
+        while not failed and any(pr.exitcode is None for pr in procs):
+            if time.monotonic() > deadline:
+                print(f"ERROR torch run exceeded {args.timeout_s}s", flush=True)
+                failed = True
+                break
+            for pr in procs:
+                if pr.exitcode not in (None, 0):
+                    print(f"ERROR torch rank {procs.index(pr)} exited with "
+                          f"{pr.exitcode}", flush=True)
+                    failed = True
+            time.sleep(0.05)
+        ok = not failed and all(pr.exitcode == 0 for pr in procs)
+    finally:
+        stop_children()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
