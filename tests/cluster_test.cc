@@ -25,34 +25,6 @@
 namespace rankd::testing {
 namespace {
 
-int ExitCode(int status) {
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-std::string Logs(std::vector<ChildProcess>& workers) {
-  std::string out;
-  for (auto& w : workers)
-    absl::StrAppend(&out, "--- ", w.log_path(), "\n", w.ReadLog());
-  return out;
-}
-
-// Waits until `process`'s log contains `needle`.
-bool WaitForLog(ChildProcess& process, const std::string& needle,
-                absl::Duration timeout) {
-  absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (absl::StrContains(process.ReadLog(), needle)) return true;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return false;
-}
-
-// The ERROR line a worker printed, or "".
-std::string ErrorLine(ChildProcess& worker) {
-  auto lines = LinesWithPrefix(worker.ReadLog(), "ERROR ");
-  return lines.empty() ? "" : lines.back();
-}
-
 TEST(ClusterTest, FourDaemonsEightRanksAgreeOnTopologyRoundsAndKeys) {
   ClusterOptions options;
   options.nnodes = 4;
@@ -150,7 +122,7 @@ TEST(ClusterTest, FrameLengthMismatchFailsTheRoundOnEveryRankNamingTheRank) {
   std::vector<int> statuses = WaitAll(*workers, absl::Seconds(60));
   for (size_t r = 0; r < statuses.size(); ++r) {
     EXPECT_EQ(ExitCode(statuses[r]), 3) << Logs(*workers);
-    std::string error = ErrorLine((*workers)[r]);
+    std::string error = LastErrorLine((*workers)[r]);
     EXPECT_TRUE(absl::StrContains(error, "code=INVALID_ARGUMENT")) << error;
     EXPECT_TRUE(absl::StrContains(error, "5 words from rank 3")) << error;
     EXPECT_TRUE(absl::StrContains(error, "4 words from ranks 0-2, 4-5"))
@@ -189,7 +161,7 @@ TEST(ClusterTest, KilledRankFailsEveryOtherRankNamingIt) {
   for (uint32_t r = 0; r < workers.size(); ++r) {
     if (r == victim) continue;
     EXPECT_EQ(ExitCode(statuses[r]), 3) << Logs(workers);
-    std::string error = ErrorLine(workers[r]);
+    std::string error = LastErrorLine(workers[r]);
     EXPECT_TRUE(absl::StrContains(error, "code=ABORTED")) << error;
     EXPECT_TRUE(absl::StrContains(error, "rank 4 ")) << error;
     EXPECT_TRUE(absl::StrContains(error, "lost")) << error;
@@ -237,13 +209,13 @@ TEST(ClusterTest, KilledDaemonFailsEveryOtherRankNamingTheNode) {
   EXPECT_LT(absl::Now() - killed, absl::Seconds(10));
   for (uint32_t r = 0; r < 4; ++r) {  // ranks on the surviving nodes
     EXPECT_EQ(ExitCode(statuses[r]), 3) << Logs(workers);
-    std::string error = ErrorLine(workers[r]);
+    std::string error = LastErrorLine(workers[r]);
     EXPECT_TRUE(absl::StrContains(error, "code=ABORTED")) << error;
     EXPECT_TRUE(absl::StrContains(error, "node 2")) << error;
   }
   for (uint32_t r = 4; r < 6; ++r) {  // ranks that lost their own daemon
     EXPECT_EQ(ExitCode(statuses[r]), 3) << Logs(workers);
-    EXPECT_FALSE(ErrorLine(workers[r]).empty());
+    EXPECT_FALSE(LastErrorLine(workers[r]).empty());
   }
   for (uint32_t n = 0; n < 2; ++n) {
     ClientOptions admin_options;

@@ -19,29 +19,6 @@
 
 namespace rankd::testing {
 namespace {
-
-int ExitCode(int status) {
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-std::string Logs(std::vector<ChildProcess>& workers) {
-  std::string out;
-  for (auto& w : workers) {
-    absl::StrAppend(&out, "--- ", w.log_path(), "\n", w.ReadLog());
-  }
-  return out;
-}
-
-bool WaitForLog(ChildProcess& process, const std::string& needle,
-                absl::Duration timeout) {
-  absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (absl::StrContains(process.ReadLog(), needle)) return true;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return false;
-}
-
 // One dataplane_worker per rank, node-major, like LocalCluster's workers.
 std::vector<ChildProcess> StartDataplaneWorkers(
     LocalCluster& cluster, const std::vector<std::string>& args) {

@@ -17,25 +17,6 @@
 namespace rankd::testing {
 namespace {
 
-int ExitCode(int status) {
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-bool WaitForLog(ChildProcess& process, const std::string& needle,
-                absl::Duration timeout) {
-  absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (absl::StrContains(process.ReadLog(), needle)) return true;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return false;
-}
-
-std::string ErrorLine(ChildProcess& worker) {
-  auto lines = LinesWithPrefix(worker.ReadLog(), "ERROR ");
-  return lines.empty() ? "" : lines.back();
-}
-
 // argv of a daemon for `node` of `cluster`, as LocalCluster starts it.
 std::vector<std::string> DaemonArgs(LocalCluster& cluster, uint32_t node,
                                     const std::string& listen,
@@ -101,7 +82,7 @@ TEST(LifecycleTest, SigtermWithJoinedRanksFailsTheJobNamingTheNode) {
   EXPECT_LT(absl::Now() - sent, absl::Seconds(10));
   for (uint32_t r = 0; r < 4; ++r) EXPECT_EQ(ExitCode(statuses[r]), 3);
   for (uint32_t r = 0; r < 2; ++r) {
-    std::string error = ErrorLine((*workers)[r]);
+    std::string error = LastErrorLine((*workers)[r]);
     EXPECT_TRUE(absl::StrContains(error, "code=ABORTED")) << error;
     EXPECT_TRUE(absl::StrContains(error, "node 1")) << error;
     EXPECT_TRUE(absl::StrContains(error, "shut down (SIGTERM)")) << error;
@@ -128,7 +109,7 @@ TEST(LifecycleTest, KilledCoordinatorFailsRanksOnOtherNodes) {
   EXPECT_LT(absl::Now() - killed, absl::Seconds(10));
   for (uint32_t r = 1; r < 3; ++r) {
     EXPECT_EQ(ExitCode(statuses[r]), 3);
-    std::string error = ErrorLine((*workers)[r]);
+    std::string error = LastErrorLine((*workers)[r]);
     EXPECT_TRUE(absl::StrContains(error, "code=ABORTED")) << error;
     EXPECT_TRUE(absl::StrContains(error, "coordinator lost")) << error;
     EXPECT_TRUE(absl::StrContains(error, cluster.tcp_address(0))) << error;
@@ -159,7 +140,7 @@ TEST(LifecycleTest, RestartedRankCannotRejoinTheFailedIncarnation) {
   auto status = again->Wait(absl::Seconds(20));
   ASSERT_TRUE(status.has_value());
   EXPECT_EQ(ExitCode(*status), 3);
-  std::string error = ErrorLine(*again);
+  std::string error = LastErrorLine(*again);
   EXPECT_TRUE(absl::StrContains(error, "code=ABORTED")) << error;
   EXPECT_TRUE(absl::StrContains(error, "rank 1 ")) << error;
 }
@@ -205,7 +186,7 @@ TEST(LifecycleTest, RankThatNeverJoinsIsNamedWhenJoinTimesOut) {
   }
   for (int s : WaitAll(workers, absl::Seconds(20))) EXPECT_EQ(ExitCode(s), 3);
   for (auto& w : workers) {
-    std::string error = ErrorLine(w);
+    std::string error = LastErrorLine(w);
     EXPECT_TRUE(absl::StrContains(error, "code=DEADLINE_EXCEEDED")) << error;
     EXPECT_TRUE(
         absl::StrContains(error, "1 of 4 ranks have not joined: 3 (node 1: 3)"))

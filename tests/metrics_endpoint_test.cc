@@ -79,17 +79,6 @@ std::string ScrapeUntil(int port, const std::string& series, Ok ok) {
                 << text;
   return text;
 }
-
-bool WaitForLog(ChildProcess& process, const std::string& needle,
-                absl::Duration timeout) {
-  absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (absl::StrContains(process.ReadLog(), needle)) return true;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return false;
-}
-
 TEST(MetricsEndpointTest, ReportsAJobFromFormingToFailure) {
   ClusterOptions options;
   options.job_id = "metrics";

@@ -33,11 +33,6 @@ constexpr char kToken[] = "s3cret-token";
 constexpr char kMissingToken[] =
     "this daemon requires a bearer token (authorization: Bearer <token>)";
 constexpr char kRejectedToken[] = "bearer token rejected";
-
-int ExitCode(int status) {
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;

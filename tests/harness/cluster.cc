@@ -136,6 +136,11 @@ std::vector<int> WaitAll(std::vector<ChildProcess>& workers,
   return statuses;
 }
 
+std::string LastErrorLine(ChildProcess& worker) {
+  auto lines = LinesWithPrefix(worker.ReadLog(), "ERROR ");
+  return lines.empty() ? "" : lines.back();
+}
+
 std::vector<std::string> LinesWithPrefix(const std::string& text,
                                          const std::string& prefix) {
   std::vector<std::string> out;

@@ -85,6 +85,9 @@ class LocalCluster {
 std::vector<int> WaitAll(std::vector<ChildProcess>& workers,
                          absl::Duration timeout);
 
+// The last "ERROR ..." line a worker printed (prefix stripped), or "".
+std::string LastErrorLine(ChildProcess& worker);
+
 // Lines of `text` that start with `prefix` (prefix stripped).
 std::vector<std::string> LinesWithPrefix(const std::string& text,
                                          const std::string& prefix);

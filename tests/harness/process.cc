@@ -15,6 +15,7 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -141,6 +142,28 @@ std::string ChildProcess::ReadLog() const {
   std::stringstream out;
   out << in.rdbuf();
   return out.str();
+}
+
+int ExitCode(int wait_status) {
+  return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : -1;
+}
+
+bool WaitForLog(ChildProcess& process, const std::string& needle,
+                absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (absl::StrContains(process.ReadLog(), needle)) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return false;
+}
+
+std::string Logs(std::vector<ChildProcess>& processes) {
+  std::string out;
+  for (auto& p : processes) {
+    absl::StrAppend(&out, "--- ", p.log_path(), "\n", p.ReadLog());
+  }
+  return out;
 }
 
 std::string Runfile(const std::string& path) {

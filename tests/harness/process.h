@@ -53,6 +53,18 @@ class ChildProcess {
   std::string log_path_;
 };
 
+// The exit code in a wait status, or -1 when the process did not exit
+// normally (killed by a signal).
+int ExitCode(int wait_status);
+
+// Waits until `process`'s log contains `needle`; false after `timeout`.
+bool WaitForLog(ChildProcess& process, const std::string& needle,
+                absl::Duration timeout);
+
+// Every process's log, each under a "--- <path>" header, for failure
+// messages.
+std::string Logs(std::vector<ChildProcess>& processes);
+
 // Path of a runfile such as "daemon/rankd" (relative to the workspace).
 std::string Runfile(const std::string& path);
 
