@@ -108,7 +108,8 @@ struct DaemonConfig {
 
   absl::Duration heartbeat_interval = absl::Milliseconds(250);
   absl::Duration heartbeat_timeout = absl::Milliseconds(2000);
-  absl::Duration register_timeout = absl::Milliseconds(kDefaultRegisterTimeoutMs);
+  absl::Duration register_timeout =
+      absl::Milliseconds(kDefaultRegisterTimeoutMs);
 
   TlsFiles tls;
   // File holding the bearer token clients and peers must present; empty when

@@ -189,9 +189,13 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
       node.state = v1::NODE_STATE_REGISTERED;
       node.info = info;
       node.last_heartbeat = absl::Now();
-      events_.Append(
-          v1::EVENT_KIND_NODE_REGISTERED, info.node_index(), {},
+      v1::JobEvent registered;
+      registered.set_kind(v1::EVENT_KIND_NODE_REGISTERED);
+      registered.set_node_index(info.node_index());
+      registered.set_message(
           absl::StrCat(NodeName(info.node_index(), info), " registered"));
+      *registered.mutable_node() = info;
+      events_.Append(std::move(registered));
       v1::RegisterNodeResponse response;
       response.set_job_incarnation(job_incarnation_);
       response.set_last_event_sequence(events_.last_sequence());
@@ -353,9 +357,18 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
   m.pid = request.pid();
   m.device = request.device();
   ++joined_;
-  events_.Append(v1::EVENT_KIND_MEMBER_JOINED, node_index, {rank},
-                 absl::StrCat("rank ", rank, " (pid ", request.pid(),
-                              ") joined on node ", node_index));
+  v1::JobEvent joined;
+  joined.set_kind(v1::EVENT_KIND_MEMBER_JOINED);
+  joined.set_node_index(node_index);
+  joined.add_ranks(rank);
+  joined.set_message(absl::StrCat("rank ", rank, " (pid ", request.pid(),
+                                  ") joined on node ", node_index));
+  v1::MemberDetails* details = joined.mutable_member();
+  details->set_local_rank(request.local_rank());
+  details->set_incarnation(request.incarnation());
+  details->set_pid(request.pid());
+  *details->mutable_device() = request.device();
+  events_.Append(std::move(joined));
   if (joined_ == spec_.world_size) {
     state_ = v1::JOB_STATE_READY;
     events_.Append(v1::EVENT_KIND_JOB_READY, std::nullopt, {},

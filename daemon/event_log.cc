@@ -15,14 +15,18 @@ v1::JobEvent EventLog::Append(v1::EventKind kind,
                               std::optional<uint32_t> node_index,
                               std::vector<uint32_t> ranks,
                               std::string message) {
-  absl::MutexLock lock(&mu_);
   v1::JobEvent event;
-  event.set_sequence(++last_sequence_);
   event.set_kind(kind);
-  event.set_time_unix_ms(absl::ToUnixMillis(absl::Now()));
   if (node_index.has_value()) event.set_node_index(*node_index);
   for (uint32_t r : ranks) event.add_ranks(r);
   event.set_message(std::move(message));
+  return Append(std::move(event));
+}
+
+v1::JobEvent EventLog::Append(v1::JobEvent event) {
+  absl::MutexLock lock(&mu_);
+  event.set_sequence(++last_sequence_);
+  event.set_time_unix_ms(absl::ToUnixMillis(absl::Now()));
   DeliverLocked(event);
   return event;
 }

@@ -34,6 +34,10 @@ class EventLog {
   v1::JobEvent Append(v1::EventKind kind, std::optional<uint32_t> node_index,
                       std::vector<uint32_t> ranks, std::string message);
 
+  // Appends `event` (kind, node, ranks, message and details as given),
+  // numbered last_sequence()+1 and stamped now. Returns the stored event.
+  v1::JobEvent Append(v1::JobEvent event);
+
   // Appends an event numbered elsewhere (a mirror of the coordinator's log).
   // Events at or below last_sequence() are ignored (duplicates after a
   // resubscribe). Returns false when ignored.

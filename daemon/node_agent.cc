@@ -62,6 +62,7 @@ NodeAgent::NodeAgent(JobSpec spec, std::vector<GroupSpec> groups,
     replica_[r].node_index = spec_.DefaultNodeOf(r);
   }
   replica_nodes_.assign(spec_.nnodes, v1::NODE_STATE_NOT_REGISTERED);
+  replica_node_info_.resize(spec_.nnodes);
 }
 
 NodeAgent::~NodeAgent() = default;
@@ -694,6 +695,10 @@ void NodeAgent::OnEvent(const v1::JobEvent& event) {
     switch (event.kind()) {
       case v1::EVENT_KIND_MEMBER_JOINED:
         set_ranks(v1::MEMBER_STATE_JOINED);
+        if (event.has_member() && event.ranks_size() == 1 &&
+            event.ranks(0) < replica_.size()) {
+          replica_[event.ranks(0)].details = event.member();
+        }
         break;
       case v1::EVENT_KIND_MEMBER_LEFT:
         set_ranks(v1::MEMBER_STATE_LEFT);
@@ -703,6 +708,10 @@ void NodeAgent::OnEvent(const v1::JobEvent& event) {
         break;
       case v1::EVENT_KIND_NODE_REGISTERED:
         set_node(v1::NODE_STATE_REGISTERED);
+        if (event.has_node() &&
+            event.node_index() < replica_node_info_.size()) {
+          replica_node_info_[event.node_index()] = event.node();
+        }
         break;
       case v1::EVENT_KIND_NODE_LOST:
         set_node(v1::NODE_STATE_LOST);
@@ -845,6 +854,13 @@ v1::MemberList NodeAgent::LocalMembers() const {
     out->set_local_rank(r % spec_.nproc_per_node);
     out->set_state(replica_[r].state);
     out->set_round(completed_rounds_);
+    if (replica_[r].state != v1::MEMBER_STATE_NOT_JOINED) {
+      const v1::MemberDetails& d = replica_[r].details;
+      out->set_local_rank(d.local_rank());
+      out->set_incarnation(d.incarnation());
+      out->set_pid(d.pid());
+      *out->mutable_device() = d.device();
+    }
     auto it = members_.find(r);
     if (it == members_.end()) continue;
     const LocalMember& m = it->second;
@@ -862,19 +878,20 @@ v1::MemberList NodeAgent::LocalMembers() const {
     out->set_node_index(n);
     out->set_state(replica_nodes_[n]);
     out->set_heartbeat_age_ms(-1);
-    if (n == node_.node_index()) {
-      out->set_hostname(node_.hostname());
-      out->set_address(node_.address());
-    }
+    const v1::NodeInfo& info =
+        n == node_.node_index() ? node_ : replica_node_info_[n];
+    out->set_hostname(info.hostname());
+    out->set_address(info.address());
   }
   return list;
 }
 
 v1::Topology NodeAgent::LocalTopology() const {
   v1::Topology topology = BuildTopology(spec_, groups_);
+  absl::MutexLock lock(&mu_);
   for (uint32_t n = 0; n < spec_.nnodes; ++n) {
     v1::NodeInfo* info = topology.add_nodes();
-    if (n == node_.node_index()) *info = node_;
+    *info = n == node_.node_index() ? node_ : replica_node_info_[n];
     info->set_node_index(n);
   }
   return topology;

@@ -126,6 +126,7 @@ class NodeAgent : public CoordinatorLink::Listener {
   struct ReplicaMember {
     v1::MemberState state = v1::MEMBER_STATE_NOT_JOINED;
     uint32_t node_index = 0;
+    v1::MemberDetails details;  // from the MEMBER_JOINED event
   };
 
   NodeAgent(JobSpec spec, std::vector<GroupSpec> groups, v1::NodeInfo node,
@@ -172,6 +173,8 @@ class NodeAgent : public CoordinatorLink::Listener {
   uint64_t completed_rounds_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<ReplicaMember> replica_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::NodeState> replica_nodes_ ABSL_GUARDED_BY(mu_);
+  // From NODE_REGISTERED events.
+  std::vector<v1::NodeInfo> replica_node_info_ ABSL_GUARDED_BY(mu_);
   WatchId next_watch_ ABSL_GUARDED_BY(mu_) = 1;
   struct Watch {
     uint32_t rank;

@@ -122,10 +122,9 @@ absl::Status WordRounds::CheckAcceptsLocked(uint64_t number) const {
   }
   uint64_t base = open_.empty() ? completed_ : open_.begin()->first - 1;
   if (number > base + kMaxOpenRounds) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("all_gather_words round ", number, " is more than ",
-                     kMaxOpenRounds, " rounds ahead of round ", base + 1,
-                     ", the oldest one still open"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "all_gather_words round ", number, " is more than ", kMaxOpenRounds,
+        " rounds ahead of round ", base + 1, ", the oldest one still open"));
   }
   return absl::OkStatus();
 }

@@ -92,6 +92,26 @@ TEST(ClusterTest, FourDaemonsEightRanksAgreeOnTopologyRoundsAndKeys) {
       absl::SleepFor(absl::Milliseconds(20));
     }
     EXPECT_EQ(state, v1::JOB_STATE_COMPLETED) << "node " << n;
+    // Every daemon, not only the coordinator, knows every rank's process
+    // and every node's address.
+    auto members = (*admin)->ListMembers();
+    ASSERT_TRUE(members.ok()) << members.status();
+    for (const auto& m : members->members()) {
+      EXPECT_EQ(m.state(), v1::MEMBER_STATE_LEFT) << "rank " << m.rank();
+      EXPECT_NE(m.pid(), 0u) << "node " << n << " rank " << m.rank();
+      EXPECT_EQ(m.device().kind(), "cpu")
+          << "node " << n << " rank " << m.rank();
+      EXPECT_EQ(m.local_rank(), m.rank() % 2);
+    }
+    ASSERT_EQ(members->nodes_size(), 4);
+    auto topology = (*admin)->GetTopology();
+    ASSERT_TRUE(topology.ok()) << topology.status();
+    for (uint32_t k = 0; k < 4; ++k) {
+      EXPECT_EQ(members->nodes(k).address(), cluster.tcp_address(k))
+          << "node " << n << " about node " << k;
+      EXPECT_EQ(topology->nodes(k).address(), cluster.tcp_address(k))
+          << "node " << n << " about node " << k;
+    }
   }
 }
 
