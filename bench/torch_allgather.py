@@ -25,13 +25,14 @@ Exit status: 0 when every rank succeeded, 1 otherwise.
 
 import argparse
 import ctypes
-import multiprocessing as mp
 import os
 import resource
 import signal
 import sys
 import time
 from datetime import timedelta
+
+from torch_ranks import run_ranks
 
 
 def word(rank, rnd, j):
@@ -117,58 +118,7 @@ def main():
     p.add_argument("--timeout_s", type=int, default=300,
                    help="whole-run limit, and Gloo's per-operation timeout")
     args = p.parse_args()
-    args.parent_pid = os.getpid()
-
-    import torch  # noqa: F401  (imported once here; children inherit it)
-    import torch.distributed as dist
-    if not dist.is_available() or not dist.is_gloo_available():
-        print("ERROR torch.distributed with Gloo is not available", flush=True)
-        return 1
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    os.environ["OMP_NUM_THREADS"] = "1"
-
-    ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=rank_main, args=(r, args), daemon=True)
-             for r in range(args.world)]
-
-    def stop_children(*_):
-        for pr in procs:
-            if pr.pid is not None and pr.exitcode is None:
-                try:
-                    os.kill(pr.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        for pr in procs:
-            if pr.pid is not None:
-                pr.join(5)
-
-    def on_signal(signum, _frame):
-        stop_children()
-        sys.exit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    ok = False
-    try:
-        for pr in procs:
-            pr.start()
-        deadline = time.monotonic() + args.timeout_s
-        failed = False
-        while not failed and any(pr.exitcode is None for pr in procs):
-            if time.monotonic() > deadline:
-                print(f"ERROR torch run exceeded {args.timeout_s}s", flush=True)
-                failed = True
-                break
-            for pr in procs:
-                if pr.exitcode not in (None, 0):
-                    print(f"ERROR torch rank {procs.index(pr)} exited with "
-                          f"{pr.exitcode}", flush=True)
-                    failed = True
-            time.sleep(0.05)
-        ok = not failed and all(pr.exitcode == 0 for pr in procs)
-    finally:
-        stop_children()
-    return 0 if ok else 1
+    return run_ranks(rank_main, args)
 
 
 if __name__ == "__main__":
