@@ -1,14 +1,20 @@
 #include "dataplane/host_tensor.h"
 
-#include <algorithm>
-
 namespace rankd::dataplane {
 
+HostTensor HostTensor::Uninitialized(const ValueDescriptor& descriptor) {
+  // The pool gives every request, even of zero bytes, a non-null block.
+  return HostTensor(
+      descriptor,
+      std::make_shared<HostBuffer>(
+          HostBufferPool::Default().Allocate(descriptor.byte_size())));
+}
+
 HostTensor HostTensor::Zeros(const ValueDescriptor& descriptor) {
-  // At least one byte so that data() is never null, even for zero rows.
-  auto buffer = std::make_shared<Buffer>(
-      std::max<size_t>(descriptor.byte_size(), 1), uint8_t{0});
-  return HostTensor(descriptor, std::move(buffer));
+  // A reused block holds its previous user's bytes: always clear it.
+  HostTensor tensor = Uninitialized(descriptor);
+  std::memset(tensor.data(), 0, tensor.byte_size());
+  return tensor;
 }
 
 absl::StatusOr<HostTensor> HostTensor::FromBytes(
@@ -18,13 +24,15 @@ absl::StatusOr<HostTensor> HostTensor::FromBytes(
         absl::StrCat("HostTensor: ", descriptor.ToString(), " needs ",
                      descriptor.byte_size(), " bytes; got ", bytes.size()));
   }
-  HostTensor tensor = Zeros(descriptor);
+  HostTensor tensor = Uninitialized(descriptor);
   if (!bytes.empty()) std::memcpy(tensor.data(), bytes.data(), bytes.size());
   return tensor;
 }
 
 HostTensor HostTensor::Clone() const {
-  return HostTensor(descriptor_, std::make_shared<Buffer>(*buffer_));
+  HostTensor copy = Uninitialized(descriptor_);
+  if (byte_size() != 0) std::memcpy(copy.data(), data(), byte_size());
+  return copy;
 }
 
 }  // namespace rankd::dataplane

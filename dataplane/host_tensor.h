@@ -2,6 +2,10 @@
 // ownership of one byte buffer plus the ValueDescriptor that interprets it.
 // Copying a HostTensor shares the buffer (like a shared_ptr); Clone() makes a
 // deep copy. A completion that retains a HostTensor keeps its buffer alive.
+// Buffers are 64-byte aligned and come from HostBufferPool::Default()
+// (dataplane/host_buffer_pool.h): when the last tensor or resource() holding
+// a buffer of 64 KiB or more drops it, the block is kept for the next tensor
+// of about the same size instead of being unmapped and faulted in again.
 //
 //   auto t = HostTensor::FromVector<float>({2, 2}, {1, 2, 3, 4});
 //   if (!t.ok()) return t.status();
@@ -11,7 +15,7 @@
 // int8_t..uint64_t, bool, Float16, BFloat16, Complex64). Thread safety: the
 // object is immutable except through the buffer; concurrent writes to one
 // buffer are the caller's business. Depends on dataplane/types.h,
-// dataplane/element_types.h and absl.
+// dataplane/element_types.h, dataplane/host_buffer_pool.h and absl.
 #ifndef RANKD_DATAPLANE_HOST_TENSOR_H_
 #define RANKD_DATAPLANE_HOST_TENSOR_H_
 
@@ -28,6 +32,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "dataplane/element_types.h"
+#include "dataplane/host_buffer_pool.h"
 #include "dataplane/types.h"
 
 namespace rankd::dataplane {
@@ -72,7 +77,7 @@ class HostTensor {
   size_t byte_size() const { return descriptor_.byte_size(); }
 
   // The buffer. Never null (a zero-byte tensor points at a valid, empty
-  // allocation).
+  // allocation), aligned to HostBufferPool::kAlignment (64) bytes.
   uint8_t* data() const { return buffer_->data(); }
   absl::Span<const uint8_t> bytes() const {
     return absl::MakeConstSpan(buffer_->data(), byte_size());
@@ -85,7 +90,7 @@ class HostTensor {
   template <typename T>
   absl::StatusOr<absl::Span<T>> MutableValues() const;
 
-  // A deep copy with its own buffer.
+  // A deep copy with its own buffer (copied, never zero-filled first).
   HostTensor Clone() const;
 
   // True when both tensors use the same buffer.
@@ -93,18 +98,20 @@ class HostTensor {
     return buffer_ == other.buffer_;
   }
 
-  // The buffer as an opaque shared resource, for completions to retain.
+  // The buffer as an opaque shared resource, for completions to retain. The
+  // block is not reused while any copy of it is held.
   std::shared_ptr<const void> resource() const { return buffer_; }
 
  private:
-  using Buffer = std::vector<uint8_t>;
-  HostTensor(ValueDescriptor descriptor, std::shared_ptr<Buffer> buffer)
+  HostTensor(ValueDescriptor descriptor, std::shared_ptr<HostBuffer> buffer)
       : descriptor_(std::move(descriptor)), buffer_(std::move(buffer)) {}
+  // A tensor whose bytes are unspecified, for callers that overwrite them all.
+  static HostTensor Uninitialized(const ValueDescriptor& descriptor);
   template <typename T>
   absl::Status CheckType() const;
 
   ValueDescriptor descriptor_;
-  std::shared_ptr<Buffer> buffer_;
+  std::shared_ptr<HostBuffer> buffer_;  // never null
 };
 
 // ---- implementation details ------------------------------------------------
@@ -120,7 +127,7 @@ absl::StatusOr<HostTensor> HostTensor::FromSpan(std::vector<size_t> shape,
         "HostTensor: ", descriptor->ToString(), " needs ",
         descriptor->element_count(), " values; got ", values.size()));
   }
-  HostTensor tensor = Zeros(*descriptor);
+  HostTensor tensor = Uninitialized(*descriptor);
   if (!values.empty()) {
     std::memcpy(tensor.data(), values.data(), values.size() * sizeof(T));
   }
@@ -140,7 +147,7 @@ absl::StatusOr<HostTensor> HostTensor::FromRows(size_t rows,
         "HostTensor: ", descriptor->ToString(), " needs ",
         descriptor->element_count(), " values; got ", values.size()));
   }
-  HostTensor tensor = Zeros(*descriptor);
+  HostTensor tensor = Uninitialized(*descriptor);
   if (!values.empty()) {
     std::memcpy(tensor.data(), values.data(), values.size() * sizeof(T));
   }

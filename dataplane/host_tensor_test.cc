@@ -1,12 +1,16 @@
 // Unit tests of HostTensor and the element types behind its accessors.
 #include "dataplane/host_tensor.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "dataplane/element_types.h"
+#include "dataplane/host_buffer_pool.h"
 #include "gtest/gtest.h"
 
 namespace rankd::dataplane {
@@ -72,6 +76,122 @@ TEST(HostTensorTest, ResourceKeepsTheBufferAlive) {
   }
   EXPECT_EQ(*data, 7);  // still owned through `resource`
   EXPECT_EQ(resource.use_count(), 1);
+}
+
+// ---- buffers from HostBufferPool::Default()
+// ----------------------------------
+
+// 1 MiB of bytes: large enough to be pooled.
+constexpr size_t kPooledBytes = size_t{1} << 20;
+
+ValueDescriptor Bytes(size_t n) {
+  return *ValueDescriptor::Create({n}, TensorDtype::kU8);
+}
+
+bool AllAre(const HostTensor& t, uint8_t value) {
+  return std::all_of(t.bytes().begin(), t.bytes().end(),
+                     [value](uint8_t b) { return b == value; });
+}
+
+TEST(HostTensorPoolTest, ReleasedBufferIsReusedForTheSameSize) {
+  uint8_t* block = nullptr;
+  {
+    HostTensor t = HostTensor::Zeros(Bytes(kPooledBytes));
+    block = t.data();
+  }
+  const HostBufferPool::Stats before = HostBufferPool::Default().GetStats();
+  HostTensor again = HostTensor::Zeros(Bytes(kPooledBytes));
+  EXPECT_EQ(again.data(), block);
+  EXPECT_EQ(HostBufferPool::Default().GetStats().hits, before.hits + 1);
+}
+
+TEST(HostTensorPoolTest, ZerosAreZeroInADirtyReusedBlock) {
+  uint8_t* block = nullptr;
+  {
+    HostTensor dirty = HostTensor::Zeros(Bytes(kPooledBytes));
+    std::memset(dirty.data(), 0xcd, dirty.byte_size());
+    block = dirty.data();
+  }
+  HostTensor zeros = HostTensor::Zeros(Bytes(kPooledBytes));
+  ASSERT_EQ(zeros.data(), block);  // the dirty block came back
+  EXPECT_TRUE(AllAre(zeros, 0));
+}
+
+TEST(HostTensorPoolTest, CloneCopiesExactlyIntoAReusedBlock) {
+  std::vector<uint32_t> values(kPooledBytes / 4);
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = static_cast<uint32_t>(i * 2654435761u);
+  }
+  auto source = *HostTensor::FromVector<uint32_t>({values.size()}, values);
+  {
+    HostTensor dirty = HostTensor::Zeros(source.descriptor());
+    std::memset(dirty.data(), 0xee, dirty.byte_size());
+  }
+  HostTensor copy = source.Clone();
+  EXPECT_FALSE(copy.SharesBufferWith(source));
+  EXPECT_EQ(copy.descriptor(), source.descriptor());
+  EXPECT_EQ(std::memcmp(copy.data(), source.data(), source.byte_size()), 0);
+  EXPECT_EQ(std::vector<uint32_t>(copy.Values<uint32_t>()->begin(),
+                                  copy.Values<uint32_t>()->end()),
+            values);
+}
+
+TEST(HostTensorPoolTest, ZeroByteTensorsCloneAndStayDistinct) {
+  auto empty = *HostTensor::FromRows<float>(0, {4}, {});
+  HostTensor copy = empty.Clone();
+  EXPECT_NE(copy.data(), nullptr);
+  EXPECT_EQ(copy.byte_size(), 0u);
+  EXPECT_FALSE(copy.SharesBufferWith(empty));
+  HostTensor zeros = HostTensor::Zeros(empty.descriptor());
+  EXPECT_NE(zeros.data(), nullptr);
+  EXPECT_FALSE(zeros.SharesBufferWith(empty));
+}
+
+TEST(HostTensorPoolTest, BuffersAreAligned) {
+  for (size_t n : {size_t{1}, size_t{3}, size_t{100}, size_t{65536} + 3,
+                   kPooledBytes + 1}) {
+    HostTensor t = HostTensor::Zeros(Bytes(n));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % 64, 0u) << n;
+    EXPECT_TRUE(AllAre(t, 0)) << n;
+  }
+}
+
+TEST(HostTensorPoolTest, ResourceHoldsTheBlockOutOfThePool) {
+  std::shared_ptr<const void> resource;
+  uint8_t* block = nullptr;
+  {
+    HostTensor t = HostTensor::Zeros(Bytes(kPooledBytes));
+    std::memset(t.data(), 0x5a, t.byte_size());
+    resource = t.resource();
+    block = t.data();
+  }
+  {
+    // The tensor is gone but the completion's reference is not: a new tensor
+    // of the same size must get another block, and ours stays intact.
+    HostTensor other = HostTensor::Zeros(Bytes(kPooledBytes));
+    EXPECT_NE(other.data(), block);
+    EXPECT_TRUE(std::all_of(block, block + kPooledBytes,
+                            [](uint8_t b) { return b == 0x5a; }));
+  }
+  resource.reset();  // now the block is idle (freed last: handed out first)
+  HostTensor reused = HostTensor::Zeros(Bytes(kPooledBytes));
+  EXPECT_EQ(reused.data(), block);
+}
+
+TEST(HostTensorPoolTest, CapacityZeroStillWorks) {
+  HostBufferPool& pool = HostBufferPool::Default();
+  const size_t saved = pool.capacity_bytes();
+  pool.SetCapacityBytes(0);
+  EXPECT_EQ(pool.GetStats().idle_bytes, 0u);
+  auto source = *HostTensor::FromVector<float>({4}, {1, 2, 3, 4});
+  for (int i = 0; i < 3; ++i) {
+    HostTensor big = HostTensor::Zeros(Bytes(kPooledBytes));
+    EXPECT_TRUE(AllAre(big, 0));
+    HostTensor copy = big.Clone();
+    EXPECT_TRUE(AllAre(copy, 0));
+  }
+  EXPECT_EQ(pool.GetStats().idle_bytes, 0u);
+  pool.SetCapacityBytes(saved);
 }
 
 TEST(ElementTypesTest, BFloat16RoundsToNearestEven) {

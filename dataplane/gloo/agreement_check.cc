@@ -14,7 +14,9 @@ absl::Status GatherWords(GlooGroup& group, const std::string& operation,
   const size_t n = group.size();
   all->assign(n * words.size(), 0);
   std::vector<size_t> bytes(n, words.size() * sizeof(uint64_t));
-  const uint32_t tag = group.NextTag();
+  // The check itself must pair whatever the members are about to do.
+  const uint32_t tag =
+      OperationTag(group.NextSequence(), Fingerprint("agreement check"));
   return CatchNative(absl::StrCat("gloo ", operation, " (agreement check)"),
                      [&] {
                        NativeAllGatherV(group.context(), words.data(),
@@ -31,6 +33,13 @@ uint64_t Fingerprint(absl::string_view canonical) {
     h *= 0x100000001b3ull;
   }
   return h;
+}
+
+uint32_t OperationTag(uint32_t sequence, uint64_t fingerprint) {
+  // An odd multiplier makes sequence -> tag a bijection modulo 2^32; the
+  // folded fingerprint shifts the whole sequence space per operation kind.
+  const uint32_t folded = static_cast<uint32_t>(fingerprint ^ (fingerprint >> 32));
+  return sequence * 0x9e3779b1u + folded;
 }
 
 TaskResult VerifyAgreement(GlooGroup& group, const std::string& operation,

@@ -1,11 +1,22 @@
-// Cross-rank agreement checks run by the Gloo executor before moving data:
-// every member contributes a fingerprint of what it is about to do (the
-// operation, dtype, shape, axis, root, counts) through one small allgather,
-// so every member sees the same fingerprints and decides the same way. On a
-// disagreement every member fails with InvalidArgument before any payload
-// moves, the members stay in step and the session stays usable (a
-// TaskResult::Agreed failure). A transport failure during the check is a
-// native failure. Internal to the Gloo backend; executor thread only.
+// How the Gloo backend keeps members that submit different operations from
+// exchanging data of the wrong layout.
+//
+// Always: every operation's Gloo tag (collectives) or slot (point-to-point)
+// mixes its sequence number with a fingerprint of what it is (operation,
+// dtype, shape, axis, root, agreed counts): OperationTag. Gloo pairs
+// messages by slot, so members that disagree never pair; they wait until
+// op_timeout, and mismatch_diagnosis.h then names who submitted what. This
+// costs nothing per operation.
+//
+// On request (GlooOptions::verify_agreement) and always for the count matrix
+// of variable_all_to_all (which no single member knows, so no tag can carry
+// it): an explicit check before moving data. Every member contributes its
+// fingerprint (and counts) through one small allgather, so every member
+// sees the same fingerprints and decides the same way. On a disagreement
+// every member fails with InvalidArgument before any payload moves, the
+// members stay in step and the session stays usable (a TaskResult::Agreed
+// failure). A transport failure during the check is a native failure.
+// Internal to the Gloo backend; executor thread only.
 // Depends on gloo_group.h, gloo_executor.h (TaskResult), native_ops.h, absl.
 #ifndef RANKD_DATAPLANE_GLOO_AGREEMENT_CHECK_H_
 #define RANKD_DATAPLANE_GLOO_AGREEMENT_CHECK_H_
@@ -23,6 +34,13 @@ namespace rankd::dataplane::gloo_internal {
 
 // FNV-1a, 64 bits: stable across processes (unlike absl::Hash).
 uint64_t Fingerprint(absl::string_view canonical);
+
+// The Gloo tag of the operation numbered `sequence` (on its group or route)
+// whose canonical description has `fingerprint`. For a fixed fingerprint it
+// is a bijection of the sequence number, so consecutive operations never
+// share a tag; operations with different fingerprints at the same sequence
+// number get different tags unless their fingerprints collide in 32 bits.
+uint32_t OperationTag(uint32_t sequence, uint64_t fingerprint);
 
 // Every member of `group` must pass the same `canonical` description.
 TaskResult VerifyAgreement(GlooGroup& group, const std::string& operation,

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "dataplane/gloo/agreement_check.h"
 #include "dataplane/gloo/gloo_communicator.h"
+#include "dataplane/gloo/mismatch_diagnosis.h"
 #include "dataplane/gloo/native_ops.h"
 #include "dataplane/gloo/sum_kernels.h"
 
@@ -20,7 +21,12 @@ namespace rankd::dataplane {
 namespace {
 
 using gloo_internal::CatchNative;
+using gloo_internal::Fingerprint;
 using gloo_internal::Milliseconds;
+using gloo_internal::MismatchDiagnosis;
+using gloo_internal::OperationTag;
+using gloo_internal::SubmittedOperation;
+using DiagnosisPtr = std::shared_ptr<const MismatchDiagnosis>;
 
 constexpr char kBackend[] = "gloo";
 
@@ -117,8 +123,42 @@ std::string OperationName(const char* kind, const GlooGroup& group) {
   return absl::StrCat(kind, " on ", group.ToString());
 }
 
-TaskResult NativeResult(absl::Status s) {
-  return s.ok() ? TaskResult::Ok() : TaskResult::Native(std::move(s));
+// Runs `call`, the Gloo call of operation number `sequence` on `scope`
+// (described by `canonical`). A native failure is handed to `diagnosis`,
+// which names the members that submitted something else, if any did.
+TaskResult RunNative(const MismatchDiagnosis& diagnosis, SubmittedOperation scope,
+                     uint32_t sequence, const std::string& op,
+                     const std::string& canonical,
+                     const std::function<void()>& call) {
+  absl::Status s = CatchNative(absl::StrCat("gloo ", op), call);
+  if (s.ok()) return TaskResult::Ok();
+  scope.sequence = sequence;
+  scope.canonical = canonical;
+  return TaskResult::Native(diagnosis.Explain(scope, s));
+}
+
+// The diagnosis record of a collective on `g` (sequence and canonical
+// description are filled in by RunNative).
+SubmittedOperation OnGroup(const GlooGroup& g) {
+  SubmittedOperation scope;
+  scope.scope_key = g.is_world() ? "world" : absl::StrCat("g", g.id());
+  scope.scope_name = g.ToString();
+  scope.members = g.members();
+  scope.self = g.rank();
+  return scope;
+}
+
+// The diagnosis record of a transfer on `route`: its two ends.
+SubmittedOperation OnRoute(const GlooRoute& route) {
+  SubmittedOperation scope;
+  const GlooGroup& g = *route.group();
+  scope.scope_key =
+      absl::StrCat("r", route.source(), "-", route.destination(),
+                   g.is_world() ? "world" : absl::StrCat("g", g.id()));
+  scope.scope_name = route.ToString();
+  scope.members = {route.source(), route.destination()};
+  scope.self = g.rank();
+  return scope;
 }
 
 // The Agreement of agree_success.
@@ -291,11 +331,13 @@ GlooTensorSubmission GlooBackend::AllReduceSum(const HostTensor& value,
   const std::string op = OperationName(kind, group);
   const std::string canonical =
       absl::StrCat(kind, " ", value.descriptor().ToString());
+  const uint64_t fingerprint = Fingerprint(canonical);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
       kind, op, {value.resource(), output.resource(), g},
-      [g, output, kernel = *kernel, op, canonical, verify, timeout] {
+      [g, output, kernel = *kernel, op, canonical, fingerprint, verify, timeout,
+       diagnosis = comm_->diagnosis()] {
         if (g->context() == nullptr) return TaskResult::Ok();
         if (verify) {
           TaskResult r =
@@ -304,11 +346,12 @@ GlooTensorSubmission GlooBackend::AllReduceSum(const HostTensor& value,
         }
         const size_t elements = output.descriptor().element_count();
         if (elements == 0) return TaskResult::Ok();
-        const uint32_t tag = g->NextTag();
-        return NativeResult(CatchNative(absl::StrCat("gloo ", op), [&] {
+        const uint32_t sequence = g->NextSequence();
+        const uint32_t tag = OperationTag(sequence, fingerprint);
+        return RunNative(*diagnosis, OnGroup(*g), sequence, op, canonical, [&] {
           gloo_internal::NativeAllReduce(g->context(), output.data(), elements,
                                          kernel, tag, timeout);
-        }));
+        });
       });
   if (!completion.ok()) return completion.status();
   return Submission<HostTensor, GlooCompletionPtr>{std::move(output),
@@ -385,11 +428,13 @@ GlooTensorSubmission GlooBackend::SubmitGather(const char* kind,
   const std::string canonical = absl::StrCat(kind, " axis=", axis, " counts=[",
                                              absl::StrJoin(counts, ","), "] ",
                                              OpenAxis(in_descriptor, axis));
+  const uint64_t fingerprint = Fingerprint(canonical);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor().Submit(
       kind, op, {value.resource(), output.resource(), g},
-      [g, value, output, counts, layout, op, canonical, verify, timeout] {
+      [g, value, output, counts, layout, op, canonical, fingerprint, verify,
+       timeout, diagnosis = comm_->diagnosis()] {
         if (g->context() == nullptr) {
           std::memcpy(output.data(), value.data(), value.byte_size());
           return TaskResult::Ok();
@@ -408,12 +453,14 @@ GlooTensorSubmission GlooBackend::SubmitGather(const char* kind,
         // Axis 0 is member-major already; otherwise gather then interleave.
         std::vector<uint8_t> staging(layout.outer == 1 ? 0 : all);
         uint8_t* target = layout.outer == 1 ? output.data() : staging.data();
-        const uint32_t tag = g->NextTag();
-        absl::Status s = CatchNative(absl::StrCat("gloo ", op), [&] {
-          gloo_internal::NativeAllGatherV(g->context(), value.data(), target,
-                                          bytes, tag, timeout);
-        });
-        if (!s.ok()) return TaskResult::Native(s);
+        const uint32_t sequence = g->NextSequence();
+        const uint32_t tag = OperationTag(sequence, fingerprint);
+        TaskResult r =
+            RunNative(*diagnosis, OnGroup(*g), sequence, op, canonical, [&] {
+              gloo_internal::NativeAllGatherV(g->context(), value.data(),
+                                              target, bytes, tag, timeout);
+            });
+        if (!r.status.ok()) return r;
         if (layout.outer != 1) {
           Scatter(staging.data(), output.data(), counts, layout);
         }
@@ -479,20 +526,22 @@ GlooTensorSubmission GlooBackend::VariableAllToAll(const HostTensor& value,
   const std::string op = OperationName(kind, group);
   const std::string canonical =
       absl::StrCat(kind, " axis=", axis, " ", OpenAxis(d, axis));
-  const bool verify = options().verify_agreement;
+  const uint64_t fingerprint = Fingerprint(canonical);
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
       kind, op, {value.resource(), output.resource(), g},
-      [g, value, output, counts, layout, op, canonical, verify, timeout] {
+      [g, value, output, counts, layout, op, canonical, fingerprint, timeout,
+       diagnosis = comm_->diagnosis()] {
         if (g->context() == nullptr) {
           std::memcpy(output.data(), value.data(), value.byte_size());
           return TaskResult::Ok();
         }
-        if (verify) {
-          TaskResult r = gloo_internal::VerifyAllToAllCounts(
-              *g, op, canonical, counts.send, counts.receive, timeout);
-          if (!r.status.ok()) return r;
-        }
+        // Always: no member knows the whole count matrix, so no tag can
+        // carry it, and a message longer than the receive posted for it
+        // would end the process on Gloo's I/O thread.
+        TaskResult check = gloo_internal::VerifyAllToAllCounts(
+            *g, op, canonical, counts.send, counts.receive, timeout);
+        if (!check.status.ok()) return check;
         const size_t n = counts.send.size();
         std::vector<int64_t> send_bytes(n), recv_bytes(n);
         for (size_t p = 0; p < n; ++p) {
@@ -506,14 +555,16 @@ GlooTensorSubmission GlooBackend::VariableAllToAll(const HostTensor& value,
           Gather(value.data(), packed.data(), counts.send, layout);
           staging.resize(output.byte_size());
         }
-        const uint32_t tag = g->NextTag();
-        absl::Status s = CatchNative(absl::StrCat("gloo ", op), [&] {
-          gloo_internal::NativeAllToAllV(
-              g->context(), direct ? value.data() : packed.data(), send_bytes,
-              direct ? output.data() : staging.data(), recv_bytes, tag,
-              timeout);
-        });
-        if (!s.ok()) return TaskResult::Native(s);
+        const uint32_t sequence = g->NextSequence();
+        const uint32_t tag = OperationTag(sequence, fingerprint);
+        TaskResult r =
+            RunNative(*diagnosis, OnGroup(*g), sequence, op, canonical, [&] {
+              gloo_internal::NativeAllToAllV(
+                  g->context(), direct ? value.data() : packed.data(),
+                  send_bytes, direct ? output.data() : staging.data(),
+                  recv_bytes, tag, timeout);
+            });
+        if (!r.status.ok()) return r;
         if (!direct) {
           Scatter(staging.data(), output.data(), counts.receive, layout);
         }
@@ -542,24 +593,27 @@ GlooTensorSubmission GlooBackend::Broadcast(const HostTensor& value,
   const std::string op = OperationName(kind, group);
   const std::string canonical = absl::StrCat(
       kind, " root=", root_member_index, " ", value.descriptor().ToString());
+  const uint64_t fingerprint = Fingerprint(canonical);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
   const int root_index = static_cast<int>(root_member_index);
   auto completion = executor.Submit(
       kind, op, {value.resource(), output.resource(), g},
-      [g, output, root_index, op, canonical, verify, timeout] {
+      [g, output, root_index, op, canonical, fingerprint, verify, timeout,
+       diagnosis = comm_->diagnosis()] {
         if (g->context() == nullptr) return TaskResult::Ok();
         if (verify) {
           TaskResult r =
               gloo_internal::VerifyAgreement(*g, op, canonical, timeout);
           if (!r.status.ok()) return r;
         }
-        const uint32_t tag = g->NextTag();
-        return NativeResult(CatchNative(absl::StrCat("gloo ", op), [&] {
+        const uint32_t sequence = g->NextSequence();
+        const uint32_t tag = OperationTag(sequence, fingerprint);
+        return RunNative(*diagnosis, OnGroup(*g), sequence, op, canonical, [&] {
           gloo_internal::NativeBroadcast(g->context(), output.data(),
                                          output.byte_size(), root_index, tag,
                                          timeout);
-        }));
+        });
       });
   if (!completion.ok()) return completion.status();
   return Submission<HostTensor, GlooCompletionPtr>{std::move(output),
@@ -574,17 +628,20 @@ GlooUnitSubmission GlooBackend::Barrier(GlooGroup& group,
   const std::string op = OperationName(kind, group);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
-  auto completion = executor.Submit(kind, op, {g}, [g, op, verify, timeout] {
-    if (g->context() == nullptr) return TaskResult::Ok();
-    if (verify) {
-      TaskResult r = gloo_internal::VerifyAgreement(*g, op, "barrier", timeout);
-      if (!r.status.ok()) return r;
-    }
-    const uint32_t tag = g->NextTag();
-    return NativeResult(CatchNative(absl::StrCat("gloo ", op), [&] {
-      gloo_internal::NativeBarrier(g->context(), tag, timeout);
-    }));
-  });
+  auto completion = executor.Submit(
+      kind, op, {g}, [g, op, verify, timeout, diagnosis = comm_->diagnosis()] {
+        if (g->context() == nullptr) return TaskResult::Ok();
+        if (verify) {
+          TaskResult r =
+              gloo_internal::VerifyAgreement(*g, op, "barrier", timeout);
+          if (!r.status.ok()) return r;
+        }
+        const uint32_t sequence = g->NextSequence();
+        const uint32_t tag = OperationTag(sequence, Fingerprint("barrier"));
+        return RunNative(*diagnosis, OnGroup(*g), sequence, op, "barrier", [&] {
+          gloo_internal::NativeBarrier(g->context(), tag, timeout);
+        });
+      });
   if (!completion.ok()) return completion.status();
   return Submission<Unit, GlooCompletionPtr>{Unit{}, *std::move(completion)};
 }
@@ -600,7 +657,8 @@ GlooAgreementSubmission GlooBackend::AgreeSuccess(bool success,
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
-      kind, op, {g, state}, [g, state, success, op, verify, timeout] {
+      kind, op, {g, state},
+      [g, state, success, op, verify, timeout, diagnosis = comm_->diagnosis()] {
         // Count the false votes: the agreement holds iff there are none.
         uint32_t false_votes = success ? 0 : 1;
         if (g->context() != nullptr) {
@@ -611,12 +669,15 @@ GlooAgreementSubmission GlooBackend::AgreeSuccess(bool success,
           }
           auto kernel =
               *gloo_internal::SumKernelFor(TensorDtype::kU32, "agree_success");
-          const uint32_t tag = g->NextTag();
-          absl::Status s = CatchNative(absl::StrCat("gloo ", op), [&] {
-            gloo_internal::NativeAllReduce(g->context(), &false_votes, 1,
-                                           kernel, tag, timeout);
-          });
-          if (!s.ok()) return TaskResult::Native(s);
+          const uint32_t sequence = g->NextSequence();
+          const uint32_t tag =
+              OperationTag(sequence, Fingerprint("agree_success"));
+          TaskResult r = RunNative(
+              *diagnosis, OnGroup(*g), sequence, op, "agree_success", [&] {
+                gloo_internal::NativeAllReduce(g->context(), &false_votes, 1,
+                                               kernel, tag, timeout);
+              });
+          if (!r.status.ok()) return r;
         }
         absl::MutexLock lock(&state->mu);
         state->value = false_votes == 0;
@@ -691,29 +752,34 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
   const std::string op = absl::StrCat(kind, " on ", route.ToString());
   const std::string canonical =
       absl::StrCat("bundle(", absl::StrJoin(described, ", "), ")");
+  const uint64_t fingerprint = Fingerprint(canonical);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
   const uint32_t source = route.source_index();
   const uint32_t destination = route.destination_index();
   auto completion = executor.Submit(
       kind, op, std::move(resources),
-      [g, tensors, is_source, source, destination, op, canonical, verify,
-       timeout] {
+      [g, tensors, is_source, source, destination, op, canonical, fingerprint,
+       verify, timeout, diagnosis = comm_->diagnosis(),
+       scope = OnRoute(route)] {
         const uint32_t sequence = g->NextRouteSequence(source, destination);
         const bool ascending = source < destination;
         const int peer = static_cast<int>(is_source ? destination : source);
         if (verify) {
-          // Each end tells the other what it expects; both compare.
-          const uint64_t mine = gloo_internal::Fingerprint(canonical);
+          // Each end tells the other what it expects; both compare. The
+          // check's slots must pair whatever the bundles are.
+          const uint32_t check_tag =
+              OperationTag(sequence, Fingerprint("agreement check"));
+          const uint64_t mine = fingerprint;
           uint64_t theirs = 0;
           absl::Status s =
               CatchNative(absl::StrCat("gloo ", op, " (agreement check)"), [&] {
                 gloo_internal::NativeExchange(
                     g->context(), peer,
-                    gloo_internal::RouteSlot(ascending, sequence,
+                    gloo_internal::RouteSlot(ascending, check_tag,
                                              is_source ? 0 : 1),
                     &mine, sizeof(mine),
-                    gloo_internal::RouteSlot(ascending, sequence,
+                    gloo_internal::RouteSlot(ascending, check_tag,
                                              is_source ? 1 : 0),
                     &theirs, sizeof(theirs), timeout);
               });
@@ -726,21 +792,26 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
                 ", the other end something else")));
           }
         }
+        // Bundles that differ get different slots: they never pair.
+        const uint32_t tag = OperationTag(sequence, fingerprint);
         for (size_t i = 0; i < tensors.size(); ++i) {
           const HostTensor& t = tensors[i];
           if (t.byte_size() == 0) continue;
           const uint64_t slot = gloo_internal::RouteSlot(
-              ascending, sequence, static_cast<uint16_t>(2 + i));
-          absl::Status s = CatchNative(absl::StrCat("gloo ", op), [&] {
-            if (is_source) {
-              gloo_internal::NativeSend(g->context(), peer, slot, t.data(),
-                                        t.byte_size(), timeout);
-            } else {
-              gloo_internal::NativeRecv(g->context(), peer, slot, t.data(),
-                                        t.byte_size(), timeout);
-            }
-          });
-          if (!s.ok()) return TaskResult::Native(s);
+              ascending, tag, static_cast<uint16_t>(2 + i));
+          TaskResult r = RunNative(*diagnosis, scope, sequence, op, canonical,
+                                   [&] {
+                                     if (is_source) {
+                                       gloo_internal::NativeSend(
+                                           g->context(), peer, slot, t.data(),
+                                           t.byte_size(), timeout);
+                                     } else {
+                                       gloo_internal::NativeRecv(
+                                           g->context(), peer, slot, t.data(),
+                                           t.byte_size(), timeout);
+                                     }
+                                   });
+          if (!r.status.ok()) return r;
         }
         return TaskResult::Ok();
       });

@@ -21,8 +21,9 @@
 // queuing anything; the output tensor is allocated at submission and is
 // authoritative once the completion completes. Operations run in submission
 // order on the executor; every member of a group must submit the same
-// operations on it in the same order (like a CUDA stream), and with
-// GlooOptions::verify_agreement each collective first checks that they did.
+// operations on it in the same order (like a CUDA stream); a disagreement
+// fails (at once with GlooOptions::verify_agreement, otherwise at
+// op_timeout, naming who submitted what) and never moves mismatched data.
 // Supported dtypes: docs/dataplane.md. Thread-safe. Depends on Gloo (through
 // the gloo/ files), dataplane contract headers, host_tensor.h and absl.
 #ifndef RANKD_DATAPLANE_GLOO_GLOO_BACKEND_H_

@@ -261,22 +261,54 @@ TEST_F(BackendTest, AgreementResolvesOnlyAfterCompletion) {
   EXPECT_FALSE(*other->output->Resolve());
 }
 
-TEST_F(BackendTest, BundleDisagreementFailsBothEnds) {
-  cluster_.Run([&](uint32_t r) {
+// The destination of route 0 -> 1 in tensor group 2 expects 3 elements,
+// the source sends 2.
+absl::Status SendMismatchedBundle(GlooBackend& b, uint32_t r) {
+  GlooGroup& tp = **b.group(2);
+  auto route = b.Route(tp, 0, 1);
+  if (!route.ok()) return route.status();
+  std::vector<HostTensor> bundle = {*HostTensor::FromVector<float>(
+      {r == 0 ? 2u : 3u}, std::vector<float>(r == 0 ? 2 : 3))};
+  auto sr = b.SendReceive(bundle, *route, b.executor());
+  if (!sr.ok()) return sr.status();
+  return sr->completion->Wait();
+}
+
+TEST(BundleDisagreementTest, WithVerifyAgreementBothEndsFailAtOnce) {
+  GlooOptions options = GlooTestCluster::DefaultOptions();
+  options.verify_agreement = true;
+  GlooTestCluster cluster({2, 2, 1, 1}, 4, options);
+  ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+  cluster.Run([&](uint32_t r) {
     if (r > 1) return;
-    GlooBackend& b = backend(r);
-    GlooGroup& tp = **b.group(2);
-    auto route = b.Route(tp, 0, 1);
-    ASSERT_TRUE(route.ok());
-    // The destination expects 3 elements, the source sends 2.
-    std::vector<HostTensor> bundle = {*HostTensor::FromVector<float>(
-        {r == 0 ? 2u : 3u}, std::vector<float>(r == 0 ? 2 : 3))};
-    auto sr = b.SendReceive(bundle, *route, b.executor());
-    ASSERT_TRUE(sr.ok()) << sr.status();
-    absl::Status s = sr->completion->Wait();
+    GlooBackend& b = cluster.session(r).backend();
+    absl::Status s = SendMismatchedBundle(b, r);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_TRUE(absl::StrContains(s.message(), "disagree")) << s;
     EXPECT_FALSE(b.poisoned());
+  });
+}
+
+TEST(BundleDisagreementTest, WithoutVerifyTheyNeverPairAndBothEndsAreNamed) {
+  GlooOptions options = GlooTestCluster::DefaultOptions();
+  options.op_timeout = absl::Seconds(1);
+  GlooTestCluster cluster({2, 2, 1, 1}, 4, options);
+  ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+  cluster.Run([&](uint32_t r) {
+    if (r > 1) return;
+    GlooBackend& b = cluster.session(r).backend();
+    absl::Status s = SendMismatchedBundle(b, r);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_TRUE(absl::StrContains(
+        s.message(), "members disagree on operation #0 on route 0->1 in group 2"))
+        << s;
+    EXPECT_TRUE(absl::StrContains(s.message(),
+                                  "rank 0 submitted `bundle(f32[2])`"))
+        << s;
+    EXPECT_TRUE(absl::StrContains(s.message(),
+                                  "rank 1 submitted `bundle(f32[3])`"))
+        << s;
+    EXPECT_TRUE(b.poisoned());
   });
 }
 

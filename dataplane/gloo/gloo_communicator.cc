@@ -50,6 +50,11 @@ GlooCommunicator::GlooCommunicator(ControlPlane* control_plane,
     : control_plane_(control_plane),
       descriptor_(std::move(descriptor)),
       options_(std::move(options)),
+      diagnosis_(std::make_shared<const gloo_internal::MismatchDiagnosis>(
+          control_plane_,
+          RankdStore::Prefix(control_plane_->Namespace(), options_.instance,
+                             "diagnosis"),
+          options_.failure_attribution_grace)),
       executor_(std::make_unique<GlooExecutor>()) {}
 
 GlooCommunicator::~GlooCommunicator() { Shutdown(); }

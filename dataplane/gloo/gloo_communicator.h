@@ -38,6 +38,7 @@
 #include "dataplane/gloo/gloo_executor.h"
 #include "dataplane/gloo/gloo_group.h"
 #include "dataplane/gloo/gloo_options.h"
+#include "dataplane/gloo/mismatch_diagnosis.h"
 #include "dataplane/poison.h"
 #include "dataplane/quarantine.h"
 #include "dataplane/types.h"
@@ -69,6 +70,11 @@ class GlooCommunicator final
   const GlooOptions& options() const { return options_; }
   ControlPlane* control_plane() const { return control_plane_; }
   GlooExecutor& executor() { return *executor_; }
+  // Explains native failures of operations the members disagreed on.
+  const std::shared_ptr<const gloo_internal::MismatchDiagnosis>& diagnosis()
+      const {
+    return diagnosis_;
+  }
 
   // The world group.
   const std::shared_ptr<GlooGroup>& world() const { return world_; }
@@ -112,6 +118,7 @@ class GlooCommunicator final
   std::vector<std::shared_ptr<GlooGroup>> groups_;  // ascending id
   PoisonLatch poison_;
   Quarantine quarantine_;
+  const std::shared_ptr<const gloo_internal::MismatchDiagnosis> diagnosis_;
   std::unique_ptr<GlooExecutor> executor_;
   std::atomic<bool> shut_down_{false};
 };

@@ -7,8 +7,11 @@
 // Both are created by the backend (GlooBackend::group / Route) and are only
 // valid with the backend that made them.
 //
-// The tag and route counters are touched only by the executor thread, so
-// every member derives the same Gloo tags from the same operation order.
+// The sequence counters are touched only by the executor thread, so every
+// member numbers the same operations alike; the Gloo tag (or slot) of an
+// operation mixes its sequence number with a fingerprint of what it is
+// (agreement_check.h), so members that submit different operations never
+// pair their messages.
 // Depends on dataplane/types.h and absl; Gloo types are only forward
 // declared.
 #ifndef RANKD_DATAPLANE_GLOO_GLOO_GROUP_H_
@@ -52,8 +55,9 @@ class GlooGroup : public std::enable_shared_from_this<GlooGroup> {
   const std::shared_ptr<gloo::Context>& context() const { return context_; }
   const void* owner() const { return owner_; }
 
-  // Executor thread only: the next Gloo tag of a collective on this group.
-  uint32_t NextTag() { return next_tag_++; }
+  // Executor thread only: the sequence number of the next collective on this
+  // group (the same on every member that submitted the same work).
+  uint32_t NextSequence() { return next_sequence_++; }
   // Executor thread only: the next sequence number on the directed route
   // between member indices `source` and `destination`.
   uint32_t NextRouteSequence(uint32_t source, uint32_t destination) {
@@ -67,7 +71,7 @@ class GlooGroup : public std::enable_shared_from_this<GlooGroup> {
   const std::vector<uint32_t> members_;
   const uint32_t local_rank_;
   const std::shared_ptr<gloo::Context> context_;
-  uint32_t next_tag_ = 0;
+  uint32_t next_sequence_ = 0;
   std::map<std::pair<uint32_t, uint32_t>, uint32_t> route_sequence_;
 };
 

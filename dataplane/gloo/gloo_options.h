@@ -30,11 +30,19 @@ struct GlooOptions {
   // report the job failure (which names the lost rank or node) so the error
   // can name it instead of a socket address.
   absl::Duration failure_attribution_grace = absl::Seconds(2);
-  // Before each collective, exchange a fingerprint of the operation, shapes
-  // and counts so that a cross-rank disagreement fails on every member with
-  // InvalidArgument instead of corrupting data or hanging. Costs one small
-  // extra exchange per operation.
-  bool verify_agreement = true;
+  // Members that submit different operations (another dtype, shape, root,
+  // counts or kind) never exchange data either way: each operation's Gloo
+  // tag carries a fingerprint of it, so theirs do not pair; they fail at
+  // op_timeout with InvalidArgument naming who submitted what
+  // (gloo/mismatch_diagnosis.h), and the session is poisoned.
+  // verify_agreement adds an explicit check before each collective (one
+  // small allgather of the fingerprints; for send/receive, one exchange) so
+  // that a disagreement fails at once on every member, before any payload
+  // moves, and leaves the session usable. It costs about one extra small
+  // collective per operation: worth it while developing, off by default.
+  // variable_all_to_all checks its count matrix this way whatever the
+  // setting. Every rank must use the same setting.
+  bool verify_agreement = false;
   // Distinguishes several sessions of one job incarnation in the rendezvous
   // key space; every rank must use the same value for the same session.
   uint32_t instance = 0;

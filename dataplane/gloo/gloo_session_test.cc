@@ -492,18 +492,82 @@ TEST_F(FourRankTest, AllToAllVCountDisagreementFailsEveryMember) {
   });
 }
 
-TEST_F(FourRankTest, ShapeDisagreementFailsEveryMember) {
-  cluster_.Run([&](uint32_t r) {
-    GlooSession& s = cluster_.session(r);
-    std::vector<float> values(r == 3 ? 3 : 2, 1.0f);
-    auto sum =
-        s.AllReduceSum(CollectiveScope::World(),
-                       *HostTensor::FromVector<float>({values.size()}, values));
-    ASSERT_TRUE(sum.ok()) << sum.status();
-    absl::Status status = sum->completion->Wait();
+// A shape disagreement on all_reduce_sum: rank 3 sums 3 elements, the
+// others 2.
+absl::Status SumWithRank3Disagreeing(GlooSession& s, uint32_t r) {
+  std::vector<float> values(r == 3 ? 3 : 2, 1.0f);
+  auto sum =
+      s.AllReduceSum(CollectiveScope::World(),
+                     *HostTensor::FromVector<float>({values.size()}, values));
+  if (!sum.ok()) return sum.status();
+  return sum->completion->Wait();
+}
+
+TEST(DisagreementTest, WithVerifyAgreementEveryMemberFailsAtOnce) {
+  GlooOptions options = GlooTestCluster::DefaultOptions();
+  options.verify_agreement = true;
+  GlooTestCluster cluster({2, 1, 1, 2}, 4, options);
+  ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+  cluster.Run([&](uint32_t r) {
+    GlooSession& s = cluster.session(r);
+    absl::Status status = SumWithRank3Disagreeing(s, r);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
     EXPECT_TRUE(absl::StrContains(status.message(), "disagree")) << status;
+    // Every member failed at the same point: the session stays usable.
     EXPECT_FALSE(s.backend().poisoned());
+  });
+}
+
+TEST(DisagreementTest, WithoutVerifyTheyNeverPairAndTheErrorSaysWhoSubmittedWhat) {
+  GlooOptions options = GlooTestCluster::DefaultOptions();
+  ASSERT_FALSE(options.verify_agreement);  // the default
+  options.op_timeout = absl::Seconds(1);
+  GlooTestCluster cluster({2, 1, 1, 2}, 4, options);
+  ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+  cluster.Run([&](uint32_t r) {
+    GlooSession& s = cluster.session(r);
+    // Agreeing operations first, so the disagreement is operation #1.
+    auto agreed = s.AllReduceSum(CollectiveScope::World(),
+                                 *HostTensor::FromVector<float>({1}, {1.0f}));
+    ASSERT_TRUE(agreed.ok()) << agreed.status();
+    ASSERT_TRUE(agreed->completion->Wait().ok());
+    EXPECT_EQ(ValuesOf<float>(agreed->output)[0], 4.0f);
+
+    const absl::Time start = absl::Now();
+    absl::Status status = SumWithRank3Disagreeing(s, r);
+    EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(),
+                                  "members disagree on operation #1 on world"))
+        << status;
+    EXPECT_TRUE(absl::StrContains(
+        status.message(), "ranks 0, 1, 2 submitted `all_reduce_sum f32[2]`"))
+        << status;
+    EXPECT_TRUE(absl::StrContains(status.message(),
+                                  "rank 3 submitted `all_reduce_sum f32[3]`"))
+        << status;
+    // No payload moved, but the transport timed out: poisoned.
+    EXPECT_TRUE(s.backend().poisoned());
+  });
+}
+
+TEST(DisagreementTest, AMemberThatNeverSubmitsIsNamed) {
+  GlooOptions options = GlooTestCluster::DefaultOptions();
+  options.op_timeout = absl::Seconds(1);
+  options.failure_attribution_grace = absl::Milliseconds(500);
+  GlooTestCluster cluster({2, 1, 1, 2}, 4, options);
+  ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+  cluster.Run([&](uint32_t r) {
+    if (r == 2) return;  // rank 2 never calls
+    absl::Status status =
+        cluster.session(r)
+            .AllReduceSum(CollectiveScope::World(),
+                          *HostTensor::FromVector<float>({1}, {1.0f}))
+            ->completion->Wait();
+    EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(),
+                                  "rank 2 did not report operation #0 on world"))
+        << status;
   });
 }
 

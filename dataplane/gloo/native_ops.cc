@@ -134,10 +134,10 @@ void NativeBarrier(const std::shared_ptr<gloo::Context>& context, uint32_t tag,
   gloo::barrier(options);
 }
 
-uint64_t RouteSlot(bool ascending, uint32_t sequence, uint16_t piece) {
+uint64_t RouteSlot(bool ascending, uint32_t transfer_tag, uint16_t piece) {
   // Gloo's collectives use slot prefixes 0x01..0x08 in the top byte.
   const uint64_t prefix = ascending ? 0x50 : 0x51;
-  return (prefix << 56) | (static_cast<uint64_t>(sequence) << 16) | piece;
+  return (prefix << 56) | (static_cast<uint64_t>(transfer_tag) << 16) | piece;
 }
 
 void NativeSend(const std::shared_ptr<gloo::Context>& context, int peer,

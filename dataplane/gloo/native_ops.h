@@ -65,10 +65,12 @@ void NativeBroadcast(const std::shared_ptr<gloo::Context>& context, void* data,
 void NativeBarrier(const std::shared_ptr<gloo::Context>& context, uint32_t tag,
                    Milliseconds timeout);
 
-// The slot of piece `piece` of the `sequence`-th transfer on one directed
-// route. `ascending` is true when the source's member index is below the
-// destination's, so the two directions of a pair never share a slot.
-uint64_t RouteSlot(bool ascending, uint32_t sequence, uint16_t piece);
+// The slot of piece `piece` of a point-to-point transfer whose tag is
+// `transfer_tag` (OperationTag of its sequence number on the route and of
+// its bundle's fingerprint). `ascending` is true when the source's member
+// index is below the destination's, so the two directions of a pair never
+// share a slot.
+uint64_t RouteSlot(bool ascending, uint32_t transfer_tag, uint16_t piece);
 
 // Point-to-point transfer to / from member `peer`.
 void NativeSend(const std::shared_ptr<gloo::Context>& context, int peer,

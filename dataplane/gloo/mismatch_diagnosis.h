@@ -1,0 +1,77 @@
+// MismatchDiagnosis: says who submitted what when a Gloo operation failed
+// natively while the job is healthy.
+//
+// Operations whose members disagree (another dtype, shape, root, or another
+// operation altogether) carry different Gloo tags (agreement_check.h), so
+// they never pair: each member waits until op_timeout, or until a peer that
+// timed out first aborts the transport. No peer was lost, so the control
+// plane has nothing to say; this explains the failure instead. Each member
+// whose operation failed publishes what it submitted under the operation's
+// sequence number in the rankd key-value broker, then reads what the other
+// members published (until they all did, the job fails, or `grace` passes).
+// Nothing is exchanged while operations succeed: the fast path pays nothing.
+//
+// Internal to the Gloo backend; used on the executor thread. Thread-safe
+// (const). Depends on dataplane/control_plane.h and absl.
+#ifndef RANKD_DATAPLANE_GLOO_MISMATCH_DIAGNOSIS_H_
+#define RANKD_DATAPLANE_GLOO_MISMATCH_DIAGNOSIS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "dataplane/control_plane.h"
+
+namespace rankd::dataplane::gloo_internal {
+
+// One failed operation as this member submitted it.
+struct SubmittedOperation {
+  // Identifies the group or route in key names: "world", "g3", "r0-1g3".
+  std::string scope_key;
+  // For messages: "world", "group 3", "route 0->1 in group 3".
+  std::string scope_name;
+  // Its sequence number on the group or route (the same on every member
+  // that submitted the same work).
+  uint32_t sequence = 0;
+  // What it was, in the canonical form the fingerprint is taken of.
+  std::string canonical;
+  // The world ranks that take part, including `self`.
+  std::vector<uint32_t> members;
+  uint32_t self = 0;
+};
+
+class MismatchDiagnosis {
+ public:
+  // `control_plane` must outlive this object. `key_prefix` namespaces the
+  // keys (job incarnation and session instance). `grace` bounds how long
+  // Explain waits for the other members' reports.
+  MismatchDiagnosis(ControlPlane* control_plane, std::string key_prefix,
+                    absl::Duration grace);
+
+  // Returns the status the failed operation should report instead of
+  // `error`:
+  //   - `error` unchanged when the job has failed (the communicator then
+  //     names the lost rank) or when every member reported the same
+  //     operation;
+  //   - InvalidArgument naming which ranks submitted which operation when
+  //     any member reported a different one (with `error` appended);
+  //   - `error`'s code with the ranks that did not report within `grace`
+  //     appended (they are behind, stalled, or never submitted it).
+  // Blocks for at most about `grace` (plus one key-value write).
+  absl::Status Explain(const SubmittedOperation& op,
+                       const absl::Status& error) const;
+
+ private:
+  std::string KeyOf(const SubmittedOperation& op, uint32_t rank) const;
+
+  ControlPlane* const control_plane_;
+  const std::string key_prefix_;
+  const absl::Duration grace_;
+};
+
+}  // namespace rankd::dataplane::gloo_internal
+
+#endif  // RANKD_DATAPLANE_GLOO_MISMATCH_DIAGNOSIS_H_
