@@ -3,12 +3,16 @@
 // It connects to its node's daemon through the client library, joins the
 // job, builds GlooSession(s) over the client's control plane exactly as a
 // serving process does (tests/dataplane_worker.cc), and for every size of
-// --schedule runs, one mode after the other, --warmup untimed and --iters
-// timed f32 all_reduce_sum operations on the world, back to back:
+// --schedule runs its f32 all_reduce_sum operations on the world, back to
+// back, in every mode: each mode's warmup operations (untimed) first, then
+// the timed operations in --blocks blocks, the modes taking turns block by
+// block (rankd block 0, direct block 0, ..., rankd block 1, ...), so that
+// every mode sees the same background load on a shared machine. The modes:
 //
 //   rankd           GlooSession::AllReduceSum(World, x) then
 //                   completion->Wait(), default GlooOptions (the product
-//                   path; verify_agreement is on by default);
+//                   path: no explicit agreement check, mismatches are kept
+//                   apart by the operation's Gloo tag);
 //   direct          gloo::allreduce on a gloo::rendezvous::Context this
 //                   program connects itself (its own TCP device on
 //                   127.0.0.1, rendezvous keys on the same broker under
@@ -18,14 +22,14 @@
 //                   algorithm, rankd's own f32 sum kernel, one tag per
 //                   operation, op_timeout) and nothing else: no executor
 //                   thread, no completion, no validation, no output copy;
-//   rankd_noverify  DIAGNOSTIC: a second GlooSession (instance 1) with
-//                   GlooOptions::verify_agreement = false, to split rankd's
-//                   overhead into the agreement check and the rest;
+//   rankd_verify    DIAGNOSTIC: a second GlooSession (instance 1) with
+//                   GlooOptions::verify_agreement = true, to measure what
+//                   the opt-in explicit agreement check costs;
 //   rankd_local     DIAGNOSTIC: the product session's AllReduceSum on this
 //                   rank's one-member group (the tensor-parallel group when
 //                   tensor_parallel = 1): the whole layer (validation,
 //                   output copy, executor hand-off, completion) with no Gloo
-//                   call and no agreement check (a one-member group has no
+//                   call (a one-member group has no
 //                   Gloo context), i.e. the layer's own cost per operation.
 //                   Only rank 0 runs it (the other ranks wait, blocked,
 //                   in the next collective), so it is measured without the
@@ -37,7 +41,7 @@
 //   # header
 //   C <mode> <bytes> <iters> <cpu_us> <vcsw> <ivcsw> <minflt>  (timed ops,
 //                                                 this process, getrusage)
-//   T <mode> <bytes> <start_ns> <end_ns>                (one per timed op)
+//   T <mode> <bytes> <start_ns> <end_ns> <block>        (one per timed op)
 // with steady_clock (CLOCK_MONOTONIC) times, comparable across processes on
 // one machine. On stdout: "JOINED rank=R world=W", "SESSION_READY", and one
 // "SIZE ..." line per mode and size; exit 0. Any error: "ERROR ..." and a
@@ -90,9 +94,13 @@ ABSL_FLAG(uint32_t, world_size, 0, "expected world size (0: don't check)");
 ABSL_FLAG(int, join_wait_ms, 120000, "how long Join waits for every rank");
 ABSL_FLAG(std::string, schedule, "1024:5:100",
           "bytes:warmup:iters,... (bytes a multiple of 4)");
-ABSL_FLAG(std::string, modes, "rankd,direct,rankd_noverify",
-          "modes to run for each size, in this order");
+ABSL_FLAG(std::string, modes, "rankd,direct,rankd_verify",
+          "modes to run for each size, in this order: rankd, direct, "
+          "rankd_verify, rankd_local");
 ABSL_FLAG(int, op_timeout_ms, 60000, "Gloo per-operation timeout (all modes)");
+ABSL_FLAG(int, blocks, 4,
+          "timed operations of each size are split into this many blocks; the "
+          "modes take turns block by block");
 ABSL_FLAG(std::string, out, "", "file for per-operation timestamps (required)");
 
 namespace {
@@ -189,6 +197,7 @@ struct Direct {
   rankd::dataplane::gloo_internal::SumKernel kernel;
   uint32_t next_tag = 0;
   std::chrono::milliseconds timeout{60000};
+  std::vector<float> buffer;  // reduced in place
 };
 
 absl::StatusOr<std::unique_ptr<Direct>> ConnectDirect(
@@ -234,6 +243,15 @@ void DirectAllReduce(Direct& d, float* data, size_t elements) {
 struct Timed {
   std::vector<int64_t> start, end;
   Usage usage;
+  int block = 0;
+};
+
+// One turn of a mode: `warmup` untimed operations, then `iters` timed ones
+// recorded as block `block`.
+struct Turn {
+  int warmup = 0;
+  int iters = 0;
+  int block = 0;
 };
 
 struct Runner {
@@ -242,43 +260,45 @@ struct Runner {
   FILE* out = nullptr;
 
   void Record(const std::string& mode, const Step& step, const Timed& t) {
+    const int iters = static_cast<int>(t.start.size());
     std::fprintf(out, "C %s %zu %d %lld %lld %lld %lld\n", mode.c_str(),
-                 step.bytes, step.iters, static_cast<long long>(t.usage.cpu_us),
+                 step.bytes, iters, static_cast<long long>(t.usage.cpu_us),
                  static_cast<long long>(t.usage.vcsw),
                  static_cast<long long>(t.usage.ivcsw),
                  static_cast<long long>(t.usage.minflt));
-    for (int i = 0; i < step.iters; ++i) {
-      std::fprintf(out, "T %s %zu %lld %lld\n", mode.c_str(), step.bytes,
+    for (int i = 0; i < iters; ++i) {
+      std::fprintf(out, "T %s %zu %lld %lld %d\n", mode.c_str(), step.bytes,
                    static_cast<long long>(t.start[i]),
-                   static_cast<long long>(t.end[i]));
+                   static_cast<long long>(t.end[i]), t.block);
     }
-    std::vector<int64_t> lat(step.iters);
-    for (int i = 0; i < step.iters; ++i) lat[i] = t.end[i] - t.start[i];
+    std::vector<int64_t> lat(iters);
+    for (int i = 0; i < iters; ++i) lat[i] = t.end[i] - t.start[i];
     std::sort(lat.begin(), lat.end());
     const double total_s = (t.end.back() - t.start.front()) / 1e9;
     Print(absl::StrCat("SIZE rank=", rank, " mode=", mode, " bytes=",
-                       step.bytes, " iters=", step.iters, " p50_us=",
-                       lat[lat.size() / 2] / 1000.0, " avg_us=",
-                       total_s * 1e6 / step.iters));
+                       step.bytes, " block=", t.block, " iters=", iters,
+                       " p50_us=", lat[lat.size() / 2] / 1000.0, " avg_us=",
+                       total_s * 1e6 / iters));
   }
 
   // GlooSession::AllReduceSum on `scope`, waited for, `step` times.
   // `local` when the scope is this rank's one-member group.
   absl::Status RunSession(GlooSession& session, const std::string& mode,
-                          const Step& step, const CollectiveScope& scope,
-                          bool local = false) {
+                          const Step& step, const Turn& turn,
+                          const CollectiveScope& scope, bool local = false) {
     const size_t n = step.bytes / sizeof(float);
     auto descriptor = ValueDescriptor::Create({n}, TensorDtype::kF32);
     if (!descriptor.ok()) return descriptor.status();
     HostTensor input = HostTensor::Zeros(*descriptor);
     Fill(reinterpret_cast<float*>(input.data()), n, rank);
     Timed t;
-    t.start.resize(step.iters);
-    t.end.resize(step.iters);
-    const int total = step.warmup + step.iters;
+    t.block = turn.block;
+    t.start.resize(turn.iters);
+    t.end.resize(turn.iters);
+    const int total = turn.warmup + turn.iters;
     Usage before;
     for (int i = 0; i < total; ++i) {
-      if (i == step.warmup) before = SelfUsage();
+      if (i == turn.warmup) before = SelfUsage();
       const bool check = i == 0 || i == total - 1;
       const int64_t t0 = NowNs();
       auto sum = session.AllReduceSum(scope, input);
@@ -292,17 +312,17 @@ struct Runner {
                   absl::StrCat(mode, " ", step.bytes, " B op ", i),
                   local ? std::optional<uint32_t>(rank) : std::nullopt);
         if (!s.ok()) return s;
-        if (i >= step.warmup) {
-          t.start[i - step.warmup] = t0;
-          t.end[i - step.warmup] = t1;
+        if (i >= turn.warmup) {
+          t.start[i - turn.warmup] = t0;
+          t.end[i - turn.warmup] = t1;
         }
         continue;
       }
       // The output is released (as a caller would) inside the timed region.
       sum = absl::UnknownError("released");
-      if (i >= step.warmup) {
-        t.start[i - step.warmup] = t0;
-        t.end[i - step.warmup] = NowNs();
+      if (i >= turn.warmup) {
+        t.start[i - turn.warmup] = t0;
+        t.end[i - turn.warmup] = NowNs();
       }
     }
     const Usage after = SelfUsage();
@@ -313,18 +333,21 @@ struct Runner {
     return absl::OkStatus();
   }
 
-  absl::Status RunDirect(Direct& d, const Step& step) {
+  absl::Status RunDirect(Direct& d, const Step& step, const Turn& turn) {
     const size_t n = step.bytes / sizeof(float);
-    std::vector<float> buffer(n);
+    // Kept across turns, so later blocks do not pay first-touch page faults.
+    std::vector<float>& buffer = d.buffer;
+    buffer.resize(n);
     Fill(buffer.data(), n, rank);
     Timed t;
-    t.start.resize(step.iters);
-    t.end.resize(step.iters);
-    const int total = step.warmup + step.iters;
+    t.block = turn.block;
+    t.start.resize(turn.iters);
+    t.end.resize(turn.iters);
+    const int total = turn.warmup + turn.iters;
     Usage before;
     try {
       for (int i = 0; i < total; ++i) {
-        if (i == step.warmup) before = SelfUsage();
+        if (i == turn.warmup) before = SelfUsage();
         const int64_t t0 = NowNs();
         DirectAllReduce(d, buffer.data(), n);
         const int64_t t1 = NowNs();
@@ -333,9 +356,9 @@ struct Runner {
                                  absl::StrCat("direct ", step.bytes, " B op 0"));
           if (!s.ok()) return s;
         }
-        if (i >= step.warmup) {
-          t.start[i - step.warmup] = t0;
-          t.end[i - step.warmup] = t1;
+        if (i >= turn.warmup) {
+          t.start[i - turn.warmup] = t0;
+          t.end[i - turn.warmup] = t1;
         }
       }
       const Usage after = SelfUsage();
@@ -369,16 +392,16 @@ int main(int argc, char** argv) {
   if (!schedule.ok()) return Fail("usage", schedule.status());
   std::vector<std::string> modes =
       absl::StrSplit(absl::GetFlag(FLAGS_modes), ',', absl::SkipEmpty());
-  bool want_noverify = false, want_direct = false;
+  bool want_verify = false, want_direct = false;
   for (const std::string& m : modes) {
-    if (m == "rankd_noverify") {
-      want_noverify = true;
+    if (m == "rankd_verify") {
+      want_verify = true;
     } else if (m == "direct") {
       want_direct = true;
     } else if (m != "rankd" && m != "rankd_local") {
       return Fail("usage",
                   absl::InvalidArgumentError(
-                      "--modes: rankd, direct, rankd_noverify, rankd_local"));
+                      "--modes: rankd, direct, rankd_verify, rankd_local"));
     }
   }
   const std::string out_path = absl::GetFlag(FLAGS_out);
@@ -418,15 +441,15 @@ int main(int argc, char** argv) {
   auto session = rankd::dataplane::CreateGlooSession(control_plane.get(),
                                                      *descriptor, gloo);
   if (!session.ok()) return Fail("session", session.status());
-  std::unique_ptr<GlooSession> noverify;
-  if (want_noverify) {
+  std::unique_ptr<GlooSession> verifying;
+  if (want_verify) {
     GlooOptions g = gloo;
-    g.verify_agreement = false;
+    g.verify_agreement = true;
     g.instance = 1;
     auto s = rankd::dataplane::CreateGlooSession(control_plane.get(),
                                                  *descriptor, g);
-    if (!s.ok()) return Fail("session (noverify)", s.status());
-    noverify = *std::move(s);
+    if (!s.ok()) return Fail("session (verify_agreement)", s.status());
+    verifying = *std::move(s);
   }
   std::unique_ptr<Direct> direct;
   if (want_direct) {
@@ -452,23 +475,35 @@ int main(int argc, char** argv) {
                runner.rank, runner.world, absl::GetFlag(FLAGS_modes).c_str());
   Print("SESSION_READY");
 
+  const int blocks = std::max(1, absl::GetFlag(FLAGS_blocks));
   for (const Step& step : *schedule) {
-    for (const std::string& mode : modes) {
-      absl::Status s;
-      if (mode == "rankd") {
-        s = runner.RunSession(**session, mode, step, CollectiveScope::World());
-      } else if (mode == "rankd_noverify") {
-        s = runner.RunSession(*noverify, mode, step, CollectiveScope::World());
-      } else if (mode == "rankd_local") {
-        // Rank 0 only, so that it has the machine to itself: the others go
-        // on to the next collective and wait there (blocked, no CPU).
-        if (runner.rank == 0) {
-          s = runner.RunSession(**session, mode, step, *local_scope, true);
+    const int turns = std::min(blocks, step.iters);
+    for (int b = 0; b < turns; ++b) {
+      // Blocks differ in size by at most one operation.
+      const Turn turn{b == 0 ? step.warmup : 0,
+                      step.iters / turns + (b < step.iters % turns ? 1 : 0), b};
+      for (const std::string& mode : modes) {
+        absl::Status s;
+        if (mode == "rankd") {
+          s = runner.RunSession(**session, mode, step, turn,
+                                CollectiveScope::World());
+        } else if (mode == "rankd_verify") {
+          s = runner.RunSession(*verifying, mode, step, turn,
+                                CollectiveScope::World());
+        } else if (mode == "rankd_local") {
+          // Rank 0 only, so that it has the machine to itself: the others
+          // go on to the next collective and wait there (blocked, no CPU).
+          if (runner.rank == 0) {
+            s = runner.RunSession(**session, mode, step, turn, *local_scope,
+                                  true);
+          }
+        } else {
+          s = runner.RunDirect(*direct, step, turn);
         }
-      } else {
-        s = runner.RunDirect(*direct, step);
+        if (!s.ok()) {
+          return Fail(absl::StrCat(mode, " ", step.bytes, " B block ", b), s);
+        }
       }
-      if (!s.ok()) return Fail(absl::StrCat(mode, " ", step.bytes, " B"), s);
     }
   }
   if (std::fclose(out) != 0) {
@@ -478,7 +513,7 @@ int main(int argc, char** argv) {
   auto done = (*session)->AllGatherWords(std::vector<uint32_t>{runner.rank});
   if (!done.ok()) return Fail("final barrier", done.status());
   direct.reset();
-  noverify.reset();
+  verifying.reset();
   session->reset();
   if (absl::Status s = (*client)->Leave(); !s.ok()) return Fail("leave", s);
   Print("DONE");

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarises one all_reduce_sum benchmark run (bench/run_allreduce.sh).
 
-Reads <dir>/rankd.rank<R>.txt (modes rankd, direct, rankd_noverify) and
+Reads <dir>/rankd.rank<R>.txt (modes rankd, direct, rankd_verify, rankd_local) and
 <dir>/torch.rank<R>.txt: "C <mode> <bytes> <iters> <cpu_us> <vcsw> <ivcsw>
 <minflt>" and "T <mode> <bytes> <start_ns> <end_ns>" lines. Prints a per-size table and
 the per-operation overhead of rankd over direct Gloo, and (with --results)
@@ -9,9 +9,10 @@ rewrites the section between the BEGIN/END markers of bench/RESULTS.md and
 appends a row to its history table. Standard library only.
 
 Aggregation (identical for every mode and for torch):
-  * time per operation (bandwidth): for each rank, (end of its last timed
-    operation - start of its first) / iterations, i.e. back-to-back
-    throughput, then the slowest rank (max over ranks);
+  * time per operation (bandwidth): for each rank, the sum over blocks of
+    (end of the block's last timed operation - start of its first) /
+    iterations, i.e. back-to-back throughput (rankd's modes take turns block
+    by block; torch runs one block), then the slowest rank (max over ranks);
   * bus bandwidth = 2 (n - 1) / n x bytes / time per operation, in GB/s
     (1e9 bytes), as nccl-tests defines it for all-reduce;
   * round latency (overhead): for each timed operation, the slowest rank's
@@ -64,10 +65,16 @@ def load(dirname, prefix):
                 key = (parts[1], int(parts[2]))
                 d = data.setdefault(key, {"ops": {}, "cpu": {}})
                 if parts[0] == "T":
+                    # The block (turn) is optional: torch runs one block.
+                    block = int(parts[5]) if len(parts) > 5 else 0
                     d["ops"].setdefault(rank, []).append(
-                        (int(parts[3]), int(parts[4])))
+                        (int(parts[3]), int(parts[4]), block))
                 elif parts[0] == "C":
-                    d["cpu"][rank] = tuple(int(v) for v in parts[4:8])
+                    # One line per block: sum them.
+                    c = tuple(int(v) for v in parts[4:8])
+                    old = d["cpu"].get(rank)
+                    d["cpu"][rank] = c if old is None else tuple(
+                        x + y for x, y in zip(old, c))
     return data
 
 
@@ -86,12 +93,19 @@ def stats(d, world, iters, nbytes, label, only_rank0=False):
     for r, rows in ranks.items():
         if len(rows) != iters:
             raise SystemExit(f"{label} rank {r}: {len(rows)} ops, expected {iters}")
-    per_rank_avg = [(rows[-1][1] - rows[0][0]) / iters / 1000.0
-                    for rows in ranks.values()]
-    t_us = max(per_rank_avg)
+    def back_to_back_us(rows):
+        # Sum over blocks of (end of its last operation - start of its first):
+        # the other modes' turns in between are not counted.
+        spans = {}
+        for s_, e_, b in rows:
+            lo, hi = spans.get(b, (s_, e_))
+            spans[b] = (min(lo, s_), max(hi, e_))
+        return sum(hi - lo for lo, hi in spans.values()) / iters / 1000.0
+
+    t_us = max(back_to_back_us(rows) for rows in ranks.values())
     rounds = sorted(max(ranks[r][i][1] - ranks[r][i][0] for r in range(world)) / 1000.0
                     for i in range(iters))
-    pooled = sorted((e - s) / 1000.0 for rows in ranks.values() for s, e in rows)
+    pooled = sorted((e - s_) / 1000.0 for rows in ranks.values() for s_, e, _ in rows)
     cpu = sum(c[0] for c in d["cpu"].values()) / iters
     csw = sum(c[1] + c[2] for c in d["cpu"].values()) / iters
     flt = sum(c[3] if len(c) > 3 else 0 for c in d["cpu"].values()) / iters
@@ -139,7 +153,7 @@ def main():
     schedule = parse_schedule(a.schedule)
     rankd = load(a.dir, "rankd")
     torch = {} if a.no_torch else load(a.dir, "torch")
-    modes = [m for m in ("rankd", "direct", "rankd_noverify", "rankd_local")
+    modes = [m for m in ("rankd", "direct", "rankd_verify", "rankd_local")
              if any(k[0] == m for k in rankd)]
     res = {}  # (system, bytes) -> stats
     for nbytes, _, iters in schedule:
@@ -160,7 +174,7 @@ def main():
     # --- bandwidth table
     bw = [
         "| size | iters | rankd µs/op | rankd GB/s | torch GB/s | **rankd / torch** "
-        "| direct Gloo GB/s | rankd / direct | rankd_noverify GB/s "
+        "| direct Gloo GB/s | rankd / direct | rankd_verify GB/s "
         "| layer alone µs/op (rankd_local) | round p50 µs rankd / direct / torch |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
@@ -174,13 +188,13 @@ def main():
             f"| {f3(get('rankd', nbytes, 'busbw'))} | {f3(get('torch', nbytes, 'busbw'))} "
             f"| **{f2(r)}** | {f3(get('direct', nbytes, 'busbw'))} "
             f"| {f2(ratio(get('rankd', nbytes, 'busbw'), get('direct', nbytes, 'busbw')))} "
-            f"| {f3(get('rankd_noverify', nbytes, 'busbw'))} "
+            f"| {f3(get('rankd_verify', nbytes, 'busbw'))} "
             f"| {f1(get('rankd_local', nbytes, 't_us'))} "
             f"| {f1(get('rankd', nbytes, 'p50'))} / {f1(get('direct', nbytes, 'p50'))} "
             f"/ {f1(get('torch', nbytes, 'p50'))} |")
 
     # --- cost table: CPU, context switches and page faults per operation
-    systems = [m for m in ("rankd", "direct", "rankd_noverify", "rankd_local")
+    systems = [m for m in ("rankd", "direct", "rankd_verify", "rankd_local")
                if m in modes]
     if not a.no_torch:
         systems.append("torch")
@@ -197,28 +211,26 @@ def main():
     # --- overhead table (small sizes)
     small = [b for b, _, _ in schedule if b <= 4096]
     ov = [
-        "| size | metric | rankd | rankd_noverify | direct Gloo | torch "
-        "| **rankd - direct** | of which agreement check (rankd - noverify) "
-        "| rest of the layer (noverify - direct) "
+        "| size | metric | rankd | rankd_verify | direct Gloo | torch "
+        "| **rankd - direct** | opt-in agreement check (rankd_verify - rankd) "
         "| layer alone, no Gloo call (rankd_local) |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     overhead = {}
     for nbytes in small:
         for key, label in (("p50", "round p50 µs"), ("t_us", "µs/op back to back"),
                            ("cpu_us", "CPU µs/op (all ranks)"),
                            ("csw", "context switches/op (all ranks)")):
-            rv, nv, dv, tv, lv = (get(s, nbytes, key) for s in
-                                  ("rankd", "rankd_noverify", "direct", "torch",
+            rv, vv, dv, tv, lv = (get(s, nbytes, key) for s in
+                                  ("rankd", "rankd_verify", "direct", "torch",
                                    "rankd_local"))
             diff = None if rv is None or dv is None else rv - dv
             if key == "p50":
                 overhead[nbytes] = diff
-            agree = None if rv is None or nv is None else rv - nv
-            rest = None if nv is None or dv is None else nv - dv
+            agree = None if rv is None or vv is None else vv - rv
             bold = (lambda x: f"**{f1(x)}**") if key == "p50" else f1
-            ov.append(f"| {human(nbytes)} | {label} | {f1(rv)} | {f1(nv)} | {f1(dv)} "
-                      f"| {f1(tv)} | {bold(diff)} | {f1(agree)} | {f1(rest)} | {f1(lv)} |")
+            ov.append(f"| {human(nbytes)} | {label} | {f1(rv)} | {f1(vv)} | {f1(dv)} "
+                      f"| {f1(tv)} | {bold(diff)} | {f1(agree)} | {f1(lv)} |")
 
     verdicts = []
     if ratios:
@@ -267,11 +279,11 @@ def main():
         "\n".join(bw), "",
         "Per-operation overhead of rankd's layer over a direct `gloo::allreduce` "
         "call (same process, same Gloo library, algorithm and kernel), small "
-        "sizes. rankd_noverify is a diagnostic session with "
-        "`verify_agreement = false`; rankd_local is the product session's "
+        "sizes. rankd_verify is a diagnostic session with the opt-in "
+        "`verify_agreement = true`; rankd_local is the product session's "
         "all_reduce_sum on the rank's one-member group: the whole layer "
         "(validation, output copy, executor hand-off, completion) with no Gloo "
-        "call and no agreement check, run by rank 0 alone while the other "
+        "call, run by rank 0 alone while the other "
         "ranks wait blocked (its numbers are rank 0's only).",
         "",
         "\n".join(ov), "",
