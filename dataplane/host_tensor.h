@@ -42,6 +42,11 @@ class HostTensor {
   // A zero-filled tensor of `descriptor` (which may have zero rows).
   static HostTensor Zeros(const ValueDescriptor& descriptor);
 
+  // A tensor of `descriptor` whose bytes are unspecified (they may hold a
+  // previous tensor's data): for outputs that the caller overwrites entirely
+  // before anyone reads them. Cheaper than Zeros for large tensors.
+  static HostTensor Uninitialized(const ValueDescriptor& descriptor);
+
   // A tensor holding a copy of `bytes`. InvalidArgument unless `bytes` has
   // exactly descriptor.byte_size() bytes.
   static absl::StatusOr<HostTensor> FromBytes(const ValueDescriptor& descriptor,
@@ -105,8 +110,6 @@ class HostTensor {
  private:
   HostTensor(ValueDescriptor descriptor, std::shared_ptr<HostBuffer> buffer)
       : descriptor_(std::move(descriptor)), buffer_(std::move(buffer)) {}
-  // A tensor whose bytes are unspecified, for callers that overwrite them all.
-  static HostTensor Uninitialized(const ValueDescriptor& descriptor);
   template <typename T>
   absl::Status CheckType() const;
 

@@ -326,7 +326,12 @@ GlooTensorSubmission GlooBackend::AllReduceSum(const HostTensor& value,
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
   auto kernel = gloo_internal::SumKernelFor(value.dtype(), kind);
   if (!kernel.ok()) return kernel.status();
-  HostTensor output = value.Clone();
+  // Out of place without a separate copy pass: Gloo copies the input into
+  // the output segment by segment inside its ring. A one-member group has no
+  // ring, so its output is the copy.
+  HostTensor output = group.context() == nullptr
+                          ? value.Clone()
+                          : HostTensor::Uninitialized(value.descriptor());
   std::shared_ptr<GlooGroup> g = group.shared_from_this();
   const std::string op = OperationName(kind, group);
   const std::string canonical =
@@ -336,8 +341,8 @@ GlooTensorSubmission GlooBackend::AllReduceSum(const HostTensor& value,
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
       kind, op, {value.resource(), output.resource(), g},
-      [g, output, kernel = *kernel, op, canonical, fingerprint, verify, timeout,
-       diagnosis = comm_->diagnosis()] {
+      [g, value, output, kernel = *kernel, op, canonical, fingerprint, verify,
+       timeout, diagnosis = comm_->diagnosis()] {
         if (g->context() == nullptr) return TaskResult::Ok();
         if (verify) {
           TaskResult r =
@@ -349,8 +354,9 @@ GlooTensorSubmission GlooBackend::AllReduceSum(const HostTensor& value,
         const uint32_t sequence = g->NextSequence();
         const uint32_t tag = OperationTag(sequence, fingerprint);
         return RunNative(*diagnosis, OnGroup(*g), sequence, op, canonical, [&] {
-          gloo_internal::NativeAllReduce(g->context(), output.data(), elements,
-                                         kernel, tag, timeout);
+          gloo_internal::NativeAllReduce(g->context(), value.data(),
+                                         output.data(), elements, kernel, tag,
+                                         timeout);
         });
       });
   if (!completion.ok()) return completion.status();
@@ -674,8 +680,9 @@ GlooAgreementSubmission GlooBackend::AgreeSuccess(bool success,
               OperationTag(sequence, Fingerprint("agree_success"));
           TaskResult r = RunNative(
               *diagnosis, OnGroup(*g), sequence, op, "agree_success", [&] {
-                gloo_internal::NativeAllReduce(g->context(), &false_votes, 1,
-                                               kernel, tag, timeout);
+                gloo_internal::NativeAllReduce(g->context(), nullptr,
+                                               &false_votes, 1, kernel, tag,
+                                               timeout);
               });
           if (!r.status.ok()) return r;
         }

@@ -32,10 +32,14 @@ struct Element {
 
 template <size_t N>
 void AllReduceElements(const std::shared_ptr<gloo::Context>& context,
-                       void* data, size_t elements, const SumKernel& kernel,
-                       uint32_t tag, Milliseconds timeout) {
+                       const void* in, void* out, size_t elements,
+                       const SumKernel& kernel, uint32_t tag,
+                       Milliseconds timeout) {
   gloo::AllreduceOptions options(context);
-  options.setOutput(static_cast<Element<N>*>(NonNull(data)), elements);
+  if (in != nullptr && in != out) {
+    options.setInput(static_cast<Element<N>*>(NonNull(in)), elements);
+  }
+  options.setOutput(static_cast<Element<N>*>(NonNull(out)), elements);
   options.setReduceFunction(kernel.reduce);
   options.setTag(tag);
   options.setTimeout(timeout);
@@ -67,21 +71,22 @@ absl::Status CatchNative(absl::string_view what,
   }
 }
 
-void NativeAllReduce(const std::shared_ptr<gloo::Context>& context, void* data,
-                     size_t elements, const SumKernel& kernel, uint32_t tag,
+void NativeAllReduce(const std::shared_ptr<gloo::Context>& context,
+                     const void* in, void* out, size_t elements,
+                     const SumKernel& kernel, uint32_t tag,
                      Milliseconds timeout) {
   switch (kernel.element_size) {
     case 1:
-      return AllReduceElements<1>(context, data, elements, kernel, tag,
+      return AllReduceElements<1>(context, in, out, elements, kernel, tag,
                                   timeout);
     case 2:
-      return AllReduceElements<2>(context, data, elements, kernel, tag,
+      return AllReduceElements<2>(context, in, out, elements, kernel, tag,
                                   timeout);
     case 4:
-      return AllReduceElements<4>(context, data, elements, kernel, tag,
+      return AllReduceElements<4>(context, in, out, elements, kernel, tag,
                                   timeout);
     case 8:
-      return AllReduceElements<8>(context, data, elements, kernel, tag,
+      return AllReduceElements<8>(context, in, out, elements, kernel, tag,
                                   timeout);
   }
   throw gloo::Exception(

@@ -38,9 +38,14 @@ using Milliseconds = std::chrono::milliseconds;
 absl::Status CatchNative(absl::string_view what,
                          const std::function<void()>& fn);
 
-// In-place sum of `elements` elements at `data` over the context.
-void NativeAllReduce(const std::shared_ptr<gloo::Context>& context, void* data,
-                     size_t elements, const SumKernel& kernel, uint32_t tag,
+// Sum of `elements` elements over the context into `out`. With `in` null
+// (or equal to `out`) the sum is in place; otherwise `in` is this member's
+// contribution and is left unchanged, and every byte of `out` is written
+// (Gloo copies `in` into `out` segment by segment inside its ring, just
+// before each segment is reduced or sent, so no separate pass is needed).
+void NativeAllReduce(const std::shared_ptr<gloo::Context>& context,
+                     const void* in, void* out, size_t elements,
+                     const SumKernel& kernel, uint32_t tag,
                      Milliseconds timeout);
 
 // Every member contributes bytes_per_member[its rank] bytes from `in`;
