@@ -23,11 +23,12 @@ size_t StepPlan::max_slot_tokens() const {
 }
 
 std::vector<uint32_t> EncodeFrame(uint32_t step, const SlotBatch* batch,
-                                  bool stop) {
+                                  bool stop, bool drain) {
   std::vector<uint32_t> frame(kFrameWords, 0);
   frame[0] = kFrameMagic;
   frame[1] = step;
-  frame[2] = (batch != nullptr ? kFlagScheduler : 0) | (stop ? kFlagStop : 0);
+  frame[2] = (batch != nullptr ? kFlagScheduler : 0) | (stop ? kFlagStop : 0) |
+             (drain ? kFlagDrain : 0);
   if (batch != nullptr) {
     const size_t n =
         std::min<size_t>(batch->requests.size(), kMaxRequestsPerStep);
@@ -65,6 +66,7 @@ absl::StatusOr<StepPlan> DecodeFrames(const ServingLayout& layout,
     }
     if (f[1] != step) other_step.push_back(r);
     if (f[2] & kFlagStop) plan.stop_requested_by.push_back(r);
+    if (f[2] & kFlagDrain) plan.drain_requested_by.push_back(r);
     const RankCoordinates c = CoordinatesOf(layout.topology, r);
     const uint32_t slot = layout.SlotOf(c.data, c.expert);
     const bool scheduler = layout.SchedulerOf(slot) == r;
@@ -98,8 +100,9 @@ absl::StatusOr<StepPlan> DecodeFrames(const ServingLayout& layout,
 absl::StatusOr<StepPlan> AgreeOnBatch(Collectives& collectives,
                                       const ServingLayout& layout,
                                       uint32_t step, const SlotBatch* batch,
-                                      bool stop) {
-  auto words = collectives.AllGatherWords(EncodeFrame(step, batch, stop));
+                                      bool stop, bool drain) {
+  auto words =
+      collectives.AllGatherWords(EncodeFrame(step, batch, stop, drain));
   if (!words.ok()) return words.status();
   return DecodeFrames(layout, step, *words);
 }

@@ -7,7 +7,8 @@
 //   word 1   step (1, 2, ...)
 //   word 2   flags: kFlagScheduler (the frame carries its slot's batch),
 //            kFlagStop (the sender asks everyone to stop, e.g. rank 0's
-//            self-check failed)
+//            self-check failed), kFlagDrain (the sender got a stop signal,
+//            SIGTERM: everyone ends the run cleanly here)
 //   word 3   number of requests n (<= kMaxRequestsPerStep)
 //   then     kMaxRequestsPerStep triples (request id, first position, token
 //            count); the first n are used, the rest are zero
@@ -37,6 +38,7 @@ inline constexpr size_t kFrameWords =
     kFrameHeaderWords + 3 * kMaxRequestsPerStep;
 inline constexpr uint32_t kFlagScheduler = 1;
 inline constexpr uint32_t kFlagStop = 2;
+inline constexpr uint32_t kFlagDrain = 4;
 
 // What every rank agreed on for one step.
 struct StepPlan {
@@ -45,15 +47,18 @@ struct StepPlan {
   std::vector<SlotBatch> slots;
   // Ranks whose frame asked to stop (empty: keep serving).
   std::vector<uint32_t> stop_requested_by;
+  // Ranks whose frame asked every rank to end the run cleanly (a stop
+  // signal reached them); empty: keep serving.
+  std::vector<uint32_t> drain_requested_by;
 
   size_t total_tokens() const;
   size_t max_slot_tokens() const;
 };
 
 // This rank's frame. `batch` is its slot's batch when it schedules one,
-// nullptr otherwise.
+// nullptr otherwise; `stop` and `drain` set kFlagStop and kFlagDrain.
 std::vector<uint32_t> EncodeFrame(uint32_t step, const SlotBatch* batch,
-                                  bool stop);
+                                  bool stop, bool drain = false);
 
 // The plan from the rank-major concatenation of every rank's frame.
 // FailedPrecondition naming the ranks when frames disagree on the step,
@@ -66,7 +71,7 @@ absl::StatusOr<StepPlan> DecodeFrames(const ServingLayout& layout,
 absl::StatusOr<StepPlan> AgreeOnBatch(Collectives& collectives,
                                       const ServingLayout& layout,
                                       uint32_t step, const SlotBatch* batch,
-                                      bool stop);
+                                      bool stop, bool drain);
 
 }  // namespace rankd::examples
 

@@ -14,7 +14,10 @@
 namespace rankd::examples {
 namespace {
 
-constexpr size_t kReportWords = 3 * kNumCollectiveKinds + 2;
+// Per kind: calls, total microseconds (low and high word), max
+// microseconds; then tokens and the failed flag.
+constexpr size_t kWordsPerKind = 4;
+constexpr size_t kReportWords = kWordsPerKind * kNumCollectiveKinds + 2;
 
 uint32_t Micros(absl::Duration d) {
   const int64_t us = absl::ToInt64Microseconds(d);
@@ -81,7 +84,8 @@ std::string ProgressLine(uint32_t step, uint32_t steps, uint64_t tokens,
   const double seconds = absl::ToDoubleSeconds(elapsed);
   const uint64_t rate =
       seconds > 0 ? static_cast<uint64_t>(tokens / seconds) : 0;
-  return absl::StrCat("PROGRESS step ", step, "/", steps, "  tokens ",
+  return absl::StrCat("PROGRESS step ", step,
+                      steps > 0 ? absl::StrCat("/", steps) : "", "  tokens ",
                       Thousands(tokens), "  ", Thousands(rate),
                       " tokens/s  ranks ", ranks_up);
 }
@@ -94,7 +98,10 @@ std::vector<uint32_t> EncodeReport(const CollectiveStats& stats,
     const KindStats& s = stats.of(static_cast<CollectiveKind>(k));
     words.push_back(
         static_cast<uint32_t>(std::min<uint64_t>(s.calls, UINT32_MAX)));
-    words.push_back(Micros(s.total));
+    const uint64_t total_us = static_cast<uint64_t>(
+        std::max<int64_t>(absl::ToInt64Microseconds(s.total), 0));
+    words.push_back(static_cast<uint32_t>(total_us));
+    words.push_back(static_cast<uint32_t>(total_us >> 32));
     words.push_back(Micros(s.max));
   }
   words.push_back(
@@ -114,10 +121,12 @@ absl::StatusOr<std::vector<RankReport>> DecodeReports(
   for (uint32_t r = 0; r < world_size; ++r) {
     const uint32_t* w = &words[r * kReportWords];
     for (size_t k = 0; k < kNumCollectiveKinds; ++k) {
-      reports[r].kinds[k] = {w[3 * k], w[3 * k + 1], w[3 * k + 2]};
+      const uint32_t* kind = &w[kWordsPerKind * k];
+      reports[r].kinds[k] = {
+          kind[0], kind[1] | (static_cast<uint64_t>(kind[2]) << 32), kind[3]};
     }
-    reports[r].tokens = w[3 * kNumCollectiveKinds];
-    reports[r].failed = w[3 * kNumCollectiveKinds + 1];
+    reports[r].tokens = w[kWordsPerKind * kNumCollectiveKinds];
+    reports[r].failed = w[kWordsPerKind * kNumCollectiveKinds + 1];
   }
   return reports;
 }
@@ -141,12 +150,16 @@ std::string SummaryTable(const RunSummary& s) {
       "served", s.steps, Thousands(s.tokens), l.num_slots(),
       Thousands(seconds > 0 ? static_cast<uint64_t>(s.tokens / seconds) : 0),
       seconds);
+  const std::string which =
+      s.latency.size() < s.steps
+          ? absl::StrCat("last ", Thousands(s.latency.size()), " steps, ")
+          : "";
   absl::StrAppendFormat(
       &out,
-      "  %-13s p50 %.2f ms, p99 %.2f ms, max %.2f ms (rank 0, agreement"
+      "  %-13s p50 %.2f ms, p99 %.2f ms, max %.2f ms (rank 0, %sagreement"
       " to outputs gathered)\n",
       "step latency", Ms(Percentile(s.latency, 0.5)),
-      Ms(Percentile(s.latency, 0.99)), Ms(Percentile(s.latency, 1.0)));
+      Ms(Percentile(s.latency, 0.99)), Ms(Percentile(s.latency, 1.0)), which);
   absl::StrAppendFormat(
       &out,
       "  %-13s %s: %d/%d steps, %s values, max |error| %.2g, tolerance"

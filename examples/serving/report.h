@@ -25,7 +25,8 @@ absl::Duration Percentile(std::vector<absl::Duration> samples, double q);
 // "8/8 up" or "7/8 up; lost: 5 (node 1)" from a daemon's member list.
 std::string RanksUp(const v1::MemberList& members);
 
-// "PROGRESS step 20/50  tokens 412  2,981 tokens/s  ranks 8/8 up".
+// "PROGRESS step 20/50  tokens 412  2,981 tokens/s  ranks 8/8 up"; with
+// steps 0 (serving until stopped) "PROGRESS step 20  tokens ...".
 std::string ProgressLine(uint32_t step, uint32_t steps, uint64_t tokens,
                          absl::Duration elapsed, const std::string& ranks_up);
 
@@ -33,7 +34,7 @@ std::string ProgressLine(uint32_t step, uint32_t steps, uint64_t tokens,
 struct RankReport {
   struct Kind {
     uint32_t calls = 0;
-    uint32_t total_us = 0;
+    uint64_t total_us = 0;  // two words: a long-running server passes 2^32
     uint32_t max_us = 0;
   };
   std::array<Kind, kNumCollectiveKinds> kinds{};
@@ -57,9 +58,11 @@ struct RunSummary {
   std::string backend;
   uint32_t steps = 0;
   uint64_t tokens = 0;
-  absl::Duration wall;                  // the serving loop on rank 0
-  std::vector<absl::Duration> latency;  // per step on rank 0, without check
-  absl::Duration check_time;            // rank 0's reference + compare
+  absl::Duration wall;  // the serving loop on rank 0
+  // Per step on rank 0, without the check: every step, or the most recent
+  // ones when a long-running server keeps only those.
+  std::vector<absl::Duration> latency;
+  absl::Duration check_time;  // rank 0's reference + compare
   uint32_t checked_steps = 0;
   uint64_t checked_values = 0;
   double max_abs_error = 0;

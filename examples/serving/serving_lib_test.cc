@@ -108,7 +108,7 @@ TEST(BatchAgreementTest, FramesRoundTrip) {
     const uint32_t slot = layout.SlotOf(c.data, c.expert);
     const bool scheduler = layout.SchedulerOf(slot) == r;
     const auto f = EncodeFrame(4, scheduler ? &want.slots[slot] : nullptr,
-                               /*stop=*/r == 3);
+                               /*stop=*/r == 3, /*drain=*/r == 5 || r == 6);
     ASSERT_EQ(f.size(), kFrameWords);
     words.insert(words.end(), f.begin(), f.end());
   }
@@ -116,6 +116,7 @@ TEST(BatchAgreementTest, FramesRoundTrip) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->slots, want.slots);
   EXPECT_EQ(plan->stop_requested_by, std::vector<uint32_t>{3});
+  EXPECT_EQ(plan->drain_requested_by, (std::vector<uint32_t>{5, 6}));
 
   // A rank at another step is named.
   std::vector<uint32_t> skewed = words;
@@ -291,6 +292,13 @@ TEST(ReportTest, PercentilesAndReportsRoundTrip) {
   EXPECT_EQ((*reports)[1].failed, 1u);
   EXPECT_FALSE(DecodeReports(words, 3).ok());
 
+  // A long-running server's totals pass 2^32 microseconds (71 minutes).
+  CollectiveStats day;
+  day.Record(CollectiveKind::kAllGatherWords, absl::Hours(25));
+  auto long_run = DecodeReports(EncodeReport(day, 1, false), 1);
+  ASSERT_TRUE(long_run.ok()) << long_run.status();
+  EXPECT_EQ((*long_run)[0].kinds[0].total_us, uint64_t{25} * 3600 * 1000000);
+
   RunSummary summary;
   summary.layout = MakeLayout({.tensor = 2}, 0);
   summary.spec = SpecFor({.tensor = 2});
@@ -304,6 +312,18 @@ TEST(ReportTest, PercentilesAndReportsRoundTrip) {
   EXPECT_TRUE(absl::StrContains(table, "6,172 tokens/s")) << table;
   EXPECT_TRUE(absl::StrContains(table, "p50 50.00 ms, p99 99.00 ms")) << table;
   EXPECT_TRUE(absl::StrContains(table, "all_to_all_v")) << table;
+  EXPECT_FALSE(absl::StrContains(table, "last ")) << table;
+
+  // Serving until stopped: no step count in the progress line, and the
+  // latency of the most recent steps only.
+  EXPECT_EQ(ProgressLine(20, 0, 412, absl::Seconds(1), "8/8 up"),
+            "PROGRESS step 20  tokens 412  412 tokens/s  ranks 8/8 up");
+  EXPECT_EQ(ProgressLine(20, 50, 412, absl::Seconds(1), "8/8 up"),
+            "PROGRESS step 20/50  tokens 412  412 tokens/s  ranks 8/8 up");
+  summary.steps = 150000;
+  EXPECT_TRUE(absl::StrContains(SummaryTable(summary),
+                                "(rank 0, last 100 steps, agreement"))
+      << SummaryTable(summary);
 }
 
 }  // namespace

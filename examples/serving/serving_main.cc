@@ -1,6 +1,8 @@
 // serving: a model-parallel "inference server" rank, the way a real serving
 // process uses rankd. One process per rank; run it through tools/run.sh,
-// which starts the rankd daemons and every rank (see README.md).
+// which starts the rankd daemons and every rank (see README.md), or in a
+// Kubernetes pod next to the rankd sidecar (deploy/kubernetes: one process
+// per local rank, --steps=0).
 //
 // It joins the job through its node's daemon (rankd::Client), opens a
 // data-plane session (Gloo, or NCCL on GPUs) over the client's control
@@ -14,22 +16,39 @@
 //   gather outputs          all_gather, checked by rank 0 against a
 //                           single-process reference (self_check.h)
 //
-// Output lines (tools/run.sh reads them):
-//   BACKEND_OK B devices=N (--probe_backend) REFUSED <why the backend cannot
-//   run here>                  (exit 2) READY rank=R node=N coords=dD pP tT eE
-//   backend=B PROGRESS step S/N  tokens T  X tokens/s  ranks 8/8 up     (rank
-//   0) SELF-CHECK FAILED ...                                      (rank 0)
-//   STALLING rank=R step=S                                     (drill victim)
+// It serves --steps steps, or with --steps=0 until it gets SIGTERM or
+// SIGINT (how Kubernetes stops a container). A stop signal does not end the
+// process at once: the rank finishes its current step and says so at the
+// next batch agreement, where every rank of the job (in every pod) stops
+// together; then the end-of-run round, rank 0's summary, a clean Leave and
+// exit 0. (Before the serving loop starts, a signal ends the process as
+// usual.)
+//
+// Output lines (tools/run.sh and the tests read them):
+//   BACKEND_OK B devices=N                           (--probe_backend)
+//   REFUSED <why the backend cannot run here>        (exit 2)
+//   READY rank=R node=N coords=dD pP tT eE backend=B [hostname=H (Gloo)]
+//   SERVING world W (...), <model>, N steps|until stopped, backend B (rank 0)
+//   PROGRESS step S/N  tokens T  X tokens/s  ranks 8/8 up          (rank 0;
+//                           "PROGRESS step S  ..." with --steps=0)
+//   SELF-CHECK FAILED ...                                          (rank 0)
+//   STALLING rank=R step=S                                   (drill victim)
+//   SIGNAL rank=R step=S SIGTERM: every rank stops at this step's agreement
+//   DRAINED rank=R step=S: rank Q got a stop signal; served S-1 steps
 //   FAILED rank=R step=S unix_ms=T CODE: <op>: <message>
 //   CAUSE rank=R CODE: <the job failure, naming the lost rank or node>
 //   STOPPED rank=R step=S: ...
 //   DONE rank=R tokens=T
-//   == summary ...                                             (rank 0)
-// Exit status: 0 served and self-check passed; 2 bad flags or backend
-// unavailable; 3 a collective or the job failed (e.g. a peer was lost);
-// 4 the self-check failed.
+//   == summary ...                                                 (rank 0)
+// Exit status: 0 served (all --steps, or until a stop signal) and the
+// self-check passed; 2 bad flags or backend unavailable; 3 a collective or
+// the job failed (e.g. a peer was lost); 4 the self-check failed.
+#include <signal.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,20 +83,29 @@ ABSL_FLAG(uint32_t, world_size, 0, "expected world size (0: the job's)");
 ABSL_FLAG(std::string, backend, "gloo", "data plane: gloo or nccl");
 ABSL_FLAG(bool, probe_backend, false,
           "only check that --backend can run on this machine, then exit");
-ABSL_FLAG(uint32_t, steps, 50, "serving steps");
+ABSL_FLAG(uint32_t, steps, 50,
+          "serving steps; 0: serve until SIGTERM or SIGINT (a long-running "
+          "server, e.g. in a pod), then stop every rank cleanly");
 ABSL_FLAG(uint64_t, seed, 2024, "model weights and request traffic seed");
 ABSL_FLAG(uint32_t, hidden, 64, "model width");
 ABSL_FLAG(uint32_t, ffn, 0, "MLP width (0: 128 rounded up to the TP degree)");
 ABSL_FLAG(uint32_t, layers, 0, "layers (0: 2 rounded up to the PP degree)");
 ABSL_FLAG(uint32_t, experts, 0,
           "experts per layer (0: 4 rounded up to the EP degree)");
-ABSL_FLAG(std::string, hostname, "127.0.0.1",
-          "address of this rank's Gloo transport (the node's address)");
+ABSL_FLAG(std::string, hostname, "",
+          "address of this rank's Gloo transport, the node's (pod's) address "
+          "its peers reach (default: $POD_IP when set, else 127.0.0.1)");
+ABSL_FLAG(int, join_wait_ms, 60000,
+          "how long joining waits for every rank of the world (pods of a "
+          "group may start minutes apart)");
 ABSL_FLAG(int, connect_timeout_ms, 60000, "session connect deadline");
 ABSL_FLAG(int, op_timeout_ms, 30000, "deadline of each data-plane operation");
 ABSL_FLAG(double, atol, 1e-4, "self-check absolute tolerance");
 ABSL_FLAG(double, rtol, 1e-4, "self-check relative tolerance");
 ABSL_FLAG(int, progress_ms, 1000, "rank 0 prints progress at least this often");
+ABSL_FLAG(int, step_interval_ms, 0,
+          "shortest time from one step's start to the next (0: back to back); "
+          "paces a long-running server");
 ABSL_FLAG(uint32_t, stall_at_step, 0,
           "failure drill: stall after agreeing on this step (0: never); "
           "tools/run.sh --kill-rank kills the stalled rank");
@@ -99,6 +127,44 @@ void Print(const std::string& line) {
 }
 
 int64_t UnixMs() { return absl::ToUnixMillis(absl::Now()); }
+
+// Rank 0 keeps at most twice this many step latencies (the most recent).
+constexpr size_t kMaxLatencySamples = 100000;
+
+// The stop signal (SIGTERM or SIGINT) received once serving started; 0:
+// none. Set by the handler, read by the serving loop.
+std::atomic<int> stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free,
+              "the signal handler needs a lock-free atomic");
+
+void OnStopSignal(int signal) {
+  stop_signal.store(signal, std::memory_order_relaxed);
+}
+
+// From here on SIGTERM and SIGINT ask the serving loop to stop (every rank
+// at the same step) instead of ending the process.
+void CatchStopSignals() {
+  struct sigaction action = {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+}
+
+const char* SignalName(int signal) {
+  return signal == SIGINT ? "SIGINT" : "SIGTERM";
+}
+
+// --hostname, else $POD_IP (Kubernetes' downward API), else loopback.
+std::string GlooHostname() {
+  std::string hostname = absl::GetFlag(FLAGS_hostname);
+  if (hostname.empty()) {
+    const char* pod_ip = std::getenv("POD_IP");
+    hostname = pod_ip != nullptr && *pod_ip != '\0' ? pod_ip : "127.0.0.1";
+  }
+  return hostname;
+}
 
 class ServingProcess {
  public:
@@ -151,11 +217,15 @@ int ServingProcess::Run() {
     Print(absl::StrCat("BACKEND_OK ", backend, " devices=", devices));
     return kExitOk;
   }
-  if (absl::GetFlag(FLAGS_steps) == 0) {
-    Print("ERROR --steps must be at least 1");
+  if (absl::GetFlag(FLAGS_join_wait_ms) <= 0 ||
+      absl::GetFlag(FLAGS_step_interval_ms) < 0) {
+    Print(
+        "ERROR --join_wait_ms must be positive and --step_interval_ms "
+        "not negative");
     return kExitUsage;
   }
   if (int code = Setup(); code != kExitOk) return code;
+  CatchStopSignals();
   const int code = Serve();
   // Every rank is past its last data-plane operation (the end-of-run round
   // is a barrier) before anyone closes its session.
@@ -183,7 +253,7 @@ int ServingProcess::Setup() {
   join.world_size = absl::GetFlag(FLAGS_world_size);
   join.device.set_kind(nccl ? "cuda" : "cpu");
   join.device.set_index(static_cast<int32_t>(join.local_rank));
-  join.wait_for_world = absl::Seconds(60);
+  join.wait_for_world = absl::Milliseconds(absl::GetFlag(FLAGS_join_wait_ms));
   auto descriptor = client_->Join(join);
   if (!descriptor.ok()) return Failed(0, descriptor.status());
 
@@ -206,7 +276,7 @@ int ServingProcess::Setup() {
 
   control_plane_ = dataplane::MakeClientControlPlane(client_.get());
   BackendOptions backend;
-  backend.hostname = absl::GetFlag(FLAGS_hostname);
+  backend.hostname = GlooHostname();
   backend.connect_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_connect_timeout_ms));
   backend.op_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_op_timeout_ms));
@@ -220,7 +290,8 @@ int ServingProcess::Setup() {
                      " coords=d", layout_.coords.data, " p",
                      layout_.coords.pipeline, " t", layout_.coords.tensor, " e",
                      layout_.coords.expert,
-                     " backend=", collectives_->backend()));
+                     " backend=", collectives_->backend(),
+                     nccl ? "" : absl::StrCat(" hostname=", backend.hostname)));
 
   if (layout_.rank == 0) {
     tolerance_.atol = absl::GetFlag(FLAGS_atol);
@@ -232,10 +303,13 @@ int ServingProcess::Setup() {
     summary_.spec = spec_;
     summary_.backend = collectives_->backend();
     summary_.tolerance = tolerance_.ToString();
+    const uint32_t steps = absl::GetFlag(FLAGS_steps);
     Print(absl::StrCat("SERVING world ", layout_.world_size, " (",
                        DescribeTopology(layout_.topology), "), ",
-                       spec_.ToString(), ", ", absl::GetFlag(FLAGS_steps),
-                       " steps, backend ", collectives_->backend()));
+                       spec_.ToString(), ", ",
+                       steps > 0 ? absl::StrCat(steps, " steps")
+                                 : std::string("until stopped (SIGTERM)"),
+                       ", backend ", collectives_->backend()));
   }
   return kExitOk;
 }
@@ -246,21 +320,41 @@ int ServingProcess::Serve() {
   if (layout_.is_scheduler()) {
     stream.emplace(spec_.seed, layout_.my_slot(), layout_.num_slots());
   }
+  const absl::Duration interval =
+      absl::Milliseconds(absl::GetFlag(FLAGS_step_interval_ms));
   started_ = last_progress_ = absl::Now();
+  absl::Time step_start = started_;
   uint32_t done = 0;
   int code = kExitOk;
-  for (uint32_t step = 1; step <= steps; ++step) {
-    const absl::Time step_start = absl::Now();
+  bool signal_seen = false;
+  for (uint32_t step = 1; steps == 0 || step <= steps; ++step) {
+    if (step > 1) absl::SleepFor(step_start + interval - absl::Now());
+    step_start = absl::Now();
+    // A stop signal that arrives later is seen at the next step.
+    const int signal = stop_signal.load(std::memory_order_relaxed);
+    if (signal != 0 && !signal_seen) {
+      signal_seen = true;
+      Print(absl::StrCat("SIGNAL rank=", layout_.rank, " step=", step, " ",
+                         SignalName(signal),
+                         ": every rank stops at this step's agreement"));
+    }
     std::optional<SlotBatch> batch;
     if (stream) batch = stream->Next();
-    auto plan = AgreeOnBatch(*collectives_, layout_, step,
-                             batch ? &*batch : nullptr, check_failed_);
+    auto plan =
+        AgreeOnBatch(*collectives_, layout_, step, batch ? &*batch : nullptr,
+                     check_failed_, signal_seen);
     if (!plan.ok()) return Failed(step, plan.status());
     if (!plan->stop_requested_by.empty()) {
       Print(absl::StrCat("STOPPED rank=", layout_.rank, " step=", step,
                          ": rank ", plan->stop_requested_by[0],
                          " asked every rank to stop (its self-check failed)"));
       code = kExitCheckFailed;
+      break;
+    }
+    if (!plan->drain_requested_by.empty()) {
+      Print(absl::StrCat("DRAINED rank=", layout_.rank, " step=", step,
+                         ": rank ", plan->drain_requested_by[0],
+                         " got a stop signal; served ", done, " steps"));
       break;
     }
     if (step == absl::GetFlag(FLAGS_stall_at_step)) return Stall(step);
@@ -289,6 +383,10 @@ int ServingProcess::Serve() {
     done = step;
     if (layout_.rank != 0) continue;
 
+    if (summary_.latency.size() >= 2 * kMaxLatencySamples) {
+      summary_.latency.erase(summary_.latency.begin(),
+                             summary_.latency.begin() + kMaxLatencySamples);
+    }
     summary_.latency.push_back(absl::Now() - step_start);
     summary_.tokens += plan->total_tokens();
     const absl::Time check_start = absl::Now();
@@ -303,7 +401,8 @@ int ServingProcess::Serve() {
       check_failed_ = true;
       Print(absl::StrCat("SELF-CHECK FAILED ", check.status.message()));
     }
-    MaybeProgress(step, step == steps);
+    // With --steps=0 the first step is shown at once: serving has begun.
+    MaybeProgress(step, steps == 0 ? step == 1 : step == steps);
   }
   const absl::Duration wall = absl::Now() - started_;
 
@@ -331,8 +430,9 @@ int ServingProcess::Serve() {
 void ServingProcess::MaybeProgress(uint32_t step, bool force) {
   const absl::Time now = absl::Now();
   const uint32_t steps = absl::GetFlag(FLAGS_steps);
-  const uint32_t every = std::max(1u, steps / 5);
-  if (!force && step % every != 0 &&
+  // Every 20% of a bounded run; only by time when serving until stopped.
+  const bool milestone = steps > 0 && step % std::max(1u, steps / 5) == 0;
+  if (!force && !milestone &&
       now - last_progress_ <
           absl::Milliseconds(absl::GetFlag(FLAGS_progress_ms))) {
     return;

@@ -11,9 +11,11 @@ offline, and keeps the wiring rankd needs.
     the serving container through an emptyDir; non-root, read-only root file
     system, no privilege escalation, resources on every container; the node
     index, group size and coordinator come from the workload's own
-    conventions; the NetworkPolicy lets only the group reach rankd's port;
-    metrics are announced where rankd serves them; GPU and TLS overlays do
-    what they say.
+    conventions; the serving container runs the serving example once per
+    local rank, with the pod IP for Gloo, passing SIGTERM on; the
+    NetworkPolicy lets only the group reach rankd's port; metrics are
+    announced where rankd serves them; GPU and TLS overlays do what they
+    say.
 """
 
 import copy
@@ -406,6 +408,42 @@ class ManifestsTest(unittest.TestCase):
             self.assertIn(target, [p["name"] for p in rankd_of(r.template)
                                    ["ports"]])
 
+    def test_serving_container_runs_the_example_per_local_rank(self):
+        for name, r in self.deployments():
+            with self.subTest(kustomization=name):
+                serving = [c for c in r.template["spec"]["containers"]
+                           if c["name"] == "serving"]
+                self.assertEqual(len(serving), 1)
+                c = serving[0]
+                self.assertEqual(c["command"], ["/bin/sh", "-c"])
+                script = c["args"][0]
+                env = r.env(c)
+                # One `serving` per local rank, in the background, each with
+                # its job, local rank and Gloo address (the pod IP).
+                self.assertIn('while [ "$i" -lt "$RANKD_NPROC_PER_NODE" ]',
+                              script)
+                self.assertEqual(env["RANKD_NPROC_PER_NODE"],
+                                 r.config["RANKD_NPROC_PER_NODE"])
+                call = script[script.index("serving "):script.index("&\n")]
+                for flag in ('--job_id="$RANKD_JOB_ID"', '--local_rank="$i"',
+                             '--hostname="$POD_IP"',
+                             '--steps="$SERVING_STEPS"', "$SERVING_ARGS"):
+                    self.assertIn(flag, call)
+                self.assertEqual(env["POD_IP"], r.pods[0].ip)
+                backend = "nccl" if name == "overlays/gpu" else "gloo"
+                self.assertIn(f"--backend={backend}",
+                              env["SERVING_ARGS"].split())
+                # SIGTERM reaches the ranks (the shell is PID 1), which then
+                # stop cleanly; a Job serves a batch of steps and completes.
+                self.assertIn("trap 'kill -TERM $pids 2>/dev/null' TERM INT",
+                              script)
+                steps = int(env["SERVING_STEPS"])
+                if r.workload["kind"] == "Job":
+                    self.assertGreater(steps, 0)
+                else:
+                    self.assertEqual(steps, 0)
+                self.assertIn('exit "$status"', script)
+
     def test_gpu_overlay_gives_each_rank_a_gpu(self):
         r = self.rendered["overlays/gpu"]
         serving = r.template["spec"]["containers"][0]
@@ -418,6 +456,12 @@ class ManifestsTest(unittest.TestCase):
                                          r.template["spec"]["tolerations"]])
         self.assertNotIn("nvidia.com/gpu",
                          rankd_of(r.template)["resources"].get("limits", {}))
+        # The GPU image (deploy/Dockerfile, FLAVOR=gpu: CUDA runtime and
+        # NCCL) for every container; the serving example runs NCCL.
+        for c in (r.template["spec"]["initContainers"]
+                  + r.template["spec"]["containers"]):
+            self.assertEqual(c["image"], "rankd:0.1.0-gpu", c["name"])
+        self.assertIn("--backend=nccl", r.config["SERVING_ARGS"].split())
         world = nproc * r.workload["spec"]["leaderWorkerTemplate"]["size"]
         degrees = 1
         for key in ("RANKD_TENSOR_PARALLEL", "RANKD_PIPELINE_PARALLEL",

@@ -4,11 +4,16 @@ For each deployment (LeaderWorkerSet CPU demo, its TLS overlay, the
 StatefulSet and Indexed Job variants) it renders the kustomization, starts
 one simulated pod per pod the controller would create (tests/k8s/podsim.py:
 network namespaces when root), each with exactly the command, arguments and
-environment Kubernetes would give its rankd sidecar and its (stand-in)
-serving container, probes every rankd the way the kubelet would, and checks
-that the job forms: every node registered, every rank joined, the same job
-state visible from every pod, metrics served. The CPU demo also loses a pod's
-serving container and checks that every pod reports the failure.
+environment Kubernetes would give its rankd sidecar and its serving
+container (the serving example, one process per local rank, Gloo on the pod
+IP), probes every rankd the way the kubelet would, and checks that the job
+forms: every node registered, every rank joined and serving, the same job
+state visible from every pod, metrics served. Deleting the pods (SIGTERM)
+stops every rank cleanly with rank 0's self-check passed; the Indexed Job
+serves its steps and completes. The CPU demo also loses a pod's serving
+container and checks that every pod reports the failure and that the other
+pods' serving containers fail (what makes LeaderWorkerSet recreate the
+group).
 """
 
 import os
@@ -25,10 +30,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import manifests  # noqa: E402
 import podsim  # noqa: E402
 
+# The image's programs (deploy/Dockerfile) and their Bazel outputs.
 BINARIES = {
     "rankd": "daemon/rankd",
     "rankctl": "client/rankctl",
-    "rank_worker": "tests/rank_worker",
+    "serving": "examples/serving",
 }
 
 
@@ -168,17 +174,65 @@ class WiringTest(unittest.TestCase):
             self.assertEqual(podsim.metric(text, "rankd_ready"),
                              1.0 if state != "FAILED" else 0.0)
 
-    def serving_logs_ok(self, cluster, nproc):
-        for pod in cluster.pods:
-            log = cluster.container(pod, "serving").read_log()
-            self.assertEqual(log.count("ROUNDS_OK n=100"), nproc, log[-2000:])
-            self.assertEqual(log.count("KV_OK"), nproc, log[-2000:])
+    def serving_log(self, cluster, pod):
+        return cluster.container(pod, "serving").read_log()
 
-    def stop_all(self, cluster):
+    def wait_serving(self, cluster, world, steps=10):
+        """Every rank of every pod serves, with Gloo on its pod's IP; then
+        waits for `steps` steps (rounds of batch agreement)."""
+        leader = cluster.pods[0]  # node 0: rank 0 prints the progress
+        wait_for(lambda: "PROGRESS step " in self.serving_log(cluster, leader),
+                 60, "rank 0 to serve its first step")
+        self.assertIn(f"SERVING world {world} ",
+                      self.serving_log(cluster, leader))
+        for pod in cluster.pods:
+            ready = [l for l in self.serving_log(cluster, pod).splitlines()
+                     if l.startswith("READY rank=")]
+            self.assertEqual(len(ready), world // len(cluster.pods),
+                             self.serving_log(cluster, pod)[-2000:])
+            for line in ready:
+                self.assertTrue(line.endswith(f" hostname={pod.ip}"), line)
+        wait_for(lambda: (podsim.metric(cluster.scrape(leader, 9421),
+                                        "rankd_rounds_total", {"code": "OK"})
+                          or 0) >= steps * world // len(cluster.pods),
+                 60, f"{steps} serving steps")
+
+    def served_cleanly(self, cluster, world, steps=None):
+        """Every rank stopped (DONE), rank 0 printed the summary with the
+        self-check passed (for `steps` steps when given)."""
+        for pod in cluster.pods:
+            log = self.serving_log(cluster, pod)
+            self.assertEqual(log.count("DONE rank="), world // len(cluster.pods),
+                             log[-2000:])
+        log = self.serving_log(cluster, cluster.pods[0])
+        self.assertIn("== summary", log)
+        self.assertRegex(log, r"self-check    PASSED: (\d+)/\1 steps")
+        if steps is not None:
+            self.assertIn(f"self-check    PASSED: {steps}/{steps} steps", log)
+
+    def stop_all(self, cluster, serving=None):
+        """Deletes every pod (the kubelet's order: serving, then rankd);
+        rankd exits 0 and, when given, the serving container with
+        `serving`."""
         for pod in cluster.pods:
             codes = cluster.stop_pod(pod)
             self.assertEqual(codes.get("rankd"), 0,
                              cluster.container(pod, "rankd").read_log()[-2000:])
+            if serving is not None:
+                self.assertEqual(codes.get("serving"), serving,
+                                 self.serving_log(cluster, pod)[-2000:])
+
+    def stop_serving_cleanly(self, cluster, world):
+        """Pod deletion: SIGTERM to the serving containers stops every rank
+        at the same step, cleanly; the job completes."""
+        self.stop_all(cluster, serving=0)
+        self.served_cleanly(cluster, world)
+        drained = {re.search(r"^DRAINED rank=\d+ step=(\d+):", line, re.M)
+                   .group(1)
+                   for pod in cluster.pods
+                   for line in self.serving_log(cluster, pod).splitlines()
+                   if line.startswith("DRAINED ")}
+        self.assertEqual(len(drained), 1, drained)
 
     # ------------------------------------------------------------- tests
 
@@ -186,17 +240,14 @@ class WiringTest(unittest.TestCase):
         objects, cluster = self.start("overlays/cpu-demo")
         self.wait_ready(cluster)
         world, nproc = self.check_job_forms(objects, cluster, {"JOB_STATE_READY"})
-        wait_for(lambda: all("ROUNDS_OK" in cluster.container(p, "serving")
-                             .read_log() for p in cluster.pods), 60,
-                 "every rank to finish its rounds")
-        self.serving_logs_ok(cluster, nproc)
+        self.wait_serving(cluster, world)
         self.check_metrics(cluster, world, "READY")
         leader_metrics = cluster.scrape(cluster.pods[0], 9421)
-        self.assertGreaterEqual(
-            podsim.metric(leader_metrics, "rankd_rounds_total", {"code": "OK"}),
-            100 * nproc)
+        # Serving ranks are joined, or in a batch agreement round.
         self.assertEqual(
-            podsim.metric(leader_metrics, "rankd_members", {"state": "JOINED"}),
+            sum(podsim.metric(leader_metrics, "rankd_members",
+                              {"state": state}) or 0
+                for state in ("JOINED", "IN_ROUND")),
             world)
 
         # A worker pod's serving container dies: every pod sees the job fail,
@@ -217,6 +268,12 @@ class WiringTest(unittest.TestCase):
         text = cluster.scrape(cluster.pods[0], 9421)
         self.assertGreaterEqual(podsim.metric(text, "rankd_ranks_lost_total"), 1)
         self.check_metrics(cluster, world, "FAILED")
+        # The other pods' serving containers fail (exit 3), naming the lost
+        # rank: the container restart LeaderWorkerSet recreates the group on.
+        for pod in cluster.pods[:-1]:
+            c = cluster.container(pod, "serving")
+            self.assertEqual(c.process.wait(timeout=30), 3, c.read_log()[-2000:])
+            self.assertRegex(c.read_log(), r"(?m)^(FAILED|CAUSE) rank=.* lost")
         self.stop_all(cluster)
 
     def test_tls_overlay_forms_a_job_over_mutual_tls(self):
@@ -240,30 +297,33 @@ class WiringTest(unittest.TestCase):
         # Plaintext is refused on the TLS listener.
         plain = cluster.rankctl(cluster.pods[0], ["status"])
         self.assertNotEqual(plain.returncode, 0)
+        self.wait_serving(cluster, world)
         self.check_metrics(cluster, world, "READY")
-        self.stop_all(cluster)
+        # The group is deleted: every rank stops cleanly, the job completes.
+        self.stop_serving_cleanly(cluster, world)
 
     def test_statefulset_variant_forms_a_job(self):
         objects, cluster = self.start("variants/statefulset")
         self.wait_ready(cluster)
         world, nproc = self.check_job_forms(objects, cluster, {"JOB_STATE_READY"})
-        wait_for(lambda: all("ROUNDS_OK" in cluster.container(p, "serving")
-                             .read_log() for p in cluster.pods), 60,
-                 "every rank to finish its rounds")
-        self.serving_logs_ok(cluster, nproc)
+        self.wait_serving(cluster, world)
         self.check_metrics(cluster, world, "READY")
-        self.stop_all(cluster)
+        self.stop_serving_cleanly(cluster, world)
 
     def test_indexed_job_variant_runs_to_completion(self):
         objects, cluster = self.start("variants/indexed-job")
         self.wait_ready(cluster)
         world, nproc = self.check_job_forms(
             objects, cluster, {"JOB_STATE_READY", "JOB_STATE_COMPLETED"})
-        # The serving containers finish; the Job's pods succeed.
+        # The serving containers serve their steps and finish; the Job's
+        # pods succeed.
+        steps = int(cluster.container(cluster.pods[0], "serving")
+                    .env["SERVING_STEPS"])
+        self.assertGreater(steps, 0)
         for pod in cluster.pods:
             c = cluster.container(pod, "serving")
             self.assertEqual(c.process.wait(timeout=60), 0, c.read_log()[-2000:])
-        self.serving_logs_ok(cluster, nproc)
+        self.served_cleanly(cluster, world, steps)
         job = self.status(cluster, cluster.pods[0])
         self.assertEqual(job["state"], "JOB_STATE_COMPLETED")
         self.check_metrics(cluster, world, "COMPLETED")
