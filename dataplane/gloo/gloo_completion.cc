@@ -63,15 +63,21 @@ absl::StatusOr<WaitOutcome> GlooCompletion::WaitBounded(absl::Duration timeout,
 }
 
 void GlooCompletion::Finish(absl::Status status) {
+  // The native work is over, so the resources may go. They go before the
+  // completion is marked done (outside the lock): a waiter that drops its
+  // own references and allocates again must find the buffers back in the
+  // pool (host_buffer_pool.h), not still held here.
   std::vector<std::shared_ptr<const void>> release;
   {
     absl::MutexLock lock(&mu_);
-    if (done_) return;
-    done_ = true;
-    status_ = std::move(status);
+    if (finishing_ || done_) return;
+    finishing_ = true;
     release.swap(resources_);
   }
-  // `release` goes out of scope here, outside the lock.
+  release.clear();
+  absl::MutexLock lock(&mu_);
+  done_ = true;
+  status_ = std::move(status);
 }
 
 std::vector<std::shared_ptr<const void>> GlooCompletion::TakeResources() {

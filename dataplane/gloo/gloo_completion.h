@@ -49,8 +49,9 @@ class GlooCompletion final
   // quarantined).
   size_t retained() const;
 
-  // Executor side: marks the work complete with `status` and releases the
-  // retained resources. Only the first call counts.
+  // Executor side: releases the retained resources, then marks the work
+  // complete with `status` (so a woken waiter's next allocation can reuse
+  // them). Only the first call counts.
   void Finish(absl::Status status);
 
   // Host side: moves the retained resources out (to a quarantine).
@@ -60,6 +61,7 @@ class GlooCompletion final
   const std::string operation_;
   const std::weak_ptr<ExecutionHost> host_;
   mutable absl::Mutex mu_;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<const void>> resources_ ABSL_GUARDED_BY(mu_);
