@@ -98,6 +98,43 @@ class HostTensor {
   // A deep copy with its own buffer (copied, never zero-filled first).
   HostTensor Clone() const;
 
+  // Copies share the buffer and are never donated (below); moves keep the
+  // donation.
+  HostTensor(const HostTensor& other)
+      : descriptor_(other.descriptor_), buffer_(other.buffer_) {}
+  HostTensor& operator=(const HostTensor& other) {
+    descriptor_ = other.descriptor_;
+    buffer_ = other.buffer_;
+    donated_ = false;
+    return *this;
+  }
+  HostTensor(HostTensor&&) = default;
+  HostTensor& operator=(HostTensor&&) = default;
+
+  // Donation: `tensor`, marked as given up by the caller. An operation that
+  // receives a donated tensor which is the only owner of its buffer (no
+  // copy, no retained resource shares it) may write its output into that
+  // buffer instead of a new one, e.g. an all_reduce_sum in place, as
+  // torch.distributed does, without a second buffer or a copy pass. The
+  // result is the same; only the input's bytes are gone. If anything else
+  // still shares the buffer, the operation works out of place as usual, so
+  // donating is always safe:
+  //
+  //   auto sum = session.AllReduceSum(scope, HostTensor::Donate(std::move(x)));
+  //
+  // Which operations use a donation is documented per backend
+  // (docs/dataplane.md); the others ignore it.
+  static HostTensor Donate(HostTensor tensor) {
+    tensor.donated_ = true;
+    return tensor;
+  }
+  bool donated() const { return donated_; }
+  // True when this tensor is donated and the only owner of its buffer: an
+  // operation may then reuse the buffer for its output.
+  bool donated_and_sole_owner() const {
+    return donated_ && buffer_.use_count() == 1;
+  }
+
   // True when both tensors use the same buffer.
   bool SharesBufferWith(const HostTensor& other) const {
     return buffer_ == other.buffer_;
@@ -115,6 +152,7 @@ class HostTensor {
 
   ValueDescriptor descriptor_;
   std::shared_ptr<HostBuffer> buffer_;  // never null
+  bool donated_ = false;
 };
 
 // ---- implementation details ------------------------------------------------

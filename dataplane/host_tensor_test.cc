@@ -229,5 +229,23 @@ TEST(ElementTypesTest, DtypeOfMapsEveryType) {
   static_assert(sizeof(Complex64) == 8);
 }
 
+TEST(HostTensorDonationTest, MovesKeepItCopiesDropIt) {
+  auto t = *HostTensor::FromVector<float>({2}, {1, 2});
+  EXPECT_FALSE(t.donated());
+  HostTensor d = HostTensor::Donate(std::move(t));
+  EXPECT_TRUE(d.donated());
+  EXPECT_TRUE(d.donated_and_sole_owner());
+  HostTensor copy = d;
+  EXPECT_FALSE(copy.donated());
+  EXPECT_FALSE(d.donated_and_sole_owner());  // the copy shares the buffer
+  std::shared_ptr<const void> retained = copy.resource();
+  copy = *HostTensor::FromVector<float>({1}, {3});
+  EXPECT_FALSE(d.donated_and_sole_owner());  // a retained resource shares it
+  retained.reset();
+  EXPECT_TRUE(d.donated_and_sole_owner());
+  HostTensor moved = std::move(d);
+  EXPECT_TRUE(moved.donated_and_sole_owner());
+}
+
 }  // namespace
 }  // namespace rankd::dataplane

@@ -326,10 +326,12 @@ GlooTensorSubmission GlooBackend::AllReduceSum(const HostTensor& value,
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
   auto kernel = gloo_internal::SumKernelFor(value.dtype(), kind);
   if (!kernel.ok()) return kernel.status();
-  // Out of place without a separate copy pass: Gloo copies the input into
-  // the output segment by segment inside its ring. A one-member group has no
-  // ring, so its output is the copy.
-  HostTensor output = group.context() == nullptr
+  // A donated sole owner is summed in place (its buffer is the output).
+  // Otherwise out of place without a separate copy pass: Gloo copies the
+  // input into the output segment by segment inside its ring (a one-member
+  // group has no ring, so its output is the copy).
+  HostTensor output = value.donated_and_sole_owner() ? value
+                      : group.context() == nullptr
                           ? value.Clone()
                           : HostTensor::Uninitialized(value.descriptor());
   std::shared_ptr<GlooGroup> g = group.shared_from_this();

@@ -114,7 +114,9 @@ class GlooBackend {
       absl::Span<const HostTensor* const> values, GlooExecutor& executor);
 
   // Element-wise sum over the group; output has the input's descriptor.
-  // Unimplemented for bool (docs/dataplane.md lists the dtypes).
+  // Out of place, except that a donated input that is the only owner of its
+  // buffer (HostTensor::Donate) is summed in place: the output then uses
+  // that buffer. Unimplemented for bool (docs/dataplane.md lists the dtypes).
   GlooTensorSubmission AllReduceSum(const HostTensor& value, GlooGroup& group,
                                     GlooExecutor& executor);
   // Equal parts concatenated along `axis` in member order: shape[axis] is

@@ -375,6 +375,41 @@ TEST_F(FourRankTest, AllReduceSumHalfPrecision) {
   });
 }
 
+TEST_F(FourRankTest, DonatedSoleOwnerIsSummedInPlaceOthersOutOfPlace) {
+  cluster_.Run([&](uint32_t r) {
+    GlooSession& s = cluster_.session(r);
+    const float mine = static_cast<float>(r + 1);
+    // Donated and sole owner: in place, the output is the same buffer.
+    auto x = *HostTensor::FromVector<float>({3}, {mine, mine, mine});
+    const uint8_t* buffer = x.data();
+    auto in_place =
+        s.AllReduceSum(CollectiveScope::World(), HostTensor::Donate(std::move(x)));
+    ASSERT_TRUE(in_place.ok()) << in_place.status();
+    ASSERT_TRUE(in_place->completion->Wait().ok());
+    EXPECT_EQ(in_place->output.data(), buffer);
+    EXPECT_EQ(ValuesOf<float>(in_place->output),
+              (std::vector<float>{10, 10, 10}));
+    // Donated, but a copy is still held: out of place, the copy intact.
+    auto y = *HostTensor::FromVector<float>({2}, {mine, 2 * mine});
+    HostTensor kept = y;
+    auto out_of_place =
+        s.AllReduceSum(CollectiveScope::World(), HostTensor::Donate(std::move(y)));
+    ASSERT_TRUE(out_of_place.ok()) << out_of_place.status();
+    ASSERT_TRUE(out_of_place->completion->Wait().ok());
+    EXPECT_FALSE(out_of_place->output.SharesBufferWith(kept));
+    EXPECT_EQ(ValuesOf<float>(out_of_place->output), (std::vector<float>{10, 20}));
+    EXPECT_EQ(ValuesOf<float>(kept), (std::vector<float>{mine, 2 * mine}));
+    // Not donated: out of place.
+    auto z = *HostTensor::FromVector<float>({1}, {mine});
+    auto plain = s.AllReduceSum(CollectiveScope::World(), z);
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    ASSERT_TRUE(plain->completion->Wait().ok());
+    EXPECT_FALSE(plain->output.SharesBufferWith(z));
+    EXPECT_EQ(ValuesOf<float>(z)[0], mine);
+    EXPECT_FALSE(plain->output.donated());
+  });
+}
+
 TEST_F(FourRankTest, AllReduceSumOnSubgroups) {
   cluster_.Run([&](uint32_t r) {
     GlooSession& s = cluster_.session(r);
