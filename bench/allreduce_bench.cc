@@ -9,10 +9,16 @@
 // block (rankd block 0, direct block 0, ..., rankd block 1, ...), so that
 // every mode sees the same background load on a shared machine. The modes:
 //
-//   rankd           GlooSession::AllReduceSum(World, x) then
+//   rankd           GlooSession::AllReduceSum(World, Donate(x)) then
 //                   completion->Wait(), default GlooOptions (the product
 //                   path: no explicit agreement check, mismatches are kept
-//                   apart by the operation's Gloo tag);
+//                   apart by the operation's Gloo tag). The input is donated
+//                   (HostTensor::Donate) and the output becomes the next
+//                   input, so the sum runs in place, as torch's
+//                   dist.all_reduce does;
+//   rankd_copy      DIAGNOSTIC: the same, input not donated (kept by the
+//                   caller), so the sum is out of place: a second buffer
+//                   (from the pool) that Gloo fills inside its ring;
 //   direct          gloo::allreduce on a gloo::rendezvous::Context this
 //                   program connects itself (its own TCP device on
 //                   127.0.0.1, rendezvous keys on the same broker under
@@ -22,13 +28,13 @@
 //                   algorithm, rankd's own f32 sum kernel, one tag per
 //                   operation, op_timeout) and nothing else: no executor
 //                   thread, no completion, no validation, no output copy;
-//   rankd_verify    DIAGNOSTIC: a second GlooSession (instance 1) with
-//                   GlooOptions::verify_agreement = true, to measure what
-//                   the opt-in explicit agreement check costs;
+//   rankd_verify    DIAGNOSTIC: as rankd, on a second GlooSession
+//                   (instance 1) with GlooOptions::verify_agreement = true,
+//                   to measure what the opt-in agreement check costs;
 //   rankd_local     DIAGNOSTIC: the product session's AllReduceSum on this
 //                   rank's one-member group (the tensor-parallel group when
-//                   tensor_parallel = 1): the whole layer (validation,
-//                   output copy, executor hand-off, completion) with no Gloo
+//                   tensor_parallel = 1), donated as in rankd: the whole
+//                   layer (validation, executor hand-off, completion) with no Gloo
 //                   call (a one-member group has no
 //                   Gloo context), i.e. the layer's own cost per operation.
 //                   Only rank 0 runs it (the other ranks wait, blocked,
@@ -94,9 +100,9 @@ ABSL_FLAG(uint32_t, world_size, 0, "expected world size (0: don't check)");
 ABSL_FLAG(int, join_wait_ms, 120000, "how long Join waits for every rank");
 ABSL_FLAG(std::string, schedule, "1024:5:100",
           "bytes:warmup:iters,... (bytes a multiple of 4)");
-ABSL_FLAG(std::string, modes, "rankd,direct,rankd_verify",
+ABSL_FLAG(std::string, modes, "rankd,direct,rankd_copy,rankd_verify",
           "modes to run for each size, in this order: rankd, direct, "
-          "rankd_verify, rankd_local");
+          "rankd_copy, rankd_verify, rankd_local");
 ABSL_FLAG(int, op_timeout_ms, 60000, "Gloo per-operation timeout (all modes)");
 ABSL_FLAG(int, blocks, 4,
           "timed operations of each size are split into this many blocks; the "
@@ -281,11 +287,14 @@ struct Runner {
                        total_s * 1e6 / iters));
   }
 
-  // GlooSession::AllReduceSum on `scope`, waited for, `step` times.
-  // `local` when the scope is this rank's one-member group.
+  // GlooSession::AllReduceSum on `scope`, waited for, `turn` times.
+  // `donate`: the input is donated and each output is the next input (in
+  // place); otherwise the same input every time (out of place). `local`
+  // when the scope is this rank's one-member group.
   absl::Status RunSession(GlooSession& session, const std::string& mode,
                           const Step& step, const Turn& turn,
-                          const CollectiveScope& scope, bool local = false) {
+                          const CollectiveScope& scope, bool donate,
+                          bool local = false) {
     const size_t n = step.bytes / sizeof(float);
     auto descriptor = ValueDescriptor::Create({n}, TensorDtype::kF32);
     if (!descriptor.ok()) return descriptor.status();
@@ -300,15 +309,23 @@ struct Runner {
     for (int i = 0; i < total; ++i) {
       if (i == turn.warmup) before = SelfUsage();
       const bool check = i == 0 || i == total - 1;
+      // Donated sums compound (x world per operation, inf after about 60,
+      // which costs nothing extra): refill before the checked last one.
+      if (donate && check && i > 0) {
+        Fill(reinterpret_cast<float*>(input.data()), n, rank);
+      }
       const int64_t t0 = NowNs();
-      auto sum = session.AllReduceSum(scope, input);
+      auto sum = session.AllReduceSum(
+          scope, donate ? HostTensor::Donate(std::move(input)) : input);
       if (!sum.ok()) return sum.status();
       if (absl::Status s = sum->completion->Wait(); !s.ok()) return s;
+      if (donate) input = std::move(sum->output);
+      const HostTensor& result = donate ? input : sum->output;
       if (check) {
         // Stop the clock before checking the values (untimed).
         const int64_t t1 = NowNs();
         absl::Status s =
-            Check(reinterpret_cast<const float*>(sum->output.data()), n, world,
+            Check(reinterpret_cast<const float*>(result.data()), n, world,
                   absl::StrCat(mode, " ", step.bytes, " B op ", i),
                   local ? std::optional<uint32_t>(rank) : std::nullopt);
         if (!s.ok()) return s;
@@ -398,10 +415,10 @@ int main(int argc, char** argv) {
       want_verify = true;
     } else if (m == "direct") {
       want_direct = true;
-    } else if (m != "rankd" && m != "rankd_local") {
+    } else if (m != "rankd" && m != "rankd_copy" && m != "rankd_local") {
       return Fail("usage",
                   absl::InvalidArgumentError(
-                      "--modes: rankd, direct, rankd_verify, rankd_local"));
+                      "--modes: rankd, direct, rankd_copy, rankd_verify, rankd_local"));
     }
   }
   const std::string out_path = absl::GetFlag(FLAGS_out);
@@ -484,18 +501,18 @@ int main(int argc, char** argv) {
                       step.iters / turns + (b < step.iters % turns ? 1 : 0), b};
       for (const std::string& mode : modes) {
         absl::Status s;
-        if (mode == "rankd") {
+        if (mode == "rankd" || mode == "rankd_copy") {
           s = runner.RunSession(**session, mode, step, turn,
-                                CollectiveScope::World());
+                                CollectiveScope::World(), mode == "rankd");
         } else if (mode == "rankd_verify") {
           s = runner.RunSession(*verifying, mode, step, turn,
-                                CollectiveScope::World());
+                                CollectiveScope::World(), true);
         } else if (mode == "rankd_local") {
           // Rank 0 only, so that it has the machine to itself: the others
           // go on to the next collective and wait there (blocked, no CPU).
           if (runner.rank == 0) {
             s = runner.RunSession(**session, mode, step, turn, *local_scope,
-                                  true);
+                                  /*donate=*/true, /*local=*/true);
           }
         } else {
           s = runner.RunDirect(*direct, step, turn);

@@ -8,10 +8,12 @@
 # every rank (bench/allreduce_bench.cc) runs, for each size, these modes
 # taking turns in 4 blocks of timed operations (so that each sees the same
 # background load): rankd (GlooSession::AllReduceSum on the world, default
-# options), direct (gloo::allreduce on a context the rank connects itself,
-# same algorithm and kernel, no rankd layer), and two diagnostics:
-# rankd_verify (a session with the opt-in verify_agreement on) and rankd_local (the
-# layer alone: all_reduce_sum on a one-member group, no Gloo call). Then it stops the daemons and runs
+# options, donated input: in place like torch), direct (gloo::allreduce on a
+# context the rank connects itself, same algorithm and kernel, no rankd
+# layer), and three diagnostics: rankd_copy (input kept: out of place),
+# rankd_verify (a session with the opt-in verify_agreement on) and
+# rankd_local (the layer alone: all_reduce_sum on a one-member group, no
+# Gloo call). Then it stops the daemons and runs
 # torch.distributed from Debian's python3-torch: the same number of
 # processes, Gloo, TCPStore on 127.0.0.1, dist.all_reduce of float32 tensors
 # of the same sizes with the same warmup and timed counts
@@ -29,7 +31,7 @@
 # Environment defaults: SIZES (16 B, then 1 KiB to 64 MiB in powers of 4),
 # BYTES_PER_SIZE (256 MiB: timed iterations = BYTES_PER_SIZE / size, clamped
 # to [MIN_ITERS (6), MAX_ITERS (200)]; warmup = iterations / 10, clamped to
-# [2, 50]), MODES (rankd,direct,rankd_verify,rankd_local; rankd_local
+# [2, 50]), MODES (rankd,direct,rankd_copy,rankd_verify,rankd_local; rankd_local
 # runs on rank 0 only), NNODES (1), NPROC_PER_NODE (4), RESULTS
 # (bench/RESULTS.md), BAZEL_COMPILATION_MODE (opt).
 # --keep=DIR copies the raw per-rank samples and logs to DIR. --skip_torch
@@ -46,7 +48,7 @@ SIZES=${SIZES:-16,1024,4096,16384,65536,262144,1048576,4194304,16777216,67108864
 BYTES_PER_SIZE=${BYTES_PER_SIZE:-268435456}
 MIN_ITERS=${MIN_ITERS:-6}
 MAX_ITERS=${MAX_ITERS:-200}
-MODES=${MODES:-rankd,direct,rankd_verify,rankd_local}
+MODES=${MODES:-rankd,direct,rankd_copy,rankd_verify,rankd_local}
 NNODES=${NNODES:-1}
 NPROC_PER_NODE=${NPROC_PER_NODE:-4}
 RESULTS=${RESULTS:-bench/RESULTS.md}
@@ -84,9 +86,9 @@ for v in BYTES_PER_SIZE MIN_ITERS MAX_ITERS NNODES NPROC_PER_NODE; do
 done
 ((MIN_ITERS >= 1 && MAX_ITERS >= MIN_ITERS && NNODES >= 1 && NPROC_PER_NODE >= 1)) ||
   die "need 1 <= min_iters <= max_iters, nnodes >= 1, nproc_per_node >= 1"
-M='(rankd|direct|rankd_verify|rankd_local)'
+M='(rankd|direct|rankd_copy|rankd_verify|rankd_local)'
 [[ $MODES =~ ^$M(,$M)*$ ]] ||
-  die "--modes: a comma-separated list of rankd, direct, rankd_verify, rankd_local"
+  die "--modes: a comma-separated list of rankd, direct, rankd_copy, rankd_verify, rankd_local"
 [[ ,$MODES, == *,rankd,* ]] || ((!TORCH)) || die "--modes must include rankd (or use --skip_torch)"
 WORLD=$((NNODES * NPROC_PER_NODE))
 ((WORLD >= 2)) || die "need at least 2 ranks"

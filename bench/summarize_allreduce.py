@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarises one all_reduce_sum benchmark run (bench/run_allreduce.sh).
 
-Reads <dir>/rankd.rank<R>.txt (modes rankd, direct, rankd_verify, rankd_local) and
+Reads <dir>/rankd.rank<R>.txt (modes rankd, direct, rankd_copy, rankd_verify, rankd_local) and
 <dir>/torch.rank<R>.txt: "C <mode> <bytes> <iters> <cpu_us> <vcsw> <ivcsw>
 <minflt>" and "T <mode> <bytes> <start_ns> <end_ns>" lines. Prints a per-size table and
 the per-operation overhead of rankd over direct Gloo, and (with --results)
@@ -153,7 +153,7 @@ def main():
     schedule = parse_schedule(a.schedule)
     rankd = load(a.dir, "rankd")
     torch = {} if a.no_torch else load(a.dir, "torch")
-    modes = [m for m in ("rankd", "direct", "rankd_verify", "rankd_local")
+    modes = [m for m in ("rankd", "direct", "rankd_copy", "rankd_verify", "rankd_local")
              if any(k[0] == m for k in rankd)]
     res = {}  # (system, bytes) -> stats
     for nbytes, _, iters in schedule:
@@ -174,9 +174,10 @@ def main():
     # --- bandwidth table
     bw = [
         "| size | iters | rankd µs/op | rankd GB/s | torch GB/s | **rankd / torch** "
-        "| direct Gloo GB/s | rankd / direct | rankd_verify GB/s "
+        "| direct Gloo GB/s | rankd / direct | rankd_copy GB/s (out of place) "
+        "| rankd_copy / torch | rankd_verify GB/s "
         "| layer alone µs/op (rankd_local) | round p50 µs rankd / direct / torch |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     ratios = []
     for nbytes, _, iters in schedule:
@@ -188,13 +189,15 @@ def main():
             f"| {f3(get('rankd', nbytes, 'busbw'))} | {f3(get('torch', nbytes, 'busbw'))} "
             f"| **{f2(r)}** | {f3(get('direct', nbytes, 'busbw'))} "
             f"| {f2(ratio(get('rankd', nbytes, 'busbw'), get('direct', nbytes, 'busbw')))} "
+            f"| {f3(get('rankd_copy', nbytes, 'busbw'))} "
+            f"| {f2(ratio(get('rankd_copy', nbytes, 'busbw'), get('torch', nbytes, 'busbw')))} "
             f"| {f3(get('rankd_verify', nbytes, 'busbw'))} "
             f"| {f1(get('rankd_local', nbytes, 't_us'))} "
             f"| {f1(get('rankd', nbytes, 'p50'))} / {f1(get('direct', nbytes, 'p50'))} "
             f"/ {f1(get('torch', nbytes, 'p50'))} |")
 
     # --- cost table: CPU, context switches and page faults per operation
-    systems = [m for m in ("rankd", "direct", "rankd_verify", "rankd_local")
+    systems = [m for m in ("rankd", "direct", "rankd_copy", "rankd_verify", "rankd_local")
                if m in modes]
     if not a.no_torch:
         systems.append("torch")
@@ -282,7 +285,7 @@ def main():
         "sizes. rankd_verify is a diagnostic session with the opt-in "
         "`verify_agreement = true`; rankd_local is the product session's "
         "all_reduce_sum on the rank's one-member group: the whole layer "
-        "(validation, output copy, executor hand-off, completion) with no Gloo "
+        "(validation, executor hand-off, completion) with no Gloo "
         "call, run by rank 0 alone while the other "
         "ranks wait blocked (its numbers are rank 0's only).",
         "",
