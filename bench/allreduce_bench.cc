@@ -49,7 +49,7 @@
 //                                                 this process, getrusage)
 //   T <mode> <bytes> <start_ns> <end_ns> <block>        (one per timed op)
 // with steady_clock (CLOCK_MONOTONIC) times, comparable across processes on
-// one machine. On stdout: "JOINED rank=R world=W", "SESSION_READY", and one
+// one machine; --out is appended to (the launcher runs phases). On stdout: "JOINED rank=R world=W", "SESSION_READY", and one
 // "SIZE ..." line per mode and size; exit 0. Any error: "ERROR ..." and a
 // non-zero exit.
 //
@@ -107,6 +107,9 @@ ABSL_FLAG(int, op_timeout_ms, 60000, "Gloo per-operation timeout (all modes)");
 ABSL_FLAG(int, blocks, 4,
           "timed operations of each size are split into this many blocks; the "
           "modes take turns block by block");
+ABSL_FLAG(int, block_offset, 0,
+          "added to the block numbers written to --out (the launcher runs "
+          "several phases into one file)");
 ABSL_FLAG(std::string, out, "", "file for per-operation timestamps (required)");
 
 namespace {
@@ -425,7 +428,7 @@ int main(int argc, char** argv) {
   if (out_path.empty()) {
     return Fail("usage", absl::InvalidArgumentError("--out is required"));
   }
-  FILE* out = std::fopen(out_path.c_str(), "w");
+  FILE* out = std::fopen(out_path.c_str(), "a");  // phases append
   if (out == nullptr) {
     return Fail("usage", absl::InvalidArgumentError("cannot write " + out_path));
   }
@@ -498,7 +501,8 @@ int main(int argc, char** argv) {
     for (int b = 0; b < turns; ++b) {
       // Blocks differ in size by at most one operation.
       const Turn turn{b == 0 ? step.warmup : 0,
-                      step.iters / turns + (b < step.iters % turns ? 1 : 0), b};
+                      step.iters / turns + (b < step.iters % turns ? 1 : 0),
+                      absl::GetFlag(FLAGS_block_offset) + b};
       for (const std::string& mode : modes) {
         absl::Status s;
         if (mode == "rankd" || mode == "rankd_copy") {

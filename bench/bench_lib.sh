@@ -6,8 +6,8 @@
 # Does: installs (tools/setup.sh --bench) and checks torch, builds, starts
 #   NNODES rankd daemons on loopback and waits until each is ready, and
 #   stops everything it or the caller started (tracked in PIDS) on exit.
-# Defines: PIDS, DAEMON_PIDS, stop_all, forget PID, TORCH_VERSION, BIN,
-#   RANKD, RANKCTL, RANK_BENCH, LOAD_BEFORE, TMP, PORTS (NNODES + 1 free
+# Defines: PIDS, DAEMON_PIDS, stop_all, start_daemons, forget PID,
+#   TORCH_VERSION, BIN, RANKD, RANKCTL, RANK_BENCH, LOAD_BEFORE, TMP, PORTS (NNODES + 1 free
 #   ports; the last is for torch's store), JOB.
 
 # --- Everything started below is tracked here and stopped on exit. --------
@@ -77,24 +77,32 @@ EOF
 )"
 
 # --- rankd: daemons, readiness, ranks. -------------------------------------
+# Starts NNODES daemons (appending to $TMP/daemon<n>.log) and waits until each
+# is ready. Called once here; a launcher that stopped them (stop_all) may call
+# it again.
 JOB=bench
-for ((n = 0; n < NNODES; n++)); do
-  args=(--job_id=$JOB --nnodes="$NNODES" --node_index=$n
-        --nproc_per_node="$NPROC_PER_NODE"
-        --listen=127.0.0.1:${PORTS[$n]} --socket="$TMP/node$n.sock")
-  ((n == 0)) || args+=(--coordinator=127.0.0.1:${PORTS[0]})
-  "$RANKD" "${args[@]}" >"$TMP/daemon$n.log" 2>&1 &
-  PIDS+=($!)
-done
-DAEMON_PIDS=("${PIDS[@]}")
-for ((n = 0; n < NNODES; n++)); do
-  deadline=$((SECONDS + 30))
-  until "$RANKCTL" --target=127.0.0.1:${PORTS[$n]} --service=readiness \
-          --timeout_ms=1000 health >/dev/null 2>&1; do
-    if ! kill -0 "${DAEMON_PIDS[$n]}" 2>/dev/null; then
-      cat "$TMP/daemon$n.log" >&2; die "daemon $n exited during start"
-    fi
-    ((SECONDS < deadline)) || { cat "$TMP/daemon$n.log" >&2; die "daemon $n not ready in 30 s"; }
-    sleep 0.05
+start_daemons() {
+  local n args deadline
+  DAEMON_PIDS=()
+  for ((n = 0; n < NNODES; n++)); do
+    args=(--job_id=$JOB --nnodes="$NNODES" --node_index=$n
+          --nproc_per_node="$NPROC_PER_NODE"
+          --listen=127.0.0.1:${PORTS[$n]} --socket="$TMP/node$n.sock")
+    ((n == 0)) || args+=(--coordinator=127.0.0.1:${PORTS[0]})
+    "$RANKD" "${args[@]}" >>"$TMP/daemon$n.log" 2>&1 &
+    PIDS+=($!)
+    DAEMON_PIDS+=($!)
   done
-done
+  for ((n = 0; n < NNODES; n++)); do
+    deadline=$((SECONDS + 30))
+    until "$RANKCTL" --target=127.0.0.1:${PORTS[$n]} --service=readiness \
+            --timeout_ms=1000 health >/dev/null 2>&1; do
+      if ! kill -0 "${DAEMON_PIDS[$n]}" 2>/dev/null; then
+        cat "$TMP/daemon$n.log" >&2; die "daemon $n exited during start"
+      fi
+      ((SECONDS < deadline)) || { cat "$TMP/daemon$n.log" >&2; die "daemon $n not ready in 30 s"; }
+      sleep 0.05
+    done
+  done
+}
+start_daemons

@@ -17,7 +17,10 @@
 # torch.distributed from Debian's python3-torch: the same number of
 # processes, Gloo, TCPStore on 127.0.0.1, dist.all_reduce of float32 tensors
 # of the same sizes with the same warmup and timed counts
-# (bench/torch_allreduce.py). Never both at once. It prints per-size bus
+# (bench/torch_allreduce.py). Never both at once: the run alternates
+# PHASES times (rankd, torch, rankd, torch, ...), each phase timing its share
+# of the operations, so that slow drifts of a shared machine's load hit both
+# systems alike. It prints per-size bus
 # bandwidth (2(n-1)/n x bytes / time per operation), the ratio rankd/torch,
 # the per-operation overhead vs direct Gloo, and rewrites the "latest run"
 # section of bench/RESULTS.md's all_reduce_sum part (plus one history row)
@@ -25,14 +28,15 @@
 #
 # usage: bench/run_allreduce.sh [--sizes=B,B,...] [--bytes_per_size=B]
 #          [--min_iters=N] [--max_iters=N] [--modes=rankd,direct,...]
+#          [--phases=N]
 #          [--nnodes=N] [--nproc_per_node=N] [--results=PATH | --no_results]
 #          [--note=TEXT] [--keep=DIR] [--skip_setup] [--skip_torch]
 #          [--rank_env=NAME=VALUE ...]
 # Environment defaults: SIZES (16 B, then 1 KiB to 64 MiB in powers of 4),
 # BYTES_PER_SIZE (256 MiB: timed iterations = BYTES_PER_SIZE / size, clamped
-# to [MIN_ITERS (6), MAX_ITERS (200)]; warmup = iterations / 10, clamped to
+# to [MIN_ITERS (16), MAX_ITERS (200)]; warmup = iterations / 10, clamped to
 # [2, 50]), MODES (rankd,direct,rankd_copy,rankd_verify,rankd_local; rankd_local
-# runs on rank 0 only), NNODES (1), NPROC_PER_NODE (4), RESULTS
+# runs on rank 0 only), PHASES (2), NNODES (1), NPROC_PER_NODE (4), RESULTS
 # (bench/RESULTS.md), BAZEL_COMPILATION_MODE (opt).
 # --keep=DIR copies the raw per-rank samples and logs to DIR. --skip_torch
 # (diagnostic) runs rankd only and writes no results. --rank_env (diagnostic,
@@ -46,9 +50,10 @@ cd "$(dirname "$0")/.."
 
 SIZES=${SIZES:-16,1024,4096,16384,65536,262144,1048576,4194304,16777216,67108864}
 BYTES_PER_SIZE=${BYTES_PER_SIZE:-268435456}
-MIN_ITERS=${MIN_ITERS:-6}
+MIN_ITERS=${MIN_ITERS:-16}
 MAX_ITERS=${MAX_ITERS:-200}
 MODES=${MODES:-rankd,direct,rankd_copy,rankd_verify,rankd_local}
+PHASES=${PHASES:-2}
 NNODES=${NNODES:-1}
 NPROC_PER_NODE=${NPROC_PER_NODE:-4}
 RESULTS=${RESULTS:-bench/RESULTS.md}
@@ -68,6 +73,7 @@ for arg in "$@"; do
     --min_iters=*) MIN_ITERS=${arg#*=} ;;
     --max_iters=*) MAX_ITERS=${arg#*=} ;;
     --modes=*) MODES=${arg#*=} ;;
+    --phases=*) PHASES=${arg#*=} ;;
     --nnodes=*) NNODES=${arg#*=} ;;
     --nproc_per_node=*) NPROC_PER_NODE=${arg#*=} ;;
     --results=*) RESULTS=${arg#*=} ;;
@@ -77,15 +83,16 @@ for arg in "$@"; do
     --skip_setup) SETUP=0 ;;
     --skip_torch) TORCH=0; RESULTS="" ;;
     --rank_env=*=*) RANK_ENV+=("${arg#*=}") ;;
-    -h|--help) sed -n "2,40p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n "2,46p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$arg' (see --help)" ;;
   esac
 done
-for v in BYTES_PER_SIZE MIN_ITERS MAX_ITERS NNODES NPROC_PER_NODE; do
+for v in BYTES_PER_SIZE MIN_ITERS MAX_ITERS PHASES NNODES NPROC_PER_NODE; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a number, got '${!v}'"
 done
-((MIN_ITERS >= 1 && MAX_ITERS >= MIN_ITERS && NNODES >= 1 && NPROC_PER_NODE >= 1)) ||
-  die "need 1 <= min_iters <= max_iters, nnodes >= 1, nproc_per_node >= 1"
+((MIN_ITERS >= 1 && MAX_ITERS >= MIN_ITERS && NNODES >= 1 && NPROC_PER_NODE >= 1 &&
+  PHASES >= 1 && MIN_ITERS >= PHASES)) ||
+  die "need 1 <= phases <= min_iters <= max_iters, nnodes >= 1, nproc_per_node >= 1"
 M='(rankd|direct|rankd_copy|rankd_verify|rankd_local)'
 [[ $MODES =~ ^$M(,$M)*$ ]] ||
   die "--modes: a comma-separated list of rankd, direct, rankd_copy, rankd_verify, rankd_local"
@@ -94,8 +101,10 @@ WORLD=$((NNODES * NPROC_PER_NODE))
 ((WORLD >= 2)) || die "need at least 2 ranks"
 TORCH_PY=/usr/bin/python3   # Debian's torch is importable only by it
 
-# The schedule (bytes:warmup:iters,...), shared by both systems.
+# The schedule (bytes:warmup:iters,...), shared by both systems, and its
+# share per phase.
 SCHEDULE=""
+declare -a PHASE_SCHEDULE=()
 TOTAL_OPS=0
 IFS=, read -r -a SIZE_LIST <<<"$SIZES"
 for b in "${SIZE_LIST[@]}"; do
@@ -109,59 +118,73 @@ for b in "${SIZE_LIST[@]}"; do
   ((w > 50)) && w=50
   SCHEDULE+="${SCHEDULE:+,}$b:$w:$n"
   TOTAL_OPS=$((TOTAL_OPS + n + w))
+  # Each phase times its share of the n operations (and warms up again).
+  for ((p = 0; p < PHASES; p++)); do
+    share=$((n / PHASES + (p < n % PHASES ? 1 : 0)))
+    PHASE_SCHEDULE[$p]+="${PHASE_SCHEDULE[$p]:+,}$b:$w:$share"
+  done
 done
 
 BENCH_TARGET=allreduce_bench
 source bench/bench_lib.sh  # the repository root is the working folder
-echo "rankd: $NNODES daemon(s) ready; $WORLD ranks, modes $MODES, schedule $SCHEDULE ..." >&2
+echo "rankd: $NNODES daemon(s) ready; $WORLD ranks, modes $MODES, schedule $SCHEDULE in $PHASES phases ..." >&2
 
-RUN_LIMIT=600   # seconds, per system; generous (the default run takes ~1 min each)
-RANK_PIDS=()
-for ((n = 0; n < NNODES; n++)); do
-  for ((l = 0; l < NPROC_PER_NODE; l++)); do
-    r=$((n * NPROC_PER_NODE + l))
-    env ${RANK_ENV[@]+"${RANK_ENV[@]}"} \
-      timeout -k 5 "$RUN_LIMIT" "$RANK_BENCH" --target="unix://$TMP/node$n.sock" \
-      --job_id=$JOB --local_rank=$l --world_size=$WORLD --schedule="$SCHEDULE" \
-      --modes="$MODES" --out="$TMP/rankd.rank$r.txt" \
-      >"$TMP/rank$r.log" 2>&1 &
-    PIDS+=($!)
-    RANK_PIDS+=($!)
+RUN_LIMIT=600   # seconds, per system and phase; generous
+BLOCKS=4        # allreduce_bench.cc's --blocks default
+LOAD_MID=""
+for ((phase = 0; phase < PHASES; phase++)); do
+  ((phase == 0)) || start_daemons
+  echo "phase $((phase + 1))/$PHASES: rankd ..." >&2
+  RANK_PIDS=()
+  for ((n = 0; n < NNODES; n++)); do
+    for ((l = 0; l < NPROC_PER_NODE; l++)); do
+      r=$((n * NPROC_PER_NODE + l))
+      env ${RANK_ENV[@]+"${RANK_ENV[@]}"} \
+        timeout -k 5 "$RUN_LIMIT" "$RANK_BENCH" --target="unix://$TMP/node$n.sock" \
+        --job_id=$JOB --local_rank=$l --world_size=$WORLD \
+        --schedule="${PHASE_SCHEDULE[$phase]}" --blocks=$BLOCKS \
+        --block_offset=$((phase * BLOCKS)) \
+        --modes="$MODES" --out="$TMP/rankd.rank$r.txt" \
+        >>"$TMP/rank$r.log" 2>&1 &
+      PIDS+=($!)
+      RANK_PIDS+=($!)
+    done
   done
-done
-failed=0
-for ((r = 0; r < WORLD; r++)); do
-  pid=${RANK_PIDS[$r]}
-  rc=0; wait "$pid" || rc=$?
-  forget "$pid"
-  if ((rc != 0)); then
-    failed=1
-    echo "rank $r exited with $rc:" >&2; tail -5 "$TMP/rank$r.log" >&2
+  failed=0
+  for ((r = 0; r < WORLD; r++)); do
+    pid=${RANK_PIDS[$r]}
+    rc=0; wait "$pid" || rc=$?
+    forget "$pid"
+    if ((rc != 0)); then
+      failed=1
+      echo "rank $r exited with $rc:" >&2; tail -5 "$TMP/rank$r.log" >&2
+    fi
+  done
+  if ((failed)); then
+    for ((n = 0; n < NNODES; n++)); do echo "--- daemon $n" >&2; tail -5 "$TMP/daemon$n.log" >&2; done
+    die "rankd run failed"
+  fi
+  LOAD_MID+="${LOAD_MID:+; }$(cut -d' ' -f1-3 /proc/loadavg)"
+  stop_all   # the daemons; torch then has the machine to itself
+
+  # --- torch.distributed (Gloo), the same share. ---------------------------
+  if ((TORCH)); then
+    echo "phase $((phase + 1))/$PHASES: torch $TORCH_VERSION ..." >&2
+    timeout -k 5 "$((RUN_LIMIT + 10))" "$TORCH_PY" bench/torch_allreduce.py \
+      --world="$WORLD" --schedule="${PHASE_SCHEDULE[$phase]}" \
+      --port="${PORTS[$NNODES]}" --block="$phase" \
+      --out_dir="$TMP" --timeout_s="$RUN_LIMIT" >>"$TMP/torch.log" 2>&1 &
+    PIDS+=($!)
+    rc=0; wait "$!" || rc=$?
+    forget "$!"
+    if ((rc != 0)); then tail -20 "$TMP/torch.log" >&2; die "torch run failed ($rc)"; fi
   fi
 done
-if ((failed)); then
-  for ((n = 0; n < NNODES; n++)); do echo "--- daemon $n" >&2; tail -5 "$TMP/daemon$n.log" >&2; done
-  die "rankd run failed"
-fi
-LOAD_MID=$(cut -d' ' -f1-3 /proc/loadavg)
-stop_all   # the daemons; torch then has the machine to itself
-
-# --- torch.distributed (Gloo). ---------------------------------------------
-if ((TORCH)); then
-  echo "torch $TORCH_VERSION: $WORLD ranks, schedule $SCHEDULE ..." >&2
-  timeout -k 5 "$((RUN_LIMIT + 10))" "$TORCH_PY" bench/torch_allreduce.py \
-    --world="$WORLD" --schedule="$SCHEDULE" --port="${PORTS[$NNODES]}" \
-    --out_dir="$TMP" --timeout_s="$RUN_LIMIT" >"$TMP/torch.log" 2>&1 &
-  PIDS+=($!)
-  rc=0; wait "$!" || rc=$?
-  forget "$!"
-  if ((rc != 0)); then tail -20 "$TMP/torch.log" >&2; die "torch run failed ($rc)"; fi
-fi
 
 # --- Summary. ---------------------------------------------------------------
 cmd="bench/run_allreduce.sh"
 for a in "${ORIG_ARGS[@]}"; do cmd+=" $(printf '%q' "$a")"; done
-for v in SIZES BYTES_PER_SIZE MIN_ITERS MAX_ITERS MODES NNODES NPROC_PER_NODE RESULTS BAZEL_COMPILATION_MODE; do
+for v in SIZES BYTES_PER_SIZE MIN_ITERS MAX_ITERS MODES PHASES NNODES NPROC_PER_NODE RESULTS BAZEL_COMPILATION_MODE; do
   if env | grep -q "^$v="; then cmd="$v=$(printf '%q' "${!v}") $cmd"; fi
 done
 cpu=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
@@ -174,9 +197,9 @@ meta=(
   --meta "date=$(date -u '+%Y-%m-%d %H:%M:%S UTC')"
   --meta "machine=$(nproc) CPUs, $cpu, $mem"
   --meta "kernel=$(uname -sr)"
-  --meta "load average (1, 5, 15 min)=before the run: $LOAD_BEFORE; after rankd: $LOAD_MID; after torch: $(cut -d' ' -f1-3 /proc/loadavg)"
+  --meta "load average (1, 5, 15 min)=before the run: $LOAD_BEFORE; after each rankd phase: $LOAD_MID; at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
   --meta "layout=$NNODES daemon(s) x $NPROC_PER_NODE ranks = $WORLD ranks, loopback (ranks on Unix sockets to their daemon; Gloo over 127.0.0.1 TCP between rank processes)"
-  --meta "payload=float32, in-place sum for direct and torch, out of place for rankd (its contract); schedule bytes:warmup:iters = $SCHEDULE"
+  --meta "payload=float32; in place for rankd (donated input), direct and torch, out of place for rankd_copy; schedule bytes:warmup:iters = $SCHEDULE, run as $PHASES phases (rankd then torch, alternating), each timing its share after its own warmup"
   --meta "rankd=git $rev, bazel -c $MODE, Gloo $(dpkg-query -W -f='${Version}' libgloo0 2>/dev/null || echo '?') (Debian libgloo0)"
   --meta "rankd modes=$MODES"
   --meta "torch=$TORCH_VERSION (Debian python3-torch, links the same libgloo0), Gloo over TCP on lo, TCPStore init, torch.set_num_threads(1)"

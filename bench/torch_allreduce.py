@@ -12,7 +12,8 @@ format allreduce_bench.cc uses:
   # header
   C torch <bytes> <iters> <cpu_us> <vcsw> <ivcsw> <minflt>  (timed calls,
                                                getrusage)
-  T torch <bytes> <start_ns> <end_ns>               (one per timed call)
+  T torch <bytes> <start_ns> <end_ns> <block>       (one per timed call)
+appending (the launcher runs several phases; --block numbers this one).
 with time.monotonic_ns() (CLOCK_MONOTONIC, the C++ ranks' steady_clock).
 
 Values are checked exactly (outside the timed region), as in the C++ rank:
@@ -112,9 +113,10 @@ def rank_main(rank, args):
                      f"{after.ru_nvcsw - before.ru_nvcsw} "
                      f"{after.ru_nivcsw - before.ru_nivcsw} "
                      f"{after.ru_minflt - before.ru_minflt}\n")
-        lines += [f"T torch {nbytes} {a} {b}\n" for a, b in zip(start, end)]
+        lines += [f"T torch {nbytes} {a} {b} {args.block}\n"
+                  for a, b in zip(start, end)]
         del t, pattern
-    with open(os.path.join(args.out_dir, f"torch.rank{rank}.txt"), "w") as f:
+    with open(os.path.join(args.out_dir, f"torch.rank{rank}.txt"), "a") as f:
         f.writelines(lines)
     # Keep every rank alive until all have finished before tearing down.
     dist.barrier()
@@ -128,6 +130,8 @@ def main():
     p.add_argument("--schedule", required=True,
                    help="bytes:warmup:iters,... (as allreduce_bench.cc)")
     p.add_argument("--port", type=int, required=True)
+    p.add_argument("--block", type=int, default=0,
+                   help="block number written with every timed call")
     p.add_argument("--out_dir", required=True)
     p.add_argument("--timeout_s", type=int, default=600,
                    help="whole-run limit, and Gloo's per-operation timeout")
