@@ -53,14 +53,14 @@
 // "SIZE ..." line per mode and size; exit 0. Any error: "ERROR ..." and a
 // non-zero exit.
 //
-// Values are checked exactly (outside the timed region): rank r contributes
+// Values are checked exactly, never inside a timed span: rank r contributes
 // x[i] = (r + 1) * (1 + i % 5), so every element of the sum is
-// W(W+1)/2 * (1 + i % 5), exact in f32. rankd's all_reduce_sum is out of
-// place (the input is unchanged), so the first warmup and the last timed
-// result are checked. The direct mode reduces in place like torch does, so
-// its buffer keeps growing (x 4 per operation, reaching inf after ~60
-// operations, which costs nothing extra on x86 SSE); it is checked after
-// its first warmup operation and once more, refilled, after the timed ones.
+// W(W+1)/2 * (1 + i % 5), exact in f32. In every mode and turn the first
+// warmup operation is checked, and after the timed operations one more,
+// untimed operation runs on freshly filled input and is checked. In place
+// (rankd, direct, like torch) the values compound in between (x W per
+// operation, to inf after ~60 operations, which costs nothing extra on x86
+// SSE); rankd_copy's input stays as filled.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -303,52 +303,53 @@ struct Runner {
     if (!descriptor.ok()) return descriptor.status();
     HostTensor input = HostTensor::Zeros(*descriptor);
     Fill(reinterpret_cast<float*>(input.data()), n, rank);
-    Timed t;
-    t.block = turn.block;
-    t.start.resize(turn.iters);
-    t.end.resize(turn.iters);
-    const int total = turn.warmup + turn.iters;
-    Usage before;
-    for (int i = 0; i < total; ++i) {
-      if (i == turn.warmup) before = SelfUsage();
-      const bool check = i == 0 || i == total - 1;
-      // Donated sums compound (x world per operation, inf after about 60,
-      // which costs nothing extra): refill before the checked last one.
-      if (donate && check && i > 0) {
-        Fill(reinterpret_cast<float*>(input.data()), n, rank);
-      }
-      const int64_t t0 = NowNs();
+    const std::optional<uint32_t> only =
+        local ? std::optional<uint32_t>(rank) : std::nullopt;
+    // One operation, waited for; its result is `input` when donated.
+    absl::StatusOr<HostTensor> last = absl::UnknownError("no operation yet");
+    auto run_one = [&]() -> absl::Status {
       auto sum = session.AllReduceSum(
           scope, donate ? HostTensor::Donate(std::move(input)) : input);
       if (!sum.ok()) return sum.status();
       if (absl::Status s = sum->completion->Wait(); !s.ok()) return s;
-      if (donate) input = std::move(sum->output);
-      const HostTensor& result = donate ? input : sum->output;
-      if (check) {
-        // Stop the clock before checking the values (untimed).
-        const int64_t t1 = NowNs();
-        absl::Status s =
-            Check(reinterpret_cast<const float*>(result.data()), n, world,
-                  absl::StrCat(mode, " ", step.bytes, " B op ", i),
-                  local ? std::optional<uint32_t>(rank) : std::nullopt);
-        if (!s.ok()) return s;
-        if (i >= turn.warmup) {
-          t.start[i - turn.warmup] = t0;
-          t.end[i - turn.warmup] = t1;
-        }
-        continue;
+      if (donate) {
+        input = std::move(sum->output);
+      } else {
+        last = std::move(sum->output);
       }
-      // The output is released (as a caller would) inside the timed region.
-      sum = absl::UnknownError("released");
-      if (i >= turn.warmup) {
-        t.start[i - turn.warmup] = t0;
-        t.end[i - turn.warmup] = NowNs();
+      // Anything else (the completion) is released here, as a caller would.
+      return absl::OkStatus();
+    };
+    auto check = [&](const std::string& what) -> absl::Status {
+      const HostTensor& result = donate ? input : *last;
+      return Check(reinterpret_cast<const float*>(result.data()), n, world,
+                   absl::StrCat(mode, " ", step.bytes, " B ", what), only);
+    };
+    // Warmup, the first operation checked (untimed).
+    for (int i = 0; i < turn.warmup; ++i) {
+      if (absl::Status s = run_one(); !s.ok()) return s;
+      if (i == 0) {
+        if (absl::Status s = check("op 0"); !s.ok()) return s;
       }
+    }
+    Timed t;
+    t.block = turn.block;
+    t.start.resize(turn.iters);
+    t.end.resize(turn.iters);
+    const Usage before = SelfUsage();
+    for (int i = 0; i < turn.iters; ++i) {
+      t.start[i] = NowNs();
+      if (absl::Status s = run_one(); !s.ok()) return s;
+      t.end[i] = NowNs();
     }
     const Usage after = SelfUsage();
     t.usage = {after.cpu_us - before.cpu_us, after.vcsw - before.vcsw,
-               after.ivcsw - before.ivcsw,
-                after.minflt - before.minflt};
+               after.ivcsw - before.ivcsw, after.minflt - before.minflt};
+    // One more, untimed and checked (donated sums compound, x world per
+    // operation, to inf after about 60, which costs nothing extra: refill).
+    if (donate) Fill(reinterpret_cast<float*>(input.data()), n, rank);
+    if (absl::Status s = run_one(); !s.ok()) return s;
+    if (absl::Status s = check("final op"); !s.ok()) return s;
     Record(mode, step, t);
     return absl::OkStatus();
   }
@@ -363,28 +364,26 @@ struct Runner {
     t.block = turn.block;
     t.start.resize(turn.iters);
     t.end.resize(turn.iters);
-    const int total = turn.warmup + turn.iters;
-    Usage before;
     try {
-      for (int i = 0; i < total; ++i) {
-        if (i == turn.warmup) before = SelfUsage();
-        const int64_t t0 = NowNs();
+      // Warmup, the first operation checked (untimed).
+      for (int i = 0; i < turn.warmup; ++i) {
         DirectAllReduce(d, buffer.data(), n);
-        const int64_t t1 = NowNs();
         if (i == 0) {
           absl::Status s = Check(buffer.data(), n, world,
                                  absl::StrCat("direct ", step.bytes, " B op 0"));
           if (!s.ok()) return s;
         }
-        if (i >= turn.warmup) {
-          t.start[i - turn.warmup] = t0;
-          t.end[i - turn.warmup] = t1;
-        }
+      }
+      const Usage before = SelfUsage();
+      for (int i = 0; i < turn.iters; ++i) {
+        t.start[i] = NowNs();
+        DirectAllReduce(d, buffer.data(), n);
+        t.end[i] = NowNs();
       }
       const Usage after = SelfUsage();
       t.usage = {after.cpu_us - before.cpu_us, after.vcsw - before.vcsw,
-                 after.ivcsw - before.ivcsw,
-                after.minflt - before.minflt};
+                 after.ivcsw - before.ivcsw, after.minflt - before.minflt};
+      // One more, untimed and checked, refilled (in place, it compounds).
       Fill(buffer.data(), n, rank);
       DirectAllReduce(d, buffer.data(), n);
     } catch (const std::exception& e) {
