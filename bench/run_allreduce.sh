@@ -34,7 +34,7 @@
 #          [--rank_env=NAME=VALUE ...]
 # Environment defaults: SIZES (16 B, then 1 KiB to 64 MiB in powers of 4),
 # BYTES_PER_SIZE (256 MiB: timed iterations = BYTES_PER_SIZE / size, clamped
-# to [MIN_ITERS (16), MAX_ITERS (200)]; warmup = iterations / 10, clamped to
+# to [MIN_ITERS (32), MAX_ITERS (200)]; warmup = iterations / 10, clamped to
 # [2, 50]), MODES (rankd,direct,rankd_copy,rankd_verify,rankd_local; rankd_local
 # runs on rank 0 only), PHASES (2), NNODES (1), NPROC_PER_NODE (4), RESULTS
 # (bench/RESULTS.md), BAZEL_COMPILATION_MODE (opt).
@@ -50,7 +50,7 @@ cd "$(dirname "$0")/.."
 
 SIZES=${SIZES:-16,1024,4096,16384,65536,262144,1048576,4194304,16777216,67108864}
 BYTES_PER_SIZE=${BYTES_PER_SIZE:-268435456}
-MIN_ITERS=${MIN_ITERS:-16}
+MIN_ITERS=${MIN_ITERS:-32}
 MAX_ITERS=${MAX_ITERS:-200}
 MODES=${MODES:-rankd,direct,rankd_copy,rankd_verify,rankd_local}
 PHASES=${PHASES:-2}
