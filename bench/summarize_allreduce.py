@@ -265,7 +265,7 @@ def main():
         verdicts.append(
             f"bandwidth goal (rankd >= {RATIO_GOAL} x torch bus bandwidth at every "
             f"size from {human(GOAL_MIN_BYTES)}): {'MET' if met else 'NOT MET'} "
-            f"(lowest ratio {worst:.2f} at {human(worst_b)}; "
+            f"(lowest ratio {worst:.3f} at {human(worst_b)}; "
             f"{sum(1 for r, _ in ratios if r >= RATIO_GOAL)} of {len(ratios)} sizes meet it)")
     layer = {b: get("rankd_local", b, "p50") for b in small}
     if any(v is not None for v in layer.values()):
