@@ -34,12 +34,12 @@
 //   rankd_local     DIAGNOSTIC: the product session's AllReduceSum on this
 //                   rank's one-member group (the tensor-parallel group when
 //                   tensor_parallel = 1), donated as in rankd: the whole
-//                   layer (validation, executor hand-off, completion) with no Gloo
-//                   call (a one-member group has no
-//                   Gloo context), i.e. the layer's own cost per operation.
-//                   Only rank 0 runs it (the other ranks wait, blocked,
-//                   in the next collective), so it is measured without the
-//                   other ranks competing for the CPUs.
+//                   layer (validation, executor hand-off, completion) with no
+//                   Gloo call (a one-member group has no Gloo context), i.e.
+//                   the layer's own cost per operation. Only rank 0 runs it
+//                   (the other ranks wait, blocked, in the next collective), so
+//                   it is measured without the other ranks competing for the
+//                   CPUs.
 //
 // --schedule is "bytes:warmup:iters,..." (the launcher passes the same one
 // to the torch peer). Every rank must get the same flags. Per rank, --out
@@ -49,9 +49,9 @@
 //                                                 this process, getrusage)
 //   T <mode> <bytes> <start_ns> <end_ns> <block>        (one per timed op)
 // with steady_clock (CLOCK_MONOTONIC) times, comparable across processes on
-// one machine; --out is appended to (the launcher runs phases). On stdout: "JOINED rank=R world=W", "SESSION_READY", and one
-// "SIZE ..." line per mode and size; exit 0. Any error: "ERROR ..." and a
-// non-zero exit.
+// one machine; --out is appended to (the launcher runs phases). On stdout:
+// "JOINED rank=R world=W", "SESSION_READY", and one "SIZE ..." line per mode
+// and size; exit 0. Any error: "ERROR ..." and a non-zero exit.
 //
 // Values are checked exactly, never inside a timed span: rank r contributes
 // x[i] = (r + 1) * (1 + i % 5), so every element of the sum is
@@ -77,8 +77,8 @@
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
@@ -93,7 +93,8 @@
 #include "gloo/rendezvous/context.h"
 #include "gloo/transport/tcp/device.h"
 
-ABSL_FLAG(std::string, target, "", "daemon target, e.g. unix:///tmp/x/node0.sock");
+ABSL_FLAG(std::string, target, "",
+          "daemon target, e.g. unix:///tmp/x/node0.sock");
 ABSL_FLAG(std::string, job_id, "bench", "job id");
 ABSL_FLAG(uint32_t, local_rank, 0, "local rank on this node");
 ABSL_FLAG(uint32_t, world_size, 0, "expected world size (0: don't check)");
@@ -159,9 +160,9 @@ absl::StatusOr<std::vector<Step>> ParseSchedule(const std::string& text) {
     Step s;
     uint64_t bytes = 0;
     if (f.size() != 3 || !absl::SimpleAtoi(f[0], &bytes) ||
-        !absl::SimpleAtoi(f[1], &s.warmup) || !absl::SimpleAtoi(f[2], &s.iters) ||
-        bytes == 0 || bytes % sizeof(float) != 0 || s.warmup < 1 ||
-        s.iters < 1) {
+        !absl::SimpleAtoi(f[1], &s.warmup) ||
+        !absl::SimpleAtoi(f[2], &s.iters) || bytes == 0 ||
+        bytes % sizeof(float) != 0 || s.warmup < 1 || s.iters < 1) {
       return absl::InvalidArgumentError(absl::StrCat(
           "bad --schedule item '", std::string(item),
           "' (want bytes:warmup:iters, bytes a positive multiple of 4, "
@@ -286,8 +287,8 @@ struct Runner {
     const double total_s = (t.end.back() - t.start.front()) / 1e9;
     Print(absl::StrCat("SIZE rank=", rank, " mode=", mode, " bytes=",
                        step.bytes, " block=", t.block, " iters=", iters,
-                       " p50_us=", lat[lat.size() / 2] / 1000.0, " avg_us=",
-                       total_s * 1e6 / iters));
+                       " p50_us=", lat[lat.size() / 2] / 1000.0,
+                       " avg_us=", total_s * 1e6 / iters));
   }
 
   // GlooSession::AllReduceSum on `scope`, waited for, `turn` times.
@@ -369,8 +370,9 @@ struct Runner {
       for (int i = 0; i < turn.warmup; ++i) {
         DirectAllReduce(d, buffer.data(), n);
         if (i == 0) {
-          absl::Status s = Check(buffer.data(), n, world,
-                                 absl::StrCat("direct ", step.bytes, " B op 0"));
+          absl::Status s =
+              Check(buffer.data(), n, world,
+                    absl::StrCat("direct ", step.bytes, " B op 0"));
           if (!s.ok()) return s;
         }
       }
@@ -387,8 +389,8 @@ struct Runner {
       Fill(buffer.data(), n, rank);
       DirectAllReduce(d, buffer.data(), n);
     } catch (const std::exception& e) {
-      return absl::UnavailableError(
-          absl::StrCat("direct gloo::allreduce of ", step.bytes, " B: ", e.what()));
+      return absl::UnavailableError(absl::StrCat("direct gloo::allreduce of ",
+                                                 step.bytes, " B: ", e.what()));
     }
     absl::Status s = Check(buffer.data(), n, world,
                            absl::StrCat("direct ", step.bytes, " B final op"));
@@ -418,9 +420,10 @@ int main(int argc, char** argv) {
     } else if (m == "direct") {
       want_direct = true;
     } else if (m != "rankd" && m != "rankd_copy" && m != "rankd_local") {
-      return Fail("usage",
-                  absl::InvalidArgumentError(
-                      "--modes: rankd, direct, rankd_copy, rankd_verify, rankd_local"));
+      return Fail(
+          "usage",
+          absl::InvalidArgumentError(
+              "--modes: rankd, direct, rankd_copy, rankd_verify, rankd_local"));
     }
   }
   const std::string out_path = absl::GetFlag(FLAGS_out);
@@ -429,7 +432,8 @@ int main(int argc, char** argv) {
   }
   FILE* out = std::fopen(out_path.c_str(), "a");  // phases append
   if (out == nullptr) {
-    return Fail("usage", absl::InvalidArgumentError("cannot write " + out_path));
+    return Fail("usage",
+                absl::InvalidArgumentError("cannot write " + out_path));
   }
   const absl::Duration op_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_op_timeout_ms));
@@ -485,7 +489,8 @@ int main(int argc, char** argv) {
       local_scope = CollectiveScope::Group(g.id());
     }
   }
-  if (!local_scope && absl::StrContains(absl::GetFlag(FLAGS_modes), "rankd_local")) {
+  if (!local_scope &&
+      absl::StrContains(absl::GetFlag(FLAGS_modes), "rankd_local")) {
     return Fail("usage", absl::FailedPreconditionError(
                              "rankd_local needs a one-member group in the "
                              "session descriptor (tensor_parallel = 1)"));

@@ -19,7 +19,7 @@ namespace rankd::dataplane {
 namespace host_buffer_internal {
 
 void BlockDeleter::operator()(uint8_t* block) const noexcept {
-  ::operator delete(block, std::align_val_t{HostBufferPool::kAlignment});
+  ::operator delete (block, std::align_val_t{HostBufferPool::kAlignment});
 }
 
 namespace {
@@ -28,7 +28,7 @@ namespace {
 // array, and nothing writes to it (no zero fill).
 Block AllocateBlock(size_t bytes) {
   return Block(static_cast<uint8_t*>(
-      ::operator new(bytes, std::align_val_t{HostBufferPool::kAlignment})));
+      ::operator new (bytes, std::align_val_t{HostBufferPool::kAlignment})));
 }
 
 // Rounds `bytes` up to a multiple of `unit` (a power of two); throws

@@ -38,7 +38,8 @@ uint64_t Fingerprint(absl::string_view canonical) {
 uint32_t OperationTag(uint32_t sequence, uint64_t fingerprint) {
   // An odd multiplier makes sequence -> tag a bijection modulo 2^32; the
   // folded fingerprint shifts the whole sequence space per operation kind.
-  const uint32_t folded = static_cast<uint32_t>(fingerprint ^ (fingerprint >> 32));
+  const uint32_t folded =
+      static_cast<uint32_t>(fingerprint ^ (fingerprint >> 32));
   return sequence * 0x9e3779b1u + folded;
 }
 

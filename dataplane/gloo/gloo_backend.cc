@@ -26,7 +26,6 @@ using gloo_internal::Milliseconds;
 using gloo_internal::MismatchDiagnosis;
 using gloo_internal::OperationTag;
 using gloo_internal::SubmittedOperation;
-using DiagnosisPtr = std::shared_ptr<const MismatchDiagnosis>;
 
 constexpr char kBackend[] = "gloo";
 
@@ -126,9 +125,9 @@ std::string OperationName(const char* kind, const GlooGroup& group) {
 // Runs `call`, the Gloo call of operation number `sequence` on `scope`
 // (described by `canonical`). A native failure is handed to `diagnosis`,
 // which names the members that submitted something else, if any did.
-TaskResult RunNative(const MismatchDiagnosis& diagnosis, SubmittedOperation scope,
-                     uint32_t sequence, const std::string& op,
-                     const std::string& canonical,
+TaskResult RunNative(const MismatchDiagnosis& diagnosis,
+                     SubmittedOperation scope, uint32_t sequence,
+                     const std::string& op, const std::string& canonical,
                      const std::function<void()>& call) {
   absl::Status s = CatchNative(absl::StrCat("gloo ", op), call);
   if (s.ok()) return TaskResult::Ok();
@@ -808,18 +807,16 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
           if (t.byte_size() == 0) continue;
           const uint64_t slot = gloo_internal::RouteSlot(
               ascending, tag, static_cast<uint16_t>(2 + i));
-          TaskResult r = RunNative(*diagnosis, scope, sequence, op, canonical,
-                                   [&] {
-                                     if (is_source) {
-                                       gloo_internal::NativeSend(
-                                           g->context(), peer, slot, t.data(),
-                                           t.byte_size(), timeout);
-                                     } else {
-                                       gloo_internal::NativeRecv(
-                                           g->context(), peer, slot, t.data(),
-                                           t.byte_size(), timeout);
-                                     }
-                                   });
+          TaskResult r =
+              RunNative(*diagnosis, scope, sequence, op, canonical, [&] {
+                if (is_source) {
+                  gloo_internal::NativeSend(g->context(), peer, slot, t.data(),
+                                            t.byte_size(), timeout);
+                } else {
+                  gloo_internal::NativeRecv(g->context(), peer, slot, t.data(),
+                                            t.byte_size(), timeout);
+                }
+              });
           if (!r.status.ok()) return r;
         }
         return TaskResult::Ok();

@@ -300,13 +300,14 @@ TEST(BundleDisagreementTest, WithoutVerifyTheyNeverPairAndBothEndsAreNamed) {
     absl::Status s = SendMismatchedBundle(b, r);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_TRUE(absl::StrContains(
-        s.message(), "members disagree on operation #0 on route 0->1 in group 2"))
+        s.message(),
+        "members disagree on operation #0 on route 0->1 in group 2"))
         << s;
-    EXPECT_TRUE(absl::StrContains(s.message(),
-                                  "rank 0 submitted `bundle(f32[2])`"))
+    EXPECT_TRUE(
+        absl::StrContains(s.message(), "rank 0 submitted `bundle(f32[2])`"))
         << s;
-    EXPECT_TRUE(absl::StrContains(s.message(),
-                                  "rank 1 submitted `bundle(f32[3])`"))
+    EXPECT_TRUE(
+        absl::StrContains(s.message(), "rank 1 submitted `bundle(f32[3])`"))
         << s;
     EXPECT_TRUE(b.poisoned());
   });

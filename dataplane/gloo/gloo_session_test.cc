@@ -382,8 +382,8 @@ TEST_F(FourRankTest, DonatedSoleOwnerIsSummedInPlaceOthersOutOfPlace) {
     // Donated and sole owner: in place, the output is the same buffer.
     auto x = *HostTensor::FromVector<float>({3}, {mine, mine, mine});
     const uint8_t* buffer = x.data();
-    auto in_place =
-        s.AllReduceSum(CollectiveScope::World(), HostTensor::Donate(std::move(x)));
+    auto in_place = s.AllReduceSum(CollectiveScope::World(),
+                                   HostTensor::Donate(std::move(x)));
     ASSERT_TRUE(in_place.ok()) << in_place.status();
     ASSERT_TRUE(in_place->completion->Wait().ok());
     EXPECT_EQ(in_place->output.data(), buffer);
@@ -392,12 +392,13 @@ TEST_F(FourRankTest, DonatedSoleOwnerIsSummedInPlaceOthersOutOfPlace) {
     // Donated, but a copy is still held: out of place, the copy intact.
     auto y = *HostTensor::FromVector<float>({2}, {mine, 2 * mine});
     HostTensor kept = y;
-    auto out_of_place =
-        s.AllReduceSum(CollectiveScope::World(), HostTensor::Donate(std::move(y)));
+    auto out_of_place = s.AllReduceSum(CollectiveScope::World(),
+                                       HostTensor::Donate(std::move(y)));
     ASSERT_TRUE(out_of_place.ok()) << out_of_place.status();
     ASSERT_TRUE(out_of_place->completion->Wait().ok());
     EXPECT_FALSE(out_of_place->output.SharesBufferWith(kept));
-    EXPECT_EQ(ValuesOf<float>(out_of_place->output), (std::vector<float>{10, 20}));
+    EXPECT_EQ(ValuesOf<float>(out_of_place->output),
+              (std::vector<float>{10, 20}));
     EXPECT_EQ(ValuesOf<float>(kept), (std::vector<float>{mine, 2 * mine}));
     // Not donated: out of place.
     auto z = *HostTensor::FromVector<float>({1}, {mine});
@@ -553,7 +554,8 @@ TEST(DisagreementTest, WithVerifyAgreementEveryMemberFailsAtOnce) {
   });
 }
 
-TEST(DisagreementTest, WithoutVerifyTheyNeverPairAndTheErrorSaysWhoSubmittedWhat) {
+TEST(DisagreementTest,
+     WithoutVerifyTheyNeverPairAndTheErrorSaysWhoSubmittedWhat) {
   GlooOptions options = GlooTestCluster::DefaultOptions();
   ASSERT_FALSE(options.verify_agreement);  // the default
   options.op_timeout = absl::Seconds(1);
@@ -600,8 +602,8 @@ TEST(DisagreementTest, AMemberThatNeverSubmitsIsNamed) {
                           *HostTensor::FromVector<float>({1}, {1.0f}))
             ->completion->Wait();
     EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
-    EXPECT_TRUE(absl::StrContains(status.message(),
-                                  "rank 2 did not report operation #0 on world"))
+    EXPECT_TRUE(absl::StrContains(
+        status.message(), "rank 2 did not report operation #0 on world"))
         << status;
   });
 }

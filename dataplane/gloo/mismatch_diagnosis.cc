@@ -31,8 +31,8 @@ MismatchDiagnosis::MismatchDiagnosis(ControlPlane* control_plane,
 
 std::string MismatchDiagnosis::KeyOf(const SubmittedOperation& op,
                                      uint32_t rank) const {
-  return absl::StrCat(key_prefix_, "diagnosis/", op.scope_key, "/",
-                      op.sequence, "/", rank);
+  return absl::StrCat(key_prefix_, "diagnosis/", op.scope_key, "/", op.sequence,
+                      "/", rank);
 }
 
 absl::Status MismatchDiagnosis::Explain(const SubmittedOperation& op,
@@ -73,30 +73,28 @@ absl::Status MismatchDiagnosis::Explain(const SubmittedOperation& op,
       group->second.push_back(rank);
     }
   }
-  std::stable_partition(groups.begin(), groups.end(), [&](const auto& g) {
-    return g.first == op.canonical;
-  });
+  std::stable_partition(groups.begin(), groups.end(),
+                        [&](const auto& g) { return g.first == op.canonical; });
   const std::string where =
       absl::StrCat("operation #", op.sequence, " on ", op.scope_name);
   std::string silent_text;
   if (!silent.empty()) {
-    silent_text = absl::StrCat(
-        "; ", Ranks(silent), " did not report ", where, " within ",
-        absl::FormatDuration(grace_),
-        " (behind, stalled, or never submitted it)");
+    silent_text = absl::StrCat("; ", Ranks(silent), " did not report ", where,
+                               " within ", absl::FormatDuration(grace_),
+                               " (behind, stalled, or never submitted it)");
   }
   if (groups.size() > 1) {
     std::vector<std::string> parts;
     for (const auto& [canonical, ranks] : groups) {
-      parts.push_back(absl::StrCat(Ranks(ranks), " submitted `", canonical, "`"));
+      parts.push_back(
+          absl::StrCat(Ranks(ranks), " submitted `", canonical, "`"));
     }
     return absl::InvalidArgumentError(absl::StrCat(
         "members disagree on ", where, ": ", absl::StrJoin(parts, "; "),
         silent_text, " (so they never paired: ", error.message(), ")"));
   }
   if (silent.empty()) return error;
-  return absl::Status(error.code(),
-                      absl::StrCat(error.message(), silent_text));
+  return absl::Status(error.code(), absl::StrCat(error.message(), silent_text));
 }
 
 }  // namespace rankd::dataplane::gloo_internal
