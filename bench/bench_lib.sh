@@ -6,7 +6,7 @@
 # Does: installs (tools/setup.sh --bench) and checks torch, builds, starts
 #   NNODES rankd daemons on loopback and waits until each is ready, and
 #   stops everything it or the caller started (tracked in PIDS) on exit.
-# Defines: PIDS, DAEMON_PIDS, stop_all, start_daemons, forget PID,
+# Defines: PIDS, DAEMON_PIDS, stop_all, start_daemons, wait_ranks, forget PID,
 #   TORCH_VERSION, BIN, RANKD, RANKCTL, RANK_BENCH, LOAD_BEFORE, TMP, PORTS (NNODES + 1 free
 #   ports; the last is for torch's store), JOB.
 
@@ -49,6 +49,26 @@ forget() {
   local keep=() p
   for p in "${PIDS[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
   PIDS=("${keep[@]}")
+}
+
+# Waits for the rank processes in RANK_PIDS (rank r's at index r, its log in
+# $TMP/rank<r>.log); if any failed, shows their and the daemons' last log
+# lines and dies.
+wait_ranks() {
+  local r pid rc n failed=0
+  for ((r = 0; r < ${#RANK_PIDS[@]}; r++)); do
+    pid=${RANK_PIDS[$r]}
+    rc=0; wait "$pid" || rc=$?
+    forget "$pid"
+    if ((rc != 0)); then
+      failed=1
+      echo "rank $r exited with $rc:" >&2; tail -5 "$TMP/rank$r.log" >&2
+    fi
+  done
+  if ((failed)); then
+    for ((n = 0; n < NNODES; n++)); do echo "--- daemon $n" >&2; tail -5 "$TMP/daemon$n.log" >&2; done
+    die "rankd run failed"
+  fi
 }
 
 # --- Setup and build. ------------------------------------------------------

@@ -95,20 +95,7 @@ for ((n = 0; n < NNODES; n++)); do
     RANK_PIDS+=($!)
   done
 done
-failed=0
-for ((r = 0; r < WORLD; r++)); do
-  pid=${RANK_PIDS[$r]}
-  rc=0; wait "$pid" || rc=$?
-  forget "$pid"
-  if ((rc != 0)); then
-    failed=1
-    echo "rank $r exited with $rc:" >&2; tail -5 "$TMP/rank$r.log" >&2
-  fi
-done
-if ((failed)); then
-  for ((n = 0; n < NNODES; n++)); do echo "--- daemon $n" >&2; tail -5 "$TMP/daemon$n.log" >&2; done
-  die "rankd run failed"
-fi
+wait_ranks
 DAEMON_CPU_US=$(($(daemon_cpu_us) - DAEMON_CPU_BEFORE))
 stop_all   # the daemons; torch then has the machine to itself
 

@@ -150,20 +150,7 @@ for ((phase = 0; phase < PHASES; phase++)); do
       RANK_PIDS+=($!)
     done
   done
-  failed=0
-  for ((r = 0; r < WORLD; r++)); do
-    pid=${RANK_PIDS[$r]}
-    rc=0; wait "$pid" || rc=$?
-    forget "$pid"
-    if ((rc != 0)); then
-      failed=1
-      echo "rank $r exited with $rc:" >&2; tail -5 "$TMP/rank$r.log" >&2
-    fi
-  done
-  if ((failed)); then
-    for ((n = 0; n < NNODES; n++)); do echo "--- daemon $n" >&2; tail -5 "$TMP/daemon$n.log" >&2; done
-    die "rankd run failed"
-  fi
+  wait_ranks
   LOAD_MID+="${LOAD_MID:+; }$(cut -d' ' -f1-3 /proc/loadavg)"
   stop_all   # the daemons; torch then has the machine to itself
 
