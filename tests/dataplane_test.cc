@@ -189,5 +189,41 @@ TEST(DataplaneTest, KilledRankFailsPendingCollectivesNamingItAndPoisons) {
   }
 }
 
+TEST(DataplaneTest, DisagreeingRankIsNamedByEveryRankThroughTheDaemons) {
+  ClusterOptions options;
+  options.job_id = "dp-mismatch";
+  options.nnodes = 2;
+  options.nproc_per_node = 2;
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  // Rank 3 (node 1) submits f32[3] where the others submit f32[64]: the
+  // operations never pair, time out after 2 s, and each rank learns from
+  // the others' reports (in the daemons' key-value broker) who did what.
+  auto workers = StartDataplaneWorkers(
+      cluster, {"--scenario=mismatch", "--victim=3", "--stall_iteration=2",
+                "--op_timeout_ms=2000"});
+  ASSERT_EQ(workers.size(), 4u);
+  std::vector<int> statuses = WaitAll(workers, absl::Seconds(60));
+  for (uint32_t r = 0; r < workers.size(); ++r) {
+    ASSERT_EQ(ExitCode(statuses[r]), 5) << "rank " << r << "\n"
+                                        << Logs(workers);
+    const std::string log = workers[r].ReadLog();
+    auto failed = LinesWithPrefix(log, "OP_FAILED ");
+    ASSERT_EQ(failed.size(), 1u) << log;
+    if (r == 0) std::printf("rank 0: OP_FAILED %s\n", failed[0].c_str());
+    EXPECT_TRUE(absl::StrContains(failed[0], "code=INVALID_ARGUMENT"))
+        << failed[0];
+    EXPECT_TRUE(absl::StrContains(failed[0],
+                                  "members disagree on operation #2 on world"))
+        << failed[0];
+    EXPECT_TRUE(absl::StrContains(
+        failed[0], "ranks 0, 1, 2 submitted `all_reduce_sum f32[64]`"))
+        << failed[0];
+    EXPECT_TRUE(absl::StrContains(failed[0],
+                                  "rank 3 submitted `all_reduce_sum f32[3]`"))
+        << failed[0];
+  }
+}
+
 }  // namespace
 }  // namespace rankd::testing

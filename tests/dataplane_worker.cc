@@ -22,6 +22,9 @@
 //              --stall_iteration (and is killed by the test); survivors
 //              report how their pending completion failed and that the
 //              session is poisoned.
+//   mismatch   a loop of world all_reduce_sum of f32[64]; at
+//              --stall_iteration --victim submits f32[3] instead; every
+//              rank reports how that operation failed (OP_FAILED, exit 5).
 #include <cstdio>
 #include <map>
 #include <string>
@@ -43,10 +46,12 @@ ABSL_FLAG(std::string, target, "", "daemon target");
 ABSL_FLAG(std::string, job_id, "itest", "job id");
 ABSL_FLAG(uint32_t, local_rank, 0, "local rank");
 ABSL_FLAG(uint32_t, world_size, 0, "expected world size");
-ABSL_FLAG(std::string, scenario, "ops", "ops | subgroups | fault");
+ABSL_FLAG(std::string, scenario, "ops", "ops | subgroups | fault | mismatch");
 ABSL_FLAG(int, op_timeout_ms, 30000, "Gloo per-operation timeout");
-ABSL_FLAG(int, victim, -1, "fault: the rank that stalls");
-ABSL_FLAG(int, stall_iteration, 3, "fault: the iteration the victim stalls");
+ABSL_FLAG(int, victim, -1,
+          "fault: the rank that stalls; mismatch: the rank that disagrees");
+ABSL_FLAG(int, stall_iteration, 3,
+          "fault, mismatch: the iteration the victim stalls or disagrees");
 ABSL_FLAG(int, iterations, 1000, "fault: all_reduce_sum iterations");
 
 namespace {
@@ -537,6 +542,38 @@ int RunFault(GlooSession& s, const Layout& l) {
   return 0;
 }
 
+// ---- scenario: mismatch -----------------------------------------------------
+
+int RunMismatch(GlooSession& s, const Layout& l) {
+  const int victim = absl::GetFlag(FLAGS_victim);
+  const int at = absl::GetFlag(FLAGS_stall_iteration);
+  for (int i = 0; i <= at; ++i) {
+    const size_t n = int(l.rank) == victim && i == at ? 3 : 64;
+    const absl::Time submitted = absl::Now();
+    auto sum = Must(s.AllReduceSum(
+        CollectiveScope::World(),
+        Must(HostTensor::FromVector<float>({n}, std::vector<float>(n, 1)))));
+    absl::Status status = sum.completion->Wait();
+    if (i < at) {
+      Must(status);
+      Expect(absl::StrCat("iteration ", i), {ValuesOf<float>(sum.output)[0]},
+             std::vector<float>{float(l.world)});
+      continue;
+    }
+    if (status.ok()) {
+      Print(absl::StrCat("MISMATCH iteration ", i,
+                         ": the disagreeing all_reduce_sum succeeded"));
+      return 4;
+    }
+    Print(absl::StrCat(
+        "OP_FAILED code=", absl::StatusCodeToString(status.code()),
+        " elapsed_ms=", absl::ToInt64Milliseconds(absl::Now() - submitted),
+        " msg=", status.message()));
+    return s.backend().poisoned() ? 5 : 3;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -571,6 +608,8 @@ int main(int argc, char** argv) {
       RunSubgroups(*session, layout);
     } else if (scenario == "fault") {
       if (int code = RunFault(*session, layout); code != 0) return code;
+    } else if (scenario == "mismatch") {
+      if (int code = RunMismatch(*session, layout); code != 0) return code;
     } else {
       Fail(absl::InvalidArgumentError("unknown --scenario " + scenario));
     }
