@@ -220,8 +220,14 @@ absl::Status GlooCommunicator::OnNativeFailure(const std::string& operation,
   if (!poison_.poisoned()) {
     // A lost peer usually shows up here as a closed socket a little before
     // the control plane's notice, which names it: wait briefly for that.
+    // Not for a disagreement that MismatchDiagnosis proved (the only native
+    // failure reported as InvalidArgument): it saw the job healthy and the
+    // members' reports, so there is nothing left to attribute.
+    const bool proven_disagreement =
+        error.code() == absl::StatusCode::kInvalidArgument;
     const absl::Time deadline =
-        absl::Now() + options_.failure_attribution_grace;
+        proven_disagreement ? absl::Now()
+                            : absl::Now() + options_.failure_attribution_grace;
     absl::Status health = control_plane_->JobHealth();
     while (health.ok() && !poison_.poisoned() && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(10));

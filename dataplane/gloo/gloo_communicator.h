@@ -10,7 +10,10 @@
 //   - A native failure poisons the session. When the control plane reports
 //     the job failed (now, or within failure_attribution_grace), the cause
 //     is that failure, which names the lost rank or node; otherwise the
-//     Gloo error. Every context is then aborted so peers fail fast too.
+//     error as the operation reported it (for a disagreement that
+//     MismatchDiagnosis proved, at once: InvalidArgument naming who
+//     submitted what). Every context is then aborted so peers fail fast
+//     too.
 //   - OnJobFailure from the control plane poisons the session with the
 //     job's failure and aborts every context, so pending operations fail at
 //     once (Gloo has no public abort; see gloo_abort.h) and later ones are
