@@ -34,10 +34,12 @@ class ExecutionHost {
 
   // Called on the executor thread when `operation` failed natively with
   // `error`. Poisons the session (attributing the failure to a lost rank
-  // when the control plane reports one) and returns the status the
-  // operation's completion reports.
+  // when the control plane reports one, unless `explained`: the cause is
+  // already established) and returns the status the operation's completion
+  // reports.
   virtual absl::Status OnNativeFailure(const std::string& operation,
-                                       const absl::Status& error) = 0;
+                                       const absl::Status& error,
+                                       bool explained) = 0;
 
   // Called after work finished, so a quarantine can release it promptly.
   virtual void WorkFinished() = 0;

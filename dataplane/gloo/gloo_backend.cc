@@ -133,7 +133,9 @@ TaskResult RunNative(const MismatchDiagnosis& diagnosis,
   if (s.ok()) return TaskResult::Ok();
   scope.sequence = sequence;
   scope.canonical = canonical;
-  return TaskResult::Native(diagnosis.Explain(scope, s));
+  gloo_internal::Explanation why = diagnosis.Explain(scope, s);
+  return why.members_disagree ? TaskResult::Explained(std::move(why.status))
+                              : TaskResult::Native(std::move(why.status));
 }
 
 // The diagnosis record of a collective on `g` (sequence and canonical

@@ -216,18 +216,16 @@ absl::Status GlooCommunicator::BeforeRun(const std::string& operation) const {
 }
 
 absl::Status GlooCommunicator::OnNativeFailure(const std::string& operation,
-                                               const absl::Status& error) {
+                                               const absl::Status& error,
+                                               bool explained) {
   if (!poison_.poisoned()) {
     // A lost peer usually shows up here as a closed socket a little before
     // the control plane's notice, which names it: wait briefly for that.
-    // Not for a disagreement that MismatchDiagnosis proved (the only native
-    // failure reported as InvalidArgument): it saw the job healthy and the
-    // members' reports, so there is nothing left to attribute.
-    const bool proven_disagreement =
-        error.code() == absl::StatusCode::kInvalidArgument;
+    // Not for an explained failure (a disagreement MismatchDiagnosis proved
+    // while the job was healthy): there is nothing left to attribute.
     const absl::Time deadline =
-        proven_disagreement ? absl::Now()
-                            : absl::Now() + options_.failure_attribution_grace;
+        explained ? absl::Now()
+                  : absl::Now() + options_.failure_attribution_grace;
     absl::Status health = control_plane_->JobHealth();
     while (health.ok() && !poison_.poisoned() && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(10));

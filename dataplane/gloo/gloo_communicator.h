@@ -10,10 +10,9 @@
 //   - A native failure poisons the session. When the control plane reports
 //     the job failed (now, or within failure_attribution_grace), the cause
 //     is that failure, which names the lost rank or node; otherwise the
-//     error as the operation reported it (for a disagreement that
-//     MismatchDiagnosis proved, at once: InvalidArgument naming who
-//     submitted what). Every context is then aborted so peers fail fast
-//     too.
+//     error as the operation reported it (an explained failure, e.g. a
+//     disagreement MismatchDiagnosis proved, at once). Every context is
+//     then aborted so peers fail fast too.
 //   - OnJobFailure from the control plane poisons the session with the
 //     job's failure and aborts every context, so pending operations fail at
 //     once (Gloo has no public abort; see gloo_abort.h) and later ones are
@@ -96,7 +95,8 @@ class GlooCommunicator final
   absl::Status Admission(const char* operation) const override;
   absl::Status BeforeRun(const std::string& operation) const override;
   absl::Status OnNativeFailure(const std::string& operation,
-                               const absl::Status& error) override;
+                               const absl::Status& error,
+                               bool explained) override;
   void WorkFinished() override;
   bool SupportsCancellation(CancellationMode mode) const override;
   absl::StatusOr<bool> ApplyCancellation(

@@ -119,7 +119,8 @@ void GlooExecutor::Loop() {
           TaskResult result = RunTask(item.task);
           status = std::move(result.status);
           if (!status.ok() && result.native_failure) {
-            status = host->OnNativeFailure(item.operation, status);
+            status =
+                host->OnNativeFailure(item.operation, status, result.explained);
           }
         }
       }

@@ -38,9 +38,15 @@ struct TaskResult {
   // moving data (e.g. a cross-rank shape disagreement), which leave the
   // members in step and the session usable.
   bool native_failure = false;
+  // A native failure whose cause is already established (the members
+  // disagreed, as MismatchDiagnosis proved): no lost peer to wait for.
+  bool explained = false;
 
   static TaskResult Ok() { return {}; }
   static TaskResult Native(absl::Status s) { return {std::move(s), true}; }
+  static TaskResult Explained(absl::Status s) {
+    return {std::move(s), true, true};
+  }
   static TaskResult Agreed(absl::Status s) { return {std::move(s), false}; }
 };
 

@@ -35,11 +35,11 @@ std::string MismatchDiagnosis::KeyOf(const SubmittedOperation& op,
                       "/", rank);
 }
 
-absl::Status MismatchDiagnosis::Explain(const SubmittedOperation& op,
-                                        const absl::Status& error) const {
-  if (!control_plane_->JobHealth().ok()) return error;
+Explanation MismatchDiagnosis::Explain(const SubmittedOperation& op,
+                                       const absl::Status& error) const {
+  if (!control_plane_->JobHealth().ok()) return {error};
   if (!control_plane_->KvSet(KeyOf(op, op.self), op.canonical).ok()) {
-    return error;
+    return {error};
   }
   std::map<uint32_t, std::string> reported = {{op.self, op.canonical}};
   const absl::Time deadline = absl::Now() + grace_;
@@ -50,7 +50,7 @@ absl::Status MismatchDiagnosis::Explain(const SubmittedOperation& op,
       if (value.ok()) reported.emplace(rank, *std::move(value));
     }
     if (reported.size() == op.members.size()) break;
-    if (!control_plane_->JobHealth().ok()) return error;
+    if (!control_plane_->JobHealth().ok()) return {error};
     if (absl::Now() + kSweepPause >= deadline) break;
     absl::SleepFor(kSweepPause);
   }
@@ -89,12 +89,14 @@ absl::Status MismatchDiagnosis::Explain(const SubmittedOperation& op,
       parts.push_back(
           absl::StrCat(Ranks(ranks), " submitted `", canonical, "`"));
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "members disagree on ", where, ": ", absl::StrJoin(parts, "; "),
-        silent_text, " (so they never paired: ", error.message(), ")"));
+    return {absl::InvalidArgumentError(absl::StrCat(
+                "members disagree on ", where, ": ", absl::StrJoin(parts, "; "),
+                silent_text, " (so they never paired: ", error.message(), ")")),
+            /*members_disagree=*/true};
   }
-  if (silent.empty()) return error;
-  return absl::Status(error.code(), absl::StrCat(error.message(), silent_text));
+  if (silent.empty()) return {error};
+  return {
+      absl::Status(error.code(), absl::StrCat(error.message(), silent_text))};
 }
 
 }  // namespace rankd::dataplane::gloo_internal

@@ -43,6 +43,15 @@ struct SubmittedOperation {
   uint32_t self = 0;
 };
 
+// What Explain concluded.
+struct Explanation {
+  // What the failed operation should report.
+  absl::Status status;
+  // True when members reported different operations: the cause is
+  // established (there is no lost peer to wait for).
+  bool members_disagree = false;
+};
+
 class MismatchDiagnosis {
  public:
   // `control_plane` must outlive this object. `key_prefix` namespaces the
@@ -52,7 +61,7 @@ class MismatchDiagnosis {
                     absl::Duration grace);
 
   // Returns the status the failed operation should report instead of
-  // `error`:
+  // `error` (members_disagree is true in the second case):
   //   - `error` unchanged when the job has failed (the communicator then
   //     names the lost rank) or when every member reported the same
   //     operation;
@@ -61,8 +70,8 @@ class MismatchDiagnosis {
   //   - `error`'s code with the ranks that did not report within `grace`
   //     appended (they are behind, stalled, or never submitted it).
   // Blocks for at most about `grace` (plus one key-value write).
-  absl::Status Explain(const SubmittedOperation& op,
-                       const absl::Status& error) const;
+  Explanation Explain(const SubmittedOperation& op,
+                      const absl::Status& error) const;
 
  private:
   std::string KeyOf(const SubmittedOperation& op, uint32_t rank) const;

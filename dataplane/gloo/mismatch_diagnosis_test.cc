@@ -47,10 +47,13 @@ class MismatchDiagnosisTest : public ::testing::Test {
   std::vector<absl::Status> ExplainAll(
       const std::vector<std::string>& canonical, absl::Duration grace) {
     std::vector<absl::Status> out(canonical.size());
+    disagree.assign(canonical.size(), false);
     std::vector<std::thread> threads;
     for (uint32_t r = 0; r < canonical.size(); ++r) {
       threads.emplace_back([&, r] {
-        out[r] = For(r, grace).Explain(Op(r, canonical[r]), kTimeout);
+        Explanation why = For(r, grace).Explain(Op(r, canonical[r]), kTimeout);
+        out[r] = why.status;
+        disagree[r] = why.members_disagree;
       });
     }
     for (auto& t : threads) t.join();
@@ -59,6 +62,8 @@ class MismatchDiagnosisTest : public ::testing::Test {
 
   std::shared_ptr<InProcessJob> job_;
   std::vector<std::unique_ptr<ControlPlane>> planes_;
+  // Set by ExplainAll: each rank's Explanation::members_disagree.
+  std::vector<bool> disagree;
 };
 
 TEST_F(MismatchDiagnosisTest, AgreementKeepsTheOriginalError) {
@@ -68,6 +73,7 @@ TEST_F(MismatchDiagnosisTest, AgreementKeepsTheOriginalError) {
                   absl::Seconds(5))) {
     EXPECT_EQ(s, kTimeout);
   }
+  EXPECT_EQ(disagree, std::vector<bool>(3, false));
 }
 
 TEST_F(MismatchDiagnosisTest, DisagreementNamesWhoSubmittedWhatOnEveryMember) {
@@ -89,6 +95,7 @@ TEST_F(MismatchDiagnosisTest, DisagreementNamesWhoSubmittedWhatOnEveryMember) {
         << s;
     EXPECT_TRUE(absl::StrContains(s.message(), "Timed out")) << s;
   }
+  EXPECT_EQ(disagree, std::vector<bool>(3, true));
   // Each member lists its own submission first.
   EXPECT_TRUE(absl::StrContains(all[1].message(),
                                 "world: rank 1 submitted `all_gather_even"))
@@ -97,8 +104,10 @@ TEST_F(MismatchDiagnosisTest, DisagreementNamesWhoSubmittedWhatOnEveryMember) {
 
 TEST_F(MismatchDiagnosisTest, SilentMembersAreNamedAfterTheGrace) {
   const absl::Time start = absl::Now();
-  absl::Status s =
+  Explanation why =
       For(0, absl::Milliseconds(300)).Explain(Op(0, "barrier"), kTimeout);
+  EXPECT_FALSE(why.members_disagree);
+  const absl::Status& s = why.status;
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(250));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_TRUE(absl::StrContains(
@@ -110,7 +119,7 @@ TEST_F(MismatchDiagnosisTest, AFailedJobLeavesTheErrorToTheLostRankNotice) {
   job_->Fail(absl::AbortedError("job failed: rank 2 lost"));
   const absl::Time start = absl::Now();
   absl::Status s =
-      For(0, absl::Seconds(30)).Explain(Op(0, "barrier"), kTimeout);
+      For(0, absl::Seconds(30)).Explain(Op(0, "barrier"), kTimeout).status;
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_EQ(s, kTimeout);
 }
