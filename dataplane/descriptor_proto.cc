@@ -29,6 +29,16 @@ absl::StatusOr<DistributedSessionDescriptor> DescriptorFromProto(
         absl::StrCat("session descriptor of job ", proto.job_id(), ": ",
                      descriptor.status().message()));
   }
+  // A descriptor without nproc_per_node keeps the one-node default.
+  if (proto.nproc_per_node() > 0) {
+    absl::Status placed = descriptor->SetNodePlacement(proto.local_rank(),
+                                                       proto.nproc_per_node());
+    if (!placed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("session descriptor of job ", proto.job_id(), ": ",
+                       placed.message()));
+    }
+  }
   return descriptor;
 }
 

@@ -179,6 +179,18 @@ DistributedSessionDescriptor::Create(
   return DistributedSessionDescriptor(world_size, rank, std::move(groups));
 }
 
+absl::Status DistributedSessionDescriptor::SetNodePlacement(
+    uint32_t local_rank, uint32_t ranks_on_node) {
+  if (local_rank >= ranks_on_node || ranks_on_node > world_size_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "node placement: local rank ", local_rank, " of ", ranks_on_node,
+        " ranks on the node is not valid in a world of ", world_size_));
+  }
+  local_rank_ = local_rank;
+  ranks_on_node_ = ranks_on_node;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<DistributedSessionDescriptor>
 DistributedSessionDescriptor::FromTopology(const ParallelTopology& topology,
                                            uint32_t world_size, uint32_t rank) {

@@ -132,12 +132,28 @@ class DistributedSessionDescriptor {
   // The group with `id`, or nullptr.
   const CollectiveGroupDescriptor* group(CollectiveGroupId id) const;
 
+  // Where this rank runs on its node: its index among the node's ranks and
+  // how many ranks the node runs (a device backend gives each its own
+  // device). Until SetNodePlacement, the whole world is on one node:
+  // local_rank() == rank(), ranks_on_node() == world_size().
+  uint32_t local_rank() const { return local_rank_; }
+  uint32_t ranks_on_node() const { return ranks_on_node_; }
+  // InvalidArgument (and no change) unless
+  // local_rank < ranks_on_node <= world_size.
+  absl::Status SetNodePlacement(uint32_t local_rank, uint32_t ranks_on_node);
+
  private:
   DistributedSessionDescriptor(uint32_t world_size, uint32_t rank,
                                std::vector<CollectiveGroupDescriptor> groups)
-      : world_size_(world_size), rank_(rank), groups_(std::move(groups)) {}
+      : world_size_(world_size),
+        rank_(rank),
+        local_rank_(rank),
+        ranks_on_node_(world_size),
+        groups_(std::move(groups)) {}
   uint32_t world_size_;
   uint32_t rank_;
+  uint32_t local_rank_;
+  uint32_t ranks_on_node_;
   std::vector<CollectiveGroupDescriptor> groups_;
 };
 

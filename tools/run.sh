@@ -117,7 +117,7 @@ done
 if [[ "$backend" == nccl ]]; then
   # The serving binary itself says whether NCCL can run here.
   if ! probe=$("$serving" --backend=nccl --probe_backend 2>&1); then
-    echo "run.sh: ${probe#REFUSED }" >&2
+    sed -E 's/^(REFUSED|NCCL_RUNTIME) /run.sh: /' <<<"$probe" >&2
     exit 2
   fi
   gpus=$(sed -nE 's/.*devices=([0-9]+).*/\1/p' <<<"$probe")

@@ -10,6 +10,9 @@ packages=(
   libabsl-dev libgtest-dev libgloo-dev
   python3 iproute2 procps
   openssl
+  # The GPU run kit (tests/gpu/assemble_kit.sh): strip, and patchelf to
+  # point the kit's binaries at its own libraries.
+  binutils patchelf
   # Metrics endpoint (prometheus-cpp with its civetweb HTTP server).
   prometheus-cpp-dev
   # Kubernetes manifest tests (tests/k8s): kubectl's built-in kustomize

@@ -5,15 +5,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "local_cuda_config.h"
-
-#if RANKD_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
+#include "dataplane/nccl/internal/native_abi.h"
+#include "dataplane/nccl/internal/native_library.h"
 
 namespace rankd::dataplane::nccl {
-
-bool BuiltWithCuda() { return RANKD_HAVE_CUDA != 0; }
 
 std::shared_ptr<DeviceBuffer> DeviceBuffer::External(
     void* data, size_t bytes, int device,
@@ -25,24 +20,20 @@ std::shared_ptr<DeviceBuffer> DeviceBuffer::External(
   return buffer;
 }
 
-std::string CudaUnavailableReason() {
-#if RANKD_HAVE_CUDA
-  return "";
-#else
-  return absl::StrCat("rankd was built without CUDA/NCCL (",
-                      RANKD_CUDA_UNAVAILABLE_REASON, ")");
-#endif
-}
-
-#if RANKD_HAVE_CUDA
-
 namespace {
+
+using internal::CudaError;
+using internal::CudaRuntimeApi;
+
+// The loaded runtime. Only called where a CUDA object already exists or
+// right after Runtime() succeeded, so it is never null there.
+const CudaRuntimeApi& Cuda() { return **internal::LoadCudaRuntime(); }
 
 // Clears a non-sticky error so that it is not reported again by a later,
 // unrelated cudaGetLastError (NCCL checks it after its own launches).
-absl::Status Check(cudaError_t error, absl::string_view what) {
-  if (error == cudaSuccess) return absl::OkStatus();
-  (void)cudaGetLastError();
+absl::Status Check(CudaError error, absl::string_view what) {
+  if (error == internal::kCudaSuccess) return absl::OkStatus();
+  (void)Cuda().GetLastError();
   return CudaStatus(error, what);
 }
 
@@ -58,10 +49,10 @@ bool MemoryPoolsSupported(int device) {
   int& known = (*cache)[device];
   if (known < 0) {
     int value = 0;
-    cudaError_t e =
-        cudaDeviceGetAttribute(&value, cudaDevAttrMemoryPoolsSupported, device);
-    if (e != cudaSuccess) {
-      (void)cudaGetLastError();
+    CudaError e = Cuda().DeviceGetAttribute(
+        &value, internal::kCudaDevAttrMemoryPoolsSupported, device);
+    if (e != internal::kCudaSuccess) {
+      (void)Cuda().GetLastError();
       value = 0;
     }
     known = value != 0 ? 1 : 0;
@@ -72,17 +63,19 @@ bool MemoryPoolsSupported(int device) {
 }  // namespace
 
 absl::Status CudaStatus(int cuda_error, absl::string_view what) {
-  auto error = static_cast<cudaError_t>(cuda_error);
+  auto runtime = internal::LoadCudaRuntime();
   std::string message =
-      absl::StrCat("cuda: ", what, ": ", cudaGetErrorName(error), " (",
-                   cudaGetErrorString(error), ")");
-  switch (error) {
-    case cudaErrorMemoryAllocation:
+      runtime.ok() ? absl::StrCat("cuda: ", what, ": ",
+                                  (*runtime)->GetErrorName(cuda_error), " (",
+                                  (*runtime)->GetErrorString(cuda_error), ")")
+                   : absl::StrCat("cuda: ", what, ": error ", cuda_error);
+  switch (cuda_error) {
+    case internal::kCudaErrorMemoryAllocation:
       return absl::ResourceExhaustedError(message);
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInvalidDevice:
-    case cudaErrorDevicesUnavailable:
+    case internal::kCudaErrorNoDevice:
+    case internal::kCudaErrorInsufficientDriver:
+    case internal::kCudaErrorInvalidDevice:
+    case internal::kCudaErrorDevicesUnavailable:
       return absl::UnavailableError(message);
     default:
       return absl::InternalError(message);
@@ -91,17 +84,22 @@ absl::Status CudaStatus(int cuda_error, absl::string_view what) {
 
 DeviceProbe ProbeDevices() {
   DeviceProbe probe;
+  auto runtime = internal::LoadCudaRuntime();
+  if (!runtime.ok()) {
+    probe.reason = absl::StrCat("no GPU usable: ", runtime.status().message());
+    return probe;
+  }
   int count = 0;
-  cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    probe.reason = absl::StrCat("no usable CUDA device: cudaGetDeviceCount: ",
-                                cudaGetErrorName(e), " (",
-                                cudaGetErrorString(e), ")");
+  CudaError e = (*runtime)->GetDeviceCount(&count);
+  if (e != internal::kCudaSuccess) {
+    (void)(*runtime)->GetLastError();
+    probe.reason = absl::StrCat(
+        "no GPU usable: cudaGetDeviceCount: ", (*runtime)->GetErrorName(e),
+        " (", (*runtime)->GetErrorString(e), ")");
     return probe;
   }
   if (count <= 0) {
-    probe.reason = "no CUDA device: cudaGetDeviceCount returned 0";
+    probe.reason = "no GPU: cudaGetDeviceCount returned 0";
     return probe;
   }
   probe.device_count = count;
@@ -109,14 +107,20 @@ DeviceProbe ProbeDevices() {
 }
 
 DeviceGuard::DeviceGuard(int device) {
+  auto runtime = internal::LoadCudaRuntime();
+  if (!runtime.ok()) {
+    status_ = absl::UnavailableError(absl::StrCat(
+        "cuda: cudaSetDevice(", device, "): ", runtime.status().message()));
+    return;
+  }
   int current = -1;
-  cudaError_t e = cudaGetDevice(&current);
-  if (e != cudaSuccess) {
+  CudaError e = (*runtime)->GetDevice(&current);
+  if (e != internal::kCudaSuccess) {
     status_ = Check(e, "cudaGetDevice");
     return;
   }
   if (current != device) {
-    status_ = Check(cudaSetDevice(device),
+    status_ = Check((*runtime)->SetDevice(device),
                     absl::StrCat("cudaSetDevice(", device, ")"));
   }
 }
@@ -126,9 +130,10 @@ DeviceGuard::~DeviceGuard() = default;
 absl::StatusOr<std::shared_ptr<CudaStream>> CudaStream::Create(int device) {
   DeviceGuard guard(device);
   if (!guard.status().ok()) return guard.status();
-  cudaStream_t stream = nullptr;
-  absl::Status s = Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                         "cudaStreamCreateWithFlags");
+  internal::CudaStream stream = nullptr;
+  absl::Status s = Check(
+      Cuda().StreamCreateWithFlags(&stream, internal::kCudaStreamNonBlocking),
+      "cudaStreamCreateWithFlags");
   if (!s.ok()) return s;
   return std::shared_ptr<CudaStream>(new CudaStream(stream, device));
 }
@@ -136,20 +141,21 @@ absl::StatusOr<std::shared_ptr<CudaStream>> CudaStream::Create(int device) {
 CudaStream::~CudaStream() {
   if (stream_ == nullptr) return;
   DeviceGuard guard(device_);
-  (void)cudaStreamDestroy(stream_);
+  (void)Cuda().StreamDestroy(stream_);
 }
 
 absl::Status CudaStream::Synchronize() const {
   DeviceGuard guard(device_);
-  return Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  return Check(Cuda().StreamSynchronize(stream_), "cudaStreamSynchronize");
 }
 
 absl::StatusOr<std::shared_ptr<CudaEvent>> CudaEvent::Create(int device) {
   DeviceGuard guard(device);
   if (!guard.status().ok()) return guard.status();
-  cudaEvent_t event = nullptr;
-  absl::Status s = Check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming),
-                         "cudaEventCreateWithFlags");
+  internal::CudaEvent event = nullptr;
+  absl::Status s = Check(
+      Cuda().EventCreateWithFlags(&event, internal::kCudaEventDisableTiming),
+      "cudaEventCreateWithFlags");
   if (!s.ok()) return s;
   return std::shared_ptr<CudaEvent>(new CudaEvent(event, device));
 }
@@ -157,32 +163,32 @@ absl::StatusOr<std::shared_ptr<CudaEvent>> CudaEvent::Create(int device) {
 CudaEvent::~CudaEvent() {
   if (event_ == nullptr) return;
   DeviceGuard guard(device_);
-  (void)cudaEventDestroy(event_);
+  (void)Cuda().EventDestroy(event_);
 }
 
 absl::Status CudaEvent::Record(const CudaStream& stream) {
   DeviceGuard guard(device_);
-  return Check(cudaEventRecord(event_, stream.get()), "cudaEventRecord");
+  return Check(Cuda().EventRecord(event_, stream.get()), "cudaEventRecord");
 }
 
 absl::StatusOr<bool> CudaEvent::Query() const {
-  cudaError_t e = cudaEventQuery(event_);
-  if (e == cudaSuccess) return true;
-  if (e == cudaErrorNotReady) {
+  CudaError e = Cuda().EventQuery(event_);
+  if (e == internal::kCudaSuccess) return true;
+  if (e == internal::kCudaErrorNotReady) {
     // Not an error; make sure it is not left as the "last error".
-    (void)cudaGetLastError();
+    (void)Cuda().GetLastError();
     return false;
   }
   return Check(e, "cudaEventQuery");
 }
 
 absl::Status CudaEvent::Synchronize() const {
-  return Check(cudaEventSynchronize(event_), "cudaEventSynchronize");
+  return Check(Cuda().EventSynchronize(event_), "cudaEventSynchronize");
 }
 
 absl::Status StreamWaitEvent(const CudaStream& stream, const CudaEvent& event) {
   DeviceGuard guard(stream.device());
-  return Check(cudaStreamWaitEvent(stream.get(), event.get(), 0),
+  return Check(Cuda().StreamWaitEvent(stream.get(), event.get(), 0),
                "cudaStreamWaitEvent");
 }
 
@@ -201,9 +207,9 @@ absl::StatusOr<std::shared_ptr<DeviceBuffer>> DeviceBuffer::Allocate(
   void* data = nullptr;
   const bool async = MemoryPoolsSupported(device);
   absl::Status s =
-      async ? Check(cudaMallocAsync(&data, bytes, stream->get()),
+      async ? Check(Cuda().MallocAsync(&data, bytes, stream->get()),
                     absl::StrCat("cudaMallocAsync(", bytes, " bytes)"))
-            : Check(cudaMalloc(&data, bytes),
+            : Check(Cuda().Malloc(&data, bytes),
                     absl::StrCat("cudaMalloc(", bytes, " bytes)"));
   if (!s.ok()) return s;
   return std::shared_ptr<DeviceBuffer>(
@@ -214,37 +220,39 @@ DeviceBuffer::~DeviceBuffer() {
   if (data_ == nullptr || !owned_) return;
   DeviceGuard guard(device_);
   if (async_) {
-    (void)cudaFreeAsync(data_, stream_->get());
+    (void)Cuda().FreeAsync(data_, stream_->get());
   } else {
-    (void)cudaFree(data_);
+    (void)Cuda().Free(data_);
   }
-  (void)cudaGetLastError();
+  (void)Cuda().GetLastError();
 }
 
 absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes,
                                 const CudaStream& stream) {
   if (bytes == 0) return absl::OkStatus();
   DeviceGuard guard(stream.device());
-  return Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
-                               stream.get()),
-               "cudaMemcpyAsync(device to device)");
+  return Check(
+      Cuda().MemcpyAsync(dst, src, bytes, internal::kCudaMemcpyDeviceToDevice,
+                         stream.get()),
+      "cudaMemcpyAsync(device to device)");
 }
 
 absl::Status Copy2DDeviceToDevice(void* dst, size_t dst_pitch, const void* src,
-                                  size_t src_pitch, size_t width,
-                                  size_t height, const CudaStream& stream) {
+                                  size_t src_pitch, size_t width, size_t height,
+                                  const CudaStream& stream) {
   if (width == 0 || height == 0) return absl::OkStatus();
   DeviceGuard guard(stream.device());
-  return Check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height,
-                                 cudaMemcpyDeviceToDevice, stream.get()),
-               "cudaMemcpy2DAsync(device to device)");
+  return Check(
+      Cuda().Memcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height,
+                           internal::kCudaMemcpyDeviceToDevice, stream.get()),
+      "cudaMemcpy2DAsync(device to device)");
 }
 
 absl::Status FillBytes(void* dst, int value, size_t bytes,
                        const CudaStream& stream) {
   if (bytes == 0) return absl::OkStatus();
   DeviceGuard guard(stream.device());
-  return Check(cudaMemsetAsync(dst, value, bytes, stream.get()),
+  return Check(Cuda().MemsetAsync(dst, value, bytes, stream.get()),
                "cudaMemsetAsync");
 }
 
@@ -252,9 +260,10 @@ absl::Status CopyHostToDevice(void* dst, const void* src, size_t bytes,
                               const CudaStream& stream) {
   if (bytes == 0) return absl::OkStatus();
   DeviceGuard guard(stream.device());
-  absl::Status s = Check(
-      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream.get()),
-      "cudaMemcpyAsync(host to device)");
+  absl::Status s =
+      Check(Cuda().MemcpyAsync(dst, src, bytes,
+                               internal::kCudaMemcpyHostToDevice, stream.get()),
+            "cudaMemcpyAsync(host to device)");
   if (!s.ok()) return s;
   return stream.Synchronize();
 }
@@ -263,87 +272,20 @@ absl::Status CopyDeviceToHost(void* dst, const void* src, size_t bytes,
                               const CudaStream& stream) {
   if (bytes == 0) return absl::OkStatus();
   DeviceGuard guard(stream.device());
-  absl::Status s = Check(
-      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream.get()),
-      "cudaMemcpyAsync(device to host)");
+  absl::Status s =
+      Check(Cuda().MemcpyAsync(dst, src, bytes,
+                               internal::kCudaMemcpyDeviceToHost, stream.get()),
+            "cudaMemcpyAsync(device to host)");
   if (!s.ok()) return s;
   return stream.Synchronize();
 }
 
-#else  // !RANKD_HAVE_CUDA
-
-namespace {
-absl::Status NoCuda(absl::string_view what) {
-  return absl::UnavailableError(
-      absl::StrCat("cuda: ", what, ": ", CudaUnavailableReason()));
+absl::Status LaunchHostFunction(const CudaStream& stream, void (*fn)(void*),
+                                void* arg) {
+  DeviceGuard guard(stream.device());
+  if (!guard.status().ok()) return guard.status();
+  return Check(Cuda().LaunchHostFunc(stream.get(), fn, arg),
+               "cudaLaunchHostFunc");
 }
-}  // namespace
-
-absl::Status CudaStatus(int cuda_error, absl::string_view what) {
-  return absl::UnavailableError(absl::StrCat("cuda: ", what, ": error ",
-                                             cuda_error, "; ",
-                                             CudaUnavailableReason()));
-}
-
-DeviceProbe ProbeDevices() {
-  DeviceProbe probe;
-  probe.reason = CudaUnavailableReason();
-  return probe;
-}
-
-DeviceGuard::DeviceGuard(int) : status_(NoCuda("cudaSetDevice")) {}
-DeviceGuard::~DeviceGuard() = default;
-
-absl::StatusOr<std::shared_ptr<CudaStream>> CudaStream::Create(int) {
-  return NoCuda("cudaStreamCreate");
-}
-CudaStream::~CudaStream() = default;
-absl::Status CudaStream::Synchronize() const {
-  return NoCuda("cudaStreamSynchronize");
-}
-
-absl::StatusOr<std::shared_ptr<CudaEvent>> CudaEvent::Create(int) {
-  return NoCuda("cudaEventCreate");
-}
-CudaEvent::~CudaEvent() = default;
-absl::Status CudaEvent::Record(const CudaStream&) {
-  return NoCuda("cudaEventRecord");
-}
-absl::StatusOr<bool> CudaEvent::Query() const {
-  return NoCuda("cudaEventQuery");
-}
-absl::Status CudaEvent::Synchronize() const {
-  return NoCuda("cudaEventSynchronize");
-}
-
-absl::Status StreamWaitEvent(const CudaStream&, const CudaEvent&) {
-  return NoCuda("cudaStreamWaitEvent");
-}
-
-absl::StatusOr<std::shared_ptr<DeviceBuffer>> DeviceBuffer::Allocate(
-    size_t, std::shared_ptr<CudaStream>) {
-  return NoCuda("cudaMalloc");
-}
-DeviceBuffer::~DeviceBuffer() = default;  // nothing was allocated
-
-absl::Status CopyDeviceToDevice(void*, const void*, size_t,
-                                const CudaStream&) {
-  return NoCuda("cudaMemcpyAsync");
-}
-absl::Status Copy2DDeviceToDevice(void*, size_t, const void*, size_t, size_t,
-                                  size_t, const CudaStream&) {
-  return NoCuda("cudaMemcpy2DAsync");
-}
-absl::Status FillBytes(void*, int, size_t, const CudaStream&) {
-  return NoCuda("cudaMemsetAsync");
-}
-absl::Status CopyHostToDevice(void*, const void*, size_t, const CudaStream&) {
-  return NoCuda("cudaMemcpyAsync");
-}
-absl::Status CopyDeviceToHost(void*, const void*, size_t, const CudaStream&) {
-  return NoCuda("cudaMemcpyAsync");
-}
-
-#endif  // RANKD_HAVE_CUDA
 
 }  // namespace rankd::dataplane::nccl

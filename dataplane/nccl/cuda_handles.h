@@ -2,12 +2,14 @@
 // current device (DeviceGuard), streams, events, device buffers, plus the
 // device probe and a few stream-ordered copies.
 //
-// The header does not include cuda_runtime.h: CUDA handle types are
-// forward-declared exactly as the CUDA runtime declares them
-// (cudaStream_t == CUstream_st*, cudaEvent_t == CUevent_st*), so code that
-// includes it compiles whether or not this build has CUDA
-// (RANKD_HAVE_CUDA in @local_cuda//:config). Without CUDA every factory
-// returns Unavailable with the reason and ProbeDevices() reports 0 devices.
+// rankd is built without CUDA: the CUDA runtime (libcudart.so.13 or .12) is
+// opened on first use (internal/native_library.h says where it is looked
+// for). Where it cannot be opened, or there is no driver or device, every
+// factory returns Unavailable with the reason and ProbeDevices() reports 0
+// devices with that reason; nothing fails at program start. CUDA handle
+// types are forward-declared exactly as the CUDA runtime declares them
+// (cudaStream_t == CUstream_st*, cudaEvent_t == CUevent_st*), so callers
+// can pass them to code built against the real headers.
 //
 // Rules the handles follow so that a hung NCCL kernel never blocks the host
 // in a destructor:
@@ -41,20 +43,17 @@ namespace rankd::dataplane::nccl {
 using CudaStreamHandle = CUstream_st*;  // cudaStream_t
 using CudaEventHandle = CUevent_st*;    // cudaEvent_t
 
-// Whether this build links the CUDA runtime and NCCL.
-bool BuiltWithCuda();
-// Why it does not (empty when BuiltWithCuda()).
-std::string CudaUnavailableReason();
-
-// What the machine offers. device_count is 0 (with a reason) when there is
-// no driver, no device, or the build has no CUDA; never an error.
+// What the machine offers. device_count is 0 (with a reason) when the CUDA
+// runtime cannot be loaded, or there is no driver or device; never an
+// error.
 struct DeviceProbe {
   int device_count = 0;
   std::string reason;
 };
 DeviceProbe ProbeDevices();
 
-// "cuda: <what>: cudaErrorX (text)" with a code that fits the error:
+// "cuda: <what>: cudaErrorX (text)" (the number alone when the runtime is
+// not loaded) with a code that fits the error:
 // ResourceExhausted for out-of-memory, Unavailable for missing devices or
 // drivers, Internal otherwise.
 absl::Status CudaStatus(int cuda_error, absl::string_view what);
@@ -167,14 +166,20 @@ class DeviceBuffer {
   std::shared_ptr<const void> keep_alive_;
 };
 
+// Runs fn(arg) on a CUDA-owned host thread once the work queued on `stream`
+// so far finished (cudaLaunchHostFunc); later work on `stream` waits for fn
+// to return. fn must not call CUDA. Tests use it to hold a stream.
+absl::Status LaunchHostFunction(const CudaStream& stream, void (*fn)(void*),
+                                void* arg);
+
 // Stream-ordered copies and fills on `stream` (no host blocking unless
 // noted). Zero bytes is a no-op.
 absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes,
                                 const CudaStream& stream);
 // `height` rows of `width` bytes, rows `src_pitch` / `dst_pitch` apart.
 absl::Status Copy2DDeviceToDevice(void* dst, size_t dst_pitch, const void* src,
-                                  size_t src_pitch, size_t width,
-                                  size_t height, const CudaStream& stream);
+                                  size_t src_pitch, size_t width, size_t height,
+                                  const CudaStream& stream);
 absl::Status FillBytes(void* dst, int value, size_t bytes,
                        const CudaStream& stream);
 // Host <-> device; both return once `src` may be reused / `dst` holds the

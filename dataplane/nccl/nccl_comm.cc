@@ -6,129 +6,113 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "dataplane/nccl/cuda_handles.h"
+#include "dataplane/nccl/internal/native_abi.h"
+#include "dataplane/nccl/internal/native_library.h"
 #include "dataplane/nccl/nccl_types.h"
-#include "local_cuda_config.h"
-
-#if RANKD_HAVE_CUDA
-#include <nccl.h>
-
-static_assert(NCCL_UNIQUE_ID_BYTES ==
-                  rankd::dataplane::nccl::kNcclUniqueIdBytes,
-              "ncclUniqueId size");
-static_assert(ncclSuccess == rankd::dataplane::nccl::kNcclSuccess);
-static_assert(ncclInProgress == rankd::dataplane::nccl::kNcclInProgress);
-static_assert(NCCL_VERSION_CODE ==
-                  rankd::dataplane::nccl::NcclVersionCode(
-                      NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH),
-              "NcclVersionCode must match NCCL_VERSION");
-#endif
 
 namespace rankd::dataplane::nccl {
 
-#if RANKD_HAVE_CUDA
+using internal::NcclResult;
 
-int NcclBuildVersion() { return NCCL_VERSION_CODE; }
+static_assert(internal::kNcclUniqueIdSize == kNcclUniqueIdBytes);
+static_assert(internal::kNcclSuccess == kNcclSuccess);
+static_assert(internal::kNcclInProgress == kNcclInProgress);
+static_assert(static_cast<int>(NcclRedOp::kSum) == internal::kNcclSum);
+static_assert(static_cast<int>(NcclRedOp::kMin) == internal::kNcclMin);
+
+namespace {
+
+// The loaded NCCL. Only called where a communicator exists (so NCCL
+// loaded), or after LoadNccl() succeeded.
+const internal::NcclApi& Nccl() { return **internal::LoadNccl(); }
+
+}  // namespace
 
 int NcclRuntimeVersion() {
-  static const int version = [] {
-    int v = 0;
-    if (ncclGetVersion(&v) != ncclSuccess) return 0;
-    return v;
-  }();
-  return version;
+  auto nccl = internal::LoadNccl();
+  return nccl.ok() ? (*nccl)->version : 0;
 }
 
 bool ScalableInitSupported() {
-#if NCCL_VERSION_CODE >= 22304
-  return NcclRuntimeVersion() >= kNcclScalableInitVersion;
-#else
-  return false;
-#endif
+  auto nccl = internal::LoadNccl();
+  return nccl.ok() && (*nccl)->version >= kNcclScalableInitVersion &&
+         (*nccl)->CommInitRankScalable != nullptr;
 }
 
 absl::StatusOr<std::string> NewNcclUniqueId() {
-  ncclUniqueId id;
-  ncclResult_t r = ncclGetUniqueId(&id);
-  if (r != ncclSuccess) return NcclStatus(r, "ncclGetUniqueId");
+  auto nccl = internal::LoadNccl();
+  if (!nccl.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("nccl: ncclGetUniqueId: ", nccl.status().message()));
+  }
+  internal::NcclUniqueId id;
+  NcclResult r = (*nccl)->GetUniqueId(&id);
+  if (r != kNcclSuccess) return NcclStatus(r, "ncclGetUniqueId");
   return std::string(id.internal, sizeof(id.internal));
 }
 
 absl::Status NcclStatus(int nccl_result, absl::string_view what,
                         NcclCommHandle comm) {
-  auto result = static_cast<ncclResult_t>(nccl_result);
-  std::string message = absl::StrCat("nccl: ", what, ": ",
-                                     ncclGetErrorString(result), " (code ",
-                                     nccl_result, ")");
-  const char* last = ncclGetLastError(comm);
+  auto nccl = internal::LoadNccl();
+  if (!nccl.ok()) {
+    return absl::UnavailableError(absl::StrCat("nccl: ", what, ": result ",
+                                               nccl_result, "; ",
+                                               nccl.status().message()));
+  }
+  std::string message =
+      absl::StrCat("nccl: ", what, ": ", (*nccl)->GetErrorString(nccl_result),
+                   " (code ", nccl_result, ")");
+  const char* last = (*nccl)->GetLastError(comm);
   if (last != nullptr && last[0] != '\0') {
     absl::StrAppend(&message, "; last NCCL error: ", last);
   }
-  switch (result) {
-    case ncclInvalidArgument:
-    case ncclInvalidUsage:
+  switch (nccl_result) {
+    case internal::kNcclInvalidArgument:
+    case internal::kNcclInvalidUsage:
       return absl::InvalidArgumentError(message);
-    case ncclRemoteError:
-    case ncclSystemError:
+    case internal::kNcclRemoteError:
+    case internal::kNcclSystemError:
       return absl::UnavailableError(message);
     default:
       return absl::InternalError(message);
   }
 }
 
-static_assert(static_cast<int>(NcclDataType::kInt8) == ncclInt8);
-static_assert(static_cast<int>(NcclDataType::kUint8) == ncclUint8);
-static_assert(static_cast<int>(NcclDataType::kInt32) == ncclInt32);
-static_assert(static_cast<int>(NcclDataType::kUint32) == ncclUint32);
-static_assert(static_cast<int>(NcclDataType::kInt64) == ncclInt64);
-static_assert(static_cast<int>(NcclDataType::kUint64) == ncclUint64);
-static_assert(static_cast<int>(NcclDataType::kFloat16) == ncclFloat16);
-static_assert(static_cast<int>(NcclDataType::kFloat32) == ncclFloat32);
-static_assert(static_cast<int>(NcclDataType::kFloat64) == ncclFloat64);
-#if NCCL_VERSION_CODE >= 21000
-static_assert(static_cast<int>(NcclDataType::kBfloat16) == ncclBfloat16);
-#endif
-static_assert(static_cast<int>(NcclRedOp::kSum) == ncclSum);
-static_assert(static_cast<int>(NcclRedOp::kMin) == ncclMin);
-
-int NcclAllReduce(const void* send, void* recv, size_t count,
-                  NcclDataType type, NcclRedOp op, NcclCommHandle comm,
-                  CudaStreamHandle stream) {
-  return ncclAllReduce(send, recv, count, static_cast<ncclDataType_t>(type),
-                       static_cast<ncclRedOp_t>(op), comm, stream);
+int NcclAllReduce(const void* send, void* recv, size_t count, NcclDataType type,
+                  NcclRedOp op, NcclCommHandle comm, CudaStreamHandle stream) {
+  return Nccl().AllReduce(send, recv, count, static_cast<int>(type),
+                          static_cast<int>(op), comm, stream);
 }
 
 int NcclAllGather(const void* send, void* recv, size_t send_count,
                   NcclDataType type, NcclCommHandle comm,
                   CudaStreamHandle stream) {
-  return ncclAllGather(send, recv, send_count,
-                       static_cast<ncclDataType_t>(type), comm, stream);
+  return Nccl().AllGather(send, recv, send_count, static_cast<int>(type), comm,
+                          stream);
 }
 
-int NcclBroadcast(const void* send, void* recv, size_t count,
-                  NcclDataType type, int root, NcclCommHandle comm,
-                  CudaStreamHandle stream) {
-  return ncclBroadcast(send, recv, count, static_cast<ncclDataType_t>(type),
-                       root, comm, stream);
+int NcclBroadcast(const void* send, void* recv, size_t count, NcclDataType type,
+                  int root, NcclCommHandle comm, CudaStreamHandle stream) {
+  return Nccl().Broadcast(send, recv, count, static_cast<int>(type), root, comm,
+                          stream);
 }
 
 int NcclSend(const void* send, size_t count, NcclDataType type, int peer,
              NcclCommHandle comm, CudaStreamHandle stream) {
-  return ncclSend(send, count, static_cast<ncclDataType_t>(type), peer, comm,
-                  stream);
+  return Nccl().Send(send, count, static_cast<int>(type), peer, comm, stream);
 }
 
 int NcclRecv(void* recv, size_t count, NcclDataType type, int peer,
              NcclCommHandle comm, CudaStreamHandle stream) {
-  return ncclRecv(recv, count, static_cast<ncclDataType_t>(type), peer, comm,
-                  stream);
+  return Nccl().Recv(recv, count, static_cast<int>(type), peer, comm, stream);
 }
 
 int NcclGrouped(const std::function<int()>& calls) {
-  ncclResult_t r = ncclGroupStart();
-  if (r != ncclSuccess) return r;
+  NcclResult r = Nccl().GroupStart();
+  if (r != kNcclSuccess) return r;
   int first = calls();
-  ncclResult_t end = ncclGroupEnd();
-  if (first != ncclSuccess && first != ncclInProgress) return first;
+  NcclResult end = Nccl().GroupEnd();
+  if (first != kNcclSuccess && first != kNcclInProgress) return first;
   return end;
 }
 
@@ -146,47 +130,47 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::StartInit(
         absl::StrCat("nccl: communicator ", options.name, " needs 1..",
                      options.nranks, " unique ids; got ", n));
   }
-  std::vector<ncclUniqueId> ids(n);
+  auto nccl = internal::LoadNccl();
+  if (!nccl.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "nccl: communicator ", options.name, ": ", nccl.status().message()));
+  }
+  std::vector<internal::NcclUniqueId> ids(n);
   for (size_t i = 0; i < n; ++i) {
     if (options.unique_ids[i].size() != sizeof(ids[i].internal)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "nccl: communicator ", options.name, ": unique id ", i, " has ",
-          options.unique_ids[i].size(), " bytes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("nccl: communicator ", options.name, ": unique id ", i,
+                       " has ", options.unique_ids[i].size(), " bytes"));
     }
     std::memcpy(ids[i].internal, options.unique_ids[i].data(),
                 sizeof(ids[i].internal));
   }
   if (n > 1 && !ScalableInitSupported()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "nccl: communicator ", options.name, " was given ", n,
-        " unique ids but this NCCL (", NcclRuntimeVersion(),
-        ") has no ncclCommInitRankScalable"));
+    return absl::UnimplementedError(
+        absl::StrCat("nccl: communicator ", options.name, " was given ", n,
+                     " unique ids but this NCCL (", NcclRuntimeVersion(),
+                     ") has no ncclCommInitRankScalable"));
   }
   DeviceGuard guard(options.device);
   if (!guard.status().ok()) return guard.status();
 
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  internal::NcclConfig config;
   config.blocking = 0;
-  ncclComm_t comm = nullptr;
-  ncclResult_t r;
-  const std::string what =
-      absl::StrCat("init of communicator ", options.name, " (rank ",
-                   options.rank, " of ", options.nranks, ", device ",
-                   options.device, ")");
+  NcclCommHandle comm = nullptr;
+  NcclResult r;
+  const std::string what = absl::StrCat(
+      "init of communicator ", options.name, " (rank ", options.rank, " of ",
+      options.nranks, ", device ", options.device, ")");
   if (n == 1) {
-    r = ncclCommInitRankConfig(&comm, options.nranks, ids[0], options.rank,
-                               &config);
+    r = (*nccl)->CommInitRankConfig(&comm, options.nranks, ids[0], options.rank,
+                                    &config);
   } else {
-#if NCCL_VERSION_CODE >= 22304
-    r = ncclCommInitRankScalable(&comm, options.nranks, options.rank,
-                                 static_cast<int>(n), ids.data(), &config);
-#else
-    r = ncclInvalidUsage;
-#endif
+    r = (*nccl)->CommInitRankScalable(&comm, options.nranks, options.rank,
+                                      static_cast<int>(n), ids.data(), &config);
   }
-  if (r != ncclSuccess && r != ncclInProgress) {
+  if (r != kNcclSuccess && r != kNcclInProgress) {
     absl::Status s = NcclStatus(r, what, comm);
-    if (comm != nullptr) (void)ncclCommAbort(comm);
+    if (comm != nullptr) (void)(*nccl)->CommAbort(comm);
     return s;
   }
   std::unique_ptr<NcclCommunicator> c(new NcclCommunicator(std::move(options)));
@@ -207,22 +191,22 @@ absl::StatusOr<bool> NcclCommunicator::PollReady() {
     return absl::FailedPreconditionError(
         absl::StrCat("nccl: communicator ", options_.name, " has no handle"));
   }
-  ncclResult_t state = ncclSuccess;
-  ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
-  if (r != ncclSuccess) {
-    return NcclStatus(r, absl::StrCat("ncclCommGetAsyncError on ", options_.name),
-                      comm_);
+  NcclResult state = kNcclSuccess;
+  NcclResult r = Nccl().CommGetAsyncError(comm_, &state);
+  if (r != kNcclSuccess) {
+    return NcclStatus(
+        r, absl::StrCat("ncclCommGetAsyncError on ", options_.name), comm_);
   }
-  if (state == ncclInProgress) return false;
-  if (state == ncclSuccess) {
+  if (state == kNcclInProgress) return false;
+  if (state == kNcclSuccess) {
     ready_ = true;
     return true;
   }
-  return NcclStatus(state,
-                    absl::StrCat("init of communicator ", options_.name,
-                                 " (rank ", options_.rank, " of ",
-                                 options_.nranks, ")"),
-                    comm_);
+  return NcclStatus(
+      state,
+      absl::StrCat("init of communicator ", options_.name, " (rank ",
+                   options_.rank, " of ", options_.nranks, ")"),
+      comm_);
 }
 
 absl::Status NcclCommunicator::AwaitReady(
@@ -258,13 +242,14 @@ absl::Status NcclCommunicator::CheckAsyncError() {
   absl::MutexLock lock(&mu_);
   if (!closed_.ok()) return closed_;
   if (comm_ == nullptr || !ready_) return absl::OkStatus();
-  ncclResult_t state = ncclSuccess;
-  ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
-  if (r != ncclSuccess) {
-    return NcclStatus(r, absl::StrCat("ncclCommGetAsyncError on ", options_.name),
-                      comm_);
+  NcclResult state = kNcclSuccess;
+  NcclResult r = Nccl().CommGetAsyncError(comm_, &state);
+  if (r != kNcclSuccess) {
+    return NcclStatus(
+        r, absl::StrCat("ncclCommGetAsyncError on ", options_.name), comm_);
   }
-  if (state == ncclSuccess || state == ncclInProgress) return absl::OkStatus();
+  if (state == kNcclSuccess || state == kNcclInProgress)
+    return absl::OkStatus();
   return NcclStatus(
       state, absl::StrCat("asynchronous error on communicator ", options_.name),
       comm_);
@@ -285,8 +270,8 @@ absl::Status NcclCommunicator::Enqueue(
     DeviceGuard guard(options_.device);
     if (!guard.status().ok()) return guard.status();
     int r = body(comm_);
-    if (r == ncclSuccess) return absl::OkStatus();
-    if (r != ncclInProgress) return NcclStatus(r, what, comm_);
+    if (r == kNcclSuccess) return absl::OkStatus();
+    if (r != kNcclInProgress) return NcclStatus(r, what, comm_);
   }
   while (true) {
     if (interrupt) {
@@ -296,11 +281,11 @@ absl::Status NcclCommunicator::Enqueue(
     {
       absl::MutexLock lock(&mu_);
       if (!closed_.ok()) return closed_;
-      ncclResult_t state = ncclSuccess;
-      ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
-      if (r != ncclSuccess) return NcclStatus(r, what, comm_);
-      if (state == ncclSuccess) return absl::OkStatus();
-      if (state != ncclInProgress) return NcclStatus(state, what, comm_);
+      NcclResult state = kNcclSuccess;
+      NcclResult r = Nccl().CommGetAsyncError(comm_, &state);
+      if (r != kNcclSuccess) return NcclStatus(r, what, comm_);
+      if (state == kNcclSuccess) return absl::OkStatus();
+      if (state != kNcclInProgress) return NcclStatus(state, what, comm_);
     }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
@@ -315,15 +300,15 @@ absl::Status NcclCommunicator::Enqueue(
 void NcclCommunicator::AbortLocked(const absl::Status& cause) {
   if (comm_ != nullptr) {
     DeviceGuard guard(options_.device);
-    (void)ncclCommAbort(comm_);
+    (void)Nccl().CommAbort(comm_);
     comm_ = nullptr;
   }
   ready_ = false;
   if (closed_.ok()) {
-    closed_ = cause.ok() ? absl::AbortedError(absl::StrCat(
-                               "nccl: communicator ", options_.name,
-                               " was aborted"))
-                         : cause;
+    closed_ = cause.ok()
+                  ? absl::AbortedError(absl::StrCat(
+                        "nccl: communicator ", options_.name, " was aborted"))
+                  : cause;
   }
 }
 
@@ -339,14 +324,14 @@ void NcclCommunicator::Close(absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
     if (comm_ == nullptr) return;
     if (!ready_) {
-      AbortLocked(absl::CancelledError(absl::StrCat(
-          "nccl: communicator ", options_.name,
-          " was closed before it finished initializing")));
+      AbortLocked(absl::CancelledError(
+          absl::StrCat("nccl: communicator ", options_.name,
+                       " was closed before it finished initializing")));
       return;
     }
     DeviceGuard guard(options_.device);
-    ncclResult_t r = ncclCommFinalize(comm_);
-    if (r != ncclSuccess && r != ncclInProgress) {
+    NcclResult r = Nccl().CommFinalize(comm_);
+    if (r != kNcclSuccess && r != kNcclInProgress) {
       AbortLocked(NcclStatus(r, "ncclCommFinalize", comm_));
       return;
     }
@@ -355,11 +340,11 @@ void NcclCommunicator::Close(absl::Duration timeout) {
     {
       absl::MutexLock lock(&mu_);
       if (comm_ == nullptr) return;
-      ncclResult_t state = ncclSuccess;
-      ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
-      if (r == ncclSuccess && state == ncclSuccess) {
+      NcclResult state = kNcclSuccess;
+      NcclResult r = Nccl().CommGetAsyncError(comm_, &state);
+      if (r == kNcclSuccess && state == kNcclSuccess) {
         DeviceGuard guard(options_.device);
-        (void)ncclCommDestroy(comm_);
+        (void)Nccl().CommDestroy(comm_);
         comm_ = nullptr;
         ready_ = false;
         if (closed_.ok()) {
@@ -368,11 +353,11 @@ void NcclCommunicator::Close(absl::Duration timeout) {
         }
         return;
       }
-      if (r != ncclSuccess || state != ncclInProgress ||
+      if (r != kNcclSuccess || state != kNcclInProgress ||
           absl::Now() >= deadline) {
-        AbortLocked(absl::DeadlineExceededError(absl::StrCat(
-            "nccl: communicator ", options_.name,
-            " did not finalize in time; aborted")));
+        AbortLocked(absl::DeadlineExceededError(
+            absl::StrCat("nccl: communicator ", options_.name,
+                         " did not finalize in time; aborted")));
         return;
       }
     }
@@ -389,81 +374,5 @@ bool NcclCommunicator::ready() const {
   absl::MutexLock lock(&mu_);
   return ready_ && closed_.ok();
 }
-
-#else  // !RANKD_HAVE_CUDA
-
-namespace {
-absl::Status NoNccl(absl::string_view what) {
-  return absl::UnavailableError(
-      absl::StrCat("nccl: ", what, ": ", CudaUnavailableReason()));
-}
-}  // namespace
-
-int NcclAllReduce(const void*, void*, size_t, NcclDataType, NcclRedOp,
-                  NcclCommHandle, CudaStreamHandle) {
-  return kNcclUnavailable;
-}
-int NcclAllGather(const void*, void*, size_t, NcclDataType, NcclCommHandle,
-                  CudaStreamHandle) {
-  return kNcclUnavailable;
-}
-int NcclBroadcast(const void*, void*, size_t, NcclDataType, int,
-                  NcclCommHandle, CudaStreamHandle) {
-  return kNcclUnavailable;
-}
-int NcclSend(const void*, size_t, NcclDataType, int, NcclCommHandle,
-             CudaStreamHandle) {
-  return kNcclUnavailable;
-}
-int NcclRecv(void*, size_t, NcclDataType, int, NcclCommHandle,
-             CudaStreamHandle) {
-  return kNcclUnavailable;
-}
-int NcclGrouped(const std::function<int()>&) { return kNcclUnavailable; }
-
-int NcclBuildVersion() { return 0; }
-int NcclRuntimeVersion() { return 0; }
-bool ScalableInitSupported() { return false; }
-absl::StatusOr<std::string> NewNcclUniqueId() {
-  return NoNccl("ncclGetUniqueId");
-}
-absl::Status NcclStatus(int nccl_result, absl::string_view what,
-                        NcclCommHandle) {
-  return absl::UnavailableError(absl::StrCat("nccl: ", what, ": result ",
-                                             nccl_result, "; ",
-                                             CudaUnavailableReason()));
-}
-absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::StartInit(
-    Options) {
-  return NoNccl("ncclCommInitRankConfig");
-}
-NcclCommunicator::~NcclCommunicator() = default;
-absl::StatusOr<bool> NcclCommunicator::PollReady() {
-  return NoNccl("ncclCommGetAsyncError");
-}
-absl::Status NcclCommunicator::AwaitReady(absl::Time,
-                                          const std::function<absl::Status()>&,
-                                          absl::Duration) {
-  return NoNccl("ncclCommGetAsyncError");
-}
-absl::Status NcclCommunicator::CheckAsyncError() {
-  return NoNccl("ncclCommGetAsyncError");
-}
-absl::Status NcclCommunicator::Enqueue(absl::string_view what,
-                                       const std::function<int(NcclCommHandle)>&,
-                                       absl::Time,
-                                       const std::function<absl::Status()>&,
-                                       absl::Duration) {
-  return NoNccl(what);
-}
-void NcclCommunicator::AbortLocked(const absl::Status&) {}
-void NcclCommunicator::Abort(const absl::Status&) {}
-void NcclCommunicator::Close(absl::Duration) {}
-absl::Status NcclCommunicator::closed_status() const {
-  return NoNccl("communicator");
-}
-bool NcclCommunicator::ready() const { return false; }
-
-#endif  // RANKD_HAVE_CUDA
 
 }  // namespace rankd::dataplane::nccl

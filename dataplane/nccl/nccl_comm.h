@@ -15,8 +15,9 @@
 //     returns. Later calls fail with the abort's cause.
 //   - The destructor finalizes and destroys a healthy communicator within a
 //     bound and aborts it otherwise.
-// Without CUDA (RANKD_HAVE_CUDA == 0) StartInit and NewNcclUniqueId return
-// Unavailable with the reason. The header does not include nccl.h.
+// NCCL is opened on first use (internal/native_library.h); where it cannot
+// be, StartInit and NewNcclUniqueId return Unavailable saying what was
+// looked for where. The header does not include nccl.h.
 #ifndef RANKD_DATAPLANE_NCCL_NCCL_COMM_H_
 #define RANKD_DATAPLANE_NCCL_NCCL_COMM_H_
 
@@ -41,12 +42,11 @@ namespace rankd::dataplane::nccl {
 
 using NcclCommHandle = ncclComm*;  // ncclComm_t
 
-// NCCL version code of the headers this build used (0 without CUDA).
-int NcclBuildVersion();
-// NCCL version code of the loaded library (ncclGetVersion; 0 without CUDA).
+// NCCL version code of the loaded library (ncclGetVersion), e.g. 22803;
+// 0 when NCCL cannot be loaded.
 int NcclRuntimeVersion();
-// Whether ncclCommInitRankScalable can be used (headers and library >=
-// 2.23.4).
+// Whether ncclCommInitRankScalable can be used (the loaded NCCL is 2.23.4
+// or later).
 bool ScalableInitSupported();
 
 // A fresh ncclUniqueId (ncclGetUniqueId): kNcclUniqueIdBytes raw bytes.
@@ -65,18 +65,16 @@ inline constexpr int kNcclInProgress = 7;
 
 // Thin wrappers over the NCCL calls rankd issues (inside
 // NcclCommunicator::Enqueue bodies), so that callers need not include
-// nccl.h. Each returns the ncclResult_t; without CUDA, kNcclUnavailable.
-inline constexpr int kNcclUnavailable = 5;  // ncclInvalidUsage
+// nccl.h. Each returns the ncclResult_t. They need a communicator, so NCCL
+// is loaded whenever they are called.
 enum class NcclRedOp : int { kSum = 0, kMin = 3 };
-int NcclAllReduce(const void* send, void* recv, size_t count,
-                  NcclDataType type, NcclRedOp op, NcclCommHandle comm,
-                  CudaStreamHandle stream);
+int NcclAllReduce(const void* send, void* recv, size_t count, NcclDataType type,
+                  NcclRedOp op, NcclCommHandle comm, CudaStreamHandle stream);
 int NcclAllGather(const void* send, void* recv, size_t send_count,
                   NcclDataType type, NcclCommHandle comm,
                   CudaStreamHandle stream);
-int NcclBroadcast(const void* send, void* recv, size_t count,
-                  NcclDataType type, int root, NcclCommHandle comm,
-                  CudaStreamHandle stream);
+int NcclBroadcast(const void* send, void* recv, size_t count, NcclDataType type,
+                  int root, NcclCommHandle comm, CudaStreamHandle stream);
 int NcclSend(const void* send, size_t count, NcclDataType type, int peer,
              NcclCommHandle comm, CudaStreamHandle stream);
 int NcclRecv(void* recv, size_t count, NcclDataType type, int peer,
@@ -161,7 +159,8 @@ class NcclCommunicator {
  private:
   explicit NcclCommunicator(Options options) : options_(std::move(options)) {}
   // Requires mu_; aborts and records `cause`.
-  void AbortLocked(const absl::Status& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AbortLocked(const absl::Status& cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   absl::Duration destroy_timeout_ = absl::Seconds(10);

@@ -118,7 +118,8 @@ TEST(NcclFailClosed, NothingIsAdvertisedBeforeInitialize) {
 }
 
 TEST(NcclFailClosed, WithoutADeviceInitializeIsUnavailableAndNothingRuns) {
-  if (HasDevice()) GTEST_SKIP() << "a CUDA device is present; nccl_gpu_test covers it";
+  if (HasDevice())
+    GTEST_SKIP() << "a CUDA device is present; nccl_gpu_test covers it";
   auto job = FakeJob::Create(4);
   auto cp = job->ControlPlaneFor(1);
   auto session = NcclSession::Create(Descriptor(), cp.get());
@@ -128,9 +129,7 @@ TEST(NcclFailClosed, WithoutADeviceInitializeIsUnavailableAndNothingRuns) {
   EXPECT_TRUE(absl::StrContains(init.message(), "nccl")) << init;
   const std::string reason = (*session)->unavailable_reason();
   EXPECT_FALSE(reason.empty());
-  if (!BuiltWithCuda()) {
-    EXPECT_TRUE(absl::StrContains(reason, "without CUDA")) << reason;
-  }
+  EXPECT_TRUE(absl::StrContains(reason, "no GPU")) << reason;
   // Not poisoned: the session is simply unavailable.
   EXPECT_TRUE((*session)->poison_status().ok());
   EXPECT_FALSE((*session)->ready());
@@ -167,8 +166,8 @@ TEST(NcclFailClosed, MembershipIsCheckedBeforeCapabilities) {
   auto cp = job->ControlPlaneFor(1);
   auto session = NcclSession::Create(Descriptor(), cp.get());
   ASSERT_TRUE(session.ok());
-  auto r = (*session)->AllReduceSum(CollectiveScope::Group(999),
-                                    Fake(Desc({2})));
+  auto r =
+      (*session)->AllReduceSum(CollectiveScope::Group(999), Fake(Desc({2})));
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound) << r.status();
 }
 
@@ -184,7 +183,8 @@ TEST(NcclFailClosed, PoisonWinsAndKeepsTheOriginalCause) {
        {(*session)->AllReduceSum(CollectiveScope::World(), x).status(),
         (*session)->AllGather(CollectiveScope::World(), x).status(),
         (*session)->Send(CollectiveScope::World(), 0, x).status(),
-        (*session)->Receive(CollectiveScope::World(), 0, x.descriptor())
+        (*session)
+            ->Receive(CollectiveScope::World(), 0, x.descriptor())
             .status()}) {
     EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
     EXPECT_TRUE(absl::StrContains(s.message(), "rank 3 lost")) << s;
@@ -217,8 +217,9 @@ TEST(NcclFailClosed, OptionsAreValidated) {
             absl::StatusCode::kInvalidArgument);
   NcclSessionOptions bad_tag;
   bad_tag.tag = "no/slashes";
-  EXPECT_EQ(NcclSession::Create(Descriptor(), cp.get(), bad_tag).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      NcclSession::Create(Descriptor(), cp.get(), bad_tag).status().code(),
+      absl::StatusCode::kInvalidArgument);
   NcclSessionOptions bad_timeout;
   bad_timeout.init_timeout = absl::ZeroDuration();
   EXPECT_EQ(
@@ -235,10 +236,9 @@ TEST(NcclFailClosed, LocalDependenciesNeedAStreamAndValidTensors) {
   CudaExecutor no_stream(nullptr);
   const DeviceTensor x = Fake(Desc({2}));
   const DeviceTensor* values[] = {&x};
-  EXPECT_EQ(NcclBackend::SubmitLocalDependencies(values, no_stream)
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      NcclBackend::SubmitLocalDependencies(values, no_stream).status().code(),
+      absl::StatusCode::kInvalidArgument);
   if (!HasDevice()) {
     auto executor = CudaExecutor::Create(0);
     EXPECT_FALSE(executor.ok());
@@ -279,16 +279,16 @@ class NcclValidation : public ::testing::Test {
 };
 
 TEST_F(NcclValidation, AllReduceSumRejectsUnsummableDtypes) {
-  ExpectInvalid(SubmitAllReduceSum(core(), comm_,
-                                   Fake(Desc({4}, TensorDtype::kBool), -1),
-                                   nullptr, "all_reduce_sum")
-                    .status(),
-                "bool");
-  ExpectInvalid(SubmitAllReduceSum(core(), comm_,
-                                   Fake(Desc({4}, TensorDtype::kI16), -1),
-                                   nullptr, "all_reduce_sum")
-                    .status(),
-                "i16");
+  ExpectInvalid(
+      SubmitAllReduceSum(core(), comm_, Fake(Desc({4}, TensorDtype::kBool), -1),
+                         nullptr, "all_reduce_sum")
+          .status(),
+      "bool");
+  ExpectInvalid(
+      SubmitAllReduceSum(core(), comm_, Fake(Desc({4}, TensorDtype::kI16), -1),
+                         nullptr, "all_reduce_sum")
+          .status(),
+      "i16");
 }
 
 TEST_F(NcclValidation, TensorsMustBeOnTheSessionDevice) {
@@ -298,8 +298,8 @@ TEST_F(NcclValidation, TensorsMustBeOnTheSessionDevice) {
                 "device");
   // A buffer smaller than its descriptor cannot even be wrapped.
   static char sentinel;
-  auto small = DeviceTensor::Wrap(DeviceBuffer::External(&sentinel, 3, -1),
-                                  Desc({4}));
+  auto small =
+      DeviceTensor::Wrap(DeviceBuffer::External(&sentinel, 3, -1), Desc({4}));
   EXPECT_EQ(small.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(DeviceTensor::Wrap(nullptr, Desc({4})).status().code(),
             absl::StatusCode::kInvalidArgument);
@@ -318,26 +318,26 @@ TEST_F(NcclValidation, AllGatherAxisMustExist) {
 
 TEST_F(NcclValidation, AllGatherUnevenCounts) {
   const DeviceTensor x = Fake(Desc({2, 3}), -1);
-  ExpectInvalid(SubmitAllGatherUneven(core(), comm_, x,
-                                      std::vector<size_t>{2, 2}, 0, nullptr,
-                                      "all_gather_uneven")
-                    .status(),
-                "3 members");
+  ExpectInvalid(
+      SubmitAllGatherUneven(core(), comm_, x, std::vector<size_t>{2, 2}, 0,
+                            nullptr, "all_gather_uneven")
+          .status(),
+      "3 members");
   // counts[me] must be this member's extent along the axis (3 along axis 1).
-  ExpectInvalid(SubmitAllGatherUneven(core(), comm_, x,
-                                      std::vector<size_t>{1, 2, 1}, 1, nullptr,
-                                      "all_gather_uneven")
-                    .status(),
-                "counts[1]");
+  ExpectInvalid(
+      SubmitAllGatherUneven(core(), comm_, x, std::vector<size_t>{1, 2, 1}, 1,
+                            nullptr, "all_gather_uneven")
+          .status(),
+      "counts[1]");
 }
 
 TEST_F(NcclValidation, AllToAllCounts) {
   const DeviceTensor x = Fake(Desc({5, 2}), -1);
   const std::vector<size_t> two = {2, 3};
   const std::vector<size_t> ok = {2, 1, 2};
-  ExpectInvalid(SubmitAllToAll(core(), comm_, x, two, ok, 0, nullptr, "a2a")
-                    .status(),
-                "one per member");
+  ExpectInvalid(
+      SubmitAllToAll(core(), comm_, x, two, ok, 0, nullptr, "a2a").status(),
+      "one per member");
   ExpectInvalid(SubmitAllToAll(core(), comm_, x, std::vector<size_t>{1, 1, 1},
                                ok, 0, nullptr, "a2a")
                     .status(),
@@ -370,13 +370,16 @@ TEST_F(NcclValidation, BundleRoutes) {
   const DeviceTensor x = Fake(Desc({2}), -1);
   std::vector<DeviceTensor> bundle = {x};
   ExpectInvalid(
-      SubmitBundle(core(), comm_, bundle, 1, 1, nullptr, "send_receive").status(),
+      SubmitBundle(core(), comm_, bundle, 1, 1, nullptr, "send_receive")
+          .status(),
       "two different");
   ExpectInvalid(
-      SubmitBundle(core(), comm_, bundle, 0, 3, nullptr, "send_receive").status(),
+      SubmitBundle(core(), comm_, bundle, 0, 3, nullptr, "send_receive")
+          .status(),
       "two different");
   ExpectInvalid(
-      SubmitBundle(core(), comm_, bundle, 0, 2, nullptr, "send_receive").status(),
+      SubmitBundle(core(), comm_, bundle, 0, 2, nullptr, "send_receive")
+          .status(),
       "neither the source nor the destination");
 }
 
@@ -459,8 +462,8 @@ TEST(NcclCompletionLogic, QuarantineModePoisonsAndKeepsResources) {
   {
     auto c = std::make_shared<NcclCompletion>(NeverDone(resource), owner);
     resource.reset();
-    EXPECT_TRUE(c->SupportsCancellation(
-        CancellationMode::kQuarantineUntilComplete));
+    EXPECT_TRUE(
+        c->SupportsCancellation(CancellationMode::kQuarantineUntilComplete));
     const absl::Time start = absl::Now();
     auto outcome = c->WaitBounded(absl::Milliseconds(30),
                                   CancellationMode::kQuarantineUntilComplete);

@@ -6,13 +6,14 @@
 // control plane is the in-process FakeJob; tests/gpu/ runs the same
 // operations through real rankd daemons.
 //
-// Every test skips (GTEST_SKIP with the reason) when there is no CUDA
-// device or the build has no CUDA.
+// Every test skips (GTEST_SKIP with the reason, which says "no GPU") when
+// there is no CUDA device or no CUDA runtime to load.
 #include <algorithm>
 #include <atomic>
 #include <complex>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -24,24 +25,20 @@
 #include "dataplane/nccl/cuda_handles.h"
 #include "dataplane/nccl/device_tensor.h"
 #include "dataplane/nccl/fake_control_plane.h"
+#include "dataplane/nccl/native_runtime.h"
 #include "dataplane/nccl/nccl_backend.h"
 #include "dataplane/nccl/nccl_session.h"
 #include "gtest/gtest.h"
-#include "local_cuda_config.h"
-
-#if RANKD_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
 
 namespace rankd::dataplane::nccl {
 namespace {
 
 using testing::FakeJob;
 
-#define ASSERT_OK(expr)                                 \
-  do {                                                  \
-    const absl::Status _s = (expr);                     \
-    ASSERT_TRUE(_s.ok()) << #expr << ": " << _s;        \
+#define ASSERT_OK(expr)                          \
+  do {                                           \
+    const absl::Status _s = (expr);              \
+    ASSERT_TRUE(_s.ok()) << #expr << ": " << _s; \
   } while (0)
 
 int DeviceCount() { return ProbeDevices().device_count; }
@@ -53,18 +50,17 @@ bool RequireGpu() {
   return v != nullptr && std::string(v) == "1";
 }
 
-#define SKIP_WITHOUT_DEVICES(n)                                           \
-  do {                                                                    \
-    DeviceProbe _probe = ProbeDevices();                                  \
-    if (_probe.device_count == 0 && RequireGpu()) {                       \
-      GTEST_FAIL() << "RANKD_REQUIRE_GPU=1 but no CUDA device: "          \
-                   << _probe.reason;                                      \
-    }                                                                     \
-    if (_probe.device_count < (n)) {                                      \
-      GTEST_SKIP() << "needs " << (n) << " CUDA device(s); this machine " \
-                   << "has " << _probe.device_count << ": "               \
-                   << _probe.reason;                                      \
-    }                                                                     \
+#define SKIP_WITHOUT_DEVICES(n)                                               \
+  do {                                                                        \
+    DeviceProbe _probe = ProbeDevices();                                      \
+    if (_probe.device_count == 0 && RequireGpu()) {                           \
+      GTEST_FAIL() << "RANKD_REQUIRE_GPU=1 but no CUDA device: "              \
+                   << _probe.reason;                                          \
+    }                                                                         \
+    if (_probe.device_count < (n)) {                                          \
+      GTEST_SKIP() << "needs " << (n) << " CUDA device(s); this machine "     \
+                   << "has " << _probe.device_count << ": " << _probe.reason; \
+    }                                                                         \
   } while (0)
 
 ValueDescriptor Desc(std::vector<size_t> shape,
@@ -93,13 +89,12 @@ std::vector<float> Floats(size_t n, float start = 0) {
   return v;
 }
 
-#if RANKD_HAVE_CUDA
 // Holds a stream (a host function that blocks until released or 30 s
 // passed), so that work queued behind it cannot complete.
 struct Stall {
   std::atomic<bool> released{false};
 };
-void CUDART_CB HoldStream(void* arg) {
+void HoldStream(void* arg) {
   auto* stall = static_cast<Stall*>(arg);
   const absl::Time give_up = absl::Now() + absl::Seconds(30);
   while (!stall->released.load() && absl::Now() < give_up) {
@@ -109,11 +104,10 @@ void CUDART_CB HoldStream(void* arg) {
 // Leaked on purpose: the host function may outlive a failed test.
 Stall* StallStream(const CudaStream& stream) {
   auto* stall = new Stall();
-  cudaError_t e = cudaLaunchHostFunc(stream.get(), HoldStream, stall);
-  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+  absl::Status s = LaunchHostFunction(stream, HoldStream, stall);
+  EXPECT_TRUE(s.ok()) << s;
   return stall;
 }
-#endif
 
 class NcclGpuTest : public ::testing::Test {
  protected:
@@ -124,7 +118,8 @@ class NcclGpuTest : public ::testing::Test {
     job_ = FakeJob::Create(1);
     cp_ = job_->ControlPlaneFor(0);
     ParallelTopology topology;  // all degrees 1: groups 1..5, all [0]
-    auto descriptor = DistributedSessionDescriptor::FromTopology(topology, 1, 0);
+    auto descriptor =
+        DistributedSessionDescriptor::FromTopology(topology, 1, 0);
     EXPECT_TRUE(descriptor.ok());
     options.device = 0;
     auto session = NcclSession::Open(*descriptor, cp_.get(), options);
@@ -139,7 +134,13 @@ class NcclGpuTest : public ::testing::Test {
 TEST_F(NcclGpuTest, CudaHandles) {
   DeviceProbe probe = ProbeDevices();
   EXPECT_GT(probe.device_count, 0);
-  EXPECT_TRUE(BuiltWithCuda());
+  // What ran, in the log; NCCL must have loaded next to the CUDA runtime.
+  NativeRuntimeReport report = DescribeNativeRuntime();
+  std::cout << "native runtime: " << report.Summary() << "\n";
+  EXPECT_TRUE(report.cuda_loaded()) << report.cuda_error;
+  EXPECT_TRUE(report.nccl_loaded()) << report.nccl_error;
+  EXPECT_EQ(report.gpus.size(), static_cast<size_t>(probe.device_count));
+  EXPECT_GE(report.nccl_version, NcclVersionCode(2, 14, 0));
   auto stream = CudaStream::Create(0);
   ASSERT_TRUE(stream.ok()) << stream.status();
   auto event = CudaEvent::Create(0);
@@ -221,8 +222,8 @@ TEST_F(NcclGpuTest, AllReduceSumEveryDtype) {
 TEST_F(NcclGpuTest, UnsummableDtypesFailBeforeNativeWork) {
   auto session = OpenWorld1();
   ASSERT_NE(session, nullptr);
-  auto b = Upload(Desc({4}, TensorDtype::kBool), std::vector<uint8_t>{1, 0, 1, 1},
-                  session->stream());
+  auto b = Upload(Desc({4}, TensorDtype::kBool),
+                  std::vector<uint8_t>{1, 0, 1, 1}, session->stream());
   auto sum = session->AllReduceSum(CollectiveScope::World(), b);
   EXPECT_EQ(sum.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(sum.status().message(), "bool"));
@@ -275,10 +276,9 @@ TEST_F(NcclGpuTest, AllToAllVIsASelfCopy) {
   EXPECT_EQ(z->output.descriptor().rows(), 0u);
   // Mismatched totals and self slot: InvalidArgument, no poison.
   const std::vector<size_t> two = {2};
-  EXPECT_EQ(session->AllToAllV(CollectiveScope::World(), x, two, two)
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      session->AllToAllV(CollectiveScope::World(), x, two, two).status().code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(session->AllToAllV(CollectiveScope::World(), x, three, two)
                 .status()
                 .code(),
@@ -352,7 +352,8 @@ TEST_F(NcclGpuTest, BackendOperations) {
   PeerCounts peer;
   peer.send = {3};
   peer.receive = {3};
-  auto a2a = dataplane::VariableAllToAll(backend, x, peer, 1, *group, *executor);
+  auto a2a =
+      dataplane::VariableAllToAll(backend, x, peer, 1, *group, *executor);
   ASSERT_TRUE(a2a.ok()) << a2a.status();
   ASSERT_OK(a2a->completion->Wait());
   EXPECT_EQ(Download<float>(a2a->output), values);
@@ -398,16 +399,16 @@ TEST_F(NcclGpuTest, BoundedWaitCompletes) {
   auto x = Upload(Desc({256}), Floats(256), session->stream());
   auto sum = session->AllReduceSum(CollectiveScope::World(), x);
   ASSERT_TRUE(sum.ok());
-  EXPECT_TRUE(sum->completion->SupportsCancellation(
-      CancellationMode::kNativeCancel));
+  EXPECT_TRUE(
+      sum->completion->SupportsCancellation(CancellationMode::kNativeCancel));
   EXPECT_TRUE(sum->completion->SupportsCancellation(
       CancellationMode::kQuarantineUntilComplete));
-  EXPECT_EQ(sum->completion
-                ->WaitBounded(absl::ZeroDuration(),
-                              CancellationMode::kNativeCancel)
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      sum->completion
+          ->WaitBounded(absl::ZeroDuration(), CancellationMode::kNativeCancel)
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
   auto outcome = sum->completion->WaitBounded(absl::Seconds(30),
                                               CancellationMode::kNativeCancel);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
@@ -415,7 +416,6 @@ TEST_F(NcclGpuTest, BoundedWaitCompletes) {
   EXPECT_TRUE(session->poison_status().ok());
 }
 
-#if RANKD_HAVE_CUDA
 TEST_F(NcclGpuTest, DeadlineQuarantinesUntilTheWorkCompletes) {
   auto session = OpenWorld1();
   ASSERT_NE(session, nullptr);
@@ -494,7 +494,6 @@ TEST_F(NcclGpuTest, JobFailureAbortsAndFailsRunningWork) {
   auto later = session->AllReduceSum(CollectiveScope::World(), x);
   EXPECT_EQ(later.status().code(), absl::StatusCode::kAborted);
 }
-#endif  // RANKD_HAVE_CUDA
 
 // A world of two ranks where rank 1 never shows up: init is bounded by its
 // deadline, or ended at once by a job failure; either way the communicator
@@ -668,7 +667,8 @@ TEST_F(NcclMultiGpuTest, CollectivesAcrossRanks) {
       ASSERT_TRUE(route.ok()) << route.status();
       std::vector<DeviceTensor> bundle = {
           Upload(Desc({2}), std::vector<float>{1.f + r, 2.f}, stream),
-          Upload(Desc({1}, TensorDtype::kI32), std::vector<int32_t>{42}, stream)};
+          Upload(Desc({1}, TensorDtype::kI32), std::vector<int32_t>{42},
+                 stream)};
       auto moved = backend.SendReceive(bundle, *route, executor);
       ASSERT_TRUE(moved.ok()) << moved.status();
       ASSERT_OK(moved->completion->Wait());

@@ -1,5 +1,5 @@
-// Pure helpers of the NCCL backend, compiled in every build (with or
-// without CUDA) and unit-tested on machines without a GPU:
+// Pure helpers of the NCCL backend (no CUDA or NCCL call), unit-tested on
+// machines without a GPU:
 //   - how a TensorDtype is summed by NCCL (the ncclDataType_t and how many
 //     NCCL elements one value element is);
 //   - the unique-id plan of a communicator (how many ncclUniqueIds, which
@@ -33,8 +33,8 @@ inline constexpr int kNcclBf16Version = NcclVersionCode(2, 10, 0);
 // ncclCommInitRankScalable exists from NCCL 2.23.4.
 inline constexpr int kNcclScalableInitVersion = NcclVersionCode(2, 23, 4);
 
-// The values of ncclDataType_t used by rankd (static_asserted against
-// nccl.h in builds with CUDA).
+// The values of ncclDataType_t used by rankd (nccl.h's; passed to the
+// NCCL that internal/native_library.h loads).
 enum class NcclDataType : int {
   kInt8 = 0,
   kUint8 = 1,

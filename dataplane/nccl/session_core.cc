@@ -30,9 +30,9 @@ absl::StatusOr<std::shared_ptr<SessionCore>> SessionCore::Create(
         "nccl backend: session timeouts and intervals must be positive");
   }
   if (options.device < -1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: device ", options.device,
-        " is not valid (-1 picks rank % device count)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl backend: device ", options.device,
+                     " is not valid (-1 picks the rank's index on its node)"));
   }
   return std::shared_ptr<SessionCore>(new SessionCore(
       std::move(descriptor), control_plane, std::move(options)));
@@ -58,7 +58,8 @@ SessionCore::~SessionCore() {
       CancelNative(poison);
     } else {
       for (auto& entry : comms_) {
-        if (entry->comm != nullptr) entry->comm->Close(options_.destroy_timeout);
+        if (entry->comm != nullptr)
+          entry->comm->Close(options_.destroy_timeout);
       }
     }
   }
@@ -153,8 +154,8 @@ absl::StatusOr<std::shared_ptr<CommEntry>> SessionCore::CommFor(
   if (scope.is_world()) return world_;
   auto it = groups_.find(scope.group_id());
   if (it == groups_.end()) {
-    return absl::InternalError(absl::StrCat(
-        "nccl backend: no communicator for ", scope.ToString()));
+    return absl::InternalError(
+        absl::StrCat("nccl backend: no communicator for ", scope.ToString()));
   }
   return it->second;
 }
@@ -299,8 +300,8 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
         absl::StrCat("nccl backend: ", plan.name, ": ", cause.message())));
     const bool recorded = (*event)->Record(stream).ok();
     quarantine_.Add(std::make_shared<NcclOp>(
-        absl::StrCat(plan.name, " (failed)"),
-        recorded ? *event : nullptr, std::move(retained)));
+        absl::StrCat(plan.name, " (failed)"), recorded ? *event : nullptr,
+        std::move(retained)));
     return poisoned;
   };
   for (const DeviceTensor& input : plan.inputs) {
@@ -337,10 +338,9 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
     absl::MutexLock lock(&ops_mu_);
     if (outstanding_.size() >= 256) {
       outstanding_.erase(
-          std::remove_if(outstanding_.begin(), outstanding_.end(),
-                         [](const std::weak_ptr<NcclOp>& w) {
-                           return w.expired();
-                         }),
+          std::remove_if(
+              outstanding_.begin(), outstanding_.end(),
+              [](const std::weak_ptr<NcclOp>& w) { return w.expired(); }),
           outstanding_.end());
     }
     outstanding_.push_back(op);
@@ -384,8 +384,8 @@ absl::Status SessionCore::InitializeLocked() {
     if (auto signal = weak_signal.lock()) {
       absl::MutexLock lock(&signal->mu);
       if (signal->cause.ok()) {
-        signal->cause = cause.ok() ? absl::AbortedError("rankd: the job failed")
-                                   : cause;
+        signal->cause =
+            cause.ok() ? absl::AbortedError("rankd: the job failed") : cause;
       }
     }
   });
@@ -396,18 +396,34 @@ absl::Status SessionCore::InitializeLocked() {
       absl::MutexLock lock(&mu_);
       unavailable_reason_ = probe.reason;
     }
-    return absl::UnavailableError(absl::StrCat(
-        "nccl backend: ", probe.reason,
-        "; every NCCL capability is reported false"));
+    return absl::UnavailableError(
+        absl::StrCat("nccl backend: ", probe.reason,
+                     "; every NCCL capability is reported false"));
+  }
+  // One GPU per rank: by default the rank's index on its node picks it,
+  // and a node that runs more ranks than it has GPUs fails here, before
+  // any communicator exists (sharing a GPU would fail later inside NCCL,
+  // with an error that does not say why).
+  if (options_.device < 0 &&
+      descriptor_.ranks_on_node() > static_cast<uint32_t>(probe.device_count)) {
+    absl::Status s = absl::FailedPreconditionError(absl::StrCat(
+        "nccl backend: ", descriptor_.ranks_on_node(),
+        " ranks run on this node (world size ", descriptor_.world_size(),
+        ") but it has ", probe.device_count, " visible GPU",
+        probe.device_count == 1 ? "" : "s",
+        "; NCCL needs one GPU per rank: run at most ", probe.device_count,
+        " ranks per node, or make more GPUs visible (CUDA_VISIBLE_DEVICES)"));
+    absl::MutexLock lock(&mu_);
+    unavailable_reason_ = std::string(s.message());
+    return s;
   }
   const int device = options_.device >= 0
                          ? options_.device
-                         : static_cast<int>(descriptor_.rank() %
-                                            static_cast<uint32_t>(probe.device_count));
+                         : static_cast<int>(descriptor_.local_rank());
   if (device >= probe.device_count) {
-    absl::Status s = absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: device ", device, " does not exist (", probe.device_count,
-        " CUDA devices)"));
+    absl::Status s = absl::InvalidArgumentError(
+        absl::StrCat("nccl backend: device ", device, " does not exist (",
+                     probe.device_count, " CUDA devices)"));
     absl::MutexLock lock(&mu_);
     unavailable_reason_ = std::string(s.message());
     return s;
@@ -463,8 +479,8 @@ absl::Status SessionCore::InitializeLocked() {
   auto interrupt = [this] { return InitInterrupt(); };
   UniqueIdGenerator generator = options_.unique_id_generator;
   if (!generator) generator = [] { return NewNcclUniqueId(); };
-  auto ids = BrokerUniqueIds(*control_plane_, options_.tag, requests,
-                             generator, deadline, interrupt);
+  auto ids = BrokerUniqueIds(*control_plane_, options_.tag, requests, generator,
+                             deadline, interrupt);
   if (!ids.ok()) {
     Poison(ids.status());
     return ids.status();
@@ -525,13 +541,13 @@ void SessionCore::WatchdogLoop() {
     {
       absl::MutexLock lock(&signal_->mu);
       FailureSignal* signal = signal_.get();
-      signal_->mu.AwaitWithTimeout(
-          absl::Condition(
-              +[](FailureSignal* s) {
-                return s->stop || (!s->cause.ok() && !s->handled);
-              },
-              signal),
-          options_.watchdog_interval);
+      signal_->mu.AwaitWithTimeout(absl::Condition(
+                                       +[](FailureSignal* s) {
+                                         return s->stop ||
+                                                (!s->cause.ok() && !s->handled);
+                                       },
+                                       signal),
+                                   options_.watchdog_interval);
       if (signal_->stop) return;
       if (!signal_->cause.ok() && !signal_->handled) {
         signal_->handled = true;
@@ -563,10 +579,9 @@ void SessionCore::WatchdogLoop() {
     {
       absl::MutexLock lock(&ops_mu_);
       outstanding_.erase(
-          std::remove_if(outstanding_.begin(), outstanding_.end(),
-                         [](const std::weak_ptr<NcclOp>& w) {
-                           return w.expired();
-                         }),
+          std::remove_if(
+              outstanding_.begin(), outstanding_.end(),
+              [](const std::weak_ptr<NcclOp>& w) { return w.expired(); }),
           outstanding_.end());
     }
     quarantine_.Reap();

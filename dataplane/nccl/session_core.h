@@ -57,7 +57,9 @@ namespace rankd::dataplane::nccl {
 inline constexpr char kBackendName[] = "nccl";
 
 struct NcclSessionOptions {
-  // CUDA device of this rank; -1 picks rank % device_count.
+  // CUDA device of this rank; -1 picks the rank's index on its node
+  // (descriptor local_rank), and Initialize fails with FailedPrecondition
+  // when the node runs more ranks than it has visible GPUs.
   int device = -1;
   // Names this session's keys in the job's key-value broker. Two sessions
   // of one job incarnation need different tags.
@@ -133,9 +135,7 @@ class SessionCore final : public NcclOpOwner,
   // The control plane's JobHealth(), or FailedPrecondition once detached.
   absl::Status JobHealth() const;
 
-  const DistributedSessionDescriptor& descriptor() const {
-    return descriptor_;
-  }
+  const DistributedSessionDescriptor& descriptor() const { return descriptor_; }
   ControlPlane* control_plane() const { return control_plane_; }
   const NcclSessionOptions& options() const { return options_; }
   bool ready() const;
@@ -160,8 +160,7 @@ class SessionCore final : public NcclOpOwner,
   // Capability `capability` (a DistributedCapabilities field name) as a
   // fail-closed check.
   absl::Status RequireFlag(bool DistributedCapabilities::*flag,
-                           const char* operation,
-                           const char* capability) const;
+                           const char* operation, const char* capability) const;
   // Adds why the capabilities are empty to a fail-closed error.
   absl::Status FailClosed(const absl::Status& status) const;
 
@@ -253,20 +252,16 @@ TensorResult SubmitAllGatherEven(SessionCore& core,
 TensorResult SubmitAllGatherUneven(SessionCore& core,
                                    const std::shared_ptr<CommEntry>& comm,
                                    const DeviceTensor& input,
-                                   absl::Span<const size_t> counts,
-                                   size_t axis,
+                                   absl::Span<const size_t> counts, size_t axis,
                                    const std::shared_ptr<CudaStream>& stream,
                                    std::string name);
 // Exact per-peer partitions along `axis`, grouped ncclSend/ncclRecv plus a
 // self copy.
-TensorResult SubmitAllToAll(SessionCore& core,
-                            const std::shared_ptr<CommEntry>& comm,
-                            const DeviceTensor& input,
-                            absl::Span<const size_t> send_counts,
-                            absl::Span<const size_t> receive_counts,
-                            size_t axis,
-                            const std::shared_ptr<CudaStream>& stream,
-                            std::string name);
+TensorResult SubmitAllToAll(
+    SessionCore& core, const std::shared_ptr<CommEntry>& comm,
+    const DeviceTensor& input, absl::Span<const size_t> send_counts,
+    absl::Span<const size_t> receive_counts, size_t axis,
+    const std::shared_ptr<CudaStream>& stream, std::string name);
 // Point-to-point; `peer` is a communicator rank (validated by the caller).
 TensorResult SubmitSend(SessionCore& core,
                         const std::shared_ptr<CommEntry>& comm, uint32_t peer,
@@ -311,8 +306,8 @@ SubmitAgreeSuccess(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
 // An ordered bundle from communicator rank `source` to `destination`. The
 // source sends `tensors` (output: the same tensors); the destination
 // receives tensors with their descriptors (output: new tensors).
-absl::StatusOr<Submission<std::vector<DeviceTensor>,
-                          std::shared_ptr<NcclCompletion>>>
+absl::StatusOr<
+    Submission<std::vector<DeviceTensor>, std::shared_ptr<NcclCompletion>>>
 SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
              absl::Span<const DeviceTensor> tensors, uint32_t source,
              uint32_t destination, const std::shared_ptr<CudaStream>& stream,
@@ -331,7 +326,8 @@ struct AxisLayout {
 // InvalidArgument naming `operation` when `axis` is out of range (a scalar
 // only has axis 0).
 absl::StatusOr<AxisLayout> LayoutAlong(const ValueDescriptor& descriptor,
-                                       size_t axis, absl::string_view operation);
+                                       size_t axis,
+                                       absl::string_view operation);
 // `descriptor` with the axis's dim replaced by `extent` (0 allowed only on
 // axis 0). A scalar becomes [extent].
 absl::StatusOr<ValueDescriptor> WithExtent(const ValueDescriptor& descriptor,

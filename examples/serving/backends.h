@@ -33,13 +33,18 @@ absl::StatusOr<std::unique_ptr<Collectives>> OpenGlooCollectives(
     const v1::SessionDescriptor& descriptor, const BackendOptions& options);
 
 // The number of CUDA devices when this machine can run the NCCL backend (a
-// CUDA build and at least one device); otherwise FailedPrecondition saying
-// why, e.g. "--backend=nccl needs a CUDA GPU; this machine has none (...).
-// Use --backend=gloo, ...".
+// CUDA runtime, NCCL and at least one device); otherwise
+// FailedPrecondition saying why, e.g. "--backend=nccl needs a CUDA GPU;
+// this machine has none (...). Use --backend=gloo, ...".
 absl::StatusOr<int> NcclDevices();
 
-// NcclSession over `control_plane` on device rank % device_count (one rank
-// per GPU: NCCL refuses two ranks of a communicator on one device).
+// What the NCCL backend loaded: CUDA runtime and NCCL files and versions,
+// driver, GPUs (dataplane/nccl/native_runtime.h), on one line.
+std::string NcclRuntimeSummary();
+
+// NcclSession over `control_plane` on the GPU of the rank's index on its
+// node (one rank per GPU: a node with more ranks than GPUs fails before any
+// communicator exists).
 absl::StatusOr<std::unique_ptr<Collectives>> OpenNcclCollectives(
     dataplane::ControlPlane* control_plane,
     const v1::SessionDescriptor& descriptor, const BackendOptions& options);

@@ -3,12 +3,14 @@
 // back after it (the example's model runs on the host). Without a CUDA
 // build or device, NcclAvailable() says why and nothing is opened.
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "dataplane/descriptor_proto.h"
 #include "dataplane/nccl/cuda_handles.h"
 #include "dataplane/nccl/device_tensor.h"
+#include "dataplane/nccl/native_runtime.h"
 #include "dataplane/nccl/nccl_session.h"
 #include "examples/serving/backends.h"
 #include "examples/serving/session_collectives.h"
@@ -42,12 +44,23 @@ struct DeviceCodec {
 }  // namespace
 
 absl::StatusOr<int> NcclDevices() {
-  const dataplane::nccl::DeviceProbe probe = dataplane::nccl::ProbeDevices();
-  if (probe.device_count > 0) return probe.device_count;
-  return absl::FailedPreconditionError(absl::StrCat(
-      "--backend=nccl needs a CUDA GPU; this machine has none (",
-      probe.reason.empty() ? "no CUDA device" : probe.reason,
-      "). Use --backend=gloo, which runs the same job on the CPU."));
+  const dataplane::nccl::NativeRuntimeReport report =
+      dataplane::nccl::DescribeNativeRuntime();
+  if (report.gpus.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--backend=nccl needs a CUDA GPU; this machine has none (",
+        report.device_reason.empty() ? "no CUDA device" : report.device_reason,
+        "). Use --backend=gloo, which runs the same job on the CPU."));
+  }
+  if (!report.nccl_loaded()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--backend=nccl needs NCCL: ", report.nccl_error));
+  }
+  return static_cast<int>(report.gpus.size());
+}
+
+std::string NcclRuntimeSummary() {
+  return dataplane::nccl::DescribeNativeRuntime().Summary();
 }
 
 absl::StatusOr<std::unique_ptr<Collectives>> OpenNcclCollectives(

@@ -25,6 +25,7 @@
 // usual.)
 //
 // Output lines (tools/run.sh and the tests read them):
+//   NCCL_RUNTIME <CUDA runtime, NCCL, driver, GPUs>  (--backend=nccl)
 //   BACKEND_OK B devices=N                           (--probe_backend)
 //   REFUSED <why the backend cannot run here>        (exit 2)
 //   READY rank=R node=N coords=dD pP tT eE backend=B [hostname=H (Gloo)]
@@ -206,6 +207,8 @@ int ServingProcess::Run() {
   }
   int devices = 0;
   if (backend == "nccl") {
+    // What was loaded, first: a refusal below is easier to read with it.
+    Print(absl::StrCat("NCCL_RUNTIME ", NcclRuntimeSummary()));
     auto count = NcclDevices();
     if (!count.ok()) {
       Print(absl::StrCat("REFUSED ", count.status().message()));

@@ -51,11 +51,6 @@
 #include "dataplane/nccl/cuda_handles.h"
 #include "dataplane/nccl/nccl_backend.h"
 #include "dataplane/nccl/nccl_session.h"
-#include "local_cuda_config.h"
-
-#if RANKD_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
 
 ABSL_FLAG(std::string, target, "", "daemon target");
 ABSL_FLAG(std::string, job_id, "gpu", "job id");
@@ -95,14 +90,14 @@ void Print(const std::string& line) {
   std::fflush(stdout);
 }
 
-#define RETURN_IF_ERROR(expr)               \
-  do {                                      \
-    const absl::Status _s = (expr);         \
-    if (!_s.ok()) return _s;                \
+#define RETURN_IF_ERROR(expr)       \
+  do {                              \
+    const absl::Status _s = (expr); \
+    if (!_s.ok()) return _s;        \
   } while (0)
 
-#define ASSIGN_OR_RETURN(lhs, expr)         \
-  auto lhs##_or = (expr);                   \
+#define ASSIGN_OR_RETURN(lhs, expr)             \
+  auto lhs##_or = (expr);                       \
   if (!lhs##_or.ok()) return lhs##_or.status(); \
   auto& lhs = *lhs##_or
 
@@ -114,9 +109,9 @@ template <typename T>
 absl::Status ExpectEqual(const std::vector<T>& got, const std::vector<T>& want,
                          const std::string& what) {
   if (got == want) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(
-      what, ": got [", absl::StrJoin(got, ","), "] want [",
-      absl::StrJoin(want, ","), "]"));
+  return absl::InternalError(absl::StrCat(what, ": got [",
+                                          absl::StrJoin(got, ","), "] want [",
+                                          absl::StrJoin(want, ","), "]"));
 }
 
 absl::Status ExpectCode(const absl::Status& status, absl::StatusCode code,
@@ -162,11 +157,10 @@ uint16_t Bf16(float f) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
-#if RANKD_HAVE_CUDA
 struct Stall {
   std::atomic<bool> released{false};
 };
-void CUDART_CB HoldStream(void* arg) {
+void HoldStream(void* arg) {
   auto* stall = static_cast<Stall*>(arg);
   const absl::Time give_up = absl::Now() + absl::Seconds(30);
   while (!stall->released.load() && absl::Now() < give_up) {
@@ -177,15 +171,9 @@ void CUDART_CB HoldStream(void* arg) {
 // function may outlive the scenario).
 Stall* StallStream(const CudaStream& stream) {
   auto* stall = new Stall();
-  (void)cudaLaunchHostFunc(stream.get(), HoldStream, stall);
+  (void)LaunchHostFunction(stream, HoldStream, stall);
   return stall;
 }
-#else
-struct Stall {
-  std::atomic<bool> released{false};
-};
-Stall* StallStream(const CudaStream&) { return new Stall(); }
-#endif
 
 struct World {
   NcclSession* session;
@@ -198,9 +186,9 @@ struct World {
 // joined the first operation), so scenarios that make one rank miss an
 // operation run this first.
 absl::Status WarmUp(NcclSession& s) {
-  auto x = DeviceTensor::FromHostVector(*ValueDescriptor::Create({4},
-                                                                 TensorDtype::kF32),
-                                        std::vector<float>(4, 1), s.stream());
+  auto x = DeviceTensor::FromHostVector(
+      *ValueDescriptor::Create({4}, TensorDtype::kF32),
+      std::vector<float>(4, 1), s.stream());
   if (!x.ok()) return x.status();
   auto sum = s.AllReduceSum(CollectiveScope::World(), *x);
   if (!sum.ok()) return sum.status();
@@ -217,7 +205,8 @@ void Collectives(const World& w, Checks& checks) {
   checks.Run("capabilities", [&]() -> absl::Status {
     DistributedCapabilities caps = s.capabilities();
     RETURN_IF_ERROR(Expect(caps.world_collectives && caps.point_to_point &&
-                               caps.variable_all_to_all && caps.exact_completion,
+                               caps.variable_all_to_all &&
+                               caps.exact_completion,
                            "a capability is off"));
     for (const auto& g : s.descriptor().groups()) {
       RETURN_IF_ERROR(Expect(caps.collective_groups.count(g.id()) == 1,
@@ -255,8 +244,7 @@ void Collectives(const World& w, Checks& checks) {
     ASSIGN_OR_RETURN(sum, s.AllReduceSum(CollectiveScope::World(), in));
     RETURN_IF_ERROR(sum.completion->Wait());
     ASSIGN_OR_RETURN(got, sum.output.ToHostVector<uint16_t>());
-    return ExpectEqual(got,
-                       std::vector<uint16_t>(16, Bf16(n * (n + 1) / 2.0f)),
+    return ExpectEqual(got, std::vector<uint16_t>(16, Bf16(n * (n + 1) / 2.0f)),
                        "bf16 sum");
   });
 
@@ -290,15 +278,16 @@ void Collectives(const World& w, Checks& checks) {
   checks.Run("bool_is_not_summable", [&]() -> absl::Status {
     ASSIGN_OR_RETURN(in, Upload(Desc({3}, TensorDtype::kBool),
                                 std::vector<uint8_t>{1, 0, 1}, stream));
-    RETURN_IF_ERROR(ExpectCode(s.AllReduceSum(CollectiveScope::World(), in).status(),
-                               absl::StatusCode::kInvalidArgument, "bool sum"));
+    RETURN_IF_ERROR(
+        ExpectCode(s.AllReduceSum(CollectiveScope::World(), in).status(),
+                   absl::StatusCode::kInvalidArgument, "bool sum"));
     return Expect(s.poison_status().ok(), "a validation error poisoned");
   });
 
   checks.Run("all_gather", [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(me, Upload(Desc({}, TensorDtype::kI32),
-                                std::vector<int32_t>{static_cast<int32_t>(r)},
-                                stream));
+    ASSIGN_OR_RETURN(
+        me, Upload(Desc({}, TensorDtype::kI32),
+                   std::vector<int32_t>{static_cast<int32_t>(r)}, stream));
     ASSIGN_OR_RETURN(g, s.AllGather(CollectiveScope::World(), me));
     RETURN_IF_ERROR(g.completion->Wait());
     std::vector<int32_t> ranks(n);
@@ -310,9 +299,9 @@ void Collectives(const World& w, Checks& checks) {
     ASSIGN_OR_RETURN(rows, Upload(Desc({2, 3}), x, stream));
     ASSIGN_OR_RETURN(g2, s.AllGather(CollectiveScope::World(), rows));
     RETURN_IF_ERROR(g2.completion->Wait());
-    RETURN_IF_ERROR(Expect(g2.output.descriptor().shape() ==
-                               std::vector<size_t>{2 * n, 3},
-                           "gathered shape"));
+    RETURN_IF_ERROR(
+        Expect(g2.output.descriptor().shape() == std::vector<size_t>{2 * n, 3},
+               "gathered shape"));
     std::vector<float> want;
     for (uint32_t m = 0; m < n; ++m) {
       for (int i = 0; i < 6; ++i) want.push_back(100.0f * m + i);
@@ -328,8 +317,8 @@ void Collectives(const World& w, Checks& checks) {
       ASSIGN_OR_RETURN(out, s.AllGather(CollectiveScope::Group(g.id()), me));
       RETURN_IF_ERROR(out.completion->Wait());
       ASSIGN_OR_RETURN(got, out.output.ToHostVector<uint32_t>());
-      RETURN_IF_ERROR(ExpectEqual(got, g.members(),
-                                  absl::StrCat("group ", g.id())));
+      RETURN_IF_ERROR(
+          ExpectEqual(got, g.members(), absl::StrCat("group ", g.id())));
     }
     return absl::OkStatus();
   });
@@ -351,7 +340,8 @@ void Collectives(const World& w, Checks& checks) {
     const ValueDescriptor row = Desc({2}, TensorDtype::kI32);
     ASSIGN_OR_RETURN(desc, ValueDescriptor::Rows(rows.size() / 2, row));
     ASSIGN_OR_RETURN(in, Upload(desc, rows, stream));
-    ASSIGN_OR_RETURN(out, s.AllToAllV(CollectiveScope::World(), in, send, recv));
+    ASSIGN_OR_RETURN(out,
+                     s.AllToAllV(CollectiveScope::World(), in, send, recv));
     RETURN_IF_ERROR(out.completion->Wait());
     std::vector<int32_t> want;
     for (uint32_t src = 0; src < n; ++src) {
@@ -380,9 +370,11 @@ void Collectives(const World& w, Checks& checks) {
       absl::StatusOr<NcclSession::ValueSubmission> sent, received;
       if (r % 2 == 0) {
         sent = s.Send(CollectiveScope::World(), next, token);
-        received = s.Receive(CollectiveScope::World(), prev, token.descriptor());
+        received =
+            s.Receive(CollectiveScope::World(), prev, token.descriptor());
       } else {
-        received = s.Receive(CollectiveScope::World(), prev, token.descriptor());
+        received =
+            s.Receive(CollectiveScope::World(), prev, token.descriptor());
         sent = s.Send(CollectiveScope::World(), next, token);
       }
       RETURN_IF_ERROR(sent.status());
@@ -401,16 +393,17 @@ void Collectives(const World& w, Checks& checks) {
   });
 
   checks.Run("bounded_wait_completes", [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(x, Upload(Desc({1024}), std::vector<float>(1024, 1), stream));
+    ASSIGN_OR_RETURN(x,
+                     Upload(Desc({1024}), std::vector<float>(1024, 1), stream));
     ASSIGN_OR_RETURN(sum, s.AllReduceSum(CollectiveScope::World(), x));
     RETURN_IF_ERROR(ExpectCode(
-        sum.completion->WaitBounded(absl::ZeroDuration(),
-                                    CancellationMode::kNativeCancel)
+        sum.completion
+            ->WaitBounded(absl::ZeroDuration(), CancellationMode::kNativeCancel)
             .status(),
         absl::StatusCode::kInvalidArgument, "zero timeout"));
-    ASSIGN_OR_RETURN(outcome, sum.completion->WaitBounded(
-                                  absl::Seconds(60),
-                                  CancellationMode::kNativeCancel));
+    ASSIGN_OR_RETURN(
+        outcome, sum.completion->WaitBounded(absl::Seconds(60),
+                                             CancellationMode::kNativeCancel));
     RETURN_IF_ERROR(Expect(outcome.completed(), "deadline"));
     ASSIGN_OR_RETURN(got, sum.output.ToHostVector<float>());
     return ExpectEqual(got, std::vector<float>(1024, static_cast<float>(n)),
@@ -460,13 +453,13 @@ void Backend(const World& w, Checks& checks) {
   });
 
   checks.Run("agree_success", [&]() -> absl::Status {
-    ASSIGN_OR_RETURN(yes, rankd::dataplane::AgreeSuccess(backend, true, group,
-                                                          executor));
+    ASSIGN_OR_RETURN(
+        yes, rankd::dataplane::AgreeSuccess(backend, true, group, executor));
     RETURN_IF_ERROR(yes.completion->Wait());
     ASSIGN_OR_RETURN(all, yes.output->Resolve());
     RETURN_IF_ERROR(Expect(all, "all true resolved false"));
-    ASSIGN_OR_RETURN(no, rankd::dataplane::AgreeSuccess(backend, r != 0, group,
-                                                         executor));
+    ASSIGN_OR_RETURN(
+        no, rankd::dataplane::AgreeSuccess(backend, r != 0, group, executor));
     RETURN_IF_ERROR(no.completion->Wait());
     ASSIGN_OR_RETURN(some, no.output->Resolve());
     return Expect(!some, "rank 0 said no, resolved true");
@@ -476,8 +469,8 @@ void Backend(const World& w, Checks& checks) {
     std::vector<float> x(4);
     std::iota(x.begin(), x.end(), 100.0f * r);
     ASSIGN_OR_RETURN(in, Upload(Desc({2, 2}), x, stream));
-    ASSIGN_OR_RETURN(g, rankd::dataplane::AllGatherEven(backend, in, 1, group,
-                                                         executor));
+    ASSIGN_OR_RETURN(
+        g, rankd::dataplane::AllGatherEven(backend, in, 1, group, executor));
     RETURN_IF_ERROR(g.completion->Wait());
     std::vector<float> want;
     for (int row = 0; row < 2; ++row) {
@@ -494,9 +487,10 @@ void Backend(const World& w, Checks& checks) {
     for (uint32_t m = 0; m < n; ++m) counts[m] = m + 1;
     std::vector<int32_t> x(3 * (r + 1));
     std::iota(x.begin(), x.end(), static_cast<int32_t>(100 * r));
-    ASSIGN_OR_RETURN(in, Upload(Desc({r + 1, 3}, TensorDtype::kI32), x, stream));
+    ASSIGN_OR_RETURN(in,
+                     Upload(Desc({r + 1, 3}, TensorDtype::kI32), x, stream));
     ASSIGN_OR_RETURN(g, rankd::dataplane::AllGatherUneven(backend, in, counts,
-                                                           0, group, executor));
+                                                          0, group, executor));
     RETURN_IF_ERROR(g.completion->Wait());
     std::vector<int32_t> want;
     for (uint32_t m = 0; m < n; ++m) {
@@ -524,7 +518,8 @@ void Backend(const World& w, Checks& checks) {
         x.push_back(static_cast<int32_t>(1000 * r + 100 * row + col));
       }
     }
-    ASSIGN_OR_RETURN(in, Upload(Desc({2, total}, TensorDtype::kI32), x, stream));
+    ASSIGN_OR_RETURN(in,
+                     Upload(Desc({2, total}, TensorDtype::kI32), x, stream));
     ASSIGN_OR_RETURN(out, rankd::dataplane::VariableAllToAll(
                               backend, in, counts, 1, group, executor));
     RETURN_IF_ERROR(out.completion->Wait());
@@ -552,8 +547,8 @@ void Backend(const World& w, Checks& checks) {
       RETURN_IF_ERROR(route_or.status());
       auto& route = *route_or;
       std::vector<DeviceTensor> bundle;
-      ASSIGN_OR_RETURN(a, Upload(Desc({2}), std::vector<float>{1.5f + r, 2.5f},
-                                 stream));
+      ASSIGN_OR_RETURN(
+          a, Upload(Desc({2}), std::vector<float>{1.5f + r, 2.5f}, stream));
       ASSIGN_OR_RETURN(b, Upload(Desc({1}, TensorDtype::kU64),
                                  std::vector<uint64_t>{99}, stream));
       bundle.push_back(a);
@@ -573,13 +568,13 @@ void Backend(const World& w, Checks& checks) {
     for (const auto& g : s.descriptor().groups()) {
       ASSIGN_OR_RETURN(grp, backend.Group(CollectiveScope::Group(g.id())));
       ASSIGN_OR_RETURN(in, Upload(Desc({2}), std::vector<float>(2, 1), stream));
-      ASSIGN_OR_RETURN(sum, rankd::dataplane::AllReduceSum(backend, in, grp,
-                                                           executor));
+      ASSIGN_OR_RETURN(
+          sum, rankd::dataplane::AllReduceSum(backend, in, grp, executor));
       RETURN_IF_ERROR(sum.completion->Wait());
       ASSIGN_OR_RETURN(got, sum.output.ToHostVector<float>());
-      RETURN_IF_ERROR(ExpectEqual(
-          got, std::vector<float>(2, static_cast<float>(g.size())),
-          absl::StrCat("group ", g.id())));
+      RETURN_IF_ERROR(
+          ExpectEqual(got, std::vector<float>(2, static_cast<float>(g.size())),
+                      absl::StrCat("group ", g.id())));
     }
     return absl::OkStatus();
   });
@@ -604,24 +599,23 @@ void Bounded(const World& w, Checks& checks, CancellationMode mode) {
   const bool native = mode == CancellationMode::kNativeCancel;
   checks.Run(native ? "native_cancel" : "quarantine", [&]() -> absl::Status {
     RETURN_IF_ERROR(WarmUp(s));
-    ASSIGN_OR_RETURN(x, Upload(Desc({1 << 16}), std::vector<float>(1 << 16, 1),
-                               stream));
+    ASSIGN_OR_RETURN(
+        x, Upload(Desc({1 << 16}), std::vector<float>(1 << 16, 1), stream));
     Stall* stall = nullptr;
     if (n == 1) stall = StallStream(*stream);
     if (r == 1) absl::SleepFor(absl::Milliseconds(1500));
     ASSIGN_OR_RETURN(sum, s.AllReduceSum(CollectiveScope::World(), x));
     if (r == 0) {
-      ASSIGN_OR_RETURN(outcome, sum.completion->WaitBounded(
-                                    absl::Milliseconds(100), mode));
+      ASSIGN_OR_RETURN(
+          outcome, sum.completion->WaitBounded(absl::Milliseconds(100), mode));
       if (stall != nullptr) stall->released = true;
       RETURN_IF_ERROR(Expect(!outcome.completed() && outcome.mode() == mode,
                              "the wait did not miss its deadline"));
-      RETURN_IF_ERROR(ExpectCode(s.poison_status(),
-                                 absl::StatusCode::kDeadlineExceeded,
-                                 "poison"));
       RETURN_IF_ERROR(ExpectCode(
-          s.AllReduceSum(CollectiveScope::World(), x).status(),
-          absl::StatusCode::kDeadlineExceeded, "later work"));
+          s.poison_status(), absl::StatusCode::kDeadlineExceeded, "poison"));
+      RETURN_IF_ERROR(
+          ExpectCode(s.AllReduceSum(CollectiveScope::World(), x).status(),
+                     absl::StatusCode::kDeadlineExceeded, "later work"));
       if (native) {
         // Teardown finished; the work reports the cause.
         return ExpectCode(sum.completion->Wait(),
@@ -639,9 +633,9 @@ void Bounded(const World& w, Checks& checks, CancellationMode mode) {
     }
     // Other ranks.
     if (!native) {
-      ASSIGN_OR_RETURN(outcome, sum.completion->WaitBounded(
-                                    absl::Seconds(60),
-                                    CancellationMode::kNativeCancel));
+      ASSIGN_OR_RETURN(outcome,
+                       sum.completion->WaitBounded(
+                           absl::Seconds(60), CancellationMode::kNativeCancel));
       return Expect(outcome.completed(), "peer of a quarantined op timed out");
     }
     // Rank 0 aborted: this rank must not hang either.
@@ -664,8 +658,8 @@ void AbortPeer(const World& w, Checks& checks) {
   const uint32_t r = w.rank, n = w.size;
   checks.Run("job_failure_aborts", [&]() -> absl::Status {
     RETURN_IF_ERROR(WarmUp(s));
-    ASSIGN_OR_RETURN(x, Upload(Desc({1 << 20}), std::vector<float>(1 << 20, 1),
-                               s.stream()));
+    ASSIGN_OR_RETURN(
+        x, Upload(Desc({1 << 20}), std::vector<float>(1 << 20, 1), s.stream()));
     // With one rank a host function holds the stream; with more, rank 0
     // never joins the collective, so every other rank is stuck in it.
     Stall* stall = nullptr;
@@ -679,11 +673,13 @@ void AbortPeer(const World& w, Checks& checks) {
     Print("POSTED");
     const absl::Time start = absl::Now();
     if (!sum.ok()) {
-      while (s.poison_status().ok() && absl::Now() - start < absl::Seconds(60)) {
+      while (s.poison_status().ok() &&
+             absl::Now() - start < absl::Seconds(60)) {
         absl::SleepFor(absl::Milliseconds(10));
       }
     } else if (stall != nullptr) {
-      while (s.poison_status().ok() && absl::Now() - start < absl::Seconds(60)) {
+      while (s.poison_status().ok() &&
+             absl::Now() - start < absl::Seconds(60)) {
         absl::SleepFor(absl::Milliseconds(10));
       }
       stall->released = true;
@@ -696,8 +692,8 @@ void AbortPeer(const World& w, Checks& checks) {
     }
     Print(absl::StrCat("ABORTED_AFTER_MS ",
                        absl::ToInt64Milliseconds(absl::Now() - start)));
-    RETURN_IF_ERROR(ExpectCode(s.poison_status(), absl::StatusCode::kAborted,
-                               "poison"));
+    RETURN_IF_ERROR(
+        ExpectCode(s.poison_status(), absl::StatusCode::kAborted, "poison"));
     return Expect(!s.capabilities().world_collectives,
                   "capabilities still on after the abort");
   });

@@ -169,7 +169,11 @@ std::string Logs(std::vector<ChildProcess>& processes) {
 std::string Runfile(const std::string& path) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
   const char* workspace = std::getenv("TEST_WORKSPACE");
-  if (srcdir == nullptr) return path;
+  const char* bin_dir = std::getenv("RANKD_BIN_DIR");
+  if (bin_dir != nullptr && bin_dir[0] != '\0') {
+    return absl::StrCat(bin_dir, "/", path);
+  }
+  if (srcdir == nullptr || srcdir[0] == '\0') return path;
   return absl::StrCat(srcdir, "/", workspace ? workspace : "rankd", "/", path);
 }
 

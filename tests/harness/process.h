@@ -65,7 +65,10 @@ bool WaitForLog(ChildProcess& process, const std::string& needle,
 // messages.
 std::string Logs(std::vector<ChildProcess>& processes);
 
-// Path of a runfile such as "daemon/rankd" (relative to the workspace).
+// Path of a runfile such as "daemon/rankd" (relative to the workspace):
+// under $RANKD_BIN_DIR when set (a bazel-bin, or the GPU kit's bin/, which
+// mirrors it: tests/gpu/run.sh), else under Bazel's runfiles
+// ($TEST_SRCDIR), else `path` itself.
 std::string Runfile(const std::string& path);
 
 // A free TCP port on 127.0.0.1 (bound and released; small race acceptable

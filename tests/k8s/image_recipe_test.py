@@ -1,19 +1,20 @@
 """deploy/Dockerfile is a recipe that builds what the manifests run.
 
 No container engine is available here, so the recipe is checked statically
-against what can be checked: its stages and base images (a CPU and a GPU
-flavour), that the build stage installs the project's build dependencies
-(tools/setup.sh), that the runtime stage installs the Debian package of every
-shared library the built binaries link (ldd + dpkg -S), that the GPU flavour
-builds against and ships the CUDA runtime and NCCL, that it ships every
-program the manifests run, and that it runs as the unprivileged user the
-manifests expect.
+against what can be checked: its stages and base images (one build stage,
+a CPU and a GPU runtime flavour), that the build stage installs the project's
+build dependencies (tools/setup.sh) and no CUDA, that the runtime stage
+installs the Debian package of every shared library the built binaries link
+(ldd + dpkg -S), that the GPU flavour ships the CUDA runtime and NCCL that
+`serving` opens at run time, where the loader finds them, that it ships
+every program the manifests run, and that it runs as the unprivileged user
+the manifests expect.
 
-The binaries checked are this machine's build. Where this machine has a CUDA
-Toolkit (/usr/local/cuda), tools/cuda.bzl links `serving` with libcudart and
-libnccl from there (rpath); the image's CPU build stage has no CUDA Toolkit,
-so its `serving` links neither. Those two libraries are therefore checked
-against the GPU runtime stage, everything else against the CPU one.
+The binaries checked are this machine's build, which is the image's: rankd
+is built without CUDA and the NCCL backend opens libcudart and libnccl with
+dlopen (dataplane/nccl/internal/native_library.h), so no binary links them,
+whether or not this machine has them. The sonames `serving` opens are read
+from the binary and checked against the GPU runtime stage.
 """
 
 import os
@@ -36,10 +37,9 @@ NOT_FOR_BUILDING = {
 IN_SLIM_BASE = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}
 SHIPPED = {"rankd": "daemon/rankd", "rankctl": "client/rankctl",
            "serving": "examples/serving"}
-# What tools/cuda.bzl links when it finds CUDA (-lcudart -lnccl), by soname
-# prefix, and the package of NVIDIA's repository that provides it at run
-# time (cuda-cudart-<version> names the CUDA version).
-CUDA_LIBRARIES = {"libcudart.so.": "cuda-cudart-", "libnccl.so.": "libnccl2"}
+# What the NCCL backend opens at run time, by soname prefix. No binary may
+# link these: the CPU image, which lacks them, would not start.
+CUDA_LIBRARIES = ("libcudart.so.", "libnccl.so.")
 
 
 def dockerfile():
@@ -135,10 +135,17 @@ def runpath(binary):
     return folders
 
 
-def cuda_library(path):
-    """The CUDA_LIBRARIES key of a linked library, or None."""
-    name = os.path.basename(path)
-    return next((k for k in CUDA_LIBRARIES if name.startswith(k)), None)
+def is_cuda_library(path):
+    return os.path.basename(path).startswith(CUDA_LIBRARIES)
+
+
+def dlopened_sonames(binary, prefix):
+    """The sonames starting with `prefix` that `binary` names as strings
+    (what it passes to dlopen), e.g. {"libcudart.so.13", ...}."""
+    with open(binary, "rb") as f:
+        data = f.read()
+    return {m.group(1).decode() for m in re.finditer(
+        rb"(" + re.escape(prefix.encode()) + rb"\d+)\0", data)}
 
 
 def linked_packages(binary):
@@ -199,9 +206,8 @@ class ImageRecipeTest(unittest.TestCase):
         for flavor in ("cpu", "gpu"):
             with self.subTest(flavor=flavor):
                 build, runtime = self.final(flavor)
-                self.assertEqual([s["name"] for s in build],
-                                 ["build", f"build-{flavor}"] +
-                                 (["build-cpu"] if flavor == "gpu" else []))
+                # One build stage: the flavours ship the same binaries.
+                self.assertEqual([s["name"] for s in build], ["build"])
                 self.assertEqual(build[-1]["image"], "debian:bookworm")
                 self.assertEqual([s["name"] for s in runtime],
                                  [None, f"runtime-{flavor}"] +
@@ -224,73 +230,83 @@ class ImageRecipeTest(unittest.TestCase):
                        "//examples:serving"):
             self.assertIn(target, script)
 
-    def test_cpu_flavour_builds_without_cuda(self):
-        build, runtime = self.final("cpu")
-        for s in build + runtime:
-            for line in s["lines"]:
-                self.assertFalse(line.startswith("ENV CUDA_HOME"), s["name"])
-                self.assertNotIn("nvidia.com", line, s["name"])
-        self.assertFalse({p for p in self.packages(build + runtime)
-                          if "cuda" in p or "nccl" in p})
+    def test_no_cuda_outside_the_gpu_runtime_stage(self):
+        for flavor in ("cpu", "gpu"):
+            with self.subTest(flavor=flavor):
+                build, runtime = self.final(flavor)
+                # The GPU runtime stage is the only place CUDA may appear.
+                checked = build + (runtime if flavor == "cpu" else [])
+                for s in checked:
+                    for line in s["lines"]:
+                        self.assertNotIn("CUDA_HOME", line, s["name"])
+                        self.assertNotIn("nvidia.com", line, s["name"])
+                        self.assertNotIn("ARG CUDA_", line, s["name"])
+                self.assertFalse({p for p in self.packages(checked)
+                                  if "cuda" in p or "nccl" in p})
+                # Nothing in the build depends on the flavour.
+                self.assertNotIn("ARG FLAVOR", build[0]["lines"])
 
-    def test_gpu_flavour_builds_with_cuda_and_nccl_and_ships_them(self):
-        build, runtime = self.final("gpu")
-        gpu_build = self.named["build-gpu"]
-        installed = {bare(p) for p in apt_packages(gpu_build)}
-        self.assertIn("cuda-cudart-dev-$cuda", installed)
-        self.assertIn("libnccl-dev", installed)
-        self.assertIn("libnccl2", installed)
+    def test_gpu_runtime_ships_what_serving_opens(self):
+        _, runtime = self.final("gpu")
+        gpu = self.named["runtime-gpu"]
+        lines = gpu["lines"]
+        script = " ".join(" ".join(lines).split())  # single spaces
         # NVIDIA's repository (its keyring), for the configured CUDA version.
         self.assertEqual(self.args["CUDA_REPO"], "debian12")
         self.assertRegex(self.args["CUDA_VERSION"], r"^\d+\.\d+$")
         repo = ("https://developer.download.nvidia.com/compute/cuda/repos/"
                 "${CUDA_REPO}/x86_64/cuda-keyring_1.1-1_all.deb")
-        for stage in (gpu_build, self.named["runtime-gpu"]):
-            lines = stage["lines"]
-            self.assertIn("ARG CUDA_VERSION", lines)
-            self.assertIn("ARG CUDA_REPO", lines)
-            self.assertTrue(any(l.startswith("ADD " + repo) for l in lines),
-                            stage["name"])
-            script = " ".join(lines)
-            self.assertIn('cuda="$(echo "${CUDA_VERSION}" | tr . -)"', script)
-            self.assertIn('v="+cuda${CUDA_VERSION}"', script)
-        # tools/cuda.bzl finds them through CUDA_HOME (and nccl.h in /usr).
-        env = [l for l in gpu_build["lines"] if l.startswith("ENV CUDA_HOME=")]
-        self.assertEqual(env, ["ENV CUDA_HOME=/usr/local/cuda-${CUDA_VERSION}/"
-                               "targets/x86_64-linux"])
-        # The build refuses a serving binary without NCCL.
-        script = " ".join(build[0]["lines"])
-        self.assertIn("ARG FLAVOR", build[0]["lines"])
-        self.assertIn("ldd /out/usr/local/bin/serving | grep -q 'libnccl", script)
-        # The runtime has the CUDA runtime and NCCL, and every CPU library.
-        shipped = self.packages(runtime)
-        self.assertIn("cuda-cudart-$cuda", shipped)
-        self.assertIn("libnccl2", shipped)
-        self.assertLessEqual(self.packages(self.final("cpu")[1]), shipped)
-        self.assertIn("ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility",
-                      self.named["runtime-gpu"]["lines"])
+        self.assertIn("ARG CUDA_VERSION", lines)
+        self.assertIn("ARG CUDA_REPO", lines)
+        self.assertTrue(any(l.startswith("ADD " + repo) for l in lines))
+        self.assertIn('cuda="$(echo "${CUDA_VERSION}" | tr . -)"', script)
+        self.assertIn('v="+cuda${CUDA_VERSION}"', script)
+        # The runtime libraries only (no -dev packages, no toolkit), and
+        # every CPU library.
+        installed = {bare(p) for p in apt_packages(gpu)}
+        self.assertEqual(installed, {"cuda-cudart-$cuda", "libnccl2"})
+        self.assertLessEqual(self.packages(self.final("cpu")[1]),
+                             self.packages(runtime))
+        self.assertIn("ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility", lines)
+
+        # What `serving` opens: libcudart of the default CUDA version's major
+        # (cuda-cudart-X-Y ships libcudart.so.X) and libnccl.so.2 (libnccl2).
+        serving = manifests.runfile(SHIPPED["serving"])
+        cudart = dlopened_sonames(serving, "libcudart.so.")
+        nccl = dlopened_sonames(serving, "libnccl.so.")
+        major = self.args["CUDA_VERSION"].split(".")[0]
+        self.assertIn(f"libcudart.so.{major}", cudart)
+        self.assertEqual(nccl, {"libnccl.so.2"})
+        # ... through the loader: the stage registers libcudart's folder
+        # with ldconfig, and fails unless the cache has a libcudart that
+        # serving opens (and no other) and libnccl.so.2.
+        self.assertIn('echo "/usr/local/cuda-${CUDA_VERSION}/targets/'
+                      'x86_64-linux/lib" > /etc/ld.so.conf.d/', script)
+        self.assertIn("&& ldconfig &&", script)
+        pattern = re.search(r"ldconfig -p \| grep -Eq '([^']*libcudart[^']*)'",
+                            script)
+        self.assertIsNotNone(pattern, "no check of libcudart in ldconfig -p")
+        for n in range(10, 20):
+            soname = f"libcudart.so.{n}"
+            self.assertEqual(bool(re.search(pattern.group(1), soname + " ")),
+                             soname in cudart, soname)
+        self.assertIn("ldconfig -p | grep -q 'libnccl\\.so\\.2 '", script)
 
     def test_runtime_stage_has_every_linked_library(self):
         cpu = self.packages(self.final("cpu")[1]) | IN_SLIM_BASE
-        gpu = self.packages(self.final("gpu")[1]) | IN_SLIM_BASE
         for name, path in SHIPPED.items():
             with self.subTest(binary=name):
                 binary = manifests.runfile(path)
                 linked = linked_packages(binary)
-                cuda = {p: cuda_library(p) for p in linked if cuda_library(p)}
-                # The CUDA runtime and NCCL: only through tools/cuda.bzl's
-                # rpath (this machine's CUDA Toolkit), only in `serving`.
-                for library, kind in cuda.items():
-                    self.assertEqual(name, "serving", library)
-                    self.assertIn(os.path.dirname(library), runpath(binary))
-                    self.assertTrue(any(p.startswith(CUDA_LIBRARIES[kind])
-                                        for p in gpu),
-                                    f"the GPU runtime stage installs no "
-                                    f"{CUDA_LIBRARIES[kind]}* for {library}")
-                debian = {p: o for p, o in linked.items() if p not in cuda}
-                unknown = [p for p, owner in debian.items() if owner is None]
+                # The CUDA runtime and NCCL are opened at run time, never
+                # linked (nor found through an rpath to this machine's CUDA).
+                self.assertEqual([p for p in linked if is_cuda_library(p)],
+                                 [], f"{name} links CUDA libraries")
+                self.assertEqual([d for d in runpath(binary) if "cuda" in d],
+                                 [], f"{name}'s rpath")
+                unknown = [p for p, owner in linked.items() if owner is None]
                 self.assertEqual(unknown, [], "libraries of no Debian package")
-                missing = set(debian.values()) - cpu
+                missing = set(linked.values()) - cpu
                 self.assertEqual(missing, set(),
                                  f"{name} links libraries from these packages, "
                                  "which the runtime stage does not install")

@@ -1,0 +1,179 @@
+// Compiled only by native_abi_conformance_test.sh, against the real CUDA
+// and NCCL headers where a machine has them: every value, layout and
+// function signature native_abi.h and native_library.h declare must match
+// cuda_runtime_api.h, cuda.h and nccl.h. Not part of the Bazel build (rankd
+// builds without those headers).
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <cstddef>
+#include <cstdio>
+#include <type_traits>
+
+#include "dataplane/nccl/internal/native_abi.h"
+#include "dataplane/nccl/internal/native_library.h"
+#include "dataplane/nccl/nccl_types.h"
+
+namespace native = rankd::dataplane::nccl::internal;
+namespace nccl = rankd::dataplane::nccl;
+
+// Two parameter (or result) types are passed the same way when they are
+// the same, or an enum and an int of its size, or two object pointers.
+template <typename A, typename B>
+constexpr bool PassedAlike() {
+  if constexpr (std::is_same_v<A, B>) {
+    return true;
+  } else if constexpr (std::is_enum_v<A> && std::is_integral_v<B>) {
+    return sizeof(A) == sizeof(B);
+  } else if constexpr (std::is_pointer_v<A> && std::is_pointer_v<B>) {
+    return true;
+  } else if constexpr (std::is_class_v<A> && std::is_class_v<B>) {
+    // By-value structs (ncclUniqueId): same size and alignment.
+    return sizeof(A) == sizeof(B) && alignof(A) == alignof(B) &&
+           std::is_trivially_copyable_v<A> && std::is_trivially_copyable_v<B>;
+  } else {
+    return false;
+  }
+}
+
+template <typename Real, typename Mine>
+struct SameAbi : std::false_type {};
+template <typename R1, typename... A1, typename R2, typename... A2>
+struct SameAbi<R1 (*)(A1...), R2 (*)(A2...)> {
+  static constexpr bool value = sizeof...(A1) == sizeof...(A2) &&
+                                PassedAlike<R1, R2>() &&
+                                (PassedAlike<A1, A2>() && ...);
+};
+#define CHECK_FN(real, member, api)                                   \
+  static_assert(                                                      \
+      SameAbi<decltype(&real), decltype(native::api::member)>::value, \
+      #real)
+// For functions cuda_runtime_api.h also overloads for C++ callers: the C
+// entry point, by its signature.
+#define CHECK_C_FN(real, signature, member, api)                         \
+  static_assert(SameAbi<decltype(static_cast<signature>(&real)),         \
+                        decltype(native::api::member)>::value,           \
+                #real)
+
+CHECK_FN(cudaGetDeviceCount, GetDeviceCount, CudaRuntimeApi);
+CHECK_FN(cudaGetDevice, GetDevice, CudaRuntimeApi);
+CHECK_FN(cudaSetDevice, SetDevice, CudaRuntimeApi);
+CHECK_FN(cudaDeviceGetAttribute, DeviceGetAttribute, CudaRuntimeApi);
+CHECK_FN(cudaDeviceGetPCIBusId, DeviceGetPCIBusId, CudaRuntimeApi);
+CHECK_FN(cudaDriverGetVersion, DriverGetVersion, CudaRuntimeApi);
+CHECK_FN(cudaRuntimeGetVersion, RuntimeGetVersion, CudaRuntimeApi);
+CHECK_FN(cudaGetLastError, GetLastError, CudaRuntimeApi);
+CHECK_FN(cudaGetErrorName, GetErrorName, CudaRuntimeApi);
+CHECK_FN(cudaGetErrorString, GetErrorString, CudaRuntimeApi);
+CHECK_FN(cudaStreamCreateWithFlags, StreamCreateWithFlags, CudaRuntimeApi);
+CHECK_FN(cudaStreamDestroy, StreamDestroy, CudaRuntimeApi);
+CHECK_FN(cudaStreamSynchronize, StreamSynchronize, CudaRuntimeApi);
+CHECK_FN(cudaStreamWaitEvent, StreamWaitEvent, CudaRuntimeApi);
+CHECK_FN(cudaLaunchHostFunc, LaunchHostFunc, CudaRuntimeApi);
+CHECK_FN(cudaEventCreateWithFlags, EventCreateWithFlags, CudaRuntimeApi);
+CHECK_FN(cudaEventDestroy, EventDestroy, CudaRuntimeApi);
+CHECK_FN(cudaEventRecord, EventRecord, CudaRuntimeApi);
+CHECK_FN(cudaEventQuery, EventQuery, CudaRuntimeApi);
+CHECK_FN(cudaEventSynchronize, EventSynchronize, CudaRuntimeApi);
+CHECK_C_FN(cudaMalloc, cudaError_t (*)(void**, size_t), Malloc,
+           CudaRuntimeApi);
+CHECK_FN(cudaFree, Free, CudaRuntimeApi);
+CHECK_C_FN(cudaMallocAsync, cudaError_t (*)(void**, size_t, cudaStream_t),
+           MallocAsync, CudaRuntimeApi);
+CHECK_FN(cudaFreeAsync, FreeAsync, CudaRuntimeApi);
+CHECK_FN(cudaMemcpyAsync, MemcpyAsync, CudaRuntimeApi);
+CHECK_FN(cudaMemcpy2DAsync, Memcpy2DAsync, CudaRuntimeApi);
+CHECK_FN(cudaMemsetAsync, MemsetAsync, CudaRuntimeApi);
+CHECK_FN(cuInit, CuInit, CudaRuntimeApi);
+CHECK_FN(cuDeviceGet, CuDeviceGet, CudaRuntimeApi);
+CHECK_FN(cuDeviceGetName, CuDeviceGetName, CudaRuntimeApi);
+
+CHECK_FN(ncclGetVersion, GetVersion, NcclApi);
+CHECK_FN(ncclGetUniqueId, GetUniqueId, NcclApi);
+CHECK_FN(ncclCommInitRankConfig, CommInitRankConfig, NcclApi);
+CHECK_FN(ncclCommInitRankScalable, CommInitRankScalable, NcclApi);
+CHECK_FN(ncclCommGetAsyncError, CommGetAsyncError, NcclApi);
+CHECK_FN(ncclCommFinalize, CommFinalize, NcclApi);
+CHECK_FN(ncclCommDestroy, CommDestroy, NcclApi);
+CHECK_FN(ncclCommAbort, CommAbort, NcclApi);
+CHECK_FN(ncclGetErrorString, GetErrorString, NcclApi);
+CHECK_FN(ncclGetLastError, GetLastError, NcclApi);
+CHECK_FN(ncclAllReduce, AllReduce, NcclApi);
+CHECK_FN(ncclAllGather, AllGather, NcclApi);
+CHECK_FN(ncclBroadcast, Broadcast, NcclApi);
+CHECK_FN(ncclSend, Send, NcclApi);
+CHECK_FN(ncclRecv, Recv, NcclApi);
+CHECK_FN(ncclGroupStart, GroupStart, NcclApi);
+CHECK_FN(ncclGroupEnd, GroupEnd, NcclApi);
+
+// Handles and the by-value unique id.
+static_assert(std::is_same_v<cudaStream_t, native::CudaStream>);
+static_assert(std::is_same_v<cudaEvent_t, native::CudaEvent>);
+static_assert(std::is_same_v<ncclComm_t, native::NcclComm>);
+static_assert(sizeof(ncclUniqueId) == sizeof(native::NcclUniqueId));
+static_assert(NCCL_UNIQUE_ID_BYTES == native::kNcclUniqueIdSize);
+static_assert(NCCL_UNIQUE_ID_BYTES == nccl::kNcclUniqueIdBytes);
+
+// Values.
+static_assert(cudaSuccess == native::kCudaSuccess);
+static_assert(cudaErrorMemoryAllocation == native::kCudaErrorMemoryAllocation);
+static_assert(cudaErrorInsufficientDriver == native::kCudaErrorInsufficientDriver);
+static_assert(cudaErrorDevicesUnavailable == native::kCudaErrorDevicesUnavailable);
+static_assert(cudaErrorNoDevice == native::kCudaErrorNoDevice);
+static_assert(cudaErrorInvalidDevice == native::kCudaErrorInvalidDevice);
+static_assert(cudaErrorNotReady == native::kCudaErrorNotReady);
+static_assert(cudaMemcpyHostToDevice == native::kCudaMemcpyHostToDevice);
+static_assert(cudaMemcpyDeviceToHost == native::kCudaMemcpyDeviceToHost);
+static_assert(cudaMemcpyDeviceToDevice == native::kCudaMemcpyDeviceToDevice);
+static_assert(cudaStreamNonBlocking == native::kCudaStreamNonBlocking);
+static_assert(cudaEventDisableTiming == native::kCudaEventDisableTiming);
+static_assert(cudaDevAttrComputeCapabilityMajor ==
+              native::kCudaDevAttrComputeCapabilityMajor);
+static_assert(cudaDevAttrComputeCapabilityMinor ==
+              native::kCudaDevAttrComputeCapabilityMinor);
+static_assert(cudaDevAttrMemoryPoolsSupported ==
+              native::kCudaDevAttrMemoryPoolsSupported);
+static_assert(ncclSuccess == native::kNcclSuccess);
+static_assert(ncclUnhandledCudaError == native::kNcclUnhandledCudaError);
+static_assert(ncclSystemError == native::kNcclSystemError);
+static_assert(ncclInternalError == native::kNcclInternalError);
+static_assert(ncclInvalidArgument == native::kNcclInvalidArgument);
+static_assert(ncclInvalidUsage == native::kNcclInvalidUsage);
+static_assert(ncclRemoteError == native::kNcclRemoteError);
+static_assert(ncclInProgress == native::kNcclInProgress);
+static_assert(ncclSum == native::kNcclSum);
+static_assert(ncclMin == native::kNcclMin);
+static_assert(ncclInt8 == static_cast<int>(nccl::NcclDataType::kInt8));
+static_assert(ncclUint8 == static_cast<int>(nccl::NcclDataType::kUint8));
+static_assert(ncclInt32 == static_cast<int>(nccl::NcclDataType::kInt32));
+static_assert(ncclUint32 == static_cast<int>(nccl::NcclDataType::kUint32));
+static_assert(ncclInt64 == static_cast<int>(nccl::NcclDataType::kInt64));
+static_assert(ncclUint64 == static_cast<int>(nccl::NcclDataType::kUint64));
+static_assert(ncclFloat16 == static_cast<int>(nccl::NcclDataType::kFloat16));
+static_assert(ncclFloat32 == static_cast<int>(nccl::NcclDataType::kFloat32));
+static_assert(ncclFloat64 == static_cast<int>(nccl::NcclDataType::kFloat64));
+static_assert(ncclBfloat16 == static_cast<int>(nccl::NcclDataType::kBfloat16));
+static_assert(NCCL_VERSION_CODE ==
+              nccl::NcclVersionCode(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH));
+
+// ncclConfig_t: rankd's 2.14 prefix has the header's offsets, and the
+// constants the initializer uses.
+static_assert(offsetof(ncclConfig_t, size) == offsetof(native::NcclConfig, size));
+static_assert(offsetof(ncclConfig_t, magic) ==
+              offsetof(native::NcclConfig, magic));
+static_assert(offsetof(ncclConfig_t, version) ==
+              offsetof(native::NcclConfig, version));
+static_assert(offsetof(ncclConfig_t, blocking) ==
+              offsetof(native::NcclConfig, blocking));
+static_assert(sizeof(ncclConfig_t) >= sizeof(native::NcclConfig));
+constexpr ncclConfig_t kInitializer = NCCL_CONFIG_INITIALIZER;
+static_assert(kInitializer.magic == native::kNcclConfigMagic);
+static_assert(kInitializer.blocking == native::kNcclConfigUndefInt);
+static_assert(NCCL_CONFIG_UNDEF_INT == native::kNcclConfigUndefInt);
+
+int main() {
+  std::printf("native ABI matches CUDA runtime %d and NCCL %d.%d.%d headers\n",
+              CUDART_VERSION, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+  return 0;
+}

@@ -1,0 +1,95 @@
+// The run-time loader of the CUDA runtime and NCCL: what it says when a
+// library is missing or is not the library it claims to be. Each case runs
+// in a child process (a death-test fork), because a process loads each
+// library once.
+#include "dataplane/nccl/internal/native_library.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "dataplane/nccl/cuda_handles.h"
+#include "dataplane/nccl/native_runtime.h"
+#include "gtest/gtest.h"
+
+namespace rankd::dataplane::nccl::internal {
+namespace {
+
+// Runs `check` in a child; it returns "" on success or what went wrong.
+void ExpectInChild(const std::function<std::string()>& check) {
+  EXPECT_EXIT(
+      {
+        const std::string problem = check();
+        if (!problem.empty()) {
+          std::fprintf(stderr, "%s\n", problem.c_str());
+          std::fflush(stderr);
+          std::_Exit(1);
+        }
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+std::string Expect(bool ok, const std::string& what) { return ok ? "" : what; }
+
+TEST(NativeLibraryTest, MissingCudaRuntimeNamesWhereItLooked) {
+  ExpectInChild([] {
+    ::setenv("RANKD_CUDART_LIBRARY", "/nonexistent/libcudart.so.13", 1);
+    auto runtime = LoadCudaRuntime();
+    if (runtime.ok()) return std::string();  // a GPU host: found elsewhere
+    const std::string m(runtime.status().message());
+    return Expect(
+        runtime.status().code() == absl::StatusCode::kUnavailable &&
+            absl::StrContains(m, "CUDA runtime not found") &&
+            absl::StrContains(m, "libcudart.so.13 or libcudart.so.12") &&
+            absl::StrContains(m, "/nonexistent/libcudart.so.13:") &&
+            absl::StrContains(m, "/usr/local/cuda/lib64") &&
+            absl::StrContains(m, "LD_LIBRARY_PATH") &&
+            absl::StrContains(m, "site-packages"),
+        m);
+  });
+}
+
+TEST(NativeLibraryTest, ALibraryWithoutNcclFunctionsIsRejectedByName) {
+  ExpectInChild([] {
+    // libm is on every machine (glibc's) and is certainly not NCCL.
+    ::setenv("RANKD_NCCL_LIBRARY", "libm.so.6", 1);
+    auto nccl = LoadNccl();
+    if (nccl.ok()) return std::string("libm.so.6 was accepted as NCCL");
+    const std::string m(nccl.status().message());
+    return Expect(absl::StrContains(m, "lacks ncclGetVersion") &&
+                      absl::StrContains(m, "libm.so.6"),
+                  m);
+  });
+}
+
+TEST(NativeLibraryTest, NoRuntimeMeansNoDeviceWithTheReason) {
+  ExpectInChild([] {
+    ::setenv("RANKD_CUDART_LIBRARY", "/nonexistent/libcudart.so.13", 1);
+    if (LoadCudaRuntime().ok()) return std::string();
+    DeviceProbe probe = ProbeDevices();
+    NativeRuntimeReport report = DescribeNativeRuntime();
+    const std::string summary = report.Summary();
+    return Expect(probe.device_count == 0 &&
+                      absl::StrContains(probe.reason, "no GPU usable") &&
+                      absl::StrContains(probe.reason, "libcudart.so.13") &&
+                      !report.cuda_loaded() && report.gpus.empty() &&
+                      absl::StrContains(summary, "CUDA runtime not loaded") &&
+                      absl::StrContains(summary, "no GPU"),
+                  absl::StrCat(probe.reason, " | ", summary));
+  });
+}
+
+TEST(NativeRuntimeTest, VersionStrings) {
+  EXPECT_EQ(CudaVersionString(13000), "13.0");
+  EXPECT_EQ(CudaVersionString(12080), "12.8");
+  EXPECT_EQ(NcclVersionString(22803), "2.28.3");
+  EXPECT_EQ(NcclVersionString(21405), "2.14.5");
+  EXPECT_EQ(NcclVersionString(2804), "2.8.4");
+}
+
+}  // namespace
+}  // namespace rankd::dataplane::nccl::internal

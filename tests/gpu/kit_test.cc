@@ -1,0 +1,276 @@
+// The GPU run kit, checked on a machine without a GPU: it is assembled
+// from this build's binaries by the same script make_kit.sh uses
+// (tests/gpu/assemble_kit.sh), then
+//   - it fits its size limit, and the limit is enforced;
+//   - every binary and library in it resolves every dependency inside the
+//     kit, except glibc, libstdc++, libgcc and the host's CUDA and NCCL;
+//   - in a mount namespace where the system library folder holds only the
+//     C and C++ runtime and every CUDA/NCCL folder is hidden
+//     (tests/gpu/kit_sandbox.sh), rankd starts and answers health, the
+//     unit tests pass and every GPU test binary skips saying "no GPU";
+//   - the kit's runner exits non-zero saying no GPU can be used.
+// The sandbox needs root; without it those cases skip, saying so.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/harness/process.h"
+
+namespace rankd::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;
+};
+
+std::string TempDir() {
+  const char* t = std::getenv("TEST_TMPDIR");
+  return t != nullptr ? t : "/tmp";
+}
+
+// Runs argv to completion (at most `timeout`), output captured.
+CommandResult RunToEnd(const std::vector<std::string>& argv,
+                       const std::map<std::string, std::string>& env = {},
+                       absl::Duration timeout = absl::Seconds(120)) {
+  static int counter = 0;
+  const std::string log =
+      absl::StrCat(TempDir(), "/kit_test_run", ++counter, ".log");
+  CommandResult run;
+  auto child = ChildProcess::Spawn(argv, env, log);
+  if (!child.ok()) {
+    run.output = std::string(child.status().message());
+    return run;
+  }
+  std::optional<int> status = child->Wait(timeout);
+  if (!status.has_value()) {
+    child->Stop(absl::Seconds(2));
+    run.output = absl::StrCat("timed out after ", absl::FormatDuration(timeout),
+                              "\n", child->ReadLog());
+    return run;
+  }
+  run.exit_code = ExitCode(*status);
+  run.output = child->ReadLog();
+  return run;
+}
+
+uint64_t TreeBytes(const std::string& dir) {
+  uint64_t total = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file()) total += entry.file_size();
+  }
+  return total;
+}
+
+bool IsElf(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  in.read(magic, 4);
+  return in.gcount() == 4 && magic[0] == 0x7f && magic[1] == 'E' &&
+         magic[2] == 'L' && magic[3] == 'F';
+}
+
+class KitTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    kit_ = new std::string(absl::StrCat(TempDir(), "/gpu-kit"));
+    assembly_ = new CommandResult(
+        RunToEnd({"/bin/bash", Runfile("tests/gpu/assemble_kit.sh"), BinRoot(),
+                  *kit_, BinRoot()}));
+  }
+  static void TearDownTestSuite() {
+    delete kit_;
+    delete assembly_;
+  }
+  // The runfiles root mirrors bazel-bin for the kit's binaries.
+  static std::string BinRoot() { return Runfile(""); }
+
+  void SetUp() override {
+    ASSERT_EQ(assembly_->exit_code, 0) << assembly_->output;
+  }
+
+  // Skips unless the sandbox can be made here (root, unshare).
+  void RequireSandbox() {
+    if (::geteuid() != 0)
+      GTEST_SKIP() << "the kit sandbox needs root (unshare --mount)";
+    CommandResult probe =
+        RunToEnd({Runfile("tests/gpu/kit_sandbox.sh"), "/bin/true"});
+    if (probe.exit_code != 0) {
+      GTEST_SKIP() << "cannot make a mount namespace here: " << probe.output;
+    }
+  }
+
+  CommandResult InSandbox(std::vector<std::string> argv,
+                          const std::map<std::string, std::string>& env = {},
+                          absl::Duration timeout = absl::Seconds(120)) {
+    argv.insert(argv.begin(), Runfile("tests/gpu/kit_sandbox.sh"));
+    return RunToEnd(argv, env, timeout);
+  }
+
+  std::string Bin(const std::string& path) {
+    return absl::StrCat(*kit_, "/bin/", path);
+  }
+
+  static std::string* kit_;
+  static CommandResult* assembly_;
+};
+std::string* KitTest::kit_ = nullptr;
+CommandResult* KitTest::assembly_ = nullptr;
+
+TEST_F(KitTest, FitsItsSizeLimitAndTheLimitIsEnforced) {
+  EXPECT_TRUE(absl::StrContains(assembly_->output, "limit 48 MiB"))
+      << assembly_->output;
+  EXPECT_LE(TreeBytes(*kit_), 48ull << 20);
+  const std::string small = absl::StrCat(TempDir(), "/too-small-kit");
+  CommandResult over =
+      RunToEnd({"/bin/bash", Runfile("tests/gpu/assemble_kit.sh"), BinRoot(),
+                small, BinRoot()},
+               {{"KIT_MAX_BYTES", "1048576"}});
+  EXPECT_NE(over.exit_code, 0) << over.output;
+  EXPECT_TRUE(absl::StrContains(over.output, "over the 1048576-byte limit"))
+      << over.output;
+}
+
+TEST_F(KitTest, HoldsEveryBinaryAndTheRunners) {
+  for (const char* b :
+       {"daemon/rankd", "client/rankctl", "examples/serving",
+        "dataplane/nccl/nccl_types_test",
+        "dataplane/nccl/unique_id_broker_test",
+        "dataplane/nccl/native_library_test",
+        "dataplane/nccl/nccl_fail_closed_test", "dataplane/nccl/nccl_gpu_test",
+        "tests/gpu/nccl_cluster_test", "tests/gpu/nccl_worker"}) {
+    EXPECT_EQ(::access(Bin(b).c_str(), X_OK), 0) << b;
+  }
+  for (const char* f :
+       {"run.sh", "tools/run.sh", "kit_contents.sh", "KIT_INFO"}) {
+    EXPECT_TRUE(fs::exists(absl::StrCat(*kit_, "/", f))) << f;
+  }
+}
+
+// Every dependency of every ELF file resolves inside the kit or is one the
+// host provides (the same list the assembly uses).
+TEST_F(KitTest, NeedsNothingButItselfAndTheHostRuntime) {
+  const std::string lib_dir =
+      fs::canonical(absl::StrCat(*kit_, "/lib")).string();
+  int checked = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(*kit_)) {
+    if (!entry.is_regular_file() || !IsElf(entry.path())) continue;
+    ++checked;
+    CommandResult ldd = RunToEnd({"/usr/bin/ldd", entry.path().string()},
+                                 {{"LD_LIBRARY_PATH", ""}});
+    ASSERT_EQ(ldd.exit_code, 0) << entry.path() << ": " << ldd.output;
+    for (absl::string_view line : absl::StrSplit(ldd.output, '\n')) {
+      std::vector<std::string> f =
+          absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+      if (f.size() < 3 || f[1] != "=>") continue;
+      const std::string& name = f[0];
+      EXPECT_NE(f[2], "not")
+          << entry.path() << " needs " << name << ", which is not found";
+      const bool host = absl::StartsWith(name, "libc.so") ||
+                        absl::StartsWith(name, "libm.so") ||
+                        absl::StartsWith(name, "libstdc++.so") ||
+                        absl::StartsWith(name, "libgcc_s.so") ||
+                        absl::StartsWith(name, "libpthread.so") ||
+                        absl::StartsWith(name, "libdl.so") ||
+                        absl::StartsWith(name, "librt.so") ||
+                        absl::StartsWith(name, "linux-vdso.so");
+      if (!host && f[2] != "not") {
+        const std::string from = fs::weakly_canonical(f[2]).string();
+        EXPECT_TRUE(absl::StartsWith(from, lib_dir + "/"))
+            << entry.path() << " takes " << name << " from " << from
+            << ", outside the kit";
+      }
+      EXPECT_FALSE(absl::StartsWith(name, "libcudart.so") ||
+                   absl::StartsWith(name, "libnccl.so"))
+          << entry.path() << " links " << name
+          << " (CUDA and NCCL are opened at run time)";
+    }
+  }
+  EXPECT_GE(checked, 10);
+}
+
+TEST_F(KitTest, RankdStartsAndAnswersHealthWithOnlyTheKit) {
+  RequireSandbox();
+  const int port = FreePort();
+  const std::string dir = MakeTempDir("rankd-kit");
+  const std::string target = absl::StrCat("127.0.0.1:", port);
+  auto rankd = ChildProcess::Spawn(
+      {Runfile("tests/gpu/kit_sandbox.sh"), Bin("daemon/rankd"), "--job_id=kit",
+       "--nnodes=1", "--node_index=0", "--nproc_per_node=1",
+       absl::StrCat("--listen=", target),
+       absl::StrCat("--socket=", dir, "/node0.sock")},
+      {}, absl::StrCat(dir, "/rankd.log"));
+  ASSERT_TRUE(rankd.ok()) << rankd.status();
+  CommandResult health;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  do {
+    health = InSandbox(
+        {Bin("client/rankctl"), absl::StrCat("--target=", target), "health"});
+    if (health.exit_code == 0) break;
+    absl::SleepFor(absl::Milliseconds(200));
+  } while (absl::Now() < deadline && rankd->running());
+  EXPECT_EQ(health.exit_code, 0) << health.output << "\n" << rankd->ReadLog();
+  EXPECT_TRUE(absl::StrContains(health.output, "SERVING")) << health.output;
+  EXPECT_EQ(ExitCode(rankd->Stop()), 0) << rankd->ReadLog();
+  fs::remove_all(dir);
+}
+
+TEST_F(KitTest, UnitTestsPassAndGpuTestsSkipWithoutAGpu) {
+  RequireSandbox();
+  for (const char* unit : {"dataplane/nccl/nccl_types_test",
+                           "dataplane/nccl/unique_id_broker_test",
+                           "dataplane/nccl/native_library_test",
+                           "dataplane/nccl/nccl_fail_closed_test"}) {
+    CommandResult r = InSandbox({Bin(unit)});
+    EXPECT_EQ(r.exit_code, 0) << unit << ":\n" << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, "[  PASSED  ]")) << unit;
+  }
+  CommandResult dry = InSandbox({Bin("tests/gpu/nccl_cluster_test")},
+                                {{"RANKD_BIN_DIR", absl::StrCat(*kit_, "/bin")},
+                                 {"RANKD_NCCL_CLUSTER_DRY_RUN", "1"},
+                                 {"TEST_SRCDIR", ""}});
+  EXPECT_EQ(dry.exit_code, 0) << dry.output;
+  for (const char* gpu :
+       {"dataplane/nccl/nccl_gpu_test", "tests/gpu/nccl_cluster_test"}) {
+    CommandResult r =
+        InSandbox({Bin(gpu)}, {{"RANKD_BIN_DIR", absl::StrCat(*kit_, "/bin")}});
+    EXPECT_EQ(r.exit_code, 0) << gpu << ":\n" << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, "[  SKIPPED ]")) << gpu << ":\n"
+                                                             << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, "no GPU")) << gpu << ":\n"
+                                                       << r.output;
+    EXPECT_FALSE(absl::StrContains(r.output, "[  FAILED  ]")) << r.output;
+  }
+}
+
+TEST_F(KitTest, TheRunnerFailsSayingNoGpuCanBeUsed) {
+  const std::string out = absl::StrCat(TempDir(), "/gpu-out");
+  CommandResult r = RunToEnd({"/bin/bash", absl::StrCat(*kit_, "/run.sh"),
+                              absl::StrCat("--out=", out)},
+                             {{"TEST_SRCDIR", ""}});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "no GPU")) << r.output;
+  EXPECT_TRUE(absl::StrContains(r.output, "0 passed, 1 failed, 0 skipped"))
+      << r.output;
+  EXPECT_TRUE(fs::exists(absl::StrCat(out, "/run.log")));
+  std::ifstream summary(absl::StrCat(out, "/summary.txt"));
+  std::stringstream text;
+  text << summary.rdbuf();
+  EXPECT_TRUE(absl::StartsWith(text.str(), "FAILED")) << text.str();
+}
+
+}  // namespace
+}  // namespace rankd::testing
