@@ -306,5 +306,25 @@ TEST(AllGatherOutputTest, ScalarAndRows) {
   EXPECT_EQ(AllGatherOutput(m, 4).shape(), (std::vector<size_t>{8, 3}));
 }
 
+TEST(DistributedSessionDescriptorTest, NodePlacementDefaultsToOneNode) {
+  ParallelTopology data8{1, 1, 1, 8};
+  auto d = DistributedSessionDescriptor::FromTopology(data8, 8, 5);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->local_rank(), 5u);
+  EXPECT_EQ(d->ranks_on_node(), 8u);
+  ASSERT_TRUE(d->SetNodePlacement(1, 4).ok());
+  EXPECT_EQ(d->local_rank(), 1u);
+  EXPECT_EQ(d->ranks_on_node(), 4u);
+  // Invalid placements change nothing.
+  EXPECT_EQ(d->SetNodePlacement(4, 4).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(d->SetNodePlacement(0, 9).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(d->SetNodePlacement(0, 0).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(d->local_rank(), 1u);
+  EXPECT_EQ(d->ranks_on_node(), 4u);
+}
+
 }  // namespace
 }  // namespace rankd::dataplane

@@ -137,16 +137,16 @@ std::string EncodeUniqueId(absl::string_view id_bytes) {
 absl::StatusOr<std::string> DecodeUniqueId(absl::string_view value,
                                            absl::string_view key) {
   if (!absl::StartsWith(value, kUniqueIdPrefix)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: key '", key,
-        "' does not hold an NCCL unique id (expected the prefix '",
-        kUniqueIdPrefix, "')"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl backend: key '", key,
+                     "' does not hold an NCCL unique id (expected the prefix '",
+                     kUniqueIdPrefix, "')"));
   }
   absl::string_view hex = value.substr(kUniqueIdPrefix.size());
   if (hex.size() != 2 * kNcclUniqueIdBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("nccl backend: key '", key, "' holds ", hex.size() / 2,
-                     " bytes of unique id; NCCL ids have ", kNcclUniqueIdBytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: key '", key, "' holds ", hex.size() / 2,
+        " bytes of unique id; NCCL ids have ", kNcclUniqueIdBytes));
   }
   for (char c : hex) {
     if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) {
@@ -166,12 +166,26 @@ absl::Status ValidateSessionTag(absl::string_view tag) {
   for (char c : tag) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' &&
         c != '-' && c != '.') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "nccl backend: session tag '", tag,
-          "' may only use letters, digits, '_', '-' and '.'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("nccl backend: session tag '", tag,
+                       "' may only use letters, digits, '_', '-' and '.'"));
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckOneGpuPerRank(uint32_t ranks_on_node, uint32_t world_size,
+                                int visible_gpus) {
+  if (visible_gpus >= 0 &&
+      ranks_on_node <= static_cast<uint32_t>(visible_gpus)) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "nccl backend: ", ranks_on_node, " ranks run on this node (world size ",
+      world_size, ") but it has ", visible_gpus, " visible GPU",
+      visible_gpus == 1 ? "" : "s",
+      "; NCCL needs one GPU per rank: run at most ", visible_gpus,
+      " ranks per node, or make more GPUs visible (CUDA_VISIBLE_DEVICES)"));
 }
 
 }  // namespace rankd::dataplane::nccl

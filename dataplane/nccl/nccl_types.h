@@ -104,6 +104,12 @@ std::string EncodeUniqueId(absl::string_view id_bytes);
 absl::StatusOr<std::string> DecodeUniqueId(absl::string_view value,
                                            absl::string_view key);
 
+// NCCL runs one rank per GPU. OK when a node running `ranks_on_node` ranks
+// (of a world of `world_size`) has at least that many `visible_gpus`;
+// FailedPrecondition saying how many ranks and GPUs there are otherwise.
+absl::Status CheckOneGpuPerRank(uint32_t ranks_on_node, uint32_t world_size,
+                                int visible_gpus);
+
 // Session tags name one NcclSession inside a job incarnation (keys of two
 // sessions must not collide): 1..64 characters of [A-Za-z0-9_.-].
 absl::Status ValidateSessionTag(absl::string_view tag);

@@ -196,5 +196,20 @@ TEST(ValidateSessionTag, Rules) {
   EXPECT_TRUE(ValidateSessionTag(std::string(64, 'a')).ok());
 }
 
+TEST(NcclTypesTest, OneGpuPerRankOnEachNode) {
+  EXPECT_TRUE(CheckOneGpuPerRank(1, 1, 1).ok());
+  EXPECT_TRUE(CheckOneGpuPerRank(4, 8, 4).ok());
+  EXPECT_TRUE(CheckOneGpuPerRank(2, 16, 8).ok());
+  absl::Status s = CheckOneGpuPerRank(4, 4, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(s.message(), "4 ranks run on this node")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "world size 4")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "1 visible GPU;")) << s;
+  s = CheckOneGpuPerRank(8, 16, 2);
+  EXPECT_TRUE(absl::StrContains(s.message(), "2 visible GPUs")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "CUDA_VISIBLE_DEVICES")) << s;
+  EXPECT_FALSE(CheckOneGpuPerRank(1, 1, 0).ok());
+}
+
 }  // namespace
 }  // namespace rankd::dataplane::nccl

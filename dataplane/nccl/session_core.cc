@@ -404,18 +404,15 @@ absl::Status SessionCore::InitializeLocked() {
   // and a node that runs more ranks than it has GPUs fails here, before
   // any communicator exists (sharing a GPU would fail later inside NCCL,
   // with an error that does not say why).
-  if (options_.device < 0 &&
-      descriptor_.ranks_on_node() > static_cast<uint32_t>(probe.device_count)) {
-    absl::Status s = absl::FailedPreconditionError(absl::StrCat(
-        "nccl backend: ", descriptor_.ranks_on_node(),
-        " ranks run on this node (world size ", descriptor_.world_size(),
-        ") but it has ", probe.device_count, " visible GPU",
-        probe.device_count == 1 ? "" : "s",
-        "; NCCL needs one GPU per rank: run at most ", probe.device_count,
-        " ranks per node, or make more GPUs visible (CUDA_VISIBLE_DEVICES)"));
-    absl::MutexLock lock(&mu_);
-    unavailable_reason_ = std::string(s.message());
-    return s;
+  if (options_.device < 0) {
+    absl::Status fits =
+        CheckOneGpuPerRank(descriptor_.ranks_on_node(),
+                           descriptor_.world_size(), probe.device_count);
+    if (!fits.ok()) {
+      absl::MutexLock lock(&mu_);
+      unavailable_reason_ = std::string(fits.message());
+      return fits;
+    }
   }
   const int device = options_.device >= 0
                          ? options_.device

@@ -45,15 +45,14 @@ struct SameAbi<R1 (*)(A1...), R2 (*)(A2...)> {
                                 PassedAlike<R1, R2>() &&
                                 (PassedAlike<A1, A2>() && ...);
 };
-#define CHECK_FN(real, member, api)                                   \
-  static_assert(                                                      \
-      SameAbi<decltype(&real), decltype(native::api::member)>::value, \
-      #real)
+#define CHECK_FN(real, member, api) \
+  static_assert(                    \
+      SameAbi<decltype(&real), decltype(native::api::member)>::value, #real)
 // For functions cuda_runtime_api.h also overloads for C++ callers: the C
 // entry point, by its signature.
-#define CHECK_C_FN(real, signature, member, api)                         \
-  static_assert(SameAbi<decltype(static_cast<signature>(&real)),         \
-                        decltype(native::api::member)>::value,           \
+#define CHECK_C_FN(real, signature, member, api)                 \
+  static_assert(SameAbi<decltype(static_cast<signature>(&real)), \
+                        decltype(native::api::member)>::value,   \
                 #real)
 
 CHECK_FN(cudaGetDeviceCount, GetDeviceCount, CudaRuntimeApi);
@@ -76,8 +75,7 @@ CHECK_FN(cudaEventDestroy, EventDestroy, CudaRuntimeApi);
 CHECK_FN(cudaEventRecord, EventRecord, CudaRuntimeApi);
 CHECK_FN(cudaEventQuery, EventQuery, CudaRuntimeApi);
 CHECK_FN(cudaEventSynchronize, EventSynchronize, CudaRuntimeApi);
-CHECK_C_FN(cudaMalloc, cudaError_t (*)(void**, size_t), Malloc,
-           CudaRuntimeApi);
+CHECK_C_FN(cudaMalloc, cudaError_t (*)(void**, size_t), Malloc, CudaRuntimeApi);
 CHECK_FN(cudaFree, Free, CudaRuntimeApi);
 CHECK_C_FN(cudaMallocAsync, cudaError_t (*)(void**, size_t, cudaStream_t),
            MallocAsync, CudaRuntimeApi);
@@ -118,8 +116,10 @@ static_assert(NCCL_UNIQUE_ID_BYTES == nccl::kNcclUniqueIdBytes);
 // Values.
 static_assert(cudaSuccess == native::kCudaSuccess);
 static_assert(cudaErrorMemoryAllocation == native::kCudaErrorMemoryAllocation);
-static_assert(cudaErrorInsufficientDriver == native::kCudaErrorInsufficientDriver);
-static_assert(cudaErrorDevicesUnavailable == native::kCudaErrorDevicesUnavailable);
+static_assert(cudaErrorInsufficientDriver ==
+              native::kCudaErrorInsufficientDriver);
+static_assert(cudaErrorDevicesUnavailable ==
+              native::kCudaErrorDevicesUnavailable);
 static_assert(cudaErrorNoDevice == native::kCudaErrorNoDevice);
 static_assert(cudaErrorInvalidDevice == native::kCudaErrorInvalidDevice);
 static_assert(cudaErrorNotReady == native::kCudaErrorNotReady);
@@ -159,7 +159,8 @@ static_assert(NCCL_VERSION_CODE ==
 
 // ncclConfig_t: rankd's 2.14 prefix has the header's offsets, and the
 // constants the initializer uses.
-static_assert(offsetof(ncclConfig_t, size) == offsetof(native::NcclConfig, size));
+static_assert(offsetof(ncclConfig_t, size) ==
+              offsetof(native::NcclConfig, size));
 static_assert(offsetof(ncclConfig_t, magic) ==
               offsetof(native::NcclConfig, magic));
 static_assert(offsetof(ncclConfig_t, version) ==
