@@ -7,12 +7,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <iostream>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "dataplane/nccl/cuda_handles.h"
 #include "dataplane/nccl/native_runtime.h"
+#include "dataplane/nccl/nccl_comm.h"
+#include "dataplane/nccl/nccl_types.h"
 #include "gtest/gtest.h"
 
 namespace rankd::dataplane::nccl::internal {
@@ -81,6 +84,52 @@ TEST(NativeLibraryTest, NoRuntimeMeansNoDeviceWithTheReason) {
                       absl::StrContains(summary, "no GPU"),
                   absl::StrCat(probe.reason, " | ", summary));
   });
+}
+
+// Where a machine has the real libraries (some CPU images carry them, and
+// every GPU host does), they load, report their versions and answer calls
+// that need no GPU.
+TEST(NativeLibraryTest, RealLibrariesLoadWithTheirVersions) {
+  auto cuda = LoadCudaRuntime();
+  auto nccl = LoadNccl();
+  if (!cuda.ok() && !nccl.ok()) {
+    GTEST_SKIP() << "no CUDA runtime or NCCL on this machine: "
+                 << cuda.status().message();
+  }
+  NativeRuntimeReport report = DescribeNativeRuntime();
+  std::cout << "native runtime: " << report.Summary() << "\n";
+  if (cuda.ok()) {
+    EXPECT_GE((*cuda)->runtime_version, 12000);
+    EXPECT_TRUE(absl::StrContains((*cuda)->path, "libcudart.so.1"))
+        << (*cuda)->path;
+    EXPECT_STREQ((*cuda)->GetErrorName(kCudaErrorNotReady),
+                 "cudaErrorNotReady");
+    EXPECT_TRUE(report.cuda_loaded());
+    EXPECT_TRUE(absl::StrContains(
+        report.Summary(),
+        absl::StrCat("CUDA runtime ",
+                     CudaVersionString((*cuda)->runtime_version))));
+  }
+  if (nccl.ok()) {
+    EXPECT_GE((*nccl)->version, 21400);
+    EXPECT_TRUE(absl::StrContains((*nccl)->path, "libnccl.so.2"))
+        << (*nccl)->path;
+    EXPECT_EQ((*nccl)->CommInitRankScalable != nullptr,
+              (*nccl)->version >= kNcclScalableInitVersion);
+    EXPECT_NE((*nccl)->GetErrorString(kNcclInProgress), nullptr);
+    EXPECT_EQ(NcclRuntimeVersion(), (*nccl)->version);
+    EXPECT_TRUE(absl::StrContains(
+        report.Summary(),
+        absl::StrCat("NCCL ", NcclVersionString((*nccl)->version))));
+    // Without a GPU this may fail, but as a status naming the call.
+    auto id = NewNcclUniqueId();
+    if (id.ok()) {
+      EXPECT_EQ(id->size(), kNcclUniqueIdBytes);
+    } else {
+      EXPECT_TRUE(absl::StrContains(id.status().message(), "ncclGetUniqueId"))
+          << id.status();
+    }
+  }
 }
 
 TEST(NativeRuntimeTest, VersionStrings) {
