@@ -26,7 +26,7 @@ using internal::CudaError;
 using internal::CudaRuntimeApi;
 
 // The loaded runtime. Only called where a CUDA object already exists or
-// right after Runtime() succeeded, so it is never null there.
+// after LoadCudaRuntime() succeeded, so it is never null there.
 const CudaRuntimeApi& Cuda() { return **internal::LoadCudaRuntime(); }
 
 // Clears a non-sticky error so that it is not reported again by a later,

@@ -9,6 +9,8 @@
 //     (tests/gpu/kit_sandbox.sh), rankd starts and answers health, the
 //     unit tests pass and every GPU test binary skips saying "no GPU";
 //   - the kit's runner exits non-zero saying no GPU can be used.
+//   - there, the binaries find a CUDA runtime and NCCL installed as Python
+//     wheels (where this machine has the real libraries to stand in);
 // The sandbox needs root; without it those cases skip, saying so.
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +20,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <system_error>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -254,6 +258,56 @@ TEST_F(KitTest, UnitTestsPassAndGpuTestsSkipWithoutAGpu) {
                                                        << r.output;
     EXPECT_FALSE(absl::StrContains(r.output, "[  FAILED  ]")) << r.output;
   }
+}
+
+// The path of `soname` in the loader cache, or "".
+std::string CachedLibrary(const std::string& soname) {
+  CommandResult r = RunToEnd({"/sbin/ldconfig", "-p"});
+  for (absl::string_view line : absl::StrSplit(r.output, '\n')) {
+    std::vector<std::string> f =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    if (!f.empty() && f[0] == soname && f.size() >= 3) return f.back();
+  }
+  return "";
+}
+
+// A host whose CUDA runtime and NCCL come as PyTorch's wheels: with every
+// other CUDA folder hidden, the kit's binaries find them in the wheel
+// folders of a Python environment. Needs the real libraries on this
+// machine (linked, not copied, into a fake environment).
+TEST_F(KitTest, FindsTheHostLibrariesInPythonWheelFolders) {
+  RequireSandbox();
+  const std::string cudart = CachedLibrary("libcudart.so.13");
+  const std::string nccl = CachedLibrary("libnccl.so.2");
+  if (cudart.empty() || nccl.empty()) {
+    GTEST_SKIP() << "this machine has no libcudart.so.13 and libnccl.so.2 "
+                    "to stand in for the wheels";
+  }
+  const std::string venv = absl::StrCat(TempDir(), "/venv");
+  const std::string site = absl::StrCat(venv, "/lib/python3.12/site-packages");
+  const std::string wheel_cudart =
+      absl::StrCat(site, "/nvidia/cu13/lib/libcudart.so.13");
+  const std::string wheel_nccl =
+      absl::StrCat(site, "/nvidia/nccl/lib/libnccl.so.2");
+  std::error_code error;
+  for (const auto& [from, to] :
+       {std::pair{cudart, wheel_cudart}, std::pair{nccl, wheel_nccl}}) {
+    fs::create_directories(fs::path(to).parent_path());
+    fs::remove(to, error);
+    fs::create_hard_link(fs::canonical(from), to, error);
+    if (error)
+      GTEST_SKIP() << "cannot link " << from << ": " << error.message();
+  }
+  CommandResult probe =
+      InSandbox({Bin("examples/serving"), "--backend=nccl", "--probe_backend"},
+                {{"VIRTUAL_ENV", venv}, {"LD_LIBRARY_PATH", ""}});
+  EXPECT_TRUE(absl::StrContains(probe.output, wheel_cudart)) << probe.output;
+  EXPECT_TRUE(absl::StrContains(probe.output, wheel_nccl)) << probe.output;
+  EXPECT_TRUE(absl::StrContains(probe.output, "NCCL 2.")) << probe.output;
+  // No GPU here: refused, with the reason.
+  EXPECT_EQ(probe.exit_code, 2) << probe.output;
+  EXPECT_TRUE(absl::StrContains(probe.output, "no GPU")) << probe.output;
+  fs::remove_all(venv, error);
 }
 
 TEST_F(KitTest, TheRunnerFailsSayingNoGpuCanBeUsed) {

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 
 namespace rankd::dataplane::nccl::internal {
@@ -110,10 +111,16 @@ absl::StatusOr<OpenedLibrary> OpenLibrary(const LibrarySpec& spec) {
     if (void* h = try_open(file)) return OpenedLibrary{h, LoadedPath(h, file)};
   }
   for (const std::string& soname : spec.sonames) {
-    // A bare soname goes through the loader's own search.
+    // A bare soname goes through the loader's own search; "not found" is
+    // expected there, any other error (a broken install) is worth saying.
     ::dlerror();
     if (void* h = ::dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL)) {
       return OpenedLibrary{h, LoadedPath(h, soname)};
+    }
+    const char* error = ::dlerror();
+    if (error != nullptr &&
+        !absl::StrContains(error, "No such file or directory")) {
+      failures.push_back(absl::StrCat(soname, ": ", error));
     }
   }
   std::vector<std::string> searched;
