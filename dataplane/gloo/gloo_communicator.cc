@@ -181,6 +181,9 @@ std::shared_ptr<GlooGroup> GlooCommunicator::group(CollectiveGroupId id) const {
 }
 
 void GlooCommunicator::AbortAll(const std::string& reason) {
+  // First: an operation failing because of this abort must not wait for
+  // peers to explain it.
+  diagnosis_->NoteLocalAbort();
   const std::string message = absl::StrCat("aborted by rankd: ", reason);
   auto abort = [&](const std::shared_ptr<GlooGroup>& g) {
     if (g == nullptr || g->context() == nullptr) return;

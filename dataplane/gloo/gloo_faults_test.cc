@@ -197,5 +197,30 @@ TEST_F(FaultTest, QueuedWorkAfterPoisonIsNotRun) {
   EXPECT_EQ(first->completion->Wait().code(), absl::StatusCode::kAborted);
 }
 
+// A bounded wait returns within its timeout plus the teardown bound, even
+// with a long failure-attribution grace: the failure its own cancellation
+// causes is never handed to the mismatch diagnosis, which would wait the
+// grace for peer reports that cannot come.
+TEST(FaultGraceTest, NativeCancelIsNotStretchedByTheAttributionGrace) {
+  GlooOptions options = GlooTestCluster::DefaultOptions();
+  options.failure_attribution_grace = absl::Seconds(15);
+  GlooTestCluster cluster({1, 1, 1, 2}, 2, options);
+  ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+  GlooSession& s0 = cluster.session(0);
+  auto sum = s0.AllReduceSum(CollectiveScope::World(), Ones(8));
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  const absl::Time start = absl::Now();
+  auto outcome = sum->completion->WaitBounded(absl::Milliseconds(300),
+                                              CancellationMode::kNativeCancel);
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(outcome.ok()) << outcome.status();
+  EXPECT_FALSE(outcome->completed());
+  // 300 ms plus teardown; far below the 15 s grace the bug waited for.
+  EXPECT_LT(took, absl::Seconds(5)) << took;
+  EXPECT_TRUE(sum->completion->IsComplete());
+  EXPECT_EQ(sum->completion->Wait().code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
 }  // namespace
 }  // namespace rankd::dataplane

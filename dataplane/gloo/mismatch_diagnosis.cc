@@ -38,12 +38,16 @@ std::string MismatchDiagnosis::KeyOf(const SubmittedOperation& op,
 Explanation MismatchDiagnosis::Explain(const SubmittedOperation& op,
                                        const absl::Status& error) const {
   if (!control_plane_->JobHealth().ok()) return {error};
+  // Published even after a local abort: the peers this abort disconnected
+  // are asking too, and conclude at once once every member reported.
   if (!control_plane_->KvSet(KeyOf(op, op.self), op.canonical).ok()) {
     return {error};
   }
+  if (locally_aborted_.load()) return {error};
   std::map<uint32_t, std::string> reported = {{op.self, op.canonical}};
   const absl::Time deadline = absl::Now() + grace_;
   while (reported.size() < op.members.size()) {
+    if (locally_aborted_.load()) return {error};
     for (uint32_t rank : op.members) {
       if (reported.count(rank) > 0) continue;
       auto value = control_plane_->KvGet(KeyOf(op, rank), kPollWait);

@@ -16,6 +16,7 @@
 #ifndef RANKD_DATAPLANE_GLOO_MISMATCH_DIAGNOSIS_H_
 #define RANKD_DATAPLANE_GLOO_MISMATCH_DIAGNOSIS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -69,9 +70,17 @@ class MismatchDiagnosis {
   //     any member reported a different one (with `error` appended);
   //   - `error`'s code with the ranks that did not report within `grace`
   //     appended (they are behind, stalled, or never submitted it).
+  //   - `error` unchanged, right after publishing this member's report,
+  //     after NoteLocalAbort(): this member tore its own transport down (a
+  //     NativeCancel deadline, a job failure, session teardown), which is
+  //     the cause; waiting for peers would stretch a bounded wait.
   // Blocks for at most about `grace` (plus one key-value write).
   Explanation Explain(const SubmittedOperation& op,
                       const absl::Status& error) const;
+
+  // Records that this member aborted its own Gloo contexts (called before
+  // it does). Later and concurrent Explain calls return at once.
+  void NoteLocalAbort() const { locally_aborted_.store(true); }
 
  private:
   std::string KeyOf(const SubmittedOperation& op, uint32_t rank) const;
@@ -79,6 +88,8 @@ class MismatchDiagnosis {
   ControlPlane* const control_plane_;
   const std::string key_prefix_;
   const absl::Duration grace_;
+  // Set once, never cleared (an aborted session stays poisoned).
+  mutable std::atomic<bool> locally_aborted_{false};
 };
 
 }  // namespace rankd::dataplane::gloo_internal
