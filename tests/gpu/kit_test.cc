@@ -7,10 +7,11 @@
 //   - in a mount namespace where the system library folder holds only the
 //     C and C++ runtime and every CUDA/NCCL folder is hidden
 //     (tests/gpu/kit_sandbox.sh), rankd starts and answers health, the
-//     unit tests pass and every GPU test binary skips saying "no GPU";
-//   - the kit's runner exits non-zero saying no GPU can be used.
-//   - there, the binaries find a CUDA runtime and NCCL installed as Python
-//     wheels (where this machine has the real libraries to stand in);
+//     unit tests pass, every GPU test binary skips saying "no GPU", and
+//     the binaries find a CUDA runtime and NCCL installed as Python wheels
+//     (where this machine has the real libraries to stand in for them);
+//   - the kit's runner exits non-zero saying no GPU can be used, and with
+//     --without-gpu runs every binary and reports every case.
 // The sandbox needs root; without it those cases skip, saying so.
 #include <sys/stat.h>
 #include <unistd.h>
@@ -324,6 +325,45 @@ TEST_F(KitTest, TheRunnerFailsSayingNoGpuCanBeUsed) {
   std::stringstream text;
   text << summary.rdbuf();
   EXPECT_TRUE(absl::StartsWith(text.str(), "FAILED")) << text.str();
+}
+
+// The runner's own logic (running each binary, reading every case's
+// outcome and skip reason, the summary), checked where there is no GPU.
+TEST_F(KitTest, TheRunnerReportsEveryCaseWhenAskedToGoOnWithoutAGpu) {
+  const std::string out = absl::StrCat(TempDir(), "/gpu-out-without-gpu");
+  CommandResult r = RunToEnd({"/bin/bash", absl::StrCat(*kit_, "/run.sh"),
+                              "--without-gpu", absl::StrCat("--out=", out)},
+                             {{"TEST_SRCDIR", ""}}, absl::Seconds(240));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream file(absl::StrCat(out, "/summary.txt"));
+  std::stringstream text;
+  text << file.rdbuf();
+  const std::string summary = text.str();
+  EXPECT_TRUE(absl::StrContains(
+      summary,
+      "PASSED   nccl_types_test:NcclTypesTest.OneGpuPerRankOnEachNode"))
+      << summary;
+  EXPECT_TRUE(absl::StrContains(
+      summary, "PASSED   nccl_cluster_dry_run_test:NcclClusterTest."))
+      << summary;
+  EXPECT_TRUE(absl::StrContains(
+      summary, "SKIPPED  nccl_gpu_test:NcclGpuTest.CudaHandles"))
+      << summary;
+  EXPECT_TRUE(absl::StrContains(summary, "needs 1 CUDA device(s)")) << summary;
+  EXPECT_TRUE(absl::StrContains(summary, "SKIPPED  serving_example:nccl"))
+      << summary;
+  EXPECT_FALSE(absl::StrContains(summary, "FAILED")) << summary;
+  // The closing line counts what the summary lists.
+  int passed = 0, skipped = 0;
+  for (absl::string_view line : absl::StrSplit(summary, '\n')) {
+    if (absl::StartsWith(line, "PASSED")) ++passed;
+    if (absl::StartsWith(line, "SKIPPED")) ++skipped;
+  }
+  EXPECT_GE(passed, 20);
+  EXPECT_TRUE(absl::StrContains(
+      r.output,
+      absl::StrCat(passed, " passed, 0 failed, ", skipped, " skipped")))
+      << r.output;
 }
 
 }  // namespace
