@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace rankd::dataplane::nccl::internal {
@@ -107,8 +107,11 @@ absl::StatusOr<OpenedLibrary> OpenLibrary(const LibrarySpec& spec) {
     }
     return handle;
   };
+  // A file named explicitly is the one to use: no fallback to another.
   if (std::string file = Env(spec.env_var); !file.empty()) {
     if (void* h = try_open(file)) return OpenedLibrary{h, LoadedPath(h, file)};
+    return absl::UnavailableError(absl::StrCat(
+        spec.what, " not loaded: $", spec.env_var, " names ", failures.back()));
   }
   for (const std::string& soname : spec.sonames) {
     // A bare soname goes through the loader's own search; "not found" is
@@ -136,8 +139,8 @@ absl::StatusOr<OpenedLibrary> OpenLibrary(const LibrarySpec& spec) {
   const std::string ld_path = Env("LD_LIBRARY_PATH");
   std::string message = absl::StrCat(
       spec.what, " not found: no ", absl::StrJoin(spec.sonames, " or "),
-      " through $", spec.env_var, Env(spec.env_var).empty() ? " (unset)" : "",
-      ", the dynamic loader (LD_LIBRARY_PATH=",
+      " through $", spec.env_var,
+      " (unset), the dynamic loader (LD_LIBRARY_PATH=",
       ld_path.empty() ? "<unset>" : ld_path, "), or in ",
       absl::StrJoin(searched, ", "),
       " or the NVIDIA wheel folders of Python's site-packages");

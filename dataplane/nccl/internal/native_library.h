@@ -6,7 +6,8 @@
 // ones PyTorch's CUDA 13 wheels install).
 //
 // Where each library is looked for, in order (the first that opens wins):
-//   1. the file named by $RANKD_CUDART_LIBRARY / $RANKD_NCCL_LIBRARY;
+//   1. the file named by $RANKD_CUDART_LIBRARY / $RANKD_NCCL_LIBRARY (when
+//      set, that file or nothing: a file that does not load is the error);
 //   2. the soname through the dynamic loader (LD_LIBRARY_PATH, the
 //      loader's cache, the system folders): libcudart.so.13 then
 //      libcudart.so.12; libnccl.so.2;

@@ -38,17 +38,34 @@ void ExpectInChild(const std::function<std::string()>& check) {
 
 std::string Expect(bool ok, const std::string& what) { return ok ? "" : what; }
 
-TEST(NativeLibraryTest, MissingCudaRuntimeNamesWhereItLooked) {
+TEST(NativeLibraryTest, AnExplicitFileIsUsedOrIsTheError) {
   ExpectInChild([] {
     ::setenv("RANKD_CUDART_LIBRARY", "/nonexistent/libcudart.so.13", 1);
     auto runtime = LoadCudaRuntime();
-    if (runtime.ok()) return std::string();  // a GPU host: found elsewhere
+    if (runtime.ok()) return std::string("loaded something else");
+    const std::string m(runtime.status().message());
+    return Expect(
+        runtime.status().code() == absl::StatusCode::kUnavailable &&
+            absl::StrContains(m, "CUDA runtime not loaded") &&
+            absl::StrContains(
+                m, "$RANKD_CUDART_LIBRARY names /nonexistent/libcudart.so.13:"),
+        m);
+  });
+}
+
+// Where the machine has no CUDA runtime (the kit test also runs this in a
+// sandbox that hides every CUDA folder).
+TEST(NativeLibraryTest, MissingCudaRuntimeNamesWhereItLooked) {
+  ExpectInChild([] {
+    ::unsetenv("RANKD_CUDART_LIBRARY");
+    auto runtime = LoadCudaRuntime();
+    if (runtime.ok()) return std::string();  // this machine has one
     const std::string m(runtime.status().message());
     return Expect(
         runtime.status().code() == absl::StatusCode::kUnavailable &&
             absl::StrContains(m, "CUDA runtime not found") &&
             absl::StrContains(m, "libcudart.so.13 or libcudart.so.12") &&
-            absl::StrContains(m, "/nonexistent/libcudart.so.13:") &&
+            absl::StrContains(m, "$RANKD_CUDART_LIBRARY (unset)") &&
             absl::StrContains(m, "/usr/local/cuda/lib64") &&
             absl::StrContains(m, "LD_LIBRARY_PATH") &&
             absl::StrContains(m, "site-packages"),
@@ -72,7 +89,7 @@ TEST(NativeLibraryTest, ALibraryWithoutNcclFunctionsIsRejectedByName) {
 TEST(NativeLibraryTest, NoRuntimeMeansNoDeviceWithTheReason) {
   ExpectInChild([] {
     ::setenv("RANKD_CUDART_LIBRARY", "/nonexistent/libcudart.so.13", 1);
-    if (LoadCudaRuntime().ok()) return std::string();
+    if (LoadCudaRuntime().ok()) return std::string("loaded something else");
     DeviceProbe probe = ProbeDevices();
     NativeRuntimeReport report = DescribeNativeRuntime();
     const std::string summary = report.Summary();
