@@ -13,6 +13,7 @@
 #   SOURCE_ROOT (default: this checkout) provides the runner scripts.
 # Needs ldd, strip and patchelf. make_kit.sh is the normal way in.
 set -euo pipefail
+shopt -s nullglob
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/kit_contents.sh"
 

@@ -17,11 +17,14 @@ unset KIT_SANDBOX_INSIDE
 libdir=/usr/lib/x86_64-linux-gnu
 keep=(ld-linux-x86-64.so.2 libc.so.6 libm.so.6 libpthread.so.0 libdl.so.2
       librt.so.1 libresolv.so.2 libutil.so.1 libstdc++.so.6 libgcc_s.so.1)
-# Folders that hold a CUDA runtime or NCCL, found before anything is hidden.
-# (the loader's cache, and where rankd itself looks: the CUDA homes).
+# Folders that hold a CUDA runtime or NCCL, found before anything is
+# hidden: the loader's cache, and where rankd itself looks (the CUDA homes,
+# the NVIDIA wheel folders of Python installs).
 cuda_dirs=$({
-  ldconfig -p | awk '$1 ~ /^lib(cudart|nccl|cuda)\.so/ { print $NF }' | xargs -r -n1 dirname
-  for d in /usr/local/cuda*/{lib,lib64,targets/x86_64-linux/lib} ${CUDA_HOME:+$CUDA_HOME/lib64}; do
+  ldconfig -p | awk '$1 ~ /^lib(cudart|nccl|cuda)\.so/ { print $NF }' | xargs -r -d '\n' -n1 dirname
+  for d in /usr/local/cuda*/{lib,lib64,targets/x86_64-linux/lib} \
+           ${CUDA_HOME:+"$CUDA_HOME"/{lib,lib64,targets/x86_64-linux/lib}} \
+           {/usr/local/lib,/usr/lib,${HOME:-/root}/.local/lib}/python3*/{site,dist}-packages/nvidia; do
     [[ -d "$d" ]] && readlink -f "$d"
   done
 } | sort -u | grep -v -x "$libdir" || true)
@@ -31,9 +34,9 @@ mount -t tmpfs -o size=64m rankd-kit-sandbox "$staging"
 for lib in "${keep[@]}"; do
   [[ -e "$libdir/$lib" ]] && cp -L "$libdir/$lib" "$staging/$lib"
 done
-for d in $cuda_dirs; do
-  [[ -d "$d" ]] && mount -t tmpfs -o size=1m rankd-kit-hidden "$d"
-done
+while IFS= read -r d; do
+  [[ -n "$d" && -d "$d" ]] && mount -t tmpfs -o size=1m rankd-kit-hidden "$d"
+done <<<"$cuda_dirs"
 # Last: after this only the kept libraries exist, so only builtins and the
 # final exec run.
 mount --bind "$staging" "$libdir"

@@ -17,12 +17,15 @@
 #   CUDA_VISIBLE_DEVICES=0 tests/gpu/run.sh   world size 1
 #
 # Before any test it finds libcudart.so.13 (or .12) and libnccl.so.2 where
-# GPU hosts have them: $RANKD_CUDART_LIBRARY / $RANKD_NCCL_LIBRARY,
-# LD_LIBRARY_PATH, the NVIDIA wheel folders of python3's site-packages,
-# /usr/local/cuda/lib64 (and lib/, targets/x86_64-linux/lib/), the loader's
-# cache; then prints the GPUs, the driver, the CUDA runtime and NCCL that
-# will run. No GPU, or no library found, fails with what was looked for
-# where. Tests that need more GPUs than are visible skip, saying so.
+# GPU hosts have them, in the order rankd's loader uses:
+# $RANKD_CUDART_LIBRARY / $RANKD_NCCL_LIBRARY (exactly that file),
+# LD_LIBRARY_PATH, the loader's cache, $NCCL_HOME, $CUDA_HOME and
+# /usr/local/cuda (lib64, lib, targets/x86_64-linux/lib), the NVIDIA wheel
+# folders of python3's site-packages. It puts their folders on
+# LD_LIBRARY_PATH (rankd's loader makes the final choice), then prints the
+# GPUs, the driver, and the CUDA runtime and NCCL rankd loaded. No GPU, or
+# no library found, fails with what was looked for where. Tests that need
+# more GPUs than are visible skip, saying so.
 #
 # Output: DIR/run.log (everything), DIR/summary.txt (one line per test
 # case: PASSED, FAILED or SKIPPED with the reason), DIR/<test>.log. The
@@ -112,14 +115,23 @@ main() {
   fi
 
   # ---- the host's CUDA runtime and NCCL ---------------------------------------
-  searched=()
-  candidate_dirs() {
+  # The order of rankd's own loader (dataplane/nccl/internal/
+  # native_library.h): the loader's path and cache, the CUDA homes, the
+  # Python wheel folders; a newer soname anywhere before an older one.
+  candidate_dirs() {  # candidate_dirs EXTRA_HOME_VAR
     local d
     IFS=: read -r -a ld <<<"${LD_LIBRARY_PATH:-}"
     for d in "${ld[@]}"; do [[ -n "$d" ]] && echo "$d"; done
+    ldconfig -p 2>/dev/null | awk '$1 ~ /^lib(cudart|nccl)\.so/ { print $NF }' |
+      xargs -r -n1 dirname
+    if [[ -n "$1" && -n "${!1:-}" ]]; then echo "${!1}/lib"; echo "${!1}/lib64"; fi
+    for d in ${CUDA_HOME:+"$CUDA_HOME"} /usr/local/cuda; do
+      echo "$d/lib64"; echo "$d/lib"; echo "$d/targets/x86_64-linux/lib"
+    done
+    echo /usr/lib/x86_64-linux-gnu
     if command -v python3 >/dev/null; then
       python3 - <<'PY' 2>/dev/null
-import glob, os, site, sys
+import os, site
 roots = list(site.getsitepackages()) + [site.getusersitepackages()]
 for root in roots:
     for sub in ("cu13", "cu12", "cuda_runtime", "nccl"):
@@ -128,38 +140,53 @@ for root in roots:
             print(d)
 PY
     fi
-    for d in "${CUDA_HOME:-/usr/local/cuda}"/{lib64,lib,targets/x86_64-linux/lib} \
-             /usr/local/cuda/{lib64,lib,targets/x86_64-linux/lib} /usr/lib/x86_64-linux-gnu; do
-      echo "$d"
-    done
   }
-  find_library() {  # find_library VAR SONAME... : sets VAR to the first file found
-    local var=$1 d s; shift
-    if [[ -n "${!var:-}" && -f "${!var}" ]]; then return 0; fi
-    while read -r d; do
-      searched+=("$d")
-      for s in "$@"; do
+  # find_library VAR HOME_VAR SONAME...: VAR names the file to use. A VAR
+  # already set must name an existing file (rankd uses it or nothing).
+  find_library() {
+    local var=$1 home=$2 d s; shift 2
+    if [[ -n "${!var:-}" ]]; then
+      [[ -f "${!var}" ]] && return 0
+      why="\$$var names ${!var}, which does not exist"
+      return 1
+    fi
+    local dirs
+    mapfile -t dirs < <(candidate_dirs "$home" | awk '!seen[$0]++')
+    for s in "$@"; do
+      for d in "${dirs[@]}"; do
         if [[ -f "$d/$s" ]]; then printf -v "$var" '%s' "$d/$s"; return 0; fi
       done
-    done < <(candidate_dirs | awk '!seen[$0]++')
-    for s in "$@"; do
-      local cached
-      cached=$(ldconfig -p 2>/dev/null | awk -v s="$s" '$1 == s { print $NF; exit }')
-      if [[ -n "$cached" ]]; then printf -v "$var" '%s' "$cached"; return 0; fi
     done
+    why="no $(printf '%s or ' "$@" | sed 's/ or $//') in \$$var (unset), $(printf '%s, ' "${dirs[@]}" | sed 's/, $//') (LD_LIBRARY_PATH, the loader cache, the CUDA homes, python3's NVIDIA wheel folders)"
     return 1
   }
   echo "== CUDA runtime and NCCL of this host"
-  if ! find_library RANKD_CUDART_LIBRARY libcudart.so.13 libcudart.so.12; then
-    fail_setup host-libraries "no GPU can be used: no CUDA runtime found: no libcudart.so.13 or libcudart.so.12 in \$RANKD_CUDART_LIBRARY, $(printf '%s, ' "${searched[@]}" | awk '!seen[$0]++' | sed 's/, $//') or the loader cache (ldconfig -p); install the CUDA runtime (e.g. pip install nvidia-cuda-runtime) or set RANKD_CUDART_LIBRARY"
+  for lib in "RANKD_CUDART_LIBRARY CUDA_HOME CUDA runtime libcudart.so.13 libcudart.so.12" \
+             "RANKD_NCCL_LIBRARY NCCL_HOME NCCL libnccl.so.2"; do
+    read -r var home name1 name2 sonames <<<"$lib"
+    name="$name1"; [[ "$name2" == runtime ]] && name="$name1 runtime" || sonames="$name2 $sonames"
+    preset="${!var:-}"
+    # shellcheck disable=SC2086
+    if find_library "$var" "$home" $sonames; then
+      echo "   $name: ${!var}"
+      if [[ -n "$preset" ]]; then
+        export "$var"   # named by the caller: rankd uses exactly that file
+      else
+        # Let rankd's loader choose (it may prefer libcudart.so.12 for an
+        # older driver), but make sure it can see this folder.
+        lib_dirs="${lib_dirs:+$lib_dirs:}$(dirname "${!var}")"
+        unset "$var"
+      fi
+    elif ((without_gpu)); then
+      echo "   --without-gpu: going on without the $name ($why)"
+      unset "$var"
+    else
+      fail_setup host-libraries "no GPU can be used: no $name found: $why; install it (e.g. pip install nvidia-cuda-runtime nvidia-nccl-cu13) or set $var"
+    fi
+  done
+  if [[ -n "${lib_dirs:-}" ]]; then
+    export LD_LIBRARY_PATH="$lib_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
-  searched=()
-  if ! find_library RANKD_NCCL_LIBRARY libnccl.so.2; then
-    fail_setup host-libraries "no GPU can be used: no NCCL found: no libnccl.so.2 in \$RANKD_NCCL_LIBRARY, $(printf '%s, ' "${searched[@]}" | sed 's/, $//') or the loader cache (ldconfig -p); install NCCL (e.g. pip install nvidia-nccl-cu13) or set RANKD_NCCL_LIBRARY"
-  fi
-  export RANKD_CUDART_LIBRARY RANKD_NCCL_LIBRARY
-  echo "   libcudart: $RANKD_CUDART_LIBRARY"
-  echo "   libnccl:   $RANKD_NCCL_LIBRARY"
 
   # ---- the GPUs ------------------------------------------------------------------
   echo "== GPUs"
@@ -173,7 +200,9 @@ PY
   echo "$probe" | sed 's/^/   /'
   gpus=$(sed -nE 's/^BACKEND_OK nccl devices=([0-9]+).*/\1/p' <<<"$probe")
   if ((probe_status != 0)) || [[ -z "$gpus" ]] || ((gpus < 1)); then
-    why="no GPU found: $(grep -m1 '^REFUSED' <<<"$probe" | sed 's/^REFUSED //')"
+    refused=$(grep -m1 '^REFUSED' <<<"$probe" | sed 's/^REFUSED //')
+    [[ -n "$refused" ]] || refused="serving --probe_backend exited $probe_status: $(tail -1 <<<"$probe")"
+    why="no GPU found: $refused"
     ((without_gpu)) || fail_setup gpus "$why"
     echo "   --without-gpu: going on ($why)"
     gpus=0
@@ -193,20 +222,23 @@ PY
     env "$@" timeout --kill-after=10 "$limit" "$binary" --gtest_color=no > "$tlog" 2>&1
     local status=$?
     local -A seen=()
-    local cases=0 line test reason
+    local cases=0 failed_cases=0 line test reason
     while IFS= read -r line; do
-      if [[ "$line" =~ ^\[\ +(OK|FAILED|SKIPPED)\ +\]\ ([A-Za-z0-9_/.]+)(\ \(|$) ]]; then
+      # Not the "[  FAILED  ] 2 tests, listed below:" totals.
+      [[ "$line" =~ ^\[.*\]\ [0-9]+\ tests?,\ listed ]] && continue
+      if [[ "$line" =~ ^\[\ +(OK|FAILED|SKIPPED)\ +\]\ ([A-Za-z0-9_/.]+)(,|\ \(|$) ]]; then
         test=${BASH_REMATCH[2]}
         [[ -n "${seen[$test]:-}" ]] && continue
         seen[$test]=1
         cases=$((cases + 1))
         case "${BASH_REMATCH[1]}" in
           OK) record PASSED "$name:$test" ;;
-          FAILED) record FAILED "$name:$test" "see $tlog" ;;
+          FAILED) record FAILED "$name:$test" "see $tlog"; failed_cases=$((failed_cases + 1)) ;;
           SKIPPED)
-            reason=$(grep -B1 -F "[  SKIPPED ] $test" "$tlog" | head -1)
-            [[ "$reason" == "[ RUN"* || "$reason" == *"Skipped"* ]] && reason=""
-            [[ -z "$reason" ]] && reason=$(grep -A1 -E ": Skipped$" "$tlog" | grep -v -E ': Skipped$|^--$' | head -1)
+            # gtest prints "<file>: Skipped", the reason, then the SKIPPED
+            # line of this very test (with its time).
+            reason=$(awk -v t="[  SKIPPED ] $test (" \
+              'index($0, t) == 1 { if (prev !~ /^\[/ && prev !~ /: Skipped$/) print prev; exit } { prev = $0 }' "$tlog")
             record SKIPPED "$name:$test" "$reason" ;;
         esac
       fi
@@ -214,7 +246,7 @@ PY
     tail -3 "$tlog" | sed 's/^/   /'
     if ((status == 124 || status == 137)); then
       record FAILED "$name" "timed out after ${limit} s; see $tlog"
-    elif ((status != 0)) && ! grep -q '^\[  FAILED  \]' "$tlog"; then
+    elif ((status != 0)) && ((failed_cases == 0)); then
       record FAILED "$name" "exit status $status; see $tlog"
     elif ((cases == 0)); then
       record FAILED "$name" "ran no test case; see $tlog"

@@ -167,6 +167,63 @@ absl::Status MissingFunctions(const char* what, const std::string& path,
                                              " (too old for rankd?)"));
 }
 
+// Fills `api` from the runtime opened at `path`; Unavailable naming what is
+// missing.
+absl::Status ResolveCudaRuntime(void* h, const std::string& path,
+                                CudaRuntimeApi* api) {
+  api->path = path;
+  std::vector<std::string> missing;
+  Resolve(h, "cudaGetDeviceCount", &api->GetDeviceCount, &missing);
+  Resolve(h, "cudaGetDevice", &api->GetDevice, &missing);
+  Resolve(h, "cudaSetDevice", &api->SetDevice, &missing);
+  Resolve(h, "cudaDeviceGetAttribute", &api->DeviceGetAttribute, &missing);
+  Resolve(h, "cudaDeviceGetPCIBusId", &api->DeviceGetPCIBusId, &missing);
+  Resolve(h, "cudaDriverGetVersion", &api->DriverGetVersion, &missing);
+  Resolve(h, "cudaRuntimeGetVersion", &api->RuntimeGetVersion, &missing);
+  Resolve(h, "cudaGetLastError", &api->GetLastError, &missing);
+  Resolve(h, "cudaGetErrorName", &api->GetErrorName, &missing);
+  Resolve(h, "cudaGetErrorString", &api->GetErrorString, &missing);
+  Resolve(h, "cudaStreamCreateWithFlags", &api->StreamCreateWithFlags,
+          &missing);
+  Resolve(h, "cudaStreamDestroy", &api->StreamDestroy, &missing);
+  Resolve(h, "cudaStreamSynchronize", &api->StreamSynchronize, &missing);
+  Resolve(h, "cudaStreamWaitEvent", &api->StreamWaitEvent, &missing);
+  Resolve(h, "cudaLaunchHostFunc", &api->LaunchHostFunc, &missing);
+  Resolve(h, "cudaEventCreateWithFlags", &api->EventCreateWithFlags, &missing);
+  Resolve(h, "cudaEventDestroy", &api->EventDestroy, &missing);
+  Resolve(h, "cudaEventRecord", &api->EventRecord, &missing);
+  Resolve(h, "cudaEventQuery", &api->EventQuery, &missing);
+  Resolve(h, "cudaEventSynchronize", &api->EventSynchronize, &missing);
+  Resolve(h, "cudaMalloc", &api->Malloc, &missing);
+  Resolve(h, "cudaFree", &api->Free, &missing);
+  Resolve(h, "cudaMallocAsync", &api->MallocAsync, &missing);
+  Resolve(h, "cudaFreeAsync", &api->FreeAsync, &missing);
+  Resolve(h, "cudaMemcpyAsync", &api->MemcpyAsync, &missing);
+  Resolve(h, "cudaMemcpy2DAsync", &api->Memcpy2DAsync, &missing);
+  Resolve(h, "cudaMemsetAsync", &api->MemsetAsync, &missing);
+  if (absl::Status s = MissingFunctions("the CUDA runtime", api->path, missing);
+      !s.ok()) {
+    return s;
+  }
+  api->runtime_version = 0;
+  if (api->RuntimeGetVersion(&api->runtime_version) != kCudaSuccess) {
+    api->runtime_version = 0;
+  }
+  return absl::OkStatus();
+}
+
+// Whether the installed driver is older than `api`'s runtime needs
+// (cudaDriverGetVersion: the newest CUDA the driver supports; 0 without
+// a driver, which is not "older").
+bool DriverTooOld(const CudaRuntimeApi& api) {
+  int driver = 0;
+  if (api.DriverGetVersion(&driver) != kCudaSuccess) {
+    (void)api.GetLastError();
+    return false;
+  }
+  return driver > 0 && driver / 1000 < api.runtime_version / 1000;
+}
+
 absl::StatusOr<const CudaRuntimeApi*> OpenCudaRuntime() {
   std::vector<std::string> dirs = CudaHomeDirs(nullptr);
   for (std::string& d : WheelDirs({"cu13", "cu12", "cuda_runtime"})) {
@@ -175,46 +232,26 @@ absl::StatusOr<const CudaRuntimeApi*> OpenCudaRuntime() {
   auto lib = OpenLibrary({"CUDA runtime",
                           "RANKD_CUDART_LIBRARY",
                           {"libcudart.so.13", "libcudart.so.12"},
-                          std::move(dirs)});
+                          dirs});
   if (!lib.ok()) return lib.status();
-  static CudaRuntimeApi api;
-  api.path = lib->path;
-  void* h = lib->handle;
-  std::vector<std::string> missing;
-  Resolve(h, "cudaGetDeviceCount", &api.GetDeviceCount, &missing);
-  Resolve(h, "cudaGetDevice", &api.GetDevice, &missing);
-  Resolve(h, "cudaSetDevice", &api.SetDevice, &missing);
-  Resolve(h, "cudaDeviceGetAttribute", &api.DeviceGetAttribute, &missing);
-  Resolve(h, "cudaDeviceGetPCIBusId", &api.DeviceGetPCIBusId, &missing);
-  Resolve(h, "cudaDriverGetVersion", &api.DriverGetVersion, &missing);
-  Resolve(h, "cudaRuntimeGetVersion", &api.RuntimeGetVersion, &missing);
-  Resolve(h, "cudaGetLastError", &api.GetLastError, &missing);
-  Resolve(h, "cudaGetErrorName", &api.GetErrorName, &missing);
-  Resolve(h, "cudaGetErrorString", &api.GetErrorString, &missing);
-  Resolve(h, "cudaStreamCreateWithFlags", &api.StreamCreateWithFlags, &missing);
-  Resolve(h, "cudaStreamDestroy", &api.StreamDestroy, &missing);
-  Resolve(h, "cudaStreamSynchronize", &api.StreamSynchronize, &missing);
-  Resolve(h, "cudaStreamWaitEvent", &api.StreamWaitEvent, &missing);
-  Resolve(h, "cudaLaunchHostFunc", &api.LaunchHostFunc, &missing);
-  Resolve(h, "cudaEventCreateWithFlags", &api.EventCreateWithFlags, &missing);
-  Resolve(h, "cudaEventDestroy", &api.EventDestroy, &missing);
-  Resolve(h, "cudaEventRecord", &api.EventRecord, &missing);
-  Resolve(h, "cudaEventQuery", &api.EventQuery, &missing);
-  Resolve(h, "cudaEventSynchronize", &api.EventSynchronize, &missing);
-  Resolve(h, "cudaMalloc", &api.Malloc, &missing);
-  Resolve(h, "cudaFree", &api.Free, &missing);
-  Resolve(h, "cudaMallocAsync", &api.MallocAsync, &missing);
-  Resolve(h, "cudaFreeAsync", &api.FreeAsync, &missing);
-  Resolve(h, "cudaMemcpyAsync", &api.MemcpyAsync, &missing);
-  Resolve(h, "cudaMemcpy2DAsync", &api.Memcpy2DAsync, &missing);
-  Resolve(h, "cudaMemsetAsync", &api.MemsetAsync, &missing);
-  if (absl::Status s = MissingFunctions("the CUDA runtime", api.path, missing);
+  // Never destroyed: sessions may still call CUDA during static teardown.
+  static CudaRuntimeApi& api = *new CudaRuntimeApi();
+  if (absl::Status s = ResolveCudaRuntime(lib->handle, lib->path, &api);
       !s.ok()) {
     return s;
   }
-  api.runtime_version = 0;
-  if (api.RuntimeGetVersion(&api.runtime_version) != kCudaSuccess) {
-    api.runtime_version = 0;
+  // A host with both runtimes (say PyTorch's CUDA 13 wheels) and a driver
+  // that only supports CUDA 12 can still run: take the older runtime,
+  // unless a file was named explicitly.
+  if (Env("RANKD_CUDART_LIBRARY").empty() && DriverTooOld(api)) {
+    auto older = OpenLibrary(
+        {"CUDA runtime", "RANKD_CUDART_LIBRARY", {"libcudart.so.12"}, dirs});
+    CudaRuntimeApi candidate{};
+    if (older.ok() && older->path != api.path &&
+        ResolveCudaRuntime(older->handle, older->path, &candidate).ok() &&
+        !DriverTooOld(candidate)) {
+      api = candidate;
+    }
   }
   // The driver names devices; it is optional (the runtime works without
   // these three, and on machines without a driver it is absent).
@@ -235,7 +272,8 @@ absl::StatusOr<const NcclApi*> OpenNccl() {
   auto lib = OpenLibrary(
       {"NCCL", "RANKD_NCCL_LIBRARY", {"libnccl.so.2"}, std::move(dirs)});
   if (!lib.ok()) return lib.status();
-  static NcclApi api;
+  // Never destroyed (as above).
+  static NcclApi& api = *new NcclApi();
   api.path = lib->path;
   void* h = lib->handle;
   std::vector<std::string> missing;
@@ -273,13 +311,16 @@ absl::StatusOr<const NcclApi*> OpenNccl() {
 }  // namespace
 
 absl::StatusOr<const CudaRuntimeApi*> LoadCudaRuntime() {
-  static const absl::StatusOr<const CudaRuntimeApi*> loaded = OpenCudaRuntime();
-  return loaded;
+  // Never destroyed, like the tables it points to.
+  static const auto* const loaded =
+      new absl::StatusOr<const CudaRuntimeApi*>(OpenCudaRuntime());
+  return *loaded;
 }
 
 absl::StatusOr<const NcclApi*> LoadNccl() {
-  static const absl::StatusOr<const NcclApi*> loaded = OpenNccl();
-  return loaded;
+  static const auto* const loaded =
+      new absl::StatusOr<const NcclApi*>(OpenNccl());
+  return *loaded;
 }
 
 }  // namespace rankd::dataplane::nccl::internal

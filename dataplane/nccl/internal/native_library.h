@@ -33,8 +33,11 @@
 namespace rankd::dataplane::nccl::internal {
 
 // The CUDA runtime functions rankd calls, resolved from one libcudart, plus
-// two driver functions (from libcuda.so.1, which the runtime loads) used
-// only to name devices; those two may be null.
+// three driver functions (from libcuda.so.1) used only to name devices;
+// those may be null. When libcudart.so.13 loads but the driver only
+// supports CUDA 12, libcudart.so.12 is taken instead where there is one
+// (not when $RANKD_CUDART_LIBRARY names a file). Value-initialize these
+// tables ({}), so that absent optional members are null.
 struct CudaRuntimeApi {
   std::string path;     // the file that was opened
   int runtime_version;  // cudaRuntimeGetVersion, e.g. 13000
