@@ -5,7 +5,7 @@
 //
 // A Client connects to the daemon (Unix socket by default, TCP optional),
 // joins the job once, and then offers the control-plane services of
-// ../shared/SPEC.md sections 3.2 and 4: the rank's session descriptor,
+// docs/client-api.md and docs/contract.md: the rank's session descriptor,
 // world-wide all_gather_words rounds (blocking and bounded forms), the job's
 // key-value broker (used for NCCL unique ids and Gloo rendezvous) and prompt
 // notice of job failure through a watch stream that is also the rank's

@@ -6,10 +6,10 @@
 //
 //   rank = ((d*P + p)*T + t)*E + e
 //
-// Every rank derives the same groups from the same topology (SPEC 3.1):
-// group id 1 holds every rank, then come all tensor groups, then pipeline,
-// expert and data groups, numbered consecutively in that order. Within one
-// kind, groups are numbered by first appearance when scanning ranks
+// Every rank derives the same groups from the same topology (docs/contract.md,
+// Types): group id 1 holds every rank, then come all tensor groups, then
+// pipeline, expert and data groups, numbered consecutively in that order.
+// Within one kind, groups are numbered by first appearance when scanning ranks
 // 0..W-1, and each group's members are in ascending rank order. Groups of
 // size one are kept (TP=1 gives W singleton tensor groups) so that a given
 // kind always starts at the same id for a given world size.

@@ -1,5 +1,5 @@
-// CommunicationBackend: the low-level, static contract (seed
-// 001_695300b5298d0379.txt, SPEC 3.3), as C++20 concepts.
+// CommunicationBackend: the low-level, static contract (docs/contract.md,
+// CommunicationBackend), as C++20 concepts.
 //
 // A backend type B provides the associated types
 //   B::Tensor, B::Executor (stream/queue), B::CommunicationGroup,

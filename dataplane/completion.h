@@ -1,5 +1,5 @@
-// Completions of the data-plane contract (SPEC 3.1): Completion (exact,
-// non-blocking IsComplete and a blocking Wait on this work only),
+// Completions of the data-plane contract (docs/contract.md, Types): Completion
+// (exact, non-blocking IsComplete and a blocking Wait on this work only),
 // BoundedCompletion (WaitBounded with a deadline and a cancellation mode),
 // and Submission, which pairs an output with the completion that makes it
 // authoritative. A completion retains every tensor, buffer, stream, group and

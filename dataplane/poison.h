@@ -1,8 +1,8 @@
 // PoisonLatch: the "poisoned session" state of the data-plane contract
-// (SPEC 3.3): after a native failure or a missed deadline, every later
-// operation fails at once with the original cause and submits no native
-// work. The first cause wins and is kept forever. Thread-safe. Depends on
-// absl only.
+// (docs/contract.md, Rules for every backend): after a native failure or a
+// missed deadline, every later operation fails at once with the original cause
+// and submits no native work. The first cause wins and is kept forever.
+// Thread-safe. Depends on absl only.
 #ifndef RANKD_DATAPLANE_POISON_H_
 #define RANKD_DATAPLANE_POISON_H_
 

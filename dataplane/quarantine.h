@@ -1,10 +1,10 @@
 // Quarantine: the owner that QuarantineUntilComplete hands timed-out work to
-// (SPEC 3.1). It takes ownership of a completion and every resource the work
-// uses (tensors, buffers, groups, routes) and releases them only after the
-// completion reports exact completion, from a reaper thread that polls
-// IsComplete (and can be nudged with Notify). While anything is quarantined,
-// Fence() fails, and the communicator that owns the quarantine checks it
-// before accepting new work.
+// (docs/contract.md, Types). It takes ownership of a completion and every
+// resource the work uses (tensors, buffers, groups, routes) and releases them
+// only after the completion reports exact completion, from a reaper thread that
+// polls IsComplete (and can be nudged with Notify). While anything is
+// quarantined, Fence() fails, and the communicator that owns the quarantine
+// checks it before accepting new work.
 //
 //   quarantine.Admit(completion, {tensor.resource(), group}, "all_reduce_sum
 //                    on group 3");

@@ -1,5 +1,5 @@
 // DistributedSession: the high-level, dyn-compatible data-plane contract
-// (seed 000_b5e1650ea36fc1fa.txt, SPEC 3.2). A serving process gets one
+// (docs/contract.md, DistributedSession). A serving process gets one
 // session for its whole model and runs every collective through it.
 //
 // Contract for every operation:

@@ -1,8 +1,8 @@
-// Supporting types of the data-plane contract (SPEC 3.1): dtypes, value and
-// group descriptors, the session descriptor, collective scopes and fail-closed
-// capabilities. Every type with an invariant is built by a factory that
-// validates it, so a value that exists is valid. Depends on absl and
-// common/topology only.
+// Supporting types of the data-plane contract (docs/contract.md, Types):
+// dtypes, value and group descriptors, the session descriptor, collective
+// scopes and fail-closed capabilities. Every type with an invariant is built by
+// a factory that validates it, so a value that exists is valid. Depends on absl
+// and common/topology only.
 #ifndef RANKD_DATAPLANE_TYPES_H_
 #define RANKD_DATAPLANE_TYPES_H_
 

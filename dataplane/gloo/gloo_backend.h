@@ -1,4 +1,4 @@
-// GlooBackend: the CommunicationBackend contract (SPEC 3.3,
+// GlooBackend: the CommunicationBackend contract (docs/contract.md,
 // communication_backend.h) on Gloo's TCP transport and host memory. It
 // declares all eight fine-grained operations: AllReduceSum, AllGatherEven,
 // AllGatherUneven, VariableAllToAll, Broadcast, Barrier, AgreeSuccess and

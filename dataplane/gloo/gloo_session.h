@@ -1,5 +1,5 @@
-// GlooSession: the DistributedSession contract (SPEC 3.2, session.h) on the
-// Gloo backend, with HostTensor values. Scopes map to the backend's groups
+// GlooSession: the DistributedSession contract (docs/contract.md, session.h) on
+// the Gloo backend, with HostTensor values. Scopes map to the backend's groups
 // (World -> the world group, Group(id) -> the descriptor's group); every
 // operation is the matching GlooBackend operation on its executor, so the
 // session and the backend share one order, one poison state and one

@@ -1,9 +1,9 @@
-// DeviceTensor: the NCCL backend's value (SPEC 3.4): a shared device buffer,
-// its ValueDescriptor and the device it lives on, plus an optional "ready"
-// event: the CUDA event after which the buffer holds the value. Outputs of
-// NCCL operations carry their operation's completion event as ready event,
-// so later GPU work (ours or the caller's, on any stream) can be ordered
-// after them without blocking the host. Copies share the buffer.
+// DeviceTensor: the NCCL backend's value (docs/contract.md, Backends): a shared
+// device buffer, its ValueDescriptor and the device it lives on, plus an
+// optional "ready" event: the CUDA event after which the buffer holds the
+// value. Outputs of NCCL operations carry their operation's completion event as
+// ready event, so later GPU work (ours or the caller's, on any stream) can be
+// ordered after them without blocking the host. Copies share the buffer.
 #ifndef RANKD_DATAPLANE_NCCL_DEVICE_TENSOR_H_
 #define RANKD_DATAPLANE_NCCL_DEVICE_TENSOR_H_
 
@@ -52,7 +52,8 @@ class DeviceTensor {
     auto bytes = ToHost();
     if (!bytes.ok()) return bytes.status();
     std::vector<T> out(bytes->size() / sizeof(T));
-    if (!out.empty()) std::memcpy(out.data(), bytes->data(), out.size() * sizeof(T));
+    if (!out.empty())
+      std::memcpy(out.data(), bytes->data(), out.size() * sizeof(T));
     return out;
   }
 

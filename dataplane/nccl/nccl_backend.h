@@ -1,4 +1,4 @@
-// NcclBackend: the CommunicationBackend contract (SPEC 3.3) on NCCL.
+// NcclBackend: the CommunicationBackend contract (docs/contract.md) on NCCL.
 //
 //   Tensor                   = DeviceTensor
 //   Executor                 = CudaExecutor (a CUDA stream)
@@ -70,7 +70,10 @@ class NcclGroup {
   friend class NcclBackend;
   NcclGroup(std::shared_ptr<SessionCore> core, std::shared_ptr<CommEntry> comm,
             CollectiveGroupId id, bool world)
-      : core_(std::move(core)), comm_(std::move(comm)), id_(id), world_(world) {}
+      : core_(std::move(core)),
+        comm_(std::move(comm)),
+        id_(id),
+        world_(world) {}
   std::shared_ptr<SessionCore> core_;
   std::shared_ptr<CommEntry> comm_;
   CollectiveGroupId id_;
@@ -140,9 +143,9 @@ class NcclBackend {
   UnitSubmission<NcclBackend> Barrier(NcclGroup& group, CudaExecutor& executor);
   AgreementSubmission<NcclBackend> AgreeSuccess(bool success, NcclGroup& group,
                                                 CudaExecutor& executor);
-  BundleSubmission<NcclBackend> SendReceive(absl::Span<const DeviceTensor> tensors,
-                                            const NcclRoute& route,
-                                            CudaExecutor& executor);
+  BundleSubmission<NcclBackend> SendReceive(
+      absl::Span<const DeviceTensor> tensors, const NcclRoute& route,
+      CudaExecutor& executor);
 
  private:
   // Poison, ownership and capability checks shared by the operations.

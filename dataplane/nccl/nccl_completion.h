@@ -1,4 +1,4 @@
-// Completions of the NCCL backend (SPEC 3.1, 3.4): a CUDA event recorded
+// Completions of the NCCL backend (docs/contract.md): a CUDA event recorded
 // after the operation's work plus every resource the work uses (tensors'
 // buffers, output and scratch buffers, the stream, the communicator).
 //
@@ -128,7 +128,8 @@ std::shared_ptr<NcclOpOwner> LocalOpOwner();
 
 class NcclCompletion final : public BoundedCompletion {
  public:
-  NcclCompletion(std::shared_ptr<NcclOp> op, std::shared_ptr<NcclOpOwner> owner);
+  NcclCompletion(std::shared_ptr<NcclOp> op,
+                 std::shared_ptr<NcclOpOwner> owner);
   // Quarantines the operation when its work still runs.
   ~NcclCompletion() override;
 

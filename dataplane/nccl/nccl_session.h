@@ -1,9 +1,9 @@
-// NcclSession: DistributedSession<DeviceTensor> on NCCL (SPEC 3.2, 3.4).
+// NcclSession: DistributedSession<DeviceTensor> on NCCL (docs/contract.md).
 //
-//   auto control = MakeClientControlPlane(client.get());   // or any ControlPlane
-//   auto descriptor = ...;                                 // from the daemon
-//   auto session = NcclSession::Open(descriptor, control.get(), {.device = local_rank});
-//   if (!session.ok()) ...                                 // init failed / no GPU
+//   auto control = MakeClientControlPlane(client.get());   // or any
+//   ControlPlane auto descriptor = ...;                                 // from
+//   the daemon auto session = NcclSession::Open(descriptor, control.get(),
+//   {.device = local_rank}); if (!session.ok()) ... // init failed / no GPU
 //   auto sum = (*session)->AllReduceSum(CollectiveScope::World(), tensor);
 //   sum->completion->Wait();                               // or WaitBounded
 //

@@ -1,5 +1,5 @@
 // Hands NCCL unique ids to every member of a communicator through the
-// control plane's key-value broker (SPEC 3.4): the root of each id calls
+// control plane's key-value broker (docs/nccl.md): the root of each id calls
 // ncclGetUniqueId and publishes it; the others wait for it with a deadline.
 // Above kDefaultRanksPerUniqueId ranks a communicator uses one id per that
 // many ranks (ncclCommInitRankScalable), each created by its own root (see

@@ -16,16 +16,12 @@
 #                                         skip, the serving example is skipped
 #   CUDA_VISIBLE_DEVICES=0 tests/gpu/run.sh   world size 1
 #
-# Before any test it finds libcudart.so.13 (or .12) and libnccl.so.2 where
-# GPU hosts have them, in the order rankd's loader uses:
-# $RANKD_CUDART_LIBRARY / $RANKD_NCCL_LIBRARY (exactly that file),
-# LD_LIBRARY_PATH, the loader's cache, $NCCL_HOME, $CUDA_HOME and
-# /usr/local/cuda (lib64, lib, targets/x86_64-linux/lib), the NVIDIA wheel
-# folders of python3's site-packages. It puts their folders on
-# LD_LIBRARY_PATH (rankd's loader makes the final choice), then prints the
-# GPUs, the driver, and the CUDA runtime and NCCL rankd loaded. No GPU, or
-# no library found, fails with what was looked for where. Tests that need
-# more GPUs than are visible skip, saying so.
+# Before any test it prints what rankd's own loader finds (libcudart.so.13
+# or .12 and libnccl.so.2: $RANKD_CUDART_LIBRARY / $RANKD_NCCL_LIBRARY,
+# LD_LIBRARY_PATH, the loader's cache, the CUDA homes, the NVIDIA wheel
+# folders, to which it adds those of python3's site-packages), the GPUs and
+# the driver. No GPU, or no library found, fails with what was looked for
+# where. Tests that need more GPUs than are visible skip, saying so.
 #
 # Output: DIR/run.log (everything), DIR/summary.txt (one line per test
 # case: PASSED, FAILED or SKIPPED with the reason), DIR/<test>.log. The
@@ -114,96 +110,48 @@ main() {
     sed 's/^/   /' "$kit/KIT_INFO" | head -4
   fi
 
-  # ---- the host's CUDA runtime and NCCL ---------------------------------------
-  # The order of rankd's own loader (dataplane/nccl/internal/
-  # native_library.h): the loader's path and cache, the CUDA homes, the
-  # Python wheel folders; a newer soname anywhere before an older one.
-  candidate_dirs() {  # candidate_dirs EXTRA_HOME_VAR
-    local d
-    IFS=: read -r -a ld <<<"${LD_LIBRARY_PATH:-}"
-    for d in "${ld[@]}"; do [[ -n "$d" ]] && echo "$d"; done
-    ldconfig -p 2>/dev/null | awk '$1 ~ /^lib(cudart|nccl)\.so/ { print $NF }' |
-      xargs -r -n1 dirname
-    if [[ -n "$1" && -n "${!1:-}" ]]; then echo "${!1}/lib"; echo "${!1}/lib64"; fi
-    for d in ${CUDA_HOME:+"$CUDA_HOME"} /usr/local/cuda; do
-      echo "$d/lib64"; echo "$d/lib"; echo "$d/targets/x86_64-linux/lib"
-    done
-    echo /usr/lib/x86_64-linux-gnu
-    if command -v python3 >/dev/null; then
-      python3 - <<'PY' 2>/dev/null
+  # ---- the host's CUDA runtime and NCCL, and the GPUs ------------------------
+  # rankd's own loader finds the libraries (dataplane/nccl/internal/
+  # native_library.h); this only adds the NVIDIA wheel folders of python3's
+  # site-packages, wherever that is (a venv, conda), to its search path.
+  echo "== CUDA runtime, NCCL and GPUs of this host"
+  if command -v python3 >/dev/null; then
+    wheel_dirs=$(python3 - <<'PY' 2>/dev/null
 import os, site
 roots = list(site.getsitepackages()) + [site.getusersitepackages()]
-for root in roots:
-    for sub in ("cu13", "cu12", "cuda_runtime", "nccl"):
-        d = os.path.join(root, "nvidia", sub, "lib")
-        if os.path.isdir(d):
-            print(d)
+dirs = [os.path.join(r, "nvidia", s, "lib") for r in roots
+        for s in ("cu13", "cu12", "cuda_runtime", "nccl")]
+print(":".join(d for d in dirs if os.path.isdir(d)))
 PY
+    )
+    if [[ -n "$wheel_dirs" ]]; then
+      export LD_LIBRARY_PATH="$wheel_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      echo "   python3's NVIDIA wheel folders: $wheel_dirs"
     fi
-  }
-  # find_library VAR HOME_VAR SONAME...: VAR names the file to use. A VAR
-  # already set must name an existing file (rankd uses it or nothing).
-  find_library() {
-    local var=$1 home=$2 d s; shift 2
-    if [[ -n "${!var:-}" ]]; then
-      [[ -f "${!var}" ]] && return 0
-      why="\$$var names ${!var}, which does not exist"
-      return 1
-    fi
-    local dirs
-    mapfile -t dirs < <(candidate_dirs "$home" | awk '!seen[$0]++')
-    for s in "$@"; do
-      for d in "${dirs[@]}"; do
-        if [[ -f "$d/$s" ]]; then printf -v "$var" '%s' "$d/$s"; return 0; fi
-      done
-    done
-    why="no $(printf '%s or ' "$@" | sed 's/ or $//') in \$$var (unset), $(printf '%s, ' "${dirs[@]}" | sed 's/, $//') (LD_LIBRARY_PATH, the loader cache, the CUDA homes, python3's NVIDIA wheel folders)"
-    return 1
-  }
-  echo "== CUDA runtime and NCCL of this host"
-  for lib in "RANKD_CUDART_LIBRARY CUDA_HOME CUDA runtime libcudart.so.13 libcudart.so.12" \
-             "RANKD_NCCL_LIBRARY NCCL_HOME NCCL libnccl.so.2"; do
-    read -r var home name1 name2 sonames <<<"$lib"
-    name="$name1"; [[ "$name2" == runtime ]] && name="$name1 runtime" || sonames="$name2 $sonames"
-    preset="${!var:-}"
-    # shellcheck disable=SC2086
-    if find_library "$var" "$home" $sonames; then
-      echo "   $name: ${!var}"
-      if [[ -n "$preset" ]]; then
-        export "$var"   # named by the caller: rankd uses exactly that file
-      else
-        # Let rankd's loader choose (it may prefer libcudart.so.12 for an
-        # older driver), but make sure it can see this folder.
-        lib_dirs="${lib_dirs:+$lib_dirs:}$(dirname "${!var}")"
-        unset "$var"
-      fi
-    elif ((without_gpu)); then
-      echo "   --without-gpu: going on without the $name ($why)"
-      unset "$var"
-    else
-      fail_setup host-libraries "no GPU can be used: no $name found: $why; install it (e.g. pip install nvidia-cuda-runtime nvidia-nccl-cu13) or set $var"
-    fi
-  done
-  if [[ -n "${lib_dirs:-}" ]]; then
-    export LD_LIBRARY_PATH="$lib_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   fi
-
-  # ---- the GPUs ------------------------------------------------------------------
-  echo "== GPUs"
   if command -v nvidia-smi >/dev/null; then
     nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader 2>&1 | sed 's/^/   nvidia-smi: /'
   fi
   [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]] && echo "   CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
-  # The serving binary reports what rankd itself loads and sees.
+  # The serving binary reports what rankd itself loads and sees:
+  # NCCL_RUNTIME (files, versions, GPUs), then BACKEND_OK or REFUSED.
   probe=$("$bin/examples/serving" --backend=nccl --probe_backend 2>&1)
   probe_status=$?
   echo "$probe" | sed 's/^/   /'
+  runtime=$(grep -m1 '^NCCL_RUNTIME ' <<<"$probe" | sed 's/^NCCL_RUNTIME //')
   gpus=$(sed -nE 's/^BACKEND_OK nccl devices=([0-9]+).*/\1/p' <<<"$probe")
-  if ((probe_status != 0)) || [[ -z "$gpus" ]] || ((gpus < 1)); then
-    refused=$(grep -m1 '^REFUSED' <<<"$probe" | sed 's/^REFUSED //')
-    [[ -n "$refused" ]] || refused="serving --probe_backend exited $probe_status: $(tail -1 <<<"$probe")"
-    why="no GPU found: $refused"
+  if [[ -z "$runtime" ]]; then
+    why="serving --probe_backend exited $probe_status: $(tail -1 <<<"$probe")"
+    ((without_gpu)) || fail_setup setup "$why"
+  elif [[ "$runtime" == *"not loaded ("* ]]; then
+    # The loader's message says what it looked for where.
+    why="no GPU can be used: $runtime"
+    ((without_gpu)) || fail_setup host-libraries "$why"
+  elif ((probe_status != 0)) || [[ -z "$gpus" ]] || ((gpus < 1)); then
+    why="no GPU found: $(grep -m1 '^REFUSED' <<<"$probe" | sed 's/^REFUSED //')"
     ((without_gpu)) || fail_setup gpus "$why"
+  fi
+  if [[ -z "$gpus" ]] || ((gpus < 1)); then
     echo "   --without-gpu: going on ($why)"
     gpus=0
   fi
