@@ -35,12 +35,11 @@ absl::StatusOr<std::unique_ptr<Collectives>> OpenGlooCollectives(
 // The number of CUDA devices when this machine can run the NCCL backend (a
 // CUDA runtime, NCCL and at least one device); otherwise
 // FailedPrecondition saying why, e.g. "--backend=nccl needs a CUDA GPU;
-// this machine has none (...). Use --backend=gloo, ...".
-absl::StatusOr<int> NcclDevices();
-
-// What the NCCL backend loaded: CUDA runtime and NCCL files and versions,
-// driver, GPUs (dataplane/nccl/native_runtime.h), on one line.
-std::string NcclRuntimeSummary();
+// this machine has none (...). Use --backend=gloo, ...". When
+// `runtime_summary` is not null it receives what the NCCL backend loaded
+// (CUDA runtime and NCCL files and versions, driver, GPUs:
+// dataplane/nccl/native_runtime.h), on one line, either way.
+absl::StatusOr<int> NcclDevices(std::string* runtime_summary);
 
 // NcclSession over `control_plane` on the GPU of the rank's index on its
 // node (one rank per GPU: a node with more ranks than GPUs fails before any

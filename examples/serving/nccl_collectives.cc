@@ -43,9 +43,10 @@ struct DeviceCodec {
 
 }  // namespace
 
-absl::StatusOr<int> NcclDevices() {
+absl::StatusOr<int> NcclDevices(std::string* runtime_summary) {
   const dataplane::nccl::NativeRuntimeReport report =
       dataplane::nccl::DescribeNativeRuntime();
+  if (runtime_summary != nullptr) *runtime_summary = report.Summary();
   if (report.gpus.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "--backend=nccl needs a CUDA GPU; this machine has none (",
@@ -59,14 +60,12 @@ absl::StatusOr<int> NcclDevices() {
   return static_cast<int>(report.gpus.size());
 }
 
-std::string NcclRuntimeSummary() {
-  return dataplane::nccl::DescribeNativeRuntime().Summary();
-}
-
 absl::StatusOr<std::unique_ptr<Collectives>> OpenNcclCollectives(
     dataplane::ControlPlane* control_plane,
     const v1::SessionDescriptor& descriptor, const BackendOptions& options) {
-  if (auto devices = NcclDevices(); !devices.ok()) return devices.status();
+  if (auto devices = NcclDevices(nullptr); !devices.ok()) {
+    return devices.status();
+  }
   auto converted = dataplane::DescriptorFromProto(descriptor);
   if (!converted.ok()) return converted.status();
   dataplane::nccl::NcclSessionOptions nccl;

@@ -207,9 +207,10 @@ int ServingProcess::Run() {
   }
   int devices = 0;
   if (backend == "nccl") {
-    // What was loaded, first: a refusal below is easier to read with it.
-    Print(absl::StrCat("NCCL_RUNTIME ", NcclRuntimeSummary()));
-    auto count = NcclDevices();
+    std::string runtime;
+    auto count = NcclDevices(&runtime);
+    // What was loaded, first: a refusal is easier to read with it.
+    Print(absl::StrCat("NCCL_RUNTIME ", runtime));
     if (!count.ok()) {
       Print(absl::StrCat("REFUSED ", count.status().message()));
       return kExitUsage;
