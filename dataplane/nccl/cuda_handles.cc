@@ -1,5 +1,6 @@
 #include "dataplane/nccl/cuda_handles.h"
 
+#include <cstdint>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -37,7 +38,51 @@ absl::Status Check(CudaError error, absl::string_view what) {
   return CudaStatus(error, what);
 }
 
-// Whether `device` supports cudaMallocAsync, cached per device.
+// Makes `device`'s default memory pool fit for NCCL: every peer device that
+// can map it gets read-write access, since NCCL's same-process P2P transport
+// reads peers' buffers directly and pool memory, unlike cudaMalloc memory,
+// is mapped only on its own device until cudaMemPoolSetAccess; and freed
+// memory stays in the pool (release threshold: no limit), so a steady loop
+// does not return memory to the driver and fetch it back every step (the
+// default threshold of 0 releases at every synchronization).
+void PreparePool(int device) {
+  const CudaRuntimeApi& cuda = Cuda();
+  internal::CudaMemPool pool = nullptr;
+  if (cuda.DeviceGetDefaultMemPool(&pool, device) != internal::kCudaSuccess) {
+    (void)cuda.GetLastError();
+    return;
+  }
+  int count = 0;
+  if (cuda.GetDeviceCount(&count) != internal::kCudaSuccess) count = 0;
+  std::vector<internal::CudaMemAccessDesc> access;
+  for (int peer = 0; peer < count; ++peer) {
+    int can = 0;
+    if (peer == device ||
+        cuda.DeviceCanAccessPeer(&can, peer, device) != internal::kCudaSuccess ||
+        can == 0) {
+      continue;
+    }
+    internal::CudaMemAccessDesc d{};
+    d.location.type = internal::kCudaMemLocationTypeDevice;
+    d.location.id = peer;
+    d.flags = internal::kCudaMemAccessFlagsProtReadWrite;
+    access.push_back(d);
+  }
+  if (!access.empty() &&
+      cuda.MemPoolSetAccess(pool, access.data(), access.size()) !=
+          internal::kCudaSuccess) {
+    (void)cuda.GetLastError();
+  }
+  uint64_t keep_everything = UINT64_MAX;
+  if (cuda.MemPoolSetAttribute(pool, internal::kCudaMemPoolAttrReleaseThreshold,
+                               &keep_everything) != internal::kCudaSuccess) {
+    (void)cuda.GetLastError();
+  }
+  (void)cuda.GetLastError();
+}
+
+// Whether `device` supports cudaMallocAsync, cached per device; the first
+// time it does, its pool is prepared (PreparePool).
 bool MemoryPoolsSupported(int device) {
   static std::mutex mu;
   static std::vector<int>* cache = new std::vector<int>();
@@ -56,6 +101,7 @@ bool MemoryPoolsSupported(int device) {
       value = 0;
     }
     known = value != 0 ? 1 : 0;
+    if (known == 1) PreparePool(device);
   }
   return known == 1;
 }

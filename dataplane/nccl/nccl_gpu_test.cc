@@ -63,6 +63,14 @@ bool RequireGpu() {
     }                                                                         \
   } while (0)
 
+// `world` ranks, all in one data-parallel group (the only layout of that
+// size without a tensor, pipeline or expert degree).
+ParallelTopology DataParallel(uint32_t world) {
+  ParallelTopology topology;
+  topology.data = world;
+  return topology;
+}
+
 ValueDescriptor Desc(std::vector<size_t> shape,
                      TensorDtype dtype = TensorDtype::kF32) {
   return *ValueDescriptor::Create(std::move(shape), dtype);
@@ -501,7 +509,7 @@ TEST_F(NcclGpuTest, JobFailureAbortsAndFailsRunningWork) {
 TEST_F(NcclGpuTest, InitDeadlineAbortsTheCommunicators) {
   auto job = FakeJob::Create(2);
   auto cp = job->ControlPlaneFor(0);
-  auto descriptor = DistributedSessionDescriptor::FromTopology({}, 2, 0);
+  auto descriptor = DistributedSessionDescriptor::FromTopology(DataParallel(2), 2, 0);
   ASSERT_TRUE(descriptor.ok());
   NcclSessionOptions options;
   options.device = 0;
@@ -524,7 +532,7 @@ TEST_F(NcclGpuTest, InitDeadlineAbortsTheCommunicators) {
 TEST_F(NcclGpuTest, JobFailureDuringInitAbortsPromptly) {
   auto job = FakeJob::Create(2);
   auto cp = job->ControlPlaneFor(0);
-  auto descriptor = DistributedSessionDescriptor::FromTopology({}, 2, 0);
+  auto descriptor = DistributedSessionDescriptor::FromTopology(DataParallel(2), 2, 0);
   ASSERT_TRUE(descriptor.ok());
   NcclSessionOptions options;
   options.device = 0;
@@ -578,7 +586,7 @@ uint32_t MultiWorld() {
 
 TEST_F(NcclMultiGpuTest, CollectivesAcrossRanks) {
   const uint32_t world = MultiWorld();
-  RunRanks(world, {}, [world](uint32_t r, NcclSession& s, FakeJob&) {
+  RunRanks(world, DataParallel(world), [world](uint32_t r, NcclSession& s, FakeJob&) {
     auto stream = s.stream();
     // all_reduce_sum: sum over ranks of (r + i).
     auto x = Upload(Desc({8}), Floats(8, static_cast<float>(r)), stream);
@@ -701,7 +709,7 @@ TEST_F(NcclMultiGpuTest, GroupsOfATopology) {
 TEST_F(NcclMultiGpuTest, JobFailureUnblocksAHungCollective) {
   auto job = FakeJob::Create(2);
   RunRanks(
-      2, {},
+      2, DataParallel(2),
       [](uint32_t r, NcclSession& s, FakeJob& job) {
         // Connect the peers first (NCCL connects lazily on first use).
         auto warm = Upload(Desc({4}), Floats(4), s.stream());

@@ -60,7 +60,7 @@ ABSL_FLAG(std::string, scenario, "collectives", "what to run (see above)");
 ABSL_FLAG(int, device, -1, "CUDA device (-1: the local rank)");
 ABSL_FLAG(uint32_t, nccl_world, 0,
           "NCCL world size when it differs from the job's (abort scenarios): "
-          "the session uses FromTopology({}, nccl_world, rank)");
+          "the session is one data-parallel group of nccl_world ranks");
 ABSL_FLAG(std::string, tag, "gpu", "session tag");
 ABSL_FLAG(int, init_timeout_ms, 60000, "communicator init deadline");
 ABSL_FLAG(bool, dry_run, false,
@@ -791,8 +791,10 @@ int main(int argc, char** argv) {
       rankd::dataplane::DescriptorFromProto(*joined);
   if (const uint32_t nccl_world = absl::GetFlag(FLAGS_nccl_world);
       nccl_world != 0) {
-    descriptor =
-        DistributedSessionDescriptor::FromTopology({}, nccl_world, rank);
+    rankd::ParallelTopology data_parallel;
+    data_parallel.data = nccl_world;
+    descriptor = DistributedSessionDescriptor::FromTopology(data_parallel,
+                                                            nccl_world, rank);
   }
   if (!descriptor.ok()) {
     Print(absl::StrCat("ERROR descriptor: ", descriptor.status().ToString()));

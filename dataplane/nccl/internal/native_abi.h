@@ -17,6 +17,7 @@
 // that the public headers of dataplane/nccl can forward-declare them.
 struct CUstream_st;
 struct CUevent_st;
+struct CUmemPoolHandle_st;
 struct ncclComm;
 
 namespace rankd::dataplane::nccl::internal {
@@ -24,16 +25,21 @@ namespace rankd::dataplane::nccl::internal {
 // --- CUDA runtime (libcudart.so.13 / .12) ---------------------------------
 using CudaError = int;  // cudaError_t
 inline constexpr CudaError kCudaSuccess = 0;
+inline constexpr CudaError kCudaErrorInvalidValue = 1;
 inline constexpr CudaError kCudaErrorMemoryAllocation = 2;
+inline constexpr CudaError kCudaErrorInvalidPitchValue = 12;
 inline constexpr CudaError kCudaErrorInsufficientDriver = 35;
 inline constexpr CudaError kCudaErrorDevicesUnavailable = 46;
 inline constexpr CudaError kCudaErrorNoDevice = 100;
 inline constexpr CudaError kCudaErrorInvalidDevice = 101;
+inline constexpr CudaError kCudaErrorInvalidResourceHandle = 400;
 inline constexpr CudaError kCudaErrorNotReady = 600;
+inline constexpr CudaError kCudaErrorIllegalAddress = 700;
 
 using CudaStream = CUstream_st*;               // cudaStream_t
 using CudaEvent = CUevent_st*;                 // cudaEvent_t
 using CudaHostFn = void (*)(void* user_data);  // cudaHostFn_t
+using CudaMemPool = CUmemPoolHandle_st*;       // cudaMemPool_t
 
 // cudaMemcpyKind
 inline constexpr int kCudaMemcpyHostToDevice = 1;
@@ -45,7 +51,20 @@ inline constexpr unsigned kCudaEventDisableTiming = 0x02;
 // cudaDeviceAttr
 inline constexpr int kCudaDevAttrComputeCapabilityMajor = 75;
 inline constexpr int kCudaDevAttrComputeCapabilityMinor = 76;
+inline constexpr int kCudaDevAttrMaxPitch = 11;
 inline constexpr int kCudaDevAttrMemoryPoolsSupported = 115;
+// cudaMemPoolAttr, cudaMemLocationType, cudaMemAccessFlags
+inline constexpr int kCudaMemPoolAttrReleaseThreshold = 4;
+inline constexpr int kCudaMemLocationTypeDevice = 1;
+inline constexpr int kCudaMemAccessFlagsProtReadWrite = 3;
+struct CudaMemLocation {  // cudaMemLocation
+  int type;
+  int id;
+};
+struct CudaMemAccessDesc {  // cudaMemAccessDesc
+  CudaMemLocation location;
+  int flags;
+};
 
 // --- CUDA driver (libcuda.so.1, loaded by the runtime) --------------------
 using CuResult = int;  // CUresult; 0 is CUDA_SUCCESS

@@ -83,9 +83,15 @@ CHECK_FN(cudaFreeAsync, FreeAsync, CudaRuntimeApi);
 CHECK_FN(cudaMemcpyAsync, MemcpyAsync, CudaRuntimeApi);
 CHECK_FN(cudaMemcpy2DAsync, Memcpy2DAsync, CudaRuntimeApi);
 CHECK_FN(cudaMemsetAsync, MemsetAsync, CudaRuntimeApi);
+CHECK_FN(cudaDeviceCanAccessPeer, DeviceCanAccessPeer, CudaRuntimeApi);
+CHECK_FN(cudaDeviceGetDefaultMemPool, DeviceGetDefaultMemPool, CudaRuntimeApi);
+CHECK_FN(cudaMemPoolSetAccess, MemPoolSetAccess, CudaRuntimeApi);
+CHECK_FN(cudaMemPoolSetAttribute, MemPoolSetAttribute, CudaRuntimeApi);
 CHECK_FN(cuInit, CuInit, CudaRuntimeApi);
 CHECK_FN(cuDeviceGet, CuDeviceGet, CudaRuntimeApi);
 CHECK_FN(cuDeviceGetName, CuDeviceGetName, CudaRuntimeApi);
+CHECK_FN(cuDevicePrimaryCtxGetState, CuDevicePrimaryCtxGetState,
+         CudaRuntimeApi);
 
 CHECK_FN(ncclGetVersion, GetVersion, NcclApi);
 CHECK_FN(ncclGetUniqueId, GetUniqueId, NcclApi);
@@ -134,6 +140,27 @@ static_assert(cudaDevAttrComputeCapabilityMinor ==
               native::kCudaDevAttrComputeCapabilityMinor);
 static_assert(cudaDevAttrMemoryPoolsSupported ==
               native::kCudaDevAttrMemoryPoolsSupported);
+static_assert(cudaErrorInvalidValue == native::kCudaErrorInvalidValue);
+static_assert(cudaErrorInvalidPitchValue ==
+              native::kCudaErrorInvalidPitchValue);
+static_assert(cudaErrorInvalidResourceHandle ==
+              native::kCudaErrorInvalidResourceHandle);
+static_assert(cudaErrorIllegalAddress == native::kCudaErrorIllegalAddress);
+static_assert(cudaDevAttrMaxPitch == native::kCudaDevAttrMaxPitch);
+static_assert(cudaMemPoolAttrReleaseThreshold ==
+              native::kCudaMemPoolAttrReleaseThreshold);
+static_assert(cudaMemLocationTypeDevice == native::kCudaMemLocationTypeDevice);
+static_assert(cudaMemAccessFlagsProtReadWrite ==
+              native::kCudaMemAccessFlagsProtReadWrite);
+static_assert(std::is_same_v<cudaMemPool_t, native::CudaMemPool>);
+static_assert(sizeof(cudaMemAccessDesc) == sizeof(native::CudaMemAccessDesc));
+static_assert(offsetof(cudaMemAccessDesc, location) ==
+              offsetof(native::CudaMemAccessDesc, location));
+static_assert(offsetof(cudaMemAccessDesc, flags) ==
+              offsetof(native::CudaMemAccessDesc, flags));
+static_assert(offsetof(cudaMemLocation, id) ==
+              offsetof(native::CudaMemLocation, id));
+static_assert(sizeof(cudaMemLocation) == sizeof(native::CudaMemLocation));
 static_assert(ncclSuccess == native::kNcclSuccess);
 static_assert(ncclUnhandledCudaError == native::kNcclUnhandledCudaError);
 static_assert(ncclSystemError == native::kNcclSystemError);

@@ -201,6 +201,11 @@ absl::Status ResolveCudaRuntime(void* h, const std::string& path,
   Resolve(h, "cudaMemcpyAsync", &api->MemcpyAsync, &missing);
   Resolve(h, "cudaMemcpy2DAsync", &api->Memcpy2DAsync, &missing);
   Resolve(h, "cudaMemsetAsync", &api->MemsetAsync, &missing);
+  Resolve(h, "cudaDeviceCanAccessPeer", &api->DeviceCanAccessPeer, &missing);
+  Resolve(h, "cudaDeviceGetDefaultMemPool", &api->DeviceGetDefaultMemPool,
+          &missing);
+  Resolve(h, "cudaMemPoolSetAccess", &api->MemPoolSetAccess, &missing);
+  Resolve(h, "cudaMemPoolSetAttribute", &api->MemPoolSetAttribute, &missing);
   if (absl::Status s = MissingFunctions("the CUDA runtime", api->path, missing);
       !s.ok()) {
     return s;
@@ -255,10 +260,15 @@ absl::StatusOr<const CudaRuntimeApi*> OpenCudaRuntime() {
   }
   // The driver names devices; it is optional (the runtime works without
   // these three, and on machines without a driver it is absent).
-  if (void* driver = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL)) {
+  void* driver = ::dlsym(lib->handle, "cuInit") != nullptr
+                     ? lib->handle
+                     : ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (driver != nullptr) {
     Resolve(driver, "cuInit", &api.CuInit, nullptr);
     Resolve(driver, "cuDeviceGet", &api.CuDeviceGet, nullptr);
     Resolve(driver, "cuDeviceGetName", &api.CuDeviceGetName, nullptr);
+    Resolve(driver, "cuDevicePrimaryCtxGetState",
+            &api.CuDevicePrimaryCtxGetState, nullptr);
   }
   return &api;
 }

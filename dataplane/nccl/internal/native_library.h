@@ -70,11 +70,20 @@ struct CudaRuntimeApi {
   CudaError (*Memcpy2DAsync)(void*, size_t dpitch, const void*, size_t spitch,
                              size_t width, size_t height, int kind, CudaStream);
   CudaError (*MemsetAsync)(void*, int, size_t, CudaStream);
+  CudaError (*DeviceCanAccessPeer)(int*, int device, int peer_device);
+  CudaError (*DeviceGetDefaultMemPool)(CudaMemPool*, int device);
+  CudaError (*MemPoolSetAccess)(CudaMemPool, const CudaMemAccessDesc*,
+                                size_t count);
+  CudaError (*MemPoolSetAttribute)(CudaMemPool, int attr, void* value);
 
-  // Driver API (optional): cuInit, cuDeviceGet, cuDeviceGetName.
+  // Driver API (optional): cuInit, cuDeviceGet, cuDeviceGetName,
+  // cuDevicePrimaryCtxGetState; from the runtime's own file when it exports
+  // them (the test stand-in does), else from libcuda.so.1.
   CuResult (*CuInit)(unsigned flags);
   CuResult (*CuDeviceGet)(CuDevice*, int ordinal);
   CuResult (*CuDeviceGetName)(char*, int len, CuDevice);
+  CuResult (*CuDevicePrimaryCtxGetState)(CuDevice, unsigned* flags,
+                                         int* active);
 };
 
 // The NCCL functions rankd calls, resolved from one libnccl.

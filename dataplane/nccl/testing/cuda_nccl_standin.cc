@@ -1,0 +1,1345 @@
+// A CPU stand-in for the CUDA runtime and NCCL functions rankd calls
+// (internal/native_library.h), built as one test-only shared library that
+// tests name in $RANKD_CUDART_LIBRARY and $RANKD_NCCL_LIBRARY. It lets the
+// NCCL backend's own sequencing run in CI on machines without a GPU; it is
+// never the proof that the GPU path works (tests/gpu/ runs the same tests
+// against the real libraries).
+//
+// What it imitates, and where it is stricter than the real thing:
+//   - Devices: $RANKD_STANDIN_DEVICES (default 4) "GPUs" whose memory is
+//     host memory. Every device pointer is checked against the live
+//     allocations (a bad one fails the call with cudaErrorInvalidValue,
+//     where real CUDA may fault later). A thread that never called
+//     cudaSetDevice uses device 0 and creates its primary context on the
+//     first call that needs one, as the real runtime does.
+//   - Streams: one worker thread each, running queued work in order
+//     (copies, memsets, host functions, event records and waits, NCCL
+//     kernels). cudaFree waits for every stream of its device, as the real
+//     call synchronizes the device. cudaMemcpy2DAsync refuses pitches above
+//     cudaDevAttrMaxPitch ($RANKD_STANDIN_MAX_PITCH, default 2^31 - 1).
+//   - Memory pools: cudaMallocAsync memory belongs to its device's default
+//     pool and is readable by another device only after
+//     cudaMemPoolSetAccess granted it.
+//   - NCCL: communicators of one unique id form a clique inside this
+//     process (ranks are threads); init is non-blocking when asked
+//     (ncclInProgress until every rank joined; two ranks on one device fail
+//     as NCCL's "Duplicate GPU detected"). Like NCCL, peers connect on
+//     first use: on a non-blocking communicator the first launch answers
+//     ncclInProgress until every rank launched once. Collectives match by
+//     their sequence number on the communicator; a kernel waits (forever,
+//     like a real one) for all peers, reading peers' buffers directly as
+//     NCCL's same-process P2P transport does, so pool memory a peer may
+//     not access is an illegal-address fault (a sticky device error).
+//     Mismatched collectives at one sequence number hang. Sends rendezvous
+//     with their receive (bytes must match). ncclCommAbort makes the
+//     communicator's kernels leave without writing and then, like the
+//     real call (which frees device memory), waits until no NCCL kernel
+//     runs on its device: a kernel of another communicator that nobody
+//     aborts makes it wait. Groups must hold calls of one communicator and
+//     stream. Reductions: sum and min of the ten NCCL types rankd maps.
+//
+// Depends only on the C++ standard library and internal/native_abi.h (the
+// same declarations rankd's loader uses, checked against NVIDIA's headers
+// by native_abi_conformance_test). Test-control functions are declared in
+// testing/standin_control.h. Only the C entry points are exported.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dataplane/nccl/internal/native_abi.h"
+
+#define STANDIN_API extern "C" __attribute__((visibility("default")))
+
+namespace native = rankd::dataplane::nccl::internal;
+using native::CudaError;
+using native::NcclResult;
+
+struct CUstream_st;
+struct CUevent_st;
+struct CUmemPoolHandle_st {
+  int device;
+};
+struct ncclComm;
+
+namespace {
+
+// One lock and one condition variable for all stand-in state: simple and
+// obviously free of lock-order problems; speed does not matter here.
+std::mutex g_mu;
+std::condition_variable g_cv;
+
+int EnvInt(const char* name, int fallback, int lo, int hi) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || v[0] == '\0') return fallback;
+  int n = std::atoi(v);
+  return std::clamp(n, lo, hi);
+}
+
+struct Device {
+  bool primary_context = false;
+  std::set<int> pool_readers;  // devices granted access to the default pool
+  uint64_t release_threshold = 0;
+  int running_kernels = 0;
+  CudaError sticky_error = native::kCudaSuccess;
+  CUmemPoolHandle_st pool;
+};
+
+std::vector<Device>& Devices() {
+  static auto* devices = [] {
+    auto* d = new std::vector<Device>(
+        EnvInt("RANKD_STANDIN_DEVICES", 4, 0, 64));
+    for (size_t i = 0; i < d->size(); ++i) {
+      (*d)[i].pool.device = static_cast<int>(i);
+      (*d)[i].pool_readers.insert(static_cast<int>(i));
+    }
+    return d;
+  }();
+  return *devices;
+}
+int DeviceCount() { return static_cast<int>(Devices().size()); }
+size_t MaxPitch() {
+  static const size_t pitch = static_cast<size_t>(
+      EnvInt("RANKD_STANDIN_MAX_PITCH", 2147483647, 1, 2147483647));
+  return pitch;
+}
+
+thread_local int t_device = -1;  // -1: never chosen (device 0)
+thread_local CudaError t_last_error = native::kCudaSuccess;
+
+CudaError Fail(CudaError e) {
+  t_last_error = e;
+  return e;
+}
+
+// The calling thread's device, creating its primary context (g_mu held).
+int ContextDeviceLocked() {
+  const int d = t_device < 0 ? 0 : t_device;
+  if (d < DeviceCount()) Devices()[d].primary_context = true;
+  return d;
+}
+int ContextDevice() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return ContextDeviceLocked();
+}
+
+// --- device memory ------------------------------------------------------
+
+struct Allocation {
+  size_t size;
+  int device;
+  bool pooled;
+};
+std::map<uintptr_t, Allocation>& Allocations() {
+  static auto* a = new std::map<uintptr_t, Allocation>();
+  return *a;
+}
+std::atomic<int64_t> g_allocation_count{0};
+
+// The allocation that covers [p, p + bytes), or null (g_mu held).
+const Allocation* FindLocked(const void* p, size_t bytes) {
+  auto& a = Allocations();
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  auto it = a.upper_bound(addr);
+  if (it == a.begin()) return nullptr;
+  --it;
+  if (addr + bytes > it->first + it->second.size) return nullptr;
+  if (bytes == 0 && addr >= it->first + it->second.size) return nullptr;
+  return &it->second;
+}
+bool IsDeviceMemory(const void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return FindLocked(p, bytes) != nullptr;
+}
+
+void* NewDeviceMemory(size_t bytes, int device, bool pooled) {
+  void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  if (p == nullptr) return nullptr;
+  std::lock_guard<std::mutex> lock(g_mu);
+  Allocations()[reinterpret_cast<uintptr_t>(p)] = {bytes, device, pooled};
+  g_allocation_count.fetch_add(1);
+  return p;
+}
+
+bool FreeDeviceMemory(void* p) {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (Allocations().erase(reinterpret_cast<uintptr_t>(p)) == 0) return false;
+  }
+  std::free(p);
+  return true;
+}
+
+}  // namespace
+
+// --- streams and events -------------------------------------------------
+
+struct CUstream_st {
+  int device = 0;
+  std::deque<std::function<void()>> queue;  // guarded by g_mu
+  uint64_t queued = 0;                      // guarded by g_mu
+  uint64_t finished = 0;                    // guarded by g_mu
+  bool destroyed = false;                   // guarded by g_mu
+};
+
+struct CUevent_st {
+  int device = 0;
+  std::shared_ptr<bool> done;  // null until recorded; guarded by g_mu
+};
+
+namespace {
+
+std::set<CUstream_st*>& Streams() {
+  static auto* s = new std::set<CUstream_st*>();
+  return *s;
+}
+
+// Runs a stream's work in order; deletes the stream once it was destroyed
+// and drained.
+void StreamWorker(CUstream_st* s) {
+  t_device = s->device;
+  std::unique_lock<std::mutex> lock(g_mu);
+  while (true) {
+    g_cv.wait(lock, [s] { return s->destroyed || !s->queue.empty(); });
+    if (s->queue.empty()) break;
+    std::function<void()> work = std::move(s->queue.front());
+    s->queue.pop_front();
+    lock.unlock();
+    work();
+    lock.lock();
+    ++s->finished;
+    g_cv.notify_all();
+  }
+  Streams().erase(s);
+  delete s;
+}
+
+CUstream_st* NewStream(int device) {
+  auto* s = new CUstream_st();
+  s->device = device;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    Streams().insert(s);
+  }
+  std::thread(StreamWorker, s).detach();
+  return s;
+}
+
+// The legacy default stream of the calling thread's device.
+CUstream_st* DefaultStream() {
+  static std::mutex mu;
+  static auto* per_device = new std::map<int, CUstream_st*>();
+  const int device = ContextDevice();
+  std::lock_guard<std::mutex> lock(mu);
+  CUstream_st*& s = (*per_device)[device];
+  if (s == nullptr) s = NewStream(device);
+  return s;
+}
+CUstream_st* Resolve(CUstream_st* s) { return s == nullptr ? DefaultStream() : s; }
+
+void Enqueue(CUstream_st* s, std::function<void()> work) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  s->queue.push_back(std::move(work));
+  ++s->queued;
+  g_cv.notify_all();
+}
+
+// Waits until every stream of `device` ran what was queued so far.
+void SynchronizeDevice(int device) {
+  std::unique_lock<std::mutex> lock(g_mu);
+  std::map<CUstream_st*, uint64_t> targets;
+  for (CUstream_st* s : Streams()) {
+    if (s->device == device) targets[s] = s->queued;
+  }
+  g_cv.wait(lock, [&] {
+    for (auto& [s, target] : targets) {
+      if (Streams().count(s) != 0 && s->finished < target) return false;
+    }
+    return true;
+  });
+}
+
+const char* CudaErrorName(CudaError e) {
+  switch (e) {
+    case native::kCudaSuccess: return "cudaSuccess";
+    case native::kCudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case native::kCudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case native::kCudaErrorInvalidPitchValue: return "cudaErrorInvalidPitchValue";
+    case native::kCudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case native::kCudaErrorNoDevice: return "cudaErrorNoDevice";
+    case native::kCudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+    case native::kCudaErrorNotReady: return "cudaErrorNotReady";
+    case native::kCudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    default: return "cudaErrorUnknown";
+  }
+}
+
+
+}  // namespace
+
+// --- CUDA runtime: devices ---------------------------------------------
+
+STANDIN_API CudaError cudaGetDeviceCount(int* count) {
+  if (count == nullptr) return Fail(native::kCudaErrorInvalidValue);
+  *count = DeviceCount();
+  return DeviceCount() == 0 ? Fail(native::kCudaErrorNoDevice)
+                            : native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaGetDevice(int* device) {
+  if (device == nullptr) return Fail(native::kCudaErrorInvalidValue);
+  *device = t_device < 0 ? 0 : t_device;
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaSetDevice(int device) {
+  if (device < 0 || device >= DeviceCount()) {
+    return Fail(native::kCudaErrorInvalidDevice);
+  }
+  t_device = device;
+  (void)ContextDevice();
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaDeviceGetAttribute(int* value, int attr,
+                                             int device) {
+  if (value == nullptr || device < 0 || device >= DeviceCount()) {
+    return Fail(native::kCudaErrorInvalidValue);
+  }
+  switch (attr) {
+    case native::kCudaDevAttrComputeCapabilityMajor: *value = 9; break;
+    case native::kCudaDevAttrComputeCapabilityMinor: *value = 0; break;
+    case native::kCudaDevAttrMemoryPoolsSupported: *value = 1; break;
+    case native::kCudaDevAttrMaxPitch:
+      *value = static_cast<int>(MaxPitch());
+      break;
+    default: return Fail(native::kCudaErrorInvalidValue);
+  }
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaDeviceGetPCIBusId(char* id, int len, int device) {
+  if (id == nullptr || len <= 0 || device < 0 || device >= DeviceCount()) {
+    return Fail(native::kCudaErrorInvalidValue);
+  }
+  std::snprintf(id, len, "0000:%02x:00.0", device + 1);
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaDriverGetVersion(int* v) {
+  if (v == nullptr) return Fail(native::kCudaErrorInvalidValue);
+  *v = 13000;
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaRuntimeGetVersion(int* v) {
+  if (v == nullptr) return Fail(native::kCudaErrorInvalidValue);
+  *v = 13000;
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaGetLastError() {
+  CudaError e = t_last_error;
+  t_last_error = native::kCudaSuccess;
+  return e;
+}
+STANDIN_API const char* cudaGetErrorName(CudaError e) {
+  return CudaErrorName(e);
+}
+STANDIN_API const char* cudaGetErrorString(CudaError e) {
+  switch (e) {
+    case native::kCudaSuccess: return "no error";
+    case native::kCudaErrorIllegalAddress:
+      return "an illegal memory access was encountered";
+    case native::kCudaErrorNotReady: return "device not ready";
+    default: return "stand-in error (see its name)";
+  }
+}
+STANDIN_API CudaError cudaDeviceCanAccessPeer(int* can, int device,
+                                              int peer) {
+  if (can == nullptr || device < 0 || device >= DeviceCount() || peer < 0 ||
+      peer >= DeviceCount()) {
+    return Fail(native::kCudaErrorInvalidDevice);
+  }
+  *can = device != peer ? 1 : 0;
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaDeviceGetDefaultMemPool(native::CudaMemPool* pool,
+                                                  int device) {
+  if (pool == nullptr || device < 0 || device >= DeviceCount()) {
+    return Fail(native::kCudaErrorInvalidValue);
+  }
+  *pool = &Devices()[device].pool;
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaMemPoolSetAccess(
+    native::CudaMemPool pool, const native::CudaMemAccessDesc* descs,
+    size_t count) {
+  if (pool == nullptr || (descs == nullptr && count > 0)) {
+    return Fail(native::kCudaErrorInvalidValue);
+  }
+  std::lock_guard<std::mutex> lock(g_mu);
+  Device& owner = Devices()[pool->device];
+  for (size_t i = 0; i < count; ++i) {
+    const auto& d = descs[i];
+    if (d.location.type != native::kCudaMemLocationTypeDevice ||
+        d.location.id < 0 || d.location.id >= DeviceCount()) {
+      return Fail(native::kCudaErrorInvalidValue);
+    }
+    if (d.flags == native::kCudaMemAccessFlagsProtReadWrite) {
+      owner.pool_readers.insert(d.location.id);
+    } else if (d.location.id != pool->device) {
+      owner.pool_readers.erase(d.location.id);
+    }
+  }
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaMemPoolSetAttribute(native::CudaMemPool pool,
+                                              int attr, void* value) {
+  if (pool == nullptr || value == nullptr ||
+      attr != native::kCudaMemPoolAttrReleaseThreshold) {
+    return Fail(native::kCudaErrorInvalidValue);
+  }
+  std::lock_guard<std::mutex> lock(g_mu);
+  Devices()[pool->device].release_threshold =
+      *static_cast<const uint64_t*>(value);
+  return native::kCudaSuccess;
+}
+
+// --- CUDA runtime: streams and events ------------------------------------
+
+STANDIN_API CudaError cudaStreamCreateWithFlags(native::CudaStream* stream,
+                                                unsigned /*flags*/) {
+  if (stream == nullptr) return Fail(native::kCudaErrorInvalidValue);
+  *stream = NewStream(ContextDevice());
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaStreamDestroy(native::CudaStream s) {
+  if (s == nullptr) return Fail(native::kCudaErrorInvalidResourceHandle);
+  std::lock_guard<std::mutex> lock(g_mu);
+  s->destroyed = true;
+  g_cv.notify_all();
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaStreamSynchronize(native::CudaStream stream) {
+  CUstream_st* s = Resolve(stream);
+  std::unique_lock<std::mutex> lock(g_mu);
+  const uint64_t target = s->queued;
+  g_cv.wait(lock, [&] { return s->finished >= target; });
+  CudaError sticky = Devices()[s->device].sticky_error;
+  lock.unlock();
+  return sticky == native::kCudaSuccess ? sticky : Fail(sticky);
+}
+STANDIN_API CudaError cudaLaunchHostFunc(native::CudaStream stream,
+                                         native::CudaHostFn fn, void* arg) {
+  if (fn == nullptr) return Fail(native::kCudaErrorInvalidValue);
+  (void)ContextDevice();
+  Enqueue(Resolve(stream), [fn, arg] { fn(arg); });
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaEventCreateWithFlags(native::CudaEvent* event,
+                                               unsigned /*flags*/) {
+  if (event == nullptr) return Fail(native::kCudaErrorInvalidValue);
+  auto* e = new CUevent_st();
+  e->device = ContextDevice();
+  *event = e;
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaEventDestroy(native::CudaEvent e) {
+  if (e == nullptr) return Fail(native::kCudaErrorInvalidResourceHandle);
+  std::lock_guard<std::mutex> lock(g_mu);
+  delete e;
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaEventRecord(native::CudaEvent e,
+                                      native::CudaStream stream) {
+  if (e == nullptr) return Fail(native::kCudaErrorInvalidResourceHandle);
+  CUstream_st* s = Resolve(stream);
+  // An event records only on a stream of its own device.
+  if (s->device != e->device) {
+    return Fail(native::kCudaErrorInvalidResourceHandle);
+  }
+  auto done = std::make_shared<bool>(false);
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    ContextDeviceLocked();
+    e->done = done;
+  }
+  Enqueue(s, [done] {
+    std::lock_guard<std::mutex> lock(g_mu);
+    *done = true;
+  });
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaEventQuery(native::CudaEvent e) {
+  if (e == nullptr) return Fail(native::kCudaErrorInvalidResourceHandle);
+  std::lock_guard<std::mutex> lock(g_mu);
+  ContextDeviceLocked();
+  CudaError sticky = Devices()[e->device].sticky_error;
+  if (sticky != native::kCudaSuccess) return Fail(sticky);
+  if (e->done == nullptr || *e->done) return native::kCudaSuccess;
+  return native::kCudaErrorNotReady;
+}
+STANDIN_API CudaError cudaEventSynchronize(native::CudaEvent e) {
+  if (e == nullptr) return Fail(native::kCudaErrorInvalidResourceHandle);
+  std::unique_lock<std::mutex> lock(g_mu);
+  ContextDeviceLocked();
+  std::shared_ptr<bool> done = e->done;
+  const int device = e->device;
+  g_cv.wait(lock, [&] { return done == nullptr || *done; });
+  CudaError sticky = Devices()[device].sticky_error;
+  lock.unlock();
+  return sticky == native::kCudaSuccess ? sticky : Fail(sticky);
+}
+STANDIN_API CudaError cudaStreamWaitEvent(native::CudaStream stream,
+                                          native::CudaEvent e,
+                                          unsigned /*flags*/) {
+  if (e == nullptr) return Fail(native::kCudaErrorInvalidResourceHandle);
+  std::shared_ptr<bool> done;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    ContextDeviceLocked();
+    done = e->done;
+  }
+  if (done == nullptr) return native::kCudaSuccess;
+  Enqueue(Resolve(stream), [done] {
+    std::unique_lock<std::mutex> lock(g_mu);
+    g_cv.wait(lock, [&] { return *done; });
+  });
+  return native::kCudaSuccess;
+}
+
+// --- CUDA runtime: memory ----------------------------------------------
+
+STANDIN_API CudaError cudaMalloc(void** p, size_t bytes) {
+  if (p == nullptr) return Fail(native::kCudaErrorInvalidValue);
+  *p = NewDeviceMemory(bytes, ContextDevice(), false);
+  return *p == nullptr ? Fail(native::kCudaErrorMemoryAllocation)
+                       : native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaFree(void* p) {
+  if (p == nullptr) return native::kCudaSuccess;
+  int device;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    const Allocation* a = FindLocked(p, 0);
+    if (a == nullptr) return Fail(native::kCudaErrorInvalidValue);
+    device = a->device;
+  }
+  SynchronizeDevice(device);  // cudaFree synchronizes the device
+  return FreeDeviceMemory(p) ? native::kCudaSuccess
+                             : Fail(native::kCudaErrorInvalidValue);
+}
+STANDIN_API CudaError cudaMallocAsync(void** p, size_t bytes,
+                                      native::CudaStream stream) {
+  if (p == nullptr) return Fail(native::kCudaErrorInvalidValue);
+  (void)ContextDevice();
+  *p = NewDeviceMemory(bytes, Resolve(stream)->device, true);
+  return *p == nullptr ? Fail(native::kCudaErrorMemoryAllocation)
+                       : native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaFreeAsync(void* p, native::CudaStream stream) {
+  if (p == nullptr) return native::kCudaSuccess;
+  if (!IsDeviceMemory(p, 0)) return Fail(native::kCudaErrorInvalidValue);
+  (void)ContextDevice();
+  Enqueue(Resolve(stream), [p] { (void)FreeDeviceMemory(p); });
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaMemcpyAsync(void* dst, const void* src, size_t bytes,
+                                      int kind, native::CudaStream stream) {
+  if (bytes == 0) return native::kCudaSuccess;
+  const bool dst_device = kind == native::kCudaMemcpyHostToDevice ||
+                          kind == native::kCudaMemcpyDeviceToDevice;
+  const bool src_device = kind == native::kCudaMemcpyDeviceToHost ||
+                          kind == native::kCudaMemcpyDeviceToDevice;
+  if (dst == nullptr || src == nullptr || (!dst_device && !src_device) ||
+      (dst_device && !IsDeviceMemory(dst, bytes)) ||
+      (src_device && !IsDeviceMemory(src, bytes))) {
+    return Fail(native::kCudaErrorInvalidValue);
+  }
+  (void)ContextDevice();
+  Enqueue(Resolve(stream), [=] { std::memmove(dst, src, bytes); });
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaMemcpy2DAsync(void* dst, size_t dpitch,
+                                        const void* src, size_t spitch,
+                                        size_t width, size_t height, int kind,
+                                        native::CudaStream stream) {
+  if (width == 0 || height == 0) return native::kCudaSuccess;
+  if (dpitch > MaxPitch() || spitch > MaxPitch()) {
+    return Fail(native::kCudaErrorInvalidPitchValue);
+  }
+  if (width > dpitch || width > spitch ||
+      kind != native::kCudaMemcpyDeviceToDevice ||
+      !IsDeviceMemory(dst, dpitch * (height - 1) + width) ||
+      !IsDeviceMemory(src, spitch * (height - 1) + width)) {
+    return Fail(native::kCudaErrorInvalidValue);
+  }
+  (void)ContextDevice();
+  Enqueue(Resolve(stream), [=] {
+    for (size_t row = 0; row < height; ++row) {
+      std::memmove(static_cast<char*>(dst) + row * dpitch,
+                   static_cast<const char*>(src) + row * spitch, width);
+    }
+  });
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaMemsetAsync(void* dst, int value, size_t bytes,
+                                      native::CudaStream stream) {
+  if (bytes == 0) return native::kCudaSuccess;
+  if (!IsDeviceMemory(dst, bytes)) return Fail(native::kCudaErrorInvalidValue);
+  (void)ContextDevice();
+  Enqueue(Resolve(stream), [=] { std::memset(dst, value, bytes); });
+  return native::kCudaSuccess;
+}
+
+// --- CUDA driver (the few rankd names devices with) ----------------------
+
+STANDIN_API native::CuResult cuInit(unsigned /*flags*/) { return 0; }
+STANDIN_API native::CuResult cuDeviceGet(native::CuDevice* d, int ordinal) {
+  if (d == nullptr || ordinal < 0 || ordinal >= DeviceCount()) return 101;
+  *d = ordinal;
+  return 0;
+}
+STANDIN_API native::CuResult cuDeviceGetName(char* name, int len,
+                                             native::CuDevice d) {
+  if (name == nullptr || len <= 0 || d < 0 || d >= DeviceCount()) return 101;
+  std::snprintf(name, len, "rankd CPU stand-in GPU %d", d);
+  return 0;
+}
+STANDIN_API native::CuResult cuDevicePrimaryCtxGetState(native::CuDevice d,
+                                                        unsigned* flags,
+                                                        int* active) {
+  if (flags == nullptr || active == nullptr || d < 0 || d >= DeviceCount()) {
+    return 101;
+  }
+  std::lock_guard<std::mutex> lock(g_mu);
+  *flags = 0;
+  *active = Devices()[d].primary_context ? 1 : 0;
+  return 0;
+}
+
+// --- NCCL -----------------------------------------------------------------
+
+namespace {
+
+size_t TypeSize(int type) {
+  switch (type) {
+    case 0: case 1: return 1;                    // int8, uint8
+    case 6: case 9: return 2;                    // float16, bfloat16
+    case 2: case 3: case 7: return 4;            // int32, uint32, float32
+    case 4: case 5: case 8: return 8;            // int64, uint64, float64
+    default: return 0;
+  }
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+uint16_t FloatToHalf(float f) {  // round to nearest even; no subnormals out
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = (x >> 16) & 0x8000;
+  const int exp = static_cast<int>((x >> 23) & 0xff) - 127 + 15;
+  uint32_t mant = x & 0x7fffff;
+  if (((x >> 23) & 0xff) == 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
+  if (exp >= 31) return sign | 0x7c00;
+  if (exp <= 0) return sign;
+  uint32_t h = (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
+  const uint32_t rest = mant & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+float Bf16ToFloat(uint16_t b) {
+  uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+uint16_t FloatToBf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  x += 0x7fff + ((x >> 16) & 1);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+template <typename T>
+void Combine(void* acc, const void* in, size_t n, bool min) {
+  auto* a = static_cast<T*>(acc);
+  const auto* b = static_cast<const T*>(in);
+  for (size_t i = 0; i < n; ++i) a[i] = min ? std::min(a[i], b[i]) : a[i] + b[i];
+}
+template <float (*To)(uint16_t), uint16_t (*From)(float)>
+void Combine16(void* acc, const void* in, size_t n, bool min) {
+  auto* a = static_cast<uint16_t*>(acc);
+  const auto* b = static_cast<const uint16_t*>(in);
+  for (size_t i = 0; i < n; ++i) {
+    const float x = To(a[i]), y = To(b[i]);
+    a[i] = From(min ? std::min(x, y) : x + y);
+  }
+}
+void Reduce(int type, bool min, void* acc, const void* in, size_t n) {
+  switch (type) {
+    case 0: Combine<int8_t>(acc, in, n, min); break;
+    case 1: Combine<uint8_t>(acc, in, n, min); break;
+    case 2: Combine<int32_t>(acc, in, n, min); break;
+    case 3: Combine<uint32_t>(acc, in, n, min); break;
+    case 4: Combine<int64_t>(acc, in, n, min); break;
+    case 5: Combine<uint64_t>(acc, in, n, min); break;
+    case 6: Combine16<HalfToFloat, FloatToHalf>(acc, in, n, min); break;
+    case 7: Combine<float>(acc, in, n, min); break;
+    case 8: Combine<double>(acc, in, n, min); break;
+    case 9: Combine16<Bf16ToFloat, FloatToBf16>(acc, in, n, min); break;
+  }
+}
+
+enum class OpKind { kAllReduce, kAllGather, kBroadcast, kSend, kRecv };
+
+struct PendingOp {
+  OpKind kind;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  int type = 0;
+  int red_op = 0;
+  int root = 0;  // broadcast root, or the send/receive peer
+  uint64_t seq = 0;
+};
+
+struct CommState;
+
+// One collective's meeting point: every rank's buffers, filled on arrival.
+struct Slot {
+  OpKind kind;
+  size_t count;
+  int type, red_op, root;
+  bool mismatch = false;
+  std::vector<const PendingOp*> ops;     // by rank; null until arrived
+  std::vector<CommState*> comms;         // by rank
+  int arrived = 0, departed = 0;
+  bool done = false;
+};
+
+// A posted send, waiting for its receive.
+struct Message {
+  const void* data;
+  size_t bytes;
+  int sender_device;
+  bool consumed = false;
+};
+
+struct Clique {
+  int nranks = 0;
+  std::vector<std::shared_ptr<CommState>> members;  // by rank
+  int joined = 0;
+  std::map<uint64_t, Slot> slots;
+  std::map<std::pair<int, int>, std::deque<std::shared_ptr<Message>>> channels;
+};
+
+struct CommState {
+  std::shared_ptr<Clique> clique;
+  int rank = 0, nranks = 0, device = 0;
+  bool blocking = true;
+  bool init_done = false;
+  bool aborted = false;
+  bool finalizing = false;
+  bool connected = false;
+  int launches = 0;
+  uint64_t next_seq = 0;
+  int queued = 0;   // kernels queued, not yet started
+  int running = 0;  // kernels inside
+  NcclResult async = native::kNcclInProgress;
+  std::string last_error;
+};
+
+}  // namespace
+
+struct ncclComm {
+  std::shared_ptr<CommState> state;
+};
+
+namespace {
+
+std::map<std::string, std::weak_ptr<Clique>>& Cliques() {
+  static auto* c = new std::map<std::string, std::weak_ptr<Clique>>();
+  return *c;
+}
+
+thread_local int t_group_depth = 0;
+thread_local std::vector<std::pair<ncclComm*, CUstream_st*>> t_group_targets;
+thread_local std::vector<PendingOp> t_group_ops;
+thread_local NcclResult t_group_error = native::kNcclSuccess;
+thread_local std::string t_nccl_error;
+
+int g_hold_next_launch_ms = 0;  // guarded by g_mu
+
+NcclResult CommError(CommState* c, NcclResult r, std::string text) {
+  if (c != nullptr) c->last_error = text;
+  t_nccl_error = std::move(text);
+  return r;
+}
+
+// Whether rank `reader`'s device may read `p` (g_mu held): memory of a
+// default pool is readable by the devices granted access only.
+bool Readable(int reader_device, const void* p, size_t bytes) {
+  if (bytes == 0) return true;
+  const Allocation* a = FindLocked(p, bytes);
+  if (a == nullptr) return false;
+  if (!a->pooled || a->device == reader_device) return true;
+  return Devices()[a->device].pool_readers.count(reader_device) != 0;
+}
+
+// An illegal-address fault on `c`'s device (g_mu held).
+void Fault(CommState* c, const std::string& what) {
+  Devices()[c->device].sticky_error = native::kCudaErrorIllegalAddress;
+  c->async = native::kNcclUnhandledCudaError;
+  c->last_error = "Cuda failure 'an illegal memory access was encountered' (" +
+                  what + ")";
+}
+
+// Computes a complete slot's outputs for every rank (g_mu held).
+void Compute(Slot& slot) {
+  const size_t bytes = slot.count * TypeSize(slot.type);
+  const int n = static_cast<int>(slot.ops.size());
+  std::vector<std::vector<char>> outputs(n);
+  std::vector<bool> faulted(n, false);
+  for (int r = 0; r < n; ++r) {
+    const int reader = slot.comms[r]->device;
+    for (int p = 0; p < n; ++p) {
+      const bool needed = slot.kind != OpKind::kBroadcast || p == slot.root;
+      if (needed && !Readable(reader, slot.ops[p]->send, bytes)) {
+        Fault(slot.comms[r], "stand-in: rank " + std::to_string(r) +
+                                 " on device " + std::to_string(reader) +
+                                 " read rank " + std::to_string(p) +
+                                 "'s buffer, pool memory of another device "
+                                 "not made accessible by cudaMemPoolSetAccess");
+        faulted[r] = true;
+        break;
+      }
+    }
+  }
+  switch (slot.kind) {
+    case OpKind::kAllReduce: {
+      std::vector<char> acc(static_cast<const char*>(slot.ops[0]->send),
+                            static_cast<const char*>(slot.ops[0]->send) + bytes);
+      for (int p = 1; p < n; ++p) {
+        Reduce(slot.type, slot.red_op == native::kNcclMin, acc.data(),
+               slot.ops[p]->send, slot.count);
+      }
+      for (int r = 0; r < n; ++r) outputs[r] = acc;
+      break;
+    }
+    case OpKind::kAllGather:
+      for (int r = 0; r < n; ++r) {
+        outputs[r].resize(bytes * n);
+        for (int p = 0; p < n; ++p) {
+          std::memcpy(outputs[r].data() + p * bytes, slot.ops[p]->send, bytes);
+        }
+      }
+      break;
+    case OpKind::kBroadcast: {
+      const char* src = static_cast<const char*>(slot.ops[slot.root]->send);
+      for (int r = 0; r < n; ++r) outputs[r].assign(src, src + bytes);
+      break;
+    }
+    default:
+      break;
+  }
+  for (int r = 0; r < n; ++r) {
+    if (!faulted[r] && !outputs[r].empty()) {
+      std::memcpy(slot.ops[r]->recv, outputs[r].data(), outputs[r].size());
+    }
+  }
+}
+
+// One collective inside a kernel of rank `c` (g_mu held through `lock`).
+// False when the communicator was aborted before it completed.
+bool Participate(std::unique_lock<std::mutex>& lock, CommState* c,
+                 const PendingOp& op) {
+  Clique& q = *c->clique;
+  auto [it, fresh] = q.slots.try_emplace(op.seq);
+  Slot& slot = it->second;
+  if (fresh) {
+    slot.kind = op.kind;
+    slot.count = op.count;
+    slot.type = op.type;
+    slot.red_op = op.red_op;
+    slot.root = op.root;
+    slot.ops.assign(q.nranks, nullptr);
+    slot.comms.assign(q.nranks, nullptr);
+  } else if (slot.kind != op.kind || slot.count != op.count ||
+             slot.type != op.type || slot.red_op != op.red_op ||
+             slot.root != op.root) {
+    slot.mismatch = true;  // like NCCL: nobody is told; everyone waits
+  }
+  slot.ops[c->rank] = &op;
+  slot.comms[c->rank] = c;
+  ++slot.arrived;
+  if (slot.arrived == q.nranks && !slot.mismatch) {
+    Compute(slot);
+    slot.done = true;
+    g_cv.notify_all();
+  }
+  g_cv.wait(lock, [&] { return slot.done || c->aborted; });
+  if (!slot.done) {  // leave: the peers wait for this rank forever
+    slot.ops[c->rank] = nullptr;
+    slot.comms[c->rank] = nullptr;
+    --slot.arrived;
+    return false;
+  }
+  if (++slot.departed == q.nranks) q.slots.erase(it);
+  return true;
+}
+
+// The kernel of one launch: posts its sends, runs its collectives, takes
+// its receives, waits until its sends were taken. Leaves early, writing
+// nothing more, once the communicator is aborted.
+void RunKernel(const std::shared_ptr<CommState>& cs,
+               const std::shared_ptr<std::vector<PendingOp>>& ops) {
+  CommState* c = cs.get();
+  std::unique_lock<std::mutex> lock(g_mu);
+  --c->queued;
+  if (c->aborted) return;
+  Device& device = Devices()[c->device];
+  ++device.running_kernels;
+  ++c->running;
+  Clique& q = *c->clique;
+  std::vector<std::shared_ptr<Message>> sent;
+  bool ok = true;
+  for (const PendingOp& op : *ops) {
+    if (op.kind != OpKind::kSend) continue;
+    auto m = std::make_shared<Message>(
+        Message{op.send, op.count * TypeSize(op.type), c->device});
+    q.channels[{c->rank, op.root}].push_back(m);
+    sent.push_back(m);
+  }
+  g_cv.notify_all();
+  for (const PendingOp& op : *ops) {
+    if (!ok) break;
+    if (op.kind == OpKind::kSend || op.kind == OpKind::kRecv) continue;
+    ok = Participate(lock, c, op);
+  }
+  for (const PendingOp& op : *ops) {
+    if (!ok) break;
+    if (op.kind != OpKind::kRecv) continue;
+    auto& channel = q.channels[{op.root, c->rank}];
+    g_cv.wait(lock, [&] { return !channel.empty() || c->aborted; });
+    if (c->aborted) {
+      ok = false;
+      break;
+    }
+    std::shared_ptr<Message> m = channel.front();
+    channel.pop_front();
+    const size_t bytes = op.count * TypeSize(op.type);
+    if (m->bytes != bytes) {
+      c->async = native::kNcclInvalidUsage;
+      c->last_error = "stand-in: rank " + std::to_string(c->rank) +
+                      " received " + std::to_string(bytes) + " bytes from " +
+                      std::to_string(op.root) + ", which sent " +
+                      std::to_string(m->bytes);
+    } else if (!Readable(c->device, m->data, bytes)) {
+      Fault(c, "stand-in: received from another device's pool memory not "
+               "made accessible by cudaMemPoolSetAccess");
+    } else {
+      std::memcpy(op.recv, m->data, bytes);
+    }
+    m->consumed = true;
+    g_cv.notify_all();
+  }
+  if (ok) {
+    g_cv.wait(lock, [&] {
+      if (c->aborted) return true;
+      for (const auto& m : sent) {
+        if (!m->consumed) return false;
+      }
+      return true;
+    });
+  }
+  if (c->aborted) {  // withdraw what nobody took: its memory may go away
+    for (auto& [key, channel] : q.channels) {
+      channel.erase(std::remove_if(channel.begin(), channel.end(),
+                                   [&](const std::shared_ptr<Message>& m) {
+                                     return std::find(sent.begin(), sent.end(),
+                                                      m) != sent.end();
+                                   }),
+                    channel.end());
+    }
+  }
+  --c->running;
+  --device.running_kernels;
+  g_cv.notify_all();
+}
+
+NcclResult Validate(ncclComm* comm, CUstream_st* stream, PendingOp& op) {
+  if (comm == nullptr || comm->state == nullptr) {
+    return CommError(nullptr, native::kNcclInvalidArgument, "null comm");
+  }
+  CommState* c = comm->state.get();
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!c->init_done || c->aborted || c->finalizing) {
+    return CommError(c, native::kNcclInvalidUsage,
+                     "communicator is not ready (initializing, finalizing "
+                     "or aborted)");
+  }
+  const size_t size = TypeSize(op.type);
+  if (size == 0) return CommError(c, native::kNcclInvalidArgument, "bad type");
+  if (op.kind == OpKind::kAllReduce && op.red_op != native::kNcclSum &&
+      op.red_op != native::kNcclMin) {
+    return CommError(c, native::kNcclInvalidArgument,
+                     "stand-in: only sum and min reduce");
+  }
+  if ((op.kind == OpKind::kBroadcast || op.kind == OpKind::kSend ||
+       op.kind == OpKind::kRecv) &&
+      (op.root < 0 || op.root >= c->nranks)) {
+    return CommError(c, native::kNcclInvalidArgument, "peer/root out of range");
+  }
+  const size_t bytes = op.count * size;
+  const size_t recv_bytes =
+      op.kind == OpKind::kAllGather ? bytes * c->nranks : bytes;
+  const bool sends = op.kind != OpKind::kRecv &&
+                     (op.kind != OpKind::kBroadcast || op.root == c->rank);
+  const bool receives = op.kind != OpKind::kSend;
+  if (bytes > 0 && ((sends && FindLocked(op.send, bytes) == nullptr) ||
+                    (receives && FindLocked(op.recv, recv_bytes) == nullptr))) {
+    return CommError(c, native::kNcclInvalidArgument,
+                     "stand-in: a buffer is not device memory of its size");
+  }
+  if (stream != nullptr && stream->device != c->device) {
+    return CommError(c, native::kNcclInvalidArgument,
+                     "stand-in: the stream is on device " +
+                         std::to_string(stream->device) +
+                         ", the communicator on " +
+                         std::to_string(c->device));
+  }
+  return native::kNcclSuccess;
+}
+
+NcclResult Launch(ncclComm* comm, CUstream_st* stream,
+                  std::vector<PendingOp> ops) {
+  std::shared_ptr<CommState> cs = comm->state;
+  CUstream_st* s = Resolve(stream);
+  bool connected;
+  int hold_ms;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    for (PendingOp& op : ops) {
+      if (op.kind != OpKind::kSend && op.kind != OpKind::kRecv) {
+        op.seq = cs->next_seq++;
+      }
+    }
+    ++cs->launches;
+    ++cs->queued;
+    if (!cs->connected) {
+      bool all = true;
+      for (const auto& m : cs->clique->members) all = all && m->launches > 0;
+      if (all) {
+        for (const auto& m : cs->clique->members) m->connected = true;
+      }
+    }
+    connected = cs->connected || cs->blocking;
+    if (!connected && cs->async == native::kNcclSuccess) {
+      cs->async = native::kNcclInProgress;
+    }
+    hold_ms = g_hold_next_launch_ms;
+    g_hold_next_launch_ms = 0;
+  }
+  auto shared_ops = std::make_shared<std::vector<PendingOp>>(std::move(ops));
+  Enqueue(s, [cs, shared_ops] { RunKernel(cs, shared_ops); });
+  if (hold_ms > 0) {
+    std::unique_lock<std::mutex> lock(g_mu);
+    g_cv.wait_for(lock, std::chrono::milliseconds(hold_ms),
+                  [&] { return cs->aborted; });
+  }
+  return connected ? native::kNcclSuccess : native::kNcclInProgress;
+}
+
+NcclResult Submit(ncclComm* comm, CUstream_st* stream, PendingOp op) {
+  NcclResult r = Validate(comm, stream, op);
+  if (t_group_depth > 0) {
+    if (r != native::kNcclSuccess) {
+      if (t_group_error == native::kNcclSuccess) t_group_error = r;
+      return r;
+    }
+    if (!t_group_targets.empty() &&
+        (t_group_targets[0].first != comm ||
+         t_group_targets[0].second != stream)) {
+      t_group_error = native::kNcclInvalidUsage;
+      return CommError(comm->state.get(), native::kNcclInvalidUsage,
+                       "stand-in: a group spans one communicator and stream");
+    }
+    t_group_targets.emplace_back(comm, stream);
+    t_group_ops.push_back(op);
+    return native::kNcclSuccess;
+  }
+  if (r != native::kNcclSuccess) return r;
+  return Launch(comm, stream, {op});
+}
+
+NcclResult JoinClique(ncclComm** out, int nranks, const native::NcclUniqueId& id,
+                      int rank, native::NcclConfig* config) {
+  if (out == nullptr || nranks < 1 || rank < 0 || rank >= nranks) {
+    return CommError(nullptr, native::kNcclInvalidArgument,
+                     "bad rank or size");
+  }
+  const bool blocking = config == nullptr ||
+                        config->blocking == native::kNcclConfigUndefInt ||
+                        config->blocking != 0;
+  auto cs = std::make_shared<CommState>();
+  std::unique_lock<std::mutex> lock(g_mu);
+  cs->device = ContextDeviceLocked();
+  std::string key(id.internal, sizeof(id.internal));
+  std::shared_ptr<Clique> q = Cliques()[key].lock();
+  if (q == nullptr) {
+    q = std::make_shared<Clique>();
+    q->nranks = nranks;
+    q->members.resize(nranks);
+    Cliques()[key] = q;
+  }
+  if (q->nranks != nranks || q->members[rank] != nullptr) {
+    return CommError(nullptr, native::kNcclInvalidUsage,
+                     "stand-in: unique id reused or rank taken");
+  }
+  cs->clique = q;
+  cs->rank = rank;
+  cs->nranks = nranks;
+  cs->blocking = blocking;
+  q->members[rank] = cs;
+  ++q->joined;
+  g_cv.notify_all();
+  *out = new ncclComm{cs};
+  if (!blocking) return native::kNcclInProgress;
+  g_cv.wait(lock, [&] { return q->joined == q->nranks; });
+  cs->init_done = true;
+  cs->async = native::kNcclSuccess;
+  return native::kNcclSuccess;
+}
+
+// Settles a non-blocking init once every rank joined (g_mu held).
+void SettleInit(CommState* c) {
+  if (c->init_done || c->aborted) return;
+  Clique& q = *c->clique;
+  if (q.joined < q.nranks) return;
+  c->init_done = true;
+  c->async = native::kNcclSuccess;
+  for (int r = 0; r < q.nranks; ++r) {
+    if (r != c->rank && q.members[r]->device == c->device) {
+      c->async = native::kNcclInvalidUsage;
+      c->last_error = "Duplicate GPU detected : rank " +
+                      std::to_string(c->rank) + " and rank " +
+                      std::to_string(r) + " both on CUDA device " +
+                      std::to_string(c->device);
+    }
+  }
+}
+
+// Marks `c` aborted: its kernels leave; a queued one never starts work.
+void Revoke(CommState* c) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  c->aborted = true;
+  g_cv.notify_all();
+}
+
+}  // namespace
+
+STANDIN_API NcclResult ncclGetVersion(int* v) {
+  if (v == nullptr) return native::kNcclInvalidArgument;
+  *v = 22800;
+  return native::kNcclSuccess;
+}
+STANDIN_API NcclResult ncclGetUniqueId(native::NcclUniqueId* id) {
+  if (id == nullptr) return native::kNcclInvalidArgument;
+  static std::mutex mu;
+  static std::mt19937_64 rng(std::random_device{}());
+  std::lock_guard<std::mutex> lock(mu);
+  for (size_t i = 0; i < sizeof(id->internal); i += 8) {
+    uint64_t v = rng();
+    std::memcpy(id->internal + i, &v, 8);
+  }
+  return native::kNcclSuccess;
+}
+STANDIN_API NcclResult ncclCommInitRankConfig(ncclComm** comm, int nranks,
+                                              native::NcclUniqueId id,
+                                              int rank,
+                                              native::NcclConfig* config) {
+  return JoinClique(comm, nranks, id, rank, config);
+}
+STANDIN_API NcclResult ncclCommInitRankScalable(ncclComm** comm, int nranks,
+                                                int rank, int nids,
+                                                native::NcclUniqueId* ids,
+                                                native::NcclConfig* config) {
+  if (nids < 1 || ids == nullptr) return native::kNcclInvalidArgument;
+  return JoinClique(comm, nranks, ids[0], rank, config);
+}
+STANDIN_API NcclResult ncclCommGetAsyncError(ncclComm* comm,
+                                             NcclResult* state) {
+  if (comm == nullptr || state == nullptr) return native::kNcclInvalidArgument;
+  CommState* c = comm->state.get();
+  std::lock_guard<std::mutex> lock(g_mu);
+  SettleInit(c);
+  if (c->init_done && c->async == native::kNcclInProgress) {
+    if (c->finalizing) {
+      if (c->queued == 0 && c->running == 0) c->async = native::kNcclSuccess;
+    } else if (c->connected) {
+      c->async = native::kNcclSuccess;
+    }
+  }
+  *state = c->async;
+  return native::kNcclSuccess;
+}
+STANDIN_API NcclResult ncclCommFinalize(ncclComm* comm) {
+  if (comm == nullptr) return native::kNcclInvalidArgument;
+  CommState* c = comm->state.get();
+  std::unique_lock<std::mutex> lock(g_mu);
+  c->finalizing = true;
+  if (c->async == native::kNcclSuccess) c->async = native::kNcclInProgress;
+  if (!c->blocking) return native::kNcclInProgress;
+  g_cv.wait(lock, [&] { return c->queued == 0 && c->running == 0; });
+  c->async = native::kNcclSuccess;
+  return native::kNcclSuccess;
+}
+STANDIN_API NcclResult ncclCommDestroy(ncclComm* comm) {
+  if (comm == nullptr) return native::kNcclInvalidArgument;
+  Revoke(comm->state.get());
+  delete comm;
+  return native::kNcclSuccess;
+}
+STANDIN_API NcclResult ncclCommAbort(ncclComm* comm) {
+  if (comm == nullptr) return native::kNcclInvalidArgument;
+  std::shared_ptr<CommState> c = comm->state;
+  Revoke(c.get());
+  {
+    // NCCL frees the communicator's device memory here; cudaFree waits for
+    // every kernel on the device, including other communicators'.
+    std::unique_lock<std::mutex> lock(g_mu);
+    g_cv.wait(lock, [&] { return Devices()[c->device].running_kernels == 0; });
+  }
+  delete comm;
+  return native::kNcclSuccess;
+}
+STANDIN_API const char* ncclGetErrorString(NcclResult r) {
+  switch (r) {
+    case native::kNcclSuccess: return "no error";
+    case native::kNcclUnhandledCudaError: return "unhandled cuda error";
+    case native::kNcclSystemError: return "unhandled system error";
+    case native::kNcclInternalError: return "internal error";
+    case native::kNcclInvalidArgument: return "invalid argument";
+    case native::kNcclInvalidUsage: return "invalid usage";
+    case native::kNcclRemoteError: return "remote process exited or there was a network error";
+    case native::kNcclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+STANDIN_API const char* ncclGetLastError(ncclComm* comm) {
+  thread_local std::string copy;
+  std::lock_guard<std::mutex> lock(g_mu);
+  copy = comm != nullptr && comm->state != nullptr &&
+                 !comm->state->last_error.empty()
+             ? comm->state->last_error
+             : t_nccl_error;
+  return copy.c_str();
+}
+STANDIN_API NcclResult ncclAllReduce(const void* send, void* recv,
+                                     size_t count, int type, int op,
+                                     ncclComm* comm, native::CudaStream s) {
+  PendingOp p{OpKind::kAllReduce, send, recv, count, type, op};
+  return Submit(comm, s, p);
+}
+STANDIN_API NcclResult ncclAllGather(const void* send, void* recv,
+                                     size_t count, int type, ncclComm* comm,
+                                     native::CudaStream s) {
+  PendingOp p{OpKind::kAllGather, send, recv, count, type};
+  return Submit(comm, s, p);
+}
+STANDIN_API NcclResult ncclBroadcast(const void* send, void* recv,
+                                     size_t count, int type, int root,
+                                     ncclComm* comm, native::CudaStream s) {
+  PendingOp p{OpKind::kBroadcast, send, recv, count, type, 0, root};
+  return Submit(comm, s, p);
+}
+STANDIN_API NcclResult ncclSend(const void* send, size_t count, int type,
+                                int peer, ncclComm* comm,
+                                native::CudaStream s) {
+  PendingOp p{OpKind::kSend, send, nullptr, count, type, 0, peer};
+  return Submit(comm, s, p);
+}
+STANDIN_API NcclResult ncclRecv(void* recv, size_t count, int type, int peer,
+                                ncclComm* comm, native::CudaStream s) {
+  PendingOp p{OpKind::kRecv, nullptr, recv, count, type, 0, peer};
+  return Submit(comm, s, p);
+}
+STANDIN_API NcclResult ncclGroupStart() {
+  if (t_group_depth++ == 0) {
+    t_group_targets.clear();
+    t_group_ops.clear();
+    t_group_error = native::kNcclSuccess;
+  }
+  return native::kNcclSuccess;
+}
+STANDIN_API NcclResult ncclGroupEnd() {
+  if (t_group_depth == 0) return native::kNcclInvalidUsage;
+  if (--t_group_depth > 0) return native::kNcclSuccess;
+  std::vector<PendingOp> ops;
+  ops.swap(t_group_ops);
+  auto targets = std::move(t_group_targets);
+  t_group_targets.clear();
+  if (t_group_error != native::kNcclSuccess) return t_group_error;
+  if (ops.empty()) return native::kNcclSuccess;
+  return Launch(targets[0].first, targets[0].second, std::move(ops));
+}
+
+// --- test control (standin_control.h) -----------------------------------
+
+STANDIN_API int rankd_standin_version(void) { return 1; }
+STANDIN_API int rankd_standin_primary_context_active(int device) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return device >= 0 && device < DeviceCount() &&
+                 Devices()[device].primary_context
+             ? 1
+             : 0;
+}
+STANDIN_API int rankd_standin_running_kernels(int device) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return device >= 0 && device < DeviceCount()
+             ? Devices()[device].running_kernels
+             : 0;
+}
+STANDIN_API void rankd_standin_hold_next_launch_until_abort(int timeout_ms) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_hold_next_launch_ms = timeout_ms;
+}
+STANDIN_API int64_t rankd_standin_allocations(void) {
+  return g_allocation_count.load();
+}
+STANDIN_API int rankd_standin_pool_access(int owner, int peer) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (owner < 0 || owner >= DeviceCount()) return 0;
+  return Devices()[owner].pool_readers.count(peer) != 0 ? 1 : 0;
+}

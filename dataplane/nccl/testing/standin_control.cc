@@ -1,0 +1,44 @@
+#include "dataplane/nccl/testing/standin_control.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+
+namespace rankd::dataplane::nccl::testing {
+namespace {
+
+template <typename Fn>
+bool Find(void* handle, const char* name, Fn* fn) {
+  *fn = reinterpret_cast<Fn>(::dlsym(handle, name));
+  return *fn != nullptr;
+}
+
+const StandinControl* Resolve() {
+  const char* file = std::getenv("RANKD_NCCL_LIBRARY");
+  if (file == nullptr || file[0] == '\0') return nullptr;
+  void* handle = ::dlopen(file, RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) return nullptr;
+  int (*version)() = nullptr;
+  if (!Find(handle, "rankd_standin_version", &version) || version() != 1) {
+    return nullptr;
+  }
+  static StandinControl control;
+  bool ok = Find(handle, "rankd_standin_primary_context_active",
+                 &control.primary_context_active) &&
+            Find(handle, "rankd_standin_running_kernels",
+                 &control.running_kernels) &&
+            Find(handle, "rankd_standin_hold_next_launch_until_abort",
+                 &control.hold_next_launch_until_abort) &&
+            Find(handle, "rankd_standin_allocations", &control.allocations) &&
+            Find(handle, "rankd_standin_pool_access", &control.pool_access);
+  return ok ? &control : nullptr;
+}
+
+}  // namespace
+
+const StandinControl* Standin() {
+  static const StandinControl* const control = Resolve();
+  return control;
+}
+
+}  // namespace rankd::dataplane::nccl::testing

@@ -1,0 +1,50 @@
+// What tests can ask of the CPU stand-in for the CUDA runtime and NCCL
+// (testing/cuda_nccl_standin.cc), beyond the CUDA and NCCL functions it
+// imitates. Test-only: the stand-in is never linked into a product binary;
+// a test reaches it through the file $RANKD_NCCL_LIBRARY names (the same
+// file rankd's loader opened), and Standin() is null when that is not the
+// stand-in (a real GPU run), so such tests skip or take the real path.
+//
+// Depends on nothing but libc (dlopen).
+#ifndef RANKD_DATAPLANE_NCCL_TESTING_STANDIN_CONTROL_H_
+#define RANKD_DATAPLANE_NCCL_TESTING_STANDIN_CONTROL_H_
+
+#include <cstdint>
+
+extern "C" {
+// 1 in the stand-in; absent from real libraries.
+int rankd_standin_version(void);
+// Whether device `device`'s primary context was created in this process
+// (by cudaSetDevice, or by a runtime call on a thread that never chose a
+// device, which means device 0).
+int rankd_standin_primary_context_active(int device);
+// NCCL kernels running now on `device` (entered, not yet left).
+int rankd_standin_running_kernels(int device);
+// The next NCCL launch (a call outside a group, or ncclGroupEnd) queues its
+// kernel and then blocks its caller until that communicator was aborted or
+// `timeout_ms` passed: opens the window between "NCCL accepted the work"
+// and whatever the caller does next.
+void rankd_standin_hold_next_launch_until_abort(int timeout_ms);
+// Device memory allocations made so far (cudaMalloc + cudaMallocAsync).
+int64_t rankd_standin_allocations(void);
+// Whether memory of `owner`'s default pool is accessible from `peer`.
+int rankd_standin_pool_access(int owner, int peer);
+}
+
+namespace rankd::dataplane::nccl::testing {
+
+// The stand-in's test-control functions, resolved from $RANKD_NCCL_LIBRARY.
+struct StandinControl {
+  int (*primary_context_active)(int device);
+  int (*running_kernels)(int device);
+  void (*hold_next_launch_until_abort)(int timeout_ms);
+  int64_t (*allocations)();
+  int (*pool_access)(int owner, int peer);
+};
+
+// The stand-in loaded in this process, or null (real libraries, or none).
+const StandinControl* Standin();
+
+}  // namespace rankd::dataplane::nccl::testing
+
+#endif  // RANKD_DATAPLANE_NCCL_TESTING_STANDIN_CONTROL_H_
