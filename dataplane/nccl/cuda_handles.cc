@@ -1,6 +1,8 @@
 #include "dataplane/nccl/cuda_handles.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -58,7 +60,8 @@ void PreparePool(int device) {
   for (int peer = 0; peer < count; ++peer) {
     int can = 0;
     if (peer == device ||
-        cuda.DeviceCanAccessPeer(&can, peer, device) != internal::kCudaSuccess ||
+        cuda.DeviceCanAccessPeer(&can, peer, device) !=
+            internal::kCudaSuccess ||
         can == 0) {
       continue;
     }
@@ -106,7 +109,39 @@ bool MemoryPoolsSupported(int device) {
   return known == 1;
 }
 
+// cudaDevAttrMaxPitch of `device`, cached per device; 2^31 - 1 (what
+// current GPUs report) when it cannot be read.
+size_t MaxPitch(int device) {
+  static std::mutex mu;
+  static auto* cache = new std::map<int, size_t>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache->find(device);
+  if (it != cache->end()) return it->second;
+  int value = 0;
+  if (Cuda().DeviceGetAttribute(&value, internal::kCudaDevAttrMaxPitch,
+                                device) != internal::kCudaSuccess ||
+      value <= 0) {
+    (void)Cuda().GetLastError();
+    value = 2147483647;
+  }
+  return (*cache)[device] = static_cast<size_t>(value);
+}
+
 }  // namespace
+
+absl::StatusOr<std::shared_ptr<CudaStream>> CudaStream::ForTransfers(
+    int device) {
+  static absl::Mutex mu;
+  // Never destroyed: CUDA may already be torn down at static destruction.
+  static auto* streams = new std::map<int, std::shared_ptr<CudaStream>>();
+  absl::MutexLock lock(&mu);
+  auto it = streams->find(device);
+  if (it != streams->end()) return it->second;
+  auto stream = Create(device);
+  if (!stream.ok()) return stream.status();
+  (*streams)[device] = *stream;
+  return *stream;
+}
 
 absl::Status CudaStatus(int cuda_error, absl::string_view what) {
   auto runtime = internal::LoadCudaRuntime();
@@ -168,10 +203,48 @@ DeviceGuard::DeviceGuard(int device) {
   if (current != device) {
     status_ = Check((*runtime)->SetDevice(device),
                     absl::StrCat("cudaSetDevice(", device, ")"));
+    if (status_.ok()) previous_ = current;
   }
 }
 
-DeviceGuard::~DeviceGuard() = default;
+DeviceGuard::~DeviceGuard() {
+  if (previous_ < 0) return;
+  absl::StatusOr<bool> active = PrimaryContextActive(previous_);
+  if (active.ok() && !*active) return;  // restoring would create it
+  if (Cuda().SetDevice(previous_) != internal::kCudaSuccess) {
+    (void)Cuda().GetLastError();
+  }
+}
+
+absl::StatusOr<int> CurrentDevice() {
+  auto runtime = internal::LoadCudaRuntime();
+  if (!runtime.ok()) return runtime.status();
+  int device = -1;
+  absl::Status s = Check((*runtime)->GetDevice(&device), "cudaGetDevice");
+  if (!s.ok()) return s;
+  return device;
+}
+
+absl::StatusOr<bool> PrimaryContextActive(int device) {
+  auto runtime = internal::LoadCudaRuntime();
+  if (!runtime.ok()) return runtime.status();
+  const CudaRuntimeApi& cuda = **runtime;
+  if (cuda.CuDevicePrimaryCtxGetState == nullptr) {
+    return absl::UnimplementedError(
+        "cuda: the driver's cuDevicePrimaryCtxGetState is not available");
+  }
+  internal::CuDevice handle = device;
+  if (cuda.CuDeviceGet != nullptr && cuda.CuDeviceGet(&handle, device) != 0) {
+    return absl::InternalError(absl::StrCat("cuda: cuDeviceGet(", device, ")"));
+  }
+  unsigned flags = 0;
+  int active = 0;
+  if (cuda.CuDevicePrimaryCtxGetState(handle, &flags, &active) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cuda: cuDevicePrimaryCtxGetState(", device, ")"));
+  }
+  return active != 0;
+}
 
 absl::StatusOr<std::shared_ptr<CudaStream>> CudaStream::Create(int device) {
   DeviceGuard guard(device);
@@ -218,6 +291,9 @@ absl::Status CudaEvent::Record(const CudaStream& stream) {
 }
 
 absl::StatusOr<bool> CudaEvent::Query() const {
+  // On the event's device: a thread that never chose one (a reaper, a
+  // caller's worker) would otherwise create a context on device 0.
+  DeviceGuard guard(device_);
   CudaError e = Cuda().EventQuery(event_);
   if (e == internal::kCudaSuccess) return true;
   if (e == internal::kCudaErrorNotReady) {
@@ -229,6 +305,7 @@ absl::StatusOr<bool> CudaEvent::Query() const {
 }
 
 absl::Status CudaEvent::Synchronize() const {
+  DeviceGuard guard(device_);
   return Check(Cuda().EventSynchronize(event_), "cudaEventSynchronize");
 }
 
@@ -288,6 +365,17 @@ absl::Status Copy2DDeviceToDevice(void* dst, size_t dst_pitch, const void* src,
                                   const CudaStream& stream) {
   if (width == 0 || height == 0) return absl::OkStatus();
   DeviceGuard guard(stream.device());
+  if (std::max(dst_pitch, src_pitch) > MaxPitch(stream.device())) {
+    // cudaMemcpy2DAsync refuses pitches above the device's limit (rows of
+    // more than 2 GiB on current GPUs): such rows are copied one by one.
+    for (size_t row = 0; row < height; ++row) {
+      absl::Status s = CopyDeviceToDevice(
+          static_cast<char*>(dst) + row * dst_pitch,
+          static_cast<const char*>(src) + row * src_pitch, width, stream);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
   return Check(
       Cuda().Memcpy2DAsync(dst, dst_pitch, src, src_pitch, width, height,
                            internal::kCudaMemcpyDeviceToDevice, stream.get()),

@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 
 // As declared by the CUDA runtime (driver_types.h).
 struct CUstream_st;
@@ -58,10 +59,13 @@ DeviceProbe ProbeDevices();
 // drivers, Internal otherwise.
 absl::Status CudaStatus(int cuda_error, absl::string_view what);
 
-// Makes `device` current for the calling thread. It stays current
-// afterwards: restoring the previous device (0 on a fresh thread) would
-// create a CUDA context on it in every process. Every CUDA call rankd makes
-// sets its device first, so callers need not care.
+// Makes `device` current for the calling thread while it lives, and then
+// makes the caller's device current again, so rankd never changes a
+// caller's CUDA state. One exception: when the previous device's primary
+// context does not exist (a thread that never chose a device reports
+// device 0), restoring would create a context on that GPU in every
+// process, so the guard's device stays current instead. Every CUDA call
+// rankd makes sets its device first.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device);
@@ -73,13 +77,24 @@ class DeviceGuard {
 
  private:
   absl::Status status_;
+  int previous_ = -1;  // >= 0: restore it
 };
+
+// The calling thread's current device (cudaGetDevice).
+absl::StatusOr<int> CurrentDevice();
+// Whether `device`'s primary context exists in this process
+// (cuDevicePrimaryCtxGetState); Unimplemented when the driver cannot say.
+absl::StatusOr<bool> PrimaryContextActive(int device);
 
 // A non-blocking CUDA stream on one device. Destroying it does not wait:
 // work already queued still runs (CUDA releases the stream afterwards).
 class CudaStream {
  public:
   static absl::StatusOr<std::shared_ptr<CudaStream>> Create(int device);
+  // One stream per device for rankd's own small device-to-host reads
+  // (DeviceTensor::ToHost, Agreement::Resolve), created on first use and
+  // kept for the process's life, instead of a stream per call.
+  static absl::StatusOr<std::shared_ptr<CudaStream>> ForTransfers(int device);
   ~CudaStream();
   CudaStream(const CudaStream&) = delete;
   CudaStream& operator=(const CudaStream&) = delete;
@@ -88,12 +103,17 @@ class CudaStream {
   int device() const { return device_; }
   // Blocks until every piece of work queued so far has finished.
   absl::Status Synchronize() const;
+  // Held by a submitter across all the work of one operation (waits,
+  // copies, NCCL calls, the completion event), so that operations from
+  // several threads never interleave on this stream.
+  absl::Mutex& submit_mu() const { return submit_mu_; }
 
  private:
   CudaStream(CudaStreamHandle stream, int device)
       : stream_(stream), device_(device) {}
   CudaStreamHandle stream_;
   int device_;
+  mutable absl::Mutex submit_mu_;
 };
 
 // A CUDA event without timing. Query() is exact and never blocks.

@@ -52,7 +52,7 @@ absl::StatusOr<DeviceTensor> DeviceTensor::FromHost(
 absl::StatusOr<std::vector<uint8_t>> DeviceTensor::ToHost() const {
   std::vector<uint8_t> out(byte_size());
   if (out.empty()) return out;
-  auto stream = CudaStream::Create(device());
+  auto stream = CudaStream::ForTransfers(device());
   if (!stream.ok()) return stream.status();
   if (ready_ != nullptr) {
     absl::Status waited = StreamWaitEvent(**stream, *ready_);

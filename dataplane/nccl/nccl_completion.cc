@@ -14,10 +14,25 @@ NcclOp::NcclOp(std::string operation, std::shared_ptr<CudaEvent> event,
       event_(std::move(event)),
       retained_(std::move(retained)) {}
 
+std::shared_ptr<NcclOp> NcclOp::Pending(
+    std::string operation, std::shared_ptr<CudaEvent> event,
+    std::vector<std::shared_ptr<const void>> retained) {
+  auto op = std::make_shared<NcclOp>(std::move(operation), std::move(event),
+                                     std::move(retained));
+  absl::MutexLock lock(&op->mu_);
+  op->recorded_ = false;
+  return op;
+}
+
+void NcclOp::MarkRecorded() {
+  absl::MutexLock lock(&mu_);
+  recorded_ = true;
+}
+
 bool NcclOp::Done() {
   absl::MutexLock lock(&mu_);
   if (done_) return true;
-  if (event_ == nullptr) return false;
+  if (event_ == nullptr || !recorded_) return false;
   absl::StatusOr<bool> finished = event_->Query();
   if (!finished.ok()) {
     done_ = true;
@@ -41,7 +56,7 @@ absl::Status NcclOp::status() const {
 void NcclOp::FailIfRunning(const absl::Status& cause) {
   absl::MutexLock lock(&mu_);
   if (done_) return;
-  if (event_ != nullptr) {
+  if (event_ != nullptr && recorded_) {
     absl::StatusOr<bool> finished = event_->Query();
     if (finished.ok() && *finished) {
       done_ = true;
@@ -89,10 +104,9 @@ size_t OpQuarantine::Reap() {
   size_t remaining;
   {
     absl::MutexLock lock(&mu_);
-    auto keep = std::partition(ops_.begin(), ops_.end(),
-                               [](const std::shared_ptr<NcclOp>& op) {
-                                 return !op->Done();
-                               });
+    auto keep = std::partition(
+        ops_.begin(), ops_.end(),
+        [](const std::shared_ptr<NcclOp>& op) { return !op->Done(); });
     finished.assign(std::make_move_iterator(keep),
                     std::make_move_iterator(ops_.end()));
     ops_.erase(keep, ops_.end());
@@ -209,8 +223,8 @@ bool NcclCompletion::SupportsCancellation(CancellationMode mode) const {
   return false;
 }
 
-absl::StatusOr<WaitOutcome> NcclCompletion::WaitBounded(
-    absl::Duration timeout, CancellationMode mode) {
+absl::StatusOr<WaitOutcome> NcclCompletion::WaitBounded(absl::Duration timeout,
+                                                        CancellationMode mode) {
   absl::Status valid = CheckBoundedWait(*this, timeout, mode, "nccl");
   if (!valid.ok()) return valid;
   const absl::Time deadline = absl::Now() + timeout;

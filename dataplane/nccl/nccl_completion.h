@@ -51,6 +51,14 @@ class NcclOp {
   // only released by OpQuarantine::Abandon, i.e. leaked on purpose).
   NcclOp(std::string operation, std::shared_ptr<CudaEvent> event,
          std::vector<std::shared_ptr<const void>> retained);
+  // An operation registered before its native work is queued, so that an
+  // abort in between marks it failed (FailIfRunning) instead of missing it:
+  // it never reports done until MarkRecorded() says `event` was recorded
+  // after the work.
+  static std::shared_ptr<NcclOp> Pending(
+      std::string operation, std::shared_ptr<CudaEvent> event,
+      std::vector<std::shared_ptr<const void>> retained);
+  void MarkRecorded();
 
   const std::string& operation() const { return operation_; }
   const std::shared_ptr<CudaEvent>& event() const { return event_; }
@@ -74,6 +82,7 @@ class NcclOp {
   const std::string operation_;
   const std::shared_ptr<CudaEvent> event_;
   mutable absl::Mutex mu_;
+  bool recorded_ ABSL_GUARDED_BY(mu_) = true;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<const void>> retained_ ABSL_GUARDED_BY(mu_);

@@ -28,12 +28,28 @@
 #include "dataplane/nccl/native_runtime.h"
 #include "dataplane/nccl/nccl_backend.h"
 #include "dataplane/nccl/nccl_session.h"
+#include "dataplane/nccl/testing/standin_control.h"
 #include "gtest/gtest.h"
 
 namespace rankd::dataplane::nccl {
 namespace {
 
 using testing::FakeJob;
+using testing::Standin;
+
+// Runs `body` in a fresh copy of this test binary (a threadsafe death
+// test), for checks of process-wide CUDA state: the child passes when none
+// of its expectations failed.
+void RunInFreshProcess(const std::function<void()>& body) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        body();
+        std::fflush(nullptr);
+        std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
 
 #define ASSERT_OK(expr)                          \
   do {                                           \
@@ -509,7 +525,8 @@ TEST_F(NcclGpuTest, JobFailureAbortsAndFailsRunningWork) {
 TEST_F(NcclGpuTest, InitDeadlineAbortsTheCommunicators) {
   auto job = FakeJob::Create(2);
   auto cp = job->ControlPlaneFor(0);
-  auto descriptor = DistributedSessionDescriptor::FromTopology(DataParallel(2), 2, 0);
+  auto descriptor =
+      DistributedSessionDescriptor::FromTopology(DataParallel(2), 2, 0);
   ASSERT_TRUE(descriptor.ok());
   NcclSessionOptions options;
   options.device = 0;
@@ -532,7 +549,8 @@ TEST_F(NcclGpuTest, InitDeadlineAbortsTheCommunicators) {
 TEST_F(NcclGpuTest, JobFailureDuringInitAbortsPromptly) {
   auto job = FakeJob::Create(2);
   auto cp = job->ControlPlaneFor(0);
-  auto descriptor = DistributedSessionDescriptor::FromTopology(DataParallel(2), 2, 0);
+  auto descriptor =
+      DistributedSessionDescriptor::FromTopology(DataParallel(2), 2, 0);
   ASSERT_TRUE(descriptor.ok());
   NcclSessionOptions options;
   options.device = 0;
@@ -560,7 +578,8 @@ class NcclMultiGpuTest : public ::testing::Test {
 // session on each; returns once all bodies returned.
 void RunRanks(uint32_t world, const ParallelTopology& topology,
               const std::function<void(uint32_t, NcclSession&, FakeJob&)>& body,
-              std::shared_ptr<FakeJob> job = nullptr) {
+              std::shared_ptr<FakeJob> job = nullptr,
+              NcclSessionOptions options = {}) {
   if (job == nullptr) job = FakeJob::Create(world);
   std::vector<std::thread> threads;
   for (uint32_t r = 0; r < world; ++r) {
@@ -569,10 +588,10 @@ void RunRanks(uint32_t world, const ParallelTopology& topology,
       auto descriptor =
           DistributedSessionDescriptor::FromTopology(topology, world, r);
       ASSERT_TRUE(descriptor.ok()) << descriptor.status();
-      NcclSessionOptions options;
-      options.device = static_cast<int>(r);
-      options.init_timeout = absl::Seconds(60);
-      auto session = NcclSession::Open(*descriptor, cp.get(), options);
+      NcclSessionOptions mine = options;
+      mine.device = static_cast<int>(r);
+      mine.init_timeout = absl::Seconds(60);
+      auto session = NcclSession::Open(*descriptor, cp.get(), mine);
       ASSERT_TRUE(session.ok()) << "rank " << r << ": " << session.status();
       body(r, **session, *job);
     });
@@ -586,107 +605,112 @@ uint32_t MultiWorld() {
 
 TEST_F(NcclMultiGpuTest, CollectivesAcrossRanks) {
   const uint32_t world = MultiWorld();
-  RunRanks(world, DataParallel(world), [world](uint32_t r, NcclSession& s, FakeJob&) {
-    auto stream = s.stream();
-    // all_reduce_sum: sum over ranks of (r + i).
-    auto x = Upload(Desc({8}), Floats(8, static_cast<float>(r)), stream);
-    auto sum = s.AllReduceSum(CollectiveScope::World(), x);
-    ASSERT_TRUE(sum.ok()) << sum.status();
-    ASSERT_OK(sum->completion->Wait());
-    std::vector<float> expect(8);
-    for (int i = 0; i < 8; ++i) {
-      expect[i] = world * i + world * (world - 1) / 2.0f;
-    }
-    EXPECT_EQ(Download<float>(sum->output), expect) << "rank " << r;
+  RunRanks(
+      world, DataParallel(world),
+      [world](uint32_t r, NcclSession& s, FakeJob&) {
+        auto stream = s.stream();
+        // all_reduce_sum: sum over ranks of (r + i).
+        auto x = Upload(Desc({8}), Floats(8, static_cast<float>(r)), stream);
+        auto sum = s.AllReduceSum(CollectiveScope::World(), x);
+        ASSERT_TRUE(sum.ok()) << sum.status();
+        ASSERT_OK(sum->completion->Wait());
+        std::vector<float> expect(8);
+        for (int i = 0; i < 8; ++i) {
+          expect[i] = world * i + world * (world - 1) / 2.0f;
+        }
+        EXPECT_EQ(Download<float>(sum->output), expect) << "rank " << r;
 
-    // all_gather of a scalar: [0, 1, ..., world-1].
-    auto me = Upload(Desc({}, TensorDtype::kI32),
-                     std::vector<int32_t>{static_cast<int32_t>(r)}, stream);
-    auto gathered = s.AllGather(CollectiveScope::World(), me);
-    ASSERT_TRUE(gathered.ok()) << gathered.status();
-    ASSERT_OK(gathered->completion->Wait());
-    std::vector<int32_t> ranks(world);
-    std::iota(ranks.begin(), ranks.end(), 0);
-    EXPECT_EQ(Download<int32_t>(gathered->output), ranks);
+        // all_gather of a scalar: [0, 1, ..., world-1].
+        auto me = Upload(Desc({}, TensorDtype::kI32),
+                         std::vector<int32_t>{static_cast<int32_t>(r)}, stream);
+        auto gathered = s.AllGather(CollectiveScope::World(), me);
+        ASSERT_TRUE(gathered.ok()) << gathered.status();
+        ASSERT_OK(gathered->completion->Wait());
+        std::vector<int32_t> ranks(world);
+        std::iota(ranks.begin(), ranks.end(), 0);
+        EXPECT_EQ(Download<int32_t>(gathered->output), ranks);
 
-    // all_to_all_v: rank r sends (d + 1) rows to d, each row = 100 r + d;
-    // receives (r + 1) rows from every s.
-    std::vector<size_t> send(world), recv(world, r + 1);
-    std::vector<int32_t> rows;
-    for (uint32_t d = 0; d < world; ++d) {
-      send[d] = d + 1;
-      for (uint32_t k = 0; k <= d; ++k) rows.push_back(100 * r + d);
-    }
-    auto in = Upload(Desc({rows.size()}, TensorDtype::kI32), rows, stream);
-    auto out = s.AllToAllV(CollectiveScope::World(), in, send, recv);
-    ASSERT_TRUE(out.ok()) << out.status();
-    ASSERT_OK(out->completion->Wait());
-    std::vector<int32_t> want;
-    for (uint32_t src = 0; src < world; ++src) {
-      for (uint32_t k = 0; k <= r; ++k) want.push_back(100 * src + r);
-    }
-    EXPECT_EQ(Download<int32_t>(out->output), want) << "rank " << r;
+        // all_to_all_v: rank r sends (d + 1) rows to d, each row = 100 r + d;
+        // receives (r + 1) rows from every s.
+        std::vector<size_t> send(world), recv(world, r + 1);
+        std::vector<int32_t> rows;
+        for (uint32_t d = 0; d < world; ++d) {
+          send[d] = d + 1;
+          for (uint32_t k = 0; k <= d; ++k) rows.push_back(100 * r + d);
+        }
+        auto in = Upload(Desc({rows.size()}, TensorDtype::kI32), rows, stream);
+        auto out = s.AllToAllV(CollectiveScope::World(), in, send, recv);
+        ASSERT_TRUE(out.ok()) << out.status();
+        ASSERT_OK(out->completion->Wait());
+        std::vector<int32_t> want;
+        for (uint32_t src = 0; src < world; ++src) {
+          for (uint32_t k = 0; k <= r; ++k) want.push_back(100 * src + r);
+        }
+        EXPECT_EQ(Download<int32_t>(out->output), want) << "rank " << r;
 
-    // send/receive around a ring.
-    const uint32_t next = (r + 1) % world, prev = (r + world - 1) % world;
-    auto token = Upload(Desc({3}, TensorDtype::kI64),
-                        std::vector<int64_t>{r, r * 2, r * 3}, stream);
-    // Even ranks send first; odd ranks receive first (same session stream,
-    // so a rank's own send and receive are ordered).
-    absl::StatusOr<NcclSession::ValueSubmission> sent, received;
-    if (r % 2 == 0) {
-      sent = s.Send(CollectiveScope::World(), next, token);
-      received = s.Receive(CollectiveScope::World(), prev, token.descriptor());
-    } else {
-      received = s.Receive(CollectiveScope::World(), prev, token.descriptor());
-      sent = s.Send(CollectiveScope::World(), next, token);
-    }
-    ASSERT_TRUE(sent.ok()) << sent.status();
-    ASSERT_TRUE(received.ok()) << received.status();
-    ASSERT_OK(sent->completion->Wait());
-    ASSERT_OK(received->completion->Wait());
-    EXPECT_EQ(Download<int64_t>(received->output),
-              (std::vector<int64_t>{prev, prev * 2, prev * 3}));
+        // send/receive around a ring.
+        const uint32_t next = (r + 1) % world, prev = (r + world - 1) % world;
+        auto token = Upload(Desc({3}, TensorDtype::kI64),
+                            std::vector<int64_t>{r, r * 2, r * 3}, stream);
+        // Even ranks send first; odd ranks receive first (same session stream,
+        // so a rank's own send and receive are ordered).
+        absl::StatusOr<NcclSession::ValueSubmission> sent, received;
+        if (r % 2 == 0) {
+          sent = s.Send(CollectiveScope::World(), next, token);
+          received =
+              s.Receive(CollectiveScope::World(), prev, token.descriptor());
+        } else {
+          received =
+              s.Receive(CollectiveScope::World(), prev, token.descriptor());
+          sent = s.Send(CollectiveScope::World(), next, token);
+        }
+        ASSERT_TRUE(sent.ok()) << sent.status();
+        ASSERT_TRUE(received.ok()) << received.status();
+        ASSERT_OK(sent->completion->Wait());
+        ASSERT_OK(received->completion->Wait());
+        EXPECT_EQ(Download<int64_t>(received->output),
+                  (std::vector<int64_t>{prev, prev * 2, prev * 3}));
 
-    // Backend: broadcast from member 1, barrier, agree (rank 0 says no).
-    NcclBackend backend(s);
-    auto group = backend.Group(CollectiveScope::World());
-    ASSERT_TRUE(group.ok());
-    CudaExecutor executor(stream);
-    auto b = backend.Broadcast(x, 1, *group, executor);
-    ASSERT_TRUE(b.ok()) << b.status();
-    ASSERT_OK(b->completion->Wait());
-    EXPECT_EQ(Download<float>(b->output), Floats(8, 1));
-    auto barrier = backend.Barrier(*group, executor);
-    ASSERT_TRUE(barrier.ok());
-    ASSERT_OK(barrier->completion->Wait());
-    auto agree = backend.AgreeSuccess(r != 0, *group, executor);
-    ASSERT_TRUE(agree.ok());
-    ASSERT_OK(agree->completion->Wait());
-    EXPECT_EQ(*agree->output->Resolve(), false);
-    auto all_agree = backend.AgreeSuccess(true, *group, executor);
-    ASSERT_TRUE(all_agree.ok());
-    ASSERT_OK(all_agree->completion->Wait());
-    EXPECT_EQ(*all_agree->output->Resolve(), true);
+        // Backend: broadcast from member 1, barrier, agree (rank 0 says no).
+        NcclBackend backend(s);
+        auto group = backend.Group(CollectiveScope::World());
+        ASSERT_TRUE(group.ok());
+        CudaExecutor executor(stream);
+        auto b = backend.Broadcast(x, 1, *group, executor);
+        ASSERT_TRUE(b.ok()) << b.status();
+        ASSERT_OK(b->completion->Wait());
+        EXPECT_EQ(Download<float>(b->output), Floats(8, 1));
+        auto barrier = backend.Barrier(*group, executor);
+        ASSERT_TRUE(barrier.ok());
+        ASSERT_OK(barrier->completion->Wait());
+        auto agree = backend.AgreeSuccess(r != 0, *group, executor);
+        ASSERT_TRUE(agree.ok());
+        ASSERT_OK(agree->completion->Wait());
+        EXPECT_EQ(*agree->output->Resolve(), false);
+        auto all_agree = backend.AgreeSuccess(true, *group, executor);
+        ASSERT_TRUE(all_agree.ok());
+        ASSERT_OK(all_agree->completion->Wait());
+        EXPECT_EQ(*all_agree->output->Resolve(), true);
 
-    // Backend send_receive: member 0 -> member 1, a bundle of two tensors.
-    if (r <= 1) {
-      auto route = backend.Route(CollectiveScope::World(), 0, 1);
-      ASSERT_TRUE(route.ok()) << route.status();
-      std::vector<DeviceTensor> bundle = {
-          Upload(Desc({2}), std::vector<float>{1.f + r, 2.f}, stream),
-          Upload(Desc({1}, TensorDtype::kI32), std::vector<int32_t>{42},
-                 stream)};
-      auto moved = backend.SendReceive(bundle, *route, executor);
-      ASSERT_TRUE(moved.ok()) << moved.status();
-      ASSERT_OK(moved->completion->Wait());
-      ASSERT_EQ(moved->output.size(), 2u);
-      EXPECT_EQ(Download<float>(moved->output[0]),
-                (std::vector<float>{1.f, 2.f}));
-      EXPECT_EQ(Download<int32_t>(moved->output[1]), std::vector<int32_t>{42});
-    }
-    EXPECT_TRUE(s.poison_status().ok()) << s.poison_status();
-  });
+        // Backend send_receive: member 0 -> member 1, a bundle of two tensors.
+        if (r <= 1) {
+          auto route = backend.Route(CollectiveScope::World(), 0, 1);
+          ASSERT_TRUE(route.ok()) << route.status();
+          std::vector<DeviceTensor> bundle = {
+              Upload(Desc({2}), std::vector<float>{1.f + r, 2.f}, stream),
+              Upload(Desc({1}, TensorDtype::kI32), std::vector<int32_t>{42},
+                     stream)};
+          auto moved = backend.SendReceive(bundle, *route, executor);
+          ASSERT_TRUE(moved.ok()) << moved.status();
+          ASSERT_OK(moved->completion->Wait());
+          ASSERT_EQ(moved->output.size(), 2u);
+          EXPECT_EQ(Download<float>(moved->output[0]),
+                    (std::vector<float>{1.f, 2.f}));
+          EXPECT_EQ(Download<int32_t>(moved->output[1]),
+                    std::vector<int32_t>{42});
+        }
+        EXPECT_TRUE(s.poison_status().ok()) << s.poison_status();
+      });
 }
 
 TEST_F(NcclMultiGpuTest, GroupsOfATopology) {
@@ -738,6 +762,255 @@ TEST_F(NcclMultiGpuTest, JobFailureUnblocksAHungCollective) {
         EXPECT_EQ(s.poison_status().code(), absl::StatusCode::kAborted);
       },
       job);
+}
+
+// --- Sequencing of the native layer: each case below is a defect that a
+// reading of this backend found (issue 10); the CPU stand-in shows each one
+// in CI, and the cases run on real GPUs too where they can.
+
+// An abort that lands after NCCL accepted the work but before the
+// completion exists kills the kernel; the operation must fail, never report
+// success over an output nobody wrote.
+TEST_F(NcclGpuTest, AnAbortRightAfterNcclAcceptedTheWorkFailsTheOperation) {
+  const testing::StandinControl* standin = Standin();
+  if (standin == nullptr) {
+    GTEST_SKIP() << "needs the CPU stand-in, which can hold the completion "
+                    "event's record until an abort (on a GPU the window is "
+                    "microseconds wide)";
+  }
+  auto session = OpenWorld1();
+  ASSERT_NE(session, nullptr);
+  auto stream = session->stream();
+  auto x = Upload(Desc({4}), Floats(4, 1), stream);
+  // The kernel queues behind a held stream, so the abort reaches it first.
+  Stall* stall = StallStream(*stream);
+  standin->hold_next_event_record_until_abort(10000);
+  std::thread failer([this] {
+    absl::SleepFor(absl::Milliseconds(200));
+    job_->Fail(absl::AbortedError("rankd: rank 7 lost"));
+  });
+  auto sum = session->AllReduceSum(CollectiveScope::World(), x);
+  failer.join();
+  stall->released = true;
+  if (sum.ok()) {
+    absl::Status waited = sum->completion->Wait();
+    EXPECT_EQ(waited.code(), absl::StatusCode::kAborted) << waited;
+  } else {
+    EXPECT_EQ(sum.status().code(), absl::StatusCode::kAborted) << sum.status();
+  }
+  EXPECT_EQ(session->poison_status().code(), absl::StatusCode::kAborted);
+}
+
+// rankd's guard puts the caller's device back.
+TEST_F(NcclMultiGpuTest, DeviceGuardRestoresTheCallersDevice) {
+  std::thread([] {
+    DeviceGuard callers(1);
+    ASSERT_OK(callers.status());
+    {
+      DeviceGuard rankd(0);
+      ASSERT_OK(rankd.status());
+      EXPECT_EQ(*CurrentDevice(), 0);
+    }
+    EXPECT_EQ(*CurrentDevice(), 1);
+  }).join();
+}
+
+// A session on device 1 never creates a CUDA context on device 0: not in
+// the watchdog, not in the threads that wait, not when quarantined work is
+// reaped. (On a multi-GPU host every rank process sees every GPU; a
+// context on device 0 costs each of them GPU 0's memory.)
+TEST_F(NcclMultiGpuTest, ASessionOnDevice1NeverTouchesDevice0) {
+  if (!PrimaryContextActive(0).ok()) {
+    GTEST_SKIP() << PrimaryContextActive(0).status();
+  }
+  RunInFreshProcess([] {
+    ASSERT_FALSE(*PrimaryContextActive(0)) << "the child starts clean";
+    auto job = FakeJob::Create(1);
+    auto cp = job->ControlPlaneFor(0);
+    auto descriptor = DistributedSessionDescriptor::FromTopology({}, 1, 0);
+    ASSERT_TRUE(descriptor.ok());
+    NcclSessionOptions options;
+    options.device = 1;
+    auto session = NcclSession::Open(*descriptor, cp.get(), options);
+    ASSERT_TRUE(session.ok()) << session.status();
+    auto x = Upload(Desc({8}), Floats(8), (*session)->stream());
+    auto sum = (*session)->AllReduceSum(CollectiveScope::World(), x);
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    // Waited for from a thread that never chose a device.
+    std::thread([&] { EXPECT_TRUE(sum->completion->Wait().ok()); }).join();
+    EXPECT_EQ(Download<float>(sum->output), Floats(8));
+    // Dropped while held behind a stalled stream: quarantined, then reaped
+    // by the watchdog.
+    Stall* stall = StallStream(*(*session)->stream());
+    {
+      auto dropped = (*session)->AllReduceSum(CollectiveScope::World(), x);
+      ASSERT_TRUE(dropped.ok()) << dropped.status();
+    }
+    stall->released = true;
+    absl::SleepFor(absl::Milliseconds(200));
+    session->reset();
+    EXPECT_FALSE(*PrimaryContextActive(0));
+  });
+}
+
+// ncclCommAbort waits for every kernel on its device; aborting a session's
+// communicators one after another never returns when a later one's kernel
+// waits for a peer that never comes. They are aborted concurrently.
+TEST_F(NcclMultiGpuTest, OneCommunicatorsStuckKernelDoesNotBlockTheAbort) {
+  if (DeviceCount() < 4) GTEST_SKIP() << "needs 4 CUDA devices";
+  ParallelTopology topology;
+  topology.tensor = 2;
+  topology.data = 2;
+  absl::Barrier* warmed = new absl::Barrier(4);  // deleted by the last user
+  RunRanks(4, topology, [&](uint32_t r, NcclSession& s, FakeJob&) {
+    const CollectiveGroupDescriptor& tensor = s.descriptor().groups()[1];
+    const CollectiveScope scope = CollectiveScope::Group(tensor.id());
+    auto x = Upload(Desc({4}), Floats(4), s.stream());
+    // Connect everyone's communicators (NCCL connects on first use).
+    for (const CollectiveScope& each : {CollectiveScope::World(), scope}) {
+      auto warm = s.AllReduceSum(each, x);
+      ASSERT_TRUE(warm.ok()) << warm.status();
+      ASSERT_OK(warm->completion->Wait());
+    }
+    if (warmed->Block()) delete warmed;
+    if (r != 0) return;  // rank 1 never joins rank 0's next tensor sum
+    auto stuck = s.AllReduceSum(scope, x);
+    ASSERT_TRUE(stuck.ok()) << stuck.status();
+    const absl::Time start = absl::Now();
+    auto outcome = stuck->completion->WaitBounded(
+        absl::Milliseconds(300), CancellationMode::kNativeCancel);
+    ASSERT_TRUE(outcome.ok()) << outcome.status();
+    EXPECT_FALSE(outcome->completed());
+    EXPECT_LT(absl::Now() - start, absl::Seconds(8));
+  });
+}
+
+// ControlPlane whose job failure is visible only to a JobHealth() poll (no
+// notification), as when the watchdog has not looked yet.
+class UnannouncedFailure final : public ControlPlane {
+ public:
+  explicit UnannouncedFailure(std::unique_ptr<ControlPlane> inner)
+      : inner_(std::move(inner)) {}
+  void Fail(absl::Status cause) {
+    absl::MutexLock lock(&mu_);
+    failure_ = std::move(cause);
+  }
+  absl::StatusOr<std::vector<uint32_t>> AllGatherWords(
+      absl::Span<const uint32_t> local, absl::Duration timeout) override {
+    return inner_->AllGatherWords(local, timeout);
+  }
+  absl::StatusOr<std::unique_ptr<PendingWords>> SubmitAllGatherWords(
+      absl::Span<const uint32_t> local, absl::Duration timeout) override {
+    return inner_->SubmitAllGatherWords(local, timeout);
+  }
+  absl::Status KvSet(absl::string_view key, absl::string_view value) override {
+    return inner_->KvSet(key, value);
+  }
+  absl::StatusOr<std::string> KvGet(absl::string_view key,
+                                    absl::Duration timeout) override {
+    return inner_->KvGet(key, timeout);
+  }
+  absl::StatusOr<int64_t> KvAdd(absl::string_view key, int64_t delta) override {
+    return inner_->KvAdd(key, delta);
+  }
+  absl::Status JobHealth() const override {
+    absl::MutexLock lock(&mu_);
+    return failure_;
+  }
+  void OnJobFailure(std::function<void(const absl::Status&)>) override {}
+  std::string Namespace() const override { return inner_->Namespace(); }
+
+ private:
+  const std::unique_ptr<ControlPlane> inner_;
+  mutable absl::Mutex mu_;
+  absl::Status failure_;
+};
+
+// A session destroyed after its job failed aborts its communicators; it
+// does not finalize them (finalize waits for peers that are gone, up to
+// destroy_timeout per communicator).
+TEST_F(NcclMultiGpuTest, DestroyingASessionOfAFailedJobAborts) {
+  auto job = FakeJob::Create(2);
+  absl::Barrier* warmed = new absl::Barrier(2);
+  std::vector<std::thread> ranks;
+  for (uint32_t r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      auto cp = std::make_unique<UnannouncedFailure>(job->ControlPlaneFor(r));
+      auto descriptor =
+          DistributedSessionDescriptor::FromTopology(DataParallel(2), 2, r);
+      ASSERT_TRUE(descriptor.ok());
+      NcclSessionOptions options;
+      options.device = static_cast<int>(r);
+      options.watchdog_interval = absl::Hours(1);
+      options.destroy_timeout = absl::Seconds(30);
+      auto session = NcclSession::Open(*descriptor, cp.get(), options);
+      ASSERT_TRUE(session.ok()) << session.status();
+      auto x = Upload(Desc({4}), Floats(4), (*session)->stream());
+      {
+        auto warm = (*session)->AllReduceSum(CollectiveScope::World(), x);
+        ASSERT_TRUE(warm.ok()) << warm.status();
+        ASSERT_OK(warm->completion->Wait());
+      }  // a completion keeps the session's core alive
+      if (warmed->Block()) delete warmed;
+      if (r == 1) return;  // "dies": never joins the next sum
+      {
+        auto stuck = (*session)->AllReduceSum(CollectiveScope::World(), x);
+        ASSERT_TRUE(stuck.ok()) << stuck.status();
+      }  // dropped unfinished: quarantined
+      cp->Fail(absl::AbortedError("rankd: rank 1 lost"));
+      const absl::Time start = absl::Now();
+      session->reset();
+      EXPECT_LT(absl::Now() - start, absl::Seconds(8));
+    });
+  }
+  for (auto& t : ranks) t.join();
+}
+
+// A gather along an inner axis rearranges rows with 2-D copies; rows wider
+// than the device's maximum pitch are copied row by row instead of failing.
+TEST_F(NcclMultiGpuTest, InnerAxisGatherBeyondTheMaximumPitch) {
+  const testing::StandinControl* standin = Standin();
+  if (standin == nullptr) {
+    GTEST_SKIP() << "needs the CPU stand-in's lowered cudaDevAttrMaxPitch "
+                    "(a GPU's is 2 GiB)";
+  }
+  RunInFreshProcess([] {
+    Standin()->set_max_pitch(100);  // below the 128-byte output rows
+    RunRanks(2, DataParallel(2), [](uint32_t r, NcclSession& s, FakeJob&) {
+      std::vector<float> rows(32);  // [2][16]
+      for (size_t i = 0; i < rows.size(); ++i) rows[i] = 100.0f * r + i;
+      auto x = Upload(Desc({2, 16}), rows, s.stream());
+      NcclBackend backend(s);
+      auto group = backend.Group(CollectiveScope::World());
+      ASSERT_TRUE(group.ok());
+      CudaExecutor executor(s.stream());
+      auto gathered = backend.AllGatherEven(x, 1, *group, executor);
+      ASSERT_TRUE(gathered.ok()) << gathered.status();
+      ASSERT_OK(gathered->completion->Wait());
+      std::vector<float> want;
+      for (int row = 0; row < 2; ++row) {
+        for (int member = 0; member < 2; ++member) {
+          for (int j = 0; j < 16; ++j)
+            want.push_back(100.0f * member + row * 16 + j);
+        }
+      }
+      EXPECT_EQ(Download<float>(gathered->output), want) << "rank " << r;
+    });
+  });
+}
+
+// Reading results back (DeviceTensor::ToHost, Agreement::Resolve) reuses
+// one stream per device instead of creating one per call.
+TEST_F(NcclGpuTest, ReadingResultsBackCreatesNoStreamPerCall) {
+  const testing::StandinControl* standin = Standin();
+  if (standin == nullptr) GTEST_SKIP() << "counts streams in the CPU stand-in";
+  auto session = OpenWorld1();
+  ASSERT_NE(session, nullptr);
+  auto x = Upload(Desc({4}), Floats(4), session->stream());
+  (void)Download<float>(x);  // the first read may create the stream
+  const int64_t before = standin->streams_created();
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(Download<float>(x), Floats(4));
+  EXPECT_EQ(standin->streams_created(), before);
 }
 
 }  // namespace

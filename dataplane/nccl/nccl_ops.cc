@@ -565,7 +565,7 @@ absl::StatusOr<bool> NcclAgreement::Resolve() const {
     value_ = status;
     return value_;
   }
-  auto stream = CudaStream::Create(flag_->device());
+  auto stream = CudaStream::ForTransfers(flag_->device());
   if (!stream.ok()) return stream.status();
   uint8_t flag = 0;
   absl::Status copied = CopyDeviceToHost(&flag, flag_->data(), 1, **stream);

@@ -53,6 +53,10 @@ SessionCore::~SessionCore() {
   }
   if (watchdog_.joinable()) watchdog_.join();
   if (!comms_.empty()) {
+    // A failed job's communicators are aborted, never finalized: finalize
+    // would wait for peers that are gone.
+    absl::Status cause = SignalCause();
+    if (!cause.ok()) Poison(cause);
     absl::Status poison = PoisonStatus();
     if (!poison.ok()) {
       CancelNative(poison);
@@ -205,6 +209,13 @@ absl::Status SessionCore::JobHealth() const {
 }
 
 void SessionCore::Detach() {
+  // Last look at the job while the control plane still exists: a failure
+  // the watchdog has not acted on yet makes the destructor abort.
+  if (ready() && PoisonStatus().ok() && !detached_.load()) {
+    absl::Status health = SignalCause();
+    if (health.ok()) health = control_plane_->JobHealth();
+    if (!health.ok()) CancelNative(health);
+  }
   detached_.store(true);
   // The watchdog may be inside JobHealth(); wait for its current tick.
   absl::MutexLock lock(&watchdog_tick_mu_);
@@ -245,9 +256,21 @@ void SessionCore::CancelNative(const absl::Status& cause) {
     absl::MutexLock state(&mu_);
     comms = comms_;
   }
-  for (auto& entry : comms) {
-    if (entry->comm != nullptr) entry->comm->Abort(poison);
+  AbortAll(comms, poison);
+}
+
+void AbortAll(const std::vector<std::shared_ptr<CommEntry>>& comms,
+              const absl::Status& cause) {
+  // Concurrently: ncclCommAbort frees device memory, which waits for every
+  // kernel on the device, so aborting one communicator while another's
+  // kernel still waits for a dead peer would never return.
+  std::vector<std::thread> aborts;
+  for (const auto& entry : comms) {
+    if (entry->comm == nullptr) continue;
+    NcclCommunicator* comm = entry->comm.get();
+    aborts.emplace_back([comm, cause] { comm->Abort(cause); });
   }
+  for (std::thread& t : aborts) t.join();
 }
 
 void SessionCore::Quarantine(std::shared_ptr<NcclOp> op) {
@@ -291,6 +314,31 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
     retained.push_back(input.buffer());
     if (input.ready() != nullptr) retained.push_back(input.ready());
   }
+  // Outstanding before any native work is queued: an abort from now on
+  // (CancelNative, any thread) marks it failed, so work that NCCL accepted
+  // and the abort then killed never reports success.
+  auto op = NcclOp::Pending(plan.name, *event, std::move(retained));
+  {
+    absl::MutexLock lock(&ops_mu_);
+    if (outstanding_.size() >= 256) {
+      outstanding_.erase(
+          std::remove_if(
+              outstanding_.begin(), outstanding_.end(),
+              [](const std::weak_ptr<NcclOp>& w) { return w.expired(); }),
+          outstanding_.end());
+    }
+    outstanding_.push_back(op);
+  }
+  {
+    // CancelNative sets aborted_ before it walks outstanding_: an abort
+    // that walked the list before `op` joined it is seen here.
+    absl::MutexLock lock(&abort_mu_);
+    if (aborted_) op->FailIfRunning(PoisonStatus());
+  }
+  // One operation's work is contiguous on its stream: no other submitter
+  // interleaves its copies or NCCL calls while this one waits for NCCL to
+  // accept (ncclInProgress), so every rank queues the same order.
+  absl::MutexLock stream_order(&plan.stream->submit_mu());
   const CudaStream& stream = *plan.stream;
   // After native work may have been queued: poison, abort, and hold every
   // resource until the queued work finished.
@@ -298,10 +346,8 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
     absl::Status poisoned = Fail(absl::Status(
         cause.code(),
         absl::StrCat("nccl backend: ", plan.name, ": ", cause.message())));
-    const bool recorded = (*event)->Record(stream).ok();
-    quarantine_.Add(std::make_shared<NcclOp>(
-        absl::StrCat(plan.name, " (failed)"), recorded ? *event : nullptr,
-        std::move(retained)));
+    if ((*event)->Record(stream).ok()) op->MarkRecorded();
+    quarantine_.Add(op);
     return poisoned;
   };
   for (const DeviceTensor& input : plan.inputs) {
@@ -333,18 +379,7 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
   }
   absl::Status recorded = (*event)->Record(stream);
   if (!recorded.ok()) return failed(recorded);
-  auto op = std::make_shared<NcclOp>(plan.name, *event, std::move(retained));
-  {
-    absl::MutexLock lock(&ops_mu_);
-    if (outstanding_.size() >= 256) {
-      outstanding_.erase(
-          std::remove_if(
-              outstanding_.begin(), outstanding_.end(),
-              [](const std::weak_ptr<NcclOp>& w) { return w.expired(); }),
-          outstanding_.end());
-    }
-    outstanding_.push_back(op);
-  }
+  op->MarkRecorded();
   Submitted submitted;
   submitted.event = *event;
   submitted.completion =
@@ -484,9 +519,7 @@ absl::Status SessionCore::InitializeLocked() {
   }
 
   auto abort_all = [&](const absl::Status& cause) {
-    for (auto& entry : comms) {
-      if (entry->comm != nullptr) entry->comm->Abort(cause);
-    }
+    AbortAll(comms, cause);
     Poison(cause);
     return cause;
   };

@@ -230,6 +230,11 @@ class SessionCore final : public NcclOpOwner,
   std::thread watchdog_;
 };
 
+// Aborts every communicator of `comms` concurrently and returns after all
+// of them were torn down.
+void AbortAll(const std::vector<std::shared_ptr<CommEntry>>& comms,
+              const absl::Status& cause);
+
 // The operations, shared by NcclSession and NcclBackend. Each validates
 // before any native call and returns the output with its completion. The
 // scope/group/capability resolution is the caller's.

@@ -16,7 +16,7 @@
 //     (copies, memsets, host functions, event records and waits, NCCL
 //     kernels). cudaFree waits for every stream of its device, as the real
 //     call synchronizes the device. cudaMemcpy2DAsync refuses pitches above
-//     cudaDevAttrMaxPitch ($RANKD_STANDIN_MAX_PITCH, default 2^31 - 1).
+//     cudaDevAttrMaxPitch (2^31 - 1 unless a test lowers it).
 //   - Memory pools: cudaMallocAsync memory belongs to its device's default
 //     pool and is readable by another device only after
 //     cudaMemPoolSetAccess granted it.
@@ -79,9 +79,10 @@ struct ncclComm;
 namespace {
 
 // One lock and one condition variable for all stand-in state: simple and
-// obviously free of lock-order problems; speed does not matter here.
-std::mutex g_mu;
-std::condition_variable g_cv;
+// obviously free of lock-order problems; speed does not matter here. Never
+// destroyed: stream workers still wait on them while the process exits.
+std::mutex& g_mu = *new std::mutex();
+std::condition_variable& g_cv = *new std::condition_variable();
 
 int EnvInt(const char* name, int fallback, int lo, int hi) {
   const char* v = std::getenv(name);
@@ -101,8 +102,8 @@ struct Device {
 
 std::vector<Device>& Devices() {
   static auto* devices = [] {
-    auto* d = new std::vector<Device>(
-        EnvInt("RANKD_STANDIN_DEVICES", 4, 0, 64));
+    auto* d =
+        new std::vector<Device>(EnvInt("RANKD_STANDIN_DEVICES", 4, 0, 64));
     for (size_t i = 0; i < d->size(); ++i) {
       (*d)[i].pool.device = static_cast<int>(i);
       (*d)[i].pool_readers.insert(static_cast<int>(i));
@@ -112,11 +113,12 @@ std::vector<Device>& Devices() {
   return *devices;
 }
 int DeviceCount() { return static_cast<int>(Devices().size()); }
-size_t MaxPitch() {
-  static const size_t pitch = static_cast<size_t>(
-      EnvInt("RANKD_STANDIN_MAX_PITCH", 2147483647, 1, 2147483647));
-  return pitch;
-}
+std::atomic<size_t> g_max_pitch{2147483647};
+size_t MaxPitch() { return g_max_pitch.load(); }
+std::atomic<int64_t> g_streams_created{0};
+// rankd_standin_hold_next_event_record_until_abort (guarded by g_mu).
+int g_hold_record_ms = 0;
+uint64_t g_aborts = 0;
 
 thread_local int t_device = -1;  // -1: never chosen (device 0)
 thread_local CudaError t_last_error = native::kCudaSuccess;
@@ -229,6 +231,7 @@ void StreamWorker(CUstream_st* s) {
 }
 
 CUstream_st* NewStream(int device) {
+  g_streams_created.fetch_add(1);
   auto* s = new CUstream_st();
   s->device = device;
   {
@@ -249,7 +252,9 @@ CUstream_st* DefaultStream() {
   if (s == nullptr) s = NewStream(device);
   return s;
 }
-CUstream_st* Resolve(CUstream_st* s) { return s == nullptr ? DefaultStream() : s; }
+CUstream_st* Resolve(CUstream_st* s) {
+  return s == nullptr ? DefaultStream() : s;
+}
 
 void Enqueue(CUstream_st* s, std::function<void()> work) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -275,20 +280,28 @@ void SynchronizeDevice(int device) {
 
 const char* CudaErrorName(CudaError e) {
   switch (e) {
-    case native::kCudaSuccess: return "cudaSuccess";
-    case native::kCudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case native::kCudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case native::kCudaErrorInvalidPitchValue: return "cudaErrorInvalidPitchValue";
-    case native::kCudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case native::kCudaErrorNoDevice: return "cudaErrorNoDevice";
+    case native::kCudaSuccess:
+      return "cudaSuccess";
+    case native::kCudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case native::kCudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case native::kCudaErrorInvalidPitchValue:
+      return "cudaErrorInvalidPitchValue";
+    case native::kCudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    case native::kCudaErrorNoDevice:
+      return "cudaErrorNoDevice";
     case native::kCudaErrorInvalidResourceHandle:
       return "cudaErrorInvalidResourceHandle";
-    case native::kCudaErrorNotReady: return "cudaErrorNotReady";
-    case native::kCudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
-    default: return "cudaErrorUnknown";
+    case native::kCudaErrorNotReady:
+      return "cudaErrorNotReady";
+    case native::kCudaErrorIllegalAddress:
+      return "cudaErrorIllegalAddress";
+    default:
+      return "cudaErrorUnknown";
   }
 }
-
 
 }  // namespace
 
@@ -313,19 +326,25 @@ STANDIN_API CudaError cudaSetDevice(int device) {
   (void)ContextDevice();
   return native::kCudaSuccess;
 }
-STANDIN_API CudaError cudaDeviceGetAttribute(int* value, int attr,
-                                             int device) {
+STANDIN_API CudaError cudaDeviceGetAttribute(int* value, int attr, int device) {
   if (value == nullptr || device < 0 || device >= DeviceCount()) {
     return Fail(native::kCudaErrorInvalidValue);
   }
   switch (attr) {
-    case native::kCudaDevAttrComputeCapabilityMajor: *value = 9; break;
-    case native::kCudaDevAttrComputeCapabilityMinor: *value = 0; break;
-    case native::kCudaDevAttrMemoryPoolsSupported: *value = 1; break;
+    case native::kCudaDevAttrComputeCapabilityMajor:
+      *value = 9;
+      break;
+    case native::kCudaDevAttrComputeCapabilityMinor:
+      *value = 0;
+      break;
+    case native::kCudaDevAttrMemoryPoolsSupported:
+      *value = 1;
+      break;
     case native::kCudaDevAttrMaxPitch:
       *value = static_cast<int>(MaxPitch());
       break;
-    default: return Fail(native::kCudaErrorInvalidValue);
+    default:
+      return Fail(native::kCudaErrorInvalidValue);
   }
   return native::kCudaSuccess;
 }
@@ -356,15 +375,17 @@ STANDIN_API const char* cudaGetErrorName(CudaError e) {
 }
 STANDIN_API const char* cudaGetErrorString(CudaError e) {
   switch (e) {
-    case native::kCudaSuccess: return "no error";
+    case native::kCudaSuccess:
+      return "no error";
     case native::kCudaErrorIllegalAddress:
       return "an illegal memory access was encountered";
-    case native::kCudaErrorNotReady: return "device not ready";
-    default: return "stand-in error (see its name)";
+    case native::kCudaErrorNotReady:
+      return "device not ready";
+    default:
+      return "stand-in error (see its name)";
   }
 }
-STANDIN_API CudaError cudaDeviceCanAccessPeer(int* can, int device,
-                                              int peer) {
+STANDIN_API CudaError cudaDeviceCanAccessPeer(int* can, int device, int peer) {
   if (can == nullptr || device < 0 || device >= DeviceCount() || peer < 0 ||
       peer >= DeviceCount()) {
     return Fail(native::kCudaErrorInvalidDevice);
@@ -380,9 +401,9 @@ STANDIN_API CudaError cudaDeviceGetDefaultMemPool(native::CudaMemPool* pool,
   *pool = &Devices()[device].pool;
   return native::kCudaSuccess;
 }
-STANDIN_API CudaError cudaMemPoolSetAccess(
-    native::CudaMemPool pool, const native::CudaMemAccessDesc* descs,
-    size_t count) {
+STANDIN_API CudaError
+cudaMemPoolSetAccess(native::CudaMemPool pool,
+                     const native::CudaMemAccessDesc* descs, size_t count) {
   if (pool == nullptr || (descs == nullptr && count > 0)) {
     return Fail(native::kCudaErrorInvalidValue);
   }
@@ -469,8 +490,15 @@ STANDIN_API CudaError cudaEventRecord(native::CudaEvent e,
   }
   auto done = std::make_shared<bool>(false);
   {
-    std::lock_guard<std::mutex> lock(g_mu);
+    std::unique_lock<std::mutex> lock(g_mu);
     ContextDeviceLocked();
+    if (g_hold_record_ms > 0) {
+      const int ms = g_hold_record_ms;
+      const uint64_t aborts = g_aborts;
+      g_hold_record_ms = 0;
+      g_cv.wait_for(lock, std::chrono::milliseconds(ms),
+                    [&] { return g_aborts > aborts; });
+    }
     e->done = done;
   }
   Enqueue(s, [done] {
@@ -633,11 +661,22 @@ namespace {
 
 size_t TypeSize(int type) {
   switch (type) {
-    case 0: case 1: return 1;                    // int8, uint8
-    case 6: case 9: return 2;                    // float16, bfloat16
-    case 2: case 3: case 7: return 4;            // int32, uint32, float32
-    case 4: case 5: case 8: return 8;            // int64, uint64, float64
-    default: return 0;
+    case 0:
+    case 1:
+      return 1;  // int8, uint8
+    case 6:
+    case 9:
+      return 2;  // float16, bfloat16
+    case 2:
+    case 3:
+    case 7:
+      return 4;  // int32, uint32, float32
+    case 4:
+    case 5:
+    case 8:
+      return 8;  // int64, uint64, float64
+    default:
+      return 0;
   }
 }
 
@@ -695,7 +734,8 @@ template <typename T>
 void Combine(void* acc, const void* in, size_t n, bool min) {
   auto* a = static_cast<T*>(acc);
   const auto* b = static_cast<const T*>(in);
-  for (size_t i = 0; i < n; ++i) a[i] = min ? std::min(a[i], b[i]) : a[i] + b[i];
+  for (size_t i = 0; i < n; ++i)
+    a[i] = min ? std::min(a[i], b[i]) : a[i] + b[i];
 }
 template <float (*To)(uint16_t), uint16_t (*From)(float)>
 void Combine16(void* acc, const void* in, size_t n, bool min) {
@@ -708,16 +748,36 @@ void Combine16(void* acc, const void* in, size_t n, bool min) {
 }
 void Reduce(int type, bool min, void* acc, const void* in, size_t n) {
   switch (type) {
-    case 0: Combine<int8_t>(acc, in, n, min); break;
-    case 1: Combine<uint8_t>(acc, in, n, min); break;
-    case 2: Combine<int32_t>(acc, in, n, min); break;
-    case 3: Combine<uint32_t>(acc, in, n, min); break;
-    case 4: Combine<int64_t>(acc, in, n, min); break;
-    case 5: Combine<uint64_t>(acc, in, n, min); break;
-    case 6: Combine16<HalfToFloat, FloatToHalf>(acc, in, n, min); break;
-    case 7: Combine<float>(acc, in, n, min); break;
-    case 8: Combine<double>(acc, in, n, min); break;
-    case 9: Combine16<Bf16ToFloat, FloatToBf16>(acc, in, n, min); break;
+    case 0:
+      Combine<int8_t>(acc, in, n, min);
+      break;
+    case 1:
+      Combine<uint8_t>(acc, in, n, min);
+      break;
+    case 2:
+      Combine<int32_t>(acc, in, n, min);
+      break;
+    case 3:
+      Combine<uint32_t>(acc, in, n, min);
+      break;
+    case 4:
+      Combine<int64_t>(acc, in, n, min);
+      break;
+    case 5:
+      Combine<uint64_t>(acc, in, n, min);
+      break;
+    case 6:
+      Combine16<HalfToFloat, FloatToHalf>(acc, in, n, min);
+      break;
+    case 7:
+      Combine<float>(acc, in, n, min);
+      break;
+    case 8:
+      Combine<double>(acc, in, n, min);
+      break;
+    case 9:
+      Combine16<Bf16ToFloat, FloatToBf16>(acc, in, n, min);
+      break;
   }
 }
 
@@ -742,8 +802,8 @@ struct Slot {
   size_t count;
   int type, red_op, root;
   bool mismatch = false;
-  std::vector<const PendingOp*> ops;     // by rank; null until arrived
-  std::vector<CommState*> comms;         // by rank
+  std::vector<const PendingOp*> ops;  // by rank; null until arrived
+  std::vector<CommState*> comms;      // by rank
   int arrived = 0, departed = 0;
   bool done = false;
 };
@@ -799,8 +859,6 @@ thread_local std::vector<PendingOp> t_group_ops;
 thread_local NcclResult t_group_error = native::kNcclSuccess;
 thread_local std::string t_nccl_error;
 
-int g_hold_next_launch_ms = 0;  // guarded by g_mu
-
 NcclResult CommError(CommState* c, NcclResult r, std::string text) {
   if (c != nullptr) c->last_error = text;
   t_nccl_error = std::move(text);
@@ -821,8 +879,8 @@ bool Readable(int reader_device, const void* p, size_t bytes) {
 void Fault(CommState* c, const std::string& what) {
   Devices()[c->device].sticky_error = native::kCudaErrorIllegalAddress;
   c->async = native::kNcclUnhandledCudaError;
-  c->last_error = "Cuda failure 'an illegal memory access was encountered' (" +
-                  what + ")";
+  c->last_error =
+      "Cuda failure 'an illegal memory access was encountered' (" + what + ")";
 }
 
 // Computes a complete slot's outputs for every rank (g_mu held).
@@ -848,8 +906,9 @@ void Compute(Slot& slot) {
   }
   switch (slot.kind) {
     case OpKind::kAllReduce: {
-      std::vector<char> acc(static_cast<const char*>(slot.ops[0]->send),
-                            static_cast<const char*>(slot.ops[0]->send) + bytes);
+      std::vector<char> acc(
+          static_cast<const char*>(slot.ops[0]->send),
+          static_cast<const char*>(slot.ops[0]->send) + bytes);
       for (int p = 1; p < n; ++p) {
         Reduce(slot.type, slot.red_op == native::kNcclMin, acc.data(),
                slot.ops[p]->send, slot.count);
@@ -966,8 +1025,9 @@ void RunKernel(const std::shared_ptr<CommState>& cs,
                       std::to_string(op.root) + ", which sent " +
                       std::to_string(m->bytes);
     } else if (!Readable(c->device, m->data, bytes)) {
-      Fault(c, "stand-in: received from another device's pool memory not "
-               "made accessible by cudaMemPoolSetAccess");
+      Fault(c,
+            "stand-in: received from another device's pool memory not "
+            "made accessible by cudaMemPoolSetAccess");
     } else {
       std::memcpy(op.recv, m->data, bytes);
     }
@@ -1036,8 +1096,7 @@ NcclResult Validate(ncclComm* comm, CUstream_st* stream, PendingOp& op) {
     return CommError(c, native::kNcclInvalidArgument,
                      "stand-in: the stream is on device " +
                          std::to_string(stream->device) +
-                         ", the communicator on " +
-                         std::to_string(c->device));
+                         ", the communicator on " + std::to_string(c->device));
   }
   return native::kNcclSuccess;
 }
@@ -1047,7 +1106,6 @@ NcclResult Launch(ncclComm* comm, CUstream_st* stream,
   std::shared_ptr<CommState> cs = comm->state;
   CUstream_st* s = Resolve(stream);
   bool connected;
-  int hold_ms;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     for (PendingOp& op : ops) {
@@ -1068,16 +1126,9 @@ NcclResult Launch(ncclComm* comm, CUstream_st* stream,
     if (!connected && cs->async == native::kNcclSuccess) {
       cs->async = native::kNcclInProgress;
     }
-    hold_ms = g_hold_next_launch_ms;
-    g_hold_next_launch_ms = 0;
   }
   auto shared_ops = std::make_shared<std::vector<PendingOp>>(std::move(ops));
   Enqueue(s, [cs, shared_ops] { RunKernel(cs, shared_ops); });
-  if (hold_ms > 0) {
-    std::unique_lock<std::mutex> lock(g_mu);
-    g_cv.wait_for(lock, std::chrono::milliseconds(hold_ms),
-                  [&] { return cs->aborted; });
-  }
   return connected ? native::kNcclSuccess : native::kNcclInProgress;
 }
 
@@ -1088,9 +1139,8 @@ NcclResult Submit(ncclComm* comm, CUstream_st* stream, PendingOp op) {
       if (t_group_error == native::kNcclSuccess) t_group_error = r;
       return r;
     }
-    if (!t_group_targets.empty() &&
-        (t_group_targets[0].first != comm ||
-         t_group_targets[0].second != stream)) {
+    if (!t_group_targets.empty() && (t_group_targets[0].first != comm ||
+                                     t_group_targets[0].second != stream)) {
       t_group_error = native::kNcclInvalidUsage;
       return CommError(comm->state.get(), native::kNcclInvalidUsage,
                        "stand-in: a group spans one communicator and stream");
@@ -1103,11 +1153,11 @@ NcclResult Submit(ncclComm* comm, CUstream_st* stream, PendingOp op) {
   return Launch(comm, stream, {op});
 }
 
-NcclResult JoinClique(ncclComm** out, int nranks, const native::NcclUniqueId& id,
-                      int rank, native::NcclConfig* config) {
+NcclResult JoinClique(ncclComm** out, int nranks,
+                      const native::NcclUniqueId& id, int rank,
+                      native::NcclConfig* config) {
   if (out == nullptr || nranks < 1 || rank < 0 || rank >= nranks) {
-    return CommError(nullptr, native::kNcclInvalidArgument,
-                     "bad rank or size");
+    return CommError(nullptr, native::kNcclInvalidArgument, "bad rank or size");
   }
   const bool blocking = config == nullptr ||
                         config->blocking == native::kNcclConfigUndefInt ||
@@ -1164,6 +1214,7 @@ void SettleInit(CommState* c) {
 void Revoke(CommState* c) {
   std::lock_guard<std::mutex> lock(g_mu);
   c->aborted = true;
+  ++g_aborts;
   g_cv.notify_all();
 }
 
@@ -1186,8 +1237,7 @@ STANDIN_API NcclResult ncclGetUniqueId(native::NcclUniqueId* id) {
   return native::kNcclSuccess;
 }
 STANDIN_API NcclResult ncclCommInitRankConfig(ncclComm** comm, int nranks,
-                                              native::NcclUniqueId id,
-                                              int rank,
+                                              native::NcclUniqueId id, int rank,
                                               native::NcclConfig* config) {
   return JoinClique(comm, nranks, id, rank, config);
 }
@@ -1246,15 +1296,24 @@ STANDIN_API NcclResult ncclCommAbort(ncclComm* comm) {
 }
 STANDIN_API const char* ncclGetErrorString(NcclResult r) {
   switch (r) {
-    case native::kNcclSuccess: return "no error";
-    case native::kNcclUnhandledCudaError: return "unhandled cuda error";
-    case native::kNcclSystemError: return "unhandled system error";
-    case native::kNcclInternalError: return "internal error";
-    case native::kNcclInvalidArgument: return "invalid argument";
-    case native::kNcclInvalidUsage: return "invalid usage";
-    case native::kNcclRemoteError: return "remote process exited or there was a network error";
-    case native::kNcclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
+    case native::kNcclSuccess:
+      return "no error";
+    case native::kNcclUnhandledCudaError:
+      return "unhandled cuda error";
+    case native::kNcclSystemError:
+      return "unhandled system error";
+    case native::kNcclInternalError:
+      return "internal error";
+    case native::kNcclInvalidArgument:
+      return "invalid argument";
+    case native::kNcclInvalidUsage:
+      return "invalid usage";
+    case native::kNcclRemoteError:
+      return "remote process exited or there was a network error";
+    case native::kNcclInProgress:
+      return "NCCL operation in progress";
+    default:
+      return "unknown result code";
   }
 }
 STANDIN_API const char* ncclGetLastError(ncclComm* comm) {
@@ -1266,21 +1325,21 @@ STANDIN_API const char* ncclGetLastError(ncclComm* comm) {
              : t_nccl_error;
   return copy.c_str();
 }
-STANDIN_API NcclResult ncclAllReduce(const void* send, void* recv,
-                                     size_t count, int type, int op,
-                                     ncclComm* comm, native::CudaStream s) {
+STANDIN_API NcclResult ncclAllReduce(const void* send, void* recv, size_t count,
+                                     int type, int op, ncclComm* comm,
+                                     native::CudaStream s) {
   PendingOp p{OpKind::kAllReduce, send, recv, count, type, op};
   return Submit(comm, s, p);
 }
-STANDIN_API NcclResult ncclAllGather(const void* send, void* recv,
-                                     size_t count, int type, ncclComm* comm,
+STANDIN_API NcclResult ncclAllGather(const void* send, void* recv, size_t count,
+                                     int type, ncclComm* comm,
                                      native::CudaStream s) {
   PendingOp p{OpKind::kAllGather, send, recv, count, type};
   return Submit(comm, s, p);
 }
-STANDIN_API NcclResult ncclBroadcast(const void* send, void* recv,
-                                     size_t count, int type, int root,
-                                     ncclComm* comm, native::CudaStream s) {
+STANDIN_API NcclResult ncclBroadcast(const void* send, void* recv, size_t count,
+                                     int type, int root, ncclComm* comm,
+                                     native::CudaStream s) {
   PendingOp p{OpKind::kBroadcast, send, recv, count, type, 0, root};
   return Submit(comm, s, p);
 }
@@ -1331,9 +1390,16 @@ STANDIN_API int rankd_standin_running_kernels(int device) {
              ? Devices()[device].running_kernels
              : 0;
 }
-STANDIN_API void rankd_standin_hold_next_launch_until_abort(int timeout_ms) {
+STANDIN_API void rankd_standin_hold_next_event_record_until_abort(
+    int timeout_ms) {
   std::lock_guard<std::mutex> lock(g_mu);
-  g_hold_next_launch_ms = timeout_ms;
+  g_hold_record_ms = timeout_ms;
+}
+STANDIN_API void rankd_standin_set_max_pitch(int64_t bytes) {
+  g_max_pitch.store(bytes > 0 ? static_cast<size_t>(bytes) : 2147483647);
+}
+STANDIN_API int64_t rankd_standin_streams_created(void) {
+  return g_streams_created.load();
 }
 STANDIN_API int64_t rankd_standin_allocations(void) {
   return g_allocation_count.load();

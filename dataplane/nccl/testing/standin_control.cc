@@ -23,14 +23,16 @@ const StandinControl* Resolve() {
     return nullptr;
   }
   static StandinControl control;
-  bool ok = Find(handle, "rankd_standin_primary_context_active",
-                 &control.primary_context_active) &&
-            Find(handle, "rankd_standin_running_kernels",
-                 &control.running_kernels) &&
-            Find(handle, "rankd_standin_hold_next_launch_until_abort",
-                 &control.hold_next_launch_until_abort) &&
-            Find(handle, "rankd_standin_allocations", &control.allocations) &&
-            Find(handle, "rankd_standin_pool_access", &control.pool_access);
+  bool ok =
+      Find(handle, "rankd_standin_primary_context_active",
+           &control.primary_context_active) &&
+      Find(handle, "rankd_standin_running_kernels", &control.running_kernels) &&
+      Find(handle, "rankd_standin_hold_next_event_record_until_abort",
+           &control.hold_next_event_record_until_abort) &&
+      Find(handle, "rankd_standin_set_max_pitch", &control.set_max_pitch) &&
+      Find(handle, "rankd_standin_streams_created", &control.streams_created) &&
+      Find(handle, "rankd_standin_allocations", &control.allocations) &&
+      Find(handle, "rankd_standin_pool_access", &control.pool_access);
   return ok ? &control : nullptr;
 }
 

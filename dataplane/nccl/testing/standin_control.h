@@ -20,11 +20,15 @@ int rankd_standin_version(void);
 int rankd_standin_primary_context_active(int device);
 // NCCL kernels running now on `device` (entered, not yet left).
 int rankd_standin_running_kernels(int device);
-// The next NCCL launch (a call outside a group, or ncclGroupEnd) queues its
-// kernel and then blocks its caller until that communicator was aborted or
-// `timeout_ms` passed: opens the window between "NCCL accepted the work"
-// and whatever the caller does next.
-void rankd_standin_hold_next_launch_until_abort(int timeout_ms);
+// The next cudaEventRecord blocks its caller until some communicator was
+// aborted (ncclCommAbort/ncclCommDestroy) or `timeout_ms` passed: opens the
+// window between "NCCL accepted the work" and the completion event that
+// follows it.
+void rankd_standin_hold_next_event_record_until_abort(int timeout_ms);
+// Lowers cudaDevAttrMaxPitch to `bytes` (<= 0: back to 2^31 - 1).
+void rankd_standin_set_max_pitch(int64_t bytes);
+// Streams created so far (cudaStreamCreateWithFlags, default streams).
+int64_t rankd_standin_streams_created(void);
 // Device memory allocations made so far (cudaMalloc + cudaMallocAsync).
 int64_t rankd_standin_allocations(void);
 // Whether memory of `owner`'s default pool is accessible from `peer`.
@@ -37,7 +41,9 @@ namespace rankd::dataplane::nccl::testing {
 struct StandinControl {
   int (*primary_context_active)(int device);
   int (*running_kernels)(int device);
-  void (*hold_next_launch_until_abort)(int timeout_ms);
+  void (*hold_next_event_record_until_abort)(int timeout_ms);
+  void (*set_max_pitch)(int64_t bytes);
+  int64_t (*streams_created)();
   int64_t (*allocations)();
   int (*pool_access)(int owner, int peer);
 };
