@@ -5,7 +5,7 @@
 // mixes its sequence number with a fingerprint of what it is (operation,
 // dtype, shape, axis, root, agreed counts): OperationTag. Gloo pairs
 // messages by slot, so members that disagree never pair; they wait until
-// op_timeout, and mismatch_diagnosis.h then names who submitted what. This
+// op_timeout, and dataplane/mismatch_diagnosis.h then names who submitted what. This
 // costs nothing per operation.
 //
 // On request (GlooOptions::verify_agreement) and always for the count matrix

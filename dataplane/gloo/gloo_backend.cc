@@ -13,9 +13,9 @@
 #include "absl/synchronization/mutex.h"
 #include "dataplane/gloo/agreement_check.h"
 #include "dataplane/gloo/gloo_communicator.h"
-#include "dataplane/gloo/mismatch_diagnosis.h"
 #include "dataplane/gloo/native_ops.h"
 #include "dataplane/gloo/sum_kernels.h"
+#include "dataplane/mismatch_diagnosis.h"
 
 namespace rankd::dataplane {
 namespace {
@@ -23,9 +23,7 @@ namespace {
 using gloo_internal::CatchNative;
 using gloo_internal::Fingerprint;
 using gloo_internal::Milliseconds;
-using gloo_internal::MismatchDiagnosis;
 using gloo_internal::OperationTag;
-using gloo_internal::SubmittedOperation;
 
 constexpr char kBackend[] = "gloo";
 
@@ -133,7 +131,7 @@ TaskResult RunNative(const MismatchDiagnosis& diagnosis,
   if (s.ok()) return TaskResult::Ok();
   scope.sequence = sequence;
   scope.canonical = canonical;
-  gloo_internal::Explanation why = diagnosis.Explain(scope, s);
+  Explanation why = diagnosis.Explain(scope, s);
   return why.members_disagree ? TaskResult::Explained(std::move(why.status))
                               : TaskResult::Native(std::move(why.status));
 }

@@ -50,7 +50,7 @@ GlooCommunicator::GlooCommunicator(ControlPlane* control_plane,
     : control_plane_(control_plane),
       descriptor_(std::move(descriptor)),
       options_(std::move(options)),
-      diagnosis_(std::make_shared<const gloo_internal::MismatchDiagnosis>(
+      diagnosis_(std::make_shared<const MismatchDiagnosis>(
           control_plane_,
           RankdStore::Prefix(control_plane_->Namespace(), options_.instance,
                              "diagnosis"),

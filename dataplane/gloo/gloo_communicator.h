@@ -40,7 +40,7 @@
 #include "dataplane/gloo/gloo_executor.h"
 #include "dataplane/gloo/gloo_group.h"
 #include "dataplane/gloo/gloo_options.h"
-#include "dataplane/gloo/mismatch_diagnosis.h"
+#include "dataplane/mismatch_diagnosis.h"
 #include "dataplane/poison.h"
 #include "dataplane/quarantine.h"
 #include "dataplane/types.h"
@@ -73,8 +73,7 @@ class GlooCommunicator final
   ControlPlane* control_plane() const { return control_plane_; }
   GlooExecutor& executor() { return *executor_; }
   // Explains native failures of operations the members disagreed on.
-  const std::shared_ptr<const gloo_internal::MismatchDiagnosis>& diagnosis()
-      const {
+  const std::shared_ptr<const MismatchDiagnosis>& diagnosis() const {
     return diagnosis_;
   }
 
@@ -121,7 +120,7 @@ class GlooCommunicator final
   std::vector<std::shared_ptr<GlooGroup>> groups_;  // ascending id
   PoisonLatch poison_;
   Quarantine quarantine_;
-  const std::shared_ptr<const gloo_internal::MismatchDiagnosis> diagnosis_;
+  const std::shared_ptr<const MismatchDiagnosis> diagnosis_;
   std::unique_ptr<GlooExecutor> executor_;
   std::atomic<bool> shut_down_{false};
 };

@@ -34,7 +34,7 @@ struct GlooOptions {
   // counts or kind) never exchange data either way: each operation's Gloo
   // tag carries a fingerprint of it, so theirs do not pair; they fail at
   // op_timeout with InvalidArgument naming who submitted what
-  // (gloo/mismatch_diagnosis.h), and the session is poisoned.
+  // (dataplane/mismatch_diagnosis.h), and the session is poisoned.
   // verify_agreement adds an explicit check before each collective (one
   // small allgather of the fingerprints; for send/receive, one exchange) so
   // that a disagreement fails at once on every member, before any payload

@@ -1,6 +1,6 @@
 // MismatchDiagnosis unit tests: what a failed operation reports, given what
 // the other members published, over the in-process control plane.
-#include "dataplane/gloo/mismatch_diagnosis.h"
+#include "dataplane/mismatch_diagnosis.h"
 
 #include <cstdint>
 #include <memory>
@@ -15,7 +15,7 @@
 #include "dataplane/testing/in_process_control_plane.h"
 #include "gtest/gtest.h"
 
-namespace rankd::dataplane::gloo_internal {
+namespace rankd::dataplane {
 namespace {
 
 using testing::InProcessJob;
@@ -125,4 +125,4 @@ TEST_F(MismatchDiagnosisTest, AFailedJobLeavesTheErrorToTheLostRankNotice) {
 }
 
 }  // namespace
-}  // namespace rankd::dataplane::gloo_internal
+}  // namespace rankd::dataplane

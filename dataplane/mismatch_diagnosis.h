@@ -1,9 +1,11 @@
-// MismatchDiagnosis: says who submitted what when a Gloo operation failed
-// natively while the job is healthy.
+// MismatchDiagnosis: says who submitted what when an operation failed
+// natively (or missed its deadline) while the job is healthy. Shared by both
+// backends.
 //
 // Operations whose members disagree (another dtype, shape, root, or another
-// operation altogether) carry different Gloo tags (agreement_check.h), so
-// they never pair: each member waits until op_timeout, or until a peer that
+// operation altogether) do not complete: on Gloo their tags differ
+// (gloo/agreement_check.h) so they never pair; on NCCL their kernels wait
+// for each other. Each member waits until op_timeout, or until a peer that
 // timed out first aborts the transport. No peer was lost, so the control
 // plane has nothing to say; this explains the failure instead. Each member
 // whose operation failed publishes what it submitted under the operation's
@@ -11,10 +13,10 @@
 // members published (until they all did, the job fails, or `grace` passes).
 // Nothing is exchanged while operations succeed: the fast path pays nothing.
 //
-// Internal to the Gloo backend; used on the executor thread. Thread-safe
-// (const). Depends on dataplane/control_plane.h and absl.
-#ifndef RANKD_DATAPLANE_GLOO_MISMATCH_DIAGNOSIS_H_
-#define RANKD_DATAPLANE_GLOO_MISMATCH_DIAGNOSIS_H_
+// Used by the backends' executors and watchdogs. Thread-safe (const).
+// Depends on dataplane/control_plane.h and absl.
+#ifndef RANKD_DATAPLANE_MISMATCH_DIAGNOSIS_H_
+#define RANKD_DATAPLANE_MISMATCH_DIAGNOSIS_H_
 
 #include <atomic>
 #include <cstdint>
@@ -26,7 +28,7 @@
 #include "absl/types/span.h"
 #include "dataplane/control_plane.h"
 
-namespace rankd::dataplane::gloo_internal {
+namespace rankd::dataplane {
 
 // One failed operation as this member submitted it.
 struct SubmittedOperation {
@@ -78,8 +80,9 @@ class MismatchDiagnosis {
   Explanation Explain(const SubmittedOperation& op,
                       const absl::Status& error) const;
 
-  // Records that this member aborted its own Gloo contexts (called before
-  // it does). Later and concurrent Explain calls return at once.
+  // Records that this member aborted its own transport (Gloo contexts,
+  // NCCL communicators; called before it does). Later and concurrent Explain
+  // calls return at once.
   void NoteLocalAbort() const { locally_aborted_.store(true); }
 
  private:
@@ -92,6 +95,6 @@ class MismatchDiagnosis {
   mutable std::atomic<bool> locally_aborted_{false};
 };
 
-}  // namespace rankd::dataplane::gloo_internal
+}  // namespace rankd::dataplane
 
-#endif  // RANKD_DATAPLANE_GLOO_MISMATCH_DIAGNOSIS_H_
+#endif  // RANKD_DATAPLANE_MISMATCH_DIAGNOSIS_H_

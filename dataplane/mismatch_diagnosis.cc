@@ -1,4 +1,4 @@
-#include "dataplane/gloo/mismatch_diagnosis.h"
+#include "dataplane/mismatch_diagnosis.h"
 
 #include <algorithm>
 #include <map>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace rankd::dataplane::gloo_internal {
+namespace rankd::dataplane {
 namespace {
 
 // How long one poll for a peer's report may block, and the pause between
@@ -93,14 +93,15 @@ Explanation MismatchDiagnosis::Explain(const SubmittedOperation& op,
       parts.push_back(
           absl::StrCat(Ranks(ranks), " submitted `", canonical, "`"));
     }
-    return {absl::InvalidArgumentError(absl::StrCat(
-                "members disagree on ", where, ": ", absl::StrJoin(parts, "; "),
-                silent_text, " (so they never paired: ", error.message(), ")")),
-            /*members_disagree=*/true};
+    return {
+        absl::InvalidArgumentError(absl::StrCat(
+            "members disagree on ", where, ": ", absl::StrJoin(parts, "; "),
+            silent_text, " (so they did not complete: ", error.message(), ")")),
+        /*members_disagree=*/true};
   }
   if (silent.empty()) return {error};
   return {
       absl::Status(error.code(), absl::StrCat(error.message(), silent_text))};
 }
 
-}  // namespace rankd::dataplane::gloo_internal
+}  // namespace rankd::dataplane
