@@ -966,6 +966,79 @@ TEST_F(NcclMultiGpuTest, DestroyingASessionOfAFailedJobAborts) {
   for (auto& t : ranks) t.join();
 }
 
+// Every operation has a deadline (op_timeout): past it the session aborts,
+// and the error names the operation and the members that did not finish.
+TEST_F(NcclMultiGpuTest, AnOperationPastItsDeadlineNamesWhoDidNotFinish) {
+  NcclSessionOptions options;
+  options.op_timeout = absl::Seconds(1);
+  options.failure_attribution_grace = absl::Milliseconds(500);
+  absl::Barrier* warmed = new absl::Barrier(2);
+  RunRanks(
+      2, DataParallel(2),
+      [&](uint32_t r, NcclSession& s, FakeJob&) {
+        auto x = Upload(Desc({4}), Floats(4), s.stream());
+        {
+          auto warm = s.AllReduceSum(CollectiveScope::World(), x);
+          ASSERT_TRUE(warm.ok()) << warm.status();
+          ASSERT_OK(warm->completion->Wait());
+        }
+        if (warmed->Block()) delete warmed;
+        if (r == 1) return;  // never submits operation #1
+        auto stuck = s.AllReduceSum(CollectiveScope::World(), x);
+        ASSERT_TRUE(stuck.ok()) << stuck.status();
+        const absl::Time start = absl::Now();
+        absl::Status waited = stuck->completion->Wait();  // a plain Wait
+        EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+        EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded) << waited;
+        EXPECT_TRUE(absl::StrContains(waited.message(),
+                                      "all_reduce_sum on world did not "
+                                      "complete within 1s (op_timeout)"))
+            << waited;
+        EXPECT_TRUE(absl::StrContains(waited.message(),
+                                      "rank 1 did not report operation #1 "
+                                      "on world"))
+            << waited;
+        EXPECT_EQ(s.poison_status(), waited);
+      },
+      nullptr, options);
+}
+
+// Members that submit different operations at the same point are named
+// with what each submitted. (The stand-in's kernels wait for each other,
+// as NCCL's usually do; real NCCL's behaviour there is undefined.)
+TEST_F(NcclMultiGpuTest, MembersThatSubmitDifferentOperationsAreNamed) {
+  if (Standin() == nullptr) {
+    GTEST_SKIP() << "mismatched NCCL collectives are undefined behaviour on "
+                    "a GPU (they may hang, crash or return garbage); shown "
+                    "on the CPU stand-in, where they wait";
+  }
+  NcclSessionOptions options;
+  options.op_timeout = absl::Seconds(1);
+  options.failure_attribution_grace = absl::Seconds(5);
+  RunRanks(
+      2, DataParallel(2),
+      [&](uint32_t r, NcclSession& s, FakeJob&) {
+        const size_t n = r == 0 ? 4 : 8;
+        auto x = Upload(Desc({n}), Floats(n), s.stream());
+        auto sum = s.AllReduceSum(CollectiveScope::World(), x);
+        ASSERT_TRUE(sum.ok()) << sum.status();
+        absl::Status waited = sum->completion->Wait();
+        EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument) << waited;
+        EXPECT_TRUE(absl::StrContains(
+            waited.message(), "members disagree on operation #0 on world"))
+            << waited;
+        EXPECT_TRUE(absl::StrContains(
+            waited.message(),
+            "rank 0 submitted `all_reduce_sum on world f32[4]`"))
+            << waited;
+        EXPECT_TRUE(absl::StrContains(
+            waited.message(),
+            "rank 1 submitted `all_reduce_sum on world f32[8]`"))
+            << waited;
+      },
+      nullptr, options);
+}
+
 // A gather along an inner axis rearranges rows with 2-D copies; rows wider
 // than the device's maximum pitch are copied row by row instead of failing.
 TEST_F(NcclMultiGpuTest, InnerAxisGatherBeyondTheMaximumPitch) {

@@ -71,14 +71,15 @@ absl::StatusOr<AxisLayout> LayoutAlong(const ValueDescriptor& descriptor,
     return layout;
   }
   if (axis >= shape.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: ", operation, ": axis ", axis, " is out of range for ",
-        descriptor.ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl backend: ", operation, ": axis ", axis,
+                     " is out of range for ", descriptor.ToString()));
   }
   for (size_t i = 0; i < axis; ++i) layout.outer *= shape[i];
   layout.extent = shape[axis];
   layout.unit_bytes = dsize;
-  for (size_t i = axis + 1; i < shape.size(); ++i) layout.unit_bytes *= shape[i];
+  for (size_t i = axis + 1; i < shape.size(); ++i)
+    layout.unit_bytes *= shape[i];
   return layout;
 }
 
@@ -94,14 +95,16 @@ absl::StatusOr<ValueDescriptor> WithExtent(const ValueDescriptor& descriptor,
     return ValueDescriptor::Rows(extent, descriptor.RowDescriptor());
   }
   if (axis >= descriptor.shape().size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: ", operation, ": axis ", axis, " is out of range for ",
-        descriptor.ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl backend: ", operation, ": axis ", axis,
+                     " is out of range for ", descriptor.ToString()));
   }
   if (extent == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: ", operation, ": the result would have a zero-sized "
-        "dimension ", axis, " (only the leading axis may be empty)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl backend: ", operation,
+                     ": the result would have a zero-sized "
+                     "dimension ",
+                     axis, " (only the leading axis may be empty)"));
   }
   std::vector<size_t> shape = descriptor.shape();
   shape[axis] = extent;
@@ -200,8 +203,7 @@ TensorResult SubmitAllGatherEven(SessionCore& core,
 TensorResult SubmitAllGatherUneven(SessionCore& core,
                                    const std::shared_ptr<CommEntry>& comm,
                                    const DeviceTensor& input,
-                                   absl::Span<const size_t> counts,
-                                   size_t axis,
+                                   absl::Span<const size_t> counts, size_t axis,
                                    const std::shared_ptr<CudaStream>& stream,
                                    std::string name) {
   absl::Status valid = core.CheckTensor(input, name);
@@ -299,14 +301,11 @@ TensorResult SubmitAllGatherUneven(SessionCore& core,
   return Finish(core.Submit(std::move(plan)), *out);
 }
 
-TensorResult SubmitAllToAll(SessionCore& core,
-                            const std::shared_ptr<CommEntry>& comm,
-                            const DeviceTensor& input,
-                            absl::Span<const size_t> send_counts,
-                            absl::Span<const size_t> receive_counts,
-                            size_t axis,
-                            const std::shared_ptr<CudaStream>& stream,
-                            std::string name) {
+TensorResult SubmitAllToAll(
+    SessionCore& core, const std::shared_ptr<CommEntry>& comm,
+    const DeviceTensor& input, absl::Span<const size_t> send_counts,
+    absl::Span<const size_t> receive_counts, size_t axis,
+    const std::shared_ptr<CudaStream>& stream, std::string name) {
   absl::Status valid = core.CheckTensor(input, name);
   if (!valid.ok()) return valid;
   const size_t n = comm->members.size();
@@ -320,9 +319,11 @@ TensorResult SubmitAllToAll(SessionCore& core,
   auto layout = LayoutAlong(input.descriptor(), axis, name);
   if (!layout.ok()) return layout.status();
   if (input.descriptor().shape().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: ", name, ": the input needs an axis to partition; got "
-        "the scalar ", input.descriptor().ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl backend: ", name,
+                     ": the input needs an axis to partition; got "
+                     "the scalar ",
+                     input.descriptor().ToString()));
   }
   const std::vector<size_t> send_off = Offsets(send_counts);
   const std::vector<size_t> recv_off = Offsets(receive_counts);
@@ -335,8 +336,8 @@ TensorResult SubmitAllToAll(SessionCore& core,
   if (send_counts[me] != receive_counts[me]) {
     return absl::InvalidArgumentError(absl::StrCat(
         "nccl backend: ", name, ": the self slot disagrees: send_counts[", me,
-        "] = ", send_counts[me], " but receive_counts[", me, "] = ",
-        receive_counts[me]));
+        "] = ", send_counts[me], " but receive_counts[", me,
+        "] = ", receive_counts[me]));
   }
   auto out_desc = WithExtent(input.descriptor(), axis, recv_off[n], name);
   if (!out_desc.ok()) return out_desc.status();
@@ -456,6 +457,8 @@ TensorResult SubmitSend(SessionCore& core,
   plan.comm = comm;
   plan.stream = stream;
   plan.inputs = {input};
+  plan.route = {{comm->local_rank, peer}};
+  plan.canonical = absl::StrCat("transfer ", input.descriptor().ToString());
   const size_t bytes = input.byte_size();
   if (bytes > 0) {
     const void* send = input.data();
@@ -480,6 +483,8 @@ TensorResult SubmitReceive(SessionCore& core,
   plan.comm = comm;
   plan.stream = stream;
   plan.retained = {Retain(out->buffer())};
+  plan.route = {{peer, comm->local_rank}};
+  plan.canonical = absl::StrCat("transfer ", descriptor.ToString());
   const size_t bytes = descriptor.byte_size();
   if (bytes > 0) {
     void* recv = out->data();
@@ -500,10 +505,9 @@ TensorResult SubmitBroadcast(SessionCore& core,
   absl::Status valid = core.CheckTensor(input, name);
   if (!valid.ok()) return valid;
   if (root >= comm->members.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("nccl backend: ", name, ": root member index ", root,
-                     " is outside the group's ", comm->members.size(),
-                     " members"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: ", name, ": root member index ", root,
+        " is outside the group's ", comm->members.size(), " members"));
   }
   auto out = core.AllocateOutput(input.descriptor(), stream, name);
   if (!out.ok()) return out.status();
@@ -607,8 +611,8 @@ SubmitAgreeSuccess(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
                                                      submitted->completion};
 }
 
-absl::StatusOr<Submission<std::vector<DeviceTensor>,
-                          std::shared_ptr<NcclCompletion>>>
+absl::StatusOr<
+    Submission<std::vector<DeviceTensor>, std::shared_ptr<NcclCompletion>>>
 SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
              absl::Span<const DeviceTensor> tensors, uint32_t source,
              uint32_t destination, const std::shared_ptr<CudaStream>& stream,
@@ -621,10 +625,10 @@ SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
         " needs two different member indices below ", n));
   }
   if (me != source && me != destination) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: ", name, ": this member (", me,
-        ") is neither the source nor the destination of route ", source,
-        " -> ", destination));
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl backend: ", name, ": this member (", me,
+                     ") is neither the source nor the destination of route ",
+                     source, " -> ", destination));
   }
   for (const DeviceTensor& t : tensors) {
     absl::Status valid = core.CheckTensor(t, name);
@@ -634,13 +638,19 @@ SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
   plan.name = std::move(name);
   plan.comm = comm;
   plan.stream = stream;
+  plan.route = {{source, destination}};
+  plan.canonical = "send_receive";
+  for (const DeviceTensor& t : tensors) {
+    absl::StrAppend(&plan.canonical, " ", t.descriptor().ToString());
+  }
   std::vector<DeviceTensor> outputs;
   std::vector<std::pair<void*, size_t>> buffers;
   const bool sending = me == source;
   if (sending) {
     plan.inputs.assign(tensors.begin(), tensors.end());
     outputs.assign(tensors.begin(), tensors.end());
-    for (const DeviceTensor& t : tensors) buffers.emplace_back(t.data(), t.byte_size());
+    for (const DeviceTensor& t : tensors)
+      buffers.emplace_back(t.data(), t.byte_size());
   } else {
     for (const DeviceTensor& t : tensors) {
       auto out = core.AllocateOutput(t.descriptor(), stream, plan.name);
@@ -659,8 +669,9 @@ SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
       return NcclGrouped([&]() -> int {
         for (const auto& [data, bytes] : buffers) {
           if (bytes == 0) continue;
-          int r = sending ? NcclSend(data, bytes, NcclDataType::kInt8, peer, c, s)
-                          : NcclRecv(data, bytes, NcclDataType::kInt8, peer, c, s);
+          int r = sending
+                      ? NcclSend(data, bytes, NcclDataType::kInt8, peer, c, s)
+                      : NcclRecv(data, bytes, NcclDataType::kInt8, peer, c, s);
           if (r != kNcclSuccess && r != kNcclInProgress) return r;
         }
         return kNcclSuccess;
@@ -688,9 +699,8 @@ UnitResult SubmitLocal(absl::Span<const DeviceTensor* const> values,
     }
     if (value->device() != stream->device()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "nccl backend: submit_local_dependencies: tensor ",
-          value->ToString(), " is not on the executor's device cuda:",
-          stream->device()));
+          "nccl backend: submit_local_dependencies: tensor ", value->ToString(),
+          " is not on the executor's device cuda:", stream->device()));
     }
   }
   auto event = CudaEvent::Create(stream->device());

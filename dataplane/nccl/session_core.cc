@@ -23,6 +23,8 @@ absl::StatusOr<std::shared_ptr<SessionCore>> SessionCore::Create(
   if (options.init_timeout <= absl::ZeroDuration() ||
       options.enqueue_timeout <= absl::ZeroDuration() ||
       options.words_timeout <= absl::ZeroDuration() ||
+      options.op_timeout <= absl::ZeroDuration() ||
+      options.failure_attribution_grace < absl::ZeroDuration() ||
       options.watchdog_interval <= absl::ZeroDuration() ||
       options.destroy_timeout < absl::ZeroDuration() ||
       options.abort_grace < absl::ZeroDuration()) {
@@ -38,13 +40,23 @@ absl::StatusOr<std::shared_ptr<SessionCore>> SessionCore::Create(
       std::move(descriptor), control_plane, std::move(options)));
 }
 
+uint32_t CommEntry::NextSequence(
+    const std::optional<std::pair<uint32_t, uint32_t>>& route) {
+  absl::MutexLock lock(&sequence_mu_);
+  return route.has_value() ? routes_[*route]++ : collectives_++;
+}
+
 SessionCore::SessionCore(DistributedSessionDescriptor descriptor,
                          ControlPlane* control_plane,
                          NcclSessionOptions options)
     : descriptor_(std::move(descriptor)),
       control_plane_(control_plane),
       options_(std::move(options)),
-      signal_(std::make_shared<FailureSignal>()) {}
+      signal_(std::make_shared<FailureSignal>()),
+      diagnosis_(
+          control_plane,
+          absl::StrCat(control_plane->Namespace(), "/nccl/", options_.tag, "/"),
+          options_.failure_attribution_grace) {}
 
 SessionCore::~SessionCore() {
   {
@@ -247,8 +259,8 @@ void SessionCore::CancelNative(const absl::Status& cause) {
   aborted_ = true;
   {
     absl::MutexLock ops(&ops_mu_);
-    for (const auto& weak : outstanding_) {
-      if (auto op = weak.lock()) op->FailIfRunning(poison);
+    for (const Outstanding& o : outstanding_) {
+      if (auto op = o.op.lock()) op->FailIfRunning(poison);
     }
   }
   std::vector<std::shared_ptr<CommEntry>> comms;
@@ -318,16 +330,42 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
   // (CancelNative, any thread) marks it failed, so work that NCCL accepted
   // and the abort then killed never reports success.
   auto op = NcclOp::Pending(plan.name, *event, std::move(retained));
+  Outstanding watched;
+  watched.op = op;
+  watched.deadline = absl::Now() + options_.op_timeout;
+  if (plan.comm != nullptr) {
+    SubmittedOperation& what = watched.what;
+    what.scope_name = plan.comm->name;
+    what.self = descriptor_.rank();
+    what.canonical = plan.canonical;
+    if (what.canonical.empty()) {
+      what.canonical = plan.name;
+      for (const DeviceTensor& input : plan.inputs) {
+        absl::StrAppend(&what.canonical, " ", input.descriptor().ToString());
+      }
+    }
+    if (plan.route.has_value()) {
+      const auto [source, destination] = *plan.route;
+      what.scope_key =
+          absl::StrCat(plan.comm->name, "-r", source, "-", destination);
+      what.scope_name = absl::StrCat("route ", source, "->", destination,
+                                     " of ", plan.comm->name);
+      what.members = {plan.comm->members[source],
+                      plan.comm->members[destination]};
+    } else {
+      what.scope_key = plan.comm->name;
+      what.members = plan.comm->members;
+    }
+  }
   {
     absl::MutexLock lock(&ops_mu_);
     if (outstanding_.size() >= 256) {
       outstanding_.erase(
-          std::remove_if(
-              outstanding_.begin(), outstanding_.end(),
-              [](const std::weak_ptr<NcclOp>& w) { return w.expired(); }),
+          std::remove_if(outstanding_.begin(), outstanding_.end(),
+                         [](const Outstanding& o) { return o.op.expired(); }),
           outstanding_.end());
     }
-    outstanding_.push_back(op);
+    outstanding_.push_back(watched);
   }
   {
     // CancelNative sets aborted_ before it walks outstanding_: an abort
@@ -368,10 +406,20 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
       if (!s.ok()) return s;
       return SignalCause();
     };
+    // The sequence number is taken where NCCL orders the work.
+    uint32_t sequence = 0;
+    std::shared_ptr<CommEntry> comm = plan.comm;
+    auto body = [&](NcclCommHandle c) {
+      sequence = comm->NextSequence(plan.route);
+      return plan.nccl(c);
+    };
     absl::Status s = plan.comm->comm->Enqueue(
-        plan.name, plan.nccl, absl::Now() + options_.enqueue_timeout,
-        interrupt);
+        plan.name, body, absl::Now() + options_.enqueue_timeout, interrupt);
     if (!s.ok()) return failed(s);
+    absl::MutexLock lock(&ops_mu_);
+    for (Outstanding& o : outstanding_) {
+      if (o.op.lock() == op) o.what.sequence = sequence;
+    }
   }
   if (plan.after) {
     absl::Status s = plan.after(stream);
@@ -385,6 +433,36 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
   submitted.completion =
       std::make_shared<NcclCompletion>(std::move(op), shared_from_this());
   return submitted;
+}
+
+void SessionCore::EnforceDeadlines() {
+  std::optional<Outstanding> expired;
+  {
+    absl::MutexLock lock(&ops_mu_);
+    const absl::Time now = absl::Now();
+    for (const Outstanding& o : outstanding_) {
+      if (now < o.deadline) continue;
+      std::shared_ptr<NcclOp> op = o.op.lock();
+      if (op == nullptr || op->Done()) continue;
+      expired = o;
+      break;
+    }
+  }
+  if (!expired.has_value()) return;
+  std::shared_ptr<NcclOp> op = expired->op.lock();
+  if (op == nullptr) return;
+  const absl::Status error = absl::DeadlineExceededError(absl::StrCat(
+      "nccl backend: ", op->operation(), " did not complete within ",
+      absl::FormatDuration(options_.op_timeout),
+      " (op_timeout); every communicator of this session was aborted and "
+      "the session is poisoned"));
+  Explanation why{error};
+  if (!expired->what.members.empty()) {
+    absl::MutexLock tick(&watchdog_tick_mu_);
+    if (!detached_.load()) why = diagnosis_.Explain(expired->what, error);
+  }
+  diagnosis_.NoteLocalAbort();
+  CancelNative(why.status);
 }
 
 absl::Status SessionCore::InitInterrupt() const {
@@ -606,12 +684,12 @@ void SessionCore::WatchdogLoop() {
         }
       }
     }
+    if (!aborted && PoisonStatus().ok()) EnforceDeadlines();
     {
       absl::MutexLock lock(&ops_mu_);
       outstanding_.erase(
-          std::remove_if(
-              outstanding_.begin(), outstanding_.end(),
-              [](const std::weak_ptr<NcclOp>& w) { return w.expired(); }),
+          std::remove_if(outstanding_.begin(), outstanding_.end(),
+                         [](const Outstanding& o) { return o.op.expired(); }),
           outstanding_.end());
     }
     quarantine_.Reap();

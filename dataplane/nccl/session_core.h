@@ -22,7 +22,8 @@
 // plane (ControlPlane::OnJobFailure) or every `watchdog_interval`: it checks
 // JobHealth() and ncclCommGetAsyncError of every communicator, aborts all
 // communicators on a failure (so no rank stays in a collective with a dead
-// peer), and frees quarantined work that finished.
+// peer), holds every operation to op_timeout (naming who did not finish),
+// and frees quarantined work that finished.
 #ifndef RANKD_DATAPLANE_NCCL_SESSION_CORE_H_
 #define RANKD_DATAPLANE_NCCL_SESSION_CORE_H_
 
@@ -31,6 +32,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,6 +46,7 @@
 #include "dataplane/communication_backend.h"
 #include "dataplane/completion.h"
 #include "dataplane/control_plane.h"
+#include "dataplane/mismatch_diagnosis.h"
 #include "dataplane/nccl/cuda_handles.h"
 #include "dataplane/nccl/device_tensor.h"
 #include "dataplane/nccl/nccl_comm.h"
@@ -69,6 +72,16 @@ struct NcclSessionOptions {
   // How long one NCCL call may stay ncclInProgress (waiting for peers to
   // connect) before the session is poisoned and aborted.
   absl::Duration enqueue_timeout = absl::Seconds(120);
+  // Bounds every operation from submission to completion (as
+  // GlooOptions::op_timeout does): when it passes, the watchdog publishes
+  // what this rank submitted, reads what the other members published (for
+  // up to failure_attribution_grace; dataplane/mismatch_diagnosis.h), then
+  // aborts every communicator and poisons the session. The operation fails
+  // DeadlineExceeded naming it and the members that did not report it, or
+  // InvalidArgument naming who submitted what when members disagree.
+  absl::Duration op_timeout = absl::Seconds(60);
+  // How long a missed deadline waits for the other members' reports.
+  absl::Duration failure_attribution_grace = absl::Seconds(2);
   // Deadline of AllGatherWords rounds.
   absl::Duration words_timeout = absl::Seconds(60);
   // Watchdog period (job health, async errors, quarantine).
@@ -92,6 +105,19 @@ struct CommEntry {
   std::vector<uint32_t> members;
   uint32_t local_rank = 0;
   std::unique_ptr<NcclCommunicator> comm;
+
+  // The next sequence number of a collective on this communicator, or of a
+  // transfer on route (source, destination) (member indices), in the order
+  // NCCL accepted them: the same on every member that submitted the same
+  // work, so diagnosis reports of one operation meet under one key.
+  uint32_t NextSequence(
+      const std::optional<std::pair<uint32_t, uint32_t>>& route);
+
+ private:
+  absl::Mutex sequence_mu_;
+  uint32_t collectives_ ABSL_GUARDED_BY(sequence_mu_) = 0;
+  std::map<std::pair<uint32_t, uint32_t>, uint32_t> routes_
+      ABSL_GUARDED_BY(sequence_mu_);
 };
 
 // What one submission does, in order, on `stream`: wait for every input's
@@ -99,6 +125,12 @@ struct CommEntry {
 // communicator (if set), run `after`, record the completion event.
 struct OpPlan {
   std::string name;
+  // What it is, for the mismatch diagnosis: members that submit the same
+  // work give the same text (operation, dtype, shape, axis, root, counts).
+  // Empty: `name` and the inputs' descriptors.
+  std::string canonical;
+  // Point-to-point: (source, destination) member indices.
+  std::optional<std::pair<uint32_t, uint32_t>> route;
   std::shared_ptr<CommEntry> comm;
   std::shared_ptr<CudaStream> stream;
   std::vector<DeviceTensor> inputs;
@@ -217,8 +249,18 @@ class SessionCore final : public NcclOpOwner,
   std::map<CollectiveGroupId, std::shared_ptr<CommEntry>> groups_;
   std::vector<std::shared_ptr<CommEntry>> comms_;
 
+  // A submitted operation the watchdog holds to its deadline.
+  struct Outstanding {
+    std::weak_ptr<NcclOp> op;
+    absl::Time deadline;
+    SubmittedOperation what;
+  };
+  // Fails the first outstanding operation past its deadline (watchdog).
+  void EnforceDeadlines();
+
   absl::Mutex ops_mu_;
-  std::vector<std::weak_ptr<NcclOp>> outstanding_ ABSL_GUARDED_BY(ops_mu_);
+  std::vector<Outstanding> outstanding_ ABSL_GUARDED_BY(ops_mu_);
+  const MismatchDiagnosis diagnosis_;
   OpQuarantine quarantine_;
 
   absl::Mutex abort_mu_;
