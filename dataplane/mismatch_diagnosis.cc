@@ -22,6 +22,15 @@ std::string Ranks(const std::vector<uint32_t>& ranks) {
 
 }  // namespace
 
+uint64_t OperationFingerprint(absl::string_view canonical) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : canonical) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
 MismatchDiagnosis::MismatchDiagnosis(ControlPlane* control_plane,
                                      std::string key_prefix,
                                      absl::Duration grace)

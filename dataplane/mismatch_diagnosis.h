@@ -24,11 +24,17 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "dataplane/control_plane.h"
 
 namespace rankd::dataplane {
+
+// A stable 64-bit digest (FNV-1a) of an operation's canonical description,
+// the same in every process (unlike absl::Hash): what members compare to
+// find out whether they submitted the same work.
+uint64_t OperationFingerprint(absl::string_view canonical);
 
 // One failed operation as this member submitted it.
 struct SubmittedOperation {

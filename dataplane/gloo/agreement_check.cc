@@ -3,6 +3,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "dataplane/mismatch_diagnosis.h"
 
 namespace rankd::dataplane::gloo_internal {
 namespace {
@@ -27,12 +28,7 @@ absl::Status GatherWords(GlooGroup& group, const std::string& operation,
 }  // namespace
 
 uint64_t Fingerprint(absl::string_view canonical) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : canonical) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
+  return OperationFingerprint(canonical);
 }
 
 uint32_t OperationTag(uint32_t sequence, uint64_t fingerprint) {

@@ -5,8 +5,8 @@
 // mixes its sequence number with a fingerprint of what it is (operation,
 // dtype, shape, axis, root, agreed counts): OperationTag. Gloo pairs
 // messages by slot, so members that disagree never pair; they wait until
-// op_timeout, and dataplane/mismatch_diagnosis.h then names who submitted what. This
-// costs nothing per operation.
+// op_timeout, and dataplane/mismatch_diagnosis.h then names who submitted what.
+// This costs nothing per operation.
 //
 // On request (GlooOptions::verify_agreement) and always for the count matrix
 // of variable_all_to_all (which no single member knows, so no tag can carry
@@ -32,7 +32,7 @@
 
 namespace rankd::dataplane::gloo_internal {
 
-// FNV-1a, 64 bits: stable across processes (unlike absl::Hash).
+// OperationFingerprint (dataplane/mismatch_diagnosis.h).
 uint64_t Fingerprint(absl::string_view canonical);
 
 // The Gloo tag of the operation numbered `sequence` (on its group or route)

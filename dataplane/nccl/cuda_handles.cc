@@ -402,6 +402,16 @@ absl::Status CopyHostToDevice(void* dst, const void* src, size_t bytes,
   return stream.Synchronize();
 }
 
+absl::Status CopyHostToDeviceAsync(void* dst, const void* src, size_t bytes,
+                                   const CudaStream& stream) {
+  if (bytes == 0) return absl::OkStatus();
+  DeviceGuard guard(stream.device());
+  return Check(
+      Cuda().MemcpyAsync(dst, src, bytes, internal::kCudaMemcpyHostToDevice,
+                         stream.get()),
+      "cudaMemcpyAsync(host to device)");
+}
+
 absl::Status CopyDeviceToHost(void* dst, const void* src, size_t bytes,
                               const CudaStream& stream) {
   if (bytes == 0) return absl::OkStatus();

@@ -206,6 +206,10 @@ absl::Status FillBytes(void* dst, int value, size_t bytes,
 // data (they synchronize `stream`).
 absl::Status CopyHostToDevice(void* dst, const void* src, size_t bytes,
                               const CudaStream& stream);
+// Queues a host-to-device copy without waiting; `src` must stay valid
+// until the stream reached it.
+absl::Status CopyHostToDeviceAsync(void* dst, const void* src, size_t bytes,
+                                   const CudaStream& stream);
 absl::Status CopyDeviceToHost(void* dst, const void* src, size_t bytes,
                               const CudaStream& stream);
 

@@ -10,9 +10,9 @@ absl::StatusOr<DeviceTensor> DeviceTensor::Wrap(
     std::shared_ptr<DeviceBuffer> buffer, ValueDescriptor descriptor,
     std::shared_ptr<CudaEvent> ready) {
   if (buffer == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: a device tensor ", descriptor.ToString(),
-        " needs a buffer"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl backend: a device tensor ", descriptor.ToString(),
+                     " needs a buffer"));
   }
   if (buffer->size() < descriptor.byte_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -25,7 +25,8 @@ absl::StatusOr<DeviceTensor> DeviceTensor::Wrap(
 
 absl::StatusOr<DeviceTensor> DeviceTensor::Allocate(
     const ValueDescriptor& descriptor, std::shared_ptr<CudaStream> stream) {
-  auto buffer = DeviceBuffer::Allocate(descriptor.byte_size(), std::move(stream));
+  auto buffer =
+      DeviceBuffer::Allocate(descriptor.byte_size(), std::move(stream));
   if (!buffer.ok()) return buffer.status();
   return Wrap(*std::move(buffer), descriptor);
 }
@@ -58,7 +59,8 @@ absl::StatusOr<std::vector<uint8_t>> DeviceTensor::ToHost() const {
     absl::Status waited = StreamWaitEvent(**stream, *ready_);
     if (!waited.ok()) return waited;
   }
-  absl::Status copied = CopyDeviceToHost(out.data(), data(), out.size(), **stream);
+  absl::Status copied =
+      CopyDeviceToHost(out.data(), data(), out.size(), **stream);
   if (!copied.ok()) return copied;
   return out;
 }

@@ -44,8 +44,9 @@ class DeviceTensor {
                     std::move(stream));
   }
 
-  // Waits for the ready event and copies the value to the host (on a
-  // private stream, so unrelated queued work does not delay it).
+  // Waits for the ready event and copies the value to the host (on the
+  // device's transfer stream, CudaStream::ForTransfers, so unrelated work
+  // queued on the tensor's stream does not delay it).
   absl::StatusOr<std::vector<uint8_t>> ToHost() const;
   template <typename T>
   absl::StatusOr<std::vector<T>> ToHostVector() const {

@@ -78,8 +78,10 @@ class FakeControlPlane final : public ControlPlane {
       round = ++rounds_;
     }
     std::vector<uint32_t> frame(local.begin(), local.end());
-    return std::unique_ptr<PendingWords>(new FakePendingWords(
-        [this, round, frame, timeout] { return Round(round, frame, timeout); }));
+    return std::unique_ptr<PendingWords>(
+        new FakePendingWords([this, round, frame, timeout] {
+          return Round(round, frame, timeout);
+        }));
   }
 
   absl::Status KvSet(absl::string_view key, absl::string_view value) override {
@@ -125,7 +127,8 @@ class FakeControlPlane final : public ControlPlane {
     return job_->failure_;
   }
 
-  void OnJobFailure(std::function<void(const absl::Status&)> callback) override {
+  void OnJobFailure(
+      std::function<void(const absl::Status&)> callback) override {
     absl::Status failed;
     {
       absl::MutexLock lock(&job_->mu_);

@@ -39,7 +39,8 @@ NcclBackend::SubmitLocalDependencies(
   return SubmitLocal(values, executor.stream());
 }
 
-absl::StatusOr<NcclGroup> NcclBackend::Group(const CollectiveScope& scope) const {
+absl::StatusOr<NcclGroup> NcclBackend::Group(
+    const CollectiveScope& scope) const {
   auto comm = core_->CommFor(scope, "communication group");
   if (!comm.ok()) return comm.status();
   return NcclGroup(core_, *std::move(comm),
@@ -111,8 +112,9 @@ TensorSubmission<NcclBackend> NcclBackend::AllReduceSum(
     const DeviceTensor& value, NcclGroup& group, CudaExecutor& executor) {
   absl::Status ok = Check(group, executor, "all_reduce_sum", nullptr, nullptr);
   if (!ok.ok()) return ok;
-  return SubmitAllReduceSum(*core_, group.comm_, value, executor.stream(),
-                            absl::StrCat("all_reduce_sum on ", GroupName(group)));
+  return SubmitAllReduceSum(
+      *core_, group.comm_, value, executor.stream(),
+      absl::StrCat("all_reduce_sum on ", GroupName(group)));
 }
 
 TensorSubmission<NcclBackend> NcclBackend::AllGatherEven(
@@ -139,16 +141,14 @@ TensorSubmission<NcclBackend> NcclBackend::AllGatherUneven(
 TensorSubmission<NcclBackend> NcclBackend::VariableAllToAll(
     const DeviceTensor& value, const PeerCounts& counts, size_t axis,
     NcclGroup& group, CudaExecutor& executor) {
-  absl::Status ok =
-      Check(group, executor, "variable_all_to_all",
-            &DistributedCapabilities::variable_all_to_all,
-            "variable_all_to_all");
+  absl::Status ok = Check(group, executor, "variable_all_to_all",
+                          &DistributedCapabilities::variable_all_to_all,
+                          "variable_all_to_all");
   if (!ok.ok()) return ok;
-  return SubmitAllToAll(
-      *core_, group.comm_, value, counts.send, counts.receive, axis,
-      executor.stream(),
-      absl::StrCat("variable_all_to_all(axis ", axis, ") on ",
-                   GroupName(group)));
+  return SubmitAllToAll(*core_, group.comm_, value, counts.send, counts.receive,
+                        axis, executor.stream(),
+                        absl::StrCat("variable_all_to_all(axis ", axis, ") on ",
+                                     GroupName(group)));
 }
 
 TensorSubmission<NcclBackend> NcclBackend::Broadcast(const DeviceTensor& value,
@@ -181,22 +181,23 @@ AgreementSubmission<NcclBackend> NcclBackend::AgreeSuccess(
     bool success, NcclGroup& group, CudaExecutor& executor) {
   absl::Status ok = Check(group, executor, "agree_success", nullptr, nullptr);
   if (!ok.ok()) return ok;
-  return SubmitAgreeSuccess(*core_, group.comm_, success, executor.stream(),
-                            absl::StrCat("agree_success on ", GroupName(group)));
+  return SubmitAgreeSuccess(
+      *core_, group.comm_, success, executor.stream(),
+      absl::StrCat("agree_success on ", GroupName(group)));
 }
 
 BundleSubmission<NcclBackend> NcclBackend::SendReceive(
     absl::Span<const DeviceTensor> tensors, const NcclRoute& route,
     CudaExecutor& executor) {
-  absl::Status ok = Check(route.group(), executor, "send_receive",
-                          &DistributedCapabilities::point_to_point,
-                          "point_to_point");
+  absl::Status ok =
+      Check(route.group(), executor, "send_receive",
+            &DistributedCapabilities::point_to_point, "point_to_point");
   if (!ok.ok()) return ok;
   return SubmitBundle(
-      *core_, route.group().comm_, tensors, route.source(),
-      route.destination(), executor.stream(),
-      absl::StrCat("send_receive ", route.source(), " -> ",
-                   route.destination(), " on ", GroupName(route.group())));
+      *core_, route.group().comm_, tensors, route.source(), route.destination(),
+      executor.stream(),
+      absl::StrCat("send_receive ", route.source(), " -> ", route.destination(),
+                   " on ", GroupName(route.group())));
 }
 
 }  // namespace rankd::dataplane::nccl

@@ -29,6 +29,11 @@ void NcclOp::MarkRecorded() {
   recorded_ = true;
 }
 
+void NcclOp::SetVerifier(std::function<absl::Status()> verify) {
+  absl::MutexLock lock(&mu_);
+  verify_ = std::move(verify);
+}
+
 bool NcclOp::Done() {
   absl::MutexLock lock(&mu_);
   if (done_) return true;
@@ -44,7 +49,11 @@ bool NcclOp::Done() {
     }
     return true;
   }
-  if (*finished) done_ = true;
+  if (*finished) {
+    done_ = true;
+    if (verify_ && status_.ok()) status_ = verify_();
+    verify_ = nullptr;
+  }
   return done_;
 }
 

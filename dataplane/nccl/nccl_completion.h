@@ -28,6 +28,7 @@
 #ifndef RANKD_DATAPLANE_NCCL_NCCL_COMPLETION_H_
 #define RANKD_DATAPLANE_NCCL_NCCL_COMPLETION_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -59,6 +60,9 @@ class NcclOp {
       std::string operation, std::shared_ptr<CudaEvent> event,
       std::vector<std::shared_ptr<const void>> retained);
   void MarkRecorded();
+  // Runs once, when the event first reports the work finished: its error
+  // (say, members that submitted different work) becomes the outcome.
+  void SetVerifier(std::function<absl::Status()> verify);
 
   const std::string& operation() const { return operation_; }
   const std::shared_ptr<CudaEvent>& event() const { return event_; }
@@ -83,6 +87,7 @@ class NcclOp {
   const std::shared_ptr<CudaEvent> event_;
   mutable absl::Mutex mu_;
   bool recorded_ ABSL_GUARDED_BY(mu_) = true;
+  std::function<absl::Status()> verify_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<const void>> retained_ ABSL_GUARDED_BY(mu_);

@@ -1039,6 +1039,57 @@ TEST_F(NcclMultiGpuTest, MembersThatSubmitDifferentOperationsAreNamed) {
       nullptr, options);
 }
 
+// The same bytes under another dtype are not a successful transfer: an
+// f32[4] sent and received as i32[4] fails on the receiver, naming both.
+TEST_F(NcclMultiGpuTest, ATransferReceivedAsAnotherDtypeFails) {
+  RunRanks(2, DataParallel(2), [](uint32_t r, NcclSession& s, FakeJob&) {
+    if (r == 0) {
+      auto x = Upload(Desc({4}), Floats(4), s.stream());
+      auto sent = s.Send(CollectiveScope::World(), 1, x);
+      ASSERT_TRUE(sent.ok()) << sent.status();
+      ASSERT_OK(sent->completion->Wait());
+      return;
+    }
+    auto received =
+        s.Receive(CollectiveScope::World(), 0, Desc({4}, TensorDtype::kI32));
+    ASSERT_TRUE(received.ok()) << received.status();
+    absl::Status waited = received->completion->Wait();
+    EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument) << waited;
+    EXPECT_TRUE(absl::StrContains(
+        waited.message(),
+        "members disagree: rank 0 sent something other than `transfer "
+        "i32[4]`, which rank 1 expected"))
+        << waited;
+    EXPECT_EQ(s.poison_status().code(), absl::StatusCode::kInvalidArgument);
+  });
+}
+
+// Same-sized collectives of different dtypes pair in NCCL; the agreement
+// record names the members (here the payload then waits, and op_timeout
+// ends it, on the stand-in; either way nobody reports success).
+TEST_F(NcclMultiGpuTest, ACollectiveOfAnotherDtypeNeverSucceeds) {
+  NcclSessionOptions options;
+  options.op_timeout = absl::Seconds(2);
+  options.failure_attribution_grace = absl::Seconds(5);
+  RunRanks(
+      2, DataParallel(2),
+      [](uint32_t r, NcclSession& s, FakeJob&) {
+        const TensorDtype dtype =
+            r == 0 ? TensorDtype::kF32 : TensorDtype::kI32;
+        auto x =
+            Upload(Desc({4}, dtype), std::vector<int32_t>(4, 1), s.stream());
+        auto sum = s.AllReduceSum(CollectiveScope::World(), x);
+        ASSERT_TRUE(sum.ok()) << sum.status();
+        absl::Status waited = sum->completion->Wait();
+        EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument) << waited;
+        EXPECT_TRUE(absl::StrContains(waited.message(), "members disagree"))
+            << waited;
+        EXPECT_TRUE(absl::StrContains(waited.message(), "i32[4]")) << waited;
+        EXPECT_TRUE(absl::StrContains(waited.message(), "f32[4]")) << waited;
+      },
+      nullptr, options);
+}
+
 // A gather along an inner axis rearranges rows with 2-D copies; rows wider
 // than the device's maximum pitch are copied row by row instead of failing.
 TEST_F(NcclMultiGpuTest, InnerAxisGatherBeyondTheMaximumPitch) {

@@ -46,6 +46,15 @@ absl::StatusOr<std::shared_ptr<DeviceBuffer>> Scratch(
   return buffer;
 }
 
+// `descriptor` with the axis's extent written as "*" (what members of a
+// gather or exchange with per-member extents share).
+std::string RowShape(const ValueDescriptor& descriptor, size_t axis,
+                     absl::string_view operation) {
+  auto normalized = WithExtent(descriptor, axis, 1, operation);
+  if (!normalized.ok()) return descriptor.ToString();
+  return absl::StrCat(normalized->ToString(), " (axis ", axis, " varies)");
+}
+
 TensorResult Finish(absl::StatusOr<Submitted> submitted,
                     const DeviceTensor& output) {
   if (!submitted.ok()) return submitted.status();
@@ -243,6 +252,11 @@ TensorResult SubmitAllGatherUneven(SessionCore& core,
   plan.stream = stream;
   plan.inputs = {input};
   plan.retained = {Retain(out->buffer())};
+  // Members' inputs differ along the axis by design; what they must agree
+  // on is the counts, the axis and the rest of the shape.
+  plan.canonical = absl::StrCat(name, " counts [", absl::StrJoin(counts, ","),
+                                "] along axis ", axis, " of ",
+                                RowShape(input.descriptor(), axis, name));
   const void* send = input.data();
   const size_t my_bytes = input.byte_size();
   void* landing = out->data();
@@ -353,6 +367,10 @@ TensorResult SubmitAllToAll(
   plan.stream = stream;
   plan.inputs = {input};
   plan.retained = {Retain(out->buffer())};
+  plan.canonical = absl::StrCat(name, " along axis ", axis, " of ",
+                                RowShape(input.descriptor(), axis, name));
+  for (size_t c : send_counts) plan.agreement_counts.push_back(c);
+  for (size_t c : receive_counts) plan.agreement_counts.push_back(c);
   // Where block d leaves from and block s lands, and their sizes.
   const void* send_base = input.data();
   void* recv_base = out->data();

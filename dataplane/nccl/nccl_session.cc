@@ -11,9 +11,9 @@ using ValueSubmission = DistributedSession<DeviceTensor>::ValueSubmission;
 
 absl::StatusOr<ValueSubmission> ToValue(TensorResult result) {
   if (!result.ok()) return result.status();
-  return ValueSubmission{std::move(result->output),
-                         std::shared_ptr<BoundedCompletion>(
-                             std::move(result->completion))};
+  return ValueSubmission{
+      std::move(result->output),
+      std::shared_ptr<BoundedCompletion>(std::move(result->completion))};
 }
 
 }  // namespace
@@ -46,18 +46,18 @@ absl::StatusOr<ValueSubmission> NcclSession::AllReduceSum(
     const CollectiveScope& scope, const DeviceTensor& input) {
   auto comm = core_->CommFor(scope, "all_reduce_sum");
   if (!comm.ok()) return comm.status();
-  return ToValue(SubmitAllReduceSum(
-      *core_, *comm, input, core_->stream(),
-      absl::StrCat("all_reduce_sum on ", scope.ToString())));
+  return ToValue(
+      SubmitAllReduceSum(*core_, *comm, input, core_->stream(),
+                         absl::StrCat("all_reduce_sum on ", scope.ToString())));
 }
 
 absl::StatusOr<ValueSubmission> NcclSession::AllGather(
     const CollectiveScope& scope, const DeviceTensor& input) {
   auto comm = core_->CommFor(scope, "all_gather");
   if (!comm.ok()) return comm.status();
-  return ToValue(SubmitAllGatherEven(
-      *core_, *comm, input, 0, core_->stream(),
-      absl::StrCat("all_gather on ", scope.ToString())));
+  return ToValue(
+      SubmitAllGatherEven(*core_, *comm, input, 0, core_->stream(),
+                          absl::StrCat("all_gather on ", scope.ToString())));
 }
 
 absl::StatusOr<ValueSubmission> NcclSession::AllToAllV(
@@ -70,11 +70,12 @@ absl::StatusOr<ValueSubmission> NcclSession::AllToAllV(
   if (!comm.ok()) return comm.status();
   auto resolved = ResolveScope(descriptor(), scope);
   if (!resolved.ok()) return resolved.status();
-  auto checked =
-      CheckAllToAllV(input.descriptor(), send_counts, receive_counts, *resolved);
+  auto checked = CheckAllToAllV(input.descriptor(), send_counts, receive_counts,
+                                *resolved);
   if (!checked.ok()) {
-    return absl::Status(checked.status().code(),
-                        absl::StrCat("nccl backend: ", checked.status().message()));
+    return absl::Status(
+        checked.status().code(),
+        absl::StrCat("nccl backend: ", checked.status().message()));
   }
   return ToValue(SubmitAllToAll(
       *core_, *comm, input, send_counts, receive_counts, 0, core_->stream(),
@@ -84,9 +85,9 @@ absl::StatusOr<ValueSubmission> NcclSession::AllToAllV(
 absl::StatusOr<ValueSubmission> NcclSession::Send(const CollectiveScope& scope,
                                                   size_t peer,
                                                   const DeviceTensor& input) {
-  auto comm = core_->CommFor(scope, "send",
-                             &DistributedCapabilities::point_to_point,
-                             "point_to_point");
+  auto comm =
+      core_->CommFor(scope, "send", &DistributedCapabilities::point_to_point,
+                     "point_to_point");
   if (!comm.ok()) return comm.status();
   auto resolved = ResolveScope(descriptor(), scope);
   if (!resolved.ok()) return resolved.status();
@@ -103,9 +104,9 @@ absl::StatusOr<ValueSubmission> NcclSession::Send(const CollectiveScope& scope,
 absl::StatusOr<ValueSubmission> NcclSession::Receive(
     const CollectiveScope& scope, size_t peer,
     const ValueDescriptor& descriptor) {
-  auto comm = core_->CommFor(scope, "receive",
-                             &DistributedCapabilities::point_to_point,
-                             "point_to_point");
+  auto comm =
+      core_->CommFor(scope, "receive", &DistributedCapabilities::point_to_point,
+                     "point_to_point");
   if (!comm.ok()) return comm.status();
   auto resolved = ResolveScope(this->descriptor(), scope);
   if (!resolved.ok()) return resolved.status();

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "dataplane/nccl/internal/operation_agreement.h"
 
 namespace rankd::dataplane::nccl {
 
@@ -38,6 +39,33 @@ absl::StatusOr<std::shared_ptr<SessionCore>> SessionCore::Create(
   }
   return std::shared_ptr<SessionCore>(new SessionCore(
       std::move(descriptor), control_plane, std::move(options)));
+}
+
+SubmittedOperation SessionCore::Describe(const OpPlan& plan) const {
+  SubmittedOperation what;
+  if (plan.comm == nullptr) return what;
+  what.self = descriptor_.rank();
+  what.canonical = plan.canonical;
+  if (what.canonical.empty()) {
+    what.canonical = plan.name;
+    for (const DeviceTensor& input : plan.inputs) {
+      absl::StrAppend(&what.canonical, " ", input.descriptor().ToString());
+    }
+  }
+  if (plan.route.has_value()) {
+    const auto [source, destination] = *plan.route;
+    what.scope_key =
+        absl::StrCat(plan.comm->name, "-r", source, "-", destination);
+    what.scope_name = absl::StrCat("route ", source, "->", destination, " of ",
+                                   plan.comm->name);
+    what.members = {plan.comm->members[source],
+                    plan.comm->members[destination]};
+  } else {
+    what.scope_key = plan.comm->name;
+    what.scope_name = plan.comm->name;
+    what.members = plan.comm->members;
+  }
+  return what;
 }
 
 uint32_t CommEntry::NextSequence(
@@ -326,37 +354,34 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
     retained.push_back(input.buffer());
     if (input.ready() != nullptr) retained.push_back(input.ready());
   }
+  const SubmittedOperation what = Describe(plan);
+  // Members that submit different work never report success
+  // (internal/operation_agreement.h).
+  std::shared_ptr<const internal::OperationAgreement> agreement;
+  if (plan.comm != nullptr && plan.comm->members.size() > 1) {
+    absl::StatusOr<std::shared_ptr<const internal::OperationAgreement>> made;
+    const uint64_t fingerprint = OperationFingerprint(what.canonical);
+    if (plan.route.has_value()) {
+      made = internal::OperationAgreement::ForRoute(
+          plan.comm->members, plan.comm->local_rank, plan.route->first,
+          plan.route->second, fingerprint, plan.stream);
+    } else {
+      std::vector<uint64_t> words = {fingerprint};
+      words.insert(words.end(), plan.agreement_counts.begin(),
+                   plan.agreement_counts.end());
+      made = internal::OperationAgreement::ForCollective(
+          plan.comm->members, plan.comm->local_rank, std::move(words),
+          !plan.agreement_counts.empty(), plan.stream);
+    }
+    if (!made.ok()) return Fail(made.status());
+    agreement = *std::move(made);
+    for (auto& r : agreement->Retained()) retained.push_back(std::move(r));
+    retained.push_back(agreement);
+  }
   // Outstanding before any native work is queued: an abort from now on
   // (CancelNative, any thread) marks it failed, so work that NCCL accepted
   // and the abort then killed never reports success.
   auto op = NcclOp::Pending(plan.name, *event, std::move(retained));
-  Outstanding watched;
-  watched.op = op;
-  watched.deadline = absl::Now() + options_.op_timeout;
-  if (plan.comm != nullptr) {
-    SubmittedOperation& what = watched.what;
-    what.scope_name = plan.comm->name;
-    what.self = descriptor_.rank();
-    what.canonical = plan.canonical;
-    if (what.canonical.empty()) {
-      what.canonical = plan.name;
-      for (const DeviceTensor& input : plan.inputs) {
-        absl::StrAppend(&what.canonical, " ", input.descriptor().ToString());
-      }
-    }
-    if (plan.route.has_value()) {
-      const auto [source, destination] = *plan.route;
-      what.scope_key =
-          absl::StrCat(plan.comm->name, "-r", source, "-", destination);
-      what.scope_name = absl::StrCat("route ", source, "->", destination,
-                                     " of ", plan.comm->name);
-      what.members = {plan.comm->members[source],
-                      plan.comm->members[destination]};
-    } else {
-      what.scope_key = plan.comm->name;
-      what.members = plan.comm->members;
-    }
-  }
   {
     absl::MutexLock lock(&ops_mu_);
     if (outstanding_.size() >= 256) {
@@ -365,7 +390,7 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
                          [](const Outstanding& o) { return o.op.expired(); }),
           outstanding_.end());
     }
-    outstanding_.push_back(watched);
+    outstanding_.push_back({op, absl::Now() + options_.op_timeout, what});
   }
   {
     // CancelNative sets aborted_ before it walks outstanding_: an abort
@@ -397,7 +422,11 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
     absl::Status s = plan.before(stream);
     if (!s.ok()) return failed(s);
   }
-  if (plan.nccl) {
+  if (agreement != nullptr) {
+    absl::Status s = agreement->Stage(stream);
+    if (!s.ok()) return failed(s);
+  }
+  if (plan.nccl || agreement != nullptr) {
     if (plan.comm == nullptr || plan.comm->comm == nullptr) {
       return failed(absl::InternalError("no communicator"));
     }
@@ -406,19 +435,36 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
       if (!s.ok()) return s;
       return SignalCause();
     };
-    // The sequence number is taken where NCCL orders the work.
+    // The sequence number is taken where NCCL orders the work; the
+    // agreement record goes first in the payload's group, so it pairs.
     uint32_t sequence = 0;
     std::shared_ptr<CommEntry> comm = plan.comm;
+    CudaStreamHandle handle = stream.get();
     auto body = [&](NcclCommHandle c) {
       sequence = comm->NextSequence(plan.route);
-      return plan.nccl(c);
+      if (agreement == nullptr) return plan.nccl(c);
+      return NcclGrouped([&]() -> int {
+        int r = agreement->Exchange(c, handle);
+        if (r != kNcclSuccess && r != kNcclInProgress) return r;
+        return plan.nccl ? plan.nccl(c) : kNcclSuccess;
+      });
     };
     absl::Status s = plan.comm->comm->Enqueue(
         plan.name, body, absl::Now() + options_.enqueue_timeout, interrupt);
     if (!s.ok()) return failed(s);
-    absl::MutexLock lock(&ops_mu_);
-    for (Outstanding& o : outstanding_) {
-      if (o.op.lock() == op) o.what.sequence = sequence;
+    {
+      absl::MutexLock lock(&ops_mu_);
+      for (Outstanding& o : outstanding_) {
+        if (o.op.lock() == op) o.what.sequence = sequence;
+      }
+    }
+    if (agreement != nullptr) {
+      const std::string where =
+          absl::StrCat("nccl backend: ", plan.name, ": operation #", sequence,
+                       " on ", what.scope_name);
+      op->SetVerifier([agreement, where, canonical = what.canonical] {
+        return agreement->Verify(where, canonical);
+      });
     }
   }
   if (plan.after) {

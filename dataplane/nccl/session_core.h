@@ -131,6 +131,9 @@ struct OpPlan {
   std::string canonical;
   // Point-to-point: (source, destination) member indices.
   std::optional<std::pair<uint32_t, uint32_t>> route;
+  // all_to_all_v: this member's send counts then receive counts (one per
+  // member), checked pairwise against the others' after the work.
+  std::vector<uint64_t> agreement_counts;
   std::shared_ptr<CommEntry> comm;
   std::shared_ptr<CudaStream> stream;
   std::vector<DeviceTensor> inputs;
@@ -257,6 +260,8 @@ class SessionCore final : public NcclOpOwner,
   };
   // Fails the first outstanding operation past its deadline (watchdog).
   void EnforceDeadlines();
+  // What `plan` is, for the diagnosis and the agreement record.
+  SubmittedOperation Describe(const OpPlan& plan) const;
 
   absl::Mutex ops_mu_;
   std::vector<Outstanding> outstanding_ ABSL_GUARDED_BY(ops_mu_);

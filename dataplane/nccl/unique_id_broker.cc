@@ -21,10 +21,10 @@ absl::StatusOr<std::string> Generate(const UniqueIdGenerator& generator,
   absl::StatusOr<std::string> id = generator();
   if (!id.ok()) return id.status();
   if (id->size() != kNcclUniqueIdBytes) {
-    return absl::InternalError(absl::StrCat(
-        "nccl backend: the unique id generator returned ", id->size(),
-        " bytes for communicator ", comm_name, "; expected ",
-        kNcclUniqueIdBytes));
+    return absl::InternalError(
+        absl::StrCat("nccl backend: the unique id generator returned ",
+                     id->size(), " bytes for communicator ", comm_name,
+                     "; expected ", kNcclUniqueIdBytes));
   }
   return id;
 }
@@ -49,9 +49,9 @@ absl::StatusOr<std::vector<std::vector<std::string>>> BrokerUniqueIds(
     if (n == 0 || req.rank >= n || req.plan.nranks != n ||
         req.plan.count() == 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "nccl backend: communicator ", req.comm_name, " has rank ",
-          req.rank, " of ", n, " and a plan for ", req.plan.nranks,
-          " ranks with ", req.plan.count(), " ids"));
+          "nccl backend: communicator ", req.comm_name, " has rank ", req.rank,
+          " of ", n, " and a plan for ", req.plan.nranks, " ranks with ",
+          req.plan.count(), " ids"));
     }
     ids[c].resize(req.plan.count());
     for (uint32_t i = 0; i < req.plan.count(); ++i) {
@@ -64,9 +64,8 @@ absl::StatusOr<std::vector<std::vector<std::string>>> BrokerUniqueIds(
         absl::Status set = control_plane.KvSet(key, EncodeUniqueId(*id));
         if (!set.ok()) {
           return absl::Status(
-              set.code(),
-              absl::StrCat("nccl backend: publishing unique id '", key,
-                           "': ", set.message()));
+              set.code(), absl::StrCat("nccl backend: publishing unique id '",
+                                       key, "': ", set.message()));
         }
       }
       ids[c][i] = *std::move(id);
@@ -88,11 +87,13 @@ absl::StatusOr<std::vector<std::vector<std::string>>> BrokerUniqueIds(
         }
         const absl::Duration left = deadline - absl::Now();
         if (left <= absl::ZeroDuration()) {
-          return absl::DeadlineExceededError(absl::StrCat(
-              "nccl backend: unique id '", key, "' of communicator ",
-              req.comm_name, " was not published by its root (communicator "
-              "rank ", root, ", world rank ", req.members[root],
-              ") before the init deadline"));
+          return absl::DeadlineExceededError(
+              absl::StrCat("nccl backend: unique id '", key,
+                           "' of communicator ", req.comm_name,
+                           " was not published by its root (communicator "
+                           "rank ",
+                           root, ", world rank ", req.members[root],
+                           ") before the init deadline"));
         }
         absl::StatusOr<std::string> value =
             control_plane.KvGet(key, std::min(left, kGetSlice));

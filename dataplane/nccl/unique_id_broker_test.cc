@@ -100,9 +100,9 @@ TEST(BrokerUniqueIds, OneIdPer128RanksWithScalableInit) {
   EXPECT_EQ(next.load(), 3);
   EXPECT_EQ(job->kv_sets(), 3);
   for (int i = 0; i < 3; ++i) {
-    EXPECT_TRUE(job->Get(absl::StrCat(job->ns(), "/nccl/big/world/uid/", i,
-                                      "of3"))
-                    .has_value());
+    EXPECT_TRUE(
+        job->Get(absl::StrCat(job->ns(), "/nccl/big/world/uid/", i, "of3"))
+            .has_value());
   }
   EXPECT_NE(got[0][0], got[0][1]);
   EXPECT_NE(got[0][1], got[0][2]);
@@ -134,9 +134,9 @@ TEST(BrokerUniqueIds, MissingRootIsADeadlineNamingKeyAndRank) {
   const absl::Duration took = absl::Now() - start;
   ASSERT_FALSE(ids.ok());
   EXPECT_EQ(ids.status().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_TRUE(absl::StrContains(ids.status().message(),
-                                UniqueIdKey(job->ns(), "default",
-                                            reqs[0].comm_name, 0, 1)))
+  EXPECT_TRUE(absl::StrContains(
+      ids.status().message(),
+      UniqueIdKey(job->ns(), "default", reqs[0].comm_name, 0, 1)))
       << ids.status();
   EXPECT_TRUE(absl::StrContains(ids.status().message(), "world rank 3"))
       << ids.status();
@@ -187,10 +187,10 @@ TEST(BrokerUniqueIds, RejectsForeignValues) {
   auto job = FakeJob::Create(2);
   auto setter = job->ControlPlaneFor(0);
   std::vector<CommIdRequest> reqs = {Request(Iota(2), 1, 2)};
-  ASSERT_TRUE(setter
-                  ->KvSet(UniqueIdKey(job->ns(), "default", "world", 0, 1),
-                          "not an id")
-                  .ok());
+  ASSERT_TRUE(
+      setter
+          ->KvSet(UniqueIdKey(job->ns(), "default", "world", 0, 1), "not an id")
+          .ok());
   auto cp = job->ControlPlaneFor(1);
   std::atomic<int> next{0};
   auto ids = BrokerUniqueIds(*cp, "default", reqs, Counter(&next),

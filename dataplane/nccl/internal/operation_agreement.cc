@@ -1,0 +1,145 @@
+#include "dataplane/nccl/internal/operation_agreement.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "dataplane/nccl/nccl_types.h"
+
+namespace rankd::dataplane::nccl::internal {
+namespace {
+
+constexpr size_t kWord = sizeof(uint64_t);
+
+std::string Ranks(const std::vector<uint32_t>& ranks) {
+  return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ",
+                      absl::StrJoin(ranks, ", "));
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const OperationAgreement>>
+OperationAgreement::ForCollective(std::vector<uint32_t> members, uint32_t me,
+                                  std::vector<uint64_t> words,
+                                  bool counts_matrix,
+                                  const std::shared_ptr<CudaStream>& stream) {
+  const size_t n = members.size();
+  if (words.empty() || me >= n ||
+      (counts_matrix && words.size() != 1 + 2 * n)) {
+    return absl::InternalError("nccl backend: malformed agreement record");
+  }
+  auto buffer = DeviceBuffer::Allocate((1 + n) * words.size() * kWord, stream);
+  if (!buffer.ok()) return buffer.status();
+  std::shared_ptr<OperationAgreement> a(new OperationAgreement());
+  a->members_ = std::move(members);
+  a->me_ = me;
+  a->counts_matrix_ = counts_matrix;
+  a->words_ = std::make_shared<const std::vector<uint64_t>>(std::move(words));
+  a->buffer_ = *std::move(buffer);
+  return a;
+}
+
+absl::StatusOr<std::shared_ptr<const OperationAgreement>>
+OperationAgreement::ForRoute(std::vector<uint32_t> members, uint32_t me,
+                             uint32_t source, uint32_t destination,
+                             uint64_t fingerprint,
+                             const std::shared_ptr<CudaStream>& stream) {
+  if (source >= members.size() || destination >= members.size() ||
+      (me != source && me != destination)) {
+    return absl::InternalError("nccl backend: malformed agreement route");
+  }
+  auto buffer = DeviceBuffer::Allocate(kWord, stream);
+  if (!buffer.ok()) return buffer.status();
+  std::shared_ptr<OperationAgreement> a(new OperationAgreement());
+  a->members_ = std::move(members);
+  a->me_ = me;
+  a->route_ = true;
+  a->source_ = source;
+  a->destination_ = destination;
+  a->words_ = std::make_shared<const std::vector<uint64_t>>(
+      std::vector<uint64_t>{fingerprint});
+  a->buffer_ = *std::move(buffer);
+  return a;
+}
+
+absl::Status OperationAgreement::Stage(const CudaStream& stream) const {
+  if (route_ && me_ != source_) return absl::OkStatus();
+  return CopyHostToDeviceAsync(buffer_->data(), words_->data(),
+                               words_->size() * kWord, stream);
+}
+
+int OperationAgreement::Exchange(NcclCommHandle comm,
+                                 CudaStreamHandle stream) const {
+  const size_t bytes = words_->size() * kWord;
+  if (!route_) {
+    void* all = static_cast<char*>(buffer_->data()) + bytes;
+    return NcclAllGather(buffer_->data(), all, bytes, NcclDataType::kInt8, comm,
+                         stream);
+  }
+  if (me_ == source_) {
+    return NcclSend(buffer_->data(), bytes, NcclDataType::kInt8,
+                    static_cast<int>(destination_), comm, stream);
+  }
+  return NcclRecv(buffer_->data(), bytes, NcclDataType::kInt8,
+                  static_cast<int>(source_), comm, stream);
+}
+
+absl::Status OperationAgreement::Verify(absl::string_view where,
+                                        absl::string_view canonical) const {
+  auto transfers = CudaStream::ForTransfers(buffer_->device());
+  if (!transfers.ok()) return transfers.status();
+  const size_t w = words_->size();
+  if (route_) {
+    if (me_ != destination_) return absl::OkStatus();
+    uint64_t received = 0;
+    absl::Status read =
+        CopyDeviceToHost(&received, buffer_->data(), kWord, **transfers);
+    if (!read.ok()) return read;
+    if (received == (*words_)[0]) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": members disagree: rank ", members_[source_],
+        " sent something other than `", canonical, "`, which rank ",
+        members_[destination_],
+        " expected (another dtype, shape or operation: its fingerprint "
+        "differs); the received output is not valid"));
+  }
+  const size_t n = members_.size();
+  std::vector<uint64_t> all(n * w);
+  absl::Status read = CopyDeviceToHost(
+      all.data(), static_cast<const char*>(buffer_->data()) + w * kWord,
+      all.size() * kWord, **transfers);
+  if (!read.ok()) return read;
+  auto word = [&](size_t m, size_t i) { return all[m * w + i]; };
+  std::vector<uint32_t> same, different;
+  for (size_t m = 0; m < n; ++m) {
+    (word(m, 0) == (*words_)[0] ? same : different).push_back(members_[m]);
+  }
+  if (!different.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": members disagree: ", Ranks(same), " submitted `", canonical,
+        "`; ", Ranks(different),
+        " submitted another operation, dtype or shape (the fingerprint "
+        "differs); the output is not valid"));
+  }
+  if (!counts_matrix_) return absl::OkStatus();
+  for (size_t src = 0; src < n; ++src) {
+    for (size_t dst = 0; dst < n; ++dst) {
+      const uint64_t sends = word(src, 1 + dst);
+      const uint64_t expects = word(dst, 1 + n + src);
+      if (sends != expects) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": members disagree on the counts: member ", src, " (rank ",
+            members_[src], ") sends ", sends, " rows to member ", dst,
+            " (rank ", members_[dst], "), which expects ", expects,
+            " from it; the output is not valid"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::shared_ptr<const void>> OperationAgreement::Retained() const {
+  return {words_, buffer_};
+}
+
+}  // namespace rankd::dataplane::nccl::internal

@@ -1,0 +1,88 @@
+// OperationAgreement: how the NCCL backend makes sure that members which
+// submitted different work never report success.
+//
+// NCCL pairs whatever its members call, in order: an f32[4] send received
+// as i32[4] "works", counts that disagree truncate, and another operation
+// at the same point may hang or move garbage. So every operation between
+// two or more members carries a small agreement record in the same NCCL
+// group as its payload, issued first so that it always pairs:
+//   - a collective: every member's record (the fingerprint of its canonical
+//     description, plus for all_to_all_v its send and receive counts) is
+//     all-gathered, 8 bytes per word per member;
+//   - a transfer: the source sends its fingerprint, the destination
+//     receives it.
+// When the work finished, Verify() reads the records back and compares:
+// a disagreement fails the operation with InvalidArgument naming which
+// members (world ranks) submitted what, and the output is never handed out
+// as valid. What hangs instead is caught by op_timeout and the mismatch
+// diagnosis (dataplane/mismatch_diagnosis.h). Costs per operation: one
+// tiny extra NCCL call inside the payload's group (no extra launch) and,
+// at completion, one small device-to-host read.
+//
+// Private to dataplane/nccl. Depends on cuda_handles.h, nccl_comm.h, absl.
+#ifndef RANKD_DATAPLANE_NCCL_INTERNAL_OPERATION_AGREEMENT_H_
+#define RANKD_DATAPLANE_NCCL_INTERNAL_OPERATION_AGREEMENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "dataplane/nccl/cuda_handles.h"
+#include "dataplane/nccl/nccl_comm.h"
+
+namespace rankd::dataplane::nccl::internal {
+
+class OperationAgreement {
+ public:
+  // A collective over `members` (world ranks, member order) where this
+  // member is index `me`. `words` is this member's record: its fingerprint
+  // first; with `counts_matrix`, then n send counts and n receive counts
+  // (member s's send[d] must equal member d's receive[s]).
+  static absl::StatusOr<std::shared_ptr<const OperationAgreement>>
+  ForCollective(std::vector<uint32_t> members, uint32_t me,
+                std::vector<uint64_t> words, bool counts_matrix,
+                const std::shared_ptr<CudaStream>& stream);
+  // A transfer from member index `source` to `destination` of a
+  // communicator whose world ranks are `members`; this member is `me` (one
+  // of the two).
+  static absl::StatusOr<std::shared_ptr<const OperationAgreement>> ForRoute(
+      std::vector<uint32_t> members, uint32_t me, uint32_t source,
+      uint32_t destination, uint64_t fingerprint,
+      const std::shared_ptr<CudaStream>& stream);
+
+  // Queues the copy of this member's record to the device (`stream` keeps
+  // the order: before Exchange).
+  absl::Status Stage(const CudaStream& stream) const;
+  // The NCCL calls that move the records; call first inside the
+  // operation's NCCL group. Returns the ncclResult_t.
+  int Exchange(NcclCommHandle comm, CudaStreamHandle stream) const;
+  // Once the work finished: OK, or InvalidArgument "<where>: members
+  // disagree ..." naming the members whose record differs from this
+  // member's (`canonical`). Blocks for one small device-to-host read.
+  absl::Status Verify(absl::string_view where,
+                      absl::string_view canonical) const;
+
+  // What the queued work uses (held by the operation until it finished).
+  std::vector<std::shared_ptr<const void>> Retained() const;
+
+ private:
+  OperationAgreement() = default;
+
+  std::vector<uint32_t> members_;
+  uint32_t me_ = 0;
+  bool route_ = false;
+  uint32_t source_ = 0, destination_ = 0;
+  bool counts_matrix_ = false;
+  std::shared_ptr<const std::vector<uint64_t>> words_;  // this member's
+  // Collective: [this member's words][every member's words]; route: the
+  // source's words (sent from, or received into).
+  std::shared_ptr<DeviceBuffer> buffer_;
+};
+
+}  // namespace rankd::dataplane::nccl::internal
+
+#endif  // RANKD_DATAPLANE_NCCL_INTERNAL_OPERATION_AGREEMENT_H_
