@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dataplane/element_types.h"
+#include "dataplane/sum_dtypes.h"
 
 namespace rankd::dataplane::gloo_internal {
 namespace {
@@ -46,7 +47,7 @@ SumKernel Kernel() {
 
 }  // namespace
 
-bool SumSupported(TensorDtype dtype) { return dtype != TensorDtype::kBool; }
+bool SumSupported(TensorDtype dtype) { return SumDefined(dtype); }
 
 absl::StatusOr<SumKernel> SumKernelFor(TensorDtype dtype,
                                        const char* operation) {
@@ -80,9 +81,7 @@ absl::StatusOr<SumKernel> SumKernelFor(TensorDtype dtype,
     case TensorDtype::kBool:
       break;
   }
-  return absl::UnimplementedError(absl::StrCat(
-      "gloo backend: ", operation, " does not support dtype ", DtypeName(dtype),
-      " (a sum is not defined for it; use agree_success for votes)"));
+  return SumUndefinedError("gloo", operation, dtype);
 }
 
 }  // namespace rankd::dataplane::gloo_internal

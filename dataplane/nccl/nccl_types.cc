@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "dataplane/sum_dtypes.h"
 
 namespace rankd::dataplane::nccl {
 
@@ -44,10 +45,10 @@ absl::StatusOr<NcclSumType> SumTypeFor(TensorDtype dtype, int nccl_version) {
       return NcclSumType{NcclDataType::kFloat16, 1};
     case TensorDtype::kBf16:
       if (nccl_version < kNcclBf16Version) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "nccl backend: all_reduce_sum of bf16 needs NCCL >= 2.10; this "
-            "NCCL is version code ",
-            nccl_version));
+        return SumUnimplementedError(
+            "nccl", "all_reduce_sum", dtype,
+            absl::StrCat("bf16 needs NCCL >= 2.10; this NCCL is version code ",
+                         nccl_version));
       }
       return NcclSumType{NcclDataType::kBfloat16, 1};
     case TensorDtype::kF64:
@@ -67,15 +68,11 @@ absl::StatusOr<NcclSumType> SumTypeFor(TensorDtype dtype, int nccl_version) {
     case TensorDtype::kComplex64:
       return NcclSumType{NcclDataType::kFloat32, 2};
     case TensorDtype::kBool:
-      return absl::InvalidArgumentError(
-          "nccl backend: all_reduce_sum cannot sum bool values (a sum of "
-          "booleans is not a boolean); use agree_success for a logical AND "
-          "or convert to an integer dtype");
+      return SumUndefinedError("nccl", "all_reduce_sum", dtype);
     case TensorDtype::kI16:
     case TensorDtype::kU16:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "nccl backend: all_reduce_sum cannot sum ", DtypeName(dtype),
-          " values: NCCL has no 16-bit integer type"));
+      return SumUnimplementedError("nccl", "all_reduce_sum", dtype,
+                                   "NCCL has no 16-bit integer type");
   }
   return absl::InvalidArgumentError("nccl backend: unknown dtype");
 }

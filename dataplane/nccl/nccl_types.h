@@ -57,9 +57,10 @@ struct NcclSumType {
   NcclDataType type;
   size_t lanes;
 };
-// InvalidArgument naming the nccl backend and the dtype when NCCL cannot
-// sum it: bool (not summable: fail closed rather than saturate or wrap),
-// i16/u16 (NCCL has no 16-bit integer type), bf16 before NCCL 2.10.
+// The errors of the shared table (dataplane/sum_dtypes.h): InvalidArgument
+// for bool (no sum is defined); Unimplemented naming the nccl backend and
+// the dtype for i16/u16 (NCCL has no 16-bit integer type) and for bf16
+// before NCCL 2.10.
 // `nccl_version` is the NCCL version code in use.
 absl::StatusOr<NcclSumType> SumTypeFor(TensorDtype dtype, int nccl_version);
 
