@@ -10,7 +10,7 @@
 #include "absl/time/clock.h"
 #include "dataplane/nccl/cuda_handles.h"
 #include "dataplane/nccl/device_tensor.h"
-#include "dataplane/nccl/fake_control_plane.h"
+#include "dataplane/testing/in_process_control_plane.h"
 #include "dataplane/nccl/nccl_backend.h"
 #include "dataplane/nccl/nccl_completion.h"
 #include "dataplane/nccl/nccl_session.h"
@@ -20,7 +20,7 @@
 namespace rankd::dataplane::nccl {
 namespace {
 
-using testing::FakeJob;
+using ::rankd::dataplane::testing::InProcessJob;
 
 // The contract's shape, checked at compile time.
 static_assert(CommunicationBackend<NcclBackend>);
@@ -99,8 +99,8 @@ void ExpectEveryOperationFailsClosed(NcclSession& session, const char* why) {
 }
 
 TEST(NcclFailClosed, NothingIsAdvertisedBeforeInitialize) {
-  auto job = FakeJob::Create(4);
-  auto cp = job->ControlPlaneFor(1);
+  auto job = InProcessJob::Create(4);
+  auto cp = job->ForRank(1);
   auto session = NcclSession::Create(Descriptor(), cp.get());
   ASSERT_TRUE(session.ok()) << session.status();
   DistributedCapabilities caps = (*session)->capabilities();
@@ -120,8 +120,8 @@ TEST(NcclFailClosed, NothingIsAdvertisedBeforeInitialize) {
 TEST(NcclFailClosed, WithoutADeviceInitializeIsUnavailableAndNothingRuns) {
   if (HasDevice())
     GTEST_SKIP() << "a CUDA device is present; nccl_gpu_test covers it";
-  auto job = FakeJob::Create(4);
-  auto cp = job->ControlPlaneFor(1);
+  auto job = InProcessJob::Create(4);
+  auto cp = job->ForRank(1);
   auto session = NcclSession::Create(Descriptor(), cp.get());
   ASSERT_TRUE(session.ok()) << session.status();
   absl::Status init = (*session)->Initialize();
@@ -146,8 +146,8 @@ TEST(NcclFailClosed, WithoutADeviceInitializeIsUnavailableAndNothingRuns) {
 
 TEST(NcclFailClosed, OpenFailsWithoutADevice) {
   if (HasDevice()) GTEST_SKIP() << "a CUDA device is present";
-  auto job = FakeJob::Create(4);
-  auto cp = job->ControlPlaneFor(1);
+  auto job = InProcessJob::Create(4);
+  auto cp = job->ForRank(1);
   auto session = NcclSession::Open(Descriptor(), cp.get());
   EXPECT_EQ(session.status().code(), absl::StatusCode::kUnavailable);
 }
@@ -162,8 +162,8 @@ TEST(NcclFailClosed, DeviceProbeReportsNoDeviceWithAReason) {
 }
 
 TEST(NcclFailClosed, MembershipIsCheckedBeforeCapabilities) {
-  auto job = FakeJob::Create(4);
-  auto cp = job->ControlPlaneFor(1);
+  auto job = InProcessJob::Create(4);
+  auto cp = job->ForRank(1);
   auto session = NcclSession::Create(Descriptor(), cp.get());
   ASSERT_TRUE(session.ok());
   auto r =
@@ -172,8 +172,8 @@ TEST(NcclFailClosed, MembershipIsCheckedBeforeCapabilities) {
 }
 
 TEST(NcclFailClosed, PoisonWinsAndKeepsTheOriginalCause) {
-  auto job = FakeJob::Create(4);
-  auto cp = job->ControlPlaneFor(1);
+  auto job = InProcessJob::Create(4);
+  auto cp = job->ForRank(1);
   auto session = NcclSession::Create(Descriptor(), cp.get());
   ASSERT_TRUE(session.ok());
   (*session)->Abort(absl::AbortedError("rank 3 lost"));
@@ -193,8 +193,8 @@ TEST(NcclFailClosed, PoisonWinsAndKeepsTheOriginalCause) {
 }
 
 TEST(NcclFailClosed, AllGatherWordsUsesTheControlPlaneWithoutAGpu) {
-  auto job = FakeJob::Create(1);
-  auto cp = job->ControlPlaneFor(0);
+  auto job = InProcessJob::Create(1);
+  auto cp = job->ForRank(0);
   auto descriptor = DistributedSessionDescriptor::FromTopology({}, 1, 0);
   ASSERT_TRUE(descriptor.ok());
   auto session = NcclSession::Create(*descriptor, cp.get());
@@ -211,8 +211,8 @@ TEST(NcclFailClosed, AllGatherWordsUsesTheControlPlaneWithoutAGpu) {
 }
 
 TEST(NcclFailClosed, OptionsAreValidated) {
-  auto job = FakeJob::Create(4);
-  auto cp = job->ControlPlaneFor(1);
+  auto job = InProcessJob::Create(4);
+  auto cp = job->ForRank(1);
   EXPECT_EQ(NcclSession::Create(Descriptor(), nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
   NcclSessionOptions bad_tag;
@@ -252,8 +252,8 @@ TEST(NcclFailClosed, LocalDependenciesNeedAStreamAndValidTensors) {
 class NcclValidation : public ::testing::Test {
  protected:
   void SetUp() override {
-    job_ = FakeJob::Create(4);
-    cp_ = job_->ControlPlaneFor(1);
+    job_ = InProcessJob::Create(4);
+    cp_ = job_->ForRank(1);
     auto session = NcclSession::Create(Descriptor(), cp_.get());
     ASSERT_TRUE(session.ok());
     session_ = *std::move(session);
@@ -272,7 +272,7 @@ class NcclValidation : public ::testing::Test {
     EXPECT_TRUE(absl::StrContains(s.message(), "nccl")) << s;
     EXPECT_TRUE(absl::StrContains(s.message(), needle)) << s;
   }
-  std::shared_ptr<FakeJob> job_;
+  std::shared_ptr<InProcessJob> job_;
   std::unique_ptr<ControlPlane> cp_;
   std::unique_ptr<NcclSession> session_;
   std::shared_ptr<CommEntry> comm_;

@@ -3,7 +3,7 @@
 // GPU), bounded waits (quarantine and native cancel, with a stream held by
 // a host function), job-failure aborts, init deadlines, and, when the
 // machine has 2+ GPUs, a multi-rank world with one thread per GPU. The
-// control plane is the in-process FakeJob; tests/gpu/ runs the same
+// control plane is the in-process InProcessJob (dataplane/testing/); tests/gpu/ runs the same
 // operations through real rankd daemons.
 //
 // Every test skips (GTEST_SKIP with the reason, which says "no GPU") when
@@ -24,7 +24,7 @@
 #include "absl/time/clock.h"
 #include "dataplane/nccl/cuda_handles.h"
 #include "dataplane/nccl/device_tensor.h"
-#include "dataplane/nccl/fake_control_plane.h"
+#include "dataplane/testing/in_process_control_plane.h"
 #include "dataplane/nccl/native_runtime.h"
 #include "dataplane/nccl/nccl_backend.h"
 #include "dataplane/nccl/nccl_session.h"
@@ -34,7 +34,7 @@
 namespace rankd::dataplane::nccl {
 namespace {
 
-using testing::FakeJob;
+using ::rankd::dataplane::testing::InProcessJob;
 using testing::Standin;
 
 // Runs `body` in a fresh copy of this test binary (a threadsafe death
@@ -139,8 +139,8 @@ class NcclGpuTest : public ::testing::Test {
 
   // A world of one rank on device 0.
   std::unique_ptr<NcclSession> OpenWorld1(NcclSessionOptions options = {}) {
-    job_ = FakeJob::Create(1);
-    cp_ = job_->ControlPlaneFor(0);
+    job_ = InProcessJob::Create(1);
+    cp_ = job_->ForRank(0);
     ParallelTopology topology;  // all degrees 1: groups 1..5, all [0]
     auto descriptor =
         DistributedSessionDescriptor::FromTopology(topology, 1, 0);
@@ -151,7 +151,7 @@ class NcclGpuTest : public ::testing::Test {
     return session.ok() ? *std::move(session) : nullptr;
   }
 
-  std::shared_ptr<FakeJob> job_;
+  std::shared_ptr<InProcessJob> job_;
   std::unique_ptr<ControlPlane> cp_;
 };
 
@@ -523,8 +523,8 @@ TEST_F(NcclGpuTest, JobFailureAbortsAndFailsRunningWork) {
 // deadline, or ended at once by a job failure; either way the communicator
 // is aborted and the session poisoned.
 TEST_F(NcclGpuTest, InitDeadlineAbortsTheCommunicators) {
-  auto job = FakeJob::Create(2);
-  auto cp = job->ControlPlaneFor(0);
+  auto job = InProcessJob::Create(2);
+  auto cp = job->ForRank(0);
   auto descriptor =
       DistributedSessionDescriptor::FromTopology(DataParallel(2), 2, 0);
   ASSERT_TRUE(descriptor.ok());
@@ -542,13 +542,13 @@ TEST_F(NcclGpuTest, InitDeadlineAbortsTheCommunicators) {
   EXPECT_EQ((*session)->poison_status().code(),
             absl::StatusCode::kDeadlineExceeded);
   // Rank 0 is the world's root: it published the id.
-  EXPECT_TRUE(job->Get(absl::StrCat(job->ns(), "/nccl/default/world/uid/0of1"))
+  EXPECT_TRUE(job->Peek(absl::StrCat(job->name_space(), "/nccl/default/world/uid/0of1"))
                   .has_value());
 }
 
 TEST_F(NcclGpuTest, JobFailureDuringInitAbortsPromptly) {
-  auto job = FakeJob::Create(2);
-  auto cp = job->ControlPlaneFor(0);
+  auto job = InProcessJob::Create(2);
+  auto cp = job->ForRank(0);
   auto descriptor =
       DistributedSessionDescriptor::FromTopology(DataParallel(2), 2, 0);
   ASSERT_TRUE(descriptor.ok());
@@ -577,14 +577,14 @@ class NcclMultiGpuTest : public ::testing::Test {
 // Runs `body(rank, session)` on `world` ranks (threads) after opening a
 // session on each; returns once all bodies returned.
 void RunRanks(uint32_t world, const ParallelTopology& topology,
-              const std::function<void(uint32_t, NcclSession&, FakeJob&)>& body,
-              std::shared_ptr<FakeJob> job = nullptr,
+              const std::function<void(uint32_t, NcclSession&, InProcessJob&)>& body,
+              std::shared_ptr<InProcessJob> job = nullptr,
               NcclSessionOptions options = {}) {
-  if (job == nullptr) job = FakeJob::Create(world);
+  if (job == nullptr) job = InProcessJob::Create(world);
   std::vector<std::thread> threads;
   for (uint32_t r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
-      auto cp = job->ControlPlaneFor(r);
+      auto cp = job->ForRank(r);
       auto descriptor =
           DistributedSessionDescriptor::FromTopology(topology, world, r);
       ASSERT_TRUE(descriptor.ok()) << descriptor.status();
@@ -607,7 +607,7 @@ TEST_F(NcclMultiGpuTest, CollectivesAcrossRanks) {
   const uint32_t world = MultiWorld();
   RunRanks(
       world, DataParallel(world),
-      [world](uint32_t r, NcclSession& s, FakeJob&) {
+      [world](uint32_t r, NcclSession& s, InProcessJob&) {
         auto stream = s.stream();
         // all_reduce_sum: sum over ranks of (r + i).
         auto x = Upload(Desc({8}), Floats(8, static_cast<float>(r)), stream);
@@ -718,7 +718,7 @@ TEST_F(NcclMultiGpuTest, GroupsOfATopology) {
   ParallelTopology topology;
   topology.tensor = 2;
   topology.data = world / 2;
-  RunRanks(world, topology, [](uint32_t r, NcclSession& s, FakeJob&) {
+  RunRanks(world, topology, [](uint32_t r, NcclSession& s, InProcessJob&) {
     const CollectiveGroupDescriptor& tensor = s.descriptor().groups()[1];
     ASSERT_EQ(tensor.size(), 2u);
     auto x = Upload(Desc({4}), std::vector<float>(4, 1.0f + r), s.stream());
@@ -731,10 +731,10 @@ TEST_F(NcclMultiGpuTest, GroupsOfATopology) {
 }
 
 TEST_F(NcclMultiGpuTest, JobFailureUnblocksAHungCollective) {
-  auto job = FakeJob::Create(2);
+  auto job = InProcessJob::Create(2);
   RunRanks(
       2, DataParallel(2),
-      [](uint32_t r, NcclSession& s, FakeJob& job) {
+      [](uint32_t r, NcclSession& s, InProcessJob& job) {
         // Connect the peers first (NCCL connects lazily on first use).
         auto warm = Upload(Desc({4}), Floats(4), s.stream());
         auto warmed = s.AllReduceSum(CollectiveScope::World(), warm);
@@ -825,8 +825,8 @@ TEST_F(NcclMultiGpuTest, ASessionOnDevice1NeverTouchesDevice0) {
   }
   RunInFreshProcess([] {
     ASSERT_FALSE(*PrimaryContextActive(0)) << "the child starts clean";
-    auto job = FakeJob::Create(1);
-    auto cp = job->ControlPlaneFor(0);
+    auto job = InProcessJob::Create(1);
+    auto cp = job->ForRank(0);
     auto descriptor = DistributedSessionDescriptor::FromTopology({}, 1, 0);
     ASSERT_TRUE(descriptor.ok());
     NcclSessionOptions options;
@@ -862,7 +862,7 @@ TEST_F(NcclMultiGpuTest, OneCommunicatorsStuckKernelDoesNotBlockTheAbort) {
   topology.tensor = 2;
   topology.data = 2;
   absl::Barrier* warmed = new absl::Barrier(4);  // deleted by the last user
-  RunRanks(4, topology, [&](uint32_t r, NcclSession& s, FakeJob&) {
+  RunRanks(4, topology, [&](uint32_t r, NcclSession& s, InProcessJob&) {
     const CollectiveGroupDescriptor& tensor = s.descriptor().groups()[1];
     const CollectiveScope scope = CollectiveScope::Group(tensor.id());
     auto x = Upload(Desc({4}), Floats(4), s.stream());
@@ -930,12 +930,12 @@ class UnannouncedFailure final : public ControlPlane {
 // does not finalize them (finalize waits for peers that are gone, up to
 // destroy_timeout per communicator).
 TEST_F(NcclMultiGpuTest, DestroyingASessionOfAFailedJobAborts) {
-  auto job = FakeJob::Create(2);
+  auto job = InProcessJob::Create(2);
   absl::Barrier* warmed = new absl::Barrier(2);
   std::vector<std::thread> ranks;
   for (uint32_t r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
-      auto cp = std::make_unique<UnannouncedFailure>(job->ControlPlaneFor(r));
+      auto cp = std::make_unique<UnannouncedFailure>(job->ForRank(r));
       auto descriptor =
           DistributedSessionDescriptor::FromTopology(DataParallel(2), 2, r);
       ASSERT_TRUE(descriptor.ok());
@@ -975,7 +975,7 @@ TEST_F(NcclMultiGpuTest, AnOperationPastItsDeadlineNamesWhoDidNotFinish) {
   absl::Barrier* warmed = new absl::Barrier(2);
   RunRanks(
       2, DataParallel(2),
-      [&](uint32_t r, NcclSession& s, FakeJob&) {
+      [&](uint32_t r, NcclSession& s, InProcessJob&) {
         auto x = Upload(Desc({4}), Floats(4), s.stream());
         {
           auto warm = s.AllReduceSum(CollectiveScope::World(), x);
@@ -1017,7 +1017,7 @@ TEST_F(NcclMultiGpuTest, MembersThatSubmitDifferentOperationsAreNamed) {
   options.failure_attribution_grace = absl::Seconds(5);
   RunRanks(
       2, DataParallel(2),
-      [&](uint32_t r, NcclSession& s, FakeJob&) {
+      [&](uint32_t r, NcclSession& s, InProcessJob&) {
         const size_t n = r == 0 ? 4 : 8;
         auto x = Upload(Desc({n}), Floats(n), s.stream());
         auto sum = s.AllReduceSum(CollectiveScope::World(), x);
@@ -1042,7 +1042,7 @@ TEST_F(NcclMultiGpuTest, MembersThatSubmitDifferentOperationsAreNamed) {
 // The same bytes under another dtype are not a successful transfer: an
 // f32[4] sent and received as i32[4] fails on the receiver, naming both.
 TEST_F(NcclMultiGpuTest, ATransferReceivedAsAnotherDtypeFails) {
-  RunRanks(2, DataParallel(2), [](uint32_t r, NcclSession& s, FakeJob&) {
+  RunRanks(2, DataParallel(2), [](uint32_t r, NcclSession& s, InProcessJob&) {
     if (r == 0) {
       auto x = Upload(Desc({4}), Floats(4), s.stream());
       auto sent = s.Send(CollectiveScope::World(), 1, x);
@@ -1073,7 +1073,7 @@ TEST_F(NcclMultiGpuTest, ACollectiveOfAnotherDtypeNeverSucceeds) {
   options.failure_attribution_grace = absl::Seconds(5);
   RunRanks(
       2, DataParallel(2),
-      [](uint32_t r, NcclSession& s, FakeJob&) {
+      [](uint32_t r, NcclSession& s, InProcessJob&) {
         const TensorDtype dtype =
             r == 0 ? TensorDtype::kF32 : TensorDtype::kI32;
         auto x =
@@ -1100,7 +1100,7 @@ TEST_F(NcclMultiGpuTest, InnerAxisGatherBeyondTheMaximumPitch) {
   }
   RunInFreshProcess([] {
     Standin()->set_max_pitch(100);  // below the 128-byte output rows
-    RunRanks(2, DataParallel(2), [](uint32_t r, NcclSession& s, FakeJob&) {
+    RunRanks(2, DataParallel(2), [](uint32_t r, NcclSession& s, InProcessJob&) {
       std::vector<float> rows(32);  // [2][16]
       for (size_t i = 0; i < rows.size(); ++i) rows[i] = 100.0f * r + i;
       auto x = Upload(Desc({2, 16}), rows, s.stream());

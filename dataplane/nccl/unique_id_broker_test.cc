@@ -11,13 +11,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "dataplane/nccl/fake_control_plane.h"
+#include "dataplane/testing/in_process_control_plane.h"
 #include "gtest/gtest.h"
 
 namespace rankd::dataplane::nccl {
 namespace {
 
-using testing::FakeJob;
+using ::rankd::dataplane::testing::InProcessJob;
 
 // Distinct 128-byte ids: "id-<n>" padded.
 UniqueIdGenerator Counter(std::atomic<int>* next) {
@@ -47,14 +47,14 @@ std::vector<uint32_t> Iota(uint32_t n) {
 
 TEST(BrokerUniqueIds, RootPublishesOthersFetch) {
   constexpr uint32_t kWorld = 4;
-  auto job = FakeJob::Create(kWorld, "job/7");
+  auto job = InProcessJob::Create(kWorld, "job/7");
   std::atomic<int> next{0};
   std::vector<absl::StatusOr<std::vector<std::vector<std::string>>>> results(
       kWorld, absl::UnknownError("not run"));
   std::vector<std::thread> ranks;
   for (uint32_t r = 0; r < kWorld; ++r) {
     ranks.emplace_back([&, r] {
-      auto cp = job->ControlPlaneFor(r);
+      auto cp = job->ForRank(r);
       std::vector<CommIdRequest> reqs = {Request(Iota(kWorld), r, kWorld)};
       results[r] = BrokerUniqueIds(*cp, "default", reqs, Counter(&next),
                                    absl::Now() + absl::Seconds(10), nullptr);
@@ -69,21 +69,21 @@ TEST(BrokerUniqueIds, RootPublishesOthersFetch) {
   }
   EXPECT_EQ(next.load(), 1);  // only the root generated an id
   EXPECT_EQ(job->kv_sets(), 1);
-  auto stored = job->Get("job/7/nccl/default/world/uid/0of1");
+  auto stored = job->Peek("job/7/nccl/default/world/uid/0of1");
   ASSERT_TRUE(stored.has_value());
   EXPECT_TRUE(absl::StartsWith(*stored, "nccl-uid-v1:"));
 }
 
 TEST(BrokerUniqueIds, OneIdPer128RanksWithScalableInit) {
   constexpr uint32_t kWorld = 260;  // 3 ids: roots 0, 87, 174
-  auto job = FakeJob::Create(kWorld);
+  auto job = InProcessJob::Create(kWorld);
   std::atomic<int> next{0};
   std::vector<std::vector<std::string>> got(kWorld);
   std::vector<absl::Status> status(kWorld);
   std::vector<std::thread> ranks;
   for (uint32_t r = 0; r < kWorld; ++r) {
     ranks.emplace_back([&, r] {
-      auto cp = job->ControlPlaneFor(r);
+      auto cp = job->ForRank(r);
       std::vector<CommIdRequest> reqs = {Request(Iota(kWorld), r, kWorld)};
       auto ids = BrokerUniqueIds(*cp, "big", reqs, Counter(&next),
                                  absl::Now() + absl::Seconds(20), nullptr);
@@ -101,7 +101,7 @@ TEST(BrokerUniqueIds, OneIdPer128RanksWithScalableInit) {
   EXPECT_EQ(job->kv_sets(), 3);
   for (int i = 0; i < 3; ++i) {
     EXPECT_TRUE(
-        job->Get(absl::StrCat(job->ns(), "/nccl/big/world/uid/", i, "of3"))
+        job->Peek(absl::StrCat(job->name_space(), "/nccl/big/world/uid/", i, "of3"))
             .has_value());
   }
   EXPECT_NE(got[0][0], got[0][1]);
@@ -109,8 +109,8 @@ TEST(BrokerUniqueIds, OneIdPer128RanksWithScalableInit) {
 }
 
 TEST(BrokerUniqueIds, SingleRankCommunicatorNeedsNoBroker) {
-  auto job = FakeJob::Create(4);
-  auto cp = job->ControlPlaneFor(2);
+  auto job = InProcessJob::Create(4);
+  auto cp = job->ForRank(2);
   std::atomic<int> next{0};
   std::vector<CommIdRequest> reqs = {Request({2}, 0, 4)};
   auto ids = BrokerUniqueIds(*cp, "default", reqs, Counter(&next),
@@ -122,8 +122,8 @@ TEST(BrokerUniqueIds, SingleRankCommunicatorNeedsNoBroker) {
 }
 
 TEST(BrokerUniqueIds, MissingRootIsADeadlineNamingKeyAndRank) {
-  auto job = FakeJob::Create(4);
-  auto cp = job->ControlPlaneFor(1);
+  auto job = InProcessJob::Create(4);
+  auto cp = job->ForRank(1);
   std::atomic<int> next{0};
   // Group {3, 1}: its root is communicator rank 0 = world rank 3, which
   // never comes.
@@ -136,7 +136,7 @@ TEST(BrokerUniqueIds, MissingRootIsADeadlineNamingKeyAndRank) {
   EXPECT_EQ(ids.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_TRUE(absl::StrContains(
       ids.status().message(),
-      UniqueIdKey(job->ns(), "default", reqs[0].comm_name, 0, 1)))
+      UniqueIdKey(job->name_space(), "default", reqs[0].comm_name, 0, 1)))
       << ids.status();
   EXPECT_TRUE(absl::StrContains(ids.status().message(), "world rank 3"))
       << ids.status();
@@ -145,8 +145,8 @@ TEST(BrokerUniqueIds, MissingRootIsADeadlineNamingKeyAndRank) {
 }
 
 TEST(BrokerUniqueIds, JobFailureEndsTheWait) {
-  auto job = FakeJob::Create(2);
-  auto cp = job->ControlPlaneFor(1);
+  auto job = InProcessJob::Create(2);
+  auto cp = job->ForRank(1);
   std::atomic<int> next{0};
   std::thread failer([&] {
     absl::SleepFor(absl::Milliseconds(100));
@@ -164,8 +164,8 @@ TEST(BrokerUniqueIds, JobFailureEndsTheWait) {
 }
 
 TEST(BrokerUniqueIds, InterruptEndsTheWait) {
-  auto job = FakeJob::Create(2);
-  auto cp = job->ControlPlaneFor(1);
+  auto job = InProcessJob::Create(2);
+  auto cp = job->ForRank(1);
   std::atomic<int> next{0};
   std::atomic<bool> stop{false};
   std::thread stopper([&] {
@@ -184,14 +184,14 @@ TEST(BrokerUniqueIds, InterruptEndsTheWait) {
 }
 
 TEST(BrokerUniqueIds, RejectsForeignValues) {
-  auto job = FakeJob::Create(2);
-  auto setter = job->ControlPlaneFor(0);
+  auto job = InProcessJob::Create(2);
+  auto setter = job->ForRank(0);
   std::vector<CommIdRequest> reqs = {Request(Iota(2), 1, 2)};
   ASSERT_TRUE(
       setter
-          ->KvSet(UniqueIdKey(job->ns(), "default", "world", 0, 1), "not an id")
+          ->KvSet(UniqueIdKey(job->name_space(), "default", "world", 0, 1), "not an id")
           .ok());
-  auto cp = job->ControlPlaneFor(1);
+  auto cp = job->ForRank(1);
   std::atomic<int> next{0};
   auto ids = BrokerUniqueIds(*cp, "default", reqs, Counter(&next),
                              absl::Now() + absl::Seconds(1), nullptr);
@@ -203,14 +203,14 @@ TEST(BrokerUniqueIds, CrossedRootsDoNotDeadlock) {
   // Rank 0 is root of group {0,1}; rank 1 is root of group {1,0}; each
   // lists the other's group first. Publishing before fetching avoids a
   // deadlock.
-  auto job = FakeJob::Create(2);
+  auto job = InProcessJob::Create(2);
   std::atomic<int> next{0};
   std::vector<absl::Status> status(2);
   std::vector<std::vector<std::vector<std::string>>> got(2);
   std::vector<std::thread> ranks;
   for (uint32_t r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
-      auto cp = job->ControlPlaneFor(r);
+      auto cp = job->ForRank(r);
       std::vector<CommIdRequest> reqs;
       if (r == 0) {
         reqs = {Request({1, 0}, 1, 2), Request({0, 1}, 0, 2)};
@@ -232,8 +232,8 @@ TEST(BrokerUniqueIds, CrossedRootsDoNotDeadlock) {
 }
 
 TEST(BrokerUniqueIds, ValidatesTagAndRequests) {
-  auto job = FakeJob::Create(2);
-  auto cp = job->ControlPlaneFor(0);
+  auto job = InProcessJob::Create(2);
+  auto cp = job->ForRank(0);
   std::atomic<int> next{0};
   std::vector<CommIdRequest> reqs = {Request(Iota(2), 0, 2)};
   EXPECT_EQ(BrokerUniqueIds(*cp, "bad/tag", reqs, Counter(&next),
@@ -251,8 +251,8 @@ TEST(BrokerUniqueIds, ValidatesTagAndRequests) {
 }
 
 TEST(BrokerUniqueIds, GeneratorErrorsPropagate) {
-  auto job = FakeJob::Create(2);
-  auto cp = job->ControlPlaneFor(0);
+  auto job = InProcessJob::Create(2);
+  auto cp = job->ForRank(0);
   std::vector<CommIdRequest> reqs = {Request(Iota(2), 0, 2)};
   auto ids = BrokerUniqueIds(
       *cp, "t", reqs,

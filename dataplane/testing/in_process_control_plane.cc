@@ -137,12 +137,31 @@ absl::Status InProcessJob::Set(const std::string& key,
   absl::MutexLock lock(&mu_);
   if (!health_.ok()) return health_;
   kv_[key] = value;
+  ++kv_sets_;
   return absl::OkStatus();
+}
+
+std::optional<std::string> InProcessJob::Peek(const std::string& key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = kv_.find(key);
+  if (it == kv_.end()) return std::nullopt;
+  return it->second;
+}
+
+int InProcessJob::kv_sets() const {
+  absl::MutexLock lock(&mu_);
+  return kv_sets_;
+}
+
+int InProcessJob::kv_gets() const {
+  absl::MutexLock lock(&mu_);
+  return kv_gets_;
 }
 
 absl::StatusOr<std::string> InProcessJob::Get(const std::string& key,
                                               absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
+  ++kv_gets_;
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !health_.ok() || kv_.contains(key);
   };

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,12 @@ class InProcessJob : public std::enable_shared_from_this<InProcessJob> {
   const std::string& name_space() const { return name_space_; }
   // Keys set so far (for tests of the store's prefixes).
   std::vector<std::string> Keys() const;
+  // The value of `key` now, without waiting (nullopt when unset).
+  std::optional<std::string> Peek(const std::string& key) const;
+  // Key-value sets and gets made so far, by every rank (for tests that a
+  // path makes no control-plane traffic).
+  int kv_sets() const;
+  int kv_gets() const;
 
   // Used by the per-rank control planes.
   absl::Status Set(const std::string& key, const std::string& value);
@@ -58,6 +65,8 @@ class InProcessJob : public std::enable_shared_from_this<InProcessJob> {
   const std::string name_space_;
   mutable absl::Mutex mu_;
   std::map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);
+  int kv_sets_ ABSL_GUARDED_BY(mu_) = 0;
+  int kv_gets_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status health_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void(const absl::Status&)>> callbacks_
       ABSL_GUARDED_BY(mu_);
