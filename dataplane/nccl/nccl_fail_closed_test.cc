@@ -10,11 +10,11 @@
 #include "absl/time/clock.h"
 #include "dataplane/nccl/cuda_handles.h"
 #include "dataplane/nccl/device_tensor.h"
-#include "dataplane/testing/in_process_control_plane.h"
 #include "dataplane/nccl/nccl_backend.h"
 #include "dataplane/nccl/nccl_completion.h"
 #include "dataplane/nccl/nccl_session.h"
 #include "dataplane/nccl/session_core.h"
+#include "dataplane/testing/in_process_control_plane.h"
 #include "gtest/gtest.h"
 
 namespace rankd::dataplane::nccl {

@@ -3,8 +3,8 @@
 // GPU), bounded waits (quarantine and native cancel, with a stream held by
 // a host function), job-failure aborts, init deadlines, and, when the
 // machine has 2+ GPUs, a multi-rank world with one thread per GPU. The
-// control plane is the in-process InProcessJob (dataplane/testing/); tests/gpu/ runs the same
-// operations through real rankd daemons.
+// control plane is the in-process InProcessJob (dataplane/testing/); tests/gpu/
+// runs the same operations through real rankd daemons.
 //
 // Every test skips (GTEST_SKIP with the reason, which says "no GPU") when
 // there is no CUDA device or no CUDA runtime to load.
@@ -24,17 +24,20 @@
 #include "absl/time/clock.h"
 #include "dataplane/nccl/cuda_handles.h"
 #include "dataplane/nccl/device_tensor.h"
-#include "dataplane/testing/in_process_control_plane.h"
 #include "dataplane/nccl/native_runtime.h"
 #include "dataplane/nccl/nccl_backend.h"
 #include "dataplane/nccl/nccl_session.h"
 #include "dataplane/nccl/testing/standin_control.h"
+#include "dataplane/nccl/testing/stream_stall.h"
+#include "dataplane/testing/in_process_control_plane.h"
 #include "gtest/gtest.h"
 
 namespace rankd::dataplane::nccl {
 namespace {
 
 using ::rankd::dataplane::testing::InProcessJob;
+using testing::Stall;
+using testing::StallStream;
 using testing::Standin;
 
 // Runs `body` in a fresh copy of this test binary (a threadsafe death
@@ -111,26 +114,6 @@ std::vector<float> Floats(size_t n, float start = 0) {
   std::vector<float> v(n);
   std::iota(v.begin(), v.end(), start);
   return v;
-}
-
-// Holds a stream (a host function that blocks until released or 30 s
-// passed), so that work queued behind it cannot complete.
-struct Stall {
-  std::atomic<bool> released{false};
-};
-void HoldStream(void* arg) {
-  auto* stall = static_cast<Stall*>(arg);
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
-  while (!stall->released.load() && absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-}
-// Leaked on purpose: the host function may outlive a failed test.
-Stall* StallStream(const CudaStream& stream) {
-  auto* stall = new Stall();
-  absl::Status s = LaunchHostFunction(stream, HoldStream, stall);
-  EXPECT_TRUE(s.ok()) << s;
-  return stall;
 }
 
 class NcclGpuTest : public ::testing::Test {
@@ -445,6 +428,7 @@ TEST_F(NcclGpuTest, DeadlineQuarantinesUntilTheWorkCompletes) {
   ASSERT_NE(session, nullptr);
   auto x = Upload(Desc({1 << 16}), Floats(1 << 16), session->stream());
   Stall* stall = StallStream(*session->stream());
+  ASSERT_NE(stall, nullptr);
   auto sum = session->AllReduceSum(CollectiveScope::World(), x);
   ASSERT_TRUE(sum.ok()) << sum.status();
   EXPECT_FALSE(sum->completion->IsComplete());
@@ -477,6 +461,7 @@ TEST_F(NcclGpuTest, NativeCancelAbortsTheCommunicators) {
   ASSERT_NE(session, nullptr);
   auto x = Upload(Desc({1024}), Floats(1024), session->stream());
   Stall* stall = StallStream(*session->stream());
+  ASSERT_NE(stall, nullptr);
   auto sum = session->AllReduceSum(CollectiveScope::World(), x);
   ASSERT_TRUE(sum.ok()) << sum.status();
   std::thread release([stall] {
@@ -502,6 +487,7 @@ TEST_F(NcclGpuTest, JobFailureAbortsAndFailsRunningWork) {
   ASSERT_NE(session, nullptr);
   auto x = Upload(Desc({64}), Floats(64), session->stream());
   Stall* stall = StallStream(*session->stream());
+  ASSERT_NE(stall, nullptr);
   auto sum = session->AllReduceSum(CollectiveScope::World(), x);
   ASSERT_TRUE(sum.ok()) << sum.status();
   job_->Fail(absl::AbortedError("rankd: rank 7 lost (node 3 heartbeat)"));
@@ -542,8 +528,9 @@ TEST_F(NcclGpuTest, InitDeadlineAbortsTheCommunicators) {
   EXPECT_EQ((*session)->poison_status().code(),
             absl::StatusCode::kDeadlineExceeded);
   // Rank 0 is the world's root: it published the id.
-  EXPECT_TRUE(job->Peek(absl::StrCat(job->name_space(), "/nccl/default/world/uid/0of1"))
-                  .has_value());
+  EXPECT_TRUE(
+      job->Peek(absl::StrCat(job->name_space(), "/nccl/default/world/uid/0of1"))
+          .has_value());
 }
 
 TEST_F(NcclGpuTest, JobFailureDuringInitAbortsPromptly) {
@@ -576,10 +563,11 @@ class NcclMultiGpuTest : public ::testing::Test {
 
 // Runs `body(rank, session)` on `world` ranks (threads) after opening a
 // session on each; returns once all bodies returned.
-void RunRanks(uint32_t world, const ParallelTopology& topology,
-              const std::function<void(uint32_t, NcclSession&, InProcessJob&)>& body,
-              std::shared_ptr<InProcessJob> job = nullptr,
-              NcclSessionOptions options = {}) {
+void RunRanks(
+    uint32_t world, const ParallelTopology& topology,
+    const std::function<void(uint32_t, NcclSession&, InProcessJob&)>& body,
+    std::shared_ptr<InProcessJob> job = nullptr,
+    NcclSessionOptions options = {}) {
   if (job == nullptr) job = InProcessJob::Create(world);
   std::vector<std::thread> threads;
   for (uint32_t r = 0; r < world; ++r) {
@@ -784,6 +772,7 @@ TEST_F(NcclGpuTest, AnAbortRightAfterNcclAcceptedTheWorkFailsTheOperation) {
   auto x = Upload(Desc({4}), Floats(4, 1), stream);
   // The kernel queues behind a held stream, so the abort reaches it first.
   Stall* stall = StallStream(*stream);
+  ASSERT_NE(stall, nullptr);
   standin->hold_next_event_record_until_abort(10000);
   std::thread failer([this] {
     absl::SleepFor(absl::Milliseconds(200));
@@ -842,6 +831,7 @@ TEST_F(NcclMultiGpuTest, ASessionOnDevice1NeverTouchesDevice0) {
     // Dropped while held behind a stalled stream: quarantined, then reaped
     // by the watchdog.
     Stall* stall = StallStream(*(*session)->stream());
+    ASSERT_NE(stall, nullptr);
     {
       auto dropped = (*session)->AllReduceSum(CollectiveScope::World(), x);
       ASSERT_TRUE(dropped.ok()) << dropped.status();

@@ -100,9 +100,9 @@ TEST(BrokerUniqueIds, OneIdPer128RanksWithScalableInit) {
   EXPECT_EQ(next.load(), 3);
   EXPECT_EQ(job->kv_sets(), 3);
   for (int i = 0; i < 3; ++i) {
-    EXPECT_TRUE(
-        job->Peek(absl::StrCat(job->name_space(), "/nccl/big/world/uid/", i, "of3"))
-            .has_value());
+    EXPECT_TRUE(job->Peek(absl::StrCat(job->name_space(),
+                                       "/nccl/big/world/uid/", i, "of3"))
+                    .has_value());
   }
   EXPECT_NE(got[0][0], got[0][1]);
   EXPECT_NE(got[0][1], got[0][2]);
@@ -189,7 +189,8 @@ TEST(BrokerUniqueIds, RejectsForeignValues) {
   std::vector<CommIdRequest> reqs = {Request(Iota(2), 1, 2)};
   ASSERT_TRUE(
       setter
-          ->KvSet(UniqueIdKey(job->name_space(), "default", "world", 0, 1), "not an id")
+          ->KvSet(UniqueIdKey(job->name_space(), "default", "world", 0, 1),
+                  "not an id")
           .ok());
   auto cp = job->ForRank(1);
   std::atomic<int> next{0};

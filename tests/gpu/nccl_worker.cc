@@ -51,6 +51,7 @@
 #include "dataplane/nccl/cuda_handles.h"
 #include "dataplane/nccl/nccl_backend.h"
 #include "dataplane/nccl/nccl_session.h"
+#include "dataplane/nccl/testing/stream_stall.h"
 
 ABSL_FLAG(std::string, target, "", "daemon target");
 ABSL_FLAG(std::string, job_id, "gpu", "job id");
@@ -84,6 +85,8 @@ using rankd::dataplane::nccl::DeviceTensor;
 using rankd::dataplane::nccl::NcclBackend;
 using rankd::dataplane::nccl::NcclSession;
 using rankd::dataplane::nccl::NcclSessionOptions;
+using rankd::dataplane::nccl::testing::Stall;
+using rankd::dataplane::nccl::testing::StallStream;
 
 void Print(const std::string& line) {
   std::printf("%s\n", line.c_str());
@@ -155,24 +158,6 @@ uint16_t Bf16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, 4);
   return static_cast<uint16_t>(bits >> 16);
-}
-
-struct Stall {
-  std::atomic<bool> released{false};
-};
-void HoldStream(void* arg) {
-  auto* stall = static_cast<Stall*>(arg);
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
-  while (!stall->released.load() && absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-}
-// Work queued on `stream` after this waits until released (leaked: the host
-// function may outlive the scenario).
-Stall* StallStream(const CudaStream& stream) {
-  auto* stall = new Stall();
-  (void)LaunchHostFunction(stream, HoldStream, stall);
-  return stall;
 }
 
 struct World {
