@@ -236,9 +236,12 @@ absl::StatusOr<ResolvedScope> ResolveScope(
   }
   const CollectiveGroupDescriptor* group = descriptor.group(scope.group_id());
   if (group == nullptr) {
-    return absl::NotFoundError(absl::StrCat("rank ", descriptor.rank(),
-                                            " is not a member of group ",
-                                            scope.group_id()));
+    std::vector<CollectiveGroupId> mine;
+    for (const auto& g : descriptor.groups()) mine.push_back(g.id());
+    return absl::NotFoundError(absl::StrCat(
+        "rank ", descriptor.rank(), " is not a member of group ",
+        scope.group_id(), ": its groups are ", absl::StrJoin(mine, ", "),
+        ", and only those can be in capability 'collective_groups'"));
   }
   resolved.members = group->members();
   resolved.local_rank = group->local_rank();

@@ -198,6 +198,11 @@ TEST(ScopeTest, NonMemberGroupIsNotFound) {
   auto s = ResolveScope(d, CollectiveScope::Group(2));
   EXPECT_EQ(s.status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(absl::StrContains(s.status().message(), "group 2"));
+  // It names this rank's groups and the capability they bound.
+  EXPECT_TRUE(absl::StrContains(s.status().message(), "collective_groups"))
+      << s.status();
+  EXPECT_TRUE(absl::StrContains(s.status().message(), "its groups are 1, 3"))
+      << s.status();
 }
 
 TEST(CapabilityTest, DefaultsFailClosed) {

@@ -252,7 +252,10 @@ void GlooCommunicator::WorkFinished() { quarantine_.Notify(); }
 bool GlooCommunicator::SupportsCancellation(CancellationMode mode) const {
   switch (mode) {
     case CancellationMode::kQuarantineUntilComplete:
-      return true;
+      // The quarantine releases work on exact completion: without that
+      // capability (restricted by the options) the mode is not offered.
+      return !options_.restrict_capabilities.has_value() ||
+             options_.restrict_capabilities->exact_completion;
     case CancellationMode::kNativeCancel:
       // AbortGlooContext tears the transport down and the executor unwinds
       // before ApplyCancellation returns.

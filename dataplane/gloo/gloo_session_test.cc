@@ -164,6 +164,28 @@ TEST_F(SingleRankTest, ZeroOrNegativeTimeoutIsRejected) {
       sum->completion->SupportsCancellation(CancellationMode::kNativeCancel));
 }
 
+// Without exact_completion (restricted), QuarantineUntilComplete, which
+// releases work on exact completion, is not offered; NativeCancel is.
+TEST_F(SingleRankTest, RestrictingExactCompletionWithdrawsQuarantine) {
+  GlooOptions options = GlooTestCluster::DefaultOptions();
+  DistributedCapabilities allow;
+  allow.world_collectives = true;
+  allow.exact_completion = false;
+  options.restrict_capabilities = allow;
+  Open(options);
+  EXPECT_FALSE(session_->capabilities().exact_completion);
+  auto sum = session_->AllReduceSum(CollectiveScope::World(), F32({1}, {1}));
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_FALSE(sum->completion->SupportsCancellation(
+      CancellationMode::kQuarantineUntilComplete));
+  EXPECT_TRUE(
+      sum->completion->SupportsCancellation(CancellationMode::kNativeCancel));
+  auto refused = sum->completion->WaitBounded(
+      absl::Seconds(5), CancellationMode::kQuarantineUntilComplete);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(sum->completion->Wait().ok());
+}
+
 TEST_F(SingleRankTest, RestrictedCapabilitiesFailClosed) {
   GlooOptions options = GlooTestCluster::DefaultOptions();
   DistributedCapabilities allow;

@@ -139,7 +139,7 @@ size_t SessionCore::communicator_count() const {
 DistributedCapabilities SessionCore::capabilities() const {
   absl::MutexLock lock(&mu_);
   DistributedCapabilities caps;
-  if (!ready_ || !poison_.ok()) return caps;
+  if (!ready_ || poison_.poisoned()) return caps;
   caps.world_collectives = true;
   for (const auto& [id, entry] : groups_) caps.collective_groups.insert(id);
   caps.point_to_point = true;
@@ -148,17 +148,13 @@ DistributedCapabilities SessionCore::capabilities() const {
   return caps;
 }
 
-absl::Status SessionCore::PoisonStatus() const {
-  absl::MutexLock lock(&mu_);
-  return poison_;
-}
+absl::Status SessionCore::PoisonStatus() const { return poison_.cause(); }
 
 void SessionCore::Poison(const absl::Status& cause) {
-  absl::MutexLock lock(&mu_);
-  if (!poison_.ok()) return;
-  poison_ = cause.ok() ? absl::InternalError(
-                             "nccl backend: session poisoned without a cause")
-                       : cause;
+  poison_.Poison(cause.ok() ? absl::InternalError(
+                                  "nccl backend: session poisoned without a "
+                                  "cause")
+                            : cause);
 }
 
 absl::Status SessionCore::FailClosed(const absl::Status& status) const {

@@ -53,6 +53,7 @@
 #include "dataplane/nccl/nccl_completion.h"
 #include "dataplane/nccl/nccl_types.h"
 #include "dataplane/nccl/unique_id_broker.h"
+#include "dataplane/poison.h"
 #include "dataplane/types.h"
 
 namespace rankd::dataplane::nccl {
@@ -243,7 +244,7 @@ class SessionCore final : public NcclOpOwner,
   mutable absl::Mutex mu_;
   bool initialize_called_ ABSL_GUARDED_BY(mu_) = false;
   bool ready_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status poison_ ABSL_GUARDED_BY(mu_);
+  PoisonLatch poison_;
   std::string unavailable_reason_ ABSL_GUARDED_BY(mu_);
   // Set by Initialize, constant once ready_.
   int device_ = -1;
