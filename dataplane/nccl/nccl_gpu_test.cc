@@ -875,47 +875,6 @@ TEST_F(NcclMultiGpuTest, OneCommunicatorsStuckKernelDoesNotBlockTheAbort) {
   });
 }
 
-// ControlPlane whose job failure is visible only to a JobHealth() poll (no
-// notification), as when the watchdog has not looked yet.
-class UnannouncedFailure final : public ControlPlane {
- public:
-  explicit UnannouncedFailure(std::unique_ptr<ControlPlane> inner)
-      : inner_(std::move(inner)) {}
-  void Fail(absl::Status cause) {
-    absl::MutexLock lock(&mu_);
-    failure_ = std::move(cause);
-  }
-  absl::StatusOr<std::vector<uint32_t>> AllGatherWords(
-      absl::Span<const uint32_t> local, absl::Duration timeout) override {
-    return inner_->AllGatherWords(local, timeout);
-  }
-  absl::StatusOr<std::unique_ptr<PendingWords>> SubmitAllGatherWords(
-      absl::Span<const uint32_t> local, absl::Duration timeout) override {
-    return inner_->SubmitAllGatherWords(local, timeout);
-  }
-  absl::Status KvSet(absl::string_view key, absl::string_view value) override {
-    return inner_->KvSet(key, value);
-  }
-  absl::StatusOr<std::string> KvGet(absl::string_view key,
-                                    absl::Duration timeout) override {
-    return inner_->KvGet(key, timeout);
-  }
-  absl::StatusOr<int64_t> KvAdd(absl::string_view key, int64_t delta) override {
-    return inner_->KvAdd(key, delta);
-  }
-  absl::Status JobHealth() const override {
-    absl::MutexLock lock(&mu_);
-    return failure_;
-  }
-  void OnJobFailure(std::function<void(const absl::Status&)>) override {}
-  std::string Namespace() const override { return inner_->Namespace(); }
-
- private:
-  const std::unique_ptr<ControlPlane> inner_;
-  mutable absl::Mutex mu_;
-  absl::Status failure_;
-};
-
 // A session destroyed after its job failed aborts its communicators; it
 // does not finalize them (finalize waits for peers that are gone, up to
 // destroy_timeout per communicator).
@@ -925,7 +884,7 @@ TEST_F(NcclMultiGpuTest, DestroyingASessionOfAFailedJobAborts) {
   std::vector<std::thread> ranks;
   for (uint32_t r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
-      auto cp = std::make_unique<UnannouncedFailure>(job->ForRank(r));
+      auto cp = job->ForRank(r);
       auto descriptor =
           DistributedSessionDescriptor::FromTopology(DataParallel(2), 2, r);
       ASSERT_TRUE(descriptor.ok());
@@ -947,7 +906,8 @@ TEST_F(NcclMultiGpuTest, DestroyingASessionOfAFailedJobAborts) {
         auto stuck = (*session)->AllReduceSum(CollectiveScope::World(), x);
         ASSERT_TRUE(stuck.ok()) << stuck.status();
       }  // dropped unfinished: quarantined
-      cp->Fail(absl::AbortedError("rankd: rank 1 lost"));
+      // Seen by a JobHealth() poll only; the watchdog polls hourly here.
+      job->FailWithoutNotice(absl::AbortedError("rankd: rank 1 lost"));
       const absl::Time start = absl::Now();
       session->reset();
       EXPECT_LT(absl::Now() - start, absl::Seconds(8));

@@ -125,6 +125,11 @@ void InProcessJob::Fail(const absl::Status& cause) {
   for (auto& callback : run) callback(cause);
 }
 
+void InProcessJob::FailWithoutNotice(const absl::Status& cause) {
+  absl::MutexLock lock(&mu_);
+  if (health_.ok()) health_ = cause;
+}
+
 std::vector<std::string> InProcessJob::Keys() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> keys;

@@ -34,6 +34,9 @@ class InProcessJob : public std::enable_shared_from_this<InProcessJob> {
 
   // Fails the job with `cause` and runs every registered callback (once).
   void Fail(const absl::Status& cause);
+  // Fails the job without running the callbacks: only JobHealth() polls
+  // see it (as before a watch stream delivered the failure).
+  void FailWithoutNotice(const absl::Status& cause);
 
   uint32_t world_size() const { return world_size_; }
   const std::string& name_space() const { return name_space_; }
