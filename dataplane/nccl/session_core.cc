@@ -728,10 +728,14 @@ void SessionCore::WatchdogLoop() {
     }
     if (!aborted && PoisonStatus().ok()) EnforceDeadlines();
     {
+      // Finished work needs no deadline (its completion may live on).
       absl::MutexLock lock(&ops_mu_);
       outstanding_.erase(
           std::remove_if(outstanding_.begin(), outstanding_.end(),
-                         [](const Outstanding& o) { return o.op.expired(); }),
+                         [](const Outstanding& o) {
+                           std::shared_ptr<NcclOp> op = o.op.lock();
+                           return op == nullptr || op->Done();
+                         }),
           outstanding_.end());
     }
     quarantine_.Reap();
