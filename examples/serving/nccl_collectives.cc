@@ -71,6 +71,7 @@ absl::StatusOr<std::unique_ptr<Collectives>> OpenNcclCollectives(
   dataplane::nccl::NcclSessionOptions nccl;
   nccl.tag = "serving";
   nccl.init_timeout = options.connect_timeout;
+  nccl.op_timeout = options.op_timeout;
   auto session =
       NcclSession::Open(*std::move(converted), control_plane, std::move(nccl));
   if (!session.ok()) return session.status();
