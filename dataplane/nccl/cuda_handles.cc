@@ -56,25 +56,24 @@ void PreparePool(int device) {
   }
   int count = 0;
   if (cuda.GetDeviceCount(&count) != internal::kCudaSuccess) count = 0;
-  std::vector<internal::CudaMemAccessDesc> access;
+  // One peer at a time, so that a peer that cannot map it does not keep the
+  // others from getting access.
   for (int peer = 0; peer < count; ++peer) {
     int can = 0;
     if (peer == device ||
         cuda.DeviceCanAccessPeer(&can, peer, device) !=
             internal::kCudaSuccess ||
         can == 0) {
+      (void)cuda.GetLastError();
       continue;
     }
     internal::CudaMemAccessDesc d{};
     d.location.type = internal::kCudaMemLocationTypeDevice;
     d.location.id = peer;
     d.flags = internal::kCudaMemAccessFlagsProtReadWrite;
-    access.push_back(d);
-  }
-  if (!access.empty() &&
-      cuda.MemPoolSetAccess(pool, access.data(), access.size()) !=
-          internal::kCudaSuccess) {
-    (void)cuda.GetLastError();
+    if (cuda.MemPoolSetAccess(pool, &d, 1) != internal::kCudaSuccess) {
+      (void)cuda.GetLastError();
+    }
   }
   uint64_t keep_everything = UINT64_MAX;
   if (cuda.MemPoolSetAttribute(pool, internal::kCudaMemPoolAttrReleaseThreshold,

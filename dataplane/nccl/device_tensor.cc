@@ -55,8 +55,10 @@ absl::StatusOr<std::vector<uint8_t>> DeviceTensor::ToHost() const {
   if (out.empty()) return out;
   auto stream = CudaStream::ForTransfers(device());
   if (!stream.ok()) return stream.status();
+  // Waits on the host: the transfer stream is shared, and work that never
+  // finishes must not block other reads queued behind it.
   if (ready_ != nullptr) {
-    absl::Status waited = StreamWaitEvent(**stream, *ready_);
+    absl::Status waited = ready_->Synchronize();
     if (!waited.ok()) return waited;
   }
   absl::Status copied =

@@ -49,12 +49,14 @@ bool NcclOp::Done() {
     }
     return true;
   }
-  if (*finished) {
-    done_ = true;
-    if (verify_ && status_.ok()) status_ = verify_();
-    verify_ = nullptr;
-  }
+  if (*finished) FinishLocked();
   return done_;
+}
+
+void NcclOp::FinishLocked() {
+  done_ = true;
+  if (verify_ && status_.ok()) status_ = verify_();
+  verify_ = nullptr;
 }
 
 absl::Status NcclOp::status() const {
@@ -68,7 +70,7 @@ void NcclOp::FailIfRunning(const absl::Status& cause) {
   if (event_ != nullptr && recorded_) {
     absl::StatusOr<bool> finished = event_->Query();
     if (finished.ok() && *finished) {
-      done_ = true;
+      FinishLocked();  // finished work is still verified
       return;
     }
   }

@@ -83,6 +83,9 @@ class NcclOp {
   void Abandon();
 
  private:
+  // The work finished: done, and the verifier's outcome.
+  void FinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const std::string operation_;
   const std::shared_ptr<CudaEvent> event_;
   mutable absl::Mutex mu_;

@@ -990,25 +990,26 @@ TEST_F(NcclMultiGpuTest, MembersThatSubmitDifferentOperationsAreNamed) {
 }
 
 // The same bytes under another dtype are not a successful transfer: an
-// f32[4] sent and received as i32[4] fails on the receiver, naming both.
+// f32[4] sent and received as i32[4] fails on both ends, naming both.
 TEST_F(NcclMultiGpuTest, ATransferReceivedAsAnotherDtypeFails) {
   RunRanks(2, DataParallel(2), [](uint32_t r, NcclSession& s, InProcessJob&) {
+    absl::StatusOr<NcclSession::ValueSubmission> moved;
     if (r == 0) {
       auto x = Upload(Desc({4}), Floats(4), s.stream());
-      auto sent = s.Send(CollectiveScope::World(), 1, x);
-      ASSERT_TRUE(sent.ok()) << sent.status();
-      ASSERT_OK(sent->completion->Wait());
-      return;
+      moved = s.Send(CollectiveScope::World(), 1, x);
+    } else {
+      moved =
+          s.Receive(CollectiveScope::World(), 0, Desc({4}, TensorDtype::kI32));
     }
-    auto received =
-        s.Receive(CollectiveScope::World(), 0, Desc({4}, TensorDtype::kI32));
-    ASSERT_TRUE(received.ok()) << received.status();
-    absl::Status waited = received->completion->Wait();
+    ASSERT_TRUE(moved.ok()) << moved.status();
+    absl::Status waited = moved->completion->Wait();
     EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument) << waited;
+    const std::string mine = r == 0 ? "f32[4]" : "i32[4]";
     EXPECT_TRUE(absl::StrContains(
         waited.message(),
-        "members disagree: rank 0 sent something other than `transfer "
-        "i32[4]`, which rank 1 expected"))
+        absl::StrCat("members disagree: rank ", r, " submitted `transfer ",
+                     mine, "` but rank ", 1 - r,
+                     " submitted another transfer")))
         << waited;
     EXPECT_EQ(s.poison_status().code(), absl::StatusCode::kInvalidArgument);
   });

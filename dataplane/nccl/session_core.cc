@@ -101,10 +101,17 @@ SessionCore::~SessionCore() {
     if (!poison.ok()) {
       CancelNative(poison);
     } else {
+      // Concurrently, like AbortAll: a Close whose finalize times out
+      // aborts, and an abort waits for every kernel on the device.
+      std::vector<std::thread> closes;
       for (auto& entry : comms_) {
-        if (entry->comm != nullptr)
-          entry->comm->Close(options_.destroy_timeout);
+        if (entry->comm == nullptr) continue;
+        NcclCommunicator* comm = entry->comm.get();
+        closes.emplace_back([comm, timeout = options_.destroy_timeout] {
+          comm->Close(timeout);
+        });
       }
+      for (std::thread& t : closes) t.join();
     }
   }
   quarantine_.Drain(options_.destroy_timeout);
@@ -378,6 +385,8 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
   // (CancelNative, any thread) marks it failed, so work that NCCL accepted
   // and the abort then killed never reports success.
   auto op = NcclOp::Pending(plan.name, *event, std::move(retained));
+  // Its sequence number once NCCL ordered it (-1 until then).
+  auto ordered = std::make_shared<std::atomic<int64_t>>(-1);
   {
     absl::MutexLock lock(&ops_mu_);
     if (outstanding_.size() >= 256) {
@@ -386,7 +395,8 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
                          [](const Outstanding& o) { return o.op.expired(); }),
           outstanding_.end());
     }
-    outstanding_.push_back({op, absl::Now() + options_.op_timeout, what});
+    outstanding_.push_back(
+        {op, absl::Now() + options_.op_timeout, what, ordered});
   }
   {
     // CancelNative sets aborted_ before it walks outstanding_: an abort
@@ -438,6 +448,7 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
     CudaStreamHandle handle = stream.get();
     auto body = [&](NcclCommHandle c) {
       sequence = comm->NextSequence(plan.route);
+      ordered->store(sequence);
       if (agreement == nullptr) return plan.nccl(c);
       return NcclGrouped([&]() -> int {
         int r = agreement->Exchange(c, handle);
@@ -448,12 +459,6 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
     absl::Status s = plan.comm->comm->Enqueue(
         plan.name, body, absl::Now() + options_.enqueue_timeout, interrupt);
     if (!s.ok()) return failed(s);
-    {
-      absl::MutexLock lock(&ops_mu_);
-      for (Outstanding& o : outstanding_) {
-        if (o.op.lock() == op) o.what.sequence = sequence;
-      }
-    }
     if (agreement != nullptr) {
       const std::string where =
           absl::StrCat("nccl backend: ", plan.name, ": operation #", sequence,
@@ -499,7 +504,12 @@ void SessionCore::EnforceDeadlines() {
       " (op_timeout); every communicator of this session was aborted and "
       "the session is poisoned"));
   Explanation why{error};
-  if (!expired->what.members.empty()) {
+  // Reports meet under the sequence number NCCL ordered the work by; work
+  // NCCL never accepted has none, and nothing to compare.
+  const int64_t sequence = expired->sequence->load();
+  expired->what.sequence =
+      static_cast<uint32_t>(std::max<int64_t>(sequence, 0));
+  if (!expired->what.members.empty() && sequence >= 0) {
     absl::MutexLock tick(&watchdog_tick_mu_);
     if (!detached_.load()) why = diagnosis_.Explain(expired->what, error);
   }
@@ -726,7 +736,9 @@ void SessionCore::WatchdogLoop() {
         }
       }
     }
-    if (!aborted && PoisonStatus().ok()) EnforceDeadlines();
+    // Also once poisoned (quarantined work, a failed agreement): work that
+    // never finishes is still ended by its deadline.
+    if (!aborted) EnforceDeadlines();
     {
       // Finished work needs no deadline (its completion may live on).
       absl::MutexLock lock(&ops_mu_);

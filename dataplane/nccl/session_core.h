@@ -257,7 +257,9 @@ class SessionCore final : public NcclOpOwner,
   struct Outstanding {
     std::weak_ptr<NcclOp> op;
     absl::Time deadline;
-    SubmittedOperation what;
+    SubmittedOperation what;  // .sequence is filled in from `sequence`
+    // Set where NCCL orders the work; -1 until then.
+    std::shared_ptr<std::atomic<int64_t>> sequence;
   };
   // Fails the first outstanding operation past its deadline (watchdog).
   void EnforceDeadlines();

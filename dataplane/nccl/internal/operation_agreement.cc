@@ -25,9 +25,11 @@ OperationAgreement::ForCollective(std::vector<uint32_t> members, uint32_t me,
                                   const std::shared_ptr<CudaStream>& stream) {
   const size_t n = members.size();
   if (words.empty() || me >= n ||
-      (counts_matrix && words.size() != 1 + 2 * n)) {
+      (counts_matrix && words.size() != 1 + 2 * n) ||
+      (!counts_matrix && words.size() != 1)) {
     return absl::InternalError("nccl backend: malformed agreement record");
   }
+  // [this member's words][every member's words]
   auto buffer = DeviceBuffer::Allocate((1 + n) * words.size() * kWord, stream);
   if (!buffer.ok()) return buffer.status();
   std::shared_ptr<OperationAgreement> a(new OperationAgreement());
@@ -48,7 +50,8 @@ OperationAgreement::ForRoute(std::vector<uint32_t> members, uint32_t me,
       (me != source && me != destination)) {
     return absl::InternalError("nccl backend: malformed agreement route");
   }
-  auto buffer = DeviceBuffer::Allocate(kWord, stream);
+  // [this end's fingerprint][the other end's]
+  auto buffer = DeviceBuffer::Allocate(2 * kWord, stream);
   if (!buffer.ok()) return buffer.status();
   std::shared_ptr<OperationAgreement> a(new OperationAgreement());
   a->members_ = std::move(members);
@@ -63,25 +66,31 @@ OperationAgreement::ForRoute(std::vector<uint32_t> members, uint32_t me,
 }
 
 absl::Status OperationAgreement::Stage(const CudaStream& stream) const {
-  if (route_ && me_ != source_) return absl::OkStatus();
   return CopyHostToDeviceAsync(buffer_->data(), words_->data(),
                                words_->size() * kWord, stream);
 }
 
 int OperationAgreement::Exchange(NcclCommHandle comm,
                                  CudaStreamHandle stream) const {
-  const size_t bytes = words_->size() * kWord;
-  if (!route_) {
-    void* all = static_cast<char*>(buffer_->data()) + bytes;
-    return NcclAllGather(buffer_->data(), all, bytes, NcclDataType::kInt8, comm,
-                         stream);
+  char* base = static_cast<char*>(buffer_->data());
+  if (route_) {
+    // Both ends tell each other what they submitted.
+    const int other = static_cast<int>(me_ == source_ ? destination_ : source_);
+    int r = NcclSend(base, kWord, NcclDataType::kInt8, other, comm, stream);
+    if (r != kNcclSuccess && r != kNcclInProgress) return r;
+    return NcclRecv(base + kWord, kWord, NcclDataType::kInt8, other, comm,
+                    stream);
   }
-  if (me_ == source_) {
-    return NcclSend(buffer_->data(), bytes, NcclDataType::kInt8,
-                    static_cast<int>(destination_), comm, stream);
-  }
-  return NcclRecv(buffer_->data(), bytes, NcclDataType::kInt8,
-                  static_cast<int>(source_), comm, stream);
+  // The fingerprint first, the same size on every member whatever they
+  // submitted, so it always pairs; all_to_all_v's counts follow.
+  const size_t n = members_.size();
+  const size_t w = words_->size();
+  char* all = base + w * kWord;
+  int r = NcclAllGather(base, all, kWord, NcclDataType::kInt8, comm, stream);
+  if (r != kNcclSuccess && r != kNcclInProgress) return r;
+  if (!counts_matrix_) return r;
+  return NcclAllGather(base + kWord, all + n * kWord, (w - 1) * kWord,
+                       NcclDataType::kInt8, comm, stream);
 }
 
 absl::Status OperationAgreement::Verify(absl::string_view where,
@@ -90,26 +99,32 @@ absl::Status OperationAgreement::Verify(absl::string_view where,
   if (!transfers.ok()) return transfers.status();
   const size_t w = words_->size();
   if (route_) {
-    if (me_ != destination_) return absl::OkStatus();
-    uint64_t received = 0;
-    absl::Status read =
-        CopyDeviceToHost(&received, buffer_->data(), kWord, **transfers);
+    uint64_t theirs = 0;
+    absl::Status read = CopyDeviceToHost(
+        &theirs, static_cast<const char*>(buffer_->data()) + kWord, kWord,
+        **transfers);
     if (!read.ok()) return read;
-    if (received == (*words_)[0]) return absl::OkStatus();
+    if (theirs == (*words_)[0]) return absl::OkStatus();
+    const uint32_t other = me_ == source_ ? destination_ : source_;
     return absl::InvalidArgumentError(absl::StrCat(
-        where, ": members disagree: rank ", members_[source_],
-        " sent something other than `", canonical, "`, which rank ",
-        members_[destination_],
-        " expected (another dtype, shape or operation: its fingerprint "
-        "differs); the received output is not valid"));
+        where, ": members disagree: rank ", members_[me_], " submitted `",
+        canonical, "` but rank ", members_[other],
+        " submitted another transfer (dtype, shape or operation: its "
+        "fingerprint differs); the ",
+        me_ == destination_ ? "received output is" : "transfer is",
+        " not valid"));
   }
+  // Layout after this member's words: n fingerprints, then (counts
+  // matrix) n records of 2n counts.
   const size_t n = members_.size();
   std::vector<uint64_t> all(n * w);
   absl::Status read = CopyDeviceToHost(
       all.data(), static_cast<const char*>(buffer_->data()) + w * kWord,
       all.size() * kWord, **transfers);
   if (!read.ok()) return read;
-  auto word = [&](size_t m, size_t i) { return all[m * w + i]; };
+  auto word = [&](size_t m, size_t i) {
+    return i == 0 ? all[m] : all[n + m * (w - 1) + (i - 1)];
+  };
   std::vector<uint32_t> same, different;
   for (size_t m = 0; m < n; ++m) {
     (word(m, 0) == (*words_)[0] ? same : different).push_back(members_[m]);

@@ -6,11 +6,11 @@
 // at the same point may hang or move garbage. So every operation between
 // two or more members carries a small agreement record in the same NCCL
 // group as its payload, issued first so that it always pairs:
-//   - a collective: every member's record (the fingerprint of its canonical
-//     description, plus for all_to_all_v its send and receive counts) is
-//     all-gathered, 8 bytes per word per member;
-//   - a transfer: the source sends its fingerprint, the destination
-//     receives it.
+//   - a collective: every member's fingerprint of its canonical description
+//     is all-gathered (8 bytes per member, the same on every member, so it
+//     pairs whatever they submitted); all_to_all_v then all-gathers each
+//     member's send and receive counts;
+//   - a transfer: both ends send each other their fingerprint.
 // When the work finished, Verify() reads the records back and compares:
 // a disagreement fails the operation with InvalidArgument naming which
 // members (world ranks) submitted what, and the output is never handed out
@@ -78,8 +78,8 @@ class OperationAgreement {
   uint32_t source_ = 0, destination_ = 0;
   bool counts_matrix_ = false;
   std::shared_ptr<const std::vector<uint64_t>> words_;  // this member's
-  // Collective: [this member's words][every member's words]; route: the
-  // source's words (sent from, or received into).
+  // Collective: [this member's words][n fingerprints][n x 2n counts];
+  // route: [this end's fingerprint][the other end's].
   std::shared_ptr<DeviceBuffer> buffer_;
 };
 

@@ -192,6 +192,7 @@ bool FreeDeviceMemory(void* p) {
 
 struct CUstream_st {
   int device = 0;
+  uint64_t serial = 0;                      // unique for the process's life
   std::deque<std::function<void()>> queue;  // guarded by g_mu
   uint64_t queued = 0;                      // guarded by g_mu
   uint64_t finished = 0;                    // guarded by g_mu
@@ -231,8 +232,9 @@ void StreamWorker(CUstream_st* s) {
 }
 
 CUstream_st* NewStream(int device) {
-  g_streams_created.fetch_add(1);
+  const int64_t serial = g_streams_created.fetch_add(1) + 1;
   auto* s = new CUstream_st();
+  s->serial = static_cast<uint64_t>(serial);
   s->device = device;
   {
     std::lock_guard<std::mutex> lock(g_mu);
@@ -266,13 +268,15 @@ void Enqueue(CUstream_st* s, std::function<void()> work) {
 // Waits until every stream of `device` ran what was queued so far.
 void SynchronizeDevice(int device) {
   std::unique_lock<std::mutex> lock(g_mu);
-  std::map<CUstream_st*, uint64_t> targets;
+  // By serial number: a destroyed stream's address may be reused.
+  std::map<uint64_t, uint64_t> targets;
   for (CUstream_st* s : Streams()) {
-    if (s->device == device) targets[s] = s->queued;
+    if (s->device == device) targets[s->serial] = s->queued;
   }
   g_cv.wait(lock, [&] {
-    for (auto& [s, target] : targets) {
-      if (Streams().count(s) != 0 && s->finished < target) return false;
+    for (CUstream_st* s : Streams()) {
+      auto it = targets.find(s->serial);
+      if (it != targets.end() && s->finished < it->second) return false;
     }
     return true;
   });
@@ -1277,7 +1281,13 @@ STANDIN_API NcclResult ncclCommFinalize(ncclComm* comm) {
 }
 STANDIN_API NcclResult ncclCommDestroy(ncclComm* comm) {
   if (comm == nullptr) return native::kNcclInvalidArgument;
-  Revoke(comm->state.get());
+  std::shared_ptr<CommState> c = comm->state;
+  Revoke(c.get());
+  {
+    // Like abort, destroy frees device memory: it waits for the device.
+    std::unique_lock<std::mutex> lock(g_mu);
+    g_cv.wait(lock, [&] { return Devices()[c->device].running_kernels == 0; });
+  }
   delete comm;
   return native::kNcclSuccess;
 }
