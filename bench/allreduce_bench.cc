@@ -84,6 +84,7 @@
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "dataplane/control_plane.h"
+#include "dataplane/descriptor_proto.h"
 #include "dataplane/gloo/gloo_session.h"
 #include "dataplane/gloo/rankd_store.h"
 #include "dataplane/gloo/sum_kernels.h"
@@ -461,16 +462,18 @@ int main(int argc, char** argv) {
   GlooOptions gloo;
   gloo.op_timeout = op_timeout;
   gloo.connect_timeout = absl::Seconds(60);
+  auto converted = rankd::dataplane::DescriptorFromProto(*descriptor);
+  if (!converted.ok()) return Fail("descriptor", converted.status());
   auto session = rankd::dataplane::CreateGlooSession(control_plane.get(),
-                                                     *descriptor, gloo);
+                                                     *converted, gloo);
   if (!session.ok()) return Fail("session", session.status());
   std::unique_ptr<GlooSession> verifying;
   if (want_verify) {
     GlooOptions g = gloo;
     g.verify_agreement = true;
     g.instance = 1;
-    auto s = rankd::dataplane::CreateGlooSession(control_plane.get(),
-                                                 *descriptor, g);
+    auto s =
+        rankd::dataplane::CreateGlooSession(control_plane.get(), *converted, g);
     if (!s.ok()) return Fail("session (verify_agreement)", s.status());
     verifying = *std::move(s);
   }

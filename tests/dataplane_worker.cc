@@ -38,6 +38,7 @@
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "dataplane/control_plane.h"
+#include "dataplane/descriptor_proto.h"
 #include "dataplane/element_types.h"
 #include "dataplane/gloo/gloo_session.h"
 #include "dataplane/host_tensor.h"
@@ -597,8 +598,9 @@ int main(int argc, char** argv) {
     rankd::dataplane::GlooOptions gloo;
     gloo.op_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_op_timeout_ms));
     gloo.connect_timeout = absl::Seconds(60);
-    auto session = Must(rankd::dataplane::CreateGlooSession(control_plane.get(),
-                                                            descriptor, gloo));
+    auto session = Must(rankd::dataplane::CreateGlooSession(
+        control_plane.get(),
+        Must(rankd::dataplane::DescriptorFromProto(descriptor)), gloo));
     Print("SESSION_READY");
 
     const std::string scenario = absl::GetFlag(FLAGS_scenario);

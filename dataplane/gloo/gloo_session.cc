@@ -149,12 +149,4 @@ absl::StatusOr<std::unique_ptr<GlooSession>> CreateGlooSession(
   return std::make_unique<GlooSession>(control_plane, *std::move(backend));
 }
 
-absl::StatusOr<std::unique_ptr<GlooSession>> CreateGlooSession(
-    ControlPlane* control_plane, const v1::SessionDescriptor& descriptor,
-    const GlooOptions& options) {
-  auto converted = DescriptorFromProto(descriptor);
-  if (!converted.ok()) return converted.status();
-  return CreateGlooSession(control_plane, *converted, options);
-}
-
 }  // namespace rankd::dataplane

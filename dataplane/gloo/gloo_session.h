@@ -31,7 +31,6 @@
 #include "dataplane/host_tensor.h"
 #include "dataplane/session.h"
 #include "dataplane/types.h"
-#include "rankd/v1/common.pb.h"
 
 namespace rankd::dataplane {
 
@@ -80,10 +79,9 @@ class GlooSession final : public DistributedSession<HostTensor> {
 absl::StatusOr<std::unique_ptr<GlooSession>> CreateGlooSession(
     ControlPlane* control_plane, const DistributedSessionDescriptor& descriptor,
     const GlooOptions& options = {});
-// The same from the descriptor rankd::Client::Join returned.
-absl::StatusOr<std::unique_ptr<GlooSession>> CreateGlooSession(
-    ControlPlane* control_plane, const v1::SessionDescriptor& descriptor,
-    const GlooOptions& options = {});
+// (From the descriptor rankd::Client::Join returns: DescriptorFromProto in
+// dataplane/descriptor_proto.h first; public data-plane headers carry no
+// protobuf types.)
 
 }  // namespace rankd::dataplane
 

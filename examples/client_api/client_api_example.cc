@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "dataplane/control_plane.h"
+#include "dataplane/descriptor_proto.h"
 #include "dataplane/gloo/gloo_session.h"
 #include "dataplane/host_tensor.h"
 
@@ -68,8 +69,10 @@ absl::Status Serve() {
   // 4. The data plane over the client's control plane. A peer's death
   //    reaches it through the client's watch stream and aborts pending work.
   auto control_plane = rankd::dataplane::MakeClientControlPlane(client->get());
+  auto converted = rankd::dataplane::DescriptorFromProto(*descriptor);
+  if (!converted.ok()) return converted.status();
   auto session =
-      rankd::dataplane::CreateGlooSession(control_plane.get(), *descriptor);
+      rankd::dataplane::CreateGlooSession(control_plane.get(), *converted);
   if (!session.ok()) return session.status();
   auto x = HostTensor::FromVector<float>({2}, {1.0f, static_cast<float>(rank)});
   if (!x.ok()) return x.status();

@@ -4,6 +4,7 @@
 #include <memory>
 #include <utility>
 
+#include "dataplane/descriptor_proto.h"
 #include "dataplane/gloo/gloo_options.h"
 #include "dataplane/gloo/gloo_session.h"
 #include "dataplane/host_tensor.h"
@@ -40,7 +41,9 @@ absl::StatusOr<std::unique_ptr<Collectives>> OpenGlooCollectives(
   gloo.hostname = options.hostname;
   gloo.connect_timeout = options.connect_timeout;
   gloo.op_timeout = options.op_timeout;
-  auto session = dataplane::CreateGlooSession(control_plane, descriptor, gloo);
+  auto converted = dataplane::DescriptorFromProto(descriptor);
+  if (!converted.ok()) return converted.status();
+  auto session = dataplane::CreateGlooSession(control_plane, *converted, gloo);
   if (!session.ok()) return session.status();
   return std::unique_ptr<Collectives>(
       new SessionCollectives<GlooSession, HostCodec>("gloo",
