@@ -31,11 +31,12 @@
 //     NCCL's same-process P2P transport does, so pool memory a peer may
 //     not access is an illegal-address fault (a sticky device error).
 //     Mismatched collectives at one sequence number hang. Sends rendezvous
-//     with their receive (bytes must match). ncclCommAbort makes the
-//     communicator's kernels leave without writing and then, like the
-//     real call (which frees device memory), waits until no NCCL kernel
-//     runs on its device: a kernel of another communicator that nobody
-//     aborts makes it wait. Groups must hold calls of one communicator and
+//     with their receive; a byte-count mismatch is an asynchronous
+//     ncclInvalidUsage (stricter: real NCCL truncates or hangs).
+//     ncclCommAbort and ncclCommDestroy make the communicator's kernels
+//     leave without writing and then, like the real calls (which free
+//     device memory), wait until no NCCL kernel runs on its device: a
+//     kernel of another communicator that nobody aborts makes them wait. Groups must hold calls of one communicator and
 //     stream. Reductions: sum and min of the ten NCCL types rankd maps.
 //
 // Depends only on the C++ standard library and internal/native_abi.h (the
