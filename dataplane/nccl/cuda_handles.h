@@ -92,8 +92,10 @@ class CudaStream {
  public:
   static absl::StatusOr<std::shared_ptr<CudaStream>> Create(int device);
   // One stream per device for rankd's own small device-to-host reads
-  // (DeviceTensor::ToHost, Agreement::Resolve), created on first use and
-  // kept for the process's life, instead of a stream per call.
+  // (DeviceTensor::ToHost, Agreement::Resolve, agreement records), created
+  // on first use and kept for the process's life, instead of a stream per
+  // call. Nothing queued on it waits for an event, so reads never block
+  // behind unfinished work.
   static absl::StatusOr<std::shared_ptr<CudaStream>> ForTransfers(int device);
   ~CudaStream();
   CudaStream(const CudaStream&) = delete;
