@@ -36,8 +36,9 @@
 //     ncclCommAbort and ncclCommDestroy make the communicator's kernels
 //     leave without writing and then, like the real calls (which free
 //     device memory), wait until no NCCL kernel runs on its device: a
-//     kernel of another communicator that nobody aborts makes them wait. Groups must hold calls of one communicator and
-//     stream. Reductions: sum and min of the ten NCCL types rankd maps.
+//     kernel of another communicator that nobody aborts makes them wait. Groups
+//     must hold calls of one communicator and stream. Reductions: sum and min
+//     of the ten NCCL types rankd maps.
 //
 // Depends only on the C++ standard library and internal/native_abi.h (the
 // same declarations rankd's loader uses, checked against NVIDIA's headers
@@ -1280,31 +1281,29 @@ STANDIN_API NcclResult ncclCommFinalize(ncclComm* comm) {
   c->async = native::kNcclSuccess;
   return native::kNcclSuccess;
 }
+namespace {
+
+// ncclCommDestroy and ncclCommAbort: the communicator's kernels leave; then,
+// as NCCL frees its device memory (and cudaFree waits for every kernel on
+// the device, other communicators' too), wait until none runs there.
+NcclResult TearDown(ncclComm* comm) {
+  if (comm == nullptr) return native::kNcclInvalidArgument;
+  std::shared_ptr<CommState> c = comm->state;
+  Revoke(c.get());
+  {
+    std::unique_lock<std::mutex> lock(g_mu);
+    g_cv.wait(lock, [&] { return Devices()[c->device].running_kernels == 0; });
+  }
+  delete comm;
+  return native::kNcclSuccess;
+}
+
+}  // namespace
+
 STANDIN_API NcclResult ncclCommDestroy(ncclComm* comm) {
-  if (comm == nullptr) return native::kNcclInvalidArgument;
-  std::shared_ptr<CommState> c = comm->state;
-  Revoke(c.get());
-  {
-    // Like abort, destroy frees device memory: it waits for the device.
-    std::unique_lock<std::mutex> lock(g_mu);
-    g_cv.wait(lock, [&] { return Devices()[c->device].running_kernels == 0; });
-  }
-  delete comm;
-  return native::kNcclSuccess;
+  return TearDown(comm);
 }
-STANDIN_API NcclResult ncclCommAbort(ncclComm* comm) {
-  if (comm == nullptr) return native::kNcclInvalidArgument;
-  std::shared_ptr<CommState> c = comm->state;
-  Revoke(c.get());
-  {
-    // NCCL frees the communicator's device memory here; cudaFree waits for
-    // every kernel on the device, including other communicators'.
-    std::unique_lock<std::mutex> lock(g_mu);
-    g_cv.wait(lock, [&] { return Devices()[c->device].running_kernels == 0; });
-  }
-  delete comm;
-  return native::kNcclSuccess;
-}
+STANDIN_API NcclResult ncclCommAbort(ncclComm* comm) { return TearDown(comm); }
 STANDIN_API const char* ncclGetErrorString(NcclResult r) {
   switch (r) {
     case native::kNcclSuccess:
