@@ -17,9 +17,9 @@ absl::Status SumUndefinedError(absl::string_view backend,
 absl::Status SumUnimplementedError(absl::string_view backend,
                                    absl::string_view operation,
                                    TensorDtype dtype, absl::string_view why) {
-  return absl::UnimplementedError(absl::StrCat(backend, " backend: ", operation,
-                                               " of ", DtypeName(dtype),
-                                               " is not implemented: ", why));
+  return absl::UnimplementedError(
+      absl::StrCat(backend, " backend: ", operation, " cannot sum ",
+                   DtypeName(dtype), " values on this backend: ", why));
 }
 
 }  // namespace rankd::dataplane

@@ -28,8 +28,8 @@ bool SumDefined(TensorDtype dtype);
 absl::Status SumUndefinedError(absl::string_view backend,
                                absl::string_view operation, TensorDtype dtype);
 
-// Unimplemented "<backend> backend: <operation> of <dtype> is not
-// implemented: <why>" for a defined sum the backend cannot compute.
+// Unimplemented "<backend> backend: <operation> cannot sum <dtype> values
+// on this backend: <why>" for a defined sum the backend cannot compute.
 absl::Status SumUnimplementedError(absl::string_view backend,
                                    absl::string_view operation,
                                    TensorDtype dtype, absl::string_view why);

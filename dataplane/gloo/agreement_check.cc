@@ -16,8 +16,8 @@ absl::Status GatherWords(GlooGroup& group, const std::string& operation,
   all->assign(n * words.size(), 0);
   std::vector<size_t> bytes(n, words.size() * sizeof(uint64_t));
   // The check itself must pair whatever the members are about to do.
-  const uint32_t tag =
-      OperationTag(group.NextSequence(), Fingerprint("agreement check"));
+  const uint32_t tag = OperationTag(group.NextSequence(),
+                                    OperationFingerprint("agreement check"));
   return CatchNative(absl::StrCat("gloo ", operation, " (agreement check)"),
                      [&] {
                        NativeAllGatherV(group.context(), words.data(),
@@ -26,10 +26,6 @@ absl::Status GatherWords(GlooGroup& group, const std::string& operation,
 }
 
 }  // namespace
-
-uint64_t Fingerprint(absl::string_view canonical) {
-  return OperationFingerprint(canonical);
-}
 
 uint32_t OperationTag(uint32_t sequence, uint64_t fingerprint) {
   // An odd multiplier makes sequence -> tag a bijection modulo 2^32; the
@@ -42,8 +38,8 @@ uint32_t OperationTag(uint32_t sequence, uint64_t fingerprint) {
 TaskResult VerifyAgreement(GlooGroup& group, const std::string& operation,
                            const std::string& canonical, Milliseconds timeout) {
   std::vector<uint64_t> all;
-  absl::Status s =
-      GatherWords(group, operation, {Fingerprint(canonical)}, &all, timeout);
+  absl::Status s = GatherWords(
+      group, operation, {OperationFingerprint(canonical)}, &all, timeout);
   if (!s.ok()) return TaskResult::Native(s);
   const uint64_t mine = all[group.local_rank()];
   std::vector<uint32_t> same, different;
@@ -66,7 +62,7 @@ TaskResult VerifyAllToAllCounts(GlooGroup& group, const std::string& operation,
   const size_t n = group.size();
   std::vector<uint64_t> words;
   words.reserve(1 + 2 * n);
-  words.push_back(Fingerprint(canonical));
+  words.push_back(OperationFingerprint(canonical));
   for (size_t c : send) words.push_back(c);
   for (size_t c : receive) words.push_back(c);
   std::vector<uint64_t> all;

@@ -32,9 +32,6 @@
 
 namespace rankd::dataplane::gloo_internal {
 
-// OperationFingerprint (dataplane/mismatch_diagnosis.h).
-uint64_t Fingerprint(absl::string_view canonical);
-
 // The Gloo tag of the operation numbered `sequence` (on its group or route)
 // whose canonical description has `fingerprint`. For a fixed fingerprint it
 // is a bijection of the sequence number, so consecutive operations never

@@ -21,7 +21,6 @@ namespace rankd::dataplane {
 namespace {
 
 using gloo_internal::CatchNative;
-using gloo_internal::Fingerprint;
 using gloo_internal::Milliseconds;
 using gloo_internal::OperationTag;
 
@@ -337,7 +336,7 @@ GlooTensorSubmission GlooBackend::AllReduceSum(const HostTensor& value,
   const std::string op = OperationName(kind, group);
   const std::string canonical =
       absl::StrCat(kind, " ", value.descriptor().ToString());
-  const uint64_t fingerprint = Fingerprint(canonical);
+  const uint64_t fingerprint = OperationFingerprint(canonical);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
@@ -435,7 +434,7 @@ GlooTensorSubmission GlooBackend::SubmitGather(const char* kind,
   const std::string canonical = absl::StrCat(kind, " axis=", axis, " counts=[",
                                              absl::StrJoin(counts, ","), "] ",
                                              OpenAxis(in_descriptor, axis));
-  const uint64_t fingerprint = Fingerprint(canonical);
+  const uint64_t fingerprint = OperationFingerprint(canonical);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor().Submit(
@@ -533,7 +532,7 @@ GlooTensorSubmission GlooBackend::VariableAllToAll(const HostTensor& value,
   const std::string op = OperationName(kind, group);
   const std::string canonical =
       absl::StrCat(kind, " axis=", axis, " ", OpenAxis(d, axis));
-  const uint64_t fingerprint = Fingerprint(canonical);
+  const uint64_t fingerprint = OperationFingerprint(canonical);
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
       kind, op, {value.resource(), output.resource(), g},
@@ -600,7 +599,7 @@ GlooTensorSubmission GlooBackend::Broadcast(const HostTensor& value,
   const std::string op = OperationName(kind, group);
   const std::string canonical = absl::StrCat(
       kind, " root=", root_member_index, " ", value.descriptor().ToString());
-  const uint64_t fingerprint = Fingerprint(canonical);
+  const uint64_t fingerprint = OperationFingerprint(canonical);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
   const int root_index = static_cast<int>(root_member_index);
@@ -644,7 +643,8 @@ GlooUnitSubmission GlooBackend::Barrier(GlooGroup& group,
           if (!r.status.ok()) return r;
         }
         const uint32_t sequence = g->NextSequence();
-        const uint32_t tag = OperationTag(sequence, Fingerprint("barrier"));
+        const uint32_t tag =
+            OperationTag(sequence, OperationFingerprint("barrier"));
         return RunNative(*diagnosis, OnGroup(*g), sequence, op, "barrier", [&] {
           gloo_internal::NativeBarrier(g->context(), tag, timeout);
         });
@@ -678,7 +678,7 @@ GlooAgreementSubmission GlooBackend::AgreeSuccess(bool success,
               *gloo_internal::SumKernelFor(TensorDtype::kU32, "agree_success");
           const uint32_t sequence = g->NextSequence();
           const uint32_t tag =
-              OperationTag(sequence, Fingerprint("agree_success"));
+              OperationTag(sequence, OperationFingerprint("agree_success"));
           TaskResult r = RunNative(
               *diagnosis, OnGroup(*g), sequence, op, "agree_success", [&] {
                 gloo_internal::NativeAllReduce(g->context(), nullptr,
@@ -760,7 +760,7 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
   const std::string op = absl::StrCat(kind, " on ", route.ToString());
   const std::string canonical =
       absl::StrCat("bundle(", absl::StrJoin(described, ", "), ")");
-  const uint64_t fingerprint = Fingerprint(canonical);
+  const uint64_t fingerprint = OperationFingerprint(canonical);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
   const uint32_t source = route.source_index();
@@ -777,7 +777,7 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
           // Each end tells the other what it expects; both compare. The
           // check's slots must pair whatever the bundles are.
           const uint32_t check_tag =
-              OperationTag(sequence, Fingerprint("agreement check"));
+              OperationTag(sequence, OperationFingerprint("agreement check"));
           const uint64_t mine = fingerprint;
           uint64_t theirs = 0;
           absl::Status s =
