@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -117,6 +118,9 @@ struct PoolState {
   uint64_t misses ABSL_GUARDED_BY(mu) = 0;
   uint64_t evictions ABSL_GUARDED_BY(mu) = 0;
   uint64_t next_age ABSL_GUARDED_BY(mu) = 0;
+  // Every Allocate call, whatever its size (not under `mu`: small requests
+  // never take the lock).
+  std::atomic<uint64_t> requests{0};
   // Idle blocks by the order they were freed (begin: least recent) ...
   std::map<uint64_t, Idle> by_age ABSL_GUARDED_BY(mu);
   // ... and the same blocks as (capacity, age), for best-fit lookups.
@@ -224,6 +228,7 @@ HostBufferPool::~HostBufferPool() {
 }
 
 HostBuffer HostBufferPool::Allocate(size_t bytes) {
+  state_->requests.fetch_add(1, std::memory_order_relaxed);
   if (bytes < kMinPooledBytes) {
     const size_t capacity = RoundUp(std::max<size_t>(bytes, 1), kAlignment);
     return HostBuffer(nullptr, AllocateBlock(capacity), bytes, capacity);
@@ -265,6 +270,7 @@ HostBufferPool::Stats HostBufferPool::GetStats() const {
   stats.hits = state_->hits;
   stats.misses = state_->misses;
   stats.evictions = state_->evictions;
+  stats.requests = state_->requests.load(std::memory_order_relaxed);
   return stats;
 }
 

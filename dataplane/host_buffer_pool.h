@@ -121,6 +121,9 @@ class HostBufferPool {
     uint64_t hits = 0;       // pooled-size requests served by an idle block
     uint64_t misses = 0;     // pooled-size requests served by the system
     uint64_t evictions = 0;  // blocks returned to the system for the cap
+    // Every Allocate call of any size: every HostTensor buffer made (a
+    // steady loop on caller-owned outputs makes none).
+    uint64_t requests = 0;
   };
 
   // The process-wide pool that HostTensor uses. Its capacity comes from

@@ -75,6 +75,28 @@ class DistributedSession {
       const CollectiveScope& scope, size_t peer,
       const ValueDescriptor& descriptor) = 0;
 
+  // Caller-owned outputs: the same operations writing into `output`, which
+  // must have exactly the result's descriptor (InvalidArgument otherwise,
+  // nothing submitted). Nothing is allocated for the result, so a steady
+  // loop that reuses its outputs allocates no tensor memory. The
+  // submission's output is `output` itself; the completion retains it.
+  // AllReduceSumInto may run in place (`output` is `input`); the others
+  // refuse an output that aliases the input. Same validation order and
+  // errors as the allocating forms otherwise.
+  virtual absl::StatusOr<ValueSubmission> AllReduceSumInto(
+      const CollectiveScope& scope, const Value& input,
+      const Value& output) = 0;
+  virtual absl::StatusOr<ValueSubmission> AllGatherInto(
+      const CollectiveScope& scope, const Value& input,
+      const Value& output) = 0;
+  virtual absl::StatusOr<ValueSubmission> AllToAllVInto(
+      const CollectiveScope& scope, const Value& input,
+      absl::Span<const size_t> send_counts,
+      absl::Span<const size_t> receive_counts, const Value& output) = 0;
+  // Receives into `output`, whose descriptor is the one the peer sends.
+  virtual absl::StatusOr<ValueSubmission> ReceiveInto(
+      const CollectiveScope& scope, size_t peer, const Value& output) = 0;
+
   // Synchronous, world-wide, rank-major concatenation of one equal-length
   // frame per rank, over the control plane (works before and independently
   // of any data communicator). A length disagreement fails on every rank

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -117,6 +118,27 @@ void Gather(const uint8_t* by_axis, uint8_t* member_major,
 
 std::string OperationName(const char* kind, const GlooGroup& group) {
   return absl::StrCat(kind, " on ", group.ToString());
+}
+
+// Checks a caller-owned output: it must have exactly the result's
+// descriptor, and it may share `input`'s buffer only when the operation can
+// run in place (`in_place`).
+absl::Status CheckOutput(const char* kind, const HostTensor& output,
+                         const ValueDescriptor& result, const HostTensor* input,
+                         bool in_place) {
+  if (output.descriptor() != result) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo backend: ", kind, ": the output is ",
+                     output.descriptor().ToString(), " but the result is ",
+                     result.ToString()));
+  }
+  if (input != nullptr && !in_place && output.SharesBufferWith(*input) &&
+      output.byte_size() > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo backend: ", kind, ": the output shares the input's buffer, and ",
+        kind, " cannot run in place"));
+  }
+  return absl::OkStatus();
 }
 
 // Runs `call`, the Gloo call of operation number `sequence` on `scope`
@@ -322,16 +344,37 @@ GlooTensorSubmission GlooBackend::AllReduceSum(const HostTensor& value,
                                                GlooExecutor& executor) {
   constexpr char kind[] = "all_reduce_sum";
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
-  auto kernel = gloo_internal::SumKernelFor(value.dtype(), kind);
-  if (!kernel.ok()) return kernel.status();
   // A donated sole owner is summed in place (its buffer is the output).
   // Otherwise out of place without a separate copy pass: Gloo copies the
-  // input into the output segment by segment inside its ring (a one-member
-  // group has no ring, so its output is the copy).
-  HostTensor output = value.donated_and_sole_owner() ? value
-                      : group.context() == nullptr
-                          ? value.Clone()
-                          : HostTensor::Uninitialized(value.descriptor());
+  // input into the output segment by segment inside its ring.
+  return SubmitAllReduce(kind, value,
+                         value.donated_and_sole_owner()
+                             ? value
+                             : HostTensor::Uninitialized(value.descriptor()),
+                         group, executor);
+}
+
+GlooTensorSubmission GlooBackend::AllReduceSumInto(const HostTensor& value,
+                                                   const HostTensor& output,
+                                                   GlooGroup& group,
+                                                   GlooExecutor& executor) {
+  constexpr char kind[] = "all_reduce_sum";
+  if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
+  if (absl::Status s = CheckOutput(kind, output, value.descriptor(), &value,
+                                   /*in_place=*/true);
+      !s.ok()) {
+    return s;
+  }
+  return SubmitAllReduce(kind, value, output, group, executor);
+}
+
+GlooTensorSubmission GlooBackend::SubmitAllReduce(const char* kind,
+                                                  const HostTensor& value,
+                                                  const HostTensor& output,
+                                                  GlooGroup& group,
+                                                  GlooExecutor& executor) {
+  auto kernel = gloo_internal::SumKernelFor(value.dtype(), kind);
+  if (!kernel.ok()) return kernel.status();
   std::shared_ptr<GlooGroup> g = group.shared_from_this();
   const std::string op = OperationName(kind, group);
   const std::string canonical =
@@ -339,11 +382,17 @@ GlooTensorSubmission GlooBackend::AllReduceSum(const HostTensor& value,
   const uint64_t fingerprint = OperationFingerprint(canonical);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
+  const bool in_place = output.SharesBufferWith(value);
   auto completion = executor.Submit(
       kind, op, {value.resource(), output.resource(), g},
-      [g, value, output, kernel = *kernel, op, canonical, fingerprint, verify,
-       timeout, diagnosis = comm_->diagnosis()] {
-        if (g->context() == nullptr) return TaskResult::Ok();
+      [g, value, output, in_place, kernel = *kernel, op, canonical, fingerprint,
+       verify, timeout, diagnosis = comm_->diagnosis()] {
+        if (g->context() == nullptr) {  // one member: the sum is the value
+          if (!in_place) {
+            std::memcpy(output.data(), value.data(), value.byte_size());
+          }
+          return TaskResult::Ok();
+        }
         if (verify) {
           TaskResult r =
               gloo_internal::VerifyAgreement(*g, op, canonical, timeout);
@@ -354,19 +403,25 @@ GlooTensorSubmission GlooBackend::AllReduceSum(const HostTensor& value,
         const uint32_t sequence = g->NextSequence();
         const uint32_t tag = OperationTag(sequence, fingerprint);
         return RunNative(*diagnosis, OnGroup(*g), sequence, op, canonical, [&] {
-          gloo_internal::NativeAllReduce(g->context(), value.data(),
-                                         output.data(), elements, kernel, tag,
-                                         timeout);
+          gloo_internal::NativeAllReduce(
+              g->context(), in_place ? nullptr : value.data(), output.data(),
+              elements, kernel, tag, timeout);
         });
       });
   if (!completion.ok()) return completion.status();
-  return Submission<HostTensor, GlooCompletionPtr>{std::move(output),
+  return Submission<HostTensor, GlooCompletionPtr>{output,
                                                    *std::move(completion)};
 }
 
 GlooTensorSubmission GlooBackend::AllGatherEven(const HostTensor& value,
                                                 size_t axis, GlooGroup& group,
                                                 GlooExecutor& executor) {
+  return AllGatherEvenImpl(value, axis, std::nullopt, group, executor);
+}
+
+GlooTensorSubmission GlooBackend::AllGatherEvenImpl(
+    const HostTensor& value, size_t axis, std::optional<HostTensor> output,
+    GlooGroup& group, GlooExecutor& executor) {
   constexpr char kind[] = "all_gather_even";
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
   const ValueDescriptor& d = value.descriptor();
@@ -376,12 +431,20 @@ GlooTensorSubmission GlooBackend::AllGatherEven(const HostTensor& value,
   }
   const size_t extent = d.shape().empty() ? 1 : d.shape()[axis];
   return SubmitGather(kind, value, std::vector<size_t>(group.size(), extent),
-                      axis, group);
+                      axis, std::move(output), group, executor);
 }
 
 GlooTensorSubmission GlooBackend::AllGatherUneven(
     const HostTensor& value, absl::Span<const size_t> counts, size_t axis,
     GlooGroup& group, GlooExecutor& executor) {
+  return AllGatherUnevenImpl(value, counts, axis, std::nullopt, group,
+                             executor);
+}
+
+GlooTensorSubmission GlooBackend::AllGatherUnevenImpl(
+    const HostTensor& value, absl::Span<const size_t> counts, size_t axis,
+    std::optional<HostTensor> output, GlooGroup& group,
+    GlooExecutor& executor) {
   constexpr char kind[] = "all_gather_uneven";
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
   const ValueDescriptor& d = value.descriptor();
@@ -404,13 +467,13 @@ GlooTensorSubmission GlooBackend::AllGatherUneven(
   }
   return SubmitGather(kind, value,
                       std::vector<size_t>(counts.begin(), counts.end()), axis,
-                      group);
+                      std::move(output), group, executor);
 }
 
-GlooTensorSubmission GlooBackend::SubmitGather(const char* kind,
-                                               const HostTensor& value,
-                                               std::vector<size_t> counts,
-                                               size_t axis, GlooGroup& group) {
+GlooTensorSubmission GlooBackend::SubmitGather(
+    const char* kind, const HostTensor& value, std::vector<size_t> counts,
+    size_t axis, std::optional<HostTensor> into, GlooGroup& group,
+    GlooExecutor& executor) {
   const ValueDescriptor& d = value.descriptor();
   auto total = CheckedSum(counts);
   if (!total.has_value()) {
@@ -428,7 +491,16 @@ GlooTensorSubmission GlooBackend::SubmitGather(const char* kind,
   const ValueDescriptor in_descriptor =
       d.shape().empty() ? *ValueDescriptor::Create({1}, d.dtype()) : d;
   const AxisLayout layout = LayoutOf(in_descriptor, axis);
-  HostTensor output = HostTensor::Zeros(*out_descriptor);
+  if (into.has_value()) {
+    if (absl::Status s = CheckOutput(kind, *into, *out_descriptor, &value,
+                                     /*in_place=*/false);
+        !s.ok()) {
+      return s;
+    }
+  }
+  HostTensor output = into.has_value()
+                          ? *std::move(into)
+                          : HostTensor::Uninitialized(*out_descriptor);
   std::shared_ptr<GlooGroup> g = group.shared_from_this();
   const std::string op = OperationName(kind, group);
   const std::string canonical = absl::StrCat(kind, " axis=", axis, " counts=[",
@@ -437,7 +509,7 @@ GlooTensorSubmission GlooBackend::SubmitGather(const char* kind,
   const uint64_t fingerprint = OperationFingerprint(canonical);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
-  auto completion = executor().Submit(
+  auto completion = executor.Submit(
       kind, op, {value.resource(), output.resource(), g},
       [g, value, output, counts, layout, op, canonical, fingerprint, verify,
        timeout, diagnosis = comm_->diagnosis()] {
@@ -482,6 +554,13 @@ GlooTensorSubmission GlooBackend::VariableAllToAll(const HostTensor& value,
                                                    size_t axis,
                                                    GlooGroup& group,
                                                    GlooExecutor& executor) {
+  return VariableAllToAllImpl(value, counts, axis, std::nullopt, group,
+                              executor);
+}
+
+GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
+    const HostTensor& value, const PeerCounts& counts, size_t axis,
+    std::optional<HostTensor> into, GlooGroup& group, GlooExecutor& executor) {
   constexpr char kind[] = "variable_all_to_all";
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
   if (absl::Status s = RequireCapability(caps_.variable_all_to_all, kBackend,
@@ -527,7 +606,17 @@ GlooTensorSubmission GlooBackend::VariableAllToAll(const HostTensor& value,
         axis, ") is invalid: ", out_descriptor.status().message()));
   }
   const AxisLayout layout = LayoutOf(d, axis);
-  HostTensor output = HostTensor::Zeros(*out_descriptor);
+  if (into.has_value()) {
+    if (absl::Status s = CheckOutput(kind, *into, *out_descriptor, &value,
+                                     /*in_place=*/false);
+        !s.ok()) {
+      return s;
+    }
+  }
+  // Every byte of the output is received or copied.
+  HostTensor output = into.has_value()
+                          ? *std::move(into)
+                          : HostTensor::Uninitialized(*out_descriptor);
   std::shared_ptr<GlooGroup> g = group.shared_from_this();
   const std::string op = OperationName(kind, group);
   const std::string canonical =
@@ -585,6 +674,14 @@ GlooTensorSubmission GlooBackend::Broadcast(const HostTensor& value,
                                             size_t root_member_index,
                                             GlooGroup& group,
                                             GlooExecutor& executor) {
+  return BroadcastImpl(value, root_member_index, std::nullopt, group, executor);
+}
+
+GlooTensorSubmission GlooBackend::BroadcastImpl(const HostTensor& value,
+                                                size_t root_member_index,
+                                                std::optional<HostTensor> into,
+                                                GlooGroup& group,
+                                                GlooExecutor& executor) {
   constexpr char kind[] = "broadcast";
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
   if (root_member_index >= group.size()) {
@@ -592,9 +689,20 @@ GlooTensorSubmission GlooBackend::Broadcast(const HostTensor& value,
         "gloo backend: ", kind, ": root member index ", root_member_index,
         " is outside ", group.ToString(), "'s ", group.size(), " members"));
   }
+  if (into.has_value()) {
+    if (absl::Status s = CheckOutput(kind, *into, value.descriptor(), &value,
+                                     /*in_place=*/true);
+        !s.ok()) {
+      return s;
+    }
+  }
   const bool root = root_member_index == group.local_rank();
-  HostTensor output =
-      root ? value.Clone() : HostTensor::Zeros(value.descriptor());
+  // The root's output starts as a copy of its value (unless it is the
+  // value's own buffer); the others' is overwritten by the broadcast.
+  HostTensor output = into.has_value()
+                          ? *std::move(into)
+                          : HostTensor::Uninitialized(value.descriptor());
+  const bool copy_in = root && !output.SharesBufferWith(value);
   std::shared_ptr<GlooGroup> g = group.shared_from_this();
   const std::string op = OperationName(kind, group);
   const std::string canonical = absl::StrCat(
@@ -605,8 +713,11 @@ GlooTensorSubmission GlooBackend::Broadcast(const HostTensor& value,
   const int root_index = static_cast<int>(root_member_index);
   auto completion = executor.Submit(
       kind, op, {value.resource(), output.resource(), g},
-      [g, output, root_index, op, canonical, fingerprint, verify, timeout,
-       diagnosis = comm_->diagnosis()] {
+      [g, value, output, copy_in, root_index, op, canonical, fingerprint,
+       verify, timeout, diagnosis = comm_->diagnosis()] {
+        if (copy_in) {
+          std::memcpy(output.data(), value.data(), value.byte_size());
+        }
         if (g->context() == nullptr) return TaskResult::Ok();
         if (verify) {
           TaskResult r =
@@ -701,22 +812,32 @@ GlooBundleSubmission GlooBackend::SendReceive(
     absl::Span<const HostTensor> tensors, const GlooRoute& route,
     GlooExecutor& executor) {
   if (route.group() != nullptr && route.group()->rank() == route.source()) {
-    return SubmitBundle("send_receive", tensors, {}, route, executor);
+    return SubmitBundle("send_receive", tensors, {}, {}, route, executor);
   }
   std::vector<ValueDescriptor> descriptors;
   for (const HostTensor& t : tensors) descriptors.push_back(t.descriptor());
-  return SubmitBundle("send_receive", {}, descriptors, route, executor);
+  return SubmitBundle("send_receive", {}, descriptors, {}, route, executor);
 }
 
 GlooBundleSubmission GlooBackend::ReceiveBundle(
     absl::Span<const ValueDescriptor> descriptors, const GlooRoute& route,
     GlooExecutor& executor) {
-  return SubmitBundle("send_receive", {}, descriptors, route, executor);
+  return SubmitBundle("send_receive", {}, descriptors, {}, route, executor);
+}
+
+GlooBundleSubmission GlooBackend::ReceiveBundleInto(
+    absl::Span<const HostTensor> outputs, const GlooRoute& route,
+    GlooExecutor& executor) {
+  std::vector<ValueDescriptor> descriptors;
+  for (const HostTensor& t : outputs) descriptors.push_back(t.descriptor());
+  return SubmitBundle("send_receive", {}, descriptors, outputs, route,
+                      executor);
 }
 
 GlooBundleSubmission GlooBackend::SubmitBundle(
     const char* kind, absl::Span<const HostTensor> send,
-    absl::Span<const ValueDescriptor> receive, const GlooRoute& route,
+    absl::Span<const ValueDescriptor> receive,
+    absl::Span<const HostTensor> receive_into, const GlooRoute& route,
     GlooExecutor& executor) {
   if (absl::Status s = comm_->Admission(kind); !s.ok()) return s;
   if (route.group() == nullptr || route.group()->owner() != comm_.get()) {
@@ -751,9 +872,23 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
       resources.push_back(t.resource());
     }
   } else {
-    for (const ValueDescriptor& d : receive) {
-      tensors.push_back(HostTensor::Zeros(d));
-      described.push_back(d.ToString());
+    if (!receive_into.empty()) {
+      // Two outputs of one bundle must not share a buffer.
+      absl::flat_hash_set<const uint8_t*> seen;
+      for (size_t i = 0; i < receive_into.size(); ++i) {
+        if (receive_into[i].byte_size() > 0 &&
+            !seen.insert(receive_into[i].data()).second) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "gloo backend: ", kind, ": output ", i,
+              " shares its buffer with an earlier output of the bundle"));
+        }
+      }
+    }
+    for (size_t i = 0; i < receive.size(); ++i) {
+      tensors.push_back(receive_into.empty()
+                            ? HostTensor::Uninitialized(receive[i])
+                            : receive_into[i]);
+      described.push_back(receive[i].ToString());
       resources.push_back(tensors.back().resource());
     }
   }
@@ -824,6 +959,34 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
   if (!completion.ok()) return completion.status();
   return Submission<std::vector<HostTensor>, GlooCompletionPtr>{
       std::move(tensors), *std::move(completion)};
+}
+
+GlooTensorSubmission GlooBackend::AllGatherEvenInto(const HostTensor& value,
+                                                    size_t axis,
+                                                    const HostTensor& output,
+                                                    GlooGroup& group,
+                                                    GlooExecutor& executor) {
+  return AllGatherEvenImpl(value, axis, output, group, executor);
+}
+
+GlooTensorSubmission GlooBackend::AllGatherUnevenInto(
+    const HostTensor& value, absl::Span<const size_t> counts, size_t axis,
+    const HostTensor& output, GlooGroup& group, GlooExecutor& executor) {
+  return AllGatherUnevenImpl(value, counts, axis, output, group, executor);
+}
+
+GlooTensorSubmission GlooBackend::VariableAllToAllInto(
+    const HostTensor& value, const PeerCounts& counts, size_t axis,
+    const HostTensor& output, GlooGroup& group, GlooExecutor& executor) {
+  return VariableAllToAllImpl(value, counts, axis, output, group, executor);
+}
+
+GlooTensorSubmission GlooBackend::BroadcastInto(const HostTensor& value,
+                                                size_t root_member_index,
+                                                const HostTensor& output,
+                                                GlooGroup& group,
+                                                GlooExecutor& executor) {
+  return BroadcastImpl(value, root_member_index, output, group, executor);
 }
 
 }  // namespace rankd::dataplane

@@ -18,9 +18,10 @@
 //
 // Every operation validates (poison, quarantine fence, group/executor
 // ownership, capability, dtype, shape, axis, counts, root, route) before
-// queuing anything; the output tensor is allocated at submission and is
-// authoritative once the completion completes. Operations run in submission
-// order on the executor; every member of a group must submit the same
+// queuing anything; the output tensor is allocated at submission (or is
+// the caller's, for the *Into forms) and is authoritative once the
+// completion completes. Operations run in submission order on the
+// executor; every member of a group must submit the same
 // operations on it in the same order (like a CUDA stream); a disagreement
 // fails (at once with GlooOptions::verify_agreement, otherwise at
 // op_timeout, naming who submitted what) and never moves mismatched data.
@@ -32,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -160,6 +162,38 @@ class GlooBackend {
       absl::Span<const ValueDescriptor> descriptors, const GlooRoute& route,
       GlooExecutor& executor);
 
+  // Caller-owned outputs (docs/dataplane.md, "Caller-owned outputs"): the
+  // operations above, writing their result into `output` instead of a new
+  // tensor, so that a steady loop allocates no tensor memory. `output` must
+  // have exactly the result's descriptor (InvalidArgument otherwise, nothing
+  // queued); the submission's output is `output` itself and its completion
+  // retains it. all_reduce_sum and broadcast may run in place (`output`
+  // shares `value`'s buffer); the gathers and variable_all_to_all refuse an
+  // output that shares the input's buffer.
+  GlooTensorSubmission AllReduceSumInto(const HostTensor& value,
+                                        const HostTensor& output,
+                                        GlooGroup& group,
+                                        GlooExecutor& executor);
+  GlooTensorSubmission AllGatherEvenInto(const HostTensor& value, size_t axis,
+                                         const HostTensor& output,
+                                         GlooGroup& group,
+                                         GlooExecutor& executor);
+  GlooTensorSubmission AllGatherUnevenInto(
+      const HostTensor& value, absl::Span<const size_t> counts, size_t axis,
+      const HostTensor& output, GlooGroup& group, GlooExecutor& executor);
+  GlooTensorSubmission VariableAllToAllInto(
+      const HostTensor& value, const PeerCounts& counts, size_t axis,
+      const HostTensor& output, GlooGroup& group, GlooExecutor& executor);
+  GlooTensorSubmission BroadcastInto(const HostTensor& value,
+                                     size_t root_member_index,
+                                     const HostTensor& output, GlooGroup& group,
+                                     GlooExecutor& executor);
+  // The destination end of SendReceive into `outputs` (their descriptors
+  // are the ones received; no two may share a buffer).
+  GlooBundleSubmission ReceiveBundleInto(absl::Span<const HostTensor> outputs,
+                                         const GlooRoute& route,
+                                         GlooExecutor& executor);
+
   // OK when new work named `operation` may be submitted; otherwise the
   // refusal every operation gives (poisoned: the original cause; work
   // quarantined: FailedPrecondition).
@@ -180,11 +214,39 @@ class GlooBackend {
   GlooBundleSubmission SubmitBundle(const char* kind,
                                     absl::Span<const HostTensor> send,
                                     absl::Span<const ValueDescriptor> receive,
+                                    absl::Span<const HostTensor> receive_into,
                                     const GlooRoute& route,
                                     GlooExecutor& executor);
+  // The operations, with the caller's output or (nullopt) a new one.
+  GlooTensorSubmission AllGatherEvenImpl(const HostTensor& value, size_t axis,
+                                         std::optional<HostTensor> output,
+                                         GlooGroup& group,
+                                         GlooExecutor& executor);
+  GlooTensorSubmission AllGatherUnevenImpl(const HostTensor& value,
+                                           absl::Span<const size_t> counts,
+                                           size_t axis,
+                                           std::optional<HostTensor> output,
+                                           GlooGroup& group,
+                                           GlooExecutor& executor);
+  GlooTensorSubmission VariableAllToAllImpl(const HostTensor& value,
+                                            const PeerCounts& counts,
+                                            size_t axis,
+                                            std::optional<HostTensor> output,
+                                            GlooGroup& group,
+                                            GlooExecutor& executor);
+  GlooTensorSubmission BroadcastImpl(const HostTensor& value,
+                                     size_t root_member_index,
+                                     std::optional<HostTensor> output,
+                                     GlooGroup& group, GlooExecutor& executor);
+  GlooTensorSubmission SubmitAllReduce(const char* kind,
+                                       const HostTensor& value,
+                                       const HostTensor& output,
+                                       GlooGroup& group,
+                                       GlooExecutor& executor);
   GlooTensorSubmission SubmitGather(const char* kind, const HostTensor& value,
                                     std::vector<size_t> counts, size_t axis,
-                                    GlooGroup& group);
+                                    std::optional<HostTensor> into,
+                                    GlooGroup& group, GlooExecutor& executor);
 
   std::shared_ptr<GlooCommunicator> comm_;
   DistributedCapabilities caps_;

@@ -58,10 +58,40 @@ absl::StatusOr<ValueSubmission> GlooSession::AllGather(
       backend_->AllGatherEven(input, 0, **group, backend_->executor()));
 }
 
+absl::StatusOr<ValueSubmission> GlooSession::AllReduceSumInto(
+    const CollectiveScope& scope, const Value& input, const Value& output) {
+  auto group = Scope("all_reduce_sum", scope);
+  if (!group.ok()) return group.status();
+  return Widen(
+      backend_->AllReduceSumInto(input, output, **group, backend_->executor()));
+}
+
+absl::StatusOr<ValueSubmission> GlooSession::AllGatherInto(
+    const CollectiveScope& scope, const Value& input, const Value& output) {
+  auto group = Scope("all_gather", scope);
+  if (!group.ok()) return group.status();
+  return Widen(backend_->AllGatherEvenInto(input, 0, output, **group,
+                                           backend_->executor()));
+}
+
 absl::StatusOr<ValueSubmission> GlooSession::AllToAllV(
     const CollectiveScope& scope, const Value& input,
     absl::Span<const size_t> send_counts,
     absl::Span<const size_t> receive_counts) {
+  return AllToAllVImpl(scope, input, send_counts, receive_counts, std::nullopt);
+}
+
+absl::StatusOr<ValueSubmission> GlooSession::AllToAllVInto(
+    const CollectiveScope& scope, const Value& input,
+    absl::Span<const size_t> send_counts,
+    absl::Span<const size_t> receive_counts, const Value& output) {
+  return AllToAllVImpl(scope, input, send_counts, receive_counts, output);
+}
+
+absl::StatusOr<ValueSubmission> GlooSession::AllToAllVImpl(
+    const CollectiveScope& scope, const Value& input,
+    absl::Span<const size_t> send_counts,
+    absl::Span<const size_t> receive_counts, std::optional<Value> output) {
   auto group = Scope("all_to_all_v", scope);
   if (!group.ok()) return group.status();
   if (absl::Status s =
@@ -72,14 +102,18 @@ absl::StatusOr<ValueSubmission> GlooSession::AllToAllV(
   }
   ResolvedScope resolved{(*group)->members(), (*group)->local_rank(),
                          (*group)->id()};
-  auto output =
+  auto result =
       CheckAllToAllV(input.descriptor(), send_counts, receive_counts, resolved);
-  if (!output.ok()) return output.status();
+  if (!result.ok()) return result.status();
   PeerCounts counts{
       std::vector<size_t>(send_counts.begin(), send_counts.end()),
       std::vector<size_t>(receive_counts.begin(), receive_counts.end())};
-  return Widen(backend_->VariableAllToAll(input, counts, 0, **group,
-                                          backend_->executor()));
+  return Widen(output.has_value()
+                   ? backend_->VariableAllToAllInto(input, counts, 0, *output,
+                                                    **group,
+                                                    backend_->executor())
+                   : backend_->VariableAllToAll(input, counts, 0, **group,
+                                                backend_->executor()));
 }
 
 absl::StatusOr<ValueSubmission> GlooSession::Send(const CollectiveScope& scope,
@@ -109,6 +143,17 @@ absl::StatusOr<ValueSubmission> GlooSession::Send(const CollectiveScope& scope,
 absl::StatusOr<ValueSubmission> GlooSession::Receive(
     const CollectiveScope& scope, size_t peer,
     const ValueDescriptor& descriptor) {
+  return ReceiveImpl(scope, peer, descriptor, std::nullopt);
+}
+
+absl::StatusOr<ValueSubmission> GlooSession::ReceiveInto(
+    const CollectiveScope& scope, size_t peer, const Value& output) {
+  return ReceiveImpl(scope, peer, output.descriptor(), output);
+}
+
+absl::StatusOr<ValueSubmission> GlooSession::ReceiveImpl(
+    const CollectiveScope& scope, size_t peer,
+    const ValueDescriptor& descriptor, std::optional<Value> output) {
   auto group = Scope("receive", scope);
   if (!group.ok()) return group.status();
   if (absl::Status s =
@@ -123,8 +168,12 @@ absl::StatusOr<ValueSubmission> GlooSession::Receive(
   auto route =
       backend_->Route(**group, (*group)->members()[peer], (*group)->rank());
   if (!route.ok()) return route.status();
-  auto bundle = backend_->ReceiveBundle(absl::MakeConstSpan(&descriptor, 1),
-                                        *route, backend_->executor());
+  auto bundle =
+      output.has_value()
+          ? backend_->ReceiveBundleInto(absl::MakeConstSpan(&*output, 1),
+                                        *route, backend_->executor())
+          : backend_->ReceiveBundle(absl::MakeConstSpan(&descriptor, 1), *route,
+                                    backend_->executor());
   if (!bundle.ok()) return bundle.status();
   return ValueSubmission{std::move(bundle->output.front()),
                          std::move(bundle->completion)};

@@ -22,6 +22,7 @@
 #define RANKD_DATAPLANE_GLOO_GLOO_SESSION_H_
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -56,6 +57,19 @@ class GlooSession final : public DistributedSession<HostTensor> {
   absl::StatusOr<ValueSubmission> Receive(
       const CollectiveScope& scope, size_t peer,
       const ValueDescriptor& descriptor) override;
+  absl::StatusOr<ValueSubmission> AllReduceSumInto(
+      const CollectiveScope& scope, const Value& input,
+      const Value& output) override;
+  absl::StatusOr<ValueSubmission> AllGatherInto(const CollectiveScope& scope,
+                                                const Value& input,
+                                                const Value& output) override;
+  absl::StatusOr<ValueSubmission> AllToAllVInto(
+      const CollectiveScope& scope, const Value& input,
+      absl::Span<const size_t> send_counts,
+      absl::Span<const size_t> receive_counts, const Value& output) override;
+  absl::StatusOr<ValueSubmission> ReceiveInto(const CollectiveScope& scope,
+                                              size_t peer,
+                                              const Value& output) override;
   absl::StatusOr<std::vector<uint32_t>> AllGatherWords(
       absl::Span<const uint32_t> local) override;
   absl::StatusOr<std::unique_ptr<PendingWords>> SubmitAllGatherWords(
@@ -68,6 +82,14 @@ class GlooSession final : public DistributedSession<HostTensor> {
   // Poison/fence, then scope membership, then the scope's capability.
   absl::StatusOr<GlooGroup*> Scope(const char* operation,
                                    const CollectiveScope& scope);
+  absl::StatusOr<ValueSubmission> AllToAllVImpl(
+      const CollectiveScope& scope, const Value& input,
+      absl::Span<const size_t> send_counts,
+      absl::Span<const size_t> receive_counts, std::optional<Value> output);
+  absl::StatusOr<ValueSubmission> ReceiveImpl(const CollectiveScope& scope,
+                                              size_t peer,
+                                              const ValueDescriptor& descriptor,
+                                              std::optional<Value> output);
   ControlPlane* const control_plane_;
   const std::unique_ptr<GlooBackend> backend_;
 };

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "dataplane/element_types.h"
 #include "dataplane/gloo/rankd_store.h"
+#include "dataplane/host_buffer_pool.h"
 #include "dataplane/testing/gloo_test_cluster.h"
 #include "dataplane/testing/in_process_control_plane.h"
 #include "gtest/gtest.h"
@@ -76,6 +77,41 @@ TEST_F(SingleRankTest, OneMemberOperationsAreLocal) {
   auto words = session_->AllGatherWords(std::vector<uint32_t>{4, 5});
   ASSERT_TRUE(words.ok()) << words.status();
   EXPECT_EQ(*words, (std::vector<uint32_t>{4, 5}));
+}
+
+TEST_F(SingleRankTest, CallerOwnedOutputsAreCheckedBeforeAnythingRuns) {
+  const CollectiveScope world = CollectiveScope::World();
+  HostTensor x = F32({3}, {1, 2, 3});
+  // The wrong descriptor: refused, naming both.
+  auto wrong = session_->AllReduceSumInto(world, x, F32({2}, {0, 0}));
+  ASSERT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      absl::StrContains(wrong.status().message(),
+                        "the output is f32[2] but the result is f32[3]"))
+      << wrong.status();
+  auto gather = session_->AllGatherInto(world, x, F32({2}, {0, 0}));
+  EXPECT_EQ(gather.status().code(), absl::StatusCode::kInvalidArgument);
+  // A gather cannot write over its own input.
+  auto aliased = session_->AllGatherInto(world, x, x);
+  ASSERT_EQ(aliased.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      absl::StrContains(aliased.status().message(), "cannot run in place"))
+      << aliased.status();
+  // A sum can: the output is the input's own buffer.
+  auto in_place = session_->AllReduceSumInto(world, x, x);
+  ASSERT_TRUE(in_place.ok()) << in_place.status();
+  ASSERT_TRUE(in_place->completion->Wait().ok());
+  EXPECT_TRUE(in_place->output.SharesBufferWith(x));
+  EXPECT_EQ(*in_place->output.Values<float>(),
+            absl::MakeConstSpan(std::vector<float>{1, 2, 3}));
+  // Out of place into the caller's tensor.
+  HostTensor out = F32({3}, {0, 0, 0});
+  auto into = session_->AllReduceSumInto(world, x, out);
+  ASSERT_TRUE(into.ok()) << into.status();
+  ASSERT_TRUE(into->completion->Wait().ok());
+  EXPECT_TRUE(into->output.SharesBufferWith(out));
+  EXPECT_EQ(*out.Values<float>(),
+            absl::MakeConstSpan(std::vector<float>{1, 2, 3}));
 }
 
 TEST_F(SingleRankTest, NonMemberGroupIsNotFound) {
@@ -655,6 +691,86 @@ TEST_F(FourRankTest, SendReceiveAlongTheDataGroups) {
       }
     }
   });
+}
+
+// A decode loop on caller-owned outputs: every step's results land in the
+// same tensors, with exact values, and the loop makes no tensor buffer at
+// all (the pool's request counter is process-wide, so it sees all four
+// ranks). The allocating forms, run once afterwards, do show up on it.
+TEST_F(FourRankTest, CallerOwnedOutputsAllocateNothingPerStep) {
+  struct Buffers {
+    HostTensor activations, gathered, exchanged_in, exchanged_out;
+  };
+  auto zeros = [](std::vector<size_t> shape, TensorDtype dtype) {
+    return HostTensor::Zeros(*ValueDescriptor::Create(std::move(shape), dtype));
+  };
+  std::vector<Buffers> buffers;
+  for (uint32_t r = 0; r < 4; ++r) {
+    buffers.push_back(
+        {zeros({4}, TensorDtype::kF32), zeros({8}, TensorDtype::kF32),
+         zeros({4, 2}, TensorDtype::kI32), zeros({4, 2}, TensorDtype::kI32)});
+  }
+  const std::vector<size_t> counts = {1, 1, 1, 1};
+  constexpr int kSteps = 20;
+  auto step = [&](uint32_t r, int k) {
+    GlooSession& s = cluster_.session(r);
+    Buffers& b = buffers[r];
+    const CollectiveScope world = CollectiveScope::World();
+    const CollectiveScope tensor = CollectiveScope::Group(r < 2 ? 2 : 3);
+    const CollectiveScope data = CollectiveScope::Group(r % 2 == 0 ? 12 : 13);
+    // In place: the activations are summed where they are.
+    auto values = *b.activations.MutableValues<float>();
+    for (size_t i = 0; i < 4; ++i) values[i] = static_cast<float>(r + k + i);
+    auto sum = s.AllReduceSumInto(world, b.activations, b.activations);
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    ASSERT_TRUE(sum->completion->Wait().ok());
+    for (size_t i = 0; i < 4; ++i) {
+      ASSERT_EQ(values[i], static_cast<float>(6 + 4 * (k + i)));
+    }
+    // Into a separate output: the tensor group's two members, member order.
+    auto gathered = s.AllGatherInto(tensor, b.activations, b.gathered);
+    ASSERT_TRUE(gathered.ok()) << gathered.status();
+    ASSERT_TRUE(gathered->completion->Wait().ok());
+    EXPECT_EQ(ValuesOf<float>(b.gathered)[4], values[0]);
+    auto rows = *b.exchanged_in.MutableValues<int32_t>();
+    for (size_t d = 0; d < 4; ++d) {
+      rows[2 * d] = static_cast<int32_t>(r);
+      rows[2 * d + 1] = k;
+    }
+    auto exchanged =
+        s.AllToAllVInto(world, b.exchanged_in, counts, counts, b.exchanged_out);
+    ASSERT_TRUE(exchanged.ok()) << exchanged.status();
+    ASSERT_TRUE(exchanged->completion->Wait().ok());
+    EXPECT_EQ(ValuesOf<int32_t>(b.exchanged_out),
+              (std::vector<int32_t>{0, k, 1, k, 2, k, 3, k}));
+    // Point-to-point along the data group into the caller's tensor.
+    if (r < 2) {
+      auto sent = s.Send(data, 1, b.exchanged_out);
+      ASSERT_TRUE(sent.ok()) << sent.status();
+      ASSERT_TRUE(sent->completion->Wait().ok());
+    } else {
+      auto got = s.ReceiveInto(data, 0, b.exchanged_out);
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_TRUE(got->completion->Wait().ok());
+      EXPECT_TRUE(got->output.SharesBufferWith(b.exchanged_out));
+    }
+  };
+  cluster_.Run([&](uint32_t r) { step(r, 0); });  // warm-up
+  const uint64_t before = HostBufferPool::Default().GetStats().requests;
+  cluster_.Run([&](uint32_t r) {
+    for (int k = 1; k <= kSteps; ++k) step(r, k);
+  });
+  EXPECT_EQ(HostBufferPool::Default().GetStats().requests - before, 0u)
+      << "tensor buffers made during " << kSteps << " steps";
+  // The counter does see the allocating forms: one output per rank.
+  const uint64_t plain_before = HostBufferPool::Default().GetStats().requests;
+  cluster_.Run([&](uint32_t r) {
+    auto sum = cluster_.session(r).AllReduceSum(CollectiveScope::World(),
+                                                buffers[r].activations);
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    ASSERT_TRUE(sum->completion->Wait().ok());
+  });
+  EXPECT_GE(HostBufferPool::Default().GetStats().requests - plain_before, 4u);
 }
 
 TEST_F(FourRankTest, AllGatherWordsIsRankMajor) {

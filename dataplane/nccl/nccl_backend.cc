@@ -110,37 +110,87 @@ absl::Status NcclBackend::Check(const NcclGroup& group,
 
 TensorSubmission<NcclBackend> NcclBackend::AllReduceSum(
     const DeviceTensor& value, NcclGroup& group, CudaExecutor& executor) {
+  return AllReduceSumImpl(value, nullptr, group, executor);
+}
+
+TensorSubmission<NcclBackend> NcclBackend::AllReduceSumInto(
+    const DeviceTensor& value, const DeviceTensor& output, NcclGroup& group,
+    CudaExecutor& executor) {
+  return AllReduceSumImpl(value, &output, group, executor);
+}
+
+TensorSubmission<NcclBackend> NcclBackend::AllReduceSumImpl(
+    const DeviceTensor& value, const DeviceTensor* output, NcclGroup& group,
+    CudaExecutor& executor) {
   absl::Status ok = Check(group, executor, "all_reduce_sum", nullptr, nullptr);
   if (!ok.ok()) return ok;
   return SubmitAllReduceSum(
       *core_, group.comm_, value, executor.stream(),
-      absl::StrCat("all_reduce_sum on ", GroupName(group)));
+      absl::StrCat("all_reduce_sum on ", GroupName(group)), output);
 }
 
 TensorSubmission<NcclBackend> NcclBackend::AllGatherEven(
     const DeviceTensor& value, size_t axis, NcclGroup& group,
     CudaExecutor& executor) {
+  return AllGatherEvenImpl(value, axis, nullptr, group, executor);
+}
+
+TensorSubmission<NcclBackend> NcclBackend::AllGatherEvenInto(
+    const DeviceTensor& value, size_t axis, const DeviceTensor& output,
+    NcclGroup& group, CudaExecutor& executor) {
+  return AllGatherEvenImpl(value, axis, &output, group, executor);
+}
+
+TensorSubmission<NcclBackend> NcclBackend::AllGatherEvenImpl(
+    const DeviceTensor& value, size_t axis, const DeviceTensor* output,
+    NcclGroup& group, CudaExecutor& executor) {
   absl::Status ok = Check(group, executor, "all_gather_even", nullptr, nullptr);
   if (!ok.ok()) return ok;
   return SubmitAllGatherEven(
       *core_, group.comm_, value, axis, executor.stream(),
-      absl::StrCat("all_gather_even(axis ", axis, ") on ", GroupName(group)));
+      absl::StrCat("all_gather_even(axis ", axis, ") on ", GroupName(group)),
+      output);
 }
 
 TensorSubmission<NcclBackend> NcclBackend::AllGatherUneven(
     const DeviceTensor& value, absl::Span<const size_t> counts, size_t axis,
     NcclGroup& group, CudaExecutor& executor) {
+  return AllGatherUnevenImpl(value, counts, axis, nullptr, group, executor);
+}
+
+TensorSubmission<NcclBackend> NcclBackend::AllGatherUnevenInto(
+    const DeviceTensor& value, absl::Span<const size_t> counts, size_t axis,
+    const DeviceTensor& output, NcclGroup& group, CudaExecutor& executor) {
+  return AllGatherUnevenImpl(value, counts, axis, &output, group, executor);
+}
+
+TensorSubmission<NcclBackend> NcclBackend::AllGatherUnevenImpl(
+    const DeviceTensor& value, absl::Span<const size_t> counts, size_t axis,
+    const DeviceTensor* output, NcclGroup& group, CudaExecutor& executor) {
   absl::Status ok =
       Check(group, executor, "all_gather_uneven", nullptr, nullptr);
   if (!ok.ok()) return ok;
   return SubmitAllGatherUneven(
       *core_, group.comm_, value, counts, axis, executor.stream(),
-      absl::StrCat("all_gather_uneven(axis ", axis, ") on ", GroupName(group)));
+      absl::StrCat("all_gather_uneven(axis ", axis, ") on ", GroupName(group)),
+      output);
 }
 
 TensorSubmission<NcclBackend> NcclBackend::VariableAllToAll(
     const DeviceTensor& value, const PeerCounts& counts, size_t axis,
     NcclGroup& group, CudaExecutor& executor) {
+  return VariableAllToAllImpl(value, counts, axis, nullptr, group, executor);
+}
+
+TensorSubmission<NcclBackend> NcclBackend::VariableAllToAllInto(
+    const DeviceTensor& value, const PeerCounts& counts, size_t axis,
+    const DeviceTensor& output, NcclGroup& group, CudaExecutor& executor) {
+  return VariableAllToAllImpl(value, counts, axis, &output, group, executor);
+}
+
+TensorSubmission<NcclBackend> NcclBackend::VariableAllToAllImpl(
+    const DeviceTensor& value, const PeerCounts& counts, size_t axis,
+    const DeviceTensor* output, NcclGroup& group, CudaExecutor& executor) {
   absl::Status ok = Check(group, executor, "variable_all_to_all",
                           &DistributedCapabilities::variable_all_to_all,
                           "variable_all_to_all");
@@ -148,13 +198,26 @@ TensorSubmission<NcclBackend> NcclBackend::VariableAllToAll(
   return SubmitAllToAll(*core_, group.comm_, value, counts.send, counts.receive,
                         axis, executor.stream(),
                         absl::StrCat("variable_all_to_all(axis ", axis, ") on ",
-                                     GroupName(group)));
+                                     GroupName(group)),
+                        output);
 }
 
 TensorSubmission<NcclBackend> NcclBackend::Broadcast(const DeviceTensor& value,
                                                      size_t root_member_index,
                                                      NcclGroup& group,
                                                      CudaExecutor& executor) {
+  return BroadcastImpl(value, root_member_index, nullptr, group, executor);
+}
+
+TensorSubmission<NcclBackend> NcclBackend::BroadcastInto(
+    const DeviceTensor& value, size_t root_member_index,
+    const DeviceTensor& output, NcclGroup& group, CudaExecutor& executor) {
+  return BroadcastImpl(value, root_member_index, &output, group, executor);
+}
+
+TensorSubmission<NcclBackend> NcclBackend::BroadcastImpl(
+    const DeviceTensor& value, size_t root_member_index,
+    const DeviceTensor* output, NcclGroup& group, CudaExecutor& executor) {
   absl::Status ok = Check(group, executor, "broadcast", nullptr, nullptr);
   if (!ok.ok()) return ok;
   if (root_member_index >= group.size()) {
@@ -166,7 +229,8 @@ TensorSubmission<NcclBackend> NcclBackend::Broadcast(const DeviceTensor& value,
       *core_, group.comm_, value, static_cast<uint32_t>(root_member_index),
       executor.stream(),
       absl::StrCat("broadcast from member ", root_member_index, " on ",
-                   GroupName(group)));
+                   GroupName(group)),
+      output);
 }
 
 UnitSubmission<NcclBackend> NcclBackend::Barrier(NcclGroup& group,
@@ -189,6 +253,24 @@ AgreementSubmission<NcclBackend> NcclBackend::AgreeSuccess(
 BundleSubmission<NcclBackend> NcclBackend::SendReceive(
     absl::Span<const DeviceTensor> tensors, const NcclRoute& route,
     CudaExecutor& executor) {
+  return SubmitRoute(tensors, route, executor, /*receive_into=*/false);
+}
+
+BundleSubmission<NcclBackend> NcclBackend::ReceiveBundleInto(
+    absl::Span<const DeviceTensor> outputs, const NcclRoute& route,
+    CudaExecutor& executor) {
+  if (route.group().local_rank() != route.destination()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: receive_bundle_into: this member (",
+        route.group().local_rank(), ") is not the destination of route ",
+        route.source(), " -> ", route.destination()));
+  }
+  return SubmitRoute(outputs, route, executor, /*receive_into=*/true);
+}
+
+BundleSubmission<NcclBackend> NcclBackend::SubmitRoute(
+    absl::Span<const DeviceTensor> tensors, const NcclRoute& route,
+    CudaExecutor& executor, bool receive_into) {
   absl::Status ok =
       Check(route.group(), executor, "send_receive",
             &DistributedCapabilities::point_to_point, "point_to_point");
@@ -197,7 +279,8 @@ BundleSubmission<NcclBackend> NcclBackend::SendReceive(
       *core_, route.group().comm_, tensors, route.source(), route.destination(),
       executor.stream(),
       absl::StrCat("send_receive ", route.source(), " -> ", route.destination(),
-                   " on ", GroupName(route.group())));
+                   " on ", GroupName(route.group())),
+      receive_into);
 }
 
 }  // namespace rankd::dataplane::nccl

@@ -147,7 +147,66 @@ class NcclBackend {
       absl::Span<const DeviceTensor> tensors, const NcclRoute& route,
       CudaExecutor& executor);
 
+  // Caller-owned outputs (docs/nccl.md, "Caller-owned outputs"), as on
+  // GlooBackend: the operations above writing into `output` (on this
+  // device, exactly the result's descriptor; InvalidArgument otherwise,
+  // nothing queued), so a steady loop or a CUDA graph capture allocates no
+  // device memory for results (inner-axis gathers and all_to_all_v still
+  // stage through scratch). The executor's stream first waits for
+  // `output`'s ready event. all_reduce_sum and broadcast may run in place
+  // (`output` is `value`); the others refuse an overlapping output.
+  TensorSubmission<NcclBackend> AllReduceSumInto(const DeviceTensor& value,
+                                                 const DeviceTensor& output,
+                                                 NcclGroup& group,
+                                                 CudaExecutor& executor);
+  TensorSubmission<NcclBackend> AllGatherEvenInto(const DeviceTensor& value,
+                                                  size_t axis,
+                                                  const DeviceTensor& output,
+                                                  NcclGroup& group,
+                                                  CudaExecutor& executor);
+  TensorSubmission<NcclBackend> AllGatherUnevenInto(
+      const DeviceTensor& value, absl::Span<const size_t> counts, size_t axis,
+      const DeviceTensor& output, NcclGroup& group, CudaExecutor& executor);
+  TensorSubmission<NcclBackend> VariableAllToAllInto(
+      const DeviceTensor& value, const PeerCounts& counts, size_t axis,
+      const DeviceTensor& output, NcclGroup& group, CudaExecutor& executor);
+  TensorSubmission<NcclBackend> BroadcastInto(const DeviceTensor& value,
+                                              size_t root_member_index,
+                                              const DeviceTensor& output,
+                                              NcclGroup& group,
+                                              CudaExecutor& executor);
+  // The destination end of SendReceive into `outputs` (their descriptors
+  // are the ones received; they must not overlap). InvalidArgument on the
+  // source.
+  BundleSubmission<NcclBackend> ReceiveBundleInto(
+      absl::Span<const DeviceTensor> outputs, const NcclRoute& route,
+      CudaExecutor& executor);
+
  private:
+  // The operations with the caller's output, or a new one (null).
+  TensorSubmission<NcclBackend> AllReduceSumImpl(const DeviceTensor& value,
+                                                 const DeviceTensor* output,
+                                                 NcclGroup& group,
+                                                 CudaExecutor& executor);
+  TensorSubmission<NcclBackend> AllGatherEvenImpl(const DeviceTensor& value,
+                                                  size_t axis,
+                                                  const DeviceTensor* output,
+                                                  NcclGroup& group,
+                                                  CudaExecutor& executor);
+  TensorSubmission<NcclBackend> AllGatherUnevenImpl(
+      const DeviceTensor& value, absl::Span<const size_t> counts, size_t axis,
+      const DeviceTensor* output, NcclGroup& group, CudaExecutor& executor);
+  TensorSubmission<NcclBackend> VariableAllToAllImpl(
+      const DeviceTensor& value, const PeerCounts& counts, size_t axis,
+      const DeviceTensor* output, NcclGroup& group, CudaExecutor& executor);
+  TensorSubmission<NcclBackend> BroadcastImpl(const DeviceTensor& value,
+                                              size_t root_member_index,
+                                              const DeviceTensor* output,
+                                              NcclGroup& group,
+                                              CudaExecutor& executor);
+  BundleSubmission<NcclBackend> SubmitRoute(
+      absl::Span<const DeviceTensor> tensors, const NcclRoute& route,
+      CudaExecutor& executor, bool receive_into);
   // Poison, ownership and capability checks shared by the operations.
   absl::Status Check(const NcclGroup& group, const CudaExecutor& executor,
                      const char* operation, bool DistributedCapabilities::*flag,

@@ -36,6 +36,11 @@ void NcclOp::SetVerifier(std::function<absl::Status()> verify) {
 
 bool NcclOp::Done() {
   absl::MutexLock lock(&mu_);
+  // Finished work needs nothing it retained: released at once and before
+  // the lock (declared after it), so that whichever thread saw the work
+  // finish, every caller of Done() returns only once the buffers are back
+  // in their pools. None of them calls back into this operation.
+  std::vector<std::shared_ptr<const void>> released;
   if (done_) return true;
   if (event_ == nullptr || !recorded_) return false;
   absl::StatusOr<bool> finished = event_->Query();
@@ -50,6 +55,7 @@ bool NcclOp::Done() {
     return true;
   }
   if (*finished) FinishLocked();
+  if (done_) released.swap(retained_);
   return done_;
 }
 

@@ -2,6 +2,7 @@
 // session_core.h). Every function validates its arguments before any
 // native call; the data moves as bytes (ncclInt8) except for reductions,
 // whose dtype comes from SumTypeFor.
+#include <algorithm>
 #include <numeric>
 #include <utility>
 
@@ -124,19 +125,20 @@ TensorResult SubmitAllReduceSum(SessionCore& core,
                                 const std::shared_ptr<CommEntry>& comm,
                                 const DeviceTensor& input,
                                 const std::shared_ptr<CudaStream>& stream,
-                                std::string name) {
+                                std::string name, const DeviceTensor* into) {
   absl::Status valid = core.CheckTensor(input, name);
   if (!valid.ok()) return valid;
   auto sum = SumTypeFor(input.descriptor().dtype(), NcclRuntimeVersion());
   if (!sum.ok()) return sum.status();
-  auto out = core.AllocateOutput(input.descriptor(), stream, name);
+  auto out = core.OutputFor(input.descriptor(), into, &input, /*in_place=*/true,
+                            stream, name);
   if (!out.ok()) return out.status();
   OpPlan plan;
   plan.name = std::move(name);
   plan.comm = comm;
   plan.stream = stream;
   plan.inputs = {input};
-  plan.retained = {Retain(out->buffer())};
+  plan.outputs = {*out};
   const size_t count = input.descriptor().element_count() * sum->lanes;
   const void* send = input.data();
   void* recv = out->data();
@@ -154,7 +156,7 @@ TensorResult SubmitAllGatherEven(SessionCore& core,
                                  const std::shared_ptr<CommEntry>& comm,
                                  const DeviceTensor& input, size_t axis,
                                  const std::shared_ptr<CudaStream>& stream,
-                                 std::string name) {
+                                 std::string name, const DeviceTensor* into) {
   absl::Status valid = core.CheckTensor(input, name);
   if (!valid.ok()) return valid;
   auto layout = LayoutAlong(input.descriptor(), axis, name);
@@ -163,14 +165,15 @@ TensorResult SubmitAllGatherEven(SessionCore& core,
   auto out_desc =
       WithExtent(input.descriptor(), axis, layout->extent * n, name);
   if (!out_desc.ok()) return out_desc.status();
-  auto out = core.AllocateOutput(*out_desc, stream, name);
+  auto out =
+      core.OutputFor(*out_desc, into, &input, /*in_place=*/false, stream, name);
   if (!out.ok()) return out.status();
   const size_t bytes = input.byte_size();
   OpPlan plan;
   plan.comm = comm;
   plan.stream = stream;
   plan.inputs = {input};
-  plan.retained = {Retain(out->buffer())};
+  plan.outputs = {*out};
   const void* send = input.data();
   CudaStreamHandle s = stream->get();
   if (bytes > 0) {
@@ -214,7 +217,7 @@ TensorResult SubmitAllGatherUneven(SessionCore& core,
                                    const DeviceTensor& input,
                                    absl::Span<const size_t> counts, size_t axis,
                                    const std::shared_ptr<CudaStream>& stream,
-                                   std::string name) {
+                                   std::string name, const DeviceTensor* into) {
   absl::Status valid = core.CheckTensor(input, name);
   if (!valid.ok()) return valid;
   const size_t n = comm->members.size();
@@ -236,7 +239,8 @@ TensorResult SubmitAllGatherUneven(SessionCore& core,
   const size_t total = offsets[n];
   auto out_desc = WithExtent(input.descriptor(), axis, total, name);
   if (!out_desc.ok()) return out_desc.status();
-  auto out = core.AllocateOutput(*out_desc, stream, name);
+  auto out =
+      core.OutputFor(*out_desc, into, &input, /*in_place=*/false, stream, name);
   if (!out.ok()) return out.status();
 
   const size_t unit = layout->unit_bytes;
@@ -251,7 +255,7 @@ TensorResult SubmitAllGatherUneven(SessionCore& core,
   plan.comm = comm;
   plan.stream = stream;
   plan.inputs = {input};
-  plan.retained = {Retain(out->buffer())};
+  plan.outputs = {*out};
   // Members' inputs differ along the axis by design; what they must agree
   // on is the counts, the axis and the rest of the shape.
   plan.canonical = absl::StrCat(name, " counts [", absl::StrJoin(counts, ","),
@@ -315,11 +319,14 @@ TensorResult SubmitAllGatherUneven(SessionCore& core,
   return Finish(core.Submit(std::move(plan)), *out);
 }
 
-TensorResult SubmitAllToAll(
-    SessionCore& core, const std::shared_ptr<CommEntry>& comm,
-    const DeviceTensor& input, absl::Span<const size_t> send_counts,
-    absl::Span<const size_t> receive_counts, size_t axis,
-    const std::shared_ptr<CudaStream>& stream, std::string name) {
+TensorResult SubmitAllToAll(SessionCore& core,
+                            const std::shared_ptr<CommEntry>& comm,
+                            const DeviceTensor& input,
+                            absl::Span<const size_t> send_counts,
+                            absl::Span<const size_t> receive_counts,
+                            size_t axis,
+                            const std::shared_ptr<CudaStream>& stream,
+                            std::string name, const DeviceTensor* into) {
   absl::Status valid = core.CheckTensor(input, name);
   if (!valid.ok()) return valid;
   const size_t n = comm->members.size();
@@ -355,7 +362,8 @@ TensorResult SubmitAllToAll(
   }
   auto out_desc = WithExtent(input.descriptor(), axis, recv_off[n], name);
   if (!out_desc.ok()) return out_desc.status();
-  auto out = core.AllocateOutput(*out_desc, stream, name);
+  auto out =
+      core.OutputFor(*out_desc, into, &input, /*in_place=*/false, stream, name);
   if (!out.ok()) return out.status();
 
   const size_t unit = layout->unit_bytes;
@@ -366,7 +374,7 @@ TensorResult SubmitAllToAll(
   plan.comm = comm;
   plan.stream = stream;
   plan.inputs = {input};
-  plan.retained = {Retain(out->buffer())};
+  plan.outputs = {*out};
   plan.canonical = absl::StrCat(name, " along axis ", axis, " of ",
                                 RowShape(input.descriptor(), axis, name));
   for (size_t c : send_counts) plan.agreement_counts.push_back(c);
@@ -493,14 +501,14 @@ TensorResult SubmitReceive(SessionCore& core,
                            const std::shared_ptr<CommEntry>& comm,
                            uint32_t peer, const ValueDescriptor& descriptor,
                            const std::shared_ptr<CudaStream>& stream,
-                           std::string name) {
-  auto out = core.AllocateOutput(descriptor, stream, name);
+                           std::string name, const DeviceTensor* into) {
+  auto out = core.OutputFor(descriptor, into, nullptr, false, stream, name);
   if (!out.ok()) return out.status();
   OpPlan plan;
   plan.name = std::move(name);
   plan.comm = comm;
   plan.stream = stream;
-  plan.retained = {Retain(out->buffer())};
+  plan.outputs = {*out};
   plan.route = {{peer, comm->local_rank}};
   plan.canonical = absl::StrCat("transfer ", descriptor.ToString());
   const size_t bytes = descriptor.byte_size();
@@ -519,7 +527,7 @@ TensorResult SubmitBroadcast(SessionCore& core,
                              const std::shared_ptr<CommEntry>& comm,
                              const DeviceTensor& input, uint32_t root,
                              const std::shared_ptr<CudaStream>& stream,
-                             std::string name) {
+                             std::string name, const DeviceTensor* into) {
   absl::Status valid = core.CheckTensor(input, name);
   if (!valid.ok()) return valid;
   if (root >= comm->members.size()) {
@@ -527,14 +535,15 @@ TensorResult SubmitBroadcast(SessionCore& core,
         "nccl backend: ", name, ": root member index ", root,
         " is outside the group's ", comm->members.size(), " members"));
   }
-  auto out = core.AllocateOutput(input.descriptor(), stream, name);
+  auto out = core.OutputFor(input.descriptor(), into, &input, /*in_place=*/true,
+                            stream, name);
   if (!out.ok()) return out.status();
   OpPlan plan;
   plan.name = std::move(name);
   plan.comm = comm;
   plan.stream = stream;
   plan.inputs = {input};
-  plan.retained = {Retain(out->buffer())};
+  plan.outputs = {*out};
   const size_t bytes = input.byte_size();
   if (bytes > 0) {
     const bool is_root = comm->local_rank == root;
@@ -634,7 +643,7 @@ absl::StatusOr<
 SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
              absl::Span<const DeviceTensor> tensors, uint32_t source,
              uint32_t destination, const std::shared_ptr<CudaStream>& stream,
-             std::string name) {
+             std::string name, bool receive_into) {
   const uint32_t n = static_cast<uint32_t>(comm->members.size());
   const uint32_t me = comm->local_rank;
   if (source >= n || destination >= n || source == destination) {
@@ -669,11 +678,30 @@ SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
     outputs.assign(tensors.begin(), tensors.end());
     for (const DeviceTensor& t : tensors)
       buffers.emplace_back(t.data(), t.byte_size());
+  } else if (receive_into) {
+    // The caller's tensors are the outputs; no two may overlap.
+    std::vector<std::pair<const char*, size_t>> ranges;
+    for (const DeviceTensor& t : tensors) {
+      if (t.byte_size() == 0) continue;
+      ranges.emplace_back(static_cast<const char*>(t.data()), t.byte_size());
+    }
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t i = 1; i < ranges.size(); ++i) {
+      if (ranges[i - 1].first + ranges[i - 1].second > ranges[i].first) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("nccl backend: ", plan.name,
+                         ": two outputs of the bundle overlap"));
+      }
+    }
+    plan.outputs.assign(tensors.begin(), tensors.end());
+    outputs.assign(tensors.begin(), tensors.end());
+    for (const DeviceTensor& t : tensors)
+      buffers.emplace_back(t.data(), t.byte_size());
   } else {
     for (const DeviceTensor& t : tensors) {
       auto out = core.AllocateOutput(t.descriptor(), stream, plan.name);
       if (!out.ok()) return out.status();
-      plan.retained.push_back(Retain(out->buffer()));
+      plan.outputs.push_back(*out);
       buffers.emplace_back(out->data(), out->byte_size());
       outputs.push_back(*std::move(out));
     }

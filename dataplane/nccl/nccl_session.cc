@@ -44,26 +44,64 @@ absl::Status NcclSession::Initialize() { return core_->Initialize(); }
 
 absl::StatusOr<ValueSubmission> NcclSession::AllReduceSum(
     const CollectiveScope& scope, const DeviceTensor& input) {
+  return AllReduceSumImpl(scope, input, nullptr);
+}
+
+absl::StatusOr<ValueSubmission> NcclSession::AllReduceSumInto(
+    const CollectiveScope& scope, const DeviceTensor& input,
+    const DeviceTensor& output) {
+  return AllReduceSumImpl(scope, input, &output);
+}
+
+absl::StatusOr<ValueSubmission> NcclSession::AllReduceSumImpl(
+    const CollectiveScope& scope, const DeviceTensor& input,
+    const DeviceTensor* output) {
   auto comm = core_->CommFor(scope, "all_reduce_sum");
   if (!comm.ok()) return comm.status();
-  return ToValue(
-      SubmitAllReduceSum(*core_, *comm, input, core_->stream(),
-                         absl::StrCat("all_reduce_sum on ", scope.ToString())));
+  return ToValue(SubmitAllReduceSum(
+      *core_, *comm, input, core_->stream(),
+      absl::StrCat("all_reduce_sum on ", scope.ToString()), output));
 }
 
 absl::StatusOr<ValueSubmission> NcclSession::AllGather(
     const CollectiveScope& scope, const DeviceTensor& input) {
+  return AllGatherImpl(scope, input, nullptr);
+}
+
+absl::StatusOr<ValueSubmission> NcclSession::AllGatherInto(
+    const CollectiveScope& scope, const DeviceTensor& input,
+    const DeviceTensor& output) {
+  return AllGatherImpl(scope, input, &output);
+}
+
+absl::StatusOr<ValueSubmission> NcclSession::AllGatherImpl(
+    const CollectiveScope& scope, const DeviceTensor& input,
+    const DeviceTensor* output) {
   auto comm = core_->CommFor(scope, "all_gather");
   if (!comm.ok()) return comm.status();
-  return ToValue(
-      SubmitAllGatherEven(*core_, *comm, input, 0, core_->stream(),
-                          absl::StrCat("all_gather on ", scope.ToString())));
+  return ToValue(SubmitAllGatherEven(
+      *core_, *comm, input, 0, core_->stream(),
+      absl::StrCat("all_gather on ", scope.ToString()), output));
 }
 
 absl::StatusOr<ValueSubmission> NcclSession::AllToAllV(
     const CollectiveScope& scope, const DeviceTensor& input,
     absl::Span<const size_t> send_counts,
     absl::Span<const size_t> receive_counts) {
+  return AllToAllVImpl(scope, input, send_counts, receive_counts, nullptr);
+}
+
+absl::StatusOr<ValueSubmission> NcclSession::AllToAllVInto(
+    const CollectiveScope& scope, const DeviceTensor& input,
+    absl::Span<const size_t> send_counts,
+    absl::Span<const size_t> receive_counts, const DeviceTensor& output) {
+  return AllToAllVImpl(scope, input, send_counts, receive_counts, &output);
+}
+
+absl::StatusOr<ValueSubmission> NcclSession::AllToAllVImpl(
+    const CollectiveScope& scope, const DeviceTensor& input,
+    absl::Span<const size_t> send_counts,
+    absl::Span<const size_t> receive_counts, const DeviceTensor* output) {
   auto comm = core_->CommFor(scope, "all_to_all_v",
                              &DistributedCapabilities::variable_all_to_all,
                              "variable_all_to_all");
@@ -79,7 +117,7 @@ absl::StatusOr<ValueSubmission> NcclSession::AllToAllV(
   }
   return ToValue(SubmitAllToAll(
       *core_, *comm, input, send_counts, receive_counts, 0, core_->stream(),
-      absl::StrCat("all_to_all_v on ", scope.ToString())));
+      absl::StrCat("all_to_all_v on ", scope.ToString()), output));
 }
 
 absl::StatusOr<ValueSubmission> NcclSession::Send(const CollectiveScope& scope,
@@ -104,6 +142,17 @@ absl::StatusOr<ValueSubmission> NcclSession::Send(const CollectiveScope& scope,
 absl::StatusOr<ValueSubmission> NcclSession::Receive(
     const CollectiveScope& scope, size_t peer,
     const ValueDescriptor& descriptor) {
+  return ReceiveImpl(scope, peer, descriptor, nullptr);
+}
+
+absl::StatusOr<ValueSubmission> NcclSession::ReceiveInto(
+    const CollectiveScope& scope, size_t peer, const DeviceTensor& output) {
+  return ReceiveImpl(scope, peer, output.descriptor(), &output);
+}
+
+absl::StatusOr<ValueSubmission> NcclSession::ReceiveImpl(
+    const CollectiveScope& scope, size_t peer,
+    const ValueDescriptor& descriptor, const DeviceTensor* output) {
   auto comm =
       core_->CommFor(scope, "receive", &DistributedCapabilities::point_to_point,
                      "point_to_point");
@@ -117,7 +166,8 @@ absl::StatusOr<ValueSubmission> NcclSession::Receive(
   }
   return ToValue(SubmitReceive(
       *core_, *comm, static_cast<uint32_t>(peer), descriptor, core_->stream(),
-      absl::StrCat("receive from member ", peer, " of ", scope.ToString())));
+      absl::StrCat("receive from member ", peer, " of ", scope.ToString()),
+      output));
 }
 
 absl::StatusOr<std::vector<uint32_t>> NcclSession::AllGatherWords(

@@ -100,6 +100,20 @@ class NcclSession final : public DistributedSession<DeviceTensor> {
   absl::StatusOr<ValueSubmission> Receive(
       const CollectiveScope& scope, size_t peer,
       const ValueDescriptor& descriptor) override;
+  absl::StatusOr<ValueSubmission> AllReduceSumInto(
+      const CollectiveScope& scope, const DeviceTensor& input,
+      const DeviceTensor& output) override;
+  absl::StatusOr<ValueSubmission> AllGatherInto(
+      const CollectiveScope& scope, const DeviceTensor& input,
+      const DeviceTensor& output) override;
+  absl::StatusOr<ValueSubmission> AllToAllVInto(
+      const CollectiveScope& scope, const DeviceTensor& input,
+      absl::Span<const size_t> send_counts,
+      absl::Span<const size_t> receive_counts,
+      const DeviceTensor& output) override;
+  absl::StatusOr<ValueSubmission> ReceiveInto(
+      const CollectiveScope& scope, size_t peer,
+      const DeviceTensor& output) override;
   absl::StatusOr<std::vector<uint32_t>> AllGatherWords(
       absl::Span<const uint32_t> local) override;
   absl::StatusOr<std::unique_ptr<PendingWords>> SubmitAllGatherWords(
@@ -108,6 +122,21 @@ class NcclSession final : public DistributedSession<DeviceTensor> {
  private:
   explicit NcclSession(std::shared_ptr<SessionCore> core)
       : core_(std::move(core)) {}
+  // The operations with the caller's output, or a new one (null).
+  absl::StatusOr<ValueSubmission> AllReduceSumImpl(const CollectiveScope& scope,
+                                                   const DeviceTensor& input,
+                                                   const DeviceTensor* output);
+  absl::StatusOr<ValueSubmission> AllGatherImpl(const CollectiveScope& scope,
+                                                const DeviceTensor& input,
+                                                const DeviceTensor* output);
+  absl::StatusOr<ValueSubmission> AllToAllVImpl(
+      const CollectiveScope& scope, const DeviceTensor& input,
+      absl::Span<const size_t> send_counts,
+      absl::Span<const size_t> receive_counts, const DeviceTensor* output);
+  absl::StatusOr<ValueSubmission> ReceiveImpl(const CollectiveScope& scope,
+                                              size_t peer,
+                                              const ValueDescriptor& descriptor,
+                                              const DeviceTensor* output);
   std::shared_ptr<SessionCore> core_;
 };
 

@@ -333,6 +333,31 @@ absl::StatusOr<DeviceTensor> SessionCore::AllocateOutput(
   return tensor;
 }
 
+absl::StatusOr<DeviceTensor> SessionCore::OutputFor(
+    const ValueDescriptor& descriptor, const DeviceTensor* into,
+    const DeviceTensor* input, bool in_place,
+    const std::shared_ptr<CudaStream>& stream, absl::string_view operation) {
+  if (into == nullptr) return AllocateOutput(descriptor, stream, operation);
+  if (absl::Status s = CheckTensor(*into, operation); !s.ok()) return s;
+  if (into->descriptor() != descriptor) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl backend: ", operation, ": the output is ",
+                     into->descriptor().ToString(), " but the result is ",
+                     descriptor.ToString()));
+  }
+  if (input != nullptr && !in_place && into->byte_size() > 0 &&
+      input->byte_size() > 0) {
+    const auto* out = static_cast<const char*>(into->data());
+    const auto* in = static_cast<const char*>(input->data());
+    if (out < in + input->byte_size() && in < out + into->byte_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "nccl backend: ", operation, ": the output overlaps the input, and ",
+          operation, " cannot run in place"));
+    }
+  }
+  return *into;
+}
+
 absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
   absl::Status usable = CheckUsable();
   if (!usable.ok()) return usable;
@@ -353,9 +378,11 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
   std::vector<std::shared_ptr<const void>> retained = std::move(plan.retained);
   retained.push_back(plan.stream);
   if (plan.comm != nullptr) retained.push_back(plan.comm);
-  for (const DeviceTensor& input : plan.inputs) {
-    retained.push_back(input.buffer());
-    if (input.ready() != nullptr) retained.push_back(input.ready());
+  for (const auto* used : {&plan.inputs, &plan.outputs}) {
+    for (const DeviceTensor& tensor : *used) {
+      retained.push_back(tensor.buffer());
+      if (tensor.ready() != nullptr) retained.push_back(tensor.ready());
+    }
   }
   const SubmittedOperation what = Describe(plan);
   // Members that submit different work never report success
@@ -367,14 +394,14 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
     if (plan.route.has_value()) {
       made = internal::OperationAgreement::ForRoute(
           plan.comm->members, plan.comm->local_rank, plan.route->first,
-          plan.route->second, fingerprint, plan.stream);
+          plan.route->second, fingerprint, plan.stream, record_buffers_);
     } else {
       std::vector<uint64_t> words = {fingerprint};
       words.insert(words.end(), plan.agreement_counts.begin(),
                    plan.agreement_counts.end());
       made = internal::OperationAgreement::ForCollective(
           plan.comm->members, plan.comm->local_rank, std::move(words),
-          !plan.agreement_counts.empty(), plan.stream);
+          !plan.agreement_counts.empty(), plan.stream, record_buffers_);
     }
     if (!made.ok()) return Fail(made.status());
     agreement = *std::move(made);
@@ -419,10 +446,12 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
     quarantine_.Add(op);
     return poisoned;
   };
-  for (const DeviceTensor& input : plan.inputs) {
-    if (input.ready() == nullptr) continue;
-    absl::Status s = StreamWaitEvent(stream, *input.ready());
-    if (!s.ok()) return failed(s);
+  for (const auto* used : {&plan.inputs, &plan.outputs}) {
+    for (const DeviceTensor& tensor : *used) {
+      if (tensor.ready() == nullptr) continue;
+      absl::Status s = StreamWaitEvent(stream, *tensor.ready());
+      if (!s.ok()) return failed(s);
+    }
   }
   if (plan.before) {
     absl::Status s = plan.before(stream);

@@ -49,6 +49,7 @@
 #include "dataplane/mismatch_diagnosis.h"
 #include "dataplane/nccl/cuda_handles.h"
 #include "dataplane/nccl/device_tensor.h"
+#include "dataplane/nccl/internal/operation_agreement.h"
 #include "dataplane/nccl/nccl_comm.h"
 #include "dataplane/nccl/nccl_completion.h"
 #include "dataplane/nccl/nccl_types.h"
@@ -138,6 +139,10 @@ struct OpPlan {
   std::shared_ptr<CommEntry> comm;
   std::shared_ptr<CudaStream> stream;
   std::vector<DeviceTensor> inputs;
+  // What the work writes (allocated or the caller's): retained, and the
+  // stream waits for their ready events first (a caller's output may still
+  // be read by earlier work elsewhere). Not part of the description.
+  std::vector<DeviceTensor> outputs;
   std::vector<std::shared_ptr<const void>> retained;
   std::function<absl::Status(const CudaStream&)> before;
   std::function<int(NcclCommHandle)> nccl;
@@ -209,6 +214,14 @@ class SessionCore final : public NcclOpOwner,
   absl::StatusOr<DeviceTensor> AllocateOutput(
       const ValueDescriptor& descriptor,
       const std::shared_ptr<CudaStream>& stream, absl::string_view operation);
+  // The output of `operation`: `into` when the caller gave one, after
+  // checking it (exactly `descriptor`, on this device, and not overlapping
+  // `input` unless the operation runs `in_place`; InvalidArgument without
+  // poisoning otherwise); else AllocateOutput.
+  absl::StatusOr<DeviceTensor> OutputFor(
+      const ValueDescriptor& descriptor, const DeviceTensor* into,
+      const DeviceTensor* input, bool in_place,
+      const std::shared_ptr<CudaStream>& stream, absl::string_view operation);
   absl::StatusOr<Submitted> Submit(OpPlan plan);
   // Poison + abort (any failure after validation).
   absl::Status Fail(const absl::Status& cause);
@@ -270,6 +283,8 @@ class SessionCore final : public NcclOpOwner,
   std::vector<Outstanding> outstanding_ ABSL_GUARDED_BY(ops_mu_);
   const MismatchDiagnosis diagnosis_;
   OpQuarantine quarantine_;
+  // Agreement records' device memory, reused across operations.
+  internal::RecordBuffers record_buffers_;
 
   absl::Mutex abort_mu_;
   bool aborted_ ABSL_GUARDED_BY(abort_mu_) = false;
@@ -294,14 +309,16 @@ TensorResult SubmitAllReduceSum(SessionCore& core,
                                 const std::shared_ptr<CommEntry>& comm,
                                 const DeviceTensor& input,
                                 const std::shared_ptr<CudaStream>& stream,
-                                std::string name);
+                                std::string name,
+                                const DeviceTensor* into = nullptr);
 // Equal parts concatenated along `axis` in member order (axis 0 of a
 // scalar gives [members]).
 TensorResult SubmitAllGatherEven(SessionCore& core,
                                  const std::shared_ptr<CommEntry>& comm,
                                  const DeviceTensor& input, size_t axis,
                                  const std::shared_ptr<CudaStream>& stream,
-                                 std::string name);
+                                 std::string name,
+                                 const DeviceTensor* into = nullptr);
 // counts[m] = member m's extent along `axis` (this rank's must match its
 // input).
 TensorResult SubmitAllGatherUneven(SessionCore& core,
@@ -309,14 +326,16 @@ TensorResult SubmitAllGatherUneven(SessionCore& core,
                                    const DeviceTensor& input,
                                    absl::Span<const size_t> counts, size_t axis,
                                    const std::shared_ptr<CudaStream>& stream,
-                                   std::string name);
+                                   std::string name,
+                                   const DeviceTensor* into = nullptr);
 // Exact per-peer partitions along `axis`, grouped ncclSend/ncclRecv plus a
 // self copy.
 TensorResult SubmitAllToAll(
     SessionCore& core, const std::shared_ptr<CommEntry>& comm,
     const DeviceTensor& input, absl::Span<const size_t> send_counts,
     absl::Span<const size_t> receive_counts, size_t axis,
-    const std::shared_ptr<CudaStream>& stream, std::string name);
+    const std::shared_ptr<CudaStream>& stream, std::string name,
+    const DeviceTensor* into = nullptr);
 // Point-to-point; `peer` is a communicator rank (validated by the caller).
 TensorResult SubmitSend(SessionCore& core,
                         const std::shared_ptr<CommEntry>& comm, uint32_t peer,
@@ -327,12 +346,14 @@ TensorResult SubmitReceive(SessionCore& core,
                            const std::shared_ptr<CommEntry>& comm,
                            uint32_t peer, const ValueDescriptor& descriptor,
                            const std::shared_ptr<CudaStream>& stream,
-                           std::string name);
+                           std::string name,
+                           const DeviceTensor* into = nullptr);
 TensorResult SubmitBroadcast(SessionCore& core,
                              const std::shared_ptr<CommEntry>& comm,
                              const DeviceTensor& input, uint32_t root,
                              const std::shared_ptr<CudaStream>& stream,
-                             std::string name);
+                             std::string name,
+                             const DeviceTensor* into = nullptr);
 UnitResult SubmitBarrier(SessionCore& core,
                          const std::shared_ptr<CommEntry>& comm,
                          const std::shared_ptr<CudaStream>& stream,
@@ -360,13 +381,14 @@ SubmitAgreeSuccess(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
                    std::string name);
 // An ordered bundle from communicator rank `source` to `destination`. The
 // source sends `tensors` (output: the same tensors); the destination
-// receives tensors with their descriptors (output: new tensors).
+// receives tensors with their descriptors (output: new tensors, or with
+// `receive_into` the given tensors themselves, which must not overlap).
 absl::StatusOr<
     Submission<std::vector<DeviceTensor>, std::shared_ptr<NcclCompletion>>>
 SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
              absl::Span<const DeviceTensor> tensors, uint32_t source,
              uint32_t destination, const std::shared_ptr<CudaStream>& stream,
-             std::string name);
+             std::string name, bool receive_into = false);
 // Evaluation of local tensors on `stream` (no communicator): waits for
 // their ready events and retains them.
 UnitResult SubmitLocal(absl::Span<const DeviceTensor* const> values,

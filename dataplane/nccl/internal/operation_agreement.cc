@@ -1,9 +1,11 @@
 #include "dataplane/nccl/internal/operation_agreement.h"
 
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "dataplane/nccl/nccl_types.h"
 
 namespace rankd::dataplane::nccl::internal {
@@ -18,11 +20,56 @@ std::string Ranks(const std::vector<uint32_t>& ranks) {
 
 }  // namespace
 
+struct RecordBuffers::State {
+  mutable absl::Mutex mu;
+  std::multimap<size_t, std::shared_ptr<DeviceBuffer>> idle ABSL_GUARDED_BY(mu);
+};
+
+RecordBuffers::RecordBuffers() : state_(std::make_shared<State>()) {}
+
+size_t RecordBuffers::idle() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->idle.size();
+}
+
+absl::StatusOr<std::shared_ptr<DeviceBuffer>> RecordBuffers::Get(
+    size_t bytes, const std::shared_ptr<CudaStream>& stream) {
+  std::shared_ptr<DeviceBuffer> buffer;
+  {
+    absl::MutexLock lock(&state_->mu);
+    auto it = state_->idle.find(bytes);
+    if (it != state_->idle.end()) {
+      buffer = std::move(it->second);
+      state_->idle.erase(it);
+    }
+  }
+  if (buffer == nullptr) {
+    auto made = DeviceBuffer::Allocate(bytes, stream);
+    if (!made.ok()) return made.status();
+    buffer = *std::move(made);
+  }
+  // The handle's deleter gives the buffer back (or frees it, when the pool
+  // is gone or full).
+  DeviceBuffer* raw = buffer.get();
+  std::weak_ptr<State> home = state_;
+  return std::shared_ptr<DeviceBuffer>(
+      raw, [home, buffer = std::move(buffer)](DeviceBuffer*) mutable {
+        if (auto state = home.lock()) {
+          absl::MutexLock lock(&state->mu);
+          if (state->idle.size() < kMaxIdle) {
+            const size_t size = buffer->size();
+            state->idle.emplace(size, std::move(buffer));
+          }
+        }
+      });
+}
+
 absl::StatusOr<std::shared_ptr<const OperationAgreement>>
 OperationAgreement::ForCollective(std::vector<uint32_t> members, uint32_t me,
                                   std::vector<uint64_t> words,
                                   bool counts_matrix,
-                                  const std::shared_ptr<CudaStream>& stream) {
+                                  const std::shared_ptr<CudaStream>& stream,
+                                  RecordBuffers& buffers) {
   const size_t n = members.size();
   if (words.empty() || me >= n ||
       (counts_matrix && words.size() != 1 + 2 * n) ||
@@ -30,7 +77,7 @@ OperationAgreement::ForCollective(std::vector<uint32_t> members, uint32_t me,
     return absl::InternalError("nccl backend: malformed agreement record");
   }
   // [this member's words][every member's words]
-  auto buffer = DeviceBuffer::Allocate((1 + n) * words.size() * kWord, stream);
+  auto buffer = buffers.Get((1 + n) * words.size() * kWord, stream);
   if (!buffer.ok()) return buffer.status();
   std::shared_ptr<OperationAgreement> a(new OperationAgreement());
   a->members_ = std::move(members);
@@ -45,13 +92,14 @@ absl::StatusOr<std::shared_ptr<const OperationAgreement>>
 OperationAgreement::ForRoute(std::vector<uint32_t> members, uint32_t me,
                              uint32_t source, uint32_t destination,
                              uint64_t fingerprint,
-                             const std::shared_ptr<CudaStream>& stream) {
+                             const std::shared_ptr<CudaStream>& stream,
+                             RecordBuffers& buffers) {
   if (source >= members.size() || destination >= members.size() ||
       (me != source && me != destination)) {
     return absl::InternalError("nccl backend: malformed agreement route");
   }
   // [this end's fingerprint][the other end's]
-  auto buffer = DeviceBuffer::Allocate(2 * kWord, stream);
+  auto buffer = buffers.Get(2 * kWord, stream);
   if (!buffer.ok()) return buffer.status();
   std::shared_ptr<OperationAgreement> a(new OperationAgreement());
   a->members_ = std::move(members);

@@ -36,6 +36,26 @@
 
 namespace rankd::dataplane::nccl::internal {
 
+// The device memory agreement records live in, recycled: a record's buffer
+// returns here when the operation that used it released its resources
+// (after its work finished), so a steady loop allocates no device memory
+// for records. Keeps at most kMaxIdle idle buffers. Thread-safe; buffers
+// handed out may outlive the pool (they are then freed).
+class RecordBuffers {
+ public:
+  static constexpr size_t kMaxIdle = 64;
+  RecordBuffers();
+  // A buffer of exactly `bytes` bytes on stream->device(): an idle one, or
+  // a new one allocated on `stream`.
+  absl::StatusOr<std::shared_ptr<DeviceBuffer>> Get(
+      size_t bytes, const std::shared_ptr<CudaStream>& stream);
+  size_t idle() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
 class OperationAgreement {
  public:
   // A collective over `members` (world ranks, member order) where this
@@ -45,14 +65,15 @@ class OperationAgreement {
   static absl::StatusOr<std::shared_ptr<const OperationAgreement>>
   ForCollective(std::vector<uint32_t> members, uint32_t me,
                 std::vector<uint64_t> words, bool counts_matrix,
-                const std::shared_ptr<CudaStream>& stream);
+                const std::shared_ptr<CudaStream>& stream,
+                RecordBuffers& buffers);
   // A transfer from member index `source` to `destination` of a
   // communicator whose world ranks are `members`; this member is `me` (one
   // of the two).
   static absl::StatusOr<std::shared_ptr<const OperationAgreement>> ForRoute(
       std::vector<uint32_t> members, uint32_t me, uint32_t source,
       uint32_t destination, uint64_t fingerprint,
-      const std::shared_ptr<CudaStream>& stream);
+      const std::shared_ptr<CudaStream>& stream, RecordBuffers& buffers);
 
   // Queues the copy of this member's record to the device (`stream` keeps
   // the order: before Exchange).
