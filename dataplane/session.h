@@ -38,6 +38,7 @@ class DistributedSession {
   using Value = ValueT;
   using CompletionPtr = std::shared_ptr<BoundedCompletion>;
   using ValueSubmission = Submission<Value, CompletionPtr>;
+  using ValuesSubmission = Submission<std::vector<Value>, CompletionPtr>;
 
   virtual ~DistributedSession() = default;
 
@@ -74,6 +75,20 @@ class DistributedSession {
   virtual absl::StatusOr<ValueSubmission> Receive(
       const CollectiveScope& scope, size_t peer,
       const ValueDescriptor& descriptor) = 0;
+
+  // Point-to-point in both directions at once: every `sends` entry sends
+  // its value to member `peer` of the scope, every `receives` entry
+  // receives into its caller-owned value from member `peer` (its
+  // descriptor is the one expected); all are posted together and complete
+  // together. Each transfer pairs with the peer's matching Send, Receive or
+  // batch entry on the same direction, in order, so two members can swap
+  // values and a ring (send to the next, receive from the previous) needs
+  // no even/odd ordering. InvalidArgument for a peer out of range or this
+  // rank, an output shared by two receives or read by a send, or more than
+  // kMaxBatchTransfers transfers. The output: the receive values, in order.
+  virtual absl::StatusOr<ValuesSubmission> BatchSendReceive(
+      const CollectiveScope& scope, absl::Span<const PeerValue<Value>> sends,
+      absl::Span<const PeerValue<Value>> receives) = 0;
 
   // Caller-owned outputs: the same operations writing into `output`, which
   // must have exactly the result's descriptor (InvalidArgument otherwise,

@@ -218,6 +218,17 @@ absl::Status RequireCapability(bool advertised, const char* backend,
 absl::StatusOr<ValueDescriptor> CheckAllToAllV(
     const ValueDescriptor& input, absl::Span<const size_t> send_counts,
     absl::Span<const size_t> receive_counts, const ResolvedScope& scope);
+// One transfer of a batched send/receive: `value` goes to (or, for a
+// receive, is the caller-owned output filled from) member `peer` of the
+// scope (or group).
+template <typename T>
+struct PeerValue {
+  size_t peer = 0;
+  T value;
+};
+// The most transfers one batched send/receive may hold.
+inline constexpr size_t kMaxBatchTransfers = 4096;
+
 // send/receive: `peer` indexes the scope's members and is not this rank.
 absl::Status CheckPeer(size_t peer, const ResolvedScope& scope,
                        const char* operation);

@@ -961,6 +961,165 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
       std::move(tensors), *std::move(completion)};
 }
 
+GlooBundleSubmission GlooBackend::BatchSendReceive(
+    absl::Span<const PeerValue<HostTensor>> sends,
+    absl::Span<const PeerValue<HostTensor>> receives, GlooGroup& group,
+    GlooExecutor& executor) {
+  constexpr char kind[] = "batch_send_receive";
+  if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
+  if (absl::Status s = RequireCapability(caps_.point_to_point, kBackend, kind,
+                                         "point_to_point");
+      !s.ok()) {
+    return s;
+  }
+  if (sends.size() + receives.size() > kMaxBatchTransfers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo backend: ", kind, ": a batch holds at most ", kMaxBatchTransfers,
+        " transfers; got ", sends.size() + receives.size()));
+  }
+  // Peers are members other than this one; no output is written twice or
+  // read by a send of the same batch.
+  absl::flat_hash_set<const uint8_t*> outputs;
+  for (const auto* list : {&sends, &receives}) {
+    const bool receiving = list == &receives;
+    for (size_t i = 0; i < list->size(); ++i) {
+      const size_t peer = (*list)[i].peer;
+      if (peer >= group.size() || peer == group.local_rank()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "gloo backend: ", kind, ": ", receiving ? "receive " : "send ", i,
+            " names member ", peer, ", which is ",
+            peer >= group.size() ? "outside " : "this member of ",
+            group.ToString(), " (", group.size(), " members)"));
+      }
+      const HostTensor& t = (*list)[i].value;
+      if (receiving && t.byte_size() > 0 && !outputs.insert(t.data()).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("gloo backend: ", kind, ": receive ", i,
+                         " shares its output with an earlier receive"));
+      }
+    }
+  }
+  for (size_t i = 0; i < sends.size(); ++i) {
+    if (sends[i].value.byte_size() > 0 &&
+        outputs.contains(sends[i].value.data())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gloo backend: ", kind, ": send ", i,
+          " reads a tensor that a receive of the same batch writes"));
+    }
+  }
+  // What each transfer is, as the peer's single-tensor SendReceive
+  // describes it, so either form pairs with the other.
+  struct Transfer {
+    uint32_t peer;  // member index
+    bool send;
+    HostTensor tensor;
+    std::string canonical;
+  };
+  std::vector<Transfer> transfers;
+  std::vector<std::shared_ptr<const void>> resources;
+  std::vector<HostTensor> received;
+  for (const auto* list : {&sends, &receives}) {
+    for (const PeerValue<HostTensor>& t : *list) {
+      transfers.push_back(
+          {static_cast<uint32_t>(t.peer), list == &sends, t.value,
+           absl::StrCat("bundle(", t.value.descriptor().ToString(), ")")});
+      resources.push_back(t.value.resource());
+      if (list == &receives) received.push_back(t.value);
+    }
+  }
+  std::shared_ptr<GlooGroup> g = group.shared_from_this();
+  resources.push_back(g);
+  const std::string op = OperationName(kind, group);
+  const bool verify = options().verify_agreement;
+  const Milliseconds timeout = Millis(options().op_timeout);
+  auto completion = executor.Submit(
+      kind, op, std::move(resources),
+      [g, transfers = std::move(transfers), op, verify, timeout,
+       diagnosis = comm_->diagnosis()] {
+        using gloo_internal::PostedTransfer;
+        using gloo_internal::RouteSlot;
+        const uint32_t me = g->local_rank();
+        const size_t n = transfers.size();
+        // Route order: every transfer takes the next number of its route.
+        std::vector<uint32_t> sequence(n);
+        std::vector<uint64_t> fingerprint(n);
+        for (size_t i = 0; i < n; ++i) {
+          const Transfer& t = transfers[i];
+          sequence[i] = t.send ? g->NextRouteSequence(me, t.peer)
+                               : g->NextRouteSequence(t.peer, me);
+          fingerprint[i] = OperationFingerprint(t.canonical);
+        }
+        auto ascending = [&](const Transfer& t) {
+          return t.send ? me < t.peer : t.peer < me;
+        };
+        std::vector<bool> agreed(n, true);
+        std::string disagreements;
+        if (verify) {
+          // As SendReceive does: each end sends the other its fingerprint.
+          std::vector<uint64_t> theirs(n, 0);
+          std::vector<uint64_t> mine = fingerprint;
+          std::vector<PostedTransfer> checks;
+          for (size_t i = 0; i < n; ++i) {
+            const Transfer& t = transfers[i];
+            const uint32_t check_tag = OperationTag(
+                sequence[i], OperationFingerprint("agreement check"));
+            const int peer = static_cast<int>(t.peer);
+            checks.push_back(
+                {peer, RouteSlot(ascending(t), check_tag, t.send ? 0 : 1),
+                 &mine[i], sizeof(uint64_t), true});
+            checks.push_back(
+                {peer, RouteSlot(ascending(t), check_tag, t.send ? 1 : 0),
+                 &theirs[i], sizeof(uint64_t), false});
+          }
+          absl::Status s =
+              CatchNative(absl::StrCat("gloo ", op, " (agreement check)"), [&] {
+                gloo_internal::NativeTransfers(g->context(), checks, timeout);
+              });
+          if (!s.ok()) return TaskResult::Native(s);
+          for (size_t i = 0; i < n; ++i) {
+            if (mine[i] == theirs[i]) continue;
+            agreed[i] = false;
+            absl::StrAppend(&disagreements, disagreements.empty() ? "" : "; ",
+                            transfers[i].send ? "send to" : "receive from",
+                            " member ", transfers[i].peer, " (rank ",
+                            g->members()[transfers[i].peer], "): this end has ",
+                            transfers[i].canonical,
+                            ", the other end something else");
+          }
+        }
+        // The payloads; a transfer the ends disagreed on moves nothing, the
+        // others still move so that every peer stays in step.
+        std::vector<PostedTransfer> payloads;
+        for (size_t i = 0; i < n; ++i) {
+          const Transfer& t = transfers[i];
+          if (!agreed[i] || t.tensor.byte_size() == 0) continue;
+          const uint32_t tag = OperationTag(sequence[i], fingerprint[i]);
+          payloads.push_back({static_cast<int>(t.peer),
+                              RouteSlot(ascending(t), tag, 2), t.tensor.data(),
+                              t.tensor.byte_size(), t.send});
+        }
+        if (!payloads.empty()) {
+          const Transfer& first = transfers.front();
+          GlooRoute route(g, first.send ? me : first.peer,
+                          first.send ? first.peer : me);
+          TaskResult r = RunNative(*diagnosis, OnRoute(route), sequence.front(),
+                                   op, first.canonical, [&] {
+                                     gloo_internal::NativeTransfers(
+                                         g->context(), payloads, timeout);
+                                   });
+          if (!r.status.ok()) return r;
+        }
+        if (!disagreements.empty()) {
+          return TaskResult::Agreed(absl::InvalidArgumentError(absl::StrCat(
+              "gloo ", op, ": the ends disagree: ", disagreements)));
+        }
+        return TaskResult::Ok();
+      });
+  if (!completion.ok()) return completion.status();
+  return Submission<std::vector<HostTensor>, GlooCompletionPtr>{
+      std::move(received), *std::move(completion)};
+}
+
 GlooTensorSubmission GlooBackend::AllGatherEvenInto(const HostTensor& value,
                                                     size_t axis,
                                                     const HostTensor& output,

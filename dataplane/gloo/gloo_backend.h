@@ -194,6 +194,23 @@ class GlooBackend {
                                          const GlooRoute& route,
                                          GlooExecutor& executor);
 
+  // Point-to-point in both directions at once: every transfer of the batch
+  // is posted together and the completion completes when all have. Each
+  // `sends` entry sends its tensor to member `peer` of `group`; each
+  // `receives` entry receives into its (caller-owned) tensor from member
+  // `peer`, whose descriptor is the one expected. A transfer pairs with the
+  // peer's matching transfer on the same route in route order, whether the
+  // peer batches it or uses SendReceive with one tensor; so two members can
+  // swap tensors, and a ring (send to the next, receive from the previous)
+  // needs no even/odd ordering. InvalidArgument, nothing queued, for a peer
+  // that is this member or outside the group, two receives into one
+  // buffer, a send of a buffer a receive writes, or more than
+  // kMaxBatchTransfers. The output: the receive tensors, in order.
+  GlooBundleSubmission BatchSendReceive(
+      absl::Span<const PeerValue<HostTensor>> sends,
+      absl::Span<const PeerValue<HostTensor>> receives, GlooGroup& group,
+      GlooExecutor& executor);
+
   // OK when new work named `operation` may be submitted; otherwise the
   // refusal every operation gives (poisoned: the original cause; work
   // quarantined: FailedPrecondition).

@@ -179,6 +179,18 @@ absl::StatusOr<ValueSubmission> GlooSession::ReceiveImpl(
                          std::move(bundle->completion)};
 }
 
+absl::StatusOr<GlooSession::ValuesSubmission> GlooSession::BatchSendReceive(
+    const CollectiveScope& scope, absl::Span<const PeerValue<Value>> sends,
+    absl::Span<const PeerValue<Value>> receives) {
+  auto group = Scope("batch_send_receive", scope);
+  if (!group.ok()) return group.status();
+  auto batch = backend_->BatchSendReceive(sends, receives, **group,
+                                          backend_->executor());
+  if (!batch.ok()) return batch.status();
+  return ValuesSubmission{std::move(batch->output),
+                          std::move(batch->completion)};
+}
+
 absl::StatusOr<std::vector<uint32_t>> GlooSession::AllGatherWords(
     absl::Span<const uint32_t> local) {
   return control_plane_->AllGatherWords(local,

@@ -57,6 +57,9 @@ class GlooSession final : public DistributedSession<HostTensor> {
   absl::StatusOr<ValueSubmission> Receive(
       const CollectiveScope& scope, size_t peer,
       const ValueDescriptor& descriptor) override;
+  absl::StatusOr<ValuesSubmission> BatchSendReceive(
+      const CollectiveScope& scope, absl::Span<const PeerValue<Value>> sends,
+      absl::Span<const PeerValue<Value>> receives) override;
   absl::StatusOr<ValueSubmission> AllReduceSumInto(
       const CollectiveScope& scope, const Value& input,
       const Value& output) override;

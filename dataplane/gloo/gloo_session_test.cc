@@ -773,6 +773,102 @@ TEST_F(FourRankTest, CallerOwnedOutputsAllocateNothingPerStep) {
   EXPECT_GE(HostBufferPool::Default().GetStats().requests - plain_before, 4u);
 }
 
+// A ring in one call per member (send to the next, receive from the
+// previous) and a swap between two members, with no even/odd ordering; a
+// batch entry also pairs with the peer's plain Send.
+TEST_F(FourRankTest, BatchedSendReceiveRunsARingAndASwap) {
+  cluster_.Run([&](uint32_t r) {
+    GlooSession& s = cluster_.session(r);
+    const CollectiveScope world = CollectiveScope::World();
+    auto desc = *ValueDescriptor::Create({2}, TensorDtype::kU32);
+    const uint32_t next = (r + 1) % 4, prev = (r + 3) % 4;
+    auto mine = *HostTensor::FromVector<uint32_t>({2}, {r, 10 * r});
+    HostTensor from_prev = HostTensor::Zeros(desc);
+    const std::vector<PeerValue<HostTensor>> sends = {{next, mine}};
+    const std::vector<PeerValue<HostTensor>> receives = {{prev, from_prev}};
+    auto ring = s.BatchSendReceive(world, sends, receives);
+    ASSERT_TRUE(ring.ok()) << ring.status();
+    ASSERT_TRUE(ring->completion->Wait().ok());
+    ASSERT_EQ(ring->output.size(), 1u);
+    EXPECT_TRUE(ring->output[0].SharesBufferWith(from_prev));
+    EXPECT_EQ(ValuesOf<uint32_t>(from_prev),
+              (std::vector<uint32_t>{prev, 10 * prev}));
+    // Swap within the tensor group (members 0 and 1), both directions in
+    // one batch.
+    const CollectiveScope tensor = CollectiveScope::Group(r < 2 ? 2 : 3);
+    const size_t other = r % 2 == 0 ? 1 : 0;
+    HostTensor theirs = HostTensor::Zeros(desc);
+    const std::vector<PeerValue<HostTensor>> swap_send = {{other, mine}};
+    const std::vector<PeerValue<HostTensor>> swap_receive = {{other, theirs}};
+    auto swap = s.BatchSendReceive(tensor, swap_send, swap_receive);
+    ASSERT_TRUE(swap.ok()) << swap.status();
+    ASSERT_TRUE(swap->completion->Wait().ok());
+    const uint32_t partner = r % 2 == 0 ? r + 1 : r - 1;
+    EXPECT_EQ(ValuesOf<uint32_t>(theirs),
+              (std::vector<uint32_t>{partner, 10 * partner}));
+    // Mixed: even ranks batch a receive, odd ranks answer with a plain Send.
+    const CollectiveScope data = CollectiveScope::Group(r % 2 == 0 ? 12 : 13);
+    if (r < 2) {
+      HostTensor got = HostTensor::Zeros(desc);
+      const std::vector<PeerValue<HostTensor>> in = {{1, got}};
+      auto batch = s.BatchSendReceive(data, {}, in);
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      ASSERT_TRUE(batch->completion->Wait().ok());
+      EXPECT_EQ(ValuesOf<uint32_t>(got),
+                (std::vector<uint32_t>{r + 2, 10 * (r + 2)}));
+    } else {
+      auto sent = s.Send(data, 0, mine);
+      ASSERT_TRUE(sent.ok()) << sent.status();
+      ASSERT_TRUE(sent->completion->Wait().ok());
+    }
+    // Refused before anything runs.
+    const std::vector<PeerValue<HostTensor>> to_self = {{r, mine}};
+    EXPECT_EQ(s.BatchSendReceive(world, to_self, {}).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    const std::vector<PeerValue<HostTensor>> twice = {{next, from_prev},
+                                                      {prev, from_prev}};
+    EXPECT_EQ(s.BatchSendReceive(world, {}, twice).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.BatchSendReceive(world, receives, receives).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  });
+}
+
+// With verify_agreement, a batch entry whose ends disagree fails on both
+// ends, naming the transfer, while the batch's other transfers still move.
+TEST(BatchDisagreementTest, TheDisagreeingTransferIsNamedTheOthersMove) {
+  GlooOptions options = GlooTestCluster::DefaultOptions();
+  options.verify_agreement = true;
+  GlooTestCluster cluster({1, 1, 1, 3}, 3, options);
+  ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+  cluster.Run([&](uint32_t r) {
+    GlooSession& s = cluster.session(r);
+    const CollectiveScope world = CollectiveScope::World();
+    auto u32 = *ValueDescriptor::Create({2}, TensorDtype::kU32);
+    auto f32 = *ValueDescriptor::Create({2}, TensorDtype::kF32);
+    if (r == 0) {  // receives u32[2] from 1 and from 2
+      HostTensor a = HostTensor::Zeros(u32), b = HostTensor::Zeros(u32);
+      const std::vector<PeerValue<HostTensor>> in = {{1, a}, {2, b}};
+      auto batch = s.BatchSendReceive(world, {}, in);
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      absl::Status done = batch->completion->Wait();
+      EXPECT_EQ(done.code(), absl::StatusCode::kInvalidArgument) << done;
+      EXPECT_TRUE(absl::StrContains(done.message(), "receive from member 2"))
+          << done;
+      EXPECT_EQ(ValuesOf<uint32_t>(a), (std::vector<uint32_t>{1, 1}));
+    } else {
+      HostTensor t = r == 1 ? *HostTensor::FromVector<uint32_t>({2}, {1, 1})
+                            : HostTensor::Zeros(f32);  // rank 2 disagrees
+      const std::vector<PeerValue<HostTensor>> out = {{0, t}};
+      auto batch = s.BatchSendReceive(world, out, {});
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      absl::Status done = batch->completion->Wait();
+      EXPECT_EQ(done.ok(), r == 1) << done;
+    }
+    EXPECT_FALSE(s.backend().poisoned());
+  });
+}
+
 TEST_F(FourRankTest, AllGatherWordsIsRankMajor) {
   cluster_.Run([&](uint32_t r) {
     auto words =

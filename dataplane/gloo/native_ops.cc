@@ -1,7 +1,10 @@
 #include "dataplane/gloo/native_ops.h"
 
+#include <algorithm>
 #include <exception>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -170,6 +173,36 @@ void NativeExchange(const std::shared_ptr<gloo::Context>& context, int peer,
   out->send(peer, send_slot);
   if (!in->waitRecv(timeout)) throw gloo::IoException("receive aborted");
   if (!out->waitSend(timeout)) throw gloo::IoException("send aborted");
+}
+
+void NativeTransfers(const std::shared_ptr<gloo::Context>& context,
+                     const std::vector<PostedTransfer>& transfers,
+                     Milliseconds timeout) {
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers;
+  buffers.reserve(transfers.size());
+  for (const PostedTransfer& t : transfers) {
+    buffers.push_back(context->createUnboundBuffer(NonNull(t.data), t.bytes));
+  }
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    if (!transfers[i].send)
+      buffers[i]->recv(transfers[i].peer, transfers[i].slot);
+  }
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    if (transfers[i].send)
+      buffers[i]->send(transfers[i].peer, transfers[i].slot);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    const auto left = std::max(
+        Milliseconds(1), std::chrono::duration_cast<Milliseconds>(
+                             deadline - std::chrono::steady_clock::now()));
+    const bool finished = transfers[i].send ? buffers[i]->waitSend(left)
+                                            : buffers[i]->waitRecv(left);
+    if (!finished) {
+      throw gloo::IoException(transfers[i].send ? "send aborted"
+                                                : "receive aborted");
+    }
+  }
 }
 
 }  // namespace rankd::dataplane::gloo_internal

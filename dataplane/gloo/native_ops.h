@@ -90,6 +90,21 @@ void NativeExchange(const std::shared_ptr<gloo::Context>& context, int peer,
                     uint64_t recv_slot, void* recv, size_t recv_bytes,
                     Milliseconds timeout);
 
+// One transfer of a batch: `bytes` at `data` sent to (or received from)
+// member `peer` on `slot`.
+struct PostedTransfer {
+  int peer = 0;
+  uint64_t slot = 0;
+  void* data = nullptr;
+  size_t bytes = 0;
+  bool send = false;
+};
+// Posts every transfer (receives first), then waits for all of them; the
+// whole batch is bounded by `timeout`.
+void NativeTransfers(const std::shared_ptr<gloo::Context>& context,
+                     const std::vector<PostedTransfer>& transfers,
+                     Milliseconds timeout);
+
 }  // namespace rankd::dataplane::gloo_internal
 
 #endif  // RANKD_DATAPLANE_GLOO_NATIVE_OPS_H_
