@@ -250,6 +250,18 @@ AgreementSubmission<NcclBackend> NcclBackend::AgreeSuccess(
       absl::StrCat("agree_success on ", GroupName(group)));
 }
 
+BundleSubmission<NcclBackend> NcclBackend::BatchSendReceive(
+    absl::Span<const PeerValue<DeviceTensor>> sends,
+    absl::Span<const PeerValue<DeviceTensor>> receives, NcclGroup& group,
+    CudaExecutor& executor) {
+  absl::Status ok =
+      Check(group, executor, "batch_send_receive",
+            &DistributedCapabilities::point_to_point, "point_to_point");
+  if (!ok.ok()) return ok;
+  return SubmitBatch(*core_, group.comm_, sends, receives, executor.stream(),
+                     absl::StrCat("batch_send_receive on ", GroupName(group)));
+}
+
 BundleSubmission<NcclBackend> NcclBackend::SendReceive(
     absl::Span<const DeviceTensor> tensors, const NcclRoute& route,
     CudaExecutor& executor) {

@@ -147,6 +147,14 @@ class NcclBackend {
       absl::Span<const DeviceTensor> tensors, const NcclRoute& route,
       CudaExecutor& executor);
 
+  // Point-to-point in both directions at once, as GlooBackend's: every
+  // transfer is posted in one NCCL group. On NCCL a batch's transfers pair
+  // with the peer's batch (NCCL matches what each group call posts).
+  BundleSubmission<NcclBackend> BatchSendReceive(
+      absl::Span<const PeerValue<DeviceTensor>> sends,
+      absl::Span<const PeerValue<DeviceTensor>> receives, NcclGroup& group,
+      CudaExecutor& executor);
+
   // Caller-owned outputs (docs/nccl.md, "Caller-owned outputs"), as on
   // GlooBackend: the operations above writing into `output` (on this
   // device, exactly the result's descriptor; InvalidArgument otherwise,

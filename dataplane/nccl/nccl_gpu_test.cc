@@ -804,6 +804,67 @@ TEST_F(NcclMultiGpuTest, CallerOwnedOutputsAllocateNoDeviceMemoryPerStep) {
   });
 }
 
+// A ring in one call per rank (send to the next, receive from the
+// previous), with no even/odd ordering, then a swap between two ranks in
+// one batch each, then a batch whose ends disagree on a dtype: it fails
+// on both ends as a disagreement.
+TEST_F(NcclMultiGpuTest, BatchedSendReceiveRunsARingAndASwap) {
+  const uint32_t world = MultiWorld();
+  RunRanks(
+      world, DataParallel(world),
+      [world](uint32_t r, NcclSession& s, InProcessJob&) {
+        auto stream = s.stream();
+        const CollectiveScope scope = CollectiveScope::World();
+        const uint32_t next = (r + 1) % world;
+        const uint32_t prev = (r + world - 1) % world;
+        auto mine = Upload(Desc({2}, TensorDtype::kI32),
+                           std::vector<int32_t>{static_cast<int32_t>(r),
+                                                static_cast<int32_t>(7 * r)},
+                           stream);
+        auto from_prev = Upload(Desc({2}, TensorDtype::kI32),
+                                std::vector<int32_t>{0, 0}, stream);
+        const std::vector<PeerValue<DeviceTensor>> sends = {{next, mine}};
+        const std::vector<PeerValue<DeviceTensor>> receives = {
+            {prev, from_prev}};
+        auto ring = s.BatchSendReceive(scope, sends, receives);
+        ASSERT_TRUE(ring.ok()) << ring.status();
+        ASSERT_OK(ring->completion->Wait());
+        EXPECT_EQ(Download<int32_t>(from_prev),
+                  (std::vector<int32_t>{static_cast<int32_t>(prev),
+                                        static_cast<int32_t>(7 * prev)}));
+        if (r > 1) return;
+        // Ranks 0 and 1 swap; rank 1 lists its receive first.
+        const uint32_t other = 1 - r;
+        auto theirs = Upload(Desc({2}, TensorDtype::kI32),
+                             std::vector<int32_t>{0, 0}, stream);
+        const std::vector<PeerValue<DeviceTensor>> out = {{other, mine}};
+        const std::vector<PeerValue<DeviceTensor>> in = {{other, theirs}};
+        auto swap = s.BatchSendReceive(scope, out, in);
+        ASSERT_TRUE(swap.ok()) << swap.status();
+        ASSERT_OK(swap->completion->Wait());
+        EXPECT_EQ(Download<int32_t>(theirs),
+                  (std::vector<int32_t>{static_cast<int32_t>(other),
+                                        static_cast<int32_t>(7 * other)}));
+        // Rank 1 expects f32[2] where rank 0 sends i32[2].
+        auto f32 = Upload(Desc({2}), std::vector<float>{0, 0}, stream);
+        const std::vector<PeerValue<DeviceTensor>> wrong = {{0, f32}};
+        auto bad = r == 0 ? s.BatchSendReceive(scope, out, {})
+                          : s.BatchSendReceive(scope, {}, wrong);
+        ASSERT_TRUE(bad.ok()) << bad.status();
+        absl::Status done = bad->completion->Wait();
+        EXPECT_EQ(done.code(), absl::StatusCode::kInvalidArgument) << done;
+        EXPECT_TRUE(absl::StrContains(done.message(), "members disagree"))
+            << done;
+        // Refused before native work.
+        const std::vector<PeerValue<DeviceTensor>> self = {{r, mine}};
+        EXPECT_EQ(s.BatchSendReceive(scope, self, {}).status().code(),
+                  absl::StatusCode::kInvalidArgument);
+        const std::vector<PeerValue<DeviceTensor>> aliased = {{other, theirs}};
+        EXPECT_EQ(s.BatchSendReceive(scope, aliased, in).status().code(),
+                  absl::StatusCode::kInvalidArgument);
+      });
+}
+
 TEST_F(NcclMultiGpuTest, GroupsOfATopology) {
   const uint32_t world = MultiWorld() >= 4 ? 4 : 2;
   ParallelTopology topology;

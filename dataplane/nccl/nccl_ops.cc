@@ -731,6 +731,102 @@ SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
       std::move(outputs), submitted->completion};
 }
 
+absl::StatusOr<
+    Submission<std::vector<DeviceTensor>, std::shared_ptr<NcclCompletion>>>
+SubmitBatch(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
+            absl::Span<const PeerValue<DeviceTensor>> sends,
+            absl::Span<const PeerValue<DeviceTensor>> receives,
+            const std::shared_ptr<CudaStream>& stream, std::string name) {
+  const uint32_t n = static_cast<uint32_t>(comm->members.size());
+  const uint32_t me = comm->local_rank;
+  if (sends.empty() && receives.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl backend: ", name, ": the batch is empty"));
+  }
+  if (sends.size() + receives.size() > kMaxBatchTransfers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: ", name, ": a batch holds at most ", kMaxBatchTransfers,
+        " transfers; got ", sends.size() + receives.size()));
+  }
+  OpPlan plan;
+  // Written ranges, to refuse two receives into one place or a send of
+  // memory a receive writes.
+  std::vector<std::pair<const char*, size_t>> written;
+  for (const auto* list : {&receives, &sends}) {
+    const bool sending = list == &sends;
+    for (size_t i = 0; i < list->size(); ++i) {
+      const PeerValue<DeviceTensor>& t = (*list)[i];
+      if (t.peer >= n || t.peer == me) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "nccl backend: ", name, ": ", sending ? "send " : "receive ", i,
+            " names member ", t.peer, ", which is ",
+            t.peer >= n ? "outside the group" : "this member", " (", n,
+            " members)"));
+      }
+      absl::Status valid = core.CheckTensor(t.value, name);
+      if (!valid.ok()) return valid;
+      const auto* begin = static_cast<const char*>(t.value.data());
+      const size_t bytes = t.value.byte_size();
+      for (const auto& [at, size] : written) {
+        if (bytes > 0 && size > 0 && begin < at + size && at < begin + bytes) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "nccl backend: ", name, ": ", sending ? "send " : "receive ", i,
+              sending ? " reads memory that a receive of the batch writes"
+                      : " overlaps an earlier receive's output"));
+        }
+      }
+      if (!sending) written.emplace_back(begin, bytes);
+      const std::string canonical =
+          absl::StrCat("transfer ", t.value.descriptor().ToString());
+      plan.batch.push_back({static_cast<uint32_t>(t.peer), sending,
+                            OperationFingerprint(canonical), canonical});
+      (sending ? plan.inputs : plan.outputs).push_back(t.value);
+    }
+  }
+  plan.name = std::move(name);
+  plan.comm = comm;
+  plan.stream = stream;
+  const auto& first = plan.batch.front();
+  plan.route = first.send ? std::make_pair(me, first.peer)
+                          : std::make_pair(first.peer, me);
+  plan.canonical = first.canonical;
+  struct Posted {
+    void* data;
+    size_t bytes;
+    int peer;
+    bool send;
+  };
+  std::vector<Posted> posted;
+  for (const auto* list : {&receives, &sends}) {
+    for (const PeerValue<DeviceTensor>& t : *list) {
+      if (t.value.byte_size() == 0) continue;
+      posted.push_back({t.value.data(), t.value.byte_size(),
+                        static_cast<int>(t.peer), list == &sends});
+    }
+  }
+  if (!posted.empty()) {
+    CudaStreamHandle s = stream->get();
+    plan.nccl = [posted, s](NcclCommHandle c) {
+      return NcclGrouped([&]() -> int {
+        for (const Posted& p : posted) {
+          int r = p.send ? NcclSend(p.data, p.bytes, NcclDataType::kInt8,
+                                    p.peer, c, s)
+                         : NcclRecv(p.data, p.bytes, NcclDataType::kInt8,
+                                    p.peer, c, s);
+          if (r != kNcclSuccess && r != kNcclInProgress) return r;
+        }
+        return kNcclSuccess;
+      });
+    };
+  }
+  std::vector<DeviceTensor> outputs(plan.outputs.begin(), plan.outputs.end());
+  auto submitted = core.Submit(std::move(plan));
+  if (!submitted.ok()) return submitted.status();
+  for (auto& t : outputs) t = t.WithReady(submitted->event);
+  return Submission<std::vector<DeviceTensor>, std::shared_ptr<NcclCompletion>>{
+      std::move(outputs), submitted->completion};
+}
+
 UnitResult SubmitLocal(absl::Span<const DeviceTensor* const> values,
                        const std::shared_ptr<CudaStream>& stream) {
   if (stream == nullptr) {

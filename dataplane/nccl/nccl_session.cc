@@ -170,6 +170,23 @@ absl::StatusOr<ValueSubmission> NcclSession::ReceiveImpl(
       output));
 }
 
+absl::StatusOr<NcclSession::ValuesSubmission> NcclSession::BatchSendReceive(
+    const CollectiveScope& scope,
+    absl::Span<const PeerValue<DeviceTensor>> sends,
+    absl::Span<const PeerValue<DeviceTensor>> receives) {
+  auto comm = core_->CommFor(scope, "batch_send_receive",
+                             &DistributedCapabilities::point_to_point,
+                             "point_to_point");
+  if (!comm.ok()) return comm.status();
+  auto batch =
+      SubmitBatch(*core_, *comm, sends, receives, core_->stream(),
+                  absl::StrCat("batch_send_receive on ", scope.ToString()));
+  if (!batch.ok()) return batch.status();
+  return ValuesSubmission{
+      std::move(batch->output),
+      std::shared_ptr<BoundedCompletion>(std::move(batch->completion))};
+}
+
 absl::StatusOr<std::vector<uint32_t>> NcclSession::AllGatherWords(
     absl::Span<const uint32_t> local) {
   return core_->control_plane()->AllGatherWords(local,

@@ -100,6 +100,10 @@ class NcclSession final : public DistributedSession<DeviceTensor> {
   absl::StatusOr<ValueSubmission> Receive(
       const CollectiveScope& scope, size_t peer,
       const ValueDescriptor& descriptor) override;
+  absl::StatusOr<ValuesSubmission> BatchSendReceive(
+      const CollectiveScope& scope,
+      absl::Span<const PeerValue<DeviceTensor>> sends,
+      absl::Span<const PeerValue<DeviceTensor>> receives) override;
   absl::StatusOr<ValueSubmission> AllReduceSumInto(
       const CollectiveScope& scope, const DeviceTensor& input,
       const DeviceTensor& output) override;

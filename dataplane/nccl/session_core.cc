@@ -391,7 +391,11 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
   if (plan.comm != nullptr && plan.comm->members.size() > 1) {
     absl::StatusOr<std::shared_ptr<const internal::OperationAgreement>> made;
     const uint64_t fingerprint = OperationFingerprint(what.canonical);
-    if (plan.route.has_value()) {
+    if (!plan.batch.empty()) {
+      made = internal::OperationAgreement::ForBatch(
+          plan.comm->members, plan.comm->local_rank, plan.batch, plan.stream,
+          record_buffers_);
+    } else if (plan.route.has_value()) {
       made = internal::OperationAgreement::ForRoute(
           plan.comm->members, plan.comm->local_rank, plan.route->first,
           plan.route->second, fingerprint, plan.stream, record_buffers_);
@@ -477,6 +481,13 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
     CudaStreamHandle handle = stream.get();
     auto body = [&](NcclCommHandle c) {
       sequence = comm->NextSequence(plan.route);
+      // A batch's other transfers take the next numbers of their routes.
+      const uint32_t me = comm->local_rank;
+      for (size_t i = 1; i < plan.batch.size(); ++i) {
+        const auto& t = plan.batch[i];
+        comm->NextSequence(t.send ? std::make_pair(me, t.peer)
+                                  : std::make_pair(t.peer, me));
+      }
       ordered->store(sequence);
       if (agreement == nullptr) return plan.nccl(c);
       return NcclGrouped([&]() -> int {

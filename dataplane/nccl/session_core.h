@@ -133,6 +133,10 @@ struct OpPlan {
   std::string canonical;
   // Point-to-point: (source, destination) member indices.
   std::optional<std::pair<uint32_t, uint32_t>> route;
+  // A batched send/receive: its transfers (route numbers and agreement
+  // records are per transfer; `route` is the first one's, for the
+  // diagnosis).
+  std::vector<internal::OperationAgreement::BatchEntry> batch;
   // all_to_all_v: this member's send counts then receive counts (one per
   // member), checked pairwise against the others' after the work.
   std::vector<uint64_t> agreement_counts;
@@ -389,6 +393,16 @@ SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
              absl::Span<const DeviceTensor> tensors, uint32_t source,
              uint32_t destination, const std::shared_ptr<CudaStream>& stream,
              std::string name, bool receive_into = false);
+// Every transfer at once in one NCCL group: `sends` go to member `peer`,
+// `receives` land in the caller's tensors from member `peer` (see
+// DistributedSession::BatchSendReceive; validated here). The output: the
+// receive tensors, in order.
+absl::StatusOr<
+    Submission<std::vector<DeviceTensor>, std::shared_ptr<NcclCompletion>>>
+SubmitBatch(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
+            absl::Span<const PeerValue<DeviceTensor>> sends,
+            absl::Span<const PeerValue<DeviceTensor>> receives,
+            const std::shared_ptr<CudaStream>& stream, std::string name);
 // Evaluation of local tensors on `stream` (no communicator): waits for
 // their ready events and retains them.
 UnitResult SubmitLocal(absl::Span<const DeviceTensor* const> values,

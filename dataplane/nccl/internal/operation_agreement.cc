@@ -1,5 +1,6 @@
 #include "dataplane/nccl/internal/operation_agreement.h"
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -113,6 +114,33 @@ OperationAgreement::ForRoute(std::vector<uint32_t> members, uint32_t me,
   return a;
 }
 
+absl::StatusOr<std::shared_ptr<const OperationAgreement>>
+OperationAgreement::ForBatch(std::vector<uint32_t> members, uint32_t me,
+                             std::vector<BatchEntry> entries,
+                             const std::shared_ptr<CudaStream>& stream,
+                             RecordBuffers& buffers) {
+  if (entries.empty() || me >= members.size()) {
+    return absl::InternalError("nccl backend: malformed agreement batch");
+  }
+  std::vector<uint64_t> words;
+  for (const BatchEntry& e : entries) {
+    if (e.peer >= members.size() || e.peer == me) {
+      return absl::InternalError("nccl backend: malformed agreement batch");
+    }
+    words.push_back(e.fingerprint);
+  }
+  // [this end's fingerprint per transfer][the other ends']
+  auto buffer = buffers.Get(2 * words.size() * kWord, stream);
+  if (!buffer.ok()) return buffer.status();
+  std::shared_ptr<OperationAgreement> a(new OperationAgreement());
+  a->members_ = std::move(members);
+  a->me_ = me;
+  a->batch_ = std::move(entries);
+  a->words_ = std::make_shared<const std::vector<uint64_t>>(std::move(words));
+  a->buffer_ = *std::move(buffer);
+  return a;
+}
+
 absl::Status OperationAgreement::Stage(const CudaStream& stream) const {
   return CopyHostToDeviceAsync(buffer_->data(), words_->data(),
                                words_->size() * kWord, stream);
@@ -121,6 +149,35 @@ absl::Status OperationAgreement::Stage(const CudaStream& stream) const {
 int OperationAgreement::Exchange(NcclCommHandle comm,
                                  CudaStreamHandle stream) const {
   char* base = static_cast<char*>(buffer_->data());
+  if (!batch_.empty()) {
+    // Per peer: my records of my sends to it, then of my receives from it
+    // (what it receives as "its receives from me, then its sends to me");
+    // and the other way round for what I receive.
+    const size_t n = batch_.size();
+    std::vector<uint32_t> peers;
+    for (const BatchEntry& e : batch_) peers.push_back(e.peer);
+    std::sort(peers.begin(), peers.end());
+    peers.erase(std::unique(peers.begin(), peers.end()), peers.end());
+    for (uint32_t p : peers) {
+      for (bool sending : {true, false}) {
+        for (size_t i = 0; i < n; ++i) {
+          if (batch_[i].peer != p || batch_[i].send != sending) continue;
+          int r = NcclSend(base + i * kWord, kWord, NcclDataType::kInt8,
+                           static_cast<int>(p), comm, stream);
+          if (r != kNcclSuccess && r != kNcclInProgress) return r;
+        }
+      }
+      for (bool sending : {false, true}) {
+        for (size_t i = 0; i < n; ++i) {
+          if (batch_[i].peer != p || batch_[i].send != sending) continue;
+          int r = NcclRecv(base + (n + i) * kWord, kWord, NcclDataType::kInt8,
+                           static_cast<int>(p), comm, stream);
+          if (r != kNcclSuccess && r != kNcclInProgress) return r;
+        }
+      }
+    }
+    return kNcclSuccess;
+  }
   if (route_) {
     // Both ends tell each other what they submitted.
     const int other = static_cast<int>(me_ == source_ ? destination_ : source_);
@@ -146,6 +203,27 @@ absl::Status OperationAgreement::Verify(absl::string_view where,
   auto transfers = CudaStream::ForTransfers(buffer_->device());
   if (!transfers.ok()) return transfers.status();
   const size_t w = words_->size();
+  if (!batch_.empty()) {
+    std::vector<uint64_t> theirs(w);
+    absl::Status read = CopyDeviceToHost(
+        theirs.data(), static_cast<const char*>(buffer_->data()) + w * kWord,
+        w * kWord, **transfers);
+    if (!read.ok()) return read;
+    std::string disagreements;
+    for (size_t i = 0; i < w; ++i) {
+      if (theirs[i] == (*words_)[i]) continue;
+      const BatchEntry& e = batch_[i];
+      absl::StrAppend(&disagreements, disagreements.empty() ? "" : "; ",
+                      e.send ? "the send to" : "the receive from", " member ",
+                      e.peer, " (rank ", members_[e.peer], "): this end has `",
+                      e.canonical, "`, the other end another transfer");
+    }
+    if (disagreements.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": members disagree: ", disagreements,
+        " (dtype, shape or operation: the fingerprints differ); the batch's "
+        "outputs are not valid"));
+  }
   if (route_) {
     uint64_t theirs = 0;
     absl::Status read = CopyDeviceToHost(

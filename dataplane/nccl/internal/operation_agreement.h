@@ -75,6 +75,23 @@ class OperationAgreement {
       uint32_t destination, uint64_t fingerprint,
       const std::shared_ptr<CudaStream>& stream, RecordBuffers& buffers);
 
+  // One transfer of a batched send/receive, seen from this member.
+  struct BatchEntry {
+    uint32_t peer = 0;  // member index of the other end
+    bool send = false;  // this member is the source
+    uint64_t fingerprint = 0;
+    std::string canonical;  // what this end submitted
+  };
+  // A batch: both ends of every transfer send each other its fingerprint.
+  // The records to one peer travel in an order both ends derive from their
+  // own batch alone (records of transfers from the sender to the receiver
+  // first, each direction in batch order), so they pair whatever order
+  // each end listed its sends and receives in.
+  static absl::StatusOr<std::shared_ptr<const OperationAgreement>> ForBatch(
+      std::vector<uint32_t> members, uint32_t me,
+      std::vector<BatchEntry> entries,
+      const std::shared_ptr<CudaStream>& stream, RecordBuffers& buffers);
+
   // Queues the copy of this member's record to the device (`stream` keeps
   // the order: before Exchange).
   absl::Status Stage(const CudaStream& stream) const;
@@ -98,6 +115,7 @@ class OperationAgreement {
   bool route_ = false;
   uint32_t source_ = 0, destination_ = 0;
   bool counts_matrix_ = false;
+  std::vector<BatchEntry> batch_;  // a batch when not empty
   std::shared_ptr<const std::vector<uint64_t>> words_;  // this member's
   // Collective: [this member's words][n fingerprints][n x 2n counts];
   // route: [this end's fingerprint][the other end's].
