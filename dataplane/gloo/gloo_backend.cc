@@ -141,6 +141,20 @@ absl::Status CheckOutput(const char* kind, const HostTensor& output,
   return absl::OkStatus();
 }
 
+// The output of `kind`: the caller's `into`, checked as above, or a new
+// tensor of `result` whose bytes the operation overwrites entirely.
+absl::StatusOr<HostTensor> OutputFor(const char* kind,
+                                     std::optional<HostTensor> into,
+                                     const ValueDescriptor& result,
+                                     const HostTensor& input, bool in_place) {
+  if (!into.has_value()) return HostTensor::Uninitialized(result);
+  if (absl::Status s = CheckOutput(kind, *into, result, &input, in_place);
+      !s.ok()) {
+    return s;
+  }
+  return *std::move(into);
+}
+
 // Runs `call`, the Gloo call of operation number `sequence` on `scope`
 // (described by `canonical`). A native failure is handed to `diagnosis`,
 // which names the members that submitted something else, if any did.
@@ -491,16 +505,10 @@ GlooTensorSubmission GlooBackend::SubmitGather(
   const ValueDescriptor in_descriptor =
       d.shape().empty() ? *ValueDescriptor::Create({1}, d.dtype()) : d;
   const AxisLayout layout = LayoutOf(in_descriptor, axis);
-  if (into.has_value()) {
-    if (absl::Status s = CheckOutput(kind, *into, *out_descriptor, &value,
-                                     /*in_place=*/false);
-        !s.ok()) {
-      return s;
-    }
-  }
-  HostTensor output = into.has_value()
-                          ? *std::move(into)
-                          : HostTensor::Uninitialized(*out_descriptor);
+  auto made = OutputFor(kind, std::move(into), *out_descriptor, value,
+                        /*in_place=*/false);
+  if (!made.ok()) return made.status();
+  HostTensor output = *std::move(made);
   std::shared_ptr<GlooGroup> g = group.shared_from_this();
   const std::string op = OperationName(kind, group);
   const std::string canonical = absl::StrCat(kind, " axis=", axis, " counts=[",
@@ -606,17 +614,11 @@ GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
         axis, ") is invalid: ", out_descriptor.status().message()));
   }
   const AxisLayout layout = LayoutOf(d, axis);
-  if (into.has_value()) {
-    if (absl::Status s = CheckOutput(kind, *into, *out_descriptor, &value,
-                                     /*in_place=*/false);
-        !s.ok()) {
-      return s;
-    }
-  }
   // Every byte of the output is received or copied.
-  HostTensor output = into.has_value()
-                          ? *std::move(into)
-                          : HostTensor::Uninitialized(*out_descriptor);
+  auto made = OutputFor(kind, std::move(into), *out_descriptor, value,
+                        /*in_place=*/false);
+  if (!made.ok()) return made.status();
+  HostTensor output = *std::move(made);
   std::shared_ptr<GlooGroup> g = group.shared_from_this();
   const std::string op = OperationName(kind, group);
   const std::string canonical =
@@ -689,19 +691,13 @@ GlooTensorSubmission GlooBackend::BroadcastImpl(const HostTensor& value,
         "gloo backend: ", kind, ": root member index ", root_member_index,
         " is outside ", group.ToString(), "'s ", group.size(), " members"));
   }
-  if (into.has_value()) {
-    if (absl::Status s = CheckOutput(kind, *into, value.descriptor(), &value,
-                                     /*in_place=*/true);
-        !s.ok()) {
-      return s;
-    }
-  }
   const bool root = root_member_index == group.local_rank();
   // The root's output starts as a copy of its value (unless it is the
   // value's own buffer); the others' is overwritten by the broadcast.
-  HostTensor output = into.has_value()
-                          ? *std::move(into)
-                          : HostTensor::Uninitialized(value.descriptor());
+  auto made = OutputFor(kind, std::move(into), value.descriptor(), value,
+                        /*in_place=*/true);
+  if (!made.ok()) return made.status();
+  HostTensor output = *std::move(made);
   const bool copy_in = root && !output.SharesBufferWith(value);
   std::shared_ptr<GlooGroup> g = group.shared_from_this();
   const std::string op = OperationName(kind, group);
