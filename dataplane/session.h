@@ -80,12 +80,16 @@ class DistributedSession {
   // its value to member `peer` of the scope, every `receives` entry
   // receives into its caller-owned value from member `peer` (its
   // descriptor is the one expected); all are posted together and complete
-  // together. Each transfer pairs with the peer's matching Send, Receive or
-  // batch entry on the same direction, in order, so two members can swap
-  // values and a ring (send to the next, receive from the previous) needs
-  // no even/odd ordering. InvalidArgument for a peer out of range or this
-  // rank, an output shared by two receives or read by a send, or more than
-  // kMaxBatchTransfers transfers. The output: the receive values, in order.
+  // together, so two members can swap values and a ring (send to the next,
+  // receive from the previous) needs no even/odd ordering. Pair it with
+  // the same grouping on the peer: the transfers between two members in
+  // one batch are in one batch on the other member too, or (one transfer
+  // per peer) its plain Send/Receive; Gloo without verify_agreement also
+  // pairs each entry with a plain Send/Receive (docs/dataplane.md,
+  // "Ordering"). InvalidArgument for an empty batch, a peer out of range or
+  // this rank, an output shared by two receives or read by a send, or more
+  // than kMaxBatchTransfers transfers. The output: the receive values, in
+  // order.
   virtual absl::StatusOr<ValuesSubmission> BatchSendReceive(
       const CollectiveScope& scope, absl::Span<const PeerValue<Value>> sends,
       absl::Span<const PeerValue<Value>> receives) = 0;
@@ -94,7 +98,8 @@ class DistributedSession {
   // must have exactly the result's descriptor (InvalidArgument otherwise,
   // nothing submitted). Nothing is allocated for the result, so a steady
   // loop that reuses its outputs allocates no tensor memory. The
-  // submission's output is `output` itself; the completion retains it.
+  // submission's output is `output` itself; the completion retains it
+  // until the work finished.
   // AllReduceSumInto may run in place (`output` is `input`); the others
   // refuse an output that aliases the input. Same validation order and
   // errors as the allocating forms otherwise.

@@ -824,6 +824,13 @@ GlooBundleSubmission GlooBackend::ReceiveBundle(
 GlooBundleSubmission GlooBackend::ReceiveBundleInto(
     absl::Span<const HostTensor> outputs, const GlooRoute& route,
     GlooExecutor& executor) {
+  if (route.group() != nullptr &&
+      route.group()->rank() != route.destination()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo backend: receive_bundle_into: this rank is not the destination "
+        "of ",
+        route.ToString()));
+  }
   std::vector<ValueDescriptor> descriptors;
   for (const HostTensor& t : outputs) descriptors.push_back(t.descriptor());
   return SubmitBundle("send_receive", {}, descriptors, outputs, route,
@@ -967,6 +974,10 @@ GlooBundleSubmission GlooBackend::BatchSendReceive(
                                          "point_to_point");
       !s.ok()) {
     return s;
+  }
+  if (sends.empty() && receives.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo backend: ", kind, ": the batch is empty"));
   }
   if (sends.size() + receives.size() > kMaxBatchTransfers) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -189,7 +189,8 @@ class GlooBackend {
                                      const HostTensor& output, GlooGroup& group,
                                      GlooExecutor& executor);
   // The destination end of SendReceive into `outputs` (their descriptors
-  // are the ones received; no two may share a buffer).
+  // are the ones received; no two may share a buffer). InvalidArgument on
+  // the source.
   GlooBundleSubmission ReceiveBundleInto(absl::Span<const HostTensor> outputs,
                                          const GlooRoute& route,
                                          GlooExecutor& executor);
@@ -202,7 +203,10 @@ class GlooBackend {
   // peer's matching transfer on the same route in route order, whether the
   // peer batches it or uses SendReceive with one tensor; so two members can
   // swap tensors, and a ring (send to the next, receive from the previous)
-  // needs no even/odd ordering. InvalidArgument, nothing queued, for a peer
+  // needs no even/odd ordering. With verify_agreement the batch checks
+  // every transfer before it posts any payload, so the peer must then batch
+  // the same transfers with this member the same way (or have one transfer
+  // with it). InvalidArgument, nothing queued, for an empty batch, a peer
   // that is this member or outside the group, two receives into one
   // buffer, a send of a buffer a receive writes, or more than
   // kMaxBatchTransfers. The output: the receive tensors, in order.

@@ -148,8 +148,13 @@ class NcclBackend {
       CudaExecutor& executor);
 
   // Point-to-point in both directions at once, as GlooBackend's: every
-  // transfer is posted in one NCCL group. On NCCL a batch's transfers pair
-  // with the peer's batch (NCCL matches what each group call posts).
+  // transfer is posted in one NCCL group. NCCL matches sends and receives
+  // per peer in posting order, and a batch posts every agreement record
+  // before the payloads, so all the transfers between two members in one
+  // batch must be in exactly one batch on the other member too (a single
+  // transfer with a peer also pairs with its plain Send or Receive);
+  // otherwise payloads meet record slots and the batch hangs until
+  // op_timeout or fails the agreement. InvalidArgument for an empty batch.
   BundleSubmission<NcclBackend> BatchSendReceive(
       absl::Span<const PeerValue<DeviceTensor>> sends,
       absl::Span<const PeerValue<DeviceTensor>> receives, NcclGroup& group,
@@ -158,11 +163,12 @@ class NcclBackend {
   // Caller-owned outputs (docs/nccl.md, "Caller-owned outputs"), as on
   // GlooBackend: the operations above writing into `output` (on this
   // device, exactly the result's descriptor; InvalidArgument otherwise,
-  // nothing queued), so a steady loop or a CUDA graph capture allocates no
-  // device memory for results (inner-axis gathers and all_to_all_v still
-  // stage through scratch). The executor's stream first waits for
-  // `output`'s ready event. all_reduce_sum and broadcast may run in place
-  // (`output` is `value`); the others refuse an overlapping output.
+  // nothing queued), so a steady loop allocates no device memory for
+  // results (inner-axis gathers and all_to_all_v still stage through
+  // scratch). The executor's stream first waits for `output`'s ready event
+  // (its last write); readers of `output` on other streams must be ordered
+  // by the caller. all_reduce_sum and broadcast may run in place (`output`
+  // is exactly `value`'s bytes); any other overlap is refused.
   TensorSubmission<NcclBackend> AllReduceSumInto(const DeviceTensor& value,
                                                  const DeviceTensor& output,
                                                  NcclGroup& group,

@@ -36,11 +36,6 @@ void NcclOp::SetVerifier(std::function<absl::Status()> verify) {
 
 bool NcclOp::Done() {
   absl::MutexLock lock(&mu_);
-  // Finished work needs nothing it retained: released at once and before
-  // the lock (declared after it), so that whichever thread saw the work
-  // finish, every caller of Done() returns only once the buffers are back
-  // in their pools. None of them calls back into this operation.
-  std::vector<std::shared_ptr<const void>> released;
   if (done_) return true;
   if (event_ == nullptr || !recorded_) return false;
   absl::StatusOr<bool> finished = event_->Query();
@@ -55,7 +50,6 @@ bool NcclOp::Done() {
     return true;
   }
   if (*finished) FinishLocked();
-  if (done_) released.swap(retained_);
   return done_;
 }
 
@@ -214,6 +208,10 @@ NcclCompletion::~NcclCompletion() {
 
 bool NcclCompletion::Poll() const {
   if (!op_->Done()) return false;
+  // Finished work needs nothing it retained: released here, in the thread
+  // that asked (never the watchdog, which holds locks), so a loop's scratch
+  // and agreement buffers are back in their pools when Wait returns.
+  op_->ReleaseIfDone();
   absl::Status status = op_->status();
   if (!status.ok()) owner_->Poison(status);
   return true;

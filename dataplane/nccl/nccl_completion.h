@@ -68,10 +68,7 @@ class NcclOp {
   const std::shared_ptr<CudaEvent>& event() const { return event_; }
 
   // Exact and non-blocking: true once the event says the work finished (or
-  // the event reported a CUDA error, which becomes the status). Work that
-  // finished releases its retained resources here, in the caller's thread,
-  // so a loop's scratch and agreement buffers are back in their pools
-  // before its next operation.
+  // the event reported a CUDA error, which becomes the status).
   bool Done();
   // The outcome; meaningful once Done(): OK, the CUDA error, or the cause
   // given to FailIfRunning.

@@ -345,14 +345,19 @@ absl::StatusOr<DeviceTensor> SessionCore::OutputFor(
                      into->descriptor().ToString(), " but the result is ",
                      descriptor.ToString()));
   }
-  if (input != nullptr && !in_place && into->byte_size() > 0 &&
-      input->byte_size() > 0) {
+  if (input != nullptr && into->byte_size() > 0 && input->byte_size() > 0) {
     const auto* out = static_cast<const char*>(into->data());
     const auto* in = static_cast<const char*>(input->data());
-    if (out < in + input->byte_size() && in < out + into->byte_size()) {
+    const bool overlap =
+        out < in + input->byte_size() && in < out + into->byte_size();
+    // NCCL runs in place only when both are the same bytes exactly.
+    const bool same = out == in && into->byte_size() == input->byte_size();
+    if (overlap && !(in_place && same)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "nccl backend: ", operation, ": the output overlaps the input, and ",
-          operation, " cannot run in place"));
+          operation,
+          in_place ? " runs in place only on exactly the input's bytes"
+                   : " cannot run in place"));
     }
   }
   return *into;

@@ -144,8 +144,8 @@ struct OpPlan {
   std::shared_ptr<CudaStream> stream;
   std::vector<DeviceTensor> inputs;
   // What the work writes (allocated or the caller's): retained, and the
-  // stream waits for their ready events first (a caller's output may still
-  // be read by earlier work elsewhere). Not part of the description.
+  // stream waits for their ready events first (the work that last wrote
+  // them). Not part of the description.
   std::vector<DeviceTensor> outputs;
   std::vector<std::shared_ptr<const void>> retained;
   std::function<absl::Status(const CudaStream&)> before;
@@ -220,8 +220,9 @@ class SessionCore final : public NcclOpOwner,
       const std::shared_ptr<CudaStream>& stream, absl::string_view operation);
   // The output of `operation`: `into` when the caller gave one, after
   // checking it (exactly `descriptor`, on this device, and not overlapping
-  // `input` unless the operation runs `in_place`; InvalidArgument without
-  // poisoning otherwise); else AllocateOutput.
+  // `input`, except that an `in_place` operation accepts exactly the
+  // input's bytes; InvalidArgument without poisoning otherwise); else
+  // AllocateOutput.
   absl::StatusOr<DeviceTensor> OutputFor(
       const ValueDescriptor& descriptor, const DeviceTensor* into,
       const DeviceTensor* input, bool in_place,
