@@ -175,7 +175,7 @@ TaskResult RunNative(const MismatchDiagnosis& diagnosis,
 // description are filled in by RunNative).
 SubmittedOperation OnGroup(const GlooGroup& g) {
   SubmittedOperation scope;
-  scope.scope_key = g.is_world() ? "world" : absl::StrCat("g", g.id());
+  scope.scope_key = g.ScopeKey();
   scope.scope_name = g.ToString();
   scope.members = g.members();
   scope.self = g.rank();
@@ -187,8 +187,7 @@ SubmittedOperation OnRoute(const GlooRoute& route) {
   SubmittedOperation scope;
   const GlooGroup& g = *route.group();
   scope.scope_key =
-      absl::StrCat("r", route.source(), "-", route.destination(),
-                   g.is_world() ? "world" : absl::StrCat("g", g.id()));
+      absl::StrCat("r", route.source(), "-", route.destination(), g.ScopeKey());
   scope.scope_name = route.ToString();
   scope.members = {route.source(), route.destination()};
   scope.self = g.rank();
@@ -263,7 +262,16 @@ const DistributedSessionDescriptor& GlooBackend::descriptor() const {
   return comm_->descriptor();
 }
 const GlooOptions& GlooBackend::options() const { return comm_->options(); }
-GlooExecutor& GlooBackend::executor() { return comm_->executor(); }
+GlooExecutor& GlooBackend::executor() { return comm_->executor(0); }
+uint32_t GlooBackend::executor_count() const { return comm_->executor_count(); }
+absl::StatusOr<GlooExecutor*> GlooBackend::executor(uint32_t lane) {
+  if (lane >= comm_->executor_count()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo backend: executor ", lane, " does not exist: the backend has ",
+        comm_->executor_count(), " (GlooOptions::executors)"));
+  }
+  return &comm_->executor(lane);
+}
 GlooGroup& GlooBackend::world() { return *comm_->world(); }
 bool GlooBackend::poisoned() const { return comm_->poisoned(); }
 absl::Status GlooBackend::poison_cause() const { return comm_->poison_cause(); }
@@ -324,7 +332,7 @@ absl::Status GlooBackend::Precheck(const char* kind, const GlooGroup& group,
     return absl::InvalidArgumentError(absl::StrCat(
         "gloo backend: ", kind, ": the group does not belong to this backend"));
   }
-  if (&executor != &comm_->executor()) {
+  if (!comm_->Owns(executor)) {
     return absl::InvalidArgumentError(
         absl::StrCat("gloo backend: ", kind,
                      ": the executor does not belong to this backend"));
@@ -389,8 +397,8 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(const char* kind,
                                                   GlooExecutor& executor) {
   auto kernel = gloo_internal::SumKernelFor(value.dtype(), kind);
   if (!kernel.ok()) return kernel.status();
-  std::shared_ptr<GlooGroup> g = group.shared_from_this();
-  const std::string op = OperationName(kind, group);
+  std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
+  const std::string op = OperationName(kind, *g);
   const std::string canonical =
       absl::StrCat(kind, " ", value.descriptor().ToString());
   const uint64_t fingerprint = OperationFingerprint(canonical);
@@ -509,8 +517,8 @@ GlooTensorSubmission GlooBackend::SubmitGather(
                         /*in_place=*/false);
   if (!made.ok()) return made.status();
   HostTensor output = *std::move(made);
-  std::shared_ptr<GlooGroup> g = group.shared_from_this();
-  const std::string op = OperationName(kind, group);
+  std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
+  const std::string op = OperationName(kind, *g);
   const std::string canonical = absl::StrCat(kind, " axis=", axis, " counts=[",
                                              absl::StrJoin(counts, ","), "] ",
                                              OpenAxis(in_descriptor, axis));
@@ -619,8 +627,8 @@ GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
                         /*in_place=*/false);
   if (!made.ok()) return made.status();
   HostTensor output = *std::move(made);
-  std::shared_ptr<GlooGroup> g = group.shared_from_this();
-  const std::string op = OperationName(kind, group);
+  std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
+  const std::string op = OperationName(kind, *g);
   const std::string canonical =
       absl::StrCat(kind, " axis=", axis, " ", OpenAxis(d, axis));
   const uint64_t fingerprint = OperationFingerprint(canonical);
@@ -699,8 +707,8 @@ GlooTensorSubmission GlooBackend::BroadcastImpl(const HostTensor& value,
   if (!made.ok()) return made.status();
   HostTensor output = *std::move(made);
   const bool copy_in = root && !output.SharesBufferWith(value);
-  std::shared_ptr<GlooGroup> g = group.shared_from_this();
-  const std::string op = OperationName(kind, group);
+  std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
+  const std::string op = OperationName(kind, *g);
   const std::string canonical = absl::StrCat(
       kind, " root=", root_member_index, " ", value.descriptor().ToString());
   const uint64_t fingerprint = OperationFingerprint(canonical);
@@ -737,8 +745,8 @@ GlooUnitSubmission GlooBackend::Barrier(GlooGroup& group,
                                         GlooExecutor& executor) {
   constexpr char kind[] = "barrier";
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
-  std::shared_ptr<GlooGroup> g = group.shared_from_this();
-  const std::string op = OperationName(kind, group);
+  std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
+  const std::string op = OperationName(kind, *g);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
@@ -766,8 +774,8 @@ GlooAgreementSubmission GlooBackend::AgreeSuccess(bool success,
   constexpr char kind[] = "agree_success";
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
   auto state = std::make_shared<GlooAgreement::State>();
-  std::shared_ptr<GlooGroup> g = group.shared_from_this();
-  const std::string op = OperationName(kind, group);
+  std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
+  const std::string op = OperationName(kind, *g);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
@@ -847,7 +855,7 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
     return absl::InvalidArgumentError(absl::StrCat(
         "gloo backend: ", kind, ": the route does not belong to this backend"));
   }
-  if (&executor != &comm_->executor()) {
+  if (!comm_->Owns(executor)) {
     return absl::InvalidArgumentError(
         absl::StrCat("gloo backend: ", kind,
                      ": the executor does not belong to this backend"));
@@ -857,7 +865,7 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
       !s.ok()) {
     return s;
   }
-  std::shared_ptr<GlooGroup> g = route.group();
+  std::shared_ptr<GlooGroup> g = route.group()->OnLane(executor.lane());
   const bool is_source = g->rank() == route.source();
   const size_t count = is_source ? send.size() : receive.size();
   if (count > 60000) {
@@ -895,7 +903,9 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
       resources.push_back(tensors.back().resource());
     }
   }
-  const std::string op = absl::StrCat(kind, " on ", route.ToString());
+  const std::string op = absl::StrCat(
+      kind, " on ",
+      GlooRoute(g, route.source_index(), route.destination_index()).ToString());
   const std::string canonical =
       absl::StrCat("bundle(", absl::StrJoin(described, ", "), ")");
   const uint64_t fingerprint = OperationFingerprint(canonical);
@@ -907,7 +917,8 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
       kind, op, std::move(resources),
       [g, tensors, is_source, source, destination, op, canonical, fingerprint,
        verify, timeout, diagnosis = comm_->diagnosis(),
-       scope = OnRoute(route)] {
+       scope = OnRoute(
+           GlooRoute(g, route.source_index(), route.destination_index()))] {
         const uint32_t sequence = g->NextRouteSequence(source, destination);
         const bool ascending = source < destination;
         const int peer = static_cast<int>(is_source ? destination : source);
@@ -1034,9 +1045,9 @@ GlooBundleSubmission GlooBackend::BatchSendReceive(
       if (list == &receives) received.push_back(t.value);
     }
   }
-  std::shared_ptr<GlooGroup> g = group.shared_from_this();
+  std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   resources.push_back(g);
-  const std::string op = OperationName(kind, group);
+  const std::string op = OperationName(kind, *g);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(

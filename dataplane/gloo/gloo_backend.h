@@ -5,7 +5,8 @@
 // SendReceive; the static_asserts at the end check it satisfies each concept.
 //
 //   Tensor                  = HostTensor
-//   Executor                = GlooExecutor (one in-order thread per backend)
+//   Executor                = GlooExecutor (an in-order thread; GlooOptions::
+//                             executors of them per backend)
 //   CommunicationGroup      = GlooGroup (world or a descriptor group)
 //   CommunicationRoute      = GlooRoute (source -> destination in a group)
 //   CommunicationCompletion = GlooCompletion
@@ -94,8 +95,14 @@ class GlooBackend {
   const DistributedCapabilities& capabilities() const { return caps_; }
   const GlooOptions& options() const;
 
-  // The backend's only executor.
+  // Executor 0, the one GlooSession uses.
   GlooExecutor& executor();
+  // Executor `lane` of GlooOptions::executors; InvalidArgument past the
+  // last. Work on different executors runs concurrently; on each, in
+  // submission order, pairing with the other members' work on the same
+  // executor.
+  absl::StatusOr<GlooExecutor*> executor(uint32_t lane);
+  uint32_t executor_count() const;
   // The world group.
   GlooGroup& world();
   // The group `id` of the descriptor; NotFound when this rank is not a

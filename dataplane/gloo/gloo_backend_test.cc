@@ -1,6 +1,7 @@
 // GlooBackend (CommunicationBackend on Gloo) unit tests: validation of each
-// fine-grained operation, and exact values of all eight operations with
-// four ranks as threads over real Gloo TCP connections.
+// fine-grained operation, exact values of all eight operations with four
+// ranks as threads over real Gloo TCP connections, and executors that
+// overlap.
 #include "dataplane/gloo/gloo_backend.h"
 
 #include <cstdint>
@@ -311,6 +312,70 @@ TEST(BundleDisagreementTest, WithoutVerifyTheyNeverPairAndBothEndsAreNamed) {
         << s;
     EXPECT_TRUE(b.poisoned());
   });
+}
+
+
+// Two executors are two independent queues with their own Gloo contexts:
+// rank 0 parks a receive on executor 1 whose sender only sends after an
+// all_reduce_sum on executor 0 finished. With one executor the sum would
+// wait behind the receive and both would fail at op_timeout.
+TEST(ExecutorsTest, WorkOnDifferentExecutorsOverlaps) {
+  GlooOptions options = GlooTestCluster::DefaultOptions();
+  options.executors = 2;
+  options.op_timeout = absl::Seconds(5);
+  GlooTestCluster cluster({1, 1, 1, 2}, 2, options);
+  ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+  cluster.Run([&](uint32_t r) {
+    GlooBackend& b = cluster.session(r).backend();
+    ASSERT_EQ(b.executor_count(), 2u);
+    auto second = b.executor(1);
+    ASSERT_TRUE(second.ok()) << second.status();
+    EXPECT_EQ(b.executor(2).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    auto route = b.Route(b.world(), 1, 0);
+    ASSERT_TRUE(route.ok()) << route.status();
+    const ValueDescriptor d = *ValueDescriptor::Create({2}, TensorDtype::kI32);
+    if (r == 0) {
+      auto parked = b.ReceiveBundle({d}, *route, **second);
+      ASSERT_TRUE(parked.ok()) << parked.status();
+      auto sum = b.AllReduceSum(I32({2}, {1, 2}), b.world(), b.executor());
+      ASSERT_TRUE(sum.ok()) << sum.status();
+      ASSERT_TRUE(sum->completion->Wait().ok()) << sum->completion->Wait();
+      EXPECT_EQ(ValuesOf<int32_t>(sum->output), (std::vector<int32_t>{11, 22}));
+      ASSERT_TRUE(parked->completion->Wait().ok())
+          << parked->completion->Wait();
+      EXPECT_EQ(ValuesOf<int32_t>(parked->output[0]),
+                (std::vector<int32_t>{7, 8}));
+    } else {
+      auto sum = b.AllReduceSum(I32({2}, {10, 20}), b.world(), b.executor());
+      ASSERT_TRUE(sum.ok()) << sum.status();
+      ASSERT_TRUE(sum->completion->Wait().ok()) << sum->completion->Wait();
+      const std::vector<HostTensor> bundle = {I32({2}, {7, 8})};
+      auto sent = b.SendReceive(bundle, *route, **second);
+      ASSERT_TRUE(sent.ok()) << sent.status();
+      ASSERT_TRUE(sent->completion->Wait().ok()) << sent->completion->Wait();
+    }
+    // Both executors still pair with the peer's same executor.
+    for (uint32_t lane = 0; lane < 2; ++lane) {
+      auto on = b.AllReduceSum(I32({1}, {int(r + lane)}), b.world(),
+                               **b.executor(lane));
+      ASSERT_TRUE(on.ok()) << on.status();
+      ASSERT_TRUE(on->completion->Wait().ok()) << on->completion->Wait();
+      EXPECT_EQ(ValuesOf<int32_t>(on->output),
+                (std::vector<int32_t>{int(1 + 2 * lane)}));
+    }
+    EXPECT_FALSE(b.poisoned());
+  });
+}
+
+TEST(ExecutorsTest, TheExecutorCountIsChecked) {
+  for (uint32_t executors : {0u, kMaxGlooExecutors + 1}) {
+    GlooOptions options = GlooTestCluster::DefaultOptions();
+    options.executors = executors;
+    GlooTestCluster cluster({1, 1, 1, 1}, 1, options);
+    EXPECT_EQ(cluster.status().code(), absl::StatusCode::kInvalidArgument)
+        << executors << ": " << cluster.status();
+  }
 }
 
 }  // namespace

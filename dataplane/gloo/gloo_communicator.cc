@@ -54,8 +54,11 @@ GlooCommunicator::GlooCommunicator(ControlPlane* control_plane,
           control_plane_,
           RankdStore::Prefix(control_plane_->Namespace(), options_.instance,
                              "diagnosis"),
-          options_.failure_attribution_grace)),
-      executor_(std::make_unique<GlooExecutor>()) {}
+          options_.failure_attribution_grace)) {
+  for (uint32_t lane = 0; lane < options_.executors; ++lane) {
+    executors_.push_back(std::make_unique<GlooExecutor>(lane));
+  }
+}
 
 GlooCommunicator::~GlooCommunicator() { Shutdown(); }
 
@@ -72,13 +75,18 @@ absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
         "gloo backend: connect_timeout, op_timeout and words_timeout must be "
         "positive");
   }
+  if (options.executors < 1 || options.executors > kMaxGlooExecutors) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo backend: executors must be 1 to ", kMaxGlooExecutors,
+                     "; got ", options.executors));
+  }
   if (absl::Status health = control_plane->JobHealth(); !health.ok()) {
     return health;
   }
   IgnoreSigpipe();
   std::shared_ptr<GlooCommunicator> comm(new GlooCommunicator(
       control_plane, std::move(descriptor), std::move(options)));
-  comm->executor_->Bind(comm);
+  for (auto& executor : comm->executors_) executor->Bind(comm);
 
   gloo::transport::tcp::attr attr;
   if (!comm->options_.interface.empty()) {
@@ -106,21 +114,48 @@ absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
   }
   // Without a group 1 holding every rank, the world gets its own context,
   // connected first.
+  // Lane 0 keeps the rendezvous names of a one-executor session; lane e
+  // appends ".e<e>".
+  const uint32_t lanes = comm->executor_count();
+  auto lane_name = [](const std::string& name, uint32_t lane) {
+    return lane == 0 ? name : absl::StrCat(name, ".e", lane);
+  };
+  // Connects `group` (lane 0 made by `make`) on every lane.
+  auto connect = [&](const std::string& name, uint32_t rank, uint32_t size,
+                     auto make) -> absl::StatusOr<std::shared_ptr<GlooGroup>> {
+    std::shared_ptr<GlooGroup> group;
+    for (uint32_t lane = 0; lane < lanes; ++lane) {
+      auto context = comm->Connect(lane_name(name, lane), rank, size);
+      if (!context.ok()) return context.status();
+      if (lane == 0) {
+        group = make(*std::move(context));
+      } else {
+        group->AddLane(*std::move(context));
+      }
+    }
+    return group;
+  };
   if (world_group == nullptr) {
-    auto context = comm->Connect("world", d.rank(), d.world_size());
-    if (!context.ok()) return context.status();
-    comm->world_ = std::make_shared<GlooGroup>(comm.get(), kWorldGroupId, true,
-                                               everyone, d.rank(), *context);
+    auto world = connect("world", d.rank(), d.world_size(),
+                         [&](std::shared_ptr<gloo::Context> context) {
+                           return std::make_shared<GlooGroup>(
+                               comm.get(), kWorldGroupId, true, everyone,
+                               d.rank(), std::move(context));
+                         });
+    if (!world.ok()) return world.status();
+    comm->world_ = *std::move(world);
   }
   for (const auto* g : sorted) {
-    auto context =
-        comm->Connect(absl::StrCat(g->id()), g->local_rank(), g->size());
-    if (!context.ok()) return context.status();
     auto group =
-        std::make_shared<GlooGroup>(comm.get(), g->id(), g == world_group,
-                                    g->members(), g->local_rank(), *context);
-    if (g == world_group) comm->world_ = group;
-    comm->groups_.push_back(std::move(group));
+        connect(absl::StrCat(g->id()), g->local_rank(), g->size(),
+                [&](std::shared_ptr<gloo::Context> context) {
+                  return std::make_shared<GlooGroup>(
+                      comm.get(), g->id(), g == world_group, g->members(),
+                      g->local_rank(), std::move(context));
+                });
+    if (!group.ok()) return group.status();
+    if (g == world_group) comm->world_ = *group;
+    comm->groups_.push_back(*std::move(group));
   }
 
   std::weak_ptr<GlooCommunicator> weak = comm;
@@ -161,16 +196,25 @@ absl::StatusOr<std::shared_ptr<gloo::Context>> GlooCommunicator::Connect(
   return std::shared_ptr<gloo::Context>(std::move(context));
 }
 
+bool GlooCommunicator::idle() const {
+  for (const auto& executor : executors_) {
+    if (!executor->idle()) return false;
+  }
+  return true;
+}
+
 void GlooCommunicator::Shutdown() {
   if (shut_down_.exchange(true)) return;
-  if (!executor_->idle()) {
+  if (!idle()) {
     const absl::Status cause = absl::CancelledError(
         "gloo backend: the session was destroyed with work in flight");
     poison_.Poison(cause);
     AbortAll(std::string(cause.message()));
   }
-  executor_->Shutdown(
-      absl::CancelledError("gloo backend: the session was destroyed"));
+  for (auto& executor : executors_) {
+    executor->Shutdown(
+        absl::CancelledError("gloo backend: the session was destroyed"));
+  }
 }
 
 std::shared_ptr<GlooGroup> GlooCommunicator::group(CollectiveGroupId id) const {
@@ -185,12 +229,17 @@ void GlooCommunicator::AbortAll(const std::string& reason) {
   // peers to explain it.
   diagnosis_->NoteLocalAbort();
   const std::string message = absl::StrCat("aborted by rankd: ", reason);
-  auto abort = [&](const std::shared_ptr<GlooGroup>& g) {
+  auto abort_lane = [&](const std::shared_ptr<GlooGroup>& g) {
     if (g == nullptr || g->context() == nullptr) return;
     // Runs on control-plane and executor threads: never let Gloo throw here.
     CatchNative("gloo backend: abort", [&] {
       gloo_internal::AbortGlooContext(*g->context(), message);
     }).IgnoreError();
+  };
+  auto abort = [&](const std::shared_ptr<GlooGroup>& g) {
+    abort_lane(g);
+    if (g == nullptr) return;
+    for (const auto& lane : g->lanes()) abort_lane(lane);
   };
   abort(world_);
   for (const auto& g : groups_) {
@@ -289,7 +338,13 @@ absl::StatusOr<bool> GlooCommunicator::ApplyCancellation(
   // The running operation now fails at once and queued ones are refused;
   // Gloo's own op timeout bounds anything the abort could not wake.
   const absl::Duration bound = options_.op_timeout + absl::Seconds(5);
-  if (!executor_->WaitIdle(bound) || !completion->WaitFor(absl::Seconds(1))) {
+  const absl::Time until = absl::Now() + bound;
+  bool unwound = true;
+  for (auto& executor : executors_) {
+    unwound = unwound && executor->WaitIdle(std::max(until - absl::Now(),
+                                                     absl::ZeroDuration()));
+  }
+  if (!unwound || !completion->WaitFor(absl::Seconds(1))) {
     return absl::InternalError(absl::StrCat(
         deadline, "; NativeCancel could not confirm teardown within ",
         absl::FormatDuration(bound),

@@ -1,9 +1,9 @@
 // GlooCommunicator: everything a Gloo session shares. It owns the TCP
 // transport device, one connected gloo::rendezvous::Context per group this
-// rank belongs to (created in ascending group-id order, every group's
-// rendezvous going through RankdStore with the connect timeout), the in-order
-// executor, the poison latch and the quarantine. It is the ExecutionHost of
-// its executor and completions:
+// rank belongs to and executor lane (created in ascending group-id order,
+// lane by lane, every rendezvous going through RankdStore with the connect
+// timeout), the in-order executors, the poison latch and the quarantine. It is
+// the ExecutionHost of its executor and completions:
 //
 //   - Admission refuses new work once the session is poisoned or while work
 //     is quarantined.
@@ -71,7 +71,16 @@ class GlooCommunicator final
   const DistributedSessionDescriptor& descriptor() const { return descriptor_; }
   const GlooOptions& options() const { return options_; }
   ControlPlane* control_plane() const { return control_plane_; }
-  GlooExecutor& executor() { return *executor_; }
+  // Executor `lane` (below executor_count(), GlooOptions::executors).
+  GlooExecutor& executor(uint32_t lane) { return *executors_[lane]; }
+  uint32_t executor_count() const {
+    return static_cast<uint32_t>(executors_.size());
+  }
+  // Whether `executor` is one of this communicator's.
+  bool Owns(const GlooExecutor& executor) const {
+    return executor.lane() < executors_.size() &&
+           executors_[executor.lane()].get() == &executor;
+  }
   // Explains native failures of operations the members disagreed on.
   const std::shared_ptr<const MismatchDiagnosis>& diagnosis() const {
     return diagnosis_;
@@ -87,6 +96,8 @@ class GlooCommunicator final
   void Fail(const absl::Status& cause);
   bool poisoned() const { return poison_.poisoned(); }
   absl::Status poison_cause() const { return poison_.cause(); }
+  // True when no executor has work queued or running.
+  bool idle() const;
   // Operations quarantined now.
   size_t quarantined() const { return quarantine_.size(); }
 
@@ -121,7 +132,7 @@ class GlooCommunicator final
   PoisonLatch poison_;
   Quarantine quarantine_;
   const std::shared_ptr<const MismatchDiagnosis> diagnosis_;
-  std::unique_ptr<GlooExecutor> executor_;
+  std::vector<std::unique_ptr<GlooExecutor>> executors_;  // by lane
   std::atomic<bool> shut_down_{false};
 };
 

@@ -25,7 +25,8 @@ TaskResult RunTask(const GlooExecutor::Task& task) {
 
 }  // namespace
 
-GlooExecutor::GlooExecutor() : thread_([this] { Loop(); }) {}
+GlooExecutor::GlooExecutor(uint32_t lane)
+    : lane_(lane), thread_([this] { Loop(); }) {}
 
 GlooExecutor::~GlooExecutor() {
   Shutdown(absl::CancelledError("gloo backend: the session was destroyed"));

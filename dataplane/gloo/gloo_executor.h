@@ -7,12 +7,15 @@
 // cause without running it (no native submission); a native failure goes
 // through the host, which poisons the session.
 //
-// The backend owns one executor; operations refuse any other. Thread-safe.
+// The backend owns GlooOptions::executors of them (lanes 0, 1, ...), each
+// with its own Gloo contexts, so work on different executors overlaps;
+// operations refuse an executor of another backend. Thread-safe.
 // Internal to the Gloo backend. Depends on gloo_completion.h,
 // execution_host.h and absl.
 #ifndef RANKD_DATAPLANE_GLOO_GLOO_EXECUTOR_H_
 #define RANKD_DATAPLANE_GLOO_GLOO_EXECUTOR_H_
 
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -54,7 +57,10 @@ class GlooExecutor {
  public:
   using Task = std::function<TaskResult()>;
 
-  GlooExecutor();
+  // Executor number `lane` of its backend (0 is the default one); its
+  // operations use the groups' Gloo contexts of that lane.
+  explicit GlooExecutor(uint32_t lane = 0);
+  uint32_t lane() const { return lane_; }
   // Shuts down (finishing queued work with Cancelled) if not done yet.
   ~GlooExecutor();
 
@@ -91,6 +97,7 @@ class GlooExecutor {
   };
   void Loop();
 
+  const uint32_t lane_;
   mutable absl::Mutex mu_;
   std::weak_ptr<ExecutionHost> host_ ABSL_GUARDED_BY(mu_);
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);

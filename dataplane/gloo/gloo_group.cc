@@ -6,13 +6,32 @@ namespace rankd::dataplane {
 
 GlooGroup::GlooGroup(const void* owner, CollectiveGroupId id, bool is_world,
                      std::vector<uint32_t> members, uint32_t local_rank,
-                     std::shared_ptr<gloo::Context> context)
+                     std::shared_ptr<gloo::Context> context, uint32_t lane)
     : owner_(owner),
       id_(id),
       is_world_(is_world),
       members_(std::move(members)),
       local_rank_(local_rank),
-      context_(std::move(context)) {}
+      context_(std::move(context)),
+      lane_(lane) {}
+
+void GlooGroup::AddLane(std::shared_ptr<gloo::Context> context) {
+  lanes_.push_back(std::make_shared<GlooGroup>(
+      owner_, id_, is_world_, members_, local_rank_, std::move(context),
+      static_cast<uint32_t>(lanes_.size() + 1)));
+}
+
+std::shared_ptr<GlooGroup> GlooGroup::OnLane(uint32_t lane) {
+  if (lane == lane_) return shared_from_this();
+  if (lane_ != 0 || lane == 0 || lane > lanes_.size()) return nullptr;
+  return lanes_[lane - 1];
+}
+
+std::string GlooGroup::ScopeKey() const {
+  std::string key = is_world_ ? "world" : absl::StrCat("g", id_);
+  if (lane_ > 0) absl::StrAppend(&key, ".e", lane_);
+  return key;
+}
 
 std::optional<uint32_t> GlooGroup::IndexOf(uint32_t world_rank) const {
   for (uint32_t i = 0; i < members_.size(); ++i) {
@@ -22,7 +41,9 @@ std::optional<uint32_t> GlooGroup::IndexOf(uint32_t world_rank) const {
 }
 
 std::string GlooGroup::ToString() const {
-  return is_world_ ? "world" : absl::StrCat("group ", id_);
+  std::string name = is_world_ ? "world" : absl::StrCat("group ", id_);
+  if (lane_ > 0) absl::StrAppend(&name, " on executor ", lane_);
+  return name;
 }
 
 std::string GlooRoute::ToString() const {

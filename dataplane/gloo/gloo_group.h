@@ -7,9 +7,15 @@
 // Both are created by the backend (GlooBackend::group / Route) and are only
 // valid with the backend that made them.
 //
-// The sequence counters are touched only by the executor thread, so every
-// member numbers the same operations alike; the Gloo tag (or slot) of an
-// operation mixes its sequence number with a fingerprint of what it is
+// A backend with several executors connects every group once per executor
+// ("lane"): the group the backend hands out is lane 0 and holds the other
+// lanes, each a GlooGroup of the same members with its own Gloo context and
+// counters; an operation runs on OnLane(executor.lane()). Lanes never share
+// a context, so their traffic cannot pair across executors.
+//
+// The sequence counters are touched only by their lane's executor thread,
+// so every member numbers the same operations alike; the Gloo tag (or slot) of
+// an operation mixes its sequence number with a fingerprint of what it is
 // (agreement_check.h), so members that submit different operations never
 // pair their messages.
 // Depends on dataplane/types.h and absl; Gloo types are only forward
@@ -38,7 +44,19 @@ class GlooGroup : public std::enable_shared_from_this<GlooGroup> {
   // `owner` identifies the communicator that made the group.
   GlooGroup(const void* owner, CollectiveGroupId id, bool is_world,
             std::vector<uint32_t> members, uint32_t local_rank,
-            std::shared_ptr<gloo::Context> context);
+            std::shared_ptr<gloo::Context> context, uint32_t lane = 0);
+
+  // Lane 0 only, while the communicator connects: adds lane lanes().size()+1
+  // over `context`.
+  void AddLane(std::shared_ptr<gloo::Context> context);
+  // This group on executor lane `lane` (this group itself for lane 0, or
+  // when it is a lane itself; null past the last lane).
+  std::shared_ptr<GlooGroup> OnLane(uint32_t lane);
+  // The lanes after lane 0.
+  const std::vector<std::shared_ptr<GlooGroup>>& lanes() const {
+    return lanes_;
+  }
+  uint32_t lane() const { return lane_; }
 
   CollectiveGroupId id() const { return id_; }
   bool is_world() const { return is_world_; }
@@ -48,8 +66,10 @@ class GlooGroup : public std::enable_shared_from_this<GlooGroup> {
   uint32_t size() const { return static_cast<uint32_t>(members_.size()); }
   // The index of `world_rank` in members(), if it is a member.
   std::optional<uint32_t> IndexOf(uint32_t world_rank) const;
-  // "world" or "group 3".
+  // "world" or "group 3" (lanes after 0 add " on executor 2").
   std::string ToString() const;
+  // What mismatch diagnoses key its records by: "world", "g3", "g3.e2".
+  std::string ScopeKey() const;
 
   // The connected Gloo context; null for a one-member group.
   const std::shared_ptr<gloo::Context>& context() const { return context_; }
@@ -71,6 +91,8 @@ class GlooGroup : public std::enable_shared_from_this<GlooGroup> {
   const std::vector<uint32_t> members_;
   const uint32_t local_rank_;
   const std::shared_ptr<gloo::Context> context_;
+  const uint32_t lane_;
+  std::vector<std::shared_ptr<GlooGroup>> lanes_;  // lane 0 only
   uint32_t next_sequence_ = 0;
   std::map<std::pair<uint32_t, uint32_t>, uint32_t> route_sequence_;
 };

@@ -13,6 +13,8 @@
 
 namespace rankd::dataplane {
 
+inline constexpr uint32_t kMaxGlooExecutors = 8;
+
 struct GlooOptions {
   // Address the TCP transport listens on: an IP or hostname of this rank
   // that its peers can reach (the pod IP in Kubernetes).
@@ -43,6 +45,14 @@ struct GlooOptions {
   // variable_all_to_all checks its count matrix this way whatever the
   // setting. Every rank must use the same setting.
   bool verify_agreement = false;
+  // Executors (GlooBackend::executor(lane)): independent in-order queues,
+  // each with its own thread and its own Gloo context per group, so
+  // tensor-parallel and pipeline traffic on different executors overlap.
+  // Each one connects every group again (connections and connect time
+  // grow with it). Operations pair by executor: an operation a member
+  // submits on executor e pairs with the others' on executor e. 1 to
+  // kMaxGlooExecutors; every rank must use the same value.
+  uint32_t executors = 1;
   // Distinguishes several sessions of one job incarnation in the rendezvous
   // key space; every rank must use the same value for the same session.
   uint32_t instance = 0;
