@@ -17,6 +17,7 @@
 #include "dataplane/gloo/native_ops.h"
 #include "dataplane/gloo/sum_kernels.h"
 #include "dataplane/mismatch_diagnosis.h"
+#include "dataplane/shape.h"
 
 namespace rankd::dataplane {
 namespace {
@@ -40,23 +41,6 @@ std::optional<size_t> CheckedSum(absl::Span<const size_t> values) {
   return total;
 }
 
-// A value's layout around `axis`: `outer` blocks (the product of the
-// dimensions before it), each holding shape[axis] slices of `slice_bytes`.
-struct AxisLayout {
-  size_t outer = 1;
-  size_t slice_bytes = 0;
-};
-
-AxisLayout LayoutOf(const ValueDescriptor& d, size_t axis) {
-  AxisLayout layout;
-  layout.slice_bytes = DtypeSize(d.dtype());
-  for (size_t i = 0; i < d.shape().size(); ++i) {
-    if (i < axis) layout.outer *= d.shape()[i];
-    if (i > axis) layout.slice_bytes *= d.shape()[i];
-  }
-  return layout;
-}
-
 // "f32[*, 4]": the descriptor with the partitioned axis left open.
 std::string OpenAxis(const ValueDescriptor& d, size_t axis) {
   std::vector<std::string> dims;
@@ -67,18 +51,6 @@ std::string OpenAxis(const ValueDescriptor& d, size_t axis) {
                       "]");
 }
 
-// `d` with shape[axis] replaced by `extent` (zero only on axis 0).
-absl::StatusOr<ValueDescriptor> WithExtent(const ValueDescriptor& d,
-                                           size_t axis, size_t extent) {
-  if (axis == 0) {
-    if (d.shape().empty()) return ValueDescriptor::Create({extent}, d.dtype());
-    return ValueDescriptor::Rows(extent, d.RowDescriptor());
-  }
-  std::vector<size_t> shape = d.shape();
-  shape[axis] = extent;
-  return ValueDescriptor::Create(std::move(shape), d.dtype());
-}
-
 // Copies pieces between a member-major buffer (member m's outer blocks of
 // counts[m] slices, one member after another) and a value partitioned along
 // an axis (each outer block holds every member's slices in member order).
@@ -87,10 +59,10 @@ void Scatter(const uint8_t* member_major, uint8_t* by_axis,
   const size_t total = *CheckedSum(counts);
   size_t src = 0, prefix = 0;
   for (size_t m = 0; m < counts.size(); ++m) {
-    const size_t piece = counts[m] * layout.slice_bytes;
+    const size_t piece = counts[m] * layout.unit_bytes;
     for (size_t o = 0; o < layout.outer; ++o) {
       if (piece > 0) {
-        std::memcpy(by_axis + (o * total + prefix) * layout.slice_bytes,
+        std::memcpy(by_axis + (o * total + prefix) * layout.unit_bytes,
                     member_major + src, piece);
       }
       src += piece;
@@ -104,11 +76,11 @@ void Gather(const uint8_t* by_axis, uint8_t* member_major,
   const size_t total = *CheckedSum(counts);
   size_t dst = 0, prefix = 0;
   for (size_t m = 0; m < counts.size(); ++m) {
-    const size_t piece = counts[m] * layout.slice_bytes;
+    const size_t piece = counts[m] * layout.unit_bytes;
     for (size_t o = 0; o < layout.outer; ++o) {
       if (piece > 0) {
         std::memcpy(member_major + dst,
-                    by_axis + (o * total + prefix) * layout.slice_bytes, piece);
+                    by_axis + (o * total + prefix) * layout.unit_bytes, piece);
       }
       dst += piece;
     }
@@ -446,14 +418,11 @@ GlooTensorSubmission GlooBackend::AllGatherEvenImpl(
     GlooGroup& group, GlooExecutor& executor) {
   constexpr char kind[] = "all_gather_even";
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
-  const ValueDescriptor& d = value.descriptor();
-  if (d.shape().empty() ? axis != 0 : axis >= d.shape().size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: ", kind, ": axis ", axis, " is outside ", d.ToString()));
-  }
-  const size_t extent = d.shape().empty() ? 1 : d.shape()[axis];
-  return SubmitGather(kind, value, std::vector<size_t>(group.size(), extent),
-                      axis, std::move(output), group, executor);
+  auto layout = LayoutAlong(value.descriptor(), axis, kBackend, kind);
+  if (!layout.ok()) return layout.status();
+  return SubmitGather(kind, value,
+                      std::vector<size_t>(group.size(), layout->extent), axis,
+                      std::move(output), group, executor);
 }
 
 GlooTensorSubmission GlooBackend::AllGatherUneven(
@@ -476,11 +445,9 @@ GlooTensorSubmission GlooBackend::AllGatherUnevenImpl(
                      " entries; it needs one per member of ", group.ToString(),
                      " (", group.size(), ")"));
   }
-  if (d.shape().empty() ? axis != 0 : axis >= d.shape().size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: ", kind, ": axis ", axis, " is outside ", d.ToString()));
-  }
-  const size_t mine = d.shape().empty() ? 1 : d.shape()[axis];
+  auto layout = LayoutAlong(d, axis, kBackend, kind);
+  if (!layout.ok()) return layout.status();
+  const size_t mine = layout->extent;
   if (counts[group.local_rank()] != mine) {
     return absl::InvalidArgumentError(absl::StrCat(
         "gloo backend: ", kind, ": counts[", group.local_rank(),
@@ -502,17 +469,12 @@ GlooTensorSubmission GlooBackend::SubmitGather(
     return absl::InvalidArgumentError(
         absl::StrCat("gloo backend: ", kind, ": counts overflow"));
   }
-  auto out_descriptor = WithExtent(d, axis, *total);
-  if (!out_descriptor.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gloo backend: ", kind, ": the result of gathering ",
-                     d.ToString(), " along axis ", axis,
-                     " is invalid: ", out_descriptor.status().message()));
-  }
+  auto out_descriptor = WithExtent(d, axis, *total, kBackend, kind);
+  if (!out_descriptor.ok()) return out_descriptor.status();
   // A scalar gathers as [1].
   const ValueDescriptor in_descriptor =
       d.shape().empty() ? *ValueDescriptor::Create({1}, d.dtype()) : d;
-  const AxisLayout layout = LayoutOf(in_descriptor, axis);
+  const AxisLayout layout = *LayoutAlong(in_descriptor, axis, kBackend, kind);
   auto made = OutputFor(kind, std::move(into), *out_descriptor, value,
                         /*in_place=*/false);
   if (!made.ok()) return made.status();
@@ -541,7 +503,7 @@ GlooTensorSubmission GlooBackend::SubmitGather(
         std::vector<size_t> bytes(counts.size());
         size_t all = 0;
         for (size_t m = 0; m < counts.size(); ++m) {
-          bytes[m] = layout.outer * counts[m] * layout.slice_bytes;
+          bytes[m] = layout.outer * counts[m] * layout.unit_bytes;
           all += bytes[m];
         }
         // Axis 0 is member-major already; otherwise gather then interleave.
@@ -592,11 +554,14 @@ GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
         " entries and receive counts ", counts.receive.size(),
         "; both need one per member of ", group.ToString(), " (", n, ")"));
   }
-  if (d.shape().empty() || axis >= d.shape().size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gloo backend: ", kind, ": axis ", axis, " is outside ",
-                     d.ToString(), " (the value needs an axis to partition)"));
+  if (d.shape().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo backend: ", kind, ": the input needs an axis to partition; got ",
+        "the scalar ", d.ToString()));
   }
+  auto along = LayoutAlong(d, axis, kBackend, kind);
+  if (!along.ok()) return along.status();
+  const AxisLayout layout = *along;
   auto sent = CheckedSum(counts.send);
   auto received = CheckedSum(counts.receive);
   if (!sent.has_value() || !received.has_value()) {
@@ -615,13 +580,8 @@ GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
         "gloo backend: ", kind, ": the self slot disagrees: send[", me, "] = ",
         counts.send[me], " but receive[", me, "] = ", counts.receive[me]));
   }
-  auto out_descriptor = WithExtent(d, axis, *received);
-  if (!out_descriptor.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: ", kind, ": the result (", *received, " along axis ",
-        axis, ") is invalid: ", out_descriptor.status().message()));
-  }
-  const AxisLayout layout = LayoutOf(d, axis);
+  auto out_descriptor = WithExtent(d, axis, *received, kBackend, kind);
+  if (!out_descriptor.ok()) return out_descriptor.status();
   // Every byte of the output is received or copied.
   auto made = OutputFor(kind, std::move(into), *out_descriptor, value,
                         /*in_place=*/false);
@@ -650,8 +610,8 @@ GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
         const size_t n = counts.send.size();
         std::vector<int64_t> send_bytes(n), recv_bytes(n);
         for (size_t p = 0; p < n; ++p) {
-          send_bytes[p] = layout.outer * counts.send[p] * layout.slice_bytes;
-          recv_bytes[p] = layout.outer * counts.receive[p] * layout.slice_bytes;
+          send_bytes[p] = layout.outer * counts.send[p] * layout.unit_bytes;
+          recv_bytes[p] = layout.outer * counts.receive[p] * layout.unit_bytes;
         }
         const bool direct = layout.outer == 1;
         std::vector<uint8_t> packed, staging;

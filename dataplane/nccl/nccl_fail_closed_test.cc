@@ -358,7 +358,7 @@ TEST_F(NcclValidation, AllToAllCounts) {
                                std::vector<size_t>{2, 0, 0},
                                std::vector<size_t>{0, 0, 0}, 1, nullptr, "a2a")
                     .status(),
-                "zero-sized");
+                "only the leading axis may be empty");
 }
 
 TEST_F(NcclValidation, BroadcastRootInRange) {
@@ -383,29 +383,6 @@ TEST_F(NcclValidation, BundleRoutes) {
       SubmitBundle(core(), comm_, bundle, 0, 2, nullptr, "send_receive")
           .status(),
       "neither the source nor the destination");
-}
-
-TEST(AxisLayout, ShapesAlongAnAxis) {
-  auto l = LayoutAlong(Desc({2, 3, 4}), 1, "op");
-  ASSERT_TRUE(l.ok());
-  EXPECT_EQ(l->outer, 2u);
-  EXPECT_EQ(l->extent, 3u);
-  EXPECT_EQ(l->unit_bytes, 16u);
-  auto s = LayoutAlong(Desc({}), 0, "op");
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->outer, 1u);
-  EXPECT_EQ(s->extent, 1u);
-  EXPECT_EQ(s->unit_bytes, 4u);
-  EXPECT_FALSE(LayoutAlong(Desc({2}), 1, "op").ok());
-
-  EXPECT_EQ(WithExtent(Desc({2, 3}), 1, 9, "op")->shape(),
-            (std::vector<size_t>{2, 9}));
-  EXPECT_EQ(WithExtent(Desc({2, 3}), 0, 0, "op")->shape(),
-            (std::vector<size_t>{0, 3}));
-  EXPECT_EQ(WithExtent(Desc({}), 0, 4, "op")->shape(),
-            (std::vector<size_t>{4}));
-  EXPECT_FALSE(WithExtent(Desc({2, 3}), 1, 0, "op").ok());
-  EXPECT_FALSE(WithExtent(Desc({}), 1, 2, "op").ok());
 }
 
 // --- Completion and quarantine logic, with an operation whose event never

@@ -13,6 +13,8 @@
 namespace rankd::dataplane::nccl {
 namespace {
 
+constexpr char kBackend[] = "nccl";
+
 template <typename T>
 std::shared_ptr<const void> Retain(std::shared_ptr<T> p) {
   return std::static_pointer_cast<const void>(std::move(p));
@@ -51,7 +53,7 @@ absl::StatusOr<std::shared_ptr<DeviceBuffer>> Scratch(
 // gather or exchange with per-member extents share).
 std::string RowShape(const ValueDescriptor& descriptor, size_t axis,
                      absl::string_view operation) {
-  auto normalized = WithExtent(descriptor, axis, 1, operation);
+  auto normalized = WithExtent(descriptor, axis, 1, kBackend, operation);
   if (!normalized.ok()) return descriptor.ToString();
   return absl::StrCat(normalized->ToString(), " (axis ", axis, " varies)");
 }
@@ -64,62 +66,6 @@ TensorResult Finish(absl::StatusOr<Submitted> submitted,
 }
 
 }  // namespace
-
-absl::StatusOr<AxisLayout> LayoutAlong(const ValueDescriptor& descriptor,
-                                       size_t axis,
-                                       absl::string_view operation) {
-  const auto& shape = descriptor.shape();
-  AxisLayout layout;
-  const size_t dsize = DtypeSize(descriptor.dtype());
-  if (shape.empty()) {
-    if (axis != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "nccl backend: ", operation, ": axis ", axis,
-          " is out of range for the scalar ", descriptor.ToString()));
-    }
-    layout.unit_bytes = dsize;
-    return layout;
-  }
-  if (axis >= shape.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("nccl backend: ", operation, ": axis ", axis,
-                     " is out of range for ", descriptor.ToString()));
-  }
-  for (size_t i = 0; i < axis; ++i) layout.outer *= shape[i];
-  layout.extent = shape[axis];
-  layout.unit_bytes = dsize;
-  for (size_t i = axis + 1; i < shape.size(); ++i)
-    layout.unit_bytes *= shape[i];
-  return layout;
-}
-
-absl::StatusOr<ValueDescriptor> WithExtent(const ValueDescriptor& descriptor,
-                                           size_t axis, size_t extent,
-                                           absl::string_view operation) {
-  if (descriptor.shape().empty() || axis == 0) {
-    if (axis != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "nccl backend: ", operation, ": axis ", axis,
-          " is out of range for the scalar ", descriptor.ToString()));
-    }
-    return ValueDescriptor::Rows(extent, descriptor.RowDescriptor());
-  }
-  if (axis >= descriptor.shape().size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("nccl backend: ", operation, ": axis ", axis,
-                     " is out of range for ", descriptor.ToString()));
-  }
-  if (extent == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("nccl backend: ", operation,
-                     ": the result would have a zero-sized "
-                     "dimension ",
-                     axis, " (only the leading axis may be empty)"));
-  }
-  std::vector<size_t> shape = descriptor.shape();
-  shape[axis] = extent;
-  return ValueDescriptor::Create(std::move(shape), descriptor.dtype());
-}
 
 TensorResult SubmitAllReduceSum(SessionCore& core,
                                 const std::shared_ptr<CommEntry>& comm,
@@ -159,11 +105,11 @@ TensorResult SubmitAllGatherEven(SessionCore& core,
                                  std::string name, const DeviceTensor* into) {
   absl::Status valid = core.CheckTensor(input, name);
   if (!valid.ok()) return valid;
-  auto layout = LayoutAlong(input.descriptor(), axis, name);
+  auto layout = LayoutAlong(input.descriptor(), axis, kBackend, name);
   if (!layout.ok()) return layout.status();
   const size_t n = comm->members.size();
   auto out_desc =
-      WithExtent(input.descriptor(), axis, layout->extent * n, name);
+      WithExtent(input.descriptor(), axis, layout->extent * n, kBackend, name);
   if (!out_desc.ok()) return out_desc.status();
   auto out =
       core.OutputFor(*out_desc, into, &input, /*in_place=*/false, stream, name);
@@ -227,7 +173,7 @@ TensorResult SubmitAllGatherUneven(SessionCore& core,
         absl::StrCat("nccl backend: ", name, ": counts has ", counts.size(),
                      " entries; the group has ", n, " members"));
   }
-  auto layout = LayoutAlong(input.descriptor(), axis, name);
+  auto layout = LayoutAlong(input.descriptor(), axis, kBackend, name);
   if (!layout.ok()) return layout.status();
   if (counts[me] != layout->extent) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -237,7 +183,7 @@ TensorResult SubmitAllGatherUneven(SessionCore& core,
   }
   const std::vector<size_t> offsets = Offsets(counts);
   const size_t total = offsets[n];
-  auto out_desc = WithExtent(input.descriptor(), axis, total, name);
+  auto out_desc = WithExtent(input.descriptor(), axis, total, kBackend, name);
   if (!out_desc.ok()) return out_desc.status();
   auto out =
       core.OutputFor(*out_desc, into, &input, /*in_place=*/false, stream, name);
@@ -337,7 +283,7 @@ TensorResult SubmitAllToAll(SessionCore& core,
         " entries and receive counts ", receive_counts.size(),
         "; both need one per member (", n, ")"));
   }
-  auto layout = LayoutAlong(input.descriptor(), axis, name);
+  auto layout = LayoutAlong(input.descriptor(), axis, kBackend, name);
   if (!layout.ok()) return layout.status();
   if (input.descriptor().shape().empty()) {
     return absl::InvalidArgumentError(
@@ -360,7 +306,8 @@ TensorResult SubmitAllToAll(SessionCore& core,
         "] = ", send_counts[me], " but receive_counts[", me,
         "] = ", receive_counts[me]));
   }
-  auto out_desc = WithExtent(input.descriptor(), axis, recv_off[n], name);
+  auto out_desc =
+      WithExtent(input.descriptor(), axis, recv_off[n], kBackend, name);
   if (!out_desc.ok()) return out_desc.status();
   auto out =
       core.OutputFor(*out_desc, into, &input, /*in_place=*/false, stream, name);

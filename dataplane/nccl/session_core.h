@@ -55,6 +55,7 @@
 #include "dataplane/nccl/nccl_types.h"
 #include "dataplane/nccl/unique_id_broker.h"
 #include "dataplane/poison.h"
+#include "dataplane/shape.h"
 #include "dataplane/types.h"
 
 namespace rankd::dataplane::nccl {
@@ -408,23 +409,6 @@ SubmitBatch(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
 // their ready events and retains them.
 UnitResult SubmitLocal(absl::Span<const DeviceTensor* const> values,
                        const std::shared_ptr<CudaStream>& stream);
-
-// Shape arithmetic shared by the operations (exposed for tests).
-struct AxisLayout {
-  size_t outer = 1;       // product of dims before the axis
-  size_t extent = 1;      // the axis's dim
-  size_t unit_bytes = 0;  // bytes of one axis index (dims after it x dtype)
-};
-// InvalidArgument naming `operation` when `axis` is out of range (a scalar
-// only has axis 0).
-absl::StatusOr<AxisLayout> LayoutAlong(const ValueDescriptor& descriptor,
-                                       size_t axis,
-                                       absl::string_view operation);
-// `descriptor` with the axis's dim replaced by `extent` (0 allowed only on
-// axis 0). A scalar becomes [extent].
-absl::StatusOr<ValueDescriptor> WithExtent(const ValueDescriptor& descriptor,
-                                           size_t axis, size_t extent,
-                                           absl::string_view operation);
 
 }  // namespace rankd::dataplane::nccl
 
