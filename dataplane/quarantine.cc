@@ -62,6 +62,20 @@ bool Quarantine::WaitUntilEmpty(absl::Duration timeout) {
   return mu_.AwaitWithTimeout(absl::Condition(&empty), timeout);
 }
 
+size_t Quarantine::Abandon() {
+  std::vector<Item> items;
+  {
+    absl::MutexLock lock(&mu_);
+    items.swap(items_);
+  }
+  for (Item& item : items) {
+    // Deliberately leaked: the work may still use these.
+    new std::vector<std::shared_ptr<const void>>(std::move(item.resources));
+    new std::shared_ptr<const Completion>(std::move(item.completion));
+  }
+  return items.size();
+}
+
 void Quarantine::ReaperLoop() {
   while (true) {
     std::vector<Item> done;

@@ -11,6 +11,12 @@
 //   ...
 //   if (absl::Status s = quarantine.Fence("gloo"); !s.ok()) return s;
 //
+// Both backends use it: Gloo for work past a QuarantineUntilComplete
+// deadline (its work always finishes once the contexts are aborted, so the
+// destructor may wait), NCCL also for operations whose completion was
+// dropped while the GPU still ran them (a kernel waiting on a dead peer may
+// never finish, so the NCCL session drains for a while, then Abandon()s).
+//
 // Thread-safe. Depends on dataplane/completion.h and absl.
 #ifndef RANKD_DATAPLANE_QUARANTINE_H_
 #define RANKD_DATAPLANE_QUARANTINE_H_
@@ -35,7 +41,7 @@ class Quarantine {
   explicit Quarantine(absl::Duration poll_interval = absl::Milliseconds(5));
   // Blocks until every quarantined item completed and was released: a
   // quarantine never frees live resources. Owners must make sure quarantined
-  // work can finish (e.g. by draining their executor first).
+  // work can finish (e.g. by draining their executor first), or Abandon().
   ~Quarantine();
 
   Quarantine(const Quarantine&) = delete;
@@ -64,6 +70,11 @@ class Quarantine {
   // Waits until nothing is quarantined or `timeout` passes; returns whether
   // it is empty.
   bool WaitUntilEmpty(absl::Duration timeout);
+
+  // Gives up on what is still quarantined: its resources are leaked, never
+  // freed (a device may still use them), and the quarantine is empty.
+  // Returns how many items were abandoned.
+  size_t Abandon();
 
  private:
   struct Item {

@@ -1,5 +1,6 @@
 // Unit tests of Quarantine: resources are released only after exact
-// completion, the fence holds while anything is quarantined.
+// completion, the fence holds while anything is quarantined, and abandoned
+// work is leaked, never freed.
 #include "dataplane/quarantine.h"
 
 #include <atomic>
@@ -54,6 +55,23 @@ TEST(QuarantineTest, HoldsResourcesUntilCompletion) {
   }
   EXPECT_TRUE(watch.expired());
   EXPECT_TRUE(q.Fence("gloo").ok());
+}
+
+// Work that may never finish (an NCCL kernel waiting on a dead peer) is
+// given up on: leaked, never freed, and the destructor no longer waits.
+TEST(QuarantineTest, AbandonLeaksWhatNeverFinishes) {
+  auto buffer = std::make_shared<int>(7);
+  std::weak_ptr<int> watch = buffer;
+  {
+    Quarantine q(absl::Milliseconds(1));
+    q.Admit(std::make_shared<ManualCompletion>(), {std::move(buffer)},
+            "send to member 1");
+    EXPECT_FALSE(q.WaitUntilEmpty(absl::Milliseconds(10)));
+    EXPECT_EQ(q.Abandon(), 1u);
+    EXPECT_EQ(q.size(), 0u);
+    EXPECT_TRUE(q.Fence("nccl").ok());
+  }
+  EXPECT_FALSE(watch.expired()) << "abandoned resources were freed";
 }
 
 TEST(QuarantineTest, CompletedWorkIsReleasedAtOnce) {

@@ -99,70 +99,40 @@ void NcclOp::Abandon() {
   retained_.clear();
 }
 
-OpQuarantine::~OpQuarantine() { Abandon(); }
+namespace {
 
-void OpQuarantine::Add(std::shared_ptr<NcclOp> op) {
-  if (op == nullptr) return;
-  absl::MutexLock lock(&mu_);
-  for (const auto& held : ops_) {
-    if (held == op) return;
+// An operation as the Completion a Quarantine polls.
+class OpFinished final : public Completion {
+ public:
+  explicit OpFinished(std::shared_ptr<NcclOp> op) : op_(std::move(op)) {}
+  bool IsComplete() const override { return op_->Done(); }
+  absl::Status Wait() override {
+    while (!op_->Done()) absl::SleepFor(absl::Milliseconds(1));
+    return op_->status();
   }
-  ops_.push_back(std::move(op));
-}
 
-size_t OpQuarantine::Reap() {
-  std::vector<std::shared_ptr<NcclOp>> finished;
-  size_t remaining;
+ private:
+  const std::shared_ptr<NcclOp> op_;
+};
+
+}  // namespace
+
+void NcclOp::QuarantineIn(Quarantine& quarantine) {
+  std::vector<std::shared_ptr<const void>> held;
   {
     absl::MutexLock lock(&mu_);
-    auto keep = std::partition(
-        ops_.begin(), ops_.end(),
-        [](const std::shared_ptr<NcclOp>& op) { return !op->Done(); });
-    finished.assign(std::make_move_iterator(keep),
-                    std::make_move_iterator(ops_.end()));
-    ops_.erase(keep, ops_.end());
-    remaining = ops_.size();
+    if (quarantined_) return;
+    quarantined_ = true;
+    held.swap(retained_);
   }
-  for (auto& op : finished) op->ReleaseIfDone();
-  return remaining;
-}
-
-size_t OpQuarantine::size() const {
-  absl::MutexLock lock(&mu_);
-  return ops_.size();
-}
-
-size_t OpQuarantine::Drain(absl::Duration timeout, absl::Duration poll) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (true) {
-    size_t remaining = Reap();
-    if (remaining == 0 || absl::Now() >= deadline) return remaining;
-    absl::SleepFor(poll);
-  }
-}
-
-size_t OpQuarantine::Abandon() {
-  std::vector<std::shared_ptr<NcclOp>> ops;
-  {
-    absl::MutexLock lock(&mu_);
-    ops.swap(ops_);
-  }
-  size_t abandoned = 0;
-  for (auto& op : ops) {
-    if (op->Done()) {
-      op->ReleaseIfDone();
-    } else {
-      op->Abandon();
-      ++abandoned;
-    }
-  }
-  return abandoned;
+  quarantine.Admit(std::make_shared<OpFinished>(shared_from_this()),
+                   std::move(held), operation_);
 }
 
 namespace {
 
-// Owner of session-less operations. Leaked singleton with a reaper thread
-// started on first use.
+// Owner of session-less operations. Leaked singleton; its quarantine's
+// reaper thread starts on first use.
 class LocalOwner final : public NcclOpOwner {
  public:
   absl::Status PoisonStatus() const override { return absl::OkStatus(); }
@@ -170,24 +140,12 @@ class LocalOwner final : public NcclOpOwner {
   bool SupportsNativeCancel() const override { return false; }
   void CancelNative(const absl::Status&) override {}
   void Quarantine(std::shared_ptr<NcclOp> op) override {
-    quarantine_.Add(std::move(op));
-    absl::MutexLock lock(&mu_);
-    if (!reaper_started_) {
-      reaper_started_ = true;
-      std::thread([this] {
-        while (true) {
-          absl::SleepFor(absl::Milliseconds(20));
-          quarantine_.Reap();
-        }
-      }).detach();
-    }
+    op->QuarantineIn(quarantine_);
   }
   absl::Duration AbortGrace() const override { return absl::ZeroDuration(); }
 
  private:
-  OpQuarantine quarantine_;
-  absl::Mutex mu_;
-  bool reaper_started_ ABSL_GUARDED_BY(mu_) = false;
+  dataplane::Quarantine quarantine_{absl::Milliseconds(20)};
 };
 
 }  // namespace

@@ -6,8 +6,9 @@
 //                   retained resources and the outcome.
 //   NcclOpOwner     what an operation reports to (its session core): poison,
 //                   native cancellation (ncclCommAbort), quarantine.
-//   OpQuarantine    holds operations whose work may still run and frees
-//                   their resources only after cudaEventQuery says done.
+// Operations whose work may still run go to the owner's Quarantine
+// (dataplane/quarantine.h, shared with Gloo), which frees their resources
+// only after cudaEventQuery says done.
 //   NcclCompletion  the BoundedCompletion handed to callers.
 //
 // Exactness: IsComplete() is true only once the event reports the GPU work
@@ -41,15 +42,16 @@
 #include "absl/time/time.h"
 #include "dataplane/completion.h"
 #include "dataplane/nccl/cuda_handles.h"
+#include "dataplane/quarantine.h"
 
 namespace rankd::dataplane::nccl {
 
 // One submitted operation. Thread-safe.
-class NcclOp {
+class NcclOp : public std::enable_shared_from_this<NcclOp> {
  public:
   // `event` captures the operation's work (nullptr when it could not be
   // recorded: the operation then never reports done, and its resources are
-  // only released by OpQuarantine::Abandon, i.e. leaked on purpose).
+  // only released by Quarantine::Abandon, i.e. leaked on purpose).
   NcclOp(std::string operation, std::shared_ptr<CudaEvent> event,
          std::vector<std::shared_ptr<const void>> retained);
   // An operation registered before its native work is queued, so that an
@@ -78,6 +80,10 @@ class NcclOp {
   void FailIfRunning(const absl::Status& cause);
   // Releases the retained resources (no-op until Done()).
   void ReleaseIfDone();
+  // Hands the operation to `quarantine` (dataplane/quarantine.h), which
+  // holds what it retained until Done(). Once per operation: later calls do
+  // nothing.
+  void QuarantineIn(Quarantine& quarantine);
   // Releases them unconditionally by leaking them (never frees memory the
   // GPU may still use).
   void Abandon();
@@ -94,30 +100,7 @@ class NcclOp {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<const void>> retained_ ABSL_GUARDED_BY(mu_);
-};
-
-// Holds operations until their work finished. Thread-safe.
-class OpQuarantine {
- public:
-  OpQuarantine() = default;
-  // Abandons (leaks) whatever is still held.
-  ~OpQuarantine();
-  OpQuarantine(const OpQuarantine&) = delete;
-  OpQuarantine& operator=(const OpQuarantine&) = delete;
-
-  void Add(std::shared_ptr<NcclOp> op);
-  // Releases every operation whose work finished; returns how many remain.
-  size_t Reap();
-  size_t size() const;
-  // Reaps until empty or `timeout` passed; returns how many remain.
-  size_t Drain(absl::Duration timeout,
-               absl::Duration poll = absl::Milliseconds(1));
-  // Leaks what remains (see NcclOp::Abandon); returns how many.
-  size_t Abandon();
-
- private:
-  mutable absl::Mutex mu_;
-  std::vector<std::shared_ptr<NcclOp>> ops_ ABSL_GUARDED_BY(mu_);
+  bool quarantined_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // The session side of an operation.

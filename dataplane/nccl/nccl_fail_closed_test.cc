@@ -400,11 +400,16 @@ class RecordingOwner : public NcclOpOwner {
     Poison(cause);
     ++cancels;
   }
-  void Quarantine(std::shared_ptr<NcclOp> op) override { quarantine.Add(op); }
+  void Quarantine(std::shared_ptr<NcclOp> op) override {
+    op->QuarantineIn(quarantine);
+  }
   absl::Duration AbortGrace() const override { return absl::ZeroDuration(); }
 
+  // Its operations never finish: leak them rather than wait forever.
+  ~RecordingOwner() override { quarantine.Abandon(); }
+
   int cancels = 0;
-  OpQuarantine quarantine;
+  dataplane::Quarantine quarantine;
 
  private:
   bool native_;
@@ -460,8 +465,8 @@ TEST(NcclCompletionLogic, QuarantineModePoisonsAndKeepsResources) {
   }
   // The completion is gone but its resources are still held.
   EXPECT_FALSE(watch.expired());
-  EXPECT_EQ(owner->quarantine.Reap(), 1u);
-  EXPECT_EQ(owner->quarantine.Drain(absl::Milliseconds(5)), 1u);
+  EXPECT_FALSE(owner->quarantine.WaitUntilEmpty(absl::Milliseconds(20)));
+  EXPECT_EQ(owner->quarantine.size(), 1u);
   // Abandoning leaks rather than frees.
   EXPECT_EQ(owner->quarantine.Abandon(), 1u);
   EXPECT_FALSE(watch.expired());

@@ -114,8 +114,9 @@ SessionCore::~SessionCore() {
       for (std::thread& t : closes) t.join();
     }
   }
-  quarantine_.Drain(options_.destroy_timeout);
-  // Whatever still runs is leaked by ~OpQuarantine, never freed.
+  // Whatever still runs after the destroy timeout is leaked, never freed.
+  quarantine_.WaitUntilEmpty(options_.destroy_timeout);
+  quarantine_.Abandon();
 }
 
 bool SessionCore::ready() const {
@@ -317,7 +318,7 @@ void AbortAll(const std::vector<std::shared_ptr<CommEntry>>& comms,
 }
 
 void SessionCore::Quarantine(std::shared_ptr<NcclOp> op) {
-  quarantine_.Add(std::move(op));
+  op->QuarantineIn(quarantine_);
 }
 
 absl::StatusOr<DeviceTensor> SessionCore::AllocateOutput(
@@ -452,7 +453,7 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
         cause.code(),
         absl::StrCat("nccl backend: ", plan.name, ": ", cause.message())));
     if ((*event)->Record(stream).ok()) op->MarkRecorded();
-    quarantine_.Add(op);
+    op->QuarantineIn(quarantine_);
     return poisoned;
   };
   for (const auto* used : {&plan.inputs, &plan.outputs}) {
@@ -795,7 +796,6 @@ void SessionCore::WatchdogLoop() {
                          }),
           outstanding_.end());
     }
-    quarantine_.Reap();
   }
 }
 

@@ -288,7 +288,7 @@ class SessionCore final : public NcclOpOwner,
   absl::Mutex ops_mu_;
   std::vector<Outstanding> outstanding_ ABSL_GUARDED_BY(ops_mu_);
   const MismatchDiagnosis diagnosis_;
-  OpQuarantine quarantine_;
+  dataplane::Quarantine quarantine_;
   // Agreement records' device memory, reused across operations.
   internal::RecordBuffers record_buffers_;
 
