@@ -10,7 +10,7 @@
 // every mode sees the same background load on a shared machine. The modes:
 //
 //   rankd           GlooSession::AllReduceSum(World, Donate(x)) then
-//                   completion->Wait(), default GlooOptions (the product
+//                   completion->Wait(), default GlooSessionOptions (the product
 //                   path: no explicit agreement check, mismatches are kept
 //                   apart by the operation's Gloo tag). The input is donated
 //                   (HostTensor::Donate) and the output becomes the next
@@ -24,13 +24,13 @@
 //                   127.0.0.1, rendezvous keys on the same broker under
 //                   "gloo/<namespace>/bench_direct/"), in place on a
 //                   preallocated buffer, with the same options rankd's layer
-//                   uses (dataplane/gloo/native_ops.cc: default ring
+//                   uses (dataplane/gloo/internal/native_ops.cc: default ring
 //                   algorithm, rankd's own f32 sum kernel, one tag per
 //                   operation, op_timeout) and nothing else: no executor
 //                   thread, no completion, no validation, no output copy;
 //   rankd_verify    DIAGNOSTIC: as rankd, on a second GlooSession
-//                   (instance 1) with GlooOptions::verify_agreement = true,
-//                   to measure what the opt-in agreement check costs;
+//                   (instance 1) with GlooSessionOptions::verify_agreement =
+//                   true, to measure what the opt-in agreement check costs;
 //   rankd_local     DIAGNOSTIC: the product session's AllReduceSum on this
 //                   rank's one-member group (the tensor-parallel group when
 //                   tensor_parallel = 1), donated as in rankd: the whole
@@ -86,8 +86,8 @@
 #include "dataplane/control_plane.h"
 #include "dataplane/descriptor_proto.h"
 #include "dataplane/gloo/gloo_session.h"
-#include "dataplane/gloo/rankd_store.h"
-#include "dataplane/gloo/sum_kernels.h"
+#include "dataplane/gloo/internal/rankd_store.h"
+#include "dataplane/gloo/internal/sum_kernels.h"
 #include "dataplane/host_tensor.h"
 #include "gloo/allreduce.h"
 #include "gloo/common/error.h"
@@ -117,11 +117,11 @@ ABSL_FLAG(std::string, out, "", "file for per-operation timestamps (required)");
 namespace {
 
 using rankd::dataplane::CollectiveScope;
-using rankd::dataplane::GlooOptions;
-using rankd::dataplane::GlooSession;
 using rankd::dataplane::HostTensor;
 using rankd::dataplane::TensorDtype;
 using rankd::dataplane::ValueDescriptor;
+using rankd::dataplane::gloo::GlooSession;
+using rankd::dataplane::gloo::GlooSessionOptions;
 
 struct Step {
   size_t bytes = 0;
@@ -205,7 +205,7 @@ absl::Status Check(const float* x, size_t n, uint32_t world,
 struct Direct {
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> context;
-  rankd::dataplane::gloo_internal::SumKernel kernel;
+  rankd::dataplane::gloo::internal::SumKernel kernel;
   uint32_t next_tag = 0;
   std::chrono::milliseconds timeout{60000};
   std::vector<float> buffer;  // reduced in place
@@ -215,8 +215,8 @@ absl::StatusOr<std::unique_ptr<Direct>> ConnectDirect(
     rankd::dataplane::ControlPlane* control_plane, uint32_t rank,
     uint32_t world, std::chrono::milliseconds timeout) {
   auto direct = std::make_unique<Direct>();
-  auto kernel =
-      rankd::dataplane::gloo_internal::SumKernelFor(TensorDtype::kF32, "bench");
+  auto kernel = rankd::dataplane::gloo::internal::SumKernelFor(
+      TensorDtype::kF32, "bench");
   if (!kernel.ok()) return kernel.status();
   direct->kernel = *kernel;
   direct->timeout = timeout;
@@ -227,10 +227,10 @@ absl::StatusOr<std::unique_ptr<Direct>> ConnectDirect(
     direct->context = std::make_shared<gloo::rendezvous::Context>(
         static_cast<int>(rank), static_cast<int>(world));
     direct->context->setTimeout(std::chrono::milliseconds(60000));
-    rankd::dataplane::RankdStore store(
+    rankd::dataplane::gloo::RankdStore store(
         control_plane,
-        rankd::dataplane::RankdStore::Prefix(control_plane->Namespace(), 0,
-                                             "bench_direct"),
+        rankd::dataplane::gloo::RankdStore::Prefix(control_plane->Namespace(),
+                                                   0, "bench_direct"),
         absl::Seconds(60));
     direct->context->connectFullMesh(store, direct->device);
     direct->context->setTimeout(timeout);
@@ -459,21 +459,19 @@ int main(int argc, char** argv) {
 
   auto control_plane = rankd::dataplane::MakeClientControlPlane(client->get());
   // The product path: default options except the per-operation timeout.
-  GlooOptions gloo;
+  GlooSessionOptions gloo;
   gloo.op_timeout = op_timeout;
   gloo.connect_timeout = absl::Seconds(60);
   auto converted = rankd::dataplane::DescriptorFromProto(*descriptor);
   if (!converted.ok()) return Fail("descriptor", converted.status());
-  auto session = rankd::dataplane::CreateGlooSession(control_plane.get(),
-                                                     *converted, gloo);
+  auto session = GlooSession::Open(*converted, control_plane.get(), gloo);
   if (!session.ok()) return Fail("session", session.status());
   std::unique_ptr<GlooSession> verifying;
   if (want_verify) {
-    GlooOptions g = gloo;
+    GlooSessionOptions g = gloo;
     g.verify_agreement = true;
     g.instance = 1;
-    auto s =
-        rankd::dataplane::CreateGlooSession(control_plane.get(), *converted, g);
+    auto s = GlooSession::Open(*converted, control_plane.get(), g);
     if (!s.ok()) return Fail("session (verify_agreement)", s.status());
     verifying = *std::move(s);
   }

@@ -62,13 +62,13 @@ using rankd::dataplane::CancellationMode;
 using rankd::dataplane::CollectiveGroupId;
 using rankd::dataplane::CollectiveScope;
 using rankd::dataplane::Float16;
-using rankd::dataplane::GlooBackend;
-using rankd::dataplane::GlooGroup;
-using rankd::dataplane::GlooSession;
 using rankd::dataplane::HostTensor;
 using rankd::dataplane::PeerCounts;
 using rankd::dataplane::TensorDtype;
 using rankd::dataplane::ValueDescriptor;
+using rankd::dataplane::gloo::GlooBackend;
+using rankd::dataplane::gloo::GlooGroup;
+using rankd::dataplane::gloo::GlooSession;
 
 void Print(const std::string& line) {
   std::printf("%s\n", line.c_str());
@@ -595,12 +595,12 @@ int main(int argc, char** argv) {
     Print(absl::StrCat("JOINED rank=", layout.rank, " world=", layout.world));
 
     auto control_plane = rankd::dataplane::MakeClientControlPlane(client.get());
-    rankd::dataplane::GlooOptions gloo;
+    rankd::dataplane::gloo::GlooSessionOptions gloo;
     gloo.op_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_op_timeout_ms));
     gloo.connect_timeout = absl::Seconds(60);
-    auto session = Must(rankd::dataplane::CreateGlooSession(
-        control_plane.get(),
-        Must(rankd::dataplane::DescriptorFromProto(descriptor)), gloo));
+    auto session = Must(GlooSession::Open(
+        Must(rankd::dataplane::DescriptorFromProto(descriptor)),
+        control_plane.get(), gloo));
     Print("SESSION_READY");
 
     const std::string scenario = absl::GetFlag(FLAGS_scenario);

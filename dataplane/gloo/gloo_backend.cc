@@ -12,19 +12,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "dataplane/gloo/agreement_check.h"
-#include "dataplane/gloo/gloo_communicator.h"
-#include "dataplane/gloo/native_ops.h"
-#include "dataplane/gloo/sum_kernels.h"
+#include "dataplane/gloo/internal/agreement_check.h"
+#include "dataplane/gloo/internal/gloo_communicator.h"
+#include "dataplane/gloo/internal/native_ops.h"
+#include "dataplane/gloo/internal/sum_kernels.h"
 #include "dataplane/mismatch_diagnosis.h"
 #include "dataplane/shape.h"
 
-namespace rankd::dataplane {
+namespace rankd::dataplane::gloo {
 namespace {
 
-using gloo_internal::CatchNative;
-using gloo_internal::Milliseconds;
-using gloo_internal::OperationTag;
+using internal::CatchNative;
+using internal::Milliseconds;
+using internal::OperationTag;
 
 constexpr char kBackend[] = "gloo";
 
@@ -198,7 +198,7 @@ class GlooAgreement final : public Agreement {
 
 GlooBackend::GlooBackend(std::shared_ptr<GlooCommunicator> comm)
     : comm_(std::move(comm)) {
-  const GlooOptions& options = comm_->options();
+  const GlooSessionOptions& options = comm_->options();
   caps_.world_collectives = true;
   for (const auto& g : comm_->descriptor().groups()) {
     caps_.collective_groups.insert(g.id());
@@ -223,8 +223,8 @@ GlooBackend::GlooBackend(std::shared_ptr<GlooCommunicator> comm)
 GlooBackend::~GlooBackend() { comm_->Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
-    ControlPlane* control_plane, const DistributedSessionDescriptor& descriptor,
-    const GlooOptions& options) {
+    const DistributedSessionDescriptor& descriptor, ControlPlane* control_plane,
+    const GlooSessionOptions& options) {
   auto comm = GlooCommunicator::Create(control_plane, descriptor, options);
   if (!comm.ok()) return comm.status();
   return std::unique_ptr<GlooBackend>(new GlooBackend(*std::move(comm)));
@@ -233,14 +233,16 @@ absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
 const DistributedSessionDescriptor& GlooBackend::descriptor() const {
   return comm_->descriptor();
 }
-const GlooOptions& GlooBackend::options() const { return comm_->options(); }
+const GlooSessionOptions& GlooBackend::options() const {
+  return comm_->options();
+}
 GlooExecutor& GlooBackend::executor() { return comm_->executor(0); }
 uint32_t GlooBackend::executor_count() const { return comm_->executor_count(); }
 absl::StatusOr<GlooExecutor*> GlooBackend::executor(uint32_t lane) {
   if (lane >= comm_->executor_count()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "gloo backend: executor ", lane, " does not exist: the backend has ",
-        comm_->executor_count(), " (GlooOptions::executors)"));
+        comm_->executor_count(), " (GlooSessionOptions::executors)"));
   }
   return &comm_->executor(lane);
 }
@@ -367,7 +369,7 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(const char* kind,
                                                   const HostTensor& output,
                                                   GlooGroup& group,
                                                   GlooExecutor& executor) {
-  auto kernel = gloo_internal::SumKernelFor(value.dtype(), kind);
+  auto kernel = internal::SumKernelFor(value.dtype(), kind);
   if (!kernel.ok()) return kernel.status();
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   const std::string op = OperationName(kind, *g);
@@ -388,8 +390,7 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(const char* kind,
           return TaskResult::Ok();
         }
         if (verify) {
-          TaskResult r =
-              gloo_internal::VerifyAgreement(*g, op, canonical, timeout);
+          TaskResult r = internal::VerifyAgreement(*g, op, canonical, timeout);
           if (!r.status.ok()) return r;
         }
         const size_t elements = output.descriptor().element_count();
@@ -397,7 +398,7 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(const char* kind,
         const uint32_t sequence = g->NextSequence();
         const uint32_t tag = OperationTag(sequence, fingerprint);
         return RunNative(*diagnosis, OnGroup(*g), sequence, op, canonical, [&] {
-          gloo_internal::NativeAllReduce(
+          internal::NativeAllReduce(
               g->context(), in_place ? nullptr : value.data(), output.data(),
               elements, kernel, tag, timeout);
         });
@@ -496,8 +497,7 @@ GlooTensorSubmission GlooBackend::SubmitGather(
           return TaskResult::Ok();
         }
         if (verify) {
-          TaskResult r =
-              gloo_internal::VerifyAgreement(*g, op, canonical, timeout);
+          TaskResult r = internal::VerifyAgreement(*g, op, canonical, timeout);
           if (!r.status.ok()) return r;
         }
         std::vector<size_t> bytes(counts.size());
@@ -513,8 +513,8 @@ GlooTensorSubmission GlooBackend::SubmitGather(
         const uint32_t tag = OperationTag(sequence, fingerprint);
         TaskResult r =
             RunNative(*diagnosis, OnGroup(*g), sequence, op, canonical, [&] {
-              gloo_internal::NativeAllGatherV(g->context(), value.data(),
-                                              target, bytes, tag, timeout);
+              internal::NativeAllGatherV(g->context(), value.data(), target,
+                                         bytes, tag, timeout);
             });
         if (!r.status.ok()) return r;
         if (layout.outer != 1) {
@@ -604,7 +604,7 @@ GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
         // Always: no member knows the whole count matrix, so no tag can
         // carry it, and a message longer than the receive posted for it
         // would end the process on Gloo's I/O thread.
-        TaskResult check = gloo_internal::VerifyAllToAllCounts(
+        TaskResult check = internal::VerifyAllToAllCounts(
             *g, op, canonical, counts.send, counts.receive, timeout);
         if (!check.status.ok()) return check;
         const size_t n = counts.send.size();
@@ -624,7 +624,7 @@ GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
         const uint32_t tag = OperationTag(sequence, fingerprint);
         TaskResult r =
             RunNative(*diagnosis, OnGroup(*g), sequence, op, canonical, [&] {
-              gloo_internal::NativeAllToAllV(
+              internal::NativeAllToAllV(
                   g->context(), direct ? value.data() : packed.data(),
                   send_bytes, direct ? output.data() : staging.data(),
                   recv_bytes, tag, timeout);
@@ -684,16 +684,15 @@ GlooTensorSubmission GlooBackend::BroadcastImpl(const HostTensor& value,
         }
         if (g->context() == nullptr) return TaskResult::Ok();
         if (verify) {
-          TaskResult r =
-              gloo_internal::VerifyAgreement(*g, op, canonical, timeout);
+          TaskResult r = internal::VerifyAgreement(*g, op, canonical, timeout);
           if (!r.status.ok()) return r;
         }
         const uint32_t sequence = g->NextSequence();
         const uint32_t tag = OperationTag(sequence, fingerprint);
         return RunNative(*diagnosis, OnGroup(*g), sequence, op, canonical, [&] {
-          gloo_internal::NativeBroadcast(g->context(), output.data(),
-                                         output.byte_size(), root_index, tag,
-                                         timeout);
+          internal::NativeBroadcast(g->context(), output.data(),
+                                    output.byte_size(), root_index, tag,
+                                    timeout);
         });
       });
   if (!completion.ok()) return completion.status();
@@ -713,15 +712,14 @@ GlooUnitSubmission GlooBackend::Barrier(GlooGroup& group,
       kind, op, {g}, [g, op, verify, timeout, diagnosis = comm_->diagnosis()] {
         if (g->context() == nullptr) return TaskResult::Ok();
         if (verify) {
-          TaskResult r =
-              gloo_internal::VerifyAgreement(*g, op, "barrier", timeout);
+          TaskResult r = internal::VerifyAgreement(*g, op, "barrier", timeout);
           if (!r.status.ok()) return r;
         }
         const uint32_t sequence = g->NextSequence();
         const uint32_t tag =
             OperationTag(sequence, OperationFingerprint("barrier"));
         return RunNative(*diagnosis, OnGroup(*g), sequence, op, "barrier", [&] {
-          gloo_internal::NativeBarrier(g->context(), tag, timeout);
+          internal::NativeBarrier(g->context(), tag, timeout);
         });
       });
   if (!completion.ok()) return completion.status();
@@ -745,20 +743,19 @@ GlooAgreementSubmission GlooBackend::AgreeSuccess(bool success,
         uint32_t false_votes = success ? 0 : 1;
         if (g->context() != nullptr) {
           if (verify) {
-            TaskResult r = gloo_internal::VerifyAgreement(
-                *g, op, "agree_success", timeout);
+            TaskResult r =
+                internal::VerifyAgreement(*g, op, "agree_success", timeout);
             if (!r.status.ok()) return r;
           }
           auto kernel =
-              *gloo_internal::SumKernelFor(TensorDtype::kU32, "agree_success");
+              *internal::SumKernelFor(TensorDtype::kU32, "agree_success");
           const uint32_t sequence = g->NextSequence();
           const uint32_t tag =
               OperationTag(sequence, OperationFingerprint("agree_success"));
           TaskResult r = RunNative(
               *diagnosis, OnGroup(*g), sequence, op, "agree_success", [&] {
-                gloo_internal::NativeAllReduce(g->context(), nullptr,
-                                               &false_votes, 1, kernel, tag,
-                                               timeout);
+                internal::NativeAllReduce(g->context(), nullptr, &false_votes,
+                                          1, kernel, tag, timeout);
               });
           if (!r.status.ok()) return r;
         }
@@ -891,13 +888,13 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
           uint64_t theirs = 0;
           absl::Status s =
               CatchNative(absl::StrCat("gloo ", op, " (agreement check)"), [&] {
-                gloo_internal::NativeExchange(
+                internal::NativeExchange(
                     g->context(), peer,
-                    gloo_internal::RouteSlot(ascending, check_tag,
-                                             is_source ? 0 : 1),
+                    internal::RouteSlot(ascending, check_tag,
+                                        is_source ? 0 : 1),
                     &mine, sizeof(mine),
-                    gloo_internal::RouteSlot(ascending, check_tag,
-                                             is_source ? 1 : 0),
+                    internal::RouteSlot(ascending, check_tag,
+                                        is_source ? 1 : 0),
                     &theirs, sizeof(theirs), timeout);
               });
           if (!s.ok()) return TaskResult::Native(s);
@@ -914,16 +911,16 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
         for (size_t i = 0; i < tensors.size(); ++i) {
           const HostTensor& t = tensors[i];
           if (t.byte_size() == 0) continue;
-          const uint64_t slot = gloo_internal::RouteSlot(
-              ascending, tag, static_cast<uint16_t>(2 + i));
+          const uint64_t slot =
+              internal::RouteSlot(ascending, tag, static_cast<uint16_t>(2 + i));
           TaskResult r =
               RunNative(*diagnosis, scope, sequence, op, canonical, [&] {
                 if (is_source) {
-                  gloo_internal::NativeSend(g->context(), peer, slot, t.data(),
-                                            t.byte_size(), timeout);
+                  internal::NativeSend(g->context(), peer, slot, t.data(),
+                                       t.byte_size(), timeout);
                 } else {
-                  gloo_internal::NativeRecv(g->context(), peer, slot, t.data(),
-                                            t.byte_size(), timeout);
+                  internal::NativeRecv(g->context(), peer, slot, t.data(),
+                                       t.byte_size(), timeout);
                 }
               });
           if (!r.status.ok()) return r;
@@ -1014,8 +1011,8 @@ GlooBundleSubmission GlooBackend::BatchSendReceive(
       kind, op, std::move(resources),
       [g, transfers = std::move(transfers), op, verify, timeout,
        diagnosis = comm_->diagnosis()] {
-        using gloo_internal::PostedTransfer;
-        using gloo_internal::RouteSlot;
+        using internal::PostedTransfer;
+        using internal::RouteSlot;
         const uint32_t me = g->local_rank();
         const size_t n = transfers.size();
         // Route order: every transfer takes the next number of its route.
@@ -1051,7 +1048,7 @@ GlooBundleSubmission GlooBackend::BatchSendReceive(
           }
           absl::Status s =
               CatchNative(absl::StrCat("gloo ", op, " (agreement check)"), [&] {
-                gloo_internal::NativeTransfers(g->context(), checks, timeout);
+                internal::NativeTransfers(g->context(), checks, timeout);
               });
           if (!s.ok()) return TaskResult::Native(s);
           for (size_t i = 0; i < n; ++i) {
@@ -1082,7 +1079,7 @@ GlooBundleSubmission GlooBackend::BatchSendReceive(
                           first.send ? first.peer : me);
           TaskResult r = RunNative(*diagnosis, OnRoute(route), sequence.front(),
                                    op, first.canonical, [&] {
-                                     gloo_internal::NativeTransfers(
+                                     internal::NativeTransfers(
                                          g->context(), payloads, timeout);
                                    });
           if (!r.status.ok()) return r;
@@ -1126,4 +1123,4 @@ GlooTensorSubmission GlooBackend::BroadcastInto(const HostTensor& value,
   return BroadcastImpl(value, root_member_index, output, group, executor);
 }
 
-}  // namespace rankd::dataplane
+}  // namespace rankd::dataplane::gloo

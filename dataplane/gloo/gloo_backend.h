@@ -5,13 +5,14 @@
 // SendReceive; the static_asserts at the end check it satisfies each concept.
 //
 //   Tensor                  = HostTensor
-//   Executor                = GlooExecutor (an in-order thread; GlooOptions::
+//   Executor                = GlooExecutor (an in-order thread;
+//   GlooSessionOptions::
 //                             executors of them per backend)
 //   CommunicationGroup      = GlooGroup (world or a descriptor group)
 //   CommunicationRoute      = GlooRoute (source -> destination in a group)
 //   CommunicationCompletion = GlooCompletion
 //
-//   auto backend = GlooBackend::Create(control_plane, descriptor, {});
+//   auto backend = GlooBackend::Create(descriptor, control_plane, {});
 //   GlooGroup* tp = *(*backend)->group(2);
 //   auto sum = (*backend)->AllReduceSum(x, *tp, (*backend)->executor());
 //   if (!sum.ok()) return sum.status();          // refused, nothing queued
@@ -24,7 +25,7 @@
 // completion completes. Operations run in submission order on the
 // executor; every member of a group must submit the same
 // operations on it in the same order (like a CUDA stream); a disagreement
-// fails (at once with GlooOptions::verify_agreement, otherwise at
+// fails (at once with GlooSessionOptions::verify_agreement, otherwise at
 // op_timeout, naming who submitted what) and never moves mismatched data.
 // Supported dtypes: docs/dataplane.md. Thread-safe. Depends on Gloo (through
 // the gloo/ files), dataplane contract headers, host_tensor.h and absl.
@@ -51,7 +52,7 @@
 #include "dataplane/host_tensor.h"
 #include "dataplane/types.h"
 
-namespace rankd::dataplane {
+namespace rankd::dataplane::gloo {
 
 class GlooCommunicator;
 
@@ -77,9 +78,8 @@ class GlooBackend {
   // Connects every group of `descriptor` through `control_plane` (which must
   // outlive the backend); blocks until connected or options.connect_timeout.
   static absl::StatusOr<std::unique_ptr<GlooBackend>> Create(
-      ControlPlane* control_plane,
       const DistributedSessionDescriptor& descriptor,
-      const GlooOptions& options = {});
+      ControlPlane* control_plane, const GlooSessionOptions& options = {});
 
   // Aborts work still in flight, finishes queued work with Cancelled, and
   // waits for quarantined work to complete before releasing it.
@@ -91,13 +91,13 @@ class GlooBackend {
   const DistributedSessionDescriptor& descriptor() const;
   // Fail-closed: world_collectives, every group of the descriptor,
   // point_to_point, variable_all_to_all and exact_completion, intersected
-  // with GlooOptions::restrict_capabilities.
+  // with GlooSessionOptions::restrict_capabilities.
   const DistributedCapabilities& capabilities() const { return caps_; }
-  const GlooOptions& options() const;
+  const GlooSessionOptions& options() const;
 
   // Executor 0, the one GlooSession uses.
   GlooExecutor& executor();
-  // Executor `lane` of GlooOptions::executors; InvalidArgument past the
+  // Executor `lane` of GlooSessionOptions::executors; InvalidArgument past the
   // last. Work on different executors runs concurrently; on each, in
   // submission order, pairing with the other members' work on the same
   // executor.
@@ -280,32 +280,37 @@ class GlooBackend {
   DistributedCapabilities caps_;
 };
 
-template <>
-struct DeclaresAllReduceSum<GlooBackend> : std::true_type {};
-template <>
-struct DeclaresAllGatherEven<GlooBackend> : std::true_type {};
-template <>
-struct DeclaresAllGatherUneven<GlooBackend> : std::true_type {};
-template <>
-struct DeclaresVariableAllToAll<GlooBackend> : std::true_type {};
-template <>
-struct DeclaresBroadcast<GlooBackend> : std::true_type {};
-template <>
-struct DeclaresBarrier<GlooBackend> : std::true_type {};
-template <>
-struct DeclaresAgreeSuccess<GlooBackend> : std::true_type {};
-template <>
-struct DeclaresSendReceive<GlooBackend> : std::true_type {};
+}  // namespace rankd::dataplane::gloo
 
-static_assert(CommunicationBackend<GlooBackend>);
-static_assert(AllReduceSumBackend<GlooBackend>);
-static_assert(AllGatherEvenBackend<GlooBackend>);
-static_assert(AllGatherUnevenBackend<GlooBackend>);
-static_assert(VariableAllToAllBackend<GlooBackend>);
-static_assert(BroadcastBackend<GlooBackend>);
-static_assert(BarrierBackend<GlooBackend>);
-static_assert(AgreeSuccessBackend<GlooBackend>);
-static_assert(SendReceiveBackend<GlooBackend>);
+// The operations GlooBackend declares (communication_backend.h).
+namespace rankd::dataplane {
+
+template <>
+struct DeclaresAllReduceSum<gloo::GlooBackend> : std::true_type {};
+template <>
+struct DeclaresAllGatherEven<gloo::GlooBackend> : std::true_type {};
+template <>
+struct DeclaresAllGatherUneven<gloo::GlooBackend> : std::true_type {};
+template <>
+struct DeclaresVariableAllToAll<gloo::GlooBackend> : std::true_type {};
+template <>
+struct DeclaresBroadcast<gloo::GlooBackend> : std::true_type {};
+template <>
+struct DeclaresBarrier<gloo::GlooBackend> : std::true_type {};
+template <>
+struct DeclaresAgreeSuccess<gloo::GlooBackend> : std::true_type {};
+template <>
+struct DeclaresSendReceive<gloo::GlooBackend> : std::true_type {};
+
+static_assert(CommunicationBackend<gloo::GlooBackend>);
+static_assert(AllReduceSumBackend<gloo::GlooBackend>);
+static_assert(AllGatherEvenBackend<gloo::GlooBackend>);
+static_assert(AllGatherUnevenBackend<gloo::GlooBackend>);
+static_assert(VariableAllToAllBackend<gloo::GlooBackend>);
+static_assert(BroadcastBackend<gloo::GlooBackend>);
+static_assert(BarrierBackend<gloo::GlooBackend>);
+static_assert(AgreeSuccessBackend<gloo::GlooBackend>);
+static_assert(SendReceiveBackend<gloo::GlooBackend>);
 
 }  // namespace rankd::dataplane
 

@@ -9,10 +9,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
-#include "dataplane/testing/gloo_test_cluster.h"
+#include "dataplane/gloo/testing/gloo_test_cluster.h"
 #include "gtest/gtest.h"
 
-namespace rankd::dataplane {
+namespace rankd::dataplane::gloo {
 namespace {
 
 using testing::GlooTestCluster;
@@ -276,7 +276,7 @@ absl::Status SendMismatchedBundle(GlooBackend& b, uint32_t r) {
 }
 
 TEST(BundleDisagreementTest, WithVerifyAgreementBothEndsFailAtOnce) {
-  GlooOptions options = GlooTestCluster::DefaultOptions();
+  GlooSessionOptions options = GlooTestCluster::DefaultOptions();
   options.verify_agreement = true;
   GlooTestCluster cluster({2, 2, 1, 1}, 4, options);
   ASSERT_TRUE(cluster.status().ok()) << cluster.status();
@@ -291,7 +291,7 @@ TEST(BundleDisagreementTest, WithVerifyAgreementBothEndsFailAtOnce) {
 }
 
 TEST(BundleDisagreementTest, WithoutVerifyTheyNeverPairAndBothEndsAreNamed) {
-  GlooOptions options = GlooTestCluster::DefaultOptions();
+  GlooSessionOptions options = GlooTestCluster::DefaultOptions();
   options.op_timeout = absl::Seconds(1);
   GlooTestCluster cluster({2, 2, 1, 1}, 4, options);
   ASSERT_TRUE(cluster.status().ok()) << cluster.status();
@@ -314,13 +314,12 @@ TEST(BundleDisagreementTest, WithoutVerifyTheyNeverPairAndBothEndsAreNamed) {
   });
 }
 
-
 // Two executors are two independent queues with their own Gloo contexts:
 // rank 0 parks a receive on executor 1 whose sender only sends after an
 // all_reduce_sum on executor 0 finished. With one executor the sum would
 // wait behind the receive and both would fail at op_timeout.
 TEST(ExecutorsTest, WorkOnDifferentExecutorsOverlaps) {
-  GlooOptions options = GlooTestCluster::DefaultOptions();
+  GlooSessionOptions options = GlooTestCluster::DefaultOptions();
   options.executors = 2;
   options.op_timeout = absl::Seconds(5);
   GlooTestCluster cluster({1, 1, 1, 2}, 2, options);
@@ -370,7 +369,7 @@ TEST(ExecutorsTest, WorkOnDifferentExecutorsOverlaps) {
 
 TEST(ExecutorsTest, TheExecutorCountIsChecked) {
   for (uint32_t executors : {0u, kMaxGlooExecutors + 1}) {
-    GlooOptions options = GlooTestCluster::DefaultOptions();
+    GlooSessionOptions options = GlooTestCluster::DefaultOptions();
     options.executors = executors;
     GlooTestCluster cluster({1, 1, 1, 1}, 1, options);
     EXPECT_EQ(cluster.status().code(), absl::StatusCode::kInvalidArgument)
@@ -379,4 +378,4 @@ TEST(ExecutorsTest, TheExecutorCountIsChecked) {
 }
 
 }  // namespace
-}  // namespace rankd::dataplane
+}  // namespace rankd::dataplane::gloo

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-namespace rankd::dataplane {
+namespace rankd::dataplane::gloo {
 
 GlooCompletion::GlooCompletion(
     std::string operation, std::weak_ptr<ExecutionHost> host,
@@ -87,4 +87,4 @@ std::vector<std::shared_ptr<const void>> GlooCompletion::TakeResources() {
   return out;
 }
 
-}  // namespace rankd::dataplane
+}  // namespace rankd::dataplane::gloo

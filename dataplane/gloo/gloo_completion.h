@@ -22,9 +22,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "dataplane/completion.h"
-#include "dataplane/gloo/execution_host.h"
+#include "dataplane/gloo/internal/execution_host.h"
 
-namespace rankd::dataplane {
+namespace rankd::dataplane::gloo {
 
 class GlooCompletion final
     : public BoundedCompletion,
@@ -67,6 +67,6 @@ class GlooCompletion final
   std::vector<std::shared_ptr<const void>> resources_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace rankd::dataplane
+}  // namespace rankd::dataplane::gloo
 
 #endif  // RANKD_DATAPLANE_GLOO_GLOO_COMPLETION_H_

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace rankd::dataplane {
+namespace rankd::dataplane::gloo {
 namespace {
 
 // Task bodies catch Gloo's exceptions themselves; this catches anything
@@ -134,4 +134,4 @@ void GlooExecutor::Loop() {
   }
 }
 
-}  // namespace rankd::dataplane
+}  // namespace rankd::dataplane::gloo

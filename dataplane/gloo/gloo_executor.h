@@ -7,8 +7,8 @@
 // cause without running it (no native submission); a native failure goes
 // through the host, which poisons the session.
 //
-// The backend owns GlooOptions::executors of them (lanes 0, 1, ...), each
-// with its own Gloo contexts, so work on different executors overlaps;
+// The backend owns GlooSessionOptions::executors of them (lanes 0, 1, ...),
+// each with its own Gloo contexts, so work on different executors overlaps;
 // operations refuse an executor of another backend. Thread-safe.
 // Internal to the Gloo backend. Depends on gloo_completion.h,
 // execution_host.h and absl.
@@ -28,10 +28,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "dataplane/gloo/execution_host.h"
 #include "dataplane/gloo/gloo_completion.h"
+#include "dataplane/gloo/internal/execution_host.h"
 
-namespace rankd::dataplane {
+namespace rankd::dataplane::gloo {
 
 // What an operation's body reports.
 struct TaskResult {
@@ -107,6 +107,6 @@ class GlooExecutor {
   std::thread thread_;
 };
 
-}  // namespace rankd::dataplane
+}  // namespace rankd::dataplane::gloo
 
 #endif  // RANKD_DATAPLANE_GLOO_GLOO_EXECUTOR_H_

@@ -9,10 +9,10 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "dataplane/gloo/gloo_session.h"
-#include "dataplane/testing/gloo_test_cluster.h"
+#include "dataplane/gloo/testing/gloo_test_cluster.h"
 #include "gtest/gtest.h"
 
-namespace rankd::dataplane {
+namespace rankd::dataplane::gloo {
 namespace {
 
 using testing::GlooTestCluster;
@@ -202,7 +202,7 @@ TEST_F(FaultTest, QueuedWorkAfterPoisonIsNotRun) {
 // causes is never handed to the mismatch diagnosis, which would wait the
 // grace for peer reports that cannot come.
 TEST(FaultGraceTest, NativeCancelIsNotStretchedByTheAttributionGrace) {
-  GlooOptions options = GlooTestCluster::DefaultOptions();
+  GlooSessionOptions options = GlooTestCluster::DefaultOptions();
   options.failure_attribution_grace = absl::Seconds(15);
   GlooTestCluster cluster({1, 1, 1, 2}, 2, options);
   ASSERT_TRUE(cluster.status().ok()) << cluster.status();
@@ -223,4 +223,4 @@ TEST(FaultGraceTest, NativeCancelIsNotStretchedByTheAttributionGrace) {
 }
 
 }  // namespace
-}  // namespace rankd::dataplane
+}  // namespace rankd::dataplane::gloo

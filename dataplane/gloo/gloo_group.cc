@@ -2,11 +2,11 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace rankd::dataplane {
+namespace rankd::dataplane::gloo {
 
 GlooGroup::GlooGroup(const void* owner, CollectiveGroupId id, bool is_world,
                      std::vector<uint32_t> members, uint32_t local_rank,
-                     std::shared_ptr<gloo::Context> context, uint32_t lane)
+                     std::shared_ptr<::gloo::Context> context, uint32_t lane)
     : owner_(owner),
       id_(id),
       is_world_(is_world),
@@ -15,7 +15,7 @@ GlooGroup::GlooGroup(const void* owner, CollectiveGroupId id, bool is_world,
       context_(std::move(context)),
       lane_(lane) {}
 
-void GlooGroup::AddLane(std::shared_ptr<gloo::Context> context) {
+void GlooGroup::AddLane(std::shared_ptr<::gloo::Context> context) {
   lanes_.push_back(std::make_shared<GlooGroup>(
       owner_, id_, is_world_, members_, local_rank_, std::move(context),
       static_cast<uint32_t>(lanes_.size() + 1)));
@@ -51,4 +51,4 @@ std::string GlooRoute::ToString() const {
                       group_->ToString());
 }
 
-}  // namespace rankd::dataplane
+}  // namespace rankd::dataplane::gloo

@@ -37,18 +37,18 @@ namespace gloo {
 class Context;
 }
 
-namespace rankd::dataplane {
+namespace rankd::dataplane::gloo {
 
 class GlooGroup : public std::enable_shared_from_this<GlooGroup> {
  public:
   // `owner` identifies the communicator that made the group.
   GlooGroup(const void* owner, CollectiveGroupId id, bool is_world,
             std::vector<uint32_t> members, uint32_t local_rank,
-            std::shared_ptr<gloo::Context> context, uint32_t lane = 0);
+            std::shared_ptr<::gloo::Context> context, uint32_t lane = 0);
 
   // Lane 0 only, while the communicator connects: adds lane lanes().size()+1
   // over `context`.
-  void AddLane(std::shared_ptr<gloo::Context> context);
+  void AddLane(std::shared_ptr<::gloo::Context> context);
   // This group on executor lane `lane` (this group itself for lane 0, or
   // when it is a lane itself; null past the last lane).
   std::shared_ptr<GlooGroup> OnLane(uint32_t lane);
@@ -72,7 +72,7 @@ class GlooGroup : public std::enable_shared_from_this<GlooGroup> {
   std::string ScopeKey() const;
 
   // The connected Gloo context; null for a one-member group.
-  const std::shared_ptr<gloo::Context>& context() const { return context_; }
+  const std::shared_ptr<::gloo::Context>& context() const { return context_; }
   const void* owner() const { return owner_; }
 
   // Executor thread only: the sequence number of the next collective on this
@@ -90,7 +90,7 @@ class GlooGroup : public std::enable_shared_from_this<GlooGroup> {
   const bool is_world_;
   const std::vector<uint32_t> members_;
   const uint32_t local_rank_;
-  const std::shared_ptr<gloo::Context> context_;
+  const std::shared_ptr<::gloo::Context> context_;
   const uint32_t lane_;
   std::vector<std::shared_ptr<GlooGroup>> lanes_;  // lane 0 only
   uint32_t next_sequence_ = 0;
@@ -121,6 +121,6 @@ class GlooRoute {
   uint32_t destination_index_;
 };
 
-}  // namespace rankd::dataplane
+}  // namespace rankd::dataplane::gloo
 
 #endif  // RANKD_DATAPLANE_GLOO_GLOO_GROUP_H_

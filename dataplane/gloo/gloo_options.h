@@ -1,5 +1,5 @@
-// GlooOptions: how the Gloo backend connects and how long it waits. Shared
-// by the communicator, the backend and the session factory. Depends on
+// GlooSessionOptions: how the Gloo backend connects and how long it waits.
+// Shared by the communicator, the backend and the session factory. Depends on
 // dataplane/types.h and absl.
 #ifndef RANKD_DATAPLANE_GLOO_GLOO_OPTIONS_H_
 #define RANKD_DATAPLANE_GLOO_GLOO_OPTIONS_H_
@@ -11,11 +11,11 @@
 #include "absl/time/time.h"
 #include "dataplane/types.h"
 
-namespace rankd::dataplane {
+namespace rankd::dataplane::gloo {
 
 inline constexpr uint32_t kMaxGlooExecutors = 8;
 
-struct GlooOptions {
+struct GlooSessionOptions {
   // Address the TCP transport listens on: an IP or hostname of this rank
   // that its peers can reach (the pod IP in Kubernetes).
   std::string hostname = "127.0.0.1";
@@ -61,6 +61,6 @@ struct GlooOptions {
   std::optional<DistributedCapabilities> restrict_capabilities;
 };
 
-}  // namespace rankd::dataplane
+}  // namespace rankd::dataplane::gloo
 
 #endif  // RANKD_DATAPLANE_GLOO_GLOO_OPTIONS_H_

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "dataplane/descriptor_proto.h"
 
-namespace rankd::dataplane {
+namespace rankd::dataplane::gloo {
 namespace {
 
 using ValueSubmission = DistributedSession<HostTensor>::ValueSubmission;
@@ -202,12 +202,12 @@ absl::StatusOr<std::unique_ptr<PendingWords>> GlooSession::SubmitAllGatherWords(
   return control_plane_->SubmitAllGatherWords(local, timeout);
 }
 
-absl::StatusOr<std::unique_ptr<GlooSession>> CreateGlooSession(
-    ControlPlane* control_plane, const DistributedSessionDescriptor& descriptor,
-    const GlooOptions& options) {
-  auto backend = GlooBackend::Create(control_plane, descriptor, options);
+absl::StatusOr<std::unique_ptr<GlooSession>> GlooSession::Open(
+    const DistributedSessionDescriptor& descriptor, ControlPlane* control_plane,
+    const GlooSessionOptions& options) {
+  auto backend = GlooBackend::Create(descriptor, control_plane, options);
   if (!backend.ok()) return backend.status();
   return std::make_unique<GlooSession>(control_plane, *std::move(backend));
 }
 
-}  // namespace rankd::dataplane
+}  // namespace rankd::dataplane::gloo

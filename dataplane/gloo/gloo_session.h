@@ -7,8 +7,8 @@
 // works independently of the data communicators (and of their poisoning).
 //
 //   auto control_plane = MakeClientControlPlane(client.get());
-//   auto session = CreateGlooSession(control_plane.get(),
-//                                    client->descriptor(), {});
+//   auto session = GlooSession::Open(DescriptorFromProto(...),
+//                                    control_plane.get(), {});
 //   auto sum = (*session)->AllReduceSum(CollectiveScope::World(), x);
 //   ...
 //
@@ -33,10 +33,23 @@
 #include "dataplane/session.h"
 #include "dataplane/types.h"
 
-namespace rankd::dataplane {
+namespace rankd::dataplane::gloo {
 
 class GlooSession final : public DistributedSession<HostTensor> {
  public:
+  // Connects a Gloo session for this rank, as NcclSession::Open opens one:
+  // every group of `descriptor` (and the world) rendezvouses through
+  // `control_plane`'s key-value broker. Blocks until every group is
+  // connected on every executor or options.connect_timeout passes; errors
+  // name the group. InvalidArgument for bad options or a null control
+  // plane; the job's failure when it already failed. `control_plane` must
+  // outlive the session. (From the descriptor rankd::Client::Join returns:
+  // DescriptorFromProto in dataplane/descriptor_proto.h first; public
+  // data-plane headers carry no protobuf types.)
+  static absl::StatusOr<std::unique_ptr<GlooSession>> Open(
+      const DistributedSessionDescriptor& descriptor,
+      ControlPlane* control_plane, const GlooSessionOptions& options = {});
+
   GlooSession(ControlPlane* control_plane,
               std::unique_ptr<GlooBackend> backend);
 
@@ -97,17 +110,6 @@ class GlooSession final : public DistributedSession<HostTensor> {
   const std::unique_ptr<GlooBackend> backend_;
 };
 
-// Connects a Gloo session for this rank: every group of `descriptor` (and
-// the world) rendezvouses through `control_plane`'s key-value broker. Blocks
-// until every group is connected or options.connect_timeout passes; errors
-// name the group. `control_plane` must outlive the session.
-absl::StatusOr<std::unique_ptr<GlooSession>> CreateGlooSession(
-    ControlPlane* control_plane, const DistributedSessionDescriptor& descriptor,
-    const GlooOptions& options = {});
-// (From the descriptor rankd::Client::Join returns: DescriptorFromProto in
-// dataplane/descriptor_proto.h first; public data-plane headers carry no
-// protobuf types.)
-
-}  // namespace rankd::dataplane
+}  // namespace rankd::dataplane::gloo
 
 #endif  // RANKD_DATAPLANE_GLOO_GLOO_SESSION_H_

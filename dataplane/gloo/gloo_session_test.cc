@@ -11,13 +11,13 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "dataplane/element_types.h"
-#include "dataplane/gloo/rankd_store.h"
+#include "dataplane/gloo/internal/rankd_store.h"
+#include "dataplane/gloo/testing/gloo_test_cluster.h"
 #include "dataplane/host_buffer_pool.h"
-#include "dataplane/testing/gloo_test_cluster.h"
 #include "dataplane/testing/in_process_control_plane.h"
 #include "gtest/gtest.h"
 
-namespace rankd::dataplane {
+namespace rankd::dataplane::gloo {
 namespace {
 
 using testing::GlooTestCluster;
@@ -29,7 +29,7 @@ class SingleRankTest : public ::testing::Test {
  protected:
   void SetUp() override { Open(GlooTestCluster::DefaultOptions()); }
 
-  void Open(GlooOptions options) {
+  void Open(GlooSessionOptions options) {
     session_.reset();
     job_ = InProcessJob::Create(1);
     control_plane_ = job_->ForRank(0);
@@ -37,7 +37,7 @@ class SingleRankTest : public ::testing::Test {
         DistributedSessionDescriptor::FromTopology({1, 1, 1, 1}, 1, 0);
     ASSERT_TRUE(descriptor.ok());
     auto session =
-        CreateGlooSession(control_plane_.get(), *descriptor, options);
+        GlooSession::Open(*descriptor, control_plane_.get(), options);
     ASSERT_TRUE(session.ok()) << session.status();
     session_ = *std::move(session);
   }
@@ -203,7 +203,7 @@ TEST_F(SingleRankTest, ZeroOrNegativeTimeoutIsRejected) {
 // Without exact_completion (restricted), QuarantineUntilComplete, which
 // releases work on exact completion, is not offered; NativeCancel is.
 TEST_F(SingleRankTest, RestrictingExactCompletionWithdrawsQuarantine) {
-  GlooOptions options = GlooTestCluster::DefaultOptions();
+  GlooSessionOptions options = GlooTestCluster::DefaultOptions();
   DistributedCapabilities allow;
   allow.world_collectives = true;
   allow.exact_completion = false;
@@ -223,7 +223,7 @@ TEST_F(SingleRankTest, RestrictingExactCompletionWithdrawsQuarantine) {
 }
 
 TEST_F(SingleRankTest, RestrictedCapabilitiesFailClosed) {
-  GlooOptions options = GlooTestCluster::DefaultOptions();
+  GlooSessionOptions options = GlooTestCluster::DefaultOptions();
   DistributedCapabilities allow;
   allow.collective_groups = {2};
   allow.exact_completion = true;
@@ -256,7 +256,7 @@ TEST_F(SingleRankTest, RestrictedCapabilitiesFailClosed) {
 TEST_F(SingleRankTest, PointToPointRefusedWhenNotAdvertised) {
   // A two-member scope is needed for a valid peer; use a restricted one-rank
   // session: the capability check comes before the peer check.
-  GlooOptions options = GlooTestCluster::DefaultOptions();
+  GlooSessionOptions options = GlooTestCluster::DefaultOptions();
   DistributedCapabilities allow;
   allow.world_collectives = true;
   options.restrict_capabilities = allow;
@@ -311,7 +311,7 @@ TEST(GlooSessionCreateTest, FailedJobRefusesToConnect) {
   job->Fail(absl::AbortedError("rank 1 lost"));
   auto cp = job->ForRank(0);
   auto d = *DistributedSessionDescriptor::FromTopology({1, 1, 1, 2}, 2, 0);
-  auto s = CreateGlooSession(cp.get(), d, GlooTestCluster::DefaultOptions());
+  auto s = GlooSession::Open(d, cp.get(), GlooTestCluster::DefaultOptions());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kAborted);
 }
 
@@ -319,11 +319,11 @@ TEST(GlooSessionCreateTest, RejectsBadOptions) {
   auto job = InProcessJob::Create(1);
   auto cp = job->ForRank(0);
   auto d = *DistributedSessionDescriptor::FromTopology({1, 1, 1, 1}, 1, 0);
-  GlooOptions options;
+  GlooSessionOptions options;
   options.op_timeout = absl::ZeroDuration();
-  EXPECT_EQ(CreateGlooSession(cp.get(), d, options).status().code(),
+  EXPECT_EQ(GlooSession::Open(d, cp.get(), options).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(CreateGlooSession(nullptr, d, {}).status().code(),
+  EXPECT_EQ(GlooSession::Open(d, nullptr, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -331,9 +331,9 @@ TEST(GlooSessionCreateTest, MissingPeerTimesOutNamingTheGroup) {
   auto job = InProcessJob::Create(2);
   auto cp = job->ForRank(0);
   auto d = *DistributedSessionDescriptor::FromTopology({1, 1, 1, 2}, 2, 0);
-  GlooOptions options = GlooTestCluster::DefaultOptions();
+  GlooSessionOptions options = GlooTestCluster::DefaultOptions();
   options.connect_timeout = absl::Milliseconds(300);
-  auto s = CreateGlooSession(cp.get(), d, options);
+  auto s = GlooSession::Open(d, cp.get(), options);
   EXPECT_FALSE(s.ok());
   EXPECT_TRUE(absl::StrContains(s.status().message(), "connecting group 1"))
       << s.status();
@@ -598,7 +598,7 @@ absl::Status SumWithRank3Disagreeing(GlooSession& s, uint32_t r) {
 }
 
 TEST(DisagreementTest, WithVerifyAgreementEveryMemberFailsAtOnce) {
-  GlooOptions options = GlooTestCluster::DefaultOptions();
+  GlooSessionOptions options = GlooTestCluster::DefaultOptions();
   options.verify_agreement = true;
   GlooTestCluster cluster({2, 1, 1, 2}, 4, options);
   ASSERT_TRUE(cluster.status().ok()) << cluster.status();
@@ -614,7 +614,7 @@ TEST(DisagreementTest, WithVerifyAgreementEveryMemberFailsAtOnce) {
 
 TEST(DisagreementTest,
      WithoutVerifyTheyNeverPairAndTheErrorSaysWhoSubmittedWhat) {
-  GlooOptions options = GlooTestCluster::DefaultOptions();
+  GlooSessionOptions options = GlooTestCluster::DefaultOptions();
   ASSERT_FALSE(options.verify_agreement);  // the default
   options.op_timeout = absl::Seconds(1);
   GlooTestCluster cluster({2, 1, 1, 2}, 4, options);
@@ -647,7 +647,7 @@ TEST(DisagreementTest,
 }
 
 TEST(DisagreementTest, AMemberThatNeverSubmitsIsNamed) {
-  GlooOptions options = GlooTestCluster::DefaultOptions();
+  GlooSessionOptions options = GlooTestCluster::DefaultOptions();
   options.op_timeout = absl::Seconds(1);
   options.failure_attribution_grace = absl::Milliseconds(500);
   GlooTestCluster cluster({2, 1, 1, 2}, 4, options);
@@ -837,7 +837,7 @@ TEST_F(FourRankTest, BatchedSendReceiveRunsARingAndASwap) {
 // With verify_agreement, a batch entry whose ends disagree fails on both
 // ends, naming the transfer, while the batch's other transfers still move.
 TEST(BatchDisagreementTest, TheDisagreeingTransferIsNamedTheOthersMove) {
-  GlooOptions options = GlooTestCluster::DefaultOptions();
+  GlooSessionOptions options = GlooTestCluster::DefaultOptions();
   options.verify_agreement = true;
   GlooTestCluster cluster({1, 1, 1, 3}, 3, options);
   ASSERT_TRUE(cluster.status().ok()) << cluster.status();
@@ -885,7 +885,7 @@ TEST_F(FourRankTest, AllGatherWordsIsRankMajor) {
 }
 
 TEST(RendezvousKeysTest, KeysArePrefixedByNamespaceInstanceAndGroup) {
-  GlooOptions options = GlooTestCluster::DefaultOptions();
+  GlooSessionOptions options = GlooTestCluster::DefaultOptions();
   options.instance = 3;
   GlooTestCluster cluster({2, 1, 1, 1}, 2, options);
   ASSERT_TRUE(cluster.status().ok()) << cluster.status();
@@ -901,4 +901,4 @@ TEST(RendezvousKeysTest, KeysArePrefixedByNamespaceInstanceAndGroup) {
 }
 
 }  // namespace
-}  // namespace rankd::dataplane
+}  // namespace rankd::dataplane::gloo

@@ -76,7 +76,7 @@ struct NcclSessionOptions {
   // connect) before the session is poisoned and aborted.
   absl::Duration enqueue_timeout = absl::Seconds(120);
   // Bounds every operation from submission to completion (as
-  // GlooOptions::op_timeout does): when it passes, the watchdog publishes
+  // GlooSessionOptions::op_timeout does): when it passes, the watchdog publishes
   // what this rank submitted, reads what the other members published (for
   // up to failure_attribution_grace; dataplane/mismatch_diagnosis.h), then
   // aborts every communicator and poisons the session. The operation fails

@@ -71,8 +71,8 @@ absl::Status Serve() {
   auto control_plane = rankd::dataplane::MakeClientControlPlane(client->get());
   auto converted = rankd::dataplane::DescriptorFromProto(*descriptor);
   if (!converted.ok()) return converted.status();
-  auto session =
-      rankd::dataplane::CreateGlooSession(control_plane.get(), *converted);
+  auto session = rankd::dataplane::gloo::GlooSession::Open(*converted,
+                                                           control_plane.get());
   if (!session.ok()) return session.status();
   auto x = HostTensor::FromVector<float>({2}, {1.0f, static_cast<float>(rank)});
   if (!x.ok()) return x.status();

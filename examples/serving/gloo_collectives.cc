@@ -14,8 +14,8 @@
 namespace rankd::examples {
 namespace {
 
-using dataplane::GlooSession;
 using dataplane::HostTensor;
+using dataplane::gloo::GlooSession;
 
 struct HostCodec {
   static absl::StatusOr<HostTensor> Upload(GlooSession&, const Matrix& m) {
@@ -37,13 +37,13 @@ struct HostCodec {
 absl::StatusOr<std::unique_ptr<Collectives>> OpenGlooCollectives(
     dataplane::ControlPlane* control_plane,
     const v1::SessionDescriptor& descriptor, const BackendOptions& options) {
-  dataplane::GlooOptions gloo;
+  dataplane::gloo::GlooSessionOptions gloo;
   gloo.hostname = options.hostname;
   gloo.connect_timeout = options.connect_timeout;
   gloo.op_timeout = options.op_timeout;
   auto converted = dataplane::DescriptorFromProto(descriptor);
   if (!converted.ok()) return converted.status();
-  auto session = dataplane::CreateGlooSession(control_plane, *converted, gloo);
+  auto session = GlooSession::Open(*converted, control_plane, gloo);
   if (!session.ok()) return session.status();
   return std::unique_ptr<Collectives>(
       new SessionCollectives<GlooSession, HostCodec>("gloo",

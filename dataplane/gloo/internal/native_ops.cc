@@ -1,4 +1,4 @@
-#include "dataplane/gloo/native_ops.h"
+#include "dataplane/gloo/internal/native_ops.h"
 
 #include <algorithm>
 #include <exception>
@@ -18,7 +18,7 @@
 #include "gloo/context.h"
 #include "gloo/transport/unbound_buffer.h"
 
-namespace rankd::dataplane::gloo_internal {
+namespace rankd::dataplane::gloo::internal {
 namespace {
 
 // Stands in for the data pointer of an empty piece.
@@ -34,11 +34,11 @@ struct Element {
 };
 
 template <size_t N>
-void AllReduceElements(const std::shared_ptr<gloo::Context>& context,
+void AllReduceElements(const std::shared_ptr<::gloo::Context>& context,
                        const void* in, void* out, size_t elements,
                        const SumKernel& kernel, uint32_t tag,
                        Milliseconds timeout) {
-  gloo::AllreduceOptions options(context);
+  ::gloo::AllreduceOptions options(context);
   if (in != nullptr && in != out) {
     options.setInput(static_cast<Element<N>*>(NonNull(in)), elements);
   }
@@ -46,7 +46,7 @@ void AllReduceElements(const std::shared_ptr<gloo::Context>& context,
   options.setReduceFunction(kernel.reduce);
   options.setTag(tag);
   options.setTimeout(timeout);
-  gloo::allreduce(options);
+  ::gloo::allreduce(options);
 }
 
 }  // namespace
@@ -56,15 +56,15 @@ absl::Status CatchNative(absl::string_view what,
   try {
     fn();
     return absl::OkStatus();
-  } catch (const gloo::IoException& e) {
+  } catch (const ::gloo::IoException& e) {
     const std::string text = e.what();
     if (absl::StrContains(text, "Timed out")) {
       return absl::DeadlineExceededError(absl::StrCat(what, ": ", text));
     }
     return absl::UnavailableError(absl::StrCat(what, ": ", text));
-  } catch (const gloo::Exception& e) {
+  } catch (const ::gloo::Exception& e) {
     return absl::InternalError(absl::StrCat(what, ": ", e.what()));
-  } catch (const gloo::EnforceNotMet& e) {
+  } catch (const ::gloo::EnforceNotMet& e) {
     return absl::InternalError(absl::StrCat(what, ": ", e.what()));
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat(what, ": ", e.what()));
@@ -74,7 +74,7 @@ absl::Status CatchNative(absl::string_view what,
   }
 }
 
-void NativeAllReduce(const std::shared_ptr<gloo::Context>& context,
+void NativeAllReduce(const std::shared_ptr<::gloo::Context>& context,
                      const void* in, void* out, size_t elements,
                      const SumKernel& kernel, uint32_t tag,
                      Milliseconds timeout) {
@@ -92,54 +92,54 @@ void NativeAllReduce(const std::shared_ptr<gloo::Context>& context,
       return AllReduceElements<8>(context, in, out, elements, kernel, tag,
                                   timeout);
   }
-  throw gloo::Exception(
+  throw ::gloo::Exception(
       absl::StrCat("unsupported element size ", kernel.element_size));
 }
 
-void NativeAllGatherV(const std::shared_ptr<gloo::Context>& context,
+void NativeAllGatherV(const std::shared_ptr<::gloo::Context>& context,
                       const void* in, void* out,
                       const std::vector<size_t>& bytes_per_member, uint32_t tag,
                       Milliseconds timeout) {
-  gloo::AllgathervOptions options(context);
+  ::gloo::AllgathervOptions options(context);
   options.setInput(static_cast<char*>(NonNull(in)),
                    bytes_per_member[context->rank]);
   options.setOutput(static_cast<char*>(NonNull(out)), bytes_per_member);
   options.setTag(tag);
   options.setTimeout(timeout);
-  gloo::allgatherv(options);
+  ::gloo::allgatherv(options);
 }
 
-void NativeAllToAllV(const std::shared_ptr<gloo::Context>& context,
+void NativeAllToAllV(const std::shared_ptr<::gloo::Context>& context,
                      const void* in, const std::vector<int64_t>& send_bytes,
                      void* out, const std::vector<int64_t>& recv_bytes,
                      uint32_t tag, Milliseconds timeout) {
-  gloo::AlltoallvOptions options(context);
+  ::gloo::AlltoallvOptions options(context);
   options.setInput(static_cast<char*>(NonNull(in)), send_bytes);
   options.setOutput(static_cast<char*>(NonNull(out)), recv_bytes);
   options.setTag(tag);
   options.setTimeout(timeout);
-  gloo::alltoallv(options);
+  ::gloo::alltoallv(options);
 }
 
-void NativeBroadcast(const std::shared_ptr<gloo::Context>& context, void* data,
-                     size_t bytes, int root, uint32_t tag,
+void NativeBroadcast(const std::shared_ptr<::gloo::Context>& context,
+                     void* data, size_t bytes, int root, uint32_t tag,
                      Milliseconds timeout) {
-  gloo::BroadcastOptions options(context);
+  ::gloo::BroadcastOptions options(context);
   char* p = static_cast<char*>(NonNull(data));
   if (context->rank == root) options.setInput(p, bytes);
   options.setOutput(p, bytes);
   options.setRoot(root);
   options.setTag(tag);
   options.setTimeout(timeout);
-  gloo::broadcast(options);
+  ::gloo::broadcast(options);
 }
 
-void NativeBarrier(const std::shared_ptr<gloo::Context>& context, uint32_t tag,
-                   Milliseconds timeout) {
-  gloo::BarrierOptions options(context);
+void NativeBarrier(const std::shared_ptr<::gloo::Context>& context,
+                   uint32_t tag, Milliseconds timeout) {
+  ::gloo::BarrierOptions options(context);
   options.setTag(tag);
   options.setTimeout(timeout);
-  gloo::barrier(options);
+  ::gloo::barrier(options);
 }
 
 uint64_t RouteSlot(bool ascending, uint32_t transfer_tag, uint16_t piece) {
@@ -148,22 +148,22 @@ uint64_t RouteSlot(bool ascending, uint32_t transfer_tag, uint16_t piece) {
   return (prefix << 56) | (static_cast<uint64_t>(transfer_tag) << 16) | piece;
 }
 
-void NativeSend(const std::shared_ptr<gloo::Context>& context, int peer,
+void NativeSend(const std::shared_ptr<::gloo::Context>& context, int peer,
                 uint64_t slot, const void* data, size_t bytes,
                 Milliseconds timeout) {
   auto buffer = context->createUnboundBuffer(NonNull(data), bytes);
   buffer->send(peer, slot);
-  if (!buffer->waitSend(timeout)) throw gloo::IoException("send aborted");
+  if (!buffer->waitSend(timeout)) throw ::gloo::IoException("send aborted");
 }
 
-void NativeRecv(const std::shared_ptr<gloo::Context>& context, int peer,
+void NativeRecv(const std::shared_ptr<::gloo::Context>& context, int peer,
                 uint64_t slot, void* data, size_t bytes, Milliseconds timeout) {
   auto buffer = context->createUnboundBuffer(NonNull(data), bytes);
   buffer->recv(peer, slot);
-  if (!buffer->waitRecv(timeout)) throw gloo::IoException("receive aborted");
+  if (!buffer->waitRecv(timeout)) throw ::gloo::IoException("receive aborted");
 }
 
-void NativeExchange(const std::shared_ptr<gloo::Context>& context, int peer,
+void NativeExchange(const std::shared_ptr<::gloo::Context>& context, int peer,
                     uint64_t send_slot, const void* send, size_t send_bytes,
                     uint64_t recv_slot, void* recv, size_t recv_bytes,
                     Milliseconds timeout) {
@@ -171,14 +171,14 @@ void NativeExchange(const std::shared_ptr<gloo::Context>& context, int peer,
   auto in = context->createUnboundBuffer(NonNull(recv), recv_bytes);
   in->recv(peer, recv_slot);
   out->send(peer, send_slot);
-  if (!in->waitRecv(timeout)) throw gloo::IoException("receive aborted");
-  if (!out->waitSend(timeout)) throw gloo::IoException("send aborted");
+  if (!in->waitRecv(timeout)) throw ::gloo::IoException("receive aborted");
+  if (!out->waitSend(timeout)) throw ::gloo::IoException("send aborted");
 }
 
-void NativeTransfers(const std::shared_ptr<gloo::Context>& context,
+void NativeTransfers(const std::shared_ptr<::gloo::Context>& context,
                      const std::vector<PostedTransfer>& transfers,
                      Milliseconds timeout) {
-  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> buffers;
+  std::vector<std::unique_ptr<::gloo::transport::UnboundBuffer>> buffers;
   buffers.reserve(transfers.size());
   for (const PostedTransfer& t : transfers) {
     buffers.push_back(context->createUnboundBuffer(NonNull(t.data), t.bytes));
@@ -199,10 +199,10 @@ void NativeTransfers(const std::shared_ptr<gloo::Context>& context,
     const bool finished = transfers[i].send ? buffers[i]->waitSend(left)
                                             : buffers[i]->waitRecv(left);
     if (!finished) {
-      throw gloo::IoException(transfers[i].send ? "send aborted"
-                                                : "receive aborted");
+      throw ::gloo::IoException(transfers[i].send ? "send aborted"
+                                                  : "receive aborted");
     }
   }
 }
 
-}  // namespace rankd::dataplane::gloo_internal
+}  // namespace rankd::dataplane::gloo::internal

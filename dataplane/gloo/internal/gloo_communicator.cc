@@ -1,4 +1,4 @@
-#include "dataplane/gloo/gloo_communicator.h"
+#include "dataplane/gloo/internal/gloo_communicator.h"
 
 #include <signal.h>
 
@@ -10,16 +10,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "dataplane/gloo/gloo_abort.h"
-#include "dataplane/gloo/native_ops.h"
-#include "dataplane/gloo/rankd_store.h"
+#include "dataplane/gloo/internal/gloo_abort.h"
+#include "dataplane/gloo/internal/native_ops.h"
+#include "dataplane/gloo/internal/rankd_store.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/transport/tcp/device.h"
 
-namespace rankd::dataplane {
+namespace rankd::dataplane::gloo {
 namespace {
 
-using gloo_internal::CatchNative;
+using internal::CatchNative;
 
 std::chrono::milliseconds Millis(absl::Duration d) {
   return std::chrono::milliseconds(
@@ -46,7 +46,7 @@ absl::Status Scoped(const std::string& operation, const absl::Status& cause) {
 
 GlooCommunicator::GlooCommunicator(ControlPlane* control_plane,
                                    DistributedSessionDescriptor descriptor,
-                                   GlooOptions options)
+                                   GlooSessionOptions options)
     : control_plane_(control_plane),
       descriptor_(std::move(descriptor)),
       options_(std::move(options)),
@@ -64,7 +64,7 @@ GlooCommunicator::~GlooCommunicator() { Shutdown(); }
 
 absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
     ControlPlane* control_plane, DistributedSessionDescriptor descriptor,
-    GlooOptions options) {
+    GlooSessionOptions options) {
   if (control_plane == nullptr) {
     return absl::InvalidArgumentError("gloo backend: no control plane");
   }
@@ -88,7 +88,7 @@ absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
       control_plane, std::move(descriptor), std::move(options)));
   for (auto& executor : comm->executors_) executor->Bind(comm);
 
-  gloo::transport::tcp::attr attr;
+  ::gloo::transport::tcp::attr attr;
   if (!comm->options_.interface.empty()) {
     attr.iface = comm->options_.interface;
   } else {
@@ -98,7 +98,7 @@ absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
       absl::StrCat("gloo backend: creating the TCP device on ",
                    comm->options_.interface.empty() ? comm->options_.hostname
                                                     : comm->options_.interface),
-      [&] { comm->device_ = gloo::transport::tcp::CreateDevice(attr); });
+      [&] { comm->device_ = ::gloo::transport::tcp::CreateDevice(attr); });
   if (!device_status.ok()) return device_status;
 
   const DistributedSessionDescriptor& d = comm->descriptor_;
@@ -137,7 +137,7 @@ absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
   };
   if (world_group == nullptr) {
     auto world = connect("world", d.rank(), d.world_size(),
-                         [&](std::shared_ptr<gloo::Context> context) {
+                         [&](std::shared_ptr<::gloo::Context> context) {
                            return std::make_shared<GlooGroup>(
                                comm.get(), kWorldGroupId, true, everyone,
                                d.rank(), std::move(context));
@@ -148,7 +148,7 @@ absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
   for (const auto* g : sorted) {
     auto group =
         connect(absl::StrCat(g->id()), g->local_rank(), g->size(),
-                [&](std::shared_ptr<gloo::Context> context) {
+                [&](std::shared_ptr<::gloo::Context> context) {
                   return std::make_shared<GlooGroup>(
                       comm.get(), g->id(), g == world_group, g->members(),
                       g->local_rank(), std::move(context));
@@ -165,10 +165,10 @@ absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
   return comm;
 }
 
-absl::StatusOr<std::shared_ptr<gloo::Context>> GlooCommunicator::Connect(
+absl::StatusOr<std::shared_ptr<::gloo::Context>> GlooCommunicator::Connect(
     const std::string& name, uint32_t rank, uint32_t size) {
-  if (size <= 1) return std::shared_ptr<gloo::Context>();
-  auto context = std::make_shared<gloo::rendezvous::Context>(
+  if (size <= 1) return std::shared_ptr<::gloo::Context>();
+  auto context = std::make_shared<::gloo::rendezvous::Context>(
       static_cast<int>(rank), static_cast<int>(size));
   context->setTimeout(Millis(options_.connect_timeout));
   RankdStore store(
@@ -180,7 +180,7 @@ absl::StatusOr<std::shared_ptr<gloo::Context>> GlooCommunicator::Connect(
                    name == "world" ? name : absl::StrCat("group ", name), " (",
                    size, " members, this rank is member ", rank, ")"),
       [&] {
-        std::shared_ptr<gloo::transport::Device> device = device_;
+        std::shared_ptr<::gloo::transport::Device> device = device_;
         context->connectFullMesh(store, device);
       });
   if (!s.ok()) {
@@ -193,7 +193,7 @@ absl::StatusOr<std::shared_ptr<gloo::Context>> GlooCommunicator::Connect(
     return s;
   }
   context->setTimeout(Millis(options_.op_timeout));
-  return std::shared_ptr<gloo::Context>(std::move(context));
+  return std::shared_ptr<::gloo::Context>(std::move(context));
 }
 
 bool GlooCommunicator::idle() const {
@@ -233,7 +233,7 @@ void GlooCommunicator::AbortAll(const std::string& reason) {
     if (g == nullptr || g->context() == nullptr) return;
     // Runs on control-plane and executor threads: never let Gloo throw here.
     CatchNative("gloo backend: abort", [&] {
-      gloo_internal::AbortGlooContext(*g->context(), message);
+      internal::AbortGlooContext(*g->context(), message);
     }).IgnoreError();
   };
   auto abort = [&](const std::shared_ptr<GlooGroup>& g) {
@@ -353,4 +353,4 @@ absl::StatusOr<bool> GlooCommunicator::ApplyCancellation(
   return true;
 }
 
-}  // namespace rankd::dataplane
+}  // namespace rankd::dataplane::gloo

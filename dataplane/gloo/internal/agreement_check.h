@@ -8,9 +8,9 @@
 // op_timeout, and dataplane/mismatch_diagnosis.h then names who submitted what.
 // This costs nothing per operation.
 //
-// On request (GlooOptions::verify_agreement) and always for the count matrix
-// of variable_all_to_all (which no single member knows, so no tag can carry
-// it): an explicit check before moving data. Every member contributes its
+// On request (GlooSessionOptions::verify_agreement) and always for the count
+// matrix of variable_all_to_all (which no single member knows, so no tag can
+// carry it): an explicit check before moving data. Every member contributes its
 // fingerprint (and counts) through one small allgather, so every member
 // sees the same fingerprints and decides the same way. On a disagreement
 // every member fails with InvalidArgument before any payload moves, the
@@ -28,9 +28,9 @@
 #include "absl/strings/string_view.h"
 #include "dataplane/gloo/gloo_executor.h"
 #include "dataplane/gloo/gloo_group.h"
-#include "dataplane/gloo/native_ops.h"
+#include "dataplane/gloo/internal/native_ops.h"
 
-namespace rankd::dataplane::gloo_internal {
+namespace rankd::dataplane::gloo::internal {
 
 // The Gloo tag of the operation numbered `sequence` (on its group or route)
 // whose canonical description has `fingerprint`. For a fixed fingerprint it
@@ -52,6 +52,6 @@ TaskResult VerifyAllToAllCounts(GlooGroup& group, const std::string& operation,
                                 const std::vector<size_t>& receive,
                                 Milliseconds timeout);
 
-}  // namespace rankd::dataplane::gloo_internal
+}  // namespace rankd::dataplane::gloo::internal
 
 #endif  // RANKD_DATAPLANE_GLOO_AGREEMENT_CHECK_H_

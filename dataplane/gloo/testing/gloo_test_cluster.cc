@@ -1,11 +1,11 @@
-#include "dataplane/testing/gloo_test_cluster.h"
+#include "dataplane/gloo/testing/gloo_test_cluster.h"
 
 #include <utility>
 
-namespace rankd::dataplane::testing {
+namespace rankd::dataplane::gloo::testing {
 
-GlooOptions GlooTestCluster::DefaultOptions() {
-  GlooOptions options;
+GlooSessionOptions GlooTestCluster::DefaultOptions() {
+  GlooSessionOptions options;
   options.connect_timeout = absl::Seconds(20);
   options.op_timeout = absl::Seconds(20);
   options.words_timeout = absl::Seconds(20);
@@ -14,7 +14,7 @@ GlooOptions GlooTestCluster::DefaultOptions() {
 }
 
 GlooTestCluster::GlooTestCluster(ParallelTopology topology, uint32_t world_size,
-                                 GlooOptions options)
+                                 GlooSessionOptions options)
     : world_size_(world_size), job_(InProcessJob::Create(world_size)) {
   for (uint32_t r = 0; r < world_size; ++r) {
     control_planes_.push_back(job_->ForRank(r));
@@ -29,7 +29,7 @@ GlooTestCluster::GlooTestCluster(ParallelTopology topology, uint32_t world_size,
       return;
     }
     auto session =
-        CreateGlooSession(control_planes_[r].get(), *descriptor, options);
+        GlooSession::Open(*descriptor, control_planes_[r].get(), options);
     if (!session.ok()) {
       statuses[r] = session.status();
       return;
@@ -49,4 +49,4 @@ void GlooTestCluster::Run(const std::function<void(uint32_t rank)>& fn) {
   for (auto& t : threads) t.join();
 }
 
-}  // namespace rankd::dataplane::testing
+}  // namespace rankd::dataplane::gloo::testing

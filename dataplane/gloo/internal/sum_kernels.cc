@@ -1,4 +1,4 @@
-#include "dataplane/gloo/sum_kernels.h"
+#include "dataplane/gloo/internal/sum_kernels.h"
 
 #include <cstdint>
 #include <type_traits>
@@ -7,7 +7,7 @@
 #include "dataplane/element_types.h"
 #include "dataplane/sum_dtypes.h"
 
-namespace rankd::dataplane::gloo_internal {
+namespace rankd::dataplane::gloo::internal {
 namespace {
 
 template <typename T>
@@ -84,4 +84,4 @@ absl::StatusOr<SumKernel> SumKernelFor(TensorDtype dtype,
   return SumUndefinedError("gloo", operation, dtype);
 }
 
-}  // namespace rankd::dataplane::gloo_internal
+}  // namespace rankd::dataplane::gloo::internal

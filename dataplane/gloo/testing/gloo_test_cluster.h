@@ -16,15 +16,17 @@
 #include "dataplane/gloo/gloo_session.h"
 #include "dataplane/testing/in_process_control_plane.h"
 
-namespace rankd::dataplane::testing {
+namespace rankd::dataplane::gloo::testing {
+
+using ::rankd::dataplane::testing::InProcessJob;
 
 class GlooTestCluster {
  public:
   GlooTestCluster(ParallelTopology topology, uint32_t world_size,
-                  GlooOptions options = DefaultOptions());
+                  GlooSessionOptions options = DefaultOptions());
 
   // Short timeouts so failing tests fail fast.
-  static GlooOptions DefaultOptions();
+  static GlooSessionOptions DefaultOptions();
 
   // OK when every rank connected; otherwise the first error.
   const absl::Status& status() const { return status_; }
@@ -45,6 +47,6 @@ class GlooTestCluster {
   absl::Status status_;
 };
 
-}  // namespace rankd::dataplane::testing
+}  // namespace rankd::dataplane::gloo::testing
 
 #endif  // RANKD_DATAPLANE_TESTING_GLOO_TEST_CLUSTER_H_

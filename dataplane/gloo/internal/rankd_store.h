@@ -1,4 +1,4 @@
-// RankdStore: Gloo's rendezvous store (gloo::rendezvous::Store) on the rankd
+// RankdStore: Gloo's rendezvous store (::gloo::rendezvous::Store) on the rankd
 // key-value broker, reached through the data plane's ControlPlane. Every key
 // is prefixed "gloo/<namespace>/<group>/" so that jobs, job incarnations,
 // session instances and groups never see each other's keys. Reads block
@@ -6,7 +6,7 @@
 //
 // Gloo's store interface can only report errors by throwing, so failures
 // (deadline passed, job failed, broker unreachable) are thrown as
-// gloo::IoException whose message names the key and carries the broker's
+// ::gloo::IoException whose message names the key and carries the broker's
 // status; callers catch them (see gloo_communicator.cc). Thread-compatible;
 // used by one connecting thread at a time. Depends on Gloo's store header,
 // dataplane/control_plane.h and absl.
@@ -23,9 +23,9 @@
 #include "dataplane/control_plane.h"
 #include "gloo/rendezvous/store.h"
 
-namespace rankd::dataplane {
+namespace rankd::dataplane::gloo {
 
-class RankdStore final : public gloo::rendezvous::Store {
+class RankdStore final : public ::gloo::rendezvous::Store {
  public:
   // The key prefix of `group` (a group id, or "world") in session
   // `instance` of the job incarnation `name_space`:
@@ -53,6 +53,6 @@ class RankdStore final : public gloo::rendezvous::Store {
   const absl::Duration timeout_;
 };
 
-}  // namespace rankd::dataplane
+}  // namespace rankd::dataplane::gloo
 
 #endif  // RANKD_DATAPLANE_GLOO_RANKD_STORE_H_

@@ -1,11 +1,11 @@
-#include "dataplane/gloo/agreement_check.h"
+#include "dataplane/gloo/internal/agreement_check.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "dataplane/mismatch_diagnosis.h"
 
-namespace rankd::dataplane::gloo_internal {
+namespace rankd::dataplane::gloo::internal {
 namespace {
 
 // Gathers `words` (the same count on every member) from every member.
@@ -99,4 +99,4 @@ TaskResult VerifyAllToAllCounts(GlooGroup& group, const std::string& operation,
   return TaskResult::Ok();
 }
 
-}  // namespace rankd::dataplane::gloo_internal
+}  // namespace rankd::dataplane::gloo::internal

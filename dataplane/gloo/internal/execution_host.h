@@ -16,7 +16,7 @@
 #include "absl/time/time.h"
 #include "dataplane/completion.h"
 
-namespace rankd::dataplane {
+namespace rankd::dataplane::gloo {
 
 class GlooCompletion;
 
@@ -56,6 +56,6 @@ class ExecutionHost {
       absl::Duration missed) = 0;
 };
 
-}  // namespace rankd::dataplane
+}  // namespace rankd::dataplane::gloo
 
 #endif  // RANKD_DATAPLANE_GLOO_EXECUTION_HOST_H_

@@ -1,5 +1,5 @@
 // GlooCommunicator: everything a Gloo session shares. It owns the TCP
-// transport device, one connected gloo::rendezvous::Context per group this
+// transport device, one connected ::gloo::rendezvous::Context per group this
 // rank belongs to and executor lane (created in ascending group-id order,
 // lane by lane, every rendezvous going through RankdStore with the connect
 // timeout), the in-order executors, the poison latch and the quarantine. It is
@@ -36,10 +36,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "dataplane/control_plane.h"
-#include "dataplane/gloo/execution_host.h"
 #include "dataplane/gloo/gloo_executor.h"
 #include "dataplane/gloo/gloo_group.h"
 #include "dataplane/gloo/gloo_options.h"
+#include "dataplane/gloo/internal/execution_host.h"
 #include "dataplane/mismatch_diagnosis.h"
 #include "dataplane/poison.h"
 #include "dataplane/quarantine.h"
@@ -49,7 +49,7 @@ namespace gloo::transport {
 class Device;
 }
 
-namespace rankd::dataplane {
+namespace rankd::dataplane::gloo {
 
 class GlooCommunicator final
     : public ExecutionHost,
@@ -60,7 +60,7 @@ class GlooCommunicator final
   // group that failed to connect.
   static absl::StatusOr<std::shared_ptr<GlooCommunicator>> Create(
       ControlPlane* control_plane, DistributedSessionDescriptor descriptor,
-      GlooOptions options);
+      GlooSessionOptions options);
 
   ~GlooCommunicator() override;
 
@@ -69,9 +69,9 @@ class GlooCommunicator final
   void Shutdown();
 
   const DistributedSessionDescriptor& descriptor() const { return descriptor_; }
-  const GlooOptions& options() const { return options_; }
+  const GlooSessionOptions& options() const { return options_; }
   ControlPlane* control_plane() const { return control_plane_; }
-  // Executor `lane` (below executor_count(), GlooOptions::executors).
+  // Executor `lane` (below executor_count(), GlooSessionOptions::executors).
   GlooExecutor& executor(uint32_t lane) { return *executors_[lane]; }
   uint32_t executor_count() const {
     return static_cast<uint32_t>(executors_.size());
@@ -116,17 +116,17 @@ class GlooCommunicator final
  private:
   GlooCommunicator(ControlPlane* control_plane,
                    DistributedSessionDescriptor descriptor,
-                   GlooOptions options);
+                   GlooSessionOptions options);
   // Connects one group: a Gloo context of `size` members in which this rank
   // is `rank`, rendezvousing under `name` ("world" or the group id).
-  absl::StatusOr<std::shared_ptr<gloo::Context>> Connect(
+  absl::StatusOr<std::shared_ptr<::gloo::Context>> Connect(
       const std::string& name, uint32_t rank, uint32_t size);
   void AbortAll(const std::string& reason);
 
   ControlPlane* const control_plane_;
   const DistributedSessionDescriptor descriptor_;
-  const GlooOptions options_;
-  std::shared_ptr<gloo::transport::Device> device_;
+  const GlooSessionOptions options_;
+  std::shared_ptr<::gloo::transport::Device> device_;
   std::shared_ptr<GlooGroup> world_;
   std::vector<std::shared_ptr<GlooGroup>> groups_;  // ascending id
   PoisonLatch poison_;
@@ -136,6 +136,6 @@ class GlooCommunicator final
   std::atomic<bool> shut_down_{false};
 };
 
-}  // namespace rankd::dataplane
+}  // namespace rankd::dataplane::gloo
 
 #endif  // RANKD_DATAPLANE_GLOO_GLOO_COMMUNICATOR_H_

@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "dataplane/types.h"
 
-namespace rankd::dataplane::gloo_internal {
+namespace rankd::dataplane::gloo::internal {
 
 struct SumKernel {
   // Bytes per element (Gloo segments buffers at element boundaries).
@@ -31,6 +31,6 @@ bool SumSupported(TensorDtype dtype);
 absl::StatusOr<SumKernel> SumKernelFor(TensorDtype dtype,
                                        const char* operation);
 
-}  // namespace rankd::dataplane::gloo_internal
+}  // namespace rankd::dataplane::gloo::internal
 
 #endif  // RANKD_DATAPLANE_GLOO_SUM_KERNELS_H_

@@ -1,4 +1,4 @@
-#include "dataplane/gloo/rankd_store.h"
+#include "dataplane/gloo/internal/rankd_store.h"
 
 #include <algorithm>
 #include <utility>
@@ -7,13 +7,13 @@
 #include "absl/strings/str_cat.h"
 #include "gloo/common/error.h"
 
-namespace rankd::dataplane {
+namespace rankd::dataplane::gloo {
 namespace {
 
 [[noreturn]] void Throw(const absl::Status& status, const std::string& what) {
-  throw gloo::IoException(absl::StrCat("rankd rendezvous store: ", what, ": ",
-                                       absl::StatusCodeToString(status.code()),
-                                       ": ", status.message()));
+  throw ::gloo::IoException(absl::StrCat(
+      "rankd rendezvous store: ", what, ": ",
+      absl::StatusCodeToString(status.code()), ": ", status.message()));
 }
 
 }  // namespace
@@ -64,4 +64,4 @@ void RankdStore::wait(const std::vector<std::string>& keys,
   }
 }
 
-}  // namespace rankd::dataplane
+}  // namespace rankd::dataplane::gloo

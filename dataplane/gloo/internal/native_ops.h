@@ -20,13 +20,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "dataplane/gloo/sum_kernels.h"
+#include "dataplane/gloo/internal/sum_kernels.h"
 
 namespace gloo {
 class Context;
 }
 
-namespace rankd::dataplane::gloo_internal {
+namespace rankd::dataplane::gloo::internal {
 
 using Milliseconds = std::chrono::milliseconds;
 
@@ -43,32 +43,32 @@ absl::Status CatchNative(absl::string_view what,
 // contribution and is left unchanged, and every byte of `out` is written
 // (Gloo copies `in` into `out` segment by segment inside its ring, just
 // before each segment is reduced or sent, so no separate pass is needed).
-void NativeAllReduce(const std::shared_ptr<gloo::Context>& context,
+void NativeAllReduce(const std::shared_ptr<::gloo::Context>& context,
                      const void* in, void* out, size_t elements,
                      const SumKernel& kernel, uint32_t tag,
                      Milliseconds timeout);
 
 // Every member contributes bytes_per_member[its rank] bytes from `in`;
 // `out` receives all contributions, member-major.
-void NativeAllGatherV(const std::shared_ptr<gloo::Context>& context,
+void NativeAllGatherV(const std::shared_ptr<::gloo::Context>& context,
                       const void* in, void* out,
                       const std::vector<size_t>& bytes_per_member, uint32_t tag,
                       Milliseconds timeout);
 
 // send_bytes[d] bytes of `in` (destination-major) go to member d;
 // recv_bytes[s] bytes from member s land in `out` (source-major).
-void NativeAllToAllV(const std::shared_ptr<gloo::Context>& context,
+void NativeAllToAllV(const std::shared_ptr<::gloo::Context>& context,
                      const void* in, const std::vector<int64_t>& send_bytes,
                      void* out, const std::vector<int64_t>& recv_bytes,
                      uint32_t tag, Milliseconds timeout);
 
 // `bytes` bytes at `data` on member `root` are copied to `data` everywhere.
-void NativeBroadcast(const std::shared_ptr<gloo::Context>& context, void* data,
-                     size_t bytes, int root, uint32_t tag,
+void NativeBroadcast(const std::shared_ptr<::gloo::Context>& context,
+                     void* data, size_t bytes, int root, uint32_t tag,
                      Milliseconds timeout);
 
-void NativeBarrier(const std::shared_ptr<gloo::Context>& context, uint32_t tag,
-                   Milliseconds timeout);
+void NativeBarrier(const std::shared_ptr<::gloo::Context>& context,
+                   uint32_t tag, Milliseconds timeout);
 
 // The slot of piece `piece` of a point-to-point transfer whose tag is
 // `transfer_tag` (OperationTag of its sequence number on the route and of
@@ -78,14 +78,14 @@ void NativeBarrier(const std::shared_ptr<gloo::Context>& context, uint32_t tag,
 uint64_t RouteSlot(bool ascending, uint32_t transfer_tag, uint16_t piece);
 
 // Point-to-point transfer to / from member `peer`.
-void NativeSend(const std::shared_ptr<gloo::Context>& context, int peer,
+void NativeSend(const std::shared_ptr<::gloo::Context>& context, int peer,
                 uint64_t slot, const void* data, size_t bytes,
                 Milliseconds timeout);
-void NativeRecv(const std::shared_ptr<gloo::Context>& context, int peer,
+void NativeRecv(const std::shared_ptr<::gloo::Context>& context, int peer,
                 uint64_t slot, void* data, size_t bytes, Milliseconds timeout);
 // Posts a send of `send` (slot `send_slot`) and a receive into `recv`
 // (slot `recv_slot`) with member `peer`, then waits for both.
-void NativeExchange(const std::shared_ptr<gloo::Context>& context, int peer,
+void NativeExchange(const std::shared_ptr<::gloo::Context>& context, int peer,
                     uint64_t send_slot, const void* send, size_t send_bytes,
                     uint64_t recv_slot, void* recv, size_t recv_bytes,
                     Milliseconds timeout);
@@ -101,10 +101,10 @@ struct PostedTransfer {
 };
 // Posts every transfer (receives first), then waits for all of them; the
 // whole batch is bounded by `timeout`.
-void NativeTransfers(const std::shared_ptr<gloo::Context>& context,
+void NativeTransfers(const std::shared_ptr<::gloo::Context>& context,
                      const std::vector<PostedTransfer>& transfers,
                      Milliseconds timeout);
 
-}  // namespace rankd::dataplane::gloo_internal
+}  // namespace rankd::dataplane::gloo::internal
 
 #endif  // RANKD_DATAPLANE_GLOO_NATIVE_OPS_H_

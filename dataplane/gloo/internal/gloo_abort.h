@@ -18,12 +18,12 @@ namespace gloo {
 class Context;
 }
 
-namespace rankd::dataplane::gloo_internal {
+namespace rankd::dataplane::gloo::internal {
 
 // Returns false (and does nothing) when `context` has no connected tcp
 // transport (not yet connected, or another transport).
-bool AbortGlooContext(gloo::Context& context, const std::string& reason);
+bool AbortGlooContext(::gloo::Context& context, const std::string& reason);
 
-}  // namespace rankd::dataplane::gloo_internal
+}  // namespace rankd::dataplane::gloo::internal
 
 #endif  // RANKD_DATAPLANE_GLOO_GLOO_ABORT_H_
