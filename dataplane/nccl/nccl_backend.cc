@@ -6,6 +6,8 @@
 
 namespace rankd::dataplane::nccl {
 
+NcclBackend NcclSession::backend() { return NcclBackend(*this); }
+
 // The contract: NcclBackend is a CommunicationBackend and opts into every
 // fine-grained operation (each concept also checks the exact signature).
 static_assert(CommunicationBackend<NcclBackend>);

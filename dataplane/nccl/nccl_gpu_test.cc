@@ -719,7 +719,7 @@ TEST_F(NcclMultiGpuTest, CallerOwnedOutputsAllocateNoDeviceMemoryPerStep) {
                           std::vector<int32_t>(4, 0), stream);
     auto rows_out = Upload(Desc({2, 2}, TensorDtype::kI32),
                            std::vector<int32_t>(4, 0), stream);
-    NcclBackend backend(s);
+    NcclBackend backend = s.backend();
     auto group = backend.Group(world);
     ASSERT_TRUE(group.ok()) << group.status();
     CudaExecutor executor(stream);
@@ -800,6 +800,19 @@ TEST_F(NcclMultiGpuTest, CallerOwnedOutputsAllocateNoDeviceMemoryPerStep) {
     EXPECT_TRUE(
         absl::StrContains(aliased.status().message(), "overlaps the input"))
         << aliased.status();
+    // In place means exactly the input's bytes: a view one element in
+    // overlaps it only partly and is refused.
+    auto shifted = DeviceTensor::Wrap(
+        DeviceBuffer::External(static_cast<float*>(gathered.data()) + 1,
+                               4 * sizeof(float), gathered.device(),
+                               gathered.buffer()),
+        Desc({4}));
+    ASSERT_TRUE(shifted.ok()) << shifted.status();
+    auto partial = s.AllReduceSumInto(world, *half, *shifted);
+    EXPECT_EQ(partial.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(partial.status().message(),
+                                  "only on exactly the input's bytes"))
+        << partial.status();
     EXPECT_TRUE(s.poison_status().ok()) << s.poison_status();
   });
 }

@@ -45,6 +45,8 @@
 
 namespace rankd::dataplane::nccl {
 
+class NcclBackend;
+
 class NcclSession final : public DistributedSession<DeviceTensor> {
  public:
   // No native work; capabilities stay empty until Initialize() succeeds.
@@ -78,6 +80,10 @@ class NcclSession final : public DistributedSession<DeviceTensor> {
   // Poisons the session with `cause` and aborts every communicator.
   void Abort(const absl::Status& cause) { core_->CancelNative(cause); }
   const std::shared_ptr<SessionCore>& core() const { return core_; }
+  // The low-level contract over the same communicators, poison and
+  // watchdog, as GlooSession::backend() (nccl_backend.h defines it; the
+  // backend is a handle: copies share the session).
+  NcclBackend backend();
 
   // DistributedSession.
   const DistributedSessionDescriptor& descriptor() const override {
