@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 
 namespace rankd::dataplane {
@@ -68,30 +69,47 @@ size_t Quarantine::Abandon() {
     absl::MutexLock lock(&mu_);
     items.swap(items_);
   }
+  size_t abandoned = 0;
   for (Item& item : items) {
+    if (item.completion->IsComplete()) continue;  // released below
     // Deliberately leaked: the work may still use these.
     new std::vector<std::shared_ptr<const void>>(std::move(item.resources));
     new std::shared_ptr<const Completion>(std::move(item.completion));
+    ++abandoned;
   }
-  return items.size();
+  return abandoned;
 }
 
 void Quarantine::ReaperLoop() {
   while (true) {
-    std::vector<Item> done;
+    // Completions are polled without the lock (polling may be slow: an
+    // NCCL operation verifies its agreement record when it finishes), so
+    // Admit never waits behind it.
+    std::vector<std::shared_ptr<const Completion>> polled;
+    bool stopping;
     {
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(&nudged_), poll_interval_);
       nudged_ = false;
+      stopping = stopping_;
+      for (const Item& item : items_) polled.push_back(item.completion);
+    }
+    absl::flat_hash_set<const Completion*> finished;
+    for (const auto& completion : polled) {
+      if (completion->IsComplete()) finished.insert(completion.get());
+    }
+    std::vector<Item> done;
+    {
+      absl::MutexLock lock(&mu_);
       for (auto it = items_.begin(); it != items_.end();) {
-        if (it->completion->IsComplete()) {
+        if (finished.contains(it->completion.get())) {
           done.push_back(std::move(*it));
           it = items_.erase(it);
         } else {
           ++it;
         }
       }
-      if (stopping_ && items_.empty() && done.empty()) return;
+      if (stopping && items_.empty() && done.empty()) return;
     }
     // Release outside the lock: resources first, then the completion.
     for (Item& item : done) {

@@ -3,8 +3,8 @@
 // resource the work uses (tensors, buffers, groups, routes) and releases them
 // only after the completion reports exact completion, from a reaper thread that
 // polls IsComplete (and can be nudged with Notify). While anything is
-// quarantined, Fence() fails, and the communicator that owns the quarantine
-// checks it before accepting new work.
+// quarantined, Fence() fails; the Gloo communicator checks it before
+// accepting new work (NCCL poisons the session instead).
 //
 //   quarantine.Admit(completion, {tensor.resource(), group}, "all_reduce_sum
 //                    on group 3");
@@ -71,9 +71,10 @@ class Quarantine {
   // it is empty.
   bool WaitUntilEmpty(absl::Duration timeout);
 
-  // Gives up on what is still quarantined: its resources are leaked, never
-  // freed (a device may still use them), and the quarantine is empty.
-  // Returns how many items were abandoned.
+  // Gives up on what is still quarantined: items that completed meanwhile
+  // are released; the others' resources are leaked, never freed (a device
+  // may still use them). The quarantine is empty afterwards. Returns how
+  // many items were leaked.
   size_t Abandon();
 
  private:

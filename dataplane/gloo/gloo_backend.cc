@@ -274,7 +274,7 @@ absl::StatusOr<GlooGroup*> GlooBackend::ResolveGroup(
 absl::StatusOr<GlooRoute> GlooBackend::Route(GlooGroup& group,
                                              uint32_t source_rank,
                                              uint32_t destination_rank) {
-  if (group.owner() != comm_.get()) {
+  if (group.owner() != comm_.get() || group.lane() != 0) {
     return absl::InvalidArgumentError(
         "gloo backend: route: the group does not belong to this backend");
   }
@@ -302,7 +302,7 @@ absl::StatusOr<GlooRoute> GlooBackend::Route(GlooGroup& group,
 absl::Status GlooBackend::Precheck(const char* kind, const GlooGroup& group,
                                    const GlooExecutor& executor) const {
   if (absl::Status s = comm_->Admission(kind); !s.ok()) return s;
-  if (group.owner() != comm_.get()) {
+  if (group.owner() != comm_.get() || group.lane() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "gloo backend: ", kind, ": the group does not belong to this backend"));
   }
@@ -808,7 +808,8 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
     absl::Span<const HostTensor> receive_into, const GlooRoute& route,
     GlooExecutor& executor) {
   if (absl::Status s = comm_->Admission(kind); !s.ok()) return s;
-  if (route.group() == nullptr || route.group()->owner() != comm_.get()) {
+  if (route.group() == nullptr || route.group()->owner() != comm_.get() ||
+      route.group()->lane() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "gloo backend: ", kind, ": the route does not belong to this backend"));
   }

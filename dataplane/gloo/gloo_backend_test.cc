@@ -331,6 +331,13 @@ TEST(ExecutorsTest, WorkOnDifferentExecutorsOverlaps) {
     ASSERT_TRUE(second.ok()) << second.status();
     EXPECT_EQ(b.executor(2).status().code(),
               absl::StatusCode::kInvalidArgument);
+    // Operations take the groups the backend hands out, never a lane.
+    ASSERT_EQ(b.world().lanes().size(), 1u);
+    GlooGroup& lane = *b.world().lanes()[0];
+    EXPECT_EQ(b.Barrier(lane, b.executor()).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(b.Route(lane, 0, 1).status().code(),
+              absl::StatusCode::kInvalidArgument);
     auto route = b.Route(b.world(), 1, 0);
     ASSERT_TRUE(route.ok()) << route.status();
     const ValueDescriptor d = *ValueDescriptor::Create({2}, TensorDtype::kI32);

@@ -7,7 +7,7 @@
 // through the owning communicator (ExecutionHost): QuarantineUntilComplete
 // moves the retained resources to the communicator's quarantine;
 // NativeCancel aborts the communicator's Gloo contexts and returns only
-// after the executor has unwound (see docs/dataplane.md). Thread-safe.
+// after every executor has unwound (see docs/dataplane.md). Thread-safe.
 // Depends on dataplane/completion.h, gloo/execution_host.h and absl.
 #ifndef RANKD_DATAPLANE_GLOO_GLOO_COMPLETION_H_
 #define RANKD_DATAPLANE_GLOO_GLOO_COMPLETION_H_

@@ -22,8 +22,9 @@ void GlooGroup::AddLane(std::shared_ptr<::gloo::Context> context) {
 }
 
 std::shared_ptr<GlooGroup> GlooGroup::OnLane(uint32_t lane) {
-  if (lane == lane_) return shared_from_this();
-  if (lane_ != 0 || lane == 0 || lane > lanes_.size()) return nullptr;
+  if (lane_ != 0) return nullptr;
+  if (lane == 0) return shared_from_this();
+  if (lane > lanes_.size()) return nullptr;
   return lanes_[lane - 1];
 }
 

@@ -49,10 +49,12 @@ class GlooGroup : public std::enable_shared_from_this<GlooGroup> {
   // Lane 0 only, while the communicator connects: adds lane lanes().size()+1
   // over `context`.
   void AddLane(std::shared_ptr<::gloo::Context> context);
-  // This group on executor lane `lane` (this group itself for lane 0, or
-  // when it is a lane itself; null past the last lane).
+  // This group (lane 0, the one the backend hands out) on executor lane
+  // `lane`: itself for lane 0, null past the last lane or when called on a
+  // lane other than 0.
   std::shared_ptr<GlooGroup> OnLane(uint32_t lane);
-  // The lanes after lane 0.
+  // The lanes after lane 0 (for the communicator's abort; operations take
+  // lane 0 groups only).
   const std::vector<std::shared_ptr<GlooGroup>>& lanes() const {
     return lanes_;
   }

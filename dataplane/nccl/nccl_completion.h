@@ -6,10 +6,11 @@
 //                   retained resources and the outcome.
 //   NcclOpOwner     what an operation reports to (its session core): poison,
 //                   native cancellation (ncclCommAbort), quarantine.
+//   NcclCompletion  the BoundedCompletion handed to callers.
+//
 // Operations whose work may still run go to the owner's Quarantine
 // (dataplane/quarantine.h, shared with Gloo), which frees their resources
 // only after cudaEventQuery says done.
-//   NcclCompletion  the BoundedCompletion handed to callers.
 //
 // Exactness: IsComplete() is true only once the event reports the GPU work
 // finished, never early. Wait() polls the event (it does not call

@@ -1007,7 +1007,7 @@ TEST_F(NcclMultiGpuTest, ASessionOnDevice1NeverTouchesDevice0) {
     std::thread([&] { EXPECT_TRUE(sum->completion->Wait().ok()); }).join();
     EXPECT_EQ(Download<float>(sum->output), Floats(8));
     // Dropped while held behind a stalled stream: quarantined, then reaped
-    // by the watchdog.
+    // by the quarantine once the work finished.
     Stall* stall = StallStream(*(*session)->stream());
     ASSERT_NE(stall, nullptr);
     {

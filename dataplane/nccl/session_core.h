@@ -22,8 +22,9 @@
 // plane (ControlPlane::OnJobFailure) or every `watchdog_interval`: it checks
 // JobHealth() and ncclCommGetAsyncError of every communicator, aborts all
 // communicators on a failure (so no rank stays in a collective with a dead
-// peer), holds every operation to op_timeout (naming who did not finish),
-// and frees quarantined work that finished.
+// peer) and holds every operation to op_timeout (naming who did not
+// finish). Quarantined work is freed by the quarantine's own reaper
+// (dataplane/quarantine.h) once its event says done.
 #ifndef RANKD_DATAPLANE_NCCL_SESSION_CORE_H_
 #define RANKD_DATAPLANE_NCCL_SESSION_CORE_H_
 
@@ -76,9 +77,9 @@ struct NcclSessionOptions {
   // connect) before the session is poisoned and aborted.
   absl::Duration enqueue_timeout = absl::Seconds(120);
   // Bounds every operation from submission to completion (as
-  // GlooSessionOptions::op_timeout does): when it passes, the watchdog publishes
-  // what this rank submitted, reads what the other members published (for
-  // up to failure_attribution_grace; dataplane/mismatch_diagnosis.h), then
+  // GlooSessionOptions::op_timeout does): when it passes, the watchdog
+  // publishes what this rank submitted, reads what the other members published
+  // (for up to failure_attribution_grace; dataplane/mismatch_diagnosis.h), then
   // aborts every communicator and poisons the session. The operation fails
   // DeadlineExceeded naming it and the members that did not report it, or
   // InvalidArgument naming who submitted what when members disagree.
@@ -288,7 +289,6 @@ class SessionCore final : public NcclOpOwner,
   absl::Mutex ops_mu_;
   std::vector<Outstanding> outstanding_ ABSL_GUARDED_BY(ops_mu_);
   const MismatchDiagnosis diagnosis_;
-  dataplane::Quarantine quarantine_;
   // Agreement records' device memory, reused across operations.
   internal::RecordBuffers record_buffers_;
 
@@ -299,6 +299,9 @@ class SessionCore final : public NcclOpOwner,
   // Held by the watchdog while it calls into the control plane.
   absl::Mutex watchdog_tick_mu_;
   std::thread watchdog_;
+  // Last, so that it is destroyed first: its reaper thread is joined while
+  // everything its items might reach still exists.
+  dataplane::Quarantine quarantine_;
 };
 
 // Aborts every communicator of `comms` concurrently and returns after all

@@ -113,19 +113,15 @@ absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
     if (g->id() == kWorldGroupId && g->members() == everyone) world_group = g;
   }
   // Without a group 1 holding every rank, the world gets its own context,
-  // connected first.
-  // Lane 0 keeps the rendezvous names of a one-executor session; lane e
-  // appends ".e<e>".
+  // connected first. Lane 0 keeps the rendezvous names of a one-executor
+  // session; lane e appends ".e<e>".
   const uint32_t lanes = comm->executor_count();
-  auto lane_name = [](const std::string& name, uint32_t lane) {
-    return lane == 0 ? name : absl::StrCat(name, ".e", lane);
-  };
   // Connects `group` (lane 0 made by `make`) on every lane.
   auto connect = [&](const std::string& name, uint32_t rank, uint32_t size,
                      auto make) -> absl::StatusOr<std::shared_ptr<GlooGroup>> {
     std::shared_ptr<GlooGroup> group;
     for (uint32_t lane = 0; lane < lanes; ++lane) {
-      auto context = comm->Connect(lane_name(name, lane), rank, size);
+      auto context = comm->Connect(name, lane, rank, size);
       if (!context.ok()) return context.status();
       if (lane == 0) {
         group = make(*std::move(context));
@@ -166,18 +162,20 @@ absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
 }
 
 absl::StatusOr<std::shared_ptr<::gloo::Context>> GlooCommunicator::Connect(
-    const std::string& name, uint32_t rank, uint32_t size) {
+    const std::string& name, uint32_t lane, uint32_t rank, uint32_t size) {
   if (size <= 1) return std::shared_ptr<::gloo::Context>();
   auto context = std::make_shared<::gloo::rendezvous::Context>(
       static_cast<int>(rank), static_cast<int>(size));
   context->setTimeout(Millis(options_.connect_timeout));
   RankdStore store(
       control_plane_,
-      RankdStore::Prefix(control_plane_->Namespace(), options_.instance, name),
+      RankdStore::Prefix(control_plane_->Namespace(), options_.instance,
+                         lane == 0 ? name : absl::StrCat(name, ".e", lane)),
       options_.connect_timeout);
   absl::Status s = CatchNative(
       absl::StrCat("gloo backend: connecting ",
-                   name == "world" ? name : absl::StrCat("group ", name), " (",
+                   name == "world" ? name : absl::StrCat("group ", name),
+                   lane == 0 ? "" : absl::StrCat(" on executor ", lane), " (",
                    size, " members, this rank is member ", rank, ")"),
       [&] {
         std::shared_ptr<::gloo::transport::Device> device = device_;

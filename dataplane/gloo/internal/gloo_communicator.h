@@ -19,7 +19,8 @@
 //     refused.
 //   - WaitBounded deadlines: QuarantineUntilComplete poisons and moves the
 //     work's resources to the quarantine; NativeCancel poisons, aborts every
-//     context and returns once the executor has unwound.
+//     context (every lane: work on the other executors fails too) and
+//     returns once every executor has unwound.
 //
 // Create blocks until every group is connected. Shutdown() must be called
 // before the last owner lets go (GlooBackend's destructor does). Thread-safe.
@@ -65,7 +66,7 @@ class GlooCommunicator final
   ~GlooCommunicator() override;
 
   // Aborts in-flight work (if any), finishes queued work with Cancelled and
-  // stops the executor. Idempotent.
+  // stops the executors. Idempotent.
   void Shutdown();
 
   const DistributedSessionDescriptor& descriptor() const { return descriptor_; }
@@ -117,10 +118,11 @@ class GlooCommunicator final
   GlooCommunicator(ControlPlane* control_plane,
                    DistributedSessionDescriptor descriptor,
                    GlooSessionOptions options);
-  // Connects one group: a Gloo context of `size` members in which this rank
-  // is `rank`, rendezvousing under `name` ("world" or the group id).
+  // Connects one group on executor `lane`: a Gloo context of `size`
+  // members in which this rank is `rank`, rendezvousing under `name`
+  // ("world" or the group id; lanes after 0 append ".e<lane>").
   absl::StatusOr<std::shared_ptr<::gloo::Context>> Connect(
-      const std::string& name, uint32_t rank, uint32_t size);
+      const std::string& name, uint32_t lane, uint32_t rank, uint32_t size);
   void AbortAll(const std::string& reason);
 
   ControlPlane* const control_plane_;
