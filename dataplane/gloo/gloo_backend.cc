@@ -92,37 +92,25 @@ std::string OperationName(const char* kind, const GlooGroup& group) {
   return absl::StrCat(kind, " on ", group.ToString());
 }
 
-// Checks a caller-owned output: it must have exactly the result's
-// descriptor, and it may share `input`'s buffer only when the operation can
-// run in place (`in_place`).
-absl::Status CheckOutput(const char* kind, const HostTensor& output,
-                         const ValueDescriptor& result, const HostTensor* input,
-                         bool in_place) {
-  if (output.descriptor() != result) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gloo backend: ", kind, ": the output is ",
-                     output.descriptor().ToString(), " but the result is ",
-                     result.ToString()));
-  }
-  if (input != nullptr && !in_place && output.SharesBufferWith(*input) &&
-      output.byte_size() > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: ", kind, ": the output shares the input's buffer, and ",
-        kind, " cannot run in place"));
-  }
-  return absl::OkStatus();
-}
-
-// The output of `kind`: the caller's `into`, checked as above, or a new
-// tensor of `result` whose bytes the operation overwrites entirely.
+// The output of `kind`: a new tensor of `result` whose bytes the operation
+// overwrites entirely, or the caller's `into`, which must have exactly the
+// result's descriptor and may share `input`'s buffer only when the
+// operation can run in place (`in_place`).
 absl::StatusOr<HostTensor> OutputFor(const char* kind,
                                      std::optional<HostTensor> into,
                                      const ValueDescriptor& result,
                                      const HostTensor& input, bool in_place) {
   if (!into.has_value()) return HostTensor::Uninitialized(result);
-  if (absl::Status s = CheckOutput(kind, *into, result, &input, in_place);
-      !s.ok()) {
-    return s;
+  if (into->descriptor() != result) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo backend: ", kind, ": the output is ",
+                     into->descriptor().ToString(), " but the result is ",
+                     result.ToString()));
+  }
+  if (!in_place && into->SharesBufferWith(input) && into->byte_size() > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo backend: ", kind, ": the output shares the input's buffer, and ",
+        kind, " cannot run in place"));
   }
   return *std::move(into);
 }
@@ -356,12 +344,10 @@ GlooTensorSubmission GlooBackend::AllReduceSumInto(const HostTensor& value,
                                                    GlooExecutor& executor) {
   constexpr char kind[] = "all_reduce_sum";
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
-  if (absl::Status s = CheckOutput(kind, output, value.descriptor(), &value,
-                                   /*in_place=*/true);
-      !s.ok()) {
-    return s;
-  }
-  return SubmitAllReduce(kind, value, output, group, executor);
+  auto checked = OutputFor(kind, output, value.descriptor(), value,
+                           /*in_place=*/true);
+  if (!checked.ok()) return checked.status();
+  return SubmitAllReduce(kind, value, *checked, group, executor);
 }
 
 GlooTensorSubmission GlooBackend::SubmitAllReduce(const char* kind,

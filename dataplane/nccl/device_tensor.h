@@ -64,6 +64,14 @@ class DeviceTensor {
   size_t byte_size() const { return descriptor_.byte_size(); }
   const std::shared_ptr<DeviceBuffer>& buffer() const { return buffer_; }
   const std::shared_ptr<CudaEvent>& ready() const { return ready_; }
+  // Whether the two tensors' bytes intersect (an empty tensor overlaps
+  // nothing); both must be on one device to mean anything.
+  bool Overlaps(const DeviceTensor& other) const {
+    const auto* a = static_cast<const char*>(data());
+    const auto* b = static_cast<const char*>(other.data());
+    return byte_size() > 0 && other.byte_size() > 0 &&
+           a < b + other.byte_size() && b < a + byte_size();
+  }
   // The same buffer and descriptor, ready after `event`.
   DeviceTensor WithReady(std::shared_ptr<CudaEvent> event) const;
   // "f32[4, 8] on cuda:0"

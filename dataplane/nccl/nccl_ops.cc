@@ -696,9 +696,8 @@ SubmitBatch(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
         " transfers; got ", sends.size() + receives.size()));
   }
   OpPlan plan;
-  // Written ranges, to refuse two receives into one place or a send of
-  // memory a receive writes.
-  std::vector<std::pair<const char*, size_t>> written;
+  // Refuses two receives into one place or a send of memory a receive
+  // writes (receives are checked first and collected in plan.outputs).
   for (const auto* list : {&receives, &sends}) {
     const bool sending = list == &sends;
     for (size_t i = 0; i < list->size(); ++i) {
@@ -712,17 +711,14 @@ SubmitBatch(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
       }
       absl::Status valid = core.CheckTensor(t.value, name);
       if (!valid.ok()) return valid;
-      const auto* begin = static_cast<const char*>(t.value.data());
-      const size_t bytes = t.value.byte_size();
-      for (const auto& [at, size] : written) {
-        if (bytes > 0 && size > 0 && begin < at + size && at < begin + bytes) {
+      for (const DeviceTensor& written : plan.outputs) {
+        if (t.value.Overlaps(written)) {
           return absl::InvalidArgumentError(absl::StrCat(
               "nccl backend: ", name, ": ", sending ? "send " : "receive ", i,
               sending ? " reads memory that a receive of the batch writes"
                       : " overlaps an earlier receive's output"));
         }
       }
-      if (!sending) written.emplace_back(begin, bytes);
       const std::string canonical =
           absl::StrCat("transfer ", t.value.descriptor().ToString());
       plan.batch.push_back({static_cast<uint32_t>(t.peer), sending,

@@ -346,14 +346,11 @@ absl::StatusOr<DeviceTensor> SessionCore::OutputFor(
                      into->descriptor().ToString(), " but the result is ",
                      descriptor.ToString()));
   }
-  if (input != nullptr && into->byte_size() > 0 && input->byte_size() > 0) {
-    const auto* out = static_cast<const char*>(into->data());
-    const auto* in = static_cast<const char*>(input->data());
-    const bool overlap =
-        out < in + input->byte_size() && in < out + into->byte_size();
+  if (input != nullptr && into->Overlaps(*input)) {
     // NCCL runs in place only when both are the same bytes exactly.
-    const bool same = out == in && into->byte_size() == input->byte_size();
-    if (overlap && !(in_place && same)) {
+    const bool same = into->data() == input->data() &&
+                      into->byte_size() == input->byte_size();
+    if (!(in_place && same)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "nccl backend: ", operation, ": the output overlaps the input, and ",
           operation,
