@@ -7,7 +7,7 @@ KIT_TARGETS=(
   //daemon:rankd //client:rankctl //examples:serving
   //dataplane/nccl:nccl_types_test //dataplane/nccl:unique_id_broker_test
   //dataplane/nccl:native_library_test //dataplane/nccl:nccl_fail_closed_test
-  //dataplane/nccl:nccl_gpu_test
+  //dataplane/nccl:nccl_gpu_test //dataplane/nccl:libcuda_nccl_standin.so
   //tests/gpu:nccl_cluster_test //tests/gpu:nccl_worker
 )
 # The same, as paths under bazel-bin (and under the kit's bin/).

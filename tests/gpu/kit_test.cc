@@ -7,7 +7,8 @@
 //   - in a mount namespace where the system library folder holds only the
 //     C and C++ runtime and every CUDA/NCCL folder is hidden
 //     (tests/gpu/kit_sandbox.sh), rankd starts and answers health, the
-//     unit tests pass, every GPU test binary skips saying "no GPU", and
+//     unit tests pass, the cluster test passes against the kit's CPU
+//     stand-in, every GPU test binary skips saying "no GPU", and
 //     the binaries find a CUDA runtime and NCCL installed as Python wheels
 //     (where this machine has the real libraries to stand in for them);
 //   - the kit's runner exits non-zero saying no GPU can be used, and with
@@ -243,11 +244,21 @@ TEST_F(KitTest, UnitTestsPassAndGpuTestsSkipWithoutAGpu) {
     EXPECT_EQ(r.exit_code, 0) << unit << ":\n" << r.output;
     EXPECT_TRUE(absl::StrContains(r.output, "[  PASSED  ]")) << unit;
   }
-  CommandResult dry = InSandbox({Bin("tests/gpu/nccl_cluster_test")},
-                                {{"RANKD_BIN_DIR", absl::StrCat(*kit_, "/bin")},
-                                 {"RANKD_NCCL_CLUSTER_DRY_RUN", "1"},
-                                 {"TEST_SRCDIR", ""}});
-  EXPECT_EQ(dry.exit_code, 0) << dry.output;
+  // The cluster test against the stand-in the kit carries: daemons, rank
+  // processes and their communicators, from the kit alone.
+  const std::string standin = Bin("dataplane/nccl/libcuda_nccl_standin.so");
+  CommandResult twin = InSandbox(
+      {Bin("tests/gpu/nccl_cluster_test")},
+      {{"RANKD_BIN_DIR", absl::StrCat(*kit_, "/bin")},
+       {"RANKD_CUDART_LIBRARY", standin},
+       {"RANKD_NCCL_LIBRARY", standin},
+       {"RANKD_STANDIN_DEVICES", "2"},
+       {"RANKD_STANDIN_CLIQUE_DIR", absl::StrCat(TempDir(), "/kit-cliques")},
+       {"TEST_SRCDIR", ""}},
+      absl::Seconds(180));
+  EXPECT_EQ(twin.exit_code, 0) << twin.output;
+  EXPECT_TRUE(absl::StrContains(twin.output, "[  PASSED  ] 6 tests"))
+      << twin.output;
   for (const char* gpu :
        {"dataplane/nccl/nccl_gpu_test", "tests/gpu/nccl_cluster_test"}) {
     CommandResult r =
@@ -346,7 +357,11 @@ TEST_F(KitTest, TheRunnerReportsEveryCaseWhenAskedToGoOnWithoutAGpu) {
       "PASSED   nccl_types_test:NcclTypesTest.OneGpuPerRankOnEachNode"))
       << summary;
   EXPECT_TRUE(absl::StrContains(
-      summary, "PASSED   nccl_cluster_dry_run_test:NcclClusterTest."))
+      summary,
+      "PASSED   nccl_cluster_standin_test:NcclClusterTest.SessionCollectives"))
+      << summary;
+  EXPECT_TRUE(absl::StrContains(
+      summary, "PASSED   nccl_standin_test:NcclGpuTest.CudaHandles"))
       << summary;
   EXPECT_TRUE(absl::StrContains(
       summary, "SKIPPED  nccl_gpu_test:NcclGpuTest.CudaHandles"))

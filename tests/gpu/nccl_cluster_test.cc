@@ -7,7 +7,10 @@
 // failed and every NCCL communicator must be aborted.
 //
 // Skips (GTEST_SKIP with the reason) without a CUDA device. Run by
-// tests/gpu/run.sh.
+// tests/gpu/run.sh against the real libraries, and on every CI run as
+// nccl_cluster_standin_test against the CPU stand-in
+// (//dataplane/nccl:libcuda_nccl_standin.so, its ranks meeting across
+// processes in $RANKD_STANDIN_CLIQUE_DIR).
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -39,10 +42,6 @@ struct Outcome {
 class NcclClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (DryRun()) {
-      gpus_ = 2;  // pretend: the workers get --dry_run
-      return;
-    }
     auto probe = dataplane::nccl::ProbeDevices();
     if (probe.device_count == 0) {
       const char* require = std::getenv("RANKD_REQUIRE_GPU");
@@ -83,7 +82,6 @@ class NcclClusterTest : public ::testing::Test {
           absl::StrCat("--scenario=", nccl ? scenario : "control_only"),
       };
       if (nccl) argv.insert(argv.end(), extra.begin(), extra.end());
-      if (nccl && DryRun()) argv.push_back("--dry_run");
       auto child = ChildProcess::Spawn(
           argv, {}, absl::StrCat(cluster.dir(), "/rank", l, ".log"));
       EXPECT_TRUE(child.ok()) << child.status();
@@ -120,12 +118,14 @@ class NcclClusterTest : public ::testing::Test {
       const bool exited_ok = st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
       int passed = 0;
       for (const std::string& line : LinesWithPrefix(log, "CASE ")) {
-        EXPECT_FALSE(absl::StrContains(line, " FAIL ")) << "rank " << r << ": " << line;
+        EXPECT_FALSE(absl::StrContains(line, " FAIL "))
+            << "rank " << r << ": " << line;
         if (absl::EndsWith(line, " OK")) ++passed;
       }
-      EXPECT_TRUE(exited_ok) << "rank " << r << " wait status " << st
-                             << "\n--- rank log:\n" << log
-                             << "\n--- daemon log:\n" << outcome.daemon_log;
+      EXPECT_TRUE(exited_ok)
+          << "rank " << r << " wait status " << st << "\n--- rank log:\n"
+          << log << "\n--- daemon log:\n"
+          << outcome.daemon_log;
       EXPECT_FALSE(LinesWithPrefix(log, "DONE").empty()) << log;
       EXPECT_GE(passed, min_cases) << "rank " << r << ":\n" << log;
     }
@@ -141,15 +141,6 @@ class NcclClusterTest : public ::testing::Test {
     }
   }
 
-  // RANKD_NCCL_CLUSTER_DRY_RUN=1 (nccl_cluster_dry_run_test): no GPU; the
-  // workers only exercise the control plane, so that this file's
-  // orchestration (daemons, markers, SIGKILL of the lost peer, job-failure
-  // delivery, log checks) is verified on every machine.
-  static bool DryRun() {
-    const char* v = std::getenv("RANKD_NCCL_CLUSTER_DRY_RUN");
-    return v != nullptr && std::string(v) == "1";
-  }
-  static int Cases(int real) { return DryRun() ? 1 : real; }
   uint32_t gpus() const { return static_cast<uint32_t>(gpus_); }
   uint32_t tensor_parallel() const { return gpus_ % 2 == 0 ? 2 : 1; }
 
@@ -158,12 +149,12 @@ class NcclClusterTest : public ::testing::Test {
 
 TEST_F(NcclClusterTest, SessionCollectives) {
   Outcome outcome = Run("collectives", gpus(), {}, "", tensor_parallel());
-  ExpectAllPassed(outcome, Cases(gpus() >= 2 ? 13 : 12));
+  ExpectAllPassed(outcome, gpus() >= 2 ? 13 : 12);
 }
 
 TEST_F(NcclClusterTest, BackendOperations) {
   Outcome outcome = Run("backend", gpus(), {}, "", tensor_parallel());
-  ExpectAllPassed(outcome, Cases(gpus() >= 2 ? 9 : 8));
+  ExpectAllPassed(outcome, gpus() >= 2 ? 9 : 8);
 }
 
 TEST_F(NcclClusterTest, BoundedWaitQuarantinesUntilComplete) {
@@ -175,17 +166,16 @@ TEST_F(NcclClusterTest, BoundedWaitNativeCancelAborts) {
 }
 
 TEST_F(NcclClusterTest, LostPeerAbortsRunningCollectives) {
-  Outcome outcome =
-      Run("abort_peer", gpus() + 1, {absl::StrCat("--nccl_world=", gpus())},
-          "POSTED");
+  Outcome outcome = Run("abort_peer", gpus() + 1,
+                        {absl::StrCat("--nccl_world=", gpus())}, "POSTED");
   ExpectAllPassed(outcome, 1);
   ExpectPromptAbort(outcome);
 }
 
 TEST_F(NcclClusterTest, LostPeerAbortsCommunicatorInit) {
-  Outcome outcome = Run("init_abort", gpus() + 1,
-                        {absl::StrCat("--nccl_world=", gpus() + 1)},
-                        "INIT_STARTED");
+  Outcome outcome =
+      Run("init_abort", gpus() + 1, {absl::StrCat("--nccl_world=", gpus() + 1)},
+          "INIT_STARTED");
   ExpectAllPassed(outcome, 1);
   ExpectPromptAbort(outcome);
 }

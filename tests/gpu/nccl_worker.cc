@@ -64,11 +64,6 @@ ABSL_FLAG(uint32_t, nccl_world, 0,
           "the session is one data-parallel group of nccl_world ranks");
 ABSL_FLAG(std::string, tag, "gpu", "session tag");
 ABSL_FLAG(int, init_timeout_ms, 60000, "communicator init deadline");
-ABSL_FLAG(bool, dry_run, false,
-          "no GPU: join, use the control plane the way the scenario would "
-          "(rounds; for abort scenarios, wait for the job failure through "
-          "MakeClientControlPlane) and print the same protocol lines; lets "
-          "the cluster test's orchestration run on machines without a GPU");
 
 namespace {
 
@@ -684,46 +679,6 @@ void AbortPeer(const World& w, Checks& checks) {
   });
 }
 
-// --dry_run: the scenario's protocol without a GPU.
-int DryRun(const std::string& scenario, uint32_t rank,
-           rankd::dataplane::ControlPlane& control, rankd::Client& client) {
-  Checks checks;
-  if (scenario == "abort_peer" || scenario == "init_abort") {
-    absl::Mutex mu;
-    absl::Status failure;
-    control.OnJobFailure([&](const absl::Status& cause) {
-      absl::MutexLock lock(&mu);
-      failure = cause.ok() ? absl::AbortedError("job failed") : cause;
-    });
-    Print(scenario == "abort_peer" ? "POSTED" : "INIT_STARTED");
-    const absl::Time start = absl::Now();
-    bool seen;
-    {
-      absl::MutexLock lock(&mu);
-      auto failed = [&failure] { return !failure.ok(); };
-      seen = mu.AwaitWithTimeout(absl::Condition(&failed), absl::Seconds(60));
-    }
-    checks.Run("job_failure_reaches_the_data_plane", [&]() -> absl::Status {
-      RETURN_IF_ERROR(Expect(seen, "no job failure callback within 60 s"));
-      absl::MutexLock lock(&mu);
-      RETURN_IF_ERROR(ExpectCode(failure, absl::StatusCode::kAborted, "cause"));
-      return ExpectCode(control.JobHealth(), absl::StatusCode::kAborted,
-                        "JobHealth");
-    });
-    Print(absl::StrCat("ABORTED_AFTER_MS ",
-                       absl::ToInt64Milliseconds(absl::Now() - start)));
-  } else {
-    checks.Run("control_plane_round", [&]() -> absl::Status {
-      std::vector<uint32_t> token = {rank};
-      ASSIGN_OR_RETURN(words, control.AllGatherWords(token, absl::Seconds(30)));
-      return Expect(words.size() > rank && words[rank] == rank, "round");
-    });
-    (void)client.Leave();
-  }
-  Print("DONE");
-  return checks.failures() == 0 ? 0 : 4;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -733,8 +688,7 @@ int main(int argc, char** argv) {
   int device = absl::GetFlag(FLAGS_device);
   if (device < 0) device = static_cast<int>(local_rank);
 
-  const bool dry_run = absl::GetFlag(FLAGS_dry_run);
-  if (scenario != "control_only" && !dry_run) {
+  if (scenario != "control_only") {
     auto probe = rankd::dataplane::nccl::ProbeDevices();
     if (probe.device_count <= device) {
       Print(absl::StrCat("SKIP device ", device, " is not available: ",
@@ -771,7 +725,6 @@ int main(int argc, char** argv) {
   }
 
   auto control = rankd::dataplane::MakeClientControlPlane(client->get());
-  if (dry_run) return DryRun(scenario, rank, *control, **client);
   absl::StatusOr<DistributedSessionDescriptor> descriptor =
       rankd::dataplane::DescriptorFromProto(*joined);
   if (const uint32_t nccl_world = absl::GetFlag(FLAGS_nccl_world);

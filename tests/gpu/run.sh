@@ -205,8 +205,17 @@ PY
   run_gtest unique_id_broker_test 30 "$bin/dataplane/nccl/unique_id_broker_test"
   run_gtest native_library_test 30 "$bin/dataplane/nccl/native_library_test"
   run_gtest nccl_fail_closed_test 30 "$bin/dataplane/nccl/nccl_fail_closed_test"
-  run_gtest nccl_cluster_dry_run_test 60 "$bin/tests/gpu/nccl_cluster_test" \
-    RANKD_NCCL_CLUSTER_DRY_RUN=1
+  # The CPU twins (what CI runs), here too: the same test binaries against
+  # the CUDA/NCCL stand-in the kit carries. They need no GPU.
+  standin="$bin/dataplane/nccl/libcuda_nccl_standin.so"
+  cliques=$(mkdir -p "$out/nccl-cliques" && cd "$out/nccl-cliques" && pwd)
+  run_gtest nccl_standin_test 90 "$bin/dataplane/nccl/nccl_gpu_test" \
+    RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin" \
+    RANKD_REQUIRE_GPU=0
+  run_gtest nccl_cluster_standin_test 120 "$bin/tests/gpu/nccl_cluster_test" \
+    RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin" \
+    RANKD_STANDIN_DEVICES=2 RANKD_STANDIN_CLIQUE_DIR="$cliques" \
+    RANKD_REQUIRE_GPU=0
   run_gtest nccl_gpu_test 90 "$bin/dataplane/nccl/nccl_gpu_test"
   run_gtest nccl_cluster_test 120 "$bin/tests/gpu/nccl_cluster_test"
 

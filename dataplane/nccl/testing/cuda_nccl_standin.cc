@@ -39,6 +39,14 @@
 //     kernel of another communicator that nobody aborts makes them wait. Groups
 //     must hold calls of one communicator and stream. Reductions: sum and min
 //     of the ten NCCL types rankd maps.
+//   - Ranks in several processes: with $RANKD_STANDIN_CLIQUE_DIR set (a
+//     relative path is taken under $TEST_TMPDIR), every communicator's ranks
+//     meet in a directory of files there (testing/clique_directory.h), so
+//     rank processes started by a test (tests/gpu/nccl_cluster_test) form
+//     one clique. The same rules hold, except that peers' buffers are
+//     copied rather than read in place (no pool-access faults), and a
+//     failed file operation is an asynchronous ncclSystemError. Kernels
+//     poll the directory every millisecond.
 //
 // Depends only on the C++ standard library and internal/native_abi.h (the
 // same declarations rankd's loader uses, checked against NVIDIA's headers
@@ -64,12 +72,15 @@
 #include <vector>
 
 #include "dataplane/nccl/internal/native_abi.h"
+#include "dataplane/nccl/testing/clique_directory.h"
 
 #define STANDIN_API extern "C" __attribute__((visibility("default")))
 
 namespace native = rankd::dataplane::nccl::internal;
 using native::CudaError;
 using native::NcclResult;
+using rankd::dataplane::nccl::testing::CliqueDirectory;
+using rankd::dataplane::nccl::testing::Contribution;
 
 struct CUstream_st;
 struct CUevent_st;
@@ -824,6 +835,10 @@ struct Message {
 
 struct Clique {
   int nranks = 0;
+  // Set when $RANKD_STANDIN_CLIQUE_DIR is: ranks may be in other processes
+  // and meet there; slots and channels are then unused, and members holds
+  // this process's ranks only.
+  std::unique_ptr<CliqueDirectory> directory;
   std::vector<std::shared_ptr<CommState>> members;  // by rank
   int joined = 0;
   std::map<uint64_t, Slot> slots;
@@ -840,6 +855,8 @@ struct CommState {
   bool connected = false;
   int launches = 0;
   uint64_t next_seq = 0;
+  // Messages sent to and received from each peer (directory cliques).
+  std::map<int, uint64_t> sent_to, received_from;
   int queued = 0;   // kernels queued, not yet started
   int running = 0;  // kernels inside
   NcclResult async = native::kNcclInProgress;
@@ -889,11 +906,41 @@ void Fault(CommState* c, const std::string& what) {
       "Cuda failure 'an illegal memory access was encountered' (" + what + ")";
 }
 
+// What a collective writes to every rank's output, from every rank's input
+// (by rank; a broadcast reads only the root's).
+std::vector<char> Result(OpKind kind, int type, int red_op, int root,
+                         size_t count, const std::vector<const void*>& inputs) {
+  const size_t bytes = count * TypeSize(type);
+  const int n = static_cast<int>(inputs.size());
+  std::vector<char> out;
+  switch (kind) {
+    case OpKind::kAllReduce:
+      out.assign(static_cast<const char*>(inputs[0]),
+                 static_cast<const char*>(inputs[0]) + bytes);
+      for (int p = 1; p < n; ++p) {
+        Reduce(type, red_op == native::kNcclMin, out.data(), inputs[p], count);
+      }
+      break;
+    case OpKind::kAllGather:
+      out.resize(bytes * n);
+      for (int p = 0; p < n; ++p) {
+        std::memcpy(out.data() + p * bytes, inputs[p], bytes);
+      }
+      break;
+    case OpKind::kBroadcast:
+      out.assign(static_cast<const char*>(inputs[root]),
+                 static_cast<const char*>(inputs[root]) + bytes);
+      break;
+    default:
+      break;
+  }
+  return out;
+}
+
 // Computes a complete slot's outputs for every rank (g_mu held).
 void Compute(Slot& slot) {
   const size_t bytes = slot.count * TypeSize(slot.type);
   const int n = static_cast<int>(slot.ops.size());
-  std::vector<std::vector<char>> outputs(n);
   std::vector<bool> faulted(n, false);
   for (int r = 0; r < n; ++r) {
     const int reader = slot.comms[r]->device;
@@ -910,39 +957,73 @@ void Compute(Slot& slot) {
       }
     }
   }
-  switch (slot.kind) {
-    case OpKind::kAllReduce: {
-      std::vector<char> acc(
-          static_cast<const char*>(slot.ops[0]->send),
-          static_cast<const char*>(slot.ops[0]->send) + bytes);
-      for (int p = 1; p < n; ++p) {
-        Reduce(slot.type, slot.red_op == native::kNcclMin, acc.data(),
-               slot.ops[p]->send, slot.count);
-      }
-      for (int r = 0; r < n; ++r) outputs[r] = acc;
-      break;
-    }
-    case OpKind::kAllGather:
-      for (int r = 0; r < n; ++r) {
-        outputs[r].resize(bytes * n);
-        for (int p = 0; p < n; ++p) {
-          std::memcpy(outputs[r].data() + p * bytes, slot.ops[p]->send, bytes);
-        }
-      }
-      break;
-    case OpKind::kBroadcast: {
-      const char* src = static_cast<const char*>(slot.ops[slot.root]->send);
-      for (int r = 0; r < n; ++r) outputs[r].assign(src, src + bytes);
-      break;
-    }
-    default:
-      break;
-  }
+  std::vector<const void*> inputs;
+  for (const PendingOp* op : slot.ops) inputs.push_back(op->send);
+  const std::vector<char> out =
+      Result(slot.kind, slot.type, slot.red_op, slot.root, slot.count, inputs);
   for (int r = 0; r < n; ++r) {
-    if (!faulted[r] && !outputs[r].empty()) {
-      std::memcpy(slot.ops[r]->recv, outputs[r].data(), outputs[r].size());
+    if (!faulted[r] && !out.empty()) {
+      std::memcpy(slot.ops[r]->recv, out.data(), out.size());
     }
   }
+}
+
+// A failed file operation of a directory clique: an asynchronous system
+// error on `c` (g_mu held).
+void DirectoryError(CommState* c, const std::string& what) {
+  c->async = native::kNcclSystemError;
+  c->last_error = "stand-in: clique directory: cannot " + what;
+}
+
+// Polls `ready` every millisecond (and whenever g_cv is notified) until it
+// holds or `c` is aborted; false when aborted (g_mu held through `lock`).
+template <typename Ready>
+bool PollUntil(std::unique_lock<std::mutex>& lock, CommState* c, Ready ready) {
+  while (!c->aborted) {
+    if (ready()) return true;
+    g_cv.wait_for(lock, std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+// Participate() for a directory clique: publishes this rank's input, waits
+// until every rank published the same call at this sequence number (a
+// mismatch hangs, as in NCCL), and computes its own output from the copies.
+bool ParticipateAcross(std::unique_lock<std::mutex>& lock, CommState* c,
+                       const PendingOp& op) {
+  CliqueDirectory& directory = *c->clique->directory;
+  const size_t bytes = op.count * TypeSize(op.type);
+  Contribution mine;
+  mine.signature = std::to_string(static_cast<int>(op.kind)) + " " +
+                   std::to_string(op.count) + " " + std::to_string(op.type) +
+                   " " + std::to_string(op.red_op) + " " +
+                   std::to_string(op.root);
+  if (op.kind != OpKind::kBroadcast || op.root == c->rank) {
+    const char* send = static_cast<const char*>(op.send);
+    mine.data.assign(send, send + bytes);
+  }
+  if (!directory.Post(op.seq, c->rank, mine)) {
+    DirectoryError(c, "publish collective " + std::to_string(op.seq));
+    return false;
+  }
+  std::vector<Contribution> all;
+  const bool complete = PollUntil(lock, c, [&] {
+    if (!directory.Collect(op.seq, &all)) return false;
+    for (const Contribution& peer : all) {
+      if (peer.signature != mine.signature) return false;
+    }
+    return true;
+  });
+  if (!complete) {  // leave: the peers wait for this rank forever
+    directory.Withdraw(op.seq, c->rank);
+    return false;
+  }
+  std::vector<const void*> inputs;
+  for (const Contribution& peer : all) inputs.push_back(peer.data.data());
+  const std::vector<char> out =
+      Result(op.kind, op.type, op.red_op, op.root, op.count, inputs);
+  if (!out.empty()) std::memcpy(op.recv, out.data(), out.size());
+  return true;
 }
 
 // One collective inside a kernel of rank `c` (g_mu held through `lock`).
@@ -950,6 +1031,7 @@ void Compute(Slot& slot) {
 bool Participate(std::unique_lock<std::mutex>& lock, CommState* c,
                  const PendingOp& op) {
   Clique& q = *c->clique;
+  if (q.directory != nullptr) return ParticipateAcross(lock, c, op);
   auto [it, fresh] = q.slots.try_emplace(op.seq);
   Slot& slot = it->second;
   if (fresh) {
@@ -984,6 +1066,25 @@ bool Participate(std::unique_lock<std::mutex>& lock, CommState* c,
   return true;
 }
 
+// A receive's bytes arrived: checks and copies them (g_mu held).
+void Deliver(CommState* c, const PendingOp& op, const void* data,
+             size_t sent_bytes, bool readable) {
+  const size_t bytes = op.count * TypeSize(op.type);
+  if (sent_bytes != bytes) {
+    c->async = native::kNcclInvalidUsage;
+    c->last_error = "stand-in: rank " + std::to_string(c->rank) + " received " +
+                    std::to_string(bytes) + " bytes from " +
+                    std::to_string(op.root) + ", which sent " +
+                    std::to_string(sent_bytes);
+  } else if (!readable) {
+    Fault(c,
+          "stand-in: received from another device's pool memory not "
+          "made accessible by cudaMemPoolSetAccess");
+  } else {
+    std::memcpy(op.recv, data, bytes);
+  }
+}
+
 // The kernel of one launch: posts its sends, runs its collectives, takes
 // its receives, waits until its sends were taken. Leaves early, writing
 // nothing more, once the communicator is aborted.
@@ -997,12 +1098,24 @@ void RunKernel(const std::shared_ptr<CommState>& cs,
   ++device.running_kernels;
   ++c->running;
   Clique& q = *c->clique;
-  std::vector<std::shared_ptr<Message>> sent;
+  CliqueDirectory* directory = q.directory.get();
+  std::vector<std::shared_ptr<Message>> sent;    // in process
+  std::vector<std::pair<int, uint64_t>> posted;  // directory: (peer, n)
   bool ok = true;
   for (const PendingOp& op : *ops) {
     if (op.kind != OpKind::kSend) continue;
-    auto m = std::make_shared<Message>(
-        Message{op.send, op.count * TypeSize(op.type), c->device});
+    const size_t bytes = op.count * TypeSize(op.type);
+    if (directory != nullptr) {
+      const uint64_t n = c->sent_to[op.root]++;
+      const char* data = static_cast<const char*>(op.send);
+      if (!directory->Send(c->rank, op.root, n,
+                           std::vector<char>(data, data + bytes))) {
+        DirectoryError(c, "send to rank " + std::to_string(op.root));
+      }
+      posted.emplace_back(op.root, n);
+      continue;
+    }
+    auto m = std::make_shared<Message>(Message{op.send, bytes, c->device});
     q.channels[{c->rank, op.root}].push_back(m);
     sent.push_back(m);
   }
@@ -1015,6 +1128,17 @@ void RunKernel(const std::shared_ptr<CommState>& cs,
   for (const PendingOp& op : *ops) {
     if (!ok) break;
     if (op.kind != OpKind::kRecv) continue;
+    if (directory != nullptr) {
+      const uint64_t n = c->received_from[op.root];
+      std::vector<char> data;
+      ok = PollUntil(lock, c, [&] {
+        return directory->Receive(op.root, c->rank, n, &data);
+      });
+      if (!ok) break;
+      ++c->received_from[op.root];
+      Deliver(c, op, data.data(), data.size(), true);
+      continue;
+    }
     auto& channel = q.channels[{op.root, c->rank}];
     g_cv.wait(lock, [&] { return !channel.empty() || c->aborted; });
     if (c->aborted) {
@@ -1023,28 +1147,18 @@ void RunKernel(const std::shared_ptr<CommState>& cs,
     }
     std::shared_ptr<Message> m = channel.front();
     channel.pop_front();
-    const size_t bytes = op.count * TypeSize(op.type);
-    if (m->bytes != bytes) {
-      c->async = native::kNcclInvalidUsage;
-      c->last_error = "stand-in: rank " + std::to_string(c->rank) +
-                      " received " + std::to_string(bytes) + " bytes from " +
-                      std::to_string(op.root) + ", which sent " +
-                      std::to_string(m->bytes);
-    } else if (!Readable(c->device, m->data, bytes)) {
-      Fault(c,
-            "stand-in: received from another device's pool memory not "
-            "made accessible by cudaMemPoolSetAccess");
-    } else {
-      std::memcpy(op.recv, m->data, bytes);
-    }
+    Deliver(c, op, m->data, m->bytes,
+            Readable(c->device, m->data, op.count * TypeSize(op.type)));
     m->consumed = true;
     g_cv.notify_all();
   }
   if (ok) {
-    g_cv.wait(lock, [&] {
-      if (c->aborted) return true;
+    PollUntil(lock, c, [&] {
       for (const auto& m : sent) {
         if (!m->consumed) return false;
+      }
+      for (const auto& [peer, n] : posted) {
+        if (!directory->Taken(c->rank, peer, n)) return false;
       }
       return true;
     });
@@ -1058,6 +1172,7 @@ void RunKernel(const std::shared_ptr<CommState>& cs,
                                    }),
                     channel.end());
     }
+    for (const auto& [peer, n] : posted) directory->Unsend(c->rank, peer, n);
   }
   --c->running;
   --device.running_kernels;
@@ -1121,12 +1236,19 @@ NcclResult Launch(ncclComm* comm, CUstream_st* stream,
     }
     ++cs->launches;
     ++cs->queued;
-    if (!cs->connected) {
+    if (!cs->connected && cs->clique->directory == nullptr) {
       bool all = true;
       for (const auto& m : cs->clique->members) all = all && m->launches > 0;
       if (all) {
         for (const auto& m : cs->clique->members) m->connected = true;
       }
+    }
+    if (!cs->connected && cs->clique->directory != nullptr) {
+      CliqueDirectory& directory = *cs->clique->directory;
+      if (cs->launches == 1 && !directory.MarkLaunched(cs->rank)) {
+        DirectoryError(cs.get(), "record the first launch");
+      }
+      cs->connected = directory.AllLaunched();
     }
     connected = cs->connected || cs->blocking;
     if (!connected && cs->async == native::kNcclSuccess) {
@@ -1159,6 +1281,15 @@ NcclResult Submit(ncclComm* comm, CUstream_st* stream, PendingOp op) {
   return Launch(comm, stream, {op});
 }
 
+// Every rank's device, by rank, once all joined; empty before (g_mu held).
+std::vector<int> JoinedDevices(const Clique& q) {
+  if (q.directory != nullptr) return q.directory->JoinedDevices();
+  if (q.joined < q.nranks) return {};
+  std::vector<int> devices;
+  for (const auto& member : q.members) devices.push_back(member->device);
+  return devices;
+}
+
 NcclResult JoinClique(ncclComm** out, int nranks,
                       const native::NcclUniqueId& id, int rank,
                       native::NcclConfig* config) {
@@ -1177,6 +1308,15 @@ NcclResult JoinClique(ncclComm** out, int nranks,
     q = std::make_shared<Clique>();
     q->nranks = nranks;
     q->members.resize(nranks);
+    const char* root = std::getenv("RANKD_STANDIN_CLIQUE_DIR");
+    if (root != nullptr && root[0] != '\0') {
+      std::string error;
+      q->directory = CliqueDirectory::Open(root, id.internal,
+                                           sizeof(id.internal), nranks, &error);
+      if (q->directory == nullptr) {
+        return CommError(nullptr, native::kNcclSystemError, error);
+      }
+    }
     Cliques()[key] = q;
   }
   if (q->nranks != nranks || q->members[rank] != nullptr) {
@@ -1187,12 +1327,16 @@ NcclResult JoinClique(ncclComm** out, int nranks,
   cs->rank = rank;
   cs->nranks = nranks;
   cs->blocking = blocking;
+  if (q->directory != nullptr && !q->directory->Join(rank, cs->device)) {
+    return CommError(nullptr, native::kNcclSystemError,
+                     "stand-in: clique directory: cannot record the join");
+  }
   q->members[rank] = cs;
   ++q->joined;
   g_cv.notify_all();
   *out = new ncclComm{cs};
   if (!blocking) return native::kNcclInProgress;
-  g_cv.wait(lock, [&] { return q->joined == q->nranks; });
+  PollUntil(lock, cs.get(), [&] { return !JoinedDevices(*q).empty(); });
   cs->init_done = true;
   cs->async = native::kNcclSuccess;
   return native::kNcclSuccess;
@@ -1202,11 +1346,12 @@ NcclResult JoinClique(ncclComm** out, int nranks,
 void SettleInit(CommState* c) {
   if (c->init_done || c->aborted) return;
   Clique& q = *c->clique;
-  if (q.joined < q.nranks) return;
+  const std::vector<int> devices = JoinedDevices(q);
+  if (devices.empty()) return;
   c->init_done = true;
   c->async = native::kNcclSuccess;
   for (int r = 0; r < q.nranks; ++r) {
-    if (r != c->rank && q.members[r]->device == c->device) {
+    if (r != c->rank && devices[r] == c->device) {
       c->async = native::kNcclInvalidUsage;
       c->last_error = "Duplicate GPU detected : rank " +
                       std::to_string(c->rank) + " and rank " +
@@ -1263,8 +1408,11 @@ STANDIN_API NcclResult ncclCommGetAsyncError(ncclComm* comm,
   if (c->init_done && c->async == native::kNcclInProgress) {
     if (c->finalizing) {
       if (c->queued == 0 && c->running == 0) c->async = native::kNcclSuccess;
-    } else if (c->connected) {
-      c->async = native::kNcclSuccess;
+    } else {
+      if (!c->connected && c->clique->directory != nullptr) {
+        c->connected = c->clique->directory->AllLaunched();
+      }
+      if (c->connected) c->async = native::kNcclSuccess;
     }
   }
   *state = c->async;
