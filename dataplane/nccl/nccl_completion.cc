@@ -34,6 +34,18 @@ void NcclOp::SetVerifier(std::function<absl::Status()> verify) {
   verify_ = std::move(verify);
 }
 
+void NcclOp::Refuse(absl::Status refusal) {
+  absl::MutexLock lock(&mu_);
+  if (!status_.ok()) return;
+  status_ = std::move(refusal);
+  refused_ = true;
+}
+
+bool NcclOp::refused() const {
+  absl::MutexLock lock(&mu_);
+  return refused_;
+}
+
 bool NcclOp::Done() {
   absl::MutexLock lock(&mu_);
   if (done_) return true;
@@ -171,7 +183,7 @@ bool NcclCompletion::Poll() const {
   // and agreement buffers are back in their pools when Wait returns.
   op_->ReleaseIfDone();
   absl::Status status = op_->status();
-  if (!status.ok()) owner_->Poison(status);
+  if (!status.ok() && !op_->refused()) owner_->Poison(status);
   return true;
 }
 

@@ -66,6 +66,11 @@ class NcclOp : public std::enable_shared_from_this<NcclOp> {
   // Runs once, when the event first reports the work finished: its error
   // (say, members that submitted different work) becomes the outcome.
   void SetVerifier(std::function<absl::Status()> verify);
+  // The operation was refused before any payload was queued (members
+  // disagree; NcclSessionOptions::verify_agreement): `refusal` is its
+  // outcome, and, unlike any other failure, it does not poison the session.
+  void Refuse(absl::Status refusal);
+  bool refused() const;
 
   const std::string& operation() const { return operation_; }
   const std::shared_ptr<CudaEvent>& event() const { return event_; }
@@ -102,6 +107,7 @@ class NcclOp : public std::enable_shared_from_this<NcclOp> {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<const void>> retained_ ABSL_GUARDED_BY(mu_);
   bool quarantined_ ABSL_GUARDED_BY(mu_) = false;
+  bool refused_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // The session side of an operation.

@@ -1219,6 +1219,114 @@ TEST_F(NcclMultiGpuTest, ACollectiveOfAnotherDtypeNeverSucceeds) {
       nullptr, options);
 }
 
+// verify_agreement: the agreement records travel before the payload, so
+// work whose members disagree is refused on every member before NCCL sees
+// any of it (safe on a GPU: nothing mismatched is ever launched), well
+// before op_timeout, and the session stays usable.
+TEST_F(NcclMultiGpuTest,
+       VerifyAgreementRefusesDisagreeingWorkBeforeThePayload) {
+  NcclSessionOptions options;
+  options.verify_agreement = true;
+  options.op_timeout = absl::Seconds(60);
+  RunRanks(
+      2, DataParallel(2),
+      [](uint32_t r, NcclSession& s, InProcessJob&) {
+        auto stream = s.stream();
+        const CollectiveScope world = CollectiveScope::World();
+        const absl::Time start = absl::Now();
+        // Collectives of different shapes (would hang without the check).
+        const size_t n = r == 0 ? 4 : 8;
+        auto x = Upload(Desc({n}), Floats(n, 1), stream);
+        auto sum = s.AllReduceSumInto(world, x, x);  // in place
+        ASSERT_TRUE(sum.ok()) << sum.status();
+        absl::Status waited = sum->completion->Wait();
+        EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument) << waited;
+        EXPECT_TRUE(absl::StrContains(
+            waited.message(),
+            absl::StrCat("rank ", r, " submitted `all_reduce_sum on world f32[",
+                         n, "]`; rank ", 1 - r,
+                         " submitted another operation")))
+            << waited;
+        EXPECT_EQ(Download<float>(x), Floats(n, 1)) << "nothing moved";
+        ASSERT_OK(s.poison_status());
+        // A transfer received as another dtype: refused on both ends.
+        absl::StatusOr<NcclSession::ValueSubmission> moved;
+        if (r == 0) {
+          moved = s.Send(world, 1, Upload(Desc({4}), Floats(4), stream));
+        } else {
+          moved = s.Receive(world, 0, Desc({4}, TensorDtype::kI32));
+        }
+        ASSERT_TRUE(moved.ok()) << moved.status();
+        waited = moved->completion->Wait();
+        EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument) << waited;
+        EXPECT_TRUE(absl::StrContains(waited.message(), "members disagree"))
+            << waited;
+        ASSERT_OK(s.poison_status());
+        // A batch: the transfer 1 -> 0 agrees and moves; 0 -> 1 does not
+        // (rank 1 expects f32[2]) and is left out on both ends.
+        auto mine = Upload(Desc({2}, TensorDtype::kI32),
+                           std::vector<int32_t>{static_cast<int32_t>(r + 5),
+                                                static_cast<int32_t>(r + 6)},
+                           stream);
+        auto received =
+            r == 0 ? Upload(Desc({2}, TensorDtype::kI32),
+                            std::vector<int32_t>{0, 0}, stream)
+                   : Upload(Desc({2}), std::vector<float>{-1, -1}, stream);
+        const std::vector<PeerValue<DeviceTensor>> sends = {{1 - r, mine}};
+        const std::vector<PeerValue<DeviceTensor>> receives = {
+            {1 - r, received}};
+        auto batch = s.BatchSendReceive(world, sends, receives);
+        ASSERT_TRUE(batch.ok()) << batch.status();
+        waited = batch->completion->Wait();
+        EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument) << waited;
+        EXPECT_TRUE(absl::StrContains(waited.message(), "members disagree"))
+            << waited;
+        if (r == 0) {
+          EXPECT_EQ(Download<int32_t>(received), (std::vector<int32_t>{6, 7}));
+        } else {
+          EXPECT_EQ(Download<float>(received), (std::vector<float>{-1, -1}));
+        }
+        ASSERT_OK(s.poison_status());
+        // Refusals took no deadline, and agreeing work still runs.
+        EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+        auto y = Upload(Desc({3}), Floats(3, static_cast<float>(r)), stream);
+        auto good = s.AllReduceSum(world, y);
+        ASSERT_TRUE(good.ok()) << good.status();
+        ASSERT_OK(good->completion->Wait());
+        EXPECT_EQ(Download<float>(good->output), (std::vector<float>{1, 3, 5}));
+      },
+      nullptr, options);
+}
+
+// all_to_all_v counts that do not pair are refused before the payload
+// whatever verify_agreement says (NCCL would truncate or hang), naming the
+// members and the counts; the session stays usable.
+TEST_F(NcclMultiGpuTest, AllToAllVCountsThatDoNotPairAreRefusedFirst) {
+  RunRanks(2, DataParallel(2), [](uint32_t r, NcclSession& s, InProcessJob&) {
+    auto stream = s.stream();
+    auto rows = Upload(Desc({3, 2}), Floats(6), stream);
+    // Rank 0 sends 2 rows to rank 1, which expects 1 from it.
+    const std::vector<size_t> send =
+        r == 0 ? std::vector<size_t>{1, 2} : std::vector<size_t>{2, 1};
+    const std::vector<size_t> receive =
+        r == 0 ? std::vector<size_t>{1, 2} : std::vector<size_t>{1, 1};
+    auto out = s.AllToAllV(CollectiveScope::World(), rows, send, receive);
+    ASSERT_TRUE(out.ok()) << out.status();
+    absl::Status waited = out->completion->Wait();
+    EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument) << waited;
+    EXPECT_TRUE(absl::StrContains(waited.message(),
+                                  "members disagree on the counts: member 0 "
+                                  "(rank 0) sends 2 rows to member 1"))
+        << waited;
+    ASSERT_OK(s.poison_status());
+    auto sum = s.AllReduceSum(CollectiveScope::World(),
+                              Upload(Desc({2}), Floats(2, 1), stream));
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    ASSERT_OK(sum->completion->Wait());
+    EXPECT_EQ(Download<float>(sum->output), (std::vector<float>{2, 4}));
+  });
+}
+
 // A gather along an inner axis rearranges rows with 2-D copies; rows wider
 // than the device's maximum pitch are copied row by row instead of failing.
 TEST_F(NcclMultiGpuTest, InnerAxisGatherBeyondTheMaximumPitch) {

@@ -207,6 +207,7 @@ TensorResult SubmitAllGatherUneven(SessionCore& core,
   plan.canonical = absl::StrCat(name, " counts [", absl::StrJoin(counts, ","),
                                 "] along axis ", axis, " of ",
                                 RowShape(input.descriptor(), axis, name));
+  plan.agree_first = true;  // counts that disagree would truncate or hang
   const void* send = input.data();
   const size_t my_bytes = input.byte_size();
   void* landing = out->data();
@@ -326,6 +327,7 @@ TensorResult SubmitAllToAll(SessionCore& core,
                                 RowShape(input.descriptor(), axis, name));
   for (size_t c : send_counts) plan.agreement_counts.push_back(c);
   for (size_t c : receive_counts) plan.agreement_counts.push_back(c);
+  plan.agree_first = true;  // counts that disagree would truncate or hang
   // Where block d leaves from and block s lands, and their sizes.
   const void* send_base = input.data();
   void* recv_base = out->data();
@@ -738,20 +740,28 @@ SubmitBatch(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
     size_t bytes;
     int peer;
     bool send;
+    size_t entry;  // in plan.batch
   };
   std::vector<Posted> posted;
+  size_t entry = 0;
   for (const auto* list : {&receives, &sends}) {
     for (const PeerValue<DeviceTensor>& t : *list) {
-      if (t.value.byte_size() == 0) continue;
-      posted.push_back({t.value.data(), t.value.byte_size(),
-                        static_cast<int>(t.peer), list == &sends});
+      if (t.value.byte_size() != 0) {
+        posted.push_back({t.value.data(), t.value.byte_size(),
+                          static_cast<int>(t.peer), list == &sends, entry});
+      }
+      ++entry;
     }
   }
+  plan.refused_transfers = std::make_shared<std::vector<bool>>();
   if (!posted.empty()) {
     CudaStreamHandle s = stream->get();
-    plan.nccl = [posted, s](NcclCommHandle c) {
+    plan.nccl = [posted, s,
+                 refused = plan.refused_transfers](NcclCommHandle c) {
       return NcclGrouped([&]() -> int {
         for (const Posted& p : posted) {
+          // Left out on both ends when they disagree (verify_agreement).
+          if (p.entry < refused->size() && (*refused)[p.entry]) continue;
           int r = p.send ? NcclSend(p.data, p.bytes, NcclDataType::kInt8,
                                     p.peer, c, s)
                          : NcclRecv(p.data, p.bytes, NcclDataType::kInt8,

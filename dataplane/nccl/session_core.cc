@@ -361,6 +361,57 @@ absl::StatusOr<DeviceTensor> SessionCore::OutputFor(
   return *into;
 }
 
+std::function<absl::Status()> SessionCore::EnqueueInterrupt() const {
+  return [this]() -> absl::Status {
+    absl::Status s = PoisonStatus();
+    if (!s.ok()) return s;
+    return SignalCause();
+  };
+}
+
+absl::Status SessionCore::AgreeFirst(
+    const OpPlan& plan, const internal::OperationAgreement& agreement,
+    const std::string& canonical, const std::function<void()>& take_sequence,
+    const std::function<std::string()>& where, absl::Status* refusal) {
+  const CudaStream& stream = *plan.stream;
+  CudaStreamHandle handle = stream.get();
+  absl::Status s = plan.comm->comm->Enqueue(
+      plan.name,
+      [&](NcclCommHandle c) {
+        take_sequence();
+        // A route's records go both ways: one group, or each end's send
+        // would wait for the other's.
+        return NcclGrouped([&] { return agreement.Exchange(c, handle); });
+      },
+      absl::Now() + options_.enqueue_timeout, EnqueueInterrupt());
+  if (!s.ok()) return s;
+  auto records = CudaEvent::Create(stream.device());
+  if (!records.ok()) return records.status();
+  if (s = (*records)->Record(stream); !s.ok()) return s;
+  // Until every member's record arrived: a member that never submits is
+  // the watchdog's (op_timeout), whose abort poisons and ends this wait.
+  absl::Duration sleep = absl::Microseconds(2);
+  while (true) {
+    absl::StatusOr<bool> arrived = (*records)->Query();
+    if (!arrived.ok()) return arrived.status();
+    if (*arrived) break;
+    if (s = EnqueueInterrupt()(); !s.ok()) return s;
+    absl::SleepFor(sleep);
+    sleep = std::min(sleep * 2, absl::Microseconds(200));
+  }
+  std::vector<bool> disagreeing;
+  absl::Status agreed = agreement.Verify(
+      where(), canonical,
+      plan.refused_transfers != nullptr ? &disagreeing : nullptr);
+  if (agreed.code() != absl::StatusCode::kInvalidArgument) {
+    return agreed;  // OK, or the read failed
+  }
+  // Refused: InvalidArgument naming who submitted what.
+  if (plan.refused_transfers != nullptr) *plan.refused_transfers = disagreeing;
+  *refusal = std::move(agreed);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
   absl::Status usable = CheckUsable();
   if (!usable.ok()) return usable;
@@ -468,21 +519,17 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
     absl::Status s = agreement->Stage(stream);
     if (!s.ok()) return failed(s);
   }
+  const bool agree_first = options_.verify_agreement || plan.agree_first;
   if (plan.nccl || agreement != nullptr) {
     if (plan.comm == nullptr || plan.comm->comm == nullptr) {
       return failed(absl::InternalError("no communicator"));
     }
-    auto interrupt = [this]() -> absl::Status {
-      absl::Status s = PoisonStatus();
-      if (!s.ok()) return s;
-      return SignalCause();
-    };
-    // The sequence number is taken where NCCL orders the work; the
-    // agreement record goes first in the payload's group, so it pairs.
-    uint32_t sequence = 0;
     std::shared_ptr<CommEntry> comm = plan.comm;
     CudaStreamHandle handle = stream.get();
-    auto body = [&](NcclCommHandle c) {
+    // The sequence number is taken where NCCL orders the work (the
+    // agreement records, which go first, alone or in the payload's group).
+    uint32_t sequence = 0;
+    auto take_sequence = [&] {
       sequence = comm->NextSequence(plan.route);
       // A batch's other transfers take the next numbers of their routes.
       const uint32_t me = comm->local_rank;
@@ -492,24 +539,50 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
                                   : std::make_pair(t.peer, me));
       }
       ordered->store(sequence);
-      if (agreement == nullptr) return plan.nccl(c);
-      return NcclGrouped([&]() -> int {
-        int r = agreement->Exchange(c, handle);
-        if (r != kNcclSuccess && r != kNcclInProgress) return r;
-        return plan.nccl ? plan.nccl(c) : kNcclSuccess;
-      });
     };
-    absl::Status s = plan.comm->comm->Enqueue(
-        plan.name, body, absl::Now() + options_.enqueue_timeout, interrupt);
-    if (!s.ok()) return failed(s);
-    if (agreement != nullptr) {
-      const std::string where =
-          absl::StrCat("nccl backend: ", plan.name, ": operation #", sequence,
-                       " on ", what.scope_name);
-      op->SetVerifier([agreement, where, canonical = what.canonical] {
-        return agreement->Verify(where, canonical);
-      });
+    auto where = [&] {
+      return absl::StrCat("nccl backend: ", plan.name, ": operation #",
+                          sequence, " on ", what.scope_name);
+    };
+    bool payload = static_cast<bool>(plan.nccl);
+    if (agreement != nullptr && agree_first) {
+      absl::Status refusal;
+      absl::Status s = AgreeFirst(plan, *agreement, what.canonical,
+                                  take_sequence, where, &refusal);
+      if (!s.ok()) return failed(s);
+      if (!refusal.ok()) {
+        op->Refuse(refusal);
+        // A batch still moves the transfers whose ends agree.
+        payload = payload && plan.refused_transfers != nullptr;
+      }
     }
+    if (agreement == nullptr || !agree_first) {
+      absl::Status s = plan.comm->comm->Enqueue(
+          plan.name,
+          [&](NcclCommHandle c) {
+            take_sequence();
+            if (agreement == nullptr) return plan.nccl(c);
+            return NcclGrouped([&]() -> int {
+              int r = agreement->Exchange(c, handle);
+              if (r != kNcclSuccess && r != kNcclInProgress) return r;
+              return plan.nccl ? plan.nccl(c) : kNcclSuccess;
+            });
+          },
+          absl::Now() + options_.enqueue_timeout, EnqueueInterrupt());
+      if (!s.ok()) return failed(s);
+      if (agreement != nullptr) {
+        op->SetVerifier(
+            [agreement, where = where(), canonical = what.canonical] {
+              return agreement->Verify(where, canonical);
+            });
+      }
+    } else if (payload) {
+      absl::Status s = plan.comm->comm->Enqueue(
+          plan.name, [&](NcclCommHandle c) { return plan.nccl(c); },
+          absl::Now() + options_.enqueue_timeout, EnqueueInterrupt());
+      if (!s.ok()) return failed(s);
+    }
+    if (!payload && op->refused()) plan.after = nullptr;  // nothing moved
   }
   if (plan.after) {
     absl::Status s = plan.after(stream);

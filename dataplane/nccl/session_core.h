@@ -84,6 +84,24 @@ struct NcclSessionOptions {
   // DeadlineExceeded naming it and the members that did not report it, or
   // InvalidArgument naming who submitted what when members disagree.
   absl::Duration op_timeout = absl::Seconds(60);
+  // Members that submit different work never report success: every
+  // operation's agreement record (internal/operation_agreement.h) travels
+  // in its payload's NCCL group and is compared when the work finished; a
+  // disagreement fails the operation (InvalidArgument naming who submitted
+  // what) and poisons the session, and what NCCL cannot pair hangs until
+  // op_timeout. verify_agreement checks first instead, as
+  // GlooSessionOptions::verify_agreement does: the records travel alone,
+  // Submit waits until every member's arrived (it returns once all members
+  // submitted the operation and what was queued before it on the stream
+  // ran), and a disagreeing operation is refused before
+  // any of its payload is queued on any member: its completion fails with
+  // that InvalidArgument and the session stays usable (in a batch, only the
+  // disagreeing transfers are left out). It costs one more small NCCL
+  // launch and a host wait for it per operation, and Submit no longer runs
+  // ahead of the stream: worth it while developing, off by default.
+  // all_to_all_v and uneven all_gather check their counts first whatever
+  // the setting. Every rank must use the same setting.
+  bool verify_agreement = false;
   // How long a missed deadline waits for the other members' reports.
   absl::Duration failure_attribution_grace = absl::Seconds(2);
   // Deadline of AllGatherWords rounds.
@@ -140,8 +158,17 @@ struct OpPlan {
   // diagnosis).
   std::vector<internal::OperationAgreement::BatchEntry> batch;
   // all_to_all_v: this member's send counts then receive counts (one per
-  // member), checked pairwise against the others' after the work.
+  // member), checked pairwise against the others'.
   std::vector<uint64_t> agreement_counts;
+  // Check the agreement before queuing the payload whatever
+  // verify_agreement says: operations whose members must agree on counts
+  // (all_to_all_v, uneven all_gather), which NCCL would otherwise
+  // truncate or hang on.
+  bool agree_first = false;
+  // A batch checked first: Submit sets one flag per entry of `batch` before
+  // `nccl` runs, true for a transfer whose ends disagree, which `nccl` must
+  // then leave out (its peer leaves it out too).
+  std::shared_ptr<std::vector<bool>> refused_transfers;
   std::shared_ptr<CommEntry> comm;
   std::shared_ptr<CudaStream> stream;
   std::vector<DeviceTensor> inputs;
@@ -252,6 +279,21 @@ class SessionCore final : public NcclOpOwner,
   SessionCore(DistributedSessionDescriptor descriptor,
               ControlPlane* control_plane, NcclSessionOptions options);
   absl::Status InitializeLocked();
+  // What ends a wait for NCCL to accept work: the poison cause, or the job
+  // failure.
+  std::function<absl::Status()> EnqueueInterrupt() const;
+  // verify_agreement (or plan.agree_first): moves the agreement records
+  // alone on the plan's stream (taking the sequence number), waits until
+  // they arrived, and compares. OK with `*refusal` set to the
+  // InvalidArgument naming who submitted what when members disagree (then
+  // the batch's refused_transfers are set); an error when the records could
+  // not move (the caller poisons).
+  absl::Status AgreeFirst(const OpPlan& plan,
+                          const internal::OperationAgreement& agreement,
+                          const std::string& canonical,
+                          const std::function<void()>& take_sequence,
+                          const std::function<std::string()>& where,
+                          absl::Status* refusal);
   absl::Status InitInterrupt() const;
   absl::Status SignalCause() const;
   void WatchdogLoop();

@@ -199,7 +199,8 @@ int OperationAgreement::Exchange(NcclCommHandle comm,
 }
 
 absl::Status OperationAgreement::Verify(absl::string_view where,
-                                        absl::string_view canonical) const {
+                                        absl::string_view canonical,
+                                        std::vector<bool>* disagreeing) const {
   auto transfers = CudaStream::ForTransfers(buffer_->device());
   if (!transfers.ok()) return transfers.status();
   const size_t w = words_->size();
@@ -210,8 +211,10 @@ absl::Status OperationAgreement::Verify(absl::string_view where,
         w * kWord, **transfers);
     if (!read.ok()) return read;
     std::string disagreements;
+    if (disagreeing != nullptr) disagreeing->assign(w, false);
     for (size_t i = 0; i < w; ++i) {
       if (theirs[i] == (*words_)[i]) continue;
+      if (disagreeing != nullptr) (*disagreeing)[i] = true;
       const BatchEntry& e = batch_[i];
       absl::StrAppend(&disagreements, disagreements.empty() ? "" : "; ",
                       e.send ? "the send to" : "the receive from", " member ",

@@ -17,7 +17,10 @@
 // as valid. What hangs instead is caught by op_timeout and the mismatch
 // diagnosis (dataplane/mismatch_diagnosis.h). Costs per operation: one
 // tiny extra NCCL call inside the payload's group (no extra launch) and,
-// at completion, one small device-to-host read.
+// at completion, one small device-to-host read. With
+// NcclSessionOptions::verify_agreement (and always for count-carrying
+// operations) the records travel alone first and Verify() runs before the
+// payload is queued, so disagreeing work is refused before NCCL sees it.
 //
 // Private to dataplane/nccl. Depends on cuda_handles.h, nccl_comm.h, absl.
 #ifndef RANKD_DATAPLANE_NCCL_INTERNAL_OPERATION_AGREEMENT_H_
@@ -100,9 +103,11 @@ class OperationAgreement {
   int Exchange(NcclCommHandle comm, CudaStreamHandle stream) const;
   // Once the work finished: OK, or InvalidArgument "<where>: members
   // disagree ..." naming the members whose record differs from this
-  // member's (`canonical`). Blocks for one small device-to-host read.
-  absl::Status Verify(absl::string_view where,
-                      absl::string_view canonical) const;
+  // member's (`canonical`). Blocks for one small device-to-host read. For a
+  // batch, `disagreeing` (when set) gets one flag per entry: true where the
+  // two ends' records differ.
+  absl::Status Verify(absl::string_view where, absl::string_view canonical,
+                      std::vector<bool>* disagreeing = nullptr) const;
 
   // What the queued work uses (held by the operation until it finished).
   std::vector<std::shared_ptr<const void>> Retained() const;
