@@ -1,5 +1,6 @@
 #include "dataplane/shape.h"
 
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -67,6 +68,54 @@ absl::StatusOr<ValueDescriptor> WithExtent(const ValueDescriptor& descriptor,
         " is invalid: ", result.status().message()));
   }
   return result;
+}
+
+absl::StatusOr<AllToAllLayout> LayoutAllToAll(
+    const ValueDescriptor& input, size_t axis,
+    absl::Span<const size_t> send_counts,
+    absl::Span<const size_t> receive_counts, size_t members, size_t me,
+    absl::string_view backend, absl::string_view operation) {
+  auto refuse = [&](auto&&... parts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(backend, " backend: ", operation, ": ", parts...));
+  };
+  if (send_counts.size() != members || receive_counts.size() != members) {
+    return refuse("send counts have ", send_counts.size(),
+                  " entries and receive counts ", receive_counts.size(),
+                  "; both need one per member (", members, ")");
+  }
+  if (input.shape().empty()) {
+    return refuse("the input needs an axis to partition; got the scalar ",
+                  input.ToString());
+  }
+  auto along = LayoutAlong(input, axis, backend, operation);
+  if (!along.ok()) return along.status();
+  std::vector<size_t> send_offsets, receive_offsets;
+  for (auto [counts, offsets] : {std::pair(send_counts, &send_offsets),
+                                 std::pair(receive_counts, &receive_offsets)}) {
+    offsets->assign(1, 0);
+    for (size_t c : counts) {
+      if (c > std::numeric_limits<size_t>::max() - offsets->back()) {
+        return refuse("the counts overflow when added up");
+      }
+      offsets->push_back(offsets->back() + c);
+    }
+  }
+  if (send_offsets.back() != along->extent) {
+    return refuse("send counts add up to ", send_offsets.back(),
+                  " but the input ", input.ToString(), " has ", along->extent,
+                  " along axis ", axis);
+  }
+  if (send_counts[me] != receive_counts[me]) {
+    return refuse("the self slot disagrees: send_counts[", me,
+                  "] = ", send_counts[me], " but receive_counts[", me,
+                  "] = ", receive_counts[me]);
+  }
+  auto output =
+      WithExtent(input, axis, receive_offsets.back(), backend, operation);
+  if (!output.ok()) return output.status();
+  return AllToAllLayout{*along, std::move(send_offsets),
+                        std::move(receive_offsets), *std::move(output)};
 }
 
 }  // namespace rankd::dataplane

@@ -1,14 +1,16 @@
 // Shape arithmetic of the operations that partition a value along an axis
 // (the gathers and all_to_all), shared by both backends so that they accept
-// and refuse the same shapes with the same words (docs/dataplane.md,
-// "Validation"). Depends on dataplane/types.h and absl.
+// and refuse the same shapes and counts with the same words
+// (docs/dataplane.md, "Validation"). Depends on dataplane/types.h and absl.
 #ifndef RANKD_DATAPLANE_SHAPE_H_
 #define RANKD_DATAPLANE_SHAPE_H_
 
 #include <cstddef>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "dataplane/types.h"
 
 namespace rankd::dataplane {
@@ -38,6 +40,31 @@ absl::StatusOr<ValueDescriptor> WithExtent(const ValueDescriptor& descriptor,
                                            size_t axis, size_t extent,
                                            absl::string_view backend,
                                            absl::string_view operation);
+
+// A variable all-to-all along an axis, seen from one member: where each
+// member's indices start in the input and in the output, and the output.
+struct AllToAllLayout {
+  AxisLayout input;                     // the input along the axis
+  std::vector<size_t> send_offsets;     // one per member, then the total
+  std::vector<size_t> receive_offsets;  // one per member, then the total
+  ValueDescriptor output;
+};
+
+// The layout of an all-to-all of `input` along `axis` on member `me` of
+// `members`, sending send_counts[m] indices to member m and receiving
+// receive_counts[m] from it. InvalidArgument
+// "<backend> backend: <operation>: ..." when the counts do not have one
+// entry per member, the input is a scalar, the axis is out of range, the
+// counts overflow when added up, the send counts do not add up to the
+// input's extent along the axis, this member's own send and receive counts
+// differ (the self slot), or the output would be invalid (WithExtent).
+// What members must agree on between them (member s's send_counts[d] is
+// member d's receive_counts[s]) no single member can check.
+absl::StatusOr<AllToAllLayout> LayoutAllToAll(
+    const ValueDescriptor& input, size_t axis,
+    absl::Span<const size_t> send_counts,
+    absl::Span<const size_t> receive_counts, size_t members, size_t me,
+    absl::string_view backend, absl::string_view operation);
 
 }  // namespace rankd::dataplane
 

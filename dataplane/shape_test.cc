@@ -1,8 +1,9 @@
 // The shape arithmetic both backends share (shape.h): layouts along an
-// axis, results with a new extent, and the refusals, worded the same for
-// either backend.
+// axis, results with a new extent, all-to-all count layouts, and the
+// refusals, worded the same for either backend.
 #include "dataplane/shape.h"
 
+#include <limits>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -50,6 +51,68 @@ TEST(ShapeTest, WithExtent) {
     EXPECT_TRUE(absl::StartsWith(inner.status().message(), backend));
   }
   EXPECT_FALSE(WithExtent(F32({}), 1, 2, "gloo", "op").ok());
+}
+
+// Member `me` of 3, rows along axis 0 unless said.
+absl::StatusOr<AllToAllLayout> AllToAll(const ValueDescriptor& input,
+                                        std::vector<size_t> send,
+                                        std::vector<size_t> receive, size_t me,
+                                        size_t axis = 0) {
+  return LayoutAllToAll(input, axis, send, receive, 3, me, "nccl",
+                        "all_to_all_v");
+}
+
+TEST(AllToAllLayoutTest, OffsetsAndOutput) {
+  auto l = AllToAll(F32({5, 2}), {1, 0, 4}, {1, 3, 0}, 0);
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->output.shape(), (std::vector<size_t>{4, 2}));
+  EXPECT_EQ(l->send_offsets, (std::vector<size_t>{0, 1, 1, 5}));
+  EXPECT_EQ(l->receive_offsets, (std::vector<size_t>{0, 1, 4, 4}));
+  EXPECT_EQ(l->input.extent, 5u);
+  EXPECT_EQ(l->input.unit_bytes, 8u);
+  // Along an inner axis.
+  auto inner = AllToAll(F32({2, 3}), {1, 1, 1}, {1, 1, 2}, 1, 1);
+  ASSERT_TRUE(inner.ok()) << inner.status();
+  EXPECT_EQ(inner->output.shape(), (std::vector<size_t>{2, 4}));
+  EXPECT_EQ(inner->input.outer, 2u);
+}
+
+TEST(AllToAllLayoutTest, ZeroRowsBothWays) {
+  auto l =
+      AllToAll(*ValueDescriptor::Rows(0, F32({2})), {0, 0, 0}, {0, 0, 0}, 1);
+  ASSERT_TRUE(l.ok()) << l.status();
+  EXPECT_EQ(l->output.rows(), 0u);
+}
+
+TEST(AllToAllLayoutTest, Refusals) {
+  auto message = [](const absl::StatusOr<AllToAllLayout>& l) {
+    EXPECT_EQ(l.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(l.status().message());
+  };
+  EXPECT_EQ(message(AllToAll(F32({2}), {1, 1}, {1, 1, 0}, 0)),
+            "nccl backend: all_to_all_v: send counts have 2 entries and "
+            "receive counts 3; both need one per member (3)");
+  EXPECT_TRUE(absl::StrContains(
+      message(AllToAll(F32({}), {1, 0, 0}, {1, 0, 0}, 0)),
+      "the input needs an axis to partition; got the scalar f32[]"));
+  EXPECT_EQ(message(AllToAll(F32({4}), {1, 1, 1}, {1, 0, 0}, 0)),
+            "nccl backend: all_to_all_v: send counts add up to 3 but the "
+            "input f32[4] has 4 along axis 0");
+  EXPECT_EQ(message(AllToAll(F32({3}), {1, 1, 1}, {1, 2, 1}, 1)),
+            "nccl backend: all_to_all_v: the self slot disagrees: "
+            "send_counts[1] = 1 but receive_counts[1] = 2");
+  // max + 2 wraps to 1, which would otherwise match the input's one row.
+  const size_t max = std::numeric_limits<size_t>::max();
+  EXPECT_TRUE(absl::StrContains(
+      message(AllToAll(F32({1}), {max, 2, 0}, {max, 0, 0}, 0)),
+      "the counts overflow when added up"));
+  EXPECT_TRUE(
+      absl::StrContains(message(AllToAll(F32({3}), {1, 1, 1}, {1, 1, 1}, 0, 1)),
+                        "axis 1 is out of range"));
+  // Nothing may leave an inner axis empty.
+  EXPECT_TRUE(absl::StrContains(
+      message(AllToAll(F32({2, 3}), {3, 0, 0}, {0, 0, 0}, 1, 1)),
+      "zero extent along axis 1"));
 }
 
 }  // namespace

@@ -272,45 +272,6 @@ absl::Status RequireCollective(const DistributedCapabilities& caps,
       "backend does not advertise"));
 }
 
-absl::StatusOr<ValueDescriptor> CheckAllToAllV(
-    const ValueDescriptor& input, absl::Span<const size_t> send_counts,
-    absl::Span<const size_t> receive_counts, const ResolvedScope& scope) {
-  const size_t n = scope.members.size();
-  if (send_counts.size() != n || receive_counts.size() != n) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("all_to_all_v: send_counts has ", send_counts.size(),
-                     " entries and receive_counts ", receive_counts.size(),
-                     "; both need one per member of the scope (", n, ")"));
-  }
-  if (input.shape().empty()) {
-    return absl::InvalidArgumentError(
-        "all_to_all_v: the input needs a leading (row) axis; got a scalar");
-  }
-  size_t sent = 0, received = 0;
-  for (auto [counts, total] :
-       {std::pair(send_counts, &sent), std::pair(receive_counts, &received)}) {
-    for (size_t c : counts) {
-      if (c > std::numeric_limits<size_t>::max() - *total) {
-        return absl::InvalidArgumentError(
-            "all_to_all_v: the counts overflow when added up");
-      }
-      *total += c;
-    }
-  }
-  if (sent != input.rows()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "all_to_all_v: send_counts add up to ", sent, " rows but the input ",
-        input.ToString(), " has ", input.rows()));
-  }
-  if (send_counts[scope.local_rank] != receive_counts[scope.local_rank]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "all_to_all_v: the self slot disagrees: send_counts[", scope.local_rank,
-        "] = ", send_counts[scope.local_rank], " but receive_counts[",
-        scope.local_rank, "] = ", receive_counts[scope.local_rank]));
-  }
-  return ValueDescriptor::Rows(received, input.RowDescriptor());
-}
-
 absl::Status CheckPeer(size_t peer, const ResolvedScope& scope,
                        const char* operation) {
   if (peer >= scope.members.size()) {

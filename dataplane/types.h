@@ -208,16 +208,9 @@ absl::Status RequireCollective(const DistributedCapabilities& caps,
 absl::Status RequireCapability(bool advertised, const char* backend,
                                const char* operation, const char* capability);
 
-// Validation shared by every backend; each returns InvalidArgument with a
-// message naming the operation, before any native work.
-//
-// all_to_all_v: counts have the scope's size; the input has
-// sum(send_counts) rows; the self slot matches (send_counts[me] ==
-// receive_counts[me]). Returns the output descriptor
-// (sum(receive_counts) rows, same row shape and dtype).
-absl::StatusOr<ValueDescriptor> CheckAllToAllV(
-    const ValueDescriptor& input, absl::Span<const size_t> send_counts,
-    absl::Span<const size_t> receive_counts, const ResolvedScope& scope);
+// Validation shared by every backend returns InvalidArgument with a
+// message naming the operation, before any native work (also shape.h's
+// LayoutAllToAll and batch.h's CheckBatch).
 // One transfer of a batched send/receive: `value` goes to (or, for a
 // receive, is the caller-owned output filled from) member `peer` of the
 // scope (or group).

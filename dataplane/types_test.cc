@@ -241,59 +241,6 @@ TEST(CapabilityTest, AdvertisedCapabilitiesPass) {
 
 ResolvedScope Scope3(uint32_t me) { return ResolvedScope{{0, 1, 2}, me, 1}; }
 
-TEST(AllToAllVTest, ValidCountsGiveOutputDescriptor) {
-  auto input = *ValueDescriptor::Create({5, 2}, TensorDtype::kF32);
-  auto out = CheckAllToAllV(input, {1, 0, 4}, {1, 3, 0}, Scope3(0));
-  ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ(out->shape(), (std::vector<size_t>{4, 2}));
-}
-
-TEST(AllToAllVTest, ZeroRowsBothWays) {
-  auto row = *ValueDescriptor::Create({2}, TensorDtype::kF32);
-  auto input = *ValueDescriptor::Rows(0, row);
-  auto out = CheckAllToAllV(input, {0, 0, 0}, {0, 0, 0}, Scope3(1));
-  ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ(out->rows(), 0u);
-}
-
-TEST(AllToAllVTest, RejectsWrongCountLengths) {
-  auto input = *ValueDescriptor::Create({2}, TensorDtype::kF32);
-  EXPECT_EQ(CheckAllToAllV(input, {1, 1}, {1, 1, 0}, Scope3(0)).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(CheckAllToAllV(input, {1, 1, 0}, {1}, Scope3(0)).status().code(),
-            absl::StatusCode::kInvalidArgument);
-}
-
-TEST(AllToAllVTest, RejectsScalarInput) {
-  auto input = *ValueDescriptor::Create({}, TensorDtype::kF32);
-  EXPECT_EQ(
-      CheckAllToAllV(input, {1, 0, 0}, {1, 0, 0}, Scope3(0)).status().code(),
-      absl::StatusCode::kInvalidArgument);
-}
-
-TEST(AllToAllVTest, RejectsSendTotalMismatch) {
-  auto input = *ValueDescriptor::Create({4}, TensorDtype::kF32);
-  auto out = CheckAllToAllV(input, {1, 1, 1}, {1, 0, 0}, Scope3(0));
-  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(out.status().message(), "add up to 3"));
-}
-
-TEST(AllToAllVTest, RejectsSelfSlotMismatch) {
-  auto input = *ValueDescriptor::Create({3}, TensorDtype::kF32);
-  auto out = CheckAllToAllV(input, {1, 1, 1}, {1, 2, 1}, Scope3(1));
-  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(out.status().message(), "self slot"));
-}
-
-TEST(AllToAllVTest, RejectsOverflowingCounts) {
-  auto input = *ValueDescriptor::Create({1}, TensorDtype::kF32);
-  const size_t max = std::numeric_limits<size_t>::max();
-  // max + 2 wraps to 1, which would otherwise match the input's one row.
-  auto out = CheckAllToAllV(input, {max, 2, 0}, {max, 0, 0}, Scope3(0));
-  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(out.status().message(), "overflow"));
-}
-
 TEST(PeerTest, RangeAndSelf) {
   EXPECT_TRUE(CheckPeer(2, Scope3(0), "send").ok());
   absl::Status outside = CheckPeer(3, Scope3(0), "send");

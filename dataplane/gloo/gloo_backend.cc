@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "dataplane/batch.h"
 #include "dataplane/gloo/internal/agreement_check.h"
 #include "dataplane/gloo/internal/gloo_communicator.h"
 #include "dataplane/gloo/internal/native_ops.h"
@@ -533,43 +534,13 @@ GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
     return s;
   }
   const ValueDescriptor& d = value.descriptor();
-  const size_t n = group.size();
-  if (counts.send.size() != n || counts.receive.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: ", kind, ": send counts have ", counts.send.size(),
-        " entries and receive counts ", counts.receive.size(),
-        "; both need one per member of ", group.ToString(), " (", n, ")"));
-  }
-  if (d.shape().empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: ", kind, ": the input needs an axis to partition; got ",
-        "the scalar ", d.ToString()));
-  }
-  auto along = LayoutAlong(d, axis, kBackend, kind);
-  if (!along.ok()) return along.status();
-  const AxisLayout layout = *along;
-  auto sent = CheckedSum(counts.send);
-  auto received = CheckedSum(counts.receive);
-  if (!sent.has_value() || !received.has_value()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gloo backend: ", kind, ": counts overflow"));
-  }
-  if (*sent != d.shape()[axis]) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gloo backend: ", kind, ": send counts add up to ", *sent,
-                     " but the value ", d.ToString(), " has ", d.shape()[axis],
-                     " along axis ", axis));
-  }
-  const uint32_t me = group.local_rank();
-  if (counts.send[me] != counts.receive[me]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: ", kind, ": the self slot disagrees: send[", me, "] = ",
-        counts.send[me], " but receive[", me, "] = ", counts.receive[me]));
-  }
-  auto out_descriptor = WithExtent(d, axis, *received, kBackend, kind);
-  if (!out_descriptor.ok()) return out_descriptor.status();
+  auto planned =
+      LayoutAllToAll(d, axis, counts.send, counts.receive, group.size(),
+                     group.local_rank(), kBackend, kind);
+  if (!planned.ok()) return planned.status();
+  const AxisLayout layout = planned->input;
   // Every byte of the output is received or copied.
-  auto made = OutputFor(kind, std::move(into), *out_descriptor, value,
+  auto made = OutputFor(kind, std::move(into), planned->output, value,
                         /*in_place=*/false);
   if (!made.ok()) return made.status();
   HostTensor output = *std::move(made);
@@ -930,44 +901,11 @@ GlooBundleSubmission GlooBackend::BatchSendReceive(
       !s.ok()) {
     return s;
   }
-  if (sends.empty() && receives.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gloo backend: ", kind, ": the batch is empty"));
-  }
-  if (sends.size() + receives.size() > kMaxBatchTransfers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: ", kind, ": a batch holds at most ", kMaxBatchTransfers,
-        " transfers; got ", sends.size() + receives.size()));
-  }
-  // Peers are members other than this one; no output is written twice or
-  // read by a send of the same batch.
-  absl::flat_hash_set<const uint8_t*> outputs;
-  for (const auto* list : {&sends, &receives}) {
-    const bool receiving = list == &receives;
-    for (size_t i = 0; i < list->size(); ++i) {
-      const size_t peer = (*list)[i].peer;
-      if (peer >= group.size() || peer == group.local_rank()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "gloo backend: ", kind, ": ", receiving ? "receive " : "send ", i,
-            " names member ", peer, ", which is ",
-            peer >= group.size() ? "outside " : "this member of ",
-            group.ToString(), " (", group.size(), " members)"));
-      }
-      const HostTensor& t = (*list)[i].value;
-      if (receiving && t.byte_size() > 0 && !outputs.insert(t.data()).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("gloo backend: ", kind, ": receive ", i,
-                         " shares its output with an earlier receive"));
-      }
-    }
-  }
-  for (size_t i = 0; i < sends.size(); ++i) {
-    if (sends[i].value.byte_size() > 0 &&
-        outputs.contains(sends[i].value.data())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "gloo backend: ", kind, ": send ", i,
-          " reads a tensor that a receive of the same batch writes"));
-    }
+  if (absl::Status s =
+          CheckBatch(sends, receives, group.size(), group.local_rank(),
+                     group.ToString(), kBackend, kind);
+      !s.ok()) {
+    return s;
   }
   // What each transfer is, as the peer's single-tensor SendReceive
   // describes it, so either form pairs with the other.

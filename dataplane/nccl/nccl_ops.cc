@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "dataplane/batch.h"
 #include "dataplane/nccl/session_core.h"
 
 namespace rankd::dataplane::nccl {
@@ -278,40 +279,14 @@ TensorResult SubmitAllToAll(SessionCore& core,
   if (!valid.ok()) return valid;
   const size_t n = comm->members.size();
   const size_t me = comm->local_rank;
-  if (send_counts.size() != n || receive_counts.size() != n) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: ", name, ": send counts have ", send_counts.size(),
-        " entries and receive counts ", receive_counts.size(),
-        "; both need one per member (", n, ")"));
-  }
-  auto layout = LayoutAlong(input.descriptor(), axis, kBackend, name);
-  if (!layout.ok()) return layout.status();
-  if (input.descriptor().shape().empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("nccl backend: ", name,
-                     ": the input needs an axis to partition; got "
-                     "the scalar ",
-                     input.descriptor().ToString()));
-  }
-  const std::vector<size_t> send_off = Offsets(send_counts);
-  const std::vector<size_t> recv_off = Offsets(receive_counts);
-  if (send_off[n] != layout->extent) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: ", name, ": send counts add up to ", send_off[n],
-        " but the input ", input.descriptor().ToString(), " has ",
-        layout->extent, " along axis ", axis));
-  }
-  if (send_counts[me] != receive_counts[me]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: ", name, ": the self slot disagrees: send_counts[", me,
-        "] = ", send_counts[me], " but receive_counts[", me,
-        "] = ", receive_counts[me]));
-  }
-  auto out_desc =
-      WithExtent(input.descriptor(), axis, recv_off[n], kBackend, name);
-  if (!out_desc.ok()) return out_desc.status();
-  auto out =
-      core.OutputFor(*out_desc, into, &input, /*in_place=*/false, stream, name);
+  auto planned = LayoutAllToAll(input.descriptor(), axis, send_counts,
+                                receive_counts, n, me, kBackend, name);
+  if (!planned.ok()) return planned.status();
+  const AxisLayout* layout = &planned->input;
+  const std::vector<size_t>& send_off = planned->send_offsets;
+  const std::vector<size_t>& recv_off = planned->receive_offsets;
+  auto out = core.OutputFor(planned->output, into, &input, /*in_place=*/false,
+                            stream, name);
   if (!out.ok()) return out.status();
 
   const size_t unit = layout->unit_bytes;
@@ -688,39 +663,18 @@ SubmitBatch(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
             const std::shared_ptr<CudaStream>& stream, std::string name) {
   const uint32_t n = static_cast<uint32_t>(comm->members.size());
   const uint32_t me = comm->local_rank;
-  if (sends.empty() && receives.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("nccl backend: ", name, ": the batch is empty"));
-  }
-  if (sends.size() + receives.size() > kMaxBatchTransfers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: ", name, ": a batch holds at most ", kMaxBatchTransfers,
-        " transfers; got ", sends.size() + receives.size()));
+  if (absl::Status s =
+          CheckBatch(sends, receives, n, me, comm->name, kBackend, name);
+      !s.ok()) {
+    return s;
   }
   OpPlan plan;
-  // Refuses two receives into one place or a send of memory a receive
-  // writes (receives are checked first and collected in plan.outputs).
   for (const auto* list : {&receives, &sends}) {
     const bool sending = list == &sends;
     for (size_t i = 0; i < list->size(); ++i) {
       const PeerValue<DeviceTensor>& t = (*list)[i];
-      if (t.peer >= n || t.peer == me) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "nccl backend: ", name, ": ", sending ? "send " : "receive ", i,
-            " names member ", t.peer, ", which is ",
-            t.peer >= n ? "outside the group" : "this member", " (", n,
-            " members)"));
-      }
       absl::Status valid = core.CheckTensor(t.value, name);
       if (!valid.ok()) return valid;
-      for (const DeviceTensor& written : plan.outputs) {
-        if (t.value.Overlaps(written)) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "nccl backend: ", name, ": ", sending ? "send " : "receive ", i,
-              sending ? " reads memory that a receive of the batch writes"
-                      : " overlaps an earlier receive's output"));
-        }
-      }
       const std::string canonical =
           absl::StrCat("transfer ", t.value.descriptor().ToString());
       plan.batch.push_back({static_cast<uint32_t>(t.peer), sending,

@@ -106,15 +106,7 @@ absl::StatusOr<ValueSubmission> NcclSession::AllToAllVImpl(
                              &DistributedCapabilities::variable_all_to_all,
                              "variable_all_to_all");
   if (!comm.ok()) return comm.status();
-  auto resolved = ResolveScope(descriptor(), scope);
-  if (!resolved.ok()) return resolved.status();
-  auto checked = CheckAllToAllV(input.descriptor(), send_counts, receive_counts,
-                                *resolved);
-  if (!checked.ok()) {
-    return absl::Status(
-        checked.status().code(),
-        absl::StrCat("nccl backend: ", checked.status().message()));
-  }
+  // SubmitAllToAll checks the counts (shape.h's LayoutAllToAll).
   return ToValue(SubmitAllToAll(
       *core_, *comm, input, send_counts, receive_counts, 0, core_->stream(),
       absl::StrCat("all_to_all_v on ", scope.ToString()), output));
