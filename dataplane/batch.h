@@ -22,8 +22,9 @@ namespace rankd::dataplane {
 // least one and at most kMaxBatchTransfers transfers, every peer is another
 // member, no receive writes bytes an earlier receive writes, and no send
 // reads bytes a receive writes. Otherwise InvalidArgument
-// "<backend> backend: <operation>: ..." naming the first transfer that
-// breaks a rule (sends and receives are numbered separately, from 0).
+// "<backend> backend: <operation>: ..." naming a transfer that breaks a
+// rule (sends and receives are numbered separately, from 0; of several
+// overlaps, the first by address is named).
 // `Tensor` has data() (a pointer) and byte_size(); empty tensors overlap
 // nothing. O(n log n) in the number of transfers.
 template <typename Tensor>

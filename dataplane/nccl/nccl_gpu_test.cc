@@ -1249,6 +1249,17 @@ TEST_F(NcclMultiGpuTest,
             << waited;
         EXPECT_EQ(Download<float>(x), Floats(n, 1)) << "nothing moved";
         ASSERT_OK(s.poison_status());
+        // all_to_all_v against all_reduce_sum: the fingerprints go first,
+        // the same size on both, so the counts never meet a stranger.
+        auto rows = Upload(Desc({2}), Floats(2), stream);
+        auto other = r == 0 ? s.AllToAllV(world, rows, {1, 1}, {1, 1})
+                            : s.AllReduceSum(world, rows);
+        ASSERT_TRUE(other.ok()) << other.status();
+        waited = other->completion->Wait();
+        EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument) << waited;
+        EXPECT_TRUE(absl::StrContains(waited.message(), "members disagree"))
+            << waited;
+        ASSERT_OK(s.poison_status());
         // A transfer received as another dtype: refused on both ends.
         absl::StatusOr<NcclSession::ValueSubmission> moved;
         if (r == 0) {

@@ -663,6 +663,12 @@ SubmitBatch(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
             const std::shared_ptr<CudaStream>& stream, std::string name) {
   const uint32_t n = static_cast<uint32_t>(comm->members.size());
   const uint32_t me = comm->local_rank;
+  for (const auto* list : {&receives, &sends}) {
+    for (const PeerValue<DeviceTensor>& t : *list) {
+      absl::Status valid = core.CheckTensor(t.value, name);
+      if (!valid.ok()) return valid;
+    }
+  }
   if (absl::Status s =
           CheckBatch(sends, receives, n, me, comm->name, kBackend, name);
       !s.ok()) {
@@ -673,8 +679,6 @@ SubmitBatch(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
     const bool sending = list == &sends;
     for (size_t i = 0; i < list->size(); ++i) {
       const PeerValue<DeviceTensor>& t = (*list)[i];
-      absl::Status valid = core.CheckTensor(t.value, name);
-      if (!valid.ok()) return valid;
       const std::string canonical =
           absl::StrCat("transfer ", t.value.descriptor().ToString());
       plan.batch.push_back({static_cast<uint32_t>(t.peer), sending,

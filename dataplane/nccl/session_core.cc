@@ -373,42 +373,56 @@ absl::Status SessionCore::AgreeFirst(
     const OpPlan& plan, const internal::OperationAgreement& agreement,
     const std::string& canonical, const std::function<void()>& take_sequence,
     const std::function<std::string()>& where, absl::Status* refusal) {
+  using Part = internal::OperationAgreement::Part;
   const CudaStream& stream = *plan.stream;
   CudaStreamHandle handle = stream.get();
-  absl::Status s = plan.comm->comm->Enqueue(
-      plan.name,
-      [&](NcclCommHandle c) {
-        take_sequence();
-        // A route's records go both ways: one group, or each end's send
-        // would wait for the other's.
-        return NcclGrouped([&] { return agreement.Exchange(c, handle); });
-      },
-      absl::Now() + options_.enqueue_timeout, EnqueueInterrupt());
-  if (!s.ok()) return s;
   auto records = CudaEvent::Create(stream.device());
   if (!records.ok()) return records.status();
-  if (s = (*records)->Record(stream); !s.ok()) return s;
-  // Until every member's record arrived: a member that never submits is
-  // the watchdog's (op_timeout), whose abort poisons and ends this wait.
-  absl::Duration sleep = absl::Microseconds(2);
-  while (true) {
-    absl::StatusOr<bool> arrived = (*records)->Query();
-    if (!arrived.ok()) return arrived.status();
-    if (*arrived) break;
-    if (s = EnqueueInterrupt()(); !s.ok()) return s;
-    absl::SleepFor(sleep);
-    sleep = std::min(sleep * 2, absl::Microseconds(200));
+  // The fingerprints first: they pair whatever collective each member
+  // submitted; all_to_all_v's counts only once they agree.
+  const std::vector<Part> parts =
+      agreement.has_counts()
+          ? std::vector<Part>{Part::kFingerprints, Part::kCounts}
+          : std::vector<Part>{Part::kAll};
+  for (size_t i = 0; i < parts.size(); ++i) {
+    absl::Status s = plan.comm->comm->Enqueue(
+        plan.name,
+        [&](NcclCommHandle c) {
+          if (i == 0) take_sequence();
+          // A route's records go both ways: one group, or each end's send
+          // would wait for the other's.
+          return NcclGrouped(
+              [&] { return agreement.Exchange(c, handle, parts[i]); });
+        },
+        absl::Now() + options_.enqueue_timeout, EnqueueInterrupt());
+    if (!s.ok()) return s;
+    if (s = (*records)->Record(stream); !s.ok()) return s;
+    // Until every member's record arrived: a member that never submits is
+    // the watchdog's (op_timeout), whose abort poisons and ends this wait.
+    absl::Duration sleep = absl::Microseconds(2);
+    while (true) {
+      absl::StatusOr<bool> arrived = (*records)->Query();
+      if (!arrived.ok()) return arrived.status();
+      if (*arrived) break;
+      if (s = EnqueueInterrupt()(); !s.ok()) return s;
+      absl::SleepFor(sleep);
+      sleep = std::min(sleep * 2, absl::Microseconds(200));
+    }
+    std::vector<bool> disagreeing;
+    absl::Status agreed = agreement.Verify(
+        where(), canonical,
+        plan.refused_transfers != nullptr ? &disagreeing : nullptr, parts[i]);
+    if (agreed.code() != absl::StatusCode::kInvalidArgument) {
+      if (!agreed.ok()) return agreed;  // the read failed
+      continue;
+    }
+    // Refused: InvalidArgument naming who submitted what.
+    if (plan.refused_transfers != nullptr) {
+      *plan.refused_transfers = disagreeing;
+    }
+    *refusal = std::move(agreed);
+    return absl::OkStatus();
   }
-  std::vector<bool> disagreeing;
-  absl::Status agreed = agreement.Verify(
-      where(), canonical,
-      plan.refused_transfers != nullptr ? &disagreeing : nullptr);
-  if (agreed.code() != absl::StatusCode::kInvalidArgument) {
-    return agreed;  // OK, or the read failed
-  }
-  // Refused: InvalidArgument naming who submitted what.
-  if (plan.refused_transfers != nullptr) *plan.refused_transfers = disagreeing;
-  *refusal = std::move(agreed);
   return absl::OkStatus();
 }
 
@@ -511,16 +525,20 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
       if (!s.ok()) return failed(s);
     }
   }
-  if (plan.before) {
-    absl::Status s = plan.before(stream);
-    if (!s.ok()) return failed(s);
-  }
   if (agreement != nullptr) {
     absl::Status s = agreement->Stage(stream);
     if (!s.ok()) return failed(s);
   }
   const bool agree_first = options_.verify_agreement || plan.agree_first;
-  if (plan.nccl || agreement != nullptr) {
+  // Refused before the payload with nothing left to move: no copies either
+  // (a caller-owned output stays as it was).
+  bool nothing_moves = false;
+  auto run_before = [&]() -> absl::Status {
+    return plan.before ? plan.before(stream) : absl::OkStatus();
+  };
+  if (!plan.nccl && agreement == nullptr) {
+    if (absl::Status s = run_before(); !s.ok()) return failed(s);
+  } else {
     if (plan.comm == nullptr || plan.comm->comm == nullptr) {
       return failed(absl::InternalError("no communicator"));
     }
@@ -554,7 +572,11 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
         op->Refuse(refusal);
         // A batch still moves the transfers whose ends agree.
         payload = payload && plan.refused_transfers != nullptr;
+        nothing_moves = !payload;
       }
+    }
+    if (!nothing_moves) {
+      if (absl::Status s = run_before(); !s.ok()) return failed(s);
     }
     if (agreement == nullptr || !agree_first) {
       absl::Status s = plan.comm->comm->Enqueue(
@@ -582,9 +604,8 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
           absl::Now() + options_.enqueue_timeout, EnqueueInterrupt());
       if (!s.ok()) return failed(s);
     }
-    if (!payload && op->refused()) plan.after = nullptr;  // nothing moved
   }
-  if (plan.after) {
+  if (plan.after && !nothing_moves) {
     absl::Status s = plan.after(stream);
     if (!s.ok()) return failed(s);
   }

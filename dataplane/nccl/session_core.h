@@ -165,9 +165,10 @@ struct OpPlan {
   // (all_to_all_v, uneven all_gather), which NCCL would otherwise
   // truncate or hang on.
   bool agree_first = false;
-  // A batch checked first: Submit sets one flag per entry of `batch` before
-  // `nccl` runs, true for a transfer whose ends disagree, which `nccl` must
-  // then leave out (its peer leaves it out too).
+  // A batch checked first: when its ends disagree, Submit sets one flag per
+  // entry of `batch` before `nccl` runs, true for a transfer whose ends
+  // disagree, which `nccl` must then leave out (its peer leaves it out
+  // too); otherwise it stays empty.
   std::shared_ptr<std::vector<bool>> refused_transfers;
   std::shared_ptr<CommEntry> comm;
   std::shared_ptr<CudaStream> stream;

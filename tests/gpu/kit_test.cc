@@ -253,6 +253,7 @@ TEST_F(KitTest, UnitTestsPassAndGpuTestsSkipWithoutAGpu) {
        {"RANKD_CUDART_LIBRARY", standin},
        {"RANKD_NCCL_LIBRARY", standin},
        {"RANKD_STANDIN_DEVICES", "2"},
+       {"RANKD_REQUIRE_GPU", "1"},
        {"RANKD_STANDIN_CLIQUE_DIR", absl::StrCat(TempDir(), "/kit-cliques")},
        {"TEST_SRCDIR", ""}},
       absl::Seconds(180));

@@ -207,15 +207,18 @@ PY
   run_gtest nccl_fail_closed_test 30 "$bin/dataplane/nccl/nccl_fail_closed_test"
   # The CPU twins (what CI runs), here too: the same test binaries against
   # the CUDA/NCCL stand-in the kit carries. They need no GPU.
+  # The stand-in always has devices: RANKD_REQUIRE_GPU=1 makes a failure
+  # to load it fail rather than skip.
   standin="$bin/dataplane/nccl/libcuda_nccl_standin.so"
-  cliques=$(mkdir -p "$out/nccl-cliques" && cd "$out/nccl-cliques" && pwd)
+  cliques=$(mktemp -d "${TMPDIR:-/tmp}/rankd-nccl-cliques.XXXXXX")
   run_gtest nccl_standin_test 90 "$bin/dataplane/nccl/nccl_gpu_test" \
     RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin" \
-    RANKD_REQUIRE_GPU=0
+    RANKD_REQUIRE_GPU=1
   run_gtest nccl_cluster_standin_test 120 "$bin/tests/gpu/nccl_cluster_test" \
     RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin" \
     RANKD_STANDIN_DEVICES=2 RANKD_STANDIN_CLIQUE_DIR="$cliques" \
-    RANKD_REQUIRE_GPU=0
+    RANKD_REQUIRE_GPU=1
+  rm -rf "$cliques"
   run_gtest nccl_gpu_test 90 "$bin/dataplane/nccl/nccl_gpu_test"
   run_gtest nccl_cluster_test 120 "$bin/tests/gpu/nccl_cluster_test"
 

@@ -146,8 +146,8 @@ absl::Status OperationAgreement::Stage(const CudaStream& stream) const {
                                words_->size() * kWord, stream);
 }
 
-int OperationAgreement::Exchange(NcclCommHandle comm,
-                                 CudaStreamHandle stream) const {
+int OperationAgreement::Exchange(NcclCommHandle comm, CudaStreamHandle stream,
+                                 Part part) const {
   char* base = static_cast<char*>(buffer_->data());
   if (!batch_.empty()) {
     // Per peer: my records of my sends to it, then of my receives from it
@@ -191,16 +191,20 @@ int OperationAgreement::Exchange(NcclCommHandle comm,
   const size_t n = members_.size();
   const size_t w = words_->size();
   char* all = base + w * kWord;
-  int r = NcclAllGather(base, all, kWord, NcclDataType::kInt8, comm, stream);
-  if (r != kNcclSuccess && r != kNcclInProgress) return r;
-  if (!counts_matrix_) return r;
+  int r = kNcclSuccess;
+  if (part != Part::kCounts) {
+    r = NcclAllGather(base, all, kWord, NcclDataType::kInt8, comm, stream);
+    if (r != kNcclSuccess && r != kNcclInProgress) return r;
+  }
+  if (!counts_matrix_ || part == Part::kFingerprints) return r;
   return NcclAllGather(base + kWord, all + n * kWord, (w - 1) * kWord,
                        NcclDataType::kInt8, comm, stream);
 }
 
 absl::Status OperationAgreement::Verify(absl::string_view where,
                                         absl::string_view canonical,
-                                        std::vector<bool>* disagreeing) const {
+                                        std::vector<bool>* disagreeing,
+                                        Part part) const {
   auto transfers = CudaStream::ForTransfers(buffer_->device());
   if (!transfers.ok()) return transfers.status();
   const size_t w = words_->size();
@@ -224,8 +228,8 @@ absl::Status OperationAgreement::Verify(absl::string_view where,
     if (disagreements.empty()) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": members disagree: ", disagreements,
-        " (dtype, shape or operation: the fingerprints differ); the batch's "
-        "outputs are not valid"));
+        " (dtype, shape or operation: the fingerprints differ); the outputs of "
+        "those transfers are not valid"));
   }
   if (route_) {
     uint64_t theirs = 0;
@@ -255,7 +259,7 @@ absl::Status OperationAgreement::Verify(absl::string_view where,
     return i == 0 ? all[m] : all[n + m * (w - 1) + (i - 1)];
   };
   std::vector<uint32_t> same, different;
-  for (size_t m = 0; m < n; ++m) {
+  for (size_t m = 0; m < n && part != Part::kCounts; ++m) {
     (word(m, 0) == (*words_)[0] ? same : different).push_back(members_[m]);
   }
   if (!different.empty()) {
@@ -265,7 +269,7 @@ absl::Status OperationAgreement::Verify(absl::string_view where,
         " submitted another operation, dtype or shape (the fingerprint "
         "differs); the output is not valid"));
   }
-  if (!counts_matrix_) return absl::OkStatus();
+  if (!counts_matrix_ || part == Part::kFingerprints) return absl::OkStatus();
   for (size_t src = 0; src < n; ++src) {
     for (size_t dst = 0; dst < n; ++dst) {
       const uint64_t sends = word(src, 1 + dst);

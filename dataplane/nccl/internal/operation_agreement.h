@@ -95,19 +95,32 @@ class OperationAgreement {
       std::vector<BatchEntry> entries,
       const std::shared_ptr<CudaStream>& stream, RecordBuffers& buffers);
 
+  // Which records a call moves or compares. A collective's fingerprints are
+  // the same size on every member whatever collective it submitted, so
+  // they always pair; all_to_all_v's counts pair only between members that
+  // all submitted it, so when the records travel before the payload the
+  // fingerprints go (and are compared) first and the counts after.
+  enum class Part { kAll, kFingerprints, kCounts };
+
   // Queues the copy of this member's record to the device (`stream` keeps
   // the order: before Exchange).
   absl::Status Stage(const CudaStream& stream) const;
-  // The NCCL calls that move the records; call first inside the
-  // operation's NCCL group. Returns the ncclResult_t.
-  int Exchange(NcclCommHandle comm, CudaStreamHandle stream) const;
+  // The NCCL calls that move the records (`part` of them; transfers and
+  // batches have only fingerprints); call first inside the operation's
+  // NCCL group. Returns the ncclResult_t.
+  int Exchange(NcclCommHandle comm, CudaStreamHandle stream,
+               Part part = Part::kAll) const;
   // Once the work finished: OK, or InvalidArgument "<where>: members
   // disagree ..." naming the members whose record differs from this
   // member's (`canonical`). Blocks for one small device-to-host read. For a
   // batch, `disagreeing` (when set) gets one flag per entry: true where the
   // two ends' records differ.
+  // `part` says which records moved (and are compared).
   absl::Status Verify(absl::string_view where, absl::string_view canonical,
-                      std::vector<bool>* disagreeing = nullptr) const;
+                      std::vector<bool>* disagreeing = nullptr,
+                      Part part = Part::kAll) const;
+  // Whether there are counts to exchange after the fingerprints.
+  bool has_counts() const { return counts_matrix_; }
 
   // What the queued work uses (held by the operation until it finished).
   std::vector<std::shared_ptr<const void>> Retained() const;

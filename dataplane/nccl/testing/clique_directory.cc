@@ -160,6 +160,13 @@ bool CliqueDirectory::Post(uint64_t seq, int rank,
   return Publish(File(OpName(seq, rank)), bytes);
 }
 
+bool CliqueDirectory::AllPosted(uint64_t seq) const {
+  for (int r = 0; r < nranks_; ++r) {
+    if (!Exists(File(OpName(seq, r)))) return false;
+  }
+  return true;
+}
+
 bool CliqueDirectory::Collect(uint64_t seq,
                               std::vector<Contribution>* out) const {
   std::vector<Contribution> all(nranks_);

@@ -60,6 +60,9 @@ class CliqueDirectory {
   // Publishes `rank`'s contribution to collective `seq`. False on an I/O
   // error.
   bool Post(uint64_t seq, int rank, const Contribution& contribution);
+  // Whether every rank posted its contribution to `seq` (cheap: reads no
+  // contents).
+  bool AllPosted(uint64_t seq) const;
   // Every rank's contribution to `seq`, by rank, once all posted; false
   // (and `*out` untouched) while one is missing.
   bool Collect(uint64_t seq, std::vector<Contribution>* out) const;

@@ -986,6 +986,15 @@ bool PollUntil(std::unique_lock<std::mutex>& lock, CommState* c, Ready ready) {
   return false;
 }
 
+// A kernel whose file operation failed reports it and then waits, like a
+// stuck kernel, until its communicator is aborted: it never completes as if
+// it had worked.
+void FailUntilAborted(std::unique_lock<std::mutex>& lock, CommState* c,
+                      const std::string& what) {
+  DirectoryError(c, what);
+  PollUntil(lock, c, [] { return false; });
+}
+
 // Participate() for a directory clique: publishes this rank's input, waits
 // until every rank published the same call at this sequence number (a
 // mismatch hangs, as in NCCL), and computes its own output from the copies.
@@ -1003,17 +1012,19 @@ bool ParticipateAcross(std::unique_lock<std::mutex>& lock, CommState* c,
     mine.data.assign(send, send + bytes);
   }
   if (!directory.Post(op.seq, c->rank, mine)) {
-    DirectoryError(c, "publish collective " + std::to_string(op.seq));
+    FailUntilAborted(lock, c, "publish collective " + std::to_string(op.seq));
     return false;
   }
+  // Read once everything is there; a mismatch then hangs, as in NCCL.
   std::vector<Contribution> all;
-  const bool complete = PollUntil(lock, c, [&] {
-    if (!directory.Collect(op.seq, &all)) return false;
-    for (const Contribution& peer : all) {
-      if (peer.signature != mine.signature) return false;
+  bool complete =
+      PollUntil(lock, c, [&] { return directory.AllPosted(op.seq); }) &&
+      directory.Collect(op.seq, &all);
+  for (const Contribution& peer : all) {
+    if (complete && peer.signature != mine.signature) {
+      complete = PollUntil(lock, c, [] { return false; });
     }
-    return true;
-  });
+  }
   if (!complete) {  // leave: the peers wait for this rank forever
     directory.Withdraw(op.seq, c->rank);
     return false;
@@ -1110,7 +1121,9 @@ void RunKernel(const std::shared_ptr<CommState>& cs,
       const char* data = static_cast<const char*>(op.send);
       if (!directory->Send(c->rank, op.root, n,
                            std::vector<char>(data, data + bytes))) {
-        DirectoryError(c, "send to rank " + std::to_string(op.root));
+        FailUntilAborted(lock, c, "send to rank " + std::to_string(op.root));
+        ok = false;
+        break;
       }
       posted.emplace_back(op.root, n);
       continue;
