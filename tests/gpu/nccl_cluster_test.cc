@@ -165,6 +165,12 @@ TEST_F(NcclClusterTest, BoundedWaitNativeCancelAborts) {
   ExpectAllPassed(Run("native_cancel", gpus()), 1);
 }
 
+// verify_agreement across rank processes: work whose members disagree is
+// refused on every rank before the payload, and the session stays usable.
+TEST_F(NcclClusterTest, VerifyAgreementRefusesDisagreeingWork) {
+  ExpectAllPassed(Run("agreement", gpus()), 3);
+}
+
 TEST_F(NcclClusterTest, LostPeerAbortsRunningCollectives) {
   Outcome outcome = Run("abort_peer", gpus() + 1,
                         {absl::StrCat("--nccl_world=", gpus())}, "POSTED");

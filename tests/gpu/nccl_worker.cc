@@ -21,6 +21,10 @@
 //                  QuarantineUntilComplete mode; the work still finishes
 //   native_cancel  a bounded wait that misses its deadline in NativeCancel
 //                  mode: communicators aborted, no rank hangs
+//   agreement      with verify_agreement: ranks submit collectives of
+//                  different shapes and a transfer of different dtypes;
+//                  every rank is refused before the payload, naming what
+//                  it submitted, and the session stays usable
 //   abort_peer     work that cannot finish until a peer (the control-only
 //                  rank, killed by the test) is lost: the job failure aborts
 //                  it (--nccl_world = job world - 1)
@@ -568,6 +572,66 @@ void Backend(const World& w, Checks& checks) {
   });
 }
 
+// --- agreement ----------------------------------------------------------
+
+// Run with NcclSessionOptions::verify_agreement (set in main): members that
+// disagree are refused before any payload, and the session stays usable.
+void Agreement(const World& w, Checks& checks) {
+  NcclSession& s = *w.session;
+  const uint32_t r = w.rank, n = w.size;
+  auto stream = s.stream();
+  const CollectiveScope world = CollectiveScope::World();
+  checks.Run("collectives_that_disagree_are_refused", [&]() -> absl::Status {
+    if (n < 2) return absl::OkStatus();  // nobody to disagree with
+    const size_t len = r == 0 ? 4 : 8;
+    ASSIGN_OR_RETURN(x,
+                     Upload(Desc({len}), std::vector<float>(len, 1), stream));
+    ASSIGN_OR_RETURN(sum, s.AllReduceSumInto(world, x, x));
+    absl::Status waited = sum.completion->Wait();
+    RETURN_IF_ERROR(
+        ExpectCode(waited, absl::StatusCode::kInvalidArgument, "refusal"));
+    RETURN_IF_ERROR(Expect(
+        absl::StrContains(waited.message(),
+                          absl::StrCat(" submitted `all_reduce_sum on world "
+                                       "f32[",
+                                       len, "]`; ")),
+        waited.ToString()));
+    ASSIGN_OR_RETURN(kept, x.ToHostVector<float>());
+    RETURN_IF_ERROR(ExpectEqual(kept, std::vector<float>(len, 1), "input"));
+    return s.poison_status();
+  });
+  checks.Run("transfers_that_disagree_are_refused", [&]() -> absl::Status {
+    if (n < 2 || r > 1) return absl::OkStatus();
+    absl::StatusOr<NcclSession::ValueSubmission> moved;
+    if (r == 0) {
+      ASSIGN_OR_RETURN(x, Upload(Desc({4}), std::vector<float>(4, 1), stream));
+      moved = s.Send(world, 1, x);
+    } else {
+      moved = s.Receive(world, 0, Desc({4}, TensorDtype::kI32));
+    }
+    RETURN_IF_ERROR(moved.status());
+    absl::Status waited = moved->completion->Wait();
+    RETURN_IF_ERROR(
+        ExpectCode(waited, absl::StatusCode::kInvalidArgument, "refusal"));
+    RETURN_IF_ERROR(Expect(absl::StrContains(waited.message(), "disagree"),
+                           waited.ToString()));
+    return s.poison_status();
+  });
+  checks.Run("agreeing_work_still_runs", [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(
+        x, Upload(Desc({3}), std::vector<float>{1, 2, static_cast<float>(r)},
+                  stream));
+    ASSIGN_OR_RETURN(sum, s.AllReduceSum(world, x));
+    RETURN_IF_ERROR(sum.completion->Wait());
+    ASSIGN_OR_RETURN(got, sum.output.ToHostVector<float>());
+    return ExpectEqual(
+        got,
+        std::vector<float>{static_cast<float>(n), static_cast<float>(2 * n),
+                           static_cast<float>(n * (n - 1) / 2)},
+        "sum");
+  });
+}
+
 // --- bounded waits -------------------------------------------------------
 
 // Rank 0's all_reduce cannot finish before its deadline: with one rank a
@@ -745,6 +809,7 @@ int main(int argc, char** argv) {
       absl::Milliseconds(absl::GetFlag(FLAGS_init_timeout_ms));
   session_options.abort_grace = absl::Seconds(5);
   session_options.destroy_timeout = absl::Seconds(3);
+  session_options.verify_agreement = scenario == "agreement";
   auto session =
       NcclSession::Create(*descriptor, control.get(), session_options);
   if (!session.ok()) {
@@ -783,6 +848,8 @@ int main(int argc, char** argv) {
       Bounded(w, checks, CancellationMode::kNativeCancel);
     } else if (scenario == "abort_peer") {
       AbortPeer(w, checks);
+    } else if (scenario == "agreement") {
+      Agreement(w, checks);
     } else {
       Print(absl::StrCat("ERROR unknown scenario ", scenario));
       return 3;
