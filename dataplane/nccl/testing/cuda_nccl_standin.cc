@@ -45,8 +45,9 @@
 //     rank processes started by a test (tests/gpu/nccl_cluster_test) form
 //     one clique. The same rules hold, except that peers' buffers are
 //     copied rather than read in place (no pool-access faults), and a
-//     failed file operation is an asynchronous ncclSystemError. Kernels
-//     poll the directory every millisecond.
+//     failed file operation is an asynchronous ncclSystemError whose kernel
+//     then waits until aborted. Kernels poll the directory every
+//     millisecond.
 //
 // Depends only on the C++ standard library and internal/native_abi.h (the
 // same declarations rankd's loader uses, checked against NVIDIA's headers
