@@ -51,14 +51,16 @@ absl::StatusOr<std::shared_ptr<GlooCompletion>> GlooExecutor::Submit(
         "gloo backend: ", kind, " refused: the executor is shut down"));
   }
   if (absl::Status s = host->Admission(kind); !s.ok()) return s;
-  auto completion =
-      std::make_shared<GlooCompletion>(operation, weak, std::move(resources));
+  auto op =
+      std::make_shared<Operation>(std::move(operation), std::move(resources));
+  auto completion = std::make_shared<GlooCompletion>(
+      op, host, GlooCompletion::OwnerRef::kWeak, "gloo");
   absl::MutexLock lock(&mu_);
   if (stopping_) {
     return absl::FailedPreconditionError(absl::StrCat(
         "gloo backend: ", kind, " refused: the executor is shut down"));
   }
-  queue_.push_back(Item{std::move(operation), completion, std::move(task)});
+  queue_.push_back(Item{std::move(op), std::move(task)});
   return completion;
 }
 
@@ -105,28 +107,30 @@ void GlooExecutor::Loop() {
       weak = host_;
     }
     absl::Status status;
+    const std::string& operation = item.op->operation();
     {
       std::shared_ptr<ExecutionHost> host = weak.lock();
       if (!shutdown.ok()) {
-        status = absl::Status(shutdown.code(),
-                              absl::StrCat("gloo ", item.operation,
-                                           " not run: ", shutdown.message()));
+        status = absl::Status(
+            shutdown.code(),
+            absl::StrCat("gloo ", operation, " not run: ", shutdown.message()));
       } else if (host == nullptr) {
-        status = absl::CancelledError(absl::StrCat(
-            "gloo ", item.operation, " not run: the session is gone"));
+        status = absl::CancelledError(
+            absl::StrCat("gloo ", operation, " not run: the session is gone"));
       } else {
-        status = host->BeforeRun(item.operation);
+        status = host->BeforeRun(operation);
         if (status.ok()) {
           TaskResult result = RunTask(item.task);
           status = std::move(result.status);
           if (!status.ok() && result.native_failure) {
-            status =
-                host->OnNativeFailure(item.operation, status, result.explained);
+            status = host->OnNativeFailure(operation, status, result.explained);
+          } else if (!status.ok()) {
+            item.op->Refuse(status);
           }
         }
       }
       item.task = nullptr;  // drop the body's references first
-      item.completion->Finish(status);
+      item.op->Finish(status);
       if (host != nullptr) host->WorkFinished();
     }
     absl::MutexLock lock(&mu_);

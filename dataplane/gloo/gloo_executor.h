@@ -71,9 +71,12 @@ class GlooExecutor {
   void Bind(std::weak_ptr<ExecutionHost> host);
 
   // Queues `task` behind all earlier work and returns its completion, which
-  // retains `resources` until the task finished. `kind` ("all_reduce_sum")
-  // is checked with the host's Admission first (poison, fence): its error is
-  // returned and nothing is queued. FailedPrecondition after Shutdown.
+  // retains `resources` until the task finished. A failure every member
+  // detects alike (TaskResult::Agreed) is the operation's refusal
+  // (Operation::Refuse): it leaves the session usable. `kind`
+  // ("all_reduce_sum") is checked with the host's Admission first (poison,
+  // fence): its error is returned and nothing is queued. FailedPrecondition
+  // after Shutdown.
   absl::StatusOr<std::shared_ptr<GlooCompletion>> Submit(
       const char* kind, std::string operation,
       std::vector<std::shared_ptr<const void>> resources, Task task);
@@ -91,8 +94,7 @@ class GlooExecutor {
 
  private:
   struct Item {
-    std::string operation;
-    std::shared_ptr<GlooCompletion> completion;
+    std::shared_ptr<Operation> op;
     Task task;
   };
   void Loop();

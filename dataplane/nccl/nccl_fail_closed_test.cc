@@ -400,7 +400,7 @@ class RecordingOwner : public NcclOpOwner {
     Poison(cause);
     ++cancels;
   }
-  void Quarantine(std::shared_ptr<NcclOp> op) override {
+  void Quarantine(std::shared_ptr<Operation> op) override {
     op->QuarantineIn(quarantine);
   }
   absl::Duration AbortGrace() const override { return absl::ZeroDuration(); }
@@ -416,21 +416,21 @@ class RecordingOwner : public NcclOpOwner {
   absl::Status poison_;
 };
 
-std::shared_ptr<NcclOp> NeverDone(std::shared_ptr<int> resource = nullptr) {
-  return std::make_shared<NcclOp>(
-      "all_reduce_sum on world", nullptr,
-      std::vector<std::shared_ptr<const void>>{resource});
+std::shared_ptr<Operation> NeverDone(std::shared_ptr<int> resource = nullptr) {
+  return EventOperation("all_reduce_sum on world", nullptr,
+                        std::vector<std::shared_ptr<const void>>{resource});
 }
 
 TEST(NcclCompletionLogic, BoundedWaitArgumentsAreChecked) {
   auto owner = std::make_shared<RecordingOwner>(true);
-  NcclCompletion c(NeverDone(), owner);
-  EXPECT_EQ(c.WaitBounded(absl::ZeroDuration(), CancellationMode::kNativeCancel)
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(c.WaitBounded(absl::Seconds(-1),
-                          CancellationMode::kQuarantineUntilComplete)
+  auto c = MakeNcclCompletion(NeverDone(), owner);
+  EXPECT_EQ(
+      c->WaitBounded(absl::ZeroDuration(), CancellationMode::kNativeCancel)
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c->WaitBounded(absl::Seconds(-1),
+                           CancellationMode::kQuarantineUntilComplete)
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
@@ -444,7 +444,7 @@ TEST(NcclCompletionLogic, QuarantineModePoisonsAndKeepsResources) {
   auto resource = std::make_shared<int>(42);
   std::weak_ptr<int> watch = resource;
   {
-    auto c = std::make_shared<NcclCompletion>(NeverDone(resource), owner);
+    auto c = MakeNcclCompletion(NeverDone(resource), owner);
     resource.reset();
     EXPECT_TRUE(
         c->SupportsCancellation(CancellationMode::kQuarantineUntilComplete));
@@ -475,10 +475,10 @@ TEST(NcclCompletionLogic, QuarantineModePoisonsAndKeepsResources) {
 TEST(NcclCompletionLogic, NativeCancelAbortsThenQuarantinesWhatStillRuns) {
   auto owner = std::make_shared<RecordingOwner>(true);
   auto op = NeverDone();
-  NcclCompletion c(op, owner);
-  EXPECT_TRUE(c.SupportsCancellation(CancellationMode::kNativeCancel));
+  auto c = MakeNcclCompletion(op, owner);
+  EXPECT_TRUE(c->SupportsCancellation(CancellationMode::kNativeCancel));
   auto outcome =
-      c.WaitBounded(absl::Milliseconds(10), CancellationMode::kNativeCancel);
+      c->WaitBounded(absl::Milliseconds(10), CancellationMode::kNativeCancel);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_FALSE(outcome->completed());
   EXPECT_EQ(outcome->mode(), CancellationMode::kNativeCancel);
@@ -491,10 +491,10 @@ TEST(NcclCompletionLogic, NativeCancelAbortsThenQuarantinesWhatStillRuns) {
 
 TEST(NcclCompletionLogic, UnsupportedModeIsRefusedBeforeWaiting) {
   auto owner = std::make_shared<RecordingOwner>(false);
-  NcclCompletion c(NeverDone(), owner);
-  EXPECT_FALSE(c.SupportsCancellation(CancellationMode::kNativeCancel));
+  auto c = MakeNcclCompletion(NeverDone(), owner);
+  EXPECT_FALSE(c->SupportsCancellation(CancellationMode::kNativeCancel));
   auto outcome =
-      c.WaitBounded(absl::Seconds(10), CancellationMode::kNativeCancel);
+      c->WaitBounded(absl::Seconds(10), CancellationMode::kNativeCancel);
   EXPECT_EQ(outcome.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(outcome.status().message(), "nccl"));
   EXPECT_TRUE(owner->PoisonStatus().ok());
@@ -504,7 +504,7 @@ TEST(NcclCompletionLogic, DroppingAnUnfinishedCompletionQuarantines) {
   auto owner = std::make_shared<RecordingOwner>(true);
   auto resource = std::make_shared<int>(1);
   std::weak_ptr<int> watch = resource;
-  { NcclCompletion c(NeverDone(std::move(resource)), owner); }
+  { auto c = MakeNcclCompletion(NeverDone(std::move(resource)), owner); }
   EXPECT_EQ(owner->quarantine.size(), 1u);
   EXPECT_FALSE(watch.expired());
   owner->quarantine.Abandon();

@@ -768,10 +768,10 @@ UnitResult SubmitLocal(absl::Span<const DeviceTensor* const> values,
   }
   absl::Status recorded = (*event)->Record(*stream);
   if (!recorded.ok()) return recorded;
-  auto op = std::make_shared<NcclOp>("submit_local_dependencies", *event,
-                                     std::move(retained));
+  auto op =
+      EventOperation("submit_local_dependencies", *event, std::move(retained));
   return Submission<Unit, std::shared_ptr<NcclCompletion>>{
-      Unit{}, std::make_shared<NcclCompletion>(std::move(op), LocalOpOwner())};
+      Unit{}, MakeNcclCompletion(std::move(op), LocalOpOwner())};
 }
 
 }  // namespace rankd::dataplane::nccl

@@ -317,7 +317,7 @@ void AbortAll(const std::vector<std::shared_ptr<CommEntry>>& comms,
   for (std::thread& t : aborts) t.join();
 }
 
-void SessionCore::Quarantine(std::shared_ptr<NcclOp> op) {
+void SessionCore::Quarantine(std::shared_ptr<Operation> op) {
   op->QuarantineIn(quarantine_);
 }
 
@@ -483,7 +483,8 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
   // Outstanding before any native work is queued: an abort from now on
   // (CancelNative, any thread) marks it failed, so work that NCCL accepted
   // and the abort then killed never reports success.
-  auto op = NcclOp::Pending(plan.name, *event, std::move(retained));
+  auto op = EventOperation(plan.name, *event, std::move(retained),
+                           /*queued=*/false);
   // Its sequence number once NCCL ordered it (-1 until then).
   auto ordered = std::make_shared<std::atomic<int64_t>>(-1);
   {
@@ -514,7 +515,7 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
     absl::Status poisoned = Fail(absl::Status(
         cause.code(),
         absl::StrCat("nccl backend: ", plan.name, ": ", cause.message())));
-    if ((*event)->Record(stream).ok()) op->MarkRecorded();
+    if ((*event)->Record(stream).ok()) op->MarkQueued();
     op->QuarantineIn(quarantine_);
     return poisoned;
   };
@@ -611,11 +612,10 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
   }
   absl::Status recorded = (*event)->Record(stream);
   if (!recorded.ok()) return failed(recorded);
-  op->MarkRecorded();
+  op->MarkQueued();
   Submitted submitted;
   submitted.event = *event;
-  submitted.completion =
-      std::make_shared<NcclCompletion>(std::move(op), shared_from_this());
+  submitted.completion = MakeNcclCompletion(std::move(op), shared_from_this());
   return submitted;
 }
 
@@ -626,14 +626,14 @@ void SessionCore::EnforceDeadlines() {
     const absl::Time now = absl::Now();
     for (const Outstanding& o : outstanding_) {
       if (now < o.deadline) continue;
-      std::shared_ptr<NcclOp> op = o.op.lock();
+      std::shared_ptr<Operation> op = o.op.lock();
       if (op == nullptr || op->Done()) continue;
       expired = o;
       break;
     }
   }
   if (!expired.has_value()) return;
-  std::shared_ptr<NcclOp> op = expired->op.lock();
+  std::shared_ptr<Operation> op = expired->op.lock();
   if (op == nullptr) return;
   const absl::Status error = absl::DeadlineExceededError(absl::StrCat(
       "nccl backend: ", op->operation(), " did not complete within ",
@@ -882,7 +882,7 @@ void SessionCore::WatchdogLoop() {
       outstanding_.erase(
           std::remove_if(outstanding_.begin(), outstanding_.end(),
                          [](const Outstanding& o) {
-                           std::shared_ptr<NcclOp> op = o.op.lock();
+                           std::shared_ptr<Operation> op = o.op.lock();
                            return op == nullptr || op->Done();
                          }),
           outstanding_.end());

@@ -266,7 +266,7 @@ class SessionCore final : public NcclOpOwner,
   void Poison(const absl::Status& cause) override;
   bool SupportsNativeCancel() const override { return true; }
   void CancelNative(const absl::Status& cause) override;
-  void Quarantine(std::shared_ptr<NcclOp> op) override;
+  void Quarantine(std::shared_ptr<Operation> op) override;
   absl::Duration AbortGrace() const override { return options_.abort_grace; }
 
  private:
@@ -318,7 +318,7 @@ class SessionCore final : public NcclOpOwner,
 
   // A submitted operation the watchdog holds to its deadline.
   struct Outstanding {
-    std::weak_ptr<NcclOp> op;
+    std::weak_ptr<Operation> op;
     absl::Time deadline;
     SubmittedOperation what;  // .sequence is filled in from `sequence`
     // Set where NCCL orders the work; -1 until then.

@@ -1,10 +1,11 @@
 // ExecutionHost: what the Gloo executor and its completions need from the
 // communicator that owns them: admission (poison and quarantine fence),
-// turning a native failure into the session's poison cause, and the two
-// cancellation modes applied when WaitBounded misses its deadline. An
-// interface so that completion and executor do not depend on the
-// communicator (which owns them). Internal to the Gloo backend. Depends on
-// dataplane/completion.h and absl.
+// turning a native failure into the session's poison cause, and, as the
+// operations' OperationOwner (dataplane/operation.h), the two cancellation
+// modes applied when WaitBounded misses its deadline. An interface so that
+// completion and executor do not depend on the communicator (which owns
+// them). Internal to the Gloo backend. Depends on dataplane/operation.h and
+// absl.
 #ifndef RANKD_DATAPLANE_GLOO_EXECUTION_HOST_H_
 #define RANKD_DATAPLANE_GLOO_EXECUTION_HOST_H_
 
@@ -15,12 +16,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "dataplane/completion.h"
+#include "dataplane/operation.h"
 
 namespace rankd::dataplane::gloo {
 
-class GlooCompletion;
-
-class ExecutionHost {
+class ExecutionHost : public OperationOwner {
  public:
   virtual ~ExecutionHost() = default;
 
@@ -43,17 +43,6 @@ class ExecutionHost {
 
   // Called after work finished, so a quarantine can release it promptly.
   virtual void WorkFinished() = 0;
-
-  // Whether WaitBounded may use `mode`.
-  virtual bool SupportsCancellation(CancellationMode mode) const = 0;
-
-  // Applies `mode` to `completion`, which missed a WaitBounded deadline of
-  // `missed`. Returns false when it completed in the meantime (nothing was
-  // applied), true once the mode was applied, or an error when the mode
-  // could not be completed (the work's resources stay retained).
-  virtual absl::StatusOr<bool> ApplyCancellation(
-      const std::shared_ptr<GlooCompletion>& completion, CancellationMode mode,
-      absl::Duration missed) = 0;
 };
 
 }  // namespace rankd::dataplane::gloo

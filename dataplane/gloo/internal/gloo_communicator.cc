@@ -312,19 +312,18 @@ bool GlooCommunicator::SupportsCancellation(CancellationMode mode) const {
 }
 
 absl::StatusOr<bool> GlooCommunicator::ApplyCancellation(
-    const std::shared_ptr<GlooCompletion>& completion, CancellationMode mode,
+    const std::shared_ptr<Operation>& op, CancellationMode mode,
     absl::Duration missed) {
-  if (completion->IsComplete()) return false;
+  if (op->Done()) return false;
   const std::string deadline = absl::StrCat(
-      "gloo backend: ", completion->operation(),
-      " missed its WaitBounded deadline of ", absl::FormatDuration(missed));
+      "gloo backend: ", op->operation(), " missed its WaitBounded deadline of ",
+      absl::FormatDuration(missed));
   if (mode == CancellationMode::kQuarantineUntilComplete) {
     poison_.Poison(absl::DeadlineExceededError(
         absl::StrCat(deadline,
                      "; its resources are quarantined until it completes "
                      "(QuarantineUntilComplete)")));
-    quarantine_.Admit(completion, completion->TakeResources(),
-                      completion->operation());
+    op->QuarantineIn(quarantine_);
     return true;
   }
   const absl::Status cause = absl::DeadlineExceededError(absl::StrCat(
@@ -342,7 +341,7 @@ absl::StatusOr<bool> GlooCommunicator::ApplyCancellation(
     unwound = unwound && executor->WaitIdle(std::max(until - absl::Now(),
                                                      absl::ZeroDuration()));
   }
-  if (!unwound || !completion->WaitFor(absl::Seconds(1))) {
+  if (!unwound || !op->WaitFor(absl::Seconds(1))) {
     return absl::InternalError(absl::StrCat(
         deadline, "; NativeCancel could not confirm teardown within ",
         absl::FormatDuration(bound),

@@ -109,10 +109,15 @@ class GlooCommunicator final
                                const absl::Status& error,
                                bool explained) override;
   void WorkFinished() override;
+  // OperationOwner. Poison only latches: a native failure has already
+  // aborted every context (OnNativeFailure). Unattended work needs nothing:
+  // its executor holds it until it finished.
+  void Poison(const absl::Status& cause) override { poison_.Poison(cause); }
   bool SupportsCancellation(CancellationMode mode) const override;
-  absl::StatusOr<bool> ApplyCancellation(
-      const std::shared_ptr<GlooCompletion>& completion, CancellationMode mode,
-      absl::Duration missed) override;
+  absl::StatusOr<bool> ApplyCancellation(const std::shared_ptr<Operation>& op,
+                                         CancellationMode mode,
+                                         absl::Duration missed) override;
+  void Unattended(const std::shared_ptr<Operation>&) override {}
 
  private:
   GlooCommunicator(ControlPlane* control_plane,

@@ -1,0 +1,249 @@
+#include "dataplane/operation.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace rankd::dataplane {
+namespace {
+
+// How often a waiter asks a probe: soon at first (most work is short),
+// then at most every millisecond.
+constexpr absl::Duration kFirstProbe = absl::Microseconds(5);
+constexpr absl::Duration kLongestProbe = absl::Milliseconds(1);
+
+// An operation as the Completion a Quarantine polls.
+class OperationFinished final : public Completion {
+ public:
+  explicit OperationFinished(std::shared_ptr<Operation> op)
+      : op_(std::move(op)) {}
+  bool IsComplete() const override { return op_->Done(); }
+  absl::Status Wait() override { return op_->Wait(); }
+
+ private:
+  const std::shared_ptr<Operation> op_;
+};
+
+}  // namespace
+
+Operation::Operation(std::string operation,
+                     std::vector<std::shared_ptr<const void>> retained,
+                     Probe probe)
+    : operation_(std::move(operation)),
+      probe_(std::move(probe)),
+      retained_(std::move(retained)) {}
+
+std::shared_ptr<Operation> Operation::Pending(
+    std::string operation, std::vector<std::shared_ptr<const void>> retained,
+    Probe probe) {
+  auto op = std::make_shared<Operation>(std::move(operation),
+                                        std::move(retained), std::move(probe));
+  absl::MutexLock lock(&op->mu_);
+  op->queued_ = false;
+  return op;
+}
+
+void Operation::MarkQueued() {
+  absl::MutexLock lock(&mu_);
+  queued_ = true;
+}
+
+void Operation::SetVerifier(std::function<absl::Status()> verify) {
+  absl::MutexLock lock(&mu_);
+  verify_ = std::move(verify);
+}
+
+void Operation::Refuse(absl::Status refusal) {
+  absl::MutexLock lock(&mu_);
+  if (!status_.ok() || done_) return;
+  status_ = std::move(refusal);
+  refused_ = true;
+}
+
+bool Operation::refused() const {
+  absl::MutexLock lock(&mu_);
+  return refused_;
+}
+
+void Operation::Finish(absl::Status status) {
+  std::vector<std::shared_ptr<const void>> release;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finishing_ || done_) return;
+    finishing_ = true;
+    release.swap(retained_);
+  }
+  release.clear();
+  absl::MutexLock lock(&mu_);
+  if (status_.ok()) status_ = std::move(status);
+  FinishLocked();
+}
+
+void Operation::FinishLocked() {
+  done_ = true;
+  if (verify_ && status_.ok()) status_ = verify_();
+  verify_ = nullptr;
+}
+
+void Operation::ProbeLocked() {
+  if (done_ || probe_ == nullptr || !queued_) return;
+  absl::StatusOr<bool> finished = probe_();
+  if (!finished.ok()) {
+    done_ = true;
+    verify_ = nullptr;
+    if (status_.ok()) status_ = finished.status();
+    return;
+  }
+  if (*finished) FinishLocked();
+}
+
+bool Operation::Done() {
+  absl::MutexLock lock(&mu_);
+  ProbeLocked();
+  return done_;
+}
+
+absl::Status Operation::status() const {
+  absl::MutexLock lock(&mu_);
+  return status_;
+}
+
+bool Operation::WaitFor(absl::Duration timeout) {
+  if (probe_ == nullptr) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&done_), timeout);
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Duration sleep = kFirstProbe;
+  while (!Done()) {
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return false;
+    absl::SleepFor(std::min(sleep, deadline - now));
+    sleep = std::min(sleep * 2, kLongestProbe);
+  }
+  return true;
+}
+
+absl::Status Operation::Wait() {
+  WaitFor(absl::InfiniteDuration());
+  return status();
+}
+
+void Operation::FailIfRunning(const absl::Status& cause) {
+  absl::MutexLock lock(&mu_);
+  ProbeLocked();  // finished work is still verified
+  if (done_) return;
+  if (status_.ok()) {
+    status_ = cause.ok()
+                  ? absl::AbortedError(absl::StrCat(operation_, " was aborted"))
+                  : cause;
+  }
+}
+
+void Operation::ReleaseIfDone() {
+  std::vector<std::shared_ptr<const void>> released;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!done_) return;
+    released.swap(retained_);
+  }
+  // Destructors (say, stream-ordered frees) run here, outside the lock.
+}
+
+size_t Operation::retained() const {
+  absl::MutexLock lock(&mu_);
+  return retained_.size();
+}
+
+void Operation::QuarantineIn(Quarantine& quarantine) {
+  std::vector<std::shared_ptr<const void>> held;
+  {
+    absl::MutexLock lock(&mu_);
+    if (quarantined_) return;
+    quarantined_ = true;
+    held.swap(retained_);
+  }
+  quarantine.Admit(std::make_shared<OperationFinished>(shared_from_this()),
+                   std::move(held), operation_);
+}
+
+void Operation::Abandon() {
+  absl::MutexLock lock(&mu_);
+  if (retained_.empty()) return;
+  // Deliberately leaked: a device may still use these buffers.
+  new std::vector<std::shared_ptr<const void>>(std::move(retained_));
+  retained_.clear();
+}
+
+OperationCompletion::OperationCompletion(
+    std::shared_ptr<Operation> op, const std::shared_ptr<OperationOwner>& owner,
+    OwnerRef ref, const char* backend)
+    : op_(std::move(op)),
+      shared_owner_(ref == OwnerRef::kShared ? owner : nullptr),
+      weak_owner_(owner),
+      backend_(backend) {}
+
+OperationCompletion::~OperationCompletion() {
+  if (op_->Done()) return;
+  if (std::shared_ptr<OperationOwner> owner = Owner()) owner->Unattended(op_);
+}
+
+std::shared_ptr<OperationOwner> OperationCompletion::Owner() const {
+  if (shared_owner_ != nullptr) return shared_owner_;
+  return weak_owner_.lock();
+}
+
+bool OperationCompletion::Settle() const {
+  if (!op_->Done()) return false;
+  op_->ReleaseIfDone();
+  absl::Status status = op_->status();
+  if (!status.ok() && !op_->refused()) {
+    if (std::shared_ptr<OperationOwner> owner = Owner()) owner->Poison(status);
+  }
+  return true;
+}
+
+bool OperationCompletion::IsComplete() const { return Settle(); }
+
+absl::Status OperationCompletion::Wait() {
+  op_->Wait().IgnoreError();
+  Settle();
+  return op_->status();
+}
+
+bool OperationCompletion::WaitFor(absl::Duration timeout) const {
+  return op_->WaitFor(timeout) && Settle();
+}
+
+bool OperationCompletion::SupportsCancellation(CancellationMode mode) const {
+  std::shared_ptr<OperationOwner> owner = Owner();
+  // Without an owner the work has already finished (kWeak): nothing to
+  // cancel, and any mode is trivially honoured.
+  return owner == nullptr || owner->SupportsCancellation(mode);
+}
+
+absl::StatusOr<WaitOutcome> OperationCompletion::WaitBounded(
+    absl::Duration timeout, CancellationMode mode) {
+  if (absl::Status s = CheckBoundedWait(*this, timeout, mode, backend_);
+      !s.ok()) {
+    return s;
+  }
+  if (!op_->WaitFor(timeout)) {
+    if (std::shared_ptr<OperationOwner> owner = Owner()) {
+      absl::StatusOr<bool> applied =
+          owner->ApplyCancellation(op_, mode, timeout);
+      if (!applied.ok()) return applied.status();
+      if (*applied) return WaitOutcome::DeadlineExceeded(mode);
+    }
+    // Finished in the meantime.
+    op_->Wait().IgnoreError();
+  }
+  Settle();
+  absl::Status status = op_->status();
+  if (!status.ok()) return status;
+  return WaitOutcome::Completed();
+}
+
+}  // namespace rankd::dataplane
