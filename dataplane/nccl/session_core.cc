@@ -289,12 +289,7 @@ void SessionCore::CancelNative(const absl::Status& cause) {
   absl::MutexLock lock(&abort_mu_);
   if (aborted_) return;
   aborted_ = true;
-  {
-    absl::MutexLock ops(&ops_mu_);
-    for (const Outstanding& o : outstanding_) {
-      if (auto op = o.op.lock()) op->FailIfRunning(poison);
-    }
-  }
+  ledger_.FailAll(poison);
   std::vector<std::shared_ptr<CommEntry>> comms;
   {
     absl::MutexLock state(&mu_);
@@ -481,29 +476,14 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
     retained.push_back(agreement);
   }
   // Outstanding before any native work is queued: an abort from now on
-  // (CancelNative, any thread) marks it failed, so work that NCCL accepted
-  // and the abort then killed never reports success.
+  // (CancelNative, any thread), or one already under way, marks it failed,
+  // so work that NCCL accepted and the abort then killed never reports
+  // success.
   auto op = EventOperation(plan.name, *event, std::move(retained),
                            /*queued=*/false);
   // Its sequence number once NCCL ordered it (-1 until then).
-  auto ordered = std::make_shared<std::atomic<int64_t>>(-1);
-  {
-    absl::MutexLock lock(&ops_mu_);
-    if (outstanding_.size() >= 256) {
-      outstanding_.erase(
-          std::remove_if(outstanding_.begin(), outstanding_.end(),
-                         [](const Outstanding& o) { return o.op.expired(); }),
-          outstanding_.end());
-    }
-    outstanding_.push_back(
-        {op, absl::Now() + options_.op_timeout, what, ordered});
-  }
-  {
-    // CancelNative sets aborted_ before it walks outstanding_: an abort
-    // that walked the list before `op` joined it is seen here.
-    absl::MutexLock lock(&abort_mu_);
-    if (aborted_) op->FailIfRunning(PoisonStatus());
-  }
+  OperationLedger::SequenceCell ordered =
+      ledger_.Add(op, absl::Now() + options_.op_timeout, what);
   // One operation's work is contiguous on its stream: no other submitter
   // interleaves its copies or NCCL calls while this one waits for NCCL to
   // accept (ncclInProgress), so every rank queues the same order.
@@ -620,21 +600,10 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
 }
 
 void SessionCore::EnforceDeadlines() {
-  std::optional<Outstanding> expired;
-  {
-    absl::MutexLock lock(&ops_mu_);
-    const absl::Time now = absl::Now();
-    for (const Outstanding& o : outstanding_) {
-      if (now < o.deadline) continue;
-      std::shared_ptr<Operation> op = o.op.lock();
-      if (op == nullptr || op->Done()) continue;
-      expired = o;
-      break;
-    }
-  }
+  std::optional<OperationLedger::Expired> expired =
+      ledger_.FirstExpired(absl::Now());
   if (!expired.has_value()) return;
-  std::shared_ptr<Operation> op = expired->op.lock();
-  if (op == nullptr) return;
+  const std::shared_ptr<Operation>& op = expired->op;
   const absl::Status error = absl::DeadlineExceededError(absl::StrCat(
       "nccl backend: ", op->operation(), " did not complete within ",
       absl::FormatDuration(options_.op_timeout),
@@ -643,10 +612,7 @@ void SessionCore::EnforceDeadlines() {
   Explanation why{error};
   // Reports meet under the sequence number NCCL ordered the work by; work
   // NCCL never accepted has none, and nothing to compare.
-  const int64_t sequence = expired->sequence->load();
-  expired->what.sequence =
-      static_cast<uint32_t>(std::max<int64_t>(sequence, 0));
-  if (!expired->what.members.empty() && sequence >= 0) {
+  if (!expired->what.members.empty() && expired->ordered) {
     absl::MutexLock tick(&watchdog_tick_mu_);
     if (!detached_.load()) why = diagnosis_.Explain(expired->what, error);
   }
@@ -876,17 +842,8 @@ void SessionCore::WatchdogLoop() {
     // Also once poisoned (quarantined work, a failed agreement): work that
     // never finishes is still ended by its deadline.
     if (!aborted) EnforceDeadlines();
-    {
-      // Finished work needs no deadline (its completion may live on).
-      absl::MutexLock lock(&ops_mu_);
-      outstanding_.erase(
-          std::remove_if(outstanding_.begin(), outstanding_.end(),
-                         [](const Outstanding& o) {
-                           std::shared_ptr<Operation> op = o.op.lock();
-                           return op == nullptr || op->Done();
-                         }),
-          outstanding_.end());
-    }
+    // Finished work needs no deadline (its completion may live on).
+    ledger_.Prune();
   }
 }
 

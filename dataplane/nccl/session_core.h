@@ -55,6 +55,7 @@
 #include "dataplane/nccl/nccl_completion.h"
 #include "dataplane/nccl/nccl_types.h"
 #include "dataplane/nccl/unique_id_broker.h"
+#include "dataplane/operation_ledger.h"
 #include "dataplane/poison.h"
 #include "dataplane/shape.h"
 #include "dataplane/types.h"
@@ -316,21 +317,15 @@ class SessionCore final : public NcclOpOwner,
   std::map<CollectiveGroupId, std::shared_ptr<CommEntry>> groups_;
   std::vector<std::shared_ptr<CommEntry>> comms_;
 
-  // A submitted operation the watchdog holds to its deadline.
-  struct Outstanding {
-    std::weak_ptr<Operation> op;
-    absl::Time deadline;
-    SubmittedOperation what;  // .sequence is filled in from `sequence`
-    // Set where NCCL orders the work; -1 until then.
-    std::shared_ptr<std::atomic<int64_t>> sequence;
-  };
   // Fails the first outstanding operation past its deadline (watchdog).
   void EnforceDeadlines();
   // What `plan` is, for the diagnosis and the agreement record.
   SubmittedOperation Describe(const OpPlan& plan) const;
 
-  absl::Mutex ops_mu_;
-  std::vector<Outstanding> outstanding_ ABSL_GUARDED_BY(ops_mu_);
+  // Every submitted operation until it finished, held to op_timeout by the
+  // watchdog; CancelNative fails them all (and later ones) before the
+  // communicators are aborted.
+  OperationLedger ledger_;
   const MismatchDiagnosis diagnosis_;
   // Agreement records' device memory, reused across operations.
   internal::RecordBuffers record_buffers_;
