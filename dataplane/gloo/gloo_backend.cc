@@ -18,6 +18,7 @@
 #include "dataplane/gloo/internal/native_ops.h"
 #include "dataplane/gloo/internal/sum_kernels.h"
 #include "dataplane/mismatch_diagnosis.h"
+#include "dataplane/operation_description.h"
 #include "dataplane/shape.h"
 
 namespace rankd::dataplane::gloo {
@@ -40,16 +41,6 @@ std::optional<size_t> CheckedSum(absl::Span<const size_t> values) {
     total += v;
   }
   return total;
-}
-
-// "f32[*, 4]": the descriptor with the partitioned axis left open.
-std::string OpenAxis(const ValueDescriptor& d, size_t axis) {
-  std::vector<std::string> dims;
-  for (size_t i = 0; i < d.shape().size(); ++i) {
-    dims.push_back(i == axis ? "*" : absl::StrCat(d.shape()[i]));
-  }
-  return absl::StrCat(DtypeName(d.dtype()), "[", absl::StrJoin(dims, ", "),
-                      "]");
 }
 
 // Copies pieces between a member-major buffer (member m's outer blocks of
@@ -360,8 +351,7 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(const char* kind,
   if (!kernel.ok()) return kernel.status();
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   const std::string op = OperationName(kind, *g);
-  const std::string canonical =
-      absl::StrCat(kind, " ", value.descriptor().ToString());
+  const std::string canonical = DescribeOnValue(kind, value.descriptor());
   const uint64_t fingerprint = OperationFingerprint(canonical);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
@@ -469,9 +459,8 @@ GlooTensorSubmission GlooBackend::SubmitGather(
   HostTensor output = *std::move(made);
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   const std::string op = OperationName(kind, *g);
-  const std::string canonical = absl::StrCat(kind, " axis=", axis, " counts=[",
-                                             absl::StrJoin(counts, ","), "] ",
-                                             OpenAxis(in_descriptor, axis));
+  const std::string canonical =
+      DescribeAlongAxis(kind, axis, in_descriptor, counts);
   const uint64_t fingerprint = OperationFingerprint(canonical);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
@@ -546,8 +535,7 @@ GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
   HostTensor output = *std::move(made);
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   const std::string op = OperationName(kind, *g);
-  const std::string canonical =
-      absl::StrCat(kind, " axis=", axis, " ", OpenAxis(d, axis));
+  const std::string canonical = DescribeAlongAxis(kind, axis, d);
   const uint64_t fingerprint = OperationFingerprint(canonical);
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
@@ -626,8 +614,8 @@ GlooTensorSubmission GlooBackend::BroadcastImpl(const HostTensor& value,
   const bool copy_in = root && !output.SharesBufferWith(value);
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   const std::string op = OperationName(kind, *g);
-  const std::string canonical = absl::StrCat(
-      kind, " root=", root_member_index, " ", value.descriptor().ToString());
+  const std::string canonical =
+      DescribeRooted(kind, root_member_index, value.descriptor());
   const uint64_t fingerprint = OperationFingerprint(canonical);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
@@ -789,12 +777,12 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
                      ": a bundle holds at most 60000 tensors; got ", count));
   }
   std::vector<HostTensor> tensors;
-  std::vector<std::string> described;
+  std::vector<ValueDescriptor> described;
   std::vector<std::shared_ptr<const void>> resources = {g};
   if (is_source) {
     for (const HostTensor& t : send) {
       tensors.push_back(t);
-      described.push_back(t.descriptor().ToString());
+      described.push_back(t.descriptor());
       resources.push_back(t.resource());
     }
   } else {
@@ -814,15 +802,14 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
       tensors.push_back(receive_into.empty()
                             ? HostTensor::Uninitialized(receive[i])
                             : receive_into[i]);
-      described.push_back(receive[i].ToString());
+      described.push_back(receive[i]);
       resources.push_back(tensors.back().resource());
     }
   }
   const std::string op = absl::StrCat(
       kind, " on ",
       GlooRoute(g, route.source_index(), route.destination_index()).ToString());
-  const std::string canonical =
-      absl::StrCat("bundle(", absl::StrJoin(described, ", "), ")");
+  const std::string canonical = DescribeBundle(described);
   const uint64_t fingerprint = OperationFingerprint(canonical);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
@@ -920,9 +907,8 @@ GlooBundleSubmission GlooBackend::BatchSendReceive(
   std::vector<HostTensor> received;
   for (const auto* list : {&sends, &receives}) {
     for (const PeerValue<HostTensor>& t : *list) {
-      transfers.push_back(
-          {static_cast<uint32_t>(t.peer), list == &sends, t.value,
-           absl::StrCat("bundle(", t.value.descriptor().ToString(), ")")});
+      transfers.push_back({static_cast<uint32_t>(t.peer), list == &sends,
+                           t.value, DescribeBundle({t.value.descriptor()})});
       resources.push_back(t.value.resource());
       if (list == &receives) received.push_back(t.value);
     }

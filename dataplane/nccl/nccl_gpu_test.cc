@@ -1156,12 +1156,10 @@ TEST_F(NcclMultiGpuTest, MembersThatSubmitDifferentOperationsAreNamed) {
             waited.message(), "members disagree on operation #0 on world"))
             << waited;
         EXPECT_TRUE(absl::StrContains(
-            waited.message(),
-            "rank 0 submitted `all_reduce_sum on world f32[4]`"))
+            waited.message(), "rank 0 submitted `all_reduce_sum f32[4]`"))
             << waited;
         EXPECT_TRUE(absl::StrContains(
-            waited.message(),
-            "rank 1 submitted `all_reduce_sum on world f32[8]`"))
+            waited.message(), "rank 1 submitted `all_reduce_sum f32[8]`"))
             << waited;
       },
       nullptr, options);
@@ -1185,9 +1183,8 @@ TEST_F(NcclMultiGpuTest, ATransferReceivedAsAnotherDtypeFails) {
     const std::string mine = r == 0 ? "f32[4]" : "i32[4]";
     EXPECT_TRUE(absl::StrContains(
         waited.message(),
-        absl::StrCat("members disagree: rank ", r, " submitted `transfer ",
-                     mine, "` but rank ", 1 - r,
-                     " submitted another transfer")))
+        absl::StrCat("members disagree: rank ", r, " submitted `bundle(", mine,
+                     ")` but rank ", 1 - r, " submitted another transfer")))
         << waited;
     EXPECT_EQ(s.poison_status().code(), absl::StatusCode::kInvalidArgument);
   });
@@ -1243,9 +1240,8 @@ TEST_F(NcclMultiGpuTest,
         EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument) << waited;
         EXPECT_TRUE(absl::StrContains(
             waited.message(),
-            absl::StrCat("rank ", r, " submitted `all_reduce_sum on world f32[",
-                         n, "]`; rank ", 1 - r,
-                         " submitted another operation")))
+            absl::StrCat("rank ", r, " submitted `all_reduce_sum f32[", n,
+                         "]`; rank ", 1 - r, " submitted another operation")))
             << waited;
         EXPECT_EQ(Download<float>(x), Floats(n, 1)) << "nothing moved";
         ASSERT_OK(s.poison_status());

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "dataplane/batch.h"
 #include "dataplane/nccl/session_core.h"
+#include "dataplane/operation_description.h"
 
 namespace rankd::dataplane::nccl {
 namespace {
@@ -50,15 +51,6 @@ absl::StatusOr<std::shared_ptr<DeviceBuffer>> Scratch(
   return buffer;
 }
 
-// `descriptor` with the axis's extent written as "*" (what members of a
-// gather or exchange with per-member extents share).
-std::string RowShape(const ValueDescriptor& descriptor, size_t axis,
-                     absl::string_view operation) {
-  auto normalized = WithExtent(descriptor, axis, 1, kBackend, operation);
-  if (!normalized.ok()) return descriptor.ToString();
-  return absl::StrCat(normalized->ToString(), " (axis ", axis, " varies)");
-}
-
 TensorResult Finish(absl::StatusOr<Submitted> submitted,
                     const DeviceTensor& output) {
   if (!submitted.ok()) return submitted.status();
@@ -81,6 +73,7 @@ TensorResult SubmitAllReduceSum(SessionCore& core,
                             stream, name);
   if (!out.ok()) return out.status();
   OpPlan plan;
+  plan.canonical = DescribeOnValue("all_reduce_sum", input.descriptor());
   plan.name = std::move(name);
   plan.comm = comm;
   plan.stream = stream;
@@ -155,6 +148,11 @@ TensorResult SubmitAllGatherEven(SessionCore& core,
       };
     }
   }
+  // Members agree on the axis, the rest of the shape and (each has the
+  // same extent) the counts.
+  plan.canonical =
+      DescribeAlongAxis("all_gather_even", axis, input.descriptor(),
+                        std::vector<size_t>(n, layout->extent));
   plan.name = std::move(name);
   return Finish(core.Submit(std::move(plan)), *out);
 }
@@ -205,9 +203,8 @@ TensorResult SubmitAllGatherUneven(SessionCore& core,
   plan.outputs = {*out};
   // Members' inputs differ along the axis by design; what they must agree
   // on is the counts, the axis and the rest of the shape.
-  plan.canonical = absl::StrCat(name, " counts [", absl::StrJoin(counts, ","),
-                                "] along axis ", axis, " of ",
-                                RowShape(input.descriptor(), axis, name));
+  plan.canonical =
+      DescribeAlongAxis("all_gather_uneven", axis, input.descriptor(), counts);
   plan.agree_first = true;  // counts that disagree would truncate or hang
   const void* send = input.data();
   const size_t my_bytes = input.byte_size();
@@ -298,8 +295,8 @@ TensorResult SubmitAllToAll(SessionCore& core,
   plan.stream = stream;
   plan.inputs = {input};
   plan.outputs = {*out};
-  plan.canonical = absl::StrCat(name, " along axis ", axis, " of ",
-                                RowShape(input.descriptor(), axis, name));
+  plan.canonical =
+      DescribeAlongAxis("variable_all_to_all", axis, input.descriptor());
   for (size_t c : send_counts) plan.agreement_counts.push_back(c);
   for (size_t c : receive_counts) plan.agreement_counts.push_back(c);
   plan.agree_first = true;  // counts that disagree would truncate or hang
@@ -408,7 +405,7 @@ TensorResult SubmitSend(SessionCore& core,
   plan.stream = stream;
   plan.inputs = {input};
   plan.route = {{comm->local_rank, peer}};
-  plan.canonical = absl::StrCat("transfer ", input.descriptor().ToString());
+  plan.canonical = DescribeBundle({input.descriptor()});
   const size_t bytes = input.byte_size();
   if (bytes > 0) {
     const void* send = input.data();
@@ -434,7 +431,7 @@ TensorResult SubmitReceive(SessionCore& core,
   plan.stream = stream;
   plan.outputs = {*out};
   plan.route = {{peer, comm->local_rank}};
-  plan.canonical = absl::StrCat("transfer ", descriptor.ToString());
+  plan.canonical = DescribeBundle({descriptor});
   const size_t bytes = descriptor.byte_size();
   if (bytes > 0) {
     void* recv = out->data();
@@ -463,6 +460,7 @@ TensorResult SubmitBroadcast(SessionCore& core,
                             stream, name);
   if (!out.ok()) return out.status();
   OpPlan plan;
+  plan.canonical = DescribeRooted("broadcast", root, input.descriptor());
   plan.name = std::move(name);
   plan.comm = comm;
   plan.stream = stream;
@@ -489,6 +487,7 @@ UnitResult SubmitBarrier(SessionCore& core,
   auto flag = Scratch(core, 1, stream, name);
   if (!flag.ok()) return flag.status();
   OpPlan plan;
+  plan.canonical = "barrier";
   plan.name = std::move(name);
   plan.comm = comm;
   plan.stream = stream;
@@ -538,6 +537,7 @@ SubmitAgreeSuccess(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
   auto flag = Scratch(core, 1, stream, name);
   if (!flag.ok()) return flag.status();
   OpPlan plan;
+  plan.canonical = "agree_success";
   plan.name = std::move(name);
   plan.comm = comm;
   plan.stream = stream;
@@ -590,10 +590,9 @@ SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
   plan.comm = comm;
   plan.stream = stream;
   plan.route = {{source, destination}};
-  plan.canonical = "send_receive";
-  for (const DeviceTensor& t : tensors) {
-    absl::StrAppend(&plan.canonical, " ", t.descriptor().ToString());
-  }
+  std::vector<ValueDescriptor> described;
+  for (const DeviceTensor& t : tensors) described.push_back(t.descriptor());
+  plan.canonical = DescribeBundle(described);
   std::vector<DeviceTensor> outputs;
   std::vector<std::pair<void*, size_t>> buffers;
   const bool sending = me == source;
@@ -679,8 +678,7 @@ SubmitBatch(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
     const bool sending = list == &sends;
     for (size_t i = 0; i < list->size(); ++i) {
       const PeerValue<DeviceTensor>& t = (*list)[i];
-      const std::string canonical =
-          absl::StrCat("transfer ", t.value.descriptor().ToString());
+      const std::string canonical = DescribeBundle({t.value.descriptor()});
       plan.batch.push_back({static_cast<uint32_t>(t.peer), sending,
                             OperationFingerprint(canonical), canonical});
       (sending ? plan.inputs : plan.outputs).push_back(t.value);

@@ -591,10 +591,9 @@ void Agreement(const World& w, Checks& checks) {
     RETURN_IF_ERROR(
         ExpectCode(waited, absl::StatusCode::kInvalidArgument, "refusal"));
     RETURN_IF_ERROR(Expect(
-        absl::StrContains(waited.message(),
-                          absl::StrCat(" submitted `all_reduce_sum on world "
-                                       "f32[",
-                                       len, "]`; ")),
+        absl::StrContains(
+            waited.message(),
+            absl::StrCat(" submitted `all_reduce_sum f32[", len, "]`; ")),
         waited.ToString()));
     ASSIGN_OR_RETURN(kept, x.ToHostVector<float>());
     RETURN_IF_ERROR(ExpectEqual(kept, std::vector<float>(len, 1), "input"));
