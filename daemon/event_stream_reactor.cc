@@ -3,6 +3,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/security.h"
 
 namespace rankd {
@@ -17,9 +18,18 @@ EventStreamReactor* EventStreamReactor::Start(absl::Status precheck, Open open,
     reactor->Close(precheck, false);
     return reactor;
   }
+  // Held across the call into the reactor, so OnDone cannot delete it
+  // meanwhile; once OnDone cut the link, a sink does nothing.
+  std::shared_ptr<Link> link = reactor->link_;
   Sinks sinks;
-  sinks.deliver = [reactor](const v1::JobEvent& e) { reactor->Deliver(e); };
-  sinks.close = [reactor](absl::Status s) { reactor->Close(s, false); };
+  sinks.deliver = [link](const v1::JobEvent& e) {
+    absl::MutexLock lock(&link->mu);
+    if (link->reactor != nullptr) link->reactor->Deliver(e);
+  };
+  sinks.close = [link](absl::Status s) {
+    absl::MutexLock lock(&link->mu);
+    if (link->reactor != nullptr) link->reactor->Close(std::move(s), false);
+  };
   absl::StatusOr<uint64_t> id = open(std::move(sinks));
   if (!id.ok()) {
     reactor->Close(id.status(), false);
@@ -31,11 +41,28 @@ EventStreamReactor* EventStreamReactor::Start(absl::Status precheck, Open open,
 }
 
 EventStreamReactor::EventStreamReactor(OnEnd on_end)
-    : on_end_(std::move(on_end)) {}
+    : on_end_(std::move(on_end)) {
+  absl::MutexLock lock(&link_->mu);
+  link_->reactor = this;
+}
 
 void EventStreamReactor::Deliver(const v1::JobEvent& event) {
   absl::MutexLock lock(&mu_);
   if (closing_ || finished_) return;
+  if (queue_.size() >= kMaxQueuedEvents) {
+    // The client does not keep up: drop what it has not received (except
+    // the event being written, whose buffer gRPC still reads) and end the
+    // stream, rather than hold an unbounded backlog.
+    while (queue_.size() > (writing_ ? 1 : 0)) queue_.pop_back();
+    closing_ = true;
+    close_status_ = grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat("more than ", kMaxQueuedEvents,
+                     " events waited for this stream's client; resume from "
+                     "the last sequence number received"));
+    FinishWhenIdleLocked();
+    return;
+  }
   queue_.push_back(event);
   if (!writing_) {
     writing_ = true;
@@ -56,15 +83,19 @@ void EventStreamReactor::OnWriteDone(bool ok) {
     }
     return;
   }
-  if (!queue_.empty() && !closing_) {
+  // Also while closing: what was queued before the close still goes out.
+  if (!queue_.empty()) {
     StartWrite(&queue_.front());
     return;
   }
   writing_ = false;
-  if (closing_ && !finished_) {
-    finished_ = true;
-    Finish(close_status_);
-  }
+  if (closing_) FinishWhenIdleLocked();
+}
+
+void EventStreamReactor::FinishWhenIdleLocked() {
+  if (writing_ || finished_) return;
+  finished_ = true;
+  Finish(close_status_);
 }
 
 void EventStreamReactor::Close(absl::Status status, bool client_gone) {
@@ -73,10 +104,7 @@ void EventStreamReactor::Close(absl::Status status, bool client_gone) {
   closing_ = true;
   client_gone_ = client_gone_ || client_gone;
   close_status_ = ToGrpc(status);
-  if (!writing_) {
-    finished_ = true;
-    Finish(close_status_);
-  }
+  FinishWhenIdleLocked();
 }
 
 void EventStreamReactor::OnCancel() {
@@ -95,6 +123,11 @@ void EventStreamReactor::OnCancel() {
 }
 
 void EventStreamReactor::OnDone() {
+  {
+    // First: from now on the sinks do nothing, and none is inside.
+    absl::MutexLock lock(&link_->mu);
+    link_->reactor = nullptr;
+  }
   bool gone;
   {
     absl::MutexLock lock(&mu_);

@@ -2,13 +2,26 @@
 // from a subscription (a rank's Watch, a node's Subscribe, an operator's
 // WatchEvents) with flow control: events are queued and written one at a
 // time. It tells its owner when the stream ends and whether the client
-// went away (the liveness signal for ranks and nodes). Depends on gRPC and
-// the protos.
+// went away (the liveness signal for ranks and nodes).
+//
+// Lifetime: gRPC owns the reactor and deletes it once the call is over
+// (OnDone), possibly while a subscriber still holds its sinks (a shutdown
+// that copied every stream's closer, an event published concurrently). The
+// sinks refer to the reactor through a link that OnDone cuts first, so a
+// sink called after the stream ended does nothing.
+//
+// Bounds: at most kMaxQueuedEvents events wait for a slow client; one more
+// ends the stream with RESOURCE_EXHAUSTED (the client resumes from its last
+// sequence number). A close lets the events queued before it go out first.
+//
+// Depends on gRPC, the protos and daemon/security.h.
 #ifndef RANKD_DAEMON_EVENT_STREAM_REACTOR_H_
 #define RANKD_DAEMON_EVENT_STREAM_REACTOR_H_
 
+#include <cstddef>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -21,8 +34,12 @@ namespace rankd {
 
 class EventStreamReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
  public:
+  // Events one stream may hold for a client that does not keep up.
+  static constexpr size_t kMaxQueuedEvents = 4096;
+
   // Sinks handed to the subscription: `deliver` queues an event, `close`
-  // finishes the stream with a status. Both are safe from any thread.
+  // finishes the stream with a status (after the events already queued).
+  // Both are safe from any thread, and do nothing once the stream ended.
   struct Sinks {
     std::function<void(const v1::JobEvent&)> deliver;
     std::function<void(absl::Status)> close;
@@ -44,10 +61,19 @@ class EventStreamReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
   void OnDone() override;
 
  private:
+  // What the sinks reach: the reactor until OnDone cuts the link.
+  struct Link {
+    absl::Mutex mu;
+    EventStreamReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
+  };
+
   explicit EventStreamReactor(OnEnd on_end);
   void Deliver(const v1::JobEvent& event);
   void Close(absl::Status status, bool client_gone);
+  // Finishes with close_status_ once nothing is being written.
+  void FinishWhenIdleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const std::shared_ptr<Link> link_ = std::make_shared<Link>();
   OnEnd on_end_;
   absl::Mutex mu_;
   std::deque<v1::JobEvent> queue_ ABSL_GUARDED_BY(mu_);
