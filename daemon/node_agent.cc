@@ -244,8 +244,8 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
   {
     absl::ReleasableMutexLock lock(&mu_);
     if (auto it = rank_of_local_.find(request.local_rank());
-        it != rank_of_local_.end()) {
-      const LocalMember& holder = members_.at(it->second);
+        it != rank_of_local_.end() && members_.count(it->second) > 0) {
+      const LocalMember& holder = members_.find(it->second)->second;
       bool live = holder.state == LocalState::kJoining ||
                   holder.state == LocalState::kJoined;
       if (live && holder.incarnation != request.incarnation()) {
@@ -258,6 +258,17 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
     }
     if (auto it = members_.find(rank); it != members_.end()) {
       const LocalMember& holder = it->second;
+      if (holder.incarnation == request.incarnation() &&
+          holder.local_rank != request.local_rank()) {
+        const uint32_t held = holder.local_rank;
+        lock.Release();
+        return reply(absl::InvalidArgumentError(
+            absl::StrCat("rank ", rank, " joined as local rank ", held,
+                         " on node ", node_.node_index(),
+                         "; the same process cannot join it again as "
+                         "local rank ",
+                         request.local_rank())));
+      }
       if (holder.incarnation != request.incarnation()) {
         bool live = holder.state == LocalState::kJoining ||
                     holder.state == LocalState::kJoined;
@@ -315,7 +326,11 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
             if (!keep) {
               if (m.state == LocalState::kJoining) {
                 members_.erase(it);
-                rank_of_local_.erase(local_rank);
+                // Only this rank's own mapping.
+                if (auto l = rank_of_local_.find(local_rank);
+                    l != rank_of_local_.end() && l->second == rank) {
+                  rank_of_local_.erase(l);
+                }
               }
               lock.Release();
               return reply(result.status());

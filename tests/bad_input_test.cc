@@ -285,6 +285,22 @@ TEST_F(BadInputTest, SecondIncarnationClaimingALocalRankNamesTheHolderPid) {
   EXPECT_EQ(members.members(2).pid(), 6161u);
 }
 
+TEST_F(BadInputTest, OneProcessClaimingTwoLocalRanksIsRefused) {
+  MustJoin(0, 0, 0x5151, 900);
+  // The same process (incarnation) claims rank 0 again as local rank 1:
+  // refused before anything changes, so local rank 0 still maps to it.
+  v1::JoinRequest again = JoinReq(1, 0x5151, 900);
+  again.set_rank(0);
+  EXPECT_RPC_ERROR(Join(0, again), grpc::StatusCode::INVALID_ARGUMENT,
+                   "rank 0 joined as local rank 0 on node 0; the same process "
+                   "cannot join it again as local rank 1");
+  EXPECT_RPC_ERROR(
+      Join(0, JoinReq(0, 0x6161, 901)), grpc::StatusCode::ALREADY_EXISTS,
+      "local rank 0 on node 0 is already held by pid 900 (rank 0)");
+  MustJoin(0, 1, 0x7171, 902);
+  ExpectStillServing();
+}
+
 TEST_F(BadInputTest, UnknownMemberAndStaleIncarnationAreFailedPrecondition) {
   v1::MemberRef member = MustJoin(0, 0, 0xabc1, 700);
   ASSERT_EQ(member.incarnation(), 0xabc1u);
