@@ -6,7 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/limits.h"
 #include "daemon/rank_list.h"
+#include "daemon/request_limits.h"
 
 namespace rankd {
 namespace {
@@ -250,6 +252,7 @@ void Coordinator::EndSubscription(EventLog::SubscriptionId id,
 
 absl::StatusOr<v1::LeaveNodeResponse> Coordinator::LeaveNode(
     const v1::LeaveNodeRequest& request) {
+  if (auto s = CheckReason(request.reason()); !s.ok()) return s;
   {
     absl::MutexLock lock(&mu_);
     if (auto s = CheckNodeLocked(request.node()); !s.ok()) return s;
@@ -308,6 +311,10 @@ void Coordinator::JoinRank(const v1::JoinRankRequest& request,
 absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
                                          std::vector<JoinWaiter>* released) {
   if (auto s = CheckNodeLocked(request.node()); !s.ok()) return s;
+  if (request.wait_for_world_ms() > kMaxTimeoutMs) {
+    return CheckTimeoutMs(request.wait_for_world_ms(), "wait_for_world_ms");
+  }
+  if (auto s = CheckDevice(request.device()); !s.ok()) return s;
   if (auto s = JobFailedLocked(); !s.ok()) return s;
   if (state_ == v1::JOB_STATE_COMPLETED) {
     return absl::FailedPreconditionError(
@@ -430,6 +437,7 @@ std::string Coordinator::MissingRanksLocked() const {
 
 absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
     const v1::ReleaseRankRequest& request) {
+  if (auto s = CheckReason(request.reason()); !s.ok()) return s;
   bool failed = false;
   bool left_now = false;
   {
@@ -500,8 +508,14 @@ void Coordinator::ContributeWords(const v1::ContributeWordsRequest& request,
                          request.node().node_index()));
       }
     }
-    if (status.ok() && request.timeout_ms() == 0) {
-      status = absl::InvalidArgumentError("timeout_ms must be > 0");
+    if (status.ok())
+      status = CheckTimeoutMs(request.timeout_ms(), "timeout_ms");
+    if (status.ok() && request.frames_size() == 0) {
+      // Such a contribution would open (and, timing out, complete) a round
+      // without any rank in it.
+      status = absl::InvalidArgumentError(absl::StrCat(
+          "a contribution to all_gather_words round ", request.round(),
+          " carries no frame; a node contributes its ranks' frames"));
     }
   }
   if (!status.ok()) return reply(status);
@@ -524,7 +538,10 @@ absl::StatusOr<v1::KvSetResponse> Coordinator::KvSet(
 void Coordinator::KvGet(const v1::KvGetRequest& request,
                         Reply<v1::KvGetResponse> reply) {
   absl::Status status;
-  {
+  if (request.timeout_ms() > kMaxTimeoutMs) {
+    status = CheckTimeoutMs(request.timeout_ms(), "timeout_ms");
+  }
+  if (status.ok()) {
     absl::MutexLock lock(&mu_);
     status = CheckMemberLocked(request.member());
   }

@@ -7,8 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "common/limits.h"
 #include "daemon/kv_store.h"
 #include "daemon/rank_list.h"
+#include "daemon/request_limits.h"
 #include "daemon/word_rounds.h"
 
 namespace rankd {
@@ -16,19 +18,6 @@ namespace {
 
 absl::Status AbortedBy(const std::string& cause) {
   return absl::AbortedError(absl::StrCat("job failed: ", cause));
-}
-
-absl::Status CheckTimeout(uint32_t timeout_ms, const char* field) {
-  if (timeout_ms == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, " must be > 0: every wait needs a deadline"));
-  }
-  if (timeout_ms > NodeAgent::kMaxTimeoutMs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, "=", timeout_ms, " exceeds the limit of ",
-                     NodeAgent::kMaxTimeoutMs, " ms"));
-  }
-  return absl::OkStatus();
 }
 
 // Time before the round deadline at which a node forwards an incomplete
@@ -205,11 +194,14 @@ void NodeAgent::Join(const v1::JoinRequest& request,
     return reply(absl::InvalidArgumentError(
         "incarnation must be a random non-zero id chosen at process start"));
   }
-  if (request.wait_for_world_ms() > kMaxTimeoutMs) {
-    return reply(absl::InvalidArgumentError(
-        absl::StrCat("wait_for_world_ms=", request.wait_for_world_ms(),
-                     " exceeds the limit of ", kMaxTimeoutMs, " ms")));
+  if (request.wait_for_world_ms() > 0) {
+    if (auto s =
+            CheckTimeoutMs(request.wait_for_world_ms(), "wait_for_world_ms");
+        !s.ok()) {
+      return reply(s);
+    }
   }
+  if (auto s = CheckDevice(request.device()); !s.ok()) return reply(s);
   const std::string& kind = request.device().kind();
   if (!kind.empty() && kind != "cpu" && kind != "cuda") {
     return reply(absl::InvalidArgumentError(absl::StrCat(
@@ -424,7 +416,7 @@ void NodeAgent::AllGatherWords(const v1::AllGatherWordsRequest& request,
         "frame of ", request.words_size(), " words exceeds the limit of ",
         WordRounds::kMaxWordsPerRank, " words per rank per round")));
   }
-  if (auto s = CheckTimeout(request.timeout_ms(), "timeout_ms"); !s.ok()) {
+  if (auto s = CheckTimeoutMs(request.timeout_ms(), "timeout_ms"); !s.ok()) {
     return reply(s);
   }
   std::vector<v1::RankFrame> batch;
@@ -558,7 +550,7 @@ void NodeAgent::KvGet(const v1::KvGetRequest& request,
                       Reply<v1::KvGetResponse> reply) {
   absl::Status status = KvStore::ValidateKey(request.key());
   if (status.ok() && request.timeout_ms() > kMaxTimeoutMs) {
-    status = CheckTimeout(request.timeout_ms(), "timeout_ms");
+    status = CheckTimeoutMs(request.timeout_ms(), "timeout_ms");
   }
   if (status.ok()) {
     absl::MutexLock lock(&mu_);

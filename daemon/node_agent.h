@@ -38,9 +38,6 @@ namespace rankd {
 
 class NodeAgent : public CoordinatorLink::Listener {
  public:
-  // Longest wait a request may ask for.
-  static constexpr uint32_t kMaxTimeoutMs = 3'600'000;
-
   // A Watch stream's sink: `on_event` gets events in order; `on_close` ends
   // the stream (daemon shutdown, or the rank left). Neither may block or
   // call back into the agent.

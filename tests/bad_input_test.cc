@@ -18,6 +18,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/admin_client.h"
+#include "common/limits.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -651,6 +652,90 @@ TEST_F(BadInputTest, RegisterNodeWithAMismatchedConfigNamesTheFlags) {
   EXPECT_EQ(members.nodes(1).state(), v1::NODE_STATE_REGISTERED);
   EXPECT_NE(members.nodes(1).hostname(), "impostor");
   MustJoin(1, 1, 0x9001, 900);
+}
+
+// What a caller can make a daemon hold is bounded (common/limits.h): long
+// device fields and reasons are refused, not stored and echoed to every
+// rank, and an empty all_gather_words contribution cannot open, time out
+// and so "complete" a round far ahead of the honest ones.
+TEST_F(BadInputTest, OversizedFieldsAndEmptyContributionsAreRefused) {
+  v1::JoinRequest join = JoinReq(0, 0xd001, 300);
+  join.mutable_device()->set_uuid(std::string(16384, 'u'));
+  EXPECT_RPC_ERROR(Join(0, join), grpc::StatusCode::INVALID_ARGUMENT,
+                   "device.uuid has 16384 bytes; the limit is 256");
+  v1::MemberRef member = MustJoin(0, 0, 0xd002, 301);
+
+  // Node 0's reference, as Admin shows it.
+  v1::Topology topology;
+  {
+    auto context = Ctx();
+    ASSERT_RPC_OK(admin_[0]->GetTopology(context.get(),
+                                         v1::GetTopologyRequest(), &topology));
+  }
+  ASSERT_EQ(topology.nodes_size(), 2);
+  v1::NodeRef node;
+  node.set_job_id(kJob);
+  node.set_node_index(0);
+  node.set_daemon_incarnation(topology.nodes(0).daemon_incarnation());
+  {
+    v1::ReleaseRankRequest release;
+    *release.mutable_node() = node;
+    release.set_rank(0);
+    release.set_incarnation(0xd002);
+    release.set_reason(std::string(16384, 'r'));
+    v1::ReleaseRankResponse response;
+    auto context = Ctx();
+    EXPECT_RPC_ERROR(peer_[0]->ReleaseRank(context.get(), release, &response),
+                     grpc::StatusCode::INVALID_ARGUMENT,
+                     "reason has 16384 bytes; the limit is 1024");
+  }
+  {
+    v1::LeaveNodeRequest leave;
+    *leave.mutable_node() = node;
+    leave.set_reason(std::string(16384, 'r'));
+    v1::LeaveNodeResponse response;
+    auto context = Ctx();
+    EXPECT_RPC_ERROR(peer_[0]->LeaveNode(context.get(), leave, &response),
+                     grpc::StatusCode::INVALID_ARGUMENT,
+                     "reason has 16384 bytes; the limit is 1024");
+  }
+  {
+    v1::ContributeWordsRequest contribute;
+    *contribute.mutable_node() = node;
+    contribute.set_round(10);
+    contribute.set_timeout_ms(1);
+    v1::AllGatherWordsResponse response;
+    auto context = Ctx();
+    EXPECT_RPC_ERROR(
+        peer_[0]->ContributeWords(context.get(), contribute, &response),
+        grpc::StatusCode::INVALID_ARGUMENT,
+        "a contribution to all_gather_words round 10 carries no frame");
+    contribute.add_frames()->set_rank(0);
+    contribute.set_timeout_ms(kMaxTimeoutMs + 1);
+    auto again = Ctx();
+    EXPECT_RPC_ERROR(
+        peer_[0]->ContributeWords(again.get(), contribute, &response),
+        grpc::StatusCode::INVALID_ARGUMENT,
+        "timeout_ms=3600001 exceeds the limit of 3600000 ms");
+  }
+  {
+    v1::KvGetRequest get;
+    *get.mutable_member() = member;
+    get.set_key("k");
+    get.set_timeout_ms(kMaxTimeoutMs + 1);
+    v1::KvGetResponse response;
+    auto context = Ctx();
+    EXPECT_RPC_ERROR(peer_[0]->KvGet(context.get(), get, &response),
+                     grpc::StatusCode::INVALID_ARGUMENT,
+                     "timeout_ms=3600001 exceeds the limit of 3600000 ms");
+  }
+  // The job is untouched: rank 0 is still joined, nothing failed.
+  ExpectStillServing();
+  v1::ListMembersRequest list;
+  v1::MemberList members;
+  auto context = Ctx();
+  ASSERT_RPC_OK(admin_[0]->ListMembers(context.get(), list, &members));
+  EXPECT_EQ(members.members(0).state(), v1::MEMBER_STATE_JOINED);
 }
 
 TEST_F(BadInputTest, JoinAfterTheJobIsFullIsRejected) {
