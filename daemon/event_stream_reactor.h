@@ -10,9 +10,10 @@
 // sinks refer to the reactor through a link that OnDone cuts first, so a
 // sink called after the stream ended does nothing.
 //
-// Bounds: at most kMaxQueuedEvents events wait for a slow client; one more
-// ends the stream with RESOURCE_EXHAUSTED (the client resumes from its last
-// sequence number). A close lets the events queued before it go out first.
+// Bounds: at most kMaxQueuedEvents events wait for a client; one more ends
+// the stream with RESOURCE_EXHAUSTED (a client that stopped reading; it may
+// subscribe again from its last sequence number). A close lets the events
+// queued before it go out first.
 //
 // Depends on gRPC, the protos and daemon/security.h.
 #ifndef RANKD_DAEMON_EVENT_STREAM_REACTOR_H_
@@ -34,8 +35,10 @@ namespace rankd {
 
 class EventStreamReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
  public:
-  // Events one stream may hold for a client that does not keep up.
-  static constexpr size_t kMaxQueuedEvents = 4096;
+  // Events one stream may hold for a client that does not keep up: four
+  // times the event logs' history (daemon/event_log.h keeps 4096), so the
+  // full replay a new subscription starts with fits with room to spare.
+  static constexpr size_t kMaxQueuedEvents = 16384;
 
   // Sinks handed to the subscription: `deliver` queues an event, `close`
   // finishes the stream with a status (after the events already queued).

@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -39,20 +40,25 @@ class StreamService final : public v1::Admin::CallbackService {
     return EventStreamReactor::Start(
         precheck_,
         [this, after](EventStreamReactor::Sinks sinks) {
+          // Kept before the first event goes out, so a client that read it
+          // finds these sinks in sinks().
+          {
+            absl::MutexLock lock(&mu_);
+            sinks_ = sinks;
+            ++opened_;
+          }
           v1::JobEvent first;
           first.set_sequence(after + 1);
           sinks.deliver(first);
-          absl::MutexLock lock(&mu_);
-          sinks_ = std::move(sinks);
-          ++opened_;
           return absl::StatusOr<uint64_t>(7);
         },
         [this](uint64_t id, bool client_gone, const std::string& reason) {
           absl::MutexLock lock(&mu_);
           ended_id_ = id;
+          ++ended_count_;
           client_gone_ = client_gone;
           reason_ = reason;
-          ended_.Notify();
+          if (!ended_.HasBeenNotified()) ended_.Notify();
         });
   }
 
@@ -71,6 +77,14 @@ class StreamService final : public v1::Admin::CallbackService {
     absl::MutexLock lock(&mu_);
     return client_gone_;
   }
+  // Waits until `n` streams ended in all.
+  bool WaitEndedCount(int n) {
+    absl::MutexLock lock(&mu_);
+    auto ended = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return ended_count_ >= n;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&ended), absl::Seconds(30));
+  }
   uint64_t ended_id() {
     absl::MutexLock lock(&mu_);
     return ended_id_;
@@ -82,6 +96,7 @@ class StreamService final : public v1::Admin::CallbackService {
   EventStreamReactor::Sinks sinks_;
   int opened_ = 0;
   uint64_t ended_id_ = 0;
+  int ended_count_ = 0;
   bool client_gone_ = false;
   std::string reason_;
   absl::Notification ended_;
@@ -189,6 +204,35 @@ TEST_F(EventStreamReactorTest, AClientThatDoesNotReadIsCutOffNotBuffered) {
       << status.error_message();
 }
 
+TEST_F(EventStreamReactorTest, AFullHistoryReplayFitsTheQueue) {
+  // A new subscription replays up to 4096 events of history at once, and
+  // the job goes on publishing meanwhile: none of it ends the stream.
+  StreamService& service = Serve();
+  ASSERT_NE(server_, nullptr);
+  grpc::ClientContext context;
+  auto reader = stub_->WatchEvents(&context, v1::WatchEventsRequest());
+  v1::JobEvent event;
+  ASSERT_TRUE(reader->Read(&event));
+  EventStreamReactor::Sinks sinks = service.sinks();
+  constexpr uint64_t kEvents = 4096 + 500;
+  for (uint64_t s = 2; s < 2 + kEvents; ++s) {
+    v1::JobEvent next;
+    next.set_sequence(s);
+    next.set_message("rank 5 lost: its connection to the daemon closed");
+    sinks.deliver(next);
+  }
+  sinks.close(absl::UnavailableError("done"));
+  uint64_t expected = 2;
+  while (reader->Read(&event)) {
+    ASSERT_EQ(event.sequence(), expected);
+    ++expected;
+  }
+  EXPECT_EQ(expected, 2 + kEvents);
+  grpc::Status status = reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(status.error_message(), "done");
+}
+
 TEST_F(EventStreamReactorTest, AFailedPrecheckEndsTheCallBeforeSubscribing) {
   StreamService& service =
       Serve(false, absl::UnauthenticatedError("missing bearer token"));
@@ -225,6 +269,41 @@ TEST_F(EventStreamReactorTest, KeptSinksAreHarmlessAfterTheStreamEnded) {
   kept.deliver(late);
   kept.close(absl::UnavailableError("the daemon is shutting down"));
   kept.close(absl::UnavailableError("again"));
+}
+
+// The shutdown race itself, many times: the daemon closes (and publishes
+// to) a stream while its client goes away, so the close lands before,
+// during or after the reactor's end. Under AddressSanitizer any touch of a
+// deleted reactor fails the run.
+TEST_F(EventStreamReactorTest, ClosesRacingClientsGoingAwayAreSafe) {
+  StreamService& service = Serve();
+  ASSERT_NE(server_, nullptr);
+  constexpr int kStreams = 100;
+  for (int i = 0; i < kStreams; ++i) {
+    grpc::ClientContext context;
+    auto reader = stub_->WatchEvents(&context, v1::WatchEventsRequest());
+    v1::JobEvent event;
+    ASSERT_TRUE(reader->Read(&event)) << i;
+    EventStreamReactor::Sinks sinks = service.sinks();
+    std::thread client([&] { context.TryCancel(); });
+    std::thread daemon([&] {
+      for (int e = 0; e < 3; ++e) sinks.deliver(event);
+      sinks.close(absl::UnavailableError("the daemon is shutting down"));
+    });
+    client.join();
+    daemon.join();
+    while (reader->Read(&event)) {
+    }
+    reader->Finish().IgnoreError();
+    // And again once the stream is surely over.
+    if (i % 10 == 0) {
+      ASSERT_TRUE(service.WaitEndedCount(i + 1));
+      absl::SleepFor(absl::Milliseconds(20));
+      sinks.close(absl::UnavailableError("late"));
+      sinks.deliver(event);
+    }
+  }
+  EXPECT_TRUE(service.WaitEndedCount(kStreams));
 }
 
 }  // namespace

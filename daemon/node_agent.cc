@@ -240,6 +240,15 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
       const LocalMember& holder = members_.find(it->second)->second;
       bool live = holder.state == LocalState::kJoining ||
                   holder.state == LocalState::kJoined;
+      if (live && holder.incarnation == request.incarnation() &&
+          it->second != rank) {
+        const uint32_t held = it->second;
+        lock.Release();
+        return reply(absl::InvalidArgumentError(absl::StrCat(
+            "local rank ", request.local_rank(), " on node ",
+            node_.node_index(), " already holds rank ", held,
+            "; the same process cannot join rank ", rank, " with it")));
+      }
       if (live && holder.incarnation != request.incarnation()) {
         lock.Release();
         return reply(absl::AlreadyExistsError(absl::StrFormat(
@@ -440,6 +449,22 @@ void NodeAgent::AllGatherWords(const v1::AllGatherWordsRequest& request,
     ++m.next_round;
     m.waiting_round = request.round();
     const uint64_t number = request.round();
+    v1::RankFrame frame;
+    frame.set_rank(rank);
+    *frame.mutable_words() = request.words();
+    if (number <= retired_round_ && rounds_.count(number) == 0) {
+      // Late for a round this node already retired (flushed without this
+      // rank, then past its deadline): the frame goes on its own, and the
+      // coordinator answers for the round.
+      lock.Release();
+      std::vector<v1::RankFrame> late;
+      late.push_back(std::move(frame));
+      std::vector<RoundWaiter> late_waiter;
+      late_waiter.push_back({rank, std::move(reply)});
+      SendBatch(number, absl::Now() + absl::Milliseconds(request.timeout_ms()),
+                std::move(late), std::move(late_waiter));
+      return;
+    }
     auto [it, inserted] = rounds_.try_emplace(number);
     LocalRound& round = it->second;
     if (inserted) {
@@ -450,9 +475,6 @@ void NodeAgent::AllGatherWords(const v1::AllGatherWordsRequest& request,
                            [this, number] { FlushRound(number); });
     }
     deadline = round.deadline;
-    v1::RankFrame frame;
-    frame.set_rank(rank);
-    *frame.mutable_words() = request.words();
     ++round.contributed;
     if (round.flushed) {
       // Late after a partial flush: send this frame on its own.
@@ -468,7 +490,9 @@ void NodeAgent::AllGatherWords(const v1::AllGatherWordsRequest& request,
     }
     if (round.contributed == spec_.nproc_per_node) {
       timer_->Cancel(round.flush_timer);
+      timer_->Cancel(round.retire_timer);
       rounds_.erase(it);
+      retired_round_ = std::max(retired_round_, number);
     }
   }
   if (!batch.empty()) {
@@ -487,6 +511,8 @@ void NodeAgent::FlushRound(uint64_t number) {
     LocalRound& round = it->second;
     round.flush_timer = 0;
     round.flushed = true;
+    round.retire_timer = timer_->Schedule(
+        round.deadline, [this, number] { RetireRound(number); });
     batch = std::move(round.pending);
     waiters = std::move(round.waiters);
     round.pending.clear();
@@ -496,6 +522,16 @@ void NodeAgent::FlushRound(uint64_t number) {
   if (!batch.empty()) {
     SendBatch(number, deadline, std::move(batch), std::move(waiters));
   }
+}
+
+void NodeAgent::RetireRound(uint64_t number) {
+  absl::MutexLock lock(&mu_);
+  auto it = rounds_.find(number);
+  if (it == rounds_.end()) return;
+  // Nothing of it waits here: its flushed frames (and any late ones) went
+  // to the coordinator, which answers them.
+  rounds_.erase(it);
+  retired_round_ = std::max(retired_round_, number);
 }
 
 void NodeAgent::SendBatch(uint64_t number, absl::Time deadline,
@@ -777,6 +813,7 @@ void NodeAgent::FailLocal(const std::string& cause) {
     job_state_ = v1::JOB_STATE_FAILED;
     for (auto& [number, round] : rounds_) {
       timer_->Cancel(round.flush_timer);
+      timer_->Cancel(round.retire_timer);
       for (auto& w : round.waiters) waiters.push_back(std::move(w));
     }
     rounds_.clear();
@@ -800,6 +837,7 @@ void NodeAgent::Shutdown(const std::string& reason, absl::Duration grace) {
     registered = registered_;
     for (auto& [number, round] : rounds_) {
       timer_->Cancel(round.flush_timer);
+      timer_->Cancel(round.retire_timer);
       for (auto& w : round.waiters) waiters.push_back(std::move(w));
     }
     rounds_.clear();
@@ -848,6 +886,7 @@ v1::JobStatus NodeAgent::LocalJob() const {
   }
   status.set_registered_nodes(registered);
   status.set_completed_rounds(completed_rounds_);
+  status.set_open_local_rounds(static_cast<uint32_t>(rounds_.size()));
   return status;
 }
 

@@ -118,6 +118,9 @@ class NodeAgent : public CoordinatorLink::Listener {
     std::vector<RoundWaiter> waiters;    // for the pending frames
     DeadlineTimer::TimerId flush_timer = 0;
     bool flushed = false;  // a partial batch went out at the flush time
+    // After a partial flush: retires the round at its deadline, so a local
+    // rank that never contributes does not keep it forever.
+    DeadlineTimer::TimerId retire_timer = 0;
     uint32_t contributed = 0;
   };
   struct ReplicaMember {
@@ -141,6 +144,8 @@ class NodeAgent : public CoordinatorLink::Listener {
   void LoseRank(uint32_t rank, uint64_t incarnation, const std::string& reason);
   // Sends the pending frames of `round` to the coordinator.
   void FlushRound(uint64_t round);
+  // Erases a flushed round once its deadline passed.
+  void RetireRound(uint64_t round);
   void SendBatch(uint64_t round, absl::Time deadline,
                  std::vector<v1::RankFrame> frames,
                  std::vector<RoundWaiter> waiters);
@@ -168,6 +173,10 @@ class NodeAgent : public CoordinatorLink::Listener {
   std::map<uint32_t, uint32_t> rank_of_local_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, LocalRound> rounds_ ABSL_GUARDED_BY(mu_);
   uint64_t completed_rounds_ ABSL_GUARDED_BY(mu_) = 0;
+  // Highest round number this node erased (complete, or flushed and past
+  // its deadline). A contribution to a round at or below it that is no
+  // longer held is late: its frame goes to the coordinator on its own.
+  uint64_t retired_round_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<ReplicaMember> replica_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::NodeState> replica_nodes_ ABSL_GUARDED_BY(mu_);
   // From NODE_REGISTERED events.

@@ -270,6 +270,7 @@ grpc::ServerUnaryReactor* AdminService::GetJob(
                   status.set_served_by_node(local.served_by_node());
                   status.set_served_by_coordinator(true);
                   status.set_coordinator_address(local.coordinator_address());
+                  status.set_open_local_rounds(local.open_local_rounds());
                   reply(status);
                 });
 }

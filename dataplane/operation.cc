@@ -57,7 +57,7 @@ void Operation::SetVerifier(std::function<absl::Status()> verify) {
 
 void Operation::Refuse(absl::Status refusal) {
   absl::MutexLock lock(&mu_);
-  if (!status_.ok() || done_) return;
+  if (!status_.ok() || done_ || finishing_) return;
   status_ = std::move(refusal);
   refused_ = true;
 }
@@ -93,7 +93,10 @@ void Operation::ProbeLocked() {
   if (!finished.ok()) {
     done_ = true;
     verify_ = nullptr;
-    if (status_.ok()) status_ = finished.status();
+    // A device error outranks a refusal (a partly refused batch still moved
+    // the transfers that agreed): the session is broken, so it poisons.
+    if (status_.ok() || refused_) status_ = finished.status();
+    refused_ = false;
     return;
   }
   if (*finished) FinishLocked();
@@ -134,7 +137,7 @@ absl::Status Operation::Wait() {
 void Operation::FailIfRunning(const absl::Status& cause) {
   absl::MutexLock lock(&mu_);
   ProbeLocked();  // finished work is still verified
-  if (done_) return;
+  if (done_ || finishing_) return;
   if (status_.ok()) {
     status_ = cause.ok()
                   ? absl::AbortedError(absl::StrCat(operation_, " was aborted"))

@@ -106,8 +106,10 @@ class Operation : public std::enable_shared_from_this<Operation> {
   absl::Status Wait();
 
   // Marks the operation failed with `cause` (Aborted naming it when `cause`
-  // is OK) unless its work already finished. Used before native work is
-  // aborted, so that killed work never reports success. The first cause
+  // is OK) unless its work already finished (or is being Finished). A
+  // native error the probe reports replaces a refusal: the work did run
+  // and failed, so the session is poisoned after all. Used before native work
+  // is aborted, so that killed work never reports success. The first cause
   // wins.
   void FailIfRunning(const absl::Status& cause);
 

@@ -10,7 +10,14 @@ OperationLedger::SequenceCell OperationLedger::Add(
     SubmittedOperation what) {
   auto sequence = std::make_shared<std::atomic<int64_t>>(-1);
   absl::MutexLock lock(&mu_);
-  if (entries_.size() >= prune_at_) PruneLocked();
+  if (entries_.size() >= prune_at_) {
+    // Cheap here, on the submitting thread: only destroyed operations (no
+    // device queries); Prune() drops finished ones.
+    entries_.erase(
+        std::remove_if(entries_.begin(), entries_.end(),
+                       [](const Entry& e) { return e.op.expired(); }),
+        entries_.end());
+  }
   entries_.push_back({op, deadline, std::move(what), sequence});
   // Under the same lock as FailAll's walk: an abort either saw this entry
   // or is seen here.

@@ -57,7 +57,9 @@ class OperationLedger {
     bool ordered = false;
   };
 
-  // Bounds the entries kept before finished ones are dropped on Add.
+  // Add drops destroyed operations once it holds `prune_at` entries (without
+  // asking any operation whether it finished: that is Prune's, off the
+  // submitting thread).
   explicit OperationLedger(size_t prune_at = 256) : prune_at_(prune_at) {}
 
   OperationLedger(const OperationLedger&) = delete;

@@ -117,15 +117,22 @@ TEST(OperationLedgerTest, PruneDropsFinishedAndDestroyedOperations) {
   ledger.Prune();
   EXPECT_EQ(ledger.size(), 1u);
 
-  // Add prunes by itself once it holds prune_at entries.
-  std::vector<std::shared_ptr<Operation>> held;
+  // Add drops destroyed operations by itself once it holds prune_at
+  // entries; finished ones that still live wait for Prune.
   for (int i = 0; i < 10; ++i) {
     auto op = Running("short");
     ledger.Add(op, absl::InfiniteFuture(), What("short"));
-    op->Finish(absl::OkStatus());
-    held.push_back(op);
   }
   EXPECT_LE(ledger.size(), 4u);
+  std::vector<std::shared_ptr<Operation>> held;
+  for (int i = 0; i < 5; ++i) {
+    held.push_back(Running("held"));
+    ledger.Add(held.back(), absl::InfiniteFuture(), What("held"));
+    held.back()->Finish(absl::OkStatus());
+  }
+  EXPECT_GE(ledger.size(), 5u);
+  ledger.Prune();
+  EXPECT_EQ(ledger.size(), 1u);
   kept->Finish(absl::OkStatus());
 }
 

@@ -195,6 +195,22 @@ TEST(OperationCompletionTest, RefusalDoesNotPoisonAnyOtherFailureDoes) {
   EXPECT_EQ(owner->poison().code(), absl::StatusCode::kUnavailable);
 }
 
+TEST(OperationCompletionTest, ADeviceErrorAfterARefusalStillPoisons) {
+  // A partly refused batch still moves the transfers that agree; when the
+  // device then fails, the session is broken whatever was refused.
+  auto owner = std::make_shared<RecordingOwner>();
+  auto op = std::make_shared<Operation>(
+      "batch_send_receive on world", std::vector<std::shared_ptr<const void>>{},
+      []() -> absl::StatusOr<bool> {
+        return absl::InternalError("device fault");
+      });
+  op->Refuse(absl::InvalidArgumentError("rank 1 expects i32[4]"));
+  OperationCompletion c(op, owner, OwnerRef::kShared, "test");
+  EXPECT_EQ(c.Wait().code(), absl::StatusCode::kInternal);
+  EXPECT_FALSE(op->refused());
+  EXPECT_EQ(owner->poison().code(), absl::StatusCode::kInternal);
+}
+
 TEST(OperationCompletionTest, BoundedWaitArgumentsAreCheckedBeforeWaiting) {
   auto owner = std::make_shared<RecordingOwner>();
   auto op = std::make_shared<Operation>(

@@ -298,6 +298,12 @@ TEST_F(BadInputTest, OneProcessClaimingTwoLocalRanksIsRefused) {
   EXPECT_RPC_ERROR(
       Join(0, JoinReq(0, 0x6161, 901)), grpc::StatusCode::ALREADY_EXISTS,
       "local rank 0 on node 0 is already held by pid 900 (rank 0)");
+  // Nor may it take a second rank with the local rank it holds.
+  v1::JoinRequest second = JoinReq(0, 0x5151, 900);
+  second.set_rank(1);
+  EXPECT_RPC_ERROR(Join(0, second), grpc::StatusCode::INVALID_ARGUMENT,
+                   "local rank 0 on node 0 already holds rank 0; the same "
+                   "process cannot join rank 1 with it");
   MustJoin(0, 1, 0x7171, 902);
   ExpectStillServing();
 }
@@ -378,6 +384,35 @@ TEST_F(BadInputTest, WatchForARankThatNeverJoinedIsRefused) {
   ghost.set_job_id("nope");
   EXPECT_RPC_ERROR(WatchStatus(0, ghost), grpc::StatusCode::NOT_FOUND,
                    "unknown job 'nope'");
+  ExpectStillServing();
+}
+
+// A round flushed without one of the node's ranks is retired at its
+// deadline instead of being held forever, and that rank's late frame goes
+// to the coordinator on its own (which answers at once).
+TEST_F(BadInputTest, ARoundALocalRankNeverJoinsIsRetiredAtItsDeadline) {
+  v1::MemberRef early = MustJoin(0, 0, 0x5101, 510);
+  v1::MemberRef late = MustJoin(0, 1, 0x5102, 511);
+  // Ranks 2-3 of node 1 never come either.
+  EXPECT_RPC_ERROR(Words(0, early, 1, {1}, 400),
+                   grpc::StatusCode::DEADLINE_EXCEEDED, "(node 0: 1; node 1");
+  auto open_rounds = [&] {
+    v1::JobStatus job;
+    auto context = Ctx();
+    EXPECT_TRUE(
+        admin_[0]->GetJob(context.get(), v1::GetJobRequest(), &job).ok());
+    return job.open_local_rounds();
+  };
+  const absl::Time until = absl::Now() + absl::Seconds(5);
+  while (open_rounds() != 0 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(open_rounds(), 0u);
+  const absl::Time sent = absl::Now();
+  grpc::Status s = Words(0, late, 1, {2}, 5000);
+  EXPECT_FALSE(s.ok());
+  EXPECT_LT(absl::Now() - sent, absl::Seconds(3)) << s.error_message();
+  EXPECT_EQ(open_rounds(), 0u);
   ExpectStillServing();
 }
 
