@@ -17,6 +17,12 @@ absl::Status CheckTimeoutMs(uint32_t timeout_ms, absl::string_view field) {
   return absl::OkStatus();
 }
 
+absl::Status CheckOptionalTimeoutMs(uint32_t timeout_ms,
+                                    absl::string_view field) {
+  if (timeout_ms == 0) return absl::OkStatus();
+  return CheckTimeoutMs(timeout_ms, field);
+}
+
 absl::Status CheckTextSize(absl::string_view field, absl::string_view value,
                            size_t max_bytes) {
   if (value.size() <= max_bytes) return absl::OkStatus();

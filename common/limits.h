@@ -24,6 +24,10 @@ inline constexpr size_t kMaxDeviceFieldBytes = 256;
 // every wait needs a deadline).
 absl::Status CheckTimeoutMs(uint32_t timeout_ms, absl::string_view field);
 
+// The same for a wait that is optional: 0 (do not wait) is OK too.
+absl::Status CheckOptionalTimeoutMs(uint32_t timeout_ms,
+                                    absl::string_view field);
+
 // OK when `value` has at most `max_bytes` bytes; InvalidArgument naming
 // `field`, its size and the limit otherwise (never echoing the value).
 absl::Status CheckTextSize(absl::string_view field, absl::string_view value,

@@ -23,6 +23,13 @@ TEST(LimitsTest, TimeoutsNeedADeadlineWithinTheLimit) {
             "wait_for_world_ms=3600001 exceeds the limit of 3600000 ms");
 }
 
+TEST(LimitsTest, AnOptionalWaitMayBeZeroButNotOverTheLimit) {
+  EXPECT_TRUE(CheckOptionalTimeoutMs(0, "timeout_ms").ok());
+  EXPECT_TRUE(CheckOptionalTimeoutMs(kMaxTimeoutMs, "timeout_ms").ok());
+  EXPECT_EQ(CheckOptionalTimeoutMs(kMaxTimeoutMs + 1, "timeout_ms").message(),
+            "timeout_ms=3600001 exceeds the limit of 3600000 ms");
+}
+
 TEST(LimitsTest, TextOverTheLimitIsNamedNotEchoed) {
   EXPECT_TRUE(CheckTextSize("reason", std::string(kMaxReasonBytes, 'x'),
                             kMaxReasonBytes)

@@ -311,8 +311,10 @@ void Coordinator::JoinRank(const v1::JoinRankRequest& request,
 absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
                                          std::vector<JoinWaiter>* released) {
   if (auto s = CheckNodeLocked(request.node()); !s.ok()) return s;
-  if (request.wait_for_world_ms() > kMaxTimeoutMs) {
-    return CheckTimeoutMs(request.wait_for_world_ms(), "wait_for_world_ms");
+  if (auto s = CheckOptionalTimeoutMs(request.wait_for_world_ms(),
+                                      "wait_for_world_ms");
+      !s.ok()) {
+    return s;
   }
   if (auto s = CheckDevice(request.device()); !s.ok()) return s;
   if (auto s = JobFailedLocked(); !s.ok()) return s;
@@ -537,10 +539,8 @@ absl::StatusOr<v1::KvSetResponse> Coordinator::KvSet(
 
 void Coordinator::KvGet(const v1::KvGetRequest& request,
                         Reply<v1::KvGetResponse> reply) {
-  absl::Status status;
-  if (request.timeout_ms() > kMaxTimeoutMs) {
-    status = CheckTimeoutMs(request.timeout_ms(), "timeout_ms");
-  }
+  absl::Status status =
+      CheckOptionalTimeoutMs(request.timeout_ms(), "timeout_ms");
   if (status.ok()) {
     absl::MutexLock lock(&mu_);
     status = CheckMemberLocked(request.member());

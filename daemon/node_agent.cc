@@ -194,12 +194,10 @@ void NodeAgent::Join(const v1::JoinRequest& request,
     return reply(absl::InvalidArgumentError(
         "incarnation must be a random non-zero id chosen at process start"));
   }
-  if (request.wait_for_world_ms() > 0) {
-    if (auto s =
-            CheckTimeoutMs(request.wait_for_world_ms(), "wait_for_world_ms");
-        !s.ok()) {
-      return reply(s);
-    }
+  if (auto s = CheckOptionalTimeoutMs(request.wait_for_world_ms(),
+                                      "wait_for_world_ms");
+      !s.ok()) {
+    return reply(s);
   }
   if (auto s = CheckDevice(request.device()); !s.ok()) return reply(s);
   const std::string& kind = request.device().kind();
@@ -235,14 +233,15 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
   v1::JoinRankRequest forward;
   {
     absl::ReleasableMutexLock lock(&mu_);
-    if (auto it = rank_of_local_.find(request.local_rank());
-        it != rank_of_local_.end() && members_.count(it->second) > 0) {
-      const LocalMember& holder = members_.find(it->second)->second;
+    auto local = rank_of_local_.find(request.local_rank());
+    auto held_by = local == rank_of_local_.end() ? members_.end()
+                                                 : members_.find(local->second);
+    if (held_by != members_.end()) {
+      const uint32_t held = held_by->first;
+      const LocalMember& holder = held_by->second;
       bool live = holder.state == LocalState::kJoining ||
                   holder.state == LocalState::kJoined;
-      if (live && holder.incarnation == request.incarnation() &&
-          it->second != rank) {
-        const uint32_t held = it->second;
+      if (live && holder.incarnation == request.incarnation() && held != rank) {
         lock.Release();
         return reply(absl::InvalidArgumentError(absl::StrCat(
             "local rank ", request.local_rank(), " on node ",
@@ -250,11 +249,12 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
             "; the same process cannot join rank ", rank, " with it")));
       }
       if (live && holder.incarnation != request.incarnation()) {
+        const uint32_t pid = holder.pid;
         lock.Release();
         return reply(absl::AlreadyExistsError(absl::StrFormat(
             "local rank %d on node %d is already held by pid %d (rank %d); "
             "two processes claim it",
-            request.local_rank(), node_.node_index(), holder.pid, it->second)));
+            request.local_rank(), node_.node_index(), pid, held)));
       }
     }
     if (auto it = members_.find(rank); it != members_.end()) {
@@ -585,8 +585,8 @@ void NodeAgent::KvSet(const v1::KvSetRequest& request,
 void NodeAgent::KvGet(const v1::KvGetRequest& request,
                       Reply<v1::KvGetResponse> reply) {
   absl::Status status = KvStore::ValidateKey(request.key());
-  if (status.ok() && request.timeout_ms() > kMaxTimeoutMs) {
-    status = CheckTimeoutMs(request.timeout_ms(), "timeout_ms");
+  if (status.ok()) {
+    status = CheckOptionalTimeoutMs(request.timeout_ms(), "timeout_ms");
   }
   if (status.ok()) {
     absl::MutexLock lock(&mu_);
