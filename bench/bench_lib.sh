@@ -101,13 +101,17 @@ EOF
 # is ready. Called once here; a launcher that stopped them (stop_all) may call
 # it again.
 JOB=bench
+# The job's own credentials, as tools/run.sh does; ranks use the Unix sockets.
+CREDS=$TMP/credentials
+"$RANKCTL" credentials create "$CREDS" >/dev/null || die "cannot create $CREDS"
 start_daemons() {
   local n args deadline
   DAEMON_PIDS=()
   for ((n = 0; n < NNODES; n++)); do
     args=(--job_id=$JOB --nnodes="$NNODES" --node_index=$n
           --nproc_per_node="$NPROC_PER_NODE"
-          --listen=127.0.0.1:${PORTS[$n]} --socket="$TMP/node$n.sock")
+          --listen=127.0.0.1:${PORTS[$n]} --socket="$TMP/node$n.sock"
+          --credentials_dir="$CREDS")
     ((n == 0)) || args+=(--coordinator=127.0.0.1:${PORTS[0]})
     "$RANKD" "${args[@]}" >>"$TMP/daemon$n.log" 2>&1 &
     PIDS+=($!)

@@ -21,6 +21,7 @@
 #include "client/channel.h"
 #include "client/rankctl_args.h"
 #include "client/rankctl_format.h"
+#include "common/credentials.h"
 #include "rankd/v1/admin.pb.h"
 
 namespace rankd {
@@ -57,6 +58,20 @@ int Print(const RankctlArgs& args, const absl::StatusOr<Message>& message,
 int Run(const RankctlArgs& args) {
   ClientOptions options;
   options.target = args.target.empty() ? DefaultTarget() : args.target;
+  if (args.command == RankctlArgs::Command::kCredentialsCreate) {
+    if (auto s = CreateCredentials(args.credentials_dir); !s.ok()) {
+      return Fail(s);
+    }
+    std::cout << "wrote " << args.credentials_dir << "/{" << kNodeKeyFile << ","
+              << kRankTokenFile << "," << kOperatorTokenFile << "}\n";
+    return kExitOk;
+  }
+  if (args.command == RankctlArgs::Command::kCredentialsNodeToken) {
+    auto key = ReadCredentialFile(args.credentials_dir, kNodeKeyFile);
+    if (!key.ok()) return Fail(key.status());
+    std::cout << NodeToken(*key, args.job_id, args.node_index) << "\n";
+    return kExitOk;
+  }
   absl::Duration timeout = absl::Milliseconds(args.timeout_ms);
   if (args.timeout_ms == 0) timeout = absl::Milliseconds(5000);
   options.connect_timeout = timeout;

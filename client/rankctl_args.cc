@@ -45,6 +45,12 @@ commands:
   health            grpc.health.v1 status (SERVING / NOT_SERVING / ...)
   kv get KEY        one key of the job's key-value broker (binary as 0x<hex>)
   watch             job events, one per line, until interrupted or --timeout_ms
+  credentials create DIR
+                    write a new job's credentials into DIR (node.key,
+                    rank.token, operator.token; mode 0600); never overwrites
+  credentials node-token DIR JOB NODE
+                    print node NODE's token of job JOB under DIR/node.key, for
+                    a daemon that should hold only its own identity
 flags:
   --target=ADDR        daemon address: host:port, unix:///path.sock, /path.sock
                        (default $RANKD_TARGET, else unix:///run/rankd/rankd.sock)
@@ -52,7 +58,8 @@ flags:
                        watch prints one JSON object per line)
   --timeout_ms=N       connect and call deadline (default 5000); for watch,
                        how long to watch (0 = until interrupted)
-  --token_file=PATH    send the bearer token in PATH
+  --token_file=PATH    send the credential in PATH (the operator.token of the
+                       job's credentials; needed over TCP)
   --tls_ca=PATH        use TLS, trusting the PEM roots in PATH
   --tls_cert=PATH --tls_key=PATH   client certificate for mutual TLS
   --tls_server_name=NAME   name expected in the daemon's certificate
@@ -138,7 +145,7 @@ absl::StatusOr<RankctlArgs> ParseRankctlArgs(
   if (positional.empty()) {
     return Usage(
         "missing command (status, topology, members, health, "
-        "kv get KEY, watch)");
+        "kv get KEY, watch, credentials)");
   }
   const std::string& command = positional[0];
   size_t expected_args = 1;
@@ -162,6 +169,31 @@ absl::StatusOr<RankctlArgs> ParseRankctlArgs(
     out.command = RankctlArgs::Command::kKvGet;
     out.key = positional[2];
     expected_args = 3;
+  } else if (command == "credentials") {
+    const std::string sub = positional.size() > 1 ? positional[1] : "";
+    if (sub == "create") {
+      out.command = RankctlArgs::Command::kCredentialsCreate;
+      expected_args = 3;
+    } else if (sub == "node-token") {
+      out.command = RankctlArgs::Command::kCredentialsNodeToken;
+      expected_args = 5;
+    } else {
+      return Usage(
+          "the credentials commands are: credentials create DIR, "
+          "credentials node-token DIR JOB NODE");
+    }
+    if (positional.size() < expected_args) {
+      return Usage(absl::StrCat("credentials ", sub, " needs ",
+                                sub == "create" ? "DIR" : "DIR JOB NODE"));
+    }
+    out.credentials_dir = positional[2];
+    if (sub == "node-token") {
+      out.job_id = positional[3];
+      if (!absl::SimpleAtoi(positional[4], &out.node_index)) {
+        return Usage(absl::StrCat("NODE must be a node index, got \"",
+                                  positional[4], "\""));
+      }
+    }
   } else {
     return Usage(absl::StrCat("unknown command \"", command, "\""));
   }

@@ -26,7 +26,17 @@ inline constexpr int kExitUsage = 2;
 inline constexpr int kExitNotServing = 3;
 
 struct RankctlArgs {
-  enum class Command { kTopology, kMembers, kStatus, kHealth, kKvGet, kWatch };
+  enum class Command {
+    kTopology,
+    kMembers,
+    kStatus,
+    kHealth,
+    kKvGet,
+    kWatch,
+    // Local commands: no daemon is contacted.
+    kCredentialsCreate,
+    kCredentialsNodeToken,
+  };
 
   bool help = false;  // --help / -h: print RankctlUsage() and exit 0.
   Command command = Command::kStatus;
@@ -43,6 +53,9 @@ struct RankctlArgs {
   std::string service;          // --service (health)
   uint64_t after = 0;           // --after (watch): replay events after this
   std::string key;              // kv get KEY
+  std::string credentials_dir;  // credentials create|node-token DIR
+  std::string job_id;           // credentials node-token DIR JOB NODE
+  uint32_t node_index = 0;
 };
 
 // Parses `args` (without the program name). Flags may come before or after

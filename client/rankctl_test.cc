@@ -56,6 +56,17 @@ TEST(RankctlArgsTest, ParsesFlagsAnywhereInBothForms) {
   EXPECT_EQ(defaults->target, "");
   EXPECT_FALSE(defaults->json);
 
+  auto create = Parse({"credentials", "create", "/tmp/job"});
+  ASSERT_TRUE(create.ok()) << create.status();
+  EXPECT_EQ(create->command, RankctlArgs::Command::kCredentialsCreate);
+  EXPECT_EQ(create->credentials_dir, "/tmp/job");
+  auto node_token =
+      Parse({"credentials", "node-token", "/tmp/job", "llama", "3"});
+  ASSERT_TRUE(node_token.ok()) << node_token.status();
+  EXPECT_EQ(node_token->command, RankctlArgs::Command::kCredentialsNodeToken);
+  EXPECT_EQ(node_token->job_id, "llama");
+  EXPECT_EQ(node_token->node_index, 3u);
+
   auto help = Parse({"--help"});
   ASSERT_TRUE(help.ok());
   EXPECT_TRUE(help->help);
@@ -81,6 +92,12 @@ TEST(RankctlArgsTest, RejectsUsageErrors) {
       {{"status", "--json=maybe"}, "bad value"},
       {{"status", "--tls_cert=c"}, "together"},
       {{"status", "--tls_cert=c", "--tls_key=k"}, "need --tls_ca"},
+      {{"credentials"}, "credentials create DIR"},
+      {{"credentials", "rotate", "d"}, "credentials create DIR"},
+      {{"credentials", "create"}, "needs DIR"},
+      {{"credentials", "node-token", "d", "job"}, "needs DIR JOB NODE"},
+      {{"credentials", "node-token", "d", "job", "one"}, "node index"},
+      {{"credentials", "create", "d", "extra"}, "unexpected argument"},
   };
   for (const auto& [args, why] : cases) {
     auto a = Parse(args);

@@ -634,7 +634,7 @@ class Resolver {
     return absl::OkStatus();
   }
 
-  // TLS files and the token file (names only; nothing is read here).
+  // TLS files and the credentials folder (names only; nothing is read here).
   absl::Status Security() {
     const Setting cert = GivenOr(flags_.tls_cert, "tls_cert", "");
     const Setting key = GivenOr(flags_.tls_key, "tls_key", "");
@@ -666,8 +666,23 @@ class Resolver {
     c_.tls.key_file = key.value;
     c_.tls.ca_file = ca.value;
     c_.tls.require_client_cert = *require_client_cert;
-    c_.auth_token_file =
-        GivenOr(flags_.auth_token_file, "auth_token_file", "").value;
+    const Setting creds =
+        GivenOr(flags_.credentials_dir, "credentials_dir", "");
+    const Setting open =
+        GivenOr(flags_.allow_unauthenticated, "allow_unauthenticated", "false");
+    absl::StatusOr<bool> allow_unauthenticated = ParseBool(open);
+    if (!allow_unauthenticated.ok()) return allow_unauthenticated.status();
+    if (*allow_unauthenticated && !creds.value.empty()) {
+      return Invalid(absl::StrCat(open.Assignment(), " contradicts ",
+                                  creds.Assignment(),
+                                  ": give one or the other"));
+    }
+    const Setting kv = GivenOr(flags_.admin_kv_read, "admin_kv_read", "false");
+    absl::StatusOr<bool> admin_kv_read = ParseBool(kv);
+    if (!admin_kv_read.ok()) return admin_kv_read.status();
+    c_.credentials_dir = creds.value;
+    c_.allow_unauthenticated = *allow_unauthenticated;
+    c_.admin_kv_read = *admin_kv_read;
     return absl::OkStatus();
   }
 
@@ -716,8 +731,11 @@ std::string DescribeConfig(const DaemonConfig& c) {
       " advertise=", c.advertise_address,
       " socket=", c.socket_path.empty() ? "off" : c.socket_path,
       " heartbeat=", absl::FormatDuration(c.heartbeat_interval), "/",
-      absl::FormatDuration(c.heartbeat_timeout), " tls=", tls,
-      " auth_token=", c.auth_token_file.empty() ? "off" : c.auth_token_file,
+      absl::FormatDuration(c.heartbeat_timeout), " tls=", tls, " credentials=",
+      c.allow_unauthenticated     ? "NONE (--allow_unauthenticated)"
+      : c.credentials_dir.empty() ? "-"
+                                  : c.credentials_dir,
+      " admin_kv_read=", c.admin_kv_read ? "on" : "off",
       " metrics=", c.metrics_address.empty() ? "off" : c.metrics_address,
       " host=", or_dash(c.hostname), " pod=", or_dash(c.pod_name),
       " node=", or_dash(c.node_name));

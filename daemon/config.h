@@ -112,9 +112,14 @@ struct DaemonConfig {
       absl::Milliseconds(kDefaultRegisterTimeoutMs);
 
   TlsFiles tls;
-  // File holding the bearer token clients and peers must present; empty when
-  // no token is required. Not read here.
-  std::string auth_token_file;
+  // Folder holding the job's credentials (common/credentials.h); empty when
+  // none were given. Not read here: daemon/security.h loads them.
+  std::string credentials_dir;
+  // True only when the operator asked to run without credentials.
+  bool allow_unauthenticated = false;
+  // True when operators may read key-value values through Admin.KvGet (with
+  // the operator token). Off by default.
+  bool admin_kv_read = false;
 
   // Identity of the host, pod and Kubernetes node ("" when unknown).
   std::string hostname;
@@ -147,7 +152,9 @@ struct RawConfig {
   std::optional<std::string> tls_key;
   std::optional<std::string> tls_ca;
   std::optional<std::string> tls_require_client_cert;
-  std::optional<std::string> auth_token_file;
+  std::optional<std::string> credentials_dir;
+  std::optional<std::string> allow_unauthenticated;
+  std::optional<std::string> admin_kv_read;
   std::optional<std::string> metrics_listen;
 };
 
@@ -184,13 +191,16 @@ EnvLookup ProcessEnv();
 //   - socket path is "" (disabled) or absolute and <= 107 bytes;
 //   - heartbeat interval in [10ms, 60s], timeout in (2 * interval, 600s];
 //   - TLS: cert and key together; ca or require_client_cert need them;
-//     require_client_cert needs ca.
+//     require_client_cert needs ca;
+//   - credentials: --credentials_dir and --allow_unauthenticated=true
+//     exclude each other (whether credentials are needed at all is checked
+//     when the daemon loads them).
 // Returns InvalidArgument naming the flag or variable to fix.
 absl::StatusOr<DaemonConfig> ResolveConfig(const RawConfig& flags,
                                            const EnvLookup& env);
 
 // Returns a one-line, human-readable summary of `config` for the startup log.
-// Contains no secrets (the token file is named, never read).
+// Contains no secrets (the credentials folder is named, never read).
 std::string DescribeConfig(const DaemonConfig& config);
 
 // A parsed network address.

@@ -74,7 +74,9 @@ TEST_F(ConfigTest, SingleNodeDefaults) {
   EXPECT_EQ(c.heartbeat_timeout, absl::Milliseconds(2000));
   EXPECT_FALSE(c.tls.enabled());
   EXPECT_FALSE(c.tls.require_client_cert);
-  EXPECT_EQ(c.auth_token_file, "");
+  EXPECT_EQ(c.credentials_dir, "");
+  EXPECT_FALSE(c.allow_unauthenticated);
+  EXPECT_FALSE(c.admin_kv_read);
   EXPECT_EQ(c.metrics_address, "");
   EXPECT_EQ(c.hostname, "host-a");
   EXPECT_EQ(c.pod_name, "");
@@ -266,7 +268,7 @@ TEST_F(ConfigTest, EveryFlagHasRankdEnvironmentFallback) {
   env_["RANKD_TLS_KEY"] = "/k.pem";
   env_["RANKD_TLS_CA"] = "/ca.pem";
   env_["RANKD_TLS_REQUIRE_CLIENT_CERT"] = "yes";
-  env_["RANKD_AUTH_TOKEN_FILE"] = "/token";
+  env_["RANKD_CREDENTIALS_DIR"] = "/creds";
   env_["RANKD_METRICS_LISTEN"] = "0.0.0.0:9090";
   const DaemonConfig c = MustResolve();
   EXPECT_EQ(c.job_id, "env-job");
@@ -286,7 +288,7 @@ TEST_F(ConfigTest, EveryFlagHasRankdEnvironmentFallback) {
   EXPECT_EQ(c.tls.key_file, "/k.pem");
   EXPECT_EQ(c.tls.ca_file, "/ca.pem");
   EXPECT_TRUE(c.tls.require_client_cert);
-  EXPECT_EQ(c.auth_token_file, "/token");
+  EXPECT_EQ(c.credentials_dir, "/creds");
   EXPECT_EQ(c.metrics_address, "0.0.0.0:9090");
 }
 
@@ -747,17 +749,34 @@ TEST_F(ConfigTest, EmptyTlsFlagsMeanOff) {
   EXPECT_FALSE(MustResolve().tls.enabled());
 }
 
-TEST_F(ConfigTest, AuthTokenAndMetrics) {
+TEST_F(ConfigTest, CredentialsAndMetrics) {
   raw_.world_size = "1";
-  raw_.auth_token_file = "/var/run/secrets/rankd/token";
+  raw_.credentials_dir = "/var/run/secrets/rankd";
+  raw_.admin_kv_read = "yes";
   raw_.metrics_listen = "0.0.0.0:9090";
   DaemonConfig c = MustResolve();
-  EXPECT_EQ(c.auth_token_file, "/var/run/secrets/rankd/token");
+  EXPECT_EQ(c.credentials_dir, "/var/run/secrets/rankd");
+  EXPECT_FALSE(c.allow_unauthenticated);
+  EXPECT_TRUE(c.admin_kv_read);
   EXPECT_EQ(c.metrics_address, "0.0.0.0:9090");
   raw_.metrics_listen = "";
   EXPECT_EQ(MustResolve().metrics_address, "");
   raw_.metrics_listen = "9090";
   ExpectError({"--metrics_listen=9090 is not HOST:PORT"});
+}
+
+TEST_F(ConfigTest, RunningWithoutCredentialsIsAnExplicitExclusiveChoice) {
+  raw_.world_size = "1";
+  raw_.allow_unauthenticated = "true";
+  EXPECT_TRUE(MustResolve().allow_unauthenticated);
+  EXPECT_TRUE(absl::StrContains(DescribeConfig(MustResolve()),
+                                "credentials=NONE (--allow_unauthenticated)"));
+  raw_.credentials_dir = "/creds";
+  ExpectError(
+      {"--allow_unauthenticated=true contradicts "
+       "--credentials_dir=/creds"});
+  raw_.allow_unauthenticated = "maybe";
+  ExpectError({"--allow_unauthenticated=maybe"});
 }
 
 // ---------------------------------------------------------- description
@@ -781,8 +800,8 @@ TEST_F(ConfigTest, DescribeConfigIsOneInformativeLine) {
         "node_index=1", "tp=4 pp=1 ep=1 dp=2", "role=worker",
         "coordinator=head:7421", "listen=0.0.0.0:7421", "advertise=host-a:7421",
         "socket=/run/rankd/rankd.sock", "heartbeat=250ms/2s", "tls=mutual",
-        "auth_token=off", "metrics=off", "host=host-a", "pod=llama-1",
-        "node=-"}) {
+        "credentials=-", "admin_kv_read=off", "metrics=off", "host=host-a",
+        "pod=llama-1", "node=-"}) {
     EXPECT_TRUE(absl::StrContains(d, part)) << part << " not in " << d;
   }
 }
@@ -883,7 +902,7 @@ TEST(FlagsTest, CollectsOnlyGivenFlags) {
   EXPECT_EQ(raw.tls_cert, std::nullopt);
   EXPECT_EQ(raw.tls_key, std::nullopt);
   EXPECT_EQ(raw.tls_ca, std::nullopt);
-  EXPECT_EQ(raw.auth_token_file, std::nullopt);
+  EXPECT_EQ(raw.credentials_dir, std::nullopt);
   EXPECT_EQ(raw.metrics_listen, std::nullopt);
   EXPECT_EQ(raw.job_id, "j1");
 

@@ -492,8 +492,16 @@ absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
 
 void Coordinator::ContributeWords(const v1::ContributeWordsRequest& request,
                                   Reply<v1::AllGatherWordsResponse> reply) {
-  absl::Status status;
-  {
+  // What the request carries is checked before whom it claims to be.
+  absl::Status status = CheckTimeoutMs(request.timeout_ms(), "timeout_ms");
+  if (status.ok() && request.frames_size() == 0) {
+    // Such a contribution would open (and, timing out, complete) a round
+    // without any rank in it.
+    status = absl::InvalidArgumentError(absl::StrCat(
+        "a contribution to all_gather_words round ", request.round(),
+        " carries no frame; a node contributes its ranks' frames"));
+  }
+  if (status.ok()) {
     absl::MutexLock lock(&mu_);
     status = CheckNodeLocked(request.node());
     if (status.ok()) status = JobFailedLocked();
@@ -509,15 +517,6 @@ void Coordinator::ContributeWords(const v1::ContributeWordsRequest& request,
             absl::StrCat("rank ", f.rank(), " is not a joined member of node ",
                          request.node().node_index()));
       }
-    }
-    if (status.ok())
-      status = CheckTimeoutMs(request.timeout_ms(), "timeout_ms");
-    if (status.ok() && request.frames_size() == 0) {
-      // Such a contribution would open (and, timing out, complete) a round
-      // without any rank in it.
-      status = absl::InvalidArgumentError(absl::StrCat(
-          "a contribution to all_gather_words round ", request.round(),
-          " carries no frame; a node contributes its ranks' frames"));
     }
   }
   if (!status.ok()) return reply(status);

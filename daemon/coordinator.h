@@ -90,6 +90,9 @@ class Coordinator {
   v1::Topology GetTopology() const;
   v1::MemberList ListMembers() const;
   std::optional<std::string> PeekKey(const std::string& key) const;
+  // The node `rank` joined on, else the node it would default to; 0 for a
+  // rank outside the world (whose requests fail on their own).
+  uint32_t NodeOfRank(uint32_t rank) const;
 
   // Fails the job with `cause` (first cause wins) and releases every wait.
   void FailJob(const std::string& cause);
@@ -139,7 +142,6 @@ class Coordinator {
   // Releases waits after FailJobLocked; call without the lock.
   void ReleaseAfterFailure();
   std::string MissingRanksLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  uint32_t NodeOfRank(uint32_t rank) const;
   void CheckHeartbeats();
   void ExpireJoinWaiter(uint64_t id);
 

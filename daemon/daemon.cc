@@ -100,14 +100,12 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {}
 Daemon::~Daemon() { Shutdown("daemon destroyed", absl::Seconds(2)); }
 
 absl::Status Daemon::Init() {
-  if (!config_.auth_token_file.empty()) {
-    auto token = ReadSecretFile(config_.auth_token_file, "--auth_token_file");
-    if (!token.ok()) return token.status();
-    token_ = std::string(absl::StripAsciiWhitespace(*token));
-    if (token_.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--auth_token_file=", config_.auth_token_file, " is empty"));
-    }
+  auto auth = Authenticator::Load(config_);
+  if (!auth.ok()) return auth.status();
+  auth_ = *std::move(auth);
+  if (!auth_->enabled()) {
+    Log("WARNING: running WITHOUT AUTHENTICATION (--allow_unauthenticated): "
+        "anyone who can reach the TCP listener can change or fail this job");
   }
   auto server_credentials = MakeServerCredentials(config_.tls);
   if (!server_credentials.ok()) return server_credentials.status();
@@ -130,7 +128,7 @@ absl::Status Daemon::Init() {
     auto channel_credentials = MakeChannelCredentials(config_.tls);
     if (!channel_credentials.ok()) return channel_credentials.status();
     auto remote = std::make_unique<RemoteCoordinatorLink>(
-        config_.coordinator_address, *channel_credentials, token_,
+        config_.coordinator_address, *channel_credentials, auth_->node_token(),
         config_.heartbeat_interval, config_.heartbeat_timeout, timer_.get());
     if (metrics_ != nullptr) {
       remote->set_heartbeat_observer(
@@ -153,11 +151,11 @@ absl::Status Daemon::Init() {
   if (!agent.ok()) return agent.status();
   agent_ = *std::move(agent);
 
-  rank_service_ = std::make_unique<RankService>(agent_.get(), token_);
+  rank_service_ = std::make_unique<RankService>(agent_.get(), &*auth_);
   peer_service_ = std::make_unique<PeerService>(
-      coordinator_.get(), config_.coordinator_address, token_);
+      coordinator_.get(), config_.coordinator_address, &*auth_);
   admin_service_ =
-      std::make_unique<AdminService>(agent_.get(), coordinator_.get(), token_);
+      std::make_unique<AdminService>(agent_.get(), coordinator_.get(), &*auth_);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

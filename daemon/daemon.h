@@ -13,6 +13,7 @@
 #define RANKD_DAEMON_DAEMON_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -62,7 +63,8 @@ class Daemon {
   JobSnapshot Snapshot() const;
 
   const DaemonConfig config_;
-  std::string token_;
+  // Set by Init before any service exists; the services point at it.
+  std::optional<Authenticator> auth_;
   std::unique_ptr<DeadlineTimer> timer_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<CoordinatorLink> link_;

@@ -89,9 +89,18 @@ ABSL_FLAG(OptionalText, tls_ca, OptionalText{},
 ABSL_FLAG(OptionalText, tls_require_client_cert, OptionalText{},
           "true to require client certificates signed by --tls_ca (mutual "
           "TLS). Env RANKD_TLS_REQUIRE_CLIENT_CERT. Default false.");
-ABSL_FLAG(OptionalText, auth_token_file, OptionalText{},
-          "File holding the bearer token every caller must present. Env "
-          "RANKD_AUTH_TOKEN_FILE. Default: no token.");
+ABSL_FLAG(OptionalText, credentials_dir, OptionalText{},
+          "Folder with the job's credentials (node.key or node.token, "
+          "rank.token, operator.token; create one with `rankctl credentials "
+          "create DIR`). Env RANKD_CREDENTIALS_DIR. Required unless "
+          "--allow_unauthenticated.");
+ABSL_FLAG(OptionalText, allow_unauthenticated, OptionalText{},
+          "true to run without credentials: anyone who can reach the TCP port "
+          "can change the job. Only for trusted, isolated networks. Env "
+          "RANKD_ALLOW_UNAUTHENTICATED. Default false.");
+ABSL_FLAG(OptionalText, admin_kv_read, OptionalText{},
+          "true to let operators read key-value values with Admin.KvGet (with "
+          "the operator token). Env RANKD_ADMIN_KV_READ. Default false.");
 ABSL_FLAG(OptionalText, metrics_listen, OptionalText{},
           "HOST:PORT of the Prometheus endpoint (HTTP, /metrics). Env "
           "RANKD_METRICS_LISTEN. Default off.");
@@ -120,7 +129,9 @@ RawConfig RawConfigFromFlags() {
   raw.tls_ca = absl::GetFlag(FLAGS_tls_ca).text;
   raw.tls_require_client_cert =
       absl::GetFlag(FLAGS_tls_require_client_cert).text;
-  raw.auth_token_file = absl::GetFlag(FLAGS_auth_token_file).text;
+  raw.credentials_dir = absl::GetFlag(FLAGS_credentials_dir).text;
+  raw.allow_unauthenticated = absl::GetFlag(FLAGS_allow_unauthenticated).text;
+  raw.admin_kv_read = absl::GetFlag(FLAGS_admin_kv_read).text;
   raw.metrics_listen = absl::GetFlag(FLAGS_metrics_listen).text;
   return raw;
 }

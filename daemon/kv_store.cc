@@ -36,17 +36,7 @@ absl::Status KvStore::Set(absl::string_view key, absl::string_view value) {
   {
     absl::MutexLock lock(&mu_);
     if (!failure_.ok()) return failure_;
-    auto it = values_.find(key);
-    if (it == values_.end()) {
-      if (values_.size() >= kMaxKeys) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "key-value broker holds ", kMaxKeys,
-            " keys already; delete keys that are no longer needed"));
-      }
-      values_.emplace(std::string(key), std::string(value));
-    } else {
-      it->second = std::string(value);
-    }
+    if (auto s = StoreLocked(key, std::string(value)); !s.ok()) return s;
     TakeWaitersLocked(key, &released);
   }
   for (auto& done : released) done(std::string(value));
@@ -134,11 +124,7 @@ absl::StatusOr<int64_t> KvStore::Add(absl::string_view key, int64_t delta) {
                                                 current, ") overflows int64"));
     }
     updated = current + delta;
-    if (it == values_.end() && values_.size() >= kMaxKeys) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("key-value broker holds ", kMaxKeys, " keys already"));
-    }
-    values_[std::string(key)] = absl::StrCat(updated);
+    if (auto s = StoreLocked(key, absl::StrCat(updated)); !s.ok()) return s;
     TakeWaitersLocked(key, &released);
   }
   for (auto& done : released) done(absl::StrCat(updated));
@@ -151,8 +137,32 @@ absl::StatusOr<bool> KvStore::Delete(absl::string_view key) {
   if (!failure_.ok()) return failure_;
   auto it = values_.find(key);
   if (it == values_.end()) return false;
+  bytes_ -= it->first.size() + it->second.size();
   values_.erase(it);
   return true;
+}
+
+absl::Status KvStore::StoreLocked(absl::string_view key, std::string value) {
+  auto it = values_.find(key);
+  const size_t held = it == values_.end() ? 0 : key.size() + it->second.size();
+  if (it == values_.end() && values_.size() >= kMaxKeys) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("key-value broker holds ", kMaxKeys,
+                     " keys already; delete keys that are no longer needed"));
+  }
+  if (bytes_ - held + key.size() + value.size() > kMaxTotalBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("key-value broker would hold more than ", kMaxTotalBytes,
+                     " bytes of keys and values (it holds ", bytes_,
+                     "); delete keys that are no longer needed"));
+  }
+  bytes_ += key.size() + value.size() - held;
+  if (it == values_.end()) {
+    values_.emplace(std::string(key), std::move(value));
+  } else {
+    it->second = std::move(value);
+  }
+  return absl::OkStatus();
 }
 
 void KvStore::Fail(absl::Status cause) {

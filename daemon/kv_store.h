@@ -28,6 +28,8 @@ class KvStore {
   static constexpr size_t kMaxKeyBytes = 512;
   static constexpr size_t kMaxValueBytes = 1 << 20;
   static constexpr size_t kMaxKeys = 1 << 16;
+  // Keys and values together: what one job can make the coordinator hold.
+  static constexpr size_t kMaxTotalBytes = 256 << 20;
 
   using GetCallback = std::function<void(absl::StatusOr<std::string>)>;
 
@@ -39,8 +41,8 @@ class KvStore {
   static absl::Status ValidateValue(absl::string_view value);
 
   // Stores `value`, releasing every Get waiting for `key`.
-  // ResourceExhausted when the store holds kMaxKeys keys already; the
-  // failure cause when Fail was called.
+  // ResourceExhausted when the store would hold more than kMaxKeys keys or
+  // kMaxTotalBytes bytes; the failure cause when Fail was called.
   absl::Status Set(absl::string_view key, absl::string_view value);
 
   // Calls `done` with the value once `key` exists (at once if it does), or
@@ -54,7 +56,8 @@ class KvStore {
 
   // Adds `delta` to the decimal int64 counter at `key` (absent = 0) and
   // returns the new value. FailedPrecondition if the key holds something
-  // that is not a decimal int64; OutOfRange on overflow.
+  // that is not a decimal int64; OutOfRange on overflow; ResourceExhausted
+  // as for Set.
   absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta);
 
   // Removes `key`; returns whether it existed.
@@ -73,6 +76,9 @@ class KvStore {
   };
 
   void Expire(uint64_t waiter_id, absl::Duration waited);
+  // Sets `key` to `value` within kMaxKeys and kMaxTotalBytes.
+  absl::Status StoreLocked(absl::string_view key, std::string value)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the Gets waiting for `key` (cancelling their timers) and
   // appends their callbacks to `released`, to be run without the lock.
   void TakeWaitersLocked(absl::string_view key,
@@ -83,6 +89,8 @@ class KvStore {
   mutable absl::Mutex mu_;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string, std::less<>> values_ ABSL_GUARDED_BY(mu_);
+  // Sum of key and value sizes in values_.
+  size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
 };

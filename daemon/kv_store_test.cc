@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -304,6 +305,31 @@ TEST_F(KvStoreTest, KeyCountLimit) {
   ASSERT_TRUE(*kv_.Delete("k1"));
   EXPECT_TRUE(kv_.Set("one-more", "v").ok());
   EXPECT_EQ(kv_.size(), KvStore::kMaxKeys);
+}
+
+// 2000 values of 1 MiB once grew the coordinator to 2 GiB: the total is
+// capped, overwrites and deletes give the room back.
+TEST_F(KvStoreTest, TotalBytesLimit) {
+  const std::string mib(KvStore::kMaxValueBytes, 'v');
+  const size_t fit = KvStore::kMaxTotalBytes / (mib.size() + 8);
+  for (size_t i = 0; i < fit; ++i) {
+    ASSERT_TRUE(kv_.Set(absl::StrFormat("big%05d", i), mib).ok()) << i;
+  }
+  EXPECT_STATUS(kv_.Set("big-extra", mib), absl::StatusCode::kResourceExhausted,
+                "key-value broker would hold more than 268435456 bytes");
+  EXPECT_FALSE(kv_.Peek("big-extra").has_value());
+  // Small keys still fit in what is left; a value grown past it does not.
+  EXPECT_TRUE(kv_.Set("small", "x").ok());
+  EXPECT_STATUS(kv_.Set("small", mib), absl::StatusCode::kResourceExhausted,
+                "would hold more than");
+  EXPECT_EQ(*kv_.Peek("small"), "x");
+  // Shrinking a value or deleting a key makes room.
+  ASSERT_TRUE(kv_.Set("big00000", "tiny").ok());
+  EXPECT_TRUE(kv_.Set("big-extra", mib).ok());
+  EXPECT_STATUS(kv_.Set("big-extra2", mib),
+                absl::StatusCode::kResourceExhausted, "would hold more than");
+  ASSERT_TRUE(*kv_.Delete("big00001"));
+  EXPECT_TRUE(kv_.Set("big-extra2", mib).ok());
 }
 
 TEST_F(KvStoreTest, EveryGetIsAnsweredExactlyOnceWhenSetRacesExpiry) {

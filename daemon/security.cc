@@ -6,8 +6,50 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/credentials.h"
 
 namespace rankd {
+namespace {
+
+// The credential a call carries: the value after "Bearer ", or nullopt
+// when there is none (or it is too long to be one of ours).
+std::optional<absl::string_view> BearerOf(
+    const grpc::CallbackServerContext* context) {
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) return std::nullopt;
+  absl::string_view value(it->second.data(), it->second.size());
+  if (!absl::ConsumePrefix(&value, "Bearer ") ||
+      value.size() > kMaxCredentialBytes) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+// OK when the call carries `expected` (which must be non-empty).
+absl::Status CheckToken(const grpc::CallbackServerContext* context,
+                        const std::string& expected, absl::string_view role,
+                        absl::string_view service) {
+  std::optional<absl::string_view> sent = BearerOf(context);
+  if (!sent.has_value()) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("the ", service, " service needs the job's ", role,
+                     " token (authorization: Bearer <", role, ".token>)"));
+  }
+  if (!SecretsEqual(*sent, expected)) {
+    return absl::UnauthenticatedError(absl::StrCat(role, " token rejected"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> OptionalCredential(const std::string& dir,
+                                               absl::string_view name) {
+  auto value = ReadCredentialFile(dir, name);
+  if (absl::IsNotFound(value.status())) return std::string();
+  return value;
+}
+
+}  // namespace
 
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path,
                                            const std::string& flag) {
@@ -59,20 +101,119 @@ MakeChannelCredentials(const TlsFiles& tls) {
   return grpc::SslCredentials(options);
 }
 
-absl::Status CheckBearerToken(const grpc::CallbackServerContext* context,
-                              const std::string& expected) {
-  if (expected.empty()) return absl::OkStatus();
-  const auto& metadata = context->client_metadata();
-  auto it = metadata.find("authorization");
-  if (it == metadata.end()) {
+absl::StatusOr<Authenticator> Authenticator::Load(const DaemonConfig& config) {
+  Authenticator auth;
+  auth.job_id_ = config.job_id;
+  auth.admin_kv_read_ = config.admin_kv_read;
+  if (config.credentials_dir.empty()) {
+    if (config.allow_unauthenticated) return auth;
+    return absl::FailedPreconditionError(
+        "rankd needs the job's credentials: pass --credentials_dir=DIR "
+        "(create one with `rankctl credentials create DIR` and give every "
+        "daemon of the job the same folder), or --allow_unauthenticated=true "
+        "to let anyone who reaches the TCP port change the job");
+  }
+  const std::string& dir = config.credentials_dir;
+  auth.enabled_ = true;
+  auto key = OptionalCredential(dir, kNodeKeyFile);
+  if (!key.ok()) return key.status();
+  auth.node_key_ = *std::move(key);
+  if (!auth.node_key_.empty()) {
+    auth.node_token_ =
+        NodeToken(auth.node_key_, config.job_id, config.node_index);
+  } else if (config.is_coordinator) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the coordinator needs ", dir, "/", kNodeKeyFile,
+                     " to verify the nodes' tokens"));
+  } else {
+    auto token = ReadCredentialFile(dir, kNodeTokenFile);
+    if (absl::IsNotFound(token.status())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(dir, " holds neither ", kNodeKeyFile, " nor ",
+                       kNodeTokenFile, "; a daemon needs one of them"));
+    }
+    if (!token.ok()) return token.status();
+    if (!absl::StartsWith(*token,
+                          absl::StrCat("node-", config.node_index, "."))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dir, "/", kNodeTokenFile, " is not a token of node ",
+                       config.node_index,
+                       " (issue one with `rankctl credentials "
+                       "node-token`)"));
+    }
+    auth.node_token_ = *std::move(token);
+  }
+  auto rank = OptionalCredential(dir, kRankTokenFile);
+  if (!rank.ok()) return rank.status();
+  auth.rank_token_ = *std::move(rank);
+  auto op = OptionalCredential(dir, kOperatorTokenFile);
+  if (!op.ok()) return op.status();
+  auth.operator_token_ = *std::move(op);
+  return auth;
+}
+
+absl::Status Authenticator::AuthorizeRank(
+    const grpc::CallbackServerContext* context) const {
+  if (!enabled_ || FromUnixSocket(context)) return absl::OkStatus();
+  if (rank_token_.empty()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "this daemon has no ", kRankTokenFile,
+        " in its credentials; ranks reach it through its Unix socket"));
+  }
+  return CheckToken(context, rank_token_, "rank", "Rank");
+}
+
+absl::Status Authenticator::AuthorizeOperator(
+    const grpc::CallbackServerContext* context) const {
+  if (!enabled_ || FromUnixSocket(context)) return absl::OkStatus();
+  if (operator_token_.empty()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "this daemon has no ", kOperatorTokenFile,
+        " in its credentials; operators reach it through its Unix socket"));
+  }
+  return CheckToken(context, operator_token_, "operator", "Admin");
+}
+
+absl::Status Authenticator::AuthorizeKvRead(
+    const grpc::CallbackServerContext* context) const {
+  if (!admin_kv_read_) {
+    return absl::PermissionDeniedError(
+        "reading key-value values through Admin is off on this daemon "
+        "(start it with --admin_kv_read=true)");
+  }
+  if (!enabled_) return absl::OkStatus();
+  if (operator_token_.empty()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "this daemon has no ", kOperatorTokenFile, " in its credentials"));
+  }
+  return CheckToken(context, operator_token_, "operator", "Admin KvGet");
+}
+
+absl::StatusOr<std::optional<uint32_t>> Authenticator::AuthenticateNode(
+    const grpc::CallbackServerContext* context) const {
+  if (FromUnixSocket(context)) {
+    return absl::PermissionDeniedError(
+        "the Peer service is for daemons and is not served on the Unix "
+        "socket");
+  }
+  if (!enabled_) return std::optional<uint32_t>();
+  if (node_key_.empty()) {
+    return absl::PermissionDeniedError(
+        "this daemon holds no node key and cannot verify nodes");
+  }
+  std::optional<absl::string_view> sent = BearerOf(context);
+  if (!sent.has_value()) {
     return absl::UnauthenticatedError(
-        "this daemon requires a bearer token (authorization: Bearer <token>)");
+        "the Peer service needs a node token (authorization: Bearer "
+        "node-<index>.<mac>)");
   }
-  absl::string_view value(it->second.data(), it->second.size());
-  if (!absl::ConsumePrefix(&value, "Bearer ") || value != expected) {
-    return absl::UnauthenticatedError("bearer token rejected");
-  }
-  return absl::OkStatus();
+  auto node = VerifyNodeToken(node_key_, job_id_, *sent);
+  if (!node.ok()) return node.status();
+  return std::optional<uint32_t>(*node);
+}
+
+bool FromUnixSocket(const grpc::CallbackServerContext* context) {
+  return absl::StartsWith(context->peer(), "unix:");
 }
 
 void AttachBearerToken(grpc::ClientContext* context, const std::string& token) {

@@ -1,11 +1,14 @@
-// Transport security for the daemon: TLS credentials for its TCP listener
-// and its channel to the coordinator, and the optional bearer token every
-// request must carry ("authorization: Bearer <token>"). Depends on gRPC,
-// absl and daemon/config.
+// Transport security and authentication for the daemon: TLS credentials for
+// its TCP listener and its channel to the coordinator, and the Authenticator
+// that decides which role a call comes from (docs/operations.md,
+// "Credentials"). Depends on gRPC, absl, common/credentials and
+// daemon/config.
 #ifndef RANKD_DAEMON_SECURITY_H_
 #define RANKD_DAEMON_SECURITY_H_
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -30,12 +33,66 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
 MakeChannelCredentials(const TlsFiles& tls);
 
-// Checks the bearer token of a call. OK when `expected` is empty.
-// Unauthenticated otherwise, without echoing what was sent.
-absl::Status CheckBearerToken(const grpc::CallbackServerContext* context,
-                              const std::string& expected);
+// Who may call what. Each role has its own credential, sent as
+// "authorization: Bearer <credential>"; none grants another role's rights:
+//   - Rank service: callers on the Unix socket (file permissions
+//     authenticate them); over TCP, the job's rank token.
+//   - Peer service: never on the Unix socket; over TCP, a node token
+//     (common/credentials.h), which names the node the caller may act as.
+//   - Admin service: callers on the Unix socket; over TCP, the operator
+//     token. Reading key-value values (Admin.KvGet) is off unless
+//     --admin_kv_read, and then needs the operator token everywhere.
+// Health and reflection need no credential. With --allow_unauthenticated
+// every check passes (the Peer service still stays off the Unix socket).
+// Immutable after Load; thread-safe.
+class Authenticator {
+ public:
+  // Loads what `config` names. With credentials_dir: node.key (required on
+  // the coordinator; elsewhere node.key or node.token), and rank.token and
+  // operator.token when present (without them the Rank and Admin services
+  // refuse TCP callers). Errors: FailedPrecondition saying how to create
+  // credentials when none are configured and allow_unauthenticated is off;
+  // the file's error (common/credentials.h) when one is unreadable;
+  // InvalidArgument when node.token names another node.
+  static absl::StatusOr<Authenticator> Load(const DaemonConfig& config);
 
-// Adds the bearer token to an outgoing call (no-op when empty).
+  // False only with --allow_unauthenticated.
+  bool enabled() const { return enabled_; }
+
+  // The node token this daemon presents to the coordinator ("" when
+  // authentication is off).
+  const std::string& node_token() const { return node_token_; }
+
+  // OK or Unauthenticated / PermissionDenied saying what the caller lacks,
+  // never echoing what it sent.
+  absl::Status AuthorizeRank(const grpc::CallbackServerContext* context) const;
+  absl::Status AuthorizeOperator(
+      const grpc::CallbackServerContext* context) const;
+  absl::Status AuthorizeKvRead(
+      const grpc::CallbackServerContext* context) const;
+
+  // The node a Peer caller authenticated as; nullopt when authentication is
+  // off. PermissionDenied on the Unix socket; Unauthenticated without a
+  // valid node token.
+  absl::StatusOr<std::optional<uint32_t>> AuthenticateNode(
+      const grpc::CallbackServerContext* context) const;
+
+ private:
+  Authenticator() = default;
+
+  bool enabled_ = false;
+  bool admin_kv_read_ = false;
+  std::string job_id_;
+  std::string node_key_;  // Empty on a daemon holding only its node.token.
+  std::string node_token_;
+  std::string rank_token_;      // Empty: Rank refuses TCP callers.
+  std::string operator_token_;  // Empty: Admin refuses TCP callers.
+};
+
+// True when the call came in on the daemon's Unix socket.
+bool FromUnixSocket(const grpc::CallbackServerContext* context);
+
+// Adds a bearer credential to an outgoing call (no-op when empty).
 void AttachBearerToken(grpc::ClientContext* context, const std::string& token);
 
 // absl::Status <-> grpc::Status, keeping code and message.

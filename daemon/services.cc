@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/event_stream_reactor.h"
+#include "daemon/kv_store.h"
 #include "daemon/security.h"
 
 namespace rankd {
@@ -36,13 +37,13 @@ grpc::ServerUnaryReactor* Handle(grpc::CallbackServerContext* context,
 
 // ---------------------------------------------------------------- Rank
 
-RankService::RankService(NodeAgent* agent, std::string token)
-    : agent_(agent), token_(std::move(token)) {}
+RankService::RankService(NodeAgent* agent, const Authenticator* auth)
+    : agent_(agent), auth_(auth) {}
 
 grpc::ServerUnaryReactor* RankService::Join(
     grpc::CallbackServerContext* context, const v1::JoinRequest* request,
     v1::JoinResponse* response) {
-  return Handle(context, CheckBearerToken(context, token_), response,
+  return Handle(context, auth_->AuthorizeRank(context), response,
                 [&](Reply<v1::JoinResponse> reply) {
                   agent_->Join(*request, std::move(reply));
                 });
@@ -51,7 +52,7 @@ grpc::ServerUnaryReactor* RankService::Join(
 grpc::ServerUnaryReactor* RankService::GetDescriptor(
     grpc::CallbackServerContext* context,
     const v1::GetDescriptorRequest* request, v1::SessionDescriptor* response) {
-  return Handle(context, CheckBearerToken(context, token_), response,
+  return Handle(context, auth_->AuthorizeRank(context), response,
                 [&](Reply<v1::SessionDescriptor> reply) {
                   reply(agent_->GetDescriptor(*request));
                 });
@@ -61,7 +62,7 @@ grpc::ServerUnaryReactor* RankService::AllGatherWords(
     grpc::CallbackServerContext* context,
     const v1::AllGatherWordsRequest* request,
     v1::AllGatherWordsResponse* response) {
-  return Handle(context, CheckBearerToken(context, token_), response,
+  return Handle(context, auth_->AuthorizeRank(context), response,
                 [&](Reply<v1::AllGatherWordsResponse> reply) {
                   agent_->AllGatherWords(*request, std::move(reply));
                 });
@@ -70,7 +71,7 @@ grpc::ServerUnaryReactor* RankService::AllGatherWords(
 grpc::ServerUnaryReactor* RankService::KvSet(
     grpc::CallbackServerContext* context, const v1::KvSetRequest* request,
     v1::KvSetResponse* response) {
-  return Handle(context, CheckBearerToken(context, token_), response,
+  return Handle(context, auth_->AuthorizeRank(context), response,
                 [&](Reply<v1::KvSetResponse> reply) {
                   agent_->KvSet(*request, std::move(reply));
                 });
@@ -79,7 +80,7 @@ grpc::ServerUnaryReactor* RankService::KvSet(
 grpc::ServerUnaryReactor* RankService::KvGet(
     grpc::CallbackServerContext* context, const v1::KvGetRequest* request,
     v1::KvGetResponse* response) {
-  return Handle(context, CheckBearerToken(context, token_), response,
+  return Handle(context, auth_->AuthorizeRank(context), response,
                 [&](Reply<v1::KvGetResponse> reply) {
                   agent_->KvGet(*request, std::move(reply));
                 });
@@ -88,7 +89,7 @@ grpc::ServerUnaryReactor* RankService::KvGet(
 grpc::ServerUnaryReactor* RankService::KvAdd(
     grpc::CallbackServerContext* context, const v1::KvAddRequest* request,
     v1::KvAddResponse* response) {
-  return Handle(context, CheckBearerToken(context, token_), response,
+  return Handle(context, auth_->AuthorizeRank(context), response,
                 [&](Reply<v1::KvAddResponse> reply) {
                   agent_->KvAdd(*request, std::move(reply));
                 });
@@ -97,7 +98,7 @@ grpc::ServerUnaryReactor* RankService::KvAdd(
 grpc::ServerUnaryReactor* RankService::KvDelete(
     grpc::CallbackServerContext* context, const v1::KvDeleteRequest* request,
     v1::KvDeleteResponse* response) {
-  return Handle(context, CheckBearerToken(context, token_), response,
+  return Handle(context, auth_->AuthorizeRank(context), response,
                 [&](Reply<v1::KvDeleteResponse> reply) {
                   agent_->KvDelete(*request, std::move(reply));
                 });
@@ -107,7 +108,7 @@ grpc::ServerWriteReactor<v1::JobEvent>* RankService::Watch(
     grpc::CallbackServerContext* context, const v1::WatchRequest* request) {
   NodeAgent* agent = agent_;
   return EventStreamReactor::Start(
-      CheckBearerToken(context, token_),
+      auth_->AuthorizeRank(context),
       [agent, request](EventStreamReactor::Sinks sinks) {
         return agent->Attach(*request,
                              NodeAgent::WatchSink{std::move(sinks.deliver),
@@ -121,7 +122,7 @@ grpc::ServerWriteReactor<v1::JobEvent>* RankService::Watch(
 grpc::ServerUnaryReactor* RankService::Leave(
     grpc::CallbackServerContext* context, const v1::LeaveRequest* request,
     v1::LeaveResponse* response) {
-  return Handle(context, CheckBearerToken(context, token_), response,
+  return Handle(context, auth_->AuthorizeRank(context), response,
                 [&](Reply<v1::LeaveResponse> reply) {
                   agent_->Leave(*request, std::move(reply));
                 });
@@ -130,17 +131,43 @@ grpc::ServerUnaryReactor* RankService::Leave(
 // ---------------------------------------------------------------- Peer
 
 PeerService::PeerService(Coordinator* coordinator,
-                         std::string coordinator_address, std::string token)
+                         std::string coordinator_address,
+                         const Authenticator* auth)
     : coordinator_(coordinator),
       coordinator_address_(std::move(coordinator_address)),
-      token_(std::move(token)) {}
+      auth_(auth) {}
 
-absl::Status PeerService::Check(grpc::CallbackServerContext* context) const {
-  if (auto s = CheckBearerToken(context, token_); !s.ok()) return s;
+absl::StatusOr<std::optional<uint32_t>> PeerService::Caller(
+    grpc::CallbackServerContext* context) const {
+  auto node = auth_->AuthenticateNode(context);
+  if (!node.ok()) return node.status();
   if (coordinator_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "this daemon is not the job's coordinator; the coordinator is at ",
         coordinator_address_, " (check --coordinator)"));
+  }
+  return node;
+}
+
+absl::Status PeerService::Check(grpc::CallbackServerContext* context,
+                                uint32_t claimed_node) const {
+  auto node = Caller(context);
+  if (!node.ok()) return node.status();
+  if (node->has_value() && **node != claimed_node) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "node ", **node, "'s credential cannot act as node ", claimed_node));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PeerService::CheckForRank(grpc::CallbackServerContext* context,
+                                       uint32_t rank) const {
+  auto node = Caller(context);
+  if (!node.ok()) return node.status();
+  if (node->has_value() && coordinator_->NodeOfRank(rank) != **node) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("node ", **node, "'s credential cannot act for rank ",
+                     rank, ", which is not on that node"));
   }
   return absl::OkStatus();
 }
@@ -149,7 +176,7 @@ grpc::ServerUnaryReactor* PeerService::RegisterNode(
     grpc::CallbackServerContext* context,
     const v1::RegisterNodeRequest* request,
     v1::RegisterNodeResponse* response) {
-  return Handle(context, Check(context), response,
+  return Handle(context, Check(context, request->node().node_index()), response,
                 [&](Reply<v1::RegisterNodeResponse> reply) {
                   reply(coordinator_->RegisterNode(*request));
                 });
@@ -158,7 +185,7 @@ grpc::ServerUnaryReactor* PeerService::RegisterNode(
 grpc::ServerUnaryReactor* PeerService::Heartbeat(
     grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
-  return Handle(context, Check(context), response,
+  return Handle(context, Check(context, request->node().node_index()), response,
                 [&](Reply<v1::HeartbeatResponse> reply) {
                   reply(coordinator_->Heartbeat(*request));
                 });
@@ -169,7 +196,7 @@ grpc::ServerWriteReactor<v1::JobEvent>* PeerService::Subscribe(
   Coordinator* coordinator = coordinator_;
   v1::NodeRef node = request->node();
   return EventStreamReactor::Start(
-      Check(context),
+      Check(context, request->node().node_index()),
       [coordinator, request](EventStreamReactor::Sinks sinks) {
         return coordinator->Subscribe(*request, std::move(sinks.deliver),
                                       std::move(sinks.close));
@@ -183,7 +210,7 @@ grpc::ServerWriteReactor<v1::JobEvent>* PeerService::Subscribe(
 grpc::ServerUnaryReactor* PeerService::LeaveNode(
     grpc::CallbackServerContext* context, const v1::LeaveNodeRequest* request,
     v1::LeaveNodeResponse* response) {
-  return Handle(context, Check(context), response,
+  return Handle(context, Check(context, request->node().node_index()), response,
                 [&](Reply<v1::LeaveNodeResponse> reply) {
                   reply(coordinator_->LeaveNode(*request));
                 });
@@ -192,7 +219,7 @@ grpc::ServerUnaryReactor* PeerService::LeaveNode(
 grpc::ServerUnaryReactor* PeerService::JoinRank(
     grpc::CallbackServerContext* context, const v1::JoinRankRequest* request,
     v1::JoinRankResponse* response) {
-  return Handle(context, Check(context), response,
+  return Handle(context, Check(context, request->node().node_index()), response,
                 [&](Reply<v1::JoinRankResponse> reply) {
                   coordinator_->JoinRank(*request, std::move(reply));
                 });
@@ -201,7 +228,9 @@ grpc::ServerUnaryReactor* PeerService::JoinRank(
 grpc::ServerUnaryReactor* PeerService::ReleaseRank(
     grpc::CallbackServerContext* context, const v1::ReleaseRankRequest* request,
     v1::ReleaseRankResponse* response) {
-  return Handle(context, Check(context), response,
+  absl::Status auth = Check(context, request->node().node_index());
+  if (auth.ok()) auth = CheckForRank(context, request->rank());
+  return Handle(context, auth, response,
                 [&](Reply<v1::ReleaseRankResponse> reply) {
                   reply(coordinator_->ReleaseRank(*request));
                 });
@@ -211,7 +240,7 @@ grpc::ServerUnaryReactor* PeerService::ContributeWords(
     grpc::CallbackServerContext* context,
     const v1::ContributeWordsRequest* request,
     v1::AllGatherWordsResponse* response) {
-  return Handle(context, Check(context), response,
+  return Handle(context, Check(context, request->node().node_index()), response,
                 [&](Reply<v1::AllGatherWordsResponse> reply) {
                   coordinator_->ContributeWords(*request, std::move(reply));
                 });
@@ -220,8 +249,8 @@ grpc::ServerUnaryReactor* PeerService::ContributeWords(
 grpc::ServerUnaryReactor* PeerService::KvSet(
     grpc::CallbackServerContext* context, const v1::KvSetRequest* request,
     v1::KvSetResponse* response) {
-  return Handle(context, Check(context), response,
-                [&](Reply<v1::KvSetResponse> reply) {
+  return Handle(context, CheckForRank(context, request->member().rank()),
+                response, [&](Reply<v1::KvSetResponse> reply) {
                   reply(coordinator_->KvSet(*request));
                 });
 }
@@ -229,8 +258,8 @@ grpc::ServerUnaryReactor* PeerService::KvSet(
 grpc::ServerUnaryReactor* PeerService::KvGet(
     grpc::CallbackServerContext* context, const v1::KvGetRequest* request,
     v1::KvGetResponse* response) {
-  return Handle(context, Check(context), response,
-                [&](Reply<v1::KvGetResponse> reply) {
+  return Handle(context, CheckForRank(context, request->member().rank()),
+                response, [&](Reply<v1::KvGetResponse> reply) {
                   coordinator_->KvGet(*request, std::move(reply));
                 });
 }
@@ -238,8 +267,8 @@ grpc::ServerUnaryReactor* PeerService::KvGet(
 grpc::ServerUnaryReactor* PeerService::KvAdd(
     grpc::CallbackServerContext* context, const v1::KvAddRequest* request,
     v1::KvAddResponse* response) {
-  return Handle(context, Check(context), response,
-                [&](Reply<v1::KvAddResponse> reply) {
+  return Handle(context, CheckForRank(context, request->member().rank()),
+                response, [&](Reply<v1::KvAddResponse> reply) {
                   reply(coordinator_->KvAdd(*request));
                 });
 }
@@ -247,8 +276,8 @@ grpc::ServerUnaryReactor* PeerService::KvAdd(
 grpc::ServerUnaryReactor* PeerService::KvDelete(
     grpc::CallbackServerContext* context, const v1::KvDeleteRequest* request,
     v1::KvDeleteResponse* response) {
-  return Handle(context, Check(context), response,
-                [&](Reply<v1::KvDeleteResponse> reply) {
+  return Handle(context, CheckForRank(context, request->member().rank()),
+                response, [&](Reply<v1::KvDeleteResponse> reply) {
                   reply(coordinator_->KvDelete(*request));
                 });
 }
@@ -256,13 +285,13 @@ grpc::ServerUnaryReactor* PeerService::KvDelete(
 // ---------------------------------------------------------------- Admin
 
 AdminService::AdminService(NodeAgent* agent, Coordinator* coordinator,
-                           std::string token)
-    : agent_(agent), coordinator_(coordinator), token_(std::move(token)) {}
+                           const Authenticator* auth)
+    : agent_(agent), coordinator_(coordinator), auth_(auth) {}
 
 grpc::ServerUnaryReactor* AdminService::GetJob(
     grpc::CallbackServerContext* context, const v1::GetJobRequest* /*request*/,
     v1::JobStatus* response) {
-  return Handle(context, CheckBearerToken(context, token_), response,
+  return Handle(context, auth_->AuthorizeOperator(context), response,
                 [&](Reply<v1::JobStatus> reply) {
                   v1::JobStatus local = agent_->LocalJob();
                   if (coordinator_ == nullptr) return reply(local);
@@ -278,27 +307,39 @@ grpc::ServerUnaryReactor* AdminService::GetJob(
 grpc::ServerUnaryReactor* AdminService::GetTopology(
     grpc::CallbackServerContext* context,
     const v1::GetTopologyRequest* /*request*/, v1::Topology* response) {
-  return Handle(context, CheckBearerToken(context, token_), response,
+  return Handle(context, auth_->AuthorizeOperator(context), response,
                 [&](Reply<v1::Topology> reply) {
-                  reply(coordinator_ != nullptr ? coordinator_->GetTopology()
-                                                : agent_->LocalTopology());
+                  v1::Topology topology = coordinator_ != nullptr
+                                              ? coordinator_->GetTopology()
+                                              : agent_->LocalTopology();
+                  for (auto& node : *topology.mutable_nodes()) {
+                    node.clear_daemon_incarnation();
+                  }
+                  reply(topology);
                 });
 }
 
 grpc::ServerUnaryReactor* AdminService::ListMembers(
     grpc::CallbackServerContext* context,
     const v1::ListMembersRequest* /*request*/, v1::MemberList* response) {
-  return Handle(context, CheckBearerToken(context, token_), response,
+  return Handle(context, auth_->AuthorizeOperator(context), response,
                 [&](Reply<v1::MemberList> reply) {
-                  reply(coordinator_ != nullptr ? coordinator_->ListMembers()
-                                                : agent_->LocalMembers());
+                  v1::MemberList members = coordinator_ != nullptr
+                                               ? coordinator_->ListMembers()
+                                               : agent_->LocalMembers();
+                  for (auto& member : *members.mutable_members()) {
+                    member.clear_incarnation();
+                  }
+                  reply(members);
                 });
 }
 
 grpc::ServerUnaryReactor* AdminService::KvGet(
     grpc::CallbackServerContext* context, const v1::AdminKvGetRequest* request,
     v1::AdminKvGetResponse* response) {
-  return Handle(context, CheckBearerToken(context, token_), response,
+  absl::Status auth = auth_->AuthorizeKvRead(context);
+  if (auth.ok()) auth = KvStore::ValidateKey(request->key());
+  return Handle(context, auth, response,
                 [&](Reply<v1::AdminKvGetResponse> reply) {
                   if (coordinator_ == nullptr) {
                     return reply(absl::FailedPreconditionError(absl::StrCat(
@@ -322,10 +363,16 @@ grpc::ServerWriteReactor<v1::JobEvent>* AdminService::WatchEvents(
   EventLog* events = &agent_->events();
   uint64_t after = request->after_sequence();
   return EventStreamReactor::Start(
-      CheckBearerToken(context, token_),
+      auth_->AuthorizeOperator(context),
       [events,
        after](EventStreamReactor::Sinks sinks) -> absl::StatusOr<uint64_t> {
-        return events->Subscribe(after, std::move(sinks.deliver));
+        return events->Subscribe(after, [deliver = std::move(sinks.deliver)](
+                                            const v1::JobEvent& event) {
+          if (!event.has_member()) return deliver(event);
+          v1::JobEvent scrubbed = event;
+          scrubbed.mutable_member()->clear_incarnation();
+          deliver(scrubbed);
+        });
       },
       [events](uint64_t id, bool, const std::string&) {
         events->Unsubscribe(id);

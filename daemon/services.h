@@ -1,8 +1,10 @@
 // The daemon's gRPC services: Rank (for serving processes), Peer (between
 // daemons; only the coordinator accepts calls) and Admin (for operators).
 // Each is a thin adapter from gRPC's callback API to NodeAgent and
-// Coordinator: it authenticates, translates statuses, and never blocks a
-// gRPC thread. Depends on the daemon core, NodeAgent and gRPC.
+// Coordinator: it authenticates the caller's role (daemon/security.h),
+// holds an authenticated node to acting as itself, translates statuses, and
+// never blocks a gRPC thread. Depends on the daemon core, NodeAgent,
+// daemon/security and gRPC.
 #ifndef RANKD_DAEMON_SERVICES_H_
 #define RANKD_DAEMON_SERVICES_H_
 
@@ -10,6 +12,7 @@
 
 #include "daemon/coordinator.h"
 #include "daemon/node_agent.h"
+#include "daemon/security.h"
 #include "rankd/v1/admin.grpc.pb.h"
 #include "rankd/v1/peer.grpc.pb.h"
 #include "rankd/v1/rank.grpc.pb.h"
@@ -18,8 +21,8 @@ namespace rankd {
 
 class RankService final : public v1::Rank::CallbackService {
  public:
-  // `agent` must outlive the service. An empty `token` disables auth.
-  RankService(NodeAgent* agent, std::string token);
+  // `agent` and `auth` must outlive the service.
+  RankService(NodeAgent* agent, const Authenticator* auth);
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
                                  const v1::JoinRequest* request,
@@ -53,15 +56,17 @@ class RankService final : public v1::Rank::CallbackService {
 
  private:
   NodeAgent* const agent_;
-  const std::string token_;
+  const Authenticator* const auth_;
 };
 
 class PeerService final : public v1::Peer::CallbackService {
  public:
   // `coordinator` is null on a daemon that does not coordinate; every call
-  // then fails with FailedPrecondition naming `coordinator_address`.
+  // then fails with FailedPrecondition naming `coordinator_address`. `auth`
+  // must outlive the service. A caller authenticated as node N may name
+  // only node N in its requests, and only node N's ranks.
   PeerService(Coordinator* coordinator, std::string coordinator_address,
-              std::string token);
+              const Authenticator* auth);
 
   grpc::ServerUnaryReactor* RegisterNode(
       grpc::CallbackServerContext* context,
@@ -101,17 +106,30 @@ class PeerService final : public v1::Peer::CallbackService {
                                      v1::KvDeleteResponse* response) override;
 
  private:
-  absl::Status Check(grpc::CallbackServerContext* context) const;
+  // The node the caller authenticated as (nullopt: authentication off);
+  // FailedPrecondition when this daemon does not coordinate.
+  absl::StatusOr<std::optional<uint32_t>> Caller(
+      grpc::CallbackServerContext* context) const;
+  // Authenticates the caller as a node and checks that it names itself.
+  absl::Status Check(grpc::CallbackServerContext* context,
+                     uint32_t claimed_node) const;
+  // The same for a request made on behalf of `rank`, which must be one of
+  // the caller's ranks.
+  absl::Status CheckForRank(grpc::CallbackServerContext* context,
+                            uint32_t rank) const;
 
   Coordinator* const coordinator_;
   const std::string coordinator_address_;
-  const std::string token_;
+  const Authenticator* const auth_;
 };
 
 class AdminService final : public v1::Admin::CallbackService {
  public:
   // `coordinator` may be null (answers come from the agent's replica).
-  AdminService(NodeAgent* agent, Coordinator* coordinator, std::string token);
+  // Read-only: answers carry no incarnation, so nothing Admin returns works
+  // as a credential for the Peer or Rank service.
+  AdminService(NodeAgent* agent, Coordinator* coordinator,
+               const Authenticator* auth);
 
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
                                    const v1::GetJobRequest* request,
@@ -132,7 +150,7 @@ class AdminService final : public v1::Admin::CallbackService {
  private:
   NodeAgent* const agent_;
   Coordinator* const coordinator_;
-  const std::string token_;
+  const Authenticator* const auth_;
 };
 
 }  // namespace rankd

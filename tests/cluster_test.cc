@@ -78,8 +78,7 @@ TEST(ClusterTest, FourDaemonsEightRanksAgreeOnTopologyRoundsAndKeys) {
 
   // After every rank left, every daemon reports the job completed.
   for (uint32_t n = 0; n < 4; ++n) {
-    ClientOptions admin_options;
-    admin_options.target = cluster.tcp_address(n);
+    ClientOptions admin_options = cluster.AdminOptions(n);
     auto admin = AdminClient::Connect(admin_options);
     ASSERT_TRUE(admin.ok());
     absl::Time deadline = absl::Now() + absl::Seconds(5);
@@ -188,8 +187,7 @@ TEST(ClusterTest, KilledRankFailsEveryOtherRankNamingIt) {
   }
   // Every daemon still answers operators, and reports the failure.
   for (uint32_t n = 0; n < 3; ++n) {
-    ClientOptions admin_options;
-    admin_options.target = cluster.tcp_address(n);
+    ClientOptions admin_options = cluster.AdminOptions(n);
     auto admin = AdminClient::Connect(admin_options);
     ASSERT_TRUE(admin.ok());
     auto job = (*admin)->GetJob();
@@ -238,8 +236,7 @@ TEST(ClusterTest, KilledDaemonFailsEveryOtherRankNamingTheNode) {
     EXPECT_FALSE(LastErrorLine(workers[r]).empty());
   }
   for (uint32_t n = 0; n < 2; ++n) {
-    ClientOptions admin_options;
-    admin_options.target = cluster.tcp_address(n);
+    ClientOptions admin_options = cluster.AdminOptions(n);
     auto admin = AdminClient::Connect(admin_options);
     ASSERT_TRUE(admin.ok());
     auto job = (*admin)->GetJob();

@@ -33,14 +33,14 @@ std::vector<std::string> DaemonArgs(LocalCluster& cluster, uint32_t node,
       absl::StrCat("--socket=", socket),
       absl::StrCat("--heartbeat_interval_ms=", o.heartbeat_interval_ms),
       absl::StrCat("--heartbeat_timeout_ms=", o.heartbeat_timeout_ms),
+      absl::StrCat("--credentials_dir=", cluster.credentials_dir()),
   };
   if (node != 0) argv.push_back(absl::StrCat("--coordinator=", coordinator));
   return argv;
 }
 
 v1::JobStatus JobOf(LocalCluster& cluster, uint32_t node) {
-  ClientOptions options;
-  options.target = cluster.tcp_address(node);
+  ClientOptions options = cluster.AdminOptions(node);
   auto admin = AdminClient::Connect(options);
   EXPECT_TRUE(admin.ok()) << admin.status();
   if (!admin.ok()) return {};
@@ -210,6 +210,7 @@ TEST(LifecycleTest, DaemonThatCannotReachTheCoordinatorGivesUp) {
       absl::StrCat("--listen=127.0.0.1:", FreePort()),
       absl::StrCat("--socket=", dir, "/lonely.sock"),
       absl::StrCat("--coordinator=127.0.0.1:", dead_port),
+      absl::StrCat("--credentials_dir=", cluster.credentials_dir()),
       "--register_timeout_ms=1500"};
   auto daemon = ChildProcess::Spawn(argv, {}, absl::StrCat(dir, "/lonely.log"));
   ASSERT_TRUE(daemon.ok());

@@ -5,18 +5,21 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/credentials.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -56,6 +59,12 @@ std::string Quote(const std::string& arg) {
 }
 
 // Runs client/rankctl with `args`; stdout and stderr are kept apart.
+// Sends the job's operator token (rankctl reads it from the file).
+std::string TokenFlag(const LocalCluster& cluster) {
+  return absl::StrCat("--token_file=", cluster.credentials_dir(),
+                      "/operator.token");
+}
+
 Result Rankctl(const std::vector<std::string>& args) {
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = tmp != nullptr ? tmp : "/tmp";
@@ -111,6 +120,7 @@ class RankctlTest : public ::testing::Test {
     options.tensor_parallel = 2;
     // The job must stay up for the whole suite, also on a loaded machine.
     options.heartbeat_timeout_ms = 5000;
+    options.extra_flags = {"--admin_kv_read=true"};
     cluster_ = new LocalCluster(options);
     workers_ = new std::vector<ChildProcess>();
     setup_ = new absl::Status(StartJob());
@@ -159,7 +169,7 @@ class RankctlTest : public ::testing::Test {
                                      std::vector<std::string> args) {
     args.insert(args.begin(),
                 {absl::StrCat("--target=", cluster_->tcp_address(node)),
-                 "--timeout_ms=5000"});
+                 TokenFlag(*cluster_), "--timeout_ms=5000"});
     return args;
   }
 
@@ -343,7 +353,7 @@ TEST_F(RankctlTest, KvGet) {
 TEST_F(RankctlTest, Watch) {
   absl::Time started = absl::Now();
   Result table = Rankctl({absl::StrCat("--target=", cluster_->tcp_address(1)),
-                          "watch", "--timeout_ms=700"});
+                          TokenFlag(*cluster_), "watch", "--timeout_ms=700"});
   absl::Duration took = absl::Now() - started;
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_GE(took, absl::Milliseconds(600));
@@ -375,7 +385,8 @@ TEST_F(RankctlTest, Watch) {
                              (*workers_)[3].pid(), ") joined on node 1")));
 
   Result json = Rankctl({absl::StrCat("--target=", cluster_->tcp_address(0)),
-                         "watch", "--json", "--after=2", "--timeout_ms=500"});
+                         TokenFlag(*cluster_), "watch", "--json", "--after=2",
+                         "--timeout_ms=500"});
   ASSERT_EQ(json.exit_code, 0) << json.err;
   std::vector<std::string> events = Lines(json.out);
   ASSERT_EQ(events.size(), 5u) << json.out;
@@ -439,6 +450,37 @@ TEST_F(RankctlTest, ErrorExitStatuses) {
   EXPECT_THAT(help.out, HasSubstr("usage: rankctl"));
 }
 
+// `rankctl credentials` issues what a daemon loads: the folder it creates
+// (never overwritten) and node tokens the coordinator accepts.
+TEST(RankctlCredentialsTest, CreateAndNodeTokenMakeWhatDaemonsVerify) {
+  const std::string parent = MakeTempDir("rankctl-creds");
+  const std::string dir = parent + "/job";
+  Result created = Rankctl({"credentials", "create", dir});
+  ASSERT_EQ(created.exit_code, 0) << created.err;
+  EXPECT_THAT(created.out, HasSubstr(dir));
+  auto key = ReadCredentialFile(dir, kNodeKeyFile);
+  ASSERT_TRUE(key.ok()) << key.status();
+  ASSERT_TRUE(ReadCredentialFile(dir, kRankTokenFile).ok());
+  ASSERT_TRUE(ReadCredentialFile(dir, kOperatorTokenFile).ok());
+  Result again = Rankctl({"credentials", "create", dir});
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_THAT(again.err, HasSubstr("already exists"));
+  EXPECT_EQ(*ReadCredentialFile(dir, kNodeKeyFile), *key);
+
+  Result token = Rankctl({"credentials", "node-token", dir, "llama", "2"});
+  ASSERT_EQ(token.exit_code, 0) << token.err;
+  auto node =
+      VerifyNodeToken(*key, "llama", absl::StripAsciiWhitespace(token.out));
+  ASSERT_TRUE(node.ok()) << node.status() << " " << token.out;
+  EXPECT_EQ(*node, 2u);
+  Result missing =
+      Rankctl({"credentials", "node-token", dir + "/nope", "llama", "2"});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("does not exist"));
+  std::error_code ec;
+  std::filesystem::remove_all(parent, ec);
+}
+
 // Ranks leaving show up in status and watch; a separate job, since the
 // suite's job stays up until the end.
 TEST(RankctlLifecycleTest, CompletedJobAndItsEvents) {
@@ -455,17 +497,18 @@ TEST(RankctlLifecycleTest, CompletedJobAndItsEvents) {
     EXPECT_TRUE(WIFEXITED(s) && WEXITSTATUS(s) == 0) << s;
   }
   const std::string target = "--target=" + cluster.tcp_address(0);
-  Result status = Rankctl({target, "status"});
+  const std::string token = TokenFlag(cluster);
+  Result status = Rankctl({target, token, "status"});
   ASSERT_EQ(status.exit_code, 0) << status.err;
   EXPECT_THAT(status.out, HasSubstr("STATE        COMPLETED\n"));
   EXPECT_THAT(status.out, HasSubstr("ROUNDS       2 completed\n"));
-  Result members = Rankctl({target, "members", "--json"});
+  Result members = Rankctl({target, token, "members", "--json"});
   ASSERT_EQ(members.exit_code, 0) << members.err;
   v1::MemberList list = ParseJson<v1::MemberList>(members.out);
   ASSERT_EQ(list.members_size(), 2);
   for (const auto& m : list.members())
     EXPECT_EQ(m.state(), v1::MEMBER_STATE_LEFT);
-  Result watch = Rankctl({target, "watch", "--timeout_ms=400"});
+  Result watch = Rankctl({target, token, "watch", "--timeout_ms=400"});
   ASSERT_EQ(watch.exit_code, 0) << watch.err;
   std::vector<std::string> lines = Lines(watch.out);
   ASSERT_FALSE(lines.empty());

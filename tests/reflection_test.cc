@@ -307,12 +307,14 @@ class RemoteDescriptors {
   std::vector<std::string> by_name_;
 };
 
-// grpcurl -d '{}' ADDR <method>: a request built from JSON with the
-// fetched descriptors, the reply printed as JSON.
+// grpcurl -H "authorization: Bearer $TOKEN" -d '{}' ADDR <method>: a
+// request built from JSON with the fetched descriptors, the reply printed
+// as JSON.
 absl::StatusOr<std::string> CallWithJson(
     const std::shared_ptr<grpc::Channel>& channel,
     const google::protobuf::DescriptorPool& pool, const std::string& service,
-    const std::string& method, const std::string& json_request) {
+    const std::string& method, const std::string& json_request,
+    const std::string& token) {
   const google::protobuf::ServiceDescriptor* s =
       pool.FindServiceByName(service);
   if (s == nullptr) return absl::NotFoundError(service);
@@ -333,6 +335,7 @@ absl::StatusOr<std::string> CallWithJson(
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(5));
+  if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
   grpc::ByteBuffer request_buffer = ToBuffer(bytes);
   grpc::ByteBuffer response_buffer;
   absl::Notification done;
@@ -368,6 +371,7 @@ class ReflectionTest : public ::testing::Test {
     options.nproc_per_node = 2;
     options.tensor_parallel = 2;
     options.heartbeat_timeout_ms = 5000;  // up for the whole suite
+    options.extra_flags = {"--admin_kv_read=true"};
     cluster_ = new LocalCluster(options);
     start_ = new absl::Status(cluster_->Start());
   }
@@ -506,8 +510,9 @@ TEST_F(ReflectionTest, AdminCallsWithFetchedDescriptorsPrintAsJson) {
   EXPECT_TRUE(stream.Close().ok());
 
   // grpcurl -plaintext -d '{}' ADDR rankd.v1.Admin/GetTopology
-  auto topology_json = CallWithJson(channel, remote.pool(), "rankd.v1.Admin",
-                                    "GetTopology", "{}");
+  auto topology_json =
+      CallWithJson(channel, remote.pool(), "rankd.v1.Admin", "GetTopology",
+                   "{}", cluster_->operator_token());
   ASSERT_TRUE(topology_json.ok()) << topology_json.status();
   EXPECT_THAT(*topology_json, HasSubstr("\"jobId\":\"reflect\""));
   EXPECT_THAT(*topology_json, HasSubstr("\"worldSize\":4"));
@@ -535,8 +540,7 @@ TEST_F(ReflectionTest, AdminCallsWithFetchedDescriptorsPrintAsJson) {
     }
   }
   EXPECT_EQ(tensor_groups, 2);
-  ClientOptions options;
-  options.target = cluster_->tcp_address(0);
+  ClientOptions options = cluster_->AdminOptions(0);
   auto admin = AdminClient::Connect(options);
   ASSERT_TRUE(admin.ok()) << admin.status();
   auto generated = (*admin)->GetTopology();
@@ -548,8 +552,8 @@ TEST_F(ReflectionTest, AdminCallsWithFetchedDescriptorsPrintAsJson) {
   EXPECT_EQ(*topology_json, generated_json);
 
   // grpcurl -plaintext -d '{}' ADDR rankd.v1.Admin/GetJob
-  auto job_json =
-      CallWithJson(channel, remote.pool(), "rankd.v1.Admin", "GetJob", "{}");
+  auto job_json = CallWithJson(channel, remote.pool(), "rankd.v1.Admin",
+                               "GetJob", "{}", cluster_->operator_token());
   ASSERT_TRUE(job_json.ok()) << job_json.status();
   EXPECT_THAT(*job_json, HasSubstr("\"state\":\"JOB_STATE_FORMING\""));
   v1::JobStatus job;
@@ -563,14 +567,15 @@ TEST_F(ReflectionTest, AdminCallsWithFetchedDescriptorsPrintAsJson) {
   EXPECT_EQ(job.coordinator_address(), cluster_->tcp_address(0));
 
   // A request field set from JSON reaches the daemon (AdminKvGet.key).
-  auto missing = CallWithJson(channel, remote.pool(), "rankd.v1.Admin", "KvGet",
-                              R"({"key": "no-such-key"})");
+  auto missing =
+      CallWithJson(channel, remote.pool(), "rankd.v1.Admin", "KvGet",
+                   R"({"key": "no-such-key"})", cluster_->operator_token());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(std::string(missing.status().message()),
               HasSubstr("key 'no-such-key' is not set"));
   // And malformed JSON is caught before anything is sent.
   auto bad = CallWithJson(channel, remote.pool(), "rankd.v1.Admin", "KvGet",
-                          R"({"nope": 1})");
+                          R"({"nope": 1})", cluster_->operator_token());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -1,12 +1,15 @@
-// Transport security of real rankd daemons: TLS (and mutual TLS) on the TCP
-// listener from certificate files, the bearer token on every rankd service,
-// daemons registering with each other through TLS with the token, and the
-// permissions of the Unix socket. A throwaway CA, server and client
+// Security of real rankd daemons: each role's own credential (node tokens
+// for the Peer service, the rank token for Rank over TCP, the operator token
+// for Admin over TCP), a node acting only as itself, Admin answers that work
+// as no credential, refusal to start without credentials unless opted out,
+// TLS (and mutual TLS) on the TCP listener, daemons registering through TLS,
+// and the permissions of the Unix socket. A throwaway CA, server and client
 // certificates are made with `openssl` in each cluster's folder.
 #include <sys/stat.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -15,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/admin_client.h"
+#include "common/credentials.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -29,10 +33,13 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr char kToken[] = "s3cret-token";
-constexpr char kMissingToken[] =
-    "this daemon requires a bearer token (authorization: Bearer <token>)";
-constexpr char kRejectedToken[] = "bearer token rejected";
+constexpr char kMissingOperatorToken[] =
+    "the Admin service needs the job's operator token (authorization: Bearer "
+    "<operator.token>)";
+constexpr char kRejectedOperatorToken[] = "operator token rejected";
+
+std::string Bearer(const std::string& token) { return "Bearer " + token; }
+
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;
@@ -43,8 +50,7 @@ std::string Slurp(const std::string& path) {
 // Writes a CA ("ca"), a second unrelated CA ("other-ca"), a server
 // certificate for 127.0.0.1/localhost usable as a client certificate too
 // (daemons present it to their coordinator), a client-only certificate
-// ("client"), one signed by the other CA ("rogue"), and token files into
-// `dir`.
+// ("client") and one signed by the other CA ("rogue") into `dir`.
 absl::Status MakePki(const std::string& dir) {
   const std::string script = absl::StrCat(R"(set -e
 cd ')",
@@ -67,9 +73,7 @@ ca other-ca
 leaf server ca localhost 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n'
 leaf client ca rankctl 'extendedKeyUsage=clientAuth\n'
 leaf rogue other-ca rogue 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n'
-printf 's3cret-token\n' > token
-printf 'impostor-token-9f3a\n' > wrong-token
-chmod 600 *.key token wrong-token
+chmod 600 *.key
 )");
   const std::string script_path = dir + "/pki.sh";
   std::ofstream(script_path) << script;
@@ -89,7 +93,7 @@ struct Security {
   bool mutual = false;  // --tls_require_client_cert
 };
 
-// A cluster whose daemons use TLS and the bearer token in its own folder.
+// A cluster whose daemons use TLS (and the job's generated credentials).
 std::unique_ptr<LocalCluster> SecureCluster(uint32_t nnodes, uint32_t nproc,
                                             Security security) {
   ClusterOptions options;
@@ -107,7 +111,6 @@ std::unique_ptr<LocalCluster> SecureCluster(uint32_t nnodes, uint32_t nproc,
       absl::StrCat("--tls_cert=", dir, "/server.pem"),
       absl::StrCat("--tls_key=", dir, "/server.key"),
       absl::StrCat("--tls_ca=", dir, "/ca.pem"),
-      absl::StrCat("--auth_token_file=", dir, "/token"),
   };
   if (security.mutual)
     o.extra_flags.push_back("--tls_require_client_cert=true");
@@ -116,7 +119,6 @@ std::unique_ptr<LocalCluster> SecureCluster(uint32_t nnodes, uint32_t nproc,
     o.probe.tls_cert_file = dir + "/client.pem";
     o.probe.tls_key_file = dir + "/client.key";
   }
-  o.probe.bearer_token = kToken;
   return cluster;
 }
 
@@ -157,33 +159,21 @@ grpc::Status GetJob(const std::shared_ptr<grpc::Channel>& channel,
                       job != nullptr ? job : &ignored);
 }
 
-// Calls one method of each rankd service (and both streaming kinds) with
-// `authorization` and expects UNAUTHENTICATED with `message`.
-void ExpectUnauthenticatedEverywhere(
+// One call to each rankd service (and both streaming kinds), each with
+// `authorization`; returns their statuses by name.
+std::map<std::string, grpc::Status> CallEveryService(
     const std::shared_ptr<grpc::Channel>& channel,
-    const std::string& authorization, const std::string& message) {
+    const std::string& authorization) {
   auto rank = v1::Rank::NewStub(channel);
   auto peer = v1::Peer::NewStub(channel);
   auto admin = v1::Admin::NewStub(channel);
-  auto check = [&](const grpc::Status& s, const char* what) {
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED)
-        << what << ": " << s.error_message();
-    EXPECT_EQ(s.error_message(), message) << what;
-  };
-  {
-    v1::JoinRequest request;
-    request.set_job_id("secure");
-    request.set_incarnation(1);
-    v1::JoinResponse response;
-    auto context = Ctx(authorization);
-    check(rank->Join(context.get(), request, &response), "Rank.Join");
-  }
+  std::map<std::string, grpc::Status> out;
   {
     v1::KvSetRequest request;
     request.set_key("k");
     v1::KvSetResponse response;
     auto context = Ctx(authorization);
-    check(rank->KvSet(context.get(), request, &response), "Rank.KvSet");
+    out["Rank.KvSet"] = rank->KvSet(context.get(), request, &response);
   }
   {
     v1::WatchRequest request;
@@ -191,20 +181,13 @@ void ExpectUnauthenticatedEverywhere(
     auto reader = rank->Watch(context.get(), request);
     v1::JobEvent event;
     EXPECT_FALSE(reader->Read(&event));
-    check(reader->Finish(), "Rank.Watch");
+    out["Rank.Watch"] = reader->Finish();
   }
   {
     v1::HeartbeatRequest request;
     v1::HeartbeatResponse response;
     auto context = Ctx(authorization);
-    check(peer->Heartbeat(context.get(), request, &response), "Peer.Heartbeat");
-  }
-  {
-    v1::RegisterNodeRequest request;
-    v1::RegisterNodeResponse response;
-    auto context = Ctx(authorization);
-    check(peer->RegisterNode(context.get(), request, &response),
-          "Peer.RegisterNode");
+    out["Peer.Heartbeat"] = peer->Heartbeat(context.get(), request, &response);
   }
   {
     v1::SubscribeRequest request;
@@ -212,29 +195,79 @@ void ExpectUnauthenticatedEverywhere(
     auto reader = peer->Subscribe(context.get(), request);
     v1::JobEvent event;
     EXPECT_FALSE(reader->Read(&event));
-    check(reader->Finish(), "Peer.Subscribe");
+    out["Peer.Subscribe"] = reader->Finish();
   }
   {
     v1::JobStatus response;
     auto context = Ctx(authorization);
-    check(admin->GetJob(context.get(), v1::GetJobRequest(), &response),
-          "Admin.GetJob");
-  }
-  {
-    v1::AdminKvGetRequest request;
-    request.set_key("k");
-    v1::AdminKvGetResponse response;
-    auto context = Ctx(authorization);
-    check(admin->KvGet(context.get(), request, &response), "Admin.KvGet");
+    out["Admin.GetJob"] =
+        admin->GetJob(context.get(), v1::GetJobRequest(), &response);
   }
   {
     auto context = Ctx(authorization);
     auto reader = admin->WatchEvents(context.get(), v1::WatchEventsRequest());
     v1::JobEvent event;
-    EXPECT_FALSE(reader->Read(&event));
-    check(reader->Finish(), "Admin.WatchEvents");
+    while (reader->Read(&event)) {
+      // A stream that was let in replays the history; that is enough.
+      context->TryCancel();
+    }
+    grpc::Status status = reader->Finish();
+    out["Admin.WatchEvents"] =
+        status.error_code() == grpc::StatusCode::CANCELLED ? grpc::Status::OK
+                                                           : status;
+  }
+  return out;
+}
+
+struct Expected {
+  grpc::StatusCode code;
+  std::string message;  // A fragment; "" for any.
+};
+
+void ExpectStatuses(const std::map<std::string, grpc::Status>& got,
+                    const std::map<std::string, Expected>& want) {
+  for (const auto& [name, status] : got) {
+    SCOPED_TRACE(name);
+    auto it = want.find(name.substr(0, name.find('.')));
+    ASSERT_NE(it, want.end());
+    if (it->second.code == grpc::StatusCode::OK) {
+      // Let in: whatever the call itself answers, it is not about
+      // credentials.
+      EXPECT_NE(status.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+          << status.error_message();
+      EXPECT_NE(status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+          << status.error_message();
+      continue;
+    }
+    EXPECT_EQ(status.error_code(), it->second.code) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(it->second.message));
   }
 }
+
+std::string NodeTokenOf(const LocalCluster& cluster, uint32_t node) {
+  auto key = ReadCredentialFile(cluster.credentials_dir(), kNodeKeyFile);
+  EXPECT_TRUE(key.ok()) << key.status();
+  return NodeToken(key.value_or(""), cluster.options().job_id, node);
+}
+
+// The rank that joined on `node`, from Admin.ListMembers.
+uint32_t RankOnNode(const AdminClient& admin, uint32_t node) {
+  auto members = admin.ListMembers();
+  EXPECT_TRUE(members.ok()) << members.status();
+  if (members.ok()) {
+    for (const auto& m : members->members()) {
+      if (m.node_index() == node && m.state() == v1::MEMBER_STATE_JOINED) {
+        return m.rank();
+      }
+    }
+  }
+  ADD_FAILURE() << "no rank joined on node " << node;
+  return 0;
+}
+
+constexpr grpc::StatusCode kOk = grpc::StatusCode::OK;
+constexpr grpc::StatusCode kUnauthenticated = grpc::StatusCode::UNAUTHENTICATED;
+constexpr grpc::StatusCode kDenied = grpc::StatusCode::PERMISSION_DENIED;
 
 TEST(SecurityTest, TlsListenerRefusesPlaintextAndServesTlsClientsWithTheToken) {
   auto cluster = SecureCluster(1, 1, Security{});
@@ -243,38 +276,36 @@ TEST(SecurityTest, TlsListenerRefusesPlaintextAndServesTlsClientsWithTheToken) {
   ASSERT_TRUE(started.ok()) << started;
   const std::string dir = cluster->dir();
   const std::string address = cluster->tcp_address(0);
+  const std::string token = cluster->operator_token();
 
   // Plaintext HTTP/2 cannot talk to the TLS listener.
-  grpc::Status plain =
-      GetJob(PlainChannel(address), std::string("Bearer ") + kToken);
+  grpc::Status plain = GetJob(PlainChannel(address), Bearer(token));
   EXPECT_EQ(plain.error_code(), grpc::StatusCode::UNAVAILABLE)
       << plain.error_message();
   ClientOptions plain_options;
   plain_options.target = address;
   plain_options.connect_timeout = absl::Seconds(1);
-  plain_options.bearer_token = kToken;
+  plain_options.bearer_token = token;
   auto plain_admin = AdminClient::Connect(plain_options);
   ASSERT_FALSE(plain_admin.ok());
   EXPECT_EQ(plain_admin.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(plain_admin.status().message(), HasSubstr(address));
 
   // A TLS client that does not trust the daemon's CA is refused too.
-  grpc::Status untrusted = GetJob(TlsChannel(address, dir + "/other-ca.pem"),
-                                  std::string("Bearer ") + kToken);
+  grpc::Status untrusted =
+      GetJob(TlsChannel(address, dir + "/other-ca.pem"), Bearer(token));
   EXPECT_EQ(untrusted.error_code(), grpc::StatusCode::UNAVAILABLE)
       << untrusted.error_message();
 
-  // TLS with the CA and the token works, raw and through AdminClient.
+  // TLS with the CA and the operator token works, raw and through
+  // AdminClient.
   auto tls = TlsChannel(address, dir + "/ca.pem");
   v1::JobStatus job;
-  grpc::Status ok = GetJob(tls, std::string("Bearer ") + kToken, &job);
+  grpc::Status ok = GetJob(tls, Bearer(token), &job);
   ASSERT_TRUE(ok.ok()) << ok.error_message();
   EXPECT_EQ(job.job_id(), "secure");
   EXPECT_EQ(job.registered_nodes(), 1u);
-  ClientOptions options;
-  options.target = address;
-  options.tls_ca_file = dir + "/ca.pem";
-  options.bearer_token = kToken;
+  ClientOptions options = cluster->AdminOptions(0);
   auto admin = AdminClient::Connect(options);
   ASSERT_TRUE(admin.ok()) << admin.status();
   auto topology = (*admin)->GetTopology();
@@ -289,49 +320,350 @@ TEST(SecurityTest, TlsListenerRefusesPlaintextAndServesTlsClientsWithTheToken) {
   EXPECT_EQ(*health, "SERVING");
   auto denied = (*tokenless)->GetJob();
   EXPECT_EQ(denied.status().code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_THAT(denied.status().message(), HasSubstr(kMissingToken));
+  EXPECT_THAT(denied.status().message(), HasSubstr(kMissingOperatorToken));
 }
 
-TEST(SecurityTest, MissingOrWrongTokenIsUnauthenticatedOnEveryService) {
-  auto cluster = SecureCluster(1, 1, Security{});
-  ASSERT_NE(cluster, nullptr);
-  absl::Status started = cluster->Start();
+// Over TCP every service wants its own role's credential; none of them
+// opens another service, and a refusal never echoes what was sent.
+TEST(SecurityTest, EachServiceTakesOnlyItsOwnRolesCredential) {
+  ClusterOptions options;
+  options.job_id = "roles";
+  options.nnodes = 1;
+  options.nproc_per_node = 1;
+  LocalCluster cluster(options);
+  absl::Status started = cluster.Start();
   ASSERT_TRUE(started.ok()) << started;
-  auto tls = TlsChannel(cluster->tcp_address(0), cluster->dir() + "/ca.pem");
+  auto tcp = PlainChannel(cluster.tcp_address(0));
+  const std::string rank = cluster.rank_token();
+  const std::string op = cluster.operator_token();
+  const std::string node = NodeTokenOf(cluster, 0);
+  ASSERT_FALSE(rank.empty() || op.empty());
   {
-    SCOPED_TRACE("TLS, no token");
-    ExpectUnauthenticatedEverywhere(tls, "", kMissingToken);
+    SCOPED_TRACE("no credential");
+    ExpectStatuses(
+        CallEveryService(tcp, ""),
+        {{"Rank",
+          {kUnauthenticated,
+           "the Rank service needs the job's rank "
+           "token"}},
+         {"Peer", {kUnauthenticated, "the Peer service needs a node token"}},
+         {"Admin", {kUnauthenticated, kMissingOperatorToken}}});
   }
   {
-    SCOPED_TRACE("TLS, wrong token");
-    ExpectUnauthenticatedEverywhere(tls, "Bearer wrong-token", kRejectedToken);
+    SCOPED_TRACE("garbage, another scheme, trailing bytes");
+    for (const std::string& bad :
+         {Bearer("hunter2"), "Basic " + op, Bearer(op + "x"),
+          Bearer(std::string(4000, 'a'))}) {
+      auto got = CallEveryService(tcp, bad);
+      ExpectStatuses(got, {{"Rank", {kUnauthenticated, "rank token"}},
+                           {"Peer", {kUnauthenticated, "node token"}},
+                           {"Admin", {kUnauthenticated, "operator token"}}});
+      for (const auto& [name, status] : got) {
+        EXPECT_THAT(status.error_message(), Not(HasSubstr("hunter2")));
+      }
+    }
   }
   {
-    SCOPED_TRACE("TLS, right token in the wrong scheme");
-    ExpectUnauthenticatedEverywhere(tls, std::string("Basic ") + kToken,
-                                    kRejectedToken);
+    SCOPED_TRACE("the operator token");
+    ExpectStatuses(CallEveryService(tcp, Bearer(op)),
+                   {{"Rank", {kUnauthenticated, "rank token rejected"}},
+                    {"Peer", {kUnauthenticated, "node token rejected"}},
+                    {"Admin", {kOk, ""}}});
   }
   {
-    SCOPED_TRACE("TLS, token with trailing garbage");
-    ExpectUnauthenticatedEverywhere(tls, std::string("Bearer ") + kToken + "x",
-                                    kRejectedToken);
+    SCOPED_TRACE("the rank token");
+    ExpectStatuses(CallEveryService(tcp, Bearer(rank)),
+                   {{"Rank", {kOk, ""}},
+                    {"Peer", {kUnauthenticated, "node token rejected"}},
+                    {"Admin", {kUnauthenticated, kRejectedOperatorToken}}});
   }
-  // The Unix socket (plaintext, local) needs the token as well.
-  auto local = PlainChannel(cluster->socket_target(0));
   {
-    SCOPED_TRACE("Unix socket, no token");
-    ExpectUnauthenticatedEverywhere(local, "", kMissingToken);
+    SCOPED_TRACE("a node token");
+    ExpectStatuses(CallEveryService(tcp, Bearer(node)),
+                   {{"Rank", {kUnauthenticated, "rank token rejected"}},
+                    {"Peer", {kOk, ""}},
+                    {"Admin", {kUnauthenticated, kRejectedOperatorToken}}});
   }
-  v1::JobStatus job;
-  grpc::Status ok = GetJob(local, std::string("Bearer ") + kToken, &job);
-  ASSERT_TRUE(ok.ok()) << ok.error_message();
-  EXPECT_EQ(job.job_id(), "secure");
-  // The rejection never echoes what was sent.
-  grpc::Status wrong = GetJob(tls, "Bearer hunter2");
-  EXPECT_THAT(wrong.error_message(), Not(HasSubstr("hunter2")));
-  // And the daemon still serves the right token over TLS.
-  ok = GetJob(tls, std::string("Bearer ") + kToken, &job);
-  EXPECT_TRUE(ok.ok()) << ok.error_message();
+  {
+    SCOPED_TRACE("a node token of another job under another key");
+    std::string other = cluster.dir() + "/other-credentials";
+    ASSERT_TRUE(CreateCredentials(other).ok());
+    auto key = ReadCredentialFile(other, kNodeKeyFile);
+    ASSERT_TRUE(key.ok());
+    ExpectStatuses(CallEveryService(tcp, Bearer(NodeToken(*key, "roles", 0))),
+                   {{"Rank", {kUnauthenticated, ""}},
+                    {"Peer", {kUnauthenticated, "node token rejected"}},
+                    {"Admin", {kUnauthenticated, ""}}});
+  }
+  // On the Unix socket file permissions authenticate ranks and operators;
+  // the Peer service is not served there, whatever the caller sends.
+  auto local = PlainChannel(cluster.socket_target(0));
+  for (const std::string& auth : {std::string(), Bearer(node)}) {
+    SCOPED_TRACE(auth.empty() ? "Unix socket" : "Unix socket, node token");
+    ExpectStatuses(CallEveryService(local, auth),
+                   {{"Rank", {kOk, ""}},
+                    {"Peer",
+                     {kDenied,
+                      "the Peer service is for daemons and "
+                      "is not served on the Unix socket"}},
+                    {"Admin", {kOk, ""}}});
+  }
+  // Key-value values are not an operator's to read unless the daemon was
+  // started with --admin_kv_read.
+  auto admin = v1::Admin::NewStub(tcp);
+  v1::AdminKvGetRequest request;
+  request.set_key("k");
+  v1::AdminKvGetResponse response;
+  auto context = Ctx(Bearer(op));
+  grpc::Status kv = admin->KvGet(context.get(), request, &response);
+  EXPECT_EQ(kv.error_code(), kDenied);
+  EXPECT_THAT(kv.error_message(),
+              HasSubstr("reading key-value values through Admin is off"));
+}
+
+TEST(SecurityTest, AdminKeyValueReadsNeedTheOperatorTokenEvenLocally) {
+  ClusterOptions options;
+  options.job_id = "kvread";
+  options.nnodes = 1;
+  options.nproc_per_node = 1;
+  options.extra_flags = {"--admin_kv_read=true"};
+  LocalCluster cluster(options);
+  absl::Status started = cluster.Start();
+  ASSERT_TRUE(started.ok()) << started;
+  for (const std::string& target :
+       {cluster.tcp_address(0), cluster.socket_target(0)}) {
+    SCOPED_TRACE(target);
+    auto admin = v1::Admin::NewStub(PlainChannel(target));
+    v1::AdminKvGetRequest request;
+    request.set_key("k");
+    v1::AdminKvGetResponse response;
+    auto without = Ctx("");
+    grpc::Status denied = admin->KvGet(without.get(), request, &response);
+    EXPECT_EQ(denied.error_code(), kUnauthenticated);
+    auto with = Ctx(Bearer(cluster.operator_token()));
+    grpc::Status missing = admin->KvGet(with.get(), request, &response);
+    EXPECT_EQ(missing.error_code(), grpc::StatusCode::NOT_FOUND)
+        << missing.error_message();
+    // A key no rank could have set is refused without being echoed.
+    request.set_key(std::string(200000, 'k'));
+    auto again = Ctx(Bearer(cluster.operator_token()));
+    grpc::Status long_key = admin->KvGet(again.get(), request, &response);
+    EXPECT_EQ(long_key.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_LT(long_key.error_message().size(), 200u);
+  }
+}
+
+// What an attacker on the network learns from Admin (with the operator
+// token, even) opens nothing: no incarnation is shown, and every Peer or
+// Rank call rebuilt from it without a node or rank token is refused. The
+// job is unaffected.
+TEST(SecurityTest, AdminDataWorksAsNoCredentialAndTheJobIsUnaffected) {
+  ClusterOptions options;
+  options.job_id = "attacked";
+  options.nnodes = 2;
+  options.nproc_per_node = 1;
+  options.heartbeat_timeout_ms = 3000;
+  LocalCluster cluster(options);
+  absl::Status started = cluster.Start();
+  ASSERT_TRUE(started.ok()) << started;
+  auto workers = cluster.StartAllWorkers(
+      {absl::StrCat("--leave_when_file=", cluster.dir(), "/leave")});
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  auto admin = AdminClient::Connect(cluster.AdminOptions(0));
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while ((*admin)->GetJob().value_or(v1::JobStatus()).state() !=
+         v1::JOB_STATE_READY) {
+    ASSERT_LT(absl::Now(), deadline) << (*workers)[0].ReadLog();
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  auto topology = (*admin)->GetTopology();
+  auto members = (*admin)->ListMembers();
+  ASSERT_TRUE(topology.ok() && members.ok());
+  for (const auto& n : topology->nodes()) EXPECT_EQ(n.daemon_incarnation(), 0u);
+  for (const auto& m : members->members()) EXPECT_EQ(m.incarnation(), 0u);
+
+  auto tcp = PlainChannel(cluster.tcp_address(0));
+  auto peer = v1::Peer::NewStub(tcp);
+  auto rank = v1::Rank::NewStub(tcp);
+  for (const std::string& auth :
+       {std::string(), Bearer(cluster.operator_token())}) {
+    SCOPED_TRACE(auth.empty() ? "no credential" : "operator token");
+    v1::RegisterNodeRequest reg;
+    reg.mutable_config()->set_job_id("attacked");
+    *reg.mutable_node() = topology->nodes(1);
+    reg.mutable_node()->set_daemon_incarnation(0xbad);
+    v1::RegisterNodeResponse reg_response;
+    auto c1 = Ctx(auth);
+    EXPECT_EQ(peer->RegisterNode(c1.get(), reg, &reg_response).error_code(),
+              kUnauthenticated);
+    v1::SubscribeRequest sub;
+    sub.mutable_node()->set_job_id("attacked");
+    sub.mutable_node()->set_node_index(1);
+    auto c2 = Ctx(auth);
+    auto reader = peer->Subscribe(c2.get(), sub);
+    v1::JobEvent event;
+    EXPECT_FALSE(reader->Read(&event));
+    EXPECT_EQ(reader->Finish().error_code(), kUnauthenticated);
+    v1::KvSetRequest set;
+    set.mutable_member()->set_job_id("attacked");
+    set.mutable_member()->set_rank(0);
+    set.set_key("nccl/uid");
+    set.set_value("forged");
+    v1::KvSetResponse set_response;
+    auto c3 = Ctx(auth);
+    EXPECT_EQ(peer->KvSet(c3.get(), set, &set_response).error_code(),
+              kUnauthenticated);
+    auto c4 = Ctx(auth);
+    EXPECT_EQ(rank->KvSet(c4.get(), set, &set_response).error_code(),
+              kUnauthenticated);
+    v1::ContributeWordsRequest words;
+    words.mutable_node()->set_job_id("attacked");
+    words.set_round(10);
+    words.add_frames()->set_rank(0);
+    words.set_timeout_ms(1);
+    v1::AllGatherWordsResponse words_response;
+    auto c5 = Ctx(auth);
+    EXPECT_EQ(
+        peer->ContributeWords(c5.get(), words, &words_response).error_code(),
+        kUnauthenticated);
+  }
+  absl::SleepFor(absl::Milliseconds(300));
+  auto job = (*admin)->GetJob();
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_READY) << job->failure();
+  EXPECT_EQ(job->registered_nodes(), 2u);
+  EXPECT_EQ(job->joined_ranks(), 2u);
+  EXPECT_LE(job->completed_rounds(), 1u);
+  std::ofstream(cluster.dir() + "/leave") << "bye\n";
+  for (int s : WaitAll(*workers, absl::Seconds(20))) EXPECT_EQ(ExitCode(s), 0);
+}
+
+// A node authenticated by its token may act only as itself: register,
+// heartbeat, subscribe, leave, join, release and key-value calls naming
+// another node, or a rank on another node, are refused.
+TEST(SecurityTest, ANodeCanActOnlyAsItself) {
+  ClusterOptions options;
+  options.job_id = "itself";
+  options.nnodes = 2;
+  options.nproc_per_node = 1;
+  options.heartbeat_timeout_ms = 3000;
+  LocalCluster cluster(options);
+  absl::Status started = cluster.Start();
+  ASSERT_TRUE(started.ok()) << started;
+  auto workers = cluster.StartAllWorkers(
+      {absl::StrCat("--leave_when_file=", cluster.dir(), "/leave")});
+  ASSERT_TRUE(workers.ok()) << workers.status();
+  auto admin = AdminClient::Connect(cluster.AdminOptions(0));
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while ((*admin)->GetJob().value_or(v1::JobStatus()).state() !=
+         v1::JOB_STATE_READY) {
+    ASSERT_LT(absl::Now(), deadline) << (*workers)[0].ReadLog();
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  // Node 1's own token, against the coordinator (node 0).
+  const std::string as_node1 = Bearer(NodeTokenOf(cluster, 1));
+  const std::string refused = "node 1's credential cannot act as node 0";
+  auto peer = v1::Peer::NewStub(PlainChannel(cluster.tcp_address(0)));
+  v1::NodeRef node0;
+  node0.set_job_id("itself");
+  node0.set_node_index(0);
+  node0.set_daemon_incarnation(1);
+  auto expect_refused = [&](const grpc::Status& s, const std::string& want) {
+    EXPECT_EQ(s.error_code(), kDenied) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr(want));
+  };
+  {
+    v1::RegisterNodeRequest request;
+    request.mutable_node()->set_node_index(0);
+    v1::RegisterNodeResponse response;
+    auto context = Ctx(as_node1);
+    expect_refused(peer->RegisterNode(context.get(), request, &response),
+                   refused);
+  }
+  {
+    v1::HeartbeatRequest request;
+    *request.mutable_node() = node0;
+    v1::HeartbeatResponse response;
+    auto context = Ctx(as_node1);
+    expect_refused(peer->Heartbeat(context.get(), request, &response), refused);
+  }
+  {
+    v1::SubscribeRequest request;
+    *request.mutable_node() = node0;
+    auto context = Ctx(as_node1);
+    auto reader = peer->Subscribe(context.get(), request);
+    v1::JobEvent event;
+    EXPECT_FALSE(reader->Read(&event));
+    expect_refused(reader->Finish(), refused);
+  }
+  {
+    v1::LeaveNodeRequest request;
+    *request.mutable_node() = node0;
+    v1::LeaveNodeResponse response;
+    auto context = Ctx(as_node1);
+    expect_refused(peer->LeaveNode(context.get(), request, &response), refused);
+  }
+  {
+    v1::JoinRankRequest request;
+    *request.mutable_node() = node0;
+    request.set_rank(0);
+    request.set_incarnation(7);
+    v1::JoinRankResponse response;
+    auto context = Ctx(as_node1);
+    expect_refused(peer->JoinRank(context.get(), request, &response), refused);
+  }
+  {
+    v1::ContributeWordsRequest request;
+    *request.mutable_node() = node0;
+    request.set_round(1);
+    request.add_frames()->set_rank(0);
+    request.set_timeout_ms(100);
+    v1::AllGatherWordsResponse response;
+    auto context = Ctx(as_node1);
+    expect_refused(peer->ContributeWords(context.get(), request, &response),
+                   refused);
+  }
+  // Naming itself but a rank of node 0: the release and key-value calls.
+  const uint32_t rank_on_0 = RankOnNode(**admin, 0);
+  const std::string not_its_rank =
+      absl::StrCat("node 1's credential cannot act for rank ", rank_on_0,
+                   ", which is not on that node");
+  {
+    v1::ReleaseRankRequest request;
+    request.mutable_node()->set_job_id("itself");
+    request.mutable_node()->set_node_index(1);
+    request.set_rank(rank_on_0);
+    v1::ReleaseRankResponse response;
+    auto context = Ctx(as_node1);
+    expect_refused(peer->ReleaseRank(context.get(), request, &response),
+                   not_its_rank);
+  }
+  {
+    v1::KvSetRequest request;
+    request.mutable_member()->set_job_id("itself");
+    request.mutable_member()->set_rank(rank_on_0);
+    request.set_key("k");
+    v1::KvSetResponse response;
+    auto context = Ctx(as_node1);
+    expect_refused(peer->KvSet(context.get(), request, &response),
+                   not_its_rank);
+    v1::KvDeleteRequest del;
+    *del.mutable_member() = request.member();
+    del.set_key("k");
+    v1::KvDeleteResponse del_response;
+    auto again = Ctx(as_node1);
+    expect_refused(peer->KvDelete(again.get(), del, &del_response),
+                   not_its_rank);
+  }
+  // The job is unaffected, and the ranks finish their rounds.
+  auto job = (*admin)->GetJob();
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_READY) << job->failure();
+  EXPECT_EQ(job->registered_nodes(), 2u);
+  std::ofstream(cluster.dir() + "/leave") << "bye\n";
+  for (int s : WaitAll(*workers, absl::Seconds(20))) EXPECT_EQ(ExitCode(s), 0);
 }
 
 TEST(SecurityTest, MutualTlsRequiresAClientCertificateFromTheCa) {
@@ -341,7 +673,7 @@ TEST(SecurityTest, MutualTlsRequiresAClientCertificateFromTheCa) {
   ASSERT_TRUE(started.ok()) << started;
   const std::string dir = cluster->dir();
   const std::string address = cluster->tcp_address(0);
-  const std::string bearer = std::string("Bearer ") + kToken;
+  const std::string bearer = Bearer(cluster->operator_token());
 
   grpc::Status no_cert = GetJob(TlsChannel(address, dir + "/ca.pem"), bearer);
   EXPECT_EQ(no_cert.error_code(), grpc::StatusCode::UNAVAILABLE)
@@ -365,32 +697,21 @@ TEST(SecurityTest, MutualTlsRequiresAClientCertificateFromTheCa) {
   // A valid client certificate does not replace the token.
   grpc::Status tokenless = GetJob(mtls, "");
   EXPECT_EQ(tokenless.error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(tokenless.error_message(), kMissingToken);
+  EXPECT_EQ(tokenless.error_message(), kMissingOperatorToken);
 
-  ClientOptions options;
-  options.target = address;
-  options.tls_ca_file = dir + "/ca.pem";
-  options.tls_cert_file = dir + "/client.pem";
-  options.tls_key_file = dir + "/client.key";
-  options.bearer_token = kToken;
-  auto admin = AdminClient::Connect(options);
+  auto admin = AdminClient::Connect(cluster->AdminOptions(0));
   ASSERT_TRUE(admin.ok()) << admin.status();
   auto members = (*admin)->ListMembers();
   ASSERT_TRUE(members.ok()) << members.status();
   EXPECT_EQ(members->members_size(), 1);
 }
 
-TEST(SecurityTest, DaemonsFormAJobThroughTlsWithTheTokenAndRanksRunOnIt) {
+TEST(SecurityTest, DaemonsFormAJobThroughTlsAndRanksRunOnIt) {
   auto cluster = SecureCluster(3, 2, Security{});
   ASSERT_NE(cluster, nullptr);
   absl::Status started = cluster->Start();  // probes every daemon's readiness
   ASSERT_TRUE(started.ok()) << started;
-  const std::string dir = cluster->dir();
-  ClientOptions options;
-  options.target = cluster->tcp_address(0);
-  options.tls_ca_file = dir + "/ca.pem";
-  options.bearer_token = kToken;
-  auto admin = AdminClient::Connect(options);
+  auto admin = AdminClient::Connect(cluster->AdminOptions(0));
   ASSERT_TRUE(admin.ok()) << admin.status();
   auto members = (*admin)->ListMembers();
   ASSERT_TRUE(members.ok()) << members.status();
@@ -399,11 +720,9 @@ TEST(SecurityTest, DaemonsFormAJobThroughTlsWithTheTokenAndRanksRunOnIt) {
     EXPECT_EQ(members->nodes(n).state(), v1::NODE_STATE_REGISTERED) << n;
     EXPECT_EQ(members->nodes(n).address(), cluster->tcp_address(n));
   }
-  // Ranks join through their Unix sockets with the token; joins, rounds and
-  // the key-value broker cross the TLS links between daemons.
-  auto workers =
-      cluster->StartAllWorkers({"--rounds=3", "--kv_keys=2",
-                                absl::StrCat("--token_file=", dir, "/token")});
+  // Ranks join through their Unix sockets (no token there); joins, rounds
+  // and the key-value broker cross the TLS links between daemons.
+  auto workers = cluster->StartAllWorkers({"--rounds=3", "--kv_keys=2"});
   ASSERT_TRUE(workers.ok()) << workers.status();
   std::vector<int> statuses = WaitAll(*workers, absl::Seconds(60));
   for (size_t r = 0; r < statuses.size(); ++r) {
@@ -419,20 +738,46 @@ TEST(SecurityTest, DaemonsFormAJobThroughTlsWithTheTokenAndRanksRunOnIt) {
   EXPECT_EQ(job->state(), v1::JOB_STATE_COMPLETED) << job->failure();
 }
 
+// A rank that is not on the daemon's host reaches it over TCP with the
+// rank token, and is refused without it.
+TEST(SecurityTest, RanksOverTcpPresentTheRankToken) {
+  ClusterOptions options;
+  options.job_id = "tcpranks";
+  options.nnodes = 1;
+  options.nproc_per_node = 2;
+  LocalCluster cluster(options);
+  absl::Status started = cluster.Start();
+  ASSERT_TRUE(started.ok()) << started;
+  const std::string tcp = absl::StrCat("--target=", cluster.tcp_address(0));
+  auto refused = cluster.StartWorker(0, 0, {tcp});
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  std::optional<int> status = refused->Wait(absl::Seconds(20));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_NE(ExitCode(*status), 0);
+  EXPECT_THAT(refused->ReadLog(),
+              HasSubstr("the Rank service needs the job's rank token"));
+  const std::string token = absl::StrCat(
+      "--token_file=", cluster.credentials_dir(), "/", kRankTokenFile);
+  std::vector<ChildProcess> workers;
+  for (uint32_t l = 0; l < 2; ++l) {
+    auto w = cluster.StartWorker(0, l, {tcp, token, "--rounds=2"});
+    ASSERT_TRUE(w.ok()) << w.status();
+    workers.push_back(*std::move(w));
+  }
+  std::vector<int> statuses = WaitAll(workers, absl::Seconds(30));
+  for (size_t r = 0; r < workers.size(); ++r) {
+    EXPECT_EQ(ExitCode(statuses[r]), 0) << workers[r].ReadLog();
+    EXPECT_THAT(workers[r].ReadLog(), HasSubstr("ROUNDS_OK n=2"));
+  }
+}
+
 TEST(SecurityTest, DaemonsRegisterThroughMutualTls) {
   auto cluster = SecureCluster(2, 1, Security{.mutual = true});
   ASSERT_NE(cluster, nullptr);
   absl::Status started = cluster->Start();
   ASSERT_TRUE(started.ok()) << started;
-  const std::string dir = cluster->dir();
   for (uint32_t n = 0; n < 2; ++n) {
-    ClientOptions options;
-    options.target = cluster->tcp_address(n);
-    options.tls_ca_file = dir + "/ca.pem";
-    options.tls_cert_file = dir + "/client.pem";
-    options.tls_key_file = dir + "/client.key";
-    options.bearer_token = kToken;
-    auto admin = AdminClient::Connect(options);
+    auto admin = AdminClient::Connect(cluster->AdminOptions(n));
     ASSERT_TRUE(admin.ok()) << admin.status();
     auto job = (*admin)->GetJob();
     ASSERT_TRUE(job.ok()) << job.status();
@@ -441,11 +786,13 @@ TEST(SecurityTest, DaemonsRegisterThroughMutualTls) {
   }
 }
 
-TEST(SecurityTest, DaemonWithTheWrongTokenCannotRegisterAndExits) {
+TEST(SecurityTest, DaemonWithAnotherJobsCredentialsCannotRegisterAndExits) {
   auto cluster = SecureCluster(2, 1, Security{});
   ASSERT_NE(cluster, nullptr);
+  const std::string other = cluster->dir() + "/impostor";
+  ASSERT_TRUE(CreateCredentials(other).ok());
   cluster->mutable_options().node_flags = {
-      {}, {absl::StrCat("--auth_token_file=", cluster->dir(), "/wrong-token")}};
+      {}, {absl::StrCat("--credentials_dir=", other)}};
   absl::Status started = cluster->Start(absl::Seconds(15));
   ASSERT_FALSE(started.ok());
   EXPECT_THAT(std::string(started.message()),
@@ -456,19 +803,93 @@ TEST(SecurityTest, DaemonWithTheWrongTokenCannotRegisterAndExits) {
   const std::string log = cluster->daemon(1).ReadLog();
   EXPECT_THAT(log, HasSubstr("could not register with the coordinator at " +
                              cluster->tcp_address(0)));
-  EXPECT_THAT(log, HasSubstr(kRejectedToken));
-  EXPECT_THAT(log, Not(HasSubstr("impostor-token-9f3a")));
+  EXPECT_THAT(log, HasSubstr("node token rejected"));
+  auto key = ReadCredentialFile(other, kNodeKeyFile);
+  ASSERT_TRUE(key.ok());
+  EXPECT_THAT(log, Not(HasSubstr(*key)));
   // The coordinator is unaffected.
-  ClientOptions options;
-  options.target = cluster->tcp_address(0);
-  options.tls_ca_file = cluster->dir() + "/ca.pem";
-  options.bearer_token = kToken;
-  auto admin = AdminClient::Connect(options);
+  auto admin = AdminClient::Connect(cluster->AdminOptions(0));
   ASSERT_TRUE(admin.ok()) << admin.status();
   auto job = (*admin)->GetJob();
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->registered_nodes(), 1u);
   EXPECT_EQ(job->state(), v1::JOB_STATE_FORMING);
+}
+
+// A daemon holding only its own node.token (issued with rankctl
+// credentials node-token) joins the job; one holding another node's token
+// does not start.
+TEST(SecurityTest, ADaemonCanHoldOnlyItsOwnNodeToken) {
+  ClusterOptions options;
+  options.job_id = "ownid";
+  options.nnodes = 2;
+  options.nproc_per_node = 1;
+  LocalCluster cluster(options);
+  const std::string own = cluster.dir() + "/node1-only";
+  ASSERT_EQ(::mkdir(own.c_str(), 0700), 0);
+  std::ofstream(own + "/node.token") << NodeTokenOf(cluster, 1) << "\n";
+  cluster.mutable_options().node_flags = {
+      {}, {absl::StrCat("--credentials_dir=", own)}};
+  absl::Status started = cluster.Start();
+  ASSERT_TRUE(started.ok()) << started;
+  // Without rank.token and operator.token node 1 serves ranks and
+  // operators on its Unix socket only.
+  auto tcp = PlainChannel(cluster.tcp_address(1));
+  grpc::Status remote = GetJob(tcp, Bearer(cluster.operator_token()));
+  EXPECT_EQ(remote.error_code(), kDenied);
+  EXPECT_THAT(remote.error_message(), HasSubstr("has no operator.token"));
+  v1::JobStatus job;
+  grpc::Status local = GetJob(PlainChannel(cluster.socket_target(1)), "", &job);
+  ASSERT_TRUE(local.ok()) << local.error_message();
+  EXPECT_EQ(job.registered_nodes(), 2u);
+
+  const std::string wrong = cluster.dir() + "/node0-token";
+  ASSERT_EQ(::mkdir(wrong.c_str(), 0700), 0);
+  std::ofstream(wrong + "/node.token") << NodeTokenOf(cluster, 0) << "\n";
+  auto daemon = ChildProcess::Spawn(
+      {Runfile("daemon/rankd"), "--job_id=ownid", "--nnodes=2",
+       "--node_index=1", "--nproc_per_node=1",
+       absl::StrCat("--listen=127.0.0.1:", FreePort()),
+       "--socket=", absl::StrCat("--coordinator=", cluster.tcp_address(0)),
+       absl::StrCat("--credentials_dir=", wrong)},
+      {}, cluster.dir() + "/wrong.log");
+  ASSERT_TRUE(daemon.ok());
+  std::optional<int> status = daemon->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(ExitCode(*status), 1);
+  EXPECT_THAT(daemon->ReadLog(), HasSubstr("is not a token of node 1"));
+}
+
+// Secure by default: without credentials a daemon does not start, and
+// running without them is an explicit, loudly logged choice.
+TEST(SecurityTest, NoCredentialsMeansNoStartUnlessExplicitlyAllowed) {
+  ClusterOptions options;
+  options.credentials = ClusterOptions::Credentials::kCustom;
+  options.nnodes = 1;
+  options.nproc_per_node = 1;
+  LocalCluster refused(options);
+  absl::Status start = refused.Start(absl::Seconds(10));
+  ASSERT_FALSE(start.ok());
+  EXPECT_THAT(std::string(start.message()),
+              HasSubstr("rankd needs the job's credentials: pass "
+                        "--credentials_dir=DIR (create one with `rankctl "
+                        "credentials create DIR`"));
+
+  options.credentials = ClusterOptions::Credentials::kNone;
+  LocalCluster open(options);
+  ASSERT_TRUE(open.Start().ok());
+  EXPECT_THAT(open.daemon(0).ReadLog(),
+              HasSubstr("WARNING: running WITHOUT AUTHENTICATION"));
+  v1::JobStatus job;
+  grpc::Status ok = GetJob(PlainChannel(open.tcp_address(0)), "", &job);
+  EXPECT_TRUE(ok.ok()) << ok.error_message();
+  // The Peer service stays off the Unix socket even then.
+  auto peer = v1::Peer::NewStub(PlainChannel(open.socket_target(0)));
+  v1::HeartbeatRequest request;
+  v1::HeartbeatResponse response;
+  auto context = Ctx("");
+  EXPECT_EQ(peer->Heartbeat(context.get(), request, &response).error_code(),
+            kDenied);
 }
 
 TEST(SecurityTest, UnixSocketIsOwnerAndGroupOnly) {
@@ -485,6 +906,9 @@ TEST(SecurityTest, UnixSocketIsOwnerAndGroupOnly) {
     EXPECT_EQ(mode & ~static_cast<mode_t>(0660), 0u)
         << "socket mode " << std::oct << mode << " is wider than 0660";
     EXPECT_EQ(mode & 0007, 0u) << "others have access: " << std::oct << mode;
+    // The credentials folder and its files are the owner's alone.
+    ASSERT_EQ(::stat(cluster->credentials_dir().c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0077, 0u);
   }
 }
 

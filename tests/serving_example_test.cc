@@ -104,8 +104,7 @@ std::vector<int> DrainedSteps(std::vector<ChildProcess>& ranks) {
 // The job's state as `node`'s daemon reports it, once it is COMPLETED or
 // after a few seconds (the other daemons learn it from the coordinator).
 v1::JobState JobState(LocalCluster& cluster, uint32_t node) {
-  ClientOptions options;
-  options.target = cluster.tcp_address(node);
+  ClientOptions options = cluster.AdminOptions(node);
   auto admin = AdminClient::Connect(options);
   if (!admin.ok()) return v1::JOB_STATE_UNSPECIFIED;
   v1::JobState state = v1::JOB_STATE_UNSPECIFIED;

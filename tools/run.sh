@@ -213,13 +213,20 @@ fi
 
 # ---- daemons -----------------------------------------------------------------
 job=serving
+# Fresh credentials for this job (docs/operations.md, "Credentials"): every
+# daemon gets the folder; ranks use their Unix sockets and need none; rankctl
+# here presents the operator token.
+creds="$dir/credentials"
+"$rankctl" credentials create "$creds" >/dev/null
+operator=(--token_file="$creds/operator.token")
 echo "== starting $nodes rankd daemons: job '$job', world $world = $nodes nodes x $ranks_per_node ranks, tp$tp pp$pp ep$ep dp$dp, $backend"
 daemon_pids=()
 for ((n = 0; n < nodes; n++)); do
   args=(--job_id="$job" --nnodes="$nodes" --node_index="$n"
         --nproc_per_node="$ranks_per_node" --tensor_parallel="$tp"
         --pipeline_parallel="$pp" --expert_parallel="$ep"
-        --listen="${addr[$n]}" --socket="$dir/node$n.sock")
+        --listen="${addr[$n]}" --socket="$dir/node$n.sock"
+        --credentials_dir="$creds")
   ((n > 0)) && args+=(--coordinator="${addr[0]}")
   ${run_in[$n]} "$rankd" "${args[@]}" >"$dir/daemon$n.log" 2>&1 &
   pids+=($!)
@@ -245,8 +252,8 @@ for ((n = 0; n < nodes; n++)); do
   ((n == 0)) && role=" (coordinator)"
   echo "   node $n: rankd at ${addr[$n]}$role, ranks $((n * ranks_per_node))-$(((n + 1) * ranks_per_node - 1)) on unix://$dir/node$n.sock"
 done
-echo "   inspect it while it runs: $rankctl --target=${addr[0]} members"
-echo "                             grpcurl -plaintext -d '{}' ${addr[0]} rankd.v1.Admin/ListMembers"
+echo "   inspect it while it runs: $rankctl --target=${addr[0]} --token_file=$creds/operator.token members"
+echo "                             grpcurl -plaintext -H \"authorization: Bearer \$(cat $creds/operator.token)\" -d '{}' ${addr[0]} rankd.v1.Admin/ListMembers"
 
 # ---- ranks -------------------------------------------------------------------
 echo "== starting $world serving ranks (examples/serving, $steps steps)"
@@ -290,7 +297,7 @@ while running; do
   if ((!operator_view)) && grep -q '^SERVING ' "$dir/rank0.log" 2>/dev/null; then
     operator_view=1
     echo "== the job as an operator sees it now (rankctl --target=${addr[0]} members)"
-    "$rankctl" --target="${addr[0]}" members 2>&1 | sed 's/^/   /' || true
+    "$rankctl" --target="${addr[0]}" "${operator[@]}" members 2>&1 | sed 's/^/   /' || true
   fi
   if [[ -n "$kill_rank" && -z "$killed_at" ]] &&
       grep -q '^STALLING ' "$dir/rank$kill_rank.log" 2>/dev/null; then
@@ -366,7 +373,7 @@ fi
 # ---- shutdown ----------------------------------------------------------------
 if ((operator_view)); then
   echo "== the job after the run (rankctl --target=${addr[0]} status)"
-  "$rankctl" --target="${addr[0]}" status 2>&1 | sed 's/^/   /' || true
+  "$rankctl" --target="${addr[0]}" "${operator[@]}" status 2>&1 | sed 's/^/   /' || true
 fi
 for pid in "${daemon_pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
 for ((n = 0; n < nodes; n++)); do

@@ -213,11 +213,16 @@ TEST_F(KitTest, RankdStartsAndAnswersHealthWithOnlyTheKit) {
   const int port = FreePort();
   const std::string dir = MakeTempDir("rankd-kit");
   const std::string target = absl::StrCat("127.0.0.1:", port);
+  // The kit's rankctl issues the job's credentials, as tools/run.sh does.
+  CommandResult creds = InSandbox(
+      {Bin("client/rankctl"), "credentials", "create", dir + "/credentials"});
+  ASSERT_EQ(creds.exit_code, 0) << creds.output;
   auto rankd = ChildProcess::Spawn(
       {Runfile("tests/gpu/kit_sandbox.sh"), Bin("daemon/rankd"), "--job_id=kit",
        "--nnodes=1", "--node_index=0", "--nproc_per_node=1",
        absl::StrCat("--listen=", target),
-       absl::StrCat("--socket=", dir, "/node0.sock")},
+       absl::StrCat("--socket=", dir, "/node0.sock"),
+       absl::StrCat("--credentials_dir=", dir, "/credentials")},
       {}, absl::StrCat(dir, "/rankd.log"));
   ASSERT_TRUE(rankd.ok()) << rankd.status();
   CommandResult health;

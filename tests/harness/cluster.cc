@@ -2,6 +2,8 @@
 
 #include <sys/wait.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <utility>
 
@@ -9,11 +11,36 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/admin_client.h"
+#include "common/credentials.h"
 
 namespace rankd::testing {
 
 LocalCluster::LocalCluster(ClusterOptions options)
-    : options_(std::move(options)), dir_(MakeTempDir("rankd-cluster")) {}
+    : options_(std::move(options)), dir_(MakeTempDir("rankd-cluster")) {
+  if (options_.credentials == ClusterOptions::Credentials::kGenerated) {
+    absl::Status created = CreateCredentials(credentials_dir());
+    if (!created.ok()) {
+      std::fprintf(stderr, "cannot create test credentials: %s\n",
+                   created.ToString().c_str());
+      std::abort();
+    }
+  }
+}
+
+std::string LocalCluster::operator_token() const {
+  return ReadCredentialFile(credentials_dir(), kOperatorTokenFile).value_or("");
+}
+
+std::string LocalCluster::rank_token() const {
+  return ReadCredentialFile(credentials_dir(), kRankTokenFile).value_or("");
+}
+
+ClientOptions LocalCluster::AdminOptions(uint32_t node) const {
+  ClientOptions options = options_.probe;
+  options.target = tcp_address(node);
+  options.bearer_token = operator_token();
+  return options;
+}
 
 LocalCluster::~LocalCluster() {
   // Coordinator last: it waits for the other daemons' event streams to end
@@ -56,6 +83,16 @@ absl::Status LocalCluster::Start(absl::Duration timeout) {
         absl::StrCat("--heartbeat_timeout_ms=", options_.heartbeat_timeout_ms),
     };
     if (n != 0) argv.push_back(absl::StrCat("--coordinator=", tcp_address(0)));
+    switch (options_.credentials) {
+      case ClusterOptions::Credentials::kGenerated:
+        argv.push_back(absl::StrCat("--credentials_dir=", credentials_dir()));
+        break;
+      case ClusterOptions::Credentials::kNone:
+        argv.push_back("--allow_unauthenticated=true");
+        break;
+      case ClusterOptions::Credentials::kCustom:
+        break;
+    }
     for (const auto& f : options_.extra_flags) argv.push_back(f);
     if (n < options_.node_flags.size()) {
       for (const auto& f : options_.node_flags[n]) argv.push_back(f);

@@ -1,8 +1,10 @@
 // LocalCluster: a real rankd job on this machine for integration tests: one
 // `rankd` process per node on loopback TCP ports, each with its own Unix
 // socket, plus helpers to start rank processes (tests/rank_worker) against
-// them. Everything it starts it stops, by pid. Depends on the harness
-// process helpers and the client library (for readiness probes).
+// them. By default the job gets fresh credentials of its own (like
+// tools/run.sh). Everything it starts it stops, by pid. Depends on the
+// harness process helpers, common/credentials and the client library (for
+// readiness probes).
 #ifndef RANKD_TESTS_HARNESS_CLUSTER_H_
 #define RANKD_TESTS_HARNESS_CLUSTER_H_
 
@@ -19,6 +21,13 @@
 namespace rankd::testing {
 
 struct ClusterOptions {
+  // How the daemons authenticate callers (docs/operations.md,
+  // "Credentials"):
+  //   kGenerated  fresh credentials in dir()/credentials (the default);
+  //   kNone       --allow_unauthenticated=true;
+  //   kCustom     nothing added: the test passes its own flags.
+  enum class Credentials { kGenerated, kNone, kCustom };
+  Credentials credentials = Credentials::kGenerated;
   std::string job_id = "itest";
   uint32_t nnodes = 3;
   uint32_t nproc_per_node = 2;
@@ -55,6 +64,15 @@ class LocalCluster {
     return options_.nnodes * options_.nproc_per_node;
   }
   std::string dir() const { return dir_; }
+  // dir()/credentials: node.key, rank.token and operator.token of the job
+  // (with Credentials::kGenerated, from construction on).
+  std::string credentials_dir() const { return dir_ + "/credentials"; }
+  // The operator and rank tokens there ("" when there are none).
+  std::string operator_token() const;
+  std::string rank_token() const;
+  // How an operator reaches node `node`'s TCP listener: options().probe
+  // with that target and the operator token.
+  ClientOptions AdminOptions(uint32_t node) const;
   // "unix:///tmp/.../node1.sock"
   std::string socket_target(uint32_t node) const;
   // "/tmp/.../node1.sock"

@@ -42,6 +42,10 @@ class Deploy:
 
     def __init__(self):
         self.tmp, self.root = copy_tree("deploy/kubernetes")
+        # The job's credentials, as a user writes them before applying.
+        subprocess.run([os.path.join(self.root, "components", "credentials",
+                                     "create.sh")],
+                       check=True, capture_output=True, timeout=60)
 
     def kustomizations(self):
         """Every folder holding a kustomization.yaml, relative to the root."""

@@ -485,6 +485,29 @@ class ManifestsTest(unittest.TestCase):
                              "rankd-tls")
         self.assertEqual(env["RANKD_TLS_REQUIRE_CLIENT_CERT"], "true")
 
+    def test_every_rankd_gets_the_jobs_credentials_and_only_rankd(self):
+        for name, r in self.deployments():
+            with self.subTest(kustomization=name):
+                secrets = {s["metadata"]["name"]: s
+                           for s in manifests.by_kind(r.objects, "Secret")}
+                self.assertIn("rankd-credentials", secrets)
+                self.assertEqual(sorted(secrets["rankd-credentials"]["data"]),
+                                 ["node.key", "operator.token", "rank.token"])
+                rankd = rankd_of(r.template)
+                folder = r.env(rankd)["RANKD_CREDENTIALS_DIR"]
+                volumes = {v["name"]: v for v in r.template["spec"]["volumes"]}
+                mount = {m["mountPath"]: m for m in rankd["volumeMounts"]}[folder]
+                self.assertTrue(mount["readOnly"])
+                volume = volumes[mount["name"]]["secret"]
+                self.assertEqual(volume["secretName"], "rankd-credentials")
+                # Group-readable (fsGroup), never world-readable.
+                self.assertEqual(volume["defaultMode"] & 0o007, 0)
+                for c in r.template["spec"]["containers"]:
+                    self.assertNotIn(mount["name"],
+                                     [m["name"] for m in c.get("volumeMounts", [])],
+                                     c["name"])
+                    self.assertNotIn("RANKD_CREDENTIALS_DIR", r.env(c), c["name"])
+
 
 if __name__ == "__main__":
     manifests.main()

@@ -33,6 +33,7 @@ Every process, namespace and folder it creates, it removes (Cluster.close),
 stopping processes by their process group, which it created.
 """
 
+import base64
 import hashlib
 import json
 import os
@@ -394,7 +395,9 @@ class Cluster:
                  use_netns=None):
         """binaries: image command name -> host path (rankd, rankctl, ...).
         secrets: Secret name -> {key: value} for secretKeyRef.
-        secret_files: Secret name -> folder holding its keys as files."""
+        secret_files: Secret name -> folder holding its keys as files.
+        Secrets among `objects` (a kustomize secretGenerator's) are
+        modelled from their data unless secret_files names them."""
         self.objects = objects
         self.secrets = secrets or {}
         self.secret_files = secret_files or {}
@@ -411,6 +414,18 @@ class Cluster:
 
     def _setup(self, binaries):
         os.chmod(self.root, 0o755)
+        for obj in self.objects:
+            name = obj["metadata"]["name"]
+            if obj["kind"] != "Secret" or name in self.secret_files:
+                continue
+            folder = os.path.join(self.root, "secrets", name)
+            os.makedirs(folder)
+            items = {k: base64.b64decode(v) for k, v in obj.get("data", {}).items()}
+            items.update({k: v.encode() for k, v in obj.get("stringData", {}).items()})
+            for key, value in items.items():
+                with open(os.path.join(folder, key), "wb") as f:
+                    f.write(value)
+            self.secret_files[name] = folder
         self.rewrites = []
         self.pods = workload_pods(self.objects)
         self._lock = threading.Lock()
@@ -706,6 +721,10 @@ class Cluster:
         port = int(c.env.get("RANKD_LISTEN", "0.0.0.0:7421").rsplit(":", 1)[1])
         host = "127.0.0.1" if self.netns else pod.ip
         argv = [os.path.join(self.bin_dir, "rankctl"), f"--target={host}:{port}"]
+        # The operator's copy of the job's operator token.
+        creds = self.secret_files.get("rankd-credentials")
+        if creds is not None:
+            argv.append(f"--token_file={creds}/operator.token")
         argv += tls or []
         argv += args
         p = subprocess.run(self.in_pod(pod, argv, as_user=False),

@@ -158,6 +158,15 @@ async function validateObject(object) {
   if (apiVersion === LWS_API_VERSION && kind === "LeaderWorkerSet") {
     return validateLeaderWorkerSet(object);
   }
+  if (apiVersion === "v1" && kind === "Secret" && isObject(object.data)) {
+    // kustomize wraps long base64 values in lines; the API server's decoder
+    // (Go's encoding/base64) skips line breaks, so check the joined value.
+    const data = {};
+    for (const [key, value] of Object.entries(object.data)) {
+      data[key] = typeof value === "string" ? value.replace(/[\r\n]/g, "") : value;
+    }
+    object = { ...object, data };
+  }
   const result = await validateModel(apiVersion, kind, object);
   if (!result.known) return [`no schema for ${apiVersion} ${kind}`];
   const errors = [...result.errors];

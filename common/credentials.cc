@@ -1,0 +1,175 @@
+#include "common/credentials.h"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace rankd {
+namespace {
+
+constexpr char kNodeTokenPrefix[] = "node-";
+
+std::string Hex(const unsigned char* bytes, size_t n) {
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(bytes), n));
+}
+
+std::string NodeMac(absl::string_view node_key, absl::string_view job_id,
+                    uint32_t node_index) {
+  // Domain-separated and length-delimited, so no other message this
+  // project MACs can collide with it.
+  std::string message = absl::StrCat("rankd node token v1\n", job_id.size(),
+                                     ":", job_id, "\n", node_index);
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int mac_len = 0;
+  HMAC(EVP_sha256(), node_key.data(), static_cast<int>(node_key.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(),
+       mac, &mac_len);
+  return Hex(mac, mac_len);
+}
+
+absl::Status WriteSecretFile(const std::string& path) {
+  auto secret = NewSecret();
+  if (!secret.ok()) return secret.status();
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    if (errno == EEXIST) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          path,
+          " already exists; credentials are never overwritten (remove "
+          "the folder to issue new ones)"));
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
+  }
+  std::string line = absl::StrCat(*secret, "\n");
+  bool ok = ::write(fd, line.data(), line.size()) ==
+            static_cast<ssize_t>(line.size());
+  ok = (::close(fd) == 0) && ok;
+  if (!ok) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> NewSecret() {
+  unsigned char bytes[32];
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1) {
+    return absl::InternalError("the random generator failed (RAND_bytes)");
+  }
+  return Hex(bytes, sizeof(bytes));
+}
+
+std::string NodeToken(absl::string_view node_key, absl::string_view job_id,
+                      uint32_t node_index) {
+  return absl::StrCat(kNodeTokenPrefix, node_index, ".",
+                      NodeMac(node_key, job_id, node_index));
+}
+
+absl::StatusOr<uint32_t> VerifyNodeToken(absl::string_view node_key,
+                                         absl::string_view job_id,
+                                         absl::string_view token) {
+  const absl::Status refused = absl::UnauthenticatedError(
+      "node token rejected: not issued for a node of this job under its node "
+      "key");
+  absl::string_view rest = token;
+  if (!absl::ConsumePrefix(&rest, kNodeTokenPrefix)) return refused;
+  size_t dot = rest.find('.');
+  if (dot == absl::string_view::npos || dot == 0 || dot > 10) return refused;
+  uint32_t node_index = 0;
+  if (!absl::SimpleAtoi(rest.substr(0, dot), &node_index)) return refused;
+  // Canonical digits only, so one node has exactly one token.
+  if (absl::StrCat(node_index) != rest.substr(0, dot)) return refused;
+  if (!SecretsEqual(rest.substr(dot + 1),
+                    NodeMac(node_key, job_id, node_index))) {
+    return refused;
+  }
+  return node_index;
+}
+
+bool SecretsEqual(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  if (a.empty()) return true;
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+absl::StatusOr<std::string> ReadCredentialFile(const std::string& dir,
+                                               absl::string_view name) {
+  std::string path = absl::StrCat(dir, "/", name);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT)
+      return absl::NotFoundError(absl::StrCat(path, " does not exist"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode) || st.st_size > 4 * kMaxCredentialBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path,
+                     " is not a credential file (a regular file of at "
+                     "most ",
+                     kMaxCredentialBytes, " bytes)"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot read ", path));
+  }
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  std::string value(absl::StripAsciiWhitespace(contents.str()));
+  if (value.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is empty"));
+  }
+  if (value.size() > kMaxCredentialBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " holds more than ", kMaxCredentialBytes, " bytes"));
+  }
+  for (char c : value) {
+    if (c <= ' ' || c > '~') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, " must hold one line of printable ASCII without spaces"));
+    }
+  }
+  return value;
+}
+
+absl::Status CreateCredentials(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create ", dir, ": ", std::strerror(errno)));
+  }
+  for (const char* name : {kNodeKeyFile, kRankTokenFile, kOperatorTokenFile}) {
+    std::string path = absl::StrCat(dir, "/", name);
+    if (::access(path.c_str(), F_OK) == 0) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          path,
+          " already exists; credentials are never overwritten (remove "
+          "the folder to issue new ones)"));
+    }
+  }
+  for (const char* name : {kNodeKeyFile, kRankTokenFile, kOperatorTokenFile}) {
+    if (auto s = WriteSecretFile(absl::StrCat(dir, "/", name)); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace rankd

@@ -1,0 +1,129 @@
+#include "common/credentials.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace rankd {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string TempDir() {
+  std::string templ = absl::StrCat(::testing::TempDir(), "/credsXXXXXX");
+  char* made = ::mkdtemp(templ.data());
+  EXPECT_NE(made, nullptr);
+  return templ;
+}
+
+TEST(CredentialsTest, NewSecretsAre64HexDigitsAndDiffer) {
+  auto a = NewSecret();
+  auto b = NewSecret();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->size(), 64u);
+  EXPECT_EQ(a->find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_NE(*a, *b);
+}
+
+TEST(CredentialsTest, ANodeTokenNamesItsNodeAndOnlyVerifiesUnderItsKeyAndJob) {
+  const std::string key = "k3y";
+  std::string token = NodeToken(key, "job-a", 7);
+  EXPECT_TRUE(absl::StartsWith(token, "node-7.")) << token;
+  EXPECT_EQ(token.size(), std::string("node-7.").size() + 64);
+
+  auto node = VerifyNodeToken(key, "job-a", token);
+  ASSERT_TRUE(node.ok()) << node.status();
+  EXPECT_EQ(*node, 7u);
+
+  // Another key, another job, or the MAC of node 7 relabelled as node 8.
+  EXPECT_EQ(VerifyNodeToken("other", "job-a", token).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(VerifyNodeToken(key, "job-b", token).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  std::string relabelled = "node-8." + token.substr(7);
+  EXPECT_EQ(VerifyNodeToken(key, "job-a", relabelled).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  // Non-canonical spellings of the index are refused, so one node has one
+  // token.
+  EXPECT_FALSE(
+      VerifyNodeToken(key, "job-a", "node-07." + token.substr(7)).ok());
+  EXPECT_FALSE(
+      VerifyNodeToken(key, "job-a", "node-+7." + token.substr(7)).ok());
+  // Truncated, empty, garbage: refused without echoing what was sent.
+  for (std::string bad : {token.substr(0, token.size() - 1), std::string(),
+                          std::string("node-"), std::string("node-1"),
+                          std::string("node-1."), std::string("bogus-token")}) {
+    auto verdict = VerifyNodeToken(key, "job-a", bad);
+    EXPECT_EQ(verdict.status().code(), absl::StatusCode::kUnauthenticated)
+        << bad;
+    if (!bad.empty()) {
+      EXPECT_THAT(verdict.status().message(), Not(HasSubstr(bad)));
+    }
+  }
+}
+
+TEST(CredentialsTest, SecretsEqualComparesWholeValues) {
+  EXPECT_TRUE(SecretsEqual("", ""));
+  EXPECT_TRUE(SecretsEqual("abc", "abc"));
+  EXPECT_FALSE(SecretsEqual("abc", "abd"));
+  EXPECT_FALSE(SecretsEqual("abc", "abcd"));
+  EXPECT_FALSE(SecretsEqual("", "a"));
+}
+
+TEST(CredentialsTest, CreateWritesPrivateFilesOnceAndReadsThemBack) {
+  std::string dir = TempDir() + "/job";
+  ASSERT_TRUE(CreateCredentials(dir).ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  for (const char* name : {kNodeKeyFile, kRankTokenFile, kOperatorTokenFile}) {
+    std::string path = absl::StrCat(dir, "/", name);
+    ASSERT_EQ(::stat(path.c_str(), &st), 0) << path;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << path;
+    auto value = ReadCredentialFile(dir, name);
+    ASSERT_TRUE(value.ok()) << value.status();
+    EXPECT_EQ(value->size(), 64u);
+  }
+  EXPECT_NE(*ReadCredentialFile(dir, kRankTokenFile),
+            *ReadCredentialFile(dir, kOperatorTokenFile));
+
+  std::string before = *ReadCredentialFile(dir, kNodeKeyFile);
+  absl::Status again = CreateCredentials(dir);
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists) << again;
+  EXPECT_EQ(*ReadCredentialFile(dir, kNodeKeyFile), before);
+}
+
+TEST(CredentialsTest, ReadingRefusesMissingEmptyOversizedAndBinaryFiles) {
+  std::string dir = TempDir();
+  auto write = [&](const char* name, const std::string& contents) {
+    std::ofstream(absl::StrCat(dir, "/", name), std::ios::binary) << contents;
+  };
+  EXPECT_EQ(ReadCredentialFile(dir, "absent").status().code(),
+            absl::StatusCode::kNotFound);
+  write("empty", "  \n");
+  EXPECT_EQ(ReadCredentialFile(dir, "empty").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  write("huge", std::string(kMaxCredentialBytes + 1, 'a'));
+  EXPECT_EQ(ReadCredentialFile(dir, "huge").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  write("binary", std::string("ab\x01secret", 9));
+  auto binary = ReadCredentialFile(dir, "binary");
+  EXPECT_EQ(binary.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(binary.status().message(), Not(HasSubstr("secret")));
+  write("spaced", "two words\n");
+  EXPECT_FALSE(ReadCredentialFile(dir, "spaced").ok());
+  write("good", "  tok3n-value\n");
+  EXPECT_EQ(*ReadCredentialFile(dir, "good"), "tok3n-value");
+}
+
+}  // namespace
+}  // namespace rankd
