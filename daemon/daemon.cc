@@ -19,6 +19,7 @@
 #include "daemon/remote_coordinator.h"
 #include "daemon/security.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpc/health/v1/health.pb.h"
 #include "grpcpp/health_check_service_interface.h"
 
 namespace rankd {
@@ -158,6 +159,9 @@ absl::Status Daemon::Init() {
       std::make_unique<AdminService>(agent_.get(), coordinator_.get(), &*auth_);
 
   grpc::EnableDefaultHealthCheckService(true);
+  // gRPC serves grpc.health.v1 without a protobuf descriptor; naming ours
+  // links it in, so reflection (grpcurl) can describe the service too.
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.SetMaxReceiveMessageSize(64 << 20);

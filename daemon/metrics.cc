@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "daemon/config.h"
 #include "daemon/event_log.h"
+#include "google/protobuf/descriptor.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/exposer.h"
@@ -27,11 +28,19 @@
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "rankd/v1/rank.pb.h"
 
 namespace rankd {
 namespace {
 
 constexpr char kRankService[] = "/rankd.v1.Rank/";
+
+// True for a method the Rank service defines (from its descriptor).
+bool IsRankMethod(absl::string_view method) {
+  static const google::protobuf::ServiceDescriptor* const kRank =
+      v1::JoinRequest::descriptor()->file()->FindServiceByName("Rank");
+  return kRank != nullptr && kRank->FindMethodByName(std::string(method));
+}
 constexpr char kPeerService[] = "/rankd.v1.Peer/";
 
 // Seconds; from sub-millisecond rounds on one host to waits of a minute.
@@ -146,7 +155,12 @@ class DaemonMetrics::Instruments {
     const std::string code_name = CodeName(code);
     const double seconds = absl::ToDoubleSeconds(elapsed);
     if (absl::ConsumePrefix(&method, kRankService)) {
-      rank_rpcs_.Add({{"method", std::string(method)}, {"code", code_name}})
+      // A caller chooses the path: only the service's own methods get a
+      // label of their own, so labels stay bounded.
+      rank_rpcs_
+          .Add({{"method", IsRankMethod(method) ? std::string(method)
+                                                : std::string("unknown")},
+                {"code", code_name}})
           .Increment();
       if (method == "AllGatherWords") {
         rounds_.Add({{"code", code_name}}).Increment();

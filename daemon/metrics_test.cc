@@ -113,6 +113,11 @@ TEST(DaemonMetricsTest, CountsRoundsKeyValueOperationsAndHeartbeats) {
                      absl::Milliseconds(1));
   metrics.ObserveRpc("/rankd.v1.Admin/GetJob", absl::StatusCode::kOk,
                      absl::Milliseconds(1));
+  // Paths a caller makes up share one label.
+  for (int i = 0; i < 50; ++i) {
+    metrics.ObserveRpc(absl::StrCat("/rankd.v1.Rank/Made-up-", i),
+                       absl::StatusCode::kUnimplemented, absl::Milliseconds(1));
+  }
   metrics.ObserveHeartbeatSent(absl::StatusCode::kOk);
   metrics.ObserveHeartbeatSent(absl::StatusCode::kUnavailable);
   const std::string text = metrics.Render();
@@ -135,6 +140,11 @@ TEST(DaemonMetricsTest, CountsRoundsKeyValueOperationsAndHeartbeats) {
     EXPECT_TRUE(absl::StrContains(text, line)) << line << "\n" << text;
   }
   EXPECT_FALSE(absl::StrContains(text, "GetJob")) << text;
+  EXPECT_TRUE(absl::StrContains(text,
+                                "rankd_rank_requests_total{code="
+                                "\"UNIMPLEMENTED\",method=\"unknown\"} 50"))
+      << text;
+  EXPECT_FALSE(absl::StrContains(text, "Made-up")) << text;
 }
 
 TEST(DaemonMetricsTest, CountsLostRanksAndNodesFromEvents) {

@@ -8,11 +8,16 @@
 // hand-encoded protobuf (the reflection proto is not installed here), builds
 // a DescriptorPool from the file descriptors the daemon sends, calls Admin
 // methods with DynamicMessages through grpc::GenericStub and prints the
-// replies as JSON.
+// replies as JSON. A second, third-party client (npm's
+// grpc-js-reflection-client, tools/grpc-reflection-check) checks the same.
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -421,6 +426,70 @@ TEST_F(ReflectionTest, ListServicesNamesEveryService) {
     grpc::Status closed = stream.Close();
     EXPECT_TRUE(closed.ok()) << closed.error_message();
   }
+}
+
+// Every service the daemon lists can be described, grpc.health.v1.Health
+// included (gRPC serves it without a descriptor; rankd links one), and
+// `grpcurl -plaintext -d '{"service": "readiness"}' ADDR
+// grpc.health.v1.Health/Check` works from the fetched descriptors.
+TEST_F(ReflectionTest, EveryListedServiceIsDescribedAndHealthIsCallable) {
+  auto channel = Channel(0);
+  ReflectionStream stream(channel);
+  auto listed = stream.Ask(kListServices, "");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  RemoteDescriptors remote(&stream);
+  for (const std::string& service : std::set<std::string>(
+           listed->services.begin(), listed->services.end())) {
+    SCOPED_TRACE(service);
+    absl::Status added = remote.AddSymbol(service);
+    EXPECT_TRUE(added.ok()) << added;
+    EXPECT_NE(remote.pool().FindServiceByName(service), nullptr);
+  }
+  EXPECT_TRUE(stream.Close().ok());
+  auto health = CallWithJson(channel, remote.pool(), "grpc.health.v1.Health",
+                             "Check", R"({"service": "readiness"})", "");
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(*health, R"({"status":"SERVING"})");
+  auto unknown = CallWithJson(channel, remote.pool(), "grpc.health.v1.Health",
+                              "Check", R"({"service": "no.such"})", "");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+}
+
+// The same with a reflection client that is not rankd's code: npm's
+// grpc-js-reflection-client over @grpc/grpc-js (tools/grpc-reflection-check,
+// installed by tools/setup.sh), the way a grpcurl user relies on it.
+TEST_F(ReflectionTest, AThirdPartyReflectionClientDescribesAndCallsTheDaemon) {
+  // The script's own folder in the source tree holds its node_modules.
+  char* real = ::realpath(
+      Runfile("tools/grpc-reflection-check/check.mjs").c_str(), nullptr);
+  ASSERT_NE(real, nullptr);
+  const std::string script(real);
+  std::free(real);
+  const std::string modules =
+      script.substr(0, script.rfind('/')) + "/node_modules";
+  ASSERT_EQ(::access(modules.c_str(), R_OK), 0)
+      << modules << " is missing: run tools/setup.sh (it runs npm ci there)";
+  const std::string log = cluster_->dir() + "/reflection-check.log";
+  auto node = ChildProcess::Spawn(
+      {"/usr/bin/env", "node", script, cluster_->tcp_address(0),
+       cluster_->credentials_dir() + "/operator.token"},
+      {}, log);
+  ASSERT_TRUE(node.ok()) << node.status();
+  std::optional<int> status = node->Wait(absl::Seconds(60));
+  ASSERT_TRUE(status.has_value()) << node->ReadLog();
+  const std::string out = node->ReadLog();
+  ASSERT_EQ(ExitCode(*status), 0) << out;
+  EXPECT_THAT(out, HasSubstr("SERVICES grpc.health.v1.Health,"
+                             "grpc.reflection.v1alpha.ServerReflection,"
+                             "rankd.v1.Admin,rankd.v1.Peer,rankd.v1.Rank\n"));
+  EXPECT_THAT(out, HasSubstr("DESCRIBED grpc.health.v1.Health Check,Watch\n"));
+  EXPECT_THAT(out, HasSubstr("DESCRIBED rankd.v1.Admin GetJob,GetTopology,"
+                             "KvGet,ListMembers,WatchEvents\n"));
+  EXPECT_THAT(out, HasSubstr("HEALTH readiness SERVING\n"));
+  EXPECT_THAT(out, HasSubstr("GETJOB reflect JOB_STATE_FORMING\n"));
+  EXPECT_THAT(out, HasSubstr(absl::StrCat(
+                       "GETJOB_WITHOUT_TOKEN ",
+                       static_cast<int>(grpc::StatusCode::UNAUTHENTICATED))));
 }
 
 TEST_F(ReflectionTest, UnknownSymbolAndFileAreNotFound) {

@@ -61,13 +61,17 @@ if ((${#missing[@]})); then
     "${missing[@]}" >/dev/null
 fi
 
-# npm packages of the manifest validator, pinned by its package-lock.json,
-# into tools/k8s-validate/node_modules (ignored by git and Bazel).
-validator="$(cd "$(dirname "$0")" && pwd)/k8s-validate"
-if [[ ! -f "$validator/node_modules/.package-lock.json" ||
-      "$validator/package-lock.json" -nt "$validator/node_modules/.package-lock.json" ]]; then
-  echo "setup: installing the manifest validator's npm packages" >&2
-  if ! (cd "$validator" && npm ci --no-audit --no-fund --loglevel=error >/dev/null); then
-    echo "setup: npm ci in $validator failed; the manifest tests will fail" >&2
+# npm packages, pinned by each folder's package-lock.json, into its
+# node_modules (ignored by git and Bazel): the manifest validator
+# (tools/k8s-validate) and the third-party reflection client
+# (tools/grpc-reflection-check).
+tools_dir="$(cd "$(dirname "$0")" && pwd)"
+for npm_dir in "$tools_dir/k8s-validate" "$tools_dir/grpc-reflection-check"; do
+  if [[ ! -f "$npm_dir/node_modules/.package-lock.json" ||
+        "$npm_dir/package-lock.json" -nt "$npm_dir/node_modules/.package-lock.json" ]]; then
+    echo "setup: installing the npm packages of ${npm_dir#$tools_dir/}" >&2
+    if ! (cd "$npm_dir" && npm ci --no-audit --no-fund --loglevel=error >/dev/null); then
+      echo "setup: npm ci in $npm_dir failed; the tests that use it will fail" >&2
+    fi
   fi
-fi
+done
