@@ -158,6 +158,9 @@ int Run(const RankctlArgs& args) {
       if (!status.ok()) return Fail(status);
       return kExitOk;
     }
+    case RankctlArgs::Command::kCredentialsCreate:
+    case RankctlArgs::Command::kCredentialsNodeToken:
+      break;  // Handled above, without a daemon.
   }
   return UsageError("unhandled command");
 }

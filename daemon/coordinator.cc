@@ -537,7 +537,8 @@ absl::StatusOr<v1::KvSetResponse> Coordinator::KvSet(
 }
 
 void Coordinator::KvGet(const v1::KvGetRequest& request,
-                        Reply<v1::KvGetResponse> reply) {
+                        Reply<v1::KvGetResponse> reply,
+                        const CancellationRef& cancellation) {
   absl::Status status =
       CheckOptionalTimeoutMs(request.timeout_ms(), "timeout_ms");
   if (status.ok()) {
@@ -545,13 +546,15 @@ void Coordinator::KvGet(const v1::KvGetRequest& request,
     status = CheckMemberLocked(request.member());
   }
   if (!status.ok()) return reply(status);
-  kv_.Get(request.key(), DeadlineAfterMs(request.timeout_ms()),
-          [reply = std::move(reply)](absl::StatusOr<std::string> value) {
-            if (!value.ok()) return reply(value.status());
-            v1::KvGetResponse response;
-            response.set_value(*std::move(value));
-            reply(response);
-          });
+  kv_.Get(
+      request.key(), DeadlineAfterMs(request.timeout_ms()),
+      [reply = std::move(reply)](absl::StatusOr<std::string> value) {
+        if (!value.ok()) return reply(value.status());
+        v1::KvGetResponse response;
+        response.set_value(*std::move(value));
+        reply(response);
+      },
+      cancellation);
 }
 
 absl::StatusOr<v1::KvAddResponse> Coordinator::KvAdd(
@@ -682,6 +685,7 @@ v1::JobStatus Coordinator::GetJob() const {
   status.set_nnodes(spec_.nnodes);
   status.set_completed_rounds(rounds_.completed_rounds());
   status.set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - started_));
+  status.set_kv_waiters(static_cast<uint32_t>(kv_.waiting()));
   absl::MutexLock lock(&mu_);
   status.set_state(state_);
   status.set_failure(failure_);

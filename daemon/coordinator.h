@@ -27,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/topology.h"
+#include "daemon/call_cancellation.h"
 #include "daemon/deadline_timer.h"
 #include "daemon/event_log.h"
 #include "daemon/job_spec.h"
@@ -80,7 +81,10 @@ class Coordinator {
   void ContributeWords(const v1::ContributeWordsRequest& request,
                        Reply<v1::AllGatherWordsResponse> reply);
   absl::StatusOr<v1::KvSetResponse> KvSet(const v1::KvSetRequest& request);
-  void KvGet(const v1::KvGetRequest& request, Reply<v1::KvGetResponse> reply);
+  // Waits at most timeout_ms for the key; a cancelled `cancellation` (may
+  // be null) releases the wait at once with Cancelled.
+  void KvGet(const v1::KvGetRequest& request, Reply<v1::KvGetResponse> reply,
+             const CancellationRef& cancellation = nullptr);
   absl::StatusOr<v1::KvAddResponse> KvAdd(const v1::KvAddRequest& request);
   absl::StatusOr<v1::KvDeleteResponse> KvDelete(
       const v1::KvDeleteRequest& request);

@@ -79,8 +79,9 @@ void LocalCoordinatorLink::KvSet(const v1::KvSetRequest& request,
 }
 
 void LocalCoordinatorLink::KvGet(const v1::KvGetRequest& request,
-                                 Reply<v1::KvGetResponse> reply) {
-  coordinator_->KvGet(request, std::move(reply));
+                                 Reply<v1::KvGetResponse> reply,
+                                 const CancellationRef& cancellation) {
+  coordinator_->KvGet(request, std::move(reply), cancellation);
 }
 
 void LocalCoordinatorLink::KvAdd(const v1::KvAddRequest& request,

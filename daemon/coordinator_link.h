@@ -50,8 +50,10 @@ class CoordinatorLink {
                                Reply<v1::AllGatherWordsResponse> reply) = 0;
   virtual void KvSet(const v1::KvSetRequest& request,
                      Reply<v1::KvSetResponse> reply) = 0;
+  // `cancellation` (may be null) releases the wait when the rank cancels.
   virtual void KvGet(const v1::KvGetRequest& request,
-                     Reply<v1::KvGetResponse> reply) = 0;
+                     Reply<v1::KvGetResponse> reply,
+                     const CancellationRef& cancellation) = 0;
   virtual void KvAdd(const v1::KvAddRequest& request,
                      Reply<v1::KvAddResponse> reply) = 0;
   virtual void KvDelete(const v1::KvDeleteRequest& request,
@@ -87,8 +89,8 @@ class LocalCoordinatorLink : public CoordinatorLink {
                        Reply<v1::AllGatherWordsResponse> reply) override;
   void KvSet(const v1::KvSetRequest& request,
              Reply<v1::KvSetResponse> reply) override;
-  void KvGet(const v1::KvGetRequest& request,
-             Reply<v1::KvGetResponse> reply) override;
+  void KvGet(const v1::KvGetRequest& request, Reply<v1::KvGetResponse> reply,
+             const CancellationRef& cancellation) override;
   void KvAdd(const v1::KvAddRequest& request,
              Reply<v1::KvAddResponse> reply) override;
   void KvDelete(const v1::KvDeleteRequest& request,

@@ -18,8 +18,8 @@
 #include "daemon/log.h"
 #include "daemon/remote_coordinator.h"
 #include "daemon/security.h"
-#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpc/health/v1/health.pb.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 
 namespace rankd {

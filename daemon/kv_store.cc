@@ -43,10 +43,11 @@ absl::Status KvStore::Set(absl::string_view key, absl::string_view value) {
   return absl::OkStatus();
 }
 
-void KvStore::Get(absl::string_view key, absl::Time deadline,
-                  GetCallback done) {
+void KvStore::Get(absl::string_view key, absl::Time deadline, GetCallback done,
+                  const CancellationRef& cancellation) {
   if (auto s = ValidateKey(key); !s.ok()) return done(s);
   absl::StatusOr<std::string> immediate;
+  uint64_t parked = 0;
   {
     absl::MutexLock lock(&mu_);
     if (!failure_.ok()) {
@@ -64,10 +65,36 @@ void KvStore::Get(absl::string_view key, absl::Time deadline,
       w.done = std::move(done);
       w.timer = timer_->Schedule(deadline,
                                  [this, id, waited] { Expire(id, waited); });
-      return;
+      parked = id;
     }
   }
+  if (parked != 0) {
+    // Outside the lock: an already cancelled call releases at once.
+    if (cancellation != nullptr) {
+      cancellation->OnCancel([this, parked] { CancelWait(parked); });
+    }
+    return;
+  }
   done(std::move(immediate));
+}
+
+void KvStore::CancelWait(uint64_t waiter_id) {
+  Waiter waiter;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = waiters_.find(waiter_id);
+    if (it == waiters_.end()) return;
+    timer_->Cancel(it->second.timer);
+    waiter = std::move(it->second);
+    waiters_.erase(it);
+  }
+  waiter.done(absl::CancelledError(absl::StrCat(
+      "the wait for key '", waiter.key, "' was cancelled by its caller")));
+}
+
+size_t KvStore::waiting() const {
+  absl::MutexLock lock(&mu_);
+  return waiters_.size();
 }
 
 void KvStore::TakeWaitersLocked(absl::string_view key,

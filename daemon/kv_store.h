@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/call_cancellation.h"
 #include "daemon/deadline_timer.h"
 
 namespace rankd {
@@ -47,9 +48,15 @@ class KvStore {
 
   // Calls `done` with the value once `key` exists (at once if it does), or
   // with DeadlineExceeded naming the key at `deadline`, or with the failure
-  // cause if the store fails first. `done` runs exactly once, possibly on
-  // the calling thread, without the store's lock held.
-  void Get(absl::string_view key, absl::Time deadline, GetCallback done);
+  // cause if the store fails first, or with Cancelled as soon as
+  // `cancellation` (may be null) is cancelled. `done` runs exactly once,
+  // possibly on the calling thread, without the store's lock held. The
+  // store must outlive `cancellation`'s last Cancel().
+  void Get(absl::string_view key, absl::Time deadline, GetCallback done,
+           const CancellationRef& cancellation = nullptr);
+
+  // Blocking Gets waiting now.
+  size_t waiting() const;
 
   // Current value, without waiting.
   std::optional<std::string> Peek(absl::string_view key) const;
@@ -76,6 +83,8 @@ class KvStore {
   };
 
   void Expire(uint64_t waiter_id, absl::Duration waited);
+  // Releases a waiting Get whose caller cancelled it.
+  void CancelWait(uint64_t waiter_id);
   // Sets `key` to `value` within kMaxKeys and kMaxTotalBytes.
   absl::Status StoreLocked(absl::string_view key, std::string value)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -37,15 +37,19 @@ struct GetResult {
   bool Wait() { return done.WaitForNotificationWithTimeout(kPatience); }
 };
 
-std::shared_ptr<GetResult> StartGet(KvStore& kv, absl::string_view key,
-                                    absl::Time deadline) {
+std::shared_ptr<GetResult> StartGet(
+    KvStore& kv, absl::string_view key, absl::Time deadline,
+    const CancellationRef& cancellation = nullptr) {
   auto result = std::make_shared<GetResult>();
-  kv.Get(key, deadline, [result](absl::StatusOr<std::string> v) {
-    if (result->calls++ == 0) {
-      result->value = std::move(v);
-      result->done.Notify();
-    }
-  });
+  kv.Get(
+      key, deadline,
+      [result](absl::StatusOr<std::string> v) {
+        if (result->calls++ == 0) {
+          result->value = std::move(v);
+          result->done.Notify();
+        }
+      },
+      cancellation);
   return result;
 }
 
@@ -165,6 +169,41 @@ TEST_F(KvStoreTest, BlockingGetReleasedByLaterSet) {
   EXPECT_EQ(*other->value, "x");
   EXPECT_EQ(r1->calls.load(), 1);
   EXPECT_EQ(r2->calls.load(), 1);
+}
+
+// 2000 gets of an hour, each abandoned by its client, once stayed parked
+// until a later set: a cancelled call releases its waiter at once.
+TEST_F(KvStoreTest, CancelledGetIsReleasedAtOnceAndOnlyOnce) {
+  auto cancellation = std::make_shared<CallCancellation>();
+  auto cancelled = StartGet(kv_, "never", Far(), cancellation);
+  auto other = StartGet(kv_, "never", Far());
+  EXPECT_EQ(kv_.waiting(), 2u);
+  EXPECT_FALSE(cancelled->done.HasBeenNotified());
+  cancellation->Cancel();
+  ASSERT_TRUE(cancelled->done.HasBeenNotified());  // on the cancelling thread
+  EXPECT_STATUS(cancelled->value.status(), absl::StatusCode::kCancelled,
+                "the wait for key 'never' was cancelled by its caller");
+  EXPECT_EQ(kv_.waiting(), 1u);
+  cancellation->Cancel();  // again: nothing
+  ASSERT_TRUE(kv_.Set("never", "now").ok());
+  ASSERT_TRUE(other->Wait());
+  EXPECT_EQ(*other->value, "now");
+  EXPECT_EQ(cancelled->calls.load(), 1);
+  EXPECT_EQ(kv_.waiting(), 0u);
+
+  // A call cancelled before its get parks is released as it parks; one
+  // answered at once is not touched by a later cancel.
+  auto early = std::make_shared<CallCancellation>();
+  early->Cancel();
+  auto parked = StartGet(kv_, "absent", Far(), early);
+  ASSERT_TRUE(parked->done.HasBeenNotified());
+  EXPECT_EQ(parked->value.status().code(), absl::StatusCode::kCancelled);
+  auto late = std::make_shared<CallCancellation>();
+  auto answered = StartGet(kv_, "never", Far(), late);
+  late->Cancel();
+  ASSERT_TRUE(answered->value.ok());
+  EXPECT_EQ(answered->calls.load(), 1);
+  EXPECT_EQ(kv_.waiting(), 0u);
 }
 
 TEST_F(KvStoreTest, BlockingGetReleasedByLaterAdd) {

@@ -583,7 +583,8 @@ void NodeAgent::KvSet(const v1::KvSetRequest& request,
 }
 
 void NodeAgent::KvGet(const v1::KvGetRequest& request,
-                      Reply<v1::KvGetResponse> reply) {
+                      Reply<v1::KvGetResponse> reply,
+                      const CancellationRef& cancellation) {
   absl::Status status = KvStore::ValidateKey(request.key());
   if (status.ok()) {
     status = CheckOptionalTimeoutMs(request.timeout_ms(), "timeout_ms");
@@ -593,7 +594,7 @@ void NodeAgent::KvGet(const v1::KvGetRequest& request,
     status = CheckMemberLocked(request.member());
   }
   if (!status.ok()) return reply(status);
-  link_->KvGet(request, Relay(std::move(reply)));
+  link_->KvGet(request, Relay(std::move(reply)), cancellation);
 }
 
 void NodeAgent::KvAdd(const v1::KvAddRequest& request,

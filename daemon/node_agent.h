@@ -68,7 +68,9 @@ class NodeAgent : public CoordinatorLink::Listener {
   void AllGatherWords(const v1::AllGatherWordsRequest& request,
                       Reply<v1::AllGatherWordsResponse> reply);
   void KvSet(const v1::KvSetRequest& request, Reply<v1::KvSetResponse> reply);
-  void KvGet(const v1::KvGetRequest& request, Reply<v1::KvGetResponse> reply);
+  // `cancellation` (may be null) releases the wait when the rank cancels.
+  void KvGet(const v1::KvGetRequest& request, Reply<v1::KvGetResponse> reply,
+             const CancellationRef& cancellation = nullptr);
   void KvAdd(const v1::KvAddRequest& request, Reply<v1::KvAddResponse> reply);
   void KvDelete(const v1::KvDeleteRequest& request,
                 Reply<v1::KvDeleteResponse> reply);

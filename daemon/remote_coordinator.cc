@@ -87,7 +87,8 @@ absl::Status RemoteCoordinatorLink::Annotate(const grpc::Status& status) const {
 
 template <typename Request, typename Response, typename Invoke>
 void RemoteCoordinatorLink::Call(const Request& request, absl::Duration timeout,
-                                 Reply<Response> reply, Invoke invoke) {
+                                 Reply<Response> reply, Invoke invoke,
+                                 const CancellationRef& cancellation) {
   struct State {
     grpc::ClientContext context;
     Request request;
@@ -120,6 +121,13 @@ void RemoteCoordinatorLink::Call(const Request& request, absl::Duration timeout,
            absl::MutexLock lock(&mu_);
            inflight_.erase(id);
          });
+  if (cancellation != nullptr) {
+    // The caller's cancellation cancels the forwarded call, and so the
+    // coordinator's wait; a call already done is left alone.
+    cancellation->OnCancel([weak = std::weak_ptr<State>(state)] {
+      if (auto alive = weak.lock()) alive->context.TryCancel();
+    });
+  }
 }
 
 void RemoteCoordinatorLink::Start(const v1::RegisterNodeRequest& request,
@@ -265,12 +273,23 @@ RANKD_FORWARD(ReleaseRank, ReleaseRankRequest, ReleaseRankResponse, kShortCall)
 RANKD_FORWARD(ContributeWords, ContributeWordsRequest, AllGatherWordsResponse,
               absl::Milliseconds(request.timeout_ms()) + kDeadlineMargin)
 RANKD_FORWARD(KvSet, KvSetRequest, KvSetResponse, kShortCall)
-RANKD_FORWARD(KvGet, KvGetRequest, KvGetResponse,
-              absl::Milliseconds(request.timeout_ms()) + kDeadlineMargin)
 RANKD_FORWARD(KvAdd, KvAddRequest, KvAddResponse, kShortCall)
 RANKD_FORWARD(KvDelete, KvDeleteRequest, KvDeleteResponse, kShortCall)
 
 #undef RANKD_FORWARD
+
+void RemoteCoordinatorLink::KvGet(const v1::KvGetRequest& request,
+                                  Reply<v1::KvGetResponse> reply,
+                                  const CancellationRef& cancellation) {
+  Call<v1::KvGetRequest, v1::KvGetResponse>(
+      request, absl::Milliseconds(request.timeout_ms()) + kDeadlineMargin,
+      std::move(reply),
+      [this](grpc::ClientContext* c, const v1::KvGetRequest* q,
+             v1::KvGetResponse* p, std::function<void(grpc::Status)> f) {
+        stub_->async()->KvGet(c, q, p, std::move(f));
+      },
+      cancellation);
+}
 
 void RemoteCoordinatorLink::LeaveNode(const v1::LeaveNodeRequest& request,
                                       Reply<v1::LeaveNodeResponse> reply) {

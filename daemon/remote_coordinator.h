@@ -42,8 +42,8 @@ class RemoteCoordinatorLink : public CoordinatorLink {
                        Reply<v1::AllGatherWordsResponse> reply) override;
   void KvSet(const v1::KvSetRequest& request,
              Reply<v1::KvSetResponse> reply) override;
-  void KvGet(const v1::KvGetRequest& request,
-             Reply<v1::KvGetResponse> reply) override;
+  void KvGet(const v1::KvGetRequest& request, Reply<v1::KvGetResponse> reply,
+             const CancellationRef& cancellation) override;
   void KvAdd(const v1::KvAddRequest& request,
              Reply<v1::KvAddResponse> reply) override;
   void KvDelete(const v1::KvDeleteRequest& request,
@@ -63,9 +63,11 @@ class RemoteCoordinatorLink : public CoordinatorLink {
   class EventStream;
 
   // Runs one unary call with `timeout`; `invoke` starts it on the stub.
+  // A cancelled `cancellation` (may be null) cancels the call.
   template <typename Request, typename Response, typename Invoke>
   void Call(const Request& request, absl::Duration timeout,
-            Reply<Response> reply, Invoke invoke);
+            Reply<Response> reply, Invoke invoke,
+            const CancellationRef& cancellation = nullptr);
   void TryRegister(std::shared_ptr<v1::RegisterNodeRequest> request,
                    absl::Time deadline, Reply<v1::RegisterNodeResponse> done);
   void OnRegistered(const v1::RegisterNodeRequest& request,

@@ -33,6 +33,39 @@ grpc::ServerUnaryReactor* Handle(grpc::CallbackServerContext* context,
   return reactor;
 }
 
+// A unary call whose client can cancel it: the reactor cancels the call's
+// CallCancellation, so the wait it started (a blocking key-value get) is
+// released at once rather than at its deadline. gRPC owns the reactor from
+// return until OnDone, where it deletes itself.
+class CancellableReactor final : public grpc::ServerUnaryReactor {
+ public:
+  static CancellableReactor* Create() { return new CancellableReactor(); }
+
+  const CancellationRef& cancellation() const { return cancellation_; }
+
+  void OnCancel() override { cancellation_->Cancel(); }
+  void OnDone() override { delete this; }
+
+ private:
+  CancellableReactor() : cancellation_(std::make_shared<CallCancellation>()) {}
+
+  const CancellationRef cancellation_;
+};
+
+// Handle for a call that waits: `run` gets the reply and the call's
+// cancellation.
+template <typename T, typename Run>
+grpc::ServerUnaryReactor* HandleWait(absl::Status auth, T* response, Run run) {
+  CancellableReactor* reactor = CancellableReactor::Create();
+  if (!auth.ok()) {
+    reactor->Finish(ToGrpc(auth));
+    return reactor;
+  }
+  run(FinishInto(static_cast<grpc::ServerUnaryReactor*>(reactor), response),
+      reactor->cancellation());
+  return reactor;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- Rank
@@ -80,10 +113,11 @@ grpc::ServerUnaryReactor* RankService::KvSet(
 grpc::ServerUnaryReactor* RankService::KvGet(
     grpc::CallbackServerContext* context, const v1::KvGetRequest* request,
     v1::KvGetResponse* response) {
-  return Handle(context, auth_->AuthorizeRank(context), response,
-                [&](Reply<v1::KvGetResponse> reply) {
-                  agent_->KvGet(*request, std::move(reply));
-                });
+  return HandleWait(
+      auth_->AuthorizeRank(context), response,
+      [&](Reply<v1::KvGetResponse> reply, const CancellationRef& cancellation) {
+        agent_->KvGet(*request, std::move(reply), cancellation);
+      });
 }
 
 grpc::ServerUnaryReactor* RankService::KvAdd(
@@ -258,10 +292,11 @@ grpc::ServerUnaryReactor* PeerService::KvSet(
 grpc::ServerUnaryReactor* PeerService::KvGet(
     grpc::CallbackServerContext* context, const v1::KvGetRequest* request,
     v1::KvGetResponse* response) {
-  return Handle(context, CheckForRank(context, request->member().rank()),
-                response, [&](Reply<v1::KvGetResponse> reply) {
-                  coordinator_->KvGet(*request, std::move(reply));
-                });
+  return HandleWait(
+      CheckForRank(context, request->member().rank()), response,
+      [&](Reply<v1::KvGetResponse> reply, const CancellationRef& cancellation) {
+        coordinator_->KvGet(*request, std::move(reply), cancellation);
+      });
 }
 
 grpc::ServerUnaryReactor* PeerService::KvAdd(

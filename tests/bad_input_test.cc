@@ -548,6 +548,68 @@ TEST_F(BadInputTest, KvGetWithoutWaitIsNotFoundAndBlockingGetIsReleasedBySet) {
   ExpectStillServing();
 }
 
+// Blocking gets of an hour that their clients abandon are released at once
+// on the coordinator, for ranks on its own node and on another node (whose
+// daemon cancels the call it forwarded), instead of staying parked.
+TEST_F(BadInputTest, AbandonedBlockingGetsAreReleasedAtOnce) {
+  const v1::MemberRef members[2] = {MustJoin(0, 0, 0xca01, 700),
+                                    MustJoin(1, 0, 0xca02, 701)};
+  auto waiters = [&] {
+    v1::JobStatus job;
+    auto context = AdminCtx();
+    grpc::Status s =
+        admin_[0]->GetJob(context.get(), v1::GetJobRequest(), &job);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return job.kv_waiters();
+  };
+  constexpr int kPerNode = 50;
+  struct Call {
+    std::unique_ptr<grpc::ClientContext> context;
+    v1::KvGetRequest request;
+    v1::KvGetResponse response;
+    grpc::Status status;
+    absl::Notification done;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  for (uint32_t node = 0; node < 2; ++node) {
+    for (int i = 0; i < kPerNode; ++i) {
+      auto call = std::make_unique<Call>();
+      call->context = RankCtx(60000);
+      *call->request.mutable_member() = members[node];
+      call->request.set_key(absl::StrCat("never-set-", i % 5));
+      call->request.set_timeout_ms(kMaxTimeoutMs);
+      Call* c = call.get();
+      rank_[node]->async()->KvGet(c->context.get(), &c->request, &c->response,
+                                  [c](grpc::Status s) {
+                                    c->status = std::move(s);
+                                    c->done.Notify();
+                                  });
+      calls.push_back(std::move(call));
+    }
+  }
+  absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (waiters() != 2 * kPerNode && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(waiters(), 2u * kPerNode);
+  for (auto& call : calls) call->context->TryCancel();
+  for (auto& call : calls) {
+    ASSERT_TRUE(call->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    EXPECT_EQ(call->status.error_code(), grpc::StatusCode::CANCELLED);
+  }
+  deadline = absl::Now() + absl::Seconds(5);
+  while (waiters() != 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(waiters(), 0u);
+  // The broker still serves: a get of a key set later is answered.
+  ASSERT_RPC_OK(KvSet(0, members[0], "never-set-0", "now"));
+  std::string value;
+  ASSERT_RPC_OK(KvGet(1, members[1], "never-set-0", 1000, &value));
+  EXPECT_EQ(value, "now");
+  ExpectStillServing();
+}
+
 TEST_F(BadInputTest, KvAddOnANonCounterIsFailedPrecondition) {
   v1::MemberRef member = MustJoin(0, 1, 0x8001, 800);
   ASSERT_RPC_OK(KvSet(0, member, "word", "hello"));
