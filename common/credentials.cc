@@ -123,9 +123,9 @@ absl::StatusOr<std::string> ReadCredentialFile(const std::string& dir,
   if (!S_ISREG(st.st_mode) || st.st_size > 4 * kMaxCredentialBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat(path,
-                     " is not a credential file (a regular file of at "
-                     "most ",
-                     kMaxCredentialBytes, " bytes)"));
+                     " is not a credential file (a regular file of one "
+                     "line of at most ",
+                     kMaxCredentialBytes, " characters)"));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {

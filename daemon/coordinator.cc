@@ -101,11 +101,11 @@ absl::Status Coordinator::CheckNodeLocked(const v1::NodeRef& node) const {
         absl::StrCat("node ", node.node_index(), " has not registered"));
   }
   if (n.info.daemon_incarnation() != node.daemon_incarnation()) {
+    // The registered incarnation is not echoed: it is the node's identity.
     return absl::FailedPreconditionError(absl::StrFormat(
-        "node %d: daemon incarnation %x is stale (registered: %x); a "
+        "node %d: daemon incarnation %x is stale (another is registered); a "
         "restarted daemon cannot reuse its predecessor's state",
-        node.node_index(), node.daemon_incarnation(),
-        n.info.daemon_incarnation()));
+        node.node_index(), node.daemon_incarnation()));
   }
   if (n.state != v1::NODE_STATE_REGISTERED) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -132,8 +132,9 @@ absl::Status Coordinator::CheckMemberLocked(const v1::MemberRef& member) const {
   }
   if (m.incarnation != member.incarnation()) {
     return absl::FailedPreconditionError(
-        absl::StrFormat("rank %d: incarnation %x is stale (joined: %x)",
-                        member.rank(), member.incarnation(), m.incarnation));
+        absl::StrFormat("rank %d: incarnation %x is stale (the rank joined "
+                        "with another)",
+                        member.rank(), member.incarnation()));
   }
   if (m.state != v1::MEMBER_STATE_JOINED) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -176,9 +177,8 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
         return response;  // a retried registration
       }
       std::string why = absl::StrFormat(
-          "its daemon restarted (new daemon incarnation %x, was %x), so this "
-          "job incarnation cannot continue; recreate the whole group",
-          info.daemon_incarnation(), node.info.daemon_incarnation());
+          "its daemon restarted (a new daemon incarnation registered), so "
+          "this job incarnation cannot continue; recreate the whole group");
       if (state_ != v1::JOB_STATE_FAILED &&
           node.state == v1::NODE_STATE_REGISTERED) {
         LoseNodeLocked(info.node_index(), why);
@@ -337,9 +337,9 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
       return absl::OkStatus();  // a retried join of the same process
     }
     return absl::AlreadyExistsError(absl::StrFormat(
-        "rank %d is already held by pid %d on node %d (incarnation %x); two "
-        "processes claim it",
-        rank, m.pid, m.node_index, m.incarnation));
+        "rank %d is already held by pid %d on node %d; two processes claim "
+        "it",
+        rank, m.pid, m.node_index));
   }
   if (m.state != v1::MEMBER_STATE_NOT_JOINED) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -153,8 +153,9 @@ absl::Status Daemon::Init() {
   agent_ = *std::move(agent);
 
   rank_service_ = std::make_unique<RankService>(agent_.get(), &*auth_);
-  peer_service_ = std::make_unique<PeerService>(
-      coordinator_.get(), config_.coordinator_address, &*auth_);
+  peer_service_ = std::make_unique<PeerService>(coordinator_.get(),
+                                                config_.coordinator_address,
+                                                config_.node_index, &*auth_);
   admin_service_ =
       std::make_unique<AdminService>(agent_.get(), coordinator_.get(), &*auth_);
 

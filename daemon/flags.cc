@@ -100,7 +100,8 @@ ABSL_FLAG(OptionalText, allow_unauthenticated, OptionalText{},
           "RANKD_ALLOW_UNAUTHENTICATED. Default false.");
 ABSL_FLAG(OptionalText, admin_kv_read, OptionalText{},
           "true to let operators read key-value values with Admin.KvGet (with "
-          "the operator token). Env RANKD_ADMIN_KV_READ. Default false.");
+          "the operator token when credentials are on). Env "
+          "RANKD_ADMIN_KV_READ. Default false.");
 ABSL_FLAG(OptionalText, metrics_listen, OptionalText{},
           "HOST:PORT of the Prometheus endpoint (HTTP, /metrics). Env "
           "RANKD_METRICS_LISTEN. Default off.");

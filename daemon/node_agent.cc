@@ -124,9 +124,9 @@ absl::Status NodeAgent::CheckMemberLocked(const v1::MemberRef& member) const {
   const LocalMember& m = it->second;
   if (m.incarnation != member.incarnation()) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "rank %d: incarnation %x is stale (the rank joined as %x); a "
+        "rank %d: incarnation %x is stale (the rank joined with another); a "
         "restarted process must not reuse its predecessor's membership",
-        member.rank(), member.incarnation(), m.incarnation));
+        member.rank(), member.incarnation()));
   }
   if (m.state == LocalState::kLeft) {
     return absl::FailedPreconditionError(

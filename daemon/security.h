@@ -43,7 +43,8 @@ MakeChannelCredentials(const TlsFiles& tls);
 //     token. Reading key-value values (Admin.KvGet) is off unless
 //     --admin_kv_read, and then needs the operator token everywhere.
 // Health and reflection need no credential. With --allow_unauthenticated
-// every check passes (the Peer service still stays off the Unix socket).
+// every check passes, except that the Peer service stays off the Unix
+// socket and Admin.KvGet still needs --admin_kv_read.
 // Immutable after Load; thread-safe.
 class Authenticator {
  public:
@@ -72,8 +73,8 @@ class Authenticator {
       const grpc::CallbackServerContext* context) const;
 
   // The node a Peer caller authenticated as; nullopt when authentication is
-  // off. PermissionDenied on the Unix socket; Unauthenticated without a
-  // valid node token.
+  // off. PermissionDenied on the Unix socket, or when this daemon holds no
+  // node key to verify with; Unauthenticated without a valid node token.
   absl::StatusOr<std::optional<uint32_t>> AuthenticateNode(
       const grpc::CallbackServerContext* context) const;
 

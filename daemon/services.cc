@@ -61,8 +61,11 @@ grpc::ServerUnaryReactor* HandleWait(absl::Status auth, T* response, Run run) {
     reactor->Finish(ToGrpc(auth));
     return reactor;
   }
+  // A copy: whoever parks a waiter keeps it, whatever becomes of the
+  // reactor once the call finishes.
+  CancellationRef cancellation = reactor->cancellation();
   run(FinishInto(static_cast<grpc::ServerUnaryReactor*>(reactor), response),
-      reactor->cancellation());
+      cancellation);
   return reactor;
 }
 
@@ -165,20 +168,31 @@ grpc::ServerUnaryReactor* RankService::Leave(
 // ---------------------------------------------------------------- Peer
 
 PeerService::PeerService(Coordinator* coordinator,
-                         std::string coordinator_address,
+                         std::string coordinator_address, uint32_t own_node,
                          const Authenticator* auth)
     : coordinator_(coordinator),
       coordinator_address_(std::move(coordinator_address)),
+      own_node_(own_node),
       auth_(auth) {}
 
 absl::StatusOr<std::optional<uint32_t>> PeerService::Caller(
     grpc::CallbackServerContext* context) const {
-  auto node = auth_->AuthenticateNode(context);
-  if (!node.ok()) return node.status();
   if (coordinator_ == nullptr) {
+    // Where the coordinator is is no secret, and it is what a daemon
+    // pointed at the wrong node needs to hear.
     return absl::FailedPreconditionError(absl::StrCat(
         "this daemon is not the job's coordinator; the coordinator is at ",
         coordinator_address_, " (check --coordinator)"));
+  }
+  auto node = auth_->AuthenticateNode(context);
+  if (!node.ok()) return node.status();
+  if (node->has_value() && **node == own_node_) {
+    // The coordinator's own node reaches it in-process, never over TCP: a
+    // caller with this token minted it from a copy of the node key.
+    return absl::PermissionDeniedError(absl::StrCat(
+        "node ", own_node_,
+        " is this coordinator's own node and never calls it over the "
+        "network; refusing a caller presenting its token"));
   }
   return node;
 }
@@ -403,9 +417,16 @@ grpc::ServerWriteReactor<v1::JobEvent>* AdminService::WatchEvents(
        after](EventStreamReactor::Sinks sinks) -> absl::StatusOr<uint64_t> {
         return events->Subscribe(after, [deliver = std::move(sinks.deliver)](
                                             const v1::JobEvent& event) {
-          if (!event.has_member()) return deliver(event);
+          if (!event.has_member() && !event.has_node()) return deliver(event);
+          // Operators see who joined and registered, not the incarnations
+          // that identify them.
           v1::JobEvent scrubbed = event;
-          scrubbed.mutable_member()->clear_incarnation();
+          if (scrubbed.has_member()) {
+            scrubbed.mutable_member()->clear_incarnation();
+          }
+          if (scrubbed.has_node()) {
+            scrubbed.mutable_node()->clear_daemon_incarnation();
+          }
           deliver(scrubbed);
         });
       },

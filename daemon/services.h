@@ -64,9 +64,10 @@ class PeerService final : public v1::Peer::CallbackService {
   // `coordinator` is null on a daemon that does not coordinate; every call
   // then fails with FailedPrecondition naming `coordinator_address`. `auth`
   // must outlive the service. A caller authenticated as node N may name
-  // only node N in its requests, and only node N's ranks.
+  // only node N in its requests, and only node N's ranks; `own_node` (this
+  // daemon's node, which reaches its coordinator in-process) is refused.
   PeerService(Coordinator* coordinator, std::string coordinator_address,
-              const Authenticator* auth);
+              uint32_t own_node, const Authenticator* auth);
 
   grpc::ServerUnaryReactor* RegisterNode(
       grpc::CallbackServerContext* context,
@@ -120,6 +121,7 @@ class PeerService final : public v1::Peer::CallbackService {
 
   Coordinator* const coordinator_;
   const std::string coordinator_address_;
+  const uint32_t own_node_;
   const Authenticator* const auth_;
 };
 

@@ -350,7 +350,7 @@ TEST_F(BadInputTest, UnknownMemberAndStaleIncarnationAreFailedPrecondition) {
   v1::MemberRef stale = member;
   stale.set_incarnation(0xabc2);
   const std::string stale_text =
-      "rank 0: incarnation abc2 is stale (the rank joined as abc1)";
+      "rank 0: incarnation abc2 is stale (the rank joined with another)";
   EXPECT_RPC_ERROR(KvSet(0, stale, "k", "v"),
                    grpc::StatusCode::FAILED_PRECONDITION, stale_text);
   EXPECT_RPC_ERROR(KvGet(0, stale, "k", 0),
@@ -784,22 +784,22 @@ TEST_F(BadInputTest, OversizedFieldsAndEmptyContributionsAreRefused) {
   join.mutable_device()->set_uuid(std::string(16384, 'u'));
   EXPECT_RPC_ERROR(Join(0, join), grpc::StatusCode::INVALID_ARGUMENT,
                    "device.uuid has 16384 bytes; the limit is 256");
-  v1::MemberRef member = MustJoin(0, 0, 0xd002, 301);
+  v1::MemberRef member = MustJoin(1, 0, 0xd002, 301);
 
-  // Node 0's credential, with a guessed daemon incarnation (Admin shows
+  // Node 1's credential, with a guessed daemon incarnation (Admin shows
   // none): what a request carries is checked before whom it claims to be.
   v1::NodeRef node;
   node.set_job_id(kJob);
-  node.set_node_index(0);
+  node.set_node_index(1);
   node.set_daemon_incarnation(0xfeed);
   {
     v1::ReleaseRankRequest release;
     *release.mutable_node() = node;
-    release.set_rank(0);
+    release.set_rank(2);
     release.set_incarnation(0xd002);
     release.set_reason(std::string(16384, 'r'));
     v1::ReleaseRankResponse response;
-    auto context = NodeCtx(0);
+    auto context = NodeCtx(1);
     EXPECT_RPC_ERROR(peer_[0]->ReleaseRank(context.get(), release, &response),
                      grpc::StatusCode::INVALID_ARGUMENT,
                      "reason has 16384 bytes; the limit is 1024");
@@ -809,7 +809,7 @@ TEST_F(BadInputTest, OversizedFieldsAndEmptyContributionsAreRefused) {
     *leave.mutable_node() = node;
     leave.set_reason(std::string(16384, 'r'));
     v1::LeaveNodeResponse response;
-    auto context = NodeCtx(0);
+    auto context = NodeCtx(1);
     EXPECT_RPC_ERROR(peer_[0]->LeaveNode(context.get(), leave, &response),
                      grpc::StatusCode::INVALID_ARGUMENT,
                      "reason has 16384 bytes; the limit is 1024");
@@ -820,14 +820,14 @@ TEST_F(BadInputTest, OversizedFieldsAndEmptyContributionsAreRefused) {
     contribute.set_round(10);
     contribute.set_timeout_ms(1);
     v1::AllGatherWordsResponse response;
-    auto context = NodeCtx(0);
+    auto context = NodeCtx(1);
     EXPECT_RPC_ERROR(
         peer_[0]->ContributeWords(context.get(), contribute, &response),
         grpc::StatusCode::INVALID_ARGUMENT,
         "a contribution to all_gather_words round 10 carries no frame");
-    contribute.add_frames()->set_rank(0);
+    contribute.add_frames()->set_rank(2);
     contribute.set_timeout_ms(kMaxTimeoutMs + 1);
-    auto again = NodeCtx(0);
+    auto again = NodeCtx(1);
     EXPECT_RPC_ERROR(
         peer_[0]->ContributeWords(again.get(), contribute, &response),
         grpc::StatusCode::INVALID_ARGUMENT,
@@ -839,7 +839,7 @@ TEST_F(BadInputTest, OversizedFieldsAndEmptyContributionsAreRefused) {
     get.set_key("k");
     get.set_timeout_ms(kMaxTimeoutMs + 1);
     v1::KvGetResponse response;
-    auto context = NodeCtx(0);
+    auto context = NodeCtx(1);
     EXPECT_RPC_ERROR(peer_[0]->KvGet(context.get(), get, &response),
                      grpc::StatusCode::INVALID_ARGUMENT,
                      "timeout_ms=3600001 exceeds the limit of 3600000 ms");
@@ -850,7 +850,7 @@ TEST_F(BadInputTest, OversizedFieldsAndEmptyContributionsAreRefused) {
   v1::MemberList members;
   auto context = AdminCtx();
   ASSERT_RPC_OK(admin_[0]->ListMembers(context.get(), list, &members));
-  EXPECT_EQ(members.members(0).state(), v1::MEMBER_STATE_JOINED);
+  EXPECT_EQ(members.members(2).state(), v1::MEMBER_STATE_JOINED);
 }
 
 TEST_F(BadInputTest, JoinAfterTheJobIsFullIsRejected) {

@@ -183,14 +183,18 @@ std::map<std::string, grpc::Status> CallEveryService(
     EXPECT_FALSE(reader->Read(&event));
     out["Rank.Watch"] = reader->Finish();
   }
+  // The Peer calls claim node 1 (the coordinator's own node 0 never calls
+  // over the network).
   {
     v1::HeartbeatRequest request;
+    request.mutable_node()->set_node_index(1);
     v1::HeartbeatResponse response;
     auto context = Ctx(authorization);
     out["Peer.Heartbeat"] = peer->Heartbeat(context.get(), request, &response);
   }
   {
     v1::SubscribeRequest request;
+    request.mutable_node()->set_node_index(1);
     auto context = Ctx(authorization);
     auto reader = peer->Subscribe(context.get(), request);
     v1::JobEvent event;
@@ -328,7 +332,7 @@ TEST(SecurityTest, TlsListenerRefusesPlaintextAndServesTlsClientsWithTheToken) {
 TEST(SecurityTest, EachServiceTakesOnlyItsOwnRolesCredential) {
   ClusterOptions options;
   options.job_id = "roles";
-  options.nnodes = 1;
+  options.nnodes = 2;
   options.nproc_per_node = 1;
   LocalCluster cluster(options);
   absl::Status started = cluster.Start();
@@ -336,7 +340,7 @@ TEST(SecurityTest, EachServiceTakesOnlyItsOwnRolesCredential) {
   auto tcp = PlainChannel(cluster.tcp_address(0));
   const std::string rank = cluster.rank_token();
   const std::string op = cluster.operator_token();
-  const std::string node = NodeTokenOf(cluster, 0);
+  const std::string node = NodeTokenOf(cluster, 1);
   ASSERT_FALSE(rank.empty() || op.empty());
   {
     SCOPED_TRACE("no credential");
@@ -385,12 +389,22 @@ TEST(SecurityTest, EachServiceTakesOnlyItsOwnRolesCredential) {
                     {"Admin", {kUnauthenticated, kRejectedOperatorToken}}});
   }
   {
+    // The coordinator's own node reaches it in-process, never over TCP: its
+    // token here was minted from a copy of the node key.
+    SCOPED_TRACE("the coordinator's own node token");
+    ExpectStatuses(
+        CallEveryService(tcp, Bearer(NodeTokenOf(cluster, 0))),
+        {{"Rank", {kUnauthenticated, "rank token rejected"}},
+         {"Peer", {kDenied, "node 0 is this coordinator's own node"}},
+         {"Admin", {kUnauthenticated, kRejectedOperatorToken}}});
+  }
+  {
     SCOPED_TRACE("a node token of another job under another key");
     std::string other = cluster.dir() + "/other-credentials";
     ASSERT_TRUE(CreateCredentials(other).ok());
     auto key = ReadCredentialFile(other, kNodeKeyFile);
     ASSERT_TRUE(key.ok());
-    ExpectStatuses(CallEveryService(tcp, Bearer(NodeToken(*key, "roles", 0))),
+    ExpectStatuses(CallEveryService(tcp, Bearer(NodeToken(*key, "roles", 1))),
                    {{"Rank", {kUnauthenticated, ""}},
                     {"Peer", {kUnauthenticated, "node token rejected"}},
                     {"Admin", {kUnauthenticated, ""}}});
@@ -453,35 +467,79 @@ TEST(SecurityTest, AdminKeyValueReadsNeedTheOperatorTokenEvenLocally) {
   }
 }
 
+// A READY 2-node job, one rank per node holding until the test ends, and
+// an operator's AdminClient on node 0. The ranks must leave cleanly: the
+// calls the tests make may not have disturbed the job.
+class HeldJobTest : public ::testing::Test {
+ protected:
+  void StartJob(const std::string& job_id) {
+    ClusterOptions options;
+    options.job_id = job_id;
+    options.nnodes = 2;
+    options.nproc_per_node = 1;
+    options.heartbeat_timeout_ms = 3000;
+    cluster_ = std::make_unique<LocalCluster>(options);
+    absl::Status started = cluster_->Start();
+    ASSERT_TRUE(started.ok()) << started;
+    auto workers = cluster_->StartAllWorkers(
+        {absl::StrCat("--leave_when_file=", cluster_->dir(), "/leave")});
+    ASSERT_TRUE(workers.ok()) << workers.status();
+    workers_ = *std::move(workers);
+    auto admin = AdminClient::Connect(cluster_->AdminOptions(0));
+    ASSERT_TRUE(admin.ok()) << admin.status();
+    admin_ = *std::move(admin);
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (admin_->GetJob().value_or(v1::JobStatus()).state() !=
+           v1::JOB_STATE_READY) {
+      ASSERT_LT(absl::Now(), deadline) << workers_[0].ReadLog();
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+
+  void TearDown() override {
+    if (cluster_ == nullptr) return;
+    std::ofstream(cluster_->dir() + "/leave") << "bye\n";
+    for (int s : WaitAll(workers_, absl::Seconds(20))) {
+      EXPECT_EQ(ExitCode(s), 0);
+    }
+  }
+
+  std::unique_ptr<LocalCluster> cluster_;
+  std::vector<ChildProcess> workers_;
+  std::unique_ptr<AdminClient> admin_;
+};
+
 // What an attacker on the network learns from Admin (with the operator
 // token, even) opens nothing: no incarnation is shown, and every Peer or
 // Rank call rebuilt from it without a node or rank token is refused. The
 // job is unaffected.
-TEST(SecurityTest, AdminDataWorksAsNoCredentialAndTheJobIsUnaffected) {
-  ClusterOptions options;
-  options.job_id = "attacked";
-  options.nnodes = 2;
-  options.nproc_per_node = 1;
-  options.heartbeat_timeout_ms = 3000;
-  LocalCluster cluster(options);
-  absl::Status started = cluster.Start();
-  ASSERT_TRUE(started.ok()) << started;
-  auto workers = cluster.StartAllWorkers(
-      {absl::StrCat("--leave_when_file=", cluster.dir(), "/leave")});
-  ASSERT_TRUE(workers.ok()) << workers.status();
-  auto admin = AdminClient::Connect(cluster.AdminOptions(0));
-  ASSERT_TRUE(admin.ok()) << admin.status();
-  absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while ((*admin)->GetJob().value_or(v1::JobStatus()).state() !=
-         v1::JOB_STATE_READY) {
-    ASSERT_LT(absl::Now(), deadline) << (*workers)[0].ReadLog();
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  auto topology = (*admin)->GetTopology();
-  auto members = (*admin)->ListMembers();
+TEST_F(HeldJobTest, AdminDataWorksAsNoCredentialAndTheJobIsUnaffected) {
+  ASSERT_NO_FATAL_FAILURE(StartJob("attacked"));
+  LocalCluster& cluster = *cluster_;
+  AdminClient* const admin = admin_.get();
+  auto topology = admin->GetTopology();
+  auto members = admin->ListMembers();
   ASSERT_TRUE(topology.ok() && members.ok());
   for (const auto& n : topology->nodes()) EXPECT_EQ(n.daemon_incarnation(), 0u);
   for (const auto& m : members->members()) EXPECT_EQ(m.incarnation(), 0u);
+  // Nor do the events (node registrations, rank joins) or the job's texts.
+  int registrations = 0, joins = 0;
+  (void)admin->WatchEvents(
+      0,
+      [&](const v1::JobEvent& event) {
+        if (event.has_node()) {
+          ++registrations;
+          EXPECT_EQ(event.node().daemon_incarnation(), 0u);
+        }
+        if (event.has_member()) {
+          ++joins;
+          EXPECT_EQ(event.member().incarnation(), 0u);
+        }
+        return true;
+      },
+      absl::Milliseconds(500));
+  EXPECT_EQ(registrations, 2);
+  EXPECT_EQ(joins, 2);
 
   auto tcp = PlainChannel(cluster.tcp_address(0));
   auto peer = v1::Peer::NewStub(tcp);
@@ -529,39 +587,21 @@ TEST(SecurityTest, AdminDataWorksAsNoCredentialAndTheJobIsUnaffected) {
         kUnauthenticated);
   }
   absl::SleepFor(absl::Milliseconds(300));
-  auto job = (*admin)->GetJob();
+  auto job = admin->GetJob();
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->state(), v1::JOB_STATE_READY) << job->failure();
   EXPECT_EQ(job->registered_nodes(), 2u);
   EXPECT_EQ(job->joined_ranks(), 2u);
   EXPECT_LE(job->completed_rounds(), 1u);
-  std::ofstream(cluster.dir() + "/leave") << "bye\n";
-  for (int s : WaitAll(*workers, absl::Seconds(20))) EXPECT_EQ(ExitCode(s), 0);
 }
 
 // A node authenticated by its token may act only as itself: register,
 // heartbeat, subscribe, leave, join, release and key-value calls naming
 // another node, or a rank on another node, are refused.
-TEST(SecurityTest, ANodeCanActOnlyAsItself) {
-  ClusterOptions options;
-  options.job_id = "itself";
-  options.nnodes = 2;
-  options.nproc_per_node = 1;
-  options.heartbeat_timeout_ms = 3000;
-  LocalCluster cluster(options);
-  absl::Status started = cluster.Start();
-  ASSERT_TRUE(started.ok()) << started;
-  auto workers = cluster.StartAllWorkers(
-      {absl::StrCat("--leave_when_file=", cluster.dir(), "/leave")});
-  ASSERT_TRUE(workers.ok()) << workers.status();
-  auto admin = AdminClient::Connect(cluster.AdminOptions(0));
-  ASSERT_TRUE(admin.ok()) << admin.status();
-  absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while ((*admin)->GetJob().value_or(v1::JobStatus()).state() !=
-         v1::JOB_STATE_READY) {
-    ASSERT_LT(absl::Now(), deadline) << (*workers)[0].ReadLog();
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+TEST_F(HeldJobTest, ANodeCanActOnlyAsItself) {
+  ASSERT_NO_FATAL_FAILURE(StartJob("itself"));
+  LocalCluster& cluster = *cluster_;
+  AdminClient* const admin = admin_.get();
   // Node 1's own token, against the coordinator (node 0).
   const std::string as_node1 = Bearer(NodeTokenOf(cluster, 1));
   const std::string refused = "node 1's credential cannot act as node 0";
@@ -626,7 +666,7 @@ TEST(SecurityTest, ANodeCanActOnlyAsItself) {
                    refused);
   }
   // Naming itself but a rank of node 0: the release and key-value calls.
-  const uint32_t rank_on_0 = RankOnNode(**admin, 0);
+  const uint32_t rank_on_0 = RankOnNode(*admin, 0);
   const std::string not_its_rank =
       absl::StrCat("node 1's credential cannot act for rank ", rank_on_0,
                    ", which is not on that node");
@@ -658,12 +698,10 @@ TEST(SecurityTest, ANodeCanActOnlyAsItself) {
                    not_its_rank);
   }
   // The job is unaffected, and the ranks finish their rounds.
-  auto job = (*admin)->GetJob();
+  auto job = admin->GetJob();
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->state(), v1::JOB_STATE_READY) << job->failure();
   EXPECT_EQ(job->registered_nodes(), 2u);
-  std::ofstream(cluster.dir() + "/leave") << "bye\n";
-  for (int s : WaitAll(*workers, absl::Seconds(20))) EXPECT_EQ(ExitCode(s), 0);
 }
 
 TEST(SecurityTest, MutualTlsRequiresAClientCertificateFromTheCa) {

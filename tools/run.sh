@@ -213,12 +213,21 @@ fi
 
 # ---- daemons -----------------------------------------------------------------
 job=serving
-# Fresh credentials for this job (docs/operations.md, "Credentials"): every
-# daemon gets the folder; ranks use their Unix sockets and need none; rankctl
-# here presents the operator token.
+# Fresh credentials for this job (docs/operations.md, "Credentials"): the
+# coordinator holds the node key, every other daemon only its own node token
+# (so it cannot act as another node); ranks use their Unix sockets and need
+# none; rankctl here presents the operator token.
 creds="$dir/credentials"
 "$rankctl" credentials create "$creds" >/dev/null
 operator=(--token_file="$creds/operator.token")
+node_creds=("$creds")
+for ((n = 1; n < nodes; n++)); do
+  own="$dir/credentials-node$n"
+  mkdir -m 700 "$own"
+  "$rankctl" credentials node-token "$creds" "$job" "$n" >"$own/node.token"
+  cp "$creds/rank.token" "$creds/operator.token" "$own/"
+  node_creds+=("$own")
+done
 echo "== starting $nodes rankd daemons: job '$job', world $world = $nodes nodes x $ranks_per_node ranks, tp$tp pp$pp ep$ep dp$dp, $backend"
 daemon_pids=()
 for ((n = 0; n < nodes; n++)); do
@@ -226,7 +235,7 @@ for ((n = 0; n < nodes; n++)); do
         --nproc_per_node="$ranks_per_node" --tensor_parallel="$tp"
         --pipeline_parallel="$pp" --expert_parallel="$ep"
         --listen="${addr[$n]}" --socket="$dir/node$n.sock"
-        --credentials_dir="$creds")
+        --credentials_dir="${node_creds[$n]}")
   ((n > 0)) && args+=(--coordinator="${addr[0]}")
   ${run_in[$n]} "$rankd" "${args[@]}" >"$dir/daemon$n.log" 2>&1 &
   pids+=($!)

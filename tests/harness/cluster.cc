@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +34,28 @@ std::string LocalCluster::operator_token() const {
 
 std::string LocalCluster::rank_token() const {
   return ReadCredentialFile(credentials_dir(), kRankTokenFile).value_or("");
+}
+
+absl::StatusOr<std::string> LocalCluster::NodeCredentials(uint32_t node) const {
+  if (node == 0) return credentials_dir();
+  auto key = ReadCredentialFile(credentials_dir(), kNodeKeyFile);
+  if (!key.ok()) return key.status();
+  const std::string dir = absl::StrCat(dir_, "/credentials-node", node);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::ofstream(absl::StrCat(dir, "/", kNodeTokenFile))
+      << NodeToken(*key, options_.job_id, node) << "\n";
+  for (const char* name : {kRankTokenFile, kOperatorTokenFile}) {
+    std::filesystem::copy_file(
+        absl::StrCat(credentials_dir(), "/", name),
+        absl::StrCat(dir, "/", name),
+        std::filesystem::copy_options::overwrite_existing, ec);
+    if (ec) {
+      return absl::InternalError(
+          absl::StrCat("copying ", name, ": ", ec.message()));
+    }
+  }
+  return dir;
 }
 
 ClientOptions LocalCluster::AdminOptions(uint32_t node) const {
@@ -84,9 +107,12 @@ absl::Status LocalCluster::Start(absl::Duration timeout) {
     };
     if (n != 0) argv.push_back(absl::StrCat("--coordinator=", tcp_address(0)));
     switch (options_.credentials) {
-      case ClusterOptions::Credentials::kGenerated:
-        argv.push_back(absl::StrCat("--credentials_dir=", credentials_dir()));
+      case ClusterOptions::Credentials::kGenerated: {
+        auto dir = NodeCredentials(n);
+        if (!dir.ok()) return dir.status();
+        argv.push_back(absl::StrCat("--credentials_dir=", *dir));
         break;
+      }
       case ClusterOptions::Credentials::kNone:
         argv.push_back("--allow_unauthenticated=true");
         break;

@@ -24,6 +24,9 @@ struct ClusterOptions {
   // How the daemons authenticate callers (docs/operations.md,
   // "Credentials"):
   //   kGenerated  fresh credentials in dir()/credentials (the default);
+  //               the coordinator gets that folder, every other node one
+  //               with only its own node.token (and the rank and operator
+  //               tokens), as a careful deployment would;
   //   kNone       --allow_unauthenticated=true;
   //   kCustom     nothing added: the test passes its own flags.
   enum class Credentials { kGenerated, kNone, kCustom };
@@ -73,6 +76,10 @@ class LocalCluster {
   // How an operator reaches node `node`'s TCP listener: options().probe
   // with that target and the operator token.
   ClientOptions AdminOptions(uint32_t node) const;
+  // The credentials folder node `node`'s daemon gets with kGenerated:
+  // credentials_dir() for node 0, else one made with only that node's
+  // node.token plus the rank and operator tokens.
+  absl::StatusOr<std::string> NodeCredentials(uint32_t node) const;
   // "unix:///tmp/.../node1.sock"
   std::string socket_target(uint32_t node) const;
   // "/tmp/.../node1.sock"
