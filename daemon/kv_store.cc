@@ -79,17 +79,20 @@ void KvStore::Get(absl::string_view key, absl::Time deadline, GetCallback done,
 }
 
 void KvStore::CancelWait(uint64_t waiter_id) {
-  Waiter waiter;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = waiters_.find(waiter_id);
-    if (it == waiters_.end()) return;
-    timer_->Cancel(it->second.timer);
-    waiter = std::move(it->second);
-    waiters_.erase(it);
-  }
-  waiter.done(absl::CancelledError(absl::StrCat(
-      "the wait for key '", waiter.key, "' was cancelled by its caller")));
+  std::optional<Waiter> waiter = TakeWaiter(waiter_id);
+  if (!waiter.has_value()) return;
+  timer_->Cancel(waiter->timer);
+  waiter->done(absl::CancelledError(absl::StrCat(
+      "the wait for key '", waiter->key, "' was cancelled by its caller")));
+}
+
+std::optional<KvStore::Waiter> KvStore::TakeWaiter(uint64_t waiter_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = waiters_.find(waiter_id);
+  if (it == waiters_.end()) return std::nullopt;
+  Waiter waiter = std::move(it->second);
+  waiters_.erase(it);
+  return waiter;
 }
 
 size_t KvStore::waiting() const {
@@ -111,16 +114,10 @@ void KvStore::TakeWaitersLocked(absl::string_view key,
 }
 
 void KvStore::Expire(uint64_t waiter_id, absl::Duration waited) {
-  Waiter waiter;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = waiters_.find(waiter_id);
-    if (it == waiters_.end()) return;
-    waiter = std::move(it->second);
-    waiters_.erase(it);
-  }
-  waiter.done(absl::DeadlineExceededError(
-      absl::StrFormat("key '%s' was not set within %d ms", waiter.key,
+  std::optional<Waiter> waiter = TakeWaiter(waiter_id);
+  if (!waiter.has_value()) return;
+  waiter->done(absl::DeadlineExceededError(
+      absl::StrFormat("key '%s' was not set within %d ms", waiter->key,
                       absl::ToInt64Milliseconds(waited))));
 }
 

@@ -85,6 +85,8 @@ class KvStore {
   void Expire(uint64_t waiter_id, absl::Duration waited);
   // Releases a waiting Get whose caller cancelled it.
   void CancelWait(uint64_t waiter_id);
+  // Removes and returns waiter `waiter_id`, if it still waits.
+  std::optional<Waiter> TakeWaiter(uint64_t waiter_id);
   // Sets `key` to `value` within kMaxKeys and kMaxTotalBytes.
   absl::Status StoreLocked(absl::string_view key, std::string value)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

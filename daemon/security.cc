@@ -154,24 +154,27 @@ absl::StatusOr<Authenticator> Authenticator::Load(const DaemonConfig& config) {
 
 absl::Status Authenticator::AuthorizeRank(
     const grpc::CallbackServerContext* context) const {
-  if (!enabled_ || FromUnixSocket(context)) return absl::OkStatus();
-  if (rank_token_.empty()) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "this daemon has no ", kRankTokenFile,
-        " in its credentials; ranks reach it through its Unix socket"));
-  }
-  return CheckToken(context, rank_token_, "rank", "Rank");
+  return SocketOrToken(context, rank_token_, kRankTokenFile, "rank", "Rank",
+                       "ranks");
 }
 
 absl::Status Authenticator::AuthorizeOperator(
     const grpc::CallbackServerContext* context) const {
+  return SocketOrToken(context, operator_token_, kOperatorTokenFile, "operator",
+                       "Admin", "operators");
+}
+
+absl::Status Authenticator::SocketOrToken(
+    const grpc::CallbackServerContext* context, const std::string& token,
+    absl::string_view file, absl::string_view role, absl::string_view service,
+    absl::string_view callers) const {
   if (!enabled_ || FromUnixSocket(context)) return absl::OkStatus();
-  if (operator_token_.empty()) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "this daemon has no ", kOperatorTokenFile,
-        " in its credentials; operators reach it through its Unix socket"));
+  if (token.empty()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("this daemon has no ", file, " in its credentials; ",
+                     callers, " reach it through its Unix socket"));
   }
-  return CheckToken(context, operator_token_, "operator", "Admin");
+  return CheckToken(context, token, role, service);
 }
 
 absl::Status Authenticator::AuthorizeKvRead(

@@ -81,6 +81,13 @@ class Authenticator {
  private:
   Authenticator() = default;
 
+  // A role whose callers on the Unix socket pass and whose TCP callers
+  // must present `token` (refused when the daemon has none, `file`).
+  absl::Status SocketOrToken(const grpc::CallbackServerContext* context,
+                             const std::string& token, absl::string_view file,
+                             absl::string_view role, absl::string_view service,
+                             absl::string_view callers) const;
+
   bool enabled_ = false;
   bool admin_kv_read_ = false;
   std::string job_id_;

@@ -175,8 +175,9 @@ PeerService::PeerService(Coordinator* coordinator,
       own_node_(own_node),
       auth_(auth) {}
 
-absl::StatusOr<std::optional<uint32_t>> PeerService::Caller(
-    grpc::CallbackServerContext* context) const {
+absl::Status PeerService::Authorize(grpc::CallbackServerContext* context,
+                                    std::optional<uint32_t> claimed_node,
+                                    std::optional<uint32_t> rank) const {
   if (coordinator_ == nullptr) {
     // Where the coordinator is is no secret, and it is what a daemon
     // pointed at the wrong node needs to hear.
@@ -186,7 +187,9 @@ absl::StatusOr<std::optional<uint32_t>> PeerService::Caller(
   }
   auto node = auth_->AuthenticateNode(context);
   if (!node.ok()) return node.status();
-  if (node->has_value() && **node == own_node_) {
+  if (!node->has_value()) return absl::OkStatus();  // authentication off
+  const uint32_t caller = **node;
+  if (caller == own_node_) {
     // The coordinator's own node reaches it in-process, never over TCP: a
     // caller with this token minted it from a copy of the node key.
     return absl::PermissionDeniedError(absl::StrCat(
@@ -194,30 +197,26 @@ absl::StatusOr<std::optional<uint32_t>> PeerService::Caller(
         " is this coordinator's own node and never calls it over the "
         "network; refusing a caller presenting its token"));
   }
-  return node;
+  if (claimed_node.has_value() && *claimed_node != caller) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "node ", caller, "'s credential cannot act as node ", *claimed_node));
+  }
+  if (rank.has_value() && coordinator_->NodeOfRank(*rank) != caller) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("node ", caller, "'s credential cannot act for rank ",
+                     *rank, ", which is not on that node"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status PeerService::Check(grpc::CallbackServerContext* context,
                                 uint32_t claimed_node) const {
-  auto node = Caller(context);
-  if (!node.ok()) return node.status();
-  if (node->has_value() && **node != claimed_node) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "node ", **node, "'s credential cannot act as node ", claimed_node));
-  }
-  return absl::OkStatus();
+  return Authorize(context, claimed_node, std::nullopt);
 }
 
 absl::Status PeerService::CheckForRank(grpc::CallbackServerContext* context,
                                        uint32_t rank) const {
-  auto node = Caller(context);
-  if (!node.ok()) return node.status();
-  if (node->has_value() && coordinator_->NodeOfRank(rank) != **node) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("node ", **node, "'s credential cannot act for rank ",
-                     rank, ", which is not on that node"));
-  }
-  return absl::OkStatus();
+  return Authorize(context, std::nullopt, rank);
 }
 
 grpc::ServerUnaryReactor* PeerService::RegisterNode(
@@ -276,12 +275,12 @@ grpc::ServerUnaryReactor* PeerService::JoinRank(
 grpc::ServerUnaryReactor* PeerService::ReleaseRank(
     grpc::CallbackServerContext* context, const v1::ReleaseRankRequest* request,
     v1::ReleaseRankResponse* response) {
-  absl::Status auth = Check(context, request->node().node_index());
-  if (auth.ok()) auth = CheckForRank(context, request->rank());
-  return Handle(context, auth, response,
-                [&](Reply<v1::ReleaseRankResponse> reply) {
-                  reply(coordinator_->ReleaseRank(*request));
-                });
+  return Handle(
+      context,
+      Authorize(context, request->node().node_index(), request->rank()),
+      response, [&](Reply<v1::ReleaseRankResponse> reply) {
+        reply(coordinator_->ReleaseRank(*request));
+      });
 }
 
 grpc::ServerUnaryReactor* PeerService::ContributeWords(

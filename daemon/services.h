@@ -8,6 +8,7 @@
 #ifndef RANKD_DAEMON_SERVICES_H_
 #define RANKD_DAEMON_SERVICES_H_
 
+#include <optional>
 #include <string>
 
 #include "daemon/coordinator.h"
@@ -107,15 +108,15 @@ class PeerService final : public v1::Peer::CallbackService {
                                      v1::KvDeleteResponse* response) override;
 
  private:
-  // The node the caller authenticated as (nullopt: authentication off);
-  // FailedPrecondition when this daemon does not coordinate.
-  absl::StatusOr<std::optional<uint32_t>> Caller(
-      grpc::CallbackServerContext* context) const;
-  // Authenticates the caller as a node and checks that it names itself.
+  // Authenticates the caller as a node (FailedPrecondition first when
+  // this daemon does not coordinate) and checks that it is not this
+  // daemon's own node, that it names itself (`claimed_node`) and that
+  // `rank` is one of its ranks; each check only when given.
+  absl::Status Authorize(grpc::CallbackServerContext* context,
+                         std::optional<uint32_t> claimed_node,
+                         std::optional<uint32_t> rank) const;
   absl::Status Check(grpc::CallbackServerContext* context,
                      uint32_t claimed_node) const;
-  // The same for a request made on behalf of `rank`, which must be one of
-  // the caller's ranks.
   absl::Status CheckForRank(grpc::CallbackServerContext* context,
                             uint32_t rank) const;
 
