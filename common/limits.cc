@@ -1,8 +1,42 @@
 #include "common/limits.h"
 
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 namespace rankd {
+
+uint32_t MaxFrameWords(uint32_t world_size) {
+  uint64_t share = kMaxRoundResultWords / std::max<uint32_t>(world_size, 1);
+  return static_cast<uint32_t>(std::min<uint64_t>(kMaxFrameWords, share));
+}
+
+absl::Status CheckFrameWords(size_t words, uint32_t world_size) {
+  const uint32_t limit = MaxFrameWords(world_size);
+  if (words <= limit) return absl::OkStatus();
+  if (limit == kMaxFrameWords) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("frame of ", words, " words exceeds the limit of ",
+                     kMaxFrameWords, " words per rank per round"));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("frame of ", words, " words exceeds the limit of ", limit,
+                   " words per rank per round in a world of ", world_size,
+                   " ranks (a round's result holds at most ",
+                   kMaxRoundResultWords, " words)"));
+}
+
+bool IsJobId(absl::string_view id) {
+  if (id.empty() || id.size() > kMaxJobIdBytes) return false;
+  for (char c : id) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' &&
+        c != '_' && c != '-') {
+      return false;
+    }
+  }
+  return true;
+}
 
 absl::Status CheckTimeoutMs(uint32_t timeout_ms, absl::string_view field) {
   if (timeout_ms == 0) {

@@ -17,8 +17,56 @@ namespace rankd {
 inline constexpr uint32_t kMaxTimeoutMs = 3'600'000;
 // Longest reason a node may give for releasing a rank or leaving.
 inline constexpr size_t kMaxReasonBytes = 1024;
+// Longest job id (--job_id: 1 to 128 of A-Z a-z 0-9 . _ -).
+inline constexpr size_t kMaxJobIdBytes = 128;
 // Longest device field (kind, uuid, pci_bus_id) a rank may report.
 inline constexpr size_t kMaxDeviceFieldBytes = 256;
+
+// Longest host name (a DNS name) and pod name a node may report.
+inline constexpr size_t kMaxHostNameBytes = 253;
+// Longest address a node may report: "[<host name>]:65535".
+inline constexpr size_t kMaxAddressBytes = kMaxHostNameBytes + 8;
+// Longest kernel boot id a node may report (a UUID is 36 bytes).
+inline constexpr size_t kMaxBootIdBytes = 64;
+// Most devices a node may report.
+inline constexpr size_t kMaxDevicesPerNode = 1024;
+
+// Largest gRPC message a daemon sends or receives.
+inline constexpr int kMaxGrpcMessageBytes = 64 << 20;
+// Calls one connection may have in flight at once (HTTP/2 concurrent
+// streams); more wait in the client's transport.
+inline constexpr int kMaxCallsPerConnection = 256;
+// Largest request metadata (headers) a daemon accepts.
+inline constexpr int kMaxMetadataBytes = 16 << 10;
+// Memory gRPC may use for a daemon's calls in flight (its resource quota);
+// beyond it new calls are refused with RESOURCE_EXHAUSTED.
+inline constexpr int64_t kServerMemoryBytes = int64_t{1} << 30;
+
+// Blocking key-value gets one rank may have waiting at once.
+inline constexpr uint32_t kMaxWaitingGetsPerRank = 64;
+// Event streams one caller may hold open at once: Watch per rank,
+// Subscribe per node.
+inline constexpr uint32_t kMaxStreamsPerCaller = 8;
+// Admin.WatchEvents streams one daemon serves at once (operators share one
+// credential, so the limit is per daemon).
+inline constexpr uint32_t kMaxOperatorStreams = 64;
+
+// Largest frame one rank may send in one all_gather_words round.
+inline constexpr uint32_t kMaxFrameWords = 65536;
+// Largest all_gather_words result, every rank's frame together: 8 Mi words
+// (32 MiB), half the 64 MiB gRPC message limit, so a reply always fits.
+inline constexpr uint64_t kMaxRoundResultWords = uint64_t{8} << 20;
+
+// Largest frame each rank of a world of `world_size` (>= 1) may send:
+// min(kMaxFrameWords, kMaxRoundResultWords / world_size).
+uint32_t MaxFrameWords(uint32_t world_size);
+
+// OK when a frame of `words` words fits MaxFrameWords(world_size);
+// InvalidArgument giving the limit and why otherwise.
+absl::Status CheckFrameWords(size_t words, uint32_t world_size);
+
+// True when `id` is a job id: 1 to kMaxJobIdBytes of A-Z a-z 0-9 . _ -.
+bool IsJobId(absl::string_view id);
 
 // OK for 1..kMaxTimeoutMs; InvalidArgument naming `field` otherwise (zero:
 // every wait needs a deadline).

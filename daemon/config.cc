@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/limits.h"
 
 namespace rankd {
 namespace {
@@ -175,13 +176,7 @@ absl::StatusOr<Number> ResolveAgreeing(
 }
 
 absl::Status ValidateJobId(const Setting& s) {
-  const std::string& v = s.value;
-  bool ok = !v.empty() && v.size() <= 128;
-  for (char c : v) {
-    ok = ok && (absl::ascii_isalnum(static_cast<unsigned char>(c)) ||
-                c == '.' || c == '_' || c == '-');
-  }
-  if (!ok) {
+  if (!IsJobId(s.value)) {
     return Invalid(absl::StrCat(
         s.Assignment(), " is not a job id: use 1 to 128 of A-Z a-z 0-9 . _ -"));
   }

@@ -85,10 +85,9 @@ absl::Status Coordinator::JobFailedLocked() const {
 }
 
 absl::Status Coordinator::CheckNodeLocked(const v1::NodeRef& node) const {
-  if (node.job_id() != spec_.job_id) {
-    return absl::NotFoundError(absl::StrCat("unknown job '", node.job_id(),
-                                            "'; this coordinator runs job '",
-                                            spec_.job_id, "'"));
+  if (auto s = CheckJobId(node.job_id(), spec_.job_id, "coordinator");
+      !s.ok()) {
+    return s;
   }
   if (node.node_index() >= spec_.nnodes) {
     return absl::InvalidArgumentError(
@@ -115,10 +114,8 @@ absl::Status Coordinator::CheckNodeLocked(const v1::NodeRef& node) const {
 }
 
 absl::Status Coordinator::CheckMemberLocked(const v1::MemberRef& member) const {
-  if (member.job_id() != spec_.job_id) {
-    return absl::NotFoundError(absl::StrCat("unknown job '", member.job_id(),
-                                            "'; this daemon serves job '",
-                                            spec_.job_id, "'"));
+  if (auto s = CheckJobId(member.job_id(), spec_.job_id, "daemon"); !s.ok()) {
+    return s;
   }
   if (member.rank() >= spec_.world_size) {
     return absl::InvalidArgumentError(
@@ -146,6 +143,7 @@ absl::Status Coordinator::CheckMemberLocked(const v1::MemberRef& member) const {
 absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
     const v1::RegisterNodeRequest& request) {
   const v1::NodeInfo& info = request.node();
+  if (auto s = CheckNodeInfo(info); !s.ok()) return s;
   if (info.node_index() >= spec_.nnodes) {
     return absl::InvalidArgumentError(
         absl::StrCat("node index ", info.node_index(), " is outside [0, ",
@@ -154,10 +152,10 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
   if (info.daemon_incarnation() == 0) {
     return absl::InvalidArgumentError("daemon_incarnation must be non-zero");
   }
-  if (request.config().job_id() != spec_.job_id) {
-    return absl::NotFoundError(absl::StrCat(
-        "unknown job '", request.config().job_id(),
-        "'; this coordinator runs job '", spec_.job_id, "' (check --job_id)"));
+  if (auto s = CheckJobId(request.config().job_id(), spec_.job_id,
+                          "coordinator", " (check --job_id)");
+      !s.ok()) {
+    return s;
   }
   if (auto s =
           CheckSameJob(ToJobConfig(spec_), request.config(), info.node_index());
@@ -228,6 +226,14 @@ absl::StatusOr<EventLog::SubscriptionId> Coordinator::Subscribe(
   if (shutting_down_) {
     return absl::UnavailableError("the coordinator is shutting down");
   }
+  Node& node = nodes_[request.node().node_index()];
+  if (node.open_streams >= kMaxStreamsPerCaller) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "node ", request.node().node_index(), " has ", node.open_streams,
+        " Subscribe streams open already; the limit is ",
+        kMaxStreamsPerCaller));
+  }
+  ++node.open_streams;
   EventLog::SubscriptionId id =
       events_.Subscribe(request.after_sequence(), std::move(sink));
   if (close) stream_closers_[id] = std::move(close);
@@ -241,6 +247,8 @@ void Coordinator::EndSubscription(EventLog::SubscriptionId id,
   {
     absl::MutexLock lock(&mu_);
     stream_closers_.erase(id);
+    // Subscribe checked the index before the stream opened.
+    --nodes_[node.node_index()].open_streams;
     if (!connection_lost || shutting_down_ || !CheckNodeLocked(node).ok()) {
       return;
     }
@@ -546,9 +554,28 @@ void Coordinator::KvGet(const v1::KvGetRequest& request,
     status = CheckMemberLocked(request.member());
   }
   if (!status.ok()) return reply(status);
+  const uint32_t rank = request.member().rank();
+  // Only gets that may wait count (a get without a wait returns at once).
+  const bool waits = request.timeout_ms() > 0;
+  if (waits) {
+    absl::MutexLock lock(&kv_gets_mu_);
+    uint32_t& waiting = kv_gets_waiting_[rank];
+    if (waiting >= kMaxWaitingGetsPerRank) {
+      return reply(absl::ResourceExhaustedError(
+          absl::StrCat("rank ", rank, " has ", waiting,
+                       " key-value gets waiting already; the limit is ",
+                       kMaxWaitingGetsPerRank)));
+    }
+    ++waiting;
+  }
   kv_.Get(
       request.key(), DeadlineAfterMs(request.timeout_ms()),
-      [reply = std::move(reply)](absl::StatusOr<std::string> value) {
+      [this, rank, waits,
+       reply = std::move(reply)](absl::StatusOr<std::string> value) {
+        if (waits) {
+          absl::MutexLock lock(&kv_gets_mu_);
+          if (--kv_gets_waiting_[rank] == 0) kv_gets_waiting_.erase(rank);
+        }
         if (!value.ok()) return reply(value.status());
         v1::KvGetResponse response;
         response.set_value(*std::move(value));

@@ -55,16 +55,19 @@ class Coordinator {
 
   // --- Peer service (calls from node daemons) ---
 
-  // Registers a node. FailedPrecondition when its configuration differs,
-  // the job failed, or its index is held by a live daemon of another
-  // incarnation (which also fails the job: a restarted daemon cannot
-  // silently rejoin). Idempotent for the same incarnation.
+  // Registers a node. InvalidArgument when what it reports about itself
+  // exceeds a limit (CheckNodeInfo); FailedPrecondition when its
+  // configuration differs, the job failed, or its index is held by a live
+  // daemon of another incarnation (which also fails the job: a restarted
+  // daemon cannot silently rejoin). Idempotent for the same incarnation.
   absl::StatusOr<v1::RegisterNodeResponse> RegisterNode(
       const v1::RegisterNodeRequest& request);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request);
   // Streams events after request.after_sequence to `sink` (EventLog rules).
   // `close` (may be empty) ends the stream when the coordinator shuts down.
+  // ResourceExhausted when the node holds kMaxStreamsPerCaller streams
+  // already; every successful call needs a matching EndSubscription.
   absl::StatusOr<EventLog::SubscriptionId> Subscribe(
       const v1::SubscribeRequest& request, EventLog::Subscriber sink,
       std::function<void(absl::Status)> close = nullptr);
@@ -82,7 +85,8 @@ class Coordinator {
                        Reply<v1::AllGatherWordsResponse> reply);
   absl::StatusOr<v1::KvSetResponse> KvSet(const v1::KvSetRequest& request);
   // Waits at most timeout_ms for the key; a cancelled `cancellation` (may
-  // be null) releases the wait at once with Cancelled.
+  // be null) releases the wait at once with Cancelled. ResourceExhausted
+  // when the rank has kMaxWaitingGetsPerRank gets waiting already.
   void KvGet(const v1::KvGetRequest& request, Reply<v1::KvGetResponse> reply,
              const CancellationRef& cancellation = nullptr);
   absl::StatusOr<v1::KvAddResponse> KvAdd(const v1::KvAddRequest& request);
@@ -111,6 +115,8 @@ class Coordinator {
     v1::NodeInfo info;
     absl::Time last_heartbeat;
     std::string detail;
+    // Subscribe streams open (at most kMaxStreamsPerCaller).
+    uint32_t open_streams = 0;
   };
   struct Member {
     v1::MemberState state = v1::MEMBER_STATE_NOT_JOINED;
@@ -169,6 +175,11 @@ class Coordinator {
   uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, JoinWaiter> join_waiters_ ABSL_GUARDED_BY(mu_);
   DeadlineTimer::TimerId heartbeat_timer_ ABSL_GUARDED_BY(mu_) = 0;
+  // Blocking key-value gets waiting, by rank (at most
+  // kMaxWaitingGetsPerRank each). Own lock: released from the store's
+  // callbacks.
+  absl::Mutex kv_gets_mu_;
+  std::map<uint32_t, uint32_t> kv_gets_waiting_ ABSL_GUARDED_BY(kv_gets_mu_);
   // Closers of the nodes' event streams, by subscription.
   std::map<EventLog::SubscriptionId, std::function<void(absl::Status)>>
       stream_closers_ ABSL_GUARDED_BY(mu_);

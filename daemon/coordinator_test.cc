@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/limits.h"
 #include "daemon/deadline_timer.h"
 #include "daemon/event_log.h"
 #include "daemon/job_spec.h"
@@ -431,7 +432,7 @@ TEST_F(CoordinatorTest, RegisterNodeUnknownJob) {
   request.mutable_config()->set_job_id("job-b");
   EXPECT_STATUS(coord_->RegisterNode(request).status(),
                 absl::StatusCode::kNotFound,
-                "unknown job 'job-b'; this coordinator runs job 'job-a' "
+                "unknown job 'job-b'; this coordinator serves job 'job-a' "
                 "(check --job_id)");
 }
 
@@ -520,7 +521,7 @@ TEST_F(CoordinatorTest, HeartbeatReportsJobStateAndChecksTheNode) {
   v1::NodeRef other_job = Node(0);
   other_job.set_job_id("job-x");
   EXPECT_STATUS(Heartbeat(other_job).status(), absl::StatusCode::kNotFound,
-                "unknown job 'job-x'; this coordinator runs job 'job-a'");
+                "unknown job 'job-x'; this coordinator serves job 'job-a'");
   EXPECT_STATUS(Heartbeat(Node(5)).status(), absl::StatusCode::kInvalidArgument,
                 "node index 5 is outside [0, 2)");
   EXPECT_STATUS(Heartbeat(Node(1)).status(),
@@ -913,6 +914,36 @@ TEST_F(CoordinatorTest, SubscribeReplaysEventsAndChecksTheNode) {
                 absl::StatusCode::kFailedPrecondition,
                 "node 1: daemon incarnation 4242 is stale");
   coord_->EndSubscription(*id, Node(1), false, "done");
+}
+
+TEST_F(CoordinatorTest, ANodeHoldsAtMostMaxStreamsPerCallerSubscriptions) {
+  ASSERT_TRUE(Register(0).ok());
+  ASSERT_TRUE(Register(1).ok());
+  v1::SubscribeRequest request;
+  *request.mutable_node() = Node(1);
+  std::vector<EventLog::SubscriptionId> ids;
+  for (uint32_t i = 0; i < kMaxStreamsPerCaller; ++i) {
+    auto id = coord_->Subscribe(request, collector_.Sink());
+    ASSERT_TRUE(id.ok()) << id.status();
+    ids.push_back(*id);
+  }
+  EXPECT_STATUS(coord_->Subscribe(request, collector_.Sink()).status(),
+                absl::StatusCode::kResourceExhausted,
+                "node 1 has 8 Subscribe streams open already; the limit is 8");
+  // Node 0's streams are its own; an ended stream frees its place.
+  *request.mutable_node() = Node(0);
+  auto other = coord_->Subscribe(request, collector_.Sink());
+  ASSERT_TRUE(other.ok()) << other.status();
+  coord_->EndSubscription(*other, Node(0), false, "done");
+  coord_->EndSubscription(ids.back(), Node(1), false, "done");
+  ids.pop_back();
+  *request.mutable_node() = Node(1);
+  auto again = coord_->Subscribe(request, collector_.Sink());
+  ASSERT_TRUE(again.ok()) << again.status();
+  ids.push_back(*again);
+  for (EventLog::SubscriptionId id : ids) {
+    coord_->EndSubscription(id, Node(1), false, "done");
+  }
 }
 
 TEST_F(CoordinatorTest, LostEventStreamFailsTheJobNamingNodeAndRanks) {

@@ -14,6 +14,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/limits.h"
 #include "daemon/event_log.h"
 #include "daemon/log.h"
 #include "daemon/remote_coordinator.h"
@@ -21,6 +22,7 @@
 #include "grpc/health/v1/health.pb.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 
 namespace rankd {
 namespace {
@@ -165,8 +167,15 @@ absl::Status Daemon::Init() {
   (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.SetMaxReceiveMessageSize(64 << 20);
-  builder.SetMaxSendMessageSize(64 << 20);
+  // What one caller can make the server hold (docs/operations.md, "Limits").
+  builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             kMaxCallsPerConnection);
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
+  grpc::ResourceQuota quota("rankd");
+  quota.Resize(kServerMemoryBytes);
+  builder.SetResourceQuota(quota);
   // Let clients ping every second (they use keepalive to notice a dead
   // daemon) and ping them too, so a vanished client is noticed.
   builder.AddChannelArgument(

@@ -1,5 +1,6 @@
 #include "daemon/log.h"
 
+#include <atomic>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,7 @@ namespace {
 
 absl::Mutex log_mu(absl::kConstInit);
 std::string* log_prefix ABSL_GUARDED_BY(log_mu) = nullptr;
+std::atomic<bool> log_enabled{true};
 
 }  // namespace
 
@@ -22,6 +24,7 @@ void SetLogPrefix(std::string prefix) {
 }
 
 void Log(absl::string_view message) {
+  if (!log_enabled.load(std::memory_order_relaxed)) return;
   std::string line =
       absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
                                     absl::UTCTimeZone()),
@@ -31,6 +34,10 @@ void Log(absl::string_view message) {
                   "\n");
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
+}
+
+void SetLogEnabled(bool enabled) {
+  log_enabled.store(enabled, std::memory_order_relaxed);
 }
 
 }  // namespace rankd

@@ -15,6 +15,10 @@ void SetLogPrefix(std::string prefix);
 // Writes "2026-11-30T01:02:03.456Z rankd[node 1] <message>\n" to stderr.
 void Log(absl::string_view message);
 
+// Turns logging off (false) or back on. For programs that start many
+// daemons in one process, such as the fuzzers (fuzz/).
+void SetLogEnabled(bool enabled);
+
 }  // namespace rankd
 
 #endif  // RANKD_DAEMON_LOG_H_

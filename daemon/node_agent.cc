@@ -110,10 +110,8 @@ absl::Status NodeAgent::FailureLocked() const {
 }
 
 absl::Status NodeAgent::CheckMemberLocked(const v1::MemberRef& member) const {
-  if (member.job_id() != spec_.job_id) {
-    return absl::NotFoundError(absl::StrCat("unknown job '", member.job_id(),
-                                            "'; this daemon serves job '",
-                                            spec_.job_id, "'"));
+  if (auto s = CheckJobId(member.job_id(), spec_.job_id, "daemon"); !s.ok()) {
+    return s;
   }
   auto it = members_.find(member.rank());
   if (it == members_.end() || it->second.state == LocalState::kJoining) {
@@ -170,10 +168,8 @@ Reply<T> NodeAgent::Relay(Reply<T> reply) {
 
 void NodeAgent::Join(const v1::JoinRequest& request,
                      Reply<v1::JoinResponse> reply) {
-  if (request.job_id() != spec_.job_id) {
-    return reply(absl::NotFoundError(
-        absl::StrCat("unknown job '", request.job_id(),
-                     "'; this daemon serves job '", spec_.job_id, "'")));
+  if (auto s = CheckJobId(request.job_id(), spec_.job_id, "daemon"); !s.ok()) {
+    return reply(s);
   }
   if (request.world_size() != 0 && request.world_size() != spec_.world_size) {
     return reply(absl::InvalidArgumentError(absl::StrCat(
@@ -420,10 +416,9 @@ void NodeAgent::AllGatherWords(const v1::AllGatherWordsRequest& request,
         "round 0 is not a round number: rounds are numbered 1, 2, 3... per "
         "rank"));
   }
-  if (request.words_size() > static_cast<int>(WordRounds::kMaxWordsPerRank)) {
-    return reply(absl::InvalidArgumentError(absl::StrCat(
-        "frame of ", request.words_size(), " words exceeds the limit of ",
-        WordRounds::kMaxWordsPerRank, " words per rank per round")));
+  if (auto s = CheckFrameWords(request.words_size(), spec_.world_size);
+      !s.ok()) {
+    return reply(s);
   }
   if (auto s = CheckTimeoutMs(request.timeout_ms(), "timeout_ms"); !s.ok()) {
     return reply(s);
@@ -666,10 +661,8 @@ absl::StatusOr<NodeAgent::WatchId> NodeAgent::Attach(
     const v1::WatchRequest& request, WatchSink sink) {
   absl::MutexLock lock(&mu_);
   const v1::MemberRef& member = request.member();
-  if (member.job_id() != spec_.job_id) {
-    return absl::NotFoundError(absl::StrCat("unknown job '", member.job_id(),
-                                            "'; this daemon serves job '",
-                                            spec_.job_id, "'"));
+  if (auto s = CheckJobId(member.job_id(), spec_.job_id, "daemon"); !s.ok()) {
+    return s;
   }
   auto it = members_.find(member.rank());
   if (it == members_.end() || it->second.state == LocalState::kJoining ||
@@ -681,6 +674,11 @@ absl::StatusOr<NodeAgent::WatchId> NodeAgent::Attach(
   }
   if (shutting_down_) return FailureLocked();
   LocalMember& m = it->second;
+  if (m.open_watches >= kMaxStreamsPerCaller) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "rank ", member.rank(), " has ", m.open_watches,
+        " Watch streams open already; the limit is ", kMaxStreamsPerCaller));
+  }
   ++m.open_watches;
   timer_->Cancel(m.lease_timer);
   m.lease_timer = 0;
@@ -722,6 +720,7 @@ void NodeAgent::OnEvent(const v1::JobEvent& event) {
   {
     absl::MutexLock lock(&mu_);
     auto set_ranks = [&](v1::MemberState state) {
+      mu_.AssertHeld();  // for the analysis: lambdas do not inherit locks
       for (uint32_t r : event.ranks()) {
         if (r < replica_.size()) {
           replica_[r].state = state;
@@ -731,6 +730,7 @@ void NodeAgent::OnEvent(const v1::JobEvent& event) {
       }
     };
     auto set_node = [&](v1::NodeState state) {
+      mu_.AssertHeld();  // for the analysis: lambdas do not inherit locks
       if (event.has_node_index() &&
           event.node_index() < replica_nodes_.size()) {
         replica_nodes_[event.node_index()] = state;

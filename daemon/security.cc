@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/credentials.h"
+#include "common/limits.h"
 
 namespace rankd {
 namespace {
@@ -239,8 +240,8 @@ absl::Status FromGrpc(const grpc::Status& status) {
 
 grpc::ChannelArguments DefaultChannelArguments() {
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(64 << 20);
-  args.SetMaxSendMessageSize(64 << 20);
+  args.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
+  args.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 1000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);

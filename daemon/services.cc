@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/limits.h"
 #include "daemon/event_stream_reactor.h"
 #include "daemon/kv_store.h"
 #include "daemon/security.h"
@@ -410,10 +411,17 @@ grpc::ServerWriteReactor<v1::JobEvent>* AdminService::WatchEvents(
     const v1::WatchEventsRequest* request) {
   EventLog* events = &agent_->events();
   uint64_t after = request->after_sequence();
+  std::atomic<uint32_t>* open_streams = &open_streams_;
   return EventStreamReactor::Start(
       auth_->AuthorizeOperator(context),
-      [events,
-       after](EventStreamReactor::Sinks sinks) -> absl::StatusOr<uint64_t> {
+      [events, after, open_streams](
+          EventStreamReactor::Sinks sinks) -> absl::StatusOr<uint64_t> {
+        if (open_streams->fetch_add(1) >= kMaxOperatorStreams) {
+          open_streams->fetch_sub(1);
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "this daemon serves ", kMaxOperatorStreams,
+              " WatchEvents streams already (the limit)"));
+        }
         return events->Subscribe(after, [deliver = std::move(sinks.deliver)](
                                             const v1::JobEvent& event) {
           if (!event.has_member() && !event.has_node()) return deliver(event);
@@ -429,8 +437,9 @@ grpc::ServerWriteReactor<v1::JobEvent>* AdminService::WatchEvents(
           deliver(scrubbed);
         });
       },
-      [events](uint64_t id, bool, const std::string&) {
+      [events, open_streams](uint64_t id, bool, const std::string&) {
         events->Unsubscribe(id);
+        open_streams->fetch_sub(1);
       });
 }
 

@@ -8,6 +8,7 @@
 #ifndef RANKD_DAEMON_SERVICES_H_
 #define RANKD_DAEMON_SERVICES_H_
 
+#include <atomic>
 #include <optional>
 #include <string>
 
@@ -154,6 +155,8 @@ class AdminService final : public v1::Admin::CallbackService {
   NodeAgent* const agent_;
   Coordinator* const coordinator_;
   const Authenticator* const auth_;
+  // WatchEvents streams open (at most kMaxOperatorStreams).
+  std::atomic<uint32_t> open_streams_{0};
 };
 
 }  // namespace rankd

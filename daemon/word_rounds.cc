@@ -39,10 +39,9 @@ void WordRounds::Contribute(uint64_t number, std::vector<v1::RankFrame> frames,
       return done(absl::InvalidArgumentError(absl::StrCat(
           "rank ", f.rank(), " is outside the world of size ", world_size_)));
     }
-    if (f.words_size() > static_cast<int>(kMaxWordsPerRank)) {
+    if (auto s = CheckFrameWords(f.words_size(), world_size_); !s.ok()) {
       return done(absl::InvalidArgumentError(absl::StrCat(
-          "rank ", f.rank(), " sent a frame of ", f.words_size(),
-          " words in round ", number, "; the limit is ", kMaxWordsPerRank)));
+          "rank ", f.rank(), " in round ", number, ": ", s.message())));
     }
   }
   std::vector<bool> seen(world_size_, false);

@@ -6,7 +6,7 @@
 // or, if frame lengths disagree, an InvalidArgument naming the disagreeing
 // ranks. A round that misses its deadline fails on every contributor with
 // DeadlineExceeded naming the missing ranks and their nodes. Thread-safe.
-// Depends on DeadlineTimer, the rankd.v1 protos and absl.
+// Depends on DeadlineTimer, common/limits.h, the rankd.v1 protos and absl.
 #ifndef RANKD_DAEMON_WORD_ROUNDS_H_
 #define RANKD_DAEMON_WORD_ROUNDS_H_
 
@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/limits.h"
 #include "daemon/deadline_timer.h"
 #include "rankd/v1/peer.pb.h"
 #include "rankd/v1/rank.pb.h"
@@ -28,8 +29,9 @@ namespace rankd {
 
 class WordRounds {
  public:
-  // Largest frame one rank may send in one round.
-  static constexpr uint32_t kMaxWordsPerRank = 65536;
+  // Largest frame one rank may send in one round (smaller in worlds too
+  // large for that: common/limits.h MaxFrameWords).
+  static constexpr uint32_t kMaxWordsPerRank = kMaxFrameWords;
   // Rounds may run ahead of the oldest open round by at most this many.
   static constexpr uint64_t kMaxOpenRounds = 64;
 

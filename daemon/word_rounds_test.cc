@@ -280,8 +280,8 @@ TEST_F(WordRoundsTest, FrameSizeLimit) {
   auto r = Contribute(*rounds_, 1, {{1, too_big}}, Far());
   ASSERT_TRUE(r->Ready());
   EXPECT_STATUS(r->status(), absl::StatusCode::kInvalidArgument,
-                "rank 1 sent a frame of 65537 words in round 1; the limit is "
-                "65536");
+                "rank 1 in round 1: frame of 65537 words exceeds the limit of "
+                "65536 words per rank per round");
   EXPECT_TRUE(rounds_->WaitingRanks().empty());
 
   // Exactly the limit is fine.
@@ -293,6 +293,25 @@ TEST_F(WordRoundsTest, FrameSizeLimit) {
   EXPECT_EQ(a->value->words_per_rank(), WordRounds::kMaxWordsPerRank);
   EXPECT_EQ(a->value->words_size(),
             static_cast<int>(2 * WordRounds::kMaxWordsPerRank));
+}
+
+// A round's result must fit one reply: in a world of 4096 ranks each may
+// send at most 8 Mi / 4096 = 2048 words.
+TEST_F(WordRoundsTest, ResultSizeLimitShrinksFramesInLargeWorlds) {
+  Make(4096);
+  EXPECT_EQ(MaxFrameWords(4096), 2048u);
+  std::vector<uint32_t> too_big(2049, 1);
+  auto r = Contribute(*rounds_, 1, {{7, too_big}}, Far());
+  ASSERT_TRUE(r->Ready());
+  EXPECT_STATUS(r->status(), absl::StatusCode::kInvalidArgument,
+                "rank 7 in round 1: frame of 2049 words exceeds the limit of "
+                "2048 words per rank per round in a world of 4096 ranks (a "
+                "round's result holds at most 8388608 words)");
+  EXPECT_TRUE(rounds_->WaitingRanks().empty());
+  auto fits = Contribute(*rounds_, 1, {{7, std::vector<uint32_t>(2048, 1)}},
+                         absl::Now() + absl::Milliseconds(1));
+  EXPECT_TRUE(fits->Wait());
+  EXPECT_EQ(fits->status().code(), absl::StatusCode::kDeadlineExceeded);
 }
 
 TEST_F(WordRoundsTest, RoundsMayRunAheadByAtMostMaxOpenRounds) {

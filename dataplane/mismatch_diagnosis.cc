@@ -109,8 +109,11 @@ Explanation MismatchDiagnosis::Explain(const SubmittedOperation& op,
         /*members_disagree=*/true};
   }
   if (silent.empty()) return {error};
-  return {
-      absl::Status(error.code(), absl::StrCat(error.message(), silent_text))};
+  // Members that never reported are the cause, whatever this member's
+  // transport saw: its own timeout, or a peer tearing the connection down
+  // after the peer's timeout fired first.
+  return {absl::DeadlineExceededError(
+      absl::StrCat(error.message(), silent_text))};
 }
 
 }  // namespace rankd::dataplane

@@ -76,8 +76,10 @@ class MismatchDiagnosis {
   //     operation;
   //   - InvalidArgument naming which ranks submitted which operation when
   //     any member reported a different one (with `error` appended);
-  //   - `error`'s code with the ranks that did not report within `grace`
-  //     appended (they are behind, stalled, or never submitted it).
+  //   - DeadlineExceeded: `error` with the ranks that did not report within
+  //     `grace` appended (they are behind, stalled, or never submitted it),
+  //     whether `error` was this member's timeout or a peer closing the
+  //     connection after its own timeout.
   //   - `error` unchanged, right after publishing this member's report,
   //     after NoteLocalAbort(): this member tore its own transport down (a
   //     NativeCancel deadline, a job failure, session teardown), which is

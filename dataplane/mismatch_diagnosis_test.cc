@@ -115,6 +115,22 @@ TEST_F(MismatchDiagnosisTest, SilentMembersAreNamedAfterTheGrace) {
       << s;
 }
 
+// A member whose peer timed out first sees the connection closed, not a
+// timeout; the silent member is still the cause, with the same code.
+TEST_F(MismatchDiagnosisTest, APeersTeardownIsReportedAsTheSilentMembersDelay) {
+  Explanation why =
+      For(0, absl::Milliseconds(100))
+          .Explain(Op(0, "barrier"),
+                   absl::UnavailableError("Connection closed by peer"));
+  EXPECT_FALSE(why.members_disagree);
+  EXPECT_EQ(why.status.code(), absl::StatusCode::kDeadlineExceeded)
+      << why.status;
+  EXPECT_TRUE(absl::StrContains(why.status.message(),
+                                "Connection closed by peer; ranks 1, 2 did "
+                                "not report operation #7 on world"))
+      << why.status;
+}
+
 TEST_F(MismatchDiagnosisTest, AFailedJobLeavesTheErrorToTheLostRankNotice) {
   job_->Fail(absl::AbortedError("job failed: rank 2 lost"));
   const absl::Time start = absl::Now();

@@ -102,6 +102,16 @@ class BadInputTest : public ::testing::Test {
     return context;
   }
 
+  // Blocking key-value gets waiting on the coordinator (Admin.GetJob).
+  uint32_t KvWaiters() {
+    v1::JobStatus job;
+    auto context = AdminCtx();
+    grpc::Status s =
+        admin_[0]->GetJob(context.get(), v1::GetJobRequest(), &job);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return job.kv_waiters();
+  }
+
   // Every daemon still answers and the job is not corrupted.
   void ExpectStillServing(v1::JobState state = v1::JOB_STATE_FORMING) {
     for (uint32_t n = 0; n < 2; ++n) {
@@ -554,14 +564,6 @@ TEST_F(BadInputTest, KvGetWithoutWaitIsNotFoundAndBlockingGetIsReleasedBySet) {
 TEST_F(BadInputTest, AbandonedBlockingGetsAreReleasedAtOnce) {
   const v1::MemberRef members[2] = {MustJoin(0, 0, 0xca01, 700),
                                     MustJoin(1, 0, 0xca02, 701)};
-  auto waiters = [&] {
-    v1::JobStatus job;
-    auto context = AdminCtx();
-    grpc::Status s =
-        admin_[0]->GetJob(context.get(), v1::GetJobRequest(), &job);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return job.kv_waiters();
-  };
   constexpr int kPerNode = 50;
   struct Call {
     std::unique_ptr<grpc::ClientContext> context;
@@ -588,20 +590,20 @@ TEST_F(BadInputTest, AbandonedBlockingGetsAreReleasedAtOnce) {
     }
   }
   absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (waiters() != 2 * kPerNode && absl::Now() < deadline) {
+  while (KvWaiters() != 2 * kPerNode && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(20));
   }
-  ASSERT_EQ(waiters(), 2u * kPerNode);
+  ASSERT_EQ(KvWaiters(), 2u * kPerNode);
   for (auto& call : calls) call->context->TryCancel();
   for (auto& call : calls) {
     ASSERT_TRUE(call->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
     EXPECT_EQ(call->status.error_code(), grpc::StatusCode::CANCELLED);
   }
   deadline = absl::Now() + absl::Seconds(5);
-  while (waiters() != 0 && absl::Now() < deadline) {
+  while (KvWaiters() != 0 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(20));
   }
-  EXPECT_EQ(waiters(), 0u);
+  EXPECT_EQ(KvWaiters(), 0u);
   // The broker still serves: a get of a key set later is answered.
   ASSERT_RPC_OK(KvSet(0, members[0], "never-set-0", "now"));
   std::string value;
@@ -721,9 +723,10 @@ TEST_F(BadInputTest, RegisterNodeWithAMismatchedConfigNamesTheFlags) {
 
   v1::RegisterNodeRequest wrong_job = request;
   wrong_job.mutable_config()->set_job_id("other");
-  EXPECT_RPC_ERROR(register_node(wrong_job), grpc::StatusCode::NOT_FOUND,
-                   "unknown job 'other'; this coordinator runs job 'badinput' "
-                   "(check --job_id)");
+  EXPECT_RPC_ERROR(
+      register_node(wrong_job), grpc::StatusCode::NOT_FOUND,
+      "unknown job 'other'; this coordinator serves job 'badinput' "
+      "(check --job_id)");
 
   v1::RegisterNodeRequest out_of_range = request;
   out_of_range.mutable_node()->set_node_index(5);
@@ -844,6 +847,37 @@ TEST_F(BadInputTest, OversizedFieldsAndEmptyContributionsAreRefused) {
                      grpc::StatusCode::INVALID_ARGUMENT,
                      "timeout_ms=3600001 exceeds the limit of 3600000 ms");
   }
+  {
+    // A registration whose host name could not be a DNS name, before any
+    // check of who registers (so the live node 1 is not disturbed).
+    v1::RegisterNodeRequest reg;
+    reg.mutable_config()->set_job_id(kJob);
+    v1::NodeInfo* info = reg.mutable_node();
+    info->set_node_index(1);
+    info->set_daemon_incarnation(0xfeed);
+    info->set_hostname(std::string(16384, 'h'));
+    v1::RegisterNodeResponse response;
+    auto context = NodeCtx(1);
+    EXPECT_RPC_ERROR(peer_[0]->RegisterNode(context.get(), reg, &response),
+                     grpc::StatusCode::INVALID_ARGUMENT,
+                     "node.hostname has 16384 bytes; the limit is 253");
+    info->set_hostname("node-1");
+    info->set_boot_id(std::string(100, 'b'));
+    auto again = NodeCtx(1);
+    EXPECT_RPC_ERROR(peer_[0]->RegisterNode(again.get(), reg, &response),
+                     grpc::StatusCode::INVALID_ARGUMENT,
+                     "node.boot_id has 100 bytes; the limit is 64");
+  }
+  {
+    // A job id is echoed only when it could be one.
+    v1::JoinRequest wrong_job = JoinReq(1, 0xd003, 302);
+    wrong_job.set_job_id(std::string(200000, 'j'));
+    grpc::Status s = Join(0, wrong_job);
+    EXPECT_RPC_ERROR(s, grpc::StatusCode::NOT_FOUND,
+                     "unknown job (a 200000-byte id that is not a job id); "
+                     "this daemon serves job 'badinput'");
+    EXPECT_LT(s.error_message().size(), 200u);
+  }
   // The job is untouched: rank 0 is still joined, nothing failed.
   ExpectStillServing();
   v1::ListMembersRequest list;
@@ -851,6 +885,73 @@ TEST_F(BadInputTest, OversizedFieldsAndEmptyContributionsAreRefused) {
   auto context = AdminCtx();
   ASSERT_RPC_OK(admin_[0]->ListMembers(context.get(), list, &members));
   EXPECT_EQ(members.members(2).state(), v1::MEMBER_STATE_JOINED);
+}
+
+// What one caller can hold open is bounded (docs/operations.md, "Limits"):
+// blocking gets per rank, Watch streams per rank, WatchEvents streams per
+// daemon. One more is RESOURCE_EXHAUSTED, and the job is unaffected.
+TEST_F(BadInputTest, PerCallerLimitsBoundWaitingGetsAndStreams) {
+  v1::MemberRef member = MustJoin(0, 0, 0xe001, 400);
+
+  std::vector<std::thread> gets;
+  std::atomic<int> released_ok{0};
+  for (uint32_t i = 0; i < kMaxWaitingGetsPerRank; ++i) {
+    gets.emplace_back([&] {
+      if (KvGet(0, member, "later", 30000).ok()) ++released_ok;
+    });
+  }
+  for (int i = 0; i < 200 && KvWaiters() < kMaxWaitingGetsPerRank; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(KvWaiters(), kMaxWaitingGetsPerRank);
+  EXPECT_RPC_ERROR(KvGet(0, member, "later", 30000),
+                   grpc::StatusCode::RESOURCE_EXHAUSTED,
+                   "rank 0 has 64 key-value gets waiting already; the limit "
+                   "is 64");
+  // A get that does not wait is still served, and a set releases them all.
+  EXPECT_RPC_ERROR(KvGet(0, member, "absent", 0), grpc::StatusCode::NOT_FOUND,
+                   "key 'absent' is not set");
+  ASSERT_RPC_OK(KvSet(0, member, "later", "v"));
+  for (std::thread& t : gets) t.join();
+  EXPECT_EQ(released_ok.load(), static_cast<int>(kMaxWaitingGetsPerRank));
+  EXPECT_EQ(KvWaiters(), 0u);
+
+  // Watch streams of one rank: they stay open (closing the last one would
+  // end the rank's lease) until the test ends.
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::JobEvent>>> watches;
+  v1::WatchRequest watch;
+  *watch.mutable_member() = member;
+  for (uint32_t i = 0; i < kMaxStreamsPerCaller; ++i) {
+    contexts.push_back(RankCtx(60000));
+    watches.push_back(rank_[0]->Watch(contexts.back().get(), watch));
+    v1::JobEvent event;
+    ASSERT_TRUE(watches.back()->Read(&event)) << "stream " << i;
+  }
+  EXPECT_RPC_ERROR(WatchStatus(0, member), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                   "rank 0 has 8 Watch streams open already; the limit is 8");
+
+  // Operators' event streams, per daemon.
+  v1::WatchEventsRequest events;
+  for (uint32_t i = 0; i < kMaxOperatorStreams; ++i) {
+    contexts.push_back(AdminCtx(60000));
+    watches.push_back(admin_[1]->WatchEvents(contexts.back().get(), events));
+    v1::JobEvent event;
+    ASSERT_TRUE(watches.back()->Read(&event)) << "stream " << i;
+  }
+  {
+    auto context = AdminCtx(3000);
+    auto reader = admin_[1]->WatchEvents(context.get(), events);
+    v1::JobEvent event;
+    while (reader->Read(&event)) {
+    }
+    EXPECT_RPC_ERROR(reader->Finish(), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                     "this daemon serves 64 WatchEvents streams already (the "
+                     "limit)");
+  }
+  ExpectStillServing();
+  for (auto& context : contexts) context->TryCancel();
+  for (auto& reader : watches) (void)reader->Finish();
 }
 
 TEST_F(BadInputTest, JoinAfterTheJobIsFullIsRejected) {

@@ -10,6 +10,9 @@ packages=(
   libabsl-dev libgtest-dev libgloo-dev
   python3 iproute2 procps
   openssl
+  # The compiler and linker (.bazelrc), the sanitizer and libFuzzer
+  # runtimes, and llvm-symbolizer for readable sanitizer reports.
+  clang-14 libclang-rt-14-dev llvm-14 lld-14
   # The GPU run kit (tests/gpu/assemble_kit.sh): strip, and patchelf to
   # point the kit's binaries at its own libraries.
   binutils patchelf

@@ -2,6 +2,12 @@
 # Runs rankd's whole test suite: installs what is missing, builds with Bazel,
 # runs every test, and ends with "N passed, M failed" counted from the
 # individual test cases. Extra arguments are passed to `bazel test`.
+#
+# The suite runs under AddressSanitizer + UndefinedBehaviorSanitizer
+# (--config=asan in .bazelrc): any memory error or undefined behaviour fails
+# its test, and every fuzz target (fuzz/) fuzzes for RANKD_FUZZ_SECONDS
+# (default 20). RANKD_TEST_CONFIG=plain runs the uninstrumented build
+# instead (faster, fewer checks; the fuzz tests then replay their seeds).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
@@ -16,5 +22,8 @@ if [[ -z "$targets" ]]; then
   echo "0 passed, 1 failed"
   exit 1
 fi
-bazel test --keep_going "$@" $targets
-python3 tools/count_results.py "$(bazel info bazel-testlogs 2>/dev/null)" $targets
+config=(--config=asan)
+if [[ "${RANKD_TEST_CONFIG:-asan}" == plain ]]; then config=(); fi
+bazel test --keep_going "${config[@]}" "$@" $targets
+python3 tools/count_results.py \
+  "$(bazel info "${config[@]}" bazel-testlogs 2>/dev/null)" $targets
