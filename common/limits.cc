@@ -27,6 +27,16 @@ absl::Status CheckFrameWords(size_t words, uint32_t world_size) {
                    kMaxRoundResultWords, " words)"));
 }
 
+int MaxCallsPerConnection(uint32_t ranks_per_node) {
+  // Per rank: its waiting gets, its streams, a round in flight for each of
+  // the 64 rounds that may be open, and a join, a leave and a few unary
+  // calls.
+  constexpr uint64_t kPerRank =
+      kMaxWaitingGetsPerRank + kMaxStreamsPerCaller + 64 + 8;
+  const uint64_t calls = uint64_t{ranks_per_node} * kPerRank + 64;
+  return static_cast<int>(std::clamp<uint64_t>(calls, 1024, 1 << 30));
+}
+
 bool IsJobId(absl::string_view id) {
   if (id.empty() || id.size() > kMaxJobIdBytes) return false;
   for (char c : id) {

@@ -33,13 +33,10 @@ inline constexpr size_t kMaxDevicesPerNode = 1024;
 
 // Largest gRPC message a daemon sends or receives.
 inline constexpr int kMaxGrpcMessageBytes = 64 << 20;
-// Calls one connection may have in flight at once (HTTP/2 concurrent
-// streams); more wait in the client's transport.
-inline constexpr int kMaxCallsPerConnection = 256;
 // Largest request metadata (headers) a daemon accepts.
 inline constexpr int kMaxMetadataBytes = 16 << 10;
 // Memory gRPC may use for a daemon's calls in flight (its resource quota);
-// beyond it new calls are refused with RESOURCE_EXHAUSTED.
+// beyond it gRPC's transport makes new calls wait or fails them.
 inline constexpr int64_t kServerMemoryBytes = int64_t{1} << 30;
 
 // Blocking key-value gets one rank may have waiting at once.
@@ -54,8 +51,16 @@ inline constexpr uint32_t kMaxOperatorStreams = 64;
 // Largest frame one rank may send in one all_gather_words round.
 inline constexpr uint32_t kMaxFrameWords = 65536;
 // Largest all_gather_words result, every rank's frame together: 8 Mi words
-// (32 MiB), half the 64 MiB gRPC message limit, so a reply always fits.
+// (32 MiB of words; at most 5 bytes each encoded, so a reply of about
+// 40 MiB always fits the 64 MiB gRPC message limit).
 inline constexpr uint64_t kMaxRoundResultWords = uint64_t{8} << 20;
+
+// Calls one connection may have in flight at once (HTTP/2 concurrent
+// streams) on a daemon whose nodes run `ranks_per_node` ranks: room for
+// every rank's most (waiting gets, streams, rounds in flight and a few
+// more), since a node forwards all its ranks' calls on one connection to
+// the coordinator; at least 1024. More wait in the client's transport.
+int MaxCallsPerConnection(uint32_t ranks_per_node);
 
 // Largest frame each rank of a world of `world_size` (>= 1) may send:
 // min(kMaxFrameWords, kMaxRoundResultWords / world_size).

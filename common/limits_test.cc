@@ -41,5 +41,35 @@ TEST(LimitsTest, TextOverTheLimitIsNamedNotEchoed) {
   EXPECT_FALSE(absl::StrContains(s.message(), "xx"));
 }
 
+TEST(LimitsTest, JobIdsAreShortNamesOfSafeCharacters) {
+  EXPECT_TRUE(IsJobId("llama-70b.v2_prod"));
+  EXPECT_TRUE(IsJobId(std::string(kMaxJobIdBytes, 'j')));
+  EXPECT_FALSE(IsJobId(""));
+  EXPECT_FALSE(IsJobId(std::string(kMaxJobIdBytes + 1, 'j')));
+  EXPECT_FALSE(IsJobId("job id"));
+  EXPECT_FALSE(IsJobId("job/../x"));
+}
+
+TEST(LimitsTest, FramesShrinkSoThatEveryRoundsResultFits) {
+  EXPECT_EQ(MaxFrameWords(1), kMaxFrameWords);
+  EXPECT_EQ(MaxFrameWords(128), kMaxFrameWords);
+  EXPECT_EQ(MaxFrameWords(129), kMaxRoundResultWords / 129);
+  EXPECT_EQ(MaxFrameWords(1u << 20), 8u);
+  EXPECT_TRUE(CheckFrameWords(kMaxFrameWords, 2).ok());
+  EXPECT_EQ(CheckFrameWords(kMaxFrameWords + 1, 2).message(),
+            "frame of 65537 words exceeds the limit of 65536 words per rank "
+            "per round");
+  EXPECT_EQ(CheckFrameWords(2049, 4096).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(LimitsTest, AConnectionCarriesEveryCallItsNodesRanksMayHaveInFlight) {
+  EXPECT_EQ(MaxCallsPerConnection(1), 1024);
+  EXPECT_EQ(MaxCallsPerConnection(8), 1216);  // 8 x 144 + 64
+  EXPECT_GE(MaxCallsPerConnection(64),
+            static_cast<int>(64 * (kMaxWaitingGetsPerRank +
+                                   kMaxStreamsPerCaller)));
+}
+
 }  // namespace
 }  // namespace rankd

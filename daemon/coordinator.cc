@@ -558,15 +558,20 @@ void Coordinator::KvGet(const v1::KvGetRequest& request,
   // Only gets that may wait count (a get without a wait returns at once).
   const bool waits = request.timeout_ms() > 0;
   if (waits) {
-    absl::MutexLock lock(&kv_gets_mu_);
-    uint32_t& waiting = kv_gets_waiting_[rank];
-    if (waiting >= kMaxWaitingGetsPerRank) {
-      return reply(absl::ResourceExhaustedError(
-          absl::StrCat("rank ", rank, " has ", waiting,
-                       " key-value gets waiting already; the limit is ",
-                       kMaxWaitingGetsPerRank)));
+    absl::Status admitted;
+    {
+      absl::MutexLock lock(&kv_gets_mu_);
+      uint32_t& waiting = kv_gets_waiting_[rank];
+      if (waiting >= kMaxWaitingGetsPerRank) {
+        admitted = absl::ResourceExhaustedError(
+            absl::StrCat("rank ", rank, " has ", waiting,
+                         " key-value gets waiting already; the limit is ",
+                         kMaxWaitingGetsPerRank));
+      } else {
+        ++waiting;
+      }
     }
-    ++waiting;
+    if (!admitted.ok()) return reply(admitted);  // never under a lock
   }
   kv_.Get(
       request.key(), DeadlineAfterMs(request.timeout_ms()),

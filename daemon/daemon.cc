@@ -171,7 +171,7 @@ absl::Status Daemon::Init() {
   builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
-                             kMaxCallsPerConnection);
+                             MaxCallsPerConnection(config_.nproc_per_node));
   builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
   grpc::ResourceQuota quota("rankd");
   quota.Resize(kServerMemoryBytes);

@@ -4,9 +4,9 @@
 // anything subscribes, and the sinks a subscriber kept stay safe to call
 // after the stream ended and gRPC deleted the reactor (the shutdown race of
 // issue 11: closers copied by NodeAgent::Shutdown and
-// Coordinator::BeginShutdown, called after a client went away). The
-// :event_stream_reactor_asan_test build of this file runs it under
-// AddressSanitizer, where a call into a deleted reactor is reported.
+// Coordinator::BeginShutdown, called after a client went away). The suite
+// runs under AddressSanitizer (tools/test.sh), where a call into a deleted
+// reactor is reported.
 #include "daemon/event_stream_reactor.h"
 
 #include <unistd.h>

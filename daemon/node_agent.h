@@ -108,7 +108,7 @@ class NodeAgent : public CoordinatorLink::Listener {
     v1::DeviceInfo device;
     uint64_t next_round = 1;
     uint64_t waiting_round = 0;  // 0 = not in a round
-    int open_watches = 0;
+    uint32_t open_watches = 0;
     DeadlineTimer::TimerId lease_timer = 0;
   };
   struct RoundWaiter {

@@ -38,7 +38,7 @@ absl::Status CheckNodeInfo(const v1::NodeInfo& node) {
   }
   if (node.devices_size() > static_cast<int>(kMaxDevicesPerNode)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("node reports ", node.devices_size(),
+        absl::StrCat("node.devices has ", node.devices_size(),
                      " devices; the limit is ", kMaxDevicesPerNode));
   }
   for (const v1::DeviceInfo& device : node.devices()) {

@@ -45,8 +45,9 @@ class WordRounds {
   // Adds `frames` (ranks already validated by the caller: < world size and
   // members of the calling node) to `round`. `done` runs exactly once: with
   // the result when the round completes, or with an error. Errors:
-  // InvalidArgument for round 0, a frame over kMaxWordsPerRank, a rank that
-  // already contributed to this round, or mismatched frame lengths;
+  // InvalidArgument for round 0, a frame over MaxFrameWords(world size)
+  // (common/limits.h), a rank that already contributed to this round, or
+  // mismatched frame lengths;
   // FailedPrecondition for a round already completed or too far ahead;
   // DeadlineExceeded at `deadline`; the cause passed to Fail. `done` may run
   // on the calling thread; it never runs with this object's lock held.

@@ -109,11 +109,15 @@ Explanation MismatchDiagnosis::Explain(const SubmittedOperation& op,
         /*members_disagree=*/true};
   }
   if (silent.empty()) return {error};
-  // Members that never reported are the cause, whatever this member's
-  // transport saw: its own timeout, or a peer tearing the connection down
-  // after the peer's timeout fired first.
-  return {absl::DeadlineExceededError(
-      absl::StrCat(error.message(), silent_text))};
+  // Members that never reported are the cause when this member's transport
+  // timed out, or saw a peer tear the connection down (after the peer's own
+  // timeout fired first): both are the silent members' delay. Any other
+  // error keeps its code.
+  const bool delay = error.code() == absl::StatusCode::kDeadlineExceeded ||
+                     error.code() == absl::StatusCode::kUnavailable;
+  return {
+      absl::Status(delay ? absl::StatusCode::kDeadlineExceeded : error.code(),
+                   absl::StrCat(error.message(), silent_text))};
 }
 
 }  // namespace rankd::dataplane

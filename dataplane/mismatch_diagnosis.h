@@ -76,10 +76,11 @@ class MismatchDiagnosis {
   //     operation;
   //   - InvalidArgument naming which ranks submitted which operation when
   //     any member reported a different one (with `error` appended);
-  //   - DeadlineExceeded: `error` with the ranks that did not report within
-  //     `grace` appended (they are behind, stalled, or never submitted it),
-  //     whether `error` was this member's timeout or a peer closing the
-  //     connection after its own timeout.
+  //   - `error` with the ranks that did not report within `grace` appended
+  //     (they are behind, stalled, or never submitted it), as
+  //     DeadlineExceeded when `error` was DeadlineExceeded or Unavailable
+  //     (this member's timeout, or a peer closing the connection after its
+  //     own timeout), with `error`'s code otherwise.
   //   - `error` unchanged, right after publishing this member's report,
   //     after NoteLocalAbort(): this member tore its own transport down (a
   //     NativeCancel deadline, a job failure, session teardown), which is

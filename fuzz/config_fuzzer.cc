@@ -7,12 +7,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/limits.h"
 #include "daemon/config.h"
 
 namespace {
@@ -86,8 +88,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Require(static_cast<uint64_t>(config->nnodes) * config->nproc_per_node ==
               config->world_size,
           "world_size != nnodes * nproc_per_node");
-  Require(!config->job_id.empty() && config->job_id.size() <= 128,
-          "job id outside 1..128 bytes");
+  Require(rankd::IsJobId(config->job_id), "the job id is not a job id");
   Require(rankd::ParseHostPort(config->advertise_address).ok(),
           "the advertise address does not parse");
   if (!config->coordinator_address.empty()) {

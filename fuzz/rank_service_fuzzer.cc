@@ -9,8 +9,8 @@
 #include "fuzz/internal/service_driver.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  // Lives for the whole process: libFuzzer exits without unwinding, and a
-  // daemon torn down by static destructors would race gRPC's own.
+  // Lives for the whole process (libFuzzer exits without unwinding); its
+  // daemon is stopped at exit, before static destructors run.
   static rankd::fuzz::ServiceDriver* const driver =
       std::make_unique<rankd::fuzz::ServiceDriver>(
           rankd::fuzz::DriverOptions{

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -49,19 +50,12 @@ int FreePort() {
   return ntohs(address.sin_port);
 }
 
-// Removes `folder` when the process exits (libFuzzer ends with exit()).
-void RemoveAtExit(const std::string& folder) {
-  static std::vector<std::string>* const folders =
-      std::make_unique<std::vector<std::string>>().release();
-  if (folders->empty()) {
-    std::atexit([] {
-      for (const std::string& f : *folders) {
-        std::error_code ignored;
-        std::filesystem::remove_all(f, ignored);
-      }
-    });
-  }
-  folders->push_back(folder);
+// Drivers to stop when the process exits (libFuzzer ends with exit(), and
+// static destructors must not run under a live daemon's threads).
+std::vector<ServiceDriver*>& LiveDrivers() {
+  static std::vector<ServiceDriver*>* const drivers =
+      std::make_unique<std::vector<ServiceDriver*>>().release();
+  return *drivers;
 }
 
 bool IsWait(const FieldDescriptor& field) {
@@ -117,12 +111,22 @@ ServiceDriver::ServiceDriver(DriverOptions options)
   if (service_ == nullptr || service_->method_count() == 0) {
     Die(absl::StrCat("no service named ", options_.service));
   }
-  // Under /tmp, not TEST_TMPDIR: socket paths must fit 107 bytes.
+  // Sockets under /tmp, not TEST_TMPDIR: their paths must fit 107 bytes.
+  // The credentials go to TEST_TMPDIR when there is one, which Bazel
+  // removes even when the fuzzer aborts.
   std::string pattern = "/tmp/rankd_fuzz_XXXXXX";
   if (mkdtemp(pattern.data()) == nullptr) Die("cannot create a temp folder");
   folder_ = pattern;
-  RemoveAtExit(folder_);
-  credentials_dir_ = absl::StrCat(folder_, "/credentials");
+  const char* test_tmp = std::getenv("TEST_TMPDIR");
+  credentials_dir_ =
+      absl::StrCat(test_tmp != nullptr ? test_tmp : folder_.c_str(),
+                   "/rankd_fuzz_credentials_", getpid());
+  if (LiveDrivers().empty()) {
+    std::atexit([] {
+      for (ServiceDriver* driver : LiveDrivers()) driver->CleanUp();
+    });
+  }
+  LiveDrivers().push_back(this);
   if (absl::Status s = CreateCredentials(credentials_dir_); !s.ok()) {
     Die(s.ToString());
   }
@@ -130,26 +134,44 @@ ServiceDriver::ServiceDriver(DriverOptions options)
   StartDaemon();
 }
 
-ServiceDriver::~ServiceDriver() { StopDaemon(); }
+ServiceDriver::~ServiceDriver() {
+  CleanUp();
+  auto& live = LiveDrivers();
+  live.erase(std::remove(live.begin(), live.end(), this), live.end());
+}
+
+void ServiceDriver::CleanUp() {
+  StopDaemon();
+  std::error_code ignored;
+  std::filesystem::remove_all(folder_, ignored);
+  std::filesystem::remove_all(credentials_dir_, ignored);
+}
 
 void ServiceDriver::StartDaemon() {
-  RawConfig raw;
-  raw.job_id = kJobId;
-  raw.nnodes = absl::StrCat(options_.nnodes);
-  raw.node_index = "0";
-  raw.world_size = absl::StrCat(options_.world_size);
-  raw.listen = absl::StrCat("127.0.0.1:", FreePort());
-  // A new socket per daemon: the old one's path may still be draining.
-  raw.socket = absl::StrCat(folder_, "/rankd-", ++generation_, ".sock");
-  raw.credentials_dir = credentials_dir_;
-  raw.admin_kv_read = options_.admin_kv_read ? "true" : "false";
-  absl::StatusOr<DaemonConfig> config = ResolveConfig(
-      raw, [](std::string_view) { return std::optional<std::string>(); });
-  if (!config.ok()) Die(config.status().ToString());
-  absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(*config);
+  absl::StatusOr<DaemonConfig> config;
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon;
+  // A few tries: another process may take the free port before the daemon
+  // binds it.
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    RawConfig raw;
+    raw.job_id = kJobId;
+    raw.nnodes = absl::StrCat(options_.nnodes);
+    raw.node_index = "0";
+    raw.world_size = absl::StrCat(options_.world_size);
+    raw.listen = absl::StrCat("127.0.0.1:", FreePort());
+    // A new socket per daemon: the old one's path may still be draining.
+    raw.socket = absl::StrCat(folder_, "/rankd-", ++generation_, ".sock");
+    raw.credentials_dir = credentials_dir_;
+    raw.admin_kv_read = options_.admin_kv_read ? "true" : "false";
+    config = ResolveConfig(
+        raw, [](std::string_view) { return std::optional<std::string>(); });
+    if (!config.ok()) Die(config.status().ToString());
+    daemon = Daemon::Start(*config);
+    if (daemon.ok()) break;
+  }
   if (!daemon.ok()) Die(daemon.status().ToString());
   daemon_ = *std::move(daemon);
-  if (absl::Status s = daemon_->WaitRegistered(absl::Seconds(10)); !s.ok()) {
+  if (absl::Status s = daemon_->WaitRegistered(absl::Seconds(5)); !s.ok()) {
     Die(s.ToString());
   }
   grpc::ChannelArguments args;

@@ -64,7 +64,8 @@ struct DriverOptions {
 class ServiceDriver {
  public:
   // Starts the first daemon; aborts the process (the fuzzer cannot run) if
-  // it cannot start or `options.service` is not a rankd service.
+  // it cannot start or `options.service` is not a rankd service. The
+  // daemon is stopped and its folders removed when the process exits.
   explicit ServiceDriver(DriverOptions options);
   ~ServiceDriver();
 
@@ -73,9 +74,12 @@ class ServiceDriver {
 
   // Sends the call `data` describes (see the file comment). Returns 0, or
   // -1 when the bytes are not a request (libFuzzer does not keep them).
-  // Aborts the process if the daemon stopped answering its health check:
-  // that is a finding.
+  // Aborts the process if the daemon stopped answering Admin.GetJob: that
+  // is a finding.
   int Run(const uint8_t* data, size_t size);
+
+  // Stops the daemon and removes the credentials and sockets (idempotent).
+  void CleanUp();
 
  private:
   void StartDaemon();
@@ -88,7 +92,7 @@ class ServiceDriver {
 
   const DriverOptions options_;
   const google::protobuf::ServiceDescriptor* service_ = nullptr;
-  std::string folder_;  // temporary: credentials and the socket
+  std::string folder_;  // temporary: the sockets
   std::string credentials_dir_;
   std::unique_ptr<Daemon> daemon_;
   std::shared_ptr<grpc::Channel> unix_channel_;

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -21,7 +22,8 @@ namespace {
 
 using google::protobuf::Message;
 
-std::string out_dir;
+// The corpus folder (main's argument; a pointer: no global string).
+const char* out_dir = nullptr;
 
 void Write(const std::string& fuzzer, const std::string& name,
            const std::string& bytes) {
@@ -252,7 +254,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   out_dir = argv[1];
-  mkdir(out_dir.c_str(), 0755);
+  mkdir(out_dir, 0755);
   RankSeeds();
   PeerSeeds();
   AdminSeeds();
