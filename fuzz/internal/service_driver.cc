@@ -131,6 +131,7 @@ ServiceDriver::ServiceDriver(DriverOptions options)
     Die(s.ToString());
   }
   SetLogEnabled(false);  // a daemon per input would drown libFuzzer's output
+  LoadTokens();
   StartDaemon();
 }
 
@@ -198,25 +199,20 @@ std::shared_ptr<grpc::Channel> ServiceDriver::ChannelFor(
   return credential == Credential::kUnixSocket ? unix_channel_ : tcp_channel_;
 }
 
-std::string ServiceDriver::TokenFor(Credential credential) const {
+void ServiceDriver::LoadTokens() {
   auto read = [&](const char* file) {
     absl::StatusOr<std::string> token =
         ReadCredentialFile(credentials_dir_, file);
     if (!token.ok()) Die(token.status().ToString());
     return *token;
   };
-  switch (credential) {
-    case Credential::kTcpRankToken:
-      return read(kRankTokenFile);
-    case Credential::kTcpOperatorToken:
-      return read(kOperatorTokenFile);
-    case Credential::kTcpNodeToken:
-      return NodeToken(read(kNodeKeyFile), kJobId, 1);
-    case Credential::kTcpGarbageToken:
-      return "node-1.0123456789abcdef";
-    default:
-      return "";
-  }
+  auto at = [&](Credential credential) -> std::string& {
+    return tokens_[static_cast<size_t>(credential)];
+  };
+  at(Credential::kTcpRankToken) = read(kRankTokenFile);
+  at(Credential::kTcpOperatorToken) = read(kOperatorTokenFile);
+  at(Credential::kTcpNodeToken) = NodeToken(read(kNodeKeyFile), kJobId, 1);
+  at(Credential::kTcpGarbageToken) = "node-1.0123456789abcdef";
 }
 
 void ServiceDriver::Rewrite(Message* message) const {
@@ -262,7 +258,8 @@ int ServiceDriver::Run(const uint8_t* data, size_t size) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        absl::ToChronoMilliseconds(kCallDeadline));
-  if (std::string token = TokenFor(credential); !token.empty()) {
+  if (const std::string& token = tokens_[static_cast<size_t>(credential)];
+      !token.empty()) {
     context.AddMetadata("authorization", absl::StrCat("Bearer ", token));
   }
   grpc::CompletionQueue queue;

@@ -23,6 +23,7 @@
 #ifndef RANKD_FUZZ_INTERNAL_SERVICE_DRIVER_H_
 #define RANKD_FUZZ_INTERNAL_SERVICE_DRIVER_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -85,7 +86,8 @@ class ServiceDriver {
   void StartDaemon();
   void StopDaemon();
   std::shared_ptr<grpc::Channel> ChannelFor(Credential credential);
-  std::string TokenFor(Credential credential) const;
+  // Reads the credentials once into tokens_.
+  void LoadTokens();
   void Rewrite(google::protobuf::Message* message) const;
   void Remember(const google::protobuf::Message& message);
   bool JobStillChanges();
@@ -94,6 +96,8 @@ class ServiceDriver {
   const google::protobuf::ServiceDescriptor* service_ = nullptr;
   std::string folder_;  // temporary: the sockets
   std::string credentials_dir_;
+  // The token each Credential sends ("" for none), by Credential value.
+  std::array<std::string, static_cast<size_t>(Credential::kCount)> tokens_;
   std::unique_ptr<Daemon> daemon_;
   std::shared_ptr<grpc::Channel> unix_channel_;
   std::shared_ptr<grpc::Channel> tcp_channel_;
