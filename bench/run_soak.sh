@@ -77,7 +77,7 @@ done
 # Once a second: seconds, rank 0's last PROGRESS round, each daemon's RSS.
 started=$SECONDS
 while kill -0 "${RANK_PIDS[0]}" 2>/dev/null; do
-  round=$(grep -o 'PROGRESS round=[0-9]*' "$TMP/rank0.log" 2>/dev/null | tail -1 | cut -d= -f2)
+  round=$(grep -o 'PROGRESS round=[0-9]*' "$TMP/rank0.log" 2>/dev/null | tail -1 | cut -d= -f2 || true)
   grep -q '^JOINED' "$TMP/rank0.log" 2>/dev/null && line="$((SECONDS - started)) ${round:-0}" || line=""
   if [[ -n $line ]]; then
     for pid in "${DAEMON_PIDS[@]}"; do line+=" $(rss_kb "$pid")"; done

@@ -39,6 +39,7 @@ inline constexpr int kMaxMetadataBytes = 16 << 10;
 // beyond it gRPC's transport makes new calls wait or fails them.
 inline constexpr int64_t kServerMemoryBytes = int64_t{1} << 30;
 
+// Defaults of the limits an operator may change (CallerLimits below).
 // Blocking key-value gets one rank may have waiting at once.
 inline constexpr uint32_t kMaxWaitingGetsPerRank = 64;
 // Event streams one caller may hold open at once: Watch per rank,
@@ -47,6 +48,26 @@ inline constexpr uint32_t kMaxStreamsPerCaller = 8;
 // Admin.WatchEvents streams one daemon serves at once (operators share one
 // credential, so the limit is per daemon).
 inline constexpr uint32_t kMaxOperatorStreams = 64;
+// Keys and values together that one job's key-value broker holds.
+inline constexpr uint32_t kMaxKvBytes = 256u << 20;
+// Keys one job's key-value broker holds.
+inline constexpr uint32_t kMaxKvKeys = 1u << 16;
+// Keys one rank may have created that still exist (a key counts against
+// the rank that created it until it is deleted), so one rank cannot take
+// the whole broker.
+inline constexpr uint32_t kMaxKvKeysPerRank = 4096;
+
+// What callers may make one daemon hold, as set by its flags
+// (docs/operations.md, "Limits"; daemon/config.h resolves them, each at
+// least 1). The defaults are the constants above.
+struct CallerLimits {
+  uint32_t kv_max_bytes = kMaxKvBytes;
+  uint32_t kv_max_keys = kMaxKvKeys;
+  uint32_t kv_max_keys_per_rank = kMaxKvKeysPerRank;
+  uint32_t max_waiting_gets_per_rank = kMaxWaitingGetsPerRank;
+  uint32_t max_streams_per_caller = kMaxStreamsPerCaller;
+  uint32_t max_operator_streams = kMaxOperatorStreams;
+};
 
 // Largest frame one rank may send in one all_gather_words round.
 inline constexpr uint32_t kMaxFrameWords = 65536;
@@ -56,11 +77,13 @@ inline constexpr uint32_t kMaxFrameWords = 65536;
 inline constexpr uint64_t kMaxRoundResultWords = uint64_t{8} << 20;
 
 // Calls one connection may have in flight at once (HTTP/2 concurrent
-// streams) on a daemon whose nodes run `ranks_per_node` ranks: room for
-// every rank's most (waiting gets, streams, rounds in flight and a few
-// more), since a node forwards all its ranks' calls on one connection to
-// the coordinator; at least 1024. More wait in the client's transport.
-int MaxCallsPerConnection(uint32_t ranks_per_node);
+// streams) on a daemon whose nodes run `ranks_per_node` ranks under
+// `limits`: room for every rank's most (waiting gets, streams, rounds in
+// flight and a few more), since a node forwards all its ranks' calls on one
+// connection to the coordinator; at least 1024, at most 2^30. More wait
+// in the client's transport.
+int MaxCallsPerConnection(uint32_t ranks_per_node,
+                          const CallerLimits& limits = {});
 
 // Largest frame each rank of a world of `world_size` (>= 1) may send:
 // min(kMaxFrameWords, kMaxRoundResultWords / world_size).

@@ -323,7 +323,8 @@ class Resolver {
     for (absl::Status (Resolver::*stage)() :
          {&Resolver::Identity, &Resolver::Sizes, &Resolver::Topology,
           &Resolver::Addresses, &Resolver::Coordinator, &Resolver::Socket,
-          &Resolver::Heartbeat, &Resolver::Security, &Resolver::Metrics}) {
+          &Resolver::Heartbeat, &Resolver::Security, &Resolver::Limits,
+          &Resolver::Metrics}) {
       if (absl::Status s = (this->*stage)(); !s.ok()) return s;
     }
     return c_;
@@ -681,6 +682,43 @@ class Resolver {
     return absl::OkStatus();
   }
 
+  // What callers may make this daemon hold; each at least 1.
+  absl::Status Limits() {
+    const CallerLimits defaults;
+    struct Field {
+      const std::optional<std::string>& flag;
+      const char* name;
+      uint32_t fallback;
+      uint32_t* out;
+    };
+    CallerLimits& l = c_.limits;
+    for (const Field& f : {
+             Field{flags_.kv_max_bytes, "kv_max_bytes", defaults.kv_max_bytes,
+                   &l.kv_max_bytes},
+             Field{flags_.kv_max_keys, "kv_max_keys", defaults.kv_max_keys,
+                   &l.kv_max_keys},
+             Field{flags_.kv_max_keys_per_rank, "kv_max_keys_per_rank",
+                   defaults.kv_max_keys_per_rank, &l.kv_max_keys_per_rank},
+             Field{flags_.max_waiting_gets_per_rank,
+                   "max_waiting_gets_per_rank",
+                   defaults.max_waiting_gets_per_rank,
+                   &l.max_waiting_gets_per_rank},
+             Field{flags_.max_streams_per_caller, "max_streams_per_caller",
+                   defaults.max_streams_per_caller, &l.max_streams_per_caller},
+             Field{flags_.max_operator_streams, "max_operator_streams",
+                   defaults.max_operator_streams, &l.max_operator_streams},
+         }) {
+      const Setting s = GivenOr(f.flag, f.name, absl::StrCat(f.fallback));
+      absl::StatusOr<uint32_t> v = ParseUint32(s);
+      if (!v.ok()) return v.status();
+      if (auto positive = RequirePositive(s, *v); !positive.ok()) {
+        return positive;
+      }
+      *f.out = *v;
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Metrics() {
     const Setting s = GivenOr(flags_.metrics_listen, "metrics_listen", "");
     if (s.value.empty()) return absl::OkStatus();
@@ -731,6 +769,11 @@ std::string DescribeConfig(const DaemonConfig& c) {
       : c.credentials_dir.empty() ? "-"
                                   : c.credentials_dir,
       " admin_kv_read=", c.admin_kv_read ? "on" : "off",
+      " kv_limit=", c.limits.kv_max_bytes, "B,", c.limits.kv_max_keys, "keys,",
+      c.limits.kv_max_keys_per_rank,
+      "keys/rank waiting_gets=", c.limits.max_waiting_gets_per_rank,
+      "/rank streams=", c.limits.max_streams_per_caller, "/caller,",
+      c.limits.max_operator_streams, "/operators",
       " metrics=", c.metrics_address.empty() ? "off" : c.metrics_address,
       " host=", or_dash(c.hostname), " pod=", or_dash(c.pod_name),
       " node=", or_dash(c.node_name));

@@ -43,6 +43,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/limits.h"
 #include "common/topology.h"
 
 namespace rankd {
@@ -121,6 +122,11 @@ struct DaemonConfig {
   // the operator token). Off by default.
   bool admin_kv_read = false;
 
+  // What callers may make this daemon hold (--kv_max_bytes, --kv_max_keys,
+  // --kv_max_keys_per_rank, --max_waiting_gets_per_rank,
+  // --max_streams_per_caller, --max_operator_streams); each >= 1.
+  CallerLimits limits;
+
   // Identity of the host, pod and Kubernetes node ("" when unknown).
   std::string hostname;
   std::string pod_name;
@@ -155,6 +161,12 @@ struct RawConfig {
   std::optional<std::string> credentials_dir;
   std::optional<std::string> allow_unauthenticated;
   std::optional<std::string> admin_kv_read;
+  std::optional<std::string> kv_max_bytes;
+  std::optional<std::string> kv_max_keys;
+  std::optional<std::string> kv_max_keys_per_rank;
+  std::optional<std::string> max_waiting_gets_per_rank;
+  std::optional<std::string> max_streams_per_caller;
+  std::optional<std::string> max_operator_streams;
   std::optional<std::string> metrics_listen;
 };
 
@@ -194,7 +206,8 @@ EnvLookup ProcessEnv();
 //     require_client_cert needs ca;
 //   - credentials: --credentials_dir and --allow_unauthenticated=true
 //     exclude each other (whether credentials are needed at all is checked
-//     when the daemon loads them).
+//     when the daemon loads them);
+//   - limits (--kv_max_*, --max_*): each >= 1, default in common/limits.h.
 // Returns InvalidArgument naming the flag or variable to fix.
 absl::StatusOr<DaemonConfig> ResolveConfig(const RawConfig& flags,
                                            const EnvLookup& env);

@@ -77,6 +77,12 @@ TEST_F(ConfigTest, SingleNodeDefaults) {
   EXPECT_EQ(c.credentials_dir, "");
   EXPECT_FALSE(c.allow_unauthenticated);
   EXPECT_FALSE(c.admin_kv_read);
+  EXPECT_EQ(c.limits.kv_max_bytes, 256u << 20);
+  EXPECT_EQ(c.limits.kv_max_keys, 65536u);
+  EXPECT_EQ(c.limits.kv_max_keys_per_rank, 4096u);
+  EXPECT_EQ(c.limits.max_waiting_gets_per_rank, 64u);
+  EXPECT_EQ(c.limits.max_streams_per_caller, 8u);
+  EXPECT_EQ(c.limits.max_operator_streams, 64u);
   EXPECT_EQ(c.metrics_address, "");
   EXPECT_EQ(c.hostname, "host-a");
   EXPECT_EQ(c.pod_name, "");
@@ -747,6 +753,36 @@ TEST_F(ConfigTest, EmptyTlsFlagsMeanOff) {
   raw_.tls_cert = "";
   raw_.tls_key = "";
   EXPECT_FALSE(MustResolve().tls.enabled());
+}
+
+TEST_F(ConfigTest, LimitsComeFromFlagsOrEnvironmentAndMustBePositive) {
+  raw_.world_size = "1";
+  raw_.kv_max_bytes = "1048576";
+  raw_.kv_max_keys = "100";
+  raw_.kv_max_keys_per_rank = "10";
+  raw_.max_waiting_gets_per_rank = "2";
+  raw_.max_streams_per_caller = "3";
+  env_["RANKD_MAX_OPERATOR_STREAMS"] = "4";
+  DaemonConfig c = MustResolve();
+  EXPECT_EQ(c.limits.kv_max_bytes, 1048576u);
+  EXPECT_EQ(c.limits.kv_max_keys, 100u);
+  EXPECT_EQ(c.limits.kv_max_keys_per_rank, 10u);
+  EXPECT_EQ(c.limits.max_waiting_gets_per_rank, 2u);
+  EXPECT_EQ(c.limits.max_streams_per_caller, 3u);
+  EXPECT_EQ(c.limits.max_operator_streams, 4u);
+  EXPECT_TRUE(absl::StrContains(
+      DescribeConfig(c),
+      "kv_limit=1048576B,100keys,10keys/rank waiting_gets=2/rank "
+      "streams=3/caller,4/operators"))
+      << DescribeConfig(c);
+  raw_.kv_max_keys_per_rank = "0";
+  ExpectError({"--kv_max_keys_per_rank=0 must be >= 1"});
+  raw_.kv_max_keys_per_rank = "10";
+  env_["RANKD_MAX_OPERATOR_STREAMS"] = "-1";
+  ExpectError({"RANKD_MAX_OPERATOR_STREAMS=-1 is not a whole number"});
+  env_.erase("RANKD_MAX_OPERATOR_STREAMS");
+  raw_.kv_max_bytes = "5000000000";
+  ExpectError({"--kv_max_bytes=5000000000 is not a whole number"});
 }
 
 TEST_F(ConfigTest, CredentialsAndMetrics) {

@@ -54,7 +54,8 @@ Coordinator::Coordinator(JobSpec spec, std::vector<GroupSpec> groups,
       job_incarnation_(NewIncarnation()),
       started_(absl::Now()),
       timer_(timer),
-      kv_(timer),
+      kv_(timer, KvLimits{spec_.limits.kv_max_bytes, spec_.limits.kv_max_keys,
+                          spec_.limits.kv_max_keys_per_rank}),
       rounds_(
           spec_.world_size, [this](uint32_t r) { return NodeOfRank(r); },
           timer) {
@@ -227,11 +228,11 @@ absl::StatusOr<EventLog::SubscriptionId> Coordinator::Subscribe(
     return absl::UnavailableError("the coordinator is shutting down");
   }
   Node& node = nodes_[request.node().node_index()];
-  if (node.open_streams >= kMaxStreamsPerCaller) {
+  if (node.open_streams >= spec_.limits.max_streams_per_caller) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "node ", request.node().node_index(), " has ", node.open_streams,
         " Subscribe streams open already; the limit is ",
-        kMaxStreamsPerCaller));
+        spec_.limits.max_streams_per_caller, " (--max_streams_per_caller)"));
   }
   ++node.open_streams;
   EventLog::SubscriptionId id =
@@ -540,7 +541,10 @@ absl::StatusOr<v1::KvSetResponse> Coordinator::KvSet(
     absl::MutexLock lock(&mu_);
     if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
   }
-  if (auto s = kv_.Set(request.key(), request.value()); !s.ok()) return s;
+  if (auto s = kv_.Set(request.key(), request.value(), request.member().rank());
+      !s.ok()) {
+    return s;
+  }
   return v1::KvSetResponse();
 }
 
@@ -562,11 +566,12 @@ void Coordinator::KvGet(const v1::KvGetRequest& request,
     {
       absl::MutexLock lock(&kv_gets_mu_);
       uint32_t& waiting = kv_gets_waiting_[rank];
-      if (waiting >= kMaxWaitingGetsPerRank) {
+      if (waiting >= spec_.limits.max_waiting_gets_per_rank) {
         admitted = absl::ResourceExhaustedError(
             absl::StrCat("rank ", rank, " has ", waiting,
                          " key-value gets waiting already; the limit is ",
-                         kMaxWaitingGetsPerRank));
+                         spec_.limits.max_waiting_gets_per_rank,
+                         " (--max_waiting_gets_per_rank)"));
       } else {
         ++waiting;
       }
@@ -595,7 +600,7 @@ absl::StatusOr<v1::KvAddResponse> Coordinator::KvAdd(
     absl::MutexLock lock(&mu_);
     if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
   }
-  auto value = kv_.Add(request.key(), request.delta());
+  auto value = kv_.Add(request.key(), request.delta(), request.member().rank());
   if (!value.ok()) return value.status();
   v1::KvAddResponse response;
   response.set_value(*value);

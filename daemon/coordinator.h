@@ -66,8 +66,8 @@ class Coordinator {
       const v1::HeartbeatRequest& request);
   // Streams events after request.after_sequence to `sink` (EventLog rules).
   // `close` (may be empty) ends the stream when the coordinator shuts down.
-  // ResourceExhausted when the node holds kMaxStreamsPerCaller streams
-  // already; every successful call needs a matching EndSubscription.
+  // ResourceExhausted when the node holds spec.limits.max_streams_per_caller
+  // streams already; every successful call needs a matching EndSubscription.
   absl::StatusOr<EventLog::SubscriptionId> Subscribe(
       const v1::SubscribeRequest& request, EventLog::Subscriber sink,
       std::function<void(absl::Status)> close = nullptr);
@@ -83,10 +83,13 @@ class Coordinator {
       const v1::ReleaseRankRequest& request);
   void ContributeWords(const v1::ContributeWordsRequest& request,
                        Reply<v1::AllGatherWordsResponse> reply);
+  // KvSet and KvAdd count a new key against the calling rank; errors as for
+  // KvStore::Set (ResourceExhausted naming the limit reached).
   absl::StatusOr<v1::KvSetResponse> KvSet(const v1::KvSetRequest& request);
   // Waits at most timeout_ms for the key; a cancelled `cancellation` (may
   // be null) releases the wait at once with Cancelled. ResourceExhausted
-  // when the rank has kMaxWaitingGetsPerRank gets waiting already.
+  // when the rank has spec.limits.max_waiting_gets_per_rank gets waiting
+  // already.
   void KvGet(const v1::KvGetRequest& request, Reply<v1::KvGetResponse> reply,
              const CancellationRef& cancellation = nullptr);
   absl::StatusOr<v1::KvAddResponse> KvAdd(const v1::KvAddRequest& request);
@@ -115,7 +118,7 @@ class Coordinator {
     v1::NodeInfo info;
     absl::Time last_heartbeat;
     std::string detail;
-    // Subscribe streams open (at most kMaxStreamsPerCaller).
+    // Subscribe streams open (at most spec_.limits.max_streams_per_caller).
     uint32_t open_streams = 0;
   };
   struct Member {
@@ -176,8 +179,8 @@ class Coordinator {
   std::map<uint64_t, JoinWaiter> join_waiters_ ABSL_GUARDED_BY(mu_);
   DeadlineTimer::TimerId heartbeat_timer_ ABSL_GUARDED_BY(mu_) = 0;
   // Blocking key-value gets waiting, by rank (at most
-  // kMaxWaitingGetsPerRank each). Own lock: released from the store's
-  // callbacks.
+  // spec_.limits.max_waiting_gets_per_rank each). Own lock: released from the
+  // store's callbacks.
   absl::Mutex kv_gets_mu_;
   std::map<uint32_t, uint32_t> kv_gets_waiting_ ABSL_GUARDED_BY(kv_gets_mu_);
   // Closers of the nodes' event streams, by subscription.

@@ -87,6 +87,7 @@ JobSpec SpecFromConfig(const DaemonConfig& config) {
   spec.topology = config.topology;
   spec.heartbeat_interval = config.heartbeat_interval;
   spec.heartbeat_timeout = config.heartbeat_timeout;
+  spec.limits = config.limits;
   return spec;
 }
 
@@ -159,7 +160,8 @@ absl::Status Daemon::Init() {
                                                 config_.coordinator_address,
                                                 config_.node_index, &*auth_);
   admin_service_ =
-      std::make_unique<AdminService>(agent_.get(), coordinator_.get(), &*auth_);
+      std::make_unique<AdminService>(agent_.get(), coordinator_.get(), &*auth_,
+                                     config_.limits.max_operator_streams);
 
   grpc::EnableDefaultHealthCheckService(true);
   // gRPC serves grpc.health.v1 without a protobuf descriptor; naming ours
@@ -170,8 +172,9 @@ absl::Status Daemon::Init() {
   // What one caller can make the server hold (docs/operations.md, "Limits").
   builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
-                             MaxCallsPerConnection(config_.nproc_per_node));
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONCURRENT_STREAMS,
+      MaxCallsPerConnection(config_.nproc_per_node, config_.limits));
   builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
   grpc::ResourceQuota quota("rankd");
   quota.Resize(kServerMemoryBytes);

@@ -102,6 +102,25 @@ ABSL_FLAG(OptionalText, admin_kv_read, OptionalText{},
           "true to let operators read key-value values with Admin.KvGet (with "
           "the operator token when credentials are on). Env "
           "RANKD_ADMIN_KV_READ. Default false.");
+// What callers may make the daemon hold (docs/operations.md, "Limits").
+ABSL_FLAG(OptionalText, kv_max_bytes, OptionalText{},
+          "Bytes of keys and values the job's key-value broker holds (on the "
+          "coordinator). Env RANKD_KV_MAX_BYTES. Default 268435456.");
+ABSL_FLAG(OptionalText, kv_max_keys, OptionalText{},
+          "Keys the job's key-value broker holds. Env RANKD_KV_MAX_KEYS. "
+          "Default 65536.");
+ABSL_FLAG(OptionalText, kv_max_keys_per_rank, OptionalText{},
+          "Keys one rank may have created that still exist. Env "
+          "RANKD_KV_MAX_KEYS_PER_RANK. Default 4096.");
+ABSL_FLAG(OptionalText, max_waiting_gets_per_rank, OptionalText{},
+          "Blocking key-value gets one rank may have waiting at once. Env "
+          "RANKD_MAX_WAITING_GETS_PER_RANK. Default 64.");
+ABSL_FLAG(OptionalText, max_streams_per_caller, OptionalText{},
+          "Event streams one rank (Watch) or node (Subscribe) may hold open. "
+          "Env RANKD_MAX_STREAMS_PER_CALLER. Default 8.");
+ABSL_FLAG(OptionalText, max_operator_streams, OptionalText{},
+          "Admin.WatchEvents streams the daemon serves at once. Env "
+          "RANKD_MAX_OPERATOR_STREAMS. Default 64.");
 ABSL_FLAG(OptionalText, metrics_listen, OptionalText{},
           "HOST:PORT of the Prometheus endpoint (HTTP, /metrics). Env "
           "RANKD_METRICS_LISTEN. Default off.");
@@ -133,6 +152,13 @@ RawConfig RawConfigFromFlags() {
   raw.credentials_dir = absl::GetFlag(FLAGS_credentials_dir).text;
   raw.allow_unauthenticated = absl::GetFlag(FLAGS_allow_unauthenticated).text;
   raw.admin_kv_read = absl::GetFlag(FLAGS_admin_kv_read).text;
+  raw.kv_max_bytes = absl::GetFlag(FLAGS_kv_max_bytes).text;
+  raw.kv_max_keys = absl::GetFlag(FLAGS_kv_max_keys).text;
+  raw.kv_max_keys_per_rank = absl::GetFlag(FLAGS_kv_max_keys_per_rank).text;
+  raw.max_waiting_gets_per_rank =
+      absl::GetFlag(FLAGS_max_waiting_gets_per_rank).text;
+  raw.max_streams_per_caller = absl::GetFlag(FLAGS_max_streams_per_caller).text;
+  raw.max_operator_streams = absl::GetFlag(FLAGS_max_operator_streams).text;
   raw.metrics_listen = absl::GetFlag(FLAGS_metrics_listen).text;
   return raw;
 }

@@ -1,6 +1,7 @@
 // JobSpec: the shape of one job (id, sizes, parallel topology, liveness
-// timing) as every daemon of the job must agree on it, and the conversions
-// between it and the rankd.v1 messages. Depends on common/topology and the
+// timing) as every daemon of the job must agree on it, the limits this
+// daemon enforces on its callers, and the conversions between it and the
+// rankd.v1 messages. Depends on common/topology, common/limits and the
 // protos.
 #ifndef RANKD_DAEMON_JOB_SPEC_H_
 #define RANKD_DAEMON_JOB_SPEC_H_
@@ -11,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/limits.h"
 #include "common/topology.h"
 #include "rankd/v1/admin.pb.h"
 #include "rankd/v1/common.pb.h"
@@ -27,6 +29,10 @@ struct JobSpec {
   // A node (or rank without a watch stream) silent this long is lost.
   absl::Duration heartbeat_timeout = absl::Seconds(2);
   absl::Duration heartbeat_interval = absl::Milliseconds(250);
+  // What callers may make this daemon hold (its --kv_max_* and --max_*
+  // flags). Not compared between nodes: each daemon enforces its own, and
+  // the coordinator's apply to the job's key-value broker.
+  CallerLimits limits;
 
   // Node that hosts `rank` under the default node-major assignment.
   uint32_t DefaultNodeOf(uint32_t rank) const { return rank / nproc_per_node; }

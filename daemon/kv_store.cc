@@ -10,7 +10,8 @@
 
 namespace rankd {
 
-KvStore::KvStore(DeadlineTimer* timer) : timer_(timer) {}
+KvStore::KvStore(DeadlineTimer* timer, KvLimits limits)
+    : timer_(timer), limits_(limits) {}
 
 absl::Status KvStore::ValidateKey(absl::string_view key) {
   if (key.empty()) return absl::InvalidArgumentError("key must not be empty");
@@ -29,14 +30,15 @@ absl::Status KvStore::ValidateValue(absl::string_view value) {
   return absl::OkStatus();
 }
 
-absl::Status KvStore::Set(absl::string_view key, absl::string_view value) {
+absl::Status KvStore::Set(absl::string_view key, absl::string_view value,
+                          uint32_t rank) {
   if (auto s = ValidateKey(key); !s.ok()) return s;
   if (auto s = ValidateValue(value); !s.ok()) return s;
   std::vector<GetCallback> released;
   {
     absl::MutexLock lock(&mu_);
     if (!failure_.ok()) return failure_;
-    if (auto s = StoreLocked(key, std::string(value)); !s.ok()) return s;
+    if (auto s = StoreLocked(key, std::string(value), rank); !s.ok()) return s;
     TakeWaitersLocked(key, &released);
   }
   for (auto& done : released) done(std::string(value));
@@ -53,7 +55,7 @@ void KvStore::Get(absl::string_view key, absl::Time deadline, GetCallback done,
     if (!failure_.ok()) {
       immediate = failure_;
     } else if (auto it = values_.find(key); it != values_.end()) {
-      immediate = it->second;
+      immediate = it->second.value;
     } else if (deadline <= absl::Now()) {
       immediate =
           absl::NotFoundError(absl::StrCat("key '", key, "' is not set"));
@@ -125,10 +127,11 @@ std::optional<std::string> KvStore::Peek(absl::string_view key) const {
   absl::MutexLock lock(&mu_);
   auto it = values_.find(key);
   if (it == values_.end()) return std::nullopt;
-  return it->second;
+  return it->second.value;
 }
 
-absl::StatusOr<int64_t> KvStore::Add(absl::string_view key, int64_t delta) {
+absl::StatusOr<int64_t> KvStore::Add(absl::string_view key, int64_t delta,
+                                     uint32_t rank) {
   if (auto s = ValidateKey(key); !s.ok()) return s;
   int64_t updated = 0;
   std::vector<GetCallback> released;
@@ -137,7 +140,7 @@ absl::StatusOr<int64_t> KvStore::Add(absl::string_view key, int64_t delta) {
     if (!failure_.ok()) return failure_;
     int64_t current = 0;
     auto it = values_.find(key);
-    if (it != values_.end() && !absl::SimpleAtoi(it->second, &current)) {
+    if (it != values_.end() && !absl::SimpleAtoi(it->second.value, &current)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "key '", key, "' holds a value that is not a decimal counter"));
     }
@@ -148,7 +151,9 @@ absl::StatusOr<int64_t> KvStore::Add(absl::string_view key, int64_t delta) {
                                                 current, ") overflows int64"));
     }
     updated = current + delta;
-    if (auto s = StoreLocked(key, absl::StrCat(updated)); !s.ok()) return s;
+    if (auto s = StoreLocked(key, absl::StrCat(updated), rank); !s.ok()) {
+      return s;
+    }
     TakeWaitersLocked(key, &released);
   }
   for (auto& done : released) done(absl::StrCat(updated));
@@ -161,30 +166,49 @@ absl::StatusOr<bool> KvStore::Delete(absl::string_view key) {
   if (!failure_.ok()) return failure_;
   auto it = values_.find(key);
   if (it == values_.end()) return false;
-  bytes_ -= it->first.size() + it->second.size();
+  bytes_ -= it->first.size() + it->second.value.size();
+  if (it->second.creator != kNoRank) {
+    auto count = keys_of_rank_.find(it->second.creator);
+    if (--count->second == 0) keys_of_rank_.erase(count);
+  }
   values_.erase(it);
   return true;
 }
 
-absl::Status KvStore::StoreLocked(absl::string_view key, std::string value) {
+absl::Status KvStore::StoreLocked(absl::string_view key, std::string value,
+                                  uint32_t rank) {
   auto it = values_.find(key);
-  const size_t held = it == values_.end() ? 0 : key.size() + it->second.size();
-  if (it == values_.end() && values_.size() >= kMaxKeys) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("key-value broker holds ", kMaxKeys,
-                     " keys already; delete keys that are no longer needed"));
+  const bool created = it == values_.end();
+  const size_t held = created ? 0 : key.size() + it->second.value.size();
+  if (created && values_.size() >= limits_.max_keys) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "key-value broker holds ", limits_.max_keys,
+        " keys already (--kv_max_keys); delete keys that are no longer "
+        "needed"));
   }
-  if (bytes_ - held + key.size() + value.size() > kMaxTotalBytes) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("key-value broker would hold more than ", kMaxTotalBytes,
-                     " bytes of keys and values (it holds ", bytes_,
-                     "); delete keys that are no longer needed"));
+  if (created && rank != kNoRank) {
+    auto count = keys_of_rank_.find(rank);
+    if (count != keys_of_rank_.end() &&
+        count->second >= limits_.max_keys_per_rank) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "rank ", rank, " created ", count->second,
+          " keys that still exist; the limit is ", limits_.max_keys_per_rank,
+          " per rank (--kv_max_keys_per_rank); delete keys that are no "
+          "longer needed"));
+    }
+  }
+  if (bytes_ - held + key.size() + value.size() > limits_.max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "key-value broker would hold more than ", limits_.max_bytes,
+        " bytes of keys and values (--kv_max_bytes; it holds ", bytes_,
+        "); delete keys that are no longer needed"));
   }
   bytes_ += key.size() + value.size() - held;
-  if (it == values_.end()) {
-    values_.emplace(std::string(key), std::move(value));
+  if (created) {
+    values_.emplace(std::string(key), Entry{std::move(value), rank});
+    if (rank != kNoRank) ++keys_of_rank_[rank];
   } else {
-    it->second = std::move(value);
+    it->second.value = std::move(value);
   }
   return absl::OkStatus();
 }
@@ -203,6 +227,12 @@ void KvStore::Fail(absl::Status cause) {
 size_t KvStore::size() const {
   absl::MutexLock lock(&mu_);
   return values_.size();
+}
+
+size_t KvStore::keys_of(uint32_t rank) const {
+  absl::MutexLock lock(&mu_);
+  auto it = keys_of_rank_.find(rank);
+  return it == keys_of_rank_.end() ? 0 : it->second;
 }
 
 }  // namespace rankd

@@ -328,10 +328,10 @@ TEST_F(KvStoreTest, Delete) {
 }
 
 TEST_F(KvStoreTest, KeyCountLimit) {
-  for (size_t i = 0; i < KvStore::kMaxKeys; ++i) {
+  for (size_t i = 0; i < kMaxKvKeys; ++i) {
     ASSERT_TRUE(kv_.Set(absl::StrCat("k", i), "").ok()) << i;
   }
-  EXPECT_EQ(kv_.size(), KvStore::kMaxKeys);
+  EXPECT_EQ(kv_.size(), kMaxKvKeys);
   EXPECT_STATUS(kv_.Set("one-more", "v"), absl::StatusCode::kResourceExhausted,
                 "key-value broker holds 65536 keys already");
   EXPECT_STATUS(kv_.Add("one-more", 1).status(),
@@ -343,14 +343,53 @@ TEST_F(KvStoreTest, KeyCountLimit) {
   // Deleting makes room.
   ASSERT_TRUE(*kv_.Delete("k1"));
   EXPECT_TRUE(kv_.Set("one-more", "v").ok());
-  EXPECT_EQ(kv_.size(), KvStore::kMaxKeys);
+  EXPECT_EQ(kv_.size(), kMaxKvKeys);
+}
+
+// One rank cannot take the whole broker: a new key counts against the rank
+// that created it until someone deletes it.
+TEST_F(KvStoreTest, KeysPerRankLimit) {
+  KvStore kv(timer_.get(), KvLimits{1 << 20, 100, 3});
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(kv.Set(absl::StrCat("a", i), "v", /*rank=*/5).ok()) << i;
+  }
+  EXPECT_EQ(kv.keys_of(5), 3u);
+  EXPECT_STATUS(kv.Set("a3", "v", 5), absl::StatusCode::kResourceExhausted,
+                "rank 5 created 3 keys that still exist; the limit is 3 per "
+                "rank (--kv_max_keys_per_rank)");
+  EXPECT_STATUS(kv.Add("counter", 1, 5).status(),
+                absl::StatusCode::kResourceExhausted, "rank 5 created 3 keys");
+  // Its existing keys stay writable, by it or anyone; other ranks have room.
+  EXPECT_TRUE(kv.Set("a0", "changed", 5).ok());
+  EXPECT_TRUE(kv.Set("a1", "changed", 6).ok());
+  EXPECT_TRUE(kv.Set("b0", "v", 6).ok());
+  EXPECT_EQ(kv.keys_of(5), 3u);
+  EXPECT_EQ(kv.keys_of(6), 1u);
+  // A delete by any rank gives the creator its room back.
+  ASSERT_TRUE(*kv.Delete("a2"));
+  EXPECT_EQ(kv.keys_of(5), 2u);
+  EXPECT_EQ(*kv.Add("counter", 1, 5), 1);
+  EXPECT_EQ(kv.keys_of(5), 3u);
+  EXPECT_FALSE(kv.Peek("a3").has_value());
+}
+
+TEST_F(KvStoreTest, ConfiguredTotalsAreNamedByTheirFlags) {
+  KvStore kv(timer_.get(), KvLimits{16, 2, 100});
+  ASSERT_TRUE(kv.Set("k1", "v").ok());
+  ASSERT_TRUE(kv.Set("k2", "v").ok());
+  EXPECT_STATUS(kv.Set("k3", "v"), absl::StatusCode::kResourceExhausted,
+                "holds 2 keys already (--kv_max_keys)");
+  EXPECT_STATUS(kv.Set("k1", "0123456789abc"),
+                absl::StatusCode::kResourceExhausted,
+                "would hold more than 16 bytes of keys and values "
+                "(--kv_max_bytes");
 }
 
 // 2000 values of 1 MiB once grew the coordinator to 2 GiB: the total is
 // capped, overwrites and deletes give the room back.
 TEST_F(KvStoreTest, TotalBytesLimit) {
   const std::string mib(KvStore::kMaxValueBytes, 'v');
-  const size_t fit = KvStore::kMaxTotalBytes / (mib.size() + 8);
+  const size_t fit = kMaxKvBytes / (mib.size() + 8);
   for (size_t i = 0; i < fit; ++i) {
     ASSERT_TRUE(kv_.Set(absl::StrFormat("big%05d", i), mib).ok()) << i;
   }

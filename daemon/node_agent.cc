@@ -674,10 +674,11 @@ absl::StatusOr<NodeAgent::WatchId> NodeAgent::Attach(
   }
   if (shutting_down_) return FailureLocked();
   LocalMember& m = it->second;
-  if (m.open_watches >= kMaxStreamsPerCaller) {
+  if (m.open_watches >= spec_.limits.max_streams_per_caller) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "rank ", member.rank(), " has ", m.open_watches,
-        " Watch streams open already; the limit is ", kMaxStreamsPerCaller));
+        " Watch streams open already; the limit is ",
+        spec_.limits.max_streams_per_caller, " (--max_streams_per_caller)"));
   }
   ++m.open_watches;
   timer_->Cancel(m.lease_timer);

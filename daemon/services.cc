@@ -334,8 +334,11 @@ grpc::ServerUnaryReactor* PeerService::KvDelete(
 // ---------------------------------------------------------------- Admin
 
 AdminService::AdminService(NodeAgent* agent, Coordinator* coordinator,
-                           const Authenticator* auth)
-    : agent_(agent), coordinator_(coordinator), auth_(auth) {}
+                           const Authenticator* auth, uint32_t max_streams)
+    : agent_(agent),
+      coordinator_(coordinator),
+      auth_(auth),
+      max_streams_(max_streams) {}
 
 grpc::ServerUnaryReactor* AdminService::GetJob(
     grpc::CallbackServerContext* context, const v1::GetJobRequest* /*request*/,
@@ -412,15 +415,17 @@ grpc::ServerWriteReactor<v1::JobEvent>* AdminService::WatchEvents(
   EventLog* events = &agent_->events();
   uint64_t after = request->after_sequence();
   std::atomic<uint32_t>* open_streams = &open_streams_;
+  const uint32_t max_streams = max_streams_;
   return EventStreamReactor::Start(
       auth_->AuthorizeOperator(context),
-      [events, after, open_streams](
+      [events, after, open_streams, max_streams](
           EventStreamReactor::Sinks sinks) -> absl::StatusOr<uint64_t> {
-        if (open_streams->fetch_add(1) >= kMaxOperatorStreams) {
+        if (open_streams->fetch_add(1) >= max_streams) {
           open_streams->fetch_sub(1);
-          return absl::ResourceExhaustedError(absl::StrCat(
-              "this daemon serves ", kMaxOperatorStreams,
-              " WatchEvents streams already (the limit)"));
+          return absl::ResourceExhaustedError(
+              absl::StrCat("this daemon serves ", max_streams,
+                           " WatchEvents streams already (the limit, "
+                           "--max_operator_streams)"));
         }
         return events->Subscribe(after, [deliver = std::move(sinks.deliver)](
                                             const v1::JobEvent& event) {

@@ -131,9 +131,10 @@ class AdminService final : public v1::Admin::CallbackService {
  public:
   // `coordinator` may be null (answers come from the agent's replica).
   // Read-only: answers carry no incarnation, so nothing Admin returns works
-  // as a credential for the Peer or Rank service.
+  // as a credential for the Peer or Rank service. Serves at most
+  // `max_streams` WatchEvents streams at once (--max_operator_streams).
   AdminService(NodeAgent* agent, Coordinator* coordinator,
-               const Authenticator* auth);
+               const Authenticator* auth, uint32_t max_streams);
 
   grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* context,
                                    const v1::GetJobRequest* request,
@@ -155,7 +156,8 @@ class AdminService final : public v1::Admin::CallbackService {
   NodeAgent* const agent_;
   Coordinator* const coordinator_;
   const Authenticator* const auth_;
-  // WatchEvents streams open (at most kMaxOperatorStreams).
+  const uint32_t max_streams_;
+  // WatchEvents streams open (at most max_streams_).
   std::atomic<uint32_t> open_streams_{0};
 };
 

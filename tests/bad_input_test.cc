@@ -60,6 +60,11 @@ std::unique_ptr<grpc::ClientContext> Ctx(int timeout_ms = 5000) {
 
 class BadInputTest : public ::testing::Test {
  protected:
+  // Flags for both daemons.
+  virtual std::vector<std::string> ExtraFlags() const {
+    return {"--admin_kv_read=true"};
+  }
+
   void SetUp() override {
     ClusterOptions options;
     options.job_id = kJob;
@@ -67,7 +72,7 @@ class BadInputTest : public ::testing::Test {
     options.nproc_per_node = 2;
     options.heartbeat_interval_ms = 100;
     options.heartbeat_timeout_ms = 60000;
-    options.extra_flags = {"--admin_kv_read=true"};
+    options.extra_flags = ExtraFlags();
     cluster_ = std::make_unique<LocalCluster>(options);
     absl::Status started = cluster_->Start();
     ASSERT_TRUE(started.ok()) << started;
@@ -205,6 +210,18 @@ class BadInputTest : public ::testing::Test {
     auto context = RankCtx();
     grpc::Status s = rank_[node]->KvAdd(context.get(), request, &response);
     if (value != nullptr) *value = response.value();
+    return s;
+  }
+
+  grpc::Status KvDelete(uint32_t node, const v1::MemberRef& member,
+                        const std::string& key, bool* existed = nullptr) {
+    v1::KvDeleteRequest request;
+    *request.mutable_member() = member;
+    request.set_key(key);
+    v1::KvDeleteResponse response;
+    auto context = RankCtx();
+    grpc::Status s = rank_[node]->KvDelete(context.get(), request, &response);
+    if (existed != nullptr) *existed = response.existed();
     return s;
   }
 
@@ -947,11 +964,104 @@ TEST_F(BadInputTest, PerCallerLimitsBoundWaitingGetsAndStreams) {
     }
     EXPECT_RPC_ERROR(reader->Finish(), grpc::StatusCode::RESOURCE_EXHAUSTED,
                      "this daemon serves 64 WatchEvents streams already (the "
-                     "limit)");
+                     "limit, --max_operator_streams)");
   }
   ExpectStillServing();
   for (auto& context : contexts) context->TryCancel();
   for (auto& reader : watches) (void)reader->Finish();
+}
+
+// The same daemons with every caller limit set by its flag: each limit is
+// the configured one, named in the refusal, and the job is unaffected.
+class ConfiguredLimitsTest : public BadInputTest {
+ protected:
+  std::vector<std::string> ExtraFlags() const override {
+    return {"--kv_max_keys=5",
+            "--kv_max_keys_per_rank=3",
+            "--kv_max_bytes=1000000",
+            "--max_waiting_gets_per_rank=2",
+            "--max_streams_per_caller=1",
+            "--max_operator_streams=1"};
+  }
+};
+
+TEST_F(ConfiguredLimitsTest, EachLimitIsTheFlagsValue) {
+  v1::MemberRef rank0 = MustJoin(0, 0, 0xf001, 410);
+  v1::MemberRef rank2 = MustJoin(1, 0, 0xf002, 411);
+
+  // Keys per rank, then keys per job; deletes give the room back.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_RPC_OK(KvSet(0, rank0, absl::StrCat("a", i), "v"));
+  }
+  EXPECT_RPC_ERROR(KvSet(0, rank0, "a3", "v"),
+                   grpc::StatusCode::RESOURCE_EXHAUSTED,
+                   "rank 0 created 3 keys that still exist; the limit is 3 per "
+                   "rank (--kv_max_keys_per_rank)");
+  EXPECT_RPC_ERROR(KvAdd(0, rank0, "counter", 1),
+                   grpc::StatusCode::RESOURCE_EXHAUSTED,
+                   "--kv_max_keys_per_rank");
+  ASSERT_RPC_OK(KvSet(1, rank2, "b0", "v"));
+  ASSERT_RPC_OK(KvAdd(1, rank2, "b1", 1));
+  EXPECT_RPC_ERROR(KvSet(1, rank2, "b2", "v"),
+                   grpc::StatusCode::RESOURCE_EXHAUSTED,
+                   "key-value broker holds 5 keys already (--kv_max_keys)");
+  ASSERT_RPC_OK(KvSet(0, rank0, "a0", "rewritten"));  // existing: allowed
+  bool existed = false;  // anyone may delete rank 0's key
+  ASSERT_RPC_OK(KvDelete(1, rank2, "a1", &existed));
+  EXPECT_TRUE(existed);
+  ASSERT_RPC_OK(KvSet(0, rank0, "a3", "v"));
+  std::string value;
+  ASSERT_RPC_OK(KvGet(1, rank2, "a0", 0, &value));
+  EXPECT_EQ(value, "rewritten");
+
+  // Blocking gets per rank.
+  std::vector<std::thread> gets;
+  std::atomic<int> released_ok{0};
+  for (int i = 0; i < 2; ++i) {
+    gets.emplace_back([&] {
+      if (KvGet(0, rank0, "later", 30000).ok()) ++released_ok;
+    });
+  }
+  for (int i = 0; i < 200 && KvWaiters() < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(KvWaiters(), 2u);
+  EXPECT_RPC_ERROR(KvGet(0, rank0, "later", 30000),
+                   grpc::StatusCode::RESOURCE_EXHAUSTED,
+                   "rank 0 has 2 key-value gets waiting already; the limit is "
+                   "2 (--max_waiting_gets_per_rank)");
+  ASSERT_RPC_OK(KvDelete(1, rank2, "b0"));  // the job holds 5 keys
+  ASSERT_RPC_OK(KvSet(1, rank2, "later", "v"));
+  for (std::thread& t : gets) t.join();
+  EXPECT_EQ(released_ok.load(), 2);
+
+  // Streams per caller and per daemon for operators.
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::JobEvent>>> streams;
+  v1::WatchRequest watch;
+  *watch.mutable_member() = rank0;
+  contexts.push_back(RankCtx(60000));
+  streams.push_back(rank_[0]->Watch(contexts.back().get(), watch));
+  v1::JobEvent event;
+  ASSERT_TRUE(streams.back()->Read(&event));
+  EXPECT_RPC_ERROR(WatchStatus(0, rank0), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                   "rank 0 has 1 Watch streams open already; the limit is 1 "
+                   "(--max_streams_per_caller)");
+  v1::WatchEventsRequest events;
+  contexts.push_back(AdminCtx(60000));
+  streams.push_back(admin_[0]->WatchEvents(contexts.back().get(), events));
+  ASSERT_TRUE(streams.back()->Read(&event));
+  {
+    auto context = AdminCtx(3000);
+    auto reader = admin_[0]->WatchEvents(context.get(), events);
+    while (reader->Read(&event)) {
+    }
+    EXPECT_RPC_ERROR(reader->Finish(), grpc::StatusCode::RESOURCE_EXHAUSTED,
+                     "this daemon serves 1 WatchEvents streams already");
+  }
+  ExpectStillServing();
+  for (auto& context : contexts) context->TryCancel();
+  for (auto& reader : streams) (void)reader->Finish();
 }
 
 TEST_F(BadInputTest, JoinAfterTheJobIsFullIsRejected) {
