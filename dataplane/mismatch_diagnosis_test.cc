@@ -47,13 +47,13 @@ class MismatchDiagnosisTest : public ::testing::Test {
   std::vector<absl::Status> ExplainAll(
       const std::vector<std::string>& canonical, absl::Duration grace) {
     std::vector<absl::Status> out(canonical.size());
-    disagree.assign(canonical.size(), false);
+    disagree.assign(canonical.size(), 0);
     std::vector<std::thread> threads;
     for (uint32_t r = 0; r < canonical.size(); ++r) {
       threads.emplace_back([&, r] {
         Explanation why = For(r, grace).Explain(Op(r, canonical[r]), kTimeout);
         out[r] = why.status;
-        disagree[r] = why.members_disagree;
+        disagree[r] = why.members_disagree ? 1 : 0;
       });
     }
     for (auto& t : threads) t.join();
@@ -62,8 +62,10 @@ class MismatchDiagnosisTest : public ::testing::Test {
 
   std::shared_ptr<InProcessJob> job_;
   std::vector<std::unique_ptr<ControlPlane>> planes_;
-  // Set by ExplainAll: each rank's Explanation::members_disagree.
-  std::vector<bool> disagree;
+  // Set by ExplainAll: each rank's Explanation::members_disagree (1 or 0).
+  // Not vector<bool>: its elements share words, so the ranks' threads
+  // writing their own elements would race (ThreadSanitizer found it).
+  std::vector<int> disagree;
 };
 
 TEST_F(MismatchDiagnosisTest, AgreementKeepsTheOriginalError) {
@@ -73,7 +75,7 @@ TEST_F(MismatchDiagnosisTest, AgreementKeepsTheOriginalError) {
                   absl::Seconds(5))) {
     EXPECT_EQ(s, kTimeout);
   }
-  EXPECT_EQ(disagree, std::vector<bool>(3, false));
+  EXPECT_EQ(disagree, std::vector<int>(3, 0));
 }
 
 TEST_F(MismatchDiagnosisTest, DisagreementNamesWhoSubmittedWhatOnEveryMember) {
@@ -95,7 +97,7 @@ TEST_F(MismatchDiagnosisTest, DisagreementNamesWhoSubmittedWhatOnEveryMember) {
         << s;
     EXPECT_TRUE(absl::StrContains(s.message(), "Timed out")) << s;
   }
-  EXPECT_EQ(disagree, std::vector<bool>(3, true));
+  EXPECT_EQ(disagree, std::vector<int>(3, 1));
   // Each member lists its own submission first.
   EXPECT_TRUE(absl::StrContains(all[1].message(),
                                 "world: rank 1 submitted `all_gather_even"))

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Counts test cases from Bazel's test.xml files and prints the closing line.
 
-Usage: count_results.py TESTLOGS_DIR TARGET...
-Each gtest case counts once. A target whose XML is missing (it failed to
+Usage: count_results.py TESTLOGS_DIR TARGET... [-- TESTLOGS_DIR TARGET...]
+Each group after a "--" is another build configuration's run (its failures
+are listed with that folder's configuration named). Each gtest case counts
+once. A target whose XML is missing (it failed to
 build or never ran) counts as one failure. Prints "N passed, M failed" (and
 ", K skipped" when any were skipped) as the last line; exits 1 on failure.
 """
@@ -32,14 +34,30 @@ def count_target(testlogs, target):
     return passed, failed, skipped, failures
 
 
+def groups(args):
+    """Splits TESTLOGS TARGET... [-- TESTLOGS TARGET...] into groups."""
+    group = []
+    for a in args:
+        if a == "--":
+            if group:
+                yield group[0], group[1:]
+            group = []
+        else:
+            group.append(a)
+    if group:
+        yield group[0], group[1:]
+
+
 def main():
-    testlogs, targets = sys.argv[1], sys.argv[2:]
     total_p = total_f = total_s = 0
     all_failures = []
-    for t in targets:
-        p, f, s, fl = count_target(testlogs, t)
-        total_p, total_f, total_s = total_p + p, total_f + f, total_s + s
-        all_failures += fl
+    for testlogs, targets in groups(sys.argv[1:]):
+        # .../bazel-out/k8-fastbuildtsan/testlogs: name the configuration.
+        config = os.path.basename(os.path.dirname(os.path.normpath(testlogs)))
+        for t in targets:
+            p, f, s, fl = count_target(testlogs, t)
+            total_p, total_f, total_s = total_p + p, total_f + f, total_s + s
+            all_failures += [f"[{config}] {name}" for name in fl]
     for name in all_failures:
         print(f"FAILED: {name}")
     line = f"{total_p} passed, {total_f} failed"

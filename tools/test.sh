@@ -6,8 +6,12 @@
 # The suite runs under AddressSanitizer + UndefinedBehaviorSanitizer
 # (--config=asan in .bazelrc): any memory error or undefined behaviour fails
 # its test, and every fuzz target (fuzz/) fuzzes for RANKD_FUZZ_SECONDS
-# (default 20). RANKD_TEST_CONFIG=plain runs the uninstrumented build
-# instead (faster, fewer checks; the fuzz tests then replay their seeds).
+# (default 20). Then the unit tests of the daemon, client, data plane and
+# common code run again under ThreadSanitizer (--config=tsan; see
+# docs/operations.md, "Sanitizers"); their cases join the count.
+# RANKD_TEST_CONFIG=plain runs the uninstrumented build instead, without
+# the TSan pass (faster, fewer checks; the fuzz tests then replay their
+# seeds); RANKD_TEST_TSAN=0 skips only the TSan pass.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
@@ -23,7 +27,15 @@ if [[ -z "$targets" ]]; then
   exit 1
 fi
 config=(--config=asan)
-if [[ "${RANKD_TEST_CONFIG:-asan}" == plain ]]; then config=(); fi
+tsan=${RANKD_TEST_TSAN:-1}
+if [[ "${RANKD_TEST_CONFIG:-asan}" == plain ]]; then config=(); tsan=0; fi
 bazel test --keep_going "${config[@]}" "$@" $targets
-python3 tools/count_results.py \
-  "$(bazel info "${config[@]}" bazel-testlogs 2>/dev/null)" $targets
+results=("$(bazel info "${config[@]}" bazel-testlogs 2>/dev/null)" $targets)
+
+if [[ $tsan != 0 ]]; then
+  tsan_targets=$(bazel query 'tests(//daemon/... + //client/... + //dataplane/... + //common/... + //tools/tsan/...) except attr(tags, "gpu_kit", tests(//...))' \
+    2>/dev/null | sort)
+  bazel test --keep_going --config=tsan "$@" $tsan_targets
+  results+=(-- "$(bazel info --config=tsan bazel-testlogs 2>/dev/null)" $tsan_targets)
+fi
+python3 tools/count_results.py "${results[@]}"
