@@ -99,7 +99,7 @@ void WordRounds::Contribute(uint64_t number, std::vector<v1::RankFrame> frames,
         finished = std::move(round.contributors);
         if (!result.ok()) RememberFailureLocked(number, result.status());
         open_.erase(it);
-        if (number > completed_) completed_ = number;
+        FinishLocked(number);
       } else if (inserted) {
         open_.erase(it);
       }
@@ -162,6 +162,16 @@ absl::StatusOr<v1::AllGatherWordsResponse> WordRounds::Assemble(
   return response;
 }
 
+void WordRounds::FinishLocked(uint64_t number) {
+  if (number <= completed_) return;
+  if (number != completed_ + 1) {
+    finished_ahead_.insert(number);
+    return;
+  }
+  completed_ = number;
+  while (finished_ahead_.erase(completed_ + 1) > 0) ++completed_;
+}
+
 void WordRounds::Expire(uint64_t number) {
   std::vector<Contributor> failed;
   absl::Status status;
@@ -182,7 +192,7 @@ void WordRounds::Expire(uint64_t number) {
     failed = std::move(round.contributors);
     open_.erase(it);
     RememberFailureLocked(number, status);
-    if (number > completed_) completed_ = number;
+    FinishLocked(number);
   }
   for (auto& c : failed) c.done(status);
 }

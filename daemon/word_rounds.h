@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -57,7 +58,11 @@ class WordRounds {
   // Fails every open round and every later contribution with `cause`.
   void Fail(absl::Status cause);
 
-  // Highest round completed so far (0 before the first).
+  // Highest round R such that every round up to R has finished (completed,
+  // failed or expired); 0 before the first. A round that finishes ahead of
+  // an unfinished one (one opened far ahead, then expired) counts only once
+  // the rounds before it have finished, so it never makes later rounds look
+  // completed.
   uint64_t completed_rounds() const;
 
   // Ranks that contributed to an open round and wait for it: rank -> round.
@@ -87,6 +92,8 @@ class WordRounds {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RememberFailureLocked(uint64_t number, absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Round `number` finished: advances completed_ over every finished round.
+  void FinishLocked(uint64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint32_t world_size_;
   const NodeOfRank node_of_;
@@ -94,6 +101,9 @@ class WordRounds {
   mutable absl::Mutex mu_;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
+  // Rounds above completed_ + 1 that finished already (at most
+  // kMaxOpenRounds: rounds open only within that window).
+  std::set<uint64_t> finished_ahead_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Round> open_ ABSL_GUARDED_BY(mu_);
   // Rounds that failed, so late contributors get the same error.
   std::map<uint64_t, absl::Status> failed_ ABSL_GUARDED_BY(mu_);

@@ -341,7 +341,45 @@ TEST_F(WordRoundsTest, RoundsMayRunAheadByAtMostMaxOpenRounds) {
   auto r64b = Contribute(*rounds_, 64, {{1, {2}}}, Far());
   ASSERT_TRUE(r64->Wait());
   EXPECT_TRUE(r64->value.ok()) << r64->status();
-  EXPECT_EQ(rounds_->completed_rounds(), 64u);
+  // Rounds 2-63 have not happened: round 64 counts once they have.
+  EXPECT_EQ(rounds_->completed_rounds(), 1u);
+}
+
+// A round opened far ahead (by a node that is authenticated but wrong) that
+// expires neither advances the completed-round counter nor blocks the rounds
+// before it; honest ranks that reach it get its failure, naming who was
+// missing, and the rounds after it go on.
+TEST_F(WordRoundsTest, AnExpiredRoundFarAheadNeitherCountsNorBlocks) {
+  Make(2);
+  for (uint64_t n = 1; n <= 3; ++n) {
+    auto a = Contribute(*rounds_, n, {{0, {1}}}, Far());
+    auto b = Contribute(*rounds_, n, {{1, {2}}}, Far());
+    ASSERT_TRUE(a->Wait() && b->Wait());
+  }
+  auto ahead =
+      Contribute(*rounds_, 13, {{0, {9}}}, absl::Now() + absl::Milliseconds(1));
+  ASSERT_TRUE(ahead->Wait());
+  EXPECT_STATUS(ahead->status(), absl::StatusCode::kDeadlineExceeded,
+                "round 13 timed out");
+  EXPECT_EQ(rounds_->completed_rounds(), 3u);
+  for (uint64_t n = 4; n <= 12; ++n) {
+    auto a = Contribute(*rounds_, n, {{0, {1}}}, Far());
+    auto b = Contribute(*rounds_, n, {{1, {2}}}, Far());
+    ASSERT_TRUE(a->Wait() && b->Wait());
+    ASSERT_TRUE(a->value.ok()) << "round " << n << ": " << a->status();
+    EXPECT_EQ(rounds_->completed_rounds(), n < 12 ? n : 13u);
+  }
+  auto late = Contribute(*rounds_, 13, {{1, {2}}}, Far());
+  ASSERT_TRUE(late->Ready());
+  EXPECT_STATUS(late->status(), absl::StatusCode::kDeadlineExceeded,
+                "round 13 timed out after ");
+  EXPECT_STATUS(late->status(), absl::StatusCode::kDeadlineExceeded,
+                "waiting for rank 1 (node 0: 1)");
+  auto a = Contribute(*rounds_, 14, {{0, {1}}}, Far());
+  auto b = Contribute(*rounds_, 14, {{1, {2}}}, Far());
+  ASSERT_TRUE(a->Wait() && b->Wait());
+  EXPECT_TRUE(a->value.ok()) << a->status();
+  EXPECT_EQ(rounds_->completed_rounds(), 14u);
 }
 
 TEST_F(WordRoundsTest, WaitingRanksReportsOldestOpenRound) {
