@@ -39,15 +39,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "bench/bench_rank.h"
 #include "client/client.h"
 #include "grpcpp/grpcpp.h"
 #include "rankd/v1/rank.grpc.pb.h"
 
-ABSL_FLAG(std::string, target, "", "daemon target, e.g. unix:///tmp/x/node0.sock");
-ABSL_FLAG(std::string, job_id, "bench", "job id");
-ABSL_FLAG(uint32_t, local_rank, 0, "local rank on this node");
-ABSL_FLAG(uint32_t, world_size, 0, "expected world size (0: don't check)");
-ABSL_FLAG(int, join_wait_ms, 120000, "how long Join waits for every rank");
 ABSL_FLAG(int, warmup, 200, "untimed rounds before the timed ones");
 ABSL_FLAG(int, rounds, 2000, "timed rounds");
 ABSL_FLAG(int, words, 4, "uint32 words per rank per round");
@@ -113,20 +109,11 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  rankd::ClientOptions options;
-  options.target = absl::GetFlag(FLAGS_target);
-  auto client = rankd::Client::Connect(options);
-  if (!client.ok()) return Fail("connect", client.status());
-  rankd::JoinOptions join;
-  join.job_id = absl::GetFlag(FLAGS_job_id);
-  join.local_rank = absl::GetFlag(FLAGS_local_rank);
-  join.world_size = absl::GetFlag(FLAGS_world_size);
-  join.device.set_kind("cpu");
-  join.wait_for_world = absl::Milliseconds(absl::GetFlag(FLAGS_join_wait_ms));
-  auto descriptor = (*client)->Join(join);
-  if (!descriptor.ok()) return Fail("join", descriptor.status());
-  const uint32_t rank = descriptor->rank();
-  const uint32_t world = descriptor->world_size();
+  auto joined = rankd::bench::JoinFromFlags();
+  if (!joined.ok()) return Fail("join", joined.status());
+  std::unique_ptr<rankd::Client>& client = joined->client;
+  const uint32_t rank = joined->descriptor.rank();
+  const uint32_t world = joined->descriptor.world_size();
   std::printf("JOINED rank=%u world=%u\n", rank, world);
   std::fflush(stdout);
 
@@ -140,8 +127,8 @@ int main(int argc, char** argv) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     stub = rankd::v1::Rank::NewStub(grpc::CreateCustomChannel(
-        (*client)->target(), grpc::InsecureChannelCredentials(), args));
-    *request.mutable_member() = (*client)->member();
+        client->target(), grpc::InsecureChannelCredentials(), args));
+    *request.mutable_member() = client->member();
     request.set_timeout_ms(absl::GetFlag(FLAGS_round_timeout_ms));
   }
   auto sync_round = [&](uint64_t number, const std::vector<uint32_t>& words_in)
@@ -168,7 +155,7 @@ int main(int argc, char** argv) {
     for (int j = 0; j < words; ++j) frame[j] = Word(rank, i, j);
     const int64_t t0 = NowNs();
     auto result = stub ? sync_round(i + 1, frame)
-                       : (*client)->AllGatherWords(frame, timeout);
+                       : client->AllGatherWords(frame, timeout);
     const int64_t t1 = NowNs();
     if (!result.ok()) return Fail(absl::StrCat("round ", i + 1), result.status());
     if (result->size() != expected) {
@@ -218,7 +205,7 @@ int main(int argc, char** argv) {
   std::printf("SUMMARY rank=%u rounds=%d p50_us=%.1f p99_us=%.1f\n", rank,
               rounds, pct(50), pct(99));
   std::fflush(stdout);
-  auto left = (*client)->Leave();
+  auto left = client->Leave();
   if (!left.ok()) return Fail("leave", left);
   return 0;
 }

@@ -82,6 +82,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "bench/bench_rank.h"
 #include "client/client.h"
 #include "dataplane/control_plane.h"
 #include "dataplane/descriptor_proto.h"
@@ -94,12 +95,6 @@
 #include "gloo/rendezvous/context.h"
 #include "gloo/transport/tcp/device.h"
 
-ABSL_FLAG(std::string, target, "",
-          "daemon target, e.g. unix:///tmp/x/node0.sock");
-ABSL_FLAG(std::string, job_id, "bench", "job id");
-ABSL_FLAG(uint32_t, local_rank, 0, "local rank on this node");
-ABSL_FLAG(uint32_t, world_size, 0, "expected world size (0: don't check)");
-ABSL_FLAG(int, join_wait_ms, 120000, "how long Join waits for every rank");
 ABSL_FLAG(std::string, schedule, "1024:5:100",
           "bytes:warmup:iters,... (bytes a multiple of 4)");
 ABSL_FLAG(std::string, modes, "rankd,direct,rankd_copy,rankd_verify",
@@ -439,30 +434,21 @@ int main(int argc, char** argv) {
   const absl::Duration op_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_op_timeout_ms));
 
-  rankd::ClientOptions options;
-  options.target = absl::GetFlag(FLAGS_target);
-  auto client = rankd::Client::Connect(options);
-  if (!client.ok()) return Fail("connect", client.status());
-  rankd::JoinOptions join;
-  join.job_id = absl::GetFlag(FLAGS_job_id);
-  join.local_rank = absl::GetFlag(FLAGS_local_rank);
-  join.world_size = absl::GetFlag(FLAGS_world_size);
-  join.device.set_kind("cpu");
-  join.wait_for_world = absl::Milliseconds(absl::GetFlag(FLAGS_join_wait_ms));
-  auto descriptor = (*client)->Join(join);
-  if (!descriptor.ok()) return Fail("join", descriptor.status());
+  auto joined = rankd::bench::JoinFromFlags();
+  if (!joined.ok()) return Fail("join", joined.status());
+  std::unique_ptr<rankd::Client>& client = joined->client;
   Runner runner;
-  runner.rank = descriptor->rank();
-  runner.world = descriptor->world_size();
+  runner.rank = joined->descriptor.rank();
+  runner.world = joined->descriptor.world_size();
   runner.out = out;
   Print(absl::StrCat("JOINED rank=", runner.rank, " world=", runner.world));
 
-  auto control_plane = rankd::dataplane::MakeClientControlPlane(client->get());
+  auto control_plane = rankd::dataplane::MakeClientControlPlane(client.get());
   // The product path: default options except the per-operation timeout.
   GlooSessionOptions gloo;
   gloo.op_timeout = op_timeout;
   gloo.connect_timeout = absl::Seconds(60);
-  auto converted = rankd::dataplane::DescriptorFromProto(*descriptor);
+  auto converted = rankd::dataplane::DescriptorFromProto(joined->descriptor);
   if (!converted.ok()) return Fail("descriptor", converted.status());
   auto session = GlooSession::Open(*converted, control_plane.get(), gloo);
   if (!session.ok()) return Fail("session", session.status());
@@ -541,7 +527,7 @@ int main(int argc, char** argv) {
   direct.reset();
   verifying.reset();
   session->reset();
-  if (absl::Status s = (*client)->Leave(); !s.ok()) return Fail("leave", s);
+  if (absl::Status s = client->Leave(); !s.ok()) return Fail("leave", s);
   Print("DONE");
   return 0;
 }

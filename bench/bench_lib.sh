@@ -2,7 +2,9 @@
 # Sourced after they parsed their options; it runs in their shell.
 #
 # Expects: SETUP (0/1), MODE (bazel -c), KEEP (folder or ""), NNODES,
-#   NPROC_PER_NODE, TORCH_PY, BENCH_TARGET (the //bench rank program), die().
+#   NPROC_PER_NODE, TORCH_PY, BENCH_TARGET (the //bench rank program), die();
+#   NEED_TORCH=0 (optional) for a launcher that runs no torch peer: no
+#   torch is then installed or checked, and TORCH_VERSION is "-".
 # Does: installs (tools/setup.sh --bench) and checks torch, builds, starts
 #   NNODES rankd daemons on loopback and waits until each is ready, and
 #   stops everything it or the caller started (tracked in PIDS) on exit.
@@ -72,10 +74,16 @@ wait_ranks() {
 }
 
 # --- Setup and build. ------------------------------------------------------
-if ((SETUP)); then tools/setup.sh --bench; fi
-[[ -x $TORCH_PY ]] || die "$TORCH_PY not found (tools/setup.sh --bench installs python3-torch)"
-TORCH_VERSION=$($TORCH_PY -c 'import torch, torch.distributed as d; assert d.is_gloo_available(); print(torch.__version__)') ||
-  die "$TORCH_PY cannot import torch with Gloo (run tools/setup.sh --bench)"
+if [[ ${NEED_TORCH:-1} == 0 ]]; then
+  if ((SETUP)); then tools/setup.sh; fi
+  [[ -x $TORCH_PY ]] || die "$TORCH_PY not found (tools/setup.sh installs python3)"
+  TORCH_VERSION=-
+else
+  if ((SETUP)); then tools/setup.sh --bench; fi
+  [[ -x $TORCH_PY ]] || die "$TORCH_PY not found (tools/setup.sh --bench installs python3-torch)"
+  TORCH_VERSION=$($TORCH_PY -c 'import torch, torch.distributed as d; assert d.is_gloo_available(); print(torch.__version__)') ||
+    die "$TORCH_PY cannot import torch with Gloo (run tools/setup.sh --bench)"
+fi
 
 echo "building (bazel -c $MODE) ..." >&2
 bazel build -c "$MODE" //daemon:rankd //client:rankctl //bench:$BENCH_TARGET

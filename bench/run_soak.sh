@@ -52,7 +52,8 @@ for v in ROUNDS KV_EVERY NNODES NPROC_PER_NODE; do
   [[ ${!v} =~ ^[0-9]+$ ]] && ((${!v} >= 1)) || die "$v must be a number >= 1, got '${!v}'"
 done
 WORLD=$((NNODES * NPROC_PER_NODE))
-TORCH_PY=/usr/bin/python3   # bench_lib.sh checks it; the summary uses it
+TORCH_PY=/usr/bin/python3   # Debian's python3, for bench_lib.sh and the summary
+NEED_TORCH=0                # the soak has no torch peer
 PROGRESS_EVERY=$(( ROUNDS >= 100 ? ROUNDS / 100 : 1 ))
 
 BENCH_TARGET=soak_bench

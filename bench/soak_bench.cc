@@ -22,14 +22,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "bench/bench_rank.h"
 #include "client/client.h"
 
-ABSL_FLAG(std::string, target, "",
-          "daemon target, e.g. unix:///tmp/x/node0.sock");
-ABSL_FLAG(std::string, job_id, "bench", "job id");
-ABSL_FLAG(uint32_t, local_rank, 0, "local rank on this node");
-ABSL_FLAG(uint32_t, world_size, 0, "expected world size (0: don't check)");
-ABSL_FLAG(int, join_wait_ms, 120000, "how long Join waits for every rank");
 ABSL_FLAG(int, rounds, 100000, "all_gather_words rounds");
 ABSL_FLAG(int, words, 4, "uint32 words per rank per round");
 ABSL_FLAG(int, kv_every, 10, "key-value traffic every this many rounds");
@@ -86,20 +81,11 @@ int main(int argc, char** argv) {
         "must be at least 1\n");
     return 2;
   }
-  rankd::ClientOptions options;
-  options.target = absl::GetFlag(FLAGS_target);
-  auto client = rankd::Client::Connect(options);
-  if (!client.ok()) return Fail("connect", client.status());
-  rankd::JoinOptions join;
-  join.job_id = absl::GetFlag(FLAGS_job_id);
-  join.local_rank = absl::GetFlag(FLAGS_local_rank);
-  join.world_size = absl::GetFlag(FLAGS_world_size);
-  join.device.set_kind("cpu");
-  join.wait_for_world = absl::Milliseconds(absl::GetFlag(FLAGS_join_wait_ms));
-  auto descriptor = (*client)->Join(join);
-  if (!descriptor.ok()) return Fail("join", descriptor.status());
-  const uint32_t rank = descriptor->rank();
-  const uint32_t world = descriptor->world_size();
+  auto joined = rankd::bench::JoinFromFlags();
+  if (!joined.ok()) return Fail("join", joined.status());
+  std::unique_ptr<rankd::Client>& client = joined->client;
+  const uint32_t rank = joined->descriptor.rank();
+  const uint32_t world = joined->descriptor.world_size();
   const uint32_t neighbour = (rank + 1) % world;
   std::printf("JOINED rank=%u world=%u\n", rank, world);
   std::fflush(stdout);
@@ -111,7 +97,7 @@ int main(int argc, char** argv) {
   int last_batch_round = 0;  // the round of the previous batch's set
   for (int i = 1; i <= rounds; ++i) {
     for (int j = 0; j < words; ++j) frame[j] = Word(rank, i, j);
-    auto result = (*client)->AllGatherWords(frame, timeout);
+    auto result = client->AllGatherWords(frame, timeout);
     if (!result.ok()) return Fail(absl::StrCat("round ", i), result.status());
     if (result->size() != static_cast<size_t>(world) * words) {
       std::printf("ERROR round %d: %zu words, expected %zu\n", i,
@@ -130,21 +116,21 @@ int main(int argc, char** argv) {
     // round, so the neighbour's key of that batch is there to read.
     if (last_batch_round != 0 && i == last_batch_round + 1) {
       const int slot = (last_batch_round / kv_every) % kSlots;
-      auto got = (*client)->KvGet(Key(neighbour, slot), timeout);
+      auto got = client->KvGet(Key(neighbour, slot), timeout);
       if (!got.ok()) return Fail(absl::StrCat("get round ", i), got.status());
       if (*got != Value(neighbour, last_batch_round)) {
         std::printf("ERROR round %d: key %s holds '%s'\n", i,
                     Key(neighbour, slot).c_str(), got->substr(0, 40).c_str());
         return 4;
       }
-      auto bumped = (*client)->KvAdd("soak/ops", 1);
+      auto bumped = client->KvAdd("soak/ops", 1);
       if (!bumped.ok()) return Fail("add", bumped.status());
     }
     if (i % kv_every == 0) {
       const int slot = (i / kv_every) % kSlots;
-      absl::Status set = (*client)->KvSet(Key(rank, slot), Value(rank, i));
+      absl::Status set = client->KvSet(Key(rank, slot), Value(rank, i));
       if (!set.ok()) return Fail(absl::StrCat("set round ", i), set);
-      auto gone = (*client)->KvDelete(Key(rank, (slot + kSlots / 2) % kSlots));
+      auto gone = client->KvDelete(Key(rank, (slot + kSlots / 2) % kSlots));
       if (!gone.ok()) return Fail("delete", gone.status());
       last_batch_round = i;
       ++kv_batches;
@@ -157,6 +143,6 @@ int main(int argc, char** argv) {
   std::printf("DONE rounds=%d kv_batches=%d rss_kb=%ld\n", rounds, kv_batches,
               RssKb());
   std::fflush(stdout);
-  (void)(*client)->Leave();
+  (void)client->Leave();
   return 0;
 }

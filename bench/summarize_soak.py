@@ -1,7 +1,7 @@
 """Summarizes a bench/run_soak.sh run: each daemon's resident memory at join,
 at the start (the first sample after 5 % of the rounds) and at the end, and
 the growth from start to end; each rank's own RSS at its first PROGRESS line
-and at DONE. Prints a Markdown section and, with --results, replaces the
+after 5 % of the rounds and at DONE. About ten evenly spaced samples follow. Prints a Markdown section and, with --results, replaces the
 "## Soak" section of that file (up to the next "## " heading) with it.
 
 Samples file: one line per second, "<seconds> <round> <rss_kb daemon 0> ...".
@@ -62,7 +62,8 @@ def main():
         s = next((p for p in progress if p[0] >= a.rounds // 20), progress[-1])
         out.append(f"| rank {r} | | {mib(s[1])} | {mib(int(done.group(1)))} "
                    f"| {growth(s[1], int(done.group(1)))} |")
-    out += ["", "Samples (seconds, round, daemon RSS in KiB), every tenth:", "",
+    out += ["", "Samples (seconds, round, daemon RSS in KiB), ten spread over "
+            "the run:", "",
             "```"]
     out += [" ".join(str(x) for x in r) for r in rows[:: max(1, len(rows) // 10)]]
     out += [" ".join(str(x) for x in end), "```", ""]

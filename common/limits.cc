@@ -31,9 +31,9 @@ int MaxCallsPerConnection(uint32_t ranks_per_node, const CallerLimits& limits) {
   // Per rank: its waiting gets, its streams, a round in flight for each of
   // the 64 rounds that may be open, and a join, a leave and a few unary
   // calls.
-  const uint64_t kPerRank = uint64_t{limits.max_waiting_gets_per_rank} +
+  const uint64_t per_rank = uint64_t{limits.max_waiting_gets_per_rank} +
                             limits.max_streams_per_caller + 64 + 8;
-  const uint64_t calls = uint64_t{ranks_per_node} * kPerRank + 64;
+  const uint64_t calls = uint64_t{ranks_per_node} * per_rank + 64;
   return static_cast<int>(std::clamp<uint64_t>(calls, 1024, 1 << 30));
 }
 

@@ -104,20 +104,23 @@ ABSL_FLAG(OptionalText, admin_kv_read, OptionalText{},
           "RANKD_ADMIN_KV_READ. Default false.");
 // What callers may make the daemon hold (docs/operations.md, "Limits").
 ABSL_FLAG(OptionalText, kv_max_bytes, OptionalText{},
-          "Bytes of keys and values the job's key-value broker holds (on the "
-          "coordinator). Env RANKD_KV_MAX_BYTES. Default 268435456.");
+          "Bytes of keys and values the job's key-value broker holds "
+          "(enforced by the coordinator, which holds it). Env "
+          "RANKD_KV_MAX_BYTES. Default 268435456.");
 ABSL_FLAG(OptionalText, kv_max_keys, OptionalText{},
-          "Keys the job's key-value broker holds. Env RANKD_KV_MAX_KEYS. "
-          "Default 65536.");
+          "Keys the job's key-value broker holds (enforced by the "
+          "coordinator). Env RANKD_KV_MAX_KEYS. Default 65536.");
 ABSL_FLAG(OptionalText, kv_max_keys_per_rank, OptionalText{},
-          "Keys one rank may have created that still exist. Env "
-          "RANKD_KV_MAX_KEYS_PER_RANK. Default 4096.");
+          "Keys one rank may have created that still exist (enforced by the "
+          "coordinator). Env RANKD_KV_MAX_KEYS_PER_RANK. Default 4096.");
 ABSL_FLAG(OptionalText, max_waiting_gets_per_rank, OptionalText{},
-          "Blocking key-value gets one rank may have waiting at once. Env "
+          "Blocking key-value gets one rank may have waiting at once "
+          "(enforced by the coordinator, where gets wait). Env "
           "RANKD_MAX_WAITING_GETS_PER_RANK. Default 64.");
 ABSL_FLAG(OptionalText, max_streams_per_caller, OptionalText{},
-          "Event streams one rank (Watch) or node (Subscribe) may hold open. "
-          "Env RANKD_MAX_STREAMS_PER_CALLER. Default 8.");
+          "Event streams one rank (Watch, enforced by its own daemon) or node "
+          "(Subscribe, enforced by the coordinator) may hold open. Env "
+          "RANKD_MAX_STREAMS_PER_CALLER. Default 8.");
 ABSL_FLAG(OptionalText, max_operator_streams, OptionalText{},
           "Admin.WatchEvents streams the daemon serves at once. Env "
           "RANKD_MAX_OPERATOR_STREAMS. Default 64.");

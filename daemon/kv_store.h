@@ -40,8 +40,9 @@ class KvStore {
  public:
   static constexpr size_t kMaxKeyBytes = 512;
   static constexpr size_t kMaxValueBytes = 1 << 20;
-  // The writer of a key set by no rank (the daemon's own keys, unit tests):
-  // it counts toward max_keys and max_bytes only.
+  // The creator of a key set for no rank (callers that act for no rank,
+  // such as unit tests): it counts toward max_keys and max_bytes only. The
+  // coordinator always passes the calling rank.
   static constexpr uint32_t kNoRank = UINT32_MAX;
 
   using GetCallback = std::function<void(absl::StatusOr<std::string>)>;
@@ -94,6 +95,10 @@ class KvStore {
   size_t keys_of(uint32_t rank) const;
 
  private:
+  struct Entry {
+    std::string value;
+    uint32_t creator = kNoRank;
+  };
   struct Waiter {
     std::string key;
     GetCallback done;
@@ -105,11 +110,6 @@ class KvStore {
   void CancelWait(uint64_t waiter_id);
   // Removes and returns waiter `waiter_id`, if it still waits.
   std::optional<Waiter> TakeWaiter(uint64_t waiter_id);
-  struct Entry {
-    std::string value;
-    uint32_t creator = kNoRank;
-  };
-
   // Sets `key` to `value` within limits_, a new key counting against
   // `rank`.
   absl::Status StoreLocked(absl::string_view key, std::string value,

@@ -47,12 +47,10 @@ std::mt19937 SeededRandom(const char* drill) {
   return std::mt19937(seed);
 }
 
-// True when `status` (from waitpid) is a crash: a signal other than the
-// SIGTERM/SIGKILL a drill sends.
-bool Crashed(int status) {
-  if (!WIFSIGNALED(status)) return false;
-  int sig = WTERMSIG(status);
-  return sig != SIGTERM && sig != SIGKILL;
+// True when `status` (from waitpid) is a death by a signal other than the
+// SIGTERM the drill sent (a crash: SIGSEGV, SIGABRT, ...).
+bool DiedOfAnotherSignal(int status) {
+  return WIFSIGNALED(status) && WTERMSIG(status) != SIGTERM;
 }
 
 std::string Describe(int status) {
@@ -61,7 +59,8 @@ std::string Describe(int status) {
   return absl::StrCat("status ", status);
 }
 
-// A 2-node x 2-rank job whose ranks run rounds until stopped.
+// A job of `nnodes` nodes with 2 ranks each, whose ranks run rounds until
+// stopped.
 ClusterOptions DrillJob(uint32_t nnodes) {
   ClusterOptions options;
   options.nnodes = nnodes;
@@ -76,13 +75,15 @@ const std::vector<std::string> kBusyRanks = {
 
 TEST(DrillTest, SimultaneousSigtermOfEveryDaemonAndRankIsClean) {
   const int repeats = EnvInt("RANKD_DRILL_REPEATS", 50);
+  ASSERT_GE(repeats, 1) << "RANKD_DRILL_REPEATS must be at least 1";
   std::mt19937 random = SeededRandom("sigterm drill");
   // The moment: while ranks join (0-50 ms) or while they run rounds.
   std::uniform_int_distribution<int> delay_ms(0, 400);
   for (int i = 0; i < repeats; ++i) {
     SCOPED_TRACE(absl::StrCat("repetition ", i + 1, " of ", repeats));
     LocalCluster cluster(DrillJob(2));
-    ASSERT_TRUE(cluster.Start().ok());
+    absl::Status started = cluster.Start();
+    ASSERT_TRUE(started.ok()) << started;
     auto workers = cluster.StartAllWorkers(kBusyRanks);
     ASSERT_TRUE(workers.ok()) << workers.status();
     absl::SleepFor(absl::Milliseconds(delay_ms(random)));
@@ -104,7 +105,7 @@ TEST(DrillTest, SimultaneousSigtermOfEveryDaemonAndRankIsClean) {
     std::vector<int> statuses = WaitAll(*workers, absl::Seconds(20));
     for (size_t r = 0; r < statuses.size(); ++r) {
       EXPECT_NE(statuses[r], -1) << "rank " << r << " hung after SIGTERM";
-      EXPECT_FALSE(Crashed(statuses[r]))
+      EXPECT_FALSE(DiedOfAnotherSignal(statuses[r]))
           << "rank " << r << ": " << Describe(statuses[r]) << "\n"
           << (*workers)[r].ReadLog();
     }
@@ -123,14 +124,17 @@ struct Loss {
 
 TEST(DrillTest, EverySurvivorNamesARandomKillWithinOneHeartbeatTimeout) {
   const int repeats = EnvInt("RANKD_DRILL_REPEATS", 12);
+  ASSERT_GE(repeats, 1) << "RANKD_DRILL_REPEATS must be at least 1";
   std::mt19937 random = SeededRandom("kill -9 drill");
   constexpr uint32_t kNodes = 3, kRanks = 6;
   std::uniform_int_distribution<int> victim_of(0, kRanks + kNodes - 1);
   std::uniform_int_distribution<int> delay_ms(0, 600);
   for (int i = 0; i < repeats; ++i) {
+    SCOPED_TRACE(absl::StrCat("repetition ", i + 1, " of ", repeats));
     ClusterOptions options = DrillJob(kNodes);
     LocalCluster cluster(options);
-    ASSERT_TRUE(cluster.Start().ok());
+    absl::Status started = cluster.Start();
+    ASSERT_TRUE(started.ok()) << started;
     auto workers = cluster.StartAllWorkers(kBusyRanks);
     ASSERT_TRUE(workers.ok()) << workers.status();
     // Every rank has joined, so the loss is of a member of a running job;
@@ -154,8 +158,7 @@ TEST(DrillTest, EverySurvivorNamesARandomKillWithinOneHeartbeatTimeout) {
       cluster.daemon(node).Signal(SIGKILL);
     }
     const absl::Time killed = absl::Now();
-    SCOPED_TRACE(absl::StrCat("repetition ", i + 1, " of ", repeats,
-                              ": killed ", loss.what));
+    SCOPED_TRACE(absl::StrCat("killed ", loss.what));
 
     // Every other rank reports the loss, each within the heartbeat timeout.
     const absl::Duration bound =

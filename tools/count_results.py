@@ -2,9 +2,9 @@
 """Counts test cases from Bazel's test.xml files and prints the closing line.
 
 Usage: count_results.py TESTLOGS_DIR TARGET... [-- TESTLOGS_DIR TARGET...]
-Each group after a "--" is another build configuration's run (its failures
-are listed with that folder's configuration named). Each gtest case counts
-once. A target whose XML is missing (it failed to
+
+Each group after a "--" is another build configuration's run; failures are
+listed with their configuration's name. Each gtest case counts once. A target whose XML is missing (it failed to
 build or never ran) counts as one failure. Prints "N passed, M failed" (and
 ", K skipped" when any were skipped) as the last line; exits 1 on failure.
 """

@@ -35,7 +35,13 @@ results=("$(bazel info "${config[@]}" bazel-testlogs 2>/dev/null)" $targets)
 if [[ $tsan != 0 ]]; then
   tsan_targets=$(bazel query 'tests(//daemon/... + //client/... + //dataplane/... + //common/... + //tools/tsan/...) except attr(tags, "gpu_kit", tests(//...))' \
     2>/dev/null | sort)
-  bazel test --keep_going --config=tsan "$@" $tsan_targets
-  results+=(-- "$(bazel info --config=tsan bazel-testlogs 2>/dev/null)" $tsan_targets)
+  if [[ -z "$tsan_targets" ]]; then
+    echo "bazel query found no tests for the TSan pass" >&2
+    echo "0 passed, 1 failed"
+    exit 1
+  fi
+  tsan_config=(--config=tsan)
+  bazel test --keep_going "${tsan_config[@]}" "$@" $tsan_targets
+  results+=(-- "$(bazel info "${tsan_config[@]}" bazel-testlogs 2>/dev/null)" $tsan_targets)
 fi
 python3 tools/count_results.py "${results[@]}"

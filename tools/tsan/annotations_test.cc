@@ -19,6 +19,24 @@
 
 namespace {
 
+#ifdef RANKD_TSAN
+// Two threads bump one counter, each under a mutex of its own.
+void CountUnderDifferentMutexes() {
+  absl::Mutex a;
+  absl::Mutex b;
+  int counter = 0;
+  std::thread other([&] {
+    absl::MutexLock lock(&a);
+    ++counter;
+  });
+  {
+    absl::MutexLock lock(&b);
+    ++counter;
+  }
+  other.join();
+}
+#endif
+
 TEST(TsanAnnotationsDeathTest, AnUnguardedCounterIsReportedAsARace) {
 #ifndef RANKD_TSAN
   GTEST_SKIP() << "not a ThreadSanitizer build";
@@ -32,6 +50,17 @@ TEST(TsanAnnotationsDeathTest, AnUnguardedCounterIsReportedAsARace) {
         other.join();
       },
       "ThreadSanitizer: data race");
+#endif
+}
+
+// The annotations must not order what the locks do not: a counter each
+// thread guards with a different mutex is still a race.
+TEST(TsanAnnotationsDeathTest, DifferentMutexesDoNotGuardEachOther) {
+#ifndef RANKD_TSAN
+  GTEST_SKIP() << "not a ThreadSanitizer build";
+#else
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(CountUnderDifferentMutexes(), "ThreadSanitizer: data race");
 #endif
 }
 
@@ -58,6 +87,31 @@ TEST(TsanAnnotationsTest, MutexAndReaderLocksGuard) {
   mu.Unlock();
 }
 
+// A reader try-lock that fails leaves nothing held: a later exclusive hold
+// of the same mutex waits (CondVar, Await) in exclusive mode.
+TEST(TsanAnnotationsTest, AFailedReaderTryLockHoldsNothing) {
+  absl::Mutex mu;
+  absl::CondVar cv;
+  int value = 0;
+  absl::Notification held, tried;
+  std::thread writer([&] {
+    absl::MutexLock lock(&mu);
+    held.Notify();
+    tried.WaitForNotification();
+  });
+  held.WaitForNotification();
+  EXPECT_FALSE(mu.ReaderTryLock());
+  tried.Notify();
+  writer.join();
+  absl::MutexLock lock(&mu);
+  value = 1;
+  cv.WaitWithTimeout(&mu, absl::Milliseconds(1));
+  mu.AwaitWithTimeout(absl::Condition(
+                          +[](int* v) { return *v == 1; }, &value),
+                      absl::Seconds(1));
+  EXPECT_EQ(value, 1);
+}
+
 TEST(TsanAnnotationsTest, NotificationPublishes) {
   int value = 0;
   absl::Notification ready;
@@ -68,16 +122,16 @@ TEST(TsanAnnotationsTest, NotificationPublishes) {
   ready.WaitForNotification();
   EXPECT_EQ(value, 42);
   writer.join();
-  // Already notified: HasBeenNotified and the timed waits also publish.
+  // HasBeenNotified publishes too: the read comes before the join.
   int second = 0;
   absl::Notification done;
   std::thread late([&] {
     second = 7;
     done.Notify();
   });
-  late.join();
-  ASSERT_TRUE(done.HasBeenNotified());
+  while (!done.HasBeenNotified()) std::this_thread::yield();
   EXPECT_EQ(second, 7);
+  late.join();
   EXPECT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(1)));
 }
 
