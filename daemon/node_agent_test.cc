@@ -1,0 +1,220 @@
+// NodeAgent's Join bookkeeping against a fake coordinator link that holds
+// the coordinator's JoinRank replies and releases them in the order a test
+// chooses, so concurrent Joins are reproduced deterministically. (Once, a
+// failed join reply arriving after another Join for the same local rank
+// left that local rank pointing at an erased member, and the next Join
+// threw std::out_of_range and killed the daemon.)
+#include "daemon/node_agent.h"
+
+#include <deque>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "daemon/coordinator_link.h"
+#include "daemon/deadline_timer.h"
+#include "daemon/job_spec.h"
+#include "gtest/gtest.h"
+
+namespace rankd {
+namespace {
+
+// Registers at once and answers every call OK, except JoinRank: those wait
+// in `joins` until the test releases them.
+class HeldJoinsLink : public CoordinatorLink {
+ public:
+  struct HeldJoin {
+    v1::JoinRankRequest request;
+    Reply<v1::JoinRankResponse> reply;
+  };
+
+  void Start(const v1::RegisterNodeRequest&, absl::Time, Listener*,
+             Reply<v1::RegisterNodeResponse> registered) override {
+    v1::RegisterNodeResponse response;
+    response.set_job_incarnation(0x7777);
+    registered(response);
+  }
+  void JoinRank(const v1::JoinRankRequest& request,
+                Reply<v1::JoinRankResponse> reply) override {
+    absl::MutexLock lock(&mu_);
+    joins_.push_back({request, std::move(reply)});
+  }
+  void ReleaseRank(const v1::ReleaseRankRequest&,
+                   Reply<v1::ReleaseRankResponse> reply) override {
+    reply(v1::ReleaseRankResponse());
+  }
+  void ContributeWords(const v1::ContributeWordsRequest&,
+                       Reply<v1::AllGatherWordsResponse> reply) override {
+    reply(absl::UnimplementedError("not in this test"));
+  }
+  void KvSet(const v1::KvSetRequest&, Reply<v1::KvSetResponse> reply) override {
+    reply(v1::KvSetResponse());
+  }
+  void KvGet(const v1::KvGetRequest&, Reply<v1::KvGetResponse> reply,
+             const CancellationRef&) override {
+    reply(absl::NotFoundError("not in this test"));
+  }
+  void KvAdd(const v1::KvAddRequest&, Reply<v1::KvAddResponse> reply) override {
+    reply(v1::KvAddResponse());
+  }
+  void KvDelete(const v1::KvDeleteRequest&,
+                Reply<v1::KvDeleteResponse> reply) override {
+    reply(v1::KvDeleteResponse());
+  }
+  void LeaveNode(const v1::LeaveNodeRequest&,
+                 Reply<v1::LeaveNodeResponse> reply) override {
+    reply(v1::LeaveNodeResponse());
+  }
+  void Stop() override {}
+  std::string coordinator_address() const override { return "fake"; }
+
+  size_t held() {
+    absl::MutexLock lock(&mu_);
+    return joins_.size();
+  }
+  // Takes the held join for `rank` (the test releases it).
+  HeldJoin Take(uint32_t rank) {
+    absl::MutexLock lock(&mu_);
+    for (auto it = joins_.begin(); it != joins_.end(); ++it) {
+      if (it->request.rank() == rank) {
+        HeldJoin join = std::move(*it);
+        joins_.erase(it);
+        return join;
+      }
+    }
+    ADD_FAILURE() << "no join held for rank " << rank;
+    return {};
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<HeldJoin> joins_ ABSL_GUARDED_BY(mu_);
+};
+
+class NodeAgentJoinTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    JobSpec spec;
+    spec.job_id = "agent-test";
+    spec.world_size = 4;
+    spec.nnodes = 2;
+    spec.nproc_per_node = 2;
+    spec.topology = ParallelTopology{1, 1, 1, 4};
+    // No lease expiry during a test.
+    spec.heartbeat_timeout = absl::Hours(1);
+    v1::NodeInfo node;
+    node.set_node_index(0);
+    node.set_daemon_incarnation(0x1234);
+    auto agent = NodeAgent::Create(spec, node, &link_, timer_.get());
+    ASSERT_TRUE(agent.ok()) << agent.status();
+    agent_ = *std::move(agent);
+    std::optional<absl::Status> started;
+    agent_->Start(absl::Now() + absl::Seconds(5),
+                  [&](absl::Status s) { started = s; });
+    ASSERT_TRUE(started.has_value() && started->ok());
+  }
+  void TearDown() override {
+    agent_.reset();
+    timer_.reset();
+  }
+
+  // Sends a Join; its reply lands in the returned slot (at once when the
+  // agent answers itself, later when the test releases the held join).
+  std::shared_ptr<std::optional<absl::StatusOr<v1::JoinResponse>>> Join(
+      uint32_t local_rank, uint64_t incarnation,
+      std::optional<uint32_t> rank = std::nullopt) {
+    v1::JoinRequest request;
+    request.set_job_id("agent-test");
+    request.set_local_rank(local_rank);
+    if (rank.has_value()) request.set_rank(*rank);
+    request.set_incarnation(incarnation);
+    request.set_pid(1000 + local_rank);
+    request.mutable_device()->set_kind("cpu");
+    auto slot =
+        std::make_shared<std::optional<absl::StatusOr<v1::JoinResponse>>>();
+    agent_->Join(request, [slot](absl::StatusOr<v1::JoinResponse> r) {
+      *slot = std::move(r);
+    });
+    return slot;
+  }
+
+  static void Answer(HeldJoinsLink::HeldJoin join, absl::Status status) {
+    if (status.ok()) {
+      v1::JoinRankResponse response;
+      response.set_job_incarnation(0x7777);
+      join.reply(response);
+    } else {
+      join.reply(status);
+    }
+  }
+
+  HeldJoinsLink link_;
+  std::unique_ptr<DeadlineTimer> timer_ = std::make_unique<DeadlineTimer>();
+  std::unique_ptr<NodeAgent> agent_;
+};
+
+TEST_F(NodeAgentJoinTest, ReorderedRepliesKeepEachLocalRanksMapping) {
+  auto first = Join(0, 0xa1);  // rank 0, held at the coordinator
+  ASSERT_EQ(link_.held(), 1u);
+  // The same process claims rank 0 again as local rank 1: refused here,
+  // never forwarded.
+  auto again = Join(1, 0xa1, 0);
+  ASSERT_TRUE(again->has_value());
+  EXPECT_EQ((*again)->status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains((*again)->status().message(),
+                                "cannot join it again as local rank 1"))
+      << (*again)->status();
+  EXPECT_EQ(link_.held(), 1u);
+  // Another process takes local rank 1 (rank 1); its join fails first, out
+  // of order, then rank 0's succeeds.
+  auto second = Join(1, 0xb2);
+  ASSERT_EQ(link_.held(), 2u);
+  Answer(link_.Take(1), absl::FailedPreconditionError("the job failed"));
+  ASSERT_TRUE(second->has_value());
+  EXPECT_EQ((*second)->status().code(), absl::StatusCode::kFailedPrecondition);
+  Answer(link_.Take(0), absl::OkStatus());
+  ASSERT_TRUE(first->has_value());
+  ASSERT_TRUE((*first)->ok()) << (*first)->status();
+  EXPECT_EQ((**first)->member().rank(), 0u);
+  // Local rank 1 is free again, and local rank 0 still holds rank 0: a new
+  // process joins local rank 1; a second claim on local rank 0 names its
+  // holder.
+  auto third = Join(1, 0xc3);
+  ASSERT_EQ(link_.held(), 1u);
+  Answer(link_.Take(1), absl::OkStatus());
+  ASSERT_TRUE(third->has_value());
+  ASSERT_TRUE((*third)->ok()) << (*third)->status();
+  EXPECT_EQ((**third)->member().rank(), 1u);
+  auto claim = Join(0, 0xd4);
+  ASSERT_TRUE(claim->has_value());
+  EXPECT_EQ((*claim)->status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(absl::StrContains((*claim)->status().message(),
+                                "already held by pid 1000 (rank 0)"))
+      << (*claim)->status();
+  EXPECT_EQ(link_.held(), 0u);
+}
+
+TEST_F(NodeAgentJoinTest, AFailedJoinFreesItsLocalRankEvenWhenAnotherWaits) {
+  // Two processes race for local rank 0: the second is refused while the
+  // first is in flight; the first then fails at the coordinator, and a
+  // third process gets the local rank.
+  auto first = Join(0, 0xe1);
+  auto rival = Join(0, 0xe2);
+  ASSERT_TRUE(rival->has_value());
+  EXPECT_EQ((*rival)->status().code(), absl::StatusCode::kAlreadyExists);
+  Answer(link_.Take(0), absl::DeadlineExceededError("world not complete"));
+  ASSERT_TRUE(first->has_value());
+  EXPECT_FALSE((*first)->ok());
+  auto third = Join(0, 0xe3);
+  ASSERT_EQ(link_.held(), 1u);
+  Answer(link_.Take(0), absl::OkStatus());
+  ASSERT_TRUE(third->has_value());
+  EXPECT_TRUE((*third)->ok()) << (*third)->status();
+}
+
+}  // namespace
+}  // namespace rankd
