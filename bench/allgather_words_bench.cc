@@ -54,16 +54,8 @@ ABSL_FLAG(std::string, out, "", "file for per-round timestamps (required)");
 
 namespace {
 
-int Fail(const std::string& what, const absl::Status& status) {
-  std::printf("ERROR %s: %s\n", what.c_str(), status.ToString().c_str());
-  std::fflush(stdout);
-  return 3;
-}
-
-uint32_t Word(uint32_t rank, int round, int j) {
-  return rank * 1000003u + static_cast<uint32_t>(round) * 131u +
-         static_cast<uint32_t>(j);
-}
+using rankd::bench::Fail;
+using rankd::bench::FrameWord;
 
 // CPU time (user + system, every thread) and context switches so far.
 struct Usage {
@@ -152,7 +144,7 @@ int main(int argc, char** argv) {
   Usage before;
   for (int i = 0; i < total; ++i) {
     if (i == warmup) before = SelfUsage();
-    for (int j = 0; j < words; ++j) frame[j] = Word(rank, i, j);
+    for (int j = 0; j < words; ++j) frame[j] = FrameWord(rank, i, j);
     const int64_t t0 = NowNs();
     auto result = stub ? sync_round(i + 1, frame)
                        : client->AllGatherWords(frame, timeout);
@@ -166,7 +158,7 @@ int main(int argc, char** argv) {
     if (i < warmup || i == total - 1) {
       for (uint32_t r = 0; r < world; ++r) {
         for (int j = 0; j < words; ++j) {
-          if ((*result)[r * words + j] != Word(r, i, j)) {
+          if ((*result)[r * words + j] != FrameWord(r, i, j)) {
             std::printf("ERROR round %d: wrong word %d of rank %u\n", i + 1, j, r);
             return 4;
           }

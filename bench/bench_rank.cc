@@ -1,5 +1,6 @@
 #include "bench/bench_rank.h"
 
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -29,6 +30,17 @@ absl::StatusOr<JoinedRank> JoinFromFlags() {
   auto descriptor = (*client)->Join(join);
   if (!descriptor.ok()) return descriptor.status();
   return JoinedRank{*std::move(client), *std::move(descriptor)};
+}
+
+int Fail(const std::string& what, const absl::Status& status) {
+  std::printf("ERROR %s: %s\n", what.c_str(), status.ToString().c_str());
+  std::fflush(stdout);
+  return 3;
+}
+
+uint32_t FrameWord(uint32_t rank, int round, int j) {
+  return rank * 1000003u + static_cast<uint32_t>(round) * 131u +
+         static_cast<uint32_t>(j);
 }
 
 }  // namespace rankd::bench

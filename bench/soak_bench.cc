@@ -35,16 +35,8 @@ namespace {
 
 constexpr int kSlots = 64;
 
-int Fail(const std::string& what, const absl::Status& status) {
-  std::printf("ERROR %s: %s\n", what.c_str(), status.ToString().c_str());
-  std::fflush(stdout);
-  return 3;
-}
-
-uint32_t Word(uint32_t rank, int round, int j) {
-  return rank * 1000003u + static_cast<uint32_t>(round) * 131u +
-         static_cast<uint32_t>(j);
-}
+using rankd::bench::Fail;
+using rankd::bench::FrameWord;
 
 std::string Key(uint32_t rank, int slot) {
   return absl::StrCat("soak/r", rank, "/s", slot);
@@ -96,7 +88,7 @@ int main(int argc, char** argv) {
   int kv_batches = 0;
   int last_batch_round = 0;  // the round of the previous batch's set
   for (int i = 1; i <= rounds; ++i) {
-    for (int j = 0; j < words; ++j) frame[j] = Word(rank, i, j);
+    for (int j = 0; j < words; ++j) frame[j] = FrameWord(rank, i, j);
     auto result = client->AllGatherWords(frame, timeout);
     if (!result.ok()) return Fail(absl::StrCat("round ", i), result.status());
     if (result->size() != static_cast<size_t>(world) * words) {
@@ -106,7 +98,7 @@ int main(int argc, char** argv) {
     }
     for (uint32_t r = 0; r < world; ++r) {
       for (int j = 0; j < words; ++j) {
-        if ((*result)[r * words + j] != Word(r, i, j)) {
+        if ((*result)[r * words + j] != FrameWord(r, i, j)) {
           std::printf("ERROR round %d: wrong word %d of rank %u\n", i, j, r);
           return 4;
         }
