@@ -1013,6 +1013,14 @@ TEST_F(ConfiguredLimitsTest, EachLimitIsTheFlagsValue) {
   std::string value;
   ASSERT_RPC_OK(KvGet(1, rank2, "a0", 0, &value));
   EXPECT_EQ(value, "rewritten");
+  // Bytes per job: a value that fits the 1 MiB value limit but not the
+  // job's 1,000,000 bytes is refused, and the old value stays.
+  EXPECT_RPC_ERROR(KvSet(0, rank0, "a0", std::string(999990, 'x')),
+                   grpc::StatusCode::RESOURCE_EXHAUSTED,
+                   "would hold more than 1000000 bytes of keys and values "
+                   "(--kv_max_bytes");
+  ASSERT_RPC_OK(KvGet(1, rank2, "a0", 0, &value));
+  EXPECT_EQ(value, "rewritten");
 
   // Blocking gets per rank.
   std::vector<std::thread> gets;
