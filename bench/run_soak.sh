@@ -75,22 +75,23 @@ for ((n = 0; n < NNODES; n++)); do
   done
 done
 
-# Once a second: seconds, rank 0's last PROGRESS round, each daemon's RSS.
+# One sample: seconds since the ranks started, round $1, each daemon's RSS.
 started=$SECONDS
+sample() {
+  local line="$((SECONDS - started)) $1" pid
+  for pid in "${DAEMON_PIDS[@]}"; do line+=" $(rss_kb "$pid")"; done
+  echo "$line" >>"$TMP/samples.txt"
+}
+# Once a second after rank 0 joined, at its last PROGRESS round.
 while kill -0 "${RANK_PIDS[0]}" 2>/dev/null; do
-  round=$(grep -o 'PROGRESS round=[0-9]*' "$TMP/rank0.log" 2>/dev/null | tail -1 | cut -d= -f2 || true)
-  grep -q '^JOINED' "$TMP/rank0.log" 2>/dev/null && line="$((SECONDS - started)) ${round:-0}" || line=""
-  if [[ -n $line ]]; then
-    for pid in "${DAEMON_PIDS[@]}"; do line+=" $(rss_kb "$pid")"; done
-    echo "$line" >>"$TMP/samples.txt"
+  if grep -q '^JOINED' "$TMP/rank0.log" 2>/dev/null; then
+    round=$(grep -o 'PROGRESS round=[0-9]*' "$TMP/rank0.log" | tail -1 | cut -d= -f2 || true)
+    sample "${round:-0}"
   fi
   sleep 1
 done
 wait_ranks
-# The final sample, after the last round.
-line="$((SECONDS - started)) $ROUNDS"
-for pid in "${DAEMON_PIDS[@]}"; do line+=" $(rss_kb "$pid")"; done
-echo "$line" >>"$TMP/samples.txt"
+sample "$ROUNDS"  # after the last round
 stop_all
 
 cmd="bench/run_soak.sh"

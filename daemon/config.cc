@@ -682,39 +682,34 @@ class Resolver {
     return absl::OkStatus();
   }
 
-  // What callers may make this daemon hold; each at least 1.
+  // What callers may make this daemon hold; each at least 1. c_.limits
+  // starts with the defaults (CallerLimits), which an unset flag keeps.
   absl::Status Limits() {
-    const CallerLimits defaults;
     struct Field {
       const std::optional<std::string>& flag;
       const char* name;
-      uint32_t fallback;
-      uint32_t* out;
+      uint32_t* value;
     };
     CallerLimits& l = c_.limits;
     for (const Field& f : {
-             Field{flags_.kv_max_bytes, "kv_max_bytes", defaults.kv_max_bytes,
-                   &l.kv_max_bytes},
-             Field{flags_.kv_max_keys, "kv_max_keys", defaults.kv_max_keys,
-                   &l.kv_max_keys},
+             Field{flags_.kv_max_bytes, "kv_max_bytes", &l.kv_max_bytes},
+             Field{flags_.kv_max_keys, "kv_max_keys", &l.kv_max_keys},
              Field{flags_.kv_max_keys_per_rank, "kv_max_keys_per_rank",
-                   defaults.kv_max_keys_per_rank, &l.kv_max_keys_per_rank},
+                   &l.kv_max_keys_per_rank},
              Field{flags_.max_waiting_gets_per_rank,
-                   "max_waiting_gets_per_rank",
-                   defaults.max_waiting_gets_per_rank,
-                   &l.max_waiting_gets_per_rank},
+                   "max_waiting_gets_per_rank", &l.max_waiting_gets_per_rank},
              Field{flags_.max_streams_per_caller, "max_streams_per_caller",
-                   defaults.max_streams_per_caller, &l.max_streams_per_caller},
+                   &l.max_streams_per_caller},
              Field{flags_.max_operator_streams, "max_operator_streams",
-                   defaults.max_operator_streams, &l.max_operator_streams},
+                   &l.max_operator_streams},
          }) {
-      const Setting s = GivenOr(f.flag, f.name, absl::StrCat(f.fallback));
+      const Setting s = GivenOr(f.flag, f.name, absl::StrCat(*f.value));
       absl::StatusOr<uint32_t> v = ParseUint32(s);
       if (!v.ok()) return v.status();
       if (auto positive = RequirePositive(s, *v); !positive.ok()) {
         return positive;
       }
-      *f.out = *v;
+      *f.value = *v;
     }
     return absl::OkStatus();
   }
