@@ -80,18 +80,18 @@ SessionCore::SessionCore(DistributedSessionDescriptor descriptor,
     : descriptor_(std::move(descriptor)),
       control_plane_(control_plane),
       options_(std::move(options)),
-      signal_(std::make_shared<FailureSignal>()),
       diagnosis_(
           control_plane,
           absl::StrCat(control_plane->Namespace(), "/nccl/", options_.tag, "/"),
-          options_.failure_attribution_grace) {}
+          options_.failure_attribution_grace),
+      watchdog_(Watchdog::Options{kBackendName, options_.watchdog_interval,
+                                  options_.op_timeout,
+                                  "every communicator of this session was "
+                                  "aborted"},
+                &ledger_, &diagnosis_, &watchdog_session_) {}
 
 SessionCore::~SessionCore() {
-  {
-    absl::MutexLock lock(&signal_->mu);
-    signal_->stop = true;
-  }
-  if (watchdog_.joinable()) watchdog_.join();
+  watchdog_.Stop();
   if (!comms_.empty()) {
     // A failed job's communicators are aborted, never finalized: finalize
     // would wait for peers that are gone.
@@ -238,11 +238,6 @@ absl::Status SessionCore::CheckTensor(const DeviceTensor& tensor,
   return absl::OkStatus();
 }
 
-absl::Status SessionCore::SignalCause() const {
-  absl::MutexLock lock(&signal_->mu);
-  return signal_->cause;
-}
-
 absl::Status SessionCore::JobHealth() const {
   if (detached_.load()) {
     return absl::FailedPreconditionError(
@@ -262,7 +257,7 @@ void SessionCore::Detach() {
   }
   detached_.store(true);
   // The watchdog may be inside JobHealth(); wait for its current tick.
-  absl::MutexLock lock(&watchdog_tick_mu_);
+  watchdog_.Detach();
 }
 
 absl::Status SessionCore::CheckUsable() {
@@ -599,27 +594,6 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
   return submitted;
 }
 
-void SessionCore::EnforceDeadlines() {
-  std::optional<OperationLedger::Expired> expired =
-      ledger_.FirstExpired(absl::Now());
-  if (!expired.has_value()) return;
-  const std::shared_ptr<Operation>& op = expired->op;
-  const absl::Status error = absl::DeadlineExceededError(absl::StrCat(
-      "nccl backend: ", op->operation(), " did not complete within ",
-      absl::FormatDuration(options_.op_timeout),
-      " (op_timeout); every communicator of this session was aborted and "
-      "the session is poisoned"));
-  Explanation why{error};
-  // Reports meet under the sequence number NCCL ordered the work by; work
-  // NCCL never accepted has none, and nothing to compare.
-  if (!expired->what.members.empty() && expired->ordered) {
-    absl::MutexLock tick(&watchdog_tick_mu_);
-    if (!detached_.load()) why = diagnosis_.Explain(expired->what, error);
-  }
-  diagnosis_.NoteLocalAbort();
-  CancelNative(why.status);
-}
-
 absl::Status SessionCore::InitInterrupt() const {
   absl::Status s = SignalCause();
   if (!s.ok()) return s;
@@ -640,23 +614,14 @@ absl::Status SessionCore::Initialize() {
     absl::MutexLock lock(&mu_);
     ready_ = true;
   }
-  if (s.ok()) watchdog_ = std::thread([this] { WatchdogLoop(); });
+  if (s.ok()) watchdog_.Start();
   return s;
 }
 
 absl::Status SessionCore::InitializeLocked() {
-  // Job failure notifications reach the watchdog through the signal only
-  // (the callback holds no reference to this core).
-  std::weak_ptr<FailureSignal> weak_signal = signal_;
-  control_plane_->OnJobFailure([weak_signal](const absl::Status& cause) {
-    if (auto signal = weak_signal.lock()) {
-      absl::MutexLock lock(&signal->mu);
-      if (signal->cause.ok()) {
-        signal->cause =
-            cause.ok() ? absl::AbortedError("rankd: the job failed") : cause;
-      }
-    }
-  });
+  // Job failure notifications reach the watchdog only (the callback holds
+  // no reference to this core).
+  control_plane_->OnJobFailure(watchdog_.JobFailureCallback());
 
   DeviceProbe probe = ProbeDevices();
   if (probe.device_count == 0) {
@@ -797,54 +762,19 @@ absl::Status SessionCore::InitializeLocked() {
   return absl::OkStatus();
 }
 
-void SessionCore::WatchdogLoop() {
-  DeviceGuard guard(device());
-  while (true) {
-    absl::Status cause;
-    {
-      absl::MutexLock lock(&signal_->mu);
-      FailureSignal* signal = signal_.get();
-      signal_->mu.AwaitWithTimeout(absl::Condition(
-                                       +[](FailureSignal* s) {
-                                         return s->stop ||
-                                                (!s->cause.ok() && !s->handled);
-                                       },
-                                       signal),
-                                   options_.watchdog_interval);
-      if (signal_->stop) return;
-      if (!signal_->cause.ok() && !signal_->handled) {
-        signal_->handled = true;
-        cause = signal_->cause;
-      }
-    }
-    bool aborted;
-    {
-      absl::MutexLock lock(&abort_mu_);
-      aborted = aborted_;
-    }
-    if (!aborted) {
-      if (cause.ok() && !detached_.load()) {
-        absl::MutexLock tick(&watchdog_tick_mu_);
-        if (!detached_.load()) cause = control_plane_->JobHealth();
-      }
-      if (!cause.ok()) {
-        CancelNative(cause);
-      } else if (PoisonStatus().ok()) {
-        for (auto& entry : comms_) {
-          absl::Status async = entry->comm->CheckAsyncError();
-          if (!async.ok()) {
-            CancelNative(async);
-            break;
-          }
-        }
-      }
-    }
-    // Also once poisoned (quarantined work, a failed agreement): work that
-    // never finishes is still ended by its deadline.
-    if (!aborted) EnforceDeadlines();
-    // Finished work needs no deadline (its completion may live on).
-    ledger_.Prune();
+absl::Status SessionCore::WatchdogSession::NativeHealth() {
+  if (!core_->PoisonStatus().ok()) return absl::OkStatus();
+  DeviceGuard guard(core_->device());
+  for (auto& entry : core_->comms_) {
+    absl::Status async = entry->comm->CheckAsyncError();
+    if (!async.ok()) return async;
   }
+  return absl::OkStatus();
+}
+
+bool SessionCore::WatchdogSession::aborted() const {
+  absl::MutexLock lock(&core_->abort_mu_);
+  return core_->aborted_;
 }
 
 }  // namespace rankd::dataplane::nccl

@@ -18,13 +18,14 @@
 //      gone): watchdog stopped; communicators finalized (healthy) or
 //      aborted (poisoned); quarantined work drained, then leaked on purpose
 //      if it still runs.
-// The watchdog thread wakes on a job-failure notification from the control
-// plane (ControlPlane::OnJobFailure) or every `watchdog_interval`: it checks
-// JobHealth() and ncclCommGetAsyncError of every communicator, aborts all
-// communicators on a failure (so no rank stays in a collective with a dead
-// peer) and holds every operation to op_timeout (naming who did not
-// finish). Quarantined work is freed by the quarantine's own reaper
-// (dataplane/quarantine.h) once its event says done.
+// The watchdog is the engine's (dataplane/watchdog.h), as on Gloo: it wakes
+// on a job-failure notification from the control plane or every
+// `watchdog_interval`, checks JobHealth() and ncclCommGetAsyncError of every
+// communicator (this core's NativeHealth), aborts all communicators on a
+// failure (so no rank stays in a collective with a dead peer) and holds
+// every operation to op_timeout (naming who did not finish). Quarantined
+// work is freed by the quarantine's own reaper (dataplane/quarantine.h) once
+// its event says done.
 #ifndef RANKD_DATAPLANE_NCCL_SESSION_CORE_H_
 #define RANKD_DATAPLANE_NCCL_SESSION_CORE_H_
 
@@ -59,6 +60,7 @@
 #include "dataplane/poison.h"
 #include "dataplane/shape.h"
 #include "dataplane/types.h"
+#include "dataplane/watchdog.h"
 
 namespace rankd::dataplane::nccl {
 
@@ -271,11 +273,21 @@ class SessionCore final : public NcclOpOwner,
   absl::Duration AbortGrace() const override { return options_.abort_grace; }
 
  private:
-  struct FailureSignal {
-    absl::Mutex mu;
-    absl::Status cause ABSL_GUARDED_BY(mu);
-    bool handled ABSL_GUARDED_BY(mu) = false;
-    bool stop ABSL_GUARDED_BY(mu) = false;
+  // What the watchdog guards: this core's job health, asynchronous
+  // communicator errors and CancelNative.
+  class WatchdogSession final : public Watchdog::Session {
+   public:
+    explicit WatchdogSession(SessionCore* core) : core_(core) {}
+    absl::Status JobHealth() override { return core_->JobHealth(); }
+    absl::Status NativeHealth() override;
+    void Abort(const absl::Status& cause) override {
+      DeviceGuard guard(core_->device());
+      core_->CancelNative(cause);
+    }
+    bool aborted() const override;
+
+   private:
+    SessionCore* const core_;
   };
 
   SessionCore(DistributedSessionDescriptor descriptor,
@@ -297,13 +309,12 @@ class SessionCore final : public NcclOpOwner,
                           const std::function<std::string()>& where,
                           absl::Status* refusal);
   absl::Status InitInterrupt() const;
-  absl::Status SignalCause() const;
-  void WatchdogLoop();
+  // The job failure the control plane notified, or OK.
+  absl::Status SignalCause() const { return watchdog_.notified_failure(); }
 
   const DistributedSessionDescriptor descriptor_;
   ControlPlane* const control_plane_;
   const NcclSessionOptions options_;
-  const std::shared_ptr<FailureSignal> signal_;
 
   mutable absl::Mutex mu_;
   bool initialize_called_ ABSL_GUARDED_BY(mu_) = false;
@@ -317,8 +328,6 @@ class SessionCore final : public NcclOpOwner,
   std::map<CollectiveGroupId, std::shared_ptr<CommEntry>> groups_;
   std::vector<std::shared_ptr<CommEntry>> comms_;
 
-  // Fails the first outstanding operation past its deadline (watchdog).
-  void EnforceDeadlines();
   // What `plan` is, for the diagnosis and the agreement record.
   SubmittedOperation Describe(const OpPlan& plan) const;
 
@@ -334,9 +343,8 @@ class SessionCore final : public NcclOpOwner,
   bool aborted_ ABSL_GUARDED_BY(abort_mu_) = false;
 
   std::atomic<bool> detached_{false};
-  // Held by the watchdog while it calls into the control plane.
-  absl::Mutex watchdog_tick_mu_;
-  std::thread watchdog_;
+  WatchdogSession watchdog_session_{this};
+  Watchdog watchdog_;
   // Last, so that it is destroyed first: its reaper thread is joined while
   // everything its items might reach still exists.
   dataplane::Quarantine quarantine_;
