@@ -14,9 +14,9 @@
 // operation added afterwards is failed with it at once, so work the native
 // layer accepts after an abort started never reports success.
 //
-// The NCCL session core keeps one (its watchdog enforces op_timeout); the
-// Gloo executor needs none: it runs one operation at a time, and each of its
-// Gloo calls carries op_timeout as its native timeout.
+// Both backends keep one per session, held to op_timeout by the session's
+// watchdog (dataplane/watchdog.h): NCCL's from the moment it records the
+// sequence number; Gloo's as the backstop behind Gloo's own timeouts.
 //
 // Thread-safe. Depends on dataplane/operation.h, mismatch_diagnosis.h and
 // absl.

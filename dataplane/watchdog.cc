@@ -56,7 +56,7 @@ absl::Status Watchdog::notified_failure() const {
 void Watchdog::EnforceDeadlines(absl::Time now) {
   if (!session_->aborted()) {
     std::optional<OperationLedger::Expired> expired =
-        ledger_->FirstExpired(now);
+        ledger_->FirstExpired(now - options_.native_first);
     if (expired.has_value()) {
       const absl::Status error = absl::DeadlineExceededError(absl::StrCat(
           options_.backend, " backend: ", expired->op->operation(),

@@ -10,17 +10,18 @@
 //      aborts the session with it (it names the lost rank or node);
 //   2. native health: Session::NativeHealth() (errors native work reports
 //      on its own, e.g. NCCL's asynchronous errors); an error aborts;
-//   3. deadlines: the first ledger operation past its deadline. When the
-//      native layer ordered it (recorded its sequence number) and it has
-//      members, MismatchDiagnosis compares it with what the other members
-//      submitted, so the abort's cause is DeadlineExceeded naming the
-//      operation and the members that did not report it, or InvalidArgument
-//      naming who submitted what; then the session is aborted with it;
+//   3. deadlines: the first ledger operation past its deadline (plus
+//      Options::native_first). When the native layer ordered it (recorded
+//      its sequence number) and it has members, MismatchDiagnosis compares
+//      it with what the other members submitted, so the abort's cause is
+//      DeadlineExceeded naming the operation and the members that did not
+//      report it, or InvalidArgument naming who submitted what; then the
+//      session is aborted with it;
 //   4. finished operations leave the ledger.
-// Abort is the backend's: poison the session, OperationLedger::FailAll,
-// abort every native context (so no member stays in a collective with a
-// dead or diverged peer). The watchdog marks the diagnosis locally aborted
-// (MismatchDiagnosis::NoteLocalAbort) before it aborts.
+// Abort is the backend's: poison the session, fail what it must (NCCL:
+// OperationLedger::FailAll), abort every native context (so no member stays in
+// a collective with a dead or diverged peer). The watchdog marks the diagnosis
+// locally aborted (MismatchDiagnosis::NoteLocalAbort) before it aborts.
 //
 // Detach() stops every call into the control plane (steps 1 and 3's
 // diagnosis) and returns once the tick under way made its last one, so the
@@ -58,8 +59,8 @@ class Watchdog {
     // An error native work reported on its own, or OK. Called once per tick
     // until aborted.
     virtual absl::Status NativeHealth() { return absl::OkStatus(); }
-    // Poisons the session with `cause`, fails every ledger operation with it
-    // and aborts every native context. Called at most once per tick, and
+    // Poisons the session with `cause` and aborts every native context, so
+    // that every outstanding operation fails. Called at most once per tick, and
     // not again once aborted() is true.
     virtual void Abort(const absl::Status& cause) = 0;
     // Whether Abort (by the watchdog or anyone else) already ran.
@@ -77,6 +78,10 @@ class Watchdog {
     // What Abort does, for that message ("every communicator of this
     // session was aborted").
     std::string abort_effect;
+    // How long past its deadline an operation is left to the native layer
+    // before step 3 acts: Gloo's calls time out on their own and then name
+    // who is missing (the watchdog is their backstop); NCCL's never do.
+    absl::Duration native_first = absl::ZeroDuration();
   };
 
   // `ledger`, `diagnosis` and `session` must outlive the watchdog. Nothing

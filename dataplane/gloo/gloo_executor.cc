@@ -60,6 +60,7 @@ absl::StatusOr<std::shared_ptr<GlooCompletion>> GlooExecutor::Submit(
     return absl::FailedPreconditionError(absl::StrCat(
         "gloo backend: ", kind, " refused: the executor is shut down"));
   }
+  host->Track(op);
   queue_.push_back(Item{std::move(op), std::move(task)});
   return completion;
 }

@@ -140,6 +140,32 @@ TEST_F(FaultTest, JobFailureFailsPendingWorkNamingTheLostRank) {
   EXPECT_LT(absl::Now() - failed, absl::Seconds(3));
 }
 
+TEST_F(FaultTest, AJobFailureWithoutANoticeIsFoundByTheWatchdog) {
+  // As above, but the control plane never notifies: only its JobHealth()
+  // reports the failure. The session's watchdog polls it and aborts, long
+  // before the operations' 20 s timeout.
+  std::vector<std::shared_ptr<GlooCompletion>> pending(2);
+  for (uint32_t r = 0; r < 2; ++r) {
+    auto sum = cluster_.session(r).backend().AllReduceSum(
+        Ones(16), cluster_.session(r).backend().world(),
+        cluster_.session(r).backend().executor());
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    pending[r] = sum->completion;
+  }
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(pending[0]->IsComplete());
+  const absl::Time failed = absl::Now();
+  cluster_.job().FailWithoutNotice(
+      absl::AbortedError("job itest failed: rank 2 lost (heartbeat)"));
+  for (uint32_t r = 0; r < 2; ++r) {
+    ASSERT_TRUE(pending[r]->WaitFor(absl::Seconds(3))) << "rank " << r;
+    absl::Status s = pending[r]->Wait();
+    EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "rank 2 lost")) << s;
+  }
+  EXPECT_LT(absl::Now() - failed, absl::Seconds(3));
+}
+
 TEST_F(FaultTest, TransportFailureIsAttributedToTheLostRank) {
   // Rank 2 dies during a collective: its sockets close first, the control
   // plane notices a little later. The survivors' errors name rank 2.

@@ -23,9 +23,19 @@ struct GlooSessionOptions {
   std::string interface;
   // Bounds rendezvous (key-value waits) and connecting each group.
   absl::Duration connect_timeout = absl::Seconds(30);
-  // Bounds every native operation: Gloo's own timeout, after which the
-  // operation fails with DeadlineExceeded and the session is poisoned.
+  // Bounds every operation from submission to completion, as
+  // NcclSessionOptions::op_timeout does. Each Gloo call carries it as its
+  // own timeout, after which the operation fails with DeadlineExceeded
+  // naming who did not take part (or InvalidArgument naming who submitted
+  // what) and the session is poisoned. The session's watchdog
+  // (dataplane/watchdog.h) is the backstop for what Gloo's timeouts cannot
+  // reach (time spent queued, operations of several Gloo calls): it aborts
+  // every context once an operation is op_timeout +
+  // failure_attribution_grace + 1 s past its submission.
   absl::Duration op_timeout = absl::Seconds(60);
+  // Watchdog period: how often the session looks at the job's health
+  // (besides the control plane's failure notice) and at deadlines.
+  absl::Duration watchdog_interval = absl::Milliseconds(50);
   // Deadline of AllGatherWords rounds (the bounded variant takes its own).
   absl::Duration words_timeout = absl::Seconds(60);
   // After a transport failure, how long to wait for the control plane to

@@ -41,6 +41,10 @@ class ExecutionHost : public OperationOwner {
                                        const absl::Status& error,
                                        bool explained) = 0;
 
+  // Called once `op` is queued: the session's watchdog holds it to its
+  // deadline (dataplane/watchdog.h).
+  virtual void Track(const std::shared_ptr<Operation>& op) = 0;
+
   // Called after work finished, so a quarantine can release it promptly.
   virtual void WorkFinished() = 0;
 };

@@ -54,7 +54,14 @@ GlooCommunicator::GlooCommunicator(ControlPlane* control_plane,
           control_plane_,
           RankdStore::Prefix(control_plane_->Namespace(), options_.instance,
                              "diagnosis"),
-          options_.failure_attribution_grace)) {
+          options_.failure_attribution_grace)),
+      watchdog_(
+          Watchdog::Options{
+              "gloo", options_.watchdog_interval, options_.op_timeout,
+              "every Gloo context of the session was "
+              "aborted",
+              options_.failure_attribution_grace + absl::Seconds(1)},
+          &ledger_, diagnosis_.get(), &watchdog_session_) {
   for (uint32_t lane = 0; lane < options_.executors; ++lane) {
     executors_.push_back(std::make_unique<GlooExecutor>(lane));
   }
@@ -70,10 +77,11 @@ absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
   }
   if (options.connect_timeout <= absl::ZeroDuration() ||
       options.op_timeout <= absl::ZeroDuration() ||
-      options.words_timeout <= absl::ZeroDuration()) {
+      options.words_timeout <= absl::ZeroDuration() ||
+      options.watchdog_interval <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
-        "gloo backend: connect_timeout, op_timeout and words_timeout must be "
-        "positive");
+        "gloo backend: connect_timeout, op_timeout, words_timeout and "
+        "watchdog_interval must be positive");
   }
   if (options.executors < 1 || options.executors > kMaxGlooExecutors) {
     return absl::InvalidArgumentError(
@@ -154,10 +162,14 @@ absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
     comm->groups_.push_back(*std::move(group));
   }
 
+  // A job failure notice aborts at once, on the notifying thread (aborting
+  // Gloo contexts never blocks), so that the next submission is refused;
+  // the watchdog polls JobHealth() for a notice that never comes.
   std::weak_ptr<GlooCommunicator> weak = comm;
   control_plane->OnJobFailure([weak](const absl::Status& failure) {
     if (auto c = weak.lock()) c->Fail(failure);
   });
+  comm->watchdog_.Start();
   return comm;
 }
 
@@ -203,6 +215,7 @@ bool GlooCommunicator::idle() const {
 
 void GlooCommunicator::Shutdown() {
   if (shut_down_.exchange(true)) return;
+  watchdog_.Stop();
   if (!idle()) {
     const absl::Status cause = absl::CancelledError(
         "gloo backend: the session was destroyed with work in flight");
@@ -226,6 +239,7 @@ void GlooCommunicator::AbortAll(const std::string& reason) {
   // First: an operation failing because of this abort must not wait for
   // peers to explain it.
   diagnosis_->NoteLocalAbort();
+  aborted_.store(true);
   const std::string message = absl::StrCat("aborted by rankd: ", reason);
   auto abort_lane = [&](const std::shared_ptr<GlooGroup>& g) {
     if (g == nullptr || g->context() == nullptr) return;
@@ -292,6 +306,10 @@ absl::Status GlooCommunicator::OnNativeFailure(const std::string& operation,
   // Make the peers' pending operations fail promptly too.
   AbortAll(std::string(poison_.cause().message()));
   return Scoped(operation, poison_.cause());
+}
+
+void GlooCommunicator::Track(const std::shared_ptr<Operation>& op) {
+  ledger_.Add(op, absl::Now() + options_.op_timeout, SubmittedOperation{});
 }
 
 void GlooCommunicator::WorkFinished() { quarantine_.Notify(); }

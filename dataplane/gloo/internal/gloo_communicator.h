@@ -17,6 +17,11 @@
 //     job's failure and aborts every context, so pending operations fail at
 //     once (Gloo has no public abort; see gloo_abort.h) and later ones are
 //     refused.
+//   - The session's watchdog (dataplane/watchdog.h, the same as NCCL's)
+//     does the same every watchdog_interval when JobHealth() reports a
+//     failure no notice announced, and when an operation is past its
+//     deadline (op_timeout from submission) and Gloo's own timeout did not
+//     end it.
 //   - WaitBounded deadlines: QuarantineUntilComplete poisons and moves the
 //     work's resources to the quarantine; NativeCancel poisons, aborts every
 //     context (every lane: work on the other executors fails too) and
@@ -42,9 +47,11 @@
 #include "dataplane/gloo/gloo_options.h"
 #include "dataplane/gloo/internal/execution_host.h"
 #include "dataplane/mismatch_diagnosis.h"
+#include "dataplane/operation_ledger.h"
 #include "dataplane/poison.h"
 #include "dataplane/quarantine.h"
 #include "dataplane/types.h"
+#include "dataplane/watchdog.h"
 
 namespace gloo::transport {
 class Device;
@@ -108,6 +115,7 @@ class GlooCommunicator final
   absl::Status OnNativeFailure(const std::string& operation,
                                const absl::Status& error,
                                bool explained) override;
+  void Track(const std::shared_ptr<Operation>& op) override;
   void WorkFinished() override;
   // OperationOwner. Poison only latches: a native failure has already
   // aborted every context (OnNativeFailure). Unattended work needs nothing:
@@ -130,6 +138,20 @@ class GlooCommunicator final
       const std::string& name, uint32_t lane, uint32_t rank, uint32_t size);
   void AbortAll(const std::string& reason);
 
+  // What the watchdog guards: the job's health and Fail.
+  class WatchdogSession final : public Watchdog::Session {
+   public:
+    explicit WatchdogSession(GlooCommunicator* comm) : comm_(comm) {}
+    absl::Status JobHealth() override {
+      return comm_->control_plane_->JobHealth();
+    }
+    void Abort(const absl::Status& cause) override { comm_->Fail(cause); }
+    bool aborted() const override { return comm_->aborted_.load(); }
+
+   private:
+    GlooCommunicator* const comm_;
+  };
+
   ControlPlane* const control_plane_;
   const DistributedSessionDescriptor descriptor_;
   const GlooSessionOptions options_;
@@ -140,6 +162,11 @@ class GlooCommunicator final
   Quarantine quarantine_;
   const std::shared_ptr<const MismatchDiagnosis> diagnosis_;
   std::vector<std::unique_ptr<GlooExecutor>> executors_;  // by lane
+  // Every submitted operation until it finished, with its deadline.
+  OperationLedger ledger_;
+  std::atomic<bool> aborted_{false};  // AbortAll ran
+  WatchdogSession watchdog_session_{this};
+  Watchdog watchdog_;
   std::atomic<bool> shut_down_{false};
 };
 
