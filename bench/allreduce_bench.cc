@@ -24,8 +24,9 @@
 //                   127.0.0.1, rendezvous keys on the same broker under
 //                   "gloo/<namespace>/bench_direct/"), in place on a
 //                   preallocated buffer, with the same options rankd's layer
-//                   uses (dataplane/gloo/internal/native_ops.cc: default ring
-//                   algorithm, rankd's own f32 sum kernel, one tag per
+//                   uses (dataplane/gloo/internal/native_ops.cc: bcube up
+//                   to 1 MiB and the ring above, as rankd's default
+//                   options choose, rankd's own f32 sum kernel, one tag per
 //                   operation, op_timeout) and nothing else: no executor
 //                   thread, no completion, no validation, no output copy;
 //   rankd_verify    DIAGNOSTIC: as rankd, on a second GlooSession
@@ -236,13 +237,19 @@ absl::StatusOr<std::unique_ptr<Direct>> ConnectDirect(
   return direct;
 }
 
-// One gloo::allreduce, as native_ops.cc's NativeAllReduce issues it.
+// One gloo::allreduce, as native_ops.cc's NativeAllReduce issues it with
+// default options: the same algorithm for the same size.
 void DirectAllReduce(Direct& d, float* data, size_t elements) {
   gloo::AllreduceOptions options(d.context);
   options.setOutput(data, elements);
   options.setReduceFunction(d.kernel.reduce);
   options.setTag(d.next_tag++);
   options.setTimeout(d.timeout);
+  options.setAlgorithm(
+      elements * sizeof(float) <=
+              rankd::dataplane::gloo::kDefaultAllReduceBcubeMaxBytes
+          ? gloo::AllreduceOptions::Algorithm::BCUBE
+          : gloo::AllreduceOptions::Algorithm::RING);
   gloo::allreduce(options);
 }
 

@@ -14,6 +14,8 @@
 namespace rankd::dataplane::gloo {
 
 inline constexpr uint32_t kMaxGlooExecutors = 8;
+// GlooSessionOptions::all_reduce_bcube_max_bytes by default.
+inline constexpr size_t kDefaultAllReduceBcubeMaxBytes = size_t{1} << 20;
 
 struct GlooSessionOptions {
   // Address the TCP transport listens on: an IP or hostname of this rank
@@ -55,6 +57,15 @@ struct GlooSessionOptions {
   // variable_all_to_all checks its count matrix this way whatever the
   // setting. Every rank must use the same setting.
   bool verify_agreement = false;
+  // all_reduce_sum payloads of at most this many bytes use Gloo's bcube
+  // algorithm (recursive halving/doubling: 2 log2(n) exchanges), larger
+  // ones its ring (2 (n - 1) exchanges of pipelined segments). With 4
+  // ranks on one node bcube took about 0.7x the ring's time from 1 KiB to
+  // 1 MiB and the ring won from 4 MiB (bench/RESULTS.md). 0: always the
+  // ring. The choice is part of each operation's Gloo tag, so members with
+  // different values never pair (they time out); every rank must use the
+  // same value.
+  size_t all_reduce_bcube_max_bytes = kDefaultAllReduceBcubeMaxBytes;
   // Executors (GlooBackend::executor(lane)): independent in-order queues,
   // each with its own thread and its own Gloo context per group, so
   // tensor-parallel and pipeline traffic on different executors overlap.

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "gloo/context.h"
+#include "gloo/transport/context.h"
 #include "gloo/transport/tcp/context.h"
 
 namespace rankd::dataplane::gloo::internal {
@@ -34,6 +35,14 @@ bool AbortGlooContext(::gloo::Context& context, const std::string& reason) {
   if (tcp == nullptr) return false;
   TcpContextAccess::SignalException(*tcp, reason);
   return true;
+}
+
+void SetTransportTimeout(::gloo::Context& context,
+                         std::chrono::milliseconds timeout) {
+  context.setTimeout(timeout);
+  std::shared_ptr<::gloo::transport::Context>& transport =
+      ContextAccess::Transport(context);
+  if (transport != nullptr) transport->setTimeout(timeout);
 }
 
 }  // namespace rankd::dataplane::gloo::internal

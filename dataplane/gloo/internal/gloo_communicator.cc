@@ -202,7 +202,9 @@ absl::StatusOr<std::shared_ptr<::gloo::Context>> GlooCommunicator::Connect(
     }
     return s;
   }
-  context->setTimeout(Millis(options_.op_timeout));
+  // Every operation's waits, including those that carry no timeout of
+  // their own (bcube's), are bounded by op_timeout from now on.
+  internal::SetTransportTimeout(*context, Millis(options_.op_timeout));
   return std::shared_ptr<::gloo::Context>(std::move(context));
 }
 

@@ -37,7 +37,7 @@ template <size_t N>
 void AllReduceElements(const std::shared_ptr<::gloo::Context>& context,
                        const void* in, void* out, size_t elements,
                        const SumKernel& kernel, uint32_t tag,
-                       Milliseconds timeout) {
+                       Milliseconds timeout, AllReduceAlgorithm algorithm) {
   ::gloo::AllreduceOptions options(context);
   if (in != nullptr && in != out) {
     options.setInput(static_cast<Element<N>*>(NonNull(in)), elements);
@@ -46,10 +46,18 @@ void AllReduceElements(const std::shared_ptr<::gloo::Context>& context,
   options.setReduceFunction(kernel.reduce);
   options.setTag(tag);
   options.setTimeout(timeout);
+  options.setAlgorithm(algorithm == AllReduceAlgorithm::kBcube
+                           ? ::gloo::AllreduceOptions::Algorithm::BCUBE
+                           : ::gloo::AllreduceOptions::Algorithm::RING);
   ::gloo::allreduce(options);
 }
 
 }  // namespace
+
+AllReduceAlgorithm AllReduceAlgorithmFor(size_t bytes, size_t bcube_max_bytes) {
+  return bytes <= bcube_max_bytes ? AllReduceAlgorithm::kBcube
+                                  : AllReduceAlgorithm::kRing;
+}
 
 absl::Status CatchNative(absl::string_view what,
                          const std::function<void()>& fn) {
@@ -77,20 +85,20 @@ absl::Status CatchNative(absl::string_view what,
 void NativeAllReduce(const std::shared_ptr<::gloo::Context>& context,
                      const void* in, void* out, size_t elements,
                      const SumKernel& kernel, uint32_t tag,
-                     Milliseconds timeout) {
+                     Milliseconds timeout, AllReduceAlgorithm algorithm) {
   switch (kernel.element_size) {
     case 1:
       return AllReduceElements<1>(context, in, out, elements, kernel, tag,
-                                  timeout);
+                                  timeout, algorithm);
     case 2:
       return AllReduceElements<2>(context, in, out, elements, kernel, tag,
-                                  timeout);
+                                  timeout, algorithm);
     case 4:
       return AllReduceElements<4>(context, in, out, elements, kernel, tag,
-                                  timeout);
+                                  timeout, algorithm);
     case 8:
       return AllReduceElements<8>(context, in, out, elements, kernel, tag,
-                                  timeout);
+                                  timeout, algorithm);
   }
   throw ::gloo::Exception(
       absl::StrCat("unsupported element size ", kernel.element_size));

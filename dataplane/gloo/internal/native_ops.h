@@ -38,7 +38,19 @@ using Milliseconds = std::chrono::milliseconds;
 absl::Status CatchNative(absl::string_view what,
                          const std::function<void()>& fn);
 
-// Sum of `elements` elements over the context into `out`. With `in` null
+// Gloo's allreduce algorithms. kBcube is recursive halving/doubling (Gloo
+// factors any member count): 2 log2(n) exchanges per operation. kRing is
+// 2 (n - 1) exchanges of pipelined segments. Below a size the number of
+// messages is what a reduction costs, so fewer, larger ones win; above it
+// the ring's pipelining keeps every link busy.
+enum class AllReduceAlgorithm { kRing, kBcube };
+
+// kBcube for payloads of at most `bcube_max_bytes` bytes, kRing above
+// (GlooSessionOptions::all_reduce_bcube_max_bytes).
+AllReduceAlgorithm AllReduceAlgorithmFor(size_t bytes, size_t bcube_max_bytes);
+
+// Sum of `elements` elements over the context into `out`, with `algorithm`
+// (every member must use the same). With `in` null
 // (or equal to `out`) the sum is in place; otherwise `in` is this member's
 // contribution and is left unchanged, and every byte of `out` is written
 // (Gloo copies `in` into `out` segment by segment inside its ring, just
@@ -46,7 +58,7 @@ absl::Status CatchNative(absl::string_view what,
 void NativeAllReduce(const std::shared_ptr<::gloo::Context>& context,
                      const void* in, void* out, size_t elements,
                      const SumKernel& kernel, uint32_t tag,
-                     Milliseconds timeout);
+                     Milliseconds timeout, AllReduceAlgorithm algorithm);
 
 // Every member contributes bytes_per_member[its rank] bytes from `in`;
 // `out` receives all contributions, member-major.
