@@ -25,8 +25,9 @@
 //                   "gloo/<namespace>/bench_direct/"), in place on a
 //                   preallocated buffer, with the same options rankd's layer
 //                   uses (dataplane/gloo/internal/native_ops.cc: bcube up
-//                   to 1 MiB and the ring above, as rankd's default
-//                   options choose, rankd's own f32 sum kernel, one tag per
+//                   to 1 MiB and the ring with 8 MiB segments above, as
+//                   rankd's default options choose, rankd's own f32 sum
+//                   kernel, one tag per
 //                   operation, op_timeout) and nothing else: no executor
 //                   thread, no completion, no validation, no output copy;
 //   rankd_verify    DIAGNOSTIC: as rankd, on a second GlooSession
@@ -250,6 +251,8 @@ void DirectAllReduce(Direct& d, float* data, size_t elements) {
               rankd::dataplane::gloo::kDefaultAllReduceBcubeMaxBytes
           ? gloo::AllreduceOptions::Algorithm::BCUBE
           : gloo::AllreduceOptions::Algorithm::RING);
+  options.setMaxSegmentSize(
+      rankd::dataplane::gloo::kDefaultAllReduceRingSegmentBytes);
   gloo::allreduce(options);
 }
 

@@ -82,19 +82,19 @@ void Watchdog::Loop() {
   while (true) {
     absl::Status cause;
     {
-      absl::MutexLock lock(&signal_->mu);
-      Signal* signal = signal_.get();
-      signal->mu.AwaitWithTimeout(
+      Signal& signal = *signal_;
+      absl::MutexLock lock(&signal.mu);
+      signal.mu.AwaitWithTimeout(
           absl::Condition(
               +[](Signal* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
                 return s->stop || (!s->cause.ok() && !s->handled);
               },
-              signal),
+              &signal),
           options_.interval);
-      if (signal->stop) return;
-      if (!signal->cause.ok() && !signal->handled) {
-        signal->handled = true;
-        cause = signal->cause;
+      if (signal.stop) return;
+      if (!signal.cause.ok() && !signal.handled) {
+        signal.handled = true;
+        cause = signal.cause;
       }
     }
     if (!session_->aborted()) {

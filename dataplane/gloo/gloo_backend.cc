@@ -27,9 +27,6 @@ namespace {
 using internal::CatchNative;
 using internal::Milliseconds;
 
-// Mixed into the fingerprint of an all_reduce_sum that runs bcube rather
-// than the ring (GlooSessionOptions::all_reduce_bcube_max_bytes).
-constexpr uint64_t kBcubeSalt = 0x6263756265000000ull;  // "bcube"
 using internal::OperationTag;
 
 constexpr char kBackend[] = "gloo";
@@ -356,20 +353,18 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(const char* kind,
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   const std::string op = OperationName(kind, *g);
   const std::string canonical = DescribeOnValue(kind, value.descriptor());
-  const internal::AllReduceAlgorithm algorithm =
-      internal::AllReduceAlgorithmFor(value.byte_size(),
-                                      options().all_reduce_bcube_max_bytes);
-  // Members that chose different algorithms must never pair.
-  const uint64_t fingerprint =
-      OperationFingerprint(canonical) ^
-      (algorithm == internal::AllReduceAlgorithm::kBcube ? kBcubeSalt : 0);
+  const internal::AllReducePlan plan = internal::AllReducePlanFor(
+      value.byte_size(), options().all_reduce_bcube_max_bytes,
+      options().all_reduce_ring_segment_bytes);
+  // Members that chose different plans must never pair.
+  const uint64_t fingerprint = OperationFingerprint(canonical) ^ plan.salt();
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
   const bool in_place = output.SharesBufferWith(value);
   auto completion = executor.Submit(
       kind, op, {value.resource(), output.resource(), g},
       [g, value, output, in_place, kernel = *kernel, op, canonical, fingerprint,
-       algorithm, verify, timeout, diagnosis = comm_->diagnosis()] {
+       plan, verify, timeout, diagnosis = comm_->diagnosis()] {
         if (g->context() == nullptr) {  // one member: the sum is the value
           if (!in_place) {
             std::memcpy(output.data(), value.data(), value.byte_size());
@@ -387,7 +382,7 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(const char* kind,
         return RunNative(*diagnosis, OnGroup(*g), sequence, op, canonical, [&] {
           internal::NativeAllReduce(
               g->context(), in_place ? nullptr : value.data(), output.data(),
-              elements, kernel, tag, timeout, algorithm);
+              elements, kernel, tag, timeout, plan);
         });
       });
   if (!completion.ok()) return completion.status();
@@ -711,7 +706,7 @@ GlooAgreementSubmission GlooBackend::AgreeSuccess(bool success,
               *diagnosis, OnGroup(*g), sequence, op, "agree_success", [&] {
                 internal::NativeAllReduce(g->context(), nullptr, &false_votes,
                                           1, kernel, tag, timeout,
-                                          internal::AllReduceAlgorithm::kRing);
+                                          internal::AllReducePlan{});
               });
           if (!r.status.ok()) return r;
         }

@@ -14,8 +14,10 @@
 namespace rankd::dataplane::gloo {
 
 inline constexpr uint32_t kMaxGlooExecutors = 8;
-// GlooSessionOptions::all_reduce_bcube_max_bytes by default.
+// GlooSessionOptions::all_reduce_bcube_max_bytes and
+// all_reduce_ring_segment_bytes by default.
 inline constexpr size_t kDefaultAllReduceBcubeMaxBytes = size_t{1} << 20;
+inline constexpr size_t kDefaultAllReduceRingSegmentBytes = size_t{8} << 20;
 
 struct GlooSessionOptions {
   // Address the TCP transport listens on: an IP or hostname of this rank
@@ -62,10 +64,16 @@ struct GlooSessionOptions {
   // ones its ring (2 (n - 1) exchanges of pipelined segments). With 4
   // ranks on one node bcube took about 0.7x the ring's time from 1 KiB to
   // 1 MiB and the ring won from 4 MiB (bench/RESULTS.md). 0: always the
-  // ring. The choice is part of each operation's Gloo tag, so members with
-  // different values never pair (they time out); every rank must use the
-  // same value.
+  // ring.
   size_t all_reduce_bcube_max_bytes = kDefaultAllReduceBcubeMaxBytes;
+  // The ring's largest segment. Gloo's own default is 1 MiB; with 4 ranks
+  // on one node 8 MiB took about 0.9x its time at 16 and 64 MiB
+  // (bench/RESULTS.md): fewer, larger socket writes and wake-ups. Gloo
+  // keeps at least two segments per member in any case. At least 1.
+  // Both choices are part of each operation's Gloo tag, so members whose
+  // values differ never pair (they time out): every rank must use the same
+  // values.
+  size_t all_reduce_ring_segment_bytes = kDefaultAllReduceRingSegmentBytes;
   // Executors (GlooBackend::executor(lane)): independent in-order queues,
   // each with its own thread and its own Gloo context per group, so
   // tensor-parallel and pipeline traffic on different executors overlap.

@@ -323,6 +323,10 @@ TEST(GlooSessionCreateTest, RejectsBadOptions) {
   options.op_timeout = absl::ZeroDuration();
   EXPECT_EQ(GlooSession::Open(d, cp.get(), options).status().code(),
             absl::StatusCode::kInvalidArgument);
+  options = GlooSessionOptions();
+  options.all_reduce_ring_segment_bytes = 0;
+  EXPECT_EQ(GlooSession::Open(d, cp.get(), options).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(GlooSession::Open(d, nullptr, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
@@ -898,6 +902,48 @@ TEST(RendezvousKeysTest, KeysArePrefixedByNamespaceInstanceAndGroup) {
   EXPECT_TRUE(world);
   EXPECT_TRUE(tensor);
   EXPECT_EQ(RankdStore::Prefix("j@7", 0, "5"), "gloo/j@7/5/");
+}
+
+// all_reduce_sum's plans (GlooSessionOptions::all_reduce_bcube_max_bytes,
+// all_reduce_ring_segment_bytes): bcube, the ring with Gloo's segments and
+// the ring with many small segments, on 3 members (bcube then falls back to
+// a direct reduce-scatter), in place and out of place, give exact sums.
+TEST(AllReducePlanTest, EveryPlanGivesExactSums) {
+  struct Plan {
+    const char* name;
+    size_t bcube_max_bytes;
+    size_t ring_segment_bytes;
+  };
+  for (const Plan& plan :
+       {Plan{"bcube", size_t{1} << 20, size_t{8} << 20},
+        Plan{"ring", 0, size_t{1} << 20}, Plan{"ring, 64 B segments", 0, 64}}) {
+    SCOPED_TRACE(plan.name);
+    GlooSessionOptions options = GlooTestCluster::DefaultOptions();
+    options.all_reduce_bcube_max_bytes = plan.bcube_max_bytes;
+    options.all_reduce_ring_segment_bytes = plan.ring_segment_bytes;
+    GlooTestCluster cluster({1, 1, 1, 3}, 3, options);
+    ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+    constexpr size_t kElements = 1001;  // not a multiple of anything
+    cluster.Run([&](uint32_t r) {
+      std::vector<int32_t> mine(kElements), want(kElements);
+      for (size_t i = 0; i < kElements; ++i) {
+        mine[i] = static_cast<int32_t>(r * 100000 + i);
+        want[i] = static_cast<int32_t>(300000 + 3 * i);  // 0 + 1 + 2 ranks
+      }
+      HostTensor input = *HostTensor::FromVector<int32_t>({kElements}, mine);
+      auto copy =
+          cluster.session(r).AllReduceSum(CollectiveScope::World(), input);
+      ASSERT_TRUE(copy.ok()) << copy.status();
+      ASSERT_TRUE(copy->completion->Wait().ok());
+      EXPECT_EQ(ValuesOf<int32_t>(copy->output), want);
+      EXPECT_EQ(ValuesOf<int32_t>(input), mine);  // out of place
+      auto in_place = cluster.session(r).AllReduceSum(
+          CollectiveScope::World(), HostTensor::Donate(std::move(input)));
+      ASSERT_TRUE(in_place.ok()) << in_place.status();
+      ASSERT_TRUE(in_place->completion->Wait().ok());
+      EXPECT_EQ(ValuesOf<int32_t>(in_place->output), want);
+    });
+  }
 }
 
 }  // namespace

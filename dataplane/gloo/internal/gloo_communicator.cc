@@ -78,10 +78,12 @@ absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
   if (options.connect_timeout <= absl::ZeroDuration() ||
       options.op_timeout <= absl::ZeroDuration() ||
       options.words_timeout <= absl::ZeroDuration() ||
-      options.watchdog_interval <= absl::ZeroDuration()) {
+      options.watchdog_interval <= absl::ZeroDuration() ||
+      options.all_reduce_ring_segment_bytes == 0) {
     return absl::InvalidArgumentError(
-        "gloo backend: connect_timeout, op_timeout, words_timeout and "
-        "watchdog_interval must be positive");
+        "gloo backend: connect_timeout, op_timeout, words_timeout, "
+        "watchdog_interval and all_reduce_ring_segment_bytes must be "
+        "positive");
   }
   if (options.executors < 1 || options.executors > kMaxGlooExecutors) {
     return absl::InvalidArgumentError(

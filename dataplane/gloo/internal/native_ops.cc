@@ -37,7 +37,7 @@ template <size_t N>
 void AllReduceElements(const std::shared_ptr<::gloo::Context>& context,
                        const void* in, void* out, size_t elements,
                        const SumKernel& kernel, uint32_t tag,
-                       Milliseconds timeout, AllReduceAlgorithm algorithm) {
+                       Milliseconds timeout, const AllReducePlan& plan) {
   ::gloo::AllreduceOptions options(context);
   if (in != nullptr && in != out) {
     options.setInput(static_cast<Element<N>*>(NonNull(in)), elements);
@@ -46,17 +46,31 @@ void AllReduceElements(const std::shared_ptr<::gloo::Context>& context,
   options.setReduceFunction(kernel.reduce);
   options.setTag(tag);
   options.setTimeout(timeout);
-  options.setAlgorithm(algorithm == AllReduceAlgorithm::kBcube
+  options.setAlgorithm(plan.algorithm == AllReduceAlgorithm::kBcube
                            ? ::gloo::AllreduceOptions::Algorithm::BCUBE
                            : ::gloo::AllreduceOptions::Algorithm::RING);
+  options.setMaxSegmentSize(std::max<size_t>(1, plan.ring_segment_bytes));
   ::gloo::allreduce(options);
 }
 
 }  // namespace
 
-AllReduceAlgorithm AllReduceAlgorithmFor(size_t bytes, size_t bcube_max_bytes) {
-  return bytes <= bcube_max_bytes ? AllReduceAlgorithm::kBcube
-                                  : AllReduceAlgorithm::kRing;
+uint64_t AllReducePlan::salt() const {
+  // Zero for Gloo's own defaults (the ring, 1 MiB segments).
+  const uint64_t algorithm_bits = algorithm == AllReduceAlgorithm::kBcube
+                                      ? 0x6263756265000000ull  // "bcube"
+                                      : 0;
+  return algorithm_bits ^
+         ((ring_segment_bytes ^ (size_t{1} << 20)) * 0x9E3779B97F4A7C15ull);
+}
+
+AllReducePlan AllReducePlanFor(size_t bytes, size_t bcube_max_bytes,
+                               size_t ring_segment_bytes) {
+  AllReducePlan plan;
+  plan.algorithm = bytes <= bcube_max_bytes ? AllReduceAlgorithm::kBcube
+                                            : AllReduceAlgorithm::kRing;
+  plan.ring_segment_bytes = ring_segment_bytes;
+  return plan;
 }
 
 absl::Status CatchNative(absl::string_view what,
@@ -85,20 +99,20 @@ absl::Status CatchNative(absl::string_view what,
 void NativeAllReduce(const std::shared_ptr<::gloo::Context>& context,
                      const void* in, void* out, size_t elements,
                      const SumKernel& kernel, uint32_t tag,
-                     Milliseconds timeout, AllReduceAlgorithm algorithm) {
+                     Milliseconds timeout, const AllReducePlan& plan) {
   switch (kernel.element_size) {
     case 1:
       return AllReduceElements<1>(context, in, out, elements, kernel, tag,
-                                  timeout, algorithm);
+                                  timeout, plan);
     case 2:
       return AllReduceElements<2>(context, in, out, elements, kernel, tag,
-                                  timeout, algorithm);
+                                  timeout, plan);
     case 4:
       return AllReduceElements<4>(context, in, out, elements, kernel, tag,
-                                  timeout, algorithm);
+                                  timeout, plan);
     case 8:
       return AllReduceElements<8>(context, in, out, elements, kernel, tag,
-                                  timeout, algorithm);
+                                  timeout, plan);
   }
   throw ::gloo::Exception(
       absl::StrCat("unsupported element size ", kernel.element_size));

@@ -45,11 +45,26 @@ absl::Status CatchNative(absl::string_view what,
 // the ring's pipelining keeps every link busy.
 enum class AllReduceAlgorithm { kRing, kBcube };
 
-// kBcube for payloads of at most `bcube_max_bytes` bytes, kRing above
-// (GlooSessionOptions::all_reduce_bcube_max_bytes).
-AllReduceAlgorithm AllReduceAlgorithmFor(size_t bytes, size_t bcube_max_bytes);
+// How one all_reduce_sum runs. Every member must run the same plan (each
+// computes the ring's segments from it): salt() goes into the operation's
+// Gloo tag, so members whose plans differ never pair.
+struct AllReducePlan {
+  AllReduceAlgorithm algorithm = AllReduceAlgorithm::kRing;
+  // The ring's largest segment (two are in flight per member); Gloo uses at
+  // least two segments per member whatever this says.
+  size_t ring_segment_bytes = size_t{1} << 20;
 
-// Sum of `elements` elements over the context into `out`, with `algorithm`
+  uint64_t salt() const;
+};
+
+// The plan for `bytes` of payload: kBcube up to `bcube_max_bytes`, else the
+// ring with segments of at most `ring_segment_bytes`
+// (GlooSessionOptions::all_reduce_bcube_max_bytes and
+// all_reduce_ring_segment_bytes).
+AllReducePlan AllReducePlanFor(size_t bytes, size_t bcube_max_bytes,
+                               size_t ring_segment_bytes);
+
+// Sum of `elements` elements over the context into `out`, as `plan` says
 // (every member must use the same). With `in` null
 // (or equal to `out`) the sum is in place; otherwise `in` is this member's
 // contribution and is left unchanged, and every byte of `out` is written
@@ -58,7 +73,7 @@ AllReduceAlgorithm AllReduceAlgorithmFor(size_t bytes, size_t bcube_max_bytes);
 void NativeAllReduce(const std::shared_ptr<::gloo::Context>& context,
                      const void* in, void* out, size_t elements,
                      const SumKernel& kernel, uint32_t tag,
-                     Milliseconds timeout, AllReduceAlgorithm algorithm);
+                     Milliseconds timeout, const AllReducePlan& plan);
 
 // Every member contributes bytes_per_member[its rank] bytes from `in`;
 // `out` receives all contributions, member-major.
