@@ -37,6 +37,12 @@ struct GlooSessionOptions {
   // every context once an operation is op_timeout +
   // failure_attribution_grace + 1 s past its submission.
   absl::Duration op_timeout = absl::Seconds(60);
+  // How long an executor's thread polls for the next operation before it
+  // sleeps, and a waiter (Wait, WaitFor, WaitBounded) for an operation's
+  // end. A thread woken on an idle core waits tens of microseconds for it;
+  // a decode loop submits its next operation within the spin. Each poll
+  // yields the core (dataplane/spin_wait.h). Zero: sleep at once.
+  absl::Duration spin_before_sleep = absl::Microseconds(100);
   // Watchdog period: how often the session looks at the job's health
   // (besides the control plane's failure notice) and at deadlines.
   absl::Duration watchdog_interval = absl::Milliseconds(50);
