@@ -14,9 +14,11 @@
 // operation added afterwards is failed with it at once, so work the native
 // layer accepts after an abort started never reports success.
 //
-// Both backends keep one per session, held to op_timeout by the session's
-// watchdog (dataplane/watchdog.h): NCCL's from the moment it records the
-// sequence number; Gloo's as the backstop behind Gloo's own timeouts.
+// Both backends keep one per session, each operation due op_timeout after
+// its submission and held to it by the session's watchdog
+// (dataplane/watchdog.h): on NCCL at the deadline itself, with the
+// diagnosis once the sequence number is recorded; on Gloo as the backstop
+// behind Gloo's own timeouts.
 //
 // Thread-safe. Depends on dataplane/operation.h, mismatch_diagnosis.h and
 // absl.

@@ -27,8 +27,9 @@
 // diagnosis) and returns once the tick under way made its last one, so the
 // control plane may go away while the session lives on.
 //
-// Thread-safe. Depends on dataplane/control_plane.h,
-// mismatch_diagnosis.h, operation_ledger.h and absl.
+// Start and Stop are called by the session's owner, from one thread; the
+// rest is thread-safe. Depends on dataplane/mismatch_diagnosis.h,
+// operation_ledger.h and absl.
 #ifndef RANKD_DATAPLANE_WATCHDOG_H_
 #define RANKD_DATAPLANE_WATCHDOG_H_
 

@@ -256,6 +256,8 @@ TEST_F(WatchdogTest, AfterDetachTheControlPlaneIsNeverCalled) {
   late->Finish(absl::OkStatus());
 }
 
+// A crash test (meaningful under AddressSanitizer, as the suite runs): the
+// callback must not reach the destroyed watchdog.
 TEST_F(WatchdogTest, ACallbackThatOutlivesTheWatchdogDoesNothing) {
   std::function<void(const absl::Status&)> callback;
   {

@@ -352,7 +352,17 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(const char* kind,
   if (!kernel.ok()) return kernel.status();
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   const std::string op = OperationName(kind, *g);
-  const std::string canonical = DescribeOnValue(kind, value.descriptor());
+  std::string canonical = DescribeOnValue(kind, value.descriptor());
+  if (options().all_reduce_bcube_max_bytes != kDefaultAllReduceBcubeMaxBytes ||
+      options().all_reduce_ring_segment_bytes !=
+          kDefaultAllReduceRingSegmentBytes) {
+    // So that verify_agreement and the diagnosis tell members whose plan
+    // options differ apart (the salt below only keeps them from pairing).
+    absl::StrAppend(&canonical, " (all_reduce_bcube_max_bytes ",
+                    options().all_reduce_bcube_max_bytes,
+                    ", all_reduce_ring_segment_bytes ",
+                    options().all_reduce_ring_segment_bytes, ")");
+  }
   const internal::AllReducePlan plan = internal::AllReducePlanFor(
       value.byte_size(), options().all_reduce_bcube_max_bytes,
       options().all_reduce_ring_segment_bytes);

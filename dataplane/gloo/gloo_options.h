@@ -34,8 +34,10 @@ struct GlooSessionOptions {
   // what) and the session is poisoned. The session's watchdog
   // (dataplane/watchdog.h) is the backstop for what Gloo's timeouts cannot
   // reach (time spent queued, operations of several Gloo calls): it aborts
-  // every context once an operation is op_timeout +
-  // failure_attribution_grace + 1 s past its submission.
+  // every context once an operation is op_timeout + 2 x
+  // failure_attribution_grace + 1 s past its submission (room for Gloo's
+  // own failure path and its diagnosis first); its error names the late
+  // operation only.
   absl::Duration op_timeout = absl::Seconds(60);
   // How long an executor's thread polls for the next operation before it
   // sleeps, and a waiter (Wait, WaitFor, WaitBounded) for an operation's
@@ -66,8 +68,9 @@ struct GlooSessionOptions {
   // setting. Every rank must use the same setting.
   bool verify_agreement = false;
   // all_reduce_sum payloads of at most this many bytes use Gloo's bcube
-  // algorithm (recursive halving/doubling: 2 log2(n) exchanges), larger
-  // ones its ring (2 (n - 1) exchanges of pipelined segments). With 4
+  // algorithm (recursive halving/doubling: 2 log2(n) exchanges for a power
+  // of two), larger ones its ring (2 (n - 1) exchanges of pipelined
+  // segments). With 4
   // ranks on one node bcube took about 0.7x the ring's time from 1 KiB to
   // 1 MiB and the ring won from 4 MiB (bench/RESULTS.md). 0: always the
   // ring.

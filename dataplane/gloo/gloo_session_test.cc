@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "dataplane/element_types.h"
 #include "dataplane/gloo/internal/rankd_store.h"
@@ -906,43 +907,49 @@ TEST(RendezvousKeysTest, KeysArePrefixedByNamespaceInstanceAndGroup) {
 
 // all_reduce_sum's plans (GlooSessionOptions::all_reduce_bcube_max_bytes,
 // all_reduce_ring_segment_bytes): bcube, the ring with Gloo's segments and
-// the ring with many small segments, on 3 members (bcube then falls back to
-// a direct reduce-scatter), in place and out of place, give exact sums.
+// the ring with many small segments, on 2, 3, 4 and 6 members (bcube in
+// one or several pairwise steps, or a direct step for what remains), with
+// fewer elements than members and with many, in place and out of place,
+// give exact sums.
 TEST(AllReducePlanTest, EveryPlanGivesExactSums) {
   struct Plan {
     const char* name;
     size_t bcube_max_bytes;
     size_t ring_segment_bytes;
   };
-  for (const Plan& plan :
-       {Plan{"bcube", size_t{1} << 20, size_t{8} << 20},
-        Plan{"ring", 0, size_t{1} << 20}, Plan{"ring, 64 B segments", 0, 64}}) {
-    SCOPED_TRACE(plan.name);
-    GlooSessionOptions options = GlooTestCluster::DefaultOptions();
-    options.all_reduce_bcube_max_bytes = plan.bcube_max_bytes;
-    options.all_reduce_ring_segment_bytes = plan.ring_segment_bytes;
-    GlooTestCluster cluster({1, 1, 1, 3}, 3, options);
-    ASSERT_TRUE(cluster.status().ok()) << cluster.status();
-    constexpr size_t kElements = 1001;  // not a multiple of anything
-    cluster.Run([&](uint32_t r) {
-      std::vector<int32_t> mine(kElements), want(kElements);
-      for (size_t i = 0; i < kElements; ++i) {
-        mine[i] = static_cast<int32_t>(r * 100000 + i);
-        want[i] = static_cast<int32_t>(300000 + 3 * i);  // 0 + 1 + 2 ranks
+  for (uint32_t members : {2u, 3u, 4u, 6u}) {
+    for (const Plan& plan : {Plan{"bcube", size_t{1} << 20, size_t{8} << 20},
+                             Plan{"ring", 0, size_t{1} << 20},
+                             Plan{"ring, 64 B segments", 0, 64}}) {
+      SCOPED_TRACE(absl::StrCat(members, " members, ", plan.name));
+      GlooSessionOptions options = GlooTestCluster::DefaultOptions();
+      options.all_reduce_bcube_max_bytes = plan.bcube_max_bytes;
+      options.all_reduce_ring_segment_bytes = plan.ring_segment_bytes;
+      GlooTestCluster cluster({1, 1, 1, members}, members, options);
+      ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+      for (size_t elements : {size_t{1}, size_t{1001}}) {
+        cluster.Run([&](uint32_t r) {
+          std::vector<int32_t> mine(elements), want(elements);
+          for (size_t i = 0; i < elements; ++i) {
+            mine[i] = static_cast<int32_t>(r * 100000 + i);
+            want[i] = static_cast<int32_t>(
+                100000 * members * (members - 1) / 2 + members * i);
+          }
+          HostTensor input = *HostTensor::FromVector<int32_t>({elements}, mine);
+          auto copy =
+              cluster.session(r).AllReduceSum(CollectiveScope::World(), input);
+          ASSERT_TRUE(copy.ok()) << copy.status();
+          ASSERT_TRUE(copy->completion->Wait().ok());
+          EXPECT_EQ(ValuesOf<int32_t>(copy->output), want);
+          EXPECT_EQ(ValuesOf<int32_t>(input), mine);  // out of place
+          auto in_place = cluster.session(r).AllReduceSum(
+              CollectiveScope::World(), HostTensor::Donate(std::move(input)));
+          ASSERT_TRUE(in_place.ok()) << in_place.status();
+          ASSERT_TRUE(in_place->completion->Wait().ok());
+          EXPECT_EQ(ValuesOf<int32_t>(in_place->output), want);
+        });
       }
-      HostTensor input = *HostTensor::FromVector<int32_t>({kElements}, mine);
-      auto copy =
-          cluster.session(r).AllReduceSum(CollectiveScope::World(), input);
-      ASSERT_TRUE(copy.ok()) << copy.status();
-      ASSERT_TRUE(copy->completion->Wait().ok());
-      EXPECT_EQ(ValuesOf<int32_t>(copy->output), want);
-      EXPECT_EQ(ValuesOf<int32_t>(input), mine);  // out of place
-      auto in_place = cluster.session(r).AllReduceSum(
-          CollectiveScope::World(), HostTensor::Donate(std::move(input)));
-      ASSERT_TRUE(in_place.ok()) << in_place.status();
-      ASSERT_TRUE(in_place->completion->Wait().ok());
-      EXPECT_EQ(ValuesOf<int32_t>(in_place->output), want);
-    });
+    }
   }
 }
 

@@ -255,9 +255,10 @@ void SessionCore::Detach() {
     if (health.ok()) health = control_plane_->JobHealth();
     if (!health.ok()) CancelNative(health);
   }
-  detached_.store(true);
-  // The watchdog may be inside JobHealth(); wait for its current tick.
+  // The watchdog first (it may be inside JobHealth(); this waits for its
+  // current tick), so that it never sees the core detached.
   watchdog_.Detach();
+  detached_.store(true);
 }
 
 absl::Status SessionCore::CheckUsable() {

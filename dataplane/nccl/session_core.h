@@ -278,7 +278,12 @@ class SessionCore final : public NcclOpOwner,
   class WatchdogSession final : public Watchdog::Session {
    public:
     explicit WatchdogSession(SessionCore* core) : core_(core) {}
-    absl::Status JobHealth() override { return core_->JobHealth(); }
+    // The control plane's own answer: the core's JobHealth() fails once
+    // Detach() began, which is not a job failure (the watchdog stops
+    // asking once Detach() returns).
+    absl::Status JobHealth() override {
+      return core_->control_plane_->JobHealth();
+    }
     absl::Status NativeHealth() override;
     void Abort(const absl::Status& cause) override {
       DeviceGuard guard(core_->device());

@@ -41,8 +41,9 @@ class ExecutionHost : public OperationOwner {
                                        const absl::Status& error,
                                        bool explained) = 0;
 
-  // Called once `op` is queued: the session's watchdog holds it to its
-  // deadline (dataplane/watchdog.h).
+  // Called as `op` is queued, under the executor's lock: the session's
+  // watchdog holds it to its deadline (dataplane/watchdog.h). Must not
+  // block or call back into the executor.
   virtual void Track(const std::shared_ptr<Operation>& op) = 0;
 
   // Called after work finished, so a quarantine can release it promptly.

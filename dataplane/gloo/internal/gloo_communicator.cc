@@ -58,9 +58,10 @@ GlooCommunicator::GlooCommunicator(ControlPlane* control_plane,
       watchdog_(
           Watchdog::Options{
               "gloo", options_.watchdog_interval, options_.op_timeout,
-              "every Gloo context of the session was "
-              "aborted",
-              options_.failure_attribution_grace + absl::Seconds(1)},
+              "every Gloo context of the session was aborted",
+              // Gloo's own failure path may wait twice the grace: for the
+              // peers' reports, then for the control plane's notice.
+              2 * options_.failure_attribution_grace + absl::Seconds(1)},
           &ledger_, diagnosis_.get(), &watchdog_session_) {
   for (uint32_t lane = 0; lane < options_.executors; ++lane) {
     executors_.push_back(

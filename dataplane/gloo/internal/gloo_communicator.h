@@ -19,9 +19,9 @@
 //     refused.
 //   - The session's watchdog (dataplane/watchdog.h, the same as NCCL's)
 //     does the same every watchdog_interval when JobHealth() reports a
-//     failure no notice announced, and when an operation is past its
-//     deadline (op_timeout from submission) and Gloo's own timeout did not
-//     end it.
+//     failure no notice announced, and when an operation is
+//     op_timeout + 2 x failure_attribution_grace + 1 s past its submission
+//     and Gloo's own timeout (with its diagnosis) did not end it.
 //   - WaitBounded deadlines: QuarantineUntilComplete poisons and moves the
 //     work's resources to the quarantine; NativeCancel poisons, aborts every
 //     context (every lane: work on the other executors fails too) and

@@ -38,9 +38,13 @@ using Milliseconds = std::chrono::milliseconds;
 absl::Status CatchNative(absl::string_view what,
                          const std::function<void()>& fn);
 
-// Gloo's allreduce algorithms. kBcube is recursive halving/doubling (Gloo
-// factors any member count): 2 log2(n) exchanges per operation. kRing is
-// 2 (n - 1) exchanges of pipelined segments. Below a size the number of
+// Gloo's allreduce algorithms. kBcube is recursive halving/doubling: Gloo
+// takes out every factor 2 of the member count as one pairwise step each
+// and exchanges directly within what remains, so a power of two needs
+// 2 log2(n) exchanges per member (a prime, 2 (n - 1) messages in two
+// steps). kRing is 2 (n - 1) exchanges of pipelined segments. Under kBcube
+// Gloo ignores the call's timeout: its waits use the context's transport
+// timeout (gloo_abort.h SetTransportTimeout). Below a size the number of
 // messages is what a reduction costs, so fewer, larger ones win; above it
 // the ring's pipelining keeps every link busy.
 enum class AllReduceAlgorithm { kRing, kBcube };
