@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "dataplane/gloo/gloo_session.h"
 #include "dataplane/gloo/testing/gloo_test_cluster.h"
@@ -164,6 +165,46 @@ TEST_F(FaultTest, AJobFailureWithoutANoticeIsFoundByTheWatchdog) {
     EXPECT_TRUE(absl::StrContains(s.message(), "rank 2 lost")) << s;
   }
   EXPECT_LT(absl::Now() - failed, absl::Seconds(3));
+}
+
+// The watchdog's backstop: work that Gloo's own timeouts cannot end (here
+// a task that ignores them) is held to op_timeout + 2 x
+// failure_attribution_grace + 1 s from its submission: the session is
+// poisoned with DeadlineExceeded naming it, and later work is refused.
+TEST(WatchdogBackstopTest, WorkGlooCannotEndIsAbortedPastItsDeadline) {
+  GlooSessionOptions options = GlooTestCluster::DefaultOptions();
+  options.op_timeout = absl::Milliseconds(200);
+  options.failure_attribution_grace = absl::Milliseconds(100);
+  GlooTestCluster cluster({1, 1, 1, 1}, 1, options);
+  ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+  GlooBackend& b = cluster.session(0).backend();
+  absl::Notification release;
+  const absl::Time submitted = absl::Now();
+  auto stuck =
+      b.executor().Submit("stuck_task", "stuck_task on world", {}, [&release] {
+        release.WaitForNotificationWithTimeout(absl::Seconds(30));
+        return TaskResult::Ok();
+      });
+  ASSERT_TRUE(stuck.ok()) << stuck.status();
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (!b.poisoned() && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  const absl::Duration took = absl::Now() - submitted;
+  release.Notify();
+  ASSERT_TRUE(b.poisoned());
+  // 0.2 + 2 x 0.1 + 1 s, plus at most a watchdog tick or two.
+  EXPECT_GE(took, absl::Milliseconds(1400));
+  EXPECT_LT(took, absl::Seconds(4));
+  EXPECT_EQ(b.poison_cause().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(absl::StrContains(b.poison_cause().message(),
+                                "stuck_task on world did not complete within "
+                                "200ms (op_timeout)"))
+      << b.poison_cause();
+  auto later =
+      cluster.session(0).AllReduceSum(CollectiveScope::World(), Ones(1));
+  EXPECT_EQ(later.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE((*stuck)->WaitFor(absl::Seconds(5)));
 }
 
 TEST_F(FaultTest, TransportFailureIsAttributedToTheLostRank) {

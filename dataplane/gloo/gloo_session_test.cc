@@ -953,5 +953,54 @@ TEST(AllReducePlanTest, EveryPlanGivesExactSums) {
   }
 }
 
+// Members whose all_reduce plan options differ never pair (each computes
+// the ring's segments, or the algorithm, from its own options), and are
+// told apart: refused at once with verify_agreement, named by the
+// diagnosis at op_timeout without it.
+TEST(AllReducePlanTest, MembersWhosePlanOptionsDifferAreToldApart) {
+  for (bool verify : {true, false}) {
+    SCOPED_TRACE(verify ? "verify_agreement" : "fingerprint tags only");
+    GlooSessionOptions options = GlooTestCluster::DefaultOptions();
+    options.verify_agreement = verify;
+    options.op_timeout = absl::Seconds(1);
+    options.failure_attribution_grace = absl::Milliseconds(500);
+    GlooSessionOptions ring_only = options;
+    ring_only.all_reduce_bcube_max_bytes = 0;
+    GlooTestCluster cluster({1, 1, 1, 2}, {options, ring_only});
+    ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+    cluster.Run([&](uint32_t r) {
+      auto sum = cluster.session(r).AllReduceSum(
+          CollectiveScope::World(),
+          *HostTensor::FromVector<float>({4}, {1, 2, 3, 4}));
+      ASSERT_TRUE(sum.ok()) << sum.status();
+      absl::Status status = sum->completion->Wait();
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+      const std::string mine =
+          r == 0 ? "all_reduce_sum f32[4]`"
+                 : "all_reduce_sum f32[4] (all_reduce_bcube_max_bytes 0, "
+                   "all_reduce_ring_segment_bytes 8388608)`";
+      EXPECT_TRUE(absl::StrContains(status.message(), mine)) << status;
+      if (verify) {
+        // The check compares fingerprints: each member knows its own text.
+        EXPECT_TRUE(absl::StrContains(
+            status.message(),
+            absl::StrCat("ranks ", 1 - r, " submitted something else")))
+            << status;
+      } else {
+        // The diagnosis reads the other member's report: both texts.
+        EXPECT_TRUE(absl::StrContains(
+            status.message(), "rank 0 submitted `all_reduce_sum f32[4]`"))
+            << status;
+        EXPECT_TRUE(absl::StrContains(
+            status.message(),
+            "rank 1 submitted `all_reduce_sum f32[4] "
+            "(all_reduce_bcube_max_bytes 0, all_reduce_ring_segment_bytes "
+            "8388608)`"))
+            << status;
+      }
+    });
+  }
+}
+
 }  // namespace
 }  // namespace rankd::dataplane::gloo

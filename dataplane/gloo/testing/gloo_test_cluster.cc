@@ -15,7 +15,14 @@ GlooSessionOptions GlooTestCluster::DefaultOptions() {
 
 GlooTestCluster::GlooTestCluster(ParallelTopology topology, uint32_t world_size,
                                  GlooSessionOptions options)
-    : world_size_(world_size), job_(InProcessJob::Create(world_size)) {
+    : GlooTestCluster(topology,
+                      std::vector<GlooSessionOptions>(world_size, options)) {}
+
+GlooTestCluster::GlooTestCluster(ParallelTopology topology,
+                                 std::vector<GlooSessionOptions> per_rank)
+    : world_size_(static_cast<uint32_t>(per_rank.size())),
+      job_(InProcessJob::Create(world_size_)) {
+  const uint32_t world_size = world_size_;
   for (uint32_t r = 0; r < world_size; ++r) {
     control_planes_.push_back(job_->ForRank(r));
   }
@@ -29,7 +36,7 @@ GlooTestCluster::GlooTestCluster(ParallelTopology topology, uint32_t world_size,
       return;
     }
     auto session =
-        GlooSession::Open(*descriptor, control_planes_[r].get(), options);
+        GlooSession::Open(*descriptor, control_planes_[r].get(), per_rank[r]);
     if (!session.ok()) {
       statuses[r] = session.status();
       return;

@@ -24,6 +24,10 @@ class GlooTestCluster {
  public:
   GlooTestCluster(ParallelTopology topology, uint32_t world_size,
                   GlooSessionOptions options = DefaultOptions());
+  // Rank r's session gets `per_rank[r]` (one entry per rank): for tests of
+  // members whose options differ.
+  GlooTestCluster(ParallelTopology topology,
+                  std::vector<GlooSessionOptions> per_rank);
 
   // Short timeouts so failing tests fail fast.
   static GlooSessionOptions DefaultOptions();
