@@ -41,10 +41,13 @@ struct GlooSessionOptions {
   absl::Duration op_timeout = absl::Seconds(60);
   // How long an executor's thread polls for the next operation before it
   // sleeps, and a waiter (Wait, WaitFor, WaitBounded) for an operation's
-  // end. A thread woken on an idle core waits tens of microseconds for it;
-  // a decode loop submits its next operation within the spin. Each poll
-  // yields the core (dataplane/spin_wait.h). Zero: sleep at once.
-  absl::Duration spin_before_sleep = absl::Microseconds(100);
+  // end; each poll yields the core (dataplane/spin_wait.h). Off by default:
+  // on this project's 2-core machine, with a core per rank, 100 us put one
+  // operation in ten behind a 4 ms scheduler tick (bench/RESULTS.md), while
+  // a plain Wait() already saves the hand-offs by running the next
+  // operation itself. Worth trying where each rank has cores to spare and
+  // submits ahead of waiting.
+  absl::Duration spin_before_sleep = absl::ZeroDuration();
   // Watchdog period: how often the session looks at the job's health
   // (besides the control plane's failure notice) and at deadlines.
   absl::Duration watchdog_interval = absl::Milliseconds(50);
