@@ -136,10 +136,6 @@ bool Operation::WaitFor(absl::Duration timeout) {
 }
 
 absl::Status Operation::Wait() {
-  if (inline_runner_ != nullptr &&
-      !done_flag_.load(std::memory_order_acquire)) {
-    inline_runner_();
-  }
   WaitFor(absl::InfiniteDuration());
   return status();
 }

@@ -107,18 +107,8 @@ class Operation : public std::enable_shared_from_this<Operation> {
   absl::Status status() const;
   // Blocks until Done() or `timeout` passes; returns Done().
   bool WaitFor(absl::Duration timeout);
-  // Blocks until Done(); returns the outcome. With an inline runner, first
-  // lets it run the work on the calling thread if it can.
+  // Blocks until Done(); returns the outcome.
   absl::Status Wait();
-  // Runs the pushed operation's work on the calling thread, when its native
-  // layer can do so now (Gloo: it is next in its executor's queue and that
-  // executor is idle), and returns whether it did. Only an unbounded Wait()
-  // asks: a bounded wait must return by its deadline, which work run on the
-  // caller's thread could not honour. Set before the operation is shared.
-  using InlineRunner = std::function<bool()>;
-  void set_inline_runner(InlineRunner runner) {
-    inline_runner_ = std::move(runner);
-  }
 
   // Marks the operation failed with `cause` (Aborted naming it when `cause`
   // is OK) unless its work already finished (or is being Finished). A
@@ -154,7 +144,6 @@ class Operation : public std::enable_shared_from_this<Operation> {
   // done_, readable without the lock (for the spin before sleeping).
   std::atomic<bool> done_flag_{false};
   absl::Duration spin_ = absl::ZeroDuration();
-  InlineRunner inline_runner_;
   bool refused_ ABSL_GUARDED_BY(mu_) = false;
   bool quarantined_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);

@@ -5,12 +5,9 @@
 #include "dataplane/gloo/gloo_backend.h"
 
 #include <cstdint>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "dataplane/gloo/testing/gloo_test_cluster.h"
 #include "gtest/gtest.h"
@@ -385,65 +382,6 @@ TEST(ExecutorsTest, TheExecutorCountIsChecked) {
     EXPECT_EQ(cluster.status().code(), absl::StatusCode::kInvalidArgument)
         << executors << ": " << cluster.status();
   }
-}
-
-// A plain Wait() on the next operation of an idle executor runs it on the
-// waiting thread; a bounded wait never does (it must return by its
-// deadline); an operation behind running work waits for it, in order.
-TEST(GlooExecutorTest, APlainWaitRunsTheNextOperationOnItsOwnThread) {
-  GlooTestCluster cluster({1, 1, 1, 1}, 1);
-  ASSERT_TRUE(cluster.status().ok()) << cluster.status();
-  GlooExecutor& executor = cluster.session(0).backend().executor();
-  auto ran_on = [&executor](std::thread::id* where) {
-    return executor.Submit("probe", "probe on world", {}, [where] {
-      *where = std::this_thread::get_id();
-      return TaskResult::Ok();
-    });
-  };
-  std::thread::id where;
-  // The executor thread may take it first; then it is not the next any
-  // more. Retry until the waiter won at least once (it wins almost always).
-  bool inline_seen = false;
-  for (int i = 0; i < 50 && !inline_seen; ++i) {
-    auto op = ran_on(&where);
-    ASSERT_TRUE(op.ok()) << op.status();
-    ASSERT_TRUE((*op)->Wait().ok());
-    inline_seen = where == std::this_thread::get_id();
-  }
-  EXPECT_TRUE(inline_seen);
-  // A bounded wait leaves the work to the executor's thread.
-  for (int i = 0; i < 20; ++i) {
-    auto op = ran_on(&where);
-    ASSERT_TRUE(op.ok()) << op.status();
-    auto outcome =
-        (*op)->WaitBounded(absl::Seconds(10), CancellationMode::kNativeCancel);
-    ASSERT_TRUE(outcome.ok()) << outcome.status();
-    EXPECT_NE(where, std::this_thread::get_id());
-  }
-  // Behind running work: never inline, and in submission order.
-  absl::Notification release;
-  std::vector<int> order;
-  absl::Mutex order_mu;
-  auto first = executor.Submit("first", "first on world", {}, [&] {
-    release.WaitForNotification();
-    absl::MutexLock lock(&order_mu);
-    order.push_back(1);
-    return TaskResult::Ok();
-  });
-  auto second = executor.Submit("second", "second on world", {}, [&] {
-    absl::MutexLock lock(&order_mu);
-    order.push_back(2);
-    return TaskResult::Ok();
-  });
-  ASSERT_TRUE(first.ok() && second.ok());
-  std::thread releaser([&] {
-    absl::SleepFor(absl::Milliseconds(50));
-    release.Notify();
-  });
-  EXPECT_TRUE((*second)->Wait().ok());
-  releaser.join();
-  EXPECT_TRUE((*first)->Wait().ok());
-  EXPECT_EQ(order, (std::vector<int>{1, 2}));
 }
 
 }  // namespace

@@ -55,13 +55,6 @@ absl::StatusOr<std::shared_ptr<GlooCompletion>> GlooExecutor::Submit(
   auto op =
       std::make_shared<Operation>(std::move(operation), std::move(resources));
   op->set_spin_before_sleep(spin_);
-  // A plain Wait() runs the work itself when it is next and this executor
-  // idle: two thread hand-offs fewer for the submit-then-wait pattern.
-  op->set_inline_runner([weak_host = std::weak_ptr<ExecutionHost>(host),
-                         lane = lane_, raw = op.get()] {
-    std::shared_ptr<ExecutionHost> h = weak_host.lock();
-    return h != nullptr && h->RunInline(lane, raw);
-  });
   auto completion = std::make_shared<GlooCompletion>(
       op, host, GlooCompletion::OwnerRef::kWeak, "gloo");
   absl::MutexLock lock(&mu_);
@@ -99,56 +92,6 @@ bool GlooExecutor::WaitIdle(absl::Duration timeout) const {
   return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
 }
 
-void GlooExecutor::Run(Item& item, const absl::Status& shutdown,
-                       const std::weak_ptr<ExecutionHost>& weak) {
-  absl::Status status;
-  const std::string& operation = item.op->operation();
-  std::shared_ptr<ExecutionHost> host = weak.lock();
-  if (!shutdown.ok()) {
-    status = absl::Status(
-        shutdown.code(),
-        absl::StrCat("gloo ", operation, " not run: ", shutdown.message()));
-  } else if (host == nullptr) {
-    status = absl::CancelledError(
-        absl::StrCat("gloo ", operation, " not run: the session is gone"));
-  } else {
-    status = host->BeforeRun(operation);
-    if (status.ok()) {
-      TaskResult result = RunTask(item.task);
-      status = std::move(result.status);
-      if (!status.ok() && result.native_failure) {
-        status = host->OnNativeFailure(operation, status, result.explained);
-      } else if (!status.ok()) {
-        item.op->Refuse(status);
-      }
-    }
-  }
-  item.task = nullptr;  // drop the body's references first
-  item.op->Finish(status);
-  if (host != nullptr) host->WorkFinished();
-}
-
-bool GlooExecutor::RunInline(const Operation* op) {
-  Item item;
-  std::weak_ptr<ExecutionHost> weak;
-  {
-    absl::MutexLock lock(&mu_);
-    if (running_ || stopping_ || queue_.empty() ||
-        queue_.front().op.get() != op) {
-      return false;
-    }
-    item = std::move(queue_.front());
-    queue_.pop_front();
-    queued_.fetch_sub(1, std::memory_order_relaxed);
-    running_ = true;
-    weak = host_;
-  }
-  Run(item, absl::OkStatus(), weak);
-  absl::MutexLock lock(&mu_);
-  running_ = false;
-  return true;
-}
-
 void GlooExecutor::Loop() {
   while (true) {
     Item item;
@@ -159,10 +102,8 @@ void GlooExecutor::Loop() {
               spin_);
     {
       absl::MutexLock lock(&mu_);
-      // Not while a waiter runs an operation inline (RunInline): one
-      // operation at a time on this executor's contexts.
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !running_ && (!queue_.empty() || stopping_);
+        return !queue_.empty() || stopping_;
       };
       mu_.Await(absl::Condition(&ready));
       if (queue_.empty()) return;  // stopping and drained
@@ -173,7 +114,33 @@ void GlooExecutor::Loop() {
       shutdown = shutdown_cause_;
       weak = host_;
     }
-    Run(item, shutdown, weak);
+    absl::Status status;
+    const std::string& operation = item.op->operation();
+    {
+      std::shared_ptr<ExecutionHost> host = weak.lock();
+      if (!shutdown.ok()) {
+        status = absl::Status(
+            shutdown.code(),
+            absl::StrCat("gloo ", operation, " not run: ", shutdown.message()));
+      } else if (host == nullptr) {
+        status = absl::CancelledError(
+            absl::StrCat("gloo ", operation, " not run: the session is gone"));
+      } else {
+        status = host->BeforeRun(operation);
+        if (status.ok()) {
+          TaskResult result = RunTask(item.task);
+          status = std::move(result.status);
+          if (!status.ok() && result.native_failure) {
+            status = host->OnNativeFailure(operation, status, result.explained);
+          } else if (!status.ok()) {
+            item.op->Refuse(status);
+          }
+        }
+      }
+      item.task = nullptr;  // drop the body's references first
+      item.op->Finish(status);
+      if (host != nullptr) host->WorkFinished();
+    }
     absl::MutexLock lock(&mu_);
     running_ = false;
   }

@@ -1,9 +1,6 @@
 // GlooExecutor: the Gloo backend's Executor (the "stream" of the
 // CommunicationBackend contract). One thread runs submitted operations one at
-// a time, in submission order, because Gloo calls block; a plain Wait() on
-// the next operation while the executor is idle runs it on the waiting
-// thread instead (RunInline), still one at a time and in order. Each
-// operation's
+// a time, in submission order, because Gloo calls block; each operation's
 // GlooCompletion is finished (exactly, after its last native call) when it
 // returns. Before running queued work the executor asks its ExecutionHost
 // whether the session was poisoned meanwhile, and finishes such work with the
@@ -95,11 +92,6 @@ class GlooExecutor {
   // called from the executor thread.
   void Shutdown(const absl::Status& cause);
 
-  // Runs `op` on the calling thread when it is the next queued operation
-  // and nothing runs (Operation::set_inline_runner); returns whether it
-  // did. The executor's own thread waits meanwhile.
-  bool RunInline(const Operation* op);
-
   // True when nothing is queued or running.
   bool idle() const;
   // Waits until idle or `timeout` passes; returns whether idle.
@@ -111,10 +103,6 @@ class GlooExecutor {
     Task task;
   };
   void Loop();
-  // Runs `item` (or finishes it with `shutdown` unrun) and finishes its
-  // operation.
-  void Run(Item& item, const absl::Status& shutdown,
-           const std::weak_ptr<ExecutionHost>& weak);
 
   const uint32_t lane_;
   const absl::Duration spin_;

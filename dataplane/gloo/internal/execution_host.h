@@ -9,7 +9,6 @@
 #ifndef RANKD_DATAPLANE_GLOO_EXECUTION_HOST_H_
 #define RANKD_DATAPLANE_GLOO_EXECUTION_HOST_H_
 
-#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -46,10 +45,6 @@ class ExecutionHost : public OperationOwner {
   // watchdog holds it to its deadline (dataplane/watchdog.h). Must not
   // block or call back into the executor.
   virtual void Track(const std::shared_ptr<Operation>& op) = 0;
-
-  // Runs `op` on the calling thread if executor `lane` can now
-  // (GlooExecutor::RunInline); returns whether it did.
-  virtual bool RunInline(uint32_t lane, const Operation* op) = 0;
 
   // Called after work finished, so a quarantine can release it promptly.
   virtual void WorkFinished() = 0;

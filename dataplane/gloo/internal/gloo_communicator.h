@@ -116,9 +116,6 @@ class GlooCommunicator final
                                const absl::Status& error,
                                bool explained) override;
   void Track(const std::shared_ptr<Operation>& op) override;
-  bool RunInline(uint32_t lane, const Operation* op) override {
-    return lane < executors_.size() && executors_[lane]->RunInline(op);
-  }
   void WorkFinished() override;
   // OperationOwner. Poison only latches: a native failure has already
   // aborted every context (OnNativeFailure). Unattended work needs nothing:
