@@ -83,8 +83,9 @@ struct GlooSessionOptions {
   // keeps at least two segments per member in any case. At least 1.
   // Both choices are part of each operation's Gloo tag, so members whose
   // values differ never pair (they time out): every rank must use the same
-  // values. So do ranks of builds from before these options (which ran the
-  // ring with 1 MiB segments untagged): a job must not mix them.
+  // values. So do ranks of builds from before these options and ranks with
+  // the defaults (the old builds ran the ring with 1 MiB segments): a job
+  // must not mix builds.
   size_t all_reduce_ring_segment_bytes = kDefaultAllReduceRingSegmentBytes;
   // Executors (GlooBackend::executor(lane)): independent in-order queues,
   // each with its own thread and its own Gloo context per group, so
