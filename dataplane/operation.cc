@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "dataplane/spin_wait.h"
 
 namespace rankd::dataplane {
 namespace {
@@ -84,7 +83,6 @@ void Operation::Finish(absl::Status status) {
 
 void Operation::FinishLocked() {
   done_ = true;
-  done_flag_.store(true, std::memory_order_release);
   if (verify_ && status_.ok()) status_ = verify_();
   verify_ = nullptr;
 }
@@ -94,7 +92,6 @@ void Operation::ProbeLocked() {
   absl::StatusOr<bool> finished = probe_();
   if (!finished.ok()) {
     done_ = true;
-    done_flag_.store(true, std::memory_order_release);
     verify_ = nullptr;
     // A device error outranks a refusal (a partly refused batch still moved
     // the transfers that agreed): the session is broken, so it poisons.
@@ -118,11 +115,8 @@ absl::Status Operation::status() const {
 
 bool Operation::WaitFor(absl::Duration timeout) {
   if (probe_ == nullptr) {
-    const absl::Time deadline = absl::Now() + timeout;
-    SpinUntil([this] { return done_flag_.load(std::memory_order_acquire); },
-              std::min(spin_, timeout));
     absl::MutexLock lock(&mu_);
-    return mu_.AwaitWithDeadline(absl::Condition(&done_), deadline);
+    return mu_.AwaitWithTimeout(absl::Condition(&done_), timeout);
   }
   const absl::Time deadline = absl::Now() + timeout;
   absl::Duration sleep = kFirstProbe;

@@ -38,7 +38,6 @@
 #ifndef RANKD_DATAPLANE_OPERATION_H_
 #define RANKD_DATAPLANE_OPERATION_H_
 
-#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -74,10 +73,6 @@ class Operation : public std::enable_shared_from_this<Operation> {
       std::string operation, std::vector<std::shared_ptr<const void>> retained,
       Probe probe);
   void MarkQueued();
-  // How long a waiter on a pushed operation polls for its end before it
-  // sleeps (dataplane/spin_wait.h); zero by default. Set before the
-  // operation is shared.
-  void set_spin_before_sleep(absl::Duration spin) { spin_ = spin; }
 
   Operation(const Operation&) = delete;
   Operation& operator=(const Operation&) = delete;
@@ -141,9 +136,6 @@ class Operation : public std::enable_shared_from_this<Operation> {
   bool queued_ ABSL_GUARDED_BY(mu_) = true;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
-  // done_, readable without the lock (for the spin before sleeping).
-  std::atomic<bool> done_flag_{false};
-  absl::Duration spin_ = absl::ZeroDuration();
   bool refused_ ABSL_GUARDED_BY(mu_) = false;
   bool quarantined_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);

@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "dataplane/spin_wait.h"
 
 namespace rankd::dataplane::gloo {
 namespace {
@@ -26,8 +25,8 @@ TaskResult RunTask(const GlooExecutor::Task& task) {
 
 }  // namespace
 
-GlooExecutor::GlooExecutor(uint32_t lane, absl::Duration spin_before_sleep)
-    : lane_(lane), spin_(spin_before_sleep), thread_([this] { Loop(); }) {}
+GlooExecutor::GlooExecutor(uint32_t lane)
+    : lane_(lane), thread_([this] { Loop(); }) {}
 
 GlooExecutor::~GlooExecutor() {
   Shutdown(absl::CancelledError("gloo backend: the session was destroyed"));
@@ -54,7 +53,6 @@ absl::StatusOr<std::shared_ptr<GlooCompletion>> GlooExecutor::Submit(
   if (absl::Status s = host->Admission(kind); !s.ok()) return s;
   auto op =
       std::make_shared<Operation>(std::move(operation), std::move(resources));
-  op->set_spin_before_sleep(spin_);
   auto completion = std::make_shared<GlooCompletion>(
       op, host, GlooCompletion::OwnerRef::kWeak, "gloo");
   absl::MutexLock lock(&mu_);
@@ -64,7 +62,6 @@ absl::StatusOr<std::shared_ptr<GlooCompletion>> GlooExecutor::Submit(
   }
   host->Track(op);
   queue_.push_back(Item{std::move(op), std::move(task)});
-  queued_.fetch_add(1, std::memory_order_release);
   return completion;
 }
 
@@ -97,9 +94,6 @@ void GlooExecutor::Loop() {
     Item item;
     absl::Status shutdown;
     std::weak_ptr<ExecutionHost> weak;
-    // Work submitted within the spin is taken without a wake-up.
-    SpinUntil([this] { return queued_.load(std::memory_order_acquire) > 0; },
-              spin_);
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -109,7 +103,6 @@ void GlooExecutor::Loop() {
       if (queue_.empty()) return;  // stopping and drained
       item = std::move(queue_.front());
       queue_.pop_front();
-      queued_.fetch_sub(1, std::memory_order_relaxed);
       running_ = true;
       shutdown = shutdown_cause_;
       weak = host_;

@@ -15,7 +15,6 @@
 #ifndef RANKD_DATAPLANE_GLOO_GLOO_EXECUTOR_H_
 #define RANKD_DATAPLANE_GLOO_GLOO_EXECUTOR_H_
 
-#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -60,11 +59,7 @@ class GlooExecutor {
 
   // Executor number `lane` of its backend (0 is the default one); its
   // operations use the groups' Gloo contexts of that lane.
-  // `spin_before_sleep`: how long the thread polls for new work before it
-  // sleeps, and waiters poll for an operation's end
-  // (GlooSessionOptions::spin_before_sleep).
-  explicit GlooExecutor(uint32_t lane = 0, absl::Duration spin_before_sleep =
-                                               absl::ZeroDuration());
+  explicit GlooExecutor(uint32_t lane = 0);
   uint32_t lane() const { return lane_; }
   // Shuts down (finishing queued work with Cancelled) if not done yet.
   ~GlooExecutor();
@@ -105,9 +100,6 @@ class GlooExecutor {
   void Loop();
 
   const uint32_t lane_;
-  const absl::Duration spin_;
-  // Items in queue_, readable without the lock (for the spin).
-  std::atomic<size_t> queued_{0};
   mutable absl::Mutex mu_;
   std::weak_ptr<ExecutionHost> host_ ABSL_GUARDED_BY(mu_);
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);

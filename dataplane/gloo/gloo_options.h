@@ -39,14 +39,6 @@ struct GlooSessionOptions {
   // own failure path and its diagnosis first); its error names the late
   // operation only.
   absl::Duration op_timeout = absl::Seconds(60);
-  // How long an executor's thread polls for the next operation before it
-  // sleeps, and a waiter (Wait, WaitFor, WaitBounded) for an operation's
-  // end; each poll yields the core (dataplane/spin_wait.h). Off by default:
-  // on this project's 2-core machine, with a core per rank, 100 us put one
-  // operation in ten behind a 4 ms scheduler tick (bench/RESULTS.md). Worth
-  // trying where each rank has cores to spare: it cut the layer's own cost
-  // (two thread hand-offs per operation) from about 9 to about 5 us.
-  absl::Duration spin_before_sleep = absl::ZeroDuration();
   // Watchdog period: how often the session looks at the job's health
   // (besides the control plane's failure notice) and at deadlines.
   absl::Duration watchdog_interval = absl::Milliseconds(50);

@@ -64,8 +64,7 @@ GlooCommunicator::GlooCommunicator(ControlPlane* control_plane,
               2 * options_.failure_attribution_grace + absl::Seconds(1)},
           &ledger_, diagnosis_.get(), &watchdog_session_) {
   for (uint32_t lane = 0; lane < options_.executors; ++lane) {
-    executors_.push_back(
-        std::make_unique<GlooExecutor>(lane, options_.spin_before_sleep));
+    executors_.push_back(std::make_unique<GlooExecutor>(lane));
   }
 }
 
