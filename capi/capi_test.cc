@@ -1,0 +1,93 @@
+// The C ABI against real daemons: c_rank (capi/testing/c_rank.c, C only,
+// linked to librankd.so) on every rank of a job, joining from the
+// environment a launcher sets. Layouts: one daemon with two ranks, and two
+// daemons with one rank each. Also: a lost rank is named on the survivor.
+#include <sys/wait.h>
+
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/harness/cluster.h"
+#include "tests/harness/process.h"
+
+namespace rankd::testing {
+namespace {
+
+// Starts c_rank `scenario` on every rank of `cluster`.
+std::vector<ChildProcess> StartRanks(LocalCluster& cluster,
+                                     const std::string& scenario) {
+  std::vector<ChildProcess> ranks;
+  const ClusterOptions& o = cluster.options();
+  for (uint32_t n = 0; n < o.nnodes; ++n) {
+    for (uint32_t l = 0; l < o.nproc_per_node; ++l) {
+      const std::map<std::string, std::string> env = {
+          {"RANKD_TARGET", cluster.socket_target(n)},
+          {"RANKD_JOB_ID", o.job_id},
+          {"RANKD_LOCAL_RANK", absl::StrCat(l)},
+      };
+      auto child =
+          ChildProcess::Spawn({Runfile("capi/c_rank"), scenario}, env,
+                              absl::StrCat(cluster.dir(), "/c_rank",
+                                           n * o.nproc_per_node + l, ".log"));
+      EXPECT_TRUE(child.ok()) << child.status();
+      if (child.ok()) ranks.push_back(*std::move(child));
+    }
+  }
+  return ranks;
+}
+
+class CApiTest : public ::testing::TestWithParam<std::pair<int, int>> {};
+
+TEST_P(CApiTest, EveryOperationGivesExactValuesAndBadArgumentsAreRefused) {
+  ClusterOptions options;
+  options.job_id = "capi";
+  options.nnodes = GetParam().first;
+  options.nproc_per_node = GetParam().second;
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  std::vector<ChildProcess> ranks = StartRanks(cluster, "ops");
+  ASSERT_EQ(ranks.size(), 2u);
+  const std::vector<int> statuses = WaitAll(ranks, absl::Seconds(90));
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const std::string log = ranks[r].ReadLog();
+    EXPECT_EQ(ExitCode(statuses[r]), 0) << "rank " << r << ":\n" << log;
+    EXPECT_TRUE(absl::StrContains(log, absl::StrCat("C RANK ", r, " OK")))
+        << log;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CApiTest,
+                         ::testing::Values(std::make_pair(1, 2),
+                                           std::make_pair(2, 1)),
+                         [](const auto& info) {
+                           return absl::StrCat(info.param.first, "x",
+                                               info.param.second);
+                         });
+
+TEST(CApiLostRankTest, TheSurvivorsWorkFailsNamingTheLostRank) {
+  ClusterOptions options;
+  options.job_id = "capi-lost";
+  options.nnodes = 1;
+  options.nproc_per_node = 2;
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  std::vector<ChildProcess> ranks = StartRanks(cluster, "lost");
+  ASSERT_EQ(ranks.size(), 2u);
+  const std::vector<int> statuses = WaitAll(ranks, absl::Seconds(60));
+  const std::string log0 = ranks[0].ReadLog();
+  EXPECT_EQ(ExitCode(statuses[1]), 3) << ranks[1].ReadLog();
+  EXPECT_EQ(ExitCode(statuses[0]), 0) << log0;
+  // The receive from the dead rank fails, and everything names rank 1.
+  EXPECT_TRUE(absl::StrContains(log0, "LOST ABORTED: ")) << log0;
+  EXPECT_TRUE(absl::StrContains(log0, "HEALTH ABORTED: ")) << log0;
+  EXPECT_TRUE(absl::StrContains(log0, "CALLBACK ABORTED")) << log0;
+  std::cout << "the survivor's log:\n" << log0;
+}
+
+}  // namespace
+}  // namespace rankd::testing

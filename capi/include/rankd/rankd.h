@@ -1,0 +1,503 @@
+/* rankd.h: the C ABI of rankd, for serving processes written in C or in
+ * any language with a C foreign-function interface (the Python package and
+ * the Rust crate are built on it).
+ *
+ * A process joins its job through the node's rankd daemon (rankd_join),
+ * reads its identity and groups, exchanges scheduling metadata
+ * (rankd_all_gather_words) and bootstrap blobs (rankd_kv_*), hears of a
+ * lost peer (rankd_job_health, rankd_on_job_failure), and opens a data-plane
+ * session (rankd_session_open) whose operations are the DistributedSession
+ * contract of docs/contract.md: all_reduce_sum, all_gather, all_to_all_v,
+ * send, receive and batched send/receive, each completed through a
+ * rankd_work.
+ *
+ *   rankd_rank* rank = NULL;
+ *   rankd_status* s = rankd_join(NULL, &rank);  // from the launcher's env
+ *   if (s != NULL) { fprintf(stderr, "%s\n", rankd_status_message(s)); ... }
+ *
+ * Conventions, for every function below:
+ *   - Errors. A function that can fail returns a rankd_status*: NULL on
+ *     success, otherwise an error the caller owns and frees with
+ *     rankd_status_free. Its code is one of rankd_code (the same codes as
+ *     the C++ library's absl::Status and gRPC); its message is owned by the
+ *     status and names the operation and the cause. Out-parameters are
+ *     written only on success.
+ *   - Handles. Every handle (rankd_rank, rankd_session, rankd_work,
+ *     rankd_pending_words, rankd_bytes) is opaque, created by the library and
+ *     freed by its own *_free function, which accepts NULL. A handle may be
+ *     freed in any order relative to the handles made from it: a session
+ *     keeps its rank's connection alive, a work keeps its session alive,
+ *     until they are freed too.
+ *   - Threads. Functions may be called from any thread, on different
+ *     handles or the same one, except that a handle must not be freed while
+ *     another thread uses it.
+ *   - Timeouts are in seconds (double), must be positive and finite unless
+ *     a function says otherwise, and bound every wait: nothing here blocks
+ *     without a deadline.
+ *   - Buffers passed in are borrowed: the library reads them during the
+ *     call (or, for tensors, until the work completes, see rankd_tensor) and
+ *     never frees them.
+ *
+ * Binary compatibility: rankd_abi_version() returns RANKD_ABI_VERSION of the
+ * library that is loaded. Within one ABI version functions are only added,
+ * and option structs only grow at their end; every option struct starts
+ * with `struct_size`, which its *_init function sets, so an older caller's
+ * smaller struct is read correctly by a newer library.
+ *
+ * The shared library (librankd.so) exports only the rankd_* symbols of this
+ * header; see docs/client-api.md for what it needs at run time.
+ */
+#ifndef RANKD_RANKD_H_
+#define RANKD_RANKD_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define RANKD_EXPORT __attribute__((visibility("default")))
+#else
+#define RANKD_EXPORT
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RANKD_ABI_VERSION 1
+
+/* The ABI version of the loaded library (RANKD_ABI_VERSION it was built
+ * with). A caller built against a newer header should refuse an older
+ * library. */
+RANKD_EXPORT uint32_t rankd_abi_version(void);
+
+/* ---- Status ------------------------------------------------------------ */
+
+/* The error codes: absl::StatusCode's (and gRPC's) values. */
+typedef enum rankd_code {
+  RANKD_OK = 0,
+  RANKD_CANCELLED = 1,
+  RANKD_UNKNOWN = 2,
+  RANKD_INVALID_ARGUMENT = 3,
+  RANKD_DEADLINE_EXCEEDED = 4,
+  RANKD_NOT_FOUND = 5,
+  RANKD_ALREADY_EXISTS = 6,
+  RANKD_PERMISSION_DENIED = 7,
+  RANKD_RESOURCE_EXHAUSTED = 8,
+  RANKD_FAILED_PRECONDITION = 9,
+  RANKD_ABORTED = 10,
+  RANKD_OUT_OF_RANGE = 11,
+  RANKD_UNIMPLEMENTED = 12,
+  RANKD_INTERNAL = 13,
+  RANKD_UNAVAILABLE = 14,
+  RANKD_DATA_LOSS = 15,
+  RANKD_UNAUTHENTICATED = 16
+} rankd_code;
+
+typedef struct rankd_status rankd_status;
+
+/* The status's code; RANKD_OK for NULL. */
+RANKD_EXPORT rankd_code rankd_status_code(const rankd_status* status);
+/* The status's message, valid until the status is freed; "" for NULL.
+ * Never NULL. */
+RANKD_EXPORT const char* rankd_status_message(const rankd_status* status);
+RANKD_EXPORT void rankd_status_free(rankd_status* status);
+/* "OK", "INVALID_ARGUMENT", ...; "UNKNOWN_CODE" for a value outside
+ * rankd_code. Static storage. */
+RANKD_EXPORT const char* rankd_code_name(rankd_code code);
+
+/* ---- Joining a job ------------------------------------------------------ */
+
+typedef struct rankd_rank rankd_rank;
+
+/* How to reach the node's daemon and what this process says about itself.
+ * Fields left at their rankd_join_options_init value are taken from the
+ * environment the launcher (rankd-launch) sets, then from the defaults
+ * named below. */
+typedef struct rankd_join_options {
+  size_t struct_size;
+  /* The daemon: "unix:///path.sock", "/path.sock", "host:port", ...
+   * NULL: $RANKD_TARGET, else unix:///run/rankd/rankd.sock. */
+  const char* target;
+  /* The job to join. NULL: $RANKD_JOB_ID; required one way or the other. */
+  const char* job_id;
+  /* This process's index on its node. -1: $RANKD_LOCAL_RANK, else 0. */
+  int64_t local_rank;
+  /* The world rank to claim. -1: $RANKD_RANK when set, else the daemon
+   * assigns node_index * nproc_per_node + local_rank. */
+  int64_t rank;
+  /* When non-zero, must equal the job's world size. 0: $RANKD_WORLD_SIZE
+   * when set, else not checked. */
+  uint32_t world_size;
+  /* The device this rank drives: "cpu" or "cuda". NULL: "cpu". */
+  const char* device_kind;
+  /* Its index (for "cuda"). -1: the local rank. */
+  int32_t device_index;
+  /* How long rankd_join waits for every rank of the job to join; 0 returns
+   * once this rank is registered. Default 60. */
+  double wait_for_world_seconds;
+  /* How long to wait for the daemon to answer. Default 10. */
+  double connect_timeout_seconds;
+  /* A file holding the job's rank token, needed over TCP (not on the
+   * node's Unix socket). NULL: $RANKD_TOKEN_FILE when set, else none. */
+  const char* token_file;
+} rankd_join_options;
+
+/* Sets every field to "not given" (the defaults above). */
+RANKD_EXPORT void rankd_join_options_init(rankd_join_options* options);
+
+/* Connects to the daemon and joins the job; on success *rank is a new
+ * handle (free it with rankd_rank_free). `options` may be NULL: everything
+ * from the environment. Blocks for at most connect_timeout_seconds +
+ * wait_for_world_seconds. Errors: INVALID_ARGUMENT for bad options or
+ * environment (naming the field or variable), UNAVAILABLE when the daemon
+ * cannot be reached (naming the target), DEADLINE_EXCEEDED naming the
+ * ranks that did not join in time, or the daemon's refusal (a rank already
+ * claimed, a wrong world size, ...). */
+RANKD_EXPORT rankd_status* rankd_join(const rankd_join_options* options,
+                                      rankd_rank** rank);
+
+/* Leaves the job cleanly (the daemon then does not treat this rank as lost).
+ * Idempotent. After it, operations that need a joined rank fail with
+ * FAILED_PRECONDITION. Sessions should be freed first. */
+RANKD_EXPORT rankd_status* rankd_leave(rankd_rank* rank);
+
+/* Frees the handle. The connection closes (leaving the job if rankd_leave
+ * was not called, which peers see as this rank lost) once every session
+ * opened from this rank is freed too. */
+RANKD_EXPORT void rankd_rank_free(rankd_rank* rank);
+
+/* This rank's identity, fixed at join. */
+typedef struct rankd_descriptor {
+  size_t struct_size;
+  uint32_t rank; /* world rank */
+  uint32_t world_size;
+  uint32_t local_rank; /* index on its node */
+  uint32_t node_index;
+  uint32_t nnodes;
+  uint32_t nproc_per_node;
+  uint64_t job_incarnation;
+  /* The parallel layout: tensor x pipeline x expert x data = world size. */
+  uint32_t tensor_parallel;
+  uint32_t pipeline_parallel;
+  uint32_t expert_parallel;
+  uint32_t data_parallel;
+  /* How many groups this rank belongs to (rankd_rank_group). */
+  size_t group_count;
+} rankd_descriptor;
+
+/* Fills *descriptor; set descriptor->struct_size to sizeof(*descriptor)
+ * first (fields beyond it are not written). INVALID_ARGUMENT for NULL
+ * arguments or a struct_size too small for the fields of ABI version 1. */
+RANKD_EXPORT rankd_status* rankd_rank_descriptor(const rankd_rank* rank,
+                                                 rankd_descriptor* descriptor);
+
+/* The job id, owned by the rank handle. NULL for a NULL rank. */
+RANKD_EXPORT const char* rankd_rank_job_id(const rankd_rank* rank);
+
+/* The group id of the whole world; use it as `group` below for
+ * world-wide operations. */
+#define RANKD_WORLD_GROUP 1u
+
+/* One collective group this rank belongs to. */
+typedef struct rankd_group {
+  uint32_t id;
+  /* "world", "tensor", "pipeline", "expert" or "data"; static storage. */
+  const char* kind;
+  uint32_t size;
+  /* This rank's index in `members`. */
+  uint32_t local_rank;
+  /* `size` world ranks in group order; owned by the rank handle and valid
+   * for its life. */
+  const uint32_t* members;
+} rankd_group;
+
+/* The index-th group (0 <= index < group_count; the world is index 0).
+ * OUT_OF_RANGE for a larger index. */
+RANKD_EXPORT rankd_status* rankd_rank_group(const rankd_rank* rank,
+                                            size_t index, rankd_group* group);
+
+/* ---- Scheduling metadata: all_gather_words ------------------------------ */
+
+/* One world-wide round: contributes `count` words (every rank the same
+ * count, at most 65536) and blocks until every rank contributed or
+ * `timeout_seconds` passed. Writes the rank-major concatenation (word i of
+ * rank r at r * count + i) to `out`, which must hold world_size * count
+ * words (`out_capacity`, in words; INVALID_ARGUMENT otherwise, before any
+ * round is used). Every rank must run the same sequence of rounds; once a
+ * round failed, later ones fail with FAILED_PRECONDITION naming it.
+ * DEADLINE_EXCEEDED names the ranks that did not contribute; a count that
+ * differs between ranks is INVALID_ARGUMENT naming them on every rank. */
+RANKD_EXPORT rankd_status* rankd_all_gather_words(
+    rankd_rank* rank, const uint32_t* words, size_t count,
+    double timeout_seconds, uint32_t* out, size_t out_capacity);
+
+typedef struct rankd_pending_words rankd_pending_words;
+
+/* The bounded form: submits the round now and returns at once;
+ * `round_timeout_seconds` bounds the whole round on the daemon. Errors as
+ * for rankd_all_gather_words, for what is known at submission. */
+RANKD_EXPORT rankd_status* rankd_submit_all_gather_words(
+    rankd_rank* rank, const uint32_t* words, size_t count,
+    double round_timeout_seconds, rankd_pending_words** pending);
+
+/* 1 once the round finished (successfully or not), else 0. Never blocks. */
+RANKD_EXPORT int rankd_pending_words_is_ready(
+    const rankd_pending_words* pending);
+
+/* Waits at most `timeout_seconds` (INFINITY waits for the round itself,
+ * which its round timeout bounds) and writes the result as
+ * rankd_all_gather_words does. DEADLINE_EXCEEDED when the wait timed out:
+ * the round stays in flight and may be waited for again. May be called
+ * again after it returned. */
+RANKD_EXPORT rankd_status* rankd_pending_words_wait(
+    rankd_pending_words* pending, double timeout_seconds, uint32_t* out,
+    size_t out_capacity);
+
+/* Cancels the round if still in flight (later rounds then fail, as after
+ * any failed round) and frees the handle. */
+RANKD_EXPORT void rankd_pending_words_free(rankd_pending_words* pending);
+
+/* ---- The job's key-value broker ----------------------------------------- */
+
+/* Bytes owned by the library. */
+typedef struct rankd_bytes rankd_bytes;
+RANKD_EXPORT const uint8_t* rankd_bytes_data(const rankd_bytes* bytes);
+RANKD_EXPORT size_t rankd_bytes_size(const rankd_bytes* bytes);
+RANKD_EXPORT void rankd_bytes_free(rankd_bytes* bytes);
+
+/* Keys are 1..512 bytes (NUL-terminated here), values at most 1 MiB;
+ * INVALID_ARGUMENT otherwise. Keys are private to the job's incarnation. */
+RANKD_EXPORT rankd_status* rankd_kv_set(rankd_rank* rank, const char* key,
+                                        const void* value, size_t size);
+/* Blocks until `key` exists or the timeout passes (DEADLINE_EXCEEDED naming
+ * the key). *value is a new rankd_bytes. */
+RANKD_EXPORT rankd_status* rankd_kv_get(rankd_rank* rank, const char* key,
+                                        double timeout_seconds,
+                                        rankd_bytes** value);
+/* Adds `delta` to the integer at `key` (created as 0) and writes the new
+ * value to *result. */
+RANKD_EXPORT rankd_status* rankd_kv_add(rankd_rank* rank, const char* key,
+                                        int64_t delta, int64_t* result);
+/* Deletes `key`; *existed (may be NULL) says whether it was there. */
+RANKD_EXPORT rankd_status* rankd_kv_delete(rankd_rank* rank, const char* key,
+                                           int* existed);
+
+/* ---- Job failure ------------------------------------------------------- */
+
+/* NULL while the job is healthy as far as this rank knows; otherwise the
+ * first failure seen (ABORTED naming the lost rank or node, or UNAVAILABLE
+ * when the connection to the daemon was lost), which the caller frees.
+ * Never blocks and never contacts the daemon. */
+RANKD_EXPORT rankd_status* rankd_job_health(const rankd_rank* rank);
+
+/* Called once, on a library thread, when the job fails: `code` and
+ * `message` as rankd_job_health would return them (the message is valid
+ * during the call only). It must return quickly and must not free the rank
+ * or any handle made from it. */
+typedef void (*rankd_failure_fn)(void* user_data, rankd_code code,
+                                 const char* message);
+
+/* Registers `callback` (called at once, on this thread, when the job
+ * already failed). Several callbacks may be registered; each is called
+ * once. The rank keeps `user_data` and never frees it. */
+RANKD_EXPORT rankd_status* rankd_on_job_failure(rankd_rank* rank,
+                                                rankd_failure_fn callback,
+                                                void* user_data);
+
+/* ---- Data-plane sessions ------------------------------------------------ */
+
+typedef struct rankd_session rankd_session;
+
+typedef enum rankd_backend {
+  /* Host memory over Gloo's TCP transport; runs anywhere. */
+  RANKD_BACKEND_GLOO = 1,
+  /* CUDA device memory over NCCL. */
+  RANKD_BACKEND_NCCL = 2
+} rankd_backend;
+
+typedef struct rankd_session_options {
+  size_t struct_size;
+  /* 0 (as rankd_session_options_init sets it): $RANKD_BACKEND ("gloo" or
+   * "nccl") when set, else RANKD_BACKEND_GLOO. */
+  rankd_backend backend;
+  /* Every operation must complete within this (default 60). */
+  double op_timeout_seconds;
+  /* Nonzero: members compare each operation's description before moving
+   * data and refuse disagreeing work on every member (default 0). */
+  int verify_agreement;
+  /* Gloo: the address peers reach this rank's transport at (the pod IP
+   * in Kubernetes). NULL: $RANKD_GLOO_HOSTNAME when set, else $POD_IP
+   * (the Kubernetes downward API) when set, else "127.0.0.1". */
+  const char* gloo_hostname;
+} rankd_session_options;
+
+RANKD_EXPORT void rankd_session_options_init(rankd_session_options* options);
+
+/* Opens a session over `rank` (options may be NULL: defaults). Blocks
+ * until the data plane is connected to every peer (every rank of the job
+ * must open one). UNIMPLEMENTED for a backend this build cannot open,
+ * UNAVAILABLE naming why (no GPU, ...), DEADLINE_EXCEEDED naming peers that
+ * never connected. */
+RANKD_EXPORT rankd_status* rankd_session_open(
+    rankd_rank* rank, const rankd_session_options* options,
+    rankd_session** session);
+
+/* Frees the handle; the session closes once every work made from it is
+ * freed too. Every rank should finish its data-plane work (for example
+ * with a last all_gather_words round) before closing. */
+RANKD_EXPORT void rankd_session_free(rankd_session* session);
+
+/* What the session can do (fail closed: an operation it cannot do is
+ * refused with UNIMPLEMENTED naming the capability). */
+typedef struct rankd_capabilities {
+  size_t struct_size;
+  int world_collectives;
+  int point_to_point;
+  int variable_all_to_all;
+  int exact_completion;
+} rankd_capabilities;
+
+RANKD_EXPORT rankd_status* rankd_session_capabilities(
+    const rankd_session* session, rankd_capabilities* capabilities);
+/* 1 when collectives on `group` are supported, else 0. */
+RANKD_EXPORT int rankd_session_supports_group(const rankd_session* session,
+                                              uint32_t group);
+RANKD_EXPORT rankd_backend rankd_session_backend(const rankd_session* session);
+
+/* Element types. */
+typedef enum rankd_dtype {
+  RANKD_BOOL = 0,
+  RANKD_F32 = 1,
+  RANKD_F16 = 2,
+  RANKD_BF16 = 3,
+  RANKD_F64 = 4,
+  RANKD_I8 = 5,
+  RANKD_I16 = 6,
+  RANKD_I32 = 7,
+  RANKD_I64 = 8,
+  RANKD_U8 = 9,
+  RANKD_U16 = 10,
+  RANKD_U32 = 11,
+  RANKD_U64 = 12,
+  RANKD_COMPLEX64 = 13
+} rankd_dtype;
+
+/* Bytes per element (bool: 1); 0 for a value outside rankd_dtype. */
+RANKD_EXPORT size_t rankd_dtype_size(rankd_dtype dtype);
+
+/* A dense row-major tensor the caller owns: host memory for Gloo, device
+ * memory for NCCL. `shape` has `ndim` extents (ndim 0 is a scalar); only
+ * the leading extent may be 0.
+ *   - Gloo (host memory): an input is copied during the submitting call, so
+ *     it may be reused as soon as that returns; an output is written when
+ *     the work's success is first observed (rankd_work_is_complete
+ *     returning 1, or a wait returning NULL), never earlier and never after
+ *     its work handle is freed.
+ *   - NCCL (device memory): inputs are read and outputs written on the
+ *     stream, in stream order, as cudaMemcpyAsync would. */
+typedef struct rankd_tensor {
+  void* data;
+  rankd_dtype dtype;
+  size_t ndim;
+  const size_t* shape;
+} rankd_tensor;
+
+/* One transfer of a batched send/receive: `tensor` goes to (or is filled
+ * from) member `peer` of the group. */
+typedef struct rankd_peer_tensor {
+  size_t peer;
+  rankd_tensor tensor;
+} rankd_peer_tensor;
+
+typedef struct rankd_work rankd_work;
+
+/* The operations. `group` is RANKD_WORLD_GROUP or the id of a group this
+ * rank belongs to (NOT_FOUND otherwise); peers and counts index the
+ * group's members. `stream` is the executor: a cudaStream_t for NCCL (NULL:
+ * the session's stream), and must be NULL for Gloo. On success *work is a
+ * new handle; the output is valid once the work completed successfully.
+ * Validation errors (INVALID_ARGUMENT, NOT_FOUND, UNIMPLEMENTED) come
+ * before any data moves; a failure afterwards is reported by the work and
+ * poisons the session: later operations fail at once with its cause. */
+
+/* Element-wise sum; `output` has the input's shape and dtype and may be
+ * the input itself (in place). */
+RANKD_EXPORT rankd_status* rankd_all_reduce_sum(
+    rankd_session* session, uint32_t group, const rankd_tensor* input,
+    const rankd_tensor* output, void* stream, rankd_work** work);
+/* Inputs concatenated along the leading axis in member order: [n, ...]
+ * gives [members * n, ...]; a scalar gives [members]. */
+RANKD_EXPORT rankd_status* rankd_all_gather(rankd_session* session,
+                                            uint32_t group,
+                                            const rankd_tensor* input,
+                                            const rankd_tensor* output,
+                                            void* stream, rankd_work** work);
+/* Leading-axis rows: send_counts[d] rows go to member d (input compact,
+ * destination-major), receive_counts[s] rows come from member s (output
+ * source-major, sum(receive_counts) rows). Both arrays have `members`
+ * entries, the group's size. */
+RANKD_EXPORT rankd_status* rankd_all_to_all_v(
+    rankd_session* session, uint32_t group, const rankd_tensor* input,
+    const size_t* send_counts, const size_t* receive_counts, size_t members,
+    const rankd_tensor* output, void* stream, rankd_work** work);
+/* Pairs with a rankd_receive of the same shape and dtype on member `peer`,
+ * in the same order. */
+RANKD_EXPORT rankd_status* rankd_send(rankd_session* session, uint32_t group,
+                                      size_t peer, const rankd_tensor* input,
+                                      void* stream, rankd_work** work);
+RANKD_EXPORT rankd_status* rankd_receive(rankd_session* session, uint32_t group,
+                                         size_t peer,
+                                         const rankd_tensor* output,
+                                         void* stream, rankd_work** work);
+/* Sends and receives posted together, completing together: two members
+ * can swap tensors, and a ring needs no even/odd ordering. */
+RANKD_EXPORT rankd_status* rankd_batch_send_receive(
+    rankd_session* session, uint32_t group, const rankd_peer_tensor* sends,
+    size_t send_count, const rankd_peer_tensor* receives, size_t receive_count,
+    void* stream, rankd_work** work);
+
+/* ---- Completions -------------------------------------------------------- */
+
+/* What happens to work that misses a bounded wait's deadline. */
+typedef enum rankd_cancellation {
+  /* The work keeps running, quarantined with its buffers' use until it
+   * completes; the session refuses new work. */
+  RANKD_QUARANTINE_UNTIL_COMPLETE = 1,
+  /* Native cancellation: communicators are aborted before the wait
+   * returns. */
+  RANKD_NATIVE_CANCEL = 2
+} rankd_cancellation;
+
+/* 1 once the work completed (successfully or not; its output is then
+ * valid when rankd_work_wait would return NULL), else 0. Never blocks. */
+RANKD_EXPORT int rankd_work_is_complete(rankd_work* work);
+
+/* Blocks until the work completed (the session's op_timeout bounds it);
+ * NULL on success, else the error that failed it (for example ABORTED
+ * naming a lost rank, or DEADLINE_EXCEEDED naming who did not submit). */
+RANKD_EXPORT rankd_status* rankd_work_wait(rankd_work* work);
+
+/* Waits at most `timeout_seconds`. NULL when the work completed
+ * successfully; its error when it failed; DEADLINE_EXCEEDED, with the mode
+ * named, once `mode` was applied after the deadline (the session is then
+ * poisoned). INVALID_ARGUMENT for a non-positive timeout and
+ * FAILED_PRECONDITION for a mode the session does not support, both before
+ * waiting. */
+RANKD_EXPORT rankd_status* rankd_work_wait_bounded(rankd_work* work,
+                                                   double timeout_seconds,
+                                                   rankd_cancellation mode);
+
+/* 1 when rankd_work_wait_bounded accepts `mode` for this work, else 0. */
+RANKD_EXPORT int rankd_work_supports_cancellation(const rankd_work* work,
+                                                  rankd_cancellation mode);
+
+/* Frees the handle without waiting: work still running keeps what the
+ * library owns for it (and its session) until it completes. A Gloo work's
+ * output is then never written. */
+RANKD_EXPORT void rankd_work_free(rankd_work* work);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* RANKD_RANKD_H_ */

@@ -1,0 +1,107 @@
+// What the C ABI's opaque handles (capi/include/rankd/rankd.h) hold, and the
+// conversions every entry point shares: absl::Status to rankd_status*,
+// seconds to absl::Duration, NULL checks.
+//
+// Ownership: a handle holds shared state, so handles may be freed in any
+// order: a session holds its rank's state, a work its session's state.
+// Within RankState the control plane is destroyed before the client it
+// uses; within SessionState the session before the rank state.
+//
+// Private to capi/. Depends on the client library, the data plane's contract
+// and Gloo session, and absl.
+#ifndef RANKD_CAPI_INTERNAL_HANDLES_H_
+#define RANKD_CAPI_INTERNAL_HANDLES_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "dataplane/completion.h"
+#include "dataplane/control_plane.h"
+#include "dataplane/gloo/gloo_session.h"
+#include "dataplane/host_tensor.h"
+#include "dataplane/types.h"
+#include "rankd/rankd.h"
+
+namespace rankd::capi {
+
+// A joined rank: the client, the control plane over it, and what the
+// descriptor getters hand out (valid for the state's life).
+struct RankState {
+  ~RankState();
+  std::unique_ptr<Client> client;
+  std::unique_ptr<dataplane::ControlPlane> control_plane;
+  v1::SessionDescriptor proto;
+  std::vector<std::vector<uint32_t>> group_members;  // one per proto group
+};
+
+struct SessionState {
+  ~SessionState();
+  std::shared_ptr<RankState> rank;
+  std::unique_ptr<dataplane::gloo::GlooSession> gloo;
+};
+
+// A status the caller owns; NULL for OK. `function` prefixes messages of
+// errors the C layer makes itself ("rankd_join: ...").
+rankd_status* ToC(const absl::Status& status);
+rankd_status* Error(absl::StatusCode code, const char* function,
+                    absl::string_view message);
+rankd_status* NullArgument(const char* function, const char* argument);
+
+// `seconds` as a duration: positive and finite (or, with the flags, zero or
+// +infinity); InvalidArgument naming `function` and `what` otherwise.
+struct TimeoutRules {
+  bool allow_zero = false;
+  bool allow_infinite = false;
+};
+absl::StatusOr<absl::Duration> ToDuration(double seconds, const char* function,
+                                          const char* what,
+                                          TimeoutRules rules = {});
+
+}  // namespace rankd::capi
+
+struct rankd_status {
+  absl::Status status;
+  std::string message;  // what rankd_status_message returns
+};
+
+struct rankd_rank {
+  std::shared_ptr<rankd::capi::RankState> state;
+};
+
+struct rankd_session {
+  std::shared_ptr<rankd::capi::SessionState> state;
+};
+
+struct rankd_pending_words {
+  std::shared_ptr<rankd::capi::RankState> rank;
+  std::unique_ptr<rankd::Client::PendingWords> pending;
+  size_t result_words = 0;  // world_size * count
+};
+
+struct rankd_bytes {
+  std::string value;
+};
+
+// A submitted operation: its completion, and the outputs to copy into the
+// caller's buffers once its success is first observed.
+struct rankd_work {
+  struct Delivery {
+    rankd::dataplane::HostTensor output;
+    void* destination = nullptr;
+  };
+  std::shared_ptr<rankd::capi::SessionState> session;
+  std::shared_ptr<rankd::dataplane::BoundedCompletion> completion;
+  absl::Mutex mu;
+  std::vector<Delivery> deliveries ABSL_GUARDED_BY(mu);
+  bool delivered ABSL_GUARDED_BY(mu) = false;
+};
+
+#endif  // RANKD_CAPI_INTERNAL_HANDLES_H_

@@ -1,0 +1,478 @@
+// The C ABI's rank functions (capi/include/rankd/rankd.h, "Joining a job"
+// through "Job failure"): join from options or the launcher's environment,
+// the descriptor and groups, all_gather_words, the key-value broker and job
+// failure. Depends on the client library, dataplane/control_plane.h and
+// absl.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "capi/internal/handles.h"
+#include "client/client.h"
+#include "dataplane/control_plane.h"
+#include "rankd/rankd.h"
+
+namespace rankd::capi {
+namespace {
+
+constexpr char kJoin[] = "rankd_join";
+
+// $name, or nullopt when unset or empty.
+std::optional<std::string> Env(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+// A non-negative integer from $name (nullopt when unset).
+absl::StatusOr<std::optional<uint32_t>> EnvIndex(const char* name) {
+  std::optional<std::string> text = Env(name);
+  if (!text.has_value()) return std::optional<uint32_t>();
+  uint32_t value = 0;
+  if (!absl::SimpleAtoi(*text, &value)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kJoin, ": $", name, " is '", *text,
+                     "'; it must be a non-negative integer"));
+  }
+  return std::optional<uint32_t>(value);
+}
+
+// Where an explicit field (>= 0) wins over $name, which wins over `dflt`.
+absl::StatusOr<std::optional<uint32_t>> IndexField(int64_t field,
+                                                   const char* field_name,
+                                                   const char* env_name) {
+  if (field >= 0) {
+    if (field > UINT32_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kJoin, ": options.", field_name, " is ", field, "; too large"));
+    }
+    return std::optional<uint32_t>(static_cast<uint32_t>(field));
+  }
+  if (field != -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kJoin, ": options.", field_name, " is ", field,
+                     "; it must be -1 (not given) or a rank index"));
+  }
+  return EnvIndex(env_name);
+}
+
+absl::StatusOr<std::string> ReadToken(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kJoin, ": cannot read the token file ", path));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return std::string(absl::StripAsciiWhitespace(text.str()));
+}
+
+// What rankd_join connects and joins with.
+struct JoinPlan {
+  ClientOptions client;
+  JoinOptions join;
+};
+
+absl::StatusOr<JoinPlan> PlanJoin(const rankd_join_options& o) {
+  JoinPlan plan;
+  if (o.target != nullptr) {
+    plan.client.target = o.target;
+  } else if (auto target = Env("RANKD_TARGET")) {
+    plan.client.target = *target;
+  }  // else: the client's default socket
+  if (o.job_id != nullptr) {
+    plan.join.job_id = o.job_id;
+  } else if (auto job = Env("RANKD_JOB_ID")) {
+    plan.join.job_id = *job;
+  }
+  if (plan.join.job_id.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kJoin, ": no job id: set options.job_id or $RANKD_JOB_ID"));
+  }
+  auto local_rank = IndexField(o.local_rank, "local_rank", "RANKD_LOCAL_RANK");
+  if (!local_rank.ok()) return local_rank.status();
+  plan.join.local_rank = local_rank->value_or(0);
+  auto rank = IndexField(o.rank, "rank", "RANKD_RANK");
+  if (!rank.ok()) return rank.status();
+  if (rank->has_value()) plan.join.rank = **rank;
+  if (o.world_size != 0) {
+    plan.join.world_size = o.world_size;
+  } else {
+    auto world = EnvIndex("RANKD_WORLD_SIZE");
+    if (!world.ok()) return world.status();
+    plan.join.world_size = world->value_or(0);
+  }
+  const std::string kind = o.device_kind == nullptr ? "cpu" : o.device_kind;
+  if (kind != "cpu" && kind != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kJoin, ": options.device_kind is '", kind,
+                     "'; use \"cpu\" or \"cuda\""));
+  }
+  plan.join.device.set_kind(kind);
+  if (o.device_index < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kJoin, ": options.device_index is ", o.device_index,
+                     "; it must be -1 (the local rank) or a device index"));
+  }
+  plan.join.device.set_index(o.device_index == -1
+                                 ? static_cast<int32_t>(plan.join.local_rank)
+                                 : o.device_index);
+  auto wait =
+      ToDuration(o.wait_for_world_seconds, kJoin,
+                 "options.wait_for_world_seconds", {.allow_zero = true});
+  if (!wait.ok()) return wait.status();
+  plan.join.wait_for_world = *wait;
+  auto connect = ToDuration(o.connect_timeout_seconds, kJoin,
+                            "options.connect_timeout_seconds");
+  if (!connect.ok()) return connect.status();
+  plan.client.connect_timeout = *connect;
+  std::optional<std::string> token_file;
+  if (o.token_file != nullptr) {
+    token_file = o.token_file;
+  } else {
+    token_file = Env("RANKD_TOKEN_FILE");
+  }
+  if (token_file.has_value()) {
+    auto token = ReadToken(*token_file);
+    if (!token.ok()) return token.status();
+    plan.client.bearer_token = *std::move(token);
+  }
+  return plan;
+}
+
+const char* GroupKindName(v1::GroupKind kind) {
+  switch (kind) {
+    case v1::GROUP_KIND_WORLD:
+      return "world";
+    case v1::GROUP_KIND_TENSOR:
+      return "tensor";
+    case v1::GROUP_KIND_PIPELINE:
+      return "pipeline";
+    case v1::GROUP_KIND_EXPERT:
+      return "expert";
+    case v1::GROUP_KIND_DATA:
+      return "data";
+    default:
+      return "unspecified";
+  }
+}
+
+// The words `out` must hold for a round of `count` words per rank.
+absl::Status CheckResultBuffer(const RankState& rank, const char* function,
+                               const uint32_t* words, size_t count,
+                               const uint32_t* out, size_t out_capacity) {
+  if (words == nullptr && count > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(function, ": words is NULL with count ", count));
+  }
+  const size_t needed = size_t{rank.proto.world_size()} * count;
+  if (out == nullptr && needed > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(function, ": out is NULL"));
+  }
+  if (out_capacity < needed) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        function, ": out holds ", out_capacity, " words; the result needs ",
+        needed, " (world size ", rank.proto.world_size(), " x ", count, ")"));
+  }
+  return absl::OkStatus();
+}
+
+void CopyWords(const std::vector<uint32_t>& result, uint32_t* out) {
+  if (!result.empty()) {
+    std::memcpy(out, result.data(), result.size() * sizeof(uint32_t));
+  }
+}
+
+}  // namespace
+}  // namespace rankd::capi
+
+using rankd::capi::Error;
+using rankd::capi::NullArgument;
+using rankd::capi::ToC;
+using rankd::capi::ToDuration;
+
+extern "C" {
+
+void rankd_join_options_init(rankd_join_options* options) {
+  if (options == nullptr) return;
+  *options = rankd_join_options{};
+  options->struct_size = sizeof(rankd_join_options);
+  options->local_rank = -1;
+  options->rank = -1;
+  options->device_index = -1;
+  options->wait_for_world_seconds = 60;
+  options->connect_timeout_seconds = 10;
+}
+
+rankd_status* rankd_join(const rankd_join_options* options, rankd_rank** rank) {
+  using rankd::capi::kJoin;
+  if (rank == nullptr) return NullArgument(kJoin, "rank");
+  rankd_join_options o;
+  rankd_join_options_init(&o);
+  if (options != nullptr) {
+    if (options->struct_size < sizeof(rankd_join_options)) {
+      // ABI version 1 defines every field; an older layout does not exist.
+      return Error(
+          absl::StatusCode::kInvalidArgument, kJoin,
+          absl::StrCat("options->struct_size is ", options->struct_size,
+                       "; expected at least ", sizeof(rankd_join_options),
+                       " (call rankd_join_options_init)"));
+    }
+    o = *options;
+  }
+  auto plan = rankd::capi::PlanJoin(o);
+  if (!plan.ok()) return ToC(plan.status());
+  auto state = std::make_shared<rankd::capi::RankState>();
+  auto client = rankd::Client::Connect(plan->client);
+  if (!client.ok()) return ToC(client.status());
+  state->client = *std::move(client);
+  auto descriptor = state->client->Join(plan->join);
+  if (!descriptor.ok()) return ToC(descriptor.status());
+  state->proto = *std::move(descriptor);
+  for (const auto& group : state->proto.groups()) {
+    state->group_members.emplace_back(group.members().begin(),
+                                      group.members().end());
+  }
+  state->control_plane =
+      rankd::dataplane::MakeClientControlPlane(state->client.get());
+  auto handle = std::make_unique<rankd_rank>();
+  handle->state = std::move(state);
+  *rank = handle.release();  // the caller owns it: rankd_rank_free
+  return nullptr;
+}
+
+rankd_status* rankd_leave(rankd_rank* rank) {
+  if (rank == nullptr) return NullArgument("rankd_leave", "rank");
+  return ToC(rank->state->client->Leave());
+}
+
+void rankd_rank_free(rankd_rank* rank) {
+  std::unique_ptr<rankd_rank> owned(rank);
+}
+
+rankd_status* rankd_rank_descriptor(const rankd_rank* rank,
+                                    rankd_descriptor* descriptor) {
+  constexpr char kFn[] = "rankd_rank_descriptor";
+  if (rank == nullptr) return NullArgument(kFn, "rank");
+  if (descriptor == nullptr) return NullArgument(kFn, "descriptor");
+  if (descriptor->struct_size < sizeof(rankd_descriptor)) {
+    return Error(
+        absl::StatusCode::kInvalidArgument, kFn,
+        absl::StrCat("descriptor->struct_size is ", descriptor->struct_size,
+                     "; set it to sizeof "
+                     "(rankd_descriptor), at least ",
+                     sizeof(rankd_descriptor)));
+  }
+  const rankd::v1::SessionDescriptor& p = rank->state->proto;
+  rankd_descriptor d{};
+  d.struct_size = sizeof(rankd_descriptor);
+  d.rank = p.rank();
+  d.world_size = p.world_size();
+  d.local_rank = p.local_rank();
+  d.node_index = p.node_index();
+  d.nnodes = p.nnodes();
+  d.nproc_per_node = p.nproc_per_node();
+  d.job_incarnation = p.job_incarnation();
+  d.tensor_parallel = p.topology().tensor();
+  d.pipeline_parallel = p.topology().pipeline();
+  d.expert_parallel = p.topology().expert();
+  d.data_parallel = p.topology().data();
+  d.group_count = static_cast<size_t>(p.groups_size());
+  *descriptor = d;
+  return nullptr;
+}
+
+const char* rankd_rank_job_id(const rankd_rank* rank) {
+  return rank == nullptr ? nullptr : rank->state->proto.job_id().c_str();
+}
+
+rankd_status* rankd_rank_group(const rankd_rank* rank, size_t index,
+                               rankd_group* group) {
+  constexpr char kFn[] = "rankd_rank_group";
+  if (rank == nullptr) return NullArgument(kFn, "rank");
+  if (group == nullptr) return NullArgument(kFn, "group");
+  const auto& groups = rank->state->proto.groups();
+  if (index >= static_cast<size_t>(groups.size())) {
+    return Error(absl::StatusCode::kOutOfRange, kFn,
+                 absl::StrCat("group index ", index, " is out of range; rank ",
+                              rank->state->proto.rank(), " belongs to ",
+                              groups.size(), " groups"));
+  }
+  const auto& g = groups[static_cast<int>(index)];
+  const std::vector<uint32_t>& members = rank->state->group_members[index];
+  group->id = g.id();
+  group->kind = rankd::capi::GroupKindName(g.kind());
+  group->size = static_cast<uint32_t>(members.size());
+  group->local_rank = g.local_rank();
+  group->members = members.data();
+  return nullptr;
+}
+
+rankd_status* rankd_all_gather_words(rankd_rank* rank, const uint32_t* words,
+                                     size_t count, double timeout_seconds,
+                                     uint32_t* out, size_t out_capacity) {
+  constexpr char kFn[] = "rankd_all_gather_words";
+  if (rank == nullptr) return NullArgument(kFn, "rank");
+  absl::Status checked = rankd::capi::CheckResultBuffer(
+      *rank->state, kFn, words, count, out, out_capacity);
+  if (!checked.ok()) return ToC(checked);
+  auto timeout = ToDuration(timeout_seconds, kFn, "timeout_seconds");
+  if (!timeout.ok()) return ToC(timeout.status());
+  auto result = rank->state->client->AllGatherWords(
+      absl::MakeConstSpan(words, count), *timeout);
+  if (!result.ok()) return ToC(result.status());
+  rankd::capi::CopyWords(*result, out);
+  return nullptr;
+}
+
+rankd_status* rankd_submit_all_gather_words(rankd_rank* rank,
+                                            const uint32_t* words, size_t count,
+                                            double round_timeout_seconds,
+                                            rankd_pending_words** pending) {
+  constexpr char kFn[] = "rankd_submit_all_gather_words";
+  if (rank == nullptr) return NullArgument(kFn, "rank");
+  if (pending == nullptr) return NullArgument(kFn, "pending");
+  if (words == nullptr && count > 0) {
+    return Error(absl::StatusCode::kInvalidArgument, kFn,
+                 absl::StrCat("words is NULL with count ", count));
+  }
+  auto timeout =
+      ToDuration(round_timeout_seconds, kFn, "round_timeout_seconds");
+  if (!timeout.ok()) return ToC(timeout.status());
+  auto submitted = rank->state->client->SubmitAllGatherWords(
+      absl::MakeConstSpan(words, count), *timeout);
+  if (!submitted.ok()) return ToC(submitted.status());
+  auto handle = std::make_unique<rankd_pending_words>();
+  handle->rank = rank->state;
+  handle->pending = *std::move(submitted);
+  handle->result_words = size_t{rank->state->proto.world_size()} * count;
+  *pending = handle.release();  // rankd_pending_words_free
+  return nullptr;
+}
+
+int rankd_pending_words_is_ready(const rankd_pending_words* pending) {
+  return pending != nullptr && pending->pending->IsReady() ? 1 : 0;
+}
+
+rankd_status* rankd_pending_words_wait(rankd_pending_words* pending,
+                                       double timeout_seconds, uint32_t* out,
+                                       size_t out_capacity) {
+  constexpr char kFn[] = "rankd_pending_words_wait";
+  if (pending == nullptr) return NullArgument(kFn, "pending");
+  if (out == nullptr && pending->result_words > 0) {
+    return NullArgument(kFn, "out");
+  }
+  if (out_capacity < pending->result_words) {
+    return Error(
+        absl::StatusCode::kInvalidArgument, kFn,
+        absl::StrCat("out holds ", out_capacity, " words; the result needs ",
+                     pending->result_words));
+  }
+  auto timeout = ToDuration(timeout_seconds, kFn, "timeout_seconds",
+                            {.allow_infinite = true});
+  if (!timeout.ok()) return ToC(timeout.status());
+  auto result = pending->pending->Wait(*timeout);
+  if (!result.ok()) return ToC(result.status());
+  rankd::capi::CopyWords(*result, out);
+  return nullptr;
+}
+
+void rankd_pending_words_free(rankd_pending_words* pending) {
+  std::unique_ptr<rankd_pending_words> owned(pending);
+}
+
+const uint8_t* rankd_bytes_data(const rankd_bytes* bytes) {
+  return bytes == nullptr
+             ? nullptr
+             : reinterpret_cast<const uint8_t*>(bytes->value.data());
+}
+
+size_t rankd_bytes_size(const rankd_bytes* bytes) {
+  return bytes == nullptr ? 0 : bytes->value.size();
+}
+
+void rankd_bytes_free(rankd_bytes* bytes) {
+  std::unique_ptr<rankd_bytes> owned(bytes);
+}
+
+rankd_status* rankd_kv_set(rankd_rank* rank, const char* key, const void* value,
+                           size_t size) {
+  constexpr char kFn[] = "rankd_kv_set";
+  if (rank == nullptr) return NullArgument(kFn, "rank");
+  if (key == nullptr) return NullArgument(kFn, "key");
+  if (value == nullptr && size > 0) return NullArgument(kFn, "value");
+  return ToC(rank->state->client->KvSet(
+      key, absl::string_view(static_cast<const char*>(value), size)));
+}
+
+rankd_status* rankd_kv_get(rankd_rank* rank, const char* key,
+                           double timeout_seconds, rankd_bytes** value) {
+  constexpr char kFn[] = "rankd_kv_get";
+  if (rank == nullptr) return NullArgument(kFn, "rank");
+  if (key == nullptr) return NullArgument(kFn, "key");
+  if (value == nullptr) return NullArgument(kFn, "value");
+  auto timeout = ToDuration(timeout_seconds, kFn, "timeout_seconds");
+  if (!timeout.ok()) return ToC(timeout.status());
+  auto got = rank->state->client->KvGet(key, *timeout);
+  if (!got.ok()) return ToC(got.status());
+  auto bytes = std::make_unique<rankd_bytes>();
+  bytes->value = *std::move(got);
+  *value = bytes.release();  // rankd_bytes_free
+  return nullptr;
+}
+
+rankd_status* rankd_kv_add(rankd_rank* rank, const char* key, int64_t delta,
+                           int64_t* result) {
+  constexpr char kFn[] = "rankd_kv_add";
+  if (rank == nullptr) return NullArgument(kFn, "rank");
+  if (key == nullptr) return NullArgument(kFn, "key");
+  if (result == nullptr) return NullArgument(kFn, "result");
+  auto added = rank->state->client->KvAdd(key, delta);
+  if (!added.ok()) return ToC(added.status());
+  *result = *added;
+  return nullptr;
+}
+
+rankd_status* rankd_kv_delete(rankd_rank* rank, const char* key, int* existed) {
+  constexpr char kFn[] = "rankd_kv_delete";
+  if (rank == nullptr) return NullArgument(kFn, "rank");
+  if (key == nullptr) return NullArgument(kFn, "key");
+  auto deleted = rank->state->client->KvDelete(key);
+  if (!deleted.ok()) return ToC(deleted.status());
+  if (existed != nullptr) *existed = *deleted ? 1 : 0;
+  return nullptr;
+}
+
+rankd_status* rankd_job_health(const rankd_rank* rank) {
+  if (rank == nullptr) return NullArgument("rankd_job_health", "rank");
+  return ToC(rank->state->client->JobHealth());
+}
+
+rankd_status* rankd_on_job_failure(rankd_rank* rank, rankd_failure_fn callback,
+                                   void* user_data) {
+  constexpr char kFn[] = "rankd_on_job_failure";
+  if (rank == nullptr) return NullArgument(kFn, "rank");
+  if (callback == nullptr) return NullArgument(kFn, "callback");
+  rank->state->control_plane->OnJobFailure(
+      [callback, user_data](const absl::Status& failure) {
+        const std::string message(failure.message());
+        callback(user_data, static_cast<rankd_code>(failure.code()),
+                 message.c_str());
+      });
+  return nullptr;
+}
+
+}  // extern "C"

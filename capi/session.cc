@@ -1,0 +1,522 @@
+// The C ABI's data-plane functions (capi/include/rankd/rankd.h, "Data-plane
+// sessions" and "Completions"): sessions over a joined rank, the
+// DistributedSession operations on host buffers with Gloo, and works.
+//
+// Host buffers are copied: an input into a library-owned tensor during the
+// submitting call, an output from the operation's result into the caller's
+// buffer when the work's success is first observed (rankd_work_is_complete,
+// rankd_work_wait, rankd_work_wait_bounded). The session itself validates
+// everything else (shapes, counts, peers, groups, capabilities), so its
+// messages reach the caller unchanged.
+//
+// Depends on the Gloo session, dataplane/types.h, host_tensor.h and absl.
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "capi/internal/handles.h"
+#include "dataplane/completion.h"
+#include "dataplane/descriptor_proto.h"
+#include "dataplane/gloo/gloo_session.h"
+#include "dataplane/host_tensor.h"
+#include "dataplane/types.h"
+#include "rankd/rankd.h"
+
+namespace rankd::capi {
+namespace {
+
+using dataplane::CancellationMode;
+using dataplane::CollectiveScope;
+using dataplane::HostTensor;
+using dataplane::PeerValue;
+using dataplane::TensorDtype;
+using dataplane::ValueDescriptor;
+
+// rankd_dtype's values are TensorDtype's, in order.
+static_assert(RANKD_BOOL == static_cast<int>(TensorDtype::kBool));
+static_assert(RANKD_F32 == static_cast<int>(TensorDtype::kF32));
+static_assert(RANKD_F16 == static_cast<int>(TensorDtype::kF16));
+static_assert(RANKD_BF16 == static_cast<int>(TensorDtype::kBf16));
+static_assert(RANKD_F64 == static_cast<int>(TensorDtype::kF64));
+static_assert(RANKD_I8 == static_cast<int>(TensorDtype::kI8));
+static_assert(RANKD_I16 == static_cast<int>(TensorDtype::kI16));
+static_assert(RANKD_I32 == static_cast<int>(TensorDtype::kI32));
+static_assert(RANKD_I64 == static_cast<int>(TensorDtype::kI64));
+static_assert(RANKD_U8 == static_cast<int>(TensorDtype::kU8));
+static_assert(RANKD_U16 == static_cast<int>(TensorDtype::kU16));
+static_assert(RANKD_U32 == static_cast<int>(TensorDtype::kU32));
+static_assert(RANKD_U64 == static_cast<int>(TensorDtype::kU64));
+static_assert(RANKD_COMPLEX64 == static_cast<int>(TensorDtype::kComplex64));
+
+// The descriptor of a caller's tensor: `what` ("input", "sends[2]", ...)
+// names it in errors.
+absl::StatusOr<ValueDescriptor> DescriptorOf(const rankd_tensor* t,
+                                             const char* function,
+                                             const std::string& what) {
+  if (t == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(function, ": ", what, " is NULL"));
+  }
+  if (t->dtype < RANKD_BOOL || t->dtype > RANKD_COMPLEX64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(function, ": ", what, ".dtype is ",
+                     static_cast<int>(t->dtype), ", not a rankd_dtype"));
+  }
+  if (t->ndim > 0 && t->shape == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        function, ": ", what, ".shape is NULL with ndim ", t->ndim));
+  }
+  const auto dtype = static_cast<TensorDtype>(t->dtype);
+  std::vector<size_t> shape(t->shape, t->shape + t->ndim);
+  absl::StatusOr<ValueDescriptor> d;
+  if (!shape.empty() && shape[0] == 0) {  // an empty leading axis
+    auto row = ValueDescriptor::Create({shape.begin() + 1, shape.end()}, dtype);
+    d = row.ok() ? ValueDescriptor::Rows(0, *row) : row.status();
+  } else {
+    d = ValueDescriptor::Create(std::move(shape), dtype);
+  }
+  if (!d.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(function, ": ", what, ": ", d.status().message()));
+  }
+  if (t->data == nullptr && d->byte_size() > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(function, ": ", what, ".data is NULL"));
+  }
+  return d;
+}
+
+// A library-owned copy of the caller's input.
+absl::StatusOr<HostTensor> CopyIn(const rankd_tensor* t, const char* function,
+                                  const std::string& what) {
+  auto d = DescriptorOf(t, function, what);
+  if (!d.ok()) return d.status();
+  HostTensor copy = HostTensor::Uninitialized(*d);
+  if (d->byte_size() > 0) std::memcpy(copy.data(), t->data, d->byte_size());
+  return copy;
+}
+
+// A library-owned output of the caller's output's descriptor.
+absl::StatusOr<HostTensor> OutputLike(const rankd_tensor* t,
+                                      const char* function,
+                                      const std::string& what) {
+  auto d = DescriptorOf(t, function, what);
+  if (!d.ok()) return d.status();
+  return HostTensor::Uninitialized(*d);
+}
+
+CollectiveScope ScopeOf(uint32_t group) {
+  return group == RANKD_WORLD_GROUP ? CollectiveScope::World()
+                                    : CollectiveScope::Group(group);
+}
+
+// What every operation checks first.
+absl::Status CheckCall(const rankd_session* session, void* stream,
+                       rankd_work** work, const char* function) {
+  if (session == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(function, ": session is NULL"));
+  }
+  if (work == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(function, ": work is NULL"));
+  }
+  if (stream != nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(function,
+                     ": stream must be NULL for a Gloo session (it is the CUDA "
+                     "stream of an NCCL session)"));
+  }
+  return absl::OkStatus();
+}
+
+// Hands a submitted operation to the caller as a work.
+rankd_status* MakeWork(
+    rankd_session* session,
+    absl::StatusOr<dataplane::DistributedSession<HostTensor>::ValueSubmission>
+        submitted,
+    void* destination, rankd_work** work) {
+  if (!submitted.ok()) return ToC(submitted.status());
+  auto w = std::make_unique<rankd_work>();
+  w->session = session->state;
+  w->completion = std::move(submitted->completion);
+  if (destination != nullptr) {
+    absl::MutexLock lock(&w->mu);
+    w->deliveries.push_back({std::move(submitted->output), destination});
+  }
+  *work = w.release();  // rankd_work_free
+  return nullptr;
+}
+
+// Copies the outputs into the caller's buffers, once.
+void Deliver(rankd_work& work) {
+  absl::MutexLock lock(&work.mu);
+  if (work.delivered) return;
+  work.delivered = true;
+  for (const rankd_work::Delivery& d : work.deliveries) {
+    if (d.output.byte_size() > 0) {
+      std::memcpy(d.destination, d.output.data(), d.output.byte_size());
+    }
+  }
+  work.deliveries.clear();
+}
+
+std::optional<CancellationMode> ModeOf(rankd_cancellation mode) {
+  switch (mode) {
+    case RANKD_QUARANTINE_UNTIL_COMPLETE:
+      return CancellationMode::kQuarantineUntilComplete;
+    case RANKD_NATIVE_CANCEL:
+      return CancellationMode::kNativeCancel;
+  }
+  return std::nullopt;
+}
+
+// $RANKD_BACKEND as a backend (0 when unset).
+absl::StatusOr<rankd_backend> BackendFromEnvironment() {
+  const char* env = std::getenv("RANKD_BACKEND");
+  if (env == nullptr || *env == '\0') return RANKD_BACKEND_GLOO;
+  const std::string name = env;
+  if (name == "gloo") return RANKD_BACKEND_GLOO;
+  if (name == "nccl") return RANKD_BACKEND_NCCL;
+  return absl::InvalidArgumentError(
+      absl::StrCat("rankd_session_open: $RANKD_BACKEND is '", name,
+                   "'; use \"gloo\" or \"nccl\""));
+}
+
+std::string GlooHostname(const char* option) {
+  if (option != nullptr) return option;
+  for (const char* name : {"RANKD_GLOO_HOSTNAME", "POD_IP"}) {
+    const char* env = std::getenv(name);
+    if (env != nullptr && *env != '\0') return env;
+  }
+  return "127.0.0.1";
+}
+
+}  // namespace
+}  // namespace rankd::capi
+
+using rankd::capi::CheckCall;
+using rankd::capi::CopyIn;
+using rankd::capi::Error;
+using rankd::capi::MakeWork;
+using rankd::capi::NullArgument;
+using rankd::capi::OutputLike;
+using rankd::capi::ScopeOf;
+using rankd::capi::ToC;
+using rankd::dataplane::HostTensor;
+using rankd::dataplane::PeerValue;
+
+extern "C" {
+
+void rankd_session_options_init(rankd_session_options* options) {
+  if (options == nullptr) return;
+  *options = rankd_session_options{};
+  options->struct_size = sizeof(rankd_session_options);
+  options->backend = static_cast<rankd_backend>(0);
+  options->op_timeout_seconds = 60;
+}
+
+rankd_status* rankd_session_open(rankd_rank* rank,
+                                 const rankd_session_options* options,
+                                 rankd_session** session) {
+  constexpr char kFn[] = "rankd_session_open";
+  if (rank == nullptr) return NullArgument(kFn, "rank");
+  if (session == nullptr) return NullArgument(kFn, "session");
+  rankd_session_options o;
+  rankd_session_options_init(&o);
+  if (options != nullptr) {
+    if (options->struct_size < sizeof(rankd_session_options)) {
+      return Error(
+          absl::StatusCode::kInvalidArgument, kFn,
+          absl::StrCat("options->struct_size is ", options->struct_size,
+                       "; expected at least ", sizeof(rankd_session_options),
+                       " (call rankd_session_options_init)"));
+    }
+    o = *options;
+  }
+  rankd_backend backend = o.backend;
+  if (backend == 0) {
+    auto from_env = rankd::capi::BackendFromEnvironment();
+    if (!from_env.ok()) return ToC(from_env.status());
+    backend = *from_env;
+  }
+  if (backend == RANKD_BACKEND_NCCL) {
+    return Error(absl::StatusCode::kUnimplemented, kFn,
+                 "this build of the C ABI opens Gloo sessions only; NCCL "
+                 "sessions are available from C++ (dataplane/nccl)");
+  }
+  if (backend != RANKD_BACKEND_GLOO) {
+    return Error(absl::StatusCode::kInvalidArgument, kFn,
+                 absl::StrCat("options->backend is ", static_cast<int>(backend),
+                              ", not a rankd_backend"));
+  }
+  auto op_timeout = rankd::capi::ToDuration(o.op_timeout_seconds, kFn,
+                                            "options->op_timeout_seconds");
+  if (!op_timeout.ok()) return ToC(op_timeout.status());
+  auto descriptor = rankd::dataplane::DescriptorFromProto(rank->state->proto);
+  if (!descriptor.ok()) return ToC(descriptor.status());
+  rankd::dataplane::gloo::GlooSessionOptions gloo;
+  gloo.op_timeout = *op_timeout;
+  gloo.verify_agreement = o.verify_agreement != 0;
+  gloo.hostname = rankd::capi::GlooHostname(o.gloo_hostname);
+  auto opened = rankd::dataplane::gloo::GlooSession::Open(
+      *descriptor, rank->state->control_plane.get(), gloo);
+  if (!opened.ok()) return ToC(opened.status());
+  auto state = std::make_shared<rankd::capi::SessionState>();
+  state->rank = rank->state;
+  state->gloo = *std::move(opened);
+  auto handle = std::make_unique<rankd_session>();
+  handle->state = std::move(state);
+  *session = handle.release();  // rankd_session_free
+  return nullptr;
+}
+
+void rankd_session_free(rankd_session* session) {
+  std::unique_ptr<rankd_session> owned(session);
+}
+
+rankd_status* rankd_session_capabilities(const rankd_session* session,
+                                         rankd_capabilities* capabilities) {
+  constexpr char kFn[] = "rankd_session_capabilities";
+  if (session == nullptr) return NullArgument(kFn, "session");
+  if (capabilities == nullptr) return NullArgument(kFn, "capabilities");
+  if (capabilities->struct_size < sizeof(rankd_capabilities)) {
+    return Error(
+        absl::StatusCode::kInvalidArgument, kFn,
+        absl::StrCat("capabilities->struct_size is ", capabilities->struct_size,
+                     "; set it to sizeof(rankd_capabilities), ",
+                     sizeof(rankd_capabilities)));
+  }
+  const rankd::dataplane::DistributedCapabilities caps =
+      session->state->gloo->capabilities();
+  capabilities->world_collectives = caps.world_collectives ? 1 : 0;
+  capabilities->point_to_point = caps.point_to_point ? 1 : 0;
+  capabilities->variable_all_to_all = caps.variable_all_to_all ? 1 : 0;
+  capabilities->exact_completion = caps.exact_completion ? 1 : 0;
+  return nullptr;
+}
+
+int rankd_session_supports_group(const rankd_session* session, uint32_t group) {
+  if (session == nullptr) return 0;
+  const rankd::dataplane::DistributedCapabilities caps =
+      session->state->gloo->capabilities();
+  if (group == RANKD_WORLD_GROUP) return caps.world_collectives ? 1 : 0;
+  return caps.collective_groups.count(group) > 0 ? 1 : 0;
+}
+
+rankd_backend rankd_session_backend(const rankd_session* session) {
+  return session == nullptr ? static_cast<rankd_backend>(0)
+                            : RANKD_BACKEND_GLOO;
+}
+
+rankd_status* rankd_all_reduce_sum(rankd_session* session, uint32_t group,
+                                   const rankd_tensor* input,
+                                   const rankd_tensor* output, void* stream,
+                                   rankd_work** work) {
+  constexpr char kFn[] = "rankd_all_reduce_sum";
+  if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
+    return ToC(s);
+  }
+  auto in = CopyIn(input, kFn, "input");
+  if (!in.ok()) return ToC(in.status());
+  auto out = OutputLike(output, kFn, "output");
+  if (!out.ok()) return ToC(out.status());
+  // In place on the library's copy (the caller's output is written at
+  // delivery either way); an output of another shape at the same address
+  // goes to the session, which refuses it.
+  const bool in_place =
+      output->data == input->data && out->descriptor() == in->descriptor();
+  return MakeWork(session,
+                  session->state->gloo->AllReduceSumInto(ScopeOf(group), *in,
+                                                         in_place ? *in : *out),
+                  output->data, work);
+}
+
+rankd_status* rankd_all_gather(rankd_session* session, uint32_t group,
+                               const rankd_tensor* input,
+                               const rankd_tensor* output, void* stream,
+                               rankd_work** work) {
+  constexpr char kFn[] = "rankd_all_gather";
+  if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
+    return ToC(s);
+  }
+  auto in = CopyIn(input, kFn, "input");
+  if (!in.ok()) return ToC(in.status());
+  auto out = OutputLike(output, kFn, "output");
+  if (!out.ok()) return ToC(out.status());
+  return MakeWork(
+      session, session->state->gloo->AllGatherInto(ScopeOf(group), *in, *out),
+      output->data, work);
+}
+
+rankd_status* rankd_all_to_all_v(rankd_session* session, uint32_t group,
+                                 const rankd_tensor* input,
+                                 const size_t* send_counts,
+                                 const size_t* receive_counts, size_t members,
+                                 const rankd_tensor* output, void* stream,
+                                 rankd_work** work) {
+  constexpr char kFn[] = "rankd_all_to_all_v";
+  if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
+    return ToC(s);
+  }
+  if (members > 0 && send_counts == nullptr) {
+    return NullArgument(kFn, "send_counts");
+  }
+  if (members > 0 && receive_counts == nullptr) {
+    return NullArgument(kFn, "receive_counts");
+  }
+  auto in = CopyIn(input, kFn, "input");
+  if (!in.ok()) return ToC(in.status());
+  auto out = OutputLike(output, kFn, "output");
+  if (!out.ok()) return ToC(out.status());
+  return MakeWork(
+      session,
+      session->state->gloo->AllToAllVInto(
+          ScopeOf(group), *in, absl::MakeConstSpan(send_counts, members),
+          absl::MakeConstSpan(receive_counts, members), *out),
+      output->data, work);
+}
+
+rankd_status* rankd_send(rankd_session* session, uint32_t group, size_t peer,
+                         const rankd_tensor* input, void* stream,
+                         rankd_work** work) {
+  constexpr char kFn[] = "rankd_send";
+  if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
+    return ToC(s);
+  }
+  auto in = CopyIn(input, kFn, "input");
+  if (!in.ok()) return ToC(in.status());
+  return MakeWork(session,
+                  session->state->gloo->Send(ScopeOf(group), peer, *in),
+                  /*destination=*/nullptr, work);
+}
+
+rankd_status* rankd_receive(rankd_session* session, uint32_t group, size_t peer,
+                            const rankd_tensor* output, void* stream,
+                            rankd_work** work) {
+  constexpr char kFn[] = "rankd_receive";
+  if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
+    return ToC(s);
+  }
+  auto out = OutputLike(output, kFn, "output");
+  if (!out.ok()) return ToC(out.status());
+  return MakeWork(session,
+                  session->state->gloo->ReceiveInto(ScopeOf(group), peer, *out),
+                  output->data, work);
+}
+
+rankd_status* rankd_batch_send_receive(rankd_session* session, uint32_t group,
+                                       const rankd_peer_tensor* sends,
+                                       size_t send_count,
+                                       const rankd_peer_tensor* receives,
+                                       size_t receive_count, void* stream,
+                                       rankd_work** work) {
+  constexpr char kFn[] = "rankd_batch_send_receive";
+  if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
+    return ToC(s);
+  }
+  if (send_count > 0 && sends == nullptr) return NullArgument(kFn, "sends");
+  if (receive_count > 0 && receives == nullptr) {
+    return NullArgument(kFn, "receives");
+  }
+  // The session checks the batch's size, peers and shared outputs; these
+  // bounds only keep the copies below from growing without limit first.
+  if (send_count > rankd::dataplane::kMaxBatchTransfers ||
+      receive_count > rankd::dataplane::kMaxBatchTransfers) {
+    return Error(
+        absl::StatusCode::kInvalidArgument, kFn,
+        absl::StrCat("a batch holds at most ",
+                     rankd::dataplane::kMaxBatchTransfers, " transfers; got ",
+                     send_count, " sends and ", receive_count, " receives"));
+  }
+  std::vector<PeerValue<HostTensor>> send_values, receive_values;
+  for (size_t i = 0; i < send_count; ++i) {
+    auto in = CopyIn(&sends[i].tensor, kFn, absl::StrCat("sends[", i, "]"));
+    if (!in.ok()) return ToC(in.status());
+    send_values.push_back({sends[i].peer, *std::move(in)});
+  }
+  for (size_t i = 0; i < receive_count; ++i) {
+    auto out =
+        OutputLike(&receives[i].tensor, kFn, absl::StrCat("receives[", i, "]"));
+    if (!out.ok()) return ToC(out.status());
+    receive_values.push_back({receives[i].peer, *std::move(out)});
+  }
+  auto submitted = session->state->gloo->BatchSendReceive(
+      ScopeOf(group), send_values, receive_values);
+  if (!submitted.ok()) return ToC(submitted.status());
+  auto w = std::make_unique<rankd_work>();
+  w->session = session->state;
+  w->completion = std::move(submitted->completion);
+  {
+    absl::MutexLock lock(&w->mu);
+    for (size_t i = 0; i < receive_count; ++i) {
+      w->deliveries.push_back(
+          {std::move(submitted->output[i]), receives[i].tensor.data});
+    }
+  }
+  *work = w.release();  // rankd_work_free
+  return nullptr;
+}
+
+int rankd_work_is_complete(rankd_work* work) {
+  if (work == nullptr || !work->completion->IsComplete()) return 0;
+  // Complete: Wait returns at once, with the work's status.
+  if (work->completion->Wait().ok()) rankd::capi::Deliver(*work);
+  return 1;
+}
+
+rankd_status* rankd_work_wait(rankd_work* work) {
+  if (work == nullptr) return NullArgument("rankd_work_wait", "work");
+  absl::Status s = work->completion->Wait();
+  if (s.ok()) rankd::capi::Deliver(*work);
+  return ToC(s);
+}
+
+rankd_status* rankd_work_wait_bounded(rankd_work* work, double timeout_seconds,
+                                      rankd_cancellation mode) {
+  constexpr char kFn[] = "rankd_work_wait_bounded";
+  if (work == nullptr) return NullArgument(kFn, "work");
+  std::optional<rankd::dataplane::CancellationMode> m =
+      rankd::capi::ModeOf(mode);
+  if (!m.has_value()) {
+    return Error(absl::StatusCode::kInvalidArgument, kFn,
+                 absl::StrCat("mode is ", static_cast<int>(mode),
+                              ", not a rankd_cancellation"));
+  }
+  auto timeout =
+      rankd::capi::ToDuration(timeout_seconds, kFn, "timeout_seconds");
+  if (!timeout.ok()) return ToC(timeout.status());
+  auto outcome = work->completion->WaitBounded(*timeout, *m);
+  if (!outcome.ok()) return ToC(outcome.status());
+  if (!outcome->completed()) {
+    return Error(absl::StatusCode::kDeadlineExceeded, kFn,
+                 absl::StrCat("the work did not complete within ",
+                              absl::FormatDuration(*timeout), "; ",
+                              rankd::dataplane::CancellationModeName(*m),
+                              " applied, and the session is poisoned"));
+  }
+  rankd::capi::Deliver(*work);
+  return nullptr;
+}
+
+int rankd_work_supports_cancellation(const rankd_work* work,
+                                     rankd_cancellation mode) {
+  if (work == nullptr) return 0;
+  std::optional<rankd::dataplane::CancellationMode> m =
+      rankd::capi::ModeOf(mode);
+  return m.has_value() && work->completion->SupportsCancellation(*m) ? 1 : 0;
+}
+
+void rankd_work_free(rankd_work* work) {
+  std::unique_ptr<rankd_work> owned(work);
+}
+
+}  // extern "C"

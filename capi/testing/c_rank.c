@@ -1,0 +1,352 @@
+/* c_rank: one rank of a job, written in C against the C ABI alone
+ * (rankd/rankd.h, librankd.so). capi_test starts one per rank with the
+ * launcher's environment ($RANKD_TARGET, $RANKD_JOB_ID, $RANKD_LOCAL_RANK)
+ * and checks what each prints.
+ *
+ *   c_rank ops    every operation with exact values, on a world of 2, and
+ *                 refusals of bad arguments with their codes; prints
+ *                 "C RANK <r> OK".
+ *   c_rank lost   rank 1 dies (exit 3, no leave) once both opened a
+ *                 session; rank 0's pending receive fails naming it, its
+ *                 failure callback ran and rankd_job_health says why;
+ *                 prints "LOST <code>: <message>".
+ *
+ * Exits 1 with "FAILED: ..." on the first unexpected result. */
+#define _DEFAULT_SOURCE /* usleep */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rankd/rankd.h"
+
+static uint32_t my_rank = 0;
+
+static void Fail(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  fprintf(stderr, "FAILED (rank %u): ", my_rank);
+  vfprintf(stderr, format, args);
+  fprintf(stderr, "\n");
+  va_end(args);
+  exit(1);
+}
+
+/* Fails unless `status` is OK; frees it. */
+static void Ok(rankd_status* status, const char* what) {
+  if (status != NULL) {
+    Fail("%s: %s: %s", what, rankd_code_name(rankd_status_code(status)),
+         rankd_status_message(status));
+  }
+}
+
+/* Fails unless `status` has `code` and its message contains `needle`. */
+static void Refused(rankd_status* status, rankd_code code, const char* needle,
+                    const char* what) {
+  if (status == NULL)
+    Fail("%s: accepted; expected %s", what, rankd_code_name(code));
+  if (rankd_status_code(status) != code ||
+      strstr(rankd_status_message(status), needle) == NULL) {
+    Fail("%s: got %s '%s'; expected %s containing '%s'", what,
+         rankd_code_name(rankd_status_code(status)),
+         rankd_status_message(status), rankd_code_name(code), needle);
+  }
+  rankd_status_free(status);
+}
+
+static rankd_tensor F32(float* data, size_t ndim, const size_t* shape) {
+  rankd_tensor t;
+  t.data = data;
+  t.dtype = RANKD_F32;
+  t.ndim = ndim;
+  t.shape = shape;
+  return t;
+}
+
+static void ExpectFloats(const float* got, const float* want, size_t n,
+                         const char* what) {
+  for (size_t i = 0; i < n; ++i) {
+    if (got[i] != want[i]) {
+      Fail("%s: element %zu is %g, expected %g", what, i, got[i], want[i]);
+    }
+  }
+}
+
+static void Wait(rankd_work* work, const char* what) {
+  Ok(rankd_work_wait(work), what);
+  rankd_work_free(work);
+}
+
+static void Ops(rankd_rank* rank, uint32_t world) {
+  if (world != 2) Fail("ops needs a world of 2, got %u", world);
+  const uint32_t r = my_rank, peer = 1 - my_rank;
+
+  /* Groups: the world first, with both ranks. */
+  rankd_group g;
+  Ok(rankd_rank_group(rank, 0, &g), "rankd_rank_group");
+  if (g.id != RANKD_WORLD_GROUP || strcmp(g.kind, "world") != 0 ||
+      g.size != 2 || g.members[0] != 0 || g.members[1] != 1 ||
+      g.local_rank != r) {
+    Fail("world group: id %u kind %s size %u local %u", g.id, g.kind, g.size,
+         g.local_rank);
+  }
+  Refused(rankd_rank_group(rank, 99, &g), RANKD_OUT_OF_RANGE, "99", "group 99");
+
+  /* all_gather_words: [7, 9] from both gives [7, 9, 7, 9]; then a frame
+   * that says who sent it. */
+  uint32_t words[2] = {7, 9}, gathered[4] = {0};
+  Ok(rankd_all_gather_words(rank, words, 2, 30, gathered, 4), "words");
+  const uint32_t want_words[4] = {7, 9, 7, 9};
+  if (memcmp(gathered, want_words, sizeof(gathered)) != 0) {
+    Fail("words: %u %u %u %u", gathered[0], gathered[1], gathered[2],
+         gathered[3]);
+  }
+  Refused(rankd_all_gather_words(rank, words, 2, 30, gathered, 3),
+          RANKD_INVALID_ARGUMENT, "needs 4", "words into a short buffer");
+  Refused(rankd_all_gather_words(rank, words, 2, 0, gathered, 4),
+          RANKD_INVALID_ARGUMENT, "timeout_seconds", "words, zero timeout");
+  uint32_t mine = 100 + r;
+  rankd_pending_words* pending = NULL;
+  Ok(rankd_submit_all_gather_words(rank, &mine, 1, 30, &pending), "submit");
+  Ok(rankd_pending_words_wait(pending, INFINITY, gathered, 4), "pending");
+  if (gathered[0] != 100 || gathered[1] != 101) {
+    Fail("pending words: %u %u", gathered[0], gathered[1]);
+  }
+  if (!rankd_pending_words_is_ready(pending)) Fail("pending not ready");
+  rankd_pending_words_free(pending);
+
+  /* Key-value broker. */
+  if (r == 0) Ok(rankd_kv_set(rank, "c/blob", "hello", 5), "kv_set");
+  rankd_bytes* blob = NULL;
+  Ok(rankd_kv_get(rank, "c/blob", 30, &blob), "kv_get");
+  if (rankd_bytes_size(blob) != 5 ||
+      memcmp(rankd_bytes_data(blob), "hello", 5) != 0) {
+    Fail("kv_get: %zu bytes", rankd_bytes_size(blob));
+  }
+  rankd_bytes_free(blob);
+  int64_t counter = 0;
+  Ok(rankd_kv_add(rank, "c/counter", 5, &counter), "kv_add");
+  if (counter != 5 && counter != 10)
+    Fail("kv_add gave %lld", (long long)counter);
+  Refused(rankd_kv_get(rank, "c/never", 0.2, &blob), RANKD_DEADLINE_EXCEEDED,
+          "c/never", "kv_get of a missing key");
+
+  /* A Gloo session. */
+  rankd_session_options options;
+  rankd_session_options_init(&options);
+  options.op_timeout_seconds = 30;
+  rankd_session* session = NULL;
+  Ok(rankd_session_open(rank, &options, &session), "rankd_session_open");
+  rankd_capabilities caps;
+  caps.struct_size = sizeof(caps);
+  Ok(rankd_session_capabilities(session, &caps), "capabilities");
+  if (!caps.world_collectives || !caps.point_to_point ||
+      !caps.variable_all_to_all || !caps.exact_completion) {
+    Fail("capabilities %d %d %d %d", caps.world_collectives,
+         caps.point_to_point, caps.variable_all_to_all, caps.exact_completion);
+  }
+  if (rankd_session_backend(session) != RANKD_BACKEND_GLOO) Fail("backend");
+
+  /* all_reduce_sum: [1, 2] + [3, 4] = [4, 6]; in place too. */
+  const size_t two[1] = {2};
+  float x[2] = {1.0f + 2 * r, 2.0f + 2 * r}, sum[2] = {0, 0};
+  rankd_tensor in = F32(x, 1, two), out = F32(sum, 1, two);
+  rankd_work* work = NULL;
+  Ok(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &in, &out, NULL, &work),
+     "all_reduce_sum");
+  Wait(work, "all_reduce_sum wait");
+  const float want_sum[2] = {4, 6};
+  ExpectFloats(sum, want_sum, 2, "all_reduce_sum");
+  Ok(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &in, &in, NULL, &work),
+     "all_reduce_sum in place");
+  if (!rankd_work_supports_cancellation(work, RANKD_NATIVE_CANCEL)) {
+    Fail("native cancellation not supported");
+  }
+  Ok(rankd_work_wait_bounded(work, 30, RANKD_QUARANTINE_UNTIL_COMPLETE),
+     "bounded wait");
+  rankd_work_free(work);
+  ExpectFloats(x, want_sum, 2, "all_reduce_sum in place");
+
+  /* all_gather: [2, 3] on both gives [2, 3, 2, 3]; [10r, 10r+1] gives
+   * [0, 1, 10, 11]. */
+  float g_in[2] = {2, 3}, g_out[4] = {0};
+  const size_t four[1] = {4};
+  rankd_tensor gi = F32(g_in, 1, two), go = F32(g_out, 1, four);
+  Ok(rankd_all_gather(session, RANKD_WORLD_GROUP, &gi, &go, NULL, &work),
+     "all_gather");
+  Wait(work, "all_gather wait");
+  const float want_gather[4] = {2, 3, 2, 3};
+  ExpectFloats(g_out, want_gather, 4, "all_gather");
+  g_in[0] = 10.0f * r;
+  g_in[1] = 10.0f * r + 1;
+  Ok(rankd_all_gather(session, RANKD_WORLD_GROUP, &gi, &go, NULL, &work),
+     "all_gather 2");
+  /* Polled to completion: is_complete delivers the output too. */
+  while (!rankd_work_is_complete(work)) usleep(100);
+  rankd_work_free(work);
+  const float want_gather2[4] = {0, 1, 10, 11};
+  ExpectFloats(g_out, want_gather2, 4, "all_gather polled");
+
+  /* all_to_all_v: rank 0 sends 1 row to itself and 2 to rank 1; rank 1
+   * sends 3 rows to rank 0 and none to itself. Rows are [value]. */
+  {
+    size_t send0[2] = {1, 2}, recv0[2] = {1, 3};
+    size_t send1[2] = {3, 0}, recv1[2] = {2, 0};
+    const size_t* send = r == 0 ? send0 : send1;
+    const size_t* recv = r == 0 ? recv0 : recv1;
+    float a_in[3], a_out[4] = {0};
+    const size_t in_rows[1] = {3};
+    const size_t out_rows[1] = {r == 0 ? 4u : 2u};
+    for (int i = 0; i < 3; ++i) a_in[i] = 100.0f * r + i;
+    rankd_tensor ai = F32(a_in, 1, in_rows), ao = F32(a_out, 1, out_rows);
+    Ok(rankd_all_to_all_v(session, RANKD_WORLD_GROUP, &ai, send, recv, 2, &ao,
+                          NULL, &work),
+       "all_to_all_v");
+    Wait(work, "all_to_all_v wait");
+    /* rank 0: its own row 0, then rank 1's rows 100, 101, 102;
+     * rank 1: rank 0's rows 1, 2. */
+    const float want0[4] = {0, 100, 101, 102}, want1[2] = {1, 2};
+    ExpectFloats(a_out, r == 0 ? want0 : want1, r == 0 ? 4 : 2, "all_to_all_v");
+  }
+
+  /* send / receive: rank 0 sends [5, 6] to rank 1. */
+  float p2p[2] = {5, 6};
+  rankd_tensor pt = F32(p2p, 1, two);
+  if (r == 0) {
+    Ok(rankd_send(session, RANKD_WORLD_GROUP, 1, &pt, NULL, &work), "send");
+  } else {
+    p2p[0] = p2p[1] = 0;
+    Ok(rankd_receive(session, RANKD_WORLD_GROUP, 0, &pt, NULL, &work),
+       "receive");
+  }
+  Wait(work, "send/receive wait");
+  const float want_p2p[2] = {5, 6};
+  ExpectFloats(p2p, want_p2p, 2, "receive");
+
+  /* batch_send_receive: both swap [r, r] at once. */
+  float give[2] = {(float)r, (float)r}, take[2] = {-1, -1};
+  rankd_peer_tensor s_entry = {peer, F32(give, 1, two)};
+  rankd_peer_tensor r_entry = {peer, F32(take, 1, two)};
+  Ok(rankd_batch_send_receive(session, RANKD_WORLD_GROUP, &s_entry, 1, &r_entry,
+                              1, NULL, &work),
+     "batch_send_receive");
+  Wait(work, "batch wait");
+  const float want_take[2] = {(float)peer, (float)peer};
+  ExpectFloats(take, want_take, 2, "batch_send_receive");
+
+  /* Refusals: before any data moves, with precise codes. */
+  const size_t three[1] = {3};
+  rankd_tensor wrong = F32(sum, 1, three);
+  Refused(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &in, &wrong, NULL,
+                               &work),
+          RANKD_INVALID_ARGUMENT, "f32[3]", "all_reduce_sum into f32[3]");
+  Refused(
+      rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, NULL, &out, NULL, &work),
+      RANKD_INVALID_ARGUMENT, "input is NULL", "NULL input");
+  Refused(rankd_all_reduce_sum(session, 77, &in, &out, NULL, &work),
+          RANKD_NOT_FOUND, "77", "group 77");
+  rankd_tensor bad_dtype = in;
+  bad_dtype.dtype = (rankd_dtype)42;
+  Refused(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &bad_dtype,
+                               &bad_dtype, NULL, &work),
+          RANKD_INVALID_ARGUMENT, "not a rankd_dtype", "dtype 42");
+  Refused(rankd_send(session, RANKD_WORLD_GROUP, 5, &pt, NULL, &work),
+          RANKD_INVALID_ARGUMENT, "peer 5 is outside", "send to member 5");
+  Refused(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &in, &out,
+                               (void*)&in, &work),
+          RANKD_INVALID_ARGUMENT, "stream", "a stream on Gloo");
+  rankd_session_options nccl;
+  rankd_session_options_init(&nccl);
+  nccl.backend = RANKD_BACKEND_NCCL;
+  rankd_session* unused = NULL;
+  Refused(rankd_session_open(rank, &nccl, &unused), RANKD_UNIMPLEMENTED,
+          "Gloo sessions only", "an NCCL session");
+
+  /* The session is still usable after the refusals. */
+  x[0] = 1;
+  x[1] = 1;
+  Ok(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &in, &out, NULL, &work),
+     "all_reduce_sum after refusals");
+  Wait(work, "last wait");
+  const float want_two[2] = {2, 2};
+  ExpectFloats(sum, want_two, 2, "all_reduce_sum after refusals");
+
+  /* Done with the data plane everywhere before closing it. */
+  Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, 4), "barrier");
+  rankd_session_free(session);
+  printf("C RANK %u OK\n", r);
+}
+
+static int failures_seen = 0;
+static void OnFailure(void* user_data, rankd_code code, const char* message) {
+  (void)message;
+  int* seen = (int*)user_data;
+  *seen = (int)code;
+}
+
+static void Lost(rankd_rank* rank) {
+  Ok(rankd_on_job_failure(rank, OnFailure, &failures_seen), "on_job_failure");
+  rankd_session* session = NULL;
+  Ok(rankd_session_open(rank, NULL, &session), "rankd_session_open");
+  uint32_t mine = my_rank, gathered[2];
+  Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, 2), "barrier");
+  if (my_rank == 1) {
+    fflush(stdout);
+    _exit(3); /* dies without leaving */
+  }
+  float value[2] = {0, 0};
+  const size_t two[1] = {2};
+  rankd_tensor t = F32(value, 1, two);
+  rankd_work* work = NULL;
+  Ok(rankd_receive(session, RANKD_WORLD_GROUP, 1, &t, NULL, &work), "receive");
+  rankd_status* s = rankd_work_wait(work);
+  if (s == NULL) Fail("the receive from a dead rank succeeded");
+  if (strstr(rankd_status_message(s), "rank 1") == NULL) {
+    Fail("the error does not name rank 1: %s", rankd_status_message(s));
+  }
+  printf("LOST %s: %s\n", rankd_code_name(rankd_status_code(s)),
+         rankd_status_message(s));
+  rankd_status_free(s);
+  rankd_work_free(work);
+  rankd_status* health = rankd_job_health(rank);
+  if (health == NULL) Fail("rankd_job_health says healthy");
+  printf("HEALTH %s: %s\n", rankd_code_name(rankd_status_code(health)),
+         rankd_status_message(health));
+  rankd_status_free(health);
+  if (failures_seen != RANKD_ABORTED) {
+    Fail("the failure callback saw code %d", failures_seen);
+  }
+  printf("CALLBACK ABORTED\n");
+  rankd_session_free(session);
+}
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: c_rank ops|lost\n");
+    return 2;
+  }
+  if (rankd_abi_version() != RANKD_ABI_VERSION) {
+    Fail("library ABI %u, header %u", rankd_abi_version(), RANKD_ABI_VERSION);
+  }
+  rankd_rank* rank = NULL;
+  Ok(rankd_join(NULL, &rank), "rankd_join from the environment");
+  rankd_descriptor d;
+  d.struct_size = sizeof(d);
+  Ok(rankd_rank_descriptor(rank, &d), "rankd_rank_descriptor");
+  my_rank = d.rank;
+  if (strcmp(rankd_rank_job_id(rank), getenv("RANKD_JOB_ID")) != 0) {
+    Fail("job id %s", rankd_rank_job_id(rank));
+  }
+  if (strcmp(argv[1], "ops") == 0) {
+    Ops(rank, d.world_size);
+  } else if (strcmp(argv[1], "lost") == 0) {
+    Lost(rank);
+  } else {
+    Fail("unknown scenario %s", argv[1]);
+  }
+  Ok(rankd_leave(rank), "rankd_leave");
+  rankd_rank_free(rank);
+  return 0;
+}
