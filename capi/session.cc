@@ -67,9 +67,8 @@ absl::StatusOr<ValueDescriptor> DescriptorOf(const rankd_tensor* t,
         absl::StrCat(function, ": ", what, " is NULL"));
   }
   if (t->dtype < RANKD_BOOL || t->dtype > RANKD_COMPLEX64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(function, ": ", what, ".dtype is ",
-                     static_cast<int>(t->dtype), ", not a rankd_dtype"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        function, ": ", what, ".dtype is ", t->dtype, ", not a rankd_dtype"));
   }
   if (t->ndim > 0 && t->shape == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -169,7 +168,7 @@ void Deliver(rankd_work& work) {
   work.deliveries.clear();
 }
 
-std::optional<CancellationMode> ModeOf(rankd_cancellation mode) {
+std::optional<CancellationMode> ModeOf(int32_t mode) {
   switch (mode) {
     case RANKD_QUARANTINE_UNTIL_COMPLETE:
       return CancellationMode::kQuarantineUntilComplete;
@@ -180,7 +179,7 @@ std::optional<CancellationMode> ModeOf(rankd_cancellation mode) {
 }
 
 // $RANKD_BACKEND as a backend (0 when unset).
-absl::StatusOr<rankd_backend> BackendFromEnvironment() {
+absl::StatusOr<int32_t> BackendFromEnvironment() {
   const char* env = std::getenv("RANKD_BACKEND");
   if (env == nullptr || *env == '\0') return RANKD_BACKEND_GLOO;
   const std::string name = env;
@@ -220,7 +219,7 @@ void rankd_session_options_init(rankd_session_options* options) {
   if (options == nullptr) return;
   *options = rankd_session_options{};
   options->struct_size = sizeof(rankd_session_options);
-  options->backend = static_cast<rankd_backend>(0);
+  options->backend = 0;
   options->op_timeout_seconds = 60;
 }
 
@@ -242,7 +241,7 @@ rankd_status* rankd_session_open(rankd_rank* rank,
     }
     o = *options;
   }
-  rankd_backend backend = o.backend;
+  int32_t backend = o.backend;
   if (backend == 0) {
     auto from_env = rankd::capi::BackendFromEnvironment();
     if (!from_env.ok()) return ToC(from_env.status());
@@ -254,9 +253,9 @@ rankd_status* rankd_session_open(rankd_rank* rank,
                  "sessions are available from C++ (dataplane/nccl)");
   }
   if (backend != RANKD_BACKEND_GLOO) {
-    return Error(absl::StatusCode::kInvalidArgument, kFn,
-                 absl::StrCat("options->backend is ", static_cast<int>(backend),
-                              ", not a rankd_backend"));
+    return Error(
+        absl::StatusCode::kInvalidArgument, kFn,
+        absl::StrCat("options->backend is ", backend, ", not a rankd_backend"));
   }
   auto op_timeout = rankd::capi::ToDuration(o.op_timeout_seconds, kFn,
                                             "options->op_timeout_seconds");
@@ -312,9 +311,8 @@ int rankd_session_supports_group(const rankd_session* session, uint32_t group) {
   return caps.collective_groups.count(group) > 0 ? 1 : 0;
 }
 
-rankd_backend rankd_session_backend(const rankd_session* session) {
-  return session == nullptr ? static_cast<rankd_backend>(0)
-                            : RANKD_BACKEND_GLOO;
+int32_t rankd_session_backend(const rankd_session* session) {
+  return session == nullptr ? 0 : RANKD_BACKEND_GLOO;
 }
 
 rankd_status* rankd_all_reduce_sum(rankd_session* session, uint32_t group,
@@ -481,15 +479,14 @@ rankd_status* rankd_work_wait(rankd_work* work) {
 }
 
 rankd_status* rankd_work_wait_bounded(rankd_work* work, double timeout_seconds,
-                                      rankd_cancellation mode) {
+                                      int32_t mode) {
   constexpr char kFn[] = "rankd_work_wait_bounded";
   if (work == nullptr) return NullArgument(kFn, "work");
   std::optional<rankd::dataplane::CancellationMode> m =
       rankd::capi::ModeOf(mode);
   if (!m.has_value()) {
     return Error(absl::StatusCode::kInvalidArgument, kFn,
-                 absl::StrCat("mode is ", static_cast<int>(mode),
-                              ", not a rankd_cancellation"));
+                 absl::StrCat("mode is ", mode, ", not a rankd_cancellation"));
   }
   auto timeout =
       rankd::capi::ToDuration(timeout_seconds, kFn, "timeout_seconds");
@@ -507,8 +504,7 @@ rankd_status* rankd_work_wait_bounded(rankd_work* work, double timeout_seconds,
   return nullptr;
 }
 
-int rankd_work_supports_cancellation(const rankd_work* work,
-                                     rankd_cancellation mode) {
+int rankd_work_supports_cancellation(const rankd_work* work, int32_t mode) {
   if (work == nullptr) return 0;
   std::optional<rankd::dataplane::CancellationMode> m =
       rankd::capi::ModeOf(mode);

@@ -77,7 +77,7 @@ void rankd_status_free(rankd_status* status) {
   std::unique_ptr<rankd_status> owned(status);
 }
 
-const char* rankd_code_name(rankd_code code) {
+const char* rankd_code_name(int32_t code) {
   switch (code) {
     case RANKD_OK:
       return "OK";
@@ -117,7 +117,7 @@ const char* rankd_code_name(rankd_code code) {
   return "UNKNOWN_CODE";
 }
 
-size_t rankd_dtype_size(rankd_dtype dtype) {
+size_t rankd_dtype_size(int32_t dtype) {
   if (dtype < RANKD_BOOL || dtype > RANKD_COMPLEX64) return 0;
   return rankd::dataplane::DtypeSize(
       static_cast<rankd::dataplane::TensorDtype>(dtype));

@@ -21,6 +21,8 @@ packages=(
   # Kubernetes manifest tests (tests/k8s): kubectl's built-in kustomize
   # renders deploy/kubernetes; PyYAML reads the result.
   kubectl python3-yaml
+  # The Python package (python/rankd) and its pytest suite.
+  python3-numpy python3-pytest
 )
 # The manifest validator (tools/k8s-validate) runs on Node.js; any install of
 # node and npm will do, Debian's when there is none.

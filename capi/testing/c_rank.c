@@ -248,7 +248,7 @@ static void Ops(rankd_rank* rank, uint32_t world) {
   Refused(rankd_all_reduce_sum(session, 77, &in, &out, NULL, &work),
           RANKD_NOT_FOUND, "77", "group 77");
   rankd_tensor bad_dtype = in;
-  bad_dtype.dtype = (rankd_dtype)42;
+  bad_dtype.dtype = 42;
   Refused(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &bad_dtype,
                                &bad_dtype, NULL, &work),
           RANKD_INVALID_ARGUMENT, "not a rankd_dtype", "dtype 42");

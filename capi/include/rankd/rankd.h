@@ -38,6 +38,10 @@
  *     call (or, for tensors, until the work completes, see rankd_tensor) and
  *     never frees them.
  *
+ * Enumerations (rankd_code, rankd_dtype, ...) name the values; struct
+ * fields and parameters that carry them are int32_t, so their size is fixed
+ * and a value outside the enumeration is an error, never undefined.
+ *
  * Binary compatibility: rankd_abi_version() returns RANKD_ABI_VERSION of the
  * library that is loaded. Within one ABI version functions are only added,
  * and option structs only grow at their end; every option struct starts
@@ -103,7 +107,7 @@ RANKD_EXPORT const char* rankd_status_message(const rankd_status* status);
 RANKD_EXPORT void rankd_status_free(rankd_status* status);
 /* "OK", "INVALID_ARGUMENT", ...; "UNKNOWN_CODE" for a value outside
  * rankd_code. Static storage. */
-RANKD_EXPORT const char* rankd_code_name(rankd_code code);
+RANKD_EXPORT const char* rankd_code_name(int32_t code);
 
 /* ---- Joining a job ------------------------------------------------------ */
 
@@ -319,7 +323,7 @@ typedef struct rankd_session_options {
   size_t struct_size;
   /* 0 (as rankd_session_options_init sets it): $RANKD_BACKEND ("gloo" or
    * "nccl") when set, else RANKD_BACKEND_GLOO. */
-  rankd_backend backend;
+  int32_t backend; /* a rankd_backend */
   /* Every operation must complete within this (default 60). */
   double op_timeout_seconds;
   /* Nonzero: members compare each operation's description before moving
@@ -362,7 +366,8 @@ RANKD_EXPORT rankd_status* rankd_session_capabilities(
 /* 1 when collectives on `group` are supported, else 0. */
 RANKD_EXPORT int rankd_session_supports_group(const rankd_session* session,
                                               uint32_t group);
-RANKD_EXPORT rankd_backend rankd_session_backend(const rankd_session* session);
+/* The session's rankd_backend. */
+RANKD_EXPORT int32_t rankd_session_backend(const rankd_session* session);
 
 /* Element types. */
 typedef enum rankd_dtype {
@@ -383,7 +388,7 @@ typedef enum rankd_dtype {
 } rankd_dtype;
 
 /* Bytes per element (bool: 1); 0 for a value outside rankd_dtype. */
-RANKD_EXPORT size_t rankd_dtype_size(rankd_dtype dtype);
+RANKD_EXPORT size_t rankd_dtype_size(int32_t dtype);
 
 /* A dense row-major tensor the caller owns: host memory for Gloo, device
  * memory for NCCL. `shape` has `ndim` extents (ndim 0 is a scalar); only
@@ -397,7 +402,7 @@ RANKD_EXPORT size_t rankd_dtype_size(rankd_dtype dtype);
  *     stream, in stream order, as cudaMemcpyAsync would. */
 typedef struct rankd_tensor {
   void* data;
-  rankd_dtype dtype;
+  int32_t dtype; /* a rankd_dtype */
   size_t ndim;
   const size_t* shape;
 } rankd_tensor;
@@ -485,11 +490,11 @@ RANKD_EXPORT rankd_status* rankd_work_wait(rankd_work* work);
  * waiting. */
 RANKD_EXPORT rankd_status* rankd_work_wait_bounded(rankd_work* work,
                                                    double timeout_seconds,
-                                                   rankd_cancellation mode);
+                                                   int32_t mode);
 
 /* 1 when rankd_work_wait_bounded accepts `mode` for this work, else 0. */
 RANKD_EXPORT int rankd_work_supports_cancellation(const rankd_work* work,
-                                                  rankd_cancellation mode);
+                                                  int32_t mode);
 
 /* Frees the handle without waiting: work still running keeps what the
  * library owns for it (and its session) until it completes. A Gloo work's

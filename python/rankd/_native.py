@@ -1,0 +1,212 @@
+"""The C ABI (capi/include/rankd/rankd.h) through ctypes: loading
+librankd.so, the structs and prototypes, and turning a rankd_status into an
+exception. Private to the package.
+
+librankd.so is found, in order, at $RANKD_LIBRARY, next to this package
+(an installed copy, rankd/librankd.so), or by the dynamic loader's search
+path (for example an install prefix's lib/ in LD_LIBRARY_PATH). ctypes loads
+it with RTLD_LOCAL, so its symbols never mix with other extensions'.
+"""
+
+import ctypes
+import os
+
+from . import errors
+
+ABI_VERSION = 1
+
+c_size_p = ctypes.POINTER(ctypes.c_size_t)
+c_uint32_p = ctypes.POINTER(ctypes.c_uint32)
+
+
+class JoinOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("target", ctypes.c_char_p),
+        ("job_id", ctypes.c_char_p),
+        ("local_rank", ctypes.c_int64),
+        ("rank", ctypes.c_int64),
+        ("world_size", ctypes.c_uint32),
+        ("device_kind", ctypes.c_char_p),
+        ("device_index", ctypes.c_int32),
+        ("wait_for_world_seconds", ctypes.c_double),
+        ("connect_timeout_seconds", ctypes.c_double),
+        ("token_file", ctypes.c_char_p),
+    ]
+
+
+class Descriptor(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("rank", ctypes.c_uint32),
+        ("world_size", ctypes.c_uint32),
+        ("local_rank", ctypes.c_uint32),
+        ("node_index", ctypes.c_uint32),
+        ("nnodes", ctypes.c_uint32),
+        ("nproc_per_node", ctypes.c_uint32),
+        ("job_incarnation", ctypes.c_uint64),
+        ("tensor_parallel", ctypes.c_uint32),
+        ("pipeline_parallel", ctypes.c_uint32),
+        ("expert_parallel", ctypes.c_uint32),
+        ("data_parallel", ctypes.c_uint32),
+        ("group_count", ctypes.c_size_t),
+    ]
+
+
+class Group(ctypes.Structure):
+    _fields_ = [
+        ("id", ctypes.c_uint32),
+        ("kind", ctypes.c_char_p),
+        ("size", ctypes.c_uint32),
+        ("local_rank", ctypes.c_uint32),
+        ("members", c_uint32_p),
+    ]
+
+
+class SessionOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("backend", ctypes.c_int32),
+        ("op_timeout_seconds", ctypes.c_double),
+        ("verify_agreement", ctypes.c_int),
+        ("gloo_hostname", ctypes.c_char_p),
+    ]
+
+
+class Capabilities(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("world_collectives", ctypes.c_int),
+        ("point_to_point", ctypes.c_int),
+        ("variable_all_to_all", ctypes.c_int),
+        ("exact_completion", ctypes.c_int),
+    ]
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("dtype", ctypes.c_int32),
+        ("ndim", ctypes.c_size_t),
+        ("shape", c_size_p),
+    ]
+
+
+class PeerTensor(ctypes.Structure):
+    _fields_ = [("peer", ctypes.c_size_t), ("tensor", Tensor)]
+
+
+FailureFn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int,
+                             ctypes.c_char_p)
+
+_P = ctypes.c_void_p  # every opaque handle, rankd_status* included
+_PP = ctypes.POINTER(ctypes.c_void_p)
+_T = ctypes.POINTER(Tensor)
+
+# name: (restype, argtypes)
+_PROTOTYPES = {
+    "rankd_abi_version": (ctypes.c_uint32, []),
+    "rankd_status_code": (ctypes.c_int, [_P]),
+    "rankd_status_message": (ctypes.c_char_p, [_P]),
+    "rankd_status_free": (None, [_P]),
+    "rankd_join_options_init": (None, [ctypes.POINTER(JoinOptions)]),
+    "rankd_join": (_P, [ctypes.POINTER(JoinOptions), _PP]),
+    "rankd_leave": (_P, [_P]),
+    "rankd_rank_free": (None, [_P]),
+    "rankd_rank_descriptor": (_P, [_P, ctypes.POINTER(Descriptor)]),
+    "rankd_rank_job_id": (ctypes.c_char_p, [_P]),
+    "rankd_rank_group": (_P, [_P, ctypes.c_size_t, ctypes.POINTER(Group)]),
+    "rankd_all_gather_words": (_P, [_P, c_uint32_p, ctypes.c_size_t,
+                                    ctypes.c_double, c_uint32_p,
+                                    ctypes.c_size_t]),
+    "rankd_submit_all_gather_words": (_P, [_P, c_uint32_p, ctypes.c_size_t,
+                                           ctypes.c_double, _PP]),
+    "rankd_pending_words_is_ready": (ctypes.c_int, [_P]),
+    "rankd_pending_words_wait": (_P, [_P, ctypes.c_double, c_uint32_p,
+                                      ctypes.c_size_t]),
+    "rankd_pending_words_free": (None, [_P]),
+    "rankd_bytes_data": (ctypes.c_void_p, [_P]),
+    "rankd_bytes_size": (ctypes.c_size_t, [_P]),
+    "rankd_bytes_free": (None, [_P]),
+    "rankd_kv_set": (_P, [_P, ctypes.c_char_p, ctypes.c_char_p,
+                          ctypes.c_size_t]),
+    "rankd_kv_get": (_P, [_P, ctypes.c_char_p, ctypes.c_double, _PP]),
+    "rankd_kv_add": (_P, [_P, ctypes.c_char_p, ctypes.c_int64,
+                          ctypes.POINTER(ctypes.c_int64)]),
+    "rankd_kv_delete": (_P, [_P, ctypes.c_char_p,
+                             ctypes.POINTER(ctypes.c_int)]),
+    "rankd_job_health": (_P, [_P]),
+    "rankd_on_job_failure": (_P, [_P, FailureFn, ctypes.c_void_p]),
+    "rankd_session_options_init": (None, [ctypes.POINTER(SessionOptions)]),
+    "rankd_session_open": (_P, [_P, ctypes.POINTER(SessionOptions), _PP]),
+    "rankd_session_free": (None, [_P]),
+    "rankd_session_capabilities": (_P, [_P, ctypes.POINTER(Capabilities)]),
+    "rankd_session_supports_group": (ctypes.c_int, [_P, ctypes.c_uint32]),
+    "rankd_session_backend": (ctypes.c_int, [_P]),
+    "rankd_all_reduce_sum": (_P, [_P, ctypes.c_uint32, _T, _T, _P, _PP]),
+    "rankd_all_gather": (_P, [_P, ctypes.c_uint32, _T, _T, _P, _PP]),
+    "rankd_all_to_all_v": (_P, [_P, ctypes.c_uint32, _T, c_size_p, c_size_p,
+                                ctypes.c_size_t, _T, _P, _PP]),
+    "rankd_send": (_P, [_P, ctypes.c_uint32, ctypes.c_size_t, _T, _P, _PP]),
+    "rankd_receive": (_P, [_P, ctypes.c_uint32, ctypes.c_size_t, _T, _P,
+                           _PP]),
+    "rankd_batch_send_receive": (_P, [_P, ctypes.c_uint32,
+                                      ctypes.POINTER(PeerTensor),
+                                      ctypes.c_size_t,
+                                      ctypes.POINTER(PeerTensor),
+                                      ctypes.c_size_t, _P, _PP]),
+    "rankd_work_is_complete": (ctypes.c_int, [_P]),
+    "rankd_work_wait": (_P, [_P]),
+    "rankd_work_wait_bounded": (_P, [_P, ctypes.c_double, ctypes.c_int]),
+    "rankd_work_supports_cancellation": (ctypes.c_int, [_P, ctypes.c_int]),
+    "rankd_work_free": (None, [_P]),
+}
+
+
+def _load():
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                        "librankd.so")
+    candidates = [os.environ.get("RANKD_LIBRARY"), here, "librankd.so"]
+    tried = []
+    for path in candidates:
+        if not path:
+            continue
+        if path != "librankd.so" and not os.path.exists(path):
+            tried.append(f"{path} (absent)")
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append(f"{path} ({e})")
+            continue
+        for name, (restype, argtypes) in _PROTOTYPES.items():
+            fn = getattr(lib, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+        version = lib.rankd_abi_version()
+        if version != ABI_VERSION:
+            raise ImportError(
+                f"rankd: {path} has C ABI version {version}; this package "
+                f"needs {ABI_VERSION}")
+        return lib
+    raise ImportError(
+        "rankd: cannot load librankd.so; tried " + "; ".join(tried) +
+        ". Set RANKD_LIBRARY to its path, or install rankd (tools/install.sh)")
+
+
+lib = _load()
+
+
+def check(status):
+    """Raises the exception for `status` (a rankd_status*, freed here)
+    unless it is NULL."""
+    if status:
+        raise take_error(status)
+
+
+def take_error(status):
+    """The exception for a non-NULL rankd_status*, which is freed."""
+    code = lib.rankd_status_code(status)
+    message = lib.rankd_status_message(status).decode("utf-8", "replace")
+    lib.rankd_status_free(status)
+    return errors.error_for(code, message)

@@ -1,0 +1,137 @@
+"""Exceptions raised by the rankd package: one class per status code.
+
+Every failure of the library arrives as a status code and a message owned by
+the library (the C ABI's rankd_status); the package raises the class of that
+code with the library's message unchanged. Each class also derives from the
+built-in exception a Python caller would expect (InvalidArgumentError is a
+ValueError, DeadlineExceededError a TimeoutError, ...), so generic handlers
+work too.
+"""
+
+__all__ = [
+    "RankdError",
+    "CancelledError",
+    "UnknownError",
+    "InvalidArgumentError",
+    "DeadlineExceededError",
+    "NotFoundError",
+    "AlreadyExistsError",
+    "PermissionDeniedError",
+    "ResourceExhaustedError",
+    "FailedPreconditionError",
+    "AbortedError",
+    "OutOfRangeError",
+    "UnimplementedError",
+    "InternalError",
+    "UnavailableError",
+    "DataLossError",
+    "UnauthenticatedError",
+    "error_for",
+]
+
+
+class RankdError(Exception):
+    """A failure reported by rankd. `code` is the status code's name
+    ("INVALID_ARGUMENT", ...), `message` the library's message."""
+
+    code = "UNKNOWN"
+
+    def __init__(self, message):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self):
+        return f"{self.code}: {self.message}"
+
+
+class CancelledError(RankdError):
+    code = "CANCELLED"
+
+
+class UnknownError(RankdError):
+    code = "UNKNOWN"
+
+
+class InvalidArgumentError(RankdError, ValueError):
+    code = "INVALID_ARGUMENT"
+
+
+class DeadlineExceededError(RankdError, TimeoutError):
+    code = "DEADLINE_EXCEEDED"
+
+
+class NotFoundError(RankdError, LookupError):
+    code = "NOT_FOUND"
+
+
+class AlreadyExistsError(RankdError):
+    code = "ALREADY_EXISTS"
+
+
+class PermissionDeniedError(RankdError, PermissionError):
+    code = "PERMISSION_DENIED"
+
+
+class ResourceExhaustedError(RankdError):
+    code = "RESOURCE_EXHAUSTED"
+
+
+class FailedPreconditionError(RankdError):
+    code = "FAILED_PRECONDITION"
+
+
+class AbortedError(RankdError):
+    """The job failed (a lost rank or node, named in the message) or the
+    work was aborted."""
+
+    code = "ABORTED"
+
+
+class OutOfRangeError(RankdError, IndexError):
+    code = "OUT_OF_RANGE"
+
+
+class UnimplementedError(RankdError, NotImplementedError):
+    code = "UNIMPLEMENTED"
+
+
+class InternalError(RankdError):
+    code = "INTERNAL"
+
+
+class UnavailableError(RankdError, ConnectionError):
+    code = "UNAVAILABLE"
+
+
+class DataLossError(RankdError):
+    code = "DATA_LOSS"
+
+
+class UnauthenticatedError(RankdError, PermissionError):
+    code = "UNAUTHENTICATED"
+
+
+# By the C ABI's rankd_code value (absl::StatusCode's).
+_BY_CODE = {
+    1: CancelledError,
+    2: UnknownError,
+    3: InvalidArgumentError,
+    4: DeadlineExceededError,
+    5: NotFoundError,
+    6: AlreadyExistsError,
+    7: PermissionDeniedError,
+    8: ResourceExhaustedError,
+    9: FailedPreconditionError,
+    10: AbortedError,
+    11: OutOfRangeError,
+    12: UnimplementedError,
+    13: InternalError,
+    14: UnavailableError,
+    15: DataLossError,
+    16: UnauthenticatedError,
+}
+
+
+def error_for(code, message):
+    """The exception for status `code` (an int) with `message`."""
+    return _BY_CODE.get(code, UnknownError)(message)

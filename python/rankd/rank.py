@@ -1,0 +1,287 @@
+"""Joining a job and the control-plane services of a rank: identity and
+groups, all_gather_words, the key-value broker and job failure."""
+
+import ctypes
+import math
+import threading
+
+import numpy as np
+
+from . import _native
+from ._native import check, lib
+
+__all__ = ["WORLD", "Group", "Rank", "PendingWords", "join"]
+
+# The group id of the whole world (RANKD_WORLD_GROUP).
+WORLD = 1
+
+
+class Group:
+    """A collective group this rank belongs to: `id`, `kind` ("world",
+    "tensor", "pipeline", "expert", "data"), `members` (world ranks in
+    group order) and `local_rank` (this rank's index in it)."""
+
+    def __init__(self, id, kind, members, local_rank):
+        self.id = id
+        self.kind = kind
+        self.members = members
+        self.local_rank = local_rank
+
+    @property
+    def size(self):
+        return len(self.members)
+
+    def __repr__(self):
+        return (f"Group(id={self.id}, kind={self.kind!r}, "
+                f"members={self.members}, local_rank={self.local_rank})")
+
+
+def _bytes(text):
+    return None if text is None else str(text).encode()
+
+
+def _words(words):
+    array = np.ascontiguousarray(words, dtype=np.uint32).reshape(-1)
+    return array, array.ctypes.data_as(_native.c_uint32_p)
+
+
+def join(*, target=None, job_id=None, local_rank=None, rank=None,
+         world_size=None, device="cpu", device_index=None,
+         wait_for_world=60.0, connect_timeout=10.0, token_file=None):
+    """Connects to the node's rankd daemon and joins the job.
+
+    Every argument left as None comes from the environment the launcher
+    sets ($RANKD_TARGET, $RANKD_JOB_ID, $RANKD_LOCAL_RANK, $RANKD_RANK,
+    $RANKD_WORLD_SIZE, $RANKD_TOKEN_FILE), then from rankd's defaults, so
+    a process started by rankd-launch calls plain `rankd.join()`. Blocks
+    until every rank joined (at most `wait_for_world` seconds; 0 returns
+    once this rank is registered). Raises InvalidArgumentError for bad
+    arguments, UnavailableError when the daemon cannot be reached,
+    DeadlineExceededError naming the ranks that did not join.
+    """
+    o = _native.JoinOptions()
+    lib.rankd_join_options_init(ctypes.byref(o))
+    o.target = _bytes(target)
+    o.job_id = _bytes(job_id)
+    if local_rank is not None:
+        o.local_rank = int(local_rank)
+    if rank is not None:
+        o.rank = int(rank)
+    if world_size is not None:
+        o.world_size = int(world_size)
+    o.device_kind = _bytes(device)
+    if device_index is not None:
+        o.device_index = int(device_index)
+    o.wait_for_world_seconds = float(wait_for_world)
+    o.connect_timeout_seconds = float(connect_timeout)
+    o.token_file = _bytes(token_file)
+    handle = ctypes.c_void_p()
+    check(lib.rankd_join(ctypes.byref(o), ctypes.byref(handle)))
+    return Rank(handle)
+
+
+class Rank:
+    """A joined rank. Use it as a context manager (leaves the job on exit)
+    or call leave() and close(). Thread-safe, except that close() must not
+    race with other calls."""
+
+    def __init__(self, handle):
+        self._handle = handle
+        self._callbacks = []  # ctypes thunks the library may call
+        self._lock = threading.Lock()
+        d = _native.Descriptor()
+        d.struct_size = ctypes.sizeof(d)
+        check(lib.rankd_rank_descriptor(handle, ctypes.byref(d)))
+        self.rank = d.rank
+        self.world_size = d.world_size
+        self.local_rank = d.local_rank
+        self.node_index = d.node_index
+        self.nnodes = d.nnodes
+        self.nproc_per_node = d.nproc_per_node
+        self.job_incarnation = d.job_incarnation
+        self.layout = {
+            "tensor": d.tensor_parallel,
+            "pipeline": d.pipeline_parallel,
+            "expert": d.expert_parallel,
+            "data": d.data_parallel,
+        }
+        self.job_id = lib.rankd_rank_job_id(handle).decode()
+        self.groups = []
+        for i in range(d.group_count):
+            g = _native.Group()
+            check(lib.rankd_rank_group(handle, i, ctypes.byref(g)))
+            self.groups.append(
+                Group(g.id, g.kind.decode(), [g.members[m] for m in
+                                              range(g.size)], g.local_rank))
+
+    def __repr__(self):
+        return (f"Rank(job_id={self.job_id!r}, rank={self.rank}, "
+                f"world_size={self.world_size})")
+
+    def group(self, kind_or_id):
+        """The group of `kind` ("tensor", ...) or with that id; KeyError
+        when this rank belongs to none."""
+        for g in self.groups:
+            if kind_or_id in (g.kind, g.id):
+                return g
+        raise KeyError(f"rank {self.rank} belongs to no group {kind_or_id!r}")
+
+    def _group_size(self, group):
+        for g in self.groups:
+            if g.id == group:
+                return g.size
+        return None
+
+    @property
+    def handle(self):
+        if self._handle is None:
+            raise ValueError("rankd: this Rank is closed")
+        return self._handle
+
+    # --- all_gather_words -------------------------------------------------
+
+    def all_gather_words(self, words, timeout=60.0):
+        """One world-wide round: every rank contributes the same number of
+        uint32 words; returns a (world_size, count) uint32 array whose row
+        r is rank r's frame. DeadlineExceededError names the ranks that did
+        not contribute."""
+        array, pointer = _words(words)
+        out = np.empty((self.world_size, array.size), dtype=np.uint32)
+        check(lib.rankd_all_gather_words(
+            self.handle, pointer, array.size, float(timeout),
+            out.ctypes.data_as(_native.c_uint32_p), out.size))
+        return out
+
+    def submit_all_gather_words(self, words, timeout=60.0):
+        """The bounded form: submits the round now; `timeout` bounds the
+        whole round. Returns a PendingWords."""
+        array, pointer = _words(words)
+        handle = ctypes.c_void_p()
+        check(lib.rankd_submit_all_gather_words(
+            self.handle, pointer, array.size, float(timeout),
+            ctypes.byref(handle)))
+        return PendingWords(self, handle, array.size)
+
+    # --- key-value broker -------------------------------------------------
+
+    def kv_set(self, key, value):
+        """Stores `value` (bytes or str, at most 1 MiB) at `key`."""
+        data = value.encode() if isinstance(value, str) else bytes(value)
+        check(lib.rankd_kv_set(self.handle, key.encode(), data, len(data)))
+
+    def kv_get(self, key, timeout=60.0):
+        """The bytes at `key`, waiting up to `timeout` for it to exist
+        (DeadlineExceededError naming the key)."""
+        handle = ctypes.c_void_p()
+        check(lib.rankd_kv_get(self.handle, key.encode(), float(timeout),
+                               ctypes.byref(handle)))
+        try:
+            size = lib.rankd_bytes_size(handle)
+            return ctypes.string_at(lib.rankd_bytes_data(handle), size)
+        finally:
+            lib.rankd_bytes_free(handle)
+
+    def kv_add(self, key, delta=1):
+        """Adds `delta` to the integer at `key` (0 when absent); returns
+        the new value."""
+        result = ctypes.c_int64()
+        check(lib.rankd_kv_add(self.handle, key.encode(), int(delta),
+                               ctypes.byref(result)))
+        return result.value
+
+    def kv_delete(self, key):
+        """Deletes `key`; True when it existed."""
+        existed = ctypes.c_int()
+        check(lib.rankd_kv_delete(self.handle, key.encode(),
+                                  ctypes.byref(existed)))
+        return bool(existed.value)
+
+    # --- job failure ------------------------------------------------------
+
+    def job_health(self):
+        """None while the job is healthy; otherwise the failure as an
+        exception instance (AbortedError naming the lost rank, ...), not
+        raised. Never blocks."""
+        status = lib.rankd_job_health(self.handle)
+        return _native.take_error(status) if status else None
+
+    def on_job_failure(self, callback):
+        """Calls `callback(error)` once, on a library thread, when the job
+        fails (at once if it already has). It must return quickly."""
+        def thunk(_, code, message):
+            try:
+                callback(_native.errors.error_for(
+                    code, message.decode("utf-8", "replace")))
+            except Exception:  # never unwind into the library
+                pass
+
+        fn = _native.FailureFn(thunk)
+        with self._lock:
+            self._callbacks.append(fn)
+        check(lib.rankd_on_job_failure(self.handle, fn, None))
+
+    # --- sessions and lifetime --------------------------------------------
+
+    def open_session(self, backend=None, op_timeout=60.0,
+                     verify_agreement=False, gloo_hostname=None):
+        """Opens the data-plane session (every rank must). `backend` is
+        "gloo" or "nccl" (None: $RANKD_BACKEND, else "gloo")."""
+        from .session import Session
+        return Session(self, backend, op_timeout, verify_agreement,
+                       gloo_hostname)
+
+    def leave(self):
+        """Leaves the job cleanly (peers do not see this rank as lost)."""
+        check(lib.rankd_leave(self.handle))
+
+    def close(self):
+        """Frees the handle (without leaving: call leave() first for a
+        clean exit). The connection closes once its sessions are closed."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            lib.rankd_rank_free(handle)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, traceback):
+        try:
+            if kind is None and self._handle is not None:
+                self.leave()
+        finally:
+            self.close()
+
+    def __del__(self):
+        # Sessions hold their Rank, so no session outlives this.
+        if getattr(self, "_handle", None) is not None:
+            lib.rankd_rank_free(self._handle)
+            self._handle = None
+
+
+class PendingWords:
+    """A submitted all_gather_words round."""
+
+    def __init__(self, rank, handle, count):
+        self._rank = rank
+        self._handle = handle
+        self._count = count
+
+    def is_ready(self):
+        """True once the round finished (successfully or not)."""
+        return bool(lib.rankd_pending_words_is_ready(self._handle))
+
+    def wait(self, timeout=None):
+        """The (world_size, count) result. `timeout` None waits for the
+        round itself (its round timeout bounds it); DeadlineExceededError
+        when `timeout` passes first (the round stays in flight)."""
+        out = np.empty((self._rank.world_size, self._count), dtype=np.uint32)
+        seconds = math.inf if timeout is None else float(timeout)
+        check(lib.rankd_pending_words_wait(
+            self._handle, seconds, out.ctypes.data_as(_native.c_uint32_p),
+            out.size))
+        return out
+
+    def __del__(self):
+        if getattr(self, "_handle", None) is not None:
+            lib.rankd_pending_words_free(self._handle)
+            self._handle = None

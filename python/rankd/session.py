@@ -1,0 +1,290 @@
+"""Data-plane sessions and works: the DistributedSession operations of
+docs/contract.md on numpy arrays (host memory, Gloo).
+
+Every operation returns a Work at once; work.wait() returns the output.
+Inputs are copied by the library while the call runs, so they may be
+reused as soon as it returns; outputs (a new array, or `out=`) are written
+when the work's success is first observed (work.wait() or
+work.is_completed() returning True)."""
+
+import ctypes
+
+import numpy as np
+
+from . import _native
+from ._native import check, lib
+from .rank import WORLD
+
+__all__ = ["Session", "Work"]
+
+# numpy dtype -> rankd_dtype (bf16 has no numpy dtype).
+_DTYPES = {
+    np.dtype(np.bool_): 0,
+    np.dtype(np.float32): 1,
+    np.dtype(np.float16): 2,
+    np.dtype(np.float64): 4,
+    np.dtype(np.int8): 5,
+    np.dtype(np.int16): 6,
+    np.dtype(np.int32): 7,
+    np.dtype(np.int64): 8,
+    np.dtype(np.uint8): 9,
+    np.dtype(np.uint16): 10,
+    np.dtype(np.uint32): 11,
+    np.dtype(np.uint64): 12,
+    np.dtype(np.complex64): 13,
+}
+
+_BACKENDS = {None: 0, "gloo": 1, "nccl": 2}
+_CANCELLATION = {"quarantine": 1, "native": 2}
+
+
+def _host_array(value, what):
+    """`value` as a C-contiguous numpy array (a copy only when needed).
+    Device tensors are refused with a message that says why."""
+    if hasattr(value, "__cuda_array_interface__"):
+        raise _native.errors.UnimplementedError(
+            f"rankd: {what} is a CUDA tensor; this build's Python sessions "
+            "run on Gloo (host memory) only")
+    array = np.ascontiguousarray(value)
+    if array.dtype not in _DTYPES:
+        raise _native.errors.InvalidArgumentError(
+            f"rankd: {what} has dtype {array.dtype}, which rankd does not "
+            f"carry; use one of {', '.join(str(d) for d in _DTYPES)}")
+    return array
+
+
+class _CTensor:
+    """A rankd_tensor describing `array` (kept alive with its shape)."""
+
+    def __init__(self, array):
+        self.array = array
+        self.shape = (ctypes.c_size_t * max(array.ndim, 1))(*array.shape)
+        self.tensor = _native.Tensor(
+            array.ctypes.data if array.size else None, _DTYPES[array.dtype],
+            array.ndim, ctypes.cast(self.shape, _native.c_size_p))
+
+    @property
+    def pointer(self):
+        return ctypes.byref(self.tensor)
+
+
+def _output(out, shape, dtype, what):
+    """`out` checked to be a writable C-contiguous array, or a new one."""
+    if out is None:
+        return np.empty(shape, dtype=dtype)
+    if not isinstance(out, np.ndarray) or not out.flags.c_contiguous or \
+            not out.flags.writeable:
+        raise _native.errors.InvalidArgumentError(
+            f"rankd: {what} must be a writable C-contiguous numpy array")
+    return out
+
+
+class Work:
+    """A submitted operation. `output` is valid once it completed."""
+
+    def __init__(self, session, handle, output, keep):
+        self._session = session
+        self._handle = handle
+        self.output = output
+        self._keep = keep  # what the library writes into at delivery
+
+    def is_completed(self):
+        """True once the work completed, successfully or not (its output
+        is then written when wait() would return it). Never blocks."""
+        return bool(lib.rankd_work_is_complete(self._handle))
+
+    def wait(self, timeout=None, cancellation="quarantine"):
+        """Returns the output once the work completed; raises its error
+        (AbortedError naming a lost rank, ...). With `timeout` (seconds)
+        the wait is bounded: past it, `cancellation` ("quarantine": the
+        work keeps running, quarantined; "native": the communicators are
+        aborted) is applied, the session is poisoned and
+        DeadlineExceededError is raised."""
+        if timeout is None:
+            check(lib.rankd_work_wait(self._handle))
+        else:
+            mode = _CANCELLATION.get(cancellation)
+            if mode is None:
+                raise _native.errors.InvalidArgumentError(
+                    f"rankd: cancellation must be 'quarantine' or 'native', "
+                    f"not {cancellation!r}")
+            check(lib.rankd_work_wait_bounded(self._handle, float(timeout),
+                                              mode))
+        return self.output
+
+    def supports_cancellation(self, cancellation):
+        mode = _CANCELLATION.get(cancellation, 0)
+        return bool(lib.rankd_work_supports_cancellation(self._handle, mode))
+
+    def __del__(self):
+        if getattr(self, "_handle", None) is not None:
+            lib.rankd_work_free(self._handle)
+            self._handle = None
+
+
+class Session:
+    """A data-plane session over a joined Rank (Rank.open_session). Use it
+    as a context manager or call close(); every rank should finish its
+    data-plane work (a last all_gather_words round is a barrier) first."""
+
+    def __init__(self, rank, backend, op_timeout, verify_agreement,
+                 gloo_hostname):
+        if backend not in _BACKENDS:
+            raise _native.errors.InvalidArgumentError(
+                f"rankd: backend must be 'gloo' or 'nccl', not {backend!r}")
+        self._rank = rank
+        o = _native.SessionOptions()
+        lib.rankd_session_options_init(ctypes.byref(o))
+        o.backend = _BACKENDS[backend]
+        o.op_timeout_seconds = float(op_timeout)
+        o.verify_agreement = 1 if verify_agreement else 0
+        o.gloo_hostname = None if gloo_hostname is None else \
+            gloo_hostname.encode()
+        handle = ctypes.c_void_p()
+        check(lib.rankd_session_open(rank.handle, ctypes.byref(o),
+                                     ctypes.byref(handle)))
+        self._handle = handle
+
+    @property
+    def rank(self):
+        return self._rank
+
+    @property
+    def backend(self):
+        return {1: "gloo", 2: "nccl"}[lib.rankd_session_backend(self._handle)]
+
+    @property
+    def capabilities(self):
+        """{"world_collectives": bool, "point_to_point": ..., ...}"""
+        c = _native.Capabilities()
+        c.struct_size = ctypes.sizeof(c)
+        check(lib.rankd_session_capabilities(self._handle, ctypes.byref(c)))
+        return {name: bool(getattr(c, name)) for name, _ in c._fields_[1:]}
+
+    def supports_group(self, group):
+        return bool(lib.rankd_session_supports_group(self._handle, group))
+
+    def _work(self, handle, output, keep):
+        return Work(self, handle, output, keep)
+
+    def _members(self, group):
+        size = self._rank._group_size(group)
+        if size is None:
+            raise _native.errors.NotFoundError(
+                f"rankd: rank {self._rank.rank} is not a member of group "
+                f"{group}")
+        return size
+
+    def all_reduce_sum(self, value, group=WORLD, out=None):
+        """Element-wise sum over the group's members. `out` may be `value`
+        itself (in place)."""
+        x = _host_array(value, "value")
+        y = _output(out, x.shape, x.dtype, "out")
+        cx, cy = _CTensor(x), _CTensor(y)
+        handle = ctypes.c_void_p()
+        check(lib.rankd_all_reduce_sum(self._handle, group, cx.pointer,
+                                       cy.pointer, None, ctypes.byref(handle)))
+        return self._work(handle, y, (cx, cy))
+
+    def all_gather(self, value, group=WORLD, out=None):
+        """Members' values concatenated along the leading axis in member
+        order ([n, ...] gives [members * n, ...]; a scalar [members])."""
+        x = _host_array(value, "value")
+        members = self._members(group)
+        shape = (members,) if x.ndim == 0 else \
+            (members * x.shape[0],) + x.shape[1:]
+        y = _output(out, shape, x.dtype, "out")
+        cx, cy = _CTensor(x), _CTensor(y)
+        handle = ctypes.c_void_p()
+        check(lib.rankd_all_gather(self._handle, group, cx.pointer,
+                                   cy.pointer, None, ctypes.byref(handle)))
+        return self._work(handle, y, (cx, cy))
+
+    def all_to_all_v(self, value, send_counts, receive_counts, group=WORLD,
+                     out=None):
+        """Leading-axis rows: send_counts[d] rows to member d,
+        receive_counts[s] rows from member s (output source-major)."""
+        x = _host_array(value, "value")
+        n = len(send_counts)
+        sends = (ctypes.c_size_t * max(n, 1))(*send_counts)
+        receives = (ctypes.c_size_t * max(len(receive_counts), 1))(
+            *receive_counts)
+        if len(receive_counts) != n:
+            raise _native.errors.InvalidArgumentError(
+                f"rankd: all_to_all_v: {n} send counts and "
+                f"{len(receive_counts)} receive counts")
+        rows = sum(int(c) for c in receive_counts)
+        y = _output(out, (rows,) + x.shape[1:], x.dtype, "out")
+        cx, cy = _CTensor(x), _CTensor(y)
+        handle = ctypes.c_void_p()
+        check(lib.rankd_all_to_all_v(
+            self._handle, group, cx.pointer,
+            ctypes.cast(sends, _native.c_size_p),
+            ctypes.cast(receives, _native.c_size_p), n, cy.pointer, None,
+            ctypes.byref(handle)))
+        return self._work(handle, y, (cx, cy))
+
+    def send(self, value, peer, group=WORLD):
+        """Sends `value` to member `peer`; pairs with its receive of the
+        same shape and dtype. wait() returns the value."""
+        x = _host_array(value, "value")
+        cx = _CTensor(x)
+        handle = ctypes.c_void_p()
+        check(lib.rankd_send(self._handle, group, peer, cx.pointer, None,
+                             ctypes.byref(handle)))
+        return self._work(handle, x, (cx,))
+
+    def receive(self, peer, shape=None, dtype=None, group=WORLD, out=None):
+        """Receives from member `peer` into `out`, or a new array of
+        `shape` and `dtype`."""
+        if out is None:
+            if shape is None or dtype is None:
+                raise _native.errors.InvalidArgumentError(
+                    "rankd: receive needs out=, or shape= and dtype=")
+            out = np.empty(shape, dtype=np.dtype(dtype))
+        y = _output(out, None, None, "out")
+        if y.dtype not in _DTYPES:
+            raise _native.errors.InvalidArgumentError(
+                f"rankd: out has dtype {y.dtype}, which rankd does not carry")
+        cy = _CTensor(y)
+        handle = ctypes.c_void_p()
+        check(lib.rankd_receive(self._handle, group, peer, cy.pointer, None,
+                                ctypes.byref(handle)))
+        return self._work(handle, y, (cy,))
+
+    def batch_send_receive(self, sends, receives, group=WORLD):
+        """Posts every (peer, value) of `sends` and (peer, out) of
+        `receives` together; they complete together, so members can swap
+        values. wait() returns the receive outputs, in order."""
+        send_list = [(int(p), _CTensor(_host_array(v, f"sends[{i}]")))
+                     for i, (p, v) in enumerate(sends)]
+        receive_list = [(int(p), _CTensor(_output(o, None, None,
+                                                  f"receives[{i}]")))
+                        for i, (p, o) in enumerate(receives)]
+        s = (_native.PeerTensor * max(len(send_list), 1))(
+            *[_native.PeerTensor(p, t.tensor) for p, t in send_list])
+        r = (_native.PeerTensor * max(len(receive_list), 1))(
+            *[_native.PeerTensor(p, t.tensor) for p, t in receive_list])
+        handle = ctypes.c_void_p()
+        check(lib.rankd_batch_send_receive(
+            self._handle, group, s, len(send_list), r, len(receive_list),
+            None, ctypes.byref(handle)))
+        outputs = [t.array for _, t in receive_list]
+        return self._work(handle, outputs, (send_list, receive_list, s, r))
+
+    def close(self):
+        """Frees the session (it closes once its works are freed too)."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            lib.rankd_session_free(handle)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_handle", None) is not None:
+            lib.rankd_session_free(self._handle)
+            self._handle = None
