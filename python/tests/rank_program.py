@@ -1,0 +1,156 @@
+"""One rank of a test job, in Python on the rankd package alone; started by
+test_rankd.py on every rank with the launcher's environment.
+
+    rank_program.py ops    every operation with exact values on a world of
+                           2, and bad arguments refused; prints
+                           "PY RANK <r> OK"
+    rank_program.py lost   rank 1 dies (exit 3) once both opened a session;
+                           rank 0's receive raises AbortedError naming it;
+                           prints "LOST <class>: <message>"
+
+Exits 1 with a traceback on the first unexpected result.
+"""
+
+import os
+import sys
+import threading
+
+import numpy as np
+
+import rankd
+
+
+def expect_raises(kind, needle, fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except kind as e:
+        assert needle in str(e), f"{kind.__name__} without {needle!r}: {e}"
+        return e
+    raise AssertionError(f"{fn.__name__}{args} did not raise {kind.__name__}")
+
+
+def ops(rank):
+    assert rank.world_size == 2, rank
+    r, peer = rank.rank, 1 - rank.rank
+    world = rank.group("world")
+    assert world.id == rankd.WORLD and world.members == [0, 1], world
+    assert world.local_rank == r
+
+    # all_gather_words: [7, 9] on both gives [7, 9, 7, 9].
+    frames = rank.all_gather_words([7, 9], timeout=30)
+    assert frames.tolist() == [[7, 9], [7, 9]], frames
+    pending = rank.submit_all_gather_words([100 + r], timeout=30)
+    assert pending.wait().reshape(-1).tolist() == [100, 101]
+    assert pending.is_ready()
+    expect_raises(rankd.InvalidArgumentError, "timeout_seconds",
+                  rank.all_gather_words, [1], timeout=0)
+
+    # Key-value broker.
+    if r == 0:
+        rank.kv_set("py/blob", b"hel\0lo")
+    assert rank.kv_get("py/blob", timeout=30) == b"hel\0lo"
+    assert rank.kv_add("py/counter", 5) in (5, 10)
+    expect_raises(rankd.DeadlineExceededError, "py/never", rank.kv_get,
+                  "py/never", timeout=0.2)
+
+    with rank.open_session(op_timeout=30) as session:
+        caps = session.capabilities
+        assert all(caps.values()), caps
+        assert session.backend == "gloo"
+
+        # all_reduce_sum: [1, 2] + [3, 4] = [4, 6]; into out=, in place.
+        x = np.array([1 + 2 * r, 2 + 2 * r], dtype=np.float32)
+        assert session.all_reduce_sum(x).wait().tolist() == [4, 6]
+        out = np.zeros(2, np.float32)
+        work = session.all_reduce_sum(x, out=out)
+        assert work.wait(timeout=30) is out and out.tolist() == [4, 6]
+        session.all_reduce_sum(x, out=x).wait(timeout=30,
+                                              cancellation="native")
+        assert x.tolist() == [4, 6]
+        for dtype in (np.int64, np.float64, np.uint8, np.int16):
+            v = np.full((2, 3), r + 1, dtype=dtype)
+            s = session.all_reduce_sum(v).wait()
+            assert s.dtype == dtype and (s == 3).all(), s
+
+        # all_gather: [2, 3] on both gives [2, 3, 2, 3]; rows by member.
+        g = session.all_gather(np.array([2, 3], np.float32)).wait()
+        assert g.tolist() == [2, 3, 2, 3], g
+        rows = np.array([[10 * r, 10 * r + 1]], np.int32)
+        work = session.all_gather(rows)
+        while not work.is_completed():
+            pass
+        assert work.output.tolist() == [[0, 1], [10, 11]], work.output
+
+        # all_to_all_v: rank 0 keeps 1 row and sends 2; rank 1 sends 3.
+        send = [1, 2] if r == 0 else [3, 0]
+        recv = [1, 3] if r == 0 else [2, 0]
+        a = np.arange(3, dtype=np.float32) + 100 * r
+        got = session.all_to_all_v(a, send, recv).wait()
+        assert got.tolist() == ([0, 100, 101, 102] if r == 0 else [1, 2]), got
+
+        # send / receive, and a batched swap.
+        if r == 0:
+            session.send(np.array([5, 6], np.float32), peer=1).wait()
+        else:
+            v = session.receive(0, shape=(2,), dtype=np.float32).wait()
+            assert v.tolist() == [5, 6], v
+        mine = np.full(2, r, np.float32)
+        theirs = np.full(2, -1, np.float32)
+        outputs = session.batch_send_receive([(peer, mine)],
+                                             [(peer, theirs)]).wait()
+        assert outputs[0] is theirs and theirs.tolist() == [peer, peer]
+
+        # Refusals, before any data moves.
+        expect_raises(rankd.InvalidArgumentError, "f32[3]",
+                      session.all_reduce_sum, x, out=np.zeros(3, np.float32))
+        expect_raises(rankd.NotFoundError, "77", session.all_reduce_sum, x,
+                      group=77)
+        expect_raises(rankd.InvalidArgumentError, "peer 5 is outside",
+                      session.send, x, peer=5)
+        expect_raises(rankd.InvalidArgumentError, "dtype object",
+                      session.all_reduce_sum, np.array(["a"], dtype=object))
+        expect_raises(rankd.UnimplementedError, "Gloo sessions only",
+                      rank.open_session, backend="nccl")
+        expect_raises(ValueError, "backend", rank.open_session,
+                      backend="mpi")
+
+        # Still usable after the refusals.
+        assert session.all_reduce_sum(np.ones(2, np.float32)).wait() \
+            .tolist() == [2, 2]
+        rank.all_gather_words([r], timeout=30)  # done with the data plane
+    print(f"PY RANK {r} OK", flush=True)
+
+
+def lost(rank):
+    seen = []
+    called = threading.Event()
+
+    def on_failure(error):
+        seen.append(error)
+        called.set()
+
+    rank.on_job_failure(on_failure)
+    session = rank.open_session()
+    rank.all_gather_words([rank.rank], timeout=30)
+    if rank.rank == 1:
+        sys.stdout.flush()
+        os._exit(3)  # dies without leaving
+    work = session.receive(1, shape=(2,), dtype=np.float32)
+    error = expect_raises(rankd.AbortedError, "rank 1", work.wait)
+    print(f"LOST {type(error).__name__}: {error.message}", flush=True)
+    health = rank.job_health()
+    assert isinstance(health, rankd.AbortedError), health
+    assert called.wait(10), "the failure callback was not called"
+    assert isinstance(seen[0], rankd.AbortedError), seen
+    print("CALLBACK AbortedError", flush=True)
+    session.close()
+
+
+def main():
+    scenario = sys.argv[1]
+    with rankd.join() as rank:
+        {"ops": ops, "lost": lost}[scenario](rank)
+
+
+if __name__ == "__main__":
+    main()
