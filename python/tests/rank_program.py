@@ -17,6 +17,9 @@ import threading
 
 import numpy as np
 
+if os.environ.get("RANKD_TEST_WITH_TORCH"):
+    import torch  # before rankd: librankd.so loads next to torch's libraries
+
 import rankd
 
 
@@ -99,6 +102,13 @@ def ops(rank):
         outputs = session.batch_send_receive([(peer, mine)],
                                              [(peer, theirs)]).wait()
         assert outputs[0] is theirs and theirs.tolist() == [peer, peer]
+
+        # In a process that imported PyTorch first: its CPU tensors go in
+        # as they are (numpy views of the same memory).
+        if os.environ.get("RANKD_TEST_WITH_TORCH"):
+            t = torch.tensor([1.0, 2.0]) + 2 * r
+            assert session.all_reduce_sum(t).wait().tolist() == [4, 6]
+            print(f"TORCH {torch.__version__}", flush=True)
 
         # Refusals, before any data moves.
         expect_raises(rankd.InvalidArgumentError, "f32[3]",

@@ -33,6 +33,18 @@ def test_every_operation_gives_exact_values(nnodes, nproc):
         assert f"PY RANK {r} OK" in output, output
 
 
+def test_loads_into_a_process_that_imported_torch():
+    # Debian's python3-torch (installed by tools/setup.sh --bench); CI's
+    # suite runs without it, so the case skips there.
+    pytest.importorskip("torch")
+    with LocalJob("py-torch", 1, 2) as job:
+        env = dict(_env(), RANKD_TEST_WITH_TORCH="1")
+        results = job.run_ranks(PROGRAM, "ops", env=env)
+    for r, (code, output) in enumerate(results):
+        assert code == 0, f"rank {r}:\n{output}"
+        assert "TORCH " in output and f"PY RANK {r} OK" in output, output
+
+
 def test_a_lost_rank_is_named():
     with LocalJob("py-lost", 1, 2) as job:
         results = job.run_ranks(PROGRAM, "lost", env=_env(), timeout=60)
