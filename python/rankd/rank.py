@@ -83,7 +83,8 @@ def join(*, target=None, job_id=None, local_rank=None, rank=None,
 class Rank:
     """A joined rank. Use it as a context manager (leaves the job on exit)
     or call leave() and close(). Thread-safe, except that close() must not
-    race with other calls."""
+    race with other calls. A process that exits without either is seen by
+    its peers as a lost rank only when it dies before Python frees it."""
 
     def __init__(self, handle):
         self._handle = handle
@@ -235,8 +236,9 @@ class Rank:
         check(lib.rankd_leave(self.handle))
 
     def close(self):
-        """Frees the handle (without leaving: call leave() first for a
-        clean exit). The connection closes once its sessions are closed."""
+        """Frees the handle. Once its sessions are closed too, the rank
+        leaves the job (ignoring errors; call leave() to see them) and the
+        connection closes."""
         handle, self._handle = self._handle, None
         if handle is not None:
             lib.rankd_rank_free(handle)

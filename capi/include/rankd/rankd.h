@@ -165,9 +165,10 @@ RANKD_EXPORT rankd_status* rankd_join(const rankd_join_options* options,
  * FAILED_PRECONDITION. Sessions should be freed first. */
 RANKD_EXPORT rankd_status* rankd_leave(rankd_rank* rank);
 
-/* Frees the handle. The connection closes (leaving the job if rankd_leave
- * was not called, which peers see as this rank lost) once every session
- * opened from this rank is freed too. */
+/* Frees the handle. Once every session opened from this rank is freed too,
+ * the rank leaves the job (as rankd_leave, ignoring its errors) and the
+ * connection closes. Only a process that dies without either is seen by
+ * its peers as a lost rank. */
 RANKD_EXPORT void rankd_rank_free(rankd_rank* rank);
 
 /* This rank's identity, fixed at join. */
