@@ -83,8 +83,7 @@ def join(*, target=None, job_id=None, local_rank=None, rank=None,
 class Rank:
     """A joined rank. Use it as a context manager (leaves the job on exit)
     or call leave() and close(). Thread-safe, except that close() must not
-    race with other calls. A process that exits without either is seen by
-    its peers as a lost rank only when it dies before Python frees it."""
+    race with other calls."""
 
     def __init__(self, handle):
         self._handle = handle
