@@ -137,6 +137,25 @@ absl::Status CheckCall(const rankd_session* session, void* stream,
   return absl::OkStatus();
 }
 
+// A collective's checks, its input copied and its output allocated.
+struct Operands {
+  HostTensor input;
+  HostTensor output;
+};
+absl::StatusOr<Operands> Prepare(const rankd_session* session, void* stream,
+                                 rankd_work** work, const char* function,
+                                 const rankd_tensor* input,
+                                 const rankd_tensor* output) {
+  if (absl::Status s = CheckCall(session, stream, work, function); !s.ok()) {
+    return s;
+  }
+  auto in = CopyIn(input, function, "input");
+  if (!in.ok()) return in.status();
+  auto out = OutputLike(output, function, "output");
+  if (!out.ok()) return out.status();
+  return Operands{*std::move(in), *std::move(out)};
+}
+
 // Hands a submitted operation to the caller as a work.
 rankd_status* MakeWork(
     rankd_session* session,
@@ -208,6 +227,7 @@ using rankd::capi::Error;
 using rankd::capi::MakeWork;
 using rankd::capi::NullArgument;
 using rankd::capi::OutputLike;
+using rankd::capi::Prepare;
 using rankd::capi::ScopeOf;
 using rankd::capi::ToC;
 using rankd::dataplane::HostTensor;
@@ -320,21 +340,18 @@ rankd_status* rankd_all_reduce_sum(rankd_session* session, uint32_t group,
                                    const rankd_tensor* output, void* stream,
                                    rankd_work** work) {
   constexpr char kFn[] = "rankd_all_reduce_sum";
-  if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
-    return ToC(s);
-  }
-  auto in = CopyIn(input, kFn, "input");
-  if (!in.ok()) return ToC(in.status());
-  auto out = OutputLike(output, kFn, "output");
-  if (!out.ok()) return ToC(out.status());
+  auto operands = Prepare(session, stream, work, kFn, input, output);
+  if (!operands.ok()) return ToC(operands.status());
+  const HostTensor& in = operands->input;
+  const HostTensor& out = operands->output;
   // In place on the library's copy (the caller's output is written at
   // delivery either way); an output of another shape at the same address
   // goes to the session, which refuses it.
   const bool in_place =
-      output->data == input->data && out->descriptor() == in->descriptor();
+      output->data == input->data && out.descriptor() == in.descriptor();
   return MakeWork(session,
-                  session->state->gloo->AllReduceSumInto(ScopeOf(group), *in,
-                                                         in_place ? *in : *out),
+                  session->state->gloo->AllReduceSumInto(ScopeOf(group), in,
+                                                         in_place ? in : out),
                   output->data, work);
 }
 
@@ -343,16 +360,13 @@ rankd_status* rankd_all_gather(rankd_session* session, uint32_t group,
                                const rankd_tensor* output, void* stream,
                                rankd_work** work) {
   constexpr char kFn[] = "rankd_all_gather";
-  if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
-    return ToC(s);
-  }
-  auto in = CopyIn(input, kFn, "input");
-  if (!in.ok()) return ToC(in.status());
-  auto out = OutputLike(output, kFn, "output");
-  if (!out.ok()) return ToC(out.status());
-  return MakeWork(
-      session, session->state->gloo->AllGatherInto(ScopeOf(group), *in, *out),
-      output->data, work);
+  auto operands = Prepare(session, stream, work, kFn, input, output);
+  if (!operands.ok()) return ToC(operands.status());
+  const HostTensor& in = operands->input;
+  const HostTensor& out = operands->output;
+  return MakeWork(session,
+                  session->state->gloo->AllGatherInto(ScopeOf(group), in, out),
+                  output->data, work);
 }
 
 rankd_status* rankd_all_to_all_v(rankd_session* session, uint32_t group,
@@ -362,24 +376,21 @@ rankd_status* rankd_all_to_all_v(rankd_session* session, uint32_t group,
                                  const rankd_tensor* output, void* stream,
                                  rankd_work** work) {
   constexpr char kFn[] = "rankd_all_to_all_v";
-  if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
-    return ToC(s);
-  }
   if (members > 0 && send_counts == nullptr) {
     return NullArgument(kFn, "send_counts");
   }
   if (members > 0 && receive_counts == nullptr) {
     return NullArgument(kFn, "receive_counts");
   }
-  auto in = CopyIn(input, kFn, "input");
-  if (!in.ok()) return ToC(in.status());
-  auto out = OutputLike(output, kFn, "output");
-  if (!out.ok()) return ToC(out.status());
+  auto operands = Prepare(session, stream, work, kFn, input, output);
+  if (!operands.ok()) return ToC(operands.status());
+  const HostTensor& in = operands->input;
+  const HostTensor& out = operands->output;
   return MakeWork(
       session,
       session->state->gloo->AllToAllVInto(
-          ScopeOf(group), *in, absl::MakeConstSpan(send_counts, members),
-          absl::MakeConstSpan(receive_counts, members), *out),
+          ScopeOf(group), in, absl::MakeConstSpan(send_counts, members),
+          absl::MakeConstSpan(receive_counts, members), out),
       output->data, work);
 }
 
