@@ -50,7 +50,7 @@ absl::StatusOr<std::optional<uint32_t>> EnvIndex(const char* name) {
   return std::optional<uint32_t>(value);
 }
 
-// Where an explicit field (>= 0) wins over $name, which wins over `dflt`.
+// An explicit field (>= 0), else $env_name, else nullopt; -1 is "not given".
 absl::StatusOr<std::optional<uint32_t>> IndexField(int64_t field,
                                                    const char* field_name,
                                                    const char* env_name) {
