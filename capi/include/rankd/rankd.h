@@ -152,11 +152,11 @@ RANKD_EXPORT void rankd_join_options_init(rankd_join_options* options);
 /* Connects to the daemon and joins the job; on success *rank is a new
  * handle (free it with rankd_rank_free). `options` may be NULL: everything
  * from the environment. Blocks for about connect_timeout_seconds +
- * wait_for_world_seconds at most (plus the client's call margin). Errors: INVALID_ARGUMENT for bad options or
- * environment (naming the field or variable), UNAVAILABLE when the daemon
- * cannot be reached (naming the target), DEADLINE_EXCEEDED naming the
- * ranks that did not join in time, or the daemon's refusal (a rank already
- * claimed, a wrong world size, ...). */
+ * wait_for_world_seconds at most (plus the client's call margin). Errors:
+ * INVALID_ARGUMENT for bad options or environment (naming the field or
+ * variable), UNAVAILABLE when the daemon cannot be reached (naming the target),
+ * DEADLINE_EXCEEDED naming the ranks that did not join in time, or the daemon's
+ * refusal (a rank already claimed, a wrong world size, ...). */
 RANKD_EXPORT rankd_status* rankd_join(const rankd_join_options* options,
                                       rankd_rank** rank);
 
