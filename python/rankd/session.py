@@ -256,6 +256,10 @@ class Session:
         """Posts every (peer, value) of `sends` and (peer, out) of
         `receives` together; they complete together, so members can swap
         values. wait() returns the receive outputs, in order."""
+        if any(o is None for _, o in receives):
+            raise _native.errors.InvalidArgumentError(
+                "rankd: batch_send_receive needs an output array for every "
+                "receive")
         send_list = [(int(p), _CTensor(_host_array(v, f"sends[{i}]")))
                      for i, (p, v) in enumerate(sends)]
         receive_list = [(int(p), _CTensor(_output(o, None, None,
