@@ -170,24 +170,32 @@ const char* GroupKindName(v1::GroupKind kind) {
   }
 }
 
-// The words `out` must hold for a round of `count` words per rank.
-absl::Status CheckResultBuffer(const RankState& rank, const char* function,
-                               const uint32_t* words, size_t count,
-                               const uint32_t* out, size_t out_capacity) {
+// A round's own frame: `count` words at `words`.
+absl::Status CheckWords(const char* function, const uint32_t* words,
+                        size_t count) {
   if (words == nullptr && count > 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(function, ": words is NULL with count ", count));
   }
-  const size_t needed = size_t{rank.proto.world_size()} * count;
+  return absl::OkStatus();
+}
+
+// `out` can take a round's result of `needed` words (world size x count).
+absl::Status CheckResultBuffer(const char* function, const uint32_t* out,
+                               size_t out_capacity, size_t needed) {
   if (out == nullptr && needed > 0) {
     return absl::InvalidArgumentError(absl::StrCat(function, ": out is NULL"));
   }
   if (out_capacity < needed) {
     return absl::InvalidArgumentError(absl::StrCat(
         function, ": out holds ", out_capacity, " words; the result needs ",
-        needed, " (world size ", rank.proto.world_size(), " x ", count, ")"));
+        needed, " (world size x words per rank)"));
   }
   return absl::OkStatus();
+}
+
+size_t ResultWords(const RankState& rank, size_t count) {
+  return size_t{rank.proto.world_size()} * count;
 }
 
 void CopyWords(const std::vector<uint32_t>& result, uint32_t* out) {
@@ -326,8 +334,11 @@ rankd_status* rankd_all_gather_words(rankd_rank* rank, const uint32_t* words,
                                      uint32_t* out, size_t out_capacity) {
   constexpr char kFn[] = "rankd_all_gather_words";
   if (rank == nullptr) return NullArgument(kFn, "rank");
+  if (absl::Status s = rankd::capi::CheckWords(kFn, words, count); !s.ok()) {
+    return ToC(s);
+  }
   absl::Status checked = rankd::capi::CheckResultBuffer(
-      *rank->state, kFn, words, count, out, out_capacity);
+      kFn, out, out_capacity, rankd::capi::ResultWords(*rank->state, count));
   if (!checked.ok()) return ToC(checked);
   auto timeout = ToDuration(timeout_seconds, kFn, "timeout_seconds");
   if (!timeout.ok()) return ToC(timeout.status());
@@ -345,9 +356,8 @@ rankd_status* rankd_submit_all_gather_words(rankd_rank* rank,
   constexpr char kFn[] = "rankd_submit_all_gather_words";
   if (rank == nullptr) return NullArgument(kFn, "rank");
   if (pending == nullptr) return NullArgument(kFn, "pending");
-  if (words == nullptr && count > 0) {
-    return Error(absl::StatusCode::kInvalidArgument, kFn,
-                 absl::StrCat("words is NULL with count ", count));
+  if (absl::Status s = rankd::capi::CheckWords(kFn, words, count); !s.ok()) {
+    return ToC(s);
   }
   auto timeout =
       ToDuration(round_timeout_seconds, kFn, "round_timeout_seconds");
@@ -358,7 +368,7 @@ rankd_status* rankd_submit_all_gather_words(rankd_rank* rank,
   auto handle = std::make_unique<rankd_pending_words>();
   handle->rank = rank->state;
   handle->pending = *std::move(submitted);
-  handle->result_words = size_t{rank->state->proto.world_size()} * count;
+  handle->result_words = rankd::capi::ResultWords(*rank->state, count);
   *pending = handle.release();  // rankd_pending_words_free
   return nullptr;
 }
@@ -372,15 +382,9 @@ rankd_status* rankd_pending_words_wait(rankd_pending_words* pending,
                                        size_t out_capacity) {
   constexpr char kFn[] = "rankd_pending_words_wait";
   if (pending == nullptr) return NullArgument(kFn, "pending");
-  if (out == nullptr && pending->result_words > 0) {
-    return NullArgument(kFn, "out");
-  }
-  if (out_capacity < pending->result_words) {
-    return Error(
-        absl::StatusCode::kInvalidArgument, kFn,
-        absl::StrCat("out holds ", out_capacity, " words; the result needs ",
-                     pending->result_words));
-  }
+  absl::Status checked = rankd::capi::CheckResultBuffer(kFn, out, out_capacity,
+                                                        pending->result_words);
+  if (!checked.ok()) return ToC(checked);
   auto timeout = ToDuration(timeout_seconds, kFn, "timeout_seconds",
                             {.allow_infinite = true});
   if (!timeout.ok()) return ToC(timeout.status());

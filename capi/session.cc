@@ -156,22 +156,36 @@ absl::StatusOr<Operands> Prepare(const rankd_session* session, void* stream,
   return Operands{*std::move(in), *std::move(out)};
 }
 
-// Hands a submitted operation to the caller as a work.
+// Hands submitted work to the caller, with the outputs to deliver.
+rankd_status* HandOut(rankd_session* session,
+                      std::shared_ptr<dataplane::BoundedCompletion> completion,
+                      std::vector<rankd_work::Delivery> deliveries,
+                      rankd_work** work) {
+  auto w = std::make_unique<rankd_work>();
+  w->session = session->state;
+  w->completion = std::move(completion);
+  {
+    absl::MutexLock lock(&w->mu);
+    w->deliveries = std::move(deliveries);
+  }
+  *work = w.release();  // rankd_work_free
+  return nullptr;
+}
+
+// One operation's submission as a work; its output goes to `destination`
+// (none for a send).
 rankd_status* MakeWork(
     rankd_session* session,
     absl::StatusOr<dataplane::DistributedSession<HostTensor>::ValueSubmission>
         submitted,
     void* destination, rankd_work** work) {
   if (!submitted.ok()) return ToC(submitted.status());
-  auto w = std::make_unique<rankd_work>();
-  w->session = session->state;
-  w->completion = std::move(submitted->completion);
+  std::vector<rankd_work::Delivery> deliveries;
   if (destination != nullptr) {
-    absl::MutexLock lock(&w->mu);
-    w->deliveries.push_back({std::move(submitted->output), destination});
+    deliveries.push_back({std::move(submitted->output), destination});
   }
-  *work = w.release();  // rankd_work_free
-  return nullptr;
+  return HandOut(session, std::move(submitted->completion),
+                 std::move(deliveries), work);
 }
 
 // Copies the outputs into the caller's buffers, once.
@@ -224,6 +238,7 @@ std::string GlooHostname(const char* option) {
 using rankd::capi::CheckCall;
 using rankd::capi::CopyIn;
 using rankd::capi::Error;
+using rankd::capi::HandOut;
 using rankd::capi::MakeWork;
 using rankd::capi::NullArgument;
 using rankd::capi::OutputLike;
@@ -461,18 +476,13 @@ rankd_status* rankd_batch_send_receive(rankd_session* session, uint32_t group,
   auto submitted = session->state->gloo->BatchSendReceive(
       ScopeOf(group), send_values, receive_values);
   if (!submitted.ok()) return ToC(submitted.status());
-  auto w = std::make_unique<rankd_work>();
-  w->session = session->state;
-  w->completion = std::move(submitted->completion);
-  {
-    absl::MutexLock lock(&w->mu);
-    for (size_t i = 0; i < receive_count; ++i) {
-      w->deliveries.push_back(
-          {std::move(submitted->output[i]), receives[i].tensor.data});
-    }
+  std::vector<rankd_work::Delivery> deliveries;
+  for (size_t i = 0; i < receive_count; ++i) {
+    deliveries.push_back(
+        {std::move(submitted->output[i]), receives[i].tensor.data});
   }
-  *work = w.release();  // rankd_work_free
-  return nullptr;
+  return HandOut(session, std::move(submitted->completion),
+                 std::move(deliveries), work);
 }
 
 int rankd_work_is_complete(rankd_work* work) {
