@@ -23,6 +23,12 @@ packages=(
   kubectl python3-yaml
   # The Python package (python/rankd) and its pytest suite.
   python3-numpy python3-pytest
+  # The Rust crate (rust/) and its cargo tests, with Debian's toolchain
+  # (/usr/bin/cargo, rustc 1.63), offline.
+  cargo
+  # The install test (tools/install_test.sh) builds an out-of-tree CMake
+  # project and a pkg-config one against the installed copy.
+  cmake pkg-config
 )
 # The manifest validator (tools/k8s-validate) runs on Node.js; any install of
 # node and npm will do, Debian's when there is none.
