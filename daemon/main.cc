@@ -7,6 +7,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/command_help.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/flags.h"
@@ -20,11 +22,19 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  absl::SetProgramUsageMessage(
+  constexpr absl::string_view kUsage =
       "rankd: per-node control-plane daemon of a distributed serving job.\n"
+      "Usage: rankd [flags]    (every flag also reads the RANKD_* variable "
+      "its help names)\n"
       "Example: rankd --job_id=demo --nnodes=2 --node_index=0 "
       "--nproc_per_node=4 --listen=0.0.0.0:7421 "
-      "--socket=/run/rankd/rankd.sock");
+      "--socket=/run/rankd/rankd.sock\n"
+      "See docs/operations.md for the configuration and its environment.";
+  if (rankd::HandleHelpOrVersion(argc, argv, "rankd", kUsage,
+                                 {"daemon/flags.cc"})) {
+    return 0;
+  }
+  absl::SetProgramUsageMessage(kUsage);
   absl::ParseCommandLine(argc, argv);
   auto config =
       rankd::ResolveConfig(rankd::RawConfigFromFlags(), rankd::ProcessEnv());
