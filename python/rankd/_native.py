@@ -3,9 +3,10 @@ librankd.so, the structs and prototypes, and turning a rankd_status into an
 exception. Private to the package.
 
 librankd.so is found, in order, at $RANKD_LIBRARY, next to this package
-(an installed copy, rankd/librankd.so), or by the dynamic loader's search
-path (for example an install prefix's lib/ in LD_LIBRARY_PATH). ctypes loads
-it with RTLD_LOCAL, so its symbols never mix with other extensions'.
+(rankd/librankd.so), in the install prefix's lib/ (tools/install.sh puts
+the package in PREFIX/lib/python3/dist-packages), or by the dynamic
+loader's search path (LD_LIBRARY_PATH, ldconfig). ctypes loads it with
+RTLD_LOCAL, so its symbols never mix with other extensions'.
 """
 
 import ctypes
@@ -164,9 +165,15 @@ _PROTOTYPES = {
 
 
 def _load():
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                        "librankd.so")
-    candidates = [os.environ.get("RANKD_LIBRARY"), here, "librankd.so"]
+    package_dir = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.join(package_dir, "librankd.so")
+    # tools/install.sh puts the package in PREFIX/lib/python3/dist-packages
+    # and the library in PREFIX/lib.
+    prefix_lib = os.path.normpath(
+        os.path.join(package_dir, "..", "..", "..", "librankd.so"))
+    candidates = [
+        os.environ.get("RANKD_LIBRARY"), here, prefix_lib, "librankd.so"
+    ]
     tried = []
     for path in candidates:
         if not path:

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Installs this build's //install:tree into a fresh prefix and uses it the
+# way a new user would, with nothing from the source tree but
+# examples/hello:
+#   - bin/rankd --help lists the daemon's flags, --version matches the
+#     pkg-config and CMake package versions;
+#   - an out-of-tree CMake project (testdata/consumer) builds hello.c against
+#     rankd::rankd and hello.cc against rankd::cpp; hello.c builds with
+#     pkg-config too;
+#   - each program, and hello.py on the installed Python package, runs as a
+#     two-rank job on a daemon started from bin/rankd (credentials from
+#     bin/rankctl) and prints the expected line on both ranks.
+# Prints one "CASE <name> PASS|FAIL" line per check and writes them as JUnit
+# XML to $XML_OUTPUT_FILE, so each check counts in the suite's closing line.
+set -uo pipefail
+runfiles="$PWD"
+work="${TEST_TMPDIR:-$(mktemp -d)}/install"
+prefix="$work/prefix"
+rm -rf "$work" && mkdir -p "$prefix"
+tar -C "$prefix" -xf install/rankd-install.tar || exit 1
+
+# A sanitizer build's libraries need the sanitizer runtime in programs
+# built here and in Python (which is not instrumented).
+san_flags="" preload=""
+if nm -D --undefined-only "$prefix/lib/librankd.so" | grep -q ' __asan_'; then
+  san_flags="-fsanitize=address,undefined"
+  preload="$(clang-14 -print-file-name=libclang_rt.asan-x86_64.so)"
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+fi
+
+cases=() failures=0
+record() {  # name status [detail...]
+  local name=$1 status=$2; shift 2
+  cases+=("$name|$status|$*")
+  echo "CASE $name $status${*:+: $*}"
+  [[ $status == PASS ]] || failures=$((failures + 1))
+}
+check() {  # name command...: PASS when the command succeeds
+  local name=$1; shift
+  local out
+  if out=$("$@" 2>&1); then record "$name" PASS
+  else record "$name" FAIL "$(tail -c 2000 <<<"$out")"; fi
+}
+
+# ---- commands and versions ---------------------------------------------------
+version=$("$prefix/bin/rankd" --version | awk '{print $2}')
+help_lists_flags() {
+  local help
+  help=$("$prefix/bin/rankd" --help) || return 1
+  grep -q -- "--job_id" <<<"$help" && grep -q -- "--credentials_dir" <<<"$help"
+}
+check rankd_help_lists_flags help_lists_flags
+versions_agree() {
+  [[ -n "$version" ]] &&
+    [[ $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --modversion rankd) == "$version" ]] &&
+    [[ $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --modversion rankd-cpp) == "$version" ]] &&
+    grep -q "PACKAGE_VERSION \"$version\"" "$prefix/lib/cmake/rankd/rankdConfigVersion.cmake"
+}
+check versions_agree versions_agree
+for command in rankd rankctl rankrun; do
+  if [[ -x "$prefix/bin/$command" ]]; then record "installs_$command" PASS
+  else record "installs_$command" FAIL "$prefix/bin/$command is missing"; fi
+done
+
+# ---- building against the installed copy -------------------------------------
+hello="$runfiles/examples/hello"
+build="$work/build"
+cmake_build() {
+  cmake -S "$runfiles/install/testdata/consumer" -B "$build" \
+    -DCMAKE_PREFIX_PATH="$prefix" -DHELLO_DIR="$hello" \
+    -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+    -DCMAKE_EXE_LINKER_FLAGS="$san_flags" -DCMAKE_BUILD_TYPE=Release &&
+    cmake --build "$build" -j 2
+}
+check cmake_project_builds cmake_build
+pkg_config_build() {
+  local flags
+  flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs rankd) &&
+    clang-14 -std=c11 $san_flags "$hello/hello.c" $flags -o "$work/hello_c_pc"
+}
+check pkg_config_c_builds pkg_config_build
+
+# ---- running against a real daemon from the installed copy -------------------
+creds="$work/credentials"
+"$prefix/bin/rankctl" credentials create "$creds" >/dev/null || exit 1
+daemon_pid=""
+stop_daemon() {
+  [[ -n "$daemon_pid" ]] || return 0
+  kill -TERM "$daemon_pid" 2>/dev/null
+  for _ in $(seq 50); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$daemon_pid" 2>/dev/null
+  wait "$daemon_pid" 2>/dev/null
+  daemon_pid=""
+}
+# Unix socket paths are limited to 107 bytes: the sockets live in a short
+# folder of their own.
+sockets=$(mktemp -d /tmp/rankd-install-XXXXXX)
+trap 'stop_daemon; rm -rf "$sockets"' EXIT
+run_job() {  # job_id program...: a fresh daemon, two ranks, both lines checked
+  local job=$1; shift
+  local dir="$work/$job" socket
+  mkdir -p "$dir"
+  socket="$sockets/$job.sock"
+  "$prefix/bin/rankd" --job_id="$job" --nnodes=1 --nproc_per_node=2 \
+    --listen=127.0.0.1:0 --socket="$socket" --credentials_dir="$creds" \
+    >"$dir/rankd.log" 2>&1 &
+  daemon_pid=$!
+  for _ in $(seq 100); do [[ -S "$socket" ]] && break; sleep 0.1; done
+  local pids=() l status=0
+  for l in 0 1; do
+    RANKD_TARGET="unix://$socket" RANKD_JOB_ID="$job" RANKD_LOCAL_RANK=$l \
+      timeout 60 "$@" >"$dir/rank$l.out" 2>&1 &
+    pids+=($!)
+  done
+  for l in 0 1; do wait "${pids[$l]}" || status=1; done
+  stop_daemon
+  for l in 0 1; do
+    local want="rank $l of 2: words [0 7 1 7] sum [4 6] gathered [0 1]"
+    if ! grep -qxF "$want" "$dir/rank$l.out"; then
+      echo "rank $l printed:"; cat "$dir/rank$l.out"; status=1
+    fi
+  done
+  ((status == 0)) || { echo "daemon log:"; tail -20 "$dir/rankd.log"; }
+  return $status
+}
+check hello_c_runs run_job hello-c "$build/hello_c"
+check hello_cpp_runs run_job hello-cpp "$build/hello_cpp"
+check hello_c_pkg_config_runs run_job hello-c-pc "$work/hello_c_pc"
+check hello_python_runs run_job hello-py env -u RANKD_LIBRARY \
+  PYTHONPATH="$prefix/lib/python3/dist-packages" ${preload:+LD_PRELOAD=$preload} \
+  /usr/bin/python3 "$hello/hello.py"
+
+# ---- results --------------------------------------------------------------------
+xml="${XML_OUTPUT_FILE:-$work/test.xml}"
+{
+  echo '<?xml version="1.0" encoding="UTF-8"?>'
+  echo "<testsuites><testsuite name=\"install_test\" tests=\"${#cases[@]}\" failures=\"$failures\">"
+  for c in "${cases[@]}"; do
+    IFS='|' read -r name status detail <<<"$c"
+    if [[ $status == PASS ]]; then
+      echo "<testcase classname=\"install\" name=\"$name\"/>"
+    else
+      detail=$(sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g' -e 's/"/\&quot;/g' <<<"$detail")
+      echo "<testcase classname=\"install\" name=\"$name\"><failure message=\"failed\">$detail</failure></testcase>"
+    fi
+  done
+  echo "</testsuite></testsuites>"
+} >"$xml"
+echo "${#cases[@]} checks, $failures failed"
+((failures == 0))
