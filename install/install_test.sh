@@ -5,7 +5,7 @@
 #   - bin/rankd --help lists the daemon's flags, --version matches the
 #     pkg-config and CMake package versions;
 #   - an out-of-tree CMake project (testdata/consumer) builds hello.c against
-#     rankd::rankd and hello.cc against rankd::cpp; hello.c builds with
+#     rankd::rankd and hello.cc against rankd::cpp; both build with
 #     pkg-config too;
 #   - each program, and hello.py on the installed Python package, runs as a
 #     two-rank job on a daemon started from bin/rankd (credentials from
@@ -79,6 +79,12 @@ pkg_config_build() {
     clang-14 -std=c11 $san_flags "$hello/hello.c" $flags -o "$work/hello_c_pc"
 }
 check pkg_config_c_builds pkg_config_build
+pkg_config_cpp_build() {
+  local flags
+  flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs rankd-cpp) &&
+    clang++-14 -std=c++20 $san_flags "$hello/hello.cc" $flags -o "$work/hello_cpp_pc"
+}
+check pkg_config_cpp_builds pkg_config_cpp_build
 
 # ---- running against a real daemon from the installed copy -------------------
 creds="$work/credentials"
@@ -126,6 +132,7 @@ run_job() {  # job_id program...: a fresh daemon, two ranks, both lines checked
 check hello_c_runs run_job hello-c "$build/hello_c"
 check hello_cpp_runs run_job hello-cpp "$build/hello_cpp"
 check hello_c_pkg_config_runs run_job hello-c-pc "$work/hello_c_pc"
+check hello_cpp_pkg_config_runs run_job hello-cpp-pc "$work/hello_cpp_pc"
 check hello_python_runs run_job hello-py env -u RANKD_LIBRARY \
   PYTHONPATH="$prefix/lib/python3/dist-packages" ${preload:+LD_PRELOAD=$preload} \
   /usr/bin/python3 "$hello/hello.py"
