@@ -1,0 +1,146 @@
+// env_rank: a rank for rankrun's tests. It prints the environment rankrun
+// gave it, optionally joins the job through it (the C++ client, everything
+// from RANKD_* variables) and runs one all_gather_words round, and can fail,
+// sleep, ignore SIGTERM or leave a grandchild behind on purpose.
+//
+//   env_rank [--join] [--gather] [--fail_rank=R --fail_code=C]
+//            [--kill_rank=R] [--sleep_ms=N] [--term_exit=C]
+//            [--ignore_term] [--grandchild] [ARGS...]
+//
+// Output lines (stdout): "ENV k=v ...", "ARGS ...", "JOINED rank=R world=W",
+// "GATHERED 0,1,...", "SLEEPING pid=P", "GRANDCHILD pid=P", "TERM". Exit
+// 0 on success, 4 when the gathered words are not 0..world-1, 5 when a
+// join or round fails, else what was asked.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/client.h"
+
+namespace {
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "<unset>" : v;
+}
+
+void Print(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+int term_exit = -1;
+
+void OnTerm(int) {
+  const char kLine[] = "TERM\n";
+  ssize_t ignored = write(STDOUT_FILENO, kLine, sizeof(kLine) - 1);
+  (void)ignored;
+  _exit(term_exit);
+}
+
+int Flag(const std::vector<std::string>& args, const std::string& name,
+         int fallback) {
+  for (const std::string& a : args) {
+    if (absl::StartsWith(a, name + "=")) {
+      int v = 0;
+      if (absl::SimpleAtoi(a.substr(name.size() + 1), &v)) return v;
+    }
+  }
+  return fallback;
+}
+
+bool Has(const std::vector<std::string>& args, const std::string& name) {
+  for (const std::string& a : args) {
+    if (a == name) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  Print(absl::StrCat("ENV RANKD_TARGET=", Env("RANKD_TARGET"),
+                     " RANKD_JOB_ID=", Env("RANKD_JOB_ID"),
+                     " RANKD_LOCAL_RANK=", Env("RANKD_LOCAL_RANK"),
+                     " RANKD_RANK=", Env("RANKD_RANK"),
+                     " RANKD_WORLD_SIZE=", Env("RANKD_WORLD_SIZE"),
+                     " RANKD_NPROC_PER_NODE=", Env("RANKD_NPROC_PER_NODE"),
+                     " RANKD_NODE_RANK=", Env("RANKD_NODE_RANK"),
+                     " RANKD_TOKEN_FILE=", Env("RANKD_TOKEN_FILE"),
+                     " LOCAL_RANK=", Env("LOCAL_RANK"), " RANK=", Env("RANK"),
+                     " WORLD_SIZE=", Env("WORLD_SIZE"), " LOCAL_WORLD_SIZE=",
+                     Env("LOCAL_WORLD_SIZE"), " pid=", getpid()));
+  Print(absl::StrCat("ARGS ", absl::StrJoin(args, " ")));
+  int rank = -1;
+  if (!absl::SimpleAtoi(Env("RANKD_RANK"), &rank)) rank = -1;
+
+  term_exit = Flag(args, "--term_exit", -1);
+  if (term_exit >= 0) signal(SIGTERM, OnTerm);
+  if (Has(args, "--ignore_term")) signal(SIGTERM, SIG_IGN);
+
+  if (Has(args, "--join")) {
+    rankd::ClientOptions options;  // RANKD_TARGET
+    auto client = rankd::Client::Connect(options);
+    if (!client.ok()) {
+      Print(absl::StrCat("ERROR connect: ", client.status().ToString()));
+      return 5;
+    }
+    rankd::JoinOptions join;
+    join.job_id = Env("RANKD_JOB_ID");
+    join.local_rank = std::atoi(Env("RANKD_LOCAL_RANK").c_str());
+    join.rank = static_cast<uint32_t>(rank);
+    join.world_size = std::atoi(Env("RANKD_WORLD_SIZE").c_str());
+    join.wait_for_world = absl::Seconds(30);
+    auto session = (*client)->Join(join);
+    if (!session.ok()) {
+      Print(absl::StrCat("ERROR join: ", session.status().ToString()));
+      return 5;
+    }
+    Print(absl::StrCat("JOINED rank=", session->rank(),
+                       " world=", session->world_size()));
+    if (Has(args, "--gather")) {
+      const uint32_t mine = static_cast<uint32_t>(rank);
+      auto all = (*client)->AllGatherWords({&mine, 1}, absl::Seconds(30));
+      if (!all.ok()) {
+        Print(absl::StrCat("ERROR gather: ", all.status().ToString()));
+        return 5;
+      }
+      Print(absl::StrCat("GATHERED ", absl::StrJoin(*all, ",")));
+      for (size_t i = 0; i < all->size(); ++i) {
+        if ((*all)[i] != i) return 4;
+      }
+      if (all->size() != session->world_size()) return 4;
+    }
+    if (absl::Status s = (*client)->Leave(); !s.ok()) {
+      Print(absl::StrCat("ERROR leave: ", s.ToString()));
+      return 5;
+    }
+  }
+  if (Has(args, "--grandchild")) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      execl("/bin/sleep", "sleep", "120", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    Print(absl::StrCat("GRANDCHILD pid=", pid));
+  }
+  if (rank == Flag(args, "--kill_rank", -2)) raise(SIGKILL);
+  if (rank == Flag(args, "--fail_rank", -2)) {
+    return Flag(args, "--fail_code", 1);
+  }
+  if (const int ms = Flag(args, "--sleep_ms", 0); ms > 0) {
+    Print(absl::StrCat("SLEEPING pid=", getpid()));
+    absl::SleepFor(absl::Milliseconds(ms));
+  }
+  return 0;
+}
