@@ -1,11 +1,13 @@
-// The example of docs/client-api.md: the document shows
-// examples/client_api/client_api_example.cc verbatim (checked here), and the
-// example builds and runs against real daemons (2 nodes x 2 ranks).
+// The examples of docs/client-api.md: the document shows
+// examples/client_api/client_api_example.cc and the hello program in each
+// language verbatim (checked here), and the client API example builds and
+// runs against real daemons (2 nodes x 2 ranks).
 #include <sys/wait.h>
 
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -34,6 +36,29 @@ TEST(ClientApiExampleTest, DocumentShowsTheExampleVerbatim) {
          "client_api_example.cc verbatim in a ```cpp block; update the "
          "document after changing the example";
 }
+
+// The hello programs, one per language, shown verbatim in "One program in
+// four languages" (built and run by //install:install_test and
+// //rust:cargo_test).
+class HelloInEachLanguageTest
+    : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(HelloInEachLanguageTest, DocumentShowsTheProgramVerbatim) {
+  const auto [path, fence] = GetParam();
+  const std::string doc = ReadFile(Runfile("docs/client-api.md"));
+  const std::string code = ReadFile(Runfile(path));
+  ASSERT_FALSE(code.empty()) << path;
+  EXPECT_TRUE(
+      absl::StrContains(doc, absl::StrCat("```", fence, "\n", code, "```\n")))
+      << "docs/client-api.md must contain " << path << " verbatim in a ```"
+      << fence << " block; update the document after changing the program";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Languages, HelloInEachLanguageTest,
+    ::testing::Values(std::make_pair("examples/hello/hello.cc", "cpp"),
+                      std::make_pair("examples/hello/hello.c", "c"),
+                      std::make_pair("examples/hello/hello.py", "python")));
 
 TEST(ClientApiExampleTest, RunsOnEveryRankOfARealJob) {
   ClusterOptions options;
