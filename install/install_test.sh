@@ -8,8 +8,8 @@
 #     rankd::rankd and hello.cc against rankd::cpp; both build with
 #     pkg-config too;
 #   - each program, and hello.py on the installed Python package, runs as a
-#     two-rank job on a daemon started from bin/rankd (credentials from
-#     bin/rankctl) and prints the expected line on both ranks.
+#     two-rank job under the installed launcher (bin/rankrun starts
+#     bin/rankd) and prints the expected line on both ranks.
 # Prints one "CASE <name> PASS|FAIL" line per check and writes them as JUnit
 # XML to $XML_OUTPUT_FILE, so each check counts in the suite's closing line.
 set -uo pipefail
@@ -87,46 +87,23 @@ pkg_config_cpp_build() {
 check pkg_config_cpp_builds pkg_config_cpp_build
 
 # ---- running against a real daemon from the installed copy -------------------
-creds="$work/credentials"
-"$prefix/bin/rankctl" credentials create "$creds" >/dev/null || exit 1
-daemon_pid=""
-stop_daemon() {
-  [[ -n "$daemon_pid" ]] || return 0
-  kill -TERM "$daemon_pid" 2>/dev/null
-  for _ in $(seq 50); do kill -0 "$daemon_pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$daemon_pid" 2>/dev/null
-  wait "$daemon_pid" 2>/dev/null
-  daemon_pid=""
-}
-# Unix socket paths are limited to 107 bytes: the sockets live in a short
-# folder of their own.
-sockets=$(mktemp -d /tmp/rankd-install-XXXXXX)
-trap 'stop_daemon; rm -rf "$sockets"' EXIT
-run_job() {  # job_id program...: a fresh daemon, two ranks, both lines checked
+run_job() {  # job_id program...: rankrun, two ranks, both lines checked
   local job=$1; shift
-  local dir="$work/$job" socket
+  local dir="$work/$job" status=0 r
   mkdir -p "$dir"
-  socket="$sockets/$job.sock"
-  "$prefix/bin/rankd" --job_id="$job" --nnodes=1 --nproc_per_node=2 \
-    --listen=127.0.0.1:0 --socket="$socket" --credentials_dir="$creds" \
-    >"$dir/rankd.log" 2>&1 &
-  daemon_pid=$!
-  for _ in $(seq 100); do [[ -S "$socket" ]] && break; sleep 0.1; done
-  local pids=() l status=0
-  for l in 0 1; do
-    RANKD_TARGET="unix://$socket" RANKD_JOB_ID="$job" RANKD_LOCAL_RANK=$l \
-      timeout 60 "$@" >"$dir/rank$l.out" 2>&1 &
-    pids+=($!)
+  # As a user runs it: the installed launcher starts the installed rankd
+  # (next to it) with fresh credentials, and the two ranks.
+  timeout 90 "$prefix/bin/rankrun" --nproc_per_node=2 --job_id="$job" \
+    --prefix_output --rankd_log="$dir/rankd.log" -- "$@" >"$dir/out" 2>&1 ||
+    status=1
+  for r in 0 1; do
+    local want="[rank $r] rank $r of 2: words [0 7 1 7] sum [4 6] gathered [0 1]"
+    grep -qxF "$want" "$dir/out" || status=1
   done
-  for l in 0 1; do wait "${pids[$l]}" || status=1; done
-  stop_daemon
-  for l in 0 1; do
-    local want="rank $l of 2: words [0 7 1 7] sum [4 6] gathered [0 1]"
-    if ! grep -qxF "$want" "$dir/rank$l.out"; then
-      echo "rank $l printed:"; cat "$dir/rank$l.out"; status=1
-    fi
-  done
-  ((status == 0)) || { echo "daemon log:"; tail -20 "$dir/rankd.log"; }
+  if ((status != 0)); then
+    echo "rankrun printed:"; cat "$dir/out"
+    echo "daemon log:"; tail -20 "$dir/rankd.log"
+  fi
   return $status
 }
 check hello_c_runs run_job hello-c "$build/hello_c"
