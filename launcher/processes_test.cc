@@ -1,0 +1,190 @@
+// ChildProcess, ProcessGroup and LinePrefixer with real processes
+// (/bin/sh, /bin/sleep) and real pipes.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/child_process.h"
+#include "launcher/line_prefixer.h"
+#include "launcher/process_group.h"
+
+namespace rankd::launcher {
+namespace {
+
+using ::testing::HasSubstr;
+
+bool Alive(pid_t pid) { return ::kill(pid, 0) == 0; }
+
+TEST(LinePrefixer, LabelsWholeLinesOnly) {
+  LinePrefixer p("[rank 3] ");
+  EXPECT_EQ(p.Feed("hel"), "");
+  EXPECT_EQ(p.Feed("lo\nwor"), "[rank 3] hello\n");
+  EXPECT_EQ(p.Feed("ld\n\nx"), "[rank 3] world\n[rank 3] \n");
+  EXPECT_EQ(p.Flush(), "[rank 3] x\n");
+  EXPECT_EQ(p.Flush(), "");
+}
+
+TEST(LinePrefixer, SplitsOverlongLines) {
+  LinePrefixer p("> ");
+  const std::string big(LinePrefixer::kMaxLineBytes + 10, 'a');
+  const std::string out = p.Feed(big);
+  EXPECT_EQ(
+      out,
+      absl::StrCat("> ", std::string(LinePrefixer::kMaxLineBytes, 'a'), "\n"));
+  EXPECT_EQ(p.Feed("\n"), absl::StrCat("> ", std::string(10, 'a'), "\n"));
+}
+
+TEST(ChildProcess, ExitStatusAndSignals) {
+  absl::StatusOr<ChildProcess> child =
+      ChildProcess::Spawn({{"/bin/sh", "-c", "exit 3"}, {}});
+  ASSERT_TRUE(child.ok()) << child.status();
+  std::optional<int> status = child->WaitFor(absl::Seconds(10));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(DescribeWaitStatus(*status), "exited with status 3");
+  EXPECT_EQ(ShellStatus(*status), 3);
+  // Exited but not reaped: the pid is still ours.
+  EXPECT_TRUE(Alive(child->pid()));
+  EXPECT_EQ(child->Reap(), status);
+  EXPECT_FALSE(Alive(child->pid()));
+
+  child = ChildProcess::Spawn({{"/bin/sleep", "30"}, {}});
+  ASSERT_TRUE(child.ok());
+  EXPECT_TRUE(child->running());
+  child->Signal(SIGKILL);
+  status = child->WaitFor(absl::Seconds(10));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(DescribeWaitStatus(*status), "was killed by signal 9 (Killed)");
+  EXPECT_EQ(ShellStatus(*status), 137);
+}
+
+TEST(ChildProcess, ExecFailureIsReportedBySpawn) {
+  absl::StatusOr<ChildProcess> child =
+      ChildProcess::Spawn({{"/nonexistent/program"}, {}});
+  ASSERT_FALSE(child.ok());
+  EXPECT_THAT(child.status().message(),
+              HasSubstr("cannot run /nonexistent/program: No such file"));
+}
+
+TEST(ChildProcess, DestructorKillsAndReaps) {
+  pid_t pid;
+  {
+    absl::StatusOr<ChildProcess> child =
+        ChildProcess::Spawn({{"/bin/sleep", "30"}, {}});
+    ASSERT_TRUE(child.ok());
+    pid = child->pid();
+    EXPECT_TRUE(Alive(pid));
+  }
+  EXPECT_FALSE(Alive(pid));
+}
+
+TEST(ChildProcess, GetsTheEnvironmentItIsGiven) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  absl::StatusOr<ChildProcess> child = ChildProcess::Spawn(
+      {{"/bin/sh", "-c", "echo \"$ONLY\" \"${HOME:-nohome}\""},
+       {"ONLY=this"},
+       0,
+       fds[1],
+       -1});
+  ::close(fds[1]);
+  ASSERT_TRUE(child.ok());
+  char buffer[64] = {};
+  ssize_t n = ::read(fds[0], buffer, sizeof(buffer) - 1);
+  ::close(fds[0]);
+  EXPECT_EQ(std::string(buffer, n > 0 ? n : 0), "this nohome\n");
+  EXPECT_EQ(child->WaitFor(absl::Seconds(10)), 0);
+}
+
+// Whether `pid` is gone (not even a zombie) within `timeout`.
+bool GoneWithin(pid_t pid, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (Alive(pid)) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
+TEST(ProcessGroup, SignalsTheGroupAndFinishKillsWhatIsLeft) {
+  ProcessGroup group(/*prefix_output=*/false);
+  const std::string pidfile = ::testing::TempDir() + "/grandchild.pid";
+  ::unlink(pidfile.c_str());
+  // Process 0 leaves a grandchild that ignores SIGTERM and exits at once;
+  // process 1 sleeps until signalled.
+  ASSERT_TRUE(
+      group
+          .Start({"/bin/sh", "-c",
+                  "(trap '' TERM; exec sleep 30) & echo $! > " + pidfile},
+                 {}, "[rank 0] ")
+          .ok());
+  ASSERT_TRUE(group.Start({"/bin/sleep", "30"}, {}, "[rank 1] ").ok());
+  EXPECT_EQ(group.size(), 2u);
+  EXPECT_EQ(::getpgid(group.pid(1)), group.pid(0));
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  std::vector<size_t> exits;
+  while (exits.empty() && absl::Now() < deadline) {
+    exits = group.PollExits();
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(exits, std::vector<size_t>{0});
+  EXPECT_EQ(group.status(0), 0);
+  EXPECT_TRUE(group.PollExits().empty());  // Each exit is reported once.
+  pid_t grandchild = 0;
+  if (FILE* in = std::fopen(pidfile.c_str(), "r")) {
+    if (std::fscanf(in, "%d", &grandchild) != 1) grandchild = 0;
+    std::fclose(in);
+  }
+  ASSERT_GT(grandchild, 0);
+  EXPECT_EQ(::getpgid(grandchild), group.pid(0));
+
+  group.Signal(SIGTERM);
+  while (exits.size() < 2 && absl::Now() < deadline) {
+    for (size_t i : group.PollExits()) exits.push_back(i);
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(exits.size(), 2u);
+  EXPECT_EQ(DescribeWaitStatus(*group.status(1)),
+            "was killed by signal 15 (Terminated)");
+  EXPECT_EQ(group.CountRunning(), 0u);
+  EXPECT_TRUE(Alive(grandchild));  // It ignores SIGTERM.
+  const pid_t first = group.pid(0);
+  group.Finish(absl::Seconds(1));
+  EXPECT_TRUE(GoneWithin(grandchild, absl::Seconds(10)));
+  EXPECT_FALSE(Alive(first));
+}
+
+TEST(ProcessGroup, PrefixesEveryLine) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const int saved = ::dup(STDOUT_FILENO);
+  ::dup2(fds[1], STDOUT_FILENO);
+  ::close(fds[1]);
+  {
+    ProcessGroup group(/*prefix_output=*/true);
+    ASSERT_TRUE(
+        group.Start({"/bin/sh", "-c", "echo one; printf two"}, {}, "[rank 5] ")
+            .ok());
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (group.CountRunning() > 0 && absl::Now() < deadline) {
+      for (int fd : group.OutputFds()) group.Pump(fd);
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    group.Finish(absl::Seconds(2));
+  }
+  ::dup2(saved, STDOUT_FILENO);
+  ::close(saved);
+  char buffer[256] = {};
+  ssize_t n = ::read(fds[0], buffer, sizeof(buffer) - 1);
+  ::close(fds[0]);
+  EXPECT_EQ(std::string(buffer, n > 0 ? n : 0), "[rank 5] one\n[rank 5] two\n");
+}
+
+}  // namespace
+}  // namespace rankd::launcher

@@ -1,0 +1,415 @@
+// rankrun end to end: the real launcher binary starts (or reuses) real rankd
+// daemons on real sockets and real rank processes (launcher/testing/
+// env_rank.cc), which join and run an all_gather_words round through the
+// environment rankrun gives them. Checks what a user sees: exit statuses,
+// the messages naming a failed rank, signal forwarding, nothing left
+// running, and refused command lines.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/channel.h"
+#include "common/credentials.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "launcher/node_daemon.h"
+
+namespace rankd::launcher {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kRankrun[] = "launcher/rankrun";
+constexpr char kEnvRank[] = "launcher/env_rank";
+constexpr char kRankd[] = "daemon/rankd";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A private folder with a short path (Unix sockets allow 107 bytes).
+std::string ShortTempDir() {
+  std::string path = "/tmp/rrt-XXXXXX";
+  if (::mkdtemp(path.data()) == nullptr) return "";
+  return path;
+}
+
+bool Alive(pid_t pid) { return ::kill(pid, 0) == 0; }
+
+// One rankrun run: its stdout and stderr go to files, so the test can read
+// them while it runs.
+class RankrunJob {
+ public:
+  explicit RankrunJob(std::vector<std::string> args) {
+    static int counter = 0;
+    const std::string dir = ::testing::TempDir();
+    out_path_ =
+        absl::StrCat(dir, "/rankrun-", ::getpid(), "-", counter, ".out");
+    err_path_ =
+        absl::StrCat(dir, "/rankrun-", ::getpid(), "-", counter++, ".err");
+    args.insert(args.begin(), kRankrun);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int out =
+          ::open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int err =
+          ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(out, STDOUT_FILENO);
+      ::dup2(err, STDERR_FILENO);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+  }
+  RankrunJob(const RankrunJob&) = delete;
+  RankrunJob& operator=(const RankrunJob&) = delete;
+  ~RankrunJob() {
+    if (pid_ > 0 && !status_.has_value()) {
+      ::kill(pid_, SIGKILL);
+      int ignored;
+      ::waitpid(pid_, &ignored, 0);
+    }
+  }
+
+  pid_t pid() const { return pid_; }
+
+  // rankrun's shell exit status, or -1 when it did not exit within
+  // `timeout` (it is killed then).
+  int Wait(absl::Duration timeout = absl::Seconds(60)) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (!status_.has_value()) {
+      int status;
+      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        status_ = status;
+        break;
+      }
+      if (absl::Now() > deadline) {
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
+        status_ = -1;
+        return -1;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    if (*status_ == -1) return -1;
+    return WIFEXITED(*status_) ? WEXITSTATUS(*status_)
+                               : 128 + WTERMSIG(*status_);
+  }
+
+  // Waits until stdout has `count` lines starting with `prefix`.
+  bool WaitForLines(absl::string_view prefix, size_t count,
+                    absl::Duration timeout = absl::Seconds(60)) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      if (Lines(prefix).size() >= count) return true;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return false;
+  }
+
+  std::string out() const { return ReadFile(out_path_); }
+  std::string err() const { return ReadFile(err_path_); }
+  // stdout's lines that start with `prefix` (after any "[rank N] ").
+  std::vector<std::string> Lines(absl::string_view prefix) const {
+    std::vector<std::string> lines;
+    for (absl::string_view line : absl::StrSplit(out(), '\n')) {
+      if (absl::StartsWith(line, "[rank ")) {
+        line.remove_prefix(std::min(line.size(), line.find("] ") + 2));
+      }
+      if (absl::StartsWith(line, prefix)) lines.emplace_back(line);
+    }
+    return lines;
+  }
+  std::string Describe() const {
+    return absl::StrCat("stdout:\n", out(), "\nstderr:\n", err());
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<int> status_;
+  std::string out_path_;
+  std::string err_path_;
+};
+
+// The value of `name` in env_rank's "ENV k=v ..." line.
+std::string EnvValue(const std::string& env_line, absl::string_view name) {
+  for (absl::string_view word : absl::StrSplit(env_line, ' ')) {
+    if (absl::StartsWith(word, absl::StrCat(name, "="))) {
+      return std::string(word.substr(name.size() + 1));
+    }
+  }
+  return "<missing>";
+}
+
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(Rankrun, StartsADaemonAndTwoRanksThatJoinAndGather) {
+  RankrunJob run({"--nproc_per_node=2", "--job_id=two", "--prefix_output",
+                  "--rankd_log=" + ::testing::TempDir() + "/two.log", "--",
+                  kEnvRank, "--join", "--gather", "--lr={local_rank}",
+                  "--ws={world_size}"});
+  ASSERT_EQ(run.Wait(), 0) << run.Describe();
+  EXPECT_EQ(run.Lines("GATHERED 0,1").size(), 2u) << run.Describe();
+  EXPECT_THAT(run.err(), HasSubstr("job 'two': node 0 of 1, ranks 0-1 of 2"));
+  EXPECT_THAT(run.err(), HasSubstr("started rankd (pid "));
+  const std::string out = run.out();
+  for (int r = 0; r < 2; ++r) {
+    const std::string label = absl::StrCat("[rank ", r, "] ");
+    std::string env_line;
+    for (absl::string_view line : absl::StrSplit(out, '\n')) {
+      if (absl::StartsWith(line, label + "ENV ")) env_line = std::string(line);
+    }
+    ASSERT_FALSE(env_line.empty()) << run.Describe();
+    EXPECT_EQ(EnvValue(env_line, "RANKD_RANK"), absl::StrCat(r));
+    EXPECT_EQ(EnvValue(env_line, "RANKD_LOCAL_RANK"), absl::StrCat(r));
+    EXPECT_EQ(EnvValue(env_line, "LOCAL_RANK"), absl::StrCat(r));
+    EXPECT_EQ(EnvValue(env_line, "RANK"), absl::StrCat(r));
+    EXPECT_EQ(EnvValue(env_line, "RANKD_WORLD_SIZE"), "2");
+    EXPECT_EQ(EnvValue(env_line, "WORLD_SIZE"), "2");
+    EXPECT_EQ(EnvValue(env_line, "RANKD_JOB_ID"), "two");
+    EXPECT_TRUE(absl::StartsWith(EnvValue(env_line, "RANKD_TARGET"),
+                                 "unix:///tmp/rankrun-"));
+    EXPECT_TRUE(absl::EndsWith(EnvValue(env_line, "RANKD_TOKEN_FILE"),
+                               "/credentials/rank.token"));
+    EXPECT_THAT(out, HasSubstr(absl::StrCat(
+                         label, "ARGS --join --gather --lr=", r, " --ws=2")));
+  }
+  // The daemon's output went to --rankd_log, not to rankrun's stderr.
+  EXPECT_FALSE(ReadFile(::testing::TempDir() + "/two.log").empty());
+}
+
+TEST(Rankrun, AFailedRankStopsTheOthersAndIsNamed) {
+  RankrunJob run({"--nproc_per_node=3", "--stop_grace_ms=2000", kEnvRank,
+                  "--fail_rank=1", "--fail_code=3", "--sleep_ms=60000"});
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(run.Wait(), 3) << run.Describe();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  EXPECT_THAT(run.err(), HasSubstr("local rank 1 (rank 1, pid "));
+  EXPECT_THAT(run.err(),
+              HasSubstr("exited with status 3; stopped the other 2 process"));
+}
+
+TEST(Rankrun, AKilledRankGivesItsSignalAsTheExitStatus) {
+  RankrunJob run(
+      {"--nproc_per_node=2", kEnvRank, "--kill_rank=0", "--sleep_ms=60000"});
+  EXPECT_EQ(run.Wait(), 128 + SIGKILL) << run.Describe();
+  EXPECT_THAT(run.err(), HasSubstr("local rank 0 (rank 0, pid "));
+  EXPECT_THAT(run.err(), HasSubstr("was killed by signal 9"));
+}
+
+TEST(Rankrun, ForwardsSigtermToEveryRank) {
+  RankrunJob run(
+      {"--nproc_per_node=2", kEnvRank, "--term_exit=0", "--sleep_ms=60000"});
+  ASSERT_TRUE(run.WaitForLines("SLEEPING", 2)) << run.Describe();
+  ::kill(run.pid(), SIGTERM);
+  EXPECT_EQ(run.Wait(), 0) << run.Describe();
+  EXPECT_EQ(run.Lines("TERM").size(), 2u) << run.Describe();
+  EXPECT_THAT(run.err(), HasSubstr("received SIGTERM; forwarded it to the 2 "
+                                   "process(es): every one exited 0"));
+}
+
+TEST(Rankrun, KillsARankThatIgnoresSigtermAfterTheGrace) {
+  RankrunJob run({"--nproc_per_node=2", "--stop_grace_ms=300", kEnvRank,
+                  "--ignore_term", "--fail_rank=1", "--fail_code=7",
+                  "--sleep_ms=60000"});
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(run.Wait(), 7) << run.Describe();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  EXPECT_THAT(run.err(), HasSubstr("stopped the other 1 process(es)"));
+}
+
+TEST(Rankrun, LeavesNothingOfTheRanksBehind) {
+  RankrunJob run({"--nproc_per_node=1", kEnvRank, "--grandchild"});
+  EXPECT_EQ(run.Wait(), 0) << run.Describe();
+  std::vector<std::string> lines = run.Lines("GRANDCHILD pid=");
+  ASSERT_EQ(lines.size(), 1u) << run.Describe();
+  int grandchild = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(lines[0].substr(strlen("GRANDCHILD pid=")),
+                               &grandchild));
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (Alive(grandchild) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_FALSE(Alive(grandchild)) << "pid " << grandchild;
+}
+
+TEST(Rankrun, RefusesBadCommandLinesWithUsageStatus) {
+  {
+    RankrunJob run({"--nproc_per_node=0", kEnvRank});
+    EXPECT_EQ(run.Wait(), 2);
+    EXPECT_THAT(run.err(),
+                HasSubstr("--nproc_per_node=0 is not a whole number"));
+  }
+  {
+    RankrunJob run({"--nproc_per_node=1"});
+    EXPECT_EQ(run.Wait(), 2);
+    EXPECT_THAT(run.err(), HasSubstr("missing PROGRAM"));
+  }
+  {
+    RankrunJob run({"--nproc_per_node=1", "/nonexistent/program"});
+    EXPECT_EQ(run.Wait(), 2);
+    EXPECT_THAT(run.err(), HasSubstr("PROGRAM /nonexistent/program is not an "
+                                     "executable file"));
+  }
+  {
+    RankrunJob run({"--nnodes=2", "--node_rank=2", kEnvRank});
+    EXPECT_EQ(run.Wait(), 2);
+    EXPECT_THAT(run.err(),
+                HasSubstr("--node_rank=2 must be below --nnodes(2)"));
+  }
+}
+
+TEST(Rankrun, HelpListsTheOptionsAndExitsZero) {
+  RankrunJob run({"--help"});
+  EXPECT_EQ(run.Wait(), 0);
+  for (const char* option :
+       {"--nproc_per_node", "--nnodes", "--node_rank", "--coordinator",
+        "--tensor_parallel", "--daemon"}) {
+    EXPECT_THAT(run.out(), HasSubstr(option));
+  }
+}
+
+// A daemon the test starts itself, for --daemon=reuse.
+struct OwnDaemon {
+  std::string dir;
+  std::string socket;
+  StartedDaemon daemon;
+};
+
+absl::StatusOr<OwnDaemon> StartOwnDaemon(int nproc_per_node) {
+  OwnDaemon d;
+  d.dir = ShortTempDir();
+  d.socket = d.dir + "/rankd.sock";
+  if (absl::Status s = CreateCredentials(d.dir + "/creds"); !s.ok()) return s;
+  const int log = ::open((::testing::TempDir() + "/own-rankd.log").c_str(),
+                         O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  absl::StatusOr<StartedDaemon> started = StartedDaemon::Start(
+      {kRankd, "--job_id=shared", "--nnodes=1", "--node_index=0",
+       absl::StrCat("--nproc_per_node=", nproc_per_node),
+       absl::StrCat("--world_size=", nproc_per_node), "--socket=" + d.socket,
+       absl::StrCat("--listen=127.0.0.1:", FreePort()),
+       "--credentials_dir=" + d.dir + "/creds"},
+      {"PATH=/usr/bin:/bin"}, log);
+  ::close(log);
+  if (!started.ok()) return started.status();
+  d.daemon = *std::move(started);
+  ClientOptions client;
+  client.target = "unix://" + d.socket;
+  if (absl::Status s = WaitUntilReady(client, absl::Now() + absl::Seconds(30),
+                                      [] { return absl::OkStatus(); });
+      !s.ok()) {
+    return s;
+  }
+  return d;
+}
+
+TEST(Rankrun, ReusesARunningDaemonAndTakesItsSizes) {
+  absl::StatusOr<OwnDaemon> d = StartOwnDaemon(2);
+  ASSERT_TRUE(d.ok()) << d.status();
+  RankrunJob run({"--daemon=reuse", "--rankd_socket=" + d->socket,
+                  "--credentials_dir=" + d->dir + "/creds", kEnvRank, "--join",
+                  "--gather"});
+  EXPECT_EQ(run.Wait(), 0) << run.Describe();
+  EXPECT_EQ(run.Lines("GATHERED 0,1").size(), 2u) << run.Describe();
+  EXPECT_THAT(run.err(),
+              HasSubstr("job 'shared': node 0 of 1, ranks 0-1 of 2"));
+  EXPECT_THAT(run.err(), HasSubstr("reusing rankd at unix://" + d->socket));
+  // The daemon is the test's: rankrun leaves it running.
+  EXPECT_TRUE(Alive(d->daemon.pid()));
+  std::error_code ignored;
+  d->daemon.Stop(absl::Seconds(5));
+  std::filesystem::remove_all(d->dir, ignored);
+}
+
+TEST(Rankrun, RefusesOptionsThatContradictTheReusedDaemon) {
+  absl::StatusOr<OwnDaemon> d = StartOwnDaemon(2);
+  ASSERT_TRUE(d.ok()) << d.status();
+  RankrunJob run({"--daemon=reuse", "--rankd_socket=" + d->socket,
+                  "--nproc_per_node=4", kEnvRank});
+  EXPECT_EQ(run.Wait(), 2) << run.Describe();
+  EXPECT_THAT(run.err(), HasSubstr("serves job 'shared'"));
+  EXPECT_THAT(run.err(), HasSubstr("--nproc_per_node=4 (the daemon's 2)"));
+  EXPECT_THAT(run.out(), Not(HasSubstr("ENV ")));  // Nothing was started.
+  std::error_code ignored;
+  d->daemon.Stop(absl::Seconds(5));
+  std::filesystem::remove_all(d->dir, ignored);
+}
+
+TEST(Rankrun, ReuseWithoutADaemonFailsWithinItsTimeout) {
+  const std::string dir = ShortTempDir();
+  const absl::Time start = absl::Now();
+  RankrunJob run({"--daemon=reuse", "--rankd_socket=" + dir + "/none.sock",
+                  "--daemon_timeout_ms=500", kEnvRank});
+  EXPECT_EQ(run.Wait(), 1) << run.Describe();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  EXPECT_THAT(run.err(), HasSubstr(dir + "/none.sock"));
+  EXPECT_THAT(run.err(), HasSubstr("--daemon=reuse never starts one"));
+  ::rmdir(dir.c_str());
+}
+
+TEST(Rankrun, TwoNodesEachWithItsOwnDaemonFormOneJob) {
+  const std::string dir = ShortTempDir();
+  ASSERT_TRUE(CreateCredentials(dir + "/creds").ok());
+  const std::string coordinator = absl::StrCat("127.0.0.1:", FreePort());
+  auto node = [&](int index) {
+    return std::vector<std::string>{
+        "--nnodes=2", absl::StrCat("--node_rank=", index), "--nproc_per_node=1",
+        "--daemon=start", "--job_id=pair", "--coordinator=" + coordinator,
+        "--credentials_dir=" + dir + "/creds",
+        absl::StrCat("--rankd_log=", ::testing::TempDir(), "/node", index,
+                     ".log"),
+        // Node 0's daemon coordinates: it stays until node 1's rank left.
+        index == 0 ? "--exit_delay_ms=2000" : "--exit_delay_ms=0", kEnvRank,
+        "--join", "--gather"};
+  };
+  RankrunJob node0(node(0));
+  RankrunJob node1(node(1));
+  EXPECT_EQ(node1.Wait(), 0) << node1.Describe();
+  EXPECT_EQ(node0.Wait(), 0) << node0.Describe();
+  EXPECT_EQ(node0.Lines("GATHERED 0,1").size(), 1u) << node0.Describe();
+  EXPECT_EQ(node1.Lines("GATHERED 0,1").size(), 1u) << node1.Describe();
+  EXPECT_THAT(node1.err(),
+              HasSubstr("job 'pair': node 1 of 2, ranks 1-1 of 2"));
+  EXPECT_EQ(EnvValue(node1.Lines("ENV ").at(0), "RANKD_RANK"), "1");
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+}
+
+}  // namespace
+}  // namespace rankd::launcher
