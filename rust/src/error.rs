@@ -1,0 +1,169 @@
+//! Errors: the C ABI's status (a `rankd_code` and the library's message)
+//! as a Rust value. Codes are absl::StatusCode's (and gRPC's).
+
+use std::error::Error as StdError;
+use std::ffi::CStr;
+use std::fmt;
+
+use crate::ffi;
+
+/// A rankd status code other than OK.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Code {
+    Cancelled,
+    /// Also any value outside the C ABI's `rankd_code`.
+    Unknown,
+    InvalidArgument,
+    DeadlineExceeded,
+    NotFound,
+    AlreadyExists,
+    PermissionDenied,
+    ResourceExhausted,
+    FailedPrecondition,
+    Aborted,
+    OutOfRange,
+    Unimplemented,
+    Internal,
+    Unavailable,
+    DataLoss,
+    Unauthenticated,
+}
+
+impl Code {
+    /// The code of a C ABI value; `Unknown` for OK or anything unknown
+    /// (an error is never OK).
+    pub fn from_raw(code: i32) -> Code {
+        match code {
+            ffi::RANKD_CANCELLED => Code::Cancelled,
+            ffi::RANKD_INVALID_ARGUMENT => Code::InvalidArgument,
+            ffi::RANKD_DEADLINE_EXCEEDED => Code::DeadlineExceeded,
+            ffi::RANKD_NOT_FOUND => Code::NotFound,
+            ffi::RANKD_ALREADY_EXISTS => Code::AlreadyExists,
+            ffi::RANKD_PERMISSION_DENIED => Code::PermissionDenied,
+            ffi::RANKD_RESOURCE_EXHAUSTED => Code::ResourceExhausted,
+            ffi::RANKD_FAILED_PRECONDITION => Code::FailedPrecondition,
+            ffi::RANKD_ABORTED => Code::Aborted,
+            ffi::RANKD_OUT_OF_RANGE => Code::OutOfRange,
+            ffi::RANKD_UNIMPLEMENTED => Code::Unimplemented,
+            ffi::RANKD_INTERNAL => Code::Internal,
+            ffi::RANKD_UNAVAILABLE => Code::Unavailable,
+            ffi::RANKD_DATA_LOSS => Code::DataLoss,
+            ffi::RANKD_UNAUTHENTICATED => Code::Unauthenticated,
+            _ => Code::Unknown,
+        }
+    }
+
+    /// The C ABI's value.
+    pub fn raw(self) -> i32 {
+        match self {
+            Code::Cancelled => ffi::RANKD_CANCELLED,
+            Code::Unknown => ffi::RANKD_UNKNOWN,
+            Code::InvalidArgument => ffi::RANKD_INVALID_ARGUMENT,
+            Code::DeadlineExceeded => ffi::RANKD_DEADLINE_EXCEEDED,
+            Code::NotFound => ffi::RANKD_NOT_FOUND,
+            Code::AlreadyExists => ffi::RANKD_ALREADY_EXISTS,
+            Code::PermissionDenied => ffi::RANKD_PERMISSION_DENIED,
+            Code::ResourceExhausted => ffi::RANKD_RESOURCE_EXHAUSTED,
+            Code::FailedPrecondition => ffi::RANKD_FAILED_PRECONDITION,
+            Code::Aborted => ffi::RANKD_ABORTED,
+            Code::OutOfRange => ffi::RANKD_OUT_OF_RANGE,
+            Code::Unimplemented => ffi::RANKD_UNIMPLEMENTED,
+            Code::Internal => ffi::RANKD_INTERNAL,
+            Code::Unavailable => ffi::RANKD_UNAVAILABLE,
+            Code::DataLoss => ffi::RANKD_DATA_LOSS,
+            Code::Unauthenticated => ffi::RANKD_UNAUTHENTICATED,
+        }
+    }
+
+    /// "INVALID_ARGUMENT", "ABORTED", ... (as `rankd_code_name`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Code::Cancelled => "CANCELLED",
+            Code::Unknown => "UNKNOWN",
+            Code::InvalidArgument => "INVALID_ARGUMENT",
+            Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+            Code::NotFound => "NOT_FOUND",
+            Code::AlreadyExists => "ALREADY_EXISTS",
+            Code::PermissionDenied => "PERMISSION_DENIED",
+            Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+            Code::FailedPrecondition => "FAILED_PRECONDITION",
+            Code::Aborted => "ABORTED",
+            Code::OutOfRange => "OUT_OF_RANGE",
+            Code::Unimplemented => "UNIMPLEMENTED",
+            Code::Internal => "INTERNAL",
+            Code::Unavailable => "UNAVAILABLE",
+            Code::DataLoss => "DATA_LOSS",
+            Code::Unauthenticated => "UNAUTHENTICATED",
+        }
+    }
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An error from rankd: its code and the message naming the operation and
+/// the cause (for a lost peer, ABORTED naming the rank). Displays as
+/// `CODE: message`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    code: Code,
+    message: String,
+}
+
+impl Error {
+    pub fn new(code: Code, message: impl Into<String>) -> Error {
+        Error {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn code(&self) -> Code {
+        self.code
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    pub(crate) fn invalid_argument(message: impl Into<String>) -> Error {
+        Error::new(Code::InvalidArgument, message)
+    }
+
+    /// Takes ownership of a C status: `Ok` for NULL, else the error (the
+    /// status is freed either way).
+    ///
+    /// # Safety
+    /// `status` is NULL or a status the library returned and nobody freed.
+    pub(crate) unsafe fn check(status: *mut ffi::rankd_status) -> Result<()> {
+        if status.is_null() {
+            return Ok(());
+        }
+        let code = Code::from_raw(ffi::rankd_status_code(status));
+        let message = CStr::from_ptr(ffi::rankd_status_message(status))
+            .to_string_lossy()
+            .into_owned();
+        ffi::rankd_status_free(status);
+        Err(Error { code, message })
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl StdError for Error {}
+
+impl From<crate::contract::DescriptorError> for Error {
+    fn from(e: crate::contract::DescriptorError) -> Error {
+        Error::invalid_argument(e.message())
+    }
+}
+
+/// The crate's result type.
+pub type Result<T> = std::result::Result<T, Error>;

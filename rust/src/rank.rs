@@ -1,0 +1,523 @@
+//! `Rank`: this process's membership of its job, through the node's rankd
+//! daemon (`rankd_join`). It reads the rank's identity and groups, runs
+//! `all_gather_words` rounds, uses the job's key-value broker, hears of a
+//! lost peer, and opens data-plane sessions.
+//!
+//! Ownership: a `Rank` owns its `rankd_rank` handle, freed when the last of
+//! the `Rank`, its sessions and their works is dropped (they share it), so
+//! no handle outlives what it was made from. Thread safety: the C ABI
+//! allows calls from any thread on the same handle, so `Rank` is `Send`
+//! and `Sync`.
+
+use std::ffi::{CStr, CString};
+use std::os::raw::{c_char, c_int, c_void};
+use std::path::PathBuf;
+use std::ptr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::error::{Code, Error, Result};
+use crate::ffi;
+
+/// How to reach the node's daemon and what this process says about itself.
+/// A field left `None` is taken from the environment the launcher
+/// (`rankrun`) sets ($RANKD_TARGET, $RANKD_JOB_ID, $RANKD_LOCAL_RANK,
+/// $RANKD_RANK, $RANKD_WORLD_SIZE, $RANKD_TOKEN_FILE), then from the C
+/// ABI's defaults (see `rankd_join_options` in rankd.h).
+#[derive(Clone, Debug, Default)]
+pub struct JoinOptions {
+    /// "unix:///path.sock", "/path.sock", "host:port", ...
+    pub target: Option<String>,
+    pub job_id: Option<String>,
+    pub local_rank: Option<u32>,
+    /// The world rank to claim (default: the daemon assigns it).
+    pub rank: Option<u32>,
+    /// When given, must equal the job's world size.
+    pub world_size: Option<u32>,
+    /// "cpu" (default) or "cuda".
+    pub device_kind: Option<String>,
+    pub device_index: Option<i32>,
+    /// How long to wait for every rank to join (default 60 s); zero returns
+    /// once this rank is registered.
+    pub wait_for_world: Option<Duration>,
+    /// How long to wait for the daemon to answer (default 10 s).
+    pub connect_timeout: Option<Duration>,
+    /// The job's rank token file, needed over TCP.
+    pub token_file: Option<PathBuf>,
+}
+
+pub(crate) fn c_string(what: &str, s: &str) -> Result<CString> {
+    CString::new(s)
+        .map_err(|_| Error::invalid_argument(format!("{} contains a NUL byte: {:?}", what, s)))
+}
+
+/// Seconds for the C ABI, which refuses a non-positive or non-finite value
+/// itself (naming the argument).
+pub(crate) fn seconds(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// One collective group this rank belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    pub id: u32,
+    /// "world", "tensor", "pipeline", "expert" or "data".
+    pub kind: String,
+    /// World ranks, in group order.
+    pub members: Vec<u32>,
+    /// This rank's index in `members`.
+    pub local_rank: u32,
+}
+
+/// This rank's identity, fixed at join.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RankDescriptor {
+    pub rank: u32,
+    pub world_size: u32,
+    pub local_rank: u32,
+    pub node_index: u32,
+    pub nnodes: u32,
+    pub nproc_per_node: u32,
+    pub job_incarnation: u64,
+    /// The parallel layout: tensor x pipeline x expert x data = world size.
+    pub tensor_parallel: u32,
+    pub pipeline_parallel: u32,
+    pub expert_parallel: u32,
+    pub data_parallel: u32,
+}
+
+type FailureCallback = Box<dyn Fn(Error) + Send + Sync>;
+
+/// The shared owner of the `rankd_rank` handle.
+pub(crate) struct RankHandle {
+    pub(crate) ptr: *mut ffi::rankd_rank,
+    // Boxed failure callbacks whose addresses the library holds as
+    // user_data; freed only after the handle, once nothing can call them.
+    callbacks: Mutex<Vec<*mut FailureCallback>>,
+}
+
+// SAFETY: the C ABI allows every call on a handle from any thread; the
+// callbacks are Send + Sync.
+unsafe impl Send for RankHandle {}
+unsafe impl Sync for RankHandle {}
+
+impl Drop for RankHandle {
+    fn drop(&mut self) {
+        // SAFETY: we own the handle; every session and work made from it is
+        // gone (they hold this Arc), so the library leaves the job, stops
+        // its threads and calls no callback afterwards.
+        unsafe { ffi::rankd_rank_free(self.ptr) };
+        let callbacks = self.callbacks.get_mut().unwrap_or_else(|e| e.into_inner());
+        for c in callbacks.drain(..) {
+            // SAFETY: made by Box::into_raw in on_job_failure.
+            drop(unsafe { Box::from_raw(c) });
+        }
+    }
+}
+
+/// A joined rank of a job. See the module documentation for ownership.
+pub struct Rank {
+    pub(crate) handle: Arc<RankHandle>,
+    descriptor: RankDescriptor,
+    groups: Vec<Group>,
+    job_id: String,
+}
+
+impl Rank {
+    /// Joins from the launcher's environment alone (`rankd_join(NULL)`).
+    pub fn join_from_env() -> Result<Rank> {
+        Rank::join(&JoinOptions::default())
+    }
+
+    /// Connects to the daemon and joins the job. Errors: InvalidArgument for
+    /// bad options or environment (naming the field or variable),
+    /// Unavailable naming an unreachable target, DeadlineExceeded naming the
+    /// ranks that did not join in time, or the daemon's refusal.
+    pub fn join(options: &JoinOptions) -> Result<Rank> {
+        let target = options
+            .target
+            .as_deref()
+            .map(|s| c_string("target", s))
+            .transpose()?;
+        let job_id = options
+            .job_id
+            .as_deref()
+            .map(|s| c_string("job_id", s))
+            .transpose()?;
+        let device_kind = options
+            .device_kind
+            .as_deref()
+            .map(|s| c_string("device_kind", s))
+            .transpose()?;
+        let token_file = match &options.token_file {
+            Some(p) => Some(c_string("token_file", &p.to_string_lossy())?),
+            None => None,
+        };
+        // SAFETY: init writes every field of a struct of the header's layout.
+        let mut o: ffi::rankd_join_options = unsafe {
+            let mut o = std::mem::MaybeUninit::<ffi::rankd_join_options>::zeroed();
+            ffi::rankd_join_options_init(o.as_mut_ptr());
+            o.assume_init()
+        };
+        let opt = |s: &Option<CString>| s.as_ref().map_or(ptr::null(), |c| c.as_ptr());
+        o.target = opt(&target);
+        o.job_id = opt(&job_id);
+        o.device_kind = opt(&device_kind);
+        o.token_file = opt(&token_file);
+        if let Some(v) = options.local_rank {
+            o.local_rank = i64::from(v);
+        }
+        if let Some(v) = options.rank {
+            o.rank = i64::from(v);
+        }
+        if let Some(v) = options.world_size {
+            o.world_size = v;
+        }
+        if let Some(v) = options.device_index {
+            o.device_index = v;
+        }
+        if let Some(v) = options.wait_for_world {
+            o.wait_for_world_seconds = seconds(v);
+        }
+        if let Some(v) = options.connect_timeout {
+            o.connect_timeout_seconds = seconds(v);
+        }
+        let mut raw: *mut ffi::rankd_rank = ptr::null_mut();
+        // SAFETY: the strings live until the call returns; `raw` is written
+        // only on success.
+        unsafe { Error::check(ffi::rankd_join(&o, &mut raw))? };
+        let handle = Arc::new(RankHandle {
+            ptr: raw,
+            callbacks: Mutex::new(Vec::new()),
+        });
+        Rank::describe(handle)
+    }
+
+    fn describe(handle: Arc<RankHandle>) -> Result<Rank> {
+        let mut d = ffi::rankd_descriptor {
+            struct_size: std::mem::size_of::<ffi::rankd_descriptor>(),
+            ..Default::default()
+        };
+        // SAFETY: a live handle and a descriptor of the header's layout.
+        unsafe { Error::check(ffi::rankd_rank_descriptor(handle.ptr, &mut d))? };
+        let mut groups = Vec::with_capacity(d.group_count);
+        for i in 0..d.group_count {
+            let mut g = ffi::rankd_group {
+                id: 0,
+                kind: ptr::null(),
+                size: 0,
+                local_rank: 0,
+                members: ptr::null(),
+            };
+            // SAFETY: as above; `kind` is static and `members` lives as long
+            // as the handle; both are copied here.
+            unsafe {
+                Error::check(ffi::rankd_rank_group(handle.ptr, i, &mut g))?;
+                let members = if g.size == 0 {
+                    Vec::new()
+                } else {
+                    std::slice::from_raw_parts(g.members, g.size as usize).to_vec()
+                };
+                groups.push(Group {
+                    id: g.id,
+                    kind: CStr::from_ptr(g.kind).to_string_lossy().into_owned(),
+                    members,
+                    local_rank: g.local_rank,
+                });
+            }
+        }
+        // SAFETY: owned by the handle, copied at once.
+        let job_id = unsafe {
+            let p = ffi::rankd_rank_job_id(handle.ptr);
+            if p.is_null() {
+                String::new()
+            } else {
+                CStr::from_ptr(p).to_string_lossy().into_owned()
+            }
+        };
+        Ok(Rank {
+            handle,
+            descriptor: RankDescriptor {
+                rank: d.rank,
+                world_size: d.world_size,
+                local_rank: d.local_rank,
+                node_index: d.node_index,
+                nnodes: d.nnodes,
+                nproc_per_node: d.nproc_per_node,
+                job_incarnation: d.job_incarnation,
+                tensor_parallel: d.tensor_parallel,
+                pipeline_parallel: d.pipeline_parallel,
+                expert_parallel: d.expert_parallel,
+                data_parallel: d.data_parallel,
+            },
+            groups,
+            job_id,
+        })
+    }
+
+    pub fn descriptor(&self) -> &RankDescriptor {
+        &self.descriptor
+    }
+    /// The world rank.
+    pub fn rank(&self) -> u32 {
+        self.descriptor.rank
+    }
+    pub fn world_size(&self) -> u32 {
+        self.descriptor.world_size
+    }
+    pub fn local_rank(&self) -> u32 {
+        self.descriptor.local_rank
+    }
+    pub fn job_id(&self) -> &str {
+        &self.job_id
+    }
+    /// Every group this rank belongs to; the world first.
+    pub fn groups(&self) -> &[Group] {
+        &self.groups
+    }
+    /// The first group of `kind` ("world", "tensor", ...).
+    pub fn group(&self, kind: &str) -> Option<&Group> {
+        self.groups.iter().find(|g| g.kind == kind)
+    }
+
+    /// One world-wide round: every rank contributes `words` (the same count
+    /// on every rank, at most 65536) and gets the rank-major concatenation
+    /// (word i of rank r at `r * words.len() + i`). DeadlineExceeded names
+    /// the ranks that did not contribute within `timeout`.
+    pub fn all_gather_words(&self, words: &[u32], timeout: Duration) -> Result<Vec<u32>> {
+        all_gather_words(&self.handle, self.world_size() as usize, words, timeout)
+    }
+
+    /// The bounded form: submits the round now (`round_timeout` bounds it
+    /// on the daemon) and returns at once.
+    pub fn submit_all_gather_words(
+        &self,
+        words: &[u32],
+        round_timeout: Duration,
+    ) -> Result<PendingWords> {
+        PendingWords::submit(&self.handle, self.world_size() as usize, words, round_timeout)
+    }
+
+    /// Sets `key` (1..512 bytes, no NUL) to `value` (at most 1 MiB) in the
+    /// job's broker; keys are private to the job's incarnation.
+    pub fn kv_set(&self, key: &str, value: &[u8]) -> Result<()> {
+        let k = c_string("key", key)?;
+        // SAFETY: both buffers are read during the call.
+        unsafe {
+            Error::check(ffi::rankd_kv_set(
+                self.handle.ptr,
+                k.as_ptr(),
+                value.as_ptr() as *const c_void,
+                value.len(),
+            ))
+        }
+    }
+
+    /// Waits at most `timeout` for `key` to exist (DeadlineExceeded naming
+    /// the key) and returns its value.
+    pub fn kv_get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
+        let k = c_string("key", key)?;
+        let mut bytes: *mut ffi::rankd_bytes = ptr::null_mut();
+        // SAFETY: on success `bytes` is ours; copied, then freed.
+        unsafe {
+            Error::check(ffi::rankd_kv_get(
+                self.handle.ptr,
+                k.as_ptr(),
+                seconds(timeout),
+                &mut bytes,
+            ))?;
+            let size = ffi::rankd_bytes_size(bytes);
+            let value = if size == 0 {
+                Vec::new()
+            } else {
+                std::slice::from_raw_parts(ffi::rankd_bytes_data(bytes), size).to_vec()
+            };
+            ffi::rankd_bytes_free(bytes);
+            Ok(value)
+        }
+    }
+
+    /// Adds `delta` to the integer at `key` (created as 0); the new value.
+    pub fn kv_add(&self, key: &str, delta: i64) -> Result<i64> {
+        let k = c_string("key", key)?;
+        let mut result = 0i64;
+        // SAFETY: plain out-parameter.
+        unsafe {
+            Error::check(ffi::rankd_kv_add(
+                self.handle.ptr,
+                k.as_ptr(),
+                delta,
+                &mut result,
+            ))?
+        };
+        Ok(result)
+    }
+
+    /// Deletes `key`; whether it existed.
+    pub fn kv_delete(&self, key: &str) -> Result<bool> {
+        let k = c_string("key", key)?;
+        let mut existed: c_int = 0;
+        // SAFETY: plain out-parameter.
+        unsafe {
+            Error::check(ffi::rankd_kv_delete(
+                self.handle.ptr,
+                k.as_ptr(),
+                &mut existed,
+            ))?
+        };
+        Ok(existed != 0)
+    }
+
+    /// `None` while the job is healthy as far as this rank knows, else the
+    /// first failure seen (Aborted naming the lost rank or node, Unavailable
+    /// when the daemon connection was lost). Never blocks.
+    pub fn job_health(&self) -> Option<Error> {
+        // SAFETY: the returned status is ours.
+        unsafe { Error::check(ffi::rankd_job_health(self.handle.ptr)) }.err()
+    }
+
+    /// Calls `callback` once, on a library thread, when the job fails (at
+    /// once, on this thread, when it already failed). It must return
+    /// quickly; a panic in it aborts the process (it cannot unwind into C).
+    pub fn on_job_failure<F>(&self, callback: F) -> Result<()>
+    where
+        F: Fn(Error) + Send + Sync + 'static,
+    {
+        let boxed: *mut FailureCallback = Box::into_raw(Box::new(Box::new(callback)));
+        // Recorded first: the library may call it before returning.
+        self.handle
+            .callbacks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(boxed);
+        // SAFETY: `boxed` lives until the handle is freed (RankHandle::drop).
+        unsafe {
+            Error::check(ffi::rankd_on_job_failure(
+                self.handle.ptr,
+                call_failure,
+                boxed as *mut c_void,
+            ))
+        }
+    }
+
+    /// Leaves the job cleanly (peers then do not see this rank as lost).
+    /// Idempotent; dropping the last handle leaves too. Drop sessions first.
+    pub fn leave(&self) -> Result<()> {
+        // SAFETY: a live handle.
+        unsafe { Error::check(ffi::rankd_leave(self.handle.ptr)) }
+    }
+}
+
+/// `Rank::all_gather_words` on a shared handle (sessions use it too).
+pub(crate) fn all_gather_words(
+    rank: &Arc<RankHandle>,
+    world_size: usize,
+    words: &[u32],
+    timeout: Duration,
+) -> Result<Vec<u32>> {
+    let capacity = words.len() * world_size;
+    let mut out = vec![0u32; capacity];
+    // SAFETY: `words` and `out` are valid for their lengths.
+    unsafe {
+        Error::check(ffi::rankd_all_gather_words(
+            rank.ptr,
+            words.as_ptr(),
+            words.len(),
+            seconds(timeout),
+            out.as_mut_ptr(),
+            capacity,
+        ))?
+    };
+    Ok(out)
+}
+
+unsafe extern "C" fn call_failure(user_data: *mut c_void, code: ffi::rankd_code, message: *const c_char) {
+    let result = std::panic::catch_unwind(|| {
+        // SAFETY: user_data is a FailureCallback (on_job_failure); the
+        // message is valid during the call.
+        let callback = &*(user_data as *const FailureCallback);
+        let message = CStr::from_ptr(message).to_string_lossy().into_owned();
+        callback(Error::new(Code::from_raw(code), message));
+    });
+    if result.is_err() {
+        std::process::abort();
+    }
+}
+
+impl std::fmt::Debug for Rank {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rank")
+            .field("job_id", &self.job_id)
+            .field("descriptor", &self.descriptor)
+            .finish()
+    }
+}
+
+/// A submitted all_gather_words round (`Rank::submit_all_gather_words`).
+/// Dropping it before it resolved cancels the round (later rounds then
+/// fail, as after any failed round).
+pub struct PendingWords {
+    ptr: *mut ffi::rankd_pending_words,
+    capacity: usize,
+    _rank: Arc<RankHandle>,
+}
+
+// SAFETY: the C ABI allows these calls from any thread.
+unsafe impl Send for PendingWords {}
+unsafe impl Sync for PendingWords {}
+
+impl PendingWords {
+    pub(crate) fn submit(
+        rank: &Arc<RankHandle>,
+        world_size: usize,
+        words: &[u32],
+        round_timeout: Duration,
+    ) -> Result<PendingWords> {
+        let mut raw = ptr::null_mut();
+        // SAFETY: `words` is read during the call.
+        unsafe {
+            Error::check(ffi::rankd_submit_all_gather_words(
+                rank.ptr,
+                words.as_ptr(),
+                words.len(),
+                seconds(round_timeout),
+                &mut raw,
+            ))?
+        };
+        Ok(PendingWords {
+            ptr: raw,
+            capacity: words.len() * world_size,
+            _rank: Arc::clone(rank),
+        })
+    }
+
+    /// Whether the round finished (successfully or not). Never blocks.
+    pub fn is_ready(&self) -> bool {
+        // SAFETY: a live handle.
+        unsafe { ffi::rankd_pending_words_is_ready(self.ptr) != 0 }
+    }
+
+    /// Waits at most `timeout` for the round's words. DeadlineExceeded when
+    /// the wait timed out: the round stays in flight and may be waited for
+    /// again.
+    pub fn wait(&self, timeout: Duration) -> Result<Vec<u32>> {
+        let mut out = vec![0u32; self.capacity];
+        // SAFETY: `out` holds `capacity` words.
+        unsafe {
+            Error::check(ffi::rankd_pending_words_wait(
+                self.ptr,
+                seconds(timeout),
+                out.as_mut_ptr(),
+                self.capacity,
+            ))?
+        };
+        Ok(out)
+    }
+}
+
+impl Drop for PendingWords {
+    fn drop(&mut self) {
+        // SAFETY: ours, freed once.
+        unsafe { ffi::rankd_pending_words_free(self.ptr) };
+    }
+}

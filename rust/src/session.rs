@@ -1,0 +1,631 @@
+//! `Session`: a Gloo data-plane session over host memory
+//! (`rankd_session_open`), implementing the contract's
+//! `DistributedSession` with `HostTensor` values, and `Work`, its
+//! `Completion` and `BoundedCompletion`.
+//!
+//! Ownership: a `Session` owns its `rankd_session` handle and keeps its
+//! rank's handle alive; a `Work` owns its `rankd_work` handle and keeps its
+//! session and every output it writes alive until it is dropped (the C ABI
+//! writes a Gloo output only while a `Work` call observes success, never
+//! after the handle is freed). Inputs are copied during the submitting
+//! call, so they may be reused at once. Thread safety: the C ABI allows
+//! every call from any thread, so `Session` and `Work` are `Send + Sync`.
+
+use std::ffi::CString;
+use std::os::raw::c_void;
+use std::ptr;
+use std::sync::{Arc, MutexGuard};
+use std::time::Duration;
+
+use crate::contract::{
+    BoundedCompletion, CancellationMode, CollectiveGroupDescriptor, CollectiveScope, Completion,
+    DistributedCapabilities, DistributedSession, DistributedSessionDescriptor, PeerValue,
+    Submission, TensorDtype, ValueDescriptor, WaitOutcome,
+};
+use crate::error::{Code, Error, Result};
+use crate::ffi;
+use crate::rank::{all_gather_words, c_string, seconds, PendingWords, Rank, RankHandle};
+use crate::tensor::{lock, Buffer, HostTensor, Storage};
+
+/// How to open a session. The backend is always Gloo (host memory):
+/// `$RANKD_BACKEND` is not consulted, since `HostTensor` is host memory.
+#[derive(Clone, Debug)]
+pub struct SessionOptions {
+    /// Every operation must complete within this (default 60 s).
+    pub op_timeout: Option<Duration>,
+    /// Members compare each operation's description before moving data and
+    /// refuse disagreeing work on every member.
+    pub verify_agreement: bool,
+    /// The address peers reach this rank's transport at. Default:
+    /// $RANKD_GLOO_HOSTNAME, else $POD_IP, else 127.0.0.1.
+    pub gloo_hostname: Option<String>,
+    /// The deadline of `DistributedSession::all_gather_words`, which takes
+    /// none (default 60 s).
+    pub words_timeout: Duration,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            op_timeout: None,
+            verify_agreement: false,
+            gloo_hostname: None,
+            words_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+pub(crate) struct SessionHandle {
+    ptr: *mut ffi::rankd_session,
+    rank: Arc<RankHandle>,
+}
+
+// SAFETY: the C ABI allows every call on a handle from any thread.
+unsafe impl Send for SessionHandle {}
+unsafe impl Sync for SessionHandle {}
+
+impl Drop for SessionHandle {
+    fn drop(&mut self) {
+        // SAFETY: ours; every work made from it is gone (they hold this Arc).
+        unsafe { ffi::rankd_session_free(self.ptr) };
+    }
+}
+
+/// A Gloo session of one rank. Every rank of the job opens one; finish the
+/// data-plane work on every rank (for example with a last
+/// `all_gather_words` round) before dropping it.
+pub struct Session {
+    handle: Arc<SessionHandle>,
+    descriptor: DistributedSessionDescriptor,
+    world_size: usize,
+    words_timeout: Duration,
+}
+
+pub(crate) fn dtype_raw(dtype: TensorDtype) -> i32 {
+    // rankd_dtype's values are TensorDtype::ALL's order.
+    TensorDtype::ALL.iter().position(|&d| d == dtype).unwrap() as i32
+}
+
+fn mode_raw(mode: CancellationMode) -> i32 {
+    match mode {
+        CancellationMode::QuarantineUntilComplete => ffi::RANKD_QUARANTINE_UNTIL_COMPLETE,
+        CancellationMode::NativeCancel => ffi::RANKD_NATIVE_CANCEL,
+    }
+}
+
+/// The locks of every distinct storage an operation touches, taken in
+/// address order (so two threads never take them in opposite orders), and
+/// the C views of its tensors.
+struct Operands<'a> {
+    guards: Vec<(*const (), MutexGuard<'a, Buffer>)>,
+}
+
+impl<'a> Operands<'a> {
+    fn lock(tensors: &[&'a HostTensor]) -> Operands<'a> {
+        let mut storages: Vec<&'a Storage> = tensors.iter().map(|t| &t.storage).collect();
+        storages.sort_by_key(|s| Arc::as_ptr(s) as *const () as usize);
+        storages.dedup_by_key(|s| Arc::as_ptr(s) as *const () as usize);
+        Operands {
+            guards: storages
+                .into_iter()
+                .map(|s| (Arc::as_ptr(s) as *const (), lock(s)))
+                .collect(),
+        }
+    }
+
+    fn view(&mut self, t: &HostTensor) -> ffi::rankd_tensor {
+        let key = Arc::as_ptr(&t.storage) as *const ();
+        let guard = &mut self
+            .guards
+            .iter_mut()
+            .find(|(k, _)| *k == key)
+            .expect("every operand was locked")
+            .1;
+        ffi::rankd_tensor {
+            data: guard.bytes_mut().as_mut_ptr() as *mut c_void,
+            dtype: dtype_raw(t.dtype()),
+            ndim: t.shape().len(),
+            shape: t.shape().as_ptr(),
+        }
+    }
+}
+
+impl Rank {
+    /// Opens this rank's Gloo session; blocks until the data plane is
+    /// connected to every peer (every rank must open one).
+    /// DeadlineExceeded names peers that never connected.
+    pub fn open_session(&self, options: &SessionOptions) -> Result<Session> {
+        let hostname = options
+            .gloo_hostname
+            .as_deref()
+            .map(|h| c_string("gloo_hostname", h))
+            .transpose()?;
+        // SAFETY: init writes every field of a struct of the header's layout.
+        let mut o: ffi::rankd_session_options = unsafe {
+            let mut o = std::mem::MaybeUninit::<ffi::rankd_session_options>::zeroed();
+            ffi::rankd_session_options_init(o.as_mut_ptr());
+            o.assume_init()
+        };
+        o.backend = ffi::RANKD_BACKEND_GLOO;
+        if let Some(t) = options.op_timeout {
+            o.op_timeout_seconds = seconds(t);
+        }
+        o.verify_agreement = options.verify_agreement as i32;
+        o.gloo_hostname = hostname.as_ref().map_or(ptr::null(), |h: &CString| h.as_ptr());
+        let mut raw = ptr::null_mut();
+        // SAFETY: a live rank handle; `raw` is written only on success.
+        unsafe { Error::check(ffi::rankd_session_open(self.handle.ptr, &o, &mut raw))? };
+        let handle = Arc::new(SessionHandle {
+            ptr: raw,
+            rank: Arc::clone(&self.handle),
+        });
+        let d = self.descriptor();
+        let groups = self
+            .groups()
+            .iter()
+            .map(|g| CollectiveGroupDescriptor::new(g.id, g.members.clone(), g.local_rank, d.rank))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let mut descriptor = DistributedSessionDescriptor::new(d.world_size, d.rank, groups)?;
+        descriptor.set_node_placement(d.local_rank, d.nproc_per_node)?;
+        Ok(Session {
+            handle,
+            descriptor,
+            world_size: d.world_size as usize,
+            words_timeout: options.words_timeout,
+        })
+    }
+}
+
+impl Session {
+    /// The session's member count on `scope`; None when this rank is not in
+    /// it (the library then refuses with NotFound).
+    fn members(&self, scope: CollectiveScope) -> Option<usize> {
+        self.descriptor
+            .scope_group(scope)
+            .map(|g| g.members().len())
+    }
+
+    fn work(&self, raw: *mut ffi::rankd_work, outputs: &[&HostTensor]) -> Work {
+        let mut storages: Vec<Storage> = outputs.iter().map(|t| Arc::clone(&t.storage)).collect();
+        storages.sort_by_key(|s| Arc::as_ptr(s) as *const () as usize);
+        storages.dedup_by_key(|s| Arc::as_ptr(s) as *const () as usize);
+        Work {
+            ptr: raw,
+            outputs: storages,
+            _session: Arc::clone(&self.handle),
+        }
+    }
+
+    /// Element-wise sum into `output`, which must have the input's shape
+    /// and dtype and may be the input itself (in place). A steady loop that
+    /// reuses its output allocates no tensor memory.
+    pub fn all_reduce_sum_into(
+        &self,
+        scope: CollectiveScope,
+        input: &HostTensor,
+        output: &HostTensor,
+    ) -> Result<Submission<HostTensor, Work>> {
+        let mut ops = Operands::lock(&[input, output]);
+        let (i, o) = (ops.view(input), ops.view(output));
+        let mut raw = ptr::null_mut();
+        // SAFETY: the views point into locked storages the work retains.
+        unsafe {
+            Error::check(ffi::rankd_all_reduce_sum(
+                self.handle.ptr,
+                scope.group_id(),
+                &i,
+                &o,
+                ptr::null_mut(),
+                &mut raw,
+            ))?
+        };
+        drop(ops);
+        Ok(Submission {
+            output: output.clone(),
+            completion: self.work(raw, &[output]),
+        })
+    }
+
+    /// all_gather into `output`, of exactly the result's shape
+    /// (`[members * n, ...]`, or `[members]` for a scalar input).
+    pub fn all_gather_into(
+        &self,
+        scope: CollectiveScope,
+        input: &HostTensor,
+        output: &HostTensor,
+    ) -> Result<Submission<HostTensor, Work>> {
+        let mut ops = Operands::lock(&[input, output]);
+        let (i, o) = (ops.view(input), ops.view(output));
+        let mut raw = ptr::null_mut();
+        // SAFETY: as in all_reduce_sum_into.
+        unsafe {
+            Error::check(ffi::rankd_all_gather(
+                self.handle.ptr,
+                scope.group_id(),
+                &i,
+                &o,
+                ptr::null_mut(),
+                &mut raw,
+            ))?
+        };
+        drop(ops);
+        Ok(Submission {
+            output: output.clone(),
+            completion: self.work(raw, &[output]),
+        })
+    }
+
+    /// all_to_all_v into `output` (`sum(receive_counts)` rows).
+    pub fn all_to_all_v_into(
+        &self,
+        scope: CollectiveScope,
+        input: &HostTensor,
+        send_counts: &[usize],
+        receive_counts: &[usize],
+        output: &HostTensor,
+    ) -> Result<Submission<HostTensor, Work>> {
+        if send_counts.len() != receive_counts.len() {
+            return Err(Error::invalid_argument(format!(
+                "all_to_all_v: {} send counts but {} receive counts (one each per member of {})",
+                send_counts.len(),
+                receive_counts.len(),
+                scope
+            )));
+        }
+        let mut ops = Operands::lock(&[input, output]);
+        let (i, o) = (ops.view(input), ops.view(output));
+        let mut raw = ptr::null_mut();
+        // SAFETY: as in all_reduce_sum_into; the counts are read during the
+        // call.
+        unsafe {
+            Error::check(ffi::rankd_all_to_all_v(
+                self.handle.ptr,
+                scope.group_id(),
+                &i,
+                send_counts.as_ptr(),
+                receive_counts.as_ptr(),
+                send_counts.len(),
+                &o,
+                ptr::null_mut(),
+                &mut raw,
+            ))?
+        };
+        drop(ops);
+        Ok(Submission {
+            output: output.clone(),
+            completion: self.work(raw, &[output]),
+        })
+    }
+
+    /// Receives into `output`, whose shape and dtype are the ones the peer
+    /// sends.
+    pub fn receive_into(
+        &self,
+        scope: CollectiveScope,
+        peer: usize,
+        output: &HostTensor,
+    ) -> Result<Submission<HostTensor, Work>> {
+        let mut ops = Operands::lock(&[output]);
+        let o = ops.view(output);
+        let mut raw = ptr::null_mut();
+        // SAFETY: as in all_reduce_sum_into.
+        unsafe {
+            Error::check(ffi::rankd_receive(
+                self.handle.ptr,
+                scope.group_id(),
+                peer,
+                &o,
+                ptr::null_mut(),
+                &mut raw,
+            ))?
+        };
+        drop(ops);
+        Ok(Submission {
+            output: output.clone(),
+            completion: self.work(raw, &[output]),
+        })
+    }
+
+    /// Sends and receives posted together and completing together (two
+    /// members can swap values; a ring needs no even/odd ordering). Each
+    /// receive's value is its caller-owned output; the submission's output
+    /// is those values, in order.
+    pub fn batch_send_receive(
+        &self,
+        scope: CollectiveScope,
+        sends: &[PeerValue<HostTensor>],
+        receives: &[PeerValue<HostTensor>],
+    ) -> Result<Submission<Vec<HostTensor>, Work>> {
+        let all: Vec<&HostTensor> = sends.iter().chain(receives).map(|p| &p.value).collect();
+        let mut ops = Operands::lock(&all);
+        let s: Vec<ffi::rankd_peer_tensor> = sends
+            .iter()
+            .map(|p| ffi::rankd_peer_tensor {
+                peer: p.peer,
+                tensor: ops.view(&p.value),
+            })
+            .collect();
+        let r: Vec<ffi::rankd_peer_tensor> = receives
+            .iter()
+            .map(|p| ffi::rankd_peer_tensor {
+                peer: p.peer,
+                tensor: ops.view(&p.value),
+            })
+            .collect();
+        let mut raw = ptr::null_mut();
+        // SAFETY: as in all_reduce_sum_into; the arrays are read during the
+        // call.
+        unsafe {
+            Error::check(ffi::rankd_batch_send_receive(
+                self.handle.ptr,
+                scope.group_id(),
+                s.as_ptr(),
+                s.len(),
+                r.as_ptr(),
+                r.len(),
+                ptr::null_mut(),
+                &mut raw,
+            ))?
+        };
+        drop(ops);
+        let outputs: Vec<HostTensor> = receives.iter().map(|p| p.value.clone()).collect();
+        let refs: Vec<&HostTensor> = outputs.iter().collect();
+        let work = self.work(raw, &refs);
+        Ok(Submission {
+            output: outputs,
+            completion: work,
+        })
+    }
+
+    /// The bounded all_gather_words: submits now, resolve with
+    /// `PendingWords::wait`.
+    pub fn submit_all_gather_words(
+        &self,
+        local: &[u32],
+        round_timeout: Duration,
+    ) -> Result<PendingWords> {
+        PendingWords::submit(&self.handle.rank, self.world_size, local, round_timeout)
+    }
+
+    /// Whether collectives on `group` are supported.
+    pub fn supports_group(&self, group: u32) -> bool {
+        // SAFETY: a live handle.
+        unsafe { ffi::rankd_session_supports_group(self.handle.ptr, group) != 0 }
+    }
+}
+
+impl DistributedSession for Session {
+    type Value = HostTensor;
+    type Completion = Work;
+    type Error = Error;
+
+    fn descriptor(&self) -> DistributedSessionDescriptor {
+        self.descriptor.clone()
+    }
+
+    fn capabilities(&self) -> DistributedCapabilities {
+        let mut c = ffi::rankd_capabilities {
+            struct_size: std::mem::size_of::<ffi::rankd_capabilities>(),
+            ..Default::default()
+        };
+        // SAFETY: a live handle and a struct of the header's layout. On an
+        // error every capability stays false (fail closed).
+        let ok = unsafe {
+            Error::check(ffi::rankd_session_capabilities(self.handle.ptr, &mut c)).is_ok()
+        };
+        if !ok {
+            return DistributedCapabilities::default();
+        }
+        DistributedCapabilities {
+            world_collectives: c.world_collectives != 0,
+            collective_groups: self
+                .descriptor
+                .groups()
+                .iter()
+                .map(|g| g.id())
+                .filter(|&id| self.supports_group(id))
+                .collect(),
+            point_to_point: c.point_to_point != 0,
+            variable_all_to_all: c.variable_all_to_all != 0,
+            exact_completion: c.exact_completion != 0,
+        }
+    }
+
+    fn all_reduce_sum(
+        &self,
+        scope: CollectiveScope,
+        input: &HostTensor,
+    ) -> Result<Submission<HostTensor, Work>> {
+        let output = HostTensor::zeros(input.dtype(), input.shape())?;
+        self.all_reduce_sum_into(scope, input, &output)
+    }
+
+    fn all_gather(
+        &self,
+        scope: CollectiveScope,
+        input: &HostTensor,
+    ) -> Result<Submission<HostTensor, Work>> {
+        // Outside the scope: any output; the library refuses with NotFound.
+        let members = self.members(scope).unwrap_or(1);
+        let mut shape = input.shape().to_vec();
+        match shape.first_mut() {
+            Some(rows) => {
+                *rows = rows.checked_mul(members).ok_or_else(|| {
+                    Error::invalid_argument("all_gather: the output's size overflows")
+                })?
+            }
+            None => shape.push(members),
+        }
+        let output = HostTensor::zeros(input.dtype(), &shape)?;
+        self.all_gather_into(scope, input, &output)
+    }
+
+    fn all_to_all_v(
+        &self,
+        scope: CollectiveScope,
+        input: &HostTensor,
+        send_counts: &[usize],
+        receive_counts: &[usize],
+    ) -> Result<Submission<HostTensor, Work>> {
+        let rows = receive_counts
+            .iter()
+            .try_fold(0usize, |a, &c| a.checked_add(c))
+            .ok_or_else(|| Error::invalid_argument("all_to_all_v: receive_counts overflow"))?;
+        let mut shape = vec![rows];
+        shape.extend_from_slice(input.shape().get(1..).unwrap_or(&[]));
+        let output = HostTensor::zeros(input.dtype(), &shape)?;
+        self.all_to_all_v_into(scope, input, send_counts, receive_counts, &output)
+    }
+
+    /// The output is the input itself, retained until the send completes.
+    fn send(
+        &self,
+        scope: CollectiveScope,
+        peer: usize,
+        input: &HostTensor,
+    ) -> Result<Submission<HostTensor, Work>> {
+        let mut ops = Operands::lock(&[input]);
+        let i = ops.view(input);
+        let mut raw = ptr::null_mut();
+        // SAFETY: the input is copied during the call.
+        unsafe {
+            Error::check(ffi::rankd_send(
+                self.handle.ptr,
+                scope.group_id(),
+                peer,
+                &i,
+                ptr::null_mut(),
+                &mut raw,
+            ))?
+        };
+        drop(ops);
+        Ok(Submission {
+            output: input.clone(),
+            completion: self.work(raw, &[]),
+        })
+    }
+
+    fn receive(
+        &self,
+        scope: CollectiveScope,
+        peer: usize,
+        value: &ValueDescriptor,
+    ) -> Result<Submission<HostTensor, Work>> {
+        self.receive_into(scope, peer, &HostTensor::zeros_like(value))
+    }
+
+    /// Over the daemons, with `SessionOptions::words_timeout` as deadline.
+    fn all_gather_words(&self, local: &[u32]) -> Result<Vec<u32>> {
+        all_gather_words(&self.handle.rank, self.world_size, local, self.words_timeout)
+    }
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("descriptor", &self.descriptor)
+            .finish()
+    }
+}
+
+/// The completion of one submitted operation. Dropping it without waiting
+/// is allowed: running work keeps what the library owns for it, and its
+/// output is then never written.
+pub struct Work {
+    ptr: *mut ffi::rankd_work,
+    // The storages the library writes on success, locked (address order)
+    // around each call that may deliver.
+    outputs: Vec<Storage>,
+    _session: Arc<SessionHandle>,
+}
+
+// SAFETY: the C ABI allows every work call from any thread; outputs are
+// written only under their locks.
+unsafe impl Send for Work {}
+unsafe impl Sync for Work {}
+
+impl Work {
+    fn delivering<R>(&self, f: impl FnOnce() -> R) -> R {
+        let guards: Vec<MutexGuard<'_, Buffer>> = self.outputs.iter().map(lock).collect();
+        let r = f();
+        drop(guards);
+        r
+    }
+
+    /// Waits at most `timeout` with QuarantineUntilComplete, as an error
+    /// when the deadline passes: DeadlineExceeded naming the mode.
+    pub fn wait_timeout(&self, timeout: Duration) -> Result<()> {
+        self.bounded(timeout, CancellationMode::QuarantineUntilComplete)
+    }
+
+    fn bounded(&self, timeout: Duration, mode: CancellationMode) -> Result<()> {
+        // SAFETY: a live handle; outputs locked while they may be written.
+        self.delivering(|| unsafe {
+            Error::check(ffi::rankd_work_wait_bounded(
+                self.ptr,
+                seconds(timeout),
+                mode_raw(mode),
+            ))
+        })
+    }
+}
+
+impl Completion for Work {
+    type Error = Error;
+
+    fn is_complete(&self) -> bool {
+        // SAFETY: as in bounded.
+        self.delivering(|| unsafe { ffi::rankd_work_is_complete(self.ptr) != 0 })
+    }
+
+    /// Blocks until the work completed (the session's op_timeout bounds
+    /// it): Aborted naming a lost rank, DeadlineExceeded naming who did not
+    /// submit, ...
+    fn wait(&self) -> Result<()> {
+        // SAFETY: as in bounded.
+        self.delivering(|| unsafe { Error::check(ffi::rankd_work_wait(self.ptr)) })
+    }
+}
+
+impl BoundedCompletion for Work {
+    type Error = Error;
+
+    fn supports_cancellation(&self, mode: CancellationMode) -> bool {
+        // SAFETY: a live handle.
+        unsafe { ffi::rankd_work_supports_cancellation(self.ptr, mode_raw(mode)) != 0 }
+    }
+
+    fn wait_bounded(&self, timeout: Duration, mode: CancellationMode) -> Result<WaitOutcome> {
+        match self.bounded(timeout, mode) {
+            Ok(()) => Ok(WaitOutcome::Completed),
+            // The library's own deadline (not the work's failure): it says
+            // the mode was applied.
+            Err(e) if e.code() == Code::DeadlineExceeded && e.message().contains(" applied") => {
+                Ok(WaitOutcome::DeadlineExceeded(mode))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        // SAFETY: ours, freed once; the outputs outlive it (dropped after).
+        unsafe { ffi::rankd_work_free(self.ptr) };
+    }
+}
+
+impl std::fmt::Debug for Work {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Work").finish_non_exhaustive()
+    }
+}
+
+impl<T> Submission<T, Work> {
+    /// Waits at most `timeout` (QuarantineUntilComplete past it, reported
+    /// as DeadlineExceeded) and returns the output, now authoritative.
+    pub fn wait_timeout(self, timeout: Duration) -> Result<T> {
+        self.completion.wait_timeout(timeout)?;
+        Ok(self.output)
+    }
+}
