@@ -23,7 +23,11 @@ tar -C "$prefix" -xf install/rankd-install.tar || exit 1
 # built here and in Python (which is not instrumented).
 san_flags="" preload=""
 if nm -D --undefined-only "$prefix/lib/librankd.so" | grep -q ' __asan_'; then
-  san_flags="-fsanitize=address,undefined"
+  # As Bazel links: with lld (GNU ld refuses the library's sanitizer
+  # references although the program's static runtime exports them), and
+  # with the runtime's C++ part, which a C program would otherwise lack.
+  san_flags="-fsanitize=address,undefined -fuse-ld=lld"
+  san_flags+=" -fsanitize-link-c++-runtime -lstdc++"
   preload="$(clang-14 -print-file-name=libclang_rt.asan-x86_64.so)"
   export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 fi
