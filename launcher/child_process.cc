@@ -35,7 +35,10 @@ std::vector<char*> CStrings(const std::vector<std::string>& strings) {
     ::_exit(127);
   };
   if (::setpgid(0, options.process_group) != 0) fail();
-  if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) fail();
+  // SIGKILL, as a container runtime kills a container's processes: a
+  // rankrun that was killed cannot forward a stop, and ranks that drained
+  // on their own would hide a lost node from its peers.
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail();
   // rankrun died before prctl took effect: do not run at all.
   if (::getppid() != parent) ::_exit(127);
   const int null_fd = ::open("/dev/null", O_RDONLY);

@@ -5,8 +5,8 @@
 //     rankrun can stop it and whatever it started together, and so that a
 //     terminal's Ctrl-C reaches only rankrun, which forwards it once;
 //   - gets rankrun's blocked signals unblocked and default dispositions;
-//   - gets SIGTERM should rankrun die (PR_SET_PDEATHSIG), so that nothing
-//     outlives a rankrun that was killed;
+//   - gets SIGKILL should rankrun die (PR_SET_PDEATHSIG), so that nothing
+//     outlives a rankrun that was killed, and its peers see the ranks lost;
 //   - reads stdin from /dev/null and writes to the fds it is given.
 // A failed execve is reported by Spawn (through a close-on-exec pipe), not
 // as an exit status.

@@ -269,6 +269,26 @@ TEST(Rankrun, LeavesNothingOfTheRanksBehind) {
   EXPECT_FALSE(Alive(grandchild)) << "pid " << grandchild;
 }
 
+TEST(Rankrun, KillingRankrunKillsItsRanks) {
+  RankrunJob run({"--nproc_per_node=2", kEnvRank, "--sleep_ms=60000"});
+  ASSERT_TRUE(run.WaitForLines("SLEEPING", 2)) << run.Describe();
+  std::vector<int> ranks;
+  for (const std::string& line : run.Lines("SLEEPING pid=")) {
+    int pid = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(line.substr(strlen("SLEEPING pid=")), &pid));
+    ranks.push_back(pid);
+  }
+  ::kill(run.pid(), SIGKILL);
+  EXPECT_EQ(run.Wait(), 128 + SIGKILL);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  for (int pid : ranks) {
+    while (Alive(pid) && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    EXPECT_FALSE(Alive(pid)) << "rank pid " << pid;
+  }
+}
+
 TEST(Rankrun, RefusesBadCommandLinesWithUsageStatus) {
   {
     RankrunJob run({"--nproc_per_node=0", kEnvRank});

@@ -36,7 +36,7 @@ NOT_FOR_BUILDING = {
 # In debian:bookworm-slim already (essential or required by apt).
 IN_SLIM_BASE = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}
 SHIPPED = {"rankd": "daemon/rankd", "rankctl": "client/rankctl",
-           "serving": "examples/serving"}
+           "rankrun": "launcher/rankrun", "serving": "examples/serving"}
 # What the NCCL backend opens at run time, by soname prefix. No binary may
 # link these: the CPU image, which lacks them, would not start.
 CUDA_LIBRARIES = ("libcudart.so.", "libnccl.so.")
@@ -227,7 +227,7 @@ class ImageRecipeTest(unittest.TestCase):
         script = " ".join(build[0]["lines"])
         self.assertIn("bazel --batch build -c opt", script)
         for target in ("//daemon:rankd", "//client:rankctl",
-                       "//examples:serving"):
+                       "//launcher:rankrun", "//examples:serving"):
             self.assertIn(target, script)
 
     def test_no_cuda_outside_the_gpu_runtime_stage(self):

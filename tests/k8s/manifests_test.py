@@ -277,8 +277,9 @@ class ManifestsTest(unittest.TestCase):
                     self.assertEqual(socket_volume(c), volume, c["name"])
                     self.assertEqual(r.env(c).get("RANKD_TARGET"),
                                      "unix://" + socket, c["name"])
-                    self.assertEqual(r.env(c)["RANKD_JOB_ID"],
-                                     r.env(rankd)["RANKD_JOB_ID"])
+                # The serving container's job id is rankd's own: rankrun
+                # takes it from the daemon ({job_id}).
+                self.assertIn("RANKD_JOB_ID", r.env(rankd))
 
     def test_pods_run_non_root_with_read_only_root_and_resources(self):
         for name, r in self.deployments():
@@ -418,31 +419,42 @@ class ManifestsTest(unittest.TestCase):
                 self.assertEqual(c["command"], ["/bin/sh", "-c"])
                 script = c["args"][0]
                 env = r.env(c)
-                # One `serving` per local rank, in the background, each with
-                # its job, local rank and Gloo address (the pod IP).
-                self.assertIn('while [ "$i" -lt "$RANKD_NPROC_PER_NODE" ]',
-                              script)
-                self.assertEqual(env["RANKD_NPROC_PER_NODE"],
-                                 r.config["RANKD_NPROC_PER_NODE"])
-                call = script[script.index("serving "):script.index("&\n")]
-                for flag in ('--job_id="$RANKD_JOB_ID"', '--local_rank="$i"',
+                # rankrun replaces the shell (exec: it is PID 1 and gets the
+                # kubelet's SIGTERM) and starts one `serving` per local rank
+                # of the pod's rankd, which it reuses through the socket.
+                code = [l.strip() for l in script.splitlines()
+                        if l.strip() and not l.strip().startswith("#")]
+                self.assertTrue(code[0].startswith("exec rankrun "), code)
+                words = " ".join(l.rstrip("\\").strip() for l in code).split()
+                self.assertIn('--target="$RANKD_TARGET"', words)
+                self.assertEqual(env["RANKD_TARGET"],
+                                 "unix:///run/rankd/rankd.sock")
+                launcher = words[:words.index("--")]
+                program = words[words.index("--") + 1:]
+                self.assertNotIn("--daemon=start", launcher)
+                self.assertIn("--exit_delay_ms=2000", launcher)
+                grace = [int(w.split("=")[1]) for w in launcher
+                         if w.startswith("--stop_grace_ms=")]
+                self.assertEqual(len(grace), 1)
+                self.assertLess(grace[0] / 1000,
+                                r.template["spec"]
+                                ["terminationGracePeriodSeconds"])
+                # Each rank with its job, local rank (rankrun fills them in)
+                # and Gloo address (the pod IP).
+                self.assertEqual(program[0], "serving")
+                for flag in ("--job_id={job_id}", "--local_rank={local_rank}",
                              '--hostname="$POD_IP"',
                              '--steps="$SERVING_STEPS"', "$SERVING_ARGS"):
-                    self.assertIn(flag, call)
+                    self.assertIn(flag, program)
                 self.assertEqual(env["POD_IP"], r.pods[0].ip)
                 backend = "nccl" if name == "overlays/gpu" else "gloo"
                 self.assertIn(f"--backend={backend}",
                               env["SERVING_ARGS"].split())
-                # SIGTERM reaches the ranks (the shell is PID 1), which then
-                # stop cleanly; a Job serves a batch of steps and completes.
-                self.assertIn("trap 'kill -TERM $pids 2>/dev/null' TERM INT",
-                              script)
                 steps = int(env["SERVING_STEPS"])
                 if r.workload["kind"] == "Job":
                     self.assertGreater(steps, 0)
                 else:
                     self.assertEqual(steps, 0)
-                self.assertIn('exit "$status"', script)
 
     def test_gpu_overlay_gives_each_rank_a_gpu(self):
         r = self.rendered["overlays/gpu"]

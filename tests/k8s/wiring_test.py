@@ -34,6 +34,7 @@ import podsim  # noqa: E402
 BINARIES = {
     "rankd": "daemon/rankd",
     "rankctl": "client/rankctl",
+    "rankrun": "launcher/rankrun",
     "serving": "examples/serving",
 }
 
