@@ -37,6 +37,9 @@ fn main() {
     println!("cargo:rustc-link-search=native={}", dir.display());
     println!("cargo:rustc-link-lib=dylib=rankd");
     println!("cargo:rustc-link-arg=-Wl,-rpath,{}", dir.display());
+    // The tests find rankd and rankctl next to it when $RANKD_BIN and
+    // $RANKCTL_BIN are unset (tests/common/mod.rs).
+    println!("cargo:rustc-env=RANKD_BUILD_LIB_DIR={}", dir.display());
     // Dependents (none here) could read it as DEP_RANKD_LIB_DIR.
     println!("cargo:lib_dir={}", dir.display());
 }

@@ -1,0 +1,414 @@
+//! The crate against real daemons: each test starts a rankd daemon for a
+//! two-rank job (tests/common) and runs this test binary again as both
+//! ranks (the ignored `rank_program` entry, its role chosen by
+//! $RANKD_RUST_ROLE), or the hello example; then checks exit codes and
+//! what each rank printed. Every wait has a deadline.
+
+mod common;
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::LocalJob;
+use rankd::CollectiveScope::{Group, World};
+use rankd::{
+    BoundedCompletion, CancellationMode, Code, Completion, DistributedSession, Error, HostTensor,
+    PeerValue, Rank, Session, SessionOptions, TensorDtype, ValueDescriptor, WaitOutcome, Work,
+};
+
+const T: Duration = Duration::from_secs(30);
+
+// ---- The rank roles (run in the child processes) ------------------------
+
+extern "C" {
+    // Dies at once, without leaving and without running exit handlers.
+    fn _exit(code: i32) -> !;
+}
+
+type Contract = dyn DistributedSession<Value = HostTensor, Completion = Work, Error = Error>;
+
+fn expect_err<T: std::fmt::Debug>(r: rankd::Result<T>, code: Code, needle: &str) -> Error {
+    match r {
+        Ok(v) => panic!("expected {} ({:?}), got Ok({:?})", code, needle, v),
+        Err(e) => {
+            assert_eq!(e.code(), code, "{}", e);
+            assert!(e.message().contains(needle), "{:?} not in {}", needle, e);
+            e
+        }
+    }
+}
+
+fn f32s(t: &HostTensor) -> Vec<f32> {
+    t.to_vec::<f32>().unwrap()
+}
+
+fn session(rank: &Rank) -> Session {
+    let options = SessionOptions {
+        op_timeout: Some(T),
+        ..SessionOptions::default()
+    };
+    rank.open_session(&options).unwrap()
+}
+
+fn collectives(rank: &Rank) {
+    assert_eq!(rank.world_size(), 2);
+    let r = rank.rank();
+    let s = session(rank);
+    let contract: &Contract = &s; // through the trait object
+    let d = contract.descriptor();
+    assert_eq!((d.world_size(), d.rank()), (2, r));
+    let world = d.group(rankd::WORLD_GROUP_ID).unwrap();
+    assert_eq!((world.members(), world.local_rank()), (&[0u32, 1][..], r));
+    let caps = contract.capabilities();
+    assert!(caps.world_collectives && caps.point_to_point, "{:?}", caps);
+    assert!(caps.variable_all_to_all && caps.exact_completion, "{:?}", caps);
+    assert!(caps.collective_groups.contains(&1), "{:?}", caps);
+
+    // all_gather_words: [7, 9] on both gives [7, 9, 7, 9].
+    assert_eq!(contract.all_gather_words(&[7, 9]).unwrap(), vec![7, 9, 7, 9]);
+
+    // all_reduce_sum: [1, 2] + [3, 4] = [4, 6]; allocating, into, in place.
+    let x = HostTensor::from_vec(vec![1.0 + 2.0 * r as f32, 2.0 + 2.0 * r as f32]);
+    let sum = contract.all_reduce_sum(World, &x).unwrap().wait().unwrap();
+    assert_eq!((f32s(&sum), sum.shape()), (vec![4.0, 6.0], &[2usize][..]));
+    let out = HostTensor::zeros(TensorDtype::F32, &[2]).unwrap();
+    let sub = s.all_reduce_sum_into(World, &x, &out).unwrap();
+    assert!(sub.output.shares_storage(&out));
+    sub.completion.wait().unwrap();
+    assert_eq!(f32s(&out), vec![4.0, 6.0]);
+    s.all_reduce_sum_into(World, &x, &x)
+        .unwrap()
+        .wait_timeout(T)
+        .unwrap();
+    assert_eq!(f32s(&x), vec![4.0, 6.0]);
+    let v = HostTensor::with_shape(&[2, 3], &[r as i64 + 1; 6]).unwrap();
+    let s64 = s.all_reduce_sum(World, &v).unwrap().wait().unwrap();
+    assert_eq!((s64.to_vec::<i64>().unwrap(), s64.shape()), (vec![3; 6], &[2usize, 3][..]));
+    let v = HostTensor::with_shape(&[3], &[r as u8 + 1; 3]).unwrap();
+    assert_eq!(s.all_reduce_sum(World, &v).unwrap().wait().unwrap().to_vec::<u8>().unwrap(), vec![3; 3]);
+    let v = HostTensor::from_vec(vec![0.5f64 + r as f64]);
+    assert_eq!(s.all_reduce_sum(World, &v).unwrap().wait().unwrap().to_vec::<f64>().unwrap(), vec![2.0]);
+    let v = HostTensor::from_vec(vec![-(r as i16) - 1; 4]);
+    assert_eq!(s.all_reduce_sum(World, &v).unwrap().wait().unwrap().to_vec::<i16>().unwrap(), vec![-3; 4]);
+
+    // all_gather: [2, 3] on both gives [2, 3, 2, 3]; rows in member order.
+    let g = contract
+        .all_gather(World, &HostTensor::from_vec(vec![2.0f32, 3.0]))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!((f32s(&g), g.shape()), (vec![2.0, 3.0, 2.0, 3.0], &[4usize][..]));
+    let rows = HostTensor::with_shape(&[1, 2], &[10 * r as i32, 10 * r as i32 + 1]).unwrap();
+    let sub = s.all_gather(World, &rows).unwrap();
+    let deadline = Instant::now() + T;
+    while !sub.completion.is_complete() {
+        assert!(Instant::now() < deadline, "all_gather did not complete");
+        std::thread::yield_now();
+    }
+    assert_eq!(sub.output.shape(), &[2, 2]);
+    assert_eq!(sub.output.to_vec::<i32>().unwrap(), vec![0, 1, 10, 11]);
+    // A scalar gives one element per member.
+    let g = s.all_gather(World, &HostTensor::scalar(r)).unwrap().wait().unwrap();
+    assert_eq!((g.to_vec::<u32>().unwrap(), g.shape()), (vec![0, 1], &[2usize][..]));
+
+    s.all_gather_words(&[r]).unwrap(); // done with the data plane
+    println!("RUST RANK {} OK", r);
+}
+
+fn point_to_point(rank: &Rank) {
+    let r = rank.rank();
+    let peer = 1 - r as usize;
+    let s = session(rank);
+
+    // all_to_all_v: rank 0 keeps 1 row and sends 2; rank 1 sends 3.
+    let (send, recv) = if r == 0 { ([1, 2], [1, 3]) } else { ([3, 0], [2, 0]) };
+    let a = HostTensor::from_vec((0..3).map(|i| (i + 100 * r) as f32).collect());
+    let got = s.all_to_all_v(World, &a, &send, &recv).unwrap().wait().unwrap();
+    let want: Vec<f32> = if r == 0 { vec![0.0, 100.0, 101.0, 102.0] } else { vec![1.0, 2.0] };
+    assert_eq!(f32s(&got), want);
+    // Rows of a 2-D value: rank 0 sends both its rows to rank 1, which
+    // sends nothing (an empty leading axis) and rank 0 receives nothing.
+    let a = if r == 0 {
+        HostTensor::with_shape(&[2, 2], &[1, 2, 3, 4]).unwrap()
+    } else {
+        HostTensor::zeros(TensorDtype::I32, &[0, 2]).unwrap()
+    };
+    let (send, recv) = if r == 0 { ([0, 2], [0, 0]) } else { ([0, 0], [2, 0]) };
+    let got = s.all_to_all_v(World, &a, &send, &recv).unwrap().wait().unwrap();
+    let want: Vec<i32> = if r == 0 { vec![] } else { vec![1, 2, 3, 4] };
+    assert_eq!(got.shape(), &[want.len() / 2, 2]);
+    assert_eq!(got.to_vec::<i32>().unwrap(), want);
+
+    // send / receive (the contract's, by descriptor), then bounded waits in
+    // both cancellation modes on work that completes.
+    let d = ValueDescriptor::new(vec![2], TensorDtype::F32).unwrap();
+    if r == 0 {
+        let sub = s.send(World, 1, &HostTensor::from_vec(vec![5.0f32, 6.0])).unwrap();
+        assert!(sub.completion.supports_cancellation(CancellationMode::NativeCancel));
+        assert_eq!(
+            sub.completion.wait_bounded(T, CancellationMode::NativeCancel).unwrap(),
+            WaitOutcome::Completed
+        );
+    } else {
+        let sub = s.receive(World, 0, &d).unwrap();
+        assert!(sub.completion.supports_cancellation(CancellationMode::QuarantineUntilComplete));
+        assert_eq!(
+            sub.completion
+                .wait_bounded(T, CancellationMode::QuarantineUntilComplete)
+                .unwrap(),
+            WaitOutcome::Completed
+        );
+        assert_eq!(f32s(&sub.output), vec![5.0, 6.0]);
+    }
+
+    // A batched swap: each sends its rank and receives the other's.
+    let mine = HostTensor::from_vec(vec![r as f32; 2]);
+    let theirs = HostTensor::from_vec(vec![-1.0f32; 2]);
+    let sub = s
+        .batch_send_receive(
+            World,
+            &[PeerValue { peer, value: mine }],
+            &[PeerValue { peer, value: theirs.clone() }],
+        )
+        .unwrap();
+    let outputs = sub.wait_timeout(T).unwrap();
+    assert!(outputs[0].shares_storage(&theirs));
+    assert_eq!(f32s(&theirs), vec![peer as f32; 2]);
+
+    // The bounded all_gather_words.
+    let pending = s.submit_all_gather_words(&[100 + r], T).unwrap();
+    assert_eq!(pending.wait(T).unwrap(), vec![100, 101]);
+    assert!(pending.is_ready());
+
+    // The key-value broker.
+    if r == 0 {
+        rank.kv_set("rs/blob", b"hel\0lo").unwrap();
+    }
+    assert_eq!(rank.kv_get("rs/blob", T).unwrap(), b"hel\0lo".to_vec());
+    let n = rank.kv_add("rs/counter", 5).unwrap();
+    assert!(n == 5 || n == 10, "{}", n);
+    rank.all_gather_words(&[r], T).unwrap();
+    if r == 1 {
+        assert!(rank.kv_delete("rs/blob").unwrap());
+        assert!(!rank.kv_delete("rs/blob").unwrap());
+    }
+    assert!(rank.job_health().is_none());
+
+    rank.all_gather_words(&[r], T).unwrap();
+    println!("RUST RANK {} OK", r);
+}
+
+fn refusals(rank: &Rank) {
+    let r = rank.rank();
+    let s = session(rank);
+    let x = HostTensor::from_vec(vec![1.0f32, 2.0]);
+
+    // all_to_all_v counts that do not match the input or the group.
+    let three = HostTensor::from_vec(vec![1.0f32, 2.0, 3.0]);
+    expect_err(s.all_to_all_v(World, &three, &[1, 1], &[1, 1]), Code::InvalidArgument, "");
+    expect_err(s.all_to_all_v(World, &x, &[1, 1, 0], &[1, 1, 0]), Code::InvalidArgument, "");
+    expect_err(s.all_to_all_v(World, &x, &[1, 1], &[2]), Code::InvalidArgument, "receive counts");
+    // A peer out of range, or this rank itself.
+    expect_err(s.send(World, 5, &x), Code::InvalidArgument, "peer 5 is outside");
+    expect_err(
+        s.receive(World, 7, &ValueDescriptor::new(vec![2], TensorDtype::F32).unwrap()),
+        Code::InvalidArgument,
+        "peer 7",
+    );
+    expect_err(s.send(World, r as usize, &x), Code::InvalidArgument, "");
+    // A group this rank is not in.
+    expect_err(s.all_reduce_sum(Group(77), &x), Code::NotFound, "77");
+    expect_err(s.all_gather(Group(77), &x), Code::NotFound, "77");
+    // A sum of booleans is not a boolean.
+    expect_err(
+        s.all_reduce_sum(World, &HostTensor::from_vec(vec![true, false])),
+        Code::InvalidArgument,
+        "bool",
+    );
+    // An output of the wrong shape.
+    let wrong = HostTensor::zeros(TensorDtype::F32, &[3]).unwrap();
+    expect_err(s.all_reduce_sum_into(World, &x, &wrong), Code::InvalidArgument, "f32[3]");
+    // The key-value broker and words rounds.
+    expect_err(rank.kv_get("rs/never", Duration::from_millis(200)), Code::DeadlineExceeded, "rs/never");
+    expect_err(rank.kv_set("bad\0key", b""), Code::InvalidArgument, "NUL");
+    expect_err(rank.all_gather_words(&[1], Duration::ZERO), Code::InvalidArgument, "timeout");
+
+    // A bounded wait refuses a zero timeout before waiting; the work is
+    // still there to wait for.
+    let sub = s.all_reduce_sum(World, &x).unwrap();
+    expect_err(
+        sub.completion
+            .wait_bounded(Duration::ZERO, CancellationMode::QuarantineUntilComplete),
+        Code::InvalidArgument,
+        "timeout",
+    );
+    assert_eq!(f32s(&sub.wait_timeout(T).unwrap()), vec![2.0, 4.0]);
+
+    // Still usable after every refusal.
+    let ones = HostTensor::from_vec(vec![1.0f32; 2]);
+    assert_eq!(f32s(&s.all_reduce_sum(World, &ones).unwrap().wait().unwrap()), vec![2.0, 2.0]);
+    rank.all_gather_words(&[r], T).unwrap();
+    println!("RUST RANK {} OK", r);
+}
+
+/// Rank 1 never sends: rank 0's bounded receive misses its deadline, and
+/// the session is poisoned.
+fn deadline(rank: &Rank) {
+    let r = rank.rank();
+    let options = SessionOptions {
+        op_timeout: Some(Duration::from_secs(5)),
+        ..SessionOptions::default()
+    };
+    let s = rank.open_session(&options).unwrap();
+    if r == 0 {
+        let d = ValueDescriptor::new(vec![2], TensorDtype::F32).unwrap();
+        let sub = s.receive(World, 1, &d).unwrap();
+        let start = Instant::now();
+        let outcome = sub
+            .completion
+            .wait_bounded(Duration::from_millis(500), CancellationMode::QuarantineUntilComplete)
+            .unwrap();
+        assert_eq!(outcome, WaitOutcome::DeadlineExceeded(CancellationMode::QuarantineUntilComplete));
+        assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        // Poisoned: later work fails at once with the cause.
+        let x = HostTensor::from_vec(vec![1.0f32]);
+        let e = match s.all_reduce_sum(World, &x) {
+            Err(e) => e,
+            Ok(sub) => sub.completion.wait().unwrap_err(),
+        };
+        println!("POISONED {}", e);
+    }
+    rank.all_gather_words(&[r], T).unwrap();
+    println!("RUST RANK {} OK", r);
+}
+
+/// Rank 1 dies (exit 3, or killed by the test) once both opened a
+/// session; rank 0's receive fails naming it, within a deadline.
+fn lost(rank: &Rank, killed: bool) {
+    let r = rank.rank();
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    rank.on_job_failure(move |e| {
+        let _ = tx.lock().unwrap().send(e);
+    })
+    .unwrap();
+    let s = session(rank);
+    rank.all_gather_words(&[r], T).unwrap();
+    if r == 1 {
+        if killed {
+            println!("READY");
+            std::thread::sleep(Duration::from_secs(60)); // the test kills it
+        }
+        // SAFETY: ends the process on purpose, without leaving.
+        unsafe { _exit(3) };
+    }
+    let d = ValueDescriptor::new(vec![2], TensorDtype::F32).unwrap();
+    let sub = s.receive(World, 1, &d).unwrap();
+    let start = Instant::now();
+    let e = expect_err(
+        sub.completion
+            .wait_bounded(Duration::from_secs(20), CancellationMode::QuarantineUntilComplete),
+        Code::Aborted,
+        "rank 1",
+    );
+    assert!(start.elapsed() < Duration::from_secs(20));
+    println!("LOST {}", e);
+    let health = rank.job_health().expect("the job failed");
+    assert_eq!(health.code(), Code::Aborted, "{}", health);
+    let seen = rx.recv_timeout(Duration::from_secs(10)).expect("the failure callback");
+    assert_eq!(seen.code(), Code::Aborted, "{}", seen);
+    println!("CALLBACK {}", seen.code());
+    println!("RUST RANK {} OK", r);
+}
+
+/// The entry the tests run as each rank (not a test case by itself).
+#[test]
+#[ignore]
+fn rank_program() {
+    let role = match std::env::var("RANKD_RUST_ROLE") {
+        Ok(role) => role,
+        Err(_) => return,
+    };
+    let rank = Rank::join_from_env().unwrap();
+    match role.as_str() {
+        "collectives" => collectives(&rank),
+        "point_to_point" => point_to_point(&rank),
+        "refusals" => refusals(&rank),
+        "deadline" => deadline(&rank),
+        "lost" => lost(&rank, false),
+        "killed" => lost(&rank, true),
+        other => panic!("unknown role {}", other),
+    }
+}
+
+// ---- The tests (each starts a job) --------------------------------------
+
+#[test]
+fn collectives_give_exact_values() {
+    LocalJob::start("rs-coll", 2).run_role_ok("collectives");
+}
+
+#[test]
+fn point_to_point_all_to_all_v_and_kv_give_exact_values() {
+    LocalJob::start("rs-p2p", 2).run_role_ok("point_to_point");
+}
+
+#[test]
+fn bad_arguments_are_refused_with_the_right_code() {
+    LocalJob::start("rs-bad", 2).run_role_ok("refusals");
+}
+
+#[test]
+fn a_missed_bounded_wait_is_deadline_exceeded_and_poisons() {
+    let mut job = LocalJob::start("rs-late", 2);
+    job.run_role_ok("deadline");
+    let out = job.log("rank0.log");
+    assert!(out.contains("POISONED "), "{}", out);
+}
+
+#[test]
+fn a_rank_that_exits_is_named_as_lost() {
+    let mut job = LocalJob::start("rs-lost", 2);
+    job.spawn_role("lost");
+    let results = job.wait_ranks(Duration::from_secs(60));
+    assert_eq!(results[1].code, Some(3), "{}", results[1].output);
+    let out = &results[0].output;
+    assert_eq!(results[0].code, Some(0), "{}", out);
+    assert!(out.contains("LOST ABORTED: ") && out.contains("rank 1"), "{}", out);
+    assert!(out.contains("CALLBACK ABORTED"), "{}", out);
+}
+
+#[test]
+fn a_killed_rank_is_named_as_lost() {
+    let mut job = LocalJob::start("rs-kill", 2);
+    job.spawn_role("killed");
+    assert!(
+        job.wait_for_output(1, "READY", Duration::from_secs(30)),
+        "{}",
+        job.log("rank1.log")
+    );
+    job.kill_rank(1);
+    let results = job.wait_ranks(Duration::from_secs(60));
+    assert_eq!(results[1].code, None, "killed by a signal");
+    let out = &results[0].output;
+    assert_eq!(results[0].code, Some(0), "{}", out);
+    assert!(out.contains("LOST ABORTED: ") && out.contains("rank 1"), "{}", out);
+}
+
+#[test]
+fn hello_example_prints_the_same_line_as_the_other_languages() {
+    // cargo test builds the examples next to the test binaries' folder.
+    let exe = std::env::current_exe().unwrap();
+    let hello = exe.parent().unwrap().parent().unwrap().join("examples/hello");
+    assert!(hello.exists(), "{} not built", hello.display());
+    let mut job = LocalJob::start("rs-hello", 2);
+    job.spawn_ranks(&hello, &[], &[]);
+    let results = job.wait_ranks(Duration::from_secs(60));
+    for (r, res) in results.iter().enumerate() {
+        assert_eq!(res.code, Some(0), "{}", res.output);
+        assert_eq!(
+            res.output,
+            format!("rank {} of 2: words [0 7 1 7] sum [4 6] gathered [0 1]\n", r)
+        );
+    }
+}
