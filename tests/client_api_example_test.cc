@@ -58,7 +58,8 @@ INSTANTIATE_TEST_SUITE_P(
     Languages, HelloInEachLanguageTest,
     ::testing::Values(std::make_pair("examples/hello/hello.cc", "cpp"),
                       std::make_pair("examples/hello/hello.c", "c"),
-                      std::make_pair("examples/hello/hello.py", "python")));
+                      std::make_pair("examples/hello/hello.py", "python"),
+                      std::make_pair("rust/examples/hello.rs", "rust")));
 
 TEST(ClientApiExampleTest, RunsOnEveryRankOfARealJob) {
   ClusterOptions options;

@@ -8,17 +8,21 @@ use rankd::CollectiveScope::World;
 use rankd::{DistributedSession, HostTensor, Rank, SessionOptions};
 
 fn run() -> rankd::Result<()> {
-    let rank = Rank::join_from_env()?; // from the launcher's environment
+    // From the launcher's environment; every wait below is bounded.
+    let rank = Rank::join_from_env()?;
     let (r, world) = (rank.rank(), rank.world_size());
-    let timeout = Duration::from_secs(30); // every wait is bounded
+    let timeout = Duration::from_secs(30);
+
     // Scheduling metadata: one frame [rank, 7] per rank, rank-major.
     let words = rank.all_gather_words(&[r, 7], timeout)?;
-    let session = rank.open_session(&SessionOptions::default())?; // Gloo
-    // Rank r holds [2r+1, 2r+2]; two ranks sum to [4, 6].
+
+    // Tensors over Gloo: rank r holds [2r+1, 2r+2]; two ranks sum to [4, 6].
+    let session = rank.open_session(&SessionOptions::default())?;
     let x = HostTensor::from_vec(vec![2.0 * r as f32 + 1.0, 2.0 * r as f32 + 2.0]);
     let sum = session.all_reduce_sum(World, &x)?.wait_timeout(timeout)?;
     let mine = HostTensor::from_vec(vec![r as i32]);
     let gathered = session.all_gather(World, &mine)?.wait_timeout(timeout)?;
+
     println!(
         "rank {} of {}: words [{}] sum [{}] gathered [{}]",
         r,
@@ -27,6 +31,7 @@ fn run() -> rankd::Result<()> {
         joined(&sum.to_vec::<f32>()?),
         joined(&gathered.to_vec::<i32>()?)
     );
+
     // A last round is a barrier: nobody closes its session while a peer
     // still uses it. Then leave cleanly.
     rank.all_gather_words(&[r, 7], timeout)?;
@@ -35,7 +40,8 @@ fn run() -> rankd::Result<()> {
 }
 
 fn joined<T: ToString>(values: &[T]) -> String {
-    values.iter().map(T::to_string).collect::<Vec<_>>().join(" ")
+    let strings: Vec<String> = values.iter().map(T::to_string).collect();
+    strings.join(" ")
 }
 
 fn main() {

@@ -137,7 +137,10 @@ impl ValueDescriptor {
 
     /// A scalar of `dtype`.
     pub fn scalar(dtype: TensorDtype) -> Self {
-        ValueDescriptor { shape: Vec::new(), dtype }
+        ValueDescriptor {
+            shape: Vec::new(),
+            dtype,
+        }
     }
 
     /// `rows` rows shaped like `row`: shape `[rows, row.shape...]`; `rows`
@@ -294,7 +297,10 @@ impl DistributedSessionDescriptor {
         let mut ids = BTreeSet::new();
         for g in &groups {
             if !ids.insert(g.id) {
-                return Err(DescriptorError::new(format!("group id {} appears twice", g.id)));
+                return Err(DescriptorError::new(format!(
+                    "group id {} appears twice",
+                    g.id
+                )));
             }
             if let Some(m) = g.members.iter().find(|&&m| m >= world_size) {
                 return Err(DescriptorError::new(format!(

@@ -31,8 +31,8 @@ mod tensor;
 pub use contract::{
     BoundedCompletion, CancellationMode, CollectiveGroupDescriptor, CollectiveGroupId,
     CollectiveScope, Completion, DescriptorError, DistributedCapabilities, DistributedSession,
-    DistributedSessionDescriptor, PeerValue, Submission, TensorDtype, ValueDescriptor,
-    WaitOutcome, WORLD_GROUP_ID,
+    DistributedSessionDescriptor, PeerValue, Submission, TensorDtype, ValueDescriptor, WaitOutcome,
+    WORLD_GROUP_ID,
 };
 pub use error::{Code, Error, Result};
 pub use rank::{Group, JoinOptions, PendingWords, Rank, RankDescriptor};

@@ -295,7 +295,12 @@ impl Rank {
         words: &[u32],
         round_timeout: Duration,
     ) -> Result<PendingWords> {
-        PendingWords::submit(&self.handle, self.world_size() as usize, words, round_timeout)
+        PendingWords::submit(
+            &self.handle,
+            self.world_size() as usize,
+            words,
+            round_timeout,
+        )
     }
 
     /// Sets `key` (1..512 bytes, no NUL) to `value` (at most 1 MiB) in the
@@ -431,7 +436,11 @@ pub(crate) fn all_gather_words(
     Ok(out)
 }
 
-unsafe extern "C" fn call_failure(user_data: *mut c_void, code: ffi::rankd_code, message: *const c_char) {
+unsafe extern "C" fn call_failure(
+    user_data: *mut c_void,
+    code: ffi::rankd_code,
+    message: *const c_char,
+) {
     let result = std::panic::catch_unwind(|| {
         // SAFETY: user_data is a FailureCallback (on_job_failure); the
         // message is valid during the call.

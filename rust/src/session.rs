@@ -151,7 +151,9 @@ impl Rank {
             o.op_timeout_seconds = seconds(t);
         }
         o.verify_agreement = options.verify_agreement as i32;
-        o.gloo_hostname = hostname.as_ref().map_or(ptr::null(), |h: &CString| h.as_ptr());
+        o.gloo_hostname = hostname
+            .as_ref()
+            .map_or(ptr::null(), |h: &CString| h.as_ptr());
         let mut raw = ptr::null_mut();
         // SAFETY: a live rank handle; `raw` is written only on success.
         unsafe { Error::check(ffi::rankd_session_open(self.handle.ptr, &o, &mut raw))? };
@@ -516,7 +518,12 @@ impl DistributedSession for Session {
 
     /// Over the daemons, with `SessionOptions::words_timeout` as deadline.
     fn all_gather_words(&self, local: &[u32]) -> Result<Vec<u32>> {
-        all_gather_words(&self.handle.rank, self.world_size, local, self.words_timeout)
+        all_gather_words(
+            &self.handle.rank,
+            self.world_size,
+            local,
+            self.words_timeout,
+        )
     }
 }
 

@@ -231,7 +231,10 @@ impl HostTensor {
             )));
         }
         let b = lock(&self.storage);
-        Ok(b.bytes().chunks_exact(self.dtype.size()).map(T::read).collect())
+        Ok(b.bytes()
+            .chunks_exact(self.dtype.size())
+            .map(T::read)
+            .collect())
     }
 
     /// A copy of the bytes, native-endian.

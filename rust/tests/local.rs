@@ -98,7 +98,10 @@ fn an_unreachable_daemon_is_unavailable_naming_it() {
 #[test]
 fn host_tensors_hold_typed_values() {
     let t = HostTensor::from_vec(vec![1.5f32, -2.0]);
-    assert_eq!((t.dtype(), t.shape(), t.byte_size()), (TensorDtype::F32, &[2usize][..], 8));
+    assert_eq!(
+        (t.dtype(), t.shape(), t.byte_size()),
+        (TensorDtype::F32, &[2usize][..], 8)
+    );
     assert_eq!(t.to_vec::<f32>().unwrap(), vec![1.5, -2.0]);
     let e = t.to_vec::<i32>().unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument);
@@ -110,7 +113,10 @@ fn host_tensors_hold_typed_values() {
     let empty = HostTensor::zeros(TensorDtype::I32, &[0, 4]).unwrap();
     assert_eq!((empty.element_count(), empty.descriptor().rows()), (0, 0));
     let s = HostTensor::scalar(true);
-    assert_eq!((s.shape(), s.to_vec::<bool>().unwrap()), (&[][..], vec![true]));
+    assert_eq!(
+        (s.shape(), s.to_vec::<bool>().unwrap()),
+        (&[][..], vec![true])
+    );
     let h = HostTensor::from_bytes(TensorDtype::F16, &[2], &[0, 0x3c, 0, 0x40]).unwrap();
     assert_eq!(h.to_bytes(), vec![0, 0x3c, 0, 0x40]);
     assert!(HostTensor::from_bytes(TensorDtype::Bf16, &[2], &[0; 3]).is_err());
@@ -129,7 +135,10 @@ fn host_tensors_hold_typed_values() {
 fn contract_types_validate_as_the_contract_says() {
     assert!(ValueDescriptor::new(vec![4, 0], TensorDtype::F32).is_err());
     let v = ValueDescriptor::new(vec![4, 8], TensorDtype::F32).unwrap();
-    assert_eq!((v.to_string(), v.byte_size(), v.rows()), ("f32[4, 8]".into(), 128, 4));
+    assert_eq!(
+        (v.to_string(), v.byte_size(), v.rows()),
+        ("f32[4, 8]".into(), 128, 4)
+    );
     let none = ValueDescriptor::rows_of(0, &v.row_descriptor()).unwrap();
     assert_eq!(none.shape(), &[0, 8]);
     assert_eq!(ValueDescriptor::scalar(TensorDtype::I8).rows(), 1);
@@ -151,7 +160,12 @@ fn contract_types_validate_as_the_contract_says() {
     assert_eq!(d.group(2).unwrap().members(), &[3, 1]);
     assert!(d.scope_group(CollectiveScope::World).is_none());
     assert_eq!(CollectiveScope::Group(5).to_string(), "group 5");
-    assert_eq!(rankd::DistributedCapabilities::default().collective_groups.len(), 0);
+    assert_eq!(
+        rankd::DistributedCapabilities::default()
+            .collective_groups
+            .len(),
+        0
+    );
 }
 
 #[test]
@@ -160,7 +174,9 @@ fn errors_display_code_and_message() {
     assert_eq!(e.to_string(), "ABORTED: rank 3 lost");
     let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(e.clone());
     assert_eq!(boxed.to_string(), e.to_string());
-    let from: Error = ValueDescriptor::new(vec![0], TensorDtype::F32).unwrap_err().into();
+    let from: Error = ValueDescriptor::new(vec![0], TensorDtype::F32)
+        .unwrap_err()
+        .into();
     assert_eq!(from.code(), Code::InvalidArgument);
 }
 

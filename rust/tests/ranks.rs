@@ -61,11 +61,18 @@ fn collectives(rank: &Rank) {
     assert_eq!((world.members(), world.local_rank()), (&[0u32, 1][..], r));
     let caps = contract.capabilities();
     assert!(caps.world_collectives && caps.point_to_point, "{:?}", caps);
-    assert!(caps.variable_all_to_all && caps.exact_completion, "{:?}", caps);
+    assert!(
+        caps.variable_all_to_all && caps.exact_completion,
+        "{:?}",
+        caps
+    );
     assert!(caps.collective_groups.contains(&1), "{:?}", caps);
 
     // all_gather_words: [7, 9] on both gives [7, 9, 7, 9].
-    assert_eq!(contract.all_gather_words(&[7, 9]).unwrap(), vec![7, 9, 7, 9]);
+    assert_eq!(
+        contract.all_gather_words(&[7, 9]).unwrap(),
+        vec![7, 9, 7, 9]
+    );
 
     // all_reduce_sum: [1, 2] + [3, 4] = [4, 6]; allocating, into, in place.
     let x = HostTensor::from_vec(vec![1.0 + 2.0 * r as f32, 2.0 + 2.0 * r as f32]);
@@ -83,13 +90,40 @@ fn collectives(rank: &Rank) {
     assert_eq!(f32s(&x), vec![4.0, 6.0]);
     let v = HostTensor::with_shape(&[2, 3], &[r as i64 + 1; 6]).unwrap();
     let s64 = s.all_reduce_sum(World, &v).unwrap().wait().unwrap();
-    assert_eq!((s64.to_vec::<i64>().unwrap(), s64.shape()), (vec![3; 6], &[2usize, 3][..]));
+    assert_eq!(
+        (s64.to_vec::<i64>().unwrap(), s64.shape()),
+        (vec![3; 6], &[2usize, 3][..])
+    );
     let v = HostTensor::with_shape(&[3], &[r as u8 + 1; 3]).unwrap();
-    assert_eq!(s.all_reduce_sum(World, &v).unwrap().wait().unwrap().to_vec::<u8>().unwrap(), vec![3; 3]);
+    assert_eq!(
+        s.all_reduce_sum(World, &v)
+            .unwrap()
+            .wait()
+            .unwrap()
+            .to_vec::<u8>()
+            .unwrap(),
+        vec![3; 3]
+    );
     let v = HostTensor::from_vec(vec![0.5f64 + r as f64]);
-    assert_eq!(s.all_reduce_sum(World, &v).unwrap().wait().unwrap().to_vec::<f64>().unwrap(), vec![2.0]);
+    assert_eq!(
+        s.all_reduce_sum(World, &v)
+            .unwrap()
+            .wait()
+            .unwrap()
+            .to_vec::<f64>()
+            .unwrap(),
+        vec![2.0]
+    );
     let v = HostTensor::from_vec(vec![-(r as i16) - 1; 4]);
-    assert_eq!(s.all_reduce_sum(World, &v).unwrap().wait().unwrap().to_vec::<i16>().unwrap(), vec![-3; 4]);
+    assert_eq!(
+        s.all_reduce_sum(World, &v)
+            .unwrap()
+            .wait()
+            .unwrap()
+            .to_vec::<i16>()
+            .unwrap(),
+        vec![-3; 4]
+    );
 
     // all_gather: [2, 3] on both gives [2, 3, 2, 3]; rows in member order.
     let g = contract
@@ -97,7 +131,10 @@ fn collectives(rank: &Rank) {
         .unwrap()
         .wait()
         .unwrap();
-    assert_eq!((f32s(&g), g.shape()), (vec![2.0, 3.0, 2.0, 3.0], &[4usize][..]));
+    assert_eq!(
+        (f32s(&g), g.shape()),
+        (vec![2.0, 3.0, 2.0, 3.0], &[4usize][..])
+    );
     let rows = HostTensor::with_shape(&[1, 2], &[10 * r as i32, 10 * r as i32 + 1]).unwrap();
     let sub = s.all_gather(World, &rows).unwrap();
     let deadline = Instant::now() + T;
@@ -108,8 +145,15 @@ fn collectives(rank: &Rank) {
     assert_eq!(sub.output.shape(), &[2, 2]);
     assert_eq!(sub.output.to_vec::<i32>().unwrap(), vec![0, 1, 10, 11]);
     // A scalar gives one element per member.
-    let g = s.all_gather(World, &HostTensor::scalar(r)).unwrap().wait().unwrap();
-    assert_eq!((g.to_vec::<u32>().unwrap(), g.shape()), (vec![0, 1], &[2usize][..]));
+    let g = s
+        .all_gather(World, &HostTensor::scalar(r))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(
+        (g.to_vec::<u32>().unwrap(), g.shape()),
+        (vec![0, 1], &[2usize][..])
+    );
 
     s.all_gather_words(&[r]).unwrap(); // done with the data plane
     println!("RUST RANK {} OK", r);
@@ -121,10 +165,22 @@ fn point_to_point(rank: &Rank) {
     let s = session(rank);
 
     // all_to_all_v: rank 0 keeps 1 row and sends 2; rank 1 sends 3.
-    let (send, recv) = if r == 0 { ([1, 2], [1, 3]) } else { ([3, 0], [2, 0]) };
+    let (send, recv) = if r == 0 {
+        ([1, 2], [1, 3])
+    } else {
+        ([3, 0], [2, 0])
+    };
     let a = HostTensor::from_vec((0..3).map(|i| (i + 100 * r) as f32).collect());
-    let got = s.all_to_all_v(World, &a, &send, &recv).unwrap().wait().unwrap();
-    let want: Vec<f32> = if r == 0 { vec![0.0, 100.0, 101.0, 102.0] } else { vec![1.0, 2.0] };
+    let got = s
+        .all_to_all_v(World, &a, &send, &recv)
+        .unwrap()
+        .wait()
+        .unwrap();
+    let want: Vec<f32> = if r == 0 {
+        vec![0.0, 100.0, 101.0, 102.0]
+    } else {
+        vec![1.0, 2.0]
+    };
     assert_eq!(f32s(&got), want);
     // Rows of a 2-D value: rank 0 sends both its rows to rank 1, which
     // sends nothing (an empty leading axis) and rank 0 receives nothing.
@@ -133,8 +189,16 @@ fn point_to_point(rank: &Rank) {
     } else {
         HostTensor::zeros(TensorDtype::I32, &[0, 2]).unwrap()
     };
-    let (send, recv) = if r == 0 { ([0, 2], [0, 0]) } else { ([0, 0], [2, 0]) };
-    let got = s.all_to_all_v(World, &a, &send, &recv).unwrap().wait().unwrap();
+    let (send, recv) = if r == 0 {
+        ([0, 2], [0, 0])
+    } else {
+        ([0, 0], [2, 0])
+    };
+    let got = s
+        .all_to_all_v(World, &a, &send, &recv)
+        .unwrap()
+        .wait()
+        .unwrap();
     let want: Vec<i32> = if r == 0 { vec![] } else { vec![1, 2, 3, 4] };
     assert_eq!(got.shape(), &[want.len() / 2, 2]);
     assert_eq!(got.to_vec::<i32>().unwrap(), want);
@@ -143,15 +207,23 @@ fn point_to_point(rank: &Rank) {
     // both cancellation modes on work that completes.
     let d = ValueDescriptor::new(vec![2], TensorDtype::F32).unwrap();
     if r == 0 {
-        let sub = s.send(World, 1, &HostTensor::from_vec(vec![5.0f32, 6.0])).unwrap();
-        assert!(sub.completion.supports_cancellation(CancellationMode::NativeCancel));
+        let sub = s
+            .send(World, 1, &HostTensor::from_vec(vec![5.0f32, 6.0]))
+            .unwrap();
+        assert!(sub
+            .completion
+            .supports_cancellation(CancellationMode::NativeCancel));
         assert_eq!(
-            sub.completion.wait_bounded(T, CancellationMode::NativeCancel).unwrap(),
+            sub.completion
+                .wait_bounded(T, CancellationMode::NativeCancel)
+                .unwrap(),
             WaitOutcome::Completed
         );
     } else {
         let sub = s.receive(World, 0, &d).unwrap();
-        assert!(sub.completion.supports_cancellation(CancellationMode::QuarantineUntilComplete));
+        assert!(sub
+            .completion
+            .supports_cancellation(CancellationMode::QuarantineUntilComplete));
         assert_eq!(
             sub.completion
                 .wait_bounded(T, CancellationMode::QuarantineUntilComplete)
@@ -168,7 +240,10 @@ fn point_to_point(rank: &Rank) {
         .batch_send_receive(
             World,
             &[PeerValue { peer, value: mine }],
-            &[PeerValue { peer, value: theirs.clone() }],
+            &[PeerValue {
+                peer,
+                value: theirs.clone(),
+            }],
         )
         .unwrap();
     let outputs = sub.wait_timeout(T).unwrap();
@@ -205,13 +280,33 @@ fn refusals(rank: &Rank) {
 
     // all_to_all_v counts that do not match the input or the group.
     let three = HostTensor::from_vec(vec![1.0f32, 2.0, 3.0]);
-    expect_err(s.all_to_all_v(World, &three, &[1, 1], &[1, 1]), Code::InvalidArgument, "");
-    expect_err(s.all_to_all_v(World, &x, &[1, 1, 0], &[1, 1, 0]), Code::InvalidArgument, "");
-    expect_err(s.all_to_all_v(World, &x, &[1, 1], &[2]), Code::InvalidArgument, "receive counts");
-    // A peer out of range, or this rank itself.
-    expect_err(s.send(World, 5, &x), Code::InvalidArgument, "peer 5 is outside");
     expect_err(
-        s.receive(World, 7, &ValueDescriptor::new(vec![2], TensorDtype::F32).unwrap()),
+        s.all_to_all_v(World, &three, &[1, 1], &[1, 1]),
+        Code::InvalidArgument,
+        "",
+    );
+    expect_err(
+        s.all_to_all_v(World, &x, &[1, 1, 0], &[1, 1, 0]),
+        Code::InvalidArgument,
+        "",
+    );
+    expect_err(
+        s.all_to_all_v(World, &x, &[1, 1], &[2]),
+        Code::InvalidArgument,
+        "receive counts",
+    );
+    // A peer out of range, or this rank itself.
+    expect_err(
+        s.send(World, 5, &x),
+        Code::InvalidArgument,
+        "peer 5 is outside",
+    );
+    expect_err(
+        s.receive(
+            World,
+            7,
+            &ValueDescriptor::new(vec![2], TensorDtype::F32).unwrap(),
+        ),
         Code::InvalidArgument,
         "peer 7",
     );
@@ -227,11 +322,23 @@ fn refusals(rank: &Rank) {
     );
     // An output of the wrong shape.
     let wrong = HostTensor::zeros(TensorDtype::F32, &[3]).unwrap();
-    expect_err(s.all_reduce_sum_into(World, &x, &wrong), Code::InvalidArgument, "f32[3]");
+    expect_err(
+        s.all_reduce_sum_into(World, &x, &wrong),
+        Code::InvalidArgument,
+        "f32[3]",
+    );
     // The key-value broker and words rounds.
-    expect_err(rank.kv_get("rs/never", Duration::from_millis(200)), Code::DeadlineExceeded, "rs/never");
+    expect_err(
+        rank.kv_get("rs/never", Duration::from_millis(200)),
+        Code::DeadlineExceeded,
+        "rs/never",
+    );
     expect_err(rank.kv_set("bad\0key", b""), Code::InvalidArgument, "NUL");
-    expect_err(rank.all_gather_words(&[1], Duration::ZERO), Code::InvalidArgument, "timeout");
+    expect_err(
+        rank.all_gather_words(&[1], Duration::ZERO),
+        Code::InvalidArgument,
+        "timeout",
+    );
 
     // A bounded wait refuses a zero timeout before waiting; the work is
     // still there to wait for.
@@ -246,7 +353,10 @@ fn refusals(rank: &Rank) {
 
     // Still usable after every refusal.
     let ones = HostTensor::from_vec(vec![1.0f32; 2]);
-    assert_eq!(f32s(&s.all_reduce_sum(World, &ones).unwrap().wait().unwrap()), vec![2.0, 2.0]);
+    assert_eq!(
+        f32s(&s.all_reduce_sum(World, &ones).unwrap().wait().unwrap()),
+        vec![2.0, 2.0]
+    );
     rank.all_gather_words(&[r], T).unwrap();
     println!("RUST RANK {} OK", r);
 }
@@ -266,10 +376,20 @@ fn deadline(rank: &Rank) {
         let start = Instant::now();
         let outcome = sub
             .completion
-            .wait_bounded(Duration::from_millis(500), CancellationMode::QuarantineUntilComplete)
+            .wait_bounded(
+                Duration::from_millis(500),
+                CancellationMode::QuarantineUntilComplete,
+            )
             .unwrap();
-        assert_eq!(outcome, WaitOutcome::DeadlineExceeded(CancellationMode::QuarantineUntilComplete));
-        assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+        assert_eq!(
+            outcome,
+            WaitOutcome::DeadlineExceeded(CancellationMode::QuarantineUntilComplete)
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
         // Poisoned: later work fails at once with the cause.
         let x = HostTensor::from_vec(vec![1.0f32]);
         let e = match s.all_reduce_sum(World, &x) {
@@ -306,8 +426,10 @@ fn lost(rank: &Rank, killed: bool) {
     let sub = s.receive(World, 1, &d).unwrap();
     let start = Instant::now();
     let e = expect_err(
-        sub.completion
-            .wait_bounded(Duration::from_secs(20), CancellationMode::QuarantineUntilComplete),
+        sub.completion.wait_bounded(
+            Duration::from_secs(20),
+            CancellationMode::QuarantineUntilComplete,
+        ),
         Code::Aborted,
         "rank 1",
     );
@@ -315,7 +437,9 @@ fn lost(rank: &Rank, killed: bool) {
     println!("LOST {}", e);
     let health = rank.job_health().expect("the job failed");
     assert_eq!(health.code(), Code::Aborted, "{}", health);
-    let seen = rx.recv_timeout(Duration::from_secs(10)).expect("the failure callback");
+    let seen = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the failure callback");
     assert_eq!(seen.code(), Code::Aborted, "{}", seen);
     println!("CALLBACK {}", seen.code());
     println!("RUST RANK {} OK", r);
@@ -374,7 +498,11 @@ fn a_rank_that_exits_is_named_as_lost() {
     assert_eq!(results[1].code, Some(3), "{}", results[1].output);
     let out = &results[0].output;
     assert_eq!(results[0].code, Some(0), "{}", out);
-    assert!(out.contains("LOST ABORTED: ") && out.contains("rank 1"), "{}", out);
+    assert!(
+        out.contains("LOST ABORTED: ") && out.contains("rank 1"),
+        "{}",
+        out
+    );
     assert!(out.contains("CALLBACK ABORTED"), "{}", out);
 }
 
@@ -392,14 +520,23 @@ fn a_killed_rank_is_named_as_lost() {
     assert_eq!(results[1].code, None, "killed by a signal");
     let out = &results[0].output;
     assert_eq!(results[0].code, Some(0), "{}", out);
-    assert!(out.contains("LOST ABORTED: ") && out.contains("rank 1"), "{}", out);
+    assert!(
+        out.contains("LOST ABORTED: ") && out.contains("rank 1"),
+        "{}",
+        out
+    );
 }
 
 #[test]
 fn hello_example_prints_the_same_line_as_the_other_languages() {
     // cargo test builds the examples next to the test binaries' folder.
     let exe = std::env::current_exe().unwrap();
-    let hello = exe.parent().unwrap().parent().unwrap().join("examples/hello");
+    let hello = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/hello");
     assert!(hello.exists(), "{} not built", hello.display());
     let mut job = LocalJob::start("rs-hello", 2);
     job.spawn_ranks(&hello, &[], &[]);
@@ -408,7 +545,10 @@ fn hello_example_prints_the_same_line_as_the_other_languages() {
         assert_eq!(res.code, Some(0), "{}", res.output);
         assert_eq!(
             res.output,
-            format!("rank {} of 2: words [0 7 1 7] sum [4 6] gathered [0 1]\n", r)
+            format!(
+                "rank {} of 2: words [0 7 1 7] sum [4 6] gathered [0 1]\n",
+                r
+            )
         );
     }
 }

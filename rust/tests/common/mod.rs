@@ -139,7 +139,10 @@ impl LocalJob {
             }
             let exited = job.daemon.try_wait().ok().flatten().is_some();
             if exited || Instant::now() > deadline {
-                panic!("the daemon did not become ready:\n{}", job.log("daemon.log"));
+                panic!(
+                    "the daemon did not become ready:\n{}",
+                    job.log("daemon.log")
+                );
             }
             sleep(Duration::from_millis(100));
         }
@@ -186,7 +189,13 @@ impl LocalJob {
         let me = std::env::current_exe().unwrap();
         self.spawn_ranks(
             &me,
-            &["rank_program", "--exact", "--ignored", "--nocapture", "--test-threads=1"],
+            &[
+                "rank_program",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ],
             &[("RANKD_RUST_ROLE", role)],
         )
     }
