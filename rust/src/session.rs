@@ -594,6 +594,14 @@ impl Completion for Work {
     }
 }
 
+/// Whether a bounded wait's DEADLINE_EXCEEDED is its own missed deadline
+/// (rankd_work_wait_bounded: "the work did not complete within ...; <mode>
+/// applied, ..."), not the work's failure, which has the same code (a peer
+/// that never submitted).
+fn is_missed_deadline(e: &Error) -> bool {
+    e.message().contains("did not complete within") && e.message().contains(" applied")
+}
+
 impl BoundedCompletion for Work {
     type Error = Error;
 
@@ -605,9 +613,7 @@ impl BoundedCompletion for Work {
     fn wait_bounded(&self, timeout: Duration, mode: CancellationMode) -> Result<WaitOutcome> {
         match self.bounded(timeout, mode) {
             Ok(()) => Ok(WaitOutcome::Completed),
-            // The library's own deadline (not the work's failure): it says
-            // the mode was applied.
-            Err(e) if e.code() == Code::DeadlineExceeded && e.message().contains(" applied") => {
+            Err(e) if e.code() == Code::DeadlineExceeded && is_missed_deadline(&e) => {
                 Ok(WaitOutcome::DeadlineExceeded(mode))
             }
             Err(e) => Err(e),
