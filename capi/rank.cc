@@ -256,6 +256,9 @@ rankd_status* rankd_join(const rankd_join_options* options, rankd_rank** rank) {
   }
   state->control_plane =
       rankd::dataplane::MakeClientControlPlane(state->client.get());
+  if (plan->join.device.kind() == "cuda") {
+    state->cuda_device = plan->join.device.index();
+  }
   auto handle = std::make_unique<rankd_rank>();
   handle->state = std::move(state);
   *rank = handle.release();  // the caller owns it: rankd_rank_free

@@ -1,6 +1,7 @@
 // The C ABI's data-plane functions (capi/include/rankd/rankd.h, "Data-plane
 // sessions" and "Completions"): sessions over a joined rank, the
-// DistributedSession operations on host buffers with Gloo, and works.
+// DistributedSession operations on host buffers with Gloo, and works. NCCL
+// sessions' operations are in nccl.cc (capi/internal/nccl.h).
 //
 // Host buffers are copied: an input into a library-owned tensor during the
 // submitting call, an output from the operation's result into the caller's
@@ -24,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "capi/internal/handles.h"
+#include "capi/internal/nccl.h"
 #include "dataplane/completion.h"
 #include "dataplane/descriptor_proto.h"
 #include "dataplane/gloo/gloo_session.h"
@@ -32,7 +34,6 @@
 #include "rankd/rankd.h"
 
 namespace rankd::capi {
-namespace {
 
 using dataplane::CancellationMode;
 using dataplane::CollectiveScope;
@@ -40,22 +41,6 @@ using dataplane::HostTensor;
 using dataplane::PeerValue;
 using dataplane::TensorDtype;
 using dataplane::ValueDescriptor;
-
-// rankd_dtype's values are TensorDtype's, in order.
-static_assert(RANKD_BOOL == static_cast<int>(TensorDtype::kBool));
-static_assert(RANKD_F32 == static_cast<int>(TensorDtype::kF32));
-static_assert(RANKD_F16 == static_cast<int>(TensorDtype::kF16));
-static_assert(RANKD_BF16 == static_cast<int>(TensorDtype::kBf16));
-static_assert(RANKD_F64 == static_cast<int>(TensorDtype::kF64));
-static_assert(RANKD_I8 == static_cast<int>(TensorDtype::kI8));
-static_assert(RANKD_I16 == static_cast<int>(TensorDtype::kI16));
-static_assert(RANKD_I32 == static_cast<int>(TensorDtype::kI32));
-static_assert(RANKD_I64 == static_cast<int>(TensorDtype::kI64));
-static_assert(RANKD_U8 == static_cast<int>(TensorDtype::kU8));
-static_assert(RANKD_U16 == static_cast<int>(TensorDtype::kU16));
-static_assert(RANKD_U32 == static_cast<int>(TensorDtype::kU32));
-static_assert(RANKD_U64 == static_cast<int>(TensorDtype::kU64));
-static_assert(RANKD_COMPLEX64 == static_cast<int>(TensorDtype::kComplex64));
 
 // The descriptor of a caller's tensor: `what` ("input", "sends[2]", ...)
 // names it in errors.
@@ -94,6 +79,29 @@ absl::StatusOr<ValueDescriptor> DescriptorOf(const rankd_tensor* t,
   return d;
 }
 
+CollectiveScope ScopeOf(uint32_t group) {
+  return group == RANKD_WORLD_GROUP ? CollectiveScope::World()
+                                    : CollectiveScope::Group(group);
+}
+
+namespace {
+
+// rankd_dtype's values are TensorDtype's, in order.
+static_assert(RANKD_BOOL == static_cast<int>(TensorDtype::kBool));
+static_assert(RANKD_F32 == static_cast<int>(TensorDtype::kF32));
+static_assert(RANKD_F16 == static_cast<int>(TensorDtype::kF16));
+static_assert(RANKD_BF16 == static_cast<int>(TensorDtype::kBf16));
+static_assert(RANKD_F64 == static_cast<int>(TensorDtype::kF64));
+static_assert(RANKD_I8 == static_cast<int>(TensorDtype::kI8));
+static_assert(RANKD_I16 == static_cast<int>(TensorDtype::kI16));
+static_assert(RANKD_I32 == static_cast<int>(TensorDtype::kI32));
+static_assert(RANKD_I64 == static_cast<int>(TensorDtype::kI64));
+static_assert(RANKD_U8 == static_cast<int>(TensorDtype::kU8));
+static_assert(RANKD_U16 == static_cast<int>(TensorDtype::kU16));
+static_assert(RANKD_U32 == static_cast<int>(TensorDtype::kU32));
+static_assert(RANKD_U64 == static_cast<int>(TensorDtype::kU64));
+static_assert(RANKD_COMPLEX64 == static_cast<int>(TensorDtype::kComplex64));
+
 // A library-owned copy of the caller's input.
 absl::StatusOr<HostTensor> CopyIn(const rankd_tensor* t, const char* function,
                                   const std::string& what) {
@@ -111,11 +119,6 @@ absl::StatusOr<HostTensor> OutputLike(const rankd_tensor* t,
   auto d = DescriptorOf(t, function, what);
   if (!d.ok()) return d.status();
   return HostTensor::Uninitialized(*d);
-}
-
-CollectiveScope ScopeOf(uint32_t group) {
-  return group == RANKD_WORLD_GROUP ? CollectiveScope::World()
-                                    : CollectiveScope::Group(group);
 }
 
 // What every operation checks first.
@@ -282,12 +285,7 @@ rankd_status* rankd_session_open(rankd_rank* rank,
     if (!from_env.ok()) return ToC(from_env.status());
     backend = *from_env;
   }
-  if (backend == RANKD_BACKEND_NCCL) {
-    return Error(absl::StatusCode::kUnimplemented, kFn,
-                 "this build of the C ABI opens Gloo sessions only; NCCL "
-                 "sessions are available from C++ (dataplane/nccl)");
-  }
-  if (backend != RANKD_BACKEND_GLOO) {
+  if (backend != RANKD_BACKEND_GLOO && backend != RANKD_BACKEND_NCCL) {
     return Error(
         absl::StatusCode::kInvalidArgument, kFn,
         absl::StrCat("options->backend is ", backend, ", not a rankd_backend"));
@@ -295,6 +293,21 @@ rankd_status* rankd_session_open(rankd_rank* rank,
   auto op_timeout = rankd::capi::ToDuration(o.op_timeout_seconds, kFn,
                                             "options->op_timeout_seconds");
   if (!op_timeout.ok()) return ToC(op_timeout.status());
+  if (backend == RANKD_BACKEND_NCCL) {
+    auto opened = rankd::capi::OpenNccl(*rank->state, o, *op_timeout);
+    if (!opened.ok()) {
+      return Error(
+          opened.status().code(), kFn,
+          absl::StrCat("opening an NCCL session: ", opened.status().message()));
+    }
+    auto state = std::make_shared<rankd::capi::SessionState>();
+    state->rank = rank->state;
+    state->nccl = *std::move(opened);
+    auto handle = std::make_unique<rankd_session>();
+    handle->state = std::move(state);
+    *session = handle.release();  // rankd_session_free
+    return nullptr;
+  }
   auto descriptor = rankd::dataplane::DescriptorFromProto(rank->state->proto);
   if (!descriptor.ok()) return ToC(descriptor.status());
   rankd::dataplane::gloo::GlooSessionOptions gloo;
@@ -330,7 +343,7 @@ rankd_status* rankd_session_capabilities(const rankd_session* session,
                      sizeof(rankd_capabilities)));
   }
   const rankd::dataplane::DistributedCapabilities caps =
-      session->state->gloo->capabilities();
+      session->state->capabilities();
   capabilities->world_collectives = caps.world_collectives ? 1 : 0;
   capabilities->point_to_point = caps.point_to_point ? 1 : 0;
   capabilities->variable_all_to_all = caps.variable_all_to_all ? 1 : 0;
@@ -341,13 +354,15 @@ rankd_status* rankd_session_capabilities(const rankd_session* session,
 int rankd_session_supports_group(const rankd_session* session, uint32_t group) {
   if (session == nullptr) return 0;
   const rankd::dataplane::DistributedCapabilities caps =
-      session->state->gloo->capabilities();
+      session->state->capabilities();
   if (group == RANKD_WORLD_GROUP) return caps.world_collectives ? 1 : 0;
   return caps.collective_groups.count(group) > 0 ? 1 : 0;
 }
 
 int32_t rankd_session_backend(const rankd_session* session) {
-  return session == nullptr ? 0 : RANKD_BACKEND_GLOO;
+  if (session == nullptr) return 0;
+  return session->state->nccl != nullptr ? RANKD_BACKEND_NCCL
+                                         : RANKD_BACKEND_GLOO;
 }
 
 rankd_status* rankd_all_reduce_sum(rankd_session* session, uint32_t group,
@@ -355,6 +370,10 @@ rankd_status* rankd_all_reduce_sum(rankd_session* session, uint32_t group,
                                    const rankd_tensor* output, void* stream,
                                    rankd_work** work) {
   constexpr char kFn[] = "rankd_all_reduce_sum";
+  if (session != nullptr && session->state->nccl != nullptr) {
+    return rankd::capi::NcclAllReduceSum(session, group, input, output, stream,
+                                         work);
+  }
   auto operands = Prepare(session, stream, work, kFn, input, output);
   if (!operands.ok()) return ToC(operands.status());
   const HostTensor& in = operands->input;
@@ -375,6 +394,10 @@ rankd_status* rankd_all_gather(rankd_session* session, uint32_t group,
                                const rankd_tensor* output, void* stream,
                                rankd_work** work) {
   constexpr char kFn[] = "rankd_all_gather";
+  if (session != nullptr && session->state->nccl != nullptr) {
+    return rankd::capi::NcclAllGather(session, group, input, output, stream,
+                                      work);
+  }
   auto operands = Prepare(session, stream, work, kFn, input, output);
   if (!operands.ok()) return ToC(operands.status());
   const HostTensor& in = operands->input;
@@ -391,6 +414,11 @@ rankd_status* rankd_all_to_all_v(rankd_session* session, uint32_t group,
                                  const rankd_tensor* output, void* stream,
                                  rankd_work** work) {
   constexpr char kFn[] = "rankd_all_to_all_v";
+  if (session != nullptr && session->state->nccl != nullptr) {
+    return rankd::capi::NcclAllToAllV(session, group, input, send_counts,
+                                      receive_counts, members, output, stream,
+                                      work);
+  }
   if (members > 0 && send_counts == nullptr) {
     return NullArgument(kFn, "send_counts");
   }
@@ -413,6 +441,9 @@ rankd_status* rankd_send(rankd_session* session, uint32_t group, size_t peer,
                          const rankd_tensor* input, void* stream,
                          rankd_work** work) {
   constexpr char kFn[] = "rankd_send";
+  if (session != nullptr && session->state->nccl != nullptr) {
+    return rankd::capi::NcclSend(session, group, peer, input, stream, work);
+  }
   if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
     return ToC(s);
   }
@@ -427,6 +458,9 @@ rankd_status* rankd_receive(rankd_session* session, uint32_t group, size_t peer,
                             const rankd_tensor* output, void* stream,
                             rankd_work** work) {
   constexpr char kFn[] = "rankd_receive";
+  if (session != nullptr && session->state->nccl != nullptr) {
+    return rankd::capi::NcclReceive(session, group, peer, output, stream, work);
+  }
   if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
     return ToC(s);
   }
@@ -444,6 +478,11 @@ rankd_status* rankd_batch_send_receive(rankd_session* session, uint32_t group,
                                        size_t receive_count, void* stream,
                                        rankd_work** work) {
   constexpr char kFn[] = "rankd_batch_send_receive";
+  if (session != nullptr && session->state->nccl != nullptr) {
+    return rankd::capi::NcclBatchSendReceive(session, group, sends, send_count,
+                                             receives, receive_count, stream,
+                                             work);
+  }
   if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
     return ToC(s);
   }

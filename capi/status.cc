@@ -19,7 +19,8 @@ RankState::~RankState() {
 }
 
 SessionState::~SessionState() {
-  gloo.reset();  // uses the rank's control plane
+  gloo.reset();  // both use the rank's control plane
+  nccl.reset();
   rank.reset();
 }
 

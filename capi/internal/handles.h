@@ -7,11 +7,12 @@
 // Within RankState the control plane is destroyed before the client it
 // uses; within SessionState the session before the rank state.
 //
-// Private to capi/. Depends on the client library, the data plane's contract
-// and Gloo session, and absl.
+// Private to capi/. Depends on the client library, the data plane's contract,
+// its Gloo and NCCL sessions, and absl.
 #ifndef RANKD_CAPI_INTERNAL_HANDLES_H_
 #define RANKD_CAPI_INTERNAL_HANDLES_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,6 +28,7 @@
 #include "dataplane/control_plane.h"
 #include "dataplane/gloo/gloo_session.h"
 #include "dataplane/host_tensor.h"
+#include "dataplane/nccl/nccl_session.h"
 #include "dataplane/types.h"
 #include "rankd/rankd.h"
 
@@ -40,12 +42,24 @@ struct RankState {
   std::unique_ptr<dataplane::ControlPlane> control_plane;
   v1::SessionDescriptor proto;
   std::vector<std::vector<uint32_t>> group_members;  // one per proto group
+  // The CUDA device the rank joined with (device_kind "cuda"), or -1 (an
+  // NCCL session then takes the local rank's device).
+  int32_t cuda_device = -1;
+  // NCCL sessions opened so far: the n-th one's keys in the job's broker
+  // are tagged "capi-n" (every rank opens its sessions in the same order).
+  std::atomic<uint32_t> nccl_sessions{0};
 };
 
+// Exactly one of `gloo` and `nccl` is set.
 struct SessionState {
   ~SessionState();
   std::shared_ptr<RankState> rank;
   std::unique_ptr<dataplane::gloo::GlooSession> gloo;
+  std::unique_ptr<dataplane::nccl::NcclSession> nccl;
+
+  dataplane::DistributedCapabilities capabilities() const {
+    return gloo != nullptr ? gloo->capabilities() : nccl->capabilities();
+  }
 };
 
 // A status the caller owns; NULL for OK. `function` prefixes messages of
@@ -64,6 +78,13 @@ struct TimeoutRules {
 absl::StatusOr<absl::Duration> ToDuration(double seconds, const char* function,
                                           const char* what,
                                           TimeoutRules rules = {});
+
+// The descriptor of a caller's tensor (dtype, shape, data checked); `what`
+// ("input", "sends[2]", ...) names it in errors. Defined in session.cc.
+absl::StatusOr<dataplane::ValueDescriptor> DescriptorOf(
+    const rankd_tensor* t, const char* function, const std::string& what);
+// RANKD_WORLD_GROUP or a group id as a scope.
+dataplane::CollectiveScope ScopeOf(uint32_t group);
 
 }  // namespace rankd::capi
 
@@ -90,8 +111,9 @@ struct rankd_bytes {
   std::string value;
 };
 
-// A submitted operation: its completion, and the outputs to copy into the
-// caller's buffers once its success is first observed.
+// A submitted operation: its completion, and (Gloo) the outputs to copy into
+// the caller's buffers once its success is first observed. An NCCL work
+// writes the caller's device memory itself and has no deliveries.
 struct rankd_work {
   struct Delivery {
     rankd::dataplane::HostTensor output;

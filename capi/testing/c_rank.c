@@ -12,7 +12,7 @@
  *                 prints "LOST <code>: <message>".
  *
  * Exits 1 with "FAILED: ..." on the first unexpected result. */
-#define _DEFAULT_SOURCE /* usleep */
+#define _DEFAULT_SOURCE /* usleep, setenv */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -257,12 +257,16 @@ static void Ops(rankd_rank* rank, uint32_t world) {
   Refused(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &in, &out,
                                (void*)&in, &work),
           RANKD_INVALID_ARGUMENT, "stream", "a stream on Gloo");
+  /* Without the CUDA runtime an NCCL session is unavailable, naming what
+   * was looked for (the loader reads the variable on first use, which this
+   * is: the process never loaded CUDA). */
+  setenv("RANKD_CUDART_LIBRARY", "/nonexistent/libcudart.so.13", 1);
   rankd_session_options nccl;
   rankd_session_options_init(&nccl);
   nccl.backend = RANKD_BACKEND_NCCL;
   rankd_session* unused = NULL;
-  Refused(rankd_session_open(rank, &nccl, &unused), RANKD_UNIMPLEMENTED,
-          "Gloo sessions only", "an NCCL session");
+  Refused(rankd_session_open(rank, &nccl, &unused), RANKD_UNAVAILABLE,
+          "/nonexistent/libcudart.so.13", "an NCCL session without CUDA");
 
   /* The session is still usable after the refusals. */
   x[0] = 1;

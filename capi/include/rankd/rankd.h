@@ -316,7 +316,10 @@ typedef struct rankd_session rankd_session;
 typedef enum rankd_backend {
   /* Host memory over Gloo's TCP transport; runs anywhere. */
   RANKD_BACKEND_GLOO = 1,
-  /* CUDA device memory over NCCL. */
+  /* CUDA device memory over NCCL, on the device the rank joined with
+   * (rankd_join_options.device_kind "cuda" and device_index), else on its
+   * local rank's device. The CUDA runtime and NCCL are opened when the
+   * first session needs them (where they are looked for: docs/nccl.md). */
   RANKD_BACKEND_NCCL = 2
 } rankd_backend;
 
@@ -340,9 +343,12 @@ RANKD_EXPORT void rankd_session_options_init(rankd_session_options* options);
 
 /* Opens a session over `rank` (options may be NULL: defaults). Blocks
  * until the data plane is connected to every peer (every rank of the job
- * must open one). UNIMPLEMENTED for a backend this build cannot open,
- * UNAVAILABLE naming why (no GPU, ...), DEADLINE_EXCEEDED naming peers that
- * never connected. */
+ * must open one). INVALID_ARGUMENT for a value outside rankd_backend;
+ * UNAVAILABLE naming why an NCCL session cannot run here (the CUDA runtime
+ * or NCCL library that could not be loaded and where it was looked for, no
+ * CUDA device); FAILED_PRECONDITION when the node runs more ranks than it
+ * has visible GPUs; DEADLINE_EXCEEDED naming peers that never connected. A
+ * caller may fall back to RANKD_BACKEND_GLOO after UNAVAILABLE. */
 RANKD_EXPORT rankd_status* rankd_session_open(
     rankd_rank* rank, const rankd_session_options* options,
     rankd_session** session);
@@ -399,8 +405,14 @@ RANKD_EXPORT size_t rankd_dtype_size(int32_t dtype);
  *     the work's success is first observed (rankd_work_is_complete
  *     returning 1, or a wait returning NULL), never earlier and never after
  *     its work handle is freed.
- *   - NCCL (device memory): inputs are read and outputs written on the
- *     stream, in stream order, as cudaMemcpyAsync would. */
+ *   - NCCL (device memory of the session's device): nothing is copied or
+ *     allocated; the library reads the inputs and writes the outputs in
+ *     place, on its own stream, ordered against the operation's `stream`
+ *     (below). The memory must stay allocated until the work completed
+ *     (observed through the work, or through `stream` having passed it:
+ *     cudaFreeAsync on `stream` after the call is fine). Host memory is
+ *     refused with INVALID_ARGUMENT where the CUDA runtime can tell
+ *     (cudaPointerGetAttributes), as is memory of another device. */
 typedef struct rankd_tensor {
   void* data;
   int32_t dtype; /* a rankd_dtype */
@@ -419,9 +431,21 @@ typedef struct rankd_work rankd_work;
 
 /* The operations. `group` is RANKD_WORLD_GROUP or the id of a group this
  * rank belongs to (NOT_FOUND otherwise); peers and counts index the
- * group's members. `stream` is the executor: a cudaStream_t for NCCL (NULL:
- * the session's stream), and must be NULL for Gloo. On success *work is a
- * new handle; the output is valid once the work completed successfully.
+ * group's members. `stream` must be NULL for Gloo (INVALID_ARGUMENT
+ * otherwise). For NCCL it is the caller's cudaStream_t, on the session's
+ * device (INVALID_ARGUMENT otherwise), as a CUDA library call takes it:
+ * the operation runs after the work queued on `stream` before the call
+ * (which produced its inputs and last used its outputs), and work queued on
+ * `stream` after the call runs after the operation, so it may read the
+ * outputs and reuse the inputs without waiting on the host. Special
+ * handles (cudaStreamLegacy, cudaStreamPerThread) are passed to CUDA as
+ * they are. NULL orders nothing: the operation runs on the session's own
+ * stream as soon as its turn comes, so the inputs must be ready when the
+ * call is made (e.g. after cudaStreamSynchronize), and the outputs are valid
+ * once the work completed (rankd_work_wait, ...). Either way the work's
+ * completion is exact: rankd_work_is_complete returns 1 only once the
+ * device finished the operation. On success *work is a new handle; the
+ * output is valid once the work completed successfully.
  * Validation errors (INVALID_ARGUMENT, NOT_FOUND, UNIMPLEMENTED) come
  * before any data moves; a failure afterwards is reported by the work and
  * poisons the session: later operations fail at once with its cause. */
