@@ -155,6 +155,15 @@ fn collectives(rank: &Rank) {
         (vec![0, 1], &[2usize][..])
     );
 
+    // Every group of the layout (tensor, pipeline, expert and data groups of
+    // one or two ranks here): the sum of its members' rank + 1.
+    for g in d.groups() {
+        let v = HostTensor::from_vec(vec![r as i64 + 1]);
+        let got = s.all_reduce_sum(Group(g.id()), &v).unwrap().wait().unwrap();
+        let want: i64 = g.members().iter().map(|&m| m as i64 + 1).sum();
+        assert_eq!(got.to_vec::<i64>().unwrap(), vec![want], "group {:?}", g);
+    }
+
     s.all_gather_words(&[r]).unwrap(); // done with the data plane
     println!("RUST RANK {} OK", r);
 }
