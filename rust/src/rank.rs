@@ -133,7 +133,10 @@ impl Rank {
     /// bad options or environment (naming the field or variable),
     /// Unavailable naming an unreachable target, DeadlineExceeded naming the
     /// ranks that did not join in time, or the daemon's refusal.
+    /// FailedPrecondition, before anything else, when the loaded library's
+    /// ABI version is not the one this crate declares.
     pub fn join(options: &JoinOptions) -> Result<Rank> {
+        crate::check_abi_version()?;
         let target = options
             .target
             .as_deref()
