@@ -1,38 +1,40 @@
 """Data-plane sessions and works: the DistributedSession operations of
-docs/contract.md on numpy arrays (host memory, Gloo).
+docs/contract.md on numpy arrays (host memory, Gloo) or on CUDA tensors
+(NCCL).
 
 Every operation returns a Work at once; work.wait() returns the output.
-Inputs are copied by the library while the call runs, so they may be
+
+Gloo: inputs are copied by the library while the call runs, so they may be
 reused as soon as it returns; outputs (a new array, or `out=`) are written
 when the work's success is first observed (work.wait() or
-work.is_completed() returning True)."""
+work.is_completed() returning True).
+
+NCCL: inputs and outputs are CUDA tensors (a torch.Tensor on CUDA, or any
+object with __cuda_array_interface__ or DLPack on a CUDA device), read and
+written in place, never copied. Each operation is ordered on a CUDA stream
+of the caller's: `stream=` (a handle, or an object with .cuda_stream), else
+torch's current stream for torch tensors, else the 'stream' entry of the
+input's __cuda_array_interface__; the operation runs after the work queued
+there and work queued there afterwards sees the outputs, without waiting on
+the host. When no stream is known (an interface without 'stream', DLPack),
+none is used: the inputs must be ready when the call is made and the
+outputs are valid once work.wait() returned. Outputs are the caller's
+(`out=`); only for torch tensors does rankd allocate them (torch.empty on
+the input's device). The tensors must stay allocated until the work
+completed; the Work keeps a reference to them."""
 
 import ctypes
 
 import numpy as np
 
-from . import _native
+from . import _device, _native
 from ._native import check, lib
 from .rank import WORLD
 
 __all__ = ["Session", "Work"]
 
 # numpy dtype -> rankd_dtype (bf16 has no numpy dtype).
-_DTYPES = {
-    np.dtype(np.bool_): 0,
-    np.dtype(np.float32): 1,
-    np.dtype(np.float16): 2,
-    np.dtype(np.float64): 4,
-    np.dtype(np.int8): 5,
-    np.dtype(np.int16): 6,
-    np.dtype(np.int32): 7,
-    np.dtype(np.int64): 8,
-    np.dtype(np.uint8): 9,
-    np.dtype(np.uint16): 10,
-    np.dtype(np.uint32): 11,
-    np.dtype(np.uint64): 12,
-    np.dtype(np.complex64): 13,
-}
+_DTYPES = _device.DTYPES
 
 _BACKENDS = {None: 0, "gloo": 1, "nccl": 2}
 _CANCELLATION = {"quarantine": 1, "native": 2}
@@ -41,10 +43,10 @@ _CANCELLATION = {"quarantine": 1, "native": 2}
 def _host_array(value, what):
     """`value` as a C-contiguous numpy array (a copy only when needed).
     Device tensors are refused with a message that says why."""
-    if hasattr(value, "__cuda_array_interface__"):
-        raise _native.errors.UnimplementedError(
-            f"rankd: {what} is a CUDA tensor; this build's Python sessions "
-            "run on Gloo (host memory) only")
+    if _device.is_device_tensor(value):
+        raise _native.errors.InvalidArgumentError(
+            f"rankd: {what} is a CUDA tensor, and this session runs on Gloo "
+            "(host memory); open it with backend='nccl' for CUDA tensors")
     array = np.ascontiguousarray(value)
     if array.dtype not in _DTYPES:
         raise _native.errors.InvalidArgumentError(
@@ -66,6 +68,47 @@ class _CTensor:
     @property
     def pointer(self):
         return ctypes.byref(self.tensor)
+
+
+class _CDeviceTensor:
+    """A rankd_tensor describing a caller's CUDA tensor (a
+    _device.DeviceTensor), kept alive with its shape."""
+
+    def __init__(self, t):
+        self.device_tensor = t
+        self.shape = (ctypes.c_size_t * max(t.ndim, 1))(*t.shape)
+        self.tensor = _native.Tensor(
+            t.pointer if t.pointer else None, t.dtype, t.ndim,
+            ctypes.cast(self.shape, _native.c_size_p))
+
+    @property
+    def pointer(self):
+        return ctypes.byref(self.tensor)
+
+    @property
+    def source(self):
+        return self.device_tensor.source
+
+
+def _device_output(out, like, shape, what):
+    """The caller's CUDA output `out`, or (for a torch input `like`) a new
+    torch tensor of `shape` on its device."""
+    if out is None:
+        torch = _device._torch_tensor(like.source) if like is not None \
+            else None
+        if torch is None:
+            raise _native.errors.InvalidArgumentError(
+                f"rankd: {what}: pass out=, a CUDA tensor of shape "
+                f"{tuple(shape) if shape is not None else '(the result)'}; "
+                "rankd allocates device memory from Python only for torch "
+                "tensors")
+        out = torch.empty(tuple(shape), dtype=like.source.dtype,
+                          device=like.source.device)
+    t = _device.device_tensor(out, what)
+    if t.readonly:
+        raise _native.errors.InvalidArgumentError(
+            f"rankd: {what} is read-only")
+    return _CDeviceTensor(t)
 
 
 def _output(out, shape, dtype, what):
@@ -144,6 +187,7 @@ class Session:
         check(lib.rankd_session_open(rank.handle, ctypes.byref(o),
                                      ctypes.byref(handle)))
         self._handle = handle
+        self._nccl = lib.rankd_session_backend(handle) == 2
 
     @property
     def rank(self):
@@ -175,36 +219,74 @@ class Session:
                 f"{group}")
         return size
 
-    def all_reduce_sum(self, value, group=WORLD, out=None):
+    def _stream(self, stream, tensors):
+        """The stream an NCCL operation is ordered on (see the module's
+        docstring); None for Gloo unless given (which the library refuses).
+        """
+        if stream is not None:
+            return _device.stream_handle(stream)
+        for t in tensors:
+            if t.device_tensor.stream is not None:
+                return t.device_tensor.stream
+        return None
+
+    def _device_in(self, value, what):
+        return _CDeviceTensor(_device.device_tensor(value, what))
+
+    def all_reduce_sum(self, value, group=WORLD, out=None, stream=None):
         """Element-wise sum over the group's members. `out` may be `value`
         itself (in place)."""
+        if self._nccl:
+            cx = self._device_in(value, "value")
+            cy = cx if out is value else _device_output(
+                out, cx.device_tensor, cx.device_tensor.shape, "out")
+            handle = ctypes.c_void_p()
+            check(lib.rankd_all_reduce_sum(
+                self._handle, group, cx.pointer, cy.pointer,
+                self._stream(stream, (cx, cy)), ctypes.byref(handle)))
+            return self._work(handle, cy.source, (cx, cy))
         x = _host_array(value, "value")
         y = _output(out, x.shape, x.dtype, "out")
         cx, cy = _CTensor(x), _CTensor(y)
         handle = ctypes.c_void_p()
         check(lib.rankd_all_reduce_sum(self._handle, group, cx.pointer,
-                                       cy.pointer, None, ctypes.byref(handle)))
+                                       cy.pointer, _device.stream_handle(
+                                           stream), ctypes.byref(handle)))
         return self._work(handle, y, (cx, cy))
 
-    def all_gather(self, value, group=WORLD, out=None):
+    def all_gather(self, value, group=WORLD, out=None, stream=None):
         """Members' values concatenated along the leading axis in member
         order ([n, ...] gives [members * n, ...]; a scalar [members])."""
-        x = _host_array(value, "value")
         members = self._members(group)
+        if self._nccl:
+            cx = self._device_in(value, "value")
+            s = cx.device_tensor.shape
+            shape = (members,) if not s else (members * s[0],) + s[1:]
+            cy = _device_output(out, cx.device_tensor, shape, "out")
+            handle = ctypes.c_void_p()
+            check(lib.rankd_all_gather(
+                self._handle, group, cx.pointer, cy.pointer,
+                self._stream(stream, (cx, cy)), ctypes.byref(handle)))
+            return self._work(handle, cy.source, (cx, cy))
+        x = _host_array(value, "value")
         shape = (members,) if x.ndim == 0 else \
             (members * x.shape[0],) + x.shape[1:]
         y = _output(out, shape, x.dtype, "out")
         cx, cy = _CTensor(x), _CTensor(y)
         handle = ctypes.c_void_p()
         check(lib.rankd_all_gather(self._handle, group, cx.pointer,
-                                   cy.pointer, None, ctypes.byref(handle)))
+                                   cy.pointer, _device.stream_handle(stream),
+                                   ctypes.byref(handle)))
         return self._work(handle, y, (cx, cy))
 
     def all_to_all_v(self, value, send_counts, receive_counts, group=WORLD,
-                     out=None):
+                     out=None, stream=None):
         """Leading-axis rows: send_counts[d] rows to member d,
         receive_counts[s] rows from member s (output source-major)."""
-        x = _host_array(value, "value")
+        if self._nccl:
+            cx = self._device_in(value, "value")
+        else:
+            x = _host_array(value, "value")
         n = len(send_counts)
         sends = (ctypes.c_size_t * max(n, 1))(*send_counts)
         receives = (ctypes.c_size_t * max(len(receive_counts), 1))(
@@ -214,29 +296,50 @@ class Session:
                 f"rankd: all_to_all_v: {n} send counts and "
                 f"{len(receive_counts)} receive counts")
         rows = sum(int(c) for c in receive_counts)
-        y = _output(out, (rows,) + x.shape[1:], x.dtype, "out")
-        cx, cy = _CTensor(x), _CTensor(y)
+        if self._nccl:
+            shape = (rows,) + cx.device_tensor.shape[1:]
+            cy = _device_output(out, cx.device_tensor, shape, "out")
+            c_stream = self._stream(stream, (cx, cy))
+            result = cy.source
+        else:
+            y = _output(out, (rows,) + x.shape[1:], x.dtype, "out")
+            cx, cy = _CTensor(x), _CTensor(y)
+            c_stream = _device.stream_handle(stream)
+            result = y
         handle = ctypes.c_void_p()
         check(lib.rankd_all_to_all_v(
             self._handle, group, cx.pointer,
             ctypes.cast(sends, _native.c_size_p),
-            ctypes.cast(receives, _native.c_size_p), n, cy.pointer, None,
+            ctypes.cast(receives, _native.c_size_p), n, cy.pointer, c_stream,
             ctypes.byref(handle)))
-        return self._work(handle, y, (cx, cy))
+        return self._work(handle, result, (cx, cy, sends, receives))
 
-    def send(self, value, peer, group=WORLD):
+    def send(self, value, peer, group=WORLD, stream=None):
         """Sends `value` to member `peer`; pairs with its receive of the
         same shape and dtype. wait() returns the value."""
-        x = _host_array(value, "value")
-        cx = _CTensor(x)
+        if self._nccl:
+            cx = self._device_in(value, "value")
+            c_stream, result = self._stream(stream, (cx,)), value
+        else:
+            x = _host_array(value, "value")
+            cx = _CTensor(x)
+            c_stream, result = _device.stream_handle(stream), x
         handle = ctypes.c_void_p()
-        check(lib.rankd_send(self._handle, group, peer, cx.pointer, None,
+        check(lib.rankd_send(self._handle, group, peer, cx.pointer, c_stream,
                              ctypes.byref(handle)))
-        return self._work(handle, x, (cx,))
+        return self._work(handle, result, (cx,))
 
-    def receive(self, peer, shape=None, dtype=None, group=WORLD, out=None):
+    def receive(self, peer, shape=None, dtype=None, group=WORLD, out=None,
+                stream=None):
         """Receives from member `peer` into `out`, or a new array of
-        `shape` and `dtype`."""
+        `shape` and `dtype` (Gloo; an NCCL session needs `out`)."""
+        if self._nccl:
+            cy = _device_output(out, None, shape, "out")
+            handle = ctypes.c_void_p()
+            check(lib.rankd_receive(self._handle, group, peer, cy.pointer,
+                                    self._stream(stream, (cy,)),
+                                    ctypes.byref(handle)))
+            return self._work(handle, cy.source, (cy,))
         if out is None:
             if shape is None or dtype is None:
                 raise _native.errors.InvalidArgumentError(
@@ -248,11 +351,12 @@ class Session:
                 f"rankd: out has dtype {y.dtype}, which rankd does not carry")
         cy = _CTensor(y)
         handle = ctypes.c_void_p()
-        check(lib.rankd_receive(self._handle, group, peer, cy.pointer, None,
+        check(lib.rankd_receive(self._handle, group, peer, cy.pointer,
+                                _device.stream_handle(stream),
                                 ctypes.byref(handle)))
         return self._work(handle, y, (cy,))
 
-    def batch_send_receive(self, sends, receives, group=WORLD):
+    def batch_send_receive(self, sends, receives, group=WORLD, stream=None):
         """Posts every (peer, value) of `sends` and (peer, out) of
         `receives` together; they complete together, so members can swap
         values. wait() returns the receive outputs, in order."""
@@ -260,11 +364,21 @@ class Session:
             raise _native.errors.InvalidArgumentError(
                 "rankd: batch_send_receive needs an output array for every "
                 "receive")
-        send_list = [(int(p), _CTensor(_host_array(v, f"sends[{i}]")))
-                     for i, (p, v) in enumerate(sends)]
-        receive_list = [(int(p), _CTensor(_output(o, None, None,
-                                                  f"receives[{i}]")))
-                        for i, (p, o) in enumerate(receives)]
+        if self._nccl:
+            send_list = [(int(p), self._device_in(v, f"sends[{i}]"))
+                         for i, (p, v) in enumerate(sends)]
+            receive_list = [(int(p), _device_output(o, None, None,
+                                                    f"receives[{i}]"))
+                            for i, (p, o) in enumerate(receives)]
+            c_stream = self._stream(
+                stream, [t for _, t in send_list + receive_list])
+        else:
+            send_list = [(int(p), _CTensor(_host_array(v, f"sends[{i}]")))
+                         for i, (p, v) in enumerate(sends)]
+            receive_list = [(int(p), _CTensor(_output(o, None, None,
+                                                      f"receives[{i}]")))
+                            for i, (p, o) in enumerate(receives)]
+            c_stream = _device.stream_handle(stream)
         s = (_native.PeerTensor * max(len(send_list), 1))(
             *[_native.PeerTensor(p, t.tensor) for p, t in send_list])
         r = (_native.PeerTensor * max(len(receive_list), 1))(
@@ -272,8 +386,9 @@ class Session:
         handle = ctypes.c_void_p()
         check(lib.rankd_batch_send_receive(
             self._handle, group, s, len(send_list), r, len(receive_list),
-            None, ctypes.byref(handle)))
-        outputs = [t.array for _, t in receive_list]
+            c_stream, ctypes.byref(handle)))
+        outputs = [t.source if self._nccl else t.array
+                   for _, t in receive_list]
         return self._work(handle, outputs, (send_list, receive_list, s, r))
 
     def close(self):

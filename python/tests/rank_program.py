@@ -7,6 +7,16 @@ test_rankd.py on every rank with the launcher's environment.
     rank_program.py lost   rank 1 dies (exit 3) once both opened a session;
                            rank 0's receive raises AbortedError naming it;
                            prints "LOST <class>: <message>"
+    rank_program.py nccl   an NCCL session on fake device arrays over the
+                           CPU stand-in's memory (fake_device.py): every
+                           operation with exact values, through
+                           __cuda_array_interface__ (with and without a
+                           stream) and DLPack, the stream order in both
+                           directions, a bounded wait, refusals; prints
+                           "PY NCCL RANK <r> OK"
+    rank_program.py torch  the same operations on torch CUDA tensors on
+                           the current stream (a GPU host); prints
+                           "PY TORCH RANK <r> OK"
 
 Exits 1 with a traceback on the first unexpected result.
 """
@@ -159,10 +169,196 @@ def lost(rank):
     session.close()
 
 
+def nccl(rank):
+    from fake_device import FakeDeviceArray, FakeDLPackArray, StandinCuda
+
+    r, world = rank.rank, rank.world_size
+    assert world == 2, world
+    peer = 1 - r
+    cuda = StandinCuda()
+    cuda.set_device(rank.local_rank)
+    stream = cuda.stream()
+
+    def array(values, dtype, stream=None):
+        values = np.asarray(values, dtype=dtype)
+        a = FakeDeviceArray(cuda, values.shape, dtype, stream=stream)
+        a.host[...] = values
+        return a
+
+    with rank.open_session(backend="nccl", op_timeout=30) as session:
+        assert session.backend == "nccl"
+        assert all(session.capabilities.values()), session.capabilities
+
+        # all_reduce_sum on the array's stream (its CAI 'stream'): the
+        # result is in stream order, read after synchronizing the stream
+        # without waiting for the work.
+        x = array([1 + 2 * r, 2 + 2 * r, 7], np.float32, stream=stream)
+        y = FakeDeviceArray(cuda, (3,), np.float32, stream=stream)
+        work = session.all_reduce_sum(x, out=y)
+        cuda.synchronize(stream)
+        assert y.host.tolist() == [4, 6, 14], y.host
+        assert work.is_completed() and work.wait() is y
+        # In place, no stream: outputs valid after wait().
+        z = array([r, 10 * r], np.int64)
+        assert session.all_reduce_sum(z, out=z).wait() is z
+        assert z.host.tolist() == [1, 10], z.host
+        print("CASE all_reduce_sum OK", flush=True)
+
+        # Stream order both ways: the stream is held, the input written on
+        # it only after the hold (a host function), so the collective must
+        # wait for it; stream= given explicitly.
+        import threading
+        release = threading.Event()
+        a = array([0, 0], np.int32)
+        b = array([0, 0], np.int32)
+        cuda.hold(stream, release)
+        fill = ctypes_fill(cuda, stream, a, [100 * (r + 1), 1])
+        work = session.all_reduce_sum(a, out=b, stream=stream)
+        import time
+        time.sleep(0.3)
+        assert not work.is_completed(), "completed behind a held stream"
+        release.set()
+        cuda.synchronize(stream)
+        assert b.host.tolist() == [300, 2], b.host
+        work.wait()
+        del fill
+        print("CASE stream_order OK", flush=True)
+
+        # all_gather: [2, 3] rows by member.
+        g_in = array([[10 * r, 10 * r + 1, 10 * r + 2]] * 2, np.float32,
+                     stream=stream)
+        g_out = FakeDeviceArray(cuda, (4, 3), np.float32)
+        session.all_gather(g_in, out=g_out).wait()
+        assert g_out.host.tolist() == [[0, 1, 2]] * 2 + [[10, 11, 12]] * 2, \
+            g_out.host
+        print("CASE all_gather OK", flush=True)
+
+        # all_to_all_v: rank 0 keeps 1 row and sends 2; rank 1 sends 3.
+        send = [1, 2] if r == 0 else [3, 0]
+        recv = [1, 3] if r == 0 else [2, 0]
+        t_in = array(np.arange(3) + 100 * r, np.float64, stream=stream)
+        t_out = FakeDeviceArray(cuda, (sum(recv),), np.float64)
+        session.all_to_all_v(t_in, send, recv, out=t_out).wait()
+        assert t_out.host.tolist() == ([0, 100, 101, 102] if r == 0
+                                       else [1, 2]), t_out.host
+        print("CASE all_to_all_v OK", flush=True)
+
+        # send / receive, then a batched swap, through DLPack.
+        if r == 0:
+            v = array([5, 6], np.float32)
+            assert session.send(v, peer=1, stream=stream).wait() is v
+        else:
+            v = FakeDeviceArray(cuda, (2,), np.float32)
+            assert session.receive(0, out=v, stream=stream).wait() is v
+            assert v.host.tolist() == [5, 6], v.host
+        mine_mem = array([r, r, r], np.uint8)
+        theirs_mem = array([255] * 3, np.uint8)
+        mine = FakeDLPackArray(mine_mem, device=rank.local_rank)
+        theirs = FakeDLPackArray(theirs_mem, device=rank.local_rank)
+        outputs = session.batch_send_receive([(peer, mine)],
+                                             [(peer, theirs)]).wait()
+        assert outputs[0] is theirs and theirs_mem.host.tolist() == [peer] * 3
+        print("CASE send_receive OK", flush=True)
+
+        # Refusals, before any data moves.
+        expect_raises(rankd.InvalidArgumentError, "needs a CUDA tensor",
+                      session.all_reduce_sum, np.ones(2, np.float32))
+        expect_raises(rankd.InvalidArgumentError, "pass out=",
+                      session.all_reduce_sum, x)
+        strided = FakeDeviceArray(cuda, (2, 2), np.float32, strides=(4, 8))
+        expect_raises(rankd.InvalidArgumentError, "C-contiguous",
+                      session.all_reduce_sum, strided, out=strided)
+        expect_raises(rankd.InvalidArgumentError, "f32[2]",
+                      session.all_reduce_sum, x,
+                      out=FakeDeviceArray(cuda, (2,), np.float32))
+        expect_raises(rankd.NotFoundError, "77", session.all_reduce_sum, x,
+                      out=y, group=77)
+        expect_raises(rankd.InvalidArgumentError, "stream must be",
+                      session.all_reduce_sum, x, out=y, stream="s")
+
+        # A bounded wait that misses its deadline (the stream held):
+        # DeadlineExceededError, and the session is poisoned.
+        release = threading.Event()
+        cuda.hold(stream, release)
+        work = session.all_reduce_sum(x, out=y, stream=stream)
+        assert work.supports_cancellation("quarantine")
+        expect_raises(rankd.DeadlineExceededError, "QuarantineUntilComplete",
+                      work.wait, timeout=0.3)
+        release.set()
+        cuda.synchronize(stream)
+        try:
+            session.all_reduce_sum(x, out=y, stream=stream).wait()
+            raise AssertionError("work after a missed deadline succeeded")
+        except rankd.RankdError:
+            pass
+        print("CASE bounded_wait OK", flush=True)
+        rank.all_gather_words([r], timeout=30)  # done with the data plane
+    print(f"PY NCCL RANK {r} OK", flush=True)
+
+
+def ctypes_fill(cuda, stream, array, values):
+    """Queues a host function on `stream` that writes `values` into the
+    stand-in memory of `array` (host memory) when the stream reaches it:
+    a producer kernel's stand-in. Returns what must stay alive until then."""
+    import ctypes
+    values = np.asarray(values, dtype=array.dtype)
+
+    def fill(_):
+        array.host[...] = values
+
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(fill)
+    cuda.check(cuda.lib.cudaLaunchHostFunc(
+        stream, ctypes.cast(fn, ctypes.c_void_p), None), "cudaLaunchHostFunc")
+    return fn
+
+
+def torch_ops(rank):
+    import torch
+    r, world = rank.rank, rank.world_size
+    device = torch.device("cuda", rank.local_rank)
+    torch.cuda.set_device(device)
+    with rank.open_session(backend="nccl", op_timeout=60) as session:
+        x = torch.arange(4, dtype=torch.float32, device=device) + 10 * r
+        total = session.all_reduce_sum(x).wait()  # allocated by torch
+        want = sum(torch.arange(4, dtype=torch.float32) + 10 * m
+                   for m in range(world))
+        assert torch.equal(total.cpu(), want), total
+        # Stream order: a side stream produces, the collective runs on it,
+        # the result is read there without waiting on the host.
+        side = torch.cuda.Stream(device)
+        with torch.cuda.stream(side):
+            b = torch.full((1024,), float(r + 1), device=device,
+                           dtype=torch.bfloat16)
+            out = torch.empty_like(b)
+            session.all_reduce_sum(b, out=out)
+            check = out.float().sum()
+        side.synchronize()
+        assert check.item() == 1024 * sum(m + 1 for m in range(world))
+        g = session.all_gather(x).wait()
+        assert g.shape == (4 * world,)
+        assert torch.equal(g.cpu(), torch.cat(
+            [torch.arange(4, dtype=torch.float32) + 10 * m
+             for m in range(world)]))
+        if world >= 2:
+            peer = 1 - r
+            theirs = torch.empty(3, device=device)
+            session.batch_send_receive(
+                [(peer, torch.full((3,), float(r), device=device))],
+                [(peer, theirs)]).wait()
+            assert theirs.cpu().tolist() == [peer] * 3
+        expect_raises(rankd.InvalidArgumentError, "not contiguous",
+                      session.all_reduce_sum,
+                      torch.ones(4, 4, device=device).t())
+        torch.cuda.synchronize(device)
+        rank.all_gather_words([r], timeout=30)
+    print(f"PY TORCH RANK {r} OK", flush=True)
+
+
 def main():
     scenario = sys.argv[1]
     with rankd.join() as rank:
-        {"ops": ops, "lost": lost}[scenario](rank)
+        {"ops": ops, "lost": lost, "nccl": nccl,
+         "torch": torch_ops}[scenario](rank)
 
 
 if __name__ == "__main__":

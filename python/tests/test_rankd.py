@@ -45,6 +45,51 @@ def test_loads_into_a_process_that_imported_torch():
         assert "TORCH " in output and f"PY RANK {r} OK" in output, output
 
 
+def _standin_library():
+    """The CPU stand-in for CUDA and NCCL: $RANKD_TEST_STANDIN_LIBRARY
+    (//python:pytest sets it), else the one under $RANKD_BIN_DIR."""
+    path = os.environ.get("RANKD_TEST_STANDIN_LIBRARY")
+    if path:
+        assert os.path.exists(path), path
+        return os.path.abspath(path)
+    path = os.path.join(os.environ.get("RANKD_BIN_DIR", ""),
+                        "dataplane/nccl/libcuda_nccl_standin.so")
+    if not os.path.exists(path):
+        pytest.skip("the CUDA/NCCL stand-in is not built: bazel build "
+                    "//dataplane/nccl:libcuda_nccl_standin.so")
+    return os.path.abspath(path)
+
+
+def test_nccl_sessions_take_device_arrays():
+    # Two ranks on two stand-in GPUs whose memory is host memory, their
+    # communicators meeting in a directory of the job's.
+    standin = _standin_library()
+    with LocalJob("py-nccl", 1, 2) as job:
+        env = dict(_env(), RANKD_CUDART_LIBRARY=standin,
+                   RANKD_NCCL_LIBRARY=standin, RANKD_STANDIN_DEVICES="2",
+                   RANKD_STANDIN_CLIQUE_DIR=os.path.join(job.dir, "cliques"))
+        results = job.run_ranks(PROGRAM, "nccl", env=env)
+    for r, (code, output) in enumerate(results):
+        assert code == 0, f"rank {r}:\n{output}"
+        for case in ("all_reduce_sum", "stream_order", "all_gather",
+                     "all_to_all_v", "send_receive", "bounded_wait"):
+            assert f"CASE {case} OK" in output, output
+        assert f"PY NCCL RANK {r} OK" in output, output
+
+
+def test_nccl_sessions_take_torch_cuda_tensors():
+    # On a GPU host with PyTorch built for CUDA; skips elsewhere (CI).
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip(f"torch {torch.__version__} has no usable CUDA device")
+    world = min(2, torch.cuda.device_count())
+    with LocalJob("py-torch-nccl", 1, world) as job:
+        results = job.run_ranks(PROGRAM, "torch", env=_env(), timeout=180)
+    for r, (code, output) in enumerate(results):
+        assert code == 0, f"rank {r}:\n{output}"
+        assert f"PY TORCH RANK {r} OK" in output, output
+
+
 def test_a_lost_rank_is_named():
     with LocalJob("py-lost", 1, 2) as job:
         results = job.run_ranks(PROGRAM, "lost", env=_env(), timeout=60)
@@ -83,3 +128,44 @@ def test_exceptions_follow_status_codes():
     assert isinstance(e, rankd.AbortedError) and e.message == "rank 3 lost"
     assert str(e) == "ABORTED: rank 3 lost"
     assert isinstance(rankd.errors.error_for(99, "m"), rankd.UnknownError)
+
+
+class _Interface:
+    """An object with only a __cuda_array_interface__ (nothing is read
+    through its pointer here)."""
+
+    def __init__(self, **cai):
+        self.__cuda_array_interface__ = dict(
+            {"data": (0x1000, False), "version": 3, "strides": None}, **cai)
+
+
+def test_cuda_array_interfaces_are_read_exactly():
+    from rankd import _device
+    t = _device.device_tensor(
+        _Interface(shape=(2, 3), typestr="<f2", stream=7), "x")
+    assert (t.pointer, t.shape, t.dtype, t.stream) == (0x1000, (2, 3), 2, 7)
+    # Contiguous strides given explicitly, and size-1 extents' strides,
+    # are accepted; others are refused.
+    t = _device.device_tensor(
+        _Interface(shape=(2, 1, 3), typestr="<i4", strides=(12, 99, 4)), "x")
+    assert t.dtype == 7 and t.stream is None
+    with pytest.raises(rankd.InvalidArgumentError, match="C-contiguous"):
+        _device.device_tensor(
+            _Interface(shape=(2, 3), typestr="<i4", strides=(4, 8)), "x")
+    with pytest.raises(rankd.InvalidArgumentError, match="typestr"):
+        _device.device_tensor(_Interface(shape=(2,), typestr="<U4"), "x")
+    with pytest.raises(rankd.InvalidArgumentError, match="numpy array"):
+        _device.device_tensor(np.ones(2), "x")
+    # Stream handles: 0 is CUDA's legacy default stream (1 in the C ABI).
+    assert _device.stream_handle(None) is None
+    assert _device.stream_handle(0) == _device.STREAM_LEGACY
+    assert _device.stream_handle(0xabc) == 0xabc
+
+
+def test_cpu_torch_tensors_are_host_memory():
+    torch = pytest.importorskip("torch")
+    from rankd import _device
+    t = torch.ones(3)
+    assert not _device.is_device_tensor(t)
+    with pytest.raises(rankd.InvalidArgumentError, match="CPU torch tensor"):
+        _device.device_tensor(t, "x")
