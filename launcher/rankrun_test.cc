@@ -287,6 +287,16 @@ TEST(Rankrun, KillingRankrunKillsItsRanks) {
     }
     EXPECT_FALSE(Alive(pid)) << "rank pid " << pid;
   }
+  // A killed rankrun cannot remove its folder (the daemon's socket and
+  // credentials): the test does.
+  const std::string err = run.err();
+  const size_t at = err.find("unix:///tmp/rankrun-");
+  if (at != std::string::npos) {
+    const std::string dir =
+        err.substr(at + strlen("unix://"), strlen("/tmp/rankrun-XXXXXX"));
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
 }
 
 TEST(Rankrun, RefusesBadCommandLinesWithUsageStatus) {
