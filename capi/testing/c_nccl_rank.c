@@ -34,38 +34,7 @@
 
 #include "rankd/rankd.h"
 
-static uint32_t my_rank = 0;
-
-static void Fail(const char* format, ...) {
-  va_list args;
-  va_start(args, format);
-  fprintf(stderr, "FAILED (rank %u): ", my_rank);
-  vfprintf(stderr, format, args);
-  fprintf(stderr, "\n");
-  va_end(args);
-  exit(1);
-}
-
-static void Ok(rankd_status* status, const char* what) {
-  if (status != NULL) {
-    Fail("%s: %s: %s", what, rankd_code_name(rankd_status_code(status)),
-         rankd_status_message(status));
-  }
-}
-
-static void Refused(rankd_status* status, rankd_code code, const char* needle,
-                    const char* what) {
-  if (status == NULL)
-    Fail("%s: accepted; expected %s", what, rankd_code_name(code));
-  if (rankd_status_code(status) != code ||
-      strstr(rankd_status_message(status), needle) == NULL) {
-    Fail("%s: got %s '%s'; expected %s containing '%s'", what,
-         rankd_code_name(rankd_status_code(status)),
-         rankd_status_message(status), rankd_code_name(code), needle);
-  }
-  printf("REFUSED %s: %s\n", what, rankd_status_message(status));
-  rankd_status_free(status);
-}
+#include "capi/testing/c_checks.h"
 
 /* ---- The CUDA runtime, as the test uses it ----------------------------- */
 

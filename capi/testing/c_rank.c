@@ -22,39 +22,7 @@
 
 #include "rankd/rankd.h"
 
-static uint32_t my_rank = 0;
-
-static void Fail(const char* format, ...) {
-  va_list args;
-  va_start(args, format);
-  fprintf(stderr, "FAILED (rank %u): ", my_rank);
-  vfprintf(stderr, format, args);
-  fprintf(stderr, "\n");
-  va_end(args);
-  exit(1);
-}
-
-/* Fails unless `status` is OK; frees it. */
-static void Ok(rankd_status* status, const char* what) {
-  if (status != NULL) {
-    Fail("%s: %s: %s", what, rankd_code_name(rankd_status_code(status)),
-         rankd_status_message(status));
-  }
-}
-
-/* Fails unless `status` has `code` and its message contains `needle`. */
-static void Refused(rankd_status* status, rankd_code code, const char* needle,
-                    const char* what) {
-  if (status == NULL)
-    Fail("%s: accepted; expected %s", what, rankd_code_name(code));
-  if (rankd_status_code(status) != code ||
-      strstr(rankd_status_message(status), needle) == NULL) {
-    Fail("%s: got %s '%s'; expected %s containing '%s'", what,
-         rankd_code_name(rankd_status_code(status)),
-         rankd_status_message(status), rankd_code_name(code), needle);
-  }
-  rankd_status_free(status);
-}
+#include "capi/testing/c_checks.h"
 
 static rankd_tensor F32(float* data, size_t ndim, const size_t* shape) {
   rankd_tensor t;
