@@ -22,7 +22,9 @@ tar -C "$prefix" -xf install/rankd-install.tar || exit 1
 # A sanitizer build's libraries need the sanitizer runtime in programs
 # built here and in Python (which is not instrumented).
 san_flags="" preload=""
-if nm -D --undefined-only "$prefix/lib/librankd.so" | grep -q ' __asan_'; then
+# (grep reads all of nm's output: with -q it could exit first, and under
+# pipefail nm's SIGPIPE would read as "not a sanitizer build".)
+if nm -D --undefined-only "$prefix/lib/librankd.so" | grep ' __asan_' >/dev/null; then
   # As Bazel links: with lld (GNU ld refuses the library's sanitizer
   # references although the program's static runtime exports them), and
   # with the runtime's C++ part, which a C program would otherwise lack.
