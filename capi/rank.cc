@@ -392,7 +392,15 @@ rankd_status* rankd_pending_words_wait(rankd_pending_words* pending,
                             {.allow_infinite = true});
   if (!timeout.ok()) return ToC(timeout.status());
   auto result = pending->pending->Wait(*timeout);
-  if (!result.ok()) return ToC(result.status());
+  if (!result.ok()) {
+    // The wait's own timeout leaves the round in flight; a round that
+    // failed (perhaps with DEADLINE_EXCEEDED naming missing ranks) is ready.
+    if (absl::IsDeadlineExceeded(result.status()) &&
+        !pending->pending->IsReady()) {
+      return rankd::capi::AsWaitTimeout(ToC(result.status()));
+    }
+    return ToC(result.status());
+  }
   rankd::capi::CopyWords(*result, out);
   return nullptr;
 }

@@ -554,11 +554,12 @@ rankd_status* rankd_work_wait_bounded(rankd_work* work, double timeout_seconds,
   auto outcome = work->completion->WaitBounded(*timeout, *m);
   if (!outcome.ok()) return ToC(outcome.status());
   if (!outcome->completed()) {
-    return Error(absl::StatusCode::kDeadlineExceeded, kFn,
-                 absl::StrCat("the work did not complete within ",
-                              absl::FormatDuration(*timeout), "; ",
-                              rankd::dataplane::CancellationModeName(*m),
-                              " applied, and the session is poisoned"));
+    return rankd::capi::AsWaitTimeout(
+        Error(absl::StatusCode::kDeadlineExceeded, kFn,
+              absl::StrCat("the work did not complete within ",
+                           absl::FormatDuration(*timeout), "; ",
+                           rankd::dataplane::CancellationModeName(*m),
+                           " applied, and the session is poisoned")));
   }
   rankd::capi::Deliver(*work);
   return nullptr;

@@ -42,6 +42,11 @@ rankd_status* NullArgument(const char* function, const char* argument) {
                absl::StrCat(argument, " is NULL"));
 }
 
+rankd_status* AsWaitTimeout(rankd_status* status) {
+  status->wait_timeout = true;
+  return status;
+}
+
 absl::StatusOr<absl::Duration> ToDuration(double seconds, const char* function,
                                           const char* what,
                                           TimeoutRules rules) {
@@ -72,6 +77,10 @@ rankd_code rankd_status_code(const rankd_status* status) {
 
 const char* rankd_status_message(const rankd_status* status) {
   return status == nullptr ? "" : status->message.c_str();
+}
+
+int rankd_status_is_wait_timeout(const rankd_status* status) {
+  return status != nullptr && status->wait_timeout ? 1 : 0;
 }
 
 void rankd_status_free(rankd_status* status) {

@@ -68,6 +68,9 @@ rankd_status* ToC(const absl::Status& status);
 rankd_status* Error(absl::StatusCode code, const char* function,
                     absl::string_view message);
 rankd_status* NullArgument(const char* function, const char* argument);
+// `status` (a DEADLINE_EXCEEDED) marked as a bounded wait's own timeout,
+// for rankd_status_is_wait_timeout.
+rankd_status* AsWaitTimeout(rankd_status* status);
 
 // `seconds` as a duration: positive and finite (or, with the flags, zero or
 // +infinity); InvalidArgument naming `function` and `what` otherwise.
@@ -90,7 +93,8 @@ dataplane::CollectiveScope ScopeOf(uint32_t group);
 
 struct rankd_status {
   absl::Status status;
-  std::string message;  // what rankd_status_message returns
+  std::string message;        // what rankd_status_message returns
+  bool wait_timeout = false;  // rankd_status_is_wait_timeout
 };
 
 struct rankd_rank {

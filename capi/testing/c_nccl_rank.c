@@ -505,8 +505,11 @@ static void Bounded(rankd_rank* rank, uint32_t world, int32_t mode,
   }
   Refused(rankd_work_wait_bounded(work, 0, mode), RANKD_INVALID_ARGUMENT,
           "timeout_seconds", "a zero timeout");
-  Refused(rankd_work_wait_bounded(work, 0.3, mode), RANKD_DEADLINE_EXCEEDED,
-          "poisoned", "a missed deadline");
+  rankd_status* missed = rankd_work_wait_bounded(work, 0.3, mode);
+  if (!rankd_status_is_wait_timeout(missed)) {
+    Fail("a missed deadline is not marked as the wait's timeout");
+  }
+  Refused(missed, RANKD_DEADLINE_EXCEEDED, "poisoned", "a missed deadline");
   /* Poisoned: later work fails at once. */
   rankd_work* later = NULL;
   rankd_status* s =
@@ -523,6 +526,9 @@ static void Bounded(rankd_rank* rank, uint32_t world, int32_t mode,
   ReleaseStream();
   rankd_status* done = rankd_work_wait(work);
   if (done == NULL) Fail("the missed work reports success");
+  if (rankd_status_is_wait_timeout(done)) {
+    Fail("the missed work's own failure is marked as a wait's timeout");
+  }
   printf("MISSED %s: %s\n", rankd_code_name(rankd_status_code(done)),
          rankd_status_message(done));
   rankd_status_free(done);

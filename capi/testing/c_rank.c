@@ -98,8 +98,12 @@ static void Ops(rankd_rank* rank, uint32_t world) {
   Ok(rankd_kv_add(rank, "c/counter", 5, &counter), "kv_add");
   if (counter != 5 && counter != 10)
     Fail("kv_add gave %lld", (long long)counter);
-  Refused(rankd_kv_get(rank, "c/never", 0.2, &blob), RANKD_DEADLINE_EXCEEDED,
-          "c/never", "kv_get of a missing key");
+  rankd_status* missing = rankd_kv_get(rank, "c/never", 0.2, &blob);
+  if (rankd_status_is_wait_timeout(missing)) {
+    Fail("kv_get's deadline is marked as a bounded wait's timeout");
+  }
+  Refused(missing, RANKD_DEADLINE_EXCEEDED, "c/never",
+          "kv_get of a missing key");
 
   /* A Gloo session. */
   rankd_session_options options;

@@ -14,6 +14,7 @@ __all__ = [
     "UnknownError",
     "InvalidArgumentError",
     "DeadlineExceededError",
+    "WaitTimeoutError",
     "NotFoundError",
     "AlreadyExistsError",
     "PermissionDeniedError",
@@ -58,6 +59,13 @@ class InvalidArgumentError(RankdError, ValueError):
 
 class DeadlineExceededError(RankdError, TimeoutError):
     code = "DEADLINE_EXCEEDED"
+
+
+class WaitTimeoutError(DeadlineExceededError):
+    """A bounded wait's own timeout (Work.wait(timeout=...) past its
+    deadline, PendingWords.wait(timeout) before the round finished), as
+    opposed to work that itself failed with DEADLINE_EXCEEDED (a rank that
+    never submitted): the C ABI's rankd_status_is_wait_timeout."""
 
 
 class NotFoundError(RankdError, LookupError):
@@ -132,6 +140,10 @@ _BY_CODE = {
 }
 
 
-def error_for(code, message):
-    """The exception for status `code` (an int) with `message`."""
+def error_for(code, message, wait_timeout=False):
+    """The exception for status `code` (an int) with `message`;
+    WaitTimeoutError when `wait_timeout` marks a bounded wait's own
+    timeout."""
+    if wait_timeout and code == 4:
+        return WaitTimeoutError(message)
     return _BY_CODE.get(code, UnknownError)(message)

@@ -273,8 +273,9 @@ class PendingWords:
 
     def wait(self, timeout=None):
         """The (world_size, count) result. `timeout` None waits for the
-        round itself (its round timeout bounds it); DeadlineExceededError
-        when `timeout` passes first (the round stays in flight)."""
+        round itself (its round timeout bounds it); WaitTimeoutError (a
+        DeadlineExceededError) when `timeout` passes first (the round stays
+        in flight)."""
         out = np.empty((self._rank.world_size, self._count), dtype=np.uint32)
         seconds = math.inf if timeout is None else float(timeout)
         check(lib.rankd_pending_words_wait(

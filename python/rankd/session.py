@@ -141,8 +141,8 @@ class Work:
         (AbortedError naming a lost rank, ...). With `timeout` (seconds)
         the wait is bounded: past it, `cancellation` ("quarantine": the
         work keeps running, quarantined; "native": the communicators are
-        aborted) is applied, the session is poisoned and
-        DeadlineExceededError is raised."""
+        aborted) is applied, the session is poisoned and WaitTimeoutError
+        (a DeadlineExceededError) is raised."""
         if timeout is None:
             check(lib.rankd_work_wait(self._handle))
         else:

@@ -111,6 +111,7 @@ impl fmt::Display for Code {
 pub struct Error {
     code: Code,
     message: String,
+    wait_timeout: bool,
 }
 
 impl Error {
@@ -118,6 +119,7 @@ impl Error {
         Error {
             code,
             message: message.into(),
+            wait_timeout: false,
         }
     }
 
@@ -127,6 +129,14 @@ impl Error {
 
     pub fn message(&self) -> &str {
         &self.message
+    }
+
+    /// Whether this is a bounded wait's own timeout (`PendingWords::wait`
+    /// before the round finished, `Work::wait_timeout` past its deadline)
+    /// rather than a failure, which may carry the same DeadlineExceeded
+    /// code (a rank that never submitted): rankd_status_is_wait_timeout.
+    pub fn is_wait_timeout(&self) -> bool {
+        self.wait_timeout
     }
 
     pub(crate) fn invalid_argument(message: impl Into<String>) -> Error {
@@ -146,8 +156,13 @@ impl Error {
         let message = CStr::from_ptr(ffi::rankd_status_message(status))
             .to_string_lossy()
             .into_owned();
+        let wait_timeout = ffi::rankd_status_is_wait_timeout(status) != 0;
         ffi::rankd_status_free(status);
-        Err(Error { code, message })
+        Err(Error {
+            code,
+            message,
+            wait_timeout,
+        })
     }
 }
 

@@ -171,6 +171,7 @@ extern "C" {
     pub fn rankd_status_code(status: *const rankd_status) -> rankd_code;
     pub fn rankd_status_message(status: *const rankd_status) -> *const c_char;
     pub fn rankd_status_free(status: *mut rankd_status);
+    pub fn rankd_status_is_wait_timeout(status: *const rankd_status) -> c_int;
     pub fn rankd_code_name(code: i32) -> *const c_char;
 
     pub fn rankd_join_options_init(options: *mut rankd_join_options);

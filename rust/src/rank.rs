@@ -509,9 +509,9 @@ impl PendingWords {
         unsafe { ffi::rankd_pending_words_is_ready(self.ptr) != 0 }
     }
 
-    /// Waits at most `timeout` for the round's words. DeadlineExceeded when
-    /// the wait timed out: the round stays in flight and may be waited for
-    /// again.
+    /// Waits at most `timeout` for the round's words. DeadlineExceeded with
+    /// `is_wait_timeout()` when the wait timed out: the round stays in
+    /// flight and may be waited for again.
     pub fn wait(&self, timeout: Duration) -> Result<Vec<u32>> {
         let mut out = vec![0u32; self.capacity];
         // SAFETY: `out` holds `capacity` words.

@@ -22,7 +22,7 @@ use crate::contract::{
     DistributedCapabilities, DistributedSession, DistributedSessionDescriptor, PeerValue,
     Submission, TensorDtype, ValueDescriptor, WaitOutcome,
 };
-use crate::error::{Code, Error, Result};
+use crate::error::{Error, Result};
 use crate::ffi;
 use crate::rank::{all_gather_words, c_string, seconds, PendingWords, Rank, RankHandle};
 use crate::tensor::{lock, Buffer, HostTensor, Storage};
@@ -594,14 +594,6 @@ impl Completion for Work {
     }
 }
 
-/// Whether a bounded wait's DEADLINE_EXCEEDED is its own missed deadline
-/// (rankd_work_wait_bounded: "the work did not complete within ...; <mode>
-/// applied, ..."), not the work's failure, which has the same code (a peer
-/// that never submitted).
-fn is_missed_deadline(e: &Error) -> bool {
-    e.message().contains("did not complete within") && e.message().contains(" applied")
-}
-
 impl BoundedCompletion for Work {
     type Error = Error;
 
@@ -613,9 +605,9 @@ impl BoundedCompletion for Work {
     fn wait_bounded(&self, timeout: Duration, mode: CancellationMode) -> Result<WaitOutcome> {
         match self.bounded(timeout, mode) {
             Ok(()) => Ok(WaitOutcome::Completed),
-            Err(e) if e.code() == Code::DeadlineExceeded && is_missed_deadline(&e) => {
-                Ok(WaitOutcome::DeadlineExceeded(mode))
-            }
+            // Its own missed deadline, not the work's failure (which may
+            // also be DeadlineExceeded: a peer that never submitted).
+            Err(e) if e.is_wait_timeout() => Ok(WaitOutcome::DeadlineExceeded(mode)),
             Err(e) => Err(e),
         }
     }

@@ -105,6 +105,13 @@ RANKD_EXPORT rankd_code rankd_status_code(const rankd_status* status);
  * Never NULL. */
 RANKD_EXPORT const char* rankd_status_message(const rankd_status* status);
 RANKD_EXPORT void rankd_status_free(rankd_status* status);
+/* 1 when `status` is a bounded wait's own timeout rather than a failure:
+ * rankd_work_wait_bounded past its deadline (the mode was applied) or
+ * rankd_pending_words_wait past its timeout (the round is still in flight).
+ * Both carry DEADLINE_EXCEEDED, which the work or round itself may also
+ * fail with (a rank that never submitted); this tells them apart without
+ * reading the message. 0 for every other status and for NULL. */
+RANKD_EXPORT int rankd_status_is_wait_timeout(const rankd_status* status);
 /* "OK", "INVALID_ARGUMENT", ...; "UNKNOWN_CODE" for a value outside
  * rankd_code. Static storage. */
 RANKD_EXPORT const char* rankd_code_name(int32_t code);
