@@ -105,6 +105,34 @@ static void Ops(rankd_rank* rank, uint32_t world) {
   Refused(missing, RANKD_DEADLINE_EXCEEDED, "c/never",
           "kv_get of a missing key");
 
+  /* A pending round's bounded wait that runs out while a rank holds back
+   * (rank 1 submits only once rank 0 has seen the timeout): the wait's own
+   * timeout, marked as such; the round stays in flight and completes. */
+  if (r == 0) {
+    Ok(rankd_submit_all_gather_words(rank, &mine, 1, 30, &pending),
+       "submit a held round");
+    rankd_status* early = rankd_pending_words_wait(pending, 0.2, gathered, 4);
+    if (!rankd_status_is_wait_timeout(early)) {
+      Fail(
+          "an early wait on a held round is not marked as the wait's own "
+          "timeout");
+    }
+    Refused(early, RANKD_DEADLINE_EXCEEDED, "still pending",
+            "an early wait on a held round");
+    if (rankd_pending_words_is_ready(pending)) Fail("held round is ready");
+    Ok(rankd_kv_set(rank, "c/go", "1", 1), "kv_set c/go");
+  } else {
+    Ok(rankd_kv_get(rank, "c/go", 30, &blob), "kv_get c/go");
+    rankd_bytes_free(blob);
+    Ok(rankd_submit_all_gather_words(rank, &mine, 1, 30, &pending),
+       "submit a held round");
+  }
+  Ok(rankd_pending_words_wait(pending, INFINITY, gathered, 4), "held round");
+  if (gathered[0] != 100 || gathered[1] != 101) {
+    Fail("held round: %u %u", gathered[0], gathered[1]);
+  }
+  rankd_pending_words_free(pending);
+
   /* A Gloo session. */
   rankd_session_options options;
   rankd_session_options_init(&options);

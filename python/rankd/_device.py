@@ -8,8 +8,11 @@ producer used), read from
     'data' pointer, 'shape', 'typestr', 'strides' (must be contiguous) and
     'stream' when given,
   - any object with __dlpack__ / __dlpack_device__ on a CUDA device, its
-    capsule read through ctypes (DLManagedTensor); the capsule is kept, so
-    the producer's memory stays alive, for as long as the work.
+    capsule read through ctypes: DLPack 1.x's versioned capsule
+    (DLManagedTensorVersioned, asked for with max_version=(1, 0); its
+    READ_ONLY flag is honoured) or, from producers that predate it, the
+    unversioned one (DLManagedTensor). The capsule is kept, so the
+    producer's memory stays alive, for as long as the work.
 
 Nothing here allocates or copies device memory. Private to the package.
 """
@@ -76,9 +79,26 @@ class _DLManagedTensor(ctypes.Structure):
                 ("deleter", ctypes.c_void_p)]
 
 
+class _DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [("version", _DLPackVersion), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p), ("flags", ctypes.c_uint64),
+                ("dl_tensor", _DLTensor)]
+
+
+# The DLPack major version this package reads, and DLPack 1.x's flag bits.
+_DLPACK_MAJOR = 1
+_DLPACK_FLAG_READ_ONLY = 1
+
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_pointer.restype = ctypes.c_void_p
 _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_name = ctypes.pythonapi.PyCapsule_GetName
+_capsule_name.restype = ctypes.c_char_p
+_capsule_name.argtypes = [ctypes.py_object]
 
 
 class DeviceTensor:
@@ -158,9 +178,43 @@ def _torch_dtype(torch, dtype, what):
     return table[dtype]
 
 
-def device_tensor(value, what):
+def _dlpack_tensor(value, stream, what):
+    """(DLTensor, read_only, capsule) from `value`'s __dlpack__, asking for
+    the versioned capsule and falling back to the unversioned one for
+    producers without max_version. `stream` (a C ABI stream handle, whose
+    1 and 2 are DLPack's legacy and per-thread default streams) is the
+    consumer's stream the producer must order its work before; None lets
+    the producer assume the legacy default stream."""
+    kwargs = {} if stream is None else {"stream": stream}
+    try:
+        capsule = value.__dlpack__(max_version=(_DLPACK_MAJOR, 0), **kwargs)
+    except TypeError:  # a producer from before DLPack 1.0
+        capsule = value.__dlpack__(**kwargs)
+    name = _capsule_name(capsule)
+    if name == b"dltensor_versioned":
+        managed = _DLManagedTensorVersioned.from_address(
+            _capsule_pointer(capsule, name))
+        if managed.version.major != _DLPACK_MAJOR:
+            raise errors.InvalidArgumentError(
+                f"rankd: {what} is a DLPack {managed.version.major}."
+                f"{managed.version.minor} tensor; rankd reads DLPack "
+                f"{_DLPACK_MAJOR}.x and the unversioned capsule")
+        read_only = bool(managed.flags & _DLPACK_FLAG_READ_ONLY)
+        return managed.dl_tensor, read_only, capsule
+    if name == b"dltensor":
+        managed = _DLManagedTensor.from_address(
+            _capsule_pointer(capsule, name))
+        return managed.dl_tensor, False, capsule
+    raise errors.InvalidArgumentError(
+        f"rankd: {what}.__dlpack__() gave a capsule named {name!r}, not an "
+        "unused DLPack tensor ('dltensor' or 'dltensor_versioned')")
+
+
+def device_tensor(value, what, stream=None):
     """`value` as a DeviceTensor; InvalidArgumentError naming `what` and
-    the reason when it cannot be one."""
+    the reason when it cannot be one. `stream` is the caller's explicit
+    stream (a C ABI handle), which a DLPack producer is asked to order its
+    work before."""
     if isinstance(value, np.ndarray):
         raise errors.InvalidArgumentError(
             f"rankd: {what} is a numpy array (host memory); an NCCL session "
@@ -211,9 +265,7 @@ def device_tensor(value, what):
                 f"rankd: {what} is a DLPack tensor on device type "
                 f"{int(device_type)}; an NCCL session needs a CUDA tensor "
                 f"(device type {_DL_CUDA[0]} or {_DL_CUDA[1]})")
-        capsule = value.__dlpack__()
-        address = _capsule_pointer(capsule, b"dltensor")
-        t = _DLManagedTensor.from_address(address).dl_tensor
+        t, read_only, capsule = _dlpack_tensor(value, stream, what)
         shape = tuple(t.shape[i] for i in range(t.ndim))
         key = (t.dtype.code, t.dtype.bits)
         if t.dtype.lanes != 1 or key not in _DL_DTYPES:
@@ -232,7 +284,8 @@ def device_tensor(value, what):
         # The capsule keeps the producer's memory: its destructor calls the
         # deleter once the capsule goes (it is never renamed "used_").
         return DeviceTensor(value, (t.data or 0) + t.byte_offset, shape,
-                            dtype, device=int(device_id), keep=(capsule,))
+                            dtype, device=int(device_id), readonly=read_only,
+                            keep=(capsule,))
     raise errors.InvalidArgumentError(
         f"rankd: {what} is a {type(value).__name__}; an NCCL session needs a "
         "CUDA tensor (__cuda_array_interface__, DLPack on CUDA, or a CUDA "

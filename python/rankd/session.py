@@ -16,9 +16,11 @@ of the caller's: `stream=` (a handle, or an object with .cuda_stream), else
 torch's current stream for torch tensors, else the 'stream' entry of the
 input's __cuda_array_interface__; the operation runs after the work queued
 there and work queued there afterwards sees the outputs, without waiting on
-the host. When no stream is known (an interface without 'stream', DLPack),
-none is used: the inputs must be ready when the call is made and the
-outputs are valid once work.wait() returned. Outputs are the caller's
+the host. A DLPack producer is handed `stream=` when one is given, so
+that it orders its own work before the operation. When no stream is known
+(an interface without 'stream', DLPack without `stream=`), none is used:
+the inputs must be ready when the call is made and the outputs are valid
+once work.wait() returned. Outputs are the caller's
 (`out=`); only for torch tensors does rankd allocate them (torch.empty on
 the input's device). The tensors must stay allocated until the work
 completed; the Work keeps a reference to them."""
@@ -90,9 +92,10 @@ class _CDeviceTensor:
         return self.device_tensor.source
 
 
-def _device_output(out, like, shape, what):
+def _device_output(out, like, shape, what, stream):
     """The caller's CUDA output `out`, or (for a torch input `like`) a new
-    torch tensor of `shape` on its device."""
+    torch tensor of `shape` on its device. `stream` is the caller's stream=
+    argument."""
     if out is None:
         torch = _device._torch_tensor(like.source) if like is not None \
             else None
@@ -104,7 +107,7 @@ def _device_output(out, like, shape, what):
                 "tensors")
         out = torch.empty(tuple(shape), dtype=like.source.dtype,
                           device=like.source.device)
-    t = _device.device_tensor(out, what)
+    t = _device.device_tensor(out, what, _device.stream_handle(stream))
     if t.readonly:
         raise _native.errors.InvalidArgumentError(
             f"rankd: {what} is read-only")
@@ -230,16 +233,17 @@ class Session:
                 return t.device_tensor.stream
         return None
 
-    def _device_in(self, value, what):
-        return _CDeviceTensor(_device.device_tensor(value, what))
+    def _device_in(self, value, what, stream):
+        return _CDeviceTensor(_device.device_tensor(
+            value, what, _device.stream_handle(stream)))
 
     def all_reduce_sum(self, value, group=WORLD, out=None, stream=None):
         """Element-wise sum over the group's members. `out` may be `value`
         itself (in place)."""
         if self._nccl:
-            cx = self._device_in(value, "value")
+            cx = self._device_in(value, "value", stream)
             cy = cx if out is value else _device_output(
-                out, cx.device_tensor, cx.device_tensor.shape, "out")
+                out, cx.device_tensor, cx.device_tensor.shape, "out", stream)
             handle = ctypes.c_void_p()
             check(lib.rankd_all_reduce_sum(
                 self._handle, group, cx.pointer, cy.pointer,
@@ -259,10 +263,10 @@ class Session:
         order ([n, ...] gives [members * n, ...]; a scalar [members])."""
         members = self._members(group)
         if self._nccl:
-            cx = self._device_in(value, "value")
+            cx = self._device_in(value, "value", stream)
             s = cx.device_tensor.shape
             shape = (members,) if not s else (members * s[0],) + s[1:]
-            cy = _device_output(out, cx.device_tensor, shape, "out")
+            cy = _device_output(out, cx.device_tensor, shape, "out", stream)
             handle = ctypes.c_void_p()
             check(lib.rankd_all_gather(
                 self._handle, group, cx.pointer, cy.pointer,
@@ -284,7 +288,7 @@ class Session:
         """Leading-axis rows: send_counts[d] rows to member d,
         receive_counts[s] rows from member s (output source-major)."""
         if self._nccl:
-            cx = self._device_in(value, "value")
+            cx = self._device_in(value, "value", stream)
         else:
             x = _host_array(value, "value")
         n = len(send_counts)
@@ -298,7 +302,7 @@ class Session:
         rows = sum(int(c) for c in receive_counts)
         if self._nccl:
             shape = (rows,) + cx.device_tensor.shape[1:]
-            cy = _device_output(out, cx.device_tensor, shape, "out")
+            cy = _device_output(out, cx.device_tensor, shape, "out", stream)
             c_stream = self._stream(stream, (cx, cy))
             result = cy.source
         else:
@@ -318,7 +322,7 @@ class Session:
         """Sends `value` to member `peer`; pairs with its receive of the
         same shape and dtype. wait() returns the value."""
         if self._nccl:
-            cx = self._device_in(value, "value")
+            cx = self._device_in(value, "value", stream)
             c_stream, result = self._stream(stream, (cx,)), value
         else:
             x = _host_array(value, "value")
@@ -334,7 +338,7 @@ class Session:
         """Receives from member `peer` into `out`, or a new array of
         `shape` and `dtype` (Gloo; an NCCL session needs `out`)."""
         if self._nccl:
-            cy = _device_output(out, None, shape, "out")
+            cy = _device_output(out, None, shape, "out", stream)
             handle = ctypes.c_void_p()
             check(lib.rankd_receive(self._handle, group, peer, cy.pointer,
                                     self._stream(stream, (cy,)),
@@ -365,10 +369,10 @@ class Session:
                 "rankd: batch_send_receive needs an output array for every "
                 "receive")
         if self._nccl:
-            send_list = [(int(p), self._device_in(v, f"sends[{i}]"))
+            send_list = [(int(p), self._device_in(v, f"sends[{i}]", stream))
                          for i, (p, v) in enumerate(sends)]
             receive_list = [(int(p), _device_output(o, None, None,
-                                                    f"receives[{i}]"))
+                                                    f"receives[{i}]", stream))
                             for i, (p, o) in enumerate(receives)]
             c_stream = self._stream(
                 stream, [t for _, t in send_list + receive_list])

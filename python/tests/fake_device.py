@@ -9,7 +9,8 @@ test can fill and read it directly while rankd takes it for CUDA memory.
     x.host[:] = ...                    # numpy view of the "device" memory
     session.all_reduce_sum(x, out=y)   # through __cuda_array_interface__
 
-FakeDLPackArray offers the same memory through DLPack only.
+FakeDLPackArray offers the same memory through DLPack only, as a DLPack 1.x
+producer (versioned capsules) or one from before it.
 """
 
 import ctypes
@@ -131,6 +132,18 @@ class _DLManagedTensor(ctypes.Structure):
                 ("deleter", ctypes.c_void_p)]
 
 
+class _DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [("version", _DLPackVersion), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p), ("flags", ctypes.c_uint64),
+                ("dl_tensor", _DLTensor)]
+
+
+DLPACK_FLAG_READ_ONLY = 1
+
 _capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
@@ -139,23 +152,46 @@ _DL_CODES = {"i": 0, "u": 1, "f": 2, "c": 5, "b": 6}
 
 
 class FakeDLPackArray:
-    """The memory of a FakeDeviceArray through DLPack only (kDLCUDA,
-    device `device`), with no deleter (the array owns the memory)."""
+    """The memory of `array` (a FakeDeviceArray, or anything with .pointer,
+    .shape and .dtype) through DLPack only (kDLCUDA, device `device`), with
+    no deleter (the array owns the memory).
 
-    def __init__(self, array, device=0):
+    versioned: a DLPack 1.x producer (__dlpack__ takes max_version and
+    gives a "dltensor_versioned" capsule of DLPack `version` with `flags`);
+    False: one from before DLPack 1.0 (no max_version; "dltensor").
+    `streams` records the stream= of every __dlpack__ call."""
+
+    def __init__(self, array, device=0, versioned=True, version=(1, 1),
+                 flags=0):
         self.array = array
         self.device = device
+        self.versioned = versioned
+        self.streams = []
         n = len(array.shape)
         self._shape = (ctypes.c_int64 * max(n, 1))(*array.shape)
-        d = array.dtype
-        self._managed = _DLManagedTensor(
-            _DLTensor(array.pointer, _DLDevice(2, device), n,
-                      _DLDataType(_DL_CODES[d.kind], d.itemsize * 8, 1),
-                      ctypes.cast(self._shape, ctypes.POINTER(ctypes.c_int64)),
-                      None, 0), None, None)
+        d = np.dtype(array.dtype)
+        tensor = _DLTensor(
+            array.pointer, _DLDevice(2, device), n,
+            _DLDataType(_DL_CODES[d.kind], d.itemsize * 8, 1),
+            ctypes.cast(self._shape, ctypes.POINTER(ctypes.c_int64)), None, 0)
+        if versioned:
+            self._managed = _DLManagedTensorVersioned(
+                _DLPackVersion(*version), None, None, flags, tensor)
+        else:
+            self._managed = _DLManagedTensor(tensor, None, None)
 
     def __dlpack_device__(self):
         return (2, self.device)
 
-    def __dlpack__(self, stream=None):
-        return _capsule_new(ctypes.addressof(self._managed), b"dltensor", None)
+    def __dlpack__(self, stream=None, **kwargs):
+        if not self.versioned and kwargs:
+            raise TypeError(f"__dlpack__() got unexpected keywords {kwargs}")
+        self.streams.append(stream)
+        address = ctypes.addressof(self._managed)
+        if self.versioned and kwargs.get("max_version", (0, 0))[0] >= 1:
+            return _capsule_new(address, b"dltensor_versioned", None)
+        if self.versioned:  # asked for no version: the unversioned struct
+            self._legacy = _DLManagedTensor(self._managed.dl_tensor, None,
+                                            None)
+            address = ctypes.addressof(self._legacy)
+        return _capsule_new(address, b"dltensor", None)

@@ -66,6 +66,18 @@ def ops(rank):
     e = expect_raises(rankd.DeadlineExceededError, "py/never", rank.kv_get,
                       "py/never", timeout=0.2)
     assert not isinstance(e, rankd.WaitTimeoutError), e
+    # A bounded wait on a round that rank 1 holds back (it submits once
+    # rank 0 saw the wait time out) is the wait's own timeout.
+    if r == 0:
+        pending = rank.submit_all_gather_words([100], timeout=30)
+        expect_raises(rankd.WaitTimeoutError, "still pending", pending.wait,
+                      timeout=0.2)
+        assert not pending.is_ready()
+        rank.kv_set("py/go", b"1")
+    else:
+        rank.kv_get("py/go", timeout=30)
+        pending = rank.submit_all_gather_words([101], timeout=30)
+    assert pending.wait().reshape(-1).tolist() == [100, 101]
 
 
     with rank.open_session(op_timeout=30) as session:
@@ -255,11 +267,16 @@ def nccl(rank):
             assert v.host.tolist() == [5, 6], v.host
         mine_mem = array([r, r, r], np.uint8)
         theirs_mem = array([255] * 3, np.uint8)
+        # A DLPack 1.x producer and one from before it; both are handed
+        # the caller's stream.
         mine = FakeDLPackArray(mine_mem, device=rank.local_rank)
-        theirs = FakeDLPackArray(theirs_mem, device=rank.local_rank)
-        outputs = session.batch_send_receive([(peer, mine)],
-                                             [(peer, theirs)]).wait()
+        theirs = FakeDLPackArray(theirs_mem, device=rank.local_rank,
+                                 versioned=False)
+        outputs = session.batch_send_receive(
+            [(peer, mine)], [(peer, theirs)], stream=stream).wait()
         assert outputs[0] is theirs and theirs_mem.host.tolist() == [peer] * 3
+        assert mine.streams == theirs.streams == [stream], \
+            (mine.streams, theirs.streams)
         print("CASE send_receive OK", flush=True)
 
         # Refusals, before any data moves.
@@ -348,6 +365,23 @@ def torch_ops(rank):
                 [(peer, torch.full((3,), float(r), device=device))],
                 [(peer, theirs)]).wait()
             assert theirs.cpu().tolist() == [peer] * 3
+        # The same sum through DLPack alone: torch is a DLPack 1.x producer
+        # (versioned capsules), handed the caller's stream.
+        class DLPackOnly:
+            def __init__(self, tensor):
+                self.tensor = tensor
+
+            def __dlpack__(self, **kwargs):
+                return self.tensor.__dlpack__(**kwargs)
+
+            def __dlpack_device__(self):
+                return self.tensor.__dlpack_device__()
+
+        via_dlpack = torch.zeros(4, dtype=torch.float32, device=device)
+        session.all_reduce_sum(
+            DLPackOnly(x), out=DLPackOnly(via_dlpack),
+            stream=torch.cuda.current_stream(device)).wait()
+        assert torch.equal(via_dlpack.cpu(), want), via_dlpack
         expect_raises(rankd.InvalidArgumentError, "not contiguous",
                       session.all_reduce_sum,
                       torch.ones(4, 4, device=device).t())
