@@ -5,7 +5,8 @@
 # binaries need except the host's (glibc, libstdc++, libgcc, CUDA driver,
 # CUDA runtime, NCCL) to OUTDIR/lib, and points every binary's and
 # library's run path at OUTDIR/lib ($ORIGIN-relative, so the kit works from
-# any folder). Adds the runners (run.sh, tools/run.sh) and KIT_INFO.
+# any folder). Adds the runners (run.sh, tools/run.sh), the Python package
+# and its tests (python/) and KIT_INFO.
 # Prints the kit's size; fails above the limit or when a library cannot be
 # resolved here.
 #
@@ -64,6 +65,12 @@ cp "$src/tests/gpu/run.sh" "$out/run.sh"
 cp "$src/tests/gpu/kit_contents.sh" "$out/kit_contents.sh"
 cp "$src/tools/run.sh" "$out/tools/run.sh"
 chmod +x "$out/run.sh" "$out/tools/run.sh"
+for d in "${KIT_PYTHON_DIRS[@]}"; do
+  files=("$src/$d"/*.py)
+  ((${#files[@]})) || { echo "assemble_kit: no Python files in $src/$d" >&2; exit 1; }
+  mkdir -p "$out/$d"
+  cp -L "${files[@]}" "$out/$d/"
+done
 
 commit=$(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)
 dirty=$(git -C "$src" status --porcelain 2>/dev/null | grep -q . && echo "+changes" || true)

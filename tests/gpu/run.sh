@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs every NCCL test of rankd and the serving example on NCCL, on a
+# Runs every NCCL test of rankd (the data plane's, the daemons', the C
+# ABI's, and the Python package's on PyTorch CUDA tensors when the host's
+# python3 has torch and numpy) and the serving example on NCCL, on a
 # machine with one or more GPUs (world size = number of visible GPUs; 1
 # works), and writes a log and a per-test summary. See docs/nccl.md.
 #
@@ -60,11 +62,13 @@ if [[ "$mode" == kit ]]; then
   source "$kit/kit_contents.sh"
   bin="$kit/bin"
   launcher="$kit/tools/run.sh"
+  python_root="$kit/python"
   [[ -n "$out" ]] || out="$kit/../gpu-out"
 else
   root="$(cd "$here/../.." && pwd)"
   source "$here/kit_contents.sh"
   launcher="$root/tools/run.sh"
+  python_root="$root/python"
   [[ -n "$out" ]] || out="$root/build/gpu-out"
 fi
 mkdir -p "$out" || { echo "run.sh: cannot create $out" >&2; exit 2; }
@@ -218,9 +222,37 @@ PY
     RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin" \
     RANKD_STANDIN_DEVICES=2 RANKD_STANDIN_CLIQUE_DIR="$cliques" \
     RANKD_REQUIRE_GPU=1
+  run_gtest capi_nccl_standin_test 120 "$bin/capi/capi_nccl_standin_test" \
+    RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin" \
+    RANKD_STANDIN_DEVICES=2 RANKD_STANDIN_CLIQUE_DIR="$cliques/capi" \
+    RANKD_REQUIRE_GPU=1
   rm -rf "$cliques"
   run_gtest nccl_gpu_test 90 "$bin/dataplane/nccl/nccl_gpu_test"
   run_gtest nccl_cluster_test 120 "$bin/tests/gpu/nccl_cluster_test"
+  run_gtest capi_nccl_gpu_test 120 "$bin/capi/capi_nccl_gpu_test"
+
+  # ---- the Python package on PyTorch CUDA tensors ---------------------------------
+  # python/tests/torch_nccl.py prints PASSED, "SKIPPED: why" (no torch or
+  # numpy in this python3) or "FAILED: why" last.
+  echo "== python_torch_nccl (at most 240 s)"
+  plog="$out/python_torch_nccl.log"
+  if ! command -v python3 >/dev/null; then
+    record SKIPPED python_torch_nccl "no python3 on PATH"
+  else
+    RANKD_LIBRARY="$bin/capi/librankd.so" \
+      PYTHONPATH="$python_root:$python_root/tests" \
+      timeout --kill-after=10 240 python3 "$python_root/tests/torch_nccl.py" > "$plog" 2>&1
+    status=$?
+    last=$(tail -1 "$plog")
+    echo "   $last"
+    if ((status == 0)) && [[ "$last" == PASSED ]]; then
+      record PASSED python_torch_nccl
+    elif ((status == 0)) && [[ "$last" == SKIPPED:* ]]; then
+      record SKIPPED python_torch_nccl "${last#SKIPPED: }"
+    else
+      record FAILED python_torch_nccl "exit status $status: $last; see $plog"
+    fi
+  fi
 
   # ---- the serving example on NCCL ------------------------------------------------
   if ((gpus == 0)); then
