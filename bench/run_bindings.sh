@@ -7,7 +7,8 @@
 # /usr/bin/python3, out= a preallocated array) and Rust
 # (rust/examples/bindings_bench.rs over the rankd crate), in one run.
 #
-# Two layouts, each rank on its own core: 1 x 1 (a world of one rank: the
+# Two layouts, each rank pinned to its own core (taskset; the last cores,
+# so that in 1 x 1 the daemon keeps core 0): 1 x 1 (a world of one rank: the
 # operation runs the whole rankd layer but no Gloo exchange, so its latency
 # is the binding plus the layer, with no network noise; this is where the
 # overhead is measured) and 1 x 2 (one daemon, two ranks: a real exchange
@@ -18,9 +19,14 @@
 # p50(cpp), same layout, same run. Writes the "Bindings" section of
 # bench/RESULTS.md (bench/summarize_bindings.py) unless --no_results.
 #
+# Pinning matters on a VM: unpinned, the 1 x 1 operation's hand-offs between
+# the caller's thread and the session's executor cross cores and take ~60 us
+# instead of ~8 us, with run-to-run noise of +-10 us, larger than the
+# overheads measured; pinned, both threads share the rank's core.
+#
 # usage: bench/run_bindings.sh [--ops=N] [--warmup=N] [--blocks=N]
 #          [--bindings=cpp,c,python,rust] [--results=PATH | --no_results]
-#          [--keep=DIR] [--skip_setup]
+#          [--keep=DIR] [--skip_setup] [--no_pin]
 # Defaults: OPS 20000, WARMUP 2000, BLOCKS 3, every binding (rust needs
 # /usr/bin/cargo; tools/setup.sh installs it).
 # It stops only what it started, by pid, and removes its temp folder.
@@ -32,7 +38,7 @@ WARMUP=${WARMUP:-2000}
 BLOCKS=${BLOCKS:-3}
 BINDINGS=${BINDINGS:-cpp,c,python,rust}
 RESULTS=${RESULTS:-bench/RESULTS.md}
-MODE=opt KEEP="" SETUP=1 NNODES=1 NPROC_PER_NODE=1
+MODE=opt KEEP="" SETUP=1 NNODES=1 NPROC_PER_NODE=1 PIN=1
 TORCH_PY=/usr/bin/python3 NEED_TORCH=0 BENCH_TARGET=bindings_bench
 ORIG_ARGS=("$@")
 die() { echo "run_bindings: $*" >&2; exit 1; }
@@ -46,6 +52,7 @@ for arg in "$@"; do
     --no_results) RESULTS="" ;;
     --keep=*) KEEP=${arg#*=} ;;
     --skip_setup) SETUP=0 ;;
+    --no_pin) PIN=0 ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) die "unknown option $arg (see --help)" ;;
   esac
@@ -53,6 +60,13 @@ done
 for v in OPS WARMUP BLOCKS; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "--${v,,}=${!v}: must be a positive integer"
 done
+CPUS=$(nproc)
+if ((PIN)) && { ! command -v taskset >/dev/null || ((CPUS < 2)); }; then
+  die "pinning needs taskset and 2 or more CPUs (or pass --no_pin)"
+fi
+pin_of() {  # rank world -> the command prefix that pins it, or nothing
+  ((PIN)) && echo "taskset -c $(( (CPUS - $2 + $1) % CPUS ))"
+}
 IFS=, read -r -a bindings <<<"$BINDINGS"
 for b in "${bindings[@]}"; do
   [[ $b == cpp || $b == c || $b == python || $b == rust ]] ||
@@ -93,7 +107,7 @@ for ((block = 0; block < BLOCKS; block++)); do
       for ((r = 0; r < world; r++)); do
         RANKD_TARGET=unix://$TMP/node0.sock RANKD_JOB_ID=$JOB RANKD_LOCAL_RANK=$r \
           RANKD_LIBRARY=$LIBRARY PYTHONPATH=python LD_LIBRARY_PATH=$BIN/capi \
-          $(command_of "$b") "$OPS" "$WARMUP" >"$TMP/rank$r.log" 2>&1 &
+          $(pin_of "$r" "$world") $(command_of "$b") "$OPS" "$WARMUP" >"$TMP/rank$r.log" 2>&1 &
         PIDS+=($!)
         RANK_PIDS+=($!)
       done

@@ -101,9 +101,10 @@ def main():
                 "(f32[4], Gloo, world scope, submit then wait) through the "
                 "C++ API, the C ABI, Python and Rust; each binding's p50 is "
                 "the median of its blocks' p50s, the bindings taking turns "
-                "block by block. The overhead is measured in the 1 x 1 "
-                "layout, where no exchange adds noise; 1 x 2 shows the same "
-                "with a real peer.\n\n" + section + "\n")
+                "block by block, each rank pinned to its own core. The "
+                "overhead is measured in the 1 x 1 layout, where no exchange "
+                "adds noise; 1 x 2 shows the same with a real peer.\n\n" +
+                section + "\n")
     with open(results, "w") as f:
         f.write(text)
 

@@ -414,16 +414,17 @@ rankd_status* rankd_all_to_all_v(rankd_session* session, uint32_t group,
                                  const rankd_tensor* output, void* stream,
                                  rankd_work** work) {
   constexpr char kFn[] = "rankd_all_to_all_v";
-  if (session != nullptr && session->state->nccl != nullptr) {
-    return rankd::capi::NcclAllToAllV(session, group, input, send_counts,
-                                      receive_counts, members, output, stream,
-                                      work);
-  }
+  // The counts are checked here for both backends.
   if (members > 0 && send_counts == nullptr) {
     return NullArgument(kFn, "send_counts");
   }
   if (members > 0 && receive_counts == nullptr) {
     return NullArgument(kFn, "receive_counts");
+  }
+  if (session != nullptr && session->state->nccl != nullptr) {
+    return rankd::capi::NcclAllToAllV(session, group, input, send_counts,
+                                      receive_counts, members, output, stream,
+                                      work);
   }
   auto operands = Prepare(session, stream, work, kFn, input, output);
   if (!operands.ok()) return ToC(operands.status());

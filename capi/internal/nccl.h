@@ -38,7 +38,8 @@ absl::StatusOr<std::unique_ptr<dataplane::nccl::NcclSession>> OpenNccl(
     absl::Duration op_timeout);
 
 // The operations of an NCCL session (session->state->nccl is set); the
-// arguments as rankd.h's functions of the same name take them.
+// arguments as rankd.h's functions of the same name take them, except that
+// rankd_all_to_all_v has checked its count arrays already.
 rankd_status* NcclAllReduceSum(rankd_session* session, uint32_t group,
                                const rankd_tensor* input,
                                const rankd_tensor* output, void* stream,

@@ -45,6 +45,11 @@ _CANCELLATION = {"quarantine": 1, "native": 2}
 def _host_array(value, what):
     """`value` as a C-contiguous numpy array (a copy only when needed).
     Device tensors are refused with a message that says why."""
+    # The common case first, without the device-tensor probes (a numpy
+    # array is never one; each probe costs about a microsecond).
+    if type(value) is np.ndarray and value.flags.c_contiguous and \
+            value.dtype in _DTYPES:
+        return value
     if _device.is_device_tensor(value):
         raise _native.errors.InvalidArgumentError(
             f"rankd: {what} is a CUDA tensor, and this session runs on Gloo "
@@ -57,15 +62,26 @@ def _host_array(value, what):
     return array
 
 
+# size_t[n] array types by n (an operation builds one per tensor; making
+# the type each time costs more than the array).
+_SHAPE_TYPES = [ctypes.c_size_t * max(n, 1) for n in range(33)]
+
+
+def _shape_array(shape):
+    n = len(shape)
+    return (_SHAPE_TYPES[n] if n < len(_SHAPE_TYPES) else
+            ctypes.c_size_t * n)(*shape)
+
+
 class _CTensor:
     """A rankd_tensor describing `array` (kept alive with its shape)."""
 
     def __init__(self, array):
         self.array = array
-        self.shape = (ctypes.c_size_t * max(array.ndim, 1))(*array.shape)
+        self.shape = _shape_array(array.shape)
         self.tensor = _native.Tensor(
             array.ctypes.data if array.size else None, _DTYPES[array.dtype],
-            array.ndim, ctypes.cast(self.shape, _native.c_size_p))
+            array.ndim, self.shape)  # no cast: ctypes takes the array
 
     @property
     def pointer(self):
@@ -78,10 +94,9 @@ class _CDeviceTensor:
 
     def __init__(self, t):
         self.device_tensor = t
-        self.shape = (ctypes.c_size_t * max(t.ndim, 1))(*t.shape)
+        self.shape = _shape_array(t.shape)
         self.tensor = _native.Tensor(
-            t.pointer if t.pointer else None, t.dtype, t.ndim,
-            ctypes.cast(self.shape, _native.c_size_p))
+            t.pointer if t.pointer else None, t.dtype, t.ndim, self.shape)
 
     @property
     def pointer(self):

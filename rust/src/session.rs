@@ -198,6 +198,27 @@ impl Session {
         }
     }
 
+    /// Submits one operation: locks the storages of `inputs` and `outputs`
+    /// (each once, in address order), hands `call` their views (inputs
+    /// first, then outputs, in order) and the place for the work handle,
+    /// and returns the work, which retains the outputs' storages. `call`
+    /// makes the C ABI call and returns its status.
+    fn submit<F>(&self, inputs: &[&HostTensor], outputs: &[&HostTensor], call: F) -> Result<Work>
+    where
+        F: FnOnce(&[ffi::rankd_tensor], &mut *mut ffi::rankd_work) -> *mut ffi::rankd_status,
+    {
+        let all: Vec<&HostTensor> = inputs.iter().chain(outputs).copied().collect();
+        let mut ops = Operands::lock(&all);
+        let views: Vec<ffi::rankd_tensor> = all.iter().map(|t| ops.view(t)).collect();
+        let mut raw = ptr::null_mut();
+        // SAFETY: the views point into storages locked until the call
+        // returned (inputs are copied during it); the work retains the
+        // outputs' storages for what the library writes later.
+        unsafe { Error::check(call(&views, &mut raw))? };
+        drop(ops);
+        Ok(self.work(raw, outputs))
+    }
+
     /// Element-wise sum into `output`, which must have the input's shape
     /// and dtype and may be the input itself (in place). A steady loop that
     /// reuses its output allocates no tensor memory.
@@ -207,24 +228,22 @@ impl Session {
         input: &HostTensor,
         output: &HostTensor,
     ) -> Result<Submission<HostTensor, Work>> {
-        let mut ops = Operands::lock(&[input, output]);
-        let (i, o) = (ops.view(input), ops.view(output));
-        let mut raw = ptr::null_mut();
-        // SAFETY: the views point into locked storages the work retains.
-        unsafe {
-            Error::check(ffi::rankd_all_reduce_sum(
-                self.handle.ptr,
-                scope.group_id(),
-                &i,
-                &o,
-                ptr::null_mut(),
-                &mut raw,
-            ))?
-        };
-        drop(ops);
+        let completion = self.submit(&[input], &[output], |v, raw| {
+            // SAFETY: see submit.
+            unsafe {
+                ffi::rankd_all_reduce_sum(
+                    self.handle.ptr,
+                    scope.group_id(),
+                    &v[0],
+                    &v[1],
+                    ptr::null_mut(),
+                    raw,
+                )
+            }
+        })?;
         Ok(Submission {
             output: output.clone(),
-            completion: self.work(raw, &[output]),
+            completion,
         })
     }
 
@@ -236,24 +255,22 @@ impl Session {
         input: &HostTensor,
         output: &HostTensor,
     ) -> Result<Submission<HostTensor, Work>> {
-        let mut ops = Operands::lock(&[input, output]);
-        let (i, o) = (ops.view(input), ops.view(output));
-        let mut raw = ptr::null_mut();
-        // SAFETY: as in all_reduce_sum_into.
-        unsafe {
-            Error::check(ffi::rankd_all_gather(
-                self.handle.ptr,
-                scope.group_id(),
-                &i,
-                &o,
-                ptr::null_mut(),
-                &mut raw,
-            ))?
-        };
-        drop(ops);
+        let completion = self.submit(&[input], &[output], |v, raw| {
+            // SAFETY: see submit.
+            unsafe {
+                ffi::rankd_all_gather(
+                    self.handle.ptr,
+                    scope.group_id(),
+                    &v[0],
+                    &v[1],
+                    ptr::null_mut(),
+                    raw,
+                )
+            }
+        })?;
         Ok(Submission {
             output: output.clone(),
-            completion: self.work(raw, &[output]),
+            completion,
         })
     }
 
@@ -274,28 +291,25 @@ impl Session {
                 scope
             )));
         }
-        let mut ops = Operands::lock(&[input, output]);
-        let (i, o) = (ops.view(input), ops.view(output));
-        let mut raw = ptr::null_mut();
-        // SAFETY: as in all_reduce_sum_into; the counts are read during the
-        // call.
-        unsafe {
-            Error::check(ffi::rankd_all_to_all_v(
-                self.handle.ptr,
-                scope.group_id(),
-                &i,
-                send_counts.as_ptr(),
-                receive_counts.as_ptr(),
-                send_counts.len(),
-                &o,
-                ptr::null_mut(),
-                &mut raw,
-            ))?
-        };
-        drop(ops);
+        let completion = self.submit(&[input], &[output], |v, raw| {
+            // SAFETY: see submit; the counts are read during the call.
+            unsafe {
+                ffi::rankd_all_to_all_v(
+                    self.handle.ptr,
+                    scope.group_id(),
+                    &v[0],
+                    send_counts.as_ptr(),
+                    receive_counts.as_ptr(),
+                    send_counts.len(),
+                    &v[1],
+                    ptr::null_mut(),
+                    raw,
+                )
+            }
+        })?;
         Ok(Submission {
             output: output.clone(),
-            completion: self.work(raw, &[output]),
+            completion,
         })
     }
 
@@ -307,24 +321,22 @@ impl Session {
         peer: usize,
         output: &HostTensor,
     ) -> Result<Submission<HostTensor, Work>> {
-        let mut ops = Operands::lock(&[output]);
-        let o = ops.view(output);
-        let mut raw = ptr::null_mut();
-        // SAFETY: as in all_reduce_sum_into.
-        unsafe {
-            Error::check(ffi::rankd_receive(
-                self.handle.ptr,
-                scope.group_id(),
-                peer,
-                &o,
-                ptr::null_mut(),
-                &mut raw,
-            ))?
-        };
-        drop(ops);
+        let completion = self.submit(&[], &[output], |v, raw| {
+            // SAFETY: see submit.
+            unsafe {
+                ffi::rankd_receive(
+                    self.handle.ptr,
+                    scope.group_id(),
+                    peer,
+                    &v[0],
+                    ptr::null_mut(),
+                    raw,
+                )
+            }
+        })?;
         Ok(Submission {
             output: output.clone(),
-            completion: self.work(raw, &[output]),
+            completion,
         })
     }
 
@@ -338,44 +350,35 @@ impl Session {
         sends: &[PeerValue<HostTensor>],
         receives: &[PeerValue<HostTensor>],
     ) -> Result<Submission<Vec<HostTensor>, Work>> {
-        let all: Vec<&HostTensor> = sends.iter().chain(receives).map(|p| &p.value).collect();
-        let mut ops = Operands::lock(&all);
-        let s: Vec<ffi::rankd_peer_tensor> = sends
-            .iter()
-            .map(|p| ffi::rankd_peer_tensor {
-                peer: p.peer,
-                tensor: ops.view(&p.value),
-            })
-            .collect();
-        let r: Vec<ffi::rankd_peer_tensor> = receives
-            .iter()
-            .map(|p| ffi::rankd_peer_tensor {
-                peer: p.peer,
-                tensor: ops.view(&p.value),
-            })
-            .collect();
-        let mut raw = ptr::null_mut();
-        // SAFETY: as in all_reduce_sum_into; the arrays are read during the
-        // call.
-        unsafe {
-            Error::check(ffi::rankd_batch_send_receive(
-                self.handle.ptr,
-                scope.group_id(),
-                s.as_ptr(),
-                s.len(),
-                r.as_ptr(),
-                r.len(),
-                ptr::null_mut(),
-                &mut raw,
-            ))?
+        let inputs: Vec<&HostTensor> = sends.iter().map(|p| &p.value).collect();
+        let outputs: Vec<&HostTensor> = receives.iter().map(|p| &p.value).collect();
+        let peered = |p: &PeerValue<HostTensor>, view: &ffi::rankd_tensor| ffi::rankd_peer_tensor {
+            peer: p.peer,
+            tensor: *view,
         };
-        drop(ops);
-        let outputs: Vec<HostTensor> = receives.iter().map(|p| p.value.clone()).collect();
-        let refs: Vec<&HostTensor> = outputs.iter().collect();
-        let work = self.work(raw, &refs);
+        let completion = self.submit(&inputs, &outputs, |v, raw| {
+            let (sv, rv) = v.split_at(sends.len());
+            let s: Vec<ffi::rankd_peer_tensor> =
+                sends.iter().zip(sv).map(|(p, t)| peered(p, t)).collect();
+            let r: Vec<ffi::rankd_peer_tensor> =
+                receives.iter().zip(rv).map(|(p, t)| peered(p, t)).collect();
+            // SAFETY: see submit; the arrays are read during the call.
+            unsafe {
+                ffi::rankd_batch_send_receive(
+                    self.handle.ptr,
+                    scope.group_id(),
+                    s.as_ptr(),
+                    s.len(),
+                    r.as_ptr(),
+                    r.len(),
+                    ptr::null_mut(),
+                    raw,
+                )
+            }
+        })?;
         Ok(Submission {
-            output: outputs,
-            completion: work,
+            output: receives.iter().map(|p| p.value.clone()).collect(),
+            completion,
         })
     }
 
@@ -486,24 +489,22 @@ impl DistributedSession for Session {
         peer: usize,
         input: &HostTensor,
     ) -> Result<Submission<HostTensor, Work>> {
-        let mut ops = Operands::lock(&[input]);
-        let i = ops.view(input);
-        let mut raw = ptr::null_mut();
-        // SAFETY: the input is copied during the call.
-        unsafe {
-            Error::check(ffi::rankd_send(
-                self.handle.ptr,
-                scope.group_id(),
-                peer,
-                &i,
-                ptr::null_mut(),
-                &mut raw,
-            ))?
-        };
-        drop(ops);
+        let completion = self.submit(&[input], &[], |v, raw| {
+            // SAFETY: see submit (the input is copied during the call).
+            unsafe {
+                ffi::rankd_send(
+                    self.handle.ptr,
+                    scope.group_id(),
+                    peer,
+                    &v[0],
+                    ptr::null_mut(),
+                    raw,
+                )
+            }
+        })?;
         Ok(Submission {
             output: input.clone(),
-            completion: self.work(raw, &[]),
+            completion,
         })
     }
 
