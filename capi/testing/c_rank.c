@@ -280,6 +280,17 @@ static void Ops(rankd_rank* rank, uint32_t world) {
   /* Done with the data plane everywhere before closing it. */
   Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, 4), "barrier");
   rankd_session_free(session);
+
+  /* A second session, rank 1 coming late: its rendezvous must not take the
+   * first session's addresses (each session has keys of its own). */
+  if (r == 1) usleep(500 * 1000);
+  Ok(rankd_session_open(rank, &options, &session), "a second session");
+  Ok(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &in, &out, NULL, &work),
+     "all_reduce_sum on a second session");
+  Wait(work, "wait on a second session");
+  ExpectFloats(sum, want_two, 2, "all_reduce_sum on a second session");
+  Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, 4), "barrier");
+  rankd_session_free(session);
   printf("C RANK %u OK\n", r);
 }
 

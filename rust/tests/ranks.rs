@@ -374,6 +374,30 @@ fn refusals(rank: &Rank) {
 /// the session is poisoned.
 fn deadline(rank: &Rank) {
     let r = rank.rank();
+    // Work that itself fails with DeadlineExceeded (its peer never sends
+    // within op_timeout) is an error, not the bounded wait's own timeout.
+    {
+        let short = SessionOptions {
+            op_timeout: Some(Duration::from_secs(1)),
+            ..SessionOptions::default()
+        };
+        let s = rank.open_session(&short).unwrap();
+        if r == 0 {
+            let d = ValueDescriptor::new(vec![2], TensorDtype::F32).unwrap();
+            let sub = s.receive(World, 1, &d).unwrap();
+            let e = expect_err(
+                sub.completion.wait_bounded(
+                    Duration::from_secs(20),
+                    CancellationMode::QuarantineUntilComplete,
+                ),
+                Code::DeadlineExceeded,
+                "",
+            );
+            assert!(!e.is_wait_timeout(), "{}", e);
+            println!("OWN DEADLINE {}", e);
+        }
+        rank.all_gather_words(&[r], T).unwrap();
+    }
     let options = SessionOptions {
         op_timeout: Some(Duration::from_secs(5)),
         ..SessionOptions::default()
