@@ -178,6 +178,16 @@ impl Rank {
     }
 }
 
+/// The C ABI's signature of rankd_all_reduce_sum and rankd_all_gather.
+type CollectiveFn = unsafe extern "C" fn(
+    *mut ffi::rankd_session,
+    u32,
+    *const ffi::rankd_tensor,
+    *const ffi::rankd_tensor,
+    *mut c_void,
+    *mut *mut ffi::rankd_work,
+) -> *mut ffi::rankd_status;
+
 impl Session {
     /// The session's member count on `scope`; None when this rank is not in
     /// it (the library then refuses with NotFound).
@@ -219,11 +229,11 @@ impl Session {
         Ok(self.work(raw, outputs))
     }
 
-    /// Element-wise sum into `output`, which must have the input's shape
-    /// and dtype and may be the input itself (in place). A steady loop that
-    /// reuses its output allocates no tensor memory.
-    pub fn all_reduce_sum_into(
+    /// A collective of one input and one output (all_reduce_sum,
+    /// all_gather): `call` is its C ABI function.
+    fn collective_into(
         &self,
+        call: CollectiveFn,
         scope: CollectiveScope,
         input: &HostTensor,
         output: &HostTensor,
@@ -231,7 +241,7 @@ impl Session {
         let completion = self.submit(&[input], &[output], |v, raw| {
             // SAFETY: see submit.
             unsafe {
-                ffi::rankd_all_reduce_sum(
+                call(
                     self.handle.ptr,
                     scope.group_id(),
                     &v[0],
@@ -247,6 +257,18 @@ impl Session {
         })
     }
 
+    /// Element-wise sum into `output`, which must have the input's shape
+    /// and dtype and may be the input itself (in place). A steady loop that
+    /// reuses its output allocates no tensor memory.
+    pub fn all_reduce_sum_into(
+        &self,
+        scope: CollectiveScope,
+        input: &HostTensor,
+        output: &HostTensor,
+    ) -> Result<Submission<HostTensor, Work>> {
+        self.collective_into(ffi::rankd_all_reduce_sum, scope, input, output)
+    }
+
     /// all_gather into `output`, of exactly the result's shape
     /// (`[members * n, ...]`, or `[members]` for a scalar input).
     pub fn all_gather_into(
@@ -255,23 +277,7 @@ impl Session {
         input: &HostTensor,
         output: &HostTensor,
     ) -> Result<Submission<HostTensor, Work>> {
-        let completion = self.submit(&[input], &[output], |v, raw| {
-            // SAFETY: see submit.
-            unsafe {
-                ffi::rankd_all_gather(
-                    self.handle.ptr,
-                    scope.group_id(),
-                    &v[0],
-                    &v[1],
-                    ptr::null_mut(),
-                    raw,
-                )
-            }
-        })?;
-        Ok(Submission {
-            output: output.clone(),
-            completion,
-        })
+        self.collective_into(ffi::rankd_all_gather, scope, input, output)
     }
 
     /// all_to_all_v into `output` (`sum(receive_counts)` rows).
