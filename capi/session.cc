@@ -314,7 +314,8 @@ rankd_status* rankd_session_open(rankd_rank* rank,
   gloo.op_timeout = *op_timeout;
   gloo.verify_agreement = o.verify_agreement != 0;
   gloo.hostname = rankd::capi::GlooHostname(o.gloo_hostname);
-  gloo.instance = rank->state->gloo_sessions.fetch_add(1);
+  // gloo.instance unset: the session numbers itself (a second one never
+  // reads the first one's addresses).
   auto opened = rankd::dataplane::gloo::GlooSession::Open(
       *descriptor, rank->state->control_plane.get(), gloo);
   if (!opened.ok()) return ToC(opened.status());

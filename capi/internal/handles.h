@@ -48,10 +48,6 @@ struct RankState {
   // NCCL sessions opened so far: the n-th one's keys in the job's broker
   // are tagged "capi-n" (every rank opens its sessions in the same order).
   std::atomic<uint32_t> nccl_sessions{0};
-  // Gloo sessions opened so far: the n-th one rendezvouses as instance n
-  // (GlooSessionOptions::instance), so that a later session never reads an
-  // earlier one's addresses from the key-value store.
-  std::atomic<uint32_t> gloo_sessions{0};
 };
 
 // Exactly one of `gloo` and `nccl` is set.

@@ -88,8 +88,13 @@ struct GlooSessionOptions {
   // kMaxGlooExecutors; every rank must use the same value.
   uint32_t executors = 1;
   // Distinguishes several sessions of one job incarnation in the rendezvous
-  // key space; every rank must use the same value for the same session.
-  uint32_t instance = 0;
+  // key space, so that a session never reads another one's addresses.
+  // Unset (the default): the n-th session this rank opens in the job
+  // incarnation is instance n - 1, counted in the job's key-value store, so
+  // every rank must open its sessions in the same order (as they must join
+  // their groups). Set: every rank must give the same value for the same
+  // session, and no two live sessions may share one.
+  std::optional<uint32_t> instance;
   // When set, the backend advertises (and serves) only what this allows:
   // the intersection with what Gloo can do. Everything else fails closed.
   std::optional<DistributedCapabilities> restrict_capabilities;

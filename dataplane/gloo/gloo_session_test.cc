@@ -905,6 +905,47 @@ TEST(RendezvousKeysTest, KeysArePrefixedByNamespaceInstanceAndGroup) {
   EXPECT_EQ(RankdStore::Prefix("j@7", 0, "5"), "gloo/j@7/5/");
 }
 
+// Sessions a rank opens one after another number themselves (instance
+// unset): the second one rendezvouses under keys of its own, so a rank that
+// opens it while its peer is still late never reads the first session's
+// (closed) addresses.
+TEST(RendezvousKeysTest, SessionsOpenedOneAfterAnotherGetKeysOfTheirOwn) {
+  GlooTestCluster cluster({2, 1, 1, 1}, 2);
+  ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+  for (const std::string& key : cluster.job().Keys()) {
+    EXPECT_FALSE(absl::StartsWith(key, "gloo/job@1/i")) << key;
+  }
+  cluster.DestroySession(0);
+  cluster.DestroySession(1);
+  std::vector<std::unique_ptr<ControlPlane>> control_planes;
+  for (uint32_t r = 0; r < 2; ++r) {
+    control_planes.push_back(cluster.job().ForRank(r));
+  }
+  std::vector<std::unique_ptr<GlooSession>> second(2);
+  cluster.Run([&](uint32_t r) {
+    if (r == 1) absl::SleepFor(absl::Milliseconds(300));  // late
+    auto descriptor =
+        DistributedSessionDescriptor::FromTopology({2, 1, 1, 1}, 2, r);
+    ASSERT_TRUE(descriptor.ok()) << descriptor.status();
+    auto session = GlooSession::Open(*descriptor, control_planes[r].get(),
+                                     GlooTestCluster::DefaultOptions());
+    ASSERT_TRUE(session.ok()) << session.status();
+    auto sum = (*session)->AllReduceSum(
+        CollectiveScope::World(),
+        *HostTensor::FromVector<float>({2}, {1.0f + r, 2.0f + r}));
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    ASSERT_TRUE(sum->completion->Wait().ok());
+    EXPECT_EQ(*sum->output.Values<float>(),
+              absl::MakeConstSpan(std::vector<float>{3, 5}));
+    second[r] = *std::move(session);
+  });
+  bool second_keys = false;
+  for (const std::string& key : cluster.job().Keys()) {
+    second_keys |= absl::StartsWith(key, "gloo/job@1/i1/1/");
+  }
+  EXPECT_TRUE(second_keys);
+}
+
 // all_reduce_sum's plans (GlooSessionOptions::all_reduce_bcube_max_bytes,
 // all_reduce_ring_segment_bytes): bcube, the ring with Gloo's segments and
 // the ring with many small segments, on 2, 3, 4 and 6 members (bcube in

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <numeric>
 #include <utility>
 
@@ -52,7 +53,7 @@ GlooCommunicator::GlooCommunicator(ControlPlane* control_plane,
       options_(std::move(options)),
       diagnosis_(std::make_shared<const MismatchDiagnosis>(
           control_plane_,
-          RankdStore::Prefix(control_plane_->Namespace(), options_.instance,
+          RankdStore::Prefix(control_plane_->Namespace(), *options_.instance,
                              "diagnosis"),
           options_.failure_attribution_grace)),
       watchdog_(
@@ -93,6 +94,25 @@ absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
   }
   if (absl::Status health = control_plane->JobHealth(); !health.ok()) {
     return health;
+  }
+  if (!options.instance.has_value()) {
+    // This rank's count of sessions opened, in the job's key-value store
+    // (it outlives any one client of this process).
+    auto opened = control_plane->KvAdd(
+        absl::StrCat(
+            RankdStore::Prefix(control_plane->Namespace(), 0, "sessions"),
+            descriptor.rank()),
+        1);
+    if (!opened.ok()) {
+      return absl::Status(opened.status().code(),
+                          absl::StrCat("gloo backend: numbering this session: ",
+                                       opened.status().message()));
+    }
+    if (*opened < 1 || *opened > std::numeric_limits<uint32_t>::max()) {
+      return absl::InternalError(absl::StrCat(
+          "gloo backend: numbering this session: the count is ", *opened));
+    }
+    options.instance = static_cast<uint32_t>(*opened - 1);
   }
   IgnoreSigpipe();
   std::shared_ptr<GlooCommunicator> comm(new GlooCommunicator(
@@ -184,7 +204,7 @@ absl::StatusOr<std::shared_ptr<::gloo::Context>> GlooCommunicator::Connect(
   context->setTimeout(Millis(options_.connect_timeout));
   RankdStore store(
       control_plane_,
-      RankdStore::Prefix(control_plane_->Namespace(), options_.instance,
+      RankdStore::Prefix(control_plane_->Namespace(), *options_.instance,
                          lane == 0 ? name : absl::StrCat(name, ".e", lane)),
       options_.connect_timeout);
   absl::Status s = CatchNative(
