@@ -351,12 +351,13 @@ RANKD_EXPORT void rankd_session_options_init(rankd_session_options* options);
 /* Opens a session over `rank` (options may be NULL: defaults). Blocks
  * until the data plane is connected to every peer (every rank of the job
  * must open one; a rank may open several, and then every rank opens its
- * sessions of each backend in the same order). INVALID_ARGUMENT for a value outside rankd_backend;
- * UNAVAILABLE naming why an NCCL session cannot run here (the CUDA runtime
- * or NCCL library that could not be loaded and where it was looked for, no
- * CUDA device); FAILED_PRECONDITION when the node runs more ranks than it
- * has visible GPUs; DEADLINE_EXCEEDED naming peers that never connected. A
- * caller may fall back to RANKD_BACKEND_GLOO after UNAVAILABLE. */
+ * sessions of each backend in the same order). INVALID_ARGUMENT for a
+ * value outside rankd_backend; UNAVAILABLE naming why an NCCL session
+ * cannot run here (the CUDA runtime or NCCL library that could not be
+ * loaded and where it was looked for, no CUDA device); FAILED_PRECONDITION
+ * when the node runs more ranks than it has visible GPUs; DEADLINE_EXCEEDED
+ * naming peers that never connected. A caller may fall back to
+ * RANKD_BACKEND_GLOO after UNAVAILABLE. */
 RANKD_EXPORT rankd_status* rankd_session_open(
     rankd_rank* rank, const rankd_session_options* options,
     rankd_session** session);
