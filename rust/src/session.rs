@@ -188,6 +188,24 @@ type CollectiveFn = unsafe extern "C" fn(
     *mut *mut ffi::rankd_work,
 ) -> *mut ffi::rankd_status;
 
+/// The C ABI's signature of rankd_send and rankd_receive.
+type TransferFn = unsafe extern "C" fn(
+    *mut ffi::rankd_session,
+    u32,
+    usize,
+    *const ffi::rankd_tensor,
+    *mut c_void,
+    *mut *mut ffi::rankd_work,
+) -> *mut ffi::rankd_status;
+
+/// Whether a transfer's tensor is read during the call (a send) or written
+/// by the work (a receive).
+#[derive(Clone, Copy)]
+enum Direction {
+    Send,
+    Receive,
+}
+
 impl Session {
     /// The session's member count on `scope`; None when this rank is not in
     /// it (the library then refuses with NotFound).
@@ -253,6 +271,40 @@ impl Session {
         })?;
         Ok(Submission {
             output: output.clone(),
+            completion,
+        })
+    }
+
+    /// A send or a receive of `value` with member `peer`: `call` is its C
+    /// ABI function. The submission's output is `value`.
+    fn transfer(
+        &self,
+        call: TransferFn,
+        direction: Direction,
+        scope: CollectiveScope,
+        peer: usize,
+        value: &HostTensor,
+    ) -> Result<Submission<HostTensor, Work>> {
+        let (one, none): ([&HostTensor; 1], [&HostTensor; 0]) = ([value], []);
+        let (inputs, outputs): (&[&HostTensor], &[&HostTensor]) = match direction {
+            Direction::Send => (&one, &none),
+            Direction::Receive => (&none, &one),
+        };
+        let completion = self.submit(inputs, outputs, |v, raw| {
+            // SAFETY: see submit.
+            unsafe {
+                call(
+                    self.handle.ptr,
+                    scope.group_id(),
+                    peer,
+                    &v[0],
+                    ptr::null_mut(),
+                    raw,
+                )
+            }
+        })?;
+        Ok(Submission {
+            output: value.clone(),
             completion,
         })
     }
@@ -327,23 +379,7 @@ impl Session {
         peer: usize,
         output: &HostTensor,
     ) -> Result<Submission<HostTensor, Work>> {
-        let completion = self.submit(&[], &[output], |v, raw| {
-            // SAFETY: see submit.
-            unsafe {
-                ffi::rankd_receive(
-                    self.handle.ptr,
-                    scope.group_id(),
-                    peer,
-                    &v[0],
-                    ptr::null_mut(),
-                    raw,
-                )
-            }
-        })?;
-        Ok(Submission {
-            output: output.clone(),
-            completion,
-        })
+        self.transfer(ffi::rankd_receive, Direction::Receive, scope, peer, output)
     }
 
     /// Sends and receives posted together and completing together (two
@@ -495,23 +531,7 @@ impl DistributedSession for Session {
         peer: usize,
         input: &HostTensor,
     ) -> Result<Submission<HostTensor, Work>> {
-        let completion = self.submit(&[input], &[], |v, raw| {
-            // SAFETY: see submit (the input is copied during the call).
-            unsafe {
-                ffi::rankd_send(
-                    self.handle.ptr,
-                    scope.group_id(),
-                    peer,
-                    &v[0],
-                    ptr::null_mut(),
-                    raw,
-                )
-            }
-        })?;
-        Ok(Submission {
-            output: input.clone(),
-            completion,
-        })
+        self.transfer(ffi::rankd_send, Direction::Send, scope, peer, input)
     }
 
     fn receive(
