@@ -31,6 +31,14 @@ uint64_t OperationFingerprint(absl::string_view canonical) {
   return h;
 }
 
+bool IsRefusal(uint64_t fingerprint) {
+  static const uint64_t refused = OperationFingerprint(kRefusedCanonical);
+  return fingerprint == refused;
+}
+
+const char kRefusedOnItsOwnArguments[] =
+    " on its own arguments (its error says why)";
+
 MismatchDiagnosis::MismatchDiagnosis(ControlPlane* control_plane,
                                      std::string key_prefix,
                                      absl::Duration grace)

@@ -36,6 +36,20 @@ namespace rankd::dataplane {
 // find out whether they submitted the same work.
 uint64_t OperationFingerprint(absl::string_view canonical);
 
+// What a member that refused an operation on its own arguments (another
+// shape, an output of the wrong size, a tensor elsewhere: validation can
+// differ between members) "submitted", when its peers check agreement
+// before the payload and so wait for its record: it sends the fingerprint
+// of this text, and the peers refuse the operation too, naming it, instead
+// of waiting for op_timeout. No operation's canonical description looks
+// like it.
+inline constexpr char kRefusedCanonical[] = "(refused by this member)";
+// Whether `fingerprint` is kRefusedCanonical's.
+bool IsRefusal(uint64_t fingerprint);
+// What a peer's error says about such members: " on its own arguments
+// (its error says why)".
+extern const char kRefusedOnItsOwnArguments[];
+
 // One failed operation as this member submitted it.
 struct SubmittedOperation {
   // Identifies the group or route in key names: "world", "g3", "r0-1g3".

@@ -222,14 +222,9 @@ TensorSubmission<NcclBackend> NcclBackend::BroadcastImpl(
     const DeviceTensor* output, NcclGroup& group, CudaExecutor& executor) {
   absl::Status ok = Check(group, executor, "broadcast", nullptr, nullptr);
   if (!ok.ok()) return ok;
-  if (root_member_index >= group.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: broadcast: root member index ", root_member_index,
-        " is outside the group's ", group.size(), " members"));
-  }
+  // SubmitBroadcast checks the root (and tells the peers when it is wrong).
   return SubmitBroadcast(
-      *core_, group.comm_, value, static_cast<uint32_t>(root_member_index),
-      executor.stream(),
+      *core_, group.comm_, value, root_member_index, executor.stream(),
       absl::StrCat("broadcast from member ", root_member_index, " on ",
                    GroupName(group)),
       output);

@@ -1334,6 +1334,137 @@ TEST_F(NcclMultiGpuTest, AllToAllVCountsThatDoNotPairAreRefusedFirst) {
   });
 }
 
+// Validation can differ between members (an output of the wrong size, a
+// tensor on another device, an unsummable dtype on one rank only). Members
+// that check agreement first wait in Submit for every member's record, so a
+// member that refuses on its own arguments still sends one saying so: its
+// peers refuse the operation at once, naming it, instead of waiting for
+// op_timeout (issue 10, defect 8), and the session stays usable on all.
+TEST_F(NcclMultiGpuTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
+  NcclSessionOptions options;
+  options.verify_agreement = true;
+  options.op_timeout = absl::Seconds(60);
+  RunRanks(
+      2, DataParallel(2),
+      [](uint32_t r, NcclSession& s, InProcessJob&) {
+        auto stream = s.stream();
+        const CollectiveScope world = CollectiveScope::World();
+        const absl::Time start = absl::Now();
+        auto told = [](const absl::Status& refused, absl::string_view why) {
+          EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument)
+              << refused;
+          EXPECT_TRUE(absl::StrContains(refused.message(), why)) << refused;
+          EXPECT_TRUE(absl::StrContains(refused.message(),
+                                        "the other members of world were told"))
+              << refused;
+        };
+        auto named = [](const absl::Status& waited, absl::string_view what) {
+          EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument)
+              << waited;
+          EXPECT_TRUE(absl::StrContains(waited.message(), what)) << waited;
+        };
+        // A collective: rank 0's output has the wrong shape.
+        auto x = Upload(Desc({4}), Floats(4, 1), stream);
+        auto wrong = Upload(Desc({8}), Floats(8), stream);
+        auto sum = r == 0 ? s.AllReduceSumInto(world, x, wrong)
+                          : s.AllReduceSum(world, x);
+        if (r == 0) {
+          ASSERT_FALSE(sum.ok());
+          told(sum.status(), "f32[8]");
+        } else {
+          ASSERT_TRUE(sum.ok()) << sum.status();
+          named(sum->completion->Wait(),
+                "rank 0 refused it on its own arguments");
+        }
+        ASSERT_OK(s.poison_status());
+        // A transfer: the tensor rank 0 sends is on the other device.
+        absl::StatusOr<NcclSession::ValueSubmission> moved;
+        if (r == 0) {
+          auto elsewhere = CudaStream::Create(1);
+          ASSERT_TRUE(elsewhere.ok()) << elsewhere.status();
+          moved = s.Send(world, 1, Upload(Desc({4}), Floats(4), *elsewhere));
+          ASSERT_FALSE(moved.ok());
+          told(moved.status(), "is not on this session's device");
+        } else {
+          moved = s.Receive(world, 0, Desc({4}));
+          ASSERT_TRUE(moved.ok()) << moved.status();
+          named(moved->completion->Wait(),
+                "rank 0 refused the transfer on its own arguments");
+        }
+        ASSERT_OK(s.poison_status());
+        // A batch: rank 1's send is on the other device; rank 0's receive
+        // from it is left out, and so is its send (rank 1 refused the whole
+        // batch).
+        auto mine = Upload(Desc({2}), Floats(2, static_cast<float>(r)),
+                           r == 1 ? *CudaStream::Create(0) : stream);
+        auto received = Upload(Desc({2}), std::vector<float>{-1, -1}, stream);
+        const std::vector<PeerValue<DeviceTensor>> sends = {{1 - r, mine}};
+        const std::vector<PeerValue<DeviceTensor>> receives = {
+            {1 - r, received}};
+        auto batch = s.BatchSendReceive(world, sends, receives);
+        if (r == 1) {
+          ASSERT_FALSE(batch.ok());
+          told(batch.status(), "is not on this session's device");
+        } else {
+          ASSERT_TRUE(batch.ok()) << batch.status();
+          named(batch->completion->Wait(),
+                "the other end refused it on its own arguments");
+          EXPECT_EQ(Download<float>(received), (std::vector<float>{-1, -1}));
+        }
+        ASSERT_OK(s.poison_status());
+        // Refusals took no deadline, and agreeing work still runs.
+        EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+        auto y = Upload(Desc({3}), Floats(3, static_cast<float>(r)), stream);
+        auto good = s.AllReduceSum(world, y);
+        ASSERT_TRUE(good.ok()) << good.status();
+        ASSERT_OK(good->completion->Wait());
+        EXPECT_EQ(Download<float>(good->output), (std::vector<float>{1, 3, 5}));
+      },
+      nullptr, options);
+}
+
+// all_to_all_v checks its counts first whatever verify_agreement says, so
+// a member's own refusal reaches its peers by default too.
+TEST_F(NcclMultiGpuTest, AnAllToAllVRefusedByOneMemberIsRefusedByAll) {
+  NcclSessionOptions options;
+  options.op_timeout = absl::Seconds(60);
+  RunRanks(
+      2, DataParallel(2),
+      [](uint32_t r, NcclSession& s, InProcessJob&) {
+        auto stream = s.stream();
+        const absl::Time start = absl::Now();
+        auto rows = Upload(Desc({2, 2}), Floats(4), stream);
+        // Rank 0 sends 3 rows of its 2.
+        const std::vector<size_t> send =
+            r == 0 ? std::vector<size_t>{1, 2} : std::vector<size_t>{1, 1};
+        auto out = s.AllToAllV(CollectiveScope::World(), rows, send, {1, 1});
+        if (r == 0) {
+          ASSERT_FALSE(out.ok());
+          EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument)
+              << out.status();
+          EXPECT_TRUE(absl::StrContains(out.status().message(),
+                                        "were told and refuse it too"))
+              << out.status();
+        } else {
+          ASSERT_TRUE(out.ok()) << out.status();
+          absl::Status waited = out->completion->Wait();
+          EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument)
+              << waited;
+          EXPECT_TRUE(absl::StrContains(
+              waited.message(), "rank 0 refused it on its own arguments"))
+              << waited;
+        }
+        ASSERT_OK(s.poison_status());
+        EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+        auto sum = s.AllReduceSum(CollectiveScope::World(),
+                                  Upload(Desc({2}), Floats(2, 1), stream));
+        ASSERT_TRUE(sum.ok()) << sum.status();
+        ASSERT_OK(sum->completion->Wait());
+        EXPECT_EQ(Download<float>(sum->output), (std::vector<float>{2, 4}));
+      },
+      nullptr, options);
+}
+
 // A gather along an inner axis rearranges rows with 2-D copies; rows wider
 // than the device's maximum pitch are copied row by row instead of failing.
 TEST_F(NcclMultiGpuTest, InnerAxisGatherBeyondTheMaximumPitch) {

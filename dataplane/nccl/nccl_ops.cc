@@ -51,6 +51,44 @@ absl::StatusOr<std::shared_ptr<DeviceBuffer>> Scratch(
   return buffer;
 }
 
+// What an operation refused on this member's own arguments was, for
+// SessionCore::RefuseWithPeers: the peers that check agreement first wait
+// for its record.
+class Refusal {
+ public:
+  Refusal(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
+          const std::shared_ptr<CudaStream>& stream, absl::string_view name,
+          bool agree_first = false)
+      : core_(core) {
+    plan_.name = std::string(name);
+    plan_.comm = comm;
+    plan_.stream = stream;
+    plan_.agree_first = agree_first;
+  }
+  Refusal& Route(uint32_t source, uint32_t destination) {
+    plan_.route = {{source, destination}};
+    return *this;
+  }
+  Refusal& Batch(std::vector<internal::OperationAgreement::BatchEntry> batch) {
+    plan_.batch = std::move(batch);
+    if (!plan_.batch.empty()) {
+      const auto& first = plan_.batch.front();
+      const uint32_t me = plan_.comm->local_rank;
+      plan_.route = first.send ? std::make_pair(me, first.peer)
+                               : std::make_pair(first.peer, me);
+    }
+    return *this;
+  }
+  // `refusal`, once the peers that wait for this member were told.
+  absl::Status operator()(const absl::Status& refusal) const {
+    return core_.RefuseWithPeers(plan_, refusal);
+  }
+
+ private:
+  SessionCore& core_;
+  OpPlan plan_;
+};
+
 TensorResult Finish(absl::StatusOr<Submitted> submitted,
                     const DeviceTensor& output) {
   if (!submitted.ok()) return submitted.status();
@@ -65,13 +103,14 @@ TensorResult SubmitAllReduceSum(SessionCore& core,
                                 const DeviceTensor& input,
                                 const std::shared_ptr<CudaStream>& stream,
                                 std::string name, const DeviceTensor* into) {
+  const Refusal refuse(core, comm, stream, name);
   absl::Status valid = core.CheckTensor(input, name);
-  if (!valid.ok()) return valid;
+  if (!valid.ok()) return refuse(valid);
   auto sum = SumTypeFor(input.descriptor().dtype(), NcclRuntimeVersion());
-  if (!sum.ok()) return sum.status();
+  if (!sum.ok()) return refuse(sum.status());
   auto out = core.OutputFor(input.descriptor(), into, &input, /*in_place=*/true,
                             stream, name);
-  if (!out.ok()) return out.status();
+  if (!out.ok()) return refuse(out.status());
   OpPlan plan;
   plan.canonical = DescribeOnValue("all_reduce_sum", input.descriptor());
   plan.name = std::move(name);
@@ -97,17 +136,18 @@ TensorResult SubmitAllGatherEven(SessionCore& core,
                                  const DeviceTensor& input, size_t axis,
                                  const std::shared_ptr<CudaStream>& stream,
                                  std::string name, const DeviceTensor* into) {
+  const Refusal refuse(core, comm, stream, name);
   absl::Status valid = core.CheckTensor(input, name);
-  if (!valid.ok()) return valid;
+  if (!valid.ok()) return refuse(valid);
   auto layout = LayoutAlong(input.descriptor(), axis, kBackend, name);
-  if (!layout.ok()) return layout.status();
+  if (!layout.ok()) return refuse(layout.status());
   const size_t n = comm->members.size();
   auto out_desc =
       WithExtent(input.descriptor(), axis, layout->extent * n, kBackend, name);
-  if (!out_desc.ok()) return out_desc.status();
+  if (!out_desc.ok()) return refuse(out_desc.status());
   auto out =
       core.OutputFor(*out_desc, into, &input, /*in_place=*/false, stream, name);
-  if (!out.ok()) return out.status();
+  if (!out.ok()) return refuse(out.status());
   const size_t bytes = input.byte_size();
   OpPlan plan;
   plan.comm = comm;
@@ -163,30 +203,31 @@ TensorResult SubmitAllGatherUneven(SessionCore& core,
                                    absl::Span<const size_t> counts, size_t axis,
                                    const std::shared_ptr<CudaStream>& stream,
                                    std::string name, const DeviceTensor* into) {
+  const Refusal refuse(core, comm, stream, name, /*agree_first=*/true);
   absl::Status valid = core.CheckTensor(input, name);
-  if (!valid.ok()) return valid;
+  if (!valid.ok()) return refuse(valid);
   const size_t n = comm->members.size();
   const size_t me = comm->local_rank;
   if (counts.size() != n) {
-    return absl::InvalidArgumentError(
+    return refuse(absl::InvalidArgumentError(
         absl::StrCat("nccl backend: ", name, ": counts has ", counts.size(),
-                     " entries; the group has ", n, " members"));
+                     " entries; the group has ", n, " members")));
   }
   auto layout = LayoutAlong(input.descriptor(), axis, kBackend, name);
-  if (!layout.ok()) return layout.status();
+  if (!layout.ok()) return refuse(layout.status());
   if (counts[me] != layout->extent) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return refuse(absl::InvalidArgumentError(absl::StrCat(
         "nccl backend: ", name, ": counts[", me, "] = ", counts[me],
         " but this member's input ", input.descriptor().ToString(), " has ",
-        layout->extent, " along axis ", axis));
+        layout->extent, " along axis ", axis)));
   }
   const std::vector<size_t> offsets = Offsets(counts);
   const size_t total = offsets[n];
   auto out_desc = WithExtent(input.descriptor(), axis, total, kBackend, name);
-  if (!out_desc.ok()) return out_desc.status();
+  if (!out_desc.ok()) return refuse(out_desc.status());
   auto out =
       core.OutputFor(*out_desc, into, &input, /*in_place=*/false, stream, name);
-  if (!out.ok()) return out.status();
+  if (!out.ok()) return refuse(out.status());
 
   const size_t unit = layout->unit_bytes;
   const size_t outer = layout->outer;
@@ -272,19 +313,20 @@ TensorResult SubmitAllToAll(SessionCore& core,
                             size_t axis,
                             const std::shared_ptr<CudaStream>& stream,
                             std::string name, const DeviceTensor* into) {
+  const Refusal refuse(core, comm, stream, name, /*agree_first=*/true);
   absl::Status valid = core.CheckTensor(input, name);
-  if (!valid.ok()) return valid;
+  if (!valid.ok()) return refuse(valid);
   const size_t n = comm->members.size();
   const size_t me = comm->local_rank;
   auto planned = LayoutAllToAll(input.descriptor(), axis, send_counts,
                                 receive_counts, n, me, kBackend, name);
-  if (!planned.ok()) return planned.status();
+  if (!planned.ok()) return refuse(planned.status());
   const AxisLayout* layout = &planned->input;
   const std::vector<size_t>& send_off = planned->send_offsets;
   const std::vector<size_t>& recv_off = planned->receive_offsets;
   auto out = core.OutputFor(planned->output, into, &input, /*in_place=*/false,
                             stream, name);
-  if (!out.ok()) return out.status();
+  if (!out.ok()) return refuse(out.status());
 
   const size_t unit = layout->unit_bytes;
   const size_t outer = layout->outer;
@@ -398,7 +440,10 @@ TensorResult SubmitSend(SessionCore& core,
                         const std::shared_ptr<CudaStream>& stream,
                         std::string name) {
   absl::Status valid = core.CheckTensor(input, name);
-  if (!valid.ok()) return valid;
+  if (!valid.ok()) {
+    return Refusal(core, comm, stream, name)
+        .Route(comm->local_rank, peer)(valid);
+  }
   OpPlan plan;
   plan.name = std::move(name);
   plan.comm = comm;
@@ -424,7 +469,10 @@ TensorResult SubmitReceive(SessionCore& core,
                            const std::shared_ptr<CudaStream>& stream,
                            std::string name, const DeviceTensor* into) {
   auto out = core.OutputFor(descriptor, into, nullptr, false, stream, name);
-  if (!out.ok()) return out.status();
+  if (!out.ok()) {
+    return Refusal(core, comm, stream, name)
+        .Route(peer, comm->local_rank)(out.status());
+  }
   OpPlan plan;
   plan.name = std::move(name);
   plan.comm = comm;
@@ -446,21 +494,23 @@ TensorResult SubmitReceive(SessionCore& core,
 
 TensorResult SubmitBroadcast(SessionCore& core,
                              const std::shared_ptr<CommEntry>& comm,
-                             const DeviceTensor& input, uint32_t root,
+                             const DeviceTensor& input, size_t root,
                              const std::shared_ptr<CudaStream>& stream,
                              std::string name, const DeviceTensor* into) {
+  const Refusal refuse(core, comm, stream, name);
   absl::Status valid = core.CheckTensor(input, name);
-  if (!valid.ok()) return valid;
+  if (!valid.ok()) return refuse(valid);
   if (root >= comm->members.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return refuse(absl::InvalidArgumentError(absl::StrCat(
         "nccl backend: ", name, ": root member index ", root,
-        " is outside the group's ", comm->members.size(), " members"));
+        " is outside the group's ", comm->members.size(), " members")));
   }
   auto out = core.OutputFor(input.descriptor(), into, &input, /*in_place=*/true,
                             stream, name);
-  if (!out.ok()) return out.status();
+  if (!out.ok()) return refuse(out.status());
   OpPlan plan;
-  plan.canonical = DescribeRooted("broadcast", root, input.descriptor());
+  plan.canonical = DescribeRooted("broadcast", static_cast<uint32_t>(root),
+                                  input.descriptor());
   plan.name = std::move(name);
   plan.comm = comm;
   plan.stream = stream;
@@ -581,9 +631,11 @@ SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
                      ") is neither the source nor the destination of route ",
                      source, " -> ", destination));
   }
+  const Refusal refuse =
+      Refusal(core, comm, stream, name).Route(source, destination);
   for (const DeviceTensor& t : tensors) {
     absl::Status valid = core.CheckTensor(t, name);
-    if (!valid.ok()) return valid;
+    if (!valid.ok()) return refuse(valid);
   }
   OpPlan plan;
   plan.name = std::move(name);
@@ -611,9 +663,9 @@ SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
     std::sort(ranges.begin(), ranges.end());
     for (size_t i = 1; i < ranges.size(); ++i) {
       if (ranges[i - 1].first + ranges[i - 1].second > ranges[i].first) {
-        return absl::InvalidArgumentError(
+        return refuse(absl::InvalidArgumentError(
             absl::StrCat("nccl backend: ", plan.name,
-                         ": two outputs of the bundle overlap"));
+                         ": two outputs of the bundle overlap")));
       }
     }
     plan.outputs.assign(tensors.begin(), tensors.end());
@@ -623,7 +675,7 @@ SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
   } else {
     for (const DeviceTensor& t : tensors) {
       auto out = core.AllocateOutput(t.descriptor(), stream, plan.name);
-      if (!out.ok()) return out.status();
+      if (!out.ok()) return refuse(out.status());
       plan.outputs.push_back(*out);
       buffers.emplace_back(out->data(), out->byte_size());
       outputs.push_back(*std::move(out));
@@ -662,12 +714,7 @@ SubmitBatch(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
             const std::shared_ptr<CudaStream>& stream, std::string name) {
   const uint32_t n = static_cast<uint32_t>(comm->members.size());
   const uint32_t me = comm->local_rank;
-  for (const auto* list : {&receives, &sends}) {
-    for (const PeerValue<DeviceTensor>& t : *list) {
-      absl::Status valid = core.CheckTensor(t.value, name);
-      if (!valid.ok()) return valid;
-    }
-  }
+  // Its shape first: a batch whose peers are wrong names no one to tell.
   if (absl::Status s =
           CheckBatch(sends, receives, n, me, comm->name, kBackend, name);
       !s.ok()) {
@@ -682,6 +729,14 @@ SubmitBatch(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
       plan.batch.push_back({static_cast<uint32_t>(t.peer), sending,
                             OperationFingerprint(canonical), canonical});
       (sending ? plan.inputs : plan.outputs).push_back(t.value);
+    }
+  }
+  for (const auto* list : {&receives, &sends}) {
+    for (const PeerValue<DeviceTensor>& t : *list) {
+      absl::Status valid = core.CheckTensor(t.value, name);
+      if (!valid.ok()) {
+        return Refusal(core, comm, stream, name).Batch(plan.batch)(valid);
+      }
     }
   }
   plan.name = std::move(name);

@@ -417,17 +417,65 @@ absl::Status SessionCore::AgreeFirst(
   return absl::OkStatus();
 }
 
+absl::Status SessionCore::RefuseWithPeers(OpPlan plan,
+                                          const absl::Status& refusal) {
+  if (refusal.ok()) return refusal;
+  const bool peers_wait = plan.comm != nullptr && plan.comm->comm != nullptr &&
+                          plan.comm->members.size() > 1 &&
+                          (options_.verify_agreement || plan.agree_first);
+  if (!peers_wait || !PoisonStatus().ok() || detached_.load()) return refusal;
+  // The record goes on the session's stream when the operation's own one
+  // is what was wrong.
+  if (plan.stream == nullptr || plan.stream->device() != device()) {
+    plan.stream = stream_;
+  }
+  plan.canonical = kRefusedCanonical;
+  const uint64_t refused = OperationFingerprint(plan.canonical);
+  for (auto& entry : plan.batch) {
+    entry.fingerprint = refused;
+    entry.canonical = plan.canonical;
+  }
+  plan.refused_transfers = nullptr;
+  plan.agreement_counts.clear();  // the peers compare fingerprints first
+  plan.agree_first = true;
+  plan.inputs.clear();
+  plan.outputs.clear();
+  plan.retained.clear();
+  plan.before = nullptr;
+  plan.nccl = nullptr;
+  plan.after = nullptr;
+  const std::string scope = plan.comm->name;
+  auto told = Submit(std::move(plan));
+  absl::Status sent = told.ok() ? told->completion->Wait() : told.status();
+  // The peers' records differ from this one unless they refused too: that
+  // is the refusal they hear about, not a failure of this member.
+  if (!sent.ok() && sent.code() != absl::StatusCode::kInvalidArgument) {
+    return absl::Status(
+        sent.code(),
+        absl::StrCat(refusal.message(), "; telling the other members of ",
+                     scope, " failed: ", sent.message()));
+  }
+  return absl::Status(refusal.code(),
+                      absl::StrCat(refusal.message(), " (the other members of ",
+                                   scope, " were told and refuse it too)"));
+}
+
 absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
   absl::Status usable = CheckUsable();
   if (!usable.ok()) return usable;
   if (plan.stream == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("nccl backend: ", plan.name, ": no stream"));
+    const std::string message =
+        absl::StrCat("nccl backend: ", plan.name, ": no stream");
+    return RefuseWithPeers(std::move(plan),
+                           absl::InvalidArgumentError(message));
   }
   if (plan.stream->device() != device()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: ", plan.name, ": the stream is on cuda:",
-        plan.stream->device(), ", the session on cuda:", device()));
+    const std::string message =
+        absl::StrCat("nccl backend: ", plan.name,
+                     ": the stream is on cuda:", plan.stream->device(),
+                     ", the session on cuda:", device());
+    return RefuseWithPeers(std::move(plan),
+                           absl::InvalidArgumentError(message));
   }
   DeviceGuard guard(plan.stream->device());
   if (!guard.status().ok()) return Fail(guard.status());

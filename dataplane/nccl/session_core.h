@@ -261,6 +261,27 @@ class SessionCore final : public NcclOpOwner,
       const DeviceTensor* input, bool in_place,
       const std::shared_ptr<CudaStream>& stream, absl::string_view operation);
   absl::StatusOr<Submitted> Submit(OpPlan plan);
+  // Refuses an operation on this member's own arguments (validation can
+  // differ between members: another shape, an output of the wrong size, a
+  // tensor on another device). `plan` says what was refused: its name,
+  // communicator, stream, route or batch (peers and directions) and
+  // agree_first; its payload is ignored.
+  //
+  // Members that check agreement first (verify_agreement, or agree_first:
+  // all_to_all_v and uneven all_gather) wait in Submit for every member's
+  // record. So while the session is usable, this member still takes the
+  // operation's sequence number and sends a record saying that it refused
+  // (kRefusedCanonical, dataplane/mismatch_diagnosis.h): its peers refuse the
+  // operation too, with an InvalidArgument naming this member, and nobody waits
+  // for op_timeout. Otherwise nothing is sent and no sequence number is taken,
+  // as on Gloo: the peers' operation waits for this member's next
+  // submission on the communicator (a corrected retry pairs with it) or
+  // for op_timeout. A refusal that names no peer (a route or batch that is
+  // itself invalid) cannot be told.
+  //
+  // Returns `refusal` (saying when the peers were told), or, when telling
+  // them failed natively, that failure (the session is then poisoned).
+  absl::Status RefuseWithPeers(OpPlan plan, const absl::Status& refusal);
   // Poison + abort (any failure after validation).
   absl::Status Fail(const absl::Status& cause);
 
@@ -361,8 +382,10 @@ void AbortAll(const std::vector<std::shared_ptr<CommEntry>>& comms,
               const absl::Status& cause);
 
 // The operations, shared by NcclSession and NcclBackend. Each validates
-// before any native call and returns the output with its completion. The
-// scope/group/capability resolution is the caller's.
+// before any native call and returns the output with its completion; a
+// refusal on this member's own arguments goes through
+// SessionCore::RefuseWithPeers. The scope/group/capability resolution is
+// the caller's.
 //
 // Element-wise sum (dtype mapping: SumTypeFor).
 TensorResult SubmitAllReduceSum(SessionCore& core,
@@ -410,7 +433,7 @@ TensorResult SubmitReceive(SessionCore& core,
                            const DeviceTensor* into = nullptr);
 TensorResult SubmitBroadcast(SessionCore& core,
                              const std::shared_ptr<CommEntry>& comm,
-                             const DeviceTensor& input, uint32_t root,
+                             const DeviceTensor& input, size_t root,
                              const std::shared_ptr<CudaStream>& stream,
                              std::string name,
                              const DeviceTensor* into = nullptr);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "dataplane/mismatch_diagnosis.h"
 #include "dataplane/nccl/nccl_types.h"
 
 namespace rankd::dataplane::nccl::internal {
@@ -220,10 +221,14 @@ absl::Status OperationAgreement::Verify(absl::string_view where,
       if (theirs[i] == (*words_)[i]) continue;
       if (disagreeing != nullptr) (*disagreeing)[i] = true;
       const BatchEntry& e = batch_[i];
-      absl::StrAppend(&disagreements, disagreements.empty() ? "" : "; ",
-                      e.send ? "the send to" : "the receive from", " member ",
-                      e.peer, " (rank ", members_[e.peer], "): this end has `",
-                      e.canonical, "`, the other end another transfer");
+      absl::StrAppend(
+          &disagreements, disagreements.empty() ? "" : "; ",
+          e.send ? "the send to" : "the receive from", " member ", e.peer,
+          " (rank ", members_[e.peer], "): this end has `", e.canonical,
+          "`, the other end ",
+          IsRefusal(theirs[i])
+              ? absl::StrCat("refused it", kRefusedOnItsOwnArguments)
+              : "another transfer");
     }
     if (disagreements.empty()) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(
@@ -239,6 +244,12 @@ absl::Status OperationAgreement::Verify(absl::string_view where,
     if (!read.ok()) return read;
     if (theirs == (*words_)[0]) return absl::OkStatus();
     const uint32_t other = me_ == source_ ? destination_ : source_;
+    if (IsRefusal(theirs)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": rank ", members_[other], " refused the transfer",
+          kRefusedOnItsOwnArguments, "; nothing was ",
+          me_ == destination_ ? "received" : "sent"));
+    }
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": members disagree: rank ", members_[me_], " submitted `",
         canonical, "` but rank ", members_[other],
@@ -258,9 +269,21 @@ absl::Status OperationAgreement::Verify(absl::string_view where,
   auto word = [&](size_t m, size_t i) {
     return i == 0 ? all[m] : all[n + m * (w - 1) + (i - 1)];
   };
-  std::vector<uint32_t> same, different;
+  std::vector<uint32_t> same, different, refused;
   for (size_t m = 0; m < n && part != Part::kCounts; ++m) {
-    (word(m, 0) == (*words_)[0] ? same : different).push_back(members_[m]);
+    const uint64_t theirs = word(m, 0);
+    (theirs == (*words_)[0] ? same
+     : IsRefusal(theirs)    ? refused
+                            : different)
+        .push_back(members_[m]);
+  }
+  if (!refused.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": ", Ranks(refused), " refused it", kRefusedOnItsOwnArguments,
+        different.empty() ? ""
+                          : absl::StrCat("; ", Ranks(different),
+                                         " submitted another operation"),
+        "; the output is not valid"));
   }
   if (!different.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(

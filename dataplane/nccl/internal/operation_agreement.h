@@ -22,7 +22,13 @@
 // operations) the records travel alone first and Verify() runs before the
 // payload is queued, so disagreeing work is refused before NCCL sees it.
 //
-// Private to dataplane/nccl. Depends on cuda_handles.h, nccl_comm.h, absl.
+// A member that refuses an operation on its own arguments still sends a
+// record when its peers wait for it (SessionCore::RefuseWithPeers): the
+// fingerprint of kRefusedCanonical (dataplane/mismatch_diagnosis.h), which
+// Verify names as a refusal.
+//
+// Private to dataplane/nccl. Depends on cuda_handles.h, nccl_comm.h,
+// dataplane/mismatch_diagnosis.h (the fingerprint), absl.
 #ifndef RANKD_DATAPLANE_NCCL_INTERNAL_OPERATION_AGREEMENT_H_
 #define RANKD_DATAPLANE_NCCL_INTERNAL_OPERATION_AGREEMENT_H_
 
@@ -112,10 +118,11 @@ class OperationAgreement {
                Part part = Part::kAll) const;
   // Once the work finished: OK, or InvalidArgument "<where>: members
   // disagree ..." naming the members whose record differs from this
-  // member's (`canonical`). Blocks for one small device-to-host read. For a
-  // batch, `disagreeing` (when set) gets one flag per entry: true where the
-  // two ends' records differ.
-  // `part` says which records moved (and are compared).
+  // member's (`canonical`), and those that refused it on their own
+  // arguments (IsRefusal) as such. Blocks for one small device-to-host
+  // read. For a batch, `disagreeing` (when set) gets one flag per entry: true
+  // where the two ends' records differ. `part` says which records moved (and
+  // are compared).
   absl::Status Verify(absl::string_view where, absl::string_view canonical,
                       std::vector<bool>* disagreeing = nullptr,
                       Part part = Part::kAll) const;
