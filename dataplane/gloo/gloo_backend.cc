@@ -298,6 +298,60 @@ absl::Status GlooBackend::Precheck(const char* kind, const GlooGroup& group,
                                : CollectiveScope::Group(group.id()));
 }
 
+absl::Status GlooBackend::RefuseWithPeers(const char* kind, GlooGroup& group,
+                                          GlooExecutor& executor,
+                                          AgreementCheck check,
+                                          const absl::Status& refusal) {
+  const bool peers_wait =
+      group.size() > 1 &&
+      (options().verify_agreement || check == AgreementCheck::kAllToAll);
+  if (refusal.ok() || !peers_wait || comm_->poisoned()) return refusal;
+  std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
+  const std::string op = OperationName(kind, *g);
+  const Milliseconds timeout = Millis(options().op_timeout);
+  // What the peers' check gathers: the fingerprint (and for
+  // all_to_all_v, counts, here zeros) of what this member "submitted".
+  auto told = executor.Submit(kind, op, {g}, [g, op, check, timeout] {
+    if (check == AgreementCheck::kAllToAll) {
+      const std::vector<size_t> none(g->size(), 0);
+      return internal::VerifyAllToAllCounts(*g, op, kRefusedCanonical, none,
+                                            none, timeout);
+    }
+    return internal::VerifyAgreement(*g, op, kRefusedCanonical, timeout);
+  });
+  if (!told.ok()) return refusal;
+  return absl::Status(
+      refusal.code(),
+      absl::StrCat(refusal.message(), " (the other members of ",
+                   group.ToString(), " are told and refuse it too)"));
+}
+
+absl::Status GlooBackend::RefuseWithPeer(const char* kind,
+                                         const GlooRoute& route,
+                                         GlooExecutor& executor,
+                                         const absl::Status& refusal) {
+  if (refusal.ok() || !options().verify_agreement || comm_->poisoned()) {
+    return refusal;
+  }
+  std::shared_ptr<GlooGroup> g = route.group()->OnLane(executor.lane());
+  const uint32_t source = route.source_index();
+  const uint32_t destination = route.destination_index();
+  const std::string op =
+      absl::StrCat(kind, " on ", GlooRoute(g, source, destination).ToString());
+  const Milliseconds timeout = Millis(options().op_timeout);
+  auto told =
+      executor.Submit(kind, op, {g}, [g, op, source, destination, timeout] {
+        return internal::ExchangeRouteFingerprints(
+            *g, op, g->NextRouteSequence(source, destination), source,
+            destination, kRefusedCanonical, timeout);
+      });
+  if (!told.ok()) return refusal;
+  return absl::Status(
+      refusal.code(),
+      absl::StrCat(refusal.message(), " (the other end of ", route.ToString(),
+                   " is told and refuses it too)"));
+}
+
 GlooUnitSubmission GlooBackend::SubmitLocalDependencies(
     absl::Span<const HostTensor* const> values, GlooExecutor& executor) {
   std::vector<std::shared_ptr<const void>> resources;
@@ -339,7 +393,10 @@ GlooTensorSubmission GlooBackend::AllReduceSumInto(const HostTensor& value,
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
   auto checked = OutputFor(kind, output, value.descriptor(), value,
                            /*in_place=*/true);
-  if (!checked.ok()) return checked.status();
+  if (!checked.ok()) {
+    return RefuseWithPeers(kind, group, executor, AgreementCheck::kCollective,
+                           checked.status());
+  }
   return SubmitAllReduce(kind, value, *checked, group, executor);
 }
 
@@ -349,7 +406,10 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(const char* kind,
                                                   GlooGroup& group,
                                                   GlooExecutor& executor) {
   auto kernel = internal::SumKernelFor(value.dtype(), kind);
-  if (!kernel.ok()) return kernel.status();
+  if (!kernel.ok()) {
+    return RefuseWithPeers(kind, group, executor, AgreementCheck::kCollective,
+                           kernel.status());
+  }
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   const std::string op = OperationName(kind, *g);
   std::string canonical = DescribeOnValue(kind, value.descriptor());
@@ -412,7 +472,10 @@ GlooTensorSubmission GlooBackend::AllGatherEvenImpl(
   constexpr char kind[] = "all_gather_even";
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
   auto layout = LayoutAlong(value.descriptor(), axis, kBackend, kind);
-  if (!layout.ok()) return layout.status();
+  if (!layout.ok()) {
+    return RefuseWithPeers(kind, group, executor, AgreementCheck::kCollective,
+                           layout.status());
+  }
   return SubmitGather(kind, value,
                       std::vector<size_t>(group.size(), layout->extent), axis,
                       std::move(output), group, executor);
@@ -432,20 +495,24 @@ GlooTensorSubmission GlooBackend::AllGatherUnevenImpl(
   constexpr char kind[] = "all_gather_uneven";
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
   const ValueDescriptor& d = value.descriptor();
+  auto refuse = [&](const absl::Status& refusal) {
+    return RefuseWithPeers(kind, group, executor, AgreementCheck::kCollective,
+                           refusal);
+  };
   if (counts.size() != group.size()) {
-    return absl::InvalidArgumentError(
+    return refuse(absl::InvalidArgumentError(
         absl::StrCat("gloo backend: ", kind, ": counts has ", counts.size(),
                      " entries; it needs one per member of ", group.ToString(),
-                     " (", group.size(), ")"));
+                     " (", group.size(), ")")));
   }
   auto layout = LayoutAlong(d, axis, kBackend, kind);
-  if (!layout.ok()) return layout.status();
+  if (!layout.ok()) return refuse(layout.status());
   const size_t mine = layout->extent;
   if (counts[group.local_rank()] != mine) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return refuse(absl::InvalidArgumentError(absl::StrCat(
         "gloo backend: ", kind, ": counts[", group.local_rank(),
         "] (this member) is ", counts[group.local_rank()], " but the value ",
-        d.ToString(), " has ", mine, " along axis ", axis));
+        d.ToString(), " has ", mine, " along axis ", axis)));
   }
   return SubmitGather(kind, value,
                       std::vector<size_t>(counts.begin(), counts.end()), axis,
@@ -457,20 +524,24 @@ GlooTensorSubmission GlooBackend::SubmitGather(
     size_t axis, std::optional<HostTensor> into, GlooGroup& group,
     GlooExecutor& executor) {
   const ValueDescriptor& d = value.descriptor();
+  auto refuse = [&](const absl::Status& refusal) {
+    return RefuseWithPeers(kind, group, executor, AgreementCheck::kCollective,
+                           refusal);
+  };
   auto total = CheckedSum(counts);
   if (!total.has_value()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gloo backend: ", kind, ": counts overflow"));
+    return refuse(absl::InvalidArgumentError(
+        absl::StrCat("gloo backend: ", kind, ": counts overflow")));
   }
   auto out_descriptor = WithExtent(d, axis, *total, kBackend, kind);
-  if (!out_descriptor.ok()) return out_descriptor.status();
+  if (!out_descriptor.ok()) return refuse(out_descriptor.status());
   // A scalar gathers as [1].
   const ValueDescriptor in_descriptor =
       d.shape().empty() ? *ValueDescriptor::Create({1}, d.dtype()) : d;
   const AxisLayout layout = *LayoutAlong(in_descriptor, axis, kBackend, kind);
   auto made = OutputFor(kind, std::move(into), *out_descriptor, value,
                         /*in_place=*/false);
-  if (!made.ok()) return made.status();
+  if (!made.ok()) return refuse(made.status());
   HostTensor output = *std::move(made);
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   const std::string op = OperationName(kind, *g);
@@ -538,15 +609,21 @@ GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
     return s;
   }
   const ValueDescriptor& d = value.descriptor();
+  // The count matrix is always checked first: the peers wait for this
+  // member's record.
+  auto refuse = [&](const absl::Status& refusal) {
+    return RefuseWithPeers(kind, group, executor, AgreementCheck::kAllToAll,
+                           refusal);
+  };
   auto planned =
       LayoutAllToAll(d, axis, counts.send, counts.receive, group.size(),
                      group.local_rank(), kBackend, kind);
-  if (!planned.ok()) return planned.status();
+  if (!planned.ok()) return refuse(planned.status());
   const AxisLayout layout = planned->input;
   // Every byte of the output is received or copied.
   auto made = OutputFor(kind, std::move(into), planned->output, value,
                         /*in_place=*/false);
-  if (!made.ok()) return made.status();
+  if (!made.ok()) return refuse(made.status());
   HostTensor output = *std::move(made);
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   const std::string op = OperationName(kind, *g);
@@ -614,17 +691,21 @@ GlooTensorSubmission GlooBackend::BroadcastImpl(const HostTensor& value,
                                                 GlooExecutor& executor) {
   constexpr char kind[] = "broadcast";
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
+  auto refuse = [&](const absl::Status& refusal) {
+    return RefuseWithPeers(kind, group, executor, AgreementCheck::kCollective,
+                           refusal);
+  };
   if (root_member_index >= group.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return refuse(absl::InvalidArgumentError(absl::StrCat(
         "gloo backend: ", kind, ": root member index ", root_member_index,
-        " is outside ", group.ToString(), "'s ", group.size(), " members"));
+        " is outside ", group.ToString(), "'s ", group.size(), " members")));
   }
   const bool root = root_member_index == group.local_rank();
   // The root's output starts as a copy of its value (unless it is the
   // value's own buffer); the others' is overwritten by the broadcast.
   auto made = OutputFor(kind, std::move(into), value.descriptor(), value,
                         /*in_place=*/true);
-  if (!made.ok()) return made.status();
+  if (!made.ok()) return refuse(made.status());
   HostTensor output = *std::move(made);
   const bool copy_in = root && !output.SharesBufferWith(value);
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
@@ -788,9 +869,11 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
   const bool is_source = g->rank() == route.source();
   const size_t count = is_source ? send.size() : receive.size();
   if (count > 60000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gloo backend: ", kind,
-                     ": a bundle holds at most 60000 tensors; got ", count));
+    return RefuseWithPeer(
+        kind, route, executor,
+        absl::InvalidArgumentError(absl::StrCat(
+            "gloo backend: ", kind,
+            ": a bundle holds at most 60000 tensors; got ", count)));
   }
   std::vector<HostTensor> tensors;
   std::vector<ValueDescriptor> described;
@@ -808,9 +891,12 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
       for (size_t i = 0; i < receive_into.size(); ++i) {
         if (receive_into[i].byte_size() > 0 &&
             !seen.insert(receive_into[i].data()).second) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "gloo backend: ", kind, ": output ", i,
-              " shares its buffer with an earlier output of the bundle"));
+          return RefuseWithPeer(
+              kind, route, executor,
+              absl::InvalidArgumentError(absl::StrCat(
+                  "gloo backend: ", kind, ": output ", i,
+                  " shares its buffer with an earlier output of the "
+                  "bundle")));
         }
       }
     }
@@ -841,31 +927,10 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
         const bool ascending = source < destination;
         const int peer = static_cast<int>(is_source ? destination : source);
         if (verify) {
-          // Each end tells the other what it expects; both compare. The
-          // check's slots must pair whatever the bundles are.
-          const uint32_t check_tag =
-              OperationTag(sequence, OperationFingerprint("agreement check"));
-          const uint64_t mine = fingerprint;
-          uint64_t theirs = 0;
-          absl::Status s =
-              CatchNative(absl::StrCat("gloo ", op, " (agreement check)"), [&] {
-                internal::NativeExchange(
-                    g->context(), peer,
-                    internal::RouteSlot(ascending, check_tag,
-                                        is_source ? 0 : 1),
-                    &mine, sizeof(mine),
-                    internal::RouteSlot(ascending, check_tag,
-                                        is_source ? 1 : 0),
-                    &theirs, sizeof(theirs), timeout);
-              });
-          if (!s.ok()) return TaskResult::Native(s);
-          if (mine != theirs) {
-            return TaskResult::Agreed(absl::InvalidArgumentError(absl::StrCat(
-                "gloo ", op,
-                ": the two ends disagree on the bundle: this end (",
-                is_source ? "source" : "destination", ") has ", canonical,
-                ", the other end something else")));
-          }
+          // Each end tells the other what it expects; both compare.
+          TaskResult r = internal::ExchangeRouteFingerprints(
+              *g, op, sequence, source, destination, canonical, timeout);
+          if (!r.status.ok()) return r;
         }
         // Bundles that differ get different slots: they never pair.
         const uint32_t tag = OperationTag(sequence, fingerprint);

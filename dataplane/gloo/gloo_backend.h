@@ -245,6 +245,25 @@ class GlooBackend {
                                     absl::Span<const HostTensor> receive_into,
                                     const GlooRoute& route,
                                     GlooExecutor& executor);
+  // What a refused operation's peers check before the payload, when they
+  // do (verify_agreement; variable_all_to_all always).
+  enum class AgreementCheck { kCollective, kAllToAll };
+  // Returns `refusal`, an operation refused on this member's own arguments
+  // (validation can differ between members). When the peers check
+  // agreement before the payload, they wait for this member's record, so
+  // it is queued on `executor` (taking the operation's sequence number)
+  // saying that this member refused (kRefusedCanonical,
+  // dataplane/mismatch_diagnosis.h): the peers refuse the operation too,
+  // naming this member, instead of waiting for op_timeout. Otherwise
+  // nothing is queued: the peers wait for this member's next submission
+  // (a corrected retry pairs with theirs) or op_timeout.
+  absl::Status RefuseWithPeers(const char* kind, GlooGroup& group,
+                               GlooExecutor& executor, AgreementCheck check,
+                               const absl::Status& refusal);
+  // The same for a transfer on `route` (both ends exchange fingerprints).
+  absl::Status RefuseWithPeer(const char* kind, const GlooRoute& route,
+                              GlooExecutor& executor,
+                              const absl::Status& refusal);
   // The operations, with the caller's output or (nullopt) a new one.
   GlooTensorSubmission AllGatherEvenImpl(const HostTensor& value, size_t axis,
                                          std::optional<HostTensor> output,

@@ -57,27 +57,12 @@ TEST_F(BackendTest, ValidationBeforeAnyNativeWork) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(b.AllGatherUneven(x, {2, 2, 2, 2}, 5, b.world(), e).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(b.VariableAllToAll(x, {{2, 0, 0, 0}, {2, 0, 0, 0}}, 2, b.world(), e)
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);
   // Count lengths and this member's count.
   EXPECT_EQ(b.AllGatherUneven(x, {2, 2}, 0, b.world(), e).status().code(),
             absl::StatusCode::kInvalidArgument);
   auto mine = b.AllGatherUneven(x, {3, 2, 2, 2}, 0, b.world(), e);
   EXPECT_EQ(mine.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(mine.status().message(), "counts[0]"));
-  EXPECT_EQ(
-      b.VariableAllToAll(x, {{2, 0}, {2, 0}}, 0, b.world(), e).status().code(),
-      absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(b.VariableAllToAll(x, {{1, 0, 0, 0}, {1, 0, 0, 0}}, 0, b.world(), e)
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);  // sends 1 of 2 rows
-  EXPECT_EQ(b.VariableAllToAll(x, {{2, 0, 0, 0}, {1, 1, 0, 0}}, 0, b.world(), e)
-                .status()
-                .code(),
-            absl::StatusCode::kInvalidArgument);  // self slot
   // Broadcast root range.
   auto root = b.Broadcast(x, 4, b.world(), e);
   EXPECT_EQ(root.status().code(), absl::StatusCode::kInvalidArgument);
@@ -101,9 +86,51 @@ TEST_F(BackendTest, ValidationBeforeAnyNativeWork) {
   const HostTensor* none[] = {nullptr};
   EXPECT_EQ(GlooBackend::SubmitLocalDependencies(none, e).status().code(),
             absl::StatusCode::kInvalidArgument);
-  // Nothing was queued by any of the refusals.
+  // Nothing was queued by any of the refusals (variable_all_to_all's are
+  // below: its peers always check its counts first, so they are told).
   EXPECT_TRUE(e.idle());
   EXPECT_FALSE(b.poisoned());
+}
+
+// variable_all_to_all's count matrix is always checked before the payload,
+// so a member that refuses its own counts still sends its record (a
+// refusal) and its peers refuse too; every member refusing the same call
+// keeps them all in step.
+TEST_F(BackendTest, AllToAllRefusalsAreToldToThePeers) {
+  cluster_.Run([&](uint32_t r) {
+    GlooBackend& b = backend(r);
+    GlooExecutor& e = b.executor();
+    HostTensor x = I32({2, 3}, {1, 2, 3, 4, 5, 6});
+    auto refused = [](const GlooTensorSubmission& submitted,
+                      absl::string_view why) {
+      EXPECT_EQ(submitted.status().code(), absl::StatusCode::kInvalidArgument)
+          << submitted.status();
+      EXPECT_TRUE(absl::StrContains(submitted.status().message(), why))
+          << submitted.status();
+      EXPECT_TRUE(absl::StrContains(submitted.status().message(),
+                                    "are told and refuse it too"))
+          << submitted.status();
+    };
+    std::vector<size_t> self(4, 0);
+    self[r] = 2;
+    // Axis range, count lengths, a send of 1 of 2 rows, the self slot.
+    refused(b.VariableAllToAll(x, {self, self}, 2, b.world(), e), "axis");
+    refused(b.VariableAllToAll(x, {{2, 0}, {2, 0}}, 0, b.world(), e), "counts");
+    std::vector<size_t> one(4, 0);
+    one[r] = 1;
+    refused(b.VariableAllToAll(x, {one, one}, 0, b.world(), e), "");
+    std::vector<size_t> split(4, 0);
+    split[(r + 1) % 4] = 1;
+    split[r] = 1;
+    refused(b.VariableAllToAll(x, {self, split}, 0, b.world(), e), "");
+    // Every member refused the same calls: nothing is out of step.
+    auto sum =
+        b.AllReduceSum(I32({1}, {static_cast<int32_t>(r)}), b.world(), e);
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    ASSERT_TRUE(sum->completion->Wait().ok());
+    EXPECT_EQ(ValuesOf<int32_t>(sum->output), (std::vector<int32_t>{6}));
+    EXPECT_FALSE(b.poisoned());
+  });
 }
 
 TEST_F(BackendTest, SubmitLocalDependenciesOrdersAndRetains) {

@@ -1043,5 +1043,104 @@ TEST(AllReducePlanTest, MembersWhosePlanOptionsDifferAreToldApart) {
   }
 }
 
+// Validation can differ between members (an output of the wrong shape,
+// counts that do not add up on one rank only). Members that check agreement
+// before the payload wait for every member's record, so a member that
+// refuses on its own arguments still sends one saying so: its peers refuse
+// the operation at once, naming it, instead of waiting for op_timeout, and
+// the session stays usable on all.
+TEST(RefusalTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
+  for (bool verify : {true, false}) {
+    SCOPED_TRACE(verify ? "verify_agreement" : "default options");
+    GlooSessionOptions options = GlooTestCluster::DefaultOptions();
+    options.verify_agreement = verify;
+    options.op_timeout = absl::Seconds(60);
+    GlooTestCluster cluster({1, 1, 1, 2}, 2, options);
+    ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+    cluster.Run([&](uint32_t r) {
+      GlooSession& s = cluster.session(r);
+      const CollectiveScope world = CollectiveScope::World();
+      const absl::Time start = absl::Now();
+      auto refused_here = [](const absl::Status& refused, absl::string_view why,
+                             absl::string_view told) {
+        EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument)
+            << refused;
+        EXPECT_TRUE(absl::StrContains(refused.message(), why)) << refused;
+        EXPECT_TRUE(absl::StrContains(refused.message(), told)) << refused;
+      };
+      auto named = [](const absl::Status& waited) {
+        EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument) << waited;
+        EXPECT_TRUE(absl::StrContains(waited.message(),
+                                      "rank 0 refused it on its own arguments"))
+            << waited;
+      };
+      if (verify) {
+        // A collective: rank 0's output has the wrong shape.
+        auto x = *HostTensor::FromVector<float>({2}, {1, 2});
+        auto sum = r == 0
+                       ? s.AllReduceSumInto(
+                             world, x,
+                             HostTensor::Uninitialized(*ValueDescriptor::Create(
+                                 {3}, TensorDtype::kF32)))
+                       : s.AllReduceSum(world, x);
+        if (r == 0) {
+          ASSERT_FALSE(sum.ok());
+          refused_here(sum.status(), "f32[3]",
+                       "the other members of world are told");
+        } else {
+          ASSERT_TRUE(sum.ok()) << sum.status();
+          named(sum->completion->Wait());
+        }
+        // A transfer: rank 0's two outputs share a buffer.
+        GlooBackend& backend = s.backend();
+        auto out = *HostTensor::FromVector<float>({2}, {-1, -1});
+        if (r == 0) {
+          auto route = backend.Route(backend.world(), 1, 0);
+          ASSERT_TRUE(route.ok()) << route.status();
+          const std::vector<HostTensor> outputs = {out, out};
+          auto received =
+              backend.ReceiveBundleInto(outputs, *route, backend.executor());
+          ASSERT_FALSE(received.ok());
+          refused_here(received.status(), "shares its buffer",
+                       "is told and refuses it too");
+        } else {
+          auto route = backend.Route(backend.world(), 1, 0);
+          ASSERT_TRUE(route.ok()) << route.status();
+          const std::vector<HostTensor> sent = {x, x};
+          auto sending = backend.SendReceive(sent, *route, backend.executor());
+          ASSERT_TRUE(sending.ok()) << sending.status();
+          absl::Status waited = sending->completion->Wait();
+          EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument)
+              << waited;
+          EXPECT_TRUE(absl::StrContains(
+              waited.message(), "rank 0 refused it on its own arguments"))
+              << waited;
+        }
+      }
+      // all_to_all_v checks its counts first whatever the options: rank 0
+      // sends 3 rows of its 2.
+      auto rows = *HostTensor::FromVector<float>({2}, {1, 2});
+      const std::vector<size_t> send =
+          r == 0 ? std::vector<size_t>{1, 2} : std::vector<size_t>{1, 1};
+      auto moved = s.AllToAllV(world, rows, send, {1, 1});
+      if (r == 0) {
+        ASSERT_FALSE(moved.ok());
+        refused_here(moved.status(), "3", "are told and refuse it too");
+      } else {
+        ASSERT_TRUE(moved.ok()) << moved.status();
+        named(moved->completion->Wait());
+      }
+      // Refusals took no deadline, and agreeing work still runs.
+      EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+      EXPECT_FALSE(s.backend().poisoned());
+      auto good = s.AllReduceSum(world, *HostTensor::FromVector<float>(
+                                            {2}, {1, static_cast<float>(r)}));
+      ASSERT_TRUE(good.ok()) << good.status();
+      ASSERT_TRUE(good->completion->Wait().ok());
+      EXPECT_EQ(ValuesOf<float>(good->output), (std::vector<float>{2, 1}));
+    });
+  }
+}
+
 }  // namespace
 }  // namespace rankd::dataplane::gloo

@@ -25,7 +25,49 @@ absl::Status GatherWords(GlooGroup& group, const std::string& operation,
                      });
 }
 
+// The members in `refused` refused the operation on their own arguments.
+TaskResult Refused(const std::string& operation,
+                   const std::vector<uint32_t>& refused) {
+  return TaskResult::Agreed(absl::InvalidArgumentError(absl::StrCat(
+      "gloo ", operation, ": ", refused.size() == 1 ? "rank " : "ranks ",
+      absl::StrJoin(refused, ", "), " refused it", kRefusedOnItsOwnArguments,
+      "; nothing moved")));
+}
+
 }  // namespace
+
+TaskResult ExchangeRouteFingerprints(GlooGroup& group,
+                                     const std::string& operation,
+                                     uint32_t sequence, uint32_t source,
+                                     uint32_t destination,
+                                     const std::string& canonical,
+                                     Milliseconds timeout) {
+  const bool is_source = group.local_rank() == source;
+  const bool ascending = source < destination;
+  const int peer = static_cast<int>(is_source ? destination : source);
+  // The check's slots must pair whatever the bundles are.
+  const uint32_t check_tag =
+      OperationTag(sequence, OperationFingerprint("agreement check"));
+  const uint64_t mine = OperationFingerprint(canonical);
+  uint64_t theirs = 0;
+  absl::Status s =
+      CatchNative(absl::StrCat("gloo ", operation, " (agreement check)"), [&] {
+        NativeExchange(group.context(), peer,
+                       RouteSlot(ascending, check_tag, is_source ? 0 : 1),
+                       &mine, sizeof(mine),
+                       RouteSlot(ascending, check_tag, is_source ? 1 : 0),
+                       &theirs, sizeof(theirs), timeout);
+      });
+  if (!s.ok()) return TaskResult::Native(s);
+  if (mine == theirs) return TaskResult::Ok();
+  if (IsRefusal(theirs)) {
+    return Refused(operation, {group.members()[peer]});
+  }
+  return TaskResult::Agreed(absl::InvalidArgumentError(absl::StrCat(
+      "gloo ", operation, ": the two ends disagree on the bundle: this end (",
+      is_source ? "source" : "destination", ") has ", canonical,
+      ", the other end something else")));
+}
 
 uint32_t OperationTag(uint32_t sequence, uint64_t fingerprint) {
   // An odd multiplier makes sequence -> tag a bijection modulo 2^32; the
@@ -42,10 +84,14 @@ TaskResult VerifyAgreement(GlooGroup& group, const std::string& operation,
       group, operation, {OperationFingerprint(canonical)}, &all, timeout);
   if (!s.ok()) return TaskResult::Native(s);
   const uint64_t mine = all[group.local_rank()];
-  std::vector<uint32_t> same, different;
+  std::vector<uint32_t> same, different, refused;
   for (uint32_t m = 0; m < group.size(); ++m) {
-    (all[m] == mine ? same : different).push_back(group.members()[m]);
+    (all[m] == mine      ? same
+     : IsRefusal(all[m]) ? refused
+                         : different)
+        .push_back(group.members()[m]);
   }
+  if (!refused.empty()) return Refused(operation, refused);
   if (different.empty()) return TaskResult::Ok();
   return TaskResult::Agreed(absl::InvalidArgumentError(absl::StrCat(
       "gloo ", operation,
@@ -74,6 +120,11 @@ TaskResult VerifyAllToAllCounts(GlooGroup& group, const std::string& operation,
   auto receives = [&](size_t d, size_t s_) {
     return all[d * stride + 1 + n + s_];
   };
+  std::vector<uint32_t> refused;
+  for (size_t m = 0; m < n; ++m) {
+    if (IsRefusal(fingerprint(m))) refused.push_back(group.members()[m]);
+  }
+  if (!refused.empty()) return Refused(operation, refused);
   for (size_t m = 1; m < n; ++m) {
     if (fingerprint(m) != fingerprint(0)) {
       return TaskResult::Agreed(absl::InvalidArgumentError(

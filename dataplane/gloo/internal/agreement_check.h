@@ -16,6 +16,9 @@
 // every member fails with InvalidArgument before any payload moves, the
 // members stay in step and the session stays usable (a TaskResult::Agreed
 // failure). A transport failure during the check is a native failure.
+// A member that refused the operation on its own arguments takes part with
+// kRefusedCanonical (dataplane/mismatch_diagnosis.h), and the others' check
+// fails naming it as such.
 // Internal to the Gloo backend; executor thread only.
 // Depends on gloo_group.h, gloo_executor.h (TaskResult), native_ops.h, absl.
 #ifndef RANKD_DATAPLANE_GLOO_AGREEMENT_CHECK_H_
@@ -42,6 +45,16 @@ uint32_t OperationTag(uint32_t sequence, uint64_t fingerprint);
 // Every member of `group` must pass the same `canonical` description.
 TaskResult VerifyAgreement(GlooGroup& group, const std::string& operation,
                            const std::string& canonical, Milliseconds timeout);
+
+// A transfer numbered `sequence` on route `source` -> `destination`
+// (member indices; this member is one of them): each end sends the other
+// the fingerprint of its `canonical` and both compare.
+TaskResult ExchangeRouteFingerprints(GlooGroup& group,
+                                     const std::string& operation,
+                                     uint32_t sequence, uint32_t source,
+                                     uint32_t destination,
+                                     const std::string& canonical,
+                                     Milliseconds timeout);
 
 // all_to_all_v: besides `canonical` (dtype, row shape, axis), member s's
 // send[d] must equal member d's receive[s] for every pair; a mismatch names
