@@ -20,12 +20,6 @@ absl::Status AbortedBy(const std::string& cause) {
   return absl::AbortedError(absl::StrCat("job failed: ", cause));
 }
 
-// Time before the round deadline at which a node forwards an incomplete
-// batch, so the coordinator can name exactly which ranks are missing.
-absl::Duration FlushMargin(absl::Duration timeout) {
-  return std::min(timeout / 4, absl::Milliseconds(200));
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NodeAgent>> NodeAgent::Create(
@@ -45,14 +39,11 @@ NodeAgent::NodeAgent(JobSpec spec, std::vector<GroupSpec> groups,
       node_(std::move(node)),
       started_(absl::Now()),
       link_(link),
-      timer_(timer) {
-  replica_.resize(spec_.world_size);
-  for (uint32_t r = 0; r < spec_.world_size; ++r) {
-    replica_[r].node_index = spec_.DefaultNodeOf(r);
-  }
-  replica_nodes_.assign(spec_.nnodes, v1::NODE_STATE_NOT_REGISTERED);
-  replica_node_info_.resize(spec_.nnodes);
-}
+      timer_(timer),
+      replica_(spec_),
+      rounds_(spec_.nproc_per_node, timer, [this](LocalRounds::Batch batch) {
+        SendBatch(std::move(batch));
+      }) {}
 
 NodeAgent::~NodeAgent() = default;
 
@@ -423,9 +414,6 @@ void NodeAgent::AllGatherWords(const v1::AllGatherWordsRequest& request,
   if (auto s = CheckTimeoutMs(request.timeout_ms(), "timeout_ms"); !s.ok()) {
     return reply(s);
   }
-  std::vector<v1::RankFrame> batch;
-  std::vector<RoundWaiter> waiters;
-  absl::Time deadline;
   {
     absl::ReleasableMutexLock lock(&mu_);
     if (auto s = CheckMemberLocked(request.member()); !s.ok()) {
@@ -443,114 +431,37 @@ void NodeAgent::AllGatherWords(const v1::AllGatherWordsRequest& request,
     }
     ++m.next_round;
     m.waiting_round = request.round();
-    const uint64_t number = request.round();
-    v1::RankFrame frame;
-    frame.set_rank(rank);
-    *frame.mutable_words() = request.words();
-    if (number <= retired_round_ && rounds_.count(number) == 0) {
-      // Late for a round this node already retired (flushed without this
-      // rank, then past its deadline): the frame goes on its own, and the
-      // coordinator answers for the round.
-      lock.Release();
-      std::vector<v1::RankFrame> late;
-      late.push_back(std::move(frame));
-      std::vector<RoundWaiter> late_waiter;
-      late_waiter.push_back({rank, std::move(reply)});
-      SendBatch(number, absl::Now() + absl::Milliseconds(request.timeout_ms()),
-                std::move(late), std::move(late_waiter));
-      return;
-    }
-    auto [it, inserted] = rounds_.try_emplace(number);
-    LocalRound& round = it->second;
-    if (inserted) {
-      absl::Duration timeout = absl::Milliseconds(request.timeout_ms());
-      round.deadline = absl::Now() + timeout;
-      round.flush_timer =
-          timer_->Schedule(round.deadline - FlushMargin(timeout),
-                           [this, number] { FlushRound(number); });
-    }
-    deadline = round.deadline;
-    ++round.contributed;
-    if (round.flushed) {
-      // Late after a partial flush: send this frame on its own.
-      batch.push_back(std::move(frame));
-      waiters.push_back({rank, std::move(reply)});
-    } else {
-      round.pending.push_back(std::move(frame));
-      round.waiters.push_back({rank, std::move(reply)});
-      if (round.contributed == spec_.nproc_per_node) {
-        batch = std::move(round.pending);
-        waiters = std::move(round.waiters);
-      }
-    }
-    if (round.contributed == spec_.nproc_per_node) {
-      timer_->Cancel(round.flush_timer);
-      timer_->Cancel(round.retire_timer);
-      rounds_.erase(it);
-      retired_round_ = std::max(retired_round_, number);
-    }
   }
-  if (!batch.empty()) {
-    SendBatch(request.round(), deadline, std::move(batch), std::move(waiters));
-  }
+  v1::RankFrame frame;
+  frame.set_rank(rank);
+  *frame.mutable_words() = request.words();
+  rounds_.Contribute(request.round(), std::move(frame),
+                     {rank, std::move(reply)},
+                     absl::Milliseconds(request.timeout_ms()));
 }
 
-void NodeAgent::FlushRound(uint64_t number) {
-  std::vector<v1::RankFrame> batch;
-  std::vector<RoundWaiter> waiters;
-  absl::Time deadline;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = rounds_.find(number);
-    if (it == rounds_.end()) return;
-    LocalRound& round = it->second;
-    round.flush_timer = 0;
-    round.flushed = true;
-    round.retire_timer = timer_->Schedule(
-        round.deadline, [this, number] { RetireRound(number); });
-    batch = std::move(round.pending);
-    waiters = std::move(round.waiters);
-    round.pending.clear();
-    round.waiters.clear();
-    deadline = round.deadline;
-  }
-  if (!batch.empty()) {
-    SendBatch(number, deadline, std::move(batch), std::move(waiters));
-  }
-}
-
-void NodeAgent::RetireRound(uint64_t number) {
-  absl::MutexLock lock(&mu_);
-  auto it = rounds_.find(number);
-  if (it == rounds_.end()) return;
-  // Nothing of it waits here: its flushed frames (and any late ones) went
-  // to the coordinator, which answers them.
-  rounds_.erase(it);
-  retired_round_ = std::max(retired_round_, number);
-}
-
-void NodeAgent::SendBatch(uint64_t number, absl::Time deadline,
-                          std::vector<v1::RankFrame> frames,
-                          std::vector<RoundWaiter> waiters) {
+void NodeAgent::SendBatch(LocalRounds::Batch batch) {
+  const uint64_t number = batch.round;
   v1::ContributeWordsRequest request;
   {
     absl::MutexLock lock(&mu_);
     *request.mutable_node() = NodeRefLocked();
   }
   request.set_round(number);
-  for (auto& f : frames) *request.add_frames() = std::move(f);
-  int64_t remaining_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+  for (auto& f : batch.frames) *request.add_frames() = std::move(f);
+  int64_t remaining_ms =
+      absl::ToInt64Milliseconds(batch.deadline - absl::Now());
   request.set_timeout_ms(
       static_cast<uint32_t>(std::max<int64_t>(remaining_ms, 1)));
-  auto shared_waiters =
-      std::make_shared<std::vector<RoundWaiter>>(std::move(waiters));
+  auto shared_waiters = std::make_shared<std::vector<LocalRounds::Waiter>>(
+      std::move(batch.waiters));
   link_->ContributeWords(
       request, Relay<v1::AllGatherWordsResponse>(
                    [this, number, shared_waiters](
                        absl::StatusOr<v1::AllGatherWordsResponse> result) {
                      {
                        absl::MutexLock lock(&mu_);
-                       for (const RoundWaiter& w : *shared_waiters) {
+                       for (const LocalRounds::Waiter& w : *shared_waiters) {
                          auto it = members_.find(w.rank);
                          if (it != members_.end() &&
                              it->second.waiting_round == number) {
@@ -561,7 +472,9 @@ void NodeAgent::SendBatch(uint64_t number, absl::Time deadline,
                          completed_rounds_ = number;
                        }
                      }
-                     for (RoundWaiter& w : *shared_waiters) w.reply(result);
+                     for (LocalRounds::Waiter& w : *shared_waiters) {
+                       w.reply(result);
+                     }
                    }));
 }
 
@@ -720,66 +633,7 @@ void NodeAgent::Detach(WatchId id, bool broken, const std::string& reason) {
 void NodeAgent::OnEvent(const v1::JobEvent& event) {
   {
     absl::MutexLock lock(&mu_);
-    auto set_ranks = [&](v1::MemberState state) {
-      mu_.AssertHeld();  // for the analysis: lambdas do not inherit locks
-      for (uint32_t r : event.ranks()) {
-        if (r < replica_.size()) {
-          replica_[r].state = state;
-          if (event.has_node_index())
-            replica_[r].node_index = event.node_index();
-        }
-      }
-    };
-    auto set_node = [&](v1::NodeState state) {
-      mu_.AssertHeld();  // for the analysis: lambdas do not inherit locks
-      if (event.has_node_index() &&
-          event.node_index() < replica_nodes_.size()) {
-        replica_nodes_[event.node_index()] = state;
-      }
-    };
-    switch (event.kind()) {
-      case v1::EVENT_KIND_MEMBER_JOINED:
-        set_ranks(v1::MEMBER_STATE_JOINED);
-        if (event.has_member() && event.ranks_size() == 1 &&
-            event.ranks(0) < replica_.size()) {
-          replica_[event.ranks(0)].details = event.member();
-        }
-        break;
-      case v1::EVENT_KIND_MEMBER_LEFT:
-        set_ranks(v1::MEMBER_STATE_LEFT);
-        break;
-      case v1::EVENT_KIND_MEMBER_LOST:
-        set_ranks(v1::MEMBER_STATE_LOST);
-        break;
-      case v1::EVENT_KIND_NODE_REGISTERED:
-        set_node(v1::NODE_STATE_REGISTERED);
-        if (event.has_node() &&
-            event.node_index() < replica_node_info_.size()) {
-          replica_node_info_[event.node_index()] = event.node();
-        }
-        break;
-      case v1::EVENT_KIND_NODE_LOST:
-        set_node(v1::NODE_STATE_LOST);
-        set_ranks(v1::MEMBER_STATE_LOST);
-        break;
-      case v1::EVENT_KIND_NODE_LEFT:
-        set_node(v1::NODE_STATE_LEFT);
-        break;
-      case v1::EVENT_KIND_JOB_READY:
-        if (job_state_ == v1::JOB_STATE_FORMING)
-          job_state_ = v1::JOB_STATE_READY;
-        break;
-      case v1::EVENT_KIND_JOB_COMPLETED:
-        if (job_state_ != v1::JOB_STATE_FAILED) {
-          job_state_ = v1::JOB_STATE_COMPLETED;
-        }
-        break;
-      case v1::EVENT_KIND_JOB_FAILED:
-        job_state_ = v1::JOB_STATE_FAILED;
-        break;
-      default:
-        break;
-    }
+    replica_.Apply(event);
   }
   mirror_.Mirror(event);
   if (event.kind() == v1::EVENT_KIND_JOB_FAILED) {
@@ -794,10 +648,10 @@ void NodeAgent::OnCoordinatorLost(const std::string& reason) {
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_ || !failure_.empty() ||
-        job_state_ == v1::JOB_STATE_COMPLETED) {
+        replica_.job_state() == v1::JOB_STATE_COMPLETED) {
       return;
     }
-    job_state_ = v1::JOB_STATE_FAILED;
+    replica_.MarkFailed();
   }
   std::string cause = absl::StrCat("coordinator lost: ", reason);
   mirror_.Append(v1::EVENT_KIND_JOB_FAILED, std::nullopt, {}, cause);
@@ -805,29 +659,21 @@ void NodeAgent::OnCoordinatorLost(const std::string& reason) {
 }
 
 void NodeAgent::FailLocal(const std::string& cause) {
-  std::vector<RoundWaiter> waiters;
   std::vector<std::function<void(absl::Status)>> queued;
   absl::Status status;
   {
     absl::MutexLock lock(&mu_);
     if (!failure_.empty()) return;
     failure_ = cause;
-    job_state_ = v1::JOB_STATE_FAILED;
-    for (auto& [number, round] : rounds_) {
-      timer_->Cancel(round.flush_timer);
-      timer_->Cancel(round.retire_timer);
-      for (auto& w : round.waiters) waiters.push_back(std::move(w));
-    }
-    rounds_.clear();
+    replica_.MarkFailed();
     queued.swap(until_registered_);
     status = AbortedBy(cause);
   }
-  for (auto& w : waiters) w.reply(status);
+  rounds_.Close(status);
   for (auto& q : queued) q(status);
 }
 
 void NodeAgent::Shutdown(const std::string& reason, absl::Duration grace) {
-  std::vector<RoundWaiter> waiters;
   std::vector<std::function<void(absl::Status)>> queued;
   std::vector<std::function<void(absl::Status)>> closers;
   bool registered;
@@ -837,12 +683,6 @@ void NodeAgent::Shutdown(const std::string& reason, absl::Duration grace) {
     if (shutting_down_) return;
     shutting_down_ = true;
     registered = registered_;
-    for (auto& [number, round] : rounds_) {
-      timer_->Cancel(round.flush_timer);
-      timer_->Cancel(round.retire_timer);
-      for (auto& w : round.waiters) waiters.push_back(std::move(w));
-    }
-    rounds_.clear();
     queued.swap(until_registered_);
     for (auto& [id, watch] : watches_) closers.push_back(watch.on_close);
     for (auto& [rank, m] : members_) timer_->Cancel(m.lease_timer);
@@ -852,7 +692,7 @@ void NodeAgent::Shutdown(const std::string& reason, absl::Duration grace) {
   absl::Status status = absl::UnavailableError(
       absl::StrCat("the rankd daemon of node ", node_.node_index(),
                    " is shutting down (", reason, ")"));
-  for (auto& w : waiters) w.reply(status);
+  rounds_.Close(status);
   for (auto& q : queued) q(status);
   if (registered) {
     auto done = std::make_shared<absl::Notification>();
@@ -875,35 +715,28 @@ v1::JobStatus NodeAgent::LocalJob() const {
   status.set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - started_));
   absl::MutexLock lock(&mu_);
   status.set_job_incarnation(job_incarnation_);
-  status.set_state(job_state_);
+  status.set_state(replica_.job_state());
   status.set_failure(failure_);
-  uint32_t joined = 0;
-  for (const auto& m : replica_) {
-    if (m.state != v1::MEMBER_STATE_NOT_JOINED) ++joined;
-  }
-  status.set_joined_ranks(joined);
-  uint32_t registered = 0;
-  for (auto s : replica_nodes_) {
-    if (s != v1::NODE_STATE_NOT_REGISTERED) ++registered;
-  }
-  status.set_registered_nodes(registered);
+  status.set_joined_ranks(replica_.joined_ranks());
+  status.set_registered_nodes(replica_.registered_nodes());
   status.set_completed_rounds(completed_rounds_);
-  status.set_open_local_rounds(static_cast<uint32_t>(rounds_.size()));
+  status.set_open_local_rounds(static_cast<uint32_t>(rounds_.open()));
   return status;
 }
 
 v1::MemberList NodeAgent::LocalMembers() const {
   v1::MemberList list;
   absl::MutexLock lock(&mu_);
-  for (uint32_t r = 0; r < replica_.size(); ++r) {
+  for (uint32_t r = 0; r < replica_.world_size(); ++r) {
+    const JobReplica::Member& replicated = replica_.member(r);
     v1::MemberStatus* out = list.add_members();
     out->set_rank(r);
-    out->set_node_index(replica_[r].node_index);
+    out->set_node_index(replicated.node_index);
     out->set_local_rank(r % spec_.nproc_per_node);
-    out->set_state(replica_[r].state);
+    out->set_state(replicated.state);
     out->set_round(completed_rounds_);
-    if (replica_[r].state != v1::MEMBER_STATE_NOT_JOINED) {
-      const v1::MemberDetails& d = replica_[r].details;
+    if (replicated.state != v1::MEMBER_STATE_NOT_JOINED) {
+      const v1::MemberDetails& d = replicated.details;
       out->set_local_rank(d.local_rank());
       out->set_incarnation(d.incarnation());
       out->set_pid(d.pid());
@@ -916,18 +749,18 @@ v1::MemberList NodeAgent::LocalMembers() const {
     out->set_incarnation(m.incarnation);
     out->set_pid(m.pid);
     *out->mutable_device() = m.device;
-    if (m.waiting_round != 0 && replica_[r].state == v1::MEMBER_STATE_JOINED) {
+    if (m.waiting_round != 0 && replicated.state == v1::MEMBER_STATE_JOINED) {
       out->set_state(v1::MEMBER_STATE_IN_ROUND);
       out->set_round(m.waiting_round);
     }
   }
-  for (uint32_t n = 0; n < replica_nodes_.size(); ++n) {
+  for (uint32_t n = 0; n < replica_.nnodes(); ++n) {
     v1::NodeStatus* out = list.add_nodes();
     out->set_node_index(n);
-    out->set_state(replica_nodes_[n]);
+    out->set_state(replica_.node_state(n));
     out->set_heartbeat_age_ms(-1);
     const v1::NodeInfo& info =
-        n == node_.node_index() ? node_ : replica_node_info_[n];
+        n == node_.node_index() ? node_ : replica_.node_info(n);
     out->set_hostname(info.hostname());
     out->set_address(info.address());
   }
@@ -939,7 +772,7 @@ v1::Topology NodeAgent::LocalTopology() const {
   absl::MutexLock lock(&mu_);
   for (uint32_t n = 0; n < spec_.nnodes; ++n) {
     v1::NodeInfo* info = topology.add_nodes();
-    *info = n == node_.node_index() ? node_ : replica_node_info_[n];
+    *info = n == node_.node_index() ? node_ : replica_.node_info(n);
     info->set_node_index(n);
   }
   return topology;

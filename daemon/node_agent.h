@@ -1,14 +1,14 @@
 // NodeAgent: one daemon's side of the job. It serves the ranks of its node:
-// validates their requests, assigns ranks, aggregates their
-// all_gather_words frames into one message per round to the coordinator,
-// forwards key-value operations, fans job events out to their Watch
-// streams, and turns a broken Watch stream into a lost rank.
+// validates their requests, assigns ranks, hands their all_gather_words
+// frames to its LocalRounds (local_rounds.h: one message per round to the
+// coordinator), forwards key-value operations, fans job events out to their
+// Watch streams, and turns a broken Watch stream into a lost rank.
 //
-// It also keeps a replica of the job's membership built from the
-// coordinator's events, so any daemon can answer admin queries even when
-// the coordinator is gone. After the job fails (event from the coordinator
-// or coordinator lost), every pending and later wait fails at once with an
-// Aborted status naming the cause.
+// It also keeps a JobReplica (job_replica.h) of the job's membership built
+// from the coordinator's events, so any daemon can answer admin queries
+// even when the coordinator is gone. After the job fails (event from the
+// coordinator or coordinator lost), every pending and later wait fails at
+// once with an Aborted status naming the cause.
 //
 // Transport-agnostic (the Rank gRPC service calls it). Replies never run
 // with the agent's lock held. Thread-safe. Depends on CoordinatorLink, the
@@ -30,7 +30,9 @@
 #include "daemon/coordinator_link.h"
 #include "daemon/deadline_timer.h"
 #include "daemon/event_log.h"
+#include "daemon/job_replica.h"
 #include "daemon/job_spec.h"
+#include "daemon/local_rounds.h"
 #include "rankd/v1/admin.pb.h"
 #include "rankd/v1/rank.pb.h"
 
@@ -111,26 +113,6 @@ class NodeAgent : public CoordinatorLink::Listener {
     uint32_t open_watches = 0;
     DeadlineTimer::TimerId lease_timer = 0;
   };
-  struct RoundWaiter {
-    uint32_t rank;
-    Reply<v1::AllGatherWordsResponse> reply;
-  };
-  struct LocalRound {
-    absl::Time deadline;
-    std::vector<v1::RankFrame> pending;  // not yet forwarded
-    std::vector<RoundWaiter> waiters;    // for the pending frames
-    DeadlineTimer::TimerId flush_timer = 0;
-    bool flushed = false;  // a partial batch went out at the flush time
-    // After a partial flush: retires the round at its deadline, so a local
-    // rank that never contributes does not keep it forever.
-    DeadlineTimer::TimerId retire_timer = 0;
-    uint32_t contributed = 0;
-  };
-  struct ReplicaMember {
-    v1::MemberState state = v1::MEMBER_STATE_NOT_JOINED;
-    uint32_t node_index = 0;
-    v1::MemberDetails details;  // from the MEMBER_JOINED event
-  };
 
   NodeAgent(JobSpec spec, std::vector<GroupSpec> groups, v1::NodeInfo node,
             CoordinatorLink* link, DeadlineTimer* timer);
@@ -145,13 +127,8 @@ class NodeAgent : public CoordinatorLink::Listener {
                    Reply<v1::JoinResponse> reply);
   void ExpireLease(uint32_t rank, uint64_t incarnation);
   void LoseRank(uint32_t rank, uint64_t incarnation, const std::string& reason);
-  // Sends the pending frames of `round` to the coordinator.
-  void FlushRound(uint64_t round);
-  // Erases a flushed round once its deadline passed.
-  void RetireRound(uint64_t round);
-  void SendBatch(uint64_t round, absl::Time deadline,
-                 std::vector<v1::RankFrame> frames,
-                 std::vector<RoundWaiter> waiters);
+  // Sends one round's frames to the coordinator (LocalRounds' Send).
+  void SendBatch(LocalRounds::Batch batch);
   // Wraps a forwarded reply: a transport failure means the coordinator is
   // gone; a failure after the job failed reports the job's cause.
   template <typename T>
@@ -171,19 +148,10 @@ class NodeAgent : public CoordinatorLink::Listener {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t job_incarnation_ ABSL_GUARDED_BY(mu_) = 0;
   std::string failure_ ABSL_GUARDED_BY(mu_);
-  v1::JobState job_state_ ABSL_GUARDED_BY(mu_) = v1::JOB_STATE_FORMING;
   std::map<uint32_t, LocalMember> members_ ABSL_GUARDED_BY(mu_);  // by rank
   std::map<uint32_t, uint32_t> rank_of_local_ ABSL_GUARDED_BY(mu_);
-  std::map<uint64_t, LocalRound> rounds_ ABSL_GUARDED_BY(mu_);
   uint64_t completed_rounds_ ABSL_GUARDED_BY(mu_) = 0;
-  // Highest round number this node erased (complete, or flushed and past
-  // its deadline). A contribution to a round at or below it that is no
-  // longer held is late: its frame goes to the coordinator on its own.
-  uint64_t retired_round_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<ReplicaMember> replica_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::NodeState> replica_nodes_ ABSL_GUARDED_BY(mu_);
-  // From NODE_REGISTERED events.
-  std::vector<v1::NodeInfo> replica_node_info_ ABSL_GUARDED_BY(mu_);
+  JobReplica replica_ ABSL_GUARDED_BY(mu_);
   WatchId next_watch_ ABSL_GUARDED_BY(mu_) = 1;
   struct Watch {
     uint32_t rank;
@@ -195,6 +163,9 @@ class NodeAgent : public CoordinatorLink::Listener {
   std::vector<std::function<void(absl::Status)>> until_registered_
       ABSL_GUARDED_BY(mu_);
   absl::Status registration_ ABSL_GUARDED_BY(mu_);  // error once it failed
+  // Last: destroyed first (it calls SendBatch, which uses the members
+  // above).
+  LocalRounds rounds_;
 };
 
 }  // namespace rankd
