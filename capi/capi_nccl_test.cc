@@ -99,6 +99,11 @@ TEST_F(CApiNcclTest, EveryOperationOnTheCallersStreamGivesExactValues) {
       EXPECT_TRUE(absl::StrContains(log, "CASE send_receive OK")) << log;
       EXPECT_TRUE(absl::StrContains(log, "CASE batch_send_receive OK")) << log;
     }
+    if (world_ == 2) {
+      // A member's own refusal (a stream of another device) reaches its
+      // peer, which refuses the all_to_all_v too.
+      EXPECT_TRUE(absl::StrContains(log, "CASE told refusal OK")) << log;
+    }
   }
 }
 

@@ -253,6 +253,15 @@ absl::StatusOr<Wrapped> WrapPair(rankd_session* session, void* stream,
                  *std::move(out_tensor)};
 }
 
+using Refused = nc::NcclSession::RefusedOperation;
+
+// `refusal` (this member's own arguments), once the peers that wait for
+// its agreement record were told (NcclSession::Refuse).
+rankd_status* Refuse(rankd_session* session, uint32_t group,
+                     const Refused& what, const absl::Status& refusal) {
+  return ToC(session->state->nccl->Refuse(ScopeOf(group), what, refusal));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<nc::NcclSession>> OpenNccl(
@@ -275,7 +284,7 @@ rankd_status* NcclAllReduceSum(rankd_session* session, uint32_t group,
   constexpr char kFn[] = "rankd_all_reduce_sum";
   if (absl::Status s = CheckCall(session, work, kFn); !s.ok()) return ToC(s);
   auto w = WrapPair(session, stream, input, output, kFn);
-  if (!w.ok()) return ToC(w.status());
+  if (!w.ok()) return Refuse(session, group, {}, w.status());
   return Finish(session, w->caller,
                 session->state->nccl->AllReduceSumInto(ScopeOf(group), w->input,
                                                        w->output),
@@ -289,7 +298,7 @@ rankd_status* NcclAllGather(rankd_session* session, uint32_t group,
   constexpr char kFn[] = "rankd_all_gather";
   if (absl::Status s = CheckCall(session, work, kFn); !s.ok()) return ToC(s);
   auto w = WrapPair(session, stream, input, output, kFn);
-  if (!w.ok()) return ToC(w.status());
+  if (!w.ok()) return Refuse(session, group, {}, w.status());
   return Finish(
       session, w->caller,
       session->state->nccl->AllGatherInto(ScopeOf(group), w->input, w->output),
@@ -305,7 +314,9 @@ rankd_status* NcclAllToAllV(rankd_session* session, uint32_t group,
   constexpr char kFn[] = "rankd_all_to_all_v";
   if (absl::Status s = CheckCall(session, work, kFn); !s.ok()) return ToC(s);
   auto w = WrapPair(session, stream, input, output, kFn);
-  if (!w.ok()) return ToC(w.status());
+  if (!w.ok()) {
+    return Refuse(session, group, {Refused::Kind::kAllToAllV}, w.status());
+  }
   return Finish(
       session, w->caller,
       session->state->nccl->AllToAllVInto(
@@ -320,10 +331,11 @@ rankd_status* NcclSend(rankd_session* session, uint32_t group, size_t peer,
   constexpr char kFn[] = "rankd_send";
   if (absl::Status s = CheckCall(session, work, kFn); !s.ok()) return ToC(s);
   const int device = session->state->nccl->device();
+  const Refused send{Refused::Kind::kSend, peer};
   auto in = Check(input, device, kFn, "input");
-  if (!in.ok()) return ToC(in.status());
+  if (!in.ok()) return Refuse(session, group, send, in.status());
   auto caller = CallerStream::Begin(device, stream, kFn);
-  if (!caller.ok()) return ToC(caller.status());
+  if (!caller.ok()) return Refuse(session, group, send, caller.status());
   auto tensor = Wrap(*in, device, caller->ready());
   if (!tensor.ok()) return ToC(tensor.status());
   return Finish(session, *caller,
@@ -337,10 +349,11 @@ rankd_status* NcclReceive(rankd_session* session, uint32_t group, size_t peer,
   constexpr char kFn[] = "rankd_receive";
   if (absl::Status s = CheckCall(session, work, kFn); !s.ok()) return ToC(s);
   const int device = session->state->nccl->device();
+  const Refused receive{Refused::Kind::kReceive, peer};
   auto out = Check(output, device, kFn, "output");
-  if (!out.ok()) return ToC(out.status());
+  if (!out.ok()) return Refuse(session, group, receive, out.status());
   auto caller = CallerStream::Begin(device, stream, kFn);
-  if (!caller.ok()) return ToC(caller.status());
+  if (!caller.ok()) return Refuse(session, group, receive, caller.status());
   auto tensor = Wrap(*out, device, caller->ready());
   if (!tensor.ok()) return ToC(tensor.status());
   return Finish(
@@ -370,21 +383,28 @@ rankd_status* NcclBatchSendReceive(rankd_session* session, uint32_t group,
                      receive_count, " receives"));
   }
   const int device = session->state->nccl->device();
+  Refused batch{Refused::Kind::kBatch};
+  for (size_t i = 0; i < send_count; ++i) {
+    batch.send_peers.push_back(sends[i].peer);
+  }
+  for (size_t i = 0; i < receive_count; ++i) {
+    batch.receive_peers.push_back(receives[i].peer);
+  }
   std::vector<std::pair<size_t, Operand>> send_operands, receive_operands;
   for (size_t i = 0; i < send_count; ++i) {
     auto in =
         Check(&sends[i].tensor, device, kFn, absl::StrCat("sends[", i, "]"));
-    if (!in.ok()) return ToC(in.status());
+    if (!in.ok()) return Refuse(session, group, batch, in.status());
     send_operands.emplace_back(sends[i].peer, *std::move(in));
   }
   for (size_t i = 0; i < receive_count; ++i) {
     auto out = Check(&receives[i].tensor, device, kFn,
                      absl::StrCat("receives[", i, "]"));
-    if (!out.ok()) return ToC(out.status());
+    if (!out.ok()) return Refuse(session, group, batch, out.status());
     receive_operands.emplace_back(receives[i].peer, *std::move(out));
   }
   auto caller = CallerStream::Begin(device, stream, kFn);
-  if (!caller.ok()) return ToC(caller.status());
+  if (!caller.ok()) return Refuse(session, group, batch, caller.status());
   std::vector<PeerValue<nc::DeviceTensor>> send_values, receive_values;
   for (const auto& [peer, operand] : send_operands) {
     auto t = Wrap(operand, device, caller->ready());

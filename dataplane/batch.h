@@ -18,25 +18,28 @@
 
 namespace rankd::dataplane {
 
-// OK when the batch of member `me` of `scope` (`members` members) has at
-// least one and at most kMaxBatchTransfers transfers, every peer is another
-// member, no receive writes bytes an earlier receive writes, and no send
-// reads bytes a receive writes. Otherwise InvalidArgument
-// "<backend> backend: <operation>: ..." naming a transfer that breaks a
-// rule (sends and receives are numbered separately, from 0; of several
-// overlaps, the first by address is named).
-// `Tensor` has data() (a pointer) and byte_size(); empty tensors overlap
-// nothing. O(n log n) in the number of transfers.
-template <typename Tensor>
-absl::Status CheckBatch(absl::Span<const PeerValue<Tensor>> sends,
-                        absl::Span<const PeerValue<Tensor>> receives,
-                        size_t members, size_t me, absl::string_view scope,
-                        absl::string_view backend,
-                        absl::string_view operation) {
-  auto refuse = [&](auto&&... parts) {
+namespace batch_internal {
+inline auto Refuser(absl::string_view backend, absl::string_view operation) {
+  return [backend, operation](auto&&... parts) {
     return absl::InvalidArgumentError(
         absl::StrCat(backend, " backend: ", operation, ": ", parts...));
   };
+}
+}  // namespace batch_internal
+
+// The batch's shape, which names its peers: OK when the batch of member
+// `me` of `scope` (`members` members) has at least one and at most
+// kMaxBatchTransfers transfers and every peer is another member.
+// Otherwise InvalidArgument "<backend> backend: <operation>: ..." naming a
+// transfer that breaks a rule (sends and receives are numbered
+// separately, from 0). Reads no tensor.
+template <typename Tensor>
+absl::Status CheckBatchPeers(absl::Span<const PeerValue<Tensor>> sends,
+                             absl::Span<const PeerValue<Tensor>> receives,
+                             size_t members, size_t me, absl::string_view scope,
+                             absl::string_view backend,
+                             absl::string_view operation) {
+  auto refuse = batch_internal::Refuser(backend, operation);
   if (sends.empty() && receives.empty()) return refuse("the batch is empty");
   if (sends.size() + receives.size() > kMaxBatchTransfers) {
     return refuse("a batch holds at most ", kMaxBatchTransfers,
@@ -53,6 +56,20 @@ absl::Status CheckBatch(absl::Span<const PeerValue<Tensor>> sends,
       }
     }
   }
+  return absl::OkStatus();
+}
+
+// The batch's buffers: OK when no receive writes bytes an earlier receive
+// writes and no send reads bytes a receive writes; otherwise
+// InvalidArgument as above (of several overlaps, the first by address is
+// named). `Tensor` has data() (a pointer) and byte_size(); empty tensors
+// overlap nothing. O(n log n) in the number of transfers.
+template <typename Tensor>
+absl::Status CheckBatchBuffers(absl::Span<const PeerValue<Tensor>> sends,
+                               absl::Span<const PeerValue<Tensor>> receives,
+                               absl::string_view backend,
+                               absl::string_view operation) {
+  auto refuse = batch_internal::Refuser(backend, operation);
   // The receives' byte ranges, sorted by start: disjoint once checked.
   struct Range {
     uintptr_t begin, end;
@@ -90,6 +107,19 @@ absl::Status CheckBatch(absl::Span<const PeerValue<Tensor>> sends,
     }
   }
   return absl::OkStatus();
+}
+
+// Both: CheckBatchPeers, then CheckBatchBuffers.
+template <typename Tensor>
+absl::Status CheckBatch(absl::Span<const PeerValue<Tensor>> sends,
+                        absl::Span<const PeerValue<Tensor>> receives,
+                        size_t members, size_t me, absl::string_view scope,
+                        absl::string_view backend,
+                        absl::string_view operation) {
+  absl::Status peers =
+      CheckBatchPeers(sends, receives, members, me, scope, backend, operation);
+  if (!peers.ok()) return peers;
+  return CheckBatchBuffers(sends, receives, backend, operation);
 }
 
 }  // namespace rankd::dataplane

@@ -36,9 +36,6 @@ bool IsRefusal(uint64_t fingerprint) {
   return fingerprint == refused;
 }
 
-const char kRefusedOnItsOwnArguments[] =
-    " on its own arguments (its error says why)";
-
 MismatchDiagnosis::MismatchDiagnosis(ControlPlane* control_plane,
                                      std::string key_prefix,
                                      absl::Duration grace)

@@ -46,9 +46,9 @@ uint64_t OperationFingerprint(absl::string_view canonical);
 inline constexpr char kRefusedCanonical[] = "(refused by this member)";
 // Whether `fingerprint` is kRefusedCanonical's.
 bool IsRefusal(uint64_t fingerprint);
-// What a peer's error says about such members: " on its own arguments
-// (its error says why)".
-extern const char kRefusedOnItsOwnArguments[];
+// What a peer's error says about such members.
+inline constexpr char kRefusedOnItsOwnArguments[] =
+    " on its own arguments (its error says why)";
 
 // One failed operation as this member submitted it.
 struct SubmittedOperation {

@@ -296,6 +296,34 @@ static void Ops(rankd_rank* rank, uint32_t world) {
                                    foreign, &work),
               RANKD_INVALID_ARGUMENT, "stream must be a CUDA stream of",
               "a stream of another device");
+      if (world == 2) {
+        /* all_to_all_v checks its counts first, so the member that refuses
+         * its own arguments (rank 1: that foreign stream) tells the other,
+         * which refuses too instead of waiting for op_timeout. */
+        size_t counts[2] = {1, 1};
+        const size_t rows[2] = {2, 2};
+        int32_t* da = DeviceAlloc(4 * sizeof(int32_t));
+        int32_t* db = DeviceAlloc(4 * sizeof(int32_t));
+        rankd_tensor a = Tensor(da, RANKD_I32, 2, rows);
+        rankd_tensor b = Tensor(db, RANKD_I32, 2, rows);
+        if (r == 1) {
+          Refused(rankd_all_to_all_v(session, RANKD_WORLD_GROUP, &a, counts,
+                                     counts, 2, &b, foreign, &work),
+                  RANKD_INVALID_ARGUMENT, "were told and refuse it too",
+                  "all_to_all_v on a foreign stream");
+        } else {
+          Ok(rankd_all_to_all_v(session, RANKD_WORLD_GROUP, &a, counts,
+                                counts, 2, &b, stream, &work),
+             "all_to_all_v while rank 1 refuses");
+          Refused(rankd_work_wait(work), RANKD_INVALID_ARGUMENT,
+                  "rank 1 refused it on its own arguments",
+                  "all_to_all_v refused by rank 1");
+          rankd_work_free(work);
+        }
+        Cuda(cuda.Free(da), "cudaFree");
+        Cuda(cuda.Free(db), "cudaFree");
+        printf("CASE told refusal OK\n");
+      }
       Cuda(cuda.StreamDestroy(foreign), "cudaStreamDestroy");
     }
     Cuda(cuda.Free(dx), "cudaFree");

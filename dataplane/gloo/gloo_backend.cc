@@ -319,7 +319,12 @@ absl::Status GlooBackend::RefuseWithPeers(const char* kind, GlooGroup& group,
     }
     return internal::VerifyAgreement(*g, op, kRefusedCanonical, timeout);
   });
-  if (!told.ok()) return refusal;
+  if (!told.ok()) {
+    return absl::Status(
+        refusal.code(),
+        absl::StrCat(refusal.message(), "; telling the other members of ",
+                     group.ToString(), " failed: ", told.status().message()));
+  }
   return absl::Status(
       refusal.code(),
       absl::StrCat(refusal.message(), " (the other members of ",
@@ -345,7 +350,12 @@ absl::Status GlooBackend::RefuseWithPeer(const char* kind,
             *g, op, g->NextRouteSequence(source, destination), source,
             destination, kRefusedCanonical, timeout);
       });
-  if (!told.ok()) return refusal;
+  if (!told.ok()) {
+    return absl::Status(
+        refusal.code(),
+        absl::StrCat(refusal.message(), "; telling the other end of ",
+                     route.ToString(), " failed: ", told.status().message()));
+  }
   return absl::Status(
       refusal.code(),
       absl::StrCat(refusal.message(), " (the other end of ", route.ToString(),
@@ -1046,12 +1056,14 @@ GlooBundleSubmission GlooBackend::BatchSendReceive(
           for (size_t i = 0; i < n; ++i) {
             if (mine[i] == theirs[i]) continue;
             agreed[i] = false;
-            absl::StrAppend(&disagreements, disagreements.empty() ? "" : "; ",
-                            transfers[i].send ? "send to" : "receive from",
-                            " member ", transfers[i].peer, " (rank ",
-                            g->members()[transfers[i].peer], "): this end has ",
-                            transfers[i].canonical,
-                            ", the other end something else");
+            absl::StrAppend(
+                &disagreements, disagreements.empty() ? "" : "; ",
+                transfers[i].send ? "send to" : "receive from", " member ",
+                transfers[i].peer, " (rank ", g->members()[transfers[i].peer],
+                "): this end has ", transfers[i].canonical, ", the other end ",
+                IsRefusal(theirs[i])
+                    ? absl::StrCat("refused it", kRefusedOnItsOwnArguments)
+                    : "something else");
           }
         }
         // The payloads; a transfer the ends disagreed on moves nothing, the

@@ -118,11 +118,13 @@ TEST_F(BackendTest, AllToAllRefusalsAreToldToThePeers) {
     refused(b.VariableAllToAll(x, {{2, 0}, {2, 0}}, 0, b.world(), e), "counts");
     std::vector<size_t> one(4, 0);
     one[r] = 1;
-    refused(b.VariableAllToAll(x, {one, one}, 0, b.world(), e), "");
+    refused(b.VariableAllToAll(x, {one, one}, 0, b.world(), e),
+            "send counts add up to 1");
     std::vector<size_t> split(4, 0);
     split[(r + 1) % 4] = 1;
     split[r] = 1;
-    refused(b.VariableAllToAll(x, {self, split}, 0, b.world(), e), "");
+    refused(b.VariableAllToAll(x, {self, split}, 0, b.world(), e),
+            "the self slot disagrees");
     // Every member refused the same calls: nothing is out of step.
     auto sum =
         b.AllReduceSum(I32({1}, {static_cast<int32_t>(r)}), b.world(), e);

@@ -1125,7 +1125,8 @@ TEST(RefusalTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
       auto moved = s.AllToAllV(world, rows, send, {1, 1});
       if (r == 0) {
         ASSERT_FALSE(moved.ok());
-        refused_here(moved.status(), "3", "are told and refuse it too");
+        refused_here(moved.status(), "send counts add up to 3",
+                     "are told and refuse it too");
       } else {
         ASSERT_TRUE(moved.ok()) << moved.status();
         named(moved->completion->Wait());

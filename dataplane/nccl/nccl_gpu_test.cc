@@ -1395,8 +1395,10 @@ TEST_F(NcclMultiGpuTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
         // A batch: rank 1's send is on the other device; rank 0's receive
         // from it is left out, and so is its send (rank 1 refused the whole
         // batch).
+        auto device0 = CudaStream::Create(0);
+        ASSERT_TRUE(device0.ok()) << device0.status();
         auto mine = Upload(Desc({2}), Floats(2, static_cast<float>(r)),
-                           r == 1 ? *CudaStream::Create(0) : stream);
+                           r == 1 ? *device0 : stream);
         auto received = Upload(Desc({2}), std::vector<float>{-1, -1}, stream);
         const std::vector<PeerValue<DeviceTensor>> sends = {{1 - r, mine}};
         const std::vector<PeerValue<DeviceTensor>> receives = {
@@ -1410,6 +1412,25 @@ TEST_F(NcclMultiGpuTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
           named(batch->completion->Wait(),
                 "the other end refused it on its own arguments");
           EXPECT_EQ(Download<float>(received), (std::vector<float>{-1, -1}));
+        }
+        ASSERT_OK(s.poison_status());
+        // A batch whose buffers are wrong: rank 0's two receives write the
+        // same bytes.
+        if (r == 0) {
+          auto out = Upload(Desc({2}), std::vector<float>{-1, -1}, stream);
+          const std::vector<PeerValue<DeviceTensor>> twice = {{1, out},
+                                                              {1, out}};
+          auto refused = s.BatchSendReceive(world, {}, twice);
+          ASSERT_FALSE(refused.ok());
+          told(refused.status(), "overlaps the output of receive 0");
+        } else {
+          const std::vector<PeerValue<DeviceTensor>> two = {
+              {0, Upload(Desc({2}), Floats(2), stream)},
+              {0, Upload(Desc({2}), Floats(2), stream)}};
+          auto sent = s.BatchSendReceive(world, two, {});
+          ASSERT_TRUE(sent.ok()) << sent.status();
+          named(sent->completion->Wait(),
+                "the other end refused it on its own arguments");
         }
         ASSERT_OK(s.poison_status());
         // Refusals took no deadline, and agreeing work still runs.

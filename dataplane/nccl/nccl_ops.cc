@@ -53,40 +53,53 @@ absl::StatusOr<std::shared_ptr<DeviceBuffer>> Scratch(
 
 // What an operation refused on this member's own arguments was, for
 // SessionCore::RefuseWithPeers: the peers that check agreement first wait
-// for its record.
+// for its record. Holds pointers only (nothing is copied unless a refusal
+// happens); everything it points to must outlive it.
 class Refusal {
  public:
   Refusal(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
-          const std::shared_ptr<CudaStream>& stream, absl::string_view name,
+          const std::shared_ptr<CudaStream>& stream, const std::string& name,
           bool agree_first = false)
-      : core_(core) {
-    plan_.name = std::string(name);
-    plan_.comm = comm;
-    plan_.stream = stream;
-    plan_.agree_first = agree_first;
-  }
+      : core_(&core),
+        comm_(&comm),
+        stream_(&stream),
+        name_(&name),
+        agree_first_(agree_first) {}
   Refusal& Route(uint32_t source, uint32_t destination) {
-    plan_.route = {{source, destination}};
+    route_ = {{source, destination}};
     return *this;
   }
-  Refusal& Batch(std::vector<internal::OperationAgreement::BatchEntry> batch) {
-    plan_.batch = std::move(batch);
-    if (!plan_.batch.empty()) {
-      const auto& first = plan_.batch.front();
-      const uint32_t me = plan_.comm->local_rank;
-      plan_.route = first.send ? std::make_pair(me, first.peer)
-                               : std::make_pair(first.peer, me);
-    }
+  Refusal& Batch(
+      const std::vector<internal::OperationAgreement::BatchEntry>* batch) {
+    batch_ = batch;
     return *this;
   }
   // `refusal`, once the peers that wait for this member were told.
-  absl::Status operator()(const absl::Status& refusal) const {
-    return core_.RefuseWithPeers(plan_, refusal);
+  absl::Status Refuse(const absl::Status& refusal) const {
+    OpPlan plan;
+    plan.name = *name_;
+    plan.comm = *comm_;
+    plan.stream = *stream_;
+    plan.agree_first = agree_first_;
+    plan.route = route_;
+    if (batch_ != nullptr && !batch_->empty()) {
+      plan.batch = *batch_;
+      const auto& first = plan.batch.front();
+      const uint32_t me = plan.comm->local_rank;
+      plan.route = first.send ? std::make_pair(me, first.peer)
+                              : std::make_pair(first.peer, me);
+    }
+    return core_->RefuseWithPeers(std::move(plan), refusal);
   }
 
  private:
-  SessionCore& core_;
-  OpPlan plan_;
+  SessionCore* core_;
+  const std::shared_ptr<CommEntry>* comm_;
+  const std::shared_ptr<CudaStream>* stream_;
+  const std::string* name_;
+  bool agree_first_;
+  std::optional<std::pair<uint32_t, uint32_t>> route_;
+  const std::vector<internal::OperationAgreement::BatchEntry>* batch_ = nullptr;
 };
 
 TensorResult Finish(absl::StatusOr<Submitted> submitted,
@@ -105,12 +118,12 @@ TensorResult SubmitAllReduceSum(SessionCore& core,
                                 std::string name, const DeviceTensor* into) {
   const Refusal refuse(core, comm, stream, name);
   absl::Status valid = core.CheckTensor(input, name);
-  if (!valid.ok()) return refuse(valid);
+  if (!valid.ok()) return refuse.Refuse(valid);
   auto sum = SumTypeFor(input.descriptor().dtype(), NcclRuntimeVersion());
-  if (!sum.ok()) return refuse(sum.status());
+  if (!sum.ok()) return refuse.Refuse(sum.status());
   auto out = core.OutputFor(input.descriptor(), into, &input, /*in_place=*/true,
                             stream, name);
-  if (!out.ok()) return refuse(out.status());
+  if (!out.ok()) return refuse.Refuse(out.status());
   OpPlan plan;
   plan.canonical = DescribeOnValue("all_reduce_sum", input.descriptor());
   plan.name = std::move(name);
@@ -138,16 +151,16 @@ TensorResult SubmitAllGatherEven(SessionCore& core,
                                  std::string name, const DeviceTensor* into) {
   const Refusal refuse(core, comm, stream, name);
   absl::Status valid = core.CheckTensor(input, name);
-  if (!valid.ok()) return refuse(valid);
+  if (!valid.ok()) return refuse.Refuse(valid);
   auto layout = LayoutAlong(input.descriptor(), axis, kBackend, name);
-  if (!layout.ok()) return refuse(layout.status());
+  if (!layout.ok()) return refuse.Refuse(layout.status());
   const size_t n = comm->members.size();
   auto out_desc =
       WithExtent(input.descriptor(), axis, layout->extent * n, kBackend, name);
-  if (!out_desc.ok()) return refuse(out_desc.status());
+  if (!out_desc.ok()) return refuse.Refuse(out_desc.status());
   auto out =
       core.OutputFor(*out_desc, into, &input, /*in_place=*/false, stream, name);
-  if (!out.ok()) return refuse(out.status());
+  if (!out.ok()) return refuse.Refuse(out.status());
   const size_t bytes = input.byte_size();
   OpPlan plan;
   plan.comm = comm;
@@ -205,18 +218,18 @@ TensorResult SubmitAllGatherUneven(SessionCore& core,
                                    std::string name, const DeviceTensor* into) {
   const Refusal refuse(core, comm, stream, name, /*agree_first=*/true);
   absl::Status valid = core.CheckTensor(input, name);
-  if (!valid.ok()) return refuse(valid);
+  if (!valid.ok()) return refuse.Refuse(valid);
   const size_t n = comm->members.size();
   const size_t me = comm->local_rank;
   if (counts.size() != n) {
-    return refuse(absl::InvalidArgumentError(
+    return refuse.Refuse(absl::InvalidArgumentError(
         absl::StrCat("nccl backend: ", name, ": counts has ", counts.size(),
                      " entries; the group has ", n, " members")));
   }
   auto layout = LayoutAlong(input.descriptor(), axis, kBackend, name);
-  if (!layout.ok()) return refuse(layout.status());
+  if (!layout.ok()) return refuse.Refuse(layout.status());
   if (counts[me] != layout->extent) {
-    return refuse(absl::InvalidArgumentError(absl::StrCat(
+    return refuse.Refuse(absl::InvalidArgumentError(absl::StrCat(
         "nccl backend: ", name, ": counts[", me, "] = ", counts[me],
         " but this member's input ", input.descriptor().ToString(), " has ",
         layout->extent, " along axis ", axis)));
@@ -224,10 +237,10 @@ TensorResult SubmitAllGatherUneven(SessionCore& core,
   const std::vector<size_t> offsets = Offsets(counts);
   const size_t total = offsets[n];
   auto out_desc = WithExtent(input.descriptor(), axis, total, kBackend, name);
-  if (!out_desc.ok()) return refuse(out_desc.status());
+  if (!out_desc.ok()) return refuse.Refuse(out_desc.status());
   auto out =
       core.OutputFor(*out_desc, into, &input, /*in_place=*/false, stream, name);
-  if (!out.ok()) return refuse(out.status());
+  if (!out.ok()) return refuse.Refuse(out.status());
 
   const size_t unit = layout->unit_bytes;
   const size_t outer = layout->outer;
@@ -315,18 +328,18 @@ TensorResult SubmitAllToAll(SessionCore& core,
                             std::string name, const DeviceTensor* into) {
   const Refusal refuse(core, comm, stream, name, /*agree_first=*/true);
   absl::Status valid = core.CheckTensor(input, name);
-  if (!valid.ok()) return refuse(valid);
+  if (!valid.ok()) return refuse.Refuse(valid);
   const size_t n = comm->members.size();
   const size_t me = comm->local_rank;
   auto planned = LayoutAllToAll(input.descriptor(), axis, send_counts,
                                 receive_counts, n, me, kBackend, name);
-  if (!planned.ok()) return refuse(planned.status());
+  if (!planned.ok()) return refuse.Refuse(planned.status());
   const AxisLayout* layout = &planned->input;
   const std::vector<size_t>& send_off = planned->send_offsets;
   const std::vector<size_t>& recv_off = planned->receive_offsets;
   auto out = core.OutputFor(planned->output, into, &input, /*in_place=*/false,
                             stream, name);
-  if (!out.ok()) return refuse(out.status());
+  if (!out.ok()) return refuse.Refuse(out.status());
 
   const size_t unit = layout->unit_bytes;
   const size_t outer = layout->outer;
@@ -442,7 +455,8 @@ TensorResult SubmitSend(SessionCore& core,
   absl::Status valid = core.CheckTensor(input, name);
   if (!valid.ok()) {
     return Refusal(core, comm, stream, name)
-        .Route(comm->local_rank, peer)(valid);
+        .Route(comm->local_rank, peer)
+        .Refuse(valid);
   }
   OpPlan plan;
   plan.name = std::move(name);
@@ -471,7 +485,8 @@ TensorResult SubmitReceive(SessionCore& core,
   auto out = core.OutputFor(descriptor, into, nullptr, false, stream, name);
   if (!out.ok()) {
     return Refusal(core, comm, stream, name)
-        .Route(peer, comm->local_rank)(out.status());
+        .Route(peer, comm->local_rank)
+        .Refuse(out.status());
   }
   OpPlan plan;
   plan.name = std::move(name);
@@ -499,15 +514,15 @@ TensorResult SubmitBroadcast(SessionCore& core,
                              std::string name, const DeviceTensor* into) {
   const Refusal refuse(core, comm, stream, name);
   absl::Status valid = core.CheckTensor(input, name);
-  if (!valid.ok()) return refuse(valid);
+  if (!valid.ok()) return refuse.Refuse(valid);
   if (root >= comm->members.size()) {
-    return refuse(absl::InvalidArgumentError(absl::StrCat(
+    return refuse.Refuse(absl::InvalidArgumentError(absl::StrCat(
         "nccl backend: ", name, ": root member index ", root,
         " is outside the group's ", comm->members.size(), " members")));
   }
   auto out = core.OutputFor(input.descriptor(), into, &input, /*in_place=*/true,
                             stream, name);
-  if (!out.ok()) return refuse(out.status());
+  if (!out.ok()) return refuse.Refuse(out.status());
   OpPlan plan;
   plan.canonical = DescribeRooted("broadcast", static_cast<uint32_t>(root),
                                   input.descriptor());
@@ -631,14 +646,14 @@ SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
                      ") is neither the source nor the destination of route ",
                      source, " -> ", destination));
   }
-  const Refusal refuse =
-      Refusal(core, comm, stream, name).Route(source, destination);
+  Refusal refuse(core, comm, stream, name);
+  refuse.Route(source, destination);
   for (const DeviceTensor& t : tensors) {
     absl::Status valid = core.CheckTensor(t, name);
-    if (!valid.ok()) return refuse(valid);
+    if (!valid.ok()) return refuse.Refuse(valid);
   }
   OpPlan plan;
-  plan.name = std::move(name);
+  plan.name = name;  // `refuse` still points at `name`
   plan.comm = comm;
   plan.stream = stream;
   plan.route = {{source, destination}};
@@ -663,7 +678,7 @@ SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
     std::sort(ranges.begin(), ranges.end());
     for (size_t i = 1; i < ranges.size(); ++i) {
       if (ranges[i - 1].first + ranges[i - 1].second > ranges[i].first) {
-        return refuse(absl::InvalidArgumentError(
+        return refuse.Refuse(absl::InvalidArgumentError(
             absl::StrCat("nccl backend: ", plan.name,
                          ": two outputs of the bundle overlap")));
       }
@@ -675,7 +690,7 @@ SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
   } else {
     for (const DeviceTensor& t : tensors) {
       auto out = core.AllocateOutput(t.descriptor(), stream, plan.name);
-      if (!out.ok()) return refuse(out.status());
+      if (!out.ok()) return refuse.Refuse(out.status());
       plan.outputs.push_back(*out);
       buffers.emplace_back(out->data(), out->byte_size());
       outputs.push_back(*std::move(out));
@@ -714,9 +729,9 @@ SubmitBatch(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
             const std::shared_ptr<CudaStream>& stream, std::string name) {
   const uint32_t n = static_cast<uint32_t>(comm->members.size());
   const uint32_t me = comm->local_rank;
-  // Its shape first: a batch whose peers are wrong names no one to tell.
+  // Its peers first: a batch whose peers are wrong names no one to tell.
   if (absl::Status s =
-          CheckBatch(sends, receives, n, me, comm->name, kBackend, name);
+          CheckBatchPeers(sends, receives, n, me, comm->name, kBackend, name);
       !s.ok()) {
     return s;
   }
@@ -731,13 +746,18 @@ SubmitBatch(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
       (sending ? plan.inputs : plan.outputs).push_back(t.value);
     }
   }
+  Refusal refuse(core, comm, stream, name);
+  refuse.Batch(&plan.batch);
   for (const auto* list : {&receives, &sends}) {
     for (const PeerValue<DeviceTensor>& t : *list) {
       absl::Status valid = core.CheckTensor(t.value, name);
-      if (!valid.ok()) {
-        return Refusal(core, comm, stream, name).Batch(plan.batch)(valid);
-      }
+      if (!valid.ok()) return refuse.Refuse(valid);
     }
+  }
+  // Only once every tensor has a buffer.
+  if (absl::Status s = CheckBatchBuffers(sends, receives, kBackend, name);
+      !s.ok()) {
+    return refuse.Refuse(s);
   }
   plan.name = std::move(name);
   plan.comm = comm;

@@ -42,6 +42,53 @@ NcclSession::~NcclSession() { core_->Detach(); }
 
 absl::Status NcclSession::Initialize() { return core_->Initialize(); }
 
+absl::Status NcclSession::Refuse(const CollectiveScope& scope,
+                                 const RefusedOperation& what,
+                                 const absl::Status& refusal) {
+  using Kind = RefusedOperation::Kind;
+  auto comm = core_->CommFor(scope, "a refused operation");
+  if (!comm.ok()) return refusal;
+  const uint32_t n = static_cast<uint32_t>((*comm)->members.size());
+  const uint32_t me = (*comm)->local_rank;
+  auto is_peer = [&](size_t peer) { return peer < n && peer != me; };
+  OpPlan plan;
+  plan.name = absl::StrCat("a refused operation on ", scope.ToString());
+  plan.comm = *comm;
+  plan.stream = core_->stream();
+  switch (what.kind) {
+    case Kind::kCollective:
+      break;
+    case Kind::kAllToAllV:
+      plan.agree_first = true;
+      break;
+    case Kind::kSend:
+    case Kind::kReceive: {
+      if (!is_peer(what.peer)) return refusal;
+      const uint32_t peer = static_cast<uint32_t>(what.peer);
+      plan.route = what.kind == Kind::kSend ? std::make_pair(me, peer)
+                                            : std::make_pair(peer, me);
+      break;
+    }
+    case Kind::kBatch:
+      // Receives first, then sends, as SubmitBatch orders the records.
+      for (const auto* peers : {&what.receive_peers, &what.send_peers}) {
+        for (size_t peer : *peers) {
+          if (!is_peer(peer)) return refusal;
+          plan.batch.push_back(
+              {static_cast<uint32_t>(peer), peers == &what.send_peers, 0, ""});
+        }
+      }
+      if (plan.batch.empty()) return refusal;
+      {
+        const auto& first = plan.batch.front();
+        plan.route = first.send ? std::make_pair(me, first.peer)
+                                : std::make_pair(first.peer, me);
+      }
+      break;
+  }
+  return core_->RefuseWithPeers(std::move(plan), refusal);
+}
+
 absl::StatusOr<ValueSubmission> NcclSession::AllReduceSum(
     const CollectiveScope& scope, const DeviceTensor& input) {
   return AllReduceSumImpl(scope, input, nullptr);

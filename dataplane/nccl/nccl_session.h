@@ -85,6 +85,26 @@ class NcclSession final : public DistributedSession<DeviceTensor> {
   // backend is a handle: copies share the session).
   NcclBackend backend();
 
+  // An operation that this member's caller refused before it reached the
+  // session (the C ABI checks that a caller's pointers are memory of this
+  // device and its stream is one of the device's: checks that can differ
+  // between members).
+  struct RefusedOperation {
+    enum class Kind { kCollective, kAllToAllV, kSend, kReceive, kBatch };
+    Kind kind = Kind::kCollective;
+    size_t peer = 0;  // kSend: the destination; kReceive: the source
+    std::vector<size_t> send_peers, receive_peers;  // kBatch, in order
+  };
+  // Returns `refusal`, after telling the peers that wait for this member's
+  // agreement record (they check agreement first: verify_agreement, or
+  // all_to_all_v), as the session's own refusals do
+  // (SessionCore::RefuseWithPeers): they refuse the operation too instead
+  // of waiting for op_timeout. A scope this member is not in, or peers
+  // outside it, leave nobody to tell.
+  absl::Status Refuse(const CollectiveScope& scope,
+                      const RefusedOperation& what,
+                      const absl::Status& refusal);
+
   // DistributedSession.
   const DistributedSessionDescriptor& descriptor() const override {
     return core_->descriptor();

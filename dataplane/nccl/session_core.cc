@@ -427,7 +427,8 @@ absl::Status SessionCore::RefuseWithPeers(OpPlan plan,
   // The record goes on the session's stream when the operation's own one
   // is what was wrong.
   if (plan.stream == nullptr || plan.stream->device() != device()) {
-    plan.stream = stream_;
+    plan.stream = stream();
+    if (plan.stream == nullptr) return refusal;
   }
   plan.canonical = kRefusedCanonical;
   const uint64_t refused = OperationFingerprint(plan.canonical);
@@ -448,10 +449,15 @@ absl::Status SessionCore::RefuseWithPeers(OpPlan plan,
   auto told = Submit(std::move(plan));
   absl::Status sent = told.ok() ? told->completion->Wait() : told.status();
   // The peers' records differ from this one unless they refused too: that
-  // is the refusal they hear about, not a failure of this member.
-  if (!sent.ok() && sent.code() != absl::StatusCode::kInvalidArgument) {
+  // is the refusal they hear about (an InvalidArgument that leaves the
+  // session usable), not a failure of this member.
+  const bool heard =
+      sent.ok() ||
+      (told.ok() && sent.code() == absl::StatusCode::kInvalidArgument &&
+       PoisonStatus().ok());
+  if (!heard) {
     return absl::Status(
-        sent.code(),
+        refusal.code(),
         absl::StrCat(refusal.message(), "; telling the other members of ",
                      scope, " failed: ", sent.message()));
   }

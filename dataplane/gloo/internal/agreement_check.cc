@@ -25,12 +25,22 @@ absl::Status GatherWords(GlooGroup& group, const std::string& operation,
                      });
 }
 
-// The members in `refused` refused the operation on their own arguments.
+std::string Ranks(const std::vector<uint32_t>& ranks) {
+  return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ",
+                      absl::StrJoin(ranks, ", "));
+}
+
+// The members in `refused` refused the operation on their own arguments;
+// those in `different` submitted another one.
 TaskResult Refused(const std::string& operation,
-                   const std::vector<uint32_t>& refused) {
+                   const std::vector<uint32_t>& refused,
+                   const std::vector<uint32_t>& different = {}) {
   return TaskResult::Agreed(absl::InvalidArgumentError(absl::StrCat(
-      "gloo ", operation, ": ", refused.size() == 1 ? "rank " : "ranks ",
-      absl::StrJoin(refused, ", "), " refused it", kRefusedOnItsOwnArguments,
+      "gloo ", operation, ": ", Ranks(refused), " refused it",
+      kRefusedOnItsOwnArguments,
+      different.empty()
+          ? ""
+          : absl::StrCat("; ", Ranks(different), " submitted something else"),
       "; nothing moved")));
 }
 
@@ -86,12 +96,15 @@ TaskResult VerifyAgreement(GlooGroup& group, const std::string& operation,
   const uint64_t mine = all[group.local_rank()];
   std::vector<uint32_t> same, different, refused;
   for (uint32_t m = 0; m < group.size(); ++m) {
-    (all[m] == mine      ? same
-     : IsRefusal(all[m]) ? refused
-                         : different)
-        .push_back(group.members()[m]);
+    if (all[m] == mine) {
+      same.push_back(group.members()[m]);
+    } else if (IsRefusal(all[m])) {
+      refused.push_back(group.members()[m]);
+    } else {
+      different.push_back(group.members()[m]);
+    }
   }
-  if (!refused.empty()) return Refused(operation, refused);
+  if (!refused.empty()) return Refused(operation, refused, different);
   if (different.empty()) return TaskResult::Ok();
   return TaskResult::Agreed(absl::InvalidArgumentError(absl::StrCat(
       "gloo ", operation,

@@ -272,10 +272,13 @@ absl::Status OperationAgreement::Verify(absl::string_view where,
   std::vector<uint32_t> same, different, refused;
   for (size_t m = 0; m < n && part != Part::kCounts; ++m) {
     const uint64_t theirs = word(m, 0);
-    (theirs == (*words_)[0] ? same
-     : IsRefusal(theirs)    ? refused
-                            : different)
-        .push_back(members_[m]);
+    if (theirs == (*words_)[0]) {
+      same.push_back(members_[m]);
+    } else if (IsRefusal(theirs)) {
+      refused.push_back(members_[m]);
+    } else {
+      different.push_back(members_[m]);
+    }
   }
   if (!refused.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
