@@ -3,6 +3,7 @@
 #
 # Expects: SETUP (0/1), MODE (bazel -c), KEEP (folder or ""), NNODES,
 #   NPROC_PER_NODE, TORCH_PY, BENCH_TARGET (the //bench rank program), die();
+#   optional EXTRA_BENCH_TARGETS (more labels to build);
 #   NEED_TORCH=0 (optional) for a launcher that runs no torch peer: no
 #   torch is then installed or checked, and TORCH_VERSION is "-".
 # Does: installs (tools/setup.sh --bench) and checks torch, builds, starts
@@ -86,7 +87,8 @@ else
 fi
 
 echo "building (bazel -c $MODE) ..." >&2
-bazel build -c "$MODE" //daemon:rankd //client:rankctl //bench:$BENCH_TARGET
+bazel build -c "$MODE" //daemon:rankd //client:rankctl //bench:$BENCH_TARGET \
+  ${EXTRA_BENCH_TARGETS:-}
 BIN=$(bazel info -c "$MODE" bazel-bin 2>/dev/null)
 RANKD=$BIN/daemon/rankd
 RANKCTL=$BIN/client/rankctl

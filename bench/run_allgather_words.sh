@@ -8,7 +8,10 @@
 # exchange with torch.distributed from Debian's python3-torch: the same
 # number of processes, Gloo, TCPStore on 127.0.0.1, all_gather of an int32
 # tensor of WORDS elements, same warmup and rounds (bench/torch_allgather.py).
-# Prints p50/p99 round latency for both and the ratio rankd/torch, and
+# Then the physical floor, the same frame and rounds between two processes:
+# a Unix-socket, a futex and a busy-poll ping-pong (bench/floor_pingpong.cc;
+# not pinned, like the rankd and torch processes). Prints p50/p99 round latency for all,
+# the ratio rankd/torch and how far rankd is above the floor, and
 # rewrites the "latest run" section of bench/RESULTS.md (plus one history
 # row) with the date, machine, command and numbers (bench/summarize.py).
 #
@@ -67,6 +70,7 @@ WORLD=$((NNODES * NPROC_PER_NODE))
 TORCH_PY=/usr/bin/python3   # Debian's torch is importable only by it
 
 BENCH_TARGET=allgather_words_bench
+EXTRA_BENCH_TARGETS=//bench:floor_pingpong
 source bench/bench_lib.sh  # the repository root is the working folder
 echo "rankd: $NNODES daemons ready; running $WORLD ranks x ($WARMUP warmup + $ROUNDS rounds) ..." >&2
 
@@ -110,6 +114,14 @@ rc=0; wait "$!" || rc=$?
 forget "$!"
 if ((rc != 0)); then tail -20 "$TMP/torch.log" >&2; die "torch run failed ($rc)"; fi
 
+# --- The physical floor (two processes, no rankd, no torch). ---------------
+for mode in unix futex spin; do
+  timeout -k 5 120 "$BIN/bench/floor_pingpong" --mode=$mode \
+    --warmup="$WARMUP" --rounds="$ROUNDS" --words="$WORDS" \
+    --out="$TMP/floor_$mode.rank0.txt" >"$TMP/floor_$mode.log" 2>&1 ||
+    die "floor_pingpong --mode=$mode failed: $(tail -3 "$TMP/floor_$mode.log")"
+done
+
 # --- Summary. ---------------------------------------------------------------
 cmd="bench/run_allgather_words.sh"
 for a in "${ORIG_ARGS[@]}"; do cmd+=" $(printf '%q' "$a")"; done
@@ -131,6 +143,7 @@ meta=(
   --meta "rankd=git $rev, bazel -c $MODE, gRPC $(dpkg-query -W -f='${Version}' libgrpc++-dev 2>/dev/null || echo '?')"
   --meta "rank path=$RANK_PATH$([[ $RANK_PATH == client ]] && echo ' (rankd::Client::AllGatherWords, the product path)' || echo ' (DIAGNOSTIC: synchronous gRPC stub, not the client library)')"
   --meta "torch=$TORCH_VERSION (Debian python3-torch), Gloo over TCP on lo, TCPStore init"
+  --meta "floor=bench/floor_pingpong.cc, two processes, not pinned: Unix socketpair, shared-memory futex and shared-memory busy-poll ping-pongs of the same frame"
   --meta "command=$cmd"
 )
 [[ -z "$NOTE" ]] || meta+=(--meta "note=$NOTE")

@@ -2,8 +2,10 @@
 """Summarises one all_gather_words benchmark run (bench/run_allgather_words.sh).
 
 Reads <dir>/rankd.rank<R>.txt and <dir>/torch.rank<R>.txt ("# header", then
-"<start_ns> <end_ns>" per timed round), computes round latency for both
-systems the same way, prints a table, and (with --results) rewrites the
+"<start_ns> <end_ns>" per timed round), and when present the physical
+floor's <dir>/floor_unix.rank0.txt and <dir>/floor_futex.rank0.txt (two
+processes, bench/floor_pingpong.cc), computes round latency for every
+system the same way, prints a table, and (with --results) rewrites the
 section between the BEGIN/END markers of bench/RESULTS.md and appends a row
 to its history table. Standard library only.
 
@@ -83,6 +85,14 @@ def fmt(x):
     return f"{x:.1f}"
 
 
+# The floors' names in tables, by file prefix.
+FLOOR_NAMES = {
+    "floor_unix": "floor: Unix socketpair ping-pong (2 processes)",
+    "floor_futex": "floor: shared-memory futex ping-pong (2 processes)",
+    "floor_spin": "floor: shared-memory busy-poll ping-pong (2 processes)",
+}
+
+
 def table(res):
     r, t = res["rankd"], res["torch"]
     lines = [
@@ -90,8 +100,10 @@ def table(res):
         "| per-rank p50 µs | per-rank p99 µs | rounds/s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, s in (("rankd all_gather_words", r),
-                    ("torch.distributed gloo all_gather", t)):
+    rows = [("rankd all_gather_words", r),
+            ("torch.distributed gloo all_gather", t)]
+    rows += [(FLOOR_NAMES[k], res[k]) for k in FLOOR_NAMES if k in res]
+    for name, s in rows:
         lines.append(
             f"| {name} | {fmt(s['p50'])} | {fmt(s['p99'])} | {fmt(s['mean'])} "
             f"| {fmt(s['max'])} | {fmt(s['rank_p50'])} | {fmt(s['rank_p99'])} "
@@ -102,6 +114,14 @@ def table(res):
         f"| {r['max'] / t['max']:.2f} | {r['rank_p50'] / t['rank_p50']:.2f} "
         f"| {r['rank_p99'] / t['rank_p99']:.2f} "
         f"| {r['rounds_per_s'] / t['rounds_per_s']:.2f} |")
+    for k in FLOOR_NAMES:
+        if k not in res:
+            continue
+        f = res[k]
+        lines.append(
+            f"| ratio rankd / {k.replace('_', ' ')} | {r['p50'] / f['p50']:.1f} "
+            f"| {r['p99'] / f['p99']:.1f} | {r['mean'] / f['mean']:.1f} "
+            f"| {r['max'] / f['max']:.1f} | | | |")
     return "\n".join(lines)
 
 
@@ -139,6 +159,9 @@ def main():
     a = p.parse_args()
 
     res = {s: stats(load(a.dir, s), a.world, a.rounds) for s in ("rankd", "torch")}
+    for k in FLOOR_NAMES:
+        if os.path.exists(os.path.join(a.dir, f"{k}.rank0.txt")):
+            res[k] = stats(load(a.dir, k), 1, a.rounds)
     daemon_us = a.daemon_cpu_us / a.daemon_rounds if a.daemon_rounds else 0.0
     ratio50 = res["rankd"]["p50"] / res["torch"]["p50"]
     ratio99 = res["rankd"]["p99"] / res["torch"]["p99"]
@@ -152,6 +175,13 @@ def main():
     print(f"{'torch.distributed gloo all_gather':<36}"
           f"{fmt(res['torch']['p50']):>10}{fmt(res['torch']['p99']):>10}")
     print(f"{'ratio rankd/torch':<36}{ratio50:>10.2f}{ratio99:>10.2f}")
+    for k in FLOOR_NAMES:
+        if k in res:
+            print(f"{k + ' (2 processes)':<36}{fmt(res[k]['p50']):>10}"
+                  f"{fmt(res[k]['p99']):>10}")
+            print(f"{'ratio rankd/' + k:<36}"
+                  f"{res['rankd']['p50'] / res[k]['p50']:>10.1f}"
+                  f"{res['rankd']['p99'] / res[k]['p99']:>10.1f}")
     print("(round latency: per round, the slowest rank's latency)")
     print(f"CPU per round, all processes: rankd "
           f"{fmt(res['rankd']['rank_cpu_us'] + daemon_us)} µs "
@@ -181,7 +211,11 @@ def main():
         "Round latency = for each timed round, the maximum over all ranks of "
         "that rank's call latency (the round as completed for the slowest "
         "rank); per-rank = all ranks' call latencies pooled. Nearest-rank "
-        "percentiles. Same method for both systems.",
+        "percentiles. Same method for both systems. The floor rows are two "
+        "processes passing the same frame there and back with nothing in "
+        "between (bench/floor_pingpong.cc): what a Unix-socket round trip "
+        "and a shared-memory futex hand-off cost on this machine; "
+        "\"ratio rankd / floor\" says how far a rankd round is above them.",
         "",
         "CPU time per timed round, µs, summed over processes (user + "
         "system, every thread; rank processes from getrusage over the timed "
