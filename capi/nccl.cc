@@ -273,7 +273,7 @@ absl::StatusOr<std::unique_ptr<nc::NcclSession>> OpenNccl(
   nccl.device = rank.cuda_device;  // -1: the local rank's
   nccl.op_timeout = op_timeout;
   nccl.verify_agreement = options.verify_agreement != 0;
-  nccl.tag = absl::StrCat("capi-", rank.nccl_sessions.fetch_add(1));
+  // The session numbers itself (NcclSessionOptions::tag unset).
   return nc::NcclSession::Open(*descriptor, rank.control_plane.get(), nccl);
 }
 

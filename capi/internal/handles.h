@@ -12,7 +12,6 @@
 #ifndef RANKD_CAPI_INTERNAL_HANDLES_H_
 #define RANKD_CAPI_INTERNAL_HANDLES_H_
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -45,9 +44,6 @@ struct RankState {
   // The CUDA device the rank joined with (device_kind "cuda"), or -1 (an
   // NCCL session then takes the local rank's device).
   int32_t cuda_device = -1;
-  // NCCL sessions opened so far: the n-th one's keys in the job's broker
-  // are tagged "capi-n" (every rank opens its sessions in the same order).
-  std::atomic<uint32_t> nccl_sessions{0};
 };
 
 // Exactly one of `gloo` and `nccl` is set.

@@ -527,9 +527,10 @@ TEST_F(NcclGpuTest, InitDeadlineAbortsTheCommunicators) {
   EXPECT_FALSE((*session)->capabilities().world_collectives);
   EXPECT_EQ((*session)->poison_status().code(),
             absl::StatusCode::kDeadlineExceeded);
-  // Rank 0 is the world's root: it published the id.
+  // Rank 0 is the world's root: it published the id, under its first
+  // session's tag.
   EXPECT_TRUE(
-      job->Peek(absl::StrCat(job->name_space(), "/nccl/default/world/uid/0of1"))
+      job->Peek(absl::StrCat(job->name_space(), "/nccl/s0/world/uid/0of1"))
           .has_value());
 }
 
@@ -1442,6 +1443,43 @@ TEST_F(NcclMultiGpuTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
         EXPECT_EQ(Download<float>(good->output), (std::vector<float>{1, 3, 5}));
       },
       nullptr, options);
+}
+
+// Sessions number themselves (NcclSessionOptions::tag unset): a rank's
+// second session, opened while a peer is late, never reads the first one's
+// unique ids.
+TEST_F(NcclMultiGpuTest, SessionsOpenedOneAfterAnotherGetTagsOfTheirOwn) {
+  auto job = InProcessJob::Create(2);
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto cp = job->ForRank(r);
+      auto descriptor =
+          DistributedSessionDescriptor::FromTopology(DataParallel(2), 2, r);
+      ASSERT_TRUE(descriptor.ok()) << descriptor.status();
+      for (int n = 0; n < 2; ++n) {
+        if (n == 1 && r == 1) absl::SleepFor(absl::Milliseconds(300));
+        NcclSessionOptions options;
+        options.device = static_cast<int>(r);
+        options.init_timeout = absl::Seconds(30);
+        auto session = NcclSession::Open(*descriptor, cp.get(), options);
+        ASSERT_TRUE(session.ok())
+            << "rank " << r << " session " << n << ": " << session.status();
+        EXPECT_EQ((*session)->core()->options().tag, absl::StrCat("s", n));
+        auto stream = (*session)->stream();
+        auto sum = (*session)->AllReduceSum(
+            CollectiveScope::World(),
+            Upload(Desc({2}), Floats(2, static_cast<float>(r + n)), stream));
+        ASSERT_TRUE(sum.ok()) << sum.status();
+        ASSERT_OK(sum->completion->Wait());
+        const float base = static_cast<float>(1 + 2 * n);
+        EXPECT_EQ(Download<float>(sum->output),
+                  (std::vector<float>{base, base + 2}))
+            << "rank " << r << " session " << n;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
 }
 
 // all_to_all_v checks its counts first whatever verify_agreement says, so

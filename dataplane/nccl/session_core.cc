@@ -19,8 +19,10 @@ absl::StatusOr<std::shared_ptr<SessionCore>> SessionCore::Create(
         "nccl backend: a session needs a control plane (unique ids, job "
         "health, all_gather_words)");
   }
-  absl::Status tag = ValidateSessionTag(options.tag);
-  if (!tag.ok()) return tag;
+  if (options.tag.has_value()) {
+    absl::Status tag = ValidateSessionTag(*options.tag);
+    if (!tag.ok()) return tag;
+  }
   if (options.init_timeout <= absl::ZeroDuration() ||
       options.enqueue_timeout <= absl::ZeroDuration() ||
       options.words_timeout <= absl::ZeroDuration() ||
@@ -36,6 +38,24 @@ absl::StatusOr<std::shared_ptr<SessionCore>> SessionCore::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("nccl backend: device ", options.device,
                      " is not valid (-1 picks the rank's index on its node)"));
+  }
+  if (!options.tag.has_value()) {
+    // This rank's count of sessions opened, in the job's key-value store
+    // (it outlives any one client of this process).
+    auto opened =
+        control_plane->KvAdd(absl::StrCat(control_plane->Namespace(),
+                                          "/nccl/sessions/", descriptor.rank()),
+                             1);
+    if (!opened.ok()) {
+      return absl::Status(opened.status().code(),
+                          absl::StrCat("nccl backend: numbering this session: ",
+                                       opened.status().message()));
+    }
+    if (*opened < 1) {
+      return absl::InternalError(absl::StrCat(
+          "nccl backend: numbering this session: the count is ", *opened));
+    }
+    options.tag = absl::StrCat("s", *opened - 1);
   }
   return std::shared_ptr<SessionCore>(new SessionCore(
       std::move(descriptor), control_plane, std::move(options)));
@@ -80,10 +100,10 @@ SessionCore::SessionCore(DistributedSessionDescriptor descriptor,
     : descriptor_(std::move(descriptor)),
       control_plane_(control_plane),
       options_(std::move(options)),
-      diagnosis_(
-          control_plane,
-          absl::StrCat(control_plane->Namespace(), "/nccl/", options_.tag, "/"),
-          options_.failure_attribution_grace),
+      diagnosis_(control_plane,
+                 absl::StrCat(control_plane->Namespace(), "/nccl/",
+                              *options_.tag, "/"),
+                 options_.failure_attribution_grace),
       watchdog_(Watchdog::Options{kBackendName, options_.watchdog_interval,
                                   options_.op_timeout,
                                   "every communicator of this session was "
@@ -764,8 +784,8 @@ absl::Status SessionCore::InitializeLocked() {
   auto interrupt = [this] { return InitInterrupt(); };
   UniqueIdGenerator generator = options_.unique_id_generator;
   if (!generator) generator = [] { return NewNcclUniqueId(); };
-  auto ids = BrokerUniqueIds(*control_plane_, options_.tag, requests, generator,
-                             deadline, interrupt);
+  auto ids = BrokerUniqueIds(*control_plane_, *options_.tag, requests,
+                             generator, deadline, interrupt);
   if (!ids.ok()) {
     Poison(ids.status());
     return ids.status();

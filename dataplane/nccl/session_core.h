@@ -71,9 +71,14 @@ struct NcclSessionOptions {
   // (descriptor local_rank), and Initialize fails with FailedPrecondition
   // when the node runs more ranks than it has visible GPUs.
   int device = -1;
-  // Names this session's keys in the job's key-value broker. Two sessions
-  // of one job incarnation need different tags.
-  std::string tag = "default";
+  // Names this session's keys in the job's key-value broker (unique ids,
+  // diagnosis reports). Unset, the default, a session numbers itself: the
+  // n-th session a rank opens is tagged "s<n-1>", counted per rank in the
+  // job's key-value store, so sessions opened one after another never read
+  // each other's keys as long as every rank opens them in the same order
+  // (as GlooSessionOptions::instance). Two sessions of one job incarnation
+  // with the same explicit tag would.
+  std::optional<std::string> tag;
   // Unique-id brokering plus communicator init, all communicators together.
   absl::Duration init_timeout = absl::Seconds(120);
   // How long one NCCL call may stay ncclInProgress (waiting for peers to
