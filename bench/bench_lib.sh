@@ -5,11 +5,13 @@
 #   NPROC_PER_NODE, TORCH_PY, BENCH_TARGET (the //bench rank program), die();
 #   optional EXTRA_BENCH_TARGETS (more labels to build);
 #   NEED_TORCH=0 (optional) for a launcher that runs no torch peer: no
-#   torch is then installed or checked, and TORCH_VERSION is "-".
+#   torch is then installed or checked, and TORCH_VERSION is "-";
+#   START_DAEMONS=0 (optional) for a launcher that starts them itself.
 # Does: installs (tools/setup.sh --bench) and checks torch, builds, starts
 #   NNODES rankd daemons on loopback and waits until each is ready, and
 #   stops everything it or the caller started (tracked in PIDS) on exit.
-# Defines: PIDS, DAEMON_PIDS, stop_all, start_daemons, wait_ranks, forget PID,
+# Defines: PIDS, DAEMON_PIDS, stop_all, start_daemons (= launch_daemons, then
+#   await_daemons), wait_ranks, forget PID,
 #   TORCH_VERSION, BIN, RANKD, RANKCTL, RANK_BENCH, LOAD_BEFORE, TMP, PORTS (NNODES + 1 free
 #   ports; the last is for torch's store), JOB.
 
@@ -114,8 +116,8 @@ JOB=bench
 # The job's own credentials, as tools/run.sh does; ranks use the Unix sockets.
 CREDS=$TMP/credentials
 "$RANKCTL" credentials create "$CREDS" >/dev/null || die "cannot create $CREDS"
-start_daemons() {
-  local n args deadline
+launch_daemons() {
+  local n args
   DAEMON_PIDS=()
   for ((n = 0; n < NNODES; n++)); do
     args=(--job_id=$JOB --nnodes="$NNODES" --node_index=$n
@@ -127,6 +129,9 @@ start_daemons() {
     PIDS+=($!)
     DAEMON_PIDS+=($!)
   done
+}
+await_daemons() {
+  local n deadline
   for ((n = 0; n < NNODES; n++)); do
     deadline=$((SECONDS + 30))
     until "$RANKCTL" --target=127.0.0.1:${PORTS[$n]} --service=readiness \
@@ -139,4 +144,8 @@ start_daemons() {
     done
   done
 }
-start_daemons
+start_daemons() {
+  launch_daemons
+  await_daemons
+}
+((${START_DAEMONS:-1} == 0)) || start_daemons

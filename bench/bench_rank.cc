@@ -16,9 +16,12 @@ ABSL_FLAG(int, join_wait_ms, 120000, "how long Join waits for every rank");
 
 namespace rankd::bench {
 
-absl::StatusOr<JoinedRank> JoinFromFlags() {
+absl::StatusOr<JoinedRank> JoinFromFlags(absl::Duration connect_timeout) {
   ClientOptions options;
   options.target = absl::GetFlag(FLAGS_target);
+  if (connect_timeout > absl::ZeroDuration()) {
+    options.connect_timeout = connect_timeout;
+  }
   auto client = Client::Connect(options);
   if (!client.ok()) return client.status();
   JoinOptions join;

@@ -1,6 +1,6 @@
 // bench_rank: what every benchmark rank program (allgather_words_bench,
-// allreduce_bench, soak_bench) does first. It defines the flags that name
-// the rank's daemon and job, shared by all of them:
+// allreduce_bench, soak_bench, bootstrap_rank) does first. It defines the flags
+// that name the rank's daemon and job, shared by all of them:
 //   --target        daemon target, e.g. unix:///tmp/x/node0.sock
 //   --job_id        job id (default "bench")
 //   --local_rank    local rank on this node (default 0)
@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "client/client.h"
 
 namespace rankd::bench {
@@ -29,8 +30,10 @@ struct JoinedRank {
 
 // Connects to --target and joins --job_id as --local_rank, waiting up to
 // --join_wait_ms for the world (of --world_size ranks, when not 0). Returns
-// the client's error from Connect or Join.
-absl::StatusOr<JoinedRank> JoinFromFlags();
+// the client's error from Connect or Join. A positive `connect_timeout`
+// replaces ClientOptions' default.
+absl::StatusOr<JoinedRank> JoinFromFlags(
+    absl::Duration connect_timeout = absl::ZeroDuration());
 
 // Prints "ERROR <what>: <status>" on stdout (flushed) and returns 3, a
 // benchmark rank's exit status for a failed call.

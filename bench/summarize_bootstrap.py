@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Summarises one bootstrap benchmark run (bench/run_bootstrap.sh).
+
+Reads <dir>/<system>-<size>-<i>/<system>.rank<R>.txt ("# header", then
+"<start_ns> <end_ns>"), where system is rankd or torch: one repetition's
+bootstrap time is the last rank's end minus the shared start. Prints, per
+size, the median, min and max over the repetitions for both systems and the
+ratio of the medians, and (with --results) rewrites the section between the
+BEGIN/END markers of bench/RESULTS.md. Standard library only.
+"""
+
+import argparse
+import glob
+import os
+import statistics
+import sys
+
+BEGIN = "<!-- BEGIN bootstrap latest (written by bench/summarize_bootstrap.py) -->"
+END = "<!-- END bootstrap latest -->"
+GOAL = 0.5  # issue 13: rankd at most half of torch's init_process_group
+
+
+def repetition_ms(dirname, system, size):
+    files = glob.glob(os.path.join(dirname, f"{system}.rank*.txt"))
+    if len(files) != size:
+        raise SystemExit(f"{dirname}: {len(files)} rank files, expected {size}")
+    start, end = None, 0
+    for path in files:
+        with open(path) as f:
+            rows = [l.split() for l in f if l.strip() and not l.startswith("#")]
+        if len(rows) != 1:
+            raise SystemExit(f"{path}: expected one result line")
+        a, b = int(rows[0][0]), int(rows[0][1])
+        if start is not None and a != start:
+            raise SystemExit(f"{path}: another start time ({a} vs {start})")
+        start, end = a, max(end, b)
+    return (end - start) / 1e6
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--dir", required=True)
+    p.add_argument("--sizes", required=True)
+    p.add_argument("--repeat", type=int, required=True)
+    p.add_argument("--results")
+    p.add_argument("--meta", action="append", default=[])
+    a = p.parse_args()
+    sizes = [int(s) for s in a.sizes.split(",")]
+
+    rows = []
+    for size in sizes:
+        got = {}
+        for system in ("rankd", "torch"):
+            got[system] = sorted(
+                repetition_ms(os.path.join(a.dir, f"{system}-{size}-{i}"),
+                              system, size) for i in range(a.repeat))
+        r, t = statistics.median(got["rankd"]), statistics.median(got["torch"])
+        rows.append((size, got["rankd"], got["torch"], r / t))
+
+    def span(v):
+        return f"{statistics.median(v):.1f} ({v[0]:.1f} to {v[-1]:.1f})"
+
+    lines = [
+        "| ranks | rankd ms, median (min to max) | torch ms, median (min to max) "
+        "| **rankd / torch** (medians) |",
+        "|---:|---:|---:|---:|",
+    ]
+    for size, r, t, ratio in rows:
+        lines.append(f"| {size} | {span(r)} | {span(t)} | **{ratio:.2f}** |")
+    met = all(ratio <= GOAL for *_, ratio in rows)
+    verdict = (f"goal (rankd at most {GOAL:g} x torch at every size): "
+               f"{'MET' if met else 'NOT MET'}")
+    print("\n".join(lines))
+    print(verdict)
+    if not a.results:
+        return 0
+
+    meta = [m.split("=", 1) for m in a.meta]
+    md = dict(meta)
+    section = [BEGIN, "", f"### Latest run: {md.get('date', '?')}", ""]
+    section += [f"- {k}: {v}" for k, v in meta if k not in ("command", "date")]
+    section += ["", "Command:", "", "```", md.get("command", "?"), "```", ""]
+    section += lines
+    section += [
+        "",
+        "Bootstrap = the last rank's end minus the shared start time "
+        "(rankd: Join with wait_for_world returned, the descriptor in hand; "
+        "torch: init_process_group returned), per repetition.",
+        "",
+        f"**{verdict}**",
+        "",
+        END,
+    ]
+    text = open(a.results).read() if os.path.exists(a.results) else ""
+    new = "\n".join(section)
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        text = head + new + tail
+    else:
+        text = (text.rstrip("\n") + "\n\n## Bootstrap: daemons started to "
+                "every rank holding its descriptor, vs torch "
+                "init_process_group\n\n" + new + "\n")
+    with open(a.results, "w") as f:
+        f.write(text)
+    print(f"updated {a.results}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

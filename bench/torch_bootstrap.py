@@ -1,0 +1,65 @@
+#!/usr/bin/python3
+"""The peer half of the bootstrap benchmark: torch.distributed (Gloo).
+
+Forks --world rank processes from one process that already imported torch
+(bench/torch_ranks.py). Each sleeps until --start_ns (CLOCK_REALTIME, as
+bench/bootstrap_rank.cc), then calls dist.init_process_group("gloo",
+init_method=tcp://127.0.0.1:--port) (rank 0 hosts the TCPStore, as the
+first rankd daemon hosts the coordinator) and writes
+<out_dir>/torch.rank<R>.txt: "# torch_bootstrap rank=R", then
+"<start_ns> <end_ns>" (end: init_process_group returned, every rank's
+connections made). Then it destroys the group.
+
+Needs Debian's python3-torch: run it with /usr/bin/python3. Exit status 0
+when every rank succeeded, 1 otherwise.
+"""
+
+import argparse
+import ctypes
+import os
+import signal
+import sys
+import time
+from datetime import timedelta
+
+from torch_ranks import run_ranks
+
+
+def rank_main(rank, args):
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != args.parent_pid:  # launcher already gone
+        os._exit(1)
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    delay = args.start_ns - time.time_ns()
+    if delay > 0:
+        time.sleep(delay / 1e9)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{args.port}",
+        rank=rank,
+        world_size=args.world,
+        timeout=timedelta(seconds=args.timeout_s),
+    )
+    end = time.time_ns()
+    with open(os.path.join(args.out_dir, f"torch.rank{rank}.txt"), "w") as f:
+        f.write(f"# torch_bootstrap rank={rank}\n{args.start_ns} {end}\n")
+    dist.destroy_process_group()
+    os._exit(0)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--world", type=int, required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--start_ns", type=int, required=True)
+    p.add_argument("--out_dir", required=True)
+    p.add_argument("--timeout_s", type=int, default=120)
+    return run_ranks(rank_main, p.parse_args())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
