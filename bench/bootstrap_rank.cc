@@ -3,24 +3,30 @@
 // descriptor, with every rank of the world joined.
 //
 // Started before the daemons, it sleeps until --start_ns (CLOCK_REALTIME,
-// shared with the launcher, which starts the daemons at that moment), then
-// connects to --target (retrying while the daemon's socket does not exist
-// yet: a new channel every --retry_ms, so gRPC's reconnect backoff never
-// adds to the time), joins with wait_for_world, and writes
+// shared with the launcher, which starts the daemons at that moment), waits
+// for the daemon's Unix socket to appear (a stat every --retry_ms: cheap,
+// so waiting ranks take no CPU from starting daemons), then connects to
+// --target (with a new channel every --retry_ms while the daemon does not
+// accept yet, so gRPC's reconnect backoff never adds to the time), joins
+// with wait_for_world, and writes
 // "# bootstrap_rank rank=R" and "<start_ns> <end_ns>" (end: Join returned)
 // to --out. Then it leaves. Exit status 0, or 3 with an ERROR line.
+#include <sys/stat.h>
 #include <time.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <string>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench_rank.h"
 #include "client/client.h"
+
+ABSL_DECLARE_FLAG(std::string, target);  // bench_rank.cc
 
 ABSL_FLAG(int64_t, start_ns, 0,
           "CLOCK_REALTIME nanoseconds at which the daemons start");
@@ -53,17 +59,27 @@ int main(int argc, char** argv) {
   const absl::Time give_up =
       absl::Now() +
       absl::Milliseconds(absl::GetFlag(FLAGS_connect_deadline_ms));
+  const absl::Duration retry =
+      absl::Milliseconds(absl::GetFlag(FLAGS_retry_ms));
+  const std::string target = absl::GetFlag(FLAGS_target);
+  constexpr char kUnix[] = "unix://";
+  if (target.rfind(kUnix, 0) == 0) {
+    const std::string path = target.substr(sizeof(kUnix) - 1);
+    struct stat st;
+    while (stat(path.c_str(), &st) != 0 && absl::Now() < give_up) {
+      absl::SleepFor(retry);
+    }
+  }
   absl::StatusOr<rankd::bench::JoinedRank> joined;
   while (true) {
-    joined = rankd::bench::JoinFromFlags(
-        absl::Milliseconds(absl::GetFlag(FLAGS_retry_ms) * 10));
+    joined = rankd::bench::JoinFromFlags(retry * 10);
     // Unavailable: the daemon is not listening yet; anything else is final.
     if (joined.ok() ||
         joined.status().code() != absl::StatusCode::kUnavailable ||
         absl::Now() > give_up) {
       break;
     }
-    absl::SleepFor(absl::Milliseconds(absl::GetFlag(FLAGS_retry_ms)));
+    absl::SleepFor(retry);
   }
   const int64_t end = RealtimeNs();
   if (!joined.ok()) return rankd::bench::Fail("join", joined.status());

@@ -1,5 +1,6 @@
 #include "daemon/remote_coordinator.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -12,7 +13,11 @@ namespace {
 // coordinator's precise timeout error arrives before the transport's.
 constexpr absl::Duration kDeadlineMargin = absl::Seconds(5);
 constexpr absl::Duration kShortCall = absl::Seconds(10);
-constexpr absl::Duration kRegisterRetry = absl::Milliseconds(250);
+// A worker often starts before its coordinator listens: it tries again
+// soon, then less often (the channel reconnects at its own backoff,
+// security.cc).
+constexpr absl::Duration kFirstRegisterRetry = absl::Milliseconds(10);
+constexpr absl::Duration kMaxRegisterRetry = absl::Milliseconds(250);
 
 bool Transient(grpc::StatusCode code) {
   return code == grpc::StatusCode::UNAVAILABLE ||
@@ -139,15 +144,15 @@ void RemoteCoordinatorLink::Start(const v1::RegisterNodeRequest& request,
     listener_ = listener;
   }
   TryRegister(std::make_shared<v1::RegisterNodeRequest>(request),
-              register_deadline, std::move(registered));
+              register_deadline, kFirstRegisterRetry, std::move(registered));
 }
 
 void RemoteCoordinatorLink::TryRegister(
     std::shared_ptr<v1::RegisterNodeRequest> request, absl::Time deadline,
-    Reply<v1::RegisterNodeResponse> done) {
+    absl::Duration retry, Reply<v1::RegisterNodeResponse> done) {
   Call<v1::RegisterNodeRequest, v1::RegisterNodeResponse>(
       *request, absl::Seconds(2),
-      [this, request, deadline,
+      [this, request, deadline, retry,
        done](absl::StatusOr<v1::RegisterNodeResponse> result) {
         {
           absl::MutexLock lock(&mu_);
@@ -162,12 +167,13 @@ void RemoteCoordinatorLink::TryRegister(
         bool transient =
             result.status().code() == absl::StatusCode::kUnavailable ||
             result.status().code() == absl::StatusCode::kDeadlineExceeded;
-        if (!transient || absl::Now() + kRegisterRetry >= deadline) {
+        if (!transient || absl::Now() + retry >= deadline) {
           return done(result.status());
         }
-        timer_->Schedule(absl::Now() + kRegisterRetry,
-                         [this, request, deadline, done] {
-                           TryRegister(request, deadline, done);
+        const absl::Duration next = std::min(retry * 2, kMaxRegisterRetry);
+        timer_->Schedule(absl::Now() + retry,
+                         [this, request, deadline, next, done] {
+                           TryRegister(request, deadline, next, done);
                          });
       },
       [this](grpc::ClientContext* c, const v1::RegisterNodeRequest* q,

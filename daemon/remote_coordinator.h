@@ -68,8 +68,11 @@ class RemoteCoordinatorLink : public CoordinatorLink {
   void Call(const Request& request, absl::Duration timeout,
             Reply<Response> reply, Invoke invoke,
             const CancellationRef& cancellation = nullptr);
+  // One registration attempt; a transient failure tries again after
+  // `retry` (doubling up to kMaxRegisterRetry), until `deadline`.
   void TryRegister(std::shared_ptr<v1::RegisterNodeRequest> request,
-                   absl::Time deadline, Reply<v1::RegisterNodeResponse> done);
+                   absl::Time deadline, absl::Duration retry,
+                   Reply<v1::RegisterNodeResponse> done);
   void OnRegistered(const v1::RegisterNodeRequest& request,
                     const v1::RegisterNodeResponse& response);
   void Beat();
