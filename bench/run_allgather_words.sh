@@ -74,16 +74,18 @@ EXTRA_BENCH_TARGETS=//bench:floor_pingpong
 source bench/bench_lib.sh  # the repository root is the working folder
 echo "rankd: $NNODES daemons ready; running $WORLD ranks x ($WARMUP warmup + $ROUNDS rounds) ..." >&2
 
-# CPU time (user + system, all threads) of the daemons, in microseconds.
+# CPU time (user + system, all threads) of the given daemons (default: all),
+# in microseconds. The first daemon is the coordinator.
 daemon_cpu_us() {
   local tck total=0 pid
   tck=$(getconf CLK_TCK)
-  for pid in "${DAEMON_PIDS[@]}"; do
+  for pid in "${@:-${DAEMON_PIDS[@]}}"; do
     total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
   done
   echo $((total * 1000000 / tck))
 }
 DAEMON_CPU_BEFORE=$(daemon_cpu_us)
+COORDINATOR_CPU_BEFORE=$(daemon_cpu_us "${DAEMON_PIDS[0]}")
 
 RUN_LIMIT=$((120 + (WARMUP + ROUNDS) / 20))   # seconds; generous
 RANK_PIDS=()
@@ -101,6 +103,7 @@ for ((n = 0; n < NNODES; n++)); do
 done
 wait_ranks
 DAEMON_CPU_US=$(($(daemon_cpu_us) - DAEMON_CPU_BEFORE))
+COORDINATOR_CPU_US=$(($(daemon_cpu_us "${DAEMON_PIDS[0]}") - COORDINATOR_CPU_BEFORE))
 stop_all   # the daemons; torch then has the machine to itself
 
 # --- torch.distributed (Gloo). ---------------------------------------------
@@ -152,4 +155,5 @@ results_args=()
 echo
 $TORCH_PY bench/summarize.py --dir="$TMP" --world="$WORLD" --rounds="$ROUNDS" \
   --daemon_cpu_us="$DAEMON_CPU_US" --daemon_rounds="$((WARMUP + ROUNDS))" \
+  --coordinator_cpu_us="$COORDINATOR_CPU_US" \
   "${results_args[@]}" "${meta[@]}"

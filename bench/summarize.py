@@ -152,6 +152,8 @@ def main():
                    help="KEY=VALUE lines for the results section, in order")
     p.add_argument("--daemon_cpu_us", type=int, default=0,
                    help="CPU time the daemons used while the ranks ran")
+    p.add_argument("--coordinator_cpu_us", type=int, default=0,
+                   help="of which the coordinator (the first daemon)")
     p.add_argument("--daemon_rounds", type=int, default=0,
                    help="rounds (warmup included) that CPU time covers")
     p.add_argument("--goal", type=float, default=0.25,
@@ -163,6 +165,8 @@ def main():
         if os.path.exists(os.path.join(a.dir, f"{k}.rank0.txt")):
             res[k] = stats(load(a.dir, k), 1, a.rounds)
     daemon_us = a.daemon_cpu_us / a.daemon_rounds if a.daemon_rounds else 0.0
+    coordinator_us = (a.coordinator_cpu_us / a.daemon_rounds
+                      if a.daemon_rounds else 0.0)
     ratio50 = res["rankd"]["p50"] / res["torch"]["p50"]
     ratio99 = res["rankd"]["p99"] / res["torch"]["p99"]
     goal_met = ratio50 <= a.goal
@@ -185,7 +189,8 @@ def main():
     print("(round latency: per round, the slowest rank's latency)")
     print(f"CPU per round, all processes: rankd "
           f"{fmt(res['rankd']['rank_cpu_us'] + daemon_us)} µs "
-          f"(ranks {fmt(res['rankd']['rank_cpu_us'])}, daemons {fmt(daemon_us)}), "
+          f"(ranks {fmt(res['rankd']['rank_cpu_us'])}, daemons {fmt(daemon_us)}, "
+          f"of which the coordinator {fmt(coordinator_us)}), "
           f"torch {fmt(res['torch']['rank_cpu_us'])} µs")
     print(verdict)
 
