@@ -24,6 +24,8 @@ import os
 import re
 import sys
 
+import results_md
+
 BEGIN = "<!-- BEGIN allgather_words latest (written by bench/summarize.py) -->"
 END = "<!-- END allgather_words latest -->"
 HIST_BEGIN = "<!-- BEGIN allgather_words history -->"
@@ -243,25 +245,14 @@ def main():
            f"| {fmt(res['torch']['p99'])} | {ratio50:.2f} | {ratio99:.2f} "
            f"| {md.get('note', '')} |")
 
-    text = open(a.results).read() if os.path.exists(a.results) else ""
-    new_section = "\n".join(section)
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        text = head + new_section + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + new_section + "\n"
-    if HIST_BEGIN in text and HIST_END in text:
-        head, rest = text.split(HIST_END, 1)
-        text = head.rstrip("\n") + "\n" + row + "\n" + HIST_END + rest
-    else:
-        text = (text.rstrip("\n") + "\n\n### History\n\n" + HIST_BEGIN + "\n"
-                "| date | machine | layout | rounds | rankd p50 µs | rankd p99 µs "
-                "| torch p50 µs | torch p99 µs | p50 ratio | p99 ratio | note |\n"
-                "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n"
-                + row + "\n" + HIST_END + "\n")
-    with open(a.results, "w") as f:
-        f.write(text)
+    new_table = ("### History\n\n" + HIST_BEGIN + "\n"
+                 "| date | machine | layout | rounds | rankd p50 µs "
+                 "| rankd p99 µs | torch p50 µs | torch p99 µs | p50 ratio "
+                 "| p99 ratio | note |\n"
+                 "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
+    results_md.update(a.results, lambda text: results_md.append_history_row(
+        results_md.replace_section(text, BEGIN, END, "\n".join(section)),
+        HIST_BEGIN, HIST_END, row, new_table))
     print(f"updated {a.results}")
     return 0
 

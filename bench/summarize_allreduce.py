@@ -31,6 +31,8 @@ import os
 import re
 import sys
 
+import results_md
+
 BEGIN = "<!-- BEGIN allreduce latest (written by bench/summarize_allreduce.py) -->"
 END = "<!-- END allreduce latest -->"
 HIST_BEGIN = "<!-- BEGIN allreduce history -->"
@@ -352,28 +354,17 @@ def main():
            f"| {md.get('load average (1, 5, 15 min)', '?').split(';')[0].replace('before the run: ', '')} "
            f"| {md.get('note', '')} |")
 
-    text = open(a.results).read() if os.path.exists(a.results) else ""
-    new_section = "\n".join(section)
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        text = head + new_section + tail
-    else:
-        text = (text.rstrip("\n") + "\n\n" + SECTION_TITLE + "\n\n"
-                + new_section + "\n")
-    if HIST_BEGIN in text and HIST_END in text:
-        head, rest = text.split(HIST_END, 1)
-        text = head.rstrip("\n") + "\n" + row + "\n" + HIST_END + rest
-    else:
-        text = text.replace(
-            END, END + "\n\n### all_reduce_sum history\n\n" + HIST_BEGIN + "\n"
-            "| date | layout | lowest rankd/torch (size) | ratio 1 KiB "
-            f"| ratio {human(big)} | rankd GB/s {human(big)} | torch GB/s {human(big)} "
-            "| overhead µs 16 B | overhead µs 1 KiB | load before | note |\n"
-            "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|\n"
-            + row + "\n" + HIST_END, 1)
-    with open(a.results, "w") as f:
-        f.write(text)
+    new_table = (
+        "### all_reduce_sum history\n\n" + HIST_BEGIN + "\n"
+        "| date | layout | lowest rankd/torch (size) | ratio 1 KiB "
+        f"| ratio {human(big)} | rankd GB/s {human(big)} "
+        f"| torch GB/s {human(big)} "
+        "| overhead µs 16 B | overhead µs 1 KiB | load before | note |\n"
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|\n")
+    results_md.update(a.results, lambda text: results_md.append_history_row(
+        results_md.replace_section(text, BEGIN, END, "\n".join(section),
+                                   SECTION_TITLE + "\n\n"),
+        HIST_BEGIN, HIST_END, row, new_table))
     print(f"updated {a.results}")
     return 0
 

@@ -15,6 +15,8 @@ import os
 import statistics
 import sys
 
+import results_md
+
 BEGIN = "<!-- BEGIN bindings -->"
 END = "<!-- END bindings -->"
 ORDER = ["cpp", "c", "python", "rust"]
@@ -89,24 +91,17 @@ def main():
         "",
         END,
     ])
-    text = open(results).read() if os.path.exists(results) else ""
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        text = head + section + tail
-    else:
-        text = (text.rstrip("\n") + "\n\n"
-                "## Bindings: per-operation overhead over the C++ API\n\n"
-                "`bench/run_bindings.sh`: the same small all_reduce_sum loop "
-                "(f32[4], Gloo, world scope, submit then wait) through the "
-                "C++ API, the C ABI, Python and Rust; each binding's p50 is "
-                "the median of its blocks' p50s, the bindings taking turns "
-                "block by block, each rank pinned to its own core. The "
-                "overhead is measured in the 1 x 1 layout, where no exchange "
-                "adds noise; 1 x 2 shows the same with a real peer.\n\n" +
-                section + "\n")
-    with open(results, "w") as f:
-        f.write(text)
+    preamble = (
+        "## Bindings: per-operation overhead over the C++ API\n\n"
+        "`bench/run_bindings.sh`: the same small all_reduce_sum loop "
+        "(f32[4], Gloo, world scope, submit then wait) through the "
+        "C++ API, the C ABI, Python and Rust; each binding's p50 is "
+        "the median of its blocks' p50s, the bindings taking turns "
+        "block by block, each rank pinned to its own core. The "
+        "overhead is measured in the 1 x 1 layout, where no exchange "
+        "adds noise; 1 x 2 shows the same with a real peer.\n\n")
+    results_md.update(results, lambda text: results_md.replace_section(
+        text, BEGIN, END, section, preamble))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import os
 import statistics
 import sys
 
+import results_md
+
 BEGIN = "<!-- BEGIN bootstrap latest (written by bench/summarize_bootstrap.py) -->"
 END = "<!-- END bootstrap latest -->"
 GOAL = 0.5  # issue 13: rankd at most half of torch's init_process_group
@@ -91,18 +93,10 @@ def main():
         "",
         END,
     ]
-    text = open(a.results).read() if os.path.exists(a.results) else ""
-    new = "\n".join(section)
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        text = head + new + tail
-    else:
-        text = (text.rstrip("\n") + "\n\n## Bootstrap: daemons started to "
-                "every rank holding its descriptor, vs torch "
-                "init_process_group\n\n" + new + "\n")
-    with open(a.results, "w") as f:
-        f.write(text)
+    results_md.update(a.results, lambda text: results_md.replace_section(
+        text, BEGIN, END, "\n".join(section),
+        "## Bootstrap: daemons started to every rank holding its descriptor, "
+        "vs torch init_process_group\n\n"))
     print(f"updated {a.results}")
     return 0
 

@@ -30,15 +30,13 @@ Exit status: 0 when every rank succeeded, 1 otherwise.
 """
 
 import argparse
-import ctypes
 import os
 import resource
-import signal
 import sys
 import time
 from datetime import timedelta
 
-from torch_ranks import run_ranks
+from torch_ranks import enter_rank, run_ranks
 
 
 def parse_schedule(text):
@@ -54,14 +52,7 @@ def parse_schedule(text):
 
 
 def rank_main(rank, args):
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != args.parent_pid:  # launcher already gone
-        os._exit(1)
-    import torch
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
+    torch, dist = enter_rank(args)
     dist.init_process_group(
         "gloo",
         init_method=f"tcp://127.0.0.1:{args.port}",

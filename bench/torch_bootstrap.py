@@ -15,25 +15,16 @@ when every rank succeeded, 1 otherwise.
 """
 
 import argparse
-import ctypes
 import os
-import signal
 import sys
 import time
 from datetime import timedelta
 
-from torch_ranks import run_ranks
+from torch_ranks import enter_rank, run_ranks
 
 
 def rank_main(rank, args):
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    if os.getppid() != args.parent_pid:  # launcher already gone
-        os._exit(1)
-    import torch
-    import torch.distributed as dist
-
-    torch.set_num_threads(1)
+    torch, dist = enter_rank(args)
     delay = args.start_ns - time.time_ns()
     if delay > 0:
         time.sleep(delay / 1e9)

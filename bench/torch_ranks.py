@@ -13,6 +13,21 @@ import sys
 import time
 
 
+def enter_rank(args):
+    """What every rank_main does first: asks the kernel to kill this rank
+    when the launcher dies (PR_SET_PDEATHSIG), exits at once if it already
+    did, and returns (torch, torch.distributed) with one intra-op thread."""
+    import ctypes
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != args.parent_pid:  # launcher already gone
+        os._exit(1)
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    return torch, dist
+
+
 def run_ranks(rank_main, args):
     """Runs rank_main(rank, args) for rank in range(args.world).
 
