@@ -66,6 +66,16 @@ class ControlPlane {
   virtual std::string Namespace() const = 0;
 };
 
+// The number of sessions this rank opened before this one, counted in the
+// job's key-value store under `key` (one key per rank and backend): the
+// n-th call returns n - 1. Sessions name their keys with it, so a rank's
+// second session never reads its first one's while every rank opens them
+// in the same order. Errors: the KvAdd's, or Internal for a count out of
+// range, prefixed "<backend> backend: numbering this session: ".
+absl::StatusOr<uint32_t> NextSessionNumber(ControlPlane& control_plane,
+                                           absl::string_view key,
+                                           absl::string_view backend);
+
 // The control plane through a joined rankd::Client. `client` must be joined
 // and outlive the returned object. It takes over the client's (single)
 // failure callback, Client::SetFailureCallback, to fan it out to every

@@ -82,13 +82,7 @@ class Refusal {
     plan.stream = *stream_;
     plan.agree_first = agree_first_;
     plan.route = route_;
-    if (batch_ != nullptr && !batch_->empty()) {
-      plan.batch = *batch_;
-      const auto& first = plan.batch.front();
-      const uint32_t me = plan.comm->local_rank;
-      plan.route = first.send ? std::make_pair(me, first.peer)
-                              : std::make_pair(first.peer, me);
-    }
+    if (batch_ != nullptr) plan.batch = *batch_;
     return core_->RefuseWithPeers(std::move(plan), refusal);
   }
 

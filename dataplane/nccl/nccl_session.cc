@@ -79,11 +79,6 @@ absl::Status NcclSession::Refuse(const CollectiveScope& scope,
         }
       }
       if (plan.batch.empty()) return refusal;
-      {
-        const auto& first = plan.batch.front();
-        plan.route = first.send ? std::make_pair(me, first.peer)
-                                : std::make_pair(first.peer, me);
-      }
       break;
   }
   return core_->RefuseWithPeers(std::move(plan), refusal);

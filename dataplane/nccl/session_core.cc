@@ -40,22 +40,13 @@ absl::StatusOr<std::shared_ptr<SessionCore>> SessionCore::Create(
                      " is not valid (-1 picks the rank's index on its node)"));
   }
   if (!options.tag.has_value()) {
-    // This rank's count of sessions opened, in the job's key-value store
-    // (it outlives any one client of this process).
-    auto opened =
-        control_plane->KvAdd(absl::StrCat(control_plane->Namespace(),
-                                          "/nccl/sessions/", descriptor.rank()),
-                             1);
-    if (!opened.ok()) {
-      return absl::Status(opened.status().code(),
-                          absl::StrCat("nccl backend: numbering this session: ",
-                                       opened.status().message()));
-    }
-    if (*opened < 1) {
-      return absl::InternalError(absl::StrCat(
-          "nccl backend: numbering this session: the count is ", *opened));
-    }
-    options.tag = absl::StrCat("s", *opened - 1);
+    auto number =
+        NextSessionNumber(*control_plane,
+                          absl::StrCat(control_plane->Namespace(),
+                                       "/nccl/sessions/", descriptor.rank()),
+                          "nccl");
+    if (!number.ok()) return number.status();
+    options.tag = absl::StrCat("s", *number);
   }
   return std::shared_ptr<SessionCore>(new SessionCore(
       std::move(descriptor), control_plane, std::move(options)));
@@ -451,6 +442,13 @@ absl::Status SessionCore::RefuseWithPeers(OpPlan plan,
     if (plan.stream == nullptr) return refusal;
   }
   plan.canonical = kRefusedCanonical;
+  // A batch is described by its first transfer's route, as SubmitBatch does.
+  if (!plan.batch.empty()) {
+    const auto& first = plan.batch.front();
+    const uint32_t me = plan.comm->local_rank;
+    plan.route = first.send ? std::make_pair(me, first.peer)
+                            : std::make_pair(first.peer, me);
+  }
   const uint64_t refused = OperationFingerprint(plan.canonical);
   for (auto& entry : plan.batch) {
     entry.fingerprint = refused;

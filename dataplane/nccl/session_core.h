@@ -269,8 +269,8 @@ class SessionCore final : public NcclOpOwner,
   // Refuses an operation on this member's own arguments (validation can
   // differ between members: another shape, an output of the wrong size, a
   // tensor on another device). `plan` says what was refused: its name,
-  // communicator, stream, route or batch (peers and directions) and
-  // agree_first; its payload is ignored.
+  // communicator, stream, route or batch (peers and directions; its route
+  // is derived) and agree_first; its payload is ignored.
   //
   // Members that check agreement first (verify_agreement, or agree_first:
   // all_to_all_v and uneven all_gather) wait in Submit for every member's

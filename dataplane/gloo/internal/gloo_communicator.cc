@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <limits>
 #include <numeric>
 #include <utility>
 
@@ -96,23 +95,14 @@ absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
     return health;
   }
   if (!options.instance.has_value()) {
-    // This rank's count of sessions opened, in the job's key-value store
-    // (it outlives any one client of this process).
-    auto opened = control_plane->KvAdd(
+    auto number = NextSessionNumber(
+        *control_plane,
         absl::StrCat(
             RankdStore::Prefix(control_plane->Namespace(), 0, "sessions"),
             descriptor.rank()),
-        1);
-    if (!opened.ok()) {
-      return absl::Status(opened.status().code(),
-                          absl::StrCat("gloo backend: numbering this session: ",
-                                       opened.status().message()));
-    }
-    if (*opened < 1 || *opened > std::numeric_limits<uint32_t>::max()) {
-      return absl::InternalError(absl::StrCat(
-          "gloo backend: numbering this session: the count is ", *opened));
-    }
-    options.instance = static_cast<uint32_t>(*opened - 1);
+        "gloo");
+    if (!number.ok()) return number.status();
+    options.instance = *number;
   }
   IgnoreSigpipe();
   std::shared_ptr<GlooCommunicator> comm(new GlooCommunicator(

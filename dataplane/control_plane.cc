@@ -1,0 +1,27 @@
+#include "dataplane/control_plane.h"
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace rankd::dataplane {
+
+absl::StatusOr<uint32_t> NextSessionNumber(ControlPlane& control_plane,
+                                           absl::string_view key,
+                                           absl::string_view backend) {
+  // In the job's store, so the count outlives any one client of a process.
+  absl::StatusOr<int64_t> opened = control_plane.KvAdd(key, 1);
+  if (!opened.ok()) {
+    return absl::Status(
+        opened.status().code(),
+        absl::StrCat(backend, " backend: numbering this session: ",
+                     opened.status().message()));
+  }
+  if (*opened < 1 || *opened > std::numeric_limits<uint32_t>::max()) {
+    return absl::InternalError(absl::StrCat(
+        backend, " backend: numbering this session: the count is ", *opened));
+  }
+  return static_cast<uint32_t>(*opened - 1);
+}
+
+}  // namespace rankd::dataplane
