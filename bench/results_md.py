@@ -7,6 +7,19 @@ HIST_BEGIN and HIST_END markers (one row appended per run).
 """
 
 
+def latest_head(begin, meta_args):
+    """The first lines of a "latest run" section and its metadata: `begin`,
+    a "### Latest run: <date>" heading, one "- key: value" line per
+    "KEY=VALUE" of `meta_args` (in order; date and command left out) and
+    the command in a code block. Returns (lines, {key: value})."""
+    meta = [m.split("=", 1) for m in meta_args]
+    md = dict(meta)
+    lines = [begin, "", f"### Latest run: {md.get('date', '?')}", ""]
+    lines += [f"- {k}: {v}" for k, v in meta if k not in ("command", "date")]
+    lines += ["", "Command:", "", "```", md.get("command", "?"), "```", ""]
+    return lines, md
+
+
 def replace_section(text, begin, end, section, preamble=""):
     """`text` with everything from `begin` to `end` (both marker lines
     included in `section`) replaced by `section`; when the markers are not

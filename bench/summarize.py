@@ -198,21 +198,8 @@ def main():
 
     if not a.results:
         return 0
-    meta = [m.split("=", 1) for m in a.meta]
-    md = dict(meta)
-    section = [BEGIN, "", f"### Latest run: {md.get('date', '?')}", ""]
-    for k, v in meta:
-        if k in ("command", "date"):
-            continue
-        section.append(f"- {k}: {v}")
+    section, md = results_md.latest_head(BEGIN, a.meta)
     section += [
-        "",
-        "Command:",
-        "",
-        "```",
-        md.get("command", "?"),
-        "```",
-        "",
         table(res),
         "",
         "Round latency = for each timed round, the maximum over all ranks of "

@@ -305,15 +305,8 @@ def main():
 
     if not a.results:
         return 0
-    meta = [m.split("=", 1) for m in a.meta]
-    md = dict(meta)
-    section = [BEGIN, "", f"### Latest run: {md.get('date', '?')}", ""]
-    for k, v in meta:
-        if k in ("command", "date"):
-            continue
-        section.append(f"- {k}: {v}")
+    section, md = results_md.latest_head(BEGIN, a.meta)
     section += [
-        "", "Command:", "", "```", md.get("command", "?"), "```", "",
         "Bus bandwidth = 2 (n - 1) / n x bytes / time per operation (GB/s = "
         "1e9 bytes/s); time per operation = each rank's back-to-back time "
         "over the timed operations / their number, slowest rank. Round p50 "

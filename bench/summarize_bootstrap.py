@@ -77,11 +77,7 @@ def main():
     if not a.results:
         return 0
 
-    meta = [m.split("=", 1) for m in a.meta]
-    md = dict(meta)
-    section = [BEGIN, "", f"### Latest run: {md.get('date', '?')}", ""]
-    section += [f"- {k}: {v}" for k, v in meta if k not in ("command", "date")]
-    section += ["", "Command:", "", "```", md.get("command", "?"), "```", ""]
+    section, _ = results_md.latest_head(BEGIN, a.meta)
     section += lines
     section += [
         "",
