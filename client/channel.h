@@ -81,6 +81,11 @@ struct ClientOptions {
   // connection with "too_many_pings".
   absl::Duration keepalive_time = absl::Seconds(1);
   absl::Duration keepalive_timeout = absl::Seconds(1);
+  // On a Unix socket target, Join maps the daemon's shared-memory round
+  // slots and all_gather_words rounds use them instead of a gRPC call each
+  // (Client::round_path() says which path was taken). False keeps every
+  // round on gRPC. Ignored for TCP targets.
+  bool shared_memory_rounds = true;
 };
 
 // A daemon address, parsed.

@@ -11,6 +11,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -22,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "client/internal/round_slot_client.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/support/status.h"
@@ -75,6 +78,50 @@ absl::Status FailureOf(const v1::JobEvent& event, absl::string_view job_id) {
   return absl::AbortedError(absl::StrCat(
       "job ", job_id, " failed (", what,
       "): ", event.message().empty() ? "no cause given" : event.message()));
+}
+
+// Asks the daemon for this rank's round slots and maps them. Returns the
+// slots (null when rounds stay on gRPC) and the path rounds take, with the
+// reason when it is gRPC.
+std::pair<std::shared_ptr<RoundSlotClient>, std::string> OpenRoundSlots(
+    const Connection& conn, v1::Rank::Stub& stub, const v1::MemberRef& member,
+    uint32_t world_size) {
+  if (!conn.options().shared_memory_rounds) {
+    return {nullptr, "grpc (ClientOptions.shared_memory_rounds is off)"};
+  }
+  if (conn.target().kind != Target::Kind::kUnix) {
+    return {nullptr, "grpc (the daemon is reached over TCP)"};
+  }
+  v1::OpenRoundSlotsRequest request;
+  *request.mutable_member() = member;
+  grpc::ClientContext rpc;
+  const absl::Duration timeout = conn.options().call_timeout;
+  conn.PrepareContext(&rpc, timeout);
+  v1::OpenRoundSlotsResponse response;
+  grpc::Status status = stub.OpenRoundSlots(&rpc, request, &response);
+  if (!status.ok()) {
+    return {
+        nullptr,
+        absl::StrCat("grpc (",
+                     FromGrpcStatus(status, "daemon", timeout).message(), ")")};
+  }
+  RoundSlotsGeometry geometry;
+  geometry.slots = response.slots();
+  geometry.frame_words = response.frame_words();
+  geometry.result_words = response.result_words();
+  if (geometry.slots == 0 || geometry.slots > 1024 ||
+      geometry.frame_words > kMaxFrameWords ||
+      uint64_t{geometry.frame_words} * world_size != geometry.result_words) {
+    return {nullptr, absl::StrCat("grpc (the daemon offered round slots of "
+                                  "an unusable geometry: ",
+                                  response.ShortDebugString(), ")")};
+  }
+  absl::StatusOr<std::unique_ptr<RoundSlotClient>> slots =
+      RoundSlotClient::Open(response.path(), geometry);
+  if (!slots.ok()) {
+    return {nullptr, absl::StrCat("grpc (", slots.status().message(), ")")};
+  }
+  return {std::shared_ptr<RoundSlotClient>(*std::move(slots)), "shared-memory"};
 }
 
 absl::Status CheckKey(absl::string_view context, absl::string_view key) {
@@ -132,12 +179,17 @@ class ClientCore {
   // Records the job's first failure and tells the failure callback.
   void Fail(absl::Status failure) ABSL_LOCKS_EXCLUDED(mu) {
     std::shared_ptr<const Client::FailureCallback> callback;
+    std::shared_ptr<RoundSlotClient> slots;
     {
       absl::MutexLock lock(&mu);
       if (!health.ok()) return;
       health = failure;
       callback = failure_callback;
+      slots = round_slots;
     }
+    // Rounds waiting on the slots end now, as gRPC rounds would on the
+    // daemon's answer.
+    if (slots != nullptr) slots->Break(failure);
     if (callback != nullptr && *callback) (*callback)(failure);
   }
 
@@ -201,6 +253,11 @@ class ClientCore {
   v1::SessionDescriptor descriptor;
   v1::MemberRef member ABSL_GUARDED_BY(mu);
   uint64_t last_round ABSL_GUARDED_BY(mu) = 0;
+  // Set by Join when the daemon's round slots are mapped; then fixed.
+  std::shared_ptr<RoundSlotClient> round_slots ABSL_GUARDED_BY(mu);
+  std::string round_path ABSL_GUARDED_BY(mu) = "grpc (not joined)";
+  // gRPC rounds not finished: a slot round must not overtake them.
+  std::atomic<int> grpc_rounds_in_flight{0};
   absl::Status rounds_failed ABSL_GUARDED_BY(mu);
   absl::Status health ABSL_GUARDED_BY(mu);
   bool leaving ABSL_GUARDED_BY(mu) = false;
@@ -213,8 +270,10 @@ class ClientCore {
   std::thread watch_thread ABSL_GUARDED_BY(mu);
 };
 
-// One all_gather_words RPC in flight: owns everything the call touches and
-// is kept alive by the gRPC completion callback until the call is finished.
+// One all_gather_words round in flight, over gRPC or the round slots. Over
+// gRPC it owns everything the call touches and is kept alive by the
+// completion callback until the call is finished; over the slots its
+// waiters read the answer out of the shared file themselves.
 class RoundCall {
  public:
   RoundCall(std::shared_ptr<ClientCore> core, uint64_t round,
@@ -225,19 +284,40 @@ class RoundCall {
   static void Start(const std::shared_ptr<RoundCall>& self,
                     absl::Duration rpc_timeout) {
     self->rpc_timeout_ = rpc_timeout;
+    self->core_->grpc_rounds_in_flight.fetch_add(1);
     self->core_->conn->PrepareContext(&self->context_, rpc_timeout);
     self->core_->stub->async()->AllGatherWords(
         &self->context_, &self->request_, &self->response_,
         [self](grpc::Status status) { self->OnDone(status); });
   }
 
+  // Adopts request `sequence` of `slots`, which carries this round; its
+  // answer is due within `answer_timeout`.
+  void StartOnSlots(std::shared_ptr<RoundSlotClient> slots, uint64_t sequence,
+                    absl::Duration answer_timeout) {
+    slots_ = std::move(slots);
+    sequence_ = sequence;
+    answer_timeout_ = answer_timeout;
+    answer_deadline_ = absl::Now() + answer_timeout;
+  }
+
   v1::AllGatherWordsRequest& request() { return request_; }
   uint64_t round() const { return round_; }
-  bool IsDone() const { return done_.HasBeenNotified(); }
-  bool WaitFor(absl::Duration timeout) const {
+  bool IsDone() {
+    if (slots_ != nullptr) return AwaitSlots(absl::InfinitePast());
+    return done_.HasBeenNotified();
+  }
+  bool WaitFor(absl::Duration timeout) {
+    if (slots_ != nullptr) return AwaitSlots(absl::Now() + timeout);
     return done_.WaitForNotificationWithTimeout(timeout);
   }
-  void WaitDone() const { done_.WaitForNotification(); }
+  void WaitDone() {
+    if (slots_ != nullptr) {
+      AwaitSlots(absl::InfiniteFuture());
+      return;
+    }
+    done_.WaitForNotification();
+  }
 
   // Valid once done.
   const absl::StatusOr<std::vector<uint32_t>>& result() const {
@@ -249,6 +329,14 @@ class RoundCall {
 
   void Cancel() {
     if (IsDone()) return;
+    if (slots_ != nullptr) {
+      absl::MutexLock lock(&mu_);
+      if (done_.HasBeenNotified()) return;
+      slots_->Abandon(sequence_);
+      FinishLocked(absl::CancelledError(
+          absl::StrCat(Context(), ": cancelled by the caller")));
+      return;
+    }
     {
       absl::MutexLock lock(&mu_);
       cancelled_ = true;
@@ -269,8 +357,11 @@ class RoundCall {
       absl::MutexLock lock(&mu_);
       cancelled = cancelled_;
     }
+    core_->grpc_rounds_in_flight.fetch_sub(1);
     if (status.ok()) {
-      result_ = CheckResponse();
+      result_ = CheckResult(response_.round(), response_.words_per_rank(),
+                            std::vector<uint32_t>(response_.words().begin(),
+                                                  response_.words().end()));
     } else if (cancelled &&
                status.error_code() == grpc::StatusCode::CANCELLED) {
       result_ = absl::CancelledError(
@@ -282,21 +373,73 @@ class RoundCall {
     done_.Notify();
   }
 
-  absl::StatusOr<std::vector<uint32_t>> CheckResponse() const {
+  // Waits for the slot answer until `deadline` (InfinitePast: just looks)
+  // and finishes the round with it; true once the round is done. The
+  // answer is claimed and the round finished under mu_, so a concurrent
+  // waiter either claims it or finds the round done.
+  bool AwaitSlots(absl::Time deadline) {
+    while (true) {
+      const uint32_t bell = slots_->Bell();
+      {
+        absl::MutexLock lock(&mu_);
+        if (done_.HasBeenNotified()) return true;
+        std::optional<SlotAnswer> answer = slots_->Claim(sequence_);
+        if (!answer.has_value()) {
+          if (absl::Status health = slots_->health(); !health.ok()) {
+            answer = slots_->Claim(sequence_);  // it may just have come
+            if (!answer.has_value()) {
+              FinishLocked(absl::Status(
+                  health.code(),
+                  absl::StrCat(Context(), ": ", health.message())));
+              return true;
+            }
+          }
+        }
+        if (answer.has_value()) {
+          FinishLocked(
+              answer->status.ok()
+                  ? CheckResult(answer->round, answer->words_per_rank,
+                                std::move(answer->words))
+                  : absl::Status(answer->status.code(),
+                                 absl::StrCat(Context(), ": ",
+                                              answer->status.message())));
+          return true;
+        }
+        if (absl::Now() >= answer_deadline_) {
+          FinishLocked(absl::DeadlineExceededError(
+              absl::StrCat(Context(), ": the daemon did not answer within ",
+                           absl::FormatDuration(answer_timeout_),
+                           " (the round's timeout plus grace)")));
+          return true;
+        }
+      }
+      if (absl::Now() >= deadline) return false;
+      slots_->Wait(bell, std::min(deadline, answer_deadline_));
+    }
+  }
+
+  void FinishLocked(absl::StatusOr<std::vector<uint32_t>> result)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    result_ = std::move(result);
+    if (!result_.ok()) core_->PoisonRounds(round_, result_.status());
+    done_.Notify();
+  }
+
+  absl::StatusOr<std::vector<uint32_t>> CheckResult(
+      uint64_t round, uint32_t words_per_rank,
+      std::vector<uint32_t> words) const {
     const uint32_t world = core_->descriptor.world_size();
-    const auto& words = response_.words();
-    if (response_.round() != round_ ||
-        response_.words_per_rank() != frame_words_ ||
+    if (round != round_ || words_per_rank != frame_words_ ||
         static_cast<uint64_t>(words.size()) !=
             static_cast<uint64_t>(frame_words_) * world) {
-      return absl::InternalError(absl::StrCat(
-          Context(), ": malformed answer from the daemon (round ",
-          response_.round(), ", ", response_.words_per_rank(),
-          " words per rank, ", words.size(), " words; expected round ", round_,
-          ", ", frame_words_, " words per rank, ", frame_words_ * world,
-          " words for ", world, " ranks)"));
+      return absl::InternalError(
+          absl::StrCat(Context(), ": malformed answer from the daemon (round ",
+                       round, ", ", words_per_rank, " words per rank, ",
+                       words.size(), " words; expected round ", round_, ", ",
+                       frame_words_, " words per rank, ", frame_words_ * world,
+                       " words for ", world, " ranks)"));
     }
-    return std::vector<uint32_t>(words.begin(), words.end());
+    return words;
   }
 
   const std::shared_ptr<ClientCore> core_;
@@ -306,9 +449,15 @@ class RoundCall {
   grpc::ClientContext context_;
   v1::AllGatherWordsRequest request_;
   v1::AllGatherWordsResponse response_;
+  // Over the slots (set before the round is shared, then fixed).
+  std::shared_ptr<RoundSlotClient> slots_;
+  uint64_t sequence_ = 0;
+  absl::Duration answer_timeout_;
+  absl::Time answer_deadline_;
   absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  // Written by OnDone before done_ is notified; read-only afterwards.
+  // Written by OnDone or FinishLocked before done_ is notified; read-only
+  // afterwards.
   absl::StatusOr<std::vector<uint32_t>> result_;
   absl::Notification done_;
 };
@@ -339,6 +488,7 @@ absl::StatusOr<std::shared_ptr<RoundCall>> SubmitRound(
   // may run the completion callback inline, and it takes core->mu.
   absl::MutexLock submit_lock(&core->submit_mu);
   std::shared_ptr<RoundCall> call;
+  std::shared_ptr<RoundSlotClient> slots;
   {
     absl::MutexLock lock(&core->mu);
     absl::StatusOr<v1::MemberRef> member =
@@ -353,9 +503,32 @@ absl::StatusOr<std::shared_ptr<RoundCall>> SubmitRound(
     *request.mutable_member() = *std::move(member);
     request.set_round(call->round());
     request.set_timeout_ms(*timeout_ms);
+    slots = core->round_slots;
+  }
+  const absl::Duration answer_timeout =
+      absl::Milliseconds(*timeout_ms) + kRoundGrace;
+  // The slots carry the round unless its frame is too long, every slot
+  // waits for an answer, or gRPC rounds are still out (they could be
+  // overtaken: the daemon takes each rank's rounds strictly in order).
+  if (slots != nullptr && slots->Fits(words.size()) &&
+      core->grpc_rounds_in_flight.load() == 0) {
+    if (std::optional<uint64_t> sequence =
+            slots->TryPost(call->round(), *timeout_ms, words)) {
+      call->StartOnSlots(slots, *sequence, answer_timeout);
+      return call;
+    }
+  }
+  // Likewise a gRPC round must not overtake slot rounds the daemon has not
+  // taken yet; its watcher takes them within microseconds.
+  if (slots != nullptr) {
+    const absl::Time give_up = absl::Now() + answer_timeout;
+    while (!slots->AllTaken() && slots->health().ok() &&
+           absl::Now() < give_up) {
+      absl::SleepFor(absl::Microseconds(50));
+    }
   }
   call->request().mutable_words()->Add(words.begin(), words.end());
-  RoundCall::Start(call, absl::Milliseconds(*timeout_ms) + kRoundGrace);
+  RoundCall::Start(call, answer_timeout);
   return call;
 }
 
@@ -490,11 +663,22 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
                        response.ShortDebugString()));
     }
   }
+  std::pair<std::shared_ptr<internal::RoundSlotClient>, std::string> slots;
+  if (error.ok()) {
+    v1::MemberRef member;
+    member.set_job_id(response.session().job_id());
+    member.set_rank(response.session().rank());
+    member.set_incarnation(core_->incarnation);
+    slots = internal::OpenRoundSlots(*core_->conn, *core_->stub, member,
+                                     response.session().world_size());
+  }
   absl::MutexLock lock(&core_->mu);
   if (!error.ok()) {
     core_->state = internal::ClientCore::State::kNotJoined;
     return error;
   }
+  core_->round_slots = std::move(slots.first);
+  core_->round_path = std::move(slots.second);
   core_->descriptor = response.session();
   core_->member.set_job_id(response.session().job_id());
   core_->member.set_rank(response.session().rank());
@@ -528,6 +712,11 @@ v1::MemberRef Client::member() const {
 }
 
 uint64_t Client::incarnation() const { return core_->incarnation; }
+
+std::string Client::round_path() const {
+  absl::MutexLock lock(&core_->mu);
+  return core_->round_path;
+}
 
 const std::string& Client::target() const {
   return core_->conn->options().target;

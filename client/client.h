@@ -164,6 +164,14 @@ class Client {
   // This client's incarnation: random, non-zero, fixed at Connect.
   uint64_t incarnation() const;
 
+  // How this client's all_gather_words rounds reach the daemon:
+  // "shared-memory" once Join mapped the daemon's round slots (the default
+  // on a Unix socket: docs/architecture.md, "Local fast path"), otherwise
+  // "grpc (<why>)". Rounds whose frame is longer than a slot holds
+  // (common/round_slots.h, kRoundSlotFrameWords) go over gRPC either way;
+  // both paths have the same semantics.
+  std::string round_path() const;
+
   // The daemon address, as given (or defaulted) in ClientOptions.
   const std::string& target() const;
 

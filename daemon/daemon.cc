@@ -155,7 +155,16 @@ absl::Status Daemon::Init() {
   if (!agent.ok()) return agent.status();
   agent_ = *std::move(agent);
 
-  rank_service_ = std::make_unique<RankService>(agent_.get(), &*auth_);
+  if (!config_.socket_path.empty()) {
+    // The socket is made owner-and-group only (the umask below); so are
+    // the round-slots files next to it.
+    round_slots_ = std::make_unique<RoundSlotServer>(
+        agent_.get(),
+        std::filesystem::path(config_.socket_path).parent_path().string(),
+        0660);
+  }
+  rank_service_ =
+      std::make_unique<RankService>(agent_.get(), &*auth_, round_slots_.get());
   peer_service_ = std::make_unique<PeerService>(coordinator_.get(),
                                                 config_.coordinator_address,
                                                 config_.node_index, &*auth_);
@@ -296,6 +305,9 @@ void Daemon::Shutdown(const std::string& reason, absl::Duration grace) {
     agent_->Shutdown(reason, grace / 2);
     agent_->events().Unsubscribe(log_subscription_);
   }
+  // After the agent answered every pending round: ranks waiting on their
+  // slots find their answers, then see the files closed.
+  if (round_slots_ != nullptr) round_slots_->Stop();
   if (coordinator_ != nullptr) coordinator_->BeginShutdown();
   if (server_ != nullptr) {
     server_->Shutdown(absl::ToChronoTime(absl::Now() + grace / 2));

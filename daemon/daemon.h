@@ -69,6 +69,8 @@ class Daemon {
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<CoordinatorLink> link_;
   std::unique_ptr<NodeAgent> agent_;
+  // Null without a Unix socket. After agent_: its watchers call the agent.
+  std::unique_ptr<RoundSlotServer> round_slots_;
   std::unique_ptr<RankService> rank_service_;
   std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<AdminService> admin_service_;

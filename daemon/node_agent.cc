@@ -100,6 +100,11 @@ absl::Status NodeAgent::FailureLocked() const {
   return absl::OkStatus();
 }
 
+absl::Status NodeAgent::CheckMember(const v1::MemberRef& member) const {
+  absl::MutexLock lock(&mu_);
+  return CheckMemberLocked(member);
+}
+
 absl::Status NodeAgent::CheckMemberLocked(const v1::MemberRef& member) const {
   if (auto s = CheckJobId(member.job_id(), spec_.job_id, "daemon"); !s.ok()) {
     return s;

@@ -69,6 +69,10 @@ class NodeAgent : public CoordinatorLink::Listener {
       const v1::GetDescriptorRequest& request);
   void AllGatherWords(const v1::AllGatherWordsRequest& request,
                       Reply<v1::AllGatherWordsResponse> reply);
+  // OK when `member` is a joined rank of this node with that incarnation
+  // and the job has not failed: the check every rank request passes.
+  absl::Status CheckMember(const v1::MemberRef& member) const;
+  uint32_t world_size() const { return spec_.world_size; }
   void KvSet(const v1::KvSetRequest& request, Reply<v1::KvSetResponse> reply);
   // `cancellation` (may be null) releases the wait when the rank cancels.
   void KvGet(const v1::KvGetRequest& request, Reply<v1::KvGetResponse> reply,

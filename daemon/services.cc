@@ -74,8 +74,9 @@ grpc::ServerUnaryReactor* HandleWait(absl::Status auth, T* response, Run run) {
 
 // ---------------------------------------------------------------- Rank
 
-RankService::RankService(NodeAgent* agent, const Authenticator* auth)
-    : agent_(agent), auth_(auth) {}
+RankService::RankService(NodeAgent* agent, const Authenticator* auth,
+                         RoundSlotServer* round_slots)
+    : agent_(agent), auth_(auth), round_slots_(round_slots) {}
 
 grpc::ServerUnaryReactor* RankService::Join(
     grpc::CallbackServerContext* context, const v1::JoinRequest* request,
@@ -102,6 +103,21 @@ grpc::ServerUnaryReactor* RankService::AllGatherWords(
   return Handle(context, auth_->AuthorizeRank(context), response,
                 [&](Reply<v1::AllGatherWordsResponse> reply) {
                   agent_->AllGatherWords(*request, std::move(reply));
+                });
+}
+
+grpc::ServerUnaryReactor* RankService::OpenRoundSlots(
+    grpc::CallbackServerContext* context,
+    const v1::OpenRoundSlotsRequest* request,
+    v1::OpenRoundSlotsResponse* response) {
+  return Handle(context, auth_->AuthorizeRank(context), response,
+                [&](Reply<v1::OpenRoundSlotsResponse> reply) {
+                  if (round_slots_ == nullptr || !FromUnixSocket(context)) {
+                    return reply(absl::FailedPreconditionError(
+                        "shared-memory round slots are offered on the "
+                        "daemon's Unix socket only; use AllGatherWords"));
+                  }
+                  reply(round_slots_->Open(*request));
                 });
 }
 

@@ -14,6 +14,7 @@
 
 #include "daemon/coordinator.h"
 #include "daemon/node_agent.h"
+#include "daemon/round_slot_server.h"
 #include "daemon/security.h"
 #include "rankd/v1/admin.grpc.pb.h"
 #include "rankd/v1/peer.grpc.pb.h"
@@ -23,8 +24,11 @@ namespace rankd {
 
 class RankService final : public v1::Rank::CallbackService {
  public:
-  // `agent` and `auth` must outlive the service.
-  RankService(NodeAgent* agent, const Authenticator* auth);
+  // `agent` and `auth` must outlive the service; so must `round_slots`,
+  // which is null when the daemon has no Unix socket (OpenRoundSlots then
+  // fails with FailedPrecondition and ranks use gRPC for their rounds).
+  RankService(NodeAgent* agent, const Authenticator* auth,
+              RoundSlotServer* round_slots);
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
                                  const v1::JoinRequest* request,
@@ -37,6 +41,10 @@ class RankService final : public v1::Rank::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::AllGatherWordsRequest* request,
       v1::AllGatherWordsResponse* response) override;
+  grpc::ServerUnaryReactor* OpenRoundSlots(
+      grpc::CallbackServerContext* context,
+      const v1::OpenRoundSlotsRequest* request,
+      v1::OpenRoundSlotsResponse* response) override;
   grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* context,
                                   const v1::KvSetRequest* request,
                                   v1::KvSetResponse* response) override;
@@ -59,6 +67,7 @@ class RankService final : public v1::Rank::CallbackService {
  private:
   NodeAgent* const agent_;
   const Authenticator* const auth_;
+  RoundSlotServer* const round_slots_;
 };
 
 class PeerService final : public v1::Peer::CallbackService {

@@ -1,6 +1,8 @@
 // Integration tests of the control plane: real rankd daemons (one process
 // per node) and real rank processes (tests/rank_worker) over Unix sockets
-// and loopback TCP.
+// and loopback TCP. Every scenario with all_gather_words rounds runs twice:
+// with the rounds on the daemon's shared-memory round slots (the default)
+// and on gRPC, and checks that each rank took the path it was told to.
 #include "tests/harness/cluster.h"
 
 #include <signal.h>
@@ -25,7 +27,37 @@
 namespace rankd::testing {
 namespace {
 
-TEST(ClusterTest, FourDaemonsEightRanksAgreeOnTopologyRoundsAndKeys) {
+// The parameter: whether ranks send their rounds through the round slots.
+class ClusterTest : public ::testing::TestWithParam<bool> {
+ protected:
+  // `args` plus the flag choosing the round path.
+  static std::vector<std::string> With(std::vector<std::string> args) {
+    args.push_back(
+        absl::StrCat("--shared_memory_rounds=", GetParam() ? "true" : "false"));
+    return args;
+  }
+  // Every worker reported the round path this run asked for.
+  static void ExpectRoundPath(std::vector<ChildProcess>& workers) {
+    for (size_t r = 0; r < workers.size(); ++r) {
+      std::vector<std::string> path =
+          LinesWithPrefix(workers[r].ReadLog(), "ROUND_PATH ");
+      ASSERT_EQ(path.size(), 1u) << "rank " << r << "\n" << Logs(workers);
+      if (GetParam()) {
+        EXPECT_EQ(path[0], "shared-memory") << "rank " << r;
+      } else {
+        EXPECT_EQ(path[0], "grpc (ClientOptions.shared_memory_rounds is off)")
+            << "rank " << r;
+      }
+    }
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(RoundPaths, ClusterTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "SharedMemory" : "Grpc";
+                         });
+
+TEST_P(ClusterTest, FourDaemonsEightRanksAgreeOnTopologyRoundsAndKeys) {
   ClusterOptions options;
   options.nnodes = 4;
   options.nproc_per_node = 2;
@@ -33,8 +65,8 @@ TEST(ClusterTest, FourDaemonsEightRanksAgreeOnTopologyRoundsAndKeys) {
   options.pipeline_parallel = 2;
   LocalCluster cluster(options);
   ASSERT_TRUE(cluster.Start().ok());
-  auto workers =
-      cluster.StartAllWorkers({"--rounds=60", "--words=5", "--kv_keys=6"});
+  auto workers = cluster.StartAllWorkers(
+      With({"--rounds=60", "--words=5", "--kv_keys=6"}));
   ASSERT_TRUE(workers.ok()) << workers.status();
   std::vector<int> statuses = WaitAll(*workers, absl::Seconds(120));
   for (size_t r = 0; r < statuses.size(); ++r) {
@@ -42,6 +74,7 @@ TEST(ClusterTest, FourDaemonsEightRanksAgreeOnTopologyRoundsAndKeys) {
                                         << Logs(*workers);
   }
 
+  ExpectRoundPath(*workers);
   ParallelTopology topology{2, 2, 1, 2};
   auto expected = DeriveGroups(topology, 8);
   ASSERT_TRUE(expected.ok());
@@ -114,29 +147,80 @@ TEST(ClusterTest, FourDaemonsEightRanksAgreeOnTopologyRoundsAndKeys) {
   }
 }
 
-TEST(ClusterTest, BoundedRoundsMatchBlockingRounds) {
+TEST_P(ClusterTest, BoundedRoundsMatchBlockingRounds) {
   ClusterOptions options;
   options.nnodes = 3;
   options.nproc_per_node = 2;
   LocalCluster cluster(options);
   ASSERT_TRUE(cluster.Start().ok());
   auto workers =
-      cluster.StartAllWorkers({"--rounds=25", "--words=3", "--bounded"});
+      cluster.StartAllWorkers(With({"--rounds=25", "--words=3", "--bounded"}));
   ASSERT_TRUE(workers.ok());
   std::vector<int> statuses = WaitAll(*workers, absl::Seconds(60));
   for (size_t r = 0; r < statuses.size(); ++r) {
     EXPECT_EQ(ExitCode(statuses[r]), 0) << Logs(*workers);
   }
+  ExpectRoundPath(*workers);
 }
 
-TEST(ClusterTest, FrameLengthMismatchFailsTheRoundOnEveryRankNamingTheRank) {
+// Frames longer than a slot holds go over gRPC, interleaved with slot
+// rounds, in order.
+TEST_P(ClusterTest, LongAndShortFramesInterleaveInOrder) {
+  ClusterOptions options;
+  options.nnodes = 2;
+  options.nproc_per_node = 2;
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  auto workers = cluster.StartAllWorkers(
+      With({"--rounds=40", "--words=4", "--long_frame_every=3"}));
+  ASSERT_TRUE(workers.ok());
+  std::vector<int> statuses = WaitAll(*workers, absl::Seconds(60));
+  for (size_t r = 0; r < statuses.size(); ++r) {
+    EXPECT_EQ(ExitCode(statuses[r]), 0) << Logs(*workers);
+    EXPECT_TRUE(absl::StrContains((*workers)[r].ReadLog(), "ROUNDS_OK n=40"));
+  }
+  ExpectRoundPath(*workers);
+}
+
+TEST_P(ClusterTest, AStalledRankIsNamedWhenTheRoundTimesOut) {
+  ClusterOptions options;
+  options.nnodes = 2;
+  options.nproc_per_node = 2;
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  std::vector<ChildProcess> workers;
+  for (uint32_t r = 0; r < 4; ++r) {
+    std::vector<std::string> args = {"--rounds=5", "--round_timeout_ms=800"};
+    if (r == 3) {
+      args.push_back("--stall_at_round=3");
+      args.push_back("--stall_ms=2500");
+    }
+    auto w = cluster.StartWorker(r / 2, r % 2, With(args));
+    ASSERT_TRUE(w.ok());
+    workers.push_back(*std::move(w));
+  }
+  std::vector<int> statuses = WaitAll(workers, absl::Seconds(30));
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(ExitCode(statuses[r]), 3) << Logs(workers);
+    std::string error = LastErrorLine(workers[r]);
+    EXPECT_TRUE(absl::StrContains(error, "code=DEADLINE_EXCEEDED")) << error;
+    EXPECT_TRUE(
+        absl::StrContains(error, "all_gather_words round 3 timed out after "))
+        << error;
+    EXPECT_TRUE(absl::StrContains(error, "waiting for rank 3 (node 1: 3)"))
+        << error;
+  }
+  ExpectRoundPath(workers);
+}
+
+TEST_P(ClusterTest, FrameLengthMismatchFailsTheRoundOnEveryRankNamingTheRank) {
   ClusterOptions options;
   options.nnodes = 3;
   options.nproc_per_node = 2;
   LocalCluster cluster(options);
   ASSERT_TRUE(cluster.Start().ok());
   auto workers = cluster.StartAllWorkers(
-      {"--rounds=3", "--words=4", "--words_for_rank=3:5"});
+      With({"--rounds=3", "--words=4", "--words_for_rank=3:5"}));
   ASSERT_TRUE(workers.ok());
   std::vector<int> statuses = WaitAll(*workers, absl::Seconds(60));
   for (size_t r = 0; r < statuses.size(); ++r) {
@@ -149,7 +233,7 @@ TEST(ClusterTest, FrameLengthMismatchFailsTheRoundOnEveryRankNamingTheRank) {
   }
 }
 
-TEST(ClusterTest, KilledRankFailsEveryOtherRankNamingIt) {
+TEST_P(ClusterTest, KilledRankFailsEveryOtherRankNamingIt) {
   ClusterOptions options;
   options.nnodes = 3;
   options.nproc_per_node = 3;
@@ -163,7 +247,7 @@ TEST(ClusterTest, KilledRankFailsEveryOtherRankNamingIt) {
       std::vector<std::string> args = {"--rounds=1000",
                                        "--round_timeout_ms=30000"};
       if (n * 3 + l == victim) args.push_back("--stall_at_round=5");
-      auto w = cluster.StartWorker(n, l, args);
+      auto w = cluster.StartWorker(n, l, With(args));
       ASSERT_TRUE(w.ok());
       workers.push_back(*std::move(w));
     }
@@ -200,7 +284,7 @@ TEST(ClusterTest, KilledRankFailsEveryOtherRankNamingIt) {
   }
 }
 
-TEST(ClusterTest, KilledDaemonFailsEveryOtherRankNamingTheNode) {
+TEST_P(ClusterTest, KilledDaemonFailsEveryOtherRankNamingTheNode) {
   ClusterOptions options;
   options.nnodes = 3;
   options.nproc_per_node = 2;
@@ -213,7 +297,7 @@ TEST(ClusterTest, KilledDaemonFailsEveryOtherRankNamingTheNode) {
       std::vector<std::string> args = {"--rounds=1000",
                                        "--round_timeout_ms=30000"};
       if (n == 0 && l == 0) args.push_back("--stall_at_round=4");
-      auto w = cluster.StartWorker(n, l, args);
+      auto w = cluster.StartWorker(n, l, With(args));
       ASSERT_TRUE(w.ok());
       workers.push_back(*std::move(w));
     }

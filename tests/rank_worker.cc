@@ -34,6 +34,9 @@ ABSL_FLAG(uint32_t, world_size, 0, "expected world size");
 ABSL_FLAG(int, join_wait_ms, 30000, "wait for the world at join");
 ABSL_FLAG(int, rounds, 0, "all_gather_words rounds to run");
 ABSL_FLAG(int, words, 4, "words per frame");
+ABSL_FLAG(int, long_frame_every, 0,
+          "every N-th round sends 300-word frames instead (longer than a "
+          "round slot holds, so they go over gRPC)");
 ABSL_FLAG(std::string, words_for_rank, "",
           "R:K makes rank R send K words instead (frame-length mismatch)");
 ABSL_FLAG(int, round_timeout_ms, 20000, "per-round deadline");
@@ -43,6 +46,9 @@ ABSL_FLAG(int, stall_ms, 30000, "longest stall");
 ABSL_FLAG(int, kv_keys, 0, "keys each rank sets and reads back from all");
 ABSL_FLAG(int, hold_ms, 0, "after the scenario, stay joined this long");
 ABSL_FLAG(bool, bounded, false, "use the bounded (submit/wait) round form");
+ABSL_FLAG(bool, shared_memory_rounds, true,
+          "send rounds through the daemon's round slots when it offers them "
+          "(ClientOptions.shared_memory_rounds)");
 ABSL_FLAG(std::vector<std::string>, kv_set, {},
           "KEY=VALUE pairs (comma-separated) to set after joining");
 ABSL_FLAG(std::string, token_file, "",
@@ -78,6 +84,7 @@ int main(int argc, char** argv) {
   absl::Time started = absl::Now();
   rankd::ClientOptions options;
   options.target = absl::GetFlag(FLAGS_target);
+  options.shared_memory_rounds = absl::GetFlag(FLAGS_shared_memory_rounds);
   if (std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
     std::ifstream in(path);
     std::stringstream token;
@@ -103,6 +110,7 @@ int main(int argc, char** argv) {
   print.always_print_primitive_fields = true;
   (void)google::protobuf::util::MessageToJsonString(*descriptor, &json, print);
   Print(absl::StrCat("DESCRIPTOR ", json));
+  Print(absl::StrCat("ROUND_PATH ", (*client)->round_path()));
 
   for (const std::string& pair : absl::GetFlag(FLAGS_kv_set)) {
     std::vector<std::string> kv = absl::StrSplit(pair, absl::MaxSplits('=', 1));
@@ -196,8 +204,10 @@ int main(int argc, char** argv) {
           "job failure");
       return 3;
     }
-    std::vector<uint32_t> frame(static_cast<int>(rank) == odd_rank ? odd_words
-                                                                   : words);
+    const int every = absl::GetFlag(FLAGS_long_frame_every);
+    const int round_words = every > 0 && round % every == 0 ? 300 : words;
+    std::vector<uint32_t> frame(
+        static_cast<int>(rank) == odd_rank ? odd_words : round_words);
     for (size_t j = 0; j < frame.size(); ++j) frame[j] = Word(rank, round, j);
     absl::Time round_start = absl::Now();
     absl::StatusOr<std::vector<uint32_t>> result;
@@ -209,13 +219,13 @@ int main(int argc, char** argv) {
       result = (*client)->AllGatherWords(frame, round_timeout);
     }
     if (!result.ok()) return Fail(result.status(), round_start);
-    if (result->size() != static_cast<size_t>(world) * words) {
+    if (result->size() != static_cast<size_t>(world) * round_words) {
       Print(absl::StrCat("MISMATCH round=", round, " size=", result->size()));
       return 4;
     }
     for (uint32_t r = 0; r < world; ++r) {
-      for (int j = 0; j < words; ++j) {
-        if ((*result)[r * words + j] != Word(r, round, j)) {
+      for (int j = 0; j < round_words; ++j) {
+        if ((*result)[r * round_words + j] != Word(r, round, j)) {
           Print(
               absl::StrCat("MISMATCH round=", round, " rank=", r, " word=", j));
           return 4;

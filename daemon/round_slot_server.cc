@@ -1,0 +1,211 @@
+// daemon/round_slot_server.cc: see round_slot_server.h.
+#include "daemon/round_slot_server.h"
+
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/round_slots.h"
+#include "daemon/log.h"
+
+namespace rankd {
+namespace {
+
+// How often a watcher checks that its rank is still a member.
+constexpr absl::Duration kMemberCheck = absl::Seconds(1);
+
+absl::StatusOr<std::string> RandomName() {
+  char bytes[16];
+  if (getrandom(bytes, sizeof(bytes), 0) != sizeof(bytes)) {
+    return absl::UnavailableError("cannot draw a random round-slots name");
+  }
+  return absl::StrCat(".rankd-rounds-",
+                      absl::BytesToHexString(absl::string_view(bytes, 16)));
+}
+
+}  // namespace
+
+// One rank's file and its watcher thread.
+class RoundSlotServer::Channel {
+ public:
+  Channel(NodeAgent* agent, v1::MemberRef member, std::string path,
+          std::shared_ptr<RoundSlots> slots)
+      : agent_(agent),
+        member_(std::move(member)),
+        path_(std::move(path)),
+        slots_(std::move(slots)) {}
+
+  void Start() {
+    thread_ = std::thread([this] { Run(); });
+  }
+
+  // Asks the watcher to end and wakes it (and the rank's waiters).
+  void Close() {
+    stop_.store(true);
+    slots_->Close();
+  }
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+    Unlink();
+  }
+  bool finished() const { return finished_.load(); }
+
+ private:
+  void Unlink() {
+    if (!unlinked_.exchange(true)) ::unlink(path_.c_str());
+  }
+
+  void Run() {
+    const absl::Time attach_by = absl::Now() + kAttachTimeout;
+    absl::Time next_check = absl::Now() + kMemberCheck;
+    uint64_t next = 0;  // the next request to take
+    std::string ended;
+    while (!stop_.load()) {
+      const uint32_t bell = slots_->RequestBell();
+      if (!unlinked_.load() &&
+          (slots_->attached() || absl::Now() >= attach_by)) {
+        Unlink();
+      }
+      const uint64_t posted = slots_->posted();
+      if (posted < next || posted - next > slots_->geometry().slots) {
+        ended = absl::StrCat("broke the protocol (posted ", posted,
+                             " requests after ", next, " were taken, with ",
+                             slots_->geometry().slots, " slots)");
+        break;
+      }
+      for (; next < posted; ++next) Dispatch(next);
+      if (absl::Now() >= next_check) {
+        if (absl::Status s = agent_->CheckMember(member_); !s.ok()) {
+          ended = absl::StrCat("is no longer a member (", s.message(), ")");
+          break;
+        }
+        next_check = absl::Now() + kMemberCheck;
+      }
+      absl::Time wake = next_check;
+      if (!unlinked_.load() && attach_by < wake) wake = attach_by;
+      slots_->WaitForRequests(bell, wake);
+    }
+    if (!ended.empty()) {
+      Log(absl::StrCat("rank ", member_.rank(), " ", ended,
+                       "; closing its round slots"));
+      slots_->Close();
+    }
+    Unlink();
+    finished_.store(true);
+  }
+
+  // Hands request `sequence` to the agent; the reply writes the answer.
+  void Dispatch(uint64_t sequence) {
+    absl::StatusOr<SlotRequest> taken = slots_->Take(sequence);
+    std::shared_ptr<RoundSlots> slots = slots_;
+    if (!taken.ok()) {
+      slots->Answer(sequence, 0, 0, {}, taken.status());
+      return;
+    }
+    v1::AllGatherWordsRequest request;
+    *request.mutable_member() = member_;
+    request.set_round(taken->round);
+    request.set_timeout_ms(taken->timeout_ms);
+    request.mutable_words()->Add(taken->words.begin(), taken->words.end());
+    const uint64_t round = taken->round;
+    agent_->AllGatherWords(
+        request, [slots, sequence,
+                  round](absl::StatusOr<v1::AllGatherWordsResponse> result) {
+          if (!result.ok()) {
+            slots->Answer(sequence, round, 0, {}, result.status());
+            return;
+          }
+          slots->Answer(sequence, result->round(), result->words_per_rank(),
+                        result->words(), absl::OkStatus());
+        });
+  }
+
+  NodeAgent* const agent_;
+  const v1::MemberRef member_;
+  const std::string path_;
+  // Shared with replies still to come; they may outlive the channel.
+  const std::shared_ptr<RoundSlots> slots_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> unlinked_{false};
+  std::atomic<bool> finished_{false};
+  std::thread thread_;
+};
+
+RoundSlotServer::RoundSlotServer(NodeAgent* agent, std::string folder,
+                                 mode_t mode)
+    : agent_(agent), folder_(std::move(folder)), mode_(mode) {}
+
+RoundSlotServer::~RoundSlotServer() { Stop(); }
+
+absl::StatusOr<v1::OpenRoundSlotsResponse> RoundSlotServer::Open(
+    const v1::OpenRoundSlotsRequest& request) {
+  if (absl::Status s = agent_->CheckMember(request.member()); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<std::string> name = RandomName();
+  if (!name.ok()) return name.status();
+  const std::string path = absl::StrCat(folder_, "/", *name);
+  const RoundSlotsGeometry geometry =
+      RoundSlotsGeometry::ForWorld(agent_->world_size());
+  absl::StatusOr<std::unique_ptr<RoundSlots>> slots =
+      RoundSlots::Create(path, mode_, geometry);
+  if (!slots.ok()) return slots.status();
+  auto channel = std::make_shared<Channel>(agent_, request.member(), path,
+                                           std::move(*slots));
+  std::vector<std::shared_ptr<Channel>> retired;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) {
+      channel->Join();  // unlinks; its thread never started
+      return absl::UnavailableError("the daemon is shutting down");
+    }
+    auto it = channels_.find(request.member().rank());
+    if (it != channels_.end()) retired.push_back(std::move(it->second));
+    for (auto i = channels_.begin(); i != channels_.end();) {
+      if (i->second != nullptr && i->second->finished()) {
+        retired.push_back(std::move(i->second));
+        i = channels_.erase(i);
+      } else {
+        ++i;
+      }
+    }
+    channels_[request.member().rank()] = channel;
+    channel->Start();
+  }
+  for (const auto& old : retired) {
+    old->Close();
+    old->Join();
+  }
+  v1::OpenRoundSlotsResponse response;
+  response.set_path(path);
+  response.set_slots(geometry.slots);
+  response.set_frame_words(geometry.frame_words);
+  response.set_result_words(geometry.result_words);
+  return response;
+}
+
+void RoundSlotServer::Stop() {
+  std::map<uint32_t, std::shared_ptr<Channel>> channels;
+  {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+    channels.swap(channels_);
+  }
+  for (auto& [rank, channel] : channels) channel->Close();
+  for (auto& [rank, channel] : channels) channel->Join();
+}
+
+size_t RoundSlotServer::open() const {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [rank, channel] : channels_) n += !channel->finished();
+  return n;
+}
+
+}  // namespace rankd

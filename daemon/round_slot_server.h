@@ -1,0 +1,84 @@
+// RoundSlotServer: the daemon's end of the local fast path for
+// all_gather_words (common/round_slots.h; docs/architecture.md, "Local
+// fast path").
+//
+// For each joined local rank that asks (Rank.OpenRoundSlots), it creates a
+// round-slots file in the Unix socket's folder and runs one watcher thread
+// that takes the rank's requests in order and hands each to
+// NodeAgent::AllGatherWords exactly as the Rank service hands a gRPC
+// request; the round's answer is written back into the rank's slot. A file
+// belongs to one member (rank and incarnation) and every request is made in
+// that member's name, so the agent's checks (joined, incarnation, round
+// order, frame length, deadline, job health) apply unchanged.
+//
+// Bounds: one file and one thread per local rank (opening again closes the
+// rank's previous file), so never more than the node's ranks. A file is
+// closed when its member stops being one (its watcher checks each second),
+// when the rank breaks the protocol (posts more than the slots hold, or
+// moves the count backwards), and at Stop. The file's name is random and
+// it is unlinked once the rank has mapped it (or after kAttachTimeout), so
+// no other process can map it later.
+//
+// Thread-safe. Depends on NodeAgent, common/round_slots and the protos.
+#ifndef RANKD_DAEMON_ROUND_SLOT_SERVER_H_
+#define RANKD_DAEMON_ROUND_SLOT_SERVER_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/node_agent.h"
+#include "rankd/v1/rank.pb.h"
+
+namespace rankd {
+
+class RoundSlotServer {
+ public:
+  // How long a new file waits in the folder for its rank to map it.
+  static constexpr absl::Duration kAttachTimeout = absl::Seconds(10);
+
+  // Files are made in `folder` with permission bits `mode` (those of the
+  // socket, so exactly who may call the daemon may map them). `agent` must
+  // outlive the server.
+  RoundSlotServer(NodeAgent* agent, std::string folder, mode_t mode);
+  // Stops.
+  ~RoundSlotServer();
+
+  RoundSlotServer(const RoundSlotServer&) = delete;
+  RoundSlotServer& operator=(const RoundSlotServer&) = delete;
+
+  // Makes `request.member()`'s file and starts its watcher. Errors: the
+  // agent's (not a joined member, stale incarnation, job failed), the
+  // file's (named), Unavailable after Stop.
+  absl::StatusOr<v1::OpenRoundSlotsResponse> Open(
+      const v1::OpenRoundSlotsRequest& request);
+
+  // Closes every file (waking its rank's waiters), joins every watcher and
+  // unlinks what is still linked. Later Opens fail. Idempotent.
+  void Stop();
+
+  // Files open now.
+  size_t open() const;
+
+ private:
+  class Channel;
+
+  NodeAgent* const agent_;
+  const std::string folder_;
+  const mode_t mode_;
+
+  mutable absl::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<uint32_t, std::shared_ptr<Channel>> channels_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace rankd
+
+#endif  // RANKD_DAEMON_ROUND_SLOT_SERVER_H_
