@@ -129,6 +129,10 @@ absl::Status CheckOptions(const ClientOptions& o, const Target& target) {
       o.keepalive_timeout == absl::InfiniteDuration()) {
     return bad("keepalive_time and keepalive_timeout must be finite and >= 0");
   }
+  if (o.round_spin.has_value() && (*o.round_spin < absl::ZeroDuration() ||
+                                   *o.round_spin > absl::Milliseconds(100))) {
+    return bad("round_spin must be between 0 and 100ms");
+  }
   for (char c : o.bearer_token) {
     if (c <= ' ' || c > '~') {
       return bad(

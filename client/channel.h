@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -86,6 +87,12 @@ struct ClientOptions {
   // (Client::round_path() says which path was taken). False keeps every
   // round on gRPC. Ignored for TCP targets.
   bool shared_memory_rounds = true;
+  // How long a thread waiting for a shared-memory round's answer polls
+  // (yielding the CPU) before it sleeps. Unset: 30 us when the process may
+  // run on at least as many CPUs as its node has ranks (each rank has a
+  // core, as on a GPU node), else zero (polling would take CPU from the
+  // ranks and daemon that finish the round). Must not be negative.
+  std::optional<absl::Duration> round_spin;
 };
 
 // A daemon address, parsed.

@@ -9,6 +9,7 @@
 
 #include "client/client.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -80,12 +81,25 @@ absl::Status FailureOf(const v1::JobEvent& event, absl::string_view job_id) {
       "): ", event.message().empty() ? "no cause given" : event.message()));
 }
 
+// ClientOptions::round_spin, resolved for a node of `local_ranks` ranks.
+absl::Duration RoundSpin(const ClientOptions& options, uint32_t local_ranks) {
+  if (options.round_spin.has_value()) return *options.round_spin;
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int usable = sched_getaffinity(0, sizeof(cpus), &cpus) == 0
+                         ? CPU_COUNT(&cpus)
+                         : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  return usable >= static_cast<int>(local_ranks) ? absl::Microseconds(30)
+                                                 : absl::ZeroDuration();
+}
+
 // Asks the daemon for this rank's round slots and maps them. Returns the
 // slots (null when rounds stay on gRPC) and the path rounds take, with the
 // reason when it is gRPC.
 std::pair<std::shared_ptr<RoundSlotClient>, std::string> OpenRoundSlots(
     const Connection& conn, v1::Rank::Stub& stub, const v1::MemberRef& member,
-    uint32_t world_size) {
+    const v1::SessionDescriptor& session) {
+  const uint32_t world_size = session.world_size();
   if (!conn.options().shared_memory_rounds) {
     return {nullptr, "grpc (ClientOptions.shared_memory_rounds is off)"};
   }
@@ -117,7 +131,9 @@ std::pair<std::shared_ptr<RoundSlotClient>, std::string> OpenRoundSlots(
                                   response.ShortDebugString(), ")")};
   }
   absl::StatusOr<std::unique_ptr<RoundSlotClient>> slots =
-      RoundSlotClient::Open(response.path(), geometry);
+      RoundSlotClient::Open(
+          response.path(), geometry,
+          RoundSpin(conn.options(), session.nproc_per_node()));
   if (!slots.ok()) {
     return {nullptr, absl::StrCat("grpc (", slots.status().message(), ")")};
   }
@@ -670,7 +686,7 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
     member.set_rank(response.session().rank());
     member.set_incarnation(core_->incarnation);
     slots = internal::OpenRoundSlots(*core_->conn, *core_->stub, member,
-                                     response.session().world_size());
+                                     response.session());
   }
   absl::MutexLock lock(&core_->mu);
   if (!error.ok()) {

@@ -133,8 +133,12 @@ TEST(ClientConnectTest, BadOptionsAreInvalidArgumentNamingTarget) {
   missing_ca.tls_ca_file = "/nonexistent/ca.pem";
   ClientOptions bad_target;
   bad_target.target = "host-without-port";
-  for (const ClientOptions& o : {zero, tls_on_unix, cert_without_key,
-                                 token_newline, missing_ca, bad_target}) {
+  ClientOptions negative_spin;
+  negative_spin.target = "unix:///tmp/x.sock";
+  negative_spin.round_spin = absl::Microseconds(-1);
+  for (const ClientOptions& o :
+       {zero, tls_on_unix, cert_without_key, token_newline, missing_ca,
+        bad_target, negative_spin}) {
     auto client = Client::Connect(o);
     ASSERT_FALSE(client.ok()) << o.target;
     EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument)

@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -292,8 +293,16 @@ uint32_t RoundSlots::AnswerBell() const {
   return Word<uint32_t>(base_, kAnswerBellAt).load();
 }
 
-void RoundSlots::WaitForAnswers(uint32_t seen, absl::Time deadline) const {
+void RoundSlots::WaitForAnswers(uint32_t seen, absl::Time deadline,
+                                absl::Duration spin) const {
   if (closed()) return;
+  // Yielding, not pausing: on a busy node the daemon thread that will ring
+  // the bell may need this CPU.
+  const absl::Time spin_until = std::min(deadline, absl::Now() + spin);
+  while (absl::Now() < spin_until) {
+    if (AnswerBell() != seen) return;
+    sched_yield();
+  }
   FutexWait(Address32(base_, kAnswerBellAt), seen, deadline);
 }
 

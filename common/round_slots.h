@@ -123,9 +123,13 @@ class RoundSlots {
   // The answer bell's value; pass it to WaitForAnswers after checking.
   uint32_t AnswerBell() const;
   // Blocks until the answer bell moves from `seen`, the file is closed, or
-  // `deadline` passes. Spurious returns are allowed; re-check and call
+  // `deadline` passes, first polling (and yielding the CPU) for up to
+  // `spin` before sleeping on the futex: waking a sleeping thread costs
+  // tens of microseconds, far more than a round among local ranks when
+  // each has a core. Spurious returns are allowed; re-check and call
   // again.
-  void WaitForAnswers(uint32_t seen, absl::Time deadline) const;
+  void WaitForAnswers(uint32_t seen, absl::Time deadline,
+                      absl::Duration spin = absl::ZeroDuration()) const;
   // Marks the rank's end as mapped (the daemon then unlinks the file).
   void Attach();
 

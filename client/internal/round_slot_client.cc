@@ -9,17 +9,18 @@ namespace rankd {
 namespace internal {
 
 absl::StatusOr<std::unique_ptr<RoundSlotClient>> RoundSlotClient::Open(
-    const std::string& path, RoundSlotsGeometry geometry) {
+    const std::string& path, RoundSlotsGeometry geometry, absl::Duration spin) {
   absl::StatusOr<std::unique_ptr<RoundSlots>> slots =
       RoundSlots::Open(path, geometry);
   if (!slots.ok()) return slots.status();
   (*slots)->Attach();
   return std::unique_ptr<RoundSlotClient>(
-      new RoundSlotClient(*std::move(slots)));
+      new RoundSlotClient(*std::move(slots), spin));
 }
 
-RoundSlotClient::RoundSlotClient(std::unique_ptr<RoundSlots> slots)
-    : slots_(std::move(slots)) {}
+RoundSlotClient::RoundSlotClient(std::unique_ptr<RoundSlots> slots,
+                                 absl::Duration spin)
+    : slots_(std::move(slots)), spin_(spin) {}
 
 RoundSlotClient::~RoundSlotClient() { slots_->Close(); }
 
@@ -80,7 +81,7 @@ void RoundSlotClient::Abandon(uint64_t sequence) {
 uint32_t RoundSlotClient::Bell() const { return slots_->AnswerBell(); }
 
 void RoundSlotClient::Wait(uint32_t seen, absl::Time deadline) const {
-  slots_->WaitForAnswers(seen, deadline);
+  slots_->WaitForAnswers(seen, deadline, spin_);
 }
 
 absl::Status RoundSlotClient::health() const {

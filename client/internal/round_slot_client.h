@@ -29,8 +29,10 @@ class RoundSlotClient {
  public:
   // Maps the daemon's file at `path` (of `geometry`) and attaches to it.
   // Errors name the path.
+  // Waiters poll for `spin` before sleeping (RoundSlots::WaitForAnswers).
   static absl::StatusOr<std::unique_ptr<RoundSlotClient>> Open(
-      const std::string& path, RoundSlotsGeometry geometry);
+      const std::string& path, RoundSlotsGeometry geometry,
+      absl::Duration spin);
   // Closes the file (the daemon's watcher ends) and unmaps it.
   ~RoundSlotClient();
 
@@ -67,9 +69,10 @@ class RoundSlotClient {
   void Break(const absl::Status& cause) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  explicit RoundSlotClient(std::unique_ptr<RoundSlots> slots);
+  RoundSlotClient(std::unique_ptr<RoundSlots> slots, absl::Duration spin);
 
   const std::unique_ptr<RoundSlots> slots_;
+  const absl::Duration spin_;
   mutable absl::Mutex mu_;
   uint64_t next_ ABSL_GUARDED_BY(mu_) = 0;  // the next sequence to post
   // Posted sequences whose answer nobody claimed yet: true while a claimer
