@@ -160,8 +160,10 @@ absl::Status Daemon::Init() {
     // the round-slots files next to it.
     round_slots_ = std::make_unique<RoundSlotServer>(
         agent_.get(),
-        std::filesystem::path(config_.socket_path).parent_path().string(),
-        0660);
+        std::filesystem::path(config_.socket_path).parent_path().string(), 0660,
+        [this](absl::StatusCode code, absl::Duration elapsed) {
+          if (metrics_ != nullptr) metrics_->ObserveRound(code, elapsed);
+        });
   }
   rank_service_ =
       std::make_unique<RankService>(agent_.get(), &*auth_, round_slots_.get());

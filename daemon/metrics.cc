@@ -150,6 +150,14 @@ class DaemonMetrics::Instruments {
 
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
+  void ObserveRound(absl::StatusCode code, absl::Duration elapsed) {
+    rounds_.Add({{"code", CodeName(code)}}).Increment();
+    if (code == absl::StatusCode::kOk) {
+      round_seconds_.Add({}, LatencyBuckets())
+          .Observe(absl::ToDoubleSeconds(elapsed));
+    }
+  }
+
   void ObserveRpc(absl::string_view method, absl::StatusCode code,
                   absl::Duration elapsed) {
     const std::string code_name = CodeName(code);
@@ -163,10 +171,7 @@ class DaemonMetrics::Instruments {
                 {"code", code_name}})
           .Increment();
       if (method == "AllGatherWords") {
-        rounds_.Add({{"code", code_name}}).Increment();
-        if (code == absl::StatusCode::kOk) {
-          round_seconds_.Add({}, LatencyBuckets()).Observe(seconds);
-        }
+        ObserveRound(code, elapsed);
         return;
       }
       static const auto* const kKvOps =
@@ -459,6 +464,11 @@ std::string DaemonMetrics::Render() const {
 void DaemonMetrics::ObserveRpc(absl::string_view method, absl::StatusCode code,
                                absl::Duration elapsed) {
   instruments_->ObserveRpc(method, code, elapsed);
+}
+
+void DaemonMetrics::ObserveRound(absl::StatusCode code,
+                                 absl::Duration elapsed) {
+  instruments_->ObserveRound(code, elapsed);
 }
 
 void DaemonMetrics::ObserveHeartbeatSent(absl::StatusCode code) {

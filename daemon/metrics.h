@@ -75,6 +75,9 @@ class DaemonMetrics {
   // gRPC method name ("/rankd.v1.Rank/AllGatherWords").
   void ObserveRpc(absl::string_view method, absl::StatusCode code,
                   absl::Duration elapsed);
+  // One all_gather_words round a local rank ran through its round slots
+  // (rounds over gRPC are counted by ObserveRpc).
+  void ObserveRound(absl::StatusCode code, absl::Duration elapsed);
   // One heartbeat this daemon sent to its coordinator, with its outcome.
   void ObserveHeartbeatSent(absl::StatusCode code);
   // One job event from the daemon's event log (each event once).

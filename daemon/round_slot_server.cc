@@ -34,9 +34,11 @@ absl::StatusOr<std::string> RandomName() {
 // One rank's file and its watcher thread.
 class RoundSlotServer::Channel {
  public:
-  Channel(NodeAgent* agent, v1::MemberRef member, std::string path,
+  Channel(NodeAgent* agent, std::shared_ptr<const RoundObserver> observe,
+          v1::MemberRef member, std::string path,
           std::shared_ptr<RoundSlots> slots)
       : agent_(agent),
+        observe_(std::move(observe)),
         member_(std::move(member)),
         path_(std::move(path)),
         slots_(std::move(slots)) {}
@@ -66,7 +68,9 @@ class RoundSlotServer::Channel {
     absl::Time next_check = absl::Now() + kMemberCheck;
     uint64_t next = 0;  // the next request to take
     std::string ended;
-    while (!stop_.load()) {
+    // Closed by Close() or by the rank itself (it detached): either way no
+    // request will come.
+    while (!stop_.load() && !slots_->closed()) {
       const uint32_t bell = slots_->RequestBell();
       if (!unlinked_.load() &&
           (slots_->attached() || absl::Now() >= attach_by)) {
@@ -115,18 +119,22 @@ class RoundSlotServer::Channel {
     request.mutable_words()->Add(taken->words.begin(), taken->words.end());
     const uint64_t round = taken->round;
     agent_->AllGatherWords(
-        request, [slots, sequence,
-                  round](absl::StatusOr<v1::AllGatherWordsResponse> result) {
+        request,
+        [slots, sequence, round, observe = observe_, taken_at = absl::Now()](
+            absl::StatusOr<v1::AllGatherWordsResponse> result) {
           if (!result.ok()) {
             slots->Answer(sequence, round, 0, {}, result.status());
-            return;
+          } else {
+            slots->Answer(sequence, result->round(), result->words_per_rank(),
+                          result->words(), absl::OkStatus());
           }
-          slots->Answer(sequence, result->round(), result->words_per_rank(),
-                        result->words(), absl::OkStatus());
+          if (*observe)
+            (*observe)(result.status().code(), absl::Now() - taken_at);
         });
   }
 
   NodeAgent* const agent_;
+  const std::shared_ptr<const RoundObserver> observe_;
   const v1::MemberRef member_;
   const std::string path_;
   // Shared with replies still to come; they may outlive the channel.
@@ -138,8 +146,11 @@ class RoundSlotServer::Channel {
 };
 
 RoundSlotServer::RoundSlotServer(NodeAgent* agent, std::string folder,
-                                 mode_t mode)
-    : agent_(agent), folder_(std::move(folder)), mode_(mode) {}
+                                 mode_t mode, RoundObserver observe)
+    : agent_(agent),
+      folder_(std::move(folder)),
+      mode_(mode),
+      observe_(std::make_shared<const RoundObserver>(std::move(observe))) {}
 
 RoundSlotServer::~RoundSlotServer() { Stop(); }
 
@@ -156,8 +167,8 @@ absl::StatusOr<v1::OpenRoundSlotsResponse> RoundSlotServer::Open(
   absl::StatusOr<std::unique_ptr<RoundSlots>> slots =
       RoundSlots::Create(path, mode_, geometry);
   if (!slots.ok()) return slots.status();
-  auto channel = std::make_shared<Channel>(agent_, request.member(), path,
-                                           std::move(*slots));
+  auto channel = std::make_shared<Channel>(agent_, observe_, request.member(),
+                                           path, std::move(*slots));
   std::vector<std::shared_ptr<Channel>> retired;
   {
     absl::MutexLock lock(&mu_);

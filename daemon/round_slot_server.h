@@ -26,6 +26,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -44,10 +45,16 @@ class RoundSlotServer {
   // How long a new file waits in the folder for its rank to map it.
   static constexpr absl::Duration kAttachTimeout = absl::Seconds(10);
 
+  // Told of every round answered through the slots (its status code and
+  // how long it took from the request being taken); for metrics.
+  using RoundObserver = std::function<void(absl::StatusCode, absl::Duration)>;
+
   // Files are made in `folder` with permission bits `mode` (those of the
   // socket, so exactly who may call the daemon may map them). `agent` must
-  // outlive the server.
-  RoundSlotServer(NodeAgent* agent, std::string folder, mode_t mode);
+  // outlive the server; `observe` (may be empty) must stay callable until
+  // the agent has answered every round (NodeAgent::Shutdown).
+  RoundSlotServer(NodeAgent* agent, std::string folder, mode_t mode,
+                  RoundObserver observe = nullptr);
   // Stops.
   ~RoundSlotServer();
 
@@ -73,6 +80,8 @@ class RoundSlotServer {
   NodeAgent* const agent_;
   const std::string folder_;
   const mode_t mode_;
+  // Shared with every pending round's reply.
+  const std::shared_ptr<const RoundObserver> observe_;
 
   mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
