@@ -144,6 +144,12 @@ def cpu_table(res, daemon_us):
     return "\n".join(lines)
 
 
+def layout_goals(layout):
+    """Issue 13's goal for a layout "NxM": (p50 ratio, p99 ratio or None)."""
+    return {"1x2": (0.1, 0.1), "2x1": (0.5, None), "1x8": (0.05, None),
+            "4x4": (0.05, None)}.get(layout, (0.25, None))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--dir", required=True)
@@ -158,8 +164,9 @@ def main():
                    help="of which the coordinator (the first daemon)")
     p.add_argument("--daemon_rounds", type=int, default=0,
                    help="rounds (warmup included) that CPU time covers")
-    p.add_argument("--goal", type=float, default=0.25,
-                   help="goal for the p50 ratio rankd/torch")
+    p.add_argument("--goal", type=float, default=None,
+                   help="goal for the p50 ratio rankd/torch (default: the "
+                   "layout's goal from issue 13, else 0.25)")
     a = p.parse_args()
 
     res = {s: stats(load(a.dir, s), a.world, a.rounds) for s in ("rankd", "torch")}
@@ -171,9 +178,18 @@ def main():
                       if a.daemon_rounds else 0.0)
     ratio50 = res["rankd"]["p50"] / res["torch"]["p50"]
     ratio99 = res["rankd"]["p99"] / res["torch"]["p99"]
-    goal_met = ratio50 <= a.goal
-    verdict = (f"goal (rankd p50 <= {a.goal:g} x torch p50): "
-               f"{'MET' if goal_met else 'NOT MET'} (ratio {ratio50:.2f})")
+    meta = dict(m.split("=", 1) for m in a.meta if "=" in m)
+    lm = re.match(r"(\d+) daemons x (\d+) ranks", meta.get("layout", ""))
+    goal50, goal99 = layout_goals(lm.group(1) + "x" + lm.group(2)
+                                  if lm else "")
+    if a.goal is not None:
+        goal50, goal99 = a.goal, None
+    goal_met = ratio50 <= goal50 and (goal99 is None or ratio99 <= goal99)
+    wanted = f"rankd p50 <= {goal50:g} x torch p50"
+    if goal99 is not None:
+        wanted += f", p99 <= {goal99:g} x torch p99"
+    verdict = (f"goal ({wanted}): {'MET' if goal_met else 'NOT MET'} "
+               f"(ratios {ratio50:.2f} p50, {ratio99:.2f} p99)")
 
     print(f"{'system':<36}{'p50 µs':>10}{'p99 µs':>10}")
     print(f"{'rankd all_gather_words':<36}{fmt(res['rankd']['p50']):>10}"
