@@ -39,6 +39,9 @@ namespace {
 // answer (which names the missing ranks) arrives before the client-side
 // deadline would cut it off with a bare DEADLINE_EXCEEDED.
 constexpr absl::Duration kRoundGrace = absl::Seconds(5);
+// How long a round that must go over gRPC waits for the daemon to take the
+// rank's earlier slot rounds (its watcher does so within microseconds).
+constexpr absl::Duration kTakePatience = absl::Seconds(5);
 
 uint64_t NewIncarnation() {
   std::random_device rd;
@@ -537,9 +540,24 @@ absl::StatusOr<std::shared_ptr<RoundCall>> SubmitRound(
   // Likewise a gRPC round must not overtake slot rounds the daemon has not
   // taken yet; its watcher takes them within microseconds.
   if (slots != nullptr) {
-    const absl::Time give_up = absl::Now() + answer_timeout;
-    while (!slots->AllTaken() && slots->health().ok() &&
-           absl::Now() < give_up) {
+    const absl::Duration patience = std::min(answer_timeout, kTakePatience);
+    const absl::Time give_up = absl::Now() + patience;
+    while (!slots->AllTaken()) {
+      absl::Status health = slots->health();
+      if (health.ok() && absl::Now() >= give_up) {
+        health = absl::UnavailableError(absl::StrCat(
+            "the daemon did not take this rank's earlier rounds from its "
+            "round slots within ",
+            absl::FormatDuration(patience)));
+      }
+      if (!health.ok()) {
+        // Sending the round anyway would reach the daemon before earlier
+        // ones; the numbering is lost either way.
+        absl::Status failed(health.code(), absl::StrCat(call->Context(), ": ",
+                                                        health.message()));
+        core->PoisonRounds(call->round(), failed);
+        return failed;
+      }
       absl::SleepFor(absl::Microseconds(50));
     }
   }

@@ -140,7 +140,12 @@ RoundSlotsGeometry RoundSlotsGeometry::ForWorld(uint32_t world_size) {
   RoundSlotsGeometry g;
   g.slots = kRoundSlots;
   g.frame_words = std::min(kRoundSlotFrameWords, MaxFrameWords(world_size));
-  g.result_words = g.frame_words * std::max<uint32_t>(world_size, 1);
+  const uint32_t world = std::max<uint32_t>(world_size, 1);
+  g.result_words = g.frame_words * world;
+  while (g.frame_words > 1 && g.FileBytes() > kMaxRoundSlotsFileBytes) {
+    g.frame_words /= 2;
+    g.result_words = g.frame_words * world;
+  }
   return g;
 }
 
@@ -174,6 +179,9 @@ absl::StatusOr<std::unique_ptr<RoundSlots>> RoundSlots::Create(
   if (::fchmod(fd, mode & 0666) != 0 ||
       ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     error = errno;
+  } else if (int e = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+             e != 0) {
+    error = e;
   } else {
     base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) error = errno;
@@ -328,8 +336,6 @@ absl::StatusOr<SlotRequest> RoundSlots::Take(uint64_t sequence) {
   request.round = Load<uint64_t>(slot + kRequestRoundAt);
   request.timeout_ms = Load<uint32_t>(slot + kRequestTimeoutAt);
   const uint32_t n = Load<uint32_t>(slot + kRequestWordsAt);
-  Word<uint64_t>(base_, kConsumedAt)
-      .store(sequence + 1, std::memory_order_release);
   if (n > geometry_.frame_words) {
     return absl::InvalidArgumentError(absl::StrCat(
         "round slot ", sequence % geometry_.slots, " holds a ", n,
@@ -340,6 +346,11 @@ absl::StatusOr<SlotRequest> RoundSlots::Take(uint64_t sequence) {
     std::memcpy(request.words.data(), slot + kRequestDataAt, size_t{4} * n);
   }
   return request;
+}
+
+void RoundSlots::MarkTaken(uint64_t sequence) {
+  Word<uint64_t>(base_, kConsumedAt)
+      .store(sequence + 1, std::memory_order_release);
 }
 
 void RoundSlots::Answer(uint64_t sequence, uint64_t round,

@@ -45,6 +45,9 @@ namespace rankd {
 
 // Requests a rank may have outstanding in its file.
 inline constexpr uint32_t kRoundSlots = 8;
+// Largest file the daemon makes for one rank: frames are shortened for
+// large worlds so that the results fit (32 words per rank at 4096 ranks).
+inline constexpr size_t kMaxRoundSlotsFileBytes = size_t{4} << 20;
 // Largest frame (words) a slot carries; longer frames go over gRPC.
 inline constexpr uint32_t kRoundSlotFrameWords = 256;
 // Longest error message an answer carries; longer ones are cut, marked
@@ -59,7 +62,8 @@ struct RoundSlotsGeometry {
 
   // The geometry a daemon offers a job of `world_size` ranks (>= 1):
   // kRoundSlots slots of min(kRoundSlotFrameWords, MaxFrameWords) words per
-  // frame, and results of that many words per rank.
+  // frame, fewer where needed to keep the file within
+  // kMaxRoundSlotsFileBytes, and results of that many words per rank.
   static RoundSlotsGeometry ForWorld(uint32_t world_size);
 
   size_t SlotBytes() const;
@@ -92,7 +96,8 @@ struct SlotAnswer {
 class RoundSlots {
  public:
   // Daemon: creates `path` (which must not exist) with permission bits
-  // `mode`, sized and headed for `geometry`. Errors name the path
+  // `mode`, sized, allocated (so a full tmpfs is an error here, not a
+  // fault later) and headed for `geometry`. Errors name the path
   // (AlreadyExists, PermissionDenied, ResourceExhausted for no space, ...).
   static absl::StatusOr<std::unique_ptr<RoundSlots>> Create(
       const std::string& path, mode_t mode, RoundSlotsGeometry geometry);
@@ -139,9 +144,13 @@ class RoundSlots {
   uint64_t posted() const;
   // Requests the daemon has taken so far.
   uint64_t consumed() const;
-  // Copies request `sequence` (== consumed()) out and advances consumed().
-  // InvalidArgument when its frame is longer than the slot holds.
+  // Copies request `sequence` out. InvalidArgument when its frame is longer
+  // than the slot holds.
   absl::StatusOr<SlotRequest> Take(uint64_t sequence);
+  // Publishes consumed() = sequence + 1: request `sequence` and every one
+  // before it reached the daemon's round bookkeeping, so a round the rank
+  // sends another way cannot overtake them. Call after handing it on.
+  void MarkTaken(uint64_t sequence);
   // Writes answer `sequence`: `result` is the rank-major result (at most
   // geometry().result_words words) or the round's error. Wakes the rank.
   void Answer(uint64_t sequence, uint64_t round, uint32_t words_per_rank,

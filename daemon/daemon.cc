@@ -157,13 +157,24 @@ absl::Status Daemon::Init() {
 
   if (!config_.socket_path.empty()) {
     // The socket is made owner-and-group only (the umask below); so are
-    // the round-slots files next to it.
-    round_slots_ = std::make_unique<RoundSlotServer>(
-        agent_.get(),
-        std::filesystem::path(config_.socket_path).parent_path().string(), 0660,
-        [this](absl::StatusCode code, absl::Duration elapsed) {
-          if (metrics_ != nullptr) metrics_->ObserveRound(code, elapsed);
-        });
+    // the round-slots files, in a folder next to it that the group may
+    // enter but not list: a file's name is known only to whoever opened it.
+    const std::string folder = absl::StrCat(
+        std::filesystem::path(config_.socket_path).parent_path().string(),
+        "/.rankd-rounds");
+    struct stat st;
+    if ((::mkdir(folder.c_str(), 0710) != 0 && errno != EEXIST) ||
+        ::lstat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+        ::chmod(folder.c_str(), 0710) != 0) {
+      Log(absl::StrCat("cannot prepare ", folder, " (", strerror(errno),
+                       "); ranks' rounds stay on gRPC"));
+    } else {
+      round_slots_ = std::make_unique<RoundSlotServer>(
+          agent_.get(), folder, 0660,
+          [this](absl::StatusCode code, absl::Duration elapsed) {
+            if (metrics_ != nullptr) metrics_->ObserveRound(code, elapsed);
+          });
+    }
   }
   rank_service_ =
       std::make_unique<RankService>(agent_.get(), &*auth_, round_slots_.get());

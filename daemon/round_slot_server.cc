@@ -19,6 +19,10 @@ namespace {
 
 // How often a watcher checks that its rank is still a member.
 constexpr absl::Duration kMemberCheck = absl::Seconds(1);
+// Rings of the request bell in a row that bring no request: a rank's end
+// rings only when it posts (or attaches), so this many is a rank keeping
+// its watcher busy on purpose.
+constexpr int kMaxEmptyRings = 1000;
 
 absl::StatusOr<std::string> RandomName() {
   char bytes[16];
@@ -67,6 +71,7 @@ class RoundSlotServer::Channel {
     const absl::Time attach_by = absl::Now() + kAttachTimeout;
     absl::Time next_check = absl::Now() + kMemberCheck;
     uint64_t next = 0;  // the next request to take
+    int empty_rings = 0;
     std::string ended;
     // Closed by Close() or by the rank itself (it detached): either way no
     // request will come.
@@ -83,13 +88,24 @@ class RoundSlotServer::Channel {
                              slots_->geometry().slots, " slots)");
         break;
       }
-      for (; next < posted; ++next) Dispatch(next);
+      empty_rings = posted > next ? 0 : empty_rings + 1;
+      if (empty_rings > kMaxEmptyRings) {
+        ended = absl::StrCat("broke the protocol (rang ", kMaxEmptyRings,
+                             " times without posting)");
+        break;
+      }
+      if (!DispatchUpTo(posted, next, ended)) break;
       if (absl::Now() >= next_check) {
         if (absl::Status s = agent_->CheckMember(member_); !s.ok()) {
+          // What the rank posted meanwhile gets the agent's own answer
+          // (the job's failure, "left", ...) rather than "closed".
+          std::string ignored;
+          DispatchUpTo(slots_->posted(), next, ignored);
           ended = absl::StrCat("is no longer a member (", s.message(), ")");
           break;
         }
         next_check = absl::Now() + kMemberCheck;
+        empty_rings = 0;  // the 1 s wake-ups ring nothing either
       }
       absl::Time wake = next_check;
       if (!unlinked_.load() && attach_by < wake) wake = attach_by;
@@ -104,12 +120,37 @@ class RoundSlotServer::Channel {
     finished_.store(true);
   }
 
+  // Dispatches requests [next, posted), advancing `next`. False, with
+  // `violation` set, when one reuses a slot whose previous request is not
+  // answered yet: the rank reads an answer before it reuses its slot, so
+  // one that posts sooner would make the daemon hold more rounds than it
+  // has slots.
+  bool DispatchUpTo(uint64_t posted, uint64_t& next, std::string& violation) {
+    const uint32_t slots = slots_->geometry().slots;
+    if (posted < next || posted - next > slots) posted = next;  // checked
+    for (; next < posted; ++next) {
+      if (next >= slots &&
+          ledger_->answered[next % slots].load() != next - slots + 1) {
+        violation = absl::StrCat("broke the protocol (posted request ", next,
+                                 " before request ", next - slots,
+                                 " of the same slot was answered)");
+        return false;
+      }
+      Dispatch(next);
+    }
+    return true;
+  }
+
   // Hands request `sequence` to the agent; the reply writes the answer.
+  // The request counts as taken only once the agent has it.
   void Dispatch(uint64_t sequence) {
     absl::StatusOr<SlotRequest> taken = slots_->Take(sequence);
     std::shared_ptr<RoundSlots> slots = slots_;
+    std::shared_ptr<Ledger> ledger = ledger_;
     if (!taken.ok()) {
+      ledger->Answered(sequence);
       slots->Answer(sequence, 0, 0, {}, taken.status());
+      slots->MarkTaken(sequence);
       return;
     }
     v1::AllGatherWordsRequest request;
@@ -119,9 +160,10 @@ class RoundSlotServer::Channel {
     request.mutable_words()->Add(taken->words.begin(), taken->words.end());
     const uint64_t round = taken->round;
     agent_->AllGatherWords(
-        request,
-        [slots, sequence, round, observe = observe_, taken_at = absl::Now()](
-            absl::StatusOr<v1::AllGatherWordsResponse> result) {
+        request, [slots, ledger, sequence, round, observe = observe_,
+                  taken_at = absl::Now()](
+                     absl::StatusOr<v1::AllGatherWordsResponse> result) {
+          ledger->Answered(sequence);
           if (!result.ok()) {
             slots->Answer(sequence, round, 0, {}, result.status());
           } else {
@@ -131,7 +173,21 @@ class RoundSlotServer::Channel {
           if (*observe)
             (*observe)(result.status().code(), absl::Now() - taken_at);
         });
+    slots_->MarkTaken(sequence);
   }
+
+  // Which request each slot last answered, kept by the daemon (the file's
+  // copy is the rank's to spoil). Shared with pending replies.
+  struct Ledger {
+    explicit Ledger(uint32_t slots)
+        : answered(std::make_unique<std::atomic<uint64_t>[]>(slots)),
+          slots(slots) {}
+    void Answered(uint64_t sequence) {
+      answered[sequence % slots].store(sequence + 1);
+    }
+    std::unique_ptr<std::atomic<uint64_t>[]> answered;
+    const uint32_t slots;
+  };
 
   NodeAgent* const agent_;
   const std::shared_ptr<const RoundObserver> observe_;
@@ -139,6 +195,8 @@ class RoundSlotServer::Channel {
   const std::string path_;
   // Shared with replies still to come; they may outlive the channel.
   const std::shared_ptr<RoundSlots> slots_;
+  const std::shared_ptr<Ledger> ledger_ =
+      std::make_shared<Ledger>(slots_->geometry().slots);
   std::atomic<bool> stop_{false};
   std::atomic<bool> unlinked_{false};
   std::atomic<bool> finished_{false};

@@ -12,12 +12,15 @@
 // order, frame length, deadline, job health) apply unchanged.
 //
 // Bounds: one file and one thread per local rank (opening again closes the
-// rank's previous file), so never more than the node's ranks. A file is
-// closed when its member stops being one (its watcher checks each second),
-// when the rank breaks the protocol (posts more than the slots hold, or
-// moves the count backwards), and at Stop. The file's name is random and
-// it is unlinked once the rank has mapped it (or after kAttachTimeout), so
-// no other process can map it later.
+// rank's previous file), so never more than the node's ranks, and at most
+// `slots` rounds held per rank. A file is closed when its member stops
+// being one (its watcher checks each second), when the rank breaks the
+// protocol (posts more than the slots hold, reuses a slot before its
+// answer, moves the count backwards, rings without posting), and at Stop.
+// The file's name is random, in a folder the group cannot list, and it is
+// unlinked once the rank has mapped it (or after kAttachTimeout), so no
+// other process can map it later. Not guarded: a rank that truncates the
+// file it mapped makes the daemon fault (see docs/architecture.md).
 //
 // Thread-safe. Depends on NodeAgent, common/round_slots and the protos.
 #ifndef RANKD_DAEMON_ROUND_SLOT_SERVER_H_

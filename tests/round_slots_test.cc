@@ -183,14 +183,19 @@ TEST_F(RoundSlotsTest, OnlyAJoinedMemberOnTheUnixSocketMayOpenSlots) {
   ExpectStillServing();
 }
 
-TEST_F(RoundSlotsTest, TheFileIsOwnerAndGroupOnlyAndUnlinkedOnceMapped) {
+TEST_F(RoundSlotsTest,
+       TheFileIsUnlistedOwnerAndGroupOnlyAndUnlinkedOnceMapped) {
   v1::MemberRef member = MustJoin(0, 0x7101);
   std::string path;
   std::unique_ptr<RoundSlots> slots = MapSlots(member, /*attach=*/false, &path);
   ASSERT_NE(slots, nullptr);
-  EXPECT_EQ(std::filesystem::path(path).parent_path(),
-            std::filesystem::path(cluster_->socket_path(0)).parent_path());
+  const std::filesystem::path folder =
+      std::filesystem::path(cluster_->socket_path(0)).parent_path() /
+      ".rankd-rounds";
+  EXPECT_EQ(std::filesystem::path(path).parent_path(), folder);
   struct stat st;
+  ASSERT_EQ(stat(folder.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0710u);  // the group may enter, not list
   ASSERT_EQ(stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0660u);
   slots->Attach();
@@ -289,6 +294,24 @@ TEST_F(RoundSlotsTest, AScribblingRankIsCutOffAndTheDaemonKeepsServing) {
   std::unique_ptr<RoundSlots> again = MapSlots(member);
   ASSERT_NE(again, nullptr);
   EXPECT_FALSE(again->closed());
+}
+
+TEST_F(RoundSlotsTest, ARankThatReusesASlotBeforeItsAnswerIsCutOff) {
+  v1::MemberRef member = MustJoin(0, 0x7351);
+  std::unique_ptr<RoundSlots> slots = MapSlots(member);
+  ASSERT_NE(slots, nullptr);
+  const uint32_t n = slots->geometry().slots;
+  // Rank 1 never comes: rounds 1..n stay open, every slot unanswered.
+  for (uint64_t s = 0; s < n; ++s) slots->Post(s, s + 1, 60000, {1});
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(slots->closed());
+  // One more would make the daemon hold more rounds than the rank has
+  // slots.
+  slots->Post(n, n + 1, 60000, {1});
+  EXPECT_TRUE(EventuallyClosed(*slots));
+  EXPECT_THAT(cluster_->daemon(0).ReadLog(),
+              HasSubstr("before request 0 of the same slot was answered"));
+  ExpectStillServing();
 }
 
 TEST_F(RoundSlotsTest, OpeningAgainClosesTheRanksPreviousFile) {
