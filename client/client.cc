@@ -364,6 +364,12 @@ class RoundCall {
     WaitDone();
   }
 
+  // `status` with this round's context in front of its message.
+  absl::Status InContext(const absl::Status& status) const {
+    return absl::Status(status.code(),
+                        absl::StrCat(Context(), ": ", status.message()));
+  }
+
   std::string Context() const {
     return absl::StrCat(core_->conn->Context("AllGatherWords"), " round ",
                         round_);
@@ -407,21 +413,16 @@ class RoundCall {
           if (absl::Status health = slots_->health(); !health.ok()) {
             answer = slots_->Claim(sequence_);  // it may just have come
             if (!answer.has_value()) {
-              FinishLocked(absl::Status(
-                  health.code(),
-                  absl::StrCat(Context(), ": ", health.message())));
+              FinishLocked(InContext(health));
               return true;
             }
           }
         }
         if (answer.has_value()) {
-          FinishLocked(
-              answer->status.ok()
-                  ? CheckResult(answer->round, answer->words_per_rank,
-                                std::move(answer->words))
-                  : absl::Status(answer->status.code(),
-                                 absl::StrCat(Context(), ": ",
-                                              answer->status.message())));
+          FinishLocked(answer->status.ok()
+                           ? CheckResult(answer->round, answer->words_per_rank,
+                                         std::move(answer->words))
+                           : InContext(answer->status));
           return true;
         }
         if (absl::Now() >= answer_deadline_) {
@@ -553,8 +554,7 @@ absl::StatusOr<std::shared_ptr<RoundCall>> SubmitRound(
       if (!health.ok()) {
         // Sending the round anyway would reach the daemon before earlier
         // ones; the numbering is lost either way.
-        absl::Status failed(health.code(), absl::StrCat(call->Context(), ": ",
-                                                        health.message()));
+        absl::Status failed = call->InContext(health);
         core->PoisonRounds(call->round(), failed);
         return failed;
       }

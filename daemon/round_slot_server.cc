@@ -82,12 +82,6 @@ class RoundSlotServer::Channel {
         Unlink();
       }
       const uint64_t posted = slots_->posted();
-      if (posted < next || posted - next > slots_->geometry().slots) {
-        ended = absl::StrCat("broke the protocol (posted ", posted,
-                             " requests after ", next, " were taken, with ",
-                             slots_->geometry().slots, " slots)");
-        break;
-      }
       empty_rings = posted > next ? 0 : empty_rings + 1;
       if (empty_rings > kMaxEmptyRings) {
         ended = absl::StrCat("broke the protocol (rang ", kMaxEmptyRings,
@@ -121,13 +115,19 @@ class RoundSlotServer::Channel {
   }
 
   // Dispatches requests [next, posted), advancing `next`. False, with
-  // `violation` set, when one reuses a slot whose previous request is not
+  // `violation` set, when the rank's count moved backwards or past the
+  // slots, or a request reuses a slot whose previous request is not
   // answered yet: the rank reads an answer before it reuses its slot, so
   // one that posts sooner would make the daemon hold more rounds than it
   // has slots.
   bool DispatchUpTo(uint64_t posted, uint64_t& next, std::string& violation) {
     const uint32_t slots = slots_->geometry().slots;
-    if (posted < next || posted - next > slots) posted = next;  // checked
+    if (posted < next || posted - next > slots) {
+      violation = absl::StrCat("broke the protocol (posted ", posted,
+                               " requests after ", next, " were taken, with ",
+                               slots, " slots)");
+      return false;
+    }
     for (; next < posted; ++next) {
       if (next >= slots &&
           ledger_->answered[next % slots].load() != next - slots + 1) {
