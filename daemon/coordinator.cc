@@ -451,6 +451,7 @@ absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
   if (auto s = CheckReason(request.reason()); !s.ok()) return s;
   bool failed = false;
   bool left_now = false;
+  absl::Status job_failure;  // the job's, when it failed before this leave
   {
     absl::MutexLock lock(&mu_);
     if (auto s = CheckNodeLocked(request.node()); !s.ok()) return s;
@@ -472,6 +473,7 @@ absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
       m.state = v1::MEMBER_STATE_LEFT;
       ++left_;
       left_now = true;
+      job_failure = JobFailedLocked();
       events_.Append(v1::EVENT_KIND_MEMBER_LEFT, m.node_index, {rank},
                      absl::StrCat("rank ", rank, " left"));
       if (left_ == spec_.world_size && state_ != v1::JOB_STATE_FAILED) {
@@ -491,10 +493,15 @@ absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
   }
   if (failed) ReleaseAfterFailure();
   if (left_now) {
-    // Rounds need every rank; once one left, none can complete.
-    rounds_.Fail(absl::FailedPreconditionError(
-        absl::StrCat("rank ", request.rank(),
-                     " left the job; all_gather_words needs every rank")));
+    // Rounds need every rank; once one left, none can complete. A rank
+    // that leaves because the job failed must not have its leave reported
+    // as the rounds' cause when it wins the race with the failure's own
+    // release of the rounds (ReleaseAfterFailure).
+    rounds_.Fail(job_failure.ok()
+                     ? absl::FailedPreconditionError(absl::StrCat(
+                           "rank ", request.rank(),
+                           " left the job; all_gather_words needs every rank"))
+                     : job_failure);
   }
   return v1::ReleaseRankResponse();
 }
