@@ -508,6 +508,15 @@ absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
 
 void Coordinator::ContributeWords(const v1::ContributeWordsRequest& request,
                                   Reply<v1::AllGatherWordsResponse> reply) {
+  ContributeWordsShared(
+      request, [reply = std::move(reply)](
+                   std::shared_ptr<const WordRounds::Outcome> outcome) {
+        reply(outcome->result());
+      });
+}
+
+void Coordinator::ContributeWordsShared(
+    const v1::ContributeWordsRequest& request, WordRounds::SharedDone done) {
   // What the request carries is checked before whom it claims to be.
   absl::Status status = CheckTimeoutMs(request.timeout_ms(), "timeout_ms");
   if (status.ok() && request.frames_size() == 0) {
@@ -535,11 +544,15 @@ void Coordinator::ContributeWords(const v1::ContributeWordsRequest& request,
       }
     }
   }
-  if (!status.ok()) return reply(status);
-  rounds_.Contribute(request.round(),
-                     std::vector<v1::RankFrame>(request.frames().begin(),
-                                                request.frames().end()),
-                     DeadlineAfterMs(request.timeout_ms()), std::move(reply));
+  if (!status.ok()) {
+    return done(
+        std::make_shared<const WordRounds::Outcome>(request.round(), status));
+  }
+  rounds_.ContributeShared(request.round(),
+                           std::vector<v1::RankFrame>(request.frames().begin(),
+                                                      request.frames().end()),
+                           DeadlineAfterMs(request.timeout_ms()),
+                           std::move(done));
 }
 
 absl::StatusOr<v1::KvSetResponse> Coordinator::KvSet(

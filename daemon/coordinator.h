@@ -83,6 +83,10 @@ class Coordinator {
       const v1::ReleaseRankRequest& request);
   void ContributeWords(const v1::ContributeWordsRequest& request,
                        Reply<v1::AllGatherWordsResponse> reply);
+  // The same, answering with the round's outcome shared by every node of the
+  // round (the Rounds stream encodes it once for all of them).
+  void ContributeWordsShared(const v1::ContributeWordsRequest& request,
+                             WordRounds::SharedDone done);
   // KvSet and KvAdd count a new key against the calling rank; errors as for
   // KvStore::Set (ResourceExhausted naming the limit reached).
   absl::StatusOr<v1::KvSetResponse> KvSet(const v1::KvSetRequest& request);

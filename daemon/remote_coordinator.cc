@@ -1,6 +1,7 @@
 #include "daemon/remote_coordinator.h"
 
 #include <algorithm>
+#include <deque>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -63,6 +64,148 @@ class RemoteCoordinatorLink::EventStream
   v1::SubscribeRequest request_;
   v1::JobEvent event_;
   absl::Notification done_;
+};
+
+// The node's Peer.Rounds stream: contributions go out one write at a
+// time, in order; each outcome is matched to its contribution by tag.
+// Owned by the link; the link cancels it and waits for OnDone before
+// destroying it.
+class RemoteCoordinatorLink::RoundStream
+    : public grpc::ClientBidiReactor<v1::ContributeWordsRequest,
+                                     v1::RoundOutcome> {
+ public:
+  RoundStream(RemoteCoordinatorLink* link, v1::Peer::Stub* stub) : link_(link) {
+    AttachBearerToken(&context_, link->bearer_token_);
+    stub->async()->Rounds(&context_, this);
+    StartRead(&incoming_);
+    StartCall();
+  }
+
+  // Sends `request`; `reply` runs once with its outcome, or fails at
+  // `deadline`. False (and `reply` untouched) once the stream has ended.
+  bool Send(v1::ContributeWordsRequest request,
+            Reply<v1::AllGatherWordsResponse>& reply, absl::Time deadline) {
+    absl::MutexLock lock(&mu_);
+    if (ended_) return false;
+    const uint64_t tag = next_tag_++;
+    request.set_tag(tag);
+    pending_[tag] = Pending{request.round(), deadline, std::move(reply)};
+    outgoing_.push_back(std::move(request));
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&outgoing_.front());
+    }
+    return true;
+  }
+
+  // Fails the rounds the coordinator left unanswered past their deadline.
+  void ExpireOverdue(absl::Time now) {
+    std::vector<Pending> overdue;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        if (it->second.deadline > now) {
+          ++it;
+          continue;
+        }
+        overdue.push_back(std::move(it->second));
+        it = pending_.erase(it);
+      }
+    }
+    for (Pending& p : overdue) {
+      p.reply(absl::DeadlineExceededError(
+          absl::StrCat("coordinator at ", link_->address_,
+                       " did not answer all_gather_words round ", p.round,
+                       " within its timeout")));
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    outgoing_.pop_front();
+    if (ok && !outgoing_.empty()) {
+      StartWrite(&outgoing_.front());
+      return;
+    }
+    // A failed write means the call is over: OnDone fails what waits.
+    writing_ = false;
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows
+    Reply<v1::AllGatherWordsResponse> reply;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = pending_.find(incoming_.tag());
+      if (it != pending_.end()) {
+        reply = std::move(it->second.reply);
+        pending_.erase(it);
+      }
+    }
+    // An unknown tag is a round this side gave up on (ExpireOverdue).
+    if (reply) {
+      if (incoming_.code() == 0) {
+        reply(std::move(*incoming_.mutable_result()));
+      } else {
+        reply(absl::Status(static_cast<absl::StatusCode>(incoming_.code()),
+                           incoming_.message()));
+      }
+    }
+    incoming_.Clear();
+    StartRead(&incoming_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    std::map<uint64_t, Pending> abandoned;
+    {
+      absl::MutexLock lock(&mu_);
+      ended_ = true;
+      abandoned.swap(pending_);
+    }
+    absl::Status why;
+    if (cancelled_.HasBeenNotified()) {
+      why = absl::CancelledError("daemon is shutting down");
+    } else {
+      // UNAVAILABLE unless the coordinator said why it ended the stream.
+      const bool told = !status.ok() &&
+                        status.error_code() != grpc::StatusCode::CANCELLED &&
+                        status.error_code() != grpc::StatusCode::UNKNOWN;
+      why = absl::Status(
+          told ? static_cast<absl::StatusCode>(status.error_code())
+               : absl::StatusCode::kUnavailable,
+          absl::StrCat(
+              "round stream to coordinator at ", link_->address_, " ended: ",
+              status.error_message().empty() ? "connection closed"
+                                             : status.error_message()));
+    }
+    for (auto& [tag, p] : abandoned) p.reply(why);
+    done_.Notify();
+  }
+
+  void CancelAndWait() {
+    cancelled_.Notify();
+    context_.TryCancel();
+    done_.WaitForNotification();
+  }
+
+ private:
+  struct Pending {
+    uint64_t round = 0;
+    absl::Time deadline;
+    Reply<v1::AllGatherWordsResponse> reply;
+  };
+
+  RemoteCoordinatorLink* const link_;
+  grpc::ClientContext context_;
+  v1::RoundOutcome incoming_;  // only the reading side touches it
+  absl::Notification cancelled_;
+  absl::Notification done_;
+  absl::Mutex mu_;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_tag_ ABSL_GUARDED_BY(mu_) = 1;
+  std::deque<v1::ContributeWordsRequest> outgoing_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
 };
 
 RemoteCoordinatorLink::RemoteCoordinatorLink(
@@ -194,6 +337,7 @@ void RemoteCoordinatorLink::OnRegistered(
   subscribe.set_after_sequence(0);
   stream_ =
       std::make_unique<EventStream>(this, stub_.get(), subscribe, listener_);
+  rounds_ = std::make_shared<RoundStream>(this, stub_.get());
   last_heartbeat_ok_ = absl::Now();
   heartbeat_timer_ =
       timer_->Schedule(absl::Now() + heartbeat_interval_, [this] { Beat(); });
@@ -221,6 +365,12 @@ void RemoteCoordinatorLink::Beat() {
     }
   }
   if (!lost_reason.empty()) return ReportLost(lost_reason);
+  std::shared_ptr<RoundStream> rounds;
+  {
+    absl::MutexLock lock(&mu_);
+    rounds = rounds_;
+  }
+  if (rounds != nullptr) rounds->ExpireOverdue(absl::Now());
   Call<v1::HeartbeatRequest, v1::HeartbeatResponse>(
       request, heartbeat_timeout_,
       [this](absl::StatusOr<v1::HeartbeatResponse> result) {
@@ -276,13 +426,32 @@ void RemoteCoordinatorLink::ReportLost(const std::string& reason) {
 RANKD_FORWARD(JoinRank, JoinRankRequest, JoinRankResponse,
               absl::Milliseconds(request.wait_for_world_ms()) + kDeadlineMargin)
 RANKD_FORWARD(ReleaseRank, ReleaseRankRequest, ReleaseRankResponse, kShortCall)
-RANKD_FORWARD(ContributeWords, ContributeWordsRequest, AllGatherWordsResponse,
-              absl::Milliseconds(request.timeout_ms()) + kDeadlineMargin)
 RANKD_FORWARD(KvSet, KvSetRequest, KvSetResponse, kShortCall)
 RANKD_FORWARD(KvAdd, KvAddRequest, KvAddResponse, kShortCall)
 RANKD_FORWARD(KvDelete, KvDeleteRequest, KvDeleteResponse, kShortCall)
 
 #undef RANKD_FORWARD
+
+void RemoteCoordinatorLink::ContributeWords(
+    const v1::ContributeWordsRequest& request,
+    Reply<v1::AllGatherWordsResponse> reply) {
+  const absl::Duration timeout =
+      absl::Milliseconds(request.timeout_ms()) + kDeadlineMargin;
+  {
+    absl::MutexLock lock(&mu_);
+    if (rounds_ != nullptr &&
+        rounds_->Send(request, reply, absl::Now() + timeout)) {
+      return;
+    }
+  }
+  Call<v1::ContributeWordsRequest, v1::AllGatherWordsResponse>(
+      request, timeout, std::move(reply),
+      [this](grpc::ClientContext* c, const v1::ContributeWordsRequest* q,
+             v1::AllGatherWordsResponse* p,
+             std::function<void(grpc::Status)> f) {
+        stub_->async()->ContributeWords(c, q, p, std::move(f));
+      });
+}
 
 void RemoteCoordinatorLink::KvGet(const v1::KvGetRequest& request,
                                   Reply<v1::KvGetResponse> reply,
@@ -315,14 +484,17 @@ void RemoteCoordinatorLink::LeaveNode(const v1::LeaveNodeRequest& request,
 
 void RemoteCoordinatorLink::Stop() {
   std::unique_ptr<EventStream> stream;
+  std::shared_ptr<RoundStream> rounds;
   {
     absl::MutexLock lock(&mu_);
     if (stopped_) return;
     stopped_ = true;
     timer_->Cancel(heartbeat_timer_);
     stream = std::move(stream_);
+    rounds = std::move(rounds_);
   }
   if (stream) stream->CancelAndWait();
+  if (rounds) rounds->CancelAndWait();
   // Calls still in flight reference this link: cancel them and wait.
   absl::MutexLock lock(&mu_);
   for (auto& [id, context] : inflight_) context->TryCancel();

@@ -2,7 +2,12 @@
 // coordinator's Peer service over gRPC (see coordinator_link.h for the
 // contract). Heartbeats every heartbeat interval; reports the coordinator
 // lost when no heartbeat was answered for the heartbeat timeout or the
-// event stream breaks. Depends on gRPC, the protos and daemon/security.
+// event stream breaks. Once registered, rounds go over one long-lived
+// Peer.Rounds stream (a message each way per round, no call set-up); before
+// that, or once the stream has ended, over unary ContributeWords. A round
+// the coordinator has not answered by its timeout plus a margin fails with
+// DeadlineExceeded (checked at each heartbeat). Depends on gRPC, the protos
+// and daemon/security.
 #ifndef RANKD_DAEMON_REMOTE_COORDINATOR_H_
 #define RANKD_DAEMON_REMOTE_COORDINATOR_H_
 
@@ -61,6 +66,7 @@ class RemoteCoordinatorLink : public CoordinatorLink {
 
  private:
   class EventStream;
+  class RoundStream;
 
   // Runs one unary call with `timeout`; `invoke` starts it on the stub.
   // A cancelled `cancellation` (may be null) cancels the call.
@@ -98,6 +104,8 @@ class RemoteCoordinatorLink : public CoordinatorLink {
   std::string last_heartbeat_error_ ABSL_GUARDED_BY(mu_);
   DeadlineTimer::TimerId heartbeat_timer_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<EventStream> stream_ ABSL_GUARDED_BY(mu_);
+  // Shared: a heartbeat's overdue sweep may still hold it while Stop ends it.
+  std::shared_ptr<RoundStream> rounds_ ABSL_GUARDED_BY(mu_);
   uint64_t next_call_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, grpc::ClientContext*> inflight_ ABSL_GUARDED_BY(mu_);
 };

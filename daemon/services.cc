@@ -310,6 +310,37 @@ grpc::ServerUnaryReactor* PeerService::ContributeWords(
                 });
 }
 
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
+PeerService::Rounds(grpc::CallbackServerContext* context) {
+  // Who the caller is is settled once, for the stream (a token check per
+  // round would cost the coordinator a MAC per node per round); every
+  // message must then name that node.
+  absl::Status allowed = Authorize(context, std::nullopt, std::nullopt);
+  std::optional<uint32_t> caller;
+  if (allowed.ok()) {
+    auto node = auth_->AuthenticateNode(context);
+    if (node.ok())
+      caller = *node;
+    else
+      allowed = node.status();
+  }
+  Coordinator* coordinator = coordinator_;
+  return RoundStreamReactor::Start(
+      allowed,
+      [caller](const v1::ContributeWordsRequest& request) {
+        if (caller.has_value() && request.node().node_index() != *caller) {
+          return absl::PermissionDeniedError(absl::StrCat(
+              "node ", *caller, "'s credential cannot act as node ",
+              request.node().node_index()));
+        }
+        return absl::OkStatus();
+      },
+      [coordinator](const v1::ContributeWordsRequest& request,
+                    WordRounds::SharedDone done) {
+        coordinator->ContributeWordsShared(request, std::move(done));
+      });
+}
+
 grpc::ServerUnaryReactor* PeerService::KvSet(
     grpc::CallbackServerContext* context, const v1::KvSetRequest* request,
     v1::KvSetResponse* response) {

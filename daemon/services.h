@@ -15,6 +15,7 @@
 #include "daemon/coordinator.h"
 #include "daemon/node_agent.h"
 #include "daemon/round_slot_server.h"
+#include "daemon/round_stream_reactor.h"
 #include "daemon/security.h"
 #include "rankd/v1/admin.grpc.pb.h"
 #include "rankd/v1/peer.grpc.pb.h"
@@ -70,7 +71,26 @@ class RankService final : public v1::Rank::CallbackService {
   RoundSlotServer* const round_slots_;
 };
 
-class PeerService final : public v1::Peer::CallbackService {
+// The Peer service's callback API with Rounds taken as raw bytes, so that
+// a round's answer is encoded once for every node (round_stream_reactor.h).
+// The same chain as v1::Peer::CallbackService, in the generated order.
+using PeerCallbackService = v1::Peer::WithCallbackMethod_RegisterNode<
+    v1::Peer::WithCallbackMethod_Heartbeat<
+        v1::Peer::WithCallbackMethod_Subscribe<
+            v1::Peer::WithCallbackMethod_LeaveNode<
+                v1::Peer::WithCallbackMethod_JoinRank<
+                    v1::Peer::WithCallbackMethod_ReleaseRank<
+                        v1::Peer::WithCallbackMethod_ContributeWords<
+                            v1::Peer::WithRawCallbackMethod_Rounds<
+                                v1::Peer::WithCallbackMethod_KvSet<
+                                    v1::Peer::WithCallbackMethod_KvGet<
+                                        v1::Peer::WithCallbackMethod_KvAdd<
+                                            v1::Peer::
+                                                WithCallbackMethod_KvDelete<
+                                                    v1::Peer::
+                                                        Service>>>>>>>>>>>>;
+
+class PeerService final : public PeerCallbackService {
  public:
   // `coordinator` is null on a daemon that does not coordinate; every call
   // then fails with FailedPrecondition naming `coordinator_address`. `auth`
@@ -116,6 +136,8 @@ class PeerService final : public v1::Peer::CallbackService {
   grpc::ServerUnaryReactor* KvDelete(grpc::CallbackServerContext* context,
                                      const v1::KvDeleteRequest* request,
                                      v1::KvDeleteResponse* response) override;
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Rounds(
+      grpc::CallbackServerContext* context) override;
 
  private:
   // Authenticates the caller as a node (FailedPrecondition first when

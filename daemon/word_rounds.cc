@@ -29,8 +29,42 @@ WordRounds::WordRounds(uint32_t world_size, NodeOfRank node_of,
                        DeadlineTimer* timer)
     : world_size_(world_size), node_of_(std::move(node_of)), timer_(timer) {}
 
+const std::string& WordRounds::Outcome::Encoded() const {
+  absl::call_once(encode_once_, [this] {
+    v1::RoundOutcome message;
+    message.set_round(round_);
+    message.set_code(static_cast<int32_t>(result_.status().code()));
+    if (result_.ok()) {
+      *message.mutable_result() = *result_;
+    } else {
+      message.set_message(std::string(result_.status().message()));
+    }
+    encoded_ = message.SerializeAsString();
+  });
+  return encoded_;
+}
+
+void WordRounds::Answer(std::vector<Contributor>& contributors, uint64_t number,
+                        absl::StatusOr<v1::AllGatherWordsResponse> result) {
+  auto outcome = std::make_shared<const Outcome>(number, std::move(result));
+  for (auto& c : contributors) c.done(outcome);
+}
+
 void WordRounds::Contribute(uint64_t number, std::vector<v1::RankFrame> frames,
                             absl::Time deadline, Done done) {
+  ContributeShared(number, std::move(frames), deadline,
+                   [done = std::move(done)](std::shared_ptr<const Outcome> o) {
+                     done(o->result());
+                   });
+}
+
+void WordRounds::ContributeShared(uint64_t number,
+                                  std::vector<v1::RankFrame> frames,
+                                  absl::Time deadline, SharedDone shared_done) {
+  // A refusal of this contribution alone.
+  auto done = [&shared_done, number](absl::Status refusal) {
+    shared_done(std::make_shared<const Outcome>(number, std::move(refusal)));
+  };
   if (number == 0) {
     return done(absl::InvalidArgumentError("round numbers start at 1"));
   }
@@ -83,7 +117,7 @@ void WordRounds::Contribute(uint64_t number, std::vector<v1::RankFrame> frames,
           round.frames[f.rank()].assign(f.words().begin(), f.words().end());
           ++round.contributed;
         }
-        c.done = std::move(done);
+        c.done = std::move(shared_done);
         round.contributors.push_back(std::move(c));
         if (round.contributed < world_size_) {
           if (deadline < round.deadline) {
@@ -106,7 +140,7 @@ void WordRounds::Contribute(uint64_t number, std::vector<v1::RankFrame> frames,
     }
   }
   if (!rejected.ok()) return done(rejected);
-  for (auto& c : finished) c.done(result);
+  if (!finished.empty()) Answer(finished, number, std::move(result));
 }
 
 absl::Status WordRounds::CheckAcceptsLocked(uint64_t number) const {
@@ -194,21 +228,23 @@ void WordRounds::Expire(uint64_t number) {
     RememberFailureLocked(number, status);
     FinishLocked(number);
   }
-  for (auto& c : failed) c.done(status);
+  Answer(failed, number, status);
 }
 
 void WordRounds::Fail(absl::Status cause) {
-  std::vector<Contributor> failed;
+  std::map<uint64_t, std::vector<Contributor>> failed;
   {
     absl::MutexLock lock(&mu_);
     if (failure_.ok()) failure_ = cause;
     for (auto& [number, round] : open_) {
       timer_->Cancel(round.timer);
-      for (auto& c : round.contributors) failed.push_back(std::move(c));
+      failed[number] = std::move(round.contributors);
     }
     open_.clear();
   }
-  for (auto& c : failed) c.done(cause);
+  for (auto& [number, contributors] : failed) {
+    Answer(contributors, number, cause);
+  }
 }
 
 uint64_t WordRounds::completed_rounds() const {

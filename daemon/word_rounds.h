@@ -5,7 +5,9 @@
 // contributed; then every contributor receives the rank-major concatenation,
 // or, if frame lengths disagree, an InvalidArgument naming the disagreeing
 // ranks. A round that misses its deadline fails on every contributor with
-// DeadlineExceeded naming the missing ranks and their nodes. Thread-safe.
+// DeadlineExceeded naming the missing ranks and their nodes. Every
+// contributor of a round shares one immutable Outcome, so the coordinator
+// encodes a round's answer once however many nodes receive it. Thread-safe.
 // Depends on DeadlineTimer, common/limits.h, the rankd.v1 protos and absl.
 #ifndef RANKD_DAEMON_WORD_ROUNDS_H_
 #define RANKD_DAEMON_WORD_ROUNDS_H_
@@ -17,6 +19,7 @@
 #include <set>
 #include <vector>
 
+#include "absl/base/call_once.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -36,6 +39,28 @@ class WordRounds {
   // Rounds may run ahead of the oldest open round by at most this many.
   static constexpr uint64_t kMaxOpenRounds = 64;
 
+  // What one contribution came to: the round's result, or an error (the
+  // round's, or this contribution's own refusal). Immutable once made;
+  // shared by every contributor the round answers at once.
+  class Outcome {
+   public:
+    Outcome(uint64_t round, absl::StatusOr<v1::AllGatherWordsResponse> result)
+        : round_(round), result_(std::move(result)) {}
+    uint64_t round() const { return round_; }
+    const absl::StatusOr<v1::AllGatherWordsResponse>& result() const {
+      return result_;
+    }
+    // The v1::RoundOutcome wire encoding of this outcome, made on first use
+    // and then reused (thread-safe); valid as long as the Outcome.
+    const std::string& Encoded() const;
+
+   private:
+    const uint64_t round_;
+    const absl::StatusOr<v1::AllGatherWordsResponse> result_;
+    mutable absl::once_flag encode_once_;
+    mutable std::string encoded_;
+  };
+  using SharedDone = std::function<void(std::shared_ptr<const Outcome>)>;
   using Done = std::function<void(absl::StatusOr<v1::AllGatherWordsResponse>)>;
   // Names a rank's node for timeout messages.
   using NodeOfRank = std::function<uint32_t(uint32_t rank)>;
@@ -54,6 +79,10 @@ class WordRounds {
   // on the calling thread; it never runs with this object's lock held.
   void Contribute(uint64_t round, std::vector<v1::RankFrame> frames,
                   absl::Time deadline, Done done);
+  // The same, answering with the round's shared Outcome (no copy of the
+  // result per contributor).
+  void ContributeShared(uint64_t round, std::vector<v1::RankFrame> frames,
+                        absl::Time deadline, SharedDone done);
 
   // Fails every open round and every later contribution with `cause`.
   void Fail(absl::Status cause);
@@ -71,7 +100,7 @@ class WordRounds {
  private:
   struct Contributor {
     std::vector<uint32_t> ranks;
-    Done done;
+    SharedDone done;
   };
   struct Round {
     absl::Time opened;
@@ -86,6 +115,9 @@ class WordRounds {
   // The result of a round every rank contributed to.
   absl::StatusOr<v1::AllGatherWordsResponse> Assemble(uint64_t number,
                                                       const Round& round) const;
+  // Answers every one of `contributors` with one shared outcome.
+  static void Answer(std::vector<Contributor>& contributors, uint64_t number,
+                     absl::StatusOr<v1::AllGatherWordsResponse> result);
   void Expire(uint64_t round);
   // OK when `number` may receive contributions.
   absl::Status CheckAcceptsLocked(uint64_t number) const

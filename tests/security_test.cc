@@ -585,6 +585,13 @@ TEST_F(HeldJobTest, AdminDataWorksAsNoCredentialAndTheJobIsUnaffected) {
     EXPECT_EQ(
         peer->ContributeWords(c5.get(), words, &words_response).error_code(),
         kUnauthenticated);
+    // The round stream is refused at once, before it reads anything.
+    auto c6 = Ctx(auth);
+    auto stream = peer->Rounds(c6.get());
+    stream->Write(words);
+    v1::RoundOutcome outcome;
+    EXPECT_FALSE(stream->Read(&outcome));
+    EXPECT_EQ(stream->Finish().error_code(), kUnauthenticated);
   }
   absl::SleepFor(absl::Milliseconds(300));
   auto job = admin->GetJob();
@@ -664,6 +671,14 @@ TEST_F(HeldJobTest, ANodeCanActOnlyAsItself) {
     auto context = Ctx(as_node1);
     expect_refused(peer->ContributeWords(context.get(), request, &response),
                    refused);
+    // On the round stream: the stream itself opens (node 1 may stream its
+    // own rounds), and the first message naming node 0 ends it.
+    auto streamed = Ctx(as_node1);
+    auto stream = peer->Rounds(streamed.get());
+    stream->Write(request);
+    v1::RoundOutcome outcome;
+    EXPECT_FALSE(stream->Read(&outcome));
+    expect_refused(stream->Finish(), refused);
   }
   // Naming itself but a rank of node 0: the release and key-value calls.
   const uint32_t rank_on_0 = RankOnNode(*admin, 0);
