@@ -1,6 +1,8 @@
 #include "daemon/event_stream_reactor.h"
 
+#include <algorithm>
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,12 +10,13 @@
 
 namespace rankd {
 
-EventStreamReactor* EventStreamReactor::Start(absl::Status precheck, Open open,
-                                              OnEnd on_end) {
+template <typename Message>
+EventStreamReactorOf<Message>* EventStreamReactorOf<Message>::Start(
+    absl::Status precheck, Open open, OnEnd on_end) {
   // gRPC takes ownership; OnDone deletes.
-  auto owned = std::unique_ptr<EventStreamReactor>(
-      new EventStreamReactor(std::move(on_end)));
-  EventStreamReactor* reactor = owned.release();
+  auto owned = std::unique_ptr<EventStreamReactorOf>(
+      new EventStreamReactorOf(std::move(on_end)));
+  EventStreamReactorOf* reactor = owned.release();
   if (!precheck.ok()) {
     reactor->Close(precheck, false);
     return reactor;
@@ -40,20 +43,22 @@ EventStreamReactor* EventStreamReactor::Start(absl::Status precheck, Open open,
   return reactor;
 }
 
-EventStreamReactor::EventStreamReactor(OnEnd on_end)
+template <typename Message>
+EventStreamReactorOf<Message>::EventStreamReactorOf(OnEnd on_end)
     : on_end_(std::move(on_end)) {
   absl::MutexLock lock(&link_->mu);
   link_->reactor = this;
 }
 
-void EventStreamReactor::Deliver(const v1::JobEvent& event) {
+template <typename Message>
+void EventStreamReactorOf<Message>::Deliver(const v1::JobEvent& event) {
   absl::MutexLock lock(&mu_);
   if (closing_ || finished_) return;
   if (queue_.size() >= kMaxQueuedEvents) {
     // The client does not keep up: drop what it has not received (except
     // the event being written, whose buffer gRPC still reads) and end the
     // stream, rather than hold an unbounded backlog.
-    while (queue_.size() > (writing_ ? 1 : 0)) queue_.pop_back();
+    while (queue_.size() > (writing_ ? in_flight_ : 0)) queue_.pop_back();
     closing_ = true;
     close_status_ = grpc::Status(
         grpc::StatusCode::RESOURCE_EXHAUSTED,
@@ -64,41 +69,56 @@ void EventStreamReactor::Deliver(const v1::JobEvent& event) {
     return;
   }
   queue_.push_back(event);
-  if (!writing_) {
-    writing_ = true;
-    StartWrite(&queue_.front());
+  if (!writing_) WriteNextLocked();
+}
+
+template <typename Message>
+void EventStreamReactorOf<Message>::WriteNextLocked() {
+  writing_ = true;
+  if constexpr (std::is_same_v<Message, v1::JobEventBatch>) {
+    batch_.Clear();
+    in_flight_ = std::min(queue_.size(), kMaxBatchEvents);
+    for (size_t i = 0; i < in_flight_; ++i) {
+      *batch_.add_events() = std::move(queue_[i]);
+    }
+    this->StartWrite(&batch_);
+  } else {
+    in_flight_ = 1;
+    this->StartWrite(&queue_.front());
   }
 }
 
-void EventStreamReactor::OnWriteDone(bool ok) {
+template <typename Message>
+void EventStreamReactorOf<Message>::OnWriteDone(bool ok) {
   absl::MutexLock lock(&mu_);
-  queue_.pop_front();
+  queue_.erase(queue_.begin(), queue_.begin() + in_flight_);
+  in_flight_ = 0;
   if (!ok) {
     // The call is broken; OnCancel/OnDone follow.
     writing_ = false;
     client_gone_ = true;
     if (!finished_) {
       finished_ = true;
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "stream broken"));
+      this->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "stream broken"));
     }
     return;
   }
   // Also while closing: what was queued before the close still goes out.
-  if (!queue_.empty()) {
-    StartWrite(&queue_.front());
-    return;
-  }
+  if (!queue_.empty()) return WriteNextLocked();
   writing_ = false;
   if (closing_) FinishWhenIdleLocked();
 }
 
-void EventStreamReactor::FinishWhenIdleLocked() {
+template <typename Message>
+void EventStreamReactorOf<Message>::FinishWhenIdleLocked() {
   if (writing_ || finished_) return;
   finished_ = true;
-  Finish(close_status_);
+  this->Finish(close_status_);
 }
 
-void EventStreamReactor::Close(absl::Status status, bool client_gone) {
+template <typename Message>
+void EventStreamReactorOf<Message>::Close(absl::Status status,
+                                          bool client_gone) {
   absl::MutexLock lock(&mu_);
   if (closing_ || finished_) return;
   closing_ = true;
@@ -107,7 +127,8 @@ void EventStreamReactor::Close(absl::Status status, bool client_gone) {
   FinishWhenIdleLocked();
 }
 
-void EventStreamReactor::OnCancel() {
+template <typename Message>
+void EventStreamReactorOf<Message>::OnCancel() {
   {
     absl::MutexLock lock(&mu_);
     client_gone_ = true;
@@ -118,11 +139,12 @@ void EventStreamReactor::OnCancel() {
       return;
     }
     finished_ = true;
-    Finish(grpc::Status::CANCELLED);
+    this->Finish(grpc::Status::CANCELLED);
   }
 }
 
-void EventStreamReactor::OnDone() {
+template <typename Message>
+void EventStreamReactorOf<Message>::OnDone() {
   {
     // First: from now on the sinks do nothing, and none is inside.
     absl::MutexLock lock(&link_->mu);
@@ -138,5 +160,8 @@ void EventStreamReactor::OnDone() {
   }
   delete this;
 }
+
+template class EventStreamReactorOf<v1::JobEvent>;
+template class EventStreamReactorOf<v1::JobEventBatch>;
 
 }  // namespace rankd

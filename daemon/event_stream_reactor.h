@@ -15,6 +15,13 @@
 // subscribe again from its last sequence number). A close lets the events
 // queued before it go out first.
 //
+// Two message shapes: EventStreamReactor writes one JobEvent per message
+// (Rank.Watch, Admin.WatchEvents); EventBatchStreamReactor writes a
+// JobEventBatch of every event queued while the previous write was in
+// flight, up to kMaxBatchEvents (Peer.Subscribe: when thousands of ranks
+// join at once, the coordinator writes each node a few large messages, not
+// one message per rank per node).
+//
 // Depends on gRPC, the protos and daemon/security.h.
 #ifndef RANKD_DAEMON_EVENT_STREAM_REACTOR_H_
 #define RANKD_DAEMON_EVENT_STREAM_REACTOR_H_
@@ -30,15 +37,21 @@
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "rankd/v1/common.pb.h"
+#include "rankd/v1/peer.pb.h"
 
 namespace rankd {
 
-class EventStreamReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
+// `Message` is v1::JobEvent or v1::JobEventBatch (the only two
+// instantiations; see the aliases below).
+template <typename Message>
+class EventStreamReactorOf : public grpc::ServerWriteReactor<Message> {
  public:
   // Events one stream may hold for a client that does not keep up: four
   // times the event logs' history (daemon/event_log.h keeps 4096), so the
   // full replay a new subscription starts with fits with room to spare.
   static constexpr size_t kMaxQueuedEvents = 16384;
+  // Most events one JobEventBatch carries.
+  static constexpr size_t kMaxBatchEvents = 1024;
 
   // Sinks handed to the subscription: `deliver` queues an event, `close`
   // finishes the stream with a status (after the events already queued).
@@ -56,8 +69,8 @@ class EventStreamReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
 
   // Creates the reactor; gRPC owns it and it deletes itself in OnDone.
   // `precheck` (e.g. authentication) is OK or ends the call at once.
-  static EventStreamReactor* Start(absl::Status precheck, Open open,
-                                   OnEnd on_end);
+  static EventStreamReactorOf* Start(absl::Status precheck, Open open,
+                                     OnEnd on_end);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -67,19 +80,25 @@ class EventStreamReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
   // What the sinks reach: the reactor until OnDone cuts the link.
   struct Link {
     absl::Mutex mu;
-    EventStreamReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
+    EventStreamReactorOf* reactor ABSL_GUARDED_BY(mu) = nullptr;
   };
 
-  explicit EventStreamReactor(OnEnd on_end);
+  explicit EventStreamReactorOf(OnEnd on_end);
   void Deliver(const v1::JobEvent& event);
   void Close(absl::Status status, bool client_gone);
   // Finishes with close_status_ once nothing is being written.
   void FinishWhenIdleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the front of the queue (one event, or a batch of them).
+  void WriteNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::shared_ptr<Link> link_ = std::make_shared<Link>();
   OnEnd on_end_;
   absl::Mutex mu_;
   std::deque<v1::JobEvent> queue_ ABSL_GUARDED_BY(mu_);
+  // The batch being written, and how many queued events it took (they stay
+  // queued, moved from, until the write completes).
+  v1::JobEventBatch batch_ ABSL_GUARDED_BY(mu_);
+  size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -88,6 +107,9 @@ class EventStreamReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
   bool subscribed_ = false;
   uint64_t id_ = 0;
 };
+
+using EventStreamReactor = EventStreamReactorOf<v1::JobEvent>;
+using EventBatchStreamReactor = EventStreamReactorOf<v1::JobEventBatch>;
 
 }  // namespace rankd
 

@@ -22,6 +22,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rankd/v1/admin.grpc.pb.h"
+#include "rankd/v1/peer.grpc.pb.h"
 
 namespace rankd {
 namespace {
@@ -304,6 +305,65 @@ TEST_F(EventStreamReactorTest, ClosesRacingClientsGoingAwayAreSafe) {
     }
   }
   EXPECT_TRUE(service.WaitEndedCount(kStreams));
+}
+
+// Peer.Subscribe's batching reactor: a burst of events delivered while a
+// write is in flight goes out in few messages, each at most
+// kMaxBatchEvents, every event once and in order.
+class BatchService final
+    : public v1::Peer::WithCallbackMethod_Subscribe<v1::Peer::Service> {
+ public:
+  static constexpr int kEvents = 3000;
+  grpc::ServerWriteReactor<v1::JobEventBatch>* Subscribe(
+      grpc::CallbackServerContext*, const v1::SubscribeRequest*) override {
+    return EventBatchStreamReactor::Start(
+        absl::OkStatus(),
+        [](EventBatchStreamReactor::Sinks sinks) {
+          for (int i = 1; i <= kEvents; ++i) {
+            v1::JobEvent event;
+            event.set_sequence(i);
+            sinks.deliver(event);
+          }
+          sinks.close(absl::OkStatus());
+          return absl::StatusOr<uint64_t>(1);
+        },
+        [](uint64_t, bool, const std::string&) {});
+  }
+};
+
+TEST(EventBatchStreamReactorTest, ABurstGoesOutInFewBatchesInOrder) {
+  BatchService service;
+  const std::string address =
+      "unix:/tmp/rankd-esr-batch-" + std::to_string(::getpid()) + ".sock";
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  auto server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::Peer::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  auto reader = stub->Subscribe(&context, v1::SubscribeRequest());
+  v1::JobEventBatch batch;
+  uint64_t next = 1;
+  int messages = 0;
+  size_t largest = 0;
+  while (reader->Read(&batch)) {
+    ++messages;
+    largest = std::max<size_t>(largest, batch.events_size());
+    for (const auto& event : batch.events()) {
+      ASSERT_EQ(event.sequence(), next) << "message " << messages;
+      ++next;
+    }
+  }
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(next, BatchService::kEvents + 1u);
+  EXPECT_LE(largest, EventBatchStreamReactor::kMaxBatchEvents);
+  // The first event goes out alone; the rest wait for it and batch up.
+  EXPECT_LT(messages, BatchService::kEvents / 10) << messages;
+  server->Shutdown(absl::ToChronoTime(absl::Now()));
+  server->Wait();
+  ::unlink(address.substr(5).c_str());
 }
 
 }  // namespace

@@ -30,21 +30,21 @@ bool Transient(grpc::StatusCode code) {
 // Follows the coordinator's Subscribe stream. Owned by the link; the link
 // cancels it and waits for OnDone before destroying it.
 class RemoteCoordinatorLink::EventStream
-    : public grpc::ClientReadReactor<v1::JobEvent> {
+    : public grpc::ClientReadReactor<v1::JobEventBatch> {
  public:
   EventStream(RemoteCoordinatorLink* link, v1::Peer::Stub* stub,
               const v1::SubscribeRequest& request, Listener* listener)
       : link_(link), listener_(listener), request_(request) {
     AttachBearerToken(&context_, link->bearer_token_);
     stub->async()->Subscribe(&context_, &request_, this);
-    StartRead(&event_);
+    StartRead(&batch_);
     StartCall();
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows
-    listener_->OnEvent(event_);
-    StartRead(&event_);
+    for (const v1::JobEvent& event : batch_.events()) listener_->OnEvent(event);
+    StartRead(&batch_);
   }
 
   void OnDone(const grpc::Status& status) override {
@@ -62,7 +62,7 @@ class RemoteCoordinatorLink::EventStream
   Listener* const listener_;
   grpc::ClientContext context_;
   v1::SubscribeRequest request_;
-  v1::JobEvent event_;
+  v1::JobEventBatch batch_;
   absl::Notification done_;
 };
 

@@ -255,13 +255,13 @@ grpc::ServerUnaryReactor* PeerService::Heartbeat(
                 });
 }
 
-grpc::ServerWriteReactor<v1::JobEvent>* PeerService::Subscribe(
+grpc::ServerWriteReactor<v1::JobEventBatch>* PeerService::Subscribe(
     grpc::CallbackServerContext* context, const v1::SubscribeRequest* request) {
   Coordinator* coordinator = coordinator_;
   v1::NodeRef node = request->node();
-  return EventStreamReactor::Start(
+  return EventBatchStreamReactor::Start(
       Check(context, request->node().node_index()),
-      [coordinator, request](EventStreamReactor::Sinks sinks) {
+      [coordinator, request](EventBatchStreamReactor::Sinks sinks) {
         return coordinator->Subscribe(*request, std::move(sinks.deliver),
                                       std::move(sinks.close));
       },

@@ -107,7 +107,7 @@ class PeerService final : public PeerCallbackService {
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse* response) override;
-  grpc::ServerWriteReactor<v1::JobEvent>* Subscribe(
+  grpc::ServerWriteReactor<v1::JobEventBatch>* Subscribe(
       grpc::CallbackServerContext* context,
       const v1::SubscribeRequest* request) override;
   grpc::ServerUnaryReactor* LeaveNode(grpc::CallbackServerContext* context,

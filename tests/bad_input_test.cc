@@ -684,7 +684,7 @@ TEST_F(BadInputTest, PeerCallsOnANonCoordinatorNameTheCoordinator) {
     v1::SubscribeRequest request;
     auto context = NodeCtx(1);
     auto reader = peer_[1]->Subscribe(context.get(), request);
-    v1::JobEvent event;
+    v1::JobEventBatch event;
     EXPECT_FALSE(reader->Read(&event));
     EXPECT_RPC_ERROR(reader->Finish(), grpc::StatusCode::FAILED_PRECONDITION,
                      want);

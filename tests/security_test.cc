@@ -197,7 +197,7 @@ std::map<std::string, grpc::Status> CallEveryService(
     request.mutable_node()->set_node_index(1);
     auto context = Ctx(authorization);
     auto reader = peer->Subscribe(context.get(), request);
-    v1::JobEvent event;
+    v1::JobEventBatch event;
     EXPECT_FALSE(reader->Read(&event));
     out["Peer.Subscribe"] = reader->Finish();
   }
@@ -560,7 +560,7 @@ TEST_F(HeldJobTest, AdminDataWorksAsNoCredentialAndTheJobIsUnaffected) {
     sub.mutable_node()->set_node_index(1);
     auto c2 = Ctx(auth);
     auto reader = peer->Subscribe(c2.get(), sub);
-    v1::JobEvent event;
+    v1::JobEventBatch event;
     EXPECT_FALSE(reader->Read(&event));
     EXPECT_EQ(reader->Finish().error_code(), kUnauthenticated);
     v1::KvSetRequest set;
@@ -641,7 +641,7 @@ TEST_F(HeldJobTest, ANodeCanActOnlyAsItself) {
     *request.mutable_node() = node0;
     auto context = Ctx(as_node1);
     auto reader = peer->Subscribe(context.get(), request);
-    v1::JobEvent event;
+    v1::JobEventBatch event;
     EXPECT_FALSE(reader->Read(&event));
     expect_refused(reader->Finish(), refused);
   }

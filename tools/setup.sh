@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package rankd's build, tests, demo and benchmarks
 # need. Idempotent: does nothing when everything is already installed.
-# Usage: tools/setup.sh [--bench]   (--bench also installs python3-torch)
+# Usage: tools/setup.sh [--bench]   (--bench also installs python3-torch and python3-matplotlib)
 set -euo pipefail
 
 packages=(
@@ -36,7 +36,7 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   packages+=(nodejs npm)
 fi
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch)
+  packages+=(python3-torch python3-matplotlib)
 fi
 
 missing=()
