@@ -216,7 +216,7 @@ EOF
   stop_all
 done
 
-column -t -s $'\t' "$TSV"
+cat "$TSV"
 if [[ -n $RESULTS ]]; then
   cmd="bench/run_scale.sh"
   for a in "${ORIG_ARGS[@]}"; do cmd+=" $(printf '%q' "$a")"; done
