@@ -165,8 +165,10 @@ for N in "${COUNTS[@]}"; do
   fi
   register_ms=$((($(date +%s%N) - register_start) / 1000000))
 
-  # Go: the simulated nodes join, and node 0's real ranks start.
-  touch "$RUN/go"
+  # Node 0's real ranks connect and join first (a daemon busy with a join
+  # storm may take longer than a client's connect timeout to accept them),
+  # then the simulated nodes join: join-to-ready is timed from their first
+  # JoinRank.
   RANK_PIDS=()
   for ((l = 0; l < NPROC_PER_NODE; l++)); do
     "$RANK_BENCH" --target="unix://$RUN/node0.sock" --job_id=$JOB \
@@ -176,6 +178,8 @@ for N in "${COUNTS[@]}"; do
     PIDS+=($!)
     RANK_PIDS+=($!)
   done
+  sleep 1
+  touch "$RUN/go"
   if ! WANT=JOINED await_lines 600 "${SIM_LOGS[@]}"; then
     record_failure joining; continue
   fi

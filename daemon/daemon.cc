@@ -5,6 +5,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -178,9 +179,9 @@ absl::Status Daemon::Init() {
   }
   rank_service_ =
       std::make_unique<RankService>(agent_.get(), &*auth_, round_slots_.get());
-  peer_service_ = std::make_unique<PeerService>(coordinator_.get(),
-                                                config_.coordinator_address,
-                                                config_.node_index, &*auth_);
+  peer_service_ = std::make_unique<PeerService>(
+      coordinator_.get(), config_.coordinator_address, config_.node_index,
+      &*auth_, timer_.get());
   admin_service_ =
       std::make_unique<AdminService>(agent_.get(), coordinator_.get(), &*auth_,
                                      config_.limits.max_operator_streams);
@@ -202,13 +203,19 @@ absl::Status Daemon::Init() {
   quota.Resize(kServerMemoryBytes);
   builder.SetResourceQuota(quota);
   // Let clients ping every second (they use keepalive to notice a dead
-  // daemon) and ping them too, so a vanished client is noticed.
+  // daemon) and ping them too, so a vanished client is noticed. A ping may
+  // take as long as a heartbeat to be answered: a coordinator busy with a
+  // thousand nodes must not drop healthy ones sooner than a silent node
+  // would be declared lost.
   builder.AddChannelArgument(
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 1000);
+  builder.AddChannelArgument(
+      GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+      static_cast<int>(std::max<int64_t>(
+          1000, absl::ToInt64Milliseconds(config_.heartbeat_timeout))));
   builder.AddListeningPort(config_.listen_address, *server_credentials,
                            &tcp_port_);
   if (!config_.socket_path.empty()) {

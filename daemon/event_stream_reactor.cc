@@ -12,11 +12,15 @@ namespace rankd {
 
 template <typename Message>
 EventStreamReactorOf<Message>* EventStreamReactorOf<Message>::Start(
-    absl::Status precheck, Open open, OnEnd on_end) {
+    absl::Status precheck, Open open, OnEnd on_end,
+    DeadlineTimer* formation_timer) {
   // gRPC takes ownership; OnDone deletes.
   auto owned = std::unique_ptr<EventStreamReactorOf>(
       new EventStreamReactorOf(std::move(on_end)));
   EventStreamReactorOf* reactor = owned.release();
+  if constexpr (std::is_same_v<Message, v1::JobEventBatch>) {
+    reactor->formation_timer_ = formation_timer;
+  }
   if (!precheck.ok()) {
     reactor->Close(precheck, false);
     return reactor;
@@ -69,7 +73,29 @@ void EventStreamReactorOf<Message>::Deliver(const v1::JobEvent& event) {
     return;
   }
   queue_.push_back(event);
-  if (!writing_) WriteNextLocked();
+  if (writing_) return;  // it goes out with the next batch
+  const bool formation = event.kind() == v1::EVENT_KIND_MEMBER_JOINED ||
+                         event.kind() == v1::EVENT_KIND_NODE_REGISTERED;
+  if (formation_timer_ != nullptr && formation) {
+    if (!flush_scheduled_) {
+      flush_scheduled_ = true;
+      formation_timer_->Schedule(absl::Now() + kFormationDelay, [link = link_] {
+        absl::MutexLock lock(&link->mu);
+        if (link->reactor != nullptr) {
+          link->reactor->Flush();
+        }
+      });
+    }
+    return;
+  }
+  WriteNextLocked();
+}
+
+template <typename Message>
+void EventStreamReactorOf<Message>::Flush() {
+  absl::MutexLock lock(&mu_);
+  flush_scheduled_ = false;
+  if (!writing_ && !finished_ && !queue_.empty()) WriteNextLocked();
 }
 
 template <typename Message>
@@ -124,6 +150,8 @@ void EventStreamReactorOf<Message>::Close(absl::Status status,
   closing_ = true;
   client_gone_ = client_gone_ || client_gone;
   close_status_ = ToGrpc(status);
+  // Held formation events go out before the close.
+  if (!writing_ && !queue_.empty() && !client_gone_) WriteNextLocked();
   FinishWhenIdleLocked();
 }
 

@@ -20,7 +20,12 @@
 // JobEventBatch of every event queued while the previous write was in
 // flight, up to kMaxBatchEvents (Peer.Subscribe: when thousands of ranks
 // join at once, the coordinator writes each node a few large messages, not
-// one message per rank per node).
+// one message per rank per node). With a timer, the batching reactor
+// also holds formation events (MEMBER_JOINED, NODE_REGISTERED) that reach
+// an idle stream for up to kFormationDelay, so that a join storm is
+// written to each node every few milliseconds, not once per join; any
+// other event (a failure, the job ready) goes out at once, after what is
+// held.
 //
 // Depends on gRPC, the protos and daemon/security.h.
 #ifndef RANKD_DAEMON_EVENT_STREAM_REACTOR_H_
@@ -35,6 +40,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/deadline_timer.h"
 #include "grpcpp/grpcpp.h"
 #include "rankd/v1/common.pb.h"
 #include "rankd/v1/peer.pb.h"
@@ -52,6 +59,8 @@ class EventStreamReactorOf : public grpc::ServerWriteReactor<Message> {
   static constexpr size_t kMaxQueuedEvents = 16384;
   // Most events one JobEventBatch carries.
   static constexpr size_t kMaxBatchEvents = 1024;
+  // Longest a formation event waits for more to share its message.
+  static constexpr absl::Duration kFormationDelay = absl::Milliseconds(20);
 
   // Sinks handed to the subscription: `deliver` queues an event, `close`
   // finishes the stream with a status (after the events already queued).
@@ -69,8 +78,12 @@ class EventStreamReactorOf : public grpc::ServerWriteReactor<Message> {
 
   // Creates the reactor; gRPC owns it and it deletes itself in OnDone.
   // `precheck` (e.g. authentication) is OK or ends the call at once.
+  // `formation_timer` (may be null; only for JobEventBatch) holds formation
+  // events as described above; it must outlive the stream's callbacks (the
+  // daemon's timer: the server is shut down before it).
   static EventStreamReactorOf* Start(absl::Status precheck, Open open,
-                                     OnEnd on_end);
+                                     OnEnd on_end,
+                                     DeadlineTimer* formation_timer = nullptr);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -85,6 +98,8 @@ class EventStreamReactorOf : public grpc::ServerWriteReactor<Message> {
 
   explicit EventStreamReactorOf(OnEnd on_end);
   void Deliver(const v1::JobEvent& event);
+  // Writes what formation events are held, unless a write is under way.
+  void Flush();
   void Close(absl::Status status, bool client_gone);
   // Finishes with close_status_ once nothing is being written.
   void FinishWhenIdleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -99,6 +114,8 @@ class EventStreamReactorOf : public grpc::ServerWriteReactor<Message> {
   // queued, moved from, until the write completes).
   v1::JobEventBatch batch_ ABSL_GUARDED_BY(mu_);
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  DeadlineTimer* formation_timer_ = nullptr;
+  bool flush_scheduled_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

@@ -19,6 +19,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "daemon/deadline_timer.h"
+#include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rankd/v1/admin.grpc.pb.h"
@@ -364,6 +366,94 @@ TEST(EventBatchStreamReactorTest, ABurstGoesOutInFewBatchesInOrder) {
   server->Shutdown(absl::ToChronoTime(absl::Now()));
   server->Wait();
   ::unlink(address.substr(5).c_str());
+}
+
+// Formation events (joins, registrations) reaching an idle node stream are
+// held briefly so that a join storm shares messages; anything else goes out
+// at once, after them, and held events go out on the timer alone too.
+class FormationService final
+    : public v1::Peer::WithCallbackMethod_Subscribe<v1::Peer::Service> {
+ public:
+  FormationService(DeadlineTimer* timer, int joins, bool then_fail)
+      : timer_(timer), joins_(joins), then_fail_(then_fail) {}
+  grpc::ServerWriteReactor<v1::JobEventBatch>* Subscribe(
+      grpc::CallbackServerContext*, const v1::SubscribeRequest*) override {
+    return EventBatchStreamReactor::Start(
+        absl::OkStatus(),
+        [this](EventBatchStreamReactor::Sinks sinks) {
+          for (int i = 1; i <= joins_; ++i) {
+            v1::JobEvent event;
+            event.set_sequence(i);
+            event.set_kind(i % 2 ? v1::EVENT_KIND_MEMBER_JOINED
+                                 : v1::EVENT_KIND_NODE_REGISTERED);
+            sinks.deliver(event);
+          }
+          if (then_fail_) {
+            v1::JobEvent failed;
+            failed.set_sequence(joins_ + 1);
+            failed.set_kind(v1::EVENT_KIND_JOB_FAILED);
+            sinks.deliver(failed);
+            sinks.close(absl::OkStatus());
+          }
+          return absl::StatusOr<uint64_t>(1);
+        },
+        [](uint64_t, bool, const std::string&) {}, timer_);
+  }
+
+ private:
+  DeadlineTimer* const timer_;
+  const int joins_;
+  const bool then_fail_;
+};
+
+// Serves `service` on a fresh Unix socket and reads its Subscribe stream
+// until `events` events arrived or it ended; returns the messages' sizes.
+std::vector<int> ReadBatches(v1::Peer::Service* service, int events) {
+  static int next = 0;
+  const std::string address = "unix:/tmp/rankd-esr-form-" +
+                              std::to_string(::getpid()) + "-" +
+                              std::to_string(next++) + ".sock";
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials());
+  builder.RegisterService(service);
+  auto server = builder.BuildAndStart();
+  EXPECT_NE(server, nullptr);
+  std::vector<int> sizes;
+  {
+    auto stub = v1::Peer::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+    auto reader = stub->Subscribe(&context, v1::SubscribeRequest());
+    v1::JobEventBatch batch;
+    uint64_t next_sequence = 1;
+    int seen = 0;
+    while (seen < events && reader->Read(&batch)) {
+      sizes.push_back(batch.events_size());
+      for (const auto& event : batch.events()) {
+        EXPECT_EQ(event.sequence(), next_sequence++);
+        ++seen;
+      }
+    }
+    context.TryCancel();
+  }
+  server->Shutdown(absl::ToChronoTime(absl::Now()));
+  server->Wait();
+  ::unlink(address.substr(5).c_str());
+  return sizes;
+}
+
+TEST(EventBatchStreamReactorTest, FormationEventsWaitForTheNextFailure) {
+  DeadlineTimer timer;
+  FormationService service(&timer, 100, /*then_fail=*/true);
+  // Without the hold, the first join would go out alone.
+  EXPECT_THAT(ReadBatches(&service, 101), ::testing::ElementsAre(101));
+}
+
+TEST(EventBatchStreamReactorTest, HeldFormationEventsGoOutOnTheTimer) {
+  DeadlineTimer timer;
+  FormationService service(&timer, 3, /*then_fail=*/false);
+  EXPECT_THAT(ReadBatches(&service, 3), ::testing::ElementsAre(3));
 }
 
 }  // namespace

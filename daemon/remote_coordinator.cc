@@ -217,8 +217,8 @@ RemoteCoordinatorLink::RemoteCoordinatorLink(
       heartbeat_interval_(heartbeat_interval),
       heartbeat_timeout_(heartbeat_timeout),
       timer_(timer) {
-  channel_ = grpc::CreateCustomChannel(address_, credentials,
-                                       DefaultChannelArguments());
+  channel_ = grpc::CreateCustomChannel(
+      address_, credentials, DefaultChannelArguments(heartbeat_timeout));
   stub_ = v1::Peer::NewStub(channel_);
 }
 

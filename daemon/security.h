@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "daemon/config.h"
 #include "grpcpp/grpcpp.h"
 
@@ -107,9 +108,13 @@ void AttachBearerToken(grpc::ClientContext* context, const std::string& token);
 grpc::Status ToGrpc(const absl::Status& status);
 absl::Status FromGrpc(const grpc::Status& status);
 
-// Channel arguments shared by every rankd channel: 64 MiB messages and
-// keepalive pings so a dead peer is noticed within seconds.
-grpc::ChannelArguments DefaultChannelArguments();
+// Channel arguments shared by every rankd channel: 64 MiB messages and a
+// keepalive ping every second, the connection dropped when one is not
+// answered within `keepalive_timeout` (at least 1 s). Daemons pass their
+// heartbeat timeout: a peer too busy to answer a ping is not declared gone
+// sooner than a silent node would be.
+grpc::ChannelArguments DefaultChannelArguments(
+    absl::Duration keepalive_timeout);
 
 }  // namespace rankd
 

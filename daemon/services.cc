@@ -186,11 +186,13 @@ grpc::ServerUnaryReactor* RankService::Leave(
 
 PeerService::PeerService(Coordinator* coordinator,
                          std::string coordinator_address, uint32_t own_node,
-                         const Authenticator* auth)
+                         const Authenticator* auth,
+                         DeadlineTimer* formation_timer)
     : coordinator_(coordinator),
       coordinator_address_(std::move(coordinator_address)),
       own_node_(own_node),
-      auth_(auth) {}
+      auth_(auth),
+      formation_timer_(formation_timer) {}
 
 absl::Status PeerService::Authorize(grpc::CallbackServerContext* context,
                                     std::optional<uint32_t> claimed_node,
@@ -268,7 +270,8 @@ grpc::ServerWriteReactor<v1::JobEventBatch>* PeerService::Subscribe(
       [coordinator, node](uint64_t id, bool client_gone,
                           const std::string& reason) {
         coordinator->EndSubscription(id, node, client_gone, reason);
-      });
+      },
+      formation_timer_);
 }
 
 grpc::ServerUnaryReactor* PeerService::LeaveNode(

@@ -97,8 +97,12 @@ class PeerService final : public PeerCallbackService {
   // must outlive the service. A caller authenticated as node N may name
   // only node N in its requests, and only node N's ranks; `own_node` (this
   // daemon's node, which reaches its coordinator in-process) is refused.
+  // `formation_timer` (may be null) lets the nodes' event streams hold
+  // formation events briefly (event_stream_reactor.h); it must outlive the
+  // server.
   PeerService(Coordinator* coordinator, std::string coordinator_address,
-              uint32_t own_node, const Authenticator* auth);
+              uint32_t own_node, const Authenticator* auth,
+              DeadlineTimer* formation_timer = nullptr);
 
   grpc::ServerUnaryReactor* RegisterNode(
       grpc::CallbackServerContext* context,
@@ -156,6 +160,7 @@ class PeerService final : public PeerCallbackService {
   const std::string coordinator_address_;
   const uint32_t own_node_;
   const Authenticator* const auth_;
+  DeadlineTimer* const formation_timer_;
 };
 
 class AdminService final : public v1::Admin::CallbackService {
