@@ -13,7 +13,9 @@
 # not pinned, like the rankd and torch processes). Prints p50/p99 round latency for all,
 # the ratio rankd/torch and how far rankd is above the floor, and
 # rewrites the "latest run" section of bench/RESULTS.md (plus one history
-# row) with the date, machine, command and numbers (bench/summarize.py).
+# row) with the date, machine, command and numbers (bench/summarize.py), and
+# draws the round-latency distributions of rankd, torch and the floor into
+# bench/plots/allgather_words_<NNODES>x<NPROC_PER_NODE>.svg.
 #
 # usage: bench/run_allgather_words.sh [--warmup=N] [--rounds=N] [--words=N]
 #          [--nnodes=N] [--nproc_per_node=N] [--results=PATH | --no_results]
@@ -57,7 +59,7 @@ for arg in "$@"; do
     --keep=*) KEEP=${arg#*=} ;;
     --skip_setup) SETUP=0 ;;
     --path=client|--path=sync_stub) RANK_PATH=${arg#*=} ;;
-    -h|--help) sed -n "2,26p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n "2,28p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$arg' (see --help)" ;;
   esac
 done
@@ -151,7 +153,9 @@ meta=(
 )
 [[ -z "$NOTE" ]] || meta+=(--meta "note=$NOTE")
 results_args=()
-[[ -z "$RESULTS" ]] || results_args=(--results "$RESULTS")
+[[ -z "$RESULTS" ]] ||
+  results_args=(--results "$RESULTS"
+                --plot "bench/plots/allgather_words_${NNODES}x${NPROC_PER_NODE}.svg")
 echo
 $TORCH_PY bench/summarize.py --dir="$TMP" --world="$WORLD" --rounds="$ROUNDS" \
   --daemon_cpu_us="$DAEMON_CPU_US" --daemon_rounds="$((WARMUP + ROUNDS))" \

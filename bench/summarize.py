@@ -7,7 +7,9 @@ floor's <dir>/floor_unix.rank0.txt and <dir>/floor_futex.rank0.txt (two
 processes, bench/floor_pingpong.cc), computes round latency for every
 system the same way, prints a table, and (with --results) rewrites the
 section between the BEGIN/END markers of bench/RESULTS.md and appends a row
-to its history table. Standard library only.
+to its history table. With --plot, also draws the round-latency
+distributions of every system (a CDF per system, SVG) with Debian's
+matplotlib (tools/setup.sh --bench); everything else is standard library.
 
 Aggregation (identical for both systems):
   * round latency (primary): for each timed round, the slowest rank's
@@ -80,7 +82,48 @@ def stats(loaded, world, rounds):
         "rounds_per_s": rounds / ((last - first) / 1e9),
         "rank_cpu_us": totals.get("cpu_us", 0) / rounds,
         "csw": (totals.get("vcsw", 0) + totals.get("ivcsw", 0)) / rounds,
+        "per_round": per_round,
     }
+
+
+# Curve labels in the plot, by system.
+PLOT_LABELS = {
+    "rankd": "rankd all_gather_words",
+    "torch": "torch.distributed (Gloo) all_gather",
+    "floor_unix": "floor: Unix socket ping-pong",
+    "floor_futex": "floor: futex ping-pong",
+    "floor_spin": "floor: busy-poll ping-pong",
+}
+
+
+def plot(res, path, title):
+    """Draws each system's round-latency CDF into `path` (SVG); returns
+    whether it could (matplotlib may be missing)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed (tools/setup.sh --bench); no plot")
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, label in PLOT_LABELS.items():
+        if key not in res:
+            continue
+        v = [max(x, 0.05) for x in res[key]["per_round"]]
+        ax.plot(v, [(i + 1) / len(v) for i in range(len(v))],
+                label=f"{label} (p50 {res[key]['p50']:.1f} µs)")
+    ax.set_xscale("log")
+    ax.set_xlabel("round latency, µs (log scale)")
+    ax.set_ylabel("fraction of rounds")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path)
+    print(f"wrote {path}")
+    return True
 
 
 def fmt(x):
@@ -167,6 +210,7 @@ def main():
     p.add_argument("--goal", type=float, default=None,
                    help="goal for the p50 ratio rankd/torch (default: the "
                    "layout's goal from issue 13, else 0.25)")
+    p.add_argument("--plot", help="SVG file for the latency distributions")
     a = p.parse_args()
 
     res = {s: stats(load(a.dir, s), a.world, a.rounds) for s in ("rankd", "torch")}
@@ -211,6 +255,10 @@ def main():
           f"of which the coordinator {fmt(coordinator_us)}), "
           f"torch {fmt(res['torch']['rank_cpu_us'])} µs")
     print(verdict)
+    drawn = a.plot and plot(
+        res, a.plot, "all_gather_words round latency, " +
+        (f"{lm.group(1)} daemons x {lm.group(2)} ranks" if lm
+         else f"{a.world} ranks"))
 
     if not a.results:
         return 0
@@ -236,6 +284,12 @@ def main():
         "",
         cpu_table(res, daemon_us),
         "",
+    ]
+    if drawn:
+        rel = os.path.relpath(a.plot, os.path.dirname(a.results) or ".")
+        section += [f"![round-latency distributions of rankd, torch and the "
+                    f"floor]({rel})", ""]
+    section += [
         f"**{verdict}**",
         "",
         END,
