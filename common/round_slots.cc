@@ -26,6 +26,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
+#include "common/mapping_guard.h"
 
 namespace rankd {
 namespace {
@@ -161,7 +162,12 @@ size_t RoundSlotsGeometry::FileBytes() const {
 RoundSlots::RoundSlots(void* base, size_t bytes, RoundSlotsGeometry geometry)
     : base_(base), bytes_(bytes), geometry_(geometry) {}
 
-RoundSlots::~RoundSlots() { munmap(base_, bytes_); }
+RoundSlots::~RoundSlots() {
+  MappingGuard::Release(guard_);
+  munmap(base_, bytes_);
+}
+
+bool RoundSlots::broken() const { return MappingGuard::Broken(guard_); }
 
 absl::StatusOr<std::unique_ptr<RoundSlots>> RoundSlots::Create(
     const std::string& path, mode_t mode, RoundSlotsGeometry geometry) {
@@ -198,7 +204,16 @@ absl::StatusOr<std::unique_ptr<RoundSlots>> RoundSlots::Create(
   Store<uint32_t>(h + kResultWordsAt, geometry.result_words);
   Store<uint64_t>(h + kFileBytesAt, bytes);
   Word<uint64_t>(h, kMagicAt).store(kMagic, std::memory_order_release);
-  return std::unique_ptr<RoundSlots>(new RoundSlots(base, bytes, geometry));
+  std::unique_ptr<RoundSlots> slots(new RoundSlots(base, bytes, geometry));
+  // The rank may truncate the file; the daemon must survive its next touch.
+  slots->guard_ = MappingGuard::Guard(base, bytes);
+  if (slots->guard_ < 0) {
+    ::unlink(path.c_str());
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "round-slots file ", path, ": ", MappingGuard::kMaxGuardedMappings,
+        " mappings are guarded already"));
+  }
+  return slots;
 }
 
 absl::StatusOr<std::unique_ptr<RoundSlots>> RoundSlots::Open(

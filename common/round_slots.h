@@ -23,7 +23,7 @@
 // can hurt only its own rounds. Counters are 64-bit and never wrap in
 // practice; the bells are the 32-bit futex words.
 //
-// Depends only on absl and Linux (mmap, futex).
+// Depends on common/mapping_guard, absl and Linux (mmap, futex).
 #ifndef RANKD_COMMON_ROUND_SLOTS_H_
 #define RANKD_COMMON_ROUND_SLOTS_H_
 
@@ -97,8 +97,11 @@ class RoundSlots {
  public:
   // Daemon: creates `path` (which must not exist) with permission bits
   // `mode`, sized, allocated (so a full tmpfs is an error here, not a
-  // fault later) and headed for `geometry`. Errors name the path
-  // (AlreadyExists, PermissionDenied, ResourceExhausted for no space, ...).
+  // fault later) and headed for `geometry`, its mapping guarded
+  // (common/mapping_guard.h: if the rank truncates the file, the daemon's
+  // next access reads zeros instead of faulting, and broken() turns true).
+  // Errors name the path (AlreadyExists, PermissionDenied,
+  // ResourceExhausted for no space or too many guarded mappings, ...).
   static absl::StatusOr<std::unique_ptr<RoundSlots>> Create(
       const std::string& path, mode_t mode, RoundSlotsGeometry geometry);
 
@@ -163,6 +166,9 @@ class RoundSlots {
   void WaitForRequests(uint32_t seen, absl::Time deadline);
   // True once the rank called Attach.
   bool attached() const;
+  // True once an access found the file truncated (by the rank): the
+  // mapping now holds zeros; close and drop it.
+  bool broken() const;
 
   // --- both ---
 
@@ -177,6 +183,7 @@ class RoundSlots {
   void* const base_;
   const size_t bytes_;
   const RoundSlotsGeometry geometry_;
+  int guard_ = -1;  // MappingGuard handle (daemon side), -1 when unguarded
 };
 
 }  // namespace rankd

@@ -82,6 +82,10 @@ class RoundSlotServer::Channel {
         Unlink();
       }
       const uint64_t posted = slots_->posted();
+      if (slots_->broken()) {
+        ended = "truncated its round-slots file";
+        break;
+      }
       empty_rings = posted > next ? 0 : empty_rings + 1;
       if (empty_rings > kMaxEmptyRings) {
         ended = absl::StrCat("broke the protocol (rang ", kMaxEmptyRings,

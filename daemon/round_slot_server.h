@@ -19,8 +19,9 @@
 // answer, moves the count backwards, rings without posting), and at Stop.
 // The file's name is random, in a folder the group cannot list, and it is
 // unlinked once the rank has mapped it (or after kAttachTimeout), so no
-// other process can map it later. Not guarded: a rank that truncates the
-// file it mapped makes the daemon fault (see docs/architecture.md).
+// other process can map it later. A rank that truncates the file it
+// mapped does not crash the daemon: the mapping is guarded
+// (common/mapping_guard.h), and the watcher closes a file found truncated.
 //
 // Thread-safe. Depends on NodeAgent, common/round_slots and the protos.
 #ifndef RANKD_DAEMON_ROUND_SLOT_SERVER_H_

@@ -296,6 +296,36 @@ TEST_F(RoundSlotsTest, AScribblingRankIsCutOffAndTheDaemonKeepsServing) {
   EXPECT_FALSE(again->closed());
 }
 
+// A rank that shrinks the file it mapped would make the daemon's next
+// touch of it fault (SIGBUS); the guarded mapping reads zeros instead, and
+// the watcher closes the file and keeps serving.
+TEST_F(RoundSlotsTest, ATruncatingRankIsCutOffAndTheDaemonKeepsServing) {
+  v1::MemberRef member = MustJoin(0, 0x7321);
+  std::string path;
+  std::unique_ptr<RoundSlots> slots = MapSlots(member, false, &path);
+  ASSERT_NE(slots, nullptr);
+  int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 0), 0);
+  ::close(fd);
+  // This process must not touch its own mapping any more; the daemon's
+  // watcher looks at the file at least once a second.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (cluster_->daemon(0).ReadLog().find("truncated its round-slots file") ==
+             std::string::npos &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_THAT(cluster_->daemon(0).ReadLog(),
+              HasSubstr("rank 0 truncated its round-slots file; closing its "
+                        "round slots"));
+  ExpectStillServing();
+  // The rank may open new slots, and they work.
+  std::unique_ptr<RoundSlots> again = MapSlots(member);
+  ASSERT_NE(again, nullptr);
+  EXPECT_FALSE(again->closed());
+}
+
 TEST_F(RoundSlotsTest, ARankThatReusesASlotBeforeItsAnswerIsCutOff) {
   v1::MemberRef member = MustJoin(0, 0x7351);
   std::unique_ptr<RoundSlots> slots = MapSlots(member);
