@@ -12,7 +12,7 @@
 #   - register: the simulated nodes' RegisterNode + Subscribe, all of them;
 #   - join-to-ready: first JoinRank sent until every rank of the world holds
 #     its answer (the simulated nodes' JoinRank, which answers only once the
-#     whole world joined);
+#     whole world joined), and the coordinator's CPU time meanwhile;
 #   - round p50/p99: per round, the slowest simulated node's latency (send
 #     to outcome) over the timed rounds; and the real ranks' own p50 (the
 #     slowest of node 0's ranks per round), 4-word frames;
@@ -84,7 +84,7 @@ SIM=$BIN/bench/scale_sim
 [[ -x $SIM ]] || die "missing $SIM"
 JOB=scale
 TSV=$TMP/scale.tsv
-printf 'nodes\tranks\tregister_ms\tjoin_ms\tsim_p50_us\tsim_p99_us\trank_p50_us\trank_p99_us\tcoord_cpu_us\trss_mb\thwm_mb\n' >"$TSV"
+printf 'nodes\tranks\tregister_ms\tjoin_ms\tjoin_cpu_ms\tsim_p50_us\tsim_p99_us\trank_p50_us\trank_p99_us\tcoord_cpu_us\trss_mb\thwm_mb\n' >"$TSV"
 
 # Waits until every file in the arguments has a line starting with $WANT.
 # Otherwise sets FAILED to the first simulator's error (or the timeout) and
@@ -209,9 +209,10 @@ for p in glob.glob(f"{run}/rank*.txt"):
 def pct(values, q):
     v = sorted(values)
     return v[min(len(v) - 1, int(q * len(v)))] / 1e3
+join_cpu = max(int(c) for t in logs for c in re.findall(r"^JOINED .* coordinator_cpu_us=(-?\d+)", t, re.M)) / 1e3
 coord = re.search(r"^COORDINATOR cpu_us_per_round=([\d.]+) rss_kb=(\d+) hwm_kb=(\d+)", logs[0], re.M)
 print("\t".join(str(x) for x in [
-    n, n * nproc, register_ms, f"{join_ms:.0f}",
+    n, n * nproc, register_ms, f"{join_ms:.0f}", f"{join_cpu:.0f}",
     f"{pct(slowest.values(), .5):.0f}", f"{pct(slowest.values(), .99):.0f}",
     f"{pct(ranks.values(), .5):.0f}", f"{pct(ranks.values(), .99):.0f}",
     coord.group(1), f"{int(coord.group(2)) / 1024:.0f}", f"{int(coord.group(3)) / 1024:.0f}"]))

@@ -11,7 +11,9 @@
 // Phases, each printed on stdout:
 //   1. "REGISTERED nodes=N": every node registered and subscribed; then it
 //      waits until --go_file exists.
-//   2. "JOINED start_ns=S end_ns=E": first JoinRank sent, last answered.
+//   2. "JOINED start_ns=S end_ns=E coordinator_cpu_us=C": first JoinRank
+//      sent, last answered, and the coordinator's CPU meanwhile (-1
+//      without --coordinator_pid).
 //   3. "SUMMARY nodes=N rounds=R p50_us=X p99_us=Y failed_heartbeats=F".
 //   4. "COORDINATOR cpu_us_per_round=C rss_kb=K hwm_kb=H" (with
 //      --coordinator_pid).
@@ -259,6 +261,8 @@ int main(int argc, char** argv) {
   while (!go.empty() && access(go.c_str(), F_OK) != 0) {
     absl::SleepFor(absl::Milliseconds(2));
   }
+  const int coordinator = absl::GetFlag(FLAGS_coordinator_pid);
+  const int64_t join_cpu_before = coordinator > 0 ? CpuUs(coordinator) : 0;
 
   // --- Join every rank at once; the coordinator answers when all joined.
   struct Join {
@@ -304,9 +308,12 @@ int main(int argc, char** argv) {
     if (!join_error.empty()) Die(join_error);
   }
   const int64_t join_end = NowNs();
-  std::printf("JOINED start_ns=%lld end_ns=%lld\n",
+  const int64_t join_cpu_us =
+      coordinator > 0 ? CpuUs(coordinator) - join_cpu_before : -1;
+  std::printf("JOINED start_ns=%lld end_ns=%lld coordinator_cpu_us=%lld\n",
               static_cast<long long>(join_start),
-              static_cast<long long>(join_end));
+              static_cast<long long>(join_end),
+              static_cast<long long>(join_cpu_us));
   std::fflush(stdout);
 
   // --- Rounds: one thread and one Rounds stream per node.

@@ -4,22 +4,47 @@
 #include <memory>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/security.h"
 
 namespace rankd {
 
+grpc::Slice EventEncoder::Encode(const v1::JobEvent& event) {
+  absl::MutexLock lock(&mu_);
+  if (event.sequence() != 0 && event.sequence() == last_sequence_) {
+    return last_;  // a reference, not a copy
+  }
+  const std::string body = event.SerializeAsString();
+  std::string element;
+  element.reserve(body.size() + 6);
+  element.push_back(static_cast<char>((1 << 3) | 2));  // field 1, bytes
+  for (uint64_t n = body.size();; n >>= 7) {
+    const uint8_t low = n & 0x7f;
+    if (n < 0x80) {
+      element.push_back(static_cast<char>(low));
+      break;
+    }
+    element.push_back(static_cast<char>(low | 0x80));
+  }
+  element += body;
+  last_ = grpc::Slice(element);
+  last_sequence_ = event.sequence();
+  return last_;
+}
+
 template <typename Message>
 EventStreamReactorOf<Message>* EventStreamReactorOf<Message>::Start(
     absl::Status precheck, Open open, OnEnd on_end,
-    DeadlineTimer* formation_timer) {
+    DeadlineTimer* formation_timer, EventEncoder* encoder) {
   // gRPC takes ownership; OnDone deletes.
   auto owned = std::unique_ptr<EventStreamReactorOf>(
       new EventStreamReactorOf(std::move(on_end)));
   EventStreamReactorOf* reactor = owned.release();
-  if constexpr (std::is_same_v<Message, v1::JobEventBatch>) {
+  if constexpr (kBatches) {
     reactor->formation_timer_ = formation_timer;
+    reactor->encoder_ = encoder;
   }
   if (!precheck.ok()) {
     reactor->Close(precheck, false);
@@ -72,7 +97,11 @@ void EventStreamReactorOf<Message>::Deliver(const v1::JobEvent& event) {
     FinishWhenIdleLocked();
     return;
   }
-  queue_.push_back(event);
+  if constexpr (kBatches) {
+    queue_.push_back(encoder_->Encode(event));
+  } else {
+    queue_.push_back(event);
+  }
   if (writing_) return;  // it goes out with the next batch
   const bool formation = event.kind() == v1::EVENT_KIND_MEMBER_JOINED ||
                          event.kind() == v1::EVENT_KIND_NODE_REGISTERED;
@@ -101,12 +130,12 @@ void EventStreamReactorOf<Message>::Flush() {
 template <typename Message>
 void EventStreamReactorOf<Message>::WriteNextLocked() {
   writing_ = true;
-  if constexpr (std::is_same_v<Message, v1::JobEventBatch>) {
-    batch_.Clear();
+  if constexpr (kBatches) {
+    // The message is the events' encodings one after another, each taken
+    // by reference.
     in_flight_ = std::min(queue_.size(), kMaxBatchEvents);
-    for (size_t i = 0; i < in_flight_; ++i) {
-      *batch_.add_events() = std::move(queue_[i]);
-    }
+    std::vector<grpc::Slice> parts(queue_.begin(), queue_.begin() + in_flight_);
+    batch_ = grpc::ByteBuffer(parts.data(), parts.size());
     this->StartWrite(&batch_);
   } else {
     in_flight_ = 1;
@@ -190,6 +219,6 @@ void EventStreamReactorOf<Message>::OnDone() {
 }
 
 template class EventStreamReactorOf<v1::JobEvent>;
-template class EventStreamReactorOf<v1::JobEventBatch>;
+template class EventStreamReactorOf<grpc::ByteBuffer>;
 
 }  // namespace rankd

@@ -17,8 +17,9 @@
 //
 // Two message shapes: EventStreamReactor writes one JobEvent per message
 // (Rank.Watch, Admin.WatchEvents); EventBatchStreamReactor writes a
-// JobEventBatch of every event queued while the previous write was in
-// flight, up to kMaxBatchEvents (Peer.Subscribe: when thousands of ranks
+// JobEventBatch (raw bytes, from EventEncoder's shared encodings) of every
+// event queued while the previous write was in flight, up to
+// kMaxBatchEvents (Peer.Subscribe: when thousands of ranks
 // join at once, the coordinator writes each node a few large messages, not
 // one message per rank per node). With a timer, the batching reactor
 // also holds formation events (MEMBER_JOINED, NODE_REGISTERED) that reach
@@ -36,6 +37,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -48,8 +50,24 @@
 
 namespace rankd {
 
-// `Message` is v1::JobEvent or v1::JobEventBatch (the only two
-// instantiations; see the aliases below).
+// Encodes each job event once as one element of a JobEventBatch (field 1,
+// length-delimited), so that every node stream carrying it sends the same
+// bytes by reference: when a join reaches 512 nodes, the event is encoded
+// once, not 512 times. Remembers the last event's encoding (the event log
+// hands one event to every subscriber in turn). Thread-safe.
+class EventEncoder {
+ public:
+  grpc::Slice Encode(const v1::JobEvent& event);
+
+ private:
+  absl::Mutex mu_;
+  uint64_t last_sequence_ ABSL_GUARDED_BY(mu_) = 0;  // 0: none
+  grpc::Slice last_ ABSL_GUARDED_BY(mu_);
+};
+
+// `Message` is v1::JobEvent (one event per message) or grpc::ByteBuffer
+// (a JobEventBatch assembled from EventEncoder's shared encodings); the
+// only two instantiations, see the aliases below.
 template <typename Message>
 class EventStreamReactorOf : public grpc::ServerWriteReactor<Message> {
  public:
@@ -78,12 +96,14 @@ class EventStreamReactorOf : public grpc::ServerWriteReactor<Message> {
 
   // Creates the reactor; gRPC owns it and it deletes itself in OnDone.
   // `precheck` (e.g. authentication) is OK or ends the call at once.
-  // `formation_timer` (may be null; only for JobEventBatch) holds formation
-  // events as described above; it must outlive the stream's callbacks (the
-  // daemon's timer: the server is shut down before it).
+  // For batches: `encoder` (required) encodes the events, shared by every
+  // stream of the service; `formation_timer` (may be null) holds formation
+  // events as described above. Both must outlive the stream's callbacks
+  // (the daemon's: the server is shut down before them).
   static EventStreamReactorOf* Start(absl::Status precheck, Open open,
                                      OnEnd on_end,
-                                     DeadlineTimer* formation_timer = nullptr);
+                                     DeadlineTimer* formation_timer = nullptr,
+                                     EventEncoder* encoder = nullptr);
 
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
@@ -109,12 +129,16 @@ class EventStreamReactorOf : public grpc::ServerWriteReactor<Message> {
   const std::shared_ptr<Link> link_ = std::make_shared<Link>();
   OnEnd on_end_;
   absl::Mutex mu_;
-  std::deque<v1::JobEvent> queue_ ABSL_GUARDED_BY(mu_);
+  // Events (batches: their shared encodings) waiting or being written.
+  static constexpr bool kBatches = std::is_same_v<Message, grpc::ByteBuffer>;
+  using Queued = std::conditional_t<kBatches, grpc::Slice, v1::JobEvent>;
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
   // The batch being written, and how many queued events it took (they stay
-  // queued, moved from, until the write completes).
-  v1::JobEventBatch batch_ ABSL_GUARDED_BY(mu_);
+  // queued until the write completes).
+  grpc::ByteBuffer batch_ ABSL_GUARDED_BY(mu_);
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   DeadlineTimer* formation_timer_ = nullptr;
+  EventEncoder* encoder_ = nullptr;
   bool flush_scheduled_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
@@ -126,7 +150,7 @@ class EventStreamReactorOf : public grpc::ServerWriteReactor<Message> {
 };
 
 using EventStreamReactor = EventStreamReactorOf<v1::JobEvent>;
-using EventBatchStreamReactor = EventStreamReactorOf<v1::JobEventBatch>;
+using EventBatchStreamReactor = EventStreamReactorOf<grpc::ByteBuffer>;
 
 }  // namespace rankd
 

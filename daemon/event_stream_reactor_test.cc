@@ -22,6 +22,7 @@
 #include "daemon/deadline_timer.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 #include "gtest/gtest.h"
 #include "rankd/v1/admin.grpc.pb.h"
 #include "rankd/v1/peer.grpc.pb.h"
@@ -313,11 +314,11 @@ TEST_F(EventStreamReactorTest, ClosesRacingClientsGoingAwayAreSafe) {
 // write is in flight goes out in few messages, each at most
 // kMaxBatchEvents, every event once and in order.
 class BatchService final
-    : public v1::Peer::WithCallbackMethod_Subscribe<v1::Peer::Service> {
+    : public v1::Peer::WithRawCallbackMethod_Subscribe<v1::Peer::Service> {
  public:
   static constexpr int kEvents = 3000;
-  grpc::ServerWriteReactor<v1::JobEventBatch>* Subscribe(
-      grpc::CallbackServerContext*, const v1::SubscribeRequest*) override {
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Subscribe(
+      grpc::CallbackServerContext*, const grpc::ByteBuffer*) override {
     return EventBatchStreamReactor::Start(
         absl::OkStatus(),
         [](EventBatchStreamReactor::Sinks sinks) {
@@ -329,8 +330,11 @@ class BatchService final
           sinks.close(absl::OkStatus());
           return absl::StatusOr<uint64_t>(1);
         },
-        [](uint64_t, bool, const std::string&) {});
+        [](uint64_t, bool, const std::string&) {}, nullptr, &encoder_);
   }
+
+ private:
+  EventEncoder encoder_;
 };
 
 TEST(EventBatchStreamReactorTest, ABurstGoesOutInFewBatchesInOrder) {
@@ -372,12 +376,12 @@ TEST(EventBatchStreamReactorTest, ABurstGoesOutInFewBatchesInOrder) {
 // held briefly so that a join storm shares messages; anything else goes out
 // at once, after them, and held events go out on the timer alone too.
 class FormationService final
-    : public v1::Peer::WithCallbackMethod_Subscribe<v1::Peer::Service> {
+    : public v1::Peer::WithRawCallbackMethod_Subscribe<v1::Peer::Service> {
  public:
   FormationService(DeadlineTimer* timer, int joins, bool then_fail)
       : timer_(timer), joins_(joins), then_fail_(then_fail) {}
-  grpc::ServerWriteReactor<v1::JobEventBatch>* Subscribe(
-      grpc::CallbackServerContext*, const v1::SubscribeRequest*) override {
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Subscribe(
+      grpc::CallbackServerContext*, const grpc::ByteBuffer*) override {
     return EventBatchStreamReactor::Start(
         absl::OkStatus(),
         [this](EventBatchStreamReactor::Sinks sinks) {
@@ -397,10 +401,11 @@ class FormationService final
           }
           return absl::StatusOr<uint64_t>(1);
         },
-        [](uint64_t, bool, const std::string&) {}, timer_);
+        [](uint64_t, bool, const std::string&) {}, timer_, &encoder_);
   }
 
  private:
+  EventEncoder encoder_;
   DeadlineTimer* const timer_;
   const int joins_;
   const bool then_fail_;
@@ -454,6 +459,30 @@ TEST(EventBatchStreamReactorTest, HeldFormationEventsGoOutOnTheTimer) {
   DeadlineTimer timer;
   FormationService service(&timer, 3, /*then_fail=*/false);
   EXPECT_THAT(ReadBatches(&service, 3), ::testing::ElementsAre(3));
+}
+
+TEST(EventEncoderTest, AnEventIsEncodedOnceForEveryStream) {
+  EventEncoder encoder;
+  v1::JobEvent joined;
+  joined.set_sequence(7);
+  joined.set_kind(v1::EVENT_KIND_MEMBER_JOINED);
+  joined.set_message(std::string(300, 'j'));  // a two-byte length
+  v1::JobEvent ready;
+  ready.set_sequence(8);
+  ready.set_kind(v1::EVENT_KIND_JOB_READY);
+  grpc::Slice first = encoder.Encode(joined);
+  grpc::Slice again = encoder.Encode(joined);
+  EXPECT_EQ(first.begin(), again.begin());  // the same bytes, not a copy
+  grpc::Slice parts[] = {first, encoder.Encode(ready), again};
+  grpc::ByteBuffer buffer(parts, 3);
+  v1::JobEventBatch batch;
+  ASSERT_TRUE(
+      grpc::SerializationTraits<v1::JobEventBatch>::Deserialize(&buffer, &batch)
+          .ok());
+  ASSERT_EQ(batch.events_size(), 3);
+  EXPECT_EQ(batch.events(0).message(), joined.message());
+  EXPECT_EQ(batch.events(1).kind(), v1::EVENT_KIND_JOB_READY);
+  EXPECT_EQ(batch.events(2).sequence(), 7u);
 }
 
 }  // namespace

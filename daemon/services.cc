@@ -7,6 +7,7 @@
 #include "daemon/event_stream_reactor.h"
 #include "daemon/kv_store.h"
 #include "daemon/security.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 
 namespace rankd {
 namespace {
@@ -257,21 +258,29 @@ grpc::ServerUnaryReactor* PeerService::Heartbeat(
                 });
 }
 
-grpc::ServerWriteReactor<v1::JobEventBatch>* PeerService::Subscribe(
-    grpc::CallbackServerContext* context, const v1::SubscribeRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* PeerService::Subscribe(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw) {
+  v1::SubscribeRequest request;
+  grpc::ByteBuffer copy(*raw);  // Deserialize consumes its buffer
+  absl::Status precheck =
+      grpc::SerializationTraits<v1::SubscribeRequest>::Deserialize(&copy,
+                                                                   &request)
+              .ok()
+          ? Check(context, request.node().node_index())
+          : absl::InvalidArgumentError("not a SubscribeRequest");
   Coordinator* coordinator = coordinator_;
-  v1::NodeRef node = request->node();
+  v1::NodeRef node = request.node();
   return EventBatchStreamReactor::Start(
-      Check(context, request->node().node_index()),
-      [coordinator, request](EventBatchStreamReactor::Sinks sinks) {
-        return coordinator->Subscribe(*request, std::move(sinks.deliver),
+      precheck,
+      [coordinator, &request](EventBatchStreamReactor::Sinks sinks) {
+        return coordinator->Subscribe(request, std::move(sinks.deliver),
                                       std::move(sinks.close));
       },
       [coordinator, node](uint64_t id, bool client_gone,
                           const std::string& reason) {
         coordinator->EndSubscription(id, node, client_gone, reason);
       },
-      formation_timer_);
+      formation_timer_, &event_encoder_);
 }
 
 grpc::ServerUnaryReactor* PeerService::LeaveNode(

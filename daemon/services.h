@@ -13,6 +13,7 @@
 #include <string>
 
 #include "daemon/coordinator.h"
+#include "daemon/event_stream_reactor.h"
 #include "daemon/node_agent.h"
 #include "daemon/round_slot_server.h"
 #include "daemon/round_stream_reactor.h"
@@ -71,12 +72,13 @@ class RankService final : public v1::Rank::CallbackService {
   RoundSlotServer* const round_slots_;
 };
 
-// The Peer service's callback API with Rounds taken as raw bytes, so that
-// a round's answer is encoded once for every node (round_stream_reactor.h).
+// The Peer service's callback API with Subscribe and Rounds taken as raw
+// bytes, so that an event or a round's answer is encoded once for every
+// node (event_stream_reactor.h, round_stream_reactor.h).
 // The same chain as v1::Peer::CallbackService, in the generated order.
 using PeerCallbackService = v1::Peer::WithCallbackMethod_RegisterNode<
     v1::Peer::WithCallbackMethod_Heartbeat<
-        v1::Peer::WithCallbackMethod_Subscribe<
+        v1::Peer::WithRawCallbackMethod_Subscribe<
             v1::Peer::WithCallbackMethod_LeaveNode<
                 v1::Peer::WithCallbackMethod_JoinRank<
                     v1::Peer::WithCallbackMethod_ReleaseRank<
@@ -111,9 +113,10 @@ class PeerService final : public PeerCallbackService {
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse* response) override;
-  grpc::ServerWriteReactor<v1::JobEventBatch>* Subscribe(
+  // A SubscribeRequest in; JobEventBatch messages out.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Subscribe(
       grpc::CallbackServerContext* context,
-      const v1::SubscribeRequest* request) override;
+      const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* LeaveNode(grpc::CallbackServerContext* context,
                                       const v1::LeaveNodeRequest* request,
                                       v1::LeaveNodeResponse* response) override;
@@ -161,6 +164,8 @@ class PeerService final : public PeerCallbackService {
   const uint32_t own_node_;
   const Authenticator* const auth_;
   DeadlineTimer* const formation_timer_;
+  // Shared by every node's event stream.
+  EventEncoder event_encoder_;
 };
 
 class AdminService final : public v1::Admin::CallbackService {
