@@ -5,7 +5,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -212,10 +211,8 @@ absl::Status Daemon::Init() {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
-  builder.AddChannelArgument(
-      GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-      static_cast<int>(std::max<int64_t>(
-          1000, absl::ToInt64Milliseconds(config_.heartbeat_timeout))));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             KeepaliveTimeoutMs(config_.heartbeat_timeout));
   builder.AddListeningPort(config_.listen_address, *server_credentials,
                            &tcp_port_);
   if (!config_.socket_path.empty()) {

@@ -239,16 +239,19 @@ absl::Status FromGrpc(const grpc::Status& status) {
                       status.error_message());
 }
 
+int KeepaliveTimeoutMs(absl::Duration heartbeat_timeout) {
+  return static_cast<int>(std::clamp<int64_t>(
+      absl::ToInt64Milliseconds(heartbeat_timeout), 1000, kMaxTimeoutMs));
+}
+
 grpc::ChannelArguments DefaultChannelArguments(
-    absl::Duration keepalive_timeout) {
+    absl::Duration heartbeat_timeout) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   args.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
-  args.SetInt(
-      GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-      static_cast<int>(std::clamp<int64_t>(
-          absl::ToInt64Milliseconds(keepalive_timeout), 1000, kMaxTimeoutMs)));
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+              KeepaliveTimeoutMs(heartbeat_timeout));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   // A peer that is starting is usually listening within tens of ms.

@@ -108,13 +108,17 @@ void AttachBearerToken(grpc::ClientContext* context, const std::string& token);
 grpc::Status ToGrpc(const absl::Status& status);
 absl::Status FromGrpc(const grpc::Status& status);
 
+// How long a daemon waits for a keepalive ping's answer before dropping a
+// connection, on its server and its channels alike: its heartbeat timeout
+// (at least 1 s), so that a peer too busy to answer a ping is not declared
+// gone sooner than a silent node would be.
+int KeepaliveTimeoutMs(absl::Duration heartbeat_timeout);
+
 // Channel arguments shared by every rankd channel: 64 MiB messages and a
 // keepalive ping every second, the connection dropped when one is not
-// answered within `keepalive_timeout` (at least 1 s). Daemons pass their
-// heartbeat timeout: a peer too busy to answer a ping is not declared gone
-// sooner than a silent node would be.
+// answered within KeepaliveTimeoutMs(heartbeat_timeout).
 grpc::ChannelArguments DefaultChannelArguments(
-    absl::Duration keepalive_timeout);
+    absl::Duration heartbeat_timeout);
 
 }  // namespace rankd
 

@@ -195,9 +195,8 @@ PeerService::PeerService(Coordinator* coordinator,
       auth_(auth),
       formation_timer_(formation_timer) {}
 
-absl::Status PeerService::Authorize(grpc::CallbackServerContext* context,
-                                    std::optional<uint32_t> claimed_node,
-                                    std::optional<uint32_t> rank) const {
+absl::StatusOr<std::optional<uint32_t>> PeerService::AuthenticateCaller(
+    grpc::CallbackServerContext* context) const {
   if (coordinator_ == nullptr) {
     // Where the coordinator is is no secret, and it is what a daemon
     // pointed at the wrong node needs to hear.
@@ -207,9 +206,7 @@ absl::Status PeerService::Authorize(grpc::CallbackServerContext* context,
   }
   auto node = auth_->AuthenticateNode(context);
   if (!node.ok()) return node.status();
-  if (!node->has_value()) return absl::OkStatus();  // authentication off
-  const uint32_t caller = **node;
-  if (caller == own_node_) {
+  if (node->has_value() && **node == own_node_) {
     // The coordinator's own node reaches it in-process, never over TCP: a
     // caller with this token minted it from a copy of the node key.
     return absl::PermissionDeniedError(absl::StrCat(
@@ -217,16 +214,31 @@ absl::Status PeerService::Authorize(grpc::CallbackServerContext* context,
         " is this coordinator's own node and never calls it over the "
         "network; refusing a caller presenting its token"));
   }
-  if (claimed_node.has_value() && *claimed_node != caller) {
+  return node;
+}
+
+absl::Status PeerService::CheckClaims(std::optional<uint32_t> caller,
+                                      std::optional<uint32_t> claimed_node,
+                                      std::optional<uint32_t> rank) const {
+  if (!caller.has_value()) return absl::OkStatus();  // authentication off
+  if (claimed_node.has_value() && *claimed_node != *caller) {
     return absl::PermissionDeniedError(absl::StrCat(
-        "node ", caller, "'s credential cannot act as node ", *claimed_node));
+        "node ", *caller, "'s credential cannot act as node ", *claimed_node));
   }
-  if (rank.has_value() && coordinator_->NodeOfRank(*rank) != caller) {
+  if (rank.has_value() && coordinator_->NodeOfRank(*rank) != *caller) {
     return absl::PermissionDeniedError(
-        absl::StrCat("node ", caller, "'s credential cannot act for rank ",
+        absl::StrCat("node ", *caller, "'s credential cannot act for rank ",
                      *rank, ", which is not on that node"));
   }
   return absl::OkStatus();
+}
+
+absl::Status PeerService::Authorize(grpc::CallbackServerContext* context,
+                                    std::optional<uint32_t> claimed_node,
+                                    std::optional<uint32_t> rank) const {
+  auto caller = AuthenticateCaller(context);
+  if (!caller.ok()) return caller.status();
+  return CheckClaims(*caller, claimed_node, rank);
 }
 
 absl::Status PeerService::Check(grpc::CallbackServerContext* context,
@@ -327,25 +339,13 @@ PeerService::Rounds(grpc::CallbackServerContext* context) {
   // Who the caller is is settled once, for the stream (a token check per
   // round would cost the coordinator a MAC per node per round); every
   // message must then name that node.
-  absl::Status allowed = Authorize(context, std::nullopt, std::nullopt);
-  std::optional<uint32_t> caller;
-  if (allowed.ok()) {
-    auto node = auth_->AuthenticateNode(context);
-    if (node.ok())
-      caller = *node;
-    else
-      allowed = node.status();
-  }
+  auto caller = AuthenticateCaller(context);
   Coordinator* coordinator = coordinator_;
   return RoundStreamReactor::Start(
-      allowed,
-      [caller](const v1::ContributeWordsRequest& request) {
-        if (caller.has_value() && request.node().node_index() != *caller) {
-          return absl::PermissionDeniedError(absl::StrCat(
-              "node ", *caller, "'s credential cannot act as node ",
-              request.node().node_index()));
-        }
-        return absl::OkStatus();
+      caller.status(),
+      [this, caller = caller.value_or(std::nullopt)](
+          const v1::ContributeWordsRequest& request) {
+        return CheckClaims(caller, request.node().node_index(), std::nullopt);
       },
       [coordinator](const v1::ContributeWordsRequest& request,
                     WordRounds::SharedDone done) {

@@ -154,6 +154,14 @@ class PeerService final : public PeerCallbackService {
   absl::Status Authorize(grpc::CallbackServerContext* context,
                          std::optional<uint32_t> claimed_node,
                          std::optional<uint32_t> rank) const;
+  // Authorize's two halves. AuthenticateCaller: the caller's node (nullopt
+  // when authentication is off), or the error. CheckClaims: that `caller`
+  // may name `claimed_node` and act for `rank` (each when given).
+  absl::StatusOr<std::optional<uint32_t>> AuthenticateCaller(
+      grpc::CallbackServerContext* context) const;
+  absl::Status CheckClaims(std::optional<uint32_t> caller,
+                           std::optional<uint32_t> claimed_node,
+                           std::optional<uint32_t> rank) const;
   absl::Status Check(grpc::CallbackServerContext* context,
                      uint32_t claimed_node) const;
   absl::Status CheckForRank(grpc::CallbackServerContext* context,
