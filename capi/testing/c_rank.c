@@ -294,11 +294,11 @@ static void Ops(rankd_rank* rank, uint32_t world) {
   printf("C RANK %u OK\n", r);
 }
 
+/* Written on the library's thread, read on this one. */
 static int failures_seen = 0;
 static void OnFailure(void* user_data, rankd_code code, const char* message) {
   (void)message;
-  int* seen = (int*)user_data;
-  *seen = (int)code;
+  __atomic_store_n((int*)user_data, (int)code, __ATOMIC_RELEASE);
 }
 
 static void Lost(rankd_rank* rank) {
@@ -330,8 +330,16 @@ static void Lost(rankd_rank* rank) {
   printf("HEALTH %s: %s\n", rankd_code_name(rankd_status_code(health)),
          rankd_status_message(health));
   rankd_status_free(health);
-  if (failures_seen != RANKD_ABORTED) {
-    Fail("the failure callback saw code %d", failures_seen);
+  /* The callback runs on a library thread (rankd.h), not necessarily
+   * before rankd_job_health reports the failure: give it 10 s. */
+  for (int i = 0; i < 10000 &&
+                  __atomic_load_n(&failures_seen, __ATOMIC_ACQUIRE) == 0;
+       ++i) {
+    usleep(1000);
+  }
+  const int seen = __atomic_load_n(&failures_seen, __ATOMIC_ACQUIRE);
+  if (seen != RANKD_ABORTED) {
+    Fail("the failure callback saw code %d", seen);
   }
   printf("CALLBACK ABORTED\n");
   rankd_session_free(session);
