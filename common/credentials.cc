@@ -104,6 +104,15 @@ absl::StatusOr<uint32_t> VerifyNodeToken(absl::string_view node_key,
   return node_index;
 }
 
+std::string TokenProof(absl::string_view token, absl::string_view transcript) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int mac_len = 0;
+  HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
+       reinterpret_cast<const unsigned char*>(transcript.data()),
+       transcript.size(), mac, &mac_len);
+  return std::string(reinterpret_cast<const char*>(mac), mac_len);
+}
+
 bool SecretsEqual(absl::string_view a, absl::string_view b) {
   if (a.size() != b.size()) return false;
   if (a.empty()) return true;

@@ -54,6 +54,11 @@ absl::StatusOr<uint32_t> VerifyNodeToken(absl::string_view node_key,
                                          absl::string_view job_id,
                                          absl::string_view token);
 
+// HMAC-SHA256 of `transcript` under `token`: 32 raw bytes. What a holder of
+// a token shows so the token itself never crosses the wire (the round
+// link's handshake, daemon/round_link_protocol.h).
+std::string TokenProof(absl::string_view token, absl::string_view transcript);
+
 // True when `a` equals `b`; the time taken depends only on the lengths.
 bool SecretsEqual(absl::string_view a, absl::string_view b);
 

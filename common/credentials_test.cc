@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -69,6 +70,16 @@ TEST(CredentialsTest, ANodeTokenNamesItsNodeAndOnlyVerifiesUnderItsKeyAndJob) {
       EXPECT_THAT(verdict.status().message(), Not(HasSubstr(bad)));
     }
   }
+}
+
+TEST(CredentialsTest, ATokenProofIsHmacSha256AndDependsOnTokenAndTranscript) {
+  // RFC 4231 test case 2: key "Jefe".
+  EXPECT_EQ(absl::BytesToHexString(
+                TokenProof("Jefe", "what do ya want for nothing?")),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  EXPECT_EQ(TokenProof("a", "x").size(), 32u);
+  EXPECT_NE(TokenProof("a", "x"), TokenProof("b", "x"));
+  EXPECT_NE(TokenProof("a", "x"), TokenProof("a", "y"));
 }
 
 TEST(CredentialsTest, SecretsEqualComparesWholeValues) {

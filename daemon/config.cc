@@ -324,7 +324,7 @@ class Resolver {
          {&Resolver::Identity, &Resolver::Sizes, &Resolver::Topology,
           &Resolver::Addresses, &Resolver::Coordinator, &Resolver::Socket,
           &Resolver::Heartbeat, &Resolver::Security, &Resolver::Limits,
-          &Resolver::Metrics}) {
+          &Resolver::Metrics, &Resolver::RoundLink}) {
       if (absl::Status s = (this->*stage)(); !s.ok()) return s;
     }
     return c_;
@@ -723,6 +723,21 @@ class Resolver {
     return absl::OkStatus();
   }
 
+  absl::Status RoundLink() {
+    const Setting s = GivenOr(flags_.round_link_port, "round_link_port", "0");
+    if (absl::AsciiStrToLower(s.value) == "off") {
+      c_.round_link_port = -1;
+      return absl::OkStatus();
+    }
+    absl::StatusOr<uint32_t> port = ParseUint32(s);
+    if (!port.ok() || *port > 65535) {
+      return Invalid(absl::StrCat(s.Assignment(),
+                                  " is not a port (0..65535) or \"off\""));
+    }
+    c_.round_link_port = static_cast<int>(*port);
+    return absl::OkStatus();
+  }
+
   const RawConfig& flags_;
   const EnvLookup& env_;
   DaemonConfig c_;
@@ -770,6 +785,12 @@ std::string DescribeConfig(const DaemonConfig& c) {
       "/rank streams=", c.limits.max_streams_per_caller, "/caller,",
       c.limits.max_operator_streams, "/operators",
       " metrics=", c.metrics_address.empty() ? "off" : c.metrics_address,
+      " round_link=",
+      !c.is_coordinator           ? "-"
+      : c.round_link_port < 0     ? "off"
+      : c.tls.enabled()           ? "off(tls)"
+      : c.round_link_port == 0    ? "any-port"
+                                  : absl::StrCat(c.round_link_port),
       " host=", or_dash(c.hostname), " pod=", or_dash(c.pod_name),
       " node=", or_dash(c.node_name));
 }

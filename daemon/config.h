@@ -134,6 +134,10 @@ struct DaemonConfig {
 
   // host:port of the Prometheus endpoint (daemon/metrics.h); empty when off.
   std::string metrics_address;
+
+  // The coordinator's round link port (daemon/round_link_server.h) on the
+  // listen host: 0 for any free port, -1 when off.
+  int round_link_port = 0;
 };
 
 // The rankd settings exactly as given on the command line: one field per
@@ -168,6 +172,7 @@ struct RawConfig {
   std::optional<std::string> max_streams_per_caller;
   std::optional<std::string> max_operator_streams;
   std::optional<std::string> metrics_listen;
+  std::optional<std::string> round_link_port;
 };
 
 // Returns the value of environment variable `name`, or nullopt when unset.

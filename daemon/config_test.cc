@@ -801,6 +801,23 @@ TEST_F(ConfigTest, CredentialsAndMetrics) {
   ExpectError({"--metrics_listen=9090 is not HOST:PORT"});
 }
 
+TEST_F(ConfigTest, RoundLinkPortIsAPortOrOff) {
+  raw_.world_size = "1";
+  EXPECT_EQ(MustResolve().round_link_port, 0);
+  raw_.round_link_port = "7422";
+  EXPECT_EQ(MustResolve().round_link_port, 7422);
+  raw_.round_link_port = "OFF";
+  EXPECT_EQ(MustResolve().round_link_port, -1);
+  raw_.round_link_port.reset();
+  env_["RANKD_ROUND_LINK_PORT"] = "off";
+  EXPECT_EQ(MustResolve().round_link_port, -1);
+  env_.erase("RANKD_ROUND_LINK_PORT");
+  raw_.round_link_port = "70000";
+  ExpectError({"--round_link_port=70000 is not a port (0..65535) or \"off\""});
+  raw_.round_link_port = "-1";
+  ExpectError({"--round_link_port=-1 is not a port"});
+}
+
 TEST_F(ConfigTest, RunningWithoutCredentialsIsAnExplicitExclusiveChoice) {
   raw_.world_size = "1";
   raw_.allow_unauthenticated = "true";
@@ -940,6 +957,7 @@ TEST(FlagsTest, CollectsOnlyGivenFlags) {
   EXPECT_EQ(raw.tls_ca, std::nullopt);
   EXPECT_EQ(raw.credentials_dir, std::nullopt);
   EXPECT_EQ(raw.metrics_listen, std::nullopt);
+  EXPECT_EQ(raw.round_link_port, std::nullopt);
   EXPECT_EQ(raw.job_id, "j1");
 
   // Flags feed ResolveConfig like any RawConfig (mutual TLS would need

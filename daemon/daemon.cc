@@ -245,6 +245,7 @@ absl::Status Daemon::Init() {
                          : absl::StrCat(" / --socket=", config_.socket_path),
                      " (address in use or not local?)"));
   }
+  if (auto s = StartRoundLink(); !s.ok()) return s;
   auto* health = server_->GetHealthCheckService();
   health->SetServingStatus("", true);
   health->SetServingStatus(kReadinessService, false);
@@ -253,6 +254,31 @@ absl::Status Daemon::Init() {
       0, [this](const v1::JobEvent& e) { WatchJobHealth(e); });
   agent_->Start(absl::Now() + config_.register_timeout,
                 [this](absl::Status s) { OnRegistered(std::move(s)); });
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::StartRoundLink() {
+  if (coordinator_ == nullptr || config_.round_link_port < 0) {
+    return absl::OkStatus();
+  }
+  if (config_.tls.enabled()) {
+    // The link has no TLS of its own; rounds stay on the Rounds stream.
+    Log("round link off: TLS is on, so nodes' rounds use the TLS-protected "
+        "Rounds stream");
+    return absl::OkStatus();
+  }
+  auto listen = ParseHostPort(config_.listen_address);
+  if (!listen.ok()) return listen.status();
+  auto server = RoundLinkServer::Start(listen->host, config_.round_link_port,
+                                       peer_service_->RoundLinkHandlers());
+  if (!server.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat(server.status().message(),
+                     " (--round_link_port=off serves none)"));
+  }
+  round_link_server_ = *std::move(server);
+  peer_service_->set_round_link_port(round_link_server_->port());
+  Log(absl::StrCat("round link on port ", round_link_server_->port()));
   return absl::OkStatus();
 }
 
@@ -326,6 +352,8 @@ void Daemon::Shutdown(const std::string& reason, absl::Duration grace) {
   // slots find their answers, then see the files closed.
   if (round_slots_ != nullptr) round_slots_->Stop();
   if (coordinator_ != nullptr) coordinator_->BeginShutdown();
+  // After the coordinator answered what waits, so nodes hear why.
+  if (round_link_server_ != nullptr) round_link_server_->Stop();
   if (server_ != nullptr) {
     server_->Shutdown(absl::ToChronoTime(absl::Now() + grace / 2));
     server_->Wait();

@@ -1,7 +1,8 @@
 // Daemon: one running rankd process's parts wired together: the deadline
 // timer, the Coordinator (when this daemon coordinates), the link to the
-// coordinator, the NodeAgent, and the gRPC server with its TCP listener,
-// Unix socket, reflection and grpc.health.v1 service.
+// coordinator, the NodeAgent, the gRPC server with its TCP listener, Unix
+// socket, reflection and grpc.health.v1 service, and on the coordinator
+// the round link server (round_link_server.h) when TLS is off.
 //
 // Health: service "" is SERVING while the process runs (liveness);
 // service "readiness" is SERVING once the node is registered with the
@@ -25,6 +26,7 @@
 #include "daemon/deadline_timer.h"
 #include "daemon/metrics.h"
 #include "daemon/node_agent.h"
+#include "daemon/round_link_server.h"
 #include "daemon/services.h"
 #include "grpcpp/grpcpp.h"
 
@@ -48,6 +50,10 @@ class Daemon {
 
   // TCP port actually bound (useful with --listen=HOST:0).
   int tcp_port() const { return tcp_port_; }
+  // Port of the coordinator's round link; 0 when it serves none.
+  int round_link_port() const {
+    return round_link_server_ == nullptr ? 0 : round_link_server_->port();
+  }
   // Port of the metrics endpoint; 0 when --metrics_listen is off.
   int metrics_port() const {
     return metrics_ == nullptr ? 0 : metrics_->port();
@@ -58,6 +64,8 @@ class Daemon {
   explicit Daemon(DaemonConfig config);
   absl::Status Init();
   void OnRegistered(absl::Status status);
+  // On the coordinator without TLS, unless --round_link_port=off.
+  absl::Status StartRoundLink();
   void WatchJobHealth(const v1::JobEvent& event);
   // The job as the metrics endpoint reports it.
   JobSnapshot Snapshot() const;
@@ -75,6 +83,8 @@ class Daemon {
   std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<grpc::Server> server_;
+  // The coordinator's round link (nullptr: none offered).
+  std::unique_ptr<RoundLinkServer> round_link_server_;
   int tcp_port_ = 0;
   EventLog::SubscriptionId log_subscription_ = 0;
 

@@ -124,6 +124,12 @@ ABSL_FLAG(OptionalText, max_streams_per_caller, OptionalText{},
 ABSL_FLAG(OptionalText, max_operator_streams, OptionalText{},
           "Admin.WatchEvents streams the daemon serves at once. Env "
           "RANKD_MAX_OPERATOR_STREAMS. Default 64.");
+ABSL_FLAG(OptionalText, round_link_port, OptionalText{},
+          "Coordinator only: TCP port of the round link, where nodes send "
+          "their all_gather_words rounds as plain frames instead of gRPC "
+          "messages (docs/architecture.md), on the --listen host; 0 picks a "
+          "free port, off serves none. Never offered with TLS. Env "
+          "RANKD_ROUND_LINK_PORT. Default 0.");
 ABSL_FLAG(OptionalText, metrics_listen, OptionalText{},
           "HOST:PORT of the Prometheus endpoint (HTTP, /metrics). Env "
           "RANKD_METRICS_LISTEN. Default off.");
@@ -163,6 +169,7 @@ RawConfig RawConfigFromFlags() {
   raw.max_streams_per_caller = absl::GetFlag(FLAGS_max_streams_per_caller).text;
   raw.max_operator_streams = absl::GetFlag(FLAGS_max_operator_streams).text;
   raw.metrics_listen = absl::GetFlag(FLAGS_metrics_listen).text;
+  raw.round_link_port = absl::GetFlag(FLAGS_round_link_port).text;
   return raw;
 }
 

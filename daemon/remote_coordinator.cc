@@ -5,6 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/config.h"
+#include "daemon/log.h"
+#include "daemon/pending_rounds.h"
 #include "daemon/security.h"
 
 namespace rankd {
@@ -74,7 +77,8 @@ class RemoteCoordinatorLink::RoundStream
     : public grpc::ClientBidiReactor<v1::ContributeWordsRequest,
                                      v1::RoundOutcome> {
  public:
-  RoundStream(RemoteCoordinatorLink* link, v1::Peer::Stub* stub) : link_(link) {
+  RoundStream(RemoteCoordinatorLink* link, v1::Peer::Stub* stub)
+      : link_(link), pending_(link->address_) {
     AttachBearerToken(&context_, link->bearer_token_);
     stub->async()->Rounds(&context_, this);
     StartRead(&incoming_);
@@ -86,10 +90,9 @@ class RemoteCoordinatorLink::RoundStream
   bool Send(v1::ContributeWordsRequest request,
             Reply<v1::AllGatherWordsResponse>& reply, absl::Time deadline) {
     absl::MutexLock lock(&mu_);
-    if (ended_) return false;
-    const uint64_t tag = next_tag_++;
+    const uint64_t tag = pending_.Add(request.round(), deadline, reply);
+    if (tag == 0) return false;
     request.set_tag(tag);
-    pending_[tag] = Pending{request.round(), deadline, std::move(reply)};
     outgoing_.push_back(std::move(request));
     if (!writing_) {
       writing_ = true;
@@ -99,26 +102,7 @@ class RemoteCoordinatorLink::RoundStream
   }
 
   // Fails the rounds the coordinator left unanswered past their deadline.
-  void ExpireOverdue(absl::Time now) {
-    std::vector<Pending> overdue;
-    {
-      absl::MutexLock lock(&mu_);
-      for (auto it = pending_.begin(); it != pending_.end();) {
-        if (it->second.deadline > now) {
-          ++it;
-          continue;
-        }
-        overdue.push_back(std::move(it->second));
-        it = pending_.erase(it);
-      }
-    }
-    for (Pending& p : overdue) {
-      p.reply(absl::DeadlineExceededError(
-          absl::StrCat("coordinator at ", link_->address_,
-                       " did not answer all_gather_words round ", p.round,
-                       " within its timeout")));
-    }
-  }
+  void ExpireOverdue(absl::Time now) { pending_.ExpireOverdue(now); }
 
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&mu_);
@@ -133,35 +117,13 @@ class RemoteCoordinatorLink::RoundStream
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows
-    Reply<v1::AllGatherWordsResponse> reply;
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = pending_.find(incoming_.tag());
-      if (it != pending_.end()) {
-        reply = std::move(it->second.reply);
-        pending_.erase(it);
-      }
-    }
     // An unknown tag is a round this side gave up on (ExpireOverdue).
-    if (reply) {
-      if (incoming_.code() == 0) {
-        reply(std::move(*incoming_.mutable_result()));
-      } else {
-        reply(absl::Status(static_cast<absl::StatusCode>(incoming_.code()),
-                           incoming_.message()));
-      }
-    }
+    pending_.Answer(incoming_);
     incoming_.Clear();
     StartRead(&incoming_);
   }
 
   void OnDone(const grpc::Status& status) override {
-    std::map<uint64_t, Pending> abandoned;
-    {
-      absl::MutexLock lock(&mu_);
-      ended_ = true;
-      abandoned.swap(pending_);
-    }
     absl::Status why;
     if (cancelled_.HasBeenNotified()) {
       why = absl::CancelledError("daemon is shutting down");
@@ -178,7 +140,7 @@ class RemoteCoordinatorLink::RoundStream
               status.error_message().empty() ? "connection closed"
                                              : status.error_message()));
     }
-    for (auto& [tag, p] : abandoned) p.reply(why);
+    pending_.Abandon(why);
     done_.Notify();
   }
 
@@ -189,23 +151,15 @@ class RemoteCoordinatorLink::RoundStream
   }
 
  private:
-  struct Pending {
-    uint64_t round = 0;
-    absl::Time deadline;
-    Reply<v1::AllGatherWordsResponse> reply;
-  };
-
   RemoteCoordinatorLink* const link_;
   grpc::ClientContext context_;
   v1::RoundOutcome incoming_;  // only the reading side touches it
+  PendingRounds pending_;
   absl::Notification cancelled_;
   absl::Notification done_;
   absl::Mutex mu_;
-  bool ended_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t next_tag_ ABSL_GUARDED_BY(mu_) = 1;
   std::deque<v1::ContributeWordsRequest> outgoing_ ABSL_GUARDED_BY(mu_);
-  std::map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
 };
 
 RemoteCoordinatorLink::RemoteCoordinatorLink(
@@ -327,7 +281,7 @@ void RemoteCoordinatorLink::TryRegister(
 
 void RemoteCoordinatorLink::OnRegistered(
     const v1::RegisterNodeRequest& request,
-    const v1::RegisterNodeResponse& /*response*/) {
+    const v1::RegisterNodeResponse& response) {
   absl::MutexLock lock(&mu_);
   node_.set_job_id(request.config().job_id());
   node_.set_node_index(request.node().node_index());
@@ -338,6 +292,33 @@ void RemoteCoordinatorLink::OnRegistered(
   stream_ =
       std::make_unique<EventStream>(this, stub_.get(), subscribe, listener_);
   rounds_ = std::make_shared<RoundStream>(this, stub_.get());
+  auto coordinator = ParseHostPort(address_);
+  if (response.round_link_port() != 0 && coordinator.ok() &&
+      response.round_link_port() <= 65535) {
+    // Rounds take the stream until the link is open, and again if it ends.
+    RoundLink::Options options;
+    options.host = coordinator->host;
+    options.port = static_cast<uint16_t>(response.round_link_port());
+    options.coordinator_address = address_;
+    options.node = node_;
+    options.node_token = bearer_token_;
+    const std::string where =
+        absl::StrCat("round link to the coordinator (", options.host, ":",
+                     options.port, ")");
+    options.on_open = [where](const absl::Status& status) {
+      Log(status.ok()
+              ? absl::StrCat(where, " open: this node's rounds go over it")
+              : absl::StrCat(where, " not opened (", status.message(),
+                             "): this node's rounds stay on the Rounds "
+                             "stream"));
+    };
+    options.on_end = [where](const absl::Status& status) {
+      if (status.code() == absl::StatusCode::kCancelled) return;
+      Log(absl::StrCat(where, " ended (", status.message(),
+                       "): this node's rounds go over the Rounds stream"));
+    };
+    round_link_ = std::make_shared<RoundLink>(std::move(options));
+  }
   last_heartbeat_ok_ = absl::Now();
   heartbeat_timer_ =
       timer_->Schedule(absl::Now() + heartbeat_interval_, [this] { Beat(); });
@@ -366,11 +347,14 @@ void RemoteCoordinatorLink::Beat() {
   }
   if (!lost_reason.empty()) return ReportLost(lost_reason);
   std::shared_ptr<RoundStream> rounds;
+  std::shared_ptr<RoundLink> round_link;
   {
     absl::MutexLock lock(&mu_);
     rounds = rounds_;
+    round_link = round_link_;
   }
   if (rounds != nullptr) rounds->ExpireOverdue(absl::Now());
+  if (round_link != nullptr) round_link->ExpireOverdue(absl::Now());
   Call<v1::HeartbeatRequest, v1::HeartbeatResponse>(
       request, heartbeat_timeout_,
       [this](absl::StatusOr<v1::HeartbeatResponse> result) {
@@ -437,13 +421,19 @@ void RemoteCoordinatorLink::ContributeWords(
     Reply<v1::AllGatherWordsResponse> reply) {
   const absl::Duration timeout =
       absl::Milliseconds(request.timeout_ms()) + kDeadlineMargin;
+  std::shared_ptr<RoundLink> round_link;
+  std::shared_ptr<RoundStream> rounds;
   {
     absl::MutexLock lock(&mu_);
-    if (rounds_ != nullptr &&
-        rounds_->Send(request, reply, absl::Now() + timeout)) {
-      return;
-    }
+    round_link = round_link_;
+    rounds = rounds_;
   }
+  // Both refuse once ended (after Stop too), leaving `reply` untouched.
+  const absl::Time deadline = absl::Now() + timeout;
+  if (round_link != nullptr && round_link->Send(request, reply, deadline)) {
+    return;
+  }
+  if (rounds != nullptr && rounds->Send(request, reply, deadline)) return;
   Call<v1::ContributeWordsRequest, v1::AllGatherWordsResponse>(
       request, timeout, std::move(reply),
       [this](grpc::ClientContext* c, const v1::ContributeWordsRequest* q,
@@ -485,6 +475,7 @@ void RemoteCoordinatorLink::LeaveNode(const v1::LeaveNodeRequest& request,
 void RemoteCoordinatorLink::Stop() {
   std::unique_ptr<EventStream> stream;
   std::shared_ptr<RoundStream> rounds;
+  std::shared_ptr<RoundLink> round_link;
   {
     absl::MutexLock lock(&mu_);
     if (stopped_) return;
@@ -492,9 +483,11 @@ void RemoteCoordinatorLink::Stop() {
     timer_->Cancel(heartbeat_timer_);
     stream = std::move(stream_);
     rounds = std::move(rounds_);
+    round_link = std::move(round_link_);
   }
   if (stream) stream->CancelAndWait();
   if (rounds) rounds->CancelAndWait();
+  if (round_link) round_link->Stop();
   // Calls still in flight reference this link: cancel them and wait.
   absl::MutexLock lock(&mu_);
   for (auto& [id, context] : inflight_) context->TryCancel();

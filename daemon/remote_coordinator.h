@@ -2,12 +2,13 @@
 // coordinator's Peer service over gRPC (see coordinator_link.h for the
 // contract). Heartbeats every heartbeat interval; reports the coordinator
 // lost when no heartbeat was answered for the heartbeat timeout or the
-// event stream breaks. Once registered, rounds go over one long-lived
-// Peer.Rounds stream (a message each way per round, no call set-up); before
-// that, or once the stream has ended, over unary ContributeWords. A round
-// the coordinator has not answered by its timeout plus a margin fails with
-// DeadlineExceeded (checked at each heartbeat). Depends on gRPC, the protos
-// and daemon/security.
+// event stream breaks. Once registered, rounds go over the coordinator's
+// round link (round_link.h) when it offers one and it is open, else over
+// one long-lived Peer.Rounds stream (a message each way per round, no call
+// set-up); before that, or once both have ended, over unary
+// ContributeWords. A round the coordinator has not answered by its timeout
+// plus a margin fails with DeadlineExceeded (checked at each heartbeat).
+// Depends on gRPC, the protos, daemon/security and the round link.
 #ifndef RANKD_DAEMON_REMOTE_COORDINATOR_H_
 #define RANKD_DAEMON_REMOTE_COORDINATOR_H_
 
@@ -21,6 +22,7 @@
 #include "absl/time/time.h"
 #include "daemon/coordinator_link.h"
 #include "daemon/deadline_timer.h"
+#include "daemon/round_link.h"
 #include "grpcpp/grpcpp.h"
 #include "rankd/v1/peer.grpc.pb.h"
 
@@ -106,6 +108,8 @@ class RemoteCoordinatorLink : public CoordinatorLink {
   std::unique_ptr<EventStream> stream_ ABSL_GUARDED_BY(mu_);
   // Shared: a heartbeat's overdue sweep may still hold it while Stop ends it.
   std::shared_ptr<RoundStream> rounds_ ABSL_GUARDED_BY(mu_);
+  // The round link, when the coordinator offers one; rounds prefer it.
+  std::shared_ptr<RoundLink> round_link_ ABSL_GUARDED_BY(mu_);
   uint64_t next_call_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, grpc::ClientContext*> inflight_ ABSL_GUARDED_BY(mu_);
 };

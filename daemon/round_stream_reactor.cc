@@ -10,20 +10,6 @@
 namespace rankd {
 namespace {
 
-// Field 5 (RoundOutcome.tag) as a varint: appended after the shared
-// encoding, it sets the tag when the node parses the message.
-grpc::Slice EncodeTag(uint64_t tag) {
-  uint8_t bytes[11];
-  size_t n = 0;
-  bytes[n++] = (5 << 3) | 0;
-  do {
-    uint8_t b = tag & 0x7f;
-    tag >>= 7;
-    bytes[n++] = tag != 0 ? (b | 0x80) : b;
-  } while (tag != 0);
-  return grpc::Slice(bytes, n);
-}
-
 // A slice over the outcome's encoding that keeps the outcome alive until
 // gRPC has sent it (no copy of the bytes).
 grpc::Slice SharedEncoding(std::shared_ptr<const WordRounds::Outcome> outcome) {
@@ -117,7 +103,7 @@ void RoundStreamReactor::Deliver(
                      " round outcomes waited for this node to read them")));
     return;
   }
-  grpc::Slice parts[2] = {SharedEncoding(std::move(outcome)), EncodeTag(tag)};
+  grpc::Slice parts[2] = {SharedEncoding(std::move(outcome)), grpc::Slice(WordRounds::Outcome::TagSuffix(tag))};
   queue_.emplace_back(parts, 2);
   if (!writing_) WriteNextLocked();
 }

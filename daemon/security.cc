@@ -217,6 +217,30 @@ absl::StatusOr<std::optional<uint32_t>> Authenticator::AuthenticateNode(
   return std::optional<uint32_t>(*node);
 }
 
+absl::StatusOr<std::optional<uint32_t>> Authenticator::AuthenticateNodeProof(
+    uint32_t node_index, absl::string_view transcript,
+    absl::string_view proof) const {
+  if (!enabled_) return std::optional<uint32_t>();
+  if (node_key_.empty()) {
+    return absl::PermissionDeniedError(
+        "this daemon holds no node key and cannot verify nodes");
+  }
+  if (!SecretsEqual(proof, TokenProof(NodeToken(node_key_, job_id_,
+                                                node_index),
+                                      transcript))) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "round link refused: the hello's proof is not node ", node_index,
+        "'s token of this job"));
+  }
+  return std::optional<uint32_t>(node_index);
+}
+
+std::string Authenticator::ProveToNode(uint32_t node_index,
+                                       absl::string_view transcript) const {
+  if (!enabled_ || node_key_.empty()) return "";
+  return TokenProof(NodeToken(node_key_, job_id_, node_index), transcript);
+}
+
 bool FromUnixSocket(const grpc::CallbackServerContext* context) {
   return absl::StartsWith(context->peer(), "unix:");
 }

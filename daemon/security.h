@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "daemon/config.h"
 #include "grpcpp/grpcpp.h"
@@ -78,6 +79,21 @@ class Authenticator {
   // node key to verify with; Unauthenticated without a valid node token.
   absl::StatusOr<std::optional<uint32_t>> AuthenticateNode(
       const grpc::CallbackServerContext* context) const;
+
+  // The same for a round link's hello (daemon/round_link_protocol.h), where
+  // the node shows TokenProof(its token, `transcript`) instead of the token:
+  // `node_index` when `proof` is that for node `node_index` of this job;
+  // nullopt when authentication is off; PermissionDenied when this daemon
+  // holds no node key; Unauthenticated otherwise.
+  absl::StatusOr<std::optional<uint32_t>> AuthenticateNodeProof(
+      uint32_t node_index, absl::string_view transcript,
+      absl::string_view proof) const;
+
+  // TokenProof(node `node_index`'s token, `transcript`): what the
+  // coordinator shows a round link's node so the node knows it holds the
+  // node key. "" when authentication is off or no node key is held.
+  std::string ProveToNode(uint32_t node_index,
+                          absl::string_view transcript) const;
 
  private:
   Authenticator() = default;

@@ -257,7 +257,12 @@ grpc::ServerUnaryReactor* PeerService::RegisterNode(
     v1::RegisterNodeResponse* response) {
   return Handle(context, Check(context, request->node().node_index()), response,
                 [&](Reply<v1::RegisterNodeResponse> reply) {
-                  reply(coordinator_->RegisterNode(*request));
+                  auto registered = coordinator_->RegisterNode(*request);
+                  if (registered.ok()) {
+                    registered->set_round_link_port(
+                        static_cast<uint32_t>(round_link_port_.load()));
+                  }
+                  reply(std::move(registered));
                 });
 }
 
@@ -351,6 +356,47 @@ PeerService::Rounds(grpc::CallbackServerContext* context) {
                     WordRounds::SharedDone done) {
         coordinator->ContributeWordsShared(request, std::move(done));
       });
+}
+
+RoundLinkServer::Handlers PeerService::RoundLinkHandlers() {
+  RoundLinkServer::Handlers handlers;
+  handlers.admit = [this](const v1::RoundLinkHello& hello,
+                          absl::string_view node_transcript,
+                          absl::string_view coordinator_transcript)
+      -> absl::StatusOr<RoundLinkServer::Admission> {
+    const uint32_t node = hello.node().node_index();
+    if (coordinator_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "this daemon is not the job's coordinator");
+    }
+    if (hello.node().job_id() != coordinator_->spec().job_id) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("this coordinator runs job \"",
+                       coordinator_->spec().job_id, "\", not \"",
+                       hello.node().job_id(), "\""));
+    }
+    if (node >= coordinator_->spec().nnodes || node == own_node_) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "node ", node, " cannot open a round link (the job's nodes are 0..",
+          coordinator_->spec().nnodes - 1, "; node ", own_node_,
+          " is the coordinator's own)"));
+    }
+    auto caller = auth_->AuthenticateNodeProof(node, node_transcript,
+                                               hello.proof());
+    if (!caller.ok()) return caller.status();
+    return RoundLinkServer::Admission{
+        *caller, auth_->ProveToNode(node, coordinator_transcript)};
+  };
+  handlers.authorize = [this](std::optional<uint32_t> caller,
+                              const v1::ContributeWordsRequest& request) {
+    return CheckClaims(caller, request.node().node_index(), std::nullopt);
+  };
+  Coordinator* coordinator = coordinator_;
+  handlers.contribute = [coordinator](const v1::ContributeWordsRequest& request,
+                                      WordRounds::SharedDone done) {
+    coordinator->ContributeWordsShared(request, std::move(done));
+  };
+  return handlers;
 }
 
 grpc::ServerUnaryReactor* PeerService::KvSet(

@@ -15,6 +15,7 @@
 #include "daemon/coordinator.h"
 #include "daemon/event_stream_reactor.h"
 #include "daemon/node_agent.h"
+#include "daemon/round_link_server.h"
 #include "daemon/round_slot_server.h"
 #include "daemon/round_stream_reactor.h"
 #include "daemon/security.h"
@@ -146,6 +147,16 @@ class PeerService final : public PeerCallbackService {
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Rounds(
       grpc::CallbackServerContext* context) override;
 
+  // What the coordinator's round link server runs: the same checks as the
+  // Rounds stream (a node of this job, not this daemon's own, proving its
+  // token; every contribution naming that node) and the same coordinator.
+  // The service must outlive the server.
+  RoundLinkServer::Handlers RoundLinkHandlers();
+
+  // The round link port RegisterNode offers (0: none). Set before nodes
+  // register.
+  void set_round_link_port(int port) { round_link_port_.store(port); }
+
  private:
   // Authenticates the caller as a node (FailedPrecondition first when
   // this daemon does not coordinate) and checks that it is not this
@@ -174,6 +185,7 @@ class PeerService final : public PeerCallbackService {
   DeadlineTimer* const formation_timer_;
   // Shared by every node's event stream.
   EventEncoder event_encoder_;
+  std::atomic<int> round_link_port_{0};
 };
 
 class AdminService final : public v1::Admin::CallbackService {

@@ -44,6 +44,17 @@ const std::string& WordRounds::Outcome::Encoded() const {
   return encoded_;
 }
 
+std::string WordRounds::Outcome::TagSuffix(uint64_t tag) {
+  // Field 5 (RoundOutcome.tag) as a varint.
+  std::string bytes(1, static_cast<char>((5 << 3) | 0));
+  do {
+    uint8_t b = tag & 0x7f;
+    tag >>= 7;
+    bytes.push_back(static_cast<char>(tag != 0 ? (b | 0x80) : b));
+  } while (tag != 0);
+  return bytes;
+}
+
 void WordRounds::Answer(std::vector<Contributor>& contributors, uint64_t number,
                         absl::StatusOr<v1::AllGatherWordsResponse> result) {
   auto outcome = std::make_shared<const Outcome>(number, std::move(result));

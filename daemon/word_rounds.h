@@ -53,6 +53,11 @@ class WordRounds {
     // The v1::RoundOutcome wire encoding of this outcome, made on first use
     // and then reused (thread-safe); valid as long as the Outcome.
     const std::string& Encoded() const;
+    // What follows Encoded() to address it to one contribution: the
+    // RoundOutcome `tag` field alone (protobuf merges concatenated
+    // encodings, so Encoded() + TagSuffix(t) parses as the outcome with
+    // tag t).
+    static std::string TagSuffix(uint64_t tag);
 
    private:
     const uint64_t round_;

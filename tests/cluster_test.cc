@@ -1,8 +1,10 @@
 // Integration tests of the control plane: real rankd daemons (one process
 // per node) and real rank processes (tests/rank_worker) over Unix sockets
 // and loopback TCP. Every scenario with all_gather_words rounds runs twice:
-// with the rounds on the daemon's shared-memory round slots (the default)
-// and on gRPC, and checks that each rank took the path it was told to.
+// once on the default paths (ranks on their daemon's shared-memory round
+// slots, daemons on the coordinator's round link) and once on gRPC (ranks
+// on Rank calls, daemons on the Peer.Rounds stream), and checks that each
+// rank and daemon took the path it was told to.
 #include "tests/harness/cluster.h"
 
 #include <signal.h>
@@ -27,9 +29,16 @@
 namespace rankd::testing {
 namespace {
 
-// The parameter: whether ranks send their rounds through the round slots.
+// The parameter: whether rounds take the default paths (round slots and
+// round link) or gRPC all the way.
 class ClusterTest : public ::testing::TestWithParam<bool> {
  protected:
+  // Cluster options with the coordinator's round link on or off.
+  static ClusterOptions Options() {
+    ClusterOptions options;
+    if (!GetParam()) options.extra_flags.push_back("--round_link_port=off");
+    return options;
+  }
   // `args` plus the flag choosing the round path.
   static std::vector<std::string> With(std::vector<std::string> args) {
     args.push_back(
@@ -37,7 +46,15 @@ class ClusterTest : public ::testing::TestWithParam<bool> {
     return args;
   }
   // Every worker reported the round path this run asked for.
-  static void ExpectRoundPath(std::vector<ChildProcess>& workers) {
+  static void ExpectRoundPath(std::vector<ChildProcess>& workers,
+                              LocalCluster& cluster) {
+    for (uint32_t n = 1; n < cluster.options().nnodes; ++n) {
+      const bool linked = absl::StrContains(
+          cluster.daemon(n).ReadLog(),
+          "open: this node's rounds go over it");
+      EXPECT_EQ(linked, GetParam()) << "node " << n << "\n"
+                                    << cluster.daemon(n).ReadLog();
+    }
     for (size_t r = 0; r < workers.size(); ++r) {
       std::vector<std::string> path =
           LinesWithPrefix(workers[r].ReadLog(), "ROUND_PATH ");
@@ -58,7 +75,7 @@ INSTANTIATE_TEST_SUITE_P(RoundPaths, ClusterTest, ::testing::Bool(),
                          });
 
 TEST_P(ClusterTest, FourDaemonsEightRanksAgreeOnTopologyRoundsAndKeys) {
-  ClusterOptions options;
+  ClusterOptions options = Options();
   options.nnodes = 4;
   options.nproc_per_node = 2;
   options.tensor_parallel = 2;
@@ -74,7 +91,7 @@ TEST_P(ClusterTest, FourDaemonsEightRanksAgreeOnTopologyRoundsAndKeys) {
                                         << Logs(*workers);
   }
 
-  ExpectRoundPath(*workers);
+  ExpectRoundPath(*workers, cluster);
   ParallelTopology topology{2, 2, 1, 2};
   auto expected = DeriveGroups(topology, 8);
   ASSERT_TRUE(expected.ok());
@@ -148,7 +165,7 @@ TEST_P(ClusterTest, FourDaemonsEightRanksAgreeOnTopologyRoundsAndKeys) {
 }
 
 TEST_P(ClusterTest, BoundedRoundsMatchBlockingRounds) {
-  ClusterOptions options;
+  ClusterOptions options = Options();
   options.nnodes = 3;
   options.nproc_per_node = 2;
   LocalCluster cluster(options);
@@ -160,13 +177,13 @@ TEST_P(ClusterTest, BoundedRoundsMatchBlockingRounds) {
   for (size_t r = 0; r < statuses.size(); ++r) {
     EXPECT_EQ(ExitCode(statuses[r]), 0) << Logs(*workers);
   }
-  ExpectRoundPath(*workers);
+  ExpectRoundPath(*workers, cluster);
 }
 
 // Frames longer than a slot holds go over gRPC, interleaved with slot
 // rounds, in order.
 TEST_P(ClusterTest, LongAndShortFramesInterleaveInOrder) {
-  ClusterOptions options;
+  ClusterOptions options = Options();
   options.nnodes = 2;
   options.nproc_per_node = 2;
   LocalCluster cluster(options);
@@ -179,11 +196,11 @@ TEST_P(ClusterTest, LongAndShortFramesInterleaveInOrder) {
     EXPECT_EQ(ExitCode(statuses[r]), 0) << Logs(*workers);
     EXPECT_TRUE(absl::StrContains((*workers)[r].ReadLog(), "ROUNDS_OK n=40"));
   }
-  ExpectRoundPath(*workers);
+  ExpectRoundPath(*workers, cluster);
 }
 
 TEST_P(ClusterTest, AStalledRankIsNamedWhenTheRoundTimesOut) {
-  ClusterOptions options;
+  ClusterOptions options = Options();
   options.nnodes = 2;
   options.nproc_per_node = 2;
   LocalCluster cluster(options);
@@ -210,11 +227,11 @@ TEST_P(ClusterTest, AStalledRankIsNamedWhenTheRoundTimesOut) {
     EXPECT_TRUE(absl::StrContains(error, "waiting for rank 3 (node 1: 3)"))
         << error;
   }
-  ExpectRoundPath(workers);
+  ExpectRoundPath(workers, cluster);
 }
 
 TEST_P(ClusterTest, FrameLengthMismatchFailsTheRoundOnEveryRankNamingTheRank) {
-  ClusterOptions options;
+  ClusterOptions options = Options();
   options.nnodes = 3;
   options.nproc_per_node = 2;
   LocalCluster cluster(options);
@@ -234,7 +251,7 @@ TEST_P(ClusterTest, FrameLengthMismatchFailsTheRoundOnEveryRankNamingTheRank) {
 }
 
 TEST_P(ClusterTest, KilledRankFailsEveryOtherRankNamingIt) {
-  ClusterOptions options;
+  ClusterOptions options = Options();
   options.nnodes = 3;
   options.nproc_per_node = 3;
   options.heartbeat_timeout_ms = 1000;
@@ -285,7 +302,7 @@ TEST_P(ClusterTest, KilledRankFailsEveryOtherRankNamingIt) {
 }
 
 TEST_P(ClusterTest, KilledDaemonFailsEveryOtherRankNamingTheNode) {
-  ClusterOptions options;
+  ClusterOptions options = Options();
   options.nnodes = 3;
   options.nproc_per_node = 2;
   options.heartbeat_timeout_ms = 1000;

@@ -1,0 +1,62 @@
+// PendingRounds: a node's contributions sent to the coordinator over a
+// stream (the Rounds stream or the round link) and not yet answered, by tag.
+// Each waits with its reply until the coordinator's RoundOutcome with its
+// tag arrives, its deadline passes, or the stream ends. Thread-safe.
+// Depends on absl, daemon/coordinator.h (Reply) and the protos.
+#ifndef RANKD_DAEMON_PENDING_ROUNDS_H_
+#define RANKD_DAEMON_PENDING_ROUNDS_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/coordinator.h"
+#include "rankd/v1/peer.pb.h"
+
+namespace rankd {
+
+class PendingRounds {
+ public:
+  using RoundReply = Reply<v1::AllGatherWordsResponse>;
+
+  // `coordinator` names the coordinator in timeout messages.
+  explicit PendingRounds(std::string coordinator)
+      : coordinator_(std::move(coordinator)) {}
+
+  // Takes `reply` for a contribution to `round` answered by `deadline` and
+  // returns its tag (never 0). Returns 0 and leaves `reply` untouched once
+  // Abandon has run.
+  uint64_t Add(uint64_t round, absl::Time deadline, RoundReply& reply);
+
+  // Runs the reply of the contribution `outcome` answers (by its tag) with
+  // its result or error. False when no contribution has that tag (one this
+  // side gave up on, or a tag it never sent).
+  bool Answer(v1::RoundOutcome& outcome);
+
+  // Fails every contribution whose deadline is at or before `now` with
+  // DeadlineExceeded naming the coordinator and the round.
+  void ExpireOverdue(absl::Time now);
+
+  // Fails every waiting contribution with `why` and refuses later Adds.
+  void Abandon(const absl::Status& why);
+
+ private:
+  struct Pending {
+    uint64_t round = 0;
+    absl::Time deadline;
+    RoundReply reply;
+  };
+
+  const std::string coordinator_;
+  absl::Mutex mu_;
+  bool abandoned_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_tag_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace rankd
+
+#endif  // RANKD_DAEMON_PENDING_ROUNDS_H_

@@ -1,0 +1,470 @@
+// Tests of the round link: RoundLinkServer and RoundLink over real TCP
+// sockets on loopback, with the coordinator stood in for by handlers, and
+// raw sockets playing a misbehaving node.
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/credentials.h"
+#include "daemon/round_link.h"
+#include "daemon/round_link_protocol.h"
+#include "daemon/round_link_server.h"
+#include "daemon/word_rounds.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace rankd {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kToken[] = "node-1.secret-of-node-one";
+
+v1::NodeRef Node(uint32_t index) {
+  v1::NodeRef node;
+  node.set_job_id("job");
+  node.set_node_index(index);
+  node.set_daemon_incarnation(7);
+  return node;
+}
+
+// A coordinator stand-in: node 1 must prove kToken; every contribution is
+// answered with its own frames' words (or, with `hold`, kept unanswered).
+struct FakeCoordinator {
+  bool hold = false;
+  bool prove_wrongly = false;
+  absl::Mutex mu;
+  std::vector<WordRounds::SharedDone> held ABSL_GUARDED_BY(mu);
+  std::atomic<int> contributions{0};
+
+  RoundLinkServer::Handlers Handlers() {
+    RoundLinkServer::Handlers h;
+    h.admit = [this](const v1::RoundLinkHello& hello,
+                     absl::string_view node_transcript,
+                     absl::string_view coordinator_transcript)
+        -> absl::StatusOr<RoundLinkServer::Admission> {
+      if (hello.node().node_index() != 1 ||
+          !SecretsEqual(hello.proof(), TokenProof(kToken, node_transcript))) {
+        return absl::UnauthenticatedError("not node 1's token");
+      }
+      return RoundLinkServer::Admission{
+          1u, TokenProof(prove_wrongly ? "other" : kToken,
+                         coordinator_transcript)};
+    };
+    h.authorize = [](std::optional<uint32_t> node,
+                     const v1::ContributeWordsRequest& request) {
+      if (node.has_value() && request.node().node_index() != *node) {
+        return absl::PermissionDeniedError("node 1 cannot act as another");
+      }
+      return absl::OkStatus();
+    };
+    h.contribute = [this](const v1::ContributeWordsRequest& request,
+                          WordRounds::SharedDone done) {
+      ++contributions;
+      if (hold) {
+        absl::MutexLock lock(&mu);
+        held.push_back(std::move(done));
+        return;
+      }
+      v1::AllGatherWordsResponse result;
+      result.set_round(request.round());
+      result.set_words_per_rank(1);
+      for (const auto& frame : request.frames()) {
+        for (uint32_t w : frame.words()) result.add_words(w);
+      }
+      done(std::make_shared<WordRounds::Outcome>(request.round(), result));
+    };
+    return h;
+  }
+};
+
+RoundLink::Options LinkOptions(int port, std::string token = kToken) {
+  RoundLink::Options o;
+  o.host = "127.0.0.1";
+  o.port = static_cast<uint16_t>(port);
+  o.coordinator_address = "127.0.0.1:1";
+  o.node = Node(1);
+  o.node_token = std::move(token);
+  return o;
+}
+
+v1::ContributeWordsRequest Contribution(uint64_t round, uint32_t node,
+                                        uint32_t word) {
+  v1::ContributeWordsRequest r;
+  *r.mutable_node() = Node(node);
+  r.set_round(round);
+  auto* frame = r.add_frames();
+  frame->set_rank(node);
+  frame->add_words(word);
+  return r;
+}
+
+// Collects one reply.
+struct Answer {
+  absl::Notification done;
+  absl::StatusOr<v1::AllGatherWordsResponse> result =
+      absl::UnknownError("unset");
+  Reply<v1::AllGatherWordsResponse> reply() {
+    return [this](absl::StatusOr<v1::AllGatherWordsResponse> r) {
+      result = std::move(r);
+      done.Notify();
+    };
+  }
+  bool Wait() { return done.WaitForNotificationWithTimeout(absl::Seconds(10)); }
+};
+
+std::unique_ptr<RoundLinkServer> StartServer(FakeCoordinator& coordinator) {
+  auto server = RoundLinkServer::Start("127.0.0.1", 0, coordinator.Handlers());
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? *std::move(server) : nullptr;
+}
+
+TEST(RoundLinkTest, ANodeSendsRoundsAndGetsEachOutcomeByTag) {
+  FakeCoordinator coordinator;
+  auto server = StartServer(coordinator);
+  ASSERT_NE(server, nullptr);
+  RoundLink link(LinkOptions(server->port()));
+  ASSERT_TRUE(link.WaitOpen(absl::Seconds(10)).ok());
+  EXPECT_EQ(server->open_links(), 1u);
+  std::vector<std::unique_ptr<Answer>> answers;
+  for (uint64_t round = 1; round <= 50; ++round) {
+    answers.push_back(std::make_unique<Answer>());
+    auto reply = answers.back()->reply();
+    ASSERT_TRUE(link.Send(Contribution(round, 1, 1000 + round), reply,
+                          absl::InfiniteFuture()));
+    EXPECT_FALSE(reply) << "Send takes the reply";
+  }
+  for (uint64_t round = 1; round <= 50; ++round) {
+    Answer& a = *answers[round - 1];
+    ASSERT_TRUE(a.Wait());
+    ASSERT_TRUE(a.result.ok()) << a.result.status();
+    EXPECT_EQ(a.result->round(), round);
+    EXPECT_THAT(a.result->words(), ::testing::ElementsAre(1000 + round));
+  }
+}
+
+TEST(RoundLinkTest, AWrongTokenIsRefusedWithTheCoordinatorsReason) {
+  FakeCoordinator coordinator;
+  auto server = StartServer(coordinator);
+  ASSERT_NE(server, nullptr);
+  RoundLink link(LinkOptions(server->port(), "node-1.forged"));
+  absl::Status open = link.WaitOpen(absl::Seconds(10));
+  EXPECT_EQ(open.code(), absl::StatusCode::kUnauthenticated) << open;
+  EXPECT_THAT(open.message(), HasSubstr("refused: not node 1's token"));
+  Reply<v1::AllGatherWordsResponse> reply =
+      [](absl::StatusOr<v1::AllGatherWordsResponse>) {};
+  EXPECT_FALSE(link.Send(Contribution(1, 1, 1), reply, absl::InfiniteFuture()));
+  EXPECT_TRUE(reply) << "a refused Send leaves the reply to the caller";
+  EXPECT_EQ(server->open_links(), 0u);
+}
+
+TEST(RoundLinkTest, ACoordinatorThatCannotProveTheNodeKeyIsNotTrusted) {
+  FakeCoordinator coordinator;
+  coordinator.prove_wrongly = true;
+  auto server = StartServer(coordinator);
+  ASSERT_NE(server, nullptr);
+  RoundLink link(LinkOptions(server->port()));
+  absl::Status open = link.WaitOpen(absl::Seconds(10));
+  EXPECT_EQ(open.code(), absl::StatusCode::kPermissionDenied) << open;
+  EXPECT_THAT(open.message(), HasSubstr("could not prove"));
+}
+
+TEST(RoundLinkTest, AContributionForAnotherNodeEndsTheLinkSayingWhy) {
+  FakeCoordinator coordinator;
+  auto server = StartServer(coordinator);
+  ASSERT_NE(server, nullptr);
+  RoundLink link(LinkOptions(server->port()));
+  ASSERT_TRUE(link.WaitOpen(absl::Seconds(10)).ok());
+  Answer a;
+  auto reply = a.reply();
+  ASSERT_TRUE(link.Send(Contribution(1, 2, 5), reply, absl::InfiniteFuture()));
+  ASSERT_TRUE(a.Wait());
+  EXPECT_EQ(a.result.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(a.result.status().message(),
+              HasSubstr("closed by the coordinator: node 1 cannot act as"));
+  EXPECT_EQ(coordinator.contributions.load(), 0);
+  // The link stays ended; the caller falls back to another path.
+  Reply<v1::AllGatherWordsResponse> next =
+      [](absl::StatusOr<v1::AllGatherWordsResponse>) {};
+  EXPECT_FALSE(link.Send(Contribution(2, 1, 5), next, absl::InfiniteFuture()));
+}
+
+TEST(RoundLinkTest, StoppingTheNodeFailsWaitingRoundsAsShutdown) {
+  FakeCoordinator coordinator;
+  coordinator.hold = true;
+  auto server = StartServer(coordinator);
+  ASSERT_NE(server, nullptr);
+  auto link = std::make_unique<RoundLink>(LinkOptions(server->port()));
+  ASSERT_TRUE(link->WaitOpen(absl::Seconds(10)).ok());
+  Answer a;
+  auto reply = a.reply();
+  ASSERT_TRUE(link->Send(Contribution(1, 1, 5), reply, absl::InfiniteFuture()));
+  while (coordinator.contributions.load() == 0) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  link->Stop();
+  ASSERT_TRUE(a.Wait());
+  EXPECT_EQ(a.result.status().code(), absl::StatusCode::kCancelled);
+  link.reset();
+  // The round finishes after the node has gone: the outcome is dropped.
+  absl::MutexLock lock(&coordinator.mu);
+  for (auto& done : coordinator.held) {
+    done(std::make_shared<WordRounds::Outcome>(
+        1, absl::UnavailableError("late")));
+  }
+}
+
+TEST(RoundLinkTest, TheCoordinatorStoppingFailsWaitingRoundsNamingIt) {
+  FakeCoordinator coordinator;
+  coordinator.hold = true;
+  auto server = StartServer(coordinator);
+  ASSERT_NE(server, nullptr);
+  RoundLink link(LinkOptions(server->port()));
+  ASSERT_TRUE(link.WaitOpen(absl::Seconds(10)).ok());
+  Answer a;
+  auto reply = a.reply();
+  ASSERT_TRUE(link.Send(Contribution(1, 1, 5), reply, absl::InfiniteFuture()));
+  while (coordinator.contributions.load() == 0) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  server->Stop();
+  ASSERT_TRUE(a.Wait());
+  EXPECT_EQ(a.result.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(a.result.status().message(),
+              HasSubstr("round link to coordinator at 127.0.0.1:1 ended"));
+  // Outcomes of rounds that finish after the server stopped are dropped.
+  server.reset();
+  absl::MutexLock lock(&coordinator.mu);
+  for (auto& done : coordinator.held) {
+    done(std::make_shared<WordRounds::Outcome>(
+        1, absl::UnavailableError("late")));
+  }
+}
+
+TEST(RoundLinkTest, OverdueRoundsFailNamingTheRound) {
+  FakeCoordinator coordinator;
+  coordinator.hold = true;
+  auto server = StartServer(coordinator);
+  ASSERT_NE(server, nullptr);
+  RoundLink link(LinkOptions(server->port()));
+  ASSERT_TRUE(link.WaitOpen(absl::Seconds(10)).ok());
+  Answer a;
+  auto reply = a.reply();
+  ASSERT_TRUE(link.Send(Contribution(9, 1, 5), reply,
+                        absl::Now() + absl::Milliseconds(1)));
+  link.ExpireOverdue(absl::Now() + absl::Seconds(1));
+  ASSERT_TRUE(a.Wait());
+  EXPECT_EQ(a.result.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(a.result.status().message(),
+              HasSubstr("did not answer all_gather_words round 9"));
+}
+
+// A raw TCP client speaking (or not) the protocol.
+class RawNode {
+ public:
+  explicit RawNode(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    timeval t{10, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof(t));
+  }
+  ~RawNode() { ::close(fd_); }
+  bool connected() const { return connected_; }
+
+  void Send(const std::string& bytes) {
+    ASSERT_EQ(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+  }
+  void SendFrame(const std::string& payload) {
+    Send(RoundLinkFrameHeader(static_cast<uint32_t>(payload.size())) +
+         payload);
+  }
+  // One frame's payload, or nullopt when the connection ended first.
+  std::optional<std::string> ReadFrame() {
+    char header[kRoundLinkHeaderBytes];
+    if (!ReadExactly(header, sizeof(header))) return std::nullopt;
+    std::string payload(RoundLinkFrameLength(header), '\0');
+    if (!ReadExactly(payload.data(), payload.size())) return std::nullopt;
+    return payload;
+  }
+  // True when the peer closed (after whatever frames were pending).
+  bool ClosedByPeer() {
+    std::string sink(64 << 10, '\0');
+    while (true) {
+      ssize_t n = ::recv(fd_, sink.data(), sink.size(), 0);
+      if (n == 0) return true;
+      if (n < 0) return errno == ECONNRESET;
+    }
+  }
+  // Shakes hands as node `node` without authentication.
+  v1::RoundLinkWelcome Hello(uint32_t node) {
+    std::optional<std::string> greeting = ReadFrame();
+    EXPECT_TRUE(greeting.has_value());
+    v1::RoundLinkHello hello;
+    *hello.mutable_node() = Node(node);
+    hello.set_nonce(std::string(kRoundLinkNonceBytes, 'n'));
+    SendFrame(hello.SerializeAsString());
+    v1::RoundLinkWelcome welcome;
+    std::optional<std::string> frame = ReadFrame();
+    EXPECT_TRUE(frame.has_value() && welcome.ParseFromString(*frame));
+    return welcome;
+  }
+
+ private:
+  bool ReadExactly(char* out, size_t size) {
+    size_t got = 0;
+    while (got < size) {
+      ssize_t n = ::recv(fd_, out + got, size - got, 0);
+      if (n <= 0) return false;
+      got += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  int fd_ = -1;
+  bool connected_ = false;
+};
+
+// Without authentication every node is admitted as itself.
+RoundLinkServer::Handlers OpenHandlers(FakeCoordinator& coordinator) {
+  RoundLinkServer::Handlers h = coordinator.Handlers();
+  h.admit = [](const v1::RoundLinkHello&, absl::string_view,
+               absl::string_view) -> absl::StatusOr<RoundLinkServer::Admission> {
+    return RoundLinkServer::Admission{std::nullopt, ""};
+  };
+  return h;
+}
+
+TEST(RoundLinkTest, GarbageAndOversizedFramesAreRefusedAndServingGoesOn) {
+  FakeCoordinator coordinator;
+  auto server = RoundLinkServer::Start("127.0.0.1", 0, OpenHandlers(coordinator));
+  ASSERT_TRUE(server.ok());
+  const int port = (*server)->port();
+  {
+    // A hello that is not one.
+    RawNode node(port);
+    ASSERT_TRUE(node.ReadFrame().has_value());
+    node.SendFrame("not a protobuf \xff\xff\xff");
+    v1::RoundLinkWelcome welcome;
+    auto frame = node.ReadFrame();
+    ASSERT_TRUE(frame.has_value() && welcome.ParseFromString(*frame));
+    EXPECT_EQ(welcome.code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(welcome.message(), HasSubstr("RoundLinkHello"));
+    EXPECT_TRUE(node.ClosedByPeer());
+  }
+  {
+    // A handshake frame over its bound.
+    RawNode node(port);
+    ASSERT_TRUE(node.ReadFrame().has_value());
+    node.Send(RoundLinkFrameHeader(1 << 20));
+    EXPECT_TRUE(node.ClosedByPeer());
+  }
+  {
+    // After the handshake: a 1 GiB frame, then garbage.
+    RawNode node(port);
+    EXPECT_EQ(node.Hello(1).code(), 0);
+    node.Send(RoundLinkFrameHeader(1u << 30));
+    v1::RoundOutcome last;
+    auto frame = node.ReadFrame();
+    ASSERT_TRUE(frame.has_value() && last.ParseFromString(*frame));
+    EXPECT_EQ(last.code(), static_cast<int>(absl::StatusCode::kResourceExhausted));
+    EXPECT_THAT(last.message(), HasSubstr("frame of 1073741824 bytes"));
+    EXPECT_TRUE(node.ClosedByPeer());
+  }
+  {
+    RawNode node(port);
+    EXPECT_EQ(node.Hello(1).code(), 0);
+    node.SendFrame("\x0a\xff\xff\xff\xff\xff");
+    v1::RoundOutcome last;
+    auto frame = node.ReadFrame();
+    ASSERT_TRUE(frame.has_value() && last.ParseFromString(*frame));
+    EXPECT_EQ(last.code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+    EXPECT_TRUE(node.ClosedByPeer());
+  }
+  EXPECT_EQ(coordinator.contributions.load(), 0);
+  // And a well-behaved node is still served.
+  RawNode node(port);
+  EXPECT_EQ(node.Hello(1).code(), 0);
+  v1::ContributeWordsRequest request = Contribution(3, 1, 42);
+  request.set_tag(77);
+  node.SendFrame(request.SerializeAsString());
+  v1::RoundOutcome outcome;
+  auto frame = node.ReadFrame();
+  ASSERT_TRUE(frame.has_value() && outcome.ParseFromString(*frame));
+  EXPECT_EQ(outcome.tag(), 77u);
+  EXPECT_EQ(outcome.round(), 3u);
+  EXPECT_THAT(outcome.result().words(), ::testing::ElementsAre(42u));
+}
+
+TEST(RoundLinkTest, UnfinishedHandshakesAreBoundedAndExpire) {
+  FakeCoordinator coordinator;
+  auto server = StartServer(coordinator);
+  ASSERT_NE(server, nullptr);
+  std::vector<std::unique_ptr<RawNode>> silent;
+  for (size_t i = 0; i < RoundLinkServer::kMaxHandshakes; ++i) {
+    silent.push_back(std::make_unique<RawNode>(server->port()));
+    ASSERT_TRUE(silent.back()->ReadFrame().has_value()) << i;
+  }
+  // One more is closed without a greeting.
+  RawNode extra(server->port());
+  EXPECT_FALSE(extra.ReadFrame().has_value());
+  // Each of the silent ones is dropped after the handshake timeout.
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(silent.front()->ClosedByPeer());
+  EXPECT_GE(absl::Now() - start,
+            kRoundLinkHandshakeTimeout - absl::Seconds(1));
+  EXPECT_TRUE(silent.back()->ClosedByPeer());
+  // Then a node can open its link again.
+  RoundLink link(LinkOptions(server->port()));
+  EXPECT_TRUE(link.WaitOpen(absl::Seconds(10)).ok());
+}
+
+TEST(RoundLinkTest, ANodeThatStopsReadingIsCutOffAtTheQueueBound) {
+  FakeCoordinator coordinator;
+  coordinator.hold = true;
+  auto server = RoundLinkServer::Start("127.0.0.1", 0, OpenHandlers(coordinator));
+  ASSERT_TRUE(server.ok());
+  RawNode node((*server)->port());
+  EXPECT_EQ(node.Hello(1).code(), 0);
+  node.SendFrame(Contribution(1, 1, 1).SerializeAsString());
+  while (coordinator.contributions.load() == 0) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  WordRounds::SharedDone done;
+  {
+    absl::MutexLock lock(&coordinator.mu);
+    done = coordinator.held.front();
+  }
+  // A big outcome, delivered far more often than the node reads.
+  v1::AllGatherWordsResponse big;
+  big.set_round(1);
+  big.set_words_per_rank(1);
+  for (int i = 0; i < 16384; ++i) big.add_words(0xffffffffu);
+  auto outcome = std::make_shared<WordRounds::Outcome>(1, big);
+  for (size_t i = 0; i < RoundLinkServer::kMaxQueuedOutcomes + 2048; ++i) {
+    done(outcome);
+  }
+  // The node, reading at last, finds the link closed after what was sent.
+  EXPECT_TRUE(node.ClosedByPeer());
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while ((*server)->open_links() != 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ((*server)->open_links(), 0u);
+}
+
+}  // namespace
+}  // namespace rankd
