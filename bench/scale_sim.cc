@@ -4,9 +4,11 @@
 // does what a node daemon does: RegisterNode with its own node token (derived
 // from the job's node.key, as a daemon holding the key does), follows its
 // Subscribe stream, heartbeats, joins its --nproc_per_node ranks with
-// JoinRank, and runs all_gather_words rounds over its own Peer.Rounds stream,
-// one contribution of all its ranks' frames per round. Each node has its own
-// TCP connection to the coordinator.
+// JoinRank, and runs all_gather_words rounds, one contribution of all its
+// ranks' frames per round, over the coordinator's round link with the
+// daemon's own client (daemon/round_link.h) when the coordinator offers one,
+// else (or with --round_path=stream) over its own Peer.Rounds stream. Each
+// node has its own TCP connections to the coordinator.
 //
 // Phases, each printed on stdout:
 //   1. "REGISTERED nodes=N": every node registered and subscribed; then it
@@ -47,6 +49,7 @@
 #include "absl/time/clock.h"
 #include "bench/bench_rank.h"
 #include "common/credentials.h"
+#include "daemon/round_link.h"
 #include "grpcpp/grpcpp.h"
 #include "rankd/v1/peer.grpc.pb.h"
 
@@ -58,6 +61,9 @@ ABSL_FLAG(int, nnodes, 0, "nodes in the job (required)");
 ABSL_FLAG(int, nproc_per_node, 8, "ranks per node");
 ABSL_FLAG(int, first_node, 1, "first node index this process simulates");
 ABSL_FLAG(int, node_count, 1, "nodes this process simulates");
+ABSL_FLAG(std::string, round_path, "link",
+          "link: the coordinator's round link when it offers one; stream: "
+          "the Peer.Rounds stream");
 ABSL_FLAG(int, warmup, 20, "untimed rounds");
 ABSL_FLAG(int, rounds, 200, "timed rounds");
 ABSL_FLAG(int, words, 4, "words per rank per round");
@@ -153,6 +159,7 @@ struct SimNode {
   v1::NodeRef ref;
   std::unique_ptr<v1::Peer::Stub> stub;
   std::unique_ptr<EventReader> events;  // never destroyed: _exit ends us
+  uint32_t round_link_port = 0;          // 0: the coordinator offers none
 };
 
 }  // namespace
@@ -218,7 +225,10 @@ int main(int argc, char** argv) {
       context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
       v1::RegisterNodeResponse response;
       grpc::Status s = n.stub->RegisterNode(&context, registration, &response);
-      if (s.ok()) break;
+      if (s.ok()) {
+        n.round_link_port = response.round_link_port();
+        break;
+      }
       if (s.error_code() != grpc::StatusCode::UNAVAILABLE ||
           absl::Now() > deadline) {
         Die(absl::StrCat("node ", n.index,
@@ -324,12 +334,12 @@ int main(int argc, char** argv) {
   const int pid = absl::GetFlag(FLAGS_coordinator_pid);
   std::atomic<int64_t> cpu_before{-1};
   std::vector<std::thread> threads;
+  const bool use_link = absl::GetFlag(FLAGS_round_path) == "link";
+  // Open until the process ends, like the nodes' daemons' links.
+  std::vector<std::unique_ptr<rankd::RoundLink>> links(count);
   for (int i = 0; i < count; ++i) {
     threads.emplace_back([&, i] {
       SimNode& n = nodes[i];
-      grpc::ClientContext context;
-      context.AddMetadata("authorization", "Bearer " + n.token);
-      auto stream = n.stub->Rounds(&context);
       v1::ContributeWordsRequest request;
       *request.mutable_node() = n.ref;
       request.set_timeout_ms(timeout_ms);
@@ -338,11 +348,63 @@ int main(int argc, char** argv) {
         frame->set_rank(n.index * nproc + l);
         frame->mutable_words()->Resize(words, 0);
       }
+      // One exchange of `request`: the outcome, or the transport's error.
+      std::function<absl::StatusOr<v1::AllGatherWordsResponse>()> exchange;
+      std::unique_ptr<rankd::RoundLink>& link = links[i];
+      grpc::ClientContext context;
+      std::unique_ptr<grpc::ClientReaderWriter<v1::ContributeWordsRequest,
+                                               v1::RoundOutcome>>
+          stream;
       v1::RoundOutcome outcome;
+      if (use_link && n.round_link_port != 0) {
+        rankd::RoundLink::Options options;
+        options.host = absl::GetFlag(FLAGS_coordinator);
+        options.host = options.host.substr(0, options.host.rfind(':'));
+        options.port = static_cast<uint16_t>(n.round_link_port);
+        options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
+        options.node = n.ref;
+        options.node_token = n.token;
+        link = std::make_unique<rankd::RoundLink>(std::move(options));
+        if (absl::Status s = link->WaitOpen(absl::Seconds(30)); !s.ok()) {
+          Die(absl::StrCat("node ", n.index, " round link: ", s.ToString()));
+        }
+        exchange = [&]() -> absl::StatusOr<v1::AllGatherWordsResponse> {
+          absl::Notification done;
+          absl::StatusOr<v1::AllGatherWordsResponse> result;
+          rankd::PendingRounds::RoundReply reply =
+              [&](absl::StatusOr<v1::AllGatherWordsResponse> r) {
+                result = std::move(r);
+                done.Notify();
+              };
+          if (!link->Send(request, reply, absl::InfiniteFuture())) {
+            return absl::UnavailableError("the round link ended");
+          }
+          done.WaitForNotification();
+          return result;
+        };
+      } else {
+        context.AddMetadata("authorization", "Bearer " + n.token);
+        stream = n.stub->Rounds(&context);
+        exchange = [&]() -> absl::StatusOr<v1::AllGatherWordsResponse> {
+          request.set_tag(request.round());
+          if (!stream->Write(request) || !stream->Read(&outcome)) {
+            return absl::UnavailableError(absl::StrCat(
+                "stream ended: ", stream->Finish().error_message()));
+          }
+          if (outcome.tag() != request.round()) {
+            return absl::InternalError(
+                absl::StrCat("outcome for tag ", outcome.tag()));
+          }
+          if (outcome.code() != 0) {
+            return absl::Status(static_cast<absl::StatusCode>(outcome.code()),
+                                outcome.message());
+          }
+          return std::move(*outcome.mutable_result());
+        };
+      }
       for (int k = 0; k < total; ++k) {
         if (k == warmup && i == 0 && pid > 0) cpu_before = CpuUs(pid);
         request.set_round(k + 1);
-        request.set_tag(k + 1);
         for (int l = 0; l < nproc; ++l) {
           auto* w = request.mutable_frames(l)->mutable_words();
           for (int j = 0; j < words; ++j) {
@@ -350,19 +412,13 @@ int main(int argc, char** argv) {
           }
         }
         const int64_t t0 = NowNs();
-        if (!stream->Write(request) || !stream->Read(&outcome)) {
-          Die(absl::StrCat(
-              "node ", n.index, " round ", k + 1,
-              ": stream ended: ", stream->Finish().error_message()));
-        }
+        absl::StatusOr<v1::AllGatherWordsResponse> result = exchange();
         const int64_t t1 = NowNs();
-        if (outcome.code() != 0 ||
-            outcome.tag() != static_cast<uint64_t>(k + 1)) {
-          Die(absl::StrCat("node ", n.index, " round ", k + 1, ": code ",
-                           outcome.code(), " tag ", outcome.tag(), ": ",
-                           outcome.message()));
+        if (!result.ok()) {
+          Die(absl::StrCat("node ", n.index, " round ", k + 1, ": ",
+                           result.status().ToString()));
         }
-        const auto& got = outcome.result().words();
+        const auto& got = result->words();
         if (got.size() != static_cast<int>(world) * words) {
           Die(absl::StrCat("node ", n.index, " round ", k + 1, ": ", got.size(),
                            " words, expected ", world * words));
@@ -379,7 +435,7 @@ int main(int argc, char** argv) {
         }
         if (k >= warmup) latency[i][k - warmup] = t1 - t0;
       }
-      stream->WritesDone();
+      if (stream != nullptr) stream->WritesDone();
     });
   }
   for (auto& t : threads) t.join();

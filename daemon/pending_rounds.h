@@ -2,25 +2,30 @@
 // stream (the Rounds stream or the round link) and not yet answered, by tag.
 // Each waits with its reply until the coordinator's RoundOutcome with its
 // tag arrives, its deadline passes, or the stream ends. Thread-safe.
-// Depends on absl, daemon/coordinator.h (Reply) and the protos.
+// Depends on absl and the protos only (the scale benchmark's simulated
+// nodes use it through round_link.h, next to the client library).
 #ifndef RANKD_DAEMON_PENDING_ROUNDS_H_
 #define RANKD_DAEMON_PENDING_ROUNDS_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "daemon/coordinator.h"
 #include "rankd/v1/peer.pb.h"
+#include "rankd/v1/rank.pb.h"
 
 namespace rankd {
 
 class PendingRounds {
  public:
-  using RoundReply = Reply<v1::AllGatherWordsResponse>;
+  // The same type as Reply<v1::AllGatherWordsResponse> (coordinator.h).
+  using RoundReply =
+      std::function<void(absl::StatusOr<v1::AllGatherWordsResponse>)>;
 
   // `coordinator` names the coordinator in timeout messages.
   explicit PendingRounds(std::string coordinator)

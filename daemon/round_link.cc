@@ -35,8 +35,7 @@ RoundLink::RoundLink(Options options)
 RoundLink::~RoundLink() { Stop(); }
 
 bool RoundLink::Send(v1::ContributeWordsRequest request,
-                     Reply<v1::AllGatherWordsResponse>& reply,
-                     absl::Time deadline) {
+                     PendingRounds::RoundReply& reply, absl::Time deadline) {
   absl::MutexLock send_lock(&send_mu_);
   int fd = -1;
   {

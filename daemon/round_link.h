@@ -62,7 +62,7 @@ class RoundLink {
   // naming the coordinator, or the coordinator's own reason). Returns false,
   // leaving `reply` untouched, while the link is not open.
   bool Send(v1::ContributeWordsRequest request,
-            Reply<v1::AllGatherWordsResponse>& reply, absl::Time deadline);
+            PendingRounds::RoundReply& reply, absl::Time deadline);
 
   // Fails the contributions left unanswered past their deadline.
   void ExpireOverdue(absl::Time now) { pending_.ExpireOverdue(now); }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/limits.h"
 #include "daemon/round_link_protocol.h"
 
@@ -198,7 +199,7 @@ absl::StatusOr<std::unique_ptr<RoundLinkServer>> RoundLinkServer::Start(
     int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 ||
-        ::listen(fd, 1024) != 0) {
+        ::listen(fd, SOMAXCONN) != 0) {
       last_error = std::strerror(errno);
       ::close(fd);
       continue;
@@ -292,12 +293,31 @@ void RoundLinkServer::Run() {
   for (int fd : fds) Close(fd);
 }
 
+void RoundLinkServer::WatchListener() {
+  // Connections beyond the handshake bound wait in the kernel's backlog,
+  // holding nothing here, until a handshake ends.
+  const bool accept = handshaking_ < kMaxHandshakes;
+  if (accept == accepting_) return;
+  accepting_ = accept;
+  epoll_event e{};
+  e.events = accept ? EPOLLIN : 0;
+  e.data.fd = listen_fd_;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &e);
+}
+
 void RoundLinkServer::Accept() {
-  while (true) {
+  while (handshaking_ < kMaxHandshakes) {
     int fd = ::accept4(listen_fd_, nullptr, nullptr,
                        SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;  // EAGAIN: all taken; else try at the next event
-    if (handshaking_ >= kMaxHandshakes || connections_.size() >= kMaxLinks) {
+    if (fd < 0) {
+      // Out of descriptors: the listener stays readable, so pause rather
+      // than spin. EAGAIN: every pending connection taken.
+      if (errno == EMFILE || errno == ENFILE) {
+        absl::SleepFor(absl::Milliseconds(10));
+      }
+      return;
+    }
+    if (connections_.size() >= kMaxLinks) {
       ::close(fd);
       continue;
     }
@@ -320,6 +340,7 @@ void RoundLinkServer::Accept() {
     ++handshaking_;
     c->SendFrame(RoundLinkGreeting(c->coordinator_nonce));
   }
+  WatchListener();
 }
 
 bool RoundLinkServer::OnReadable(const std::shared_ptr<Connection>& c) {
@@ -382,6 +403,7 @@ bool RoundLinkServer::OnHello(const std::shared_ptr<Connection>& c,
                               hello.node()));
   }
   --handshaking_;
+  WatchListener();
   if (!admission.ok()) {
     welcome.set_code(static_cast<int>(admission.status().code()));
     welcome.set_message(std::string(admission.status().message()));
@@ -450,7 +472,10 @@ void RoundLinkServer::Close(int fd) {
   if (it == connections_.end()) return;
   std::shared_ptr<Connection> c = std::move(it->second);
   connections_.erase(it);
-  if (c->phase == Connection::Phase::kHello) --handshaking_;
+  if (c->phase == Connection::Phase::kHello) {
+    --handshaking_;
+    WatchListener();
+  }
   if (c->admitted) {
     absl::MutexLock lock(&mu_);
     --open_links_;

@@ -8,8 +8,9 @@
 //
 // Bounds (what a connection can make the coordinator hold):
 //   - at most kMaxHandshakes connections not yet through the handshake;
-//     more are closed at once. Each has kRoundLinkHandshakeTimeout, and
-//     frames of at most kMaxRoundLinkHandshakeBytes.
+//     more wait in the kernel's listen backlog, unaccepted. Each has
+//     kRoundLinkHandshakeTimeout, and frames of at most
+//     kMaxRoundLinkHandshakeBytes.
 //   - one open link per node: a node's newer link closes its older one;
 //     at most kMaxLinks links in all.
 //   - contribution frames of at most kMaxGrpcMessageBytes (common/limits.h),
@@ -44,12 +45,12 @@ namespace rankd {
 class RoundLinkServer {
  public:
   static constexpr size_t kMaxHandshakes = 64;
+  // Links of any kind at once (with nodes named, one per node anyway).
   static constexpr size_t kMaxLinks = 65536;
   static constexpr size_t kMaxQueuedOutcomes = 4096;
 
-  // Who a link acts as once admitted: the node index its hello proved
-  // (nullopt when the job runs without authentication) and the
-  // coordinator's proof for the welcome.
+  // Who a link acts as once admitted: the node it speaks for (nullopt: any;
+  // a node has one link) and the coordinator's proof for the welcome.
   struct Admission {
     std::optional<uint32_t> node;
     std::string proof;
@@ -101,6 +102,9 @@ class RoundLinkServer {
   RoundLinkServer(int listen_fd, int port, Handlers handlers);
   void Run();
   void Accept();
+  // Listens for new connections only while fewer than kMaxHandshakes are
+  // in their handshake.
+  void WatchListener();
   // Reads what `c` sent and handles every whole frame; false when `c` is
   // to be closed.
   bool OnReadable(const std::shared_ptr<Connection>& c);
@@ -121,6 +125,7 @@ class RoundLinkServer {
   std::map<int, std::shared_ptr<Connection>> connections_;
   std::map<uint32_t, int> link_of_node_;  // admitted links with a node
   size_t handshaking_ = 0;
+  bool accepting_ = true;
 
   mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

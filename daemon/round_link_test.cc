@@ -114,7 +114,7 @@ struct Answer {
   absl::Notification done;
   absl::StatusOr<v1::AllGatherWordsResponse> result =
       absl::UnknownError("unset");
-  Reply<v1::AllGatherWordsResponse> reply() {
+  PendingRounds::RoundReply reply() {
     return [this](absl::StatusOr<v1::AllGatherWordsResponse> r) {
       result = std::move(r);
       done.Notify();
@@ -161,7 +161,7 @@ TEST(RoundLinkTest, AWrongTokenIsRefusedWithTheCoordinatorsReason) {
   absl::Status open = link.WaitOpen(absl::Seconds(10));
   EXPECT_EQ(open.code(), absl::StatusCode::kUnauthenticated) << open;
   EXPECT_THAT(open.message(), HasSubstr("refused: not node 1's token"));
-  Reply<v1::AllGatherWordsResponse> reply =
+  PendingRounds::RoundReply reply =
       [](absl::StatusOr<v1::AllGatherWordsResponse>) {};
   EXPECT_FALSE(link.Send(Contribution(1, 1, 1), reply, absl::InfiniteFuture()));
   EXPECT_TRUE(reply) << "a refused Send leaves the reply to the caller";
@@ -194,7 +194,7 @@ TEST(RoundLinkTest, AContributionForAnotherNodeEndsTheLinkSayingWhy) {
               HasSubstr("closed by the coordinator: node 1 cannot act as"));
   EXPECT_EQ(coordinator.contributions.load(), 0);
   // The link stays ended; the caller falls back to another path.
-  Reply<v1::AllGatherWordsResponse> next =
+  PendingRounds::RoundReply next =
       [](absl::StatusOr<v1::AllGatherWordsResponse>) {};
   EXPECT_FALSE(link.Send(Contribution(2, 1, 5), next, absl::InfiniteFuture()));
 }
@@ -300,6 +300,12 @@ class RawNode {
     std::string payload(RoundLinkFrameLength(header), '\0');
     if (!ReadExactly(payload.data(), payload.size())) return std::nullopt;
     return payload;
+  }
+  // True when something (or the end) arrives within `timeout`.
+  bool Readable(absl::Duration timeout) {
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) ==
+           1;
   }
   // True when the peer closed (after whatever frames were pending).
   bool ClosedByPeer() {
@@ -418,16 +424,22 @@ TEST(RoundLinkTest, UnfinishedHandshakesAreBoundedAndExpire) {
     silent.push_back(std::make_unique<RawNode>(server->port()));
     ASSERT_TRUE(silent.back()->ReadFrame().has_value()) << i;
   }
-  // One more is closed without a greeting.
-  RawNode extra(server->port());
-  EXPECT_FALSE(extra.ReadFrame().has_value());
-  // Each of the silent ones is dropped after the handshake timeout.
+  // One more waits, unaccepted, while every handshake slot is taken...
+  RawNode waiting(server->port());
+  ASSERT_TRUE(waiting.connected());
+  EXPECT_FALSE(waiting.Readable(absl::Milliseconds(500)));
+  // ...until the silent ones are dropped after the handshake timeout.
   const absl::Time start = absl::Now();
   EXPECT_TRUE(silent.front()->ClosedByPeer());
   EXPECT_GE(absl::Now() - start,
             kRoundLinkHandshakeTimeout - absl::Seconds(1));
   EXPECT_TRUE(silent.back()->ClosedByPeer());
-  // Then a node can open its link again.
+  // Then it is greeted and can shake hands.
+  ASSERT_TRUE(waiting.Readable(absl::Seconds(5)));
+  std::optional<std::string> greeting = waiting.ReadFrame();
+  ASSERT_TRUE(greeting.has_value());
+  std::string nonce;
+  EXPECT_TRUE(ParseRoundLinkGreeting(*greeting, &nonce).ok());
   RoundLink link(LinkOptions(server->port()));
   EXPECT_TRUE(link.WaitOpen(absl::Seconds(10)).ok());
 }

@@ -384,8 +384,10 @@ RoundLinkServer::Handlers PeerService::RoundLinkHandlers() {
     auto caller = auth_->AuthenticateNodeProof(node, node_transcript,
                                                hello.proof());
     if (!caller.ok()) return caller.status();
+    // Without authentication too, a link speaks for the node it named
+    // (and a node has one link).
     return RoundLinkServer::Admission{
-        *caller, auth_->ProveToNode(node, coordinator_transcript)};
+        node, auth_->ProveToNode(node, coordinator_transcript)};
   };
   handlers.authorize = [this](std::optional<uint32_t> caller,
                               const v1::ContributeWordsRequest& request) {

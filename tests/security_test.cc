@@ -15,10 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/admin_client.h"
 #include "common/credentials.h"
+#include "daemon/round_link.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -252,6 +255,37 @@ std::string NodeTokenOf(const LocalCluster& cluster, uint32_t node) {
   auto key = ReadCredentialFile(cluster.credentials_dir(), kNodeKeyFile);
   EXPECT_TRUE(key.ok()) << key.status();
   return NodeToken(key.value_or(""), cluster.options().job_id, node);
+}
+
+// The coordinator's round link port, from its log ("round link on port N");
+// 0 when it logged none.
+int RoundLinkPort(LocalCluster& cluster) {
+  const std::string log = cluster.daemon(0).ReadLog();
+  const std::string marker = "round link on port ";
+  size_t at = log.find(marker);
+  if (at == std::string::npos) return 0;
+  at += marker.size();
+  int port = 0;
+  absl::SimpleAtoi(log.substr(at, log.find_first_not_of("0123456789", at) - at),
+                   &port);
+  return port;
+}
+
+// A round link to `cluster`'s coordinator as node `node` of `job` with
+// `token`, waited on until it opened or was refused.
+absl::Status OpenRoundLink(LocalCluster& cluster, const std::string& job,
+                           uint32_t node, const std::string& token,
+                           std::unique_ptr<RoundLink>* link) {
+  RoundLink::Options options;
+  options.host = "127.0.0.1";
+  options.port = static_cast<uint16_t>(RoundLinkPort(cluster));
+  options.coordinator_address = cluster.tcp_address(0);
+  options.node.set_job_id(job);
+  options.node.set_node_index(node);
+  options.node.set_daemon_incarnation(99);
+  options.node_token = token;
+  *link = std::make_unique<RoundLink>(std::move(options));
+  return (*link)->WaitOpen(absl::Seconds(10));
 }
 
 // The rank that joined on `node`, from Admin.ListMembers.
@@ -679,6 +713,38 @@ TEST_F(HeldJobTest, ANodeCanActOnlyAsItself) {
     v1::RoundOutcome outcome;
     EXPECT_FALSE(stream->Read(&outcome));
     expect_refused(stream->Finish(), refused);
+    // On the round link: node 1's token opens a link as node 1, and the
+    // first contribution naming node 0 closes it saying why.
+    ASSERT_NE(RoundLinkPort(cluster), 0) << cluster.daemon(0).ReadLog();
+    std::unique_ptr<RoundLink> link;
+    absl::Status opened =
+        OpenRoundLink(cluster, "itself", 1, NodeTokenOf(cluster, 1), &link);
+    ASSERT_TRUE(opened.ok()) << opened;
+    absl::Notification answered;
+    absl::Status linked;
+    PendingRounds::RoundReply reply =
+        [&](absl::StatusOr<v1::AllGatherWordsResponse> r) {
+          linked = r.status();
+          answered.Notify();
+        };
+    ASSERT_TRUE(link->Send(request, reply, absl::InfiniteFuture()));
+    ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    EXPECT_EQ(linked.code(), absl::StatusCode::kPermissionDenied) << linked;
+    EXPECT_THAT(linked.message(), HasSubstr(refused));
+    // Node 1's token does not open a link as node 0 (the coordinator's own)
+    // or as node 1 of another job; a made-up token opens nothing.
+    absl::Status as_node0 =
+        OpenRoundLink(cluster, "itself", 0, NodeTokenOf(cluster, 1), &link);
+    EXPECT_EQ(as_node0.code(), absl::StatusCode::kPermissionDenied) << as_node0;
+    EXPECT_THAT(as_node0.message(), HasSubstr("coordinator's own"));
+    absl::Status other_job =
+        OpenRoundLink(cluster, "other", 1, NodeTokenOf(cluster, 1), &link);
+    EXPECT_EQ(other_job.code(), absl::StatusCode::kPermissionDenied)
+        << other_job;
+    absl::Status forged = OpenRoundLink(
+        cluster, "itself", 1, "node-1.0123456789abcdef", &link);
+    EXPECT_EQ(forged.code(), absl::StatusCode::kUnauthenticated) << forged;
+    EXPECT_THAT(forged.message(), HasSubstr("not node 1's token"));
   }
   // Naming itself but a rank of node 0: the release and key-value calls.
   const uint32_t rank_on_0 = RankOnNode(*admin, 0);
@@ -789,6 +855,14 @@ TEST(SecurityTest, DaemonsFormAJobThroughTlsAndRanksRunOnIt) {
   EXPECT_EQ(job->joined_ranks(), 6u);
   EXPECT_EQ(job->completed_rounds(), 4u);  // 3 rounds + the KV barrier
   EXPECT_EQ(job->state(), v1::JOB_STATE_COMPLETED) << job->failure();
+  // The round link is not encrypted, so with TLS on it is not offered and
+  // rounds stayed on the TLS-protected stream.
+  EXPECT_THAT(cluster->daemon(0).ReadLog(),
+              HasSubstr("round link off: TLS is on"));
+  EXPECT_EQ(RoundLinkPort(*cluster), 0);
+  for (uint32_t n = 1; n < 3; ++n) {
+    EXPECT_THAT(cluster->daemon(n).ReadLog(), Not(HasSubstr("round link")));
+  }
 }
 
 // A rank that is not on the daemon's host reaches it over TCP with the

@@ -347,7 +347,10 @@ class ManifestsTest(unittest.TestCase):
     def test_network_policy_admits_only_the_group_to_rankds_port(self):
         for name, r in self.deployments():
             with self.subTest(kustomization=name):
-                port = port_of(r.env(rankd_of(r.template))["RANKD_LISTEN"])
+                env = r.env(rankd_of(r.template))
+                # The gRPC listener and the leader's round link.
+                rankd_ports = [port_of(env["RANKD_LISTEN"]),
+                               int(env["RANKD_ROUND_LINK_PORT"])]
                 policies = manifests.by_kind(r.objects, "NetworkPolicy")
                 self.assertEqual(len(policies), 1)
                 spec = policies[0]["spec"]
@@ -356,19 +359,22 @@ class ManifestsTest(unittest.TestCase):
                     self.assertTrue(podsim.selector_matches(
                         spec["podSelector"]["matchLabels"], pod.labels),
                         f"policy does not select {pod.name}")
-                admitted = 0
-                for rule in spec["ingress"]:
-                    covers = any(a <= port <= b for a, b in ports_allowed(rule))
-                    if not covers:
-                        continue
-                    admitted += 1
-                    self.assertIn("from", rule, "rankd's port open to all")
-                    for peer in rule["from"]:
-                        self.assertEqual(set(peer), {"podSelector"})
-                        selector = peer["podSelector"]["matchLabels"]
-                        self.assertEqual(selector,
-                                         spec["podSelector"]["matchLabels"])
-                self.assertEqual(admitted, 1)
+                for port in rankd_ports:
+                    admitted = 0
+                    for rule in spec["ingress"]:
+                        covers = any(a <= port <= b
+                                     for a, b in ports_allowed(rule))
+                        if not covers:
+                            continue
+                        admitted += 1
+                        self.assertIn("from", rule,
+                                      f"rankd's port {port} open to all")
+                        for peer in rule["from"]:
+                            self.assertEqual(set(peer), {"podSelector"})
+                            selector = peer["podSelector"]["matchLabels"]
+                            self.assertEqual(
+                                selector, spec["podSelector"]["matchLabels"])
+                    self.assertEqual(admitted, 1, f"port {port}")
                 # The serving container's and metrics ports stay reachable.
                 metrics = port_of(r.env(rankd_of(r.template))
                                   ["RANKD_METRICS_LISTEN"])
