@@ -7,8 +7,8 @@
 # NPROC_PER_NODE real rank processes (bench/allgather_words_bench.cc, the
 # client library on the daemon's Unix socket), and simulates nodes 1..N-1 in
 # at most SIM_PROCS processes (bench/scale_sim.cc: the real Peer protocol,
-# one TCP connection, node token, event stream, heartbeats and Rounds stream
-# per node). It reports:
+# one TCP connection, node token, event stream, heartbeats and round link
+# (daemon/round_link.h) per node). It reports:
 #   - register: the simulated nodes' RegisterNode + Subscribe, all of them;
 #   - join-to-ready: first JoinRank sent until every rank of the world holds
 #     its answer (the simulated nodes' JoinRank, which answers only once the
@@ -27,8 +27,13 @@
 # Rewrites the "scale latest" section of bench/RESULTS.md and draws
 # bench/plots/scale.svg (bench/summarize_scale.py).
 #
+# With --undecoded_events the simulated nodes read their event streams
+# without decoding them: every node's decoding runs on these same 2 cores
+# (512 times one node's work), so this shows what the coordinator itself
+# needs; a real node decodes on its own CPU.
+#
 # usage: bench/run_scale.sh [--nodes=8,64,512] [--nproc_per_node=8]
-#          [--warmup=N] [--rounds=N] [--sim_procs=N]
+#          [--warmup=N] [--rounds=N] [--sim_procs=N] [--undecoded_events]
 #          [--results=PATH | --no_results] [--keep=DIR] [--skip_setup]
 # Environment defaults: NODES, NPROC_PER_NODE (8), WARMUP (20), ROUNDS
 # (200), SIM_PROCS (4), HEARTBEAT_MS (1000), RESULTS (bench/RESULTS.md),
@@ -49,6 +54,7 @@ RESULTS=${RESULTS:-bench/RESULTS.md}
 MODE=${BAZEL_COMPILATION_MODE:-opt}
 KEEP=""
 SETUP=1
+DECODE_EVENTS=true
 ORIG_ARGS=("$@")
 
 die() { echo "run_scale: $*" >&2; exit 1; }
@@ -63,7 +69,8 @@ for arg in "$@"; do
     --no_results) RESULTS="" ;;
     --keep=*) KEEP=${arg#*=} ;;
     --skip_setup) SETUP=0 ;;
-    -h|--help) sed -n "2,38p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --undecoded_events) DECODE_EVENTS=false ;;
+    -h|--help) sed -n "2,43p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$arg' (see --help)" ;;
   esac
 done
@@ -86,9 +93,11 @@ JOB=scale
 TSV=$TMP/scale.tsv
 printf 'nodes\tranks\tregister_ms\tjoin_ms\tjoin_cpu_ms\tsim_p50_us\tsim_p99_us\trank_p50_us\trank_p99_us\tcoord_cpu_us\trss_mb\thwm_mb\n' >"$TSV"
 
-# Waits until every file in the arguments has a line starting with $WANT.
-# Otherwise sets FAILED to the first simulator's error (or the timeout) and
-# returns 1.
+# Waits until every file in the arguments has a line starting with $WANT,
+# looking every $POLL seconds (default 0.05; the phases whose times the
+# simulators measure themselves look less often, since each look forks a
+# dozen processes on the cores being measured). Otherwise sets FAILED to
+# the first simulator's error (or the timeout) and returns 1.
 await_lines() {
   local deadline=$((SECONDS + $1)); shift
   local f ok pid
@@ -105,7 +114,7 @@ await_lines() {
       kill -0 "$pid" 2>/dev/null || { FAILED="a simulator exited early"; return 1; }
     done
     ((SECONDS < deadline)) || { FAILED="timed out waiting for $WANT"; return 1; }
-    sleep 0.05
+    sleep "${POLL:-0.05}"
   done
 }
 # Records size N as failed in phase $1 and stops its processes.
@@ -152,7 +161,8 @@ for N in "${COUNTS[@]}"; do
       --job_id=$JOB --nnodes="$N" --nproc_per_node="$NPROC_PER_NODE" \
       --first_node=$first --node_count=$count --warmup="$WARMUP" \
       --rounds="$ROUNDS" --heartbeat_ms="$HEARTBEAT_MS" \
-      --go_file="$RUN/go" --out="$RUN/sim$p.txt" "${extra[@]}" \
+      --go_file="$RUN/go" --out="$RUN/sim$p.txt" \
+      --decode_events="$DECODE_EVENTS" "${extra[@]}" \
       >"$RUN/sim$p.log" 2>&1 &
     PIDS+=($!)
     SIM_PIDS+=($!)
@@ -180,10 +190,10 @@ for N in "${COUNTS[@]}"; do
   done
   sleep 1
   touch "$RUN/go"
-  if ! WANT=JOINED await_lines 600 "${SIM_LOGS[@]}"; then
+  if ! WANT=JOINED POLL=0.5 await_lines 600 "${SIM_LOGS[@]}"; then
     record_failure joining; continue
   fi
-  if ! WANT=DONE await_lines 1200 "${SIM_LOGS[@]}"; then
+  if ! WANT=DONE POLL=0.5 await_lines 1200 "${SIM_LOGS[@]}"; then
     record_failure "running rounds"; continue
   fi
   NNODES=1 wait_ranks
@@ -232,6 +242,6 @@ if [[ -n $RESULTS ]]; then
     --plot=bench/plots/scale.svg \
     --meta "date=$(date -u '+%Y-%m-%d %H:%M:%S UTC')" \
     --meta "machine=$(nproc) CPUs, $cpu" --meta "revision=$rev" \
-    --meta "settings=$NPROC_PER_NODE ranks per node, $WARMUP warmup + $ROUNDS timed rounds of 4-word frames, heartbeats every $HEARTBEAT_MS ms, $SIM_PROCS simulator processes" \
+    --meta "settings=$NPROC_PER_NODE ranks per node, $WARMUP warmup + $ROUNDS timed rounds of 4-word frames, heartbeats every $HEARTBEAT_MS ms, $SIM_PROCS simulator processes, event streams decoded by the simulated nodes: $DECODE_EVENTS" \
     --meta "command=$cmd"
 fi

@@ -50,6 +50,7 @@
 #include "bench/bench_rank.h"
 #include "common/credentials.h"
 #include "daemon/round_link.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "rankd/v1/peer.grpc.pb.h"
 
@@ -61,6 +62,10 @@ ABSL_FLAG(int, nnodes, 0, "nodes in the job (required)");
 ABSL_FLAG(int, nproc_per_node, 8, "ranks per node");
 ABSL_FLAG(int, first_node, 1, "first node index this process simulates");
 ABSL_FLAG(int, node_count, 1, "nodes this process simulates");
+ABSL_FLAG(bool, decode_events, true,
+          "decode every event batch, as a node daemon does; false reads the "
+          "bytes undecoded, so that the coordinator's own cost is measured "
+          "(512 nodes on 2 cores decode 512 times what one node does)");
 ABSL_FLAG(std::string, round_path, "link",
           "link: the coordinator's round link when it offers one; stream: "
           "the Peer.Rounds stream");
@@ -153,12 +158,53 @@ class EventReader : public grpc::ClientReadReactor<v1::JobEventBatch> {
   v1::JobEventBatch batch_;
 };
 
+// The same without decoding: the stream's bytes are read and dropped (a
+// server-streaming call made as a generic one: one request, then reads).
+class RawEventReader
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  RawEventReader(grpc::GenericStub* stub, const std::string& token,
+                 const v1::NodeRef& node)
+      : node_(node.node_index()) {
+    context_.AddMetadata("authorization", "Bearer " + token);
+    v1::SubscribeRequest request;
+    *request.mutable_node() = node;
+    const std::string bytes = request.SerializeAsString();
+    grpc::Slice slice(bytes);
+    request_ = grpc::ByteBuffer(&slice, 1);
+    stub->PrepareBidiStreamingCall(&context_, "/rankd.v1.Peer/Subscribe",
+                                   grpc::StubOptions(), this);
+    StartWriteLast(&request_, grpc::WriteOptions());
+    StartRead(&incoming_);
+    StartCall();
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    incoming_.Clear();
+    StartRead(&incoming_);
+  }
+  void OnDone(const grpc::Status& status) override {
+    Die(absl::StrCat("event stream of node ", node_,
+                     " ended: ", status.error_message()));
+  }
+
+ private:
+  const uint32_t node_;
+  grpc::ClientContext context_;
+  grpc::ByteBuffer request_;
+  grpc::ByteBuffer incoming_;
+};
+
 struct SimNode {
   uint32_t index = 0;
   std::string token;
   v1::NodeRef ref;
+  std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Peer::Stub> stub;
-  std::unique_ptr<EventReader> events;  // never destroyed: _exit ends us
+  // Never destroyed: _exit ends us. One of the two, per --decode_events.
+  std::unique_ptr<EventReader> events;
+  std::unique_ptr<grpc::GenericStub> generic;
+  std::unique_ptr<RawEventReader> raw_events;
   uint32_t round_link_port = 0;          // 0: the coordinator offers none
 };
 
@@ -204,9 +250,10 @@ int main(int argc, char** argv) {
     n.token = rankd::NodeToken(*key, job, n.index);
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // own connection
-    n.stub = v1::Peer::NewStub(
-        grpc::CreateCustomChannel(absl::GetFlag(FLAGS_coordinator),
-                                  grpc::InsecureChannelCredentials(), args));
+    n.channel = grpc::CreateCustomChannel(absl::GetFlag(FLAGS_coordinator),
+                                          grpc::InsecureChannelCredentials(),
+                                          args);
+    n.stub = v1::Peer::NewStub(n.channel);
     n.ref.set_job_id(job);
     n.ref.set_node_index(n.index);
     n.ref.set_daemon_incarnation(0x5000000000ull + n.index * 7919ull +
@@ -236,7 +283,13 @@ int main(int argc, char** argv) {
       }
       absl::SleepFor(absl::Milliseconds(20));
     }
-    n.events = std::make_unique<EventReader>(n.stub.get(), n.token, n.ref);
+    if (absl::GetFlag(FLAGS_decode_events)) {
+      n.events = std::make_unique<EventReader>(n.stub.get(), n.token, n.ref);
+    } else {
+      n.generic = std::make_unique<grpc::GenericStub>(n.channel);
+      n.raw_events =
+          std::make_unique<RawEventReader>(n.generic.get(), n.token, n.ref);
+    }
   }
   std::printf("REGISTERED nodes=%d\n", count);
   std::fflush(stdout);

@@ -102,28 +102,35 @@ void EventStreamReactorOf<Message>::Deliver(const v1::JobEvent& event) {
   } else {
     queue_.push_back(event);
   }
-  if (writing_) return;  // it goes out with the next batch
   const bool formation = event.kind() == v1::EVENT_KIND_MEMBER_JOINED ||
                          event.kind() == v1::EVENT_KIND_NODE_REGISTERED;
-  if (formation_timer_ != nullptr && formation) {
-    if (!flush_scheduled_) {
-      flush_scheduled_ = true;
-      formation_timer_->Schedule(absl::Now() + kFormationDelay, [link = link_] {
-        absl::MutexLock lock(&link->mu);
-        if (link->reactor != nullptr) {
-          link->reactor->Flush();
-        }
-      });
-    }
-    return;
-  }
+  if (!formation) urgent_ = true;
+  if (writing_) return;  // it goes out with the next batch
+  if (formation_timer_ != nullptr && !urgent_) return HoldLocked();
   WriteNextLocked();
+}
+
+template <typename Message>
+void EventStreamReactorOf<Message>::HoldLocked() {
+  if (flush_scheduled_) return;
+  flush_scheduled_ = true;
+  // A storm (this hold follows the last flush closely) waits longer each
+  // time, up to kMaxFormationDelay; a lone event waits kFormationDelay.
+  const absl::Time now = absl::Now();
+  hold_ = now - last_flush_ > 2 * hold_
+              ? kFormationDelay
+              : std::min(2 * hold_, kMaxFormationDelay);
+  formation_timer_->Schedule(now + hold_, [link = link_] {
+    absl::MutexLock lock(&link->mu);
+    if (link->reactor != nullptr) link->reactor->Flush();
+  });
 }
 
 template <typename Message>
 void EventStreamReactorOf<Message>::Flush() {
   absl::MutexLock lock(&mu_);
   flush_scheduled_ = false;
+  last_flush_ = absl::Now();
   if (!writing_ && !finished_ && !queue_.empty()) WriteNextLocked();
 }
 
@@ -134,6 +141,7 @@ void EventStreamReactorOf<Message>::WriteNextLocked() {
     // The message is the events' encodings one after another, each taken
     // by reference.
     in_flight_ = std::min(queue_.size(), kMaxBatchEvents);
+    if (in_flight_ == queue_.size()) urgent_ = false;
     std::vector<grpc::Slice> parts(queue_.begin(), queue_.begin() + in_flight_);
     batch_ = grpc::ByteBuffer(parts.data(), parts.size());
     this->StartWrite(&batch_);
@@ -159,7 +167,14 @@ void EventStreamReactorOf<Message>::OnWriteDone(bool ok) {
     return;
   }
   // Also while closing: what was queued before the close still goes out.
-  if (!queue_.empty()) return WriteNextLocked();
+  // Formation events that came during the write wait for company.
+  if (!queue_.empty()) {
+    if (formation_timer_ == nullptr || urgent_ || closing_) {
+      return WriteNextLocked();
+    }
+    writing_ = false;
+    return HoldLocked();
+  }
   writing_ = false;
   if (closing_) FinishWhenIdleLocked();
 }

@@ -22,11 +22,11 @@
 // kMaxBatchEvents (Peer.Subscribe: when thousands of ranks
 // join at once, the coordinator writes each node a few large messages, not
 // one message per rank per node). With a timer, the batching reactor
-// also holds formation events (MEMBER_JOINED, NODE_REGISTERED) that reach
-// an idle stream for up to kFormationDelay, so that a join storm is
-// written to each node every few milliseconds, not once per join; any
-// other event (a failure, the job ready) goes out at once, after what is
-// held.
+// also holds formation events (MEMBER_JOINED, NODE_REGISTERED), also those
+// that arrive while a write is under way, for kFormationDelay, longer
+// during a storm (up to kMaxFormationDelay), so that a join storm is written
+// to each node a few dozen times, not once per join; any other event (a
+// failure, the job ready) goes out at once, after what is held.
 //
 // Depends on gRPC, the protos and daemon/security.h.
 #ifndef RANKD_DAEMON_EVENT_STREAM_REACTOR_H_
@@ -77,8 +77,12 @@ class EventStreamReactorOf : public grpc::ServerWriteReactor<Message> {
   static constexpr size_t kMaxQueuedEvents = 16384;
   // Most events one JobEventBatch carries.
   static constexpr size_t kMaxBatchEvents = 1024;
-  // Longest a formation event waits for more to share its message.
+  // How long a formation event waits for more to share its message: a lone
+  // one kFormationDelay; during a storm (each hold following the last
+  // flush closely) the wait doubles up to kMaxFormationDelay, so a node
+  // gets a join storm in a few dozen messages, not hundreds.
   static constexpr absl::Duration kFormationDelay = absl::Milliseconds(20);
+  static constexpr absl::Duration kMaxFormationDelay = absl::Milliseconds(160);
 
   // Sinks handed to the subscription: `deliver` queues an event, `close`
   // finishes the stream with a status (after the events already queued).
@@ -120,6 +124,8 @@ class EventStreamReactorOf : public grpc::ServerWriteReactor<Message> {
   void Deliver(const v1::JobEvent& event);
   // Writes what formation events are held, unless a write is under way.
   void Flush();
+  // Schedules a Flush for held formation events (once).
+  void HoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Close(absl::Status status, bool client_gone);
   // Finishes with close_status_ once nothing is being written.
   void FinishWhenIdleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -140,6 +146,10 @@ class EventStreamReactorOf : public grpc::ServerWriteReactor<Message> {
   DeadlineTimer* formation_timer_ = nullptr;
   EventEncoder* encoder_ = nullptr;
   bool flush_scheduled_ ABSL_GUARDED_BY(mu_) = false;
+  // A queued event that must not wait (anything but a formation event).
+  bool urgent_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Duration hold_ ABSL_GUARDED_BY(mu_) = kFormationDelay;
+  absl::Time last_flush_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

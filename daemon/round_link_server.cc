@@ -24,6 +24,7 @@
 namespace rankd {
 namespace {
 
+// What one recv takes at most (into the server's one read buffer).
 constexpr size_t kReadChunkBytes = 64 << 10;
 // iovecs per sendmsg: up to this many queued frames go out in one call.
 constexpr size_t kMaxFramesPerWrite = 64;
@@ -225,7 +226,10 @@ absl::StatusOr<std::unique_ptr<RoundLinkServer>> RoundLinkServer::Start(
 }
 
 RoundLinkServer::RoundLinkServer(int listen_fd, int port, Handlers handlers)
-    : listen_fd_(listen_fd), port_(port), handlers_(std::move(handlers)) {
+    : listen_fd_(listen_fd),
+      port_(port),
+      handlers_(std::move(handlers)) {
+  read_buffer_ = std::make_unique<char[]>(kReadChunkBytes);
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   for (int fd : {listen_fd_, wake_fd_}) {
@@ -346,16 +350,14 @@ void RoundLinkServer::Accept() {
 bool RoundLinkServer::OnReadable(const std::shared_ptr<Connection>& c) {
   // Reads what is there, then handles every whole frame.
   while (true) {
-    const size_t old = c->in.size();
-    c->in.resize(old + kReadChunkBytes);
-    ssize_t n = ::recv(c->fd(), c->in.data() + old, kReadChunkBytes, 0);
-    c->in.resize(old + (n > 0 ? static_cast<size_t>(n) : 0));
+    ssize_t n = ::recv(c->fd(), read_buffer_.get(), kReadChunkBytes, 0);
     if (n == 0) return false;  // the node closed
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       return false;
     }
+    c->in.append(read_buffer_.get(), static_cast<size_t>(n));
     // Handle frames as they complete, so a node cannot make us buffer
     // more than one frame's worth.
     size_t start = 0;

@@ -122,6 +122,7 @@ class RoundLinkServer {
   std::thread thread_;
 
   // Only the server's thread touches these.
+  std::unique_ptr<char[]> read_buffer_;
   std::map<int, std::shared_ptr<Connection>> connections_;
   std::map<uint32_t, int> link_of_node_;  // admitted links with a node
   size_t handshaking_ = 0;
