@@ -205,7 +205,7 @@ struct SimNode {
   std::unique_ptr<EventReader> events;
   std::unique_ptr<grpc::GenericStub> generic;
   std::unique_ptr<RawEventReader> raw_events;
-  uint32_t round_link_port = 0;          // 0: the coordinator offers none
+  uint32_t round_link_port = 0;  // 0: the coordinator offers none
 };
 
 }  // namespace
@@ -250,9 +250,9 @@ int main(int argc, char** argv) {
     n.token = rankd::NodeToken(*key, job, n.index);
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // own connection
-    n.channel = grpc::CreateCustomChannel(absl::GetFlag(FLAGS_coordinator),
-                                          grpc::InsecureChannelCredentials(),
-                                          args);
+    n.channel =
+        grpc::CreateCustomChannel(absl::GetFlag(FLAGS_coordinator),
+                                  grpc::InsecureChannelCredentials(), args);
     n.stub = v1::Peer::NewStub(n.channel);
     n.ref.set_job_id(job);
     n.ref.set_node_index(n.index);

@@ -731,8 +731,8 @@ class Resolver {
     }
     absl::StatusOr<uint32_t> port = ParseUint32(s);
     if (!port.ok() || *port > 65535) {
-      return Invalid(absl::StrCat(s.Assignment(),
-                                  " is not a port (0..65535) or \"off\""));
+      return Invalid(
+          absl::StrCat(s.Assignment(), " is not a port (0..65535) or \"off\""));
     }
     c_.round_link_port = static_cast<int>(*port);
     return absl::OkStatus();
@@ -786,11 +786,11 @@ std::string DescribeConfig(const DaemonConfig& c) {
       c.limits.max_operator_streams, "/operators",
       " metrics=", c.metrics_address.empty() ? "off" : c.metrics_address,
       " round_link=",
-      !c.is_coordinator           ? "-"
-      : c.round_link_port < 0     ? "off"
-      : c.tls.enabled()           ? "off(tls)"
-      : c.round_link_port == 0    ? "any-port"
-                                  : absl::StrCat(c.round_link_port),
+      !c.is_coordinator        ? "-"
+      : c.round_link_port < 0  ? "off"
+      : c.tls.enabled()        ? "off(tls)"
+      : c.round_link_port == 0 ? "any-port"
+                               : absl::StrCat(c.round_link_port),
       " host=", or_dash(c.hostname), " pod=", or_dash(c.pod_name),
       " node=", or_dash(c.node_name));
 }

@@ -272,9 +272,8 @@ absl::Status Daemon::StartRoundLink() {
   auto server = RoundLinkServer::Start(listen->host, config_.round_link_port,
                                        peer_service_->RoundLinkHandlers());
   if (!server.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat(server.status().message(),
-                     " (--round_link_port=off serves none)"));
+    return absl::UnavailableError(absl::StrCat(
+        server.status().message(), " (--round_link_port=off serves none)"));
   }
   round_link_server_ = *std::move(server);
   peer_service_->set_round_link_port(round_link_server_->port());

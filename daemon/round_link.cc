@@ -46,13 +46,13 @@ bool RoundLink::Send(v1::ContributeWordsRequest request,
   const uint64_t tag = pending_.Add(request.round(), deadline, reply);
   if (tag == 0) return false;
   request.set_tag(tag);
-  std::string frame = RoundLinkFrameHeader(
-      static_cast<uint32_t>(request.ByteSizeLong()));
+  std::string frame =
+      RoundLinkFrameHeader(static_cast<uint32_t>(request.ByteSizeLong()));
   request.AppendToString(&frame);
   size_t sent = 0;
   while (sent < frame.size()) {
-    ssize_t n = ::send(fd, frame.data() + sent, frame.size() - sent,
-                       MSG_NOSIGNAL);
+    ssize_t n =
+        ::send(fd, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
     if (n > 0) {
       sent += static_cast<size_t>(n);
     } else if (n < 0 && errno == EINTR) {
@@ -197,9 +197,8 @@ absl::Status WriteFrame(int fd, const std::string& payload) {
 
 absl::Status RoundLink::Open(int* fd_out) {
   const absl::Time deadline = absl::Now() + options_.open_timeout;
-  const std::string where =
-      absl::StrCat("round link to coordinator at ", options_.host, ":",
-                   options_.port);
+  const std::string where = absl::StrCat("round link to coordinator at ",
+                                         options_.host, ":", options_.port);
   auto stopping = [this] {
     absl::MutexLock lock(&mu_);
     return stopping_;
@@ -209,8 +208,8 @@ absl::Status RoundLink::Open(int* fd_out) {
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   const std::string port = absl::StrCat(options_.port);
-  if (int rc = ::getaddrinfo(options_.host.c_str(), port.c_str(), &hints,
-                             &found);
+  if (int rc =
+          ::getaddrinfo(options_.host.c_str(), port.c_str(), &hints, &found);
       rc != 0) {
     return absl::UnavailableError(
         absl::StrCat(where, ": cannot resolve host: ", ::gai_strerror(rc)));
@@ -234,8 +233,7 @@ absl::Status RoundLink::Open(int* fd_out) {
       }
       fd_ = s;  // from here on Run closes it
     }
-    if (::connect(s, a->ai_addr, a->ai_addrlen) != 0 &&
-        errno != EINPROGRESS) {
+    if (::connect(s, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
       last = absl::UnavailableError(std::strerror(errno));
     } else if (auto w = Await(s, POLLOUT, deadline, stopping); !w.ok()) {
       last = w;
@@ -254,9 +252,8 @@ absl::Status RoundLink::Open(int* fd_out) {
     fd_ = -1;
   }
   if (fd < 0) {
-    return absl::Status(last.code(),
-                        absl::StrCat(where, ": cannot connect: ",
-                                     last.message()));
+    return absl::Status(
+        last.code(), absl::StrCat(where, ": cannot connect: ", last.message()));
   }
   // Frames are small and latency is the point; sends block, bounded.
   int one = 1;
@@ -306,14 +303,15 @@ absl::Status RoundLink::Open(int* fd_out) {
                         absl::StrCat(where, " refused: ", welcome.message()));
   }
   if (!options_.node_token.empty() &&
-      !SecretsEqual(welcome.proof(),
-                    TokenProof(options_.node_token,
-                               CoordinatorTranscript(coordinator_nonce,
-                                                     hello.nonce(),
-                                                     options_.node)))) {
+      !SecretsEqual(
+          welcome.proof(),
+          TokenProof(options_.node_token,
+                     CoordinatorTranscript(coordinator_nonce, hello.nonce(),
+                                           options_.node)))) {
     return absl::PermissionDeniedError(
-        absl::StrCat(where, ": the peer could not prove it holds the job's "
-                            "node key"));
+        absl::StrCat(where,
+                     ": the peer could not prove it holds the job's "
+                     "node key"));
   }
   *fd_out = fd;
   absl::MutexLock lock(&mu_);

@@ -46,9 +46,9 @@ class RoundLinkServer::Connection {
                uint64_t tag) {
     const std::string& body = outcome->Encoded();
     std::string tail = WordRounds::Outcome::TagSuffix(tag);
-    Out out{RoundLinkFrameHeader(
-                static_cast<uint32_t>(body.size() + tail.size())),
-            std::move(outcome), std::move(tail)};
+    Out out{
+        RoundLinkFrameHeader(static_cast<uint32_t>(body.size() + tail.size())),
+        std::move(outcome), std::move(tail)};
     absl::MutexLock lock(&mu_);
     if (closed_) return;
     if (out_.size() >= kMaxQueuedOutcomes) {
@@ -67,10 +67,9 @@ class RoundLinkServer::Connection {
   void SendFrame(const std::string& payload) {
     absl::MutexLock lock(&mu_);
     if (closed_) return;
-    out_.push_back(Out{RoundLinkFrameHeader(
-                           static_cast<uint32_t>(payload.size())) +
-                           payload,
-                       nullptr, ""});
+    out_.push_back(Out{
+        RoundLinkFrameHeader(static_cast<uint32_t>(payload.size())) + payload,
+        nullptr, ""});
     if (out_.size() == 1) FlushLocked();
   }
 
@@ -122,8 +121,8 @@ class RoundLinkServer::Connection {
             skip -= p.size();
             continue;
           }
-          parts[count++] = iovec{const_cast<char*>(p.data()) + skip,
-                                 p.size() - skip};
+          parts[count++] =
+              iovec{const_cast<char*>(p.data()) + skip, p.size() - skip};
           skip = 0;
         }
       }
@@ -226,9 +225,7 @@ absl::StatusOr<std::unique_ptr<RoundLinkServer>> RoundLinkServer::Start(
 }
 
 RoundLinkServer::RoundLinkServer(int listen_fd, int port, Handlers handlers)
-    : listen_fd_(listen_fd),
-      port_(port),
-      handlers_(std::move(handlers)) {
+    : listen_fd_(listen_fd), port_(port), handlers_(std::move(handlers)) {
   read_buffer_ = std::make_unique<char[]>(kReadChunkBytes);
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -311,8 +308,8 @@ void RoundLinkServer::WatchListener() {
 
 void RoundLinkServer::Accept() {
   while (handshaking_ < kMaxHandshakes) {
-    int fd = ::accept4(listen_fd_, nullptr, nullptr,
-                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd =
+        ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       // Out of descriptors: the listener stays readable, so pause rather
       // than spin. EAGAIN: every pending connection taken.
@@ -400,7 +397,8 @@ bool RoundLinkServer::OnHello(const std::shared_ptr<Connection>& c,
         "32-byte nonce");
   } else {
     admission = handlers_.admit(
-        hello, NodeTranscript(c->coordinator_nonce, hello.nonce(), hello.node()),
+        hello,
+        NodeTranscript(c->coordinator_nonce, hello.nonce(), hello.node()),
         CoordinatorTranscript(c->coordinator_nonce, hello.nonce(),
                               hello.node()));
   }

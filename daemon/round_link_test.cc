@@ -1,6 +1,8 @@
 // Tests of the round link: RoundLinkServer and RoundLink over real TCP
 // sockets on loopback, with the coordinator stood in for by handlers, and
 // raw sockets playing a misbehaving node.
+#include "daemon/round_link.h"
+
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -16,7 +18,6 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/credentials.h"
-#include "daemon/round_link.h"
 #include "daemon/round_link_protocol.h"
 #include "daemon/round_link_server.h"
 #include "daemon/word_rounds.h"
@@ -58,8 +59,8 @@ struct FakeCoordinator {
         return absl::UnauthenticatedError("not node 1's token");
       }
       return RoundLinkServer::Admission{
-          1u, TokenProof(prove_wrongly ? "other" : kToken,
-                         coordinator_transcript)};
+          1u,
+          TokenProof(prove_wrongly ? "other" : kToken, coordinator_transcript)};
     };
     h.authorize = [](std::optional<uint32_t> node,
                      const v1::ContributeWordsRequest& request) {
@@ -219,8 +220,8 @@ TEST(RoundLinkTest, StoppingTheNodeFailsWaitingRoundsAsShutdown) {
   // The round finishes after the node has gone: the outcome is dropped.
   absl::MutexLock lock(&coordinator.mu);
   for (auto& done : coordinator.held) {
-    done(std::make_shared<WordRounds::Outcome>(
-        1, absl::UnavailableError("late")));
+    done(std::make_shared<WordRounds::Outcome>(1,
+                                               absl::UnavailableError("late")));
   }
 }
 
@@ -246,8 +247,8 @@ TEST(RoundLinkTest, TheCoordinatorStoppingFailsWaitingRoundsNamingIt) {
   server.reset();
   absl::MutexLock lock(&coordinator.mu);
   for (auto& done : coordinator.held) {
-    done(std::make_shared<WordRounds::Outcome>(
-        1, absl::UnavailableError("late")));
+    done(std::make_shared<WordRounds::Outcome>(1,
+                                               absl::UnavailableError("late")));
   }
 }
 
@@ -278,7 +279,8 @@ class RawNode {
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    connected_ =
+        ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
     timeval t{10, 0};
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof(t));
   }
@@ -290,8 +292,7 @@ class RawNode {
               static_cast<ssize_t>(bytes.size()));
   }
   void SendFrame(const std::string& payload) {
-    Send(RoundLinkFrameHeader(static_cast<uint32_t>(payload.size())) +
-         payload);
+    Send(RoundLinkFrameHeader(static_cast<uint32_t>(payload.size())) + payload);
   }
   // One frame's payload, or nullopt when the connection ended first.
   std::optional<std::string> ReadFrame() {
@@ -304,8 +305,8 @@ class RawNode {
   // True when something (or the end) arrives within `timeout`.
   bool Readable(absl::Duration timeout) {
     pollfd p{fd_, POLLIN, 0};
-    return ::poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) ==
-           1;
+    return ::poll(&p, 1,
+                  static_cast<int>(absl::ToInt64Milliseconds(timeout))) == 1;
   }
   // True when the peer closed (after whatever frames were pending).
   bool ClosedByPeer() {
@@ -347,8 +348,9 @@ class RawNode {
 // Without authentication every node is admitted as itself.
 RoundLinkServer::Handlers OpenHandlers(FakeCoordinator& coordinator) {
   RoundLinkServer::Handlers h = coordinator.Handlers();
-  h.admit = [](const v1::RoundLinkHello&, absl::string_view,
-               absl::string_view) -> absl::StatusOr<RoundLinkServer::Admission> {
+  h.admit =
+      [](const v1::RoundLinkHello&, absl::string_view,
+         absl::string_view) -> absl::StatusOr<RoundLinkServer::Admission> {
     return RoundLinkServer::Admission{std::nullopt, ""};
   };
   return h;
@@ -356,7 +358,8 @@ RoundLinkServer::Handlers OpenHandlers(FakeCoordinator& coordinator) {
 
 TEST(RoundLinkTest, GarbageAndOversizedFramesAreRefusedAndServingGoesOn) {
   FakeCoordinator coordinator;
-  auto server = RoundLinkServer::Start("127.0.0.1", 0, OpenHandlers(coordinator));
+  auto server =
+      RoundLinkServer::Start("127.0.0.1", 0, OpenHandlers(coordinator));
   ASSERT_TRUE(server.ok());
   const int port = (*server)->port();
   {
@@ -367,7 +370,8 @@ TEST(RoundLinkTest, GarbageAndOversizedFramesAreRefusedAndServingGoesOn) {
     v1::RoundLinkWelcome welcome;
     auto frame = node.ReadFrame();
     ASSERT_TRUE(frame.has_value() && welcome.ParseFromString(*frame));
-    EXPECT_EQ(welcome.code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+    EXPECT_EQ(welcome.code(),
+              static_cast<int>(absl::StatusCode::kInvalidArgument));
     EXPECT_THAT(welcome.message(), HasSubstr("RoundLinkHello"));
     EXPECT_TRUE(node.ClosedByPeer());
   }
@@ -386,7 +390,8 @@ TEST(RoundLinkTest, GarbageAndOversizedFramesAreRefusedAndServingGoesOn) {
     v1::RoundOutcome last;
     auto frame = node.ReadFrame();
     ASSERT_TRUE(frame.has_value() && last.ParseFromString(*frame));
-    EXPECT_EQ(last.code(), static_cast<int>(absl::StatusCode::kResourceExhausted));
+    EXPECT_EQ(last.code(),
+              static_cast<int>(absl::StatusCode::kResourceExhausted));
     EXPECT_THAT(last.message(), HasSubstr("frame of 1073741824 bytes"));
     EXPECT_TRUE(node.ClosedByPeer());
   }
@@ -397,7 +402,8 @@ TEST(RoundLinkTest, GarbageAndOversizedFramesAreRefusedAndServingGoesOn) {
     v1::RoundOutcome last;
     auto frame = node.ReadFrame();
     ASSERT_TRUE(frame.has_value() && last.ParseFromString(*frame));
-    EXPECT_EQ(last.code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+    EXPECT_EQ(last.code(),
+              static_cast<int>(absl::StatusCode::kInvalidArgument));
     EXPECT_TRUE(node.ClosedByPeer());
   }
   EXPECT_EQ(coordinator.contributions.load(), 0);
@@ -431,8 +437,7 @@ TEST(RoundLinkTest, UnfinishedHandshakesAreBoundedAndExpire) {
   // ...until the silent ones are dropped after the handshake timeout.
   const absl::Time start = absl::Now();
   EXPECT_TRUE(silent.front()->ClosedByPeer());
-  EXPECT_GE(absl::Now() - start,
-            kRoundLinkHandshakeTimeout - absl::Seconds(1));
+  EXPECT_GE(absl::Now() - start, kRoundLinkHandshakeTimeout - absl::Seconds(1));
   EXPECT_TRUE(silent.back()->ClosedByPeer());
   // Then it is greeted and can shake hands.
   ASSERT_TRUE(waiting.Readable(absl::Seconds(5)));
@@ -447,7 +452,8 @@ TEST(RoundLinkTest, UnfinishedHandshakesAreBoundedAndExpire) {
 TEST(RoundLinkTest, ANodeThatStopsReadingIsCutOffAtTheQueueBound) {
   FakeCoordinator coordinator;
   coordinator.hold = true;
-  auto server = RoundLinkServer::Start("127.0.0.1", 0, OpenHandlers(coordinator));
+  auto server =
+      RoundLinkServer::Start("127.0.0.1", 0, OpenHandlers(coordinator));
   ASSERT_TRUE(server.ok());
   RawNode node((*server)->port());
   EXPECT_EQ(node.Hello(1).code(), 0);

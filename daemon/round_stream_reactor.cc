@@ -103,7 +103,8 @@ void RoundStreamReactor::Deliver(
                      " round outcomes waited for this node to read them")));
     return;
   }
-  grpc::Slice parts[2] = {SharedEncoding(std::move(outcome)), grpc::Slice(WordRounds::Outcome::TagSuffix(tag))};
+  grpc::Slice parts[2] = {SharedEncoding(std::move(outcome)),
+                          grpc::Slice(WordRounds::Outcome::TagSuffix(tag))};
   queue_.emplace_back(parts, 2);
   if (!writing_) WriteNextLocked();
 }

@@ -225,12 +225,11 @@ absl::StatusOr<std::optional<uint32_t>> Authenticator::AuthenticateNodeProof(
     return absl::PermissionDeniedError(
         "this daemon holds no node key and cannot verify nodes");
   }
-  if (!SecretsEqual(proof, TokenProof(NodeToken(node_key_, job_id_,
-                                                node_index),
+  if (!SecretsEqual(proof, TokenProof(NodeToken(node_key_, job_id_, node_index),
                                       transcript))) {
-    return absl::UnauthenticatedError(absl::StrCat(
-        "round link refused: the hello's proof is not node ", node_index,
-        "'s token of this job"));
+    return absl::UnauthenticatedError(
+        absl::StrCat("round link refused: the hello's proof is not node ",
+                     node_index, "'s token of this job"));
   }
   return std::optional<uint32_t>(node_index);
 }

@@ -370,10 +370,9 @@ RoundLinkServer::Handlers PeerService::RoundLinkHandlers() {
           "this daemon is not the job's coordinator");
     }
     if (hello.node().job_id() != coordinator_->spec().job_id) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("this coordinator runs job \"",
-                       coordinator_->spec().job_id, "\", not \"",
-                       hello.node().job_id(), "\""));
+      return absl::PermissionDeniedError(absl::StrCat(
+          "this coordinator runs job \"", coordinator_->spec().job_id,
+          "\", not \"", hello.node().job_id(), "\""));
     }
     if (node >= coordinator_->spec().nnodes || node == own_node_) {
       return absl::PermissionDeniedError(absl::StrCat(
@@ -381,8 +380,8 @@ RoundLinkServer::Handlers PeerService::RoundLinkHandlers() {
           coordinator_->spec().nnodes - 1, "; node ", own_node_,
           " is the coordinator's own)"));
     }
-    auto caller = auth_->AuthenticateNodeProof(node, node_transcript,
-                                               hello.proof());
+    auto caller =
+        auth_->AuthenticateNodeProof(node, node_transcript, hello.proof());
     if (!caller.ok()) return caller.status();
     // Without authentication too, a link speaks for the node it named
     // (and a node has one link).

@@ -741,8 +741,8 @@ TEST_F(HeldJobTest, ANodeCanActOnlyAsItself) {
         OpenRoundLink(cluster, "other", 1, NodeTokenOf(cluster, 1), &link);
     EXPECT_EQ(other_job.code(), absl::StatusCode::kPermissionDenied)
         << other_job;
-    absl::Status forged = OpenRoundLink(
-        cluster, "itself", 1, "node-1.0123456789abcdef", &link);
+    absl::Status forged =
+        OpenRoundLink(cluster, "itself", 1, "node-1.0123456789abcdef", &link);
     EXPECT_EQ(forged.code(), absl::StatusCode::kUnauthenticated) << forged;
     EXPECT_THAT(forged.message(), HasSubstr("not node 1's token"));
   }
