@@ -25,6 +25,22 @@ namespace {
 // even before there is a connection to shut down.
 constexpr absl::Duration kOpenPollSlice = absl::Milliseconds(50);
 
+// Sends all of `bytes` (a blocking socket, bounded by its send timeout).
+absl::Status SendAll(int fd, absl::string_view bytes) {
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    ssize_t n =
+        ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+    } else if (n == 0 || errno != EINTR) {
+      return absl::UnavailableError(n == 0 ? "sent nothing"
+                                           : std::strerror(errno));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 RoundLink::RoundLink(Options options)
@@ -49,21 +65,11 @@ bool RoundLink::Send(v1::ContributeWordsRequest request,
   std::string frame =
       RoundLinkFrameHeader(static_cast<uint32_t>(request.ByteSizeLong()));
   request.AppendToString(&frame);
-  size_t sent = 0;
-  while (sent < frame.size()) {
-    ssize_t n =
-        ::send(fd, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<size_t>(n);
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else {
-      // Broken, or the coordinator took nothing for send_timeout: the
-      // reader sees the shutdown and fails what waits, this round too.
-      absl::MutexLock lock(&mu_);
-      ::shutdown(fd, SHUT_RDWR);
-      break;
-    }
+  if (!SendAll(fd, frame).ok()) {
+    // Broken, or the coordinator took nothing for send_timeout: the
+    // reader sees the shutdown and fails what waits, this round too.
+    absl::MutexLock lock(&mu_);
+    ::shutdown(fd, SHUT_RDWR);
   }
   return true;
 }
@@ -178,19 +184,9 @@ absl::Status ReadFrame(int fd, size_t max_bytes, absl::Time deadline,
 }
 
 absl::Status WriteFrame(int fd, const std::string& payload) {
-  std::string frame =
-      RoundLinkFrameHeader(static_cast<uint32_t>(payload.size())) + payload;
-  size_t sent = 0;
-  while (sent < frame.size()) {
-    ssize_t n =
-        ::send(fd, frame.data() + sent, frame.size() - sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<size_t>(n);
-    } else if (n < 0 && errno != EINTR) {
-      return absl::UnavailableError(std::strerror(errno));
-    }
-  }
-  return absl::OkStatus();
+  return SendAll(
+      fd,
+      RoundLinkFrameHeader(static_cast<uint32_t>(payload.size())) + payload);
 }
 
 }  // namespace

@@ -200,56 +200,53 @@ TEST(RoundLinkTest, AContributionForAnotherNodeEndsTheLinkSayingWhy) {
   EXPECT_FALSE(link.Send(Contribution(2, 1, 5), next, absl::InfiniteFuture()));
 }
 
-TEST(RoundLinkTest, StoppingTheNodeFailsWaitingRoundsAsShutdown) {
-  FakeCoordinator coordinator;
-  coordinator.hold = true;
-  auto server = StartServer(coordinator);
-  ASSERT_NE(server, nullptr);
-  auto link = std::make_unique<RoundLink>(LinkOptions(server->port()));
-  ASSERT_TRUE(link->WaitOpen(absl::Seconds(10)).ok());
-  Answer a;
-  auto reply = a.reply();
-  ASSERT_TRUE(link->Send(Contribution(1, 1, 5), reply, absl::InfiniteFuture()));
-  while (coordinator.contributions.load() == 0) {
-    absl::SleepFor(absl::Milliseconds(1));
+// One node's round 1 waiting at a coordinator that holds it.
+class WaitingRoundTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    coordinator_.hold = true;
+    server_ = StartServer(coordinator_);
+    ASSERT_NE(server_, nullptr);
+    link_ = std::make_unique<RoundLink>(LinkOptions(server_->port()));
+    ASSERT_TRUE(link_->WaitOpen(absl::Seconds(10)).ok());
+    auto reply = answer_.reply();
+    ASSERT_TRUE(
+        link_->Send(Contribution(1, 1, 5), reply, absl::InfiniteFuture()));
+    while (coordinator_.contributions.load() == 0) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
   }
-  link->Stop();
-  ASSERT_TRUE(a.Wait());
-  EXPECT_EQ(a.result.status().code(), absl::StatusCode::kCancelled);
-  link.reset();
-  // The round finishes after the node has gone: the outcome is dropped.
-  absl::MutexLock lock(&coordinator.mu);
-  for (auto& done : coordinator.held) {
-    done(std::make_shared<WordRounds::Outcome>(1,
-                                               absl::UnavailableError("late")));
+  // Finishes the held round; its outcome must be dropped quietly.
+  void FinishLate() {
+    absl::MutexLock lock(&coordinator_.mu);
+    for (auto& done : coordinator_.held) {
+      done(std::make_shared<WordRounds::Outcome>(
+          1, absl::UnavailableError("late")));
+    }
   }
+
+  FakeCoordinator coordinator_;
+  std::unique_ptr<RoundLinkServer> server_;
+  std::unique_ptr<RoundLink> link_;
+  Answer answer_;
+};
+
+TEST_F(WaitingRoundTest, StoppingTheNodeFailsItAsShutdown) {
+  link_->Stop();
+  ASSERT_TRUE(answer_.Wait());
+  EXPECT_EQ(answer_.result.status().code(), absl::StatusCode::kCancelled);
+  link_.reset();
+  FinishLate();  // after the node has gone
 }
 
-TEST(RoundLinkTest, TheCoordinatorStoppingFailsWaitingRoundsNamingIt) {
-  FakeCoordinator coordinator;
-  coordinator.hold = true;
-  auto server = StartServer(coordinator);
-  ASSERT_NE(server, nullptr);
-  RoundLink link(LinkOptions(server->port()));
-  ASSERT_TRUE(link.WaitOpen(absl::Seconds(10)).ok());
-  Answer a;
-  auto reply = a.reply();
-  ASSERT_TRUE(link.Send(Contribution(1, 1, 5), reply, absl::InfiniteFuture()));
-  while (coordinator.contributions.load() == 0) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  server->Stop();
-  ASSERT_TRUE(a.Wait());
-  EXPECT_EQ(a.result.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(a.result.status().message(),
+TEST_F(WaitingRoundTest, TheCoordinatorStoppingFailsItNamingTheCoordinator) {
+  server_->Stop();
+  ASSERT_TRUE(answer_.Wait());
+  EXPECT_EQ(answer_.result.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(answer_.result.status().message(),
               HasSubstr("round link to coordinator at 127.0.0.1:1 ended"));
-  // Outcomes of rounds that finish after the server stopped are dropped.
-  server.reset();
-  absl::MutexLock lock(&coordinator.mu);
-  for (auto& done : coordinator.held) {
-    done(std::make_shared<WordRounds::Outcome>(1,
-                                               absl::UnavailableError("late")));
-  }
+  server_.reset();
+  FinishLate();  // after the server stopped
 }
 
 TEST(RoundLinkTest, OverdueRoundsFailNamingTheRound) {
@@ -356,6 +353,19 @@ RoundLinkServer::Handlers OpenHandlers(FakeCoordinator& coordinator) {
   return h;
 }
 
+// The coordinator's last outcome on `node`'s link says `code` and `why`,
+// then it closes.
+void ExpectLastWords(RawNode& node, absl::StatusCode code,
+                     const std::string& why) {
+  v1::RoundOutcome last;
+  auto frame = node.ReadFrame();
+  ASSERT_TRUE(frame.has_value() && last.ParseFromString(*frame));
+  EXPECT_EQ(last.tag(), 0u);
+  EXPECT_EQ(last.code(), static_cast<int>(code));
+  EXPECT_THAT(last.message(), HasSubstr(why));
+  EXPECT_TRUE(node.ClosedByPeer());
+}
+
 TEST(RoundLinkTest, GarbageAndOversizedFramesAreRefusedAndServingGoesOn) {
   FakeCoordinator coordinator;
   auto server =
@@ -387,24 +397,15 @@ TEST(RoundLinkTest, GarbageAndOversizedFramesAreRefusedAndServingGoesOn) {
     RawNode node(port);
     EXPECT_EQ(node.Hello(1).code(), 0);
     node.Send(RoundLinkFrameHeader(1u << 30));
-    v1::RoundOutcome last;
-    auto frame = node.ReadFrame();
-    ASSERT_TRUE(frame.has_value() && last.ParseFromString(*frame));
-    EXPECT_EQ(last.code(),
-              static_cast<int>(absl::StatusCode::kResourceExhausted));
-    EXPECT_THAT(last.message(), HasSubstr("frame of 1073741824 bytes"));
-    EXPECT_TRUE(node.ClosedByPeer());
+    ExpectLastWords(node, absl::StatusCode::kResourceExhausted,
+                    "frame of 1073741824 bytes");
   }
   {
     RawNode node(port);
     EXPECT_EQ(node.Hello(1).code(), 0);
     node.SendFrame("\x0a\xff\xff\xff\xff\xff");
-    v1::RoundOutcome last;
-    auto frame = node.ReadFrame();
-    ASSERT_TRUE(frame.has_value() && last.ParseFromString(*frame));
-    EXPECT_EQ(last.code(),
-              static_cast<int>(absl::StatusCode::kInvalidArgument));
-    EXPECT_TRUE(node.ClosedByPeer());
+    ExpectLastWords(node, absl::StatusCode::kInvalidArgument,
+                    "not a ContributeWordsRequest");
   }
   EXPECT_EQ(coordinator.contributions.load(), 0);
   // And a well-behaved node is still served.
