@@ -266,9 +266,9 @@ int RoundLinkPort(LocalCluster& cluster) {
   if (at == std::string::npos) return 0;
   at += marker.size();
   int port = 0;
-  absl::SimpleAtoi(log.substr(at, log.find_first_not_of("0123456789", at) - at),
-                   &port);
-  return port;
+  const std::string digits =
+      log.substr(at, log.find_first_not_of("0123456789", at) - at);
+  return absl::SimpleAtoi(digits, &port) ? port : 0;
 }
 
 // A round link to `cluster`'s coordinator as node `node` of `job` with
