@@ -62,10 +62,7 @@ bool RoundLink::Send(v1::ContributeWordsRequest request,
   const uint64_t tag = pending_.Add(request.round(), deadline, reply);
   if (tag == 0) return false;
   request.set_tag(tag);
-  std::string frame =
-      RoundLinkFrameHeader(static_cast<uint32_t>(request.ByteSizeLong()));
-  request.AppendToString(&frame);
-  if (!SendAll(fd, frame).ok()) {
+  if (!SendAll(fd, RoundLinkFrame(request.SerializeAsString())).ok()) {
     // Broken, or the coordinator took nothing for send_timeout: the
     // reader sees the shutdown and fails what waits, this round too.
     absl::MutexLock lock(&mu_);
@@ -183,12 +180,6 @@ absl::Status ReadFrame(int fd, size_t max_bytes, absl::Time deadline,
   return ReadExactly(fd, payload->data(), length, deadline, stopping);
 }
 
-absl::Status WriteFrame(int fd, const std::string& payload) {
-  return SendAll(
-      fd,
-      RoundLinkFrameHeader(static_cast<uint32_t>(payload.size())) + payload);
-}
-
 }  // namespace
 
 absl::Status RoundLink::Open(int* fd_out) {
@@ -281,7 +272,8 @@ absl::Status RoundLink::Open(int* fd_out) {
         options_.node_token,
         NodeTranscript(coordinator_nonce, hello.nonce(), options_.node)));
   }
-  if (auto s = WriteFrame(fd, hello.SerializeAsString()); !s.ok()) {
+  if (auto s = SendAll(fd, RoundLinkFrame(hello.SerializeAsString()));
+      !s.ok()) {
     return failed(s, "cannot send hello");
   }
   if (auto s = ReadFrame(fd, kMaxRoundLinkHandshakeBytes, deadline, stopping,

@@ -27,6 +27,11 @@ std::string RoundLinkFrameHeader(uint32_t length) {
   return std::string(bytes, kRoundLinkHeaderBytes);
 }
 
+std::string RoundLinkFrame(absl::string_view payload) {
+  return absl::StrCat(
+      RoundLinkFrameHeader(static_cast<uint32_t>(payload.size())), payload);
+}
+
 uint32_t RoundLinkFrameLength(const char* header) {
   uint32_t length = 0;
   for (size_t i = 0; i < kRoundLinkHeaderBytes; ++i) {

@@ -49,6 +49,8 @@ inline constexpr absl::Duration kRoundLinkHandshakeTimeout = absl::Seconds(5);
 
 // The 4-byte frame header for a payload of `length` bytes.
 std::string RoundLinkFrameHeader(uint32_t length);
+// A whole frame: the header, then `payload`.
+std::string RoundLinkFrame(absl::string_view payload);
 // The length a frame header (kRoundLinkHeaderBytes at `header`) announces.
 uint32_t RoundLinkFrameLength(const char* header);
 

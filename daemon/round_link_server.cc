@@ -67,10 +67,17 @@ class RoundLinkServer::Connection {
   void SendFrame(const std::string& payload) {
     absl::MutexLock lock(&mu_);
     if (closed_) return;
-    out_.push_back(Out{
-        RoundLinkFrameHeader(static_cast<uint32_t>(payload.size())) + payload,
-        nullptr, ""});
+    out_.push_back(Out{RoundLinkFrame(payload), nullptr, ""});
     if (out_.size() == 1) FlushLocked();
+  }
+
+  // Queues the coordinator's last words before it closes the link: an
+  // outcome with tag 0 carrying `why`.
+  void SendLastWords(const absl::Status& why) {
+    v1::RoundOutcome last;
+    last.set_code(static_cast<int>(why.code()));
+    last.set_message(std::string(why.message()));
+    SendFrame(last.SerializeAsString());
   }
 
   // The socket has room again (server thread).
@@ -364,11 +371,8 @@ bool RoundLinkServer::OnReadable(const std::shared_ptr<Connection>& c) {
                                : static_cast<size_t>(kMaxGrpcMessageBytes);
       const uint32_t length = RoundLinkFrameLength(c->in.data() + start);
       if (length > limit) {
-        v1::RoundOutcome last;
-        last.set_code(static_cast<int>(absl::StatusCode::kResourceExhausted));
-        last.set_message(absl::StrCat("a round link frame of ", length,
-                                      " bytes (at most ", limit, ")"));
-        c->SendFrame(last.SerializeAsString());
+        c->SendLastWords(absl::ResourceExhaustedError(absl::StrCat(
+            "a round link frame of ", length, " bytes (at most ", limit, ")")));
         return false;
       }
       if (c->in.size() - start < kRoundLinkHeaderBytes + length) break;
@@ -421,10 +425,8 @@ bool RoundLinkServer::OnHello(const std::shared_ptr<Connection>& c,
       it->second = c->fd();
       auto old = connections_.find(older);
       if (old != connections_.end()) {
-        v1::RoundOutcome last;
-        last.set_code(static_cast<int>(absl::StatusCode::kAborted));
-        last.set_message("replaced by a newer round link from the same node");
-        old->second->SendFrame(last.SerializeAsString());
+        old->second->SendLastWords(absl::AbortedError(
+            "replaced by a newer round link from the same node"));
         Close(older);
       }
     }
@@ -450,10 +452,7 @@ bool RoundLinkServer::OnContribution(const std::shared_ptr<Connection>& c,
     allowed = handlers_.authorize(c->node, request);
   }
   if (!allowed.ok()) {
-    v1::RoundOutcome last;
-    last.set_code(static_cast<int>(allowed.code()));
-    last.set_message(std::string(allowed.message()));
-    c->SendFrame(last.SerializeAsString());
+    c->SendLastWords(allowed);
     return false;
   }
   // The outcome may come after the link is gone: it then finds the

@@ -288,9 +288,7 @@ class RawNode {
     ASSERT_EQ(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL),
               static_cast<ssize_t>(bytes.size()));
   }
-  void SendFrame(const std::string& payload) {
-    Send(RoundLinkFrameHeader(static_cast<uint32_t>(payload.size())) + payload);
-  }
+  void SendFrame(const std::string& payload) { Send(RoundLinkFrame(payload)); }
   // One frame's payload, or nullopt when the connection ended first.
   std::optional<std::string> ReadFrame() {
     char header[kRoundLinkHeaderBytes];

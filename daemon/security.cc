@@ -217,10 +217,10 @@ absl::StatusOr<std::optional<uint32_t>> Authenticator::AuthenticateNode(
   return std::optional<uint32_t>(*node);
 }
 
-absl::StatusOr<std::optional<uint32_t>> Authenticator::AuthenticateNodeProof(
-    uint32_t node_index, absl::string_view transcript,
-    absl::string_view proof) const {
-  if (!enabled_) return std::optional<uint32_t>();
+absl::Status Authenticator::VerifyNodeProof(uint32_t node_index,
+                                            absl::string_view transcript,
+                                            absl::string_view proof) const {
+  if (!enabled_) return absl::OkStatus();
   if (node_key_.empty()) {
     return absl::PermissionDeniedError(
         "this daemon holds no node key and cannot verify nodes");
@@ -231,7 +231,7 @@ absl::StatusOr<std::optional<uint32_t>> Authenticator::AuthenticateNodeProof(
         absl::StrCat("round link refused: the hello's proof is not node ",
                      node_index, "'s token of this job"));
   }
-  return std::optional<uint32_t>(node_index);
+  return absl::OkStatus();
 }
 
 std::string Authenticator::ProveToNode(uint32_t node_index,

@@ -82,12 +82,12 @@ class Authenticator {
 
   // The same for a round link's hello (daemon/round_link_protocol.h), where
   // the node shows TokenProof(its token, `transcript`) instead of the token:
-  // `node_index` when `proof` is that for node `node_index` of this job;
-  // nullopt when authentication is off; PermissionDenied when this daemon
-  // holds no node key; Unauthenticated otherwise.
-  absl::StatusOr<std::optional<uint32_t>> AuthenticateNodeProof(
-      uint32_t node_index, absl::string_view transcript,
-      absl::string_view proof) const;
+  // OK when `proof` is that of node `node_index` of this job, or when
+  // authentication is off; PermissionDenied when this daemon holds no node
+  // key; Unauthenticated otherwise.
+  absl::Status VerifyNodeProof(uint32_t node_index,
+                               absl::string_view transcript,
+                               absl::string_view proof) const;
 
   // TokenProof(node `node_index`'s token, `transcript`): what the
   // coordinator shows a round link's node so the node knows it holds the

@@ -6,6 +6,7 @@
 #include "common/limits.h"
 #include "daemon/event_stream_reactor.h"
 #include "daemon/kv_store.h"
+#include "daemon/request_limits.h"
 #include "daemon/security.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 
@@ -369,10 +370,11 @@ RoundLinkServer::Handlers PeerService::RoundLinkHandlers() {
       return absl::FailedPreconditionError(
           "this daemon is not the job's coordinator");
     }
-    if (hello.node().job_id() != coordinator_->spec().job_id) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "this coordinator runs job \"", coordinator_->spec().job_id,
-          "\", not \"", hello.node().job_id(), "\""));
+    // Refused, naming the caller's id only when it could be a job id.
+    if (absl::Status s = CheckJobId(hello.node().job_id(),
+                                    coordinator_->spec().job_id, "coordinator");
+        !s.ok()) {
+      return absl::PermissionDeniedError(s.message());
     }
     if (node >= coordinator_->spec().nnodes || node == own_node_) {
       return absl::PermissionDeniedError(absl::StrCat(
@@ -380,9 +382,11 @@ RoundLinkServer::Handlers PeerService::RoundLinkHandlers() {
           coordinator_->spec().nnodes - 1, "; node ", own_node_,
           " is the coordinator's own)"));
     }
-    auto caller =
-        auth_->AuthenticateNodeProof(node, node_transcript, hello.proof());
-    if (!caller.ok()) return caller.status();
+    if (absl::Status s =
+            auth_->VerifyNodeProof(node, node_transcript, hello.proof());
+        !s.ok()) {
+      return s;
+    }
     // Without authentication too, a link speaks for the node it named
     // (and a node has one link).
     return RoundLinkServer::Admission{
