@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/monotonic_clock.h"
 #include "gtest/gtest.h"
 
 namespace rankd {
@@ -33,11 +34,10 @@ class Recorder {
         sent.ranks.push_back(f.rank());
         response.add_words(f.words_size() > 0 ? f.words(0) : 0);
       }
-      {
-        absl::MutexLock lock(&mu_);
-        sent_.push_back(sent);
-      }
       for (auto& w : batch.waiters) w.reply(response);
+      // Recorded after the replies, so WaitFor also waits for them.
+      absl::MutexLock lock(&mu_);
+      sent_.push_back(sent);
     };
   }
   std::vector<Sent> sent() const {
@@ -110,10 +110,10 @@ TEST(LocalRoundsTest, AMissingRankFlushesThePartialBatchBeforeTheDeadline) {
   LocalRounds rounds(2, &timer, recorder.sender());
   Outcome a;
   const absl::Duration timeout = absl::Milliseconds(400);
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   rounds.Contribute(7, Frame(0), a.For(0), timeout);
   ASSERT_TRUE(recorder.WaitFor(1));
-  const absl::Duration flushed_after = absl::Now() - start;
+  const absl::Duration flushed_after = MonotonicNow() - start;
   // At deadline - FlushMargin (100 ms for a 400 ms timeout).
   EXPECT_GE(flushed_after, timeout - LocalRounds::FlushMargin(timeout) -
                                absl::Milliseconds(5));
@@ -145,7 +145,7 @@ TEST(LocalRoundsTest, AFlushedRoundIsRetiredAtItsDeadline) {
   EXPECT_EQ(rounds.open(), 0u) << "a rank that never comes keeps nothing";
   // A frame for the retired round goes on its own with its own deadline.
   Outcome late;
-  const absl::Time before = absl::Now();
+  const absl::Time before = MonotonicNow();
   rounds.Contribute(3, Frame(1), late.For(1), absl::Seconds(5));
   ASSERT_EQ(recorder.sent().size(), 2u);
   EXPECT_EQ(recorder.sent()[1].round, 3u);
