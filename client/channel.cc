@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_deadline.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -358,8 +359,7 @@ absl::StatusOr<std::shared_ptr<const Connection>> Connection::Open(
     return absl::InternalError(absl::StrCat(
         "rankd connect to ", target->display, ": gRPC created no channel"));
   }
-  absl::Time deadline = absl::Now() + options.connect_timeout;
-  if (!channel->WaitForConnected(absl::ToChronoTime(deadline))) {
+  if (!channel->WaitForConnected(GrpcDeadlineAfter(options.connect_timeout))) {
     std::string hint;
     if (!target->unix_path.empty()) {
       struct stat st;
@@ -392,7 +392,7 @@ absl::StatusOr<std::shared_ptr<const Connection>> Connection::Open(
 void Connection::PrepareContext(grpc::ClientContext* context,
                                 absl::Duration timeout) const {
   if (timeout != absl::InfiniteDuration()) {
-    context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+    context->set_deadline(GrpcDeadlineAfter(timeout));
   }
   if (!options_.bearer_token.empty()) {
     context->AddMetadata("authorization",

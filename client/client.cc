@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/internal/round_slot_client.h"
+#include "common/monotonic_clock.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/support/status.h"
@@ -317,7 +318,7 @@ class RoundCall {
     slots_ = std::move(slots);
     sequence_ = sequence;
     answer_timeout_ = answer_timeout;
-    answer_deadline_ = absl::Now() + answer_timeout;
+    answer_deadline_ = MonotonicNow() + answer_timeout;
   }
 
   v1::AllGatherWordsRequest& request() { return request_; }
@@ -327,7 +328,7 @@ class RoundCall {
     return done_.HasBeenNotified();
   }
   bool WaitFor(absl::Duration timeout) {
-    if (slots_ != nullptr) return AwaitSlots(absl::Now() + timeout);
+    if (slots_ != nullptr) return AwaitSlots(MonotonicNow() + timeout);
     return done_.WaitForNotificationWithTimeout(timeout);
   }
   void WaitDone() {
@@ -425,7 +426,7 @@ class RoundCall {
                            : InContext(answer->status));
           return true;
         }
-        if (absl::Now() >= answer_deadline_) {
+        if (MonotonicNow() >= answer_deadline_) {
           FinishLocked(absl::DeadlineExceededError(
               absl::StrCat(Context(), ": the daemon did not answer within ",
                            absl::FormatDuration(answer_timeout_),
@@ -433,7 +434,7 @@ class RoundCall {
           return true;
         }
       }
-      if (absl::Now() >= deadline) return false;
+      if (MonotonicNow() >= deadline) return false;
       slots_->Wait(bell, std::min(deadline, answer_deadline_));
     }
   }
@@ -542,10 +543,10 @@ absl::StatusOr<std::shared_ptr<RoundCall>> SubmitRound(
   // taken yet; its watcher takes them within microseconds.
   if (slots != nullptr) {
     const absl::Duration patience = std::min(answer_timeout, kTakePatience);
-    const absl::Time give_up = absl::Now() + patience;
+    const absl::Time give_up = MonotonicNow() + patience;
     while (!slots->AllTaken()) {
       absl::Status health = slots->health();
-      if (health.ok() && absl::Now() >= give_up) {
+      if (health.ok() && MonotonicNow() >= give_up) {
         health = absl::UnavailableError(absl::StrCat(
             "the daemon did not take this rank's earlier rounds from its "
             "round slots within ",

@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
 #include "common/mapping_guard.h"
+#include "common/monotonic_clock.h"
 
 namespace rankd {
 namespace {
@@ -100,7 +101,7 @@ void FutexWait(uint32_t* word, uint32_t seen, absl::Time deadline) {
   struct timespec relative;
   struct timespec* timeout = nullptr;
   if (deadline != absl::InfiniteFuture()) {
-    absl::Duration left = deadline - absl::Now();
+    absl::Duration left = deadline - MonotonicNow();
     if (left <= absl::ZeroDuration()) return;
     relative = absl::ToTimespec(left);
     timeout = &relative;
@@ -321,8 +322,8 @@ void RoundSlots::WaitForAnswers(uint32_t seen, absl::Time deadline,
   if (closed()) return;
   // Yielding, not pausing: on a busy node the daemon thread that will ring
   // the bell may need this CPU.
-  const absl::Time spin_until = std::min(deadline, absl::Now() + spin);
-  while (absl::Now() < spin_until) {
+  const absl::Time spin_until = std::min(deadline, MonotonicNow() + spin);
+  while (MonotonicNow() < spin_until) {
     if (AnswerBell() != seen) return;
     sched_yield();
   }

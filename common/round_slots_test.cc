@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/monotonic_clock.h"
 #include "gtest/gtest.h"
 
 namespace rankd {
@@ -165,12 +166,12 @@ TEST(RoundSlotsTest, WaitersWakeOnPostAnswerAndCloseAndHonourDeadlines) {
   ASSERT_TRUE(rank.ok());
 
   // A deadline bounds both waits.
-  absl::Time start = absl::Now();
+  absl::Time start = MonotonicNow();
   (*daemon)->WaitForRequests((*daemon)->RequestBell(),
                              start + absl::Milliseconds(50));
   (*rank)->WaitForAnswers((*rank)->AnswerBell(),
                           start + absl::Milliseconds(100));
-  EXPECT_GE(absl::Now() - start, absl::Milliseconds(100));
+  EXPECT_GE(MonotonicNow() - start, absl::Milliseconds(100));
 
   // The daemon sleeps until a request is posted.
   std::thread watcher([&] {
@@ -219,7 +220,7 @@ TEST(RoundSlotsTest, WorksAcrossProcesses) {
       uint32_t bell = (*rank)->AnswerBell();
       std::optional<SlotAnswer> answer;
       while (!(answer = (*rank)->ReadAnswer(s)).has_value()) {
-        (*rank)->WaitForAnswers(bell, absl::Now() + absl::Seconds(10));
+        (*rank)->WaitForAnswers(bell, MonotonicNow() + absl::Seconds(10));
         bell = (*rank)->AnswerBell();
       }
       if (!answer->status.ok() || answer->words.size() != 2 ||
@@ -231,8 +232,8 @@ TEST(RoundSlotsTest, WorksAcrossProcesses) {
   }
   uint64_t next = 0;
   uint32_t bell = (*daemon)->RequestBell();
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (next < 100 && absl::Now() < deadline) {
+  const absl::Time deadline = MonotonicNow() + absl::Seconds(20);
+  while (next < 100 && MonotonicNow() < deadline) {
     if ((*daemon)->posted() > next) {
       auto request = (*daemon)->Take(next);
       ASSERT_TRUE(request.ok());
@@ -242,7 +243,7 @@ TEST(RoundSlotsTest, WorksAcrossProcesses) {
       ++next;
       continue;
     }
-    (*daemon)->WaitForRequests(bell, absl::Now() + absl::Seconds(1));
+    (*daemon)->WaitForRequests(bell, MonotonicNow() + absl::Seconds(1));
     bell = (*daemon)->RequestBell();
   }
   int status = 0;

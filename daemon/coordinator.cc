@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/limits.h"
+#include "common/monotonic_clock.h"
 #include "daemon/rank_list.h"
 #include "daemon/request_limits.h"
 
@@ -24,7 +25,7 @@ absl::Status AbortedBy(const std::string& cause) {
 }
 
 absl::Time DeadlineAfterMs(uint32_t ms) {
-  return absl::Now() + absl::Milliseconds(ms);
+  return MonotonicNow() + absl::Milliseconds(ms);
 }
 
 }  // namespace
@@ -52,7 +53,7 @@ Coordinator::Coordinator(JobSpec spec, std::vector<GroupSpec> groups,
     : spec_(std::move(spec)),
       groups_(std::move(groups)),
       job_incarnation_(NewIncarnation()),
-      started_(absl::Now()),
+      started_(MonotonicNow()),
       timer_(timer),
       kv_(timer, KvLimits{spec_.limits.kv_max_bytes, spec_.limits.kv_max_keys,
                           spec_.limits.kv_max_keys_per_rank}),
@@ -66,7 +67,7 @@ Coordinator::Coordinator(JobSpec spec, std::vector<GroupSpec> groups,
     members_[r].local_rank = r % spec_.nproc_per_node;
   }
   absl::MutexLock lock(&mu_);
-  heartbeat_timer_ = timer_->Schedule(absl::Now() + spec_.heartbeat_interval,
+  heartbeat_timer_ = timer_->Schedule(MonotonicNow() + spec_.heartbeat_interval,
                                       [this] { CheckHeartbeats(); });
 }
 
@@ -169,7 +170,7 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
     if (node.state != v1::NODE_STATE_NOT_REGISTERED) {
       if (node.info.daemon_incarnation() == info.daemon_incarnation()) {
         if (auto s = JobFailedLocked(); !s.ok()) return s;
-        node.last_heartbeat = absl::Now();
+        node.last_heartbeat = MonotonicNow();
         v1::RegisterNodeResponse response;
         response.set_job_incarnation(job_incarnation_);
         response.set_last_event_sequence(events_.last_sequence());
@@ -189,7 +190,7 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
     } else {
       node.state = v1::NODE_STATE_REGISTERED;
       node.info = info;
-      node.last_heartbeat = absl::Now();
+      node.last_heartbeat = MonotonicNow();
       v1::JobEvent registered;
       registered.set_kind(v1::EVENT_KIND_NODE_REGISTERED);
       registered.set_node_index(info.node_index());
@@ -212,7 +213,7 @@ absl::StatusOr<v1::HeartbeatResponse> Coordinator::Heartbeat(
     const v1::HeartbeatRequest& request) {
   absl::MutexLock lock(&mu_);
   if (auto s = CheckNodeLocked(request.node()); !s.ok()) return s;
-  nodes_[request.node().node_index()].last_heartbeat = absl::Now();
+  nodes_[request.node().node_index()].last_heartbeat = MonotonicNow();
   v1::HeartbeatResponse response;
   response.set_state(state_);
   response.set_failure(failure_);
@@ -305,7 +306,7 @@ void Coordinator::JoinRank(const v1::JoinRankRequest& request,
       uint64_t id = next_waiter_++;
       JoinWaiter& w = join_waiters_[id];
       w.reply = std::move(reply);
-      w.started = absl::Now();
+      w.started = MonotonicNow();
       w.timer = timer_->Schedule(DeadlineAfterMs(request.wait_for_world_ms()),
                                  [this, id] { ExpireJoinWaiter(id); });
       wait = true;
@@ -413,7 +414,7 @@ void Coordinator::ExpireJoinWaiter(uint64_t id) {
   }
   waiter.reply(absl::DeadlineExceededError(
       absl::StrCat("job '", spec_.job_id, "' was not complete after ",
-                   absl::ToInt64Milliseconds(absl::Now() - waiter.started),
+                   absl::ToInt64Milliseconds(MonotonicNow() - waiter.started),
                    " ms: ", missing)));
 }
 
@@ -715,7 +716,7 @@ void Coordinator::CheckHeartbeats() {
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return;
-    absl::Time now = absl::Now();
+    absl::Time now = MonotonicNow();
     for (uint32_t n = 0; n < nodes_.size(); ++n) {
       if (nodes_[n].state != v1::NODE_STATE_REGISTERED) continue;
       absl::Duration age = now - nodes_[n].last_heartbeat;
@@ -741,7 +742,7 @@ v1::JobStatus Coordinator::GetJob() const {
   status.set_world_size(spec_.world_size);
   status.set_nnodes(spec_.nnodes);
   status.set_completed_rounds(rounds_.completed_rounds());
-  status.set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - started_));
+  status.set_uptime_ms(absl::ToInt64Milliseconds(MonotonicNow() - started_));
   status.set_kv_waiters(static_cast<uint32_t>(kv_.waiting()));
   absl::MutexLock lock(&mu_);
   status.set_state(state_);
@@ -771,7 +772,7 @@ v1::MemberList Coordinator::ListMembers() const {
   std::map<uint32_t, uint64_t> waiting = rounds_.WaitingRanks();
   uint64_t completed = rounds_.completed_rounds();
   v1::MemberList list;
-  absl::Time now = absl::Now();
+  absl::Time now = MonotonicNow();
   absl::MutexLock lock(&mu_);
   for (uint32_t r = 0; r < members_.size(); ++r) {
     const Member& m = members_[r];

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "common/monotonic_clock.h"
+
 namespace rankd {
 
 LocalCoordinatorLink::LocalCoordinatorLink(Coordinator* coordinator,
@@ -34,9 +36,9 @@ void LocalCoordinatorLink::Start(const v1::RegisterNodeRequest& request,
     absl::MutexLock lock(&mu_);
     node_ = node;
     subscription_ = *id;
-    heartbeat_timer_ =
-        timer_->Schedule(absl::Now() + coordinator_->spec().heartbeat_interval,
-                         [this] { Beat(); });
+    heartbeat_timer_ = timer_->Schedule(
+        MonotonicNow() + coordinator_->spec().heartbeat_interval,
+        [this] { Beat(); });
   }
   registered(*response);
 }
@@ -48,7 +50,7 @@ void LocalCoordinatorLink::Beat() {
   *request.mutable_node() = node_;
   (void)coordinator_->Heartbeat(request);
   heartbeat_timer_ =
-      timer_->Schedule(absl::Now() + coordinator_->spec().heartbeat_interval,
+      timer_->Schedule(MonotonicNow() + coordinator_->spec().heartbeat_interval,
                        [this] { Beat(); });
 }
 

@@ -14,7 +14,9 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/grpc_deadline.h"
 #include "common/limits.h"
+#include "common/monotonic_clock.h"
 #include "daemon/event_log.h"
 #include "daemon/log.h"
 #include "daemon/remote_coordinator.h"
@@ -252,7 +254,7 @@ absl::Status Daemon::Init() {
 
   log_subscription_ = agent_->events().Subscribe(
       0, [this](const v1::JobEvent& e) { WatchJobHealth(e); });
-  agent_->Start(absl::Now() + config_.register_timeout,
+  agent_->Start(MonotonicNow() + config_.register_timeout,
                 [this](absl::Status s) { OnRegistered(std::move(s)); });
   return absl::OkStatus();
 }
@@ -354,7 +356,7 @@ void Daemon::Shutdown(const std::string& reason, absl::Duration grace) {
   // After the coordinator answered what waits, so nodes hear why.
   if (round_link_server_ != nullptr) round_link_server_->Stop();
   if (server_ != nullptr) {
-    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace / 2));
+    server_->Shutdown(GrpcDeadlineAfter(grace / 2));
     server_->Wait();
   }
   // Stop the timer before the objects its callbacks reference go away.

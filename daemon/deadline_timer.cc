@@ -2,22 +2,24 @@
 
 #include <utility>
 
+#include "common/monotonic_clock.h"
+
 namespace rankd {
 
 DeadlineTimer::DeadlineTimer() : thread_([this] { Run(); }) {}
 
 DeadlineTimer::~DeadlineTimer() {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
-    changed_.Signal();
+    changed_.notify_one();
   }
   thread_.join();
 }
 
 DeadlineTimer::TimerId DeadlineTimer::Schedule(absl::Time when,
                                                std::function<void()> callback) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   TimerId id = next_id_++;
   auto [it, inserted] =
       queue_.emplace(std::make_pair(when, id), std::move(callback));
@@ -25,12 +27,12 @@ DeadlineTimer::TimerId DeadlineTimer::Schedule(absl::Time when,
   // The thread sleeps until the earliest deadline; only a new earliest one
   // needs to wake it (most do not: each round's deadline is later than the
   // open rounds'), which saves a thread wake-up per round.
-  if (it == queue_.begin()) changed_.Signal();
+  if (it == queue_.begin()) changed_.notify_one();
   return id;
 }
 
 bool DeadlineTimer::Cancel(TimerId id) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = when_.find(id);
   if (it == when_.end()) return false;
   queue_.erase(std::make_pair(it->second, id));
@@ -39,24 +41,24 @@ bool DeadlineTimer::Cancel(TimerId id) {
 }
 
 void DeadlineTimer::Run() {
-  absl::MutexLock lock(&mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     if (queue_.empty()) {
-      changed_.Wait(&mu_);
+      changed_.wait(lock);
       continue;
     }
     auto first = queue_.begin();
-    if (first->first.first > absl::Now()) {
+    if (first->first.first > MonotonicNow()) {
       // Woken early by a new (possibly earlier) timer or by stop.
-      changed_.WaitWithDeadline(&mu_, first->first.first);
+      changed_.wait_until(lock, ToSteadyTime(first->first.first));
       continue;
     }
     std::function<void()> callback = std::move(first->second);
     when_.erase(first->first.second);
     queue_.erase(first);
-    mu_.Unlock();
+    lock.unlock();
     callback();
-    mu_.Lock();
+    lock.lock();
   }
 }
 

@@ -8,6 +8,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/monotonic_clock.h"
 #include "gtest/gtest.h"
 
 namespace rankd {
@@ -63,9 +64,9 @@ TEST(DeadlineTimerTest, RunsCallbackNotBeforeItsTime) {
   absl::Notification ran;
   absl::Time ran_at;
   DeadlineTimer timer;
-  const absl::Time when = absl::Now() + absl::Milliseconds(30);
+  const absl::Time when = MonotonicNow() + absl::Milliseconds(30);
   timer.Schedule(when, [&] {
-    ran_at = absl::Now();
+    ran_at = MonotonicNow();
     ran.Notify();
   });
   ASSERT_TRUE(ran.WaitForNotificationWithTimeout(kPatience));
@@ -75,13 +76,13 @@ TEST(DeadlineTimerTest, RunsCallbackNotBeforeItsTime) {
 TEST(DeadlineTimerTest, PastTimeRunsAtOnce) {
   absl::Notification ran;
   DeadlineTimer timer;
-  timer.Schedule(absl::Now() - absl::Hours(1), [&] { ran.Notify(); });
+  timer.Schedule(MonotonicNow() - absl::Hours(1), [&] { ran.Notify(); });
   EXPECT_TRUE(ran.WaitForNotificationWithTimeout(kPatience));
 }
 
 TEST(DeadlineTimerTest, IdsAreNonZeroAndDistinct) {
   DeadlineTimer timer;
-  const absl::Time far = absl::Now() + absl::Hours(1);
+  const absl::Time far = MonotonicNow() + absl::Hours(1);
   DeadlineTimer::TimerId a = timer.Schedule(far, [] {});
   DeadlineTimer::TimerId b = timer.Schedule(far, [] {});
   DeadlineTimer::TimerId c = timer.Schedule(far, [] {});
@@ -98,7 +99,7 @@ TEST(DeadlineTimerTest, RunsInTimeOrderNotSchedulingOrder) {
   absl::Notification last;
   DeadlineTimer timer;
   Blocker blocker(&timer);
-  const absl::Time base = absl::Now() - absl::Minutes(1);
+  const absl::Time base = MonotonicNow() - absl::Minutes(1);
   // All in the past, so they are due together once the blocker returns.
   timer.Schedule(base + absl::Seconds(3), [&] {
     recorder.Add(3);
@@ -116,7 +117,7 @@ TEST(DeadlineTimerTest, EqualTimesRunInSchedulingOrder) {
   absl::Notification last;
   DeadlineTimer timer;
   Blocker blocker(&timer);
-  const absl::Time when = absl::Now() - absl::Seconds(1);
+  const absl::Time when = MonotonicNow() - absl::Seconds(1);
   for (int i = 0; i < 5; ++i) {
     timer.Schedule(when, [&, i] {
       recorder.Add(i);
@@ -132,8 +133,9 @@ TEST(DeadlineTimerTest, EarlierTimerScheduledLaterWakesTheThread) {
   std::atomic<bool> late_ran{false};
   absl::Notification early;
   DeadlineTimer timer;
-  timer.Schedule(absl::Now() + absl::Hours(1), [&] { late_ran = true; });
-  timer.Schedule(absl::Now() + absl::Milliseconds(10), [&] { early.Notify(); });
+  timer.Schedule(MonotonicNow() + absl::Hours(1), [&] { late_ran = true; });
+  timer.Schedule(MonotonicNow() + absl::Milliseconds(10),
+                 [&] { early.Notify(); });
   // Would take an hour if the thread kept sleeping towards the first timer.
   EXPECT_TRUE(early.WaitForNotificationWithTimeout(kPatience));
   EXPECT_FALSE(late_ran);
@@ -144,7 +146,7 @@ TEST(DeadlineTimerTest, CancelPreventsTheCallback) {
   absl::Notification sentinel;
   DeadlineTimer timer;
   Blocker blocker(&timer);
-  const absl::Time past = absl::Now() - absl::Seconds(2);
+  const absl::Time past = MonotonicNow() - absl::Seconds(2);
   DeadlineTimer::TimerId id =
       timer.Schedule(past, [&] { cancelled_ran = true; });
   // Due after the cancelled one, so it proves the queue got past it.
@@ -158,7 +160,7 @@ TEST(DeadlineTimerTest, CancelPreventsTheCallback) {
 TEST(DeadlineTimerTest, CancelTwiceReturnsFalseTheSecondTime) {
   DeadlineTimer timer;
   DeadlineTimer::TimerId id =
-      timer.Schedule(absl::Now() + absl::Hours(1), [] {});
+      timer.Schedule(MonotonicNow() + absl::Hours(1), [] {});
   EXPECT_TRUE(timer.Cancel(id));
   EXPECT_FALSE(timer.Cancel(id));
 }
@@ -169,7 +171,7 @@ TEST(DeadlineTimerTest, CancelZeroAndUnknownIdsAreNoOps) {
   EXPECT_FALSE(timer.Cancel(0));
   EXPECT_FALSE(timer.Cancel(12345));
   // The timer still works.
-  timer.Schedule(absl::Now(), [&] { ran.Notify(); });
+  timer.Schedule(MonotonicNow(), [&] { ran.Notify(); });
   EXPECT_TRUE(ran.WaitForNotificationWithTimeout(kPatience));
 }
 
@@ -177,7 +179,7 @@ TEST(DeadlineTimerTest, CancelAfterRunReturnsFalse) {
   absl::Notification ran;
   DeadlineTimer timer;
   DeadlineTimer::TimerId id =
-      timer.Schedule(absl::Now(), [&] { ran.Notify(); });
+      timer.Schedule(MonotonicNow(), [&] { ran.Notify(); });
   ASSERT_TRUE(ran.WaitForNotificationWithTimeout(kPatience));
   EXPECT_FALSE(timer.Cancel(id));
 }
@@ -186,10 +188,11 @@ TEST(DeadlineTimerTest, CancelWhileRunningReturnsFalse) {
   auto running = std::make_shared<absl::Notification>();
   auto release = std::make_shared<absl::Notification>();
   DeadlineTimer timer;
-  DeadlineTimer::TimerId id = timer.Schedule(absl::Now(), [running, release] {
-    running->Notify();
-    release->WaitForNotification();
-  });
+  DeadlineTimer::TimerId id =
+      timer.Schedule(MonotonicNow(), [running, release] {
+        running->Notify();
+        release->WaitForNotification();
+      });
   ASSERT_TRUE(running->WaitForNotificationWithTimeout(kPatience));
   EXPECT_FALSE(timer.Cancel(id));
   release->Notify();
@@ -200,11 +203,11 @@ TEST(DeadlineTimerTest, CallbacksMayScheduleAndCancel) {
   std::atomic<bool> cancel_result{false};
   absl::Notification chained;
   DeadlineTimer timer;
-  DeadlineTimer::TimerId victim = timer.Schedule(absl::Now() + absl::Hours(1),
-                                                 [&] { cancelled_ran = true; });
-  timer.Schedule(absl::Now(), [&] {
+  DeadlineTimer::TimerId victim = timer.Schedule(
+      MonotonicNow() + absl::Hours(1), [&] { cancelled_ran = true; });
+  timer.Schedule(MonotonicNow(), [&] {
     cancel_result = timer.Cancel(victim);
-    timer.Schedule(absl::Now(), [&] { chained.Notify(); });
+    timer.Schedule(MonotonicNow(), [&] { chained.Notify(); });
   });
   ASSERT_TRUE(chained.WaitForNotificationWithTimeout(kPatience));
   EXPECT_TRUE(cancel_result);
@@ -215,7 +218,7 @@ TEST(DeadlineTimerTest, DestructorDropsPendingCallbacks) {
   auto ran = std::make_shared<std::atomic<bool>>(false);
   {
     DeadlineTimer timer;
-    timer.Schedule(absl::Now() + absl::Hours(1), [ran] { *ran = true; });
+    timer.Schedule(MonotonicNow() + absl::Hours(1), [ran] { *ran = true; });
   }
   EXPECT_FALSE(*ran);
 }
@@ -226,7 +229,7 @@ TEST(DeadlineTimerTest, ManyCallbacksAllRunOnce) {
   std::atomic<int> total{0};
   absl::Notification all;
   DeadlineTimer timer;
-  const absl::Time base = absl::Now();
+  const absl::Time base = MonotonicNow();
   for (int i = 0; i < kCount; ++i) {
     timer.Schedule(base + absl::Microseconds((i * 37) % 5000), [&, i] {
       runs[i]++;

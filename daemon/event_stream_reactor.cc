@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/monotonic_clock.h"
 #include "daemon/security.h"
 
 namespace rankd {
@@ -116,7 +117,7 @@ void EventStreamReactorOf<Message>::HoldLocked() {
   flush_scheduled_ = true;
   // A storm (this hold follows the last flush closely) waits longer each
   // time, up to kMaxFormationDelay; a lone event waits kFormationDelay.
-  const absl::Time now = absl::Now();
+  const absl::Time now = MonotonicNow();
   hold_ = now - last_flush_ > 2 * hold_
               ? kFormationDelay
               : std::min(2 * hold_, kMaxFormationDelay);
@@ -130,7 +131,7 @@ template <typename Message>
 void EventStreamReactorOf<Message>::Flush() {
   absl::MutexLock lock(&mu_);
   flush_scheduled_ = false;
-  last_flush_ = absl::Now();
+  last_flush_ = MonotonicNow();
   if (!writing_ && !finished_ && !queue_.empty()) WriteNextLocked();
 }
 

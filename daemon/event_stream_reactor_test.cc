@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/monotonic_clock.h"
 #include "daemon/deadline_timer.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -137,7 +138,7 @@ class EventStreamReactorTest : public ::testing::Test {
   }
   void TearDown() override {
     if (server_ != nullptr) {
-      server_->Shutdown(absl::ToChronoTime(absl::Now()));
+      server_->Shutdown(absl::ToChronoTime(MonotonicNow()));
       server_->Wait();
     }
     if (!address_.empty()) ::unlink(address_.substr(5).c_str());
@@ -354,7 +355,8 @@ std::vector<int> ReadBatches(v1::Peer::Service* service, int events) {
     auto stub = v1::Peer::NewStub(
         grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+    context.set_deadline(
+        absl::ToChronoTime(MonotonicNow() + absl::Seconds(20)));
     auto reader = stub->Subscribe(&context, v1::SubscribeRequest());
     v1::JobEventBatch batch;
     uint64_t next_sequence = 1;
@@ -368,7 +370,7 @@ std::vector<int> ReadBatches(v1::Peer::Service* service, int events) {
     }
     context.TryCancel();
   }
-  server->Shutdown(absl::ToChronoTime(absl::Now()));
+  server->Shutdown(absl::ToChronoTime(MonotonicNow()));
   server->Wait();
   ::unlink(address.substr(5).c_str());
   return sizes;

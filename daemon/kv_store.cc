@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/monotonic_clock.h"
 
 namespace rankd {
 
@@ -56,12 +57,12 @@ void KvStore::Get(absl::string_view key, absl::Time deadline, GetCallback done,
       immediate = failure_;
     } else if (auto it = values_.find(key); it != values_.end()) {
       immediate = it->second.value;
-    } else if (deadline <= absl::Now()) {
+    } else if (deadline <= MonotonicNow()) {
       immediate =
           absl::NotFoundError(absl::StrCat("key '", key, "' is not set"));
     } else {
       uint64_t id = next_waiter_++;
-      absl::Duration waited = deadline - absl::Now();
+      absl::Duration waited = deadline - MonotonicNow();
       Waiter& w = waiters_[id];
       w.key = std::string(key);
       w.done = std::move(done);

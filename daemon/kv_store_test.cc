@@ -16,6 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/monotonic_clock.h"
 #include "daemon/deadline_timer.h"
 #include "gtest/gtest.h"
 
@@ -25,7 +26,7 @@ namespace {
 // Generous bound for "this should happen"; never used to assert speed.
 constexpr absl::Duration kPatience = absl::Seconds(20);
 
-absl::Time Far() { return absl::Now() + absl::Hours(1); }
+absl::Time Far() { return MonotonicNow() + absl::Hours(1); }
 
 // The outcome of one Get, shared with its callback so that a late callback
 // never touches a dead test frame.
@@ -134,7 +135,7 @@ TEST_F(KvStoreTest, GetOfExistingKeyAnswersOnTheCallingThread) {
 }
 
 TEST_F(KvStoreTest, GetWithPastDeadlineOfMissingKeyIsNotFound) {
-  auto r = StartGet(kv_, "missing", absl::Now() - absl::Seconds(1));
+  auto r = StartGet(kv_, "missing", MonotonicNow() - absl::Seconds(1));
   ASSERT_TRUE(r->done.HasBeenNotified());
   EXPECT_STATUS(r->value.status(), absl::StatusCode::kNotFound,
                 "key 'missing' is not set");
@@ -218,10 +219,10 @@ TEST_F(KvStoreTest, BlockingGetReleasedByLaterAdd) {
 }
 
 TEST_F(KvStoreTest, BlockingGetExpiresNamingTheKey) {
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   auto r = StartGet(kv_, "gloo/rank3", start + absl::Milliseconds(50));
   ASSERT_TRUE(r->Wait());
-  EXPECT_GE(absl::Now(), start + absl::Milliseconds(50));
+  EXPECT_GE(MonotonicNow(), start + absl::Milliseconds(50));
   EXPECT_STATUS(r->value.status(), absl::StatusCode::kDeadlineExceeded,
                 "key 'gloo/rank3' was not set within");
   EXPECT_TRUE(absl::StrContains(r->value.status().message(), " ms"));
@@ -413,7 +414,7 @@ TEST_F(KvStoreTest, TotalBytesLimit) {
 TEST_F(KvStoreTest, EveryGetIsAnsweredExactlyOnceWhenSetRacesExpiry) {
   constexpr int kWaiters = 100;
   std::vector<std::shared_ptr<GetResult>> results;
-  const absl::Time base = absl::Now();
+  const absl::Time base = MonotonicNow();
   for (int i = 0; i < kWaiters; ++i) {
     results.push_back(
         StartGet(kv_, "race", base + absl::Microseconds(200 * (i % 20))));

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/monotonic_clock.h"
+
 namespace rankd {
 
 absl::Duration LocalRounds::FlushMargin(absl::Duration timeout) {
@@ -38,7 +40,7 @@ void LocalRounds::Contribute(uint64_t number, v1::RankFrame frame,
     if (number <= retired_ && rounds_.count(number) == 0) {
       // Late for a round this node already retired: on its own.
       lock.Release();
-      batch.deadline = absl::Now() + timeout;
+      batch.deadline = MonotonicNow() + timeout;
       batch.frames.push_back(std::move(frame));
       batch.waiters.push_back(std::move(waiter));
       return send_(std::move(batch));
@@ -46,7 +48,7 @@ void LocalRounds::Contribute(uint64_t number, v1::RankFrame frame,
     auto [it, inserted] = rounds_.try_emplace(number);
     Round& round = it->second;
     if (inserted) {
-      round.deadline = absl::Now() + timeout;
+      round.deadline = MonotonicNow() + timeout;
       round.flush_timer =
           timer_->Schedule(round.deadline - FlushMargin(timeout),
                            [this, number] { Flush(number); });

@@ -17,6 +17,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/monotonic_clock.h"
 #include "daemon/config.h"
 #include "daemon/event_log.h"
 #include "google/protobuf/descriptor.h"
@@ -343,7 +344,7 @@ namespace {
 class RpcInterceptor : public grpc::experimental::Interceptor {
  public:
   RpcInterceptor(std::string method, DaemonMetrics* metrics)
-      : method_(std::move(method)), metrics_(metrics), start_(absl::Now()) {}
+      : method_(std::move(method)), metrics_(metrics), start_(MonotonicNow()) {}
 
   void Intercept(
       grpc::experimental::InterceptorBatchMethods* methods) override {
@@ -352,7 +353,7 @@ class RpcInterceptor : public grpc::experimental::Interceptor {
       const grpc::Status status = methods->GetSendStatus();
       metrics_->ObserveRpc(method_,
                            static_cast<absl::StatusCode>(status.error_code()),
-                           absl::Now() - start_);
+                           MonotonicNow() - start_);
     }
     methods->Proceed();
   }

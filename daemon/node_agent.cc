@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "common/limits.h"
+#include "common/monotonic_clock.h"
 #include "daemon/kv_store.h"
 #include "daemon/rank_list.h"
 #include "daemon/request_limits.h"
@@ -37,7 +38,7 @@ NodeAgent::NodeAgent(JobSpec spec, std::vector<GroupSpec> groups,
     : spec_(std::move(spec)),
       groups_(std::move(groups)),
       node_(std::move(node)),
-      started_(absl::Now()),
+      started_(MonotonicNow()),
       link_(link),
       timer_(timer),
       replica_(spec_),
@@ -332,7 +333,7 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
             if (result.ok()) job_incarnation_ = result->job_incarnation();
             if (m.open_watches == 0 && m.lease_timer == 0) {
               m.lease_timer =
-                  timer_->Schedule(absl::Now() + spec_.heartbeat_timeout,
+                  timer_->Schedule(MonotonicNow() + spec_.heartbeat_timeout,
                                    [this, rank, incarnation] {
                                      ExpireLease(rank, incarnation);
                                    });
@@ -455,7 +456,7 @@ void NodeAgent::SendBatch(LocalRounds::Batch batch) {
   request.set_round(number);
   for (auto& f : batch.frames) *request.add_frames() = std::move(f);
   int64_t remaining_ms =
-      absl::ToInt64Milliseconds(batch.deadline - absl::Now());
+      absl::ToInt64Milliseconds(batch.deadline - MonotonicNow());
   request.set_timeout_ms(
       static_cast<uint32_t>(std::max<int64_t>(remaining_ms, 1)));
   auto shared_waiters = std::make_shared<std::vector<LocalRounds::Waiter>>(
@@ -645,7 +646,7 @@ void NodeAgent::OnEvent(const v1::JobEvent& event) {
     // Not inline: the coordinator may be calling with its lock held, and
     // failing waits can run callbacks that call back into it.
     std::string cause = event.message();
-    timer_->Schedule(absl::Now(), [this, cause] { FailLocal(cause); });
+    timer_->Schedule(MonotonicNow(), [this, cause] { FailLocal(cause); });
   }
 }
 
@@ -717,7 +718,7 @@ v1::JobStatus NodeAgent::LocalJob() const {
   status.set_nnodes(spec_.nnodes);
   status.set_served_by_node(node_.node_index());
   status.set_coordinator_address(link_->coordinator_address());
-  status.set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - started_));
+  status.set_uptime_ms(absl::ToInt64Milliseconds(MonotonicNow() - started_));
   absl::MutexLock lock(&mu_);
   status.set_job_incarnation(job_incarnation_);
   status.set_state(replica_.job_state());

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/monotonic_clock.h"
 #include "daemon/coordinator_link.h"
 #include "daemon/deadline_timer.h"
 #include "daemon/job_spec.h"
@@ -113,7 +114,7 @@ class NodeAgentJoinTest : public ::testing::Test {
     ASSERT_TRUE(agent.ok()) << agent.status();
     agent_ = *std::move(agent);
     std::optional<absl::Status> started;
-    agent_->Start(absl::Now() + absl::Seconds(5),
+    agent_->Start(MonotonicNow() + absl::Seconds(5),
                   [&](absl::Status s) { started = s; });
     ASSERT_TRUE(started.has_value() && started->ok());
   }

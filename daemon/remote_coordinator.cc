@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_deadline.h"
+#include "common/monotonic_clock.h"
 #include "daemon/config.h"
 #include "daemon/log.h"
 #include "daemon/pending_rounds.h"
@@ -200,7 +202,7 @@ void RemoteCoordinatorLink::Call(const Request& request, absl::Duration timeout,
   auto state = std::make_shared<State>();
   state->request = request;
   state->reply = std::move(reply);
-  state->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  state->context.set_deadline(GrpcDeadlineAfter(timeout));
   AttachBearerToken(&state->context, bearer_token_);
   uint64_t id = 0;
   {
@@ -264,11 +266,11 @@ void RemoteCoordinatorLink::TryRegister(
         bool transient =
             result.status().code() == absl::StatusCode::kUnavailable ||
             result.status().code() == absl::StatusCode::kDeadlineExceeded;
-        if (!transient || absl::Now() + retry >= deadline) {
+        if (!transient || MonotonicNow() + retry >= deadline) {
           return done(result.status());
         }
         const absl::Duration next = std::min(retry * 2, kMaxRegisterRetry);
-        timer_->Schedule(absl::Now() + retry,
+        timer_->Schedule(MonotonicNow() + retry,
                          [this, request, deadline, next, done] {
                            TryRegister(request, deadline, next, done);
                          });
@@ -319,9 +321,9 @@ void RemoteCoordinatorLink::OnRegistered(
     };
     round_link_ = std::make_shared<RoundLink>(std::move(options));
   }
-  last_heartbeat_ok_ = absl::Now();
-  heartbeat_timer_ =
-      timer_->Schedule(absl::Now() + heartbeat_interval_, [this] { Beat(); });
+  last_heartbeat_ok_ = MonotonicNow();
+  heartbeat_timer_ = timer_->Schedule(MonotonicNow() + heartbeat_interval_,
+                                      [this] { Beat(); });
 }
 
 void RemoteCoordinatorLink::Beat() {
@@ -330,7 +332,7 @@ void RemoteCoordinatorLink::Beat() {
   {
     absl::MutexLock lock(&mu_);
     if (stopped_ || lost_) return;
-    absl::Duration silent = absl::Now() - last_heartbeat_ok_;
+    absl::Duration silent = MonotonicNow() - last_heartbeat_ok_;
     if (silent > heartbeat_timeout_) {
       lost_reason = absl::StrCat("coordinator at ", address_,
                                  " answered no heartbeat for ",
@@ -341,7 +343,7 @@ void RemoteCoordinatorLink::Beat() {
       }
     } else {
       *request.mutable_node() = node_;
-      heartbeat_timer_ = timer_->Schedule(absl::Now() + heartbeat_interval_,
+      heartbeat_timer_ = timer_->Schedule(MonotonicNow() + heartbeat_interval_,
                                           [this] { Beat(); });
     }
   }
@@ -353,15 +355,15 @@ void RemoteCoordinatorLink::Beat() {
     rounds = rounds_;
     round_link = round_link_;
   }
-  if (rounds != nullptr) rounds->ExpireOverdue(absl::Now());
-  if (round_link != nullptr) round_link->ExpireOverdue(absl::Now());
+  if (rounds != nullptr) rounds->ExpireOverdue(MonotonicNow());
+  if (round_link != nullptr) round_link->ExpireOverdue(MonotonicNow());
   Call<v1::HeartbeatRequest, v1::HeartbeatResponse>(
       request, heartbeat_timeout_,
       [this](absl::StatusOr<v1::HeartbeatResponse> result) {
         if (heartbeat_observer_) heartbeat_observer_(result.status().code());
         absl::MutexLock lock(&mu_);
         if (result.ok()) {
-          last_heartbeat_ok_ = absl::Now();
+          last_heartbeat_ok_ = MonotonicNow();
           last_heartbeat_error_.clear();
         } else {
           last_heartbeat_error_ = result.status().ToString();
@@ -429,7 +431,7 @@ void RemoteCoordinatorLink::ContributeWords(
     rounds = rounds_;
   }
   // Both refuse once ended (after Stop too), leaving `reply` untouched.
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = MonotonicNow() + timeout;
   if (round_link != nullptr && round_link->Send(request, reply, deadline)) {
     return;
   }

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/credentials.h"
 #include "common/limits.h"
+#include "common/monotonic_clock.h"
 #include "daemon/round_link_protocol.h"
 
 namespace rankd {
@@ -126,7 +127,7 @@ absl::Status Await(int fd, short events, absl::Time deadline,
                    Stopping stopping) {
   while (true) {
     if (stopping()) return absl::CancelledError("daemon is shutting down");
-    absl::Duration left = deadline - absl::Now();
+    absl::Duration left = deadline - MonotonicNow();
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError("timed out");
     }
@@ -183,7 +184,7 @@ absl::Status ReadFrame(int fd, size_t max_bytes, absl::Time deadline,
 }  // namespace
 
 absl::Status RoundLink::Open(int* fd_out) {
-  const absl::Time deadline = absl::Now() + options_.open_timeout;
+  const absl::Time deadline = MonotonicNow() + options_.open_timeout;
   const std::string where = absl::StrCat("round link to coordinator at ",
                                          options_.host, ":", options_.port);
   auto stopping = [this] {

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/limits.h"
+#include "common/monotonic_clock.h"
 #include "daemon/round_link_protocol.h"
 
 namespace rankd {
@@ -332,7 +333,7 @@ void RoundLinkServer::Accept() {
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     auto c = std::make_shared<Connection>(fd, epoll_fd_);
-    c->handshake_deadline = absl::Now() + kRoundLinkHandshakeTimeout;
+    c->handshake_deadline = MonotonicNow() + kRoundLinkHandshakeTimeout;
     if (!NewRoundLinkNonce(&c->coordinator_nonce).ok()) {
       ::close(fd);
       continue;
@@ -490,7 +491,7 @@ void RoundLinkServer::Close(int fd) {
 
 void RoundLinkServer::ExpireHandshakes() {
   if (handshaking_ == 0) return;
-  const absl::Time now = absl::Now();
+  const absl::Time now = MonotonicNow();
   std::vector<int> expired;
   for (auto& [fd, c] : connections_) {
     if (c->phase == Connection::Phase::kHello && c->handshake_deadline < now) {

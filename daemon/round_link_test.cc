@@ -18,6 +18,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/credentials.h"
+#include "common/monotonic_clock.h"
 #include "daemon/round_link_protocol.h"
 #include "daemon/round_link_server.h"
 #include "daemon/word_rounds.h"
@@ -259,8 +260,8 @@ TEST(RoundLinkTest, OverdueRoundsFailNamingTheRound) {
   Answer a;
   auto reply = a.reply();
   ASSERT_TRUE(link.Send(Contribution(9, 1, 5), reply,
-                        absl::Now() + absl::Milliseconds(1)));
-  link.ExpireOverdue(absl::Now() + absl::Seconds(1));
+                        MonotonicNow() + absl::Milliseconds(1)));
+  link.ExpireOverdue(MonotonicNow() + absl::Seconds(1));
   ASSERT_TRUE(a.Wait());
   EXPECT_EQ(a.result.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(a.result.status().message(),
@@ -434,9 +435,10 @@ TEST(RoundLinkTest, UnfinishedHandshakesAreBoundedAndExpire) {
   ASSERT_TRUE(waiting.connected());
   EXPECT_FALSE(waiting.Readable(absl::Milliseconds(500)));
   // ...until the silent ones are dropped after the handshake timeout.
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   EXPECT_TRUE(silent.front()->ClosedByPeer());
-  EXPECT_GE(absl::Now() - start, kRoundLinkHandshakeTimeout - absl::Seconds(1));
+  EXPECT_GE(MonotonicNow() - start,
+            kRoundLinkHandshakeTimeout - absl::Seconds(1));
   EXPECT_TRUE(silent.back()->ClosedByPeer());
   // Then it is greeted and can shake hands.
   ASSERT_TRUE(waiting.Readable(absl::Seconds(5)));
@@ -476,8 +478,8 @@ TEST(RoundLinkTest, ANodeThatStopsReadingIsCutOffAtTheQueueBound) {
   }
   // The node, reading at last, finds the link closed after what was sent.
   EXPECT_TRUE(node.ClosedByPeer());
-  const absl::Time give_up = absl::Now() + absl::Seconds(10);
-  while ((*server)->open_links() != 0 && absl::Now() < give_up) {
+  const absl::Time give_up = MonotonicNow() + absl::Seconds(10);
+  while ((*server)->open_links() != 0 && MonotonicNow() < give_up) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   EXPECT_EQ((*server)->open_links(), 0u);

@@ -11,6 +11,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/monotonic_clock.h"
 #include "common/round_slots.h"
 #include "daemon/log.h"
 
@@ -68,8 +69,8 @@ class RoundSlotServer::Channel {
   }
 
   void Run() {
-    const absl::Time attach_by = absl::Now() + kAttachTimeout;
-    absl::Time next_check = absl::Now() + kMemberCheck;
+    const absl::Time attach_by = MonotonicNow() + kAttachTimeout;
+    absl::Time next_check = MonotonicNow() + kMemberCheck;
     uint64_t next = 0;  // the next request to take
     int empty_rings = 0;
     std::string ended;
@@ -78,7 +79,7 @@ class RoundSlotServer::Channel {
     while (!stop_.load() && !slots_->closed()) {
       const uint32_t bell = slots_->RequestBell();
       if (!unlinked_.load() &&
-          (slots_->attached() || absl::Now() >= attach_by)) {
+          (slots_->attached() || MonotonicNow() >= attach_by)) {
         Unlink();
       }
       const uint64_t posted = slots_->posted();
@@ -93,7 +94,7 @@ class RoundSlotServer::Channel {
         break;
       }
       if (!DispatchUpTo(posted, next, ended)) break;
-      if (absl::Now() >= next_check) {
+      if (MonotonicNow() >= next_check) {
         if (absl::Status s = agent_->CheckMember(member_); !s.ok()) {
           // What the rank posted meanwhile gets the agent's own answer
           // (the job's failure, "left", ...) rather than "closed".
@@ -102,7 +103,7 @@ class RoundSlotServer::Channel {
           ended = absl::StrCat("is no longer a member (", s.message(), ")");
           break;
         }
-        next_check = absl::Now() + kMemberCheck;
+        next_check = MonotonicNow() + kMemberCheck;
         empty_rings = 0;  // the 1 s wake-ups ring nothing either
       }
       absl::Time wake = next_check;
@@ -165,7 +166,7 @@ class RoundSlotServer::Channel {
     const uint64_t round = taken->round;
     agent_->AllGatherWords(
         request, [slots, ledger, sequence, round, observe = observe_,
-                  taken_at = absl::Now()](
+                  taken_at = MonotonicNow()](
                      absl::StatusOr<v1::AllGatherWordsResponse> result) {
           ledger->Answered(sequence);
           if (!result.ok()) {
@@ -175,7 +176,7 @@ class RoundSlotServer::Channel {
                           result->words(), absl::OkStatus());
           }
           if (*observe)
-            (*observe)(result.status().code(), absl::Now() - taken_at);
+            (*observe)(result.status().code(), MonotonicNow() - taken_at);
         });
     slots_->MarkTaken(sequence);
   }

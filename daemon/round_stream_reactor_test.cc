@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/monotonic_clock.h"
 #include "daemon/deadline_timer.h"
 #include "daemon/word_rounds.h"
 #include "gmock/gmock.h"
@@ -54,7 +55,7 @@ class RoundsOnlyService final
               request.round(),
               std::vector<v1::RankFrame>(request.frames().begin(),
                                          request.frames().end()),
-              absl::Now() + absl::Milliseconds(request.timeout_ms()),
+              MonotonicNow() + absl::Milliseconds(request.timeout_ms()),
               std::move(done));
         });
   }
@@ -78,7 +79,7 @@ class RoundStreamTest : public ::testing::Test {
         "unix://" + path_, grpc::InsecureChannelCredentials()));
   }
   void TearDown() override {
-    server_->Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    server_->Shutdown(absl::ToChronoTime(MonotonicNow() + absl::Seconds(5)));
     unlink(path_.c_str());
   }
 
@@ -186,9 +187,9 @@ TEST_F(RoundStreamTest, AnOutcomeForAStreamThatIsGoneIsDropped) {
     auto stream = stub_->Rounds(&context);
     ASSERT_TRUE(stream->Write(Contribution(1, 1, {0, 1})));
     // Wait until the contribution is in the round, then go away.
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    const absl::Time deadline = MonotonicNow() + absl::Seconds(20);
     while (rounds_.WaitingRanks().size() < 2) {
-      ASSERT_LT(absl::Now(), deadline);
+      ASSERT_LT(MonotonicNow(), deadline);
       absl::SleepFor(absl::Milliseconds(5));
     }
     context.TryCancel();

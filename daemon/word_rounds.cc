@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/monotonic_clock.h"
 #include "daemon/rank_list.h"
 
 namespace rankd {
@@ -108,7 +109,7 @@ void WordRounds::ContributeShared(uint64_t number,
       auto [it, inserted] = open_.try_emplace(number);
       Round& round = it->second;
       if (inserted) {
-        round.opened = absl::Now();
+        round.opened = MonotonicNow();
         round.frames.resize(world_size_);
         round.present.assign(world_size_, false);
       }

@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/monotonic_clock.h"
 #include "daemon/deadline_timer.h"
 #include "gtest/gtest.h"
 
@@ -24,7 +25,7 @@ namespace {
 // Generous bound for "this should happen"; never used to assert speed.
 constexpr absl::Duration kPatience = absl::Seconds(20);
 
-absl::Time Far() { return absl::Now() + absl::Hours(1); }
+absl::Time Far() { return MonotonicNow() + absl::Hours(1); }
 
 // One contributor's outcome, shared with its callback.
 struct Outcome {
@@ -176,13 +177,13 @@ TEST_F(WordRoundsTest, FrameLengthMismatchNamesRanksOnEveryContributor) {
 
 TEST_F(WordRoundsTest, TimeoutNamesMissingRanksAndTheirNodes) {
   Make(6);
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   auto a = Contribute(*rounds_, 1, {{0, {1}}, {1, {1}}},
                       start + absl::Milliseconds(80));
   auto b = Contribute(*rounds_, 1, {{3, {1}}}, Far());
   ASSERT_TRUE(a->Wait());
   ASSERT_TRUE(b->Wait());
-  EXPECT_GE(absl::Now(), start + absl::Milliseconds(80));
+  EXPECT_GE(MonotonicNow(), start + absl::Milliseconds(80));
   for (const auto& o : {a, b}) {
     EXPECT_STATUS(o->status(), absl::StatusCode::kDeadlineExceeded,
                   "all_gather_words round 1 timed out after ");
@@ -199,8 +200,8 @@ TEST_F(WordRoundsTest, TimeoutNamesMissingRanksAndTheirNodes) {
 
 TEST_F(WordRoundsTest, TimeoutWithOneMissingRankUsesSingular) {
   Make(2);
-  auto a =
-      Contribute(*rounds_, 1, {{0, {1}}}, absl::Now() + absl::Milliseconds(20));
+  auto a = Contribute(*rounds_, 1, {{0, {1}}},
+                      MonotonicNow() + absl::Milliseconds(20));
   ASSERT_TRUE(a->Wait());
   EXPECT_STATUS(a->status(), absl::StatusCode::kDeadlineExceeded,
                 " ms waiting for rank 1 (node 0: 1)");
@@ -209,8 +210,8 @@ TEST_F(WordRoundsTest, TimeoutWithOneMissingRankUsesSingular) {
 TEST_F(WordRoundsTest, EarlierDeadlineOfALaterContributorApplies) {
   Make(3);
   auto a = Contribute(*rounds_, 1, {{0, {1}}}, Far());
-  auto b =
-      Contribute(*rounds_, 1, {{1, {1}}}, absl::Now() + absl::Milliseconds(20));
+  auto b = Contribute(*rounds_, 1, {{1, {1}}},
+                      MonotonicNow() + absl::Milliseconds(20));
   ASSERT_TRUE(a->Wait());
   ASSERT_TRUE(b->Wait());
   EXPECT_STATUS(a->status(), absl::StatusCode::kDeadlineExceeded,
@@ -309,7 +310,7 @@ TEST_F(WordRoundsTest, ResultSizeLimitShrinksFramesInLargeWorlds) {
                 "round's result holds at most 8388608 words)");
   EXPECT_TRUE(rounds_->WaitingRanks().empty());
   auto fits = Contribute(*rounds_, 1, {{7, std::vector<uint32_t>(2048, 1)}},
-                         absl::Now() + absl::Milliseconds(1));
+                         MonotonicNow() + absl::Milliseconds(1));
   EXPECT_TRUE(fits->Wait());
   EXPECT_EQ(fits->status().code(), absl::StatusCode::kDeadlineExceeded);
 }
@@ -356,8 +357,8 @@ TEST_F(WordRoundsTest, AnExpiredRoundFarAheadNeitherCountsNorBlocks) {
     auto b = Contribute(*rounds_, n, {{1, {2}}}, Far());
     ASSERT_TRUE(a->Wait() && b->Wait());
   }
-  auto ahead =
-      Contribute(*rounds_, 13, {{0, {9}}}, absl::Now() + absl::Milliseconds(1));
+  auto ahead = Contribute(*rounds_, 13, {{0, {9}}},
+                          MonotonicNow() + absl::Milliseconds(1));
   ASSERT_TRUE(ahead->Wait());
   EXPECT_STATUS(ahead->status(), absl::StatusCode::kDeadlineExceeded,
                 "round 13 timed out");

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/monotonic_clock.h"
 
 namespace rankd::dataplane {
 namespace {
@@ -59,7 +60,7 @@ Explanation MismatchDiagnosis::Explain(const SubmittedOperation& op,
   }
   if (locally_aborted_.load()) return {error};
   std::map<uint32_t, std::string> reported = {{op.self, op.canonical}};
-  const absl::Time deadline = absl::Now() + grace_;
+  const absl::Time deadline = MonotonicNow() + grace_;
   while (reported.size() < op.members.size()) {
     if (locally_aborted_.load()) return {error};
     for (uint32_t rank : op.members) {
@@ -69,7 +70,7 @@ Explanation MismatchDiagnosis::Explain(const SubmittedOperation& op,
     }
     if (reported.size() == op.members.size()) break;
     if (!control_plane_->JobHealth().ok()) return {error};
-    if (absl::Now() + kSweepPause >= deadline) break;
+    if (MonotonicNow() + kSweepPause >= deadline) break;
     absl::SleepFor(kSweepPause);
   }
 

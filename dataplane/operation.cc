@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/monotonic_clock.h"
 
 namespace rankd::dataplane {
 namespace {
@@ -118,10 +119,10 @@ bool Operation::WaitFor(absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
     return mu_.AwaitWithTimeout(absl::Condition(&done_), timeout);
   }
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = MonotonicNow() + timeout;
   absl::Duration sleep = kFirstProbe;
   while (!Done()) {
-    const absl::Time now = absl::Now();
+    const absl::Time now = MonotonicNow();
     if (now >= deadline) return false;
     absl::SleepFor(std::min(sleep, deadline - now));
     sleep = std::min(sleep * 2, kLongestProbe);

@@ -2,12 +2,13 @@
 // per-operation deadline and what it is (for the mismatch diagnosis), so
 // that one watchdog can hold every operation to its deadline and one abort
 // can fail every operation it kills. Backend-independent: it knows
-// operations (dataplane/operation.h), not native work.
+// operations (dataplane/operation.h), not native work. Times are on
+// MonotonicNow's clock (common/monotonic_clock.h).
 //
 //   OperationLedger ledger;
-//   auto sequence = ledger.Add(op, absl::Now() + op_timeout, what);
+//   auto sequence = ledger.Add(op, MonotonicNow() + op_timeout, what);
 //   ...                              // native layer: sequence->store(n)
-//   if (auto late = ledger.FirstExpired(absl::Now())) { ... abort ... }
+//   if (auto late = ledger.FirstExpired(MonotonicNow())) { ... abort ... }
 //   ledger.FailAll(cause);           // before native work is aborted
 //
 // The abort race is closed here: FailAll latches its cause, and an

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/monotonic_clock.h"
 #include "gtest/gtest.h"
 
 namespace rankd::dataplane {
@@ -30,7 +31,7 @@ SubmittedOperation What(const char* canonical) {
 
 TEST(OperationLedgerTest, FirstExpiredIsTheFirstUnfinishedPastItsDeadline) {
   OperationLedger ledger;
-  const absl::Time now = absl::Now();
+  const absl::Time now = MonotonicNow();
   auto finished = Running("barrier on world");
   auto late = Running("all_reduce_sum on world");
   auto due_later = Running("all_gather on world");

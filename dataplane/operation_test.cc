@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/monotonic_clock.h"
 #include "gtest/gtest.h"
 
 namespace rankd::dataplane {
@@ -170,8 +171,8 @@ TEST(OperationTest, QuarantineHoldsWhatTheWorkUsesUntilItFinished) {
   quarantine.Notify();
   EXPECT_TRUE(quarantine.WaitUntilEmpty(absl::Seconds(5)));
   // The reaper releases what it took out of the list just after.
-  const absl::Time until = absl::Now() + absl::Seconds(5);
-  while (!watch.expired() && absl::Now() < until) {
+  const absl::Time until = MonotonicNow() + absl::Seconds(5);
+  while (!watch.expired() && MonotonicNow() < until) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   EXPECT_TRUE(watch.expired());
@@ -234,10 +235,10 @@ TEST(OperationCompletionTest, MissedDeadlineAppliesTheModeThroughTheOwner) {
   auto op = std::make_shared<Operation>(
       "all_reduce_sum on world", std::vector<std::shared_ptr<const void>>{});
   OperationCompletion c(op, owner, OwnerRef::kShared, "test");
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   auto outcome = c.WaitBounded(absl::Milliseconds(30),
                                CancellationMode::kQuarantineUntilComplete);
-  EXPECT_GE(absl::Now() - start, absl::Milliseconds(30));
+  EXPECT_GE(MonotonicNow() - start, absl::Milliseconds(30));
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_FALSE(outcome->completed());
   EXPECT_EQ(outcome->mode(), CancellationMode::kQuarantineUntilComplete);

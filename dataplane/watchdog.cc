@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/monotonic_clock.h"
 
 namespace rankd::dataplane {
 
@@ -110,7 +111,7 @@ void Watchdog::Loop() {
     }
     // Also once poisoned but not aborted (quarantined work, a refused
     // agreement): work that never finishes is still ended by its deadline.
-    EnforceDeadlines(absl::Now());
+    EnforceDeadlines(MonotonicNow());
   }
 }
 

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/monotonic_clock.h"
 #include "dataplane/testing/in_process_control_plane.h"
 #include "gtest/gtest.h"
 
@@ -115,7 +116,7 @@ class WatchdogTest : public ::testing::Test {
 
 TEST_F(WatchdogTest, AnOperationPastItsDeadlineAbortsNamingIt) {
   Watchdog watchdog(Options(), &ledger_, &diagnosis_, &session_);
-  const absl::Time now = absl::Now();
+  const absl::Time now = MonotonicNow();
   auto done = Running("barrier on world");
   auto late = Running("all_reduce_sum on world");
   ledger_.Add(done, now - absl::Seconds(2), SubmittedOperation{});
@@ -139,7 +140,7 @@ TEST_F(WatchdogTest, AnOperationPastItsDeadlineAbortsNamingIt) {
 
 TEST_F(WatchdogTest, WorkBeforeItsDeadlineOrFinishedIsLeftAlone) {
   Watchdog watchdog(Options(), &ledger_, &diagnosis_, &session_);
-  const absl::Time now = absl::Now();
+  const absl::Time now = MonotonicNow();
   auto due = Running("all_gather on world");
   auto finished = Running("barrier on world");
   ledger_.Add(due, now + absl::Seconds(1), SubmittedOperation{});
@@ -154,7 +155,7 @@ TEST_F(WatchdogTest, WorkBeforeItsDeadlineOrFinishedIsLeftAlone) {
 TEST_F(WatchdogTest, NativeFirstLeavesTheNativeLayerItsOwnTimeout) {
   Watchdog watchdog(Options(absl::Seconds(10)), &ledger_, &diagnosis_,
                     &session_);
-  const absl::Time now = absl::Now();
+  const absl::Time now = MonotonicNow();
   auto late = Running("all_reduce_sum on world");
   ledger_.Add(late, now - absl::Seconds(1), SubmittedOperation{});
   watchdog.EnforceDeadlines(now);
@@ -179,10 +180,11 @@ TEST_F(WatchdogTest, AnOrderedOperationIsExplainedByWhatTheOthersSubmitted) {
   });
   Watchdog watchdog(Options(), &ledger_, &diagnosis_, &session_);
   auto late = Running("all_reduce_sum on world");
-  OperationLedger::SequenceCell cell = ledger_.Add(
-      late, absl::Now() - absl::Seconds(1), What(0, "all_reduce_sum f32[4]"));
+  OperationLedger::SequenceCell cell =
+      ledger_.Add(late, MonotonicNow() - absl::Seconds(1),
+                  What(0, "all_reduce_sum f32[4]"));
   cell->store(3);
-  watchdog.EnforceDeadlines(absl::Now());
+  watchdog.EnforceDeadlines(MonotonicNow());
   member1.join();
   std::vector<absl::Status> aborts = session_.aborts();
   ASSERT_EQ(aborts.size(), 1u);
@@ -199,10 +201,10 @@ TEST_F(WatchdogTest, ANotifiedJobFailureAbortsAtOnce) {
   options.interval = absl::Hours(1);  // only the notice can wake it
   Watchdog watchdog(options, &ledger_, &diagnosis_, &session_);
   watchdog.Start();
-  const absl::Time start = absl::Now();
+  const absl::Time start = MonotonicNow();
   watchdog.JobFailureCallback()(absl::AbortedError("job failed: rank 1 lost"));
   ASSERT_TRUE(session_.AwaitAbort(absl::Seconds(5)));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_LT(MonotonicNow() - start, absl::Seconds(1));
   EXPECT_EQ(session_.aborts()[0],
             absl::AbortedError("job failed: rank 1 lost"));
   EXPECT_EQ(watchdog.notified_failure(),
@@ -234,8 +236,8 @@ TEST_F(WatchdogTest, ANativeErrorAborts) {
 TEST_F(WatchdogTest, AfterDetachTheControlPlaneIsNeverCalled) {
   Watchdog watchdog(Options(), &ledger_, &diagnosis_, &session_);
   watchdog.Start();
-  const absl::Time until = absl::Now() + absl::Seconds(5);
-  while (session_.health_calls() == 0 && absl::Now() < until) {
+  const absl::Time until = MonotonicNow() + absl::Seconds(5);
+  while (session_.health_calls() == 0 && MonotonicNow() < until) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   ASSERT_GT(session_.health_calls(), 0);
@@ -247,7 +249,7 @@ TEST_F(WatchdogTest, AfterDetachTheControlPlaneIsNeverCalled) {
   // plane): the abort names the operation only.
   auto late = Running("all_reduce_sum on world");
   ledger_
-      .Add(late, absl::Now() - absl::Seconds(1),
+      .Add(late, MonotonicNow() - absl::Seconds(1),
            What(0, "all_reduce_sum f32[4]"))
       ->store(1);
   ASSERT_TRUE(session_.AwaitAbort(absl::Seconds(5)));

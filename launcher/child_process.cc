@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/monotonic_clock.h"
 
 namespace rankd::launcher {
 namespace {
@@ -173,10 +174,10 @@ void ChildProcess::SignalGroup(int signal) {
 }
 
 std::optional<int> ChildProcess::WaitFor(absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = MonotonicNow() + timeout;
   while (true) {
     if (std::optional<int> s = Poll()) return s;
-    if (absl::Now() >= deadline) return std::nullopt;
+    if (MonotonicNow() >= deadline) return std::nullopt;
     absl::SleepFor(absl::Milliseconds(10));
   }
 }

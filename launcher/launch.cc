@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "client/channel.h"
 #include "common/credentials.h"
+#include "common/monotonic_clock.h"
 #include "common/topology.h"
 #include "daemon/config.h"
 #include "launcher/child_process.h"
@@ -407,7 +408,7 @@ std::optional<Failure> Launcher::SetUpDaemon() {
 
 std::optional<Failure> Launcher::ReuseDaemon(const ClientOptions& client) {
   const absl::Time deadline =
-      absl::Now() + absl::Milliseconds(o_.daemon_timeout_ms);
+      MonotonicNow() + absl::Milliseconds(o_.daemon_timeout_ms);
   absl::Status ready = WaitUntilReady(client, deadline, [this] {
     if (int sig = interrupts_->Check(); sig != 0) {
       return absl::CancelledError(
@@ -543,7 +544,7 @@ std::optional<Failure> Launcher::StartDaemon(const std::string& given_socket) {
   ClientOptions client;
   client.target = absl::StrCat("unix://", socket);
   const absl::Time deadline =
-      absl::Now() + absl::Milliseconds(o_.daemon_timeout_ms);
+      MonotonicNow() + absl::Milliseconds(o_.daemon_timeout_ms);
   absl::Status ready = WaitUntilReady(client, deadline, [this] {
     if (int sig = interrupts_->Check(); sig != 0) {
       return absl::CancelledError(absl::StrCat("received ", SignalName(sig),
@@ -635,7 +636,7 @@ int Launcher::Supervise() {
 
   auto begin_stop = [&](int sig) {
     group.Signal(sig);
-    if (!kill_at.has_value()) kill_at = absl::Now() + grace;
+    if (!kill_at.has_value()) kill_at = MonotonicNow() + grace;
   };
   while (true) {
     for (size_t i : group.PollExits()) {
@@ -657,7 +658,7 @@ int Launcher::Supervise() {
       }
     }
     if (group.CountRunning() == 0) break;
-    if (kill_at.has_value() && !killed && absl::Now() >= *kill_at) {
+    if (kill_at.has_value() && !killed && MonotonicNow() >= *kill_at) {
       group.Signal(SIGKILL);
       killed = true;
     }
@@ -666,7 +667,7 @@ int Launcher::Supervise() {
     int timeout_ms = 100;
     if (kill_at.has_value() && !killed) {
       timeout_ms = static_cast<int>(std::clamp<int64_t>(
-          absl::ToInt64Milliseconds(*kill_at - absl::Now()) + 1, 0, 100));
+          absl::ToInt64Milliseconds(*kill_at - MonotonicNow()) + 1, 0, 100));
     }
     if (::poll(polls.data(), polls.size(), timeout_ms) < 0 && errno != EINTR) {
       Say(absl::StrCat("poll: ", strerror(errno)));
@@ -722,12 +723,13 @@ int Launcher::Supervise() {
 }
 
 void Launcher::Linger() {
-  const absl::Time until = absl::Now() + absl::Milliseconds(o_.exit_delay_ms);
-  while (absl::Now() < until) {
+  const absl::Time until =
+      MonotonicNow() + absl::Milliseconds(o_.exit_delay_ms);
+  while (MonotonicNow() < until) {
     if (interrupts_->Check() != 0) return;
     pollfd p = {signal_fd_.get(), POLLIN, 0};
     const int ms = static_cast<int>(std::clamp<int64_t>(
-        absl::ToInt64Milliseconds(until - absl::Now()) + 1, 0, 100));
+        absl::ToInt64Milliseconds(until - MonotonicNow()) + 1, 0, 100));
     ::poll(&p, 1, ms);
   }
 }

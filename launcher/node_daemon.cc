@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/admin_client.h"
+#include "common/monotonic_clock.h"
 
 namespace rankd::launcher {
 namespace {
@@ -51,7 +52,7 @@ absl::Status WaitUntilReady(const ClientOptions& client, absl::Time deadline,
   std::string last = "no answer";
   while (true) {
     if (absl::Status s = stop(); !s.ok()) return s;
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration left = deadline - MonotonicNow();
     if (left <= absl::ZeroDuration()) break;
     const absl::Duration attempt = std::min(left, absl::Seconds(1));
     const std::string path = UnixPath(client.target);
@@ -70,7 +71,7 @@ absl::Status WaitUntilReady(const ClientOptions& client, absl::Time deadline,
     }
     absl::SleepFor(
         std::min(absl::Milliseconds(50),
-                 std::max(deadline - absl::Now(), absl::ZeroDuration())));
+                 std::max(deadline - MonotonicNow(), absl::ZeroDuration())));
   }
   return absl::DeadlineExceededError(
       absl::StrCat("the rankd daemon at ", client.target,

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/monotonic_clock.h"
 
 namespace rankd::launcher {
 
@@ -131,11 +132,11 @@ void ProcessGroup::Finish(absl::Duration drain) {
   // What the ranks left running in their group (the ranks themselves have
   // exited; their unreaped leader keeps the group id ours).
   Signal(SIGKILL);
-  const absl::Time deadline = absl::Now() + drain;
+  const absl::Time deadline = MonotonicNow() + drain;
   while (true) {
     std::vector<int> fds = OutputFds();
     if (fds.empty()) break;
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration left = deadline - MonotonicNow();
     if (left <= absl::ZeroDuration()) break;
     std::vector<pollfd> polls;
     for (int fd : fds) polls.push_back({fd, POLLIN, 0});

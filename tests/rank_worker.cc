@@ -40,6 +40,7 @@ ABSL_FLAG(int, long_frame_every, 0,
 ABSL_FLAG(std::string, words_for_rank, "",
           "R:K makes rank R send K words instead (frame-length mismatch)");
 ABSL_FLAG(int, round_timeout_ms, 20000, "per-round deadline");
+ABSL_FLAG(int, round_pause_ms, 0, "sleep this long between rounds");
 ABSL_FLAG(int, stall_at_round, 0,
           "before this round, stop and wait for the job to fail");
 ABSL_FLAG(int, stall_ms, 30000, "longest stall");
@@ -189,6 +190,9 @@ int main(int argc, char** argv) {
   const absl::Duration round_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_round_timeout_ms));
   for (int round = 1; round <= rounds; ++round) {
+    if (round > 1 && absl::GetFlag(FLAGS_round_pause_ms) > 0) {
+      absl::SleepFor(absl::Milliseconds(absl::GetFlag(FLAGS_round_pause_ms)));
+    }
     if (round == absl::GetFlag(FLAGS_stall_at_round)) {
       Print(absl::StrCat("STALLING round=", round));
       absl::Time stall_start = absl::Now();

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/monotonic_clock.h"
 #include "dataplane/nccl/cuda_handles.h"
 #include "dataplane/nccl/internal/native_abi.h"
 #include "dataplane/nccl/internal/native_library.h"
@@ -226,7 +227,7 @@ absl::Status NcclCommunicator::AwaitReady(
         return s;
       }
     }
-    if (absl::Now() >= deadline) {
+    if (MonotonicNow() >= deadline) {
       absl::Status s = absl::DeadlineExceededError(absl::StrCat(
           "nccl: communicator ", options_.name, " (rank ", options_.rank,
           " of ", options_.nranks,
@@ -287,7 +288,7 @@ absl::Status NcclCommunicator::Enqueue(
       if (state == kNcclSuccess) return absl::OkStatus();
       if (state != kNcclInProgress) return NcclStatus(state, what, comm_);
     }
-    if (absl::Now() >= deadline) {
+    if (MonotonicNow() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
           "nccl: ", what, " on communicator ", options_.name,
           " was not accepted by NCCL before the enqueue deadline (are the "
@@ -319,7 +320,7 @@ void NcclCommunicator::Abort(const absl::Status& cause) {
 
 void NcclCommunicator::Close(absl::Duration timeout) {
   absl::MutexLock serial(&enqueue_mu_);
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = MonotonicNow() + timeout;
   {
     absl::MutexLock lock(&mu_);
     if (comm_ == nullptr) return;
@@ -354,7 +355,7 @@ void NcclCommunicator::Close(absl::Duration timeout) {
         return;
       }
       if (r != kNcclSuccess || state != kNcclInProgress ||
-          absl::Now() >= deadline) {
+          MonotonicNow() >= deadline) {
         AbortLocked(absl::DeadlineExceededError(
             absl::StrCat("nccl: communicator ", options_.name,
                          " did not finalize in time; aborted")));

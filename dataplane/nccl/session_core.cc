@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/monotonic_clock.h"
 #include "dataplane/nccl/internal/operation_agreement.h"
 
 namespace rankd::dataplane::nccl {
@@ -396,7 +397,7 @@ absl::Status SessionCore::AgreeFirst(
           return NcclGrouped(
               [&] { return agreement.Exchange(c, handle, parts[i]); });
         },
-        absl::Now() + options_.enqueue_timeout, EnqueueInterrupt());
+        MonotonicNow() + options_.enqueue_timeout, EnqueueInterrupt());
     if (!s.ok()) return s;
     if (s = (*records)->Record(stream); !s.ok()) return s;
     // Until every member's record arrived: a member that never submits is
@@ -551,7 +552,7 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
                            /*queued=*/false);
   // Its sequence number once NCCL ordered it (-1 until then).
   OperationLedger::SequenceCell ordered =
-      ledger_.Add(op, absl::Now() + options_.op_timeout, what);
+      ledger_.Add(op, MonotonicNow() + options_.op_timeout, what);
   // One operation's work is contiguous on its stream: no other submitter
   // interleaves its copies or NCCL calls while this one waits for NCCL to
   // accept (ncclInProgress), so every rank queues the same order.
@@ -639,7 +640,7 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
               return plan.nccl ? plan.nccl(c) : kNcclSuccess;
             });
           },
-          absl::Now() + options_.enqueue_timeout, EnqueueInterrupt());
+          MonotonicNow() + options_.enqueue_timeout, EnqueueInterrupt());
       if (!s.ok()) return failed(s);
       if (agreement != nullptr) {
         op->SetVerifier(
@@ -650,7 +651,7 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
     } else if (payload) {
       absl::Status s = plan.comm->comm->Enqueue(
           plan.name, [&](NcclCommHandle c) { return plan.nccl(c); },
-          absl::Now() + options_.enqueue_timeout, EnqueueInterrupt());
+          MonotonicNow() + options_.enqueue_timeout, EnqueueInterrupt());
       if (!s.ok()) return failed(s);
     }
   }
@@ -778,7 +779,7 @@ absl::Status SessionCore::InitializeLocked() {
                              options_.ranks_per_unique_id, scalable);
     requests.push_back(std::move(req));
   }
-  const absl::Time deadline = absl::Now() + options_.init_timeout;
+  const absl::Time deadline = MonotonicNow() + options_.init_timeout;
   auto interrupt = [this] { return InitInterrupt(); };
   UniqueIdGenerator generator = options_.unique_id_generator;
   if (!generator) generator = [] { return NewNcclUniqueId(); };
@@ -817,7 +818,7 @@ absl::Status SessionCore::InitializeLocked() {
     if (pending.empty()) break;
     absl::Status stop = interrupt();
     if (!stop.ok()) return abort_all(stop);
-    if (absl::Now() >= deadline) {
+    if (MonotonicNow() >= deadline) {
       return abort_all(absl::DeadlineExceededError(absl::StrCat(
           "nccl backend: communicator init did not finish within ",
           absl::FormatDuration(options_.init_timeout), " (still pending: ",

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/monotonic_clock.h"
 
 namespace rankd::dataplane::nccl {
 namespace {
@@ -85,7 +86,7 @@ absl::StatusOr<std::vector<std::vector<std::string>>> BrokerUniqueIds(
           absl::Status s = interrupt();
           if (!s.ok()) return s;
         }
-        const absl::Duration left = deadline - absl::Now();
+        const absl::Duration left = deadline - MonotonicNow();
         if (left <= absl::ZeroDuration()) {
           return absl::DeadlineExceededError(
               absl::StrCat("nccl backend: unique id '", key,

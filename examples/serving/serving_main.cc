@@ -63,6 +63,7 @@
 #include "absl/time/time.h"
 #include "client/admin_client.h"
 #include "client/client.h"
+#include "common/monotonic_clock.h"
 #include "dataplane/control_plane.h"
 #include "examples/serving/backends.h"
 #include "examples/serving/batch_agreement.h"
@@ -326,14 +327,14 @@ int ServingProcess::Serve() {
   }
   const absl::Duration interval =
       absl::Milliseconds(absl::GetFlag(FLAGS_step_interval_ms));
-  started_ = last_progress_ = absl::Now();
+  started_ = last_progress_ = MonotonicNow();
   absl::Time step_start = started_;
   uint32_t done = 0;
   int code = kExitOk;
   bool signal_seen = false;
   for (uint32_t step = 1; steps == 0 || step <= steps; ++step) {
-    if (step > 1) absl::SleepFor(step_start + interval - absl::Now());
-    step_start = absl::Now();
+    if (step > 1) absl::SleepFor(step_start + interval - MonotonicNow());
+    step_start = MonotonicNow();
     // A stop signal that arrives later is seen at the next step.
     const int signal = stop_signal.load(std::memory_order_relaxed);
     if (signal != 0 && !signal_seen) {
@@ -391,11 +392,11 @@ int ServingProcess::Serve() {
       summary_.latency.erase(summary_.latency.begin(),
                              summary_.latency.begin() + kMaxLatencySamples);
     }
-    summary_.latency.push_back(absl::Now() - step_start);
+    summary_.latency.push_back(MonotonicNow() - step_start);
     summary_.tokens += plan->total_tokens();
-    const absl::Time check_start = absl::Now();
+    const absl::Time check_start = MonotonicNow();
     const StepCheck check = check_->Check(*plan, gathered, rows);
-    summary_.check_time += absl::Now() - check_start;
+    summary_.check_time += MonotonicNow() - check_start;
     summary_.checked_values += check.values_checked;
     summary_.max_abs_error =
         std::max(summary_.max_abs_error, check.max_abs_error);
@@ -408,7 +409,7 @@ int ServingProcess::Serve() {
     // With --steps=0 the first step is shown at once: serving has begun.
     MaybeProgress(step, steps == 0 ? step == 1 : step == steps);
   }
-  const absl::Duration wall = absl::Now() - started_;
+  const absl::Duration wall = MonotonicNow() - started_;
 
   // End of run: every rank's statistics in one round (also a barrier).
   auto words = collectives_->AllGatherWords(EncodeReport(
@@ -432,7 +433,7 @@ int ServingProcess::Serve() {
 }
 
 void ServingProcess::MaybeProgress(uint32_t step, bool force) {
-  const absl::Time now = absl::Now();
+  const absl::Time now = MonotonicNow();
   const uint32_t steps = absl::GetFlag(FLAGS_steps);
   // Every 20% of a bounded run; only by time when serving until stopped.
   const bool milestone = steps > 0 && step % std::max(1u, steps / 5) == 0;
@@ -472,8 +473,8 @@ int ServingProcess::Failed(uint32_t step, const absl::Status& status) {
 
 int ServingProcess::Stall(uint32_t step) {
   Print(absl::StrCat("STALLING rank=", layout_.rank, " step=", step));
-  const absl::Time until = absl::Now() + absl::Seconds(60);
-  while (absl::Now() < until) {
+  const absl::Time until = MonotonicNow() + absl::Seconds(60);
+  while (MonotonicNow() < until) {
     if (absl::Status s = control_plane_->JobHealth(); !s.ok()) {
       return Failed(step, s);
     }

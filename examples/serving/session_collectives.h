@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/monotonic_clock.h"
 #include "dataplane/session.h"
 #include "dataplane/types.h"
 #include "examples/serving/collectives.h"
@@ -60,9 +61,9 @@ class SessionCollectives final : public Collectives {
 
   absl::StatusOr<std::vector<uint32_t>> AllGatherWords(
       absl::Span<const uint32_t> frame) override {
-    const absl::Time start = absl::Now();
+    const absl::Time start = MonotonicNow();
     auto words = session_->AllGatherWords(frame);
-    stats_.Record(CollectiveKind::kAllGatherWords, absl::Now() - start);
+    stats_.Record(CollectiveKind::kAllGatherWords, MonotonicNow() - start);
     if (!words.ok()) return Annotate(words.status(), "all_gather_words");
     return words;
   }
@@ -92,7 +93,7 @@ class SessionCollectives final : public Collectives {
   absl::Status Send(uint32_t group, size_t peer, const Matrix& input) override {
     const std::string what =
         absl::StrCat("send to member ", peer, " of group ", group);
-    const absl::Time start = absl::Now();
+    const absl::Time start = MonotonicNow();
     absl::Status status = [&]() -> absl::Status {
       auto value = Codec::Upload(*session_, input);
       if (!value.ok()) return value.status();
@@ -101,7 +102,7 @@ class SessionCollectives final : public Collectives {
       if (!sub.ok()) return sub.status();
       return sub->completion->Wait();
     }();
-    stats_.Record(CollectiveKind::kSendReceive, absl::Now() - start);
+    stats_.Record(CollectiveKind::kSendReceive, MonotonicNow() - start);
     return Annotate(status, what);
   }
 
@@ -109,7 +110,7 @@ class SessionCollectives final : public Collectives {
                                  size_t cols) override {
     const std::string what =
         absl::StrCat("receive from member ", peer, " of group ", group);
-    const absl::Time start = absl::Now();
+    const absl::Time start = MonotonicNow();
     absl::StatusOr<Matrix> out = [&]() -> absl::StatusOr<Matrix> {
       auto descriptor = MatrixDescriptor(rows, cols);
       if (!descriptor.ok()) return descriptor.status();
@@ -119,7 +120,7 @@ class SessionCollectives final : public Collectives {
       if (absl::Status s = sub->completion->Wait(); !s.ok()) return s;
       return Codec::Download(sub->output, cols);
     }();
-    stats_.Record(CollectiveKind::kSendReceive, absl::Now() - start);
+    stats_.Record(CollectiveKind::kSendReceive, MonotonicNow() - start);
     if (!out.ok()) return Annotate(out.status(), what);
     return out;
   }
@@ -137,7 +138,7 @@ class SessionCollectives final : public Collectives {
   template <typename Submit>
   absl::StatusOr<Matrix> Run(CollectiveKind kind, const std::string& what,
                              const Matrix& input, Submit submit) {
-    const absl::Time start = absl::Now();
+    const absl::Time start = MonotonicNow();
     absl::StatusOr<Matrix> out = [&]() -> absl::StatusOr<Matrix> {
       auto value = Codec::Upload(*session_, input);
       if (!value.ok()) return value.status();
@@ -146,7 +147,7 @@ class SessionCollectives final : public Collectives {
       if (absl::Status s = sub->completion->Wait(); !s.ok()) return s;
       return Codec::Download(sub->output, input.cols);
     }();
-    stats_.Record(kind, absl::Now() - start);
+    stats_.Record(kind, MonotonicNow() - start);
     if (!out.ok()) return Annotate(out.status(), what);
     return out;
   }

@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "client/admin_client.h"
 #include "common/credentials.h"
+#include "common/monotonic_clock.h"
 
 namespace rankd::testing {
 
@@ -123,12 +124,12 @@ absl::Status LocalCluster::Start(absl::Duration timeout) {
     if (n < options_.node_flags.size()) {
       for (const auto& f : options_.node_flags[n]) argv.push_back(f);
     }
-    auto child =
-        ChildProcess::Spawn(argv, {}, absl::StrCat(dir_, "/daemon", n, ".log"));
+    auto child = ChildProcess::Spawn(argv, options_.env,
+                                     absl::StrCat(dir_, "/daemon", n, ".log"));
     if (!child.ok()) return child.status();
     daemons_.push_back(*std::move(child));
   }
-  absl::Time deadline = absl::Now() + timeout;
+  absl::Time deadline = MonotonicNow() + timeout;
   for (uint32_t n = 0; n < options_.nnodes; ++n) {
     ClientOptions client = options_.probe;
     client.target = tcp_address(n);
@@ -143,7 +144,7 @@ absl::Status LocalCluster::Start(absl::Duration timeout) {
         auto health = (*admin)->Health("readiness");
         if (health.ok() && *health == "SERVING") break;
       }
-      if (absl::Now() > deadline) {
+      if (MonotonicNow() > deadline) {
         return absl::DeadlineExceededError(
             absl::StrCat("daemon ", n, " not ready:\n", daemons_[n].ReadLog()));
       }
@@ -164,7 +165,7 @@ absl::StatusOr<ChildProcess> LocalCluster::StartWorker(
   };
   for (const auto& a : args) argv.push_back(a);
   uint32_t rank = node * options_.nproc_per_node + local_rank;
-  return ChildProcess::Spawn(argv, {},
+  return ChildProcess::Spawn(argv, options_.env,
                              absl::StrCat(dir_, "/rank", rank, ".log"));
 }
 
@@ -183,11 +184,11 @@ absl::StatusOr<std::vector<ChildProcess>> LocalCluster::StartAllWorkers(
 
 std::vector<int> WaitAll(std::vector<ChildProcess>& workers,
                          absl::Duration timeout) {
-  absl::Time deadline = absl::Now() + timeout;
+  absl::Time deadline = MonotonicNow() + timeout;
   std::vector<int> statuses;
   for (auto& w : workers) {
     absl::Duration left =
-        std::max(deadline - absl::Now(), absl::ZeroDuration());
+        std::max(deadline - MonotonicNow(), absl::ZeroDuration());
     auto s = w.Wait(left);
     if (!s.has_value()) {
       w.Stop(absl::ZeroDuration());

@@ -44,6 +44,8 @@ struct ClusterOptions {
   // Extra flags for one daemon (index = node), after extra_flags (so they
   // win when both set a flag).
   std::vector<std::vector<std::string>> node_flags;
+  // Extra environment for every daemon and rank process it starts.
+  std::map<std::string, std::string> env;
   // How the harness's own readiness probes reach each daemon's TCP listener
   // (TLS files, bearer token). `target` is ignored (set per node).
   ClientOptions probe;

@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/monotonic_clock.h"
 
 extern char** environ;
 
@@ -121,10 +122,10 @@ void ChildProcess::Signal(int signal) {
 }
 
 std::optional<int> ChildProcess::Wait(absl::Duration timeout) {
-  absl::Time deadline = absl::Now() + timeout;
+  absl::Time deadline = MonotonicNow() + timeout;
   while (true) {
     if (!running()) return status_;
-    if (absl::Now() >= deadline) return std::nullopt;
+    if (MonotonicNow() >= deadline) return std::nullopt;
     absl::SleepFor(absl::Milliseconds(10));
   }
 }
@@ -150,8 +151,8 @@ int ExitCode(int wait_status) {
 
 bool WaitForLog(ChildProcess& process, const std::string& needle,
                 absl::Duration timeout) {
-  absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
+  absl::Time deadline = MonotonicNow() + timeout;
+  while (MonotonicNow() < deadline) {
     if (absl::StrContains(process.ReadLog(), needle)) return true;
     absl::SleepFor(absl::Milliseconds(10));
   }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/monotonic_clock.h"
 #include "dataplane/gloo/internal/gloo_abort.h"
 #include "dataplane/gloo/internal/native_ops.h"
 #include "dataplane/gloo/internal/rankd_store.h"
@@ -303,10 +304,10 @@ absl::Status GlooCommunicator::OnNativeFailure(const std::string& operation,
     // Not for an explained failure (a disagreement MismatchDiagnosis proved
     // while the job was healthy): there is nothing left to attribute.
     const absl::Time deadline =
-        explained ? absl::Now()
-                  : absl::Now() + options_.failure_attribution_grace;
+        explained ? MonotonicNow()
+                  : MonotonicNow() + options_.failure_attribution_grace;
     absl::Status health = control_plane_->JobHealth();
-    while (health.ok() && !poison_.poisoned() && absl::Now() < deadline) {
+    while (health.ok() && !poison_.poisoned() && MonotonicNow() < deadline) {
       absl::SleepFor(absl::Milliseconds(10));
       health = control_plane_->JobHealth();
     }
@@ -324,7 +325,7 @@ absl::Status GlooCommunicator::OnNativeFailure(const std::string& operation,
 }
 
 void GlooCommunicator::Track(const std::shared_ptr<Operation>& op) {
-  ledger_.Add(op, absl::Now() + options_.op_timeout, SubmittedOperation{});
+  ledger_.Add(op, MonotonicNow() + options_.op_timeout, SubmittedOperation{});
 }
 
 void GlooCommunicator::WorkFinished() { quarantine_.Notify(); }
@@ -368,10 +369,10 @@ absl::StatusOr<bool> GlooCommunicator::ApplyCancellation(
   // The running operation now fails at once and queued ones are refused;
   // Gloo's own op timeout bounds anything the abort could not wake.
   const absl::Duration bound = options_.op_timeout + absl::Seconds(5);
-  const absl::Time until = absl::Now() + bound;
+  const absl::Time until = MonotonicNow() + bound;
   bool unwound = true;
   for (auto& executor : executors_) {
-    unwound = unwound && executor->WaitIdle(std::max(until - absl::Now(),
+    unwound = unwound && executor->WaitIdle(std::max(until - MonotonicNow(),
                                                      absl::ZeroDuration()));
   }
   if (!unwound || !op->WaitFor(absl::Seconds(1))) {

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/monotonic_clock.h"
 #include "gloo/common/error.h"
 
 namespace rankd::dataplane::gloo {
@@ -54,10 +55,10 @@ void RankdStore::wait(const std::vector<std::string>& keys,
   absl::Duration bound =
       std::min(timeout_, absl::Milliseconds(timeout.count()));
   if (bound <= absl::ZeroDuration()) bound = timeout_;
-  const absl::Time deadline = absl::Now() + bound;
+  const absl::Time deadline = MonotonicNow() + bound;
   for (const std::string& key : keys) {
     const std::string full = prefix_ + key;
-    absl::Duration left = deadline - absl::Now();
+    absl::Duration left = deadline - MonotonicNow();
     if (left <= absl::ZeroDuration()) left = absl::Milliseconds(1);
     auto value = control_plane_->KvGet(full, left);
     if (!value.ok()) Throw(value.status(), absl::StrCat("wait for ", full));
