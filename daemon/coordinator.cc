@@ -61,6 +61,7 @@ Coordinator::Coordinator(JobSpec spec, std::vector<GroupSpec> groups,
           spec_.world_size, [this](uint32_t r) { return NodeOfRank(r); },
           timer) {
   nodes_.resize(spec_.nnodes);
+  joined_on_node_.resize(spec_.nnodes);
   members_.resize(spec_.world_size);
   for (uint32_t r = 0; r < spec_.world_size; ++r) {
     members_[r].node_index = spec_.DefaultNodeOf(r);
@@ -357,13 +358,7 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
         v1::MemberState_Name(m.state),
         "; a restarted process cannot rejoin: recreate the whole group"));
   }
-  uint32_t on_node = 0;
-  for (const Member& other : members_) {
-    if (other.state != v1::MEMBER_STATE_NOT_JOINED &&
-        other.node_index == node_index) {
-      ++on_node;
-    }
-  }
+  const uint32_t on_node = joined_on_node_[node_index];
   if (on_node >= spec_.nproc_per_node) {
     return absl::ResourceExhaustedError(
         absl::StrCat("node ", node_index, " already has ", on_node,
@@ -376,6 +371,7 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
   m.pid = request.pid();
   m.device = request.device();
   ++joined_;
+  ++joined_on_node_[node_index];
   v1::JobEvent joined;
   joined.set_kind(v1::EVENT_KIND_MEMBER_JOINED);
   joined.set_node_index(node_index);

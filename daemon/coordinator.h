@@ -177,6 +177,10 @@ class Coordinator {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Node> nodes_ ABSL_GUARDED_BY(mu_);
   std::vector<Member> members_ ABSL_GUARDED_BY(mu_);
+  // Ranks that joined through each node in this incarnation, whatever their
+  // state now (a member never returns to NOT_JOINED), so a join checks
+  // --nproc_per_node without scanning every member.
+  std::vector<uint32_t> joined_on_node_ ABSL_GUARDED_BY(mu_);
   uint32_t joined_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t left_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
