@@ -198,7 +198,7 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
       registered.set_message(
           absl::StrCat(NodeName(info.node_index(), info), " registered"));
       *registered.mutable_node() = info;
-      events_.Append(std::move(registered));
+      AppendEventLocked(std::move(registered));
       v1::RegisterNodeResponse response;
       response.set_job_incarnation(job_incarnation_);
       response.set_last_event_sequence(events_.last_sequence());
@@ -282,9 +282,9 @@ absl::StatusOr<v1::LeaveNodeResponse> Coordinator::LeaveNode(
       Node& node = nodes_[index];
       node.state = v1::NODE_STATE_LEFT;
       node.detail = request.reason();
-      events_.Append(v1::EVENT_KIND_NODE_LEFT, index, {},
-                     absl::StrCat(NodeName(index, node.info),
-                                  " left: ", request.reason()));
+      AppendEventLocked(v1::EVENT_KIND_NODE_LEFT, index, {},
+                        absl::StrCat(NodeName(index, node.info),
+                                     " left: ", request.reason()));
       return v1::LeaveNodeResponse();
     }
   }
@@ -372,22 +372,16 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
   m.device = request.device();
   ++joined_;
   ++joined_on_node_[node_index];
-  v1::JobEvent joined;
-  joined.set_kind(v1::EVENT_KIND_MEMBER_JOINED);
-  joined.set_node_index(node_index);
-  joined.add_ranks(rank);
-  joined.set_message(absl::StrCat("rank ", rank, " (pid ", request.pid(),
-                                  ") joined on node ", node_index));
-  v1::MemberDetails* details = joined.mutable_member();
-  details->set_local_rank(request.local_rank());
-  details->set_incarnation(request.incarnation());
-  details->set_pid(request.pid());
-  *details->mutable_device() = request.device();
-  events_.Append(std::move(joined));
+  v1::MemberDetails details;
+  details.set_local_rank(request.local_rank());
+  details.set_incarnation(request.incarnation());
+  details.set_pid(request.pid());
+  *details.mutable_device() = request.device();
+  HoldJoinLocked(node_index, rank, std::move(details));
   if (joined_ == spec_.world_size) {
     state_ = v1::JOB_STATE_READY;
-    events_.Append(v1::EVENT_KIND_JOB_READY, std::nullopt, {},
-                   absl::StrCat("all ", spec_.world_size, " ranks joined"));
+    AppendEventLocked(v1::EVENT_KIND_JOB_READY, std::nullopt, {},
+                      absl::StrCat("all ", spec_.world_size, " ranks joined"));
     for (auto& [id, w] : join_waiters_) {
       timer_->Cancel(w.timer);
       released->push_back(std::move(w));
@@ -395,6 +389,64 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
     join_waiters_.clear();
   }
   return absl::OkStatus();
+}
+
+void Coordinator::HoldJoinLocked(uint32_t node_index, uint32_t rank,
+                                 v1::MemberDetails details) {
+  HeldJoins& held = held_joins_[node_index];
+  if (held.event.ranks_size() == 0) {
+    held.event.set_kind(v1::EVENT_KIND_MEMBER_JOINED);
+    held.event.set_node_index(node_index);
+    held.timer =
+        timer_->Schedule(MonotonicNow() + kJoinHold, [this, node_index] {
+          absl::MutexLock lock(&mu_);
+          AppendHeldJoinsLocked(node_index);
+        });
+  }
+  held.event.add_ranks(rank);
+  *held.event.add_members() = std::move(details);
+  if (static_cast<uint32_t>(held.event.ranks_size()) >= spec_.nproc_per_node) {
+    AppendHeldJoinsLocked(node_index);
+  }
+}
+
+void Coordinator::AppendHeldJoinsLocked(std::optional<uint32_t> node_index) {
+  auto it = node_index.has_value() ? held_joins_.find(*node_index)
+                                   : held_joins_.begin();
+  while (it != held_joins_.end()) {
+    timer_->Cancel(it->second.timer);
+    v1::JobEvent event = std::move(it->second.event);
+    it = held_joins_.erase(it);
+    // One rank: its pid, as before; several: their list (the pids are in
+    // `members`).
+    if (event.ranks_size() == 1) {
+      event.set_message(absl::StrCat("rank ", event.ranks(0), " (pid ",
+                                     event.members(0).pid(),
+                                     ") joined on node ", event.node_index()));
+      *event.mutable_member() = event.members(0);
+    } else {
+      event.set_message(
+          absl::StrCat("ranks ",
+                       FormatRankList(std::vector<uint32_t>(
+                           event.ranks().begin(), event.ranks().end())),
+                       " joined on node ", event.node_index()));
+    }
+    events_.Append(std::move(event));
+    if (node_index.has_value()) break;
+  }
+}
+
+void Coordinator::AppendEventLocked(v1::JobEvent event) {
+  AppendHeldJoinsLocked(std::nullopt);
+  events_.Append(std::move(event));
+}
+
+void Coordinator::AppendEventLocked(v1::EventKind kind,
+                                    std::optional<uint32_t> node_index,
+                                    const std::vector<uint32_t>& ranks,
+                                    std::string message) {
+  AppendHeldJoinsLocked(std::nullopt);
+  events_.Append(kind, node_index, ranks, std::move(message));
 }
 
 void Coordinator::ExpireJoinWaiter(uint64_t id) {
@@ -471,19 +523,19 @@ absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
       ++left_;
       left_now = true;
       job_failure = JobFailedLocked();
-      events_.Append(v1::EVENT_KIND_MEMBER_LEFT, m.node_index, {rank},
-                     absl::StrCat("rank ", rank, " left"));
+      AppendEventLocked(v1::EVENT_KIND_MEMBER_LEFT, m.node_index, {rank},
+                        absl::StrCat("rank ", rank, " left"));
       if (left_ == spec_.world_size && state_ != v1::JOB_STATE_FAILED) {
         state_ = v1::JOB_STATE_COMPLETED;
-        events_.Append(v1::EVENT_KIND_JOB_COMPLETED, std::nullopt, {},
-                       "every rank left cleanly");
+        AppendEventLocked(v1::EVENT_KIND_JOB_COMPLETED, std::nullopt, {},
+                          "every rank left cleanly");
       }
     } else {
       m.state = v1::MEMBER_STATE_LOST;
       std::string why =
           absl::StrCat("rank ", rank, " (pid ", m.pid, " on node ",
                        m.node_index, ") lost: ", request.reason());
-      events_.Append(v1::EVENT_KIND_MEMBER_LOST, m.node_index, {rank}, why);
+      AppendEventLocked(v1::EVENT_KIND_MEMBER_LOST, m.node_index, {rank}, why);
       FailJobLocked(why);
       failed = true;
     }
@@ -658,7 +710,7 @@ void Coordinator::LoseNodeLocked(uint32_t node_index, const std::string& why) {
                     FormatRankList(lost), lost.size() > 1 ? " are" : " is",
                     " lost");
   }
-  events_.Append(v1::EVENT_KIND_NODE_LOST, node_index, lost, message);
+  AppendEventLocked(v1::EVENT_KIND_NODE_LOST, node_index, lost, message);
   if (state_ != v1::JOB_STATE_COMPLETED) FailJobLocked(message);
 }
 
@@ -674,7 +726,7 @@ void Coordinator::FailJobLocked(const std::string& cause) {
   if (state_ == v1::JOB_STATE_FAILED) return;
   state_ = v1::JOB_STATE_FAILED;
   failure_ = cause;
-  events_.Append(v1::EVENT_KIND_JOB_FAILED, std::nullopt, {}, cause);
+  AppendEventLocked(v1::EVENT_KIND_JOB_FAILED, std::nullopt, {}, cause);
 }
 
 void Coordinator::ReleaseAfterFailure() {

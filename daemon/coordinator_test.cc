@@ -280,6 +280,16 @@ class CoordinatorTest : public ::testing::Test {
     return coord_->Heartbeat(request);
   }
 
+  // Waits (up to 5 s) until the event log reaches `sequence`: a join
+  // alone on its node is logged Coordinator::kJoinHold after it returned.
+  bool WaitForSequence(uint64_t sequence) {
+    const absl::Time give_up = MonotonicNow() + absl::Seconds(5);
+    while (coord_->events().last_sequence() < sequence) {
+      if (MonotonicNow() > give_up) return false;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return true;
+  }
   v1::MemberStatus MemberStatusOf(uint32_t rank) const {
     return coord_->ListMembers().members(rank);
   }
@@ -475,7 +485,8 @@ TEST_F(CoordinatorTest, ReRegistrationWithNewIncarnationFailsTheJob) {
   EXPECT_STATUS(pending->status(), absl::StatusCode::kAborted,
                 "job failed: node 1 (host-1 at 10.0.0.1:7000)");
 
-  std::vector<v1::JobEvent> events = coord_->events().Since(4);
+  // Two registrations, then one MEMBER_JOINED for both ranks of node 1.
+  std::vector<v1::JobEvent> events = coord_->events().Since(3);
   ASSERT_EQ(Kinds(events),
             (std::vector<v1::EventKind>{v1::EVENT_KIND_NODE_LOST,
                                         v1::EVENT_KIND_JOB_FAILED}));
@@ -598,16 +609,49 @@ TEST_F(CoordinatorTest, JoinRankRecordsTheMember) {
   EXPECT_EQ(m.device().index(), 1);
   EXPECT_EQ(coord_->GetJob().joined_ranks(), 1u);
 
+  // Alone on its node, the join goes out after Coordinator::kJoinHold.
+  ASSERT_TRUE(WaitForSequence(2));
   v1::JobEvent e = coord_->events().Since(1).at(0);
   EXPECT_EQ(e.kind(), v1::EVENT_KIND_MEMBER_JOINED);
   EXPECT_EQ(e.node_index(), 0u);
   EXPECT_EQ(Ranks(e), (std::vector<uint32_t>{1}));
   EXPECT_EQ(e.message(), "rank 1 (pid 101) joined on node 0");
+  EXPECT_EQ(e.member().pid(), Pid(1));
+  ASSERT_EQ(e.members_size(), 1);
+  EXPECT_EQ(e.members(0).pid(), Pid(1));
 
   // A retried join of the same process is accepted without a second record.
   EXPECT_TRUE(JoinNow(0, 1).ok());
   EXPECT_EQ(coord_->GetJob().joined_ranks(), 1u);
   EXPECT_EQ(coord_->events().last_sequence(), 2u);
+}
+
+TEST_F(CoordinatorTest, RanksOfANodeJoiningTogetherMakeOneEvent) {
+  ASSERT_TRUE(Register(0).ok());
+  ASSERT_TRUE(Register(1).ok());
+  const uint64_t before = coord_->events().last_sequence();
+  ASSERT_TRUE(JoinNow(1, 3).ok());
+  ASSERT_TRUE(JoinNow(0, 0).ok());
+  ASSERT_TRUE(JoinNow(1, 2).ok());
+  // Node 1 is complete: its event is out at once; node 0's is held.
+  std::vector<v1::JobEvent> events = coord_->events().Since(before);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind(), v1::EVENT_KIND_MEMBER_JOINED);
+  EXPECT_EQ(events[0].node_index(), 1u);
+  EXPECT_EQ(Ranks(events[0]), (std::vector<uint32_t>{3, 2}));
+  EXPECT_EQ(events[0].message(), "ranks 2-3 joined on node 1");
+  ASSERT_EQ(events[0].members_size(), 2);
+  EXPECT_EQ(events[0].members(0).pid(), Pid(3));
+  EXPECT_EQ(events[0].members(1).pid(), Pid(2));
+  EXPECT_EQ(events[0].members(1).local_rank(), 0u);
+  EXPECT_FALSE(events[0].has_member());
+  // The last join makes the world: the held join goes out before JOB_READY.
+  ASSERT_TRUE(JoinNow(0, 1).ok());
+  events = coord_->events().Since(before + 1);
+  ASSERT_EQ(Kinds(events),
+            (std::vector<v1::EventKind>{v1::EVENT_KIND_MEMBER_JOINED,
+                                        v1::EVENT_KIND_JOB_READY}));
+  EXPECT_EQ(Ranks(events[0]), (std::vector<uint32_t>{0, 1}));
 }
 
 TEST_F(CoordinatorTest, DuplicateClaimIsAlreadyExistsNamingTheHolder) {
@@ -868,14 +912,18 @@ TEST_F(CoordinatorTest, LostRankFailsTheJobAndAbortsEveryPendingWait) {
   ASSERT_TRUE(round->Wait());
   EXPECT_EQ(round->status(), absl::AbortedError(aborted));
 
+  // Rank 2's join was held for node 1's other rank; it goes out before the
+  // loss, so the log keeps the order in which things happened.
   std::vector<v1::JobEvent> events = coord_->events().Since(before);
   ASSERT_EQ(Kinds(events),
-            (std::vector<v1::EventKind>{v1::EVENT_KIND_MEMBER_LOST,
+            (std::vector<v1::EventKind>{v1::EVENT_KIND_MEMBER_JOINED,
+                                        v1::EVENT_KIND_MEMBER_LOST,
                                         v1::EVENT_KIND_JOB_FAILED}));
-  EXPECT_EQ(events[0].node_index(), 1u);
   EXPECT_EQ(Ranks(events[0]), (std::vector<uint32_t>{2}));
-  EXPECT_EQ(events[0].message(), cause);
+  EXPECT_EQ(events[1].node_index(), 1u);
+  EXPECT_EQ(Ranks(events[1]), (std::vector<uint32_t>{2}));
   EXPECT_EQ(events[1].message(), cause);
+  EXPECT_EQ(events[2].message(), cause);
 
   // Later waits fail at once with the same cause.
   EXPECT_EQ(KvSet(Member(0), "k", "v"), absl::AbortedError(aborted));
@@ -907,8 +955,12 @@ TEST_F(CoordinatorTest, SubscribeReplaysEventsAndChecksTheNode) {
   EXPECT_EQ(got[0].sequence(), 2u);
   EXPECT_EQ(got[0].node_index(), 1u);
 
+  // Both ranks of node 0: one event, out as soon as the node's ranks all
+  // joined.
   ASSERT_TRUE(JoinNow(0, 0).ok());
-  EXPECT_EQ(collector_.events().size(), 2u);
+  ASSERT_TRUE(JoinNow(0, 1).ok());
+  ASSERT_EQ(collector_.events().size(), 2u);
+  EXPECT_EQ(Ranks(collector_.events()[1]), (std::vector<uint32_t>{0, 1}));
 
   *request.mutable_node() = Node(1, 0x4242);
   EXPECT_STATUS(coord_->Subscribe(request, collector_.Sink()).status(),

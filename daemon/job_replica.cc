@@ -31,8 +31,16 @@ void JobReplica::Apply(const v1::JobEvent& event) {
   switch (event.kind()) {
     case v1::EVENT_KIND_MEMBER_JOINED:
       SetRanks(event, v1::MEMBER_STATE_JOINED);
-      if (event.has_member() && event.ranks_size() == 1 &&
-          event.ranks(0) < members_.size()) {
+      if (event.members_size() == event.ranks_size()) {
+        for (int i = 0; i < event.ranks_size(); ++i) {
+          if (event.ranks(i) < members_.size()) {
+            members_[event.ranks(i)].details = event.members(i);
+          }
+        }
+      } else if (event.has_member() && event.ranks_size() == 1 &&
+                 event.ranks(0) < members_.size()) {
+        // From a coordinator that sends one rank per event, without
+        // `members`.
         members_[event.ranks(0)].details = event.member();
       }
       break;

@@ -83,6 +83,25 @@ TEST(JobReplicaTest, CompletedUnlessFailedAndMarkFailed) {
   EXPECT_EQ(replica.job_state(), v1::JOB_STATE_FAILED);
 }
 
+TEST(JobReplicaTest, OneEventForSeveralRanksOfANodeCarriesEachRanksDetails) {
+  JobReplica replica(TwoByTwo());
+  v1::JobEvent joined = Event(v1::EVENT_KIND_MEMBER_JOINED, {3, 2}, 1);
+  joined.add_members()->set_pid(33);
+  joined.add_members()->set_pid(22);
+  replica.Apply(joined);
+  EXPECT_EQ(replica.member(2).state, v1::MEMBER_STATE_JOINED);
+  EXPECT_EQ(replica.member(3).state, v1::MEMBER_STATE_JOINED);
+  EXPECT_EQ(replica.member(3).details.pid(), 33u);
+  EXPECT_EQ(replica.member(2).details.pid(), 22u);
+  EXPECT_EQ(replica.joined_ranks(), 2u);
+  // Details that do not pair with the ranks are not guessed at.
+  v1::JobEvent unpaired = Event(v1::EVENT_KIND_MEMBER_JOINED, {0, 1}, 0);
+  unpaired.add_members()->set_pid(7);
+  replica.Apply(unpaired);
+  EXPECT_EQ(replica.member(0).state, v1::MEMBER_STATE_JOINED);
+  EXPECT_EQ(replica.member(0).details.pid(), 0u);
+}
+
 TEST(JobReplicaTest, EventsOutsideTheJobChangeNothing) {
   JobReplica replica(TwoByTwo());
   replica.Apply(Event(v1::EVENT_KIND_MEMBER_JOINED, {4, 1000000}, 0));
