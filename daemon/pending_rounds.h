@@ -21,6 +21,13 @@
 
 namespace rankd {
 
+// The result an OK `outcome` carries, its words taken from words_le when the
+// coordinator sent them that way (the round link) or from result.words (the
+// Rounds stream). Internal when words_le is not whole 4-byte words or both
+// forms are present. Moves out of `outcome`.
+absl::StatusOr<v1::AllGatherWordsResponse> TakeOutcomeWords(
+    v1::RoundOutcome& outcome);
+
 class PendingRounds {
  public:
   // The same type as Reply<v1::AllGatherWordsResponse> (coordinator.h).
@@ -37,8 +44,8 @@ class PendingRounds {
   uint64_t Add(uint64_t round, absl::Time deadline, RoundReply& reply);
 
   // Runs the reply of the contribution `outcome` answers (by its tag) with
-  // its result or error. False when no contribution has that tag (one this
-  // side gave up on, or a tag it never sent).
+  // its result (TakeOutcomeWords) or error. False when no contribution has that
+  // tag (one this side gave up on, or a tag it never sent).
   bool Answer(v1::RoundOutcome& outcome);
 
   // Fails every contribution whose deadline is at or before `now` with

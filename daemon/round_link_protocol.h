@@ -15,8 +15,10 @@
 //      the node knows it talks to a holder of the node key; any other code
 //      says why the node was refused, and the coordinator closes.
 //   4. Then the node sends v1::ContributeWordsRequests and the coordinator
-//      v1::RoundOutcomes, exactly as on Peer.Rounds. An outcome with tag 0
-//      and a non-zero code is the coordinator's last word: why it closes.
+//      v1::RoundOutcomes, as on Peer.Rounds except that an outcome's words
+//      come as RoundOutcome.words_le (4 bytes each; WordRounds::Outcome::
+//      LinkEncoded, read by TakeOutcomeWords). An outcome with tag 0 and a
+//      non-zero code is the coordinator's last word: why it closes.
 // Without authentication (--allow_unauthenticated) proofs are empty.
 //
 // What a link protects: like the gRPC listener without TLS, the link has

@@ -45,7 +45,7 @@ class RoundLinkServer::Connection {
   // socket takes. Any thread; dropped once the connection is closed.
   void Deliver(std::shared_ptr<const WordRounds::Outcome> outcome,
                uint64_t tag) {
-    const std::string& body = outcome->Encoded();
+    const std::string& body = outcome->LinkEncoded();
     std::string tail = WordRounds::Outcome::TagSuffix(tag);
     Out out{
         RoundLinkFrameHeader(static_cast<uint32_t>(body.size() + tail.size())),
@@ -121,7 +121,7 @@ class RoundLinkServer::Connection {
         const Out& o = out_[i];
         absl::string_view pieces[3] = {
             o.head,
-            o.outcome ? absl::string_view(o.outcome->Encoded())
+            o.outcome ? absl::string_view(o.outcome->LinkEncoded())
                       : absl::string_view(),
             o.tail};
         for (absl::string_view p : pieces) {
@@ -154,7 +154,7 @@ class RoundLinkServer::Connection {
       while (!out_.empty()) {
         const Out& o = out_.front();
         size_t size = o.head.size() + o.tail.size() +
-                      (o.outcome ? o.outcome->Encoded().size() : 0);
+                      (o.outcome ? o.outcome->LinkEncoded().size() : 0);
         if (done < size) break;
         done -= size;
         out_.pop_front();

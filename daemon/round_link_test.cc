@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "common/credentials.h"
 #include "common/monotonic_clock.h"
+#include "daemon/pending_rounds.h"
 #include "daemon/round_link_protocol.h"
 #include "daemon/round_link_server.h"
 #include "daemon/word_rounds.h"
@@ -153,6 +154,51 @@ TEST(RoundLinkTest, ANodeSendsRoundsAndGetsEachOutcomeByTag) {
     EXPECT_EQ(a.result->round(), round);
     EXPECT_THAT(a.result->words(), ::testing::ElementsAre(1000 + round));
   }
+}
+
+TEST(RoundLinkTest, OutcomesCarryTheirWordsAsFourBytesEach) {
+  // Large words: 4 bytes each is less than their varints.
+  v1::AllGatherWordsResponse words;
+  words.set_round(7);
+  words.set_words_per_rank(2);
+  for (uint32_t w : {0xa0000000u, 0x90000000u, 0x80000000u, 0xffffffffu}) {
+    words.add_words(w);
+  }
+  WordRounds::Outcome outcome(7, words);
+  v1::RoundOutcome sent;
+  ASSERT_TRUE(sent.ParseFromString(outcome.LinkEncoded() +
+                                   WordRounds::Outcome::TagSuffix(3)));
+  EXPECT_EQ(sent.tag(), 3u);
+  EXPECT_EQ(sent.words_le().size(), 16u);
+  EXPECT_EQ(sent.result().words_size(), 0);
+  EXPECT_LT(outcome.LinkEncoded().size(), outcome.Encoded().size());
+  absl::StatusOr<v1::AllGatherWordsResponse> got = TakeOutcomeWords(sent);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->round(), 7u);
+  EXPECT_EQ(got->words_per_rank(), 2u);
+  EXPECT_THAT(got->words(), ::testing::ElementsAre(0xa0000000u, 0x90000000u,
+                                                   0x80000000u, 0xffffffffu));
+
+  // Words that are not whole 4-byte words, or words sent both ways.
+  v1::RoundOutcome torn;
+  torn.set_round(8);
+  torn.set_words_le("abcde");
+  EXPECT_EQ(TakeOutcomeWords(torn).status().code(),
+            absl::StatusCode::kInternal);
+  v1::RoundOutcome both;
+  both.set_words_le("abcd");
+  both.mutable_result()->add_words(1);
+  EXPECT_EQ(TakeOutcomeWords(both).status().code(),
+            absl::StatusCode::kInternal);
+  // Small words stay varints, and a failed round's encoding is the same on
+  // both paths.
+  v1::AllGatherWordsResponse small;
+  small.set_round(8);
+  for (uint32_t w : {1u, 2u, 300u, 0x0fffffffu}) small.add_words(w);
+  WordRounds::Outcome small_outcome(8, small);
+  EXPECT_EQ(small_outcome.LinkEncoded(), small_outcome.Encoded());
+  WordRounds::Outcome failed(9, absl::DeadlineExceededError("late"));
+  EXPECT_EQ(failed.LinkEncoded(), failed.Encoded());
 }
 
 TEST(RoundLinkTest, AWrongTokenIsRefusedWithTheCoordinatorsReason) {

@@ -45,6 +45,41 @@ const std::string& WordRounds::Outcome::Encoded() const {
   return encoded_;
 }
 
+const std::string& WordRounds::Outcome::LinkEncoded() const {
+  absl::call_once(link_encode_once_, [this] {
+    // Fixed width only when it is smaller: words of serving metadata are
+    // often small numbers, one or two bytes as varints.
+    size_t varint_bytes = 0;
+    if (result_.ok()) {
+      for (uint32_t w : result_->words()) {
+        varint_bytes += w < (1u << 7)    ? 1
+                        : w < (1u << 14) ? 2
+                        : w < (1u << 21) ? 3
+                        : w < (1u << 28) ? 4
+                                         : 5;
+      }
+    }
+    if (!result_.ok() ||
+        varint_bytes <= 4 * static_cast<size_t>(result_->words_size())) {
+      link_encoded_ = Encoded();
+      return;
+    }
+    v1::RoundOutcome message;
+    message.set_round(round_);
+    v1::AllGatherWordsResponse* result = message.mutable_result();
+    result->set_round(result_->round());
+    result->set_words_per_rank(result_->words_per_rank());
+    std::string* words = message.mutable_words_le();
+    words->resize(4 * static_cast<size_t>(result_->words_size()));
+    char* out = words->data();
+    for (uint32_t w : result_->words()) {
+      for (int b = 0; b < 4; ++b) *out++ = static_cast<char>(w >> (8 * b));
+    }
+    link_encoded_ = message.SerializeAsString();
+  });
+  return link_encoded_;
+}
+
 std::string WordRounds::Outcome::TagSuffix(uint64_t tag) {
   // Field 5 (RoundOutcome.tag) as a varint.
   std::string bytes(1, static_cast<char>((5 << 3) | 0));

@@ -53,6 +53,11 @@ class WordRounds {
     // The v1::RoundOutcome wire encoding of this outcome, made on first use
     // and then reused (thread-safe); valid as long as the Outcome.
     const std::string& Encoded() const;
+    // The same for the round link, with the words as RoundOutcome.words_le
+    // (4 bytes each, copied by the node rather than decoded) when that is
+    // smaller than their varints (words of 2^28 and up), else Encoded().
+    // Made on first use, then reused.
+    const std::string& LinkEncoded() const;
     // What follows Encoded() to address it to one contribution: the
     // RoundOutcome `tag` field alone (protobuf merges concatenated
     // encodings, so Encoded() + TagSuffix(t) parses as the outcome with
@@ -64,6 +69,8 @@ class WordRounds {
     const absl::StatusOr<v1::AllGatherWordsResponse> result_;
     mutable absl::once_flag encode_once_;
     mutable std::string encoded_;
+    mutable absl::once_flag link_encode_once_;
+    mutable std::string link_encoded_;
   };
   using SharedDone = std::function<void(std::shared_ptr<const Outcome>)>;
   using Done = std::function<void(absl::StatusOr<v1::AllGatherWordsResponse>)>;
