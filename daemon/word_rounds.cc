@@ -61,7 +61,7 @@ const std::string& WordRounds::Outcome::LinkEncoded() const {
     }
     if (!result_.ok() ||
         varint_bytes <= 4 * static_cast<size_t>(result_->words_size())) {
-      link_encoded_ = Encoded();
+      link_ = &Encoded();  // the same bytes, not a copy
       return;
     }
     v1::RoundOutcome message;
@@ -76,8 +76,9 @@ const std::string& WordRounds::Outcome::LinkEncoded() const {
       for (int b = 0; b < 4; ++b) *out++ = static_cast<char>(w >> (8 * b));
     }
     link_encoded_ = message.SerializeAsString();
+    link_ = &link_encoded_;
   });
-  return link_encoded_;
+  return *link_;
 }
 
 std::string WordRounds::Outcome::TagSuffix(uint64_t tag) {

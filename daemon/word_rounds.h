@@ -70,7 +70,8 @@ class WordRounds {
     mutable absl::once_flag encode_once_;
     mutable std::string encoded_;
     mutable absl::once_flag link_encode_once_;
-    mutable std::string link_encoded_;
+    mutable std::string link_encoded_;  // when it differs from encoded_
+    mutable const std::string* link_ = nullptr;  // encoded_ or link_encoded_
   };
   using SharedDone = std::function<void(std::shared_ptr<const Outcome>)>;
   using Done = std::function<void(absl::StatusOr<v1::AllGatherWordsResponse>)>;
