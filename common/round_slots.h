@@ -131,11 +131,11 @@ class RoundSlots {
   // The answer bell's value; pass it to WaitForAnswers after checking.
   uint32_t AnswerBell() const;
   // Blocks until the answer bell moves from `seen`, the file is closed, or
-  // `deadline` passes, first polling (and yielding the CPU) for up to
-  // `spin` before sleeping on the futex: waking a sleeping thread costs
-  // tens of microseconds, far more than a round among local ranks when
-  // each has a core. Spurious returns are allowed; re-check and call
-  // again.
+  // `deadline` (on MonotonicNow's clock, common/monotonic_clock.h) passes,
+  // first polling (and yielding the CPU) for up to `spin` before sleeping
+  // on the futex: waking a sleeping thread costs tens of microseconds, far
+  // more than a round among local ranks when each has a core. Spurious
+  // returns are allowed; re-check and call again.
   void WaitForAnswers(uint32_t seen, absl::Time deadline,
                       absl::Duration spin = absl::ZeroDuration()) const;
   // Marks the rank's end as mapped (the daemon then unlinks the file).
@@ -160,8 +160,8 @@ class RoundSlots {
               absl::Span<const uint32_t> result, const absl::Status& status);
   // Blocks until the request bell moves from `seen` (read with
   // RequestBell() before checking posted()), the file is closed, or
-  // `deadline` passes; the rank rings only while the daemon says it
-  // sleeps, which this call does.
+  // `deadline` (on MonotonicNow's clock) passes; the rank rings only while
+  // the daemon says it sleeps, which this call does.
   uint32_t RequestBell() const;
   void WaitForRequests(uint32_t seen, absl::Time deadline);
   // True once the rank called Attach.

@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "google/protobuf/io/coded_stream.h"
+
 #include "common/monotonic_clock.h"
 #include "daemon/rank_list.h"
 
@@ -52,11 +54,8 @@ const std::string& WordRounds::Outcome::LinkEncoded() const {
     size_t varint_bytes = 0;
     if (result_.ok()) {
       for (uint32_t w : result_->words()) {
-        varint_bytes += w < (1u << 7)    ? 1
-                        : w < (1u << 14) ? 2
-                        : w < (1u << 21) ? 3
-                        : w < (1u << 28) ? 4
-                                         : 5;
+        varint_bytes +=
+            google::protobuf::io::CodedOutputStream::VarintSize32(w);
       }
     }
     if (!result_.ok() ||

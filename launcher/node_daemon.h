@@ -47,9 +47,10 @@ struct DaemonJob {
 bool DaemonAnswers(const ClientOptions& client, absl::Duration timeout);
 
 // OK once the daemon at `client.target` reports readiness, polling until
-// `deadline`. Stops early with the status `stop()` returns when that is not
-// OK (e.g. a signal arrived, or a daemon rankrun started exited).
-// DeadlineExceeded names the target and the last answer otherwise.
+// `deadline` (on MonotonicNow's clock, common/monotonic_clock.h). Stops early
+// with the status `stop()` returns when that is not OK (e.g. a signal arrived,
+// or a daemon rankrun started exited). DeadlineExceeded names the target and
+// the last answer otherwise.
 absl::Status WaitUntilReady(const ClientOptions& client, absl::Time deadline,
                             const std::function<absl::Status()>& stop);
 
