@@ -5,10 +5,12 @@
 // from the job's node.key, as a daemon holding the key does), follows its
 // Subscribe stream, heartbeats, joins its --nproc_per_node ranks with
 // JoinRank, and runs all_gather_words rounds, one contribution of all its
-// ranks' frames per round, over the coordinator's round link with the
-// daemon's own client (daemon/round_link.h) when the coordinator offers one,
-// else (or with --round_path=stream) over its own Peer.Rounds stream. Each
-// node has its own TCP connections to the coordinator.
+// ranks' frames per round, over the coordinator's round link when the
+// coordinator offers one (the daemon's handshake, ShakeHandsAsNode, and its
+// outcome decoding, TakeOutcomeWords; one thread drives every node's link
+// with epoll, see RunLinkRounds), else (or with --round_path=stream) over
+// its own Peer.Rounds stream. Each node has its own TCP connections to the
+// coordinator.
 //
 // Phases, each printed on stdout:
 //   1. "REGISTERED nodes=N": every node registered and subscribed; then it
@@ -27,13 +29,21 @@
 // round (frames are bench_rank.h's FrameWord, as the real ranks send). --out
 // gets one line per timed round: "<round> <slowest node's latency in ns>".
 // Any error prints "ERROR ..." and exits non-zero.
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -50,6 +60,7 @@
 #include "bench/bench_rank.h"
 #include "common/credentials.h"
 #include "daemon/round_link.h"
+#include "daemon/round_link_protocol.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "rankd/v1/peer.grpc.pb.h"
@@ -207,6 +218,259 @@ struct SimNode {
   std::unique_ptr<RawEventReader> raw_events;
   uint32_t round_link_port = 0;  // 0: the coordinator offers none
 };
+
+// What every node does each round.
+struct RoundPlan {
+  int nproc = 0;
+  int words = 0;
+  uint32_t world = 0;
+  int warmup = 0;
+  int rounds = 0;
+  int timeout_ms = 0;
+};
+
+// Node `n`'s contribution to round `k` (0-based): all its ranks' frames.
+void FillContribution(const SimNode& n, const RoundPlan& plan, int k,
+                      v1::ContributeWordsRequest& request) {
+  if (request.frames_size() == 0) {
+    *request.mutable_node() = n.ref;
+    request.set_timeout_ms(plan.timeout_ms);
+    for (int l = 0; l < plan.nproc; ++l) {
+      v1::RankFrame* frame = request.add_frames();
+      frame->set_rank(n.index * plan.nproc + l);
+      frame->mutable_words()->Resize(plan.words, 0);
+    }
+  }
+  request.set_round(k + 1);
+  for (int l = 0; l < plan.nproc; ++l) {
+    auto* w = request.mutable_frames(l)->mutable_words();
+    for (int j = 0; j < plan.words; ++j) {
+      w->Set(j, FrameWord(n.index * plan.nproc + l, k, j));
+    }
+  }
+}
+
+// Dies unless `result` is round `k`'s whole outcome; its every word is
+// compared in the warmup rounds and the last one.
+void CheckOutcome(const SimNode& n, const RoundPlan& plan, int k,
+                  const absl::StatusOr<v1::AllGatherWordsResponse>& result) {
+  if (!result.ok()) {
+    Die(absl::StrCat("node ", n.index, " round ", k + 1, ": ",
+                     result.status().ToString()));
+  }
+  const auto& got = result->words();
+  if (got.size() != static_cast<int>(plan.world) * plan.words) {
+    Die(absl::StrCat("node ", n.index, " round ", k + 1, ": ", got.size(),
+                     " words, expected ", plan.world * plan.words));
+  }
+  if (k < plan.warmup || k == plan.warmup + plan.rounds - 1) {
+    for (uint32_t r = 0; r < plan.world; ++r) {
+      for (int j = 0; j < plan.words; ++j) {
+        if (got[r * plan.words + j] != FrameWord(r, k, j)) {
+          Die(absl::StrCat("node ", n.index, " round ", k + 1, ": wrong word ",
+                           j, " of rank ", r));
+        }
+      }
+    }
+  }
+}
+
+// A connected TCP socket to `host`:`port`, or death.
+int ConnectTo(const std::string& host, uint32_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), absl::StrCat(port).c_str(), &hints,
+                             &found);
+      rc != 0) {
+    Die(absl::StrCat("cannot resolve ", host, ": ", ::gai_strerror(rc)));
+  }
+  int fd = -1;
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && ::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(found);
+  if (fd < 0) {
+    Die(absl::StrCat("cannot connect to ", host, ":", port, ": ",
+                     std::strerror(errno)));
+  }
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+// Every node's rounds over its own round link, all driven by this thread
+// with epoll: a node daemon runs one link on its own CPU, and a thread per
+// simulated node (two, with RoundLink's reader) spent more of this
+// machine's cores switching between 512 threads than the coordinator spent
+// on the rounds (bench/RESULTS.md, "Reading the scale numbers"). Each node
+// opens its link with the daemon's handshake (ShakeHandsAsNode) and reads
+// outcomes as a daemon does (TakeOutcomeWords); each round, every node sends
+// its contribution, then the thread reads outcomes as they come.
+void RunLinkRounds(std::vector<SimNode>& nodes, const RoundPlan& plan,
+                   const std::function<void()>& timed_rounds_start,
+                   std::vector<std::vector<int64_t>>& latency) {
+  std::string host = absl::GetFlag(FLAGS_coordinator);
+  host = host.substr(0, host.rfind(':'));
+  struct Link {
+    int fd = -1;
+    std::vector<char> in;  // in[0, used): bytes read, not yet whole frames
+    size_t used = 0;
+    int64_t sent_ns = 0;
+    v1::ContributeWordsRequest request;
+  };
+  std::vector<Link> links(nodes.size());
+  const int epoll = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epoll < 0) Die(absl::StrCat("epoll_create1: ", std::strerror(errno)));
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const SimNode& n = nodes[i];
+    Link& link = links[i];
+    link.fd = ConnectTo(host, n.round_link_port);
+    absl::Status s = rankd::ShakeHandsAsNode(
+        link.fd, n.ref, n.token, absl::Now() + absl::Seconds(30),
+        [] { return false; }, absl::StrCat("node ", n.index, " round link"));
+    if (!s.ok()) Die(s.ToString());
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = i;
+    if (::epoll_ctl(epoll, EPOLL_CTL_ADD, link.fd, &event) != 0) {
+      Die(absl::StrCat("epoll_ctl: ", std::strerror(errno)));
+    }
+  }
+  constexpr size_t kReadBytes = 256 << 10;
+  std::vector<epoll_event> ready(nodes.size());
+  v1::RoundOutcome outcome;
+  for (int k = 0; k < plan.warmup + plan.rounds; ++k) {
+    if (k == plan.warmup) timed_rounds_start();
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      Link& link = links[i];
+      FillContribution(nodes[i], plan, k, link.request);
+      link.request.set_tag(k + 1);
+      const std::string frame =
+          rankd::RoundLinkFrame(link.request.SerializeAsString());
+      link.sent_ns = NowNs();
+      if (::send(link.fd, frame.data(), frame.size(), MSG_NOSIGNAL) !=
+          static_cast<ssize_t>(frame.size())) {
+        Die(absl::StrCat("node ", nodes[i].index, " round ", k + 1,
+                         ": cannot send the contribution"));
+      }
+    }
+    size_t waiting = nodes.size();
+    while (waiting > 0) {
+      const int count = ::epoll_wait(
+          epoll, ready.data(), static_cast<int>(ready.size()), plan.timeout_ms);
+      if (count == 0) {
+        Die(absl::StrCat("round ", k + 1, ": ", waiting,
+                         " nodes had no outcome within ", plan.timeout_ms,
+                         " ms"));
+      }
+      if (count < 0 && errno != EINTR) {
+        Die(absl::StrCat("epoll_wait: ", std::strerror(errno)));
+      }
+      for (int e = 0; e < count; ++e) {
+        const size_t i = ready[e].data.u64;
+        const SimNode& n = nodes[i];
+        Link& link = links[i];
+        // Reads straight into the link's buffer (no copy per frame): grown
+        // to hold a whole frame, never shrunk.
+        for (;;) {
+          if (link.in.size() - link.used < kReadBytes) {
+            link.in.resize(link.used + kReadBytes);
+          }
+          ssize_t got = ::recv(link.fd, link.in.data() + link.used,
+                               link.in.size() - link.used, MSG_DONTWAIT);
+          if (got > 0) {
+            link.used += static_cast<size_t>(got);
+            continue;
+          }
+          if (got < 0 && (errno == EAGAIN || errno == EINTR)) break;
+          Die(absl::StrCat("node ", n.index, " round link ended: ",
+                           got == 0 ? "closed" : std::strerror(errno)));
+        }
+        size_t start = 0;
+        while (link.used - start >= rankd::kRoundLinkHeaderBytes) {
+          const size_t length =
+              rankd::RoundLinkFrameLength(link.in.data() + start);
+          const size_t whole = rankd::kRoundLinkHeaderBytes + length;
+          if (link.used - start < whole) break;
+          const int64_t now = NowNs();
+          if (!outcome.ParseFromArray(
+                  link.in.data() + start + rankd::kRoundLinkHeaderBytes,
+                  static_cast<int>(length))) {
+            Die(absl::StrCat("node ", n.index, ": not a RoundOutcome"));
+          }
+          start += whole;
+          if (outcome.code() != 0) {
+            Die(absl::StrCat("node ", n.index, " round ", k + 1, ": code ",
+                             outcome.code(), ": ", outcome.message()));
+          }
+          if (outcome.tag() != static_cast<uint64_t>(k + 1)) {
+            Die(absl::StrCat("node ", n.index, " round ", k + 1,
+                             ": an outcome for tag ", outcome.tag()));
+          }
+          CheckOutcome(n, plan, k, rankd::TakeOutcomeWords(outcome));
+          if (k >= plan.warmup) {
+            latency[i][k - plan.warmup] = now - link.sent_ns;
+          }
+          --waiting;
+        }
+        if (start > 0) {
+          std::memmove(link.in.data(), link.in.data() + start,
+                       link.used - start);
+          link.used -= start;
+        }
+      }
+    }
+  }
+  // The links stay open (their fds are never closed) until the process
+  // ends, as the nodes' daemons' links do.
+}
+
+// Every node's rounds over its own Peer.Rounds stream, one thread each.
+void RunStreamRounds(std::vector<SimNode>& nodes, const RoundPlan& plan,
+                     const std::function<void()>& timed_rounds_start,
+                     std::vector<std::vector<int64_t>>& latency) {
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    threads.emplace_back([&, i] {
+      SimNode& n = nodes[i];
+      grpc::ClientContext context;
+      context.AddMetadata("authorization", "Bearer " + n.token);
+      auto stream = n.stub->Rounds(&context);
+      v1::ContributeWordsRequest request;
+      v1::RoundOutcome outcome;
+      for (int k = 0; k < plan.warmup + plan.rounds; ++k) {
+        if (k == plan.warmup && i == 0) timed_rounds_start();
+        FillContribution(n, plan, k, request);
+        request.set_tag(k + 1);
+        const int64_t t0 = NowNs();
+        absl::StatusOr<v1::AllGatherWordsResponse> result;
+        if (!stream->Write(request) || !stream->Read(&outcome)) {
+          result = absl::UnavailableError(
+              absl::StrCat("stream ended: ", stream->Finish().error_message()));
+        } else if (outcome.tag() != static_cast<uint64_t>(k + 1)) {
+          result = absl::InternalError(
+              absl::StrCat("outcome for tag ", outcome.tag()));
+        } else if (outcome.code() != 0) {
+          result = absl::Status(static_cast<absl::StatusCode>(outcome.code()),
+                                outcome.message());
+        } else {
+          result = rankd::TakeOutcomeWords(outcome);
+        }
+        const int64_t t1 = NowNs();
+        CheckOutcome(n, plan, k, result);
+        if (k >= plan.warmup) latency[i][k - plan.warmup] = t1 - t0;
+      }
+      stream->WritesDone();
+    });
+  }
+  for (auto& t : threads) t.join();
+}
 
 }  // namespace
 
@@ -379,119 +643,31 @@ int main(int argc, char** argv) {
               static_cast<long long>(join_cpu_us));
   std::fflush(stdout);
 
-  // --- Rounds: one thread and one Rounds stream per node.
-  const int total = warmup + rounds;
+  // --- Rounds: over the round link (one thread drives every node's link)
+  // or one thread and one Rounds stream per node.
+  RoundPlan plan;
+  plan.nproc = nproc;
+  plan.words = words;
+  plan.world = world;
+  plan.warmup = warmup;
+  plan.rounds = rounds;
+  plan.timeout_ms = timeout_ms;
   // latency[i][k]: node i's latency in timed round k.
   std::vector<std::vector<int64_t>> latency(count,
                                             std::vector<int64_t>(rounds));
   const int pid = absl::GetFlag(FLAGS_coordinator_pid);
   std::atomic<int64_t> cpu_before{-1};
-  std::vector<std::thread> threads;
-  const bool use_link = absl::GetFlag(FLAGS_round_path) == "link";
-  // Open until the process ends, like the nodes' daemons' links.
-  std::vector<std::unique_ptr<rankd::RoundLink>> links(count);
-  for (int i = 0; i < count; ++i) {
-    threads.emplace_back([&, i] {
-      SimNode& n = nodes[i];
-      v1::ContributeWordsRequest request;
-      *request.mutable_node() = n.ref;
-      request.set_timeout_ms(timeout_ms);
-      for (int l = 0; l < nproc; ++l) {
-        v1::RankFrame* frame = request.add_frames();
-        frame->set_rank(n.index * nproc + l);
-        frame->mutable_words()->Resize(words, 0);
-      }
-      // One exchange of `request`: the outcome, or the transport's error.
-      std::function<absl::StatusOr<v1::AllGatherWordsResponse>()> exchange;
-      std::unique_ptr<rankd::RoundLink>& link = links[i];
-      grpc::ClientContext context;
-      std::unique_ptr<grpc::ClientReaderWriter<v1::ContributeWordsRequest,
-                                               v1::RoundOutcome>>
-          stream;
-      v1::RoundOutcome outcome;
-      if (use_link && n.round_link_port != 0) {
-        rankd::RoundLink::Options options;
-        options.host = absl::GetFlag(FLAGS_coordinator);
-        options.host = options.host.substr(0, options.host.rfind(':'));
-        options.port = static_cast<uint16_t>(n.round_link_port);
-        options.coordinator_address = absl::GetFlag(FLAGS_coordinator);
-        options.node = n.ref;
-        options.node_token = n.token;
-        link = std::make_unique<rankd::RoundLink>(std::move(options));
-        if (absl::Status s = link->WaitOpen(absl::Seconds(30)); !s.ok()) {
-          Die(absl::StrCat("node ", n.index, " round link: ", s.ToString()));
-        }
-        exchange = [&]() -> absl::StatusOr<v1::AllGatherWordsResponse> {
-          absl::Notification done;
-          absl::StatusOr<v1::AllGatherWordsResponse> result;
-          rankd::PendingRounds::RoundReply reply =
-              [&](absl::StatusOr<v1::AllGatherWordsResponse> r) {
-                result = std::move(r);
-                done.Notify();
-              };
-          if (!link->Send(request, reply, absl::InfiniteFuture())) {
-            return absl::UnavailableError("the round link ended");
-          }
-          done.WaitForNotification();
-          return result;
-        };
-      } else {
-        context.AddMetadata("authorization", "Bearer " + n.token);
-        stream = n.stub->Rounds(&context);
-        exchange = [&]() -> absl::StatusOr<v1::AllGatherWordsResponse> {
-          request.set_tag(request.round());
-          if (!stream->Write(request) || !stream->Read(&outcome)) {
-            return absl::UnavailableError(absl::StrCat(
-                "stream ended: ", stream->Finish().error_message()));
-          }
-          if (outcome.tag() != request.round()) {
-            return absl::InternalError(
-                absl::StrCat("outcome for tag ", outcome.tag()));
-          }
-          if (outcome.code() != 0) {
-            return absl::Status(static_cast<absl::StatusCode>(outcome.code()),
-                                outcome.message());
-          }
-          return std::move(*outcome.mutable_result());
-        };
-      }
-      for (int k = 0; k < total; ++k) {
-        if (k == warmup && i == 0 && pid > 0) cpu_before = CpuUs(pid);
-        request.set_round(k + 1);
-        for (int l = 0; l < nproc; ++l) {
-          auto* w = request.mutable_frames(l)->mutable_words();
-          for (int j = 0; j < words; ++j) {
-            w->Set(j, FrameWord(n.index * nproc + l, k, j));
-          }
-        }
-        const int64_t t0 = NowNs();
-        absl::StatusOr<v1::AllGatherWordsResponse> result = exchange();
-        const int64_t t1 = NowNs();
-        if (!result.ok()) {
-          Die(absl::StrCat("node ", n.index, " round ", k + 1, ": ",
-                           result.status().ToString()));
-        }
-        const auto& got = result->words();
-        if (got.size() != static_cast<int>(world) * words) {
-          Die(absl::StrCat("node ", n.index, " round ", k + 1, ": ", got.size(),
-                           " words, expected ", world * words));
-        }
-        if (k < warmup || k == total - 1) {
-          for (uint32_t r = 0; r < world; ++r) {
-            for (int j = 0; j < words; ++j) {
-              if (got[r * words + j] != FrameWord(r, k, j)) {
-                Die(absl::StrCat("node ", n.index, " round ", k + 1,
-                                 ": wrong word ", j, " of rank ", r));
-              }
-            }
-          }
-        }
-        if (k >= warmup) latency[i][k - warmup] = t1 - t0;
-      }
-      if (stream != nullptr) stream->WritesDone();
-    });
+  auto timed_rounds_start = [&] {
+    if (pid > 0) cpu_before = CpuUs(pid);
+  };
+  const bool offered =
+      std::all_of(nodes.begin(), nodes.end(),
+                  [](const SimNode& n) { return n.round_link_port != 0; });
+  if (absl::GetFlag(FLAGS_round_path) == "link" && offered) {
+    RunLinkRounds(nodes, plan, timed_rounds_start, latency);
+  } else {
+    RunStreamRounds(nodes, plan, timed_rounds_start, latency);
   }
-  for (auto& t : threads) t.join();
   const int64_t cpu_after = pid > 0 ? CpuUs(pid) : 0;
 
   // Per round, the slowest node; p50/p99 over rounds.

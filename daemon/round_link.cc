@@ -13,6 +13,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "common/credentials.h"
 #include "common/limits.h"
@@ -122,9 +123,8 @@ namespace {
 
 // Waits for `events` on `fd` until `deadline`, in slices, giving up once
 // `stopping` says so.
-template <typename Stopping>
 absl::Status Await(int fd, short events, absl::Time deadline,
-                   Stopping stopping) {
+                   absl::FunctionRef<bool()> stopping) {
   while (true) {
     if (stopping()) return absl::CancelledError("daemon is shutting down");
     absl::Duration left = deadline - MonotonicNow();
@@ -144,9 +144,8 @@ absl::Status Await(int fd, short events, absl::Time deadline,
 
 // Reads exactly `size` bytes; polls with `deadline` first when it is
 // finite (the handshake), else blocks (Stop shuts the socket down).
-template <typename Stopping>
 absl::Status ReadExactly(int fd, char* out, size_t size, absl::Time deadline,
-                         Stopping stopping) {
+                         absl::FunctionRef<bool()> stopping) {
   size_t got = 0;
   while (got < size) {
     if (deadline != absl::InfiniteFuture()) {
@@ -164,9 +163,9 @@ absl::Status ReadExactly(int fd, char* out, size_t size, absl::Time deadline,
   return absl::OkStatus();
 }
 
-template <typename Stopping>
 absl::Status ReadFrame(int fd, size_t max_bytes, absl::Time deadline,
-                       Stopping stopping, std::string* payload) {
+                       absl::FunctionRef<bool()> stopping,
+                       std::string* payload) {
   char header[kRoundLinkHeaderBytes];
   if (auto s = ReadExactly(fd, header, sizeof(header), deadline, stopping);
       !s.ok()) {
@@ -182,6 +181,62 @@ absl::Status ReadFrame(int fd, size_t max_bytes, absl::Time deadline,
 }
 
 }  // namespace
+
+absl::Status ShakeHandsAsNode(int fd, const v1::NodeRef& node,
+                              absl::string_view node_token, absl::Time deadline,
+                              absl::FunctionRef<bool()> stopping,
+                              absl::string_view where) {
+  auto failed = [&](const absl::Status& s, absl::string_view doing) {
+    return absl::Status(s.code(),
+                        absl::StrCat(where, ": ", doing, ": ", s.message()));
+  };
+  std::string payload;
+  std::string coordinator_nonce;
+  if (auto s = ReadFrame(fd, kMaxRoundLinkHandshakeBytes, deadline, stopping,
+                         &payload);
+      !s.ok()) {
+    return failed(s, "no greeting");
+  }
+  if (auto s = ParseRoundLinkGreeting(payload, &coordinator_nonce); !s.ok()) {
+    return failed(s, "bad greeting");
+  }
+  v1::RoundLinkHello hello;
+  *hello.mutable_node() = node;
+  if (auto s = NewRoundLinkNonce(hello.mutable_nonce()); !s.ok()) return s;
+  if (!node_token.empty()) {
+    hello.set_proof(TokenProof(
+        node_token, NodeTranscript(coordinator_nonce, hello.nonce(), node)));
+  }
+  if (auto s = SendAll(fd, RoundLinkFrame(hello.SerializeAsString()));
+      !s.ok()) {
+    return failed(s, "cannot send hello");
+  }
+  if (auto s = ReadFrame(fd, kMaxRoundLinkHandshakeBytes, deadline, stopping,
+                         &payload);
+      !s.ok()) {
+    return failed(s, "no welcome");
+  }
+  v1::RoundLinkWelcome welcome;
+  if (!welcome.ParseFromString(payload)) {
+    return absl::UnavailableError(
+        absl::StrCat(where, ": the welcome is not a RoundLinkWelcome"));
+  }
+  if (welcome.code() != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(welcome.code()),
+                        absl::StrCat(where, " refused: ", welcome.message()));
+  }
+  if (!node_token.empty() &&
+      !SecretsEqual(
+          welcome.proof(),
+          TokenProof(node_token, CoordinatorTranscript(coordinator_nonce,
+                                                       hello.nonce(), node)))) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(where,
+                     ": the peer could not prove it holds the job's "
+                     "node key"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status RoundLink::Open(int* fd_out) {
   const absl::Time deadline = MonotonicNow() + options_.open_timeout;
@@ -251,56 +306,10 @@ absl::Status RoundLink::Open(int* fd_out) {
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout,
                sizeof(send_timeout));
 
-  auto failed = [&](const absl::Status& s, absl::string_view doing) {
-    return absl::Status(s.code(),
-                        absl::StrCat(where, ": ", doing, ": ", s.message()));
-  };
-  std::string payload;
-  std::string coordinator_nonce;
-  if (auto s = ReadFrame(fd, kMaxRoundLinkHandshakeBytes, deadline, stopping,
-                         &payload);
+  if (absl::Status s = ShakeHandsAsNode(fd, options_.node, options_.node_token,
+                                        deadline, stopping, where);
       !s.ok()) {
-    return failed(s, "no greeting");
-  }
-  if (auto s = ParseRoundLinkGreeting(payload, &coordinator_nonce); !s.ok()) {
-    return failed(s, "bad greeting");
-  }
-  v1::RoundLinkHello hello;
-  *hello.mutable_node() = options_.node;
-  if (auto s = NewRoundLinkNonce(hello.mutable_nonce()); !s.ok()) return s;
-  if (!options_.node_token.empty()) {
-    hello.set_proof(TokenProof(
-        options_.node_token,
-        NodeTranscript(coordinator_nonce, hello.nonce(), options_.node)));
-  }
-  if (auto s = SendAll(fd, RoundLinkFrame(hello.SerializeAsString()));
-      !s.ok()) {
-    return failed(s, "cannot send hello");
-  }
-  if (auto s = ReadFrame(fd, kMaxRoundLinkHandshakeBytes, deadline, stopping,
-                         &payload);
-      !s.ok()) {
-    return failed(s, "no welcome");
-  }
-  v1::RoundLinkWelcome welcome;
-  if (!welcome.ParseFromString(payload)) {
-    return absl::UnavailableError(
-        absl::StrCat(where, ": the welcome is not a RoundLinkWelcome"));
-  }
-  if (welcome.code() != 0) {
-    return absl::Status(static_cast<absl::StatusCode>(welcome.code()),
-                        absl::StrCat(where, " refused: ", welcome.message()));
-  }
-  if (!options_.node_token.empty() &&
-      !SecretsEqual(
-          welcome.proof(),
-          TokenProof(options_.node_token,
-                     CoordinatorTranscript(coordinator_nonce, hello.nonce(),
-                                           options_.node)))) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(where,
-                     ": the peer could not prove it holds the job's "
-                     "node key"));
+    return s;
   }
   *fd_out = fd;
   absl::MutexLock lock(&mu_);

@@ -21,13 +21,31 @@
 #include <string>
 #include <thread>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/pending_rounds.h"
 #include "rankd/v1/peer.pb.h"
 
 namespace rankd {
+
+// The node's side of the round link's handshake on `fd`, a socket connected
+// to the coordinator's round link port: reads the greeting, sends this
+// node's hello (with TokenProof over its transcript when `node_token` is not
+// empty), reads the welcome and checks the coordinator's proof. OK once the
+// link is open, `fd` then carrying frames; otherwise why not, the message
+// starting with `where`: the coordinator's refusal with its code,
+// PermissionDenied when the peer cannot prove it holds the node key,
+// DeadlineExceeded past `deadline`, Cancelled once `stopping` returns true,
+// Unavailable when the socket fails. Blocks the caller; `fd` stays the
+// caller's. RoundLink opens with it; the scale benchmark's simulated nodes
+// (bench/scale_sim.cc) too.
+absl::Status ShakeHandsAsNode(int fd, const v1::NodeRef& node,
+                              absl::string_view node_token, absl::Time deadline,
+                              absl::FunctionRef<bool()> stopping,
+                              absl::string_view where);
 
 class RoundLink {
  public:
