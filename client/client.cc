@@ -9,7 +9,6 @@
 
 #include "client/client.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -88,13 +87,7 @@ absl::Status FailureOf(const v1::JobEvent& event, absl::string_view job_id) {
 // ClientOptions::round_spin, resolved for a node of `local_ranks` ranks.
 absl::Duration RoundSpin(const ClientOptions& options, uint32_t local_ranks) {
   if (options.round_spin.has_value()) return *options.round_spin;
-  cpu_set_t cpus;
-  CPU_ZERO(&cpus);
-  const int usable = sched_getaffinity(0, sizeof(cpus), &cpus) == 0
-                         ? CPU_COUNT(&cpus)
-                         : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-  return usable >= static_cast<int>(local_ranks) ? absl::Microseconds(30)
-                                                 : absl::ZeroDuration();
+  return DefaultRoundSpin(local_ranks);
 }
 
 // Asks the daemon for this rank's round slots and maps them. Returns the

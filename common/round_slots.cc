@@ -3,8 +3,8 @@
 // File layout (native byte order; both ends are on one host):
 //   header, 256 bytes: magic, version, geometry, file size, then on their
 //     own cache lines the rank's words (posted, request bell, daemon
-//     sleeping) and the daemon's words (consumed, answer bell, closed,
-//     attached);
+//     sleeping, rank sleepers) and the daemon's words (consumed, answer
+//     bell, closed, attached);
 //   `slots` slots, each a request (round, timeout, length, frame) followed
 //     by an answer (sequence, round, code, lengths, message, result).
 #include "common/round_slots.h"
@@ -33,7 +33,9 @@ namespace rankd {
 namespace {
 
 constexpr uint64_t kMagic = 0x31534c4f53444e52;  // "RNDSOLS1"
-constexpr uint32_t kVersion = 1;
+// 2: the rank says when it sleeps (kRankSleepersAt), and the daemon wakes
+// it only then; a version-1 rank would never be woken, so it is refused.
+constexpr uint32_t kVersion = 2;
 
 // Header offsets.
 constexpr size_t kMagicAt = 0;
@@ -45,6 +47,9 @@ constexpr size_t kFileBytesAt = 24;
 constexpr size_t kPostedAt = 64;
 constexpr size_t kRequestBellAt = 72;
 constexpr size_t kDaemonSleepingAt = 76;
+// How many of the rank's threads are in (or about to enter) a futex wait
+// on the answer bell; Answer skips the wake-up syscall while it is 0.
+constexpr size_t kRankSleepersAt = 80;
 constexpr size_t kConsumedAt = 128;
 constexpr size_t kAnswerBellAt = 192;
 constexpr size_t kClosedAt = 196;
@@ -256,6 +261,16 @@ absl::StatusOr<std::unique_ptr<RoundSlots>> RoundSlots::Open(
   return slots;
 }
 
+absl::Duration DefaultRoundSpin(uint32_t local_ranks) {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int usable = sched_getaffinity(0, sizeof(cpus), &cpus) == 0
+                         ? CPU_COUNT(&cpus)
+                         : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  return usable >= static_cast<int>(local_ranks) ? absl::Microseconds(30)
+                                                 : absl::ZeroDuration();
+}
+
 char* RoundSlots::SlotBase(uint64_t sequence) const {
   return static_cast<char*>(base_) + kHeaderBytes +
          (sequence % geometry_.slots) * geometry_.SlotBytes();
@@ -327,7 +342,16 @@ void RoundSlots::WaitForAnswers(uint32_t seen, absl::Time deadline,
     if (AnswerBell() != seen) return;
     sched_yield();
   }
-  FutexWait(Address32(base_, kAnswerBellAt), seen, deadline);
+  // Dekker with Answer, as WaitForRequests with Post: the daemon rings the
+  // bell, then wakes only when it sees a sleeper, so the bell is re-checked
+  // after counting this thread in. A count, not a flag: several threads of
+  // one rank may wait at once.
+  std::atomic_ref<uint32_t> sleepers = Word<uint32_t>(base_, kRankSleepersAt);
+  sleepers.fetch_add(1);
+  if (AnswerBell() == seen && !closed()) {
+    FutexWait(Address32(base_, kAnswerBellAt), seen, deadline);
+  }
+  sleepers.fetch_sub(1);
 }
 
 void RoundSlots::Attach() {
@@ -405,7 +429,11 @@ void RoundSlots::Answer(uint64_t sequence, uint64_t round,
   Word<uint64_t>(answer, kAnswerSequenceAt)
       .store(sequence + 1, std::memory_order_release);
   Word<uint32_t>(base_, kAnswerBellAt).fetch_add(1);
-  FutexWake(Address32(base_, kAnswerBellAt), INT_MAX);
+  // A rank still polling sees the bell without a system call (which costs
+  // more than the rest of a local round on a VM).
+  if (Word<uint32_t>(base_, kRankSleepersAt).load() != 0) {
+    FutexWake(Address32(base_, kAnswerBellAt), INT_MAX);
+  }
 }
 
 uint32_t RoundSlots::RequestBell() const {

@@ -9,8 +9,9 @@
 //           daemon if it sleeps;
 //   daemon: takes requests in order (advancing `consumed`); when a round
 //           finishes it writes the answer into the same slot, publishes the
-//           slot's answer sequence s + 1, rings the answer bell and wakes
-//           every waiting thread of the rank.
+//           slot's answer sequence s + 1, rings the answer bell and, when
+//           the rank says it has threads asleep on it, wakes them (a rank
+//           still polling sees the bell without a system call).
 // A rank reuses slot s % slots only after it has read answer s - slots, so
 // at most `slots` requests are outstanding; the daemon treats more as a
 // protocol violation. Either side may close the file (the daemon when the
@@ -93,6 +94,14 @@ struct SlotAnswer {
 // sense the protocol allows: one thread posts requests at a time (the rank
 // serializes its submissions), one thread takes them (the daemon's
 // watcher), and answers for distinct sequences may be written concurrently.
+// How long either end of a node's round slots polls (yielding the CPU)
+// before it sleeps on a futex: 30 us when this process may run on at least
+// as many CPUs as the node has `local_ranks` (each rank has a core, as on a
+// GPU node), else zero, since polling would then take CPU from the ranks
+// and daemon that finish the round. Waking a sleeping thread costs tens of
+// microseconds on a VM, more than a whole round among local ranks.
+absl::Duration DefaultRoundSpin(uint32_t local_ranks);
+
 class RoundSlots {
  public:
   // Daemon: creates `path` (which must not exist) with permission bits
@@ -155,7 +164,8 @@ class RoundSlots {
   // sends another way cannot overtake them. Call after handing it on.
   void MarkTaken(uint64_t sequence);
   // Writes answer `sequence`: `result` is the rank-major result (at most
-  // geometry().result_words words) or the round's error. Wakes the rank.
+  // geometry().result_words words) or the round's error. Wakes the rank's
+  // threads sleeping in WaitForAnswers (a polling one sees the bell).
   void Answer(uint64_t sequence, uint64_t round, uint32_t words_per_rank,
               absl::Span<const uint32_t> result, const absl::Status& status);
   // Blocks until the request bell moves from `seen` (read with

@@ -6,9 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -201,6 +203,42 @@ TEST(RoundSlotsTest, WaitersWakeOnPostAnswerAndCloseAndHonourDeadlines) {
   (*rank)->WaitForAnswers(bell, absl::InfiniteFuture());
   closer.join();
   EXPECT_TRUE((*rank)->closed());
+  unlink(path.c_str());
+}
+
+// The daemon wakes the rank only while the rank says threads sleep on the
+// answer bell: every one of several sleeping threads must wake (a count,
+// not a flag that the first to wake would clear), and so must a thread that
+// polls first and then sleeps.
+TEST(RoundSlotsTest, EverySleepingThreadOfARankWakesOnAnAnswer) {
+  const std::string path = TempPath("slots-sleepers");
+  auto daemon = RoundSlots::Create(path, 0600, Small());
+  ASSERT_TRUE(daemon.ok());
+  auto rank = RoundSlots::Open(path, Small());
+  ASSERT_TRUE(rank.ok());
+  for (int trial = 0; trial < 20; ++trial) {
+    const uint32_t bell = (*rank)->AnswerBell();
+    const absl::Time deadline = MonotonicNow() + absl::Seconds(10);
+    std::atomic<int> woken{0};
+    std::vector<std::thread> waiters;
+    for (int t = 0; t < 4; ++t) {
+      waiters.emplace_back([&, t] {
+        const absl::Duration spin =
+            t == 0 ? absl::Milliseconds(1) : absl::ZeroDuration();
+        while ((*rank)->AnswerBell() == bell && MonotonicNow() < deadline) {
+          (*rank)->WaitForAnswers(bell, deadline, spin);
+        }
+        if (MonotonicNow() < deadline) ++woken;
+      });
+    }
+    absl::SleepFor(absl::Milliseconds(trial % 2 == 0 ? 5 : 0));
+    (*rank)->Post(trial, trial + 1, 10, {7});
+    ASSERT_TRUE((*daemon)->Take(trial).ok());
+    (*daemon)->Answer(trial, trial + 1, 1, {7}, absl::OkStatus());
+    for (auto& w : waiters) w.join();
+    EXPECT_EQ(woken.load(), 4) << "trial " << trial;
+    ASSERT_TRUE((*rank)->ReadAnswer(trial).has_value());
+  }
   unlink(path.c_str());
 }
 

@@ -17,6 +17,7 @@
 #include "common/grpc_deadline.h"
 #include "common/limits.h"
 #include "common/monotonic_clock.h"
+#include "common/round_slots.h"
 #include "daemon/event_log.h"
 #include "daemon/log.h"
 #include "daemon/remote_coordinator.h"
@@ -175,7 +176,8 @@ absl::Status Daemon::Init() {
           agent_.get(), folder, 0660,
           [this](absl::StatusCode code, absl::Duration elapsed) {
             if (metrics_ != nullptr) metrics_->ObserveRound(code, elapsed);
-          });
+          },
+          DefaultRoundSpin(config_.nproc_per_node));
     }
   }
   rank_service_ =

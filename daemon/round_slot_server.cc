@@ -1,6 +1,7 @@
 // daemon/round_slot_server.cc: see round_slot_server.h.
 #include "daemon/round_slot_server.h"
 
+#include <sched.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -41,12 +42,13 @@ class RoundSlotServer::Channel {
  public:
   Channel(NodeAgent* agent, std::shared_ptr<const RoundObserver> observe,
           v1::MemberRef member, std::string path,
-          std::shared_ptr<RoundSlots> slots)
+          std::shared_ptr<RoundSlots> slots, absl::Duration spin)
       : agent_(agent),
         observe_(std::move(observe)),
         member_(std::move(member)),
         path_(std::move(path)),
-        slots_(std::move(slots)) {}
+        slots_(std::move(slots)),
+        spin_(spin) {}
 
   void Start() {
     thread_ = std::thread([this] { Run(); });
@@ -73,6 +75,9 @@ class RoundSlotServer::Channel {
     absl::Time next_check = MonotonicNow() + kMemberCheck;
     uint64_t next = 0;  // the next request to take
     int empty_rings = 0;
+    // Whether the last two requests came back to back (see kBackToBack).
+    bool hot = false;
+    absl::Time last_request = absl::InfinitePast();
     std::string ended;
     // Closed by Close() or by the rank itself (it detached): either way no
     // request will come.
@@ -93,6 +98,11 @@ class RoundSlotServer::Channel {
                              " times without posting)");
         break;
       }
+      if (posted > next) {
+        const absl::Time now = MonotonicNow();
+        hot = spin_ > absl::ZeroDuration() && now - last_request <= kBackToBack;
+        last_request = now;
+      }
       if (!DispatchUpTo(posted, next, ended)) break;
       if (MonotonicNow() >= next_check) {
         if (absl::Status s = agent_->CheckMember(member_); !s.ok()) {
@@ -108,6 +118,7 @@ class RoundSlotServer::Channel {
       }
       absl::Time wake = next_check;
       if (!unlinked_.load() && attach_by < wake) wake = attach_by;
+      if (hot && SpinForRequests(bell)) continue;
       slots_->WaitForRequests(bell, wake);
     }
     if (!ended.empty()) {
@@ -117,6 +128,17 @@ class RoundSlotServer::Channel {
     }
     Unlink();
     finished_.store(true);
+  }
+
+  // Polls the request bell for a little while after a request, as the
+  // rank polls for its answer: true when it moved.
+  bool SpinForRequests(uint32_t bell) {
+    const absl::Time until = MonotonicNow() + spin_;
+    while (MonotonicNow() < until) {
+      if (slots_->RequestBell() != bell) return true;
+      sched_yield();
+    }
+    return false;
   }
 
   // Dispatches requests [next, posted), advancing `next`. False, with
@@ -200,6 +222,7 @@ class RoundSlotServer::Channel {
   const std::string path_;
   // Shared with replies still to come; they may outlive the channel.
   const std::shared_ptr<RoundSlots> slots_;
+  const absl::Duration spin_;
   const std::shared_ptr<Ledger> ledger_ =
       std::make_shared<Ledger>(slots_->geometry().slots);
   std::atomic<bool> stop_{false};
@@ -209,11 +232,13 @@ class RoundSlotServer::Channel {
 };
 
 RoundSlotServer::RoundSlotServer(NodeAgent* agent, std::string folder,
-                                 mode_t mode, RoundObserver observe)
+                                 mode_t mode, RoundObserver observe,
+                                 absl::Duration spin)
     : agent_(agent),
       folder_(std::move(folder)),
       mode_(mode),
-      observe_(std::make_shared<const RoundObserver>(std::move(observe))) {}
+      observe_(std::make_shared<const RoundObserver>(std::move(observe))),
+      spin_(spin) {}
 
 RoundSlotServer::~RoundSlotServer() { Stop(); }
 
@@ -231,7 +256,7 @@ absl::StatusOr<v1::OpenRoundSlotsResponse> RoundSlotServer::Open(
       RoundSlots::Create(path, mode_, geometry);
   if (!slots.ok()) return slots.status();
   auto channel = std::make_shared<Channel>(agent_, observe_, request.member(),
-                                           path, std::move(*slots));
+                                           path, std::move(*slots), spin_);
   std::vector<std::shared_ptr<Channel>> retired;
   {
     absl::MutexLock lock(&mu_);

@@ -48,6 +48,8 @@ class RoundSlotServer {
  public:
   // How long a new file waits in the folder for its rank to map it.
   static constexpr absl::Duration kAttachTimeout = absl::Seconds(10);
+  // Requests this close together make a watcher poll for the next one.
+  static constexpr absl::Duration kBackToBack = absl::Milliseconds(1);
 
   // Told of every round answered through the slots (its status code and
   // how long it took from the request being taken); for metrics.
@@ -56,9 +58,16 @@ class RoundSlotServer {
   // Files are made in `folder` with permission bits `mode` (those of the
   // socket, so exactly who may call the daemon may map them). `agent` must
   // outlive the server; `observe` (may be empty) must stay callable until
-  // the agent has answered every round (NodeAgent::Shutdown).
+  // the agent has answered every round (NodeAgent::Shutdown). A watcher
+  // polls for its rank's next request for up to `spin` before it sleeps,
+  // but only while rounds come back to back (the last two requests less
+  // than kBackToBack apart): a rank of a serving engine that sends one
+  // round per step costs no polling, one that sends rounds in a burst gets
+  // them without a futex wake-up each (common/round_slots.h,
+  // DefaultRoundSpin).
   RoundSlotServer(NodeAgent* agent, std::string folder, mode_t mode,
-                  RoundObserver observe = nullptr);
+                  RoundObserver observe = nullptr,
+                  absl::Duration spin = absl::ZeroDuration());
   // Stops.
   ~RoundSlotServer();
 
@@ -86,6 +95,7 @@ class RoundSlotServer {
   const mode_t mode_;
   // Shared with every pending round's reply.
   const std::shared_ptr<const RoundObserver> observe_;
+  const absl::Duration spin_;
 
   mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
