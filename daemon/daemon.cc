@@ -177,7 +177,11 @@ absl::Status Daemon::Init() {
           [this](absl::StatusCode code, absl::Duration elapsed) {
             if (metrics_ != nullptr) metrics_->ObserveRound(code, elapsed);
           },
-          DefaultRoundSpin(config_.nproc_per_node));
+          // Only where rounds finish on this node: between nodes the next
+          // request cannot come sooner than a network round trip, and a
+          // polling watcher would take CPU from the round link's thread.
+          config_.nnodes == 1 ? DefaultRoundSpin(config_.nproc_per_node)
+                              : absl::ZeroDuration());
     }
   }
   rank_service_ =

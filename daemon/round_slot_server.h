@@ -64,7 +64,7 @@ class RoundSlotServer {
   // than kBackToBack apart): a rank of a serving engine that sends one
   // round per step costs no polling, one that sends rounds in a burst gets
   // them without a futex wake-up each (common/round_slots.h,
-  // DefaultRoundSpin).
+  // DefaultRoundSpin). The daemon polls only in single-node jobs.
   RoundSlotServer(NodeAgent* agent, std::string folder, mode_t mode,
                   RoundObserver observe = nullptr,
                   absl::Duration spin = absl::ZeroDuration());
