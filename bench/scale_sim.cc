@@ -59,6 +59,7 @@
 #include "absl/time/clock.h"
 #include "bench/bench_rank.h"
 #include "common/credentials.h"
+#include "common/monotonic_clock.h"
 #include "daemon/round_link.h"
 #include "daemon/round_link_protocol.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -332,7 +333,7 @@ void RunLinkRounds(std::vector<SimNode>& nodes, const RoundPlan& plan,
     Link& link = links[i];
     link.fd = ConnectTo(host, n.round_link_port);
     absl::Status s = rankd::ShakeHandsAsNode(
-        link.fd, n.ref, n.token, absl::Now() + absl::Seconds(30),
+        link.fd, n.ref, n.token, rankd::MonotonicNow() + absl::Seconds(30),
         [] { return false; }, absl::StrCat("node ", n.index, " round link"));
     if (!s.ok()) Die(s.ToString());
     epoll_event event{};

@@ -38,7 +38,8 @@ namespace rankd {
 // link is open, `fd` then carrying frames; otherwise why not, the message
 // starting with `where`: the coordinator's refusal with its code,
 // PermissionDenied when the peer cannot prove it holds the node key,
-// DeadlineExceeded past `deadline`, Cancelled once `stopping` returns true,
+// DeadlineExceeded past `deadline` (on MonotonicNow's clock,
+// common/monotonic_clock.h), Cancelled once `stopping` returns true,
 // Unavailable when the socket fails. Blocks the caller; `fd` stays the
 // caller's. RoundLink opens with it; the scale benchmark's simulated nodes
 // (bench/scale_sim.cc) too.
