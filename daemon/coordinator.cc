@@ -1,5 +1,6 @@
 #include "daemon/coordinator.h"
 
+#include <algorithm>
 #include <random>
 #include <utility>
 
@@ -393,51 +394,55 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
 
 void Coordinator::HoldJoinLocked(uint32_t node_index, uint32_t rank,
                                  v1::MemberDetails details) {
-  HeldJoins& held = held_joins_[node_index];
-  if (held.event.ranks_size() == 0) {
-    held.event.set_kind(v1::EVENT_KIND_MEMBER_JOINED);
-    held.event.set_node_index(node_index);
-    held.timer =
-        timer_->Schedule(MonotonicNow() + kJoinHold, [this, node_index] {
-          absl::MutexLock lock(&mu_);
-          AppendHeldJoinsLocked(node_index);
-        });
+  v1::JobEvent& event = held_joins_.event;
+  if (event.ranks_size() == 0) {
+    event.set_kind(v1::EVENT_KIND_MEMBER_JOINED);
+    event.set_node_index(node_index);
+    held_joins_.timer = timer_->Schedule(MonotonicNow() + kJoinHold, [this] {
+      absl::MutexLock lock(&mu_);
+      AppendHeldJoinsLocked();
+    });
+  } else if (event.has_node_index() && event.node_index() != node_index) {
+    event.clear_node_index();  // several nodes: each member names its own
   }
-  held.event.add_ranks(rank);
-  *held.event.add_members() = std::move(details);
-  if (static_cast<uint32_t>(held.event.ranks_size()) >= spec_.nproc_per_node) {
-    AppendHeldJoinsLocked(node_index);
-  }
+  details.set_node_index(node_index);
+  event.add_ranks(rank);
+  *event.add_members() = std::move(details);
+  if (event.ranks_size() >= kMaxHeldJoins) AppendHeldJoinsLocked();
 }
 
-void Coordinator::AppendHeldJoinsLocked(std::optional<uint32_t> node_index) {
-  auto it = node_index.has_value() ? held_joins_.find(*node_index)
-                                   : held_joins_.begin();
-  while (it != held_joins_.end()) {
-    timer_->Cancel(it->second.timer);
-    v1::JobEvent event = std::move(it->second.event);
-    it = held_joins_.erase(it);
-    // One rank: its pid, as before; several: their list (the pids are in
-    // `members`).
-    if (event.ranks_size() == 1) {
-      event.set_message(absl::StrCat("rank ", event.ranks(0), " (pid ",
-                                     event.members(0).pid(),
-                                     ") joined on node ", event.node_index()));
-      *event.mutable_member() = event.members(0);
-    } else {
-      event.set_message(
-          absl::StrCat("ranks ",
-                       FormatRankList(std::vector<uint32_t>(
-                           event.ranks().begin(), event.ranks().end())),
-                       " joined on node ", event.node_index()));
+void Coordinator::AppendHeldJoinsLocked() {
+  if (held_joins_.event.ranks_size() == 0) return;
+  timer_->Cancel(held_joins_.timer);
+  v1::JobEvent event = std::move(held_joins_.event);
+  held_joins_ = HeldJoins();
+  // One rank: its pid, as before; several: their list (the pids are in
+  // `members`).
+  const std::string ranks = FormatRankList(
+      std::vector<uint32_t>(event.ranks().begin(), event.ranks().end()));
+  if (event.ranks_size() == 1) {
+    event.set_message(absl::StrCat("rank ", event.ranks(0), " (pid ",
+                                   event.members(0).pid(), ") joined on node ",
+                                   event.members(0).node_index()));
+    *event.mutable_member() = event.members(0);
+  } else if (event.has_node_index()) {
+    event.set_message(
+        absl::StrCat("ranks ", ranks, " joined on node ", event.node_index()));
+  } else {
+    std::vector<uint32_t> nodes;
+    for (const v1::MemberDetails& m : event.members()) {
+      nodes.push_back(m.node_index());
     }
-    events_.Append(std::move(event));
-    if (node_index.has_value()) break;
+    std::sort(nodes.begin(), nodes.end());
+    nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+    event.set_message(absl::StrCat("ranks ", ranks, " joined on nodes ",
+                                   FormatRankList(std::move(nodes))));
   }
+  events_.Append(std::move(event));
 }
 
 void Coordinator::AppendEventLocked(v1::JobEvent event) {
-  AppendHeldJoinsLocked(std::nullopt);
+  AppendHeldJoinsLocked();
   events_.Append(std::move(event));
 }
 
@@ -445,7 +450,7 @@ void Coordinator::AppendEventLocked(v1::EventKind kind,
                                     std::optional<uint32_t> node_index,
                                     const std::vector<uint32_t>& ranks,
                                     std::string message) {
-  AppendHeldJoinsLocked(std::nullopt);
+  AppendHeldJoinsLocked();
   events_.Append(kind, node_index, ranks, std::move(message));
 }
 

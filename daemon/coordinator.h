@@ -43,10 +43,11 @@ using Reply = std::function<void(absl::StatusOr<T>)>;
 
 class Coordinator {
  public:
-  // Longest a MEMBER_JOINED event waits for more ranks of its node before it
-  // goes out (see held_joins_); it goes out at once when the node's ranks
-  // have all joined, and before any other event (the job ready included).
-  static constexpr absl::Duration kJoinHold = absl::Milliseconds(5);
+  // Longest a MEMBER_JOINED event waits for more joins before it goes out
+  // (see held_joins_); it goes out at once when it holds kMaxHeldJoins
+  // ranks, and before any other event (the job ready included).
+  static constexpr absl::Duration kJoinHold = absl::Milliseconds(20);
+  static constexpr int kMaxHeldJoins = 1024;
 
   // `spec` must be valid (see ResolveConfig). `timer` must outlive this.
   // Generates a random job incarnation and starts the heartbeat monitor.
@@ -164,16 +165,14 @@ class Coordinator {
   // Releases waits after FailJobLocked; call without the lock.
   void ReleaseAfterFailure();
   std::string MissingRanksLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Adds a join to the MEMBER_JOINED event held for its node (see
-  // held_joins_), which goes out once the node's ranks have all joined,
-  // kJoinHold after its first join, or before any other event.
+  // Adds a join to the held MEMBER_JOINED event (see held_joins_), which
+  // goes out kJoinHold after its first join, once it holds kMaxHeldJoins
+  // ranks, or before any other event.
   void HoldJoinLocked(uint32_t node_index, uint32_t rank,
                       v1::MemberDetails details)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Appends the held MEMBER_JOINED event of `node_index` (or of every node,
-  // in node order) to the log.
-  void AppendHeldJoinsLocked(std::optional<uint32_t> node_index)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends the held MEMBER_JOINED event, if any, to the log.
+  void AppendHeldJoinsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Appends an event after the held joins, so the log keeps the order in
   // which things happened.
   void AppendEventLocked(v1::JobEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -207,17 +206,19 @@ class Coordinator {
   uint32_t left_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, JoinWaiter> join_waiters_ ABSL_GUARDED_BY(mu_);
-  // MEMBER_JOINED events not yet in the log, by node: one event per node for
-  // ranks that join together, so that when thousands of ranks join, every
-  // node's event stream carries one event per node, not one per rank (each
-  // event reaches every node: at 512 nodes x 8 ranks, 2.1 million event
-  // deliveries became 262 thousand).
+  // The MEMBER_JOINED event not yet in the log: the ranks that joined
+  // within kJoinHold of its first, on any nodes, so that when thousands of
+  // ranks join, every node's event stream carries a few large events, not
+  // one per rank or per node (each event reaches every node: at 512 nodes x
+  // 8 ranks, one event per rank made 2.1 million deliveries, one per node
+  // 262 thousand; bench/RESULTS.md, "Reading the scale numbers").
   struct HeldJoins {
-    v1::JobEvent event;  // ranks and members filled; message and sequence
-                         // are set when it is appended
+    v1::JobEvent event;  // ranks and members filled (node_index while they
+                         // are all on one node); message and sequence are
+                         // set when it is appended
     DeadlineTimer::TimerId timer = 0;
   };
-  std::map<uint32_t, HeldJoins> held_joins_ ABSL_GUARDED_BY(mu_);
+  HeldJoins held_joins_ ABSL_GUARDED_BY(mu_);
   DeadlineTimer::TimerId heartbeat_timer_ ABSL_GUARDED_BY(mu_) = 0;
   // Blocking key-value gets waiting, by rank (at most
   // spec_.limits.max_waiting_gets_per_rank each). Own lock: released from the

@@ -626,14 +626,15 @@ TEST_F(CoordinatorTest, JoinRankRecordsTheMember) {
   EXPECT_EQ(coord_->events().last_sequence(), 2u);
 }
 
-TEST_F(CoordinatorTest, RanksOfANodeJoiningTogetherMakeOneEvent) {
+TEST_F(CoordinatorTest, RanksJoiningTogetherMakeOneEvent) {
   ASSERT_TRUE(Register(0).ok());
   ASSERT_TRUE(Register(1).ok());
   const uint64_t before = coord_->events().last_sequence();
   ASSERT_TRUE(JoinNow(1, 3).ok());
-  ASSERT_TRUE(JoinNow(0, 0).ok());
   ASSERT_TRUE(JoinNow(1, 2).ok());
-  // Node 1 is complete: its event is out at once; node 0's is held.
+  // Held for Coordinator::kJoinHold, then one event for node 1's ranks.
+  EXPECT_EQ(coord_->events().last_sequence(), before);
+  ASSERT_TRUE(WaitForSequence(before + 1));
   std::vector<v1::JobEvent> events = coord_->events().Since(before);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].kind(), v1::EVENT_KIND_MEMBER_JOINED);
@@ -644,14 +645,50 @@ TEST_F(CoordinatorTest, RanksOfANodeJoiningTogetherMakeOneEvent) {
   EXPECT_EQ(events[0].members(0).pid(), Pid(3));
   EXPECT_EQ(events[0].members(1).pid(), Pid(2));
   EXPECT_EQ(events[0].members(1).local_rank(), 0u);
+  EXPECT_EQ(events[0].members(1).node_index(), 1u);
   EXPECT_FALSE(events[0].has_member());
-  // The last join makes the world: the held join goes out before JOB_READY.
+  // The last joins make the world: the held joins go out before JOB_READY.
+  ASSERT_TRUE(JoinNow(0, 1).ok());
+  ASSERT_TRUE(JoinNow(0, 0).ok());
+  events = coord_->events().Since(before + 1);
+  ASSERT_EQ(Kinds(events),
+            (std::vector<v1::EventKind>{v1::EVENT_KIND_MEMBER_JOINED,
+                                        v1::EVENT_KIND_JOB_READY}));
+  EXPECT_EQ(Ranks(events[0]), (std::vector<uint32_t>{1, 0}));
+  EXPECT_EQ(events[0].node_index(), 0u);
+}
+
+// In a join storm, ranks of several nodes joining within kJoinHold share
+// one event (each event reaches every node): the event names no node, each
+// member its own.
+TEST_F(CoordinatorTest, RanksOfSeveralNodesJoiningTogetherShareOneEvent) {
+  ASSERT_TRUE(Register(0).ok());
+  ASSERT_TRUE(Register(1).ok());
+  const uint64_t before = coord_->events().last_sequence();
+  ASSERT_TRUE(JoinNow(1, 3).ok());
+  ASSERT_TRUE(JoinNow(0, 0).ok());
+  ASSERT_TRUE(JoinNow(1, 2).ok());
+  ASSERT_TRUE(WaitForSequence(before + 1));
+  std::vector<v1::JobEvent> events = coord_->events().Since(before);
+  ASSERT_EQ(events.size(), 1u);
+  const v1::JobEvent& e = events[0];
+  EXPECT_EQ(e.kind(), v1::EVENT_KIND_MEMBER_JOINED);
+  EXPECT_FALSE(e.has_node_index());
+  EXPECT_EQ(Ranks(e), (std::vector<uint32_t>{3, 0, 2}));
+  EXPECT_EQ(e.message(), "ranks 0, 2-3 joined on nodes 0-1");
+  ASSERT_EQ(e.members_size(), 3);
+  EXPECT_EQ(e.members(0).node_index(), 1u);
+  EXPECT_EQ(e.members(1).node_index(), 0u);
+  EXPECT_EQ(e.members(2).node_index(), 1u);
+  EXPECT_EQ(e.members(1).pid(), Pid(0));
+  // A lone join goes out as a one-rank event, before JOB_READY.
   ASSERT_TRUE(JoinNow(0, 1).ok());
   events = coord_->events().Since(before + 1);
   ASSERT_EQ(Kinds(events),
             (std::vector<v1::EventKind>{v1::EVENT_KIND_MEMBER_JOINED,
                                         v1::EVENT_KIND_JOB_READY}));
-  EXPECT_EQ(Ranks(events[0]), (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(events[0].message(),
+            absl::StrCat("rank 1 (pid ", Pid(1), ") joined on node 0"));
 }
 
 TEST_F(CoordinatorTest, DuplicateClaimIsAlreadyExistsNamingTheHolder) {
@@ -912,14 +949,14 @@ TEST_F(CoordinatorTest, LostRankFailsTheJobAndAbortsEveryPendingWait) {
   ASSERT_TRUE(round->Wait());
   EXPECT_EQ(round->status(), absl::AbortedError(aborted));
 
-  // Rank 2's join was held for node 1's other rank; it goes out before the
-  // loss, so the log keeps the order in which things happened.
+  // The joins were held (for more joins); they go out before the loss, so
+  // the log keeps the order in which things happened.
   std::vector<v1::JobEvent> events = coord_->events().Since(before);
   ASSERT_EQ(Kinds(events),
             (std::vector<v1::EventKind>{v1::EVENT_KIND_MEMBER_JOINED,
                                         v1::EVENT_KIND_MEMBER_LOST,
                                         v1::EVENT_KIND_JOB_FAILED}));
-  EXPECT_EQ(Ranks(events[0]), (std::vector<uint32_t>{2}));
+  EXPECT_EQ(Ranks(events[0]), (std::vector<uint32_t>{0, 1, 2}));
   EXPECT_EQ(events[1].node_index(), 1u);
   EXPECT_EQ(Ranks(events[1]), (std::vector<uint32_t>{2}));
   EXPECT_EQ(events[1].message(), cause);
@@ -955,10 +992,10 @@ TEST_F(CoordinatorTest, SubscribeReplaysEventsAndChecksTheNode) {
   EXPECT_EQ(got[0].sequence(), 2u);
   EXPECT_EQ(got[0].node_index(), 1u);
 
-  // Both ranks of node 0: one event, out as soon as the node's ranks all
-  // joined.
+  // Both ranks of node 0: one event, out after Coordinator::kJoinHold.
   ASSERT_TRUE(JoinNow(0, 0).ok());
   ASSERT_TRUE(JoinNow(0, 1).ok());
+  ASSERT_TRUE(collector_.WaitFor(v1::EVENT_KIND_MEMBER_JOINED));
   ASSERT_EQ(collector_.events().size(), 2u);
   EXPECT_EQ(Ranks(collector_.events()[1]), (std::vector<uint32_t>{0, 1}));
 

@@ -33,8 +33,13 @@ void JobReplica::Apply(const v1::JobEvent& event) {
       SetRanks(event, v1::MEMBER_STATE_JOINED);
       if (event.members_size() == event.ranks_size()) {
         for (int i = 0; i < event.ranks_size(); ++i) {
-          if (event.ranks(i) < members_.size()) {
-            members_[event.ranks(i)].details = event.members(i);
+          if (event.ranks(i) >= members_.size()) continue;
+          Member& m = members_[event.ranks(i)];
+          m.details = event.members(i);
+          // A join storm's event spans nodes: each member names its own.
+          if (m.details.has_node_index() &&
+              m.details.node_index() < nodes_.size()) {
+            m.node_index = m.details.node_index();
           }
         }
       } else if (event.has_member() && event.ranks_size() == 1 &&

@@ -102,6 +102,30 @@ TEST(JobReplicaTest, OneEventForSeveralRanksOfANodeCarriesEachRanksDetails) {
   EXPECT_EQ(replica.member(0).details.pid(), 0u);
 }
 
+// A join storm's event spans nodes: no node on the event, each member
+// names the node it joined on (a rank need not be on its default node).
+TEST(JobReplicaTest, OneEventForRanksOfSeveralNodesPlacesEachOnItsNode) {
+  JobReplica replica(TwoByTwo());
+  v1::JobEvent joined = Event(v1::EVENT_KIND_MEMBER_JOINED, {0, 3, 1});
+  for (uint32_t node : {1u, 1u, 0u}) {
+    v1::MemberDetails* m = joined.add_members();
+    m->set_node_index(node);
+    m->set_pid(100 + node);
+  }
+  replica.Apply(joined);
+  EXPECT_EQ(replica.member(0).node_index, 1u);
+  EXPECT_EQ(replica.member(3).node_index, 1u);
+  EXPECT_EQ(replica.member(1).node_index, 0u);
+  EXPECT_EQ(replica.member(0).details.pid(), 101u);
+  EXPECT_EQ(replica.member(1).state, v1::MEMBER_STATE_JOINED);
+  EXPECT_EQ(replica.joined_ranks(), 3u);
+  // A node outside the job is not taken: the rank stays where it was.
+  v1::JobEvent stray = Event(v1::EVENT_KIND_MEMBER_JOINED, {2});
+  stray.add_members()->set_node_index(7);
+  replica.Apply(stray);
+  EXPECT_EQ(replica.member(2).node_index, 1u);
+}
+
 TEST(JobReplicaTest, EventsOutsideTheJobChangeNothing) {
   JobReplica replica(TwoByTwo());
   replica.Apply(Event(v1::EVENT_KIND_MEMBER_JOINED, {4, 1000000}, 0));
