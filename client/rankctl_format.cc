@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/time_format.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace rankd {
@@ -236,7 +237,7 @@ std::string FormatMembers(const v1::MemberList& list) {
 std::string FormatEvent(const v1::JobEvent& event) {
   std::string out =
       absl::StrCat("#", event.sequence(), " ",
-                   absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ",
+                   absl::FormatTime(kTimestampFormat,
                                     absl::FromUnixMillis(event.time_unix_ms()),
                                     absl::UTCTimeZone()),
                    " ", EventKindName(event.kind()));

@@ -7,6 +7,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/time_format.h"
 
 namespace rankd {
 namespace {
@@ -26,7 +27,7 @@ void SetLogPrefix(std::string prefix) {
 void Log(absl::string_view message) {
   if (!log_enabled.load(std::memory_order_relaxed)) return;
   std::string line =
-      absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
+      absl::StrCat(absl::FormatTime(kTimestampFormat, absl::Now(),
                                     absl::UTCTimeZone()),
                    " ");
   absl::MutexLock lock(&log_mu);

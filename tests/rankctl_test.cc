@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/credentials.h"
+#include "common/time_format.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
@@ -376,7 +377,7 @@ TEST_F(RankctlTest, Watch) {
     absl::Time when;
     std::string error;
     EXPECT_TRUE(
-        absl::ParseTime("%Y-%m-%dT%H:%M:%E3SZ", cells[1], &when, &error))
+        absl::ParseTime(kTimestampFormat, cells[1], &when, &error))
         << cells[1] << ": " << error;
     EXPECT_LT(absl::AbsDuration(absl::Now() - when), absl::Minutes(5));
     if (cells[2] == "MEMBER_JOINED") {

@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/time_format.h"
 #include "gtest/gtest.h"
 #include "tests/harness/cluster.h"
 
@@ -67,7 +68,7 @@ absl::Time LastLogTime(const std::string& log) {
     absl::Time when;
     std::string error;
     if (!words.empty() &&
-        absl::ParseTime("%Y-%m-%dT%H:%M:%E3SZ", std::string(words[0]), &when,
+        absl::ParseTime(kTimestampFormat, std::string(words[0]), &when,
                         &error)) {
       last = when;
     }
