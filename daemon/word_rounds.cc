@@ -4,10 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "google/protobuf/io/coded_stream.h"
-
 #include "common/monotonic_clock.h"
 #include "daemon/rank_list.h"
+#include "google/protobuf/io/coded_stream.h"
 
 namespace rankd {
 namespace {

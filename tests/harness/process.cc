@@ -12,11 +12,14 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <utility>
 
+#include "absl/base/const_init.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/monotonic_clock.h"
 
@@ -179,17 +182,25 @@ std::string Runfile(const std::string& path) {
 }
 
 int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  int port = ntohs(addr.sin_port);
-  ::close(fd);
-  return port;
+  // The kernel may hand the same free port out twice in a row; a test that
+  // asks for several (a cluster's nodes, their metrics listeners) must get
+  // distinct ones: a node given the coordinator's port takes its role.
+  static absl::Mutex mu(absl::kConstInit);
+  static std::set<int>* given ABSL_GUARDED_BY(mu) = new std::set<int>();
+  absl::MutexLock lock(&mu);
+  for (;;) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    int port = ntohs(addr.sin_port);
+    ::close(fd);
+    if (given->insert(port).second) return port;
+  }
 }
 
 std::string MakeTempDir(const std::string& prefix) {

@@ -72,7 +72,7 @@ std::string Logs(std::vector<ChildProcess>& processes);
 std::string Runfile(const std::string& path);
 
 // A free TCP port on 127.0.0.1 (bound and released; small race acceptable
-// in tests).
+// in tests), never one this process was given before.
 int FreePort();
 
 // A fresh folder under /tmp (short, so socket paths fit); the caller removes
