@@ -5,7 +5,9 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -37,18 +39,59 @@ absl::StatusOr<std::string> RandomName() {
 
 }  // namespace
 
+// Polls, on one thread, the files of every channel whose rounds come back
+// to back, so that a node's busy ranks keep one daemon thread polling
+// instead of one each (on a node with few cores, every polling thread
+// takes turns on a core with the ranks that finish the round). A channel's
+// watcher hands its channel over with Cover and blocks until the poller
+// hands it back: when no covered channel has had a request for `idle`,
+// when the channel ended, or at Stop.
+class RoundSlotServer::Poller {
+ public:
+  explicit Poller(absl::Duration idle) : idle_(idle) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~Poller() { Stop(); }
+
+  // Polls `channel` (whose watcher calls this) until it is handed back.
+  void Cover(Channel* channel) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Hands every channel back (from the poller's thread, between looks, so
+  // a channel handed back may end at once), and ends the thread. Later
+  // Covers return at once. Idempotent.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      absl::MutexLock lock(&mu_);
+      stopped_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const absl::Duration idle_;
+  absl::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<Channel*> covered_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_cover_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::thread thread_;
+};
+
 // One rank's file and its watcher thread.
 class RoundSlotServer::Channel {
  public:
+  // With a `poller`, the watcher hands the channel over to it while the
+  // rank's requests come back to back.
   Channel(NodeAgent* agent, std::shared_ptr<const RoundObserver> observe,
           v1::MemberRef member, std::string path,
-          std::shared_ptr<RoundSlots> slots, absl::Duration spin)
+          std::shared_ptr<RoundSlots> slots, Poller* poller)
       : agent_(agent),
         observe_(std::move(observe)),
         member_(std::move(member)),
         path_(std::move(path)),
         slots_(std::move(slots)),
-        spin_(spin) {}
+        poller_(poller) {}
 
   void Start() {
     thread_ = std::thread([this] { Run(); });
@@ -65,61 +108,50 @@ class RoundSlotServer::Channel {
   }
   bool finished() const { return finished_.load(); }
 
+  // What one look at the file found.
+  enum class Look {
+    kRequests,  // took one or more requests
+    kNothing,   // nothing new
+    kEnded,     // the channel ended (closed, or the rank broke the rules)
+  };
+
+  // Takes what the rank posted (the poller's look at a covered channel).
+  Look LookAsPoller() ABSL_LOCKS_EXCLUDED(step_mu_) {
+    absl::MutexLock lock(&step_mu_);
+    return Step(/*after_ring=*/false);
+  }
+
  private:
   void Unlink() {
     if (!unlinked_.exchange(true)) ::unlink(path_.c_str());
   }
 
   void Run() {
-    const absl::Time attach_by = MonotonicNow() + kAttachTimeout;
-    absl::Time next_check = MonotonicNow() + kMemberCheck;
-    uint64_t next = 0;  // the next request to take
-    int empty_rings = 0;
-    // Whether the last two requests came back to back (see kBackToBack).
-    bool hot = false;
-    absl::Time last_request = absl::InfinitePast();
-    std::string ended;
-    // Closed by Close() or by the rank itself (it detached): either way no
-    // request will come.
-    while (!stop_.load() && !slots_->closed()) {
+    while (true) {
+      // Read before looking at `posted`, so a request posted after the
+      // look moves the bell from this value and the sleep below ends.
       const uint32_t bell = slots_->RequestBell();
-      if (!unlinked_.load() &&
-          (slots_->attached() || MonotonicNow() >= attach_by)) {
-        Unlink();
+      Look look;
+      bool hot;
+      absl::Time wake;
+      {
+        absl::MutexLock lock(&step_mu_);
+        look = Step(/*after_ring=*/true);
+        hot = hot_;
+        wake = next_check_;
+        if (!unlinked_.load() && attach_by_ < wake) wake = attach_by_;
       }
-      const uint64_t posted = slots_->posted();
-      if (slots_->broken()) {
-        ended = "truncated its round-slots file";
-        break;
+      if (look == Look::kEnded) break;
+      if (look == Look::kRequests && hot && poller_ != nullptr) {
+        poller_->Cover(this);
+        continue;  // what came since it was handed back is taken first
       }
-      empty_rings = posted > next ? 0 : empty_rings + 1;
-      if (empty_rings > kMaxEmptyRings) {
-        ended = absl::StrCat("broke the protocol (rang ", kMaxEmptyRings,
-                             " times without posting)");
-        break;
-      }
-      if (posted > next) {
-        const absl::Time now = MonotonicNow();
-        hot = spin_ > absl::ZeroDuration() && now - last_request <= kBackToBack;
-        last_request = now;
-      }
-      if (!DispatchUpTo(posted, next, ended)) break;
-      if (MonotonicNow() >= next_check) {
-        if (absl::Status s = agent_->CheckMember(member_); !s.ok()) {
-          // What the rank posted meanwhile gets the agent's own answer
-          // (the job's failure, "left", ...) rather than "closed".
-          std::string ignored;
-          DispatchUpTo(slots_->posted(), next, ignored);
-          ended = absl::StrCat("is no longer a member (", s.message(), ")");
-          break;
-        }
-        next_check = MonotonicNow() + kMemberCheck;
-        empty_rings = 0;  // the 1 s wake-ups ring nothing either
-      }
-      absl::Time wake = next_check;
-      if (!unlinked_.load() && attach_by < wake) wake = attach_by;
-      if (hot && SpinForRequests(bell)) continue;
       slots_->WaitForRequests(bell, wake);
+    }
+    std::string ended;
+    {
+      absl::MutexLock lock(&step_mu_);
+      ended = ended_;
     }
     if (!ended.empty()) {
       Log(absl::StrCat("rank ", member_.rank(), " ", ended,
@@ -130,15 +162,60 @@ class RoundSlotServer::Channel {
     finished_.store(true);
   }
 
-  // Polls the request bell for a little while after a request, as the
-  // rank polls for its answer: true when it moved.
-  bool SpinForRequests(uint32_t bell) {
-    const absl::Time until = MonotonicNow() + spin_;
-    while (MonotonicNow() < until) {
-      if (slots_->RequestBell() != bell) return true;
-      sched_yield();
+  // One look at the file: unlinks it once the rank mapped it (or at
+  // attach_by_), takes what the rank posted, and checks each kMemberCheck
+  // that the rank is still a member. kEnded sets ended_ where the rank is
+  // at fault (empty when the file was closed). `after_ring`: the watcher's
+  // look after a wake-up, which counts towards kMaxEmptyRings when the
+  // rank posted nothing (the poller's looks are not rings).
+  Look Step(bool after_ring) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_) {
+    // Closed by Close() or by the rank itself (it detached): either way no
+    // request will come.
+    if (ended_step_ || stop_.load() || slots_->closed()) {
+      ended_step_ = true;
+      return Look::kEnded;
     }
-    return false;
+    if (!unlinked_.load() &&
+        (slots_->attached() || MonotonicNow() >= attach_by_)) {
+      Unlink();
+    }
+    const uint64_t posted = slots_->posted();
+    if (slots_->broken()) return End("truncated its round-slots file");
+    if (posted > next_) {
+      empty_rings_ = 0;
+    } else if (after_ring) {
+      ++empty_rings_;
+    }
+    if (empty_rings_ > kMaxEmptyRings) {
+      return End(absl::StrCat("broke the protocol (rang ", kMaxEmptyRings,
+                              " times without posting)"));
+    }
+    const bool requests = posted > next_;
+    if (requests) {
+      const absl::Time now = MonotonicNow();
+      hot_ = now - last_request_ <= kBackToBack;
+      last_request_ = now;
+    }
+    std::string violation;
+    if (!DispatchUpTo(posted, next_, violation)) return End(violation);
+    if (MonotonicNow() >= next_check_) {
+      if (absl::Status s = agent_->CheckMember(member_); !s.ok()) {
+        // What the rank posted meanwhile gets the agent's own answer
+        // (the job's failure, "left", ...) rather than "closed".
+        std::string ignored;
+        DispatchUpTo(slots_->posted(), next_, ignored);
+        return End(absl::StrCat("is no longer a member (", s.message(), ")"));
+      }
+      next_check_ = MonotonicNow() + kMemberCheck;
+      empty_rings_ = 0;  // the 1 s wake-ups ring nothing either
+    }
+    return requests ? Look::kRequests : Look::kNothing;
+  }
+
+  Look End(std::string why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(step_mu_) {
+    ended_ = std::move(why);
+    ended_step_ = true;
+    return Look::kEnded;
   }
 
   // Dispatches requests [next, posted), advancing `next`. False, with
@@ -222,14 +299,86 @@ class RoundSlotServer::Channel {
   const std::string path_;
   // Shared with replies still to come; they may outlive the channel.
   const std::shared_ptr<RoundSlots> slots_;
-  const absl::Duration spin_;
+  Poller* const poller_;  // may be null
   const std::shared_ptr<Ledger> ledger_ =
       std::make_shared<Ledger>(slots_->geometry().slots);
+
+  // The watcher's state, used by whichever thread looks at the file: the
+  // watcher, or the poller while the watcher waits in Poller::Cover.
+  absl::Mutex step_mu_;
+  const absl::Time attach_by_ = MonotonicNow() + kAttachTimeout;
+  absl::Time next_check_ ABSL_GUARDED_BY(step_mu_) =
+      MonotonicNow() + kMemberCheck;
+  uint64_t next_ ABSL_GUARDED_BY(step_mu_) = 0;  // the next request to take
+  int empty_rings_ ABSL_GUARDED_BY(step_mu_) = 0;
+  // Whether the last two requests came back to back (see kBackToBack).
+  bool hot_ ABSL_GUARDED_BY(step_mu_) = false;
+  absl::Time last_request_ ABSL_GUARDED_BY(step_mu_) = absl::InfinitePast();
+  bool ended_step_ ABSL_GUARDED_BY(step_mu_) = false;
+  std::string ended_ ABSL_GUARDED_BY(step_mu_);  // why, when the rank's fault
+
   std::atomic<bool> stop_{false};
   std::atomic<bool> unlinked_{false};
   std::atomic<bool> finished_{false};
   std::thread thread_;
 };
+
+void RoundSlotServer::Poller::Cover(Channel* channel) {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return;
+  covered_.insert(channel);
+  // Its watcher has just taken a request.
+  last_cover_ = MonotonicNow();
+  auto handed_back = [this, channel]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return covered_.count(channel) == 0;
+  };
+  mu_.Await(absl::Condition(&handed_back));
+}
+
+void RoundSlotServer::Poller::Run() {
+  std::vector<Channel*> sweep;
+  absl::Time last_took = MonotonicNow();
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopped_ || !covered_.empty();
+      };
+      mu_.Await(absl::Condition(&work));
+      if (stopped_) {
+        covered_.clear();
+        return;
+      }
+      sweep.assign(covered_.begin(), covered_.end());
+      last_took = std::max(last_took, last_cover_);
+    }
+    bool took = false;
+    for (Channel* channel : sweep) {
+      // The channel's watcher waits in Cover until erased here, so the
+      // channel outlives this look.
+      const Channel::Look look = channel->LookAsPoller();
+      if (look == Channel::Look::kRequests) took = true;
+      if (look == Channel::Look::kEnded) {
+        absl::MutexLock lock(&mu_);
+        covered_.erase(channel);
+      }
+    }
+    const absl::Time now = MonotonicNow();
+    if (took) {
+      last_took = now;
+    } else if (now - last_took > idle_) {
+      // Quiet on every channel: a rank whose round waits for another
+      // rank's request posts nothing meanwhile, so channels are handed
+      // back only together. Their watchers sleep until the next request.
+      absl::MutexLock lock(&mu_);
+      covered_.clear();
+    } else {
+      // Yielding, not pausing: on a busy node the rank that will post
+      // next may need this CPU.
+      sched_yield();
+    }
+  }
+}
 
 RoundSlotServer::RoundSlotServer(NodeAgent* agent, std::string folder,
                                  mode_t mode, RoundObserver observe,
@@ -238,7 +387,8 @@ RoundSlotServer::RoundSlotServer(NodeAgent* agent, std::string folder,
       folder_(std::move(folder)),
       mode_(mode),
       observe_(std::make_shared<const RoundObserver>(std::move(observe))),
-      spin_(spin) {}
+      poller_(spin > absl::ZeroDuration() ? std::make_unique<Poller>(spin)
+                                          : nullptr) {}
 
 RoundSlotServer::~RoundSlotServer() { Stop(); }
 
@@ -255,8 +405,9 @@ absl::StatusOr<v1::OpenRoundSlotsResponse> RoundSlotServer::Open(
   absl::StatusOr<std::unique_ptr<RoundSlots>> slots =
       RoundSlots::Create(path, mode_, geometry);
   if (!slots.ok()) return slots.status();
-  auto channel = std::make_shared<Channel>(agent_, observe_, request.member(),
-                                           path, std::move(*slots), spin_);
+  auto channel =
+      std::make_shared<Channel>(agent_, observe_, request.member(), path,
+                                std::move(*slots), poller_.get());
   std::vector<std::shared_ptr<Channel>> retired;
   {
     absl::MutexLock lock(&mu_);
@@ -297,6 +448,7 @@ void RoundSlotServer::Stop() {
     channels.swap(channels_);
   }
   for (auto& [rank, channel] : channels) channel->Close();
+  if (poller_ != nullptr) poller_->Stop();
   for (auto& [rank, channel] : channels) channel->Join();
 }
 

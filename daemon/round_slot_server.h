@@ -12,7 +12,8 @@
 // order, frame length, deadline, job health) apply unchanged.
 //
 // Bounds: one file and one thread per local rank (opening again closes the
-// rank's previous file), so never more than the node's ranks, and at most
+// rank's previous file), so never more than the node's ranks, plus one
+// poller thread where the server polls (see the constructor), and at most
 // `slots` rounds held per rank. A file is closed when its member stops
 // being one (its watcher checks each second), when the rank breaks the
 // protocol (posts more than the slots hold, reuses a slot before its
@@ -48,7 +49,8 @@ class RoundSlotServer {
  public:
   // How long a new file waits in the folder for its rank to map it.
   static constexpr absl::Duration kAttachTimeout = absl::Seconds(10);
-  // Requests this close together make a watcher poll for the next one.
+  // Requests this close together make the rank's file polled for the next
+  // one.
   static constexpr absl::Duration kBackToBack = absl::Milliseconds(1);
 
   // Told of every round answered through the slots (its status code and
@@ -58,13 +60,15 @@ class RoundSlotServer {
   // Files are made in `folder` with permission bits `mode` (those of the
   // socket, so exactly who may call the daemon may map them). `agent` must
   // outlive the server; `observe` (may be empty) must stay callable until
-  // the agent has answered every round (NodeAgent::Shutdown). A watcher
-  // polls for its rank's next request for up to `spin` before it sleeps,
-  // but only while rounds come back to back (the last two requests less
-  // than kBackToBack apart): a rank of a serving engine that sends one
-  // round per step costs no polling, one that sends rounds in a burst gets
-  // them without a futex wake-up each (common/round_slots.h,
-  // DefaultRoundSpin). The daemon polls only in single-node jobs.
+  // the agent has answered every round (NodeAgent::Shutdown). With a
+  // nonzero `spin`, one poller thread polls the file of every rank whose
+  // rounds come back to back (the last two requests less than kBackToBack
+  // apart) until that rank has posted nothing for `spin`; its watcher
+  // sleeps meanwhile. A rank of a serving engine that sends one round per
+  // step costs no polling; ranks that send rounds in a burst get them
+  // without a futex wake-up each, from one polling thread however many
+  // they are (common/round_slots.h, DefaultRoundSpin). The daemon polls
+  // only in single-node jobs.
   RoundSlotServer(NodeAgent* agent, std::string folder, mode_t mode,
                   RoundObserver observe = nullptr,
                   absl::Duration spin = absl::ZeroDuration());
@@ -89,13 +93,15 @@ class RoundSlotServer {
 
  private:
   class Channel;
+  class Poller;
 
   NodeAgent* const agent_;
   const std::string folder_;
   const mode_t mode_;
   // Shared with every pending round's reply.
   const std::shared_ptr<const RoundObserver> observe_;
-  const absl::Duration spin_;
+  // Polls busy channels; null when the server does not poll.
+  std::unique_ptr<Poller> poller_;
 
   mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

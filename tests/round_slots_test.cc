@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -253,6 +254,66 @@ TEST_F(RoundSlotsTest, RoundsGetExactValuesAndTheSameErrorsAsOverGrpc) {
   EXPECT_THAT(answer->status.message(), HasSubstr("2 words from rank 0"));
   EXPECT_EQ(s.error_message(), std::string(answer->status.message()));
   ExpectStillServing();
+}
+
+// Rounds that come back to back are taken by the daemon's poller (one
+// thread for every busy rank, where the daemon may poll: single-node jobs
+// on a machine with a core per rank) and handed back to each rank's
+// watcher when the ranks go quiet. Bursts separated by pauses cross that
+// hand-over both ways many times; a request lost in it would leave a
+// rank waiting out Await's 10 s.
+TEST_F(RoundSlotsTest, BurstsAndPausesOfBothRanksGetExactValues) {
+  v1::MemberRef r0 = MustJoin(0, 0x7251);
+  v1::MemberRef r1 = MustJoin(1, 0x7252);
+  std::unique_ptr<RoundSlots> s0 = MapSlots(r0);
+  std::unique_ptr<RoundSlots> s1 = MapSlots(r1);
+  ASSERT_NE(s0, nullptr);
+  ASSERT_NE(s1, nullptr);
+  constexpr int kBursts = 40;
+  constexpr int kBurstRounds = 25;
+  auto play = [](RoundSlots* slots, uint32_t rank, std::string* failure) {
+    uint64_t round = 0;
+    for (int burst = 0; burst < kBursts; ++burst) {
+      for (int i = 0; i < kBurstRounds; ++i, ++round) {
+        slots->Post(round, round + 1, 5000,
+                    {rank, static_cast<uint32_t>(round)});
+        std::optional<SlotAnswer> answer = Await(*slots, round);
+        const std::vector<uint32_t> want = {0, static_cast<uint32_t>(round), 1,
+                                            static_cast<uint32_t>(round)};
+        if (!answer.has_value() || !answer->status.ok() ||
+            answer->words != want) {
+          *failure =
+              absl::StrCat("rank ", rank, " round ", round + 1, ": ",
+                           !answer.has_value() ? "no answer in 10 s"
+                                               : answer->status.ToString());
+          return;
+        }
+      }
+      // Longer than kBackToBack for one rank, shorter for the other.
+      absl::SleepFor(absl::Milliseconds(rank == 0 ? 3 : burst % 3));
+    }
+  };
+  std::string failure0, failure1;
+  std::thread rank1(play, s1.get(), 1, &failure1);
+  play(s0.get(), 0, &failure0);
+  rank1.join();
+  EXPECT_EQ(failure0, "");
+  EXPECT_EQ(failure1, "");
+
+  // A busy rank whose partner stops gets the deadline, naming the partner.
+  const uint64_t next = uint64_t{kBursts} * kBurstRounds;
+  for (uint64_t i = 0; i < 3; ++i) {
+    s0->Post(next + i, next + i + 1, i < 2 ? 5000 : 300, {0, 0});
+    if (i < 2) s1->Post(next + i, next + i + 1, 5000, {1, 1});
+    std::optional<SlotAnswer> answer = Await(*s0, next + i);
+    ASSERT_TRUE(answer.has_value());
+    if (i < 2) {
+      EXPECT_TRUE(answer->status.ok()) << answer->status;
+      continue;
+    }
+    EXPECT_EQ(answer->status.code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_THAT(answer->status.message(), HasSubstr("waiting for rank 1"));
+  }
 }
 
 TEST_F(RoundSlotsTest, AScribblingRankIsCutOffAndTheDaemonKeepsServing) {
