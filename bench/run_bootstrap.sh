@@ -18,10 +18,18 @@
 # medians. Rewrites the "bootstrap latest" section of bench/RESULTS.md
 # (bench/summarize_bootstrap.py).
 #
+# --daemons=running measures what a deployment sees whose daemons run
+# before its ranks start (a Kubernetes sidecar, rankrun): the daemons are
+# started and ready before the start time, and the time is the ranks' own,
+# from the start time to every rank holding its descriptor; torch's
+# counterpart is a TCPStore already hosted by the launcher, as torchrun's
+# agent does, with each rank connecting to it and calling
+# init_process_group(store=...). It has its own section in RESULTS.
+#
 # usage: bench/run_bootstrap.sh [--sizes=2,8,16] [--repeat=N]
-#          [--results=PATH | --no_results] [--note=TEXT] [--keep=DIR]
-#          [--skip_setup]
-# Environment defaults: SIZES (2,8,16), REPEAT (5), RESULTS
+#          [--daemons=start|running] [--results=PATH | --no_results]
+#          [--note=TEXT] [--keep=DIR] [--skip_setup]
+# Environment defaults: SIZES (2,8,16), REPEAT (5), DAEMONS (start), RESULTS
 # (bench/RESULTS.md), BAZEL_COMPILATION_MODE (opt).
 #
 # It stops only what it started, by pid (TERM, then KILL after 5 s), and
@@ -31,6 +39,7 @@ cd "$(dirname "$0")/.."
 
 SIZES=${SIZES:-2,8,16}
 REPEAT=${REPEAT:-5}
+DAEMONS=${DAEMONS:-start}
 RESULTS=${RESULTS:-bench/RESULTS.md}
 MODE=${BAZEL_COMPILATION_MODE:-opt}
 NOTE=""
@@ -43,16 +52,18 @@ for arg in "$@"; do
   case "$arg" in
     --sizes=*) SIZES=${arg#*=} ;;
     --repeat=*) REPEAT=${arg#*=} ;;
+    --daemons=start|--daemons=running) DAEMONS=${arg#*=} ;;
     --results=*) RESULTS=${arg#*=} ;;
     --no_results) RESULTS="" ;;
     --note=*) NOTE=${arg#*=} ;;
     --keep=*) KEEP=${arg#*=} ;;
     --skip_setup) SETUP=0 ;;
-    -h|--help) sed -n "2,28p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n "2,37p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$arg' (see --help)" ;;
   esac
 done
 [[ $REPEAT =~ ^[0-9]+$ ]] && ((REPEAT >= 1)) || die "repeat must be a number >= 1"
+[[ $DAEMONS == start || $DAEMONS == running ]] || die "daemons must be start or running, got '$DAEMONS'"
 IFS=, read -r -a SIZE_LIST <<<"$SIZES"
 for n in "${SIZE_LIST[@]}"; do
   [[ $n =~ ^[0-9]+$ ]] && ((n >= 2)) || die "sizes must be numbers >= 2, got '$n'"
@@ -82,7 +93,14 @@ run_rankd() {  # size repetition
   dir=$TMP/rankd-$size-$i
   mkdir -p "$dir"
   rm -f "$TMP"/node*.sock
-  start=$(($(date +%s%N) + 300000000))   # the ranks start first
+  if [[ $DAEMONS == running ]]; then
+    launch_daemons
+    await_daemons
+    # Room for every rank process to start before the start time.
+    start=$(($(date +%s%N) + 300000000 + size * 40000000))
+  else
+    start=$(($(date +%s%N) + 300000000))   # the ranks start first
+  fi
   RANK_PIDS=()
   for ((n = 0; n < NNODES; n++)); do
     for ((l = 0; l < NPROC_PER_NODE; l++)); do
@@ -95,20 +113,23 @@ run_rankd() {  # size repetition
       RANK_PIDS+=($!)
     done
   done
-  sleep_until_ns "$start"
-  launch_daemons
+  if [[ $DAEMONS == start ]]; then
+    sleep_until_ns "$start"
+    launch_daemons
+  fi
   wait_ranks
   stop_all
 }
 
 run_torch() {  # size repetition
-  local size=$1 i=$2 dir rc=0
+  local size=$1 i=$2 dir rc=0 store=rank0
+  [[ $DAEMONS == start ]] || store=running
   dir=$TMP/torch-$size-$i
   mkdir -p "$dir"
   # Forking the ranks (torch already imported) takes well under this.
   "$TORCH_PY" bench/torch_bootstrap.py --world="$size" --port="$TORCH_PORT" \
     --start_ns="$(($(date +%s%N) + 1500000000))" --out_dir="$dir" \
-    --timeout_s=90 >"$TMP/torch.log" 2>&1 &
+    --timeout_s=90 --store=$store >"$TMP/torch.log" 2>&1 &
   PIDS+=($!)
   wait "$!" || rc=$?
   forget "$!"
@@ -126,7 +147,7 @@ done
 # --- Summary. ---------------------------------------------------------------
 cmd="bench/run_bootstrap.sh"
 for a in "${ORIG_ARGS[@]}"; do cmd+=" $(printf '%q' "$a")"; done
-for v in SIZES REPEAT RESULTS BAZEL_COMPILATION_MODE; do
+for v in SIZES REPEAT DAEMONS RESULTS BAZEL_COMPILATION_MODE; do
   if env | grep -q "^$v="; then cmd="$v=$(printf '%q' "${!v}") $cmd"; fi
 done
 cpu=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
@@ -139,8 +160,19 @@ meta=(
   --meta "kernel=$(uname -sr)"
   --meta "load average (1, 5, 15 min)=before the run: $LOAD_BEFORE; after: $(cut -d' ' -f1-3 /proc/loadavg)"
   --meta "layouts=2 ranks: 1 daemon x 2; 8: 2 x 4; 16: 4 x 4 (loopback; ranks on Unix sockets, daemons on 127.0.0.1 TCP)"
-  --meta "rankd=git $rev, bazel -c $MODE; daemons started at the start time, ranks (bench/bootstrap_rank.cc) connect and Join with wait_for_world"
-  --meta "torch=$TORCH_VERSION (Debian python3-torch), init_process_group(gloo, tcp://127.0.0.1), ranks forked after import torch"
+)
+if [[ $DAEMONS == start ]]; then
+  meta+=(
+    --meta "rankd=git $rev, bazel -c $MODE; daemons started at the start time, ranks (bench/bootstrap_rank.cc) connect and Join with wait_for_world"
+    --meta "torch=$TORCH_VERSION (Debian python3-torch), init_process_group(gloo, tcp://127.0.0.1), ranks forked after import torch"
+  )
+else
+  meta+=(
+    --meta "rankd=git $rev, bazel -c $MODE; daemons running and ready before the start time, ranks (bench/bootstrap_rank.cc) connect and Join with wait_for_world"
+    --meta "torch=$TORCH_VERSION (Debian python3-torch), TCPStore hosted by the launcher before the start time, ranks connect to it and call init_process_group(gloo, store=...), forked after import torch"
+  )
+fi
+meta+=(
   --meta "repetitions=$REPEAT per size and system, alternating"
   --meta "command=$cmd"
 )
@@ -149,4 +181,4 @@ results_args=()
 [[ -z "$RESULTS" ]] || results_args=(--results "$RESULTS")
 echo
 $TORCH_PY bench/summarize_bootstrap.py --dir="$TMP" --sizes="$SIZES" \
-  --repeat="$REPEAT" "${results_args[@]}" "${meta[@]}"
+  --repeat="$REPEAT" --daemons="$DAEMONS" "${results_args[@]}" "${meta[@]}"
