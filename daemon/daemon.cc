@@ -177,11 +177,13 @@ absl::Status Daemon::Init() {
           [this](absl::StatusCode code, absl::Duration elapsed) {
             if (metrics_ != nullptr) metrics_->ObserveRound(code, elapsed);
           },
-          // Only where rounds finish on this node: between nodes the next
-          // request cannot come sooner than a network round trip, and a
-          // polling watcher would take CPU from the round link's thread.
-          config_.nnodes == 1 ? DefaultRoundSpin(config_.nproc_per_node)
-                              : absl::ZeroDuration());
+          // Polling only where rounds finish on this node: between nodes
+          // the next request cannot come sooner than a network round trip,
+          // and the poller would take CPU from the round link's thread.
+          RoundSlotServer::Options{
+              .spin = config_.nnodes == 1
+                          ? DefaultRoundSpin(config_.nproc_per_node)
+                          : absl::ZeroDuration()});
     }
   }
   rank_service_ =

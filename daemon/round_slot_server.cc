@@ -21,8 +21,6 @@
 namespace rankd {
 namespace {
 
-// How often a watcher checks that its rank is still a member.
-constexpr absl::Duration kMemberCheck = absl::Seconds(1);
 // Rings of the request bell in a row that bring no request: a rank's end
 // rings only when it posts (or attaches), so this many is a rank keeping
 // its watcher busy on purpose.
@@ -56,9 +54,14 @@ class RoundSlotServer::Poller {
   // Polls `channel` (whose watcher calls this) until it is handed back.
   void Cover(Channel* channel) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Requests taken by this thread so far.
+  uint64_t taken() const { return taken_.load(); }
+
   // Hands every channel back (from the poller's thread, between looks, so
   // a channel handed back may end at once), and ends the thread. Later
-  // Covers return at once. Idempotent.
+  // Covers return at once, so a busy watcher then takes its rank's requests
+  // itself, one Step per request: close the channels first, as
+  // RoundSlotServer::Stop does. Idempotent.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_) {
     {
       absl::MutexLock lock(&mu_);
@@ -75,6 +78,7 @@ class RoundSlotServer::Poller {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::set<Channel*> covered_ ABSL_GUARDED_BY(mu_);
   absl::Time last_cover_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  std::atomic<uint64_t> taken_{0};
   std::thread thread_;
 };
 
@@ -85,13 +89,17 @@ class RoundSlotServer::Channel {
   // rank's requests come back to back.
   Channel(NodeAgent* agent, std::shared_ptr<const RoundObserver> observe,
           v1::MemberRef member, std::string path,
-          std::shared_ptr<RoundSlots> slots, Poller* poller)
+          std::shared_ptr<RoundSlots> slots, std::shared_ptr<Poller> poller,
+          const Options& options)
       : agent_(agent),
         observe_(std::move(observe)),
         member_(std::move(member)),
         path_(std::move(path)),
         slots_(std::move(slots)),
-        poller_(poller) {}
+        poller_(std::move(poller)),
+        back_to_back_(options.back_to_back),
+        member_check_(options.member_check),
+        next_check_(MonotonicNow() + member_check_) {}
 
   void Start() {
     thread_ = std::thread([this] { Run(); });
@@ -115,10 +123,15 @@ class RoundSlotServer::Channel {
     kEnded,     // the channel ended (closed, or the rank broke the rules)
   };
 
-  // Takes what the rank posted (the poller's look at a covered channel).
-  Look LookAsPoller() ABSL_LOCKS_EXCLUDED(step_mu_) {
+  // Takes what the rank posted (the poller's look at a covered channel);
+  // adds the number of requests taken to `taken`.
+  Look LookAsPoller(std::atomic<uint64_t>& taken)
+      ABSL_LOCKS_EXCLUDED(step_mu_) {
     absl::MutexLock lock(&step_mu_);
-    return Step(/*after_ring=*/false);
+    const uint64_t before = next_;
+    const Look look = Step(/*after_ring=*/false);
+    taken.fetch_add(next_ - before);
+    return look;
   }
 
  private:
@@ -127,6 +140,7 @@ class RoundSlotServer::Channel {
   }
 
   void Run() {
+    bool handed_back = false;  // by the poller, just now
     while (true) {
       // Read before looking at `posted`, so a request posted after the
       // look moves the bell from this value and the sleep below ends.
@@ -136,14 +150,16 @@ class RoundSlotServer::Channel {
       absl::Time wake;
       {
         absl::MutexLock lock(&step_mu_);
-        look = Step(/*after_ring=*/true);
+        look = Step(/*after_ring=*/!handed_back);
         hot = hot_;
         wake = next_check_;
         if (!unlinked_.load() && attach_by_ < wake) wake = attach_by_;
       }
       if (look == Look::kEnded) break;
+      handed_back = false;
       if (look == Look::kRequests && hot && poller_ != nullptr) {
         poller_->Cover(this);
+        handed_back = true;
         continue;  // what came since it was handed back is taken first
       }
       slots_->WaitForRequests(bell, wake);
@@ -163,7 +179,7 @@ class RoundSlotServer::Channel {
   }
 
   // One look at the file: unlinks it once the rank mapped it (or at
-  // attach_by_), takes what the rank posted, and checks each kMemberCheck
+  // attach_by_), takes what the rank posted, and checks each member_check_
   // that the rank is still a member. kEnded sets ended_ where the rank is
   // at fault (empty when the file was closed). `after_ring`: the watcher's
   // look after a wake-up, which counts towards kMaxEmptyRings when the
@@ -193,7 +209,7 @@ class RoundSlotServer::Channel {
     const bool requests = posted > next_;
     if (requests) {
       const absl::Time now = MonotonicNow();
-      hot_ = now - last_request_ <= kBackToBack;
+      hot_ = now - last_request_ <= back_to_back_;
       last_request_ = now;
     }
     std::string violation;
@@ -206,7 +222,7 @@ class RoundSlotServer::Channel {
         DispatchUpTo(slots_->posted(), next_, ignored);
         return End(absl::StrCat("is no longer a member (", s.message(), ")"));
       }
-      next_check_ = MonotonicNow() + kMemberCheck;
+      next_check_ = MonotonicNow() + member_check_;
       empty_rings_ = 0;  // the 1 s wake-ups ring nothing either
     }
     return requests ? Look::kRequests : Look::kNothing;
@@ -299,7 +315,9 @@ class RoundSlotServer::Channel {
   const std::string path_;
   // Shared with replies still to come; they may outlive the channel.
   const std::shared_ptr<RoundSlots> slots_;
-  Poller* const poller_;  // may be null
+  const std::shared_ptr<Poller> poller_;  // may be null
+  const absl::Duration back_to_back_;
+  const absl::Duration member_check_;
   const std::shared_ptr<Ledger> ledger_ =
       std::make_shared<Ledger>(slots_->geometry().slots);
 
@@ -307,11 +325,10 @@ class RoundSlotServer::Channel {
   // watcher, or the poller while the watcher waits in Poller::Cover.
   absl::Mutex step_mu_;
   const absl::Time attach_by_ = MonotonicNow() + kAttachTimeout;
-  absl::Time next_check_ ABSL_GUARDED_BY(step_mu_) =
-      MonotonicNow() + kMemberCheck;
+  absl::Time next_check_ ABSL_GUARDED_BY(step_mu_);
   uint64_t next_ ABSL_GUARDED_BY(step_mu_) = 0;  // the next request to take
   int empty_rings_ ABSL_GUARDED_BY(step_mu_) = 0;
-  // Whether the last two requests came back to back (see kBackToBack).
+  // Whether the last two requests came back to back (back_to_back_).
   bool hot_ ABSL_GUARDED_BY(step_mu_) = false;
   absl::Time last_request_ ABSL_GUARDED_BY(step_mu_) = absl::InfinitePast();
   bool ended_step_ ABSL_GUARDED_BY(step_mu_) = false;
@@ -356,7 +373,7 @@ void RoundSlotServer::Poller::Run() {
     for (Channel* channel : sweep) {
       // The channel's watcher waits in Cover until erased here, so the
       // channel outlives this look.
-      const Channel::Look look = channel->LookAsPoller();
+      const Channel::Look look = channel->LookAsPoller(taken_);
       if (look == Channel::Look::kRequests) took = true;
       if (look == Channel::Look::kEnded) {
         absl::MutexLock lock(&mu_);
@@ -370,8 +387,11 @@ void RoundSlotServer::Poller::Run() {
       // Quiet on every channel: a rank whose round waits for another
       // rank's request posts nothing meanwhile, so channels are handed
       // back only together. Their watchers sleep until the next request.
+      // (Not a channel covered during this sweep: it has not been looked
+      // at yet.)
       absl::MutexLock lock(&mu_);
-      covered_.clear();
+      last_took = std::max(last_took, last_cover_);
+      if (now - last_took > idle_) covered_.clear();
     } else {
       // Yielding, not pausing: on a busy node the rank that will post
       // next may need this CPU.
@@ -382,13 +402,15 @@ void RoundSlotServer::Poller::Run() {
 
 RoundSlotServer::RoundSlotServer(NodeAgent* agent, std::string folder,
                                  mode_t mode, RoundObserver observe,
-                                 absl::Duration spin)
+                                 Options options)
     : agent_(agent),
       folder_(std::move(folder)),
       mode_(mode),
       observe_(std::make_shared<const RoundObserver>(std::move(observe))),
-      poller_(spin > absl::ZeroDuration() ? std::make_unique<Poller>(spin)
-                                          : nullptr) {}
+      options_(options),
+      poller_(options.spin > absl::ZeroDuration()
+                  ? std::make_shared<Poller>(options.spin)
+                  : nullptr) {}
 
 RoundSlotServer::~RoundSlotServer() { Stop(); }
 
@@ -407,7 +429,7 @@ absl::StatusOr<v1::OpenRoundSlotsResponse> RoundSlotServer::Open(
   if (!slots.ok()) return slots.status();
   auto channel =
       std::make_shared<Channel>(agent_, observe_, request.member(), path,
-                                std::move(*slots), poller_.get());
+                                std::move(*slots), poller_, options_);
   std::vector<std::shared_ptr<Channel>> retired;
   {
     absl::MutexLock lock(&mu_);
@@ -450,6 +472,10 @@ void RoundSlotServer::Stop() {
   for (auto& [rank, channel] : channels) channel->Close();
   if (poller_ != nullptr) poller_->Stop();
   for (auto& [rank, channel] : channels) channel->Join();
+}
+
+uint64_t RoundSlotServer::polled_requests() const {
+  return poller_ == nullptr ? 0 : poller_->taken();
 }
 
 size_t RoundSlotServer::open() const {

@@ -15,7 +15,8 @@
 // rank's previous file), so never more than the node's ranks, plus one
 // poller thread where the server polls (see the constructor), and at most
 // `slots` rounds held per rank. A file is closed when its member stops
-// being one (its watcher checks each second), when the rank breaks the
+// being one (checked each second, by its watcher or by the poller while
+// the rank is busy), when the rank breaks the
 // protocol (posts more than the slots hold, reuses a slot before its
 // answer, moves the count backwards, rings without posting), and at Stop.
 // The file's name is random, in a folder the group cannot list, and it is
@@ -49,9 +50,20 @@ class RoundSlotServer {
  public:
   // How long a new file waits in the folder for its rank to map it.
   static constexpr absl::Duration kAttachTimeout = absl::Seconds(10);
-  // Requests this close together make the rank's file polled for the next
-  // one.
-  static constexpr absl::Duration kBackToBack = absl::Milliseconds(1);
+
+  // How the files are watched. The defaults are the daemon's; tests
+  // lengthen the intervals to make timing-dependent paths certain.
+  struct Options {
+    // Nonzero: one poller thread polls the file of every busy rank until
+    // no busy rank has posted for `spin`; their watchers sleep meanwhile
+    // (see the constructor). Zero: no poller.
+    absl::Duration spin = absl::ZeroDuration();
+    // A rank whose last two requests came less than this apart is busy.
+    absl::Duration back_to_back = absl::Milliseconds(1);
+    // How often each file's rank is checked to still be a member; a
+    // sleeping watcher wakes this often.
+    absl::Duration member_check = absl::Seconds(1);
+  };
 
   // Told of every round answered through the slots (its status code and
   // how long it took from the request being taken); for metrics.
@@ -61,17 +73,16 @@ class RoundSlotServer {
   // socket, so exactly who may call the daemon may map them). `agent` must
   // outlive the server; `observe` (may be empty) must stay callable until
   // the agent has answered every round (NodeAgent::Shutdown). With a
-  // nonzero `spin`, one poller thread polls the file of every rank whose
-  // rounds come back to back (the last two requests less than kBackToBack
-  // apart) until that rank has posted nothing for `spin`; its watcher
-  // sleeps meanwhile. A rank of a serving engine that sends one round per
+  // nonzero `options.spin`, one poller thread polls the file of every rank
+  // whose rounds come back to back (busy, see Options) until no busy rank
+  // has posted for `spin`, then hands all of them back; their watchers
+  // sleep meanwhile. A rank of a serving engine that sends one round per
   // step costs no polling; ranks that send rounds in a burst get them
   // without a futex wake-up each, from one polling thread however many
   // they are (common/round_slots.h, DefaultRoundSpin). The daemon polls
   // only in single-node jobs.
   RoundSlotServer(NodeAgent* agent, std::string folder, mode_t mode,
-                  RoundObserver observe = nullptr,
-                  absl::Duration spin = absl::ZeroDuration());
+                  RoundObserver observe, Options options);
   // Stops.
   ~RoundSlotServer();
 
@@ -84,12 +95,16 @@ class RoundSlotServer {
   absl::StatusOr<v1::OpenRoundSlotsResponse> Open(
       const v1::OpenRoundSlotsRequest& request);
 
-  // Closes every file (waking its rank's waiters), joins every watcher and
-  // unlinks what is still linked. Later Opens fail. Idempotent.
+  // Closes every file (waking its rank's waiters), stops the poller, joins
+  // every watcher and unlinks what is still linked. Later Opens fail. A
+  // file that an Open running meanwhile replaces is closed and joined by
+  // that Open. Idempotent.
   void Stop();
 
   // Files open now.
   size_t open() const;
+  // Requests the poller has taken so far (for tests).
+  uint64_t polled_requests() const;
 
  private:
   class Channel;
@@ -100,8 +115,10 @@ class RoundSlotServer {
   const mode_t mode_;
   // Shared with every pending round's reply.
   const std::shared_ptr<const RoundObserver> observe_;
-  // Polls busy channels; null when the server does not poll.
-  std::unique_ptr<Poller> poller_;
+  const Options options_;
+  // Polls busy channels; null when the server does not poll. Shared with
+  // the channels (one that an Open retires may outlive Stop briefly).
+  const std::shared_ptr<Poller> poller_;
 
   mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/admin_client.h"
+#include "common/monotonic_clock.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -51,11 +52,12 @@ std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token = "") {
 // The answer to `sequence`, waiting up to `timeout`.
 std::optional<SlotAnswer> Await(RoundSlots& slots, uint64_t sequence,
                                 absl::Duration timeout = absl::Seconds(10)) {
-  const absl::Time deadline = absl::Now() + timeout;
+  // WaitForAnswers takes a deadline on MonotonicNow's clock.
+  const absl::Time deadline = MonotonicNow() + timeout;
   while (true) {
     const uint32_t bell = slots.AnswerBell();
     std::optional<SlotAnswer> answer = slots.ReadAnswer(sequence);
-    if (answer.has_value() || absl::Now() >= deadline) return answer;
+    if (answer.has_value() || MonotonicNow() >= deadline) return answer;
     slots.WaitForAnswers(bell, deadline);
   }
 }
@@ -260,8 +262,9 @@ TEST_F(RoundSlotsTest, RoundsGetExactValuesAndTheSameErrorsAsOverGrpc) {
 // thread for every busy rank, where the daemon may poll: single-node jobs
 // on a machine with a core per rank) and handed back to each rank's
 // watcher when the ranks go quiet. Bursts separated by pauses cross that
-// hand-over both ways many times; a request lost in it would leave a
-// rank waiting out Await's 10 s.
+// hand-over both ways many times, and every value must be exact. (A lost
+// wake-up would cost at most the watcher's 1 s member check here;
+// daemon/round_slot_server_test.cc makes it a hang.)
 TEST_F(RoundSlotsTest, BurstsAndPausesOfBothRanksGetExactValues) {
   v1::MemberRef r0 = MustJoin(0, 0x7251);
   v1::MemberRef r1 = MustJoin(1, 0x7252);
@@ -289,7 +292,8 @@ TEST_F(RoundSlotsTest, BurstsAndPausesOfBothRanksGetExactValues) {
           return;
         }
       }
-      // Longer than kBackToBack for one rank, shorter for the other.
+      // Longer than the 1 ms that makes a rank busy for one rank, shorter
+      // for the other.
       absl::SleepFor(absl::Milliseconds(rank == 0 ? 3 : burst % 3));
     }
   };
