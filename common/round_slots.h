@@ -89,12 +89,6 @@ struct SlotAnswer {
   std::vector<uint32_t> words;
 };
 
-// A mapped round-slots file. Either end holds one; the mapping (and, on the
-// daemon, nothing else) is released by the destructor. Thread-safe in the
-// sense the protocol allows: one thread posts requests at a time (the rank
-// serializes its submissions), one thread at a time takes them (the
-// daemon's watcher, or its poller while the rank is busy), and answers for
-// distinct sequences may be written concurrently.
 // How long either end of a node's round slots polls (yielding the CPU)
 // before it sleeps on a futex: 30 us when this process may run on at least
 // as many CPUs as the node has `local_ranks` (each rank has a core, as on a
@@ -103,6 +97,12 @@ struct SlotAnswer {
 // microseconds on a VM, more than a whole round among local ranks.
 absl::Duration DefaultRoundSpin(uint32_t local_ranks);
 
+// A mapped round-slots file. Either end holds one; the mapping (and, on the
+// daemon, nothing else) is released by the destructor. Thread-safe in the
+// sense the protocol allows: one thread posts requests at a time (the rank
+// serializes its submissions), one thread at a time takes them (the
+// daemon's watcher, or its poller while the rank is busy), and answers for
+// distinct sequences may be written concurrently.
 class RoundSlots {
  public:
   // Daemon: creates `path` (which must not exist) with permission bits

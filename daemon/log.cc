@@ -26,10 +26,9 @@ void SetLogPrefix(std::string prefix) {
 
 void Log(absl::string_view message) {
   if (!log_enabled.load(std::memory_order_relaxed)) return;
-  std::string line =
-      absl::StrCat(absl::FormatTime(kTimestampFormat, absl::Now(),
-                                    absl::UTCTimeZone()),
-                   " ");
+  std::string line = absl::StrCat(
+      absl::FormatTime(kTimestampFormat, absl::Now(), absl::UTCTimeZone()),
+      " ");
   absl::MutexLock lock(&log_mu);
   absl::StrAppend(&line, log_prefix ? *log_prefix : "rankd", " ", message,
                   "\n");
