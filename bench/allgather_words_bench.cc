@@ -38,6 +38,7 @@
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench_rank.h"
 #include "client/client.h"
@@ -47,9 +48,13 @@
 ABSL_FLAG(int, warmup, 200, "untimed rounds before the timed ones");
 ABSL_FLAG(int, rounds, 2000, "timed rounds");
 ABSL_FLAG(int, words, 4, "uint32 words per rank per round");
+ABSL_FLAG(int, pace_us, 0,
+          "pause after each round, as a serving engine's step does its work "
+          "between rounds (0: back to back)");
 ABSL_FLAG(int, round_timeout_ms, 30000, "deadline of each round");
-ABSL_FLAG(std::string, path, "client",
-          "client (product path) or sync_stub (diagnostic, see the file comment)");
+ABSL_FLAG(
+    std::string, path, "client",
+    "client (product path) or sync_stub (diagnostic, see the file comment)");
 ABSL_FLAG(std::string, out, "", "file for per-round timestamps (required)");
 
 namespace {
@@ -81,6 +86,8 @@ int64_t NowNs() {
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const int warmup = absl::GetFlag(FLAGS_warmup);
+  const absl::Duration pace =
+      absl::Microseconds(std::max(0, absl::GetFlag(FLAGS_pace_us)));
   const int rounds = absl::GetFlag(FLAGS_rounds);
   const int words = absl::GetFlag(FLAGS_words);
   const std::string out_path = absl::GetFlag(FLAGS_out);
@@ -91,8 +98,10 @@ int main(int argc, char** argv) {
   }
   if (warmup < 0 || rounds < 1 || words < 1 ||
       words > static_cast<int>(rankd::kMaxFrameWords) || out_path.empty()) {
-    std::printf("ERROR usage: need --warmup>=0 --rounds>=1 --words in [1, %zu] --out=FILE\n",
-                rankd::kMaxFrameWords);
+    std::printf(
+        "ERROR usage: need --warmup>=0 --rounds>=1 --words in [1, %zu] "
+        "--out=FILE\n",
+        rankd::kMaxFrameWords);
     return 2;
   }
   FILE* out = std::fopen(out_path.c_str(), "w");
@@ -129,13 +138,15 @@ int main(int argc, char** argv) {
     request.mutable_words()->Assign(words_in.begin(), words_in.end());
     rankd::v1::AllGatherWordsResponse response;
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout + absl::Seconds(5)));
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + timeout + absl::Seconds(5)));
     grpc::Status status = stub->AllGatherWords(&context, request, &response);
     if (!status.ok()) {
       return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                           status.error_message());
     }
-    return std::vector<uint32_t>(response.words().begin(), response.words().end());
+    return std::vector<uint32_t>(response.words().begin(),
+                                 response.words().end());
   };
 
   std::vector<uint32_t> frame(words);
@@ -149,7 +160,8 @@ int main(int argc, char** argv) {
     auto result = stub ? sync_round(i + 1, frame)
                        : client->AllGatherWords(frame, timeout);
     const int64_t t1 = NowNs();
-    if (!result.ok()) return Fail(absl::StrCat("round ", i + 1), result.status());
+    if (!result.ok())
+      return Fail(absl::StrCat("round ", i + 1), result.status());
     if (result->size() != expected) {
       std::printf("ERROR round %d: %zu words, expected %zu\n", i + 1,
                   result->size(), expected);
@@ -159,7 +171,8 @@ int main(int argc, char** argv) {
       for (uint32_t r = 0; r < world; ++r) {
         for (int j = 0; j < words; ++j) {
           if ((*result)[r * words + j] != FrameWord(r, i, j)) {
-            std::printf("ERROR round %d: wrong word %d of rank %u\n", i + 1, j, r);
+            std::printf("ERROR round %d: wrong word %d of rank %u\n", i + 1, j,
+                        r);
             return 4;
           }
         }
@@ -169,6 +182,7 @@ int main(int argc, char** argv) {
       start[i - warmup] = t0;
       end[i - warmup] = t1;
     }
+    if (pace > absl::ZeroDuration()) absl::SleepFor(pace);
   }
 
   const Usage after = SelfUsage();

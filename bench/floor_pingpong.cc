@@ -47,6 +47,7 @@ struct Args {
   int rounds = 2000;
   int words = 4;
   int cpu_a = -1, cpu_b = -1;
+  int pace_us = 0;  // pause between round trips (the pinger's side)
   std::string out;
 };
 
@@ -76,19 +77,21 @@ Args Parse(int argc, char** argv) {
       a.cpu_a = std::atoi(v);
     } else if (const char* v = value("--cpu_b=")) {
       a.cpu_b = std::atoi(v);
+    } else if (const char* v = value("--pace_us=")) {
+      a.pace_us = std::atoi(v);
     } else if (const char* v = value("--out=")) {
       a.out = v;
     } else {
       std::fprintf(stderr,
                    "usage: floor_pingpong --mode=unix|futex|spin --out=PATH "
                    "[--warmup=N] [--rounds=N] [--words=N] [--cpu_a=C] "
-                   "[--cpu_b=C]\n");
+                   "[--cpu_b=C] [--pace_us=N]\n");
       std::exit(2);
     }
   }
   if ((a.mode != "unix" && a.mode != "futex" && a.mode != "spin") ||
       a.out.empty() || a.rounds < 1 || a.words < 1 || a.words > 4096 ||
-      a.warmup < 0) {
+      a.warmup < 0 || a.pace_us < 0) {
     std::fprintf(stderr, "floor_pingpong: bad arguments (see usage)\n");
     std::exit(2);
   }
@@ -225,6 +228,7 @@ int main(int argc, char** argv) {
       start[i - a.warmup] = t0;
       end[i - a.warmup] = t1;
     }
+    if (a.pace_us > 0) usleep(static_cast<useconds_t>(a.pace_us));
   }
   int status = 0;
   if (waitpid(child, &status, 0) != child || !WIFEXITED(status) ||

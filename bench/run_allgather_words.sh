@@ -18,10 +18,14 @@
 # bench/plots/allgather_words_<NNODES>x<NPROC_PER_NODE>.svg.
 #
 # usage: bench/run_allgather_words.sh [--warmup=N] [--rounds=N] [--words=N]
-#          [--nnodes=N] [--nproc_per_node=N] [--results=PATH | --no_results]
-#          [--note=TEXT] [--keep=DIR] [--skip_setup] [--path=client|sync_stub]
+#          [--nnodes=N] [--nproc_per_node=N] [--pace_us=N]
+#          [--results=PATH | --no_results] [--note=TEXT] [--keep=DIR]
+#          [--skip_setup] [--path=client|sync_stub]
+# --pace_us=N makes every rank of all three (rankd, torch, the floor's
+# pinger) pause N µs after each round, as a serving engine does its step's
+# work between rounds; such a run draws its own plot (..._pace<N>us.svg).
 # Each flag has an environment default: WARMUP (200), ROUNDS (2000),
-# WORDS (4), NNODES (4), NPROC_PER_NODE (4), RESULTS (bench/RESULTS.md),
+# WORDS (4), NNODES (4), NPROC_PER_NODE (4), PACE_US (0), RESULTS (bench/RESULTS.md),
 # BAZEL_COMPILATION_MODE (opt). --keep=DIR copies the raw per-rank samples
 # and the daemon/rank logs to DIR. --skip_setup skips tools/setup.sh --bench.
 # --path=sync_stub is a diagnostic: ranks send the same RPC through gRPC's
@@ -37,6 +41,7 @@ ROUNDS=${ROUNDS:-2000}
 WORDS=${WORDS:-4}
 NNODES=${NNODES:-4}
 NPROC_PER_NODE=${NPROC_PER_NODE:-4}
+PACE_US=${PACE_US:-0}
 RESULTS=${RESULTS:-bench/RESULTS.md}
 MODE=${BAZEL_COMPILATION_MODE:-opt}
 NOTE=""
@@ -53,19 +58,26 @@ for arg in "$@"; do
     --words=*) WORDS=${arg#*=} ;;
     --nnodes=*) NNODES=${arg#*=} ;;
     --nproc_per_node=*) NPROC_PER_NODE=${arg#*=} ;;
+    --pace_us=*) PACE_US=${arg#*=} ;;
     --results=*) RESULTS=${arg#*=} ;;
     --no_results) RESULTS="" ;;
     --note=*) NOTE=${arg#*=} ;;
     --keep=*) KEEP=${arg#*=} ;;
     --skip_setup) SETUP=0 ;;
     --path=client|--path=sync_stub) RANK_PATH=${arg#*=} ;;
-    -h|--help) sed -n "2,28p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n "2,35p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$arg' (see --help)" ;;
   esac
 done
-for v in WARMUP ROUNDS WORDS NNODES NPROC_PER_NODE; do
+for v in WARMUP ROUNDS WORDS NNODES NPROC_PER_NODE PACE_US; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a number, got '${!v}'"
 done
+if ((PACE_US > 0)); then
+  NOTE="paced: ${PACE_US} us between rounds${NOTE:+; $NOTE}"
+  PLOT_SUFFIX=_pace${PACE_US}us
+else
+  PLOT_SUFFIX=""
+fi
 ((ROUNDS >= 1 && WORDS >= 1 && NNODES >= 1 && NPROC_PER_NODE >= 1)) ||
   die "rounds, words, nnodes and nproc_per_node must be at least 1"
 WORLD=$((NNODES * NPROC_PER_NODE))
@@ -89,7 +101,7 @@ daemon_cpu_us() {
 DAEMON_CPU_BEFORE=$(daemon_cpu_us)
 COORDINATOR_CPU_BEFORE=$(daemon_cpu_us "${DAEMON_PIDS[0]}")
 
-RUN_LIMIT=$((120 + (WARMUP + ROUNDS) / 20))   # seconds; generous
+RUN_LIMIT=$((120 + (WARMUP + ROUNDS) / 20 + (WARMUP + ROUNDS) * PACE_US / 500000))   # seconds; generous
 RANK_PIDS=()
 for ((n = 0; n < NNODES; n++)); do
   for ((l = 0; l < NPROC_PER_NODE; l++)); do
@@ -97,7 +109,7 @@ for ((n = 0; n < NNODES; n++)); do
     timeout -k 5 "$RUN_LIMIT" "$RANK_BENCH" --target="unix://$TMP/node$n.sock" \
       --job_id=$JOB --local_rank=$l --world_size=$WORLD --warmup="$WARMUP" \
       --rounds="$ROUNDS" --words="$WORDS" --out="$TMP/rankd.rank$r.txt" \
-      --path="$RANK_PATH" \
+      --path="$RANK_PATH" --pace_us="$PACE_US" \
       >"$TMP/rank$r.log" 2>&1 &
     PIDS+=($!)
     RANK_PIDS+=($!)
@@ -112,7 +124,7 @@ stop_all   # the daemons; torch then has the machine to itself
 echo "torch $TORCH_VERSION: running $WORLD ranks x ($WARMUP warmup + $ROUNDS rounds) ..." >&2
 timeout -k 5 "$((RUN_LIMIT + 10))" "$TORCH_PY" bench/torch_allgather.py \
   --world="$WORLD" --warmup="$WARMUP" --rounds="$ROUNDS" --words="$WORDS" \
-  --port="${PORTS[$NNODES]}" --out_dir="$TMP" --timeout_s="$RUN_LIMIT" \
+  --pace_us="$PACE_US" --port="${PORTS[$NNODES]}" --out_dir="$TMP" --timeout_s="$RUN_LIMIT" \
   >"$TMP/torch.log" 2>&1 &
 PIDS+=($!)
 rc=0; wait "$!" || rc=$?
@@ -122,7 +134,7 @@ if ((rc != 0)); then tail -20 "$TMP/torch.log" >&2; die "torch run failed ($rc)"
 # --- The physical floor (two processes, no rankd, no torch). ---------------
 for mode in unix futex spin; do
   timeout -k 5 120 "$BIN/bench/floor_pingpong" --mode=$mode \
-    --warmup="$WARMUP" --rounds="$ROUNDS" --words="$WORDS" \
+    --warmup="$WARMUP" --rounds="$ROUNDS" --words="$WORDS" --pace_us="$PACE_US" \
     --out="$TMP/floor_$mode.rank0.txt" >"$TMP/floor_$mode.log" 2>&1 ||
     die "floor_pingpong --mode=$mode failed: $(tail -3 "$TMP/floor_$mode.log")"
 done
@@ -130,7 +142,7 @@ done
 # --- Summary. ---------------------------------------------------------------
 cmd="bench/run_allgather_words.sh"
 for a in "${ORIG_ARGS[@]}"; do cmd+=" $(printf '%q' "$a")"; done
-for v in WARMUP ROUNDS WORDS NNODES NPROC_PER_NODE RESULTS BAZEL_COMPILATION_MODE; do
+for v in WARMUP ROUNDS WORDS NNODES NPROC_PER_NODE PACE_US RESULTS BAZEL_COMPILATION_MODE; do
   if [[ -n "${!v+x}" ]] && env | grep -q "^$v="; then cmd="$v=$(printf '%q' "${!v}") $cmd"; fi
 done
 cpu=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
@@ -155,7 +167,7 @@ meta=(
 results_args=()
 [[ -z "$RESULTS" ]] ||
   results_args=(--results "$RESULTS"
-                --plot "bench/plots/allgather_words_${NNODES}x${NPROC_PER_NODE}.svg")
+                --plot "bench/plots/allgather_words_${NNODES}x${NPROC_PER_NODE}${PLOT_SUFFIX}.svg")
 echo
 $TORCH_PY bench/summarize.py --dir="$TMP" --world="$WORLD" --rounds="$ROUNDS" \
   --daemon_cpu_us="$DAEMON_CPU_US" --daemon_rounds="$((WARMUP + ROUNDS))" \

@@ -80,6 +80,8 @@ def rank_main(rank, args):
         if i >= args.warmup:
             start[i - args.warmup] = t0
             end[i - args.warmup] = t1
+        if args.pace_us > 0:
+            time.sleep(args.pace_us / 1e6)
     after = resource.getrusage(resource.RUSAGE_SELF)
     cpu_us = round((after.ru_utime + after.ru_stime - before.ru_utime -
                     before.ru_stime) * 1e6)
@@ -104,6 +106,8 @@ def main():
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--rounds", type=int, default=2000)
     p.add_argument("--words", type=int, default=4)
+    p.add_argument("--pace_us", type=int, default=0,
+                   help="pause after each round (0: back to back)")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--out_dir", required=True)
     p.add_argument("--timeout_s", type=int, default=300,
