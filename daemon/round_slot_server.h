@@ -16,14 +16,14 @@
 // poller thread where the server polls (see the constructor), and at most
 // `slots` rounds held per rank. A file is closed when its member stops
 // being one (checked each second, by its watcher or by the poller while
-// the rank is busy), when the rank breaks the
-// protocol (posts more than the slots hold, reuses a slot before its
-// answer, moves the count backwards, rings without posting), and at Stop.
+// the rank is busy), when the rank breaks the protocol (posts more than
+// the slots hold, reuses a slot before its answer, moves the count
+// backwards, rings without posting), and at Stop.
 // The file's name is random, in a folder the group cannot list, and it is
 // unlinked once the rank has mapped it (or after kAttachTimeout), so no
 // other process can map it later. A rank that truncates the file it
 // mapped does not crash the daemon: the mapping is guarded
-// (common/mapping_guard.h), and the watcher closes a file found truncated.
+// (common/mapping_guard.h), and a file found truncated is closed.
 //
 // Thread-safe. Depends on NodeAgent, common/round_slots and the protos.
 #ifndef RANKD_DAEMON_ROUND_SLOT_SERVER_H_
