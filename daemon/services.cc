@@ -539,12 +539,19 @@ grpc::ServerWriteReactor<v1::JobEvent>* AdminService::WatchEvents(
         }
         return events->Subscribe(after, [deliver = std::move(sinks.deliver)](
                                             const v1::JobEvent& event) {
-          if (!event.has_member() && !event.has_node()) return deliver(event);
+          if (!event.has_member() && event.members_size() == 0 &&
+              !event.has_node()) {
+            return deliver(event);
+          }
           // Operators see who joined and registered, not the incarnations
-          // that identify them.
+          // that identify them: neither a lone member's nor those of the
+          // ranks that joined together (MemberDetails in `members`).
           v1::JobEvent scrubbed = event;
           if (scrubbed.has_member()) {
             scrubbed.mutable_member()->clear_incarnation();
+          }
+          for (v1::MemberDetails& m : *scrubbed.mutable_members()) {
+            m.clear_incarnation();
           }
           if (scrubbed.has_node()) {
             scrubbed.mutable_node()->clear_daemon_incarnation();
