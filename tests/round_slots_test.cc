@@ -292,8 +292,8 @@ TEST_F(RoundSlotsTest, BurstsAndPausesOfBothRanksGetExactValues) {
           return;
         }
       }
-      // Longer than the 1 ms that makes a rank busy for one rank, shorter
-      // for the other.
+      // Rank 0 pauses longer than the 1 ms within which a rank's next
+      // round makes it busy; rank 1 mostly shorter.
       absl::SleepFor(absl::Milliseconds(rank == 0 ? 3 : burst % 3));
     }
   };
