@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/limits.h"
 #include "common/monotonic_clock.h"
-#include "daemon/rank_list.h"
+#include "common/rank_list.h"
 #include "daemon/request_limits.h"
 
 namespace rankd {

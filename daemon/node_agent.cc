@@ -9,8 +9,8 @@
 #include "absl/synchronization/notification.h"
 #include "common/limits.h"
 #include "common/monotonic_clock.h"
+#include "common/rank_list.h"
 #include "daemon/kv_store.h"
-#include "daemon/rank_list.h"
 #include "daemon/request_limits.h"
 #include "daemon/word_rounds.h"
 

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/monotonic_clock.h"
-#include "daemon/rank_list.h"
+#include "common/rank_list.h"
 #include "google/protobuf/io/coded_stream.h"
 
 namespace rankd {

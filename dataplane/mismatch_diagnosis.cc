@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/monotonic_clock.h"
+#include "common/rank_list.h"
 
 namespace rankd::dataplane {
 namespace {
@@ -16,26 +17,7 @@ namespace {
 constexpr absl::Duration kPollWait = absl::Milliseconds(1);
 constexpr absl::Duration kSweepPause = absl::Milliseconds(20);
 
-std::string Ranks(const std::vector<uint32_t>& ranks) {
-  return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ",
-                      absl::StrJoin(ranks, ", "));
-}
-
 }  // namespace
-
-uint64_t OperationFingerprint(absl::string_view canonical) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : canonical) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
-bool IsRefusal(uint64_t fingerprint) {
-  static const uint64_t refused = OperationFingerprint(kRefusedCanonical);
-  return fingerprint == refused;
-}
 
 MismatchDiagnosis::MismatchDiagnosis(ControlPlane* control_plane,
                                      std::string key_prefix,
@@ -98,15 +80,15 @@ Explanation MismatchDiagnosis::Explain(const SubmittedOperation& op,
       absl::StrCat("operation #", op.sequence, " on ", op.scope_name);
   std::string silent_text;
   if (!silent.empty()) {
-    silent_text = absl::StrCat("; ", Ranks(silent), " did not report ", where,
-                               " within ", absl::FormatDuration(grace_),
+    silent_text = absl::StrCat("; ", NameRanks(silent), " did not report ",
+                               where, " within ", absl::FormatDuration(grace_),
                                " (behind, stalled, or never submitted it)");
   }
   if (groups.size() > 1) {
     std::vector<std::string> parts;
     for (const auto& [canonical, ranks] : groups) {
       parts.push_back(
-          absl::StrCat(Ranks(ranks), " submitted `", canonical, "`"));
+          absl::StrCat(NameRanks(ranks), " submitted `", canonical, "`"));
     }
     return {
         absl::InvalidArgumentError(absl::StrCat(

@@ -4,17 +4,19 @@
 //
 // Operations whose members disagree (another dtype, shape, root, or another
 // operation altogether) do not complete: on Gloo their tags differ
-// (gloo/agreement_check.h) so they never pair; on NCCL their kernels wait
-// for each other. Each member waits until op_timeout, or until a peer that
-// timed out first aborts the transport. No peer was lost, so the control
-// plane has nothing to say; this explains the failure instead. Each member
-// whose operation failed publishes what it submitted under the operation's
-// sequence number in the rankd key-value broker, then reads what the other
-// members published (until they all did, the job fails, or `grace` passes).
-// Nothing is exchanged while operations succeed: the fast path pays nothing.
+// (dataplane/gloo/internal/agreement_check.h) so they never pair; on NCCL their
+// kernels wait for each other. Each member waits until op_timeout, or until a
+// peer that timed out first aborts the transport. No peer was lost, so the
+// control plane has nothing to say; this explains the failure instead. Each
+// member whose operation failed publishes what it submitted under the
+// operation's sequence number in the rankd key-value broker, then reads what
+// the other members published (until they all did, the job fails, or `grace`
+// passes). Nothing is exchanged while operations succeed: the fast path pays
+// nothing.
 //
 // Used by the backends' executors and watchdogs. Thread-safe (const).
-// Depends on dataplane/control_plane.h and absl.
+// Depends on dataplane/agreement.h (the fingerprint, re-exported for the
+// backends), dataplane/control_plane.h, common/rank_list.h and absl.
 #ifndef RANKD_DATAPLANE_MISMATCH_DIAGNOSIS_H_
 #define RANKD_DATAPLANE_MISMATCH_DIAGNOSIS_H_
 
@@ -27,28 +29,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "dataplane/agreement.h"
 #include "dataplane/control_plane.h"
 
 namespace rankd::dataplane {
-
-// A stable 64-bit digest (FNV-1a) of an operation's canonical description,
-// the same in every process (unlike absl::Hash): what members compare to
-// find out whether they submitted the same work.
-uint64_t OperationFingerprint(absl::string_view canonical);
-
-// What a member that refused an operation on its own arguments (another
-// shape, an output of the wrong size, a tensor elsewhere: validation can
-// differ between members) "submitted", when its peers check agreement
-// before the payload and so wait for its record: it sends the fingerprint
-// of this text, and the peers refuse the operation too, naming it, instead
-// of waiting for op_timeout. No operation's canonical description looks
-// like it.
-inline constexpr char kRefusedCanonical[] = "(refused by this member)";
-// Whether `fingerprint` is kRefusedCanonical's.
-bool IsRefusal(uint64_t fingerprint);
-// What a peer's error says about such members.
-inline constexpr char kRefusedOnItsOwnArguments[] =
-    " on its own arguments (its error says why)";
 
 // One failed operation as this member submitted it.
 struct SubmittedOperation {

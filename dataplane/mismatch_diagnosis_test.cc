@@ -114,7 +114,7 @@ TEST_F(MismatchDiagnosisTest, SilentMembersAreNamedAfterTheGrace) {
   EXPECT_GE(MonotonicNow() - start, absl::Milliseconds(250));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_TRUE(absl::StrContains(
-      s.message(), "ranks 1, 2 did not report operation #7 on world within"))
+      s.message(), "ranks 1-2 did not report operation #7 on world within"))
       << s;
 }
 
@@ -129,7 +129,7 @@ TEST_F(MismatchDiagnosisTest, APeersTeardownIsReportedAsTheSilentMembersDelay) {
   EXPECT_EQ(why.status.code(), absl::StatusCode::kDeadlineExceeded)
       << why.status;
   EXPECT_TRUE(absl::StrContains(why.status.message(),
-                                "Connection closed by peer; ranks 1, 2 did "
+                                "Connection closed by peer; ranks 1-2 did "
                                 "not report operation #7 on world"))
       << why.status;
 }

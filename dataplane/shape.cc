@@ -1,6 +1,7 @@
 #include "dataplane/shape.h"
 
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,20 @@ absl::Status NoSuchAxis(const ValueDescriptor& descriptor, size_t axis,
       backend, " backend: ", operation, ": axis ", axis,
       " is out of range for ", descriptor.shape().empty() ? "the scalar " : "",
       descriptor.ToString()));
+}
+
+// offsets[i] = sum(counts[0..i)), one more entry than `counts`; nullopt when
+// the sum overflows.
+std::optional<std::vector<size_t>> PrefixSums(absl::Span<const size_t> counts) {
+  std::vector<size_t> offsets(1, 0);
+  offsets.reserve(counts.size() + 1);
+  for (size_t c : counts) {
+    if (c > std::numeric_limits<size_t>::max() - offsets.back()) {
+      return std::nullopt;
+    }
+    offsets.push_back(offsets.back() + c);
+  }
+  return offsets;
 }
 
 }  // namespace
@@ -90,17 +105,13 @@ absl::StatusOr<AllToAllLayout> LayoutAllToAll(
   }
   auto along = LayoutAlong(input, axis, backend, operation);
   if (!along.ok()) return along.status();
-  std::vector<size_t> send_offsets, receive_offsets;
-  for (auto [counts, offsets] : {std::pair(send_counts, &send_offsets),
-                                 std::pair(receive_counts, &receive_offsets)}) {
-    offsets->assign(1, 0);
-    for (size_t c : counts) {
-      if (c > std::numeric_limits<size_t>::max() - offsets->back()) {
-        return refuse("the counts overflow when added up");
-      }
-      offsets->push_back(offsets->back() + c);
-    }
+  auto sent = PrefixSums(send_counts);
+  auto received = PrefixSums(receive_counts);
+  if (!sent.has_value() || !received.has_value()) {
+    return refuse("the counts overflow when added up");
   }
+  std::vector<size_t> send_offsets = *std::move(sent);
+  std::vector<size_t> receive_offsets = *std::move(received);
   if (send_offsets.back() != along->extent) {
     return refuse("send counts add up to ", send_offsets.back(),
                   " but the input ", input.ToString(), " has ", along->extent,
@@ -116,6 +127,32 @@ absl::StatusOr<AllToAllLayout> LayoutAllToAll(
   if (!output.ok()) return output.status();
   return AllToAllLayout{*along, std::move(send_offsets),
                         std::move(receive_offsets), *std::move(output)};
+}
+
+absl::StatusOr<UnevenGatherLayout> LayoutUnevenGather(
+    const ValueDescriptor& input, size_t axis, absl::Span<const size_t> counts,
+    size_t members, size_t me, absl::string_view backend,
+    absl::string_view operation) {
+  auto refuse = [&](auto&&... parts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(backend, " backend: ", operation, ": ", parts...));
+  };
+  if (counts.size() != members) {
+    return refuse("counts has ", counts.size(),
+                  " entries; it needs one per member (", members, ")");
+  }
+  auto along = LayoutAlong(input, axis, backend, operation);
+  if (!along.ok()) return along.status();
+  if (counts[me] != along->extent) {
+    return refuse("counts[", me, "] (this member) is ", counts[me],
+                  " but the input ", input.ToString(), " has ", along->extent,
+                  " along axis ", axis);
+  }
+  auto offsets = PrefixSums(counts);
+  if (!offsets.has_value()) return refuse("the counts overflow when added up");
+  auto output = WithExtent(input, axis, offsets->back(), backend, operation);
+  if (!output.ok()) return output.status();
+  return UnevenGatherLayout{*along, *std::move(offsets), *std::move(output)};
 }
 
 }  // namespace rankd::dataplane

@@ -66,6 +66,26 @@ absl::StatusOr<AllToAllLayout> LayoutAllToAll(
     absl::Span<const size_t> receive_counts, size_t members, size_t me,
     absl::string_view backend, absl::string_view operation);
 
+// An uneven all_gather along an axis, seen from one member: where each
+// member's indices start in the output, and the output.
+struct UnevenGatherLayout {
+  AxisLayout input;             // the input along the axis (a scalar as [1])
+  std::vector<size_t> offsets;  // one per member, then the total
+  ValueDescriptor output;
+};
+
+// The layout of an all_gather of `input` along `axis` in which member m
+// contributes counts[m] indices, on member `me` of `members`.
+// InvalidArgument "<backend> backend: <operation>: ..." when the counts do
+// not have one entry per member, the axis is out of range, this member's
+// count is not its input's extent along the axis, the counts overflow when
+// added up, or the output would be invalid (WithExtent). That the members
+// pass the same counts no single member can check.
+absl::StatusOr<UnevenGatherLayout> LayoutUnevenGather(
+    const ValueDescriptor& input, size_t axis, absl::Span<const size_t> counts,
+    size_t members, size_t me, absl::string_view backend,
+    absl::string_view operation);
+
 }  // namespace rankd::dataplane
 
 #endif  // RANKD_DATAPLANE_SHAPE_H_

@@ -309,7 +309,7 @@ static void Ops(rankd_rank* rank, uint32_t world) {
         if (r == 1) {
           Refused(rankd_all_to_all_v(session, RANKD_WORLD_GROUP, &a, counts,
                                      counts, 2, &b, foreign, &work),
-                  RANKD_INVALID_ARGUMENT, "were told and refuse it too",
+                  RANKD_INVALID_ARGUMENT, "are told and refuse it too",
                   "all_to_all_v on a foreign stream");
         } else {
           Ok(rankd_all_to_all_v(session, RANKD_WORLD_GROUP, &a, counts,

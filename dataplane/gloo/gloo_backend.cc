@@ -12,7 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "dataplane/agreement.h"
 #include "dataplane/batch.h"
+#include "dataplane/caller_output.h"
 #include "dataplane/gloo/internal/agreement_check.h"
 #include "dataplane/gloo/internal/gloo_communicator.h"
 #include "dataplane/gloo/internal/native_ops.h"
@@ -94,16 +96,15 @@ absl::StatusOr<HostTensor> OutputFor(const char* kind,
                                      const ValueDescriptor& result,
                                      const HostTensor& input, bool in_place) {
   if (!into.has_value()) return HostTensor::Uninitialized(result);
-  if (into->descriptor() != result) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gloo backend: ", kind, ": the output is ",
-                     into->descriptor().ToString(), " but the result is ",
-                     result.ToString()));
-  }
-  if (!in_place && into->SharesBufferWith(input) && into->byte_size() > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: ", kind, ": the output shares the input's buffer, and ",
-        kind, " cannot run in place"));
+  // A host tensor is its whole buffer: sharing one is sharing every byte.
+  const OutputOverlap overlap =
+      into->SharesBufferWith(input) && into->byte_size() > 0
+          ? OutputOverlap::kSameBytes
+          : OutputOverlap::kNone;
+  if (absl::Status s = CheckCallerOutput(kBackend, kind, into->descriptor(),
+                                         result, overlap, in_place);
+      !s.ok()) {
+    return s;
   }
   return *std::move(into);
 }
@@ -303,8 +304,8 @@ absl::Status GlooBackend::RefuseWithPeers(const char* kind, GlooGroup& group,
                                           AgreementCheck check,
                                           const absl::Status& refusal) {
   const bool peers_wait =
-      group.size() > 1 &&
-      (options().verify_agreement || check == AgreementCheck::kAllToAll);
+      PeersAwaitRecord(group.size(), options().verify_agreement,
+                       /*checks_first=*/check == AgreementCheck::kAllToAll);
   if (refusal.ok() || !peers_wait || comm_->poisoned()) return refusal;
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   const std::string op = OperationName(kind, *g);
@@ -319,23 +320,17 @@ absl::Status GlooBackend::RefuseWithPeers(const char* kind, GlooGroup& group,
     }
     return internal::VerifyAgreement(*g, op, kRefusedCanonical, timeout);
   });
-  if (!told.ok()) {
-    return absl::Status(
-        refusal.code(),
-        absl::StrCat(refusal.message(), "; telling the other members of ",
-                     group.ToString(), " failed: ", told.status().message()));
-  }
-  return absl::Status(
-      refusal.code(),
-      absl::StrCat(refusal.message(), " (the other members of ",
-                   group.ToString(), " are told and refuse it too)"));
+  return RefusalAfterTelling(refusal, group.ToString(), /*route=*/false,
+                             told.status());
 }
 
 absl::Status GlooBackend::RefuseWithPeer(const char* kind,
                                          const GlooRoute& route,
                                          GlooExecutor& executor,
                                          const absl::Status& refusal) {
-  if (refusal.ok() || !options().verify_agreement || comm_->poisoned()) {
+  if (refusal.ok() || comm_->poisoned() ||
+      !PeersAwaitRecord(2, options().verify_agreement,
+                        /*checks_first=*/false)) {
     return refusal;
   }
   std::shared_ptr<GlooGroup> g = route.group()->OnLane(executor.lane());
@@ -350,16 +345,8 @@ absl::Status GlooBackend::RefuseWithPeer(const char* kind,
             *g, op, g->NextRouteSequence(source, destination), source,
             destination, kRefusedCanonical, timeout);
       });
-  if (!told.ok()) {
-    return absl::Status(
-        refusal.code(),
-        absl::StrCat(refusal.message(), "; telling the other end of ",
-                     route.ToString(), " failed: ", told.status().message()));
-  }
-  return absl::Status(
-      refusal.code(),
-      absl::StrCat(refusal.message(), " (the other end of ", route.ToString(),
-                   " is told and refuses it too)"));
+  return RefusalAfterTelling(refusal, route.ToString(), /*route=*/true,
+                             told.status());
 }
 
 GlooUnitSubmission GlooBackend::SubmitLocalDependencies(
@@ -509,21 +496,9 @@ GlooTensorSubmission GlooBackend::AllGatherUnevenImpl(
     return RefuseWithPeers(kind, group, executor, AgreementCheck::kCollective,
                            refusal);
   };
-  if (counts.size() != group.size()) {
-    return refuse(absl::InvalidArgumentError(
-        absl::StrCat("gloo backend: ", kind, ": counts has ", counts.size(),
-                     " entries; it needs one per member of ", group.ToString(),
-                     " (", group.size(), ")")));
-  }
-  auto layout = LayoutAlong(d, axis, kBackend, kind);
+  auto layout = LayoutUnevenGather(d, axis, counts, group.size(),
+                                   group.local_rank(), kBackend, kind);
   if (!layout.ok()) return refuse(layout.status());
-  const size_t mine = layout->extent;
-  if (counts[group.local_rank()] != mine) {
-    return refuse(absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: ", kind, ": counts[", group.local_rank(),
-        "] (this member) is ", counts[group.local_rank()], " but the value ",
-        d.ToString(), " has ", mine, " along axis ", axis)));
-  }
   return SubmitGather(kind, value,
                       std::vector<size_t>(counts.begin(), counts.end()), axis,
                       std::move(output), group, executor);
@@ -1030,7 +1005,7 @@ GlooBundleSubmission GlooBackend::BatchSendReceive(
           return t.send ? me < t.peer : t.peer < me;
         };
         std::vector<bool> agreed(n, true);
-        std::string disagreements;
+        absl::Status verdict;
         if (verify) {
           // As SendReceive does: each end sends the other its fingerprint.
           std::vector<uint64_t> theirs(n, 0);
@@ -1053,18 +1028,17 @@ GlooBundleSubmission GlooBackend::BatchSendReceive(
                 internal::NativeTransfers(g->context(), checks, timeout);
               });
           if (!s.ok()) return TaskResult::Native(s);
+          std::vector<TransferRecord> records;
           for (size_t i = 0; i < n; ++i) {
-            if (mine[i] == theirs[i]) continue;
-            agreed[i] = false;
-            absl::StrAppend(
-                &disagreements, disagreements.empty() ? "" : "; ",
-                transfers[i].send ? "send to" : "receive from", " member ",
-                transfers[i].peer, " (rank ", g->members()[transfers[i].peer],
-                "): this end has ", transfers[i].canonical, ", the other end ",
-                IsRefusal(theirs[i])
-                    ? absl::StrCat("refused it", kRefusedOnItsOwnArguments)
-                    : "something else");
+            const Transfer& t = transfers[i];
+            records.push_back({t.peer, g->members()[t.peer], t.send,
+                               t.canonical, mine[i], theirs[i]});
           }
+          std::vector<bool> disagreeing;
+          verdict =
+              TransfersVerdict(absl::StrCat("gloo ", op), records,
+                               VerdictPoint::kBeforePayload, &disagreeing);
+          for (size_t i = 0; i < n; ++i) agreed[i] = !disagreeing[i];
         }
         // The payloads; a transfer the ends disagreed on moves nothing, the
         // others still move so that every peer stays in step.
@@ -1088,10 +1062,7 @@ GlooBundleSubmission GlooBackend::BatchSendReceive(
                                    });
           if (!r.status.ok()) return r;
         }
-        if (!disagreements.empty()) {
-          return TaskResult::Agreed(absl::InvalidArgumentError(absl::StrCat(
-              "gloo ", op, ": the ends disagree: ", disagreements)));
-        }
+        if (!verdict.ok()) return TaskResult::Agreed(std::move(verdict));
         return TaskResult::Ok();
       });
   if (!completion.ok()) return completion.status();

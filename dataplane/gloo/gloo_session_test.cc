@@ -641,7 +641,7 @@ TEST(DisagreementTest,
                                   "members disagree on operation #1 on world"))
         << status;
     EXPECT_TRUE(absl::StrContains(
-        status.message(), "ranks 0, 1, 2 submitted `all_reduce_sum f32[2]`"))
+        status.message(), "ranks 0-2 submitted `all_reduce_sum f32[2]`"))
         << status;
     EXPECT_TRUE(absl::StrContains(status.message(),
                                   "rank 3 submitted `all_reduce_sum f32[3]`"))
@@ -1025,7 +1025,7 @@ TEST(AllReducePlanTest, MembersWhosePlanOptionsDifferAreToldApart) {
         // The check compares fingerprints: each member knows its own text.
         EXPECT_TRUE(absl::StrContains(
             status.message(),
-            absl::StrCat("ranks ", 1 - r, " submitted something else")))
+            absl::StrCat("rank ", 1 - r, " submitted another one")))
             << status;
       } else {
         // The diagnosis reads the other member's report: both texts.
@@ -1113,7 +1113,9 @@ TEST(RefusalTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
           EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument)
               << waited;
           EXPECT_TRUE(absl::StrContains(
-              waited.message(), "rank 0 refused it on its own arguments"))
+              waited.message(),
+              "the send to member 0 (rank 0): this end has `bundle(f32[2], "
+              "f32[2])`, the other end refused it on its own arguments"))
               << waited;
         }
       }

@@ -324,7 +324,7 @@ TEST_F(NcclValidation, AllGatherUnevenCounts) {
       SubmitAllGatherUneven(core(), comm_, x, std::vector<size_t>{2, 2}, 0,
                             nullptr, "all_gather_uneven")
           .status(),
-      "3 members");
+      "it needs one per member (3)");
   // counts[me] must be this member's extent along the axis (3 along axis 1).
   ExpectInvalid(
       SubmitAllGatherUneven(core(), comm_, x, std::vector<size_t>{1, 2, 1}, 1,

@@ -875,7 +875,7 @@ TEST_F(NcclMultiGpuTest, BatchedSendReceiveRunsARingAndASwap) {
         ASSERT_TRUE(bad.ok()) << bad.status();
         absl::Status done = bad->completion->Wait();
         EXPECT_EQ(done.code(), absl::StatusCode::kInvalidArgument) << done;
-        EXPECT_TRUE(absl::StrContains(done.message(), "members disagree"))
+        EXPECT_TRUE(absl::StrContains(done.message(), "the ends disagree"))
             << done;
       });
 }
@@ -1184,8 +1184,10 @@ TEST_F(NcclMultiGpuTest, ATransferReceivedAsAnotherDtypeFails) {
     const std::string mine = r == 0 ? "f32[4]" : "i32[4]";
     EXPECT_TRUE(absl::StrContains(
         waited.message(),
-        absl::StrCat("members disagree: rank ", r, " submitted `bundle(", mine,
-                     ")` but rank ", 1 - r, " submitted another transfer")))
+        absl::StrCat("the ends disagree: the ",
+                     r == 0 ? "send to" : "receive from", " member ", 1 - r,
+                     " (rank ", 1 - r, "): this end has `bundle(", mine,
+                     ")`, the other end submitted another transfer")))
         << waited;
     EXPECT_EQ(s.poison_status().code(), absl::StatusCode::kInvalidArgument);
   });
@@ -1242,7 +1244,9 @@ TEST_F(NcclMultiGpuTest,
         EXPECT_TRUE(absl::StrContains(
             waited.message(),
             absl::StrCat("rank ", r, " submitted `all_reduce_sum f32[", n,
-                         "]`; rank ", 1 - r, " submitted another operation")))
+                         "]`; rank ", 1 - r,
+                         " submitted another one; nothing "
+                         "moved")))
             << waited;
         EXPECT_EQ(Download<float>(x), Floats(n, 1)) << "nothing moved";
         ASSERT_OK(s.poison_status());
@@ -1267,7 +1271,10 @@ TEST_F(NcclMultiGpuTest,
         ASSERT_TRUE(moved.ok()) << moved.status();
         waited = moved->completion->Wait();
         EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument) << waited;
-        EXPECT_TRUE(absl::StrContains(waited.message(), "members disagree"))
+        EXPECT_TRUE(
+            absl::StrContains(waited.message(), "the ends disagree: the "))
+            << waited;
+        EXPECT_TRUE(absl::EndsWith(waited.message(), "; nothing moved"))
             << waited;
         ASSERT_OK(s.poison_status());
         // A batch: the transfer 1 -> 0 agrees and moves; 0 -> 1 does not
@@ -1287,7 +1294,10 @@ TEST_F(NcclMultiGpuTest,
         ASSERT_TRUE(batch.ok()) << batch.status();
         waited = batch->completion->Wait();
         EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument) << waited;
-        EXPECT_TRUE(absl::StrContains(waited.message(), "members disagree"))
+        EXPECT_TRUE(absl::StrContains(waited.message(), "the ends disagree"))
+            << waited;
+        EXPECT_TRUE(
+            absl::EndsWith(waited.message(), "; those transfers moved nothing"))
             << waited;
         if (r == 0) {
           EXPECT_EQ(Download<int32_t>(received), (std::vector<int32_t>{6, 7}));
@@ -1356,7 +1366,7 @@ TEST_F(NcclMultiGpuTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
               << refused;
           EXPECT_TRUE(absl::StrContains(refused.message(), why)) << refused;
           EXPECT_TRUE(absl::StrContains(refused.message(),
-                                        "the other members of world were told"))
+                                        "the other members of world are told"))
               << refused;
         };
         auto named = [](const absl::Status& waited, absl::string_view what) {
@@ -1390,7 +1400,9 @@ TEST_F(NcclMultiGpuTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
           moved = s.Receive(world, 0, Desc({4}));
           ASSERT_TRUE(moved.ok()) << moved.status();
           named(moved->completion->Wait(),
-                "rank 0 refused the transfer on its own arguments");
+                "the receive from member 0 (rank 0): this end has "
+                "`bundle(f32[4])`, the other end refused it on its own "
+                "arguments");
         }
         ASSERT_OK(s.poison_status());
         // A batch: rank 1's send is on the other device; rank 0's receive
@@ -1502,7 +1514,7 @@ TEST_F(NcclMultiGpuTest, AnAllToAllVRefusedByOneMemberIsRefusedByAll) {
           EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument)
               << out.status();
           EXPECT_TRUE(absl::StrContains(out.status().message(),
-                                        "were told and refuse it too"))
+                                        "are told and refuse it too"))
               << out.status();
         } else {
           ASSERT_TRUE(out.ok()) << out.status();

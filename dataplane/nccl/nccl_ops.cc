@@ -29,15 +29,6 @@ const char* At(const void* base, size_t offset) {
   return static_cast<const char*>(base) + offset;
 }
 
-// Prefix sums: offsets[i] = sum(counts[0..i)).
-std::vector<size_t> Offsets(absl::Span<const size_t> counts) {
-  std::vector<size_t> offsets(counts.size() + 1, 0);
-  for (size_t i = 0; i < counts.size(); ++i) {
-    offsets[i + 1] = offsets[i] + counts[i];
-  }
-  return offsets;
-}
-
 absl::StatusOr<std::shared_ptr<DeviceBuffer>> Scratch(
     SessionCore& core, size_t bytes, const std::shared_ptr<CudaStream>& stream,
     absl::string_view name) {
@@ -215,29 +206,17 @@ TensorResult SubmitAllGatherUneven(SessionCore& core,
   if (!valid.ok()) return refuse.Refuse(valid);
   const size_t n = comm->members.size();
   const size_t me = comm->local_rank;
-  if (counts.size() != n) {
-    return refuse.Refuse(absl::InvalidArgumentError(
-        absl::StrCat("nccl backend: ", name, ": counts has ", counts.size(),
-                     " entries; the group has ", n, " members")));
-  }
-  auto layout = LayoutAlong(input.descriptor(), axis, kBackend, name);
+  auto layout = LayoutUnevenGather(input.descriptor(), axis, counts, n, me,
+                                   kBackend, name);
   if (!layout.ok()) return refuse.Refuse(layout.status());
-  if (counts[me] != layout->extent) {
-    return refuse.Refuse(absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: ", name, ": counts[", me, "] = ", counts[me],
-        " but this member's input ", input.descriptor().ToString(), " has ",
-        layout->extent, " along axis ", axis)));
-  }
-  const std::vector<size_t> offsets = Offsets(counts);
+  const std::vector<size_t> offsets = layout->offsets;
   const size_t total = offsets[n];
-  auto out_desc = WithExtent(input.descriptor(), axis, total, kBackend, name);
-  if (!out_desc.ok()) return refuse.Refuse(out_desc.status());
-  auto out =
-      core.OutputFor(*out_desc, into, &input, /*in_place=*/false, stream, name);
+  auto out = core.OutputFor(layout->output, into, &input, /*in_place=*/false,
+                            stream, name);
   if (!out.ok()) return refuse.Refuse(out.status());
 
-  const size_t unit = layout->unit_bytes;
-  const size_t outer = layout->outer;
+  const size_t unit = layout->input.unit_bytes;
+  const size_t outer = layout->input.outer;
   std::vector<size_t> block(n);
   std::vector<size_t> block_offset(n + 1, 0);
   for (size_t m = 0; m < n; ++m) {

@@ -8,6 +8,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/monotonic_clock.h"
+#include "dataplane/agreement.h"
+#include "dataplane/caller_output.h"
 #include "dataplane/nccl/internal/operation_agreement.h"
 
 namespace rankd::dataplane::nccl {
@@ -343,23 +345,18 @@ absl::StatusOr<DeviceTensor> SessionCore::OutputFor(
     const std::shared_ptr<CudaStream>& stream, absl::string_view operation) {
   if (into == nullptr) return AllocateOutput(descriptor, stream, operation);
   if (absl::Status s = CheckTensor(*into, operation); !s.ok()) return s;
-  if (into->descriptor() != descriptor) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("nccl backend: ", operation, ": the output is ",
-                     into->descriptor().ToString(), " but the result is ",
-                     descriptor.ToString()));
-  }
+  OutputOverlap overlap = OutputOverlap::kNone;
   if (input != nullptr && into->Overlaps(*input)) {
     // NCCL runs in place only when both are the same bytes exactly.
     const bool same = into->data() == input->data() &&
                       into->byte_size() == input->byte_size();
-    if (!(in_place && same)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "nccl backend: ", operation, ": the output overlaps the input, and ",
-          operation,
-          in_place ? " runs in place only on exactly the input's bytes"
-                   : " cannot run in place"));
-    }
+    overlap = same ? OutputOverlap::kSameBytes : OutputOverlap::kPartial;
+  }
+  if (absl::Status s =
+          CheckCallerOutput(kBackendName, operation, into->descriptor(),
+                            descriptor, overlap, in_place);
+      !s.ok()) {
+    return s;
   }
   return *into;
 }
@@ -413,7 +410,7 @@ absl::Status SessionCore::AgreeFirst(
     }
     std::vector<bool> disagreeing;
     absl::Status agreed = agreement.Verify(
-        where(), canonical,
+        where(), canonical, VerdictPoint::kBeforePayload,
         plan.refused_transfers != nullptr ? &disagreeing : nullptr, parts[i]);
     if (agreed.code() != absl::StatusCode::kInvalidArgument) {
       if (!agreed.ok()) return agreed;  // the read failed
@@ -432,9 +429,10 @@ absl::Status SessionCore::AgreeFirst(
 absl::Status SessionCore::RefuseWithPeers(OpPlan plan,
                                           const absl::Status& refusal) {
   if (refusal.ok()) return refusal;
-  const bool peers_wait = plan.comm != nullptr && plan.comm->comm != nullptr &&
-                          plan.comm->members.size() > 1 &&
-                          (options_.verify_agreement || plan.agree_first);
+  const bool peers_wait =
+      plan.comm != nullptr && plan.comm->comm != nullptr &&
+      PeersAwaitRecord(plan.comm->members.size(), options_.verify_agreement,
+                       plan.agree_first);
   if (!peers_wait || !PoisonStatus().ok() || detached_.load()) return refusal;
   // The record goes on the session's stream when the operation's own one
   // is what was wrong.
@@ -474,15 +472,8 @@ absl::Status SessionCore::RefuseWithPeers(OpPlan plan,
       sent.ok() ||
       (told.ok() && sent.code() == absl::StatusCode::kInvalidArgument &&
        PoisonStatus().ok());
-  if (!heard) {
-    return absl::Status(
-        refusal.code(),
-        absl::StrCat(refusal.message(), "; telling the other members of ",
-                     scope, " failed: ", sent.message()));
-  }
-  return absl::Status(refusal.code(),
-                      absl::StrCat(refusal.message(), " (the other members of ",
-                                   scope, " were told and refuse it too)"));
+  return RefusalAfterTelling(refusal, scope, /*route=*/false,
+                             heard ? absl::OkStatus() : sent);
 }
 
 absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
@@ -645,7 +636,8 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
       if (agreement != nullptr) {
         op->SetVerifier(
             [agreement, where = where(), canonical = what.canonical] {
-              return agreement->Verify(where, canonical);
+              return agreement->Verify(where, canonical,
+                                       VerdictPoint::kAfterPayload);
             });
       }
     } else if (payload) {

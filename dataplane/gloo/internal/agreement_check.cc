@@ -1,9 +1,10 @@
 #include "dataplane/gloo/internal/agreement_check.h"
 
+#include <utility>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "dataplane/mismatch_diagnosis.h"
+#include "dataplane/agreement.h"
 
 namespace rankd::dataplane::gloo::internal {
 namespace {
@@ -25,23 +26,15 @@ absl::Status GatherWords(GlooGroup& group, const std::string& operation,
                      });
 }
 
-std::string Ranks(const std::vector<uint32_t>& ranks) {
-  return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ",
-                      absl::StrJoin(ranks, ", "));
+// A verdict as the executor reports it: a disagreement fails the operation
+// before any payload moved, leaving the session usable.
+TaskResult FromVerdict(absl::Status verdict) {
+  if (verdict.ok()) return TaskResult::Ok();
+  return TaskResult::Agreed(std::move(verdict));
 }
 
-// The members in `refused` refused the operation on their own arguments;
-// those in `different` submitted another one.
-TaskResult Refused(const std::string& operation,
-                   const std::vector<uint32_t>& refused,
-                   const std::vector<uint32_t>& different = {}) {
-  return TaskResult::Agreed(absl::InvalidArgumentError(absl::StrCat(
-      "gloo ", operation, ": ", Ranks(refused), " refused it",
-      kRefusedOnItsOwnArguments,
-      different.empty()
-          ? ""
-          : absl::StrCat("; ", Ranks(different), " submitted something else"),
-      "; nothing moved")));
+std::string Where(const std::string& operation) {
+  return absl::StrCat("gloo ", operation);
 }
 
 }  // namespace
@@ -69,14 +62,14 @@ TaskResult ExchangeRouteFingerprints(GlooGroup& group,
                        &theirs, sizeof(theirs), timeout);
       });
   if (!s.ok()) return TaskResult::Native(s);
-  if (mine == theirs) return TaskResult::Ok();
-  if (IsRefusal(theirs)) {
-    return Refused(operation, {group.members()[peer]});
-  }
-  return TaskResult::Agreed(absl::InvalidArgumentError(absl::StrCat(
-      "gloo ", operation, ": the two ends disagree on the bundle: this end (",
-      is_source ? "source" : "destination", ") has ", canonical,
-      ", the other end something else")));
+  const TransferRecord record{static_cast<size_t>(peer),
+                              group.members()[peer],
+                              is_source,
+                              canonical,
+                              mine,
+                              theirs};
+  return FromVerdict(TransfersVerdict(Where(operation), {record},
+                                      VerdictPoint::kBeforePayload));
 }
 
 uint32_t OperationTag(uint32_t sequence, uint64_t fingerprint) {
@@ -93,24 +86,9 @@ TaskResult VerifyAgreement(GlooGroup& group, const std::string& operation,
   absl::Status s = GatherWords(
       group, operation, {OperationFingerprint(canonical)}, &all, timeout);
   if (!s.ok()) return TaskResult::Native(s);
-  const uint64_t mine = all[group.local_rank()];
-  std::vector<uint32_t> same, different, refused;
-  for (uint32_t m = 0; m < group.size(); ++m) {
-    if (all[m] == mine) {
-      same.push_back(group.members()[m]);
-    } else if (IsRefusal(all[m])) {
-      refused.push_back(group.members()[m]);
-    } else {
-      different.push_back(group.members()[m]);
-    }
-  }
-  if (!refused.empty()) return Refused(operation, refused, different);
-  if (different.empty()) return TaskResult::Ok();
-  return TaskResult::Agreed(absl::InvalidArgumentError(absl::StrCat(
-      "gloo ", operation,
-      ": members disagree on the operation, dtype or shape: ranks ",
-      absl::StrJoin(same, ", "), " submitted `", canonical, "` but ranks ",
-      absl::StrJoin(different, ", "), " submitted something else")));
+  return FromVerdict(CollectiveVerdict(Where(operation), canonical,
+                                       group.members(), group.local_rank(), all,
+                                       VerdictPoint::kBeforePayload));
 }
 
 TaskResult VerifyAllToAllCounts(GlooGroup& group, const std::string& operation,
@@ -127,40 +105,24 @@ TaskResult VerifyAllToAllCounts(GlooGroup& group, const std::string& operation,
   std::vector<uint64_t> all;
   absl::Status s = GatherWords(group, operation, words, &all, timeout);
   if (!s.ok()) return TaskResult::Native(s);
+  // Member m's record: its fingerprint, n send counts, n receive counts.
   const size_t stride = 1 + 2 * n;
-  auto fingerprint = [&](size_t m) { return all[m * stride]; };
-  auto sends = [&](size_t s_, size_t d) { return all[s_ * stride + 1 + d]; };
-  auto receives = [&](size_t d, size_t s_) {
-    return all[d * stride + 1 + n + s_];
-  };
-  std::vector<uint32_t> refused;
+  std::vector<uint64_t> fingerprints(n), sends(n * n), receives(n * n);
   for (size_t m = 0; m < n; ++m) {
-    if (IsRefusal(fingerprint(m))) refused.push_back(group.members()[m]);
-  }
-  if (!refused.empty()) return Refused(operation, refused);
-  for (size_t m = 1; m < n; ++m) {
-    if (fingerprint(m) != fingerprint(0)) {
-      return TaskResult::Agreed(absl::InvalidArgumentError(
-          absl::StrCat("gloo ", operation,
-                       ": members disagree on the dtype, row shape or "
-                       "axis: rank ",
-                       group.rank(), " submitted `", canonical, "`; ranks ",
-                       group.members()[0], " and ", group.members()[m],
-                       " submitted different ones")));
+    fingerprints[m] = all[m * stride];
+    for (size_t p = 0; p < n; ++p) {
+      sends[m * n + p] = all[m * stride + 1 + p];
+      receives[m * n + p] = all[m * stride + 1 + n + p];
     }
   }
-  for (size_t src = 0; src < n; ++src) {
-    for (size_t dst = 0; dst < n; ++dst) {
-      if (sends(src, dst) != receives(dst, src)) {
-        return TaskResult::Agreed(absl::InvalidArgumentError(absl::StrCat(
-            "gloo ", operation, ": member ", src, " (rank ",
-            group.members()[src], ") sends ", sends(src, dst),
-            " rows to member ", dst, " (rank ", group.members()[dst],
-            "), which expects ", receives(dst, src), " from it")));
-      }
-    }
+  absl::Status verdict = CollectiveVerdict(
+      Where(operation), canonical, group.members(), group.local_rank(),
+      fingerprints, VerdictPoint::kBeforePayload);
+  if (verdict.ok()) {
+    verdict = CountMatrixVerdict(Where(operation), group.members(), sends,
+                                 receives, VerdictPoint::kBeforePayload);
   }
-  return TaskResult::Ok();
+  return FromVerdict(std::move(verdict));
 }
 
 }  // namespace rankd::dataplane::gloo::internal

@@ -5,20 +5,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "dataplane/mismatch_diagnosis.h"
+#include "dataplane/agreement.h"
 #include "dataplane/nccl/nccl_types.h"
 
 namespace rankd::dataplane::nccl::internal {
 namespace {
 
 constexpr size_t kWord = sizeof(uint64_t);
-
-std::string Ranks(const std::vector<uint32_t>& ranks) {
-  return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ",
-                      absl::StrJoin(ranks, ", "));
-}
 
 }  // namespace
 
@@ -204,112 +198,57 @@ int OperationAgreement::Exchange(NcclCommHandle comm, CudaStreamHandle stream,
 
 absl::Status OperationAgreement::Verify(absl::string_view where,
                                         absl::string_view canonical,
+                                        VerdictPoint point,
                                         std::vector<bool>* disagreeing,
                                         Part part) const {
   auto transfers = CudaStream::ForTransfers(buffer_->device());
   if (!transfers.ok()) return transfers.status();
   const size_t w = words_->size();
-  if (!batch_.empty()) {
+  auto read = [&](size_t first_word, std::vector<uint64_t>* out) {
+    return CopyDeviceToHost(
+        out->data(),
+        static_cast<const char*>(buffer_->data()) + first_word * kWord,
+        out->size() * kWord, **transfers);
+  };
+  if (!batch_.empty() || route_) {
+    // Every transfer's other end's fingerprint follows this end's.
     std::vector<uint64_t> theirs(w);
-    absl::Status read = CopyDeviceToHost(
-        theirs.data(), static_cast<const char*>(buffer_->data()) + w * kWord,
-        w * kWord, **transfers);
-    if (!read.ok()) return read;
-    std::string disagreements;
-    if (disagreeing != nullptr) disagreeing->assign(w, false);
-    for (size_t i = 0; i < w; ++i) {
-      if (theirs[i] == (*words_)[i]) continue;
-      if (disagreeing != nullptr) (*disagreeing)[i] = true;
-      const BatchEntry& e = batch_[i];
-      absl::StrAppend(
-          &disagreements, disagreements.empty() ? "" : "; ",
-          e.send ? "the send to" : "the receive from", " member ", e.peer,
-          " (rank ", members_[e.peer], "): this end has `", e.canonical,
-          "`, the other end ",
-          IsRefusal(theirs[i])
-              ? absl::StrCat("refused it", kRefusedOnItsOwnArguments)
-              : "another transfer");
+    if (absl::Status s = read(w, &theirs); !s.ok()) return s;
+    std::vector<TransferRecord> records;
+    if (route_) {
+      const uint32_t other = me_ == source_ ? destination_ : source_;
+      records.push_back({other, members_[other], me_ == source_,
+                         std::string(canonical), (*words_)[0], theirs[0]});
+    } else {
+      for (size_t i = 0; i < w; ++i) {
+        const BatchEntry& e = batch_[i];
+        records.push_back({e.peer, members_[e.peer], e.send, e.canonical,
+                           (*words_)[i], theirs[i]});
+      }
     }
-    if (disagreements.empty()) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": members disagree: ", disagreements,
-        " (dtype, shape or operation: the fingerprints differ); the outputs of "
-        "those transfers are not valid"));
-  }
-  if (route_) {
-    uint64_t theirs = 0;
-    absl::Status read = CopyDeviceToHost(
-        &theirs, static_cast<const char*>(buffer_->data()) + kWord, kWord,
-        **transfers);
-    if (!read.ok()) return read;
-    if (theirs == (*words_)[0]) return absl::OkStatus();
-    const uint32_t other = me_ == source_ ? destination_ : source_;
-    if (IsRefusal(theirs)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": rank ", members_[other], " refused the transfer",
-          kRefusedOnItsOwnArguments, "; nothing was ",
-          me_ == destination_ ? "received" : "sent"));
-    }
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": members disagree: rank ", members_[me_], " submitted `",
-        canonical, "` but rank ", members_[other],
-        " submitted another transfer (dtype, shape or operation: its "
-        "fingerprint differs); the ",
-        me_ == destination_ ? "received output is" : "transfer is",
-        " not valid"));
+    return TransfersVerdict(where, records, point, disagreeing);
   }
   // Layout after this member's words: n fingerprints, then (counts
   // matrix) n records of 2n counts.
   const size_t n = members_.size();
   std::vector<uint64_t> all(n * w);
-  absl::Status read = CopyDeviceToHost(
-      all.data(), static_cast<const char*>(buffer_->data()) + w * kWord,
-      all.size() * kWord, **transfers);
-  if (!read.ok()) return read;
-  auto word = [&](size_t m, size_t i) {
-    return i == 0 ? all[m] : all[n + m * (w - 1) + (i - 1)];
-  };
-  std::vector<uint32_t> same, different, refused;
-  for (size_t m = 0; m < n && part != Part::kCounts; ++m) {
-    const uint64_t theirs = word(m, 0);
-    if (theirs == (*words_)[0]) {
-      same.push_back(members_[m]);
-    } else if (IsRefusal(theirs)) {
-      refused.push_back(members_[m]);
-    } else {
-      different.push_back(members_[m]);
-    }
-  }
-  if (!refused.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": ", Ranks(refused), " refused it", kRefusedOnItsOwnArguments,
-        different.empty() ? ""
-                          : absl::StrCat("; ", Ranks(different),
-                                         " submitted another operation"),
-        "; the output is not valid"));
-  }
-  if (!different.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": members disagree: ", Ranks(same), " submitted `", canonical,
-        "`; ", Ranks(different),
-        " submitted another operation, dtype or shape (the fingerprint "
-        "differs); the output is not valid"));
+  if (absl::Status s = read(w, &all); !s.ok()) return s;
+  if (part != Part::kCounts) {
+    absl::Status verdict =
+        CollectiveVerdict(where, canonical, members_, me_,
+                          absl::MakeConstSpan(all).subspan(0, n), point);
+    if (!verdict.ok()) return verdict;
   }
   if (!counts_matrix_ || part == Part::kFingerprints) return absl::OkStatus();
-  for (size_t src = 0; src < n; ++src) {
-    for (size_t dst = 0; dst < n; ++dst) {
-      const uint64_t sends = word(src, 1 + dst);
-      const uint64_t expects = word(dst, 1 + n + src);
-      if (sends != expects) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, ": members disagree on the counts: member ", src, " (rank ",
-            members_[src], ") sends ", sends, " rows to member ", dst,
-            " (rank ", members_[dst], "), which expects ", expects,
-            " from it; the output is not valid"));
-      }
+  std::vector<uint64_t> sends(n * n), receives(n * n);
+  for (size_t m = 0; m < n; ++m) {
+    const uint64_t* record = &all[n + m * (w - 1)];
+    for (size_t p = 0; p < n; ++p) {
+      sends[m * n + p] = record[p];
+      receives[m * n + p] = record[n + p];
     }
   }
-  return absl::OkStatus();
+  return CountMatrixVerdict(where, members_, sends, receives, point);
 }
 
 std::vector<std::shared_ptr<const void>> OperationAgreement::Retained() const {

@@ -28,7 +28,7 @@
 // Verify names as a refusal.
 //
 // Private to dataplane/nccl. Depends on cuda_handles.h, nccl_comm.h,
-// dataplane/mismatch_diagnosis.h (the fingerprint), absl.
+// dataplane/agreement.h (the fingerprint and the verdicts), absl.
 #ifndef RANKD_DATAPLANE_NCCL_INTERNAL_OPERATION_AGREEMENT_H_
 #define RANKD_DATAPLANE_NCCL_INTERNAL_OPERATION_AGREEMENT_H_
 
@@ -40,6 +40,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "dataplane/agreement.h"
 #include "dataplane/nccl/cuda_handles.h"
 #include "dataplane/nccl/nccl_comm.h"
 
@@ -116,14 +117,15 @@ class OperationAgreement {
   // NCCL group. Returns the ncclResult_t.
   int Exchange(NcclCommHandle comm, CudaStreamHandle stream,
                Part part = Part::kAll) const;
-  // Once the work finished: OK, or InvalidArgument "<where>: members
-  // disagree ..." naming the members whose record differs from this
-  // member's (`canonical`), and those that refused it on their own
-  // arguments (IsRefusal) as such. Blocks for one small device-to-host
-  // read. For a batch, `disagreeing` (when set) gets one flag per entry: true
-  // where the two ends' records differ. `part` says which records moved (and
-  // are compared).
+  // Once the records arrived: the engine's verdict on them
+  // (dataplane/agreement.h: CollectiveVerdict, then CountMatrixVerdict for
+  // the counts; TransfersVerdict for a route or a batch), given at `point`
+  // (before the payload, or after it ran alongside). For a batch,
+  // `disagreeing` (when set) gets one flag per entry: true where the two
+  // ends' records differ. `part` says which records moved (and are
+  // compared). Blocks for one small device-to-host read.
   absl::Status Verify(absl::string_view where, absl::string_view canonical,
+                      VerdictPoint point,
                       std::vector<bool>* disagreeing = nullptr,
                       Part part = Part::kAll) const;
   // Whether there are counts to exchange after the fingerprints.

@@ -1,4 +1,4 @@
-#include "daemon/rank_list.h"
+#include "common/rank_list.h"
 
 #include <cstdint>
 #include <limits>
@@ -57,6 +57,13 @@ TEST(FormatRankListTest, DefaultLimitIs32Items) {
   std::vector<uint32_t> run;
   for (uint32_t r = 0; r < 1000; ++r) run.push_back(r);
   EXPECT_EQ(FormatRankList(run), "0-999");
+}
+
+TEST(NameRanksTest, SaysRankOrRanks) {
+  EXPECT_EQ(NameRanks({}), "no rank");
+  EXPECT_EQ(NameRanks({3}), "rank 3");
+  EXPECT_EQ(NameRanks({3, 3}), "rank 3");
+  EXPECT_EQ(NameRanks({2, 0, 1, 7}), "ranks 0-2, 7");
 }
 
 }  // namespace

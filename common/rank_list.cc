@@ -1,6 +1,7 @@
-#include "daemon/rank_list.h"
+#include "common/rank_list.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -29,6 +30,14 @@ std::string FormatRankList(std::vector<uint32_t> ranks, size_t max_items) {
     i = j + 1;
   }
   return out;
+}
+
+std::string NameRanks(std::vector<uint32_t> ranks) {
+  if (ranks.empty()) return "no rank";
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  const char* noun = ranks.size() == 1 ? "rank " : "ranks ";
+  return absl::StrCat(noun, FormatRankList(std::move(ranks)));
 }
 
 }  // namespace rankd
