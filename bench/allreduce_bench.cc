@@ -22,12 +22,13 @@
 //   direct          gloo::allreduce on a gloo::rendezvous::Context this
 //                   program connects itself (its own TCP device on
 //                   127.0.0.1, rendezvous keys on the same broker under
-//                   "gloo/<namespace>/bench_direct/"), in place on a
+//                   "gloo/<namespace>/direct/bench/", through
+//                   dataplane/gloo/gloo_interop.h), in place on a
 //                   preallocated buffer, with the same options rankd's layer
 //                   uses (dataplane/gloo/internal/native_ops.cc: bcube up
 //                   to 1 MiB and the ring with 8 MiB segments above, as
 //                   rankd's default options choose, rankd's own f32 sum
-//                   kernel, one tag per
+//                   kernel (gloo_interop.h's SumFunctionFor), one tag per
 //                   operation, op_timeout) and nothing else: no executor
 //                   thread, no completion, no validation, no output copy;
 //   rankd_verify    DIAGNOSTIC: as rankd, on a second GlooSession
@@ -88,9 +89,8 @@
 #include "client/client.h"
 #include "dataplane/control_plane.h"
 #include "dataplane/descriptor_proto.h"
+#include "dataplane/gloo/gloo_interop.h"
 #include "dataplane/gloo/gloo_session.h"
-#include "dataplane/gloo/internal/rankd_store.h"
-#include "dataplane/gloo/internal/sum_kernels.h"
 #include "dataplane/host_tensor.h"
 #include "gloo/allreduce.h"
 #include "gloo/common/error.h"
@@ -202,7 +202,7 @@ absl::Status Check(const float* x, size_t n, uint32_t world,
 struct Direct {
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::rendezvous::Context> context;
-  rankd::dataplane::gloo::internal::SumKernel kernel;
+  rankd::dataplane::gloo::SumFunction sum;
   uint32_t next_tag = 0;
   std::chrono::milliseconds timeout{60000};
   std::vector<float> buffer;  // reduced in place
@@ -212,10 +212,9 @@ absl::StatusOr<std::unique_ptr<Direct>> ConnectDirect(
     rankd::dataplane::ControlPlane* control_plane, uint32_t rank,
     uint32_t world, std::chrono::milliseconds timeout) {
   auto direct = std::make_unique<Direct>();
-  auto kernel = rankd::dataplane::gloo::internal::SumKernelFor(
-      TensorDtype::kF32, "bench");
-  if (!kernel.ok()) return kernel.status();
-  direct->kernel = *kernel;
+  auto sum = rankd::dataplane::gloo::SumFunctionFor(TensorDtype::kF32);
+  if (!sum.ok()) return sum.status();
+  direct->sum = *std::move(sum);
   direct->timeout = timeout;
   try {
     gloo::transport::tcp::attr attr;
@@ -224,12 +223,10 @@ absl::StatusOr<std::unique_ptr<Direct>> ConnectDirect(
     direct->context = std::make_shared<gloo::rendezvous::Context>(
         static_cast<int>(rank), static_cast<int>(world));
     direct->context->setTimeout(std::chrono::milliseconds(60000));
-    rankd::dataplane::gloo::RankdStore store(
-        control_plane,
-        rankd::dataplane::gloo::RankdStore::Prefix(control_plane->Namespace(),
-                                                   0, "bench_direct"),
-        absl::Seconds(60));
-    direct->context->connectFullMesh(store, direct->device);
+    std::unique_ptr<gloo::rendezvous::Store> store =
+        rankd::dataplane::gloo::NewBrokerStore(control_plane, "bench",
+                                               absl::Seconds(60));
+    direct->context->connectFullMesh(*store, direct->device);
     direct->context->setTimeout(timeout);
   } catch (const std::exception& e) {
     return absl::UnavailableError(
@@ -243,7 +240,7 @@ absl::StatusOr<std::unique_ptr<Direct>> ConnectDirect(
 void DirectAllReduce(Direct& d, float* data, size_t elements) {
   gloo::AllreduceOptions options(d.context);
   options.setOutput(data, elements);
-  options.setReduceFunction(d.kernel.reduce);
+  options.setReduceFunction(d.sum);
   options.setTag(d.next_tag++);
   options.setTimeout(d.timeout);
   options.setAlgorithm(

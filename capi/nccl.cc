@@ -3,9 +3,6 @@
 // with events.
 #include "capi/internal/nccl.h"
 
-#include <dlfcn.h>
-
-#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -19,71 +16,43 @@
 #include "dataplane/descriptor_proto.h"
 #include "dataplane/nccl/cuda_handles.h"
 #include "dataplane/nccl/device_tensor.h"
-#include "dataplane/nccl/internal/native_library.h"
 #include "dataplane/types.h"
 
-namespace rankd::capi {
+namespace rankd::capi::internal {
 namespace {
 
 namespace nc = dataplane::nccl;
-namespace native = dataplane::nccl::internal;
 using dataplane::PeerValue;
 using dataplane::ValueDescriptor;
 
-// cudaPointerGetAttributes, resolved from the CUDA runtime rankd loaded;
-// null where that library does not export it (the CPU stand-in), and then
-// a host pointer is only caught by the CUDA or NCCL call that uses it.
-using PointerAttributesFn = int (*)(void* attributes, const void* pointer);
-PointerAttributesFn PointerAttributes() {
-  static const PointerAttributesFn fn = []() -> PointerAttributesFn {
-    auto runtime = native::LoadCudaRuntime();
-    if (!runtime.ok()) return nullptr;
-    void* handle =
-        dlopen((*runtime)->path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-    if (handle == nullptr) return nullptr;
-    return reinterpret_cast<PointerAttributesFn>(
-        dlsym(handle, "cudaPointerGetAttributes"));
-  }();
-  return fn;
-}
-
-// Refuses memory that is not on `device` when the runtime can say so.
+// Refuses memory that is not on `device` when the runtime can say so. Where
+// it cannot (the CPU stand-in), a host pointer is only caught by the CUDA or
+// NCCL call that uses it.
 absl::Status CheckDeviceMemory(const void* data, size_t bytes, int device,
                                const char* function, const std::string& what) {
   if (bytes == 0) return absl::OkStatus();
-  PointerAttributesFn attributes = PointerAttributes();
-  if (attributes == nullptr) return absl::OkStatus();
-  // struct cudaPointerAttributes starts {enum cudaMemoryType type; int
-  // device; ...}; room to spare for the rest in any CUDA version.
-  struct {
-    int type;
-    int device;
-    char rest[248];
-  } a;
-  std::memset(&a, 0, sizeof(a));
-  nc::DeviceGuard guard(device);
-  if (!guard.status().ok()) return guard.status();
-  const int error = attributes(&a, data);
-  auto runtime = native::LoadCudaRuntime();
-  if (error != native::kCudaSuccess) {
-    if (runtime.ok()) (void)(*runtime)->GetLastError();
-    return absl::InvalidArgumentError(absl::StrCat(
-        function, ": ", what,
-        ".data is not CUDA device memory (cudaPointerGetAttributes "
-        "failed with error ",
-        error, "); an NCCL session needs memory on cuda:", device));
+  using Memory = nc::PointerAttributes::Memory;
+  absl::StatusOr<nc::PointerAttributes> a =
+      nc::GetPointerAttributes(data, device);
+  if (absl::IsUnimplemented(a.status())) return absl::OkStatus();
+  if (absl::IsInvalidArgument(a.status())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(function, ": ", what, ".data is not CUDA device memory (",
+                     a.status().message(),
+                     "); an NCCL session needs memory on cuda:", device));
   }
-  // cudaMemoryTypeUnregistered = 0, Host = 1, Device = 2, Managed = 3.
-  if (a.type == 0 || a.type == 1) {
+  if (!a.ok()) return a.status();
+  if (a->memory == Memory::kUnregistered || a->memory == Memory::kHost) {
     return absl::InvalidArgumentError(absl::StrCat(
         function, ": ", what, ".data is host memory (",
-        a.type == 0 ? "not registered with CUDA" : "pinned",
+        a->memory == Memory::kUnregistered ? "not registered with CUDA"
+                                           : "pinned",
         "); an NCCL session needs device memory on cuda:", device));
   }
-  if (a.type == 2 && a.device != device) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(function, ": ", what, ".data is memory of cuda:", a.device,
-                     "; this session's device is cuda:", device));
+  if (a->memory == Memory::kDevice && a->device != device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        function, ": ", what, ".data is memory of cuda:", a->device,
+        "; this session's device is cuda:", device));
   }
   return absl::OkStatus();
 }
@@ -122,19 +91,12 @@ class CallerStream {
   static absl::StatusOr<CallerStream> Begin(int device, void* stream,
                                             const char* function) {
     CallerStream c;
-    c.device_ = device;
-    c.stream_ = static_cast<native::CudaStream>(stream);
+    c.stream_ = static_cast<nc::CudaStreamHandle>(stream);
     if (stream == nullptr) return c;
-    auto runtime = native::LoadCudaRuntime();
-    if (!runtime.ok()) return runtime.status();
     auto event = nc::CudaEvent::Create(device);
     if (!event.ok()) return event.status();
-    nc::DeviceGuard guard(device);
-    if (!guard.status().ok()) return guard.status();
-    const int error = (*runtime)->EventRecord((*event)->get(), c.stream_);
-    if (error != native::kCudaSuccess) {
-      absl::Status cause =
-          nc::CudaStatus(error, "cudaEventRecord on the caller's stream");
+    absl::Status cause = nc::RecordEvent(**event, c.stream_);
+    if (!cause.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           function,
           ": stream must be a CUDA stream of this session's device "
@@ -152,21 +114,16 @@ class CallerStream {
   // event); nothing for a NULL stream.
   absl::Status Then(const nc::CudaEvent& done) const {
     if (stream_ == nullptr) return absl::OkStatus();
-    auto runtime = native::LoadCudaRuntime();
-    if (!runtime.ok()) return runtime.status();
-    nc::DeviceGuard guard(device_);
-    if (!guard.status().ok()) return guard.status();
-    const int error = (*runtime)->StreamWaitEvent(stream_, done.get(), 0);
-    if (error != native::kCudaSuccess) {
-      return nc::CudaStatus(error,
-                            "cudaStreamWaitEvent on the caller's stream");
+    absl::Status s = nc::StreamWaitEvent(stream_, done);
+    if (!s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("the caller's stream: ", s.message()));
     }
     return absl::OkStatus();
   }
 
  private:
-  int device_ = -1;
-  native::CudaStream stream_ = nullptr;
+  nc::CudaStreamHandle stream_ = nullptr;
   std::shared_ptr<nc::CudaEvent> ready_;
 };
 
@@ -427,4 +384,4 @@ rankd_status* NcclBatchSendReceive(rankd_session* session, uint32_t group,
                  std::move(submitted->completion), kFn, work);
 }
 
-}  // namespace rankd::capi
+}  // namespace rankd::capi::internal

@@ -25,7 +25,7 @@
 #include "dataplane/control_plane.h"
 #include "rankd/rankd.h"
 
-namespace rankd::capi {
+namespace rankd::capi::internal {
 namespace {
 
 constexpr char kJoin[] = "rankd_join";
@@ -205,12 +205,12 @@ void CopyWords(const std::vector<uint32_t>& result, uint32_t* out) {
 }
 
 }  // namespace
-}  // namespace rankd::capi
+}  // namespace rankd::capi::internal
 
-using rankd::capi::Error;
-using rankd::capi::NullArgument;
-using rankd::capi::ToC;
-using rankd::capi::ToDuration;
+using rankd::capi::internal::Error;
+using rankd::capi::internal::NullArgument;
+using rankd::capi::internal::ToC;
+using rankd::capi::internal::ToDuration;
 
 extern "C" {
 
@@ -226,7 +226,7 @@ void rankd_join_options_init(rankd_join_options* options) {
 }
 
 rankd_status* rankd_join(const rankd_join_options* options, rankd_rank** rank) {
-  using rankd::capi::kJoin;
+  using rankd::capi::internal::kJoin;
   if (rank == nullptr) return NullArgument(kJoin, "rank");
   rankd_join_options o;
   rankd_join_options_init(&o);
@@ -241,9 +241,9 @@ rankd_status* rankd_join(const rankd_join_options* options, rankd_rank** rank) {
     }
     o = *options;
   }
-  auto plan = rankd::capi::PlanJoin(o);
+  auto plan = rankd::capi::internal::PlanJoin(o);
   if (!plan.ok()) return ToC(plan.status());
-  auto state = std::make_shared<rankd::capi::RankState>();
+  auto state = std::make_shared<rankd::capi::internal::RankState>();
   auto client = rankd::Client::Connect(plan->client);
   if (!client.ok()) return ToC(client.status());
   state->client = *std::move(client);
@@ -325,7 +325,7 @@ rankd_status* rankd_rank_group(const rankd_rank* rank, size_t index,
   const auto& g = groups[static_cast<int>(index)];
   const std::vector<uint32_t>& members = rank->state->group_members[index];
   group->id = g.id();
-  group->kind = rankd::capi::GroupKindName(g.kind());
+  group->kind = rankd::capi::internal::GroupKindName(g.kind());
   group->size = static_cast<uint32_t>(members.size());
   group->local_rank = g.local_rank();
   group->members = members.data();
@@ -337,18 +337,20 @@ rankd_status* rankd_all_gather_words(rankd_rank* rank, const uint32_t* words,
                                      uint32_t* out, size_t out_capacity) {
   constexpr char kFn[] = "rankd_all_gather_words";
   if (rank == nullptr) return NullArgument(kFn, "rank");
-  if (absl::Status s = rankd::capi::CheckWords(kFn, words, count); !s.ok()) {
+  if (absl::Status s = rankd::capi::internal::CheckWords(kFn, words, count);
+      !s.ok()) {
     return ToC(s);
   }
-  absl::Status checked = rankd::capi::CheckResultBuffer(
-      kFn, out, out_capacity, rankd::capi::ResultWords(*rank->state, count));
+  absl::Status checked = rankd::capi::internal::CheckResultBuffer(
+      kFn, out, out_capacity,
+      rankd::capi::internal::ResultWords(*rank->state, count));
   if (!checked.ok()) return ToC(checked);
   auto timeout = ToDuration(timeout_seconds, kFn, "timeout_seconds");
   if (!timeout.ok()) return ToC(timeout.status());
   auto result = rank->state->client->AllGatherWords(
       absl::MakeConstSpan(words, count), *timeout);
   if (!result.ok()) return ToC(result.status());
-  rankd::capi::CopyWords(*result, out);
+  rankd::capi::internal::CopyWords(*result, out);
   return nullptr;
 }
 
@@ -359,7 +361,8 @@ rankd_status* rankd_submit_all_gather_words(rankd_rank* rank,
   constexpr char kFn[] = "rankd_submit_all_gather_words";
   if (rank == nullptr) return NullArgument(kFn, "rank");
   if (pending == nullptr) return NullArgument(kFn, "pending");
-  if (absl::Status s = rankd::capi::CheckWords(kFn, words, count); !s.ok()) {
+  if (absl::Status s = rankd::capi::internal::CheckWords(kFn, words, count);
+      !s.ok()) {
     return ToC(s);
   }
   auto timeout =
@@ -371,7 +374,8 @@ rankd_status* rankd_submit_all_gather_words(rankd_rank* rank,
   auto handle = std::make_unique<rankd_pending_words>();
   handle->rank = rank->state;
   handle->pending = *std::move(submitted);
-  handle->result_words = rankd::capi::ResultWords(*rank->state, count);
+  handle->result_words =
+      rankd::capi::internal::ResultWords(*rank->state, count);
   *pending = handle.release();  // rankd_pending_words_free
   return nullptr;
 }
@@ -385,8 +389,8 @@ rankd_status* rankd_pending_words_wait(rankd_pending_words* pending,
                                        size_t out_capacity) {
   constexpr char kFn[] = "rankd_pending_words_wait";
   if (pending == nullptr) return NullArgument(kFn, "pending");
-  absl::Status checked = rankd::capi::CheckResultBuffer(kFn, out, out_capacity,
-                                                        pending->result_words);
+  absl::Status checked = rankd::capi::internal::CheckResultBuffer(
+      kFn, out, out_capacity, pending->result_words);
   if (!checked.ok()) return ToC(checked);
   auto timeout = ToDuration(timeout_seconds, kFn, "timeout_seconds",
                             {.allow_infinite = true});
@@ -397,11 +401,11 @@ rankd_status* rankd_pending_words_wait(rankd_pending_words* pending,
     // failed (perhaps with DEADLINE_EXCEEDED naming missing ranks) is ready.
     if (absl::IsDeadlineExceeded(result.status()) &&
         !pending->pending->IsReady()) {
-      return rankd::capi::AsWaitTimeout(ToC(result.status()));
+      return rankd::capi::internal::AsWaitTimeout(ToC(result.status()));
     }
     return ToC(result.status());
   }
-  rankd::capi::CopyWords(*result, out);
+  rankd::capi::internal::CopyWords(*result, out);
   return nullptr;
 }
 

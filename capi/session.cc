@@ -33,7 +33,7 @@
 #include "dataplane/types.h"
 #include "rankd/rankd.h"
 
-namespace rankd::capi {
+namespace rankd::capi::internal {
 
 using dataplane::CancellationMode;
 using dataplane::CollectiveScope;
@@ -236,18 +236,18 @@ std::string GlooHostname(const char* option) {
 }
 
 }  // namespace
-}  // namespace rankd::capi
+}  // namespace rankd::capi::internal
 
-using rankd::capi::CheckCall;
-using rankd::capi::CopyIn;
-using rankd::capi::Error;
-using rankd::capi::HandOut;
-using rankd::capi::MakeWork;
-using rankd::capi::NullArgument;
-using rankd::capi::OutputLike;
-using rankd::capi::Prepare;
-using rankd::capi::ScopeOf;
-using rankd::capi::ToC;
+using rankd::capi::internal::CheckCall;
+using rankd::capi::internal::CopyIn;
+using rankd::capi::internal::Error;
+using rankd::capi::internal::HandOut;
+using rankd::capi::internal::MakeWork;
+using rankd::capi::internal::NullArgument;
+using rankd::capi::internal::OutputLike;
+using rankd::capi::internal::Prepare;
+using rankd::capi::internal::ScopeOf;
+using rankd::capi::internal::ToC;
 using rankd::dataplane::HostTensor;
 using rankd::dataplane::PeerValue;
 
@@ -281,7 +281,7 @@ rankd_status* rankd_session_open(rankd_rank* rank,
   }
   int32_t backend = o.backend;
   if (backend == 0) {
-    auto from_env = rankd::capi::BackendFromEnvironment();
+    auto from_env = rankd::capi::internal::BackendFromEnvironment();
     if (!from_env.ok()) return ToC(from_env.status());
     backend = *from_env;
   }
@@ -290,17 +290,17 @@ rankd_status* rankd_session_open(rankd_rank* rank,
         absl::StatusCode::kInvalidArgument, kFn,
         absl::StrCat("options->backend is ", backend, ", not a rankd_backend"));
   }
-  auto op_timeout = rankd::capi::ToDuration(o.op_timeout_seconds, kFn,
-                                            "options->op_timeout_seconds");
+  auto op_timeout = rankd::capi::internal::ToDuration(
+      o.op_timeout_seconds, kFn, "options->op_timeout_seconds");
   if (!op_timeout.ok()) return ToC(op_timeout.status());
   if (backend == RANKD_BACKEND_NCCL) {
-    auto opened = rankd::capi::OpenNccl(*rank->state, o, *op_timeout);
+    auto opened = rankd::capi::internal::OpenNccl(*rank->state, o, *op_timeout);
     if (!opened.ok()) {
       return Error(
           opened.status().code(), kFn,
           absl::StrCat("opening an NCCL session: ", opened.status().message()));
     }
-    auto state = std::make_shared<rankd::capi::SessionState>();
+    auto state = std::make_shared<rankd::capi::internal::SessionState>();
     state->rank = rank->state;
     state->nccl = *std::move(opened);
     auto handle = std::make_unique<rankd_session>();
@@ -313,13 +313,13 @@ rankd_status* rankd_session_open(rankd_rank* rank,
   rankd::dataplane::gloo::GlooSessionOptions gloo;
   gloo.op_timeout = *op_timeout;
   gloo.verify_agreement = o.verify_agreement != 0;
-  gloo.hostname = rankd::capi::GlooHostname(o.gloo_hostname);
+  gloo.hostname = rankd::capi::internal::GlooHostname(o.gloo_hostname);
   // gloo.instance unset: the session numbers itself (a second one never
   // reads the first one's addresses).
   auto opened = rankd::dataplane::gloo::GlooSession::Open(
       *descriptor, rank->state->control_plane.get(), gloo);
   if (!opened.ok()) return ToC(opened.status());
-  auto state = std::make_shared<rankd::capi::SessionState>();
+  auto state = std::make_shared<rankd::capi::internal::SessionState>();
   state->rank = rank->state;
   state->gloo = *std::move(opened);
   auto handle = std::make_unique<rankd_session>();
@@ -373,8 +373,8 @@ rankd_status* rankd_all_reduce_sum(rankd_session* session, uint32_t group,
                                    rankd_work** work) {
   constexpr char kFn[] = "rankd_all_reduce_sum";
   if (session != nullptr && session->state->nccl != nullptr) {
-    return rankd::capi::NcclAllReduceSum(session, group, input, output, stream,
-                                         work);
+    return rankd::capi::internal::NcclAllReduceSum(session, group, input,
+                                                   output, stream, work);
   }
   auto operands = Prepare(session, stream, work, kFn, input, output);
   if (!operands.ok()) return ToC(operands.status());
@@ -397,8 +397,8 @@ rankd_status* rankd_all_gather(rankd_session* session, uint32_t group,
                                rankd_work** work) {
   constexpr char kFn[] = "rankd_all_gather";
   if (session != nullptr && session->state->nccl != nullptr) {
-    return rankd::capi::NcclAllGather(session, group, input, output, stream,
-                                      work);
+    return rankd::capi::internal::NcclAllGather(session, group, input, output,
+                                                stream, work);
   }
   auto operands = Prepare(session, stream, work, kFn, input, output);
   if (!operands.ok()) return ToC(operands.status());
@@ -424,9 +424,9 @@ rankd_status* rankd_all_to_all_v(rankd_session* session, uint32_t group,
     return NullArgument(kFn, "receive_counts");
   }
   if (session != nullptr && session->state->nccl != nullptr) {
-    return rankd::capi::NcclAllToAllV(session, group, input, send_counts,
-                                      receive_counts, members, output, stream,
-                                      work);
+    return rankd::capi::internal::NcclAllToAllV(session, group, input,
+                                                send_counts, receive_counts,
+                                                members, output, stream, work);
   }
   auto operands = Prepare(session, stream, work, kFn, input, output);
   if (!operands.ok()) return ToC(operands.status());
@@ -445,7 +445,8 @@ rankd_status* rankd_send(rankd_session* session, uint32_t group, size_t peer,
                          rankd_work** work) {
   constexpr char kFn[] = "rankd_send";
   if (session != nullptr && session->state->nccl != nullptr) {
-    return rankd::capi::NcclSend(session, group, peer, input, stream, work);
+    return rankd::capi::internal::NcclSend(session, group, peer, input, stream,
+                                           work);
   }
   if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
     return ToC(s);
@@ -462,7 +463,8 @@ rankd_status* rankd_receive(rankd_session* session, uint32_t group, size_t peer,
                             rankd_work** work) {
   constexpr char kFn[] = "rankd_receive";
   if (session != nullptr && session->state->nccl != nullptr) {
-    return rankd::capi::NcclReceive(session, group, peer, output, stream, work);
+    return rankd::capi::internal::NcclReceive(session, group, peer, output,
+                                              stream, work);
   }
   if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
     return ToC(s);
@@ -482,9 +484,9 @@ rankd_status* rankd_batch_send_receive(rankd_session* session, uint32_t group,
                                        rankd_work** work) {
   constexpr char kFn[] = "rankd_batch_send_receive";
   if (session != nullptr && session->state->nccl != nullptr) {
-    return rankd::capi::NcclBatchSendReceive(session, group, sends, send_count,
-                                             receives, receive_count, stream,
-                                             work);
+    return rankd::capi::internal::NcclBatchSendReceive(
+        session, group, sends, send_count, receives, receive_count, stream,
+        work);
   }
   if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
     return ToC(s);
@@ -530,14 +532,14 @@ rankd_status* rankd_batch_send_receive(rankd_session* session, uint32_t group,
 int rankd_work_is_complete(rankd_work* work) {
   if (work == nullptr || !work->completion->IsComplete()) return 0;
   // Complete: Wait returns at once, with the work's status.
-  if (work->completion->Wait().ok()) rankd::capi::Deliver(*work);
+  if (work->completion->Wait().ok()) rankd::capi::internal::Deliver(*work);
   return 1;
 }
 
 rankd_status* rankd_work_wait(rankd_work* work) {
   if (work == nullptr) return NullArgument("rankd_work_wait", "work");
   absl::Status s = work->completion->Wait();
-  if (s.ok()) rankd::capi::Deliver(*work);
+  if (s.ok()) rankd::capi::internal::Deliver(*work);
   return ToC(s);
 }
 
@@ -546,32 +548,32 @@ rankd_status* rankd_work_wait_bounded(rankd_work* work, double timeout_seconds,
   constexpr char kFn[] = "rankd_work_wait_bounded";
   if (work == nullptr) return NullArgument(kFn, "work");
   std::optional<rankd::dataplane::CancellationMode> m =
-      rankd::capi::ModeOf(mode);
+      rankd::capi::internal::ModeOf(mode);
   if (!m.has_value()) {
     return Error(absl::StatusCode::kInvalidArgument, kFn,
                  absl::StrCat("mode is ", mode, ", not a rankd_cancellation"));
   }
-  auto timeout =
-      rankd::capi::ToDuration(timeout_seconds, kFn, "timeout_seconds");
+  auto timeout = rankd::capi::internal::ToDuration(timeout_seconds, kFn,
+                                                   "timeout_seconds");
   if (!timeout.ok()) return ToC(timeout.status());
   auto outcome = work->completion->WaitBounded(*timeout, *m);
   if (!outcome.ok()) return ToC(outcome.status());
   if (!outcome->completed()) {
-    return rankd::capi::AsWaitTimeout(
+    return rankd::capi::internal::AsWaitTimeout(
         Error(absl::StatusCode::kDeadlineExceeded, kFn,
               absl::StrCat("the work did not complete within ",
                            absl::FormatDuration(*timeout), "; ",
                            rankd::dataplane::CancellationModeName(*m),
                            " applied, and the session is poisoned")));
   }
-  rankd::capi::Deliver(*work);
+  rankd::capi::internal::Deliver(*work);
   return nullptr;
 }
 
 int rankd_work_supports_cancellation(const rankd_work* work, int32_t mode) {
   if (work == nullptr) return 0;
   std::optional<rankd::dataplane::CancellationMode> m =
-      rankd::capi::ModeOf(mode);
+      rankd::capi::internal::ModeOf(mode);
   return m.has_value() && work->completion->SupportsCancellation(*m) ? 1 : 0;
 }
 

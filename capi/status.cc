@@ -11,7 +11,7 @@
 #include "dataplane/types.h"
 #include "rankd/rankd.h"
 
-namespace rankd::capi {
+namespace rankd::capi::internal {
 
 RankState::~RankState() {
   control_plane.reset();  // uses the client
@@ -64,7 +64,7 @@ absl::StatusOr<absl::Duration> ToDuration(double seconds, const char* function,
   return absl::Seconds(seconds);
 }
 
-}  // namespace rankd::capi
+}  // namespace rankd::capi::internal
 
 extern "C" {
 

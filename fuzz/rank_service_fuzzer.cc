@@ -11,9 +11,9 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Lives for the whole process (libFuzzer exits without unwinding); its
   // daemon is stopped at exit, before static destructors run.
-  static rankd::fuzz::ServiceDriver* const driver =
-      std::make_unique<rankd::fuzz::ServiceDriver>(
-          rankd::fuzz::DriverOptions{
+  static rankd::fuzz::internal::ServiceDriver* const driver =
+      std::make_unique<rankd::fuzz::internal::ServiceDriver>(
+          rankd::fuzz::internal::DriverOptions{
               .service = "rankd.v1.Rank", .nnodes = 1, .world_size = 2})
           .release();
   return driver->Run(data, size);

@@ -31,7 +31,7 @@
 #include "dataplane/types.h"
 #include "rankd/rankd.h"
 
-namespace rankd::capi {
+namespace rankd::capi::internal {
 
 // A joined rank: the client, the control plane over it, and what the
 // descriptor getters hand out (valid for the state's life).
@@ -85,7 +85,7 @@ absl::StatusOr<dataplane::ValueDescriptor> DescriptorOf(
 // RANKD_WORLD_GROUP or a group id as a scope.
 dataplane::CollectiveScope ScopeOf(uint32_t group);
 
-}  // namespace rankd::capi
+}  // namespace rankd::capi::internal
 
 struct rankd_status {
   absl::Status status;
@@ -94,15 +94,15 @@ struct rankd_status {
 };
 
 struct rankd_rank {
-  std::shared_ptr<rankd::capi::RankState> state;
+  std::shared_ptr<rankd::capi::internal::RankState> state;
 };
 
 struct rankd_session {
-  std::shared_ptr<rankd::capi::SessionState> state;
+  std::shared_ptr<rankd::capi::internal::SessionState> state;
 };
 
 struct rankd_pending_words {
-  std::shared_ptr<rankd::capi::RankState> rank;
+  std::shared_ptr<rankd::capi::internal::RankState> rank;
   std::unique_ptr<rankd::Client::PendingWords> pending;
   size_t result_words = 0;  // world_size * count
 };
@@ -119,7 +119,7 @@ struct rankd_work {
     rankd::dataplane::HostTensor output;
     void* destination = nullptr;
   };
-  std::shared_ptr<rankd::capi::SessionState> session;
+  std::shared_ptr<rankd::capi::internal::SessionState> session;
   std::shared_ptr<rankd::dataplane::BoundedCompletion> completion;
   absl::Mutex mu;
   std::vector<Delivery> deliveries ABSL_GUARDED_BY(mu);

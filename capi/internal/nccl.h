@@ -28,7 +28,7 @@
 #include "dataplane/nccl/nccl_session.h"
 #include "rankd/rankd.h"
 
-namespace rankd::capi {
+namespace rankd::capi::internal {
 
 // Opens an NCCL session over `rank` on the device the rank joined with, or
 // its local rank's: Unavailable naming the missing library or device when
@@ -67,6 +67,6 @@ rankd_status* NcclBatchSendReceive(rankd_session* session, uint32_t group,
                                    size_t receive_count, void* stream,
                                    rankd_work** work);
 
-}  // namespace rankd::capi
+}  // namespace rankd::capi::internal
 
 #endif  // RANKD_CAPI_INTERNAL_NCCL_H_

@@ -178,7 +178,7 @@ class GlooAgreement final : public Agreement {
 
 }  // namespace
 
-GlooBackend::GlooBackend(std::shared_ptr<GlooCommunicator> comm)
+GlooBackend::GlooBackend(std::shared_ptr<internal::GlooCommunicator> comm)
     : comm_(std::move(comm)) {
   const GlooSessionOptions& options = comm_->options();
   caps_.world_collectives = true;
@@ -207,7 +207,8 @@ GlooBackend::~GlooBackend() { comm_->Shutdown(); }
 absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
     const DistributedSessionDescriptor& descriptor, ControlPlane* control_plane,
     const GlooSessionOptions& options) {
-  auto comm = GlooCommunicator::Create(control_plane, descriptor, options);
+  auto comm =
+      internal::GlooCommunicator::Create(control_plane, descriptor, options);
   if (!comm.ok()) return comm.status();
   return std::unique_ptr<GlooBackend>(new GlooBackend(*std::move(comm)));
 }

@@ -54,7 +54,9 @@
 
 namespace rankd::dataplane::gloo {
 
-class GlooCommunicator;
+namespace internal {
+class GlooCommunicator;  // internal/gloo_communicator.h
+}  // namespace internal
 
 // The submissions GlooBackend returns (the same types as
 // communication_backend.h's TensorSubmission<GlooBackend> etc.).
@@ -235,7 +237,7 @@ class GlooBackend {
   void Fail(const absl::Status& cause);
 
  private:
-  explicit GlooBackend(std::shared_ptr<GlooCommunicator> comm);
+  explicit GlooBackend(std::shared_ptr<internal::GlooCommunicator> comm);
   // Admission, group/executor ownership and the group's capability.
   absl::Status Precheck(const char* kind, const GlooGroup& group,
                         const GlooExecutor& executor) const;
@@ -295,7 +297,7 @@ class GlooBackend {
                                     std::optional<HostTensor> into,
                                     GlooGroup& group, GlooExecutor& executor);
 
-  std::shared_ptr<GlooCommunicator> comm_;
+  std::shared_ptr<internal::GlooCommunicator> comm_;
   DistributedCapabilities caps_;
 };
 

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "dataplane/gloo/internal/execution_host.h"
 
 namespace rankd::dataplane::gloo {
 namespace {
@@ -32,7 +33,7 @@ GlooExecutor::~GlooExecutor() {
   Shutdown(absl::CancelledError("gloo backend: the session was destroyed"));
 }
 
-void GlooExecutor::Bind(std::weak_ptr<ExecutionHost> host) {
+void GlooExecutor::Bind(std::weak_ptr<internal::ExecutionHost> host) {
   absl::MutexLock lock(&mu_);
   host_ = std::move(host);
 }
@@ -40,12 +41,12 @@ void GlooExecutor::Bind(std::weak_ptr<ExecutionHost> host) {
 absl::StatusOr<std::shared_ptr<GlooCompletion>> GlooExecutor::Submit(
     const char* kind, std::string operation,
     std::vector<std::shared_ptr<const void>> resources, Task task) {
-  std::weak_ptr<ExecutionHost> weak;
+  std::weak_ptr<internal::ExecutionHost> weak;
   {
     absl::MutexLock lock(&mu_);
     weak = host_;
   }
-  std::shared_ptr<ExecutionHost> host = weak.lock();
+  std::shared_ptr<internal::ExecutionHost> host = weak.lock();
   if (host == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "gloo backend: ", kind, " refused: the executor is shut down"));
@@ -93,7 +94,7 @@ void GlooExecutor::Loop() {
   while (true) {
     Item item;
     absl::Status shutdown;
-    std::weak_ptr<ExecutionHost> weak;
+    std::weak_ptr<internal::ExecutionHost> weak;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -110,7 +111,7 @@ void GlooExecutor::Loop() {
     absl::Status status;
     const std::string& operation = item.op->operation();
     {
-      std::shared_ptr<ExecutionHost> host = weak.lock();
+      std::shared_ptr<internal::ExecutionHost> host = weak.lock();
       if (!shutdown.ok()) {
         status = absl::Status(
             shutdown.code(),

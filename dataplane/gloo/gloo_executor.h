@@ -10,8 +10,10 @@
 // The backend owns GlooSessionOptions::executors of them (lanes 0, 1, ...),
 // each with its own Gloo contexts, so work on different executors overlaps;
 // operations refuse an executor of another backend. Thread-safe.
-// Internal to the Gloo backend. Depends on gloo_completion.h,
-// execution_host.h and absl.
+// Public because gloo_backend.h hands executors out; only the backend makes
+// them. Depends on gloo_completion.h and absl; its host
+// (internal/execution_host.h) is only declared here, so that the backend's
+// private machinery stays out of its public headers.
 #ifndef RANKD_DATAPLANE_GLOO_GLOO_EXECUTOR_H_
 #define RANKD_DATAPLANE_GLOO_GLOO_EXECUTOR_H_
 
@@ -29,9 +31,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "dataplane/gloo/gloo_completion.h"
-#include "dataplane/gloo/internal/execution_host.h"
 
 namespace rankd::dataplane::gloo {
+
+namespace internal {
+class ExecutionHost;  // internal/execution_host.h
+}  // namespace internal
 
 // What an operation's body reports.
 struct TaskResult {
@@ -68,7 +73,7 @@ class GlooExecutor {
   GlooExecutor& operator=(const GlooExecutor&) = delete;
 
   // Sets the host; once, before the first Submit.
-  void Bind(std::weak_ptr<ExecutionHost> host);
+  void Bind(std::weak_ptr<internal::ExecutionHost> host);
 
   // Queues `task` behind all earlier work and returns its completion, which
   // retains `resources` until the task finished. A failure every member
@@ -101,7 +106,7 @@ class GlooExecutor {
 
   const uint32_t lane_;
   mutable absl::Mutex mu_;
-  std::weak_ptr<ExecutionHost> host_ ABSL_GUARDED_BY(mu_);
+  std::weak_ptr<internal::ExecutionHost> host_ ABSL_GUARDED_BY(mu_);
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

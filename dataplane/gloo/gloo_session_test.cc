@@ -902,7 +902,7 @@ TEST(RendezvousKeysTest, KeysArePrefixedByNamespaceInstanceAndGroup) {
   }
   EXPECT_TRUE(world);
   EXPECT_TRUE(tensor);
-  EXPECT_EQ(RankdStore::Prefix("j@7", 0, "5"), "gloo/j@7/5/");
+  EXPECT_EQ(internal::RankdStore::Prefix("j@7", 0, "5"), "gloo/j@7/5/");
 }
 
 // Sessions a rank opens one after another number themselves (instance

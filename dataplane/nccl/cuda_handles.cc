@@ -1,7 +1,10 @@
 #include "dataplane/nccl/cuda_handles.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -312,6 +315,67 @@ absl::Status StreamWaitEvent(const CudaStream& stream, const CudaEvent& event) {
   DeviceGuard guard(stream.device());
   return Check(Cuda().StreamWaitEvent(stream.get(), event.get(), 0),
                "cudaStreamWaitEvent");
+}
+
+absl::Status RecordEvent(CudaEvent& event, CudaStreamHandle stream) {
+  DeviceGuard guard(event.device());
+  if (!guard.status().ok()) return guard.status();
+  return Check(Cuda().EventRecord(event.get(), stream), "cudaEventRecord");
+}
+
+absl::Status StreamWaitEvent(CudaStreamHandle stream, const CudaEvent& event) {
+  DeviceGuard guard(event.device());
+  if (!guard.status().ok()) return guard.status();
+  return Check(Cuda().StreamWaitEvent(stream, event.get(), 0),
+               "cudaStreamWaitEvent");
+}
+
+namespace {
+
+// cudaPointerGetAttributes, resolved from the CUDA runtime rankd loaded;
+// null where that library does not export it (the CPU stand-in). Not in
+// CudaRuntimeApi, which requires every entry it lists.
+using PointerAttributesFn = int (*)(void* attributes, const void* pointer);
+PointerAttributesFn PointerAttributesFunction() {
+  static const PointerAttributesFn fn = []() -> PointerAttributesFn {
+    auto runtime = internal::LoadCudaRuntime();
+    if (!runtime.ok()) return nullptr;
+    void* handle =
+        dlopen((*runtime)->path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+    if (handle == nullptr) return nullptr;
+    return reinterpret_cast<PointerAttributesFn>(
+        dlsym(handle, "cudaPointerGetAttributes"));
+  }();
+  return fn;
+}
+
+}  // namespace
+
+absl::StatusOr<PointerAttributes> GetPointerAttributes(const void* pointer,
+                                                       int device) {
+  auto runtime = internal::LoadCudaRuntime();
+  if (!runtime.ok()) return runtime.status();
+  PointerAttributesFn attributes = PointerAttributesFunction();
+  if (attributes == nullptr) {
+    return absl::UnimplementedError(absl::StrCat(
+        "cuda: ", (*runtime)->path, " has no cudaPointerGetAttributes"));
+  }
+  // struct cudaPointerAttributes starts {enum cudaMemoryType type; int
+  // device; ...}; room to spare for the rest in any CUDA version.
+  struct {
+    int type;
+    int device;
+    char rest[248];
+  } a;
+  std::memset(&a, 0, sizeof(a));
+  DeviceGuard guard(device);
+  if (!guard.status().ok()) return guard.status();
+  absl::Status s = Check(attributes(&a, pointer), "cudaPointerGetAttributes");
+  if (!s.ok()) return absl::InvalidArgumentError(s.message());
+  PointerAttributes result;
+  result.memory = static_cast<PointerAttributes::Memory>(a.type);
+  result.device = a.device;
+  return result;
 }
 
 absl::StatusOr<std::shared_ptr<DeviceBuffer>> DeviceBuffer::Allocate(

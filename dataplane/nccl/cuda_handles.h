@@ -147,6 +147,31 @@ class CudaEvent {
 // Makes later work on `stream` wait for `event` (no host blocking).
 absl::Status StreamWaitEvent(const CudaStream& stream, const CudaEvent& event);
 
+// Streams rankd did not create, named by their raw handle (a C ABI caller's
+// cudaStream_t): ordering rankd's work against them. `stream` must be a
+// stream of `event`'s device (or CUDA's default stream, nullptr); a handle
+// that is not fails with the CUDA error (CudaStatus naming the call).
+//
+// Records `event` on `stream` (cudaEventRecord).
+absl::Status RecordEvent(CudaEvent& event, CudaStreamHandle stream);
+// Makes later work on `stream` wait for `event` (cudaStreamWaitEvent).
+absl::Status StreamWaitEvent(CudaStreamHandle stream, const CudaEvent& event);
+
+// What cudaPointerGetAttributes says about a pointer.
+struct PointerAttributes {
+  // cudaMemoryType's values.
+  enum class Memory { kUnregistered = 0, kHost = 1, kDevice = 2, kManaged = 3 };
+  Memory memory = Memory::kUnregistered;
+  int device = -1;  // for kDevice and kManaged
+};
+// The attributes of `pointer`, asked with `device` current. Unimplemented
+// when the loaded CUDA runtime does not export cudaPointerGetAttributes (the
+// CPU stand-in); InvalidArgument naming the CUDA error when the call fails
+// (the pointer is nothing CUDA can describe); a failure to load the runtime
+// or select `device` as DeviceGuard reports it.
+absl::StatusOr<PointerAttributes> GetPointerAttributes(const void* pointer,
+                                                       int device);
+
 // Device memory. A zero-byte buffer is valid and holds no memory (data()
 // is nullptr); allocating one makes no CUDA call.
 class DeviceBuffer {

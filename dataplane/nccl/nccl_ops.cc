@@ -60,8 +60,7 @@ class Refusal {
     route_ = {{source, destination}};
     return *this;
   }
-  Refusal& Batch(
-      const std::vector<internal::OperationAgreement::BatchEntry>* batch) {
+  Refusal& Batch(const std::vector<BatchTransfer>* batch) {
     batch_ = batch;
     return *this;
   }
@@ -84,7 +83,7 @@ class Refusal {
   const std::string* name_;
   bool agree_first_;
   std::optional<std::pair<uint32_t, uint32_t>> route_;
-  const std::vector<internal::OperationAgreement::BatchEntry>* batch_ = nullptr;
+  const std::vector<BatchTransfer>* batch_ = nullptr;
 };
 
 TensorResult Finish(absl::StatusOr<Submitted> submitted,

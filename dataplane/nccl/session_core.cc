@@ -98,6 +98,7 @@ SessionCore::SessionCore(DistributedSessionDescriptor descriptor,
                  absl::StrCat(control_plane->Namespace(), "/nccl/",
                               *options_.tag, "/"),
                  options_.failure_attribution_grace),
+      record_buffers_(std::make_unique<internal::RecordBuffers>()),
       watchdog_(Watchdog::Options{kBackendName, options_.watchdog_interval,
                                   options_.op_timeout,
                                   "every communicator of this session was "
@@ -517,18 +518,18 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
     if (!plan.batch.empty()) {
       made = internal::OperationAgreement::ForBatch(
           plan.comm->members, plan.comm->local_rank, plan.batch, plan.stream,
-          record_buffers_);
+          *record_buffers_);
     } else if (plan.route.has_value()) {
       made = internal::OperationAgreement::ForRoute(
           plan.comm->members, plan.comm->local_rank, plan.route->first,
-          plan.route->second, fingerprint, plan.stream, record_buffers_);
+          plan.route->second, fingerprint, plan.stream, *record_buffers_);
     } else {
       std::vector<uint64_t> words = {fingerprint};
       words.insert(words.end(), plan.agreement_counts.begin(),
                    plan.agreement_counts.end());
       made = internal::OperationAgreement::ForCollective(
           plan.comm->members, plan.comm->local_rank, std::move(words),
-          !plan.agreement_counts.empty(), plan.stream, record_buffers_);
+          !plan.agreement_counts.empty(), plan.stream, *record_buffers_);
     }
     if (!made.ok()) return Fail(made.status());
     agreement = *std::move(made);

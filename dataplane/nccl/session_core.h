@@ -49,9 +49,9 @@
 #include "dataplane/completion.h"
 #include "dataplane/control_plane.h"
 #include "dataplane/mismatch_diagnosis.h"
+#include "dataplane/nccl/batch_transfer.h"
 #include "dataplane/nccl/cuda_handles.h"
 #include "dataplane/nccl/device_tensor.h"
-#include "dataplane/nccl/internal/operation_agreement.h"
 #include "dataplane/nccl/nccl_comm.h"
 #include "dataplane/nccl/nccl_completion.h"
 #include "dataplane/nccl/nccl_types.h"
@@ -63,6 +63,13 @@
 #include "dataplane/watchdog.h"
 
 namespace rankd::dataplane::nccl {
+
+// The agreement machinery (internal/operation_agreement.h) is private to
+// this package: named here, never defined, so this header exposes none of it.
+namespace internal {
+class OperationAgreement;
+class RecordBuffers;
+}  // namespace internal
 
 inline constexpr char kBackendName[] = "nccl";
 
@@ -164,7 +171,7 @@ struct OpPlan {
   // A batched send/receive: its transfers (route numbers and agreement
   // records are per transfer; `route` is the first one's, for the
   // diagnosis).
-  std::vector<internal::OperationAgreement::BatchEntry> batch;
+  std::vector<BatchTransfer> batch;
   // all_to_all_v: this member's send counts then receive counts (one per
   // member), checked pairwise against the others'.
   std::vector<uint64_t> agreement_counts;
@@ -368,7 +375,7 @@ class SessionCore final : public NcclOpOwner,
   OperationLedger ledger_;
   const MismatchDiagnosis diagnosis_;
   // Agreement records' device memory, reused across operations.
-  internal::RecordBuffers record_buffers_;
+  const std::unique_ptr<internal::RecordBuffers> record_buffers_;
 
   absl::Mutex abort_mu_;
   bool aborted_ ABSL_GUARDED_BY(abort_mu_) = false;

@@ -20,7 +20,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "rankd/v1/admin.grpc.pb.h"
 
-namespace rankd::fuzz {
+namespace rankd::fuzz::internal {
 namespace {
 
 using google::protobuf::FieldDescriptor;
@@ -326,4 +326,4 @@ bool ServiceDriver::JobStillChanges() {
          job.state() != v1::JOB_STATE_COMPLETED;
 }
 
-}  // namespace rankd::fuzz
+}  // namespace rankd::fuzz::internal

@@ -35,7 +35,7 @@
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/grpcpp.h"
 
-namespace rankd::fuzz {
+namespace rankd::fuzz::internal {
 
 // Longest wait an input may ask the daemon for.
 inline constexpr uint32_t kMaxFuzzWaitMs = 20;
@@ -106,6 +106,6 @@ class ServiceDriver {
   int generation_ = 0;
 };
 
-}  // namespace rankd::fuzz
+}  // namespace rankd::fuzz::internal
 
 #endif  // RANKD_FUZZ_INTERNAL_SERVICE_DRIVER_H_

@@ -18,7 +18,7 @@
 #include "dataplane/completion.h"
 #include "dataplane/operation.h"
 
-namespace rankd::dataplane::gloo {
+namespace rankd::dataplane::gloo::internal {
 
 class ExecutionHost : public OperationOwner {
  public:
@@ -50,6 +50,6 @@ class ExecutionHost : public OperationOwner {
   virtual void WorkFinished() = 0;
 };
 
-}  // namespace rankd::dataplane::gloo
+}  // namespace rankd::dataplane::gloo::internal
 
 #endif  // RANKD_DATAPLANE_GLOO_EXECUTION_HOST_H_

@@ -17,7 +17,7 @@
 #include "gloo/rendezvous/context.h"
 #include "gloo/transport/tcp/device.h"
 
-namespace rankd::dataplane::gloo {
+namespace rankd::dataplane::gloo::internal {
 namespace {
 
 using internal::CatchNative;
@@ -384,4 +384,4 @@ absl::StatusOr<bool> GlooCommunicator::ApplyCancellation(
   return true;
 }
 
-}  // namespace rankd::dataplane::gloo
+}  // namespace rankd::dataplane::gloo::internal

@@ -57,7 +57,7 @@ namespace gloo::transport {
 class Device;
 }
 
-namespace rankd::dataplane::gloo {
+namespace rankd::dataplane::gloo::internal {
 
 class GlooCommunicator final
     : public ExecutionHost,
@@ -170,6 +170,6 @@ class GlooCommunicator final
   std::atomic<bool> shut_down_{false};
 };
 
-}  // namespace rankd::dataplane::gloo
+}  // namespace rankd::dataplane::gloo::internal
 
 #endif  // RANKD_DATAPLANE_GLOO_GLOO_COMMUNICATOR_H_

@@ -8,7 +8,7 @@
 #include "common/monotonic_clock.h"
 #include "gloo/common/error.h"
 
-namespace rankd::dataplane::gloo {
+namespace rankd::dataplane::gloo::internal {
 namespace {
 
 [[noreturn]] void Throw(const absl::Status& status, const std::string& what) {
@@ -65,4 +65,4 @@ void RankdStore::wait(const std::vector<std::string>& keys,
   }
 }
 
-}  // namespace rankd::dataplane::gloo
+}  // namespace rankd::dataplane::gloo::internal

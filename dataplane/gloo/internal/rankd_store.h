@@ -23,7 +23,7 @@
 #include "dataplane/control_plane.h"
 #include "gloo/rendezvous/store.h"
 
-namespace rankd::dataplane::gloo {
+namespace rankd::dataplane::gloo::internal {
 
 class RankdStore final : public ::gloo::rendezvous::Store {
  public:
@@ -53,6 +53,6 @@ class RankdStore final : public ::gloo::rendezvous::Store {
   const absl::Duration timeout_;
 };
 
-}  // namespace rankd::dataplane::gloo
+}  // namespace rankd::dataplane::gloo::internal
 
 #endif  // RANKD_DATAPLANE_GLOO_RANKD_STORE_H_

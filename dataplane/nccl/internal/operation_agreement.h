@@ -24,11 +24,12 @@
 //
 // A member that refuses an operation on its own arguments still sends a
 // record when its peers wait for it (SessionCore::RefuseWithPeers): the
-// fingerprint of kRefusedCanonical (dataplane/mismatch_diagnosis.h), which
+// fingerprint of kRefusedCanonical (dataplane/agreement.h), which
 // Verify names as a refusal.
 //
-// Private to dataplane/nccl. Depends on cuda_handles.h, nccl_comm.h,
-// dataplane/agreement.h (the fingerprint and the verdicts), absl.
+// Private to dataplane/nccl. Depends on batch_transfer.h, cuda_handles.h,
+// nccl_comm.h, dataplane/agreement.h (the fingerprint and the verdicts),
+// absl.
 #ifndef RANKD_DATAPLANE_NCCL_INTERNAL_OPERATION_AGREEMENT_H_
 #define RANKD_DATAPLANE_NCCL_INTERNAL_OPERATION_AGREEMENT_H_
 
@@ -41,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "dataplane/agreement.h"
+#include "dataplane/nccl/batch_transfer.h"
 #include "dataplane/nccl/cuda_handles.h"
 #include "dataplane/nccl/nccl_comm.h"
 
@@ -86,12 +88,7 @@ class OperationAgreement {
       const std::shared_ptr<CudaStream>& stream, RecordBuffers& buffers);
 
   // One transfer of a batched send/receive, seen from this member.
-  struct BatchEntry {
-    uint32_t peer = 0;  // member index of the other end
-    bool send = false;  // this member is the source
-    uint64_t fingerprint = 0;
-    std::string canonical;  // what this end submitted
-  };
+  using BatchEntry = BatchTransfer;
   // A batch: both ends of every transfer send each other its fingerprint.
   // The records to one peer travel in an order both ends derive from their
   // own batch alone (records of transfers from the sender to the receiver
