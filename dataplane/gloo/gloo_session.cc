@@ -3,12 +3,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "dataplane/admission.h"
 #include "dataplane/descriptor_proto.h"
 
 namespace rankd::dataplane::gloo {
 namespace {
 
 using ValueSubmission = DistributedSession<HostTensor>::ValueSubmission;
+
+constexpr char kBackendName[] = "gloo";
 
 absl::StatusOr<ValueSubmission> Widen(GlooTensorSubmission submission) {
   if (!submission.ok()) return submission.status();
@@ -30,17 +33,16 @@ DistributedCapabilities GlooSession::capabilities() const {
   return backend_->capabilities();
 }
 
-absl::StatusOr<GlooGroup*> GlooSession::Scope(const char* operation,
-                                              const CollectiveScope& scope) {
-  if (absl::Status s = backend_->Admission(operation); !s.ok()) return s;
-  auto group = backend_->ResolveGroup(scope);
-  if (!group.ok()) return group.status();
-  if (absl::Status s =
-          RequireCollective(backend_->capabilities(), "gloo", operation, scope);
-      !s.ok()) {
-    return s;
-  }
-  return group;
+absl::StatusOr<GlooGroup*> GlooSession::Scope(
+    const char* operation, const CollectiveScope& scope,
+    bool DistributedCapabilities::*flag, const char* capability,
+    ResolvedScope* resolved) {
+  auto admitted = Admit({kBackendName, operation, scope, flag, capability},
+                        backend_->Admission(operation), descriptor(),
+                        backend_->capabilities());
+  if (!admitted.ok()) return admitted.status();
+  if (resolved != nullptr) *resolved = *std::move(admitted);
+  return backend_->ResolveGroup(scope);
 }
 
 absl::StatusOr<ValueSubmission> GlooSession::AllReduceSum(
@@ -92,14 +94,10 @@ absl::StatusOr<ValueSubmission> GlooSession::AllToAllVImpl(
     const CollectiveScope& scope, const Value& input,
     absl::Span<const size_t> send_counts,
     absl::Span<const size_t> receive_counts, std::optional<Value> output) {
-  auto group = Scope("all_to_all_v", scope);
+  auto group = Scope("all_to_all_v", scope,
+                     &DistributedCapabilities::variable_all_to_all,
+                     "variable_all_to_all");
   if (!group.ok()) return group.status();
-  if (absl::Status s =
-          RequireCapability(backend_->capabilities().variable_all_to_all,
-                            "gloo", "all_to_all_v", "variable_all_to_all");
-      !s.ok()) {
-    return s;
-  }
   // The backend checks the counts (shape.h's LayoutAllToAll).
   PeerCounts counts{
       std::vector<size_t>(send_counts.begin(), send_counts.end()),
@@ -115,17 +113,14 @@ absl::StatusOr<ValueSubmission> GlooSession::AllToAllVImpl(
 absl::StatusOr<ValueSubmission> GlooSession::Send(const CollectiveScope& scope,
                                                   size_t peer,
                                                   const Value& input) {
-  auto group = Scope("send", scope);
+  ResolvedScope resolved;
+  auto group = Scope("send", scope, &DistributedCapabilities::point_to_point,
+                     "point_to_point", &resolved);
   if (!group.ok()) return group.status();
-  if (absl::Status s =
-          RequireCapability(backend_->capabilities().point_to_point, "gloo",
-                            "send", "point_to_point");
+  if (absl::Status s = CheckPeerOf(kBackendName, "send", peer, resolved);
       !s.ok()) {
     return s;
   }
-  ResolvedScope resolved{(*group)->members(), (*group)->local_rank(),
-                         (*group)->id()};
-  if (absl::Status s = CheckPeer(peer, resolved, "send"); !s.ok()) return s;
   auto route =
       backend_->Route(**group, (*group)->rank(), (*group)->members()[peer]);
   if (!route.ok()) return route.status();
@@ -150,17 +145,14 @@ absl::StatusOr<ValueSubmission> GlooSession::ReceiveInto(
 absl::StatusOr<ValueSubmission> GlooSession::ReceiveImpl(
     const CollectiveScope& scope, size_t peer,
     const ValueDescriptor& descriptor, std::optional<Value> output) {
-  auto group = Scope("receive", scope);
+  ResolvedScope resolved;
+  auto group = Scope("receive", scope, &DistributedCapabilities::point_to_point,
+                     "point_to_point", &resolved);
   if (!group.ok()) return group.status();
-  if (absl::Status s =
-          RequireCapability(backend_->capabilities().point_to_point, "gloo",
-                            "receive", "point_to_point");
+  if (absl::Status s = CheckPeerOf(kBackendName, "receive", peer, resolved);
       !s.ok()) {
     return s;
   }
-  ResolvedScope resolved{(*group)->members(), (*group)->local_rank(),
-                         (*group)->id()};
-  if (absl::Status s = CheckPeer(peer, resolved, "receive"); !s.ok()) return s;
   auto route =
       backend_->Route(**group, (*group)->members()[peer], (*group)->rank());
   if (!route.ok()) return route.status();
@@ -178,7 +170,9 @@ absl::StatusOr<ValueSubmission> GlooSession::ReceiveImpl(
 absl::StatusOr<GlooSession::ValuesSubmission> GlooSession::BatchSendReceive(
     const CollectiveScope& scope, absl::Span<const PeerValue<Value>> sends,
     absl::Span<const PeerValue<Value>> receives) {
-  auto group = Scope("batch_send_receive", scope);
+  auto group =
+      Scope("batch_send_receive", scope,
+            &DistributedCapabilities::point_to_point, "point_to_point");
   if (!group.ok()) return group.status();
   auto batch = backend_->BatchSendReceive(sends, receives, **group,
                                           backend_->executor());

@@ -95,9 +95,13 @@ class GlooSession final : public DistributedSession<HostTensor> {
   GlooBackend& backend() { return *backend_; }
 
  private:
-  // Poison/fence, then scope membership, then the scope's capability.
-  absl::StatusOr<GlooGroup*> Scope(const char* operation,
-                                   const CollectiveScope& scope);
+  // The engine's admission (dataplane/admission.h): poison and quarantine
+  // fence, scope membership, the scope's capability, then `flag` (named
+  // `capability`) when set. The scope's members go to `resolved` when set.
+  absl::StatusOr<GlooGroup*> Scope(
+      const char* operation, const CollectiveScope& scope,
+      bool DistributedCapabilities::*flag = nullptr,
+      const char* capability = nullptr, ResolvedScope* resolved = nullptr);
   absl::StatusOr<ValueSubmission> AllToAllVImpl(
       const CollectiveScope& scope, const Value& input,
       absl::Span<const size_t> send_counts,

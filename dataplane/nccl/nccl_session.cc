@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "dataplane/admission.h"
 
 namespace rankd::dataplane::nccl {
 namespace {
@@ -163,11 +164,8 @@ absl::StatusOr<ValueSubmission> NcclSession::Send(const CollectiveScope& scope,
   if (!comm.ok()) return comm.status();
   auto resolved = ResolveScope(descriptor(), scope);
   if (!resolved.ok()) return resolved.status();
-  absl::Status peer_ok = CheckPeer(peer, *resolved, "send");
-  if (!peer_ok.ok()) {
-    return absl::Status(peer_ok.code(),
-                        absl::StrCat("nccl backend: ", peer_ok.message()));
-  }
+  absl::Status peer_ok = CheckPeerOf(kBackendName, "send", peer, *resolved);
+  if (!peer_ok.ok()) return peer_ok;
   return ToValue(SubmitSend(
       *core_, *comm, static_cast<uint32_t>(peer), input, core_->stream(),
       absl::StrCat("send to member ", peer, " of ", scope.ToString())));
@@ -193,11 +191,8 @@ absl::StatusOr<ValueSubmission> NcclSession::ReceiveImpl(
   if (!comm.ok()) return comm.status();
   auto resolved = ResolveScope(this->descriptor(), scope);
   if (!resolved.ok()) return resolved.status();
-  absl::Status peer_ok = CheckPeer(peer, *resolved, "receive");
-  if (!peer_ok.ok()) {
-    return absl::Status(peer_ok.code(),
-                        absl::StrCat("nccl backend: ", peer_ok.message()));
-  }
+  absl::Status peer_ok = CheckPeerOf(kBackendName, "receive", peer, *resolved);
+  if (!peer_ok.ok()) return peer_ok;
   return ToValue(SubmitReceive(
       *core_, *comm, static_cast<uint32_t>(peer), descriptor, core_->stream(),
       absl::StrCat("receive from member ", peer, " of ", scope.ToString()),

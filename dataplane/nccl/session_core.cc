@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/monotonic_clock.h"
+#include "dataplane/admission.h"
 #include "dataplane/agreement.h"
 #include "dataplane/caller_output.h"
 #include "dataplane/nccl/internal/operation_agreement.h"
@@ -201,18 +202,15 @@ absl::Status SessionCore::FailClosed(const absl::Status& status) const {
 absl::StatusOr<std::shared_ptr<CommEntry>> SessionCore::CommFor(
     const CollectiveScope& scope, const char* operation,
     bool DistributedCapabilities::*flag, const char* capability) const {
-  absl::Status poison = PoisonStatus();
-  if (!poison.ok()) return poison;
-  auto resolved = ResolveScope(descriptor_, scope);
-  if (!resolved.ok()) return resolved.status();
-  const DistributedCapabilities caps = capabilities();
-  if (flag != nullptr) {
-    absl::Status cap =
-        RequireCapability(caps.*flag, kBackendName, operation, capability);
-    if (!cap.ok()) return FailClosed(cap);
+  auto admitted = Admit({kBackendName, operation, scope, flag, capability},
+                        poison_.Check(kBackendName, operation), descriptor_,
+                        capabilities());
+  if (!admitted.ok()) {
+    // A capability this session lacks: say why it advertises nothing.
+    return admitted.status().code() == absl::StatusCode::kUnimplemented
+               ? FailClosed(admitted.status())
+               : admitted.status();
   }
-  absl::Status cap = RequireCollective(caps, kBackendName, operation, scope);
-  if (!cap.ok()) return FailClosed(cap);
   absl::MutexLock lock(&mu_);
   if (scope.is_world()) return world_;
   auto it = groups_.find(scope.group_id());
@@ -226,7 +224,7 @@ absl::StatusOr<std::shared_ptr<CommEntry>> SessionCore::CommFor(
 absl::Status SessionCore::RequireFlag(bool DistributedCapabilities::*flag,
                                       const char* operation,
                                       const char* capability) const {
-  absl::Status poison = PoisonStatus();
+  absl::Status poison = poison_.Check(kBackendName, operation);
   if (!poison.ok()) return poison;
   DistributedCapabilities caps = capabilities();
   return FailClosed(
@@ -601,8 +599,8 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
       ordered->store(sequence);
     };
     auto where = [&] {
-      return absl::StrCat("nccl backend: ", plan.name, ": operation #",
-                          sequence, " on ", what.scope_name);
+      // As Gloo words it: "<backend> <operation> on <scope>".
+      return absl::StrCat("nccl ", plan.name);
     };
     bool payload = static_cast<bool>(plan.nccl);
     if (agreement != nullptr && agree_first) {

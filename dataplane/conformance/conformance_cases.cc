@@ -1,0 +1,533 @@
+#include "dataplane/conformance/conformance_cases.h"
+
+#include <numeric>
+#include <utility>
+
+#include "absl/strings/str_replace.h"
+
+namespace rankd::dataplane::conformance {
+namespace {
+
+using When = RankOutcome::When;
+
+std::vector<float> Iota(size_t n, float start) {
+  std::vector<float> v(n);
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+std::vector<float> Concat(std::vector<std::vector<float>> parts) {
+  std::vector<float> all;
+  for (auto& p : parts) all.insert(all.end(), p.begin(), p.end());
+  return all;
+}
+
+RankCall Call(Operation operation, std::vector<size_t> shape,
+              std::vector<float> values = {}) {
+  RankCall call;
+  call.operation = operation;
+  call.shape = std::move(shape);
+  call.values = std::move(values);
+  return call;
+}
+
+RankOutcome Completes(std::vector<size_t> shape, std::vector<float> values) {
+  RankOutcome o;
+  o.shape = std::move(shape);
+  o.values = std::move(values);
+  return o;
+}
+
+RankOutcome Refused(absl::StatusCode code, std::string message) {
+  RankOutcome o;
+  o.when = When::kRefused;
+  o.code = code;
+  o.message = std::move(message);
+  return o;
+}
+
+RankOutcome Fails(absl::StatusCode code, std::string message) {
+  RankOutcome o = Refused(code, std::move(message));
+  o.when = When::kFails;
+  return o;
+}
+
+RankOutcome Ignored() {
+  RankOutcome o;
+  o.when = When::kIgnored;
+  return o;
+}
+
+constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
+
+// --- Values: every operation moves the right bytes.
+
+void AddValueCases(std::vector<ConformanceCase>& cases) {
+  cases.push_back(
+      {"AllReduceSumAddsEveryMembersInput",
+       3,
+       {},
+       [](uint32_t r) {
+         return Call(Operation::kAllReduceSum, {2, 2}, Iota(4, 10.0f * r));
+       },
+       [](uint32_t) {
+         return Completes({2, 2}, {30, 33, 36, 39});
+       }});
+  cases.push_back({"AllReduceSumIntoRunsInPlace",
+                   2,
+                   {},
+                   [](uint32_t r) {
+                     RankCall c = Call(Operation::kAllReduceSumInto, {3},
+                                       Iota(3, 1.0f + r));
+                     c.output_is_input = true;
+                     return c;
+                   },
+                   [](uint32_t) {
+                     return Completes({3}, {3, 5, 7});
+                   }});
+  cases.push_back(
+      {"AllGatherConcatenatesInMemberOrder",
+       3,
+       {},
+       [](uint32_t r) {
+         return Call(Operation::kAllGather, {1, 2}, Iota(2, 10.0f * r));
+       },
+       [](uint32_t) {
+         return Completes({3, 2}, {0, 1, 10, 11, 20, 21});
+       }});
+  cases.push_back({"AllGatherOfScalarsGivesOnePerMember",
+                   2,
+                   {},
+                   [](uint32_t r) {
+                     return Call(Operation::kAllGather, {},
+                                 {static_cast<float>(7 + r)});
+                   },
+                   [](uint32_t) {
+                     return Completes({2}, {7, 8});
+                   }});
+  cases.push_back({"AllGatherOfNoRowsGivesNoRows",
+                   2,
+                   {},
+                   [](uint32_t) {
+                     return Call(Operation::kAllGather, {0, 3});
+                   },
+                   [](uint32_t) {
+                     return Completes({0, 3}, {});
+                   }});
+  cases.push_back({"AllGatherIntoWritesTheCallersOutput",
+                   2,
+                   {},
+                   [](uint32_t r) {
+                     RankCall c = Call(Operation::kAllGatherInto, {2},
+                                       Iota(2, 5.0f * r));
+                     c.output_shape = {4};
+                     return c;
+                   },
+                   [](uint32_t) {
+                     return Completes({4}, {0, 1, 5, 6});
+                   }});
+  // Rank 0 sends 1 row to itself and 2 to rank 1; rank 1 sends 3 to rank
+  // 0 and none to itself.
+  cases.push_back(
+      {"AllToAllVMovesTheCountedRows",
+       2,
+       {},
+       [](uint32_t r) {
+         RankCall c = Call(Operation::kAllToAllV, {3, 2}, Iota(6, 100.0f * r));
+         c.send_counts =
+             r == 0 ? std::vector<size_t>{1, 2} : std::vector<size_t>{3, 0};
+         c.receive_counts =
+             r == 0 ? std::vector<size_t>{1, 3} : std::vector<size_t>{2, 0};
+         return c;
+       },
+       [](uint32_t r) {
+         return r == 0 ? Completes({4, 2}, {0, 1, 100, 101, 102, 103, 104, 105})
+                       : Completes({2, 2}, {2, 3, 4, 5});
+       }});
+  cases.push_back(
+      {"AllToAllVIntoWithAllCountsZeroOnOneMember",
+       2,
+       {},
+       [](uint32_t r) {
+         RankCall c =
+             Call(Operation::kAllToAllVInto, {r == 0 ? 2u : 0u, 1},
+                  r == 0 ? std::vector<float>{4, 5} : std::vector<float>{});
+         c.send_counts =
+             r == 0 ? std::vector<size_t>{2, 0} : std::vector<size_t>{0, 0};
+         c.receive_counts = c.send_counts;
+         c.output_shape = {r == 0 ? 2u : 0u, 1};
+         return c;
+       },
+       [](uint32_t r) {
+         return r == 0 ? Completes({2, 1}, {4, 5}) : Completes({0, 1}, {});
+       }});
+  cases.push_back({"SendPairsWithReceive",
+                   2,
+                   {},
+                   [](uint32_t r) {
+                     RankCall c =
+                         r == 0 ? Call(Operation::kSend, {2, 2}, Iota(4, 1))
+                                : Call(Operation::kReceive, {2, 2});
+                     c.peer = 1 - r;
+                     return c;
+                   },
+                   [](uint32_t) {
+                     return Completes({2, 2}, {1, 2, 3, 4});
+                   }});
+  cases.push_back({"ReceiveIntoWritesTheCallersOutput",
+                   2,
+                   {},
+                   [](uint32_t r) {
+                     RankCall c = r == 0
+                                      ? Call(Operation::kSend, {3}, Iota(3, 7))
+                                      : Call(Operation::kReceiveInto, {3});
+                     c.output_shape = {3};
+                     c.peer = 1 - r;
+                     return c;
+                   },
+                   [](uint32_t) {
+                     return Completes({3}, {7, 8, 9});
+                   }});
+  cases.push_back({"BatchSendReceiveRunsARing",
+                   3,
+                   {},
+                   [](uint32_t r) {
+                     RankCall c = Call(Operation::kBatchSendReceive, {2},
+                                       Iota(2, 10.0f * r));
+                     c.peer = (r + 1) % 3;
+                     c.source = (r + 2) % 3;
+                     return c;
+                   },
+                   [](uint32_t r) {
+                     const float from = 10.0f * ((r + 2) % 3);
+                     return Completes({2}, {from, from + 1});
+                   }});
+}
+
+// Why Gloo words some refusals differently, until its session names its
+// operations as NCCL's does.
+constexpr char kGlooNamesBackendOperations[] =
+    "Gloo's session validates through its backend, whose messages name the "
+    "backend operation (all_gather_even, variable_all_to_all) without the "
+    "scope; NCCL's name the session operation and its scope. One naming is "
+    "still to be chosen (issue 33).";
+
+// `outcome` on NCCL, and on Gloo `gloo_message` instead of its message.
+std::map<std::string, Difference> GlooWords(
+    std::function<RankOutcome(uint32_t)> outcome,
+    std::function<std::string(uint32_t)> gloo_message) {
+  return {{"gloo",
+           {[outcome, gloo_message](uint32_t r) {
+              RankOutcome o = outcome(r);
+              o.message = gloo_message(r);
+              return o;
+            },
+            kGlooNamesBackendOperations}}};
+}
+
+// --- Refusals: a call refused on its own arguments, before any native
+// work, with the same words on every backend.
+
+void AddRefusalCases(std::vector<ConformanceCase>& cases) {
+  cases.push_back({"AllReduceSumOfBoolIsRefused",
+                   2,
+                   {},
+                   [](uint32_t) {
+                     RankCall c = Call(Operation::kAllReduceSum, {4});
+                     c.dtype = TensorDtype::kBool;
+                     return c;
+                   },
+                   [](uint32_t) {
+                     return Refused(
+                         kInvalid,
+                         "$backend backend: all_reduce_sum cannot sum bool "
+                         "values (a sum of booleans is not a boolean); use "
+                         "agree_success for a logical AND or convert to an "
+                         "integer dtype");
+                   }});
+  {
+    auto outcome = [](uint32_t) {
+      return Refused(kInvalid,
+                     "nccl backend: all_gather on world: the output is f32[3] "
+                     "but the result is f32[4]");
+    };
+    cases.push_back({"AllGatherIntoAnOutputOfTheWrongShape",
+                     2,
+                     {},
+                     [](uint32_t) {
+                       RankCall c =
+                           Call(Operation::kAllGatherInto, {2}, Iota(2, 0));
+                       c.output_shape = {3};
+                       return c;
+                     },
+                     outcome,
+                     GlooWords(outcome, [](uint32_t) {
+                       return "gloo backend: all_gather_even: the output is "
+                              "f32[3] but the result is f32[4]";
+                     })});
+  }
+  // all_to_all_v always checks agreement first, so its refusals are told to
+  // the peers (dataplane/agreement.h, PeersAwaitRecord).
+  constexpr char kTold[] =
+      " (the other members of world are told and refuse it too)";
+  {
+    auto outcome = [kTold](uint32_t) {
+      return Refused(kInvalid,
+                     std::string("nccl backend: all_to_all_v on world: the "
+                                 "output overlaps the input, and all_to_all_v "
+                                 "on world cannot run in place") +
+                         kTold);
+    };
+    cases.push_back({"AllToAllVIntoItsOwnInput",
+                     2,
+                     {},
+                     [](uint32_t) {
+                       RankCall c =
+                           Call(Operation::kAllToAllVInto, {2}, Iota(2, 0));
+                       c.send_counts = {1, 1};
+                       c.receive_counts = {1, 1};
+                       c.output_is_input = true;
+                       return c;
+                     },
+                     outcome,
+                     GlooWords(outcome, [kTold](uint32_t) {
+                       return std::string(
+                                  "gloo backend: variable_all_to_all: the "
+                                  "output overlaps the input, and "
+                                  "variable_all_to_all cannot run in place") +
+                              kTold;
+                     })});
+  }
+  {
+    const std::string reason =
+        ": send counts have 1 entries and receive counts 2; both need one per "
+        "member (2)";
+    auto outcome = [=](uint32_t) {
+      return Refused(kInvalid,
+                     "nccl backend: all_to_all_v on world" + reason + kTold);
+    };
+    cases.push_back(
+        {"AllToAllVCountsOfTheWrongLength",
+         2,
+         {},
+         [](uint32_t) {
+           RankCall c = Call(Operation::kAllToAllV, {2}, Iota(2, 0));
+           c.send_counts = {2};
+           c.receive_counts = {1, 1};
+           return c;
+         },
+         outcome,
+         GlooWords(outcome, [=](uint32_t) {
+           return "gloo backend: variable_all_to_all" + reason + kTold;
+         })});
+  }
+  {
+    auto reason = [](uint32_t r) {
+      const std::string i = std::to_string(r);
+      return ": the self slot disagrees: send_counts[" + i +
+             "] = 1 but receive_counts[" + i + "] = 2";
+    };
+    auto outcome = [=](uint32_t r) {
+      return Refused(kInvalid,
+                     "nccl backend: all_to_all_v on world" + reason(r) + kTold);
+    };
+    cases.push_back(
+        {"AllToAllVSelfSlotsThatDiffer",
+         2,
+         {},
+         [](uint32_t r) {
+           RankCall c = Call(Operation::kAllToAllV, {2}, Iota(2, 0));
+           c.send_counts = {1, 1};
+           c.receive_counts = {1, 1};
+           c.receive_counts[r] = 2;
+           return c;
+         },
+         outcome,
+         GlooWords(outcome, [=](uint32_t r) {
+           return "gloo backend: variable_all_to_all" + reason(r) + kTold;
+         })});
+  }
+  cases.push_back(
+      {"SendToAPeerOutsideTheScope",
+       2,
+       {},
+       [](uint32_t) {
+         RankCall c = Call(Operation::kSend, {1}, {1});
+         c.peer = 2;
+         return c;
+       },
+       [](uint32_t) {
+         return Refused(
+             kInvalid,
+             "$backend backend: send: peer 2 is outside the scope's 2 members");
+       }});
+  cases.push_back({"ReceiveFromItself",
+                   2,
+                   {},
+                   [](uint32_t r) {
+                     RankCall c = Call(Operation::kReceive, {1});
+                     c.peer = r;
+                     return c;
+                   },
+                   [](uint32_t r) {
+                     return Refused(kInvalid,
+                                    "$backend backend: receive: peer " +
+                                        std::to_string(r) +
+                                        " is this rank itself");
+                   }});
+  cases.push_back({"AGroupThisRankIsNotIn",
+                   2,
+                   {},
+                   [](uint32_t) {
+                     RankCall c = Call(Operation::kAllReduceSum, {1}, {1});
+                     c.scope = CollectiveScope::Group(99);
+                     return c;
+                   },
+                   [](uint32_t r) {
+                     // The groups of a 2-rank data-parallel job
+                     // (common/topology.h).
+                     return Refused(
+                         absl::StatusCode::kNotFound,
+                         "$backend backend: all_reduce_sum: rank " +
+                             std::to_string(r) +
+                             " is not a member of group 99: its groups are " +
+                             (r == 0 ? "1, 2, 4, 6, 8" : "1, 3, 5, 7, 8") +
+                             ", and only those can be in capability "
+                             "'collective_groups'");
+                   }});
+}
+
+// --- Poison, bounded waits and agreement failures.
+
+void AddFailureCases(std::vector<ConformanceCase>& cases) {
+  cases.push_back(
+      {"APoisonedSessionRefusesWithTheCause",
+       2,
+       {},
+       [](uint32_t) {
+         RankCall c = Call(Operation::kAllReduceSum, {1}, {1});
+         c.poison_first = absl::AbortedError("the scheduler gave up");
+         return c;
+       },
+       [](uint32_t) {
+         return Refused(absl::StatusCode::kAborted,
+                        "$backend backend: all_reduce_sum refused: session "
+                        "poisoned by an earlier failure: the scheduler gave "
+                        "up");
+       }});
+  SessionSetup short_timeout;
+  short_timeout.op_timeout = absl::Seconds(2);
+  for (CancellationMode mode : {CancellationMode::kQuarantineUntilComplete,
+                                CancellationMode::kNativeCancel}) {
+    const bool quarantine = mode == CancellationMode::kQuarantineUntilComplete;
+    auto submits_alone = [mode](uint32_t r) {
+      if (r == 1) return Call(Operation::kNone, {});
+      RankCall c = Call(Operation::kAllReduceSum, {2}, {1, 2});
+      c.bounded_wait = absl::Milliseconds(200);
+      c.mode = mode;
+      return c;
+    };
+    cases.push_back(
+        {quarantine ? "AMissedBoundedWaitQuarantines"
+                    : "AMissedBoundedWaitCancelsNatively",
+         2,
+         short_timeout,
+         submits_alone,
+         [quarantine](uint32_t r) {
+           if (r == 1) return Ignored();
+           RankOutcome o;
+           o.when = When::kMissesDeadline;
+           o.next_code = absl::StatusCode::kDeadlineExceeded;
+           o.next_message_prefix =
+               std::string(
+                   "$backend backend: all_reduce_sum refused: session "
+                   "poisoned by an earlier failure: $backend backend: "
+                   "all_reduce_sum on world missed its WaitBounded deadline "
+                   "of 200ms; ") +
+               (quarantine ? "its resources are quarantined until it "
+                             "completes (QuarantineUntilComplete)"
+                           : "cancelled natively (NativeCancel)");
+           return o;
+         },
+         {{"nccl",
+           {[](uint32_t r) {
+              if (r == 1) return Ignored();
+              return Refused(
+                  absl::StatusCode::kDeadlineExceeded,
+                  "nccl backend: all_reduce_sum on world did not complete "
+                  "within 2s (op_timeout); every communicator of this session "
+                  "was aborted and the session is poisoned; rank 1 did not "
+                  "report operation #0 on world within 2s (behind, stalled, "
+                  "or never submitted it)");
+            },
+            "NCCL connects a communicator to its peers inside its first "
+            "launch (a non-blocking communicator's group end stays "
+            "ncclInProgress until every member joined), so the submission "
+            "itself waits, bounded by op_timeout, for a member that never "
+            "submits, and there is no completion to wait on. Taking that "
+            "wait out of the submit path is issue 34's first defect."}}}});
+  }
+  {
+    auto outcome = [](uint32_t) {
+      return Fails(kInvalid,
+                   "nccl all_to_all_v on world: members disagree on the "
+                   "counts: member 0 (rank 0) sends 1 rows to member 1 (rank "
+                   "1), which expects 2 from it; nothing moved");
+    };
+    cases.push_back({"AllToAllVCountsThatDoNotPairAreRefusedByEveryMember",
+                     2,
+                     {},
+                     [](uint32_t r) {
+                       RankCall c =
+                           Call(Operation::kAllToAllV, {2}, Iota(2, 0));
+                       c.send_counts = {1, 1};
+                       // Rank 0 sends rank 1 one row; rank 1 expects 2.
+                       c.receive_counts = r == 0 ? std::vector<size_t>{1, 1}
+                                                 : std::vector<size_t>{2, 1};
+                       return c;
+                     },
+                     outcome,
+                     GlooWords(outcome, [](uint32_t) {
+                       return "gloo variable_all_to_all on world: members "
+                              "disagree on the counts: member 0 (rank 0) "
+                              "sends 1 rows to member 1 (rank 1), which "
+                              "expects 2 from it; nothing moved";
+                     })});
+  }
+  SessionSetup verify;
+  verify.verify_agreement = true;
+  cases.push_back(
+      {"CollectivesThatDisagreeAreRefusedBeforeThePayload", 2, verify,
+       [](uint32_t r) {
+         return Call(Operation::kAllReduceSum, {r == 0 ? 2u : 3u},
+                     Iota(r == 0 ? 2 : 3, 0));
+       },
+       [](uint32_t r) {
+         return Fails(
+             kInvalid,
+             "$backend all_reduce_sum on world: members disagree on "
+             "the operation, dtype or shape: rank " +
+                 std::to_string(r) + " submitted `all_reduce_sum f32[" +
+                 (r == 0 ? "2" : "3") + "]`; rank " + std::to_string(1 - r) +
+                 " submitted another one; nothing moved");
+       }});
+}
+
+}  // namespace
+
+std::string ForBackend(const std::string& message, const std::string& backend) {
+  return absl::StrReplaceAll(message, {{"$backend", backend}});
+}
+
+const std::vector<ConformanceCase>& Cases() {
+  static const std::vector<ConformanceCase> cases = [] {
+    std::vector<ConformanceCase> all;
+    AddValueCases(all);
+    AddRefusalCases(all);
+    AddFailureCases(all);
+    return all;
+  }();
+  return cases;
+}
+
+}  // namespace rankd::dataplane::conformance
