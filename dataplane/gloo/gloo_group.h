@@ -24,13 +24,13 @@
 #define RANKD_DATAPLANE_GLOO_GLOO_GROUP_H_
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "dataplane/sequence_numbers.h"
 #include "dataplane/types.h"
 
 namespace gloo {
@@ -79,11 +79,11 @@ class GlooGroup : public std::enable_shared_from_this<GlooGroup> {
 
   // Executor thread only: the sequence number of the next collective on this
   // group (the same on every member that submitted the same work).
-  uint32_t NextSequence() { return next_sequence_++; }
+  uint32_t NextSequence() { return sequence_.NextCollective(); }
   // Executor thread only: the next sequence number on the directed route
   // between member indices `source` and `destination`.
   uint32_t NextRouteSequence(uint32_t source, uint32_t destination) {
-    return route_sequence_[{source, destination}]++;
+    return sequence_.NextTransfer(source, destination);
   }
 
  private:
@@ -95,8 +95,7 @@ class GlooGroup : public std::enable_shared_from_this<GlooGroup> {
   const std::shared_ptr<::gloo::Context> context_;
   const uint32_t lane_;
   std::vector<std::shared_ptr<GlooGroup>> lanes_;  // lane 0 only
-  uint32_t next_sequence_ = 0;
-  std::map<std::pair<uint32_t, uint32_t>, uint32_t> route_sequence_;
+  SequenceNumbers sequence_;
 };
 
 class GlooRoute {

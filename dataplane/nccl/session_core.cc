@@ -86,7 +86,8 @@ SubmittedOperation SessionCore::Describe(const OpPlan& plan) const {
 uint32_t CommEntry::NextSequence(
     const std::optional<std::pair<uint32_t, uint32_t>>& route) {
   absl::MutexLock lock(&sequence_mu_);
-  return route.has_value() ? routes_[*route]++ : collectives_++;
+  return route.has_value() ? sequence_.NextTransfer(route->first, route->second)
+                           : sequence_.NextCollective();
 }
 
 SessionCore::SessionCore(DistributedSessionDescriptor descriptor,

@@ -58,6 +58,7 @@
 #include "dataplane/nccl/unique_id_broker.h"
 #include "dataplane/operation_ledger.h"
 #include "dataplane/poison.h"
+#include "dataplane/sequence_numbers.h"
 #include "dataplane/shape.h"
 #include "dataplane/types.h"
 #include "dataplane/watchdog.h"
@@ -152,9 +153,7 @@ struct CommEntry {
 
  private:
   absl::Mutex sequence_mu_;
-  uint32_t collectives_ ABSL_GUARDED_BY(sequence_mu_) = 0;
-  std::map<std::pair<uint32_t, uint32_t>, uint32_t> routes_
-      ABSL_GUARDED_BY(sequence_mu_);
+  SequenceNumbers sequence_ ABSL_GUARDED_BY(sequence_mu_);
 };
 
 // What one submission does, in order, on `stream`: wait for every input's
