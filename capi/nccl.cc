@@ -16,7 +16,8 @@
 #include "dataplane/descriptor_proto.h"
 #include "dataplane/nccl/cuda_handles.h"
 #include "dataplane/nccl/device_tensor.h"
-#include "dataplane/types.h"
+#include "dataplane/peer_transfer.h"
+#include "dataplane/value_descriptor.h"
 
 namespace rankd::capi::internal {
 namespace {

@@ -10,7 +10,8 @@
 // everything else (shapes, counts, peers, groups, capabilities), so its
 // messages reach the caller unchanged.
 //
-// Depends on the Gloo session, dataplane/types.h, host_tensor.h and absl.
+// Depends on the Gloo session, the contract's type headers, host_tensor.h and
+// absl.
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -26,11 +27,15 @@
 #include "absl/types/span.h"
 #include "capi/internal/handles.h"
 #include "capi/internal/nccl.h"
+#include "dataplane/capabilities.h"
+#include "dataplane/collective_scope.h"
 #include "dataplane/completion.h"
 #include "dataplane/descriptor_proto.h"
+#include "dataplane/dtype.h"
 #include "dataplane/gloo/gloo_session.h"
 #include "dataplane/host_tensor.h"
-#include "dataplane/types.h"
+#include "dataplane/peer_transfer.h"
+#include "dataplane/value_descriptor.h"
 #include "rankd/rankd.h"
 
 namespace rankd::capi::internal {

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "capi/internal/handles.h"
-#include "dataplane/types.h"
+#include "dataplane/dtype.h"
 #include "rankd/rankd.h"
 
 namespace rankd::capi::internal {

@@ -12,7 +12,8 @@
 //      then RequireCollective for the scope).
 // Then the operation checks its own arguments (dtype, shape, counts, peer:
 // CheckPeerOf) and only then submits. Pure functions; thread-safe.
-// Depends on dataplane/types.h and absl.
+// Depends on capabilities.h, collective_scope.h, peer_transfer.h,
+// session_descriptor.h and absl.
 #ifndef RANKD_DATAPLANE_ADMISSION_H_
 #define RANKD_DATAPLANE_ADMISSION_H_
 
@@ -20,7 +21,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "dataplane/types.h"
+#include "dataplane/capabilities.h"
+#include "dataplane/collective_scope.h"
+#include "dataplane/peer_transfer.h"
+#include "dataplane/session_descriptor.h"
 
 namespace rankd::dataplane {
 

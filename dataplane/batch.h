@@ -1,7 +1,7 @@
 // The rules every batched send/receive (BatchSendReceive, dataplane/
 // session.h) obeys whatever the backend, checked here so that both
 // backends refuse the same batch with the same words. Depends on
-// dataplane/types.h and absl.
+// dataplane/peer_transfer.h and absl.
 #ifndef RANKD_DATAPLANE_BATCH_H_
 #define RANKD_DATAPLANE_BATCH_H_
 
@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "dataplane/types.h"
+#include "dataplane/peer_transfer.h"
 
 namespace rankd::dataplane {
 

@@ -4,13 +4,13 @@
 // input's bytes only when the operation runs in place, and then only all of
 // them. A backend says how its output lies against the input
 // (OutputOverlap); the words are the engine's. Pure function; depends on
-// dataplane/types.h and absl.
+// dataplane/value_descriptor.h and absl.
 #ifndef RANKD_DATAPLANE_CALLER_OUTPUT_H_
 #define RANKD_DATAPLANE_CALLER_OUTPUT_H_
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "dataplane/types.h"
+#include "dataplane/value_descriptor.h"
 
 namespace rankd::dataplane {
 

@@ -17,7 +17,7 @@
 // matching concept then also checks the member function's exact signature,
 // and the generic entry points below accept only backends that declared the
 // operation, so using an undeclared one does not compile. Depends on
-// completion.h, types.h and absl.
+// completion.h and absl.
 #ifndef RANKD_DATAPLANE_COMMUNICATION_BACKEND_H_
 #define RANKD_DATAPLANE_COMMUNICATION_BACKEND_H_
 

@@ -1,18 +1,19 @@
 // Conversion from the control plane's rankd.v1.SessionDescriptor (what
 // Client::Join returns) to the data plane's DistributedSessionDescriptor.
-// Depends on the generated rankd.v1 API, dataplane/types.h and absl.
+// Depends on the generated rankd.v1 API, dataplane/session_descriptor.h and
+// absl.
 #ifndef RANKD_DATAPLANE_DESCRIPTOR_PROTO_H_
 #define RANKD_DATAPLANE_DESCRIPTOR_PROTO_H_
 
 #include "absl/status/statusor.h"
-#include "dataplane/types.h"
+#include "dataplane/session_descriptor.h"
 #include "rankd/v1/common.pb.h"
 
 namespace rankd::dataplane {
 
 // The descriptor of `proto`'s rank: world size, rank and the groups it
 // belongs to, in the proto's order. InvalidArgument (naming the field) when
-// the proto violates an invariant of types.h.
+// the proto violates an invariant of session_descriptor.h.
 absl::StatusOr<DistributedSessionDescriptor> DescriptorFromProto(
     const v1::SessionDescriptor& proto);
 

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "dataplane/types.h"
+#include "dataplane/dtype.h"
 
 namespace rankd::dataplane {
 

@@ -14,7 +14,7 @@
 // Element types are those of dataplane/element_types.h (float, double,
 // int8_t..uint64_t, bool, Float16, BFloat16, Complex64). Thread safety: the
 // object is immutable except through the buffer; concurrent writes to one
-// buffer are the caller's business. Depends on dataplane/types.h,
+// buffer are the caller's business. Depends on dataplane/value_descriptor.h,
 // dataplane/element_types.h, dataplane/host_buffer_pool.h and absl.
 #ifndef RANKD_DATAPLANE_HOST_TENSOR_H_
 #define RANKD_DATAPLANE_HOST_TENSOR_H_
@@ -31,9 +31,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "dataplane/dtype.h"
 #include "dataplane/element_types.h"
 #include "dataplane/host_buffer_pool.h"
-#include "dataplane/types.h"
+#include "dataplane/value_descriptor.h"
 
 namespace rankd::dataplane {
 

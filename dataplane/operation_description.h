@@ -6,7 +6,7 @@
 // reads the same on Gloo and on NCCL, and what members must agree on is
 // decided once (docs/dataplane.md, "Validation"). `kind` is the backend
 // operation ("all_reduce_sum", "all_gather_even", "variable_all_to_all").
-// Depends on types.h and absl.
+// Depends on value_descriptor.h and absl.
 #ifndef RANKD_DATAPLANE_OPERATION_DESCRIPTION_H_
 #define RANKD_DATAPLANE_OPERATION_DESCRIPTION_H_
 
@@ -16,7 +16,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "dataplane/types.h"
+#include "dataplane/value_descriptor.h"
 
 namespace rankd::dataplane {
 

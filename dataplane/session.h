@@ -13,7 +13,9 @@
 //   - After a native failure or a missed deadline the session is poisoned:
 //     every later operation fails at once with the original cause and
 //     submits no native work.
-// Depends on dataplane/types.h, completion.h and control_plane.h.
+// Depends on the contract's type headers (value_descriptor.h,
+// session_descriptor.h, collective_scope.h, capabilities.h,
+// peer_transfer.h), completion.h and control_plane.h.
 #ifndef RANKD_DATAPLANE_SESSION_H_
 #define RANKD_DATAPLANE_SESSION_H_
 
@@ -23,9 +25,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "dataplane/capabilities.h"
+#include "dataplane/collective_scope.h"
 #include "dataplane/completion.h"
 #include "dataplane/control_plane.h"
-#include "dataplane/types.h"
+#include "dataplane/peer_transfer.h"
+#include "dataplane/session_descriptor.h"
+#include "dataplane/value_descriptor.h"
 
 namespace rankd::dataplane {
 

@@ -155,4 +155,12 @@ absl::StatusOr<UnevenGatherLayout> LayoutUnevenGather(
   return UnevenGatherLayout{*along, *std::move(offsets), *std::move(output)};
 }
 
+ValueDescriptor AllGatherOutput(const ValueDescriptor& input,
+                                uint32_t members) {
+  if (input.shape().empty()) {
+    return *ValueDescriptor::Create({members}, input.dtype());
+  }
+  return *ValueDescriptor::Rows(input.rows() * members, input.RowDescriptor());
+}
+
 }  // namespace rankd::dataplane

@@ -1,17 +1,19 @@
 // Shape arithmetic of the operations that partition a value along an axis
 // (the gathers and all_to_all), shared by both backends so that they accept
 // and refuse the same shapes and counts with the same words
-// (docs/dataplane.md, "Validation"). Depends on dataplane/types.h and absl.
+// (docs/dataplane.md, "Validation"). Depends on dataplane/value_descriptor.h
+// and absl.
 #ifndef RANKD_DATAPLANE_SHAPE_H_
 #define RANKD_DATAPLANE_SHAPE_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "dataplane/types.h"
+#include "dataplane/value_descriptor.h"
 
 namespace rankd::dataplane {
 
@@ -85,6 +87,12 @@ absl::StatusOr<UnevenGatherLayout> LayoutUnevenGather(
     const ValueDescriptor& input, size_t axis, absl::Span<const size_t> counts,
     size_t members, size_t me, absl::string_view backend,
     absl::string_view operation);
+
+// The output descriptor of an all_gather over `members` members of
+// `input`: [members * n, ...] for a [n, ...] input, and [members] for a
+// scalar. Returns no error: the caller must know the result fits a
+// ValueDescriptor (no overflow), which this function does not check.
+ValueDescriptor AllGatherOutput(const ValueDescriptor& input, uint32_t members);
 
 }  // namespace rankd::dataplane
 

@@ -115,5 +115,12 @@ TEST(AllToAllLayoutTest, Refusals) {
       "zero extent along axis 1"));
 }
 
+TEST(AllGatherOutputTest, ScalarAndRows) {
+  auto scalar = *ValueDescriptor::Create({}, TensorDtype::kI32);
+  EXPECT_EQ(AllGatherOutput(scalar, 4).shape(), (std::vector<size_t>{4}));
+  auto m = *ValueDescriptor::Create({2, 3}, TensorDtype::kI32);
+  EXPECT_EQ(AllGatherOutput(m, 4).shape(), (std::vector<size_t>{8, 3}));
+}
+
 }  // namespace
 }  // namespace rankd::dataplane

@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "dataplane/types.h"
+#include "dataplane/dtype.h"
 
 namespace rankd::dataplane {
 

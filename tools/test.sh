@@ -18,7 +18,7 @@ tools/setup.sh
 
 # Tests tagged gpu_kit run only against real CUDA libraries, through the
 # GPU kit (tests/gpu/run.sh on a GPU host); here each would only skip. Their
-# CPU twins (e.g. //dataplane/nccl:nccl_standin_test) run instead.
+# CPU twins (e.g. //dataplane/nccl:nccl_operations_standin_test) run instead.
 targets=$(bazel query 'tests(//...) except attr(tags, "gpu_kit", tests(//...))' \
   2>/dev/null | sort)
 if [[ -z "$targets" ]]; then

@@ -23,12 +23,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "dataplane/capabilities.h"
+#include "dataplane/collective_scope.h"
 #include "dataplane/completion.h"
 #include "dataplane/control_plane.h"
 #include "dataplane/gloo/gloo_session.h"
 #include "dataplane/host_tensor.h"
 #include "dataplane/nccl/nccl_session.h"
-#include "dataplane/types.h"
+#include "dataplane/value_descriptor.h"
 #include "rankd/rankd.h"
 
 namespace rankd::capi::internal {

@@ -13,7 +13,8 @@
 // backend legitimately differs, the case declares it in `differences`,
 // with the reason; nothing else may differ.
 //
-// Testonly. Depends on dataplane/types.h, completion.h and absl.
+// Testonly. Depends on dataplane/collective_scope.h, dtype.h, completion.h
+// and absl.
 #ifndef RANKD_DATAPLANE_CONFORMANCE_CONFORMANCE_CASES_H_
 #define RANKD_DATAPLANE_CONFORMANCE_CONFORMANCE_CASES_H_
 
@@ -29,7 +30,8 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "dataplane/completion.h"
-#include "dataplane/types.h"
+#include "dataplane/collective_scope.h"
+#include "dataplane/dtype.h"
 
 namespace rankd::dataplane::conformance {
 

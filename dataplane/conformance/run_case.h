@@ -33,7 +33,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "dataplane/conformance/conformance_cases.h"
+#include "dataplane/peer_transfer.h"
 #include "dataplane/session.h"
+#include "dataplane/value_descriptor.h"
 #include "gtest/gtest.h"
 
 namespace rankd::dataplane::conformance {

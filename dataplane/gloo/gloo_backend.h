@@ -42,6 +42,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "dataplane/capabilities.h"
+#include "dataplane/collective_group.h"
+#include "dataplane/collective_scope.h"
 #include "dataplane/communication_backend.h"
 #include "dataplane/completion.h"
 #include "dataplane/control_plane.h"
@@ -50,7 +53,9 @@
 #include "dataplane/gloo/gloo_group.h"
 #include "dataplane/gloo/gloo_options.h"
 #include "dataplane/host_tensor.h"
-#include "dataplane/types.h"
+#include "dataplane/peer_transfer.h"
+#include "dataplane/session_descriptor.h"
+#include "dataplane/value_descriptor.h"
 
 namespace rankd::dataplane::gloo {
 

@@ -18,7 +18,7 @@
 // an operation mixes its sequence number with a fingerprint of what it is
 // (agreement_check.h), so members that submit different operations never
 // pair their messages.
-// Depends on dataplane/types.h and absl; Gloo types are only forward
+// Depends on dataplane/collective_group.h and absl; Gloo types are only forward
 // declared.
 #ifndef RANKD_DATAPLANE_GLOO_GLOO_GROUP_H_
 #define RANKD_DATAPLANE_GLOO_GLOO_GROUP_H_
@@ -30,8 +30,8 @@
 #include <utility>
 #include <vector>
 
+#include "dataplane/collective_group.h"
 #include "dataplane/sequence_numbers.h"
-#include "dataplane/types.h"
 
 namespace gloo {
 class Context;

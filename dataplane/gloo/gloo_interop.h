@@ -8,7 +8,7 @@
 // interface; their implementations (internal/rankd_store.h,
 // internal/sum_kernels.h) stay private and may change. Keys a store made
 // here writes never meet a session's keys. Depends on Gloo's store header,
-// dataplane/control_plane.h, dataplane/types.h and absl.
+// dataplane/control_plane.h, dataplane/dtype.h and absl.
 #ifndef RANKD_DATAPLANE_GLOO_GLOO_INTEROP_H_
 #define RANKD_DATAPLANE_GLOO_GLOO_INTEROP_H_
 
@@ -20,7 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "dataplane/control_plane.h"
-#include "dataplane/types.h"
+#include "dataplane/dtype.h"
 #include "gloo/rendezvous/store.h"
 
 namespace rankd::dataplane::gloo {

@@ -1,6 +1,6 @@
 // GlooSessionOptions: how the Gloo backend connects and how long it waits.
 // Shared by the communicator, the backend and the session factory. Depends on
-// dataplane/types.h and absl.
+// dataplane/capabilities.h and absl.
 #ifndef RANKD_DATAPLANE_GLOO_GLOO_OPTIONS_H_
 #define RANKD_DATAPLANE_GLOO_GLOO_OPTIONS_H_
 
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "dataplane/types.h"
+#include "dataplane/capabilities.h"
 
 namespace rankd::dataplane::gloo {
 

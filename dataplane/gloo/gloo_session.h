@@ -26,12 +26,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "dataplane/capabilities.h"
+#include "dataplane/collective_scope.h"
 #include "dataplane/control_plane.h"
 #include "dataplane/gloo/gloo_backend.h"
 #include "dataplane/gloo/gloo_options.h"
 #include "dataplane/host_tensor.h"
+#include "dataplane/peer_transfer.h"
 #include "dataplane/session.h"
-#include "dataplane/types.h"
+#include "dataplane/session_descriptor.h"
+#include "dataplane/value_descriptor.h"
 
 namespace rankd::dataplane::gloo {
 

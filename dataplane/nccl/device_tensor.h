@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "dataplane/nccl/cuda_handles.h"
-#include "dataplane/types.h"
+#include "dataplane/value_descriptor.h"
 
 namespace rankd::dataplane::nccl {
 

@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "dataplane/types.h"
+#include "dataplane/dtype.h"
 
 namespace rankd::dataplane::nccl {
 

@@ -45,6 +45,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "dataplane/capabilities.h"
+#include "dataplane/collective_group.h"
+#include "dataplane/collective_scope.h"
 #include "dataplane/communication_backend.h"
 #include "dataplane/completion.h"
 #include "dataplane/control_plane.h"
@@ -57,10 +60,12 @@
 #include "dataplane/nccl/nccl_types.h"
 #include "dataplane/nccl/unique_id_broker.h"
 #include "dataplane/operation_ledger.h"
+#include "dataplane/peer_transfer.h"
 #include "dataplane/poison.h"
 #include "dataplane/sequence_numbers.h"
+#include "dataplane/session_descriptor.h"
 #include "dataplane/shape.h"
-#include "dataplane/types.h"
+#include "dataplane/value_descriptor.h"
 #include "dataplane/watchdog.h"
 
 namespace rankd::dataplane::nccl {

@@ -25,8 +25,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/monotonic_clock.h"
+#include "dataplane/collective_scope.h"
+#include "dataplane/dtype.h"
 #include "dataplane/session.h"
-#include "dataplane/types.h"
+#include "dataplane/value_descriptor.h"
 #include "examples/serving/collectives.h"
 
 namespace rankd::examples {

@@ -3,7 +3,9 @@
 //! completions (`Completion`, `BoundedCompletion`, `Submission`) and the
 //! supporting types (dtypes, value descriptors, groups, scopes, session
 //! descriptor, capabilities). The C++ statement of the same contract is
-//! `dataplane/types.h`, `completion.h` and `session.h`; the types here
+//! `dataplane/`'s type headers (`dtype.h`, `value_descriptor.h`,
+//! `collective_group.h`, `session_descriptor.h`, `collective_scope.h`,
+//! `capabilities.h`, `peer_transfer.h`), `completion.h` and `session.h`; the types here
 //! mirror those (same validation, same names in snake case).
 //!
 //! Nothing here touches the C ABI: `crate::Session` implements the traits

@@ -41,6 +41,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "dataplane/collective_group.h"
 #include "dataplane/control_plane.h"
 #include "dataplane/gloo/gloo_executor.h"
 #include "dataplane/gloo/gloo_group.h"
@@ -50,7 +51,7 @@
 #include "dataplane/operation_ledger.h"
 #include "dataplane/poison.h"
 #include "dataplane/quarantine.h"
-#include "dataplane/types.h"
+#include "dataplane/session_descriptor.h"
 #include "dataplane/watchdog.h"
 
 namespace gloo::transport {

@@ -11,7 +11,7 @@
 #include <functional>
 
 #include "absl/status/statusor.h"
-#include "dataplane/types.h"
+#include "dataplane/dtype.h"
 
 namespace rankd::dataplane::gloo::internal {
 

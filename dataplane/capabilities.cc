@@ -1,0 +1,30 @@
+#include "dataplane/capabilities.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace rankd::dataplane {
+
+absl::Status RequireCapability(bool advertised, const char* backend,
+                               const char* operation, const char* capability) {
+  if (advertised) return absl::OkStatus();
+  return absl::UnimplementedError(
+      absl::StrCat(backend, " backend: ", operation, " needs capability '",
+                   capability, "', which this backend does not advertise"));
+}
+
+absl::Status RequireCollective(const DistributedCapabilities& caps,
+                               const char* backend, const char* operation,
+                               const CollectiveScope& scope) {
+  if (scope.is_world()) {
+    return RequireCapability(caps.world_collectives, backend, operation,
+                             "world_collectives");
+  }
+  if (caps.collective_groups.contains(scope.group_id()))
+    return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      backend, " backend: ", operation, " on group ", scope.group_id(),
+      " needs capability 'collective_groups' to include it, which this "
+      "backend does not advertise"));
+}
+
+}  // namespace rankd::dataplane

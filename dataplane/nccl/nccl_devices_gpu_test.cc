@@ -1,0 +1,158 @@
+// The NCCL backend's CUDA layer on real devices (or the stand-in): the CUDA
+// handles, DeviceTensor round trips, the one read-back stream per device,
+// and device placement: DeviceGuard restores the caller's device and a
+// session on device 1 never creates a context on device 0. The last three
+// are sequencing defects a reading of this backend found (issue 10).
+//
+// Every case skips (GTEST_SKIP with the reason, which says "no GPU") when
+// there are too few CUDA devices or no CUDA runtime to load. Built twice
+// (nccl_device_test.bzl): nccl_devices_gpu_test for real GPUs and
+// nccl_devices_standin_test against the CPU stand-in; the GPU kit runs them
+// all as nccl_gpu_test.
+#include <iostream>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "dataplane/collective_scope.h"
+#include "dataplane/nccl/cuda_handles.h"
+#include "dataplane/nccl/device_tensor.h"
+#include "dataplane/nccl/native_runtime.h"
+#include "dataplane/nccl/nccl_session.h"
+#include "dataplane/nccl/testing/nccl_test_util.h"
+#include "dataplane/nccl/testing/standin_control.h"
+#include "dataplane/nccl/testing/stream_stall.h"
+#include "dataplane/session_descriptor.h"
+#include "dataplane/testing/in_process_control_plane.h"
+#include "gtest/gtest.h"
+
+namespace rankd::dataplane::nccl {
+namespace {
+
+using ::rankd::dataplane::testing::InProcessJob;
+using testing::Desc;
+using testing::Download;
+using testing::Floats;
+using testing::NcclGpuTest;
+using testing::NcclMultiGpuTest;
+using testing::RunInFreshProcess;
+using testing::Stall;
+using testing::StallStream;
+using testing::Standin;
+using testing::Upload;
+
+TEST_F(NcclGpuTest, CudaHandles) {
+  DeviceProbe probe = ProbeDevices();
+  EXPECT_GT(probe.device_count, 0);
+  // What ran, in the log; NCCL must have loaded next to the CUDA runtime.
+  NativeRuntimeReport report = DescribeNativeRuntime();
+  std::cout << "native runtime: " << report.Summary() << "\n";
+  EXPECT_TRUE(report.cuda_loaded()) << report.cuda_error;
+  EXPECT_TRUE(report.nccl_loaded()) << report.nccl_error;
+  EXPECT_EQ(report.gpus.size(), static_cast<size_t>(probe.device_count));
+  EXPECT_GE(report.nccl_version, NcclVersionCode(2, 14, 0));
+  auto stream = CudaStream::Create(0);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  auto event = CudaEvent::Create(0);
+  ASSERT_TRUE(event.ok());
+  auto buffer = DeviceBuffer::Allocate(1 << 20, *stream);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  EXPECT_NE((*buffer)->data(), nullptr);
+  ASSERT_OK(FillBytes((*buffer)->data(), 7, 1 << 20, **stream));
+  ASSERT_OK((*event)->Record(**stream));
+  ASSERT_OK((*event)->Synchronize());
+  auto done = (*event)->Query();
+  ASSERT_TRUE(done.ok());
+  EXPECT_TRUE(*done);
+  auto empty = DeviceBuffer::Allocate(0, *stream);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ((*empty)->data(), nullptr);
+  std::vector<uint8_t> host(16);
+  ASSERT_OK(CopyDeviceToHost(host.data(), (*buffer)->data(), 16, **stream));
+  EXPECT_EQ(host, std::vector<uint8_t>(16, 7));
+  EXPECT_FALSE(CudaStream::Create(probe.device_count).ok());
+}
+
+TEST_F(NcclGpuTest, DeviceTensorRoundTrip) {
+  auto stream = *CudaStream::Create(0);
+  const std::vector<float> values = Floats(12, 1.5f);
+  DeviceTensor t = Upload(Desc({3, 4}), values, stream);
+  EXPECT_EQ(t.device(), 0);
+  EXPECT_EQ(Download<float>(t), values);
+  EXPECT_EQ(DeviceTensor::FromHost(Desc({3}), values.data(), 8, stream)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Reading results back (DeviceTensor::ToHost, Agreement::Resolve) reuses
+// one stream per device instead of creating one per call.
+TEST_F(NcclGpuTest, ReadingResultsBackCreatesNoStreamPerCall) {
+  const testing::StandinControl* standin = Standin();
+  if (standin == nullptr) GTEST_SKIP() << "counts streams in the CPU stand-in";
+  auto session = OpenWorld1();
+  ASSERT_NE(session, nullptr);
+  auto x = Upload(Desc({4}), Floats(4), session->stream());
+  (void)Download<float>(x);  // the first read may create the stream
+  const int64_t before = standin->streams_created();
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(Download<float>(x), Floats(4));
+  EXPECT_EQ(standin->streams_created(), before);
+}
+
+// rankd's guard puts the caller's device back.
+TEST_F(NcclMultiGpuTest, DeviceGuardRestoresTheCallersDevice) {
+  std::thread([] {
+    DeviceGuard callers(1);
+    ASSERT_OK(callers.status());
+    {
+      DeviceGuard rankd(0);
+      ASSERT_OK(rankd.status());
+      EXPECT_EQ(*CurrentDevice(), 0);
+    }
+    EXPECT_EQ(*CurrentDevice(), 1);
+  }).join();
+}
+
+// A session on device 1 never creates a CUDA context on device 0: not in
+// the watchdog, not in the threads that wait, not when quarantined work is
+// reaped. (On a multi-GPU host every rank process sees every GPU; a
+// context on device 0 costs each of them GPU 0's memory.)
+TEST_F(NcclMultiGpuTest, ASessionOnDevice1NeverTouchesDevice0) {
+  if (!PrimaryContextActive(0).ok()) {
+    GTEST_SKIP() << PrimaryContextActive(0).status();
+  }
+  RunInFreshProcess([] {
+    ASSERT_FALSE(*PrimaryContextActive(0)) << "the child starts clean";
+    auto job = InProcessJob::Create(1);
+    auto cp = job->ForRank(0);
+    auto descriptor = DistributedSessionDescriptor::FromTopology({}, 1, 0);
+    ASSERT_TRUE(descriptor.ok());
+    NcclSessionOptions options;
+    options.device = 1;
+    auto session = NcclSession::Open(*descriptor, cp.get(), options);
+    ASSERT_TRUE(session.ok()) << session.status();
+    auto x = Upload(Desc({8}), Floats(8), (*session)->stream());
+    auto sum = (*session)->AllReduceSum(CollectiveScope::World(), x);
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    // Waited for from a thread that never chose a device.
+    std::thread([&] { EXPECT_TRUE(sum->completion->Wait().ok()); }).join();
+    EXPECT_EQ(Download<float>(sum->output), Floats(8));
+    // Dropped while held behind a stalled stream: quarantined, then reaped
+    // by the quarantine once the work finished.
+    Stall* stall = StallStream(*(*session)->stream());
+    ASSERT_NE(stall, nullptr);
+    {
+      auto dropped = (*session)->AllReduceSum(CollectiveScope::World(), x);
+      ASSERT_TRUE(dropped.ok()) << dropped.status();
+    }
+    stall->released = true;
+    absl::SleepFor(absl::Milliseconds(200));
+    session->reset();
+    EXPECT_FALSE(*PrimaryContextActive(0));
+  });
+}
+
+}  // namespace
+}  // namespace rankd::dataplane::nccl

@@ -1,0 +1,63 @@
+// ValueDescriptor: the row-major logical shape and element type of one
+// data-plane value (docs/contract.md, Types). Built only by factories that
+// validate it, so a descriptor that exists is valid: no zero dimension
+// (except the leading axis through Rows) and no element or byte count that
+// overflows size_t. Depends on dataplane/dtype.h and absl.
+#ifndef RANKD_DATAPLANE_VALUE_DESCRIPTOR_H_
+#define RANKD_DATAPLANE_VALUE_DESCRIPTOR_H_
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "dataplane/dtype.h"
+
+namespace rankd::dataplane {
+
+// Row-major logical shape and element type of a value. An empty shape is a
+// scalar (one element). A zero-sized dimension is rejected.
+class ValueDescriptor {
+ public:
+  // The descriptor of `shape` elements of `dtype`. InvalidArgument naming
+  // the dimension for a zero dimension, or naming the shape when the
+  // element count or the byte size overflows.
+  static absl::StatusOr<ValueDescriptor> Create(std::vector<size_t> shape,
+                                                TensorDtype dtype);
+  // A value of `rows` rows shaped like `row` (shape [rows, row.shape...]).
+  // The one way to build an empty leading axis (rows == 0): variable-count
+  // exchanges (all_to_all_v, uneven gathers) legitimately send or receive
+  // nothing. InvalidArgument when the element count or byte size overflows.
+  static absl::StatusOr<ValueDescriptor> Rows(size_t rows,
+                                              const ValueDescriptor& row);
+  // The shape of one row of this value's leading axis: shape[1:] (a scalar
+  // row for a 1-D value or a scalar). Never fails.
+  ValueDescriptor RowDescriptor() const;
+
+  const std::vector<size_t>& shape() const { return shape_; }
+  TensorDtype dtype() const { return dtype_; }
+  size_t element_count() const { return elements_; }
+  size_t byte_size() const { return elements_ * DtypeSize(dtype_); }
+  // Elements in one row of the leading axis (all elements for a scalar).
+  size_t row_elements() const;
+  // Length of the leading axis (1 for a scalar).
+  size_t rows() const { return shape_.empty() ? 1 : shape_[0]; }
+  // "f32[4, 8]"
+  std::string ToString() const;
+
+  friend bool operator==(const ValueDescriptor& a, const ValueDescriptor& b) {
+    return a.shape_ == b.shape_ && a.dtype_ == b.dtype_;
+  }
+
+ private:
+  ValueDescriptor(std::vector<size_t> shape, TensorDtype dtype, size_t elements)
+      : shape_(std::move(shape)), dtype_(dtype), elements_(elements) {}
+  std::vector<size_t> shape_;
+  TensorDtype dtype_;
+  size_t elements_;
+};
+
+}  // namespace rankd::dataplane
+
+#endif  // RANKD_DATAPLANE_VALUE_DESCRIPTOR_H_
