@@ -27,6 +27,7 @@
 #include "dataplane/nccl/native_runtime.h"
 #include "dataplane/nccl/nccl_backend.h"
 #include "dataplane/nccl/nccl_session.h"
+#include "dataplane/nccl/testing/nccl_session_peer.h"
 #include "dataplane/nccl/testing/standin_control.h"
 #include "dataplane/nccl/testing/stream_stall.h"
 #include "dataplane/testing/in_process_control_plane.h"
@@ -223,7 +224,7 @@ TEST_F(NcclGpuTest, AllReduceSumEveryDtype) {
     // A sum over one rank is the input, bit for bit.
     EXPECT_EQ(Download<uint8_t>(sum->output), bytes) << DtypeName(dtype);
   }
-  EXPECT_TRUE(session->poison_status().ok());
+  EXPECT_TRUE(session->poison().ok());
 }
 
 TEST_F(NcclGpuTest, UnsummableDtypesFailBeforeNativeWork) {
@@ -234,7 +235,7 @@ TEST_F(NcclGpuTest, UnsummableDtypesFailBeforeNativeWork) {
   auto sum = session->AllReduceSum(CollectiveScope::World(), b);
   EXPECT_EQ(sum.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(sum.status().message(), "bool"));
-  EXPECT_TRUE(session->poison_status().ok());
+  EXPECT_TRUE(session->poison().ok());
   EXPECT_TRUE(session->capabilities().world_collectives);
 }
 
@@ -290,7 +291,7 @@ TEST_F(NcclGpuTest, AllToAllVIsASelfCopy) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(session->poison_status().ok());
+  EXPECT_TRUE(session->poison().ok());
 }
 
 TEST_F(NcclGpuTest, PointToPointNeedsAPeer) {
@@ -303,7 +304,7 @@ TEST_F(NcclGpuTest, PointToPointNeedsAPeer) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(session->poison_status().ok());
+  EXPECT_TRUE(session->poison().ok());
 }
 
 TEST_F(NcclGpuTest, ChainedOperationsFollowReadyEvents) {
@@ -397,7 +398,21 @@ TEST_F(NcclGpuTest, BackendOperations) {
       local->completion->SupportsCancellation(CancellationMode::kNativeCancel));
   EXPECT_TRUE(local->completion->SupportsCancellation(
       CancellationMode::kQuarantineUntilComplete));
-  EXPECT_TRUE(session->poison_status().ok());
+  EXPECT_TRUE(session->poison().ok());
+  EXPECT_TRUE(backend.poison().ok());
+
+  // The backend's failure vocabulary is the session's, on one state:
+  // Poison only latches (later work refused with the first cause), Abort
+  // keeps it.
+  backend.Poison(absl::UnavailableError("drained by the scheduler"));
+  EXPECT_EQ(session->poison().code(), absl::StatusCode::kUnavailable);
+  auto refused = backend.AllReduceSum(x, *group, *executor);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(
+      absl::StrContains(refused.status().message(), "drained by the scheduler"))
+      << refused.status();
+  session->Abort(absl::InternalError("later cause"));
+  EXPECT_EQ(backend.poison().code(), absl::StatusCode::kUnavailable);
 }
 
 TEST_F(NcclGpuTest, BoundedWaitCompletes) {
@@ -420,7 +435,7 @@ TEST_F(NcclGpuTest, BoundedWaitCompletes) {
                                               CancellationMode::kNativeCancel);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_TRUE(outcome->completed());
-  EXPECT_TRUE(session->poison_status().ok());
+  EXPECT_TRUE(session->poison().ok());
 }
 
 TEST_F(NcclGpuTest, DeadlineQuarantinesUntilTheWorkCompletes) {
@@ -438,8 +453,7 @@ TEST_F(NcclGpuTest, DeadlineQuarantinesUntilTheWorkCompletes) {
   EXPECT_FALSE(outcome->completed());
   EXPECT_EQ(outcome->mode(), CancellationMode::kQuarantineUntilComplete);
   // Poisoned: later work fails at once with the original cause.
-  EXPECT_EQ(session->poison_status().code(),
-            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(session->poison().code(), absl::StatusCode::kDeadlineExceeded);
   auto later = session->AllReduceSum(CollectiveScope::World(), x);
   EXPECT_EQ(later.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_FALSE(session->capabilities().world_collectives);
@@ -492,11 +506,11 @@ TEST_F(NcclGpuTest, JobFailureAbortsAndFailsRunningWork) {
   ASSERT_TRUE(sum.ok()) << sum.status();
   job_->Fail(absl::AbortedError("rankd: rank 7 lost (node 3 heartbeat)"));
   const absl::Time give_up = absl::Now() + absl::Seconds(5);
-  while (session->poison_status().ok() && absl::Now() < give_up) {
+  while (session->poison().ok() && absl::Now() < give_up) {
     absl::SleepFor(absl::Milliseconds(5));
   }
-  EXPECT_EQ(session->poison_status().code(), absl::StatusCode::kAborted);
-  EXPECT_TRUE(absl::StrContains(session->poison_status().message(), "rank 7"));
+  EXPECT_EQ(session->poison().code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(absl::StrContains(session->poison().message(), "rank 7"));
   EXPECT_FALSE(session->capabilities().world_collectives);
   stall->released = true;
   absl::Status waited = sum->completion->Wait();
@@ -518,15 +532,15 @@ TEST_F(NcclGpuTest, InitDeadlineAbortsTheCommunicators) {
   options.device = 0;
   options.init_timeout = absl::Seconds(2);
   const absl::Time start = absl::Now();
-  auto session = NcclSession::Create(*descriptor, cp.get(), options);
+  auto session =
+      testing::NcclSessionPeer::Create(*descriptor, cp.get(), options);
   ASSERT_TRUE(session.ok());
-  absl::Status init = (*session)->Initialize();
+  absl::Status init = testing::NcclSessionPeer::Initialize(**session);
   EXPECT_EQ(init.code(), absl::StatusCode::kDeadlineExceeded) << init;
   EXPECT_TRUE(absl::StrContains(init.message(), "world")) << init;
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
   EXPECT_FALSE((*session)->capabilities().world_collectives);
-  EXPECT_EQ((*session)->poison_status().code(),
-            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ((*session)->poison().code(), absl::StatusCode::kDeadlineExceeded);
   // Rank 0 is the world's root: it published the id, under its first
   // session's tag.
   EXPECT_TRUE(
@@ -697,8 +711,50 @@ TEST_F(NcclMultiGpuTest, CollectivesAcrossRanks) {
                     (std::vector<float>{1.f, 2.f}));
           EXPECT_EQ(Download<int32_t>(moved->output[1]),
                     std::vector<int32_t>{42});
+
+          // The destination from descriptors alone (ReceiveBundle), as on
+          // Gloo: it pairs with the source's SendReceive.
+          const std::vector<ValueDescriptor> shapes = {bundle[0].descriptor(),
+                                                       bundle[1].descriptor()};
+          auto again = r == 0 ? backend.SendReceive(bundle, *route, executor)
+                              : backend.ReceiveBundle(shapes, *route, executor);
+          ASSERT_TRUE(again.ok()) << again.status();
+          ASSERT_OK(again->completion->Wait());
+          ASSERT_EQ(again->output.size(), 2u);
+          EXPECT_EQ(again->output[0].descriptor(), shapes[0]);
+          EXPECT_EQ(Download<float>(again->output[0]),
+                    (std::vector<float>{1.f, 2.f}));
+          EXPECT_EQ(Download<int32_t>(again->output[1]),
+                    std::vector<int32_t>{42});
+          if (r == 0) {
+            // The source has tensors to send: refused, nothing queued.
+            auto wrong_end = backend.ReceiveBundle(shapes, *route, executor);
+            EXPECT_EQ(wrong_end.status().code(),
+                      absl::StatusCode::kInvalidArgument)
+                << wrong_end.status();
+          }
+
+          // ... and into the destination's own tensors (ReceiveBundleInto).
+          std::vector<DeviceTensor> into = {
+              Upload(Desc({2}), std::vector<float>{0.f, 0.f}, stream),
+              Upload(Desc({1}, TensorDtype::kI32), std::vector<int32_t>{0},
+                     stream)};
+          auto third = r == 0
+                           ? backend.SendReceive(bundle, *route, executor)
+                           : backend.ReceiveBundleInto(into, *route, executor);
+          ASSERT_TRUE(third.ok()) << third.status();
+          ASSERT_OK(third->completion->Wait());
+          ASSERT_EQ(third->output.size(), 2u);
+          if (r == 1) {
+            EXPECT_EQ(third->output[0].data(), into[0].data());
+            EXPECT_EQ(third->output[1].data(), into[1].data());
+          }
+          EXPECT_EQ(Download<float>(third->output[0]),
+                    (std::vector<float>{1.f, 2.f}));
+          EXPECT_EQ(Download<int32_t>(third->output[1]),
+                    std::vector<int32_t>{42});
         }
-        EXPECT_TRUE(s.poison_status().ok()) << s.poison_status();
+        EXPECT_TRUE(s.poison().ok()) << s.poison();
       });
 }
 
@@ -814,7 +870,7 @@ TEST_F(NcclMultiGpuTest, CallerOwnedOutputsAllocateNoDeviceMemoryPerStep) {
     EXPECT_TRUE(absl::StrContains(partial.status().message(),
                                   "only on exactly the input's bytes"))
         << partial.status();
-    EXPECT_TRUE(s.poison_status().ok()) << s.poison_status();
+    EXPECT_TRUE(s.poison().ok()) << s.poison();
   });
 }
 
@@ -860,7 +916,7 @@ TEST_F(NcclMultiGpuTest, BatchedSendReceiveRunsARingAndASwap) {
                   (std::vector<int32_t>{static_cast<int32_t>(other),
                                         static_cast<int32_t>(7 * other)}));
         // Refused before native work (the session is still healthy).
-        ASSERT_TRUE(s.poison_status().ok()) << s.poison_status();
+        ASSERT_TRUE(s.poison().ok()) << s.poison();
         const std::vector<PeerValue<DeviceTensor>> self = {{r, mine}};
         EXPECT_EQ(s.BatchSendReceive(scope, self, {}).status().code(),
                   absl::StatusCode::kInvalidArgument);
@@ -926,7 +982,7 @@ TEST_F(NcclMultiGpuTest, JobFailureUnblocksAHungCollective) {
         absl::Status waited = sum->completion->Wait();
         EXPECT_EQ(waited.code(), absl::StatusCode::kAborted) << waited;
         EXPECT_LT(absl::Now() - start, absl::Seconds(20));
-        EXPECT_EQ(s.poison_status().code(), absl::StatusCode::kAborted);
+        EXPECT_EQ(s.poison().code(), absl::StatusCode::kAborted);
       },
       job);
 }
@@ -966,7 +1022,7 @@ TEST_F(NcclGpuTest, AnAbortRightAfterNcclAcceptedTheWorkFailsTheOperation) {
   } else {
     EXPECT_EQ(sum.status().code(), absl::StatusCode::kAborted) << sum.status();
   }
-  EXPECT_EQ(session->poison_status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(session->poison().code(), absl::StatusCode::kAborted);
 }
 
 // rankd's guard puts the caller's device back.
@@ -1127,7 +1183,7 @@ TEST_F(NcclMultiGpuTest, AnOperationPastItsDeadlineNamesWhoDidNotFinish) {
                                       "rank 1 did not report operation #1 "
                                       "on world"))
             << waited;
-        EXPECT_EQ(s.poison_status(), waited);
+        EXPECT_EQ(s.poison(), waited);
       },
       nullptr, options);
 }
@@ -1189,7 +1245,7 @@ TEST_F(NcclMultiGpuTest, ATransferReceivedAsAnotherDtypeFails) {
                      " (rank ", 1 - r, "): this end has `bundle(", mine,
                      ")`, the other end submitted another transfer")))
         << waited;
-    EXPECT_EQ(s.poison_status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.poison().code(), absl::StatusCode::kInvalidArgument);
   });
 }
 
@@ -1249,7 +1305,7 @@ TEST_F(NcclMultiGpuTest,
                          "moved")))
             << waited;
         EXPECT_EQ(Download<float>(x), Floats(n, 1)) << "nothing moved";
-        ASSERT_OK(s.poison_status());
+        ASSERT_OK(s.poison());
         // all_to_all_v against all_reduce_sum: the fingerprints go first,
         // the same size on both, so the counts never meet a stranger.
         auto rows = Upload(Desc({2}), Floats(2), stream);
@@ -1260,7 +1316,7 @@ TEST_F(NcclMultiGpuTest,
         EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument) << waited;
         EXPECT_TRUE(absl::StrContains(waited.message(), "members disagree"))
             << waited;
-        ASSERT_OK(s.poison_status());
+        ASSERT_OK(s.poison());
         // A transfer received as another dtype: refused on both ends.
         absl::StatusOr<NcclSession::ValueSubmission> moved;
         if (r == 0) {
@@ -1276,7 +1332,7 @@ TEST_F(NcclMultiGpuTest,
             << waited;
         EXPECT_TRUE(absl::EndsWith(waited.message(), "; nothing moved"))
             << waited;
-        ASSERT_OK(s.poison_status());
+        ASSERT_OK(s.poison());
         // A batch: the transfer 1 -> 0 agrees and moves; 0 -> 1 does not
         // (rank 1 expects f32[2]) and is left out on both ends.
         auto mine = Upload(Desc({2}, TensorDtype::kI32),
@@ -1304,7 +1360,7 @@ TEST_F(NcclMultiGpuTest,
         } else {
           EXPECT_EQ(Download<float>(received), (std::vector<float>{-1, -1}));
         }
-        ASSERT_OK(s.poison_status());
+        ASSERT_OK(s.poison());
         // Refusals took no deadline, and agreeing work still runs.
         EXPECT_LT(absl::Now() - start, absl::Seconds(20));
         auto y = Upload(Desc({3}), Floats(3, static_cast<float>(r)), stream);
@@ -1336,7 +1392,7 @@ TEST_F(NcclMultiGpuTest, AllToAllVCountsThatDoNotPairAreRefusedFirst) {
                                   "members disagree on the counts: member 0 "
                                   "(rank 0) sends 2 rows to member 1"))
         << waited;
-    ASSERT_OK(s.poison_status());
+    ASSERT_OK(s.poison());
     auto sum = s.AllReduceSum(CollectiveScope::World(),
                               Upload(Desc({2}), Floats(2, 1), stream));
     ASSERT_TRUE(sum.ok()) << sum.status();
@@ -1387,7 +1443,7 @@ TEST_F(NcclMultiGpuTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
           named(sum->completion->Wait(),
                 "rank 0 refused it on its own arguments");
         }
-        ASSERT_OK(s.poison_status());
+        ASSERT_OK(s.poison());
         // A transfer: the tensor rank 0 sends is on the other device.
         absl::StatusOr<NcclSession::ValueSubmission> moved;
         if (r == 0) {
@@ -1404,7 +1460,7 @@ TEST_F(NcclMultiGpuTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
                 "`bundle(f32[4])`, the other end refused it on its own "
                 "arguments");
         }
-        ASSERT_OK(s.poison_status());
+        ASSERT_OK(s.poison());
         // A batch: rank 1's send is on the other device; rank 0's receive
         // from it is left out, and so is its send (rank 1 refused the whole
         // batch).
@@ -1426,7 +1482,7 @@ TEST_F(NcclMultiGpuTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
                 "the other end refused it on its own arguments");
           EXPECT_EQ(Download<float>(received), (std::vector<float>{-1, -1}));
         }
-        ASSERT_OK(s.poison_status());
+        ASSERT_OK(s.poison());
         // A batch whose buffers are wrong: rank 0's two receives write the
         // same bytes.
         if (r == 0) {
@@ -1445,7 +1501,7 @@ TEST_F(NcclMultiGpuTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
           named(sent->completion->Wait(),
                 "the other end refused it on its own arguments");
         }
-        ASSERT_OK(s.poison_status());
+        ASSERT_OK(s.poison());
         // Refusals took no deadline, and agreeing work still runs.
         EXPECT_LT(absl::Now() - start, absl::Seconds(20));
         auto y = Upload(Desc({3}), Floats(3, static_cast<float>(r)), stream);
@@ -1525,7 +1581,7 @@ TEST_F(NcclMultiGpuTest, AnAllToAllVRefusedByOneMemberIsRefusedByAll) {
               waited.message(), "rank 0 refused it on its own arguments"))
               << waited;
         }
-        ASSERT_OK(s.poison_status());
+        ASSERT_OK(s.poison());
         EXPECT_LT(absl::Now() - start, absl::Seconds(20));
         auto sum = s.AllReduceSum(CollectiveScope::World(),
                                   Upload(Desc({2}), Floats(2, 1), stream));
