@@ -570,7 +570,7 @@ int RunMismatch(GlooSession& s, const Layout& l) {
         "OP_FAILED code=", absl::StatusCodeToString(status.code()),
         " elapsed_ms=", absl::ToInt64Milliseconds(absl::Now() - submitted),
         " msg=", status.message()));
-    return s.backend().poisoned() ? 5 : 3;
+    return !s.backend().poison().ok() ? 5 : 3;
   }
   return 0;
 }

@@ -45,7 +45,7 @@ struct GlooUnderTest {
   }
 
   static void Poison(Session& session, const absl::Status& cause) {
-    static_cast<gloo::GlooSession&>(session).backend().Fail(cause);
+    static_cast<gloo::GlooSession&>(session).Poison(cause);
   }
 };
 

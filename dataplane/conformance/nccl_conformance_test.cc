@@ -81,7 +81,7 @@ struct NcclUnderTest {
   }
 
   static void Poison(Session& session, const absl::Status& cause) {
-    static_cast<nccl::NcclSession&>(session).core()->Poison(cause);
+    static_cast<nccl::NcclSession&>(session).Poison(cause);
   }
 
  private:

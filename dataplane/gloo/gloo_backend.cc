@@ -204,7 +204,7 @@ GlooBackend::GlooBackend(std::shared_ptr<internal::GlooCommunicator> comm)
 
 GlooBackend::~GlooBackend() { comm_->Shutdown(); }
 
-absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Create(
+absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Open(
     const DistributedSessionDescriptor& descriptor, ControlPlane* control_plane,
     const GlooSessionOptions& options) {
   auto comm =
@@ -230,10 +230,10 @@ absl::StatusOr<GlooExecutor*> GlooBackend::executor(uint32_t lane) {
   return &comm_->executor(lane);
 }
 GlooGroup& GlooBackend::world() { return *comm_->world(); }
-bool GlooBackend::poisoned() const { return comm_->poisoned(); }
-absl::Status GlooBackend::poison_cause() const { return comm_->poison_cause(); }
+absl::Status GlooBackend::poison() const { return comm_->poison(); }
 size_t GlooBackend::quarantined() const { return comm_->quarantined(); }
-void GlooBackend::Fail(const absl::Status& cause) { comm_->Fail(cause); }
+void GlooBackend::Poison(const absl::Status& cause) { comm_->Poison(cause); }
+void GlooBackend::Abort(const absl::Status& cause) { comm_->Abort(cause); }
 absl::Status GlooBackend::Admission(const char* operation) const {
   return comm_->Admission(operation);
 }

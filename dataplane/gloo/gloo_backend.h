@@ -12,7 +12,7 @@
 //   CommunicationRoute      = GlooRoute (source -> destination in a group)
 //   CommunicationCompletion = GlooCompletion
 //
-//   auto backend = GlooBackend::Create(descriptor, control_plane, {});
+//   auto backend = GlooBackend::Open(descriptor, control_plane, {});
 //   GlooGroup* tp = *(*backend)->group(2);
 //   auto sum = (*backend)->AllReduceSum(x, *tp, (*backend)->executor());
 //   if (!sum.ok()) return sum.status();          // refused, nothing queued
@@ -84,7 +84,10 @@ class GlooBackend {
 
   // Connects every group of `descriptor` through `control_plane` (which must
   // outlive the backend); blocks until connected or options.connect_timeout.
-  static absl::StatusOr<std::unique_ptr<GlooBackend>> Create(
+  // Returns the backend only once connected (GlooSession::Open and
+  // NcclSession::Open promise the same); otherwise the error naming the
+  // group, InvalidArgument for bad options, or the job's failure.
+  static absl::StatusOr<std::unique_ptr<GlooBackend>> Open(
       const DistributedSessionDescriptor& descriptor,
       ControlPlane* control_plane, const GlooSessionOptions& options = {});
 
@@ -233,13 +236,22 @@ class GlooBackend {
   // refusal every operation gives (poisoned: the original cause; work
   // quarantined: FailedPrecondition).
   absl::Status Admission(const char* operation) const;
-  // Poison state and quarantine, for schedulers and tests.
-  bool poisoned() const;
-  absl::Status poison_cause() const;
+  // The failure vocabulary, the same on NcclBackend and on both sessions
+  // (docs/contract.md, "Failures"); the backend and its GlooSession share
+  // one state.
+  // OK while healthy; once poisoned, the first cause, forever.
+  absl::Status poison() const;
+  // Latches `cause` (an error; an OK cause does nothing; the first cause
+  // wins): every later operation is refused with it, nothing queued.
+  // Nothing is torn down (no Gloo context is aborted): running work is not
+  // interrupted; queued work that has not started is refused with `cause`.
+  void Poison(const absl::Status& cause);
+  // Poison(cause), then aborts every Gloo context so pending operations
+  // fail now instead of waiting for a peer: what a native failure or a job
+  // failure reported by the control plane does. Any thread, any time.
+  void Abort(const absl::Status& cause);
+  // Operations quarantined now (for schedulers and tests).
   size_t quarantined() const;
-  // Poisons the session with `cause` and aborts every Gloo context, as a
-  // job failure reported by the control plane does.
-  void Fail(const absl::Status& cause);
 
  private:
   explicit GlooBackend(std::shared_ptr<internal::GlooCommunicator> comm);

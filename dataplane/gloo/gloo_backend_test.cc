@@ -89,7 +89,7 @@ TEST_F(BackendTest, ValidationBeforeAnyNativeWork) {
   // Nothing was queued by any of the refusals (variable_all_to_all's are
   // below: its peers always check its counts first, so they are told).
   EXPECT_TRUE(e.idle());
-  EXPECT_FALSE(b.poisoned());
+  EXPECT_TRUE(b.poison().ok());
 }
 
 // variable_all_to_all's count matrix is always checked before the payload,
@@ -131,7 +131,7 @@ TEST_F(BackendTest, AllToAllRefusalsAreToldToThePeers) {
     ASSERT_TRUE(sum.ok()) << sum.status();
     ASSERT_TRUE(sum->completion->Wait().ok());
     EXPECT_EQ(ValuesOf<int32_t>(sum->output), (std::vector<int32_t>{6}));
-    EXPECT_FALSE(b.poisoned());
+    EXPECT_TRUE(b.poison().ok());
   });
 }
 
@@ -315,7 +315,7 @@ TEST(BundleDisagreementTest, WithVerifyAgreementBothEndsFailAtOnce) {
     absl::Status s = SendMismatchedBundle(b, r);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_TRUE(absl::StrContains(s.message(), "disagree")) << s;
-    EXPECT_FALSE(b.poisoned());
+    EXPECT_TRUE(b.poison().ok());
   });
 }
 
@@ -339,7 +339,7 @@ TEST(BundleDisagreementTest, WithoutVerifyTheyNeverPairAndBothEndsAreNamed) {
     EXPECT_TRUE(
         absl::StrContains(s.message(), "rank 1 submitted `bundle(f32[3])`"))
         << s;
-    EXPECT_TRUE(b.poisoned());
+    EXPECT_FALSE(b.poison().ok());
   });
 }
 
@@ -399,7 +399,7 @@ TEST(ExecutorsTest, WorkOnDifferentExecutorsOverlaps) {
       EXPECT_EQ(ValuesOf<int32_t>(on->output),
                 (std::vector<int32_t>{int(1 + 2 * lane)}));
     }
-    EXPECT_FALSE(b.poisoned());
+    EXPECT_TRUE(b.poison().ok());
   });
 }
 

@@ -71,8 +71,7 @@ TEST_F(FaultTest, QuarantineHoldsResourcesUntilTheWorkCompletes) {
   }
   EXPECT_EQ(s0.backend().quarantined(), 0u);
   // Still poisoned with the original cause.
-  EXPECT_EQ(s0.backend().poison_cause().code(),
-            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s0.backend().poison().code(), absl::StatusCode::kDeadlineExceeded);
 }
 
 TEST_F(FaultTest, NativeCancelTearsDownBeforeReturning) {
@@ -105,7 +104,7 @@ TEST_F(FaultTest, NativeCancelTearsDownBeforeReturning) {
     ASSERT_TRUE(peer.ok()) << peer.status();
     EXPECT_FALSE(peer->completion->Wait().ok());
     EXPECT_LT(absl::Now() - begin, absl::Seconds(8));
-    EXPECT_TRUE(cluster_.session(r).backend().poisoned());
+    EXPECT_FALSE(cluster_.session(r).backend().poison().ok());
   });
 }
 
@@ -177,20 +176,20 @@ TEST(WatchdogBackstopTest, WorkGlooCannotEndIsAbortedPastItsDeadline) {
       });
   ASSERT_TRUE(stuck.ok()) << stuck.status();
   const absl::Time until = absl::Now() + absl::Seconds(10);
-  while (!b.poisoned() && absl::Now() < until) {
+  while (b.poison().ok() && absl::Now() < until) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   const absl::Duration took = absl::Now() - submitted;
   release.Notify();
-  ASSERT_TRUE(b.poisoned());
+  ASSERT_FALSE(b.poison().ok());
   // 0.2 + 2 x 0.1 + 1 s, plus at most a watchdog tick or two.
   EXPECT_GE(took, absl::Milliseconds(1400));
   EXPECT_LT(took, absl::Seconds(4));
-  EXPECT_EQ(b.poison_cause().code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_TRUE(absl::StrContains(b.poison_cause().message(),
+  EXPECT_EQ(b.poison().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(absl::StrContains(b.poison().message(),
                                 "stuck_task on world did not complete within "
                                 "200ms (op_timeout)"))
-      << b.poison_cause();
+      << b.poison();
   auto later =
       cluster.session(0).AllReduceSum(CollectiveScope::World(), Ones(1));
   EXPECT_EQ(later.status().code(), absl::StatusCode::kDeadlineExceeded);
@@ -209,7 +208,7 @@ TEST_F(FaultTest, TransportFailureIsAttributedToTheLostRank) {
     pending[r] = sum->completion;
   }
   absl::SleepFor(absl::Milliseconds(100));
-  cluster_.session(2).backend().Fail(absl::CancelledError("process killed"));
+  cluster_.session(2).backend().Abort(absl::CancelledError("process killed"));
   std::thread notice([&] {
     absl::SleepFor(absl::Milliseconds(300));
     cluster_.job().Fail(absl::AbortedError("job itest failed: rank 2 lost"));
@@ -246,7 +245,7 @@ TEST_F(FaultTest, QueuedWorkAfterPoisonIsNotRun) {
   auto first = b.AllReduceSum(Ones(2), b.world(), b.executor());
   auto second = b.Barrier(b.world(), b.executor());
   ASSERT_TRUE(first.ok() && second.ok());
-  b.Fail(absl::AbortedError("rank 1 lost"));
+  b.Abort(absl::AbortedError("rank 1 lost"));
   ASSERT_TRUE(second->completion->WaitFor(absl::Seconds(3)));
   absl::Status s = second->completion->Wait();
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted);

@@ -195,7 +195,7 @@ absl::StatusOr<std::unique_ptr<PendingWords>> GlooSession::SubmitAllGatherWords(
 absl::StatusOr<std::unique_ptr<GlooSession>> GlooSession::Open(
     const DistributedSessionDescriptor& descriptor, ControlPlane* control_plane,
     const GlooSessionOptions& options) {
-  auto backend = GlooBackend::Create(descriptor, control_plane, options);
+  auto backend = GlooBackend::Open(descriptor, control_plane, options);
   if (!backend.ok()) return backend.status();
   return std::make_unique<GlooSession>(control_plane, *std::move(backend));
 }

@@ -95,6 +95,20 @@ class GlooSession final : public DistributedSession<HostTensor> {
   absl::StatusOr<std::unique_ptr<PendingWords>> SubmitAllGatherWords(
       absl::Span<const uint32_t> local, absl::Duration timeout) override;
 
+  // The failure vocabulary, the same on NcclSession and on both backends
+  // (docs/contract.md, "Failures"); one state with backend().
+  // OK while healthy; once poisoned, the first cause, forever.
+  absl::Status poison() const { return backend_->poison(); }
+  // Latches `cause` (an error; an OK cause does nothing; the first cause
+  // wins): every later operation is refused with it, nothing queued.
+  // Nothing is torn down (no Gloo context is aborted): running work is not
+  // interrupted; queued work that has not started is refused with `cause`.
+  void Poison(const absl::Status& cause) { backend_->Poison(cause); }
+  // Poison(cause), then aborts every Gloo context so pending operations
+  // fail now instead of waiting for a peer: what a native failure or a job
+  // failure reported by the control plane does. Any thread, any time.
+  void Abort(const absl::Status& cause) { backend_->Abort(cause); }
+
   // The low-level contract over the same communicators and executor.
   GlooBackend& backend() { return *backend_; }
 

@@ -272,8 +272,8 @@ TEST_F(SingleRankTest, PointToPointRefusedWhenNotAdvertised) {
 }
 
 TEST_F(SingleRankTest, PoisonedSessionRefusesEverythingWithTheCause) {
-  session_->backend().Fail(absl::AbortedError("job itest failed: rank 3 lost"));
-  EXPECT_TRUE(session_->backend().poisoned());
+  session_->Abort(absl::AbortedError("job itest failed: rank 3 lost"));
+  EXPECT_FALSE(session_->backend().poison().ok());
   absl::Time start = absl::Now();
   auto sum = session_->AllReduceSum(CollectiveScope::World(), F32({1}, {1}));
   EXPECT_EQ(sum.status().code(), absl::StatusCode::kAborted);
@@ -295,9 +295,28 @@ TEST_F(SingleRankTest, PoisonedSessionRefusesEverythingWithTheCause) {
   EXPECT_LT(absl::Now() - start, absl::Milliseconds(100));
   EXPECT_TRUE(session_->backend().executor().idle());
   // A later cause does not replace the original one.
-  session_->backend().Fail(absl::InternalError("later"));
-  EXPECT_EQ(session_->backend().poison_cause().code(),
-            absl::StatusCode::kAborted);
+  session_->backend().Abort(absl::InternalError("later"));
+  EXPECT_EQ(session_->backend().poison().code(), absl::StatusCode::kAborted);
+}
+
+// Poison only latches: later work is refused with the first cause, on the
+// session and its backend alike, and nothing is aborted.
+TEST_F(SingleRankTest, PoisonLatchesTheFirstCauseWithoutAborting) {
+  session_->Poison(absl::OkStatus());  // an OK cause does nothing
+  EXPECT_TRUE(session_->poison().ok());
+  session_->Poison(absl::UnavailableError("drained by the scheduler"));
+  EXPECT_EQ(session_->poison().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(session_->backend().poison(), session_->poison());
+  auto sum = session_->AllReduceSum(CollectiveScope::World(), F32({1}, {1}));
+  EXPECT_EQ(sum.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(absl::StrContains(sum.status().message(), "drained"))
+      << sum.status();
+  GlooBackend& b = session_->backend();
+  EXPECT_EQ(b.Barrier(b.world(), b.executor()).status().code(),
+            absl::StatusCode::kUnavailable);
+  // Abort after Poison tears down but keeps the first cause.
+  session_->Abort(absl::AbortedError("rank 3 lost"));
+  EXPECT_EQ(session_->poison().code(), absl::StatusCode::kUnavailable);
 }
 
 TEST_F(SingleRankTest, JobFailureFromTheControlPlanePoisons) {
@@ -581,7 +600,7 @@ TEST_F(FourRankTest, AllToAllVCountDisagreementFailsEveryMember) {
         absl::StrContains(status.message(), "member 0 (rank 0) sends 1"))
         << status;
     // Every member failed at the same point: the session stays usable.
-    EXPECT_FALSE(s.backend().poisoned());
+    EXPECT_TRUE(s.backend().poison().ok());
     auto sum = s.AllReduceSum(CollectiveScope::World(),
                               *HostTensor::FromVector<int32_t>({1}, {1}));
     ASSERT_TRUE(sum.ok()) << sum.status();
@@ -613,7 +632,7 @@ TEST(DisagreementTest, WithVerifyAgreementEveryMemberFailsAtOnce) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
     EXPECT_TRUE(absl::StrContains(status.message(), "disagree")) << status;
     // Every member failed at the same point: the session stays usable.
-    EXPECT_FALSE(s.backend().poisoned());
+    EXPECT_TRUE(s.backend().poison().ok());
   });
 }
 
@@ -647,7 +666,7 @@ TEST(DisagreementTest,
                                   "rank 3 submitted `all_reduce_sum f32[3]`"))
         << status;
     // No payload moved, but the transport timed out: poisoned.
-    EXPECT_TRUE(s.backend().poisoned());
+    EXPECT_FALSE(s.backend().poison().ok());
   });
 }
 
@@ -870,7 +889,7 @@ TEST(BatchDisagreementTest, TheDisagreeingTransferIsNamedTheOthersMove) {
       absl::Status done = batch->completion->Wait();
       EXPECT_EQ(done.ok(), r == 1) << done;
     }
-    EXPECT_FALSE(s.backend().poisoned());
+    EXPECT_TRUE(s.backend().poison().ok());
   });
 }
 
@@ -1135,7 +1154,7 @@ TEST(RefusalTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
       }
       // Refusals took no deadline, and agreeing work still runs.
       EXPECT_LT(absl::Now() - start, absl::Seconds(20));
-      EXPECT_FALSE(s.backend().poisoned());
+      EXPECT_TRUE(s.backend().poison().ok());
       auto good = s.AllReduceSum(world, *HostTensor::FromVector<float>(
                                             {2}, {1, static_cast<float>(r)}));
       ASSERT_TRUE(good.ok()) << good.status();

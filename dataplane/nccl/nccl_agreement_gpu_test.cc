@@ -99,7 +99,7 @@ TEST_F(NcclMultiGpuTest, ATransferReceivedAsAnotherDtypeFails) {
                      " (rank ", 1 - r, "): this end has `bundle(", mine,
                      ")`, the other end submitted another transfer")))
         << waited;
-    EXPECT_EQ(s.poison_status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.poison().code(), absl::StatusCode::kInvalidArgument);
   });
 }
 
@@ -159,7 +159,7 @@ TEST_F(NcclMultiGpuTest,
                          "moved")))
             << waited;
         EXPECT_EQ(Download<float>(x), Floats(n, 1)) << "nothing moved";
-        ASSERT_OK(s.poison_status());
+        ASSERT_OK(s.poison());
         // all_to_all_v against all_reduce_sum: the fingerprints go first,
         // the same size on both, so the counts never meet a stranger.
         auto rows = Upload(Desc({2}), Floats(2), stream);
@@ -170,7 +170,7 @@ TEST_F(NcclMultiGpuTest,
         EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument) << waited;
         EXPECT_TRUE(absl::StrContains(waited.message(), "members disagree"))
             << waited;
-        ASSERT_OK(s.poison_status());
+        ASSERT_OK(s.poison());
         // A transfer received as another dtype: refused on both ends.
         absl::StatusOr<NcclSession::ValueSubmission> moved;
         if (r == 0) {
@@ -186,7 +186,7 @@ TEST_F(NcclMultiGpuTest,
             << waited;
         EXPECT_TRUE(absl::EndsWith(waited.message(), "; nothing moved"))
             << waited;
-        ASSERT_OK(s.poison_status());
+        ASSERT_OK(s.poison());
         // A batch: the transfer 1 -> 0 agrees and moves; 0 -> 1 does not
         // (rank 1 expects f32[2]) and is left out on both ends.
         auto mine = Upload(Desc({2}, TensorDtype::kI32),
@@ -214,7 +214,7 @@ TEST_F(NcclMultiGpuTest,
         } else {
           EXPECT_EQ(Download<float>(received), (std::vector<float>{-1, -1}));
         }
-        ASSERT_OK(s.poison_status());
+        ASSERT_OK(s.poison());
         // Refusals took no deadline, and agreeing work still runs.
         EXPECT_LT(absl::Now() - start, absl::Seconds(20));
         auto y = Upload(Desc({3}), Floats(3, static_cast<float>(r)), stream);
@@ -246,7 +246,7 @@ TEST_F(NcclMultiGpuTest, AllToAllVCountsThatDoNotPairAreRefusedFirst) {
                                   "members disagree on the counts: member 0 "
                                   "(rank 0) sends 2 rows to member 1"))
         << waited;
-    ASSERT_OK(s.poison_status());
+    ASSERT_OK(s.poison());
     auto sum = s.AllReduceSum(CollectiveScope::World(),
                               Upload(Desc({2}), Floats(2, 1), stream));
     ASSERT_TRUE(sum.ok()) << sum.status();
@@ -297,7 +297,7 @@ TEST_F(NcclMultiGpuTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
           named(sum->completion->Wait(),
                 "rank 0 refused it on its own arguments");
         }
-        ASSERT_OK(s.poison_status());
+        ASSERT_OK(s.poison());
         // A transfer: the tensor rank 0 sends is on the other device.
         absl::StatusOr<NcclSession::ValueSubmission> moved;
         if (r == 0) {
@@ -314,7 +314,7 @@ TEST_F(NcclMultiGpuTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
                 "`bundle(f32[4])`, the other end refused it on its own "
                 "arguments");
         }
-        ASSERT_OK(s.poison_status());
+        ASSERT_OK(s.poison());
         // A batch: rank 1's send is on the other device; rank 0's receive
         // from it is left out, and so is its send (rank 1 refused the whole
         // batch).
@@ -336,7 +336,7 @@ TEST_F(NcclMultiGpuTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
                 "the other end refused it on its own arguments");
           EXPECT_EQ(Download<float>(received), (std::vector<float>{-1, -1}));
         }
-        ASSERT_OK(s.poison_status());
+        ASSERT_OK(s.poison());
         // A batch whose buffers are wrong: rank 0's two receives write the
         // same bytes.
         if (r == 0) {
@@ -355,7 +355,7 @@ TEST_F(NcclMultiGpuTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
           named(sent->completion->Wait(),
                 "the other end refused it on its own arguments");
         }
-        ASSERT_OK(s.poison_status());
+        ASSERT_OK(s.poison());
         // Refusals took no deadline, and agreeing work still runs.
         EXPECT_LT(absl::Now() - start, absl::Seconds(20));
         auto y = Upload(Desc({3}), Floats(3, static_cast<float>(r)), stream);
@@ -398,7 +398,7 @@ TEST_F(NcclMultiGpuTest, AnAllToAllVRefusedByOneMemberIsRefusedByAll) {
               waited.message(), "rank 0 refused it on its own arguments"))
               << waited;
         }
-        ASSERT_OK(s.poison_status());
+        ASSERT_OK(s.poison());
         EXPECT_LT(absl::Now() - start, absl::Seconds(20));
         auto sum = s.AllReduceSum(CollectiveScope::World(),
                                   Upload(Desc({2}), Floats(2, 1), stream));

@@ -262,7 +262,27 @@ BundleSubmission<NcclBackend> NcclBackend::BatchSendReceive(
 BundleSubmission<NcclBackend> NcclBackend::SendReceive(
     absl::Span<const DeviceTensor> tensors, const NcclRoute& route,
     CudaExecutor& executor) {
-  return SubmitRoute(tensors, route, executor, /*receive_into=*/false);
+  if (route.group().local_rank() == route.source()) {
+    return SubmitRoute(tensors, {}, {}, route, executor);
+  }
+  // The destination's tensors only name what arrives: the same path as
+  // ReceiveBundle.
+  std::vector<ValueDescriptor> descriptors;
+  descriptors.reserve(tensors.size());
+  for (const DeviceTensor& t : tensors) descriptors.push_back(t.descriptor());
+  return SubmitRoute({}, descriptors, {}, route, executor);
+}
+
+BundleSubmission<NcclBackend> NcclBackend::ReceiveBundle(
+    absl::Span<const ValueDescriptor> descriptors, const NcclRoute& route,
+    CudaExecutor& executor) {
+  if (route.group().local_rank() != route.destination()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: receive_bundle: this member (",
+        route.group().local_rank(), ") is not the destination of route ",
+        route.source(), " -> ", route.destination()));
+  }
+  return SubmitRoute({}, descriptors, {}, route, executor);
 }
 
 BundleSubmission<NcclBackend> NcclBackend::ReceiveBundleInto(
@@ -274,22 +294,36 @@ BundleSubmission<NcclBackend> NcclBackend::ReceiveBundleInto(
         route.group().local_rank(), ") is not the destination of route ",
         route.source(), " -> ", route.destination()));
   }
-  return SubmitRoute(outputs, route, executor, /*receive_into=*/true);
+  std::vector<ValueDescriptor> descriptors;
+  descriptors.reserve(outputs.size());
+  for (const DeviceTensor& t : outputs) descriptors.push_back(t.descriptor());
+  return SubmitRoute({}, descriptors, outputs, route, executor);
 }
 
 BundleSubmission<NcclBackend> NcclBackend::SubmitRoute(
-    absl::Span<const DeviceTensor> tensors, const NcclRoute& route,
-    CudaExecutor& executor, bool receive_into) {
+    absl::Span<const DeviceTensor> send,
+    absl::Span<const ValueDescriptor> receive,
+    absl::Span<const DeviceTensor> receive_into, const NcclRoute& route,
+    CudaExecutor& executor) {
   absl::Status ok =
       Check(route.group(), executor, "send_receive",
             &DistributedCapabilities::point_to_point, "point_to_point");
   if (!ok.ok()) return ok;
   return SubmitBundle(
-      *core_, route.group().comm_, tensors, route.source(), route.destination(),
-      executor.stream(),
+      *core_, route.group().comm_, BundleEnd{send, receive, receive_into},
+      route.source(), route.destination(), executor.stream(),
       absl::StrCat("send_receive ", route.source(), " -> ", route.destination(),
-                   " on ", GroupName(route.group())),
-      receive_into);
+                   " on ", GroupName(route.group())));
+}
+
+absl::Status NcclBackend::poison() const { return core_->PoisonStatus(); }
+
+void NcclBackend::Poison(const absl::Status& cause) {
+  if (!cause.ok()) core_->Poison(cause);
+}
+
+void NcclBackend::Abort(const absl::Status& cause) {
+  if (!cause.ok()) core_->CancelNative(cause);
 }
 
 }  // namespace rankd::dataplane::nccl

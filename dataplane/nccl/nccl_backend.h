@@ -143,8 +143,19 @@ class NcclBackend {
   UnitSubmission<NcclBackend> Barrier(NcclGroup& group, CudaExecutor& executor);
   AgreementSubmission<NcclBackend> AgreeSuccess(bool success, NcclGroup& group,
                                                 CudaExecutor& executor);
+  // An ordered bundle over `route`. On the source, `tensors` are sent and
+  // returned as the output. On the destination, `tensors` only give the
+  // descriptors to receive (as ReceiveBundle) and the output holds fresh
+  // device tensors with the data. Both ends must pass the same descriptors
+  // in the same order.
   BundleSubmission<NcclBackend> SendReceive(
       absl::Span<const DeviceTensor> tensors, const NcclRoute& route,
+      CudaExecutor& executor);
+  // The destination end of SendReceive, from descriptors alone, as on
+  // GlooBackend: the output holds fresh tensors on this device.
+  // InvalidArgument on the source (it has tensors to send: SendReceive).
+  BundleSubmission<NcclBackend> ReceiveBundle(
+      absl::Span<const ValueDescriptor> descriptors, const NcclRoute& route,
       CudaExecutor& executor);
 
   // Point-to-point in both directions at once, as GlooBackend's: every
@@ -196,6 +207,20 @@ class NcclBackend {
       absl::Span<const DeviceTensor> outputs, const NcclRoute& route,
       CudaExecutor& executor);
 
+  // The session's failure state, as GlooBackend's (the backend and its
+  // session share one poison; NcclSession has the same three).
+  // OK while healthy; once poisoned, the first cause, forever.
+  absl::Status poison() const;
+  // Latches `cause` (an error; an OK cause does nothing; the first cause
+  // wins): every later operation of the session and of its backends is
+  // refused with it. Nothing is torn down (no communicator is aborted):
+  // work already on a stream is not interrupted.
+  void Poison(const absl::Status& cause);
+  // Poison(cause), then aborts every communicator of the session so
+  // pending operations fail now; what a native failure, a missed deadline
+  // or a job failure does. Any thread, any time.
+  void Abort(const absl::Status& cause);
+
  private:
   // The operations with the caller's output, or a new one (null).
   TensorSubmission<NcclBackend> AllReduceSumImpl(const DeviceTensor& value,
@@ -218,9 +243,13 @@ class NcclBackend {
                                               const DeviceTensor* output,
                                               NcclGroup& group,
                                               CudaExecutor& executor);
+  // SendReceive's two ends: the source sends `send`; the destination
+  // receives `receive` into fresh tensors, or into `receive_into`.
   BundleSubmission<NcclBackend> SubmitRoute(
-      absl::Span<const DeviceTensor> tensors, const NcclRoute& route,
-      CudaExecutor& executor, bool receive_into);
+      absl::Span<const DeviceTensor> send,
+      absl::Span<const ValueDescriptor> receive,
+      absl::Span<const DeviceTensor> receive_into, const NcclRoute& route,
+      CudaExecutor& executor);
   // Poison, ownership and capability checks shared by the operations.
   absl::Status Check(const NcclGroup& group, const CudaExecutor& executor,
                      const char* operation, bool DistributedCapabilities::*flag,

@@ -57,7 +57,7 @@ TEST_F(NcclGpuTest, BoundedWaitCompletes) {
                                               CancellationMode::kNativeCancel);
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_TRUE(outcome->completed());
-  EXPECT_TRUE(session->poison_status().ok());
+  EXPECT_TRUE(session->poison().ok());
 }
 
 TEST_F(NcclGpuTest, DeadlineQuarantinesUntilTheWorkCompletes) {
@@ -75,7 +75,7 @@ TEST_F(NcclGpuTest, DeadlineQuarantinesUntilTheWorkCompletes) {
   EXPECT_FALSE(outcome->completed());
   EXPECT_EQ(outcome->mode(), CancellationMode::kQuarantineUntilComplete);
   // Poisoned: later work fails at once with the original cause.
-  EXPECT_EQ(session->poison_status().code(),
+  EXPECT_EQ(session->poison().code(),
             absl::StatusCode::kDeadlineExceeded);
   auto later = session->AllReduceSum(CollectiveScope::World(), x);
   EXPECT_EQ(later.status().code(), absl::StatusCode::kDeadlineExceeded);
@@ -149,7 +149,7 @@ TEST_F(NcclMultiGpuTest, AnOperationPastItsDeadlineNamesWhoDidNotFinish) {
                                       "rank 1 did not report operation #1 "
                                       "on world"))
             << waited;
-        EXPECT_EQ(s.poison_status(), waited);
+        EXPECT_EQ(s.poison(), waited);
       },
       nullptr, options);
 }

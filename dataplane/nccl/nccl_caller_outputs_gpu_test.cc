@@ -149,7 +149,7 @@ TEST_F(NcclMultiGpuTest, CallerOwnedOutputsAllocateNoDeviceMemoryPerStep) {
     EXPECT_TRUE(absl::StrContains(partial.status().message(),
                                   "only on exactly the input's bytes"))
         << partial.status();
-    EXPECT_TRUE(s.poison_status().ok()) << s.poison_status();
+    EXPECT_TRUE(s.poison().ok()) << s.poison();
   });
 }
 

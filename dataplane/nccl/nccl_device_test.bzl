@@ -13,6 +13,7 @@ testing/nccl_test_util.h.
 NCCL_DEVICE_TEST_DEPS = [
     ":cuda_handles",
     ":nccl",
+    ":nccl_session_peer",
     ":nccl_test_util",
     ":standin_control",
     ":stream_stall",

@@ -14,6 +14,7 @@
 #include "dataplane/nccl/nccl_completion.h"
 #include "dataplane/nccl/nccl_session.h"
 #include "dataplane/nccl/session_core.h"
+#include "dataplane/nccl/testing/nccl_session_peer.h"
 #include "dataplane/testing/in_process_control_plane.h"
 #include "gtest/gtest.h"
 
@@ -101,7 +102,7 @@ void ExpectEveryOperationFailsClosed(NcclSession& session, const char* why) {
 TEST(NcclFailClosed, NothingIsAdvertisedBeforeInitialize) {
   auto job = InProcessJob::Create(4);
   auto cp = job->ForRank(1);
-  auto session = NcclSession::Create(Descriptor(), cp.get());
+  auto session = testing::NcclSessionPeer::Create(Descriptor(), cp.get());
   ASSERT_TRUE(session.ok()) << session.status();
   DistributedCapabilities caps = (*session)->capabilities();
   EXPECT_FALSE(caps.world_collectives);
@@ -114,7 +115,7 @@ TEST(NcclFailClosed, NothingIsAdvertisedBeforeInitialize) {
   EXPECT_EQ(job->kv_sets(), 0);
   EXPECT_EQ(job->kv_gets(), 0);
   EXPECT_EQ((*session)->quarantined(), 0u);
-  EXPECT_TRUE((*session)->poison_status().ok());
+  EXPECT_TRUE((*session)->poison().ok());
 }
 
 TEST(NcclFailClosed, WithoutADeviceInitializeIsUnavailableAndNothingRuns) {
@@ -122,16 +123,16 @@ TEST(NcclFailClosed, WithoutADeviceInitializeIsUnavailableAndNothingRuns) {
     GTEST_SKIP() << "a CUDA device is present; nccl_gpu_test covers it";
   auto job = InProcessJob::Create(4);
   auto cp = job->ForRank(1);
-  auto session = NcclSession::Create(Descriptor(), cp.get());
+  auto session = testing::NcclSessionPeer::Create(Descriptor(), cp.get());
   ASSERT_TRUE(session.ok()) << session.status();
-  absl::Status init = (*session)->Initialize();
+  absl::Status init = testing::NcclSessionPeer::Initialize(**session);
   EXPECT_EQ(init.code(), absl::StatusCode::kUnavailable) << init;
   EXPECT_TRUE(absl::StrContains(init.message(), "nccl")) << init;
   const std::string reason = (*session)->unavailable_reason();
   EXPECT_FALSE(reason.empty());
   EXPECT_TRUE(absl::StrContains(reason, "no GPU")) << reason;
   // Not poisoned: the session is simply unavailable.
-  EXPECT_TRUE((*session)->poison_status().ok());
+  EXPECT_TRUE((*session)->poison().ok());
   EXPECT_FALSE((*session)->ready());
   EXPECT_EQ((*session)->capabilities().world_collectives, false);
   ExpectEveryOperationFailsClosed(**session, reason.c_str());
@@ -140,7 +141,7 @@ TEST(NcclFailClosed, WithoutADeviceInitializeIsUnavailableAndNothingRuns) {
   EXPECT_EQ(job->kv_gets(), 0);
   EXPECT_EQ((*session)->quarantined(), 0u);
   // Once only.
-  EXPECT_EQ((*session)->Initialize().code(),
+  EXPECT_EQ(testing::NcclSessionPeer::Initialize(**session).code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
@@ -164,7 +165,7 @@ TEST(NcclFailClosed, DeviceProbeReportsNoDeviceWithAReason) {
 TEST(NcclFailClosed, MembershipIsCheckedBeforeCapabilities) {
   auto job = InProcessJob::Create(4);
   auto cp = job->ForRank(1);
-  auto session = NcclSession::Create(Descriptor(), cp.get());
+  auto session = testing::NcclSessionPeer::Create(Descriptor(), cp.get());
   ASSERT_TRUE(session.ok());
   auto r =
       (*session)->AllReduceSum(CollectiveScope::Group(999), Fake(Desc({2})));
@@ -174,7 +175,7 @@ TEST(NcclFailClosed, MembershipIsCheckedBeforeCapabilities) {
 TEST(NcclFailClosed, PoisonWinsAndKeepsTheOriginalCause) {
   auto job = InProcessJob::Create(4);
   auto cp = job->ForRank(1);
-  auto session = NcclSession::Create(Descriptor(), cp.get());
+  auto session = testing::NcclSessionPeer::Create(Descriptor(), cp.get());
   ASSERT_TRUE(session.ok());
   (*session)->Abort(absl::AbortedError("rank 3 lost"));
   (*session)->Abort(absl::InternalError("second cause is ignored"));
@@ -192,12 +193,49 @@ TEST(NcclFailClosed, PoisonWinsAndKeepsTheOriginalCause) {
   EXPECT_FALSE((*session)->capabilities().world_collectives);
 }
 
+// Poison only latches (the session refuses every later operation with
+// the first cause); Abort latches too, and a later cause changes nothing.
+TEST(NcclFailClosed, PoisonLatchesTheFirstCauseAndAbortKeepsIt) {
+  auto job = InProcessJob::Create(4);
+  auto cp = job->ForRank(1);
+  auto session = testing::NcclSessionPeer::Create(Descriptor(), cp.get());
+  ASSERT_TRUE(session.ok());
+  (*session)->Poison(absl::OkStatus());  // an OK cause does nothing
+  EXPECT_TRUE((*session)->poison().ok());
+  (*session)->Poison(absl::UnavailableError("scheduler drained rank 1"));
+  EXPECT_EQ((*session)->poison().code(), absl::StatusCode::kUnavailable);
+  const DeviceTensor x = Fake(Desc({4}));
+  absl::Status s =
+      (*session)->AllReduceSum(CollectiveScope::World(), x).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "scheduler drained")) << s;
+  NcclBackend backend(**session);
+  EXPECT_EQ(backend.poison(), (*session)->poison());
+  // Abort after Poison keeps the first cause.
+  backend.Abort(absl::AbortedError("rank 3 lost"));
+  EXPECT_EQ((*session)->poison().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(job->kv_sets(), 0);
+}
+
+// The backend latches into the same session.
+TEST(NcclFailClosed, BackendPoisonIsTheSessions) {
+  auto job = InProcessJob::Create(4);
+  auto cp = job->ForRank(1);
+  auto session = testing::NcclSessionPeer::Create(Descriptor(), cp.get());
+  ASSERT_TRUE(session.ok());
+  NcclBackend backend(**session);
+  EXPECT_TRUE(backend.poison().ok());
+  backend.Poison(absl::AbortedError("rank 2 lost"));
+  EXPECT_EQ((*session)->poison().code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(absl::StrContains((*session)->poison().message(), "rank 2"));
+}
+
 TEST(NcclFailClosed, AllGatherWordsUsesTheControlPlaneWithoutAGpu) {
   auto job = InProcessJob::Create(1);
   auto cp = job->ForRank(0);
   auto descriptor = DistributedSessionDescriptor::FromTopology({}, 1, 0);
   ASSERT_TRUE(descriptor.ok());
-  auto session = NcclSession::Create(*descriptor, cp.get());
+  auto session = testing::NcclSessionPeer::Create(*descriptor, cp.get());
   ASSERT_TRUE(session.ok());
   auto words = (*session)->AllGatherWords(std::vector<uint32_t>{7, 8, 9});
   ASSERT_TRUE(words.ok()) << words.status();
@@ -213,22 +251,21 @@ TEST(NcclFailClosed, AllGatherWordsUsesTheControlPlaneWithoutAGpu) {
 TEST(NcclFailClosed, OptionsAreValidated) {
   auto job = InProcessJob::Create(4);
   auto cp = job->ForRank(1);
-  EXPECT_EQ(NcclSession::Create(Descriptor(), nullptr).status().code(),
+  EXPECT_EQ(NcclSession::Open(Descriptor(), nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
   NcclSessionOptions bad_tag;
   bad_tag.tag = "no/slashes";
-  EXPECT_EQ(
-      NcclSession::Create(Descriptor(), cp.get(), bad_tag).status().code(),
-      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(NcclSession::Open(Descriptor(), cp.get(), bad_tag).status().code(),
+            absl::StatusCode::kInvalidArgument);
   NcclSessionOptions bad_timeout;
   bad_timeout.init_timeout = absl::ZeroDuration();
   EXPECT_EQ(
-      NcclSession::Create(Descriptor(), cp.get(), bad_timeout).status().code(),
+      NcclSession::Open(Descriptor(), cp.get(), bad_timeout).status().code(),
       absl::StatusCode::kInvalidArgument);
   NcclSessionOptions bad_device;
   bad_device.device = -2;
   EXPECT_EQ(
-      NcclSession::Create(Descriptor(), cp.get(), bad_device).status().code(),
+      NcclSession::Open(Descriptor(), cp.get(), bad_device).status().code(),
       absl::StatusCode::kInvalidArgument);
 }
 
@@ -254,7 +291,7 @@ class NcclValidation : public ::testing::Test {
   void SetUp() override {
     job_ = InProcessJob::Create(4);
     cp_ = job_->ForRank(1);
-    auto session = NcclSession::Create(Descriptor(), cp_.get());
+    auto session = testing::NcclSessionPeer::Create(Descriptor(), cp_.get());
     ASSERT_TRUE(session.ok());
     session_ = *std::move(session);
     comm_ = std::make_shared<CommEntry>();
@@ -263,7 +300,7 @@ class NcclValidation : public ::testing::Test {
     comm_->local_rank = 1;
   }
   void TearDown() override {
-    EXPECT_TRUE(session_->poison_status().ok()) << session_->poison_status();
+    EXPECT_TRUE(session_->poison().ok()) << session_->poison();
     EXPECT_EQ(session_->quarantined(), 0u);
   }
   SessionCore& core() { return *session_->core(); }
@@ -371,18 +408,18 @@ TEST_F(NcclValidation, BroadcastRootInRange) {
 TEST_F(NcclValidation, BundleRoutes) {
   const DeviceTensor x = Fake(Desc({2}), -1);
   std::vector<DeviceTensor> bundle = {x};
-  ExpectInvalid(
-      SubmitBundle(core(), comm_, bundle, 1, 1, nullptr, "send_receive")
-          .status(),
-      "two different");
-  ExpectInvalid(
-      SubmitBundle(core(), comm_, bundle, 0, 3, nullptr, "send_receive")
-          .status(),
-      "two different");
-  ExpectInvalid(
-      SubmitBundle(core(), comm_, bundle, 0, 2, nullptr, "send_receive")
-          .status(),
-      "neither the source nor the destination");
+  ExpectInvalid(SubmitBundle(core(), comm_, BundleEnd{bundle, {}, {}}, 1, 1,
+                             nullptr, "send_receive")
+                    .status(),
+                "two different");
+  ExpectInvalid(SubmitBundle(core(), comm_, BundleEnd{bundle, {}, {}}, 0, 3,
+                             nullptr, "send_receive")
+                    .status(),
+                "two different");
+  ExpectInvalid(SubmitBundle(core(), comm_, BundleEnd{bundle, {}, {}}, 0, 2,
+                             nullptr, "send_receive")
+                    .status(),
+                "neither the source nor the destination");
 }
 
 // --- Completion and quarantine logic, with an operation whose event never

@@ -24,6 +24,7 @@
 #include "common/topology.h"
 #include "dataplane/collective_scope.h"
 #include "dataplane/nccl/nccl_session.h"
+#include "dataplane/nccl/testing/nccl_session_peer.h"
 #include "dataplane/nccl/testing/nccl_test_util.h"
 #include "dataplane/nccl/testing/standin_control.h"
 #include "dataplane/nccl/testing/stream_stall.h"
@@ -59,11 +60,11 @@ TEST_F(NcclGpuTest, JobFailureAbortsAndFailsRunningWork) {
   ASSERT_TRUE(sum.ok()) << sum.status();
   job_->Fail(absl::AbortedError("rankd: rank 7 lost (node 3 heartbeat)"));
   const absl::Time give_up = absl::Now() + absl::Seconds(5);
-  while (session->poison_status().ok() && absl::Now() < give_up) {
+  while (session->poison().ok() && absl::Now() < give_up) {
     absl::SleepFor(absl::Milliseconds(5));
   }
-  EXPECT_EQ(session->poison_status().code(), absl::StatusCode::kAborted);
-  EXPECT_TRUE(absl::StrContains(session->poison_status().message(), "rank 7"));
+  EXPECT_EQ(session->poison().code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(absl::StrContains(session->poison().message(), "rank 7"));
   EXPECT_FALSE(session->capabilities().world_collectives);
   stall->released = true;
   absl::Status waited = sum->completion->Wait();
@@ -85,14 +86,15 @@ TEST_F(NcclGpuTest, InitDeadlineAbortsTheCommunicators) {
   options.device = 0;
   options.init_timeout = absl::Seconds(2);
   const absl::Time start = absl::Now();
-  auto session = NcclSession::Create(*descriptor, cp.get(), options);
+  auto session =
+      testing::NcclSessionPeer::Create(*descriptor, cp.get(), options);
   ASSERT_TRUE(session.ok());
-  absl::Status init = (*session)->Initialize();
+  absl::Status init = testing::NcclSessionPeer::Initialize(**session);
   EXPECT_EQ(init.code(), absl::StatusCode::kDeadlineExceeded) << init;
   EXPECT_TRUE(absl::StrContains(init.message(), "world")) << init;
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
   EXPECT_FALSE((*session)->capabilities().world_collectives);
-  EXPECT_EQ((*session)->poison_status().code(),
+  EXPECT_EQ((*session)->poison().code(),
             absl::StatusCode::kDeadlineExceeded);
   // Rank 0 is the world's root: it published the id, under its first
   // session's tag.
@@ -153,7 +155,7 @@ TEST_F(NcclGpuTest, AnAbortRightAfterNcclAcceptedTheWorkFailsTheOperation) {
   } else {
     EXPECT_EQ(sum.status().code(), absl::StatusCode::kAborted) << sum.status();
   }
-  EXPECT_EQ(session->poison_status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(session->poison().code(), absl::StatusCode::kAborted);
 }
 
 TEST_F(NcclMultiGpuTest, JobFailureUnblocksAHungCollective) {
@@ -185,7 +187,7 @@ TEST_F(NcclMultiGpuTest, JobFailureUnblocksAHungCollective) {
         absl::Status waited = sum->completion->Wait();
         EXPECT_EQ(waited.code(), absl::StatusCode::kAborted) << waited;
         EXPECT_LT(absl::Now() - start, absl::Seconds(20));
-        EXPECT_EQ(s.poison_status().code(), absl::StatusCode::kAborted);
+        EXPECT_EQ(s.poison().code(), absl::StatusCode::kAborted);
       },
       job);
 }

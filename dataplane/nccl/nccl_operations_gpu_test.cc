@@ -94,7 +94,7 @@ TEST_F(NcclGpuTest, AllReduceSumEveryDtype) {
     // A sum over one rank is the input, bit for bit.
     EXPECT_EQ(Download<uint8_t>(sum->output), bytes) << DtypeName(dtype);
   }
-  EXPECT_TRUE(session->poison_status().ok());
+  EXPECT_TRUE(session->poison().ok());
 }
 
 TEST_F(NcclGpuTest, UnsummableDtypesFailBeforeNativeWork) {
@@ -105,7 +105,7 @@ TEST_F(NcclGpuTest, UnsummableDtypesFailBeforeNativeWork) {
   auto sum = session->AllReduceSum(CollectiveScope::World(), b);
   EXPECT_EQ(sum.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(sum.status().message(), "bool"));
-  EXPECT_TRUE(session->poison_status().ok());
+  EXPECT_TRUE(session->poison().ok());
   EXPECT_TRUE(session->capabilities().world_collectives);
 }
 
@@ -161,7 +161,7 @@ TEST_F(NcclGpuTest, AllToAllVIsASelfCopy) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(session->poison_status().ok());
+  EXPECT_TRUE(session->poison().ok());
 }
 
 TEST_F(NcclGpuTest, PointToPointNeedsAPeer) {
@@ -174,7 +174,7 @@ TEST_F(NcclGpuTest, PointToPointNeedsAPeer) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(session->poison_status().ok());
+  EXPECT_TRUE(session->poison().ok());
 }
 
 TEST_F(NcclGpuTest, ChainedOperationsFollowReadyEvents) {
@@ -268,7 +268,21 @@ TEST_F(NcclGpuTest, BackendOperations) {
       local->completion->SupportsCancellation(CancellationMode::kNativeCancel));
   EXPECT_TRUE(local->completion->SupportsCancellation(
       CancellationMode::kQuarantineUntilComplete));
-  EXPECT_TRUE(session->poison_status().ok());
+  EXPECT_TRUE(session->poison().ok());
+  EXPECT_TRUE(backend.poison().ok());
+
+  // The backend's failure vocabulary is the session's, on one state:
+  // Poison only latches (later work refused with the first cause), Abort
+  // keeps it.
+  backend.Poison(absl::UnavailableError("drained by the scheduler"));
+  EXPECT_EQ(session->poison().code(), absl::StatusCode::kUnavailable);
+  auto refused = backend.AllReduceSum(x, *group, *executor);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(
+      absl::StrContains(refused.status().message(), "drained by the scheduler"))
+      << refused.status();
+  session->Abort(absl::InternalError("later cause"));
+  EXPECT_EQ(backend.poison().code(), absl::StatusCode::kUnavailable);
 }
 
 TEST_F(NcclMultiGpuTest, CollectivesAcrossRanks) {
@@ -376,8 +390,50 @@ TEST_F(NcclMultiGpuTest, CollectivesAcrossRanks) {
                     (std::vector<float>{1.f, 2.f}));
           EXPECT_EQ(Download<int32_t>(moved->output[1]),
                     std::vector<int32_t>{42});
+
+          // The destination from descriptors alone (ReceiveBundle), as on
+          // Gloo: it pairs with the source's SendReceive.
+          const std::vector<ValueDescriptor> shapes = {bundle[0].descriptor(),
+                                                       bundle[1].descriptor()};
+          auto again = r == 0 ? backend.SendReceive(bundle, *route, executor)
+                              : backend.ReceiveBundle(shapes, *route, executor);
+          ASSERT_TRUE(again.ok()) << again.status();
+          ASSERT_OK(again->completion->Wait());
+          ASSERT_EQ(again->output.size(), 2u);
+          EXPECT_EQ(again->output[0].descriptor(), shapes[0]);
+          EXPECT_EQ(Download<float>(again->output[0]),
+                    (std::vector<float>{1.f, 2.f}));
+          EXPECT_EQ(Download<int32_t>(again->output[1]),
+                    std::vector<int32_t>{42});
+          if (r == 0) {
+            // The source has tensors to send: refused, nothing queued.
+            auto wrong_end = backend.ReceiveBundle(shapes, *route, executor);
+            EXPECT_EQ(wrong_end.status().code(),
+                      absl::StatusCode::kInvalidArgument)
+                << wrong_end.status();
+          }
+
+          // ... and into the destination's own tensors (ReceiveBundleInto).
+          std::vector<DeviceTensor> into = {
+              Upload(Desc({2}), std::vector<float>{0.f, 0.f}, stream),
+              Upload(Desc({1}, TensorDtype::kI32), std::vector<int32_t>{0},
+                     stream)};
+          auto third = r == 0
+                           ? backend.SendReceive(bundle, *route, executor)
+                           : backend.ReceiveBundleInto(into, *route, executor);
+          ASSERT_TRUE(third.ok()) << third.status();
+          ASSERT_OK(third->completion->Wait());
+          ASSERT_EQ(third->output.size(), 2u);
+          if (r == 1) {
+            EXPECT_EQ(third->output[0].data(), into[0].data());
+            EXPECT_EQ(third->output[1].data(), into[1].data());
+          }
+          EXPECT_EQ(Download<float>(third->output[0]),
+                    (std::vector<float>{1.f, 2.f}));
+          EXPECT_EQ(Download<int32_t>(third->output[1]),
+                    std::vector<int32_t>{42});
         }
-        EXPECT_TRUE(s.poison_status().ok()) << s.poison_status();
+        EXPECT_TRUE(s.poison().ok()) << s.poison();
       });
 }
 
@@ -423,7 +479,7 @@ TEST_F(NcclMultiGpuTest, BatchedSendReceiveRunsARingAndASwap) {
                   (std::vector<int32_t>{static_cast<int32_t>(other),
                                         static_cast<int32_t>(7 * other)}));
         // Refused before native work (the session is still healthy).
-        ASSERT_TRUE(s.poison_status().ok()) << s.poison_status();
+        ASSERT_TRUE(s.poison().ok()) << s.poison();
         const std::vector<PeerValue<DeviceTensor>> self = {{r, mine}};
         EXPECT_EQ(s.BatchSendReceive(scope, self, {}).status().code(),
                   absl::StatusCode::kInvalidArgument);

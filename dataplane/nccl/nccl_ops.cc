@@ -602,9 +602,8 @@ SubmitAgreeSuccess(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
 absl::StatusOr<
     Submission<std::vector<DeviceTensor>, std::shared_ptr<NcclCompletion>>>
 SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
-             absl::Span<const DeviceTensor> tensors, uint32_t source,
-             uint32_t destination, const std::shared_ptr<CudaStream>& stream,
-             std::string name, bool receive_into) {
+             const BundleEnd& end, uint32_t source, uint32_t destination,
+             const std::shared_ptr<CudaStream>& stream, std::string name) {
   const uint32_t n = static_cast<uint32_t>(comm->members.size());
   const uint32_t me = comm->local_rank;
   if (source >= n || destination >= n || source == destination) {
@@ -618,9 +617,19 @@ SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
                      ") is neither the source nor the destination of route ",
                      source, " -> ", destination));
   }
+  const bool sending = me == source;
+  const bool into = !sending && !end.receive_into.empty();
   Refusal refuse(core, comm, stream, name);
   refuse.Route(source, destination);
-  for (const DeviceTensor& t : tensors) {
+  if (into && end.receive_into.size() != end.receive.size()) {
+    return refuse.Refuse(absl::InvalidArgumentError(
+        absl::StrCat("nccl backend: ", name, ": ", end.receive_into.size(),
+                     " outputs for a bundle of ", end.receive.size())));
+  }
+  // The tensors this member hands to NCCL: sent, or received into.
+  const absl::Span<const DeviceTensor> given =
+      sending ? end.send : end.receive_into;
+  for (const DeviceTensor& t : given) {
     absl::Status valid = core.CheckTensor(t, name);
     if (!valid.ok()) return refuse.Refuse(valid);
   }
@@ -630,20 +639,23 @@ SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
   plan.stream = stream;
   plan.route = {{source, destination}};
   std::vector<ValueDescriptor> described;
-  for (const DeviceTensor& t : tensors) described.push_back(t.descriptor());
+  if (sending) {
+    for (const DeviceTensor& t : end.send) described.push_back(t.descriptor());
+  } else {
+    described.assign(end.receive.begin(), end.receive.end());
+  }
   plan.canonical = DescribeBundle(described);
   std::vector<DeviceTensor> outputs;
   std::vector<std::pair<void*, size_t>> buffers;
-  const bool sending = me == source;
   if (sending) {
-    plan.inputs.assign(tensors.begin(), tensors.end());
-    outputs.assign(tensors.begin(), tensors.end());
-    for (const DeviceTensor& t : tensors)
+    plan.inputs.assign(end.send.begin(), end.send.end());
+    outputs.assign(end.send.begin(), end.send.end());
+    for (const DeviceTensor& t : end.send)
       buffers.emplace_back(t.data(), t.byte_size());
-  } else if (receive_into) {
+  } else if (into) {
     // The caller's tensors are the outputs; no two may overlap.
     std::vector<std::pair<const char*, size_t>> ranges;
-    for (const DeviceTensor& t : tensors) {
+    for (const DeviceTensor& t : end.receive_into) {
       if (t.byte_size() == 0) continue;
       ranges.emplace_back(static_cast<const char*>(t.data()), t.byte_size());
     }
@@ -655,13 +667,13 @@ SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
                          ": two outputs of the bundle overlap")));
       }
     }
-    plan.outputs.assign(tensors.begin(), tensors.end());
-    outputs.assign(tensors.begin(), tensors.end());
-    for (const DeviceTensor& t : tensors)
+    plan.outputs.assign(end.receive_into.begin(), end.receive_into.end());
+    outputs.assign(end.receive_into.begin(), end.receive_into.end());
+    for (const DeviceTensor& t : end.receive_into)
       buffers.emplace_back(t.data(), t.byte_size());
   } else {
-    for (const DeviceTensor& t : tensors) {
-      auto out = core.AllocateOutput(t.descriptor(), stream, plan.name);
+    for (const ValueDescriptor& d : end.receive) {
+      auto out = core.AllocateOutput(d, stream, plan.name);
       if (!out.ok()) return refuse.Refuse(out.status());
       plan.outputs.push_back(*out);
       buffers.emplace_back(out->data(), out->byte_size());

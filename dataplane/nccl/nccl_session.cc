@@ -43,6 +43,14 @@ NcclSession::~NcclSession() { core_->Detach(); }
 
 absl::Status NcclSession::Initialize() { return core_->Initialize(); }
 
+void NcclSession::Poison(const absl::Status& cause) {
+  if (!cause.ok()) core_->Poison(cause);
+}
+
+void NcclSession::Abort(const absl::Status& cause) {
+  if (!cause.ok()) core_->CancelNative(cause);
+}
+
 absl::Status NcclSession::Refuse(const CollectiveScope& scope,
                                  const RefusedOperation& what,
                                  const absl::Status& refusal) {

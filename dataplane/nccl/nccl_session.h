@@ -1,30 +1,36 @@
 // NcclSession: DistributedSession<DeviceTensor> on NCCL (docs/contract.md).
 //
-//   auto control = MakeClientControlPlane(client.get());   // or any
-//   ControlPlane auto descriptor = ...;                                 // from
-//   the daemon auto session = NcclSession::Open(descriptor, control.get(),
-//   {.device = local_rank}); if (!session.ok()) ... // init failed / no GPU
+//   auto control = MakeClientControlPlane(client.get());  // or any
+//                                                         // ControlPlane
+//   auto descriptor = ...;                                // from the daemon
+//   auto session = NcclSession::Open(descriptor, control.get(),
+//                                    {.device = local_rank});
+//   if (!session.ok()) ...                  // init failed / no GPU
 //   auto sum = (*session)->AllReduceSum(CollectiveScope::World(), tensor);
-//   sum->completion->Wait();                               // or WaitBounded
+//   sum->completion->Wait();                // or WaitBounded
 //
 // Every operation runs on the session's own CUDA stream (stream()), in call
 // order; inputs produced on other streams are waited for through their
 // ready events (DeviceTensor::ready()), and outputs carry their
 // operation's completion event as ready event.
 //
-// Fail-closed: Create() does no native work and advertises nothing;
-// Initialize() turns the capabilities on only when a CUDA device exists and
+// Fail-closed: Open() returns a session only when a CUDA device exists and
 // every communicator (world + one per distinct group member list) is
-// ready. Without a device Initialize() returns Unavailable and every
-// operation returns Unimplemented naming "nccl" and the capability. Order of
-// checks in every operation: poison (original cause), scope membership
-// (NotFound), capability (Unimplemented), arguments (InvalidArgument), then
-// native work. A native failure, a missed deadline or a job failure poisons
-// the session and aborts its communicators.
+// ready; without a device it returns Unavailable and no session, so no
+// caller ever holds a session that advertises a capability it lacks. Order
+// of checks in every operation: poison (original cause), scope membership
+// (NotFound), capability (Unimplemented naming "nccl" and the capability),
+// arguments (InvalidArgument), then native work. A native failure, a missed
+// deadline or a job failure poisons the session and aborts its
+// communicators (Abort()).
 //
-// AllGatherWords travels over the control plane, works before Initialize
-// and on machines without a GPU, and is not affected by poisoning (it is
-// how ranks coordinate a recovery).
+// The failure vocabulary is GlooSession's (docs/contract.md, "Failures"):
+// Poison() only latches, Abort() latches and tears down, poison() reads
+// the cause.
+//
+// AllGatherWords travels over the control plane, works on machines without
+// a GPU, and is not affected by poisoning (it is how ranks coordinate a
+// recovery).
 //
 // Thread-safety: operations may be called from several threads, but NCCL
 // requires every member to issue collectives on a communicator in the same
@@ -46,39 +52,49 @@
 namespace rankd::dataplane::nccl {
 
 class NcclBackend;
+namespace testing {
+class NcclSessionPeer;  // testing/nccl_session_peer.h
+}  // namespace testing
 
 class NcclSession final : public DistributedSession<DeviceTensor> {
  public:
-  // No native work; capabilities stay empty until Initialize() succeeds.
+  // Opens this rank's session: probes the device, brokers the NCCL unique
+  // ids through `control_plane` and initializes every communicator (world
+  // + one per distinct group member list), bounded by
+  // options.init_timeout. Returns the session only once all of that
+  // succeeded. Otherwise: Unavailable naming "nccl" without a CUDA device
+  // (or without the libraries), InvalidArgument for bad options, the job's
+  // failure when it fails first, DeadlineExceeded naming the communicator
+  // that did not come up; any communicator already made is aborted.
   // `control_plane` must outlive the session.
-  static absl::StatusOr<std::unique_ptr<NcclSession>> Create(
-      DistributedSessionDescriptor descriptor, ControlPlane* control_plane,
-      NcclSessionOptions options = {});
-  // Create() + Initialize(): the init error when it fails.
   static absl::StatusOr<std::unique_ptr<NcclSession>> Open(
       DistributedSessionDescriptor descriptor, ControlPlane* control_plane,
       NcclSessionOptions options = {});
   ~NcclSession() override;
 
-  // Probes the device, brokers unique ids and initializes every
-  // communicator (see session_core.h). Unavailable without a device (not
-  // poisoning); the failure otherwise (poisoning). Once only.
-  absl::Status Initialize();
-
   bool ready() const { return core_->ready(); }
-  // OK while healthy; the original cause once poisoned.
-  absl::Status poison_status() const { return core_->PoisonStatus(); }
+  // OK while healthy; once poisoned, the first cause, forever.
+  absl::Status poison() const { return core_->PoisonStatus(); }
   // Why the capabilities are empty (no device, ...); empty otherwise.
   std::string unavailable_reason() const { return core_->unavailable_reason(); }
   int device() const { return core_->device(); }
-  // The stream every session operation runs on (null before Initialize).
+  // The stream every session operation runs on.
   std::shared_ptr<CudaStream> stream() const { return core_->stream(); }
   // Operations whose work may still run after a deadline or after their
   // completion was dropped.
   size_t quarantined() const { return core_->quarantined(); }
   size_t communicator_count() const { return core_->communicator_count(); }
-  // Poisons the session with `cause` and aborts every communicator.
-  void Abort(const absl::Status& cause) { core_->CancelNative(cause); }
+  // Latches `cause` (an error; an OK cause does nothing; the first cause
+  // wins, later ones are ignored): every later operation is refused with it,
+  // nothing is queued. Nothing is torn down (no communicator is aborted): work
+  // already on the stream is not interrupted and its completions report it as
+  // they would have.
+  void Poison(const absl::Status& cause);
+  // Poison(cause), then aborts every communicator (ncclCommAbort), so
+  // pending operations fail now with the poison cause instead of waiting for
+  // a peer: what a native failure, a missed deadline or a job failure does.
+  // Any thread, any time; the communicators are aborted once.
+  void Abort(const absl::Status& cause);
   const std::shared_ptr<SessionCore>& core() const { return core_; }
   // The low-level contract over the same communicators, poison and
   // watchdog, as GlooSession::backend() (nccl_backend.h defines it; the
@@ -150,6 +166,18 @@ class NcclSession final : public DistributedSession<DeviceTensor> {
       absl::Span<const uint32_t> local, absl::Duration timeout) override;
 
  private:
+  // Open() in two steps: Create() does no native work and advertises
+  // nothing; Initialize() (once only) probes, brokers and connects. Private
+  // so that users have one way to get a session, which holds a capability
+  // only when it works; tests that inspect a session whose initialization
+  // failed (capabilities stay empty, Unavailable is not poisoning, a second
+  // Initialize is refused) reach them through testing::NcclSessionPeer.
+  static absl::StatusOr<std::unique_ptr<NcclSession>> Create(
+      DistributedSessionDescriptor descriptor, ControlPlane* control_plane,
+      NcclSessionOptions options);
+  absl::Status Initialize();
+  friend class testing::NcclSessionPeer;
+
   explicit NcclSession(std::shared_ptr<SessionCore> core)
       : core_(std::move(core)) {}
   // The operations with the caller's output, or a new one (null).

@@ -478,16 +478,26 @@ absl::StatusOr<Submission<std::shared_ptr<const Agreement>,
 SubmitAgreeSuccess(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
                    bool success, const std::shared_ptr<CudaStream>& stream,
                    std::string name);
+// This member's end of an ordered bundle on a route (spans the caller
+// keeps alive for the call): the source's tensors to `send`; the
+// destination's descriptors to `receive`, into fresh tensors or, when
+// `receive_into` is not empty (one tensor per descriptor, none
+// overlapping), into the caller's. The destination needs descriptors only,
+// so SendReceive and ReceiveBundle share one path.
+struct BundleEnd {
+  absl::Span<const DeviceTensor> send;
+  absl::Span<const ValueDescriptor> receive;
+  absl::Span<const DeviceTensor> receive_into;
+};
 // An ordered bundle from communicator rank `source` to `destination`. The
-// source sends `tensors` (output: the same tensors); the destination
-// receives tensors with their descriptors (output: new tensors, or with
-// `receive_into` the given tensors themselves, which must not overlap).
+// source sends `end.send` (output: the same tensors); the destination
+// receives `end.receive` (output: new tensors, or `end.receive_into`
+// themselves).
 absl::StatusOr<
     Submission<std::vector<DeviceTensor>, std::shared_ptr<NcclCompletion>>>
 SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
-             absl::Span<const DeviceTensor> tensors, uint32_t source,
-             uint32_t destination, const std::shared_ptr<CudaStream>& stream,
-             std::string name, bool receive_into = false);
+             const BundleEnd& end, uint32_t source, uint32_t destination,
+             const std::shared_ptr<CudaStream>& stream, std::string name);
 // Every transfer at once in one NCCL group: `sends` go to member `peer`,
 // `receives` land in the caller's tensors from member `peer` (see
 // DistributedSession::BatchSendReceive; validated here). The output: the

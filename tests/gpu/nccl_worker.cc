@@ -55,6 +55,7 @@
 #include "dataplane/nccl/cuda_handles.h"
 #include "dataplane/nccl/nccl_backend.h"
 #include "dataplane/nccl/nccl_session.h"
+#include "dataplane/nccl/testing/nccl_session_peer.h"
 #include "dataplane/nccl/testing/stream_stall.h"
 
 ABSL_FLAG(std::string, target, "", "daemon target");
@@ -265,7 +266,7 @@ void Collectives(const World& w, Checks& checks) {
     RETURN_IF_ERROR(
         ExpectCode(s.AllReduceSum(CollectiveScope::World(), in).status(),
                    absl::StatusCode::kInvalidArgument, "bool sum"));
-    return Expect(s.poison_status().ok(), "a validation error poisoned");
+    return Expect(s.poison().ok(), "a validation error poisoned");
   });
 
   checks.Run("all_gather", [&]() -> absl::Status {
@@ -597,7 +598,7 @@ void Agreement(const World& w, Checks& checks) {
         waited.ToString()));
     ASSIGN_OR_RETURN(kept, x.ToHostVector<float>());
     RETURN_IF_ERROR(ExpectEqual(kept, std::vector<float>(len, 1), "input"));
-    return s.poison_status();
+    return s.poison();
   });
   checks.Run("transfers_that_disagree_are_refused", [&]() -> absl::Status {
     if (n < 2 || r > 1) return absl::OkStatus();
@@ -614,7 +615,7 @@ void Agreement(const World& w, Checks& checks) {
         ExpectCode(waited, absl::StatusCode::kInvalidArgument, "refusal"));
     RETURN_IF_ERROR(Expect(absl::StrContains(waited.message(), "disagree"),
                            waited.ToString()));
-    return s.poison_status();
+    return s.poison();
   });
   checks.Run("agreeing_work_still_runs", [&]() -> absl::Status {
     ASSIGN_OR_RETURN(
@@ -655,7 +656,7 @@ void Bounded(const World& w, Checks& checks, CancellationMode mode) {
       RETURN_IF_ERROR(Expect(!outcome.completed() && outcome.mode() == mode,
                              "the wait did not miss its deadline"));
       RETURN_IF_ERROR(ExpectCode(
-          s.poison_status(), absl::StatusCode::kDeadlineExceeded, "poison"));
+          s.poison(), absl::StatusCode::kDeadlineExceeded, "poison"));
       RETURN_IF_ERROR(
           ExpectCode(s.AllReduceSum(CollectiveScope::World(), x).status(),
                      absl::StatusCode::kDeadlineExceeded, "later work"));
@@ -716,13 +717,11 @@ void AbortPeer(const World& w, Checks& checks) {
     Print("POSTED");
     const absl::Time start = absl::Now();
     if (!sum.ok()) {
-      while (s.poison_status().ok() &&
-             absl::Now() - start < absl::Seconds(60)) {
+      while (s.poison().ok() && absl::Now() - start < absl::Seconds(60)) {
         absl::SleepFor(absl::Milliseconds(10));
       }
     } else if (stall != nullptr) {
-      while (s.poison_status().ok() &&
-             absl::Now() - start < absl::Seconds(60)) {
+      while (s.poison().ok() && absl::Now() - start < absl::Seconds(60)) {
         absl::SleepFor(absl::Milliseconds(10));
       }
       stall->released = true;
@@ -736,7 +735,7 @@ void AbortPeer(const World& w, Checks& checks) {
     Print(absl::StrCat("ABORTED_AFTER_MS ",
                        absl::ToInt64Milliseconds(absl::Now() - start)));
     RETURN_IF_ERROR(
-        ExpectCode(s.poison_status(), absl::StatusCode::kAborted, "poison"));
+        ExpectCode(s.poison(), absl::StatusCode::kAborted, "poison"));
     return Expect(!s.capabilities().world_collectives,
                   "capabilities still on after the abort");
   });
@@ -809,8 +808,8 @@ int main(int argc, char** argv) {
   session_options.abort_grace = absl::Seconds(5);
   session_options.destroy_timeout = absl::Seconds(3);
   session_options.verify_agreement = scenario == "agreement";
-  auto session =
-      NcclSession::Create(*descriptor, control.get(), session_options);
+  auto session = rankd::dataplane::nccl::testing::NcclSessionPeer::Create(
+      *descriptor, control.get(), session_options);
   if (!session.ok()) {
     Print(absl::StrCat("ERROR session: ", session.status().ToString()));
     return 3;
@@ -819,7 +818,8 @@ int main(int argc, char** argv) {
   if (scenario == "init_abort") {
     Print("INIT_STARTED");
     const absl::Time start = absl::Now();
-    absl::Status init = (*session)->Initialize();
+    absl::Status init =
+        rankd::dataplane::nccl::testing::NcclSessionPeer::Initialize(**session);
     checks.Run("init_aborted_by_job_failure", [&]() -> absl::Status {
       RETURN_IF_ERROR(
           ExpectCode(init, absl::StatusCode::kAborted, "Initialize"));
@@ -829,7 +829,8 @@ int main(int argc, char** argv) {
                     "capabilities on after a failed init");
     });
   } else {
-    absl::Status init = (*session)->Initialize();
+    absl::Status init =
+        rankd::dataplane::nccl::testing::NcclSessionPeer::Initialize(**session);
     if (!init.ok()) {
       Print(absl::StrCat("ERROR init: ", init.ToString()));
       return 3;

@@ -181,7 +181,7 @@ absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
   // the watchdog polls JobHealth() for a notice that never comes.
   std::weak_ptr<GlooCommunicator> weak = comm;
   control_plane->OnJobFailure([weak](const absl::Status& failure) {
-    if (auto c = weak.lock()) c->Fail(failure);
+    if (auto c = weak.lock()) c->Abort(failure);
   });
   comm->watchdog_.Start();
   return comm;
@@ -275,7 +275,7 @@ void GlooCommunicator::AbortAll(const std::string& reason) {
   }
 }
 
-void GlooCommunicator::Fail(const absl::Status& cause) {
+void GlooCommunicator::Abort(const absl::Status& cause) {
   if (cause.ok()) return;
   poison_.Poison(cause);
   AbortAll(std::string(poison_.cause().message()));

@@ -100,11 +100,13 @@ class GlooCommunicator final
   // The group with `id` this rank belongs to, or null.
   std::shared_ptr<GlooGroup> group(CollectiveGroupId id) const;
 
-  // Poisons the session with `cause` (first cause wins) and aborts every
-  // Gloo context so pending operations fail now.
-  void Fail(const absl::Status& cause);
+  // Poisons the session with `cause` (first cause wins; an OK cause does
+  // nothing) and aborts every Gloo context so pending operations fail now.
+  void Abort(const absl::Status& cause);
+  // The hot paths' check (an atomic load, no lock).
   bool poisoned() const { return poison_.poisoned(); }
-  absl::Status poison_cause() const { return poison_.cause(); }
+  // OK while healthy; the first cause once poisoned.
+  absl::Status poison() const { return poison_.cause(); }
   // True when no executor has work queued or running.
   bool idle() const;
   // Operations quarantined now.
@@ -139,14 +141,14 @@ class GlooCommunicator final
       const std::string& name, uint32_t lane, uint32_t rank, uint32_t size);
   void AbortAll(const std::string& reason);
 
-  // What the watchdog guards: the job's health and Fail.
+  // What the watchdog guards: the job's health and Abort.
   class WatchdogSession final : public Watchdog::Session {
    public:
     explicit WatchdogSession(GlooCommunicator* comm) : comm_(comm) {}
     absl::Status JobHealth() override {
       return comm_->control_plane_->JobHealth();
     }
-    void Abort(const absl::Status& cause) override { comm_->Fail(cause); }
+    void Abort(const absl::Status& cause) override { comm_->Abort(cause); }
     bool aborted() const override { return comm_->aborted_.load(); }
 
    private:
