@@ -226,8 +226,14 @@ PY
     RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin" \
     RANKD_STANDIN_DEVICES=2 RANKD_STANDIN_CLIQUE_DIR="$cliques/capi" \
     RANKD_REQUIRE_GPU=1
+  # The conformance case table (dataplane/conformance/), on the stand-in as
+  # CI runs it, then on the host's GPUs.
+  conformance="$bin/dataplane/conformance/nccl_conformance_gpu_test"
+  run_gtest nccl_conformance_standin_test 120 "$conformance" \
+    RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin"
   rm -rf "$cliques"
   run_gtest nccl_gpu_test 90 "$bin/dataplane/nccl/nccl_gpu_test"
+  run_gtest nccl_conformance_gpu_test 120 "$conformance"
   run_gtest nccl_cluster_test 120 "$bin/tests/gpu/nccl_cluster_test"
   run_gtest capi_nccl_gpu_test 120 "$bin/capi/capi_nccl_gpu_test"
 
