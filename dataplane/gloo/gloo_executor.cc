@@ -39,7 +39,7 @@ void GlooExecutor::Bind(std::weak_ptr<ExecutionHost> host) {
 
 absl::StatusOr<std::shared_ptr<GlooCompletion>> GlooExecutor::Submit(
     const char* kind, std::string operation,
-    std::vector<std::shared_ptr<const void>> resources, Task task) {
+    std::vector<std::shared_ptr<const void>> resources, Task task, bool local) {
   std::weak_ptr<ExecutionHost> weak;
   {
     absl::MutexLock lock(&mu_);
@@ -55,13 +55,25 @@ absl::StatusOr<std::shared_ptr<GlooCompletion>> GlooExecutor::Submit(
       std::make_shared<Operation>(std::move(operation), std::move(resources));
   auto completion = std::make_shared<GlooCompletion>(
       op, host, GlooCompletion::OwnerRef::kWeak, "gloo");
-  absl::MutexLock lock(&mu_);
-  if (stopping_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "gloo backend: ", kind, " refused: the executor is shut down"));
+  Item item{std::move(op), std::move(task)};
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "gloo backend: ", kind, " refused: the executor is shut down"));
+    }
+    host->Track(item.op);
+    if (!local || running_ || !queue_.empty()) {
+      queue_.push_back(std::move(item));
+      return completion;
+    }
+    // Nothing ahead of it: run it here. running_ holds later work (and
+    // Shutdown's join) back until it finished, as on the executor thread.
+    running_ = true;
   }
-  host->Track(op);
-  queue_.push_back(Item{std::move(op), std::move(task)});
+  RunItem(item, absl::OkStatus(), host);
+  absl::MutexLock lock(&mu_);
+  running_ = false;
   return completion;
 }
 
@@ -89,6 +101,34 @@ bool GlooExecutor::WaitIdle(absl::Duration timeout) const {
   return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
 }
 
+void GlooExecutor::RunItem(Item& item, const absl::Status& shutdown,
+                           const std::shared_ptr<ExecutionHost>& host) {
+  absl::Status status;
+  const std::string& operation = item.op->operation();
+  if (!shutdown.ok()) {
+    status = absl::Status(
+        shutdown.code(),
+        absl::StrCat("gloo ", operation, " not run: ", shutdown.message()));
+  } else if (host == nullptr) {
+    status = absl::CancelledError(
+        absl::StrCat("gloo ", operation, " not run: the session is gone"));
+  } else {
+    status = host->BeforeRun(operation);
+    if (status.ok()) {
+      TaskResult result = RunTask(item.task);
+      status = std::move(result.status);
+      if (!status.ok() && result.native_failure) {
+        status = host->OnNativeFailure(operation, status, result.explained);
+      } else if (!status.ok()) {
+        item.op->Refuse(status);
+      }
+    }
+  }
+  item.task = nullptr;  // drop the body's references first
+  item.op->Finish(status);
+  if (host != nullptr) host->WorkFinished();
+}
+
 void GlooExecutor::Loop() {
   while (true) {
     Item item;
@@ -96,8 +136,10 @@ void GlooExecutor::Loop() {
     std::weak_ptr<ExecutionHost> weak;
     {
       absl::MutexLock lock(&mu_);
+      // Not while local work runs on its submitter's thread: one item at a
+      // time, in order.
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !queue_.empty() || stopping_;
+        return !running_ && (!queue_.empty() || stopping_);
       };
       mu_.Await(absl::Condition(&ready));
       if (queue_.empty()) return;  // stopping and drained
@@ -107,33 +149,7 @@ void GlooExecutor::Loop() {
       shutdown = shutdown_cause_;
       weak = host_;
     }
-    absl::Status status;
-    const std::string& operation = item.op->operation();
-    {
-      std::shared_ptr<ExecutionHost> host = weak.lock();
-      if (!shutdown.ok()) {
-        status = absl::Status(
-            shutdown.code(),
-            absl::StrCat("gloo ", operation, " not run: ", shutdown.message()));
-      } else if (host == nullptr) {
-        status = absl::CancelledError(
-            absl::StrCat("gloo ", operation, " not run: the session is gone"));
-      } else {
-        status = host->BeforeRun(operation);
-        if (status.ok()) {
-          TaskResult result = RunTask(item.task);
-          status = std::move(result.status);
-          if (!status.ok() && result.native_failure) {
-            status = host->OnNativeFailure(operation, status, result.explained);
-          } else if (!status.ok()) {
-            item.op->Refuse(status);
-          }
-        }
-      }
-      item.task = nullptr;  // drop the body's references first
-      item.op->Finish(status);
-      if (host != nullptr) host->WorkFinished();
-    }
+    RunItem(item, shutdown, weak.lock());
     absl::MutexLock lock(&mu_);
     running_ = false;
   }
