@@ -66,9 +66,16 @@ namespace rankd::dataplane {
 // delay the thread it waits for.
 absl::Duration HandOffSpin();
 
-// Polls `ready` (yielding the CPU between polls) for up to `spin`; returns
-// whether it turned true.
-bool SpinUntil(absl::Duration spin, const std::function<bool()>& ready);
+// How SpinUntil polls. kPause keeps the CPU (for a thread that another
+// CPU will answer: a yield on a loaded machine can cost it a whole time
+// slice after the answer came); kYield offers it between polls (for a
+// thread that may have taken the CPU of the thread it waits for, as a
+// thread just woken often preempts its waker).
+enum class SpinMode { kPause, kYield };
+
+// Polls `ready` for up to `spin`; returns whether it turned true.
+bool SpinUntil(absl::Duration spin, const std::function<bool()>& ready,
+               SpinMode mode = SpinMode::kPause);
 
 class Operation : public std::enable_shared_from_this<Operation> {
  public:

@@ -188,9 +188,13 @@ void GlooExecutor::Loop() {
     }
     if (leave_to_waiter > Clock::duration::zero()) {
       // Then look again: gone (run by its waiter), or old enough to take.
-      SpinUntil(absl::FromChrono(leave_to_waiter), [this, taken] {
-        return taken_by_waiters_.load(std::memory_order_acquire) != taken;
-      });
+      // Yielding: the submitter may be waiting for this very CPU.
+      SpinUntil(
+          absl::FromChrono(leave_to_waiter),
+          [this, taken] {
+            return taken_by_waiters_.load(std::memory_order_acquire) != taken;
+          },
+          SpinMode::kYield);
       continue;
     }
     RunItem(item, shutdown, weak.lock());
