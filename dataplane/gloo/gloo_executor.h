@@ -1,6 +1,8 @@
 // GlooExecutor: the Gloo backend's Executor (the "stream" of the
 // CommunicationBackend contract). One thread runs submitted operations one at
-// a time, in submission order, because Gloo calls block; each operation's
+// a time, in submission order, because Gloo calls block (a waiter or the
+// submitter of local work may run the next one instead: RunIfNext, Submit's
+// `local`, never out of order or two at once); each operation's
 // GlooCompletion is finished (exactly, after its last native call) when it
 // returns. Before running queued work the executor asks its ExecutionHost
 // whether the session was poisoned meanwhile, and finishes such work with the
