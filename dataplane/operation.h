@@ -38,7 +38,9 @@
 #ifndef RANKD_DATAPLANE_OPERATION_H_
 #define RANKD_DATAPLANE_OPERATION_H_
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -53,6 +55,27 @@
 #include "dataplane/quarantine.h"
 
 namespace rankd::dataplane {
+
+// How long a thread polls for work another thread hands it before it
+// sleeps (a waiter for its operation's completion), or leaves fresh work to
+// the submitter that will wait for it (the Gloo executor). Waking a sleeping
+// thread costs a futex call and a context switch on each side -- tens of
+// microseconds on a VM, whose idle CPUs halt -- more than a small
+// operation, while a bounded poll costs at most its length. 30 us when this
+// process may run on at least 2 CPUs; zero on one, where polling would only
+// delay the thread it waits for.
+absl::Duration HandOffSpin();
+
+// How SpinUntil polls. kPause keeps the CPU (for a thread that another
+// CPU will answer: a yield on a loaded machine can cost it a whole time
+// slice after the answer came); kYield offers it between polls (for a
+// thread that may have taken the CPU of the thread it waits for, as a
+// thread just woken often preempts its waker).
+enum class SpinMode { kPause, kYield };
+
+// Polls `ready` for up to `spin`; returns whether it turned true.
+bool SpinUntil(absl::Duration spin, const std::function<bool()>& ready,
+               SpinMode mode = SpinMode::kPause);
 
 class Operation : public std::enable_shared_from_this<Operation> {
  public:
@@ -136,6 +159,9 @@ class Operation : public std::enable_shared_from_this<Operation> {
   bool queued_ ABSL_GUARDED_BY(mu_) = true;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
+  // done_, published once the outcome is final, for WaitFor to poll
+  // without the lock.
+  std::atomic<bool> finished_{false};
   bool refused_ ABSL_GUARDED_BY(mu_) = false;
   bool quarantined_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
@@ -169,6 +195,14 @@ class OperationOwner {
   // quarantine), unless something already does (an executor that holds its
   // queued work).
   virtual void Unattended(const std::shared_ptr<Operation>& op) = 0;
+
+  // A caller is about to block in Wait() until `op` finished: when `op` is
+  // next in its executor's order and nothing runs there, the owner may run
+  // it now on the caller's thread (which would otherwise sleep while
+  // another thread is woken to run it, then be woken itself: two thread
+  // hand-offs). Returns once it ran, or at once when it may not. Never for
+  // bounded waits: running work cannot return at a deadline.
+  virtual void RunIfNext(const std::shared_ptr<Operation>& op) {}
 };
 
 // The completion callers get. Thread-safe.

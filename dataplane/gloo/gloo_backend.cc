@@ -33,6 +33,11 @@ using internal::OperationTag;
 
 constexpr char kBackend[] = "gloo";
 
+// A one-member operation's copy up to this size runs on the submitting
+// thread when the executor is idle (a thread hand-off costs more); larger
+// ones go to the executor thread, so that the submitter can overlap them.
+constexpr size_t kLocalCopyMaxBytes = 64 * 1024;
+
 Milliseconds Millis(absl::Duration d) {
   return Milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
 }
@@ -409,7 +414,27 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(const char* kind,
                            kernel.status());
   }
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
-  const std::string op = OperationName(kind, *g);
+  const bool in_place = output.SharesBufferWith(value);
+  if (g->context() == nullptr) {
+    // One member: the sum is the value, with no peer to agree with or
+    // pair with, so no description, fingerprint or plan. Local work: it
+    // runs at once when the executor is idle (GlooExecutor::Submit), unless
+    // a large copy is better overlapped on the executor thread.
+    const bool local = in_place || value.byte_size() <= kLocalCopyMaxBytes;
+    auto completion = executor.Submit(
+        kind, OperationName(kind, *g), {value.resource(), output.resource(), g},
+        [value, output, in_place] {
+          if (!in_place) {
+            std::memcpy(output.data(), value.data(), value.byte_size());
+          }
+          return TaskResult::Ok();
+        },
+        local);
+    if (!completion.ok()) return completion.status();
+    return Submission<HostTensor, GlooCompletionPtr>{output,
+                                                     *std::move(completion)};
+  }
+  std::string op = OperationName(kind, *g);
   std::string canonical = DescribeOnValue(kind, value.descriptor());
   if (options().all_reduce_bcube_max_bytes != kDefaultAllReduceBcubeMaxBytes ||
       options().all_reduce_ring_segment_bytes !=
@@ -428,17 +453,11 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(const char* kind,
   const uint64_t fingerprint = OperationFingerprint(canonical) ^ plan.salt();
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
-  const bool in_place = output.SharesBufferWith(value);
   auto completion = executor.Submit(
       kind, op, {value.resource(), output.resource(), g},
-      [g, value, output, in_place, kernel = *kernel, op, canonical, fingerprint,
-       plan, verify, timeout, diagnosis = comm_->diagnosis()] {
-        if (g->context() == nullptr) {  // one member: the sum is the value
-          if (!in_place) {
-            std::memcpy(output.data(), value.data(), value.byte_size());
-          }
-          return TaskResult::Ok();
-        }
+      [g, value, output, in_place, kernel = *kernel, op,
+       canonical = std::move(canonical), fingerprint, plan, verify, timeout,
+       diagnosis = comm_->diagnosis()] {
         if (verify) {
           TaskResult r = internal::VerifyAgreement(*g, op, canonical, timeout);
           if (!r.status.ok()) return r;

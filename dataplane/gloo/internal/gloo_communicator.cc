@@ -330,6 +330,12 @@ void GlooCommunicator::Track(const std::shared_ptr<Operation>& op) {
 
 void GlooCommunicator::WorkFinished() { quarantine_.Notify(); }
 
+void GlooCommunicator::RunIfNext(const std::shared_ptr<Operation>& op) {
+  for (auto& executor : executors_) {
+    if (executor->RunIfNext(op)) return;
+  }
+}
+
 bool GlooCommunicator::SupportsCancellation(CancellationMode mode) const {
   switch (mode) {
     case CancellationMode::kQuarantineUntilComplete:

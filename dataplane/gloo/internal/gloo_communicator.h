@@ -129,6 +129,8 @@ class GlooCommunicator final
                                          CancellationMode mode,
                                          absl::Duration missed) override;
   void Unattended(const std::shared_ptr<Operation>&) override {}
+  // Asks each executor (GlooExecutor::RunIfNext).
+  void RunIfNext(const std::shared_ptr<Operation>& op) override;
 
  private:
   GlooCommunicator(ControlPlane* control_plane,
