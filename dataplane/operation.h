@@ -5,9 +5,10 @@
 //   Operation            the shared state of one submitted operation: its
 //                        name, every resource its work uses (retained until
 //                        that work finished), and its outcome.
-//   OperationOwner       the session side: poison, the two cancellation
-//                        modes, and what becomes of unfinished work nobody
-//                        waits for any more.
+//   OperationOwner       the session side (declared in native_layer.h, the
+//                        interface a backend implements): poison, the two
+//                        cancellation modes, and what becomes of unfinished
+//                        work nobody waits for any more.
 //   OperationCompletion  the BoundedCompletion handed to callers; Gloo's and
 //                        NCCL's CommunicationCompletion.
 //
@@ -33,8 +34,8 @@
 // owner (OperationOwner::Unattended), which keeps the resources alive until
 // the work finished.
 //
-// Thread-safe. Depends on dataplane/completion.h, dataplane/quarantine.h and
-// absl.
+// Thread-safe. Depends on dataplane/completion.h, native_layer.h,
+// quarantine.h and absl.
 #ifndef RANKD_DATAPLANE_OPERATION_H_
 #define RANKD_DATAPLANE_OPERATION_H_
 
@@ -52,6 +53,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "dataplane/completion.h"
+#include "dataplane/native_layer.h"
 #include "dataplane/quarantine.h"
 
 namespace rankd::dataplane {
@@ -167,42 +169,6 @@ class Operation : public std::enable_shared_from_this<Operation> {
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   std::function<absl::Status()> verify_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<const void>> retained_ ABSL_GUARDED_BY(mu_);
-};
-
-// The session an operation belongs to. Implemented by each backend's native
-// layer (Gloo's communicator, NCCL's session core).
-class OperationOwner {
- public:
-  virtual ~OperationOwner() = default;
-
-  // Records the first failure; every later operation is refused with it.
-  virtual void Poison(const absl::Status& cause) = 0;
-
-  // Whether WaitBounded may use `mode`.
-  virtual bool SupportsCancellation(CancellationMode mode) const = 0;
-
-  // Applies `mode` to `op`, which missed a WaitBounded deadline of `missed`
-  // (poisoning the session). Returns false when the work finished in the
-  // meantime (nothing was applied), true once the mode was applied, or an
-  // error when the mode could not be completed (the work's resources stay
-  // retained).
-  virtual absl::StatusOr<bool> ApplyCancellation(
-      const std::shared_ptr<Operation>& op, CancellationMode mode,
-      absl::Duration missed) = 0;
-
-  // The last completion of `op` is gone while its work still runs: the
-  // owner keeps what it retains alive until the work finished (a
-  // quarantine), unless something already does (an executor that holds its
-  // queued work).
-  virtual void Unattended(const std::shared_ptr<Operation>& op) = 0;
-
-  // A caller is about to block in Wait() until `op` finished: when `op` is
-  // next in its executor's order and nothing runs there, the owner may run
-  // it now on the caller's thread (which would otherwise sleep while
-  // another thread is woken to run it, then be woken itself: two thread
-  // hand-offs). Returns once it ran, or at once when it may not. Never for
-  // bounded waits: running work cannot return at a deadline.
-  virtual void RunIfNext(const std::shared_ptr<Operation>& op) {}
 };
 
 // The completion callers get. Thread-safe.

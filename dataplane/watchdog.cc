@@ -10,7 +10,7 @@
 namespace rankd::dataplane {
 
 Watchdog::Watchdog(Options options, OperationLedger* ledger,
-                   const MismatchDiagnosis* diagnosis, Session* session)
+                   const MismatchDiagnosis* diagnosis, NativeSession* session)
     : options_(std::move(options)),
       ledger_(ledger),
       diagnosis_(diagnosis),

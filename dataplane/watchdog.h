@@ -1,14 +1,15 @@
 // Watchdog: the one thread of a session, on either backend, that holds the
 // job's health and every outstanding operation's deadline (docs/dataplane.md,
 // "The engine"). It is backend-independent: what it aborts is the
-// backend's, behind Watchdog::Session.
+// backend's, behind NativeSession (native_layer.h).
 //
 // It wakes every `interval`, or at once when the control plane reports the
 // job failed (through the callback JobFailureCallback() returns), and then,
 // until the session was aborted, in order:
-//   1. the job: the notified failure, else Session::JobHealth(); a failure
+//   1. the job: the notified failure, else NativeSession::JobHealth(); a
+//   failure
 //      aborts the session with it (it names the lost rank or node);
-//   2. native health: Session::NativeHealth() (errors native work reports
+//   2. native health: NativeSession::NativeHealth() (errors native work reports
 //      on its own, e.g. NCCL's asynchronous errors); an error aborts;
 //   3. deadlines: the first ledger operation past its deadline (plus
 //      Options::native_first). When the native layer ordered it (recorded
@@ -29,7 +30,7 @@
 //
 // Start and Stop are called by the session's owner, from one thread; the
 // rest is thread-safe. Depends on dataplane/mismatch_diagnosis.h,
-// operation_ledger.h and absl.
+// native_layer.h, operation_ledger.h and absl.
 #ifndef RANKD_DATAPLANE_WATCHDOG_H_
 #define RANKD_DATAPLANE_WATCHDOG_H_
 
@@ -44,30 +45,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "dataplane/mismatch_diagnosis.h"
+#include "dataplane/native_layer.h"
 #include "dataplane/operation_ledger.h"
 
 namespace rankd::dataplane {
 
 class Watchdog {
  public:
-  // The session the watchdog guards (the backend's side).
-  class Session {
-   public:
-    virtual ~Session() = default;
-    // The job's health as the control plane reports it. Not called after
-    // Detach().
-    virtual absl::Status JobHealth() = 0;
-    // An error native work reported on its own, or OK. Called once per tick
-    // until aborted.
-    virtual absl::Status NativeHealth() { return absl::OkStatus(); }
-    // Poisons the session with `cause` and aborts every native context, so
-    // that every outstanding operation fails. Called at most once per tick, and
-    // not again once aborted() is true.
-    virtual void Abort(const absl::Status& cause) = 0;
-    // Whether Abort (by the watchdog or anyone else) already ran.
-    virtual bool aborted() const = 0;
-  };
-
   struct Options {
     // "nccl" or "gloo": starts every message ("nccl backend: ...").
     std::string backend;
@@ -88,7 +72,7 @@ class Watchdog {
   // `ledger`, `diagnosis` and `session` must outlive the watchdog. Nothing
   // runs until Start().
   Watchdog(Options options, OperationLedger* ledger,
-           const MismatchDiagnosis* diagnosis, Session* session);
+           const MismatchDiagnosis* diagnosis, NativeSession* session);
   // Stops and joins the thread.
   ~Watchdog();
 
@@ -98,7 +82,7 @@ class Watchdog {
   // Starts the thread; once.
   void Start();
   // Stops the thread and returns once it left; idempotent. Must not be
-  // called from Session::Abort.
+  // called from NativeSession::Abort.
   void Stop();
   // See the header comment; idempotent.
   void Detach();
@@ -126,7 +110,7 @@ class Watchdog {
   const Options options_;
   OperationLedger* const ledger_;
   const MismatchDiagnosis* const diagnosis_;
-  Session* const session_;
+  NativeSession* const session_;
   const std::shared_ptr<Signal> signal_;
   std::atomic<bool> detached_{false};
   // Held while a tick calls into the control plane; Detach waits for it.

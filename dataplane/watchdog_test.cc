@@ -26,7 +26,7 @@ using testing::InProcessJob;
 
 // Records what the watchdog asks of it; JobHealth() reads the job, as a
 // backend's does.
-class FakeSession final : public Watchdog::Session {
+class FakeSession final : public NativeSession {
  public:
   explicit FakeSession(ControlPlane* control_plane)
       : control_plane_(control_plane) {}

@@ -312,7 +312,7 @@ class SessionCore final : public NcclOpOwner,
  private:
   // What the watchdog guards: this core's job health, asynchronous
   // communicator errors and CancelNative.
-  class WatchdogSession final : public Watchdog::Session {
+  class WatchdogSession final : public NativeSession {
    public:
     explicit WatchdogSession(SessionCore* core) : core_(core) {}
     // The control plane's own answer: the core's JobHealth() fails once

@@ -144,7 +144,7 @@ class GlooCommunicator final
   void AbortAll(const std::string& reason);
 
   // What the watchdog guards: the job's health and Abort.
-  class WatchdogSession final : public Watchdog::Session {
+  class WatchdogSession final : public NativeSession {
    public:
     explicit WatchdogSession(GlooCommunicator* comm) : comm_(comm) {}
     absl::Status JobHealth() override {

@@ -1,0 +1,126 @@
+// The native-layer interface: everything the data-plane engine asks of a
+// backend. Read this first to add a backend (docs/dataplane.md, "The
+// engine"); Gloo (dataplane/gloo/) and NCCL (dataplane/nccl/) are its two
+// implementations.
+//
+// What the engine owns (one copy, dataplane/): admission (admission.h),
+// argument and shape checks (shape.h, batch.h, caller_output.h), agreement
+// verdicts and refusal telling (agreement.h), sequence numbers
+// (sequence_numbers.h), completion bookkeeping (operation.h), deadlines and
+// job health (operation_ledger.h, watchdog.h), poison (poison.h),
+// quarantine (quarantine.h) and the diagnosis of who submitted what
+// (mismatch_diagnosis.h). A backend supplies only:
+//
+//   1. How to move bytes. For every operation the session admitted and
+//      checked, queue the native work (Gloo: a task on an in-order executor
+//      thread; NCCL: kernels on a CUDA stream) and create its Operation
+//      (operation.h) retaining every resource that work uses. Take the
+//      operation's sequence number (SequenceNumbers) where the native layer
+//      orders it, so that every member numbers the same work alike. Move
+//      the agreement records the engine asks for (agreement.h) with the
+//      payload or before it, and hand what arrived to the verdicts.
+//   2. How to report completion. Either push it: Operation::Finish(status)
+//      from the thread that ran the work; or let the engine probe it: an
+//      Operation with a Probe (e.g. a CUDA event query), queued with
+//      MarkQueued(). Never report done before the work and all its effects
+//      finished: completions are exact.
+//   3. How to abort natively. NativeSession::Abort below: poison the session
+//      and tear down every native context (Gloo: abort every context; NCCL:
+//      ncclCommAbort every communicator) so that no member stays inside a
+//      collective with a dead or diverged peer, and every outstanding
+//      operation fails.
+//
+// and implements the two interfaces below, usually as its session state
+// (OperationOwner) plus a small adapter (NativeSession). The conformance
+// suite (dataplane/conformance/) is what a new backend must pass.
+//
+// Thread-safety: both interfaces are called from any thread (callers'
+// waits, the watchdog thread, the quarantine's reaper); implementations are
+// thread-safe. Depends on dataplane/completion.h and absl.
+#ifndef RANKD_DATAPLANE_NATIVE_LAYER_H_
+#define RANKD_DATAPLANE_NATIVE_LAYER_H_
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "dataplane/completion.h"
+
+namespace rankd::dataplane {
+
+class Operation;  // operation.h
+
+// The session an operation belongs to, as its completions see it.
+// OperationCompletion (operation.h) calls these on behalf of callers.
+class OperationOwner {
+ public:
+  virtual ~OperationOwner() = default;
+
+  // Records the first failure; every later operation is refused with it
+  // (poison.h's PoisonLatch). Only latches: tears nothing down. Called by a
+  // waiter that saw a native failure or a missed deadline.
+  virtual void Poison(const absl::Status& cause) = 0;
+
+  // Whether WaitBounded may use `mode` (completion.h): both modes, unless
+  // the native layer cannot cancel or cannot keep work's resources alive.
+  virtual bool SupportsCancellation(CancellationMode mode) const = 0;
+
+  // Applies `mode` to `op`, which missed a WaitBounded deadline of `missed`
+  // (the session is already poisoned). kQuarantineUntilComplete: moves what
+  // `op` retains to the session's quarantine (quarantine.h), freed only
+  // once the work finished. kNativeCancel: aborts natively (as
+  // NativeSession::Abort) and returns once the work has left the native
+  // layer. Returns false when the work finished in the meantime (nothing
+  // was applied), true once the mode was applied, or an error when the mode
+  // could not be completed (the work's resources then stay retained: never
+  // freed under running work).
+  virtual absl::StatusOr<bool> ApplyCancellation(
+      const std::shared_ptr<Operation>& op, CancellationMode mode,
+      absl::Duration missed) = 0;
+
+  // The last completion of `op` is gone while its work still runs: the
+  // owner keeps what it retains alive until the work finished (a
+  // quarantine), unless something already does (an executor that holds its
+  // queued work).
+  virtual void Unattended(const std::shared_ptr<Operation>& op) = 0;
+
+  // A caller is about to block in Wait() until `op` finished: when `op` is
+  // next in its executor's order and nothing runs there, the owner may run
+  // it now on the caller's thread (which would otherwise sleep while
+  // another thread is woken to run it, then be woken itself: two thread
+  // hand-offs). Returns once it ran, or at once when it may not. Never for
+  // bounded waits: running work cannot return at a deadline. The default
+  // does nothing (work on a device runs by itself).
+  virtual void RunIfNext(const std::shared_ptr<Operation>& op) {}
+};
+
+// The session as its watchdog (watchdog.h) sees it: the job's health, the
+// native layer's own health, and the native abort.
+class NativeSession {
+ public:
+  virtual ~NativeSession() = default;
+
+  // The job's health as the control plane reports it: OK, or the job's
+  // failure naming the lost rank or node. Not called after
+  // Watchdog::Detach().
+  virtual absl::Status JobHealth() = 0;
+
+  // An error native work reported on its own (NCCL's asynchronous
+  // communicator errors), or OK. Called once per watchdog tick until
+  // aborted. The default: OK (Gloo's calls report their own errors).
+  virtual absl::Status NativeHealth() { return absl::OkStatus(); }
+
+  // Poisons the session with `cause` and aborts every native context, so
+  // that every outstanding operation fails now and later ones are refused
+  // with `cause`. Called at most once per tick, and not again once
+  // aborted() is true.
+  virtual void Abort(const absl::Status& cause) = 0;
+
+  // Whether Abort (by the watchdog or anyone else) already ran.
+  virtual bool aborted() const = 0;
+};
+
+}  // namespace rankd::dataplane
+
+#endif  // RANKD_DATAPLANE_NATIVE_LAYER_H_
