@@ -16,8 +16,8 @@
 #include "dataplane/batch.h"
 #include "dataplane/caller_output.h"
 #include "dataplane/gloo/internal/agreement_check.h"
-#include "dataplane/gloo/internal/gloo_communicator.h"
 #include "dataplane/gloo/internal/native_ops.h"
+#include "dataplane/gloo/internal/session_impl.h"
 #include "dataplane/gloo/internal/sum_kernels.h"
 #include "dataplane/mismatch_diagnosis.h"
 #include "dataplane/operation_description.h"
@@ -183,11 +183,11 @@ class GlooAgreement final : public Agreement {
 
 }  // namespace
 
-GlooBackend::GlooBackend(std::shared_ptr<internal::GlooCommunicator> comm)
-    : comm_(std::move(comm)) {
-  const GlooSessionOptions& options = comm_->options();
+GlooBackend::GlooBackend(std::shared_ptr<internal::SessionImpl> impl)
+    : impl_(std::move(impl)) {
+  const GlooSessionOptions& options = impl_->options();
   caps_.world_collectives = true;
-  for (const auto& g : comm_->descriptor().groups()) {
+  for (const auto& g : impl_->descriptor().groups()) {
     caps_.collective_groups.insert(g.id());
   }
   caps_.point_to_point = true;
@@ -207,44 +207,43 @@ GlooBackend::GlooBackend(std::shared_ptr<internal::GlooCommunicator> comm)
   }
 }
 
-GlooBackend::~GlooBackend() { comm_->Shutdown(); }
+GlooBackend::~GlooBackend() { impl_->Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<GlooBackend>> GlooBackend::Open(
     const DistributedSessionDescriptor& descriptor, ControlPlane* control_plane,
     const GlooSessionOptions& options) {
-  auto comm =
-      internal::GlooCommunicator::Create(control_plane, descriptor, options);
+  auto comm = internal::SessionImpl::Create(control_plane, descriptor, options);
   if (!comm.ok()) return comm.status();
   return std::unique_ptr<GlooBackend>(new GlooBackend(*std::move(comm)));
 }
 
 const DistributedSessionDescriptor& GlooBackend::descriptor() const {
-  return comm_->descriptor();
+  return impl_->descriptor();
 }
 const GlooSessionOptions& GlooBackend::options() const {
-  return comm_->options();
+  return impl_->options();
 }
-GlooExecutor& GlooBackend::executor() { return comm_->executor(0); }
-uint32_t GlooBackend::executor_count() const { return comm_->executor_count(); }
+GlooExecutor& GlooBackend::executor() { return impl_->executor(0); }
+uint32_t GlooBackend::executor_count() const { return impl_->executor_count(); }
 absl::StatusOr<GlooExecutor*> GlooBackend::executor(uint32_t lane) {
-  if (lane >= comm_->executor_count()) {
+  if (lane >= impl_->executor_count()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "gloo backend: executor ", lane, " does not exist: the backend has ",
-        comm_->executor_count(), " (GlooSessionOptions::executors)"));
+        impl_->executor_count(), " (GlooSessionOptions::executors)"));
   }
-  return &comm_->executor(lane);
+  return &impl_->executor(lane);
 }
-GlooGroup& GlooBackend::world() { return *comm_->world(); }
-absl::Status GlooBackend::poison() const { return comm_->poison(); }
-size_t GlooBackend::quarantined() const { return comm_->quarantined(); }
-void GlooBackend::Poison(const absl::Status& cause) { comm_->Poison(cause); }
-void GlooBackend::Abort(const absl::Status& cause) { comm_->Abort(cause); }
+GlooGroup& GlooBackend::world() { return *impl_->world(); }
+absl::Status GlooBackend::poison() const { return impl_->poison(); }
+size_t GlooBackend::quarantined() const { return impl_->quarantined(); }
+void GlooBackend::Poison(const absl::Status& cause) { impl_->Poison(cause); }
+void GlooBackend::Abort(const absl::Status& cause) { impl_->Abort(cause); }
 absl::Status GlooBackend::Admission(const char* operation) const {
-  return comm_->Admission(operation);
+  return impl_->Admission(operation);
 }
 
 absl::StatusOr<GlooGroup*> GlooBackend::group(CollectiveGroupId id) {
-  std::shared_ptr<GlooGroup> g = comm_->group(id);
+  std::shared_ptr<GlooGroup> g = impl_->group(id);
   if (g == nullptr) {
     return absl::NotFoundError(absl::StrCat("gloo backend: rank ",
                                             descriptor().rank(),
@@ -262,7 +261,7 @@ absl::StatusOr<GlooGroup*> GlooBackend::ResolveGroup(
 absl::StatusOr<GlooRoute> GlooBackend::Route(GlooGroup& group,
                                              uint32_t source_rank,
                                              uint32_t destination_rank) {
-  if (group.owner() != comm_.get() || group.lane() != 0) {
+  if (group.owner() != impl_.get() || group.lane() != 0) {
     return absl::InvalidArgumentError(
         "gloo backend: route: the group does not belong to this backend");
   }
@@ -289,12 +288,12 @@ absl::StatusOr<GlooRoute> GlooBackend::Route(GlooGroup& group,
 
 absl::Status GlooBackend::Precheck(const char* kind, const GlooGroup& group,
                                    const GlooExecutor& executor) const {
-  if (absl::Status s = comm_->Admission(kind); !s.ok()) return s;
-  if (group.owner() != comm_.get() || group.lane() != 0) {
+  if (absl::Status s = impl_->Admission(kind); !s.ok()) return s;
+  if (group.owner() != impl_.get() || group.lane() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "gloo backend: ", kind, ": the group does not belong to this backend"));
   }
-  if (!comm_->Owns(executor)) {
+  if (!impl_->Owns(executor)) {
     return absl::InvalidArgumentError(
         absl::StrCat("gloo backend: ", kind,
                      ": the executor does not belong to this backend"));
@@ -312,7 +311,7 @@ absl::Status GlooBackend::RefuseWithPeers(const char* kind, GlooGroup& group,
   const bool peers_wait =
       PeersAwaitRecord(group.size(), options().verify_agreement,
                        /*checks_first=*/check == AgreementCheck::kAllToAll);
-  if (refusal.ok() || !peers_wait || comm_->poisoned()) return refusal;
+  if (refusal.ok() || !peers_wait || impl_->poisoned()) return refusal;
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   const std::string op = OperationName(kind, *g);
   const Milliseconds timeout = Millis(options().op_timeout);
@@ -334,7 +333,7 @@ absl::Status GlooBackend::RefuseWithPeer(const char* kind,
                                          const GlooRoute& route,
                                          GlooExecutor& executor,
                                          const absl::Status& refusal) {
-  if (refusal.ok() || comm_->poisoned() ||
+  if (refusal.ok() || impl_->poisoned() ||
       !PeersAwaitRecord(2, options().verify_agreement,
                         /*checks_first=*/false)) {
     return refusal;
@@ -457,7 +456,7 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(const char* kind,
       kind, op, {value.resource(), output.resource(), g},
       [g, value, output, in_place, kernel = *kernel, op,
        canonical = std::move(canonical), fingerprint, plan, verify, timeout,
-       diagnosis = comm_->diagnosis()] {
+       diagnosis = impl_->diagnosis()] {
         if (verify) {
           TaskResult r = internal::VerifyAgreement(*g, op, canonical, timeout);
           if (!r.status.ok()) return r;
@@ -558,7 +557,7 @@ GlooTensorSubmission GlooBackend::SubmitGather(
   auto completion = executor.Submit(
       kind, op, {value.resource(), output.resource(), g},
       [g, value, output, counts, layout, op, canonical, fingerprint, verify,
-       timeout, diagnosis = comm_->diagnosis()] {
+       timeout, diagnosis = impl_->diagnosis()] {
         if (g->context() == nullptr) {
           std::memcpy(output.data(), value.data(), value.byte_size());
           return TaskResult::Ok();
@@ -638,7 +637,7 @@ GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
   auto completion = executor.Submit(
       kind, op, {value.resource(), output.resource(), g},
       [g, value, output, counts, layout, op, canonical, fingerprint, timeout,
-       diagnosis = comm_->diagnosis()] {
+       diagnosis = impl_->diagnosis()] {
         if (g->context() == nullptr) {
           std::memcpy(output.data(), value.data(), value.byte_size());
           return TaskResult::Ok();
@@ -724,7 +723,7 @@ GlooTensorSubmission GlooBackend::BroadcastImpl(const HostTensor& value,
   auto completion = executor.Submit(
       kind, op, {value.resource(), output.resource(), g},
       [g, value, output, copy_in, root_index, op, canonical, fingerprint,
-       verify, timeout, diagnosis = comm_->diagnosis()] {
+       verify, timeout, diagnosis = impl_->diagnosis()] {
         if (copy_in) {
           std::memcpy(output.data(), value.data(), value.byte_size());
         }
@@ -755,7 +754,7 @@ GlooUnitSubmission GlooBackend::Barrier(GlooGroup& group,
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
-      kind, op, {g}, [g, op, verify, timeout, diagnosis = comm_->diagnosis()] {
+      kind, op, {g}, [g, op, verify, timeout, diagnosis = impl_->diagnosis()] {
         if (g->context() == nullptr) return TaskResult::Ok();
         if (verify) {
           TaskResult r = internal::VerifyAgreement(*g, op, "barrier", timeout);
@@ -784,7 +783,7 @@ GlooAgreementSubmission GlooBackend::AgreeSuccess(bool success,
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
       kind, op, {g, state},
-      [g, state, success, op, verify, timeout, diagnosis = comm_->diagnosis()] {
+      [g, state, success, op, verify, timeout, diagnosis = impl_->diagnosis()] {
         // Count the false votes: the agreement holds iff there are none.
         uint32_t false_votes = success ? 0 : 1;
         if (g->context() != nullptr) {
@@ -854,13 +853,13 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
     absl::Span<const ValueDescriptor> receive,
     absl::Span<const HostTensor> receive_into, const GlooRoute& route,
     GlooExecutor& executor) {
-  if (absl::Status s = comm_->Admission(kind); !s.ok()) return s;
-  if (route.group() == nullptr || route.group()->owner() != comm_.get() ||
+  if (absl::Status s = impl_->Admission(kind); !s.ok()) return s;
+  if (route.group() == nullptr || route.group()->owner() != impl_.get() ||
       route.group()->lane() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "gloo backend: ", kind, ": the route does not belong to this backend"));
   }
-  if (!comm_->Owns(executor)) {
+  if (!impl_->Owns(executor)) {
     return absl::InvalidArgumentError(
         absl::StrCat("gloo backend: ", kind,
                      ": the executor does not belong to this backend"));
@@ -925,7 +924,7 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
   auto completion = executor.Submit(
       kind, op, std::move(resources),
       [g, tensors, is_source, source, destination, op, canonical, fingerprint,
-       verify, timeout, diagnosis = comm_->diagnosis(),
+       verify, timeout, diagnosis = impl_->diagnosis(),
        scope = OnRoute(
            GlooRoute(g, route.source_index(), route.destination_index()))] {
         const uint32_t sequence = g->NextRouteSequence(source, destination);
@@ -1007,7 +1006,7 @@ GlooBundleSubmission GlooBackend::BatchSendReceive(
   auto completion = executor.Submit(
       kind, op, std::move(resources),
       [g, transfers = std::move(transfers), op, verify, timeout,
-       diagnosis = comm_->diagnosis()] {
+       diagnosis = impl_->diagnosis()] {
         using internal::PostedTransfer;
         using internal::RouteSlot;
         const uint32_t me = g->local_rank();

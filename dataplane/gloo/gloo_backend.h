@@ -60,7 +60,7 @@
 namespace rankd::dataplane::gloo {
 
 namespace internal {
-class GlooCommunicator;  // internal/gloo_communicator.h
+class SessionImpl;  // internal/session_impl.h
 }  // namespace internal
 
 // The submissions GlooBackend returns (the same types as
@@ -254,7 +254,7 @@ class GlooBackend {
   size_t quarantined() const;
 
  private:
-  explicit GlooBackend(std::shared_ptr<internal::GlooCommunicator> comm);
+  explicit GlooBackend(std::shared_ptr<internal::SessionImpl> impl);
   // Admission, group/executor ownership and the group's capability.
   absl::Status Precheck(const char* kind, const GlooGroup& group,
                         const GlooExecutor& executor) const;
@@ -314,7 +314,7 @@ class GlooBackend {
                                     std::optional<HostTensor> into,
                                     GlooGroup& group, GlooExecutor& executor);
 
-  std::shared_ptr<internal::GlooCommunicator> comm_;
+  std::shared_ptr<internal::SessionImpl> impl_;
   DistributedCapabilities caps_;
 };
 

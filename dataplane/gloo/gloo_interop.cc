@@ -13,7 +13,7 @@ std::unique_ptr<::gloo::rendezvous::Store> NewBrokerStore(
     ControlPlane* control_plane, absl::string_view label,
     absl::Duration timeout) {
   // Sessions' groups are "world", "diagnosis", "sessions" and group ids
-  // (internal/gloo_communicator.cc), never "direct/...".
+  // (internal/session_impl.cc), never "direct/...".
   return std::make_unique<internal::RankdStore>(
       control_plane,
       internal::RankdStore::Prefix(control_plane->Namespace(), 0,

@@ -7,7 +7,7 @@
 // Gloo's store interface can only report errors by throwing, so failures
 // (deadline passed, job failed, broker unreachable) are thrown as
 // ::gloo::IoException whose message names the key and carries the broker's
-// status; callers catch them (see gloo_communicator.cc). Thread-compatible;
+// status; callers catch them (see session_impl.cc). Thread-compatible;
 // used by one connecting thread at a time. Depends on Gloo's store header,
 // dataplane/control_plane.h and absl.
 #ifndef RANKD_DATAPLANE_GLOO_RANKD_STORE_H_

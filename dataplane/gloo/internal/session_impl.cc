@@ -1,4 +1,4 @@
-#include "dataplane/gloo/internal/gloo_communicator.h"
+#include "dataplane/gloo/internal/session_impl.h"
 
 #include <signal.h>
 
@@ -45,9 +45,9 @@ absl::Status Scoped(const std::string& operation, const absl::Status& cause) {
 
 }  // namespace
 
-GlooCommunicator::GlooCommunicator(ControlPlane* control_plane,
-                                   DistributedSessionDescriptor descriptor,
-                                   GlooSessionOptions options)
+SessionImpl::SessionImpl(ControlPlane* control_plane,
+                         DistributedSessionDescriptor descriptor,
+                         GlooSessionOptions options)
     : control_plane_(control_plane),
       descriptor_(std::move(descriptor)),
       options_(std::move(options)),
@@ -69,9 +69,9 @@ GlooCommunicator::GlooCommunicator(ControlPlane* control_plane,
   }
 }
 
-GlooCommunicator::~GlooCommunicator() { Shutdown(); }
+SessionImpl::~SessionImpl() { Shutdown(); }
 
-absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
+absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
     ControlPlane* control_plane, DistributedSessionDescriptor descriptor,
     GlooSessionOptions options) {
   if (control_plane == nullptr) {
@@ -106,7 +106,7 @@ absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
     options.instance = *number;
   }
   IgnoreSigpipe();
-  std::shared_ptr<GlooCommunicator> comm(new GlooCommunicator(
+  std::shared_ptr<SessionImpl> comm(new SessionImpl(
       control_plane, std::move(descriptor), std::move(options)));
   for (auto& executor : comm->executors_) executor->Bind(comm);
 
@@ -179,7 +179,7 @@ absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
   // A job failure notice aborts at once, on the notifying thread (aborting
   // Gloo contexts never blocks), so that the next submission is refused;
   // the watchdog polls JobHealth() for a notice that never comes.
-  std::weak_ptr<GlooCommunicator> weak = comm;
+  std::weak_ptr<SessionImpl> weak = comm;
   control_plane->OnJobFailure([weak](const absl::Status& failure) {
     if (auto c = weak.lock()) c->Abort(failure);
   });
@@ -187,7 +187,7 @@ absl::StatusOr<std::shared_ptr<GlooCommunicator>> GlooCommunicator::Create(
   return comm;
 }
 
-absl::StatusOr<std::shared_ptr<::gloo::Context>> GlooCommunicator::Connect(
+absl::StatusOr<std::shared_ptr<::gloo::Context>> SessionImpl::Connect(
     const std::string& name, uint32_t lane, uint32_t rank, uint32_t size) {
   if (size <= 1) return std::shared_ptr<::gloo::Context>();
   auto context = std::make_shared<::gloo::rendezvous::Context>(
@@ -222,14 +222,14 @@ absl::StatusOr<std::shared_ptr<::gloo::Context>> GlooCommunicator::Connect(
   return std::shared_ptr<::gloo::Context>(std::move(context));
 }
 
-bool GlooCommunicator::idle() const {
+bool SessionImpl::idle() const {
   for (const auto& executor : executors_) {
     if (!executor->idle()) return false;
   }
   return true;
 }
 
-void GlooCommunicator::Shutdown() {
+void SessionImpl::Shutdown() {
   if (shut_down_.exchange(true)) return;
   watchdog_.Stop();
   if (!idle()) {
@@ -244,14 +244,14 @@ void GlooCommunicator::Shutdown() {
   }
 }
 
-std::shared_ptr<GlooGroup> GlooCommunicator::group(CollectiveGroupId id) const {
+std::shared_ptr<GlooGroup> SessionImpl::group(CollectiveGroupId id) const {
   for (const auto& g : groups_) {
     if (g->id() == id) return g;
   }
   return nullptr;
 }
 
-void GlooCommunicator::AbortAll(const std::string& reason) {
+void SessionImpl::AbortAll(const std::string& reason) {
   // First: an operation failing because of this abort must not wait for
   // peers to explain it.
   diagnosis_->NoteLocalAbort();
@@ -275,18 +275,18 @@ void GlooCommunicator::AbortAll(const std::string& reason) {
   }
 }
 
-void GlooCommunicator::Abort(const absl::Status& cause) {
+void SessionImpl::Abort(const absl::Status& cause) {
   if (cause.ok()) return;
   poison_.Poison(cause);
   AbortAll(std::string(poison_.cause().message()));
 }
 
-absl::Status GlooCommunicator::Admission(const char* operation) const {
+absl::Status SessionImpl::Admission(const char* operation) const {
   if (absl::Status s = poison_.Check("gloo", operation); !s.ok()) return s;
   return quarantine_.Fence("gloo");
 }
 
-absl::Status GlooCommunicator::BeforeRun(const std::string& operation) const {
+absl::Status SessionImpl::BeforeRun(const std::string& operation) const {
   if (!poison_.poisoned()) return absl::OkStatus();
   return absl::Status(
       poison_.cause().code(),
@@ -295,9 +295,9 @@ absl::Status GlooCommunicator::BeforeRun(const std::string& operation) const {
                    poison_.cause().message()));
 }
 
-absl::Status GlooCommunicator::OnNativeFailure(const std::string& operation,
-                                               const absl::Status& error,
-                                               bool explained) {
+absl::Status SessionImpl::OnNativeFailure(const std::string& operation,
+                                          const absl::Status& error,
+                                          bool explained) {
   if (!poison_.poisoned()) {
     // A lost peer usually shows up here as a closed socket a little before
     // the control plane's notice, which names it: wait briefly for that.
@@ -324,19 +324,19 @@ absl::Status GlooCommunicator::OnNativeFailure(const std::string& operation,
   return Scoped(operation, poison_.cause());
 }
 
-void GlooCommunicator::Track(const std::shared_ptr<Operation>& op) {
+void SessionImpl::Track(const std::shared_ptr<Operation>& op) {
   ledger_.Add(op, MonotonicNow() + options_.op_timeout, SubmittedOperation{});
 }
 
-void GlooCommunicator::WorkFinished() { quarantine_.Notify(); }
+void SessionImpl::WorkFinished() { quarantine_.Notify(); }
 
-void GlooCommunicator::RunIfNext(const std::shared_ptr<Operation>& op) {
+void SessionImpl::RunIfNext(const std::shared_ptr<Operation>& op) {
   for (auto& executor : executors_) {
     if (executor->RunIfNext(op)) return;
   }
 }
 
-bool GlooCommunicator::SupportsCancellation(CancellationMode mode) const {
+bool SessionImpl::SupportsCancellation(CancellationMode mode) const {
   switch (mode) {
     case CancellationMode::kQuarantineUntilComplete:
       // The quarantine releases work on exact completion: without that
@@ -351,7 +351,7 @@ bool GlooCommunicator::SupportsCancellation(CancellationMode mode) const {
   return false;
 }
 
-absl::StatusOr<bool> GlooCommunicator::ApplyCancellation(
+absl::StatusOr<bool> SessionImpl::ApplyCancellation(
     const std::shared_ptr<Operation>& op, CancellationMode mode,
     absl::Duration missed) {
   if (op->Done()) return false;

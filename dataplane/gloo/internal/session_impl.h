@@ -1,4 +1,4 @@
-// GlooCommunicator: everything a Gloo session shares. It owns the TCP
+// SessionImpl: everything a Gloo session shares. It owns the TCP
 // transport device, one connected ::gloo::rendezvous::Context per group this
 // rank belongs to and executor lane (created in ascending group-id order,
 // lane by lane, every rendezvous going through RankdStore with the connect
@@ -31,8 +31,8 @@
 // before the last owner lets go (GlooBackend's destructor does). Thread-safe.
 // Depends on Gloo, dataplane/control_plane.h, poison.h, quarantine.h and the
 // gloo/ executor, completion, group, store and options headers.
-#ifndef RANKD_DATAPLANE_GLOO_GLOO_COMMUNICATOR_H_
-#define RANKD_DATAPLANE_GLOO_GLOO_COMMUNICATOR_H_
+#ifndef RANKD_DATAPLANE_GLOO_INTERNAL_SESSION_IMPL_H_
+#define RANKD_DATAPLANE_GLOO_INTERNAL_SESSION_IMPL_H_
 
 #include <atomic>
 #include <memory>
@@ -60,18 +60,17 @@ class Device;
 
 namespace rankd::dataplane::gloo::internal {
 
-class GlooCommunicator final
-    : public ExecutionHost,
-      public std::enable_shared_from_this<GlooCommunicator> {
+class SessionImpl final : public ExecutionHost,
+                          public std::enable_shared_from_this<SessionImpl> {
  public:
   // Connects every group of `descriptor` (and the world) through
   // `control_plane`, which must outlive the communicator. Errors name the
   // group that failed to connect.
-  static absl::StatusOr<std::shared_ptr<GlooCommunicator>> Create(
+  static absl::StatusOr<std::shared_ptr<SessionImpl>> Create(
       ControlPlane* control_plane, DistributedSessionDescriptor descriptor,
       GlooSessionOptions options);
 
-  ~GlooCommunicator() override;
+  ~SessionImpl() override;
 
   // Aborts in-flight work (if any), finishes queued work with Cancelled and
   // stops the executors. Idempotent.
@@ -133,9 +132,9 @@ class GlooCommunicator final
   void RunIfNext(const std::shared_ptr<Operation>& op) override;
 
  private:
-  GlooCommunicator(ControlPlane* control_plane,
-                   DistributedSessionDescriptor descriptor,
-                   GlooSessionOptions options);
+  SessionImpl(ControlPlane* control_plane,
+              DistributedSessionDescriptor descriptor,
+              GlooSessionOptions options);
   // Connects one group on executor `lane`: a Gloo context of `size`
   // members in which this rank is `rank`, rendezvousing under `name`
   // ("world" or the group id; lanes after 0 append ".e<lane>").
@@ -146,15 +145,15 @@ class GlooCommunicator final
   // What the watchdog guards: the job's health and Abort.
   class WatchdogSession final : public NativeSession {
    public:
-    explicit WatchdogSession(GlooCommunicator* comm) : comm_(comm) {}
+    explicit WatchdogSession(SessionImpl* impl) : impl_(impl) {}
     absl::Status JobHealth() override {
-      return comm_->control_plane_->JobHealth();
+      return impl_->control_plane_->JobHealth();
     }
-    void Abort(const absl::Status& cause) override { comm_->Abort(cause); }
-    bool aborted() const override { return comm_->aborted_.load(); }
+    void Abort(const absl::Status& cause) override { impl_->Abort(cause); }
+    bool aborted() const override { return impl_->aborted_.load(); }
 
    private:
-    GlooCommunicator* const comm_;
+    SessionImpl* const impl_;
   };
 
   ControlPlane* const control_plane_;
@@ -177,4 +176,4 @@ class GlooCommunicator final
 
 }  // namespace rankd::dataplane::gloo::internal
 
-#endif  // RANKD_DATAPLANE_GLOO_GLOO_COMMUNICATOR_H_
+#endif  // RANKD_DATAPLANE_GLOO_INTERNAL_SESSION_IMPL_H_
