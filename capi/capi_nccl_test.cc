@@ -21,7 +21,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "dataplane/nccl/cuda_handles.h"
+#include "dataplane/nccl/cuda_device.h"
 #include "gtest/gtest.h"
 #include "tests/harness/cluster.h"
 #include "tests/harness/process.h"

@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "dataplane/conformance/conformance_cases.h"
 #include "dataplane/conformance/run_case.h"
-#include "dataplane/nccl/cuda_handles.h"
+#include "dataplane/nccl/cuda_device.h"
 #include "dataplane/nccl/device_tensor.h"
 #include "dataplane/nccl/nccl_session.h"
 #include "dataplane/testing/in_process_control_plane.h"

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "dataplane/nccl/cuda_copy.h"
 
 namespace rankd::dataplane::nccl {
 

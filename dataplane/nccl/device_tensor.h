@@ -15,7 +15,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "dataplane/nccl/cuda_handles.h"
+#include "dataplane/nccl/cuda_event.h"
+#include "dataplane/nccl/cuda_stream.h"
+#include "dataplane/nccl/device_buffer.h"
 #include "dataplane/value_descriptor.h"
 
 namespace rankd::dataplane::nccl {

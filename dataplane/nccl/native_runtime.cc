@@ -1,7 +1,7 @@
 #include "dataplane/nccl/native_runtime.h"
 
 #include "absl/strings/str_cat.h"
-#include "dataplane/nccl/cuda_handles.h"
+#include "dataplane/nccl/cuda_device.h"
 #include "dataplane/nccl/internal/native_abi.h"
 #include "dataplane/nccl/internal/native_library.h"
 

@@ -20,7 +20,7 @@
 #include "absl/time/time.h"
 #include "dataplane/collective_scope.h"
 #include "dataplane/dtype.h"
-#include "dataplane/nccl/cuda_handles.h"
+#include "dataplane/nccl/cuda_stream.h"
 #include "dataplane/nccl/device_tensor.h"
 #include "dataplane/nccl/nccl_session.h"
 #include "dataplane/nccl/testing/nccl_test_util.h"

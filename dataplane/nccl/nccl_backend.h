@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "dataplane/communication_backend.h"
+#include "dataplane/nccl/cuda_stream.h"
 #include "dataplane/nccl/device_tensor.h"
 #include "dataplane/nccl/nccl_completion.h"
 #include "dataplane/nccl/nccl_session.h"

@@ -32,7 +32,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "dataplane/nccl/cuda_handles.h"
+#include "dataplane/nccl/cuda_stream.h"
 #include "dataplane/nccl/nccl_types.h"
 
 // As declared by nccl.h (typedef struct ncclComm* ncclComm_t).

@@ -37,7 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "dataplane/completion.h"
-#include "dataplane/nccl/cuda_handles.h"
+#include "dataplane/nccl/cuda_event.h"
 #include "dataplane/operation.h"
 #include "dataplane/quarantine.h"
 

@@ -11,7 +11,13 @@ testing/nccl_test_util.h.
 
 # What every NCCL device test links.
 NCCL_DEVICE_TEST_DEPS = [
-    ":cuda_handles",
+    ":cuda_copy",
+    ":cuda_device",
+    ":cuda_event",
+    ":cuda_stream",
+    ":device_buffer",
+    ":device_tensor",
+    ":native_runtime",
     ":nccl",
     ":nccl_session_peer",
     ":nccl_test_util",

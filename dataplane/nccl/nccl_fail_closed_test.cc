@@ -8,7 +8,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
-#include "dataplane/nccl/cuda_handles.h"
+#include "dataplane/nccl/cuda_device.h"
+#include "dataplane/nccl/cuda_event.h"
+#include "dataplane/nccl/cuda_stream.h"
+#include "dataplane/nccl/device_buffer.h"
 #include "dataplane/nccl/device_tensor.h"
 #include "dataplane/nccl/nccl_backend.h"
 #include "dataplane/nccl/nccl_completion.h"

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "dataplane/batch.h"
+#include "dataplane/nccl/cuda_copy.h"
 #include "dataplane/nccl/session_core.h"
 #include "dataplane/operation_description.h"
 

@@ -45,6 +45,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "dataplane/control_plane.h"
+#include "dataplane/nccl/cuda_stream.h"
 #include "dataplane/nccl/device_tensor.h"
 #include "dataplane/nccl/session_core.h"
 #include "dataplane/session.h"

@@ -8,7 +8,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "dataplane/descriptor_proto.h"
-#include "dataplane/nccl/cuda_handles.h"
 #include "dataplane/nccl/device_tensor.h"
 #include "dataplane/nccl/native_runtime.h"
 #include "dataplane/nccl/nccl_session.h"

@@ -12,7 +12,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "dataplane/nccl/cuda_handles.h"
+#include "dataplane/nccl/cuda_device.h"
 #include "dataplane/nccl/native_runtime.h"
 #include "dataplane/nccl/nccl_comm.h"
 #include "dataplane/nccl/nccl_types.h"

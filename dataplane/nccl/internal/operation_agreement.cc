@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "dataplane/agreement.h"
+#include "dataplane/nccl/cuda_copy.h"
 #include "dataplane/nccl/nccl_types.h"
 
 namespace rankd::dataplane::nccl::internal {

@@ -27,9 +27,9 @@
 // fingerprint of kRefusedCanonical (dataplane/agreement.h), which
 // Verify names as a refusal.
 //
-// Private to dataplane/nccl. Depends on batch_transfer.h, cuda_handles.h,
-// nccl_comm.h, dataplane/agreement.h (the fingerprint and the verdicts),
-// absl.
+// Private to dataplane/nccl. Depends on batch_transfer.h, cuda_stream.h,
+// device_buffer.h, nccl_comm.h, dataplane/agreement.h (the fingerprint and
+// the verdicts), absl; operation_agreement.cc also on cuda_copy.h.
 #ifndef RANKD_DATAPLANE_NCCL_INTERNAL_OPERATION_AGREEMENT_H_
 #define RANKD_DATAPLANE_NCCL_INTERNAL_OPERATION_AGREEMENT_H_
 
@@ -43,7 +43,8 @@
 #include "absl/strings/string_view.h"
 #include "dataplane/agreement.h"
 #include "dataplane/nccl/batch_transfer.h"
-#include "dataplane/nccl/cuda_handles.h"
+#include "dataplane/nccl/cuda_stream.h"
+#include "dataplane/nccl/device_buffer.h"
 #include "dataplane/nccl/nccl_comm.h"
 
 namespace rankd::dataplane::nccl::internal {

@@ -1,13 +1,13 @@
 // Holding a CUDA stream, for tests: work queued behind StallStream() cannot
 // start until the stall is released (or 30 s passed), so a test can make
 // an operation's work wait, on a GPU or on the CPU stand-in alike.
-// Test-only. Depends on cuda_handles.h.
+// Test-only. Depends on cuda_stream.h.
 #ifndef RANKD_DATAPLANE_NCCL_TESTING_STREAM_STALL_H_
 #define RANKD_DATAPLANE_NCCL_TESTING_STREAM_STALL_H_
 
 #include <atomic>
 
-#include "dataplane/nccl/cuda_handles.h"
+#include "dataplane/nccl/cuda_stream.h"
 
 namespace rankd::dataplane::nccl::testing {
 
