@@ -47,6 +47,7 @@
 #include "dataplane/control_plane.h"
 #include "dataplane/nccl/cuda_stream.h"
 #include "dataplane/nccl/device_tensor.h"
+#include "dataplane/nccl/nccl_options.h"
 #include "dataplane/nccl/session_core.h"
 #include "dataplane/session.h"
 
