@@ -4,8 +4,10 @@
 // runs the same session, engine and agreement code over host memory; on a
 // GPU host the same binary runs on real devices through the GPU kit.
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -33,6 +35,15 @@ struct NcclUnderTest {
                   const std::function<void(uint32_t, Session&)>& body) {
     const nccl::DeviceProbe probe = nccl::ProbeDevices();
     if (probe.device_count < static_cast<int>(world)) {
+      // Where devices are promised (the stand-in in CI, the GPU kit:
+      // RANKD_REQUIRE_GPU=1), none at all is a failure, never a silent skip;
+      // fewer than the case needs is a skip, as in the NCCL device tests.
+      const char* required = std::getenv("RANKD_REQUIRE_GPU");
+      if (probe.device_count == 0 && required != nullptr &&
+          std::string(required) == "1") {
+        GTEST_FAIL() << "RANKD_REQUIRE_GPU=1 but no CUDA device: "
+                     << probe.reason;
+      }
       GTEST_SKIP() << "needs " << world << " CUDA devices; this machine has "
                    << probe.device_count << ": " << probe.reason;
     }

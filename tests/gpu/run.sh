@@ -230,7 +230,8 @@ PY
   # CI runs it, then on the host's GPUs.
   conformance="$bin/dataplane/conformance/nccl_conformance_gpu_test"
   run_gtest nccl_conformance_standin_test 120 "$conformance" \
-    RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin"
+    RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin" \
+    RANKD_REQUIRE_GPU=1
   rm -rf "$cliques"
   run_gtest nccl_gpu_test 90 "$bin/dataplane/nccl/nccl_gpu_test"
   run_gtest nccl_conformance_gpu_test 120 "$conformance"
