@@ -1,9 +1,9 @@
 // BatchTransfer: one transfer of a batched send/receive as this member
 // submitted it, which is what the NCCL backend's agreement records
 // (internal/operation_agreement.h) compare between the transfer's two ends.
-// Public only because SessionCore's OpPlan (session_core.h) carries it: the
-// agreement machinery itself is private to dataplane/nccl. A plain value;
-// depends on nothing but the standard library.
+// Public only because SessionImpl's OpPlan (internal/session_impl.h) carries
+// it: the agreement machinery itself is private to dataplane/nccl. A plain
+// value; depends on nothing but the standard library.
 #ifndef RANKD_DATAPLANE_NCCL_BATCH_TRANSFER_H_
 #define RANKD_DATAPLANE_NCCL_BATCH_TRANSFER_H_
 

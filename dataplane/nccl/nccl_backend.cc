@@ -3,8 +3,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "dataplane/nccl/internal/session_impl.h"
 
 namespace rankd::dataplane::nccl {
+
+using internal::BundleEnd;
+using internal::CommEntry;
+using internal::SessionImpl;
+using internal::SubmitLocal;
 
 NcclBackend NcclSession::backend() { return NcclBackend(*this); }
 
@@ -29,6 +35,21 @@ std::string GroupName(const NcclGroup& group) {
 
 }  // namespace
 
+NcclGroup::NcclGroup(std::shared_ptr<internal::SessionImpl> impl,
+                     std::shared_ptr<internal::CommEntry> comm,
+                     CollectiveGroupId id, bool world)
+    : impl_(std::move(impl)), comm_(std::move(comm)), id_(id), world_(world) {}
+const std::vector<uint32_t>& NcclGroup::members() const {
+  return comm_->members;
+}
+uint32_t NcclGroup::local_rank() const { return comm_->local_rank; }
+uint32_t NcclGroup::size() const {
+  return static_cast<uint32_t>(comm_->members.size());
+}
+const std::string& NcclGroup::communicator_name() const { return comm_->name; }
+
+NcclBackend::NcclBackend(NcclSession& session) : impl_(session.impl()) {}
+
 absl::StatusOr<CudaExecutor> CudaExecutor::Create(int device) {
   auto stream = CudaStream::Create(device);
   if (!stream.ok()) return stream.status();
@@ -43,9 +64,9 @@ NcclBackend::SubmitLocalDependencies(
 
 absl::StatusOr<NcclGroup> NcclBackend::Group(
     const CollectiveScope& scope) const {
-  auto comm = core_->CommFor(scope, "communication group");
+  auto comm = impl_->CommFor(scope, "communication group");
   if (!comm.ok()) return comm.status();
-  return NcclGroup(core_, *std::move(comm),
+  return NcclGroup(impl_, *std::move(comm),
                    scope.is_world() ? kWorldGroupId : scope.group_id(),
                    scope.is_world());
 }
@@ -53,7 +74,7 @@ absl::StatusOr<NcclGroup> NcclBackend::Group(
 absl::StatusOr<NcclRoute> NcclBackend::Route(const CollectiveScope& scope,
                                              size_t source,
                                              size_t destination) const {
-  auto comm = core_->CommFor(scope, "communication route",
+  auto comm = impl_->CommFor(scope, "communication route",
                              &DistributedCapabilities::point_to_point,
                              "point_to_point");
   if (!comm.ok()) return comm.status();
@@ -69,7 +90,7 @@ absl::StatusOr<NcclRoute> NcclBackend::Route(const CollectiveScope& scope,
         "nccl backend: route ", source, " -> ", destination, " on ",
         scope.ToString(), " does not involve this member (", me, ")"));
   }
-  NcclGroup group(core_, *std::move(comm),
+  NcclGroup group(impl_, *std::move(comm),
                   scope.is_world() ? kWorldGroupId : scope.group_id(),
                   scope.is_world());
   return NcclRoute(std::move(group), static_cast<uint32_t>(source),
@@ -81,31 +102,31 @@ absl::Status NcclBackend::Check(const NcclGroup& group,
                                 const char* operation,
                                 bool DistributedCapabilities::*flag,
                                 const char* capability) const {
-  if (group.core_ != core_) {
+  if (group.impl_ != impl_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "nccl backend: ", operation, ": the group belongs to another session"));
   }
-  absl::Status poison = core_->PoisonStatus();
+  absl::Status poison = impl_->PoisonStatus();
   if (!poison.ok()) return poison;
-  const DistributedCapabilities caps = core_->capabilities();
+  const DistributedCapabilities caps = impl_->capabilities();
   if (flag != nullptr) {
     absl::Status cap =
         RequireCapability(caps.*flag, kBackendName, operation, capability);
-    if (!cap.ok()) return core_->FailClosed(cap);
+    if (!cap.ok()) return impl_->FailClosed(cap);
   }
   const CollectiveScope scope = group.is_world()
                                     ? CollectiveScope::World()
                                     : CollectiveScope::Group(group.id());
   absl::Status cap = RequireCollective(caps, kBackendName, operation, scope);
-  if (!cap.ok()) return core_->FailClosed(cap);
+  if (!cap.ok()) return impl_->FailClosed(cap);
   if (executor.stream() == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "nccl backend: ", operation, ": the executor has no stream"));
   }
-  if (executor.device() != core_->device()) {
+  if (executor.device() != impl_->device()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "nccl backend: ", operation, ": the executor's stream is on cuda:",
-        executor.device(), ", the session on cuda:", core_->device()));
+        executor.device(), ", the session on cuda:", impl_->device()));
   }
   return absl::OkStatus();
 }
@@ -127,7 +148,7 @@ TensorSubmission<NcclBackend> NcclBackend::AllReduceSumImpl(
   absl::Status ok = Check(group, executor, "all_reduce_sum", nullptr, nullptr);
   if (!ok.ok()) return ok;
   return SubmitAllReduceSum(
-      *core_, group.comm_, value, executor.stream(),
+      *impl_, group.comm_, value, executor.stream(),
       absl::StrCat("all_reduce_sum on ", GroupName(group)), output);
 }
 
@@ -149,7 +170,7 @@ TensorSubmission<NcclBackend> NcclBackend::AllGatherEvenImpl(
   absl::Status ok = Check(group, executor, "all_gather_even", nullptr, nullptr);
   if (!ok.ok()) return ok;
   return SubmitAllGatherEven(
-      *core_, group.comm_, value, axis, executor.stream(),
+      *impl_, group.comm_, value, axis, executor.stream(),
       absl::StrCat("all_gather_even(axis ", axis, ") on ", GroupName(group)),
       output);
 }
@@ -173,7 +194,7 @@ TensorSubmission<NcclBackend> NcclBackend::AllGatherUnevenImpl(
       Check(group, executor, "all_gather_uneven", nullptr, nullptr);
   if (!ok.ok()) return ok;
   return SubmitAllGatherUneven(
-      *core_, group.comm_, value, counts, axis, executor.stream(),
+      *impl_, group.comm_, value, counts, axis, executor.stream(),
       absl::StrCat("all_gather_uneven(axis ", axis, ") on ", GroupName(group)),
       output);
 }
@@ -197,7 +218,7 @@ TensorSubmission<NcclBackend> NcclBackend::VariableAllToAllImpl(
                           &DistributedCapabilities::variable_all_to_all,
                           "variable_all_to_all");
   if (!ok.ok()) return ok;
-  return SubmitAllToAll(*core_, group.comm_, value, counts.send, counts.receive,
+  return SubmitAllToAll(*impl_, group.comm_, value, counts.send, counts.receive,
                         axis, executor.stream(),
                         absl::StrCat("variable_all_to_all(axis ", axis, ") on ",
                                      GroupName(group)),
@@ -224,7 +245,7 @@ TensorSubmission<NcclBackend> NcclBackend::BroadcastImpl(
   if (!ok.ok()) return ok;
   // SubmitBroadcast checks the root (and tells the peers when it is wrong).
   return SubmitBroadcast(
-      *core_, group.comm_, value, root_member_index, executor.stream(),
+      *impl_, group.comm_, value, root_member_index, executor.stream(),
       absl::StrCat("broadcast from member ", root_member_index, " on ",
                    GroupName(group)),
       output);
@@ -234,7 +255,7 @@ UnitSubmission<NcclBackend> NcclBackend::Barrier(NcclGroup& group,
                                                  CudaExecutor& executor) {
   absl::Status ok = Check(group, executor, "barrier", nullptr, nullptr);
   if (!ok.ok()) return ok;
-  return SubmitBarrier(*core_, group.comm_, executor.stream(),
+  return SubmitBarrier(*impl_, group.comm_, executor.stream(),
                        absl::StrCat("barrier on ", GroupName(group)));
 }
 
@@ -243,7 +264,7 @@ AgreementSubmission<NcclBackend> NcclBackend::AgreeSuccess(
   absl::Status ok = Check(group, executor, "agree_success", nullptr, nullptr);
   if (!ok.ok()) return ok;
   return SubmitAgreeSuccess(
-      *core_, group.comm_, success, executor.stream(),
+      *impl_, group.comm_, success, executor.stream(),
       absl::StrCat("agree_success on ", GroupName(group)));
 }
 
@@ -255,7 +276,7 @@ BundleSubmission<NcclBackend> NcclBackend::BatchSendReceive(
       Check(group, executor, "batch_send_receive",
             &DistributedCapabilities::point_to_point, "point_to_point");
   if (!ok.ok()) return ok;
-  return SubmitBatch(*core_, group.comm_, sends, receives, executor.stream(),
+  return SubmitBatch(*impl_, group.comm_, sends, receives, executor.stream(),
                      absl::StrCat("batch_send_receive on ", GroupName(group)));
 }
 
@@ -310,20 +331,20 @@ BundleSubmission<NcclBackend> NcclBackend::SubmitRoute(
             &DistributedCapabilities::point_to_point, "point_to_point");
   if (!ok.ok()) return ok;
   return SubmitBundle(
-      *core_, route.group().comm_, BundleEnd{send, receive, receive_into},
+      *impl_, route.group().comm_, BundleEnd{send, receive, receive_into},
       route.source(), route.destination(), executor.stream(),
       absl::StrCat("send_receive ", route.source(), " -> ", route.destination(),
                    " on ", GroupName(route.group())));
 }
 
-absl::Status NcclBackend::poison() const { return core_->PoisonStatus(); }
+absl::Status NcclBackend::poison() const { return impl_->PoisonStatus(); }
 
 void NcclBackend::Poison(const absl::Status& cause) {
-  if (!cause.ok()) core_->Poison(cause);
+  if (!cause.ok()) impl_->Poison(cause);
 }
 
 void NcclBackend::Abort(const absl::Status& cause) {
-  if (!cause.ok()) core_->CancelNative(cause);
+  if (!cause.ok()) impl_->CancelNative(cause);
 }
 
 }  // namespace rankd::dataplane::nccl

@@ -37,9 +37,13 @@
 #include "dataplane/nccl/device_tensor.h"
 #include "dataplane/nccl/nccl_completion.h"
 #include "dataplane/nccl/nccl_session.h"
-#include "dataplane/nccl/session_core.h"
 
 namespace rankd::dataplane::nccl {
+
+namespace internal {
+class SessionImpl;  // internal/session_impl.h: private to this package
+struct CommEntry;
+}  // namespace internal
 
 // The executor: a CUDA stream. Copies share the stream.
 class CudaExecutor {
@@ -62,21 +66,18 @@ class NcclGroup {
   // kWorldGroupId for the world.
   CollectiveGroupId id() const { return id_; }
   bool is_world() const { return world_; }
-  const std::vector<uint32_t>& members() const { return comm_->members; }
-  uint32_t local_rank() const { return comm_->local_rank; }
-  uint32_t size() const { return static_cast<uint32_t>(comm_->members.size()); }
-  const std::string& communicator_name() const { return comm_->name; }
+  const std::vector<uint32_t>& members() const;
+  uint32_t local_rank() const;
+  uint32_t size() const;
+  const std::string& communicator_name() const;
 
  private:
   friend class NcclBackend;
-  NcclGroup(std::shared_ptr<SessionCore> core, std::shared_ptr<CommEntry> comm,
-            CollectiveGroupId id, bool world)
-      : core_(std::move(core)),
-        comm_(std::move(comm)),
-        id_(id),
-        world_(world) {}
-  std::shared_ptr<SessionCore> core_;
-  std::shared_ptr<CommEntry> comm_;
+  NcclGroup(std::shared_ptr<internal::SessionImpl> impl,
+            std::shared_ptr<internal::CommEntry> comm, CollectiveGroupId id,
+            bool world);
+  std::shared_ptr<internal::SessionImpl> impl_;
+  std::shared_ptr<internal::CommEntry> comm_;
   CollectiveGroupId id_;
   bool world_;
 };
@@ -105,7 +106,7 @@ class NcclBackend {
   using CommunicationRoute = NcclRoute;
   using CommunicationCompletion = NcclCompletion;
 
-  explicit NcclBackend(NcclSession& session) : core_(session.core()) {}
+  explicit NcclBackend(NcclSession& session);
 
   // Submits evaluation of rank-local tensors: the executor's stream waits
   // for their ready events; the completion retains them. No group, no
@@ -255,7 +256,7 @@ class NcclBackend {
   absl::Status Check(const NcclGroup& group, const CudaExecutor& executor,
                      const char* operation, bool DistributedCapabilities::*flag,
                      const char* capability) const;
-  std::shared_ptr<SessionCore> core_;
+  std::shared_ptr<internal::SessionImpl> impl_;
 };
 
 }  // namespace rankd::dataplane::nccl

@@ -13,15 +13,19 @@
 #include "dataplane/nccl/cuda_stream.h"
 #include "dataplane/nccl/device_buffer.h"
 #include "dataplane/nccl/device_tensor.h"
+#include "dataplane/nccl/internal/session_impl.h"
 #include "dataplane/nccl/nccl_backend.h"
 #include "dataplane/nccl/nccl_completion.h"
 #include "dataplane/nccl/nccl_session.h"
-#include "dataplane/nccl/session_core.h"
 #include "dataplane/nccl/testing/nccl_session_peer.h"
 #include "dataplane/testing/in_process_control_plane.h"
 #include "gtest/gtest.h"
 
 namespace rankd::dataplane::nccl {
+using internal::BundleEnd;
+using internal::CommEntry;
+using internal::SessionImpl;
+
 namespace {
 
 using ::rankd::dataplane::testing::InProcessJob;
@@ -306,7 +310,7 @@ class NcclValidation : public ::testing::Test {
     EXPECT_TRUE(session_->poison().ok()) << session_->poison();
     EXPECT_EQ(session_->quarantined(), 0u);
   }
-  SessionCore& core() { return *session_->core(); }
+  SessionImpl& core() { return *session_->impl(); }
   static void ExpectInvalid(const absl::Status& s, const char* needle) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     EXPECT_TRUE(absl::StrContains(s.message(), "nccl")) << s;

@@ -27,6 +27,7 @@
 #include "dataplane/completion.h"
 #include "dataplane/dtype.h"
 #include "dataplane/nccl/device_tensor.h"
+#include "dataplane/nccl/internal/session_impl.h"
 #include "dataplane/nccl/nccl_backend.h"
 #include "dataplane/nccl/nccl_session.h"
 #include "dataplane/nccl/testing/nccl_test_util.h"
@@ -569,7 +570,7 @@ TEST_F(NcclMultiGpuTest, SessionsOpenedOneAfterAnotherGetTagsOfTheirOwn) {
         auto session = NcclSession::Open(*descriptor, cp.get(), options);
         ASSERT_TRUE(session.ok())
             << "rank " << r << " session " << n << ": " << session.status();
-        EXPECT_EQ((*session)->core()->options().tag, absl::StrCat("s", n));
+        EXPECT_EQ((*session)->impl()->options().tag, absl::StrCat("s", n));
         auto stream = (*session)->stream();
         auto sum = (*session)->AllReduceSum(
             CollectiveScope::World(),

@@ -4,8 +4,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "dataplane/admission.h"
+#include "dataplane/nccl/internal/session_impl.h"
 
 namespace rankd::dataplane::nccl {
+
+using internal::OpPlan;
+using internal::SessionImpl;
+using internal::TensorResult;
+
 namespace {
 
 using ValueSubmission = DistributedSession<DeviceTensor>::ValueSubmission;
@@ -19,10 +25,33 @@ absl::StatusOr<ValueSubmission> ToValue(TensorResult result) {
 
 }  // namespace
 
+NcclSession::NcclSession(std::shared_ptr<internal::SessionImpl> impl)
+    : impl_(std::move(impl)) {}
+
+bool NcclSession::ready() const { return impl_->ready(); }
+absl::Status NcclSession::poison() const { return impl_->PoisonStatus(); }
+std::string NcclSession::unavailable_reason() const {
+  return impl_->unavailable_reason();
+}
+int NcclSession::device() const { return impl_->device(); }
+std::shared_ptr<CudaStream> NcclSession::stream() const {
+  return impl_->stream();
+}
+size_t NcclSession::quarantined() const { return impl_->quarantined(); }
+size_t NcclSession::communicator_count() const {
+  return impl_->communicator_count();
+}
+const DistributedSessionDescriptor& NcclSession::descriptor() const {
+  return impl_->descriptor();
+}
+DistributedCapabilities NcclSession::capabilities() const {
+  return impl_->capabilities();
+}
+
 absl::StatusOr<std::unique_ptr<NcclSession>> NcclSession::Create(
     DistributedSessionDescriptor descriptor, ControlPlane* control_plane,
     NcclSessionOptions options) {
-  auto core = SessionCore::Create(std::move(descriptor), control_plane,
+  auto core = SessionImpl::Create(std::move(descriptor), control_plane,
                                   std::move(options));
   if (!core.ok()) return core.status();
   return std::unique_ptr<NcclSession>(new NcclSession(*std::move(core)));
@@ -39,23 +68,23 @@ absl::StatusOr<std::unique_ptr<NcclSession>> NcclSession::Open(
   return session;
 }
 
-NcclSession::~NcclSession() { core_->Detach(); }
+NcclSession::~NcclSession() { impl_->Detach(); }
 
-absl::Status NcclSession::Initialize() { return core_->Initialize(); }
+absl::Status NcclSession::Initialize() { return impl_->Initialize(); }
 
 void NcclSession::Poison(const absl::Status& cause) {
-  if (!cause.ok()) core_->Poison(cause);
+  if (!cause.ok()) impl_->Poison(cause);
 }
 
 void NcclSession::Abort(const absl::Status& cause) {
-  if (!cause.ok()) core_->CancelNative(cause);
+  if (!cause.ok()) impl_->CancelNative(cause);
 }
 
 absl::Status NcclSession::Refuse(const CollectiveScope& scope,
                                  const RefusedOperation& what,
                                  const absl::Status& refusal) {
   using Kind = RefusedOperation::Kind;
-  auto comm = core_->CommFor(scope, "a refused operation");
+  auto comm = impl_->CommFor(scope, "a refused operation");
   if (!comm.ok()) return refusal;
   const uint32_t n = static_cast<uint32_t>((*comm)->members.size());
   const uint32_t me = (*comm)->local_rank;
@@ -63,7 +92,7 @@ absl::Status NcclSession::Refuse(const CollectiveScope& scope,
   OpPlan plan;
   plan.name = absl::StrCat("a refused operation on ", scope.ToString());
   plan.comm = *comm;
-  plan.stream = core_->stream();
+  plan.stream = impl_->stream();
   switch (what.kind) {
     case Kind::kCollective:
       break;
@@ -90,7 +119,7 @@ absl::Status NcclSession::Refuse(const CollectiveScope& scope,
       if (plan.batch.empty()) return refusal;
       break;
   }
-  return core_->RefuseWithPeers(std::move(plan), refusal);
+  return impl_->RefuseWithPeers(std::move(plan), refusal);
 }
 
 absl::StatusOr<ValueSubmission> NcclSession::AllReduceSum(
@@ -107,10 +136,10 @@ absl::StatusOr<ValueSubmission> NcclSession::AllReduceSumInto(
 absl::StatusOr<ValueSubmission> NcclSession::AllReduceSumImpl(
     const CollectiveScope& scope, const DeviceTensor& input,
     const DeviceTensor* output) {
-  auto comm = core_->CommFor(scope, "all_reduce_sum");
+  auto comm = impl_->CommFor(scope, "all_reduce_sum");
   if (!comm.ok()) return comm.status();
   return ToValue(SubmitAllReduceSum(
-      *core_, *comm, input, core_->stream(),
+      *impl_, *comm, input, impl_->stream(),
       absl::StrCat("all_reduce_sum on ", scope.ToString()), output));
 }
 
@@ -128,10 +157,10 @@ absl::StatusOr<ValueSubmission> NcclSession::AllGatherInto(
 absl::StatusOr<ValueSubmission> NcclSession::AllGatherImpl(
     const CollectiveScope& scope, const DeviceTensor& input,
     const DeviceTensor* output) {
-  auto comm = core_->CommFor(scope, "all_gather");
+  auto comm = impl_->CommFor(scope, "all_gather");
   if (!comm.ok()) return comm.status();
   return ToValue(SubmitAllGatherEven(
-      *core_, *comm, input, 0, core_->stream(),
+      *impl_, *comm, input, 0, impl_->stream(),
       absl::StrCat("all_gather on ", scope.ToString()), output));
 }
 
@@ -153,13 +182,13 @@ absl::StatusOr<ValueSubmission> NcclSession::AllToAllVImpl(
     const CollectiveScope& scope, const DeviceTensor& input,
     absl::Span<const size_t> send_counts,
     absl::Span<const size_t> receive_counts, const DeviceTensor* output) {
-  auto comm = core_->CommFor(scope, "all_to_all_v",
+  auto comm = impl_->CommFor(scope, "all_to_all_v",
                              &DistributedCapabilities::variable_all_to_all,
                              "variable_all_to_all");
   if (!comm.ok()) return comm.status();
   // SubmitAllToAll checks the counts (shape.h's LayoutAllToAll).
   return ToValue(SubmitAllToAll(
-      *core_, *comm, input, send_counts, receive_counts, 0, core_->stream(),
+      *impl_, *comm, input, send_counts, receive_counts, 0, impl_->stream(),
       absl::StrCat("all_to_all_v on ", scope.ToString()), output));
 }
 
@@ -167,7 +196,7 @@ absl::StatusOr<ValueSubmission> NcclSession::Send(const CollectiveScope& scope,
                                                   size_t peer,
                                                   const DeviceTensor& input) {
   auto comm =
-      core_->CommFor(scope, "send", &DistributedCapabilities::point_to_point,
+      impl_->CommFor(scope, "send", &DistributedCapabilities::point_to_point,
                      "point_to_point");
   if (!comm.ok()) return comm.status();
   auto resolved = ResolveScope(descriptor(), scope);
@@ -175,7 +204,7 @@ absl::StatusOr<ValueSubmission> NcclSession::Send(const CollectiveScope& scope,
   absl::Status peer_ok = CheckPeerOf(kBackendName, "send", peer, *resolved);
   if (!peer_ok.ok()) return peer_ok;
   return ToValue(SubmitSend(
-      *core_, *comm, static_cast<uint32_t>(peer), input, core_->stream(),
+      *impl_, *comm, static_cast<uint32_t>(peer), input, impl_->stream(),
       absl::StrCat("send to member ", peer, " of ", scope.ToString())));
 }
 
@@ -194,7 +223,7 @@ absl::StatusOr<ValueSubmission> NcclSession::ReceiveImpl(
     const CollectiveScope& scope, size_t peer,
     const ValueDescriptor& descriptor, const DeviceTensor* output) {
   auto comm =
-      core_->CommFor(scope, "receive", &DistributedCapabilities::point_to_point,
+      impl_->CommFor(scope, "receive", &DistributedCapabilities::point_to_point,
                      "point_to_point");
   if (!comm.ok()) return comm.status();
   auto resolved = ResolveScope(this->descriptor(), scope);
@@ -202,7 +231,7 @@ absl::StatusOr<ValueSubmission> NcclSession::ReceiveImpl(
   absl::Status peer_ok = CheckPeerOf(kBackendName, "receive", peer, *resolved);
   if (!peer_ok.ok()) return peer_ok;
   return ToValue(SubmitReceive(
-      *core_, *comm, static_cast<uint32_t>(peer), descriptor, core_->stream(),
+      *impl_, *comm, static_cast<uint32_t>(peer), descriptor, impl_->stream(),
       absl::StrCat("receive from member ", peer, " of ", scope.ToString()),
       output));
 }
@@ -211,12 +240,12 @@ absl::StatusOr<NcclSession::ValuesSubmission> NcclSession::BatchSendReceive(
     const CollectiveScope& scope,
     absl::Span<const PeerValue<DeviceTensor>> sends,
     absl::Span<const PeerValue<DeviceTensor>> receives) {
-  auto comm = core_->CommFor(scope, "batch_send_receive",
+  auto comm = impl_->CommFor(scope, "batch_send_receive",
                              &DistributedCapabilities::point_to_point,
                              "point_to_point");
   if (!comm.ok()) return comm.status();
   auto batch =
-      SubmitBatch(*core_, *comm, sends, receives, core_->stream(),
+      SubmitBatch(*impl_, *comm, sends, receives, impl_->stream(),
                   absl::StrCat("batch_send_receive on ", scope.ToString()));
   if (!batch.ok()) return batch.status();
   return ValuesSubmission{
@@ -226,13 +255,13 @@ absl::StatusOr<NcclSession::ValuesSubmission> NcclSession::BatchSendReceive(
 
 absl::StatusOr<std::vector<uint32_t>> NcclSession::AllGatherWords(
     absl::Span<const uint32_t> local) {
-  return core_->control_plane()->AllGatherWords(local,
-                                                core_->options().words_timeout);
+  return impl_->control_plane()->AllGatherWords(local,
+                                                impl_->options().words_timeout);
 }
 
 absl::StatusOr<std::unique_ptr<PendingWords>> NcclSession::SubmitAllGatherWords(
     absl::Span<const uint32_t> local, absl::Duration timeout) {
-  return core_->control_plane()->SubmitAllGatherWords(local, timeout);
+  return impl_->control_plane()->SubmitAllGatherWords(local, timeout);
 }
 
 }  // namespace rankd::dataplane::nccl

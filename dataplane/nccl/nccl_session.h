@@ -48,12 +48,14 @@
 #include "dataplane/nccl/cuda_stream.h"
 #include "dataplane/nccl/device_tensor.h"
 #include "dataplane/nccl/nccl_options.h"
-#include "dataplane/nccl/session_core.h"
 #include "dataplane/session.h"
 
 namespace rankd::dataplane::nccl {
 
 class NcclBackend;
+namespace internal {
+class SessionImpl;  // internal/session_impl.h: private to this package
+}  // namespace internal
 namespace testing {
 class NcclSessionPeer;  // testing/nccl_session_peer.h
 }  // namespace testing
@@ -74,18 +76,18 @@ class NcclSession final : public DistributedSession<DeviceTensor> {
       NcclSessionOptions options = {});
   ~NcclSession() override;
 
-  bool ready() const { return core_->ready(); }
+  bool ready() const;
   // OK while healthy; once poisoned, the first cause, forever.
-  absl::Status poison() const { return core_->PoisonStatus(); }
+  absl::Status poison() const;
   // Why the capabilities are empty (no device, ...); empty otherwise.
-  std::string unavailable_reason() const { return core_->unavailable_reason(); }
-  int device() const { return core_->device(); }
+  std::string unavailable_reason() const;
+  int device() const;
   // The stream every session operation runs on.
-  std::shared_ptr<CudaStream> stream() const { return core_->stream(); }
+  std::shared_ptr<CudaStream> stream() const;
   // Operations whose work may still run after a deadline or after their
   // completion was dropped.
-  size_t quarantined() const { return core_->quarantined(); }
-  size_t communicator_count() const { return core_->communicator_count(); }
+  size_t quarantined() const;
+  size_t communicator_count() const;
   // Latches `cause` (an error; an OK cause does nothing; the first cause
   // wins, later ones are ignored): every later operation is refused with it,
   // nothing is queued. Nothing is torn down (no communicator is aborted): work
@@ -97,7 +99,8 @@ class NcclSession final : public DistributedSession<DeviceTensor> {
   // a peer: what a native failure, a missed deadline or a job failure does.
   // Any thread, any time; the communicators are aborted once.
   void Abort(const absl::Status& cause);
-  const std::shared_ptr<SessionCore>& core() const { return core_; }
+  // The session state, for this package's tests (internal/session_impl.h).
+  const std::shared_ptr<internal::SessionImpl>& impl() const { return impl_; }
   // The low-level contract over the same communicators, poison and
   // watchdog, as GlooSession::backend() (nccl_backend.h defines it; the
   // backend is a handle: copies share the session).
@@ -116,7 +119,7 @@ class NcclSession final : public DistributedSession<DeviceTensor> {
   // Returns `refusal`, after telling the peers that wait for this member's
   // agreement record (they check agreement first: verify_agreement, or
   // all_to_all_v), as the session's own refusals do
-  // (SessionCore::RefuseWithPeers): they refuse the operation too instead
+  // (SessionImpl::RefuseWithPeers): they refuse the operation too instead
   // of waiting for op_timeout. A scope this member is not in, or peers
   // outside it, leave nobody to tell.
   absl::Status Refuse(const CollectiveScope& scope,
@@ -124,12 +127,8 @@ class NcclSession final : public DistributedSession<DeviceTensor> {
                       const absl::Status& refusal);
 
   // DistributedSession.
-  const DistributedSessionDescriptor& descriptor() const override {
-    return core_->descriptor();
-  }
-  DistributedCapabilities capabilities() const override {
-    return core_->capabilities();
-  }
+  const DistributedSessionDescriptor& descriptor() const override;
+  DistributedCapabilities capabilities() const override;
   absl::StatusOr<ValueSubmission> AllReduceSum(
       const CollectiveScope& scope, const DeviceTensor& input) override;
   absl::StatusOr<ValueSubmission> AllGather(const CollectiveScope& scope,
@@ -180,8 +179,7 @@ class NcclSession final : public DistributedSession<DeviceTensor> {
   absl::Status Initialize();
   friend class testing::NcclSessionPeer;
 
-  explicit NcclSession(std::shared_ptr<SessionCore> core)
-      : core_(std::move(core)) {}
+  explicit NcclSession(std::shared_ptr<internal::SessionImpl> impl);
   // The operations with the caller's output, or a new one (null).
   absl::StatusOr<ValueSubmission> AllReduceSumImpl(const CollectiveScope& scope,
                                                    const DeviceTensor& input,
@@ -197,7 +195,7 @@ class NcclSession final : public DistributedSession<DeviceTensor> {
                                               size_t peer,
                                               const ValueDescriptor& descriptor,
                                               const DeviceTensor* output);
-  std::shared_ptr<SessionCore> core_;
+  std::shared_ptr<internal::SessionImpl> impl_;
 };
 
 }  // namespace rankd::dataplane::nccl

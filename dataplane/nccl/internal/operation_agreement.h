@@ -23,7 +23,7 @@
 // payload is queued, so disagreeing work is refused before NCCL sees it.
 //
 // A member that refuses an operation on its own arguments still sends a
-// record when its peers wait for it (SessionCore::RefuseWithPeers): the
+// record when its peers wait for it (SessionImpl::RefuseWithPeers): the
 // fingerprint of kRefusedCanonical (dataplane/agreement.h), which
 // Verify names as a refusal.
 //

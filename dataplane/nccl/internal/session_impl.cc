@@ -1,4 +1,4 @@
-#include "dataplane/nccl/session_core.h"
+#include "dataplane/nccl/internal/session_impl.h"
 
 #include <algorithm>
 #include <numeric>
@@ -13,9 +13,9 @@
 #include "dataplane/caller_output.h"
 #include "dataplane/nccl/internal/operation_agreement.h"
 
-namespace rankd::dataplane::nccl {
+namespace rankd::dataplane::nccl::internal {
 
-absl::StatusOr<std::shared_ptr<SessionCore>> SessionCore::Create(
+absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
     DistributedSessionDescriptor descriptor, ControlPlane* control_plane,
     NcclSessionOptions options) {
   if (control_plane == nullptr) {
@@ -52,11 +52,11 @@ absl::StatusOr<std::shared_ptr<SessionCore>> SessionCore::Create(
     if (!number.ok()) return number.status();
     options.tag = absl::StrCat("s", *number);
   }
-  return std::shared_ptr<SessionCore>(new SessionCore(
+  return std::shared_ptr<SessionImpl>(new SessionImpl(
       std::move(descriptor), control_plane, std::move(options)));
 }
 
-SubmittedOperation SessionCore::Describe(const OpPlan& plan) const {
+SubmittedOperation SessionImpl::Describe(const OpPlan& plan) const {
   SubmittedOperation what;
   if (plan.comm == nullptr) return what;
   what.self = descriptor_.rank();
@@ -90,7 +90,7 @@ uint32_t CommEntry::NextSequence(
                            : sequence_.NextCollective();
 }
 
-SessionCore::SessionCore(DistributedSessionDescriptor descriptor,
+SessionImpl::SessionImpl(DistributedSessionDescriptor descriptor,
                          ControlPlane* control_plane,
                          NcclSessionOptions options)
     : descriptor_(std::move(descriptor)),
@@ -107,7 +107,7 @@ SessionCore::SessionCore(DistributedSessionDescriptor descriptor,
                                   "aborted"},
                 &ledger_, &diagnosis_, &watchdog_session_) {}
 
-SessionCore::~SessionCore() {
+SessionImpl::~SessionImpl() {
   watchdog_.Stop();
   if (!comms_.empty()) {
     // A failed job's communicators are aborted, never finalized: finalize
@@ -136,32 +136,32 @@ SessionCore::~SessionCore() {
   quarantine_.Abandon();
 }
 
-bool SessionCore::ready() const {
+bool SessionImpl::ready() const {
   absl::MutexLock lock(&mu_);
   return ready_;
 }
 
-std::string SessionCore::unavailable_reason() const {
+std::string SessionImpl::unavailable_reason() const {
   absl::MutexLock lock(&mu_);
   return unavailable_reason_;
 }
 
-int SessionCore::device() const {
+int SessionImpl::device() const {
   absl::MutexLock lock(&mu_);
   return device_;
 }
 
-std::shared_ptr<CudaStream> SessionCore::stream() const {
+std::shared_ptr<CudaStream> SessionImpl::stream() const {
   absl::MutexLock lock(&mu_);
   return stream_;
 }
 
-size_t SessionCore::communicator_count() const {
+size_t SessionImpl::communicator_count() const {
   absl::MutexLock lock(&mu_);
   return ready_ ? comms_.size() : 0;
 }
 
-DistributedCapabilities SessionCore::capabilities() const {
+DistributedCapabilities SessionImpl::capabilities() const {
   absl::MutexLock lock(&mu_);
   DistributedCapabilities caps;
   if (!ready_ || poison_.poisoned()) return caps;
@@ -173,16 +173,16 @@ DistributedCapabilities SessionCore::capabilities() const {
   return caps;
 }
 
-absl::Status SessionCore::PoisonStatus() const { return poison_.cause(); }
+absl::Status SessionImpl::PoisonStatus() const { return poison_.cause(); }
 
-void SessionCore::Poison(const absl::Status& cause) {
+void SessionImpl::Poison(const absl::Status& cause) {
   poison_.Poison(cause.ok() ? absl::InternalError(
                                   "nccl backend: session poisoned without a "
                                   "cause")
                             : cause);
 }
 
-absl::Status SessionCore::FailClosed(const absl::Status& status) const {
+absl::Status SessionImpl::FailClosed(const absl::Status& status) const {
   if (status.ok()) return status;
   std::string why;
   {
@@ -200,7 +200,7 @@ absl::Status SessionCore::FailClosed(const absl::Status& status) const {
                       absl::StrCat(status.message(), " (", why, ")"));
 }
 
-absl::StatusOr<std::shared_ptr<CommEntry>> SessionCore::CommFor(
+absl::StatusOr<std::shared_ptr<CommEntry>> SessionImpl::CommFor(
     const CollectiveScope& scope, const char* operation,
     bool DistributedCapabilities::*flag, const char* capability) const {
   auto admitted = Admit({kBackendName, operation, scope, flag, capability},
@@ -222,7 +222,7 @@ absl::StatusOr<std::shared_ptr<CommEntry>> SessionCore::CommFor(
   return it->second;
 }
 
-absl::Status SessionCore::RequireFlag(bool DistributedCapabilities::*flag,
+absl::Status SessionImpl::RequireFlag(bool DistributedCapabilities::*flag,
                                       const char* operation,
                                       const char* capability) const {
   absl::Status poison = poison_.Check(kBackendName, operation);
@@ -232,7 +232,7 @@ absl::Status SessionCore::RequireFlag(bool DistributedCapabilities::*flag,
       RequireCapability(caps.*flag, kBackendName, operation, capability));
 }
 
-absl::Status SessionCore::CheckTensor(const DeviceTensor& tensor,
+absl::Status SessionImpl::CheckTensor(const DeviceTensor& tensor,
                                       absl::string_view operation) const {
   const int device = this->device();
   if (tensor.buffer() == nullptr) {
@@ -252,7 +252,7 @@ absl::Status SessionCore::CheckTensor(const DeviceTensor& tensor,
   return absl::OkStatus();
 }
 
-absl::Status SessionCore::JobHealth() const {
+absl::Status SessionImpl::JobHealth() const {
   if (detached_.load()) {
     return absl::FailedPreconditionError(
         "nccl backend: the session was destroyed; its groups and backend "
@@ -261,7 +261,7 @@ absl::Status SessionCore::JobHealth() const {
   return control_plane_->JobHealth();
 }
 
-void SessionCore::Detach() {
+void SessionImpl::Detach() {
   // Last look at the job while the control plane still exists: a failure
   // the watchdog has not acted on yet makes the destructor abort.
   if (ready() && PoisonStatus().ok() && !detached_.load()) {
@@ -275,7 +275,7 @@ void SessionCore::Detach() {
   detached_.store(true);
 }
 
-absl::Status SessionCore::CheckUsable() {
+absl::Status SessionImpl::CheckUsable() {
   absl::Status poison = PoisonStatus();
   if (!poison.ok()) return poison;
   if (detached_.load()) return JobHealth();
@@ -288,12 +288,12 @@ absl::Status SessionCore::CheckUsable() {
   return absl::OkStatus();
 }
 
-absl::Status SessionCore::Fail(const absl::Status& cause) {
+absl::Status SessionImpl::Fail(const absl::Status& cause) {
   CancelNative(cause);
   return PoisonStatus();
 }
 
-void SessionCore::CancelNative(const absl::Status& cause) {
+void SessionImpl::CancelNative(const absl::Status& cause) {
   Poison(cause);
   const absl::Status poison = PoisonStatus();
   absl::MutexLock lock(&abort_mu_);
@@ -322,11 +322,11 @@ void AbortAll(const std::vector<std::shared_ptr<CommEntry>>& comms,
   for (std::thread& t : aborts) t.join();
 }
 
-void SessionCore::Quarantine(std::shared_ptr<Operation> op) {
+void SessionImpl::Quarantine(std::shared_ptr<Operation> op) {
   op->QuarantineIn(quarantine_);
 }
 
-absl::StatusOr<DeviceTensor> SessionCore::AllocateOutput(
+absl::StatusOr<DeviceTensor> SessionImpl::AllocateOutput(
     const ValueDescriptor& descriptor,
     const std::shared_ptr<CudaStream>& stream, absl::string_view operation) {
   auto tensor = DeviceTensor::Allocate(descriptor, stream);
@@ -339,7 +339,7 @@ absl::StatusOr<DeviceTensor> SessionCore::AllocateOutput(
   return tensor;
 }
 
-absl::StatusOr<DeviceTensor> SessionCore::OutputFor(
+absl::StatusOr<DeviceTensor> SessionImpl::OutputFor(
     const ValueDescriptor& descriptor, const DeviceTensor* into,
     const DeviceTensor* input, bool in_place,
     const std::shared_ptr<CudaStream>& stream, absl::string_view operation) {
@@ -361,7 +361,7 @@ absl::StatusOr<DeviceTensor> SessionCore::OutputFor(
   return *into;
 }
 
-std::function<absl::Status()> SessionCore::EnqueueInterrupt() const {
+std::function<absl::Status()> SessionImpl::EnqueueInterrupt() const {
   return [this]() -> absl::Status {
     absl::Status s = PoisonStatus();
     if (!s.ok()) return s;
@@ -369,7 +369,7 @@ std::function<absl::Status()> SessionCore::EnqueueInterrupt() const {
   };
 }
 
-absl::Status SessionCore::AgreeFirst(
+absl::Status SessionImpl::AgreeFirst(
     const OpPlan& plan, const internal::OperationAgreement& agreement,
     const std::string& canonical, const std::function<void()>& take_sequence,
     const std::function<std::string()>& where, absl::Status* refusal) {
@@ -426,7 +426,7 @@ absl::Status SessionCore::AgreeFirst(
   return absl::OkStatus();
 }
 
-absl::Status SessionCore::RefuseWithPeers(OpPlan plan,
+absl::Status SessionImpl::RefuseWithPeers(OpPlan plan,
                                           const absl::Status& refusal) {
   if (refusal.ok()) return refusal;
   const bool peers_wait =
@@ -476,7 +476,7 @@ absl::Status SessionCore::RefuseWithPeers(OpPlan plan,
                              heard ? absl::OkStatus() : sent);
 }
 
-absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
+absl::StatusOr<Submitted> SessionImpl::Submit(OpPlan plan) {
   absl::Status usable = CheckUsable();
   if (!usable.ok()) return usable;
   if (plan.stream == nullptr) {
@@ -660,13 +660,13 @@ absl::StatusOr<Submitted> SessionCore::Submit(OpPlan plan) {
   return submitted;
 }
 
-absl::Status SessionCore::InitInterrupt() const {
+absl::Status SessionImpl::InitInterrupt() const {
   absl::Status s = SignalCause();
   if (!s.ok()) return s;
   return JobHealth();
 }
 
-absl::Status SessionCore::Initialize() {
+absl::Status SessionImpl::Initialize() {
   {
     absl::MutexLock lock(&mu_);
     if (initialize_called_) {
@@ -684,7 +684,7 @@ absl::Status SessionCore::Initialize() {
   return s;
 }
 
-absl::Status SessionCore::InitializeLocked() {
+absl::Status SessionImpl::InitializeLocked() {
   // Job failure notifications reach the watchdog only (the callback holds
   // no reference to this core).
   control_plane_->OnJobFailure(watchdog_.JobFailureCallback());
@@ -828,7 +828,7 @@ absl::Status SessionCore::InitializeLocked() {
   return absl::OkStatus();
 }
 
-absl::Status SessionCore::WatchdogSession::NativeHealth() {
+absl::Status SessionImpl::WatchdogSession::NativeHealth() {
   if (!core_->PoisonStatus().ok()) return absl::OkStatus();
   DeviceGuard guard(core_->device());
   for (auto& entry : core_->comms_) {
@@ -838,9 +838,9 @@ absl::Status SessionCore::WatchdogSession::NativeHealth() {
   return absl::OkStatus();
 }
 
-bool SessionCore::WatchdogSession::aborted() const {
+bool SessionImpl::WatchdogSession::aborted() const {
   absl::MutexLock lock(&core_->abort_mu_);
   return core_->aborted_;
 }
 
-}  // namespace rankd::dataplane::nccl
+}  // namespace rankd::dataplane::nccl::internal

@@ -1,8 +1,10 @@
-// SessionCore: the state shared by NcclSession (the DistributedSession) and
-// NcclBackend (the CommunicationBackend) of one rank: device, stream,
+// internal::SessionImpl: private to dataplane/nccl (as Gloo's
+// internal/session_impl.h is to dataplane/gloo), the state shared by
+// NcclSession (the DistributedSession) and NcclBackend (the
+// CommunicationBackend) of one rank: device, stream,
 // communicators, poison, outstanding operations, quarantine and the
 // watchdog. Also the operations themselves (Submit*), which both front ends
-// call after their own scope/group resolution.
+// call after their own scope/group resolution (defined in nccl_ops.cc).
 //
 // Lifecycle:
 //   Create (no native work; capabilities empty)
@@ -26,8 +28,8 @@
 // every operation to op_timeout (naming who did not finish). Quarantined
 // work is freed by the quarantine's own reaper (dataplane/quarantine.h) once
 // its event says done.
-#ifndef RANKD_DATAPLANE_NCCL_SESSION_CORE_H_
-#define RANKD_DATAPLANE_NCCL_SESSION_CORE_H_
+#ifndef RANKD_DATAPLANE_NCCL_INTERNAL_SESSION_IMPL_H_
+#define RANKD_DATAPLANE_NCCL_INTERNAL_SESSION_IMPL_H_
 
 #include <atomic>
 #include <cstdint>
@@ -72,14 +74,11 @@
 #include "dataplane/value_descriptor.h"
 #include "dataplane/watchdog.h"
 
-namespace rankd::dataplane::nccl {
+namespace rankd::dataplane::nccl::internal {
 
-// The agreement machinery (internal/operation_agreement.h) is private to
-// this package: named here, never defined, so this header exposes none of it.
-namespace internal {
+// The agreement machinery (operation_agreement.h).
 class OperationAgreement;
 class RecordBuffers;
-}  // namespace internal
 
 // One NCCL communicator and the world ranks it spans. Groups with the same
 // member list share one.
@@ -152,14 +151,14 @@ using TensorResult =
 using UnitResult =
     absl::StatusOr<Submission<Unit, std::shared_ptr<NcclCompletion>>>;
 
-class SessionCore final : public NcclOpOwner,
-                          public std::enable_shared_from_this<SessionCore> {
+class SessionImpl final : public NcclOpOwner,
+                          public std::enable_shared_from_this<SessionImpl> {
  public:
   // `control_plane` must outlive the NcclSession.
-  static absl::StatusOr<std::shared_ptr<SessionCore>> Create(
+  static absl::StatusOr<std::shared_ptr<SessionImpl>> Create(
       DistributedSessionDescriptor descriptor, ControlPlane* control_plane,
       NcclSessionOptions options);
-  ~SessionCore() override;
+  ~SessionImpl() override;
 
   absl::Status Initialize();
   // Called when the NcclSession is destroyed: the control plane may go
@@ -254,7 +253,7 @@ class SessionCore final : public NcclOpOwner,
   // communicator errors and CancelNative.
   class WatchdogSession final : public NativeSession {
    public:
-    explicit WatchdogSession(SessionCore* core) : core_(core) {}
+    explicit WatchdogSession(SessionImpl* core) : core_(core) {}
     // The control plane's own answer: the core's JobHealth() fails once
     // Detach() began, which is not a job failure (the watchdog stops
     // asking once Detach() returns).
@@ -269,10 +268,10 @@ class SessionCore final : public NcclOpOwner,
     bool aborted() const override;
 
    private:
-    SessionCore* const core_;
+    SessionImpl* const core_;
   };
 
-  SessionCore(DistributedSessionDescriptor descriptor,
+  SessionImpl(DistributedSessionDescriptor descriptor,
               ControlPlane* control_plane, NcclSessionOptions options);
   absl::Status InitializeLocked();
   // What ends a wait for NCCL to accept work: the poison cause, or the job
@@ -340,11 +339,11 @@ void AbortAll(const std::vector<std::shared_ptr<CommEntry>>& comms,
 // The operations, shared by NcclSession and NcclBackend. Each validates
 // before any native call and returns the output with its completion; a
 // refusal on this member's own arguments goes through
-// SessionCore::RefuseWithPeers. The scope/group/capability resolution is
+// SessionImpl::RefuseWithPeers. The scope/group/capability resolution is
 // the caller's.
 //
 // Element-wise sum (dtype mapping: SumTypeFor).
-TensorResult SubmitAllReduceSum(SessionCore& core,
+TensorResult SubmitAllReduceSum(SessionImpl& core,
                                 const std::shared_ptr<CommEntry>& comm,
                                 const DeviceTensor& input,
                                 const std::shared_ptr<CudaStream>& stream,
@@ -352,7 +351,7 @@ TensorResult SubmitAllReduceSum(SessionCore& core,
                                 const DeviceTensor* into = nullptr);
 // Equal parts concatenated along `axis` in member order (axis 0 of a
 // scalar gives [members]).
-TensorResult SubmitAllGatherEven(SessionCore& core,
+TensorResult SubmitAllGatherEven(SessionImpl& core,
                                  const std::shared_ptr<CommEntry>& comm,
                                  const DeviceTensor& input, size_t axis,
                                  const std::shared_ptr<CudaStream>& stream,
@@ -360,7 +359,7 @@ TensorResult SubmitAllGatherEven(SessionCore& core,
                                  const DeviceTensor* into = nullptr);
 // counts[m] = member m's extent along `axis` (this rank's must match its
 // input).
-TensorResult SubmitAllGatherUneven(SessionCore& core,
+TensorResult SubmitAllGatherUneven(SessionImpl& core,
                                    const std::shared_ptr<CommEntry>& comm,
                                    const DeviceTensor& input,
                                    absl::Span<const size_t> counts, size_t axis,
@@ -370,30 +369,30 @@ TensorResult SubmitAllGatherUneven(SessionCore& core,
 // Exact per-peer partitions along `axis`, grouped ncclSend/ncclRecv plus a
 // self copy.
 TensorResult SubmitAllToAll(
-    SessionCore& core, const std::shared_ptr<CommEntry>& comm,
+    SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
     const DeviceTensor& input, absl::Span<const size_t> send_counts,
     absl::Span<const size_t> receive_counts, size_t axis,
     const std::shared_ptr<CudaStream>& stream, std::string name,
     const DeviceTensor* into = nullptr);
 // Point-to-point; `peer` is a communicator rank (validated by the caller).
-TensorResult SubmitSend(SessionCore& core,
+TensorResult SubmitSend(SessionImpl& core,
                         const std::shared_ptr<CommEntry>& comm, uint32_t peer,
                         const DeviceTensor& input,
                         const std::shared_ptr<CudaStream>& stream,
                         std::string name);
-TensorResult SubmitReceive(SessionCore& core,
+TensorResult SubmitReceive(SessionImpl& core,
                            const std::shared_ptr<CommEntry>& comm,
                            uint32_t peer, const ValueDescriptor& descriptor,
                            const std::shared_ptr<CudaStream>& stream,
                            std::string name,
                            const DeviceTensor* into = nullptr);
-TensorResult SubmitBroadcast(SessionCore& core,
+TensorResult SubmitBroadcast(SessionImpl& core,
                              const std::shared_ptr<CommEntry>& comm,
                              const DeviceTensor& input, size_t root,
                              const std::shared_ptr<CudaStream>& stream,
                              std::string name,
                              const DeviceTensor* into = nullptr);
-UnitResult SubmitBarrier(SessionCore& core,
+UnitResult SubmitBarrier(SessionImpl& core,
                          const std::shared_ptr<CommEntry>& comm,
                          const std::shared_ptr<CudaStream>& stream,
                          std::string name);
@@ -415,7 +414,7 @@ class NcclAgreement final : public Agreement {
 };
 absl::StatusOr<Submission<std::shared_ptr<const Agreement>,
                           std::shared_ptr<NcclCompletion>>>
-SubmitAgreeSuccess(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
+SubmitAgreeSuccess(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
                    bool success, const std::shared_ptr<CudaStream>& stream,
                    std::string name);
 // This member's end of an ordered bundle on a route (spans the caller
@@ -435,7 +434,7 @@ struct BundleEnd {
 // themselves).
 absl::StatusOr<
     Submission<std::vector<DeviceTensor>, std::shared_ptr<NcclCompletion>>>
-SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
+SubmitBundle(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
              const BundleEnd& end, uint32_t source, uint32_t destination,
              const std::shared_ptr<CudaStream>& stream, std::string name);
 // Every transfer at once in one NCCL group: `sends` go to member `peer`,
@@ -444,7 +443,7 @@ SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
 // receive tensors, in order.
 absl::StatusOr<
     Submission<std::vector<DeviceTensor>, std::shared_ptr<NcclCompletion>>>
-SubmitBatch(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
+SubmitBatch(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
             absl::Span<const PeerValue<DeviceTensor>> sends,
             absl::Span<const PeerValue<DeviceTensor>> receives,
             const std::shared_ptr<CudaStream>& stream, std::string name);
@@ -453,6 +452,6 @@ SubmitBatch(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
 UnitResult SubmitLocal(absl::Span<const DeviceTensor* const> values,
                        const std::shared_ptr<CudaStream>& stream);
 
-}  // namespace rankd::dataplane::nccl
+}  // namespace rankd::dataplane::nccl::internal
 
-#endif  // RANKD_DATAPLANE_NCCL_SESSION_CORE_H_
+#endif  // RANKD_DATAPLANE_NCCL_INTERNAL_SESSION_IMPL_H_

@@ -1,5 +1,5 @@
 // The NCCL operations behind NcclSession and NcclBackend (declared in
-// session_core.h). Every function validates its arguments before any
+// internal/session_impl.h). Every function validates its arguments before any
 // native call; the data moves as bytes (ncclInt8) except for reductions,
 // whose dtype comes from SumTypeFor.
 #include <algorithm>
@@ -10,10 +10,10 @@
 #include "absl/strings/str_join.h"
 #include "dataplane/batch.h"
 #include "dataplane/nccl/cuda_copy.h"
-#include "dataplane/nccl/session_core.h"
+#include "dataplane/nccl/internal/session_impl.h"
 #include "dataplane/operation_description.h"
 
-namespace rankd::dataplane::nccl {
+namespace rankd::dataplane::nccl::internal {
 namespace {
 
 constexpr char kBackend[] = "nccl";
@@ -31,7 +31,7 @@ const char* At(const void* base, size_t offset) {
 }
 
 absl::StatusOr<std::shared_ptr<DeviceBuffer>> Scratch(
-    SessionCore& core, size_t bytes, const std::shared_ptr<CudaStream>& stream,
+    SessionImpl& core, size_t bytes, const std::shared_ptr<CudaStream>& stream,
     absl::string_view name) {
   auto buffer = DeviceBuffer::Allocate(bytes, stream);
   if (!buffer.ok()) {
@@ -44,12 +44,12 @@ absl::StatusOr<std::shared_ptr<DeviceBuffer>> Scratch(
 }
 
 // What an operation refused on this member's own arguments was, for
-// SessionCore::RefuseWithPeers: the peers that check agreement first wait
+// SessionImpl::RefuseWithPeers: the peers that check agreement first wait
 // for its record. Holds pointers only (nothing is copied unless a refusal
 // happens); everything it points to must outlive it.
 class Refusal {
  public:
-  Refusal(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
+  Refusal(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
           const std::shared_ptr<CudaStream>& stream, const std::string& name,
           bool agree_first = false)
       : core_(&core),
@@ -78,7 +78,7 @@ class Refusal {
   }
 
  private:
-  SessionCore* core_;
+  SessionImpl* core_;
   const std::shared_ptr<CommEntry>* comm_;
   const std::shared_ptr<CudaStream>* stream_;
   const std::string* name_;
@@ -96,7 +96,7 @@ TensorResult Finish(absl::StatusOr<Submitted> submitted,
 
 }  // namespace
 
-TensorResult SubmitAllReduceSum(SessionCore& core,
+TensorResult SubmitAllReduceSum(SessionImpl& core,
                                 const std::shared_ptr<CommEntry>& comm,
                                 const DeviceTensor& input,
                                 const std::shared_ptr<CudaStream>& stream,
@@ -129,7 +129,7 @@ TensorResult SubmitAllReduceSum(SessionCore& core,
   return Finish(core.Submit(std::move(plan)), *out);
 }
 
-TensorResult SubmitAllGatherEven(SessionCore& core,
+TensorResult SubmitAllGatherEven(SessionImpl& core,
                                  const std::shared_ptr<CommEntry>& comm,
                                  const DeviceTensor& input, size_t axis,
                                  const std::shared_ptr<CudaStream>& stream,
@@ -195,7 +195,7 @@ TensorResult SubmitAllGatherEven(SessionCore& core,
   return Finish(core.Submit(std::move(plan)), *out);
 }
 
-TensorResult SubmitAllGatherUneven(SessionCore& core,
+TensorResult SubmitAllGatherUneven(SessionImpl& core,
                                    const std::shared_ptr<CommEntry>& comm,
                                    const DeviceTensor& input,
                                    absl::Span<const size_t> counts, size_t axis,
@@ -291,7 +291,7 @@ TensorResult SubmitAllGatherUneven(SessionCore& core,
   return Finish(core.Submit(std::move(plan)), *out);
 }
 
-TensorResult SubmitAllToAll(SessionCore& core,
+TensorResult SubmitAllToAll(SessionImpl& core,
                             const std::shared_ptr<CommEntry>& comm,
                             const DeviceTensor& input,
                             absl::Span<const size_t> send_counts,
@@ -420,7 +420,7 @@ TensorResult SubmitAllToAll(SessionCore& core,
   return Finish(core.Submit(std::move(plan)), *out);
 }
 
-TensorResult SubmitSend(SessionCore& core,
+TensorResult SubmitSend(SessionImpl& core,
                         const std::shared_ptr<CommEntry>& comm, uint32_t peer,
                         const DeviceTensor& input,
                         const std::shared_ptr<CudaStream>& stream,
@@ -450,7 +450,7 @@ TensorResult SubmitSend(SessionCore& core,
   return Finish(core.Submit(std::move(plan)), input);
 }
 
-TensorResult SubmitReceive(SessionCore& core,
+TensorResult SubmitReceive(SessionImpl& core,
                            const std::shared_ptr<CommEntry>& comm,
                            uint32_t peer, const ValueDescriptor& descriptor,
                            const std::shared_ptr<CudaStream>& stream,
@@ -480,7 +480,7 @@ TensorResult SubmitReceive(SessionCore& core,
   return Finish(core.Submit(std::move(plan)), *out);
 }
 
-TensorResult SubmitBroadcast(SessionCore& core,
+TensorResult SubmitBroadcast(SessionImpl& core,
                              const std::shared_ptr<CommEntry>& comm,
                              const DeviceTensor& input, size_t root,
                              const std::shared_ptr<CudaStream>& stream,
@@ -518,7 +518,7 @@ TensorResult SubmitBroadcast(SessionCore& core,
   return Finish(core.Submit(std::move(plan)), *out);
 }
 
-UnitResult SubmitBarrier(SessionCore& core,
+UnitResult SubmitBarrier(SessionImpl& core,
                          const std::shared_ptr<CommEntry>& comm,
                          const std::shared_ptr<CudaStream>& stream,
                          std::string name) {
@@ -569,7 +569,7 @@ absl::StatusOr<bool> NcclAgreement::Resolve() const {
 
 absl::StatusOr<Submission<std::shared_ptr<const Agreement>,
                           std::shared_ptr<NcclCompletion>>>
-SubmitAgreeSuccess(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
+SubmitAgreeSuccess(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
                    bool success, const std::shared_ptr<CudaStream>& stream,
                    std::string name) {
   auto flag = Scratch(core, 1, stream, name);
@@ -602,7 +602,7 @@ SubmitAgreeSuccess(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
 
 absl::StatusOr<
     Submission<std::vector<DeviceTensor>, std::shared_ptr<NcclCompletion>>>
-SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
+SubmitBundle(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
              const BundleEnd& end, uint32_t source, uint32_t destination,
              const std::shared_ptr<CudaStream>& stream, std::string name) {
   const uint32_t n = static_cast<uint32_t>(comm->members.size());
@@ -708,7 +708,7 @@ SubmitBundle(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
 
 absl::StatusOr<
     Submission<std::vector<DeviceTensor>, std::shared_ptr<NcclCompletion>>>
-SubmitBatch(SessionCore& core, const std::shared_ptr<CommEntry>& comm,
+SubmitBatch(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
             absl::Span<const PeerValue<DeviceTensor>> sends,
             absl::Span<const PeerValue<DeviceTensor>> receives,
             const std::shared_ptr<CudaStream>& stream, std::string name) {
@@ -832,4 +832,4 @@ UnitResult SubmitLocal(absl::Span<const DeviceTensor* const> values,
       Unit{}, MakeNcclCompletion(std::move(op), LocalOpOwner())};
 }
 
-}  // namespace rankd::dataplane::nccl
+}  // namespace rankd::dataplane::nccl::internal
