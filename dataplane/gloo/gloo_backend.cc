@@ -333,8 +333,9 @@ absl::Status GlooBackend::RefuseWithPeer(const char* kind,
                                          const GlooRoute& route,
                                          GlooExecutor& executor,
                                          const absl::Status& refusal) {
+  // A route has two members, its two ends.
   if (refusal.ok() || impl_->poisoned() ||
-      !PeersAwaitRecord(2, options().verify_agreement,
+      !PeersAwaitRecord(/*members=*/2, options().verify_agreement,
                         /*checks_first=*/false)) {
     return refusal;
   }
