@@ -14,14 +14,15 @@ absl::Status Prefixed(const absl::Status& status, const char* backend,
 
 }  // namespace
 
-absl::StatusOr<ResolvedScope> Admit(const AdmissionRequest& request,
-                                    const absl::Status& usable,
-                                    const DistributedSessionDescriptor& session,
-                                    const DistributedCapabilities& caps) {
+absl::Status Admit(const AdmissionRequest& request, const absl::Status& usable,
+                   const DistributedSessionDescriptor& session,
+                   const DistributedCapabilities& caps) {
   if (!usable.ok()) return usable;
-  auto resolved = ResolveScope(session, request.scope);
-  if (!resolved.ok()) {
-    return Prefixed(resolved.status(), request.backend, request.operation);
+  if (!request.scope.is_world() &&
+      session.group(request.scope.group_id()) == nullptr) {
+    // Not a member: ResolveScope's refusal names the rank's groups.
+    return Prefixed(ResolveScope(session, request.scope).status(),
+                    request.backend, request.operation);
   }
   if (request.flag != nullptr) {
     if (absl::Status s =
@@ -31,12 +32,8 @@ absl::StatusOr<ResolvedScope> Admit(const AdmissionRequest& request,
       return s;
     }
   }
-  if (absl::Status s = RequireCollective(caps, request.backend,
-                                         request.operation, request.scope);
-      !s.ok()) {
-    return s;
-  }
-  return resolved;
+  return RequireCollective(caps, request.backend, request.operation,
+                           request.scope);
 }
 
 absl::Status CheckPeerOf(const char* backend, const char* operation,

@@ -39,12 +39,13 @@ struct AdmissionRequest {
   const char* capability = nullptr;
 };
 
-// The scope's members and this rank's index in it, once `request` passed
-// steps 1-3 above; otherwise the first refusal, as described there.
-absl::StatusOr<ResolvedScope> Admit(const AdmissionRequest& request,
-                                    const absl::Status& usable,
-                                    const DistributedSessionDescriptor& session,
-                                    const DistributedCapabilities& caps);
+// OK once `request` passed steps 1-3 above; otherwise the first refusal,
+// as described there. Builds nothing on success (it runs on every
+// submission): a caller that needs the scope's members takes them from its
+// own group or communicator.
+absl::Status Admit(const AdmissionRequest& request, const absl::Status& usable,
+                   const DistributedSessionDescriptor& session,
+                   const DistributedCapabilities& caps);
 
 // OK when `peer` is a member index of `scope` other than this rank's;
 // otherwise InvalidArgument "<backend> backend: <operation>: peer P is

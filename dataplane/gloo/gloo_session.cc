@@ -37,12 +37,17 @@ absl::StatusOr<GlooGroup*> GlooSession::Scope(
     const char* operation, const CollectiveScope& scope,
     bool DistributedCapabilities::*flag, const char* capability,
     ResolvedScope* resolved) {
-  auto admitted = Admit({kBackendName, operation, scope, flag, capability},
-                        backend_->Admission(operation), descriptor(),
-                        backend_->capabilities());
-  if (!admitted.ok()) return admitted.status();
-  if (resolved != nullptr) *resolved = *std::move(admitted);
-  return backend_->ResolveGroup(scope);
+  if (absl::Status s = Admit({kBackendName, operation, scope, flag, capability},
+                             backend_->Admission(operation), descriptor(),
+                             backend_->capabilities());
+      !s.ok()) {
+    return s;
+  }
+  auto group = backend_->ResolveGroup(scope);
+  if (group.ok() && resolved != nullptr) {
+    *resolved = {(*group)->members(), (*group)->local_rank(), (*group)->id()};
+  }
+  return group;
 }
 
 absl::StatusOr<ValueSubmission> GlooSession::AllReduceSum(

@@ -203,14 +203,14 @@ absl::Status SessionImpl::FailClosed(const absl::Status& status) const {
 absl::StatusOr<std::shared_ptr<CommEntry>> SessionImpl::CommFor(
     const CollectiveScope& scope, const char* operation,
     bool DistributedCapabilities::*flag, const char* capability) const {
-  auto admitted = Admit({kBackendName, operation, scope, flag, capability},
-                        poison_.Check(kBackendName, operation), descriptor_,
-                        capabilities());
+  absl::Status admitted = Admit(
+      {kBackendName, operation, scope, flag, capability},
+      poison_.Check(kBackendName, operation), descriptor_, capabilities());
   if (!admitted.ok()) {
     // A capability this session lacks: say why it advertises nothing.
-    return admitted.status().code() == absl::StatusCode::kUnimplemented
-               ? FailClosed(admitted.status())
-               : admitted.status();
+    return admitted.code() == absl::StatusCode::kUnimplemented
+               ? FailClosed(admitted)
+               : admitted;
   }
   absl::MutexLock lock(&mu_);
   if (scope.is_world()) return world_;
