@@ -37,8 +37,16 @@ absl::Status Admit(const AdmissionRequest& request, const absl::Status& usable,
 }
 
 absl::Status CheckPeerOf(const char* backend, const char* operation,
-                         size_t peer, const ResolvedScope& scope) {
-  absl::Status s = CheckPeer(peer, scope, operation);
+                         size_t peer, size_t members, size_t self) {
+  absl::Status s;
+  if (peer >= members) {
+    s = absl::InvalidArgumentError(absl::StrCat(operation, ": peer ", peer,
+                                                " is outside the scope's ",
+                                                members, " members"));
+  } else if (peer == self) {
+    s = absl::InvalidArgumentError(
+        absl::StrCat(operation, ": peer ", peer, " is this rank itself"));
+  }
   if (s.ok()) return s;
   return absl::Status(s.code(),
                       absl::StrCat(backend, " backend: ", s.message()));

@@ -47,11 +47,12 @@ absl::Status Admit(const AdmissionRequest& request, const absl::Status& usable,
                    const DistributedSessionDescriptor& session,
                    const DistributedCapabilities& caps);
 
-// OK when `peer` is a member index of `scope` other than this rank's;
-// otherwise InvalidArgument "<backend> backend: <operation>: peer P is
-// outside the scope's N members" or "... peer P is this rank itself".
+// OK when `peer` is a member index of a scope of `members` members other
+// than this rank's (`self`); otherwise InvalidArgument "<backend> backend:
+// <operation>: peer P is outside the scope's N members" or "... peer P is
+// this rank itself".
 absl::Status CheckPeerOf(const char* backend, const char* operation,
-                         size_t peer, const ResolvedScope& scope);
+                         size_t peer, size_t members, size_t self);
 
 }  // namespace rankd::dataplane
 

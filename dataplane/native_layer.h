@@ -30,22 +30,37 @@
 //      collective with a dead or diverged peer, and every outstanding
 //      operation fails.
 //
-// and implements the two interfaces below, usually as its session state
-// (OperationOwner) plus a small adapter (NativeSession). The conformance
-// suite (dataplane/conformance/) is what a new backend must pass.
+// and implements the three interfaces below: its session state
+// (OperationOwner), a small adapter for the watchdog (NativeSession), and
+// the operations the one session front calls (SessionNativeLayer, a
+// concept: SessionFront<Value, Layer> in session_front.h is every
+// backend's DistributedSession). The conformance suite
+// (dataplane/conformance/) is what a new backend must pass.
 //
-// Thread-safety: both interfaces are called from any thread (callers'
+// Thread-safety: all three are called from any thread (callers, their
 // waits, the watchdog thread, the quarantine's reaper); implementations are
-// thread-safe. Depends on dataplane/completion.h and absl.
+// thread-safe. Depends on admission.h, completion.h, control_plane.h, the
+// contract's type headers and absl.
 #ifndef RANKD_DATAPLANE_NATIVE_LAYER_H_
 #define RANKD_DATAPLANE_NATIVE_LAYER_H_
 
+#include <concepts>
+#include <cstddef>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "dataplane/admission.h"
+#include "dataplane/capabilities.h"
 #include "dataplane/completion.h"
+#include "dataplane/control_plane.h"
+#include "dataplane/peer_transfer.h"
+#include "dataplane/session.h"
+#include "dataplane/session_descriptor.h"
+#include "dataplane/value_descriptor.h"
 
 namespace rankd::dataplane {
 
@@ -119,6 +134,87 @@ class NativeSession {
 
   // Whether Abort (by the watchdog or anyone else) already ran.
   virtual bool aborted() const = 0;
+};
+
+// The operations as the session front (session_front.h) calls them. The
+// front owns the order: it names the operation ("all_reduce_sum on world",
+// the `label` every message of that operation uses), admits it through
+// Layer::Admit, checks a peer index (CheckPeerOf), and only then calls one
+// of the operations below, which check their own arguments with the
+// engine's checks (shape.h, caller_output.h, batch.h), tell the peers
+// about a refusal where they wait for this member (agreement.h), and queue
+// the native work. Every operation returns the submission (the output is
+// authoritative once the completion completes; the completion retains
+// every resource the work uses), or the refusal, with nothing queued
+// except a refusal's record for the peers. `output` is the caller's output
+// (the *Into forms), or null for a new one. The layer does not own the
+// caller's values: it retains them through the completion.
+template <typename Layer>
+concept SessionNativeLayer = requires(
+    Layer& layer, const Layer& const_layer, const AdmissionRequest& request,
+    const typename Layer::Scope& scope, std::string label,
+    const typename Layer::Value& value, const typename Layer::Value* output,
+    absl::Span<const size_t> counts, size_t peer,
+    const ValueDescriptor& descriptor,
+    absl::Span<const PeerValue<typename Layer::Value>> transfers,
+    const absl::Status& cause) {
+  // The tensor type (HostTensor, DeviceTensor) and a resolved scope (a
+  // group, a communicator), cheap to copy.
+  typename Layer::Value;
+  typename Layer::Scope;
+  // "gloo", "nccl": the first word of every message.
+  { const_layer.backend_name() } -> std::convertible_to<const char*>;
+  {
+    const_layer.descriptor()
+    } -> std::convertible_to<const DistributedSessionDescriptor&>;
+  // What the session advertises now (fail-closed: nothing it cannot do).
+  {
+    const_layer.capabilities()
+    } -> std::convertible_to<DistributedCapabilities>;
+  // Admit(request, <the session's own state>, ...) from admission.h, then
+  // the scope's group or communicator. Errors: Admit's, unchanged (a layer
+  // may add why it advertises nothing).
+  {
+    layer.Admit(request)
+    } -> std::same_as<absl::StatusOr<typename Layer::Scope>>;
+  // The scope's size and this rank's member index in it.
+  { const_layer.MemberCount(scope) } -> std::convertible_to<size_t>;
+  { const_layer.LocalMember(scope) } -> std::convertible_to<size_t>;
+  // The operations (session.h says what each computes).
+  {
+    layer.AllReduceSum(scope, label, value, output)
+    } -> std::same_as<absl::StatusOr<
+        typename DistributedSession<typename Layer::Value>::ValueSubmission>>;
+  {
+    layer.AllGather(scope, label, value, output)
+    } -> std::same_as<absl::StatusOr<
+        typename DistributedSession<typename Layer::Value>::ValueSubmission>>;
+  {
+    layer.AllToAllV(scope, label, value, counts, counts, output)
+    } -> std::same_as<absl::StatusOr<
+        typename DistributedSession<typename Layer::Value>::ValueSubmission>>;
+  // `peer` is a member index of `scope`, already checked.
+  {
+    layer.Send(scope, label, peer, value)
+    } -> std::same_as<absl::StatusOr<
+        typename DistributedSession<typename Layer::Value>::ValueSubmission>>;
+  {
+    layer.Receive(scope, label, peer, descriptor, output)
+    } -> std::same_as<absl::StatusOr<
+        typename DistributedSession<typename Layer::Value>::ValueSubmission>>;
+  {
+    layer.BatchSendReceive(scope, label, transfers, transfers)
+    } -> std::same_as<absl::StatusOr<
+        typename DistributedSession<typename Layer::Value>::ValuesSubmission>>;
+  // all_gather_words travels over the control plane, not the native layer.
+  { layer.control_plane() } -> std::convertible_to<ControlPlane*>;
+  { const_layer.words_timeout() } -> std::convertible_to<absl::Duration>;
+  // The failure vocabulary (docs/contract.md, "Failures"): the cause once
+  // poisoned (OK while healthy); Poison only latches; Abort latches and
+  // tears every native context down (as NativeSession::Abort).
+  { const_layer.poison() } -> std::same_as<absl::Status>;
+  layer.Poison(cause);
+  layer.Abort(cause);
 };
 
 }  // namespace rankd::dataplane

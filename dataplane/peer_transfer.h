@@ -1,15 +1,11 @@
 // Point-to-point transfers: PeerValue (one transfer of a batched
-// send/receive), the most transfers one batch may hold, and CheckPeer, the
-// peer check every backend makes before native work (docs/dataplane.md,
-// "Validation"; batch.h checks whole batches). Depends on
-// dataplane/collective_scope.h and absl.
+// send/receive) and the most transfers one batch may hold. The checks are
+// the engine's: admission.h's CheckPeerOf for one peer, batch.h for whole
+// batches. Header-only; depends on nothing.
 #ifndef RANKD_DATAPLANE_PEER_TRANSFER_H_
 #define RANKD_DATAPLANE_PEER_TRANSFER_H_
 
 #include <cstddef>
-
-#include "absl/status/status.h"
-#include "dataplane/collective_scope.h"
 
 namespace rankd::dataplane {
 
@@ -23,12 +19,6 @@ struct PeerValue {
 };
 // The most transfers one batched send/receive may hold.
 inline constexpr size_t kMaxBatchTransfers = 4096;
-
-// OK when `peer` indexes `scope`'s members and is not this rank (a
-// send/receive needs another member). Otherwise InvalidArgument naming
-// `operation` and the peer.
-absl::Status CheckPeer(size_t peer, const ResolvedScope& scope,
-                       const char* operation);
 
 }  // namespace rankd::dataplane
 

@@ -204,27 +204,6 @@ void AddValueCases(std::vector<ConformanceCase>& cases) {
                    }});
 }
 
-// Why Gloo words some refusals differently, until its session names its
-// operations as NCCL's does.
-constexpr char kGlooNamesBackendOperations[] =
-    "Gloo's session validates through its backend, whose messages name the "
-    "backend operation (all_gather_even, variable_all_to_all) without the "
-    "scope; NCCL's name the session operation and its scope. One naming is "
-    "still to be chosen (issue 33).";
-
-// `outcome` on NCCL, and on Gloo `gloo_message` instead of its message.
-std::map<std::string, Difference> GlooWords(
-    std::function<RankOutcome(uint32_t)> outcome,
-    std::function<std::string(uint32_t)> gloo_message) {
-  return {{"gloo",
-           {[outcome, gloo_message](uint32_t r) {
-              RankOutcome o = outcome(r);
-              o.message = gloo_message(r);
-              return o;
-            },
-            kGlooNamesBackendOperations}}};
-}
-
 // --- Refusals: a call refused on its own arguments, before any native
 // work, with the same words on every backend.
 
@@ -247,9 +226,10 @@ void AddRefusalCases(std::vector<ConformanceCase>& cases) {
                    }});
   {
     auto outcome = [](uint32_t) {
-      return Refused(kInvalid,
-                     "nccl backend: all_gather on world: the output is f32[3] "
-                     "but the result is f32[4]");
+      return Refused(
+          kInvalid,
+          "$backend backend: all_gather on world: the output is f32[3] "
+          "but the result is f32[4]");
     };
     cases.push_back({"AllGatherIntoAnOutputOfTheWrongShape",
                      2,
@@ -260,11 +240,7 @@ void AddRefusalCases(std::vector<ConformanceCase>& cases) {
                        c.output_shape = {3};
                        return c;
                      },
-                     outcome,
-                     GlooWords(outcome, [](uint32_t) {
-                       return "gloo backend: all_gather_even: the output is "
-                              "f32[3] but the result is f32[4]";
-                     })});
+                     outcome});
   }
   // all_to_all_v always checks agreement first, so its refusals are told to
   // the peers (dataplane/agreement.h, PeersAwaitRecord).
@@ -273,7 +249,7 @@ void AddRefusalCases(std::vector<ConformanceCase>& cases) {
   {
     auto outcome = [kTold](uint32_t) {
       return Refused(kInvalid,
-                     std::string("nccl backend: all_to_all_v on world: the "
+                     std::string("$backend backend: all_to_all_v on world: the "
                                  "output overlaps the input, and all_to_all_v "
                                  "on world cannot run in place") +
                          kTold);
@@ -289,37 +265,27 @@ void AddRefusalCases(std::vector<ConformanceCase>& cases) {
                        c.output_is_input = true;
                        return c;
                      },
-                     outcome,
-                     GlooWords(outcome, [kTold](uint32_t) {
-                       return std::string(
-                                  "gloo backend: variable_all_to_all: the "
-                                  "output overlaps the input, and "
-                                  "variable_all_to_all cannot run in place") +
-                              kTold;
-                     })});
+                     outcome});
   }
   {
     const std::string reason =
         ": send counts have 1 entries and receive counts 2; both need one per "
         "member (2)";
     auto outcome = [=](uint32_t) {
-      return Refused(kInvalid,
-                     "nccl backend: all_to_all_v on world" + reason + kTold);
+      return Refused(
+          kInvalid, "$backend backend: all_to_all_v on world" + reason + kTold);
     };
-    cases.push_back(
-        {"AllToAllVCountsOfTheWrongLength",
-         2,
-         {},
-         [](uint32_t) {
-           RankCall c = Call(Operation::kAllToAllV, {2}, Iota(2, 0));
-           c.send_counts = {2};
-           c.receive_counts = {1, 1};
-           return c;
-         },
-         outcome,
-         GlooWords(outcome, [=](uint32_t) {
-           return "gloo backend: variable_all_to_all" + reason + kTold;
-         })});
+    cases.push_back({"AllToAllVCountsOfTheWrongLength",
+                     2,
+                     {},
+                     [](uint32_t) {
+                       RankCall c =
+                           Call(Operation::kAllToAllV, {2}, Iota(2, 0));
+                       c.send_counts = {2};
+                       c.receive_counts = {1, 1};
+                       return c;
+                     },
+                     outcome});
   }
   {
     auto reason = [](uint32_t r) {
@@ -328,24 +294,21 @@ void AddRefusalCases(std::vector<ConformanceCase>& cases) {
              "] = 1 but receive_counts[" + i + "] = 2";
     };
     auto outcome = [=](uint32_t r) {
-      return Refused(kInvalid,
-                     "nccl backend: all_to_all_v on world" + reason(r) + kTold);
+      return Refused(kInvalid, "$backend backend: all_to_all_v on world" +
+                                   reason(r) + kTold);
     };
-    cases.push_back(
-        {"AllToAllVSelfSlotsThatDiffer",
-         2,
-         {},
-         [](uint32_t r) {
-           RankCall c = Call(Operation::kAllToAllV, {2}, Iota(2, 0));
-           c.send_counts = {1, 1};
-           c.receive_counts = {1, 1};
-           c.receive_counts[r] = 2;
-           return c;
-         },
-         outcome,
-         GlooWords(outcome, [=](uint32_t r) {
-           return "gloo backend: variable_all_to_all" + reason(r) + kTold;
-         })});
+    cases.push_back({"AllToAllVSelfSlotsThatDiffer",
+                     2,
+                     {},
+                     [](uint32_t r) {
+                       RankCall c =
+                           Call(Operation::kAllToAllV, {2}, Iota(2, 0));
+                       c.send_counts = {1, 1};
+                       c.receive_counts = {1, 1};
+                       c.receive_counts[r] = 2;
+                       return c;
+                     },
+                     outcome});
   }
   cases.push_back(
       {"SendToAPeerOutsideTheScope",
@@ -470,7 +433,7 @@ void AddFailureCases(std::vector<ConformanceCase>& cases) {
   {
     auto outcome = [](uint32_t) {
       return Fails(kInvalid,
-                   "nccl all_to_all_v on world: members disagree on the "
+                   "$backend all_to_all_v on world: members disagree on the "
                    "counts: member 0 (rank 0) sends 1 rows to member 1 (rank "
                    "1), which expects 2 from it; nothing moved");
     };
@@ -486,13 +449,7 @@ void AddFailureCases(std::vector<ConformanceCase>& cases) {
                                                  : std::vector<size_t>{2, 1};
                        return c;
                      },
-                     outcome,
-                     GlooWords(outcome, [](uint32_t) {
-                       return "gloo variable_all_to_all on world: members "
-                              "disagree on the counts: member 0 (rank 0) "
-                              "sends 1 rows to member 1 (rank 1), which "
-                              "expects 2 from it; nothing moved";
-                     })});
+                     outcome});
   }
   SessionSetup verify;
   verify.verify_agreement = true;

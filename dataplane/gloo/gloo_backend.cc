@@ -88,15 +88,20 @@ void Gather(const uint8_t* by_axis, uint8_t* member_major,
   }
 }
 
-std::string OperationName(const char* kind, const GlooGroup& group) {
-  return absl::StrCat(kind, " on ", group.ToString());
+// What an operation's messages call it: `label` when the caller named it
+// (the session: "all_gather on world"), otherwise `name` on its group as
+// `executor` runs it ("all_gather_even on group 2 on executor 1").
+std::string Labeled(std::string label, const char* name, GlooGroup& group,
+                    const GlooExecutor& executor) {
+  if (!label.empty()) return label;
+  return absl::StrCat(name, " on ", group.OnLane(executor.lane())->ToString());
 }
 
-// The output of `kind`: a new tensor of `result` whose bytes the operation
+// The output of `op`: a new tensor of `result` whose bytes the operation
 // overwrites entirely, or the caller's `into`, which must have exactly the
 // result's descriptor and may share `input`'s buffer only when the
 // operation can run in place (`in_place`).
-absl::StatusOr<HostTensor> OutputFor(const char* kind,
+absl::StatusOr<HostTensor> OutputFor(const std::string& op,
                                      std::optional<HostTensor> into,
                                      const ValueDescriptor& result,
                                      const HostTensor& input, bool in_place) {
@@ -106,7 +111,7 @@ absl::StatusOr<HostTensor> OutputFor(const char* kind,
       into->SharesBufferWith(input) && into->byte_size() > 0
           ? OutputOverlap::kSameBytes
           : OutputOverlap::kNone;
-  if (absl::Status s = CheckCallerOutput(kBackend, kind, into->descriptor(),
+  if (absl::Status s = CheckCallerOutput(kBackend, op, into->descriptor(),
                                          result, overlap, in_place);
       !s.ok()) {
     return s;
@@ -286,38 +291,36 @@ absl::StatusOr<GlooRoute> GlooBackend::Route(GlooGroup& group,
   return GlooRoute(group.shared_from_this(), *source, *destination);
 }
 
-absl::Status GlooBackend::Precheck(const char* kind, const GlooGroup& group,
+absl::Status GlooBackend::Precheck(const char* name, const GlooGroup& group,
                                    const GlooExecutor& executor) const {
-  if (absl::Status s = impl_->Admission(kind); !s.ok()) return s;
+  if (absl::Status s = impl_->Admission(name); !s.ok()) return s;
   if (group.owner() != impl_.get() || group.lane() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: ", kind, ": the group does not belong to this backend"));
+        "gloo backend: ", name, ": the group does not belong to this backend"));
   }
   if (!impl_->Owns(executor)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("gloo backend: ", kind,
+        absl::StrCat("gloo backend: ", name,
                      ": the executor does not belong to this backend"));
   }
-  return RequireCollective(caps_, kBackend, kind,
+  return RequireCollective(caps_, kBackend, name,
                            group.is_world()
                                ? CollectiveScope::World()
                                : CollectiveScope::Group(group.id()));
 }
 
-absl::Status GlooBackend::RefuseWithPeers(const char* kind, GlooGroup& group,
-                                          GlooExecutor& executor,
-                                          AgreementCheck check,
-                                          const absl::Status& refusal) {
+absl::Status GlooBackend::RefuseWithPeers(
+    const char* name, const std::string& op, GlooGroup& group,
+    GlooExecutor& executor, AgreementCheck check, const absl::Status& refusal) {
   const bool peers_wait =
       PeersAwaitRecord(group.size(), options().verify_agreement,
                        /*checks_first=*/check == AgreementCheck::kAllToAll);
   if (refusal.ok() || !peers_wait || impl_->poisoned()) return refusal;
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
-  const std::string op = OperationName(kind, *g);
   const Milliseconds timeout = Millis(options().op_timeout);
   // What the peers' check gathers: the fingerprint (and for
   // all_to_all_v, counts, here zeros) of what this member "submitted".
-  auto told = executor.Submit(kind, op, {g}, [g, op, check, timeout] {
+  auto told = executor.Submit(name, op, {g}, [g, op, check, timeout] {
     if (check == AgreementCheck::kAllToAll) {
       const std::vector<size_t> none(g->size(), 0);
       return internal::VerifyAllToAllCounts(*g, op, kRefusedCanonical, none,
@@ -329,7 +332,8 @@ absl::Status GlooBackend::RefuseWithPeers(const char* kind, GlooGroup& group,
                              told.status());
 }
 
-absl::Status GlooBackend::RefuseWithPeer(const char* kind,
+absl::Status GlooBackend::RefuseWithPeer(const char* name,
+                                         const std::string& op,
                                          const GlooRoute& route,
                                          GlooExecutor& executor,
                                          const absl::Status& refusal) {
@@ -342,11 +346,9 @@ absl::Status GlooBackend::RefuseWithPeer(const char* kind,
   std::shared_ptr<GlooGroup> g = route.group()->OnLane(executor.lane());
   const uint32_t source = route.source_index();
   const uint32_t destination = route.destination_index();
-  const std::string op =
-      absl::StrCat(kind, " on ", GlooRoute(g, source, destination).ToString());
   const Milliseconds timeout = Millis(options().op_timeout);
   auto told =
-      executor.Submit(kind, op, {g}, [g, op, source, destination, timeout] {
+      executor.Submit(name, op, {g}, [g, op, source, destination, timeout] {
         return internal::ExchangeRouteFingerprints(
             *g, op, g->NextRouteSequence(source, destination), source,
             destination, kRefusedCanonical, timeout);
@@ -376,43 +378,43 @@ GlooUnitSubmission GlooBackend::SubmitLocalDependencies(
 GlooTensorSubmission GlooBackend::AllReduceSum(const HostTensor& value,
                                                GlooGroup& group,
                                                GlooExecutor& executor) {
-  constexpr char kind[] = "all_reduce_sum";
-  if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
-  // A donated sole owner is summed in place (its buffer is the output).
-  // Otherwise out of place without a separate copy pass: Gloo copies the
-  // input into the output segment by segment inside its ring.
-  return SubmitAllReduce(kind, value,
-                         value.donated_and_sole_owner()
-                             ? value
-                             : HostTensor::Uninitialized(value.descriptor()),
-                         group, executor);
+  return AllReduceSumImpl("all_reduce_sum", "", value, std::nullopt, group,
+                          executor);
 }
 
 GlooTensorSubmission GlooBackend::AllReduceSumInto(const HostTensor& value,
                                                    const HostTensor& output,
                                                    GlooGroup& group,
                                                    GlooExecutor& executor) {
-  constexpr char kind[] = "all_reduce_sum";
-  if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
-  auto checked = OutputFor(kind, output, value.descriptor(), value,
-                           /*in_place=*/true);
-  if (!checked.ok()) {
-    return RefuseWithPeers(kind, group, executor, AgreementCheck::kCollective,
-                           checked.status());
-  }
-  return SubmitAllReduce(kind, value, *checked, group, executor);
+  return AllReduceSumImpl("all_reduce_sum", "", value, output, group, executor);
 }
 
-GlooTensorSubmission GlooBackend::SubmitAllReduce(const char* kind,
-                                                  const HostTensor& value,
-                                                  const HostTensor& output,
-                                                  GlooGroup& group,
-                                                  GlooExecutor& executor) {
-  auto kernel = internal::SumKernelFor(value.dtype(), kind);
-  if (!kernel.ok()) {
-    return RefuseWithPeers(kind, group, executor, AgreementCheck::kCollective,
-                           kernel.status());
-  }
+GlooTensorSubmission GlooBackend::AllReduceSumImpl(
+    const char* name, std::string label, const HostTensor& value,
+    std::optional<HostTensor> into, GlooGroup& group, GlooExecutor& executor) {
+  if (absl::Status s = Precheck(name, group, executor); !s.ok()) return s;
+  const std::string op = Labeled(std::move(label), name, group, executor);
+  auto refuse = [&](const absl::Status& refusal) {
+    return RefuseWithPeers(name, op, group, executor,
+                           AgreementCheck::kCollective, refusal);
+  };
+  auto kernel = internal::SumKernelFor(value.dtype(), name);
+  if (!kernel.ok()) return refuse(kernel.status());
+  // A donated sole owner is summed in place (its buffer is the output).
+  // Otherwise out of place without a separate copy pass: Gloo copies the
+  // input into the output segment by segment inside its ring.
+  if (!into.has_value() && value.donated_and_sole_owner()) into = value;
+  auto output = OutputFor(op, std::move(into), value.descriptor(), value,
+                          /*in_place=*/true);
+  if (!output.ok()) return refuse(output.status());
+  return SubmitAllReduce(name, op, value, *output, *kernel, group, executor);
+}
+
+GlooTensorSubmission GlooBackend::SubmitAllReduce(
+    const char* name, const std::string& op, const HostTensor& value,
+    const HostTensor& output, const internal::SumKernel& kernel,
+    GlooGroup& group, GlooExecutor& executor) {
+  constexpr char kind[] = "all_reduce_sum";
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   const bool in_place = output.SharesBufferWith(value);
   if (g->context() == nullptr) {
@@ -422,7 +424,7 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(const char* kind,
     // a large copy is better overlapped on the executor thread.
     const bool local = in_place || value.byte_size() <= kLocalCopyMaxBytes;
     auto completion = executor.Submit(
-        kind, OperationName(kind, *g), {value.resource(), output.resource(), g},
+        name, op, {value.resource(), output.resource(), g},
         [value, output, in_place] {
           if (!in_place) {
             std::memcpy(output.data(), value.data(), value.byte_size());
@@ -434,7 +436,6 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(const char* kind,
     return Submission<HostTensor, GlooCompletionPtr>{output,
                                                      *std::move(completion)};
   }
-  std::string op = OperationName(kind, *g);
   std::string canonical = DescribeOnValue(kind, value.descriptor());
   if (options().all_reduce_bcube_max_bytes != kDefaultAllReduceBcubeMaxBytes ||
       options().all_reduce_ring_segment_bytes !=
@@ -454,10 +455,9 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(const char* kind,
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
-      kind, op, {value.resource(), output.resource(), g},
-      [g, value, output, in_place, kernel = *kernel, op,
-       canonical = std::move(canonical), fingerprint, plan, verify, timeout,
-       diagnosis = impl_->diagnosis()] {
+      name, op, {value.resource(), output.resource(), g},
+      [g, value, output, in_place, kernel, op, canonical = std::move(canonical),
+       fingerprint, plan, verify, timeout, diagnosis = impl_->diagnosis()] {
         if (verify) {
           TaskResult r = internal::VerifyAgreement(*g, op, canonical, timeout);
           if (!r.status.ok()) return r;
@@ -480,20 +480,22 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(const char* kind,
 GlooTensorSubmission GlooBackend::AllGatherEven(const HostTensor& value,
                                                 size_t axis, GlooGroup& group,
                                                 GlooExecutor& executor) {
-  return AllGatherEvenImpl(value, axis, std::nullopt, group, executor);
+  return AllGatherEvenImpl("all_gather_even", "", value, axis, std::nullopt,
+                           group, executor);
 }
 
 GlooTensorSubmission GlooBackend::AllGatherEvenImpl(
-    const HostTensor& value, size_t axis, std::optional<HostTensor> output,
-    GlooGroup& group, GlooExecutor& executor) {
-  constexpr char kind[] = "all_gather_even";
-  if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
-  auto layout = LayoutAlong(value.descriptor(), axis, kBackend, kind);
+    const char* name, std::string label, const HostTensor& value, size_t axis,
+    std::optional<HostTensor> output, GlooGroup& group,
+    GlooExecutor& executor) {
+  if (absl::Status s = Precheck(name, group, executor); !s.ok()) return s;
+  const std::string op = Labeled(std::move(label), name, group, executor);
+  auto layout = LayoutAlong(value.descriptor(), axis, kBackend, op);
   if (!layout.ok()) {
-    return RefuseWithPeers(kind, group, executor, AgreementCheck::kCollective,
-                           layout.status());
+    return RefuseWithPeers(name, op, group, executor,
+                           AgreementCheck::kCollective, layout.status());
   }
-  return SubmitGather(kind, value,
+  return SubmitGather("all_gather_even", name, op, value,
                       std::vector<size_t>(group.size(), layout->extent), axis,
                       std::move(output), group, executor);
 }
@@ -511,52 +513,51 @@ GlooTensorSubmission GlooBackend::AllGatherUnevenImpl(
     GlooExecutor& executor) {
   constexpr char kind[] = "all_gather_uneven";
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
-  const ValueDescriptor& d = value.descriptor();
-  auto refuse = [&](const absl::Status& refusal) {
-    return RefuseWithPeers(kind, group, executor, AgreementCheck::kCollective,
-                           refusal);
-  };
-  auto layout = LayoutUnevenGather(d, axis, counts, group.size(),
-                                   group.local_rank(), kBackend, kind);
-  if (!layout.ok()) return refuse(layout.status());
-  return SubmitGather(kind, value,
+  const std::string op = Labeled("", kind, group, executor);
+  auto layout =
+      LayoutUnevenGather(value.descriptor(), axis, counts, group.size(),
+                         group.local_rank(), kBackend, op);
+  if (!layout.ok()) {
+    return RefuseWithPeers(kind, op, group, executor,
+                           AgreementCheck::kCollective, layout.status());
+  }
+  return SubmitGather(kind, kind, op, value,
                       std::vector<size_t>(counts.begin(), counts.end()), axis,
                       std::move(output), group, executor);
 }
 
 GlooTensorSubmission GlooBackend::SubmitGather(
-    const char* kind, const HostTensor& value, std::vector<size_t> counts,
-    size_t axis, std::optional<HostTensor> into, GlooGroup& group,
-    GlooExecutor& executor) {
+    const char* kind, const char* name, const std::string& op,
+    const HostTensor& value, std::vector<size_t> counts, size_t axis,
+    std::optional<HostTensor> into, GlooGroup& group, GlooExecutor& executor) {
   const ValueDescriptor& d = value.descriptor();
   auto refuse = [&](const absl::Status& refusal) {
-    return RefuseWithPeers(kind, group, executor, AgreementCheck::kCollective,
-                           refusal);
+    return RefuseWithPeers(name, op, group, executor,
+                           AgreementCheck::kCollective, refusal);
   };
   auto total = CheckedSum(counts);
   if (!total.has_value()) {
     return refuse(absl::InvalidArgumentError(
-        absl::StrCat("gloo backend: ", kind, ": counts overflow")));
+        absl::StrCat("gloo backend: ", op, ": counts overflow")));
   }
-  auto out_descriptor = WithExtent(d, axis, *total, kBackend, kind);
+  auto out_descriptor = WithExtent(d, axis, *total, kBackend, op);
   if (!out_descriptor.ok()) return refuse(out_descriptor.status());
   // A scalar gathers as [1].
   const ValueDescriptor in_descriptor =
       d.shape().empty() ? *ValueDescriptor::Create({1}, d.dtype()) : d;
-  const AxisLayout layout = *LayoutAlong(in_descriptor, axis, kBackend, kind);
-  auto made = OutputFor(kind, std::move(into), *out_descriptor, value,
+  const AxisLayout layout = *LayoutAlong(in_descriptor, axis, kBackend, op);
+  auto made = OutputFor(op, std::move(into), *out_descriptor, value,
                         /*in_place=*/false);
   if (!made.ok()) return refuse(made.status());
   HostTensor output = *std::move(made);
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
-  const std::string op = OperationName(kind, *g);
   const std::string canonical =
       DescribeAlongAxis(kind, axis, in_descriptor, counts);
   const uint64_t fingerprint = OperationFingerprint(canonical);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
-      kind, op, {value.resource(), output.resource(), g},
+      name, op, {value.resource(), output.resource(), g},
       [g, value, output, counts, layout, op, canonical, fingerprint, verify,
        timeout, diagnosis = impl_->diagnosis()] {
         if (g->context() == nullptr) {
@@ -599,44 +600,44 @@ GlooTensorSubmission GlooBackend::VariableAllToAll(const HostTensor& value,
                                                    size_t axis,
                                                    GlooGroup& group,
                                                    GlooExecutor& executor) {
-  return VariableAllToAllImpl(value, counts, axis, std::nullopt, group,
-                              executor);
+  return VariableAllToAllImpl("variable_all_to_all", "", value, counts, axis,
+                              std::nullopt, group, executor);
 }
 
 GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
-    const HostTensor& value, const PeerCounts& counts, size_t axis,
-    std::optional<HostTensor> into, GlooGroup& group, GlooExecutor& executor) {
+    const char* name, std::string label, const HostTensor& value,
+    const PeerCounts& counts, size_t axis, std::optional<HostTensor> into,
+    GlooGroup& group, GlooExecutor& executor) {
   constexpr char kind[] = "variable_all_to_all";
-  if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
+  if (absl::Status s = Precheck(name, group, executor); !s.ok()) return s;
   if (absl::Status s = RequireCapability(caps_.variable_all_to_all, kBackend,
-                                         kind, "variable_all_to_all");
+                                         name, "variable_all_to_all");
       !s.ok()) {
     return s;
   }
+  const std::string op = Labeled(std::move(label), name, group, executor);
   const ValueDescriptor& d = value.descriptor();
   // The count matrix is always checked first: the peers wait for this
   // member's record.
   auto refuse = [&](const absl::Status& refusal) {
-    return RefuseWithPeers(kind, group, executor, AgreementCheck::kAllToAll,
+    return RefuseWithPeers(name, op, group, executor, AgreementCheck::kAllToAll,
                            refusal);
   };
-  auto planned =
-      LayoutAllToAll(d, axis, counts.send, counts.receive, group.size(),
-                     group.local_rank(), kBackend, kind);
+  auto planned = LayoutAllToAll(d, axis, counts.send, counts.receive,
+                                group.size(), group.local_rank(), kBackend, op);
   if (!planned.ok()) return refuse(planned.status());
   const AxisLayout layout = planned->input;
   // Every byte of the output is received or copied.
-  auto made = OutputFor(kind, std::move(into), planned->output, value,
+  auto made = OutputFor(op, std::move(into), planned->output, value,
                         /*in_place=*/false);
   if (!made.ok()) return refuse(made.status());
   HostTensor output = *std::move(made);
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
-  const std::string op = OperationName(kind, *g);
   const std::string canonical = DescribeAlongAxis(kind, axis, d);
   const uint64_t fingerprint = OperationFingerprint(canonical);
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
-      kind, op, {value.resource(), output.resource(), g},
+      name, op, {value.resource(), output.resource(), g},
       [g, value, output, counts, layout, op, canonical, fingerprint, timeout,
        diagnosis = impl_->diagnosis()] {
         if (g->context() == nullptr) {
@@ -696,25 +697,25 @@ GlooTensorSubmission GlooBackend::BroadcastImpl(const HostTensor& value,
                                                 GlooExecutor& executor) {
   constexpr char kind[] = "broadcast";
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
+  const std::string op = Labeled("", kind, group, executor);
   auto refuse = [&](const absl::Status& refusal) {
-    return RefuseWithPeers(kind, group, executor, AgreementCheck::kCollective,
-                           refusal);
+    return RefuseWithPeers(kind, op, group, executor,
+                           AgreementCheck::kCollective, refusal);
   };
   if (root_member_index >= group.size()) {
     return refuse(absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: ", kind, ": root member index ", root_member_index,
-        " is outside ", group.ToString(), "'s ", group.size(), " members")));
+        "gloo backend: ", op, ": root member index ", root_member_index,
+        " is outside the group's ", group.size(), " members")));
   }
   const bool root = root_member_index == group.local_rank();
   // The root's output starts as a copy of its value (unless it is the
   // value's own buffer); the others' is overwritten by the broadcast.
-  auto made = OutputFor(kind, std::move(into), value.descriptor(), value,
+  auto made = OutputFor(op, std::move(into), value.descriptor(), value,
                         /*in_place=*/true);
   if (!made.ok()) return refuse(made.status());
   HostTensor output = *std::move(made);
   const bool copy_in = root && !output.SharesBufferWith(value);
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
-  const std::string op = OperationName(kind, *g);
   const std::string canonical =
       DescribeRooted(kind, root_member_index, value.descriptor());
   const uint64_t fingerprint = OperationFingerprint(canonical);
@@ -751,7 +752,7 @@ GlooUnitSubmission GlooBackend::Barrier(GlooGroup& group,
   constexpr char kind[] = "barrier";
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
-  const std::string op = OperationName(kind, *g);
+  const std::string op = Labeled("", kind, group, executor);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
@@ -779,7 +780,7 @@ GlooAgreementSubmission GlooBackend::AgreeSuccess(bool success,
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
   auto state = std::make_shared<GlooAgreement::State>();
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
-  const std::string op = OperationName(kind, *g);
+  const std::string op = Labeled("", kind, group, executor);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
@@ -820,17 +821,17 @@ GlooBundleSubmission GlooBackend::SendReceive(
     absl::Span<const HostTensor> tensors, const GlooRoute& route,
     GlooExecutor& executor) {
   if (route.group() != nullptr && route.group()->rank() == route.source()) {
-    return SubmitBundle("send_receive", tensors, {}, {}, route, executor);
+    return SubmitBundle("send_receive", "", tensors, {}, {}, route, executor);
   }
   std::vector<ValueDescriptor> descriptors;
   for (const HostTensor& t : tensors) descriptors.push_back(t.descriptor());
-  return SubmitBundle("send_receive", {}, descriptors, {}, route, executor);
+  return SubmitBundle("send_receive", "", {}, descriptors, {}, route, executor);
 }
 
 GlooBundleSubmission GlooBackend::ReceiveBundle(
     absl::Span<const ValueDescriptor> descriptors, const GlooRoute& route,
     GlooExecutor& executor) {
-  return SubmitBundle("send_receive", {}, descriptors, {}, route, executor);
+  return SubmitBundle("send_receive", "", {}, descriptors, {}, route, executor);
 }
 
 GlooBundleSubmission GlooBackend::ReceiveBundleInto(
@@ -845,39 +846,45 @@ GlooBundleSubmission GlooBackend::ReceiveBundleInto(
   }
   std::vector<ValueDescriptor> descriptors;
   for (const HostTensor& t : outputs) descriptors.push_back(t.descriptor());
-  return SubmitBundle("send_receive", {}, descriptors, outputs, route,
+  return SubmitBundle("send_receive", "", {}, descriptors, outputs, route,
                       executor);
 }
 
 GlooBundleSubmission GlooBackend::SubmitBundle(
-    const char* kind, absl::Span<const HostTensor> send,
+    const char* name, std::string label, absl::Span<const HostTensor> send,
     absl::Span<const ValueDescriptor> receive,
     absl::Span<const HostTensor> receive_into, const GlooRoute& route,
     GlooExecutor& executor) {
-  if (absl::Status s = impl_->Admission(kind); !s.ok()) return s;
+  if (absl::Status s = impl_->Admission(name); !s.ok()) return s;
   if (route.group() == nullptr || route.group()->owner() != impl_.get() ||
       route.group()->lane() != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: ", kind, ": the route does not belong to this backend"));
+        "gloo backend: ", name, ": the route does not belong to this backend"));
   }
   if (!impl_->Owns(executor)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("gloo backend: ", kind,
+        absl::StrCat("gloo backend: ", name,
                      ": the executor does not belong to this backend"));
   }
-  if (absl::Status s = RequireCapability(caps_.point_to_point, kBackend, kind,
+  if (absl::Status s = RequireCapability(caps_.point_to_point, kBackend, name,
                                          "point_to_point");
       !s.ok()) {
     return s;
   }
   std::shared_ptr<GlooGroup> g = route.group()->OnLane(executor.lane());
+  const std::string op = label.empty()
+                             ? absl::StrCat(name, " on ",
+                                            GlooRoute(g, route.source_index(),
+                                                      route.destination_index())
+                                                .ToString())
+                             : std::move(label);
   const bool is_source = g->rank() == route.source();
   const size_t count = is_source ? send.size() : receive.size();
   if (count > 60000) {
     return RefuseWithPeer(
-        kind, route, executor,
+        name, op, route, executor,
         absl::InvalidArgumentError(absl::StrCat(
-            "gloo backend: ", kind,
+            "gloo backend: ", op,
             ": a bundle holds at most 60000 tensors; got ", count)));
   }
   std::vector<HostTensor> tensors;
@@ -897,9 +904,9 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
         if (receive_into[i].byte_size() > 0 &&
             !seen.insert(receive_into[i].data()).second) {
           return RefuseWithPeer(
-              kind, route, executor,
+              name, op, route, executor,
               absl::InvalidArgumentError(absl::StrCat(
-                  "gloo backend: ", kind, ": output ", i,
+                  "gloo backend: ", op, ": output ", i,
                   " shares its buffer with an earlier output of the "
                   "bundle")));
         }
@@ -913,9 +920,6 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
       resources.push_back(tensors.back().resource());
     }
   }
-  const std::string op = absl::StrCat(
-      kind, " on ",
-      GlooRoute(g, route.source_index(), route.destination_index()).ToString());
   const std::string canonical = DescribeBundle(described);
   const uint64_t fingerprint = OperationFingerprint(canonical);
   const bool verify = options().verify_agreement;
@@ -923,7 +927,7 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
   const uint32_t source = route.source_index();
   const uint32_t destination = route.destination_index();
   auto completion = executor.Submit(
-      kind, op, std::move(resources),
+      name, op, std::move(resources),
       [g, tensors, is_source, source, destination, op, canonical, fingerprint,
        verify, timeout, diagnosis = impl_->diagnosis(),
        scope = OnRoute(
@@ -967,16 +971,25 @@ GlooBundleSubmission GlooBackend::BatchSendReceive(
     absl::Span<const PeerValue<HostTensor>> sends,
     absl::Span<const PeerValue<HostTensor>> receives, GlooGroup& group,
     GlooExecutor& executor) {
-  constexpr char kind[] = "batch_send_receive";
-  if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
-  if (absl::Status s = RequireCapability(caps_.point_to_point, kBackend, kind,
+  return BatchSendReceiveImpl("batch_send_receive", "", sends, receives, group,
+                              executor);
+}
+
+GlooBundleSubmission GlooBackend::BatchSendReceiveImpl(
+    const char* name, std::string label,
+    absl::Span<const PeerValue<HostTensor>> sends,
+    absl::Span<const PeerValue<HostTensor>> receives, GlooGroup& group,
+    GlooExecutor& executor) {
+  if (absl::Status s = Precheck(name, group, executor); !s.ok()) return s;
+  if (absl::Status s = RequireCapability(caps_.point_to_point, kBackend, name,
                                          "point_to_point");
       !s.ok()) {
     return s;
   }
+  const std::string op = Labeled(std::move(label), name, group, executor);
   if (absl::Status s =
           CheckBatch(sends, receives, group.size(), group.local_rank(),
-                     group.ToString(), kBackend, kind);
+                     group.ToString(), kBackend, op);
       !s.ok()) {
     return s;
   }
@@ -1001,11 +1014,10 @@ GlooBundleSubmission GlooBackend::BatchSendReceive(
   }
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   resources.push_back(g);
-  const std::string op = OperationName(kind, *g);
   const bool verify = options().verify_agreement;
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
-      kind, op, std::move(resources),
+      name, op, std::move(resources),
       [g, transfers = std::move(transfers), op, verify, timeout,
        diagnosis = impl_->diagnosis()] {
         using internal::PostedTransfer;
@@ -1095,7 +1107,8 @@ GlooTensorSubmission GlooBackend::AllGatherEvenInto(const HostTensor& value,
                                                     const HostTensor& output,
                                                     GlooGroup& group,
                                                     GlooExecutor& executor) {
-  return AllGatherEvenImpl(value, axis, output, group, executor);
+  return AllGatherEvenImpl("all_gather_even", "", value, axis, output, group,
+                           executor);
 }
 
 GlooTensorSubmission GlooBackend::AllGatherUnevenInto(
@@ -1107,7 +1120,8 @@ GlooTensorSubmission GlooBackend::AllGatherUnevenInto(
 GlooTensorSubmission GlooBackend::VariableAllToAllInto(
     const HostTensor& value, const PeerCounts& counts, size_t axis,
     const HostTensor& output, GlooGroup& group, GlooExecutor& executor) {
-  return VariableAllToAllImpl(value, counts, axis, output, group, executor);
+  return VariableAllToAllImpl("variable_all_to_all", "", value, counts, axis,
+                              output, group, executor);
 }
 
 GlooTensorSubmission GlooBackend::BroadcastInto(const HostTensor& value,

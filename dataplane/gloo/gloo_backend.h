@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -61,6 +62,8 @@ namespace rankd::dataplane::gloo {
 
 namespace internal {
 class SessionImpl;  // internal/session_impl.h
+class NativeLayer;  // internal/native_layer.h
+struct SumKernel;   // internal/sum_kernels.h
 }  // namespace internal
 
 // The submissions GlooBackend returns (the same types as
@@ -254,16 +257,15 @@ class GlooBackend {
   size_t quarantined() const;
 
  private:
+  // GlooSession's native layer runs the session's operations through the
+  // *Impl functions below, under the session's names.
+  friend class internal::NativeLayer;
+
   explicit GlooBackend(std::shared_ptr<internal::SessionImpl> impl);
-  // Admission, group/executor ownership and the group's capability.
-  absl::Status Precheck(const char* kind, const GlooGroup& group,
+  // Admission under `name`, group/executor ownership and the group's
+  // capability.
+  absl::Status Precheck(const char* name, const GlooGroup& group,
                         const GlooExecutor& executor) const;
-  GlooBundleSubmission SubmitBundle(const char* kind,
-                                    absl::Span<const HostTensor> send,
-                                    absl::Span<const ValueDescriptor> receive,
-                                    absl::Span<const HostTensor> receive_into,
-                                    const GlooRoute& route,
-                                    GlooExecutor& executor);
   // What a refused operation's peers check before the payload, when they
   // do (verify_agreement; variable_all_to_all always).
   enum class AgreementCheck { kCollective, kAllToAll };
@@ -276,15 +278,27 @@ class GlooBackend {
   // naming this member, instead of waiting for op_timeout. Otherwise
   // nothing is queued: the peers wait for this member's next submission
   // (a corrected retry pairs with theirs) or op_timeout.
-  absl::Status RefuseWithPeers(const char* kind, GlooGroup& group,
-                               GlooExecutor& executor, AgreementCheck check,
+  absl::Status RefuseWithPeers(const char* name, const std::string& op,
+                               GlooGroup& group, GlooExecutor& executor,
+                               AgreementCheck check,
                                const absl::Status& refusal);
   // The same for a transfer on `route` (both ends exchange fingerprints).
-  absl::Status RefuseWithPeer(const char* kind, const GlooRoute& route,
-                              GlooExecutor& executor,
+  absl::Status RefuseWithPeer(const char* name, const std::string& op,
+                              const GlooRoute& route, GlooExecutor& executor,
                               const absl::Status& refusal);
-  // The operations, with the caller's output or (nullopt) a new one.
-  GlooTensorSubmission AllGatherEvenImpl(const HostTensor& value, size_t axis,
+
+  // The operations. `name` is what admission calls the operation (the
+  // caller's: "all_gather" from the session, "all_gather_even" from the
+  // public functions); `label` is what every other message calls it, the
+  // operation and its scope ("all_gather on world"), or empty for `name`
+  // on the group. `output`: the caller's, or (nullopt) a new one.
+  GlooTensorSubmission AllReduceSumImpl(const char* name, std::string label,
+                                        const HostTensor& value,
+                                        std::optional<HostTensor> output,
+                                        GlooGroup& group,
+                                        GlooExecutor& executor);
+  GlooTensorSubmission AllGatherEvenImpl(const char* name, std::string label,
+                                         const HostTensor& value, size_t axis,
                                          std::optional<HostTensor> output,
                                          GlooGroup& group,
                                          GlooExecutor& executor);
@@ -294,22 +308,38 @@ class GlooBackend {
                                            std::optional<HostTensor> output,
                                            GlooGroup& group,
                                            GlooExecutor& executor);
-  GlooTensorSubmission VariableAllToAllImpl(const HostTensor& value,
-                                            const PeerCounts& counts,
-                                            size_t axis,
-                                            std::optional<HostTensor> output,
-                                            GlooGroup& group,
-                                            GlooExecutor& executor);
+  GlooTensorSubmission VariableAllToAllImpl(
+      const char* name, std::string label, const HostTensor& value,
+      const PeerCounts& counts, size_t axis, std::optional<HostTensor> output,
+      GlooGroup& group, GlooExecutor& executor);
   GlooTensorSubmission BroadcastImpl(const HostTensor& value,
                                      size_t root_member_index,
                                      std::optional<HostTensor> output,
                                      GlooGroup& group, GlooExecutor& executor);
-  GlooTensorSubmission SubmitAllReduce(const char* kind,
+  // One end of a bundle on `route`: `send` on the source; on the
+  // destination `receive` (the descriptors), into `receive_into` when set.
+  GlooBundleSubmission SubmitBundle(const char* name, std::string label,
+                                    absl::Span<const HostTensor> send,
+                                    absl::Span<const ValueDescriptor> receive,
+                                    absl::Span<const HostTensor> receive_into,
+                                    const GlooRoute& route,
+                                    GlooExecutor& executor);
+  GlooBundleSubmission BatchSendReceiveImpl(
+      const char* name, std::string label,
+      absl::Span<const PeerValue<HostTensor>> sends,
+      absl::Span<const PeerValue<HostTensor>> receives, GlooGroup& group,
+      GlooExecutor& executor);
+  // The queued work of the sums and the gathers, once checked. `kind` is
+  // the backend operation (what the members' fingerprints describe).
+  GlooTensorSubmission SubmitAllReduce(const char* name, const std::string& op,
                                        const HostTensor& value,
                                        const HostTensor& output,
+                                       const internal::SumKernel& kernel,
                                        GlooGroup& group,
                                        GlooExecutor& executor);
-  GlooTensorSubmission SubmitGather(const char* kind, const HostTensor& value,
+  GlooTensorSubmission SubmitGather(const char* kind, const char* name,
+                                    const std::string& op,
+                                    const HostTensor& value,
                                     std::vector<size_t> counts, size_t axis,
                                     std::optional<HostTensor> into,
                                     GlooGroup& group, GlooExecutor& executor);

@@ -1,8 +1,9 @@
 // GlooSession: the DistributedSession contract (docs/contract.md, session.h) on
-// the Gloo backend, with HostTensor values. Scopes map to the backend's groups
-// (World -> the world group, Group(id) -> the descriptor's group); every
-// operation is the matching GlooBackend operation on its executor, so the
-// session and the backend share one order, one poison state and one
+// the Gloo backend, with HostTensor values: the one session front
+// (session_front.h) over Gloo's native layer. Scopes map to the backend's
+// groups (World -> the world group, Group(id) -> the descriptor's group);
+// every operation is the matching GlooBackend operation on its executor 0,
+// so the session and the backend share one order, one poison state and one
 // quarantine. all_gather_words goes over the control plane, not Gloo, so it
 // works independently of the data communicators (and of their poisoning).
 //
@@ -17,7 +18,7 @@
 // (Unimplemented naming "gloo" and the capability), then dtype, shape,
 // counts and peer range (InvalidArgument / Unimplemented for a dtype without
 // a sum), all before anything is queued. Thread-safe. Depends on
-// dataplane/session.h, gloo_backend.h, descriptor_proto.h and absl.
+// dataplane/session_front.h, gloo_backend.h and absl.
 #ifndef RANKD_DATAPLANE_GLOO_GLOO_SESSION_H_
 #define RANKD_DATAPLANE_GLOO_GLOO_SESSION_H_
 
@@ -35,11 +36,26 @@
 #include "dataplane/peer_transfer.h"
 #include "dataplane/session.h"
 #include "dataplane/session_descriptor.h"
+#include "dataplane/session_front.h"
 #include "dataplane/value_descriptor.h"
 
 namespace rankd::dataplane::gloo {
 
-class GlooSession final : public DistributedSession<HostTensor> {
+namespace internal {
+class NativeLayer;  // internal/native_layer.h: private to this package
+}  // namespace internal
+
+}  // namespace rankd::dataplane::gloo
+
+namespace rankd::dataplane {
+// Instantiated once, in gloo_session.cc.
+extern template class SessionFront<HostTensor, gloo::internal::NativeLayer>;
+}  // namespace rankd::dataplane
+
+namespace rankd::dataplane::gloo {
+
+class GlooSession final
+    : public SessionFront<HostTensor, internal::NativeLayer> {
  public:
   // Connects a Gloo session for this rank, as NcclSession::Open opens one:
   // every group of `descriptor` (and the world) rendezvouses through
@@ -54,82 +70,15 @@ class GlooSession final : public DistributedSession<HostTensor> {
       const DistributedSessionDescriptor& descriptor,
       ControlPlane* control_plane, const GlooSessionOptions& options = {});
 
+  // The session over an open backend; `control_plane` (for
+  // all_gather_words) must outlive it.
   GlooSession(ControlPlane* control_plane,
               std::unique_ptr<GlooBackend> backend);
+  ~GlooSession() override;
 
-  const DistributedSessionDescriptor& descriptor() const override;
-  DistributedCapabilities capabilities() const override;
-
-  absl::StatusOr<ValueSubmission> AllReduceSum(const CollectiveScope& scope,
-                                               const Value& input) override;
-  absl::StatusOr<ValueSubmission> AllGather(const CollectiveScope& scope,
-                                            const Value& input) override;
-  absl::StatusOr<ValueSubmission> AllToAllV(
-      const CollectiveScope& scope, const Value& input,
-      absl::Span<const size_t> send_counts,
-      absl::Span<const size_t> receive_counts) override;
-  absl::StatusOr<ValueSubmission> Send(const CollectiveScope& scope,
-                                       size_t peer,
-                                       const Value& input) override;
-  absl::StatusOr<ValueSubmission> Receive(
-      const CollectiveScope& scope, size_t peer,
-      const ValueDescriptor& descriptor) override;
-  absl::StatusOr<ValuesSubmission> BatchSendReceive(
-      const CollectiveScope& scope, absl::Span<const PeerValue<Value>> sends,
-      absl::Span<const PeerValue<Value>> receives) override;
-  absl::StatusOr<ValueSubmission> AllReduceSumInto(
-      const CollectiveScope& scope, const Value& input,
-      const Value& output) override;
-  absl::StatusOr<ValueSubmission> AllGatherInto(const CollectiveScope& scope,
-                                                const Value& input,
-                                                const Value& output) override;
-  absl::StatusOr<ValueSubmission> AllToAllVInto(
-      const CollectiveScope& scope, const Value& input,
-      absl::Span<const size_t> send_counts,
-      absl::Span<const size_t> receive_counts, const Value& output) override;
-  absl::StatusOr<ValueSubmission> ReceiveInto(const CollectiveScope& scope,
-                                              size_t peer,
-                                              const Value& output) override;
-  absl::StatusOr<std::vector<uint32_t>> AllGatherWords(
-      absl::Span<const uint32_t> local) override;
-  absl::StatusOr<std::unique_ptr<PendingWords>> SubmitAllGatherWords(
-      absl::Span<const uint32_t> local, absl::Duration timeout) override;
-
-  // The failure vocabulary, the same on NcclSession and on both backends
-  // (docs/contract.md, "Failures"); one state with backend().
-  // OK while healthy; once poisoned, the first cause, forever.
-  absl::Status poison() const { return backend_->poison(); }
-  // Latches `cause` (an error; an OK cause does nothing; the first cause
-  // wins): every later operation is refused with it, nothing queued.
-  // Nothing is torn down (no Gloo context is aborted): running work is not
-  // interrupted; queued work that has not started is refused with `cause`.
-  void Poison(const absl::Status& cause) { backend_->Poison(cause); }
-  // Poison(cause), then aborts every Gloo context so pending operations
-  // fail now instead of waiting for a peer: what a native failure or a job
-  // failure reported by the control plane does. Any thread, any time.
-  void Abort(const absl::Status& cause) { backend_->Abort(cause); }
-
-  // The low-level contract over the same communicators and executor.
-  GlooBackend& backend() { return *backend_; }
-
- private:
-  // The engine's admission (dataplane/admission.h): poison and quarantine
-  // fence, scope membership, the scope's capability, then `flag` (named
-  // `capability`) when set. The scope's members go to `resolved` when set.
-  absl::StatusOr<GlooGroup*> Scope(
-      const char* operation, const CollectiveScope& scope,
-      bool DistributedCapabilities::*flag = nullptr,
-      const char* capability = nullptr, ResolvedScope* resolved = nullptr);
-  absl::StatusOr<ValueSubmission> AllToAllVImpl(
-      const CollectiveScope& scope, const Value& input,
-      absl::Span<const size_t> send_counts,
-      absl::Span<const size_t> receive_counts, std::optional<Value> output);
-  absl::StatusOr<ValueSubmission> ReceiveImpl(const CollectiveScope& scope,
-                                              size_t peer,
-                                              const ValueDescriptor& descriptor,
-                                              std::optional<Value> output);
-  ControlPlane* const control_plane_;
-  const std::unique_ptr<GlooBackend> backend_;
+  // The low-level contract over the same communicators and executor, with
+  // the same poison state (poison(), Poison() and Abort() are the front's).
+  GlooBackend& backend();
 };
 
 }  // namespace rankd::dataplane::gloo

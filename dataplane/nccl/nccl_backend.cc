@@ -106,19 +106,15 @@ absl::Status NcclBackend::Check(const NcclGroup& group,
     return absl::InvalidArgumentError(absl::StrCat(
         "nccl backend: ", operation, ": the group belongs to another session"));
   }
-  absl::Status poison = impl_->PoisonStatus();
-  if (!poison.ok()) return poison;
-  const DistributedCapabilities caps = impl_->capabilities();
-  if (flag != nullptr) {
-    absl::Status cap =
-        RequireCapability(caps.*flag, kBackendName, operation, capability);
-    if (!cap.ok()) return impl_->FailClosed(cap);
-  }
+  // The engine's admission, as the session's (SessionImpl::CommFor).
   const CollectiveScope scope = group.is_world()
                                     ? CollectiveScope::World()
                                     : CollectiveScope::Group(group.id());
-  absl::Status cap = RequireCollective(caps, kBackendName, operation, scope);
-  if (!cap.ok()) return impl_->FailClosed(cap);
+  if (absl::Status admitted =
+          impl_->CommFor(scope, operation, flag, capability).status();
+      !admitted.ok()) {
+    return admitted;
+  }
   if (executor.stream() == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
         "nccl backend: ", operation, ": the executor has no stream"));

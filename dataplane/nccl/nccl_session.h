@@ -1,4 +1,5 @@
-// NcclSession: DistributedSession<DeviceTensor> on NCCL (docs/contract.md).
+// NcclSession: DistributedSession<DeviceTensor> on NCCL (docs/contract.md):
+// the one session front (session_front.h) over NCCL's native layer.
 //
 //   auto control = MakeClientControlPlane(client.get());  // or any
 //                                                         // ControlPlane
@@ -49,18 +50,31 @@
 #include "dataplane/nccl/device_tensor.h"
 #include "dataplane/nccl/nccl_options.h"
 #include "dataplane/session.h"
+#include "dataplane/session_front.h"
 
 namespace rankd::dataplane::nccl {
 
 class NcclBackend;
 namespace internal {
 class SessionImpl;  // internal/session_impl.h: private to this package
+class NativeLayer;  // internal/native_layer.h: private to this package
 }  // namespace internal
 namespace testing {
 class NcclSessionPeer;  // testing/nccl_session_peer.h
 }  // namespace testing
 
-class NcclSession final : public DistributedSession<DeviceTensor> {
+}  // namespace rankd::dataplane::nccl
+
+namespace rankd::dataplane {
+// Instantiated once, in nccl_session.cc.
+extern template class SessionFront<nccl::DeviceTensor,
+                                   nccl::internal::NativeLayer>;
+}  // namespace rankd::dataplane
+
+namespace rankd::dataplane::nccl {
+
+class NcclSession final
+    : public SessionFront<DeviceTensor, internal::NativeLayer> {
  public:
   // Opens this rank's session: probes the device, brokers the NCCL unique
   // ids through `control_plane` and initializes every communicator (world
@@ -77,8 +91,6 @@ class NcclSession final : public DistributedSession<DeviceTensor> {
   ~NcclSession() override;
 
   bool ready() const;
-  // OK while healthy; once poisoned, the first cause, forever.
-  absl::Status poison() const;
   // Why the capabilities are empty (no device, ...); empty otherwise.
   std::string unavailable_reason() const;
   int device() const;
@@ -88,19 +100,8 @@ class NcclSession final : public DistributedSession<DeviceTensor> {
   // completion was dropped.
   size_t quarantined() const;
   size_t communicator_count() const;
-  // Latches `cause` (an error; an OK cause does nothing; the first cause
-  // wins, later ones are ignored): every later operation is refused with it,
-  // nothing is queued. Nothing is torn down (no communicator is aborted): work
-  // already on the stream is not interrupted and its completions report it as
-  // they would have.
-  void Poison(const absl::Status& cause);
-  // Poison(cause), then aborts every communicator (ncclCommAbort), so
-  // pending operations fail now with the poison cause instead of waiting for
-  // a peer: what a native failure, a missed deadline or a job failure does.
-  // Any thread, any time; the communicators are aborted once.
-  void Abort(const absl::Status& cause);
   // The session state, for this package's tests (internal/session_impl.h).
-  const std::shared_ptr<internal::SessionImpl>& impl() const { return impl_; }
+  const std::shared_ptr<internal::SessionImpl>& impl() const;
   // The low-level contract over the same communicators, poison and
   // watchdog, as GlooSession::backend() (nccl_backend.h defines it; the
   // backend is a handle: copies share the session).
@@ -126,46 +127,6 @@ class NcclSession final : public DistributedSession<DeviceTensor> {
                       const RefusedOperation& what,
                       const absl::Status& refusal);
 
-  // DistributedSession.
-  const DistributedSessionDescriptor& descriptor() const override;
-  DistributedCapabilities capabilities() const override;
-  absl::StatusOr<ValueSubmission> AllReduceSum(
-      const CollectiveScope& scope, const DeviceTensor& input) override;
-  absl::StatusOr<ValueSubmission> AllGather(const CollectiveScope& scope,
-                                            const DeviceTensor& input) override;
-  absl::StatusOr<ValueSubmission> AllToAllV(
-      const CollectiveScope& scope, const DeviceTensor& input,
-      absl::Span<const size_t> send_counts,
-      absl::Span<const size_t> receive_counts) override;
-  absl::StatusOr<ValueSubmission> Send(const CollectiveScope& scope,
-                                       size_t peer,
-                                       const DeviceTensor& input) override;
-  absl::StatusOr<ValueSubmission> Receive(
-      const CollectiveScope& scope, size_t peer,
-      const ValueDescriptor& descriptor) override;
-  absl::StatusOr<ValuesSubmission> BatchSendReceive(
-      const CollectiveScope& scope,
-      absl::Span<const PeerValue<DeviceTensor>> sends,
-      absl::Span<const PeerValue<DeviceTensor>> receives) override;
-  absl::StatusOr<ValueSubmission> AllReduceSumInto(
-      const CollectiveScope& scope, const DeviceTensor& input,
-      const DeviceTensor& output) override;
-  absl::StatusOr<ValueSubmission> AllGatherInto(
-      const CollectiveScope& scope, const DeviceTensor& input,
-      const DeviceTensor& output) override;
-  absl::StatusOr<ValueSubmission> AllToAllVInto(
-      const CollectiveScope& scope, const DeviceTensor& input,
-      absl::Span<const size_t> send_counts,
-      absl::Span<const size_t> receive_counts,
-      const DeviceTensor& output) override;
-  absl::StatusOr<ValueSubmission> ReceiveInto(
-      const CollectiveScope& scope, size_t peer,
-      const DeviceTensor& output) override;
-  absl::StatusOr<std::vector<uint32_t>> AllGatherWords(
-      absl::Span<const uint32_t> local) override;
-  absl::StatusOr<std::unique_ptr<PendingWords>> SubmitAllGatherWords(
-      absl::Span<const uint32_t> local, absl::Duration timeout) override;
-
  private:
   // Open() in two steps: Create() does no native work and advertises
   // nothing; Initialize() (once only) probes, brokers and connects. Private
@@ -179,23 +140,7 @@ class NcclSession final : public DistributedSession<DeviceTensor> {
   absl::Status Initialize();
   friend class testing::NcclSessionPeer;
 
-  explicit NcclSession(std::shared_ptr<internal::SessionImpl> impl);
-  // The operations with the caller's output, or a new one (null).
-  absl::StatusOr<ValueSubmission> AllReduceSumImpl(const CollectiveScope& scope,
-                                                   const DeviceTensor& input,
-                                                   const DeviceTensor* output);
-  absl::StatusOr<ValueSubmission> AllGatherImpl(const CollectiveScope& scope,
-                                                const DeviceTensor& input,
-                                                const DeviceTensor* output);
-  absl::StatusOr<ValueSubmission> AllToAllVImpl(
-      const CollectiveScope& scope, const DeviceTensor& input,
-      absl::Span<const size_t> send_counts,
-      absl::Span<const size_t> receive_counts, const DeviceTensor* output);
-  absl::StatusOr<ValueSubmission> ReceiveImpl(const CollectiveScope& scope,
-                                              size_t peer,
-                                              const ValueDescriptor& descriptor,
-                                              const DeviceTensor* output);
-  std::shared_ptr<internal::SessionImpl> impl_;
+  explicit NcclSession(std::shared_ptr<internal::NativeLayer> layer);
 };
 
 }  // namespace rankd::dataplane::nccl

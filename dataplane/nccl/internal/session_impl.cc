@@ -222,16 +222,6 @@ absl::StatusOr<std::shared_ptr<CommEntry>> SessionImpl::CommFor(
   return it->second;
 }
 
-absl::Status SessionImpl::RequireFlag(bool DistributedCapabilities::*flag,
-                                      const char* operation,
-                                      const char* capability) const {
-  absl::Status poison = poison_.Check(kBackendName, operation);
-  if (!poison.ok()) return poison;
-  DistributedCapabilities caps = capabilities();
-  return FailClosed(
-      RequireCapability(caps.*flag, kBackendName, operation, capability));
-}
-
 absl::Status SessionImpl::CheckTensor(const DeviceTensor& tensor,
                                       absl::string_view operation) const {
   const int device = this->device();

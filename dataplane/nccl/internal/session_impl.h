@@ -190,10 +190,6 @@ class SessionImpl final : public NcclOpOwner,
       const CollectiveScope& scope, const char* operation,
       bool DistributedCapabilities::*flag = nullptr,
       const char* capability = nullptr) const;
-  // Capability `capability` (a DistributedCapabilities field name) as a
-  // fail-closed check.
-  absl::Status RequireFlag(bool DistributedCapabilities::*flag,
-                           const char* operation, const char* capability) const;
   // Adds why the capabilities are empty to a fail-closed error.
   absl::Status FailClosed(const absl::Status& status) const;
 

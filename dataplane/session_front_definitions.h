@@ -1,0 +1,255 @@
+// The members of SessionFront (session_front.h). Include this only from the
+// .cc file that instantiates SessionFront for one backend's native layer:
+//
+//   #include "dataplane/session_front_definitions.h"
+//   template class rankd::dataplane::SessionFront<HostTensor,
+//                                                 internal::NativeLayer>;
+//
+// Depends on session_front.h, native_layer.h (the layer's concept),
+// admission.h and absl.
+#ifndef RANKD_DATAPLANE_SESSION_FRONT_DEFINITIONS_H_
+#define RANKD_DATAPLANE_SESSION_FRONT_DEFINITIONS_H_
+
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "dataplane/admission.h"
+#include "dataplane/native_layer.h"
+#include "dataplane/session_front.h"
+
+namespace rankd::dataplane {
+namespace session_front_steps {
+
+template <typename Layer>
+using SubmissionOf = absl::StatusOr<
+    typename DistributedSession<typename Layer::Value>::ValueSubmission>;
+
+// Admission (admission.h's order and words) through the layer: the scope's
+// group or communicator, or the refusal.
+template <typename Layer>
+absl::StatusOr<typename Layer::Scope> Admitted(
+    Layer& layer, const char* operation, const CollectiveScope& scope,
+    bool DistributedCapabilities::*flag = nullptr,
+    const char* capability = nullptr) {
+  return layer.Admit(
+      {layer.backend_name(), operation, scope, flag, capability});
+}
+
+// The words every message of a collective uses: "all_gather on world".
+inline std::string OnScope(const char* operation,
+                           const CollectiveScope& scope) {
+  return absl::StrCat(operation, " on ", scope.ToString());
+}
+
+// Admission of a transfer with member `peer` of `scope` (CheckPeerOf).
+template <typename Layer>
+absl::StatusOr<typename Layer::Scope> AdmittedTransfer(
+    Layer& layer, const char* operation, const CollectiveScope& scope,
+    size_t peer) {
+  auto resolved =
+      Admitted(layer, operation, scope,
+               &DistributedCapabilities::point_to_point, "point_to_point");
+  if (!resolved.ok()) return resolved;
+  if (absl::Status s = CheckPeerOf(layer.backend_name(), operation, peer,
+                                   layer.MemberCount(*resolved),
+                                   layer.LocalMember(*resolved));
+      !s.ok()) {
+    return s;
+  }
+  return resolved;
+}
+
+// Receive and ReceiveInto (`output` null for a new value).
+template <typename Layer>
+auto Receive(Layer& layer, const CollectiveScope& scope, size_t peer,
+             const ValueDescriptor& descriptor,
+             const typename Layer::Value* output) -> SubmissionOf<Layer> {
+  auto resolved = AdmittedTransfer(layer, "receive", scope, peer);
+  if (!resolved.ok()) return resolved.status();
+  return layer.Receive(
+      *resolved,
+      absl::StrCat("receive from member ", peer, " of ", scope.ToString()),
+      peer, descriptor, output);
+}
+
+// AllToAllV and AllToAllVInto (`output` null for a new value).
+template <typename Layer>
+auto AllToAllV(Layer& layer, const CollectiveScope& scope,
+               const typename Layer::Value& input,
+               absl::Span<const size_t> send_counts,
+               absl::Span<const size_t> receive_counts,
+               const typename Layer::Value* output) -> SubmissionOf<Layer> {
+  auto resolved = Admitted(layer, "all_to_all_v", scope,
+                           &DistributedCapabilities::variable_all_to_all,
+                           "variable_all_to_all");
+  if (!resolved.ok()) return resolved.status();
+  return layer.AllToAllV(*resolved, OnScope("all_to_all_v", scope), input,
+                         send_counts, receive_counts, output);
+}
+
+}  // namespace session_front_steps
+
+template <typename V, typename L>
+SessionFront<V, L>::SessionFront(std::shared_ptr<L> layer)
+    : layer_(std::move(layer)) {
+  static_assert(SessionNativeLayer<L>,
+                "a session front's layer implements native_layer.h's "
+                "SessionNativeLayer");
+}
+
+template <typename V, typename L>
+SessionFront<V, L>::~SessionFront() = default;
+
+template <typename V, typename L>
+const DistributedSessionDescriptor& SessionFront<V, L>::descriptor() const {
+  return layer_->descriptor();
+}
+
+template <typename V, typename L>
+DistributedCapabilities SessionFront<V, L>::capabilities() const {
+  return layer_->capabilities();
+}
+
+template <typename V, typename L>
+absl::StatusOr<typename SessionFront<V, L>::ValueSubmission>
+SessionFront<V, L>::AllReduceSum(const CollectiveScope& scope,
+                                 const Value& input) {
+  auto resolved =
+      session_front_steps::Admitted(*layer_, "all_reduce_sum", scope);
+  if (!resolved.ok()) return resolved.status();
+  return layer_->AllReduceSum(
+      *resolved, session_front_steps::OnScope("all_reduce_sum", scope), input,
+      nullptr);
+}
+
+template <typename V, typename L>
+absl::StatusOr<typename SessionFront<V, L>::ValueSubmission>
+SessionFront<V, L>::AllReduceSumInto(const CollectiveScope& scope,
+                                     const Value& input, const Value& output) {
+  auto resolved =
+      session_front_steps::Admitted(*layer_, "all_reduce_sum", scope);
+  if (!resolved.ok()) return resolved.status();
+  return layer_->AllReduceSum(
+      *resolved, session_front_steps::OnScope("all_reduce_sum", scope), input,
+      &output);
+}
+
+template <typename V, typename L>
+absl::StatusOr<typename SessionFront<V, L>::ValueSubmission>
+SessionFront<V, L>::AllGather(const CollectiveScope& scope,
+                              const Value& input) {
+  auto resolved = session_front_steps::Admitted(*layer_, "all_gather", scope);
+  if (!resolved.ok()) return resolved.status();
+  return layer_->AllGather(*resolved,
+                           session_front_steps::OnScope("all_gather", scope),
+                           input, nullptr);
+}
+
+template <typename V, typename L>
+absl::StatusOr<typename SessionFront<V, L>::ValueSubmission>
+SessionFront<V, L>::AllGatherInto(const CollectiveScope& scope,
+                                  const Value& input, const Value& output) {
+  auto resolved = session_front_steps::Admitted(*layer_, "all_gather", scope);
+  if (!resolved.ok()) return resolved.status();
+  return layer_->AllGather(*resolved,
+                           session_front_steps::OnScope("all_gather", scope),
+                           input, &output);
+}
+
+template <typename V, typename L>
+absl::StatusOr<typename SessionFront<V, L>::ValueSubmission>
+SessionFront<V, L>::AllToAllV(const CollectiveScope& scope, const Value& input,
+                              absl::Span<const size_t> send_counts,
+                              absl::Span<const size_t> receive_counts) {
+  return session_front_steps::AllToAllV(*layer_, scope, input, send_counts,
+                                        receive_counts, nullptr);
+}
+
+template <typename V, typename L>
+absl::StatusOr<typename SessionFront<V, L>::ValueSubmission>
+SessionFront<V, L>::AllToAllVInto(const CollectiveScope& scope,
+                                  const Value& input,
+                                  absl::Span<const size_t> send_counts,
+                                  absl::Span<const size_t> receive_counts,
+                                  const Value& output) {
+  return session_front_steps::AllToAllV(*layer_, scope, input, send_counts,
+                                        receive_counts, &output);
+}
+
+template <typename V, typename L>
+absl::StatusOr<typename SessionFront<V, L>::ValueSubmission>
+SessionFront<V, L>::Send(const CollectiveScope& scope, size_t peer,
+                         const Value& input) {
+  auto resolved =
+      session_front_steps::AdmittedTransfer(*layer_, "send", scope, peer);
+  if (!resolved.ok()) return resolved.status();
+  return layer_->Send(
+      *resolved,
+      absl::StrCat("send to member ", peer, " of ", scope.ToString()), peer,
+      input);
+}
+
+template <typename V, typename L>
+absl::StatusOr<typename SessionFront<V, L>::ValueSubmission>
+SessionFront<V, L>::Receive(const CollectiveScope& scope, size_t peer,
+                            const ValueDescriptor& descriptor) {
+  return session_front_steps::Receive(*layer_, scope, peer, descriptor,
+                                      nullptr);
+}
+
+template <typename V, typename L>
+absl::StatusOr<typename SessionFront<V, L>::ValueSubmission>
+SessionFront<V, L>::ReceiveInto(const CollectiveScope& scope, size_t peer,
+                                const Value& output) {
+  return session_front_steps::Receive(*layer_, scope, peer, output.descriptor(),
+                                      &output);
+}
+
+template <typename V, typename L>
+absl::StatusOr<typename SessionFront<V, L>::ValuesSubmission>
+SessionFront<V, L>::BatchSendReceive(
+    const CollectiveScope& scope, absl::Span<const PeerValue<Value>> sends,
+    absl::Span<const PeerValue<Value>> receives) {
+  auto resolved = session_front_steps::Admitted(
+      *layer_, "batch_send_receive", scope,
+      &DistributedCapabilities::point_to_point, "point_to_point");
+  if (!resolved.ok()) return resolved.status();
+  return layer_->BatchSendReceive(
+      *resolved, session_front_steps::OnScope("batch_send_receive", scope),
+      sends, receives);
+}
+
+template <typename V, typename L>
+absl::StatusOr<std::vector<uint32_t>> SessionFront<V, L>::AllGatherWords(
+    absl::Span<const uint32_t> local) {
+  return layer_->control_plane()->AllGatherWords(local,
+                                                 layer_->words_timeout());
+}
+
+template <typename V, typename L>
+absl::StatusOr<std::unique_ptr<PendingWords>>
+SessionFront<V, L>::SubmitAllGatherWords(absl::Span<const uint32_t> local,
+                                         absl::Duration timeout) {
+  return layer_->control_plane()->SubmitAllGatherWords(local, timeout);
+}
+
+template <typename V, typename L>
+absl::Status SessionFront<V, L>::poison() const {
+  return layer_->poison();
+}
+
+template <typename V, typename L>
+void SessionFront<V, L>::Poison(const absl::Status& cause) {
+  if (!cause.ok()) layer_->Poison(cause);
+}
+
+template <typename V, typename L>
+void SessionFront<V, L>::Abort(const absl::Status& cause) {
+  if (!cause.ok()) layer_->Abort(cause);
+}
+
+}  // namespace rankd::dataplane
+
+#endif  // RANKD_DATAPLANE_SESSION_FRONT_DEFINITIONS_H_
