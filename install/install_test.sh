@@ -121,7 +121,8 @@ rust_dependent_build() {
 check rust_dependent_package_builds rust_dependent_build
 
 # ---- running against a real daemon from the installed copy -------------------
-# What each rank prints (printf format, %d = the rank).
+# What each rank prints (printf format, %d = the rank), after the label
+# rankrun puts on every line by default, "[rank N] ".
 want_format="rank %d of 2: words [0 7 1 7] sum [4 6] gathered [0 1]"
 run_job() {  # job_id program...: rankrun, two ranks, both lines checked
   local job=$1; shift
@@ -130,7 +131,7 @@ run_job() {  # job_id program...: rankrun, two ranks, both lines checked
   # As a user runs it: the installed launcher starts the installed rankd
   # (next to it) with fresh credentials, and the two ranks.
   timeout 90 "$prefix/bin/rankrun" --nproc_per_node=2 --job_id="$job" \
-    --prefix_output --rankd_log="$dir/rankd.log" -- "$@" >"$dir/out" 2>&1 ||
+    --rankd_log="$dir/rankd.log" -- "$@" >"$dir/out" 2>&1 ||
     status=1
   for r in 0 1; do
     local want
