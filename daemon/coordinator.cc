@@ -606,7 +606,8 @@ void Coordinator::ContributeWordsShared(
                            std::vector<v1::RankFrame>(request.frames().begin(),
                                                       request.frames().end()),
                            DeadlineAfterMs(request.timeout_ms()),
-                           std::move(done));
+                           std::move(done),
+                           absl::Milliseconds(request.waited_ms()));
 }
 
 absl::StatusOr<v1::KvSetResponse> Coordinator::KvSet(

@@ -40,7 +40,8 @@ void LocalRounds::Contribute(uint64_t number, v1::RankFrame frame,
     if (number <= retired_ && rounds_.count(number) == 0) {
       // Late for a round this node already retired: on its own.
       lock.Release();
-      batch.deadline = MonotonicNow() + timeout;
+      batch.opened = MonotonicNow();
+      batch.deadline = batch.opened + timeout;
       batch.frames.push_back(std::move(frame));
       batch.waiters.push_back(std::move(waiter));
       return send_(std::move(batch));
@@ -48,11 +49,13 @@ void LocalRounds::Contribute(uint64_t number, v1::RankFrame frame,
     auto [it, inserted] = rounds_.try_emplace(number);
     Round& round = it->second;
     if (inserted) {
-      round.deadline = MonotonicNow() + timeout;
+      round.opened = MonotonicNow();
+      round.deadline = round.opened + timeout;
       round.flush_timer =
           timer_->Schedule(round.deadline - FlushMargin(timeout),
                            [this, number] { Flush(number); });
     }
+    batch.opened = round.opened;
     batch.deadline = round.deadline;
     ++round.contributed;
     if (round.flushed) {
@@ -88,6 +91,7 @@ void LocalRounds::Flush(uint64_t number) {
     round.flushed = true;
     round.retire_timer =
         timer_->Schedule(round.deadline, [this, number] { Retire(number); });
+    batch.opened = round.opened;
     batch.deadline = round.deadline;
     batch.frames = std::move(round.pending);
     batch.waiters = std::move(round.waiters);

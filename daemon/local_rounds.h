@@ -44,6 +44,10 @@ class LocalRounds {
   // who waits for the answer (one waiter per frame).
   struct Batch {
     uint64_t round = 0;
+    // When the round's first local frame arrived (MonotonicNow), so the
+    // coordinator can say how long a round waited, not how long since a
+    // partial batch left.
+    absl::Time opened;
     absl::Time deadline;
     std::vector<v1::RankFrame> frames;
     std::vector<Waiter> waiters;
@@ -81,6 +85,7 @@ class LocalRounds {
 
  private:
   struct Round {
+    absl::Time opened;
     absl::Time deadline;
     std::vector<v1::RankFrame> pending;  // not yet sent
     std::vector<Waiter> waiters;         // for the pending frames

@@ -19,6 +19,7 @@ namespace {
 struct Sent {
   uint64_t round;
   std::vector<uint32_t> ranks;  // of the frames, in order
+  absl::Time opened;
   absl::Time deadline;
 };
 
@@ -28,7 +29,7 @@ class Recorder {
  public:
   LocalRounds::Send sender() {
     return [this](LocalRounds::Batch batch) {
-      Sent sent{batch.round, {}, batch.deadline};
+      Sent sent{batch.round, {}, batch.opened, batch.deadline};
       v1::AllGatherWordsResponse response;
       for (const v1::RankFrame& f : batch.frames) {
         sent.ranks.push_back(f.rank());
@@ -121,6 +122,10 @@ TEST(LocalRoundsTest, AMissingRankFlushesThePartialBatchBeforeTheDeadline) {
   const Sent first = recorder.sent()[0];
   EXPECT_EQ(first.ranks, (std::vector<uint32_t>{0}));
   EXPECT_GE(first.deadline, start + timeout);
+  // The partial batch says when the round opened here, not when it left:
+  // the coordinator's timeout message counts from then.
+  EXPECT_GE(first.opened, start);
+  EXPECT_EQ(first.deadline - first.opened, timeout);
   ASSERT_TRUE(a.done.HasBeenNotified());
   // Late after the flush: on its own, with the round's deadline.
   Outcome late;
@@ -128,6 +133,7 @@ TEST(LocalRoundsTest, AMissingRankFlushesThePartialBatchBeforeTheDeadline) {
   ASSERT_EQ(recorder.sent().size(), 2u);
   EXPECT_EQ(recorder.sent()[1].ranks, (std::vector<uint32_t>{1}));
   EXPECT_EQ(recorder.sent()[1].deadline, first.deadline);
+  EXPECT_EQ(recorder.sent()[1].opened, first.opened);
   // Every local rank contributed: the round is gone at once.
   EXPECT_EQ(rounds.open(), 0u);
 }

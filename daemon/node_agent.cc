@@ -1,6 +1,7 @@
 #include "daemon/node_agent.h"
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <utility>
 
@@ -455,10 +456,13 @@ void NodeAgent::SendBatch(LocalRounds::Batch batch) {
   }
   request.set_round(number);
   for (auto& f : batch.frames) *request.add_frames() = std::move(f);
-  int64_t remaining_ms =
-      absl::ToInt64Milliseconds(batch.deadline - MonotonicNow());
+  const absl::Time now = MonotonicNow();
+  int64_t remaining_ms = absl::ToInt64Milliseconds(batch.deadline - now);
   request.set_timeout_ms(
       static_cast<uint32_t>(std::max<int64_t>(remaining_ms, 1)));
+  request.set_waited_ms(static_cast<uint32_t>(
+      std::clamp<int64_t>(absl::ToInt64Milliseconds(now - batch.opened), 0,
+                          std::numeric_limits<uint32_t>::max())));
   auto shared_waiters = std::make_shared<std::vector<LocalRounds::Waiter>>(
       std::move(batch.waiters));
   link_->ContributeWords(

@@ -1,5 +1,6 @@
 #include "daemon/word_rounds.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -97,16 +98,20 @@ void WordRounds::Answer(std::vector<Contributor>& contributors, uint64_t number,
 }
 
 void WordRounds::Contribute(uint64_t number, std::vector<v1::RankFrame> frames,
-                            absl::Time deadline, Done done) {
-  ContributeShared(number, std::move(frames), deadline,
-                   [done = std::move(done)](std::shared_ptr<const Outcome> o) {
-                     done(o->result());
-                   });
+                            absl::Time deadline, Done done,
+                            absl::Duration waited) {
+  ContributeShared(
+      number, std::move(frames), deadline,
+      [done = std::move(done)](std::shared_ptr<const Outcome> o) {
+        done(o->result());
+      },
+      waited);
 }
 
 void WordRounds::ContributeShared(uint64_t number,
                                   std::vector<v1::RankFrame> frames,
-                                  absl::Time deadline, SharedDone shared_done) {
+                                  absl::Time deadline, SharedDone shared_done,
+                                  absl::Duration waited) {
   // A refusal of this contribution alone.
   auto done = [&shared_done, number](absl::Status refusal) {
     shared_done(std::make_shared<const Outcome>(number, std::move(refusal)));
@@ -142,8 +147,10 @@ void WordRounds::ContributeShared(uint64_t number,
     if (rejected.ok()) {
       auto [it, inserted] = open_.try_emplace(number);
       Round& round = it->second;
+      const absl::Time started =
+          MonotonicNow() - std::max(waited, absl::ZeroDuration());
       if (inserted) {
-        round.opened = MonotonicNow();
+        round.opened = started;
         round.frames.resize(world_size_);
         round.present.assign(world_size_, false);
       }
@@ -156,6 +163,7 @@ void WordRounds::ContributeShared(uint64_t number,
         }
       }
       if (rejected.ok()) {
+        round.opened = std::min(round.opened, started);
         Contributor c;
         for (auto& f : frames) {
           c.ranks.push_back(f.rank());

@@ -90,12 +90,17 @@ class WordRounds {
   // FailedPrecondition for a round already completed or too far ahead;
   // DeadlineExceeded at `deadline`; the cause passed to Fail. `done` may run
   // on the calling thread; it never runs with this object's lock held.
+  // `waited` is how long the round had been open where `frames` come from
+  // (a node's first local frame; a partial batch leaves just before the
+  // deadline): the timeout message counts from the earliest contribution.
   void Contribute(uint64_t round, std::vector<v1::RankFrame> frames,
-                  absl::Time deadline, Done done);
+                  absl::Time deadline, Done done,
+                  absl::Duration waited = absl::ZeroDuration());
   // The same, answering with the round's shared Outcome (no copy of the
   // result per contributor).
   void ContributeShared(uint64_t round, std::vector<v1::RankFrame> frames,
-                        absl::Time deadline, SharedDone done);
+                        absl::Time deadline, SharedDone done,
+                        absl::Duration waited = absl::ZeroDuration());
 
   // Fails every open round and every later contribution with `cause`.
   void Fail(absl::Status cause);
@@ -116,6 +121,7 @@ class WordRounds {
     SharedDone done;
   };
   struct Round {
+    // The earliest contribution's start (its arrival less its `waited`).
     absl::Time opened;
     absl::Time deadline = absl::InfiniteFuture();
     DeadlineTimer::TimerId timer = 0;

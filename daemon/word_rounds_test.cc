@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -51,16 +53,19 @@ std::vector<v1::RankFrame> MakeFrames(const Frames& frames) {
   return out;
 }
 
-std::shared_ptr<Outcome> Contribute(WordRounds& rounds, uint64_t round,
-                                    const Frames& frames, absl::Time deadline) {
+std::shared_ptr<Outcome> Contribute(
+    WordRounds& rounds, uint64_t round, const Frames& frames,
+    absl::Time deadline, absl::Duration waited = absl::ZeroDuration()) {
   auto outcome = std::make_shared<Outcome>();
-  rounds.Contribute(round, MakeFrames(frames), deadline,
-                    [outcome](absl::StatusOr<v1::AllGatherWordsResponse> v) {
-                      if (outcome->calls++ == 0) {
-                        outcome->value = std::move(v);
-                        outcome->done.Notify();
-                      }
-                    });
+  rounds.Contribute(
+      round, MakeFrames(frames), deadline,
+      [outcome](absl::StatusOr<v1::AllGatherWordsResponse> v) {
+        if (outcome->calls++ == 0) {
+          outcome->value = std::move(v);
+          outcome->done.Notify();
+        }
+      },
+      waited);
   return outcome;
 }
 
@@ -173,6 +178,29 @@ TEST_F(WordRoundsTest, FrameLengthMismatchNamesRanksOnEveryContributor) {
   auto x = Contribute(*rounds_, 2, {{0, {}}, {1, {}}, {2, {}}, {3, {}}}, Far());
   ASSERT_TRUE(x->Ready());
   EXPECT_TRUE(x->value.ok()) << x->status();
+}
+
+// A node's partial batch arrives just before the deadline, saying how long
+// the round had waited there: the message counts from then.
+TEST_F(WordRoundsTest, TimeoutCountsFromTheEarliestContributionsStart) {
+  Make(2);
+  auto a = Contribute(*rounds_, 1, {{0, {1}}},
+                      MonotonicNow() + absl::Milliseconds(50),
+                      /*waited=*/absl::Milliseconds(950));
+  ASSERT_TRUE(a->Wait());
+  EXPECT_STATUS(a->status(), absl::StatusCode::kDeadlineExceeded,
+                "all_gather_words round 1 timed out after ");
+  EXPECT_STATUS(a->status(), absl::StatusCode::kDeadlineExceeded,
+                " ms waiting for rank 1");
+  // 1000 ms less the time between reading the clock here and there.
+  int64_t ms = -1;
+  const std::string message(a->status().message());
+  const size_t at = message.find("after ") + 6;
+  ASSERT_TRUE(
+      absl::SimpleAtoi(message.substr(at, message.find(" ms", at) - at), &ms))
+      << message;
+  EXPECT_GE(ms, 990) << message;
+  EXPECT_LE(ms, 1000) << message;
 }
 
 TEST_F(WordRoundsTest, TimeoutNamesMissingRanksAndTheirNodes) {

@@ -7,9 +7,14 @@
 #   - an out-of-tree CMake project (testdata/consumer) builds hello.c against
 #     rankd::rankd and hello.cc against rankd::cpp; both build with
 #     pkg-config too;
+#   - the Rust crate (rust/, copied) builds its hello example with no
+#     RANKD_LIB_DIR, finding the install through pkg-config
+#     (PKG_CONFIG_PATH) as C programs do, and a package that depends on the
+#     crate by path (testdata/rust_dependent) builds the same way;
 #   - each program, and hello.py on the installed Python package, runs as a
 #     two-rank job under the installed launcher (bin/rankrun starts
-#     bin/rankd) and prints the expected line on both ranks.
+#     bin/rankd) and prints the expected line on both ranks; the Rust ones
+#     with no LD_LIBRARY_PATH.
 # Prints one "CASE <name> PASS|FAIL" line per check and writes them as JUnit
 # XML to $XML_OUTPUT_FILE, so each check counts in the suite's closing line.
 set -uo pipefail
@@ -21,7 +26,7 @@ tar -C "$prefix" -xf install/rankd-install.tar || exit 1
 
 # A sanitizer build's libraries need the sanitizer runtime in programs
 # built here and in Python (which is not instrumented).
-san_flags="" preload=""
+san_flags="" preload="" san_rustflags=""
 # (grep reads all of nm's output: with -q it could exit first, and under
 # pipefail nm's SIGPIPE would read as "not a sanitizer build".)
 if nm -D --undefined-only "$prefix/lib/librankd.so" | grep ' __asan_' >/dev/null; then
@@ -31,6 +36,9 @@ if nm -D --undefined-only "$prefix/lib/librankd.so" | grep ' __asan_' >/dev/null
   san_flags="-fsanitize=address,undefined -fuse-ld=lld"
   san_flags+=" -fsanitize-link-c++-runtime -lstdc++"
   preload="$(clang-14 -print-file-name=libclang_rt.asan-x86_64.so)"
+  # Rust programs are not instrumented: the library's references to the
+  # runtime are resolved by the preload at run time (rust/run_cargo_test.sh).
+  san_rustflags="-C link-arg=-Wl,--allow-shlib-undefined"
   export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 fi
 
@@ -92,7 +100,30 @@ pkg_config_cpp_build() {
 }
 check pkg_config_cpp_builds pkg_config_cpp_build
 
+# The Rust crate and a package that depends on it, side by side as a user
+# would have them, built with Debian's cargo, offline. No RANKD_LIB_DIR:
+# the crate's build script asks pkg-config, as C programs do.
+rust="$work/rust"
+mkdir -p "$rust"
+cp -rL "$runfiles/rust" "$rust/rankd"
+cp -rL "$runfiles/install/testdata/rust_dependent" "$rust/rust_dependent"
+cargo_env=(env -u RANKD_LIB_DIR -u LD_LIBRARY_PATH -u RUSTFLAGS
+  PKG_CONFIG_PATH="$prefix/lib/pkgconfig" CARGO_HOME="$rust/cargo-home"
+  RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc CARGO_TERM_COLOR=never
+  ${san_rustflags:+"RUSTFLAGS=$san_rustflags"})
+rust_example_build() {
+  (cd "$rust/rankd" && "${cargo_env[@]}" /usr/bin/cargo build --offline --example hello)
+}
+check rust_example_builds_through_pkg_config rust_example_build
+rust_dependent_build() {
+  (cd "$rust/rust_dependent" && "${cargo_env[@]}" /usr/bin/cargo build --offline)
+}
+check rust_dependent_package_builds rust_dependent_build
+
 # ---- running against a real daemon from the installed copy -------------------
+# What each rank prints (printf format, %d = the rank), after the label
+# rankrun puts on every line by default, "[rank N] ".
+want_format="rank %d of 2: words [0 7 1 7] sum [4 6] gathered [0 1]"
 run_job() {  # job_id program...: rankrun, two ranks, both lines checked
   local job=$1; shift
   local dir="$work/$job" status=0 r
@@ -100,10 +131,11 @@ run_job() {  # job_id program...: rankrun, two ranks, both lines checked
   # As a user runs it: the installed launcher starts the installed rankd
   # (next to it) with fresh credentials, and the two ranks.
   timeout 90 "$prefix/bin/rankrun" --nproc_per_node=2 --job_id="$job" \
-    --prefix_output --rankd_log="$dir/rankd.log" -- "$@" >"$dir/out" 2>&1 ||
+    --rankd_log="$dir/rankd.log" -- "$@" >"$dir/out" 2>&1 ||
     status=1
   for r in 0 1; do
-    local want="[rank $r] rank $r of 2: words [0 7 1 7] sum [4 6] gathered [0 1]"
+    local want
+    want="[rank $r] $(printf "$want_format" "$r")"
     grep -qxF "$want" "$dir/out" || status=1
   done
   if ((status != 0)); then
@@ -119,6 +151,14 @@ check hello_cpp_pkg_config_runs run_job hello-cpp-pc "$work/hello_cpp_pc"
 check hello_python_runs run_job hello-py env -u RANKD_LIBRARY \
   PYTHONPATH="$prefix/lib/python3/dist-packages" ${preload:+LD_PRELOAD=$preload} \
   /usr/bin/python3 "$hello/hello.py"
+# The Rust programs find librankd.so without LD_LIBRARY_PATH (the crate's
+# build script records its full path in them, the dependent's too).
+check hello_rust_runs run_job hello-rust env -u LD_LIBRARY_PATH \
+  ${preload:+LD_PRELOAD=$preload} "$rust/rankd/target/debug/examples/hello"
+want_format="dependent: rank %d of 2: words [40, 41]"
+check rust_dependent_runs_without_ld_library_path run_job rust-dependent \
+  env -u LD_LIBRARY_PATH ${preload:+LD_PRELOAD=$preload} \
+  "$rust/rust_dependent/target/debug/rankd-dependent"
 
 # ---- results --------------------------------------------------------------------
 xml="${XML_OUTPUT_FILE:-$work/test.xml}"

@@ -1,8 +1,8 @@
 // LinePrefixer: puts a label ("[rank 3] ") before every line of one output
-// stream, for rankrun --prefix_output. Bytes are fed as they arrive from a
-// pipe, in pieces of any size; a line is released once its newline has
-// arrived, so lines of different processes never mix. A line longer than
-// kMaxLineBytes is released in pieces of that size, each labelled. Flush()
+// stream, for rankrun's --prefix_output (the default). Bytes are fed as they
+// arrive from a pipe, in pieces of any size; a line is released once its
+// newline has arrived, so lines of different processes never mix. A line longer
+// than kMaxLineBytes is released in pieces of that size, each labelled. Flush()
 // releases a last line that has no newline (adding one).
 //
 // Pure and not thread-safe. Depends on absl.

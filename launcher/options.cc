@@ -68,7 +68,9 @@ absl::Status CheckAddress(absl::string_view name, absl::string_view value,
   return absl::OkStatus();
 }
 
-// Every option: its canonical name, whether it takes a value, and its help.
+// Every option: its canonical name, whether it takes a value, the value's
+// name in --help (for a boolean, its optional "[=true|false]"), and its
+// help.
 struct OptionSpec {
   const char* name;
   bool takes_value;
@@ -145,8 +147,18 @@ constexpr OptionSpec kOptions[] = {
      "How long rankrun stays after every process exited 0, e.g. so that a "
      "reused coordinator stays up for other nodes' leaving ranks. Default "
      "0."},
-    {"prefix_output", false, nullptr,
-     "Prefix every line a process prints with \"[rank N] \"."},
+    {"prefix_output", false, "[=true|false]",
+     "On by default: every line a process prints to stdout or stderr comes "
+     "out of rankrun's stdout or stderr labelled with its rank, \"[rank 3] "
+     "text\". rankrun reads each process's output through pipes and writes "
+     "whole lines only, so two ranks' output never mixes within a line; a "
+     "last line without a newline is written when the process exits, with "
+     "one added, and a line over 64 KiB is split into labelled pieces. "
+     "--prefix_output=false: the processes write to rankrun's stdout and "
+     "stderr directly, byte for byte (a terminal stays a terminal, for "
+     "prompts and progress bars), and a line a rank writes in pieces (as "
+     "print() does unbuffered: the text, then the newline) can then mix "
+     "with another rank's."},
     {"help", false, nullptr, "Print this help and exit 0 (also -h)."},
 };
 
@@ -464,7 +476,11 @@ std::string HelpText() {
       "Options (--name=value or --name value; '-' and '_' alike in names):\n";
   for (const OptionSpec& spec : kOptions) {
     std::string head = absl::StrCat("  --", spec.name);
-    if (spec.takes_value) absl::StrAppend(&head, "=", spec.value_name);
+    if (spec.takes_value) {
+      absl::StrAppend(&head, "=", spec.value_name);
+    } else if (spec.value_name != nullptr) {
+      absl::StrAppend(&head, spec.value_name);  // a boolean's "[=true|false]"
+    }
     absl::StrAppend(&text, head, "\n", Wrap(spec.help, 6, 78));
   }
   absl::StrAppend(

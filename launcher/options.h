@@ -96,8 +96,10 @@ struct LaunchOptions {
   int64_t stop_grace_ms = kDefaultStopGraceMs;
   // How long rankrun stays after every process exited 0 (0 = none).
   int64_t exit_delay_ms = 0;
-  // Prefix every output line of a process with "[rank N] ".
-  bool prefix_output = false;
+  // Label every output line of a process "[rank N] ", copying whole lines
+  // only; false: the processes write to rankrun's stdout and stderr
+  // directly (launcher/process_group.h).
+  bool prefix_output = true;
 
   // PROGRAM and its arguments; never empty after a successful parse.
   std::vector<std::string> command;

@@ -48,7 +48,8 @@ TEST(Options, DefaultsLeaveSizesToTheDaemonOrOne) {
   EXPECT_EQ(o.daemon, DaemonMode::kAuto);
   EXPECT_EQ(o.stop_grace_ms, kDefaultStopGraceMs);
   EXPECT_EQ(o.daemon_timeout_ms, kDefaultDaemonTimeoutMs);
-  EXPECT_FALSE(o.prefix_output);
+  // Ranks' lines are labelled and kept whole unless asked otherwise.
+  EXPECT_TRUE(o.prefix_output);
   EXPECT_THAT(o.command, ElementsAre("prog"));
 }
 
@@ -134,7 +135,7 @@ TEST(Options, Help) {
                            "--daemon_timeout_ms",
                            "--stop_grace_ms",
                            "--exit_delay_ms",
-                           "--prefix_output",
+                           "--prefix_output[=true|false]",
                            "--help",
                            "RANKD_TARGET",
                            "RANKD_RANK",

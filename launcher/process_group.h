@@ -2,10 +2,12 @@
 //
 // Every process joins one process group, led by the first, so that a signal
 // to the group also reaches what the ranks started themselves, and Finish()
-// can leave nothing of theirs behind. With prefix_output, each process's
-// stdout and stderr are pipes whose lines rankrun copies to its own stdout
-// and stderr, each labelled "[rank N] " (launcher/line_prefixer.h); without
-// it, the processes write to rankrun's stdout and stderr directly.
+// can leave nothing of theirs behind. With prefix_output (rankrun's
+// default), each process's stdout and stderr are pipes whose lines rankrun
+// copies to its own stdout and stderr, whole and each labelled "[rank N] "
+// (launcher/line_prefixer.h), so two processes' bytes never share a line;
+// without it, the processes write to rankrun's stdout and stderr directly
+// (byte for byte, but a line written in pieces can mix with another's).
 //
 // Exits are noticed without reaping (launcher/child_process.h) until
 // Finish(), so the group id stays valid for signals all along. The

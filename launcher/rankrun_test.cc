@@ -214,6 +214,124 @@ TEST(Rankrun, StartsADaemonAndTwoRanksThatJoinAndGather) {
   EXPECT_FALSE(ReadFile(::testing::TempDir() + "/two.log").empty());
 }
 
+// Line `i` of rank `rank` as env_rank --lines writes it
+// (launcher/testing/env_rank.cc).
+std::string LongLine(int rank, int i, int bytes) {
+  std::string line = absl::StrCat("L", rank, ":", i, ":");
+  if (static_cast<int>(line.size()) < bytes) {
+    line.append(bytes - line.size(), static_cast<char>('a' + rank % 26));
+  }
+  return line;
+}
+
+// `out`'s lines by the rank of their "[rank N] " label (label removed),
+// without `skip`'s lines; `unlabelled` gets the first line without a label.
+std::vector<std::vector<std::string>> LinesByRank(
+    const std::string& out, int ranks, const std::vector<std::string>& skip,
+    std::string& unlabelled) {
+  std::vector<std::vector<std::string>> by_rank(ranks);
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
+    int rank = -1;
+    for (int r = 0; r < ranks; ++r) {
+      const std::string label = absl::StrCat("[rank ", r, "] ");
+      if (absl::StartsWith(line, label)) {
+        rank = r;
+        line.remove_prefix(label.size());
+      }
+    }
+    if (rank < 0) {
+      if (unlabelled.empty()) unlabelled = std::string(line.substr(0, 200));
+      continue;
+    }
+    bool skipped = false;
+    for (const std::string& s : skip) skipped |= absl::StartsWith(line, s);
+    if (!skipped) by_rank[rank].emplace_back(line);
+  }
+  return by_rank;
+}
+
+// The issue-35 report: two ranks writing long lines at once, each line in
+// pieces (an unbuffered print() writes the text, then the newline), came
+// out of rankrun mixed within lines. By default every line is one whole
+// line of one rank, labelled with it, and the last line, which has no
+// newline, is written when the rank exits.
+TEST(Rankrun, LabelsEveryLineAndNeverMixesTwoRanksInOne) {
+  constexpr int kLines = 300;
+  constexpr int kBytes = 3000;
+  RankrunJob run({"--nproc_per_node=2", "--job_id=lines",
+                  "--rankd_log=" + ::testing::TempDir() + "/lines.log", "--",
+                  kEnvRank, absl::StrCat("--lines=", kLines),
+                  absl::StrCat("--line_bytes=", kBytes)});
+  ASSERT_EQ(run.Wait(), 0) << run.err();
+  const std::string out = run.out();
+  std::string unlabelled;
+  auto by_rank = LinesByRank(out, 2, {"ENV ", "ARGS "}, unlabelled);
+  EXPECT_EQ(unlabelled, "") << "a line without a rank's label";
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> want;
+    for (int i = 0; i < kLines; ++i) want.push_back(LongLine(r, i, kBytes));
+    want.push_back(absl::StrCat("TAIL", r));
+    ASSERT_EQ(by_rank[r].size(), want.size()) << "rank " << r;
+    int wrong = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (by_rank[r][i] != want[i]) {
+        if (wrong++ == 0) {
+          ADD_FAILURE() << "rank " << r << " line " << i << ": "
+                        << by_rank[r][i].substr(0, 200);
+        }
+      }
+    }
+    EXPECT_EQ(wrong, 0) << "rank " << r << ": lines not as written";
+  }
+  EXPECT_TRUE(absl::EndsWith(out, "\n"));
+}
+
+// The same with the report's program: Python, unbuffered (-u, as
+// PYTHONUNBUFFERED=1), print() of long lines on two ranks at once.
+TEST(Rankrun, UnbufferedPythonRanksKeepTheirLinesWhole) {
+  constexpr char kProgram[] =
+      "import os\n"
+      "r = int(os.environ['RANK'])\n"
+      "for i in range(300):\n"
+      "    print(f'P{r}:{i}:' + chr(97 + r) * 2000)\n";
+  RankrunJob run({"--nproc_per_node=2", "--job_id=py",
+                  "--rankd_log=" + ::testing::TempDir() + "/py.log", "--",
+                  "/usr/bin/python3", "-u", "-c", kProgram});
+  ASSERT_EQ(run.Wait(), 0) << run.err();
+  std::string unlabelled;
+  auto by_rank = LinesByRank(run.out(), 2, {}, unlabelled);
+  EXPECT_EQ(unlabelled, "") << "a line without a rank's label";
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(by_rank[r].size(), 300u) << "rank " << r;
+    for (int i = 0; i < 300; ++i) {
+      const std::string want =
+          absl::StrCat("P", r, ":", i, ":", std::string(2000, 'a' + r));
+      if (by_rank[r][i] != want) {
+        ADD_FAILURE() << "rank " << r << " line " << i << ": "
+                      << by_rank[r][i].substr(0, 200);
+        break;
+      }
+    }
+  }
+}
+
+// --prefix_output=false: the process writes to rankrun's stdout itself,
+// byte for byte: no label, and its last line keeps its missing newline.
+TEST(Rankrun, WithoutPrefixesOutputPassesThroughByteForByte) {
+  RankrunJob run({"--nproc_per_node=1", "--job_id=raw", "--prefix_output=false",
+                  "--rankd_log=" + ::testing::TempDir() + "/raw.log", "--",
+                  kEnvRank, "--lines=50", "--line_bytes=3000"});
+  ASSERT_EQ(run.Wait(), 0) << run.err();
+  std::string want;
+  for (int i = 0; i < 50; ++i)
+    absl::StrAppend(&want, LongLine(0, i, 3000), "\n");
+  absl::StrAppend(&want, "TAIL0");
+  const std::string out = run.out();
+  EXPECT_TRUE(absl::EndsWith(out, want)) << out.substr(0, 300);
+  EXPECT_TRUE(absl::StartsWith(out, "ENV ")) << out.substr(0, 300);
+  EXPECT_THAT(out, Not(HasSubstr("[rank ")));
+}
+
 TEST(Rankrun, AFailedRankStopsTheOthersAndIsNamed) {
   RankrunJob run({"--nproc_per_node=3", "--stop_grace_ms=2000", kEnvRank,
                   "--fail_rank=1", "--fail_code=3", "--sleep_ms=60000"});

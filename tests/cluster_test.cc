@@ -73,6 +73,21 @@ INSTANTIATE_TEST_SUITE_P(RoundPaths, ClusterTest, ::testing::Bool(),
                            return info.param ? "SharedMemory" : "Grpc";
                          });
 
+// The N of "timed out after N ms" in `error`, or -1.
+int64_t TimedOutAfterMs(const std::string& error) {
+  const std::string kBefore = "timed out after ";
+  size_t at = error.find(kBefore);
+  if (at == std::string::npos) return -1;
+  at += kBefore.size();
+  size_t end = error.find(" ms", at);
+  int64_t ms = -1;
+  if (end == std::string::npos ||
+      !absl::SimpleAtoi(error.substr(at, end - at), &ms)) {
+    return -1;
+  }
+  return ms;
+}
+
 TEST_P(ClusterTest, FourDaemonsEightRanksAgreeOnTopologyRoundsAndKeys) {
   ClusterOptions options = Options();
   options.nnodes = 4;
@@ -225,8 +240,45 @@ TEST_P(ClusterTest, AStalledRankIsNamedWhenTheRoundTimesOut) {
         << error;
     EXPECT_TRUE(absl::StrContains(error, "waiting for rank 3 (node 1: 3)"))
         << error;
+    EXPECT_GE(TimedOutAfterMs(error), 750) << error;
+    EXPECT_LE(TimedOutAfterMs(error), 800) << error;
   }
   ExpectRoundPath(workers, cluster);
+}
+
+// On one node the daemon sends the ranks it holds as a partial batch
+// shortly before the deadline (LocalRounds::FlushMargin); the message still
+// counts from the round's first frame, as between nodes (it said
+// "timed out after 198 ms" for a 1 s round).
+TEST_P(ClusterTest, OneNodeRoundTimeoutSaysHowLongTheRoundWaited) {
+  ClusterOptions options = Options();
+  options.nnodes = 1;
+  options.nproc_per_node = 2;
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  std::vector<ChildProcess> workers;
+  for (uint32_t r = 0; r < 2; ++r) {
+    std::vector<std::string> args = {"--rounds=2", "--round_timeout_ms=1000"};
+    if (r == 1) {
+      args.push_back("--stall_at_round=2");
+      args.push_back("--stall_ms=2500");
+    }
+    auto w = cluster.StartWorker(0, r, With(args));
+    ASSERT_TRUE(w.ok());
+    workers.push_back(*std::move(w));
+  }
+  std::vector<int> statuses = WaitAll(workers, absl::Seconds(30));
+  EXPECT_EQ(ExitCode(statuses[0]), 3) << Logs(workers);
+  std::string error = LastErrorLine(workers[0]);
+  EXPECT_TRUE(absl::StrContains(error, "code=DEADLINE_EXCEEDED")) << error;
+  EXPECT_TRUE(
+      absl::StrContains(error, "all_gather_words round 2 timed out after "))
+      << error;
+  EXPECT_TRUE(absl::StrContains(error, "waiting for rank 1 (node 0: 1)"))
+      << error;
+  const int64_t ms = TimedOutAfterMs(error);
+  EXPECT_GE(ms, 950) << error;
+  EXPECT_LE(ms, 1000) << error;
 }
 
 TEST_P(ClusterTest, FrameLengthMismatchFailsTheRoundOnEveryRankNamingTheRank) {

@@ -1,16 +1,20 @@
 // env_rank: a rank for rankrun's tests. It prints the environment rankrun
 // gave it, optionally joins the job through it (the C++ client, everything
 // from RANKD_* variables) and runs one all_gather_words round, and can fail,
-// sleep, ignore SIGTERM or leave a grandchild behind on purpose.
+// sleep, ignore SIGTERM or leave a grandchild behind on purpose, or write
+// long lines in pieces (as Python's print does unbuffered: the text, then
+// the newline) to check that rankrun keeps ranks' lines apart.
 //
 //   env_rank [--join] [--gather] [--fail_rank=R --fail_code=C]
 //            [--kill_rank=R] [--sleep_ms=N] [--term_exit=C]
-//            [--ignore_term] [--grandchild] [ARGS...]
+//            [--ignore_term] [--grandchild]
+//            [--lines=N --line_bytes=B] [ARGS...]
 //
 // Output lines (stdout): "ENV k=v ...", "ARGS ...", "JOINED rank=R world=W",
-// "GATHERED 0,1,...", "SLEEPING pid=P", "GRANDCHILD pid=P", "TERM". Exit
-// 0 on success, 4 when the gathered words are not 0..world-1, 5 when a
-// join or round fails, else what was asked.
+// "GATHERED 0,1,...", "SLEEPING pid=P", "GRANDCHILD pid=P", "TERM"; with
+// --lines, N lines LongLine(rank, i, B) and then "TAIL<rank>" with no
+// newline. Exit 0 on success, 4 when the gathered words are not
+// 0..world-1, 5 when a join or round fails, else what was asked.
 #include <signal.h>
 #include <unistd.h>
 
@@ -23,6 +27,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
 
@@ -36,6 +41,26 @@ std::string Env(const char* name) {
 void Print(const std::string& line) {
   std::printf("%s\n", line.c_str());
   std::fflush(stdout);
+}
+
+// Line `i` of rank `rank` for --lines, `bytes` long without its newline:
+// "L<rank>:<i>:" and then the letter 'a' + rank % 26 up to `bytes`.
+// rankrun_test builds the same lines to compare.
+std::string LongLine(int rank, int i, int bytes) {
+  std::string line = absl::StrCat("L", rank, ":", i, ":");
+  if (static_cast<int>(line.size()) < bytes) {
+    line.append(bytes - line.size(), static_cast<char>('a' + rank % 26));
+  }
+  return line;
+}
+
+// Writes all of `data` with write(2), unbuffered.
+void WriteRaw(absl::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = write(STDOUT_FILENO, data.data(), data.size());
+    if (n <= 0) return;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
 }
 
 int term_exit = -1;
@@ -137,6 +162,18 @@ int main(int argc, char** argv) {
   if (rank == Flag(args, "--kill_rank", -2)) raise(SIGKILL);
   if (rank == Flag(args, "--fail_rank", -2)) {
     return Flag(args, "--fail_code", 1);
+  }
+  if (const int lines = Flag(args, "--lines", 0); lines > 0) {
+    const int bytes = Flag(args, "--line_bytes", 100);
+    for (int i = 0; i < lines; ++i) {
+      // Three writes per line, as an unbuffered print() makes two: another
+      // rank's bytes can land between them on a shared output.
+      const std::string line = LongLine(rank, i, bytes);
+      WriteRaw(absl::string_view(line).substr(0, line.size() / 2));
+      WriteRaw(absl::string_view(line).substr(line.size() / 2));
+      WriteRaw("\n");
+    }
+    WriteRaw(absl::StrCat("TAIL", rank));  // no newline: flushed at exit
   }
   if (const int ms = Flag(args, "--sleep_ms", 0); ms > 0) {
     Print(absl::StrCat("SLEEPING pid=", getpid()));

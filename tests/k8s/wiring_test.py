@@ -175,8 +175,13 @@ class WiringTest(unittest.TestCase):
             self.assertEqual(podsim.metric(text, "rankd_ready"),
                              1.0 if state != "FAILED" else 0.0)
 
-    def serving_log(self, cluster, pod):
-        return cluster.container(pod, "serving").read_log()
+    def serving_log(self, cluster, pod, labelled=False):
+        """The serving container's output. rankrun labels every line with
+        its rank ("[rank 3] READY rank=3 ..."); the labels are removed
+        unless `labelled`."""
+        log = cluster.container(pod, "serving").read_log()
+        return log if labelled else re.sub(r"^\[rank \d+\] ", "", log,
+                                            flags=re.M)
 
     def wait_serving(self, cluster, world, steps=10):
         """Every rank of every pod serves, with Gloo on its pod's IP; then
@@ -193,6 +198,13 @@ class WiringTest(unittest.TestCase):
                              self.serving_log(cluster, pod)[-2000:])
             for line in ready:
                 self.assertTrue(line.endswith(f" hostname={pod.ip}"), line)
+            # Each line is whole and labelled with the rank that wrote it.
+            labelled = re.findall(r"^\[rank (\d+)\] READY rank=(\d+) ",
+                                  self.serving_log(cluster, pod, labelled=True),
+                                  re.M)
+            self.assertEqual(len(labelled), len(ready), labelled)
+            for label, rank in labelled:
+                self.assertEqual(label, rank)
         wait_for(lambda: (podsim.metric(cluster.scrape(leader, 9421),
                                         "rankd_rounds_total", {"code": "OK"})
                           or 0) >= steps * world // len(cluster.pods),
@@ -274,7 +286,8 @@ class WiringTest(unittest.TestCase):
         for pod in cluster.pods[:-1]:
             c = cluster.container(pod, "serving")
             self.assertEqual(c.process.wait(timeout=30), 3, c.read_log()[-2000:])
-            self.assertRegex(c.read_log(), r"(?m)^(FAILED|CAUSE) rank=.* lost")
+            self.assertRegex(self.serving_log(cluster, pod),
+                             r"(?m)^(FAILED|CAUSE) rank=.* lost")
         self.stop_all(cluster)
 
     def test_tls_overlay_forms_a_job_over_mutual_tls(self):
