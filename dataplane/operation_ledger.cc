@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace rankd::dataplane {
 
 OperationLedger::SequenceCell OperationLedger::Add(
@@ -40,6 +42,26 @@ std::optional<OperationLedger::Expired> OperationLedger::FirstExpired(
     return expired;
   }
   return std::nullopt;
+}
+
+std::string OperationLedger::DescribeUnfinished(size_t most) const {
+  absl::MutexLock lock(&mu_);
+  std::string described;
+  size_t unfinished = 0;
+  for (const Entry& e : entries_) {
+    std::shared_ptr<Operation> op = e.op.lock();
+    if (op == nullptr || op->Done()) continue;
+    if (++unfinished > most) continue;
+    const int64_t sequence = e.sequence->load();
+    absl::StrAppend(&described, described.empty() ? "" : ", ",
+                    sequence >= 0 ? absl::StrCat("#", sequence, " ") : "",
+                    "on ", e.what.scope_name, ": ", e.what.canonical);
+  }
+  if (unfinished == 0) return "no operation outstanding";
+  if (unfinished > most) {
+    absl::StrAppend(&described, " and ", unfinished - most, " more");
+  }
+  return described;
 }
 
 void OperationLedger::FailAll(const absl::Status& cause) {

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -77,6 +78,11 @@ class OperationLedger {
   // The first registered operation that is unfinished at `now` and past its
   // deadline, or nullopt.
   std::optional<Expired> FirstExpired(absl::Time now);
+
+  // The unfinished operations, oldest first, at most `most` of them, for
+  // a message: "#3 on world: all_reduce_sum f32[4], ..." (and "and N more"),
+  // or "no operation outstanding".
+  std::string DescribeUnfinished(size_t most) const;
 
   // Fails every unfinished operation with `cause` (Operation::FailIfRunning)
   // and every operation added later. The first cause wins.

@@ -1,7 +1,8 @@
 // Unit tests for dataplane/operation_ledger.h: deadlines (first unfinished
 // operation past its deadline, with its recorded sequence number), the abort
-// latch (FailAll fails registered and later operations, first cause wins)
-// and pruning of finished and destroyed operations.
+// latch (FailAll fails registered and later operations, first cause wins),
+// the description of what is unfinished, and pruning of finished and destroyed
+// operations.
 #include "dataplane/operation_ledger.h"
 
 #include <memory>
@@ -58,6 +59,25 @@ TEST(OperationLedgerTest, FirstExpiredIsTheFirstUnfinishedPastItsDeadline) {
   EXPECT_FALSE(ledger.FirstExpired(now).has_value());
   EXPECT_TRUE(ledger.FirstExpired(now + absl::Hours(2)).has_value());
   due_later->Finish(absl::OkStatus());
+}
+
+TEST(OperationLedgerTest, DescribeUnfinishedNamesTheOldestOnes) {
+  OperationLedger ledger;
+  EXPECT_EQ(ledger.DescribeUnfinished(2), "no operation outstanding");
+  const absl::Time later = MonotonicNow() + absl::Hours(1);
+  auto done = Running("barrier on world");
+  auto sum = Running("all_reduce_sum on world");
+  auto gather = Running("all_gather on world");
+  auto a2a = Running("all_to_all_v on world");
+  ledger.Add(done, later, What("barrier"));
+  ledger.Add(sum, later, What("all_reduce_sum f32[4]"))->store(3);
+  ledger.Add(gather, later, What("all_gather f32[2]"));
+  ledger.Add(a2a, later, What("all_to_all_v f32[2]"));
+  done->Finish(absl::OkStatus());
+  EXPECT_EQ(ledger.DescribeUnfinished(2),
+            "#3 on world: all_reduce_sum f32[4], on world: all_gather f32[2] "
+            "and 1 more");
+  for (auto* op : {&sum, &gather, &a2a}) (*op)->Finish(absl::OkStatus());
 }
 
 TEST(OperationLedgerTest, FailAllFailsRegisteredAndLaterOperations) {

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/exit_codes.h"
 #include "common/monotonic_clock.h"
 
 namespace rankd::launcher {
@@ -194,7 +195,15 @@ std::optional<int> ChildProcess::Reap() {
 
 std::string DescribeWaitStatus(int wait_status) {
   if (WIFEXITED(wait_status)) {
-    return absl::StrCat("exited with status ", WEXITSTATUS(wait_status));
+    const int status = WEXITSTATUS(wait_status);
+    if (status == kExitNativeAbortHung) {
+      // The library ended the process itself (common/exit_codes.h).
+      return absl::StrCat("exited with status ", status,
+                          " (its NCCL abort hung: the GPU did not let the "
+                          "communicators go; see docs/operations.md, \"Exit "
+                          "statuses\")");
+    }
+    return absl::StrCat("exited with status ", status);
   }
   if (WIFSIGNALED(wait_status)) {
     const int sig = WTERMSIG(wait_status);

@@ -54,6 +54,17 @@ TEST(ChildProcess, ExitStatusAndSignals) {
   EXPECT_EQ(child->Reap(), status);
   EXPECT_FALSE(Alive(child->pid()));
 
+  // The status a rankd library ends a process with says what it means.
+  absl::StatusOr<ChildProcess> hung =
+      ChildProcess::Spawn({{"/bin/sh", "-c", "exit 86"}, {}});
+  ASSERT_TRUE(hung.ok()) << hung.status();
+  std::optional<int> hung_status = hung->WaitFor(absl::Seconds(10));
+  ASSERT_TRUE(hung_status.has_value());
+  EXPECT_EQ(DescribeWaitStatus(*hung_status),
+            "exited with status 86 (its NCCL abort hung: the GPU did not let "
+            "the communicators go; see docs/operations.md, \"Exit statuses\")");
+  hung->Reap();
+
   child = ChildProcess::Spawn({{"/bin/sleep", "30"}, {}});
   ASSERT_TRUE(child.ok());
   EXPECT_TRUE(child->running());

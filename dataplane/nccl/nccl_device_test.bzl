@@ -23,6 +23,7 @@ NCCL_DEVICE_TEST_DEPS = [
     ":nccl_test_util",
     ":standin_control",
     ":stream_stall",
+    "//common:exit_codes",
     "//common:topology",
     "//dataplane:contract",
     "//dataplane:in_process_control_plane",

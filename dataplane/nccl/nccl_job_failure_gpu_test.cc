@@ -3,7 +3,9 @@
 // and job failures during init abort promptly, an abort right after NCCL
 // accepted the work fails the operation, and on 2+ GPUs a job failure
 // unblocks a hung collective, one communicator's stuck kernel does not
-// block the abort (4 GPUs), and destroying a failed job's session aborts.
+// block the abort (4 GPUs), and destroying a failed job's session aborts;
+// on the stand-in, an abort that never returns ends the process with its
+// documented exit status (issue 34).
 // Several are sequencing defects a reading of this backend found
 // (issue 10).
 //
@@ -21,6 +23,7 @@
 #include "absl/synchronization/barrier.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/exit_codes.h"
 #include "common/topology.h"
 #include "dataplane/collective_scope.h"
 #include "dataplane/nccl/nccl_session.h"
@@ -94,8 +97,7 @@ TEST_F(NcclGpuTest, InitDeadlineAbortsTheCommunicators) {
   EXPECT_TRUE(absl::StrContains(init.message(), "world")) << init;
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
   EXPECT_FALSE((*session)->capabilities().world_collectives);
-  EXPECT_EQ((*session)->poison().code(),
-            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ((*session)->poison().code(), absl::StatusCode::kDeadlineExceeded);
   // Rank 0 is the world's root: it published the id, under its first
   // session's tag.
   EXPECT_TRUE(
@@ -263,6 +265,80 @@ TEST_F(NcclMultiGpuTest, DestroyingASessionOfAFailedJobAborts) {
     });
   }
   for (auto& t : ranks) t.join();
+}
+
+// Two ranks of a fresh job on `devices`, opened together and warmed up (one
+// sum each, so that every communicator is connected).
+std::vector<std::unique_ptr<NcclSession>> OpenPair(
+    std::shared_ptr<InProcessJob> job, std::vector<int> devices,
+    const NcclSessionOptions& options,
+    std::vector<std::unique_ptr<ControlPlane>>& control_planes) {
+  std::vector<std::unique_ptr<NcclSession>> sessions(2);
+  control_planes.reserve(control_planes.size() + 2);
+  {
+    std::vector<std::unique_ptr<ControlPlane>> mine(2);
+    for (uint32_t r = 0; r < 2; ++r) mine[r] = job->ForRank(r);
+    std::vector<std::thread> ranks;
+    for (uint32_t r = 0; r < 2; ++r) {
+      ranks.emplace_back([&, r] {
+        auto descriptor =
+            DistributedSessionDescriptor::FromTopology(DataParallel(2), 2, r);
+        ASSERT_TRUE(descriptor.ok());
+        NcclSessionOptions o = options;
+        o.device = devices[r];
+        auto session = NcclSession::Open(*descriptor, mine[r].get(), o);
+        ASSERT_TRUE(session.ok()) << session.status();
+        auto x = Upload(Desc({4}), Floats(4), (*session)->stream());
+        auto warm = (*session)->AllReduceSum(CollectiveScope::World(), x);
+        ASSERT_TRUE(warm.ok()) << warm.status();
+        ASSERT_TRUE(warm->completion->Wait().ok());
+        sessions[r] = *std::move(session);
+      });
+    }
+    for (auto& t : ranks) t.join();
+    for (auto& cp : mine) control_planes.push_back(std::move(cp));
+  }
+  return sessions;
+}
+
+// ncclCommAbort waits for the device. When a kernel no abort reaches keeps
+// the device busy (here another job's sum on the same device, which its
+// second rank never joins and nobody aborts), the abort never returns:
+// past abort_timeout the process says what is stuck and ends with exit
+// status 86 (common/exit_codes.h) instead of hanging with no word. Shown on
+// the stand-in only: on a GPU it would leave a kernel spinning.
+TEST_F(NcclMultiGpuTest, AnAbortThatNeverReturnsEndsTheProcessWithItsStatus) {
+  if (testing::Standin() == nullptr) {
+    GTEST_SKIP() << "stand-in only: it would leave a GPU kernel running";
+  }
+  if (DeviceCount() < 3) GTEST_SKIP() << "needs 3 CUDA devices";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        std::vector<std::unique_ptr<ControlPlane>> control_planes;
+        // The other job: its rank 0 (device 0) starts a sum that its rank 1
+        // never joins; nothing aborts it (no deadline, no watchdog tick).
+        NcclSessionOptions patient;
+        patient.op_timeout = absl::Hours(1);
+        patient.watchdog_interval = absl::Hours(1);
+        auto other =
+            OpenPair(InProcessJob::Create(2), {0, 1}, patient, control_planes);
+        auto x = Upload(Desc({4}), Floats(4), other[0]->stream());
+        auto stuck = other[0]->AllReduceSum(CollectiveScope::World(), x);
+        // This job shares device 0: its abort waits for that kernel.
+        NcclSessionOptions bounded;
+        bounded.abort_timeout = absl::Milliseconds(500);
+        auto sessions =
+            OpenPair(InProcessJob::Create(2), {0, 2}, bounded, control_planes);
+        sessions[0]->Abort(absl::AbortedError("rankd: rank 1 lost"));
+        ADD_FAILURE() << "the abort returned";
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(kExitNativeAbortHung),
+      "rankd: nccl abort did not return within 500ms: communicators world "
+      "\\(ranks 0-1\\).* still aborting; unfinished operations: no "
+      "operation outstanding; aborted because: ABORTED: rankd: rank 1 lost; "
+      "ending the process \\(exit status 86, the native abort hung\\)");
 }
 
 }  // namespace

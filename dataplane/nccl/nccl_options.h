@@ -71,6 +71,12 @@ struct NcclSessionOptions {
   // After ncclCommAbort, how long a NativeCancel wait lets aborted work
   // leave before quarantining it.
   absl::Duration abort_grace = absl::Seconds(10);
+  // How long aborting the communicators (ncclCommAbort, which waits for
+  // the device) may take. Past it the process writes which communicators,
+  // operations and peers are stuck to stderr and ends itself with exit
+  // status 86 (common/exit_codes.h, docs/operations.md "Exit statuses")
+  // rather than hang with no word; absl::InfiniteDuration() never ends it.
+  absl::Duration abort_timeout = absl::Seconds(60);
   // Finalize bound per communicator, and quarantine drain bound, at
   // destruction.
   absl::Duration destroy_timeout = absl::Seconds(10);

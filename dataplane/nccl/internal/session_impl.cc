@@ -8,6 +8,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/monotonic_clock.h"
+#include "common/rank_list.h"
+#include "dataplane/abort_deadline.h"
 #include "dataplane/admission.h"
 #include "dataplane/agreement.h"
 #include "dataplane/caller_output.h"
@@ -34,7 +36,8 @@ absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
       options.failure_attribution_grace < absl::ZeroDuration() ||
       options.watchdog_interval <= absl::ZeroDuration() ||
       options.destroy_timeout < absl::ZeroDuration() ||
-      options.abort_grace < absl::ZeroDuration()) {
+      options.abort_grace < absl::ZeroDuration() ||
+      options.abort_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         "nccl backend: session timeouts and intervals must be positive");
   }
@@ -289,25 +292,47 @@ void SessionImpl::CancelNative(const absl::Status& cause) {
   absl::MutexLock lock(&abort_mu_);
   if (aborted_) return;
   aborted_ = true;
+  // What was running, for the message should the abort itself hang.
+  const std::string unfinished = ledger_.DescribeUnfinished(4);
   ledger_.FailAll(poison);
   std::vector<std::shared_ptr<CommEntry>> comms;
   {
     absl::MutexLock state(&mu_);
     comms = comms_;
   }
-  AbortAll(comms, poison);
+  AbortAll(comms, poison, options_.abort_timeout, unfinished);
 }
 
 void AbortAll(const std::vector<std::shared_ptr<CommEntry>>& comms,
-              const absl::Status& cause) {
+              const absl::Status& cause, absl::Duration timeout,
+              const std::string& unfinished) {
+  // Which aborts returned, for the message should some not.
+  auto returned =
+      std::make_shared<std::vector<std::atomic<bool>>>(comms.size());
+  AbortDeadline deadline(
+      kBackendName, timeout, [&comms, returned, unfinished, cause] {
+        std::vector<std::string> stuck;
+        for (size_t c = 0; c < comms.size(); ++c) {
+          if (comms[c]->comm == nullptr || (*returned)[c].load()) continue;
+          stuck.push_back(absl::StrCat(comms[c]->name, " (",
+                                       NameRanks(comms[c]->members), ")"));
+        }
+        return absl::StrCat(
+            "communicators ", absl::StrJoin(stuck, ", "),
+            " still aborting; unfinished operations: ", unfinished,
+            "; aborted because: ", cause.ToString());
+      });
   // Concurrently: ncclCommAbort frees device memory, which waits for every
   // kernel on the device, so aborting one communicator while another's
   // kernel still waits for a dead peer would never return.
   std::vector<std::thread> aborts;
-  for (const auto& entry : comms) {
-    if (entry->comm == nullptr) continue;
-    NcclCommunicator* comm = entry->comm.get();
-    aborts.emplace_back([comm, cause] { comm->Abort(cause); });
+  for (size_t c = 0; c < comms.size(); ++c) {
+    if (comms[c]->comm == nullptr) continue;
+    NcclCommunicator* comm = comms[c]->comm.get();
+    aborts.emplace_back([comm, cause, returned, c] {
+      comm->Abort(cause);
+      (*returned)[c].store(true);
+    });
   }
   for (std::thread& t : aborts) t.join();
 }
@@ -773,7 +798,8 @@ absl::Status SessionImpl::InitializeLocked() {
   }
 
   auto abort_all = [&](const absl::Status& cause) {
-    AbortAll(comms, cause);
+    AbortAll(comms, cause, options_.abort_timeout,
+             "communicator initialization");
     Poison(cause);
     return cause;
   };

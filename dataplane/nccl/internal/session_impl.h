@@ -328,9 +328,13 @@ class SessionImpl final : public NcclOpOwner,
 };
 
 // Aborts every communicator of `comms` concurrently and returns after all
-// of them were torn down.
+// of them were torn down. When that takes longer than `timeout`, the
+// process ends (AbortDeadline, dataplane/abort_deadline.h), naming the
+// communicators still aborting, `unfinished` (what was running) and
+// `cause`.
 void AbortAll(const std::vector<std::shared_ptr<CommEntry>>& comms,
-              const absl::Status& cause);
+              const absl::Status& cause, absl::Duration timeout,
+              const std::string& unfinished);
 
 // The operations, shared by NcclSession and NcclBackend. Each validates
 // before any native call and returns the output with its completion; a

@@ -1,0 +1,20 @@
+// The exit statuses a rankd library ends a serving process with on its own,
+// so that launchers (launcher/, rankrun) and orchestrators (Kubernetes) can
+// tell them from the program's own statuses. docs/operations.md ("Exit
+// statuses") says what each means and what to do. Depends on nothing.
+#ifndef RANKD_COMMON_EXIT_CODES_H_
+#define RANKD_COMMON_EXIT_CODES_H_
+
+namespace rankd {
+
+// A native abort did not return within its bound (NcclSessionOptions::
+// abort_timeout): the device did not let the communicators go (a kernel
+// that never ends, a stuck GPU). The process wrote which communicators,
+// operation and peers were stuck to stderr and ended itself instead of
+// hanging with no word. Replace the process; if it repeats on one node,
+// the GPU needs a reset (drain the node).
+inline constexpr int kExitNativeAbortHung = 86;
+
+}  // namespace rankd
+
+#endif  // RANKD_COMMON_EXIT_CODES_H_
