@@ -32,6 +32,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "dataplane/conformance/conformance_cases.h"
 #include "dataplane/peer_transfer.h"
 #include "dataplane/session.h"
@@ -150,6 +151,11 @@ class CaseRunner {
   static void ExpectStatus(const absl::Status& status,
                            const RankOutcome& want) {
     EXPECT_EQ(status.code(), want.code) << status;
+    if (want.message_is_suffix) {
+      EXPECT_TRUE(absl::EndsWith(status.message(), Expected(want.message)))
+          << status << "\n  does not end with: " << Expected(want.message);
+      return;
+    }
     EXPECT_EQ(std::string(status.message()), Expected(want.message));
   }
 
@@ -158,6 +164,12 @@ class CaseRunner {
     if (call.operation == Operation::kNone) return;
     if (call.poison_first.has_value()) {
       Backend::Poison(session, *call.poison_first);
+    }
+    for (const RankCall& earlier : call.first) {
+      auto done = Submit(earlier, session);
+      ASSERT_TRUE(done.ok()) << "an earlier call: " << done.status();
+      absl::Status waited = done->completion->Wait();
+      ASSERT_TRUE(waited.ok()) << "an earlier call: " << waited;
     }
     auto submitted = Submit(call, session);
     using When = RankOutcome::When;
