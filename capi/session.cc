@@ -64,15 +64,10 @@ absl::StatusOr<ValueDescriptor> DescriptorOf(const rankd_tensor* t,
     return absl::InvalidArgumentError(absl::StrCat(
         function, ": ", what, ".shape is NULL with ndim ", t->ndim));
   }
-  const auto dtype = static_cast<TensorDtype>(t->dtype);
-  std::vector<size_t> shape(t->shape, t->shape + t->ndim);
-  absl::StatusOr<ValueDescriptor> d;
-  if (!shape.empty() && shape[0] == 0) {  // an empty leading axis
-    auto row = ValueDescriptor::Create({shape.begin() + 1, shape.end()}, dtype);
-    d = row.ok() ? ValueDescriptor::Rows(0, *row) : row.status();
-  } else {
-    d = ValueDescriptor::Create(std::move(shape), dtype);
-  }
+  // The contract's rule, as C++ states it: only the leading extent may be 0.
+  absl::StatusOr<ValueDescriptor> d = ValueDescriptor::Create(
+      std::vector<size_t>(t->shape, t->shape + t->ndim),
+      static_cast<TensorDtype>(t->dtype));
   if (!d.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(function, ": ", what, ": ", d.status().message()));

@@ -75,13 +75,7 @@ class CaseRunner {
   // A descriptor of `shape`; a zero leading extent is a value of no rows.
   static absl::StatusOr<ValueDescriptor> Describe(
       const std::vector<size_t>& shape, TensorDtype dtype) {
-    if (shape.empty() || shape[0] != 0) {
-      return ValueDescriptor::Create(shape, dtype);
-    }
-    auto row = ValueDescriptor::Create(
-        std::vector<size_t>(shape.begin() + 1, shape.end()), dtype);
-    if (!row.ok()) return row.status();
-    return ValueDescriptor::Rows(0, *row);
+    return ValueDescriptor::Create(shape, dtype);
   }
 
   static std::string Expected(const std::string& message) {

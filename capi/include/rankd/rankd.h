@@ -407,8 +407,12 @@ typedef enum rankd_dtype {
 RANKD_EXPORT size_t rankd_dtype_size(int32_t dtype);
 
 /* A dense row-major tensor the caller owns: host memory for Gloo, device
- * memory for NCCL. `shape` has `ndim` extents (ndim 0 is a scalar); only
- * the leading extent may be 0.
+ * memory for NCCL. `shape` has `ndim` extents (ndim 0 is a scalar). Only
+ * the leading extent may be 0: a tensor of no rows is valid for every
+ * operation and pairs like any other (a receive of no rows waits for its
+ * send); any other zero extent is INVALID_ARGUMENT naming the dimension
+ * (docs/contract.md, "Empty values"). `data` may be NULL when the tensor
+ * has no elements.
  *   - Gloo (host memory): an input is copied during the submitting call, so
  *     it may be reused as soon as that returns; an output is written when
  *     the work's success is first observed (rankd_work_is_complete
