@@ -10,19 +10,23 @@
  *                 session; rank 0's pending receive fails naming it, its
  *                 failure callback ran and rankd_job_health says why;
  *                 prints "LOST <code>: <message>".
+ *   c_rank empty  tensors of no rows (docs/contract.md, "Empty values")
+ *                 through every operation, pairing in order; a [2, 0]
+ *                 tensor refused; a receive of no rows that rank 0 never
+ *                 sends fails naming rank 0; prints "C EMPTY <r> OK".
  *
  * Exits 1 with "FAILED: ..." on the first unexpected result. */
 #define _DEFAULT_SOURCE /* usleep, setenv */
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "rankd/rankd.h"
-
 #include "capi/testing/c_checks.h"
+#include "rankd/rankd.h"
 
 static rankd_tensor F32(float* data, size_t ndim, const size_t* shape) {
   rankd_tensor t;
@@ -294,6 +298,101 @@ static void Ops(rankd_rank* rank, uint32_t world) {
   printf("C RANK %u OK\n", r);
 }
 
+/* Tensors of no rows (leading extent 0) through every operation. */
+static void Empty(rankd_rank* rank, uint32_t world) {
+  if (world != 2) Fail("empty needs a world of 2, got %u", world);
+  const uint32_t r = my_rank, peer = 1 - my_rank;
+  rankd_session_options options;
+  rankd_session_options_init(&options);
+  options.op_timeout_seconds = 30;
+  rankd_session* session = NULL;
+  Ok(rankd_session_open(rank, &options, &session), "rankd_session_open");
+  rankd_work* work = NULL;
+  const size_t none[2] = {0, 3}, two[1] = {2};
+  /* NULL data is fine for a tensor with no elements. */
+  rankd_tensor empty = F32(NULL, 2, none);
+
+  Ok(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &empty, &empty, NULL,
+                          &work),
+     "all_reduce_sum of no rows");
+  Wait(work, "all_reduce_sum of no rows");
+  Ok(rankd_all_gather(session, RANKD_WORLD_GROUP, &empty, &empty, NULL, &work),
+     "all_gather of no rows");
+  Wait(work, "all_gather of no rows");
+  const size_t zeros[2] = {0, 0};
+  Ok(rankd_all_to_all_v(session, RANKD_WORLD_GROUP, &empty, zeros, zeros, 2,
+                        &empty, NULL, &work),
+     "all_to_all_v of no rows");
+  Wait(work, "all_to_all_v of no rows");
+
+  /* Rank 0 sends no rows, then [5, 6]; rank 1 receives them in that
+   * order: the empty transfer pairs and the route stays in step. */
+  float p2p[2] = {5, 6};
+  rankd_tensor pt = F32(p2p, 1, two);
+  if (r == 0) {
+    Ok(rankd_send(session, RANKD_WORLD_GROUP, 1, &empty, NULL, &work),
+       "send of no rows");
+    Wait(work, "send of no rows");
+    Ok(rankd_send(session, RANKD_WORLD_GROUP, 1, &pt, NULL, &work), "send");
+  } else {
+    Ok(rankd_receive(session, RANKD_WORLD_GROUP, 0, &empty, NULL, &work),
+       "receive of no rows");
+    Wait(work, "receive of no rows");
+    p2p[0] = p2p[1] = 0;
+    Ok(rankd_receive(session, RANKD_WORLD_GROUP, 0, &pt, NULL, &work),
+       "receive");
+  }
+  Wait(work, "send/receive after no rows");
+  const float want_p2p[2] = {5, 6};
+  ExpectFloats(p2p, want_p2p, 2, "receive after a receive of no rows");
+
+  /* A batch swapping no rows, then one swapping [r, r]. */
+  rankd_peer_tensor e_send = {peer, empty}, e_receive = {peer, empty};
+  Ok(rankd_batch_send_receive(session, RANKD_WORLD_GROUP, &e_send, 1,
+                              &e_receive, 1, NULL, &work),
+     "batch of no rows");
+  Wait(work, "batch of no rows");
+  float give[2] = {(float)r, (float)r}, take[2] = {-1, -1};
+  rankd_peer_tensor s_entry = {peer, F32(give, 1, two)};
+  rankd_peer_tensor r_entry = {peer, F32(take, 1, two)};
+  Ok(rankd_batch_send_receive(session, RANKD_WORLD_GROUP, &s_entry, 1, &r_entry,
+                              1, NULL, &work),
+     "batch after no rows");
+  Wait(work, "batch after no rows");
+  const float want_take[2] = {(float)peer, (float)peer};
+  ExpectFloats(take, want_take, 2, "batch after a batch of no rows");
+
+  /* Only the leading extent may be 0. */
+  const size_t inner[2] = {2, 0};
+  rankd_tensor bad = F32(p2p, 2, inner);
+  Refused(
+      rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &bad, &bad, NULL, &work),
+      RANKD_INVALID_ARGUMENT, "only the leading extent may be 0",
+      "a [2, 0] tensor");
+  uint32_t mine = r, gathered[2];
+  Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, 2), "barrier");
+  rankd_session_free(session);
+
+  /* A receive of no rows whose send never comes waits for it, and fails
+   * naming rank 0, instead of completing at once. */
+  options.op_timeout_seconds = 1;
+  Ok(rankd_session_open(rank, &options, &session), "a short session");
+  if (r == 1) {
+    Ok(rankd_receive(session, RANKD_WORLD_GROUP, 0, &empty, NULL, &work),
+       "unpaired receive of no rows");
+    rankd_status* s = rankd_work_wait(work);
+    if (s == NULL) Fail("a receive of no rows completed without its send");
+    printf("UNPAIRED %s: %s\n", rankd_code_name(rankd_status_code(s)),
+           rankd_status_message(s));
+    Refused(s, RANKD_DEADLINE_EXCEEDED, "rank 0 did not report operation #0",
+            "an unpaired receive of no rows");
+    rankd_work_free(work);
+  }
+  Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, 2), "barrier");
+  rankd_session_free(session);
+  printf("C EMPTY %u OK\n", r);
+}
+
 /* Written on the library's thread, read on this one. */
 static int failures_seen = 0;
 static void OnFailure(void* user_data, rankd_code code, const char* message) {
@@ -332,8 +431,8 @@ static void Lost(rankd_rank* rank) {
   rankd_status_free(health);
   /* The callback runs on a library thread (rankd.h), not necessarily
    * before rankd_job_health reports the failure: give it 10 s. */
-  for (int i = 0; i < 10000 &&
-                  __atomic_load_n(&failures_seen, __ATOMIC_ACQUIRE) == 0;
+  for (int i = 0;
+       i < 10000 && __atomic_load_n(&failures_seen, __ATOMIC_ACQUIRE) == 0;
        ++i) {
     usleep(1000);
   }
@@ -347,7 +446,7 @@ static void Lost(rankd_rank* rank) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: c_rank ops|lost\n");
+    fprintf(stderr, "usage: c_rank ops|lost|empty\n");
     return 2;
   }
   if (rankd_abi_version() != RANKD_ABI_VERSION) {
@@ -366,6 +465,8 @@ int main(int argc, char** argv) {
     Ops(rank, d.world_size);
   } else if (strcmp(argv[1], "lost") == 0) {
     Lost(rank);
+  } else if (strcmp(argv[1], "empty") == 0) {
+    Empty(rank, d.world_size);
   } else {
     Fail("unknown scenario %s", argv[1]);
   }

@@ -23,7 +23,11 @@ the inputs must be ready when the call is made and the outputs are valid
 once work.wait() returned. Outputs are the caller's
 (`out=`); only for torch tensors does rankd allocate them (torch.empty on
 the input's device). The tensors must stay allocated until the work
-completed; the Work keeps a reference to them."""
+completed; the Work keeps a reference to them.
+
+Values with no rows (shape (0, ...)) are valid for every operation and pair
+like any other (a receive of no rows waits for its send); only the leading
+extent may be 0 (docs/contract.md, "Empty values")."""
 
 import ctypes
 
