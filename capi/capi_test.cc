@@ -97,6 +97,11 @@ TEST(CApiEmptyValuesTest, TensorsOfNoRowsWorkEverywhereAndPairInOrder) {
   RunScenario("capi-empty", "empty", "C EMPTY");
 }
 
+// rankd_session_options.restrict_capabilities / restrict_groups.
+TEST(CApiNarrowedTest, ANarrowedSessionRefusesNamingTheCapability) {
+  RunScenario("capi-narrowed", "narrowed", "C NARROWED");
+}
+
 TEST(CApiLostRankTest, TheSurvivorsWorkFailsNamingTheLostRank) {
   ClusterOptions options;
   options.job_id = "capi-lost";

@@ -21,6 +21,9 @@ test_rankd.py on every rank with the launcher's environment.
                            pairing in order; a (2, 0) array refused; a
                            receive of no rows that rank 0 never sends
                            fails naming rank 0; prints "PY EMPTY <r> OK"
+    rank_program.py narrowed  sessions opened with restrict_capabilities
+                           refuse what was left out naming the capability
+                           and run the rest; prints "PY NARROWED <r> OK"
 
 Exits 1 with a traceback on the first unexpected result.
 """
@@ -204,6 +207,49 @@ def empty(rank):
             print(f"UNPAIRED {e}", flush=True)
         rank.all_gather_words([r], timeout=30)
     print(f"PY EMPTY {r} OK", flush=True)
+
+
+def narrowed(rank):
+    """Rank.open_session(restrict_capabilities=...)."""
+    assert rank.world_size == 2, rank
+    r, peer = rank.rank, 1 - rank.rank
+    other = [g for g in rank.groups if g.id != rankd.WORLD][0]
+    x = np.array([1, 2], np.float32)
+    with rank.open_session(op_timeout=30, restrict_capabilities={
+            "point_to_point": False, "variable_all_to_all": False,
+            "collective_groups": []}) as session:
+        assert session.capabilities == {
+            "world_collectives": True, "point_to_point": False,
+            "variable_all_to_all": False, "exact_completion": True}, \
+            session.capabilities
+        assert session.supports_group(rankd.WORLD)
+        assert not session.supports_group(other.id)
+        e = expect_raises(
+            rankd.UnimplementedError,
+            "gloo backend: send needs capability 'point_to_point', which "
+            "this backend does not advertise", session.send, x, peer=peer)
+        print(f"NARROWED {e}", flush=True)
+        expect_raises(rankd.UnimplementedError, "'point_to_point'",
+                      session.receive, peer, shape=(2,), dtype=np.float32)
+        expect_raises(rankd.UnimplementedError, "'variable_all_to_all'",
+                      session.all_to_all_v, x, [1, 1], [1, 1])
+        expect_raises(rankd.UnimplementedError, "'collective_groups'",
+                      session.all_reduce_sum, x, group=other.id)
+        assert session.all_reduce_sum(x).wait().tolist() == [2, 4]
+        rank.all_gather_words([r], timeout=30)
+    # The world left out, one group kept.
+    with rank.open_session(op_timeout=30, restrict_capabilities={
+            "world_collectives": False,
+            "collective_groups": [other.id]}) as session:
+        expect_raises(rankd.UnimplementedError, "'world_collectives'",
+                      session.all_reduce_sum, x)
+        got = session.all_reduce_sum(x, group=other.id).wait()
+        assert got.tolist() == (x * other.size).tolist(), got
+        rank.all_gather_words([r], timeout=30)
+    expect_raises(rankd.InvalidArgumentError, "point_two_point",
+                  rank.open_session, restrict_capabilities={
+                      "point_two_point": False})
+    print(f"PY NARROWED {r} OK", flush=True)
 
 
 def lost(rank):
@@ -442,7 +488,7 @@ def main():
     scenario = sys.argv[1]
     with rankd.join() as rank:
         {"ops": ops, "lost": lost, "nccl": nccl, "torch": torch_ops,
-         "empty": empty}[scenario](rank)
+         "empty": empty, "narrowed": narrowed}[scenario](rank)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,16 @@ def test_arrays_of_no_rows_work_everywhere_and_pair_in_order():
     assert "UNPAIRED DEADLINE_EXCEEDED: " in results[1][1], results[1][1]
 
 
+def test_a_narrowed_session_refuses_naming_the_capability():
+    with LocalJob("py-narrowed", 1, 2) as job:
+        results = job.run_ranks(PROGRAM, "narrowed", env=_env())
+    for r, (code, output) in enumerate(results):
+        assert code == 0, f"rank {r}:\n{output}"
+        assert f"PY NARROWED {r} OK" in output, output
+        assert "NARROWED UNIMPLEMENTED: gloo backend: send needs capability " \
+            "'point_to_point'" in output, output
+
+
 def test_loads_into_a_process_that_imported_torch():
     # Debian's python3-torch (installed by tools/setup.sh --bench); CI's
     # suite runs without it, so the case skips there.
