@@ -120,5 +120,16 @@ TEST_F(CApiNcclTest, AMissedBoundedWaitCancelsNatively) {
   }
 }
 
+// rankd_session_options.restrict_capabilities on an NCCL session.
+TEST_F(CApiNcclTest, ANarrowedSessionRefusesNamingTheCapability) {
+  for (const std::string& log : Run("narrowed", "narrowed OK")) {
+    EXPECT_TRUE(absl::StrContains(
+        log,
+        "REFUSED send on a narrowed NCCL session: nccl backend: send "
+        "needs capability 'point_to_point'"))
+        << log;
+  }
+}
+
 }  // namespace
 }  // namespace rankd::testing

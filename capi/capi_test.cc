@@ -69,6 +69,39 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CApiTest,
                                                info.param.second);
                          });
 
+// Runs c_rank `scenario` on a 1 x 2 job; every rank must print `ok_line`
+// followed by its rank.
+void RunScenario(const std::string& job, const std::string& scenario,
+                 const std::string& ok_line) {
+  ClusterOptions options;
+  options.job_id = job;
+  options.nnodes = 1;
+  options.nproc_per_node = 2;
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  std::vector<ChildProcess> ranks = StartRanks(cluster, scenario);
+  ASSERT_EQ(ranks.size(), 2u);
+  const std::vector<int> statuses = WaitAll(ranks, absl::Seconds(90));
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const std::string log = ranks[r].ReadLog();
+    EXPECT_EQ(ExitCode(statuses[r]), 0) << "rank " << r << ":\n" << log;
+    EXPECT_TRUE(absl::StrContains(log, absl::StrCat(ok_line, " ", r, " OK")))
+        << log;
+  }
+}
+
+// docs/contract.md, "Empty values": tensors of no rows through every
+// operation, pairing like any other (a receive of no rows never completes
+// without its send), and [2, 0] refused.
+TEST(CApiEmptyValuesTest, TensorsOfNoRowsWorkEverywhereAndPairInOrder) {
+  RunScenario("capi-empty", "empty", "C EMPTY");
+}
+
+// rankd_session_options.restrict_capabilities / restrict_groups.
+TEST(CApiNarrowedTest, ANarrowedSessionRefusesNamingTheCapability) {
+  RunScenario("capi-narrowed", "narrowed", "C NARROWED");
+}
+
 TEST(CApiLostRankTest, TheSurvivorsWorkFailsNamingTheLostRank) {
   ClusterOptions options;
   options.job_id = "capi-lost";

@@ -226,13 +226,15 @@ rankd_status* Refuse(rankd_session* session, uint32_t group,
 
 absl::StatusOr<std::unique_ptr<nc::NcclSession>> OpenNccl(
     RankState& rank, const rankd_session_options& options,
-    absl::Duration op_timeout) {
+    absl::Duration op_timeout,
+    std::optional<dataplane::DistributedCapabilities> restriction) {
   auto descriptor = dataplane::DescriptorFromProto(rank.proto);
   if (!descriptor.ok()) return descriptor.status();
   nc::NcclSessionOptions nccl;
   nccl.device = rank.cuda_device;  // -1: the local rank's
   nccl.op_timeout = op_timeout;
   nccl.verify_agreement = options.verify_agreement != 0;
+  nccl.restrict_capabilities = std::move(restriction);
   // The session numbers itself (NcclSessionOptions::tag unset).
   return nc::NcclSession::Open(*descriptor, rank.control_plane.get(), nccl);
 }

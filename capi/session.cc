@@ -12,6 +12,8 @@
 //
 // Depends on the Gloo session, the contract's type headers, host_tensor.h and
 // absl.
+#include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -35,6 +37,7 @@
 #include "dataplane/gloo/gloo_session.h"
 #include "dataplane/host_tensor.h"
 #include "dataplane/peer_transfer.h"
+#include "dataplane/session_descriptor.h"
 #include "dataplane/value_descriptor.h"
 #include "rankd/rankd.h"
 
@@ -64,15 +67,10 @@ absl::StatusOr<ValueDescriptor> DescriptorOf(const rankd_tensor* t,
     return absl::InvalidArgumentError(absl::StrCat(
         function, ": ", what, ".shape is NULL with ndim ", t->ndim));
   }
-  const auto dtype = static_cast<TensorDtype>(t->dtype);
-  std::vector<size_t> shape(t->shape, t->shape + t->ndim);
-  absl::StatusOr<ValueDescriptor> d;
-  if (!shape.empty() && shape[0] == 0) {  // an empty leading axis
-    auto row = ValueDescriptor::Create({shape.begin() + 1, shape.end()}, dtype);
-    d = row.ok() ? ValueDescriptor::Rows(0, *row) : row.status();
-  } else {
-    d = ValueDescriptor::Create(std::move(shape), dtype);
-  }
+  // The contract's rule, as C++ states it: only the leading extent may be 0.
+  absl::StatusOr<ValueDescriptor> d =
+      ValueDescriptor::Create(std::vector<size_t>(t->shape, t->shape + t->ndim),
+                              static_cast<TensorDtype>(t->dtype));
   if (!d.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat(function, ": ", what, ": ", d.status().message()));
@@ -231,6 +229,49 @@ absl::StatusOr<int32_t> BackendFromEnvironment() {
                    "'; use \"gloo\" or \"nccl\""));
 }
 
+// What options->restrict_capabilities and restrict_groups allow, as the
+// backends' restrict_capabilities option takes it; nullopt when neither is
+// set (nothing is narrowed).
+absl::StatusOr<std::optional<dataplane::DistributedCapabilities>> RestrictionOf(
+    const rankd_session_options& o,
+    const dataplane::DistributedSessionDescriptor& descriptor,
+    const char* function) {
+  if (o.restrict_groups == nullptr && o.restrict_group_count > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(function,
+                     ": options->restrict_groups is NULL with "
+                     "restrict_group_count ",
+                     o.restrict_group_count));
+  }
+  if (o.restrict_capabilities == nullptr && o.restrict_groups == nullptr) {
+    return std::nullopt;
+  }
+  dataplane::DistributedCapabilities allow;
+  allow.world_collectives = allow.point_to_point = allow.variable_all_to_all =
+      allow.exact_completion = true;
+  if (const rankd_capabilities* c = o.restrict_capabilities; c != nullptr) {
+    if (c->struct_size < sizeof(rankd_capabilities)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          function, ": options->restrict_capabilities->struct_size is ",
+          c->struct_size, "; set it to sizeof(rankd_capabilities), ",
+          sizeof(rankd_capabilities)));
+    }
+    allow.world_collectives = c->world_collectives != 0;
+    allow.point_to_point = c->point_to_point != 0;
+    allow.variable_all_to_all = c->variable_all_to_all != 0;
+    allow.exact_completion = c->exact_completion != 0;
+  }
+  if (o.restrict_groups != nullptr) {
+    allow.collective_groups.insert(o.restrict_groups,
+                                   o.restrict_groups + o.restrict_group_count);
+  } else {
+    for (const auto& g : descriptor.groups()) {
+      allow.collective_groups.insert(g.id());
+    }
+  }
+  return allow;
+}
+
 std::string GlooHostname(const char* option) {
   if (option != nullptr) return option;
   for (const char* name : {"RANKD_GLOO_HOSTNAME", "POD_IP"}) {
@@ -275,14 +316,19 @@ rankd_status* rankd_session_open(rankd_rank* rank,
   rankd_session_options o;
   rankd_session_options_init(&o);
   if (options != nullptr) {
-    if (options->struct_size < sizeof(rankd_session_options)) {
+    // A caller built against an older header has a smaller struct: its
+    // fields are read, the later ones keep their defaults (rankd.h).
+    constexpr size_t kAbi1Size =
+        offsetof(rankd_session_options, gloo_hostname) +
+        sizeof(o.gloo_hostname);
+    if (options->struct_size < kAbi1Size) {
       return Error(
           absl::StatusCode::kInvalidArgument, kFn,
           absl::StrCat("options->struct_size is ", options->struct_size,
-                       "; expected at least ", sizeof(rankd_session_options),
+                       "; expected at least ", kAbi1Size,
                        " (call rankd_session_options_init)"));
     }
-    o = *options;
+    std::memcpy(&o, options, std::min(options->struct_size, sizeof(o)));
   }
   int32_t backend = o.backend;
   if (backend == 0) {
@@ -298,8 +344,13 @@ rankd_status* rankd_session_open(rankd_rank* rank,
   auto op_timeout = rankd::capi::internal::ToDuration(
       o.op_timeout_seconds, kFn, "options->op_timeout_seconds");
   if (!op_timeout.ok()) return ToC(op_timeout.status());
+  auto descriptor = rankd::dataplane::DescriptorFromProto(rank->state->proto);
+  if (!descriptor.ok()) return ToC(descriptor.status());
+  auto restriction = rankd::capi::internal::RestrictionOf(o, *descriptor, kFn);
+  if (!restriction.ok()) return ToC(restriction.status());
   if (backend == RANKD_BACKEND_NCCL) {
-    auto opened = rankd::capi::internal::OpenNccl(*rank->state, o, *op_timeout);
+    auto opened = rankd::capi::internal::OpenNccl(*rank->state, o, *op_timeout,
+                                                  *restriction);
     if (!opened.ok()) {
       return Error(
           opened.status().code(), kFn,
@@ -313,10 +364,9 @@ rankd_status* rankd_session_open(rankd_rank* rank,
     *session = handle.release();  // rankd_session_free
     return nullptr;
   }
-  auto descriptor = rankd::dataplane::DescriptorFromProto(rank->state->proto);
-  if (!descriptor.ok()) return ToC(descriptor.status());
   rankd::dataplane::gloo::GlooSessionOptions gloo;
   gloo.op_timeout = *op_timeout;
+  gloo.restrict_capabilities = *restriction;
   gloo.verify_agreement = o.verify_agreement != 0;
   gloo.hostname = rankd::capi::internal::GlooHostname(o.gloo_hostname);
   // gloo.instance unset: the session numbers itself (a second one never

@@ -53,8 +53,9 @@ class HostTensor {
   static absl::StatusOr<HostTensor> FromBytes(const ValueDescriptor& descriptor,
                                               absl::Span<const uint8_t> bytes);
 
-  // A tensor of `shape` holding `values` (row-major). The dtype is
-  // DtypeOf<T>. InvalidArgument for a bad shape or a count mismatch.
+  // A tensor of `shape` holding `values` (row-major); shape[0] may be 0
+  // (docs/contract.md, "Empty values"). The dtype is DtypeOf<T>.
+  // InvalidArgument for a bad shape or a count mismatch.
   // (std::vector<bool> has no span: FromVector handles bool.)
   template <typename T>
   static absl::StatusOr<HostTensor> FromSpan(std::vector<size_t> shape,

@@ -38,8 +38,12 @@ TEST(HostTensorTest, WrongTypeIsRefused) {
 TEST(HostTensorTest, CountMismatchAndBadShapeAreRefused) {
   EXPECT_EQ(HostTensor::FromVector<float>({3}, {1, 2}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(HostTensor::FromVector<float>({0}, {}).status().code(),
+  // Only the leading extent may be 0 (docs/contract.md, "Empty values").
+  EXPECT_EQ(HostTensor::FromVector<float>({2, 0}, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
+  auto no_rows = HostTensor::FromVector<float>({0, 2}, {});
+  ASSERT_TRUE(no_rows.ok()) << no_rows.status();
+  EXPECT_EQ(no_rows->byte_size(), 0u);
   auto d = *ValueDescriptor::Create({2}, TensorDtype::kU8);
   std::vector<uint8_t> three = {1, 2, 3};
   EXPECT_EQ(HostTensor::FromBytes(d, three).status().code(),

@@ -41,6 +41,11 @@ TEST(ShapeTest, WithExtent) {
             (std::vector<size_t>{0, 3}));
   EXPECT_EQ(WithExtent(F32({}), 0, 4, "gloo", "op")->shape(),
             (std::vector<size_t>{4}));
+  // A value with no rows keeps none along another axis (docs/contract.md,
+  // "Empty values": every operation takes it, a gather along axis 1 too).
+  auto no_rows = WithExtent(F32({0, 3}), 1, 6, "gloo", "all_gather_even");
+  ASSERT_TRUE(no_rows.ok()) << no_rows.status();
+  EXPECT_EQ(no_rows->shape(), (std::vector<size_t>{0, 6}));
   // Only the leading axis may be empty, on either backend.
   for (const char* backend : {"gloo", "nccl"}) {
     auto inner = WithExtent(F32({2, 3}), 1, 0, backend, "op");

@@ -21,10 +21,12 @@ absl::StatusOr<ValueDescriptor> ValueDescriptor::Create(
     std::vector<size_t> shape, TensorDtype dtype) {
   size_t elements = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == 0) {
+    // No rows is a value (a rank with nothing to send); an empty row is not.
+    if (shape[i] == 0 && i > 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "dimension ", i, " of shape [", absl::StrJoin(shape, ", "),
-          "] is zero; values may not be empty"));
+          "] is zero; only the leading extent may be 0 (docs/contract.md, "
+          "\"Empty values\")"));
     }
     auto product = Multiply(elements, shape[i]);
     if (!product.has_value() || !Multiply(*product, DtypeSize(dtype))) {

@@ -1,8 +1,8 @@
 // ValueDescriptor: the row-major logical shape and element type of one
-// data-plane value (docs/contract.md, Types). Built only by factories that
-// validate it, so a descriptor that exists is valid: no zero dimension
-// (except the leading axis through Rows) and no element or byte count that
-// overflows size_t. Depends on dataplane/dtype.h and absl.
+// data-plane value (docs/contract.md, Types and "Empty values"). Built only
+// by factories that validate it, so a descriptor that exists is valid: only
+// the leading extent may be zero, and no element or byte count overflows
+// size_t. Depends on dataplane/dtype.h and absl.
 #ifndef RANKD_DATAPLANE_VALUE_DESCRIPTOR_H_
 #define RANKD_DATAPLANE_VALUE_DESCRIPTOR_H_
 
@@ -17,18 +17,19 @@
 namespace rankd::dataplane {
 
 // Row-major logical shape and element type of a value. An empty shape is a
-// scalar (one element). A zero-sized dimension is rejected.
+// scalar (one element). The leading extent may be 0 (a value with no rows,
+// valid for every operation: a rank with no requests); every other extent
+// is at least 1.
 class ValueDescriptor {
  public:
-  // The descriptor of `shape` elements of `dtype`. InvalidArgument naming
-  // the dimension for a zero dimension, or naming the shape when the
-  // element count or the byte size overflows.
+  // The descriptor of `shape` elements of `dtype`; shape[0] may be 0.
+  // InvalidArgument naming the dimension for a zero extent after the first,
+  // or naming the shape when the element count or the byte size overflows.
   static absl::StatusOr<ValueDescriptor> Create(std::vector<size_t> shape,
                                                 TensorDtype dtype);
-  // A value of `rows` rows shaped like `row` (shape [rows, row.shape...]).
-  // The one way to build an empty leading axis (rows == 0): variable-count
-  // exchanges (all_to_all_v, uneven gathers) legitimately send or receive
-  // nothing. InvalidArgument when the element count or byte size overflows.
+  // A value of `rows` rows shaped like `row` (shape [rows, row.shape...]);
+  // `rows` may be 0. InvalidArgument when the element count or byte size
+  // overflows.
   static absl::StatusOr<ValueDescriptor> Rows(size_t rows,
                                               const ValueDescriptor& row);
   // The shape of one row of this value's leading axis: shape[1:] (a scalar

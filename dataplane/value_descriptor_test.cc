@@ -2,6 +2,7 @@
 #include "dataplane/value_descriptor.h"
 
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -31,10 +32,34 @@ TEST(ValueDescriptorTest, ShapeAccessors) {
   EXPECT_EQ(d->ToString(), "i64[3, 4, 5]");
 }
 
-TEST(ValueDescriptorTest, RejectsZeroDimension) {
-  auto d = ValueDescriptor::Create({2, 0, 3}, TensorDtype::kF32);
-  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(d.status().message(), "dimension 1"));
+TEST(ValueDescriptorTest, RejectsAZeroExtentAfterTheFirst) {
+  for (std::vector<size_t> shape :
+       {std::vector<size_t>{2, 0, 3}, std::vector<size_t>{0, 0}}) {
+    auto d = ValueDescriptor::Create(shape, TensorDtype::kF32);
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(d.status().message(),
+                                  "dimension 1 of shape [" +
+                                      std::to_string(shape[0]) + ", 0") &&
+                absl::StrContains(d.status().message(),
+                                  "only the leading extent may be 0"))
+        << d.status();
+  }
+}
+
+// docs/contract.md, "Empty values": the one rule every binding follows.
+TEST(ValueDescriptorTest, ALeadingExtentOfZeroIsAValueWithNoRows) {
+  for (std::vector<size_t> shape :
+       {std::vector<size_t>{0}, std::vector<size_t>{0, 4},
+        std::vector<size_t>{0, 2, 3}}) {
+    auto d = ValueDescriptor::Create(shape, TensorDtype::kF32);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ(d->shape(), shape);
+    EXPECT_EQ(d->rows(), 0u);
+    EXPECT_EQ(d->element_count(), 0u);
+    EXPECT_EQ(d->byte_size(), 0u);
+    // The same descriptor as the rows of its row.
+    EXPECT_TRUE(*d == *ValueDescriptor::Rows(0, d->RowDescriptor()));
+  }
 }
 
 TEST(ValueDescriptorTest, RejectsOverflow) {

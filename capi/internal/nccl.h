@@ -21,21 +21,25 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "capi/internal/handles.h"
+#include "dataplane/capabilities.h"
 #include "dataplane/nccl/nccl_session.h"
 #include "rankd/rankd.h"
 
 namespace rankd::capi::internal {
 
 // Opens an NCCL session over `rank` on the device the rank joined with, or
-// its local rank's: Unavailable naming the missing library or device when
-// CUDA or NCCL cannot be used.
+// its local rank's, narrowed to `restriction` when set
+// (NcclSessionOptions::restrict_capabilities): Unavailable naming the
+// missing library or device when CUDA or NCCL cannot be used.
 absl::StatusOr<std::unique_ptr<dataplane::nccl::NcclSession>> OpenNccl(
     RankState& rank, const rankd_session_options& options,
-    absl::Duration op_timeout);
+    absl::Duration op_timeout,
+    std::optional<dataplane::DistributedCapabilities> restriction);
 
 // The operations of an NCCL session (session->state->nccl is set); the
 // arguments as rankd.h's functions of the same name take them, except that

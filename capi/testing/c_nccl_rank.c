@@ -19,6 +19,11 @@
  *   c_nccl_rank quarantine  a bounded wait that misses its deadline in
  *   c_nccl_rank native      each mode: DEADLINE_EXCEEDED, the session
  *                           poisoned; prints "C NCCL RANK <r> <mode> OK"
+ *   c_nccl_rank narrowed    a session opened with restrict_capabilities
+ *                           refuses point-to-point naming the capability,
+ *                           runs collectives, and offers no quarantine
+ *                           without exact_completion; prints
+ *                           "C NCCL RANK <r> narrowed OK"
  *
  * Exits 1 with "FAILED: ..." on the first unexpected result. */
 #define _DEFAULT_SOURCE /* usleep */
@@ -32,9 +37,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "rankd/rankd.h"
-
 #include "capi/testing/c_checks.h"
+#include "rankd/rankd.h"
 
 /* ---- The CUDA runtime, as the test uses it ----------------------------- */
 
@@ -312,8 +316,8 @@ static void Ops(rankd_rank* rank, uint32_t world) {
                   RANKD_INVALID_ARGUMENT, "are told and refuse it too",
                   "all_to_all_v on a foreign stream");
         } else {
-          Ok(rankd_all_to_all_v(session, RANKD_WORLD_GROUP, &a, counts,
-                                counts, 2, &b, stream, &work),
+          Ok(rankd_all_to_all_v(session, RANKD_WORLD_GROUP, &a, counts, counts,
+                                2, &b, stream, &work),
              "all_to_all_v while rank 1 refuses");
           Refused(rankd_work_wait(work), RANKD_INVALID_ARGUMENT,
                   "rank 1 refused it on its own arguments",
@@ -570,9 +574,61 @@ static void Bounded(rankd_rank* rank, uint32_t world, int32_t mode,
   printf("C NCCL RANK %u %s OK\n", r, name);
 }
 
+/* ---- narrowed capabilities ---------------------------------------------- */
+
+static void Narrowed(rankd_rank* rank, uint32_t world) {
+  const uint32_t r = my_rank;
+  rankd_capabilities allow;
+  memset(&allow, 0, sizeof(allow));
+  allow.struct_size = sizeof(allow);
+  allow.world_collectives = 1;
+  allow.variable_all_to_all = 1;
+  rankd_session_options o;
+  rankd_session_options_init(&o);
+  o.backend = RANKD_BACKEND_NCCL;
+  o.op_timeout_seconds = 30;
+  o.restrict_capabilities = &allow;
+  rankd_session* session = NULL;
+  Ok(rankd_session_open(rank, &o, &session), "a narrowed NCCL session");
+  LoadCuda();
+  rankd_capabilities caps;
+  caps.struct_size = sizeof(caps);
+  Ok(rankd_session_capabilities(session, &caps), "capabilities");
+  if (!caps.world_collectives || caps.point_to_point ||
+      !caps.variable_all_to_all || caps.exact_completion) {
+    Fail("narrowed capabilities %d %d %d %d", caps.world_collectives,
+         caps.point_to_point, caps.variable_all_to_all, caps.exact_completion);
+  }
+  const size_t shape[1] = {2};
+  float x[2] = {1, 2}, y[2] = {0, 0};
+  float* d = DeviceAlloc(sizeof(x));
+  Upload(d, x, sizeof(x));
+  rankd_tensor t = Tensor(d, RANKD_F32, 1, shape);
+  rankd_work* work = NULL;
+  Refused(rankd_send(session, RANKD_WORLD_GROUP, 0, &t, NULL, &work),
+          RANKD_UNIMPLEMENTED,
+          "nccl backend: send needs capability 'point_to_point', which this "
+          "backend does not advertise",
+          "send on a narrowed NCCL session");
+  Ok(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &t, &t, NULL, &work),
+     "all_reduce_sum on a narrowed NCCL session");
+  if (rankd_work_supports_cancellation(work, RANKD_QUARANTINE_UNTIL_COMPLETE)) {
+    Fail("the quarantine is offered without exact_completion");
+  }
+  Wait(work, "all_reduce_sum on a narrowed NCCL session");
+  Download(y, d, sizeof(y));
+  const float want[2] = {1.0f * world, 2.0f * world};
+  ExpectFloats(y, want, 2, "all_reduce_sum on a narrowed NCCL session");
+  uint32_t word = r, words[8];
+  Ok(rankd_all_gather_words(rank, &word, 1, 30, words, world), "barrier");
+  rankd_session_free(session);
+  Cuda(cuda.Free(d), "cudaFree");
+  printf("C NCCL RANK %u narrowed OK\n", r);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: c_nccl_rank ops|quarantine|native\n");
+    fprintf(stderr, "usage: c_nccl_rank ops|quarantine|native|narrowed\n");
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -592,6 +648,8 @@ int main(int argc, char** argv) {
     Bounded(rank, d.world_size, RANKD_QUARANTINE_UNTIL_COMPLETE, "quarantine");
   } else if (strcmp(argv[1], "native") == 0) {
     Bounded(rank, d.world_size, RANKD_NATIVE_CANCEL, "native");
+  } else if (strcmp(argv[1], "narrowed") == 0) {
+    Narrowed(rank, d.world_size);
   } else {
     Fail("unknown scenario %s", argv[1]);
   }

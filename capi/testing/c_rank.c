@@ -10,19 +10,27 @@
  *                 session; rank 0's pending receive fails naming it, its
  *                 failure callback ran and rankd_job_health says why;
  *                 prints "LOST <code>: <message>".
+ *   c_rank empty  tensors of no rows (docs/contract.md, "Empty values")
+ *                 through every operation, pairing in order; a [2, 0]
+ *                 tensor refused; a receive of no rows that rank 0 never
+ *                 sends fails naming rank 0; prints "C EMPTY <r> OK".
+ *   c_rank narrowed  sessions opened with restrict_capabilities and
+ *                 restrict_groups refuse what was left out, naming the
+ *                 capability, and run the rest; an ABI-1-sized options
+ *                 struct is read; prints "C NARROWED <r> OK".
  *
  * Exits 1 with "FAILED: ..." on the first unexpected result. */
 #define _DEFAULT_SOURCE /* usleep, setenv */
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "rankd/rankd.h"
-
 #include "capi/testing/c_checks.h"
+#include "rankd/rankd.h"
 
 static rankd_tensor F32(float* data, size_t ndim, const size_t* shape) {
   rankd_tensor t;
@@ -294,6 +302,210 @@ static void Ops(rankd_rank* rank, uint32_t world) {
   printf("C RANK %u OK\n", r);
 }
 
+/* Tensors of no rows (leading extent 0) through every operation. */
+static void Empty(rankd_rank* rank, uint32_t world) {
+  if (world != 2) Fail("empty needs a world of 2, got %u", world);
+  const uint32_t r = my_rank, peer = 1 - my_rank;
+  rankd_session_options options;
+  rankd_session_options_init(&options);
+  options.op_timeout_seconds = 30;
+  rankd_session* session = NULL;
+  Ok(rankd_session_open(rank, &options, &session), "rankd_session_open");
+  rankd_work* work = NULL;
+  const size_t none[2] = {0, 3}, two[1] = {2};
+  /* NULL data is fine for a tensor with no elements. */
+  rankd_tensor empty = F32(NULL, 2, none);
+
+  Ok(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &empty, &empty, NULL,
+                          &work),
+     "all_reduce_sum of no rows");
+  Wait(work, "all_reduce_sum of no rows");
+  Ok(rankd_all_gather(session, RANKD_WORLD_GROUP, &empty, &empty, NULL, &work),
+     "all_gather of no rows");
+  Wait(work, "all_gather of no rows");
+  const size_t zeros[2] = {0, 0};
+  Ok(rankd_all_to_all_v(session, RANKD_WORLD_GROUP, &empty, zeros, zeros, 2,
+                        &empty, NULL, &work),
+     "all_to_all_v of no rows");
+  Wait(work, "all_to_all_v of no rows");
+
+  /* Rank 0 sends no rows, then [5, 6]; rank 1 receives them in that
+   * order: the empty transfer pairs and the route stays in step. */
+  float p2p[2] = {5, 6};
+  rankd_tensor pt = F32(p2p, 1, two);
+  if (r == 0) {
+    Ok(rankd_send(session, RANKD_WORLD_GROUP, 1, &empty, NULL, &work),
+       "send of no rows");
+    Wait(work, "send of no rows");
+    Ok(rankd_send(session, RANKD_WORLD_GROUP, 1, &pt, NULL, &work), "send");
+  } else {
+    Ok(rankd_receive(session, RANKD_WORLD_GROUP, 0, &empty, NULL, &work),
+       "receive of no rows");
+    Wait(work, "receive of no rows");
+    p2p[0] = p2p[1] = 0;
+    Ok(rankd_receive(session, RANKD_WORLD_GROUP, 0, &pt, NULL, &work),
+       "receive");
+  }
+  Wait(work, "send/receive after no rows");
+  const float want_p2p[2] = {5, 6};
+  ExpectFloats(p2p, want_p2p, 2, "receive after a receive of no rows");
+
+  /* A batch swapping no rows, then one swapping [r, r]. */
+  rankd_peer_tensor e_send = {peer, empty}, e_receive = {peer, empty};
+  Ok(rankd_batch_send_receive(session, RANKD_WORLD_GROUP, &e_send, 1,
+                              &e_receive, 1, NULL, &work),
+     "batch of no rows");
+  Wait(work, "batch of no rows");
+  float give[2] = {(float)r, (float)r}, take[2] = {-1, -1};
+  rankd_peer_tensor s_entry = {peer, F32(give, 1, two)};
+  rankd_peer_tensor r_entry = {peer, F32(take, 1, two)};
+  Ok(rankd_batch_send_receive(session, RANKD_WORLD_GROUP, &s_entry, 1, &r_entry,
+                              1, NULL, &work),
+     "batch after no rows");
+  Wait(work, "batch after no rows");
+  const float want_take[2] = {(float)peer, (float)peer};
+  ExpectFloats(take, want_take, 2, "batch after a batch of no rows");
+
+  /* Only the leading extent may be 0. */
+  const size_t inner[2] = {2, 0};
+  rankd_tensor bad = F32(p2p, 2, inner);
+  Refused(
+      rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &bad, &bad, NULL, &work),
+      RANKD_INVALID_ARGUMENT, "only the leading extent may be 0",
+      "a [2, 0] tensor");
+  uint32_t mine = r, gathered[2];
+  Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, 2), "barrier");
+  rankd_session_free(session);
+
+  /* A receive of no rows whose send never comes waits for it, and fails
+   * naming rank 0, instead of completing at once. */
+  options.op_timeout_seconds = 1;
+  Ok(rankd_session_open(rank, &options, &session), "a short session");
+  if (r == 1) {
+    Ok(rankd_receive(session, RANKD_WORLD_GROUP, 0, &empty, NULL, &work),
+       "unpaired receive of no rows");
+    rankd_status* s = rankd_work_wait(work);
+    if (s == NULL) Fail("a receive of no rows completed without its send");
+    printf("UNPAIRED %s: %s\n", rankd_code_name(rankd_status_code(s)),
+           rankd_status_message(s));
+    Refused(s, RANKD_DEADLINE_EXCEEDED, "rank 0 did not report operation #0",
+            "an unpaired receive of no rows");
+    rankd_work_free(work);
+  }
+  Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, 2), "barrier");
+  rankd_session_free(session);
+  printf("C EMPTY %u OK\n", r);
+}
+
+/* Sessions narrowed at open (rankd_session_options.restrict_*). */
+static void Narrowed(rankd_rank* rank, uint32_t world) {
+  if (world != 2) Fail("narrowed needs a world of 2, got %u", world);
+  const uint32_t r = my_rank;
+  uint32_t mine = r, gathered[2];
+  /* A group other than the world: this rank's second one. */
+  rankd_group other;
+  Ok(rankd_rank_group(rank, 1, &other), "rankd_rank_group 1");
+
+  rankd_capabilities allow;
+  memset(&allow, 0, sizeof(allow));
+  allow.struct_size = sizeof(allow);
+  allow.world_collectives = 1;
+  allow.exact_completion = 1;
+  rankd_session_options options;
+  rankd_session_options_init(&options);
+  options.op_timeout_seconds = 30;
+  options.restrict_capabilities = &allow;
+  const uint32_t no_groups[1] = {0};
+  options.restrict_groups = no_groups;
+  options.restrict_group_count = 0;
+  rankd_session* session = NULL;
+  Ok(rankd_session_open(rank, &options, &session), "a narrowed session");
+  rankd_capabilities caps;
+  caps.struct_size = sizeof(caps);
+  Ok(rankd_session_capabilities(session, &caps), "capabilities");
+  if (!caps.world_collectives || caps.point_to_point ||
+      caps.variable_all_to_all || !caps.exact_completion) {
+    Fail("narrowed capabilities %d %d %d %d", caps.world_collectives,
+         caps.point_to_point, caps.variable_all_to_all, caps.exact_completion);
+  }
+  if (!rankd_session_supports_group(session, RANKD_WORLD_GROUP) ||
+      rankd_session_supports_group(session, other.id)) {
+    Fail("narrowed groups: world %d, group %u %d",
+         rankd_session_supports_group(session, RANKD_WORLD_GROUP), other.id,
+         rankd_session_supports_group(session, other.id));
+  }
+  const size_t two[1] = {2};
+  float x[2] = {1, 2}, y[2] = {0, 0};
+  rankd_tensor in = F32(x, 1, two), out = F32(y, 1, two);
+  rankd_work* work = NULL;
+  Refused(rankd_send(session, RANKD_WORLD_GROUP, 1 - r, &in, NULL, &work),
+          RANKD_UNIMPLEMENTED,
+          "gloo backend: send needs capability 'point_to_point', which this "
+          "backend does not advertise",
+          "send on a narrowed session");
+  const size_t counts[2] = {1, 1};
+  Refused(rankd_all_to_all_v(session, RANKD_WORLD_GROUP, &in, counts, counts, 2,
+                             &out, NULL, &work),
+          RANKD_UNIMPLEMENTED, "'variable_all_to_all'",
+          "all_to_all_v on a narrowed session");
+  Refused(rankd_all_reduce_sum(session, other.id, &in, &out, NULL, &work),
+          RANKD_UNIMPLEMENTED, "'collective_groups'",
+          "all_reduce_sum on a group left out");
+  /* What is allowed runs. */
+  Ok(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &in, &out, NULL, &work),
+     "all_reduce_sum on a narrowed session");
+  Wait(work, "all_reduce_sum on a narrowed session");
+  const float want[2] = {2, 4};
+  ExpectFloats(y, want, 2, "all_reduce_sum on a narrowed session");
+  Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, 2), "barrier");
+  rankd_session_free(session);
+
+  /* Only the world's collectives are left out; groups narrowed to one. */
+  allow.world_collectives = 0;
+  allow.point_to_point = 1;
+  options.restrict_groups = &other.id;
+  options.restrict_group_count = 1;
+  Ok(rankd_session_open(rank, &options, &session), "a second narrowed session");
+  Refused(
+      rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &in, &out, NULL, &work),
+      RANKD_UNIMPLEMENTED, "needs capability 'world_collectives'",
+      "all_reduce_sum on the world left out");
+  Ok(rankd_all_reduce_sum(session, other.id, &in, &out, NULL, &work),
+     "all_reduce_sum on the group kept");
+  Wait(work, "all_reduce_sum on the group kept");
+  Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, 2), "barrier");
+  rankd_session_free(session);
+
+  /* Malformed restrictions are refused before anything connects. */
+  rankd_session* unused = NULL;
+  options.restrict_groups = NULL;
+  options.restrict_group_count = 2;
+  Refused(rankd_session_open(rank, &options, &unused), RANKD_INVALID_ARGUMENT,
+          "restrict_groups is NULL", "a group count without groups");
+  options.restrict_group_count = 0;
+  allow.struct_size = 4;
+  Refused(rankd_session_open(rank, &options, &unused), RANKD_INVALID_ARGUMENT,
+          "restrict_capabilities->struct_size", "a short rankd_capabilities");
+
+  /* A caller built against ABI 1's header (no restrict_* fields) passes its
+   * smaller struct: the session is not narrowed. */
+  rankd_session_options old;
+  rankd_session_options_init(&old);
+  old.op_timeout_seconds = 30;
+  old.restrict_capabilities = &allow; /* beyond its struct_size: unread */
+  old.struct_size = offsetof(rankd_session_options, restrict_capabilities);
+  Ok(rankd_session_open(rank, &old, &session), "an ABI-1-sized options struct");
+  Ok(rankd_session_capabilities(session, &caps), "capabilities");
+  if (!caps.world_collectives || !caps.point_to_point ||
+      !caps.variable_all_to_all || !caps.exact_completion) {
+    Fail("an ABI-1 session is narrowed: %d %d %d %d", caps.world_collectives,
+         caps.point_to_point, caps.variable_all_to_all, caps.exact_completion);
+  }
+  Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, 2), "barrier");
+  rankd_session_free(session);
+  printf("C NARROWED %u OK\n", r);
+}
+
 /* Written on the library's thread, read on this one. */
 static int failures_seen = 0;
 static void OnFailure(void* user_data, rankd_code code, const char* message) {
@@ -332,8 +544,8 @@ static void Lost(rankd_rank* rank) {
   rankd_status_free(health);
   /* The callback runs on a library thread (rankd.h), not necessarily
    * before rankd_job_health reports the failure: give it 10 s. */
-  for (int i = 0; i < 10000 &&
-                  __atomic_load_n(&failures_seen, __ATOMIC_ACQUIRE) == 0;
+  for (int i = 0;
+       i < 10000 && __atomic_load_n(&failures_seen, __ATOMIC_ACQUIRE) == 0;
        ++i) {
     usleep(1000);
   }
@@ -347,7 +559,7 @@ static void Lost(rankd_rank* rank) {
 
 int main(int argc, char** argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: c_rank ops|lost\n");
+    fprintf(stderr, "usage: c_rank ops|lost|empty|narrowed\n");
     return 2;
   }
   if (rankd_abi_version() != RANKD_ABI_VERSION) {
@@ -366,6 +578,10 @@ int main(int argc, char** argv) {
     Ops(rank, d.world_size);
   } else if (strcmp(argv[1], "lost") == 0) {
     Lost(rank);
+  } else if (strcmp(argv[1], "empty") == 0) {
+    Empty(rank, d.world_size);
+  } else if (strcmp(argv[1], "narrowed") == 0) {
+    Narrowed(rank, d.world_size);
   } else {
     Fail("unknown scenario %s", argv[1]);
   }

@@ -470,6 +470,125 @@ void AddFailureCases(std::vector<ConformanceCase>& cases) {
        }});
 }
 
+// --- Values with no rows (docs/contract.md, "Empty values"): a zero
+// leading extent is valid for every operation, and such a value takes part
+// like any other: it pairs with its peers' calls, waits for a peer that
+// never makes one, and never shifts a group's or a route's order.
+
+void AddNoRowCases(std::vector<ConformanceCase>& cases) {
+  cases.push_back({"AllReduceSumOfNoRowsGivesNoRows",
+                   2,
+                   {},
+                   [](uint32_t) {
+                     return Call(Operation::kAllReduceSum, {0, 3});
+                   },
+                   [](uint32_t) {
+                     return Completes({0, 3}, {});
+                   }});
+  cases.push_back({"AllToAllVOfNoRowsAnywhere",
+                   2,
+                   {},
+                   [](uint32_t) {
+                     RankCall c = Call(Operation::kAllToAllV, {0, 2});
+                     c.send_counts = {0, 0};
+                     c.receive_counts = {0, 0};
+                     return c;
+                   },
+                   [](uint32_t) {
+                     return Completes({0, 2}, {});
+                   }});
+  // Rank 0 sends no rows, then two; rank 1 receives them in that order.
+  cases.push_back({"SendsOfNoRowsPairAndKeepTheRouteInStep",
+                   2,
+                   {},
+                   [](uint32_t r) {
+                     RankCall c = r == 0 ? Call(Operation::kSend, {2}, {1, 2})
+                                         : Call(Operation::kReceive, {2});
+                     c.peer = 1 - r;
+                     RankCall empty =
+                         Call(r == 0 ? Operation::kSend : Operation::kReceive,
+                              {0, 2});
+                     empty.peer = 1 - r;
+                     c.first = {empty, empty};
+                     return c;
+                   },
+                   [](uint32_t) {
+                     return Completes({2}, {1, 2});
+                   }});
+  cases.push_back({"BatchesOfNoRowsPairAndKeepTheRoutesInStep",
+                   3,
+                   {},
+                   [](uint32_t r) {
+                     RankCall c = Call(Operation::kBatchSendReceive, {2},
+                                       Iota(2, 10.0f * r));
+                     c.peer = (r + 1) % 3;
+                     c.source = (r + 2) % 3;
+                     RankCall empty = c;
+                     empty.shape = {0, 2};
+                     empty.values = {};
+                     c.first = {empty};
+                     return c;
+                   },
+                   [](uint32_t r) {
+                     const float from = 10.0f * ((r + 2) % 3);
+                     return Completes({2}, {from, from + 1});
+                   }});
+  // Rank 0 never makes the call rank 1 makes with no rows: rank 1 waits
+  // for it, as for any other value, and its deadline names rank 0.
+  SessionSetup short_timeout;
+  short_timeout.op_timeout = absl::Seconds(2);
+  auto alone = [](RankCall call) {
+    return [call](uint32_t r) {
+      return r == 0 ? Call(Operation::kNone, {}) : call;
+    };
+  };
+  // How rank 1's deadline ends, naming rank 0 and the scope it waited on.
+  auto names_rank_0 = [](const std::string& scope) {
+    return [scope](uint32_t r) {
+      if (r == 0) return Ignored();
+      RankOutcome o = Fails(absl::StatusCode::kDeadlineExceeded,
+                            "rank 0 did not report operation #0 on " + scope +
+                                " within 2s (behind, stalled, or never "
+                                "submitted it)");
+      o.message_is_suffix = true;
+      return o;
+    };
+  };
+  // As in AMissedBoundedWait*: NCCL's submission itself waits for the
+  // members that never submit.
+  auto refused_on_nccl = [](std::function<RankOutcome(uint32_t)> outcome) {
+    return std::map<std::string, Difference>{
+        {"nccl",
+         {[outcome](uint32_t r) {
+            RankOutcome o = outcome(r);
+            if (o.when == When::kFails) o.when = When::kRefused;
+            return o;
+          },
+          "NCCL connects a communicator to its peers inside its first launch, "
+          "so the submission itself waits, bounded by op_timeout, for a "
+          "member that never submits (issue 34's first defect)."}}};
+  };
+  RankCall receive = Call(Operation::kReceive, {0, 2});
+  receive.peer = 0;
+  cases.push_back({"AReceiveOfNoRowsWaitsForItsSend", 2, short_timeout,
+                   alone(receive), names_rank_0("route 0->1 in world"),
+                   refused_on_nccl(names_rank_0("route 0->1 in world"))});
+  RankCall batch = Call(Operation::kBatchSendReceive, {0, 2});
+  batch.peer = 0;
+  batch.source = 0;
+  cases.push_back({"ABatchOfNoRowsWaitsForItsPeer", 2, short_timeout,
+                   alone(batch), names_rank_0("route 0->1 in world"),
+                   refused_on_nccl(names_rank_0("route 0->1 in world"))});
+  cases.push_back({"AnAllReduceSumOfNoRowsWaitsForEveryMember", 2,
+                   short_timeout, alone(Call(Operation::kAllReduceSum, {0, 2})),
+                   names_rank_0("world"),
+                   refused_on_nccl(names_rank_0("world"))});
+  cases.push_back({"AnAllGatherOfNoRowsWaitsForEveryMember", 2, short_timeout,
+                   alone(Call(Operation::kAllGather, {0, 2})),
+                   names_rank_0("world"),
+                   refused_on_nccl(names_rank_0("world"))});
+}
+
 }  // namespace
 
 std::string ForBackend(const std::string& message, const std::string& backend) {
@@ -482,6 +601,7 @@ const std::vector<ConformanceCase>& Cases() {
     AddValueCases(all);
     AddRefusalCases(all);
     AddFailureCases(all);
+    AddNoRowCases(all);
     return all;
   }();
   return cases;

@@ -29,8 +29,8 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "dataplane/completion.h"
 #include "dataplane/collective_scope.h"
+#include "dataplane/completion.h"
 #include "dataplane/dtype.h"
 
 namespace rankd::dataplane::conformance {
@@ -79,6 +79,10 @@ struct RankCall {
   // Before submitting: poison the session with this cause (Poison only
   // latches).
   std::optional<absl::Status> poison_first;
+  // Calls this rank makes first, one at a time, each of which must be
+  // accepted and complete successfully (outputs unchecked): for cases
+  // about what earlier work leaves behind, such as a route's order.
+  std::vector<RankCall> first;
 };
 
 // What one rank must see.
@@ -95,6 +99,10 @@ struct RankOutcome {
   std::vector<float> values;  // kCompletes, f32 outputs
   absl::StatusCode code = absl::StatusCode::kOk;
   std::string message;  // exact; "$backend" is the backend's name
+  // The message need only end with `message`: for a missed deadline, whose
+  // beginning quotes the native layer's own words (Gloo's transport, NCCL's
+  // watchdog) while the end names who did not submit, in shared words.
+  bool message_is_suffix = false;
   // kMissesDeadline: what the next call (an all_reduce_sum of f32[1] on
   // the world) must be refused with: the session is poisoned.
   absl::StatusCode next_code = absl::StatusCode::kOk;

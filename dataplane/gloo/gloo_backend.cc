@@ -463,10 +463,17 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(
           if (!r.status.ok()) return r;
         }
         const size_t elements = output.descriptor().element_count();
-        if (elements == 0) return TaskResult::Ok();
         const uint32_t sequence = g->NextSequence();
         const uint32_t tag = OperationTag(sequence, fingerprint);
         return RunNative(*diagnosis, OnGroup(*g), sequence, op, canonical, [&] {
+          if (elements == 0) {
+            // No rows to sum, but still a collective (docs/contract.md,
+            // "Empty values"): it waits for every member, as NCCL's
+            // agreement record does, so a member that never submits it is
+            // named instead of this one completing alone.
+            internal::NativeBarrier(g->context(), tag, timeout);
+            return;
+          }
           internal::NativeAllReduce(
               g->context(), in_place ? nullptr : value.data(), output.data(),
               elements, kernel, tag, timeout, plan);
@@ -943,19 +950,25 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
         }
         // Bundles that differ get different slots: they never pair.
         const uint32_t tag = OperationTag(sequence, fingerprint);
-        for (size_t i = 0; i < tensors.size(); ++i) {
-          const HostTensor& t = tensors[i];
-          if (t.byte_size() == 0) continue;
+        // Every tensor is a message, an empty one for a value with no rows,
+        // and an empty bundle is one empty message: a transfer completes
+        // only with its peer's, so one the peer never makes times out
+        // naming it instead of completing alone, and the route's numbers
+        // stay in step (docs/contract.md, "Empty values").
+        const size_t pieces = std::max<size_t>(tensors.size(), 1);
+        for (size_t i = 0; i < pieces; ++i) {
+          uint8_t* data = i < tensors.size() ? tensors[i].data() : nullptr;
+          const size_t bytes = i < tensors.size() ? tensors[i].byte_size() : 0;
           const uint64_t slot =
               internal::RouteSlot(ascending, tag, static_cast<uint16_t>(2 + i));
           TaskResult r =
               RunNative(*diagnosis, scope, sequence, op, canonical, [&] {
                 if (is_source) {
-                  internal::NativeSend(g->context(), peer, slot, t.data(),
-                                       t.byte_size(), timeout);
+                  internal::NativeSend(g->context(), peer, slot, data, bytes,
+                                       timeout);
                 } else {
-                  internal::NativeRecv(g->context(), peer, slot, t.data(),
-                                       t.byte_size(), timeout);
+                  internal::NativeRecv(g->context(), peer, slot, data, bytes,
+                                       timeout);
                 }
               });
           if (!r.status.ok()) return r;
@@ -1073,21 +1086,28 @@ GlooBundleSubmission GlooBackend::BatchSendReceiveImpl(
           for (size_t i = 0; i < n; ++i) agreed[i] = !disagreeing[i];
         }
         // The payloads; a transfer the ends disagreed on moves nothing, the
-        // others still move so that every peer stays in step.
+        // others still move so that every peer stays in step. A value with
+        // no rows moves as an empty message, so that it pairs like any
+        // other (docs/contract.md, "Empty values").
         std::vector<PostedTransfer> payloads;
         for (size_t i = 0; i < n; ++i) {
           const Transfer& t = transfers[i];
-          if (!agreed[i] || t.tensor.byte_size() == 0) continue;
+          if (!agreed[i]) continue;
           const uint32_t tag = OperationTag(sequence[i], fingerprint[i]);
           payloads.push_back({static_cast<int>(t.peer),
                               RouteSlot(ascending(t), tag, 2), t.tensor.data(),
                               t.tensor.byte_size(), t.send});
         }
         if (!payloads.empty()) {
-          const Transfer& first = transfers.front();
+          // A failure is diagnosed on the batch's first receive (its first
+          // send when it receives nothing), as NCCL's is.
+          size_t named = 0;
+          while (named < n && transfers[named].send) ++named;
+          if (named == n) named = 0;
+          const Transfer& first = transfers[named];
           GlooRoute route(g, first.send ? me : first.peer,
                           first.send ? first.peer : me);
-          TaskResult r = RunNative(*diagnosis, OnRoute(route), sequence.front(),
+          TaskResult r = RunNative(*diagnosis, OnRoute(route), sequence[named],
                                    op, first.canonical, [&] {
                                      internal::NativeTransfers(
                                          g->context(), payloads, timeout);

@@ -34,7 +34,7 @@ bool NcclOpOwner::SupportsCancellation(CancellationMode mode) const {
     case CancellationMode::kNativeCancel:
       return SupportsNativeCancel();
     case CancellationMode::kQuarantineUntilComplete:
-      return true;
+      return SupportsQuarantine();
   }
   return false;
 }

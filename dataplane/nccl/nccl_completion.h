@@ -68,6 +68,9 @@ class NcclOpOwner : public OperationOwner {
   virtual void Quarantine(std::shared_ptr<Operation> op) = 0;
   // After CancelNative: how long to wait for aborted work to leave.
   virtual absl::Duration AbortGrace() const = 0;
+  // Whether QuarantineUntilComplete is offered (not where exact_completion
+  // was restricted away).
+  virtual bool SupportsQuarantine() const { return true; }
 
   // OperationOwner, in terms of the above.
   bool SupportsCancellation(CancellationMode mode) const final;

@@ -73,6 +73,44 @@ TEST_F(NcclGpuTest, World1SessionAdvertisesEverything) {
   EXPECT_NE(session->stream(), nullptr);
 }
 
+// NcclSessionOptions::restrict_capabilities, as Gloo's: what is left out
+// fails closed naming the capability, before any native work.
+TEST_F(NcclGpuTest, RestrictedCapabilitiesFailClosed) {
+  NcclSessionOptions options;
+  DistributedCapabilities allow;
+  allow.world_collectives = true;
+  allow.collective_groups = {2, 99};
+  options.restrict_capabilities = allow;
+  auto session = OpenWorld1(options);
+  ASSERT_NE(session, nullptr);
+  DistributedCapabilities caps = session->capabilities();
+  EXPECT_TRUE(caps.world_collectives);
+  EXPECT_EQ(caps.collective_groups, (std::set<CollectiveGroupId>{2}));
+  EXPECT_FALSE(caps.point_to_point);
+  EXPECT_FALSE(caps.variable_all_to_all);
+  EXPECT_FALSE(caps.exact_completion);
+  auto x = Upload(Desc({2}), Floats(2), session->stream());
+  auto send = session->Send(CollectiveScope::World(), 0, x);
+  EXPECT_EQ(send.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(absl::StrContains(
+      send.status().message(),
+      "send needs capability 'point_to_point', which this backend does not "
+      "advertise"))
+      << send.status();
+  auto group3 = session->AllReduceSum(CollectiveScope::Group(3), x);
+  EXPECT_EQ(group3.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(
+      absl::StrContains(group3.status().message(), "collective_groups"));
+  // What is allowed still runs; without exact_completion its completion
+  // does not offer the quarantine.
+  auto sum = session->AllReduceSum(CollectiveScope::World(), x);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  EXPECT_FALSE(sum->completion->SupportsCancellation(
+      CancellationMode::kQuarantineUntilComplete));
+  ASSERT_OK(sum->completion->Wait());
+  EXPECT_TRUE(session->poison().ok());
+}
+
 TEST_F(NcclGpuTest, AllReduceSumEveryDtype) {
   auto session = OpenWorld1();
   ASSERT_NE(session, nullptr);

@@ -2,7 +2,7 @@
 // timeouts, agreement checking, unique-id brokering), the counterpart of
 // gloo_options.h's GlooSessionOptions. Every rank of a job must use the same
 // values where a field says so. Depends on nccl_types.h,
-// unique_id_broker.h (the id generator) and absl.
+// unique_id_broker.h (the id generator), dataplane/capabilities.h and absl.
 #ifndef RANKD_DATAPLANE_NCCL_NCCL_OPTIONS_H_
 #define RANKD_DATAPLANE_NCCL_NCCL_OPTIONS_H_
 
@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "dataplane/capabilities.h"
 #include "dataplane/nccl/nccl_types.h"
 #include "dataplane/nccl/unique_id_broker.h"
 
@@ -84,6 +85,12 @@ struct NcclSessionOptions {
   uint32_t ranks_per_unique_id = kDefaultRanksPerUniqueId;
   // Replaces ncclGetUniqueId (tests).
   UniqueIdGenerator unique_id_generator;
+  // When set, the session advertises (and serves) only what this allows:
+  // the intersection with what it can do, as
+  // GlooSessionOptions::restrict_capabilities. Everything else fails closed
+  // (Unimplemented naming the capability); without exact_completion,
+  // completions do not offer QuarantineUntilComplete.
+  std::optional<DistributedCapabilities> restrict_capabilities;
 };
 
 }  // namespace rankd::dataplane::nccl

@@ -64,16 +64,6 @@ class Group(ctypes.Structure):
     ]
 
 
-class SessionOptions(ctypes.Structure):
-    _fields_ = [
-        ("struct_size", ctypes.c_size_t),
-        ("backend", ctypes.c_int32),
-        ("op_timeout_seconds", ctypes.c_double),
-        ("verify_agreement", ctypes.c_int),
-        ("gloo_hostname", ctypes.c_char_p),
-    ]
-
-
 class Capabilities(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
@@ -81,6 +71,19 @@ class Capabilities(ctypes.Structure):
         ("point_to_point", ctypes.c_int),
         ("variable_all_to_all", ctypes.c_int),
         ("exact_completion", ctypes.c_int),
+    ]
+
+
+class SessionOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("backend", ctypes.c_int32),
+        ("op_timeout_seconds", ctypes.c_double),
+        ("verify_agreement", ctypes.c_int),
+        ("gloo_hostname", ctypes.c_char_p),
+        ("restrict_capabilities", ctypes.POINTER(Capabilities)),
+        ("restrict_groups", ctypes.POINTER(ctypes.c_uint32)),
+        ("restrict_group_count", ctypes.c_size_t),
     ]
 
 

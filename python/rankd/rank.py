@@ -223,12 +223,25 @@ class Rank:
     # --- sessions and lifetime --------------------------------------------
 
     def open_session(self, backend=None, op_timeout=60.0,
-                     verify_agreement=False, gloo_hostname=None):
+                     verify_agreement=False, gloo_hostname=None,
+                     restrict_capabilities=None):
         """Opens the data-plane session (every rank must). `backend` is
-        "gloo" or "nccl" (None: $RANKD_BACKEND, else "gloo")."""
+        "gloo" or "nccl" (None: $RANKD_BACKEND, else "gloo").
+
+        `restrict_capabilities` narrows what the session advertises and
+        serves (rankd_session_options.restrict_*; C++'s
+        restrict_capabilities): a dict with any of "world_collectives",
+        "point_to_point", "variable_all_to_all", "exact_completion"
+        (bools) and "collective_groups" (the group ids whose collectives
+        stay allowed). A flag set False, or a group left out of
+        "collective_groups", is taken away; keys not given narrow nothing.
+        What is taken away fails closed: UnimplementedError naming the
+        capability ("gloo backend: send needs capability 'point_to_point',
+        which this backend does not advertise"). InvalidArgumentError for
+        an unknown key."""
         from .session import Session
         return Session(self, backend, op_timeout, verify_agreement,
-                       gloo_hostname)
+                       gloo_hostname, restrict_capabilities)
 
     def leave(self):
         """Leaves the job cleanly (peers do not see this rank as lost)."""

@@ -23,7 +23,11 @@ the inputs must be ready when the call is made and the outputs are valid
 once work.wait() returned. Outputs are the caller's
 (`out=`); only for torch tensors does rankd allocate them (torch.empty on
 the input's device). The tensors must stay allocated until the work
-completed; the Work keeps a reference to them."""
+completed; the Work keeps a reference to them.
+
+Values with no rows (shape (0, ...)) are valid for every operation and pair
+like any other (a receive of no rows waits for its send); only the leading
+extent may be 0 (docs/contract.md, "Empty values")."""
 
 import ctypes
 
@@ -40,6 +44,35 @@ _DTYPES = _device.DTYPES
 
 _BACKENDS = {None: 0, "gloo": 1, "nccl": 2}
 _CANCELLATION = {"quarantine": 1, "native": 2}
+_FLAGS = ("world_collectives", "point_to_point", "variable_all_to_all",
+          "exact_completion")
+
+
+def _restriction(options, restrict):
+    """Sets options.restrict_* from `restrict` (Rank.open_session's
+    restrict_capabilities); returns what must stay alive during the open."""
+    if restrict is None:
+        return ()
+    unknown = set(restrict) - set(_FLAGS) - {"collective_groups"}
+    if unknown:
+        raise _native.errors.InvalidArgumentError(
+            f"rankd: restrict_capabilities has unknown keys "
+            f"{sorted(unknown)}; it takes {', '.join(_FLAGS)} and "
+            "collective_groups")
+    allow = _native.Capabilities()
+    allow.struct_size = ctypes.sizeof(allow)
+    for name in _FLAGS:
+        setattr(allow, name, 1 if restrict.get(name, True) else 0)
+    options.restrict_capabilities = ctypes.pointer(allow)
+    keep = [allow]
+    if "collective_groups" in restrict:
+        ids = [int(g) for g in restrict["collective_groups"]]
+        groups = (ctypes.c_uint32 * max(len(ids), 1))(*ids)
+        options.restrict_groups = ctypes.cast(
+            groups, ctypes.POINTER(ctypes.c_uint32))
+        options.restrict_group_count = len(ids)
+        keep.append(groups)
+    return keep
 
 
 def _host_array(value, what):
@@ -189,7 +222,7 @@ class Session:
     data-plane work (a last all_gather_words round is a barrier) first."""
 
     def __init__(self, rank, backend, op_timeout, verify_agreement,
-                 gloo_hostname):
+                 gloo_hostname, restrict_capabilities=None):
         if backend not in _BACKENDS:
             raise _native.errors.InvalidArgumentError(
                 f"rankd: backend must be 'gloo' or 'nccl', not {backend!r}")
@@ -201,9 +234,11 @@ class Session:
         o.verify_agreement = 1 if verify_agreement else 0
         o.gloo_hostname = None if gloo_hostname is None else \
             gloo_hostname.encode()
+        keep = _restriction(o, restrict_capabilities)
         handle = ctypes.c_void_p()
         check(lib.rankd_session_open(rank.handle, ctypes.byref(o),
                                      ctypes.byref(handle)))
+        del keep  # read during the open only
         self._handle = handle
         self._nccl = lib.rankd_session_backend(handle) == 2
 
@@ -217,7 +252,9 @@ class Session:
 
     @property
     def capabilities(self):
-        """{"world_collectives": bool, "point_to_point": ..., ...}"""
+        """{"world_collectives": bool, "point_to_point": ..., ...}: what the
+        session does; an operation it lacks raises UnimplementedError
+        naming the capability (supports_group for groups)."""
         c = _native.Capabilities()
         c.struct_size = ctypes.sizeof(c)
         check(lib.rankd_session_capabilities(self._handle, ctypes.byref(c)))

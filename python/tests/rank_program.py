@@ -17,6 +17,13 @@ test_rankd.py on every rank with the launcher's environment.
     rank_program.py torch  the same operations on torch CUDA tensors on
                            the current stream (a GPU host); prints
                            "PY TORCH RANK <r> OK"
+    rank_program.py empty  arrays of no rows through every operation,
+                           pairing in order; a (2, 0) array refused; a
+                           receive of no rows that rank 0 never sends
+                           fails naming rank 0; prints "PY EMPTY <r> OK"
+    rank_program.py narrowed  sessions opened with restrict_capabilities
+                           refuse what was left out naming the capability
+                           and run the rest; prints "PY NARROWED <r> OK"
 
 Exits 1 with a traceback on the first unexpected result.
 """
@@ -156,6 +163,93 @@ def ops(rank):
             .tolist() == [2, 2]
         rank.all_gather_words([r], timeout=30)  # done with the data plane
     print(f"PY RANK {r} OK", flush=True)
+
+
+def empty(rank):
+    """docs/contract.md, "Empty values"."""
+    assert rank.world_size == 2, rank
+    r, peer = rank.rank, 1 - rank.rank
+    none = np.zeros((0, 3), np.float32)
+    with rank.open_session(op_timeout=30) as session:
+        assert session.all_reduce_sum(none).wait().shape == (0, 3)
+        assert session.all_gather(none).wait().shape == (0, 3)
+        assert session.all_to_all_v(none, [0, 0], [0, 0]).wait().shape == \
+            (0, 3)
+        # Rank 0 sends no rows, then [5, 6]: they pair in order.
+        if r == 0:
+            session.send(none, peer=1).wait()
+            session.send(np.array([5, 6], np.float32), peer=1).wait()
+        else:
+            got = session.receive(0, shape=(0, 3), dtype=np.float32).wait()
+            assert got.shape == (0, 3), got.shape
+            v = session.receive(0, shape=(2,), dtype=np.float32).wait()
+            assert v.tolist() == [5, 6], v
+        out = np.zeros((0, 3), np.float32)
+        assert session.batch_send_receive([(peer, none)],
+                                          [(peer, out)]).wait()[0] is out
+        theirs = np.full(2, -1, np.float32)
+        session.batch_send_receive([(peer, np.full(2, r, np.float32))],
+                                   [(peer, theirs)]).wait()
+        assert theirs.tolist() == [peer, peer], theirs
+        # Only the leading extent may be 0.
+        expect_raises(rankd.InvalidArgumentError,
+                      "only the leading extent may be 0",
+                      session.all_reduce_sum, np.zeros((2, 0), np.float32))
+        rank.all_gather_words([r], timeout=30)
+    # A receive of no rows whose send never comes waits for it and fails
+    # naming rank 0, instead of completing at once.
+    with rank.open_session(op_timeout=1) as session:
+        if r == 1:
+            work = session.receive(0, shape=(0,), dtype=np.float32)
+            e = expect_raises(rankd.DeadlineExceededError,
+                              "rank 0 did not report operation #0",
+                              work.wait)
+            print(f"UNPAIRED {e}", flush=True)
+        rank.all_gather_words([r], timeout=30)
+    print(f"PY EMPTY {r} OK", flush=True)
+
+
+def narrowed(rank):
+    """Rank.open_session(restrict_capabilities=...)."""
+    assert rank.world_size == 2, rank
+    r, peer = rank.rank, 1 - rank.rank
+    other = [g for g in rank.groups if g.id != rankd.WORLD][0]
+    x = np.array([1, 2], np.float32)
+    with rank.open_session(op_timeout=30, restrict_capabilities={
+            "point_to_point": False, "variable_all_to_all": False,
+            "collective_groups": []}) as session:
+        assert session.capabilities == {
+            "world_collectives": True, "point_to_point": False,
+            "variable_all_to_all": False, "exact_completion": True}, \
+            session.capabilities
+        assert session.supports_group(rankd.WORLD)
+        assert not session.supports_group(other.id)
+        e = expect_raises(
+            rankd.UnimplementedError,
+            "gloo backend: send needs capability 'point_to_point', which "
+            "this backend does not advertise", session.send, x, peer=peer)
+        print(f"NARROWED {e}", flush=True)
+        expect_raises(rankd.UnimplementedError, "'point_to_point'",
+                      session.receive, peer, shape=(2,), dtype=np.float32)
+        expect_raises(rankd.UnimplementedError, "'variable_all_to_all'",
+                      session.all_to_all_v, x, [1, 1], [1, 1])
+        expect_raises(rankd.UnimplementedError, "'collective_groups'",
+                      session.all_reduce_sum, x, group=other.id)
+        assert session.all_reduce_sum(x).wait().tolist() == [2, 4]
+        rank.all_gather_words([r], timeout=30)
+    # The world left out, one group kept.
+    with rank.open_session(op_timeout=30, restrict_capabilities={
+            "world_collectives": False,
+            "collective_groups": [other.id]}) as session:
+        expect_raises(rankd.UnimplementedError, "'world_collectives'",
+                      session.all_reduce_sum, x)
+        got = session.all_reduce_sum(x, group=other.id).wait()
+        assert got.tolist() == (x * other.size).tolist(), got
+        rank.all_gather_words([r], timeout=30)
+    expect_raises(rankd.InvalidArgumentError, "point_two_point",
+                  rank.open_session, restrict_capabilities={
+                      "point_two_point": False})
+    print(f"PY NARROWED {r} OK", flush=True)
 
 
 def lost(rank):
@@ -393,8 +487,8 @@ def torch_ops(rank):
 def main():
     scenario = sys.argv[1]
     with rankd.join() as rank:
-        {"ops": ops, "lost": lost, "nccl": nccl,
-         "torch": torch_ops}[scenario](rank)
+        {"ops": ops, "lost": lost, "nccl": nccl, "torch": torch_ops,
+         "empty": empty, "narrowed": narrowed}[scenario](rank)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,27 @@ def test_every_operation_gives_exact_values(nnodes, nproc):
         assert f"PY RANK {r} OK" in output, output
 
 
+def test_arrays_of_no_rows_work_everywhere_and_pair_in_order():
+    # docs/contract.md, "Empty values"; a receive of no rows never
+    # completes without its send.
+    with LocalJob("py-empty", 1, 2) as job:
+        results = job.run_ranks(PROGRAM, "empty", env=_env())
+    for r, (code, output) in enumerate(results):
+        assert code == 0, f"rank {r}:\n{output}"
+        assert f"PY EMPTY {r} OK" in output, output
+    assert "UNPAIRED DEADLINE_EXCEEDED: " in results[1][1], results[1][1]
+
+
+def test_a_narrowed_session_refuses_naming_the_capability():
+    with LocalJob("py-narrowed", 1, 2) as job:
+        results = job.run_ranks(PROGRAM, "narrowed", env=_env())
+    for r, (code, output) in enumerate(results):
+        assert code == 0, f"rank {r}:\n{output}"
+        assert f"PY NARROWED {r} OK" in output, output
+        assert "NARROWED UNIMPLEMENTED: gloo backend: send needs capability " \
+            "'point_to_point'" in output, output
+
+
 def test_loads_into_a_process_that_imported_torch():
     # Debian's python3-torch (installed by tools/setup.sh --bench); CI's
     # suite runs without it, so the case skips there.

@@ -116,9 +116,10 @@ impl fmt::Display for DescriptorError {
 impl Error for DescriptorError {}
 
 /// Row-major logical shape and element type of a value. The empty shape is
-/// a scalar (one element); a zero-sized dimension is rejected by
-/// [`ValueDescriptor::new`], and only [`ValueDescriptor::rows`] makes an
-/// empty leading axis (a variable-count exchange may move no rows).
+/// a scalar (one element). The leading extent may be 0: a value with no
+/// rows (a rank with no requests) is valid for every operation and pairs
+/// like any other; any other zero extent is refused (docs/contract.md,
+/// "Empty values").
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ValueDescriptor {
     shape: Vec<usize>,
@@ -126,12 +127,15 @@ pub struct ValueDescriptor {
 }
 
 impl ValueDescriptor {
-    /// Refuses a zero dimension or an element count that overflows.
+    /// `shape[0]` may be 0. Refuses a zero extent after the first (naming
+    /// the dimension) or an element count that overflows.
     pub fn new(shape: Vec<usize>, dtype: TensorDtype) -> Result<Self, DescriptorError> {
-        if let Some(i) = shape.iter().position(|&d| d == 0) {
+        if let Some(i) = shape.iter().skip(1).position(|&d| d == 0) {
             return Err(DescriptorError::new(format!(
-                "dimension {} of {}{:?} is zero",
-                i, dtype, shape
+                "dimension {} of {}{:?} is zero; only the leading extent may be 0",
+                i + 1,
+                dtype,
+                shape
             )));
         }
         Self::checked(shape, dtype)

@@ -134,6 +134,9 @@ pub struct rankd_session_options {
     pub op_timeout_seconds: f64,
     pub verify_agreement: c_int,
     pub gloo_hostname: *const c_char,
+    pub restrict_capabilities: *const rankd_capabilities,
+    pub restrict_groups: *const u32,
+    pub restrict_group_count: usize,
 }
 
 #[repr(C)]

@@ -42,6 +42,16 @@ pub struct SessionOptions {
     /// The deadline of `DistributedSession::all_gather_words`, which takes
     /// none (default 60 s).
     pub words_timeout: Duration,
+    /// Narrows what the session advertises and serves, as C++'s
+    /// `GlooSessionOptions::restrict_capabilities`: with `Some(allow)` the
+    /// session has only what both Gloo can do and `allow` allows (each
+    /// flag, and the groups in `allow.collective_groups`); everything else
+    /// fails closed with `Code::Unimplemented` naming the capability
+    /// ("gloo backend: send needs capability 'point_to_point', which this
+    /// backend does not advertise"), and without `exact_completion` works
+    /// do not offer `QuarantineUntilComplete`. `None` (the default)
+    /// narrows nothing.
+    pub restrict_capabilities: Option<DistributedCapabilities>,
 }
 
 impl Default for SessionOptions {
@@ -51,6 +61,7 @@ impl Default for SessionOptions {
             verify_agreement: false,
             gloo_hostname: None,
             words_timeout: Duration::from_secs(60),
+            restrict_capabilities: None,
         }
     }
 }
@@ -154,8 +165,26 @@ impl Rank {
         o.gloo_hostname = hostname
             .as_ref()
             .map_or(ptr::null(), |h: &CString| h.as_ptr());
+        // Read by rankd_session_open only: they live until it returned.
+        let mut allow = ffi::rankd_capabilities {
+            struct_size: std::mem::size_of::<ffi::rankd_capabilities>(),
+            ..Default::default()
+        };
+        let mut groups: Vec<u32> = Vec::new();
+        if let Some(r) = &options.restrict_capabilities {
+            allow.world_collectives = r.world_collectives as i32;
+            allow.point_to_point = r.point_to_point as i32;
+            allow.variable_all_to_all = r.variable_all_to_all as i32;
+            allow.exact_completion = r.exact_completion as i32;
+            groups.extend(r.collective_groups.iter().copied());
+            o.restrict_capabilities = &allow;
+            // Never null, even when empty: an empty list allows no group.
+            o.restrict_groups = groups.as_ptr();
+            o.restrict_group_count = groups.len();
+        }
         let mut raw = ptr::null_mut();
-        // SAFETY: a live rank handle; `raw` is written only on success.
+        // SAFETY: a live rank handle; `o` and what it points to outlive the
+        // call; `raw` is written only on success.
         unsafe { Error::check(ffi::rankd_session_open(self.handle.ptr, &o, &mut raw))? };
         let handle = Arc::new(SessionHandle {
             ptr: raw,

@@ -98,8 +98,9 @@ pub(crate) fn lock(storage: &Storage) -> MutexGuard<'_, Buffer> {
     storage.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A dense row-major host tensor. Only the leading extent may be 0 (an
-/// exchange that moves no rows); the empty shape is a scalar.
+/// A dense row-major host tensor; the empty shape is a scalar. Only the
+/// leading extent may be 0: a tensor of no rows is valid for every
+/// operation and pairs like any other (docs/contract.md, "Empty values").
 #[derive(Clone)]
 pub struct HostTensor {
     dtype: TensorDtype,
@@ -110,7 +111,7 @@ pub struct HostTensor {
 fn check_shape(dtype: TensorDtype, shape: &[usize]) -> Result<usize> {
     if let Some(i) = shape.iter().skip(1).position(|&d| d == 0) {
         return Err(Error::invalid_argument(format!(
-            "HostTensor: dimension {} of {}{:?} is zero (only the leading one may be)",
+            "HostTensor: dimension {} of {}{:?} is zero; only the leading extent may be 0",
             i + 1,
             dtype,
             shape
@@ -208,17 +209,10 @@ impl HostTensor {
         self.element_count() * self.dtype.size()
     }
 
-    /// The contract's descriptor (shape and dtype); an empty leading axis is
-    /// kept, as `ValueDescriptor::rows_of` makes it.
+    /// The contract's descriptor (shape and dtype).
     pub fn descriptor(&self) -> ValueDescriptor {
-        match self.shape.first() {
-            Some(&rows) => {
-                let row = ValueDescriptor::new(self.shape[1..].to_vec(), self.dtype)
-                    .expect("a HostTensor's row shape is valid");
-                ValueDescriptor::rows_of(rows, &row).expect("a HostTensor's shape is valid")
-            }
-            None => ValueDescriptor::scalar(self.dtype),
-        }
+        // Both follow the same rule, so a tensor's shape is a descriptor's.
+        ValueDescriptor::new(self.shape.clone(), self.dtype).expect("a HostTensor's shape is valid")
     }
 
     /// The elements, row-major; InvalidArgument unless `T` is the dtype.

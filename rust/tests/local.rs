@@ -168,13 +168,40 @@ fn contract_types_validate_as_the_contract_says() {
     );
 }
 
+// docs/contract.md, "Empty values": the one rule, as C++ and C state it.
+#[test]
+fn only_the_leading_extent_may_be_zero() {
+    for shape in [vec![0], vec![0, 4], vec![0, 2, 3]] {
+        let d = ValueDescriptor::new(shape.clone(), TensorDtype::F32).unwrap();
+        assert_eq!((d.shape(), d.rows(), d.byte_size()), (&shape[..], 0, 0));
+        assert_eq!(d, ValueDescriptor::rows_of(0, &d.row_descriptor()).unwrap());
+        let t = HostTensor::zeros(TensorDtype::F32, &shape).unwrap();
+        assert_eq!(t.descriptor(), d);
+    }
+    for shape in [vec![4, 0], vec![0, 0], vec![2, 3, 0]] {
+        let e = ValueDescriptor::new(shape.clone(), TensorDtype::F32).unwrap_err();
+        assert!(
+            e.message().contains("only the leading extent may be 0"),
+            "{}",
+            e
+        );
+        let e = HostTensor::zeros(TensorDtype::F32, &shape).unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+        assert!(
+            e.message().contains("only the leading extent may be 0"),
+            "{}",
+            e
+        );
+    }
+}
+
 #[test]
 fn errors_display_code_and_message() {
     let e = Error::new(Code::Aborted, "rank 3 lost");
     assert_eq!(e.to_string(), "ABORTED: rank 3 lost");
     let boxed: Box<dyn std::error::Error + Send + Sync> = Box::new(e.clone());
     assert_eq!(boxed.to_string(), e.to_string());
-    let from: Error = ValueDescriptor::new(vec![0], TensorDtype::F32)
+    let from: Error = ValueDescriptor::new(vec![0, 0], TensorDtype::F32)
         .unwrap_err()
         .into();
     assert_eq!(from.code(), Code::InvalidArgument);

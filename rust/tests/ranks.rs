@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use common::LocalJob;
 use rankd::CollectiveScope::{Group, World};
 use rankd::{
-    BoundedCompletion, CancellationMode, Code, Completion, DistributedSession, Error, HostTensor,
-    PeerValue, Rank, Session, SessionOptions, TensorDtype, ValueDescriptor, WaitOutcome, Work,
+    BoundedCompletion, CancellationMode, Code, Completion, DistributedCapabilities,
+    DistributedSession, Error, HostTensor, PeerValue, Rank, Session, SessionOptions, TensorDtype,
+    ValueDescriptor, WaitOutcome, Work,
 };
 
 const T: Duration = Duration::from_secs(30);
@@ -435,6 +436,164 @@ fn deadline(rank: &Rank) {
     println!("RUST RANK {} OK", r);
 }
 
+/// docs/contract.md, "Empty values": tensors of no rows through every
+/// operation, pairing in order; a receive of no rows that rank 0 never
+/// sends fails naming rank 0.
+fn empty(rank: &Rank) {
+    let r = rank.rank();
+    let peer = 1 - r as usize;
+    let s = session(rank);
+    let none = HostTensor::zeros(TensorDtype::F32, &[0, 3]).unwrap();
+    let got = s.all_reduce_sum(World, &none).unwrap().wait().unwrap();
+    assert_eq!(got.shape(), &[0, 3]);
+    let got = s.all_gather(World, &none).unwrap().wait().unwrap();
+    assert_eq!(got.shape(), &[0, 3]);
+    let got = s
+        .all_to_all_v(World, &none, &[0, 0], &[0, 0])
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(got.shape(), &[0, 3]);
+    // Rank 0 sends no rows, then [5, 6]: they pair in order.
+    if r == 0 {
+        s.send(World, 1, &none).unwrap().wait().unwrap();
+        let x = HostTensor::from_vec(vec![5.0f32, 6.0]);
+        s.send(World, 1, &x).unwrap().wait().unwrap();
+    } else {
+        let got = s.receive(World, 0, &none.descriptor()).unwrap();
+        assert_eq!(got.wait().unwrap().shape(), &[0, 3]);
+        let d = ValueDescriptor::new(vec![2], TensorDtype::F32).unwrap();
+        let got = s.receive(World, 0, &d).unwrap().wait().unwrap();
+        assert_eq!(f32s(&got), vec![5.0, 6.0]);
+    }
+    let out = HostTensor::zeros(TensorDtype::F32, &[0, 3]).unwrap();
+    s.batch_send_receive(
+        World,
+        &[PeerValue {
+            peer,
+            value: none.clone(),
+        }],
+        &[PeerValue { peer, value: out }],
+    )
+    .unwrap()
+    .wait_timeout(T)
+    .unwrap();
+    let theirs = HostTensor::from_vec(vec![-1.0f32; 2]);
+    s.batch_send_receive(
+        World,
+        &[PeerValue {
+            peer,
+            value: HostTensor::from_vec(vec![r as f32; 2]),
+        }],
+        &[PeerValue {
+            peer,
+            value: theirs.clone(),
+        }],
+    )
+    .unwrap()
+    .wait_timeout(T)
+    .unwrap();
+    assert_eq!(f32s(&theirs), vec![peer as f32; 2]);
+    rank.all_gather_words(&[r], T).unwrap();
+    drop(s);
+    // Its send never comes: the receive waits for it and names rank 0.
+    let short = SessionOptions {
+        op_timeout: Some(Duration::from_secs(1)),
+        ..SessionOptions::default()
+    };
+    let s = rank.open_session(&short).unwrap();
+    if r == 1 {
+        let sub = s.receive(World, 0, &none.descriptor()).unwrap();
+        let e = expect_err(
+            sub.wait(),
+            Code::DeadlineExceeded,
+            "rank 0 did not report operation #0",
+        );
+        println!("UNPAIRED {}", e);
+    }
+    rank.all_gather_words(&[r], T).unwrap();
+    println!("RUST RANK {} OK", r);
+}
+
+/// `SessionOptions::restrict_capabilities`: what is left out is refused
+/// naming the capability; the rest runs.
+fn narrowed(rank: &Rank) {
+    let r = rank.rank();
+    let peer = 1 - r as usize;
+    // A group besides the world with both ranks in it.
+    let other = rank
+        .groups()
+        .iter()
+        .find(|g| g.id != rankd::WORLD_GROUP_ID && g.members.len() == 2)
+        .expect("a second group of both ranks")
+        .id;
+    let options = SessionOptions {
+        op_timeout: Some(T),
+        restrict_capabilities: Some(DistributedCapabilities {
+            world_collectives: true,
+            exact_completion: true,
+            ..DistributedCapabilities::default()
+        }),
+        ..SessionOptions::default()
+    };
+    let s = rank.open_session(&options).unwrap();
+    let caps = s.capabilities();
+    assert!(
+        caps.world_collectives && caps.exact_completion,
+        "{:?}",
+        caps
+    );
+    assert!(
+        !caps.point_to_point && !caps.variable_all_to_all,
+        "{:?}",
+        caps
+    );
+    // (The world's id stands for the world here, as in the C ABI.)
+    assert!(!caps.collective_groups.contains(&other), "{:?}", caps);
+    assert!(!s.supports_group(other));
+    let x = HostTensor::from_vec(vec![1.0f32, 2.0]);
+    let e = expect_err(
+        s.send(World, peer, &x),
+        Code::Unimplemented,
+        "gloo backend: send needs capability 'point_to_point', which this backend does not advertise",
+    );
+    println!("NARROWED {}", e);
+    expect_err(
+        s.all_to_all_v(World, &x, &[1, 1], &[1, 1]),
+        Code::Unimplemented,
+        "'variable_all_to_all'",
+    );
+    expect_err(
+        s.all_reduce_sum(Group(other), &x),
+        Code::Unimplemented,
+        "'collective_groups'",
+    );
+    let sum = s.all_reduce_sum(World, &x).unwrap().wait().unwrap();
+    assert_eq!(f32s(&sum), vec![2.0, 4.0]);
+    rank.all_gather_words(&[r], T).unwrap();
+    drop(s);
+    // The world left out, the other group kept.
+    let options = SessionOptions {
+        op_timeout: Some(T),
+        restrict_capabilities: Some(DistributedCapabilities {
+            collective_groups: [other].into_iter().collect(),
+            point_to_point: true,
+            ..DistributedCapabilities::default()
+        }),
+        ..SessionOptions::default()
+    };
+    let s = rank.open_session(&options).unwrap();
+    expect_err(
+        s.all_reduce_sum(World, &x),
+        Code::Unimplemented,
+        "'world_collectives'",
+    );
+    let sum = s.all_reduce_sum(Group(other), &x).unwrap().wait().unwrap();
+    assert_eq!(f32s(&sum), vec![2.0, 4.0]);
+    rank.all_gather_words(&[r], T).unwrap();
+    println!("RUST RANK {} OK", r);
+}
+
 /// Rank 1 dies (exit 3, or killed by the test) once both opened a
 /// session; rank 0's receive fails naming it, within a deadline.
 fn lost(rank: &Rank, killed: bool) {
@@ -494,6 +653,8 @@ fn rank_program() {
         "deadline" => deadline(&rank),
         "lost" => lost(&rank, false),
         "killed" => lost(&rank, true),
+        "empty" => empty(&rank),
+        "narrowed" => narrowed(&rank),
         other => panic!("unknown role {}", other),
     }
 }
@@ -513,6 +674,28 @@ fn point_to_point_all_to_all_v_and_kv_give_exact_values() {
 #[test]
 fn bad_arguments_are_refused_with_the_right_code() {
     LocalJob::start("rs-bad", 2).run_role_ok("refusals");
+}
+
+#[test]
+fn tensors_of_no_rows_work_everywhere_and_pair_in_order() {
+    let mut job = LocalJob::start("rs-empty", 2);
+    job.run_role_ok("empty");
+    let out = job.log("rank1.log");
+    assert!(out.contains("UNPAIRED DEADLINE_EXCEEDED: "), "{}", out);
+}
+
+#[test]
+fn a_narrowed_session_refuses_naming_the_capability() {
+    let mut job = LocalJob::start("rs-narrowed", 2);
+    job.run_role_ok("narrowed");
+    let out = job.log("rank0.log");
+    assert!(
+        out.contains(
+            "NARROWED UNIMPLEMENTED: gloo backend: send needs capability 'point_to_point'"
+        ),
+        "{}",
+        out
+    );
 }
 
 #[test]

@@ -330,6 +330,22 @@ typedef enum rankd_backend {
   RANKD_BACKEND_NCCL = 2
 } rankd_backend;
 
+/* What a session can do (docs/contract.md, "Capabilities"); nonzero for
+ * each capability it has. Fail closed: an operation whose capability the
+ * session lacks is refused, before any data moves, with UNIMPLEMENTED
+ * naming the backend, the operation and the capability, e.g. "gloo
+ * backend: send needs capability 'point_to_point', which this backend does
+ * not advertise". Collectives on a group other than the world also need
+ * the group (rankd_session_supports_group). Without exact_completion, works
+ * do not offer RANKD_QUARANTINE_UNTIL_COMPLETE. */
+typedef struct rankd_capabilities {
+  size_t struct_size;      /* sizeof(rankd_capabilities), set by the caller */
+  int world_collectives;   /* collectives on RANKD_WORLD_GROUP */
+  int point_to_point;      /* send, receive, batch_send_receive */
+  int variable_all_to_all; /* all_to_all_v */
+  int exact_completion;    /* exact completions, and so the quarantine */
+} rankd_capabilities;
+
 typedef struct rankd_session_options {
   size_t struct_size;
   /* 0 (as rankd_session_options_init sets it): $RANKD_BACKEND ("gloo" or
@@ -344,15 +360,38 @@ typedef struct rankd_session_options {
    * in Kubernetes). NULL: $RANKD_GLOO_HOSTNAME when set, else $POD_IP
    * (the Kubernetes downward API) when set, else "127.0.0.1". */
   const char* gloo_hostname;
+  /* Narrowing the session's capabilities (as C++'s
+   * {Gloo,Nccl}SessionOptions::restrict_capabilities): the session then
+   * advertises and serves only what both its backend can do and these
+   * allow; everything else fails closed as rankd_capabilities says. Both
+   * are read during rankd_session_open only (borrowed).
+   *
+   * restrict_capabilities: NULL (the default) narrows no flag. Otherwise
+   * each capability stays only where its field is nonzero; its
+   * struct_size must be at least sizeof(rankd_capabilities)
+   * (INVALID_ARGUMENT otherwise). */
+  const rankd_capabilities* restrict_capabilities;
+  /* restrict_groups: NULL (the default) narrows no group. Otherwise the
+   * `restrict_group_count` group ids whose collectives stay allowed; other
+   * groups of the rank are refused (a non-NULL pointer with a count of 0
+   * allows none; ids of groups the rank is not in are ignored). The world
+   * (RANKD_WORLD_GROUP) is governed by world_collectives instead. A count
+   * above 0 with NULL is INVALID_ARGUMENT. */
+  const uint32_t* restrict_groups;
+  size_t restrict_group_count;
 } rankd_session_options;
 
+/* Sets every field to its default (struct_size to sizeof(*options)). A
+ * caller built against an older header passes its smaller struct_size:
+ * the fields beyond it keep their defaults. */
 RANKD_EXPORT void rankd_session_options_init(rankd_session_options* options);
 
 /* Opens a session over `rank` (options may be NULL: defaults). Blocks
  * until the data plane is connected to every peer (every rank of the job
  * must open one; a rank may open several, and then every rank opens its
  * sessions of each backend in the same order). INVALID_ARGUMENT for a
- * value outside rankd_backend; UNAVAILABLE naming why an NCCL session
+ * value outside rankd_backend or a malformed restriction (restrict_*
+ * above); UNAVAILABLE naming why an NCCL session
  * cannot run here (the CUDA runtime or NCCL library that could not be
  * loaded and where it was looked for, no CUDA device); FAILED_PRECONDITION
  * when the node runs more ranks than it has visible GPUs; DEADLINE_EXCEEDED
@@ -367,19 +406,12 @@ RANKD_EXPORT rankd_status* rankd_session_open(
  * with a last all_gather_words round) before closing. */
 RANKD_EXPORT void rankd_session_free(rankd_session* session);
 
-/* What the session can do (fail closed: an operation it cannot do is
- * refused with UNIMPLEMENTED naming the capability). */
-typedef struct rankd_capabilities {
-  size_t struct_size;
-  int world_collectives;
-  int point_to_point;
-  int variable_all_to_all;
-  int exact_completion;
-} rankd_capabilities;
-
+/* Fills *capabilities with the session's (set its struct_size first;
+ * INVALID_ARGUMENT when it is too small). */
 RANKD_EXPORT rankd_status* rankd_session_capabilities(
     const rankd_session* session, rankd_capabilities* capabilities);
-/* 1 when collectives on `group` are supported, else 0. */
+/* 1 when collectives on `group` are supported (RANKD_WORLD_GROUP:
+ * world_collectives), else 0. */
 RANKD_EXPORT int rankd_session_supports_group(const rankd_session* session,
                                               uint32_t group);
 /* The session's rankd_backend. */
@@ -407,8 +439,12 @@ typedef enum rankd_dtype {
 RANKD_EXPORT size_t rankd_dtype_size(int32_t dtype);
 
 /* A dense row-major tensor the caller owns: host memory for Gloo, device
- * memory for NCCL. `shape` has `ndim` extents (ndim 0 is a scalar); only
- * the leading extent may be 0.
+ * memory for NCCL. `shape` has `ndim` extents (ndim 0 is a scalar). Only
+ * the leading extent may be 0: a tensor of no rows is valid for every
+ * operation and pairs like any other (a receive of no rows waits for its
+ * send); any other zero extent is INVALID_ARGUMENT naming the dimension
+ * (docs/contract.md, "Empty values"). `data` may be NULL when the tensor
+ * has no elements.
  *   - Gloo (host memory): an input is copied during the submitting call, so
  *     it may be reused as soon as that returns; an output is written when
  *     the work's success is first observed (rankd_work_is_complete

@@ -121,7 +121,10 @@ TensorResult SubmitAllReduceSum(SessionImpl& core,
   void* recv = out->data();
   const NcclDataType type = sum->type;
   CudaStreamHandle s = stream->get();
-  if (count > 0) {  // an empty value (zero rows) needs no NCCL call
+  // A value with no rows needs no NCCL call; its agreement record
+  // (SessionImpl::Submit) still pairs it with every member's, as a zero-row
+  // transfer's does (docs/contract.md, "Empty values").
+  if (count > 0) {
     plan.nccl = [=](NcclCommHandle c) {
       return NcclAllReduce(send, recv, count, type, NcclRedOp::kSum, c, s);
     };
@@ -681,6 +684,9 @@ SubmitBundle(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
       outputs.push_back(*std::move(out));
     }
   }
+  // Empty values move no bytes, but the route's agreement record still
+  // travels (SessionImpl::Submit): the transfer pairs with its peer's and
+  // takes its number on the route like any other.
   bool any = false;
   for (const auto& b : buffers) any = any || b.second > 0;
   if (any) {

@@ -74,7 +74,7 @@ SubmittedOperation SessionImpl::Describe(const OpPlan& plan) const {
     const auto [source, destination] = *plan.route;
     what.scope_key =
         absl::StrCat(plan.comm->name, "-r", source, "-", destination);
-    what.scope_name = absl::StrCat("route ", source, "->", destination, " of ",
+    what.scope_name = absl::StrCat("route ", source, "->", destination, " in ",
                                    plan.comm->name);
     what.members = {plan.comm->members[source],
                     plan.comm->members[destination]};
@@ -173,7 +173,25 @@ DistributedCapabilities SessionImpl::capabilities() const {
   caps.point_to_point = true;
   caps.variable_all_to_all = true;
   caps.exact_completion = true;
+  if (options_.restrict_capabilities.has_value()) {
+    const DistributedCapabilities& allow = *options_.restrict_capabilities;
+    caps.world_collectives &= allow.world_collectives;
+    std::erase_if(caps.collective_groups, [&](CollectiveGroupId id) {
+      return !allow.collective_groups.contains(id);
+    });
+    caps.point_to_point &= allow.point_to_point;
+    caps.variable_all_to_all &= allow.variable_all_to_all;
+    caps.exact_completion &= allow.exact_completion;
+  }
   return caps;
+}
+
+bool SessionImpl::SupportsQuarantine() const {
+  // The quarantine releases work on exact completion: without that
+  // capability (restricted by the options) the mode is not offered, as on
+  // Gloo.
+  return !options_.restrict_capabilities.has_value() ||
+         options_.restrict_capabilities->exact_completion;
 }
 
 absl::Status SessionImpl::PoisonStatus() const { return poison_.cause(); }

@@ -243,6 +243,7 @@ class SessionImpl final : public NcclOpOwner,
   void CancelNative(const absl::Status& cause) override;
   void Quarantine(std::shared_ptr<Operation> op) override;
   absl::Duration AbortGrace() const override { return options_.abort_grace; }
+  bool SupportsQuarantine() const override;
 
  private:
   // What the watchdog guards: this core's job health, asynchronous
