@@ -9,11 +9,15 @@
 // (nccl_device_test.bzl): nccl_devices_gpu_test for real GPUs and
 // nccl_devices_standin_test against the CPU stand-in; the GPU kit runs them
 // all as nccl_gpu_test.
+#include <cstdlib>
 #include <iostream>
+#include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "dataplane/collective_scope.h"
@@ -36,12 +40,14 @@ namespace rankd::dataplane::nccl {
 namespace {
 
 using ::rankd::dataplane::testing::InProcessJob;
+using testing::DataParallel;
 using testing::Desc;
 using testing::Download;
 using testing::Floats;
 using testing::NcclGpuTest;
 using testing::NcclMultiGpuTest;
 using testing::RunInFreshProcess;
+using testing::RunRanks;
 using testing::Stall;
 using testing::StallStream;
 using testing::Standin;
@@ -156,6 +162,47 @@ TEST_F(NcclMultiGpuTest, ASessionOnDevice1NeverTouchesDevice0) {
     session->reset();
     EXPECT_FALSE(*PrimaryContextActive(0));
   });
+}
+
+// rankd allocates from a memory pool of its own and never changes a
+// device's default pool, which torch and CuPy in the same process allocate
+// from (issue 34, defect 9). Its pool grants the peers access (NCCL's
+// same-process P2P transport reads peers' buffers directly) and keeps freed
+// memory. It used to set both on the default pool, so the default pool
+// here had a release threshold of UINT64_MAX and every peer's access.
+TEST_F(NcclMultiGpuTest, TheDefaultMemoryPoolIsLeftAlone) {
+  RunRanks(2, DataParallel(2), [](uint32_t r, NcclSession& s, InProcessJob&) {
+    // Across devices: a peer reads this rank's pool memory.
+    auto x =
+        Upload(Desc({1024}), Floats(1024, static_cast<float>(r)), s.stream());
+    auto sum = s.AllReduceSum(CollectiveScope::World(), x);
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    ASSERT_OK(sum->completion->Wait());
+    std::vector<float> want(1024);
+    for (size_t i = 0; i < want.size(); ++i) want[i] = 2.0f * i + 1;
+    EXPECT_EQ(Download<float>(sum->output), want);
+  });
+  const testing::StandinControl* standin = Standin();
+  for (int d = 0; d < 2; ++d) {
+    // As CUDA made it: nothing kept at a synchronization, its own device
+    // only.
+    auto def = DefaultMemoryPoolState(d);
+    ASSERT_TRUE(def.ok()) << def.status();
+    EXPECT_EQ(def->release_threshold, 0u) << "device " << d;
+    EXPECT_EQ(def->accessible_from, std::vector<int>{d}) << "device " << d;
+    if (standin != nullptr) {
+      // Not even set back to what it was.
+      EXPECT_EQ(standin->default_pool_changes(d), 0) << "device " << d;
+    }
+    auto mine = RankdMemoryPoolState(d);
+    ASSERT_TRUE(mine.ok()) << mine.status();
+    EXPECT_EQ(mine->release_threshold, UINT64_MAX) << "device " << d;
+    if (standin != nullptr) {  // every stand-in GPU maps every other's
+      std::vector<int> all(testing::DeviceCount());
+      std::iota(all.begin(), all.end(), 0);
+      EXPECT_EQ(mine->accessible_from, all) << "device " << d;
+    }
+  }
 }
 
 }  // namespace
