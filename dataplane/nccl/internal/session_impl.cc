@@ -281,6 +281,15 @@ absl::Status SessionImpl::CheckUsable() {
   return absl::OkStatus();
 }
 
+absl::Status SessionImpl::RefuseIfCapturing(
+    const std::shared_ptr<CudaStream>& stream, absl::string_view operation,
+    absl::string_view whose) const {
+  if (stream == nullptr) return absl::OkStatus();
+  return CheckNotCapturing(
+      stream->get(), stream->device(),
+      absl::StrCat("nccl backend: ", operation, ": ", whose));
+}
+
 absl::Status SessionImpl::Fail(const absl::Status& cause) {
   CancelNative(cause);
   return PoisonStatus();
@@ -451,9 +460,15 @@ absl::Status SessionImpl::RefuseWithPeers(OpPlan plan,
   if (!peers_wait || !PoisonStatus().ok() || detached_.load()) return refusal;
   // The record goes on the session's stream when the operation's own one
   // is what was wrong.
-  if (plan.stream == nullptr || plan.stream->device() != device()) {
+  if (plan.stream == nullptr || plan.stream->device() != device() ||
+      !RefuseIfCapturing(plan.stream, plan.name, "the stream").ok()) {
     plan.stream = stream();
     if (plan.stream == nullptr) return refusal;
+  }
+  // The record itself must not be captured (it would never arrive): when
+  // the session's stream is capturing too, the refusal cannot be told.
+  if (!RefuseIfCapturing(plan.stream, plan.name, "the session's stream").ok()) {
+    return refusal;
   }
   plan.canonical = kRefusedCanonical;
   // A batch is described by its first transfer's route, as SubmitBatch does.
