@@ -556,7 +556,9 @@ TEST_F(NcclMultiGpuTest, BatchedSendReceiveRunsARingAndASwap) {
                           : s.BatchSendReceive(scope, {}, wrong);
         ASSERT_TRUE(bad.ok()) << bad.status();
         absl::Status done = bad->completion->Wait();
-        EXPECT_EQ(done.code(), absl::StatusCode::kInvalidArgument) << done;
+        // The payload moved, so the session is poisoned: never
+        // InvalidArgument, which says "refused, still usable" (issue 34).
+        EXPECT_EQ(done.code(), absl::StatusCode::kFailedPrecondition) << done;
         EXPECT_TRUE(absl::StrContains(done.message(), "the ends disagree"))
             << done;
       });

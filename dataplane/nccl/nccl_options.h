@@ -42,13 +42,14 @@ struct NcclSessionOptions {
   // (for up to failure_attribution_grace; dataplane/mismatch_diagnosis.h), then
   // aborts every communicator and poisons the session. The operation fails
   // DeadlineExceeded naming it and the members that did not report it, or
-  // InvalidArgument naming who submitted what when members disagree.
+  // FailedPrecondition naming who submitted what when members disagree.
   absl::Duration op_timeout = absl::Seconds(60);
   // Members that submit different work never report success: every
   // operation's agreement record (internal/operation_agreement.h) travels
   // in its payload's NCCL group and is compared when the work finished; a
-  // disagreement fails the operation (InvalidArgument naming who submitted
-  // what) and poisons the session, and what NCCL cannot pair hangs until
+  // disagreement fails the operation (FailedPrecondition naming who
+  // submitted what: a poisoned session never answers InvalidArgument) and
+  // poisons the session, and what NCCL cannot pair hangs until
   // op_timeout. verify_agreement checks first instead, as
   // GlooSessionOptions::verify_agreement does: the records travel alone,
   // Submit waits until every member's arrived (it returns once all members

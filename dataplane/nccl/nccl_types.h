@@ -5,7 +5,8 @@
 //   - the unique-id plan of a communicator (how many ncclUniqueIds, which
 //     communicator rank creates each one) and the key-value broker key
 //     names and value encoding used to hand them out;
-//   - session tag validation.
+//   - session tag validation;
+//   - which status code each NCCL result becomes (NcclResultCodes).
 // Depends on dataplane/types.h and absl only.
 #ifndef RANKD_DATAPLANE_NCCL_NCCL_TYPES_H_
 #define RANKD_DATAPLANE_NCCL_NCCL_TYPES_H_
@@ -110,6 +111,25 @@ absl::StatusOr<std::string> DecodeUniqueId(absl::string_view value,
 // FailedPrecondition saying how many ranks and GPUs there are otherwise.
 absl::Status CheckOneGpuPerRank(uint32_t ranks_on_node, uint32_t world_size,
                                 int visible_gpus);
+
+// How each ncclResult_t becomes an absl::StatusCode. An NCCL error comes
+// after rankd's own validation, so it poisons the session: none becomes
+// InvalidArgument, which the contract keeps for a refusal that leaves the
+// session usable (docs/contract.md).
+struct NcclResultCode {
+  int result;        // the ncclResult_t value
+  const char* name;  // its name in nccl.h
+  absl::StatusCode code;
+  const char* meaning;  // what the code says about it, for docs and errors
+};
+// Every ncclResult_t but ncclSuccess, in value order: ncclUnhandledCudaError
+// Internal, ncclSystemError Unavailable, ncclInternalError Internal,
+// ncclInvalidArgument Internal, ncclInvalidUsage FailedPrecondition,
+// ncclRemoteError Aborted, ncclInProgress (as a final result) Internal.
+absl::Span<const NcclResultCode> NcclResultCodes();
+// The entry of `result`; for a value the table does not know, one named
+// "unknown ncclResult_t" with code Unknown.
+const NcclResultCode& NcclResultCodeOf(int result);
 
 // Session tags name one NcclSession inside a job incarnation (keys of two
 // sessions must not collide): 1..64 characters of [A-Za-z0-9_.-].

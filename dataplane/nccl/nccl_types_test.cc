@@ -4,6 +4,7 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
@@ -213,6 +214,25 @@ TEST(NcclTypesTest, OneGpuPerRankOnEachNode) {
   EXPECT_TRUE(absl::StrContains(s.message(), "2 visible GPUs")) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "CUDA_VISIBLE_DEVICES")) << s;
   EXPECT_FALSE(CheckOneGpuPerRank(1, 1, 0).ok());
+}
+
+// One table maps every NCCL result, and none to InvalidArgument: an NCCL
+// failure poisons the session, and the contract keeps InvalidArgument for
+// refusals that leave it usable (issue 34, defect 6).
+TEST(NcclTypesTest, NoNcclResultBecomesInvalidArgument) {
+  std::vector<int> seen;
+  for (const NcclResultCode& entry : NcclResultCodes()) {
+    seen.push_back(entry.result);
+    EXPECT_NE(entry.code, absl::StatusCode::kInvalidArgument) << entry.name;
+    EXPECT_NE(entry.code, absl::StatusCode::kOk) << entry.name;
+    EXPECT_EQ(&NcclResultCodeOf(entry.result), &entry);
+  }
+  EXPECT_EQ(seen, (std::vector<int>{1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(NcclResultCodeOf(5).code, absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(NcclResultCodeOf(6).code, absl::StatusCode::kAborted);
+  EXPECT_EQ(NcclResultCodeOf(2).code, absl::StatusCode::kUnavailable);
+  EXPECT_EQ(NcclResultCodeOf(4).code, absl::StatusCode::kInternal);
+  EXPECT_EQ(NcclResultCodeOf(99).code, absl::StatusCode::kUnknown);
 }
 
 }  // namespace

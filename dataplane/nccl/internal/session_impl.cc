@@ -16,6 +16,19 @@
 #include "dataplane/nccl/internal/operation_agreement.h"
 
 namespace rankd::dataplane::nccl::internal {
+namespace {
+
+// What a cause that poisons the session answers. The contract keeps
+// InvalidArgument for a refusal that leaves the session usable
+// (docs/contract.md), so a poisoning disagreement (found after the payload
+// moved, or by op_timeout's diagnosis) keeps its message but becomes
+// FailedPrecondition: the session must be reopened.
+absl::Status AsPoisonCause(const absl::Status& cause) {
+  if (cause.code() != absl::StatusCode::kInvalidArgument) return cause;
+  return absl::FailedPreconditionError(cause.message());
+}
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
     DistributedSessionDescriptor descriptor, ControlPlane* control_plane,
@@ -182,7 +195,7 @@ void SessionImpl::Poison(const absl::Status& cause) {
   poison_.Poison(cause.ok() ? absl::InternalError(
                                   "nccl backend: session poisoned without a "
                                   "cause")
-                            : cause);
+                            : AsPoisonCause(cause));
 }
 
 absl::Status SessionImpl::FailClosed(const absl::Status& status) const {
@@ -666,8 +679,9 @@ absl::StatusOr<Submitted> SessionImpl::Submit(OpPlan plan) {
       if (agreement != nullptr) {
         op->SetVerifier(
             [agreement, where = where(), canonical = what.canonical] {
-              return agreement->Verify(where, canonical,
-                                       VerdictPoint::kAfterPayload);
+              // The payload moved: the verdict poisons.
+              return AsPoisonCause(agreement->Verify(
+                  where, canonical, VerdictPoint::kAfterPayload));
             });
       }
     } else if (payload) {
