@@ -239,7 +239,8 @@ absl::StatusOr<std::unique_ptr<nc::NcclSession>> OpenNccl(
   auto descriptor = dataplane::DescriptorFromProto(rank.proto);
   if (!descriptor.ok()) return descriptor.status();
   nc::NcclSessionOptions nccl;
-  nccl.device = rank.cuda_device;  // -1: the local rank's
+  // -1: the visible device count decides (DefaultDevice, nccl_types.h).
+  nccl.device = rank.cuda_device;
   nccl.op_timeout = op_timeout;
   nccl.verify_agreement = options.verify_agreement != 0;
   // The session numbers itself (NcclSessionOptions::tag unset).

@@ -605,7 +605,7 @@ int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   rankd_join_options o;
   rankd_join_options_init(&o);
-  o.device_kind = "cuda"; /* device_index -1: the local rank's */
+  o.device_kind = "cuda"; /* device_index -1: the default device */
   rankd_rank* rank = NULL;
   Ok(rankd_join(&o, &rank), "rankd_join from the environment");
   rankd_descriptor d;

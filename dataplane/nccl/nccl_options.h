@@ -19,9 +19,14 @@ namespace rankd::dataplane::nccl {
 inline constexpr char kBackendName[] = "nccl";
 
 struct NcclSessionOptions {
-  // CUDA device of this rank; -1 picks the rank's index on its node
-  // (descriptor local_rank), and Initialize fails with FailedPrecondition
-  // when the node runs more ranks than it has visible GPUs.
+  // CUDA device of this rank (an ordinal among the devices this process
+  // sees). -1, the default, lets the visible device count decide, as
+  // torchrun users expect (DefaultDevice in nccl_types.h; docs/nccl.md,
+  // "The default device"): the rank's index on its node (descriptor
+  // local_rank) when the process sees at least as many GPUs as the node
+  // runs ranks; device 0 when it sees exactly one (a launcher or
+  // container gave each rank process its own GPU); otherwise Open fails
+  // with FailedPrecondition before any communicator exists.
   int device = -1;
   // Names this session's keys in the job's key-value broker (unique ids,
   // diagnosis reports). Unset, the default, a session numbers itself: the

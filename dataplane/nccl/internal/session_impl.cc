@@ -55,9 +55,9 @@ absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
         "nccl backend: session timeouts and intervals must be positive");
   }
   if (options.device < -1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("nccl backend: device ", options.device,
-                     " is not valid (-1 picks the rank's index on its node)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: device ", options.device,
+        " is not valid (-1 lets the visible device count decide)"));
   }
   if (!options.tag.has_value()) {
     auto number =
@@ -743,23 +743,23 @@ absl::Status SessionImpl::InitializeLocked() {
         absl::StrCat("nccl backend: ", probe.reason,
                      "; every NCCL capability is reported false"));
   }
-  // One GPU per rank: by default the rank's index on its node picks it,
-  // and a node that runs more ranks than it has GPUs fails here, before
-  // any communicator exists (sharing a GPU would fail later inside NCCL,
-  // with an error that does not say why).
-  if (options_.device < 0) {
-    absl::Status fits =
-        CheckOneGpuPerRank(descriptor_.ranks_on_node(),
-                           descriptor_.world_size(), probe.device_count);
-    if (!fits.ok()) {
+  // One GPU per rank. By default the visible device count decides
+  // (DefaultDevice, nccl_types.h): the local rank's device where the
+  // process sees its node's GPUs, its one device where it sees one; an
+  // ambiguous count fails here, before any communicator exists (sharing a
+  // GPU would fail later inside NCCL, with an error that does not say why).
+  int device = options_.device;
+  if (device < 0) {
+    absl::StatusOr<int> chosen =
+        DefaultDevice(descriptor_.local_rank(), descriptor_.ranks_on_node(),
+                      descriptor_.world_size(), probe.device_count);
+    if (!chosen.ok()) {
       absl::MutexLock lock(&mu_);
-      unavailable_reason_ = std::string(fits.message());
-      return fits;
+      unavailable_reason_ = std::string(chosen.status().message());
+      return chosen.status();
     }
+    device = *chosen;
   }
-  const int device = options_.device >= 0
-                         ? options_.device
-                         : static_cast<int>(descriptor_.local_rank());
   if (device >= probe.device_count) {
     absl::Status s = absl::InvalidArgumentError(
         absl::StrCat("nccl backend: device ", device, " does not exist (",
