@@ -89,8 +89,11 @@ class CApiNcclTest : public ::testing::Test {
 
 TEST_F(CApiNcclTest, EveryOperationOnTheCallersStreamGivesExactValues) {
   for (const std::string& log : Run("ops", "OK")) {
-    for (const char* c :
-         {"all_reduce_sum", "stream_order", "all_gather", "all_to_all_v"}) {
+    // "capturing stream refused": a caller's stream inside a CUDA graph
+    // capture is refused, FailedPrecondition, the capture left unbroken
+    // and the session usable (issue 34, defect 4).
+    for (const char* c : {"all_reduce_sum", "stream_order", "all_gather",
+                          "all_to_all_v", "capturing stream refused"}) {
       EXPECT_TRUE(absl::StrContains(log, absl::StrCat("CASE ", c, " OK")))
           << c << "\n"
           << log;

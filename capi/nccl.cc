@@ -90,11 +90,20 @@ absl::StatusOr<nc::DeviceTensor> Wrap(const Operand& operand, int device,
 class CallerStream {
  public:
   // Records an event on `stream` (nothing for NULL): the operation's
-  // operands are ready after it.
+  // operands are ready after it. A stream that takes part in a CUDA graph
+  // capture (NULL: the legacy stream while a blocking stream captures) is
+  // refused first, FailedPrecondition, before anything is recorded on it
+  // or queued: rankd's operations cannot be captured, and the session
+  // stays usable.
   static absl::StatusOr<CallerStream> Begin(int device, void* stream,
                                             const char* function) {
     CallerStream c;
     c.stream_ = static_cast<nc::CudaStreamHandle>(stream);
+    if (absl::Status capture = nc::CheckNotCapturing(
+            c.stream_, device, absl::StrCat(function, ": the caller's stream"));
+        !capture.ok()) {
+      return capture;
+    }
     if (stream == nullptr) return c;
     auto event = nc::CudaEvent::Create(device);
     if (!event.ok()) return event.status();
@@ -231,7 +240,8 @@ absl::StatusOr<std::unique_ptr<nc::NcclSession>> OpenNccl(
   auto descriptor = dataplane::DescriptorFromProto(rank.proto);
   if (!descriptor.ok()) return descriptor.status();
   nc::NcclSessionOptions nccl;
-  nccl.device = rank.cuda_device;  // -1: the local rank's
+  // -1: the visible device count decides (DefaultDevice, nccl_types.h).
+  nccl.device = rank.cuda_device;
   nccl.op_timeout = op_timeout;
   nccl.verify_agreement = options.verify_agreement != 0;
   nccl.restrict_capabilities = std::move(restriction);

@@ -23,6 +23,7 @@
 #include "capi/internal/handles.h"
 #include "client/client.h"
 #include "dataplane/control_plane.h"
+#include "dataplane/nccl/cuda_device.h"
 #include "rankd/rankd.h"
 
 namespace rankd::capi::internal {
@@ -127,9 +128,19 @@ absl::StatusOr<JoinPlan> PlanJoin(const rankd_join_options& o) {
         absl::StrCat(kJoin, ": options.device_index is ", o.device_index,
                      "; it must be -1 (the local rank) or a device index"));
   }
-  plan.join.device.set_index(o.device_index == -1
-                                 ? static_cast<int32_t>(plan.join.local_rank)
-                                 : o.device_index);
+  plan.join.device.set_index(o.device_index);
+  if (o.device_index == -1) {
+    // The device an NCCL session will choose (DefaultDevice,
+    // dataplane/nccl/nccl_types.h), for the daemon's record: the process's
+    // one GPU when it sees one, else its local rank's. The node's rank
+    // count is known only once joined; the session applies the whole rule.
+    int index = static_cast<int32_t>(plan.join.local_rank);
+    if (kind == "cuda" &&
+        rankd::dataplane::nccl::ProbeDevices().device_count == 1) {
+      index = 0;
+    }
+    plan.join.device.set_index(index);
+  }
   auto wait =
       ToDuration(o.wait_for_world_seconds, kJoin,
                  "options.wait_for_world_seconds", {.allow_zero = true});
@@ -257,7 +268,8 @@ rankd_status* rankd_join(const rankd_join_options* options, rankd_rank** rank) {
   state->control_plane =
       rankd::dataplane::MakeClientControlPlane(state->client.get());
   if (plan->join.device.kind() == "cuda") {
-    state->cuda_device = plan->join.device.index();
+    // -1 stays -1: the NCCL session applies the default-device rule.
+    state->cuda_device = o.device_index;
   }
   auto handle = std::make_unique<rankd_rank>();
   handle->state = std::move(state);

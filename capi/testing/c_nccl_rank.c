@@ -14,8 +14,9 @@
  *                           point only on a world of 2 or more), on a
  *                           stream of the caller's and on NULL, the
  *                           stream ordering in both directions (the
- *                           caller's stream held by a host function), and
- *                           refused arguments; prints "C NCCL RANK <r> OK"
+ *                           caller's stream held by a host function),
+ *                           refused arguments and a refused capturing
+ *                           stream; prints "C NCCL RANK <r> OK"
  *   c_nccl_rank quarantine  a bounded wait that misses its deadline in
  *   c_nccl_rank native      each mode: DEADLINE_EXCEEDED, the session
  *                           poisoned; prints "C NCCL RANK <r> <mode> OK"
@@ -53,6 +54,9 @@ static struct {
   int (*Free)(void*);
   int (*MemcpyAsync)(void*, const void*, size_t, int, Stream);
   int (*LaunchHostFunc)(Stream, void (*)(void*), void*);
+  int (*StreamBeginCapture)(Stream, int);
+  int (*StreamEndCapture)(Stream, void**);
+  int (*GraphDestroy)(void*);
   void* PointerGetAttributes; /* present in the real runtime only */
 } cuda;
 enum { kHostToDevice = 1, kDeviceToHost = 2 };
@@ -94,6 +98,9 @@ static void LoadCuda(void) {
   *(void**)&cuda.Free = Symbol(library, "cudaFree");
   *(void**)&cuda.MemcpyAsync = Symbol(library, "cudaMemcpyAsync");
   *(void**)&cuda.LaunchHostFunc = Symbol(library, "cudaLaunchHostFunc");
+  *(void**)&cuda.StreamBeginCapture = Symbol(library, "cudaStreamBeginCapture");
+  *(void**)&cuda.StreamEndCapture = Symbol(library, "cudaStreamEndCapture");
+  *(void**)&cuda.GraphDestroy = Symbol(library, "cudaGraphDestroy");
   cuda.PointerGetAttributes = dlsym(library, "cudaPointerGetAttributes");
   /* rankd's session runs on the local rank's device; so does this rank. */
   const char* local = getenv("RANKD_LOCAL_RANK");
@@ -285,6 +292,26 @@ static void Ops(rankd_rank* rank, uint32_t world) {
       printf(
           "SKIPPED host memory refusal: this CUDA runtime has no "
           "cudaPointerGetAttributes (the CPU stand-in)\n");
+    }
+    /* A caller's stream that is capturing a CUDA graph (torch.cuda.graph
+     * on every rank): refused before anything is queued on it, so the
+     * capture ends unbroken, and the session stays usable. */
+    {
+      Stream capturing = NewStream();
+      Cuda(cuda.StreamBeginCapture(capturing, 2 /* relaxed */),
+           "cudaStreamBeginCapture");
+      Refused(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &in, &out,
+                                   capturing, &work),
+              RANKD_FAILED_PRECONDITION,
+              "rankd_all_reduce_sum: the caller's stream is capturing a CUDA "
+              "graph",
+              "a capturing stream");
+      void* graph = NULL;
+      Cuda(cuda.StreamEndCapture(capturing, &graph),
+           "cudaStreamEndCapture after rankd refused");
+      if (graph != NULL) Cuda(cuda.GraphDestroy(graph), "cudaGraphDestroy");
+      Cuda(cuda.StreamDestroy(capturing), "cudaStreamDestroy");
+      printf("CASE capturing stream refused OK\n");
     }
     int devices = 0;
     Cuda(cuda.GetDeviceCount(&devices), "cudaGetDeviceCount");
@@ -634,7 +661,7 @@ int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   rankd_join_options o;
   rankd_join_options_init(&o);
-  o.device_kind = "cuda"; /* device_index -1: the local rank's */
+  o.device_kind = "cuda"; /* device_index -1: the default device */
   rankd_rank* rank = NULL;
   Ok(rankd_join(&o, &rank), "rankd_join from the environment");
   rankd_descriptor d;

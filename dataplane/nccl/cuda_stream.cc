@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "dataplane/nccl/cuda_device.h"
 #include "dataplane/nccl/internal/cuda_call.h"
 #include "dataplane/nccl/internal/native_abi.h"
@@ -53,6 +54,34 @@ absl::Status LaunchHostFunction(const CudaStream& stream, void (*fn)(void*),
   if (!guard.status().ok()) return guard.status();
   return Check(Cuda().LaunchHostFunc(stream.get(), fn, arg),
                "cudaLaunchHostFunc");
+}
+
+absl::StatusOr<bool> IsCapturing(CudaStreamHandle stream, int device) {
+  DeviceGuard guard(device);
+  if (!guard.status().ok()) return guard.status();
+  int status = internal::kCudaStreamCaptureStatusNone;
+  const internal::CudaError e = Cuda().StreamIsCapturing(stream, &status);
+  if (e == internal::kCudaErrorStreamCaptureImplicit) {
+    (void)Cuda().GetLastError();
+    return true;
+  }
+  absl::Status s = Check(e, "cudaStreamIsCapturing");
+  if (!s.ok()) return s;
+  return status != internal::kCudaStreamCaptureStatusNone;
+}
+
+absl::Status CheckNotCapturing(CudaStreamHandle stream, int device,
+                               absl::string_view what) {
+  absl::StatusOr<bool> capturing = IsCapturing(stream, device);
+  if (!capturing.ok()) return capturing.status();
+  if (!*capturing) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      what,
+      " is capturing a CUDA graph (cudaStreamIsCapturing); rankd's "
+      "operations cannot be captured (each one finishes on the host: "
+      "completion events, agreement records, aborts): submit it outside "
+      "the capture (torch.cuda.graph, torch.compile "
+      "mode=\"reduce-overhead\"). Nothing was queued"));
 }
 
 }  // namespace rankd::dataplane::nccl

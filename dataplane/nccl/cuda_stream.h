@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 
 // As declared by the CUDA runtime (driver_types.h).
@@ -68,6 +69,25 @@ class CudaStream {
   int device_;
   mutable absl::Mutex submit_mu_;
 };
+
+// Whether `stream` (null: the legacy default stream of `device`) is taking
+// part in a CUDA graph capture (cudaStreamIsCapturing, asked with `device`
+// current): true while the capture is active, and also once an error
+// invalidated it (it ends only with cudaStreamEndCapture), and for the
+// legacy stream while a blocking stream of the device captures
+// (cudaErrorStreamCaptureImplicit). Work queued on such a stream would be
+// recorded into the caller's graph, not run. Otherwise DeviceGuard's
+// status or the CudaStatus of the call.
+absl::StatusOr<bool> IsCapturing(CudaStreamHandle stream, int device);
+
+// OK unless IsCapturing(stream, device); then FailedPrecondition
+// "<what> is capturing a CUDA graph ...", saying that rankd's operations
+// run outside captures (they finish on the host: completion events,
+// agreement records, aborts) and that nothing was queued. IsCapturing's
+// error when it cannot tell. rankd refuses before any native work, so the
+// refusal leaves a session usable.
+absl::Status CheckNotCapturing(CudaStreamHandle stream, int device,
+                               absl::string_view what);
 
 // Runs fn(arg) on a CUDA-owned host thread once the work queued on `stream`
 // so far finished (cudaLaunchHostFunc); later work on `stream` waits for fn

@@ -21,19 +21,36 @@ using internal::Cuda;
 using internal::CudaError;
 using internal::CudaRuntimeApi;
 
-// Makes `device`'s default memory pool fit for NCCL: every peer device that
-// can map it gets read-write access, since NCCL's same-process P2P transport
-// reads peers' buffers directly and pool memory, unlike cudaMalloc memory,
-// is mapped only on its own device until cudaMemPoolSetAccess; and freed
-// memory stays in the pool (release threshold: no limit), so a steady loop
-// does not return memory to the driver and fetch it back every step (the
-// default threshold of 0 releases at every synchronization).
-void PreparePool(int device) {
+// rankd's own memory pool on one device (cudaMemPoolCreate), from which
+// every DeviceBuffer is allocated. rankd never changes the device's
+// default pool: torch, CuPy and anything else in the process allocate from
+// it (cudaMallocAsync), and its access grants and release threshold are
+// theirs. Ours is fit for NCCL: every peer device that can map it gets
+// read-write access, since NCCL's same-process P2P transport reads peers'
+// buffers directly and pool memory, unlike cudaMalloc memory, is mapped
+// only on its own device until cudaMemPoolSetAccess; and freed memory
+// stays in the pool (release threshold: no limit), so a steady loop does
+// not return memory to the driver and fetch it back every step.
+//
+// Created on first use and never destroyed (buffers may be freed during
+// static teardown); null where the device has no memory pools or creating
+// one failed (then buffers use cudaMalloc).
+internal::CudaMemPool CreatePool(int device) {
   const CudaRuntimeApi& cuda = Cuda();
-  internal::CudaMemPool pool = nullptr;
-  if (cuda.DeviceGetDefaultMemPool(&pool, device) != internal::kCudaSuccess) {
+  int supported = 0;
+  if (cuda.DeviceGetAttribute(&supported,
+                              internal::kCudaDevAttrMemoryPoolsSupported,
+                              device) != internal::kCudaSuccess ||
+      supported == 0) {
     (void)cuda.GetLastError();
-    return;
+    return nullptr;
+  }
+  internal::CudaMemPoolProps props;
+  props.location.id = device;
+  internal::CudaMemPool pool = nullptr;
+  if (cuda.MemPoolCreate(&pool, &props) != internal::kCudaSuccess) {
+    (void)cuda.GetLastError();
+    return nullptr;
   }
   int count = 0;
   if (cuda.GetDeviceCount(&count) != internal::kCudaSuccess) count = 0;
@@ -61,32 +78,53 @@ void PreparePool(int device) {
                                &keep_everything) != internal::kCudaSuccess) {
     (void)cuda.GetLastError();
   }
-  (void)cuda.GetLastError();
+  return pool;
 }
 
-// Whether `device` supports cudaMallocAsync, cached per device; the first
-// time it does, its pool is prepared (PreparePool).
-bool MemoryPoolsSupported(int device) {
+// rankd's pool on `device` (CreatePool on first use, with `device`
+// current), or null (no pools there: cudaMalloc). Without `create`, only
+// the pool an earlier call made.
+internal::CudaMemPool RankdPool(int device, bool create = true) {
   static std::mutex mu;
-  static std::vector<int>* cache = new std::vector<int>();
+  // By device: -1 unknown yet, else whether a pool exists.
+  static auto* known = new std::vector<int>();
+  static auto* pools = new std::vector<internal::CudaMemPool>();
   std::lock_guard<std::mutex> lock(mu);
-  if (device < 0) return false;
-  if (static_cast<size_t>(device) >= cache->size()) {
-    cache->resize(device + 1, -1);
+  if (device < 0) return nullptr;
+  if (static_cast<size_t>(device) >= known->size()) {
+    known->resize(device + 1, -1);
+    pools->resize(device + 1, nullptr);
   }
-  int& known = (*cache)[device];
-  if (known < 0) {
-    int value = 0;
-    CudaError e = Cuda().DeviceGetAttribute(
-        &value, internal::kCudaDevAttrMemoryPoolsSupported, device);
-    if (e != internal::kCudaSuccess) {
-      (void)Cuda().GetLastError();
-      value = 0;
+  if ((*known)[device] < 0 && create) {
+    (*pools)[device] = CreatePool(device);
+    (*known)[device] = (*pools)[device] != nullptr ? 1 : 0;
+  }
+  return (*pools)[device];
+}
+
+// What `pool` grants, asked with `device` current.
+absl::StatusOr<MemoryPoolState> PoolState(internal::CudaMemPool pool) {
+  const CudaRuntimeApi& cuda = Cuda();
+  MemoryPoolState state;
+  absl::Status s = Check(
+      cuda.MemPoolGetAttribute(pool, internal::kCudaMemPoolAttrReleaseThreshold,
+                               &state.release_threshold),
+      "cudaMemPoolGetAttribute(release threshold)");
+  if (!s.ok()) return s;
+  int count = 0;
+  s = Check(cuda.GetDeviceCount(&count), "cudaGetDeviceCount");
+  if (!s.ok()) return s;
+  for (int peer = 0; peer < count; ++peer) {
+    internal::CudaMemLocation where{internal::kCudaMemLocationTypeDevice, peer};
+    int flags = internal::kCudaMemAccessFlagsProtNone;
+    s = Check(cuda.MemPoolGetAccess(&flags, pool, &where),
+              absl::StrCat("cudaMemPoolGetAccess(device ", peer, ")"));
+    if (!s.ok()) return s;
+    if (flags == internal::kCudaMemAccessFlagsProtReadWrite) {
+      state.accessible_from.push_back(peer);
     }
-    known = value != 0 ? 1 : 0;
-    if (known == 1) PreparePool(device);
   }
-  return known == 1;
+  return state;
 }
 
 // cudaPointerGetAttributes, resolved from the CUDA runtime rankd loaded;
@@ -121,12 +159,14 @@ absl::StatusOr<std::shared_ptr<DeviceBuffer>> DeviceBuffer::Allocate(
   DeviceGuard guard(device);
   if (!guard.status().ok()) return guard.status();
   void* data = nullptr;
-  const bool async = MemoryPoolsSupported(device);
+  internal::CudaMemPool pool = RankdPool(device);
+  const bool async = pool != nullptr;
   absl::Status s =
-      async ? Check(Cuda().MallocAsync(&data, bytes, stream->get()),
-                    absl::StrCat("cudaMallocAsync(", bytes, " bytes)"))
-            : Check(Cuda().Malloc(&data, bytes),
-                    absl::StrCat("cudaMalloc(", bytes, " bytes)"));
+      async
+          ? Check(Cuda().MallocFromPoolAsync(&data, bytes, pool, stream->get()),
+                  absl::StrCat("cudaMallocFromPoolAsync(", bytes, " bytes)"))
+          : Check(Cuda().Malloc(&data, bytes),
+                  absl::StrCat("cudaMalloc(", bytes, " bytes)"));
   if (!s.ok()) return s;
   return std::shared_ptr<DeviceBuffer>(
       new DeviceBuffer(data, bytes, device, async, std::move(stream)));
@@ -178,6 +218,28 @@ absl::StatusOr<PointerAttributes> GetPointerAttributes(const void* pointer,
   result.memory = static_cast<PointerAttributes::Memory>(a.type);
   result.device = a.device;
   return result;
+}
+
+absl::StatusOr<MemoryPoolState> DefaultMemoryPoolState(int device) {
+  DeviceGuard guard(device);
+  if (!guard.status().ok()) return guard.status();
+  internal::CudaMemPool pool = nullptr;
+  absl::Status s = Check(Cuda().DeviceGetDefaultMemPool(&pool, device),
+                         "cudaDeviceGetDefaultMemPool");
+  if (!s.ok()) return s;
+  return PoolState(pool);
+}
+
+absl::StatusOr<MemoryPoolState> RankdMemoryPoolState(int device) {
+  DeviceGuard guard(device);
+  if (!guard.status().ok()) return guard.status();
+  internal::CudaMemPool pool = RankdPool(device, /*create=*/false);
+  if (pool == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cuda: rankd has no memory pool on device ", device,
+        " (nothing allocated there yet, or the device has no memory pools)"));
+  }
+  return PoolState(pool);
 }
 
 }  // namespace rankd::dataplane::nccl

@@ -3,11 +3,16 @@
 // a pointer a C ABI caller hands in (GetPointerAttributes).
 //
 // So that a hung NCCL kernel never blocks the host in a destructor,
-// DeviceBuffer uses the stream-ordered allocator (cudaMallocAsync /
+// DeviceBuffer uses the stream-ordered allocator (cudaMallocFromPoolAsync /
 // cudaFreeAsync) when the device supports memory pools: cudaFree
 // synchronizes the whole device, cudaFreeAsync does not. A buffer keeps its
 // allocation stream alive and frees on it. For the same reason rankd uses
 // no pinned host memory (cudaFreeHost synchronizes the device too).
+//
+// The memory comes from a pool of rankd's own per device (cudaMemPoolCreate,
+// made on first use, kept for the process's life) that peers may access
+// and that keeps freed memory; rankd never changes the device's default
+// pool, which torch and CuPy in the same process allocate from.
 //
 // Depends on cuda_stream.h; device_buffer.cc uses cuda_device.h.
 // Thread-safety: a DeviceBuffer is immutable after creation and may be
@@ -17,8 +22,10 @@
 #define RANKD_DATAPLANE_NCCL_DEVICE_BUFFER_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -72,6 +79,24 @@ class DeviceBuffer {
   std::shared_ptr<CudaStream> stream_;
   std::shared_ptr<const void> keep_alive_;
 };
+
+// What a device memory pool grants (for diagnostics and tests).
+struct MemoryPoolState {
+  // cudaMemPoolAttrReleaseThreshold: memory the pool keeps at a
+  // synchronization (0, CUDA's default: none; UINT64_MAX: all).
+  uint64_t release_threshold = 0;
+  // The devices with read-write access (cudaMemPoolGetAccess), the pool's
+  // own included.
+  std::vector<int> accessible_from;
+};
+// `device`'s default pool (cudaDeviceGetDefaultMemPool), which rankd never
+// changes. DeviceGuard's status or the CudaStatus of a call on error.
+absl::StatusOr<MemoryPoolState> DefaultMemoryPoolState(int device);
+// rankd's own pool on `device`: every peer that can map it has access and
+// its release threshold is UINT64_MAX. FailedPrecondition before rankd
+// allocated memory on `device` (or where it has no memory pools); errors
+// otherwise as DefaultMemoryPoolState.
+absl::StatusOr<MemoryPoolState> RankdMemoryPoolState(int device);
 
 // What cudaPointerGetAttributes says about a pointer.
 struct PointerAttributes {

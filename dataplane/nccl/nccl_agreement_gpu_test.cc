@@ -62,7 +62,10 @@ TEST_F(NcclMultiGpuTest, MembersThatSubmitDifferentOperationsAreNamed) {
         auto sum = s.AllReduceSum(CollectiveScope::World(), x);
         ASSERT_TRUE(sum.ok()) << sum.status();
         absl::Status waited = sum->completion->Wait();
-        EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument) << waited;
+        // op_timeout aborted the session: a poisoned session never answers
+        // InvalidArgument ("refused, still usable"; issue 34).
+        EXPECT_EQ(waited.code(), absl::StatusCode::kFailedPrecondition)
+            << waited;
         EXPECT_TRUE(absl::StrContains(
             waited.message(), "members disagree on operation #0 on world"))
             << waited;
@@ -90,7 +93,8 @@ TEST_F(NcclMultiGpuTest, ATransferReceivedAsAnotherDtypeFails) {
     }
     ASSERT_TRUE(moved.ok()) << moved.status();
     absl::Status waited = moved->completion->Wait();
-    EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument) << waited;
+    // The payload moved: poisoned, so not InvalidArgument (issue 34).
+    EXPECT_EQ(waited.code(), absl::StatusCode::kFailedPrecondition) << waited;
     const std::string mine = r == 0 ? "f32[4]" : "i32[4]";
     EXPECT_TRUE(absl::StrContains(
         waited.message(),
@@ -99,7 +103,7 @@ TEST_F(NcclMultiGpuTest, ATransferReceivedAsAnotherDtypeFails) {
                      " (rank ", 1 - r, "): this end has `bundle(", mine,
                      ")`, the other end submitted another transfer")))
         << waited;
-    EXPECT_EQ(s.poison().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.poison().code(), absl::StatusCode::kFailedPrecondition);
   });
 }
 
@@ -120,7 +124,10 @@ TEST_F(NcclMultiGpuTest, ACollectiveOfAnotherDtypeNeverSucceeds) {
         auto sum = s.AllReduceSum(CollectiveScope::World(), x);
         ASSERT_TRUE(sum.ok()) << sum.status();
         absl::Status waited = sum->completion->Wait();
-        EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument) << waited;
+        // Found after the payload (or at op_timeout): the session is
+        // poisoned, so not InvalidArgument (issue 34).
+        EXPECT_EQ(waited.code(), absl::StatusCode::kFailedPrecondition)
+            << waited;
         EXPECT_TRUE(absl::StrContains(waited.message(), "members disagree"))
             << waited;
         EXPECT_TRUE(absl::StrContains(waited.message(), "i32[4]")) << waited;

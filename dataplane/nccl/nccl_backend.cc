@@ -124,7 +124,9 @@ absl::Status NcclBackend::Check(const NcclGroup& group,
         "nccl backend: ", operation, ": the executor's stream is on cuda:",
         executor.device(), ", the session on cuda:", impl_->device()));
   }
-  return absl::OkStatus();
+  // Not told to the peers, like the executor refusals above.
+  return impl_->RefuseIfCapturing(executor.stream(), operation,
+                                  "the executor's stream");
 }
 
 TensorSubmission<NcclBackend> NcclBackend::AllReduceSum(

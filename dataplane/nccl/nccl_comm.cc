@@ -21,6 +21,14 @@ static_assert(internal::kNcclSuccess == kNcclSuccess);
 static_assert(internal::kNcclInProgress == kNcclInProgress);
 static_assert(static_cast<int>(NcclRedOp::kSum) == internal::kNcclSum);
 static_assert(static_cast<int>(NcclRedOp::kMin) == internal::kNcclMin);
+// The result table (nccl_types.h) names nccl.h's values.
+static_assert(internal::kNcclUnhandledCudaError == 1 &&
+              internal::kNcclSystemError == 2 &&
+              internal::kNcclInternalError == 3 &&
+              internal::kNcclInvalidArgument == 4 &&
+              internal::kNcclInvalidUsage == 5 &&
+              internal::kNcclRemoteError == 6 &&
+              internal::kNcclInProgress == 7);
 
 namespace {
 
@@ -61,23 +69,15 @@ absl::Status NcclStatus(int nccl_result, absl::string_view what,
                                                nccl_result, "; ",
                                                nccl.status().message()));
   }
-  std::string message =
-      absl::StrCat("nccl: ", what, ": ", (*nccl)->GetErrorString(nccl_result),
-                   " (code ", nccl_result, ")");
+  const NcclResultCode& mapped = NcclResultCodeOf(nccl_result);
+  std::string message = absl::StrCat("nccl: ", what, ": ", mapped.name, " (",
+                                     (*nccl)->GetErrorString(nccl_result),
+                                     ", code ", nccl_result, ")");
   const char* last = (*nccl)->GetLastError(comm);
   if (last != nullptr && last[0] != '\0') {
     absl::StrAppend(&message, "; last NCCL error: ", last);
   }
-  switch (nccl_result) {
-    case internal::kNcclInvalidArgument:
-    case internal::kNcclInvalidUsage:
-      return absl::InvalidArgumentError(message);
-    case internal::kNcclRemoteError:
-    case internal::kNcclSystemError:
-      return absl::UnavailableError(message);
-    default:
-      return absl::InternalError(message);
-  }
+  return absl::Status(mapped.code, message);
 }
 
 int NcclAllReduce(const void* send, void* recv, size_t count, NcclDataType type,

@@ -52,9 +52,9 @@ bool ScalableInitSupported();
 // A fresh ncclUniqueId (ncclGetUniqueId): kNcclUniqueIdBytes raw bytes.
 absl::StatusOr<std::string> NewNcclUniqueId();
 
-// "nccl: <what>: ncclSystemError (text)[; last error: ...]" with a code
-// that fits (InvalidArgument for ncclInvalidArgument/ncclInvalidUsage,
-// Unavailable for ncclRemoteError and ncclSystemError, Internal otherwise).
+// "nccl: <what>: ncclSystemError (text)[; last NCCL error: ...]" with the
+// code NcclResultCodeOf (nccl_types.h) gives the result: never
+// InvalidArgument, since an NCCL failure poisons the session.
 absl::Status NcclStatus(int nccl_result, absl::string_view what,
                         NcclCommHandle comm = nullptr);
 

@@ -22,6 +22,7 @@ NCCL_DEVICE_TEST_DEPS = [
     ":nccl_session_peer",
     ":nccl_test_util",
     ":standin_control",
+    ":stream_capture",
     ":stream_stall",
     "//common:exit_codes",
     "//common:topology",

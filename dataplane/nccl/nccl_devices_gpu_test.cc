@@ -9,11 +9,15 @@
 // (nccl_device_test.bzl): nccl_devices_gpu_test for real GPUs and
 // nccl_devices_standin_test against the CPU stand-in; the GPU kit runs them
 // all as nccl_gpu_test.
+#include <cstdlib>
 #include <iostream>
+#include <numeric>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "dataplane/collective_scope.h"
@@ -36,12 +40,14 @@ namespace rankd::dataplane::nccl {
 namespace {
 
 using ::rankd::dataplane::testing::InProcessJob;
+using testing::DataParallel;
 using testing::Desc;
 using testing::Download;
 using testing::Floats;
 using testing::NcclGpuTest;
 using testing::NcclMultiGpuTest;
 using testing::RunInFreshProcess;
+using testing::RunRanks;
 using testing::Stall;
 using testing::StallStream;
 using testing::Standin;
@@ -156,6 +162,125 @@ TEST_F(NcclMultiGpuTest, ASessionOnDevice1NeverTouchesDevice0) {
     session->reset();
     EXPECT_FALSE(*PrimaryContextActive(0));
   });
+}
+
+// rankd allocates from a memory pool of its own and never changes a
+// device's default pool, which torch and CuPy in the same process allocate
+// from (issue 34, defect 9). Its pool grants the peers access (NCCL's
+// same-process P2P transport reads peers' buffers directly) and keeps freed
+// memory. It used to set both on the default pool, so the default pool
+// here had a release threshold of UINT64_MAX and every peer's access.
+TEST_F(NcclMultiGpuTest, TheDefaultMemoryPoolIsLeftAlone) {
+  RunRanks(2, DataParallel(2), [](uint32_t r, NcclSession& s, InProcessJob&) {
+    // Across devices: a peer reads this rank's pool memory.
+    auto x =
+        Upload(Desc({1024}), Floats(1024, static_cast<float>(r)), s.stream());
+    auto sum = s.AllReduceSum(CollectiveScope::World(), x);
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    ASSERT_OK(sum->completion->Wait());
+    std::vector<float> want(1024);
+    for (size_t i = 0; i < want.size(); ++i) want[i] = 2.0f * i + 1;
+    EXPECT_EQ(Download<float>(sum->output), want);
+  });
+  const testing::StandinControl* standin = Standin();
+  for (int d = 0; d < 2; ++d) {
+    // As CUDA made it: nothing kept at a synchronization, its own device
+    // only.
+    auto def = DefaultMemoryPoolState(d);
+    ASSERT_TRUE(def.ok()) << def.status();
+    EXPECT_EQ(def->release_threshold, 0u) << "device " << d;
+    EXPECT_EQ(def->accessible_from, std::vector<int>{d}) << "device " << d;
+    if (standin != nullptr) {
+      // Not even set back to what it was.
+      EXPECT_EQ(standin->default_pool_changes(d), 0) << "device " << d;
+    }
+    auto mine = RankdMemoryPoolState(d);
+    ASSERT_TRUE(mine.ok()) << mine.status();
+    EXPECT_EQ(mine->release_threshold, UINT64_MAX) << "device " << d;
+    if (standin != nullptr) {  // every stand-in GPU maps every other's
+      std::vector<int> all(testing::DeviceCount());
+      std::iota(all.begin(), all.end(), 0);
+      EXPECT_EQ(mine->accessible_from, all) << "device " << d;
+    }
+  }
+}
+
+// CUDA_VISIBLE_DEVICES decides what a process sees (the stand-in masks its
+// devices as CUDA does), and the default device follows the visible count
+// (issue 34, defect 5). In a process that sees one GPU, a rank's default
+// device is that GPU, device 0, even as local rank 1 of 2; and two ranks
+// that see the same single GPU are refused by NCCL (two ranks on one GPU),
+// not by rankd guessing (it said "2 ranks run on this node but it has 1
+// visible GPU" before ever asking NCCL). No fixture: the child (a re-run
+// of this test in a process that sees one GPU) must reach
+// RunInFreshProcess, not skip for lack of two devices.
+constexpr char kOneGpuBus[] = "RANKD_TEST_ONE_VISIBLE_GPU_BUS";  // for it
+TEST(NcclVisibleDevicesTest, AProcessThatSeesOneGpuUsesIt) {
+  const bool child = std::getenv(kOneGpuBus) != nullptr;
+  const char* before = std::getenv("CUDA_VISIBLE_DEVICES");
+  const std::string saved = before == nullptr ? "" : before;
+  if (!child) {
+    SKIP_WITHOUT_DEVICES(2);
+    const int last = testing::DeviceCount() - 1;
+    // The child is a new process that reads these at start, as CUDA does.
+    ::setenv("CUDA_VISIBLE_DEVICES", std::to_string(last).c_str(), 1);
+    ::setenv(kOneGpuBus, DescribeNativeRuntime().gpus[last].pci_bus_id.c_str(),
+             1);
+  }
+  RunInFreshProcess([&] {
+    ASSERT_EQ(ProbeDevices().device_count, 1);
+    NativeRuntimeReport report = DescribeNativeRuntime();
+    ASSERT_EQ(report.gpus.size(), 1u);
+    EXPECT_EQ(report.gpus[0].pci_bus_id, std::getenv(kOneGpuBus))
+        << "device 0 is the GPU CUDA_VISIBLE_DEVICES names";
+    // Local ranks 0 and 1 of a node of 2 ranks, both seeing this GPU.
+    auto job = InProcessJob::Create(2);
+    std::vector<absl::Status> opened(2);
+    std::vector<std::thread> ranks;
+    for (uint32_t r = 0; r < 2; ++r) {
+      ranks.emplace_back([&, r] {
+        auto cp = job->ForRank(r);
+        auto descriptor =
+            DistributedSessionDescriptor::FromTopology(DataParallel(2), 2, r);
+        ASSERT_TRUE(descriptor.ok()) << descriptor.status();
+        NcclSessionOptions options;  // device -1: the default
+        options.init_timeout = absl::Seconds(30);
+        auto session = NcclSession::Open(*descriptor, cp.get(), options);
+        opened[r] = session.status();
+      });
+    }
+    for (auto& t : ranks) t.join();
+    for (uint32_t r = 0; r < 2; ++r) {
+      // Both chose device 0, the one GPU: NCCL refuses the pair.
+      EXPECT_EQ(opened[r].code(), absl::StatusCode::kFailedPrecondition)
+          << "rank " << r << ": " << opened[r];
+      EXPECT_TRUE(absl::StrContains(opened[r].message(), "ncclInvalidUsage"))
+          << "rank " << r << ": " << opened[r];
+      EXPECT_FALSE(absl::StrContains(opened[r].message(), "visible GPU"))
+          << "rank " << r << ": " << opened[r];
+    }
+    // A one-rank world sees it as device 0 and runs there.
+    auto one = InProcessJob::Create(1);
+    auto cp = one->ForRank(0);
+    auto descriptor = DistributedSessionDescriptor::FromTopology({}, 1, 0);
+    ASSERT_TRUE(descriptor.ok());
+    auto session = NcclSession::Open(*descriptor, cp.get(), {});
+    ASSERT_TRUE(session.ok()) << session.status();
+    EXPECT_EQ((*session)->device(), 0);
+    auto x = Upload(Desc({4}), Floats(4), (*session)->stream());
+    auto sum = (*session)->AllReduceSum(CollectiveScope::World(), x);
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    ASSERT_OK(sum->completion->Wait());
+    EXPECT_EQ(Download<float>(sum->output), Floats(4));
+  });
+  if (!child) {
+    ::unsetenv(kOneGpuBus);
+    if (before == nullptr) {
+      ::unsetenv("CUDA_VISIBLE_DEVICES");
+    } else {
+      ::setenv("CUDA_VISIBLE_DEVICES", saved.c_str(), 1);
+    }
+  }
 }
 
 }  // namespace

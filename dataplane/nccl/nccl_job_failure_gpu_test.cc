@@ -5,7 +5,8 @@
 // unblocks a hung collective, one communicator's stuck kernel does not
 // block the abort (4 GPUs), and destroying a failed job's session aborts;
 // on the stand-in, an abort that never returns ends the process with its
-// documented exit status (issue 34).
+// documented exit status, and every NCCL result, returned or asynchronous,
+// becomes the contract's code (issue 34).
 // Several are sequencing defects a reading of this backend found
 // (issue 10).
 //
@@ -26,7 +27,9 @@
 #include "common/exit_codes.h"
 #include "common/topology.h"
 #include "dataplane/collective_scope.h"
+#include "dataplane/nccl/nccl_comm.h"
 #include "dataplane/nccl/nccl_session.h"
+#include "dataplane/nccl/nccl_types.h"
 #include "dataplane/nccl/testing/nccl_session_peer.h"
 #include "dataplane/nccl/testing/nccl_test_util.h"
 #include "dataplane/nccl/testing/standin_control.h"
@@ -50,6 +53,71 @@ using testing::Stall;
 using testing::StallStream;
 using testing::Standin;
 using testing::Upload;
+
+// Every NCCL result an operation meets becomes the code of one table
+// (NcclResultCodes, nccl_types.h), whether the call returns it or NCCL
+// reports it later (ncclCommGetAsyncError, seen by the watchdog), and so
+// does a failed communicator init. The session is poisoned, and a
+// poisoned session never answers InvalidArgument, which the contract keeps
+// for "refused, session still usable" (issue 34, defect 6): ncclInvalidUsage
+// and ncclInvalidArgument were InvalidArgument, ncclRemoteError
+// Unavailable. The stand-in injects each error.
+TEST_F(NcclGpuTest, EveryNcclResultBecomesTheContractsCode) {
+  const testing::StandinControl* standin = Standin();
+  if (standin == nullptr) {
+    GTEST_SKIP() << "injects NCCL errors through the CPU stand-in";
+  }
+  NcclSessionOptions options;
+  options.watchdog_interval = absl::Milliseconds(10);
+  for (const NcclResultCode& entry : NcclResultCodes()) {
+    if (entry.result == kNcclInProgress) continue;  // polled, not a failure
+    SCOPED_TRACE(entry.name);
+    {  // Returned by the call.
+      auto session = OpenWorld1(options);
+      ASSERT_NE(session, nullptr);
+      auto x = Upload(Desc({8}), Floats(8), session->stream());
+      standin->fail_nccl_calls("ncclAllReduce", entry.result, 1);
+      auto sum = session->AllReduceSum(CollectiveScope::World(), x);
+      ASSERT_FALSE(sum.ok());
+      EXPECT_EQ(sum.status().code(), entry.code) << sum.status();
+      EXPECT_TRUE(absl::StrContains(sum.status().message(), entry.name))
+          << sum.status();
+      EXPECT_TRUE(absl::StrContains(sum.status().message(), "injected"))
+          << sum.status();
+      EXPECT_EQ(session->poison().code(), entry.code) << session->poison();
+      auto later = session->AllReduceSum(CollectiveScope::World(), x);
+      EXPECT_EQ(later.status().code(), entry.code) << later.status();
+    }
+    {  // Reported asynchronously by the communicator.
+      auto session = OpenWorld1(options);
+      ASSERT_NE(session, nullptr);
+      auto x = Upload(Desc({8}), Floats(8), session->stream());
+      standin->fail_next_kernel(entry.result);
+      auto sum = session->AllReduceSum(CollectiveScope::World(), x);
+      ASSERT_TRUE(sum.ok()) << sum.status();
+      const absl::Status waited = sum->completion->Wait();
+      EXPECT_EQ(waited.code(), entry.code) << waited;
+      EXPECT_TRUE(absl::StrContains(waited.message(), "asynchronous error"))
+          << waited;
+      EXPECT_TRUE(absl::StrContains(waited.message(), entry.name)) << waited;
+      EXPECT_EQ(session->poison().code(), entry.code) << session->poison();
+      EXPECT_FALSE(session->capabilities().world_collectives);
+    }
+  }
+  // A failed communicator init: Open returns no session, with the code.
+  standin->fail_nccl_calls("ncclCommInitRankConfig", 6, 1);  // ncclRemoteError
+  auto job = InProcessJob::Create(1);
+  auto cp = job->ForRank(0);
+  auto descriptor = DistributedSessionDescriptor::FromTopology({}, 1, 0);
+  ASSERT_TRUE(descriptor.ok());
+  auto refused = NcclSession::Open(*descriptor, cp.get(), options);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kAborted)
+      << refused.status();
+  EXPECT_TRUE(absl::StrContains(refused.status().message(), "ncclRemoteError"))
+      << refused.status();
+  standin->fail_nccl_calls("ncclCommInitRankConfig", 0, 0);
+}
 
 TEST_F(NcclGpuTest, JobFailureAbortsAndFailsRunningWork) {
   NcclSessionOptions options;

@@ -32,6 +32,7 @@
 #include "dataplane/nccl/nccl_session.h"
 #include "dataplane/nccl/testing/nccl_test_util.h"
 #include "dataplane/nccl/testing/standin_control.h"
+#include "dataplane/nccl/testing/stream_capture.h"
 #include "dataplane/peer_transfer.h"
 #include "dataplane/session_descriptor.h"
 #include "dataplane/testing/in_process_control_plane.h"
@@ -52,6 +53,7 @@ using testing::NcclMultiGpuTest;
 using testing::RunInFreshProcess;
 using testing::RunRanks;
 using testing::Standin;
+using testing::StreamCapture;
 using testing::Upload;
 
 TEST_F(NcclGpuTest, World1SessionAdvertisesEverything) {
@@ -324,6 +326,66 @@ TEST_F(NcclGpuTest, BackendOperations) {
   EXPECT_EQ(backend.poison().code(), absl::StatusCode::kUnavailable);
 }
 
+// A CUDA graph capture (torch.cuda.graph, torch.compile
+// mode="reduce-overhead") on the stream an operation would run on is
+// refused before any native work, naming the operation, and the session
+// stays usable: the session's own stream and a backend executor's (issue
+// 34, defect 4). Both were accepted: the work was recorded into the
+// caller's graph, and the completion event inside it never came.
+TEST_F(NcclGpuTest, AnOperationOnACapturingStreamIsRefused) {
+  auto session = OpenWorld1();
+  ASSERT_NE(session, nullptr);
+  auto x = Upload(Desc({4}), Floats(4), session->stream());
+  EXPECT_EQ(Download<float>(x), Floats(4));  // ready before the capture
+  {
+    StreamCapture capture(*session->stream());
+    ASSERT_OK(capture.status());
+    auto sum = session->AllReduceSum(CollectiveScope::World(), x);
+    ASSERT_FALSE(sum.ok()) << "accepted on a capturing stream";
+    EXPECT_EQ(sum.status().code(), absl::StatusCode::kFailedPrecondition)
+        << sum.status();
+    EXPECT_TRUE(absl::StrContains(
+        sum.status().message(),
+        "nccl backend: all_reduce_sum on world: the session's stream is "
+        "capturing a CUDA graph"))
+        << sum.status();
+    // rankd queued nothing: the capture ends as it began.
+    ASSERT_OK(capture.End());
+  }
+  NcclBackend backend(*session);
+  auto group = backend.Group(CollectiveScope::World());
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto executor = CudaExecutor::Create(0);
+  ASSERT_TRUE(executor.ok()) << executor.status();
+  {
+    StreamCapture capture(*executor->stream());
+    ASSERT_OK(capture.status());
+    auto sum = dataplane::AllReduceSum(backend, x, *group, *executor);
+    ASSERT_FALSE(sum.ok()) << "accepted on a capturing executor stream";
+    EXPECT_EQ(sum.status().code(), absl::StatusCode::kFailedPrecondition)
+        << sum.status();
+    EXPECT_TRUE(absl::StrContains(sum.status().message(),
+                                  "all_reduce_sum: the executor's stream is "
+                                  "capturing a CUDA graph"))
+        << sum.status();
+    const DeviceTensor* values[] = {&x};
+    auto local = backend.SubmitLocalDependencies(values, *executor);
+    EXPECT_EQ(local.status().code(), absl::StatusCode::kFailedPrecondition)
+        << local.status();
+    ASSERT_OK(capture.End());
+  }
+  // Refused, not poisoned: the same work runs once the captures ended.
+  ASSERT_OK(session->poison());
+  EXPECT_TRUE(session->capabilities().world_collectives);
+  auto sum = session->AllReduceSum(CollectiveScope::World(), x);
+  ASSERT_TRUE(sum.ok()) << sum.status();
+  ASSERT_OK(sum->completion->Wait());
+  EXPECT_EQ(Download<float>(sum->output), Floats(4));
+  auto on_executor = dataplane::AllReduceSum(backend, x, *group, *executor);
+  ASSERT_TRUE(on_executor.ok()) << on_executor.status();
+  ASSERT_OK(on_executor->completion->Wait());
+}
+
 TEST_F(NcclMultiGpuTest, CollectivesAcrossRanks) {
   const uint32_t world = MultiWorld();
   RunRanks(
@@ -532,7 +594,9 @@ TEST_F(NcclMultiGpuTest, BatchedSendReceiveRunsARingAndASwap) {
                           : s.BatchSendReceive(scope, {}, wrong);
         ASSERT_TRUE(bad.ok()) << bad.status();
         absl::Status done = bad->completion->Wait();
-        EXPECT_EQ(done.code(), absl::StatusCode::kInvalidArgument) << done;
+        // The payload moved, so the session is poisoned: never
+        // InvalidArgument, which says "refused, still usable" (issue 34).
+        EXPECT_EQ(done.code(), absl::StatusCode::kFailedPrecondition) << done;
         EXPECT_TRUE(absl::StrContains(done.message(), "the ends disagree"))
             << done;
       });

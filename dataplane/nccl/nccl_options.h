@@ -20,9 +20,14 @@ namespace rankd::dataplane::nccl {
 inline constexpr char kBackendName[] = "nccl";
 
 struct NcclSessionOptions {
-  // CUDA device of this rank; -1 picks the rank's index on its node
-  // (descriptor local_rank), and Initialize fails with FailedPrecondition
-  // when the node runs more ranks than it has visible GPUs.
+  // CUDA device of this rank (an ordinal among the devices this process
+  // sees). -1, the default, lets the visible device count decide, as
+  // torchrun users expect (DefaultDevice in nccl_types.h; docs/nccl.md,
+  // "The default device"): the rank's index on its node (descriptor
+  // local_rank) when the process sees at least as many GPUs as the node
+  // runs ranks; device 0 when it sees exactly one (a launcher or
+  // container gave each rank process its own GPU); otherwise Open fails
+  // with FailedPrecondition before any communicator exists.
   int device = -1;
   // Names this session's keys in the job's key-value broker (unique ids,
   // diagnosis reports). Unset, the default, a session numbers itself: the
@@ -43,13 +48,14 @@ struct NcclSessionOptions {
   // (for up to failure_attribution_grace; dataplane/mismatch_diagnosis.h), then
   // aborts every communicator and poisons the session. The operation fails
   // DeadlineExceeded naming it and the members that did not report it, or
-  // InvalidArgument naming who submitted what when members disagree.
+  // FailedPrecondition naming who submitted what when members disagree.
   absl::Duration op_timeout = absl::Seconds(60);
   // Members that submit different work never report success: every
   // operation's agreement record (internal/operation_agreement.h) travels
   // in its payload's NCCL group and is compared when the work finished; a
-  // disagreement fails the operation (InvalidArgument naming who submitted
-  // what) and poisons the session, and what NCCL cannot pair hangs until
+  // disagreement fails the operation (FailedPrecondition naming who
+  // submitted what: a poisoned session never answers InvalidArgument) and
+  // poisons the session, and what NCCL cannot pair hangs until
   // op_timeout. verify_agreement checks first instead, as
   // GlooSessionOptions::verify_agreement does: the records travel alone,
   // Submit waits until every member's arrived (it returns once all members

@@ -171,18 +171,56 @@ absl::Status ValidateSessionTag(absl::string_view tag) {
   return absl::OkStatus();
 }
 
-absl::Status CheckOneGpuPerRank(uint32_t ranks_on_node, uint32_t world_size,
-                                int visible_gpus) {
-  if (visible_gpus >= 0 &&
-      ranks_on_node <= static_cast<uint32_t>(visible_gpus)) {
-    return absl::OkStatus();
+absl::StatusOr<int> DefaultDevice(uint32_t local_rank, uint32_t ranks_on_node,
+                                  uint32_t world_size, int visible_devices) {
+  if (visible_devices >= 1 &&
+      static_cast<uint32_t>(visible_devices) >= ranks_on_node) {
+    return static_cast<int>(local_rank);
   }
+  if (visible_devices == 1) return 0;
   return absl::FailedPreconditionError(absl::StrCat(
       "nccl backend: ", ranks_on_node, " ranks run on this node (world size ",
-      world_size, ") but it has ", visible_gpus, " visible GPU",
-      visible_gpus == 1 ? "" : "s",
-      "; NCCL needs one GPU per rank: run at most ", visible_gpus,
-      " ranks per node, or make more GPUs visible (CUDA_VISIBLE_DEVICES)"));
+      world_size, ") but this process sees ", visible_devices, " GPU",
+      visible_devices == 1 ? "" : "s",
+      "; NCCL needs one GPU per rank, and the default device (local rank ",
+      local_rank,
+      ") is chosen only when each process sees every GPU of its node or "
+      "exactly one: run at most ",
+      visible_devices, " ranks per node, give each rank process one GPU ",
+      "(CUDA_VISIBLE_DEVICES), make all of the node's GPUs visible, or name ",
+      "the device (NcclSessionOptions::device)"));
+}
+
+absl::Span<const NcclResultCode> NcclResultCodes() {
+  static constexpr NcclResultCode kCodes[] = {
+      {1, "ncclUnhandledCudaError", absl::StatusCode::kInternal,
+       "a CUDA call inside NCCL failed (a device fault or a CUDA error)"},
+      {2, "ncclSystemError", absl::StatusCode::kUnavailable,
+       "a system call or resource failed (network, shared memory, files)"},
+      {3, "ncclInternalError", absl::StatusCode::kInternal,
+       "NCCL's own defect"},
+      {4, "ncclInvalidArgument", absl::StatusCode::kInternal,
+       "NCCL refused an argument rankd had already validated: rankd's "
+       "defect"},
+      {5, "ncclInvalidUsage", absl::StatusCode::kFailedPrecondition,
+       "the call is not allowed in this setup or state (e.g. two ranks on "
+       "one GPU)"},
+      {6, "ncclRemoteError", absl::StatusCode::kAborted,
+       "a peer failed or the network between the ranks broke"},
+      {7, "ncclInProgress", absl::StatusCode::kInternal,
+       "work still in progress was reported as a failure: rankd's defect"},
+  };
+  return kCodes;
+}
+
+const NcclResultCode& NcclResultCodeOf(int result) {
+  for (const NcclResultCode& entry : NcclResultCodes()) {
+    if (entry.result == result) return entry;
+  }
+  static constexpr NcclResultCode kUnknown = {
+      -1, "unknown ncclResult_t", absl::StatusCode::kUnknown,
+      "a result this rankd does not know (a newer NCCL?)"};
+  return kUnknown;
 }
 
 }  // namespace rankd::dataplane::nccl

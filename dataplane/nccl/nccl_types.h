@@ -5,7 +5,9 @@
 //   - the unique-id plan of a communicator (how many ncclUniqueIds, which
 //     communicator rank creates each one) and the key-value broker key
 //     names and value encoding used to hand them out;
-//   - session tag validation.
+//   - session tag validation;
+//   - the default device of a rank (DefaultDevice);
+//   - which status code each NCCL result becomes (NcclResultCodes).
 // Depends on dataplane/types.h and absl only.
 #ifndef RANKD_DATAPLANE_NCCL_NCCL_TYPES_H_
 #define RANKD_DATAPLANE_NCCL_NCCL_TYPES_H_
@@ -105,11 +107,42 @@ std::string EncodeUniqueId(absl::string_view id_bytes);
 absl::StatusOr<std::string> DecodeUniqueId(absl::string_view value,
                                            absl::string_view key);
 
-// NCCL runs one rank per GPU. OK when a node running `ranks_on_node` ranks
-// (of a world of `world_size`) has at least that many `visible_gpus`;
-// FailedPrecondition saying how many ranks and GPUs there are otherwise.
-absl::Status CheckOneGpuPerRank(uint32_t ranks_on_node, uint32_t world_size,
-                                int visible_gpus);
+// The CUDA device a rank uses when its session names none
+// (NcclSessionOptions::device = -1), from what torchrun users expect: the
+// visible device count decides (docs/nccl.md, "The default device").
+//   - The process sees at least as many devices as its node runs ranks
+//     (`ranks_on_node`): device `local_rank`, as
+//     torch.cuda.set_device(LOCAL_RANK) picks it.
+//   - It sees exactly one: device 0. The launcher gave each rank process a
+//     GPU of its own (CUDA_VISIBLE_DEVICES per process, one GPU per
+//     container), so every rank's device 0 is another GPU. (Where several
+//     ranks see the same single GPU instead, NCCL refuses to initialize:
+//     "Duplicate GPU detected".)
+//   - Otherwise (none, or more than one but fewer than the node's ranks)
+//     FailedPrecondition naming the counts and the ways out: the ranks
+//     would share GPUs, and local_rank % visible, a guess, would put two
+//     ranks on one GPU whenever their processes see the same devices.
+absl::StatusOr<int> DefaultDevice(uint32_t local_rank, uint32_t ranks_on_node,
+                                  uint32_t world_size, int visible_devices);
+
+// How each ncclResult_t becomes an absl::StatusCode. An NCCL error comes
+// after rankd's own validation, so it poisons the session: none becomes
+// InvalidArgument, which the contract keeps for a refusal that leaves the
+// session usable (docs/contract.md).
+struct NcclResultCode {
+  int result;        // the ncclResult_t value
+  const char* name;  // its name in nccl.h
+  absl::StatusCode code;
+  const char* meaning;  // what the code says about it, for docs and errors
+};
+// Every ncclResult_t but ncclSuccess, in value order: ncclUnhandledCudaError
+// Internal, ncclSystemError Unavailable, ncclInternalError Internal,
+// ncclInvalidArgument Internal, ncclInvalidUsage FailedPrecondition,
+// ncclRemoteError Aborted, ncclInProgress (as a final result) Internal.
+absl::Span<const NcclResultCode> NcclResultCodes();
+// The entry of `result`; for a value the table does not know, one named
+// "unknown ncclResult_t" with code Unknown.
+const NcclResultCode& NcclResultCodeOf(int result);
 
 // Session tags name one NcclSession inside a job incarnation (keys of two
 // sessions must not collide): 1..64 characters of [A-Za-z0-9_.-].

@@ -4,6 +4,7 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
@@ -200,19 +201,52 @@ TEST(ValidateSessionTag, Rules) {
   EXPECT_TRUE(ValidateSessionTag(std::string(64, 'a')).ok());
 }
 
-TEST(NcclTypesTest, OneGpuPerRankOnEachNode) {
-  EXPECT_TRUE(CheckOneGpuPerRank(1, 1, 1).ok());
-  EXPECT_TRUE(CheckOneGpuPerRank(4, 8, 4).ok());
-  EXPECT_TRUE(CheckOneGpuPerRank(2, 16, 8).ok());
-  absl::Status s = CheckOneGpuPerRank(4, 4, 1);
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(absl::StrContains(s.message(), "4 ranks run on this node")) << s;
-  EXPECT_TRUE(absl::StrContains(s.message(), "world size 4")) << s;
-  EXPECT_TRUE(absl::StrContains(s.message(), "1 visible GPU;")) << s;
-  s = CheckOneGpuPerRank(8, 16, 2);
-  EXPECT_TRUE(absl::StrContains(s.message(), "2 visible GPUs")) << s;
-  EXPECT_TRUE(absl::StrContains(s.message(), "CUDA_VISIBLE_DEVICES")) << s;
-  EXPECT_FALSE(CheckOneGpuPerRank(1, 1, 0).ok());
+// The default device follows the visible device count (issue 34, defect
+// 5): local rank 3 of 4 asks for device 3 only where the process sees the
+// node's GPUs, and device 0 where it sees one of its own.
+TEST(NcclTypesTest, DefaultDeviceFollowsTheVisibleDeviceCount) {
+  // Every GPU of the node visible (torchrun's set_device(LOCAL_RANK)).
+  EXPECT_EQ(*DefaultDevice(3, 4, 8, 4), 3);
+  EXPECT_EQ(*DefaultDevice(0, 1, 1, 1), 0);
+  EXPECT_EQ(*DefaultDevice(2, 4, 4, 8), 2);
+  // One GPU per rank process (CUDA_VISIBLE_DEVICES per process, one GPU
+  // per container): that one.
+  EXPECT_EQ(*DefaultDevice(3, 4, 8, 1), 0);
+  EXPECT_EQ(*DefaultDevice(7, 8, 16, 1), 0);
+  // Ambiguous: more than one visible, fewer than the node's ranks.
+  absl::StatusOr<int> d = DefaultDevice(3, 4, 4, 2);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(d.status().message(),
+                                "4 ranks run on this node (world size 4)"))
+      << d.status();
+  EXPECT_TRUE(absl::StrContains(d.status().message(), "sees 2 GPUs;"))
+      << d.status();
+  EXPECT_TRUE(absl::StrContains(d.status().message(), "CUDA_VISIBLE_DEVICES"))
+      << d.status();
+  EXPECT_TRUE(
+      absl::StrContains(d.status().message(), "NcclSessionOptions::device"))
+      << d.status();
+  EXPECT_FALSE(DefaultDevice(0, 1, 1, 0).ok());
+}
+
+// One table maps every NCCL result, and none to InvalidArgument: an NCCL
+// failure poisons the session, and the contract keeps InvalidArgument for
+// refusals that leave it usable (issue 34, defect 6).
+TEST(NcclTypesTest, NoNcclResultBecomesInvalidArgument) {
+  std::vector<int> seen;
+  for (const NcclResultCode& entry : NcclResultCodes()) {
+    seen.push_back(entry.result);
+    EXPECT_NE(entry.code, absl::StatusCode::kInvalidArgument) << entry.name;
+    EXPECT_NE(entry.code, absl::StatusCode::kOk) << entry.name;
+    EXPECT_EQ(&NcclResultCodeOf(entry.result), &entry);
+  }
+  EXPECT_EQ(seen, (std::vector<int>{1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(NcclResultCodeOf(5).code, absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(NcclResultCodeOf(6).code, absl::StatusCode::kAborted);
+  EXPECT_EQ(NcclResultCodeOf(2).code, absl::StatusCode::kUnavailable);
+  EXPECT_EQ(NcclResultCodeOf(4).code, absl::StatusCode::kInternal);
+  EXPECT_EQ(NcclResultCodeOf(99).code, absl::StatusCode::kUnknown);
 }
 
 }  // namespace

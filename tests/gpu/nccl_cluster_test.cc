@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -57,9 +58,13 @@ class NcclClusterTest : public ::testing::Test {
   // A job of `job_world` ranks on one node: ranks below gpus_ run
   // `scenario`, the others are control-only. When `marker` is set, waits
   // until every NCCL rank printed it, then kills the control-only ranks.
+  // With `one_gpu_each`, NCCL rank l sees only GPU l
+  // (CUDA_VISIBLE_DEVICES=l), as a launcher that gives each rank process
+  // its own GPU sets it.
   Outcome Run(const std::string& scenario, uint32_t job_world,
               const std::vector<std::string>& extra = {},
-              const std::string& marker = "", uint32_t tensor_parallel = 1) {
+              const std::string& marker = "", uint32_t tensor_parallel = 1,
+              bool one_gpu_each = false) {
     Outcome outcome;
     ClusterOptions options;
     options.job_id = absl::StrCat("gpu-", scenario);
@@ -82,8 +87,10 @@ class NcclClusterTest : public ::testing::Test {
           absl::StrCat("--scenario=", nccl ? scenario : "control_only"),
       };
       if (nccl) argv.insert(argv.end(), extra.begin(), extra.end());
+      std::map<std::string, std::string> env;
+      if (nccl && one_gpu_each) env["CUDA_VISIBLE_DEVICES"] = std::to_string(l);
       auto child = ChildProcess::Spawn(
-          argv, {}, absl::StrCat(cluster.dir(), "/rank", l, ".log"));
+          argv, env, absl::StrCat(cluster.dir(), "/rank", l, ".log"));
       EXPECT_TRUE(child.ok()) << child.status();
       if (!child.ok()) return outcome;
       (nccl ? workers : controls).push_back(*std::move(child));
@@ -169,6 +176,16 @@ TEST_F(NcclClusterTest, BoundedWaitNativeCancelAborts) {
 // refused on every rank before the payload, and the session stays usable.
 TEST_F(NcclClusterTest, VerifyAgreementRefusesDisagreeingWork) {
   ExpectAllPassed(Run("agreement", gpus()), 3);
+}
+
+// Each rank process sees one GPU of its own, as with CUDA_VISIBLE_DEVICES
+// set per process by a launcher or one GPU per container: the default
+// device is that GPU (device 0) whatever the local rank. It asked for
+// device = local rank, which does not exist there (issue 34, defect 5).
+TEST_F(NcclClusterTest, OneVisibleGpuPerProcessIsTheDefaultDevice) {
+  Outcome outcome = Run("one_gpu_each", gpus(), {}, "", 1,
+                        /*one_gpu_each=*/true);
+  ExpectAllPassed(outcome, 2);
 }
 
 TEST_F(NcclClusterTest, LostPeerAbortsRunningCollectives) {

@@ -30,6 +30,11 @@
 //                  it (--nccl_world = job world - 1)
 //   init_abort     communicator init that waits for a rank that never
 //                  comes; its loss aborts the init (--nccl_world = job world)
+//   one_gpu_each   run where the test gave each rank process one GPU of
+//                  its own (CUDA_VISIBLE_DEVICES per process): the session
+//                  opens on the default device (NcclSessionOptions::device
+//                  -1), which is the process's one GPU, device 0, whatever
+//                  the local rank; an all_reduce across the processes
 //   control_only   joins and stays, without a GPU (killed by the test)
 #include <algorithm>
 #include <atomic>
@@ -64,7 +69,9 @@ ABSL_FLAG(std::string, job_id, "gpu", "job id");
 ABSL_FLAG(uint32_t, local_rank, 0, "local rank");
 ABSL_FLAG(uint32_t, world_size, 0, "the job's world size");
 ABSL_FLAG(std::string, scenario, "collectives", "what to run (see above)");
-ABSL_FLAG(int, device, -1, "CUDA device (-1: the local rank)");
+ABSL_FLAG(int, device, -1,
+          "CUDA device (-1: the local rank; one_gpu_each: the session's "
+          "default device)");
 ABSL_FLAG(uint32_t, nccl_world, 0,
           "NCCL world size when it differs from the job's (abort scenarios): "
           "the session is one data-parallel group of nccl_world ranks");
@@ -179,6 +186,27 @@ absl::Status WarmUp(NcclSession& s) {
   auto sum = s.AllReduceSum(CollectiveScope::World(), *x);
   if (!sum.ok()) return sum.status();
   return sum->completion->Wait();
+}
+
+// --- one GPU per rank process ------------------------------------------------
+
+void OneGpuEach(const World& w, Checks& checks) {
+  NcclSession& s = *w.session;
+  const uint32_t r = w.rank, n = w.size;
+  checks.Run("default_device_is_the_visible_one", [&]() -> absl::Status {
+    return Expect(
+        s.device() == 0,
+        absl::StrCat("the session chose device ", s.device(),
+                     " of the 1 this process sees (local rank ", r, ")"));
+  });
+  checks.Run("all_reduce_across_processes", [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(
+        x, Upload(Desc({4}), std::vector<float>(4, r + 1.0f), s.stream()));
+    ASSIGN_OR_RETURN(sum, s.AllReduceSum(CollectiveScope::World(), x));
+    RETURN_IF_ERROR(sum.completion->Wait());
+    ASSIGN_OR_RETURN(got, sum.output.ToHostVector<float>());
+    return ExpectEqual(got, std::vector<float>(4, n * (n + 1) / 2.0f), "sum");
+  });
 }
 
 // --- collectives -----------------------------------------------------------
@@ -749,11 +777,14 @@ int main(int argc, char** argv) {
   const std::string scenario = absl::GetFlag(FLAGS_scenario);
   const uint32_t local_rank = absl::GetFlag(FLAGS_local_rank);
   int device = absl::GetFlag(FLAGS_device);
-  if (device < 0) device = static_cast<int>(local_rank);
+  // one_gpu_each leaves the choice to the session (-1).
+  if (device < 0 && scenario != "one_gpu_each") {
+    device = static_cast<int>(local_rank);
+  }
 
   if (scenario != "control_only") {
     auto probe = rankd::dataplane::nccl::ProbeDevices();
-    if (probe.device_count <= device) {
+    if (probe.device_count <= std::max(device, 0)) {
       Print(absl::StrCat("SKIP device ", device, " is not available: ",
                          probe.device_count, " CUDA devices; ", probe.reason));
       return 5;
@@ -772,7 +803,7 @@ int main(int argc, char** argv) {
   join.local_rank = local_rank;
   join.world_size = absl::GetFlag(FLAGS_world_size);
   join.device.set_kind(scenario == "control_only" ? "cpu" : "cuda");
-  join.device.set_index(scenario == "control_only" ? 0 : device);
+  join.device.set_index(scenario == "control_only" ? 0 : std::max(device, 0));
   join.wait_for_world = absl::Seconds(60);
   auto joined = (*client)->Join(join);
   if (!joined.ok()) {
@@ -851,6 +882,8 @@ int main(int argc, char** argv) {
       AbortPeer(w, checks);
     } else if (scenario == "agreement") {
       Agreement(w, checks);
+    } else if (scenario == "one_gpu_each") {
+      OneGpuEach(w, checks);
     } else {
       Print(absl::StrCat("ERROR unknown scenario ", scenario));
       return 3;

@@ -141,7 +141,11 @@ typedef struct rankd_join_options {
   uint32_t world_size;
   /* The device this rank drives: "cpu" or "cuda". NULL: "cpu". */
   const char* device_kind;
-  /* Its index (for "cuda"). -1: the local rank. */
+  /* Its index (for "cuda"). -1: the visible device count decides, as
+   * torchrun users expect (docs/nccl.md, "The default device"): the local
+   * rank where the process sees at least as many GPUs as its node runs
+   * ranks, 0 where it sees exactly one (CUDA_VISIBLE_DEVICES set per
+   * process, one GPU per container). */
   int32_t device_index;
   /* How long rankd_join waits for every rank of the job to join; 0 returns
    * once this rank is registered. Default 60. */
@@ -324,9 +328,10 @@ typedef enum rankd_backend {
   /* Host memory over Gloo's TCP transport; runs anywhere. */
   RANKD_BACKEND_GLOO = 1,
   /* CUDA device memory over NCCL, on the device the rank joined with
-   * (rankd_join_options.device_kind "cuda" and device_index), else on its
-   * local rank's device. The CUDA runtime and NCCL are opened when the
-   * first session needs them (where they are looked for: docs/nccl.md). */
+   * (rankd_join_options.device_kind "cuda" and device_index), else on the
+   * default device (device_index -1 above). The CUDA runtime and NCCL are
+   * opened when the first session needs them (where they are looked for:
+   * docs/nccl.md). */
   RANKD_BACKEND_NCCL = 2
 } rankd_backend;
 

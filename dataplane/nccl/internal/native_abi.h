@@ -18,6 +18,7 @@
 struct CUstream_st;
 struct CUevent_st;
 struct CUmemPoolHandle_st;
+struct CUgraph_st;
 struct ncclComm;
 
 namespace rankd::dataplane::nccl::internal {
@@ -33,13 +34,20 @@ inline constexpr CudaError kCudaErrorDevicesUnavailable = 46;
 inline constexpr CudaError kCudaErrorNoDevice = 100;
 inline constexpr CudaError kCudaErrorInvalidDevice = 101;
 inline constexpr CudaError kCudaErrorInvalidResourceHandle = 400;
+inline constexpr CudaError kCudaErrorIllegalState = 401;
 inline constexpr CudaError kCudaErrorNotReady = 600;
 inline constexpr CudaError kCudaErrorIllegalAddress = 700;
+inline constexpr CudaError kCudaErrorStreamCaptureUnsupported = 900;
+inline constexpr CudaError kCudaErrorStreamCaptureInvalidated = 901;
+inline constexpr CudaError kCudaErrorStreamCaptureUnmatched = 903;
+inline constexpr CudaError kCudaErrorStreamCaptureImplicit = 906;
+inline constexpr CudaError kCudaErrorCapturedEvent = 907;
 
 using CudaStream = CUstream_st*;               // cudaStream_t
 using CudaEvent = CUevent_st*;                 // cudaEvent_t
 using CudaHostFn = void (*)(void* user_data);  // cudaHostFn_t
 using CudaMemPool = CUmemPoolHandle_st*;       // cudaMemPool_t
+using CudaGraph = CUgraph_st*;                 // cudaGraph_t
 
 // cudaMemcpyKind
 inline constexpr int kCudaMemcpyHostToDevice = 1;
@@ -53,10 +61,21 @@ inline constexpr int kCudaDevAttrComputeCapabilityMajor = 75;
 inline constexpr int kCudaDevAttrComputeCapabilityMinor = 76;
 inline constexpr int kCudaDevAttrMaxPitch = 11;
 inline constexpr int kCudaDevAttrMemoryPoolsSupported = 115;
-// cudaMemPoolAttr, cudaMemLocationType, cudaMemAccessFlags
+// cudaStreamCaptureStatus, cudaStreamCaptureMode
+inline constexpr int kCudaStreamCaptureStatusNone = 0;
+inline constexpr int kCudaStreamCaptureStatusActive = 1;
+inline constexpr int kCudaStreamCaptureStatusInvalidated = 2;
+inline constexpr int kCudaStreamCaptureModeGlobal = 0;
+inline constexpr int kCudaStreamCaptureModeThreadLocal = 1;
+inline constexpr int kCudaStreamCaptureModeRelaxed = 2;
+// cudaMemPoolAttr, cudaMemLocationType, cudaMemAccessFlags,
+// cudaMemAllocationType, cudaMemAllocationHandleType
 inline constexpr int kCudaMemPoolAttrReleaseThreshold = 4;
 inline constexpr int kCudaMemLocationTypeDevice = 1;
+inline constexpr int kCudaMemAccessFlagsProtNone = 0;
 inline constexpr int kCudaMemAccessFlagsProtReadWrite = 3;
+inline constexpr int kCudaMemAllocationTypePinned = 1;
+inline constexpr int kCudaMemHandleTypeNone = 0;
 struct CudaMemLocation {  // cudaMemLocation
   int type;
   int id;
@@ -65,6 +84,19 @@ struct CudaMemAccessDesc {  // cudaMemAccessDesc
   CudaMemLocation location;
   int flags;
 };
+// cudaMemPoolProps as CUDA 12.2+ lays it out; earlier releases have
+// reserved bytes (which must be zero) where maxSize and usage are, and the
+// same size, so a zeroed value with these fields set reads the same.
+struct CudaMemPoolProps {
+  int alloc_type = kCudaMemAllocationTypePinned;  // allocType
+  int handle_types = kCudaMemHandleTypeNone;      // handleTypes
+  CudaMemLocation location = {kCudaMemLocationTypeDevice, 0};
+  void* win32_security_attributes = nullptr;
+  size_t max_size = 0;  // 0: the system's default
+  unsigned short usage = 0;
+  unsigned char reserved[54] = {};
+};
+static_assert(sizeof(CudaMemPoolProps) == 88, "cudaMemPoolProps layout");
 
 // --- CUDA driver (libcuda.so.1, loaded by the runtime) --------------------
 using CuResult = int;  // CUresult; 0 is CUDA_SUCCESS

@@ -87,6 +87,17 @@ CHECK_FN(cudaDeviceCanAccessPeer, DeviceCanAccessPeer, CudaRuntimeApi);
 CHECK_FN(cudaDeviceGetDefaultMemPool, DeviceGetDefaultMemPool, CudaRuntimeApi);
 CHECK_FN(cudaMemPoolSetAccess, MemPoolSetAccess, CudaRuntimeApi);
 CHECK_FN(cudaMemPoolSetAttribute, MemPoolSetAttribute, CudaRuntimeApi);
+CHECK_FN(cudaMemPoolGetAttribute, MemPoolGetAttribute, CudaRuntimeApi);
+CHECK_FN(cudaMemPoolGetAccess, MemPoolGetAccess, CudaRuntimeApi);
+CHECK_FN(cudaMemPoolCreate, MemPoolCreate, CudaRuntimeApi);
+CHECK_FN(cudaMemPoolDestroy, MemPoolDestroy, CudaRuntimeApi);
+CHECK_C_FN(cudaMallocFromPoolAsync,
+           cudaError_t (*)(void**, size_t, cudaMemPool_t, cudaStream_t),
+           MallocFromPoolAsync, CudaRuntimeApi);
+CHECK_FN(cudaStreamIsCapturing, StreamIsCapturing, CudaRuntimeApi);
+CHECK_FN(cudaStreamBeginCapture, StreamBeginCapture, CudaRuntimeApi);
+CHECK_FN(cudaStreamEndCapture, StreamEndCapture, CudaRuntimeApi);
+CHECK_FN(cudaGraphDestroy, GraphDestroy, CudaRuntimeApi);
 CHECK_FN(cuInit, CuInit, CudaRuntimeApi);
 CHECK_FN(cuDeviceGet, CuDeviceGet, CudaRuntimeApi);
 CHECK_FN(cuDeviceGetName, CuDeviceGetName, CudaRuntimeApi);
@@ -114,6 +125,7 @@ CHECK_FN(ncclGroupEnd, GroupEnd, NcclApi);
 // Handles and the by-value unique id.
 static_assert(std::is_same_v<cudaStream_t, native::CudaStream>);
 static_assert(std::is_same_v<cudaEvent_t, native::CudaEvent>);
+static_assert(std::is_same_v<cudaGraph_t, native::CudaGraph>);
 static_assert(std::is_same_v<ncclComm_t, native::NcclComm>);
 static_assert(sizeof(ncclUniqueId) == sizeof(native::NcclUniqueId));
 static_assert(NCCL_UNIQUE_ID_BYTES == native::kNcclUniqueIdSize);
@@ -146,12 +158,54 @@ static_assert(cudaErrorInvalidPitchValue ==
 static_assert(cudaErrorInvalidResourceHandle ==
               native::kCudaErrorInvalidResourceHandle);
 static_assert(cudaErrorIllegalAddress == native::kCudaErrorIllegalAddress);
+static_assert(cudaErrorIllegalState == native::kCudaErrorIllegalState);
+static_assert(cudaErrorStreamCaptureUnsupported ==
+              native::kCudaErrorStreamCaptureUnsupported);
+static_assert(cudaErrorStreamCaptureInvalidated ==
+              native::kCudaErrorStreamCaptureInvalidated);
+static_assert(cudaErrorStreamCaptureUnmatched ==
+              native::kCudaErrorStreamCaptureUnmatched);
+static_assert(cudaErrorStreamCaptureImplicit ==
+              native::kCudaErrorStreamCaptureImplicit);
+static_assert(cudaErrorCapturedEvent == native::kCudaErrorCapturedEvent);
+static_assert(cudaStreamCaptureStatusNone ==
+              native::kCudaStreamCaptureStatusNone);
+static_assert(cudaStreamCaptureStatusActive ==
+              native::kCudaStreamCaptureStatusActive);
+static_assert(cudaStreamCaptureStatusInvalidated ==
+              native::kCudaStreamCaptureStatusInvalidated);
+static_assert(cudaStreamCaptureModeGlobal ==
+              native::kCudaStreamCaptureModeGlobal);
+static_assert(cudaStreamCaptureModeThreadLocal ==
+              native::kCudaStreamCaptureModeThreadLocal);
+static_assert(cudaStreamCaptureModeRelaxed ==
+              native::kCudaStreamCaptureModeRelaxed);
 static_assert(cudaDevAttrMaxPitch == native::kCudaDevAttrMaxPitch);
 static_assert(cudaMemPoolAttrReleaseThreshold ==
               native::kCudaMemPoolAttrReleaseThreshold);
 static_assert(cudaMemLocationTypeDevice == native::kCudaMemLocationTypeDevice);
 static_assert(cudaMemAccessFlagsProtReadWrite ==
               native::kCudaMemAccessFlagsProtReadWrite);
+static_assert(cudaMemAccessFlagsProtNone ==
+              native::kCudaMemAccessFlagsProtNone);
+static_assert(cudaMemAllocationTypePinned ==
+              native::kCudaMemAllocationTypePinned);
+static_assert(cudaMemHandleTypeNone == native::kCudaMemHandleTypeNone);
+static_assert(sizeof(cudaMemPoolProps) == sizeof(native::CudaMemPoolProps));
+static_assert(offsetof(cudaMemPoolProps, allocType) ==
+              offsetof(native::CudaMemPoolProps, alloc_type));
+static_assert(offsetof(cudaMemPoolProps, handleTypes) ==
+              offsetof(native::CudaMemPoolProps, handle_types));
+static_assert(offsetof(cudaMemPoolProps, location) ==
+              offsetof(native::CudaMemPoolProps, location));
+static_assert(offsetof(cudaMemPoolProps, win32SecurityAttributes) ==
+              offsetof(native::CudaMemPoolProps, win32_security_attributes));
+static_assert(offsetof(cudaMemPoolProps, maxSize) ==
+              offsetof(native::CudaMemPoolProps, max_size));
+static_assert(offsetof(cudaMemPoolProps, usage) ==
+              offsetof(native::CudaMemPoolProps, usage));
+static_assert(offsetof(cudaMemPoolProps, reserved) ==
+              offsetof(native::CudaMemPoolProps, reserved));
 static_assert(std::is_same_v<cudaMemPool_t, native::CudaMemPool>);
 static_assert(sizeof(cudaMemAccessDesc) == sizeof(native::CudaMemAccessDesc));
 static_assert(offsetof(cudaMemAccessDesc, location) ==

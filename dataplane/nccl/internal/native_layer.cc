@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace rankd::dataplane::nccl::internal {
 namespace {
 
@@ -23,8 +25,16 @@ NativeLayer::~NativeLayer() { impl_->Detach(); }
 
 absl::StatusOr<NativeLayer::Scope> NativeLayer::Admit(
     const AdmissionRequest& request) {
-  return impl_->CommFor(request.scope, request.operation, request.flag,
-                        request.capability);
+  auto comm = impl_->CommFor(request.scope, request.operation, request.flag,
+                             request.capability);
+  if (!comm.ok()) return comm;
+  // Not told to the peers: their records would go on this same stream.
+  absl::Status capture = impl_->RefuseIfCapturing(
+      impl_->stream(),
+      absl::StrCat(request.operation, " on ", request.scope.ToString()),
+      "the session's stream");
+  if (!capture.ok()) return capture;
+  return comm;
 }
 
 absl::StatusOr<ValueSubmission> NativeLayer::AllReduceSum(

@@ -50,6 +50,9 @@ class NativeLayer {
     return impl_->descriptor();
   }
   DistributedCapabilities capabilities() const { return impl_->capabilities(); }
+  // The engine's admission (SessionImpl::CommFor), then: FailedPrecondition
+  // when the session's stream takes part in a CUDA graph capture (refused
+  // before any native work; the session stays usable).
   absl::StatusOr<Scope> Admit(const AdmissionRequest& request);
   size_t MemberCount(const Scope& comm) const { return comm->members.size(); }
   size_t LocalMember(const Scope& comm) const { return comm->local_rank; }

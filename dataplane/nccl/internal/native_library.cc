@@ -206,6 +206,15 @@ absl::Status ResolveCudaRuntime(void* h, const std::string& path,
           &missing);
   Resolve(h, "cudaMemPoolSetAccess", &api->MemPoolSetAccess, &missing);
   Resolve(h, "cudaMemPoolSetAttribute", &api->MemPoolSetAttribute, &missing);
+  Resolve(h, "cudaMemPoolGetAttribute", &api->MemPoolGetAttribute, &missing);
+  Resolve(h, "cudaMemPoolGetAccess", &api->MemPoolGetAccess, &missing);
+  Resolve(h, "cudaMemPoolCreate", &api->MemPoolCreate, &missing);
+  Resolve(h, "cudaMemPoolDestroy", &api->MemPoolDestroy, &missing);
+  Resolve(h, "cudaMallocFromPoolAsync", &api->MallocFromPoolAsync, &missing);
+  Resolve(h, "cudaStreamIsCapturing", &api->StreamIsCapturing, &missing);
+  Resolve(h, "cudaStreamBeginCapture", &api->StreamBeginCapture, &missing);
+  Resolve(h, "cudaStreamEndCapture", &api->StreamEndCapture, &missing);
+  Resolve(h, "cudaGraphDestroy", &api->GraphDestroy, &missing);
   if (absl::Status s = MissingFunctions("the CUDA runtime", api->path, missing);
       !s.ok()) {
     return s;

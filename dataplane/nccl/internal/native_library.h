@@ -75,6 +75,17 @@ struct CudaRuntimeApi {
   CudaError (*MemPoolSetAccess)(CudaMemPool, const CudaMemAccessDesc*,
                                 size_t count);
   CudaError (*MemPoolSetAttribute)(CudaMemPool, int attr, void* value);
+  CudaError (*MemPoolGetAttribute)(CudaMemPool, int attr, void* value);
+  CudaError (*MemPoolGetAccess)(int* flags, CudaMemPool, CudaMemLocation*);
+  CudaError (*MemPoolCreate)(CudaMemPool*, const CudaMemPoolProps*);
+  CudaError (*MemPoolDestroy)(CudaMemPool);
+  CudaError (*MallocFromPoolAsync)(void**, size_t, CudaMemPool, CudaStream);
+  // Graph capture: rankd only asks (cudaStreamIsCapturing); tests begin
+  // and end captures.
+  CudaError (*StreamIsCapturing)(CudaStream, int* status);
+  CudaError (*StreamBeginCapture)(CudaStream, int mode);
+  CudaError (*StreamEndCapture)(CudaStream, CudaGraph*);
+  CudaError (*GraphDestroy)(CudaGraph);
 
   // Driver API (optional): cuInit, cuDeviceGet, cuDeviceGetName,
   // cuDevicePrimaryCtxGetState; from the runtime's own file when it exports

@@ -820,6 +820,13 @@ UnitResult SubmitLocal(absl::Span<const DeviceTensor* const> values,
           " is not on the executor's device cuda:", stream->device()));
     }
   }
+  if (absl::Status s =
+          CheckNotCapturing(stream->get(), stream->device(),
+                            "nccl backend: submit_local_dependencies: the "
+                            "executor's stream");
+      !s.ok()) {
+    return s;
+  }
   auto event = CudaEvent::Create(stream->device());
   if (!event.ok()) return event.status();
   for (const DeviceTensor* value : values) {

@@ -16,6 +16,19 @@
 #include "dataplane/nccl/internal/operation_agreement.h"
 
 namespace rankd::dataplane::nccl::internal {
+namespace {
+
+// What a cause that poisons the session answers. The contract keeps
+// InvalidArgument for a refusal that leaves the session usable
+// (docs/contract.md), so a poisoning disagreement (found after the payload
+// moved, or by op_timeout's diagnosis) keeps its message but becomes
+// FailedPrecondition: the session must be reopened.
+absl::Status AsPoisonCause(const absl::Status& cause) {
+  if (cause.code() != absl::StatusCode::kInvalidArgument) return cause;
+  return absl::FailedPreconditionError(cause.message());
+}
+
+}  // namespace
 
 absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
     DistributedSessionDescriptor descriptor, ControlPlane* control_plane,
@@ -42,9 +55,9 @@ absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
         "nccl backend: session timeouts and intervals must be positive");
   }
   if (options.device < -1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("nccl backend: device ", options.device,
-                     " is not valid (-1 picks the rank's index on its node)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: device ", options.device,
+        " is not valid (-1 lets the visible device count decide)"));
   }
   if (!options.tag.has_value()) {
     auto number =
@@ -200,7 +213,7 @@ void SessionImpl::Poison(const absl::Status& cause) {
   poison_.Poison(cause.ok() ? absl::InternalError(
                                   "nccl backend: session poisoned without a "
                                   "cause")
-                            : cause);
+                            : AsPoisonCause(cause));
 }
 
 absl::Status SessionImpl::FailClosed(const absl::Status& status) const {
@@ -297,6 +310,15 @@ absl::Status SessionImpl::CheckUsable() {
     return PoisonStatus();
   }
   return absl::OkStatus();
+}
+
+absl::Status SessionImpl::RefuseIfCapturing(
+    const std::shared_ptr<CudaStream>& stream, absl::string_view operation,
+    absl::string_view whose) const {
+  if (stream == nullptr) return absl::OkStatus();
+  return CheckNotCapturing(
+      stream->get(), stream->device(),
+      absl::StrCat("nccl backend: ", operation, ": ", whose));
 }
 
 absl::Status SessionImpl::Fail(const absl::Status& cause) {
@@ -469,9 +491,15 @@ absl::Status SessionImpl::RefuseWithPeers(OpPlan plan,
   if (!peers_wait || !PoisonStatus().ok() || detached_.load()) return refusal;
   // The record goes on the session's stream when the operation's own one
   // is what was wrong.
-  if (plan.stream == nullptr || plan.stream->device() != device()) {
+  if (plan.stream == nullptr || plan.stream->device() != device() ||
+      !RefuseIfCapturing(plan.stream, plan.name, "the stream").ok()) {
     plan.stream = stream();
     if (plan.stream == nullptr) return refusal;
+  }
+  // The record itself must not be captured (it would never arrive): when
+  // the session's stream is capturing too, the refusal cannot be told.
+  if (!RefuseIfCapturing(plan.stream, plan.name, "the session's stream").ok()) {
+    return refusal;
   }
   plan.canonical = kRefusedCanonical;
   // A batch is described by its first transfer's route, as SubmitBatch does.
@@ -669,8 +697,9 @@ absl::StatusOr<Submitted> SessionImpl::Submit(OpPlan plan) {
       if (agreement != nullptr) {
         op->SetVerifier(
             [agreement, where = where(), canonical = what.canonical] {
-              return agreement->Verify(where, canonical,
-                                       VerdictPoint::kAfterPayload);
+              // The payload moved: the verdict poisons.
+              return AsPoisonCause(agreement->Verify(
+                  where, canonical, VerdictPoint::kAfterPayload));
             });
       }
     } else if (payload) {
@@ -732,23 +761,23 @@ absl::Status SessionImpl::InitializeLocked() {
         absl::StrCat("nccl backend: ", probe.reason,
                      "; every NCCL capability is reported false"));
   }
-  // One GPU per rank: by default the rank's index on its node picks it,
-  // and a node that runs more ranks than it has GPUs fails here, before
-  // any communicator exists (sharing a GPU would fail later inside NCCL,
-  // with an error that does not say why).
-  if (options_.device < 0) {
-    absl::Status fits =
-        CheckOneGpuPerRank(descriptor_.ranks_on_node(),
-                           descriptor_.world_size(), probe.device_count);
-    if (!fits.ok()) {
+  // One GPU per rank. By default the visible device count decides
+  // (DefaultDevice, nccl_types.h): the local rank's device where the
+  // process sees its node's GPUs, its one device where it sees one; an
+  // ambiguous count fails here, before any communicator exists (sharing a
+  // GPU would fail later inside NCCL, with an error that does not say why).
+  int device = options_.device;
+  if (device < 0) {
+    absl::StatusOr<int> chosen =
+        DefaultDevice(descriptor_.local_rank(), descriptor_.ranks_on_node(),
+                      descriptor_.world_size(), probe.device_count);
+    if (!chosen.ok()) {
       absl::MutexLock lock(&mu_);
-      unavailable_reason_ = std::string(fits.message());
-      return fits;
+      unavailable_reason_ = std::string(chosen.status().message());
+      return chosen.status();
     }
+    device = *chosen;
   }
-  const int device = options_.device >= 0
-                         ? options_.device
-                         : static_cast<int>(descriptor_.local_rank());
   if (device >= probe.device_count) {
     absl::Status s = absl::InvalidArgumentError(
         absl::StrCat("nccl backend: device ", device, " does not exist (",

@@ -198,6 +198,14 @@ class SessionImpl final : public NcclOpOwner,
                            absl::string_view operation) const;
   // Poison cause, or the job failure (which poisons and aborts).
   absl::Status CheckUsable();
+  // FailedPrecondition ("nccl backend: <operation>: <whose> is capturing a
+  // CUDA graph ...", CheckNotCapturing in cuda_stream.h) when `stream`
+  // takes part in a CUDA graph capture; OK otherwise (also for a null
+  // stream, which the callers refuse themselves). A refusal, not a
+  // failure: called before any native work, nothing is poisoned.
+  absl::Status RefuseIfCapturing(const std::shared_ptr<CudaStream>& stream,
+                                 absl::string_view operation,
+                                 absl::string_view whose) const;
   // Output memory; a failure poisons.
   absl::StatusOr<DeviceTensor> AllocateOutput(
       const ValueDescriptor& descriptor,

@@ -7,19 +7,39 @@
 //
 // What it imitates, and where it is stricter than the real thing:
 //   - Devices: $RANKD_STANDIN_DEVICES (default 4) "GPUs" whose memory is
-//     host memory. Every device pointer is checked against the live
-//     allocations (a bad one fails the call with cudaErrorInvalidValue,
-//     where real CUDA may fault later). A thread that never called
-//     cudaSetDevice uses device 0 and creates its primary context on the
-//     first call that needs one, as the real runtime does.
+//     host memory, of which the process sees those CUDA_VISIBLE_DEVICES
+//     lists (by index; it stops at the first entry that is not a new
+//     index, as CUDA does): ordinal i is the i-th listed GPU, which PCI bus
+//     ids, names and NCCL's duplicate-GPU check go by. Every device pointer
+//     is checked against the live allocations (a bad one fails the call
+//     with cudaErrorInvalidValue, where real CUDA may fault later). A
+//     thread that never called cudaSetDevice uses device 0 and creates its
+//     primary context on the first call that needs one, as the real
+//     runtime does.
 //   - Streams: one worker thread each, running queued work in order
 //     (copies, memsets, host functions, event records and waits, NCCL
 //     kernels). cudaFree waits for every stream of its device, as the real
 //     call synchronizes the device. cudaMemcpy2DAsync refuses pitches above
 //     cudaDevAttrMaxPitch (2^31 - 1 unless a test lowers it).
+//   - Graph capture: between cudaStreamBeginCapture and
+//     cudaStreamEndCapture the work queued on a stream (NCCL kernels
+//     included) is recorded, not run; cudaStreamIsCapturing says so; an
+//     event recorded there is captured (cudaEventQuery and
+//     cudaEventSynchronize fail with cudaErrorCapturedEvent), and a stream
+//     that waits for it joins the capture; cudaStreamSynchronize on a
+//     capturing stream fails and invalidates the capture. Not modelled:
+//     capture modes (what other threads may call meanwhile), the legacy
+//     stream's implicit dependency on capturing blocking streams, joined
+//     streams that never join back, and launching graphs.
 //   - Memory pools: cudaMallocAsync memory belongs to its device's default
-//     pool and is readable by another device only after
-//     cudaMemPoolSetAccess granted it.
+//     pool, cudaMallocFromPoolAsync memory to a pool cudaMemPoolCreate
+//     made; either is readable by another device only after
+//     cudaMemPoolSetAccess granted it. Each pool counts the attribute and
+//     access changes made to it, and reports its release threshold and
+//     access (cudaMemPoolGetAttribute, cudaMemPoolGetAccess).
+//   - Errors on demand: tests make the next calls of an NCCL function
+//     return a chosen ncclResult_t, or the next kernel fail asynchronously
+//     (standin_control.h).
 //   - NCCL: communicators of one unique id form a clique inside this
 //     process (ranks are threads); init is non-blocking when asked
 //     (ncclInProgress until every rank joined; two ranks on one device fail
@@ -85,8 +105,20 @@ using rankd::dataplane::nccl::testing::Contribution;
 
 struct CUstream_st;
 struct CUevent_st;
+// A memory pool: a device's default one, or one cudaMemPoolCreate made.
+// Never freed (test-only; a destroyed pool is only marked).
 struct CUmemPoolHandle_st {
-  int device;
+  int device = 0;  // the visible ordinal its memory is on
+  bool is_default = false;
+  bool destroyed = false;
+  std::set<int> readers;  // devices that may access it (its own always)
+  uint64_t release_threshold = 0;
+  // cudaMemPoolSetAccess and cudaMemPoolSetAttribute calls on it.
+  int64_t changes = 0;
+};
+// A captured sequence of work (cudaStreamEndCapture); never launched here.
+struct CUgraph_st {
+  std::vector<std::function<void()>> nodes;
 };
 struct ncclComm;
 
@@ -105,28 +137,76 @@ int EnvInt(const char* name, int fallback, int lo, int hi) {
   return std::clamp(n, lo, hi);
 }
 
+// One visible device. Indices into Devices() are the ordinals CUDA calls
+// see; `physical` is the stand-in GPU behind one ($RANKD_STANDIN_DEVICES
+// counts those), as CUDA_VISIBLE_DEVICES maps ordinals to GPUs.
 struct Device {
+  int physical = 0;
   bool primary_context = false;
-  std::set<int> pool_readers;  // devices granted access to the default pool
-  uint64_t release_threshold = 0;
   int running_kernels = 0;
   CudaError sticky_error = native::kCudaSuccess;
-  CUmemPoolHandle_st pool;
+  CUmemPoolHandle_st* default_pool = nullptr;
 };
+
+// The physical GPUs this process sees, in ordinal order: all of them
+// without CUDA_VISIBLE_DEVICES; else its comma-separated indices up to the
+// first entry that is not a new index below `physical_count` (as CUDA
+// stops at the first invalid entry; UUIDs and MIG names are not modelled).
+std::vector<int> VisibleDevices(int physical_count) {
+  std::vector<int> visible;
+  const char* mask = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (mask == nullptr) {
+    for (int i = 0; i < physical_count; ++i) visible.push_back(i);
+    return visible;
+  }
+  std::string rest = mask;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    std::string entry = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    entry.erase(0, entry.find_first_not_of(' '));
+    entry.erase(entry.find_last_not_of(' ') + 1);
+    if (entry.empty() ||
+        entry.find_first_not_of("0123456789") != std::string::npos) {
+      break;
+    }
+    const int index = std::atoi(entry.c_str());
+    if (index >= physical_count ||
+        std::find(visible.begin(), visible.end(), index) != visible.end()) {
+      break;
+    }
+    visible.push_back(index);
+  }
+  return visible;
+}
 
 std::vector<Device>& Devices() {
   static auto* devices = [] {
-    auto* d =
-        new std::vector<Device>(EnvInt("RANKD_STANDIN_DEVICES", 4, 0, 64));
+    const std::vector<int> visible =
+        VisibleDevices(EnvInt("RANKD_STANDIN_DEVICES", 4, 0, 64));
+    auto* d = new std::vector<Device>(visible.size());
     for (size_t i = 0; i < d->size(); ++i) {
-      (*d)[i].pool.device = static_cast<int>(i);
-      (*d)[i].pool_readers.insert(static_cast<int>(i));
+      (*d)[i].physical = visible[i];
+      auto* pool = new CUmemPoolHandle_st();
+      pool->device = static_cast<int>(i);
+      pool->is_default = true;
+      pool->readers.insert(static_cast<int>(i));
+      (*d)[i].default_pool = pool;
     }
     return d;
   }();
   return *devices;
 }
 int DeviceCount() { return static_cast<int>(Devices().size()); }
+// Every pool, to check handles (g_mu held).
+std::set<CUmemPoolHandle_st*>& PoolsLocked() {
+  static auto* pools = [] {
+    auto* p = new std::set<CUmemPoolHandle_st*>();
+    for (Device& d : Devices()) p->insert(d.default_pool);
+    return p;
+  }();
+  return *pools;
+}
 std::atomic<size_t> g_max_pitch{2147483647};
 size_t MaxPitch() { return g_max_pitch.load(); }
 std::atomic<int64_t> g_streams_created{0};
@@ -158,7 +238,7 @@ int ContextDevice() {
 struct Allocation {
   size_t size;
   int device;
-  bool pooled;
+  CUmemPoolHandle_st* pool;  // null for cudaMalloc memory
 };
 std::map<uintptr_t, Allocation>& Allocations() {
   static auto* a = new std::map<uintptr_t, Allocation>();
@@ -182,11 +262,11 @@ bool IsDeviceMemory(const void* p, size_t bytes) {
   return FindLocked(p, bytes) != nullptr;
 }
 
-void* NewDeviceMemory(size_t bytes, int device, bool pooled) {
+void* NewDeviceMemory(size_t bytes, int device, CUmemPoolHandle_st* pool) {
   void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
   if (p == nullptr) return nullptr;
   std::lock_guard<std::mutex> lock(g_mu);
-  Allocations()[reinterpret_cast<uintptr_t>(p)] = {bytes, device, pooled};
+  Allocations()[reinterpret_cast<uintptr_t>(p)] = {bytes, device, pool};
   g_allocation_count.fetch_add(1);
   return p;
 }
@@ -204,6 +284,14 @@ bool FreeDeviceMemory(void* p) {
 
 // --- streams and events -------------------------------------------------
 
+// A graph capture under way (cudaStreamBeginCapture): the work queued on
+// its streams is recorded, not run, as CUDA records it into a graph.
+struct Capture {
+  CUstream_st* origin = nullptr;  // where it began and must end
+  int status = native::kCudaStreamCaptureStatusActive;
+  std::vector<std::function<void()>> recorded;
+};
+
 struct CUstream_st {
   int device = 0;
   uint64_t serial = 0;                      // unique for the process's life
@@ -211,11 +299,16 @@ struct CUstream_st {
   uint64_t queued = 0;                      // guarded by g_mu
   uint64_t finished = 0;                    // guarded by g_mu
   bool destroyed = false;                   // guarded by g_mu
+  // Set while it takes part in a capture (began it, or joined it by
+  // waiting for an event recorded inside it); guarded by g_mu.
+  std::shared_ptr<Capture> capture;
 };
 
 struct CUevent_st {
   int device = 0;
   std::shared_ptr<bool> done;  // null until recorded; guarded by g_mu
+  // Set when last recorded inside a capture; guarded by g_mu.
+  std::shared_ptr<Capture> capture;
 };
 
 namespace {
@@ -272,11 +365,19 @@ CUstream_st* Resolve(CUstream_st* s) {
   return s == nullptr ? DefaultStream() : s;
 }
 
-void Enqueue(CUstream_st* s, std::function<void()> work) {
-  std::lock_guard<std::mutex> lock(g_mu);
+// Queues `work` on `s`, or records it when `s` is capturing (g_mu held).
+void EnqueueLocked(CUstream_st* s, std::function<void()> work) {
+  if (s->capture != nullptr) {
+    s->capture->recorded.push_back(std::move(work));
+    return;
+  }
   s->queue.push_back(std::move(work));
   ++s->queued;
   g_cv.notify_all();
+}
+void Enqueue(CUstream_st* s, std::function<void()> work) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  EnqueueLocked(s, std::move(work));
 }
 
 // Waits until every stream of `device` ran what was queued so far.
@@ -370,7 +471,7 @@ STANDIN_API CudaError cudaDeviceGetPCIBusId(char* id, int len, int device) {
   if (id == nullptr || len <= 0 || device < 0 || device >= DeviceCount()) {
     return Fail(native::kCudaErrorInvalidValue);
   }
-  std::snprintf(id, len, "0000:%02x:00.0", device + 1);
+  std::snprintf(id, len, "0000:%02x:00.0", Devices()[device].physical + 1);
   return native::kCudaSuccess;
 }
 STANDIN_API CudaError cudaDriverGetVersion(int* v) {
@@ -416,17 +517,25 @@ STANDIN_API CudaError cudaDeviceGetDefaultMemPool(native::CudaMemPool* pool,
   if (pool == nullptr || device < 0 || device >= DeviceCount()) {
     return Fail(native::kCudaErrorInvalidValue);
   }
-  *pool = &Devices()[device].pool;
+  *pool = Devices()[device].default_pool;
   return native::kCudaSuccess;
 }
+namespace {
+// Whether `pool` is a live pool (g_mu held).
+bool LivePoolLocked(const CUmemPoolHandle_st* pool) {
+  return pool != nullptr &&
+         PoolsLocked().count(const_cast<CUmemPoolHandle_st*>(pool)) != 0 &&
+         !pool->destroyed;
+}
+}  // namespace
 STANDIN_API CudaError
 cudaMemPoolSetAccess(native::CudaMemPool pool,
                      const native::CudaMemAccessDesc* descs, size_t count) {
-  if (pool == nullptr || (descs == nullptr && count > 0)) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!LivePoolLocked(pool) || (descs == nullptr && count > 0)) {
     return Fail(native::kCudaErrorInvalidValue);
   }
-  std::lock_guard<std::mutex> lock(g_mu);
-  Device& owner = Devices()[pool->device];
+  ++pool->changes;
   for (size_t i = 0; i < count; ++i) {
     const auto& d = descs[i];
     if (d.location.type != native::kCudaMemLocationTypeDevice ||
@@ -434,22 +543,71 @@ cudaMemPoolSetAccess(native::CudaMemPool pool,
       return Fail(native::kCudaErrorInvalidValue);
     }
     if (d.flags == native::kCudaMemAccessFlagsProtReadWrite) {
-      owner.pool_readers.insert(d.location.id);
+      pool->readers.insert(d.location.id);
     } else if (d.location.id != pool->device) {
-      owner.pool_readers.erase(d.location.id);
+      pool->readers.erase(d.location.id);
     }
   }
   return native::kCudaSuccess;
 }
 STANDIN_API CudaError cudaMemPoolSetAttribute(native::CudaMemPool pool,
                                               int attr, void* value) {
-  if (pool == nullptr || value == nullptr ||
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!LivePoolLocked(pool) || value == nullptr ||
       attr != native::kCudaMemPoolAttrReleaseThreshold) {
     return Fail(native::kCudaErrorInvalidValue);
   }
+  ++pool->changes;
+  pool->release_threshold = *static_cast<const uint64_t*>(value);
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaMemPoolGetAttribute(native::CudaMemPool pool,
+                                              int attr, void* value) {
   std::lock_guard<std::mutex> lock(g_mu);
-  Devices()[pool->device].release_threshold =
-      *static_cast<const uint64_t*>(value);
+  if (!LivePoolLocked(pool) || value == nullptr ||
+      attr != native::kCudaMemPoolAttrReleaseThreshold) {
+    return Fail(native::kCudaErrorInvalidValue);
+  }
+  *static_cast<uint64_t*>(value) = pool->release_threshold;
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaMemPoolGetAccess(int* flags, native::CudaMemPool pool,
+                                           native::CudaMemLocation* location) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (flags == nullptr || location == nullptr || !LivePoolLocked(pool) ||
+      location->type != native::kCudaMemLocationTypeDevice ||
+      location->id < 0 || location->id >= DeviceCount()) {
+    return Fail(native::kCudaErrorInvalidValue);
+  }
+  *flags = pool->readers.count(location->id) != 0
+               ? native::kCudaMemAccessFlagsProtReadWrite
+               : native::kCudaMemAccessFlagsProtNone;
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaMemPoolCreate(native::CudaMemPool* pool,
+                                        const native::CudaMemPoolProps* props) {
+  if (pool == nullptr || props == nullptr ||
+      props->alloc_type != native::kCudaMemAllocationTypePinned ||
+      props->handle_types != native::kCudaMemHandleTypeNone ||
+      props->location.type != native::kCudaMemLocationTypeDevice ||
+      props->location.id < 0 || props->location.id >= DeviceCount()) {
+    return Fail(native::kCudaErrorInvalidValue);
+  }
+  auto* created = new CUmemPoolHandle_st();
+  created->device = props->location.id;
+  created->readers.insert(props->location.id);
+  std::lock_guard<std::mutex> lock(g_mu);
+  PoolsLocked().insert(created);
+  *pool = created;
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaMemPoolDestroy(native::CudaMemPool pool) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  // A device's default pool cannot be destroyed.
+  if (!LivePoolLocked(pool) || pool->is_default) {
+    return Fail(native::kCudaErrorInvalidValue);
+  }
+  pool->destroyed = true;
   return native::kCudaSuccess;
 }
 
@@ -471,6 +629,11 @@ STANDIN_API CudaError cudaStreamDestroy(native::CudaStream s) {
 STANDIN_API CudaError cudaStreamSynchronize(native::CudaStream stream) {
   CUstream_st* s = Resolve(stream);
   std::unique_lock<std::mutex> lock(g_mu);
+  if (s->capture != nullptr) {  // not allowed while capturing: invalidates
+    s->capture->status = native::kCudaStreamCaptureStatusInvalidated;
+    lock.unlock();
+    return Fail(native::kCudaErrorStreamCaptureUnsupported);
+  }
   const uint64_t target = s->queued;
   g_cv.wait(lock, [&] { return s->finished >= target; });
   CudaError sticky = Devices()[s->device].sticky_error;
@@ -510,6 +673,11 @@ STANDIN_API CudaError cudaEventRecord(native::CudaEvent e,
   {
     std::unique_lock<std::mutex> lock(g_mu);
     ContextDeviceLocked();
+    if (s->capture != nullptr) {  // captured: a graph node, never reached
+      e->capture = s->capture;
+      e->done = nullptr;
+      return native::kCudaSuccess;
+    }
     if (g_hold_record_ms > 0) {
       const int ms = g_hold_record_ms;
       const uint64_t aborts = g_aborts;
@@ -517,6 +685,7 @@ STANDIN_API CudaError cudaEventRecord(native::CudaEvent e,
       g_cv.wait_for(lock, std::chrono::milliseconds(ms),
                     [&] { return g_aborts > aborts; });
     }
+    e->capture = nullptr;
     e->done = done;
   }
   Enqueue(s, [done] {
@@ -529,6 +698,7 @@ STANDIN_API CudaError cudaEventQuery(native::CudaEvent e) {
   if (e == nullptr) return Fail(native::kCudaErrorInvalidResourceHandle);
   std::lock_guard<std::mutex> lock(g_mu);
   ContextDeviceLocked();
+  if (e->capture != nullptr) return Fail(native::kCudaErrorCapturedEvent);
   CudaError sticky = Devices()[e->device].sticky_error;
   if (sticky != native::kCudaSuccess) return Fail(sticky);
   if (e->done == nullptr || *e->done) return native::kCudaSuccess;
@@ -538,6 +708,7 @@ STANDIN_API CudaError cudaEventSynchronize(native::CudaEvent e) {
   if (e == nullptr) return Fail(native::kCudaErrorInvalidResourceHandle);
   std::unique_lock<std::mutex> lock(g_mu);
   ContextDeviceLocked();
+  if (e->capture != nullptr) return Fail(native::kCudaErrorCapturedEvent);
   std::shared_ptr<bool> done = e->done;
   const int device = e->device;
   g_cv.wait(lock, [&] { return done == nullptr || *done; });
@@ -549,17 +720,78 @@ STANDIN_API CudaError cudaStreamWaitEvent(native::CudaStream stream,
                                           native::CudaEvent e,
                                           unsigned /*flags*/) {
   if (e == nullptr) return Fail(native::kCudaErrorInvalidResourceHandle);
-  std::shared_ptr<bool> done;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    ContextDeviceLocked();
-    done = e->done;
+  CUstream_st* s = Resolve(stream);
+  std::lock_guard<std::mutex> lock(g_mu);
+  ContextDeviceLocked();
+  if (e->capture != nullptr) {
+    // Waiting for work recorded inside a capture joins that capture, as
+    // in CUDA (cross-stream capture); two captures never merge.
+    if (s->capture != nullptr && s->capture != e->capture) {
+      return Fail(native::kCudaErrorIllegalState);
+    }
+    s->capture = e->capture;
+    return native::kCudaSuccess;
   }
+  std::shared_ptr<bool> done = e->done;
   if (done == nullptr) return native::kCudaSuccess;
-  Enqueue(Resolve(stream), [done] {
+  EnqueueLocked(s, [done] {
     std::unique_lock<std::mutex> lock(g_mu);
     g_cv.wait(lock, [&] { return *done; });
   });
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaStreamBeginCapture(native::CudaStream stream,
+                                             int mode) {
+  // The legacy default stream cannot capture.
+  if (stream == nullptr)
+    return Fail(native::kCudaErrorStreamCaptureUnsupported);
+  if (mode != native::kCudaStreamCaptureModeGlobal &&
+      mode != native::kCudaStreamCaptureModeThreadLocal &&
+      mode != native::kCudaStreamCaptureModeRelaxed) {
+    return Fail(native::kCudaErrorInvalidValue);
+  }
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (stream->capture != nullptr) return Fail(native::kCudaErrorIllegalState);
+  stream->capture = std::make_shared<Capture>();
+  stream->capture->origin = stream;
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaStreamEndCapture(native::CudaStream stream,
+                                           native::CudaGraph* graph) {
+  if (stream == nullptr || graph == nullptr) {
+    return Fail(native::kCudaErrorInvalidValue);
+  }
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::shared_ptr<Capture> capture = stream->capture;
+  if (capture == nullptr) return Fail(native::kCudaErrorIllegalState);
+  if (capture->origin != stream) {
+    capture->status = native::kCudaStreamCaptureStatusInvalidated;
+    return Fail(native::kCudaErrorStreamCaptureUnmatched);
+  }
+  // Every stream that joined leaves with it (CUDA would refuse a capture
+  // whose joined streams were not joined back: not modelled).
+  for (CUstream_st* s : Streams()) {
+    if (s->capture == capture) s->capture = nullptr;
+  }
+  *graph = nullptr;
+  if (capture->status != native::kCudaStreamCaptureStatusActive) {
+    return Fail(native::kCudaErrorStreamCaptureInvalidated);
+  }
+  *graph = new CUgraph_st{std::move(capture->recorded)};
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaStreamIsCapturing(native::CudaStream stream,
+                                            int* status) {
+  if (status == nullptr) return Fail(native::kCudaErrorInvalidValue);
+  CUstream_st* s = Resolve(stream);
+  std::lock_guard<std::mutex> lock(g_mu);
+  *status = s->capture == nullptr ? native::kCudaStreamCaptureStatusNone
+                                  : s->capture->status;
+  return native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaGraphDestroy(native::CudaGraph graph) {
+  if (graph == nullptr) return Fail(native::kCudaErrorInvalidValue);
+  delete graph;
   return native::kCudaSuccess;
 }
 
@@ -567,7 +799,7 @@ STANDIN_API CudaError cudaStreamWaitEvent(native::CudaStream stream,
 
 STANDIN_API CudaError cudaMalloc(void** p, size_t bytes) {
   if (p == nullptr) return Fail(native::kCudaErrorInvalidValue);
-  *p = NewDeviceMemory(bytes, ContextDevice(), false);
+  *p = NewDeviceMemory(bytes, ContextDevice(), nullptr);
   return *p == nullptr ? Fail(native::kCudaErrorMemoryAllocation)
                        : native::kCudaSuccess;
 }
@@ -588,7 +820,22 @@ STANDIN_API CudaError cudaMallocAsync(void** p, size_t bytes,
                                       native::CudaStream stream) {
   if (p == nullptr) return Fail(native::kCudaErrorInvalidValue);
   (void)ContextDevice();
-  *p = NewDeviceMemory(bytes, Resolve(stream)->device, true);
+  const int device = Resolve(stream)->device;
+  *p = NewDeviceMemory(bytes, device, Devices()[device].default_pool);
+  return *p == nullptr ? Fail(native::kCudaErrorMemoryAllocation)
+                       : native::kCudaSuccess;
+}
+STANDIN_API CudaError cudaMallocFromPoolAsync(void** p, size_t bytes,
+                                              native::CudaMemPool pool,
+                                              native::CudaStream stream) {
+  if (p == nullptr) return Fail(native::kCudaErrorInvalidValue);
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!LivePoolLocked(pool)) return Fail(native::kCudaErrorInvalidValue);
+  }
+  (void)ContextDevice();
+  (void)Resolve(stream);
+  *p = NewDeviceMemory(bytes, pool->device, pool);
   return *p == nullptr ? Fail(native::kCudaErrorMemoryAllocation)
                        : native::kCudaSuccess;
 }
@@ -658,7 +905,7 @@ STANDIN_API native::CuResult cuDeviceGet(native::CuDevice* d, int ordinal) {
 STANDIN_API native::CuResult cuDeviceGetName(char* name, int len,
                                              native::CuDevice d) {
   if (name == nullptr || len <= 0 || d < 0 || d >= DeviceCount()) return 101;
-  std::snprintf(name, len, "rankd CPU stand-in GPU %d", d);
+  std::snprintf(name, len, "rankd CPU stand-in GPU %d", Devices()[d].physical);
   return 0;
 }
 STANDIN_API native::CuResult cuDevicePrimaryCtxGetState(native::CuDevice d,
@@ -849,6 +1096,7 @@ struct Clique {
 struct CommState {
   std::shared_ptr<Clique> clique;
   int rank = 0, nranks = 0, device = 0;
+  int physical = 0;  // the GPU behind `device` (duplicates are by GPU)
   bool blocking = true;
   bool init_done = false;
   bool aborted = false;
@@ -883,6 +1131,58 @@ thread_local std::vector<PendingOp> t_group_ops;
 thread_local NcclResult t_group_error = native::kNcclSuccess;
 thread_local std::string t_nccl_error;
 
+const char* NcclResultName(NcclResult r) {
+  switch (r) {
+    case native::kNcclSuccess:
+      return "ncclSuccess";
+    case native::kNcclUnhandledCudaError:
+      return "ncclUnhandledCudaError";
+    case native::kNcclSystemError:
+      return "ncclSystemError";
+    case native::kNcclInternalError:
+      return "ncclInternalError";
+    case native::kNcclInvalidArgument:
+      return "ncclInvalidArgument";
+    case native::kNcclInvalidUsage:
+      return "ncclInvalidUsage";
+    case native::kNcclRemoteError:
+      return "ncclRemoteError";
+    case native::kNcclInProgress:
+      return "ncclInProgress";
+    default:
+      return "an unknown ncclResult_t";
+  }
+}
+
+// rankd_standin_fail_nccl_calls: per function name, the result and how
+// many more calls return it (guarded by g_mu).
+struct Injection {
+  NcclResult result = native::kNcclSuccess;
+  int remaining = 0;
+};
+std::map<std::string, Injection>& Injections() {
+  static auto* i = new std::map<std::string, Injection>();
+  return *i;
+}
+// rankd_standin_fail_next_kernel (guarded by g_mu).
+NcclResult g_fail_next_kernel = native::kNcclSuccess;
+
+// The injected result of this call of `function`, or ncclSuccess (then
+// the call runs as usual). An injected call does nothing else, and
+// ncclGetLastError says it was injected.
+NcclResult Injected(const char* function) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = Injections().find(function);
+  if (it == Injections().end() || it->second.remaining <= 0) {
+    return native::kNcclSuccess;
+  }
+  const NcclResult r = it->second.result;
+  if (--it->second.remaining == 0) Injections().erase(it);
+  t_nccl_error = std::string("stand-in: injected ") + NcclResultName(r) +
+                 " in " + function;
+  return r;
+}
+
 NcclResult CommError(CommState* c, NcclResult r, std::string text) {
   if (c != nullptr) c->last_error = text;
   t_nccl_error = std::move(text);
@@ -895,8 +1195,8 @@ bool Readable(int reader_device, const void* p, size_t bytes) {
   if (bytes == 0) return true;
   const Allocation* a = FindLocked(p, bytes);
   if (a == nullptr) return false;
-  if (!a->pooled || a->device == reader_device) return true;
-  return Devices()[a->device].pool_readers.count(reader_device) != 0;
+  if (a->pool == nullptr || a->device == reader_device) return true;
+  return a->pool->readers.count(reader_device) != 0;
 }
 
 // An illegal-address fault on `c`'s device (g_mu held).
@@ -1109,6 +1409,20 @@ void RunKernel(const std::shared_ptr<CommState>& cs,
   Device& device = Devices()[c->device];
   ++device.running_kernels;
   ++c->running;
+  if (g_fail_next_kernel != native::kNcclSuccess) {
+    // An injected asynchronous failure: reported through
+    // ncclCommGetAsyncError; the kernel then stays until aborted, as a
+    // failed NCCL kernel does, and writes nothing.
+    c->async = g_fail_next_kernel;
+    c->last_error = std::string("stand-in: injected asynchronous ") +
+                    NcclResultName(g_fail_next_kernel);
+    g_fail_next_kernel = native::kNcclSuccess;
+    PollUntil(lock, c, [] { return false; });
+    --c->running;
+    --device.running_kernels;
+    g_cv.notify_all();
+    return;
+  }
   Clique& q = *c->clique;
   CliqueDirectory* directory = q.directory.get();
   std::vector<std::shared_ptr<Message>> sent;    // in process
@@ -1249,7 +1563,6 @@ NcclResult Launch(ncclComm* comm, CUstream_st* stream,
       }
     }
     ++cs->launches;
-    ++cs->queued;
     if (!cs->connected && cs->clique->directory == nullptr) {
       bool all = true;
       for (const auto& m : cs->clique->members) all = all && m->launches > 0;
@@ -1268,14 +1581,19 @@ NcclResult Launch(ncclComm* comm, CUstream_st* stream,
     if (!connected && cs->async == native::kNcclSuccess) {
       cs->async = native::kNcclInProgress;
     }
+    // On a capturing stream the kernel is recorded into the graph, as
+    // NCCL's launch is captured: it does not run, nor count as queued.
+    if (s->capture == nullptr) ++cs->queued;
+    auto shared_ops = std::make_shared<std::vector<PendingOp>>(std::move(ops));
+    EnqueueLocked(s, [cs, shared_ops] { RunKernel(cs, shared_ops); });
   }
-  auto shared_ops = std::make_shared<std::vector<PendingOp>>(std::move(ops));
-  Enqueue(s, [cs, shared_ops] { RunKernel(cs, shared_ops); });
   return connected ? native::kNcclSuccess : native::kNcclInProgress;
 }
 
-NcclResult Submit(ncclComm* comm, CUstream_st* stream, PendingOp op) {
-  NcclResult r = Validate(comm, stream, op);
+NcclResult Submit(const char* function, ncclComm* comm, CUstream_st* stream,
+                  PendingOp op) {
+  NcclResult r = Injected(function);
+  if (r == native::kNcclSuccess) r = Validate(comm, stream, op);
   if (t_group_depth > 0) {
     if (r != native::kNcclSuccess) {
       if (t_group_error == native::kNcclSuccess) t_group_error = r;
@@ -1300,7 +1618,7 @@ std::vector<int> JoinedDevices(const Clique& q) {
   if (q.directory != nullptr) return q.directory->JoinedDevices();
   if (q.joined < q.nranks) return {};
   std::vector<int> devices;
-  for (const auto& member : q.members) devices.push_back(member->device);
+  for (const auto& member : q.members) devices.push_back(member->physical);
   return devices;
 }
 
@@ -1316,6 +1634,8 @@ NcclResult JoinClique(ncclComm** out, int nranks,
   auto cs = std::make_shared<CommState>();
   std::unique_lock<std::mutex> lock(g_mu);
   cs->device = ContextDeviceLocked();
+  cs->physical =
+      cs->device < DeviceCount() ? Devices()[cs->device].physical : cs->device;
   std::string key(id.internal, sizeof(id.internal));
   std::shared_ptr<Clique> q = Cliques()[key].lock();
   if (q == nullptr) {
@@ -1341,7 +1661,7 @@ NcclResult JoinClique(ncclComm** out, int nranks,
   cs->rank = rank;
   cs->nranks = nranks;
   cs->blocking = blocking;
-  if (q->directory != nullptr && !q->directory->Join(rank, cs->device)) {
+  if (q->directory != nullptr && !q->directory->Join(rank, cs->physical)) {
     return CommError(nullptr, native::kNcclSystemError,
                      "stand-in: clique directory: cannot record the join");
   }
@@ -1365,12 +1685,12 @@ void SettleInit(CommState* c) {
   c->init_done = true;
   c->async = native::kNcclSuccess;
   for (int r = 0; r < q.nranks; ++r) {
-    if (r != c->rank && devices[r] == c->device) {
+    if (r != c->rank && devices[r] == c->physical) {
       c->async = native::kNcclInvalidUsage;
       c->last_error = "Duplicate GPU detected : rank " +
                       std::to_string(c->rank) + " and rank " +
                       std::to_string(r) + " both on CUDA device " +
-                      std::to_string(c->device);
+                      std::to_string(c->physical);
     }
   }
 }
@@ -1392,6 +1712,9 @@ STANDIN_API NcclResult ncclGetVersion(int* v) {
 }
 STANDIN_API NcclResult ncclGetUniqueId(native::NcclUniqueId* id) {
   if (id == nullptr) return native::kNcclInvalidArgument;
+  if (NcclResult r = Injected("ncclGetUniqueId"); r != native::kNcclSuccess) {
+    return r;
+  }
   static std::mutex mu;
   static std::mt19937_64 rng(std::random_device{}());
   std::lock_guard<std::mutex> lock(mu);
@@ -1404,18 +1727,30 @@ STANDIN_API NcclResult ncclGetUniqueId(native::NcclUniqueId* id) {
 STANDIN_API NcclResult ncclCommInitRankConfig(ncclComm** comm, int nranks,
                                               native::NcclUniqueId id, int rank,
                                               native::NcclConfig* config) {
+  if (NcclResult r = Injected("ncclCommInitRankConfig");
+      r != native::kNcclSuccess) {
+    return r;
+  }
   return JoinClique(comm, nranks, id, rank, config);
 }
 STANDIN_API NcclResult ncclCommInitRankScalable(ncclComm** comm, int nranks,
                                                 int rank, int nids,
                                                 native::NcclUniqueId* ids,
                                                 native::NcclConfig* config) {
+  if (NcclResult r = Injected("ncclCommInitRankScalable");
+      r != native::kNcclSuccess) {
+    return r;
+  }
   if (nids < 1 || ids == nullptr) return native::kNcclInvalidArgument;
   return JoinClique(comm, nranks, ids[0], rank, config);
 }
 STANDIN_API NcclResult ncclCommGetAsyncError(ncclComm* comm,
                                              NcclResult* state) {
   if (comm == nullptr || state == nullptr) return native::kNcclInvalidArgument;
+  if (NcclResult r = Injected("ncclCommGetAsyncError");
+      r != native::kNcclSuccess) {
+    return r;
+  }
   CommState* c = comm->state.get();
   std::lock_guard<std::mutex> lock(g_mu);
   SettleInit(c);
@@ -1434,6 +1769,9 @@ STANDIN_API NcclResult ncclCommGetAsyncError(ncclComm* comm,
 }
 STANDIN_API NcclResult ncclCommFinalize(ncclComm* comm) {
   if (comm == nullptr) return native::kNcclInvalidArgument;
+  if (NcclResult r = Injected("ncclCommFinalize"); r != native::kNcclSuccess) {
+    return r;
+  }
   CommState* c = comm->state.get();
   std::unique_lock<std::mutex> lock(g_mu);
   c->finalizing = true;
@@ -1501,32 +1839,35 @@ STANDIN_API NcclResult ncclAllReduce(const void* send, void* recv, size_t count,
                                      int type, int op, ncclComm* comm,
                                      native::CudaStream s) {
   PendingOp p{OpKind::kAllReduce, send, recv, count, type, op};
-  return Submit(comm, s, p);
+  return Submit("ncclAllReduce", comm, s, p);
 }
 STANDIN_API NcclResult ncclAllGather(const void* send, void* recv, size_t count,
                                      int type, ncclComm* comm,
                                      native::CudaStream s) {
   PendingOp p{OpKind::kAllGather, send, recv, count, type};
-  return Submit(comm, s, p);
+  return Submit("ncclAllGather", comm, s, p);
 }
 STANDIN_API NcclResult ncclBroadcast(const void* send, void* recv, size_t count,
                                      int type, int root, ncclComm* comm,
                                      native::CudaStream s) {
   PendingOp p{OpKind::kBroadcast, send, recv, count, type, 0, root};
-  return Submit(comm, s, p);
+  return Submit("ncclBroadcast", comm, s, p);
 }
 STANDIN_API NcclResult ncclSend(const void* send, size_t count, int type,
                                 int peer, ncclComm* comm,
                                 native::CudaStream s) {
   PendingOp p{OpKind::kSend, send, nullptr, count, type, 0, peer};
-  return Submit(comm, s, p);
+  return Submit("ncclSend", comm, s, p);
 }
 STANDIN_API NcclResult ncclRecv(void* recv, size_t count, int type, int peer,
                                 ncclComm* comm, native::CudaStream s) {
   PendingOp p{OpKind::kRecv, nullptr, recv, count, type, 0, peer};
-  return Submit(comm, s, p);
+  return Submit("ncclRecv", comm, s, p);
 }
 STANDIN_API NcclResult ncclGroupStart() {
+  if (NcclResult r = Injected("ncclGroupStart"); r != native::kNcclSuccess) {
+    return r;
+  }
   if (t_group_depth++ == 0) {
     t_group_targets.clear();
     t_group_ops.clear();
@@ -1542,6 +1883,11 @@ STANDIN_API NcclResult ncclGroupEnd() {
   auto targets = std::move(t_group_targets);
   t_group_targets.clear();
   if (t_group_error != native::kNcclSuccess) return t_group_error;
+  // Injected after the group closed: its calls are dropped, as NCCL drops
+  // a group whose end failed.
+  if (NcclResult r = Injected("ncclGroupEnd"); r != native::kNcclSuccess) {
+    return r;
+  }
   if (ops.empty()) return native::kNcclSuccess;
   return Launch(targets[0].first, targets[0].second, std::move(ops));
 }
@@ -1576,8 +1922,31 @@ STANDIN_API int64_t rankd_standin_streams_created(void) {
 STANDIN_API int64_t rankd_standin_allocations(void) {
   return g_allocation_count.load();
 }
+STANDIN_API int64_t rankd_standin_default_pool_changes(int device) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (device < 0 || device >= DeviceCount()) return -1;
+  return Devices()[device].default_pool->changes;
+}
+STANDIN_API int rankd_standin_physical_device(int device) {
+  if (device < 0 || device >= DeviceCount()) return -1;
+  return Devices()[device].physical;
+}
+STANDIN_API void rankd_standin_fail_nccl_calls(const char* function, int result,
+                                               int count) {
+  if (function == nullptr) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (count <= 0 || result == native::kNcclSuccess) {
+    Injections().erase(function);
+  } else {
+    Injections()[function] = {result, count};
+  }
+}
+STANDIN_API void rankd_standin_fail_next_kernel(int result) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_fail_next_kernel = result;
+}
 STANDIN_API int rankd_standin_pool_access(int owner, int peer) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (owner < 0 || owner >= DeviceCount()) return 0;
-  return Devices()[owner].pool_readers.count(peer) != 0 ? 1 : 0;
+  return Devices()[owner].default_pool->readers.count(peer) != 0 ? 1 : 0;
 }

@@ -32,7 +32,12 @@ const StandinControl* Resolve() {
       Find(handle, "rankd_standin_set_max_pitch", &control.set_max_pitch) &&
       Find(handle, "rankd_standin_streams_created", &control.streams_created) &&
       Find(handle, "rankd_standin_allocations", &control.allocations) &&
-      Find(handle, "rankd_standin_pool_access", &control.pool_access);
+      Find(handle, "rankd_standin_pool_access", &control.pool_access) &&
+      Find(handle, "rankd_standin_default_pool_changes",
+           &control.default_pool_changes) &&
+      Find(handle, "rankd_standin_physical_device", &control.physical_device) &&
+      Find(handle, "rankd_standin_fail_nccl_calls", &control.fail_nccl_calls) &&
+      Find(handle, "rankd_standin_fail_next_kernel", &control.fail_next_kernel);
   return ok ? &control : nullptr;
 }
 

@@ -33,6 +33,23 @@ int64_t rankd_standin_streams_created(void);
 int64_t rankd_standin_allocations(void);
 // Whether memory of `owner`'s default pool is accessible from `peer`.
 int rankd_standin_pool_access(int owner, int peer);
+// cudaMemPoolSetAccess and cudaMemPoolSetAttribute calls made so far on
+// `device`'s default pool (-1 for no such device).
+int64_t rankd_standin_default_pool_changes(int device);
+// The stand-in GPU behind visible ordinal `device` (CUDA_VISIBLE_DEVICES
+// maps them), or -1.
+int rankd_standin_physical_device(int device);
+// The next `count` calls of the NCCL function named `function` (e.g.
+// "ncclAllReduce", "ncclGroupEnd", "ncclCommInitRankConfig",
+// "ncclCommGetAsyncError") return `result` and do nothing else;
+// ncclGetLastError then says the error was injected. A count <= 0 or
+// ncclSuccess clears that function's injection.
+void rankd_standin_fail_nccl_calls(const char* function, int result, int count);
+// The next NCCL kernel that starts (any communicator) fails
+// asynchronously with `result`: its communicator's ncclCommGetAsyncError
+// reports it, and the kernel stays, writing nothing, until the
+// communicator is aborted, as a failed NCCL kernel does.
+void rankd_standin_fail_next_kernel(int result);
 }
 
 namespace rankd::dataplane::nccl::testing {
@@ -46,6 +63,10 @@ struct StandinControl {
   int64_t (*streams_created)();
   int64_t (*allocations)();
   int (*pool_access)(int owner, int peer);
+  int64_t (*default_pool_changes)(int device);
+  int (*physical_device)(int device);
+  void (*fail_nccl_calls)(const char* function, int result, int count);
+  void (*fail_next_kernel)(int result);
 };
 
 // The stand-in loaded in this process, or null (real libraries, or none).
