@@ -23,9 +23,16 @@
 //   - NCCL: communicators of one unique id form a clique inside this
 //     process (ranks are threads); init is non-blocking when asked
 //     (ncclInProgress until every rank joined; two ranks on one device fail
-//     as NCCL's "Duplicate GPU detected"). Like NCCL, peers connect on
-//     first use: on a non-blocking communicator the first launch answers
-//     ncclInProgress until every rank launched once. Collectives match by
+//     as NCCL's "Duplicate GPU detected"). Launches follow NCCL 2.28's
+//     group.cc: on a non-blocking communicator of 2+ ranks every group end
+//     (and call outside a group) starts a thread that launches the work
+//     and answers ncclInProgress, as ncclCommGetAsyncError does until that
+//     thread queued the work; using the communicator before then is
+//     ncclInvalidArgument, and one with an asynchronous error refuses new
+//     work with it. A blocking communicator launches in the caller. Like
+//     NCCL, peers connect on first use: the first launch waits (in the
+//     caller or the launch thread) until every rank launched once. A
+//     one-rank communicator launches at once. Collectives match by
 //     their sequence number on the communicator; a kernel waits (forever,
 //     like a real one) for all peers, reading peers' buffers directly as
 //     NCCL's same-process P2P transport does, so pool memory a peer may
@@ -49,10 +56,13 @@
 //     then waits until aborted. Kernels poll the directory every
 //     millisecond.
 //
-// Depends only on the C++ standard library and internal/native_abi.h (the
-// same declarations rankd's loader uses, checked against NVIDIA's headers
-// by native_abi_conformance_test). Test-control functions are declared in
-// testing/standin_control.h. Only the C entry points are exported.
+// Depends only on the C++ standard library, getrusage and
+// internal/native_abi.h (the same declarations rankd's loader uses,
+// checked against NVIDIA's headers by native_abi_conformance_test).
+// Test-control functions are declared in testing/standin_control.h. Only the C
+// entry points are exported.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -136,6 +146,11 @@ uint64_t g_aborts = 0;
 
 thread_local int t_device = -1;  // -1: never chosen (device 0)
 thread_local CudaError t_last_error = native::kCudaSuccess;
+// rankd_standin_thread_host_syncs: the calling thread's waits for device
+// work (synchronize calls, events polled while not ready), and the event
+// record it last found not ready (one wait however often it is polled).
+thread_local int64_t t_host_syncs = 0;
+thread_local std::weak_ptr<bool> t_polled_record;
 
 CudaError Fail(CudaError e) {
   t_last_error = e;
@@ -272,11 +287,15 @@ CUstream_st* Resolve(CUstream_st* s) {
   return s == nullptr ? DefaultStream() : s;
 }
 
-void Enqueue(CUstream_st* s, std::function<void()> work) {
-  std::lock_guard<std::mutex> lock(g_mu);
+// Queues `work` on `s` (g_mu held).
+void EnqueueLocked(CUstream_st* s, std::function<void()> work) {
   s->queue.push_back(std::move(work));
   ++s->queued;
   g_cv.notify_all();
+}
+void Enqueue(CUstream_st* s, std::function<void()> work) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  EnqueueLocked(s, std::move(work));
 }
 
 // Waits until every stream of `device` ran what was queued so far.
@@ -469,6 +488,7 @@ STANDIN_API CudaError cudaStreamDestroy(native::CudaStream s) {
   return native::kCudaSuccess;
 }
 STANDIN_API CudaError cudaStreamSynchronize(native::CudaStream stream) {
+  ++t_host_syncs;
   CUstream_st* s = Resolve(stream);
   std::unique_lock<std::mutex> lock(g_mu);
   const uint64_t target = s->queued;
@@ -532,10 +552,15 @@ STANDIN_API CudaError cudaEventQuery(native::CudaEvent e) {
   CudaError sticky = Devices()[e->device].sticky_error;
   if (sticky != native::kCudaSuccess) return Fail(sticky);
   if (e->done == nullptr || *e->done) return native::kCudaSuccess;
+  if (t_polled_record.lock() != e->done) {
+    t_polled_record = e->done;
+    ++t_host_syncs;
+  }
   return native::kCudaErrorNotReady;
 }
 STANDIN_API CudaError cudaEventSynchronize(native::CudaEvent e) {
   if (e == nullptr) return Fail(native::kCudaErrorInvalidResourceHandle);
+  ++t_host_syncs;
   std::unique_lock<std::mutex> lock(g_mu);
   ContextDeviceLocked();
   std::shared_ptr<bool> done = e->done;
@@ -848,6 +873,7 @@ struct Clique {
 
 struct CommState {
   std::shared_ptr<Clique> clique;
+  uint64_t serial = 0;  // unique for the process's life
   int rank = 0, nranks = 0, device = 0;
   bool blocking = true;
   bool init_done = false;
@@ -860,6 +886,7 @@ struct CommState {
   std::map<int, uint64_t> sent_to, received_from;
   int queued = 0;   // kernels queued, not yet started
   int running = 0;  // kernels inside
+  int jobs = 0;     // non-blocking group ends still launching (Launch)
   NcclResult async = native::kNcclInProgress;
   std::string last_error;
 };
@@ -882,6 +909,30 @@ thread_local std::vector<std::pair<ncclComm*, CUstream_st*>> t_group_targets;
 thread_local std::vector<PendingOp> t_group_ops;
 thread_local NcclResult t_group_error = native::kNcclSuccess;
 thread_local std::string t_nccl_error;
+
+// What rankd_standin_thread_launch_waits reports for the calling thread:
+// its launches that answered ncclInProgress, and how often it blocked (a
+// voluntary context switch: a sleep, a contended lock) between such a
+// launch and the ncclCommGetAsyncError that saw the work enqueued, outside
+// the stand-in's own calls; "early" when it had waited less than
+// kEarlyBlock since the launch when it left the stand-in to block. A
+// caller that spins or yields first blocks only in long waits (a loaded
+// machine can make NCCL's thread wait milliseconds for a CPU); one that
+// sleeps between polls blocks early in every launch.
+constexpr auto kEarlyBlock = std::chrono::milliseconds(1);
+thread_local int64_t t_in_progress_launches = 0;
+thread_local int64_t t_launch_blocks = 0;
+thread_local int64_t t_early_launch_blocks = 0;
+thread_local uint64_t t_awaited_comm = 0;       // CommState::serial; 0: none
+thread_local int64_t t_switches_at_return = 0;  // when it left the stand-in
+thread_local std::chrono::steady_clock::time_point t_launched, t_returned;
+std::atomic<uint64_t> g_comm_serials{0};
+
+int64_t VoluntarySwitches() {
+  rusage usage{};
+  getrusage(RUSAGE_THREAD, &usage);
+  return usage.ru_nvcsw;
+}
 
 NcclResult CommError(CommState* c, NcclResult r, std::string text) {
   if (c != nullptr) c->last_error = text;
@@ -1204,6 +1255,14 @@ NcclResult Validate(ncclComm* comm, CUstream_st* stream, PendingOp& op) {
                      "communicator is not ready (initializing, finalizing "
                      "or aborted)");
   }
+  // ncclCommEnsureReady: a non-blocking communicator is used only once
+  // its previous call finished, and one with an error refuses with it.
+  if (c->async == native::kNcclInProgress) {
+    return CommError(c, native::kNcclInvalidArgument,
+                     "Attempt to use communicator before the previous "
+                     "operation returned ncclSuccess");
+  }
+  if (c->async != native::kNcclSuccess) return c->async;
   const size_t size = TypeSize(op.type);
   if (size == 0) return CommError(c, native::kNcclInvalidArgument, "bad type");
   if (op.kind == OpKind::kAllReduce && op.red_op != native::kNcclSum &&
@@ -1236,42 +1295,79 @@ NcclResult Validate(ncclComm* comm, CUstream_st* stream, PendingOp& op) {
   return native::kNcclSuccess;
 }
 
+// Whether every rank of `c`'s clique launched once, so that its peers are
+// connected (g_mu held).
+bool ConnectedLocked(CommState* c) {
+  if (!c->connected && c->clique->directory != nullptr) {
+    c->connected = c->clique->directory->AllLaunched();
+  }
+  return c->connected;
+}
+
+// What ncclGroupEnd (or a call outside a group) does with the calls of one
+// communicator and stream, as NCCL 2.28 does (group.cc, enqueue.cc):
+//   - one rank: the work is queued at once (NCCL copies locally);
+//   - blocking: the caller connects the peers on first use (waits until
+//     every rank launched once, or the communicator is aborted) and queues
+//     the work before it returns ncclSuccess;
+//   - non-blocking: a new thread does that (ncclGroupEnd's per-call
+//     pthread_create), and the call answers ncclInProgress, as does
+//     ncclCommGetAsyncError, until the work is queued.
 NcclResult Launch(ncclComm* comm, CUstream_st* stream,
                   std::vector<PendingOp> ops) {
   std::shared_ptr<CommState> cs = comm->state;
   CUstream_st* s = Resolve(stream);
-  bool connected;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    for (PendingOp& op : ops) {
-      if (op.kind != OpKind::kSend && op.kind != OpKind::kRecv) {
-        op.seq = cs->next_seq++;
-      }
-    }
-    ++cs->launches;
-    ++cs->queued;
-    if (!cs->connected && cs->clique->directory == nullptr) {
-      bool all = true;
-      for (const auto& m : cs->clique->members) all = all && m->launches > 0;
-      if (all) {
-        for (const auto& m : cs->clique->members) m->connected = true;
-      }
-    }
-    if (!cs->connected && cs->clique->directory != nullptr) {
-      CliqueDirectory& directory = *cs->clique->directory;
-      if (cs->launches == 1 && !directory.MarkLaunched(cs->rank)) {
-        DirectoryError(cs.get(), "record the first launch");
-      }
-      cs->connected = directory.AllLaunched();
-    }
-    connected = cs->connected || cs->blocking;
-    if (!connected && cs->async == native::kNcclSuccess) {
-      cs->async = native::kNcclInProgress;
+  std::unique_lock<std::mutex> lock(g_mu);
+  for (PendingOp& op : ops) {
+    if (op.kind != OpKind::kSend && op.kind != OpKind::kRecv) {
+      op.seq = cs->next_seq++;
     }
   }
+  ++cs->launches;
+  if (!cs->connected && cs->clique->directory == nullptr) {
+    bool all = true;
+    for (const auto& m : cs->clique->members) all = all && m->launches > 0;
+    if (all) {
+      for (const auto& m : cs->clique->members) m->connected = true;
+      g_cv.notify_all();
+    }
+  }
+  if (!cs->connected && cs->clique->directory != nullptr && cs->launches == 1 &&
+      !cs->clique->directory->MarkLaunched(cs->rank)) {
+    DirectoryError(cs.get(), "record the first launch");
+    return cs->async;
+  }
   auto shared_ops = std::make_shared<std::vector<PendingOp>>(std::move(ops));
-  Enqueue(s, [cs, shared_ops] { RunKernel(cs, shared_ops); });
-  return connected ? native::kNcclSuccess : native::kNcclInProgress;
+  auto kernel = [cs, shared_ops] { RunKernel(cs, shared_ops); };
+  if (cs->nranks == 1 || cs->blocking) {
+    if (!PollUntil(lock, cs.get(), [&] { return ConnectedLocked(cs.get()); })) {
+      return CommError(cs.get(), native::kNcclInternalError,
+                       "stand-in: aborted while connecting to the peers");
+    }
+    ++cs->queued;
+    EnqueueLocked(s, std::move(kernel));
+    return native::kNcclSuccess;
+  }
+  cs->async = native::kNcclInProgress;
+  ++cs->jobs;
+  std::thread([cs, s, kernel = std::move(kernel)]() mutable {
+    std::unique_lock<std::mutex> lock(g_mu);
+    if (PollUntil(lock, cs.get(), [&] { return ConnectedLocked(cs.get()); })) {
+      ++cs->queued;
+      EnqueueLocked(s, std::move(kernel));
+      if (cs->async == native::kNcclInProgress) {
+        cs->async = native::kNcclSuccess;
+      }
+    }
+    --cs->jobs;
+    g_cv.notify_all();
+  }).detach();
+  lock.unlock();
+  ++t_in_progress_launches;
+  t_awaited_comm = cs->serial;
+  t_switches_at_return = VoluntarySwitches();
+  t_launched = t_returned = std::chrono::steady_clock::now();
+  return native::kNcclInProgress;
 }
 
 NcclResult Submit(ncclComm* comm, CUstream_st* stream, PendingOp op) {
@@ -1314,6 +1410,7 @@ NcclResult JoinClique(ncclComm** out, int nranks,
                         config->blocking == native::kNcclConfigUndefInt ||
                         config->blocking != 0;
   auto cs = std::make_shared<CommState>();
+  cs->serial = g_comm_serials.fetch_add(1) + 1;
   std::unique_lock<std::mutex> lock(g_mu);
   cs->device = ContextDeviceLocked();
   std::string key(id.internal, sizeof(id.internal));
@@ -1417,19 +1514,28 @@ STANDIN_API NcclResult ncclCommGetAsyncError(ncclComm* comm,
                                              NcclResult* state) {
   if (comm == nullptr || state == nullptr) return native::kNcclInvalidArgument;
   CommState* c = comm->state.get();
-  std::lock_guard<std::mutex> lock(g_mu);
-  SettleInit(c);
-  if (c->init_done && c->async == native::kNcclInProgress) {
-    if (c->finalizing) {
-      if (c->queued == 0 && c->running == 0) c->async = native::kNcclSuccess;
-    } else {
-      if (!c->connected && c->clique->directory != nullptr) {
-        c->connected = c->clique->directory->AllLaunched();
-      }
-      if (c->connected) c->async = native::kNcclSuccess;
-    }
+  const bool awaited = t_awaited_comm != 0 && t_awaited_comm == c->serial;
+  if (awaited) {
+    const int64_t blocks = VoluntarySwitches() - t_switches_at_return;
+    t_launch_blocks += blocks;
+    if (t_returned - t_launched < kEarlyBlock) t_early_launch_blocks += blocks;
   }
-  *state = c->async;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    SettleInit(c);
+    // A launch's progress is its group job's (Launch); a finalize's is
+    // the end of the communicator's kernels.
+    if (c->init_done && c->async == native::kNcclInProgress && c->finalizing &&
+        c->queued == 0 && c->running == 0 && c->jobs == 0) {
+      c->async = native::kNcclSuccess;
+    }
+    *state = c->async;
+  }
+  if (awaited && *state != native::kNcclInProgress) t_awaited_comm = 0;
+  if (awaited) {
+    t_switches_at_return = VoluntarySwitches();
+    t_returned = std::chrono::steady_clock::now();
+  }
   return native::kNcclSuccess;
 }
 STANDIN_API NcclResult ncclCommFinalize(ncclComm* comm) {
@@ -1439,7 +1545,8 @@ STANDIN_API NcclResult ncclCommFinalize(ncclComm* comm) {
   c->finalizing = true;
   if (c->async == native::kNcclSuccess) c->async = native::kNcclInProgress;
   if (!c->blocking) return native::kNcclInProgress;
-  g_cv.wait(lock, [&] { return c->queued == 0 && c->running == 0; });
+  g_cv.wait(lock,
+            [&] { return c->queued == 0 && c->running == 0 && c->jobs == 0; });
   c->async = native::kNcclSuccess;
   return native::kNcclSuccess;
 }
@@ -1454,7 +1561,10 @@ NcclResult TearDown(ncclComm* comm) {
   Revoke(c.get());
   {
     std::unique_lock<std::mutex> lock(g_mu);
-    g_cv.wait(lock, [&] { return Devices()[c->device].running_kernels == 0; });
+    // Like ncclCommAbort, which joins the group job still launching.
+    g_cv.wait(lock, [&] {
+      return c->jobs == 0 && Devices()[c->device].running_kernels == 0;
+    });
   }
   delete comm;
   return native::kNcclSuccess;
@@ -1580,4 +1690,15 @@ STANDIN_API int rankd_standin_pool_access(int owner, int peer) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (owner < 0 || owner >= DeviceCount()) return 0;
   return Devices()[owner].pool_readers.count(peer) != 0 ? 1 : 0;
+}
+STANDIN_API void rankd_standin_thread_launch_waits(
+    int64_t* in_progress_launches, int64_t* blocks, int64_t* early_blocks) {
+  if (in_progress_launches != nullptr) {
+    *in_progress_launches = t_in_progress_launches;
+  }
+  if (blocks != nullptr) *blocks = t_launch_blocks;
+  if (early_blocks != nullptr) *early_blocks = t_early_launch_blocks;
+}
+STANDIN_API int64_t rankd_standin_thread_host_syncs(void) {
+  return t_host_syncs;
 }

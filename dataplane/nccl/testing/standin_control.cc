@@ -32,7 +32,11 @@ const StandinControl* Resolve() {
       Find(handle, "rankd_standin_set_max_pitch", &control.set_max_pitch) &&
       Find(handle, "rankd_standin_streams_created", &control.streams_created) &&
       Find(handle, "rankd_standin_allocations", &control.allocations) &&
-      Find(handle, "rankd_standin_pool_access", &control.pool_access);
+      Find(handle, "rankd_standin_pool_access", &control.pool_access) &&
+      Find(handle, "rankd_standin_thread_launch_waits",
+           &control.thread_launch_waits) &&
+      Find(handle, "rankd_standin_thread_host_syncs",
+           &control.thread_host_syncs);
   return ok ? &control : nullptr;
 }
 

@@ -33,6 +33,22 @@ int64_t rankd_standin_streams_created(void);
 int64_t rankd_standin_allocations(void);
 // Whether memory of `owner`'s default pool is accessible from `peer`.
 int rankd_standin_pool_access(int owner, int peer);
+// For the calling thread: its NCCL launches on non-blocking communicators
+// of 2+ ranks (each answers ncclInProgress until NCCL's launch thread
+// queued the work); how often it blocked (a voluntary context switch: a
+// sleep or a contended lock) between such a launch and the
+// ncclCommGetAsyncError that saw the work queued, outside the stand-in's
+// own calls; and how many of those blocks were early: the caller left the
+// stand-in to block less than 1 ms after the launch. A caller that sleeps
+// between polls blocks early in every launch; one that spins or yields
+// first blocks only in long waits (a loaded machine can keep NCCL's new
+// thread from a CPU for milliseconds).
+void rankd_standin_thread_launch_waits(int64_t* in_progress_launches,
+                                       int64_t* blocks, int64_t* early_blocks);
+// For the calling thread: its waits for device work so far
+// (cudaStreamSynchronize, cudaEventSynchronize, and each event record it
+// found not ready with cudaEventQuery, once however often it polled it).
+int64_t rankd_standin_thread_host_syncs(void);
 }
 
 namespace rankd::dataplane::nccl::testing {
@@ -46,6 +62,9 @@ struct StandinControl {
   int64_t (*streams_created)();
   int64_t (*allocations)();
   int (*pool_access)(int owner, int peer);
+  void (*thread_launch_waits)(int64_t* in_progress_launches, int64_t* blocks,
+                              int64_t* early_blocks);
+  int64_t (*thread_host_syncs)();
 };
 
 // The stand-in loaded in this process, or null (real libraries, or none).
