@@ -226,6 +226,10 @@ struct CUstream_st {
   uint64_t queued = 0;                      // guarded by g_mu
   uint64_t finished = 0;                    // guarded by g_mu
   bool destroyed = false;                   // guarded by g_mu
+  // Wakes the stream's worker alone (with g_mu): new work or destruction.
+  // The rest of the stand-in waits on g_cv, which wakes every waiter, so
+  // that a launch would wake every idle stream of the process.
+  std::condition_variable work_cv;
 };
 
 struct CUevent_st {
@@ -246,7 +250,7 @@ void StreamWorker(CUstream_st* s) {
   t_device = s->device;
   std::unique_lock<std::mutex> lock(g_mu);
   while (true) {
-    g_cv.wait(lock, [s] { return s->destroyed || !s->queue.empty(); });
+    s->work_cv.wait(lock, [s] { return s->destroyed || !s->queue.empty(); });
     if (s->queue.empty()) break;
     std::function<void()> work = std::move(s->queue.front());
     s->queue.pop_front();
@@ -291,7 +295,7 @@ CUstream_st* Resolve(CUstream_st* s) {
 void EnqueueLocked(CUstream_st* s, std::function<void()> work) {
   s->queue.push_back(std::move(work));
   ++s->queued;
-  g_cv.notify_all();
+  s->work_cv.notify_one();
 }
 void Enqueue(CUstream_st* s, std::function<void()> work) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -484,7 +488,7 @@ STANDIN_API CudaError cudaStreamDestroy(native::CudaStream s) {
   if (s == nullptr) return Fail(native::kCudaErrorInvalidResourceHandle);
   std::lock_guard<std::mutex> lock(g_mu);
   s->destroyed = true;
-  g_cv.notify_all();
+  s->work_cv.notify_one();
   return native::kCudaSuccess;
 }
 STANDIN_API CudaError cudaStreamSynchronize(native::CudaStream stream) {
@@ -848,6 +852,7 @@ struct Slot {
   std::vector<const PendingOp*> ops;  // by rank; null until arrived
   std::vector<CommState*> comms;      // by rank
   int arrived = 0, departed = 0;
+  bool computing = false;  // the last rank moves the bytes without g_mu
   bool done = false;
 };
 
@@ -857,6 +862,7 @@ struct Message {
   size_t bytes;
   int sender_device;
   bool consumed = false;
+  bool copying = false;  // a receiver reads `data` without g_mu
 };
 
 struct Clique {
@@ -989,8 +995,10 @@ std::vector<char> Result(OpKind kind, int type, int red_op, int root,
   return out;
 }
 
-// Computes a complete slot's outputs for every rank (g_mu held).
-void Compute(Slot& slot) {
+// Computes a complete slot's outputs for every rank (g_mu held through
+// `lock`; the bytes move without it, as a device moves them without the
+// host, so that other ranks' calls are not held up by a large collective).
+void Compute(std::unique_lock<std::mutex>& lock, Slot& slot) {
   const size_t bytes = slot.count * TypeSize(slot.type);
   const int n = static_cast<int>(slot.ops.size());
   std::vector<bool> faulted(n, false);
@@ -1011,6 +1019,7 @@ void Compute(Slot& slot) {
   }
   std::vector<const void*> inputs;
   for (const PendingOp* op : slot.ops) inputs.push_back(op->send);
+  lock.unlock();
   const std::vector<char> out =
       Result(slot.kind, slot.type, slot.red_op, slot.root, slot.count, inputs);
   for (int r = 0; r < n; ++r) {
@@ -1018,6 +1027,7 @@ void Compute(Slot& slot) {
       std::memcpy(slot.ops[r]->recv, out.data(), out.size());
     }
   }
+  lock.lock();
 }
 
 // A failed file operation of a directory clique: an asynchronous system
@@ -1114,11 +1124,14 @@ bool Participate(std::unique_lock<std::mutex>& lock, CommState* c,
   slot.comms[c->rank] = c;
   ++slot.arrived;
   if (slot.arrived == q.nranks && !slot.mismatch) {
-    Compute(slot);
+    // Every rank's buffers stay put meanwhile: none leaves while computing.
+    slot.computing = true;
+    Compute(lock, slot);
+    slot.computing = false;
     slot.done = true;
     g_cv.notify_all();
   }
-  g_cv.wait(lock, [&] { return slot.done || c->aborted; });
+  g_cv.wait(lock, [&] { return slot.done || (c->aborted && !slot.computing); });
   if (!slot.done) {  // leave: the peers wait for this rank forever
     slot.ops[c->rank] = nullptr;
     slot.comms[c->rank] = nullptr;
@@ -1129,9 +1142,10 @@ bool Participate(std::unique_lock<std::mutex>& lock, CommState* c,
   return true;
 }
 
-// A receive's bytes arrived: checks and copies them (g_mu held).
-void Deliver(CommState* c, const PendingOp& op, const void* data,
-             size_t sent_bytes, bool readable) {
+// A receive's bytes arrived: whether they may be copied; reports why not
+// (g_mu held).
+bool Deliverable(CommState* c, const PendingOp& op, size_t sent_bytes,
+                 bool readable) {
   const size_t bytes = op.count * TypeSize(op.type);
   if (sent_bytes != bytes) {
     c->async = native::kNcclInvalidUsage;
@@ -1144,8 +1158,9 @@ void Deliver(CommState* c, const PendingOp& op, const void* data,
           "stand-in: received from another device's pool memory not "
           "made accessible by cudaMemPoolSetAccess");
   } else {
-    std::memcpy(op.recv, data, bytes);
+    return true;
   }
+  return false;
 }
 
 // The kernel of one launch: posts its sends, runs its collectives, takes
@@ -1201,7 +1216,9 @@ void RunKernel(const std::shared_ptr<CommState>& cs,
       });
       if (!ok) break;
       ++c->received_from[op.root];
-      Deliver(c, op, data.data(), data.size(), true);
+      if (Deliverable(c, op, data.size(), true)) {
+        std::memcpy(op.recv, data.data(), data.size());
+      }
       continue;
     }
     auto& channel = q.channels[{op.root, c->rank}];
@@ -1212,8 +1229,17 @@ void RunKernel(const std::shared_ptr<CommState>& cs,
     }
     std::shared_ptr<Message> m = channel.front();
     channel.pop_front();
-    Deliver(c, op, m->data, m->bytes,
-            Readable(c->device, m->data, op.count * TypeSize(op.type)));
+    if (Deliverable(
+            c, op, m->bytes,
+            Readable(c->device, m->data, op.count * TypeSize(op.type)))) {
+      // Without g_mu (the sender's kernel waits for `consumed`, and an
+      // aborted one for `copying`, so its buffer stays).
+      m->copying = true;
+      lock.unlock();
+      std::memcpy(op.recv, m->data, m->bytes);
+      lock.lock();
+      m->copying = false;
+    }
     m->consumed = true;
     g_cv.notify_all();
   }
@@ -1229,6 +1255,12 @@ void RunKernel(const std::shared_ptr<CommState>& cs,
     });
   }
   if (c->aborted) {  // withdraw what nobody took: its memory may go away
+    g_cv.wait(lock, [&] {
+      for (const auto& m : sent) {
+        if (m->copying) return false;
+      }
+      return true;
+    });
     for (auto& [key, channel] : q.channels) {
       channel.erase(std::remove_if(channel.begin(), channel.end(),
                                    [&](const std::shared_ptr<Message>& m) {
