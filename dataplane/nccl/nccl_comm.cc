@@ -1,6 +1,8 @@
 #include "dataplane/nccl/nccl_comm.h"
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -35,6 +37,27 @@ namespace {
 // The loaded NCCL. Only called where a communicator exists (so NCCL
 // loaded), or after LoadNccl() succeeded.
 const internal::NcclApi& Nccl() { return **internal::LoadNccl(); }
+
+// How Enqueue waits for NCCL's group thread (nccl_comm.h). It takes tens
+// of microseconds in steady state, so a sleep would be most of the call.
+// Yielding lets that thread run where the CPUs are busy (it may wait
+// milliseconds for one on a loaded machine); waits longer than kYieldFor
+// (peers connecting on first use, a device far behind, a missing peer)
+// sleep, so that a stuck launch does not hold a core.
+constexpr absl::Duration kSpinFor = absl::Microseconds(5);
+constexpr absl::Duration kYieldFor = absl::Milliseconds(10);
+constexpr absl::Duration kFirstSleep = absl::Microseconds(50);
+constexpr absl::Duration kLongestSleep = absl::Milliseconds(1);
+// Spinning checks the interrupt every this many polls (it takes locks).
+constexpr uint64_t kInterruptEvery = 16;
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
 
 }  // namespace
 
@@ -259,8 +282,7 @@ absl::Status NcclCommunicator::CheckAsyncError() {
 
 absl::Status NcclCommunicator::Enqueue(
     absl::string_view what, const std::function<int(NcclCommHandle)>& body,
-    absl::Time deadline, const std::function<absl::Status()>& interrupt,
-    absl::Duration poll_interval) {
+    absl::Time deadline, const std::function<absl::Status()>& interrupt) {
   absl::MutexLock serial(&enqueue_mu_);
   {
     absl::MutexLock lock(&mu_);
@@ -275,11 +297,11 @@ absl::Status NcclCommunicator::Enqueue(
     if (r == kNcclSuccess) return absl::OkStatus();
     if (r != kNcclInProgress) return NcclStatus(r, what, comm_);
   }
-  while (true) {
-    if (interrupt) {
-      absl::Status s = interrupt();
-      if (!s.ok()) return s;
-    }
+  // NCCL's group thread is launching the work: spin, then yield, then
+  // sleep (kSpinFor, kYieldFor above). Abort() may run between polls.
+  const absl::Time start = MonotonicNow();
+  absl::Duration sleep = kFirstSleep;
+  for (uint64_t polls = 0;; ++polls) {
     {
       absl::MutexLock lock(&mu_);
       if (!closed_.ok()) return closed_;
@@ -289,13 +311,27 @@ absl::Status NcclCommunicator::Enqueue(
       if (state == kNcclSuccess) return absl::OkStatus();
       if (state != kNcclInProgress) return NcclStatus(state, what, comm_);
     }
-    if (MonotonicNow() >= deadline) {
+    const absl::Time now = MonotonicNow();
+    const absl::Duration waited = now - start;
+    const bool spinning = waited < kSpinFor;
+    if (interrupt && (!spinning || polls % kInterruptEvery == 0)) {
+      absl::Status s = interrupt();
+      if (!s.ok()) return s;
+    }
+    if (now >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
           "nccl: ", what, " on communicator ", options_.name,
           " was not accepted by NCCL before the enqueue deadline (are the "
           "other members calling it?)"));
     }
-    absl::SleepFor(poll_interval);
+    if (spinning) {
+      CpuRelax();
+    } else if (waited < kYieldFor) {
+      std::this_thread::yield();
+    } else {
+      absl::SleepFor(sleep);
+      sleep = std::min(sleep * 2, kLongestSleep);
+    }
   }
 }
 

@@ -1,6 +1,9 @@
 // NcclCommunicator: RAII for one ncclComm_t, always non-blocking
 // (ncclConfig_t.blocking = 0), so that no NCCL call parks the host
-// indefinitely:
+// indefinitely and an abort from another thread is safe (NCCL joins its
+// launch thread first; a blocking communicator's launch runs in the
+// caller, which an abort cannot safely end: docs/nccl.md, "Submitting
+// work"):
 //   - StartInit() calls ncclCommInitRankConfig (or ncclCommInitRankScalable
 //     with several unique ids) and returns at once; AwaitReady()/PollReady()
 //     poll ncclCommGetAsyncError until the communicator is ready, failed, a
@@ -8,7 +11,9 @@
 //     interrupt the communicator is aborted (ncclCommAbort) before it
 //     returns.
 //   - Enqueue() issues NCCL calls; a call that answers ncclInProgress is
-//     polled until NCCL accepted it, bounded the same way.
+//     polled until NCCL queued the work, bounded the same way, without
+//     sleeping in the usual case (a spin-then-yield wait; docs/nccl.md,
+//     "Submitting work").
 //   - Abort() (ncclCommAbort) may be called from any thread at any time,
 //     also while another thread is polling inside Enqueue(); it tears the
 //     communicator down (kernels waiting for a dead peer exit) before it
@@ -125,15 +130,21 @@ class NcclCommunicator {
 
   // Runs `body` with the communicator (with its device current) under the
   // communicator's lock. `body` issues NCCL calls and returns the last
-  // ncclResult_t. ncclInProgress is polled until NCCL accepted the work;
-  // `deadline` bounds that (DeadlineExceeded naming `what`; the caller
-  // poisons and aborts), and `interrupt` (may be empty) ends it early with
-  // its error. Calls are serialized: one Enqueue at a time.
+  // ncclResult_t. ncclInProgress (NCCL 2.28 answers it at every group end
+  // of a communicator of 2+ ranks, while a thread it started launches the
+  // work) is polled with ncclCommGetAsyncError until NCCL queued the work:
+  // spinning for 5 µs, then yielding the CPU until 10 ms passed (as NCCL's
+  // own launch waits for room in its work queue), then sleeping 50 µs
+  // doubling to 1 ms, so that the usual wait (tens of µs) never sleeps and
+  // a long one (peers connecting on first use) does not hold a core.
+  // `deadline` bounds the wait (DeadlineExceeded naming `what`; the caller
+  // poisons and aborts), and `interrupt` (may be empty; checked between
+  // polls) ends it early with its error; Abort() from another thread ends
+  // it with the abort's cause. Calls are serialized: one Enqueue at a time.
   absl::Status Enqueue(absl::string_view what,
                        const std::function<int(NcclCommHandle)>& body,
                        absl::Time deadline,
-                       const std::function<absl::Status()>& interrupt,
-                       absl::Duration poll_interval = absl::Microseconds(200));
+                       const std::function<absl::Status()>& interrupt);
 
   // ncclCommAbort. Idempotent and thread-safe; returns after NCCL tore the
   // communicator down. Later calls fail with `cause`.

@@ -43,9 +43,16 @@
 //   - NCCL: communicators of one unique id form a clique inside this
 //     process (ranks are threads); init is non-blocking when asked
 //     (ncclInProgress until every rank joined; two ranks on one device fail
-//     as NCCL's "Duplicate GPU detected"). Like NCCL, peers connect on
-//     first use: on a non-blocking communicator the first launch answers
-//     ncclInProgress until every rank launched once. Collectives match by
+//     as NCCL's "Duplicate GPU detected"). Launches follow NCCL 2.28's
+//     group.cc: on a non-blocking communicator of 2+ ranks every group end
+//     (and call outside a group) starts a thread that launches the work
+//     and answers ncclInProgress, as ncclCommGetAsyncError does until that
+//     thread queued the work; using the communicator before then is
+//     ncclInvalidArgument, and one with an asynchronous error refuses new
+//     work with it. A blocking communicator launches in the caller. Like
+//     NCCL, peers connect on first use: the first launch waits (in the
+//     caller or the launch thread) until every rank launched once. A
+//     one-rank communicator launches at once. Collectives match by
 //     their sequence number on the communicator; a kernel waits (forever,
 //     like a real one) for all peers, reading peers' buffers directly as
 //     NCCL's same-process P2P transport does, so pool memory a peer may
@@ -69,10 +76,13 @@
 //     then waits until aborted. Kernels poll the directory every
 //     millisecond.
 //
-// Depends only on the C++ standard library and internal/native_abi.h (the
-// same declarations rankd's loader uses, checked against NVIDIA's headers
-// by native_abi_conformance_test). Test-control functions are declared in
-// testing/standin_control.h. Only the C entry points are exported.
+// Depends only on the C++ standard library, getrusage and
+// internal/native_abi.h (the same declarations rankd's loader uses,
+// checked against NVIDIA's headers by native_abi_conformance_test).
+// Test-control functions are declared in testing/standin_control.h. Only the C
+// entry points are exported.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -216,6 +226,11 @@ uint64_t g_aborts = 0;
 
 thread_local int t_device = -1;  // -1: never chosen (device 0)
 thread_local CudaError t_last_error = native::kCudaSuccess;
+// rankd_standin_thread_host_syncs: the calling thread's waits for device
+// work (synchronize calls, events polled while not ready), and the event
+// record it last found not ready (one wait however often it is polled).
+thread_local int64_t t_host_syncs = 0;
+thread_local std::weak_ptr<bool> t_polled_record;
 
 CudaError Fail(CudaError e) {
   t_last_error = e;
@@ -302,6 +317,10 @@ struct CUstream_st {
   // Set while it takes part in a capture (began it, or joined it by
   // waiting for an event recorded inside it); guarded by g_mu.
   std::shared_ptr<Capture> capture;
+  // Wakes the stream's worker alone (with g_mu): new work or destruction.
+  // The rest of the stand-in waits on g_cv, which wakes every waiter, so
+  // that a launch would wake every idle stream of the process.
+  std::condition_variable work_cv;
 };
 
 struct CUevent_st {
@@ -324,7 +343,7 @@ void StreamWorker(CUstream_st* s) {
   t_device = s->device;
   std::unique_lock<std::mutex> lock(g_mu);
   while (true) {
-    g_cv.wait(lock, [s] { return s->destroyed || !s->queue.empty(); });
+    s->work_cv.wait(lock, [s] { return s->destroyed || !s->queue.empty(); });
     if (s->queue.empty()) break;
     std::function<void()> work = std::move(s->queue.front());
     s->queue.pop_front();
@@ -373,7 +392,7 @@ void EnqueueLocked(CUstream_st* s, std::function<void()> work) {
   }
   s->queue.push_back(std::move(work));
   ++s->queued;
-  g_cv.notify_all();
+  s->work_cv.notify_one();
 }
 void Enqueue(CUstream_st* s, std::function<void()> work) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -623,10 +642,11 @@ STANDIN_API CudaError cudaStreamDestroy(native::CudaStream s) {
   if (s == nullptr) return Fail(native::kCudaErrorInvalidResourceHandle);
   std::lock_guard<std::mutex> lock(g_mu);
   s->destroyed = true;
-  g_cv.notify_all();
+  s->work_cv.notify_one();
   return native::kCudaSuccess;
 }
 STANDIN_API CudaError cudaStreamSynchronize(native::CudaStream stream) {
+  ++t_host_syncs;
   CUstream_st* s = Resolve(stream);
   std::unique_lock<std::mutex> lock(g_mu);
   if (s->capture != nullptr) {  // not allowed while capturing: invalidates
@@ -702,10 +722,15 @@ STANDIN_API CudaError cudaEventQuery(native::CudaEvent e) {
   CudaError sticky = Devices()[e->device].sticky_error;
   if (sticky != native::kCudaSuccess) return Fail(sticky);
   if (e->done == nullptr || *e->done) return native::kCudaSuccess;
+  if (t_polled_record.lock() != e->done) {
+    t_polled_record = e->done;
+    ++t_host_syncs;
+  }
   return native::kCudaErrorNotReady;
 }
 STANDIN_API CudaError cudaEventSynchronize(native::CudaEvent e) {
   if (e == nullptr) return Fail(native::kCudaErrorInvalidResourceHandle);
+  ++t_host_syncs;
   std::unique_lock<std::mutex> lock(g_mu);
   ContextDeviceLocked();
   if (e->capture != nullptr) return Fail(native::kCudaErrorCapturedEvent);
@@ -1070,6 +1095,7 @@ struct Slot {
   std::vector<const PendingOp*> ops;  // by rank; null until arrived
   std::vector<CommState*> comms;      // by rank
   int arrived = 0, departed = 0;
+  bool computing = false;  // the last rank moves the bytes without g_mu
   bool done = false;
 };
 
@@ -1079,6 +1105,7 @@ struct Message {
   size_t bytes;
   int sender_device;
   bool consumed = false;
+  bool copying = false;  // a receiver reads `data` without g_mu
 };
 
 struct Clique {
@@ -1095,6 +1122,7 @@ struct Clique {
 
 struct CommState {
   std::shared_ptr<Clique> clique;
+  uint64_t serial = 0;  // unique for the process's life
   int rank = 0, nranks = 0, device = 0;
   int physical = 0;  // the GPU behind `device` (duplicates are by GPU)
   bool blocking = true;
@@ -1108,6 +1136,7 @@ struct CommState {
   std::map<int, uint64_t> sent_to, received_from;
   int queued = 0;   // kernels queued, not yet started
   int running = 0;  // kernels inside
+  int jobs = 0;     // non-blocking group ends still launching (Launch)
   NcclResult async = native::kNcclInProgress;
   std::string last_error;
 };
@@ -1164,6 +1193,8 @@ std::map<std::string, Injection>& Injections() {
   static auto* i = new std::map<std::string, Injection>();
   return *i;
 }
+// How many functions have an injection armed (written with g_mu held).
+std::atomic<int> g_injections_armed{0};
 // rankd_standin_fail_next_kernel (guarded by g_mu).
 NcclResult g_fail_next_kernel = native::kNcclSuccess;
 
@@ -1171,16 +1202,48 @@ NcclResult g_fail_next_kernel = native::kNcclSuccess;
 // the call runs as usual). An injected call does nothing else, and
 // ncclGetLastError says it was injected.
 NcclResult Injected(const char* function) {
+  // Unlocked when nothing is injected, so that polling takes no lock a
+  // launch thread holds (the launch-wait counts would see it as a block).
+  if (g_injections_armed.load(std::memory_order_acquire) == 0) {
+    return native::kNcclSuccess;
+  }
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = Injections().find(function);
   if (it == Injections().end() || it->second.remaining <= 0) {
     return native::kNcclSuccess;
   }
   const NcclResult r = it->second.result;
-  if (--it->second.remaining == 0) Injections().erase(it);
+  if (--it->second.remaining == 0) {
+    Injections().erase(it);
+    g_injections_armed.store(static_cast<int>(Injections().size()));
+  }
   t_nccl_error = std::string("stand-in: injected ") + NcclResultName(r) +
                  " in " + function;
   return r;
+}
+
+// What rankd_standin_thread_launch_waits reports for the calling thread:
+// its launches that answered ncclInProgress, and how often it blocked (a
+// voluntary context switch: a sleep, a contended lock) between such a
+// launch and the ncclCommGetAsyncError that saw the work enqueued, outside
+// the stand-in's own calls; "early" when it had waited less than
+// kEarlyBlock since the launch when it left the stand-in to block. A
+// caller that spins or yields first blocks only in long waits (a loaded
+// machine can make NCCL's thread wait milliseconds for a CPU); one that
+// sleeps between polls blocks early in every launch.
+constexpr auto kEarlyBlock = std::chrono::milliseconds(1);
+thread_local int64_t t_in_progress_launches = 0;
+thread_local int64_t t_launch_blocks = 0;
+thread_local int64_t t_early_launch_blocks = 0;
+thread_local uint64_t t_awaited_comm = 0;       // CommState::serial; 0: none
+thread_local int64_t t_switches_at_return = 0;  // when it left the stand-in
+thread_local std::chrono::steady_clock::time_point t_launched, t_returned;
+std::atomic<uint64_t> g_comm_serials{0};
+
+int64_t VoluntarySwitches() {
+  rusage usage{};
+  getrusage(RUSAGE_THREAD, &usage);
+  return usage.ru_nvcsw;
 }
 
 NcclResult CommError(CommState* c, NcclResult r, std::string text) {
@@ -1238,8 +1301,10 @@ std::vector<char> Result(OpKind kind, int type, int red_op, int root,
   return out;
 }
 
-// Computes a complete slot's outputs for every rank (g_mu held).
-void Compute(Slot& slot) {
+// Computes a complete slot's outputs for every rank (g_mu held through
+// `lock`; the bytes move without it, as a device moves them without the
+// host, so that other ranks' calls are not held up by a large collective).
+void Compute(std::unique_lock<std::mutex>& lock, Slot& slot) {
   const size_t bytes = slot.count * TypeSize(slot.type);
   const int n = static_cast<int>(slot.ops.size());
   std::vector<bool> faulted(n, false);
@@ -1260,6 +1325,7 @@ void Compute(Slot& slot) {
   }
   std::vector<const void*> inputs;
   for (const PendingOp* op : slot.ops) inputs.push_back(op->send);
+  lock.unlock();
   const std::vector<char> out =
       Result(slot.kind, slot.type, slot.red_op, slot.root, slot.count, inputs);
   for (int r = 0; r < n; ++r) {
@@ -1267,6 +1333,7 @@ void Compute(Slot& slot) {
       std::memcpy(slot.ops[r]->recv, out.data(), out.size());
     }
   }
+  lock.lock();
 }
 
 // A failed file operation of a directory clique: an asynchronous system
@@ -1363,11 +1430,14 @@ bool Participate(std::unique_lock<std::mutex>& lock, CommState* c,
   slot.comms[c->rank] = c;
   ++slot.arrived;
   if (slot.arrived == q.nranks && !slot.mismatch) {
-    Compute(slot);
+    // Every rank's buffers stay put meanwhile: none leaves while computing.
+    slot.computing = true;
+    Compute(lock, slot);
+    slot.computing = false;
     slot.done = true;
     g_cv.notify_all();
   }
-  g_cv.wait(lock, [&] { return slot.done || c->aborted; });
+  g_cv.wait(lock, [&] { return slot.done || (c->aborted && !slot.computing); });
   if (!slot.done) {  // leave: the peers wait for this rank forever
     slot.ops[c->rank] = nullptr;
     slot.comms[c->rank] = nullptr;
@@ -1378,9 +1448,10 @@ bool Participate(std::unique_lock<std::mutex>& lock, CommState* c,
   return true;
 }
 
-// A receive's bytes arrived: checks and copies them (g_mu held).
-void Deliver(CommState* c, const PendingOp& op, const void* data,
-             size_t sent_bytes, bool readable) {
+// A receive's bytes arrived: whether they may be copied; reports why not
+// (g_mu held).
+bool Deliverable(CommState* c, const PendingOp& op, size_t sent_bytes,
+                 bool readable) {
   const size_t bytes = op.count * TypeSize(op.type);
   if (sent_bytes != bytes) {
     c->async = native::kNcclInvalidUsage;
@@ -1393,8 +1464,9 @@ void Deliver(CommState* c, const PendingOp& op, const void* data,
           "stand-in: received from another device's pool memory not "
           "made accessible by cudaMemPoolSetAccess");
   } else {
-    std::memcpy(op.recv, data, bytes);
+    return true;
   }
+  return false;
 }
 
 // The kernel of one launch: posts its sends, runs its collectives, takes
@@ -1464,7 +1536,9 @@ void RunKernel(const std::shared_ptr<CommState>& cs,
       });
       if (!ok) break;
       ++c->received_from[op.root];
-      Deliver(c, op, data.data(), data.size(), true);
+      if (Deliverable(c, op, data.size(), true)) {
+        std::memcpy(op.recv, data.data(), data.size());
+      }
       continue;
     }
     auto& channel = q.channels[{op.root, c->rank}];
@@ -1475,8 +1549,17 @@ void RunKernel(const std::shared_ptr<CommState>& cs,
     }
     std::shared_ptr<Message> m = channel.front();
     channel.pop_front();
-    Deliver(c, op, m->data, m->bytes,
-            Readable(c->device, m->data, op.count * TypeSize(op.type)));
+    if (Deliverable(
+            c, op, m->bytes,
+            Readable(c->device, m->data, op.count * TypeSize(op.type)))) {
+      // Without g_mu (the sender's kernel waits for `consumed`, and an
+      // aborted one for `copying`, so its buffer stays).
+      m->copying = true;
+      lock.unlock();
+      std::memcpy(op.recv, m->data, m->bytes);
+      lock.lock();
+      m->copying = false;
+    }
     m->consumed = true;
     g_cv.notify_all();
   }
@@ -1492,6 +1575,12 @@ void RunKernel(const std::shared_ptr<CommState>& cs,
     });
   }
   if (c->aborted) {  // withdraw what nobody took: its memory may go away
+    g_cv.wait(lock, [&] {
+      for (const auto& m : sent) {
+        if (m->copying) return false;
+      }
+      return true;
+    });
     for (auto& [key, channel] : q.channels) {
       channel.erase(std::remove_if(channel.begin(), channel.end(),
                                    [&](const std::shared_ptr<Message>& m) {
@@ -1518,6 +1607,14 @@ NcclResult Validate(ncclComm* comm, CUstream_st* stream, PendingOp& op) {
                      "communicator is not ready (initializing, finalizing "
                      "or aborted)");
   }
+  // ncclCommEnsureReady: a non-blocking communicator is used only once
+  // its previous call finished, and one with an error refuses with it.
+  if (c->async == native::kNcclInProgress) {
+    return CommError(c, native::kNcclInvalidArgument,
+                     "Attempt to use communicator before the previous "
+                     "operation returned ncclSuccess");
+  }
+  if (c->async != native::kNcclSuccess) return c->async;
   const size_t size = TypeSize(op.type);
   if (size == 0) return CommError(c, native::kNcclInvalidArgument, "bad type");
   if (op.kind == OpKind::kAllReduce && op.red_op != native::kNcclSum &&
@@ -1550,44 +1647,85 @@ NcclResult Validate(ncclComm* comm, CUstream_st* stream, PendingOp& op) {
   return native::kNcclSuccess;
 }
 
+// Whether every rank of `c`'s clique launched once, so that its peers are
+// connected (g_mu held).
+bool ConnectedLocked(CommState* c) {
+  if (!c->connected && c->clique->directory != nullptr) {
+    c->connected = c->clique->directory->AllLaunched();
+  }
+  return c->connected;
+}
+
+// What ncclGroupEnd (or a call outside a group) does with the calls of one
+// communicator and stream, as NCCL 2.28 does (group.cc, enqueue.cc):
+//   - one rank: the work is queued at once (NCCL copies locally);
+//   - blocking: the caller connects the peers on first use (waits until
+//     every rank launched once, or the communicator is aborted) and queues
+//     the work before it returns ncclSuccess;
+//   - non-blocking: a new thread does that (ncclGroupEnd's per-call
+//     pthread_create), and the call answers ncclInProgress, as does
+//     ncclCommGetAsyncError, until the work is queued.
 NcclResult Launch(ncclComm* comm, CUstream_st* stream,
                   std::vector<PendingOp> ops) {
   std::shared_ptr<CommState> cs = comm->state;
   CUstream_st* s = Resolve(stream);
-  bool connected;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    for (PendingOp& op : ops) {
-      if (op.kind != OpKind::kSend && op.kind != OpKind::kRecv) {
-        op.seq = cs->next_seq++;
-      }
+  std::unique_lock<std::mutex> lock(g_mu);
+  for (PendingOp& op : ops) {
+    if (op.kind != OpKind::kSend && op.kind != OpKind::kRecv) {
+      op.seq = cs->next_seq++;
     }
-    ++cs->launches;
-    if (!cs->connected && cs->clique->directory == nullptr) {
-      bool all = true;
-      for (const auto& m : cs->clique->members) all = all && m->launches > 0;
-      if (all) {
-        for (const auto& m : cs->clique->members) m->connected = true;
-      }
-    }
-    if (!cs->connected && cs->clique->directory != nullptr) {
-      CliqueDirectory& directory = *cs->clique->directory;
-      if (cs->launches == 1 && !directory.MarkLaunched(cs->rank)) {
-        DirectoryError(cs.get(), "record the first launch");
-      }
-      cs->connected = directory.AllLaunched();
-    }
-    connected = cs->connected || cs->blocking;
-    if (!connected && cs->async == native::kNcclSuccess) {
-      cs->async = native::kNcclInProgress;
-    }
+  }
+  auto shared_ops = std::make_shared<std::vector<PendingOp>>(std::move(ops));
+  auto kernel = [cs, shared_ops] { RunKernel(cs, shared_ops); };
+  if (s->capture != nullptr) {
     // On a capturing stream the kernel is recorded into the graph, as
     // NCCL's launch is captured: it does not run, nor count as queued.
-    if (s->capture == nullptr) ++cs->queued;
-    auto shared_ops = std::make_shared<std::vector<PendingOp>>(std::move(ops));
-    EnqueueLocked(s, [cs, shared_ops] { RunKernel(cs, shared_ops); });
+    EnqueueLocked(s, std::move(kernel));
+    return native::kNcclSuccess;
   }
-  return connected ? native::kNcclSuccess : native::kNcclInProgress;
+  ++cs->launches;
+  if (!cs->connected && cs->clique->directory == nullptr) {
+    bool all = true;
+    for (const auto& m : cs->clique->members) all = all && m->launches > 0;
+    if (all) {
+      for (const auto& m : cs->clique->members) m->connected = true;
+      g_cv.notify_all();
+    }
+  }
+  if (!cs->connected && cs->clique->directory != nullptr && cs->launches == 1 &&
+      !cs->clique->directory->MarkLaunched(cs->rank)) {
+    DirectoryError(cs.get(), "record the first launch");
+    return cs->async;
+  }
+  if (cs->nranks == 1 || cs->blocking) {
+    if (!PollUntil(lock, cs.get(), [&] { return ConnectedLocked(cs.get()); })) {
+      return CommError(cs.get(), native::kNcclInternalError,
+                       "stand-in: aborted while connecting to the peers");
+    }
+    ++cs->queued;
+    EnqueueLocked(s, std::move(kernel));
+    return native::kNcclSuccess;
+  }
+  cs->async = native::kNcclInProgress;
+  ++cs->jobs;
+  std::thread([cs, s, kernel = std::move(kernel)]() mutable {
+    std::unique_lock<std::mutex> lock(g_mu);
+    if (PollUntil(lock, cs.get(), [&] { return ConnectedLocked(cs.get()); })) {
+      ++cs->queued;
+      EnqueueLocked(s, std::move(kernel));
+      if (cs->async == native::kNcclInProgress) {
+        cs->async = native::kNcclSuccess;
+      }
+    }
+    --cs->jobs;
+    g_cv.notify_all();
+  }).detach();
+  lock.unlock();
+  ++t_in_progress_launches;
+  t_awaited_comm = cs->serial;
+  t_switches_at_return = VoluntarySwitches();
+  t_launched = t_returned = std::chrono::steady_clock::now();
+  return native::kNcclInProgress;
 }
 
 NcclResult Submit(const char* function, ncclComm* comm, CUstream_st* stream,
@@ -1632,6 +1770,7 @@ NcclResult JoinClique(ncclComm** out, int nranks,
                         config->blocking == native::kNcclConfigUndefInt ||
                         config->blocking != 0;
   auto cs = std::make_shared<CommState>();
+  cs->serial = g_comm_serials.fetch_add(1) + 1;
   std::unique_lock<std::mutex> lock(g_mu);
   cs->device = ContextDeviceLocked();
   cs->physical =
@@ -1747,24 +1886,34 @@ STANDIN_API NcclResult ncclCommInitRankScalable(ncclComm** comm, int nranks,
 STANDIN_API NcclResult ncclCommGetAsyncError(ncclComm* comm,
                                              NcclResult* state) {
   if (comm == nullptr || state == nullptr) return native::kNcclInvalidArgument;
+  CommState* c = comm->state.get();
+  // Counted first: the caller's blocks are those outside the stand-in.
+  const bool awaited = t_awaited_comm != 0 && t_awaited_comm == c->serial;
+  if (awaited) {
+    const int64_t blocks = VoluntarySwitches() - t_switches_at_return;
+    t_launch_blocks += blocks;
+    if (t_returned - t_launched < kEarlyBlock) t_early_launch_blocks += blocks;
+  }
   if (NcclResult r = Injected("ncclCommGetAsyncError");
       r != native::kNcclSuccess) {
     return r;
   }
-  CommState* c = comm->state.get();
-  std::lock_guard<std::mutex> lock(g_mu);
-  SettleInit(c);
-  if (c->init_done && c->async == native::kNcclInProgress) {
-    if (c->finalizing) {
-      if (c->queued == 0 && c->running == 0) c->async = native::kNcclSuccess;
-    } else {
-      if (!c->connected && c->clique->directory != nullptr) {
-        c->connected = c->clique->directory->AllLaunched();
-      }
-      if (c->connected) c->async = native::kNcclSuccess;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    SettleInit(c);
+    // A launch's progress is its group job's (Launch); a finalize's is
+    // the end of the communicator's kernels.
+    if (c->init_done && c->async == native::kNcclInProgress && c->finalizing &&
+        c->queued == 0 && c->running == 0 && c->jobs == 0) {
+      c->async = native::kNcclSuccess;
     }
+    *state = c->async;
   }
-  *state = c->async;
+  if (awaited && *state != native::kNcclInProgress) t_awaited_comm = 0;
+  if (awaited) {
+    t_switches_at_return = VoluntarySwitches();
+    t_returned = std::chrono::steady_clock::now();
+  }
   return native::kNcclSuccess;
 }
 STANDIN_API NcclResult ncclCommFinalize(ncclComm* comm) {
@@ -1777,7 +1926,8 @@ STANDIN_API NcclResult ncclCommFinalize(ncclComm* comm) {
   c->finalizing = true;
   if (c->async == native::kNcclSuccess) c->async = native::kNcclInProgress;
   if (!c->blocking) return native::kNcclInProgress;
-  g_cv.wait(lock, [&] { return c->queued == 0 && c->running == 0; });
+  g_cv.wait(lock,
+            [&] { return c->queued == 0 && c->running == 0 && c->jobs == 0; });
   c->async = native::kNcclSuccess;
   return native::kNcclSuccess;
 }
@@ -1792,7 +1942,10 @@ NcclResult TearDown(ncclComm* comm) {
   Revoke(c.get());
   {
     std::unique_lock<std::mutex> lock(g_mu);
-    g_cv.wait(lock, [&] { return Devices()[c->device].running_kernels == 0; });
+    // Like ncclCommAbort, which joins the group job still launching.
+    g_cv.wait(lock, [&] {
+      return c->jobs == 0 && Devices()[c->device].running_kernels == 0;
+    });
   }
   delete comm;
   return native::kNcclSuccess;
@@ -1940,6 +2093,7 @@ STANDIN_API void rankd_standin_fail_nccl_calls(const char* function, int result,
   } else {
     Injections()[function] = {result, count};
   }
+  g_injections_armed.store(static_cast<int>(Injections().size()));
 }
 STANDIN_API void rankd_standin_fail_next_kernel(int result) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -1949,4 +2103,15 @@ STANDIN_API int rankd_standin_pool_access(int owner, int peer) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (owner < 0 || owner >= DeviceCount()) return 0;
   return Devices()[owner].default_pool->readers.count(peer) != 0 ? 1 : 0;
+}
+STANDIN_API void rankd_standin_thread_launch_waits(
+    int64_t* in_progress_launches, int64_t* blocks, int64_t* early_blocks) {
+  if (in_progress_launches != nullptr) {
+    *in_progress_launches = t_in_progress_launches;
+  }
+  if (blocks != nullptr) *blocks = t_launch_blocks;
+  if (early_blocks != nullptr) *early_blocks = t_early_launch_blocks;
+}
+STANDIN_API int64_t rankd_standin_thread_host_syncs(void) {
+  return t_host_syncs;
 }

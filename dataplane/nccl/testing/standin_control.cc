@@ -37,7 +37,12 @@ const StandinControl* Resolve() {
            &control.default_pool_changes) &&
       Find(handle, "rankd_standin_physical_device", &control.physical_device) &&
       Find(handle, "rankd_standin_fail_nccl_calls", &control.fail_nccl_calls) &&
-      Find(handle, "rankd_standin_fail_next_kernel", &control.fail_next_kernel);
+      Find(handle, "rankd_standin_fail_next_kernel",
+           &control.fail_next_kernel) &&
+      Find(handle, "rankd_standin_thread_launch_waits",
+           &control.thread_launch_waits) &&
+      Find(handle, "rankd_standin_thread_host_syncs",
+           &control.thread_host_syncs);
   return ok ? &control : nullptr;
 }
 

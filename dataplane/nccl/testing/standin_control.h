@@ -50,6 +50,22 @@ void rankd_standin_fail_nccl_calls(const char* function, int result, int count);
 // reports it, and the kernel stays, writing nothing, until the
 // communicator is aborted, as a failed NCCL kernel does.
 void rankd_standin_fail_next_kernel(int result);
+// For the calling thread: its NCCL launches on non-blocking communicators
+// of 2+ ranks (each answers ncclInProgress until NCCL's launch thread
+// queued the work); how often it blocked (a voluntary context switch: a
+// sleep or a contended lock) between such a launch and the
+// ncclCommGetAsyncError that saw the work queued, outside the stand-in's
+// own calls; and how many of those blocks were early: the caller left the
+// stand-in to block less than 1 ms after the launch. A caller that sleeps
+// between polls blocks early in every launch; one that spins or yields
+// first blocks only in long waits (a loaded machine can keep NCCL's new
+// thread from a CPU for milliseconds).
+void rankd_standin_thread_launch_waits(int64_t* in_progress_launches,
+                                       int64_t* blocks, int64_t* early_blocks);
+// For the calling thread: its waits for device work so far
+// (cudaStreamSynchronize, cudaEventSynchronize, and each event record it
+// found not ready with cudaEventQuery, once however often it polled it).
+int64_t rankd_standin_thread_host_syncs(void);
 }
 
 namespace rankd::dataplane::nccl::testing {
@@ -67,6 +83,9 @@ struct StandinControl {
   int (*physical_device)(int device);
   void (*fail_nccl_calls)(const char* function, int result, int count);
   void (*fail_next_kernel)(int result);
+  void (*thread_launch_waits)(int64_t* in_progress_launches, int64_t* blocks,
+                              int64_t* early_blocks);
+  int64_t (*thread_host_syncs)();
 };
 
 // The stand-in loaded in this process, or null (real libraries, or none).
