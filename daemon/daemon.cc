@@ -91,6 +91,7 @@ JobSpec SpecFromConfig(const DaemonConfig& config) {
   spec.heartbeat_interval = config.heartbeat_interval;
   spec.heartbeat_timeout = config.heartbeat_timeout;
   spec.limits = config.limits;
+  spec.kv_shared_prefixes = config.kv_shared_prefixes;
   return spec;
 }
 
