@@ -883,12 +883,33 @@ TEST_F(CoordinatorTest, CleanReleaseFailsOpenRoundsButNotTheJob) {
   ASSERT_TRUE(round->Wait());
   EXPECT_STATUS(round->status(), absl::StatusCode::kFailedPrecondition,
                 "rank 2 left the job; all_gather_words needs every rank");
-  EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_READY);
+  // Not READY any more: with a rank gone no round can complete, and the
+  // job says so (issue 36: "rank 2 has left" while READY was inconsistent).
+  EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_DRAINING);
+  EXPECT_TRUE(coord_->GetJob().failure().empty());
   // The departed rank can no longer use the key-value broker.
   EXPECT_STATUS(KvSet(Member(2), "k", "v"),
                 absl::StatusCode::kFailedPrecondition,
                 "rank 2 is MEMBER_STATE_LEFT");
   EXPECT_TRUE(KvSet(Member(0), "k", "v").ok());
+}
+
+// A rank that leaves before the world formed: the job can never be READY,
+// so the joins waiting for the world are answered at once and later joins
+// refused, naming the rank that left (issue 36).
+TEST_F(CoordinatorTest, ALeaveBeforeTheWorldFormedDrainsTheJob) {
+  ASSERT_TRUE(Register(0).ok());
+  ASSERT_TRUE(Register(1).ok());
+  ASSERT_TRUE(JoinNow(0, 0).ok());
+  auto waiting = Join(JoinRequest(0, 1, /*wait_ms=*/60000));
+  EXPECT_FALSE(waiting->Ready());
+  ASSERT_TRUE(coord_->ReleaseRank(ReleaseRequest(0, 0, true, "done")).ok());
+  ASSERT_TRUE(waiting->Wait());
+  EXPECT_STATUS(waiting->status(), absl::StatusCode::kFailedPrecondition,
+                "rank 0 left the job before every rank joined");
+  EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_DRAINING);
+  EXPECT_STATUS(JoinNow(1, 2), absl::StatusCode::kFailedPrecondition,
+                "the job is draining: rank 0 left");
 }
 
 TEST_F(CoordinatorTest, ReleaseRankValidatesTheCaller) {
