@@ -56,8 +56,11 @@ Coordinator::Coordinator(JobSpec spec, std::vector<GroupSpec> groups,
       job_incarnation_(NewIncarnation()),
       started_(MonotonicNow()),
       timer_(timer),
-      kv_(timer, KvLimits{spec_.limits.kv_max_bytes, spec_.limits.kv_max_keys,
-                          spec_.limits.kv_max_keys_per_rank}),
+      kv_(timer,
+          KvLimits{spec_.limits.kv_max_bytes, spec_.limits.kv_max_keys,
+                   spec_.limits.kv_max_keys_per_rank,
+                   spec_.limits.kv_max_bytes_per_rank},
+          KvRules{spec_.world_size, spec_.kv_shared_prefixes}),
       rounds_(
           spec_.world_size, [this](uint32_t r) { return NodeOfRank(r); },
           timer) {
@@ -638,11 +641,15 @@ absl::StatusOr<v1::KvSetResponse> Coordinator::KvSet(
     absl::MutexLock lock(&mu_);
     if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
   }
-  if (auto s = kv_.Set(request.key(), request.value(), request.member().rank());
-      !s.ok()) {
-    return s;
-  }
-  return v1::KvSetResponse();
+  KvCondition condition;
+  if (request.has_expected()) condition.expected = request.expected();
+  condition.if_absent = request.if_absent();
+  auto stored = kv_.SetAs(request.key(), request.value(),
+                          request.member().rank(), condition);
+  if (!stored.ok()) return stored.status();
+  v1::KvSetResponse response;
+  response.set_stored(*stored);
+  return response;
 }
 
 void Coordinator::KvGet(const v1::KvGetRequest& request,
@@ -710,7 +717,9 @@ absl::StatusOr<v1::KvDeleteResponse> Coordinator::KvDelete(
     absl::MutexLock lock(&mu_);
     if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
   }
-  auto existed = kv_.Delete(request.key());
+  std::optional<std::string> expected;
+  if (request.has_expected()) expected = request.expected();
+  auto existed = kv_.Delete(request.key(), request.member().rank(), expected);
   if (!existed.ok()) return existed.status();
   v1::KvDeleteResponse response;
   response.set_existed(*existed);

@@ -1263,10 +1263,14 @@ TEST_F(CoordinatorTest, KeyValueOperations) {
   auto add = KvAdd(Member(1), "barrier", 1);
   ASSERT_TRUE(add.ok()) << add.status();
   EXPECT_EQ(add->value(), 1);
-  add = KvAdd(Member(2), "barrier", 1);
+  add = KvAdd(Member(1), "barrier", 1);
   ASSERT_TRUE(add.ok());
   EXPECT_EQ(add->value(), 2);
-  EXPECT_EQ(KvAdd(Member(2), "nccl/comm0", 1).status().code(),
+  // A key belongs to the rank that created it.
+  EXPECT_STATUS(KvAdd(Member(2), "barrier", 1).status(),
+                absl::StatusCode::kPermissionDenied,
+                "rank 2 cannot add to key 'barrier': rank 1 created it");
+  EXPECT_EQ(KvAdd(Member(0), "nccl/comm0", 1).status().code(),
             absl::StatusCode::kFailedPrecondition);
 
   auto del = KvDelete(Member(0), "nccl/comm0");
