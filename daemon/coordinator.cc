@@ -62,8 +62,8 @@ Coordinator::Coordinator(JobSpec spec, std::vector<GroupSpec> groups,
                    spec_.limits.kv_max_bytes_per_rank},
           KvRules{spec_.world_size, spec_.kv_shared_prefixes}),
       rounds_(
-          spec_.world_size, [this](uint32_t r) { return NodeOfRank(r); },
-          timer) {
+          spec_.world_size, [this](uint32_t r) { return NodeOfRank(r); }, timer,
+          spec_.limits.max_round_bytes_per_rank) {
   nodes_.resize(spec_.nnodes);
   joined_on_node_.resize(spec_.nnodes);
   members_.resize(spec_.world_size);
