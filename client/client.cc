@@ -13,12 +13,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
 #include <utility>
 
 #include "absl/memory/memory.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -601,7 +603,15 @@ Client::Client(std::shared_ptr<internal::ClientCore> core)
     : core_(std::move(core)) {}
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
-    const ClientOptions& options) {
+    const ClientOptions& given) {
+  ClientOptions options = given;
+  if (options.bearer_token.empty()) {
+    // The token the launcher minted for this rank alone.
+    const char* token = std::getenv(kRankTokenEnvVar);
+    if (token != nullptr) {
+      options.bearer_token = std::string(absl::StripAsciiWhitespace(token));
+    }
+  }
   absl::StatusOr<std::shared_ptr<const Connection>> conn =
       Connection::Open(options);
   if (!conn.ok()) return conn.status();

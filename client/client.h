@@ -57,6 +57,11 @@ class RoundCall;
 
 // Largest all_gather_words frame, in words, that a rank may contribute.
 inline constexpr size_t kMaxFrameWords = 65536;
+// The environment variable holding this rank's own token, which Connect
+// presents when ClientOptions::bearer_token is empty (launchers set it per
+// rank: docs/operations.md, "Credentials").
+inline constexpr char kRankTokenEnvVar[] = "RANKD_RANK_TOKEN";
+
 // Largest key-value broker key (bytes) and value (bytes).
 inline constexpr size_t kMaxKeyBytes = 512;
 inline constexpr size_t kMaxValueBytes = 1 << 20;
@@ -132,6 +137,8 @@ class Client {
 
   // Connects to the daemon at options.target (empty = DefaultTarget()) and
   // waits until the connection is ready, at most options.connect_timeout.
+  // Every call presents options.bearer_token, or when that is empty the
+  // rank's own token from $RANKD_RANK_TOKEN (kRankTokenEnvVar).
   // Returns InvalidArgument for bad options and Unavailable when the daemon
   // cannot be reached in time; both name the target. Does not join.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(
