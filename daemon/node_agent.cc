@@ -480,7 +480,11 @@ void NodeAgent::AllGatherWords(const v1::AllGatherWordsRequest& request,
     }
     // What one rank makes this daemon hold for its rounds is bounded, so
     // that no rank can exhaust its memory: a round waits here for the
-    // node's other ranks (up to its deadline, an hour at most).
+    // node's other ranks (up to its deadline, an hour at most). A refused
+    // round still takes its number: the rank sent it (its peers' round
+    // then misses it, as any round the rank abandons), and its next rounds
+    // are refused for the same reason, not for their numbers.
+    ++m.next_round;
     if (m.rounds_in_flight >= WordRounds::kMaxOpenRounds) {
       const uint32_t held = m.rounds_in_flight;
       lock.Release();
@@ -502,7 +506,6 @@ void NodeAgent::AllGatherWords(const v1::AllGatherWordsRequest& request,
           request.round(), "'s ", bytes, " more would pass the limit of ",
           max_bytes, " bytes per rank (--max_round_bytes_per_rank)")));
     }
-    ++m.next_round;
     m.waiting_round = request.round();
     ++m.rounds_in_flight;
     m.round_bytes += bytes;
@@ -736,11 +739,24 @@ void NodeAgent::Detach(WatchId id, bool broken, const std::string& reason) {
 }
 
 void NodeAgent::OnEvent(const v1::JobEvent& event) {
+  bool drained = false;
   {
     absl::MutexLock lock(&mu_);
+    const v1::JobState before = replica_.job_state();
     replica_.Apply(event);
+    drained = before != v1::JOB_STATE_DRAINING &&
+              replica_.job_state() == v1::JOB_STATE_DRAINING;
   }
   mirror_.Mirror(event);
+  if (drained && event.ranks_size() > 0) {
+    // A rank left: no round can complete any more, so none waits here for
+    // its deadline (the coordinator fails the rounds it holds likewise).
+    // Not inline, as for a failure below.
+    absl::Status left = absl::FailedPreconditionError(
+        absl::StrCat("rank ", event.ranks(0),
+                     " left the job; all_gather_words needs every rank"));
+    timer_->Schedule(MonotonicNow(), [this, left] { rounds_.Close(left); });
+  }
   if (event.kind() == v1::EVENT_KIND_JOB_FAILED) {
     // Not inline: the coordinator may be calling with its lock held, and
     // failing waits can run callbacks that call back into it.
