@@ -103,7 +103,8 @@ absl::Status LocalCluster::Start(absl::Duration timeout) {
   for (uint32_t n = 0; n < options_.nnodes; ++n) ports_.push_back(FreePort());
   for (uint32_t n = 0; n < options_.nnodes; ++n) {
     std::vector<std::string> argv = {
-        Runfile("daemon/rankd"),
+        options_.rankd_binary.empty() ? Runfile("daemon/rankd")
+                                      : options_.rankd_binary,
         absl::StrCat("--job_id=", options_.job_id),
         absl::StrCat("--nnodes=", options_.nnodes),
         absl::StrCat("--node_index=", n),
@@ -120,7 +121,9 @@ absl::Status LocalCluster::Start(absl::Duration timeout) {
     if (n != 0) argv.push_back(absl::StrCat("--coordinator=", tcp_address(0)));
     // rank_worker --kv_keys bumps a counter every rank writes (a later
     // --kv_shared_prefixes in extra_flags replaces this).
-    argv.push_back("--kv_shared_prefixes=shared/");
+    if (options_.declare_shared_prefix && options_.rankd_binary.empty()) {
+      argv.push_back("--kv_shared_prefixes=shared/");
+    }
     switch (options_.credentials) {
       case ClusterOptions::Credentials::kGenerated: {
         auto dir = NodeCredentials(n);

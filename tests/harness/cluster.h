@@ -47,6 +47,13 @@ struct ClusterOptions {
   std::vector<std::vector<std::string>> node_flags;
   // Extra environment for every daemon and rank process it starts.
   std::map<std::string, std::string> env;
+  // The rankd binary the daemons run; empty: this build's daemon/rankd. A
+  // drill points it at another build (an older one, to show what it let
+  // through); such a daemon gets no flag it may not know
+  // (declare_shared_prefix is then ignored).
+  std::string rankd_binary;
+  // --kv_shared_prefixes=shared/ for rank_worker's shared counter.
+  bool declare_shared_prefix = true;
   // How the harness's own readiness probes reach each daemon's TCP listener
   // (TLS files, bearer token). `target` is ignored (set per node).
   ClientOptions probe;
