@@ -226,7 +226,7 @@ for ((n = 1; n < nodes; n++)); do
   own="$dir/credentials-node$n"
   mkdir -m 700 "$own"
   "$rankctl" credentials node-token "$creds" "$job" "$n" >"$own/node.token"
-  cp "$creds/operator.token" "$own/""
+  cp "$creds/operator.token" "$own/"
   node_creds+=("$own")
 done
 echo "== starting $nodes rankd daemons: job '$job', world $world = $nodes nodes x $ranks_per_node ranks, tp$tp pp$pp ep$ep dp$dp, $backend"
