@@ -310,9 +310,10 @@ absl::Status KvStore::StoreLocked(absl::string_view key, std::string value,
   const bool created = it == values_.end();
   const size_t held = created ? 0 : key.size() + it->second.value.size();
   const size_t size = key.size() + value.size();
-  // A shared key written by another rank moves to that rank's tally.
+  // A shared key written by another rank moves to that rank's tally (a
+  // write for no rank, the daemon's own, leaves it where it is).
   const uint32_t charged_before = created ? kNoRank : it->second.creator;
-  const bool moves = !created && charged_before != rank;
+  const bool moves = !created && rank != kNoRank && charged_before != rank;
   if (created && values_.size() >= limits_.max_keys) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "key-value broker holds ", limits_.max_keys,
