@@ -184,6 +184,7 @@ int Run(const RankctlArgs& args) {
     }
     case RankctlArgs::Command::kCredentialsCreate:
     case RankctlArgs::Command::kCredentialsNodeToken:
+    case RankctlArgs::Command::kCredentialsRankToken:
       break;  // Handled above, without a daemon.
   }
   return UsageError("unhandled command");

@@ -6,7 +6,9 @@
 // (grpc::AddInsecureChannelFromFd), whose calls name it as peer "fd:<n>";
 // PeerOf maps that back to the connection. The Rank service binds a rank to
 // the connection it joined on (docs/operations.md, "Credentials"), which
-// needs exactly this. Depends on gRPC, absl and POSIX sockets.
+// needs exactly this; so the socket's connections must never be closed
+// for age or idleness (a rank's Watch stream keeps its connection busy).
+// Depends on gRPC, absl and POSIX sockets.
 #ifndef RANKD_DAEMON_LOCAL_SOCKET_H_
 #define RANKD_DAEMON_LOCAL_SOCKET_H_
 
