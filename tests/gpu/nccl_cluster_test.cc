@@ -83,7 +83,8 @@ class NcclClusterTest : public ::testing::Test {
       };
       if (nccl) argv.insert(argv.end(), extra.begin(), extra.end());
       auto child = ChildProcess::Spawn(
-          argv, {}, absl::StrCat(cluster.dir(), "/rank", l, ".log"));
+          argv, cluster.RankEnv(0, l),
+          absl::StrCat(cluster.dir(), "/rank", l, ".log"));
       EXPECT_TRUE(child.ok()) << child.status();
       if (!child.ok()) return outcome;
       (nccl ? workers : controls).push_back(*std::move(child));
