@@ -528,6 +528,14 @@ void NodeAgent::AllGatherWords(const v1::AllGatherWordsRequest& request,
         reply(std::move(result));
       };
   const uint64_t number = request.round();
+  v1::RankFrame frame;
+  frame.set_rank(rank);
+  *frame.mutable_words() = request.words();
+  rounds_.Contribute(number, std::move(frame), {rank, finish},
+                     absl::Milliseconds(request.timeout_ms()));
+  // After the frame is in: a call cancelled already withdraws it at once,
+  // instead of leaving it for its deadline with nothing counted against
+  // the rank.
   if (cancellation != nullptr) {
     cancellation->OnCancel([this, number, rank, finish] {
       // A frame still waiting here for the node's other ranks is dropped
@@ -538,11 +546,6 @@ void NodeAgent::AllGatherWords(const v1::AllGatherWordsRequest& request,
           "rank ", rank, " cancelled all_gather_words round ", number)));
     });
   }
-  v1::RankFrame frame;
-  frame.set_rank(rank);
-  *frame.mutable_words() = request.words();
-  rounds_.Contribute(number, std::move(frame), {rank, std::move(finish)},
-                     absl::Milliseconds(request.timeout_ms()));
 }
 
 void NodeAgent::SendBatch(LocalRounds::Batch batch) {
