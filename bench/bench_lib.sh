@@ -113,9 +113,13 @@ EOF
 # is ready. Called once here; a launcher that stopped them (stop_all) may call
 # it again.
 JOB=bench
-# The job's own credentials, as tools/run.sh does; ranks use the Unix sockets.
+# The job's own credentials, as tools/run.sh does; ranks use the Unix sockets,
+# each with its own rank token (rank_token NODE RANK, for RANKD_RANK_TOKEN).
 CREDS=$TMP/credentials
 "$RANKCTL" credentials create "$CREDS" >/dev/null || die "cannot create $CREDS"
+rank_token() {
+  "$RANKCTL" credentials rank-token "$CREDS" "$JOB" "$1" "$2"
+}
 launch_daemons() {
   local n args
   DAEMON_PIDS=()
@@ -123,7 +127,9 @@ launch_daemons() {
     args=(--job_id=$JOB --nnodes="$NNODES" --node_index=$n
           --nproc_per_node="$NPROC_PER_NODE"
           --listen=127.0.0.1:${PORTS[$n]} --socket="$TMP/node$n.sock"
-          --credentials_dir="$CREDS")
+          --credentials_dir="$CREDS"
+          # The soak's shared operation counter (bench/soak_bench.cc).
+          --kv_shared_prefixes=soak/ops)
     ((n == 0)) || args+=(--coordinator=127.0.0.1:${PORTS[0]})
     "$RANKD" "${args[@]}" >>"$TMP/daemon$n.log" 2>&1 &
     PIDS+=($!)

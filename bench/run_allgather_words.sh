@@ -106,6 +106,7 @@ RANK_PIDS=()
 for ((n = 0; n < NNODES; n++)); do
   for ((l = 0; l < NPROC_PER_NODE; l++)); do
     r=$((n * NPROC_PER_NODE + l))
+    RANKD_RANK_TOKEN=$(rank_token "$n" "$r") \
     timeout -k 5 "$RUN_LIMIT" "$RANK_BENCH" --target="unix://$TMP/node$n.sock" \
       --job_id=$JOB --local_rank=$l --world_size=$WORLD --warmup="$WARMUP" \
       --rounds="$ROUNDS" --words="$WORDS" --out="$TMP/rankd.rank$r.txt" \

@@ -140,6 +140,7 @@ for ((phase = 0; phase < PHASES; phase++)); do
     for ((l = 0; l < NPROC_PER_NODE; l++)); do
       r=$((n * NPROC_PER_NODE + l))
       env ${RANK_ENV[@]+"${RANK_ENV[@]}"} \
+        RANKD_RANK_TOKEN=$(rank_token "$n" "$r") \
         timeout -k 5 "$RUN_LIMIT" "$RANK_BENCH" --target="unix://$TMP/node$n.sock" \
         --job_id=$JOB --local_rank=$l --world_size=$WORLD \
         --schedule="${PHASE_SCHEDULE[$phase]}" --blocks=$BLOCKS \

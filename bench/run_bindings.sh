@@ -105,6 +105,7 @@ for ((block = 0; block < BLOCKS; block++)); do
       start_daemons
       RANK_PIDS=()
       for ((r = 0; r < world; r++)); do
+        RANKD_RANK_TOKEN=$(rank_token 0 "$r") \
         RANKD_TARGET=unix://$TMP/node0.sock RANKD_JOB_ID=$JOB RANKD_LOCAL_RANK=$r \
           RANKD_LIBRARY=$LIBRARY PYTHONPATH=python LD_LIBRARY_PATH=$BIN/capi \
           $(pin_of "$r" "$world") $(command_of "$b") "$OPS" "$WARMUP" >"$TMP/rank$r.log" 2>&1 &

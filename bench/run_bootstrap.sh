@@ -105,6 +105,7 @@ run_rankd() {  # size repetition
   for ((n = 0; n < NNODES; n++)); do
     for ((l = 0; l < NPROC_PER_NODE; l++)); do
       r=$((n * NPROC_PER_NODE + l))
+      RANKD_RANK_TOKEN=$(rank_token "$n" "$r") \
       timeout -k 5 90 "$RANK_BENCH" --target="unix://$TMP/node$n.sock" \
         --job_id=$JOB --local_rank=$l --world_size="$size" --join_wait_ms=60000 \
         --start_ns="$start" --out="$dir/rankd.rank$r.txt" \

@@ -187,6 +187,7 @@ for N in "${COUNTS[@]}"; do
   # JoinRank.
   RANK_PIDS=()
   for ((l = 0; l < NPROC_PER_NODE; l++)); do
+    RANKD_RANK_TOKEN=$("$RANKCTL" credentials rank-token "$CREDS" "$JOB" 0 "$l") \
     "$RANK_BENCH" --target="unix://$RUN/node0.sock" --job_id=$JOB \
       --local_rank=$l --world_size=$WORLD --warmup="$WARMUP" \
       --rounds="$ROUNDS" --round_timeout_ms=60000 --join_wait_ms=300000 \

@@ -61,9 +61,10 @@ struct ClientOptions {
   // caller's timeout for calls that wait on the daemon. Must be > 0.
   absl::Duration call_timeout = absl::Seconds(30);
   // Sent as "authorization: Bearer <token>" on every call when non-empty.
-  // Must be printable ASCII without spaces. Over TCP, a rank (Client) sends
-  // the job's rank.token and an operator (AdminClient) its operator.token;
-  // on a Unix socket neither is needed (docs/operations.md, "Credentials").
+  // Must be printable ASCII without spaces. A rank (Client) sends its own
+  // rank token on every transport (Client::Connect reads $RANKD_RANK_TOKEN
+  // when this is empty); an operator (AdminClient) its operator.token over
+  // TCP, none on a Unix socket (docs/operations.md, "Credentials").
   std::string bearer_token;
   // TLS for TCP targets: enabled when tls_ca_file (PEM roots) is set; mutual
   // TLS when tls_cert_file and tls_key_file are set too. Rejected for Unix

@@ -13,12 +13,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <thread>
 #include <utility>
 
 #include "absl/memory/memory.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -601,7 +603,15 @@ Client::Client(std::shared_ptr<internal::ClientCore> core)
     : core_(std::move(core)) {}
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
-    const ClientOptions& options) {
+    const ClientOptions& given) {
+  ClientOptions options = given;
+  if (options.bearer_token.empty()) {
+    // The token the launcher minted for this rank alone.
+    const char* token = std::getenv(kRankTokenEnvVar);
+    if (token != nullptr) {
+      options.bearer_token = std::string(absl::StripAsciiWhitespace(token));
+    }
+  }
   absl::StatusOr<std::shared_ptr<const Connection>> conn =
       Connection::Open(options);
   if (!conn.ok()) return conn.status();
@@ -770,25 +780,43 @@ Client::SubmitAllGatherWords(absl::Span<const uint32_t> words,
 }
 
 absl::Status Client::KvSet(absl::string_view key, absl::string_view value) {
-  const std::string context = core_->conn->Context("KvSet");
+  return KvWrite("KvSet", key, value, std::nullopt, false).status();
+}
+
+absl::StatusOr<bool> Client::KvCompareAndSet(
+    absl::string_view key, std::optional<absl::string_view> expected,
+    absl::string_view value) {
+  return KvWrite("KvCompareAndSet", key, value, expected,
+                 !expected.has_value());
+}
+
+absl::StatusOr<bool> Client::KvWrite(absl::string_view method,
+                                     absl::string_view key,
+                                     absl::string_view value,
+                                     std::optional<absl::string_view> expected,
+                                     bool if_absent) {
+  const std::string context = core_->conn->Context(method);
   if (absl::Status s = internal::CheckKey(context, key); !s.ok()) return s;
   if (value.size() > kMaxValueBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat(context, ": value is ", value.size(), " bytes; at most ",
                      kMaxValueBytes, " allowed"));
   }
-  absl::StatusOr<v1::MemberRef> member = core_->CheckJoined("KvSet");
+  absl::StatusOr<v1::MemberRef> member = core_->CheckJoined(method);
   if (!member.ok()) return member.status();
   v1::KvSetRequest request;
   *request.mutable_member() = *std::move(member);
   request.set_key(std::string(key));
   request.set_value(std::string(value));
+  if (expected.has_value()) request.set_expected(std::string(*expected));
+  request.set_if_absent(if_absent);
   const absl::Duration timeout = core_->conn->options().call_timeout;
   grpc::ClientContext rpc;
   core_->conn->PrepareContext(&rpc, timeout);
   v1::KvSetResponse response;
-  return FromGrpcStatus(core_->stub->KvSet(&rpc, request, &response), context,
-                        timeout);
+  grpc::Status status = core_->stub->KvSet(&rpc, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status, context, timeout);
+  return response.stored();
 }
 
 absl::StatusOr<std::string> Client::KvGet(absl::string_view key,
@@ -835,13 +863,25 @@ absl::StatusOr<int64_t> Client::KvAdd(absl::string_view key, int64_t delta) {
 }
 
 absl::StatusOr<bool> Client::KvDelete(absl::string_view key) {
-  const std::string context = core_->conn->Context("KvDelete");
+  return KvRemove("KvDelete", key, std::nullopt);
+}
+
+absl::StatusOr<bool> Client::KvCompareAndDelete(absl::string_view key,
+                                                absl::string_view expected) {
+  return KvRemove("KvCompareAndDelete", key, expected);
+}
+
+absl::StatusOr<bool> Client::KvRemove(
+    absl::string_view method, absl::string_view key,
+    std::optional<absl::string_view> expected) {
+  const std::string context = core_->conn->Context(method);
   if (absl::Status s = internal::CheckKey(context, key); !s.ok()) return s;
-  absl::StatusOr<v1::MemberRef> member = core_->CheckJoined("KvDelete");
+  absl::StatusOr<v1::MemberRef> member = core_->CheckJoined(method);
   if (!member.ok()) return member.status();
   v1::KvDeleteRequest request;
   *request.mutable_member() = *std::move(member);
   request.set_key(std::string(key));
+  if (expected.has_value()) request.set_expected(std::string(*expected));
   const absl::Duration timeout = core_->conn->options().call_timeout;
   grpc::ClientContext rpc;
   core_->conn->PrepareContext(&rpc, timeout);

@@ -57,6 +57,11 @@ class RoundCall;
 
 // Largest all_gather_words frame, in words, that a rank may contribute.
 inline constexpr size_t kMaxFrameWords = 65536;
+// The environment variable holding this rank's own token, which Connect
+// presents when ClientOptions::bearer_token is empty (launchers set it per
+// rank: docs/operations.md, "Credentials").
+inline constexpr char kRankTokenEnvVar[] = "RANKD_RANK_TOKEN";
+
 // Largest key-value broker key (bytes) and value (bytes).
 inline constexpr size_t kMaxKeyBytes = 512;
 inline constexpr size_t kMaxValueBytes = 1 << 20;
@@ -132,6 +137,8 @@ class Client {
 
   // Connects to the daemon at options.target (empty = DefaultTarget()) and
   // waits until the connection is ready, at most options.connect_timeout.
+  // Every call presents options.bearer_token, or when that is empty the
+  // rank's own token from $RANKD_RANK_TOKEN (kRankTokenEnvVar).
   // Returns InvalidArgument for bad options and Unavailable when the daemon
   // cannot be reached in time; both name the target. Does not join.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(
@@ -209,8 +216,21 @@ class Client {
   // FailedPrecondition before Join or after Leave, and with JobHealth() once
   // the job failed.
   //
+  // Keys have owners (docs/operations.md, "Key-value ownership"): a key
+  // under "r<N>/" belongs to rank N; one under a prefix the job declares
+  // shared (rankd --kv_shared_prefixes) to no one, and is written with
+  // KvCompareAndSet / KvCompareAndDelete; any other key to the rank that
+  // created it. Writing a key another rank owns fails with
+  // PermissionDenied naming the owner. Every rank reads every key.
+  //
   // KvSet stores `value` under `key`, replacing any previous value.
   absl::Status KvSet(absl::string_view key, absl::string_view value);
+  // Compare-and-set: stores `value` only when `key` holds `expected`, or,
+  // with `expected` nullopt, only when `key` does not exist. Returns
+  // whether it stored.
+  absl::StatusOr<bool> KvCompareAndSet(
+      absl::string_view key, std::optional<absl::string_view> expected,
+      absl::string_view value);
   // KvGet returns the value of `key`, waiting up to `timeout` for it to be
   // set. A zero timeout does not wait: NotFound when absent. DeadlineExceeded
   // when the timeout passes; InvalidArgument for a negative/infinite timeout.
@@ -221,6 +241,9 @@ class Client {
   absl::StatusOr<int64_t> KvAdd(absl::string_view key, int64_t delta);
   // KvDelete removes `key`; returns whether it existed.
   absl::StatusOr<bool> KvDelete(absl::string_view key);
+  // Removes `key` only when it holds `expected`; returns whether it did.
+  absl::StatusOr<bool> KvCompareAndDelete(absl::string_view key,
+                                          absl::string_view expected);
 
   // Sets the function called, on the watch thread, with every job event
   // (replayed from the job's first event when the stream opens). Replaces
@@ -253,6 +276,12 @@ class Client {
 
  private:
   explicit Client(std::shared_ptr<internal::ClientCore> core);
+  absl::StatusOr<bool> KvWrite(absl::string_view method, absl::string_view key,
+                               absl::string_view value,
+                               std::optional<absl::string_view> expected,
+                               bool if_absent);
+  absl::StatusOr<bool> KvRemove(absl::string_view method, absl::string_view key,
+                                std::optional<absl::string_view> expected);
 
   // Shared with the watch thread and in-flight rounds.
   const std::shared_ptr<internal::ClientCore> core_;

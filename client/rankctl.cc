@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/admin_client.h"
 #include "client/channel.h"
@@ -63,7 +64,30 @@ int Run(const RankctlArgs& args) {
       return Fail(s);
     }
     std::cout << "wrote " << args.credentials_dir << "/{" << kNodeKeyFile << ","
-              << kRankTokenFile << "," << kOperatorTokenFile << "}\n";
+              << kOperatorTokenFile << "}\n";
+    return kExitOk;
+  }
+  if (args.command == RankctlArgs::Command::kCredentialsRankToken) {
+    // From the node key, or from the node's own token when that is all the
+    // folder holds (a node's folder).
+    std::string node_token;
+    auto key = ReadCredentialFile(args.credentials_dir, kNodeKeyFile);
+    if (key.ok()) {
+      node_token = NodeToken(*key, args.job_id, args.node_index);
+    } else if (absl::IsNotFound(key.status())) {
+      auto token = ReadCredentialFile(args.credentials_dir, kNodeTokenFile);
+      if (!token.ok()) return Fail(token.status());
+      if (!absl::StartsWith(*token,
+                            absl::StrCat("node-", args.node_index, "."))) {
+        return Fail(absl::InvalidArgumentError(absl::StrCat(
+            args.credentials_dir, "/", kNodeTokenFile, " is not node ",
+            args.node_index, "'s token, and there is no ", kNodeKeyFile)));
+      }
+      node_token = *std::move(token);
+    } else {
+      return Fail(key.status());
+    }
+    std::cout << RankToken(node_token, args.job_id, args.rank) << "\n";
     return kExitOk;
   }
   if (args.command == RankctlArgs::Command::kCredentialsNodeToken) {
@@ -160,6 +184,7 @@ int Run(const RankctlArgs& args) {
     }
     case RankctlArgs::Command::kCredentialsCreate:
     case RankctlArgs::Command::kCredentialsNodeToken:
+    case RankctlArgs::Command::kCredentialsRankToken:
       break;  // Handled above, without a daemon.
   }
   return UsageError("unhandled command");

@@ -47,10 +47,14 @@ commands:
   watch             job events, one per line, until interrupted or --timeout_ms
   credentials create DIR
                     write a new job's credentials into DIR (node.key,
-                    rank.token, operator.token; mode 0600); never overwrites
+                    operator.token; mode 0600); never overwrites
   credentials node-token DIR JOB NODE
                     print node NODE's token of job JOB under DIR/node.key, for
                     a daemon that should hold only its own identity
+  credentials rank-token DIR JOB NODE RANK
+                    print rank RANK's token of job JOB for joining through
+                    node NODE (from DIR/node.key, or DIR/node.token of that
+                    node), for that rank's process alone ($RANKD_RANK_TOKEN)
 flags:
   --target=ADDR        daemon address: host:port, unix:///path.sock, /path.sock
                        (default $RANKD_TARGET, else unix:///run/rankd/rankd.sock)
@@ -177,22 +181,32 @@ absl::StatusOr<RankctlArgs> ParseRankctlArgs(
     } else if (sub == "node-token") {
       out.command = RankctlArgs::Command::kCredentialsNodeToken;
       expected_args = 5;
+    } else if (sub == "rank-token") {
+      out.command = RankctlArgs::Command::kCredentialsRankToken;
+      expected_args = 6;
     } else {
       return Usage(
           "the credentials commands are: credentials create DIR, "
-          "credentials node-token DIR JOB NODE");
+          "credentials node-token DIR JOB NODE, credentials rank-token DIR "
+          "JOB NODE RANK");
     }
     if (positional.size() < expected_args) {
       return Usage(absl::StrCat("credentials ", sub, " needs ",
-                                sub == "create" ? "DIR" : "DIR JOB NODE"));
+                                sub == "create"       ? "DIR"
+                                : sub == "node-token" ? "DIR JOB NODE"
+                                                      : "DIR JOB NODE RANK"));
     }
     out.credentials_dir = positional[2];
-    if (sub == "node-token") {
+    if (sub != "create") {
       out.job_id = positional[3];
       if (!absl::SimpleAtoi(positional[4], &out.node_index)) {
         return Usage(absl::StrCat("NODE must be a node index, got \"",
                                   positional[4], "\""));
       }
+    }
+    if (sub == "rank-token" && !absl::SimpleAtoi(positional[5], &out.rank)) {
+      return Usage(
+          absl::StrCat("RANK must be a rank, got \"", positional[5], "\""));
     }
   } else {
     return Usage(absl::StrCat("unknown command \"", command, "\""));

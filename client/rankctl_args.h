@@ -36,6 +36,7 @@ struct RankctlArgs {
     // Local commands: no daemon is contacted.
     kCredentialsCreate,
     kCredentialsNodeToken,
+    kCredentialsRankToken,
   };
 
   bool help = false;  // --help / -h: print RankctlUsage() and exit 0.
@@ -53,9 +54,10 @@ struct RankctlArgs {
   std::string service;          // --service (health)
   uint64_t after = 0;           // --after (watch): replay events after this
   std::string key;              // kv get KEY
-  std::string credentials_dir;  // credentials create|node-token DIR
-  std::string job_id;           // credentials node-token DIR JOB NODE
-  uint32_t node_index = 0;
+  std::string credentials_dir;  // credentials create|node-token|rank-token DIR
+  std::string job_id;           // credentials node-token|rank-token DIR JOB
+  uint32_t node_index = 0;      // ... NODE
+  uint32_t rank = 0;            // credentials rank-token DIR JOB NODE RANK
 };
 
 // Parses `args` (without the program name). Flags may come before or after

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
@@ -22,24 +23,56 @@ namespace rankd {
 namespace {
 
 constexpr char kNodeTokenPrefix[] = "node-";
+constexpr char kRankTokenPrefix[] = "rank-";
 
 std::string Hex(const unsigned char* bytes, size_t n) {
   return absl::BytesToHexString(
       absl::string_view(reinterpret_cast<const char*>(bytes), n));
 }
 
-std::string NodeMac(absl::string_view node_key, absl::string_view job_id,
-                    uint32_t node_index) {
-  // Domain-separated and length-delimited, so no other message this
-  // project MACs can collide with it.
-  std::string message = absl::StrCat("rankd node token v1\n", job_id.size(),
-                                     ":", job_id, "\n", node_index);
+// HMAC-SHA256 under `key` of one role's token message. Domain-separated
+// (`domain`) and length-delimited, so no other message this project MACs
+// can collide with it.
+std::string TokenMac(absl::string_view key, absl::string_view domain,
+                     absl::string_view job_id, uint32_t index) {
+  std::string message =
+      absl::StrCat(domain, "\n", job_id.size(), ":", job_id, "\n", index);
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int mac_len = 0;
-  HMAC(EVP_sha256(), node_key.data(), static_cast<int>(node_key.size()),
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
        reinterpret_cast<const unsigned char*>(message.data()), message.size(),
        mac, &mac_len);
   return Hex(mac, mac_len);
+}
+
+std::string NodeMac(absl::string_view node_key, absl::string_view job_id,
+                    uint32_t node_index) {
+  return TokenMac(node_key, "rankd node token v1", job_id, node_index);
+}
+
+std::string RankMac(absl::string_view node_token, absl::string_view job_id,
+                    uint32_t rank) {
+  return TokenMac(node_token, "rankd rank token v1", job_id, rank);
+}
+
+// The index a "<prefix><index>.<mac>" token names when its MAC is
+// `mac_of(index)`; nullopt otherwise. Canonical digits only, so one index
+// has exactly one token.
+template <typename MacOf>
+std::optional<uint32_t> VerifyIndexedToken(absl::string_view token,
+                                           absl::string_view prefix,
+                                           MacOf mac_of) {
+  absl::string_view rest = token;
+  if (!absl::ConsumePrefix(&rest, prefix)) return std::nullopt;
+  size_t dot = rest.find('.');
+  if (dot == absl::string_view::npos || dot == 0 || dot > 10) {
+    return std::nullopt;
+  }
+  uint32_t index = 0;
+  if (!absl::SimpleAtoi(rest.substr(0, dot), &index)) return std::nullopt;
+  if (absl::StrCat(index) != rest.substr(0, dot)) return std::nullopt;
+  if (!SecretsEqual(rest.substr(dot + 1), mac_of(index))) return std::nullopt;
+  return index;
 }
 
 absl::Status WriteSecretFile(const std::string& path) {
@@ -86,22 +119,34 @@ std::string NodeToken(absl::string_view node_key, absl::string_view job_id,
 absl::StatusOr<uint32_t> VerifyNodeToken(absl::string_view node_key,
                                          absl::string_view job_id,
                                          absl::string_view token) {
-  const absl::Status refused = absl::UnauthenticatedError(
-      "node token rejected: not issued for a node of this job under its node "
-      "key");
-  absl::string_view rest = token;
-  if (!absl::ConsumePrefix(&rest, kNodeTokenPrefix)) return refused;
-  size_t dot = rest.find('.');
-  if (dot == absl::string_view::npos || dot == 0 || dot > 10) return refused;
-  uint32_t node_index = 0;
-  if (!absl::SimpleAtoi(rest.substr(0, dot), &node_index)) return refused;
-  // Canonical digits only, so one node has exactly one token.
-  if (absl::StrCat(node_index) != rest.substr(0, dot)) return refused;
-  if (!SecretsEqual(rest.substr(dot + 1),
-                    NodeMac(node_key, job_id, node_index))) {
-    return refused;
+  std::optional<uint32_t> node = VerifyIndexedToken(
+      token, kNodeTokenPrefix,
+      [&](uint32_t index) { return NodeMac(node_key, job_id, index); });
+  if (!node.has_value()) {
+    return absl::UnauthenticatedError(
+        "node token rejected: not issued for a node of this job under its "
+        "node key");
   }
-  return node_index;
+  return *node;
+}
+
+std::string RankToken(absl::string_view node_token, absl::string_view job_id,
+                      uint32_t rank) {
+  return absl::StrCat(kRankTokenPrefix, rank, ".",
+                      RankMac(node_token, job_id, rank));
+}
+
+absl::StatusOr<uint32_t> VerifyRankToken(absl::string_view node_token,
+                                         absl::string_view job_id,
+                                         absl::string_view token) {
+  std::optional<uint32_t> rank = VerifyIndexedToken(
+      token, kRankTokenPrefix,
+      [&](uint32_t index) { return RankMac(node_token, job_id, index); });
+  if (!rank.has_value()) {
+    return absl::UnauthenticatedError(
+        "rank token rejected: not issued for a rank of this job on this node");
+  }
+  return *rank;
 }
 
 std::string TokenProof(absl::string_view token, absl::string_view transcript) {
@@ -164,7 +209,7 @@ absl::Status CreateCredentials(const std::string& dir) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot create ", dir, ": ", std::strerror(errno)));
   }
-  for (const char* name : {kNodeKeyFile, kRankTokenFile, kOperatorTokenFile}) {
+  for (const char* name : {kNodeKeyFile, kOperatorTokenFile}) {
     std::string path = absl::StrCat(dir, "/", name);
     if (::access(path.c_str(), F_OK) == 0) {
       return absl::AlreadyExistsError(absl::StrCat(
@@ -173,7 +218,7 @@ absl::Status CreateCredentials(const std::string& dir) {
           "the folder to issue new ones)"));
     }
   }
-  for (const char* name : {kNodeKeyFile, kRankTokenFile, kOperatorTokenFile}) {
+  for (const char* name : {kNodeKeyFile, kOperatorTokenFile}) {
     if (auto s = WriteSecretFile(absl::StrCat(dir, "/", name)); !s.ok()) {
       return s;
     }

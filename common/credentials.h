@@ -6,10 +6,15 @@
 //                   own node token. Peer service.
 //   node.token      one node's token (NodeToken below), for a daemon that
 //                   should hold only its own identity instead of the key.
-//   rank.token      what ranks present to the Rank service over TCP (on the
-//                   Unix socket, file permissions authenticate them).
 //   operator.token  what operators present to the Admin service over TCP
 //                   and, everywhere, to read key-value values.
+//
+// A rank's credential is no file of the folder: each rank gets a token of
+// its own, RankToken below, derived from its node's token, so it names one
+// rank of one node and nothing else. Whoever holds the node's token (its
+// daemon, a launcher given the folder) mints it and hands it to that rank's
+// process alone ($RANKD_RANK_TOKEN). The job-wide rank.token of earlier
+// versions named no rank; daemons ignore it.
 //
 // Every file holds one line of printable ASCII. docs/operations.md
 // ("Credentials") says how to issue, mount and rotate them. Depends on absl
@@ -29,7 +34,11 @@ namespace rankd {
 
 inline constexpr char kNodeKeyFile[] = "node.key";
 inline constexpr char kNodeTokenFile[] = "node.token";
+// No longer issued nor read (see above); named for the daemon's warning.
 inline constexpr char kRankTokenFile[] = "rank.token";
+// The environment variable holding a rank's own token, which the client
+// libraries present (client/client.h).
+inline constexpr char kRankTokenEnv[] = "RANKD_RANK_TOKEN";
 inline constexpr char kOperatorTokenFile[] = "operator.token";
 
 // Longest secret or token a credential file may hold, and the longest
@@ -54,6 +63,20 @@ absl::StatusOr<uint32_t> VerifyNodeToken(absl::string_view node_key,
                                          absl::string_view job_id,
                                          absl::string_view token);
 
+// The token of rank `rank` of job `job_id`, joining through the node whose
+// token is `node_token`: "rank-<rank>.<64 hex digits of
+// HMAC-SHA256(node_token, job and rank)>". Only that node's daemon accepts
+// it (it verifies with its own node token), and only for that rank.
+std::string RankToken(absl::string_view node_token, absl::string_view job_id,
+                      uint32_t rank);
+
+// The rank `token` names when it is RankToken(node_token, job_id, that
+// rank); Unauthenticated otherwise, without echoing the token. Compares in
+// constant time.
+absl::StatusOr<uint32_t> VerifyRankToken(absl::string_view node_token,
+                                         absl::string_view job_id,
+                                         absl::string_view token);
+
 // HMAC-SHA256 of `transcript` under `token`: 32 raw bytes. What a holder of
 // a token shows so the token itself never crosses the wire (the round
 // link's handshake, daemon/round_link_protocol.h).
@@ -70,8 +93,8 @@ bool SecretsEqual(absl::string_view a, absl::string_view b);
 absl::StatusOr<std::string> ReadCredentialFile(const std::string& dir,
                                                absl::string_view name);
 
-// Creates `dir` (mode 0700) holding a fresh node.key, rank.token and
-// operator.token (mode 0600). AlreadyExists when any of them is already
+// Creates `dir` (mode 0700) holding a fresh node.key and operator.token
+// (mode 0600). AlreadyExists when any of them is already
 // there (credentials are never overwritten: rotate them on purpose);
 // FailedPrecondition naming the path when the folder or a file cannot be
 // written.

@@ -82,6 +82,28 @@ TEST(CredentialsTest, ATokenProofIsHmacSha256AndDependsOnTokenAndTranscript) {
   EXPECT_NE(TokenProof("a", "x"), TokenProof("a", "y"));
 }
 
+TEST(CredentialsTest, RankTokensNameOneRankOfOneNodeAndJob) {
+  const std::string node1 = NodeToken("key", "job", 1);
+  const std::string token = RankToken(node1, "job", 5);
+  EXPECT_TRUE(absl::StartsWith(token, "rank-5.")) << token;
+  auto rank = VerifyRankToken(node1, "job", token);
+  ASSERT_TRUE(rank.ok()) << rank.status();
+  EXPECT_EQ(*rank, 5u);
+  // Another node's daemon, another job, a forged index or MAC: refused.
+  EXPECT_FALSE(VerifyRankToken(NodeToken("key", "job", 2), "job", token).ok());
+  EXPECT_FALSE(VerifyRankToken(node1, "other", token).ok());
+  std::string forged = token;
+  forged.replace(0, 6, "rank-4");
+  EXPECT_FALSE(VerifyRankToken(node1, "job", forged).ok());
+  EXPECT_FALSE(VerifyRankToken(node1, "job", "rank-05" + token.substr(6)).ok());
+  // A node token is no rank token, and a rank token no node token.
+  EXPECT_FALSE(VerifyRankToken(node1, "job", node1).ok());
+  EXPECT_FALSE(VerifyNodeToken("key", "job", token).ok());
+  auto refused = VerifyRankToken(node1, "job", "rank-5.secretvalue");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(refused.status().message(), Not(HasSubstr("secretvalue")));
+}
+
 TEST(CredentialsTest, SecretsEqualComparesWholeValues) {
   EXPECT_TRUE(SecretsEqual("", ""));
   EXPECT_TRUE(SecretsEqual("abc", "abc"));
@@ -96,7 +118,7 @@ TEST(CredentialsTest, CreateWritesPrivateFilesOnceAndReadsThemBack) {
   struct stat st {};
   ASSERT_EQ(::stat(dir.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
-  for (const char* name : {kNodeKeyFile, kRankTokenFile, kOperatorTokenFile}) {
+  for (const char* name : {kNodeKeyFile, kOperatorTokenFile}) {
     std::string path = absl::StrCat(dir, "/", name);
     ASSERT_EQ(::stat(path.c_str(), &st), 0) << path;
     EXPECT_EQ(st.st_mode & 0777, 0600u) << path;
@@ -104,8 +126,11 @@ TEST(CredentialsTest, CreateWritesPrivateFilesOnceAndReadsThemBack) {
     ASSERT_TRUE(value.ok()) << value.status();
     EXPECT_EQ(value->size(), 64u);
   }
-  EXPECT_NE(*ReadCredentialFile(dir, kRankTokenFile),
+  EXPECT_NE(*ReadCredentialFile(dir, kNodeKeyFile),
             *ReadCredentialFile(dir, kOperatorTokenFile));
+  // Ranks get tokens of their own (RankToken), not a job-wide file.
+  EXPECT_EQ(ReadCredentialFile(dir, kRankTokenFile).status().code(),
+            absl::StatusCode::kNotFound);
 
   std::string before = *ReadCredentialFile(dir, kNodeKeyFile);
   absl::Status again = CreateCredentials(dir);

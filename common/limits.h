@@ -57,6 +57,11 @@ inline constexpr uint32_t kMaxKvKeys = 1u << 16;
 // the whole broker.
 inline constexpr uint32_t kMaxKvKeysPerRank = 4096;
 
+// Bytes of all_gather_words frames one rank's rounds in flight may hold on
+// a daemon (its node's, and the coordinator), so that one rank's rounds
+// cannot exhaust a daemon's memory: 16 frames of the largest size.
+inline constexpr uint32_t kMaxRoundBytesPerRank = 4u << 20;
+
 // What callers may make one daemon hold, as set by its flags
 // (docs/operations.md, "Limits"; daemon/config.h resolves them, each at
 // least 1). The defaults are the constants above.
@@ -67,6 +72,12 @@ struct CallerLimits {
   uint32_t max_waiting_gets_per_rank = kMaxWaitingGetsPerRank;
   uint32_t max_streams_per_caller = kMaxStreamsPerCaller;
   uint32_t max_operator_streams = kMaxOperatorStreams;
+  // Bytes of keys and values one rank may have written that still exist,
+  // so one rank cannot fill the broker and deny the others. 0 until the
+  // configuration resolves it: kv_max_bytes / world size by default, so
+  // every rank's quota fits together.
+  uint32_t kv_max_bytes_per_rank = 0;
+  uint32_t max_round_bytes_per_rank = kMaxRoundBytesPerRank;
 };
 
 // Largest frame one rank may send in one all_gather_words round.

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/limits.h"
 
@@ -676,9 +678,14 @@ class Resolver {
     const Setting kv = GivenOr(flags_.admin_kv_read, "admin_kv_read", "false");
     absl::StatusOr<bool> admin_kv_read = ParseBool(kv);
     if (!admin_kv_read.ok()) return admin_kv_read.status();
+    const Setting issue =
+        GivenOr(flags_.issue_rank_tokens, "issue_rank_tokens", "false");
+    absl::StatusOr<bool> issue_rank_tokens = ParseBool(issue);
+    if (!issue_rank_tokens.ok()) return issue_rank_tokens.status();
     c_.credentials_dir = creds.value;
     c_.allow_unauthenticated = *allow_unauthenticated;
     c_.admin_kv_read = *admin_kv_read;
+    c_.issue_rank_tokens = *issue_rank_tokens;
     return absl::OkStatus();
   }
 
@@ -702,6 +709,8 @@ class Resolver {
                    &l.max_streams_per_caller},
              Field{flags_.max_operator_streams, "max_operator_streams",
                    &l.max_operator_streams},
+             Field{flags_.max_round_bytes_per_rank, "max_round_bytes_per_rank",
+                   &l.max_round_bytes_per_rank},
          }) {
       const Setting s = GivenOr(f.flag, f.name, absl::StrCat(*f.value));
       absl::StatusOr<uint32_t> v = ParseUint32(s);
@@ -710,6 +719,42 @@ class Resolver {
         return positive;
       }
       *f.value = *v;
+    }
+    // Every rank's share fits the broker together by default, so no rank
+    // can take room another one is owed.
+    l.kv_max_bytes_per_rank =
+        std::max<uint32_t>(1, l.kv_max_bytes / std::max(c_.world_size, 1u));
+    const Setting per_rank =
+        GivenOr(flags_.kv_max_bytes_per_rank, "kv_max_bytes_per_rank",
+                absl::StrCat(l.kv_max_bytes_per_rank));
+    absl::StatusOr<uint32_t> v = ParseUint32(per_rank);
+    if (!v.ok()) return v.status();
+    if (auto positive = RequirePositive(per_rank, *v); !positive.ok()) {
+      return positive;
+    }
+    l.kv_max_bytes_per_rank = *v;
+    return SharedPrefixes();
+  }
+
+  absl::Status SharedPrefixes() {
+    const Setting s =
+        GivenOr(flags_.kv_shared_prefixes, "kv_shared_prefixes", "");
+    for (absl::string_view prefix :
+         absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
+      prefix = absl::StripAsciiWhitespace(prefix);
+      if (prefix.size() > 512) {
+        return Invalid(absl::StrCat(
+            s.source, ": a shared prefix is longer than a key (512 bytes)"));
+      }
+      // "r<digits>/" keys belong to that rank (daemon/kv_store.h).
+      if (prefix.size() >= 2 && prefix[0] == 'r' &&
+          absl::ascii_isdigit(prefix[1])) {
+        return Invalid(absl::StrCat(
+            s.Assignment(), ": '", prefix,
+            "' starts like a rank's own keys (r<rank>/...), which are never "
+            "shared"));
+      }
+      c_.kv_shared_prefixes.emplace_back(prefix);
     }
     return absl::OkStatus();
   }
@@ -784,6 +829,12 @@ std::string DescribeConfig(const DaemonConfig& c) {
       "keys/rank waiting_gets=", c.limits.max_waiting_gets_per_rank,
       "/rank streams=", c.limits.max_streams_per_caller, "/caller,",
       c.limits.max_operator_streams, "/operators",
+      " kv_per_rank=", c.limits.kv_max_bytes_per_rank, "B",
+      " round_bytes=", c.limits.max_round_bytes_per_rank, "B/rank",
+      " kv_shared=",
+      c.kv_shared_prefixes.empty() ? "-"
+                                   : absl::StrJoin(c.kv_shared_prefixes, ","),
+      " issue_rank_tokens=", c.issue_rank_tokens ? "on" : "off",
       " metrics=", c.metrics_address.empty() ? "off" : c.metrics_address,
       " round_link=",
       !c.is_coordinator        ? "-"

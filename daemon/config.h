@@ -39,6 +39,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -123,9 +124,18 @@ struct DaemonConfig {
   bool admin_kv_read = false;
 
   // What callers may make this daemon hold (--kv_max_bytes, --kv_max_keys,
-  // --kv_max_keys_per_rank, --max_waiting_gets_per_rank,
-  // --max_streams_per_caller, --max_operator_streams); each >= 1.
+  // --kv_max_keys_per_rank, --kv_max_bytes_per_rank,
+  // --max_waiting_gets_per_rank, --max_streams_per_caller,
+  // --max_operator_streams, --max_round_bytes_per_rank); each >= 1.
   CallerLimits limits;
+  // Key prefixes the job declares shared (--kv_shared_prefixes): keys under
+  // them belong to no rank and are written with compare-and-set
+  // (daemon/kv_store.h). Empty by default.
+  std::vector<std::string> kv_shared_prefixes;
+  // Hand this node's rank tokens, once, to the first caller of
+  // Rank.IssueRankTokens on the Unix socket (the launcher beside a sidecar
+  // daemon). Off by default.
+  bool issue_rank_tokens = false;
 
   // Identity of the host, pod and Kubernetes node ("" when unknown).
   std::string hostname;
@@ -171,6 +181,10 @@ struct RawConfig {
   std::optional<std::string> max_waiting_gets_per_rank;
   std::optional<std::string> max_streams_per_caller;
   std::optional<std::string> max_operator_streams;
+  std::optional<std::string> kv_max_bytes_per_rank;
+  std::optional<std::string> max_round_bytes_per_rank;
+  std::optional<std::string> kv_shared_prefixes;
+  std::optional<std::string> issue_rank_tokens;
   std::optional<std::string> metrics_listen;
   std::optional<std::string> round_link_port;
 };
@@ -212,7 +226,12 @@ EnvLookup ProcessEnv();
 //   - credentials: --credentials_dir and --allow_unauthenticated=true
 //     exclude each other (whether credentials are needed at all is checked
 //     when the daemon loads them);
-//   - limits (--kv_max_*, --max_*): each >= 1, default in common/limits.h.
+//   - limits (--kv_max_*, --max_*): each >= 1, default in common/limits.h;
+//     --kv_max_bytes_per_rank defaults to kv_max_bytes / world_size (at
+//     least 1);
+//   - --kv_shared_prefixes: comma-separated, each 1..512 bytes, none
+//     starting "r<digit>" (those keys belong to ranks);
+//   - --issue_rank_tokens: a boolean.
 // Returns InvalidArgument naming the flag or variable to fix.
 absl::StatusOr<DaemonConfig> ResolveConfig(const RawConfig& flags,
                                            const EnvLookup& env);

@@ -785,6 +785,42 @@ TEST_F(ConfigTest, LimitsComeFromFlagsOrEnvironmentAndMustBePositive) {
   ExpectError({"--kv_max_bytes=5000000000 is not a whole number"});
 }
 
+// Issue 36's limits: each rank's key-value quota (a fair share of the
+// broker by default), the bytes a rank's rounds may hold, the job's shared
+// key prefixes, and whether the daemon issues its ranks' tokens.
+TEST_F(ConfigTest, PerRankLimitsSharedPrefixesAndRankTokenIssuing) {
+  raw_.world_size = "4";
+  raw_.kv_max_bytes = "1000000";
+  DaemonConfig c = MustResolve();
+  EXPECT_EQ(c.limits.kv_max_bytes_per_rank, 250000u);  // 1000000 / 4
+  EXPECT_EQ(c.limits.max_round_bytes_per_rank, kMaxRoundBytesPerRank);
+  EXPECT_TRUE(c.kv_shared_prefixes.empty());
+  EXPECT_FALSE(c.issue_rank_tokens);
+  raw_.kv_max_bytes_per_rank = "4096";
+  env_["RANKD_MAX_ROUND_BYTES_PER_RANK"] = "65536";
+  raw_.kv_shared_prefixes = "shared/, leases/";
+  raw_.issue_rank_tokens = "true";
+  c = MustResolve();
+  EXPECT_EQ(c.limits.kv_max_bytes_per_rank, 4096u);
+  EXPECT_EQ(c.limits.max_round_bytes_per_rank, 65536u);
+  EXPECT_EQ(c.kv_shared_prefixes,
+            (std::vector<std::string>{"shared/", "leases/"}));
+  EXPECT_TRUE(c.issue_rank_tokens);
+  EXPECT_TRUE(absl::StrContains(
+      DescribeConfig(c),
+      "kv_per_rank=4096B round_bytes=65536B/rank kv_shared=shared/,leases/ "
+      "issue_rank_tokens=on"))
+      << DescribeConfig(c);
+  raw_.kv_max_bytes_per_rank = "0";
+  ExpectError({"--kv_max_bytes_per_rank=0 must be >= 1"});
+  raw_.kv_max_bytes_per_rank = "4096";
+  raw_.kv_shared_prefixes = "r1/";
+  ExpectError({"'r1/' starts like a rank's own keys"});
+  raw_.kv_shared_prefixes = "";
+  raw_.issue_rank_tokens = "maybe";
+  ExpectError({"--issue_rank_tokens=maybe"});
+}
+
 TEST_F(ConfigTest, CredentialsAndMetrics) {
   raw_.world_size = "1";
   raw_.credentials_dir = "/var/run/secrets/rankd";

@@ -56,11 +56,14 @@ Coordinator::Coordinator(JobSpec spec, std::vector<GroupSpec> groups,
       job_incarnation_(NewIncarnation()),
       started_(MonotonicNow()),
       timer_(timer),
-      kv_(timer, KvLimits{spec_.limits.kv_max_bytes, spec_.limits.kv_max_keys,
-                          spec_.limits.kv_max_keys_per_rank}),
+      kv_(timer,
+          KvLimits{spec_.limits.kv_max_bytes, spec_.limits.kv_max_keys,
+                   spec_.limits.kv_max_keys_per_rank,
+                   spec_.limits.kv_max_bytes_per_rank},
+          KvRules{spec_.world_size, spec_.kv_shared_prefixes}),
       rounds_(
-          spec_.world_size, [this](uint32_t r) { return NodeOfRank(r); },
-          timer) {
+          spec_.world_size, [this](uint32_t r) { return NodeOfRank(r); }, timer,
+          spec_.limits.max_round_bytes_per_rank) {
   nodes_.resize(spec_.nnodes);
   joined_on_node_.resize(spec_.nnodes);
   members_.resize(spec_.world_size);
@@ -359,6 +362,11 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
         v1::MemberState_Name(m.state),
         "; a restarted process cannot rejoin: recreate the whole group"));
   }
+  if (state_ == v1::JOB_STATE_DRAINING) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the job is draining: rank ", drained_by_,
+                     " left, so it runs no more rounds; recreate the group"));
+  }
   const uint32_t on_node = joined_on_node_[node_index];
   if (on_node >= spec_.nproc_per_node) {
     return absl::ResourceExhaustedError(
@@ -379,7 +387,7 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
   details.set_pid(request.pid());
   *details.mutable_device() = request.device();
   HoldJoinLocked(node_index, rank, std::move(details));
-  if (joined_ == spec_.world_size) {
+  if (joined_ == spec_.world_size && state_ == v1::JOB_STATE_FORMING) {
     state_ = v1::JOB_STATE_READY;
     AppendEventLocked(v1::EVENT_KIND_JOB_READY, std::nullopt, {},
                       absl::StrCat("all ", spec_.world_size, " ranks joined"));
@@ -506,6 +514,7 @@ absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
   bool failed = false;
   bool left_now = false;
   absl::Status job_failure;  // the job's, when it failed before this leave
+  std::vector<JoinWaiter> draining_joins;  // joins waiting for the world
   {
     absl::MutexLock lock(&mu_);
     if (auto s = CheckNodeLocked(request.node()); !s.ok()) return s;
@@ -534,6 +543,17 @@ absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
         state_ = v1::JOB_STATE_COMPLETED;
         AppendEventLocked(v1::EVENT_KIND_JOB_COMPLETED, std::nullopt, {},
                           "every rank left cleanly");
+      } else if (state_ == v1::JOB_STATE_READY ||
+                 state_ == v1::JOB_STATE_FORMING) {
+        // Rounds need every rank, so the job serves no more: it says so
+        // rather than stay READY (or wait to form) with a rank gone.
+        state_ = v1::JOB_STATE_DRAINING;
+        drained_by_ = rank;
+        for (auto& [id, w] : join_waiters_) {
+          timer_->Cancel(w.timer);
+          draining_joins.push_back(std::move(w));
+        }
+        join_waiters_.clear();
       }
     } else {
       m.state = v1::MEMBER_STATE_LOST;
@@ -546,6 +566,11 @@ absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
     }
   }
   if (failed) ReleaseAfterFailure();
+  for (auto& w : draining_joins) {
+    w.reply(absl::FailedPreconditionError(absl::StrCat(
+        "rank ", request.rank(),
+        " left the job before every rank joined; it will never be READY")));
+  }
   if (left_now) {
     // Rounds need every rank; once one left, none can complete. A rank
     // that leaves because the job failed must not have its leave reported
@@ -616,11 +641,15 @@ absl::StatusOr<v1::KvSetResponse> Coordinator::KvSet(
     absl::MutexLock lock(&mu_);
     if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
   }
-  if (auto s = kv_.Set(request.key(), request.value(), request.member().rank());
-      !s.ok()) {
-    return s;
-  }
-  return v1::KvSetResponse();
+  KvCondition condition;
+  if (request.has_expected()) condition.expected = request.expected();
+  condition.if_absent = request.if_absent();
+  auto stored = kv_.SetAs(request.key(), request.value(),
+                          request.member().rank(), condition);
+  if (!stored.ok()) return stored.status();
+  v1::KvSetResponse response;
+  response.set_stored(*stored);
+  return response;
 }
 
 void Coordinator::KvGet(const v1::KvGetRequest& request,
@@ -688,7 +717,9 @@ absl::StatusOr<v1::KvDeleteResponse> Coordinator::KvDelete(
     absl::MutexLock lock(&mu_);
     if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
   }
-  auto existed = kv_.Delete(request.key());
+  std::optional<std::string> expected;
+  if (request.has_expected()) expected = request.expected();
+  auto existed = kv_.Delete(request.key(), request.member().rank(), expected);
   if (!existed.ok()) return existed.status();
   v1::KvDeleteResponse response;
   response.set_existed(*existed);

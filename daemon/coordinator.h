@@ -204,6 +204,8 @@ class Coordinator {
   std::vector<uint32_t> joined_on_node_ ABSL_GUARDED_BY(mu_);
   uint32_t joined_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t left_ ABSL_GUARDED_BY(mu_) = 0;
+  // The first rank that left, which made the job DRAINING.
+  uint32_t drained_by_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, JoinWaiter> join_waiters_ ABSL_GUARDED_BY(mu_);
   // The MEMBER_JOINED event not yet in the log: the ranks that joined

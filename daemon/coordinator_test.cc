@@ -883,12 +883,33 @@ TEST_F(CoordinatorTest, CleanReleaseFailsOpenRoundsButNotTheJob) {
   ASSERT_TRUE(round->Wait());
   EXPECT_STATUS(round->status(), absl::StatusCode::kFailedPrecondition,
                 "rank 2 left the job; all_gather_words needs every rank");
-  EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_READY);
+  // Not READY any more: with a rank gone no round can complete, and the
+  // job says so (issue 36: "rank 2 has left" while READY was inconsistent).
+  EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_DRAINING);
+  EXPECT_TRUE(coord_->GetJob().failure().empty());
   // The departed rank can no longer use the key-value broker.
   EXPECT_STATUS(KvSet(Member(2), "k", "v"),
                 absl::StatusCode::kFailedPrecondition,
                 "rank 2 is MEMBER_STATE_LEFT");
   EXPECT_TRUE(KvSet(Member(0), "k", "v").ok());
+}
+
+// A rank that leaves before the world formed: the job can never be READY,
+// so the joins waiting for the world are answered at once and later joins
+// refused, naming the rank that left (issue 36).
+TEST_F(CoordinatorTest, ALeaveBeforeTheWorldFormedDrainsTheJob) {
+  ASSERT_TRUE(Register(0).ok());
+  ASSERT_TRUE(Register(1).ok());
+  ASSERT_TRUE(JoinNow(0, 0).ok());
+  auto waiting = Join(JoinRequest(0, 1, /*wait_ms=*/60000));
+  EXPECT_FALSE(waiting->Ready());
+  ASSERT_TRUE(coord_->ReleaseRank(ReleaseRequest(0, 0, true, "done")).ok());
+  ASSERT_TRUE(waiting->Wait());
+  EXPECT_STATUS(waiting->status(), absl::StatusCode::kFailedPrecondition,
+                "rank 0 left the job before every rank joined");
+  EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_DRAINING);
+  EXPECT_STATUS(JoinNow(1, 2), absl::StatusCode::kFailedPrecondition,
+                "the job is draining: rank 0 left");
 }
 
 TEST_F(CoordinatorTest, ReleaseRankValidatesTheCaller) {
@@ -1242,10 +1263,14 @@ TEST_F(CoordinatorTest, KeyValueOperations) {
   auto add = KvAdd(Member(1), "barrier", 1);
   ASSERT_TRUE(add.ok()) << add.status();
   EXPECT_EQ(add->value(), 1);
-  add = KvAdd(Member(2), "barrier", 1);
+  add = KvAdd(Member(1), "barrier", 1);
   ASSERT_TRUE(add.ok());
   EXPECT_EQ(add->value(), 2);
-  EXPECT_EQ(KvAdd(Member(2), "nccl/comm0", 1).status().code(),
+  // A key belongs to the rank that created it.
+  EXPECT_STATUS(KvAdd(Member(2), "barrier", 1).status(),
+                absl::StatusCode::kPermissionDenied,
+                "rank 2 cannot add to key 'barrier': rank 1 created it");
+  EXPECT_EQ(KvAdd(Member(0), "nccl/comm0", 1).status().code(),
             absl::StatusCode::kFailedPrecondition);
 
   auto del = KvDelete(Member(0), "nccl/comm0");

@@ -14,6 +14,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/credentials.h"
 #include "common/grpc_deadline.h"
 #include "common/limits.h"
 #include "common/monotonic_clock.h"
@@ -91,6 +92,7 @@ JobSpec SpecFromConfig(const DaemonConfig& config) {
   spec.heartbeat_interval = config.heartbeat_interval;
   spec.heartbeat_timeout = config.heartbeat_timeout;
   spec.limits = config.limits;
+  spec.kv_shared_prefixes = config.kv_shared_prefixes;
   return spec;
 }
 
@@ -113,6 +115,11 @@ absl::Status Daemon::Init() {
   if (!auth_->enabled()) {
     Log("WARNING: running WITHOUT AUTHENTICATION (--allow_unauthenticated): "
         "anyone who can reach the TCP listener can change or fail this job");
+  }
+  if (auth_->legacy_rank_token_ignored()) {
+    Log(absl::StrCat("note: ", config_.credentials_dir, "/", kRankTokenFile,
+                     " is ignored: each rank presents a token of its own "
+                     "(docs/operations.md, \"Credentials\")"));
   }
   auto server_credentials = MakeServerCredentials(config_.tls);
   if (!server_credentials.ok()) return server_credentials.status();
@@ -159,7 +166,7 @@ absl::Status Daemon::Init() {
   agent_ = *std::move(agent);
 
   if (!config_.socket_path.empty()) {
-    // The socket is made owner-and-group only (the umask below); so are
+    // The socket is made owner-and-group only (LocalSocket); so are
     // the round-slots files, in a folder next to it that the group may
     // enter but not list: a file's name is known only to whoever opened it.
     const std::string folder = absl::StrCat(
@@ -186,8 +193,17 @@ absl::Status Daemon::Init() {
                           : absl::ZeroDuration()});
     }
   }
-  rank_service_ =
-      std::make_unique<RankService>(agent_.get(), &*auth_, round_slots_.get());
+  if (!config_.socket_path.empty()) {
+    if (auto s = PrepareSocketPath(config_.socket_path); !s.ok()) return s;
+    // Accepted by LocalSocket, not gRPC, so that every connection's process
+    // is known and a rank can be bound to the connection it joined on.
+    auto local = LocalSocket::Listen(config_.socket_path);
+    if (!local.ok()) return local.status();
+    local_socket_ = *std::move(local);
+  }
+  rank_service_ = std::make_unique<RankService>(
+      agent_.get(), &*auth_, round_slots_.get(), local_socket_.get(),
+      config_.issue_rank_tokens);
   peer_service_ = std::make_unique<PeerService>(
       coordinator_.get(), config_.coordinator_address, config_.node_index,
       &*auth_, timer_.get());
@@ -225,12 +241,6 @@ absl::Status Daemon::Init() {
                              KeepaliveTimeoutMs(config_.heartbeat_timeout));
   builder.AddListeningPort(config_.listen_address, *server_credentials,
                            &tcp_port_);
-  if (!config_.socket_path.empty()) {
-    if (auto s = PrepareSocketPath(config_.socket_path); !s.ok()) return s;
-    // Local ranks authenticate by file permissions: owner and group only.
-    builder.AddListeningPort(absl::StrCat("unix:", config_.socket_path),
-                             grpc::InsecureServerCredentials());
-  }
   builder.RegisterService(rank_service_.get());
   builder.RegisterService(peer_service_.get());
   builder.RegisterService(admin_service_.get());
@@ -244,17 +254,13 @@ absl::Status Daemon::Init() {
     interceptors.push_back(metrics_->MakeInterceptorFactory());
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
   }
-  mode_t old_umask = ::umask(0117);
   server_ = builder.BuildAndStart();
-  ::umask(old_umask);
   if (server_ == nullptr || tcp_port_ == 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on --listen=", config_.listen_address,
-                     config_.socket_path.empty()
-                         ? ""
-                         : absl::StrCat(" / --socket=", config_.socket_path),
                      " (address in use or not local?)"));
   }
+  if (local_socket_ != nullptr) local_socket_->Serve(server_.get());
   if (auto s = StartRoundLink(); !s.ok()) return s;
   auto* health = server_->GetHealthCheckService();
   health->SetServingStatus("", true);
@@ -352,6 +358,8 @@ void Daemon::Shutdown(const std::string& reason, absl::Duration grace) {
     server_->GetHealthCheckService()->SetServingStatus(kReadinessService,
                                                        false);
   }
+  // No new local connections while draining; those open keep being served.
+  if (local_socket_ != nullptr) local_socket_->Stop();
   if (agent_ != nullptr) {
     Log(absl::StrCat("shutting down: ", reason));
     agent_->Shutdown(reason, grace / 2);

@@ -24,6 +24,7 @@
 #include "daemon/coordinator.h"
 #include "daemon/coordinator_link.h"
 #include "daemon/deadline_timer.h"
+#include "daemon/local_socket.h"
 #include "daemon/metrics.h"
 #include "daemon/node_agent.h"
 #include "daemon/round_link_server.h"
@@ -83,6 +84,8 @@ class Daemon {
   std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<grpc::Server> server_;
+  // The Unix socket (null without one): accepted here, served by server_.
+  std::unique_ptr<LocalSocket> local_socket_;
   // The coordinator's round link (nullptr: none offered).
   std::unique_ptr<RoundLinkServer> round_link_server_;
   int tcp_port_ = 0;

@@ -124,6 +124,24 @@ ABSL_FLAG(OptionalText, max_streams_per_caller, OptionalText{},
 ABSL_FLAG(OptionalText, max_operator_streams, OptionalText{},
           "Admin.WatchEvents streams the daemon serves at once. Env "
           "RANKD_MAX_OPERATOR_STREAMS. Default 64.");
+ABSL_FLAG(OptionalText, kv_max_bytes_per_rank, OptionalText{},
+          "Bytes of keys and values one rank may have written that still "
+          "exist (enforced by the coordinator), so one rank cannot fill the "
+          "broker. Env RANKD_KV_MAX_BYTES_PER_RANK. Default kv_max_bytes / "
+          "world_size.");
+ABSL_FLAG(OptionalText, max_round_bytes_per_rank, OptionalText{},
+          "Bytes of all_gather_words frames one rank's rounds in flight may "
+          "hold on this daemon (its node's and the coordinator). Env "
+          "RANKD_MAX_ROUND_BYTES_PER_RANK. Default 4194304.");
+ABSL_FLAG(OptionalText, kv_shared_prefixes, OptionalText{},
+          "Comma-separated key prefixes the job declares shared: keys under "
+          "them belong to no rank and are written with compare-and-set "
+          "(enforced by the coordinator). Env RANKD_KV_SHARED_PREFIXES. "
+          "Default none.");
+ABSL_FLAG(OptionalText, issue_rank_tokens, OptionalText{},
+          "true to hand this node's rank tokens, once, to the first caller of "
+          "Rank.IssueRankTokens on the Unix socket (rankrun beside a sidecar "
+          "daemon). Env RANKD_ISSUE_RANK_TOKENS. Default false.");
 ABSL_FLAG(OptionalText, round_link_port, OptionalText{},
           "Coordinator only: TCP port of the round link, where nodes send "
           "their all_gather_words rounds as plain frames instead of gRPC "
@@ -168,6 +186,11 @@ RawConfig RawConfigFromFlags() {
       absl::GetFlag(FLAGS_max_waiting_gets_per_rank).text;
   raw.max_streams_per_caller = absl::GetFlag(FLAGS_max_streams_per_caller).text;
   raw.max_operator_streams = absl::GetFlag(FLAGS_max_operator_streams).text;
+  raw.kv_max_bytes_per_rank = absl::GetFlag(FLAGS_kv_max_bytes_per_rank).text;
+  raw.max_round_bytes_per_rank =
+      absl::GetFlag(FLAGS_max_round_bytes_per_rank).text;
+  raw.kv_shared_prefixes = absl::GetFlag(FLAGS_kv_shared_prefixes).text;
+  raw.issue_rank_tokens = absl::GetFlag(FLAGS_issue_rank_tokens).text;
   raw.metrics_listen = absl::GetFlag(FLAGS_metrics_listen).text;
   raw.round_link_port = absl::GetFlag(FLAGS_round_link_port).text;
   return raw;

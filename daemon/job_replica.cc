@@ -51,6 +51,12 @@ void JobReplica::Apply(const v1::JobEvent& event) {
       break;
     case v1::EVENT_KIND_MEMBER_LEFT:
       SetRanks(event, v1::MEMBER_STATE_LEFT);
+      // As the coordinator: a job a rank left serves no more rounds
+      // (JOB_COMPLETED follows once every rank left).
+      if (job_state_ == v1::JOB_STATE_READY ||
+          job_state_ == v1::JOB_STATE_FORMING) {
+        job_state_ = v1::JOB_STATE_DRAINING;
+      }
       break;
     case v1::EVENT_KIND_MEMBER_LOST:
       SetRanks(event, v1::MEMBER_STATE_LOST);

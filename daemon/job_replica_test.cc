@@ -60,6 +60,8 @@ TEST(JobReplicaTest, FollowsMembersNodesAndTheJob) {
   replica.Apply(Event(v1::EVENT_KIND_MEMBER_LEFT, {3}, 1));
   EXPECT_EQ(replica.member(3).state, v1::MEMBER_STATE_LEFT);
   EXPECT_EQ(replica.joined_ranks(), 1u) << "a rank that left had joined";
+  // As on the coordinator: with a rank gone no round can complete.
+  EXPECT_EQ(replica.job_state(), v1::JOB_STATE_DRAINING);
 
   // A lost node loses the ranks the event names.
   replica.Apply(Event(v1::EVENT_KIND_MEMBER_JOINED, {2}, 1));
@@ -77,6 +79,8 @@ TEST(JobReplicaTest, FollowsMembersNodesAndTheJob) {
 
 TEST(JobReplicaTest, CompletedUnlessFailedAndMarkFailed) {
   JobReplica replica(TwoByTwo());
+  replica.Apply(Event(v1::EVENT_KIND_MEMBER_LEFT, {0}, 0));
+  EXPECT_EQ(replica.job_state(), v1::JOB_STATE_DRAINING);
   replica.Apply(Event(v1::EVENT_KIND_JOB_COMPLETED));
   EXPECT_EQ(replica.job_state(), v1::JOB_STATE_COMPLETED);
   replica.MarkFailed();

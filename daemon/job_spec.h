@@ -33,6 +33,9 @@ struct JobSpec {
   // flags). Not compared between nodes: each daemon enforces its own, and
   // the coordinator's apply to the job's key-value broker.
   CallerLimits limits;
+  // Key prefixes the job declares shared (--kv_shared_prefixes; the
+  // coordinator's apply, daemon/kv_store.h).
+  std::vector<std::string> kv_shared_prefixes;
 
   // Node that hosts `rank` under the default node-major assignment.
   uint32_t DefaultNodeOf(uint32_t rank) const { return rank / nproc_per_node; }

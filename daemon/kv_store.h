@@ -3,8 +3,25 @@
 //
 // One store belongs to one job incarnation on the coordinator, so keys are
 // namespaced per job and incarnation by construction. What it holds is
-// bounded (KvLimits): keys, bytes, and keys per rank. Thread-safe. Depends
-// on DeadlineTimer, common/limits and absl.
+// bounded (KvLimits): keys, bytes, and keys and bytes per rank, so that one
+// rank cannot fill it and deny the others.
+//
+// Every key has an owner, so that one rank cannot poison another's keys
+// (docs/operations.md, "Key-value ownership"):
+//   - "r<N>/..." (N a rank of the job, in canonical decimal) belongs to
+//     rank N from the start: only rank N creates, sets, adds to or deletes
+//     it, so nobody can set it first either. The data plane's own keys
+//     (Gloo rendezvous, NCCL unique ids, session counters, mismatch
+//     reports) are all named so, after the rank the protocol names as
+//     their writer.
+//   - a key under a prefix the job declares shared (KvRules) belongs to no
+//     one: any rank sets it with compare-and-set (an expected value, or
+//     create-only), deletes it with an expected value, and adds to it;
+//   - any other key belongs to the rank that created it until it is
+//     deleted.
+// Everyone reads every key. Calls for no rank (kNoRank: the daemon itself,
+// unit tests) are not held to owners. Thread-safe. Depends on
+// DeadlineTimer, common/limits and absl.
 #ifndef RANKD_DAEMON_KV_STORE_H_
 #define RANKD_DAEMON_KV_STORE_H_
 
@@ -34,6 +51,26 @@ struct KvLimits {
   size_t max_keys = kMaxKvKeys;
   // Keys one rank created that still exist.
   size_t max_keys_per_rank = kMaxKvKeysPerRank;
+  // Bytes of keys and values charged to one rank (the last writer of each
+  // key) that still exist; 0: only max_bytes applies.
+  size_t max_bytes_per_rank = 0;
+};
+
+// Who may write which key (see the file comment).
+struct KvRules {
+  // Ranks are 0..world_size-1: "r<N>/" keys with N outside are refused.
+  // 0: no rank-owned keys (tests of the store alone).
+  uint32_t world_size = 0;
+  // Prefixes of keys that belong to no rank (--kv_shared_prefixes).
+  std::vector<std::string> shared_prefixes;
+};
+
+// When a write happens: always (the default), only when the key holds
+// `expected`, or only when it does not exist.
+struct KvCondition {
+  std::optional<std::string> expected;
+  bool if_absent = false;
+  bool conditional() const { return expected.has_value() || if_absent; }
 };
 
 class KvStore {
@@ -48,7 +85,8 @@ class KvStore {
   using GetCallback = std::function<void(absl::StatusOr<std::string>)>;
 
   // `timer` must outlive the store.
-  explicit KvStore(DeadlineTimer* timer, KvLimits limits = {});
+  explicit KvStore(DeadlineTimer* timer, KvLimits limits = {},
+                   KvRules rules = {});
 
   // InvalidArgument for an empty or oversized key or an oversized value.
   static absl::Status ValidateKey(absl::string_view key);
@@ -61,6 +99,13 @@ class KvStore {
   // than max_keys_per_rank keys; the failure cause when Fail was called.
   absl::Status Set(absl::string_view key, absl::string_view value,
                    uint32_t rank = kNoRank);
+  // Set as `rank`, under the key's owner rules and `condition`: true when
+  // stored, false when the condition did not hold (nothing stored).
+  // PermissionDenied naming the rank, the key and the rule when `rank` may
+  // not write the key; InvalidArgument for an "r<N>/" key naming no rank
+  // of the job; otherwise as Set.
+  absl::StatusOr<bool> SetAs(absl::string_view key, absl::string_view value,
+                             uint32_t rank, const KvCondition& condition = {});
 
   // Calls `done` with the value once `key` exists (at once if it does), or
   // with DeadlineExceeded naming the key at `deadline`, or with the failure
@@ -80,12 +125,17 @@ class KvStore {
   // Adds `delta` to the decimal int64 counter at `key` (absent = 0) and
   // returns the new value. FailedPrecondition if the key holds something
   // that is not a decimal int64; OutOfRange on overflow; ResourceExhausted
-  // as for Set (a new counter counts against `rank`).
+  // as for Set (a new counter counts against `rank`); PermissionDenied when
+  // `rank` may not write the key.
   absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta,
                               uint32_t rank = kNoRank);
 
   // Removes `key` (its creator's count drops); returns whether it existed.
-  absl::StatusOr<bool> Delete(absl::string_view key);
+  // With `expected`, only when the key holds it (false otherwise).
+  // PermissionDenied when `rank` may not delete the key.
+  absl::StatusOr<bool> Delete(
+      absl::string_view key, uint32_t rank = kNoRank,
+      const std::optional<std::string>& expected = std::nullopt);
 
   // Fails every waiting Get and every later operation with `cause`.
   void Fail(absl::Status cause);
@@ -93,12 +143,17 @@ class KvStore {
   size_t size() const;
   // Keys `rank` created that still exist.
   size_t keys_of(uint32_t rank) const;
+  // Bytes of keys and values charged to `rank`.
+  size_t bytes_of(uint32_t rank) const;
 
  private:
   struct Entry {
     std::string value;
+    // The rank the key and its bytes count against: its creator, or the
+    // last rank that wrote a shared key.
     uint32_t creator = kNoRank;
   };
+  enum class Write { kSet, kAdd, kDelete };
   struct Waiter {
     std::string key;
     GetCallback done;
@@ -114,6 +169,15 @@ class KvStore {
   // `rank`.
   absl::Status StoreLocked(absl::string_view key, std::string value,
                            uint32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK when `rank` may `write` `key` (with `conditional`: an expected value
+  // or create-only), whose entry is `existing` (null: absent).
+  absl::Status CheckOwnerLocked(absl::string_view key, uint32_t rank,
+                                Write write, bool conditional,
+                                const Entry* existing) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves a key's count and bytes from one rank's tally to another's.
+  void ChargeLocked(uint32_t rank, int64_t keys, int64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the Gets waiting for `key` (cancelling their timers) and
   // appends their callbacks to `released`, to be run without the lock.
   void TakeWaitersLocked(absl::string_view key,
@@ -122,11 +186,14 @@ class KvStore {
 
   DeadlineTimer* const timer_;
   const KvLimits limits_;
+  const KvRules rules_;
   mutable absl::Mutex mu_;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Entry, std::less<>> values_ ABSL_GUARDED_BY(mu_);
-  // Keys per creating rank (ranks with none are absent; kNoRank untracked).
+  // Keys and bytes per charged rank (ranks with none are absent; kNoRank
+  // untracked).
   std::map<uint32_t, size_t> keys_of_rank_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, size_t> bytes_of_rank_ ABSL_GUARDED_BY(mu_);
   // Sum of key and value sizes in values_.
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 1;

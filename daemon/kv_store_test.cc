@@ -360,9 +360,11 @@ TEST_F(KvStoreTest, KeysPerRankLimit) {
                 "rank (--kv_max_keys_per_rank)");
   EXPECT_STATUS(kv.Add("counter", 1, 5).status(),
                 absl::StatusCode::kResourceExhausted, "rank 5 created 3 keys");
-  // Its existing keys stay writable, by it or anyone; other ranks have room.
+  // Its existing keys stay writable, by it (and only by it); other ranks
+  // have room.
   EXPECT_TRUE(kv.Set("a0", "changed", 5).ok());
-  EXPECT_TRUE(kv.Set("a1", "changed", 6).ok());
+  EXPECT_EQ(kv.Set("a1", "changed", 6).code(),
+            absl::StatusCode::kPermissionDenied);
   EXPECT_TRUE(kv.Set("b0", "v", 6).ok());
   EXPECT_EQ(kv.keys_of(5), 3u);
   EXPECT_EQ(kv.keys_of(6), 1u);
@@ -435,6 +437,96 @@ TEST_F(KvStoreTest, EveryGetIsAnsweredExactlyOnceWhenSetRacesExpiry) {
           << r->value.status();
     }
   }
+}
+
+// Keys have owners (issue 36): "r<N>/" keys are rank N's from the start,
+// other keys their creator's, keys under a shared prefix no one's (written
+// with compare-and-set). Everyone reads.
+TEST_F(KvStoreTest, EveryKeyHasAnOwner) {
+  KvStore kv(timer_.get(), KvLimits{}, KvRules{4, {"shared/"}});
+  // Nobody can set a rank's key first...
+  EXPECT_STATUS(kv.Set("r1/nccl/uid", "poison", 0),
+                absl::StatusCode::kPermissionDenied,
+                "rank 0 cannot set key 'r1/nccl/uid': keys under 'r1/' "
+                "belong to rank 1");
+  ASSERT_TRUE(kv.Set("r1/nccl/uid", "id", 1).ok());
+  // ...nor change, add to or delete it.
+  EXPECT_EQ(kv.Set("r1/nccl/uid", "poison", 2).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_STATUS(kv.Delete("r1/nccl/uid", 2).status(),
+                absl::StatusCode::kPermissionDenied,
+                "rank 2 cannot delete key 'r1/nccl/uid'");
+  ASSERT_TRUE(kv.Set("r2/count", "1", 2).ok());
+  EXPECT_STATUS(kv.Add("r2/count", 1000, 3).status(),
+                absl::StatusCode::kPermissionDenied,
+                "rank 3 cannot add to key 'r2/count'");
+  EXPECT_EQ(*kv.Peek("r1/nccl/uid"), "id");
+  EXPECT_EQ(*kv.Add("r2/count", 1, 2), 2);
+  // "r<N>/" must name a rank of the job, canonically.
+  EXPECT_STATUS(kv.Set("r4/x", "v", 0), absl::StatusCode::kInvalidArgument,
+                "names no rank of this job");
+  EXPECT_EQ(kv.Set("r01/x", "v", 1).code(), absl::StatusCode::kInvalidArgument);
+  // Keys like "rank0/x" or "r/x" are ordinary keys.
+  EXPECT_TRUE(kv.Set("rank0/x", "v", 3).ok());
+
+  // Any other key: its creator's until it is deleted.
+  ASSERT_TRUE(kv.Set("gloo/world/addr0", "a", 0).ok());
+  EXPECT_STATUS(kv.Delete("gloo/world/addr0", 3).status(),
+                absl::StatusCode::kPermissionDenied,
+                "rank 3 cannot delete key 'gloo/world/addr0': rank 0 created "
+                "it");
+  EXPECT_TRUE(*kv.Delete("gloo/world/addr0", 0));
+  EXPECT_TRUE(kv.Set("gloo/world/addr0", "b", 3).ok());  // free again
+
+  // Shared: any rank, with compare-and-set only.
+  EXPECT_STATUS(kv.Set("shared/leader", "0", 0),
+                absl::StatusCode::kPermissionDenied,
+                "under the shared prefix 'shared/' (--kv_shared_prefixes), "
+                "whose keys are written with compare-and-set");
+  EXPECT_TRUE(*kv.SetAs("shared/leader", "0", 0, {std::nullopt, true}));
+  EXPECT_FALSE(*kv.SetAs("shared/leader", "1", 1, {std::nullopt, true}));
+  EXPECT_FALSE(*kv.SetAs("shared/leader", "1", 1, {"7", false}));
+  EXPECT_TRUE(*kv.SetAs("shared/leader", "1", 1, {"0", false}));
+  EXPECT_EQ(*kv.Peek("shared/leader"), "1");
+  EXPECT_EQ(*kv.Add("shared/count", 1, 0), 1);
+  EXPECT_EQ(*kv.Add("shared/count", 1, 2), 2);
+  EXPECT_EQ(kv.Delete("shared/leader", 2).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_FALSE(*kv.Delete("shared/leader", 2, std::string("0")));
+  EXPECT_TRUE(*kv.Delete("shared/leader", 2, std::string("1")));
+  // The daemon itself (no rank) is held to no owner.
+  EXPECT_TRUE(kv.Set("r1/nccl/uid", "daemon", KvStore::kNoRank).ok());
+}
+
+// A rank's keys and values count against its own quota, so one rank cannot
+// fill the broker and deny the others (issue 36).
+TEST_F(KvStoreTest, BytesPerRankQuota) {
+  KvStore kv(timer_.get(), KvLimits{1 << 20, 1000, 1000, 1000},
+             KvRules{4, {"shared/"}});
+  const std::string big(900, 'x');
+  ASSERT_TRUE(kv.Set("r0/a", big, 0).ok());  // 904 bytes
+  EXPECT_EQ(kv.bytes_of(0), 904u);
+  EXPECT_STATUS(kv.Set("r0/b", std::string(100, 'y'), 0),
+                absl::StatusCode::kResourceExhausted,
+                "rank 0 holds 904 bytes of keys and values; setting key "
+                "'r0/b' (104 bytes) would pass its quota of 1000 bytes "
+                "(--kv_max_bytes_per_rank)");
+  // Replacing a value counts only the difference.
+  EXPECT_TRUE(kv.Set("r0/a", std::string(990, 'z'), 0).ok());
+  EXPECT_EQ(kv.bytes_of(0), 994u);
+  // Another rank still has its whole quota.
+  EXPECT_TRUE(kv.Set("r1/a", big, 1).ok());
+  // A shared key's bytes count against its last writer.
+  EXPECT_TRUE(*kv.SetAs("shared/k", "v", 2, {std::nullopt, true}));
+  EXPECT_EQ(kv.bytes_of(2), 9u);
+  EXPECT_TRUE(*kv.SetAs("shared/k", "vv", 3, {"v", false}));
+  EXPECT_EQ(kv.bytes_of(2), 0u);
+  EXPECT_EQ(kv.bytes_of(3), 10u);
+  EXPECT_EQ(kv.keys_of(3), 1u);
+  // Deleting gives the room back.
+  EXPECT_TRUE(*kv.Delete("r0/a", 0));
+  EXPECT_EQ(kv.bytes_of(0), 0u);
+  EXPECT_TRUE(kv.Set("r0/b", std::string(100, 'y'), 0).ok());
 }
 
 }  // namespace

@@ -111,6 +111,27 @@ void LocalRounds::Retire(uint64_t number) {
   retired_ = std::max(retired_, number);
 }
 
+bool LocalRounds::Withdraw(uint64_t number, uint32_t rank) {
+  Waiter dropped;  // destroyed after the lock is released
+  absl::MutexLock lock(&mu_);
+  auto it = rounds_.find(number);
+  if (it == rounds_.end()) return false;
+  Round& round = it->second;
+  for (size_t i = 0; i < round.waiters.size(); ++i) {
+    if (round.waiters[i].rank != rank) continue;
+    dropped = std::move(round.waiters[i]);
+    round.waiters.erase(round.waiters.begin() + i);
+    round.pending.erase(round.pending.begin() + i);
+    --round.contributed;
+    if (round.contributed == 0) {
+      CancelTimersLocked(round);
+      rounds_.erase(it);
+    }
+    return true;
+  }
+  return false;
+}
+
 void LocalRounds::Close(const absl::Status& status) {
   std::vector<Waiter> waiters;
   absl::Status closing = status.ok() ? absl::CancelledError("closed") : status;

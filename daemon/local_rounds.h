@@ -75,6 +75,12 @@ class LocalRounds {
   void Contribute(uint64_t round, v1::RankFrame frame, Waiter waiter,
                   absl::Duration timeout);
 
+  // Drops `rank`'s frame of `round` if it is still held here (it has not
+  // gone out to the coordinator), with its waiter, unanswered: the caller
+  // answers it. A round left with no frame is forgotten. Returns whether a
+  // frame was dropped.
+  bool Withdraw(uint64_t round, uint32_t rank);
+
   // Forgets every open round and replies `status` to every frame that has
   // not gone out yet; later contributions get `status` at once. Only the
   // first call counts.

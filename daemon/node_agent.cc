@@ -1,10 +1,12 @@
 #include "daemon/node_agent.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <memory>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
@@ -23,6 +25,15 @@ absl::Status AbortedBy(const std::string& cause) {
 }
 
 }  // namespace
+
+std::string RankCaller::Describe() const {
+  if (connection.empty()) return "this daemon";
+  if (!absl::StartsWith(connection, "unix#")) return connection;
+  std::string who = pid > 0 ? absl::StrCat("pid ", pid) : "a process";
+  if (uid.has_value()) absl::StrAppend(&who, " (uid ", *uid, ")");
+  return absl::StrCat(who, " on the Unix socket (connection ",
+                      connection.substr(5), ")");
+}
 
 absl::StatusOr<std::unique_ptr<NodeAgent>> NodeAgent::Create(
     JobSpec spec, v1::NodeInfo node, CoordinatorLink* link,
@@ -164,8 +175,36 @@ Reply<T> NodeAgent::Relay(Reply<T> reply) {
   };
 }
 
+uint32_t NodeAgent::JoinRankOf(const v1::JoinRequest& request) const {
+  return request.has_rank()
+             ? request.rank()
+             : node_.node_index() * spec_.nproc_per_node + request.local_rank();
+}
+
+absl::Status NodeAgent::CheckCaller(uint32_t rank, const Caller& caller) const {
+  if (caller.connection.empty()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  auto it = members_.find(rank);
+  // Only a live member is worth impersonating: a call for one that left,
+  // was lost or whose job failed is refused by its own checks, with the
+  // cause (which a restarted process should hear).
+  if (it == members_.end() || !failure_.empty() ||
+      (it->second.state != LocalState::kJoining &&
+       it->second.state != LocalState::kJoined)) {
+    return absl::OkStatus();
+  }
+  const Caller& bound = it->second.bound;
+  if (bound.connection.empty() || bound.connection == caller.connection) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "rank ", rank, " joined through ", bound.Describe(),
+      " and acts only through that connection; this call came from ",
+      caller.Describe()));
+}
+
 void NodeAgent::Join(const v1::JoinRequest& request,
-                     Reply<v1::JoinResponse> reply) {
+                     Reply<v1::JoinResponse> reply, Caller caller) {
   if (auto s = CheckJobId(request.job_id(), spec_.job_id, "daemon"); !s.ok()) {
     return reply(s);
   }
@@ -199,10 +238,7 @@ void NodeAgent::Join(const v1::JoinRequest& request,
     return reply(absl::InvalidArgumentError(absl::StrCat(
         "device kind '", kind, "' is not one of \"cpu\", \"cuda\"")));
   }
-  const uint32_t rank =
-      request.has_rank()
-          ? request.rank()
-          : node_.node_index() * spec_.nproc_per_node + request.local_rank();
+  const uint32_t rank = JoinRankOf(request);
   absl::Status early;
   bool queued = false;
   {
@@ -210,20 +246,20 @@ void NodeAgent::Join(const v1::JoinRequest& request,
     early = registration_.ok() ? FailureLocked() : registration_;
     if (early.ok() && !registered_) {
       until_registered_.push_back(
-          [this, request, rank, reply](absl::Status registered) {
+          [this, request, rank, reply, caller](absl::Status registered) {
             if (!registered.ok()) return reply(registered);
-            ForwardJoin(request, rank, reply);
+            ForwardJoin(request, rank, reply, caller);
           });
       queued = true;
     }
   }
   if (!early.ok()) return reply(early);
   if (queued) return;
-  ForwardJoin(request, rank, std::move(reply));
+  ForwardJoin(request, rank, std::move(reply), std::move(caller));
 }
 
 void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
-                            Reply<v1::JoinResponse> reply) {
+                            Reply<v1::JoinResponse> reply, Caller caller) {
   v1::JoinRankRequest forward;
   {
     absl::ReleasableMutexLock lock(&mu_);
@@ -286,6 +322,9 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
       m.incarnation = request.incarnation();
       m.pid = request.pid();
       m.device = request.device();
+      // The first join of a slot binds it: from now on only this
+      // connection acts for the rank.
+      m.bound = std::move(caller);
       rank_of_local_[request.local_rank()] = rank;
     }
     *forward.mutable_node() = NodeRefLocked();
@@ -407,7 +446,8 @@ void NodeAgent::LoseRank(uint32_t rank, uint64_t incarnation,
 }
 
 void NodeAgent::AllGatherWords(const v1::AllGatherWordsRequest& request,
-                               Reply<v1::AllGatherWordsResponse> reply) {
+                               Reply<v1::AllGatherWordsResponse> reply,
+                               const CancellationRef& cancellation) {
   const uint32_t rank = request.member().rank();
   if (request.round() == 0) {
     return reply(absl::InvalidArgumentError(
@@ -421,6 +461,8 @@ void NodeAgent::AllGatherWords(const v1::AllGatherWordsRequest& request,
   if (auto s = CheckTimeoutMs(request.timeout_ms(), "timeout_ms"); !s.ok()) {
     return reply(s);
   }
+  const size_t bytes = sizeof(uint32_t) * request.words_size();
+  const uint64_t incarnation = request.member().incarnation();
   {
     absl::ReleasableMutexLock lock(&mu_);
     if (auto s = CheckMemberLocked(request.member()); !s.ok()) {
@@ -436,15 +478,74 @@ void NodeAgent::AllGatherWords(const v1::AllGatherWordsRequest& request,
                        request.round(), " but its next round is ", expected,
                        " (rounds are numbered 1, 2, 3... per rank)")));
     }
+    // What one rank makes this daemon hold for its rounds is bounded, so
+    // that no rank can exhaust its memory: a round waits here for the
+    // node's other ranks (up to its deadline, an hour at most). A refused
+    // round still takes its number: the rank sent it (its peers' round
+    // then misses it, as any round the rank abandons), and its next rounds
+    // are refused for the same reason, not for their numbers.
     ++m.next_round;
+    if (m.rounds_in_flight >= WordRounds::kMaxOpenRounds) {
+      const uint32_t held = m.rounds_in_flight;
+      lock.Release();
+      return reply(absl::ResourceExhaustedError(absl::StrCat(
+          "rank ", rank, " has ", held,
+          " all_gather_words rounds in flight on node ", node_.node_index(),
+          "; the limit is ", WordRounds::kMaxOpenRounds, " per rank (round ",
+          request.round(), " refused; wait for earlier rounds' answers)")));
+    }
+    const size_t max_bytes = spec_.limits.max_round_bytes_per_rank;
+    if (m.round_bytes + bytes > max_bytes) {
+      const size_t held = m.round_bytes;
+      const uint32_t rounds = m.rounds_in_flight;
+      lock.Release();
+      return reply(absl::ResourceExhaustedError(absl::StrCat(
+          "rank ", rank, "'s ", rounds,
+          " all_gather_words rounds in flight hold ", held,
+          " bytes of frames on node ", node_.node_index(), "; round ",
+          request.round(), "'s ", bytes, " more would pass the limit of ",
+          max_bytes, " bytes per rank (--max_round_bytes_per_rank)")));
+    }
     m.waiting_round = request.round();
+    ++m.rounds_in_flight;
+    m.round_bytes += bytes;
   }
+  // Answers the rank once, whichever comes first (the round's result or
+  // the rank's cancellation), and gives back what the round held.
+  auto answered = std::make_shared<std::atomic<bool>>(false);
+  Reply<v1::AllGatherWordsResponse> finish =
+      [this, rank, incarnation, bytes, answered, reply = std::move(reply)](
+          absl::StatusOr<v1::AllGatherWordsResponse> result) {
+        if (answered->exchange(true)) return;
+        {
+          absl::MutexLock lock(&mu_);
+          auto it = members_.find(rank);
+          if (it != members_.end() && it->second.incarnation == incarnation) {
+            --it->second.rounds_in_flight;
+            it->second.round_bytes -= bytes;
+          }
+        }
+        reply(std::move(result));
+      };
+  const uint64_t number = request.round();
   v1::RankFrame frame;
   frame.set_rank(rank);
   *frame.mutable_words() = request.words();
-  rounds_.Contribute(request.round(), std::move(frame),
-                     {rank, std::move(reply)},
+  rounds_.Contribute(number, std::move(frame), {rank, finish},
                      absl::Milliseconds(request.timeout_ms()));
+  // After the frame is in: a call cancelled already withdraws it at once,
+  // instead of leaving it for its deadline with nothing counted against
+  // the rank.
+  if (cancellation != nullptr) {
+    cancellation->OnCancel([this, number, rank, finish] {
+      // A frame still waiting here for the node's other ranks is dropped
+      // (the round then misses this rank, as if it never sent it); one
+      // already with the coordinator stays there until the round ends.
+      rounds_.Withdraw(number, rank);
+      finish(absl::CancelledError(absl::StrCat(
+          "rank ", rank, " cancelled all_gather_words round ", number)));
+    });
+  }
 }
 
 void NodeAgent::SendBatch(LocalRounds::Batch batch) {
@@ -641,11 +742,24 @@ void NodeAgent::Detach(WatchId id, bool broken, const std::string& reason) {
 }
 
 void NodeAgent::OnEvent(const v1::JobEvent& event) {
+  bool drained = false;
   {
     absl::MutexLock lock(&mu_);
+    const v1::JobState before = replica_.job_state();
     replica_.Apply(event);
+    drained = before != v1::JOB_STATE_DRAINING &&
+              replica_.job_state() == v1::JOB_STATE_DRAINING;
   }
   mirror_.Mirror(event);
+  if (drained && event.ranks_size() > 0) {
+    // A rank left: no round can complete any more, so none waits here for
+    // its deadline (the coordinator fails the rounds it holds likewise).
+    // Not inline, as for a failure below.
+    absl::Status left = absl::FailedPreconditionError(
+        absl::StrCat("rank ", event.ranks(0),
+                     " left the job; all_gather_words needs every rank"));
+    timer_->Schedule(MonotonicNow(), [this, left] { rounds_.Close(left); });
+  }
   if (event.kind() == v1::EVENT_KIND_JOB_FAILED) {
     // Not inline: the coordinator may be calling with its lock held, and
     // failing waits can run callbacks that call back into it.

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,8 +39,29 @@
 
 namespace rankd {
 
+// Who sent a Rank call, as far as the daemon can tell: the connection it
+// came on and, on the Unix socket, the process behind it. A rank is bound
+// to the connection it joined on: a process that learned or stole
+// another rank's identity still cannot act for it (docs/operations.md,
+// "Credentials").
+struct RankCaller {
+  // Unique among the daemon's connections while they are open:
+  // "unix#<n>" for the Unix socket's n-th connection, the TCP peer
+  // ("ipv4:10.0.0.5:41234") otherwise. Empty for an in-process caller
+  // (the round-slot watcher, tests): such a caller is bound to nothing
+  // and binds nothing.
+  std::string connection;
+  // Unix socket: the connecting process (0: not visible from here).
+  int32_t pid = 0;
+  std::optional<uint32_t> uid;
+  // "pid 42 (uid 1000) on the Unix socket", "ipv4:10.0.0.5:41234".
+  std::string Describe() const;
+};
+
 class NodeAgent : public CoordinatorLink::Listener {
  public:
+  using Caller = RankCaller;
+
   // A Watch stream's sink: `on_event` gets events in order; `on_close` ends
   // the stream (daemon shutdown, or the rank left). Neither may block or
   // call back into the agent.
@@ -64,11 +86,28 @@ class NodeAgent : public CoordinatorLink::Listener {
   bool registered() const;
 
   // --- Rank service ---
-  void Join(const v1::JoinRequest& request, Reply<v1::JoinResponse> reply);
+  // A join binds the rank to `caller`'s connection (see Caller).
+  void Join(const v1::JoinRequest& request, Reply<v1::JoinResponse> reply,
+            Caller caller = {});
+  // The rank `request` joins as: its explicit rank, else node_index *
+  // nproc_per_node + local_rank.
+  uint32_t JoinRankOf(const v1::JoinRequest& request) const;
+  // OK unless `rank` is a live member (joining or joined, the job not
+  // failed) that joined through another connection than `caller`'s
+  // (PermissionDenied naming both). OK otherwise: the call's own checks
+  // refuse it with the cause. OK for in-process callers.
+  absl::Status CheckCaller(uint32_t rank, const Caller& caller) const;
   absl::StatusOr<v1::SessionDescriptor> GetDescriptor(
       const v1::GetDescriptorRequest& request);
+  // A rank holds at most WordRounds::kMaxOpenRounds rounds in flight and
+  // spec.limits.max_round_bytes_per_rank bytes of frames in them
+  // (ResourceExhausted beyond, naming the rank and the limit). A cancelled
+  // `cancellation` (may be null) answers the round Cancelled at once and
+  // releases what it held; a frame that has not left for the coordinator
+  // yet is withdrawn.
   void AllGatherWords(const v1::AllGatherWordsRequest& request,
-                      Reply<v1::AllGatherWordsResponse> reply);
+                      Reply<v1::AllGatherWordsResponse> reply,
+                      const CancellationRef& cancellation = nullptr);
   // OK when `member` is a joined rank of this node with that incarnation
   // and the job has not failed: the check every rank request passes.
   absl::Status CheckMember(const v1::MemberRef& member) const;
@@ -116,6 +155,12 @@ class NodeAgent : public CoordinatorLink::Listener {
     uint64_t waiting_round = 0;  // 0 = not in a round
     uint32_t open_watches = 0;
     DeadlineTimer::TimerId lease_timer = 0;
+    // The connection it joined on (see Caller).
+    Caller bound;
+    // all_gather_words rounds answered to nobody yet, and the bytes of
+    // their frames (bounded, see AllGatherWords).
+    uint32_t rounds_in_flight = 0;
+    size_t round_bytes = 0;
   };
 
   NodeAgent(JobSpec spec, std::vector<GroupSpec> groups, v1::NodeInfo node,
@@ -128,7 +173,7 @@ class NodeAgent : public CoordinatorLink::Listener {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FailureLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
-                   Reply<v1::JoinResponse> reply);
+                   Reply<v1::JoinResponse> reply, Caller caller);
   void ExpireLease(uint32_t rank, uint64_t incarnation);
   void LoseRank(uint32_t rank, uint64_t incarnation, const std::string& reason);
   // Sends one round's frames to the coordinator (LocalRounds' Send).

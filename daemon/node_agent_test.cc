@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -215,6 +216,91 @@ TEST_F(NodeAgentJoinTest, AFailedJoinFreesItsLocalRankEvenWhenAnotherWaits) {
   Answer(link_.Take(0), absl::OkStatus());
   ASSERT_TRUE(third->has_value());
   EXPECT_TRUE((*third)->ok()) << (*third)->status();
+}
+
+// A rank is bound to the connection its first join came on (issue 36):
+// while it lives, a call for it from any other connection is refused,
+// naming both; an in-process caller (the round-slot watcher) is bound to
+// nothing.
+TEST_F(NodeAgentJoinTest, ARankActsOnlyThroughTheConnectionItJoinedOn) {
+  RankCaller mine{"unix#1", 4242, 1000};
+  RankCaller other{"unix#2", 5151, 1000};
+  v1::JoinRequest request;
+  request.set_job_id("agent-test");
+  request.set_local_rank(0);
+  request.set_incarnation(0xf1);
+  request.mutable_device()->set_kind("cpu");
+  std::optional<absl::StatusOr<v1::JoinResponse>> joined;
+  agent_->Join(
+      request,
+      [&](absl::StatusOr<v1::JoinResponse> r) { joined = std::move(r); }, mine);
+  Answer(link_.Take(0), absl::OkStatus());
+  ASSERT_TRUE(joined.has_value() && joined->ok());
+  EXPECT_TRUE(agent_->CheckCaller(0, mine).ok());
+  EXPECT_TRUE(agent_->CheckCaller(0, RankCaller{}).ok());
+  absl::Status refused = agent_->CheckCaller(0, other);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(absl::StrContains(
+      refused.message(),
+      "rank 0 joined through pid 4242 (uid 1000) on the Unix socket "
+      "(connection 1) and acts only through that connection; this call came "
+      "from pid 5151 (uid 1000) on the Unix socket (connection 2)"))
+      << refused;
+  // A rank that has not joined is for the call's own checks to refuse.
+  EXPECT_TRUE(agent_->CheckCaller(1, other).ok());
+}
+
+// A rank's rounds in flight on its node are bounded by count and bytes; a
+// refused round still takes its number; a cancelled round is answered at
+// once and gives back what it held (issue 36).
+TEST_F(NodeAgentJoinTest, ARanksRoundsAreBoundedAndReleasedOnCancel) {
+  auto joined = Join(0, 0xf2);
+  Answer(link_.Take(0), absl::OkStatus());
+  ASSERT_TRUE(joined->has_value() && (*joined)->ok());
+  const v1::MemberRef member = (**joined)->member();
+  // Default limit: 4 MiB, 16 frames of 65,536 words.
+  std::vector<std::shared_ptr<CallCancellation>> cancels;
+  std::vector<std::shared_ptr<std::optional<absl::Status>>> answers;
+  auto round = [&](uint64_t number) {
+    v1::AllGatherWordsRequest request;
+    *request.mutable_member() = member;
+    request.set_round(number);
+    request.mutable_words()->Resize(65536, 1);
+    request.set_timeout_ms(3'600'000);
+    auto cancel = std::make_shared<CallCancellation>();
+    auto answer = std::make_shared<std::optional<absl::Status>>();
+    agent_->AllGatherWords(
+        request,
+        [answer](absl::StatusOr<v1::AllGatherWordsResponse> r) {
+          *answer = r.status();
+        },
+        cancel);
+    cancels.push_back(cancel);
+    answers.push_back(answer);
+    return answer;
+  };
+  for (uint64_t n = 1; n <= 16; ++n) {
+    EXPECT_FALSE(round(n)->has_value()) << "round " << n << " waits";
+  }
+  auto refused = round(17);
+  ASSERT_TRUE(refused->has_value());
+  EXPECT_EQ((*refused)->code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains((*refused)->message(),
+                                "would pass the limit of 4194304 bytes per "
+                                "rank (--max_round_bytes_per_rank)"))
+      << **refused;
+  // Round 18 is refused for the same reason, not for its number.
+  auto next = round(18);
+  ASSERT_TRUE(next->has_value());
+  EXPECT_EQ((*next)->code(), absl::StatusCode::kResourceExhausted);
+  // Cancelling round 1 answers it and makes room for one more.
+  cancels[0]->Cancel();
+  ASSERT_TRUE(answers[0]->has_value());
+  EXPECT_EQ((*answers[0])->code(), absl::StatusCode::kCancelled);
+  EXPECT_FALSE(round(19)->has_value());
+  EXPECT_TRUE(round(20)->has_value());
+  for (auto& c : cancels) c->Cancel();
+  for (auto& a : answers) EXPECT_TRUE(a->has_value());
 }
 
 }  // namespace

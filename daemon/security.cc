@@ -145,19 +145,33 @@ absl::StatusOr<Authenticator> Authenticator::Load(const DaemonConfig& config) {
     }
     auth.node_token_ = *std::move(token);
   }
-  auto rank = OptionalCredential(dir, kRankTokenFile);
-  if (!rank.ok()) return rank.status();
-  auth.rank_token_ = *std::move(rank);
+  // Ranks present tokens of their own now (RankToken); a job-wide one
+  // would let any rank act as any other.
+  auth.legacy_rank_token_ = ReadCredentialFile(dir, kRankTokenFile).ok();
   auto op = OptionalCredential(dir, kOperatorTokenFile);
   if (!op.ok()) return op.status();
   auth.operator_token_ = *std::move(op);
   return auth;
 }
 
-absl::Status Authenticator::AuthorizeRank(
+absl::StatusOr<std::optional<uint32_t>> Authenticator::AuthenticateRank(
     const grpc::CallbackServerContext* context) const {
-  return SocketOrToken(context, rank_token_, kRankTokenFile, "rank", "Rank",
-                       "ranks");
+  if (!enabled_) return std::optional<uint32_t>();
+  std::optional<absl::string_view> sent = BearerOf(context);
+  if (!sent.has_value()) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "the Rank service needs the rank's own rank token (authorization: "
+        "Bearer rank-<rank>.<mac>), which the launcher hands each rank in $",
+        kRankTokenEnv, " (docs/operations.md, \"Credentials\")"));
+  }
+  auto rank = VerifyRankToken(node_token_, job_id_, *sent);
+  if (!rank.ok()) return rank.status();
+  return std::optional<uint32_t>(*rank);
+}
+
+std::string Authenticator::MintRankToken(uint32_t rank) const {
+  if (!enabled_) return "";
+  return RankToken(node_token_, job_id_, rank);
 }
 
 absl::Status Authenticator::AuthorizeOperator(
@@ -241,7 +255,8 @@ std::string Authenticator::ProveToNode(uint32_t node_index,
 }
 
 bool FromUnixSocket(const grpc::CallbackServerContext* context) {
-  return absl::StartsWith(context->peer(), "unix:");
+  const std::string peer = context->peer();
+  return absl::StartsWith(peer, "fd:") || absl::StartsWith(peer, "unix:");
 }
 
 void AttachBearerToken(grpc::ClientContext* context, const std::string& token) {

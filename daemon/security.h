@@ -37,8 +37,11 @@ MakeChannelCredentials(const TlsFiles& tls);
 
 // Who may call what. Each role has its own credential, sent as
 // "authorization: Bearer <credential>"; none grants another role's rights:
-//   - Rank service: callers on the Unix socket (file permissions
-//     authenticate them); over TCP, the job's rank token.
+//   - Rank service: on every transport, the rank's own token
+//     (common/credentials.h RankToken), which names one rank of this node;
+//     a call may act only for that rank (and the services also hold a rank
+//     to the connection it joined on, node_agent.h). IssueRankTokens, on
+//     the Unix socket only, needs none (services.h says who gets them).
 //   - Peer service: never on the Unix socket; over TCP, a node token
 //     (common/credentials.h), which names the node the caller may act as.
 //   - Admin service: callers on the Unix socket; over TCP, the operator
@@ -51,12 +54,13 @@ MakeChannelCredentials(const TlsFiles& tls);
 class Authenticator {
  public:
   // Loads what `config` names. With credentials_dir: node.key (required on
-  // the coordinator; elsewhere node.key or node.token), and rank.token and
-  // operator.token when present (without them the Rank and Admin services
-  // refuse TCP callers). Errors: FailedPrecondition saying how to create
-  // credentials when none are configured and allow_unauthenticated is off;
-  // the file's error (common/credentials.h) when one is unreadable;
-  // InvalidArgument when node.token names another node.
+  // the coordinator; elsewhere node.key or node.token; the node token also
+  // verifies this node's rank tokens), and operator.token when present
+  // (without it the Admin service refuses TCP callers). A rank.token there
+  // is ignored (legacy_rank_token_ignored()). Errors: FailedPrecondition saying
+  // how to create credentials when none are configured and
+  // allow_unauthenticated is off; the file's error (common/credentials.h) when
+  // one is unreadable; InvalidArgument when node.token names another node.
   static absl::StatusOr<Authenticator> Load(const DaemonConfig& config);
 
   // False only with --allow_unauthenticated.
@@ -66,9 +70,23 @@ class Authenticator {
   // authentication is off).
   const std::string& node_token() const { return node_token_; }
 
+  // True when the folder held the job-wide rank.token of earlier versions,
+  // which no longer grants anything (the daemon logs a warning).
+  bool legacy_rank_token_ignored() const { return legacy_rank_token_; }
+
+  // The rank a Rank service caller's token names (RankToken under this
+  // node's token); nullopt when authentication is off. Unauthenticated
+  // without a token or with one that is not a rank token of this node,
+  // never echoing what it sent.
+  absl::StatusOr<std::optional<uint32_t>> AuthenticateRank(
+      const grpc::CallbackServerContext* context) const;
+
+  // RankToken(this node's token, job, rank): what a rank of this node
+  // presents. "" when authentication is off.
+  std::string MintRankToken(uint32_t rank) const;
+
   // OK or Unauthenticated / PermissionDenied saying what the caller lacks,
   // never echoing what it sent.
-  absl::Status AuthorizeRank(const grpc::CallbackServerContext* context) const;
   absl::Status AuthorizeOperator(
       const grpc::CallbackServerContext* context) const;
   absl::Status AuthorizeKvRead(
@@ -110,11 +128,12 @@ class Authenticator {
   std::string job_id_;
   std::string node_key_;  // Empty on a daemon holding only its node.token.
   std::string node_token_;
-  std::string rank_token_;      // Empty: Rank refuses TCP callers.
   std::string operator_token_;  // Empty: Admin refuses TCP callers.
+  bool legacy_rank_token_ = false;
 };
 
-// True when the call came in on the daemon's Unix socket.
+// True when the call came in on the daemon's Unix socket (whose
+// connections daemon/local_socket.h hands to gRPC: peers "fd:<n>").
 bool FromUnixSocket(const grpc::CallbackServerContext* context);
 
 // Adds a bearer credential to an outgoing call (no-op when empty).

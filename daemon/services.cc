@@ -1,7 +1,9 @@
 #include "daemon/services.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/limits.h"
 #include "daemon/event_stream_reactor.h"
@@ -77,22 +79,59 @@ grpc::ServerUnaryReactor* HandleWait(absl::Status auth, T* response, Run run) {
 // ---------------------------------------------------------------- Rank
 
 RankService::RankService(NodeAgent* agent, const Authenticator* auth,
-                         RoundSlotServer* round_slots)
-    : agent_(agent), auth_(auth), round_slots_(round_slots) {}
+                         RoundSlotServer* round_slots,
+                         const LocalSocket* local_socket,
+                         bool issue_rank_tokens)
+    : agent_(agent),
+      auth_(auth),
+      round_slots_(round_slots),
+      local_socket_(local_socket),
+      issue_rank_tokens_(issue_rank_tokens) {}
+
+NodeAgent::Caller RankService::CallerOf(
+    const grpc::CallbackServerContext* context) const {
+  NodeAgent::Caller caller;
+  const std::string peer = context->peer();
+  if (local_socket_ != nullptr) {
+    if (std::optional<LocalPeer> local = local_socket_->PeerOf(peer)) {
+      caller.connection = absl::StrCat("unix#", local->connection);
+      caller.pid = local->pid;
+      caller.uid = local->uid;
+      return caller;
+    }
+  }
+  // A TCP peer's address and port name its connection while it is open.
+  if (absl::StartsWith(peer, "ipv4:") || absl::StartsWith(peer, "ipv6:")) {
+    caller.connection = peer;
+  }
+  return caller;
+}
+
+absl::Status RankService::Admit(const grpc::CallbackServerContext* context,
+                                uint32_t rank) const {
+  auto token_rank = auth_->AuthenticateRank(context);
+  if (!token_rank.ok()) return token_rank.status();
+  if (token_rank->has_value() && **token_rank != rank) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the credential of rank ", **token_rank, " cannot act as rank ", rank,
+        " (a rank token names one rank)"));
+  }
+  return agent_->CheckCaller(rank, CallerOf(context));
+}
 
 grpc::ServerUnaryReactor* RankService::Join(
     grpc::CallbackServerContext* context, const v1::JoinRequest* request,
     v1::JoinResponse* response) {
-  return Handle(context, auth_->AuthorizeRank(context), response,
+  return Handle(context, Admit(context, agent_->JoinRankOf(*request)), response,
                 [&](Reply<v1::JoinResponse> reply) {
-                  agent_->Join(*request, std::move(reply));
+                  agent_->Join(*request, std::move(reply), CallerOf(context));
                 });
 }
 
 grpc::ServerUnaryReactor* RankService::GetDescriptor(
     grpc::CallbackServerContext* context,
     const v1::GetDescriptorRequest* request, v1::SessionDescriptor* response) {
-  return Handle(context, auth_->AuthorizeRank(context), response,
+  return Handle(context, Admit(context, request->member().rank()), response,
                 [&](Reply<v1::SessionDescriptor> reply) {
                   reply(agent_->GetDescriptor(*request));
                 });
@@ -102,17 +141,21 @@ grpc::ServerUnaryReactor* RankService::AllGatherWords(
     grpc::CallbackServerContext* context,
     const v1::AllGatherWordsRequest* request,
     v1::AllGatherWordsResponse* response) {
-  return Handle(context, auth_->AuthorizeRank(context), response,
-                [&](Reply<v1::AllGatherWordsResponse> reply) {
-                  agent_->AllGatherWords(*request, std::move(reply));
-                });
+  // Cancellable: a rank that gives up on a round gets back what the round
+  // held at once, not at its deadline.
+  return HandleWait(Admit(context, request->member().rank()), response,
+                    [&](Reply<v1::AllGatherWordsResponse> reply,
+                        const CancellationRef& cancellation) {
+                      agent_->AllGatherWords(*request, std::move(reply),
+                                             cancellation);
+                    });
 }
 
 grpc::ServerUnaryReactor* RankService::OpenRoundSlots(
     grpc::CallbackServerContext* context,
     const v1::OpenRoundSlotsRequest* request,
     v1::OpenRoundSlotsResponse* response) {
-  return Handle(context, auth_->AuthorizeRank(context), response,
+  return Handle(context, Admit(context, request->member().rank()), response,
                 [&](Reply<v1::OpenRoundSlotsResponse> reply) {
                   if (round_slots_ == nullptr || !FromUnixSocket(context)) {
                     return reply(absl::FailedPreconditionError(
@@ -126,7 +169,7 @@ grpc::ServerUnaryReactor* RankService::OpenRoundSlots(
 grpc::ServerUnaryReactor* RankService::KvSet(
     grpc::CallbackServerContext* context, const v1::KvSetRequest* request,
     v1::KvSetResponse* response) {
-  return Handle(context, auth_->AuthorizeRank(context), response,
+  return Handle(context, Admit(context, request->member().rank()), response,
                 [&](Reply<v1::KvSetResponse> reply) {
                   agent_->KvSet(*request, std::move(reply));
                 });
@@ -136,7 +179,7 @@ grpc::ServerUnaryReactor* RankService::KvGet(
     grpc::CallbackServerContext* context, const v1::KvGetRequest* request,
     v1::KvGetResponse* response) {
   return HandleWait(
-      auth_->AuthorizeRank(context), response,
+      Admit(context, request->member().rank()), response,
       [&](Reply<v1::KvGetResponse> reply, const CancellationRef& cancellation) {
         agent_->KvGet(*request, std::move(reply), cancellation);
       });
@@ -145,7 +188,7 @@ grpc::ServerUnaryReactor* RankService::KvGet(
 grpc::ServerUnaryReactor* RankService::KvAdd(
     grpc::CallbackServerContext* context, const v1::KvAddRequest* request,
     v1::KvAddResponse* response) {
-  return Handle(context, auth_->AuthorizeRank(context), response,
+  return Handle(context, Admit(context, request->member().rank()), response,
                 [&](Reply<v1::KvAddResponse> reply) {
                   agent_->KvAdd(*request, std::move(reply));
                 });
@@ -154,21 +197,50 @@ grpc::ServerUnaryReactor* RankService::KvAdd(
 grpc::ServerUnaryReactor* RankService::KvDelete(
     grpc::CallbackServerContext* context, const v1::KvDeleteRequest* request,
     v1::KvDeleteResponse* response) {
-  return Handle(context, auth_->AuthorizeRank(context), response,
+  return Handle(context, Admit(context, request->member().rank()), response,
                 [&](Reply<v1::KvDeleteResponse> reply) {
                   agent_->KvDelete(*request, std::move(reply));
                 });
 }
 
+v1::JobEvent RankService::ScrubForRank(const v1::JobEvent& event,
+                                       uint32_t own_rank) {
+  v1::JobEvent scrubbed = event;
+  // `members` follows `ranks`, in its order; `member` is the one rank of a
+  // single-rank event.
+  for (int i = 0; i < scrubbed.members_size(); ++i) {
+    if (i >= scrubbed.ranks_size() || scrubbed.ranks(i) != own_rank) {
+      scrubbed.mutable_members(i)->clear_incarnation();
+    }
+  }
+  if (scrubbed.has_member() &&
+      !(scrubbed.ranks_size() == 1 && scrubbed.ranks(0) == own_rank)) {
+    scrubbed.mutable_member()->clear_incarnation();
+  }
+  if (scrubbed.has_node()) scrubbed.mutable_node()->clear_daemon_incarnation();
+  return scrubbed;
+}
+
 grpc::ServerWriteReactor<v1::JobEvent>* RankService::Watch(
     grpc::CallbackServerContext* context, const v1::WatchRequest* request) {
   NodeAgent* agent = agent_;
+  const uint32_t own_rank = request->member().rank();
   return EventStreamReactor::Start(
-      auth_->AuthorizeRank(context),
-      [agent, request](EventStreamReactor::Sinks sinks) {
-        return agent->Attach(*request,
-                             NodeAgent::WatchSink{std::move(sinks.deliver),
-                                                  std::move(sinks.close)});
+      Admit(context, own_rank),
+      [agent, request, own_rank](EventStreamReactor::Sinks sinks) {
+        // Incarnations identify ranks and daemons; a rank sees its own
+        // only, as operators see none (AdminService).
+        auto scrubbed = [own_rank, forward = std::move(sinks.deliver)](
+                            const v1::JobEvent& event) {
+          if (!event.has_member() && event.members_size() == 0 &&
+              !event.has_node()) {
+            return forward(event);
+          }
+          forward(ScrubForRank(event, own_rank));
+        };
+        return agent->Attach(
+            *request,
+            NodeAgent::WatchSink{std::move(scrubbed), std::move(sinks.close)});
       },
       [agent](uint64_t id, bool client_gone, const std::string& reason) {
         agent->Detach(id, client_gone, reason);
@@ -178,10 +250,56 @@ grpc::ServerWriteReactor<v1::JobEvent>* RankService::Watch(
 grpc::ServerUnaryReactor* RankService::Leave(
     grpc::CallbackServerContext* context, const v1::LeaveRequest* request,
     v1::LeaveResponse* response) {
-  return Handle(context, auth_->AuthorizeRank(context), response,
+  return Handle(context, Admit(context, request->member().rank()), response,
                 [&](Reply<v1::LeaveResponse> reply) {
                   agent_->Leave(*request, std::move(reply));
                 });
+}
+
+grpc::ServerUnaryReactor* RankService::IssueRankTokens(
+    grpc::CallbackServerContext* context,
+    const v1::IssueRankTokensRequest* request,
+    v1::IssueRankTokensResponse* response) {
+  absl::Status allowed =
+      CheckJobId(request->job_id(), agent_->LocalJob().job_id(), "daemon");
+  if (allowed.ok() && !FromUnixSocket(context)) {
+    allowed = absl::PermissionDeniedError(
+        "rank tokens are issued on the daemon's Unix socket only");
+  }
+  if (allowed.ok() && !issue_rank_tokens_ && auth_->enabled()) {
+    allowed = absl::FailedPreconditionError(
+        "this daemon does not issue rank tokens (start it with "
+        "--issue_rank_tokens=true, or mint them with `rankctl credentials "
+        "rank-token`, or give rankrun the job's --credentials_dir)");
+  }
+  return Handle(
+      context, allowed, response,
+      [&](Reply<v1::IssueRankTokensResponse> reply) {
+        v1::IssueRankTokensResponse out;
+        if (!auth_->enabled()) return reply(out);  // nothing to present
+        const NodeAgent::Caller caller = CallerOf(context);
+        {
+          absl::MutexLock lock(&issued_mu_);
+          // Once: the launcher beside the daemon asks before it starts any
+          // rank, so a rank that asks later (a compromised one) gets none.
+          if (issued_to_.has_value()) {
+            return reply(absl::PermissionDeniedError(absl::StrCat(
+                "this node's rank tokens were issued already, to ",
+                issued_to_->Describe(), "; they are handed out once")));
+          }
+          issued_to_ = caller;
+        }
+        const v1::JobStatus job = agent_->LocalJob();
+        const uint32_t nproc = job.world_size() / std::max(job.nnodes(), 1u);
+        for (uint32_t local = 0; local < nproc; ++local) {
+          const uint32_t rank = job.served_by_node() * nproc + local;
+          v1::IssueRankTokensResponse::Token* token = out.add_tokens();
+          token->set_local_rank(local);
+          token->set_rank(rank);
+          token->set_token(auth_->MintRankToken(rank));
+        }
+        reply(std::move(out));
+      });
 }
 
 // ---------------------------------------------------------------- Peer

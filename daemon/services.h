@@ -14,6 +14,7 @@
 
 #include "daemon/coordinator.h"
 #include "daemon/event_stream_reactor.h"
+#include "daemon/local_socket.h"
 #include "daemon/node_agent.h"
 #include "daemon/round_link_server.h"
 #include "daemon/round_slot_server.h"
@@ -25,13 +26,26 @@
 
 namespace rankd {
 
+// Every call that names a rank (Join: the rank it joins as) must carry that
+// rank's own token (Authenticator::AuthenticateRank) and come on the
+// connection the rank joined on (NodeAgent::CheckCaller); otherwise
+// UNAUTHENTICATED or PERMISSION_DENIED naming the rank and the rule, before
+// anything else is looked at. Watch replays and pushes job events with
+// every other rank's incarnation and every daemon's incarnation removed:
+// a rank sees its own incarnation only.
 class RankService final : public v1::Rank::CallbackService {
  public:
   // `agent` and `auth` must outlive the service; so must `round_slots`,
   // which is null when the daemon has no Unix socket (OpenRoundSlots then
-  // fails with FailedPrecondition and ranks use gRPC for their rounds).
+  // fails with FailedPrecondition and ranks use gRPC for their rounds),
+  // and `local_socket` (null without a Unix socket), which names the
+  // process behind each of its connections. With `issue_rank_tokens`,
+  // IssueRankTokens hands this node's rank tokens to its first caller on
+  // the Unix socket.
   RankService(NodeAgent* agent, const Authenticator* auth,
-              RoundSlotServer* round_slots);
+              RoundSlotServer* round_slots,
+              const LocalSocket* local_socket = nullptr,
+              bool issue_rank_tokens = false);
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
                                  const v1::JoinRequest* request,
@@ -66,11 +80,32 @@ class RankService final : public v1::Rank::CallbackService {
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* context,
                                   const v1::LeaveRequest* request,
                                   v1::LeaveResponse* response) override;
+  grpc::ServerUnaryReactor* IssueRankTokens(
+      grpc::CallbackServerContext* context,
+      const v1::IssueRankTokensRequest* request,
+      v1::IssueRankTokensResponse* response) override;
+
+  // What a Watch stream of rank `own_rank` shows of `event`: no daemon
+  // incarnation, and no incarnation of another rank.
+  static v1::JobEvent ScrubForRank(const v1::JobEvent& event,
+                                   uint32_t own_rank);
 
  private:
+  // The connection a call came on (NodeAgent::Caller).
+  NodeAgent::Caller CallerOf(const grpc::CallbackServerContext* context) const;
+  // OK when the call may act for `rank`: its token names `rank`, and `rank`
+  // is bound to no other connection.
+  absl::Status Admit(const grpc::CallbackServerContext* context,
+                     uint32_t rank) const;
+
   NodeAgent* const agent_;
   const Authenticator* const auth_;
   RoundSlotServer* const round_slots_;
+  const LocalSocket* const local_socket_;
+  const bool issue_rank_tokens_;
+  // Who got this node's rank tokens (IssueRankTokens hands them out once).
+  absl::Mutex issued_mu_;
+  std::optional<NodeAgent::Caller> issued_to_ ABSL_GUARDED_BY(issued_mu_);
 };
 
 // The Peer service's callback API with Subscribe and Rounds taken as raw

@@ -29,8 +29,20 @@ std::string MissingByNode(const std::vector<uint32_t>& missing,
 }  // namespace
 
 WordRounds::WordRounds(uint32_t world_size, NodeOfRank node_of,
-                       DeadlineTimer* timer)
-    : world_size_(world_size), node_of_(std::move(node_of)), timer_(timer) {}
+                       DeadlineTimer* timer, size_t max_bytes_per_rank)
+    : world_size_(world_size),
+      node_of_(std::move(node_of)),
+      timer_(timer),
+      max_bytes_per_rank_(max_bytes_per_rank),
+      bytes_of_rank_(world_size, 0) {}
+
+void WordRounds::ReleaseLocked(const Round& round) {
+  for (uint32_t r = 0; r < world_size_; ++r) {
+    if (round.present[r]) {
+      bytes_of_rank_[r] -= sizeof(uint32_t) * round.frames[r].size();
+    }
+  }
+}
 
 const std::string& WordRounds::Outcome::Encoded() const {
   absl::call_once(encode_once_, [this] {
@@ -161,6 +173,24 @@ void WordRounds::ContributeShared(uint64_t number,
               " contributed twice to all_gather_words round ", number));
           break;
         }
+        // One rank's rounds must not exhaust the coordinator either (its
+        // node bounds them first; this holds a node to it).
+        const size_t bytes = sizeof(uint32_t) * f.words_size();
+        if (max_bytes_per_rank_ > 0 &&
+            bytes_of_rank_[f.rank()] + bytes > max_bytes_per_rank_) {
+          rejected = absl::ResourceExhaustedError(absl::StrCat(
+              "rank ", f.rank(),
+              "'s frames in open all_gather_words rounds "
+              "hold ",
+              bytes_of_rank_[f.rank()],
+              " bytes on the coordinator; "
+              "round ",
+              number, "'s ", bytes, " more would pass the limit of ",
+              max_bytes_per_rank_,
+              " bytes per rank "
+              "(--max_round_bytes_per_rank)"));
+          break;
+        }
       }
       if (rejected.ok()) {
         round.opened = std::min(round.opened, started);
@@ -169,6 +199,7 @@ void WordRounds::ContributeShared(uint64_t number,
           c.ranks.push_back(f.rank());
           round.present[f.rank()] = true;
           round.frames[f.rank()].assign(f.words().begin(), f.words().end());
+          bytes_of_rank_[f.rank()] += sizeof(uint32_t) * f.words_size();
           ++round.contributed;
         }
         c.done = std::move(shared_done);
@@ -184,6 +215,7 @@ void WordRounds::ContributeShared(uint64_t number,
         }
         timer_->Cancel(round.timer);
         result = Assemble(number, round);
+        ReleaseLocked(round);
         finished = std::move(round.contributors);
         if (!result.ok()) RememberFailureLocked(number, result.status());
         open_.erase(it);
@@ -278,6 +310,7 @@ void WordRounds::Expire(uint64_t number) {
         " ms waiting for rank", missing.size() > 1 ? "s " : " ",
         FormatRankList(missing), " (", MissingByNode(missing, node_of_), ")"));
     failed = std::move(round.contributors);
+    ReleaseLocked(round);
     open_.erase(it);
     RememberFailureLocked(number, status);
     FinishLocked(number);
@@ -293,6 +326,7 @@ void WordRounds::Fail(absl::Status cause) {
     for (auto& [number, round] : open_) {
       timer_->Cancel(round.timer);
       failed[number] = std::move(round.contributors);
+      ReleaseLocked(round);
     }
     open_.clear();
   }

@@ -78,8 +78,12 @@ class WordRounds {
   // Names a rank's node for timeout messages.
   using NodeOfRank = std::function<uint32_t(uint32_t rank)>;
 
-  // `timer` must outlive this object.
-  WordRounds(uint32_t world_size, NodeOfRank node_of, DeadlineTimer* timer);
+  // `timer` must outlive this object. A rank's frames in open rounds hold
+  // at most `max_bytes_per_rank` bytes (0: no limit but the round window);
+  // a contribution past it is refused with ResourceExhausted naming the
+  // rank (--max_round_bytes_per_rank).
+  WordRounds(uint32_t world_size, NodeOfRank node_of, DeadlineTimer* timer,
+             size_t max_bytes_per_rank = 0);
 
   // Adds `frames` (ranks already validated by the caller: < world size and
   // members of the calling node) to `round`. `done` runs exactly once: with
@@ -145,11 +149,16 @@ class WordRounds {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Round `number` finished: advances completed_ over every finished round.
   void FinishLocked(uint64_t number) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Gives back what `round`'s frames held against their ranks.
+  void ReleaseLocked(const Round& round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint32_t world_size_;
   const NodeOfRank node_of_;
   DeadlineTimer* const timer_;
+  const size_t max_bytes_per_rank_;
   mutable absl::Mutex mu_;
+  // Bytes of each rank's frames in open rounds.
+  std::vector<size_t> bytes_of_rank_ ABSL_GUARDED_BY(mu_);
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
   // Rounds above completed_ + 1 that finished already (at most

@@ -98,6 +98,33 @@ class WordRoundsTest : public ::testing::Test {
   std::unique_ptr<WordRounds> rounds_;
 };
 
+// The bytes one rank's frames hold in open rounds are bounded (issue 36):
+// a contribution past the limit is refused naming the rank and the flag,
+// and a round that ends gives its frames' bytes back.
+TEST_F(WordRoundsTest, BytesPerRankInOpenRoundsAreBounded) {
+  rounds_ = std::make_unique<WordRounds>(
+      2, [](uint32_t rank) { return rank; }, timer_.get(),
+      /*max_bytes_per_rank=*/40);
+  const std::vector<uint32_t> four(4, 7);  // 16 bytes
+  auto r1 = Contribute(*rounds_, 1, {{1, four}}, Far());
+  auto r2 = Contribute(*rounds_, 2, {{1, four}}, Far());
+  auto r3 = Contribute(*rounds_, 3, {{1, four}}, Far());
+  ASSERT_TRUE(r3->Ready());
+  EXPECT_EQ(r3->status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(
+      r3->status().message(),
+      "rank 1's frames in open all_gather_words rounds hold 32 bytes on the "
+      "coordinator; round 3's 16 more would pass the limit of 40 bytes per "
+      "rank (--max_round_bytes_per_rank)"))
+      << r3->status();
+  // Rank 0 has its own room; round 1 completes and gives rank 1's back.
+  auto r0 = Contribute(*rounds_, 1, {{0, four}}, Far());
+  ASSERT_TRUE(r1->Wait() && r0->Wait());
+  EXPECT_TRUE(r1->status().ok()) << r1->status();
+  auto again = Contribute(*rounds_, 4, {{1, four}}, Far());
+  EXPECT_FALSE(again->Ready());  // waiting: admitted
+}
+
 TEST_F(WordRoundsTest, OneRoundAssemblesRankMajorForEveryContributor) {
   Make(4);
   // Node 1 first, then node 0: the result is still rank-major.

@@ -6,6 +6,10 @@
 
 namespace rankd::dataplane {
 
+std::string OwnedKey(uint32_t owner, absl::string_view key) {
+  return absl::StrCat("r", owner, "/", key);
+}
+
 absl::StatusOr<uint32_t> NextSessionNumber(ControlPlane& control_plane,
                                            absl::string_view key,
                                            absl::string_view backend) {

@@ -66,6 +66,14 @@ class ControlPlane {
   virtual std::string Namespace() const = 0;
 };
 
+// `key` as a key of rank `owner`: "r<owner>/<key>". The job's key-value
+// broker lets only that rank create, change or delete such a key
+// (docs/operations.md, "Key-value ownership"), so another rank can neither
+// set first, overwrite nor delete a key its peers wait on. Every key the
+// data plane writes is named so, after the rank the protocol names as its
+// writer.
+std::string OwnedKey(uint32_t owner, absl::string_view key);
+
 // The number of sessions this rank opened before this one, counted in the
 // job's key-value store under `key` (one key per rank and backend): the
 // n-th call returns n - 1. Sessions name their keys with it, so a rank's

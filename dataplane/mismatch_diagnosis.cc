@@ -28,8 +28,9 @@ MismatchDiagnosis::MismatchDiagnosis(ControlPlane* control_plane,
 
 std::string MismatchDiagnosis::KeyOf(const SubmittedOperation& op,
                                      uint32_t rank) const {
-  return absl::StrCat(key_prefix_, "diagnosis/", op.scope_key, "/", op.sequence,
-                      "/", rank);
+  // Each report is its member's own key: nobody else can file it.
+  return OwnedKey(rank, absl::StrCat(key_prefix_, "diagnosis/", op.scope_key,
+                                     "/", op.sequence, "/", rank));
 }
 
 Explanation MismatchDiagnosis::Explain(const SubmittedOperation& op,

@@ -345,7 +345,7 @@ class Launcher {
 
  private:
   absl::Status EnsureTempDir();
-  // Finds or starts the daemon; fills layout_, target_, token_file_.
+  // Finds or starts the daemon; fills layout_, target_, rank_tokens_.
   std::optional<Failure> SetUpDaemon();
   std::optional<Failure> StartDaemon(const std::string& socket);
   std::optional<Failure> ReuseDaemon(const ClientOptions& client);
@@ -363,7 +363,11 @@ class Launcher {
   bool started_daemon_ = false;
   Layout layout_;
   std::string target_;
-  std::string token_file_;
+  // Each local rank's own token (docs/operations.md, "Credentials"); empty
+  // when the daemon runs without authentication.
+  std::vector<std::string> rank_tokens_;
+  // Fills rank_tokens_ from the node key or node token in `credentials`.
+  absl::Status MintRankTokens(const std::string& credentials);
   std::optional<ProcessGroup> group_;
 };
 
@@ -441,10 +445,60 @@ std::optional<Failure> Launcher::ReuseDaemon(const ClientOptions& client) {
   }
   layout_ = *layout;
   target_ = client.target;
+  // Each rank's own token: minted here from the job's credentials when
+  // rankrun has them, else handed out by the daemon beside it (once, to
+  // rankrun, before any rank runs: a Kubernetes sidecar).
   if (!o_.credentials_dir.empty()) {
-    token_file_ = absl::StrCat(o_.credentials_dir, "/", kRankTokenFile);
+    absl::Status minted = MintRankTokens(o_.credentials_dir);
+    if (!minted.ok())
+      return Failure{kExitFailure, std::string(minted.message())};
+    return std::nullopt;
   }
+  ClientOptions issue = client;
+  issue.bearer_token.clear();
+  issue.connect_timeout = absl::Seconds(10);
+  issue.call_timeout = absl::Seconds(10);
+  absl::StatusOr<std::vector<std::string>> tokens =
+      IssueRankTokens(issue, layout_.job_id);
+  if (!tokens.ok()) {
+    return Failure{
+        kExitFailure,
+        absl::StrCat(tokens.status().message(),
+                     "; every rank needs its own rank token: give rankrun the "
+                     "job's --credentials_dir, or start that rankd with "
+                     "--issue_rank_tokens=true")};
+  }
+  rank_tokens_ = *std::move(tokens);
   return std::nullopt;
+}
+
+absl::Status Launcher::MintRankTokens(const std::string& credentials) {
+  // This node's token: from the node key, or the node's own token file.
+  std::string node_token;
+  absl::StatusOr<std::string> key =
+      ReadCredentialFile(credentials, kNodeKeyFile);
+  if (key.ok()) {
+    node_token = NodeToken(*key, layout_.job_id, layout_.node_rank);
+  } else if (absl::IsNotFound(key.status())) {
+    absl::StatusOr<std::string> own =
+        ReadCredentialFile(credentials, kNodeTokenFile);
+    if (!own.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot mint the ranks' tokens: ", credentials,
+                       " holds neither ", kNodeKeyFile, " nor a ",
+                       kNodeTokenFile, " (", own.status().message(), ")"));
+    }
+    node_token = *std::move(own);
+  } else {
+    return key.status();
+  }
+  rank_tokens_.clear();
+  for (uint32_t local = 0; local < layout_.nproc_per_node; ++local) {
+    rank_tokens_.push_back(
+        RankToken(node_token, layout_.job_id,
+                  layout_.node_rank * layout_.nproc_per_node + local));
+  }
+  return absl::OkStatus();
 }
 
 std::optional<Failure> Launcher::StartDaemon(const std::string& given_socket) {
@@ -563,7 +617,9 @@ std::optional<Failure> Launcher::StartDaemon(const std::string& given_socket) {
                    std::string(ready.message())};
   }
   target_ = client.target;
-  token_file_ = absl::StrCat(credentials, "/", kRankTokenFile);
+  if (absl::Status s = MintRankTokens(credentials); !s.ok()) {
+    return Failure{kExitFailure, std::string(s.message())};
+  }
   return std::nullopt;
 }
 
@@ -595,11 +651,13 @@ std::optional<Failure> Launcher::StartRanks(
     env["RANKD_NPROC_PER_NODE"] = absl::StrCat(l.nproc_per_node);
     env["RANKD_NODE_RANK"] = absl::StrCat(l.node_rank);
     env["RANKD_NNODES"] = absl::StrCat(l.nnodes);
-    if (struct stat st;
-        !token_file_.empty() && ::stat(token_file_.c_str(), &st) == 0) {
-      env["RANKD_TOKEN_FILE"] = token_file_;
+    // This rank's own token, in its environment alone; a token file of
+    // rankrun's own environment would name another credential.
+    env.erase("RANKD_TOKEN_FILE");
+    if (local < rank_tokens_.size() && !rank_tokens_[local].empty()) {
+      env[kRankTokenEnv] = rank_tokens_[local];
     } else {
-      env.erase("RANKD_TOKEN_FILE");
+      env.erase(kRankTokenEnv);
     }
     env["LOCAL_RANK"] = absl::StrCat(local);
     env["RANK"] = absl::StrCat(rank);

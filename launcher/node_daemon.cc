@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "client/admin_client.h"
 #include "common/monotonic_clock.h"
+#include "grpcpp/grpcpp.h"
+#include "rankd/v1/rank.grpc.pb.h"
 
 namespace rankd::launcher {
 namespace {
@@ -78,6 +80,32 @@ absl::Status WaitUntilReady(const ClientOptions& client, absl::Time deadline,
                    " was not ready in time (registered with its "
                    "coordinator); last: ",
                    last));
+}
+
+absl::StatusOr<std::vector<std::string>> IssueRankTokens(
+    const ClientOptions& client, const std::string& job_id) {
+  absl::StatusOr<std::shared_ptr<const Connection>> connection =
+      Connection::Open(client);
+  if (!connection.ok()) return connection.status();
+  auto stub = v1::Rank::NewStub((*connection)->channel());
+  v1::IssueRankTokensRequest request;
+  request.set_job_id(job_id);
+  v1::IssueRankTokensResponse response;
+  grpc::ClientContext context;
+  (*connection)->PrepareContext(&context, client.call_timeout);
+  grpc::Status status = stub->IssueRankTokens(&context, request, &response);
+  if (!status.ok()) {
+    return absl::Status(
+        static_cast<absl::StatusCode>(status.error_code()),
+        absl::StrCat("the rankd daemon at ", client.target,
+                     " issued no rank tokens: ", status.error_message()));
+  }
+  std::vector<std::string> tokens;
+  for (const auto& t : response.tokens()) {
+    if (t.local_rank() >= tokens.size()) tokens.resize(t.local_rank() + 1);
+    tokens[t.local_rank()] = t.token();
+  }
+  return tokens;
 }
 
 absl::StatusOr<DaemonJob> DescribeDaemon(const ClientOptions& client) {

@@ -57,6 +57,15 @@ absl::Status WaitUntilReady(const ClientOptions& client, absl::Time deadline,
 // The job the daemon at `client.target` serves. Errors name the target.
 absl::StatusOr<DaemonJob> DescribeDaemon(const ClientOptions& client);
 
+// The rank tokens of the node's local ranks, by local rank, which the
+// daemon at `client.target` (a Unix socket) hands to its first caller when
+// it runs with --issue_rank_tokens (Rank.IssueRankTokens); empty when the
+// daemon runs without authentication. The daemon's error otherwise
+// (FailedPrecondition: it does not issue them; PermissionDenied: they went
+// to another caller already), naming the target.
+absl::StatusOr<std::vector<std::string>> IssueRankTokens(
+    const ClientOptions& client, const std::string& job_id);
+
 // A daemon rankrun started: stopped (SIGTERM, then SIGKILL after a grace)
 // when Stop() is called or the object is destroyed.
 class StartedDaemon {

@@ -119,7 +119,9 @@ constexpr OptionSpec kOptions[] = {
      "The job's credentials (rankctl credentials create DIR), shared by "
      "every node: required to start a daemon when nnodes > 1. A single-node "
      "job without one gets fresh credentials in a private temporary folder. "
-     "The ranks get DIR/rank.token as RANKD_TOKEN_FILE."},
+     "rankrun mints each rank's own token from it (RANKD_RANK_TOKEN); "
+     "without it, a reused daemon must hand them out "
+     "(rankd --issue_rank_tokens)."},
     {"rankd", true, "PATH",
      "The rankd binary to start. Default: rankd next to rankrun, else on "
      "PATH."},
@@ -496,7 +498,9 @@ std::string HelpText() {
       "  RANKD_WORLD_SIZE      nnodes * nproc_per_node (also WORLD_SIZE)\n"
       "  RANKD_NPROC_PER_NODE  nproc_per_node (also LOCAL_WORLD_SIZE)\n"
       "  RANKD_NODE_RANK       this node's index (also GROUP_RANK)\n"
-      "  RANKD_TOKEN_FILE      the job's rank.token, when there is one\n"
+      "  RANKD_RANK_TOKEN      this rank's own token (rank-<rank>.<mac>), for "
+      "it "
+      "alone\n"
       "In ARGS, {local_rank}, {rank}, {node_rank}, {world_size}, "
       "{nproc_per_node},\n{job_id} and {target} are replaced by the "
       "process's values, for programs\nthat take them as flags, e.g. "

@@ -139,7 +139,7 @@ TEST(Options, Help) {
                            "--help",
                            "RANKD_TARGET",
                            "RANKD_RANK",
-                           "RANKD_TOKEN_FILE",
+                           "RANKD_RANK_TOKEN",
                            "LOCAL_WORLD_SIZE",
                            "{local_rank}",
                            "Exit status"}) {

@@ -205,8 +205,9 @@ TEST(Rankrun, StartsADaemonAndTwoRanksThatJoinAndGather) {
     EXPECT_EQ(EnvValue(env_line, "RANKD_JOB_ID"), "two");
     EXPECT_TRUE(absl::StartsWith(EnvValue(env_line, "RANKD_TARGET"),
                                  "unix:///tmp/rankrun-"));
-    EXPECT_TRUE(absl::EndsWith(EnvValue(env_line, "RANKD_TOKEN_FILE"),
-                               "/credentials/rank.token"));
+    // Its own token, minted by rankrun (docs/operations.md, "Credentials").
+    EXPECT_EQ(EnvValue(env_line, "RANKD_RANK_TOKEN"), absl::StrCat("rank-", r));
+    EXPECT_EQ(EnvValue(env_line, "RANKD_TOKEN_FILE"), "<unset>");
     EXPECT_THAT(out, HasSubstr(absl::StrCat(
                          label, "ARGS --join --gather --lr=", r, " --ws=2")));
   }
@@ -460,20 +461,27 @@ struct OwnDaemon {
   StartedDaemon daemon;
 };
 
-absl::StatusOr<OwnDaemon> StartOwnDaemon(int nproc_per_node) {
+absl::StatusOr<OwnDaemon> StartOwnDaemon(
+    int nproc_per_node, std::vector<std::string> extra_flags = {}) {
   OwnDaemon d;
   d.dir = ShortTempDir();
   d.socket = d.dir + "/rankd.sock";
   if (absl::Status s = CreateCredentials(d.dir + "/creds"); !s.ok()) return s;
   const int log = ::open((::testing::TempDir() + "/own-rankd.log").c_str(),
                          O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  absl::StatusOr<StartedDaemon> started = StartedDaemon::Start(
-      {kRankd, "--job_id=shared", "--nnodes=1", "--node_index=0",
-       absl::StrCat("--nproc_per_node=", nproc_per_node),
-       absl::StrCat("--world_size=", nproc_per_node), "--socket=" + d.socket,
-       absl::StrCat("--listen=127.0.0.1:", FreePort()),
-       "--credentials_dir=" + d.dir + "/creds"},
-      {"PATH=/usr/bin:/bin"}, log);
+  std::vector<std::string> argv = {
+      kRankd,
+      "--job_id=shared",
+      "--nnodes=1",
+      "--node_index=0",
+      absl::StrCat("--nproc_per_node=", nproc_per_node),
+      absl::StrCat("--world_size=", nproc_per_node),
+      "--socket=" + d.socket,
+      absl::StrCat("--listen=127.0.0.1:", FreePort()),
+      "--credentials_dir=" + d.dir + "/creds"};
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  absl::StatusOr<StartedDaemon> started =
+      StartedDaemon::Start(argv, {"PATH=/usr/bin:/bin"}, log);
   ::close(log);
   if (!started.ok()) return started.status();
   d.daemon = *std::move(started);
@@ -503,6 +511,47 @@ TEST(Rankrun, ReusesARunningDaemonAndTakesItsSizes) {
   std::error_code ignored;
   d->daemon.Stop(absl::Seconds(5));
   std::filesystem::remove_all(d->dir, ignored);
+}
+
+// Beside a daemon it did not start and without the job's credentials (a
+// Kubernetes sidecar), rankrun gets the ranks' tokens from the daemon,
+// which hands them out once: a later caller (a rank that went bad) gets
+// none. A daemon that does not issue them is refused clearly.
+TEST(Rankrun, ReusesASidecarThatIssuesTheRankTokensOnce) {
+  absl::StatusOr<OwnDaemon> d = StartOwnDaemon(2, {"--issue_rank_tokens=true"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  {
+    RankrunJob run({"--daemon=reuse", "--rankd_socket=" + d->socket, kEnvRank,
+                    "--join", "--gather"});
+    EXPECT_EQ(run.Wait(), 0) << run.Describe();
+    EXPECT_EQ(run.Lines("GATHERED 0,1").size(), 2u) << run.Describe();
+    std::vector<std::string> tokens;
+    for (const std::string& line : run.Lines("ENV ")) {
+      tokens.push_back(EnvValue(line, "RANKD_RANK_TOKEN"));
+    }
+    std::sort(tokens.begin(), tokens.end());
+    EXPECT_EQ(tokens, (std::vector<std::string>{"rank-0", "rank-1"}));
+  }
+  {
+    RankrunJob again(
+        {"--daemon=reuse", "--rankd_socket=" + d->socket, kEnvRank, "--join"});
+    EXPECT_EQ(again.Wait(), 1) << again.Describe();
+    EXPECT_THAT(again.err(), HasSubstr("rank tokens were issued already"));
+    EXPECT_THAT(again.out(), Not(HasSubstr("ENV ")));
+  }
+  std::error_code ignored;
+  d->daemon.Stop(absl::Seconds(5));
+  std::filesystem::remove_all(d->dir, ignored);
+
+  absl::StatusOr<OwnDaemon> plain = StartOwnDaemon(1);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  RankrunJob refused({"--daemon=reuse", "--rankd_socket=" + plain->socket,
+                      kEnvRank, "--join"});
+  EXPECT_EQ(refused.Wait(), 1) << refused.Describe();
+  EXPECT_THAT(refused.err(), HasSubstr("does not issue rank tokens"));
+  EXPECT_THAT(refused.err(), HasSubstr("--issue_rank_tokens=true"));
+  plain->daemon.Stop(absl::Seconds(5));
+  std::filesystem::remove_all(plain->dir, ignored);
 }
 
 TEST(Rankrun, RefusesOptionsThatContradictTheReusedDaemon) {

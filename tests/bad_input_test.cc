@@ -35,6 +35,7 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr char kJob[] = "badinput";
+constexpr uint32_t kNprocPerNode = 2;
 constexpr uint32_t kWorld = 4;  // 2 nodes x 2 local ranks
 
 // Checks code and message fragment of a grpc::Status.
@@ -87,10 +88,11 @@ class BadInputTest : public ::testing::Test {
   }
 
   // Contexts carrying each role's credential from the job's credentials
-  // (docs/operations.md, "Credentials"): the rank and operator tokens, and
-  // node `node`'s token.
-  std::unique_ptr<grpc::ClientContext> RankCtx(int timeout_ms = 5000) {
-    return WithToken(Ctx(timeout_ms), cluster_->rank_token());
+  // (docs/operations.md, "Credentials"): rank `rank`'s own token for
+  // node `node`'s daemon, the operator token, and node `node`'s token.
+  std::unique_ptr<grpc::ClientContext> RankCtx(uint32_t node, uint32_t rank,
+                                               int timeout_ms = 5000) {
+    return WithToken(Ctx(timeout_ms), cluster_->rank_token(rank, node));
   }
   std::unique_ptr<grpc::ClientContext> AdminCtx(int timeout_ms = 5000) {
     return WithToken(Ctx(timeout_ms), cluster_->operator_token());
@@ -158,7 +160,9 @@ class BadInputTest : public ::testing::Test {
   grpc::Status Join(uint32_t node, const v1::JoinRequest& request,
                     v1::JoinResponse* response = nullptr) {
     v1::JoinResponse ignored;
-    auto context = RankCtx();
+    auto context = RankCtx(
+        node, request.has_rank() ? request.rank()
+                                 : node * kNprocPerNode + request.local_rank());
     return rank_[node]->Join(context.get(), request,
                              response != nullptr ? response : &ignored);
   }
@@ -181,7 +185,7 @@ class BadInputTest : public ::testing::Test {
     request.set_key(key);
     request.set_value(value);
     v1::KvSetResponse response;
-    auto context = RankCtx();
+    auto context = RankCtx(node, member.rank());
     return rank_[node]->KvSet(context.get(), request, &response);
   }
 
@@ -193,7 +197,7 @@ class BadInputTest : public ::testing::Test {
     request.set_key(key);
     request.set_timeout_ms(timeout_ms);
     v1::KvGetResponse response;
-    auto context = RankCtx(timeout_ms + 5000);
+    auto context = RankCtx(node, member.rank(), timeout_ms + 5000);
     grpc::Status s = rank_[node]->KvGet(context.get(), request, &response);
     if (value != nullptr) *value = response.value();
     return s;
@@ -207,7 +211,7 @@ class BadInputTest : public ::testing::Test {
     request.set_key(key);
     request.set_delta(delta);
     v1::KvAddResponse response;
-    auto context = RankCtx();
+    auto context = RankCtx(node, member.rank());
     grpc::Status s = rank_[node]->KvAdd(context.get(), request, &response);
     if (value != nullptr) *value = response.value();
     return s;
@@ -219,7 +223,7 @@ class BadInputTest : public ::testing::Test {
     *request.mutable_member() = member;
     request.set_key(key);
     v1::KvDeleteResponse response;
-    auto context = RankCtx();
+    auto context = RankCtx(node, member.rank());
     grpc::Status s = rank_[node]->KvDelete(context.get(), request, &response);
     if (existed != nullptr) *existed = response.existed();
     return s;
@@ -234,7 +238,7 @@ class BadInputTest : public ::testing::Test {
     for (uint32_t w : words) request.add_words(w);
     request.set_timeout_ms(timeout_ms);
     v1::AllGatherWordsResponse ignored;
-    auto context = RankCtx(10000);
+    auto context = RankCtx(node, member.rank(), 10000);
     return rank_[node]->AllGatherWords(
         context.get(), request, response != nullptr ? response : &ignored);
   }
@@ -245,7 +249,7 @@ class BadInputTest : public ::testing::Test {
                            int timeout_ms = 3000) {
     v1::WatchRequest request;
     *request.mutable_member() = member;
-    auto context = RankCtx(timeout_ms);
+    auto context = RankCtx(node, member.rank(), timeout_ms);
     auto reader = rank_[node]->Watch(context.get(), request);
     v1::JobEvent event;
     while (reader->Read(&event)) {
@@ -390,7 +394,7 @@ TEST_F(BadInputTest, UnknownMemberAndStaleIncarnationAreFailedPrecondition) {
     v1::GetDescriptorRequest request;
     *request.mutable_member() = stale;
     v1::SessionDescriptor descriptor;
-    auto context = RankCtx();
+    auto context = RankCtx(0, stale.rank());
     EXPECT_RPC_ERROR(
         rank_[0]->GetDescriptor(context.get(), request, &descriptor),
         grpc::StatusCode::FAILED_PRECONDITION, stale_text);
@@ -399,7 +403,7 @@ TEST_F(BadInputTest, UnknownMemberAndStaleIncarnationAreFailedPrecondition) {
     v1::LeaveRequest request;
     *request.mutable_member() = stale;
     v1::LeaveResponse response;
-    auto context = RankCtx();
+    auto context = RankCtx(0, stale.rank());
     EXPECT_RPC_ERROR(rank_[0]->Leave(context.get(), request, &response),
                      grpc::StatusCode::FAILED_PRECONDITION, stale_text);
   }
@@ -593,7 +597,7 @@ TEST_F(BadInputTest, AbandonedBlockingGetsAreReleasedAtOnce) {
   for (uint32_t node = 0; node < 2; ++node) {
     for (int i = 0; i < kPerNode; ++i) {
       auto call = std::make_unique<Call>();
-      call->context = RankCtx(60000);
+      call->context = RankCtx(node, members[node].rank(), 60000);
       *call->request.mutable_member() = members[node];
       call->request.set_key(absl::StrCat("never-set-", i % 5));
       call->request.set_timeout_ms(kMaxTimeoutMs);
@@ -940,7 +944,7 @@ TEST_F(BadInputTest, PerCallerLimitsBoundWaitingGetsAndStreams) {
   v1::WatchRequest watch;
   *watch.mutable_member() = member;
   for (uint32_t i = 0; i < kMaxStreamsPerCaller; ++i) {
-    contexts.push_back(RankCtx(60000));
+    contexts.push_back(RankCtx(0, member.rank(), 60000));
     watches.push_back(rank_[0]->Watch(contexts.back().get(), watch));
     v1::JobEvent event;
     ASSERT_TRUE(watches.back()->Read(&event)) << "stream " << i;
@@ -976,12 +980,12 @@ TEST_F(BadInputTest, PerCallerLimitsBoundWaitingGetsAndStreams) {
 class ConfiguredLimitsTest : public BadInputTest {
  protected:
   std::vector<std::string> ExtraFlags() const override {
-    return {"--kv_max_keys=5",
-            "--kv_max_keys_per_rank=3",
+    return {"--kv_max_keys=5", "--kv_max_keys_per_rank=3",
             "--kv_max_bytes=1000000",
-            "--max_waiting_gets_per_rank=2",
-            "--max_streams_per_caller=1",
-            "--max_operator_streams=1"};
+            // Its quota per rank is the drills' (rank_isolation_drill_test);
+            // here as large as the job's, so the job's total is reached.
+            "--kv_max_bytes_per_rank=1000000", "--max_waiting_gets_per_rank=2",
+            "--max_streams_per_caller=1", "--max_operator_streams=1"};
   }
 };
 
@@ -1006,8 +1010,12 @@ TEST_F(ConfiguredLimitsTest, EachLimitIsTheFlagsValue) {
                    grpc::StatusCode::RESOURCE_EXHAUSTED,
                    "key-value broker holds 5 keys already (--kv_max_keys)");
   ASSERT_RPC_OK(KvSet(0, rank0, "a0", "rewritten"));  // existing: allowed
-  bool existed = false;  // anyone may delete rank 0's key
-  ASSERT_RPC_OK(KvDelete(1, rank2, "a1", &existed));
+  // Only its creator deletes rank 0's key.
+  EXPECT_RPC_ERROR(KvDelete(1, rank2, "a1"),
+                   grpc::StatusCode::PERMISSION_DENIED,
+                   "rank 2 cannot delete key 'a1': rank 0 created it");
+  bool existed = false;
+  ASSERT_RPC_OK(KvDelete(0, rank0, "a1", &existed));
   EXPECT_TRUE(existed);
   ASSERT_RPC_OK(KvSet(0, rank0, "a3", "v"));
   std::string value;
@@ -1048,7 +1056,7 @@ TEST_F(ConfiguredLimitsTest, EachLimitIsTheFlagsValue) {
   std::vector<std::unique_ptr<grpc::ClientReader<v1::JobEvent>>> streams;
   v1::WatchRequest watch;
   *watch.mutable_member() = rank0;
-  contexts.push_back(RankCtx(60000));
+  contexts.push_back(RankCtx(0, rank0.rank(), 60000));
   streams.push_back(rank_[0]->Watch(contexts.back().get(), watch));
   v1::JobEvent event;
   ASSERT_TRUE(streams.back()->Read(&event));
@@ -1102,7 +1110,7 @@ TEST_F(BadInputTest, JoinAfterTheJobCompletedIsRejected) {
     v1::LeaveRequest request;
     *request.mutable_member() = members[r];
     v1::LeaveResponse response;
-    auto context = RankCtx();
+    auto context = RankCtx(r / 2, members[r].rank());
     ASSERT_RPC_OK(rank_[r / 2]->Leave(context.get(), request, &response));
   }
   ExpectStillServing(v1::JOB_STATE_COMPLETED);
@@ -1188,7 +1196,7 @@ TEST_F(BadInputTest, GarbageBytesGetAnErrorAndTheDaemonKeepsServing) {
   // A well-formed Join through the same generic path works.
   std::string bytes;
   ASSERT_TRUE(JoinReq(0, 0xe000, 1300).SerializeToString(&bytes));
-  ASSERT_RPC_OK(call("/rankd.v1.Rank/Join", bytes, cluster_->rank_token()));
+  ASSERT_RPC_OK(call("/rankd.v1.Rank/Join", bytes, cluster_->rank_token(0, 0)));
 }
 
 }  // namespace

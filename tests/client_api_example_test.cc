@@ -75,7 +75,8 @@ TEST(ClientApiExampleTest, RunsOnEveryRankOfARealJob) {
           {Runfile("examples/client_api_example"),
            absl::StrCat("--target=", cluster.socket_target(n)),
            "--job_id=llama", absl::StrCat("--local_rank=", l)},
-          {}, absl::StrCat(cluster.dir(), "/rank", n * 2 + l, ".log"));
+          cluster.RankEnv(n, n * 2 + l),
+          absl::StrCat(cluster.dir(), "/rank", n * 2 + l, ".log"));
       ASSERT_TRUE(child.ok()) << child.status();
       ranks.push_back(*std::move(child));
     }

@@ -36,7 +36,8 @@ std::vector<ChildProcess> StartDataplaneWorkers(
       argv.insert(argv.end(), args.begin(), args.end());
       const uint32_t rank = n * o.nproc_per_node + l;
       auto child = ChildProcess::Spawn(
-          argv, {}, absl::StrCat(cluster.dir(), "/rank", rank, ".log"));
+          argv, cluster.RankEnv(n, rank),
+          absl::StrCat(cluster.dir(), "/rank", rank, ".log"));
       EXPECT_TRUE(child.ok()) << child.status();
       if (child.ok()) workers.push_back(*std::move(child));
     }

@@ -124,25 +124,29 @@ int main(int argc, char** argv) {
     Print(absl::StrCat("KV_SET key=", kv[0]));
   }
 
-  // Key-value traffic: every rank writes its keys and bumps a shared
-  // counter, then reads every other rank's keys (blocking until set).
+  // Key-value traffic: every rank writes its keys (under its own "r<rank>/")
+  // and bumps a shared counter (under "shared/", which the test's daemons
+  // declare shared with --kv_shared_prefixes=shared/), then reads every
+  // other rank's keys (blocking until set).
   const int keys = absl::GetFlag(FLAGS_kv_keys);
+  constexpr char kCounter[] = "shared/counter";
   if (keys > 0) {
     for (int i = 0; i < keys; ++i) {
       auto s = (*client)->KvSet(absl::StrCat("r", rank, "/k", i),
                                 absl::StrCat("v", rank, "-", i));
       if (!s.ok()) return Fail(s, started);
-      auto n = (*client)->KvAdd("counter", 1);
+      auto n = (*client)->KvAdd(kCounter, 1);
       if (!n.ok()) return Fail(n.status(), started);
     }
     // The last rank publishes "late" after a pause: everyone else's get
     // is blocked until then.
     if (rank == world - 1) {
       absl::SleepFor(absl::Milliseconds(300));
-      auto s = (*client)->KvSet("late", "released");
+      auto s = (*client)->KvSet(absl::StrCat("r", rank, "/late"), "released");
       if (!s.ok()) return Fail(s, started);
     }
-    auto late = (*client)->KvGet("late", absl::Seconds(20));
+    auto late = (*client)->KvGet(absl::StrCat("r", world - 1, "/late"),
+                                 absl::Seconds(20));
     if (!late.ok()) return Fail(late.status(), started);
     if (*late != "released") {
       Print(absl::StrCat("MISMATCH late=", *late));
@@ -164,7 +168,7 @@ int main(int argc, char** argv) {
     auto barrier = (*client)->AllGatherWords(absl::MakeConstSpan(&token, 1),
                                              absl::Seconds(20));
     if (!barrier.ok()) return Fail(barrier.status(), started);
-    auto counter = (*client)->KvGet("counter", absl::Seconds(1));
+    auto counter = (*client)->KvGet(kCounter, absl::Seconds(1));
     if (!counter.ok()) return Fail(counter.status(), started);
     if (*counter != absl::StrCat(world * keys)) {
       Print(

@@ -2,6 +2,7 @@
 // real rank processes (tests/rank_worker) joined and holding. Every command
 // is checked in table form and with --json (parsed back into the rankd.v1
 // messages), plus the exit statuses of errors.
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -496,8 +497,9 @@ TEST(RankctlCredentialsTest, CreateAndNodeTokenMakeWhatDaemonsVerify) {
   EXPECT_THAT(created.out, HasSubstr(dir));
   auto key = ReadCredentialFile(dir, kNodeKeyFile);
   ASSERT_TRUE(key.ok()) << key.status();
-  ASSERT_TRUE(ReadCredentialFile(dir, kRankTokenFile).ok());
   ASSERT_TRUE(ReadCredentialFile(dir, kOperatorTokenFile).ok());
+  // Ranks get tokens of their own (rank-token below), not a shared file.
+  EXPECT_FALSE(ReadCredentialFile(dir, kRankTokenFile).ok());
   Result again = Rankctl({"credentials", "create", dir});
   EXPECT_EQ(again.exit_code, 1);
   EXPECT_THAT(again.err, HasSubstr("already exists"));
@@ -509,6 +511,25 @@ TEST(RankctlCredentialsTest, CreateAndNodeTokenMakeWhatDaemonsVerify) {
       VerifyNodeToken(*key, "llama", absl::StripAsciiWhitespace(token.out));
   ASSERT_TRUE(node.ok()) << node.status() << " " << token.out;
   EXPECT_EQ(*node, 2u);
+  // A rank's token, minted from the node key or from that node's token.
+  Result rank_token =
+      Rankctl({"credentials", "rank-token", dir, "llama", "2", "5"});
+  ASSERT_EQ(rank_token.exit_code, 0) << rank_token.err;
+  auto rank = VerifyRankToken(absl::StripAsciiWhitespace(token.out), "llama",
+                              absl::StripAsciiWhitespace(rank_token.out));
+  ASSERT_TRUE(rank.ok()) << rank.status() << " " << rank_token.out;
+  EXPECT_EQ(*rank, 5u);
+  const std::string node_dir = parent + "/node2";
+  ASSERT_EQ(::mkdir(node_dir.c_str(), 0700), 0);
+  std::ofstream(node_dir + "/node.token") << token.out;
+  Result from_node =
+      Rankctl({"credentials", "rank-token", node_dir, "llama", "2", "5"});
+  ASSERT_EQ(from_node.exit_code, 0) << from_node.err;
+  EXPECT_EQ(from_node.out, rank_token.out);
+  Result other_node =
+      Rankctl({"credentials", "rank-token", node_dir, "llama", "3", "5"});
+  EXPECT_EQ(other_node.exit_code, 1);
+  EXPECT_THAT(other_node.err, HasSubstr("is not node 3's token"));
   Result missing =
       Rankctl({"credentials", "node-token", dir + "/nope", "llama", "2"});
   EXPECT_EQ(missing.exit_code, 1);

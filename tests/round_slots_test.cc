@@ -96,18 +96,20 @@ class RoundSlotsTest : public ::testing::Test {
     request.set_pid(1000 + local_rank);
     request.mutable_device()->set_kind("cpu");
     v1::JoinResponse response;
-    auto context = Ctx();
+    auto context = Ctx(cluster_->rank_token(local_rank));
     grpc::Status s = unix_->Join(context.get(), request, &response);
     EXPECT_TRUE(s.ok()) << s.error_message();
     return response.member();
   }
 
+  // With the member's own rank token unless `token` says otherwise ("":
+  // none).
   grpc::Status OpenSlots(v1::Rank::Stub& stub, const v1::MemberRef& member,
                          v1::OpenRoundSlotsResponse* response,
-                         const std::string& token = "") {
+                         std::optional<std::string> token = std::nullopt) {
     v1::OpenRoundSlotsRequest request;
     *request.mutable_member() = member;
-    auto context = Ctx(token);
+    auto context = Ctx(token.value_or(cluster_->rank_token(member.rank())));
     return stub.OpenRoundSlots(context.get(), request, response);
   }
 
@@ -139,7 +141,7 @@ class RoundSlotsTest : public ::testing::Test {
     request.set_round(round);
     for (uint32_t w : words) request.add_words(w);
     request.set_timeout_ms(5000);
-    auto context = Ctx();
+    auto context = Ctx(cluster_->rank_token(member.rank()));
     return unix_->AllGatherWords(context.get(), request, response);
   }
 
@@ -163,12 +165,14 @@ class RoundSlotsTest : public ::testing::Test {
 TEST_F(RoundSlotsTest, OnlyAJoinedMemberOnTheUnixSocketMayOpenSlots) {
   v1::MemberRef member = MustJoin(0, 0x7001);
   v1::OpenRoundSlotsResponse response;
-  grpc::Status s = OpenSlots(*tcp_, member, &response, cluster_->rank_token());
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  // Over TCP, even with its token: the rank acts only through the Unix
+  // socket connection it joined on.
+  grpc::Status s = OpenSlots(*tcp_, member, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(s.error_message(),
-              HasSubstr("offered on the daemon's Unix socket only"));
+              HasSubstr("acts only through that connection"));
 
-  s = OpenSlots(*tcp_, member, &response);  // no token over TCP
+  s = OpenSlots(*tcp_, member, &response, "");  // no token
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED)
       << s.error_message();
 

@@ -1,5 +1,5 @@
 // Security of real rankd daemons: each role's own credential (node tokens
-// for the Peer service, the rank token for Rank over TCP, the operator token
+// for the Peer service, each rank's own token for Rank, the operator token
 // for Admin over TCP), a node acting only as itself, Admin answers that work
 // as no credential, refusal to start without credentials unless opted out,
 // TLS (and mutual TLS) on the TCP listener, daemons registering through TLS,
@@ -372,7 +372,8 @@ TEST(SecurityTest, EachServiceTakesOnlyItsOwnRolesCredential) {
   absl::Status started = cluster.Start();
   ASSERT_TRUE(started.ok()) << started;
   auto tcp = PlainChannel(cluster.tcp_address(0));
-  const std::string rank = cluster.rank_token();
+  // Rank 0's own token (CallEveryService's Rank calls name rank 0).
+  const std::string rank = cluster.rank_token(0);
   const std::string op = cluster.operator_token();
   const std::string node = NodeTokenOf(cluster, 1);
   ASSERT_FALSE(rank.empty() || op.empty());
@@ -382,7 +383,7 @@ TEST(SecurityTest, EachServiceTakesOnlyItsOwnRolesCredential) {
         CallEveryService(tcp, ""),
         {{"Rank",
           {kUnauthenticated,
-           "the Rank service needs the job's rank "
+           "the Rank service needs the rank's own rank "
            "token"}},
          {"Peer", {kUnauthenticated, "the Peer service needs a node token"}},
          {"Admin", {kUnauthenticated, kMissingOperatorToken}}});
@@ -443,17 +444,26 @@ TEST(SecurityTest, EachServiceTakesOnlyItsOwnRolesCredential) {
                     {"Peer", {kUnauthenticated, "node token rejected"}},
                     {"Admin", {kUnauthenticated, ""}}});
   }
-  // On the Unix socket file permissions authenticate ranks and operators;
-  // the Peer service is not served there, whatever the caller sends.
+  // On the Unix socket file permissions authenticate operators, while a
+  // rank presents its own token there too (so no process that can reach
+  // the socket can act as a rank it was not given); the Peer service is
+  // not served there, whatever the caller sends.
   auto local = PlainChannel(cluster.socket_target(0));
   for (const std::string& auth : {std::string(), Bearer(node)}) {
     SCOPED_TRACE(auth.empty() ? "Unix socket" : "Unix socket, node token");
     ExpectStatuses(CallEveryService(local, auth),
-                   {{"Rank", {kOk, ""}},
+                   {{"Rank", {kUnauthenticated, "rank token"}},
                     {"Peer",
                      {kDenied,
                       "the Peer service is for daemons and "
                       "is not served on the Unix socket"}},
+                    {"Admin", {kOk, ""}}});
+  }
+  {
+    SCOPED_TRACE("Unix socket, rank 0's token");
+    ExpectStatuses(CallEveryService(local, Bearer(rank)),
+                   {{"Rank", {kOk, ""}},
+                    {"Peer", {kDenied, "is not served on the Unix socket"}},
                     {"Admin", {kOk, ""}}});
   }
   // Key-value values are not an operator's to read unless the daemon was
@@ -846,8 +856,8 @@ TEST(SecurityTest, DaemonsFormAJobThroughTlsAndRanksRunOnIt) {
     EXPECT_EQ(members->nodes(n).state(), v1::NODE_STATE_REGISTERED) << n;
     EXPECT_EQ(members->nodes(n).address(), cluster->tcp_address(n));
   }
-  // Ranks join through their Unix sockets (no token there); joins, rounds
-  // and the key-value broker cross the TLS links between daemons.
+  // Ranks join through their Unix sockets (with their own tokens); joins,
+  // rounds and the key-value broker cross the TLS links between daemons.
   auto workers = cluster->StartAllWorkers({"--rounds=3", "--kv_keys=2"});
   ASSERT_TRUE(workers.ok()) << workers.status();
   std::vector<int> statuses = WaitAll(*workers, absl::Seconds(60));
@@ -872,7 +882,7 @@ TEST(SecurityTest, DaemonsFormAJobThroughTlsAndRanksRunOnIt) {
   }
 }
 
-// A rank that is not on the daemon's host reaches it over TCP with the
+// A rank that is not on the daemon's host reaches it over TCP with its own
 // rank token, and is refused without it.
 TEST(SecurityTest, RanksOverTcpPresentTheRankToken) {
   ClusterOptions options;
@@ -883,18 +893,28 @@ TEST(SecurityTest, RanksOverTcpPresentTheRankToken) {
   absl::Status started = cluster.Start();
   ASSERT_TRUE(started.ok()) << started;
   const std::string tcp = absl::StrCat("--target=", cluster.tcp_address(0));
+  cluster.mutable_options().env[kRankTokenEnv] = "";  // no token
   auto refused = cluster.StartWorker(0, 0, {tcp});
   ASSERT_TRUE(refused.ok()) << refused.status();
   std::optional<int> status = refused->Wait(absl::Seconds(20));
   ASSERT_TRUE(status.has_value());
   EXPECT_NE(ExitCode(*status), 0);
   EXPECT_THAT(refused->ReadLog(),
-              HasSubstr("the Rank service needs the job's rank token"));
-  const std::string token = absl::StrCat(
-      "--token_file=", cluster.credentials_dir(), "/", kRankTokenFile);
+              HasSubstr("the Rank service needs the rank's own rank token"));
+  // Another rank's token names another rank.
+  cluster.mutable_options().env[kRankTokenEnv] = cluster.rank_token(1);
+  auto other = cluster.StartWorker(0, 0, {tcp});
+  ASSERT_TRUE(other.ok()) << other.status();
+  status = other->Wait(absl::Seconds(20));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_NE(ExitCode(*status), 0);
+  EXPECT_THAT(other->ReadLog(),
+              HasSubstr("the credential of rank 1 cannot act as rank 0"));
+  // Each with its own (which the harness hands it in $RANKD_RANK_TOKEN).
+  cluster.mutable_options().env.erase(kRankTokenEnv);
   std::vector<ChildProcess> workers;
   for (uint32_t l = 0; l < 2; ++l) {
-    auto w = cluster.StartWorker(0, l, {tcp, token, "--rounds=2"});
+    auto w = cluster.StartWorker(0, l, {tcp, "--rounds=2"});
     ASSERT_TRUE(w.ok()) << w.status();
     workers.push_back(*std::move(w));
   }
@@ -966,8 +986,8 @@ TEST(SecurityTest, ADaemonCanHoldOnlyItsOwnNodeToken) {
       {}, {absl::StrCat("--credentials_dir=", own)}};
   absl::Status started = cluster.Start();
   ASSERT_TRUE(started.ok()) << started;
-  // Without rank.token and operator.token node 1 serves ranks and
-  // operators on its Unix socket only.
+  // Without operator.token node 1 serves operators on its Unix socket
+  // only.
   auto tcp = PlainChannel(cluster.tcp_address(1));
   grpc::Status remote = GetJob(tcp, Bearer(cluster.operator_token()));
   EXPECT_EQ(remote.error_code(), kDenied);

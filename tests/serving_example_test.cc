@@ -65,7 +65,8 @@ std::vector<ChildProcess> StartServing(LocalCluster& cluster,
       argv.insert(argv.end(), extra.args.begin(), extra.args.end());
       const uint32_t rank = n * o.nproc_per_node + l;
       auto child = ChildProcess::Spawn(
-          argv, extra.env, absl::StrCat(cluster.dir(), "/rank", rank, ".log"));
+          argv, cluster.RankEnv(n, rank, extra.env),
+          absl::StrCat(cluster.dir(), "/rank", rank, ".log"));
       EXPECT_TRUE(child.ok()) << child.status();
       if (child.ok()) ranks.push_back(*std::move(child));
     }

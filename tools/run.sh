@@ -215,8 +215,9 @@ fi
 job=serving
 # Fresh credentials for this job (docs/operations.md, "Credentials"): the
 # coordinator holds the node key, every other daemon only its own node token
-# (so it cannot act as another node); ranks use their Unix sockets and need
-# none; rankctl here presents the operator token.
+# (so it cannot act as another node); each rank gets a token of its own, for
+# its process alone (RANKD_RANK_TOKEN), so it can act as no other rank;
+# rankctl here presents the operator token.
 creds="$dir/credentials"
 "$rankctl" credentials create "$creds" >/dev/null
 operator=(--token_file="$creds/operator.token")
@@ -225,7 +226,7 @@ for ((n = 1; n < nodes; n++)); do
   own="$dir/credentials-node$n"
   mkdir -m 700 "$own"
   "$rankctl" credentials node-token "$creds" "$job" "$n" >"$own/node.token"
-  cp "$creds/rank.token" "$creds/operator.token" "$own/"
+  cp "$creds/operator.token" "$own/"
   node_creds+=("$own")
 done
 echo "== starting $nodes rankd daemons: job '$job', world $world = $nodes nodes x $ranks_per_node ranks, tp$tp pp$pp ep$ep dp$dp, $backend"
@@ -272,7 +273,8 @@ for ((n = 0; n < nodes; n++)); do
     r=$((n * ranks_per_node + l))
     extra=()
     [[ "$kill_rank" == "$r" ]] && extra+=(--stall_at_step="$at_step")
-    ${run_in[$n]} "$serving" --target="unix://$dir/node$n.sock" \
+    token=$("$rankctl" credentials rank-token "$creds" "$job" "$n" "$r")
+    RANKD_RANK_TOKEN="$token" ${run_in[$n]} "$serving" --target="unix://$dir/node$n.sock" \
       --job_id="$job" --local_rank="$l" --world_size="$world" \
       --backend="$backend" --steps="$steps" --hostname="${ip_of[$n]}" \
       "${extra[@]}" "${example_args[@]}" >"$dir/rank$r.log" 2>&1 &

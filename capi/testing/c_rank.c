@@ -102,10 +102,17 @@ static void Ops(rankd_rank* rank, uint32_t world) {
     Fail("kv_get: %zu bytes", rankd_bytes_size(blob));
   }
   rankd_bytes_free(blob);
+  /* Keys have owners: each rank's counter is its own ("r<rank>/"), and
+   * another rank's key is refused. */
   int64_t counter = 0;
-  Ok(rankd_kv_add(rank, "c/counter", 5, &counter), "kv_add");
-  if (counter != 5 && counter != 10)
-    Fail("kv_add gave %lld", (long long)counter);
+  char own_counter[32];
+  snprintf(own_counter, sizeof(own_counter), "r%u/c/counter", (unsigned)r);
+  Ok(rankd_kv_add(rank, own_counter, 5, &counter), "kv_add");
+  if (counter != 5) Fail("kv_add gave %lld", (long long)counter);
+  if (r == 1) {
+    Refused(rankd_kv_set(rank, "c/blob", "x", 1), RANKD_PERMISSION_DENIED,
+            "rank 0 created it", "kv_set of rank 0's key");
+  }
   rankd_status* missing = rankd_kv_get(rank, "c/never", 0.2, &blob);
   if (rankd_status_is_wait_timeout(missing)) {
     Fail("kv_get's deadline is marked as a bounded wait's timeout");

@@ -168,9 +168,9 @@ TEST_F(NcclGpuTest, InitDeadlineAbortsTheCommunicators) {
   EXPECT_EQ((*session)->poison().code(), absl::StatusCode::kDeadlineExceeded);
   // Rank 0 is the world's root: it published the id, under its first
   // session's tag.
-  EXPECT_TRUE(
-      job->Peek(absl::StrCat(job->name_space(), "/nccl/s0/world/uid/0of1"))
-          .has_value());
+  EXPECT_TRUE(job->Peek(absl::StrCat("r0/", job->name_space(),
+                                     "/nccl/s0/world/uid/0of1"))
+                  .has_value());
 }
 
 TEST_F(NcclGpuTest, JobFailureDuringInitAbortsPromptly) {

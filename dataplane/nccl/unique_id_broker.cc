@@ -60,8 +60,11 @@ absl::StatusOr<std::vector<std::vector<std::string>>> BrokerUniqueIds(
       auto id = Generate(generator, req.comm_name);
       if (!id.ok()) return id.status();
       if (n > 1) {
+        // Under the root's own key: no other rank can publish an id
+        // first or replace it (docs/operations.md, "Key-value ownership").
         const std::string key =
-            UniqueIdKey(ns, tag, req.comm_name, i, req.plan.count());
+            OwnedKey(req.members[req.rank],
+                     UniqueIdKey(ns, tag, req.comm_name, i, req.plan.count()));
         absl::Status set = control_plane.KvSet(key, EncodeUniqueId(*id));
         if (!set.ok()) {
           return absl::Status(
@@ -78,9 +81,10 @@ absl::StatusOr<std::vector<std::vector<std::string>>> BrokerUniqueIds(
     const CommIdRequest& req = requests[c];
     for (uint32_t i = 0; i < req.plan.count(); ++i) {
       if (!ids[c][i].empty()) continue;
-      const std::string key =
-          UniqueIdKey(ns, tag, req.comm_name, i, req.plan.count());
       const uint32_t root = req.plan.roots[i];
+      const std::string key =
+          OwnedKey(req.members[root],
+                   UniqueIdKey(ns, tag, req.comm_name, i, req.plan.count()));
       while (true) {
         if (interrupt) {
           absl::Status s = interrupt();

@@ -69,7 +69,8 @@ TEST(BrokerUniqueIds, RootPublishesOthersFetch) {
   }
   EXPECT_EQ(next.load(), 1);  // only the root generated an id
   EXPECT_EQ(job->kv_sets(), 1);
-  auto stored = job->Peek("job/7/nccl/default/world/uid/0of1");
+  // Under the root's own key (rank 0 roots the world's one id).
+  auto stored = job->Peek("r0/job/7/nccl/default/world/uid/0of1");
   ASSERT_TRUE(stored.has_value());
   EXPECT_TRUE(absl::StartsWith(*stored, "nccl-uid-v1:"));
 }
@@ -99,8 +100,9 @@ TEST(BrokerUniqueIds, OneIdPer128RanksWithScalableInit) {
   }
   EXPECT_EQ(next.load(), 3);
   EXPECT_EQ(job->kv_sets(), 3);
+  const uint32_t roots[] = {0, 87, 174};
   for (int i = 0; i < 3; ++i) {
-    EXPECT_TRUE(job->Peek(absl::StrCat(job->name_space(),
+    EXPECT_TRUE(job->Peek(absl::StrCat("r", roots[i], "/", job->name_space(),
                                        "/nccl/big/world/uid/", i, "of3"))
                     .has_value());
   }
@@ -187,11 +189,11 @@ TEST(BrokerUniqueIds, RejectsForeignValues) {
   auto job = InProcessJob::Create(2);
   auto setter = job->ForRank(0);
   std::vector<CommIdRequest> reqs = {Request(Iota(2), 1, 2)};
-  ASSERT_TRUE(
-      setter
-          ->KvSet(UniqueIdKey(job->name_space(), "default", "world", 0, 1),
-                  "not an id")
-          .ok());
+  ASSERT_TRUE(setter
+                  ->KvSet(OwnedKey(0, UniqueIdKey(job->name_space(), "default",
+                                                  "world", 0, 1)),
+                          "not an id")
+                  .ok());
   auto cp = job->ForRank(1);
   std::atomic<int> next{0};
   auto ids = BrokerUniqueIds(*cp, "default", reqs, Counter(&next),

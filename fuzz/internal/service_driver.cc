@@ -209,9 +209,15 @@ void ServiceDriver::LoadTokens() {
   auto at = [&](Credential credential) -> std::string& {
     return tokens_[static_cast<size_t>(credential)];
   };
-  at(Credential::kTcpRankToken) = read(kRankTokenFile);
+  // Rank 0's own token (every Rank call presents its rank's token, on the
+  // socket too), so inputs acting as rank 0 reach past authentication.
+  const std::string node_key = read(kNodeKeyFile);
+  const std::string rank0 =
+      RankToken(NodeToken(node_key, kJobId, 0), kJobId, 0);
+  at(Credential::kUnixSocket) = rank0;
+  at(Credential::kTcpRankToken) = rank0;
   at(Credential::kTcpOperatorToken) = read(kOperatorTokenFile);
-  at(Credential::kTcpNodeToken) = NodeToken(read(kNodeKeyFile), kJobId, 1);
+  at(Credential::kTcpNodeToken) = NodeToken(node_key, kJobId, 1);
   at(Credential::kTcpGarbageToken) = "node-1.0123456789abcdef";
 }
 

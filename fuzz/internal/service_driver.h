@@ -44,9 +44,9 @@ inline constexpr absl::Duration kCallDeadline = absl::Milliseconds(150);
 
 // How a call reaches the daemon (byte 1 of an input, modulo kCount).
 enum class Credential : uint8_t {
-  kUnixSocket = 0,        // the daemon's socket, no token
+  kUnixSocket = 0,        // the daemon's socket, rank 0's rank token
   kTcpNoToken = 1,        // TCP without a token
-  kTcpRankToken = 2,      // TCP with rank.token
+  kTcpRankToken = 2,      // TCP with rank 0's rank token
   kTcpOperatorToken = 3,  // TCP with operator.token
   kTcpNodeToken = 4,      // TCP with node 1's node token
   kTcpGarbageToken = 5,   // TCP with a token that is not one

@@ -94,17 +94,19 @@ bool Has(const std::vector<std::string>& args, const std::string& name) {
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
-  Print(absl::StrCat("ENV RANKD_TARGET=", Env("RANKD_TARGET"),
-                     " RANKD_JOB_ID=", Env("RANKD_JOB_ID"),
-                     " RANKD_LOCAL_RANK=", Env("RANKD_LOCAL_RANK"),
-                     " RANKD_RANK=", Env("RANKD_RANK"),
-                     " RANKD_WORLD_SIZE=", Env("RANKD_WORLD_SIZE"),
-                     " RANKD_NPROC_PER_NODE=", Env("RANKD_NPROC_PER_NODE"),
-                     " RANKD_NODE_RANK=", Env("RANKD_NODE_RANK"),
-                     " RANKD_TOKEN_FILE=", Env("RANKD_TOKEN_FILE"),
-                     " LOCAL_RANK=", Env("LOCAL_RANK"), " RANK=", Env("RANK"),
-                     " WORLD_SIZE=", Env("WORLD_SIZE"), " LOCAL_WORLD_SIZE=",
-                     Env("LOCAL_WORLD_SIZE"), " pid=", getpid()));
+  Print(absl::StrCat(
+      "ENV RANKD_TARGET=", Env("RANKD_TARGET"), " RANKD_JOB_ID=",
+      Env("RANKD_JOB_ID"), " RANKD_LOCAL_RANK=", Env("RANKD_LOCAL_RANK"),
+      " RANKD_RANK=", Env("RANKD_RANK"),
+      " RANKD_WORLD_SIZE=", Env("RANKD_WORLD_SIZE"), " RANKD_NPROC_PER_NODE=",
+      Env("RANKD_NPROC_PER_NODE"), " RANKD_NODE_RANK=", Env("RANKD_NODE_RANK"),
+      " RANKD_TOKEN_FILE=", Env("RANKD_TOKEN_FILE"),
+      // Which rank the token names, not the secret after it.
+      " RANKD_RANK_TOKEN=",
+      Env("RANKD_RANK_TOKEN").substr(0, Env("RANKD_RANK_TOKEN").find('.')),
+      " LOCAL_RANK=", Env("LOCAL_RANK"), " RANK=", Env("RANK"),
+      " WORLD_SIZE=", Env("WORLD_SIZE"),
+      " LOCAL_WORLD_SIZE=", Env("LOCAL_WORLD_SIZE"), " pid=", getpid()));
   Print(absl::StrCat("ARGS ", absl::StrJoin(args, " ")));
   int rank = -1;
   if (!absl::SimpleAtoi(Env("RANKD_RANK"), &rank)) rank = -1;

@@ -52,7 +52,8 @@ def join(*, target=None, job_id=None, local_rank=None, rank=None,
 
     Every argument left as None comes from the environment the launcher
     sets ($RANKD_TARGET, $RANKD_JOB_ID, $RANKD_LOCAL_RANK, $RANKD_RANK,
-    $RANKD_WORLD_SIZE, $RANKD_TOKEN_FILE), then from rankd's defaults, so
+    $RANKD_WORLD_SIZE, $RANKD_TOKEN_FILE, $RANKD_RANK_TOKEN), then from
+    rankd's defaults, so
     a process started by rankd-launch calls plain `rankd.join()`. Blocks
     until every rank joined (at most `wait_for_world` seconds; 0 returns
     once this rank is registered). Raises InvalidArgumentError for bad

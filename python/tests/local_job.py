@@ -70,8 +70,7 @@ class LocalJob:
                 env=_native_env()).stdout
             with open(os.path.join(own, "node.token"), "wb") as f:
                 f.write(token)
-            for name in ("rank.token", "operator.token"):
-                shutil.copy(os.path.join(creds, name), own)
+            shutil.copy(os.path.join(creds, "operator.token"), own)
             node_creds.append(own)
         for n in range(self.nnodes):
             args = [rankd, f"--job_id={self.job_id}", f"--nnodes={self.nnodes}",
@@ -106,6 +105,15 @@ class LocalJob:
                 time.sleep(0.1)
         return self
 
+    def rank_token(self, node, rank):
+        """Rank `rank`'s own token for joining through node `node`."""
+        rankctl = _binary("rankctl", "client")
+        return subprocess.run(
+            [rankctl, "credentials", "rank-token",
+             os.path.join(self.dir, "credentials"), self.job_id, str(node),
+             str(rank)], check=True, capture_output=True, text=True,
+            env=_native_env()).stdout.strip()
+
     def log(self, name):
         try:
             with open(os.path.join(self.dir, name), errors="replace") as f:
@@ -124,7 +132,9 @@ class LocalJob:
                 e.update(env or {})
                 e.update({"RANKD_TARGET": self.socket_target(n),
                           "RANKD_JOB_ID": self.job_id,
-                          "RANKD_LOCAL_RANK": str(l)})
+                          "RANKD_LOCAL_RANK": str(l),
+                          # The rank's own token, as rankrun hands it.
+                          "RANKD_RANK_TOKEN": self.rank_token(n, r)})
                 log = open(os.path.join(self.dir, f"rank{r}.log"), "wb")
                 p = subprocess.Popen([sys.executable, program, *args],
                                      env=e, stdout=log,

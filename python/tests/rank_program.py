@@ -69,7 +69,14 @@ def ops(rank):
     if r == 0:
         rank.kv_set("py/blob", b"hel\0lo")
     assert rank.kv_get("py/blob", timeout=30) == b"hel\0lo"
-    assert rank.kv_add("py/counter", 5) in (5, 10)
+    # A key belongs to the rank that created it; "r<rank>/" keys to that
+    # rank from the start.
+    assert rank.kv_add(f"r{r}/py/counter", 5) == 5
+    if r == 1:
+        expect_raises(rankd.PermissionDeniedError, "created it", rank.kv_set,
+                      "py/blob", b"poison")
+        expect_raises(rankd.PermissionDeniedError, "belong to rank 0",
+                      rank.kv_set, "r0/py/counter", b"1")
     e = expect_raises(rankd.DeadlineExceededError, "py/never", rank.kv_get,
                       "py/never", timeout=0.2)
     assert not isinstance(e, rankd.WaitTimeoutError), e

@@ -22,7 +22,8 @@ use crate::ffi;
 /// How to reach the node's daemon and what this process says about itself.
 /// A field left `None` is taken from the environment the launcher
 /// (`rankrun`) sets ($RANKD_TARGET, $RANKD_JOB_ID, $RANKD_LOCAL_RANK,
-/// $RANKD_RANK, $RANKD_WORLD_SIZE, $RANKD_TOKEN_FILE), then from the C
+/// $RANKD_RANK, $RANKD_WORLD_SIZE, $RANKD_TOKEN_FILE, $RANKD_RANK_TOKEN),
+/// then from the C
 /// ABI's defaults (see `rankd_join_options` in rankd.h).
 #[derive(Clone, Debug, Default)]
 pub struct JoinOptions {
@@ -42,7 +43,8 @@ pub struct JoinOptions {
     pub wait_for_world: Option<Duration>,
     /// How long to wait for the daemon to answer (default 10 s).
     pub connect_timeout: Option<Duration>,
-    /// The job's rank token file, needed over TCP.
+    /// A file holding this rank's own token (default: $RANKD_TOKEN_FILE,
+    /// else the token in $RANKD_RANK_TOKEN, which rankrun sets).
     pub token_file: Option<PathBuf>,
 }
 

@@ -270,10 +270,24 @@ fn point_to_point(rank: &Rank) {
         rank.kv_set("rs/blob", b"hel\0lo").unwrap();
     }
     assert_eq!(rank.kv_get("rs/blob", T).unwrap(), b"hel\0lo".to_vec());
-    let n = rank.kv_add("rs/counter", 5).unwrap();
-    assert!(n == 5 || n == 10, "{}", n);
+    // A key belongs to its creator; "r<rank>/" keys to that rank.
+    let n = rank.kv_add(&format!("r{}/rs/counter", r), 5).unwrap();
+    assert_eq!(n, 5);
     rank.all_gather_words(&[r], T).unwrap();
     if r == 1 {
+        expect_err(
+            rank.kv_delete("rs/blob"),
+            Code::PermissionDenied,
+            "created it",
+        );
+        expect_err(
+            rank.kv_set("r0/rs/counter", b"1"),
+            Code::PermissionDenied,
+            "belong to rank 0",
+        );
+    }
+    rank.all_gather_words(&[r], T).unwrap();
+    if r == 0 {
         assert!(rank.kv_delete("rs/blob").unwrap());
         assert!(!rank.kv_delete("rs/blob").unwrap());
     }

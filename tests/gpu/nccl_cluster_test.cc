@@ -87,7 +87,7 @@ class NcclClusterTest : public ::testing::Test {
           absl::StrCat("--scenario=", nccl ? scenario : "control_only"),
       };
       if (nccl) argv.insert(argv.end(), extra.begin(), extra.end());
-      std::map<std::string, std::string> env;
+      std::map<std::string, std::string> env = cluster.RankEnv(0, l);
       if (nccl && one_gpu_each) env["CUDA_VISIBLE_DEVICES"] = std::to_string(l);
       auto child = ChildProcess::Spawn(
           argv, env, absl::StrCat(cluster.dir(), "/rank", l, ".log"));

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -33,8 +35,15 @@ std::string LocalCluster::operator_token() const {
   return ReadCredentialFile(credentials_dir(), kOperatorTokenFile).value_or("");
 }
 
-std::string LocalCluster::rank_token() const {
-  return ReadCredentialFile(credentials_dir(), kRankTokenFile).value_or("");
+std::string LocalCluster::rank_token(uint32_t rank) const {
+  return rank_token(rank, rank / options_.nproc_per_node);
+}
+
+std::string LocalCluster::rank_token(uint32_t rank, uint32_t node) const {
+  auto key = ReadCredentialFile(credentials_dir(), kNodeKeyFile);
+  if (!key.ok()) return "";
+  return RankToken(NodeToken(*key, options_.job_id, node), options_.job_id,
+                   rank);
 }
 
 absl::StatusOr<std::string> LocalCluster::NodeCredentials(uint32_t node) const {
@@ -46,7 +55,7 @@ absl::StatusOr<std::string> LocalCluster::NodeCredentials(uint32_t node) const {
   std::filesystem::create_directories(dir, ec);
   std::ofstream(absl::StrCat(dir, "/", kNodeTokenFile))
       << NodeToken(*key, options_.job_id, node) << "\n";
-  for (const char* name : {kRankTokenFile, kOperatorTokenFile}) {
+  for (const char* name : {kOperatorTokenFile}) {
     std::filesystem::copy_file(
         absl::StrCat(credentials_dir(), "/", name),
         absl::StrCat(dir, "/", name),
@@ -94,7 +103,8 @@ absl::Status LocalCluster::Start(absl::Duration timeout) {
   for (uint32_t n = 0; n < options_.nnodes; ++n) ports_.push_back(FreePort());
   for (uint32_t n = 0; n < options_.nnodes; ++n) {
     std::vector<std::string> argv = {
-        Runfile("daemon/rankd"),
+        options_.rankd_binary.empty() ? Runfile("daemon/rankd")
+                                      : options_.rankd_binary,
         absl::StrCat("--job_id=", options_.job_id),
         absl::StrCat("--nnodes=", options_.nnodes),
         absl::StrCat("--node_index=", n),
@@ -109,6 +119,11 @@ absl::Status LocalCluster::Start(absl::Duration timeout) {
         absl::StrCat("--heartbeat_timeout_ms=", options_.heartbeat_timeout_ms),
     };
     if (n != 0) argv.push_back(absl::StrCat("--coordinator=", tcp_address(0)));
+    // rank_worker --kv_keys bumps a counter every rank writes (a later
+    // --kv_shared_prefixes in extra_flags replaces this).
+    if (options_.declare_shared_prefix && options_.rankd_binary.empty()) {
+      argv.push_back("--kv_shared_prefixes=shared/");
+    }
     switch (options_.credentials) {
       case ClusterOptions::Credentials::kGenerated: {
         auto dir = NodeCredentials(n);
@@ -156,6 +171,20 @@ absl::Status LocalCluster::Start(absl::Duration timeout) {
   return absl::OkStatus();
 }
 
+std::map<std::string, std::string> LocalCluster::RankEnv(
+    uint32_t node, uint32_t rank,
+    std::map<std::string, std::string> extra) const {
+  std::map<std::string, std::string> env = options_.env;
+  for (auto& [name, value] : extra) env[name] = std::move(value);
+  // Its own token, as a launcher hands it (docs/operations.md,
+  // "Credentials"), unless the test set one.
+  if (!env.contains(kRankTokenEnv)) {
+    const std::string token = rank_token(rank, node);
+    if (!token.empty()) env[kRankTokenEnv] = token;
+  }
+  return env;
+}
+
 absl::StatusOr<ChildProcess> LocalCluster::StartWorker(
     uint32_t node, uint32_t local_rank, const std::vector<std::string>& args) {
   std::vector<std::string> argv = {
@@ -165,9 +194,18 @@ absl::StatusOr<ChildProcess> LocalCluster::StartWorker(
       absl::StrCat("--local_rank=", local_rank),
       absl::StrCat("--world_size=", world_size()),
   };
-  for (const auto& a : args) argv.push_back(a);
   uint32_t rank = node * options_.nproc_per_node + local_rank;
-  return ChildProcess::Spawn(argv, options_.env,
+  for (const auto& a : args) {
+    argv.push_back(a);
+    // A worker joining as an explicit rank gets that rank's token.
+    absl::string_view flag = a;
+    uint32_t explicit_rank = 0;
+    if (absl::ConsumePrefix(&flag, "--rank=") &&
+        absl::SimpleAtoi(flag, &explicit_rank)) {
+      rank = explicit_rank;
+    }
+  }
+  return ChildProcess::Spawn(argv, RankEnv(node, rank),
                              absl::StrCat(dir_, "/rank", rank, ".log"));
 }
 

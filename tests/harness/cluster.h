@@ -39,13 +39,21 @@ struct ClusterOptions {
   uint32_t expert_parallel = 1;
   int heartbeat_interval_ms = 100;
   int heartbeat_timeout_ms = 1000;
-  // Extra flags for every daemon.
+  // Extra flags for every daemon (after the harness's own, which include
+  // --kv_shared_prefixes=shared/ for rank_worker's shared counter).
   std::vector<std::string> extra_flags;
   // Extra flags for one daemon (index = node), after extra_flags (so they
   // win when both set a flag).
   std::vector<std::vector<std::string>> node_flags;
   // Extra environment for every daemon and rank process it starts.
   std::map<std::string, std::string> env;
+  // The rankd binary the daemons run; empty: this build's daemon/rankd. A
+  // drill points it at another build (an older one, to show what it let
+  // through); such a daemon gets no flag it may not know
+  // (declare_shared_prefix is then ignored).
+  std::string rankd_binary;
+  // --kv_shared_prefixes=shared/ for rank_worker's shared counter.
+  bool declare_shared_prefix = true;
   // How the harness's own readiness probes reach each daemon's TCP listener
   // (TLS files, bearer token). `target` is ignored (set per node).
   ClientOptions probe;
@@ -69,18 +77,22 @@ class LocalCluster {
     return options_.nnodes * options_.nproc_per_node;
   }
   std::string dir() const { return dir_; }
-  // dir()/credentials: node.key, rank.token and operator.token of the job
-  // (with Credentials::kGenerated, from construction on).
+  // dir()/credentials: node.key and operator.token of the job (with
+  // Credentials::kGenerated, from construction on).
   std::string credentials_dir() const { return dir_ + "/credentials"; }
-  // The operator and rank tokens there ("" when there are none).
+  // The operator token there ("" when there is none).
   std::string operator_token() const;
-  std::string rank_token() const;
+  // Rank `rank`'s own token for joining through `node` (default: the node
+  // it belongs to node-major), minted from the node key as a launcher
+  // does; "" without credentials.
+  std::string rank_token(uint32_t rank) const;
+  std::string rank_token(uint32_t rank, uint32_t node) const;
   // How an operator reaches node `node`'s TCP listener: options().probe
   // with that target and the operator token.
   ClientOptions AdminOptions(uint32_t node) const;
   // The credentials folder node `node`'s daemon gets with kGenerated:
   // credentials_dir() for node 0, else one made with only that node's
-  // node.token plus the rank and operator tokens.
+  // node.token plus the operator token.
   absl::StatusOr<std::string> NodeCredentials(uint32_t node) const;
   // "unix:///tmp/.../node1.sock"
   std::string socket_target(uint32_t node) const;
@@ -90,8 +102,17 @@ class LocalCluster {
   std::string tcp_address(uint32_t node) const;
   ChildProcess& daemon(uint32_t node) { return daemons_[node]; }
 
+  // The environment of a rank process joining as `rank` through `node`:
+  // options().env, then `extra`, and the rank's own token in
+  // $RANKD_RANK_TOKEN unless one of them sets it.
+  std::map<std::string, std::string> RankEnv(
+      uint32_t node, uint32_t rank,
+      std::map<std::string, std::string> extra = {}) const;
+
   // Starts one rank process (tests/rank_worker) on `node` with `args`
-  // (--target, --job_id, --local_rank and --world_size are added).
+  // (--target, --job_id, --local_rank and --world_size are added), with its
+  // own rank token in $RANKD_RANK_TOKEN (for --rank=N in `args`, rank N's)
+  // unless options().env sets one.
   absl::StatusOr<ChildProcess> StartWorker(
       uint32_t node, uint32_t local_rank, const std::vector<std::string>& args);
 

@@ -509,8 +509,13 @@ class ManifestsTest(unittest.TestCase):
                 secrets = {s["metadata"]["name"]: s
                            for s in manifests.by_kind(r.objects, "Secret")}
                 self.assertIn("rankd-credentials", secrets)
+                # No job-wide rank credential: each rank gets its own
+                # token from its pod's rankd (--issue_rank_tokens), handed
+                # to rankrun once.
                 self.assertEqual(sorted(secrets["rankd-credentials"]["data"]),
-                                 ["node.key", "operator.token", "rank.token"])
+                                 ["node.key", "operator.token"])
+                self.assertEqual(r.env(rankd_of(r.template)).get(
+                    "RANKD_ISSUE_RANK_TOKENS"), "true")
                 rankd = rankd_of(r.template)
                 folder = r.env(rankd)["RANKD_CREDENTIALS_DIR"]
                 volumes = {v["name"]: v for v in r.template["spec"]["volumes"]}

@@ -152,8 +152,9 @@ typedef struct rankd_join_options {
   double wait_for_world_seconds;
   /* How long to wait for the daemon to answer. Default 10. */
   double connect_timeout_seconds;
-  /* A file holding the job's rank token, needed over TCP (not on the
-   * node's Unix socket). NULL: $RANKD_TOKEN_FILE when set, else none. */
+  /* A file holding this rank's own token (rank-<rank>.<mac>; `rankctl
+   * credentials rank-token`). NULL: $RANKD_TOKEN_FILE when set, else the
+   * token in $RANKD_RANK_TOKEN, which rankrun sets for each rank. */
   const char* token_file;
 } rankd_join_options;
 

@@ -4,7 +4,10 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/monotonic_clock.h"
 #include "gloo/common/error.h"
 
@@ -27,20 +30,36 @@ std::string RankdStore::Prefix(absl::string_view name_space, uint32_t instance,
 }
 
 RankdStore::RankdStore(ControlPlane* control_plane, std::string prefix,
-                       absl::Duration timeout)
+                       absl::Duration timeout, std::vector<uint32_t> members)
     : control_plane_(control_plane),
       prefix_(std::move(prefix)),
-      timeout_(timeout) {}
+      timeout_(timeout),
+      members_(std::move(members)) {}
+
+std::string RankdStore::FullKey(absl::string_view key) const {
+  // Gloo names a member's keys by its index: "<i>" (its addresses for
+  // every pair), "<i>/<j>" (older versions: for the pair with j) and
+  // "rank_<i>" (its host name).
+  absl::string_view index = key;
+  absl::ConsumePrefix(&index, "rank_");
+  index = index.substr(0, index.find('/'));
+  uint32_t member = 0;
+  if (!members_.empty() && !index.empty() && absl::SimpleAtoi(index, &member) &&
+      absl::StrCat(member) == index && member < members_.size()) {
+    return OwnedKey(members_[member], absl::StrCat(prefix_, key));
+  }
+  return absl::StrCat(prefix_, key);
+}
 
 void RankdStore::set(const std::string& key, const std::vector<char>& data) {
-  const std::string full = prefix_ + key;
+  const std::string full = FullKey(key);
   absl::Status s =
       control_plane_->KvSet(full, absl::string_view(data.data(), data.size()));
   if (!s.ok()) Throw(s, absl::StrCat("set ", full));
 }
 
 std::vector<char> RankdStore::get(const std::string& key) {
-  const std::string full = prefix_ + key;
+  const std::string full = FullKey(key);
   auto value = control_plane_->KvGet(full, timeout_);
   if (!value.ok()) Throw(value.status(), absl::StrCat("get ", full));
   return std::vector<char>(value->begin(), value->end());
@@ -57,7 +76,7 @@ void RankdStore::wait(const std::vector<std::string>& keys,
   if (bound <= absl::ZeroDuration()) bound = timeout_;
   const absl::Time deadline = MonotonicNow() + bound;
   for (const std::string& key : keys) {
-    const std::string full = prefix_ + key;
+    const std::string full = FullKey(key);
     absl::Duration left = deadline - MonotonicNow();
     if (left <= absl::ZeroDuration()) left = absl::Milliseconds(1);
     auto value = control_plane_->KvGet(full, left);

@@ -4,6 +4,13 @@
 // session instances and groups never see each other's keys. Reads block
 // until the key is set, bounded by a deadline.
 //
+// Given the group's members, a key Gloo names after a member ("<i>",
+// "<i>/<j>", "rank_<i>": member i's addresses) is also that member's own
+// key (OwnedKey, "r<world rank>/gloo/..."), so no other rank can publish
+// or replace a member's address (docs/operations.md, "Key-value
+// ownership"). Without members (a store for the caller's own contexts)
+// keys belong to whoever creates them first.
+//
 // Gloo's store interface can only report errors by throwing, so failures
 // (deadline passed, job failed, broker unreachable) are thrown as
 // ::gloo::IoException whose message names the key and carries the broker's
@@ -35,9 +42,14 @@ class RankdStore final : public ::gloo::rendezvous::Store {
                             absl::string_view group);
 
   // `control_plane` must outlive the store. `timeout` bounds get() and
-  // wait() (wait's own timeout applies when shorter).
+  // wait() (wait's own timeout applies when shorter). `members` are the
+  // world ranks of the context's members, in its order (empty: unknown).
   RankdStore(ControlPlane* control_plane, std::string prefix,
-             absl::Duration timeout);
+             absl::Duration timeout, std::vector<uint32_t> members = {});
+
+  // The broker key of Gloo's `key`: prefix() + key, owned by the member
+  // the key names when members are known.
+  std::string FullKey(absl::string_view key) const;
 
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
@@ -51,6 +63,7 @@ class RankdStore final : public ::gloo::rendezvous::Store {
   ControlPlane* const control_plane_;
   const std::string prefix_;
   const absl::Duration timeout_;
+  const std::vector<uint32_t> members_;
 };
 
 }  // namespace rankd::dataplane::gloo::internal

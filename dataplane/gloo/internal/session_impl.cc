@@ -98,9 +98,10 @@ absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
   if (!options.instance.has_value()) {
     auto number = NextSessionNumber(
         *control_plane,
-        absl::StrCat(
-            RankdStore::Prefix(control_plane->Namespace(), 0, "sessions"),
-            descriptor.rank()),
+        OwnedKey(descriptor.rank(),
+                 absl::StrCat(RankdStore::Prefix(control_plane->Namespace(), 0,
+                                                 "sessions"),
+                              descriptor.rank())),
         "gloo");
     if (!number.ok()) return number.status();
     options.instance = *number;
@@ -139,11 +140,12 @@ absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
   // session; lane e appends ".e<e>".
   const uint32_t lanes = comm->executor_count();
   // Connects `group` (lane 0 made by `make`) on every lane.
-  auto connect = [&](const std::string& name, uint32_t rank, uint32_t size,
+  auto connect = [&](const std::string& name, uint32_t rank,
+                     const std::vector<uint32_t>& members,
                      auto make) -> absl::StatusOr<std::shared_ptr<GlooGroup>> {
     std::shared_ptr<GlooGroup> group;
     for (uint32_t lane = 0; lane < lanes; ++lane) {
-      auto context = comm->Connect(name, lane, rank, size);
+      auto context = comm->Connect(name, lane, rank, members);
       if (!context.ok()) return context.status();
       if (lane == 0) {
         group = make(*std::move(context));
@@ -154,7 +156,7 @@ absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
     return group;
   };
   if (world_group == nullptr) {
-    auto world = connect("world", d.rank(), d.world_size(),
+    auto world = connect("world", d.rank(), everyone,
                          [&](std::shared_ptr<::gloo::Context> context) {
                            return std::make_shared<GlooGroup>(
                                comm.get(), kWorldGroupId, true, everyone,
@@ -165,7 +167,7 @@ absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
   }
   for (const auto* g : sorted) {
     auto group =
-        connect(absl::StrCat(g->id()), g->local_rank(), g->size(),
+        connect(absl::StrCat(g->id()), g->local_rank(), g->members(),
                 [&](std::shared_ptr<::gloo::Context> context) {
                   return std::make_shared<GlooGroup>(
                       comm.get(), g->id(), g == world_group, g->members(),
@@ -188,7 +190,9 @@ absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
 }
 
 absl::StatusOr<std::shared_ptr<::gloo::Context>> SessionImpl::Connect(
-    const std::string& name, uint32_t lane, uint32_t rank, uint32_t size) {
+    const std::string& name, uint32_t lane, uint32_t rank,
+    const std::vector<uint32_t>& members) {
+  const uint32_t size = static_cast<uint32_t>(members.size());
   if (size <= 1) return std::shared_ptr<::gloo::Context>();
   auto context = std::make_shared<::gloo::rendezvous::Context>(
       static_cast<int>(rank), static_cast<int>(size));
@@ -197,7 +201,7 @@ absl::StatusOr<std::shared_ptr<::gloo::Context>> SessionImpl::Connect(
       control_plane_,
       RankdStore::Prefix(control_plane_->Namespace(), *options_.instance,
                          lane == 0 ? name : absl::StrCat(name, ".e", lane)),
-      options_.connect_timeout);
+      options_.connect_timeout, members);
   absl::Status s = CatchNative(
       absl::StrCat("gloo backend: connecting ",
                    name == "world" ? name : absl::StrCat("group ", name),

@@ -135,11 +135,13 @@ class SessionImpl final : public ExecutionHost,
   SessionImpl(ControlPlane* control_plane,
               DistributedSessionDescriptor descriptor,
               GlooSessionOptions options);
-  // Connects one group on executor `lane`: a Gloo context of `size`
-  // members in which this rank is `rank`, rendezvousing under `name`
-  // ("world" or the group id; lanes after 0 append ".e<lane>").
+  // Connects one group on executor `lane`: a Gloo context of `members`
+  // (world ranks) in which this rank is `rank`, rendezvousing under `name`
+  // ("world" or the group id; lanes after 0 append ".e<lane>"); each
+  // member's address keys are its own (RankdStore).
   absl::StatusOr<std::shared_ptr<::gloo::Context>> Connect(
-      const std::string& name, uint32_t lane, uint32_t rank, uint32_t size);
+      const std::string& name, uint32_t lane, uint32_t rank,
+      const std::vector<uint32_t>& members);
   void AbortAll(const std::string& reason);
 
   // What the watchdog guards: the job's health and Abort.

@@ -60,11 +60,12 @@ absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
         " is not valid (-1 lets the visible device count decide)"));
   }
   if (!options.tag.has_value()) {
-    auto number =
-        NextSessionNumber(*control_plane,
-                          absl::StrCat(control_plane->Namespace(),
-                                       "/nccl/sessions/", descriptor.rank()),
-                          "nccl");
+    auto number = NextSessionNumber(
+        *control_plane,
+        OwnedKey(descriptor.rank(),
+                 absl::StrCat(control_plane->Namespace(), "/nccl/sessions/",
+                              descriptor.rank())),
+        "nccl");
     if (!number.ok()) return number.status();
     options.tag = absl::StrCat("s", *number);
   }

@@ -152,6 +152,25 @@ impl LocalJob {
         format!("unix://{}/node0.sock", self.dir.display())
     }
 
+    /// Rank `rank`'s own token (it joins through node 0), minted from the
+    /// job's credentials as rankrun does.
+    pub fn rank_token(&self, rank: u32) -> String {
+        let rankctl = binary("RANKCTL_BIN", "rankctl", "client");
+        let out = native(&mut Command::new(&rankctl))
+            .args(["credentials", "rank-token"])
+            .arg(self.dir.join("credentials"))
+            .arg(&self.job_id)
+            .arg("0")
+            .arg(rank.to_string())
+            .output()
+            .expect("rankctl credentials rank-token");
+        assert!(
+            out.status.success(),
+            "rankctl credentials rank-token failed"
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
     pub fn log(&self, name: &str) -> String {
         fs::read_to_string(self.dir.join(name)).unwrap_or_default()
     }
@@ -164,6 +183,7 @@ impl LocalJob {
             let log = File::create(self.dir.join(format!("rank{}.log", local))).unwrap();
             let mut cmd = Command::new(program);
             cmd.args(args)
+                .env("RANKD_RANK_TOKEN", self.rank_token(local))
                 .env("RANKD_TARGET", self.target())
                 .env("RANKD_JOB_ID", &self.job_id)
                 .env("RANKD_LOCAL_RANK", local.to_string())
