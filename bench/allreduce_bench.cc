@@ -24,8 +24,11 @@
 //                   127.0.0.1, rendezvous keys on the same broker under
 //                   "gloo/<namespace>/direct/bench/", through
 //                   dataplane/gloo/gloo_interop.h), in place on a
-//                   preallocated buffer, with the same options rankd's layer
-//                   uses (dataplane/gloo/internal/native_ops.cc: bcube up
+//                   preallocated buffer of the same kind as rankd's (a
+//                   HostTensor: 64-byte aligned, and from 2 MiB on aligned
+//                   to and advised onto transparent huge pages, as
+//                   host_buffer_pool.h says), with the same options rankd's
+//                   layer uses (dataplane/gloo/internal/native_ops.cc: bcube up
 //                   to 1 MiB and the ring with 8 MiB segments above, as
 //                   rankd's default options choose, rankd's own f32 sum
 //                   kernel (gloo_interop.h's SumFunctionFor), one tag per
@@ -205,7 +208,10 @@ struct Direct {
   rankd::dataplane::gloo::SumFunction sum;
   uint32_t next_tag = 0;
   std::chrono::milliseconds timeout{60000};
-  std::vector<float> buffer;  // reduced in place
+  // Reduced in place. A HostTensor like rankd's input, so that both modes
+  // sum and copy through the same kind of pages (rankd's blocks of 2 MiB
+  // or more are on transparent huge pages; a std::vector's are not).
+  std::optional<HostTensor> buffer;
 };
 
 absl::StatusOr<std::unique_ptr<Direct>> ConnectDirect(
@@ -361,9 +367,14 @@ struct Runner {
   absl::Status RunDirect(Direct& d, const Step& step, const Turn& turn) {
     const size_t n = step.bytes / sizeof(float);
     // Kept across turns, so later blocks do not pay first-touch page faults.
-    std::vector<float>& buffer = d.buffer;
-    buffer.resize(n);
-    Fill(buffer.data(), n, rank);
+    if (!d.buffer.has_value() || d.buffer->byte_size() != step.bytes) {
+      auto descriptor = ValueDescriptor::Create({n}, TensorDtype::kF32);
+      if (!descriptor.ok()) return descriptor.status();
+      d.buffer.reset();  // back to the pool first
+      d.buffer = HostTensor::Zeros(*descriptor);
+    }
+    float* const buffer = reinterpret_cast<float*>(d.buffer->data());
+    Fill(buffer, n, rank);
     Timed t;
     t.block = turn.block;
     t.start.resize(turn.iters);
@@ -371,31 +382,30 @@ struct Runner {
     try {
       // Warmup, the first operation checked (untimed).
       for (int i = 0; i < turn.warmup; ++i) {
-        DirectAllReduce(d, buffer.data(), n);
+        DirectAllReduce(d, buffer, n);
         if (i == 0) {
-          absl::Status s =
-              Check(buffer.data(), n, world,
-                    absl::StrCat("direct ", step.bytes, " B op 0"));
+          absl::Status s = Check(
+              buffer, n, world, absl::StrCat("direct ", step.bytes, " B op 0"));
           if (!s.ok()) return s;
         }
       }
       const Usage before = SelfUsage();
       for (int i = 0; i < turn.iters; ++i) {
         t.start[i] = NowNs();
-        DirectAllReduce(d, buffer.data(), n);
+        DirectAllReduce(d, buffer, n);
         t.end[i] = NowNs();
       }
       const Usage after = SelfUsage();
       t.usage = {after.cpu_us - before.cpu_us, after.vcsw - before.vcsw,
                  after.ivcsw - before.ivcsw, after.minflt - before.minflt};
       // One more, untimed and checked, refilled (in place, it compounds).
-      Fill(buffer.data(), n, rank);
-      DirectAllReduce(d, buffer.data(), n);
+      Fill(buffer, n, rank);
+      DirectAllReduce(d, buffer, n);
     } catch (const std::exception& e) {
       return absl::UnavailableError(absl::StrCat("direct gloo::allreduce of ",
                                                  step.bytes, " B: ", e.what()));
     }
-    absl::Status s = Check(buffer.data(), n, world,
+    absl::Status s = Check(buffer, n, world,
                            absl::StrCat("direct ", step.bytes, " B final op"));
     if (!s.ok()) return s;
     Record("direct", step, t);

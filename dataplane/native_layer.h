@@ -108,6 +108,12 @@ class OperationOwner {
   // bounded waits: running work cannot return at a deadline. The default
   // does nothing (work on a device runs by itself).
   virtual void RunIfNext(const std::shared_ptr<Operation>& op) {}
+
+  // A caller needs `op` under way without running it: it polls it, waits
+  // with a deadline, or dropped its last completion. An owner that holds
+  // work back for a caller expected to run it (RunIfNext) starts it now.
+  // The default does nothing (work on a device starts by itself).
+  virtual void StartHeld(const std::shared_ptr<Operation>& op) {}
 };
 
 // The session as its watchdog (watchdog.h) sees it: the job's health, the

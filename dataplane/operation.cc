@@ -259,7 +259,11 @@ std::shared_ptr<OperationOwner> OperationCompletion::Owner() const {
 }
 
 bool OperationCompletion::Settle() const {
-  if (!op_->Done()) return false;
+  if (!op_->Done()) {
+    // A poll must not wait for a caller that may never run the work.
+    if (std::shared_ptr<OperationOwner> owner = Owner()) owner->StartHeld(op_);
+    return false;
+  }
   op_->ReleaseIfDone();
   absl::Status status = op_->status();
   if (!status.ok() && !op_->refused()) {
@@ -280,6 +284,9 @@ absl::Status OperationCompletion::Wait() {
 }
 
 bool OperationCompletion::WaitFor(absl::Duration timeout) const {
+  if (!op_->Done()) {
+    if (std::shared_ptr<OperationOwner> owner = Owner()) owner->StartHeld(op_);
+  }
   return op_->WaitFor(timeout) && Settle();
 }
 
@@ -295,6 +302,11 @@ absl::StatusOr<WaitOutcome> OperationCompletion::WaitBounded(
   if (absl::Status s = CheckBoundedWait(*this, timeout, mode, backend_);
       !s.ok()) {
     return s;
+  }
+  if (!op_->Done()) {
+    // A bounded wait never runs the work itself (it could not return at
+    // its deadline): the owner's executor must.
+    if (std::shared_ptr<OperationOwner> owner = Owner()) owner->StartHeld(op_);
   }
   if (!op_->WaitFor(timeout)) {
     if (std::shared_ptr<OperationOwner> owner = Owner()) {

@@ -1,5 +1,6 @@
 #include "dataplane/gloo/gloo_executor.h"
 
+#include <algorithm>
 #include <exception>
 #include <utility>
 
@@ -64,7 +65,13 @@ absl::StatusOr<std::shared_ptr<GlooCompletion>> GlooExecutor::Submit(
           "gloo backend: ", kind, " refused: the executor is shut down"));
     }
     host->Track(item.op);
+    ++submitted_;
     if (!local || running_ || !queue_.empty()) {
+      // Held for a caller that waits at once ("Held work" in the header).
+      // An executor thread asleep without a deadline still wakes for it,
+      // and then looks again within kHeldStartBound.
+      item.held = !local && prompt_waiter_;
+      item.submitted_held = item.held;
       queue_.push_back(std::move(item));
       return completion;
     }
@@ -84,11 +91,22 @@ bool GlooExecutor::RunIfNext(const std::shared_ptr<Operation>& op) {
   {
     absl::MutexLock lock(&mu_);
     if (running_ || stopping_ || queue_.empty() || queue_.front().op != op) {
+      // The caller will sleep until `op` finished: whatever is queued ahead
+      // of it must not wait for a caller.
+      if (std::any_of(queue_.begin(), queue_.end(),
+                      [&op](const Item& i) { return i.op == op; })) {
+        ReleaseHeld(std::chrono::steady_clock::duration::zero());
+      }
       return false;
     }
     item = std::move(queue_.front());
     queue_.pop_front();
     running_ = true;
+    waiter_started_ = std::chrono::steady_clock::now();
+    // Won against the woken executor thread, or took held work at once.
+    prompt_waiter_ =
+        !item.submitted_held ||
+        waiter_started_ - item.queued <= absl::ToChronoNanoseconds(kPromptWait);
     taken_by_waiters_.fetch_add(1, std::memory_order_release);
     host = host_.lock();
   }
@@ -97,6 +115,28 @@ bool GlooExecutor::RunIfNext(const std::shared_ptr<Operation>& op) {
   absl::MutexLock lock(&mu_);
   running_ = false;
   return true;
+}
+
+void GlooExecutor::StartHeld() {
+  absl::MutexLock lock(&mu_);
+  ReleaseHeld(std::chrono::steady_clock::duration::zero());
+}
+
+size_t GlooExecutor::held() const {
+  absl::MutexLock lock(&mu_);
+  return std::count_if(queue_.begin(), queue_.end(),
+                       [](const Item& i) { return i.held; });
+}
+
+bool GlooExecutor::FrontReady() const {
+  return !running_ && !queue_.empty() && !queue_.front().held;
+}
+
+void GlooExecutor::ReleaseHeld(std::chrono::steady_clock::duration age) {
+  const auto now = std::chrono::steady_clock::now();
+  for (Item& i : queue_) {
+    if (i.held && now - i.queued >= age) i.held = false;
+  }
 }
 
 void GlooExecutor::Shutdown(const absl::Status& cause) {
@@ -161,6 +201,9 @@ void GlooExecutor::Loop() {
   // (HandOffSpin).
   const Clock::duration grace =
       std::chrono::nanoseconds(absl::ToInt64Nanoseconds(HandOffSpin()));
+  const Clock::duration held_bound = absl::ToChronoNanoseconds(kHeldStartBound);
+  // No work came for a whole kHeldStartBound: sleep without a deadline.
+  bool paused = false;
   while (true) {
     Item item;
     absl::Status shutdown;
@@ -169,12 +212,50 @@ void GlooExecutor::Loop() {
     uint64_t taken = 0;
     {
       absl::MutexLock lock(&mu_);
-      // Not while local work runs on its submitter's thread: one item at a
-      // time, in order.
+      // Not while work runs on a caller's thread: one item at a time, in
+      // order. Held items wait for their callers.
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !running_ && (!queue_.empty() || stopping_);
+        return stopping_ ? !running_ : FrontReady();
       };
-      mu_.Await(absl::Condition(&ready));
+      while (!ready()) {
+        const auto held = std::find_if(queue_.begin(), queue_.end(),
+                                       [](const Item& i) { return i.held; });
+        if (held == queue_.end() && (paused || !prompt_waiter_)) {
+          // Nothing held: sleep until work is queued (held or not).
+          auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+            return !running_ && (stopping_ || !queue_.empty());
+          };
+          mu_.Await(absl::Condition(&work));
+          paused = false;
+          continue;
+        }
+        const Clock::time_point now = Clock::now();
+        if (running_ && now - waiter_started_ >= held_bound) {
+          // A caller has been running its work for a while (a large
+          // operation): nothing starts before it ends, so sleep until then
+          // instead of looking every kHeldStartBound.
+          auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+            return !running_;
+          };
+          mu_.Await(absl::Condition(&ended));
+          continue;
+        }
+        // Work is (or will be) held for callers that wait at once: look
+        // again when the oldest held item is due, rather than be woken for
+        // every submission.
+        const Clock::duration due =
+            held == queue_.end() ? held_bound
+                                 : std::max(held->queued + held_bound - now,
+                                            Clock::duration::zero());
+        const uint64_t submitted = submitted_;
+        if (mu_.AwaitWithTimeout(absl::Condition(&ready),
+                                 absl::FromChrono(due))) {
+          break;
+        }
+        // Nobody took what is due: its caller does not wait for it.
+        ReleaseHeld(held_bound / 2);
+        paused = !running_ && queue_.empty() && submitted_ == submitted;
+      }
       if (queue_.empty()) return;  // stopping and drained
       const Clock::duration age = Clock::now() - queue_.front().queued;
       if (!stopping_ && age < grace) {
@@ -184,6 +265,8 @@ void GlooExecutor::Loop() {
         item = std::move(queue_.front());
         queue_.pop_front();
         running_ = true;
+        // Nobody waited for it at once: wake this thread for the next one.
+        if (!stopping_) prompt_waiter_ = false;
         shutdown = shutdown_cause_;
         weak = host_;
       }

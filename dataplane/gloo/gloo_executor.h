@@ -9,6 +9,22 @@
 // cause without running it (no native submission); a native failure goes
 // through the host, which poisons the session.
 //
+// Held work. Waking the executor thread for an operation that its caller
+// then runs itself (RunIfNext) costs a futex call and two context switches
+// per operation -- tens of microseconds on a VM, more than a small
+// collective -- for nothing. So once a caller ran its previous operation
+// itself at once (kPromptWait), the next submission does not wake the
+// thread: the operation is held for that caller. The thread, which looks
+// at held work on a timer instead (and sleeps while a caller runs a long
+// operation, or when no work came for kHeldStartBound), starts held work
+// that nobody took once it is kHeldStartBound old: work still progresses
+// when nobody waits, that much later. Anything else that needs the work
+// under way starts it at once: a poll, a bounded wait or a dropped
+// completion (StartHeld, through the host), a waiter whose operation is
+// not next, an abort, shutdown. Order, outcomes and deadlines are the same
+// either way; a caller that does not wait at once for an operation gets
+// the next one started by the thread without delay again.
+//
 // The backend owns GlooSessionOptions::executors of them (lanes 0, 1, ...),
 // each with its own Gloo contexts, so work on different executors overlaps;
 // operations refuse an executor of another backend. Thread-safe.
@@ -85,7 +101,8 @@ class GlooExecutor {
   // (Operation::Refuse): it leaves the session usable. `kind`
   // ("all_reduce_sum") is checked with the host's Admission first (poison,
   // fence): its error is returned and nothing is queued. FailedPrecondition
-  // after Shutdown.
+  // after Shutdown. Non-local work may be held for its caller (see "Held
+  // work" above).
   //
   // `local`: the task is short work of this process alone that never waits
   // for a peer (a one-member group's sum, at most a small copy). When
@@ -107,8 +124,16 @@ class GlooExecutor {
   // (OperationOwner::RunIfNext): the work then runs exactly as a direct
   // Gloo call would, in the same order, without the two thread hand-offs
   // (the executor thread's wake, the waiter's) that cost more than a small
-  // collective on a VM.
+  // collective on a VM. When it may not run `op`, it starts held work (the
+  // executor thread then runs what is ahead).
   bool RunIfNext(const std::shared_ptr<Operation>& op);
+
+  // Hands every held operation to the executor thread now (see "Held work"
+  // above): for a caller that needs work under way without running it.
+  void StartHeld();
+
+  // Queued operations held for their callers (see above); for tests.
+  size_t held() const;
 
   // Stops accepting work; queued work is finished with `cause` without
   // running; waits for the running task (the owner aborts it natively
@@ -118,8 +143,19 @@ class GlooExecutor {
 
   // True when nothing is queued or running.
   bool idle() const;
+
   // Waits until idle or `timeout` passes; returns whether idle.
   bool WaitIdle(absl::Duration timeout) const;
+
+  // A caller that ran its operation itself (RunIfNext) before the executor
+  // thread took it -- and, when it was held, within this long of submitting
+  // it -- waits at once: its next submission is held for it. (A woken
+  // executor thread often delays its caller longer than this; that caller
+  // still won the race.)
+  static constexpr absl::Duration kPromptWait = absl::Microseconds(100);
+  // Held work that nobody took is started by the executor thread once it is
+  // this old.
+  static constexpr absl::Duration kHeldStartBound = absl::Milliseconds(10);
 
  private:
   struct Item {
@@ -127,8 +163,17 @@ class GlooExecutor {
     Task task;
     // When it was queued (steady clock).
     std::chrono::steady_clock::time_point queued;
+    // Left to its caller: the executor thread does not take it yet.
+    bool held = false;
+    // Held when submitted (`held` may have been cleared since).
+    bool submitted_held = false;
   };
   void Loop();
+  // Whether the executor thread may take the front item now.
+  bool FrontReady() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Un-holds every held item queued at least `age` ago.
+  void ReleaseHeld(std::chrono::steady_clock::duration age)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs (or, with `shutdown` an error or the host gone, refuses) one item
   // and finishes its operation; `running_` is set for it.
   static void RunItem(Item& item, const absl::Status& shutdown,
@@ -143,6 +188,14 @@ class GlooExecutor {
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status shutdown_cause_ ABSL_GUARDED_BY(mu_);
+  // The caller of the last operation waited for it at once (kPromptWait):
+  // the next one is held for its caller.
+  bool prompt_waiter_ ABSL_GUARDED_BY(mu_) = false;
+  // When a caller's RunIfNext started the item that runs now.
+  std::chrono::steady_clock::time_point waiter_started_ ABSL_GUARDED_BY(mu_);
+  // Submissions so far, for the executor thread to tell a burst of work
+  // from a pause.
+  uint64_t submitted_ ABSL_GUARDED_BY(mu_) = 0;
   // Items RunIfNext took, for the executor thread to poll without the lock.
   std::atomic<uint64_t> taken_by_waiters_{0};
   std::thread thread_;

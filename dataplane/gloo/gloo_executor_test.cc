@@ -1,9 +1,12 @@
 // GlooExecutor unit tests, on a host that records what the executor asks:
 // local work runs on its submitter only when nothing is ahead of it, a
-// waiter runs only the operation that is next, and either way every
-// operation runs once, in submission order.
+// waiter runs only the operation that is next, work held for a caller that
+// waits at once still starts when nobody takes it (or a poll, a waiter
+// behind it or shutdown needs it), and either way every operation runs
+// once, in submission order.
 #include "dataplane/gloo/gloo_executor.h"
 
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <thread>
@@ -46,6 +49,9 @@ class FakeHost final : public internal::ExecutionHost {
   void RunIfNext(const std::shared_ptr<Operation>& op) override {
     executor_->RunIfNext(op);
   }
+  void StartHeld(const std::shared_ptr<Operation>&) override {
+    executor_->StartHeld();
+  }
 
  private:
   GlooExecutor* const executor_;
@@ -76,6 +82,32 @@ class ExecutorTest : public ::testing::Test {
   std::vector<std::thread::id> threads() {
     absl::MutexLock lock(&mu_);
     return threads_;
+  }
+
+  // Submits `task` once the executor holds it for this thread. The executor
+  // holds the next submission after its caller ran the previous one itself
+  // at once: until then, each submission is a no-op that this thread waits
+  // for at once.
+  std::shared_ptr<GlooCompletion> SubmitHeld(GlooExecutor::Task task) {
+    for (int i = 0; i < 1000; ++i) {
+      auto armed = std::make_shared<std::atomic<bool>>(false);
+      auto done = executor_.Submit("test", "op", {}, [armed, task] {
+        return armed->load() ? task() : TaskResult::Ok();
+      });
+      if (!done.ok()) {
+        ADD_FAILURE() << done.status();
+        return nullptr;
+      }
+      // Held work waits kHeldStartBound for this thread: arming it now is
+      // in time.
+      if (executor_.held() == 1) {
+        armed->store(true);
+        return *std::move(done);
+      }
+      EXPECT_TRUE((*done)->Wait().ok());
+    }
+    ADD_FAILURE() << "the executor never held a submission";
+    return nullptr;
   }
 
   GlooExecutor executor_;
@@ -164,6 +196,70 @@ TEST_F(ExecutorTest, SubmitThenWaitRunsEveryOperationOnceInOrder) {
   }
   // Informational: how often the waiter won.
   std::printf("ran on the waiting thread: %d of 200\n", on_waiter);
+}
+
+TEST_F(ExecutorTest, HeldWorkRunsOnItsWaiter) {
+  auto held = SubmitHeld(Record(1));
+  ASSERT_NE(held, nullptr);
+  EXPECT_EQ(executor_.held(), 1u);
+  EXPECT_TRUE(held->Wait().ok());
+  EXPECT_EQ(order(), std::vector<int>{1});
+  EXPECT_EQ(threads(),
+            std::vector<std::thread::id>{std::this_thread::get_id()});
+  EXPECT_TRUE(executor_.idle());
+}
+
+TEST_F(ExecutorTest, HeldWorkNobodyTakesStartsOnTheExecutorThread) {
+  absl::Notification ran;
+  auto held = SubmitHeld([this, &ran] {
+    TaskResult r = Record(1)();
+    ran.Notify();
+    return r;
+  });
+  ASSERT_NE(held, nullptr);
+  // Nobody waits, polls or submits: the executor thread starts it once it
+  // is GlooExecutor::kHeldStartBound old.
+  ASSERT_TRUE(ran.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_NE(threads(),
+            std::vector<std::thread::id>{std::this_thread::get_id()});
+  EXPECT_TRUE(held->Wait().ok());
+  EXPECT_EQ(order(), std::vector<int>{1});
+}
+
+TEST_F(ExecutorTest, APollOrABoundedWaitStartsHeldWork) {
+  auto polled = SubmitHeld(Record(1));
+  ASSERT_NE(polled, nullptr);
+  // IsComplete (and WaitFor, WaitBounded) hand it to the executor thread
+  // through the host (OperationOwner::StartHeld).
+  polled->IsComplete();
+  EXPECT_EQ(executor_.held(), 0u);
+  EXPECT_TRUE(polled->WaitFor(absl::Seconds(10)));
+
+  auto bounded = SubmitHeld(Record(2));
+  ASSERT_NE(bounded, nullptr);
+  EXPECT_TRUE(bounded->WaitFor(absl::Seconds(10)));
+  EXPECT_EQ(order(), (std::vector<int>{1, 2}));
+}
+
+TEST_F(ExecutorTest, AWaiterBehindHeldWorkStartsIt) {
+  auto first = SubmitHeld(Record(1));
+  ASSERT_NE(first, nullptr);
+  auto second = executor_.Submit("test", "second", {}, Record(2));
+  ASSERT_TRUE(second.ok());
+  // The second is not next: its waiter must not run it, nor wait for
+  // someone to take the first.
+  EXPECT_TRUE((*second)->Wait().ok());
+  EXPECT_TRUE(first->Wait().ok());
+  EXPECT_EQ(order(), (std::vector<int>{1, 2}));
+}
+
+TEST_F(ExecutorTest, ShutdownFinishesHeldWorkWithoutRunningIt) {
+  auto held = SubmitHeld(Record(1));
+  ASSERT_NE(held, nullptr);
+  executor_.Shutdown(absl::CancelledError("stopping"));
+  const absl::Status s = held->Wait();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_TRUE(order().empty());
 }
 
 }  // namespace

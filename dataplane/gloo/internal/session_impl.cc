@@ -277,6 +277,8 @@ void SessionImpl::AbortAll(const std::string& reason) {
   for (const auto& g : groups_) {
     if (g != world_) abort(g);
   }
+  // Queued work is now refused without running: no caller needs to take it.
+  for (auto& executor : executors_) executor->StartHeld();
 }
 
 void SessionImpl::Abort(const absl::Status& cause) {
@@ -338,6 +340,10 @@ void SessionImpl::RunIfNext(const std::shared_ptr<Operation>& op) {
   for (auto& executor : executors_) {
     if (executor->RunIfNext(op)) return;
   }
+}
+
+void SessionImpl::StartHeld(const std::shared_ptr<Operation>&) {
+  for (auto& executor : executors_) executor->StartHeld();
 }
 
 bool SessionImpl::SupportsCancellation(CancellationMode mode) const {

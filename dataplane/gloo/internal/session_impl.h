@@ -127,9 +127,15 @@ class SessionImpl final : public ExecutionHost,
   absl::StatusOr<bool> ApplyCancellation(const std::shared_ptr<Operation>& op,
                                          CancellationMode mode,
                                          absl::Duration missed) override;
-  void Unattended(const std::shared_ptr<Operation>&) override {}
+  // Unattended work needs nothing but a start: its executor holds it until
+  // it finished.
+  void Unattended(const std::shared_ptr<Operation>& op) override {
+    StartHeld(op);
+  }
   // Asks each executor (GlooExecutor::RunIfNext).
   void RunIfNext(const std::shared_ptr<Operation>& op) override;
+  // Starts held work on every executor (GlooExecutor::StartHeld).
+  void StartHeld(const std::shared_ptr<Operation>& op) override;
 
  private:
   SessionImpl(ControlPlane* control_plane,
