@@ -6,6 +6,14 @@
 // GPU) that the test kills with SIGKILL, so that the daemon reports the job
 // failed and every NCCL communicator must be aborted.
 //
+// The GPU kit's one-GPU mode (tests/gpu/run.sh, docs/nccl.md "One GPU,
+// several ranks"): with $RANKD_KIT_RANKS_ON_ONE_GPU=N, N NCCL ranks share
+// the first visible GPU, each process with CUDA_VISIBLE_DEVICES set to it
+// and an NCCL_HOSTID of its own, so that NCCL takes them for ranks of
+// separate hosts (its socket transport, over loopback) instead of refusing
+// a duplicate GPU. A test setting, read by this test alone: rankd never
+// sets NCCL_HOSTID.
+//
 // Skips (GTEST_SKIP with the reason) without a CUDA device. Run by
 // tests/gpu/run.sh against the real libraries, and on every CI run as
 // nccl_cluster_standin_test against the CPU stand-in
@@ -23,6 +31,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "dataplane/nccl/cuda_device.h"
 #include "gtest/gtest.h"
@@ -53,18 +62,35 @@ class NcclClusterTest : public ::testing::Test {
       GTEST_SKIP() << "no CUDA device, nothing to run on: " << probe.reason;
     }
     gpus_ = std::min(probe.device_count, kMaxGpus);
+    if (const char* n = std::getenv("RANKD_KIT_RANKS_ON_ONE_GPU");
+        n != nullptr && *n != '\0') {
+      int ranks = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(n, &ranks) && ranks >= 1 &&
+                  ranks <= kMaxGpus)
+          << "RANKD_KIT_RANKS_ON_ONE_GPU=" << n << ": want 1 to " << kMaxGpus;
+      gpus_ = ranks;
+      // The first GPU this process sees ("0" when nothing narrows them).
+      const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+      std::vector<std::string> gpus =
+          absl::StrSplit(visible == nullptr ? "" : visible, ',');
+      shared_gpu_ = gpus.empty() || gpus[0].empty() ? "0" : gpus[0];
+    }
   }
+
+  // Whether the NCCL ranks share one GPU (the kit's one-GPU mode).
+  bool sharing_one_gpu() const { return !shared_gpu_.empty(); }
 
   // A job of `job_world` ranks on one node: ranks below gpus_ run
   // `scenario`, the others are control-only. When `marker` is set, waits
   // until every NCCL rank printed it, then kills the control-only ranks.
   // With `one_gpu_each`, NCCL rank l sees only GPU l
   // (CUDA_VISIBLE_DEVICES=l), as a launcher that gives each rank process
-  // its own GPU sets it.
+  // its own GPU sets it. When sharing one GPU, every NCCL rank sees that
+  // GPU alone, with its own NCCL_HOSTID unless `without_host_ids`.
   Outcome Run(const std::string& scenario, uint32_t job_world,
               const std::vector<std::string>& extra = {},
               const std::string& marker = "", uint32_t tensor_parallel = 1,
-              bool one_gpu_each = false) {
+              bool one_gpu_each = false, bool without_host_ids = false) {
     Outcome outcome;
     ClusterOptions options;
     options.job_id = absl::StrCat("gpu-", scenario);
@@ -88,7 +114,15 @@ class NcclClusterTest : public ::testing::Test {
       };
       if (nccl) argv.insert(argv.end(), extra.begin(), extra.end());
       std::map<std::string, std::string> env = cluster.RankEnv(0, l);
-      if (nccl && one_gpu_each) env["CUDA_VISIBLE_DEVICES"] = std::to_string(l);
+      if (nccl && sharing_one_gpu()) {
+        env["CUDA_VISIBLE_DEVICES"] = shared_gpu_;
+        if (!without_host_ids) {
+          env["NCCL_HOSTID"] = absl::StrCat("rankd-kit-", scenario, "-rank", l);
+        }
+        if (!one_gpu_each) argv.push_back("--device=0");
+      } else if (nccl && one_gpu_each) {
+        env["CUDA_VISIBLE_DEVICES"] = std::to_string(l);
+      }
       auto child = ChildProcess::Spawn(
           argv, env, absl::StrCat(cluster.dir(), "/rank", l, ".log"));
       EXPECT_TRUE(child.ok()) << child.status();
@@ -152,6 +186,7 @@ class NcclClusterTest : public ::testing::Test {
   uint32_t tensor_parallel() const { return gpus_ % 2 == 0 ? 2 : 1; }
 
   int gpus_ = 0;
+  std::string shared_gpu_;  // the GPU the kit's one-GPU mode shares, or ""
 };
 
 TEST_F(NcclClusterTest, SessionCollectives) {
@@ -186,6 +221,30 @@ TEST_F(NcclClusterTest, OneVisibleGpuPerProcessIsTheDefaultDevice) {
   Outcome outcome = Run("one_gpu_each", gpus(), {}, "", 1,
                         /*one_gpu_each=*/true);
   ExpectAllPassed(outcome, 2);
+}
+
+// What the one-GPU mode works around: ranks of one communicator on one GPU
+// of one host are refused by NCCL ("Duplicate GPU detected"), and every
+// rank's session says so instead of hanging. Only in the one-GPU mode.
+TEST_F(NcclClusterTest, RanksSharingAGpuWithoutHostIdsAreRefused) {
+  if (!sharing_one_gpu() || gpus() < 2) {
+    GTEST_SKIP() << "only in the kit's one-GPU mode with 2+ ranks "
+                    "(RANKD_KIT_RANKS_ON_ONE_GPU)";
+  }
+  Outcome outcome = Run("collectives", gpus(), {}, "", 1, false,
+                        /*without_host_ids=*/true);
+  ASSERT_EQ(outcome.logs.size(), gpus());
+  for (size_t r = 0; r < outcome.logs.size(); ++r) {
+    const std::string& log = outcome.logs[r];
+    const int st = outcome.statuses[r];
+    EXPECT_TRUE(st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 3)
+        << "rank " << r << " wait status " << st << "\n"
+        << log;
+    EXPECT_TRUE(absl::StrContains(log, "ERROR init: ") &&
+                absl::StrContains(log, "Duplicate GPU"))
+        << "rank " << r << ":\n"
+        << log;
+  }
 }
 
 TEST_F(NcclClusterTest, LostPeerAbortsRunningCollectives) {

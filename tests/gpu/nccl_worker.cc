@@ -765,6 +765,11 @@ void AbortPeer(const World& w, Checks& checks) {
                        absl::ToInt64Milliseconds(absl::Now() - start)));
     RETURN_IF_ERROR(
         ExpectCode(s.poison(), absl::StatusCode::kAborted, "poison"));
+    // The lost peer is the control-only rank after the NCCL ranks.
+    const std::string lost = absl::StrCat("rank ", n, " ");
+    RETURN_IF_ERROR(Expect(absl::StrContains(s.poison().message(), lost),
+                           absl::StrCat("the abort does not name the lost ",
+                                        lost, ": ", s.poison().message())));
     return Expect(!s.capabilities().world_collectives,
                   "capabilities still on after the abort");
   });

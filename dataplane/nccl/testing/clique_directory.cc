@@ -126,18 +126,18 @@ std::string CliqueDirectory::File(const std::string& name) const {
   return path_ + "/" + name;
 }
 
-bool CliqueDirectory::Join(int rank, int device) {
-  return Publish(File("join." + std::to_string(rank)), std::to_string(device));
+bool CliqueDirectory::Join(int rank, const std::string& placement) {
+  return Publish(File("join." + std::to_string(rank)), placement);
 }
 
-std::vector<int> CliqueDirectory::JoinedDevices() const {
-  std::vector<int> devices;
+std::vector<std::string> CliqueDirectory::JoinedPlacements() const {
+  std::vector<std::string> placements;
   for (int r = 0; r < nranks_; ++r) {
     std::string text;
     if (!ReadWhole(File("join." + std::to_string(r)), &text)) return {};
-    devices.push_back(std::atoi(text.c_str()));
+    placements.push_back(std::move(text));
   }
-  return devices;
+  return placements;
 }
 
 bool CliqueDirectory::MarkLaunched(int rank) {

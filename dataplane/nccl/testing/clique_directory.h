@@ -3,7 +3,8 @@
 // $RANKD_STANDIN_CLIQUE_DIR set): a directory per unique id, holding one
 // small file per fact a peer must see. Test-only, like the stand-in.
 //
-//   join.<rank>              the rank joined; holds its device ordinal
+//   join.<rank>              the rank joined; holds its placement (host
+//                            and GPU, as the stand-in names them)
 //   launch.<rank>            the rank launched its first kernel
 //   op.<seq>.<rank>          the rank's contribution to collective <seq>:
 //                            its signature (what it called) and its bytes
@@ -47,10 +48,12 @@ class CliqueDirectory {
                                                const char* id, size_t id_bytes,
                                                int nranks, std::string* error);
 
-  // Records that `rank` joined on `device`. False on an I/O error.
-  bool Join(int rank, int device);
-  // Every rank's device, by rank, once all `nranks` joined; empty before.
-  std::vector<int> JoinedDevices() const;
+  // Records that `rank` joined at `placement` (where it runs: opaque to
+  // the directory). False on an I/O error.
+  bool Join(int rank, const std::string& placement);
+  // Every rank's placement, by rank, once all `nranks` joined; empty
+  // before.
+  std::vector<std::string> JoinedPlacements() const;
 
   // Records that `rank` launched a kernel. False on an I/O error.
   bool MarkLaunched(int rank);

@@ -42,11 +42,12 @@
 //     (standin_control.h).
 //   - NCCL: communicators of one unique id form a clique inside this
 //     process (ranks are threads); init is non-blocking when asked
-//     (ncclInProgress until every rank joined; two ranks on one device fail
-//     as NCCL's "Duplicate GPU detected"). Launches follow NCCL 2.28's
-//     group.cc: on a non-blocking communicator of 2+ ranks every group end
-//     (and call outside a group) starts a thread that launches the work
-//     and answers ncclInProgress, as ncclCommGetAsyncError does until that
+//     (ncclInProgress until every rank joined; two ranks on one GPU of one
+//     host fail as NCCL's "Duplicate GPU detected", where a rank's host is
+//     $NCCL_HOSTID when set, else the host name, as in NCCL). Launches follow
+//     NCCL 2.28's group.cc: on a non-blocking communicator of 2+ ranks every
+//     group end (and call outside a group) starts a thread that launches the
+//     work and answers ncclInProgress, as ncclCommGetAsyncError does until that
 //     thread queued the work; using the communicator before then is
 //     ncclInvalidArgument, and one with an asynchronous error refuses new
 //     work with it. A blocking communicator launches in the caller. Like
@@ -82,6 +83,7 @@
 // Test-control functions are declared in testing/standin_control.h. Only the C
 // entry points are exported.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -1124,7 +1126,10 @@ struct CommState {
   std::shared_ptr<Clique> clique;
   uint64_t serial = 0;  // unique for the process's life
   int rank = 0, nranks = 0, device = 0;
-  int physical = 0;  // the GPU behind `device` (duplicates are by GPU)
+  int physical = 0;  // the GPU behind `device`
+  // Where the rank runs, as NCCL tells duplicates apart: its host
+  // ($NCCL_HOSTID, else the host name) and GPU (Placement()).
+  std::string placement;
   bool blocking = true;
   bool init_done = false;
   bool aborted = false;
@@ -1751,13 +1756,30 @@ NcclResult Submit(const char* function, ncclComm* comm, CUstream_st* stream,
   return Launch(comm, stream, {op});
 }
 
-// Every rank's device, by rank, once all joined; empty before (g_mu held).
-std::vector<int> JoinedDevices(const Clique& q) {
-  if (q.directory != nullptr) return q.directory->JoinedDevices();
+// Every rank's placement, by rank, once all joined; empty before (g_mu
+// held).
+std::vector<std::string> JoinedPlacements(const Clique& q) {
+  if (q.directory != nullptr) return q.directory->JoinedPlacements();
   if (q.joined < q.nranks) return {};
-  std::vector<int> devices;
-  for (const auto& member : q.members) devices.push_back(member->physical);
-  return devices;
+  std::vector<std::string> placements;
+  for (const auto& member : q.members) placements.push_back(member->placement);
+  return placements;
+}
+
+// Where a rank on stand-in GPU `physical` runs: "<host>/<gpu>". NCCL
+// takes two ranks for one GPU when their host hashes (NCCL_HOSTID, else
+// the host name; read at init) and bus ids match; one NCCL_HOSTID per
+// process is how the GPU kit runs several ranks on one GPU.
+std::string Placement(int physical) {
+  std::string host;
+  if (const char* id = std::getenv("NCCL_HOSTID"); id != nullptr && *id) {
+    host = id;
+  } else {
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    host = name;
+  }
+  return host + "/" + std::to_string(physical);
 }
 
 NcclResult JoinClique(ncclComm** out, int nranks,
@@ -1775,6 +1797,7 @@ NcclResult JoinClique(ncclComm** out, int nranks,
   cs->device = ContextDeviceLocked();
   cs->physical =
       cs->device < DeviceCount() ? Devices()[cs->device].physical : cs->device;
+  cs->placement = Placement(cs->physical);
   std::string key(id.internal, sizeof(id.internal));
   std::shared_ptr<Clique> q = Cliques()[key].lock();
   if (q == nullptr) {
@@ -1800,7 +1823,7 @@ NcclResult JoinClique(ncclComm** out, int nranks,
   cs->rank = rank;
   cs->nranks = nranks;
   cs->blocking = blocking;
-  if (q->directory != nullptr && !q->directory->Join(rank, cs->physical)) {
+  if (q->directory != nullptr && !q->directory->Join(rank, cs->placement)) {
     return CommError(nullptr, native::kNcclSystemError,
                      "stand-in: clique directory: cannot record the join");
   }
@@ -1809,7 +1832,7 @@ NcclResult JoinClique(ncclComm** out, int nranks,
   g_cv.notify_all();
   *out = new ncclComm{cs};
   if (!blocking) return native::kNcclInProgress;
-  PollUntil(lock, cs.get(), [&] { return !JoinedDevices(*q).empty(); });
+  PollUntil(lock, cs.get(), [&] { return !JoinedPlacements(*q).empty(); });
   cs->init_done = true;
   cs->async = native::kNcclSuccess;
   return native::kNcclSuccess;
@@ -1819,12 +1842,12 @@ NcclResult JoinClique(ncclComm** out, int nranks,
 void SettleInit(CommState* c) {
   if (c->init_done || c->aborted) return;
   Clique& q = *c->clique;
-  const std::vector<int> devices = JoinedDevices(q);
-  if (devices.empty()) return;
+  const std::vector<std::string> placements = JoinedPlacements(q);
+  if (placements.empty()) return;
   c->init_done = true;
   c->async = native::kNcclSuccess;
   for (int r = 0; r < q.nranks; ++r) {
-    if (r != c->rank && devices[r] == c->physical) {
+    if (r != c->rank && placements[r] == c->placement) {
       c->async = native::kNcclInvalidUsage;
       c->last_error = "Duplicate GPU detected : rank " +
                       std::to_string(c->rank) + " and rank " +
