@@ -22,6 +22,11 @@
 # Environment: RANKD_BIN_DIR=DIR uses prebuilt binaries DIR/daemon/rankd,
 # DIR/client/rankctl and DIR/examples/serving (no install, no build; the
 # test suite runs it this way).
+# RANKD_KIT_RANKS_ON_ONE_GPU=1 is the GPU kit's one-GPU mode, for tests
+# only (tests/gpu/run.sh; docs/nccl.md, "One GPU, several ranks"): every
+# rank process sees the first visible GPU alone and gets an NCCL_HOSTID of
+# its own, so that NCCL runs several ranks on one GPU through its socket
+# transport. Never a production setting.
 # Exit status: 0 when the run (or the drill) went as expected, 1 when
 # anything failed, 2 for bad options or an unusable backend / host mode.
 set -euo pipefail
@@ -274,7 +279,13 @@ for ((n = 0; n < nodes; n++)); do
     extra=()
     [[ "$kill_rank" == "$r" ]] && extra+=(--stall_at_step="$at_step")
     token=$("$rankctl" credentials rank-token "$creds" "$job" "$n" "$r")
-    RANKD_RANK_TOKEN="$token" ${run_in[$n]} "$serving" --target="unix://$dir/node$n.sock" \
+    gpu_env=()
+    if [[ -n "${RANKD_KIT_RANKS_ON_ONE_GPU:-}" ]]; then
+      visible="${CUDA_VISIBLE_DEVICES:-0}"
+      gpu_env=("CUDA_VISIBLE_DEVICES=${visible%%,*}"
+               "NCCL_HOSTID=rankd-kit-$job-rank$r")
+    fi
+    env "${gpu_env[@]}" RANKD_RANK_TOKEN="$token" ${run_in[$n]} "$serving" --target="unix://$dir/node$n.sock" \
       --job_id="$job" --local_rank="$l" --world_size="$world" \
       --backend="$backend" --steps="$steps" --hostname="${ip_of[$n]}" \
       "${extra[@]}" "${example_args[@]}" >"$dir/rank$r.log" 2>&1 &

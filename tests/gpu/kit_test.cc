@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +30,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -389,6 +391,27 @@ TEST_F(KitTest, TheRunnerReportsEveryCaseWhenAskedToGoOnWithoutAGpu) {
       << summary;
   EXPECT_TRUE(absl::StrContains(summary, "SKIPPED  serving_example:nccl"))
       << summary;
+  // The one-GPU mode's plumbing, on one stand-in GPU: two rank processes
+  // with their own NCCL_HOSTID, and NCCL's refusal without them.
+  EXPECT_TRUE(absl::StrContains(
+      summary,
+      "PASSED   nccl_cluster_one_gpu_2_ranks_test:NcclClusterTest."
+      "SessionCollectives"))
+      << summary;
+  EXPECT_TRUE(absl::StrContains(
+      summary,
+      "PASSED   nccl_cluster_one_gpu_2_ranks_test:NcclClusterTest."
+      "RanksSharingAGpuWithoutHostIdsAreRefused"))
+      << summary;
+  EXPECT_TRUE(absl::StrContains(r.output, "time limits sum to")) << r.output;
+  // Everything comes back in three files: the log, the summary and one
+  // archive of the tests' own logs.
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(out)) {
+    files.push_back(entry.path().filename().string());
+  }
+  std::sort(files.begin(), files.end());
+  EXPECT_EQ(absl::StrJoin(files, " "), "logs.tar.gz run.log summary.txt");
   EXPECT_FALSE(absl::StrContains(summary, "FAILED")) << summary;
   // The closing line counts what the summary lists.
   int passed = 0, skipped = 0;

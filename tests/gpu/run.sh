@@ -17,6 +17,19 @@
 #                                         machine: no GPU required, GPU tests
 #                                         skip, the serving example is skipped
 #   CUDA_VISIBLE_DEVICES=0 tests/gpu/run.sh   world size 1
+#   tests/gpu/run.sh --ranks-on-one-gpu=2,4   the one-GPU mode (default on a
+#                                         host with one GPU; =none turns it
+#                                         off): the multi-process NCCL tests
+#                                         and the serving example again with
+#                                         2, then 4 ranks on that one GPU,
+#                                         each process with its own
+#                                         NCCL_HOSTID (NCCL's socket
+#                                         transport over loopback). A kit
+#                                         setting only: rankd never sets
+#                                         NCCL_HOSTID (docs/nccl.md)
+#   tests/gpu/run.sh --with-standin       also run the CPU twins against
+#                                         the CUDA/NCCL stand-in (always
+#                                         with --without-gpu)
 #
 # Before any test it prints what rankd's own loader finds (libcudart.so.13
 # or .12 and libnccl.so.2: $RANKD_CUDART_LIBRARY / $RANKD_NCCL_LIBRARY,
@@ -25,16 +38,23 @@
 # the driver. No GPU, or no library found, fails with what was looked for
 # where. Tests that need more GPUs than are visible skip, saying so.
 #
-# Output: DIR/run.log (everything), DIR/summary.txt (one line per test
-# case: PASSED, FAILED or SKIPPED with the reason), DIR/<test>.log. The
-# last line is "N passed, M failed, K skipped"; the exit status is 0 only
-# when nothing failed.
+# Every test has a time limit; on a GPU host the limits sum to less than
+# 500 s, so one 500 s command runs the whole kit (it prints the sum first).
+# NCCL_DEBUG defaults to WARN.
+#
+# Output, three files, so that a remote runner can bring them back whole:
+# DIR/run.log (everything), DIR/summary.txt (one verdict line per test
+# case: PASSED, FAILED or SKIPPED with the reason), DIR/logs.tar.gz (each
+# test's own log, <test>.log). The last line is "N passed, M failed, K
+# skipped"; the exit status is 0 only when nothing failed.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
-kit="" out="" mode=auto without_gpu=0
+kit="" out="" mode=auto without_gpu=0 with_standin=0 one_gpu_ranks=auto
 for arg in "$@"; do
   case "$arg" in
+    --ranks-on-one-gpu=*) one_gpu_ranks="${arg#*=}" ;;
+    --with-standin) with_standin=1 ;;
     --kit=*) kit="${arg#*=}"; mode=kit ;;
     --bazel) mode=bazel ;;
     --out=*) out="${arg#*=}" ;;
@@ -71,10 +91,19 @@ else
   python_root="$root/python"
   [[ -n "$out" ]] || out="$root/build/gpu-out"
 fi
+case "$one_gpu_ranks" in
+  auto|none) ;;
+  *) [[ "$one_gpu_ranks" =~ ^[1-8](,[1-8])*$ ]] ||
+       { echo "run.sh: --ranks-on-one-gpu=$one_gpu_ranks: want a list of counts from 1 to 8 (2,4), or none" >&2; exit 2; } ;;
+esac
 mkdir -p "$out" || { echo "run.sh: cannot create $out" >&2; exit 2; }
 out="$(cd "$out" && pwd)"
 log="$out/run.log" summary="$out/summary.txt"
+logs="$out/logs"  # packed into logs.tar.gz at the end
+rm -rf "$logs" "$out/logs.tar.gz"
+mkdir -p "$logs" || { echo "run.sh: cannot create $logs" >&2; exit 2; }
 : > "$summary"
+export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
 start=$(date +%s)
 
 main() {
@@ -88,6 +117,13 @@ main() {
     esac
   }
   finish() {
+    # One archive of the tests' own logs (run.log and summary.txt stay
+    # beside it).
+    if tar -C "$out" -czf "$out/logs.tar.gz" logs 2>/dev/null; then
+      rm -rf "$logs"
+    else
+      echo "run.sh: could not pack $logs into $out/logs.tar.gz; left as it is"
+    fi
     echo
     echo "== summary ($summary)"
     cat "$summary"
@@ -139,7 +175,7 @@ PY
   [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]] && echo "   CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"
   # The serving binary reports what rankd itself loads and sees:
   # NCCL_RUNTIME (files, versions, GPUs), then BACKEND_OK or REFUSED.
-  probe=$("$bin/examples/serving" --backend=nccl --probe_backend 2>&1)
+  probe=$(timeout --kill-after=5 15 "$bin/examples/serving" --backend=nccl --probe_backend 2>&1)
   probe_status=$?
   echo "$probe" | sed 's/^/   /'
   runtime=$(grep -m1 '^NCCL_RUNTIME ' <<<"$probe" | sed 's/^NCCL_RUNTIME //')
@@ -165,13 +201,18 @@ PY
   ((without_gpu)) || export RANKD_REQUIRE_GPU=1
 
   # ---- the tests ----------------------------------------------------------------
-  # run_gtest NAME SECONDS BINARY [ENV=VALUE...]: one gtest binary, each case
+  # run_gtest NAME SECONDS BINARY [ENV=VALUE...] [--flag...]: one gtest
+  # binary (flags passed to it, NAME=VALUE set in its environment), each case
   # recorded (the first line after a skip is its reason).
   run_gtest() {
     local name=$1 limit=$2 binary=$3; shift 3
-    local tlog="$out/$name.log"
+    local tlog="$logs/$name.log" envs=() args=() a
+    for a in "$@"; do  # NAME=VALUE is the environment, the rest the binary's
+      if [[ "$a" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; then envs+=("$a"); else args+=("$a"); fi
+    done
     echo "== $name (at most ${limit} s)"
-    env "$@" timeout --kill-after=10 "$limit" "$binary" --gtest_color=no > "$tlog" 2>&1
+    env "${envs[@]}" timeout --kill-after=3 "$limit" "$binary" --gtest_color=no \
+      "${args[@]}" > "$tlog" 2>&1
     local status=$?
     local -A seen=()
     local cases=0 failed_cases=0 line test reason
@@ -205,50 +246,70 @@ PY
     fi
   }
 
-  run_gtest nccl_types_test 30 "$bin/dataplane/nccl/nccl_types_test"
-  run_gtest unique_id_broker_test 30 "$bin/dataplane/nccl/unique_id_broker_test"
-  run_gtest native_library_test 30 "$bin/dataplane/nccl/native_library_test"
-  run_gtest nccl_fail_closed_test 30 "$bin/dataplane/nccl/nccl_fail_closed_test"
-  # The CPU twins (what CI runs), here too: the same test binaries against
-  # the CUDA/NCCL stand-in the kit carries. They need no GPU.
-  # The stand-in always has devices: RANKD_REQUIRE_GPU=1 makes a failure
-  # to load it fail rather than skip.
+  # Each limit below is an upper bound for that test alone; on a GPU host
+  # they sum to under 500 s (printed here), so one 500 s command runs the
+  # whole kit, and a test that hangs fails at its limit, not the run.
   standin="$bin/dataplane/nccl/libcuda_nccl_standin.so"
-  cliques=$(mktemp -d "${TMPDIR:-/tmp}/rankd-nccl-cliques.XXXXXX")
-  run_gtest nccl_standin_test 90 "$bin/dataplane/nccl/nccl_gpu_test" \
-    RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin" \
-    RANKD_REQUIRE_GPU=1
-  run_gtest nccl_cluster_standin_test 120 "$bin/tests/gpu/nccl_cluster_test" \
-    RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin" \
-    RANKD_STANDIN_DEVICES=2 RANKD_STANDIN_CLIQUE_DIR="$cliques" \
-    RANKD_REQUIRE_GPU=1
-  run_gtest capi_nccl_standin_test 120 "$bin/capi/capi_nccl_standin_test" \
-    RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin" \
-    RANKD_STANDIN_DEVICES=2 RANKD_STANDIN_CLIQUE_DIR="$cliques/capi" \
-    RANKD_REQUIRE_GPU=1
-  # The conformance case table (dataplane/conformance/), on the stand-in as
-  # CI runs it, then on the host's GPUs.
   conformance="$bin/dataplane/conformance/nccl_conformance_gpu_test"
-  run_gtest nccl_conformance_standin_test 120 "$conformance" \
-    RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin" \
-    RANKD_REQUIRE_GPU=1
-  rm -rf "$cliques"
-  run_gtest nccl_gpu_test 90 "$bin/dataplane/nccl/nccl_gpu_test"
-  run_gtest nccl_conformance_gpu_test 120 "$conformance"
-  run_gtest nccl_cluster_test 120 "$bin/tests/gpu/nccl_cluster_test"
-  run_gtest capi_nccl_gpu_test 120 "$bin/capi/capi_nccl_gpu_test"
+  if [[ "$one_gpu_ranks" == auto ]]; then
+    one_gpu_ranks=none
+    ((gpus == 1)) && one_gpu_ranks=2,4
+    # Without a GPU the mode's plumbing is checked on one stand-in GPU.
+    ((without_gpu)) && one_gpu_ranks=2
+  fi
+  ((without_gpu)) && with_standin=1
+  one_gpu_limit() { echo $((50 + 5 * $1)); }  # nccl_cluster_test, N ranks
+  budget=$((8 * 4 + 55 + 35 + 45 + 30 + 40 + 30))
+  if [[ "$one_gpu_ranks" != none ]]; then
+    for n in ${one_gpu_ranks//,/ }; do
+      budget=$((budget + $(one_gpu_limit "$n") + 30))
+    done
+  fi
+  echo "== the GPU tests' time limits sum to ${budget} s (one-GPU mode: $one_gpu_ranks)"
+
+  run_gtest nccl_types_test 8 "$bin/dataplane/nccl/nccl_types_test"
+  run_gtest unique_id_broker_test 8 "$bin/dataplane/nccl/unique_id_broker_test"
+  run_gtest native_library_test 8 "$bin/dataplane/nccl/native_library_test"
+  run_gtest nccl_fail_closed_test 8 "$bin/dataplane/nccl/nccl_fail_closed_test"
+  if ((with_standin)); then
+    # The CPU twins (what CI runs): the same test binaries against the
+    # CUDA/NCCL stand-in the kit carries. They need no GPU. The stand-in
+    # always has devices: RANKD_REQUIRE_GPU=1 makes a failure to load it
+    # fail rather than skip.
+    cliques=$(mktemp -d "${TMPDIR:-/tmp}/rankd-nccl-cliques.XXXXXX")
+    run_gtest nccl_standin_test 90 "$bin/dataplane/nccl/nccl_gpu_test" \
+      RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin" \
+      RANKD_REQUIRE_GPU=1
+    run_gtest nccl_cluster_standin_test 120 "$bin/tests/gpu/nccl_cluster_test" \
+      RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin" \
+      RANKD_STANDIN_DEVICES=2 RANKD_STANDIN_CLIQUE_DIR="$cliques" \
+      RANKD_REQUIRE_GPU=1
+    run_gtest capi_nccl_standin_test 120 "$bin/capi/capi_nccl_standin_test" \
+      RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin" \
+      RANKD_STANDIN_DEVICES=2 RANKD_STANDIN_CLIQUE_DIR="$cliques/capi" \
+      RANKD_REQUIRE_GPU=1
+    # The conformance case table (dataplane/conformance/) as CI runs it.
+    run_gtest nccl_conformance_standin_test 120 "$conformance" \
+      RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin" \
+      RANKD_REQUIRE_GPU=1
+    rm -rf "$cliques"
+  fi
+  run_gtest nccl_gpu_test 55 "$bin/dataplane/nccl/nccl_gpu_test"
+  run_gtest nccl_conformance_gpu_test 35 "$conformance"
+  run_gtest nccl_cluster_test 45 "$bin/tests/gpu/nccl_cluster_test"
+  run_gtest capi_nccl_gpu_test 30 "$bin/capi/capi_nccl_gpu_test"
 
   # ---- the Python package on PyTorch CUDA tensors ---------------------------------
   # python/tests/torch_nccl.py prints PASSED, "SKIPPED: why" (no torch or
   # numpy in this python3) or "FAILED: why" last.
-  echo "== python_torch_nccl (at most 240 s)"
-  plog="$out/python_torch_nccl.log"
+  echo "== python_torch_nccl (at most 40 s)"
+  plog="$logs/python_torch_nccl.log"
   if ! command -v python3 >/dev/null; then
     record SKIPPED python_torch_nccl "no python3 on PATH"
   else
     RANKD_LIBRARY="$bin/capi/librankd.so" \
       PYTHONPATH="$python_root:$python_root/tests" \
-      timeout --kill-after=10 240 python3 "$python_root/tests/torch_nccl.py" > "$plog" 2>&1
+      timeout --kill-after=5 40 python3 "$python_root/tests/torch_nccl.py" > "$plog" 2>&1
     status=$?
     last=$(tail -1 "$plog")
     echo "   $last"
@@ -262,22 +323,58 @@ PY
   fi
 
   # ---- the serving example on NCCL ------------------------------------------------
+  # serving_example NAME RANKS SECONDS [ENV=VALUE...]: one node of RANKS
+  # serving ranks on NCCL (tools/run.sh), self-checked.
+  serving_example() {
+    local name=$1 ranks=$2 limit=$3; shift 3
+    echo "== serving example on NCCL: 1 node x $ranks ranks (at most ${limit} s)"
+    local slog="$logs/$name.log"
+    env "$@" RANKD_BIN_DIR="$bin" timeout --kill-after=10 "$limit" bash "$launcher" \
+      --backend=nccl --nodes=1 --ranks-per-node="$ranks" --steps=30 > "$slog" 2>&1
+    local status=$?
+    sed -n '/^== summary/,$p' "$slog" | sed 's/^/   /'
+    local check
+    check=$(grep -m1 -E '^ +self-check' "$slog" | sed -E 's/^ +//')
+    if ((status == 0)) && grep -q 'self-check *PASSED' "$slog"; then
+      record PASSED "$name" "$check"
+    else
+      tail -5 "$slog" | sed 's/^/   /'
+      record FAILED "$name" "exit status $status${check:+, $check}; see $slog"
+    fi
+  }
   if ((gpus == 0)); then
     record SKIPPED "serving_example:nccl" "no GPU (--without-gpu)"
   else
-    echo "== serving example on NCCL: 1 node x $gpus ranks (self-checked)"
-    slog="$out/serving_example.log"
-    RANKD_BIN_DIR="$bin" timeout --kill-after=10 120 bash "$launcher" \
-      --backend=nccl --nodes=1 --ranks-per-node="$gpus" --steps=30 > "$slog" 2>&1
-    status=$?
-    sed -n '/^== summary/,$p' "$slog" | sed 's/^/   /'
-    check=$(grep -m1 -E '^ +self-check' "$slog" | sed -E 's/^ +//')
-    if ((status == 0)) && grep -q 'self-check *PASSED' "$slog"; then
-      record PASSED "serving_example:nccl_world_$gpus" "$check"
-    else
-      tail -5 "$slog" | sed 's/^/   /'
-      record FAILED "serving_example:nccl_world_$gpus" "exit status $status${check:+, $check}; see $slog"
-    fi
+    serving_example "serving_example:nccl_world_$gpus" "$gpus" 30
+  fi
+
+  # ---- several ranks on one GPU (the kit's one-GPU mode) ---------------------
+  # NCCL refuses two ranks of one communicator on one GPU of one host
+  # ("Duplicate GPU detected"); with an NCCL_HOSTID of its own per process
+  # it takes them for separate hosts and moves data through its socket
+  # transport over loopback: correct, with millisecond latency. Set here,
+  # for tests only (tests/gpu/nccl_cluster_test.cc, tools/run.sh).
+  if [[ "$one_gpu_ranks" != none ]]; then
+    local_filter="*SessionCollectives:*BackendOperations:*RanksSharingAGpuWithoutHostIdsAreRefused:*LostPeerAbortsRunningCollectives:*BoundedWaitNativeCancelAborts:*BoundedWaitQuarantinesUntilComplete"
+    for n in ${one_gpu_ranks//,/ }; do
+      one_env=(RANKD_KIT_RANKS_ON_ONE_GPU="$n")
+      if ((gpus == 0)); then
+        # No GPU (--without-gpu): the stand-in's one GPU instead.
+        one_env+=(RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin"
+                  RANKD_STANDIN_DEVICES=1 RANKD_REQUIRE_GPU=1
+                  RANKD_STANDIN_CLIQUE_DIR="$(mktemp -d "${TMPDIR:-/tmp}/rankd-nccl-cliques.XXXXXX")")
+      fi
+      run_gtest "nccl_cluster_one_gpu_${n}_ranks_test" "$(one_gpu_limit "$n")" \
+        "$bin/tests/gpu/nccl_cluster_test" "${one_env[@]}" \
+        --gtest_filter="$local_filter"
+      if ((gpus == 0)); then
+        rm -rf "${one_env[-1]#*=}"
+        record SKIPPED "serving_example:nccl_one_gpu_${n}_ranks" "no GPU (--without-gpu)"
+      else
+        serving_example "serving_example:nccl_one_gpu_${n}_ranks" "$n" 30 \
+          RANKD_KIT_RANKS_ON_ONE_GPU=1
+      fi
+    done
   fi
 
   finish
