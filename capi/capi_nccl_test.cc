@@ -60,11 +60,11 @@ class CApiNcclTest : public ::testing::Test {
     std::vector<ChildProcess> ranks;
     for (int l = 0; l < world_; ++l) {
       // With the rank's own token (RANKD_RANK_TOKEN), as rankrun hands it.
-      const std::map<std::string, std::string> env = cluster.RankEnv(
-          0, static_cast<uint32_t>(l),
-          {{"RANKD_TARGET", cluster.socket_target(0)},
-           {"RANKD_JOB_ID", options.job_id},
-           {"RANKD_LOCAL_RANK", absl::StrCat(l)}});
+      const std::map<std::string, std::string> env =
+          cluster.RankEnv(0, static_cast<uint32_t>(l),
+                          {{"RANKD_TARGET", cluster.socket_target(0)},
+                           {"RANKD_JOB_ID", options.job_id},
+                           {"RANKD_LOCAL_RANK", absl::StrCat(l)}});
       auto child = ChildProcess::Spawn(
           {Runfile("capi/c_nccl_rank"), scenario}, env,
           absl::StrCat(cluster.dir(), "/c_nccl_rank", l, ".log"));

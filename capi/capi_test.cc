@@ -26,11 +26,11 @@ std::vector<ChildProcess> StartRanks(LocalCluster& cluster,
   for (uint32_t n = 0; n < o.nnodes; ++n) {
     for (uint32_t l = 0; l < o.nproc_per_node; ++l) {
       // With the rank's own token (RANKD_RANK_TOKEN), as rankrun hands it.
-      const std::map<std::string, std::string> env = cluster.RankEnv(
-          n, n * o.nproc_per_node + l,
-          {{"RANKD_TARGET", cluster.socket_target(n)},
-           {"RANKD_JOB_ID", o.job_id},
-           {"RANKD_LOCAL_RANK", absl::StrCat(l)}});
+      const std::map<std::string, std::string> env =
+          cluster.RankEnv(n, n * o.nproc_per_node + l,
+                          {{"RANKD_TARGET", cluster.socket_target(n)},
+                           {"RANKD_JOB_ID", o.job_id},
+                           {"RANKD_LOCAL_RANK", absl::StrCat(l)}});
       auto child =
           ChildProcess::Spawn({Runfile("capi/c_rank"), scenario}, env,
                               absl::StrCat(cluster.dir(), "/c_rank",

@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // client/admin_client.cc: see admin_client.h.
 
 #include "client/admin_client.h"

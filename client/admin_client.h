@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // client/admin_client.h: read-only operator access to a rankd daemon.
 //
 // AdminClient wraps the rankd.v1.Admin service (job status, topology,

@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // Unit tests of rankd::AdminClient and the health codec, against the
 // in-process fake daemon of fake_services.h.
 

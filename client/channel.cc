@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // client/channel.cc: see channel.h.
 
 #include "client/channel.h"

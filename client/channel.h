@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // client/channel.h: how rankd clients reach a daemon.
 //
 // Holds the options every rankd client takes (ClientOptions), the parsing of

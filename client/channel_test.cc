@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // Unit tests of client/channel.h: target parsing, duration conversion and
 // status conversion.
 

@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // client/client.cc: see client.h.
 //
 // Layout: a Client owns a shared ClientCore (connection, stub, join state,

@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // client/client.h: the library a serving process (a "rank") links to take
 // part in a rankd job through its node's daemon.
 //

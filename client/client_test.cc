@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // Unit tests of rankd::Client against the in-process fake daemon of
 // fake_services.h (no real rankd needed).
 

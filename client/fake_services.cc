@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // client/fake_services.cc: see fake_services.h.
 
 #include "client/fake_services.h"

@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // client/fake_services.h: in-process stand-ins for a rankd daemon's Rank
 // and Admin services, for the client's unit tests (testonly).
 //

@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // client/health_codec.cc: see health_codec.h.
 
 #include "client/health_codec.h"

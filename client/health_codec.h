@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // client/health_codec.h: wire encoding of grpc.health.v1 Check messages.
 //
 // rankd's protos do not include grpc/health/v1/health.proto, so the client

@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // client/rankctl.cc: rankctl, the operator's command-line view of a rankd
 // job. See RankctlUsage() in rankctl_args.cc for commands, flags and exit
 // statuses. Output formatting lives in rankctl_format.h.

@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // client/rankctl_args.cc: see rankctl_args.h.
 
 #include "client/rankctl_args.h"

@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // client/rankctl_args.h: rankctl's command line.
 //
 // rankctl parses its own flags (rather than with absl flags) so that every

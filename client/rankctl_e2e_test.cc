@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // Runs the rankctl binary against the in-process fake daemon of
 // fake_services.h and checks its output and exit statuses.
 

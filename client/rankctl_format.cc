@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // client/rankctl_format.cc: see rankctl_format.h.
 
 #include "client/rankctl_format.h"

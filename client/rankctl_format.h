@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // client/rankctl_format.h: how rankctl prints daemon answers.
 //
 // Human-readable output is aligned plain-text tables (columns separated by

@@ -1,5 +1,3 @@
-// Copyright 2024 The rankd Authors.
-//
 // Unit tests of rankctl's argument parsing and output formatting.
 
 #include <string>

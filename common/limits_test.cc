@@ -66,9 +66,9 @@ TEST(LimitsTest, FramesShrinkSoThatEveryRoundsResultFits) {
 TEST(LimitsTest, AConnectionCarriesEveryCallItsNodesRanksMayHaveInFlight) {
   EXPECT_EQ(MaxCallsPerConnection(1), 1024);
   EXPECT_EQ(MaxCallsPerConnection(8), 1216);  // 8 x 144 + 64
-  EXPECT_GE(MaxCallsPerConnection(64),
-            static_cast<int>(64 * (kMaxWaitingGetsPerRank +
-                                   kMaxStreamsPerCaller)));
+  EXPECT_GE(
+      MaxCallsPerConnection(64),
+      static_cast<int>(64 * (kMaxWaitingGetsPerRank + kMaxStreamsPerCaller)));
 }
 
 }  // namespace

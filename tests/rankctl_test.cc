@@ -377,8 +377,7 @@ TEST_F(RankctlTest, Watch) {
     EXPECT_EQ(cells[0], absl::StrCat("#", i + 1));
     absl::Time when;
     std::string error;
-    EXPECT_TRUE(
-        absl::ParseTime(kTimestampFormat, cells[1], &when, &error))
+    EXPECT_TRUE(absl::ParseTime(kTimestampFormat, cells[1], &when, &error))
         << cells[1] << ": " << error;
     EXPECT_LT(absl::AbsDuration(absl::Now() - when), absl::Minutes(5));
     if (cells[2] == "MEMBER_JOINED") {

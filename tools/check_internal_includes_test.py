@@ -14,13 +14,13 @@ import os
 import sys
 import tempfile
 import unittest
-import xml.etree.ElementTree as ET
 from contextlib import redirect_stdout
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 sys.path.insert(0, HERE)
 
 import check_internal_includes as checker  # noqa: E402
+import junit_unittest  # noqa: E402
 
 REPO = os.path.dirname(HERE)
 
@@ -169,47 +169,5 @@ class RepositoryTest(unittest.TestCase):
             "\n  ".join(violations))
 
 
-class _Result(unittest.TextTestResult):
-    """Also records every outcome for the XML report."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.outcomes = []
-
-    def addSuccess(self, test):
-        super().addSuccess(test)
-        self.outcomes.append((test, None, ""))
-
-    def addFailure(self, test, err):
-        super().addFailure(test, err)
-        self.outcomes.append((test, "failure", self.failures[-1][1]))
-
-    def addError(self, test, err):
-        super().addError(test, err)
-        self.outcomes.append((test, "error", self.errors[-1][1]))
-
-
-def main():
-    suite = unittest.defaultTestLoader.loadTestsFromModule(
-        sys.modules[__name__])
-    result = unittest.TextTestRunner(resultclass=_Result, verbosity=2,
-                                     stream=sys.stdout).run(suite)
-    path = os.environ.get("XML_OUTPUT_FILE")
-    if path:
-        suites = ET.Element("testsuites")
-        ts = ET.SubElement(suites, "testsuite", name="check_internal_includes",
-                           tests=str(len(result.outcomes)))
-        for test, kind, text in result.outcomes:
-            case = ET.SubElement(ts, "testcase", name=test.id().split(".")[-1],
-                                 classname=type(test).__name__)
-            if kind:
-                ET.SubElement(case, kind,
-                              message=text.strip().splitlines()[-1][:200]
-                              ).text = text
-        ET.ElementTree(suites).write(path, encoding="utf-8",
-                                     xml_declaration=True)
-    return 0 if result.wasSuccessful() else 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    junit_unittest.main()

@@ -13,6 +13,8 @@ packages=(
   # The compiler and linker (.bazelrc), the sanitizer and libFuzzer
   # runtimes, and llvm-symbolizer for readable sanitizer reports.
   clang-14 libclang-rt-14-dev llvm-14 lld-14
+  # The format check (tools/check_format.py; .clang-format).
+  clang-format-14
   # The GPU run kit (tests/gpu/assemble_kit.sh): strip, and patchelf to
   # point the kit's binaries at its own libraries.
   binutils patchelf

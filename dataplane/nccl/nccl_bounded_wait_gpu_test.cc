@@ -75,8 +75,7 @@ TEST_F(NcclGpuTest, DeadlineQuarantinesUntilTheWorkCompletes) {
   EXPECT_FALSE(outcome->completed());
   EXPECT_EQ(outcome->mode(), CancellationMode::kQuarantineUntilComplete);
   // Poisoned: later work fails at once with the original cause.
-  EXPECT_EQ(session->poison().code(),
-            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(session->poison().code(), absl::StatusCode::kDeadlineExceeded);
   auto later = session->AllReduceSum(CollectiveScope::World(), x);
   EXPECT_EQ(later.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_FALSE(session->capabilities().world_collectives);

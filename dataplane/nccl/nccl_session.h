@@ -1,14 +1,16 @@
 // NcclSession: DistributedSession<DeviceTensor> on NCCL (docs/contract.md):
 // the one session front (session_front.h) over NCCL's native layer.
 //
-//   auto control = MakeClientControlPlane(client.get());  // or any
-//                                                         // ControlPlane
-//   auto descriptor = ...;                                // from the daemon
-//   auto session = NcclSession::Open(descriptor, control.get(),
-//                                    {.device = local_rank});
-//   if (!session.ok()) ...                  // init failed / no GPU
+//   // Any ControlPlane; this one reaches the node's daemon.
+//   auto control = MakeClientControlPlane(client.get());
+//   // The rank's session descriptor, from the daemon's join answer.
+//   auto descriptor = DescriptorFromProto(joined);
+//   NcclSessionOptions options;  // device -1: the default device rule
+//   auto session = NcclSession::Open(*descriptor, control.get(), options);
+//   if (!session.ok()) return session.status();  // no GPU, or init failed
 //   auto sum = (*session)->AllReduceSum(CollectiveScope::World(), tensor);
-//   sum->completion->Wait();                // or WaitBounded
+//   if (!sum.ok()) return sum.status();           // refused
+//   absl::Status done = sum->completion->Wait();  // or WaitBounded
 //
 // Every operation runs on the session's own CUDA stream (stream()), in call
 // order; inputs produced on other streams are waited for through their

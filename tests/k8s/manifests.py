@@ -5,11 +5,14 @@ XML so that tools/count_results.py counts each test case."""
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
-import unittest
-import xml.etree.ElementTree as ET
 
 import yaml
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+    os.path.dirname(os.path.realpath(__file__)))), "tools"))
+import junit_unittest  # noqa: E402
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 
@@ -85,56 +88,5 @@ def workloads(objects):
             if o["kind"] in ("LeaderWorkerSet", "StatefulSet", "Job")]
 
 
-class JUnitResult(unittest.TextTestResult):
-    """Records each test's outcome for a JUnit XML file."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.outcomes = []
-
-    def addSuccess(self, test):
-        super().addSuccess(test)
-        self.outcomes.append((test, None, None))
-
-    def addFailure(self, test, err):
-        super().addFailure(test, err)
-        self.outcomes.append((test, "failure", self._exc_info_to_string(err, test)))
-
-    def addError(self, test, err):
-        super().addError(test, err)
-        self.outcomes.append((test, "error", self._exc_info_to_string(err, test)))
-
-    def addSkip(self, test, reason):
-        super().addSkip(test, reason)
-        self.outcomes.append((test, "skipped", reason))
-
-    def addSubTest(self, test, subtest, err):
-        super().addSubTest(test, subtest, err)
-        if err is not None:
-            kind = "failure" if issubclass(err[0], test.failureException) else "error"
-            self.outcomes.append((subtest, kind, self._exc_info_to_string(err, test)))
-
-
-def main():
-    """Runs the calling module's tests; writes $XML_OUTPUT_FILE."""
-    import __main__
-    suite = unittest.defaultTestLoader.loadTestsFromModule(__main__)
-    runner = unittest.TextTestRunner(resultclass=JUnitResult, verbosity=2)
-    result = runner.run(suite)
-    path = os.environ.get("XML_OUTPUT_FILE")
-    if path:
-        suites = ET.Element("testsuites")
-        ts = ET.SubElement(suites, "testsuite", name=__main__.__file__,
-                           tests=str(len(result.outcomes)))
-        for test, kind, text in result.outcomes:
-            name = test.id().split(".", 1)[-1]
-            case = ET.SubElement(ts, "testcase", name=name,
-                                 classname=type(test).__name__)
-            if kind in ("failure", "error"):
-                ET.SubElement(case, kind, message=text.splitlines()[-1][:200]
-                              if text else kind).text = text
-            elif kind == "skipped":
-                ET.SubElement(case, "skipped", message=text)
-        ET.ElementTree(suites).write(path, encoding="utf-8",
-                                     xml_declaration=True)
-    raise SystemExit(0 if result.wasSuccessful() else 1)
+# The k8s tests' runner: one JUnit <testcase> per test (tools/junit_unittest.py).
+main = junit_unittest.main
