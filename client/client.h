@@ -49,7 +49,7 @@
 namespace rankd {
 
 namespace internal {
-class ClientCore;
+class RankConnection;
 class RoundCall;
 }  // namespace internal
 
@@ -273,7 +273,7 @@ class Client {
   absl::Status Leave();
 
  private:
-  explicit Client(std::shared_ptr<internal::ClientCore> core);
+  explicit Client(std::shared_ptr<internal::RankConnection> core);
   absl::StatusOr<bool> KvWrite(absl::string_view method, absl::string_view key,
                                absl::string_view value,
                                std::optional<absl::string_view> expected,
@@ -282,7 +282,7 @@ class Client {
                                 std::optional<absl::string_view> expected);
 
   // Shared with the watch thread and in-flight rounds.
-  const std::shared_ptr<internal::ClientCore> core_;
+  const std::shared_ptr<internal::RankConnection> core_;
 };
 
 }  // namespace rankd

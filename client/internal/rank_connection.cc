@@ -1,0 +1,202 @@
+// client/internal/rank_connection.cc: see rank_connection.h.
+
+#include "client/internal/rank_connection.h"
+
+#include <cstring>
+#include <random>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "grpcpp/channel.h"
+
+namespace rankd::internal {
+namespace {
+
+uint64_t NewIncarnation() {
+  std::random_device rd;
+  uint64_t value = 0;
+  while (value == 0) {
+    value = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }
+  return value;
+}
+
+std::string KindName(v1::EventKind kind) {
+  std::string name = v1::EventKind_Name(kind);
+  if (absl::StartsWith(name, "EVENT_KIND_")) {
+    name = name.substr(strlen("EVENT_KIND_"));
+  }
+  return name.empty() ? absl::StrCat("EVENT_KIND(", kind, ")") : name;
+}
+
+// The failure an event announces, or OK for events that are not failures.
+absl::Status FailureOf(const v1::JobEvent& event, absl::string_view job_id) {
+  switch (event.kind()) {
+    case v1::EVENT_KIND_JOB_FAILED:
+    case v1::EVENT_KIND_MEMBER_LOST:
+    case v1::EVENT_KIND_NODE_LOST:
+      break;
+    default:
+      return absl::OkStatus();
+  }
+  std::string what = KindName(event.kind());
+  if (event.has_node_index()) {
+    absl::StrAppend(&what, ", node ", event.node_index());
+  }
+  if (event.ranks_size() > 0) {
+    absl::StrAppend(&what, event.ranks_size() == 1 ? ", rank " : ", ranks ",
+                    absl::StrJoin(event.ranks(), ","));
+  }
+  absl::StrAppend(&what, ", event ", event.sequence());
+  return absl::AbortedError(absl::StrCat(
+      "job ", job_id, " failed (", what,
+      "): ", event.message().empty() ? "no cause given" : event.message()));
+}
+
+// ClientOptions::round_spin, resolved for a node of `local_ranks` ranks.
+absl::Duration RoundSpin(const ClientOptions& options, uint32_t local_ranks) {
+  if (options.round_spin.has_value()) return *options.round_spin;
+  return DefaultRoundSpin(local_ranks);
+}
+
+}  // namespace
+
+RankConnection::RankConnection(std::shared_ptr<const Connection> connection)
+    : conn(std::move(connection)),
+      stub(v1::Rank::NewStub(conn->channel())),
+      incarnation(NewIncarnation()) {}
+
+absl::StatusOr<v1::MemberRef> RankConnection::CheckJoined(
+    absl::string_view method) {
+  absl::MutexLock lock(&mu);
+  return CheckJoinedLocked(method);
+}
+
+absl::StatusOr<v1::MemberRef> RankConnection::CheckJoinedLocked(
+    absl::string_view method) {
+  switch (state) {
+    case State::kNotJoined:
+    case State::kJoining:
+      return absl::FailedPreconditionError(
+          absl::StrCat(conn->Context(method), ": not joined; call Join first"));
+    case State::kLeft:
+      return absl::FailedPreconditionError(absl::StrCat(
+          conn->Context(method),
+          ": this client left the job; create a new Client to join again"));
+    case State::kJoined:
+      break;
+  }
+  if (!health.ok()) {
+    return absl::Status(health.code(), absl::StrCat(conn->Context(method), ": ",
+                                                    health.message()));
+  }
+  return member;
+}
+
+void RankConnection::Fail(absl::Status failure) {
+  std::shared_ptr<const Client::FailureCallback> callback;
+  std::shared_ptr<RoundSlotClient> slots;
+  {
+    absl::MutexLock lock(&mu);
+    if (!health.ok()) return;
+    health = failure;
+    callback = failure_callback;
+    slots = round_slots;
+  }
+  // Rounds waiting on the slots end now, as gRPC rounds would on the
+  // daemon's answer.
+  if (slots != nullptr) slots->Break(failure);
+  if (callback != nullptr && *callback) (*callback)(failure);
+}
+
+void RankConnection::PoisonRounds(uint64_t round, const absl::Status& cause) {
+  absl::MutexLock lock(&mu);
+  if (!rounds_failed.ok()) return;
+  rounds_failed = absl::FailedPreconditionError(absl::StrCat(
+      "all_gather_words round ", round, " failed (", cause.message(),
+      "); round numbers can no longer be matched with the other ranks', so "
+      "this client runs no further rounds"));
+}
+
+void RankConnection::WatchLoop(grpc::ClientContext* context,
+                               v1::WatchRequest request) {
+  std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader =
+      stub->Watch(context, request);
+  v1::JobEvent event;
+  bool completed = false;
+  while (reader->Read(&event)) {
+    absl::Status failure = FailureOf(event, request.member().job_id());
+    if (!failure.ok()) Fail(failure);
+    if (event.kind() == v1::EVENT_KIND_JOB_COMPLETED) completed = true;
+    std::shared_ptr<const Client::EventCallback> callback;
+    {
+      absl::MutexLock lock(&mu);
+      callback = event_callback;
+    }
+    if (callback != nullptr && *callback) (*callback)(event);
+  }
+  grpc::Status status = reader->Finish();
+  {
+    absl::MutexLock lock(&mu);
+    if (leaving) return;
+  }
+  if (completed) return;
+  std::string cause =
+      status.ok()
+          ? "the daemon closed the watch stream"
+          : absl::StrCat("watch stream ended: ",
+                         absl::StatusCodeToString(static_cast<absl::StatusCode>(
+                             status.error_code())),
+                         ": ", status.error_message());
+  Fail(absl::UnavailableError(absl::StrCat(
+      conn->Context("Watch"), ": connection to local rankd daemon lost (",
+      cause, "); the job will treat rank ", request.member().rank(),
+      " as lost")));
+}
+
+std::pair<std::shared_ptr<RoundSlotClient>, std::string> OpenRoundSlots(
+    const Connection& conn, v1::Rank::Stub& stub, const v1::MemberRef& member,
+    const v1::SessionDescriptor& session) {
+  const uint32_t world_size = session.world_size();
+  if (!conn.options().shared_memory_rounds) {
+    return {nullptr, "grpc (ClientOptions.shared_memory_rounds is off)"};
+  }
+  if (conn.target().kind != Target::Kind::kUnix) {
+    return {nullptr, "grpc (the daemon is reached over TCP)"};
+  }
+  v1::OpenRoundSlotsRequest request;
+  *request.mutable_member() = member;
+  grpc::ClientContext rpc;
+  const absl::Duration timeout = conn.options().call_timeout;
+  conn.PrepareContext(&rpc, timeout);
+  v1::OpenRoundSlotsResponse response;
+  grpc::Status status = stub.OpenRoundSlots(&rpc, request, &response);
+  if (!status.ok()) {
+    return {
+        nullptr,
+        absl::StrCat("grpc (",
+                     FromGrpcStatus(status, "daemon", timeout).message(), ")")};
+  }
+  RoundSlotsGeometry geometry;
+  geometry.slots = response.slots();
+  geometry.frame_words = response.frame_words();
+  geometry.result_words = response.result_words();
+  if (geometry.slots == 0 || geometry.slots > 1024 ||
+      geometry.frame_words > kMaxFrameWords ||
+      uint64_t{geometry.frame_words} * world_size != geometry.result_words) {
+    return {nullptr, absl::StrCat("grpc (the daemon offered round slots of "
+                                  "an unusable geometry: ",
+                                  response.ShortDebugString(), ")")};
+  }
+  absl::StatusOr<std::unique_ptr<RoundSlotClient>> slots =
+      RoundSlotClient::Open(
+          response.path(), geometry,
+          RoundSpin(conn.options(), session.nproc_per_node()));
+  if (!slots.ok()) {
+    return {nullptr, absl::StrCat("grpc (", slots.status().message(), ")")};
+  }
+  return {std::shared_ptr<RoundSlotClient>(*std::move(slots)), "shared-memory"};
+}
+
+}  // namespace rankd::internal
