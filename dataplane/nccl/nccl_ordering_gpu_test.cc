@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -17,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/topology.h"
+#include "dataplane/collective_group.h"
 #include "dataplane/collective_scope.h"
 #include "dataplane/nccl/device_tensor.h"
 #include "dataplane/nccl/nccl_backend.h"
@@ -164,6 +166,61 @@ TEST_F(NcclMultiGpuTest, TwoGroupsOnOneLaneInDifferentOrdersFailAtOpTimeout) {
         EXPECT_LT(absl::Now() - start, absl::Seconds(30));
       },
       nullptr, options);
+}
+
+// Splits where groups do not cover the world and list members out of
+// order (docs/nccl.md, "Communicators and order"): ranks learn every rank's
+// groups over the root, ranks outside a group pass NCCL_SPLIT_NOCOLOR, and
+// a group's NCCL ranks follow its member list (the split's key), not world
+// order. World 3: group 7 = [0, 1] (rank 2 in no group), group 8 = [2, 0].
+TEST(NcclSplitTest, GroupsOfSomeRanksInTheirMemberOrder) {
+  SKIP_WITHOUT_DEVICES(3);
+  if (!SplitSupported()) GTEST_SKIP() << "needs ncclCommSplit (NCCL 2.18)";
+  auto job = InProcessJob::Create(3);
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < 3; ++r) {
+    threads.emplace_back([r, &job] {
+      std::vector<CollectiveGroupDescriptor> groups;
+      if (r != 2) {
+        groups.push_back(*CollectiveGroupDescriptor::Create(7, {0, 1}, r, r));
+      }
+      if (r != 1) {
+        groups.push_back(
+            *CollectiveGroupDescriptor::Create(8, {2, 0}, r == 2 ? 0 : 1, r));
+      }
+      auto descriptor = DistributedSessionDescriptor::Create(3, r, groups);
+      ASSERT_TRUE(descriptor.ok()) << descriptor.status();
+      auto cp = job->ForRank(r);
+      NcclSessionOptions options;
+      options.device = static_cast<int>(r);
+      options.op_timeout = absl::Seconds(10);
+      auto session = NcclSession::Open(*descriptor, cp.get(), options);
+      ASSERT_TRUE(session.ok()) << session.status();
+      NcclSession& s = **session;
+      // Root, world and this rank's groups.
+      EXPECT_EQ(s.communicator_count(), 2u + groups.size());
+      auto x = Upload(Desc({1}), std::vector<float>{float(r + 1)}, s.stream());
+      if (r != 2) {
+        auto sum = s.AllReduceSum(CollectiveScope::Group(7), x);
+        ASSERT_TRUE(sum.ok()) << sum.status();
+        ASSERT_OK(sum->completion->Wait());
+        EXPECT_EQ(Download<float>(sum->output), std::vector<float>{3.0f});
+      }
+      if (r != 1) {
+        auto gathered = s.AllGather(CollectiveScope::Group(8), x);
+        ASSERT_TRUE(gathered.ok()) << gathered.status();
+        ASSERT_OK(gathered->completion->Wait());
+        // Member order: rank 2's part first.
+        EXPECT_EQ(Download<float>(gathered->output),
+                  (std::vector<float>{3.0f, 1.0f}));
+      }
+      auto world = s.AllReduceSum(CollectiveScope::World(), x);
+      ASSERT_TRUE(world.ok()) << world.status();
+      ASSERT_OK(world->completion->Wait());
+      EXPECT_EQ(Download<float>(world->output), std::vector<float>{6.0f});
+    });
+  }
+  for (std::thread& t : threads) t.join();
 }
 
 // Executor lanes the session does not have are refused, nothing poisoned.
