@@ -10,9 +10,13 @@
 //   Create (no native work; capabilities empty)
 //   -> Initialize: probe devices (none => Unavailable, capabilities stay
 //      empty, nothing is poisoned); broker unique ids through the control
-//      plane; start every communicator non-blocking; poll them all with one
-//      deadline, aborting all on deadline, error or job failure (=> poison);
-//      start the watchdog.
+//      plane; where NCCL splits, init one root non-blocking and split every
+//      scope from it (shared resources, one order: executor lane 0),
+//      otherwise init one communicator per distinct member list; all
+//      within one deadline, aborting all on deadline, error or job failure
+//      (=> poison); start the watchdog.
+//   -> LaneComm: a scope's communicators of executor lanes above 0, split
+//      from its lane-0 one on the first use of any of them.
 //   -> operations: poison check, fail-closed capability check and
 //      validation before any native call; any native failure or missed
 //      deadline poisons the core and aborts every communicator.
