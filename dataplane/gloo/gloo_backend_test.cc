@@ -403,6 +403,45 @@ TEST(ExecutorsTest, WorkOnDifferentExecutorsOverlaps) {
   });
 }
 
+// The ordering contract both backends keep (docs/contract.md, "Ordering"):
+// each group has its own context per executor, so two groups of the same
+// members on two executors, submitted X, Y by rank 0 and Y, X by rank 1,
+// complete. The NCCL twin is nccl_ordering_gpu_test's
+// TwoGroupsOnTwoLanesInEitherOrderComplete.
+TEST(ExecutorsTest, TwoGroupsOnTwoExecutorsInEitherOrderComplete) {
+  GlooSessionOptions options = GlooTestCluster::DefaultOptions();
+  options.executors = 2;
+  options.op_timeout = absl::Seconds(5);
+  GlooTestCluster cluster({2, 1, 1, 1}, 2, options);
+  ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+  cluster.Run([&](uint32_t r) {
+    GlooBackend& b = cluster.session(r).backend();
+    const auto& groups = b.descriptor().groups();
+    ASSERT_GE(groups.size(), 2u);
+    ASSERT_EQ(groups[0].members(), groups[1].members());
+    auto g1 = b.group(groups[0].id());
+    auto g2 = b.group(groups[1].id());
+    auto lane1 = b.executor(1);
+    ASSERT_TRUE(g1.ok() && g2.ok() && lane1.ok());
+    auto submit_x = [&] {
+      return b.AllReduceSum(I32({2}, {int(r) + 1, 1}), **g1, **lane1);
+    };
+    auto submit_y = [&] {
+      return b.AllGatherEven(I32({1}, {10 * (int(r) + 1)}), 0, **g2,
+                             b.executor());
+    };
+    auto first = r == 0 ? submit_x() : submit_y();
+    auto second = r == 0 ? submit_y() : submit_x();
+    ASSERT_TRUE(first.ok() && second.ok());
+    ASSERT_TRUE(first->completion->Wait().ok()) << first->completion->Wait();
+    ASSERT_TRUE(second->completion->Wait().ok()) << second->completion->Wait();
+    const HostTensor& sum = r == 0 ? first->output : second->output;
+    const HostTensor& gathered = r == 0 ? second->output : first->output;
+    EXPECT_EQ(ValuesOf<int32_t>(sum), (std::vector<int32_t>{3, 2}));
+    EXPECT_EQ(ValuesOf<int32_t>(gathered), (std::vector<int32_t>{10, 20}));
+  });
+}
+
 TEST(ExecutorsTest, TheExecutorCountIsChecked) {
   for (uint32_t executors : {0u, kMaxGlooExecutors + 1}) {
     GlooSessionOptions options = GlooTestCluster::DefaultOptions();

@@ -50,10 +50,10 @@ const std::string& NcclGroup::communicator_name() const { return comm_->name; }
 
 NcclBackend::NcclBackend(NcclSession& session) : impl_(session.impl()) {}
 
-absl::StatusOr<CudaExecutor> CudaExecutor::Create(int device) {
+absl::StatusOr<CudaExecutor> CudaExecutor::Create(int device, uint32_t lane) {
   auto stream = CudaStream::Create(device);
   if (!stream.ok()) return stream.status();
-  return CudaExecutor(*std::move(stream));
+  return CudaExecutor(*std::move(stream), lane);
 }
 
 absl::StatusOr<Submission<Unit, std::shared_ptr<NcclCompletion>>>
@@ -97,11 +97,9 @@ absl::StatusOr<NcclRoute> NcclBackend::Route(const CollectiveScope& scope,
                    static_cast<uint32_t>(destination));
 }
 
-absl::Status NcclBackend::Check(const NcclGroup& group,
-                                const CudaExecutor& executor,
-                                const char* operation,
-                                bool DistributedCapabilities::*flag,
-                                const char* capability) const {
+absl::StatusOr<std::shared_ptr<CommEntry>> NcclBackend::Check(
+    const NcclGroup& group, const CudaExecutor& executor, const char* operation,
+    bool DistributedCapabilities::*flag, const char* capability) const {
   if (group.impl_ != impl_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "nccl backend: ", operation, ": the group belongs to another session"));
@@ -125,8 +123,12 @@ absl::Status NcclBackend::Check(const NcclGroup& group,
         executor.device(), ", the session on cuda:", impl_->device()));
   }
   // Not told to the peers, like the executor refusals above.
-  return impl_->RefuseIfCapturing(executor.stream(), operation,
-                                  "the executor's stream");
+  if (absl::Status s = impl_->RefuseIfCapturing(executor.stream(), operation,
+                                                "the executor's stream");
+      !s.ok()) {
+    return s;
+  }
+  return impl_->LaneComm(group.comm_, executor.lane(), operation);
 }
 
 TensorSubmission<NcclBackend> NcclBackend::AllReduceSum(
@@ -143,10 +145,10 @@ TensorSubmission<NcclBackend> NcclBackend::AllReduceSumInto(
 TensorSubmission<NcclBackend> NcclBackend::AllReduceSumImpl(
     const DeviceTensor& value, const DeviceTensor* output, NcclGroup& group,
     CudaExecutor& executor) {
-  absl::Status ok = Check(group, executor, "all_reduce_sum", nullptr, nullptr);
-  if (!ok.ok()) return ok;
+  auto comm = Check(group, executor, "all_reduce_sum", nullptr, nullptr);
+  if (!comm.ok()) return comm.status();
   return SubmitAllReduceSum(
-      *impl_, group.comm_, value, executor.stream(),
+      *impl_, *comm, value, executor.stream(),
       absl::StrCat("all_reduce_sum on ", GroupName(group)), output);
 }
 
@@ -165,10 +167,10 @@ TensorSubmission<NcclBackend> NcclBackend::AllGatherEvenInto(
 TensorSubmission<NcclBackend> NcclBackend::AllGatherEvenImpl(
     const DeviceTensor& value, size_t axis, const DeviceTensor* output,
     NcclGroup& group, CudaExecutor& executor) {
-  absl::Status ok = Check(group, executor, "all_gather_even", nullptr, nullptr);
-  if (!ok.ok()) return ok;
+  auto comm = Check(group, executor, "all_gather_even", nullptr, nullptr);
+  if (!comm.ok()) return comm.status();
   return SubmitAllGatherEven(
-      *impl_, group.comm_, value, axis, executor.stream(),
+      *impl_, *comm, value, axis, executor.stream(),
       absl::StrCat("all_gather_even(axis ", axis, ") on ", GroupName(group)),
       output);
 }
@@ -188,11 +190,10 @@ TensorSubmission<NcclBackend> NcclBackend::AllGatherUnevenInto(
 TensorSubmission<NcclBackend> NcclBackend::AllGatherUnevenImpl(
     const DeviceTensor& value, absl::Span<const size_t> counts, size_t axis,
     const DeviceTensor* output, NcclGroup& group, CudaExecutor& executor) {
-  absl::Status ok =
-      Check(group, executor, "all_gather_uneven", nullptr, nullptr);
-  if (!ok.ok()) return ok;
+  auto comm = Check(group, executor, "all_gather_uneven", nullptr, nullptr);
+  if (!comm.ok()) return comm.status();
   return SubmitAllGatherUneven(
-      *impl_, group.comm_, value, counts, axis, executor.stream(),
+      *impl_, *comm, value, counts, axis, executor.stream(),
       absl::StrCat("all_gather_uneven(axis ", axis, ") on ", GroupName(group)),
       output);
 }
@@ -212,12 +213,12 @@ TensorSubmission<NcclBackend> NcclBackend::VariableAllToAllInto(
 TensorSubmission<NcclBackend> NcclBackend::VariableAllToAllImpl(
     const DeviceTensor& value, const PeerCounts& counts, size_t axis,
     const DeviceTensor* output, NcclGroup& group, CudaExecutor& executor) {
-  absl::Status ok = Check(group, executor, "variable_all_to_all",
-                          &DistributedCapabilities::variable_all_to_all,
-                          "variable_all_to_all");
-  if (!ok.ok()) return ok;
-  return SubmitAllToAll(*impl_, group.comm_, value, counts.send, counts.receive,
-                        axis, executor.stream(),
+  auto comm = Check(group, executor, "variable_all_to_all",
+                    &DistributedCapabilities::variable_all_to_all,
+                    "variable_all_to_all");
+  if (!comm.ok()) return comm.status();
+  return SubmitAllToAll(*impl_, *comm, value, counts.send, counts.receive, axis,
+                        executor.stream(),
                         absl::StrCat("variable_all_to_all(axis ", axis, ") on ",
                                      GroupName(group)),
                         output);
@@ -239,11 +240,11 @@ TensorSubmission<NcclBackend> NcclBackend::BroadcastInto(
 TensorSubmission<NcclBackend> NcclBackend::BroadcastImpl(
     const DeviceTensor& value, size_t root_member_index,
     const DeviceTensor* output, NcclGroup& group, CudaExecutor& executor) {
-  absl::Status ok = Check(group, executor, "broadcast", nullptr, nullptr);
-  if (!ok.ok()) return ok;
+  auto comm = Check(group, executor, "broadcast", nullptr, nullptr);
+  if (!comm.ok()) return comm.status();
   // SubmitBroadcast checks the root (and tells the peers when it is wrong).
   return SubmitBroadcast(
-      *impl_, group.comm_, value, root_member_index, executor.stream(),
+      *impl_, *comm, value, root_member_index, executor.stream(),
       absl::StrCat("broadcast from member ", root_member_index, " on ",
                    GroupName(group)),
       output);
@@ -251,18 +252,18 @@ TensorSubmission<NcclBackend> NcclBackend::BroadcastImpl(
 
 UnitSubmission<NcclBackend> NcclBackend::Barrier(NcclGroup& group,
                                                  CudaExecutor& executor) {
-  absl::Status ok = Check(group, executor, "barrier", nullptr, nullptr);
-  if (!ok.ok()) return ok;
-  return SubmitBarrier(*impl_, group.comm_, executor.stream(),
+  auto comm = Check(group, executor, "barrier", nullptr, nullptr);
+  if (!comm.ok()) return comm.status();
+  return SubmitBarrier(*impl_, *comm, executor.stream(),
                        absl::StrCat("barrier on ", GroupName(group)));
 }
 
 AgreementSubmission<NcclBackend> NcclBackend::AgreeSuccess(
     bool success, NcclGroup& group, CudaExecutor& executor) {
-  absl::Status ok = Check(group, executor, "agree_success", nullptr, nullptr);
-  if (!ok.ok()) return ok;
+  auto comm = Check(group, executor, "agree_success", nullptr, nullptr);
+  if (!comm.ok()) return comm.status();
   return SubmitAgreeSuccess(
-      *impl_, group.comm_, success, executor.stream(),
+      *impl_, *comm, success, executor.stream(),
       absl::StrCat("agree_success on ", GroupName(group)));
 }
 
@@ -270,11 +271,10 @@ BundleSubmission<NcclBackend> NcclBackend::BatchSendReceive(
     absl::Span<const PeerValue<DeviceTensor>> sends,
     absl::Span<const PeerValue<DeviceTensor>> receives, NcclGroup& group,
     CudaExecutor& executor) {
-  absl::Status ok =
-      Check(group, executor, "batch_send_receive",
-            &DistributedCapabilities::point_to_point, "point_to_point");
-  if (!ok.ok()) return ok;
-  return SubmitBatch(*impl_, group.comm_, sends, receives, executor.stream(),
+  auto comm = Check(group, executor, "batch_send_receive",
+                    &DistributedCapabilities::point_to_point, "point_to_point");
+  if (!comm.ok()) return comm.status();
+  return SubmitBatch(*impl_, *comm, sends, receives, executor.stream(),
                      absl::StrCat("batch_send_receive on ", GroupName(group)));
 }
 
@@ -324,13 +324,12 @@ BundleSubmission<NcclBackend> NcclBackend::SubmitRoute(
     absl::Span<const ValueDescriptor> receive,
     absl::Span<const DeviceTensor> receive_into, const NcclRoute& route,
     CudaExecutor& executor) {
-  absl::Status ok =
-      Check(route.group(), executor, "send_receive",
-            &DistributedCapabilities::point_to_point, "point_to_point");
-  if (!ok.ok()) return ok;
+  auto comm = Check(route.group(), executor, "send_receive",
+                    &DistributedCapabilities::point_to_point, "point_to_point");
+  if (!comm.ok()) return comm.status();
   return SubmitBundle(
-      *impl_, route.group().comm_, BundleEnd{send, receive, receive_into},
-      route.source(), route.destination(), executor.stream(),
+      *impl_, *comm, BundleEnd{send, receive, receive_into}, route.source(),
+      route.destination(), executor.stream(),
       absl::StrCat("send_receive ", route.source(), " -> ", route.destination(),
                    " on ", GroupName(route.group())));
 }

@@ -45,18 +45,25 @@ class SessionImpl;  // internal/session_impl.h: private to this package
 struct CommEntry;
 }  // namespace internal
 
-// The executor: a CUDA stream. Copies share the stream.
+// The executor: a CUDA stream on an executor lane. Copies share the
+// stream. Operations pair by lane, as Gloo's executors do: an operation a
+// member submits on lane e pairs with the others' on lane e, and each lane
+// is its own ordering domain (docs/contract.md, "Ordering"; lane 0 is the
+// session's own). Streams of one lane share its order: NCCL runs their
+// work in submission order. Lanes below NcclSessionOptions::executors.
 class CudaExecutor {
  public:
-  explicit CudaExecutor(std::shared_ptr<CudaStream> stream)
-      : stream_(std::move(stream)) {}
-  // A new non-blocking stream on `device`.
-  static absl::StatusOr<CudaExecutor> Create(int device);
+  explicit CudaExecutor(std::shared_ptr<CudaStream> stream, uint32_t lane = 0)
+      : stream_(std::move(stream)), lane_(lane) {}
+  // A new non-blocking stream on `device`, on executor lane `lane`.
+  static absl::StatusOr<CudaExecutor> Create(int device, uint32_t lane = 0);
   const std::shared_ptr<CudaStream>& stream() const { return stream_; }
   int device() const { return stream_ == nullptr ? -1 : stream_->device(); }
+  uint32_t lane() const { return lane_; }
 
  private:
   std::shared_ptr<CudaStream> stream_;
+  uint32_t lane_ = 0;
 };
 
 // One collective group (or the world) of a session, realized as an NCCL
@@ -252,10 +259,12 @@ class NcclBackend {
       absl::Span<const ValueDescriptor> receive,
       absl::Span<const DeviceTensor> receive_into, const NcclRoute& route,
       CudaExecutor& executor);
-  // Poison, ownership and capability checks shared by the operations.
-  absl::Status Check(const NcclGroup& group, const CudaExecutor& executor,
-                     const char* operation, bool DistributedCapabilities::*flag,
-                     const char* capability) const;
+  // Poison, ownership and capability checks shared by the operations;
+  // then the communicator of `group` on the executor's lane.
+  absl::StatusOr<std::shared_ptr<internal::CommEntry>> Check(
+      const NcclGroup& group, const CudaExecutor& executor,
+      const char* operation, bool DistributedCapabilities::*flag,
+      const char* capability) const;
   std::shared_ptr<internal::SessionImpl> impl_;
 };
 

@@ -21,6 +21,7 @@ using internal::NcclResult;
 static_assert(internal::kNcclUniqueIdSize == kNcclUniqueIdBytes);
 static_assert(internal::kNcclSuccess == kNcclSuccess);
 static_assert(internal::kNcclInProgress == kNcclInProgress);
+static_assert(internal::kNcclSplitNoColor == kNcclSplitNoColor);
 static_assert(static_cast<int>(NcclRedOp::kSum) == internal::kNcclSum);
 static_assert(static_cast<int>(NcclRedOp::kMin) == internal::kNcclMin);
 // The result table (nccl_types.h) names nccl.h's values.
@@ -70,6 +71,12 @@ bool ScalableInitSupported() {
   auto nccl = internal::LoadNccl();
   return nccl.ok() && (*nccl)->version >= kNcclScalableInitVersion &&
          (*nccl)->CommInitRankScalable != nullptr;
+}
+
+bool SplitSupported() {
+  auto nccl = internal::LoadNccl();
+  return nccl.ok() && (*nccl)->version >= internal::kNcclSplitVersion &&
+         (*nccl)->CommSplit != nullptr;
 }
 
 absl::StatusOr<std::string> NewNcclUniqueId() {
@@ -179,8 +186,15 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::StartInit(
   DeviceGuard guard(options.device);
   if (!guard.status().ok()) return guard.status();
 
+  // The 2.17 layout only where it matters (splits): older NCCLs read the
+  // 2.14 one.
   internal::NcclConfig config;
   config.blocking = 0;
+  internal::NcclConfigWithSplitShare split_config;
+  split_config.blocking = 0;
+  split_config.split_share = options.share_resources ? 1 : 0;
+  internal::NcclConfig* config_ptr =
+      SplitSupported() ? internal::AsConfig(&split_config) : &config;
   NcclCommHandle comm = nullptr;
   NcclResult r;
   const std::string what = absl::StrCat(
@@ -188,10 +202,11 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::StartInit(
       options.nranks, ", device ", options.device, ")");
   if (n == 1) {
     r = (*nccl)->CommInitRankConfig(&comm, options.nranks, ids[0], options.rank,
-                                    &config);
+                                    config_ptr);
   } else {
     r = (*nccl)->CommInitRankScalable(&comm, options.nranks, options.rank,
-                                      static_cast<int>(n), ids.data(), &config);
+                                      static_cast<int>(n), ids.data(),
+                                      config_ptr);
   }
   if (r != kNcclSuccess && r != kNcclInProgress) {
     absl::Status s = NcclStatus(r, what, comm);
@@ -204,6 +219,103 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::StartInit(
     c->comm_ = comm;
   }
   return c;
+}
+
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Split(
+    Options child, int color, int key, absl::Time deadline,
+    const std::function<absl::Status()>& interrupt) {
+  const bool joins = color != kNcclSplitNoColor;
+  const std::string what =
+      absl::StrCat("split of communicator ", options_.name, " into ",
+                   joins ? child.name : std::string("nothing"), " (rank ",
+                   options_.rank, " of ", options_.nranks, ")");
+  if (!SplitSupported()) {
+    return absl::UnimplementedError(
+        absl::StrCat("nccl: ", what, ": this NCCL (", NcclRuntimeVersion(),
+                     ") has no ncclCommSplit (2.18 or later)"));
+  }
+  if (joins && (child.nranks < 1 || child.rank < 0 ||
+                child.rank >= child.nranks || color < 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl: ", what, ": rank ", child.rank, " of ",
+                     child.nranks, ", color ", color, " is not valid"));
+  }
+  absl::MutexLock serial(&enqueue_mu_);
+  // NCCL writes the child's handle from its split thread when the child is
+  // initialized; an abort of this communicator joins that thread, so the
+  // handle is never written after this returns.
+  NcclCommHandle handle = nullptr;
+  auto abandon = [&](const absl::Status& cause) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                     mu_) { return AbandonSplitLocked(cause, &handle); };
+  {
+    absl::MutexLock lock(&mu_);
+    if (!closed_.ok()) return closed_;
+    if (!ready_ || comm_ == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "nccl: ", what, ": communicator ", options_.name, " is not ready"));
+    }
+    DeviceGuard guard(options_.device);
+    if (!guard.status().ok()) return guard.status();
+    internal::NcclConfigWithSplitShare config;
+    config.blocking = 0;
+    config.split_share = child.share_resources ? 1 : 0;
+    NcclResult r = Nccl().CommSplit(comm_, color, key, &handle,
+                                    internal::AsConfig(&config));
+    if (r != kNcclSuccess && r != kNcclInProgress) {
+      return abandon(NcclStatus(r, what, comm_));
+    }
+  }
+  // NCCL's split thread runs it (collective: every rank must call it).
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!closed_.ok()) return closed_;
+      NcclResult state = kNcclSuccess;
+      NcclResult r = Nccl().CommGetAsyncError(comm_, &state);
+      if (r != kNcclSuccess) return abandon(NcclStatus(r, what, comm_));
+      if (state == kNcclSuccess) break;
+      if (state != kNcclInProgress) {
+        return abandon(NcclStatus(state, what, comm_));
+      }
+      if (interrupt) {
+        absl::Status s = interrupt();
+        if (!s.ok()) return abandon(s);
+      }
+      if (MonotonicNow() >= deadline) {
+        return abandon(absl::DeadlineExceededError(absl::StrCat(
+            "nccl: ", what,
+            " did not finish before its deadline (are the other members "
+            "splitting it too?); aborted")));
+      }
+    }
+    absl::SleepFor(absl::Microseconds(200));
+  }
+  NcclCommHandle made = __atomic_load_n(&handle, __ATOMIC_ACQUIRE);
+  if (!joins) return std::unique_ptr<NcclCommunicator>();
+  if (made == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("nccl: ", what, ": NCCL reported no new communicator"));
+  }
+  std::unique_ptr<NcclCommunicator> c(new NcclCommunicator(std::move(child)));
+  c->set_destroy_timeout(destroy_timeout_);
+  {
+    absl::MutexLock lock(&c->mu_);
+    c->comm_ = made;
+  }
+  absl::Status ready = c->AwaitReady(deadline, interrupt);
+  if (!ready.ok()) return ready;
+  return c;
+}
+
+absl::Status NcclCommunicator::AbandonSplitLocked(const absl::Status& cause,
+                                                  NcclCommHandle* child) {
+  AbortLocked(cause);  // joins NCCL's split thread
+  NcclCommHandle made = __atomic_load_n(child, __ATOMIC_ACQUIRE);
+  if (made != nullptr) {
+    DeviceGuard guard(options_.device);
+    (void)Nccl().CommAbort(made);
+  }
+  return cause;
 }
 
 NcclCommunicator::~NcclCommunicator() { Close(destroy_timeout_); }

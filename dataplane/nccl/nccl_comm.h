@@ -5,7 +5,9 @@
 // caller, which an abort cannot safely end: docs/nccl.md, "Submitting
 // work"):
 //   - StartInit() calls ncclCommInitRankConfig (or ncclCommInitRankScalable
-//     with several unique ids) and returns at once; AwaitReady()/PollReady()
+//     with several unique ids) and returns at once; Split() makes a child
+//     with ncclCommSplit (NCCL 2.18+), collective over this communicator's
+//     ranks, and returns it ready; AwaitReady()/PollReady()
 //     poll ncclCommGetAsyncError until the communicator is ready, failed, a
 //     deadline passed or an interrupt (job failure) fired; on a deadline or
 //     interrupt the communicator is aborted (ncclCommAbort) before it
@@ -53,6 +55,8 @@ int NcclRuntimeVersion();
 // Whether ncclCommInitRankScalable can be used (the loaded NCCL is 2.23.4
 // or later).
 bool ScalableInitSupported();
+// Whether ncclCommSplit can be used (the loaded NCCL is 2.18 or later).
+bool SplitSupported();
 
 // A fresh ncclUniqueId (ncclGetUniqueId): kNcclUniqueIdBytes raw bytes.
 absl::StatusOr<std::string> NewNcclUniqueId();
@@ -67,6 +71,8 @@ absl::Status NcclStatus(int nccl_result, absl::string_view what,
 // nccl.h).
 inline constexpr int kNcclSuccess = 0;
 inline constexpr int kNcclInProgress = 7;
+// NCCL_SPLIT_NOCOLOR: a rank that joins no communicator of a Split().
+inline constexpr int kNcclSplitNoColor = -1;
 
 // Thin wrappers over the NCCL calls rankd issues (inside
 // NcclCommunicator::Enqueue bodies), so that callers need not include
@@ -97,14 +103,33 @@ class NcclCommunicator {
     int nranks = 0;
     int rank = 0;
     // Raw ncclUniqueIds (kNcclUniqueIdBytes each); more than one needs
-    // ScalableInitSupported().
+    // ScalableInitSupported(). Unused by Split().
     std::vector<std::string> unique_ids;
+    // config.splitShare (only where SplitSupported()): whether the
+    // communicators Split() makes from this one share its resources. NCCL
+    // then also orders their kernels with this one's, in launch order,
+    // across streams (they share its device stream: docs/nccl.md,
+    // "Communicators and order").
+    bool share_resources = false;
   };
 
   // Validates `options` and starts a non-blocking init. The communicator is
   // not usable until PollReady() returned true.
   static absl::StatusOr<std::unique_ptr<NcclCommunicator>> StartInit(
       Options options);
+
+  // A child of this ready communicator (ncclCommSplit; needs
+  // SplitSupported(), Unimplemented otherwise): collective over every rank
+  // of this one, each giving a `color` (kNcclSplitNoColor: no child, and
+  // null is returned) and a `key` (the child's ranks go by key). Waits,
+  // holding this communicator as Enqueue does, until NCCL finished the
+  // split and the child is ready. `child` names it; its nranks and rank
+  // must be what the colors and keys make. On `deadline` (DeadlineExceeded)
+  // or `interrupt`, this communicator is aborted (which ends NCCL's split)
+  // before it returns; any other failure is the NCCL error.
+  absl::StatusOr<std::unique_ptr<NcclCommunicator>> Split(
+      Options child, int color, int key, absl::Time deadline,
+      const std::function<absl::Status()>& interrupt);
 
   // Finalizes and destroys within `destroy_timeout` when healthy; aborts
   // otherwise (or when that bound passes).
@@ -171,6 +196,11 @@ class NcclCommunicator {
   explicit NcclCommunicator(Options options) : options_(std::move(options)) {}
   // Requires mu_; aborts and records `cause`.
   void AbortLocked(const absl::Status& cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A failed Split: aborts this communicator (which ends NCCL's split),
+  // then the child if NCCL made one; returns `cause`.
+  absl::Status AbandonSplitLocked(const absl::Status& cause,
+                                  NcclCommHandle* child)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;

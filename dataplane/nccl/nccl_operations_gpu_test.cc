@@ -67,9 +67,11 @@ TEST_F(NcclGpuTest, World1SessionAdvertisesEverything) {
   EXPECT_TRUE(caps.exact_completion);
   EXPECT_EQ(caps.collective_groups,
             (std::set<CollectiveGroupId>{1, 2, 3, 4, 5}));
-  // Every group of a one-rank world has the world's members: one
-  // communicator, and no unique id needed the broker.
-  EXPECT_EQ(session->communicator_count(), 1u);
+  // One root (ncclCommInitRank, a local unique id: nothing brokered) and
+  // every scope split from it, groups with the world's members too: root,
+  // world and 5 groups. Where NCCL has no ncclCommSplit, every group of a
+  // one-rank world shares the world's communicator.
+  EXPECT_EQ(session->communicator_count(), SplitSupported() ? 7u : 1u);
   EXPECT_EQ(job_->kv_sets(), 0);
   EXPECT_EQ(session->device(), 0);
   EXPECT_NE(session->stream(), nullptr);

@@ -18,6 +18,7 @@
 namespace rankd::dataplane::nccl {
 
 inline constexpr char kBackendName[] = "nccl";
+inline constexpr uint32_t kMaxNcclExecutors = 8;
 
 struct NcclSessionOptions {
   // CUDA device of this rank (an ordinal among the devices this process
@@ -97,6 +98,15 @@ struct NcclSessionOptions {
   // (Unimplemented naming the capability); without exact_completion,
   // completions do not offer QuarantineUntilComplete.
   std::optional<DistributedCapabilities> restrict_capabilities;
+  // Executor lanes (CudaExecutor::lane), as GlooSessionOptions::executors:
+  // operations pair by lane, and each lane is its own ordering domain (its
+  // own communicators: docs/nccl.md, "Communicators and order"), so work on
+  // different lanes never waits for work on another. Lane 0 is the
+  // session's and the default executor's. Lanes above 0 are split from
+  // each group's communicator the first time the group is used on one of
+  // them (needs ncclCommSplit, NCCL 2.18). 1 to kMaxNcclExecutors; every
+  // rank must use the same value.
+  uint32_t executors = 1;
 };
 
 }  // namespace rankd::dataplane::nccl

@@ -10,7 +10,7 @@ KIT_TARGETS=(
   //dataplane/nccl:native_library_test //dataplane/nccl:nccl_fail_closed_test
   //dataplane/nccl:nccl_gpu_test //dataplane/nccl:libcuda_nccl_standin.so
   //tests/gpu:nccl_cluster_test //tests/gpu:nccl_worker
-  //capi:librankd.so //capi:c_nccl_rank //capi:capi_nccl_standin_test
+  //capi:librankd.so //capi:c_nccl_rank
   //capi:capi_nccl_gpu_test //dataplane/conformance:nccl_conformance_gpu_test
 )
 # The same, as paths under bazel-bin (and under the kit's bin/).

@@ -170,8 +170,7 @@ TEST_F(KitTest, HoldsEveryBinaryAndTheRunners) {
         "dataplane/nccl/native_library_test",
         "dataplane/nccl/nccl_fail_closed_test", "dataplane/nccl/nccl_gpu_test",
         "tests/gpu/nccl_cluster_test", "tests/gpu/nccl_worker",
-        "capi/librankd.so", "capi/c_nccl_rank", "capi/capi_nccl_standin_test",
-        "capi/capi_nccl_gpu_test",
+        "capi/librankd.so", "capi/c_nccl_rank", "capi/capi_nccl_gpu_test",
         "dataplane/conformance/nccl_conformance_gpu_test"}) {
     EXPECT_EQ(::access(Bin(b).c_str(), X_OK), 0) << b;
   }

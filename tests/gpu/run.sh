@@ -284,7 +284,7 @@ PY
       RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin" \
       RANKD_STANDIN_DEVICES=2 RANKD_STANDIN_CLIQUE_DIR="$cliques" \
       RANKD_REQUIRE_GPU=1
-    run_gtest capi_nccl_standin_test 120 "$bin/capi/capi_nccl_standin_test" \
+    run_gtest capi_nccl_standin_test 120 "$bin/capi/capi_nccl_gpu_test" \
       RANKD_CUDART_LIBRARY="$standin" RANKD_NCCL_LIBRARY="$standin" \
       RANKD_STANDIN_DEVICES=2 RANKD_STANDIN_CLIQUE_DIR="$cliques/capi" \
       RANKD_REQUIRE_GPU=1

@@ -135,6 +135,38 @@ struct NcclConfig {
 };
 static_assert(sizeof(NcclConfig) == 24, "ncclConfig_t v2.14 layout");
 
+// ncclConfig_t as NCCL 2.17 laid it out: the 2.14 fields, the CTA and
+// network settings (left undefined: NCCL's defaults) and splitShare. A
+// communicator's splitShare decides whether the communicators
+// ncclCommSplit (NCCL 2.18) makes from it share its resources (init.cc:
+// the parent's config is read, not the child's). Its first fields are
+// NcclConfig's, so it is passed as one (AsConfig).
+inline constexpr unsigned kNcclConfigVersionSplitShare = 21700;
+struct NcclConfigWithSplitShare {
+  size_t size = sizeof(NcclConfigWithSplitShare);
+  unsigned int magic = kNcclConfigMagic;
+  unsigned int version = kNcclConfigVersionSplitShare;
+  int blocking = kNcclConfigUndefInt;
+  int cga_cluster_size = kNcclConfigUndefInt;
+  int min_ctas = kNcclConfigUndefInt;
+  int max_ctas = kNcclConfigUndefInt;
+  const char* net_name = nullptr;  // NCCL_CONFIG_UNDEF_PTR
+  int split_share = kNcclConfigUndefInt;
+};
+static_assert(sizeof(NcclConfigWithSplitShare) == 48,
+              "ncclConfig_t v2.17 layout");
+static_assert(offsetof(NcclConfigWithSplitShare, split_share) == 40,
+              "ncclConfig_t v2.17 splitShare");
+static_assert(offsetof(NcclConfigWithSplitShare, blocking) ==
+              offsetof(NcclConfig, blocking));
+inline NcclConfig* AsConfig(NcclConfigWithSplitShare* config) {
+  return reinterpret_cast<NcclConfig*>(config);
+}
+// NCCL_SPLIT_NOCOLOR: a rank of the parent that joins no new communicator.
+inline constexpr int kNcclSplitNoColor = -1;
+// The first NCCL with ncclCommSplit.
+inline constexpr int kNcclSplitVersion = 21800;
+
 // ncclRedOp_t
 inline constexpr int kNcclSum = 0;
 inline constexpr int kNcclMin = 3;

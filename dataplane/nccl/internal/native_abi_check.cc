@@ -108,6 +108,7 @@ CHECK_FN(ncclGetVersion, GetVersion, NcclApi);
 CHECK_FN(ncclGetUniqueId, GetUniqueId, NcclApi);
 CHECK_FN(ncclCommInitRankConfig, CommInitRankConfig, NcclApi);
 CHECK_FN(ncclCommInitRankScalable, CommInitRankScalable, NcclApi);
+CHECK_FN(ncclCommSplit, CommSplit, NcclApi);
 CHECK_FN(ncclCommGetAsyncError, CommGetAsyncError, NcclApi);
 CHECK_FN(ncclCommFinalize, CommFinalize, NcclApi);
 CHECK_FN(ncclCommDestroy, CommDestroy, NcclApi);
@@ -249,6 +250,14 @@ static_assert(offsetof(ncclConfig_t, version) ==
 static_assert(offsetof(ncclConfig_t, blocking) ==
               offsetof(native::NcclConfig, blocking));
 static_assert(sizeof(ncclConfig_t) >= sizeof(native::NcclConfig));
+// The 2.17 prefix (splitShare, for ncclCommSplit).
+static_assert(offsetof(ncclConfig_t, splitShare) ==
+              offsetof(native::NcclConfigWithSplitShare, split_share));
+static_assert(offsetof(ncclConfig_t, netName) ==
+              offsetof(native::NcclConfigWithSplitShare, net_name));
+static_assert(sizeof(ncclConfig_t) >=
+              sizeof(native::NcclConfigWithSplitShare));
+static_assert(NCCL_SPLIT_NOCOLOR == native::kNcclSplitNoColor);
 constexpr ncclConfig_t kInitializer = NCCL_CONFIG_INITIALIZER;
 static_assert(kInitializer.magic == native::kNcclConfigMagic);
 static_assert(kInitializer.blocking == native::kNcclConfigUndefInt);

@@ -314,6 +314,8 @@ absl::StatusOr<const NcclApi*> OpenNccl() {
   Resolve(h, "ncclGroupEnd", &api.GroupEnd, &missing);
   // Optional: NCCL 2.23.4 and later.
   Resolve(h, "ncclCommInitRankScalable", &api.CommInitRankScalable, nullptr);
+  // Optional: NCCL 2.18 and later.
+  Resolve(h, "ncclCommSplit", &api.CommSplit, nullptr);
   if (absl::Status s = MissingFunctions("NCCL", api.path, missing); !s.ok()) {
     return s;
   }

@@ -109,6 +109,9 @@ struct NcclApi {
   // Null before NCCL 2.23.4.
   NcclResult (*CommInitRankScalable)(NcclComm*, int nranks, int rank, int nids,
                                      NcclUniqueId*, NcclConfig*);
+  // Null before NCCL 2.18.
+  NcclResult (*CommSplit)(NcclComm, int color, int key, NcclComm* newcomm,
+                          NcclConfig*);
   NcclResult (*CommGetAsyncError)(NcclComm, NcclResult*);
   NcclResult (*CommFinalize)(NcclComm);
   NcclResult (*CommDestroy)(NcclComm);

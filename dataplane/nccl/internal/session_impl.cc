@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -798,11 +799,255 @@ absl::Status SessionImpl::InitializeLocked() {
     return stream.status();
   }
 
+  if (options_.executors > 1 && !SplitSupported()) {
+    absl::Status s = absl::FailedPreconditionError(absl::StrCat(
+        "nccl backend: ", options_.executors,
+        " executors need ncclCommSplit (NCCL 2.18 or later); this NCCL is ",
+        NcclRuntimeVersion()));
+    absl::MutexLock lock(&mu_);
+    unavailable_reason_ = std::string(s.message());
+    return s;
+  }
+  const absl::Time deadline = MonotonicNow() + options_.init_timeout;
+  std::shared_ptr<CommEntry> world;
+  std::map<CollectiveGroupId, std::shared_ptr<CommEntry>> groups;
+  std::vector<std::shared_ptr<CommEntry>> comms;
+  absl::Status made =
+      SplitSupported()
+          ? InitSplitCommunicators(device, deadline, &world, &groups, &comms)
+          : InitBrokeredCommunicators(device, deadline, &world, &groups,
+                                      &comms);
+  if (!made.ok()) {
+    AbortAll(comms, made, options_.abort_timeout,
+             "communicator initialization");
+    Poison(made);
+    return made;
+  }
+  absl::MutexLock lock(&mu_);
+  device_ = device;
+  stream_ = *std::move(stream);
+  world_ = std::move(world);
+  groups_ = std::move(groups);
+  comms_ = std::move(comms);
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The scopes of one ncclCommSplit of the root: disjoint groups (ids), so
+// each rank is in at most one (its color is the group's index here).
+using SplitRound = std::vector<CollectiveGroupId>;
+
+// Packs the groups (id -> world ranks) into as few rounds as a greedy
+// first fit gives, in id order: the same on every rank.
+std::vector<SplitRound> PackSplitRounds(
+    const std::map<CollectiveGroupId, std::set<uint32_t>>& members) {
+  std::vector<SplitRound> rounds;
+  std::vector<std::set<uint32_t>> taken;
+  for (const auto& [id, ranks] : members) {
+    size_t r = 0;
+    for (; r < rounds.size(); ++r) {
+      bool disjoint = true;
+      for (uint32_t m : ranks) disjoint = disjoint && !taken[r].contains(m);
+      if (disjoint) break;
+    }
+    if (r == rounds.size()) {
+      rounds.emplace_back();
+      taken.emplace_back();
+    }
+    rounds[r].push_back(id);
+    taken[r].insert(ranks.begin(), ranks.end());
+  }
+  return rounds;
+}
+
+// Every rank's `mine` (the same length on every rank), rank by rank,
+// through an ncclAllGather on `comm` (a ready communicator of the whole
+// world), waited for with `deadline` and `interrupt`.
+absl::StatusOr<std::vector<uint32_t>> GatherWords(
+    CommEntry& comm, const std::vector<uint32_t>& mine, int device,
+    absl::Time deadline, const std::function<absl::Status()>& interrupt) {
+  auto stream = CudaStream::Create(device);
+  if (!stream.ok()) return stream.status();
+  const size_t n = mine.size();
+  const size_t world = comm.members.size();
+  auto in = ValueDescriptor::Create({n}, TensorDtype::kU32);
+  auto out = ValueDescriptor::Create({n * world}, TensorDtype::kU32);
+  if (!in.ok() || !out.ok()) return in.ok() ? out.status() : in.status();
+  auto send = DeviceTensor::FromHostVector(*in, mine, *stream);
+  if (!send.ok()) return send.status();
+  auto receive = DeviceTensor::Allocate(*out, *stream);
+  if (!receive.ok()) return receive.status();
+  CudaStreamHandle handle = (*stream)->get();
+  absl::Status s = comm.comm->Enqueue(
+      "the exchange of group ids",
+      [&](NcclCommHandle c) {
+        return NcclAllGather(send->data(), receive->data(), n,
+                             NcclDataType::kUint32, c, handle);
+      },
+      deadline, interrupt);
+  if (!s.ok()) return s;
+  auto done = CudaEvent::Create(device);
+  if (!done.ok()) return done.status();
+  if (s = (*done)->Record(**stream); !s.ok()) return s;
+  while (true) {
+    absl::StatusOr<bool> finished = (*done)->Query();
+    if (!finished.ok()) return finished.status();
+    if (*finished) break;
+    if (interrupt) {
+      if (s = interrupt(); !s.ok()) return s;
+    }
+    if (s = comm.comm->CheckAsyncError(); !s.ok()) return s;
+    if (MonotonicNow() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("nccl backend: the exchange of group ids over ",
+                       comm.name, " did not finish before the init deadline"));
+    }
+    absl::SleepFor(absl::Microseconds(200));
+  }
+  return receive->ToHostVector<uint32_t>();
+}
+
+}  // namespace
+
+absl::Status SessionImpl::InitSplitCommunicators(
+    int device, absl::Time deadline, std::shared_ptr<CommEntry>* world,
+    std::map<CollectiveGroupId, std::shared_ptr<CommEntry>>* groups,
+    std::vector<std::shared_ptr<CommEntry>>* comms) {
+  const uint32_t world_size = descriptor_.world_size();
+  const uint32_t me = descriptor_.rank();
+  auto interrupt = [this] { return InitInterrupt(); };
+  std::vector<uint32_t> all(world_size);
+  std::iota(all.begin(), all.end(), 0u);
+
+  // The root: the one full init. Its resources are shared with every
+  // scope split from it (no new connections or buffers: they share its
+  // channels), and so is its order: every scope's lane-0 work runs in
+  // launch order, as one Gloo executor runs it. Named for messages as the
+  // world it spans.
+  auto root = std::make_shared<CommEntry>();
+  root->name = "world-root";
+  root->members = all;
+  root->local_rank = me;
+  comms->push_back(root);
+  CommIdRequest req;
+  req.comm_name = "world";  // the key layout of docs/nccl.md, "Unique ids"
+  req.members = all;
+  req.rank = me;
+  req.plan = PlanUniqueIds(world_size, options_.ranks_per_unique_id,
+                           ScalableInitSupported());
+  UniqueIdGenerator generator = options_.unique_id_generator;
+  if (!generator) generator = [] { return NewNcclUniqueId(); };
+  auto ids = BrokerUniqueIds(*control_plane_, *options_.tag, {req}, generator,
+                             deadline, interrupt);
+  if (!ids.ok()) return ids.status();
+  NcclCommunicator::Options o;
+  o.name = root->name;
+  o.device = device;
+  o.nranks = static_cast<int>(world_size);
+  o.rank = static_cast<int>(me);
+  o.unique_ids = (*ids)[0];
+  o.share_resources = true;
+  auto root_comm = NcclCommunicator::StartInit(std::move(o));
+  if (!root_comm.ok()) return root_comm.status();
+  (*root_comm)->set_destroy_timeout(options_.destroy_timeout);
+  root->comm = *std::move(root_comm);
+  if (absl::Status s = root->comm->AwaitReady(deadline, interrupt); !s.ok()) {
+    return s;
+  }
+
+  // Which ranks are in which group: each rank knows only its own groups,
+  // and every rank must make the same splits in the same order. Two
+  // all-gathers over the root tell (how many groups, then their ids).
+  std::map<CollectiveGroupId, std::set<uint32_t>> group_ranks;
+  for (const auto& g : descriptor_.groups()) {
+    group_ranks[g.id()].insert(g.members().begin(), g.members().end());
+  }
+  if (world_size > 1) {
+    auto counts =
+        GatherWords(*root, {static_cast<uint32_t>(descriptor_.groups().size())},
+                    device, deadline, interrupt);
+    if (!counts.ok()) return counts.status();
+    const uint32_t most = *std::max_element(counts->begin(), counts->end());
+    if (most > 0) {
+      std::vector<uint32_t> mine(most, 0);
+      for (size_t i = 0; i < descriptor_.groups().size(); ++i) {
+        mine[i] = descriptor_.groups()[i].id();
+      }
+      auto gathered = GatherWords(*root, mine, device, deadline, interrupt);
+      if (!gathered.ok()) return gathered.status();
+      group_ranks.clear();
+      for (uint32_t r = 0; r < world_size; ++r) {
+        for (uint32_t i = 0; i < (*counts)[r]; ++i) {
+          group_ranks[(*gathered)[r * most + i]].insert(r);
+        }
+      }
+    }
+  }
+
+  // Every scope its own communicator, lane 0 of its own (groups with the
+  // same members too, as every Gloo group has its own context).
+  auto split = [&](const std::string& name,
+                   const std::vector<uint32_t>& members, uint32_t local_rank,
+                   int color) -> absl::StatusOr<std::shared_ptr<CommEntry>> {
+    NcclCommunicator::Options child;
+    child.name = name;
+    child.device = device;
+    child.nranks = static_cast<int>(members.size());
+    child.rank = static_cast<int>(local_rank);
+    // Their own splits (executor lanes) get resources, and an order, of
+    // their own.
+    child.share_resources = false;
+    auto comm = root->comm->Split(
+        std::move(child), color,
+        static_cast<int>(color == kNcclSplitNoColor ? me : local_rank),
+        deadline, interrupt);
+    if (!comm.ok()) return comm.status();
+    if (*comm == nullptr) return std::shared_ptr<CommEntry>();
+    auto entry = std::make_shared<CommEntry>();
+    entry->name = name;
+    entry->members = members;
+    entry->local_rank = local_rank;
+    entry->comm = *std::move(comm);
+    comms->push_back(entry);
+    return entry;
+  };
+  auto world_entry = split("world", all, me, 0);
+  if (!world_entry.ok()) return world_entry.status();
+  *world = *world_entry;
+  for (const SplitRound& round : PackSplitRounds(group_ranks)) {
+    int color = kNcclSplitNoColor;
+    const CollectiveGroupDescriptor* mine = nullptr;
+    for (size_t i = 0; i < round.size(); ++i) {
+      mine = descriptor_.group(round[i]);
+      if (mine != nullptr) {
+        color = static_cast<int>(i);
+        break;
+      }
+    }
+    const std::string name =
+        mine == nullptr ? std::string()
+                        : absl::StrCat("g", mine->id(), "-",
+                                       CommName(mine->members(), world_size));
+    auto entry = split(name, mine == nullptr ? all : mine->members(),
+                       mine == nullptr ? me : mine->local_rank(), color);
+    if (!entry.ok()) return entry.status();
+    if (mine != nullptr) (*groups)[mine->id()] = *entry;
+  }
+  // The root last: messages that list communicators start with the world.
+  std::rotate(comms->begin(), comms->begin() + 1, comms->end());
+  return absl::OkStatus();
+}
+
+absl::Status SessionImpl::InitBrokeredCommunicators(
+    int device, absl::Time deadline, std::shared_ptr<CommEntry>* world,
+    std::map<CollectiveGroupId, std::shared_ptr<CommEntry>>* groups,
+    std::vector<std::shared_ptr<CommEntry>>* comms_out) {
   // One communicator per distinct member list: the world first, then the
   // descriptor's groups (groups with the world's members share it).
   const uint32_t world_size = descriptor_.world_size();
   std::map<std::vector<uint32_t>, std::shared_ptr<CommEntry>> by_members;
-  std::vector<std::shared_ptr<CommEntry>> comms;
+  std::vector<std::shared_ptr<CommEntry>>& comms = *comms_out;
   auto entry_for = [&](const std::vector<uint32_t>& members,
                        uint32_t local_rank) {
     auto it = by_members.find(members);
@@ -817,10 +1062,9 @@ absl::Status SessionImpl::InitializeLocked() {
   };
   std::vector<uint32_t> all(world_size);
   std::iota(all.begin(), all.end(), 0u);
-  std::shared_ptr<CommEntry> world = entry_for(all, descriptor_.rank());
-  std::map<CollectiveGroupId, std::shared_ptr<CommEntry>> groups;
+  *world = entry_for(all, descriptor_.rank());
   for (const auto& g : descriptor_.groups()) {
-    groups[g.id()] = entry_for(g.members(), g.local_rank());
+    (*groups)[g.id()] = entry_for(g.members(), g.local_rank());
   }
 
   std::vector<CommIdRequest> requests;
@@ -834,23 +1078,12 @@ absl::Status SessionImpl::InitializeLocked() {
                              options_.ranks_per_unique_id, scalable);
     requests.push_back(std::move(req));
   }
-  const absl::Time deadline = MonotonicNow() + options_.init_timeout;
   auto interrupt = [this] { return InitInterrupt(); };
   UniqueIdGenerator generator = options_.unique_id_generator;
   if (!generator) generator = [] { return NewNcclUniqueId(); };
   auto ids = BrokerUniqueIds(*control_plane_, *options_.tag, requests,
                              generator, deadline, interrupt);
-  if (!ids.ok()) {
-    Poison(ids.status());
-    return ids.status();
-  }
-
-  auto abort_all = [&](const absl::Status& cause) {
-    AbortAll(comms, cause, options_.abort_timeout,
-             "communicator initialization");
-    Poison(cause);
-    return cause;
-  };
+  if (!ids.ok()) return ids.status();
   for (size_t c = 0; c < comms.size(); ++c) {
     NcclCommunicator::Options o;
     o.name = comms[c]->name;
@@ -859,7 +1092,7 @@ absl::Status SessionImpl::InitializeLocked() {
     o.rank = static_cast<int>(comms[c]->local_rank);
     o.unique_ids = (*ids)[c];
     auto comm = NcclCommunicator::StartInit(std::move(o));
-    if (!comm.ok()) return abort_all(comm.status());
+    if (!comm.ok()) return comm.status();
     (*comm)->set_destroy_timeout(options_.destroy_timeout);
     comms[c]->comm = *std::move(comm);
   }
@@ -868,34 +1101,81 @@ absl::Status SessionImpl::InitializeLocked() {
     std::vector<std::string> pending;
     for (auto& entry : comms) {
       absl::StatusOr<bool> ready = entry->comm->PollReady();
-      if (!ready.ok()) return abort_all(ready.status());
+      if (!ready.ok()) return ready.status();
       if (!*ready) pending.push_back(entry->name);
     }
     if (pending.empty()) break;
     absl::Status stop = interrupt();
-    if (!stop.ok()) return abort_all(stop);
+    if (!stop.ok()) return stop;
     if (MonotonicNow() >= deadline) {
-      return abort_all(absl::DeadlineExceededError(absl::StrCat(
+      return absl::DeadlineExceededError(absl::StrCat(
           "nccl backend: communicator init did not finish within ",
           absl::FormatDuration(options_.init_timeout), " (still pending: ",
-          absl::StrJoin(pending, ", "), "); all communicators aborted")));
+          absl::StrJoin(pending, ", "), "); all communicators aborted"));
     }
     absl::SleepFor(absl::Milliseconds(2));
   }
-
-  absl::MutexLock lock(&mu_);
-  device_ = device;
-  stream_ = *std::move(stream);
-  world_ = std::move(world);
-  groups_ = std::move(groups);
-  comms_ = std::move(comms);
   return absl::OkStatus();
+}
+
+std::vector<std::shared_ptr<CommEntry>> SessionImpl::AllComms() const {
+  absl::MutexLock lock(&mu_);
+  return comms_;
+}
+
+absl::StatusOr<std::shared_ptr<CommEntry>> SessionImpl::LaneComm(
+    const std::shared_ptr<CommEntry>& scope_comm, uint32_t lane,
+    absl::string_view operation) {
+  if (lane == 0) return scope_comm;
+  if (lane >= options_.executors) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl backend: ", operation, ": the executor is on lane ",
+                     lane, " but this session has ", options_.executors,
+                     " executor lane(s) (NcclSessionOptions::executors)"));
+  }
+  absl::MutexLock lock(&scope_comm->lanes_mu);
+  if (scope_comm->lanes.empty()) {
+    if (absl::Status usable = CheckUsable(); !usable.ok()) return usable;
+    // Every lane at once, in lane order: members may first use the scope
+    // on different lanes, but they all make the same splits in the same
+    // order (collective over the scope's members only).
+    const absl::Time deadline = MonotonicNow() + options_.init_timeout;
+    for (uint32_t l = 1; l < options_.executors; ++l) {
+      NcclCommunicator::Options o;
+      o.name = absl::StrCat(scope_comm->name, "-e", l);
+      o.device = device();
+      o.nranks = static_cast<int>(scope_comm->members.size());
+      o.rank = static_cast<int>(scope_comm->local_rank);
+      auto comm = scope_comm->comm->Split(
+          o, 0, static_cast<int>(scope_comm->local_rank), deadline,
+          EnqueueInterrupt());
+      if (!comm.ok()) {
+        return Fail(absl::Status(
+            comm.status().code(),
+            absl::StrCat("nccl backend: ", operation, ": executor lane ", l,
+                         " of ", scope_comm->name, ": ",
+                         comm.status().message())));
+      }
+      auto entry = std::make_shared<CommEntry>();
+      entry->name = o.name;
+      entry->members = scope_comm->members;
+      entry->local_rank = scope_comm->local_rank;
+      entry->comm = *std::move(comm);
+      {
+        absl::MutexLock state(&mu_);
+        comms_.push_back(entry);
+      }
+      scope_comm->lanes.push_back(std::move(entry));
+    }
+  }
+  return scope_comm->lanes[lane - 1];
 }
 
 absl::Status SessionImpl::WatchdogSession::NativeHealth() {
   if (!core_->PoisonStatus().ok()) return absl::OkStatus();
   DeviceGuard guard(core_->device());
-  for (auto& entry : core_->comms_) {
+  for (auto& entry : core_->AllComms()) {
+    if (entry->comm == nullptr) continue;
     absl::Status async = entry->comm->CheckAsyncError();
     if (!async.ok()) return async;
   }

@@ -10,9 +10,13 @@
 //   Create (no native work; capabilities empty)
 //   -> Initialize: probe devices (none => Unavailable, capabilities stay
 //      empty, nothing is poisoned); broker unique ids through the control
-//      plane; start every communicator non-blocking; poll them all with one
-//      deadline, aborting all on deadline, error or job failure (=> poison);
-//      start the watchdog.
+//      plane; where NCCL splits, init one root non-blocking and split every
+//      scope from it (shared resources, one order: executor lane 0),
+//      otherwise init one communicator per distinct member list; all
+//      within one deadline, aborting all on deadline, error or job failure
+//      (=> poison); start the watchdog.
+//   -> LaneComm: a scope's communicators of executor lanes above 0, split
+//      from its lane-0 one on the first use of any of them.
 //   -> operations: poison check, fail-closed capability check and
 //      validation before any native call; any native failure or missed
 //      deadline poisons the core and aborts every communicator.
@@ -80,13 +84,21 @@ namespace rankd::dataplane::nccl::internal {
 class OperationAgreement;
 class RecordBuffers;
 
-// One NCCL communicator and the world ranks it spans. Groups with the same
-// member list share one.
+// One NCCL communicator and the world ranks it spans: a scope (the world
+// or a group) on executor lane 0, or on a later lane (`lanes`). Where
+// ncclCommSplit exists every scope has its own; otherwise groups with the
+// same member list share one (docs/nccl.md, "Communicators and order").
 struct CommEntry {
   std::string name;
   std::vector<uint32_t> members;
   uint32_t local_rank = 0;
   std::unique_ptr<NcclCommunicator> comm;
+
+  // This scope's communicators of executor lanes 1, 2, ... (index lane -
+  // 1): made together, in lane order, on the scope's first use on a lane
+  // above 0 (SessionImpl::LaneComm).
+  absl::Mutex lanes_mu;
+  std::vector<std::shared_ptr<CommEntry>> lanes ABSL_GUARDED_BY(lanes_mu);
 
   // The next sequence number of a collective on this communicator, or of a
   // transfer on route (source, destination) (member indices), in the order
@@ -190,6 +202,15 @@ class SessionImpl final : public NcclOpOwner,
       const CollectiveScope& scope, const char* operation,
       bool DistributedCapabilities::*flag = nullptr,
       const char* capability = nullptr) const;
+  // The communicator of `scope_comm` (a lane-0 entry CommFor gave) on
+  // executor `lane`: itself for lane 0; for a later lane, created with the
+  // scope's other lanes on the first call (ncclCommSplit of the scope's
+  // communicator, collective over its members, bounded by init_timeout; a
+  // failure poisons). InvalidArgument (nothing poisoned) for a lane the
+  // session does not have (NcclSessionOptions::executors).
+  absl::StatusOr<std::shared_ptr<CommEntry>> LaneComm(
+      const std::shared_ptr<CommEntry>& scope_comm, uint32_t lane,
+      absl::string_view operation);
   // Adds why the capabilities are empty to a fail-closed error.
   absl::Status FailClosed(const absl::Status& status) const;
 
@@ -295,6 +316,20 @@ class SessionImpl final : public NcclOpOwner,
                           const std::function<std::string()>& where,
                           absl::Status* refusal);
   absl::Status InitInterrupt() const;
+  // Initialization's communicators where ncclCommSplit exists: a root
+  // (ncclCommInitRank, shared resources) and every scope split from it;
+  // otherwise one ncclCommInitRank per distinct member list. Fills
+  // `world`, `groups` and `comms` (every communicator, for aborts).
+  absl::Status InitSplitCommunicators(
+      int device, absl::Time deadline, std::shared_ptr<CommEntry>* world,
+      std::map<CollectiveGroupId, std::shared_ptr<CommEntry>>* groups,
+      std::vector<std::shared_ptr<CommEntry>>* comms);
+  absl::Status InitBrokeredCommunicators(
+      int device, absl::Time deadline, std::shared_ptr<CommEntry>* world,
+      std::map<CollectiveGroupId, std::shared_ptr<CommEntry>>* groups,
+      std::vector<std::shared_ptr<CommEntry>>* comms);
+  // Every communicator, lanes included (they are added as they are made).
+  std::vector<std::shared_ptr<CommEntry>> AllComms() const;
   // The job failure the control plane notified, or OK.
   absl::Status SignalCause() const { return watchdog_.notified_failure(); }
 

@@ -58,7 +58,16 @@
 //     like a real one) for all peers, reading peers' buffers directly as
 //     NCCL's same-process P2P transport does, so pool memory a peer may
 //     not access is an illegal-address fault (a sticky device error).
-//     Mismatched collectives at one sequence number hang. Sends rendezvous
+//     Mismatched collectives at one sequence number hang. Kernels run in
+//     NCCL's order (OrderDomain): those of one communicator, and of every
+//     communicator split from it with shared resources, one after another
+//     in launch order across streams, so two ranks that launch two groups'
+//     work in different orders deadlock, as on NCCL. ncclCommSplit as NCCL
+//     2.28's (collective over the parent, color and key,
+//     NCCL_SPLIT_NOCOLOR, the parent's splitShare deciding the order; not
+//     modelled: a shared abort flag). $RANKD_STANDIN_NCCL_VERSION makes
+//     ncclGetVersion answer an older NCCL (21700: no ncclCommSplit for
+//     rankd). Sends rendezvous
 //     with their receive; a byte-count mismatch is an asynchronous
 //     ncclInvalidUsage (stricter: real NCCL truncates or hangs).
 //     ncclCommAbort and ncclCommDestroy make the communicator's kernels
@@ -1112,6 +1121,10 @@ struct Message {
 
 struct Clique {
   int nranks = 0;
+  std::string id;  // the unique id's bytes (a split derives its child's)
+  // ncclCommSplit rounds of an in-process clique: round -> rank -> (color,
+  // key). A directory clique posts them as contributions instead.
+  std::map<uint64_t, std::map<int, std::pair<int, int>>> split_boards;
   // Set when $RANKD_STANDIN_CLIQUE_DIR is: ranks may be in other processes
   // and meet there; slots and channels are then unused, and members holds
   // this process's ranks only.
@@ -1122,8 +1135,25 @@ struct Clique {
   std::map<std::pair<int, int>, std::deque<std::shared_ptr<Message>>> channels;
 };
 
+// The order NCCL 2.28 gives kernels (enqueue.cc, ncclLaunchPrepare and
+// ncclLaunchFinish): a launch makes its stream wait for the communicator's
+// device stream (comm->sharedRes->deviceStream), which then waits for the
+// launch. So the kernels of one communicator, and of every communicator
+// sharing its resources (ncclCommSplit of a parent whose splitShare is 1),
+// run one after another in launch order, whatever streams they are on.
+struct OrderDomain {
+  uint64_t next_ticket = 0;
+  std::set<uint64_t> outstanding;  // launched, not finished (or dropped)
+};
+constexpr uint64_t kNoTicket = ~uint64_t{0};
+
 struct CommState {
   std::shared_ptr<Clique> clique;
+  std::shared_ptr<OrderDomain> domain = std::make_shared<OrderDomain>();
+  // config.splitShare (unset: 0): whether communicators split from this
+  // one share its resources, and so its order.
+  bool split_share = false;
+  uint64_t splits = 0;  // ncclCommSplit calls on this communicator
   uint64_t serial = 0;  // unique for the process's life
   int rank = 0, nranks = 0, device = 0;
   int physical = 0;  // the GPU behind `device`
@@ -1478,9 +1508,27 @@ bool Deliverable(CommState* c, const PendingOp& op, size_t sent_bytes,
 // its receives, waits until its sends were taken. Leaves early, writing
 // nothing more, once the communicator is aborted.
 void RunKernel(const std::shared_ptr<CommState>& cs,
-               const std::shared_ptr<std::vector<PendingOp>>& ops) {
+               const std::shared_ptr<std::vector<PendingOp>>& ops,
+               uint64_t ticket) {
   CommState* c = cs.get();
   std::unique_lock<std::mutex> lock(g_mu);
+  // Behind every earlier launch of its order domain (OrderDomain), as the
+  // real kernel waits for the device stream; an aborted communicator's
+  // kernel leaves at once. Its ticket goes when it leaves (lock held).
+  struct Ticket {
+    OrderDomain& domain;
+    uint64_t ticket;
+    ~Ticket() {
+      if (ticket == kNoTicket) return;
+      domain.outstanding.erase(ticket);
+      g_cv.notify_all();
+    }
+  } held{*c->domain, ticket};
+  if (ticket != kNoTicket) {
+    g_cv.wait(lock, [&] {
+      return c->aborted || *c->domain->outstanding.begin() == ticket;
+    });
+  }
   --c->queued;
   if (c->aborted) return;
   Device& device = Devices()[c->device];
@@ -1681,11 +1729,20 @@ NcclResult Launch(ncclComm* comm, CUstream_st* stream,
     }
   }
   auto shared_ops = std::make_shared<std::vector<PendingOp>>(std::move(ops));
-  auto kernel = [cs, shared_ops] { RunKernel(cs, shared_ops); };
+  // The kernel takes its place in its order domain when it is queued
+  // (g_mu held), which is when NCCL launches it.
+  auto queue_kernel = [cs, shared_ops, s] {
+    const uint64_t ticket = cs->domain->next_ticket++;
+    cs->domain->outstanding.insert(ticket);
+    ++cs->queued;
+    EnqueueLocked(
+        s, [cs, shared_ops, ticket] { RunKernel(cs, shared_ops, ticket); });
+  };
   if (s->capture != nullptr) {
     // On a capturing stream the kernel is recorded into the graph, as
     // NCCL's launch is captured: it does not run, nor count as queued.
-    EnqueueLocked(s, std::move(kernel));
+    EnqueueLocked(s,
+                  [cs, shared_ops] { RunKernel(cs, shared_ops, kNoTicket); });
     return native::kNcclSuccess;
   }
   ++cs->launches;
@@ -1707,17 +1764,15 @@ NcclResult Launch(ncclComm* comm, CUstream_st* stream,
       return CommError(cs.get(), native::kNcclInternalError,
                        "stand-in: aborted while connecting to the peers");
     }
-    ++cs->queued;
-    EnqueueLocked(s, std::move(kernel));
+    queue_kernel();
     return native::kNcclSuccess;
   }
   cs->async = native::kNcclInProgress;
   ++cs->jobs;
-  std::thread([cs, s, kernel = std::move(kernel)]() mutable {
+  std::thread([cs, queue_kernel = std::move(queue_kernel)]() mutable {
     std::unique_lock<std::mutex> lock(g_mu);
     if (PollUntil(lock, cs.get(), [&] { return ConnectedLocked(cs.get()); })) {
-      ++cs->queued;
-      EnqueueLocked(s, std::move(kernel));
+      queue_kernel();
       if (cs->async == native::kNcclInProgress) {
         cs->async = native::kNcclSuccess;
       }
@@ -1782,19 +1837,35 @@ std::string Placement(int physical) {
   return host + "/" + std::to_string(physical);
 }
 
-NcclResult JoinClique(ncclComm** out, int nranks,
-                      const native::NcclUniqueId& id, int rank,
-                      native::NcclConfig* config) {
-  if (out == nullptr || nranks < 1 || rank < 0 || rank >= nranks) {
-    return CommError(nullptr, native::kNcclInvalidArgument, "bad rank or size");
+// A config's blocking flag (unset: blocking, NCCL's default).
+bool ConfigBlocking(const native::NcclConfig* config) {
+  return config == nullptr || config->blocking == native::kNcclConfigUndefInt ||
+         config->blocking != 0;
+}
+
+// A config's splitShare, where its version has one (unset: 0, NCCL's
+// default).
+bool ConfigSplitShare(const native::NcclConfig* config) {
+  if (config == nullptr ||
+      config->version < native::kNcclConfigVersionSplitShare ||
+      config->size < sizeof(native::NcclConfigWithSplitShare)) {
+    return false;
   }
-  const bool blocking = config == nullptr ||
-                        config->blocking == native::kNcclConfigUndefInt ||
-                        config->blocking != 0;
+  const auto* full =
+      reinterpret_cast<const native::NcclConfigWithSplitShare*>(config);
+  return full->split_share == 1;
+}
+
+// Joins rank `rank` of the clique of unique id `id` on `device` (g_mu held
+// through `lock`). With `wait`, returns once every rank joined (init
+// done); otherwise at once with ncclInProgress (a non-blocking init).
+NcclResult JoinCliqueLocked(std::unique_lock<std::mutex>& lock, ncclComm** out,
+                            int nranks, const native::NcclUniqueId& id,
+                            int rank, int device, bool blocking, bool wait,
+                            std::shared_ptr<CommState>* joined = nullptr) {
   auto cs = std::make_shared<CommState>();
   cs->serial = g_comm_serials.fetch_add(1) + 1;
-  std::unique_lock<std::mutex> lock(g_mu);
-  cs->device = ContextDeviceLocked();
+  cs->device = device;
   cs->physical =
       cs->device < DeviceCount() ? Devices()[cs->device].physical : cs->device;
   cs->placement = Placement(cs->physical);
@@ -1803,6 +1874,7 @@ NcclResult JoinClique(ncclComm** out, int nranks,
   if (q == nullptr) {
     q = std::make_shared<Clique>();
     q->nranks = nranks;
+    q->id = key;
     q->members.resize(nranks);
     const char* root = std::getenv("RANKD_STANDIN_CLIQUE_DIR");
     if (root != nullptr && root[0] != '\0') {
@@ -1830,12 +1902,29 @@ NcclResult JoinClique(ncclComm** out, int nranks,
   q->members[rank] = cs;
   ++q->joined;
   g_cv.notify_all();
+  if (joined != nullptr) *joined = cs;
   *out = new ncclComm{cs};
-  if (!blocking) return native::kNcclInProgress;
+  if (!wait) return native::kNcclInProgress;
   PollUntil(lock, cs.get(), [&] { return !JoinedPlacements(*q).empty(); });
   cs->init_done = true;
   cs->async = native::kNcclSuccess;
   return native::kNcclSuccess;
+}
+
+NcclResult JoinClique(ncclComm** out, int nranks,
+                      const native::NcclUniqueId& id, int rank,
+                      native::NcclConfig* config) {
+  if (out == nullptr || nranks < 1 || rank < 0 || rank >= nranks) {
+    return CommError(nullptr, native::kNcclInvalidArgument, "bad rank or size");
+  }
+  const bool blocking = ConfigBlocking(config);
+  std::unique_lock<std::mutex> lock(g_mu);
+  std::shared_ptr<CommState> cs;
+  NcclResult r =
+      JoinCliqueLocked(lock, out, nranks, id, rank, ContextDeviceLocked(),
+                       blocking, blocking, &cs);
+  if (cs != nullptr) cs->split_share = ConfigSplitShare(config);
+  return r;
 }
 
 // Settles a non-blocking init once every rank joined (g_mu held).
@@ -1869,7 +1958,9 @@ void Revoke(CommState* c) {
 
 STANDIN_API NcclResult ncclGetVersion(int* v) {
   if (v == nullptr) return native::kNcclInvalidArgument;
-  *v = 22800;
+  // $RANKD_STANDIN_NCCL_VERSION (a bench's lever): answer as an older NCCL,
+  // e.g. 21700 for one without ncclCommSplit.
+  *v = EnvInt("RANKD_STANDIN_NCCL_VERSION", 22800, 21400, 22800);
   return native::kNcclSuccess;
 }
 STANDIN_API NcclResult ncclGetUniqueId(native::NcclUniqueId* id) {
@@ -1906,6 +1997,182 @@ STANDIN_API NcclResult ncclCommInitRankScalable(ncclComm** comm, int nranks,
   if (nids < 1 || ids == nullptr) return native::kNcclInvalidArgument;
   return JoinClique(comm, nranks, ids[0], rank, config);
 }
+namespace {
+
+// Where a directory clique posts its split rounds (clique_directory.h
+// "op.<seq>"), far above any collective's sequence number.
+constexpr uint64_t kSplitSeqBase = uint64_t{1} << 62;
+
+uint64_t Fnv1a(const std::string& bytes, uint64_t h) {
+  for (unsigned char b : bytes) {
+    h ^= b;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// Every rank's (color, key) of split `round` of `c`'s clique, by rank, once
+// all posted (g_mu held); false while one is missing.
+bool SplitBoard(CommState* c, uint64_t round,
+                std::vector<std::pair<int, int>>* board) {
+  Clique& q = *c->clique;
+  board->clear();
+  if (q.directory != nullptr) {
+    std::vector<Contribution> all;
+    if (!q.directory->AllPosted(kSplitSeqBase + round) ||
+        !q.directory->Collect(kSplitSeqBase + round, &all)) {
+      return false;
+    }
+    for (const Contribution& peer : all) {
+      std::pair<int, int> ck{native::kNcclSplitNoColor, 0};
+      if (peer.data.size() == sizeof(int) * 2) {
+        std::memcpy(&ck.first, peer.data.data(), sizeof(int));
+        std::memcpy(&ck.second, peer.data.data() + sizeof(int), sizeof(int));
+      }
+      board->push_back(ck);
+    }
+    return true;
+  }
+  const auto& posted = q.split_boards[round];
+  if (static_cast<int>(posted.size()) < q.nranks) return false;
+  for (const auto& [rank, ck] : posted) board->push_back(ck);
+  return true;
+}
+
+// The rest of ncclCommSplit once rank `parent->rank` posted its color and
+// key (g_mu held through `lock`): waits for every rank's, then joins the
+// child clique of its color (ranked by key, then parent rank) and waits
+// until all of that clique joined, as NCCL's split job initializes the
+// child whole before it writes `*newcomm`.
+NcclResult FinishSplit(std::unique_lock<std::mutex>& lock,
+                       const std::shared_ptr<CommState>& parent, uint64_t round,
+                       int color, bool child_blocking, bool child_split_share,
+                       ncclComm** newcomm) {
+  std::vector<std::pair<int, int>> board;
+  if (!PollUntil(lock, parent.get(),
+                 [&] { return SplitBoard(parent.get(), round, &board); })) {
+    return CommError(parent.get(), native::kNcclInternalError,
+                     "stand-in: aborted while splitting");
+  }
+  if (color == native::kNcclSplitNoColor) return native::kNcclSuccess;
+  std::vector<std::pair<int, int>> members;  // (key, parent rank)
+  for (int r = 0; r < static_cast<int>(board.size()); ++r) {
+    if (board[r].first == color) members.emplace_back(board[r].second, r);
+  }
+  std::sort(members.begin(), members.end());
+  int my_rank = 0;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i].second == parent->rank) my_rank = static_cast<int>(i);
+  }
+  // The child's id: the parent's, its first 16 bytes (which name a
+  // directory clique) a hash of the parent's id, the round and the color.
+  const std::string tag = parent->clique->id + "/split/" +
+                          std::to_string(round) + "/" + std::to_string(color);
+  native::NcclUniqueId id;
+  std::memcpy(id.internal, parent->clique->id.data(), sizeof(id.internal));
+  const uint64_t h1 = Fnv1a(tag, 1469598103934665603ull);
+  const uint64_t h2 = Fnv1a(tag, h1 ^ 0x9e3779b97f4a7c15ull);
+  std::memcpy(id.internal, &h1, 8);
+  std::memcpy(id.internal + 8, &h2, 8);
+  ncclComm* child = nullptr;
+  std::shared_ptr<CommState> cs;
+  NcclResult r =
+      JoinCliqueLocked(lock, &child, static_cast<int>(members.size()), id,
+                       my_rank, parent->device, child_blocking,
+                       /*wait=*/false, &cs);
+  if (r != native::kNcclInProgress) return r;
+  // An abort of the parent ends the child's init too (NCCL's
+  // childAbortFlag, or the shared abort flag).
+  if (!PollUntil(lock, parent.get(),
+                 [&] { return !JoinedPlacements(*cs->clique).empty(); })) {
+    cs->aborted = true;
+    g_cv.notify_all();
+    return CommError(parent.get(), native::kNcclInternalError,
+                     "stand-in: aborted while the split child initialized");
+  }
+  SettleInit(cs.get());
+  if (cs->async != native::kNcclSuccess) return cs->async;
+  cs->split_share = child_split_share;
+  // Sharing resources shares the device stream, and so the order.
+  if (parent->split_share) cs->domain = parent->domain;
+  __atomic_store_n(newcomm, child, __ATOMIC_RELEASE);
+  return native::kNcclSuccess;
+}
+
+}  // namespace
+
+// As NCCL 2.28's (init.cc, ncclCommInitChildComm): collective over every
+// rank of `comm`; a rank with NCCL_SPLIT_NOCOLOR gets no communicator;
+// `*newcomm` stays null until the child is initialized; the parent must be
+// ready (ncclCommEnsureReady) and, when non-blocking, answers
+// ncclInProgress (from this call and from ncclCommGetAsyncError) while a
+// thread of its own does the split. Whether the child shares resources
+// (and so kernel order: OrderDomain) is the parent's config.splitShare; a
+// null `config` gives the child the parent's.
+STANDIN_API NcclResult ncclCommSplit(ncclComm* comm, int color, int key,
+                                     ncclComm** newcomm,
+                                     native::NcclConfig* config) {
+  if (NcclResult r = Injected("ncclCommSplit"); r != native::kNcclSuccess) {
+    return r;
+  }
+  if (comm == nullptr || comm->state == nullptr || newcomm == nullptr ||
+      (color < 0 && color != native::kNcclSplitNoColor)) {
+    return CommError(nullptr, native::kNcclInvalidArgument,
+                     "ncclCommSplit: bad communicator, color or newcomm");
+  }
+  std::shared_ptr<CommState> parent = comm->state;
+  std::unique_lock<std::mutex> lock(g_mu);
+  SettleInit(parent.get());
+  if (!parent->init_done || parent->aborted || parent->finalizing) {
+    return CommError(parent.get(), native::kNcclInvalidUsage,
+                     "communicator is not ready (initializing, finalizing "
+                     "or aborted)");
+  }
+  if (parent->async == native::kNcclInProgress) {
+    return CommError(parent.get(), native::kNcclInvalidArgument,
+                     "Attempt to use communicator before the previous "
+                     "operation returned ncclSuccess");
+  }
+  if (parent->async != native::kNcclSuccess) return parent->async;
+  *newcomm = nullptr;
+  const uint64_t round = parent->splits++;
+  const bool child_blocking =
+      config != nullptr ? ConfigBlocking(config) : parent->blocking;
+  const bool child_split_share =
+      config != nullptr ? ConfigSplitShare(config) : parent->split_share;
+  Clique& q = *parent->clique;
+  if (q.directory != nullptr) {
+    Contribution mine;
+    mine.signature = "split";
+    mine.data.resize(sizeof(int) * 2);
+    std::memcpy(mine.data.data(), &color, sizeof(int));
+    std::memcpy(mine.data.data() + sizeof(int), &key, sizeof(int));
+    if (!q.directory->Post(kSplitSeqBase + round, parent->rank, mine)) {
+      return CommError(parent.get(), native::kNcclSystemError,
+                       "stand-in: clique directory: cannot post a split");
+    }
+  } else {
+    q.split_boards[round][parent->rank] = {color, key};
+  }
+  g_cv.notify_all();
+  if (parent->blocking) {
+    return FinishSplit(lock, parent, round, color, child_blocking,
+                       child_split_share, newcomm);
+  }
+  parent->async = native::kNcclInProgress;
+  ++parent->jobs;
+  std::thread([parent, round, color, child_blocking, child_split_share,
+               newcomm] {
+    std::unique_lock<std::mutex> lock(g_mu);
+    NcclResult r = FinishSplit(lock, parent, round, color, child_blocking,
+                               child_split_share, newcomm);
+    if (parent->async == native::kNcclInProgress) parent->async = r;
+    --parent->jobs;
+    g_cv.notify_all();
+  }).detach();
+  return native::kNcclInProgress;
+}
+
 STANDIN_API NcclResult ncclCommGetAsyncError(ncclComm* comm,
                                              NcclResult* state) {
   if (comm == nullptr || state == nullptr) return native::kNcclInvalidArgument;
