@@ -18,11 +18,14 @@
 //              ReceiveInto), the session's stream;
 //   direct_same the library calls rankd's layer makes for the operation,
 //              made directly on a non-blocking communicator: an 8-byte
-//              host-to-device copy of the agreement record, the record's
-//              all_gather (send_receive: the record sent each way) in the
-//              payload's group, the payload, the wait below, a completion
-//              event record; so rankd - direct_same is the layer's own work
-//              (all_to_all_v: not modelled, rankd checks counts first);
+//              host-to-device copy of the agreement record from page-locked
+//              memory, the record's all_gather (send_receive: the record
+//              sent each way) in the payload's group, the payload, the wait
+//              below, the records' copy back to page-locked memory, a
+//              completion event record; so rankd - direct_same is the
+//              layer's own work and direct_same - direct_nb what the
+//              agreement record costs (all_to_all_v: not modelled, rankd
+//              sends its records ahead in launches of their own);
 //   direct_nb  a non-blocking communicator (config.blocking = 0, as rankd's):
 //              the NCCL call(s), then ncclCommGetAsyncError polled with
 //              sched_yield until NCCL queued the work: the least any caller
@@ -49,12 +52,14 @@
 // index on that rank, which ran just after it.
 //
 // The MoE-shaped loop: --moe_steps all_to_all_v in a row whose counts
-// change every step (rows of --moe_row_bytes, 1 to 5 rows per pair),
-// submitted back to back with no wait in between (one wait at the end), in
-// rankd and direct_nb. It reports the host time of the steps and, against
-// the stand-in, how many times the submitting thread waited for device
-// work meanwhile (testing/standin_control.h: synchronize calls and events
-// polled while not ready); "n/a" on real libraries.
+// change every step (rows of --moe_row_bytes, 1 to 5 rows per pair, five
+// patterns in turn), submitted back to back with no wait in between (one
+// wait at the end), in rankd and direct_nb, after --moe_warmup untimed runs
+// (rankd checks each count pattern before its payload the first time it
+// sees it, then lets it go ahead: docs/nccl.md). It reports the host time of
+// the steps and, against the stand-in, how many times the submitting thread
+// waited for device work meanwhile (testing/standin_control.h: synchronize
+// calls and events polled while not ready); "n/a" on real libraries.
 //
 // Output: Markdown tables on stdout (the runtime line first); "ERROR ..."
 // and exit 1 on any failure. Values are checked once per operation, mode
@@ -118,6 +123,9 @@ ABSL_FLAG(std::string, modes, "rankd,direct_same,direct_nb,direct_b",
 ABSL_FLAG(int, moe_steps, 32, "all_to_all_v steps of the MoE-shaped loop");
 ABSL_FLAG(int, moe_row_bytes, 4096, "bytes per row in the MoE-shaped loop");
 ABSL_FLAG(int, moe_blocks, 5, "times the MoE-shaped loop runs per mode");
+ABSL_FLAG(int, moe_warmup, 1,
+          "untimed runs of the MoE-shaped loop first, per mode (rankd checks "
+          "each new count pattern before its payload, once)");
 
 namespace rankd::bench {
 namespace {
@@ -157,7 +165,8 @@ struct NcclConfig {
 };
 constexpr int kNcclSuccess = 0, kNcclInProgress = 7;
 constexpr int kNcclUint8 = 1, kNcclFloat32 = 7, kNcclSum = 0;
-constexpr int kCudaMemcpyHostToDevice = 1, kCudaMemcpyDeviceToDevice = 3;
+constexpr int kCudaMemcpyHostToDevice = 1, kCudaMemcpyDeviceToHost = 2,
+              kCudaMemcpyDeviceToDevice = 3;
 constexpr unsigned kCudaStreamNonBlocking = 1, kCudaEventDisableTiming = 2;
 using Stream = void*;
 using Comm = void*;
@@ -167,6 +176,7 @@ struct Native {
   int (*StreamCreateWithFlags)(Stream*, unsigned);
   int (*StreamSynchronize)(Stream);
   int (*Malloc)(void**, size_t);
+  int (*MallocHost)(void**, size_t);
   int (*MemcpyAsync)(void*, const void*, size_t, int, Stream);
   int (*EventCreateWithFlags)(void**, unsigned);
   int (*EventRecord)(void*, Stream);
@@ -198,6 +208,7 @@ const Native& LoadNative(const dataplane::nccl::NativeRuntimeReport& report) {
     Resolve(cudart, "cudaStreamCreateWithFlags", &n.StreamCreateWithFlags);
     Resolve(cudart, "cudaStreamSynchronize", &n.StreamSynchronize);
     Resolve(cudart, "cudaMalloc", &n.Malloc);
+    Resolve(cudart, "cudaMallocHost", &n.MallocHost);
     Resolve(cudart, "cudaMemcpyAsync", &n.MemcpyAsync);
     Resolve(cudart, "cudaEventCreateWithFlags", &n.EventCreateWithFlags);
     Resolve(cudart, "cudaEventRecord", &n.EventRecord);
@@ -229,9 +240,9 @@ struct DirectRank {
   Comm comm = nullptr;
   Stream stream = nullptr;
   void *in = nullptr, *out = nullptr;
-  void* record = nullptr;  // direct_same: an agreement record's words
-  void* event = nullptr;   // direct_same: the completion event
-  uint64_t word = 0;       // direct_same: the record's host copy
+  void* record = nullptr;    // direct_same: an agreement record's words
+  void* event = nullptr;     // direct_same: the completion event
+  uint64_t* host = nullptr;  // direct_same: the record's page-locked mirror
 
   // Waits (sched_yield between polls) until NCCL queued the work of a call
   // that answered `r`.
@@ -284,10 +295,10 @@ void DirectSubmit(DirectRank& d, Op op, size_t bytes) {
   const Native& n = *d.n;
   char* record = static_cast<char*>(d.record);
   if (d.same_calls) {
-    ++d.word;
-    CheckCuda(n.MemcpyAsync(record, &d.word, sizeof(d.word),
-                            kCudaMemcpyHostToDevice, d.stream),
-              "cudaMemcpyAsync");
+    ++d.host[0];
+    CheckCuda(
+        n.MemcpyAsync(record, d.host, 8, kCudaMemcpyHostToDevice, d.stream),
+        "cudaMemcpyAsync");
     n.GroupStart();
   }
   const int peer = Partner(d.rank, d.world);
@@ -343,6 +354,10 @@ void DirectSubmit(DirectRank& d, Op op, size_t bytes) {
   }
   d.Settle(r, what);
   if (d.same_calls) {
+    // The records back to page-locked memory, then the completion event.
+    CheckCuda(n.MemcpyAsync(d.host + 1, record + 8, 8 * d.world,
+                            kCudaMemcpyDeviceToHost, d.stream),
+              "cudaMemcpyAsync");
     CheckCuda(n.EventRecord(d.event, d.stream), "cudaEventRecord");
   }
 }
@@ -472,7 +487,8 @@ int Main() {
   }
   if (iters.size() != sizes.size()) Die("--iters needs one count per size");
   std::vector<Op> ops;
-  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_ops), ',')) {
+  for (absl::string_view s :
+       absl::StrSplit(absl::GetFlag(FLAGS_ops), ',', absl::SkipEmpty())) {
     bool found = false;
     for (Op op :
          {Op::kAllReduce, Op::kAllGather, Op::kAllToAllV, Op::kSendReceive}) {
@@ -547,6 +563,10 @@ int Main() {
           CheckCuda(native.Malloc(&d.in, largest), "cudaMalloc");
           CheckCuda(native.Malloc(&d.out, largest * world), "cudaMalloc");
           CheckCuda(native.Malloc(&d.record, 8 * (world + 1)), "cudaMalloc");
+          CheckCuda(native.MallocHost(reinterpret_cast<void**>(&d.host),
+                                      8 * (world + 1)),
+                    "cudaMallocHost");
+          d.host[0] = 0;
           CheckCuda(
               native.EventCreateWithFlags(&d.event, kCudaEventDisableTiming),
               "cudaEventCreateWithFlags");
@@ -596,8 +616,9 @@ int Main() {
             std::vector<double> rankd_us;
             for (int i = 0; i < warm + timed; ++i) {
               for (const std::string& mode : modes) {
-                // rankd checks all_to_all_v's counts first, with host waits
-                // (issue 34, defect 2): direct_same does not model that.
+                // rankd's all_to_all_v sends its agreement records in two
+                // launches of their own ahead of the payload (issue 34,
+                // defect 2; docs/nccl.md): direct_same does not model that.
                 if (mode == "direct_same" && op == Op::kAllToAllV) continue;
                 const auto t0 = Clock::now();
                 std::shared_ptr<dataplane::BoundedCompletion> completion;
@@ -708,10 +729,13 @@ int Main() {
     struct MoeResult {
       std::vector<double> us;
       std::vector<int64_t> syncs;
+      std::vector<int64_t> warmup_syncs;  // the first, untimed runs
       absl::Mutex mu;
     };
     std::map<std::string, MoeResult> moe;
-    for (int block = 0; block < absl::GetFlag(FLAGS_moe_blocks); ++block) {
+    const int moe_warmup = absl::GetFlag(FLAGS_moe_warmup);
+    for (int block = -moe_warmup; block < absl::GetFlag(FLAGS_moe_blocks);
+         ++block) {
       for (const std::string& mode :
            {std::string("rankd"), std::string("direct_nb")}) {
         if (!std::count(modes.begin(), modes.end(), mode)) continue;
@@ -792,6 +816,10 @@ int Main() {
             for (auto& c : pending) Check(c->Wait(), "moe wait");
             CheckCuda(native.StreamSynchronize(d.stream), "synchronize");
             absl::MutexLock lock(&result.mu);
+            if (block < 0) {
+              result.warmup_syncs.push_back(syncs);
+              return;
+            }
             result.us.push_back(
                 std::chrono::duration<double, std::micro>(t1 - t0).count());
             result.syncs.push_back(syncs);
@@ -802,27 +830,28 @@ int Main() {
     }
     std::printf(
         "\nMoE-shaped loop: %d all_to_all_v in a row, counts changing every "
-        "step (1-5 rows of %zu bytes per pair), one wait at the end; "
-        "%d runs per mode, every rank\n\n",
-        steps, row_bytes, absl::GetFlag(FLAGS_moe_blocks));
+        "step (five patterns in turn, 1-5 rows of %zu bytes per pair), one "
+        "wait at the end; %d untimed warm-up run(s), then %d runs per mode, "
+        "every rank\n\n",
+        steps, row_bytes, moe_warmup, absl::GetFlag(FLAGS_moe_blocks));
     std::printf(
         "| mode | host time of the %d steps, µs, p50 (max) | per step, µs | "
-        "host waits for device work during the steps, per rank (max) |\n",
+        "host waits for device work during the steps, per rank (max) | "
+        "the same in the warm-up runs |\n",
         steps);
-    std::printf("|---|---:|---:|---:|\n");
+    std::printf("|---|---:|---:|---:|---:|\n");
     for (auto& [mode, result] : moe) {
       const double p50 = Median(result.us);
       const double max = *std::max_element(result.us.begin(), result.us.end());
-      std::string syncs = "n/a (real libraries)";
-      if (standin != nullptr) {
-        syncs = absl::StrCat(
-            Median(
-                std::vector<double>(result.syncs.begin(), result.syncs.end())),
-            " (", *std::max_element(result.syncs.begin(), result.syncs.end()),
-            ")");
-      }
-      std::printf("| %s | %.0f (%.0f) | %.1f | %s |\n", mode.c_str(), p50, max,
-                  p50 / steps, syncs.c_str());
+      auto count = [&](const std::vector<int64_t>& v) -> std::string {
+        if (standin == nullptr) return "n/a (real libraries)";
+        if (v.empty()) return "-";
+        return absl::StrCat(Median(std::vector<double>(v.begin(), v.end())),
+                            " (", *std::max_element(v.begin(), v.end()), ")");
+      };
+      std::printf("| %s | %.0f (%.0f) | %.1f | %s | %s |\n", mode.c_str(), p50,
+                  max, p50 / steps, count(result.syncs).c_str(),
+                  count(result.warmup_syncs).c_str());
     }
   }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Host time per operation of rankd's NCCL layer against direct calls into
-# the same CUDA runtime and NCCL, and the MoE-shaped all_to_all_v loop
+# the same CUDA runtime and NCCL, and the MoE-shaped all_to_all_v loop with
+# its host waits per rank, after --moe_warmup untimed runs and in them
 # (bench/nccl_overhead_bench.cc says what is measured and how). Prints
 # Markdown tables; bench/RESULTS.md ("NCCL layer: host time per operation")
 # records runs by hand.
@@ -15,7 +16,11 @@
 # elsewhere (no Bazel needed on the GPU host).
 #
 # usage: bench/run_nccl_overhead.sh [--real] [--bin=FILE]
-#          [bench flags: --ranks=N --sizes=... --iters=... --blocks=N ...]
+#          [bench flags: --ranks=N --sizes=... --iters=... --blocks=N
+#           --moe_steps=N --moe_warmup=N --moe_blocks=N ...]
+# --moe_only: only the MoE-shaped loop (--ops= --modes=rankd,direct_nb and
+# the smallest size that holds it), for a quick before/after of its host
+# waits.
 # Layout: one process, one thread per rank; the rank threads, NCCL's launch
 # threads and (stand-in) the stream threads share the machine's CPUs, so
 # note nproc and the load with the numbers (the script prints them).
@@ -26,6 +31,7 @@ REAL=0 BIN="" ARGS=()
 for arg in "$@"; do
   case "$arg" in
     --real) REAL=1 ;;
+    --moe_only) ARGS+=(--ops= --modes=rankd,direct_nb --sizes=65536 --iters=1) ;;
     --bin=*) BIN=${arg#*=} ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) ARGS+=("$arg") ;;

@@ -108,4 +108,24 @@ absl::Status CopyDeviceToHost(void* dst, const void* src, size_t bytes,
   return stream.Synchronize();
 }
 
+absl::StatusOr<void*> AllocatePinnedHost(size_t bytes, int device) {
+  DeviceGuard guard(device);
+  if (!guard.status().ok()) return guard.status();
+  void* p = nullptr;
+  absl::Status s = Check(Cuda().MallocHost(&p, bytes), "cudaMallocHost");
+  if (!s.ok()) return s;
+  return p;
+}
+
+absl::Status CopyDeviceToPinnedHostAsync(void* dst, const void* src,
+                                         size_t bytes,
+                                         const CudaStream& stream) {
+  if (bytes == 0) return absl::OkStatus();
+  DeviceGuard guard(stream.device());
+  return Check(
+      Cuda().MemcpyAsync(dst, src, bytes, internal::kCudaMemcpyDeviceToHost,
+                         stream.get()),
+      "cudaMemcpyAsync(device to pinned host)");
+}
+
 }  // namespace rankd::dataplane::nccl

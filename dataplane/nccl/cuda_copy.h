@@ -2,9 +2,11 @@
 // between caller buffers, its own DeviceBuffers (device_buffer.h) and the
 // host, ordered with the NCCL work on the same CudaStream.
 //
-// Host memory is pageable (rankd pins none: cudaFreeHost synchronizes the
-// device), so the host <-> device copies that return with the data in
-// place synchronize their stream.
+// Host memory is pageable, so the host <-> device copies that return with
+// the data in place synchronize their stream; the exception is page-locked
+// memory from AllocatePinnedHost, which rankd keeps for the process's life
+// (cudaFreeHost synchronizes the device) and copies to and from without
+// waiting (the agreement records, internal/operation_agreement.h).
 //
 // Depends on cuda_stream.h; cuda_copy.cc uses cuda_device.h. Every
 // function may be called from any thread; pointers stay the caller's, who
@@ -17,6 +19,7 @@
 #include <cstddef>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "dataplane/nccl/cuda_stream.h"
 
 namespace rankd::dataplane::nccl {
@@ -49,6 +52,19 @@ absl::Status CopyHostToDeviceAsync(void* dst, const void* src, size_t bytes,
 // reported here).
 absl::Status CopyDeviceToHost(void* dst, const void* src, size_t bytes,
                               const CudaStream& stream);
+
+// Page-locked host memory of `bytes` bytes (cudaMallocHost) on `device`'s
+// context. Never freed: cudaFreeHost synchronizes the device, which would
+// wait behind a stuck NCCL kernel, so callers pool it for the process's
+// life. The error names the call.
+absl::StatusOr<void*> AllocatePinnedHost(size_t bytes, int device);
+// Queues a device-to-host copy into page-locked `dst` (AllocatePinnedHost)
+// without waiting: `dst` holds the data once the stream ran past it (an
+// event recorded after it completed). Pageable `dst` would make CUDA
+// synchronize.
+absl::Status CopyDeviceToPinnedHostAsync(void* dst, const void* src,
+                                         size_t bytes,
+                                         const CudaStream& stream);
 
 }  // namespace rankd::dataplane::nccl
 

@@ -416,5 +416,189 @@ TEST_F(NcclMultiGpuTest, AnAllToAllVRefusedByOneMemberIsRefusedByAll) {
       nullptr, options);
 }
 
+// The MoE-shaped loop (issue 34, defect 2): 32 all_to_all_v in a row whose
+// counts change every step (five count patterns in turn). Counts are
+// checked before the payload the first time this member submits them
+// (host waits for the records); once agreed, the same counts go ahead,
+// checked as they arrive, so the steady state never stops the host. The
+// stand-in counts the submitting thread's waits for device work
+// (synchronizations, events polled while not ready, copies to or from
+// pageable memory): four per step before (two record launches waited
+// for, two read-backs), none now.
+TEST_F(NcclMultiGpuTest, AnAllToAllVLoopNeverStopsTheHostOnceItsCountsAgreed) {
+  const testing::StandinControl* standin = Standin();
+  if (standin == nullptr) {
+    GTEST_SKIP() << "counts the submitting thread's host waits inside the "
+                    "CPU stand-in; with the real NCCL, "
+                    "bench/nccl_overhead_bench's MoE loop times it";
+  }
+  constexpr int kSteps = 32, kPatterns = 5, kWidth = 2;
+  constexpr uint32_t kWorld = 2;
+  // Rows member `src` sends member `dst` at `step`.
+  auto rows = [](int step, uint32_t src, uint32_t dst) -> size_t {
+    return 1 + (step + 3 * src + dst) % kPatterns;
+  };
+  RunRanks(
+      kWorld, DataParallel(kWorld),
+      [&](uint32_t r, NcclSession& s, InProcessJob&) {
+        auto stream = s.stream();
+        const CollectiveScope world = CollectiveScope::World();
+        std::vector<std::vector<size_t>> send(kSteps), recv(kSteps);
+        std::vector<DeviceTensor> in, out;
+        for (int t = 0; t < kSteps; ++t) {
+          size_t ins = 0, outs = 0;
+          for (uint32_t p = 0; p < kWorld; ++p) {
+            send[t].push_back(rows(t, r, p));
+            recv[t].push_back(rows(t, p, r));
+            ins += send[t].back();
+            outs += recv[t].back();
+          }
+          // Row i of this rank's step-t input holds 1000 * rank + 100 * t + i.
+          std::vector<float> values;
+          for (size_t i = 0; i < ins; ++i) {
+            for (int k = 0; k < kWidth; ++k) {
+              values.push_back(1000.0f * r + 100.0f * t +
+                               static_cast<float>(i));
+            }
+          }
+          in.push_back(Upload(Desc({ins, kWidth}), values, stream));
+          out.push_back(Upload(Desc({outs, kWidth}),
+                               std::vector<float>(outs * kWidth, -1), stream));
+        }
+        // Warm-up: one step of each count pattern, checked first.
+        for (int t = 0; t < kPatterns; ++t) {
+          auto y = s.AllToAllVInto(world, in[t], send[t], recv[t], out[t]);
+          ASSERT_TRUE(y.ok()) << y.status();
+          ASSERT_OK(y->completion->Wait());
+        }
+        const int64_t syncs0 = standin->thread_host_syncs();
+        std::vector<decltype(NcclSession::ValueSubmission::completion)> pending;
+        for (int t = 0; t < kSteps; ++t) {
+          auto y = s.AllToAllVInto(world, in[t], send[t], recv[t], out[t]);
+          ASSERT_TRUE(y.ok()) << y.status();
+          pending.push_back(y->completion);
+        }
+        const int64_t syncs = standin->thread_host_syncs() - syncs0;
+        EXPECT_EQ(syncs, 0)
+            << "rank " << r << " waited for device work " << syncs
+            << " times while submitting " << kSteps << " all_to_all_v";
+        for (auto& c : pending) ASSERT_OK(c->Wait());
+        // Every step's rows arrived from where they should, in source order.
+        for (int t = 0; t < kSteps; ++t) {
+          std::vector<float> want;
+          for (uint32_t src = 0; src < kWorld; ++src) {
+            size_t first = 0;  // where src's rows for r begin in its input
+            for (uint32_t d = 0; d < r; ++d) first += rows(t, src, d);
+            for (size_t i = 0; i < rows(t, src, r); ++i) {
+              for (int k = 0; k < kWidth; ++k) {
+                want.push_back(1000.0f * src + 100.0f * t +
+                               static_cast<float>(first + i));
+              }
+            }
+          }
+          EXPECT_EQ(Download<float>(out[t]), want)
+              << "rank " << r << " step " << t;
+        }
+        EXPECT_TRUE(s.poison().ok()) << s.poison();
+      });
+}
+
+// Counts that went ahead and do not pair still never pass, hang or
+// truncate silently: two members each submit counts they saw agreed before
+// (so neither checks first), but from different steps, so rank 0 sends
+// rank 1 two rows where it expects one. The records, which travel ahead of
+// the payload, name the pair as soon as they arrive (the watchdog checks
+// them; the completion again), every member aborts, well before
+// op_timeout, and the session is poisoned: the payload was already queued
+// and cannot be left out. A member that checks first against a peer that
+// went ahead does the same.
+TEST_F(NcclMultiGpuTest, CountsThatWentAheadAndDoNotPairAreNamedWithoutAHang) {
+  NcclSessionOptions options;
+  options.op_timeout = absl::Seconds(60);
+  for (const bool rank1_ahead : {true, false}) {
+    RunRanks(
+        2, DataParallel(2),
+        [&](uint32_t r, NcclSession& s, InProcessJob&) {
+          auto stream = s.stream();
+          const CollectiveScope world = CollectiveScope::World();
+          auto x = Upload(Desc({3, 2}), Floats(6), stream);
+          // Two count patterns that pair: A (one row each way) and B (rank 0
+          // sends rank 1 two rows).
+          const std::vector<size_t> a = {1, 1};
+          const std::vector<size_t> b_send =
+              r == 0 ? std::vector<size_t>{1, 2} : std::vector<size_t>{1, 1};
+          const std::vector<size_t> b_recv =
+              r == 0 ? std::vector<size_t>{1, 1} : std::vector<size_t>{2, 1};
+          auto xa = Upload(Desc({2, 2}), Floats(4), stream);
+          auto xb = r == 0 ? x : xa;
+          for (int warm = 0; warm < 2; ++warm) {
+            auto y = warm == 0 ? s.AllToAllV(world, xa, a, a)
+                               : s.AllToAllV(world, xb, b_send, b_recv);
+            ASSERT_TRUE(y.ok()) << y.status();
+            ASSERT_OK(y->completion->Wait());
+          }
+          // Rank 0 repeats B; rank 1 repeats A (ahead), or submits counts
+          // it never did (checked first): rank 0's two rows meet a receive
+          // of one.
+          const std::vector<size_t> fresh = {2, 1};
+          auto y = r == 0        ? s.AllToAllV(world, x, b_send, b_recv)
+                   : rank1_ahead ? s.AllToAllV(world, xa, a, a)
+                                 : s.AllToAllV(world, x, fresh, {1, 1});
+          const absl::Time start = absl::Now();
+          absl::Status got = y.ok() ? y->completion->Wait() : y.status();
+          EXPECT_LT(absl::Now() - start, absl::Seconds(20)) << "rank " << r;
+          EXPECT_EQ(got.code(), absl::StatusCode::kFailedPrecondition)
+              << "rank " << r << ": " << got;
+          EXPECT_TRUE(absl::StrContains(
+              got.message(),
+              "members disagree on the counts: member 0 (rank "
+              "0) sends 2 rows to member 1 (rank 1), which "
+              "expects 1 from it"))
+              << "rank " << r << ": " << got;
+          EXPECT_FALSE(s.poison().ok()) << "rank " << r;
+        },
+        nullptr, options);
+  }
+}
+
+// The agreement record every operation carries (issue 34, defect 10)
+// costs no host synchronization: it is staged from page-locked memory and
+// copied back there before the completion event, so neither a submission
+// nor the check at completion waits for the device. The stand-in counts
+// the thread's waits (a pageable copy counts, as CUDA may synchronize for
+// it); before, every operation made two (the record's pageable copy in,
+// its blocking read-back at completion).
+TEST_F(NcclMultiGpuTest, TheAgreementRecordCostsNoHostSynchronization) {
+  const testing::StandinControl* standin = Standin();
+  if (standin == nullptr) {
+    GTEST_SKIP() << "counts the thread's host waits inside the CPU stand-in; "
+                    "with the real NCCL, bench/nccl_overhead_bench times it";
+  }
+  constexpr int kOps = 16;
+  RunRanks(2, DataParallel(2), [&](uint32_t r, NcclSession& s, InProcessJob&) {
+    auto stream = s.stream();
+    const CollectiveScope world = CollectiveScope::World();
+    auto x = Upload(Desc({8}), Floats(8, static_cast<float>(r)), stream);
+    auto first = s.AllReduceSumInto(world, x, x);  // connects the peers
+    ASSERT_TRUE(first.ok()) << first.status();
+    ASSERT_OK(first->completion->Wait());
+    const int64_t syncs0 = standin->thread_host_syncs();
+    std::vector<decltype(NcclSession::ValueSubmission::completion)> pending;
+    for (int i = 0; i < kOps; ++i) {
+      auto y = s.AllReduceSumInto(world, x, x);
+      ASSERT_TRUE(y.ok()) << y.status();
+      pending.push_back(y->completion);
+    }
+    const int64_t submitting = standin->thread_host_syncs() - syncs0;
+    ASSERT_OK(stream->Synchronize());  // one wait, for all of them
+    const int64_t syncs1 = standin->thread_host_syncs();
+    for (auto& c : pending) ASSERT_OK(c->Wait());  // each checks its records
+    const int64_t checking = standin->thread_host_syncs() - syncs1;
+    EXPECT_EQ(submitting, 0) << "rank " << r;
+    EXPECT_EQ(checking, 0) << "rank " << r;
+    EXPECT_TRUE(s.poison().ok()) << s.poison();
+  });
+}
+
 }  // namespace
 }  // namespace rankd::dataplane::nccl

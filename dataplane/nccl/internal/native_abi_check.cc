@@ -80,6 +80,8 @@ CHECK_FN(cudaFree, Free, CudaRuntimeApi);
 CHECK_C_FN(cudaMallocAsync, cudaError_t (*)(void**, size_t, cudaStream_t),
            MallocAsync, CudaRuntimeApi);
 CHECK_FN(cudaFreeAsync, FreeAsync, CudaRuntimeApi);
+CHECK_C_FN(cudaMallocHost, cudaError_t (*)(void**, size_t), MallocHost,
+           CudaRuntimeApi);
 CHECK_FN(cudaMemcpyAsync, MemcpyAsync, CudaRuntimeApi);
 CHECK_FN(cudaMemcpy2DAsync, Memcpy2DAsync, CudaRuntimeApi);
 CHECK_FN(cudaMemsetAsync, MemsetAsync, CudaRuntimeApi);

@@ -198,6 +198,7 @@ absl::Status ResolveCudaRuntime(void* h, const std::string& path,
   Resolve(h, "cudaFree", &api->Free, &missing);
   Resolve(h, "cudaMallocAsync", &api->MallocAsync, &missing);
   Resolve(h, "cudaFreeAsync", &api->FreeAsync, &missing);
+  Resolve(h, "cudaMallocHost", &api->MallocHost, &missing);
   Resolve(h, "cudaMemcpyAsync", &api->MemcpyAsync, &missing);
   Resolve(h, "cudaMemcpy2DAsync", &api->Memcpy2DAsync, &missing);
   Resolve(h, "cudaMemsetAsync", &api->MemsetAsync, &missing);

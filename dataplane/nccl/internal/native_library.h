@@ -66,6 +66,9 @@ struct CudaRuntimeApi {
   CudaError (*Free)(void*);
   CudaError (*MallocAsync)(void**, size_t, CudaStream);
   CudaError (*FreeAsync)(void*, CudaStream);
+  // Page-locked host memory for agreement records (never freed: cudaFreeHost
+  // synchronizes the device).
+  CudaError (*MallocHost)(void**, size_t);
   CudaError (*MemcpyAsync)(void*, const void*, size_t, int kind, CudaStream);
   CudaError (*Memcpy2DAsync)(void*, size_t dpitch, const void*, size_t spitch,
                              size_t width, size_t height, int kind, CudaStream);

@@ -15,11 +15,57 @@ namespace {
 
 constexpr size_t kWord = sizeof(uint64_t);
 
+// The lowest bit of a collective's fingerprint word says whether its member
+// submitted ahead of the check (OperationAgreement::Stage); the verdicts
+// compare fingerprints without it (a refusal's stays recognisable).
+constexpr uint64_t kAheadBit = 1;
+uint64_t Fingerprint(uint64_t word) {
+  static const uint64_t refused = OperationFingerprint(kRefusedCanonical);
+  if ((word & ~kAheadBit) == (refused & ~kAheadBit)) return refused;
+  return word & ~kAheadBit;
+}
+
+// Page-locked memory nobody pools at the moment, per (device, size): never
+// freed (cudaFreeHost synchronizes the device).
+struct SparePinned {
+  absl::Mutex mu;
+  std::multimap<std::pair<int, size_t>, uint64_t*> spare ABSL_GUARDED_BY(mu);
+};
+SparePinned& Spares() {
+  static auto* spares = new SparePinned();
+  return *spares;
+}
+absl::StatusOr<uint64_t*> TakePinned(int device, size_t bytes) {
+  {
+    SparePinned& s = Spares();
+    absl::MutexLock lock(&s.mu);
+    auto it = s.spare.find({device, bytes});
+    if (it != s.spare.end()) {
+      uint64_t* p = it->second;
+      s.spare.erase(it);
+      return p;
+    }
+  }
+  auto made = AllocatePinnedHost(bytes, device);
+  if (!made.ok()) return made.status();
+  return static_cast<uint64_t*>(*made);
+}
+void GivePinned(int device, size_t bytes, uint64_t* p) {
+  SparePinned& s = Spares();
+  absl::MutexLock lock(&s.mu);
+  s.spare.emplace(std::make_pair(device, bytes), p);
+}
+
+struct IdleSlot {
+  std::shared_ptr<DeviceBuffer> device;
+  uint64_t* host = nullptr;
+};
+
 }  // namespace
 
 struct RecordBuffers::State {
   mutable absl::Mutex mu;
-  std::multimap<size_t, std::shared_ptr<DeviceBuffer>> idle ABSL_GUARDED_BY(mu);
+  std::multimap<size_t, IdleSlot> idle ABSL_GUARDED_BY(mu);
 };
 
 RecordBuffers::RecordBuffers() : state_(std::make_shared<State>()) {}
@@ -29,35 +75,44 @@ size_t RecordBuffers::idle() const {
   return state_->idle.size();
 }
 
-absl::StatusOr<std::shared_ptr<DeviceBuffer>> RecordBuffers::Get(
+absl::StatusOr<std::shared_ptr<RecordSlot>> RecordBuffers::Get(
     size_t bytes, const std::shared_ptr<CudaStream>& stream) {
-  std::shared_ptr<DeviceBuffer> buffer;
+  IdleSlot slot;
   {
     absl::MutexLock lock(&state_->mu);
     auto it = state_->idle.find(bytes);
     if (it != state_->idle.end()) {
-      buffer = std::move(it->second);
+      slot = std::move(it->second);
       state_->idle.erase(it);
     }
   }
-  if (buffer == nullptr) {
+  if (slot.device == nullptr) {
     auto made = DeviceBuffer::Allocate(bytes, stream);
     if (!made.ok()) return made.status();
-    buffer = *std::move(made);
+    auto host = TakePinned(stream->device(), bytes);
+    if (!host.ok()) return host.status();
+    slot.device = *std::move(made);
+    slot.host = *host;
   }
-  // The handle's deleter gives the buffer back (or frees it, when the pool
-  // is gone or full).
-  DeviceBuffer* raw = buffer.get();
+  // The handle's deleter gives the slot back (or frees its device buffer
+  // and spares its page-locked memory, when the pool is gone or full).
+  auto handle = std::make_unique<RecordSlot>();
+  handle->device = slot.device.get();
+  handle->host = slot.host;
   std::weak_ptr<State> home = state_;
-  return std::shared_ptr<DeviceBuffer>(
-      raw, [home, buffer = std::move(buffer)](DeviceBuffer*) mutable {
+  return std::shared_ptr<RecordSlot>(
+      handle.release(),
+      [home, slot = std::move(slot)](RecordSlot* raw) mutable {
+        delete raw;
         if (auto state = home.lock()) {
           absl::MutexLock lock(&state->mu);
           if (state->idle.size() < kMaxIdle) {
-            const size_t size = buffer->size();
-            state->idle.emplace(size, std::move(buffer));
+            const size_t size = slot.device->size();
+            state->idle.emplace(size, std::move(slot));
+            return;
           }
         }
+        GivePinned(slot.device->device(), slot.device->size(), slot.host);
       });
 }
 
@@ -74,14 +129,14 @@ OperationAgreement::ForCollective(std::vector<uint32_t> members, uint32_t me,
     return absl::InternalError("nccl backend: malformed agreement record");
   }
   // [this member's words][every member's words]
-  auto buffer = buffers.Get((1 + n) * words.size() * kWord, stream);
-  if (!buffer.ok()) return buffer.status();
+  auto slot = buffers.Get((1 + n) * words.size() * kWord, stream);
+  if (!slot.ok()) return slot.status();
   std::shared_ptr<OperationAgreement> a(new OperationAgreement());
   a->members_ = std::move(members);
   a->me_ = me;
   a->counts_matrix_ = counts_matrix;
   a->words_ = std::make_shared<const std::vector<uint64_t>>(std::move(words));
-  a->buffer_ = *std::move(buffer);
+  a->slot_ = *std::move(slot);
   return a;
 }
 
@@ -96,8 +151,8 @@ OperationAgreement::ForRoute(std::vector<uint32_t> members, uint32_t me,
     return absl::InternalError("nccl backend: malformed agreement route");
   }
   // [this end's fingerprint][the other end's]
-  auto buffer = buffers.Get(2 * kWord, stream);
-  if (!buffer.ok()) return buffer.status();
+  auto slot = buffers.Get(2 * kWord, stream);
+  if (!slot.ok()) return slot.status();
   std::shared_ptr<OperationAgreement> a(new OperationAgreement());
   a->members_ = std::move(members);
   a->me_ = me;
@@ -106,7 +161,7 @@ OperationAgreement::ForRoute(std::vector<uint32_t> members, uint32_t me,
   a->destination_ = destination;
   a->words_ = std::make_shared<const std::vector<uint64_t>>(
       std::vector<uint64_t>{fingerprint});
-  a->buffer_ = *std::move(buffer);
+  a->slot_ = *std::move(slot);
   return a;
 }
 
@@ -126,25 +181,58 @@ OperationAgreement::ForBatch(std::vector<uint32_t> members, uint32_t me,
     words.push_back(e.fingerprint);
   }
   // [this end's fingerprint per transfer][the other ends']
-  auto buffer = buffers.Get(2 * words.size() * kWord, stream);
-  if (!buffer.ok()) return buffer.status();
+  auto slot = buffers.Get(2 * words.size() * kWord, stream);
+  if (!slot.ok()) return slot.status();
   std::shared_ptr<OperationAgreement> a(new OperationAgreement());
   a->members_ = std::move(members);
   a->me_ = me;
   a->batch_ = std::move(entries);
   a->words_ = std::make_shared<const std::vector<uint64_t>>(std::move(words));
-  a->buffer_ = *std::move(buffer);
+  a->slot_ = *std::move(slot);
   return a;
 }
 
-absl::Status OperationAgreement::Stage(const CudaStream& stream) const {
-  return CopyHostToDeviceAsync(buffer_->data(), words_->data(),
+absl::Status OperationAgreement::Stage(const CudaStream& stream,
+                                       bool ahead) const {
+  uint64_t* host = slot_->host;
+  std::copy(words_->begin(), words_->end(), host);
+  if (!route_ && batch_.empty()) {
+    host[0] = (host[0] & ~kAheadBit) | (ahead ? kAheadBit : 0);
+  }
+  return CopyHostToDeviceAsync(slot_->device->data(), host,
                                words_->size() * kWord, stream);
+}
+
+absl::Status OperationAgreement::Collect(const CudaStream& stream,
+                                         Part part) const {
+  const size_t w = words_->size();
+  size_t first = w, count = w;  // a route's or a batch's other ends
+  if (route_) count = 1;
+  if (!route_ && batch_.empty()) {
+    const size_t n = members_.size();
+    count = n * w;  // every member's words
+    if (part == Part::kFingerprints) count = n;
+    if (part == Part::kCounts) {
+      first = w + n;
+      count = n * (w - 1);
+    }
+  }
+  return CopyDeviceToPinnedHostAsync(
+      slot_->host + first,
+      static_cast<const char*>(slot_->device->data()) + first * kWord,
+      count * kWord, stream);
+}
+
+uint64_t OperationAgreement::Signature() const {
+  std::vector<uint64_t> words = *words_;
+  if (!words.empty()) words[0] = Fingerprint(words[0]);
+  return OperationFingerprint(absl::string_view(
+      reinterpret_cast<const char*>(words.data()), words.size() * kWord));
 }
 
 int OperationAgreement::Exchange(NcclCommHandle comm, CudaStreamHandle stream,
                                  Part part) const {
-  char* base = static_cast<char*>(buffer_->data());
+  char* base = static_cast<char*>(slot_->device->data());
   if (!batch_.empty()) {
     // Per peer: my records of my sends to it, then of my receives from it
     // (what it receives as "its receives from me, then its sends to me");
@@ -201,30 +289,21 @@ absl::Status OperationAgreement::Verify(absl::string_view where,
                                         absl::string_view canonical,
                                         VerdictPoint point,
                                         std::vector<bool>* disagreeing,
-                                        Part part) const {
-  auto transfers = CudaStream::ForTransfers(buffer_->device());
-  if (!transfers.ok()) return transfers.status();
+                                        Part part, bool* ahead_peers) const {
   const size_t w = words_->size();
-  auto read = [&](size_t first_word, std::vector<uint64_t>* out) {
-    return CopyDeviceToHost(
-        out->data(),
-        static_cast<const char*>(buffer_->data()) + first_word * kWord,
-        out->size() * kWord, **transfers);
-  };
+  const uint64_t* host = slot_->host;
   if (!batch_.empty() || route_) {
     // Every transfer's other end's fingerprint follows this end's.
-    std::vector<uint64_t> theirs(w);
-    if (absl::Status s = read(w, &theirs); !s.ok()) return s;
     std::vector<TransferRecord> records;
     if (route_) {
       const uint32_t other = me_ == source_ ? destination_ : source_;
       records.push_back({other, members_[other], me_ == source_,
-                         std::string(canonical), (*words_)[0], theirs[0]});
+                         std::string(canonical), (*words_)[0], host[w]});
     } else {
       for (size_t i = 0; i < w; ++i) {
         const BatchEntry& e = batch_[i];
         records.push_back({e.peer, members_[e.peer], e.send, e.canonical,
-                           (*words_)[i], theirs[i]});
+                           (*words_)[i], host[w + i]});
       }
     }
     return TransfersVerdict(where, records, point, disagreeing);
@@ -232,12 +311,17 @@ absl::Status OperationAgreement::Verify(absl::string_view where,
   // Layout after this member's words: n fingerprints, then (counts
   // matrix) n records of 2n counts.
   const size_t n = members_.size();
-  std::vector<uint64_t> all(n * w);
-  if (absl::Status s = read(w, &all); !s.ok()) return s;
+  const uint64_t* all = host + w;
   if (part != Part::kCounts) {
+    std::vector<uint64_t> fingerprints(n);
+    for (size_t m = 0; m < n; ++m) {
+      fingerprints[m] = Fingerprint(all[m]);
+      if (ahead_peers != nullptr && m != me_ && (all[m] & kAheadBit) != 0) {
+        *ahead_peers = true;
+      }
+    }
     absl::Status verdict =
-        CollectiveVerdict(where, canonical, members_, me_,
-                          absl::MakeConstSpan(all).subspan(0, n), point);
+        CollectiveVerdict(where, canonical, members_, me_, fingerprints, point);
     if (!verdict.ok()) return verdict;
   }
   if (!counts_matrix_ || part == Part::kFingerprints) return absl::OkStatus();
@@ -253,7 +337,7 @@ absl::Status OperationAgreement::Verify(absl::string_view where,
 }
 
 std::vector<std::shared_ptr<const void>> OperationAgreement::Retained() const {
-  return {words_, buffer_};
+  return {words_, slot_};
 }
 
 }  // namespace rankd::dataplane::nccl::internal

@@ -16,11 +16,13 @@
 // members (world ranks) submitted what, and the output is never handed out
 // as valid. What hangs instead is caught by op_timeout and the mismatch
 // diagnosis (dataplane/mismatch_diagnosis.h). Costs per operation: one
-// tiny extra NCCL call inside the payload's group (no extra launch) and,
-// at completion, one small device-to-host read. With
-// NcclSessionOptions::verify_agreement (and always for count-carrying
-// operations) the records travel alone first and Verify() runs before the
-// payload is queued, so disagreeing work is refused before NCCL sees it.
+// tiny extra NCCL call inside the payload's group (no extra launch) and two
+// small copies in stream order from and to page-locked memory: no host
+// synchronization (docs/nccl.md, "Members must agree"). With
+// NcclSessionOptions::verify_agreement (and for count-carrying operations
+// whose counts this member has not seen agreed yet) the records travel
+// alone first and Verify() runs before the payload is queued, so
+// disagreeing work is refused before NCCL sees it.
 //
 // A member that refuses an operation on its own arguments still sends a
 // record when its peers wait for it (SessionImpl::RefuseWithPeers): the
@@ -49,18 +51,28 @@
 
 namespace rankd::dataplane::nccl::internal {
 
-// The device memory agreement records live in, recycled: a record's buffer
-// returns here when the operation that used it released its resources
-// (after its work finished), so a steady loop allocates no device memory
-// for records. Keeps at most kMaxIdle idle buffers. Thread-safe; buffers
-// handed out may outlive the pool (they are then freed).
+// Where agreement records live: a device buffer, which NCCL moves, and a
+// page-locked host mirror of the same size (cuda_copy.h,
+// AllocatePinnedHost), which this member's record is staged from and the
+// gathered records are copied back into, both in stream order, so neither
+// copy makes the host wait. Recycled: a slot returns here when the
+// operation that used it released its resources (after its work
+// finished), so a steady loop allocates no memory for records. Keeps at
+// most kMaxIdle idle slots; page-locked memory is never freed
+// (cudaFreeHost synchronizes the device): beyond that it waits, per device
+// and size, for the next pool that needs it. Thread-safe; slots handed out
+// may outlive the pool.
+struct RecordSlot {
+  DeviceBuffer* device = nullptr;
+  uint64_t* host = nullptr;  // page-locked, device->size() bytes
+};
 class RecordBuffers {
  public:
   static constexpr size_t kMaxIdle = 64;
   RecordBuffers();
-  // A buffer of exactly `bytes` bytes on stream->device(): an idle one, or
-  // a new one allocated on `stream`.
-  absl::StatusOr<std::shared_ptr<DeviceBuffer>> Get(
+  // A slot of exactly `bytes` bytes on stream->device(): an idle one, or a
+  // new one (the device buffer allocated on `stream`).
+  absl::StatusOr<std::shared_ptr<RecordSlot>> Get(
       size_t bytes, const std::shared_ptr<CudaStream>& stream);
   size_t idle() const;
 
@@ -108,24 +120,39 @@ class OperationAgreement {
   enum class Part { kAll, kFingerprints, kCounts };
 
   // Queues the copy of this member's record to the device (`stream` keeps
-  // the order: before Exchange).
-  absl::Status Stage(const CudaStream& stream) const;
+  // the order: before Exchange), from page-locked memory, so the host never
+  // waits. `ahead` marks a collective's record as submitted ahead of its
+  // check (the payload follows without waiting for the records: lowest bit
+  // of the fingerprint word, which the verdicts ignore), so that members
+  // that check first know a peer's payload is already under way.
+  absl::Status Stage(const CudaStream& stream, bool ahead = false) const;
   // The NCCL calls that move the records (`part` of them; transfers and
   // batches have only fingerprints); call first inside the operation's
   // NCCL group. Returns the ncclResult_t.
   int Exchange(NcclCommHandle comm, CudaStreamHandle stream,
                Part part = Part::kAll) const;
-  // Once the records arrived: the engine's verdict on them
+  // Queues the copy of the records `part` moved back into the page-locked
+  // mirror, right after Exchange on the same stream; Verify reads them from
+  // there once the stream ran past it (an event recorded after this
+  // completed), without synchronizing.
+  absl::Status Collect(const CudaStream& stream, Part part = Part::kAll) const;
+  // Once the records arrived (Collect ran): the engine's verdict on them
   // (dataplane/agreement.h: CollectiveVerdict, then CountMatrixVerdict for
   // the counts; TransfersVerdict for a route or a batch), given at `point`
   // (before the payload, or after it ran alongside). For a batch,
   // `disagreeing` (when set) gets one flag per entry: true where the two
   // ends' records differ. `part` says which records moved (and are
-  // compared). Blocks for one small device-to-host read.
+  // compared). Reads host memory only: never waits. With `ahead_peers`, a
+  // collective's fingerprints also say whether another member submitted
+  // ahead (Stage).
   absl::Status Verify(absl::string_view where, absl::string_view canonical,
                       VerdictPoint point,
                       std::vector<bool>* disagreeing = nullptr,
-                      Part part = Part::kAll) const;
+                      Part part = Part::kAll,
+                      bool* ahead_peers = nullptr) const;
+  // This member's record (fingerprint and counts) as one 64-bit digest:
+  // what the counts check remembers as agreed (SessionImpl).
+  uint64_t Signature() const;
   // Whether there are counts to exchange after the fingerprints.
   bool has_counts() const { return counts_matrix_; }
 
@@ -143,8 +170,9 @@ class OperationAgreement {
   std::vector<BatchEntry> batch_;  // a batch when not empty
   std::shared_ptr<const std::vector<uint64_t>> words_;  // this member's
   // Collective: [this member's words][n fingerprints][n x 2n counts];
-  // route: [this end's fingerprint][the other end's].
-  std::shared_ptr<DeviceBuffer> buffer_;
+  // route: [this end's fingerprint][the other end's]; the same layout on
+  // the device and in the page-locked mirror.
+  std::shared_ptr<RecordSlot> slot_;
 };
 
 }  // namespace rankd::dataplane::nccl::internal

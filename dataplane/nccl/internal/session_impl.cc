@@ -429,7 +429,8 @@ std::function<absl::Status()> SessionImpl::EnqueueInterrupt() const {
 absl::Status SessionImpl::AgreeFirst(
     const OpPlan& plan, const internal::OperationAgreement& agreement,
     const std::string& canonical, const std::function<void()>& take_sequence,
-    const std::function<std::string()>& where, absl::Status* refusal) {
+    const std::function<std::string()>& where, absl::Status* refusal,
+    bool* ahead_peers) {
   using Part = internal::OperationAgreement::Part;
   const CudaStream& stream = *plan.stream;
   CudaStreamHandle handle = stream.get();
@@ -453,6 +454,9 @@ absl::Status SessionImpl::AgreeFirst(
         },
         MonotonicNow() + options_.enqueue_timeout, EnqueueInterrupt());
     if (!s.ok()) return s;
+    // Back to page-locked memory in stream order: read once they arrived,
+    // without another synchronization.
+    if (s = agreement.Collect(stream, parts[i]); !s.ok()) return s;
     if (s = (*records)->Record(stream); !s.ok()) return s;
     // Until every member's record arrived: a member that never submits is
     // the watchdog's (op_timeout), whose abort poisons and ends this wait.
@@ -468,7 +472,8 @@ absl::Status SessionImpl::AgreeFirst(
     std::vector<bool> disagreeing;
     absl::Status agreed = agreement.Verify(
         where(), canonical, VerdictPoint::kBeforePayload,
-        plan.refused_transfers != nullptr ? &disagreeing : nullptr, parts[i]);
+        plan.refused_transfers != nullptr ? &disagreeing : nullptr, parts[i],
+        ahead_peers);
     if (agreed.code() != absl::StatusCode::kInvalidArgument) {
       if (!agreed.ok()) return agreed;  // the read failed
       continue;
@@ -481,6 +486,113 @@ absl::Status SessionImpl::AgreeFirst(
     return absl::OkStatus();
   }
   return absl::OkStatus();
+}
+
+struct SessionImpl::AheadCheck {
+  std::weak_ptr<const internal::OperationAgreement> agreement;
+  // Each part's arrival event, the part, and whether it was seen agreeing.
+  std::vector<std::weak_ptr<CudaEvent>> events;
+  std::vector<internal::OperationAgreement::Part> parts;
+  std::vector<bool> agreed;
+  std::string where, canonical;
+};
+
+absl::Status SessionImpl::SubmitRecordsAhead(
+    const OpPlan& plan,
+    const std::shared_ptr<const internal::OperationAgreement>& agreement,
+    const std::vector<std::shared_ptr<CudaEvent>>& ahead_events,
+    const std::function<void()>& take_sequence, const std::string& where,
+    const std::string& canonical) {
+  using Part = internal::OperationAgreement::Part;
+  const CudaStream& stream = *plan.stream;
+  CudaStreamHandle handle = stream.get();
+  // The same launches as AgreeFirst's, so that members that check first
+  // and members that go ahead pair launch for launch.
+  const std::vector<Part> parts =
+      agreement->has_counts()
+          ? std::vector<Part>{Part::kFingerprints, Part::kCounts}
+          : std::vector<Part>{Part::kAll};
+  auto check = std::make_shared<AheadCheck>();
+  check->agreement = agreement;
+  check->where = where;
+  check->canonical = canonical;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    absl::Status s = plan.comm->comm->Enqueue(
+        plan.name,
+        [&](NcclCommHandle c) {
+          if (i == 0) take_sequence();
+          return NcclGrouped(
+              [&] { return agreement->Exchange(c, handle, parts[i]); });
+        },
+        MonotonicNow() + options_.enqueue_timeout, EnqueueInterrupt());
+    if (!s.ok()) return s;
+    if (s = agreement->Collect(stream, parts[i]); !s.ok()) return s;
+    if (s = ahead_events[i]->Record(stream); !s.ok()) return s;
+    check->events.push_back(ahead_events[i]);
+    check->parts.push_back(parts[i]);
+    check->agreed.push_back(false);
+  }
+  absl::MutexLock lock(&ahead_mu_);
+  ahead_.push_back(std::move(check));
+  return absl::OkStatus();
+}
+
+absl::Status SessionImpl::CheckRecordsAhead() {
+  std::vector<std::shared_ptr<AheadCheck>> checks;
+  {
+    absl::MutexLock lock(&ahead_mu_);
+    checks = ahead_;
+  }
+  if (checks.empty()) return absl::OkStatus();
+  std::vector<AheadCheck*> finished;
+  absl::Status verdict;
+  for (const auto& check : checks) {
+    auto agreement = check->agreement.lock();
+    bool done = agreement != nullptr;
+    for (size_t i = 0; done && i < check->events.size(); ++i) {
+      if (check->agreed[i]) continue;
+      auto event = check->events[i].lock();
+      absl::StatusOr<bool> arrived =
+          event != nullptr ? event->Query() : absl::StatusOr<bool>(false);
+      // A failed query is the device's error, which the completion reports.
+      if (event == nullptr || !arrived.ok() || !*arrived) {
+        done = event == nullptr || !arrived.ok();
+        break;
+      }
+      absl::Status s = agreement->Verify(check->where, check->canonical,
+                                         VerdictPoint::kAfterPayload, nullptr,
+                                         check->parts[i]);
+      if (!s.ok()) {
+        verdict = AsPoisonCause(s);
+        break;
+      }
+      check->agreed[i] = true;
+    }
+    if (!verdict.ok()) break;
+    if (agreement == nullptr || done) finished.push_back(check.get());
+  }
+  {
+    absl::MutexLock lock(&ahead_mu_);
+    std::erase_if(ahead_, [&](const std::shared_ptr<AheadCheck>& c) {
+      return std::find(finished.begin(), finished.end(), c.get()) !=
+             finished.end();
+    });
+  }
+  return verdict;
+}
+
+bool SessionImpl::AgreedBefore(const std::string& comm,
+                               uint64_t signature) const {
+  absl::MutexLock lock(&agreed_mu_);
+  auto it = agreed_.find(comm);
+  return it != agreed_.end() && it->second.contains(signature);
+}
+
+void SessionImpl::NoteAgreed(const std::string& comm, uint64_t signature) {
+  absl::MutexLock lock(&agreed_mu_);
+  auto& seen = agreed_[comm];
+  if (seen.size() >= kAgreedSignatures) seen.clear();
+  seen.insert(signature);
 }
 
 absl::Status SessionImpl::RefuseWithPeers(OpPlan plan,
@@ -598,6 +710,24 @@ absl::StatusOr<Submitted> SessionImpl::Submit(OpPlan plan) {
     for (auto& r : agreement->Retained()) retained.push_back(std::move(r));
     retained.push_back(agreement);
   }
+  // A count-carrying operation goes ahead (no host wait) once this
+  // member's record was agreed before; verify_agreement always checks
+  // first.
+  const bool counts_checked =
+      agreement != nullptr && plan.agree_first && !options_.verify_agreement;
+  const uint64_t signature = counts_checked ? agreement->Signature() : 0;
+  const bool ahead = counts_checked && AgreedBefore(plan.comm->name, signature);
+  // Its records' arrival events (fingerprints, then counts), retained by
+  // the operation so that the watchdog's check never outlives them.
+  std::vector<std::shared_ptr<CudaEvent>> ahead_events;
+  if (ahead) {
+    for (int i = 0; i < (agreement->has_counts() ? 2 : 1); ++i) {
+      auto e = CudaEvent::Create(plan.stream->device());
+      if (!e.ok()) return Fail(e.status());
+      retained.push_back(*e);
+      ahead_events.push_back(*std::move(e));
+    }
+  }
   // Outstanding before any native work is queued: an abort from now on
   // (CancelNative, any thread), or one already under way, marks it failed,
   // so work that NCCL accepted and the abort then killed never reports
@@ -614,13 +744,16 @@ absl::StatusOr<Submitted> SessionImpl::Submit(OpPlan plan) {
   const CudaStream& stream = *plan.stream;
   // After native work may have been queued: poison, abort, and hold every
   // resource until the queued work finished.
-  auto failed = [&](const absl::Status& cause) -> absl::Status {
-    absl::Status poisoned = Fail(absl::Status(
-        cause.code(),
-        absl::StrCat("nccl backend: ", plan.name, ": ", cause.message())));
+  auto abort_with = [&](const absl::Status& cause) -> absl::Status {
+    absl::Status poisoned = Fail(cause);
     if ((*event)->Record(stream).ok()) op->MarkQueued();
     op->QuarantineIn(quarantine_);
     return poisoned;
+  };
+  auto failed = [&](const absl::Status& cause) -> absl::Status {
+    return abort_with(absl::Status(
+        cause.code(),
+        absl::StrCat("nccl backend: ", plan.name, ": ", cause.message())));
   };
   for (const auto* used : {&plan.inputs, &plan.outputs}) {
     for (const DeviceTensor& tensor : *used) {
@@ -630,10 +763,11 @@ absl::StatusOr<Submitted> SessionImpl::Submit(OpPlan plan) {
     }
   }
   if (agreement != nullptr) {
-    absl::Status s = agreement->Stage(stream);
+    absl::Status s = agreement->Stage(stream, ahead);
     if (!s.ok()) return failed(s);
   }
-  const bool agree_first = options_.verify_agreement || plan.agree_first;
+  const bool agree_first =
+      (options_.verify_agreement || plan.agree_first) && !ahead;
   // Refused before the payload with nothing left to move: no copies either
   // (a caller-owned output stays as it was).
   bool nothing_moves = false;
@@ -669,9 +803,21 @@ absl::StatusOr<Submitted> SessionImpl::Submit(OpPlan plan) {
     bool payload = static_cast<bool>(plan.nccl);
     if (agreement != nullptr && agree_first) {
       absl::Status refusal;
+      bool ahead_peers = false;
       absl::Status s = AgreeFirst(plan, *agreement, what.canonical,
-                                  take_sequence, where, &refusal);
+                                  take_sequence, where, &refusal, &ahead_peers);
       if (!s.ok()) return failed(s);
+      if (!refusal.ok() && ahead_peers) {
+        // A member's payload is already queued and may never pair: nobody
+        // can leave it out, so every member aborts, naming who submitted
+        // what (the members that went ahead find it as their records
+        // arrive).
+        op->FailIfRunning(AsPoisonCause(refusal));
+        return abort_with(AsPoisonCause(refusal));
+      }
+      if (refusal.ok() && counts_checked) {
+        NoteAgreed(plan.comm->name, signature);
+      }
       if (!refusal.ok()) {
         op->Refuse(refusal);
         // A batch still moves the transfers whose ends agree.
@@ -679,10 +825,43 @@ absl::StatusOr<Submitted> SessionImpl::Submit(OpPlan plan) {
         nothing_moves = !payload;
       }
     }
+    if (ahead) {
+      absl::Status s =
+          SubmitRecordsAhead(plan, agreement, ahead_events, take_sequence,
+                             where(), what.canonical);
+      if (!s.ok()) return failed(s);
+    }
     if (!nothing_moves) {
       if (absl::Status s = run_before(); !s.ok()) return failed(s);
     }
-    if (agreement == nullptr || !agree_first) {
+    if (ahead) {
+      if (payload) {
+        absl::Status s = plan.comm->comm->Enqueue(
+            plan.name, [&](NcclCommHandle c) { return plan.nccl(c); },
+            MonotonicNow() + options_.enqueue_timeout, EnqueueInterrupt());
+        if (!s.ok()) {
+          // A payload that does not pair can fail at once (NCCL's error for
+          // it, or an abort a peer made on finding the disagreement): the
+          // records, which ran before it, say why, naming who.
+          bool arrived = true;
+          for (const auto& e : ahead_events) {
+            absl::StatusOr<bool> done = e->Query();
+            arrived = arrived && done.ok() && *done;
+          }
+          absl::Status verdict =
+              arrived ? agreement->Verify(where(), what.canonical,
+                                          VerdictPoint::kAfterPayload)
+                      : absl::OkStatus();
+          if (!verdict.ok()) return abort_with(AsPoisonCause(verdict));
+          return failed(s);
+        }
+      }
+      op->SetVerifier([agreement, where = where(), canonical = what.canonical] {
+        // The payload moved: the verdict poisons.
+        return AsPoisonCause(
+            agreement->Verify(where, canonical, VerdictPoint::kAfterPayload));
+      });
+    } else if (agreement == nullptr || !agree_first) {
       absl::Status s = plan.comm->comm->Enqueue(
           plan.name,
           [&](NcclCommHandle c) {
@@ -697,6 +876,9 @@ absl::StatusOr<Submitted> SessionImpl::Submit(OpPlan plan) {
           MonotonicNow() + options_.enqueue_timeout, EnqueueInterrupt());
       if (!s.ok()) return failed(s);
       if (agreement != nullptr) {
+        // The records back to page-locked memory, before the completion
+        // event: the verifier reads them without synchronizing.
+        if (s = agreement->Collect(stream); !s.ok()) return failed(s);
         op->SetVerifier(
             [agreement, where = where(), canonical = what.canonical] {
               // The payload moved: the verdict poisons.
@@ -1174,6 +1356,11 @@ absl::StatusOr<std::shared_ptr<CommEntry>> SessionImpl::LaneComm(
 absl::Status SessionImpl::WatchdogSession::NativeHealth() {
   if (!core_->PoisonStatus().ok()) return absl::OkStatus();
   DeviceGuard guard(core_->device());
+  // Records that went ahead and arrived disagreeing: their payload may
+  // never pair, so abort now rather than at op_timeout.
+  if (absl::Status ahead = core_->CheckRecordsAhead(); !ahead.ok()) {
+    return ahead;
+  }
   for (auto& entry : core_->AllComms()) {
     if (entry->comm == nullptr) continue;
     absl::Status async = entry->comm->CheckAsyncError();

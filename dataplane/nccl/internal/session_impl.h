@@ -43,6 +43,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -130,10 +131,14 @@ struct OpPlan {
   // all_to_all_v: this member's send counts then receive counts (one per
   // member), checked pairwise against the others'.
   std::vector<uint64_t> agreement_counts;
-  // Check the agreement before queuing the payload whatever
-  // verify_agreement says: operations whose members must agree on counts
-  // (all_to_all_v, uneven all_gather), which NCCL would otherwise
-  // truncate or hang on.
+  // Operations whose members must agree on counts (all_to_all_v, uneven
+  // all_gather), which NCCL would otherwise truncate or hang on: the
+  // records travel alone, before the payload. They are checked first (the
+  // host waits for them) whenever verify_agreement is set, and otherwise
+  // until this member saw its record (fingerprint and counts) agreed once
+  // on the communicator; from then on the same record goes ahead, the
+  // payload right behind it, and is checked as it arrives (SessionImpl,
+  // "ahead").
   bool agree_first = false;
   // A batch checked first: when its ends disagree, Submit sets one flag per
   // entry of `batch` before `nccl` runs, true for a transfer whose ends
@@ -308,13 +313,37 @@ class SessionImpl final : public NcclOpOwner,
   // they arrived, and compares. OK with `*refusal` set to the
   // InvalidArgument naming who submitted what when members disagree (then
   // the batch's refused_transfers are set); an error when the records could
-  // not move (the caller poisons).
+  // not move (the caller poisons). When members disagree and another member
+  // submitted ahead (its payload is already queued and may never pair),
+  // `*ahead_peers` is set: the disagreement then poisons every member.
   absl::Status AgreeFirst(const OpPlan& plan,
                           const internal::OperationAgreement& agreement,
                           const std::string& canonical,
                           const std::function<void()>& take_sequence,
                           const std::function<std::string()>& where,
-                          absl::Status* refusal);
+                          absl::Status* refusal, bool* ahead_peers);
+  // A count-carrying operation whose record this member saw agreed before
+  // goes ahead: its records move alone, as when checked first (so a member
+  // that checks first pairs with it launch for launch), each part followed
+  // by its copy back and an event of `ahead_events`, and nothing waits.
+  // The watchdog checks them as they arrive (NativeHealth): a disagreement
+  // aborts at once, naming who submitted what, instead of leaving a
+  // payload that does not pair to hang; the completion checks them again.
+  absl::Status SubmitRecordsAhead(
+      const OpPlan& plan,
+      const std::shared_ptr<const internal::OperationAgreement>& agreement,
+      const std::vector<std::shared_ptr<CudaEvent>>& ahead_events,
+      const std::function<void()>& take_sequence, const std::string& where,
+      const std::string& canonical);
+  // Whether this member's record `signature` was agreed by every member of
+  // `comm` before; NoteAgreed remembers one (at most kAgreedSignatures per
+  // communicator, then it starts over).
+  bool AgreedBefore(const std::string& comm, uint64_t signature) const;
+  void NoteAgreed(const std::string& comm, uint64_t signature);
+  static constexpr size_t kAgreedSignatures = 4096;
+  // The watchdog's check of records that went ahead: OK, or the poisoning
+  // disagreement of the first one that arrived disagreeing.
+  absl::Status CheckRecordsAhead();
   absl::Status InitInterrupt() const;
   // Initialization's communicators where ncclCommSplit exists: a root
   // (ncclCommInitRank, shared resources) and every scope split from it;
@@ -359,6 +388,14 @@ class SessionImpl final : public NcclOpOwner,
   const MismatchDiagnosis diagnosis_;
   // Agreement records' device memory, reused across operations.
   const std::unique_ptr<internal::RecordBuffers> record_buffers_;
+  // Count records agreed before, per communicator name (AgreedBefore).
+  mutable absl::Mutex agreed_mu_;
+  std::map<std::string, std::unordered_set<uint64_t>> agreed_
+      ABSL_GUARDED_BY(agreed_mu_);
+  // Records that went ahead and have not been seen agreeing yet.
+  struct AheadCheck;
+  absl::Mutex ahead_mu_;
+  std::vector<std::shared_ptr<AheadCheck>> ahead_ ABSL_GUARDED_BY(ahead_mu_);
 
   absl::Mutex abort_mu_;
   bool aborted_ ABSL_GUARDED_BY(abort_mu_) = false;

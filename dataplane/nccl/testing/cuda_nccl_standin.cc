@@ -70,6 +70,10 @@
 //     rankd). Sends rendezvous
 //     with their receive; a byte-count mismatch is an asynchronous
 //     ncclInvalidUsage (stricter: real NCCL truncates or hangs).
+//     Copies between the device and pageable host memory count as host
+//     waits (CUDA may synchronize for them; a copy to pageable memory
+//     waits for its stream); cudaMallocHost memory is copied in stream
+//     order.
 //     ncclCommAbort and ncclCommDestroy make the communicator's kernels
 //     leave without writing and then, like the real calls (which free
 //     device memory), wait until no NCCL kernel runs on its device: a
@@ -882,6 +886,37 @@ STANDIN_API CudaError cudaFreeAsync(void* p, native::CudaStream stream) {
   Enqueue(Resolve(stream), [p] { (void)FreeDeviceMemory(p); });
   return native::kCudaSuccess;
 }
+// Page-locked host memory (cudaMallocHost): start -> size, guarded by g_mu.
+// Never freed (rankd never frees it; cudaFreeHost is not modelled).
+std::map<uintptr_t, size_t>& PinnedHost() {
+  static auto* p = new std::map<uintptr_t, size_t>();
+  return *p;
+}
+bool IsPinnedHost(const void* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  auto it = PinnedHost().upper_bound(addr);
+  if (it == PinnedHost().begin()) return false;
+  --it;
+  return addr + bytes <= it->first + it->second;
+}
+STANDIN_API CudaError cudaMallocHost(void** p, size_t bytes) {
+  if (p == nullptr) return Fail(native::kCudaErrorInvalidValue);
+  (void)ContextDevice();
+  *p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+  if (*p == nullptr) return Fail(native::kCudaErrorMemoryAllocation);
+  std::lock_guard<std::mutex> lock(g_mu);
+  PinnedHost()[reinterpret_cast<uintptr_t>(*p)] = bytes;
+  return native::kCudaSuccess;
+}
+// Copies between device and pageable host memory are what CUDA documents
+// ("API synchronization behavior"): from pageable memory the source is
+// staged at the call (so it may be reused at once), and "the driver may
+// synchronize with the stream" to do so; to pageable memory the call
+// "returns only once the copy has completed". Both count as a host
+// synchronization of the calling thread (rankd_standin_thread_host_syncs),
+// and a copy to pageable memory waits for its stream. Page-locked memory
+// (cudaMallocHost) is copied in stream order without either.
 STANDIN_API CudaError cudaMemcpyAsync(void* dst, const void* src, size_t bytes,
                                       int kind, native::CudaStream stream) {
   if (bytes == 0) return native::kCudaSuccess;
@@ -895,7 +930,25 @@ STANDIN_API CudaError cudaMemcpyAsync(void* dst, const void* src, size_t bytes,
     return Fail(native::kCudaErrorInvalidValue);
   }
   (void)ContextDevice();
-  Enqueue(Resolve(stream), [=] { std::memmove(dst, src, bytes); });
+  CUstream_st* s = Resolve(stream);
+  if (kind == native::kCudaMemcpyHostToDevice && !IsPinnedHost(src, bytes)) {
+    ++t_host_syncs;
+    auto staged = std::make_shared<std::vector<char>>(
+        static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
+    Enqueue(s, [=] { std::memmove(dst, staged->data(), bytes); });
+    return native::kCudaSuccess;
+  }
+  if (kind == native::kCudaMemcpyDeviceToHost && !IsPinnedHost(dst, bytes)) {
+    ++t_host_syncs;
+    std::unique_lock<std::mutex> lock(g_mu);
+    EnqueueLocked(s, [=] { std::memmove(dst, src, bytes); });
+    if (s->capture == nullptr) {
+      const uint64_t target = s->queued;
+      g_cv.wait(lock, [&] { return s->finished >= target; });
+    }
+    return native::kCudaSuccess;
+  }
+  Enqueue(s, [=] { std::memmove(dst, src, bytes); });
   return native::kCudaSuccess;
 }
 STANDIN_API CudaError cudaMemcpy2DAsync(void* dst, size_t dpitch,

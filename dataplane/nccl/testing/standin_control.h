@@ -63,8 +63,11 @@ void rankd_standin_fail_next_kernel(int result);
 void rankd_standin_thread_launch_waits(int64_t* in_progress_launches,
                                        int64_t* blocks, int64_t* early_blocks);
 // For the calling thread: its waits for device work so far
-// (cudaStreamSynchronize, cudaEventSynchronize, and each event record it
-// found not ready with cudaEventQuery, once however often it polled it).
+// (cudaStreamSynchronize, cudaEventSynchronize, each event record it
+// found not ready with cudaEventQuery, once however often it polled it,
+// and each cudaMemcpyAsync between the device and pageable host memory,
+// for which CUDA may synchronize; page-locked memory from cudaMallocHost
+// is copied without).
 int64_t rankd_standin_thread_host_syncs(void);
 }
 
