@@ -455,7 +455,10 @@ rankd_status* rankd_kv_get(rankd_rank* rank, const char* key,
   if (rank == nullptr) return NullArgument(kFn, "rank");
   if (key == nullptr) return NullArgument(kFn, "key");
   if (value == nullptr) return NullArgument(kFn, "value");
-  auto timeout = ToDuration(timeout_seconds, kFn, "timeout_seconds");
+  // 0 reads without waiting (NOT_FOUND when absent).
+  auto timeout = timeout_seconds == 0
+                     ? absl::StatusOr<absl::Duration>(absl::ZeroDuration())
+                     : ToDuration(timeout_seconds, kFn, "timeout_seconds");
   if (!timeout.ok()) return ToC(timeout.status());
   auto got = rank->state->client->KvGet(key, *timeout);
   if (!got.ok()) return ToC(got.status());

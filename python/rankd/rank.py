@@ -172,7 +172,8 @@ class Rank:
 
     def kv_get(self, key, timeout=60.0):
         """The bytes at `key`, waiting up to `timeout` for it to exist
-        (DeadlineExceededError naming the key)."""
+        (DeadlineExceededError naming the key); `timeout` 0 does not wait
+        (NotFoundError when absent)."""
         handle = ctypes.c_void_p()
         check(lib.rankd_kv_get(self.handle, key.encode(), float(timeout),
                                ctypes.byref(handle)))

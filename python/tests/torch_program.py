@@ -1,13 +1,16 @@
 """A plain torch.distributed program, changed only in its init line, that
 python/tests/test_torch.py runs on every rank (under rankrun or LocalJob):
 
-    torch_program.py ops        collectives, subgroups, object collectives:
-                                values checked exactly, "TORCH OK <rank>"
-    torch_program.py kill V     rank V kills itself (SIGKILL) while the
-                                others wait in an all_reduce; each survivor
-                                prints "SURVIVOR <rank> <ms> <error>"
-    torch_program.py tcp ...    the same, rendezvous through torch alone
-                                (env://, TCPStore on rank 0), to compare
+    torch_program.py ops         collectives, subgroups, object
+                                 collectives: values checked exactly,
+                                 "TORCH OK <rank>"
+    torch_program.py ops-kill V  the same, then rank V kills itself
+                                 (SIGKILL) while the others wait in an
+                                 all_reduce: "KILLING V <time>", and each
+                                 survivor "SURVIVOR <rank> <time> <error>"
+    torch_program.py tcp-kill V  the kill alone, rendezvous through torch
+                                 alone (env://, TCPStore on rank 0), to
+                                 compare
 
 The rank and world size come from the rendezvous, never from the program.
 """
@@ -23,7 +26,8 @@ import torch.distributed as dist
 
 
 def init(tcp):
-    timeout = datetime.timedelta(seconds=60)
+    timeout = datetime.timedelta(
+        seconds=float(os.environ.get("TORCH_PROGRAM_TIMEOUT", "60")))
     if tcp:
         dist.init_process_group("gloo", init_method="env://",
                                 rank=int(os.environ["RANK"]),
@@ -36,8 +40,7 @@ def init(tcp):
     return dist.get_rank(), dist.get_world_size()
 
 
-def ops():
-    rank, world = init(False)
+def ops(rank, world):
     t = torch.arange(4, dtype=torch.float64) + 100 * rank
     dist.all_reduce(t)
     want = torch.arange(4, dtype=torch.float64) * world + \
@@ -72,12 +75,13 @@ def ops():
     box = [{"from": 0, "values": [1, 2, 3]} if rank == 0 else None]
     dist.broadcast_object_list(box, src=0)
     assert box[0] == {"from": 0, "values": [1, 2, 3]}, box
-    dist.destroy_process_group()
     print(f"TORCH OK {rank}", flush=True)
 
 
-def kill(victim, tcp):
-    rank, world = init(tcp)
+def kill(rank, world, victim):
+    # A launcher stops a failed rank's siblings with SIGTERM; a survivor
+    # stays to report (rankrun sends SIGKILL after --stop_grace_ms).
+    signal.signal(signal.SIGTERM, lambda *_: None)
     t = torch.ones(8)
     dist.all_reduce(t)
     assert t[0].item() == world
@@ -109,11 +113,12 @@ def kill(victim, tcp):
 
 if __name__ == "__main__":
     mode = sys.argv[1]
-    if mode == "ops":
-        ops()
-    elif mode == "kill":
-        kill(int(sys.argv[2]), False)
-    elif mode == "tcp-kill":
-        kill(int(sys.argv[2]), True)
-    else:
+    if mode not in ("ops", "ops-kill", "tcp-kill"):
         sys.exit(f"unknown mode {mode!r}")
+    rank, world = init(mode == "tcp-kill")
+    if mode != "tcp-kill":
+        ops(rank, world)
+    if mode == "ops":
+        dist.destroy_process_group()
+    else:
+        kill(rank, world, int(sys.argv[2]))

@@ -287,7 +287,8 @@ RANKD_EXPORT void rankd_bytes_free(rankd_bytes* bytes);
 RANKD_EXPORT rankd_status* rankd_kv_set(rankd_rank* rank, const char* key,
                                         const void* value, size_t size);
 /* Blocks until `key` exists or the timeout passes (DEADLINE_EXCEEDED naming
- * the key). *value is a new rankd_bytes. */
+ * the key); a timeout of 0 does not wait (NOT_FOUND when absent). *value is
+ * a new rankd_bytes. */
 RANKD_EXPORT rankd_status* rankd_kv_get(rankd_rank* rank, const char* key,
                                         double timeout_seconds,
                                         rankd_bytes** value);
