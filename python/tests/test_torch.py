@@ -268,3 +268,18 @@ def test_rankd_store_check_and_num_keys(rankd_rank):
     with pytest.raises(rankd.UnimplementedError, match="num_keys"):
         store.num_keys()
 
+
+
+def test_store_through_torch_prefix_store(store):
+    # What torch's own code holds: a PrefixStore (C++) over the store, so
+    # every call crosses torch's C++ -> Python trampoline.
+    p = dist.PrefixStore("pg", store)
+    p.set("a", b"\x00bytes")
+    assert p.get("a") == b"\x00bytes"
+    assert p.add("n", 2) == 2
+    assert p.compare_set("c", "", "v") == b"v"
+    assert p.compare_set("c", "v", "w") == b"w"
+    assert p.compare_set("c", "x", "y") == b"w"
+    p.wait(["a", "c"])
+    # (Not delete_key: torch 1.13's trampoline does not forward it to a
+    # Python store; torch's own code does not call it.)
