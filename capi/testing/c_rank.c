@@ -133,11 +133,9 @@ static void Ops(rankd_rank* rank, uint32_t world) {
                             &stored),
        "kv_compare_set create");
     if (stored != 1) Fail("kv_compare_set create stored %d", stored);
-    Ok(rankd_kv_compare_set(rank, "shared/c/mine", 1, NULL, 0, "a", 1,
-                            &stored),
+    Ok(rankd_kv_compare_set(rank, "shared/c/mine", 1, NULL, 0, "a", 1, &stored),
        "kv_compare_set create");
-    Ok(rankd_kv_compare_set(rank, "shared/c/mine", 1, NULL, 0, "b", 1,
-                            &stored),
+    Ok(rankd_kv_compare_set(rank, "shared/c/mine", 1, NULL, 0, "b", 1, &stored),
        "kv_compare_set create again");
     if (stored != 0) Fail("a second create-only set stored");
     Refused(rankd_kv_set(rank, "shared/c/mine", "c", 1),
