@@ -41,8 +41,9 @@ class Store(dist.Store):
     timeout (set_timeout; `timeout` at first) and then raise
     StoreTimeoutError naming the key. After the job failed every operation
     raises rankd's AbortedError naming the lost rank. `on_value` (may be
-    None) is called with every value this store sets (rankd.torch reads
-    Gloo's addresses from them)."""
+    None) is called with every value this store sets, gets or waits for
+    (rankd.torch reads Gloo's addresses from them: a connection's one end
+    is an address its rank published, the other an address it read)."""
 
     def __init__(self, rank, prefix=DEFAULT_PREFIX,
                  timeout=datetime.timedelta(seconds=300), on_value=None):
@@ -96,7 +97,10 @@ class Store(dist.Store):
 
     def _get(self, full_key, seconds, key):
         try:
-            return self._rank.kv_get(full_key, timeout=max(seconds, 0.0))
+            value = self._rank.kv_get(full_key, timeout=max(seconds, 0.0))
+            if self._on_value is not None:
+                self._on_value(value)
+            return value
         except (errors.DeadlineExceededError, errors.NotFoundError) as e:
             # NotFound: a wait whose time was used up by earlier keys.
             raise StoreTimeoutError(
