@@ -455,7 +455,10 @@ rankd_status* rankd_kv_get(rankd_rank* rank, const char* key,
   if (rank == nullptr) return NullArgument(kFn, "rank");
   if (key == nullptr) return NullArgument(kFn, "key");
   if (value == nullptr) return NullArgument(kFn, "value");
-  auto timeout = ToDuration(timeout_seconds, kFn, "timeout_seconds");
+  // 0 reads without waiting (NOT_FOUND when absent).
+  auto timeout = timeout_seconds == 0
+                     ? absl::StatusOr<absl::Duration>(absl::ZeroDuration())
+                     : ToDuration(timeout_seconds, kFn, "timeout_seconds");
   if (!timeout.ok()) return ToC(timeout.status());
   auto got = rank->state->client->KvGet(key, *timeout);
   if (!got.ok()) return ToC(got.status());
@@ -484,6 +487,46 @@ rankd_status* rankd_kv_delete(rankd_rank* rank, const char* key, int* existed) {
   auto deleted = rank->state->client->KvDelete(key);
   if (!deleted.ok()) return ToC(deleted.status());
   if (existed != nullptr) *existed = *deleted ? 1 : 0;
+  return nullptr;
+}
+
+rankd_status* rankd_kv_compare_set(rankd_rank* rank, const char* key,
+                                   int if_absent, const void* expected,
+                                   size_t expected_size, const void* value,
+                                   size_t size, int* stored) {
+  constexpr char kFn[] = "rankd_kv_compare_set";
+  if (rank == nullptr) return NullArgument(kFn, "rank");
+  if (key == nullptr) return NullArgument(kFn, "key");
+  if (value == nullptr && size > 0) return NullArgument(kFn, "value");
+  if (!if_absent && expected == nullptr && expected_size > 0) {
+    return NullArgument(kFn, "expected");
+  }
+  if (stored == nullptr) return NullArgument(kFn, "stored");
+  std::optional<absl::string_view> want;
+  if (!if_absent) {
+    want = absl::string_view(static_cast<const char*>(expected), expected_size);
+  }
+  auto set = rank->state->client->KvCompareAndSet(
+      key, want, absl::string_view(static_cast<const char*>(value), size));
+  if (!set.ok()) return ToC(set.status());
+  *stored = *set ? 1 : 0;
+  return nullptr;
+}
+
+rankd_status* rankd_kv_compare_delete(rankd_rank* rank, const char* key,
+                                      const void* expected,
+                                      size_t expected_size, int* deleted) {
+  constexpr char kFn[] = "rankd_kv_compare_delete";
+  if (rank == nullptr) return NullArgument(kFn, "rank");
+  if (key == nullptr) return NullArgument(kFn, "key");
+  if (expected == nullptr && expected_size > 0) {
+    return NullArgument(kFn, "expected");
+  }
+  auto removed = rank->state->client->KvCompareAndDelete(
+      key,
+      absl::string_view(static_cast<const char*>(expected), expected_size));
+  if (!removed.ok()) return ToC(removed.status());
+  if (deleted != nullptr) *deleted = *removed ? 1 : 0;
   return nullptr;
 }
 

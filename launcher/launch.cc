@@ -17,6 +17,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -37,6 +38,9 @@ namespace rankd::launcher {
 namespace {
 
 constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP};
+// The key namespace torch jobs' stores use (rankd.torch_store.DEFAULT_PREFIX),
+// which the daemons rankrun starts declare shared.
+constexpr absl::string_view kTorchKvPrefix = "torch/";
 
 // A failure that ends Launch with `exit_status`, after `message` is printed.
 struct Failure {
@@ -577,7 +581,28 @@ std::optional<Failure> Launcher::StartDaemon(const std::string& given_socket) {
   if (!coordinator.empty()) {
     argv.push_back(absl::StrCat("--coordinator=", coordinator));
   }
-  for (const std::string& flag : o_.rankd_args) argv.push_back(flag);
+  // torch's store keys (python/rankd/torch_store.py) are written by every
+  // rank, so rankrun declares their namespace shared; a
+  // --kv_shared_prefixes of the user's gets it added.
+  bool declared_shared = false;
+  for (const std::string& flag : o_.rankd_args) {
+    constexpr absl::string_view kShared = "--kv_shared_prefixes=";
+    if (absl::StartsWith(flag, kShared)) {
+      declared_shared = true;
+      std::vector<absl::string_view> prefixes =
+          absl::StrSplit(absl::string_view(flag).substr(kShared.size()), ',',
+                         absl::SkipEmpty());
+      if (!absl::c_linear_search(prefixes, kTorchKvPrefix)) {
+        prefixes.push_back(kTorchKvPrefix);
+      }
+      argv.push_back(absl::StrCat(kShared, absl::StrJoin(prefixes, ",")));
+    } else {
+      argv.push_back(flag);
+    }
+  }
+  if (!declared_shared) {
+    argv.push_back(absl::StrCat("--kv_shared_prefixes=", kTorchKvPrefix));
+  }
 
   UniqueFd log;
   if (!o_.rankd_log.empty()) {

@@ -211,8 +211,20 @@ TEST(Rankrun, StartsADaemonAndTwoRanksThatJoinAndGather) {
     EXPECT_THAT(out, HasSubstr(absl::StrCat(
                          label, "ARGS --join --gather --lr=", r, " --ws=2")));
   }
-  // The daemon's output went to --rankd_log, not to rankrun's stderr.
-  EXPECT_FALSE(ReadFile(::testing::TempDir() + "/two.log").empty());
+  // The daemon's output went to --rankd_log, not to rankrun's stderr; it
+  // declares torch programs' store keys shared (python/rankd/torch.py).
+  EXPECT_THAT(ReadFile(::testing::TempDir() + "/two.log"),
+              HasSubstr(" kv_shared=torch/ "));
+}
+
+TEST(Rankrun, AddsTorchToTheSharedPrefixesTheUserDeclares) {
+  RankrunJob run({"--nproc_per_node=1", "--job_id=prefixes",
+                  "--rankd_arg=--kv_shared_prefixes=mine/,leases/",
+                  "--rankd_log=" + ::testing::TempDir() + "/prefixes.log", "--",
+                  kEnvRank, "--join"});
+  ASSERT_EQ(run.Wait(), 0) << run.Describe();
+  EXPECT_THAT(ReadFile(::testing::TempDir() + "/prefixes.log"),
+              HasSubstr(" kv_shared=mine/,leases/,torch/ "));
 }
 
 // Line `i` of rank `rank` as env_rank --lines writes it

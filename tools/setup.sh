@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package rankd's build, tests, demo and benchmarks
 # need. Idempotent: does nothing when everything is already installed.
-# Usage: tools/setup.sh [--bench]   (--bench also installs python3-torch and python3-matplotlib)
+# Usage: tools/setup.sh [--bench]   (--bench also installs python3-matplotlib)
 set -euo pipefail
 
 packages=(
@@ -25,6 +25,9 @@ packages=(
   kubectl python3-yaml
   # The Python package (python/rankd) and its pytest suite.
   python3-numpy python3-pytest
+  # torch.distributed on rankd (python/rankd/torch.py) and its tests, with
+  # Debian's torch (Gloo on CPUs).
+  python3-torch
   # The Rust crate (rust/) and its cargo tests, with Debian's toolchain
   # (/usr/bin/cargo, rustc 1.63), offline.
   cargo
@@ -38,7 +41,7 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   packages+=(nodejs npm)
 fi
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch python3-matplotlib)
+  packages+=(python3-matplotlib)
 fi
 
 missing=()

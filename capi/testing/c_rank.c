@@ -119,6 +119,46 @@ static void Ops(rankd_rank* rank, uint32_t world) {
   }
   Refused(missing, RANKD_DEADLINE_EXCEEDED, "c/never",
           "kv_get of a missing key");
+  /* A timeout of 0 reads without waiting. */
+  Refused(rankd_kv_get(rank, "c/never", 0, &blob), RANKD_NOT_FOUND, "c/never",
+          "kv_get of a missing key without waiting");
+
+  /* Shared keys (the harness declares "shared/" shared) are written with
+   * compare-and-set: rank 0 creates the slot, rank 1 replaces it only with
+   * the value it holds and deletes it likewise. */
+  int stored = -1;
+  int deleted = -1;
+  if (r == 0) {
+    Ok(rankd_kv_compare_set(rank, "shared/c/slot", 1, NULL, 0, "zero", 4,
+                            &stored),
+       "kv_compare_set create");
+    if (stored != 1) Fail("kv_compare_set create stored %d", stored);
+    Ok(rankd_kv_compare_set(rank, "shared/c/mine", 1, NULL, 0, "a", 1, &stored),
+       "kv_compare_set create");
+    Ok(rankd_kv_compare_set(rank, "shared/c/mine", 1, NULL, 0, "b", 1, &stored),
+       "kv_compare_set create again");
+    if (stored != 0) Fail("a second create-only set stored");
+    Refused(rankd_kv_set(rank, "shared/c/mine", "c", 1),
+            RANKD_PERMISSION_DENIED, "shared/c/mine",
+            "an unconditional set of a shared key");
+  } else {
+    Ok(rankd_kv_get(rank, "shared/c/slot", 30, &blob), "kv_get slot");
+    rankd_bytes_free(blob);
+    Ok(rankd_kv_compare_set(rank, "shared/c/slot", 0, "wrong", 5, "one", 3,
+                            &stored),
+       "kv_compare_set wrong");
+    if (stored != 0) Fail("kv_compare_set stored over an unexpected value");
+    Ok(rankd_kv_compare_set(rank, "shared/c/slot", 0, "zero", 4, "one", 3,
+                            &stored),
+       "kv_compare_set");
+    if (stored != 1) Fail("kv_compare_set did not store");
+    Ok(rankd_kv_compare_delete(rank, "shared/c/slot", "zero", 4, &deleted),
+       "kv_compare_delete wrong");
+    if (deleted != 0) Fail("kv_compare_delete deleted an unexpected value");
+    Ok(rankd_kv_compare_delete(rank, "shared/c/slot", "one", 3, &deleted),
+       "kv_compare_delete");
+    if (deleted != 1) Fail("kv_compare_delete did not delete");
+  }
 
   /* A pending round's bounded wait that runs out while a rank holds back
    * (rank 1 submits only once rank 0 has seen the timeout): the wait's own

@@ -172,7 +172,8 @@ class Rank:
 
     def kv_get(self, key, timeout=60.0):
         """The bytes at `key`, waiting up to `timeout` for it to exist
-        (DeadlineExceededError naming the key)."""
+        (DeadlineExceededError naming the key); `timeout` 0 does not wait
+        (NotFoundError when absent)."""
         handle = ctypes.c_void_p()
         check(lib.rankd_kv_get(self.handle, key.encode(), float(timeout),
                                ctypes.byref(handle)))
@@ -196,6 +197,34 @@ class Rank:
         check(lib.rankd_kv_delete(self.handle, key.encode(),
                                   ctypes.byref(existed)))
         return bool(existed.value)
+
+    def kv_compare_set(self, key, expected, value):
+        """Compare-and-set, the write for keys under a prefix the job
+        declares shared: stores `value` only when `key` holds exactly
+        `expected` (bytes or str), or, with `expected` None, only when
+        `key` does not exist. Returns whether it stored."""
+        data = value.encode() if isinstance(value, str) else bytes(value)
+        if expected is None:
+            want, if_absent = b"", 1
+        else:
+            want = expected.encode() if isinstance(expected, str) else \
+                bytes(expected)
+            if_absent = 0
+        stored = ctypes.c_int()
+        check(lib.rankd_kv_compare_set(self.handle, key.encode(), if_absent,
+                                       want, len(want), data, len(data),
+                                       ctypes.byref(stored)))
+        return bool(stored.value)
+
+    def kv_compare_delete(self, key, expected):
+        """Deletes `key` only when it holds exactly `expected` (the delete
+        for shared keys); returns whether it did."""
+        want = expected.encode() if isinstance(expected, str) else \
+            bytes(expected)
+        deleted = ctypes.c_int()
+        check(lib.rankd_kv_compare_delete(self.handle, key.encode(), want,
+                                          len(want), ctypes.byref(deleted)))
+        return bool(deleted.value)
 
     # --- job failure ------------------------------------------------------
 

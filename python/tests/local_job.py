@@ -40,13 +40,15 @@ def _free_port():
 
 
 class LocalJob:
-    """`nnodes` daemons x `nproc_per_node` ranks of job `job_id`."""
+    """`nnodes` daemons x `nproc_per_node` ranks of job `job_id`; every
+    daemon also gets `daemon_flags`."""
 
-    def __init__(self, job_id, nnodes=1, nproc_per_node=2):
+    def __init__(self, job_id, nnodes=1, nproc_per_node=2, daemon_flags=()):
         self.job_id = job_id
         self.nnodes = nnodes
         self.nproc_per_node = nproc_per_node
         self.dir = tempfile.mkdtemp(prefix="rankd-pytest-")
+        self._daemon_flags = list(daemon_flags)
         self._daemons = []
         self._ranks = []
         self.addresses = [f"127.0.0.1:{_free_port()}" for _ in range(nnodes)]
@@ -80,7 +82,7 @@ class LocalJob:
                     f"--socket={self.dir}/node{n}.sock",
                     f"--credentials_dir={node_creds[n]}",
                     "--heartbeat_interval_ms=100",
-                    "--heartbeat_timeout_ms=1000"]
+                    "--heartbeat_timeout_ms=1000"] + self._daemon_flags
             if n > 0:
                 args.append(f"--coordinator={self.addresses[0]}")
             log = open(os.path.join(self.dir, f"daemon{n}.log"), "wb")

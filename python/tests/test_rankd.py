@@ -55,8 +55,8 @@ def test_a_narrowed_session_refuses_naming_the_capability():
 
 
 def test_loads_into_a_process_that_imported_torch():
-    # Debian's python3-torch (installed by tools/setup.sh --bench); CI's
-    # suite runs without it, so the case skips there.
+    # Debian's python3-torch (tools/setup.sh installs it); skipped where
+    # torch is not installed.
     pytest.importorskip("torch")
     with LocalJob("py-torch", 1, 2) as job:
         env = dict(_env(), RANKD_TEST_WITH_TORCH="1")

@@ -280,6 +280,10 @@ class ManifestsTest(unittest.TestCase):
                 # The serving container's job id is rankd's own: rankrun
                 # takes it from the daemon ({job_id}).
                 self.assertIn("RANKD_JOB_ID", r.env(rankd))
+                # torch programs' store keys (init_method="rankd://") are
+                # written by every rank: the job declares them shared.
+                self.assertIn("torch/", r.env(rankd).get(
+                    "RANKD_KV_SHARED_PREFIXES", "").split(","))
 
     def test_pods_run_non_root_with_read_only_root_and_resources(self):
         for name, r in self.deployments():

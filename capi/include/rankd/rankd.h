@@ -287,7 +287,8 @@ RANKD_EXPORT void rankd_bytes_free(rankd_bytes* bytes);
 RANKD_EXPORT rankd_status* rankd_kv_set(rankd_rank* rank, const char* key,
                                         const void* value, size_t size);
 /* Blocks until `key` exists or the timeout passes (DEADLINE_EXCEEDED naming
- * the key). *value is a new rankd_bytes. */
+ * the key); a timeout of 0 does not wait (NOT_FOUND when absent). *value is
+ * a new rankd_bytes. */
 RANKD_EXPORT rankd_status* rankd_kv_get(rankd_rank* rank, const char* key,
                                         double timeout_seconds,
                                         rankd_bytes** value);
@@ -298,6 +299,22 @@ RANKD_EXPORT rankd_status* rankd_kv_add(rankd_rank* rank, const char* key,
 /* Deletes `key`; *existed (may be NULL) says whether it was there. */
 RANKD_EXPORT rankd_status* rankd_kv_delete(rankd_rank* rank, const char* key,
                                            int* existed);
+/* Compare-and-set, the write for keys under a prefix the job declares
+ * shared (rankd --kv_shared_prefixes): with `if_absent` non-zero, stores
+ * `value` only when `key` does not exist; otherwise only when `key` holds
+ * exactly the `expected_size` bytes at `expected` (0 bytes: the empty
+ * value). *stored says whether it stored. */
+RANKD_EXPORT rankd_status* rankd_kv_compare_set(
+    rankd_rank* rank, const char* key, int if_absent, const void* expected,
+    size_t expected_size, const void* value, size_t size, int* stored);
+/* Deletes `key` only when it holds exactly the `expected_size` bytes at
+ * `expected` (required for shared keys); *deleted (may be NULL) says
+ * whether it did. */
+RANKD_EXPORT rankd_status* rankd_kv_compare_delete(rankd_rank* rank,
+                                                   const char* key,
+                                                   const void* expected,
+                                                   size_t expected_size,
+                                                   int* deleted);
 
 /* ---- Job failure ------------------------------------------------------- */
 

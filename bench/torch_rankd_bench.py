@@ -1,0 +1,197 @@
+#!/usr/bin/python3
+"""torch.distributed on rankd versus torch alone, in one run:
+
+1. init_process_group("gloo") through init_method="rankd://" versus
+   "env://" (TCPStore hosted by rank 0), at each of --sizes ranks, with the
+   rankd daemons already running (1 daemon x 2, 2 x 4, 4 x 4: at most 4
+   ranks per daemon). Rank processes are forked after `import torch` and
+   `import rankd.torch`, wait for a shared start time, then call
+   init_process_group; the time is from the start time until the last rank
+   returned. Each system runs --repeat times per size, alternating; a rankd
+   repetition uses a fresh job (a rank joins a job once).
+2. Store latency: set (a new key each time) and get (an existing key) of a
+   100-byte value, rankd.torch.Store versus a TCPStore, both served on this
+   machine, from one process.
+
+Prints the medians and the ratios rankd / torch. Needs Debian's
+python3-torch and a build (RANKD_BIN_DIR, RANKD_LIBRARY as for
+python/tests):
+
+    bazel build -c opt //capi:librankd.so //daemon:rankd //client:rankctl
+    B=$(bazel info -c opt bazel-bin)
+    RANKD_BIN_DIR=$B RANKD_LIBRARY=$B/capi/librankd.so \\
+      PYTHONPATH=python:python/tests /usr/bin/python3 \\
+      bench/torch_rankd_bench.py --sizes=2,8,16 --repeat=3
+
+It stops only the processes it started, by pid.
+"""
+
+import argparse
+import datetime
+import os
+import signal
+import socket
+import statistics
+import sys
+import time
+import traceback
+
+import torch  # noqa: F401  (imported once; the ranks inherit it)
+import torch.distributed as dist
+
+import rankd
+import rankd.torch  # noqa: F401  (registers rankd://)
+from local_job import LocalJob
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def layout(size):
+    nnodes = 1 if size <= 4 else size // 4
+    return nnodes, size // nnodes
+
+
+def rank_main(system, rank, world, start, env, out_fd):
+    os.environ.update(env)
+    delay = start - time.time()
+    if delay > 0:
+        time.sleep(delay)
+    timeout = datetime.timedelta(seconds=120)
+    if system == "rankd":
+        dist.init_process_group("gloo", init_method="rankd://",
+                                timeout=timeout)
+    else:
+        dist.init_process_group("gloo", init_method="env://", rank=rank,
+                                world_size=world, timeout=timeout)
+    end = time.time()
+    os.write(out_fd, f"{rank} {end}\n".encode())
+    dist.barrier()  # nobody leaves while another still initializes
+    dist.destroy_process_group()
+    os._exit(0)
+
+
+def one_init(system, size):
+    """Seconds from the start time until every rank's init returned."""
+    nnodes, nproc = layout(size)
+    job = None
+    envs = []
+    if system == "rankd":
+        # rankd's default heartbeat timeout (LocalJob's 1 s is for tests).
+        job = LocalJob(f"bench-{os.getpid()}-{time.monotonic_ns()}", nnodes,
+                       nproc, daemon_flags=["--kv_shared_prefixes=torch/",
+                                            "--heartbeat_timeout_ms=5000"])
+        job.start()
+        for r in range(size):
+            n, local = divmod(r, nproc)
+            envs.append({"RANKD_TARGET": job.socket_target(n),
+                         "RANKD_JOB_ID": job.job_id,
+                         "RANKD_LOCAL_RANK": str(local),
+                         "RANKD_RANK_TOKEN": job.rank_token(n, r)})
+    else:
+        port = free_port()
+        envs = [{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+                for _ in range(size)]
+    read_fd, write_fd = os.pipe()
+    start = time.time() + 1.0 + 0.05 * size
+    pids = []
+    try:
+        for r in range(size):
+            pid = os.fork()
+            if pid == 0:
+                os.close(read_fd)
+                try:
+                    rank_main(system, r, size, start, envs[r], write_fd)
+                except BaseException:
+                    traceback.print_exc()
+                finally:
+                    os._exit(1)
+            pids.append(pid)
+        os.close(write_fd)
+        ends = []
+        with os.fdopen(read_fd) as f:
+            for line in f:
+                ends.append(float(line.split()[1]))
+        failed = 0
+        for pid in pids:
+            _, status = os.waitpid(pid, 0)
+            failed += status != 0
+        pids = []
+        if failed or len(ends) != size:
+            raise RuntimeError(f"{system} at {size}: {failed} ranks failed")
+        return max(ends) - start
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        if job is not None:
+            job.stop()
+
+
+def store_latency(iterations):
+    """{(system, op): median seconds} for set and get."""
+    result = {}
+    with LocalJob(f"bench-store-{os.getpid()}", 1, 1,
+                  daemon_flags=["--kv_shared_prefixes=torch/"]) as job:
+        os.environ.update({"RANKD_TARGET": job.socket_target(0),
+                           "RANKD_JOB_ID": job.job_id,
+                           "RANKD_LOCAL_RANK": "0",
+                           "RANKD_RANK_TOKEN": job.rank_token(0, 0)})
+        with rankd.join() as rank:
+            stores = {
+                "rankd": rankd.torch.Store(rank, prefix="torch/bench/"),
+                "torch": dist.TCPStore("127.0.0.1", 0, 1, True),
+            }
+            value = b"v" * 100
+            for system, store in stores.items():
+                store.set("fixed", value)
+                for op in ("set", "get"):
+                    times = []
+                    for i in range(iterations):
+                        t = time.perf_counter()
+                        if op == "set":
+                            store.set(f"k{i}", value)
+                        else:
+                            store.get("fixed")
+                        times.append(time.perf_counter() - t)
+                    result[(system, op)] = statistics.median(times)
+    return result
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="2,8,16")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--iterations", type=int, default=1000)
+    args = p.parse_args()
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
+    print("init_process_group (s, median of %d; min-max)" % args.repeat)
+    print(f"{'ranks':>5} {'rankd://':>22} {'env://':>22} {'ratio':>6}")
+    for size in [int(s) for s in args.sizes.split(",")]:
+        times = {"rankd": [], "torch": []}
+        for _ in range(args.repeat):
+            for system in ("rankd", "torch"):
+                times[system].append(one_init(system, size))
+        med = {s: statistics.median(t) for s, t in times.items()}
+        cells = [f"{med[s]:.3f} ({min(times[s]):.3f}-{max(times[s]):.3f})"
+                 for s in ("rankd", "torch")]
+        print(f"{size:>5} {cells[0]:>22} {cells[1]:>22} "
+              f"{med['rankd'] / med['torch']:>5.2f}x", flush=True)
+    lat = store_latency(args.iterations)
+    print(f"store latency (median of {args.iterations}, microseconds)")
+    for op in ("set", "get"):
+        r, t = lat[("rankd", op)] * 1e6, lat[("torch", op)] * 1e6
+        print(f"  {op}: rankd {r:.0f}, TCPStore {t:.0f}, ratio "
+              f"{r / t:.2f}x", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,329 @@
+"""rankd.torch: torch.distributed on rankd. Importing it registers the
+`rankd://` rendezvous, so a torch program changes only its init line:
+
+    import rankd.torch  # noqa: F401
+    dist.init_process_group("gloo", init_method="rankd://")
+
+The rank and world size come from the node's daemon (the environment
+rankrun or the Kubernetes sidecar sets, or `rankd://HOST:PORT?...`
+parameters; see rendezvous_handler), and torch's store is the job's
+key-value broker (rankd.torch_store.Store).
+
+When rankd reports the job failed (a lost rank or node), this module shuts
+down the process's Gloo connections, so every pending torch collective ends,
+and torch.distributed's functions then raise JobFailedError with rankd's
+words ("... (MEMBER_LOST, node 1, rank 3, ...): rank 3 (pid ...) lost:
+..."), as do later calls. Torch 1.13 (Debian's) has no process-group abort;
+the shutdown stands in for it (docs/client-api.md, "torch.distributed").
+"""
+
+import atexit
+import datetime
+import functools
+import importlib
+import os
+import socket
+import stat
+import sys
+import threading
+import urllib.parse
+
+import torch.distributed as dist
+
+# The module (torch.distributed re-exports its function of the same name).
+_torch_rendezvous = importlib.import_module("torch.distributed.rendezvous")
+
+from . import errors
+from .rank import join
+from .torch_store import DEFAULT_PREFIX, Store, StoreTimeoutError
+
+__all__ = ["JobFailedError", "Store", "StoreTimeoutError", "DEFAULT_PREFIX",
+           "rendezvous_handler", "use_rank", "joined_rank",
+           "failure_grace_seconds"]
+
+# How long a collective's own transport error waits for rankd's verdict
+# (a local rank's loss arrives in milliseconds, a node's within the
+# heartbeat timeout) before it is raised as torch's.
+failure_grace_seconds = 2.0
+
+
+class JobFailedError(errors.AbortedError, RuntimeError):
+    """A torch.distributed call ended because the rankd job failed; the
+    message is rankd's, naming the lost rank. A RuntimeError, like the
+    errors torch raises for failed collectives."""
+
+
+# gloo's tcp Address: a sockaddr_storage (128 bytes), then a sequence
+# number (8), once per pair in the values ProcessGroupGloo publishes.
+_GLOO_ADDRESS_BYTES = 136
+
+
+def _gloo_endpoints(data):
+    """The (host, port) endpoints in a value ProcessGroupGloo published,
+    or () when `data` is not one."""
+    if not data or len(data) % _GLOO_ADDRESS_BYTES:
+        return ()
+    found = []
+    for i in range(0, len(data), _GLOO_ADDRESS_BYTES):
+        family = int.from_bytes(data[i:i + 2], sys.byteorder)
+        port = int.from_bytes(data[i + 2:i + 4], "big")
+        if family == socket.AF_INET:
+            host = socket.inet_ntop(socket.AF_INET, data[i + 4:i + 8])
+        elif family == socket.AF_INET6:
+            host = socket.inet_ntop(socket.AF_INET6, data[i + 8:i + 24])
+        else:
+            return ()
+        found.append((host, port))
+    return found
+
+
+def _shut_down_sockets(endpoints):
+    """Shuts down this process's TCP sockets with an end in `endpoints`
+    (both directions: the reads Gloo waits in see the end of the stream);
+    returns how many."""
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if not stat.S_ISSOCK(os.fstat(int(name)).st_mode):
+                continue
+            s = socket.socket(fileno=os.dup(int(name)))
+        except (OSError, ValueError):
+            continue
+        try:
+            if s.family not in (socket.AF_INET, socket.AF_INET6):
+                continue
+            ends = set()
+            for end in (s.getsockname, s.getpeername):
+                try:
+                    ends.add(tuple(end()[:2]))
+                except OSError:
+                    pass
+            if ends & endpoints:
+                s.shutdown(socket.SHUT_RDWR)
+                count += 1
+        except OSError:
+            pass
+        finally:
+            s.close()  # the duplicate only
+    return count
+
+
+class _Watch:
+    """This process's rank: its job failure, once reported, and the Gloo
+    endpoints to shut down then."""
+
+    def __init__(self, rank):
+        self.rank = rank
+        self.failure = None
+        self.failed = threading.Event()
+        self.sockets_shut = 0
+        self.stores = []
+        self._lock = threading.Lock()
+        self._endpoints = set()
+        rank.on_job_failure(self._on_failure)
+
+    def note_value(self, data):
+        found = _gloo_endpoints(data)
+        if found:
+            with self._lock:
+                self._endpoints.update(found)
+                failed = self.failure is not None
+            if failed:  # a group made after the failure
+                self._shut_down()
+
+    def _on_failure(self, error):
+        with self._lock:
+            if self.failure is None:
+                self.failure = error
+        self._shut_down()
+        self.failed.set()
+
+    def _shut_down(self):
+        with self._lock:
+            endpoints = set(self._endpoints)
+        self.sockets_shut += _shut_down_sockets(endpoints)
+
+
+_lock = threading.Lock()
+_watch = None
+_rendezvous_count = 0
+
+
+def use_rank(rank):
+    """Makes `rank` (a joined rankd.Rank of a program that also uses rankd
+    directly) the one `rankd://` rendezvous uses, instead of joining."""
+    global _watch
+    with _lock:
+        if _watch is not None and _watch.rank is not rank:
+            raise errors.FailedPreconditionError(
+                "rankd.torch: this process already joined as rank "
+                f"{_watch.rank.rank}")
+        if _watch is None:
+            _watch = _Watch(rank)
+            atexit.register(_leave_at_exit)
+
+
+def _leave_at_exit():
+    # Leave cleanly before the interpreter goes away: peers then do not
+    # see this rank as lost, and the library calls no Python callback
+    # into a finalizing interpreter.
+    watch = _watch
+    if watch is None or watch.rank._handle is None:
+        return
+    try:
+        watch.rank.leave()
+    except errors.RankdError:
+        pass  # the job failed or the rank left already
+    watch.rank.close()
+
+
+def joined_rank():
+    """The rankd.Rank the `rankd://` rendezvous joined (None before)."""
+    return None if _watch is None else _watch.rank
+
+
+def _query(url):
+    return {k: v[-1] for k, v in urllib.parse.parse_qs(
+        urllib.parse.urlparse(url).query).items()}
+
+
+def rendezvous_handler(url, timeout=datetime.timedelta(minutes=30),
+                       **kwargs):
+    """torch's rendezvous for `rankd://[HOST:PORT][/SOCKET]?[job_id=J]
+    [&rank=R][&world_size=N][&local_rank=L][&token_file=F][&prefix=P]`.
+
+    Joins the job through the node's daemon (HOST:PORT over TCP, or the
+    Unix socket SOCKET, else $RANKD_TARGET; unset parameters come from the
+    launcher's environment, as for rankd.join) and yields (store, rank,
+    world size) once every rank joined (at most `timeout`). rank and
+    world_size given to init_process_group are checked against the job's
+    (InvalidArgumentError). The store's keys live under P (default
+    "torch/", which the job must declare shared) plus a count of this
+    process's rendezvous, so a second init_process_group gets fresh keys.
+    """
+    global _rendezvous_count
+    parsed = urllib.parse.urlparse(url)
+    q = _query(url)
+    target = None
+    if parsed.netloc:
+        target = parsed.netloc
+    elif parsed.path not in ("", "/"):
+        target = "unix://" + parsed.path
+    seconds = timeout.total_seconds() if isinstance(
+        timeout, datetime.timedelta) else float(timeout)
+    with _lock:
+        watch = _watch
+    if watch is None:
+        rank = join(target=target, job_id=q.get("job_id"),
+                    local_rank=q.get("local_rank"), rank=q.get("rank"),
+                    world_size=q.get("world_size"),
+                    token_file=q.get("token_file"), wait_for_world=seconds)
+        use_rank(rank)
+        watch = _watch
+    else:
+        for name, have in (("rank", watch.rank.rank),
+                           ("world_size", watch.rank.world_size)):
+            if name in q and int(q[name]) != have:
+                raise errors.InvalidArgumentError(
+                    f"rankd.torch: {name}={q[name]} but this process is "
+                    f"{name} {have} of job {watch.rank.job_id!r}")
+    with _lock:
+        _rendezvous_count += 1
+        prefix = f"{q.get('prefix', DEFAULT_PREFIX)}{_rendezvous_count}/"
+    store = Store(watch.rank, prefix=prefix, timeout=timeout,
+                  on_value=watch.note_value)
+    # torch keeps only the C++ side of a Python store; without a Python
+    # reference its overrides vanish ("Tried to call pure virtual").
+    watch.stores.append(store)
+    yield store, watch.rank.rank, watch.rank.world_size
+    raise RuntimeError("rankd.torch: the rankd:// rendezvous yields once")
+
+
+# What a collective's own transport failure looks like (Gloo's IO errors).
+_TRANSPORT_WORDS = ("Connection", "connection", "closed", "reset",
+                    "Broken pipe", "Timed out", "timed out", "Socket",
+                    "transport")
+
+
+def _job_failure(exc):
+    """rankd's failure when `exc` (torch's error, or None for a call not
+    made yet) is due to it; None otherwise."""
+    watch = _watch
+    if watch is None:
+        return None
+    if watch.failure is None and exc is not None and \
+            any(w in str(exc) for w in _TRANSPORT_WORDS):
+        watch.failed.wait(failure_grace_seconds)
+    return watch.failure
+
+
+def _raise_failed(op, failure, cause):
+    raise JobFailedError(
+        f"torch.distributed.{op}: {failure.message}") from cause
+
+
+class _GuardedWork:
+    """An async torch Work whose wait() raises JobFailedError when the
+    rankd job failed; everything else is the Work's."""
+
+    def __init__(self, op, work):
+        self._op = op
+        self._work = work
+
+    def wait(self, *args, **kwargs):
+        try:
+            return self._work.wait(*args, **kwargs)
+        except RuntimeError as e:
+            failure = _job_failure(e)
+            if failure is None:
+                raise
+            _raise_failed(self._op, failure, e)
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+def _guarded(op, fn):
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        failure = _job_failure(None)
+        if failure is not None:
+            _raise_failed(op, failure, None)
+        try:
+            result = fn(*args, **kwargs)
+        except RuntimeError as e:
+            if isinstance(e, errors.RankdError):
+                raise
+            failure = _job_failure(e)
+            if failure is None:
+                raise
+            _raise_failed(op, failure, e)
+        if isinstance(result, dist.Work):
+            return _GuardedWork(op, result)
+        return result
+    call.__rankd_guarded__ = True
+    return call
+
+
+# torch.distributed's calls that talk to peers, where this torch has them.
+_GUARDED = (
+    "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_coalesced",
+    "all_gather_into_tensor", "_all_gather_base", "all_gather_object",
+    "all_to_all", "all_to_all_single", "barrier", "monitored_barrier",
+    "batch_isend_irecv", "broadcast", "broadcast_object_list", "gather",
+    "gather_object", "irecv", "isend", "new_group", "recv", "reduce",
+    "reduce_scatter", "reduce_scatter_tensor", "_reduce_scatter_base",
+    "scatter", "scatter_object_list", "send")
+
+
+def _install():
+    for op in _GUARDED:
+        fn = getattr(dist, op, None)
+        if fn is not None and not getattr(fn, "__rankd_guarded__", False):
+            setattr(dist, op, _guarded(op, fn))
+    _torch_rendezvous.register_rendezvous_handler("rankd",
+                                                  rendezvous_handler)
+
+
+if "rankd" not in getattr(_torch_rendezvous, "_rendezvous_handlers", {}):
+    _install()

@@ -1,0 +1,155 @@
+"""rankd.torch_store: a torch.distributed Store over the node's rankd daemon
+(the job's key-value broker), for torch's rendezvous (rankd.torch).
+
+Every rank reads every key; torch's keys are written by several ranks (the
+store-based barrier's counter, ProcessGroupGloo's address keys), so they live
+under a prefix the job declares shared (rankd --kv_shared_prefixes; rankrun
+declares "torch/"). Such keys belong to no rank and rankd writes them only
+with compare-and-set, so set and delete_key here are compare-and-set loops;
+their results are those of torch's TCPStore (python/tests/test_torch.py runs
+the same cases on both). Values are bytes, at most 1 MiB (rankd's limit).
+"""
+
+import datetime
+import time
+
+import torch.distributed as dist
+
+from . import errors
+
+__all__ = ["Store", "StoreTimeoutError", "DEFAULT_PREFIX"]
+
+# The namespace rankrun and the deploy manifests declare shared for torch.
+DEFAULT_PREFIX = "torch/"
+
+
+class StoreTimeoutError(errors.DeadlineExceededError, RuntimeError):
+    """A get or wait past the store's timeout. A RuntimeError too, as
+    TCPStore's timeouts are, so torch code catching those catches it."""
+
+
+def _data(value):
+    return value.encode() if isinstance(value, str) else bytes(value)
+
+
+class Store(dist.Store):
+    """A torch.distributed.Store whose keys are rankd keys `prefix` + key.
+
+    `rank` is a joined rankd.Rank; `prefix` must lie in a namespace the job
+    declares shared (PermissionDeniedError naming the rule otherwise, on the
+    first write another rank owns). get and wait block up to the store's
+    timeout (set_timeout; `timeout` at first) and then raise
+    StoreTimeoutError naming the key. After the job failed every operation
+    raises rankd's AbortedError naming the lost rank. `on_value` (may be
+    None) is called with every value this store sets, gets or waits for
+    (rankd.torch reads Gloo's addresses from them: a connection's one end
+    is an address its rank published, the other an address it read)."""
+
+    def __init__(self, rank, prefix=DEFAULT_PREFIX,
+                 timeout=datetime.timedelta(seconds=300), on_value=None):
+        super().__init__()
+        self.set_timeout(timeout)
+        self._rank = rank
+        self._prefix = prefix
+        self._on_value = on_value
+
+    @property
+    def rank(self):
+        """The joined rankd.Rank this store talks through."""
+        return self._rank
+
+    @property
+    def prefix(self):
+        return self._prefix
+
+    def _key(self, key):
+        return self._prefix + key
+
+    def _peek(self, full_key):
+        """The value at `full_key`, or None when absent (no waiting)."""
+        try:
+            return self._rank.kv_get(full_key, timeout=0)
+        except errors.NotFoundError:
+            return None
+
+    def _seconds(self, timeout):
+        if timeout is None:
+            timeout = self.timeout
+        if isinstance(timeout, datetime.timedelta):
+            return timeout.total_seconds()
+        return float(timeout)
+
+    def set(self, key, value):
+        data = _data(value)
+        if self._on_value is not None:
+            self._on_value(data)
+        k = self._key(key)
+        # Most torch keys are written once: create-only first, one call.
+        if self._rank.kv_compare_set(k, None, data):
+            return
+        while True:
+            current = self._peek(k)
+            if self._rank.kv_compare_set(k, current, data):
+                return
+
+    def get(self, key):
+        return self._get(self._key(key), self._seconds(None), key)
+
+    def _get(self, full_key, seconds, key):
+        try:
+            value = self._rank.kv_get(full_key, timeout=max(seconds, 0.0))
+            if self._on_value is not None:
+                self._on_value(value)
+            return value
+        except (errors.DeadlineExceededError, errors.NotFoundError) as e:
+            # NotFound: a wait whose time was used up by earlier keys.
+            raise StoreTimeoutError(
+                f"rankd store: key {key!r} was not set within "
+                f"{seconds:g} s ({e.message})") from None
+
+    def add(self, key, value):
+        return self._rank.kv_add(self._key(key), int(value))
+
+    def compare_set(self, key, expected_value, desired_value):
+        """TCPStore's semantics: sets `desired_value` when the key holds
+        `expected_value`, or when it is absent and `expected_value` is
+        empty; returns the value the key then holds (`expected_value` when
+        the key is absent and it was not empty, as TCPStore does)."""
+        expected, desired = _data(expected_value), _data(desired_value)
+        k = self._key(key)
+        while True:
+            current = self._peek(k)
+            if current is None:
+                if expected:
+                    return expected
+                if self._rank.kv_compare_set(k, None, desired):
+                    return desired
+            elif current == expected:
+                if self._rank.kv_compare_set(k, current, desired):
+                    return desired
+            else:
+                return current
+
+    def delete_key(self, key):
+        k = self._key(key)
+        while True:
+            current = self._peek(k)
+            if current is None:
+                return False
+            if self._rank.kv_compare_delete(k, current):
+                return True
+
+    def check(self, keys):
+        return all(self._peek(self._key(k)) is not None for k in keys)
+
+    def wait(self, keys, timeout=None):
+        seconds = self._seconds(timeout)
+        deadline = time.monotonic() + seconds
+        for key in keys:
+            self._get(self._key(key), deadline - time.monotonic(), key)
+
+    def num_keys(self):
+        # The daemon has no call that counts a namespace's keys.
+        raise errors.UnimplementedError(
+            "rankd store: num_keys is not offered (the broker counts no "
+            "namespace's keys); torch's rendezvous does not use it")

@@ -1,0 +1,285 @@
+"""torch.distributed on rankd (rankd.torch) with Debian's python3-torch
+(Gloo), through real daemons:
+
+- 2 nodes x 2 ranks under two rankrun processes: init_process_group via
+  rankd://, collectives with exact values, subgroups, object collectives,
+  then the kill drill: a rank killed with SIGKILL, every survivor's pending
+  and later collective fails naming it in rankd's words, nothing left
+  running; with RANKD_TORCH_COMPARE=1 also the same drill with torch alone
+  (env://, TCPStore), timed in the same run, for comparison;
+- store conformance: the same cases on rankd.torch.Store and on torch's
+  TCPStore.
+
+Skipped where torch is not installed.
+"""
+
+import datetime
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+import rankd  # noqa: E402
+from local_job import LocalJob, _binary, _free_port, _native_env  # noqa: E402
+
+PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                       "torch_program.py")
+PYTHONPATH = os.path.dirname(os.path.dirname(os.path.abspath(rankd.__file__)))
+VICTIM = 2  # node 1's first rank: node 0's ranks learn of it from rankd
+# One heartbeat timeout (rankd's default, 5 s) plus a margin: every
+# survivor's pending collective must end within it.
+SURVIVOR_LIMIT_S = 6.0
+
+
+def _run_two_nodes(tmp, job_id, args, env=None, timeout=150):
+    """Runs `args` (after python3 PROGRAM) on 2 nodes x 2 ranks: one
+    rankrun per node, each starting its node's daemon. Returns the two
+    rankruns' (exit status, output)."""
+    rankrun = _binary("rankrun", "launcher")
+    rankctl = _binary("rankctl", "client")
+    creds = os.path.join(tmp, "creds")
+    subprocess.run([rankctl, "credentials", "create", creds], check=True,
+                   stdout=subprocess.DEVNULL, env=_native_env())
+    coordinator = f"127.0.0.1:{_free_port()}"
+    e = dict(_native_env(), PYTHONPATH=PYTHONPATH, **(env or {}))
+    # A sanitizer build's librankd.so needs its runtime preloaded into
+    # Python (run_pytest.sh), not into rankrun and rankd.
+    python = ["/usr/bin/python3"]
+    if os.environ.get("LD_PRELOAD"):
+        python = ["env", f"LD_PRELOAD={os.environ['LD_PRELOAD']}"] + python
+    procs = []
+    for node in range(2):
+        out = open(os.path.join(tmp, f"node{node}.out"), "wb")
+        procs.append((subprocess.Popen(
+            [rankrun, "--nnodes=2", f"--node_rank={node}",
+             "--nproc_per_node=2", "--daemon=start", f"--job_id={job_id}",
+             f"--coordinator={coordinator}", f"--credentials_dir={creds}",
+             f"--rankd={_binary('rankd', 'daemon')}",
+             f"--rankd_log={tmp}/rankd{node}.log", "--stop_grace_ms=8000",
+             # The coordinator stays until node 1's ranks left.
+             f"--exit_delay_ms={2000 if node == 0 else 0}", "--",
+             *python, PROGRAM, *args],
+            stdout=out, stderr=subprocess.STDOUT, env=e), out))
+    results = []
+    for p, out in procs:
+        try:
+            code = p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            code = p.wait()
+        out.close()
+        with open(out.name, errors="replace") as f:
+            results.append((code, f.read()))
+    return results
+
+
+def _pids_of(pattern):
+    """Processes still running whose command line contains `pattern`."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if pattern.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def _survivor_delays(output):
+    """{rank: (seconds from the kill to its error, error line)}."""
+    killed = float(re.search(r"KILLING \d+ ([0-9.]+)", output).group(1))
+    return {int(r): (float(t) - killed, line) for r, t, line in re.findall(
+        r"SURVIVOR (\d+) ([0-9.]+) (.*)", output)}
+
+
+@pytest.fixture
+def tmp():
+    path = tempfile.mkdtemp(prefix="rankd-torch-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_torch_on_two_nodes_then_a_lost_rank_is_named(tmp):
+    job = "torch-2x2"
+    results = _run_two_nodes(tmp, job, ["ops-kill", str(VICTIM)])
+    output = "\n".join(out for _, out in results)
+    for r in range(4):
+        assert f"TORCH OK {r}" in output, output
+    # The victim's node reports its death by signal; node 0 exits 0.
+    assert results[0][0] == 0, output
+    assert results[1][0] == 128 + 9, output
+    delays = _survivor_delays(output)
+    assert sorted(delays) == [0, 1, 3], output
+    for r, (seconds, line) in delays.items():
+        assert line.startswith(
+            "JobFailedError: ABORTED: torch.distributed.all_reduce: job "
+            f"{job} failed (MEMBER_LOST, node 1, rank {VICTIM}, "), line
+        assert f"rank {VICTIM} (pid " in line, line
+        assert 0 <= seconds < SURVIVOR_LIMIT_S, (r, seconds, output)
+    for r in (0, 1, 3):
+        assert re.search(rf"LATER {r} \d+ ms JobFailedError", output), output
+    print("rankd: kill -9 of rank %d to each survivor's error: %s" % (
+        VICTIM, ", ".join(f"rank {r} {s * 1000:.0f} ms"
+                          for r, (s, _) in sorted(delays.items()))))
+    assert _pids_of(PROGRAM) == [], "rank processes left running"
+
+
+@pytest.mark.skipif(os.environ.get("RANKD_TORCH_COMPARE") != "1",
+                    reason="a measurement (bench/RESULTS.md), not a check: "
+                    "RANKD_TORCH_COMPARE=1 runs it")
+def test_torch_alone_kill_drill_for_comparison(tmp):
+    # The same drill over env:// (TCPStore on rank 0) with Gloo's timeout
+    # at 5 s: measured, not held to rankd's bound. Survivors stay up past
+    # that timeout, so that no survivor's exit is what wakes another.
+    port = _free_port()
+    results = _run_two_nodes(
+        tmp, "torch-alone", ["tcp-kill", str(VICTIM)],
+        env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+             "TORCH_PROGRAM_TIMEOUT": "5", "TORCH_PROGRAM_LINGER": "6"})
+    output = "\n".join(out for _, out in results)
+    delays = _survivor_delays(output)
+    assert sorted(delays) == [0, 1, 3], output
+    for _, line in delays.values():
+        assert "JobFailedError" not in line, line
+    print("torch alone: kill -9 of rank %d to each survivor's error: %s" % (
+        VICTIM, "; ".join(f"rank {r} {s * 1000:.0f} ms ({line[:90]})"
+                          for r, (s, line) in sorted(delays.items()))))
+    assert _pids_of(PROGRAM) == [], "rank processes left running"
+
+
+# --- store conformance: the same cases on rankd's Store and TCPStore ------
+
+
+@pytest.fixture(scope="module")
+def rankd_rank():
+    with LocalJob("torch-store", 1, 1,
+                  daemon_flags=["--kv_shared_prefixes=torch/"]) as job:
+        saved = dict(os.environ)
+        os.environ.update({"RANKD_TARGET": job.socket_target(0),
+                           "RANKD_JOB_ID": job.job_id,
+                           "RANKD_LOCAL_RANK": "0",
+                           "RANKD_RANK_TOKEN": job.rank_token(0, 0)})
+        try:
+            rank = rankd.join()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        with rank:
+            yield rank
+
+
+_case_count = [0]
+
+
+@pytest.fixture(params=["rankd", "tcp"])
+def store(request, rankd_rank):
+    # A fresh namespace per case, as a fresh TCPStore.
+    _case_count[0] += 1
+    timeout = datetime.timedelta(seconds=1)
+    if request.param == "rankd":
+        from rankd.torch import Store
+        yield Store(rankd_rank, prefix=f"torch/case{_case_count[0]}/",
+                    timeout=timeout)
+    else:
+        yield dist.TCPStore("127.0.0.1", 0, 1, True, timeout=timeout)
+
+
+def _has(store, key):
+    """Whether `key` exists, on both stores (torch 1.13's TCPStore has no
+    check() in Python): a short wait."""
+    try:
+        store.wait([key], datetime.timedelta(milliseconds=100))
+        return True
+    except RuntimeError:
+        return False
+
+
+def test_store_set_get_bytes(store):
+    store.set("a", b"\x00\x01value")
+    store.set("s", "text")
+    assert store.get("a") == b"\x00\x01value"
+    assert store.get("s") == b"text"
+    store.set("a", b"again")  # a second write replaces
+    assert store.get("a") == b"again"
+
+
+def test_store_one_mebibyte_value(store):
+    value = bytes(range(256)) * 4096
+    store.set("big", value)
+    assert store.get("big") == value
+
+
+def test_store_get_of_a_missing_key_times_out(store):
+    with pytest.raises(RuntimeError):
+        store.get("never")
+
+
+def test_store_add(store):
+    assert store.add("n", 3) == 3
+    assert store.add("n", -5) == -2
+    assert store.get("n") == b"-2"
+
+
+def test_store_compare_set(store):
+    assert store.compare_set("c", "", "first") == b"first"
+    assert store.compare_set("c", "wrong", "x") == b"first"
+    assert store.compare_set("c", "first", "second") == b"second"
+    assert store.get("c") == b"second"
+    # Absent with a non-empty expectation: TCPStore answers the expectation.
+    assert store.compare_set("absent", "e", "x") == b"e"
+    assert not _has(store, "absent")
+
+
+def test_store_wait_delete(store):
+    # (No wait for a key before it is set: torch 1.13's TCPStore client
+    # then reads that wait's late answer as the next wait's.)
+    store.set("k", b"v")
+    store.set("k2", b"v")
+    store.wait(["k", "k2"])
+    store.wait(["k"], datetime.timedelta(seconds=1))
+    with pytest.raises(RuntimeError):
+        store.wait(["k", "missing"], datetime.timedelta(milliseconds=300))
+    assert store.delete_key("k")
+    assert not store.delete_key("k")
+    assert not _has(store, "k")
+    assert _has(store, "k2")
+
+
+def test_store_timeout_is_settable(store):
+    store.set_timeout(datetime.timedelta(seconds=2))
+    assert store.timeout == datetime.timedelta(seconds=2)
+
+
+def test_rankd_store_check_and_num_keys(rankd_rank):
+    from rankd.torch import Store
+    store = Store(rankd_rank, prefix="torch/check/")
+    assert not store.check(["a"])
+    store.set("a", b"1")
+    assert store.check(["a"]) and not store.check(["a", "b"])
+    with pytest.raises(rankd.UnimplementedError, match="num_keys"):
+        store.num_keys()
+
+
+
+def test_store_through_torch_prefix_store(store):
+    # What torch's own code holds: a PrefixStore (C++) over the store, so
+    # every call crosses torch's C++ -> Python trampoline.
+    p = dist.PrefixStore("pg", store)
+    p.set("a", b"\x00bytes")
+    assert p.get("a") == b"\x00bytes"
+    assert p.add("n", 2) == 2
+    assert p.compare_set("c", "", "v") == b"v"
+    assert p.compare_set("c", "v", "w") == b"w"
+    assert p.compare_set("c", "x", "y") == b"w"
+    p.wait(["a", "c"])
+    # (Not delete_key: torch 1.13's trampoline does not forward it to a
+    # Python store; torch's own code does not call it.)
