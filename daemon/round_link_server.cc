@@ -314,8 +314,10 @@ bool RoundLinkServer::CloseOldestHandshake() {
 }
 
 void RoundLinkServer::Accept() {
-  // Takes every connection waiting, so none waits behind silent ones.
-  while (true) {
+  // Takes the connections waiting, so none waits behind silent ones; at
+  // most a batch per wake (the listener stays readable for the rest), so
+  // handshakes under way are read in between.
+  for (size_t accepted = 0; accepted < kMaxAcceptsPerWake; ++accepted) {
     int fd =
         ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {

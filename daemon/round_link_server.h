@@ -11,7 +11,8 @@
 //     once; each has kRoundLinkHandshakeTimeout to answer, with frames of
 //     at most kMaxRoundLinkHandshakeBytes. At most kMaxHandshakes
 //     connections are in their handshake at once: one more closes the
-//     oldest of them (as does running out of file descriptors). So
+//     oldest of them (as does running out of file descriptors), and at
+//     most kMaxAcceptsPerWake are accepted between reads. So
 //     connections that never answer (hundreds queued on the port) cannot
 //     keep a node's link from opening: a node answers its greeting within
 //     a round trip, long before it is the oldest (issue 36 item 11;
@@ -52,7 +53,11 @@ namespace rankd {
 
 class RoundLinkServer {
  public:
-  static constexpr size_t kMaxHandshakes = 256;
+  // Room for every node of a large job connecting at the same moment.
+  static constexpr size_t kMaxHandshakes = 1024;
+  // Connections accepted per wake of the thread, so a stream of new
+  // connections cannot keep it from reading the ones it has.
+  static constexpr size_t kMaxAcceptsPerWake = 64;
   // Links of any kind at once (with nodes named, one per node anyway).
   static constexpr size_t kMaxLinks = 65536;
   static constexpr size_t kMaxQueuedOutcomes = 4096;

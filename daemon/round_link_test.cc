@@ -5,9 +5,11 @@
 
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -471,6 +473,18 @@ TEST(RoundLinkTest, GarbageAndOversizedFramesAreRefusedAndServingGoesOn) {
 // keep a node's link from opening. Each is greeted at once, however many
 // wait; past kMaxHandshakes the oldest is closed; the rest expire.
 TEST(RoundLinkTest, SilentConnectionsNeitherWaitUngreetedNorKeepANodeOut) {
+  // Both ends live in this process: room for both sides' descriptors.
+  const size_t needed = 2 * (RoundLinkServer::kMaxHandshakes + 400) + 64;
+  rlimit files{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  if (files.rlim_cur < needed) {
+    files.rlim_cur = std::min<rlim_t>(files.rlim_max, needed);
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0);
+  }
+  if (files.rlim_cur < needed) {
+    GTEST_SKIP() << "needs " << needed << " file descriptors; the hard "
+                 << "limit is " << files.rlim_max;
+  }
   FakeCoordinator coordinator;
   auto server = StartServer(coordinator);
   ASSERT_NE(server, nullptr);
