@@ -57,6 +57,12 @@ inline constexpr uint32_t kMaxKvKeys = 1u << 16;
 // the whole broker.
 inline constexpr uint32_t kMaxKvKeysPerRank = 4096;
 
+// Server reflection streams one daemon serves at once
+// (daemon/reflection_service.h); more are refused with RESOURCE_EXHAUSTED.
+inline constexpr uint32_t kMaxReflectionStreams = 32;
+// Requests one reflection stream may carry; the next ends it.
+inline constexpr uint32_t kMaxReflectionRequestsPerStream = 1024;
+
 // Bytes of all_gather_words frames one rank's rounds in flight may hold on
 // a daemon (its node's, and the coordinator), so that one rank's rounds
 // cannot exhaust a daemon's memory: 16 frames of the largest size.
@@ -78,6 +84,8 @@ struct CallerLimits {
   // every rank's quota fits together.
   uint32_t kv_max_bytes_per_rank = 0;
   uint32_t max_round_bytes_per_rank = kMaxRoundBytesPerRank;
+  uint32_t max_reflection_streams = kMaxReflectionStreams;
+  uint32_t max_reflection_requests_per_stream = kMaxReflectionRequestsPerStream;
 };
 
 // Largest frame one rank may send in one all_gather_words round.

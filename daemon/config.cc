@@ -711,6 +711,11 @@ class Resolver {
                    &l.max_operator_streams},
              Field{flags_.max_round_bytes_per_rank, "max_round_bytes_per_rank",
                    &l.max_round_bytes_per_rank},
+             Field{flags_.max_reflection_streams, "max_reflection_streams",
+                   &l.max_reflection_streams},
+             Field{flags_.max_reflection_requests_per_stream,
+                   "max_reflection_requests_per_stream",
+                   &l.max_reflection_requests_per_stream},
          }) {
       const Setting s = GivenOr(f.flag, f.name, absl::StrCat(*f.value));
       absl::StatusOr<uint32_t> v = ParseUint32(s);
@@ -842,6 +847,8 @@ std::string DescribeConfig(const DaemonConfig& c) {
       : c.tls.enabled()        ? "off(tls)"
       : c.round_link_port == 0 ? "any-port"
                                : absl::StrCat(c.round_link_port),
+      " reflection=", c.limits.max_reflection_streams, "streams,",
+      c.limits.max_reflection_requests_per_stream, "requests/stream",
       " host=", or_dash(c.hostname), " pod=", or_dash(c.pod_name),
       " node=", or_dash(c.node_name));
 }

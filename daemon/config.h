@@ -126,7 +126,9 @@ struct DaemonConfig {
   // What callers may make this daemon hold (--kv_max_bytes, --kv_max_keys,
   // --kv_max_keys_per_rank, --kv_max_bytes_per_rank,
   // --max_waiting_gets_per_rank, --max_streams_per_caller,
-  // --max_operator_streams, --max_round_bytes_per_rank); each >= 1.
+  // --max_operator_streams, --max_round_bytes_per_rank,
+  // --max_reflection_streams, --max_reflection_requests_per_stream); each
+  // >= 1.
   CallerLimits limits;
   // Key prefixes the job declares shared (--kv_shared_prefixes): keys under
   // them belong to no rank and are written with compare-and-set
@@ -183,6 +185,8 @@ struct RawConfig {
   std::optional<std::string> max_operator_streams;
   std::optional<std::string> kv_max_bytes_per_rank;
   std::optional<std::string> max_round_bytes_per_rank;
+  std::optional<std::string> max_reflection_streams;
+  std::optional<std::string> max_reflection_requests_per_stream;
   std::optional<std::string> kv_shared_prefixes;
   std::optional<std::string> issue_rank_tokens;
   std::optional<std::string> metrics_listen;

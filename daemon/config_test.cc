@@ -803,6 +803,9 @@ TEST_F(ConfigTest, PerRankLimitsSharedPrefixesAndRankTokenIssuing) {
   c = MustResolve();
   EXPECT_EQ(c.limits.kv_max_bytes_per_rank, 4096u);
   EXPECT_EQ(c.limits.max_round_bytes_per_rank, 65536u);
+  EXPECT_EQ(c.limits.max_reflection_streams, kMaxReflectionStreams);
+  EXPECT_EQ(c.limits.max_reflection_requests_per_stream,
+            kMaxReflectionRequestsPerStream);
   EXPECT_EQ(c.kv_shared_prefixes,
             (std::vector<std::string>{"shared/", "leases/"}));
   EXPECT_TRUE(c.issue_rank_tokens);
@@ -1009,6 +1012,24 @@ TEST(FlagsTest, CollectsOnlyGivenFlags) {
   EXPECT_EQ(c->world_size, 8u);
   EXPECT_EQ(c->socket_path, "");
   EXPECT_FALSE(c->is_coordinator);
+}
+
+
+// Server reflection's bounds (issue 36 items 9, 10).
+TEST_F(ConfigTest, ReflectionLimitsComeFromFlagsOrEnvironment) {
+  raw_.world_size = "1";
+  DaemonConfig c = MustResolve();
+  EXPECT_EQ(c.limits.max_reflection_streams, 32u);
+  EXPECT_EQ(c.limits.max_reflection_requests_per_stream, 1024u);
+  raw_.max_reflection_streams = "4";
+  env_["RANKD_MAX_REFLECTION_REQUESTS_PER_STREAM"] = "10";
+  c = MustResolve();
+  EXPECT_EQ(c.limits.max_reflection_streams, 4u);
+  EXPECT_EQ(c.limits.max_reflection_requests_per_stream, 10u);
+  EXPECT_TRUE(absl::StrContains(DescribeConfig(c),
+                                " reflection=4streams,10requests/stream "));
+  raw_.max_reflection_streams = "0";
+  EXPECT_FALSE(Resolve().ok());
 }
 
 }  // namespace

@@ -24,7 +24,6 @@
 #include "daemon/remote_coordinator.h"
 #include "daemon/security.h"
 #include "grpc/health/v1/health.pb.h"
-#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 
@@ -215,7 +214,14 @@ absl::Status Daemon::Init() {
   // gRPC serves grpc.health.v1 without a protobuf descriptor; naming ours
   // links it in, so reflection (grpcurl) can describe the service too.
   (void)grpc::health::v1::HealthCheckRequest::descriptor();
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  reflection_service_ = std::make_unique<ReflectionService>(
+      std::vector<std::string>{v1::Rank::service_full_name(),
+                               v1::Peer::service_full_name(),
+                               v1::Admin::service_full_name(),
+                               "grpc.health.v1.Health"},
+      ReflectionService::Limits{
+          config_.limits.max_reflection_streams,
+          config_.limits.max_reflection_requests_per_stream});
   grpc::ServerBuilder builder;
   // What one caller can make the server hold (docs/operations.md, "Limits").
   builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
@@ -244,6 +250,7 @@ absl::Status Daemon::Init() {
   builder.RegisterService(rank_service_.get());
   builder.RegisterService(peer_service_.get());
   builder.RegisterService(admin_service_.get());
+  builder.RegisterService(reflection_service_.get());
   if (metrics_ != nullptr) {
     if (auto s = metrics_->Serve(config_.metrics_address); !s.ok()) return s;
     Log(absl::StrCat("metrics on http://", config_.metrics_address,

@@ -27,6 +27,7 @@
 #include "daemon/local_socket.h"
 #include "daemon/metrics.h"
 #include "daemon/node_agent.h"
+#include "daemon/reflection_service.h"
 #include "daemon/round_link_server.h"
 #include "daemon/services.h"
 #include "grpcpp/grpcpp.h"
@@ -83,6 +84,7 @@ class Daemon {
   std::unique_ptr<RankService> rank_service_;
   std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<AdminService> admin_service_;
+  std::unique_ptr<ReflectionService> reflection_service_;
   std::unique_ptr<grpc::Server> server_;
   // The Unix socket (null without one): accepted here, served by server_.
   std::unique_ptr<LocalSocket> local_socket_;

@@ -133,6 +133,14 @@ ABSL_FLAG(OptionalText, max_round_bytes_per_rank, OptionalText{},
           "Bytes of all_gather_words frames one rank's rounds in flight may "
           "hold on this daemon (its node's and the coordinator). Env "
           "RANKD_MAX_ROUND_BYTES_PER_RANK. Default 4194304.");
+ABSL_FLAG(OptionalText, max_reflection_streams, OptionalText{},
+          "Server reflection streams the daemon serves at once; more are "
+          "refused (RESOURCE_EXHAUSTED). Env RANKD_MAX_REFLECTION_STREAMS. "
+          "Default 32.");
+ABSL_FLAG(OptionalText, max_reflection_requests_per_stream, OptionalText{},
+          "Requests one server reflection stream may carry; the next ends "
+          "the stream (RESOURCE_EXHAUSTED). Env "
+          "RANKD_MAX_REFLECTION_REQUESTS_PER_STREAM. Default 1024.");
 ABSL_FLAG(OptionalText, kv_shared_prefixes, OptionalText{},
           "Comma-separated key prefixes the job declares shared: keys under "
           "them belong to no rank and are written with compare-and-set "
@@ -189,6 +197,9 @@ RawConfig RawConfigFromFlags() {
   raw.kv_max_bytes_per_rank = absl::GetFlag(FLAGS_kv_max_bytes_per_rank).text;
   raw.max_round_bytes_per_rank =
       absl::GetFlag(FLAGS_max_round_bytes_per_rank).text;
+  raw.max_reflection_streams = absl::GetFlag(FLAGS_max_reflection_streams).text;
+  raw.max_reflection_requests_per_stream =
+      absl::GetFlag(FLAGS_max_reflection_requests_per_stream).text;
   raw.kv_shared_prefixes = absl::GetFlag(FLAGS_kv_shared_prefixes).text;
   raw.issue_rank_tokens = absl::GetFlag(FLAGS_issue_rank_tokens).text;
   raw.metrics_listen = absl::GetFlag(FLAGS_metrics_listen).text;

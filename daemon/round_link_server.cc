@@ -302,26 +302,31 @@ void RoundLinkServer::Run() {
   for (int fd : fds) Close(fd);
 }
 
-void RoundLinkServer::WatchListener() {
-  // Connections beyond the handshake bound wait in the kernel's backlog,
-  // holding nothing here, until a handshake ends.
-  const bool accept = handshaking_ < kMaxHandshakes;
-  if (accept == accepting_) return;
-  accepting_ = accept;
-  epoll_event e{};
-  e.events = accept ? EPOLLIN : 0;
-  e.data.fd = listen_fd_;
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &e);
+bool RoundLinkServer::CloseOldestHandshake() {
+  while (!handshakes_.empty()) {
+    std::shared_ptr<Connection> c = handshakes_.front().lock();
+    handshakes_.pop_front();
+    if (c == nullptr || c->phase != Connection::Phase::kHello) continue;
+    Close(c->fd());
+    return true;
+  }
+  return false;
 }
 
 void RoundLinkServer::Accept() {
-  while (handshaking_ < kMaxHandshakes) {
+  // Takes the connections waiting, so none waits behind silent ones; at
+  // most a batch per wake (the listener stays readable for the rest), so
+  // handshakes under way are read in between.
+  for (size_t accepted = 0; accepted < kMaxAcceptsPerWake; ++accepted) {
     int fd =
         ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      // Out of descriptors: the listener stays readable, so pause rather
-      // than spin. EAGAIN: every pending connection taken.
+      if (errno == EINTR) continue;
+      // Out of descriptors: free the oldest handshake's and try again; with
+      // none to free, pause rather than spin (the listener stays readable).
+      // EAGAIN: every pending connection taken.
       if (errno == EMFILE || errno == ENFILE) {
+        if (CloseOldestHandshake()) continue;
         absl::SleepFor(absl::Milliseconds(10));
       }
       return;
@@ -330,6 +335,7 @@ void RoundLinkServer::Accept() {
       ::close(fd);
       continue;
     }
+    if (handshaking_ >= kMaxHandshakes) CloseOldestHandshake();
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     auto c = std::make_shared<Connection>(fd, epoll_fd_);
@@ -347,9 +353,9 @@ void RoundLinkServer::Accept() {
     }
     connections_[fd] = c;
     ++handshaking_;
+    handshakes_.push_back(c);
     c->SendFrame(RoundLinkGreeting(c->coordinator_nonce));
   }
-  WatchListener();
 }
 
 bool RoundLinkServer::OnReadable(const std::shared_ptr<Connection>& c) {
@@ -408,7 +414,6 @@ bool RoundLinkServer::OnHello(const std::shared_ptr<Connection>& c,
                               hello.node()));
   }
   --handshaking_;
-  WatchListener();
   if (!admission.ok()) {
     welcome.set_code(static_cast<int>(admission.status().code()));
     welcome.set_message(std::string(admission.status().message()));
@@ -472,10 +477,7 @@ void RoundLinkServer::Close(int fd) {
   if (it == connections_.end()) return;
   std::shared_ptr<Connection> c = std::move(it->second);
   connections_.erase(it);
-  if (c->phase == Connection::Phase::kHello) {
-    --handshaking_;
-    WatchListener();
-  }
+  if (c->phase == Connection::Phase::kHello) --handshaking_;
   if (c->admitted) {
     absl::MutexLock lock(&mu_);
     --open_links_;
@@ -490,15 +492,18 @@ void RoundLinkServer::Close(int fd) {
 }
 
 void RoundLinkServer::ExpireHandshakes() {
-  if (handshaking_ == 0) return;
+  // Oldest first: stop at the first handshake still within its deadline.
   const absl::Time now = MonotonicNow();
-  std::vector<int> expired;
-  for (auto& [fd, c] : connections_) {
-    if (c->phase == Connection::Phase::kHello && c->handshake_deadline < now) {
-      expired.push_back(fd);
+  while (!handshakes_.empty()) {
+    std::shared_ptr<Connection> c = handshakes_.front().lock();
+    if (c != nullptr && c->phase == Connection::Phase::kHello) {
+      if (c->handshake_deadline >= now) return;
+      handshakes_.pop_front();
+      Close(c->fd());
+      continue;
     }
+    handshakes_.pop_front();
   }
-  for (int fd : expired) Close(fd);
 }
 
 }  // namespace rankd

@@ -7,10 +7,18 @@
 // followed by its tag, as on the Rounds stream (round_stream_reactor.h).
 //
 // Bounds (what a connection can make the coordinator hold):
-//   - at most kMaxHandshakes connections not yet through the handshake;
-//     more wait in the kernel's listen backlog, unaccepted. Each has
-//     kRoundLinkHandshakeTimeout, and frames of at most
-//     kMaxRoundLinkHandshakeBytes.
+//   - every connection is accepted as soon as it arrives and greeted at
+//     once; each has kRoundLinkHandshakeTimeout to answer, with frames of
+//     at most kMaxRoundLinkHandshakeBytes. At most kMaxHandshakes
+//     connections are in their handshake at once: one more closes the
+//     oldest of them (as does running out of file descriptors), and at
+//     most kMaxAcceptsPerWake are accepted between reads. So
+//     connections that never answer (hundreds queued on the port) cannot
+//     keep a node's link from opening: a node answers its greeting within
+//     a round trip, long before it is the oldest (issue 36 item 11;
+//     earlier, connections beyond the bound waited unaccepted in the
+//     listen backlog, and a node queued behind 400 silent ones timed out
+//     waiting for its greeting).
 //   - one open link per node: a node's newer link closes its older one;
 //     at most kMaxLinks links in all.
 //   - contribution frames of at most kMaxGrpcMessageBytes (common/limits.h),
@@ -26,6 +34,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -44,7 +53,11 @@ namespace rankd {
 
 class RoundLinkServer {
  public:
-  static constexpr size_t kMaxHandshakes = 64;
+  // Room for every node of a large job connecting at the same moment.
+  static constexpr size_t kMaxHandshakes = 1024;
+  // Connections accepted per wake of the thread, so a stream of new
+  // connections cannot keep it from reading the ones it has.
+  static constexpr size_t kMaxAcceptsPerWake = 64;
   // Links of any kind at once (with nodes named, one per node anyway).
   static constexpr size_t kMaxLinks = 65536;
   static constexpr size_t kMaxQueuedOutcomes = 4096;
@@ -102,9 +115,9 @@ class RoundLinkServer {
   RoundLinkServer(int listen_fd, int port, Handlers handlers);
   void Run();
   void Accept();
-  // Listens for new connections only while fewer than kMaxHandshakes are
-  // in their handshake.
-  void WatchListener();
+  // Closes the connection that has been in its handshake longest; false
+  // when none is.
+  bool CloseOldestHandshake();
   // Reads what `c` sent and handles every whole frame; false when `c` is
   // to be closed.
   bool OnReadable(const std::shared_ptr<Connection>& c);
@@ -126,7 +139,9 @@ class RoundLinkServer {
   std::map<int, std::shared_ptr<Connection>> connections_;
   std::map<uint32_t, int> link_of_node_;  // admitted links with a node
   size_t handshaking_ = 0;
-  bool accepting_ = true;
+  // Connections in their handshake, oldest first (so also by deadline);
+  // entries whose connection was closed or got through are skipped.
+  std::deque<std::weak_ptr<Connection>> handshakes_;
 
   mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

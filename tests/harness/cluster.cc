@@ -101,7 +101,12 @@ absl::Status LocalCluster::Start(absl::Duration timeout) {
   // Distinct ports (FreePort never repeats one): a node listening on the
   // coordinator's address would take the coordinator's role.
   for (uint32_t n = 0; n < options_.nnodes; ++n) ports_.push_back(FreePort());
+  absl::Time deadline = MonotonicNow() + timeout;
   for (uint32_t n = 0; n < options_.nnodes; ++n) {
+    if (n == 1 && options_.after_coordinator_ready) {
+      if (auto s = WaitReady(0, deadline); !s.ok()) return s;
+      if (auto s = options_.after_coordinator_ready(); !s.ok()) return s;
+    }
     std::vector<std::string> argv = {
         options_.rankd_binary.empty() ? Runfile("daemon/rankd")
                                       : options_.rankd_binary,
@@ -146,29 +151,32 @@ absl::Status LocalCluster::Start(absl::Duration timeout) {
     if (!child.ok()) return child.status();
     daemons_.push_back(*std::move(child));
   }
-  absl::Time deadline = MonotonicNow() + timeout;
   for (uint32_t n = 0; n < options_.nnodes; ++n) {
-    ClientOptions client = options_.probe;
-    client.target = tcp_address(n);
-    client.connect_timeout = absl::Seconds(5);
-    while (true) {
-      if (!daemons_[n].running()) {
-        return absl::InternalError(absl::StrCat(
-            "daemon ", n, " exited during start:\n", daemons_[n].ReadLog()));
-      }
-      auto admin = AdminClient::Connect(client);
-      if (admin.ok()) {
-        auto health = (*admin)->Health("readiness");
-        if (health.ok() && *health == "SERVING") break;
-      }
-      if (MonotonicNow() > deadline) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("daemon ", n, " not ready:\n", daemons_[n].ReadLog()));
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+    if (auto s = WaitReady(n, deadline); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+absl::Status LocalCluster::WaitReady(uint32_t n, absl::Time deadline) {
+  ClientOptions client = options_.probe;
+  client.target = tcp_address(n);
+  client.connect_timeout = absl::Seconds(5);
+  while (true) {
+    if (!daemons_[n].running()) {
+      return absl::InternalError(absl::StrCat(
+          "daemon ", n, " exited during start:\n", daemons_[n].ReadLog()));
+    }
+    auto admin = AdminClient::Connect(client);
+    if (admin.ok()) {
+      auto health = (*admin)->Health("readiness");
+      if (health.ok() && *health == "SERVING") return absl::OkStatus();
+    }
+    if (MonotonicNow() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("daemon ", n, " not ready:\n", daemons_[n].ReadLog()));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
 }
 
 std::map<std::string, std::string> LocalCluster::RankEnv(

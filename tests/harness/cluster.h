@@ -8,6 +8,7 @@
 #ifndef RANKD_TESTS_HARNESS_CLUSTER_H_
 #define RANKD_TESTS_HARNESS_CLUSTER_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -54,6 +55,11 @@ struct ClusterOptions {
   std::string rankd_binary;
   // --kv_shared_prefixes=shared/ for rank_worker's shared counter.
   bool declare_shared_prefix = true;
+  // When set, Start() starts the coordinator (node 0) alone, waits until it
+  // is ready, runs this, and only then starts the other nodes: a drill's
+  // way to load the coordinator before the nodes join. An error stops
+  // Start().
+  std::function<absl::Status()> after_coordinator_ready;
   // How the harness's own readiness probes reach each daemon's TCP listener
   // (TLS files, bearer token). `target` is ignored (set per node).
   ClientOptions probe;
@@ -122,6 +128,9 @@ class LocalCluster {
       const std::vector<std::string>& args);
 
  private:
+  // Waits until daemon `n` reports readiness, or `deadline` (MonotonicNow).
+  absl::Status WaitReady(uint32_t n, absl::Time deadline);
+
   ClusterOptions options_;
   std::string dir_;
   std::vector<int> ports_;

@@ -1,0 +1,241 @@
+#include "daemon/reflection_service.h"
+
+#include <algorithm>
+#include <deque>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.pb.h"
+
+namespace rankd {
+
+using google::protobuf::Descriptor;
+using google::protobuf::DescriptorPool;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::FileDescriptor;
+
+// One ServerReflectionInfo call: reads a request, writes its answer, and
+// again, one at a time (the client's reading paces the stream). Owned by
+// gRPC; deletes itself in OnDone.
+class ReflectionService::Stream final
+    : public grpc::ServerBidiReactor<Request, Response> {
+ public:
+  Stream(ReflectionService* service, bool admitted)
+      : service_(service), admitted_(admitted) {
+    if (!admitted_) {
+      Finish(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("this daemon serves at most ",
+                       service_->limits_.max_streams,
+                       " reflection streams at once "
+                       "(--max_reflection_streams); try again later")));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client half-closed, or went away
+      Finish(grpc::Status::OK);
+      return;
+    }
+    if (++requests_ > service_->limits_.max_requests_per_stream) {
+      Finish(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("at most ", service_->limits_.max_requests_per_stream,
+                       " requests on one reflection stream "
+                       "(--max_reflection_requests_per_stream); open another "
+                       "stream")));
+      return;
+    }
+    // Built afresh: an answer holds what this request asked, nothing of the
+    // requests before it.
+    service_->Answer(request_, &response_);
+    StartWrite(&response_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override {
+    if (admitted_) service_->open_streams_.fetch_sub(1);
+    delete this;
+  }
+
+ private:
+  ReflectionService* const service_;
+  const bool admitted_;
+  uint64_t requests_ = 0;
+  Request request_;
+  Response response_;
+};
+
+namespace {
+
+std::vector<std::string> WithOwnName(std::vector<std::string> services) {
+  services.push_back(
+      grpc::reflection::v1alpha::ServerReflection::service_full_name());
+  std::sort(services.begin(), services.end());
+  services.erase(std::unique(services.begin(), services.end()), services.end());
+  return services;
+}
+
+void SetError(grpc::StatusCode code, std::string message,
+              ReflectionService::Response* response) {
+  auto* error = response->mutable_error_response();
+  error->set_error_code(static_cast<int32_t>(code));
+  error->set_error_message(std::move(message));
+}
+
+}  // namespace
+
+ReflectionService::ReflectionService(std::vector<std::string> services,
+                                     Limits limits, const DescriptorPool* pool)
+    : services_(WithOwnName(std::move(services))),
+      limits_{std::max<uint32_t>(limits.max_streams, 1),
+              std::max<uint32_t>(limits.max_requests_per_stream, 1)},
+      pool_(pool != nullptr ? pool : DescriptorPool::generated_pool()) {}
+
+ReflectionService::~ReflectionService() = default;
+
+grpc::ServerBidiReactor<ReflectionService::Request,
+                        ReflectionService::Response>*
+ReflectionService::ServerReflectionInfo(grpc::CallbackServerContext*) {
+  // Admitted when a place is free; counted until the stream is done.
+  size_t open = open_streams_.load();
+  bool admitted = false;
+  while (open < limits_.max_streams) {
+    if (open_streams_.compare_exchange_weak(open, open + 1)) {
+      admitted = true;
+      break;
+    }
+  }
+  return new Stream(this, admitted);
+}
+
+const std::string& ReflectionService::Serialized(const FileDescriptor* file) {
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] = serialized_.try_emplace(file);
+  if (inserted) {
+    google::protobuf::FileDescriptorProto proto;
+    file->CopyTo(&proto);
+    proto.SerializeToString(&it->second);
+  }
+  return it->second;  // map nodes do not move; entries are never erased
+}
+
+void ReflectionService::AddFileWithImports(const FileDescriptor* file,
+                                           Response* response) {
+  auto* files = response->mutable_file_descriptor_response();
+  std::set<const FileDescriptor*> added = {file};
+  std::deque<const FileDescriptor*> next = {file};
+  while (!next.empty()) {
+    const FileDescriptor* f = next.front();
+    next.pop_front();
+    files->add_file_descriptor_proto(Serialized(f));
+    for (int i = 0; i < f->dependency_count(); ++i) {
+      const FileDescriptor* dependency = f->dependency(i);
+      if (added.insert(dependency).second) next.push_back(dependency);
+    }
+  }
+}
+
+void ReflectionService::Answer(const Request& request, Response* response) {
+  response->Clear();
+  if (request.ByteSizeLong() > kMaxReflectionRequestBytes) {
+    SetError(grpc::StatusCode::INVALID_ARGUMENT,
+             absl::StrCat("a reflection request of at most ",
+                          kMaxReflectionRequestBytes, " bytes"),
+             response);
+    return;
+  }
+  response->set_valid_host(request.host());
+  *response->mutable_original_request() = request;
+  switch (request.message_request_case()) {
+    case Request::kListServices: {
+      auto* list = response->mutable_list_services_response();
+      for (const std::string& name : services_) {
+        list->add_service()->set_name(name);
+      }
+      return;
+    }
+    case Request::kFileByFilename: {
+      const FileDescriptor* file =
+          pool_->FindFileByName(request.file_by_filename());
+      if (file == nullptr) {
+        SetError(grpc::StatusCode::NOT_FOUND,
+                 absl::StrCat("File not found: ", request.file_by_filename()),
+                 response);
+        return;
+      }
+      AddFileWithImports(file, response);
+      return;
+    }
+    case Request::kFileContainingSymbol: {
+      const FileDescriptor* file =
+          pool_->FindFileContainingSymbol(request.file_containing_symbol());
+      if (file == nullptr) {
+        SetError(grpc::StatusCode::NOT_FOUND,
+                 absl::StrCat("Symbol not found: ",
+                              request.file_containing_symbol()),
+                 response);
+        return;
+      }
+      AddFileWithImports(file, response);
+      return;
+    }
+    case Request::kFileContainingExtension: {
+      const auto& wanted = request.file_containing_extension();
+      const Descriptor* type =
+          pool_->FindMessageTypeByName(wanted.containing_type());
+      if (type == nullptr) {
+        SetError(grpc::StatusCode::NOT_FOUND,
+                 absl::StrCat("Type not found: ", wanted.containing_type()),
+                 response);
+        return;
+      }
+      const FieldDescriptor* extension =
+          pool_->FindExtensionByNumber(type, wanted.extension_number());
+      if (extension == nullptr) {
+        SetError(grpc::StatusCode::NOT_FOUND,
+                 absl::StrCat("Extension not found: ", wanted.containing_type(),
+                              " ", wanted.extension_number()),
+                 response);
+        return;
+      }
+      AddFileWithImports(extension->file(), response);
+      return;
+    }
+    case Request::kAllExtensionNumbersOfType: {
+      const Descriptor* type =
+          pool_->FindMessageTypeByName(request.all_extension_numbers_of_type());
+      if (type == nullptr) {
+        SetError(grpc::StatusCode::NOT_FOUND,
+                 absl::StrCat("Type not found: ",
+                              request.all_extension_numbers_of_type()),
+                 response);
+        return;
+      }
+      std::vector<const FieldDescriptor*> extensions;
+      pool_->FindAllExtensions(type, &extensions);
+      auto* numbers = response->mutable_all_extension_numbers_response();
+      numbers->set_base_type_name(type->full_name());
+      for (const FieldDescriptor* e : extensions) {
+        numbers->add_extension_number(e->number());
+      }
+      return;
+    }
+    case Request::MESSAGE_REQUEST_NOT_SET:
+      break;
+  }
+  SetError(grpc::StatusCode::UNIMPLEMENTED,
+           "the request names nothing to describe", response);
+}
+
+}  // namespace rankd
