@@ -810,8 +810,8 @@ class Resolver {
              Field{flags_.tcp_unauthenticated_ms, "tcp_unauthenticated_ms",
                    &n.tcp_unauthenticated_ms, false},
              Field{flags_.tcp_max_connection_idle_ms,
-                   "tcp_max_connection_idle_ms",
-                   &n.tcp_max_connection_idle_ms, true},
+                   "tcp_max_connection_idle_ms", &n.tcp_max_connection_idle_ms,
+                   true},
              Field{flags_.tcp_max_connection_age_ms,
                    "tcp_max_connection_age_ms", &n.tcp_max_connection_age_ms,
                    true},
@@ -822,8 +822,8 @@ class Resolver {
              Field{flags_.local_memory_bytes, "local_memory_bytes",
                    &n.local_memory_bytes, false},
              Field{flags_.metrics_request_timeout_ms,
-                   "metrics_request_timeout_ms",
-                   &n.metrics_request_timeout_ms, false},
+                   "metrics_request_timeout_ms", &n.metrics_request_timeout_ms,
+                   false},
              Field{flags_.metrics_max_connections, "metrics_max_connections",
                    &n.metrics_max_connections, false},
          }) {
@@ -904,9 +904,8 @@ std::string DescribeConfig(const DaemonConfig& c) {
       c.network.max_tcp_unauthenticated_per_peer, "/peer-unauthenticated,",
       c.network.tcp_unauthenticated_bytes, "B/",
       c.network.tcp_unauthenticated_ms, "ms-unauthenticated,",
-      c.network.tcp_memory_bytes, "B",
-      " host=", or_dash(c.hostname), " pod=", or_dash(c.pod_name),
-      " node=", or_dash(c.node_name));
+      c.network.tcp_memory_bytes, "B", " host=", or_dash(c.hostname),
+      " pod=", or_dash(c.pod_name), " node=", or_dash(c.node_name));
 }
 
 }  // namespace rankd

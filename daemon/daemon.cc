@@ -248,8 +248,9 @@ absl::Status Daemon::Init() {
   tcp_quota.SetMaxThreads(static_cast<int>(net.tcp_max_threads));
   builder.SetResourceQuota(tcp_quota);
   if (net.tcp_max_connection_idle_ms > 0) {
-    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
-                               static_cast<int>(net.tcp_max_connection_idle_ms));
+    builder.AddChannelArgument(
+        GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+        static_cast<int>(net.tcp_max_connection_idle_ms));
   }
   if (net.tcp_max_connection_age_ms > 0) {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,

@@ -50,8 +50,8 @@ int ListenOn(const std::string& host, uint16_t port) {
     for (addrinfo* a = result; a != nullptr && fd < 0; a = a->ai_next) {
       const bool v6 = a->ai_family == AF_INET6;
       if ((pass == 0) != (any ? v6 : !v6)) continue;
-      int s = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                       0);
+      int s =
+          ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
       if (s < 0) continue;
       int one = 1;
       ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -95,9 +95,9 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
   }
   int fd = ListenOn(hp->host, hp->port);
   if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot serve metrics on --metrics_listen=", address, ": ",
-        std::strerror(errno), " (address in use or not local?)"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on --metrics_listen=", address, ": ",
+                     std::strerror(errno), " (address in use or not local?)"));
   }
   int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake < 0) {
@@ -120,8 +120,7 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(
 }
 
 HttpEndpoint::HttpEndpoint(int listen_fd, int wake_fd, int port,
-                           Options options,
-                           std::function<std::string()> render)
+                           Options options, std::function<std::string()> render)
     : listen_fd_(listen_fd),
       wake_fd_(wake_fd),
       port_(port),
@@ -154,11 +153,10 @@ void HttpEndpoint::Loop() {
     fds.push_back({listen_fd_, POLLIN, 0});
     absl::Time next = absl::InfiniteFuture();
     for (auto it = connections.begin(); it != connections.end(); ++it) {
-      fds.push_back(
-          {it->fd, static_cast<short>(it->state == Connection::kWriting
-                                          ? POLLOUT
-                                          : POLLIN),
-           0});
+      fds.push_back({it->fd,
+                     static_cast<short>(
+                         it->state == Connection::kWriting ? POLLOUT : POLLIN),
+                     0});
       polled.push_back(it);
       next = std::min(next, it->deadline);
     }
@@ -176,8 +174,8 @@ void HttpEndpoint::Loop() {
       const short revents = fds[i + 2].revents;
       if (revents == 0) continue;
       if (it->state == Connection::kWriting) {
-        ssize_t w = ::send(it->fd, it->out.data(), it->out.size(),
-                           MSG_NOSIGNAL);
+        ssize_t w =
+            ::send(it->fd, it->out.data(), it->out.size(), MSG_NOSIGNAL);
         if (w < 0 && errno != EAGAIN && errno != EINTR) {
           close(it);
           continue;
@@ -244,10 +242,10 @@ void HttpEndpoint::Loop() {
           break;
         }
         if (connections.size() >= options_.max_connections) {
-          auto oldest = std::find_if(
-              connections.begin(), connections.end(), [](const Connection& c) {
-                return c.state != Connection::kWriting;
-              });
+          auto oldest = std::find_if(connections.begin(), connections.end(),
+                                     [](const Connection& c) {
+                                       return c.state != Connection::kWriting;
+                                     });
           if (oldest == connections.end()) {
             ::close(fd);
             continue;

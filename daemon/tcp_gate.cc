@@ -85,8 +85,8 @@ uint64_t BytesReceived(int fd) {
 // A listening socket on `host`:`port`; -1 with errno set on failure.
 int BindListen(const std::string& host, uint16_t port) {
   auto listen_on = [](const sockaddr* addr, socklen_t len, bool dual) {
-    int fd = ::socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                      0);
+    int fd = ::socket(addr->sa_family,
+                      SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return -1;
     int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -170,9 +170,9 @@ absl::StatusOr<std::unique_ptr<TcpGate>> TcpGate::Listen(
   int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake < 0) {
     ::close(fd);
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on --listen=", address, ": eventfd: ",
-        std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on --listen=", address,
+                     ": eventfd: ", std::strerror(errno)));
   }
   return std::unique_ptr<TcpGate>(
       new TcpGate(fd, wake, BoundPort(fd), options));
@@ -224,7 +224,8 @@ void TcpGate::Loop() {
     const absl::Time now = absl::Now();
     if (now >= next_sweep || n > 0) {
       watching = Sweep();
-      next_sweep = absl::Now() + (watching ? kSweepInterval : kIdleSweepInterval);
+      next_sweep =
+          absl::Now() + (watching ? kSweepInterval : kIdleSweepInterval);
     }
     // Freed memory back to the system once many connections ended (a
     // flood shed or gone) and things are quiet: what gRPC freed stays in
@@ -235,8 +236,8 @@ void TcpGate::Loop() {
       ended_since_trim_ = 0;
     }
     if (trims_due_ > 0 &&
-        now - last_end_ > (trims_due_ == 2 ? absl::Milliseconds(500)
-                                           : absl::Seconds(3))) {
+        now - last_end_ >
+            (trims_due_ == 2 ? absl::Milliseconds(500) : absl::Seconds(3))) {
       --trims_due_;
       ::malloc_trim(0);
     }
@@ -244,7 +245,8 @@ void TcpGate::Loop() {
       const Stats s = stats();
       if (s.refused_full != logged.refused_full ||
           s.refused_peer != logged.refused_peer ||
-          s.shut_bytes != logged.shut_bytes || s.shut_time != logged.shut_time) {
+          s.shut_bytes != logged.shut_bytes ||
+          s.shut_time != logged.shut_time) {
         Log(absl::StrCat(
             "TCP listener: ", s.refused_full - logged.refused_full,
             " connections refused (--max_tcp_connections=",
@@ -256,8 +258,8 @@ void TcpGate::Loop() {
             options_.max_unauthenticated_per_peer, "), ",
             s.shut_bytes - logged.shut_bytes,
             " closed unauthenticated past --tcp_unauthenticated_bytes=",
-            options_.unauthenticated_bytes, ", ", s.shut_time - logged.shut_time,
-            " past --tcp_unauthenticated_ms=",
+            options_.unauthenticated_bytes, ", ",
+            s.shut_time - logged.shut_time, " past --tcp_unauthenticated_ms=",
             absl::ToInt64Milliseconds(options_.unauthenticated_time), "; ",
             s.open, " open"));
         logged = s;
@@ -337,8 +339,8 @@ void TcpGate::Count(const std::string& host, bool* full,
 void TcpGate::PruneClosed() {
   for (auto it = connections_.begin(); it != connections_.end();) {
     if (InodeOf(it->first) != it->second.inode) {
-      auto peer = by_peer_.find(
-          absl::StrCat(it->second.host, " ", it->second.port));
+      auto peer =
+          by_peer_.find(absl::StrCat(it->second.host, " ", it->second.port));
       if (peer != by_peer_.end() && peer->second == it->first) {
         by_peer_.erase(peer);
       }
@@ -385,9 +387,9 @@ void TcpGate::MarkAuthenticated(absl::string_view peer) {
   if (absl::ConsumePrefix(&peer, "ipv4:")) {
     host = std::string(peer);
   } else if (absl::ConsumePrefix(&peer, "ipv6:")) {
-    host = absl::StrReplaceAll(peer, {{"%5B", "["}, {"%5D", "]"},
-                                      {"%5b", "["}, {"%5d", "]"},
-                                      {"%25", "%"}});
+    host = absl::StrReplaceAll(
+        peer,
+        {{"%5B", "["}, {"%5D", "]"}, {"%5b", "["}, {"%5d", "]"}, {"%25", "%"}});
   } else {
     return;
   }

@@ -16,8 +16,9 @@
 //     unauthenticated caller's requests are bounded.
 // A connection gRPC has closed is noticed by its descriptor no longer
 // naming the same socket (inode); the gate never closes a descriptor gRPC
-// owns, it only shuts the socket down. It freed memory to the system (malloc_trim) once many connections
-// ended, so that a flood leaves the daemon near its size before. Depends on POSIX sockets, gRPC and absl.
+// owns, it only shuts the socket down. It freed memory to the system
+// (malloc_trim) once many connections ended, so that a flood leaves the daemon
+// near its size before. Depends on POSIX sockets, gRPC and absl.
 #ifndef RANKD_DAEMON_TCP_GATE_H_
 #define RANKD_DAEMON_TCP_GATE_H_
 

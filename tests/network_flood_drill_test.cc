@@ -195,9 +195,9 @@ class FloodDrill {
     const std::vector<uint32_t> want = {0, 100, 1, 101, 2, 102, 3, 103};
     for (uint32_t r = 0; r < kWorld; ++r) {
       if (!results[r].ok()) {
-        return absl::Status(results[r].status().code(),
-                            absl::StrCat("rank ", r, ": ",
-                                         results[r].status().message()));
+        return absl::Status(
+            results[r].status().code(),
+            absl::StrCat("rank ", r, ": ", results[r].status().message()));
       }
       if (*results[r] != want) {
         return absl::InternalError(absl::StrCat("rank ", r, ": wrong result"));
@@ -369,10 +369,9 @@ TEST(NetworkFloodDrill, UnfinishedCallsAreBoundedAndHonestRanksKeepServing) {
   const ProcFigures before = Figures(node0);
   drill.StartRounds();
   Sampler sampler(node0);
-  FloodResult flood =
-      Flood(drill.tcp_port(0), /*connections=*/100, /*streams=*/1000,
-            "/rankd.v1.Peer/KvSet", /*declared=*/100, /*budget=*/0,
-            absl::Seconds(12));
+  FloodResult flood = Flood(drill.tcp_port(0), /*connections=*/100,
+                            /*streams=*/1000, "/rankd.v1.Peer/KvSet",
+                            /*declared=*/100, /*budget=*/0, absl::Seconds(12));
   // After every connection closed at once: rounds still complete.
   absl::SleepFor(absl::Seconds(2));
   drill.StopRounds();
@@ -381,10 +380,9 @@ TEST(NetworkFloodDrill, UnfinishedCallsAreBoundedAndHonestRanksKeepServing) {
       SettleNear(node0, before.rss, kKeptSlack, absl::Seconds(10));
   Report("item7", "node0 rankd, 100 connections x 1000 unfinished calls",
          before, peak, after,
-         absl::StrCat(flood.connections, " connected, ",
-                      flood.closed_by_server, " closed by the daemon, ",
-                      flood.streams, " calls sent, ", drill.rounds_ok(),
-                      " honest rounds during and after, ",
+         absl::StrCat(flood.connections, " connected, ", flood.closed_by_server,
+                      " closed by the daemon, ", flood.streams, " calls sent, ",
+                      drill.rounds_ok(), " honest rounds during and after, ",
                       drill.rounds_failed(), " failed"));
   EXPECT_EQ(drill.rounds_failed(), 0) << drill.first_failure();
   EXPECT_GE(drill.rounds_ok(), 10);
@@ -409,7 +407,8 @@ TEST(NetworkFloodDrill, UnfinishedCallsAreBoundedAndHonestRanksKeepServing) {
 // unauthenticated connection may send --tcp_unauthenticated_bytes before it
 // is closed, and a peer holds --max_tcp_unauthenticated_per_peer such
 // connections; the Unix socket's server has a memory quota of its own.
-TEST(NetworkFloodDrill, HalfSentLargeRequestsAreBoundedAndHonestRanksKeepServing) {
+TEST(NetworkFloodDrill,
+     HalfSentLargeRequestsAreBoundedAndHonestRanksKeepServing) {
   FloodDrill drill;
   ASSERT_NO_FATAL_FAILURE(drill.Start());
   const pid_t node0 = drill.cluster().daemon(0).pid();
@@ -417,10 +416,10 @@ TEST(NetworkFloodDrill, HalfSentLargeRequestsAreBoundedAndHonestRanksKeepServing
   const ProcFigures before = Figures(node0);
   drill.StartRounds();
   Sampler sampler(node0);
-  FloodResult flood = Flood(drill.tcp_port(0), /*connections=*/400,
-                            /*streams=*/50, "/rankd.v1.Peer/ContributeWords",
-                            /*declared=*/64u << 20, /*budget=*/64 << 10,
-                            absl::Seconds(12));
+  FloodResult flood =
+      Flood(drill.tcp_port(0), /*connections=*/400,
+            /*streams=*/50, "/rankd.v1.Peer/ContributeWords",
+            /*declared=*/64u << 20, /*budget=*/64 << 10, absl::Seconds(12));
   absl::SleepFor(absl::Seconds(2));
   drill.StopRounds();
   const ProcFigures peak = sampler.Stop();
@@ -428,10 +427,10 @@ TEST(NetworkFloodDrill, HalfSentLargeRequestsAreBoundedAndHonestRanksKeepServing
       SettleNear(node0, before.rss, kKeptSlack, absl::Seconds(10));
   Report("item8", "node0 rankd, 400 connections x 50 half-sent 64 MiB requests",
          before, peak, after,
-         absl::StrCat(flood.connections, " connected, ",
-                      flood.closed_by_server, " closed by the daemon, ",
-                      MiB(flood.bytes_sent), " MiB of messages let in, ",
-                      drill.rounds_ok(), " honest rounds during and after, ",
+         absl::StrCat(flood.connections, " connected, ", flood.closed_by_server,
+                      " closed by the daemon, ", MiB(flood.bytes_sent),
+                      " MiB of messages let in, ", drill.rounds_ok(),
+                      " honest rounds during and after, ",
                       drill.rounds_failed(), " failed"));
   EXPECT_EQ(drill.rounds_failed(), 0) << drill.first_failure();
   EXPECT_GE(drill.rounds_ok(), 10);
@@ -491,8 +490,8 @@ TEST(NetworkFloodDrill, IdleAndHalfSentConnectionsDoNotHoldMetrics) {
   ASSERT_NO_FATAL_FAILURE(drill.Start());
   const pid_t node0 = drill.cluster().daemon(0).pid();
   const int port = drill.metrics_port(0);
-  ASSERT_TRUE(absl::StrContains(ScrapeWithin(port, absl::Seconds(5)),
-                                "rankd_ready 1"));
+  ASSERT_TRUE(
+      absl::StrContains(ScrapeWithin(port, absl::Seconds(5)), "rankd_ready 1"));
   const ProcFigures before = Figures(node0);
   Sampler sampler(node0);
   std::vector<int> held;
@@ -538,8 +537,9 @@ TEST(NetworkFloodDrill, IdleAndHalfSentConnectionsDoNotHoldMetrics) {
   const ProcFigures peak = sampler.Stop();
   absl::SleepFor(absl::Milliseconds(300));
   const ProcFigures after = Figures(node0);
-  Report("item12", "node0 rankd metrics, 12 then 212 idle/half-sent connections",
-         before, peak, after,
+  Report("item12",
+         "node0 rankd metrics, 12 then 212 idle/half-sent connections", before,
+         peak, after,
          absl::StrCat(answered, "/10 scrapes answered with 12 held, ",
                       answered_many, "/10 with 212 held, slowest ",
                       absl::FormatDuration(slowest)));

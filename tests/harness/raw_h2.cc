@@ -103,9 +103,8 @@ absl::StatusOr<std::unique_ptr<RawH2Connection>> RawH2Connection::Open(
     int port, absl::Duration timeout) {
   int fd = ConnectLoopback(port, timeout);
   if (fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot connect to 127.0.0.1:", port, ": ",
-                     std::strerror(errno)));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot connect to 127.0.0.1:", port, ": ", std::strerror(errno)));
   }
   auto c = std::unique_ptr<RawH2Connection>(new RawH2Connection(fd));
   c->out_ = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -184,8 +183,8 @@ void RawH2Connection::SendData() {
     if (s.reset || s.closed) continue;
     while (s.sent < s.budget && s.window > 0 && conn_window_ > 0 &&
            out_.size() < (1u << 20)) {
-      int64_t n = std::min({s.budget - s.sent, s.window, conn_window_,
-                            kMaxFrame});
+      int64_t n =
+          std::min({s.budget - s.sent, s.window, conn_window_, kMaxFrame});
       Queue(kData, 0, id, std::string(static_cast<size_t>(n), 'x'));
       s.sent += n;
       s.window -= n;
@@ -208,11 +207,10 @@ bool RawH2Connection::ReadFrames() {
     break;
   }
   while (in_.size() >= 9) {
-    const uint32_t length = (static_cast<uint32_t>(static_cast<uint8_t>(in_[0]))
-                             << 16) |
-                            (static_cast<uint32_t>(static_cast<uint8_t>(in_[1]))
-                             << 8) |
-                            static_cast<uint32_t>(static_cast<uint8_t>(in_[2]));
+    const uint32_t length =
+        (static_cast<uint32_t>(static_cast<uint8_t>(in_[0])) << 16) |
+        (static_cast<uint32_t>(static_cast<uint8_t>(in_[1])) << 8) |
+        static_cast<uint32_t>(static_cast<uint8_t>(in_[2]));
     if (in_.size() < 9 + length) break;
     const uint8_t type = static_cast<uint8_t>(in_[3]);
     const uint8_t flags = static_cast<uint8_t>(in_[4]);

@@ -33,7 +33,7 @@ class RawH2Connection {
     uint32_t declared = 0;
     // How many message bytes to send at most (the rest is never sent).
     int64_t budget = 0;
-    int64_t window = 0;  // the server's window for this stream
+    int64_t window = 0;       // the server's window for this stream
     bool reset = false;       // RST_STREAM from the server
     uint32_t reset_code = 0;  // its HTTP/2 error code
     // The server ended it (HEADERS with END_STREAM: trailers, which a
@@ -54,8 +54,7 @@ class RawH2Connection {
   // server's windows allow, on each Pump). Returns the stream id. Streams
   // beyond the server's SETTINGS_MAX_CONCURRENT_STREAMS are still sent: the
   // server refuses them (RST_STREAM REFUSED_STREAM), as it must.
-  uint32_t StartCall(const std::string& path, uint32_t declared,
-                     int64_t budget,
+  uint32_t StartCall(const std::string& path, uint32_t declared, int64_t budget,
                      const std::map<std::string, std::string>& metadata = {});
 
   // Reads what the server sent and writes what the windows allow, without
