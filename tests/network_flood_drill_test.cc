@@ -73,8 +73,10 @@ double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 // AddressSanitizer (--config=asan, the suite's own run) pads every
 // allocation and gives freed memory back to the system in whole regions
-// only: what a flood costs and keeps is about twice (measured: 215 and 96
-// MiB for item 7, 152 and 9 MiB without it). The bounds below allow for it.
+// only: what a flood costs and keeps is larger (item 7 measured 224 MiB at
+// the peak and 96-122 MiB kept above the baseline with it, 152 and 9 MiB
+// without). The bounds below allow for it; the uninstrumented build keeps
+// the tight ones.
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer)
 #define RANKD_DRILL_ASAN 1
@@ -82,7 +84,7 @@ double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 #endif
 #ifdef RANKD_DRILL_ASAN
 constexpr int64_t kSanitizerFactor = 2;
-constexpr int64_t kKeptSlack = int64_t{128} << 20;
+constexpr int64_t kKeptSlack = int64_t{192} << 20;
 #else
 constexpr int64_t kSanitizerFactor = 1;
 constexpr int64_t kKeptSlack = int64_t{32} << 20;
