@@ -143,7 +143,8 @@ Sample RunOnce(int ranks, const ParallelTopology& topology, int executors,
       const auto start = Clock::now();
       auto session = NcclSession::Open(*descriptor, cp.get(), options);
       const double open_ms = MsSince(start);
-      if (!session.ok()) Die(absl::StrCat("Open: ", session.status().ToString()));
+      if (!session.ok())
+        Die(absl::StrCat("Open: ", session.status().ToString()));
       const int64_t after = memory.Free(r);
       double lanes_ms = 0;
       if (executors > 1) {

@@ -35,9 +35,35 @@ inline constexpr size_t kMaxDevicesPerNode = 1024;
 inline constexpr int kMaxGrpcMessageBytes = 64 << 20;
 // Largest request metadata (headers) a daemon accepts.
 inline constexpr int kMaxMetadataBytes = 16 << 10;
-// Memory gRPC may use for a daemon's calls in flight (its resource quota);
-// beyond it gRPC's transport makes new calls wait or fails them.
-inline constexpr int64_t kServerMemoryBytes = int64_t{1} << 30;
+
+// Defaults of the listeners' bounds (daemon/config.h NetworkLimits;
+// docs/operations.md, "Listeners").
+// TCP connections one peer address may hold open on the public listener.
+inline constexpr uint32_t kMaxTcpConnectionsPerPeer = 64;
+// ... of which unauthenticated (none of their calls has presented a valid
+// credential yet): each may hold as many calls in flight as a node's
+// connection (MaxCallsPerConnection), about 12 KiB of memory each even
+// when the call never sends its message.
+inline constexpr uint32_t kMaxTcpUnauthenticatedPerPeer = 8;
+// What a TCP connection may send, and for how long it may stay open, before
+// one of its calls authenticates: room for the largest first request of an
+// honest caller (a node's registration, under 1 MiB).
+inline constexpr uint32_t kTcpUnauthenticatedBytes = 2u << 20;
+inline constexpr uint32_t kTcpUnauthenticatedMs = 10'000;
+// gRPC closes a TCP connection without calls for this long: 0, none by
+// default. In gRPC 1.51 a pending idle (or age) timer keeps a closed
+// connection's memory, all its calls', until it fires, so a flood's
+// memory would stay that long; TcpGate bounds unauthenticated connections'
+// time instead.
+inline constexpr uint32_t kTcpMaxConnectionIdleMs = 0;
+// The public TCP server's gRPC resource quota: memory and threads.
+inline constexpr uint32_t kTcpMemoryBytes = 512u << 20;
+inline constexpr uint32_t kTcpMaxThreads = 64;
+// The Unix socket server's gRPC memory quota (its own).
+inline constexpr uint32_t kLocalMemoryBytes = 1u << 30;
+// The metrics endpoint: time to send a request; connections held at once.
+inline constexpr uint32_t kMetricsRequestTimeoutMs = 5'000;
+inline constexpr uint32_t kMetricsMaxConnections = 64;
 
 // Defaults of the limits an operator may change (CallerLimits below).
 // Blocking key-value gets one rank may have waiting at once.

@@ -326,7 +326,7 @@ class Resolver {
          {&Resolver::Identity, &Resolver::Sizes, &Resolver::Topology,
           &Resolver::Addresses, &Resolver::Coordinator, &Resolver::Socket,
           &Resolver::Heartbeat, &Resolver::Security, &Resolver::Limits,
-          &Resolver::Metrics, &Resolver::RoundLink}) {
+          &Resolver::Metrics, &Resolver::RoundLink, &Resolver::Network}) {
       if (absl::Status s = (this->*stage)(); !s.ok()) return s;
     }
     return c_;
@@ -788,6 +788,63 @@ class Resolver {
     return absl::OkStatus();
   }
 
+  // The listeners' bounds (NetworkLimits). Idle and age limits may be 0
+  // (none); every other at least 1.
+  absl::Status Network() {
+    struct Field {
+      const std::optional<std::string>& flag;
+      const char* name;
+      uint32_t* value;
+      bool zero_ok;
+    };
+    NetworkLimits& n = c_.network;
+    n.max_tcp_connections =
+        std::max<uint32_t>(256, 2 * static_cast<uint32_t>(nnodes_.value) + 64);
+    for (const Field& f : {
+             Field{flags_.max_tcp_connections, "max_tcp_connections",
+                   &n.max_tcp_connections, false},
+             Field{flags_.max_tcp_connections_per_peer,
+                   "max_tcp_connections_per_peer",
+                   &n.max_tcp_connections_per_peer, false},
+             Field{flags_.max_tcp_unauthenticated_per_peer,
+                   "max_tcp_unauthenticated_per_peer",
+                   &n.max_tcp_unauthenticated_per_peer, false},
+             Field{flags_.tcp_unauthenticated_bytes,
+                   "tcp_unauthenticated_bytes", &n.tcp_unauthenticated_bytes,
+                   false},
+             Field{flags_.tcp_unauthenticated_ms, "tcp_unauthenticated_ms",
+                   &n.tcp_unauthenticated_ms, false},
+             Field{flags_.tcp_max_connection_idle_ms,
+                   "tcp_max_connection_idle_ms", &n.tcp_max_connection_idle_ms,
+                   true},
+             Field{flags_.tcp_max_connection_age_ms,
+                   "tcp_max_connection_age_ms", &n.tcp_max_connection_age_ms,
+                   true},
+             Field{flags_.tcp_memory_bytes, "tcp_memory_bytes",
+                   &n.tcp_memory_bytes, false},
+             Field{flags_.tcp_max_threads, "tcp_max_threads",
+                   &n.tcp_max_threads, false},
+             Field{flags_.local_memory_bytes, "local_memory_bytes",
+                   &n.local_memory_bytes, false},
+             Field{flags_.metrics_request_timeout_ms,
+                   "metrics_request_timeout_ms", &n.metrics_request_timeout_ms,
+                   false},
+             Field{flags_.metrics_max_connections, "metrics_max_connections",
+                   &n.metrics_max_connections, false},
+         }) {
+      const Setting s = GivenOr(f.flag, f.name, absl::StrCat(*f.value));
+      absl::StatusOr<uint32_t> v = ParseUint32(s);
+      if (!v.ok()) return v.status();
+      if (!f.zero_ok) {
+        if (auto positive = RequirePositive(s, *v); !positive.ok()) {
+          return positive;
+        }
+      }
+      *f.value = *v;
+    }
+    return absl::OkStatus();
+  }
+
   const RawConfig& flags_;
   const EnvLookup& env_;
   DaemonConfig c_;
@@ -849,8 +906,13 @@ std::string DescribeConfig(const DaemonConfig& c) {
                                : absl::StrCat(c.round_link_port),
       " reflection=", c.limits.max_reflection_streams, "streams,",
       c.limits.max_reflection_requests_per_stream, "requests/stream",
-      " host=", or_dash(c.hostname), " pod=", or_dash(c.pod_name),
-      " node=", or_dash(c.node_name));
+      " tcp=", c.network.max_tcp_connections, "conns,",
+      c.network.max_tcp_connections_per_peer, "/peer,",
+      c.network.max_tcp_unauthenticated_per_peer, "/peer-unauthenticated,",
+      c.network.tcp_unauthenticated_bytes, "B/",
+      c.network.tcp_unauthenticated_ms, "ms-unauthenticated,",
+      c.network.tcp_memory_bytes, "B", " host=", or_dash(c.hostname),
+      " pod=", or_dash(c.pod_name), " node=", or_dash(c.node_name));
 }
 
 }  // namespace rankd

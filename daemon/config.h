@@ -81,6 +81,38 @@ struct TlsFiles {
   bool enabled() const { return !cert_file.empty(); }
 };
 
+// Bounds of the daemon's listeners (docs/operations.md, "Listeners"), as
+// its flags set them. The defaults are the constants of common/limits.h.
+struct NetworkLimits {
+  // TCP connections the public listener holds at once
+  // (--max_tcp_connections); 0 until resolved: max(256, 2 * nnodes + 64).
+  uint32_t max_tcp_connections = 0;
+  // ... of them from one peer address (--max_tcp_connections_per_peer).
+  uint32_t max_tcp_connections_per_peer = kMaxTcpConnectionsPerPeer;
+  // ... of them from one peer address not yet authenticated
+  // (--max_tcp_unauthenticated_per_peer).
+  uint32_t max_tcp_unauthenticated_per_peer = kMaxTcpUnauthenticatedPerPeer;
+  // Bytes a TCP connection may send before one of its calls authenticates
+  // (--tcp_unauthenticated_bytes), and how long it may stay open so
+  // (--tcp_unauthenticated_ms); beyond either it is closed.
+  uint32_t tcp_unauthenticated_bytes = kTcpUnauthenticatedBytes;
+  uint32_t tcp_unauthenticated_ms = kTcpUnauthenticatedMs;
+  // gRPC's connection idle and age limits on the TCP listener
+  // (--tcp_max_connection_idle_ms, --tcp_max_connection_age_ms); 0: none.
+  uint32_t tcp_max_connection_idle_ms = kTcpMaxConnectionIdleMs;
+  uint32_t tcp_max_connection_age_ms = 0;
+  // The TCP server's gRPC resource quota (--tcp_memory_bytes,
+  // --tcp_max_threads) and the Unix socket server's (--local_memory_bytes).
+  uint32_t tcp_memory_bytes = kTcpMemoryBytes;
+  uint32_t tcp_max_threads = kTcpMaxThreads;
+  uint32_t local_memory_bytes = kLocalMemoryBytes;
+  // The metrics endpoint: how long a connection may take to send its
+  // request (--metrics_request_timeout_ms) and how many it holds at once
+  // (--metrics_max_connections).
+  uint32_t metrics_request_timeout_ms = kMetricsRequestTimeoutMs;
+  uint32_t metrics_max_connections = kMetricsMaxConnections;
+};
+
 // The validated configuration of one daemon. Every field is set by
 // ResolveConfig; a DaemonConfig it returns satisfies all rules listed there.
 struct DaemonConfig {
@@ -150,6 +182,11 @@ struct DaemonConfig {
   // The coordinator's round link port (daemon/round_link_server.h) on the
   // listen host: 0 for any free port, -1 when off.
   int round_link_port = 0;
+
+  // What the network may make the daemon hold (docs/operations.md,
+  // "Listeners"): the public TCP listener's bounds and the metrics
+  // endpoint's.
+  NetworkLimits network;
 };
 
 // The rankd settings exactly as given on the command line: one field per
@@ -191,6 +228,18 @@ struct RawConfig {
   std::optional<std::string> issue_rank_tokens;
   std::optional<std::string> metrics_listen;
   std::optional<std::string> round_link_port;
+  std::optional<std::string> max_tcp_connections;
+  std::optional<std::string> max_tcp_connections_per_peer;
+  std::optional<std::string> max_tcp_unauthenticated_per_peer;
+  std::optional<std::string> tcp_unauthenticated_bytes;
+  std::optional<std::string> tcp_unauthenticated_ms;
+  std::optional<std::string> tcp_max_connection_idle_ms;
+  std::optional<std::string> tcp_max_connection_age_ms;
+  std::optional<std::string> tcp_memory_bytes;
+  std::optional<std::string> tcp_max_threads;
+  std::optional<std::string> local_memory_bytes;
+  std::optional<std::string> metrics_request_timeout_ms;
+  std::optional<std::string> metrics_max_connections;
 };
 
 // Returns the value of environment variable `name`, or nullopt when unset.

@@ -1014,7 +1014,6 @@ TEST(FlagsTest, CollectsOnlyGivenFlags) {
   EXPECT_FALSE(c->is_coordinator);
 }
 
-
 // Server reflection's bounds (issue 36 items 9, 10).
 TEST_F(ConfigTest, ReflectionLimitsComeFromFlagsOrEnvironment) {
   raw_.world_size = "1";

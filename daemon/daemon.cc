@@ -215,24 +215,108 @@ absl::Status Daemon::Init() {
   // links it in, so reflection (grpcurl) can describe the service too.
   (void)grpc::health::v1::HealthCheckRequest::descriptor();
   reflection_service_ = std::make_unique<ReflectionService>(
-      std::vector<std::string>{v1::Rank::service_full_name(),
-                               v1::Peer::service_full_name(),
-                               v1::Admin::service_full_name(),
-                               "grpc.health.v1.Health"},
+      std::vector<std::string>{
+          v1::Rank::service_full_name(), v1::Peer::service_full_name(),
+          v1::Admin::service_full_name(), "grpc.health.v1.Health"},
       ReflectionService::Limits{
           config_.limits.max_reflection_streams,
           config_.limits.max_reflection_requests_per_stream});
+
+  // Two gRPC servers, each with its own memory quota, completion queues and
+  // threads (docs/operations.md, "Listeners"): the public TCP listener's,
+  // and the Unix socket's for this node's ranks, so that nothing sent to
+  // the TCP port can take what the local ranks' calls need.
+  const NetworkLimits& net = config_.network;
+  TcpGate::Options gate;
+  gate.max_connections = net.max_tcp_connections;
+  gate.max_connections_per_peer = net.max_tcp_connections_per_peer;
+  gate.max_unauthenticated_per_peer = net.max_tcp_unauthenticated_per_peer;
+  gate.unauthenticated_bytes = net.tcp_unauthenticated_bytes;
+  gate.unauthenticated_time = absl::Milliseconds(net.tcp_unauthenticated_ms);
+  gate.require_authentication = auth_->enabled();
+  auto tcp_gate = TcpGate::Listen(config_.listen_address, gate);
+  if (!tcp_gate.ok()) return tcp_gate.status();
+  tcp_gate_ = *std::move(tcp_gate);
+  tcp_port_ = tcp_gate_->port();
+  auth_->set_authenticated_observer(
+      [gate = tcp_gate_.get()](const std::string& peer) {
+        gate->MarkAuthenticated(peer);
+      });
+
   grpc::ServerBuilder builder;
-  // What one caller can make the server hold (docs/operations.md, "Limits").
+  AddCommonArguments(builder);
+  // The 64 MiB messages the Peer service's rounds need; a connection none
+  // of whose calls has authenticated gets no more than
+  // --tcp_unauthenticated_bytes in all (TcpGate).
+  grpc::ResourceQuota tcp_quota("rankd-tcp");
+  tcp_quota.Resize(net.tcp_memory_bytes);
+  tcp_quota.SetMaxThreads(static_cast<int>(net.tcp_max_threads));
+  builder.SetResourceQuota(tcp_quota);
+  if (net.tcp_max_connection_idle_ms > 0) {
+    builder.AddChannelArgument(
+        GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+        static_cast<int>(net.tcp_max_connection_idle_ms));
+  }
+  if (net.tcp_max_connection_age_ms > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                               static_cast<int>(net.tcp_max_connection_age_ms));
+  }
+  // A connection that has not finished its handshake (TLS, HTTP/2
+  // settings) in the time an unauthenticated one may live is dropped.
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(net.tcp_unauthenticated_ms));
+  auto acceptor = builder.experimental().AddExternalConnectionAcceptor(
+      grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+      *server_credentials);
+  RegisterServices(builder);
+  if (metrics_ != nullptr) {
+    if (auto s = metrics_->Serve(config_.metrics_address, MetricsOptions());
+        !s.ok()) {
+      return s;
+    }
+    Log(absl::StrCat("metrics on http://", config_.metrics_address,
+                     "/metrics (port ", metrics_->port(), ")"));
+  }
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve --listen=", config_.listen_address));
+  }
+  tcp_gate_->Serve(std::move(acceptor));
+
+  if (local_socket_ != nullptr) {
+    grpc::ServerBuilder local;
+    AddCommonArguments(local);
+    grpc::ResourceQuota local_quota("rankd-local");
+    local_quota.Resize(net.local_memory_bytes);
+    local.SetResourceQuota(local_quota);
+    RegisterServices(local);
+    local_server_ = local.BuildAndStart();
+    if (local_server_ == nullptr) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot serve the Unix socket --socket=", config_.socket_path));
+    }
+    local_socket_->Serve(local_server_.get());
+  }
+  if (auto s = StartRoundLink(); !s.ok()) return s;
+  SetHealth("", true);
+  SetHealth(kReadinessService, false);
+
+  log_subscription_ = agent_->events().Subscribe(
+      0, [this](const v1::JobEvent& e) { WatchJobHealth(e); });
+  agent_->Start(MonotonicNow() + config_.register_timeout,
+                [this](absl::Status s) { OnRegistered(std::move(s)); });
+  return absl::OkStatus();
+}
+
+void Daemon::AddCommonArguments(grpc::ServerBuilder& builder) const {
+  // What one caller can make a server hold (docs/operations.md, "Limits").
   builder.SetMaxReceiveMessageSize(kMaxGrpcMessageBytes);
   builder.SetMaxSendMessageSize(kMaxGrpcMessageBytes);
   builder.AddChannelArgument(
       GRPC_ARG_MAX_CONCURRENT_STREAMS,
       MaxCallsPerConnection(config_.nproc_per_node, config_.limits));
   builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
-  grpc::ResourceQuota quota("rankd");
-  quota.Resize(kServerMemoryBytes);
-  builder.SetResourceQuota(quota);
   // Let clients ping every second (they use keepalive to notice a dead
   // daemon) and ping them too, so a vanished client is noticed. A ping may
   // take as long as a heartbeat to be answered: a coordinator busy with a
@@ -245,39 +329,36 @@ absl::Status Daemon::Init() {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
                              KeepaliveTimeoutMs(config_.heartbeat_timeout));
-  builder.AddListeningPort(config_.listen_address, *server_credentials,
-                           &tcp_port_);
+}
+
+void Daemon::RegisterServices(grpc::ServerBuilder& builder) {
   builder.RegisterService(rank_service_.get());
   builder.RegisterService(peer_service_.get());
   builder.RegisterService(admin_service_.get());
   builder.RegisterService(reflection_service_.get());
   if (metrics_ != nullptr) {
-    if (auto s = metrics_->Serve(config_.metrics_address); !s.ok()) return s;
-    Log(absl::StrCat("metrics on http://", config_.metrics_address,
-                     "/metrics (port ", metrics_->port(), ")"));
     std::vector<
         std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
         interceptors;
     interceptors.push_back(metrics_->MakeInterceptorFactory());
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
   }
-  server_ = builder.BuildAndStart();
-  if (server_ == nullptr || tcp_port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on --listen=", config_.listen_address,
-                     " (address in use or not local?)"));
-  }
-  if (local_socket_ != nullptr) local_socket_->Serve(server_.get());
-  if (auto s = StartRoundLink(); !s.ok()) return s;
-  auto* health = server_->GetHealthCheckService();
-  health->SetServingStatus("", true);
-  health->SetServingStatus(kReadinessService, false);
+}
 
-  log_subscription_ = agent_->events().Subscribe(
-      0, [this](const v1::JobEvent& e) { WatchJobHealth(e); });
-  agent_->Start(MonotonicNow() + config_.register_timeout,
-                [this](absl::Status s) { OnRegistered(std::move(s)); });
-  return absl::OkStatus();
+DaemonMetrics::HttpOptions Daemon::MetricsOptions() const {
+  DaemonMetrics::HttpOptions options;
+  options.request_timeout =
+      absl::Milliseconds(config_.network.metrics_request_timeout_ms);
+  options.max_connections = config_.network.metrics_max_connections;
+  return options;
+}
+
+void Daemon::SetHealth(const std::string& service, bool serving) {
+  for (grpc::Server* server : {server_.get(), local_server_.get()}) {
+    if (server != nullptr) {
+      server->GetHealthCheckService()->SetServingStatus(service, serving);
+    }
+  }
 }
 
 absl::Status Daemon::StartRoundLink() {
@@ -307,9 +388,8 @@ absl::Status Daemon::StartRoundLink() {
 void Daemon::WatchJobHealth(const v1::JobEvent& event) {
   Log(DescribeEvent(event));
   if (metrics_ != nullptr) metrics_->ObserveEvent(event);
-  if (event.kind() == v1::EVENT_KIND_JOB_FAILED && server_ != nullptr) {
-    server_->GetHealthCheckService()->SetServingStatus(kReadinessService,
-                                                       false);
+  if (event.kind() == v1::EVENT_KIND_JOB_FAILED) {
+    SetHealth(kReadinessService, false);
   }
 }
 
@@ -338,7 +418,7 @@ void Daemon::OnRegistered(absl::Status status) {
     Log(absl::StrCat("node ", config_.node_index,
                      " registered with the coordinator at ",
                      link_->coordinator_address()));
-    server_->GetHealthCheckService()->SetServingStatus(kReadinessService, true);
+    SetHealth(kReadinessService, true);
   } else {
     Log(absl::StrCat("registration failed: ", status.ToString()));
   }
@@ -361,10 +441,7 @@ void Daemon::Shutdown(const std::string& reason, absl::Duration grace) {
     if (shut_down_) return;
     shut_down_ = true;
   }
-  if (server_ != nullptr) {
-    server_->GetHealthCheckService()->SetServingStatus(kReadinessService,
-                                                       false);
-  }
+  SetHealth(kReadinessService, false);
   // No new local connections while draining; those open keep being served.
   if (local_socket_ != nullptr) local_socket_->Stop();
   if (agent_ != nullptr) {
@@ -378,9 +455,16 @@ void Daemon::Shutdown(const std::string& reason, absl::Duration grace) {
   if (coordinator_ != nullptr) coordinator_->BeginShutdown();
   // After the coordinator answered what waits, so nodes hear why.
   if (round_link_server_ != nullptr) round_link_server_->Stop();
-  if (server_ != nullptr) {
-    server_->Shutdown(GrpcDeadlineAfter(grace / 2));
-    server_->Wait();
+  // No new TCP connections from here; those open finish their calls.
+  if (tcp_gate_ != nullptr) tcp_gate_->Stop();
+  {
+    const gpr_timespec deadline = GrpcDeadlineAfter(grace / 2);
+    for (grpc::Server* server : {server_.get(), local_server_.get()}) {
+      if (server != nullptr) server->Shutdown(deadline);
+    }
+    for (grpc::Server* server : {server_.get(), local_server_.get()}) {
+      if (server != nullptr) server->Wait();
+    }
   }
   // Stop the timer before the objects its callbacks reference go away.
   timer_.reset();

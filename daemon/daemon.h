@@ -1,8 +1,12 @@
 // Daemon: one running rankd process's parts wired together: the deadline
 // timer, the Coordinator (when this daemon coordinates), the link to the
-// coordinator, the NodeAgent, the gRPC server with its TCP listener, Unix
-// socket, reflection and grpc.health.v1 service, and on the coordinator
-// the round link server (round_link_server.h) when TLS is off.
+// coordinator, the NodeAgent, two gRPC servers (each with the Rank, Peer,
+// Admin, reflection and grpc.health.v1 services, its own memory quota,
+// completion queues and threads): one for the public TCP listener, whose
+// connections TcpGate (tcp_gate.h) accepts and bounds, one for the Unix
+// socket's ranks; and on the coordinator the round link server
+// (round_link_server.h) when TLS is off. docs/operations.md ("Listeners")
+// says how they are kept apart.
 //
 // Health: service "" is SERVING while the process runs (liveness);
 // service "readiness" is SERVING once the node is registered with the
@@ -30,6 +34,7 @@
 #include "daemon/reflection_service.h"
 #include "daemon/round_link_server.h"
 #include "daemon/services.h"
+#include "daemon/tcp_gate.h"
 #include "grpcpp/grpcpp.h"
 
 namespace rankd {
@@ -69,6 +74,14 @@ class Daemon {
   // On the coordinator without TLS, unless --round_link_port=off.
   absl::Status StartRoundLink();
   void WatchJobHealth(const v1::JobEvent& event);
+  // What both gRPC servers share: message, stream and metadata limits,
+  // keepalive.
+  void AddCommonArguments(grpc::ServerBuilder& builder) const;
+  // The Rank, Peer and Admin services (and the metrics interceptor).
+  void RegisterServices(grpc::ServerBuilder& builder);
+  DaemonMetrics::HttpOptions MetricsOptions() const;
+  // Sets a grpc.health.v1 service's status on both servers.
+  void SetHealth(const std::string& service, bool serving);
   // The job as the metrics endpoint reports it.
   JobSnapshot Snapshot() const;
 
@@ -85,8 +98,14 @@ class Daemon {
   std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<AdminService> admin_service_;
   std::unique_ptr<ReflectionService> reflection_service_;
+  // The public TCP listener's server.
   std::unique_ptr<grpc::Server> server_;
-  // The Unix socket (null without one): accepted here, served by server_.
+  // The Unix socket's server (null without a socket).
+  std::unique_ptr<grpc::Server> local_server_;
+  // Accepts and bounds server_'s TCP connections.
+  std::unique_ptr<TcpGate> tcp_gate_;
+  // The Unix socket (null without one): accepted here, served by
+  // local_server_.
   std::unique_ptr<LocalSocket> local_socket_;
   // The coordinator's round link (nullptr: none offered).
   std::unique_ptr<RoundLinkServer> round_link_server_;

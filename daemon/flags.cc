@@ -160,6 +160,52 @@ ABSL_FLAG(OptionalText, metrics_listen, OptionalText{},
           "HOST:PORT of the Prometheus endpoint (HTTP, /metrics). Env "
           "RANKD_METRICS_LISTEN. Default off.");
 
+// The listeners' bounds (docs/operations.md, "Listeners").
+ABSL_FLAG(OptionalText, max_tcp_connections, OptionalText{},
+          "TCP connections the public listener holds at once; more are "
+          "closed as they arrive. Env RANKD_MAX_TCP_CONNECTIONS. Default "
+          "max(256, 2 * nnodes + 64).");
+ABSL_FLAG(OptionalText, max_tcp_connections_per_peer, OptionalText{},
+          "TCP connections one peer address may hold open at once. Env "
+          "RANKD_MAX_TCP_CONNECTIONS_PER_PEER. Default 64.");
+ABSL_FLAG(OptionalText, max_tcp_unauthenticated_per_peer, OptionalText{},
+          "TCP connections one peer address may hold open at once before "
+          "one of their calls presents a valid credential. Env "
+          "RANKD_MAX_TCP_UNAUTHENTICATED_PER_PEER. Default 8.");
+ABSL_FLAG(OptionalText, tcp_unauthenticated_bytes, OptionalText{},
+          "Bytes a TCP connection may send before one of its calls presents "
+          "a valid credential; beyond them it is closed. Env "
+          "RANKD_TCP_UNAUTHENTICATED_BYTES. Default 2097152.");
+ABSL_FLAG(OptionalText, tcp_unauthenticated_ms, OptionalText{},
+          "How long a TCP connection may stay open before one of its calls "
+          "presents a valid credential. Env RANKD_TCP_UNAUTHENTICATED_MS. "
+          "Default 10000.");
+ABSL_FLAG(OptionalText, tcp_max_connection_idle_ms, OptionalText{},
+          "gRPC closes a TCP connection that had no call for this long; 0: "
+          "never (gRPC 1.51 keeps a closed connection's memory until this "
+          "timer fires). Env RANKD_TCP_MAX_CONNECTION_IDLE_MS. Default 0.");
+ABSL_FLAG(OptionalText, tcp_max_connection_age_ms, OptionalText{},
+          "gRPC asks a TCP connection this old to go away (its calls may "
+          "finish); 0: never (a node's event stream lives as long as the "
+          "job). Env RANKD_TCP_MAX_CONNECTION_AGE_MS. Default 0.");
+ABSL_FLAG(OptionalText, tcp_memory_bytes, OptionalText{},
+          "Memory quota of the TCP listener's gRPC server (its own; the Unix "
+          "socket's is apart). Env RANKD_TCP_MEMORY_BYTES. Default 536870912.");
+ABSL_FLAG(OptionalText, tcp_max_threads, OptionalText{},
+          "Threads the TCP listener's gRPC server may use for synchronous "
+          "services. Env RANKD_TCP_MAX_THREADS. Default 64.");
+ABSL_FLAG(OptionalText, local_memory_bytes, OptionalText{},
+          "Memory quota of the Unix socket's gRPC server. Env "
+          "RANKD_LOCAL_MEMORY_BYTES. Default 1073741824.");
+ABSL_FLAG(OptionalText, metrics_request_timeout_ms, OptionalText{},
+          "How long a metrics connection may take to send its request and "
+          "read the answer before it is closed. Env "
+          "RANKD_METRICS_REQUEST_TIMEOUT_MS. Default 5000.");
+ABSL_FLAG(OptionalText, metrics_max_connections, OptionalText{},
+          "Connections the metrics endpoint holds at once; a new one closes "
+          "the oldest that has not sent its request. Env "
+          "RANKD_METRICS_MAX_CONNECTIONS. Default 64.");
+
 namespace rankd {
 
 RawConfig RawConfigFromFlags() {
@@ -204,6 +250,25 @@ RawConfig RawConfigFromFlags() {
   raw.issue_rank_tokens = absl::GetFlag(FLAGS_issue_rank_tokens).text;
   raw.metrics_listen = absl::GetFlag(FLAGS_metrics_listen).text;
   raw.round_link_port = absl::GetFlag(FLAGS_round_link_port).text;
+  raw.max_tcp_connections = absl::GetFlag(FLAGS_max_tcp_connections).text;
+  raw.max_tcp_connections_per_peer =
+      absl::GetFlag(FLAGS_max_tcp_connections_per_peer).text;
+  raw.max_tcp_unauthenticated_per_peer =
+      absl::GetFlag(FLAGS_max_tcp_unauthenticated_per_peer).text;
+  raw.tcp_unauthenticated_bytes =
+      absl::GetFlag(FLAGS_tcp_unauthenticated_bytes).text;
+  raw.tcp_unauthenticated_ms = absl::GetFlag(FLAGS_tcp_unauthenticated_ms).text;
+  raw.tcp_max_connection_idle_ms =
+      absl::GetFlag(FLAGS_tcp_max_connection_idle_ms).text;
+  raw.tcp_max_connection_age_ms =
+      absl::GetFlag(FLAGS_tcp_max_connection_age_ms).text;
+  raw.tcp_memory_bytes = absl::GetFlag(FLAGS_tcp_memory_bytes).text;
+  raw.tcp_max_threads = absl::GetFlag(FLAGS_tcp_max_threads).text;
+  raw.local_memory_bytes = absl::GetFlag(FLAGS_local_memory_bytes).text;
+  raw.metrics_request_timeout_ms =
+      absl::GetFlag(FLAGS_metrics_request_timeout_ms).text;
+  raw.metrics_max_connections =
+      absl::GetFlag(FLAGS_metrics_max_connections).text;
   return raw;
 }
 

@@ -23,7 +23,6 @@
 #include "google/protobuf/descriptor.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/histogram.h"
 #include "prometheus/metric_family.h"
@@ -384,26 +383,6 @@ class RpcInterceptorFactory
   DaemonMetrics* const metrics_;
 };
 
-// Opens and closes one TCP connection to host:port (best effort).
-void Knock(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* result = nullptr;
-  if (::getaddrinfo(host.c_str(), absl::StrCat(port).c_str(), &hints,
-                    &result) != 0) {
-    return;
-  }
-  if (result != nullptr) {
-    int fd = ::socket(result->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0) {
-      ::connect(fd, result->ai_addr, result->ai_addrlen);
-      ::close(fd);
-    }
-  }
-  ::freeaddrinfo(result);
-}
-
 }  // namespace
 
 DaemonMetrics::DaemonMetrics(Identity identity,
@@ -413,44 +392,17 @@ DaemonMetrics::DaemonMetrics(Identity identity,
                                                      std::move(snapshot))) {}
 
 DaemonMetrics::~DaemonMetrics() {
-  if (exposer_ == nullptr) return;
-  // Stop the HTTP server (and its scrapes) before the collectors go away.
-  // civetweb's listener thread notices the stop only when its poll() returns,
-  // which takes up to two seconds unless a connection arrives: knock on the
-  // port meanwhile so that shutdown is prompt.
-  std::atomic<bool> stopped{false};
-  std::thread knocker([this, &stopped] {
-    for (int i = 0; i < 40 && !stopped.load(); ++i) {
-      absl::SleepFor(absl::Milliseconds(25));
-      if (!stopped.load()) Knock(knock_host_, port_);
-    }
-  });
-  exposer_.reset();
-  stopped.store(true);
-  knocker.join();
+  // Stop serving (and scraping) before the collectors go away.
+  endpoint_.reset();
 }
 
-absl::Status DaemonMetrics::Serve(const std::string& address) {
-  try {
-    // Two threads: a scrape never waits behind another for long.
-    exposer_ = std::make_unique<prometheus::Exposer>(address, 2);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on --metrics_listen=", address, ": ",
-                     e.what(), " (address in use or not local?)"));
-  }
-  exposer_->RegisterCollectable(collector_);
-  exposer_->RegisterCollectable(instruments_->registry());
-  std::vector<int> ports = exposer_->GetListeningPorts();
-  port_ = ports.empty() ? 0 : ports.front();
-  knock_host_ = "127.0.0.1";
-  if (absl::StatusOr<HostPort> hp = ParseHostPort(address); hp.ok()) {
-    if (!IsWildcardHost(hp->host)) {
-      knock_host_ = hp->host;
-    } else if (hp->host == "::") {
-      knock_host_ = "::1";
-    }
-  }
+absl::Status DaemonMetrics::Serve(const std::string& address,
+                                  HttpOptions options) {
+  auto endpoint =
+      HttpEndpoint::Start(address, options, [this] { return Render(); });
+  if (!endpoint.ok()) return endpoint.status();
+  endpoint_ = *std::move(endpoint);
+  port_ = endpoint_->port();
   return absl::OkStatus();
 }
 

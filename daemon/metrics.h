@@ -1,6 +1,7 @@
-// DaemonMetrics: the daemon's Prometheus metrics, served over HTTP at
-// http://<--metrics_listen>/metrics (prometheus-cpp with its embedded
-// civetweb server).
+// DaemonMetrics: the daemon's Prometheus metrics (prometheus-cpp), served
+// over HTTP at http://<--metrics_listen>/metrics by an event-loop endpoint
+// of the daemon's own (http_endpoint.h), which idle or half-sent
+// connections cannot hold.
 //
 // Two kinds of series:
 //   - read at scrape time from the daemon's view of the job (JobSnapshot):
@@ -11,8 +12,8 @@
 //     lost ranks and nodes, job events.
 // Every name and label is listed in docs/kubernetes.md ("Metrics").
 //
-// Counting hooks are cheap and thread-safe. The scrape callback runs on a
-// civetweb thread; it must be thread-safe and must stay valid until the
+// Counting hooks are cheap and thread-safe. The scrape callback runs on the
+// endpoint's thread; it must be thread-safe and must stay valid until the
 // DaemonMetrics is destroyed. Depends on prometheus-cpp, gRPC (for the
 // server interceptor), abseil and the protos.
 #ifndef RANKD_DAEMON_METRICS_H_
@@ -27,13 +28,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "daemon/http_endpoint.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "rankd/v1/admin.pb.h"
 #include "rankd/v1/common.pb.h"
-
-namespace prometheus {
-class Exposer;
-}  // namespace prometheus
 
 namespace rankd {
 
@@ -60,9 +58,14 @@ class DaemonMetrics {
   DaemonMetrics(const DaemonMetrics&) = delete;
   DaemonMetrics& operator=(const DaemonMetrics&) = delete;
 
+  // How the endpoint treats connections (--metrics_request_timeout_ms,
+  // --metrics_max_connections).
+  using HttpOptions = HttpEndpoint::Options;
+
   // Starts serving /metrics on `address` (HOST:PORT, port 0 picks one).
   // Returns Unavailable naming --metrics_listen when it cannot bind.
-  absl::Status Serve(const std::string& address);
+  absl::Status Serve(const std::string& address,
+                     HttpOptions options = HttpOptions());
   // Port the endpoint listens on; 0 before Serve().
   int port() const { return port_; }
 
@@ -94,10 +97,8 @@ class DaemonMetrics {
 
   std::shared_ptr<Instruments> instruments_;
   std::shared_ptr<SnapshotCollector> collector_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<HttpEndpoint> endpoint_;
   int port_ = 0;
-  // Where this process reaches its own endpoint (see the destructor).
-  std::string knock_host_;
 };
 
 }  // namespace rankd

@@ -166,6 +166,7 @@ absl::StatusOr<std::optional<uint32_t>> Authenticator::AuthenticateRank(
   }
   auto rank = VerifyRankToken(node_token_, job_id_, *sent);
   if (!rank.ok()) return rank.status();
+  (void)Authenticated(context, absl::OkStatus());
   return std::optional<uint32_t>(*rank);
 }
 
@@ -190,7 +191,15 @@ absl::Status Authenticator::SocketOrToken(
         absl::StrCat("this daemon has no ", file, " in its credentials; ",
                      callers, " reach it through its Unix socket"));
   }
-  return CheckToken(context, token, role, service);
+  return Authenticated(context, CheckToken(context, token, role, service));
+}
+
+absl::Status Authenticator::Authenticated(
+    const grpc::CallbackServerContext* context, absl::Status status) const {
+  if (status.ok() && authenticated_observer_) {
+    authenticated_observer_(context->peer());
+  }
+  return status;
 }
 
 absl::Status Authenticator::AuthorizeKvRead(
@@ -205,7 +214,8 @@ absl::Status Authenticator::AuthorizeKvRead(
     return absl::PermissionDeniedError(absl::StrCat(
         "this daemon has no ", kOperatorTokenFile, " in its credentials"));
   }
-  return CheckToken(context, operator_token_, "operator", "Admin KvGet");
+  return Authenticated(
+      context, CheckToken(context, operator_token_, "operator", "Admin KvGet"));
 }
 
 absl::StatusOr<std::optional<uint32_t>> Authenticator::AuthenticateNode(
@@ -228,6 +238,7 @@ absl::StatusOr<std::optional<uint32_t>> Authenticator::AuthenticateNode(
   }
   auto node = VerifyNodeToken(node_key_, job_id_, *sent);
   if (!node.ok()) return node.status();
+  (void)Authenticated(context, absl::OkStatus());
   return std::optional<uint32_t>(*node);
 }
 

@@ -7,6 +7,7 @@
 #define RANKD_DAEMON_SECURITY_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -113,7 +114,21 @@ class Authenticator {
   std::string ProveToNode(uint32_t node_index,
                           absl::string_view transcript) const;
 
+  // Called with a call's peer (grpc::ServerContext::peer()) each time a
+  // call presents a valid credential: the TCP listener's gate
+  // (daemon/tcp_gate.h) then lifts that connection's unauthenticated
+  // bounds. Set before the services serve; must be thread-safe.
+  void set_authenticated_observer(
+      std::function<void(const std::string& peer)> observer) {
+    authenticated_observer_ = std::move(observer);
+  }
+
  private:
+  // Tells the observer that `context`'s call presented a valid credential;
+  // passes `status` through.
+  absl::Status Authenticated(const grpc::CallbackServerContext* context,
+                             absl::Status status) const;
+
   Authenticator() = default;
 
   // A role whose callers on the Unix socket pass and whose TCP callers
@@ -130,6 +145,7 @@ class Authenticator {
   std::string node_token_;
   std::string operator_token_;  // Empty: Admin refuses TCP callers.
   bool legacy_rank_token_ = false;
+  std::function<void(const std::string& peer)> authenticated_observer_;
 };
 
 // True when the call came in on the daemon's Unix socket (whose

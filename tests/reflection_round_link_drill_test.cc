@@ -58,6 +58,8 @@ using ::testing::HasSubstr;
 // them.
 constexpr size_t kDefaultReflectionStreams = 32;
 constexpr size_t kDefaultRequestsPerStream = 1024;
+constexpr int kDefaultUnauthenticatedPerPeer =
+    8;  // --max_tcp_unauthenticated_per_peer
 
 ClusterOptions DrillOptions(uint32_t nnodes, uint32_t nproc_per_node) {
   ClusterOptions o;
@@ -231,8 +233,10 @@ TEST(ReflectionRoundLinkDrill, TwoThousandReflectionStreamsAreBounded) {
   const Usage before = UsageOf(daemon);
   Report("reflection_streams", "before", before);
 
-  constexpr int kConnections = 20;
-  constexpr int kStreamsPerConnection = 100;  // 2,000 streams
+  // As many connections as one address may hold unauthenticated
+  // (TcpGate: --max_tcp_unauthenticated_per_peer); the gate refuses more.
+  constexpr int kConnections = kDefaultUnauthenticatedPerPeer;
+  constexpr int kStreamsPerConnection = 250;  // 2,000 streams
   std::vector<std::unique_ptr<ServerReflection::Stub>> stubs;
   for (int c = 0; c < kConnections; ++c) {
     stubs.push_back(ServerReflection::NewStub(OwnChannel(target)));

@@ -18,7 +18,7 @@ packages=(
   # The GPU run kit (tests/gpu/assemble_kit.sh): strip, and patchelf to
   # point the kit's binaries at its own libraries.
   binutils patchelf
-  # Metrics endpoint (prometheus-cpp with its civetweb HTTP server).
+  # Metrics (prometheus-cpp; rankd serves /metrics itself: daemon/http_endpoint.h).
   prometheus-cpp-dev
   # Kubernetes manifest tests (tests/k8s): kubectl's built-in kustomize
   # renders deploy/kubernetes; PyYAML reads the result.

@@ -257,8 +257,7 @@ static_assert(offsetof(ncclConfig_t, splitShare) ==
               offsetof(native::NcclConfigWithSplitShare, split_share));
 static_assert(offsetof(ncclConfig_t, netName) ==
               offsetof(native::NcclConfigWithSplitShare, net_name));
-static_assert(sizeof(ncclConfig_t) >=
-              sizeof(native::NcclConfigWithSplitShare));
+static_assert(sizeof(ncclConfig_t) >= sizeof(native::NcclConfigWithSplitShare));
 static_assert(NCCL_SPLIT_NOCOLOR == native::kNcclSplitNoColor);
 constexpr ncclConfig_t kInitializer = NCCL_CONFIG_INITIALIZER;
 static_assert(kInitializer.magic == native::kNcclConfigMagic);

@@ -1,0 +1,554 @@
+// Fault drills of issue 36, part B: floods from anyone who can reach a
+// daemon's TCP port or its metrics port, without any credential, against a
+// real job of two rankd daemons whose four honest ranks (rankd::Client on
+// the Unix sockets) keep running rounds through the flood:
+//   7. 100,000 calls that never send their message, on 100 connections,
+//      held past the unauthenticated time limit, then all closed at once;
+//   8. 400 connections x 50 requests declaring 64 MiB messages, each sent
+//      only in part (64 KiB), 1.25 GiB in all;
+//  12. idle and half-sent connections to /metrics while it is scraped.
+// Each asserts that the honest ranks keep serving (every round through the
+// flood and after it completes, the job stays READY with no rank or node
+// lost), that the flood is refused or bounded, and that the daemon's memory
+// stays bounded and returns near its baseline. The figures (VmRSS and
+// threads of the flooded daemon, before, at the peak, after) are printed as
+// "FLOOD ..." lines for the closing notes. Floods go to 127.0.0.1 only and
+// are bounded in count and time (a drill takes 20-40 s).
+// With RANKD_DRILL_RANKD=PATH the daemons run that rankd binary instead of
+// this build's (the version before issue 36 part B fails every drill).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "client/admin_client.h"
+#include "client/client.h"
+#include "gtest/gtest.h"
+#include "tests/harness/cluster.h"
+#include "tests/harness/raw_h2.h"
+
+namespace rankd::testing {
+namespace {
+
+constexpr char kJob[] = "flood";
+constexpr uint32_t kWorld = 4;  // nodes 0 and 1, ranks 0-1 and 2-3
+
+// VmRSS (bytes) and Threads of `pid`, from /proc/PID/status.
+struct ProcFigures {
+  int64_t rss = 0;
+  int threads = 0;
+};
+
+ProcFigures Figures(pid_t pid) {
+  ProcFigures f;
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string> parts =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipWhitespace());
+    if (parts.size() < 2) continue;
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(parts[1], &v)) continue;
+    if (parts[0] == "VmRSS:") f.rss = v * 1024;
+    if (parts[0] == "Threads:") f.threads = static_cast<int>(v);
+  }
+  return f;
+}
+
+double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+// AddressSanitizer (--config=asan, the suite's own run) pads every
+// allocation and gives freed memory back to the system in whole regions
+// only: what a flood costs and keeps is larger (item 7 measured 224 MiB at
+// the peak and 96-122 MiB kept above the baseline with it, 152 and 9 MiB
+// without). The bounds below allow for it; the uninstrumented build keeps
+// the tight ones.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RANKD_DRILL_ASAN 1
+#endif
+#endif
+#ifdef RANKD_DRILL_ASAN
+constexpr int64_t kSanitizerFactor = 2;
+constexpr int64_t kKeptSlack = int64_t{192} << 20;
+#else
+constexpr int64_t kSanitizerFactor = 1;
+constexpr int64_t kKeptSlack = int64_t{32} << 20;
+#endif
+
+// Samples a process's figures every 50 ms until stopped; keeps the peak.
+class Sampler {
+ public:
+  explicit Sampler(pid_t pid) : pid_(pid) {
+    thread_ = std::thread([this] {
+      while (!stop_.load()) {
+        ProcFigures f = Figures(pid_);
+        {
+          absl::MutexLock lock(&mu_);
+          peak_.rss = std::max(peak_.rss, f.rss);
+          peak_.threads = std::max(peak_.threads, f.threads);
+        }
+        absl::SleepFor(absl::Milliseconds(50));
+      }
+    });
+  }
+  ~Sampler() { Stop(); }
+  ProcFigures Stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+    absl::MutexLock lock(&mu_);
+    return peak_;
+  }
+
+ private:
+  const pid_t pid_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  absl::Mutex mu_;
+  ProcFigures peak_ ABSL_GUARDED_BY(mu_);
+};
+
+// Two nodes of two honest ranks each, joined on their Unix sockets, with
+// a metrics endpoint on every node; rounds run in the background while a
+// drill floods.
+class FloodDrill {
+ public:
+  FloodDrill() {
+    ClusterOptions o;
+    o.job_id = kJob;
+    o.nnodes = 2;
+    o.nproc_per_node = 2;
+    // A loaded machine (sanitizers, parallel tests) must not lose a rank
+    // for being slow; a flood that stalls a daemon for seconds still does.
+    o.heartbeat_timeout_ms = 5000;
+    metrics_ports_ = {FreePort(), FreePort()};
+    for (int port : metrics_ports_) {
+      o.node_flags.push_back(
+          {absl::StrCat("--metrics_listen=127.0.0.1:", port)});
+    }
+    if (const char* other = std::getenv("RANKD_DRILL_RANKD");
+        other != nullptr && *other != '\0') {
+      o.rankd_binary = other;
+    }
+    // AddressSanitizer keeps freed memory in its quarantine (256 MiB by
+    // default) and gives memory back to the system only now and then; a
+    // small quarantine and prompt release let the drills see memory given
+    // back.
+    o.env["ASAN_OPTIONS"] =
+        "detect_leaks=0:abort_on_error=1:quarantine_size_mb=4:"
+        "allocator_release_to_os_interval_ms=200";
+    cluster_ = std::make_unique<LocalCluster>(std::move(o));
+  }
+  ~FloodDrill() { StopRounds(); }
+
+  void Start() {
+    ASSERT_TRUE(cluster_->Start().ok());
+    clients_.resize(kWorld);
+    std::vector<std::thread> joins;
+    std::vector<absl::Status> statuses(kWorld);
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      ClientOptions options;
+      options.target = cluster_->socket_target(r / 2);
+      options.bearer_token = cluster_->rank_token(r);
+      auto client = Client::Connect(options);
+      ASSERT_TRUE(client.ok()) << client.status();
+      clients_[r] = *std::move(client);
+      joins.emplace_back([this, r, &statuses] {
+        JoinOptions join;
+        join.job_id = kJob;
+        join.local_rank = r % 2;
+        join.world_size = kWorld;
+        join.wait_for_world = absl::Seconds(20);
+        statuses[r] = clients_[r]->Join(join).status();
+      });
+    }
+    for (auto& t : joins) t.join();
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+    }
+    ASSERT_TRUE(Round().ok());
+  }
+
+  // One round of every rank: rank r sends {r, 100 + r}.
+  absl::Status Round(absl::Duration timeout = absl::Seconds(20)) {
+    std::vector<std::thread> threads;
+    std::vector<absl::StatusOr<std::vector<uint32_t>>> results(
+        kWorld, absl::UnknownError("not run"));
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      threads.emplace_back([this, r, timeout, &results] {
+        results[r] = clients_[r]->AllGatherWords({r, 100 + r}, timeout);
+      });
+    }
+    for (auto& t : threads) t.join();
+    const std::vector<uint32_t> want = {0, 100, 1, 101, 2, 102, 3, 103};
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      if (!results[r].ok()) {
+        return absl::Status(
+            results[r].status().code(),
+            absl::StrCat("rank ", r, ": ", results[r].status().message()));
+      }
+      if (*results[r] != want) {
+        return absl::InternalError(absl::StrCat("rank ", r, ": wrong result"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Rounds back to back (every 100 ms) until StopRounds; counts them.
+  void StartRounds() {
+    rounds_thread_ = std::thread([this] {
+      while (!stop_rounds_.load()) {
+        absl::Status s = Round();
+        absl::MutexLock lock(&mu_);
+        if (s.ok()) {
+          ++rounds_ok_;
+        } else if (first_failure_.ok()) {
+          first_failure_ = s;
+        }
+        if (!s.ok()) ++rounds_failed_;
+        if (!s.ok()) return;  // the job is gone; the drill says why
+        absl::SleepFor(absl::Milliseconds(100));
+      }
+    });
+  }
+  void StopRounds() {
+    stop_rounds_.store(true);
+    if (rounds_thread_.joinable()) rounds_thread_.join();
+  }
+  int rounds_ok() {
+    absl::MutexLock lock(&mu_);
+    return rounds_ok_;
+  }
+  int rounds_failed() {
+    absl::MutexLock lock(&mu_);
+    return rounds_failed_;
+  }
+  absl::Status first_failure() {
+    absl::MutexLock lock(&mu_);
+    return first_failure_;
+  }
+
+  // Every rank's view and both daemons': no failure.
+  void ExpectHealthy() {
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      EXPECT_TRUE(clients_[r]->JobHealth().ok())
+          << "rank " << r << ": " << clients_[r]->JobHealth();
+    }
+    for (uint32_t node : {0u, 1u}) {
+      auto admin = AdminClient::Connect(cluster_->AdminOptions(node));
+      ASSERT_TRUE(admin.ok()) << admin.status();
+      auto job = (*admin)->GetJob();
+      ASSERT_TRUE(job.ok()) << "node " << node << ": " << job.status();
+      EXPECT_EQ(job->state(), v1::JOB_STATE_READY)
+          << "node " << node << ": " << job->ShortDebugString();
+      EXPECT_EQ(job->failure(), "") << "node " << node;
+    }
+  }
+
+  LocalCluster& cluster() { return *cluster_; }
+  int metrics_port(uint32_t node) const { return metrics_ports_[node]; }
+  int tcp_port(uint32_t node) const {
+    const std::string address = cluster_->tcp_address(node);
+    int port = 0;
+    (void)absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port);
+    return port;
+  }
+
+ private:
+  std::unique_ptr<LocalCluster> cluster_;
+  std::vector<int> metrics_ports_;
+  std::vector<std::unique_ptr<Client>> clients_;
+  std::thread rounds_thread_;
+  std::atomic<bool> stop_rounds_{false};
+  absl::Mutex mu_;
+  int rounds_ok_ ABSL_GUARDED_BY(mu_) = 0;
+  int rounds_failed_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status first_failure_ ABSL_GUARDED_BY(mu_);
+};
+
+// What a flood of raw HTTP/2 connections got.
+struct FloodResult {
+  int connections = 0;        // connected (TCP)
+  int closed_by_server = 0;   // ended by the daemon while the flood held
+  int64_t streams = 0;        // calls started
+  int64_t streams_ended = 0;  // reset or answered by the daemon
+  int64_t bytes_sent = 0;     // message bytes the daemon's windows let in
+};
+
+// `connections` connections to 127.0.0.1:`port`, each starting `streams`
+// calls of `path` declaring `declared`-byte messages of which `budget`
+// bytes are sent, held for `hold`, then all closed at once.
+FloodResult Flood(int port, int connections, int streams,
+                  const std::string& path, uint32_t declared, int64_t budget,
+                  absl::Duration hold) {
+  FloodResult result;
+  std::vector<std::unique_ptr<RawH2Connection>> open;
+  for (int i = 0; i < connections; ++i) {
+    auto c = RawH2Connection::Open(port);
+    if (!c.ok()) continue;
+    ++result.connections;
+    open.push_back(*std::move(c));
+  }
+  // Every stream at once, as a hostile client would (it ignores the
+  // server's stream limit; the server refuses what is beyond it).
+  for (auto& c : open) {
+    for (int s = 0; s < streams; ++s) c->StartCall(path, declared, budget);
+    c->Pump();
+  }
+  const absl::Time until = absl::Now() + hold;
+  while (absl::Now() < until) {
+    bool any = false;
+    for (auto& c : open) any |= c->Pump();
+    if (!any) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  for (auto& c : open) {
+    c->Pump();
+    if (!c->open()) ++result.closed_by_server;
+    result.streams += static_cast<int64_t>(c->streams().size());
+    for (const auto& [id, s] : c->streams()) {
+      result.streams_ended += (s.reset || s.closed) ? 1 : 0;
+    }
+    result.bytes_sent += c->bytes_sent();
+  }
+  open.clear();  // closes every connection at once
+  return result;
+}
+
+// Waits (up to `timeout`) for `pid`'s resident memory to come within
+// `slack` of `baseline`; returns the last figures.
+ProcFigures SettleNear(pid_t pid, int64_t baseline, int64_t slack,
+                       absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  ProcFigures f = Figures(pid);
+  while (f.rss - baseline > slack && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(200));
+    f = Figures(pid);
+  }
+  return f;
+}
+
+void Report(const std::string& item, const std::string& what,
+            const ProcFigures& before, const ProcFigures& peak,
+            const ProcFigures& after, const std::string& details) {
+  std::printf(
+      "FLOOD %s %s: VmRSS %.1f MiB before, %.1f MiB peak, %.1f MiB after; "
+      "threads %d before, %d peak, %d after; %s\n",
+      item.c_str(), what.c_str(), MiB(before.rss), MiB(peak.rss),
+      MiB(after.rss), before.threads, peak.threads, after.threads,
+      details.c_str());
+  std::fflush(stdout);
+}
+
+// ---------------------------------------------------------------- 7
+
+// Item 7: 100,000 calls that never send their message, on 100 connections
+// to the coordinator's TCP port, held for 12 s, then all closed at once.
+// (Before: all were let in, 1.2 GiB; closing them stalled the daemon, the
+// ranks' Unix socket streams ended, a node was lost, the job FAILED.)
+// Now: a peer holds at most --max_tcp_unauthenticated_per_peer unauthenticated
+// connections (the rest are closed on arrival), each closed after
+// --tcp_unauthenticated_ms; the honest ranks' rounds go on throughout.
+TEST(NetworkFloodDrill, UnfinishedCallsAreBoundedAndHonestRanksKeepServing) {
+  FloodDrill drill;
+  ASSERT_NO_FATAL_FAILURE(drill.Start());
+  const pid_t node0 = drill.cluster().daemon(0).pid();
+  absl::SleepFor(absl::Milliseconds(500));
+  const ProcFigures before = Figures(node0);
+  drill.StartRounds();
+  Sampler sampler(node0);
+  FloodResult flood = Flood(drill.tcp_port(0), /*connections=*/100,
+                            /*streams=*/1000, "/rankd.v1.Peer/KvSet",
+                            /*declared=*/100, /*budget=*/0, absl::Seconds(12));
+  // After every connection closed at once: rounds still complete.
+  absl::SleepFor(absl::Seconds(2));
+  drill.StopRounds();
+  const ProcFigures peak = sampler.Stop();
+  const ProcFigures after =
+      SettleNear(node0, before.rss, kKeptSlack, absl::Seconds(10));
+  Report("item7", "node0 rankd, 100 connections x 1000 unfinished calls",
+         before, peak, after,
+         absl::StrCat(flood.connections, " connected, ", flood.closed_by_server,
+                      " closed by the daemon, ", flood.streams, " calls sent, ",
+                      drill.rounds_ok(), " honest rounds during and after, ",
+                      drill.rounds_failed(), " failed"));
+  EXPECT_EQ(drill.rounds_failed(), 0) << drill.first_failure();
+  EXPECT_GE(drill.rounds_ok(), 10);
+  drill.ExpectHealthy();
+  EXPECT_TRUE(drill.Round().ok());
+  // Most connections closed by the daemon: refused on arrival, or past
+  // the unauthenticated time limit.
+  EXPECT_GE(flood.closed_by_server, 95);
+  EXPECT_LT(peak.rss - before.rss, kSanitizerFactor * (int64_t{200} << 20))
+      << "peak " << MiB(peak.rss) << " MiB";
+  EXPECT_LT(after.rss - before.rss, kKeptSlack)
+      << "after " << MiB(after.rss) << " MiB";
+  EXPECT_LT(peak.threads - before.threads, 16);
+}
+
+// ---------------------------------------------------------------- 8
+
+// Item 8: 400 connections x 50 requests to the Peer service's rounds
+// method, each declaring a 64 MiB message and sending 64 KiB of it
+// (1.25 GiB offered). (Before: memory rose by 1.25 GiB, the daemon reset
+// the honest ranks' Unix socket streams, the job FAILED.) Now: an
+// unauthenticated connection may send --tcp_unauthenticated_bytes before it
+// is closed, and a peer holds --max_tcp_unauthenticated_per_peer such
+// connections; the Unix socket's server has a memory quota of its own.
+TEST(NetworkFloodDrill,
+     HalfSentLargeRequestsAreBoundedAndHonestRanksKeepServing) {
+  FloodDrill drill;
+  ASSERT_NO_FATAL_FAILURE(drill.Start());
+  const pid_t node0 = drill.cluster().daemon(0).pid();
+  absl::SleepFor(absl::Milliseconds(500));
+  const ProcFigures before = Figures(node0);
+  drill.StartRounds();
+  Sampler sampler(node0);
+  FloodResult flood =
+      Flood(drill.tcp_port(0), /*connections=*/400,
+            /*streams=*/50, "/rankd.v1.Peer/ContributeWords",
+            /*declared=*/64u << 20, /*budget=*/64 << 10, absl::Seconds(12));
+  absl::SleepFor(absl::Seconds(2));
+  drill.StopRounds();
+  const ProcFigures peak = sampler.Stop();
+  const ProcFigures after =
+      SettleNear(node0, before.rss, kKeptSlack, absl::Seconds(10));
+  Report("item8", "node0 rankd, 400 connections x 50 half-sent 64 MiB requests",
+         before, peak, after,
+         absl::StrCat(flood.connections, " connected, ", flood.closed_by_server,
+                      " closed by the daemon, ", MiB(flood.bytes_sent),
+                      " MiB of messages let in, ", drill.rounds_ok(),
+                      " honest rounds during and after, ",
+                      drill.rounds_failed(), " failed"));
+  EXPECT_EQ(drill.rounds_failed(), 0) << drill.first_failure();
+  EXPECT_GE(drill.rounds_ok(), 10);
+  drill.ExpectHealthy();
+  EXPECT_TRUE(drill.Round().ok());
+  EXPECT_GE(flood.closed_by_server, 390);
+  EXPECT_LT(flood.bytes_sent, int64_t{256} << 20);
+  EXPECT_LT(peak.rss - before.rss, kSanitizerFactor * (int64_t{200} << 20))
+      << "peak " << MiB(peak.rss) << " MiB";
+  EXPECT_LT(after.rss - before.rss, kKeptSlack)
+      << "after " << MiB(after.rss) << " MiB";
+  EXPECT_LT(peak.threads - before.threads, 16);
+}
+
+// ---------------------------------------------------------------- 12
+
+// GET /metrics from 127.0.0.1:`port` within `timeout`; the body, or "" on
+// error or timeout.
+std::string ScrapeWithin(int port, absl::Duration timeout) {
+  int fd = ConnectLoopback(port, timeout);
+  if (fd < 0) return "";
+  const absl::Time deadline = absl::Now() + timeout;
+  const std::string request =
+      "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  std::string response;
+  size_t sent = 0;
+  char buffer[8192];
+  while (absl::Now() < deadline) {
+    if (sent < request.size()) {
+      ssize_t n = ::send(fd, request.data() + sent, request.size() - sent,
+                         MSG_NOSIGNAL);
+      if (n > 0) sent += static_cast<size_t>(n);
+    }
+    ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    if (n == 0) break;
+    if (n > 0) {
+      response.append(buffer, static_cast<size_t>(n));
+      continue;
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  const bool complete = absl::Now() < deadline;
+  ::close(fd);
+  size_t body = response.find("\r\n\r\n");
+  if (!complete || body == std::string::npos ||
+      !absl::StartsWith(response, "HTTP/1.1 200")) {
+    return "";
+  }
+  return response.substr(body + 4);
+}
+
+// Item 12: six idle and six half-sent connections to the metrics endpoint,
+// then 200 more: every scrape is still answered within 2 s. (Before: six
+// idle connections made every scrape time out until they closed.)
+TEST(NetworkFloodDrill, IdleAndHalfSentConnectionsDoNotHoldMetrics) {
+  FloodDrill drill;
+  ASSERT_NO_FATAL_FAILURE(drill.Start());
+  const pid_t node0 = drill.cluster().daemon(0).pid();
+  const int port = drill.metrics_port(0);
+  ASSERT_TRUE(
+      absl::StrContains(ScrapeWithin(port, absl::Seconds(5)), "rankd_ready 1"));
+  const ProcFigures before = Figures(node0);
+  Sampler sampler(node0);
+  std::vector<int> held;
+  auto hold = [&](int count, bool half_sent) {
+    for (int i = 0; i < count; ++i) {
+      int fd = ConnectLoopback(port);
+      if (fd < 0) continue;
+      if (half_sent) {
+        const std::string part = "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+        (void)!::send(fd, part.data(), part.size(), MSG_NOSIGNAL);
+      }
+      held.push_back(fd);
+    }
+  };
+  hold(6, /*half_sent=*/false);
+  hold(6, /*half_sent=*/true);
+  absl::SleepFor(absl::Milliseconds(200));
+  int answered = 0;
+  absl::Duration slowest;
+  for (int i = 0; i < 10; ++i) {
+    const absl::Time start = absl::Now();
+    if (absl::StrContains(ScrapeWithin(port, absl::Seconds(2)),
+                          "rankd_ready 1")) {
+      ++answered;
+    }
+    slowest = std::max(slowest, absl::Now() - start);
+  }
+  EXPECT_EQ(answered, 10) << "scrapes answered within 2 s with 12 held";
+  // Far more than the endpoint holds: the oldest that sent no request make
+  // room, and scrapes still get in.
+  hold(200, /*half_sent=*/false);
+  int answered_many = 0;
+  for (int i = 0; i < 10; ++i) {
+    const absl::Time start = absl::Now();
+    if (absl::StrContains(ScrapeWithin(port, absl::Seconds(2)),
+                          "rankd_ready 1")) {
+      ++answered_many;
+    }
+    slowest = std::max(slowest, absl::Now() - start);
+  }
+  EXPECT_EQ(answered_many, 10) << "scrapes answered within 2 s with 212 held";
+  for (int fd : held) ::close(fd);
+  const ProcFigures peak = sampler.Stop();
+  absl::SleepFor(absl::Milliseconds(300));
+  const ProcFigures after = Figures(node0);
+  Report("item12",
+         "node0 rankd metrics, 12 then 212 idle/half-sent connections", before,
+         peak, after,
+         absl::StrCat(answered, "/10 scrapes answered with 12 held, ",
+                      answered_many, "/10 with 212 held, slowest ",
+                      absl::FormatDuration(slowest)));
+  EXPECT_LT(peak.threads - before.threads, 4);
+  EXPECT_LT(after.rss - before.rss, int64_t{16} << 20);
+  drill.ExpectHealthy();
+}
+
+}  // namespace
+}  // namespace rankd::testing
