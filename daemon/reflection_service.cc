@@ -1,7 +1,9 @@
 #include "daemon/reflection_service.h"
 
 #include <algorithm>
+#include <climits>
 #include <deque>
+#include <functional>
 #include <set>
 #include <utility>
 
@@ -100,7 +102,72 @@ ReflectionService::ReflectionService(std::vector<std::string> services,
     : services_(WithOwnName(std::move(services))),
       limits_{std::max<uint32_t>(limits.max_streams, 1),
               std::max<uint32_t>(limits.max_requests_per_stream, 1)},
-      pool_(pool != nullptr ? pool : DescriptorPool::generated_pool()) {}
+      pool_(pool != nullptr ? pool : DescriptorPool::generated_pool()) {
+  // The served files, then what they import; the names looked up here are
+  // the daemon's own, so the pool's failed-lookup sets stay bounded.
+  std::deque<const FileDescriptor*> next;
+  for (const std::string& name : services_) {
+    const google::protobuf::ServiceDescriptor* service =
+        pool_->FindServiceByName(name);
+    if (service != nullptr) next.push_back(service->file());
+  }
+  while (!next.empty()) {
+    const FileDescriptor* file = next.front();
+    next.pop_front();
+    if (!files_.emplace(file->name(), file).second) continue;
+    IndexFile(file);
+    for (int i = 0; i < file->dependency_count(); ++i) {
+      next.push_back(file->dependency(i));
+    }
+  }
+}
+
+void ReflectionService::IndexFile(const FileDescriptor* file) {
+  auto add = [&](const std::string& name) { symbols_.emplace(name, file); };
+  auto add_extension = [&](const FieldDescriptor* e) {
+    add(e->full_name());
+    extensions_.emplace(
+        std::make_pair(e->containing_type()->full_name(), e->number()), e);
+  };
+  auto add_enum = [&](const google::protobuf::EnumDescriptor* e) {
+    add(e->full_name());
+    for (int i = 0; i < e->value_count(); ++i) add(e->value(i)->full_name());
+  };
+  std::function<void(const Descriptor*)> add_message =
+      [&](const Descriptor* m) {
+        add(m->full_name());
+        for (int i = 0; i < m->field_count(); ++i) {
+          add(m->field(i)->full_name());
+        }
+        for (int i = 0; i < m->oneof_decl_count(); ++i) {
+          add(m->oneof_decl(i)->full_name());
+        }
+        for (int i = 0; i < m->nested_type_count(); ++i) {
+          add_message(m->nested_type(i));
+        }
+        for (int i = 0; i < m->enum_type_count(); ++i) {
+          add_enum(m->enum_type(i));
+        }
+        for (int i = 0; i < m->extension_count(); ++i) {
+          add_extension(m->extension(i));
+        }
+      };
+  for (int i = 0; i < file->message_type_count(); ++i) {
+    add_message(file->message_type(i));
+  }
+  for (int i = 0; i < file->enum_type_count(); ++i)
+    add_enum(file->enum_type(i));
+  for (int i = 0; i < file->extension_count(); ++i) {
+    add_extension(file->extension(i));
+  }
+  for (int i = 0; i < file->service_count(); ++i) {
+    const google::protobuf::ServiceDescriptor* service = file->service(i);
+    add(service->full_name());
+    for (int m = 0; m < service->method_count(); ++m) {
+      add(service->method(m)->full_name());
+    }
+  }
+}
 
 ReflectionService::~ReflectionService() = default;
 
@@ -166,8 +233,8 @@ void ReflectionService::Answer(const Request& request, Response* response) {
       return;
     }
     case Request::kFileByFilename: {
-      const FileDescriptor* file =
-          pool_->FindFileByName(request.file_by_filename());
+      auto it = files_.find(request.file_by_filename());
+      const FileDescriptor* file = it == files_.end() ? nullptr : it->second;
       if (file == nullptr) {
         SetError(grpc::StatusCode::NOT_FOUND,
                  absl::StrCat("File not found: ", request.file_by_filename()),
@@ -178,8 +245,8 @@ void ReflectionService::Answer(const Request& request, Response* response) {
       return;
     }
     case Request::kFileContainingSymbol: {
-      const FileDescriptor* file =
-          pool_->FindFileContainingSymbol(request.file_containing_symbol());
+      auto it = symbols_.find(request.file_containing_symbol());
+      const FileDescriptor* file = it == symbols_.end() ? nullptr : it->second;
       if (file == nullptr) {
         SetError(grpc::StatusCode::NOT_FOUND,
                  absl::StrCat("Symbol not found: ",
@@ -192,42 +259,38 @@ void ReflectionService::Answer(const Request& request, Response* response) {
     }
     case Request::kFileContainingExtension: {
       const auto& wanted = request.file_containing_extension();
-      const Descriptor* type =
-          pool_->FindMessageTypeByName(wanted.containing_type());
-      if (type == nullptr) {
+      if (symbols_.count(wanted.containing_type()) == 0) {
         SetError(grpc::StatusCode::NOT_FOUND,
                  absl::StrCat("Type not found: ", wanted.containing_type()),
                  response);
         return;
       }
-      const FieldDescriptor* extension =
-          pool_->FindExtensionByNumber(type, wanted.extension_number());
-      if (extension == nullptr) {
+      auto it = extensions_.find(
+          std::make_pair(wanted.containing_type(), wanted.extension_number()));
+      if (it == extensions_.end()) {
         SetError(grpc::StatusCode::NOT_FOUND,
                  absl::StrCat("Extension not found: ", wanted.containing_type(),
                               " ", wanted.extension_number()),
                  response);
         return;
       }
-      AddFileWithImports(extension->file(), response);
+      AddFileWithImports(it->second->file(), response);
       return;
     }
     case Request::kAllExtensionNumbersOfType: {
-      const Descriptor* type =
-          pool_->FindMessageTypeByName(request.all_extension_numbers_of_type());
-      if (type == nullptr) {
+      const std::string& type = request.all_extension_numbers_of_type();
+      if (symbols_.count(type) == 0) {
         SetError(grpc::StatusCode::NOT_FOUND,
                  absl::StrCat("Type not found: ",
                               request.all_extension_numbers_of_type()),
                  response);
         return;
       }
-      std::vector<const FieldDescriptor*> extensions;
-      pool_->FindAllExtensions(type, &extensions);
       auto* numbers = response->mutable_all_extension_numbers_response();
-      numbers->set_base_type_name(type->full_name());
-      for (const FieldDescriptor* e : extensions) {
-        numbers->add_extension_number(e->number());
+      numbers->set_base_type_name(type);
+      for (auto it = extensions_.lower_bound(std::make_pair(type, INT_MIN));
+           it != extensions_.end() && it->first.first == type; ++it) {
+        numbers->add_extension_number(it->first.second);
       }
       return;
     }

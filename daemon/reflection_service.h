@@ -18,7 +18,13 @@
 //   - at most `max_requests_per_stream` requests on one stream; the next
 //     ends the stream with RESOURCE_EXHAUSTED (a client opens another);
 //   - a request larger than kMaxReflectionRequestBytes gets an
-//     INVALID_ARGUMENT error answer and is not echoed back.
+//     INVALID_ARGUMENT error answer and is not echoed back;
+//   - names a client sends are looked up in an index of the served files
+//     made at construction, never in the descriptor pool: the generated
+//     pool remembers every name it failed to find (its fallback database's
+//     "known bad" sets, never emptied), so lookups of made-up names would
+//     grow the daemon for good; and only the API is described, not every
+//     other proto linked into the binary.
 // Reflection needs no credential (docs/operations.md, "Threat model"): it
 // describes the API, which is public, and holds no job state.
 //
@@ -32,6 +38,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -56,10 +63,12 @@ class ReflectionService final
     uint32_t max_requests_per_stream = 1024;  // >= 1
   };
 
-  // Lists `services` (full names) and itself; describes any file or symbol
-  // of `pool` (protobuf's generated pool when null), which must outlive the
-  // service. The services' descriptors need not be in the pool (gRPC's
-  // health service has none unless the binary links one).
+  // Lists `services` (full names) and itself; describes the files of
+  // `pool` (protobuf's generated pool when null; it must outlive the
+  // service) that declare them, and what those import, and nothing else.
+  // The services' descriptors need not be in the pool (gRPC's health
+  // service has none unless the binary links one); one that is not is
+  // listed but not described.
   ReflectionService(std::vector<std::string> services, Limits limits,
                     const google::protobuf::DescriptorPool* pool = nullptr);
   ~ReflectionService() override;
@@ -82,6 +91,8 @@ class ReflectionService final
   // Serialized FileDescriptorProto of `file`, made once and kept (the pool
   // is immutable, so its files are too).
   const std::string& Serialized(const google::protobuf::FileDescriptor* file);
+  // Adds `file`'s symbols and extensions to the index (construction only).
+  void IndexFile(const google::protobuf::FileDescriptor* file);
   // `file` first, then every file it imports, transitively, each once.
   void AddFileWithImports(const google::protobuf::FileDescriptor* file,
                           Response* response);
@@ -89,6 +100,14 @@ class ReflectionService final
   const std::vector<std::string> services_;  // sorted, with this service
   const Limits limits_;
   const google::protobuf::DescriptorPool* const pool_;
+  // The served files and what they import, by name; every symbol they
+  // declare, by full name; their extensions, by extended type and number.
+  // Made at construction, then read only.
+  std::map<std::string, const google::protobuf::FileDescriptor*> files_;
+  std::map<std::string, const google::protobuf::FileDescriptor*> symbols_;
+  std::map<std::pair<std::string, int>,
+           const google::protobuf::FieldDescriptor*>
+      extensions_;
   std::atomic<size_t> open_streams_{0};
 
   absl::Mutex mu_;

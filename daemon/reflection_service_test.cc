@@ -152,6 +152,33 @@ TEST_F(ReflectionServiceTest, AnswersEachKindOfRequest) {
   EXPECT_TRUE(s.stream->Finish().ok());
 }
 
+// Only the served API is described: a proto linked into the binary but not
+// imported by a served service is not found (names are looked up in the
+// service's own index, never in the generated pool, whose failed lookups of
+// made-up names it would remember for good).
+TEST_F(ReflectionServiceTest, DescribesOnlyTheServedFiles) {
+  Serve({});
+  (void)google::protobuf::FileDescriptorProto::descriptor();  // linked in
+  Open s = OpenStream();
+  ServerReflectionResponse response;
+  ASSERT_TRUE(s.stream->Write(Symbol("google.protobuf.FileDescriptorProto")));
+  ASSERT_TRUE(s.stream->Read(&response));
+  EXPECT_EQ(response.error_response().error_code(),
+            static_cast<int>(grpc::StatusCode::NOT_FOUND));
+  ServerReflectionRequest by_name;
+  by_name.set_file_by_filename("google/protobuf/descriptor.proto");
+  ASSERT_TRUE(s.stream->Write(by_name));
+  ASSERT_TRUE(s.stream->Read(&response));
+  EXPECT_EQ(response.error_response().error_code(),
+            static_cast<int>(grpc::StatusCode::NOT_FOUND));
+  // Names inside the served files are symbols: a field, an enum value.
+  ASSERT_TRUE(s.stream->Write(Symbol("rankd.v1.SessionDescriptor.job_id")));
+  ASSERT_TRUE(s.stream->Read(&response));
+  EXPECT_THAT(FileNames(response), ElementsAre("rankd/v1/common.proto"));
+  s.stream->WritesDone();
+  EXPECT_TRUE(s.stream->Finish().ok());
+}
+
 // gRPC 1.51's service answered request N with N requests' worth of answers.
 TEST_F(ReflectionServiceTest, AnswersOnOneStreamStayTheSizeOfWhatWasAsked) {
   Serve({});
