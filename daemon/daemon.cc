@@ -5,7 +5,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -262,9 +264,14 @@ absl::Status Daemon::Init() {
                                static_cast<int>(net.tcp_max_connection_age_ms));
   }
   // A connection that has not finished its handshake (TLS, HTTP/2
-  // settings) in the time an unauthenticated one may live is dropped.
-  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-                             static_cast<int>(net.tcp_unauthenticated_ms));
+  // settings) is dropped, after TcpGate's own limit (twice it, and a
+  // second): the gate shuts an unauthenticated connection down while gRPC
+  // still holds its descriptor, never one gRPC may have closed and the
+  // kernel given to another socket.
+  builder.AddChannelArgument(
+      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+      static_cast<int>(std::min<uint64_t>(
+          2 * uint64_t{net.tcp_unauthenticated_ms} + 1000, INT32_MAX)));
   auto acceptor = builder.experimental().AddExternalConnectionAcceptor(
       grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
       *server_credentials);

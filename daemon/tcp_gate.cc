@@ -35,6 +35,9 @@ constexpr absl::Duration kLogInterval = absl::Seconds(1);
 // Connections that end before the gate gives freed memory back (one it
 // shut down counts for all).
 constexpr uint64_t kTrimAfterEnded = 16;
+// Connections accepted per turn of the loop: a stream of new connections
+// must not keep it from sweeping (the budgets are enforced there).
+constexpr int kMaxAcceptsPerTurn = 64;
 
 // The peer of `fd` as gRPC names it: the address (IPv4-mapped IPv6 as IPv4)
 // and port. False when it has none.
@@ -246,7 +249,8 @@ void TcpGate::Loop() {
       if (s.refused_full != logged.refused_full ||
           s.refused_peer != logged.refused_peer ||
           s.shut_bytes != logged.shut_bytes ||
-          s.shut_time != logged.shut_time) {
+          s.shut_time != logged.shut_time ||
+          s.shut_evicted != logged.shut_evicted) {
         Log(absl::StrCat(
             "TCP listener: ", s.refused_full - logged.refused_full,
             " connections refused (--max_tcp_connections=",
@@ -260,8 +264,10 @@ void TcpGate::Loop() {
             " closed unauthenticated past --tcp_unauthenticated_bytes=",
             options_.unauthenticated_bytes, ", ",
             s.shut_time - logged.shut_time, " past --tcp_unauthenticated_ms=",
-            absl::ToInt64Milliseconds(options_.unauthenticated_time), "; ",
-            s.open, " open"));
+            absl::ToInt64Milliseconds(options_.unauthenticated_time), ", ",
+            s.shut_evicted - logged.shut_evicted,
+            " for newer unauthenticated ones from their address; ", s.open,
+            " open"));
         logged = s;
         last_log = now;
       }
@@ -270,7 +276,7 @@ void TcpGate::Loop() {
 }
 
 void TcpGate::AcceptAll() {
-  while (true) {
+  for (int accepted = 0; accepted < kMaxAcceptsPerTurn; ++accepted) {
     int fd =
         ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
@@ -300,12 +306,28 @@ void TcpGate::AcceptAll() {
         PruneClosed();
         Count(c.host, &full, &peer_full);
       }
+      // Held by unauthenticated connections of this address: the oldest
+      // gives way (an honest caller sharing the address is not locked out).
+      if (!full && peer_full && EvictOldestUnauthenticated(c.host)) {
+        Count(c.host, &full, &peer_full);
+      }
       if (full) {
         ++stats_.refused_full;
       } else if (peer_full) {
         ++stats_.refused_peer;
       } else {
         ++stats_.accepted;
+        // gRPC closed the connection this descriptor named before (the
+        // kernel reuses the lowest free number): forget it, peer entry too.
+        if (auto old = connections_.find(fd); old != connections_.end()) {
+          auto peer = by_peer_.find(
+              absl::StrCat(old->second.host, " ", old->second.port));
+          if (peer != by_peer_.end() && peer->second == fd) {
+            by_peer_.erase(peer);
+          }
+          connections_.erase(old);
+          ++ended_since_trim_;
+        }
         by_peer_[absl::StrCat(c.host, " ", c.port)] = fd;
         connections_[fd] = c;
       }
@@ -334,6 +356,27 @@ void TcpGate::Count(const std::string& host, bool* full,
   *peer_full = peer >= options_.max_connections_per_peer ||
                (options_.require_authentication &&
                 unauthenticated >= options_.max_unauthenticated_per_peer);
+}
+
+bool TcpGate::EvictOldestUnauthenticated(const std::string& host) {
+  Connection* oldest = nullptr;
+  int oldest_fd = -1;
+  for (auto& [fd, c] : connections_) {
+    if (c.host != host || c.authenticated || c.shut) continue;
+    if (oldest == nullptr || c.accepted < oldest->accepted) {
+      oldest = &c;
+      oldest_fd = fd;
+    }
+  }
+  if (oldest == nullptr) return false;
+  // PruneClosed ran just before: the descriptor still names the connection
+  // accepted; gRPC sees it end and closes it.
+  ::shutdown(oldest_fd, SHUT_RDWR);
+  oldest->shut = true;
+  ++stats_.shut_evicted;
+  ended_since_trim_ += kTrimAfterEnded;
+  last_end_ = absl::Now();
+  return true;
 }
 
 void TcpGate::PruneClosed() {
@@ -407,7 +450,10 @@ void TcpGate::MarkAuthenticated(absl::string_view peer) {
   auto known = by_peer_.find(absl::StrCat(host, " ", port));
   if (known == by_peer_.end()) return;
   auto it = connections_.find(known->second);
-  if (it != connections_.end() && !it->second.shut) {
+  // The descriptor may name a newer connection by now (gRPC closed the
+  // caller's; the number was reused): only the caller's own is marked.
+  if (it != connections_.end() && !it->second.shut && it->second.host == host &&
+      it->second.port == port) {
     it->second.authenticated = true;
   }
 }

@@ -44,7 +44,10 @@ class TcpGate {
     // Connections held at once, in all and from one peer address.
     uint32_t max_connections = 256;
     uint32_t max_connections_per_peer = 64;
-    // ... of them from one peer address not yet authenticated.
+    // ... of them from one peer address not yet authenticated. One more
+    // from that address shuts the oldest of them down (an honest caller
+    // authenticates with its first call, within milliseconds), so that a
+    // flood from an address cannot lock out an honest caller sharing it.
     uint32_t max_unauthenticated_per_peer = 8;
     // Until a call authenticates: bytes a connection may send, how long it
     // may stay open. Not enforced when `require_authentication` is false
@@ -63,6 +66,8 @@ class TcpGate {
     // Shut down before authenticating: too many bytes, too long.
     uint64_t shut_bytes = 0;
     uint64_t shut_time = 0;
+    // Shut down for a newer unauthenticated connection from its address.
+    uint64_t shut_evicted = 0;
     uint32_t open = 0;
     uint32_t unauthenticated = 0;
   };
@@ -112,6 +117,10 @@ class TcpGate {
   // Drops connections gRPC closed; shuts down unauthenticated ones past
   // their bounds. Returns whether any connection is still unauthenticated.
   bool Sweep() ABSL_LOCKS_EXCLUDED(mu_);
+  // Shuts down the oldest unauthenticated connection from `host` that the
+  // gate has not shut yet; false when there is none (mu_ held).
+  bool EvictOldestUnauthenticated(const std::string& host)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PruneClosed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether the listener (`full`) or `host` (`peer_full`) holds its most.
   void Count(const std::string& host, bool* full, bool* peer_full) const

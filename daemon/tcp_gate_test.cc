@@ -96,18 +96,30 @@ TEST_F(TcpGateTest, AnAddressHoldsAtMostItsUnauthenticatedConnections) {
   options.max_unauthenticated_per_peer = 3;
   ASSERT_NO_FATAL_FAILURE(Start(options));
   std::vector<int> first;
-  for (int i = 0; i < 3; ++i) first.push_back(Open());
+  for (int i = 0; i < 3; ++i) {
+    first.push_back(Open());
+    absl::SleepFor(absl::Milliseconds(20));  // accepted in this order
+  }
   absl::SleepFor(absl::Milliseconds(100));
+  // A fourth from the address: the oldest unauthenticated one gives way,
+  // so that a flood cannot lock out an honest caller sharing the address.
   const int fourth = Open();
-  EXPECT_TRUE(ClosedWithin(fourth, absl::Seconds(2)));
-  for (int fd : first) EXPECT_FALSE(ClosedWithin(fd, absl::Milliseconds(100)));
-  EXPECT_EQ(gate_->stats().refused_peer, 1u);
+  EXPECT_TRUE(ClosedWithin(first[0], absl::Seconds(2)));
+  EXPECT_FALSE(ClosedWithin(fourth, absl::Milliseconds(300)));
+  for (int i = 1; i < 3; ++i) {
+    EXPECT_FALSE(ClosedWithin(first[i], absl::Milliseconds(100)));
+  }
+  EXPECT_EQ(gate_->stats().shut_evicted, 1u);
+  EXPECT_EQ(gate_->stats().accepted, 4u);
 
-  // One of them authenticates: room for another unauthenticated one.
-  gate_->MarkAuthenticated(PeerName(first[0]));
+  // An authenticated connection no longer counts (and never gives way):
+  // with first[1] authenticated, a fifth fits beside first[2] and fourth.
+  gate_->MarkAuthenticated(PeerName(first[1]));
   const int fifth = Open();
   EXPECT_FALSE(ClosedWithin(fifth, absl::Milliseconds(300)));
-  EXPECT_EQ(gate_->stats().accepted, 4u);
+  EXPECT_FALSE(ClosedWithin(first[1], absl::Milliseconds(100)));
+  EXPECT_EQ(gate_->stats().accepted, 5u);
+  EXPECT_EQ(gate_->stats().shut_evicted, 1u);
 }
 
 TEST_F(TcpGateTest, AnUnauthenticatedConnectionHasABytesBudget) {
