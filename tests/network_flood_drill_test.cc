@@ -511,29 +511,26 @@ TEST(NetworkFloodDrill, IdleAndHalfSentConnectionsDoNotHoldMetrics) {
   hold(6, /*half_sent=*/false);
   hold(6, /*half_sent=*/true);
   absl::SleepFor(absl::Milliseconds(200));
-  int answered = 0;
   absl::Duration slowest;
-  for (int i = 0; i < 10; ++i) {
-    const absl::Time start = absl::Now();
-    if (absl::StrContains(ScrapeWithin(port, absl::Seconds(2)),
-                          "rankd_ready 1")) {
-      ++answered;
+  // Ten scrapes, each given 2 s: how many were answered.
+  auto scrape_ten = [&] {
+    int answered = 0;
+    for (int i = 0; i < 10; ++i) {
+      const absl::Time start = absl::Now();
+      if (absl::StrContains(ScrapeWithin(port, absl::Seconds(2)),
+                            "rankd_ready 1")) {
+        ++answered;
+      }
+      slowest = std::max(slowest, absl::Now() - start);
     }
-    slowest = std::max(slowest, absl::Now() - start);
-  }
+    return answered;
+  };
+  const int answered = scrape_ten();
   EXPECT_EQ(answered, 10) << "scrapes answered within 2 s with 12 held";
   // Far more than the endpoint holds: the oldest that sent no request make
   // room, and scrapes still get in.
   hold(200, /*half_sent=*/false);
-  int answered_many = 0;
-  for (int i = 0; i < 10; ++i) {
-    const absl::Time start = absl::Now();
-    if (absl::StrContains(ScrapeWithin(port, absl::Seconds(2)),
-                          "rankd_ready 1")) {
-      ++answered_many;
-    }
-    slowest = std::max(slowest, absl::Now() - start);
-  }
+  const int answered_many = scrape_ten();
   EXPECT_EQ(answered_many, 10) << "scrapes answered within 2 s with 212 held";
   for (int fd : held) ::close(fd);
   const ProcFigures peak = sampler.Stop();
