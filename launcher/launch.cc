@@ -26,9 +26,9 @@
 #include "absl/strings/str_split.h"
 #include "client/channel.h"
 #include "common/credentials.h"
+#include "common/host_port.h"
 #include "common/monotonic_clock.h"
 #include "common/topology.h"
-#include "daemon/config.h"
 #include "launcher/child_process.h"
 #include "launcher/node_daemon.h"
 #include "launcher/process_group.h"
@@ -399,9 +399,11 @@ std::optional<Failure> Launcher::SetUpDaemon() {
     }
     return ReuseDaemon(client);
   }
-  const std::string reuse_socket =
-      o_.rankd_socket.empty() ? kDefaultSocketPath : o_.rankd_socket;
-  client.target = absl::StrCat("unix://", reuse_socket);
+  // The node's own daemon: --rankd_socket, else where rankd listens by
+  // default, which is also the client's default target.
+  client.target = o_.rankd_socket.empty()
+                      ? std::string(kDefaultTarget)
+                      : absl::StrCat("unix://", o_.rankd_socket);
   switch (o_.daemon) {
     case DaemonMode::kReuse:
       return ReuseDaemon(client);
