@@ -1,6 +1,7 @@
-// The C ABI's NCCL sessions (capi/internal/nccl.h): the caller's device
-// memory wrapped without copies, ordered against the caller's CUDA stream
-// with events.
+// The C ABI's data plane with NCCL (capi/internal/nccl.h): the caller's
+// device memory wrapped without copies, ordered against the caller's CUDA
+// stream with events. The rankd_* entry points in gloo.cc hand an NCCL
+// session's calls here.
 #include "capi/internal/nccl.h"
 
 #include <memory>

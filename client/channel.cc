@@ -10,13 +10,14 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <string_view>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_deadline.h"
+#include "common/host_port.h"
+#include "common/limits.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -26,9 +27,6 @@
 
 namespace rankd {
 namespace {
-
-// sun_path holds 108 bytes including the terminating NUL.
-constexpr size_t kMaxUnixPathBytes = 107;
 
 constexpr char kTargetForms[] =
     "expected unix:///path.sock, unix:/path, /path.sock, unix-abstract:name, "
@@ -42,11 +40,11 @@ absl::Status BadTarget(absl::string_view target, absl::string_view why) {
 absl::StatusOr<Target> UnixTarget(absl::string_view original,
                                   absl::string_view path) {
   if (path.empty()) return BadTarget(original, "empty socket path");
-  if (path.size() > kMaxUnixPathBytes) {
-    return BadTarget(
-        original,
-        absl::StrCat("socket path is ", path.size(),
-                     " bytes; Unix sockets allow at most ", kMaxUnixPathBytes));
+  if (path.size() > kMaxUnixSocketPathBytes) {
+    return BadTarget(original,
+                     absl::StrCat("socket path is ", path.size(),
+                                  " bytes; Unix sockets allow at most ",
+                                  kMaxUnixSocketPathBytes));
   }
   Target t;
   t.kind = Target::Kind::kUnix;
@@ -56,41 +54,17 @@ absl::StatusOr<Target> UnixTarget(absl::string_view original,
   return t;
 }
 
-absl::Status CheckPort(absl::string_view original, absl::string_view port) {
-  uint32_t value = 0;
-  if (port.empty()) return BadTarget(original, "missing port");
-  if (!absl::SimpleAtoi(port, &value) || value == 0 || value > 65535 ||
-      !absl::ascii_isdigit(port[0])) {
+// Validates "host:port" or "[v6]:port" as every rankd address is read
+// (common/host_port.h), then requires a port a client can connect to.
+absl::Status CheckHostPort(absl::string_view original, absl::string_view hp) {
+  absl::StatusOr<HostPort> parsed =
+      ParseHostPort(std::string_view(hp.data(), hp.size()));
+  if (!parsed.ok()) return BadTarget(original, parsed.status().message());
+  if (parsed->port == 0) {
     return BadTarget(original,
-                     absl::StrCat("port \"", port, "\" is not in 1..65535"));
+                     "port 0 is not in 1..65535: a client needs a fixed port");
   }
   return absl::OkStatus();
-}
-
-// Validates "host:port" or "[v6]:port".
-absl::Status CheckHostPort(absl::string_view original, absl::string_view hp) {
-  if (absl::StartsWith(hp, "[")) {
-    size_t close = hp.find(']');
-    if (close == absl::string_view::npos) {
-      return BadTarget(original, "unterminated '[' in IPv6 address");
-    }
-    if (close == 1) return BadTarget(original, "empty IPv6 address");
-    absl::string_view rest = hp.substr(close + 1);
-    if (!absl::StartsWith(rest, ":")) {
-      return BadTarget(original, "missing port after IPv6 address");
-    }
-    return CheckPort(original, rest.substr(1));
-  }
-  size_t colon = hp.rfind(':');
-  if (colon == absl::string_view::npos) {
-    return BadTarget(original, "missing port");
-  }
-  absl::string_view host = hp.substr(0, colon);
-  if (host.empty()) return BadTarget(original, "missing host");
-  if (host.find(':') != absl::string_view::npos) {
-    return BadTarget(original, "IPv6 addresses must be written [addr]:port");
-  }
-  return CheckPort(original, hp.substr(colon + 1));
 }
 
 absl::StatusOr<std::string> ReadFile(absl::string_view what,

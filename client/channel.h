@@ -7,8 +7,10 @@
 // Client (client.h) and AdminClient (admin_client.h) are built on it; most
 // users need only ClientOptions and ParseTarget from this file.
 //
-// Depends only on gRPC and abseil. Thread-safe: every function may be called
-// concurrently; a Connection is immutable after OpenConnection returns.
+// Depends on gRPC, abseil, common/host_port.h (how a TCP address reads) and
+// common/limits.h.
+// Thread-safe: every function may be called concurrently; a Connection is
+// immutable after OpenConnection returns.
 
 #ifndef RANKD_CLIENT_CHANNEL_H_
 #define RANKD_CLIENT_CHANNEL_H_

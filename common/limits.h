@@ -26,6 +26,9 @@ inline constexpr size_t kMaxDeviceFieldBytes = 256;
 inline constexpr size_t kMaxHostNameBytes = 253;
 // Longest address a node may report: "[<host name>]:65535".
 inline constexpr size_t kMaxAddressBytes = kMaxHostNameBytes + 8;
+// Longest Unix socket path the daemon, rankrun and the client accept: the
+// kernel's sockaddr_un.sun_path holds 108 bytes with the terminating NUL.
+inline constexpr size_t kMaxUnixSocketPathBytes = 107;
 // Longest kernel boot id a node may report (a UUID is 36 bytes).
 inline constexpr size_t kMaxBootIdBytes = 64;
 // Most devices a node may report.

@@ -185,42 +185,6 @@ absl::Status ValidateJobId(const Setting& s) {
   return absl::OkStatus();
 }
 
-// Host names: letters, digits, '-', '_' and '.'-separated non-empty labels.
-bool IsHostName(std::string_view host) {
-  if (host.empty() || host.size() > 253) return false;
-  for (absl::string_view label : absl::StrSplit(Av(host), '.')) {
-    if (label.empty() || label.size() > 63) return false;
-    for (char c : label) {
-      if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '-' &&
-          c != '_') {
-        return false;
-      }
-    }
-  }
-  return true;
-}
-
-// Contents of [...]: hex digits, ':' and '.' (embedded IPv4), optionally
-// "%zone".
-bool IsIpv6Literal(std::string_view host) {
-  std::string_view address = host;
-  std::string_view zone;
-  if (size_t pct = host.find('%'); pct != std::string_view::npos) {
-    address = host.substr(0, pct);
-    zone = host.substr(pct + 1);
-    if (zone.empty() || !IsHostName(zone)) return false;
-  }
-  if (address.size() < 2 || address.size() > 45) return false;
-  if (address.find(':') == std::string_view::npos) return false;
-  for (char c : address) {
-    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c)) && c != ':' &&
-        c != '.') {
-      return false;
-    }
-  }
-  return true;
-}
-
 bool IsHost(std::string_view host) {
   return host.find(':') != std::string_view::npos ? IsIpv6Literal(host)
                                                   : IsHostName(host);
@@ -247,62 +211,6 @@ std::string OsHostname() {
 }
 
 }  // namespace
-
-absl::StatusOr<HostPort> ParseHostPort(std::string_view address) {
-  std::string_view host;
-  std::string_view port;
-  if (absl::StartsWith(Av(address), "[")) {
-    const size_t close = address.find(']');
-    if (close == std::string_view::npos) {
-      return Invalid("'[' without matching ']'");
-    }
-    host = address.substr(1, close - 1);
-    std::string_view rest = address.substr(close + 1);
-    if (!absl::StartsWith(Av(rest), ":")) {
-      return Invalid("expected ':PORT' after ']'");
-    }
-    port = rest.substr(1);
-    if (!IsIpv6Literal(host)) {
-      return Invalid(absl::StrCat("'", Show(host), "' is not an IPv6 address"));
-    }
-  } else {
-    const size_t colon = address.rfind(':');
-    if (colon == std::string_view::npos) {
-      return Invalid("missing ':PORT'");
-    }
-    host = address.substr(0, colon);
-    port = address.substr(colon + 1);
-    if (host.find(':') != std::string_view::npos) {
-      return Invalid("an IPv6 address needs brackets: [ADDRESS]:PORT");
-    }
-    if (host.empty()) return Invalid("missing HOST before ':'");
-    if (!IsHostName(host)) {
-      return Invalid(absl::StrCat("'", Show(host), "' is not a host name"));
-    }
-  }
-  bool digits = !port.empty() && port.size() <= 5;
-  uint32_t n = 0;
-  for (char c : port) {
-    digits = digits && absl::ascii_isdigit(static_cast<unsigned char>(c));
-    if (digits) n = n * 10 + static_cast<uint32_t>(c - '0');
-  }
-  if (!digits || n > 65535) {
-    return Invalid(
-        absl::StrCat("port '", Show(port), "' is not a number in 0..65535"));
-  }
-  return HostPort{std::string(host), static_cast<uint16_t>(n)};
-}
-
-std::string JoinHostPort(std::string_view host, uint16_t port) {
-  if (host.find(':') != std::string_view::npos) {
-    return absl::StrCat("[", Av(host), "]:", port);
-  }
-  return absl::StrCat(Av(host), ":", port);
-}
-
-bool IsWildcardHost(std::string_view host) {
-  return host.empty() || host == "0.0.0.0" || host == "::" || host == "0::0";
-}
 
 EnvLookup ProcessEnv() {
   return [](std::string_view name) -> std::optional<std::string> {

@@ -27,9 +27,11 @@
 // --nproc_per_node(4)". Settings that came from the environment are named by
 // their variable (RANKD_WORLD_SIZE=7, LWS_GROUP_SIZE(2)).
 //
-// Depends on abseil and //common:topology only. Resolution is pure except
-// that ResolveConfig asks the operating system for the host name when
-// HOSTNAME is not set, and ProcessEnv reads the process environment.
+// Depends on abseil, //common:host_port (HostPort, ParseHostPort,
+// JoinHostPort, IsWildcardHost, re-exported here) and //common:topology
+// only. Resolution is pure except that ResolveConfig asks the operating
+// system for the host name when HOSTNAME is not set, and ProcessEnv reads
+// the process environment.
 
 #ifndef RANKD_DAEMON_CONFIG_H_
 #define RANKD_DAEMON_CONFIG_H_
@@ -44,6 +46,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/host_port.h"
 #include "common/limits.h"
 #include "common/topology.h"
 
@@ -67,7 +70,7 @@ inline constexpr int64_t kMaxHeartbeatIntervalMs = 60'000;
 inline constexpr int64_t kMaxHeartbeatTimeoutMs = 600'000;
 
 // Longest Unix socket path (sockaddr_un.sun_path holds 108 bytes with NUL).
-inline constexpr size_t kMaxSocketPathLength = 107;
+inline constexpr size_t kMaxSocketPathLength = kMaxUnixSocketPathBytes;
 
 // Certificate files for the TCP listener and for connections to peers.
 // Either cert_file and key_file are both set (TLS on) or neither is (TLS
@@ -292,24 +295,6 @@ absl::StatusOr<DaemonConfig> ResolveConfig(const RawConfig& flags,
 // Returns a one-line, human-readable summary of `config` for the startup log.
 // Contains no secrets (the credentials folder is named, never read).
 std::string DescribeConfig(const DaemonConfig& config);
-
-// A parsed network address.
-struct HostPort {
-  std::string host;  // Without brackets, e.g. "::1" or "rankd-0.svc".
-  uint16_t port = 0;
-};
-
-// Parses "HOST:PORT" (a DNS name or IPv4 address) or "[IPV6]:PORT"; port in
-// 0..65535. Returns InvalidArgument saying what is wrong (without naming a
-// flag; callers add that).
-absl::StatusOr<HostPort> ParseHostPort(std::string_view address);
-
-// Returns "host:port", or "[host]:port" when host contains ':' (IPv6).
-std::string JoinHostPort(std::string_view host, uint16_t port);
-
-// Returns true for hosts that bind every interface ("", "0.0.0.0", "::") and
-// so cannot be advertised to peers.
-bool IsWildcardHost(std::string_view host);
 
 }  // namespace rankd
 

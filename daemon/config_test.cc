@@ -898,56 +898,6 @@ TEST_F(ConfigTest, DescribeConfigIsOneInformativeLine) {
   }
 }
 
-// ---------------------------------------------------------- host:port
-
-TEST(HostPortTest, Parses) {
-  struct Case {
-    const char* text;
-    const char* host;
-    uint16_t port;
-  };
-  for (const Case& c : std::vector<Case>{
-           {"a:1", "a", 1},
-           {"10.0.0.1:7421", "10.0.0.1", 7421},
-           {"rankd-0.rankd.ns.svc.cluster.local:65535",
-            "rankd-0.rankd.ns.svc.cluster.local", 65535},
-           {"host:0", "host", 0},
-           {"[::1]:7421", "::1", 7421},
-           {"[::]:80", "::", 80},
-           {"[fe80::1%eth0]:80", "fe80::1%eth0", 80},
-           {"[::ffff:10.0.0.1]:8", "::ffff:10.0.0.1", 8},
-       }) {
-    absl::StatusOr<HostPort> hp = ParseHostPort(c.text);
-    ASSERT_TRUE(hp.ok()) << c.text << ": " << hp.status();
-    EXPECT_EQ(hp->host, c.host);
-    EXPECT_EQ(hp->port, c.port);
-  }
-}
-
-TEST(HostPortTest, Rejects) {
-  for (const char* bad :
-       {"",           "host",       "host:",        ":80",
-        "host:65536", "host:8x",    "host:-1",      "host: 80",
-        "::1:80",     "[::1]80",    "[::1]",        "[::1:80",
-        "[]:80",      "[zz::1]:80", "[1.2.3.4]:80", "bad host:80",
-        "a..b:80",    ".a:80",      "a/b:80",       "host:123456"}) {
-    EXPECT_EQ(ParseHostPort(bad).status().code(),
-              absl::StatusCode::kInvalidArgument)
-        << bad;
-  }
-}
-
-TEST(HostPortTest, JoinAndWildcard) {
-  EXPECT_EQ(JoinHostPort("10.0.0.1", 80), "10.0.0.1:80");
-  EXPECT_EQ(JoinHostPort("fd00::1", 80), "[fd00::1]:80");
-  EXPECT_EQ(JoinHostPort("host", 7421), "host:7421");
-  EXPECT_TRUE(IsWildcardHost(""));
-  EXPECT_TRUE(IsWildcardHost("0.0.0.0"));
-  EXPECT_TRUE(IsWildcardHost("::"));
-  EXPECT_FALSE(IsWildcardHost("127.0.0.1"));
-  EXPECT_FALSE(IsWildcardHost("::1"));
-}
-
 // ---------------------------------------------------------- environment
 
 TEST(ProcessEnvTest, ReadsProcessEnvironment) {

@@ -1,7 +1,6 @@
 #include "daemon/coordinator.h"
 
 #include <algorithm>
-#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -30,16 +29,6 @@ absl::Time DeadlineAfterMs(uint32_t ms) {
 }
 
 }  // namespace
-
-uint64_t NewIncarnation() {
-  static std::mt19937_64 engine(std::random_device{}() ^
-                                absl::ToUnixNanos(absl::Now()));
-  static absl::Mutex mu(absl::kConstInit);
-  absl::MutexLock lock(&mu);
-  uint64_t v = 0;
-  while (v == 0) v = engine();
-  return v;
-}
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     JobSpec spec, DeadlineTimer* timer) {

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/incarnation.h"  // NewIncarnation, for the coordinator's users
 #include "common/topology.h"
 #include "daemon/call_cancellation.h"
 #include "daemon/deadline_timer.h"
@@ -231,9 +232,6 @@ class Coordinator {
   std::map<EventLog::SubscriptionId, std::function<void(absl::Status)>>
       stream_closers_ ABSL_GUARDED_BY(mu_);
 };
-
-// Random non-zero 64-bit id for incarnations.
-uint64_t NewIncarnation();
 
 }  // namespace rankd
 

@@ -23,6 +23,10 @@
 //   rankrun: local rank 1 (rank 1, pid 4242) exited with status 3; stopped
 //   the other 1 process(es)
 //
+// Step 1 is program.h, the job's sizes job_layout.h, step 2
+// daemon_setup.cc, steps 3 and 4 supervise.cc, over one Launcher
+// (launcher.h).
+//
 // Precondition: the caller has blocked SIGINT, SIGTERM, SIGHUP and SIGCHLD
 // in every thread (Launch reads them from a signalfd) and ignores SIGPIPE;
 // main.cc does this first thing.

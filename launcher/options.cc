@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/host_port.h"
 #include "common/limits.h"
 #include "common/topology.h"
-#include "daemon/config.h"
 
 namespace rankd::launcher {
 namespace {
@@ -269,9 +269,9 @@ absl::Status Apply(const OptionSpec& spec, const std::string& shown,
       return Invalid(
           absl::StrCat(Assignment(shown, v), " must be an absolute path"));
     }
-    if (v.size() > kMaxSocketPathLength) {
+    if (v.size() > kMaxUnixSocketPathBytes) {
       return Invalid(absl::StrCat(Assignment(shown, v), " is longer than ",
-                                  kMaxSocketPathLength,
+                                  kMaxUnixSocketPathBytes,
                                   " bytes, the limit for Unix sockets"));
     }
     o.rankd_socket = v;

@@ -81,7 +81,7 @@ absl::StatusOr<absl::Duration> ToDuration(double seconds, const char* function,
                                           TimeoutRules rules = {});
 
 // The descriptor of a caller's tensor (dtype, shape, data checked); `what`
-// ("input", "sends[2]", ...) names it in errors. Defined in session.cc.
+// ("input", "sends[2]", ...) names it in errors. Defined in gloo.cc.
 absl::StatusOr<dataplane::ValueDescriptor> DescriptorOf(
     const rankd_tensor* t, const char* function, const std::string& what);
 // RANKD_WORLD_GROUP or a group id as a scope.

@@ -3,24 +3,15 @@
 #include "client/internal/rank_connection.h"
 
 #include <cstring>
-#include <random>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/incarnation.h"
 #include "grpcpp/channel.h"
 
 namespace rankd::internal {
 namespace {
-
-uint64_t NewIncarnation() {
-  std::random_device rd;
-  uint64_t value = 0;
-  while (value == 0) {
-    value = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  }
-  return value;
-}
 
 std::string KindName(v1::EventKind kind) {
   std::string name = v1::EventKind_Name(kind);

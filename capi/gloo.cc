@@ -1,7 +1,9 @@
-// The C ABI's data-plane functions (capi/include/rankd/rankd.h, "Data-plane
-// sessions" and "Completions"): sessions over a joined rank, the
-// DistributedSession operations on host buffers with Gloo, and works. NCCL
-// sessions' operations are in nccl.cc (capi/internal/nccl.h).
+// The C ABI's data plane with Gloo (capi/include/rankd/rankd.h, "Data-plane
+// sessions" and "Completions"), and the entry points both backends share:
+// rankd_session_open picks the backend; every operation's rankd_* function
+// checks its arguments, hands an NCCL session's call to nccl.cc
+// (capi/internal/nccl.h) and runs a Gloo session's here, on host buffers;
+// works (rankd_work_*) complete either.
 //
 // Host buffers are copied: an input into a library-owned tensor during the
 // submitting call, an output from the operation's result into the caller's

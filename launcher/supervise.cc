@@ -1,0 +1,195 @@
+// supervise.cc: the ranks of a Launch (launcher.h): starting
+// nproc_per_node processes with the environment the rankd libraries read,
+// then supervising them until every one has exited (forwarding signals,
+// stopping the rest when one fails or a started daemon dies, SIGKILL after
+// the grace), and lingering after a clean exit.
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/credentials.h"
+#include "common/monotonic_clock.h"
+#include "launcher/child_process.h"
+#include "launcher/launcher.h"
+
+namespace rankd::launcher {
+
+std::optional<Failure> Launcher::StartRanks(
+    const std::vector<std::string>& argv) {
+  group_.emplace(o_.prefix_output);
+  const Layout& l = layout_;
+  for (uint32_t local = 0; local < l.nproc_per_node; ++local) {
+    const uint32_t rank = l.node_rank * l.nproc_per_node + local;
+    const std::vector<std::pair<std::string, std::string>> values = {
+        {"{local_rank}", absl::StrCat(local)},
+        {"{rank}", absl::StrCat(rank)},
+        {"{node_rank}", absl::StrCat(l.node_rank)},
+        {"{world_size}", absl::StrCat(l.world_size)},
+        {"{nproc_per_node}", absl::StrCat(l.nproc_per_node)},
+        {"{job_id}", l.job_id},
+        {"{target}", target_},
+    };
+    std::vector<std::string> args = argv;
+    for (size_t i = 1; i < args.size(); ++i) {
+      args[i] = absl::StrReplaceAll(args[i], values);
+    }
+    std::map<std::string, std::string> env = env_;
+    env["RANKD_TARGET"] = target_;
+    env["RANKD_JOB_ID"] = l.job_id;
+    env["RANKD_LOCAL_RANK"] = absl::StrCat(local);
+    env["RANKD_RANK"] = absl::StrCat(rank);
+    env["RANKD_WORLD_SIZE"] = absl::StrCat(l.world_size);
+    env["RANKD_NPROC_PER_NODE"] = absl::StrCat(l.nproc_per_node);
+    env["RANKD_NODE_RANK"] = absl::StrCat(l.node_rank);
+    env["RANKD_NNODES"] = absl::StrCat(l.nnodes);
+    // This rank's own token, in its environment alone; a token file of
+    // rankrun's own environment would name another credential.
+    env.erase("RANKD_TOKEN_FILE");
+    if (local < rank_tokens_.size() && !rank_tokens_[local].empty()) {
+      env[kRankTokenEnv] = rank_tokens_[local];
+    } else {
+      env.erase(kRankTokenEnv);
+    }
+    env["LOCAL_RANK"] = absl::StrCat(local);
+    env["RANK"] = absl::StrCat(rank);
+    env["GROUP_RANK"] = absl::StrCat(l.node_rank);
+    env["WORLD_SIZE"] = absl::StrCat(l.world_size);
+    env["LOCAL_WORLD_SIZE"] = absl::StrCat(l.nproc_per_node);
+    if (absl::Status s = group_->Start(args, EnvList(env),
+                                       absl::StrCat("[rank ", rank, "] "));
+        !s.ok()) {
+      const size_t started = group_->size();
+      group_->Signal(SIGKILL);
+      group_->Finish(absl::Seconds(1));
+      return Failure{
+          kExitUsage,
+          absl::StrCat("local rank ", local, ": ", s.message(),
+                       started > 0 ? absl::StrCat("; stopped the ", started,
+                                                  " process(es) started")
+                                   : "")};
+    }
+  }
+  return std::nullopt;
+}
+
+int Launcher::Supervise() {
+  ProcessGroup& group = *group_;
+  const absl::Duration grace = absl::Milliseconds(o_.stop_grace_ms);
+  std::optional<size_t> failed;  // The first process that failed.
+  size_t stopped_others = 0;
+  std::optional<int> daemon_status;  // A started daemon that died.
+  int stop_signal = 0;
+  std::optional<absl::Time> kill_at;
+  bool killed = false;
+  std::optional<size_t> first_nonzero;
+
+  auto begin_stop = [&](int sig) {
+    group.Signal(sig);
+    if (!kill_at.has_value()) kill_at = MonotonicNow() + grace;
+  };
+  while (true) {
+    for (size_t i : group.PollExits()) {
+      const int status = *group.status(i);
+      if (status == 0) continue;
+      if (!first_nonzero.has_value()) first_nonzero = i;
+      if (!failed.has_value() && stop_signal == 0 &&
+          !daemon_status.has_value()) {
+        failed = i;
+        stopped_others = group.CountRunning();
+        if (stopped_others > 0) begin_stop(SIGTERM);
+      }
+    }
+    if (started_daemon_ && !daemon_status.has_value() && !failed.has_value()) {
+      if (std::optional<int> s = daemon_.Poll()) {
+        daemon_status = *s;
+        stopped_others = group.CountRunning();
+        if (stopped_others > 0) begin_stop(SIGTERM);
+      }
+    }
+    if (group.CountRunning() == 0) break;
+    if (kill_at.has_value() && !killed && MonotonicNow() >= *kill_at) {
+      group.Signal(SIGKILL);
+      killed = true;
+    }
+    std::vector<pollfd> polls = {{signal_fd_.get(), POLLIN, 0}};
+    for (int fd : group.OutputFds()) polls.push_back({fd, POLLIN, 0});
+    int timeout_ms = 100;
+    if (kill_at.has_value() && !killed) {
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(
+          absl::ToInt64Milliseconds(*kill_at - MonotonicNow()) + 1, 0, 100));
+    }
+    if (::poll(polls.data(), polls.size(), timeout_ms) < 0 && errno != EINTR) {
+      Say(absl::StrCat("poll: ", strerror(errno)));
+      begin_stop(SIGKILL);
+    }
+    for (size_t p = 1; p < polls.size(); ++p) {
+      if (polls[p].revents != 0) group.Pump(polls[p].fd);
+    }
+    signalfd_siginfo info;
+    while (::read(signal_fd_.get(), &info, sizeof(info)) == sizeof(info)) {
+      const int sig = static_cast<int>(info.ssi_signo);
+      if (sig == SIGCHLD) continue;
+      if (stop_signal == 0) stop_signal = sig;
+      // Forwarded every time (a second Ctrl-C reaches the ranks again).
+      begin_stop(sig);
+    }
+  }
+  group.Finish(absl::Seconds(2));
+
+  if (failed.has_value()) {
+    const size_t i = *failed;
+    const int status = *group.status(i);
+    Say(absl::StrCat("local rank ", i, " (rank ",
+                     layout_.node_rank * layout_.nproc_per_node + i, ", pid ",
+                     group.pid(i), ") ", DescribeWaitStatus(status),
+                     "; stopped the other ", stopped_others, " process(es)"));
+    return ShellStatus(status);
+  }
+  if (daemon_status.has_value()) {
+    Say(absl::StrCat("the rankd daemon rankrun started (pid ", daemon_.pid(),
+                     ") ", DescribeWaitStatus(*daemon_status), "; stopped the ",
+                     stopped_others, " process(es)"));
+    return kExitFailure;
+  }
+  if (stop_signal != 0) {
+    std::string outcome = "every one exited 0";
+    int code = 0;
+    if (first_nonzero.has_value()) {
+      const size_t i = *first_nonzero;
+      const int status = *group.status(i);
+      outcome =
+          absl::StrCat("local rank ", i, " (rank ",
+                       layout_.node_rank * layout_.nproc_per_node + i, ", pid ",
+                       group.pid(i), ") ", DescribeWaitStatus(status));
+      code = ShellStatus(status);
+    }
+    Say(absl::StrCat("received ", SignalName(stop_signal),
+                     "; forwarded it to the ", group.size(),
+                     " process(es): ", outcome));
+    return code;
+  }
+  return 0;
+}
+
+void Launcher::Linger() {
+  const absl::Time until =
+      MonotonicNow() + absl::Milliseconds(o_.exit_delay_ms);
+  while (MonotonicNow() < until) {
+    if (interrupts_->Check() != 0) return;
+    pollfd p = {signal_fd_.get(), POLLIN, 0};
+    const int ms = static_cast<int>(std::clamp<int64_t>(
+        absl::ToInt64Milliseconds(until - MonotonicNow()) + 1, 0, 100));
+    ::poll(&p, 1, ms);
+  }
+}
+
+}  // namespace rankd::launcher
