@@ -1020,14 +1020,20 @@ TEST_F(ConfigTest, ReflectionLimitsComeFromFlagsOrEnvironment) {
   DaemonConfig c = MustResolve();
   EXPECT_EQ(c.limits.max_reflection_streams, 32u);
   EXPECT_EQ(c.limits.max_reflection_requests_per_stream, 1024u);
+  EXPECT_EQ(c.limits.max_reflection_streams_per_peer, 8u);
   raw_.max_reflection_streams = "4";
   env_["RANKD_MAX_REFLECTION_REQUESTS_PER_STREAM"] = "10";
+  env_["RANKD_MAX_REFLECTION_STREAMS_PER_PEER"] = "2";
   c = MustResolve();
   EXPECT_EQ(c.limits.max_reflection_streams, 4u);
   EXPECT_EQ(c.limits.max_reflection_requests_per_stream, 10u);
-  EXPECT_TRUE(absl::StrContains(DescribeConfig(c),
-                                " reflection=4streams,10requests/stream "));
+  EXPECT_EQ(c.limits.max_reflection_streams_per_peer, 2u);
+  EXPECT_TRUE(absl::StrContains(
+      DescribeConfig(c), " reflection=4streams,10requests/stream,2/peer "));
   raw_.max_reflection_streams = "0";
+  EXPECT_FALSE(Resolve().ok());
+  raw_.max_reflection_streams = "4";
+  raw_.max_reflection_streams_per_peer = "0";
   EXPECT_FALSE(Resolve().ok());
 }
 
