@@ -75,9 +75,7 @@ void Raise(std::atomic<uint64_t>& counter) {
 }  // namespace
 
 struct HttpEndpoint::Connection {
-  // In the order a full endpoint closes them: answered ones first, then
-  // those still sending their request, then those being answered.
-  enum State { kDraining = 0, kReading = 1, kWriting = 2 };
+  enum State { kReading, kWriting, kDraining };
   int fd = -1;
   State state = kReading;
   std::string address;  // AddressGroup
@@ -302,13 +300,21 @@ class HttpEndpoint::Loop {
 
   // Makes room for a new connection from `address`, and holds it.
   void Admit(int fd, std::string address, absl::Time now) {
-    // The first (lowest state, then oldest) of those `in` selects.
+    // Of those `in` selects, the one to close: an answered one (it lost
+    // nothing), else the one longest in its state, sending its request or
+    // not reading its answer (a scrape does either in moments).
     auto first = [&](auto in) {
       Iterator chosen = connections_.end();
       for (auto it = connections_.begin(); it != connections_.end(); ++it) {
         if (!in(*it)) continue;
-        if (chosen == connections_.end() || it->state < chosen->state ||
-            (it->state == chosen->state && it->since < chosen->since)) {
+        if (chosen == connections_.end()) {
+          chosen = it;
+          continue;
+        }
+        const bool answered = it->state == Connection::kDraining;
+        const bool chosen_answered = chosen->state == Connection::kDraining;
+        if (answered != chosen_answered ? answered
+                                        : it->since < chosen->since) {
           chosen = it;
         }
       }

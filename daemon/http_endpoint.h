@@ -8,10 +8,12 @@
 //     whole answer; it is then closed, whatever it was doing;
 //   - at most `max_connections` are held, and at most
 //     `max_connections_per_address` from one address (an IPv6 /64). A new
-//     connection beyond its address's share closes that address's oldest;
-//     beyond the total, the oldest still sending its request, else the
-//     one that has been answered longest without reading it. So a scrape
-//     always gets in, and one address can only displace itself;
+//     connection beyond its address's share closes one of that address's;
+//     beyond the total, one of any. The one closed is an answered one
+//     waiting for the client to close, else the one that has spent longest
+//     sending its request or not reading its answer (a scrape does either
+//     in moments). So a scrape always gets in, and one address can only
+//     displace its own;
 //   - answers share one rendered body: a connection that does not read
 //     holds a reference to it and its own headers, no copy;
 //   - at most kMaxAcceptsPerTurn connections are accepted per turn of the

@@ -187,6 +187,25 @@ TEST(HttpEndpointTest, UnreadAnswersDoNotHoldTheEndpoint) {
   bool closed = false;
   ReadToEnd(unread[0], absl::Seconds(10), &closed);
   EXPECT_TRUE(closed);
+  // A scrape not yet sent when more unread answers come is not what
+  // makes room for them: the one longest unread is.
+  const uint64_t accepted = endpoint->counters().accepted.load();
+  int scrape = Connect(endpoint->port());
+  ASSERT_GE(scrape, 0);
+  ASSERT_TRUE(AwaitAtLeast(endpoint->counters().accepted, accepted + 1));
+  for (int i = 0; i < 2; ++i) {
+    int fd = Connect(endpoint->port(), "127.0.0.1", /*receive_buffer=*/1);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendAll(fd, kRequest));
+    pollfd p{fd, POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 5000), 1);
+    unread.push_back(fd);
+  }
+  ASSERT_TRUE(SendAll(scrape, kRequest));
+  const std::string answer = ReadToEnd(scrape, absl::Seconds(10), &closed);
+  EXPECT_TRUE(absl::StartsWith(answer, "HTTP/1.1 200"));
+  EXPECT_TRUE(absl::EndsWith(answer, body));
+  ::close(scrape);
   for (int fd : unread) ::close(fd);
 
   // And an unread answer is closed at its deadline.
