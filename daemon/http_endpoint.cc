@@ -68,6 +68,27 @@ int ListenOn(const std::string& host, uint16_t port) {
   return fd;
 }
 
+// accept() failed for the connection it took, not for want of anything:
+// the next one may be accepted at once.
+bool ConnectionFailed(int error) {
+  switch (error) {
+    case EINTR:
+    case ECONNABORTED:
+    case EPROTO:
+    case EPERM:
+    case ENETDOWN:
+    case ENOPROTOOPT:
+    case EHOSTDOWN:
+    case ENONET:
+    case EHOSTUNREACH:
+    case EOPNOTSUPP:
+    case ENETUNREACH:
+      return true;
+    default:
+      return false;
+  }
+}
+
 void Raise(std::atomic<uint64_t>& counter) {
   counter.fetch_add(1, std::memory_order_relaxed);
 }
@@ -278,15 +299,13 @@ class HttpEndpoint::Loop {
                          &length, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
-            errno == ENOMEM) {
-          // The connection stays queued; polling the listener again now
-          // would only find it again.
-          backoff_until_ = now + e_.options_.accept_backoff;
-          Raise(e_.counters_->accept_backoffs);
-          break;
-        }
-        continue;  // that connection failed (ECONNABORTED, EPROTO, ...)
+        if (ConnectionFailed(errno)) continue;  // that one only
+        // Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM),
+        // or worse: the connection stays queued, and polling the listener
+        // again now would only find it again.
+        backoff_until_ = now + e_.options_.accept_backoff;
+        Raise(e_.counters_->accept_backoffs);
+        break;
       }
       ++accepted;
       Raise(e_.counters_->accepted);
