@@ -1014,6 +1014,23 @@ TEST(FlagsTest, CollectsOnlyGivenFlags) {
   EXPECT_FALSE(c->is_coordinator);
 }
 
+// The metrics endpoint's bounds (issue 36 item 12).
+TEST_F(ConfigTest, MetricsLimitsComeFromFlagsOrEnvironment) {
+  raw_.world_size = "1";
+  DaemonConfig c = MustResolve();
+  EXPECT_EQ(c.network.metrics_max_connections, 64u);
+  EXPECT_EQ(c.network.metrics_max_connections_per_address, 8u);
+  raw_.metrics_max_connections_per_address = "3";
+  c = MustResolve();
+  EXPECT_EQ(c.network.metrics_max_connections_per_address, 3u);
+  raw_.metrics_max_connections_per_address.reset();
+  env_["RANKD_METRICS_MAX_CONNECTIONS_PER_ADDRESS"] = "5";
+  c = MustResolve();
+  EXPECT_EQ(c.network.metrics_max_connections_per_address, 5u);
+  env_["RANKD_METRICS_MAX_CONNECTIONS_PER_ADDRESS"] = "0";
+  EXPECT_FALSE(Resolve().ok());
+}
+
 // Server reflection's bounds (issue 36 items 9, 10).
 TEST_F(ConfigTest, ReflectionLimitsComeFromFlagsOrEnvironment) {
   raw_.world_size = "1";
