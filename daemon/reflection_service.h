@@ -19,8 +19,9 @@
 //     `max_streams_per_peer` of them from one peer; more are ended at once
 //     with RESOURCE_EXHAUSTED. The daemon makes one service per gRPC
 //     server (TCP, Unix socket), so each has its own budget: nothing on
-//     the TCP port can use up the local operator's reflection, and no
-//     peer can use up another's;
+//     the TCP port can use up the local operator's reflection, and one
+//     peer alone cannot use up a listener's (it takes a quarter, by
+//     default: 8 of 32);
 //   - at most `max_requests_per_stream` requests on one stream; the next
 //     ends the stream with RESOURCE_EXHAUSTED (a client opens another);
 //   - a request larger than kMaxReflectionRequestBytes gets an
@@ -34,8 +35,9 @@
 // Reflection needs no credential (docs/operations.md, "Threat model"): it
 // describes the API, which is public, and holds no job state.
 //
-// Depends on gRPC, protobuf and the reflection proto (proto/grpc/
-// reflection/v1alpha/reflection.proto); nothing else of rankd.
+// Depends on gRPC, protobuf, the reflection proto (proto/grpc/
+// reflection/v1alpha/reflection.proto) and POSIX's address parsing;
+// nothing else of rankd.
 #ifndef RANKD_DAEMON_REFLECTION_SERVICE_H_
 #define RANKD_DAEMON_REFLECTION_SERVICE_H_
 
