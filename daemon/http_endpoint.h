@@ -12,16 +12,18 @@
 //     beyond the total, one of any. The one closed is an answered one
 //     waiting for the client to close, else the one that has spent longest
 //     sending its request or not reading its answer (a scrape does either
-//     in moments). So a scrape always gets in, and one address can only
-//     displace its own;
+//     in moments). So a scrape always gets in, and one address alone
+//     cannot fill the endpoint: beyond its share it displaces only its own;
 //   - answers share one rendered body: a connection that does not read
 //     holds a reference to it and its own headers, no copy;
 //   - at most kMaxAcceptsPerTurn connections are accepted per turn of the
 //     loop, so a stream of new connections cannot starve the deadlines and
 //     the answers under way;
 //   - when accepting fails for want of descriptors (EMFILE, ENFILE) or
-//     memory, the listener is left alone for `accept_backoff` (counted in
-//     Counters::accept_backoffs) rather than polled again at once.
+//     memory, or for any reason but the one connection's own (ECONNABORTED
+//     and the like), the listener is left alone for `accept_backoff`
+//     (counted in Counters::accept_backoffs) rather than polled again at
+//     once: the connection stays queued and would be found again.
 // The body is rendered at most once per `body_ttl`: a flood of scrapes
 // costs one render. Answers: GET or HEAD /metrics (any query) 200 with
 // render()'s text; another path 404; another method 405; an oversized
@@ -64,8 +66,8 @@ class HttpEndpoint {
     std::atomic<uint64_t> displaced{0};
     // Closed at their deadline.
     std::atomic<uint64_t> timed_out{0};
-    // Times accept failed for want of descriptors or memory and the
-    // listener was left alone for accept_backoff.
+    // Times accept failed (for want of descriptors or memory, mostly) and
+    // the listener was left alone for accept_backoff.
     std::atomic<uint64_t> accept_backoffs{0};
     // Bodies rendered (at most one per body_ttl).
     std::atomic<uint64_t> renders{0};
