@@ -64,9 +64,11 @@ inline constexpr uint32_t kTcpMemoryBytes = 512u << 20;
 inline constexpr uint32_t kTcpMaxThreads = 64;
 // The Unix socket server's gRPC memory quota (its own).
 inline constexpr uint32_t kLocalMemoryBytes = 1u << 30;
-// The metrics endpoint: time to send a request; connections held at once.
+// The metrics endpoint: time to send a request (and again to read the
+// answer); connections held at once, and from one address (an IPv6 /64).
 inline constexpr uint32_t kMetricsRequestTimeoutMs = 5'000;
 inline constexpr uint32_t kMetricsMaxConnections = 64;
+inline constexpr uint32_t kMetricsMaxConnectionsPerAddress = 8;
 
 // Defaults of the limits an operator may change (CallerLimits below).
 // Blocking key-value gets one rank may have waiting at once.
@@ -89,6 +91,9 @@ inline constexpr uint32_t kMaxKvKeysPerRank = 4096;
 // Server reflection streams one daemon serves at once
 // (daemon/reflection_service.h); more are refused with RESOURCE_EXHAUSTED.
 inline constexpr uint32_t kMaxReflectionStreams = 32;
+// Of those, streams one peer may hold (a TCP address, an IPv6 /64, or a
+// process on the Unix socket).
+inline constexpr uint32_t kMaxReflectionStreamsPerPeer = 8;
 // Requests one reflection stream may carry; the next ends it.
 inline constexpr uint32_t kMaxReflectionRequestsPerStream = 1024;
 
@@ -115,6 +120,7 @@ struct CallerLimits {
   uint32_t max_round_bytes_per_rank = kMaxRoundBytesPerRank;
   uint32_t max_reflection_streams = kMaxReflectionStreams;
   uint32_t max_reflection_requests_per_stream = kMaxReflectionRequestsPerStream;
+  uint32_t max_reflection_streams_per_peer = kMaxReflectionStreamsPerPeer;
 };
 
 // Largest frame one rank may send in one all_gather_words round.

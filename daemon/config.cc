@@ -624,6 +624,9 @@ class Resolver {
              Field{flags_.max_reflection_requests_per_stream,
                    "max_reflection_requests_per_stream",
                    &l.max_reflection_requests_per_stream},
+             Field{flags_.max_reflection_streams_per_peer,
+                   "max_reflection_streams_per_peer",
+                   &l.max_reflection_streams_per_peer},
          }) {
       const Setting s = GivenOr(f.flag, f.name, absl::StrCat(*f.value));
       absl::StatusOr<uint32_t> v = ParseUint32(s);
@@ -739,6 +742,9 @@ class Resolver {
                    false},
              Field{flags_.metrics_max_connections, "metrics_max_connections",
                    &n.metrics_max_connections, false},
+             Field{flags_.metrics_max_connections_per_address,
+                   "metrics_max_connections_per_address",
+                   &n.metrics_max_connections_per_address, false},
          }) {
       const Setting s = GivenOr(f.flag, f.name, absl::StrCat(*f.value));
       absl::StatusOr<uint32_t> v = ParseUint32(s);
@@ -813,7 +819,8 @@ std::string DescribeConfig(const DaemonConfig& c) {
       : c.round_link_port == 0 ? "any-port"
                                : absl::StrCat(c.round_link_port),
       " reflection=", c.limits.max_reflection_streams, "streams,",
-      c.limits.max_reflection_requests_per_stream, "requests/stream",
+      c.limits.max_reflection_requests_per_stream, "requests/stream,",
+      c.limits.max_reflection_streams_per_peer, "/peer",
       " tcp=", c.network.max_tcp_connections, "conns,",
       c.network.max_tcp_connections_per_peer, "/peer,",
       c.network.max_tcp_unauthenticated_per_peer, "/peer-unauthenticated,",

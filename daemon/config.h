@@ -110,10 +110,13 @@ struct NetworkLimits {
   uint32_t tcp_max_threads = kTcpMaxThreads;
   uint32_t local_memory_bytes = kLocalMemoryBytes;
   // The metrics endpoint: how long a connection may take to send its
-  // request (--metrics_request_timeout_ms) and how many it holds at once
-  // (--metrics_max_connections).
+  // request (--metrics_request_timeout_ms), how many it holds at once
+  // (--metrics_max_connections) and from one address
+  // (--metrics_max_connections_per_address).
   uint32_t metrics_request_timeout_ms = kMetricsRequestTimeoutMs;
   uint32_t metrics_max_connections = kMetricsMaxConnections;
+  uint32_t metrics_max_connections_per_address =
+      kMetricsMaxConnectionsPerAddress;
 };
 
 // The validated configuration of one daemon. Every field is set by
@@ -162,7 +165,8 @@ struct DaemonConfig {
   // --kv_max_keys_per_rank, --kv_max_bytes_per_rank,
   // --max_waiting_gets_per_rank, --max_streams_per_caller,
   // --max_operator_streams, --max_round_bytes_per_rank,
-  // --max_reflection_streams, --max_reflection_requests_per_stream); each
+  // --max_reflection_streams, --max_reflection_requests_per_stream,
+  // --max_reflection_streams_per_peer); each
   // >= 1.
   CallerLimits limits;
   // Key prefixes the job declares shared (--kv_shared_prefixes): keys under
@@ -227,6 +231,7 @@ struct RawConfig {
   std::optional<std::string> max_round_bytes_per_rank;
   std::optional<std::string> max_reflection_streams;
   std::optional<std::string> max_reflection_requests_per_stream;
+  std::optional<std::string> max_reflection_streams_per_peer;
   std::optional<std::string> kv_shared_prefixes;
   std::optional<std::string> issue_rank_tokens;
   std::optional<std::string> metrics_listen;
@@ -243,6 +248,7 @@ struct RawConfig {
   std::optional<std::string> local_memory_bytes;
   std::optional<std::string> metrics_request_timeout_ms;
   std::optional<std::string> metrics_max_connections;
+  std::optional<std::string> metrics_max_connections_per_address;
 };
 
 // Returns the value of environment variable `name`, or nullopt when unset.

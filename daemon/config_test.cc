@@ -964,20 +964,43 @@ TEST(FlagsTest, CollectsOnlyGivenFlags) {
   EXPECT_FALSE(c->is_coordinator);
 }
 
+// The metrics endpoint's bounds (issue 36 item 12).
+TEST_F(ConfigTest, MetricsLimitsComeFromFlagsOrEnvironment) {
+  raw_.world_size = "1";
+  DaemonConfig c = MustResolve();
+  EXPECT_EQ(c.network.metrics_max_connections, 64u);
+  EXPECT_EQ(c.network.metrics_max_connections_per_address, 8u);
+  raw_.metrics_max_connections_per_address = "3";
+  c = MustResolve();
+  EXPECT_EQ(c.network.metrics_max_connections_per_address, 3u);
+  raw_.metrics_max_connections_per_address.reset();
+  env_["RANKD_METRICS_MAX_CONNECTIONS_PER_ADDRESS"] = "5";
+  c = MustResolve();
+  EXPECT_EQ(c.network.metrics_max_connections_per_address, 5u);
+  env_["RANKD_METRICS_MAX_CONNECTIONS_PER_ADDRESS"] = "0";
+  EXPECT_FALSE(Resolve().ok());
+}
+
 // Server reflection's bounds (issue 36 items 9, 10).
 TEST_F(ConfigTest, ReflectionLimitsComeFromFlagsOrEnvironment) {
   raw_.world_size = "1";
   DaemonConfig c = MustResolve();
   EXPECT_EQ(c.limits.max_reflection_streams, 32u);
   EXPECT_EQ(c.limits.max_reflection_requests_per_stream, 1024u);
+  EXPECT_EQ(c.limits.max_reflection_streams_per_peer, 8u);
   raw_.max_reflection_streams = "4";
   env_["RANKD_MAX_REFLECTION_REQUESTS_PER_STREAM"] = "10";
+  env_["RANKD_MAX_REFLECTION_STREAMS_PER_PEER"] = "2";
   c = MustResolve();
   EXPECT_EQ(c.limits.max_reflection_streams, 4u);
   EXPECT_EQ(c.limits.max_reflection_requests_per_stream, 10u);
-  EXPECT_TRUE(absl::StrContains(DescribeConfig(c),
-                                " reflection=4streams,10requests/stream "));
+  EXPECT_EQ(c.limits.max_reflection_streams_per_peer, 2u);
+  EXPECT_TRUE(absl::StrContains(
+      DescribeConfig(c), " reflection=4streams,10requests/stream,2/peer "));
   raw_.max_reflection_streams = "0";
+  EXPECT_FALSE(Resolve().ok());
+  raw_.max_reflection_streams = "4";
+  raw_.max_reflection_streams_per_peer = "0";
   EXPECT_FALSE(Resolve().ok());
 }
 

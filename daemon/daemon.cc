@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -216,13 +217,29 @@ absl::Status Daemon::Init() {
   // gRPC serves grpc.health.v1 without a protobuf descriptor; naming ours
   // links it in, so reflection (grpcurl) can describe the service too.
   (void)grpc::health::v1::HealthCheckRequest::descriptor();
-  reflection_service_ = std::make_unique<ReflectionService>(
-      std::vector<std::string>{
-          v1::Rank::service_full_name(), v1::Peer::service_full_name(),
-          v1::Admin::service_full_name(), "grpc.health.v1.Health"},
-      ReflectionService::Limits{
-          config_.limits.max_reflection_streams,
-          config_.limits.max_reflection_requests_per_stream});
+  // One reflection service per gRPC server, each with its own budget of
+  // streams, so that peers on the TCP port cannot use up the local
+  // operator's; on the Unix socket a peer is a process.
+  const std::vector<std::string> described = {
+      v1::Rank::service_full_name(), v1::Peer::service_full_name(),
+      v1::Admin::service_full_name(), "grpc.health.v1.Health"};
+  const ReflectionService::Limits reflection_limits{
+      config_.limits.max_reflection_streams,
+      config_.limits.max_reflection_requests_per_stream,
+      config_.limits.max_reflection_streams_per_peer};
+  reflection_service_ =
+      std::make_unique<ReflectionService>(described, reflection_limits);
+  if (local_socket_ != nullptr) {
+    local_reflection_service_ = std::make_unique<ReflectionService>(
+        described, reflection_limits, nullptr,
+        [socket = local_socket_.get()](const std::string& grpc_peer) {
+          std::optional<LocalPeer> peer = socket->PeerOf(grpc_peer);
+          if (!peer.has_value()) return grpc_peer;
+          // A process not visible here is told apart by its connection.
+          return peer->pid != 0 ? absl::StrCat("pid:", peer->pid)
+                                : absl::StrCat("connection:", peer->connection);
+        });
+  }
 
   // Two gRPC servers, each with its own memory quota, completion queues and
   // threads (docs/operations.md, "Listeners"): the public TCP listener's,
@@ -275,7 +292,7 @@ absl::Status Daemon::Init() {
   auto acceptor = builder.experimental().AddExternalConnectionAcceptor(
       grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
       *server_credentials);
-  RegisterServices(builder);
+  RegisterServices(builder, reflection_service_.get());
   if (metrics_ != nullptr) {
     if (auto s = metrics_->Serve(config_.metrics_address, MetricsOptions());
         !s.ok()) {
@@ -297,7 +314,7 @@ absl::Status Daemon::Init() {
     grpc::ResourceQuota local_quota("rankd-local");
     local_quota.Resize(net.local_memory_bytes);
     local.SetResourceQuota(local_quota);
-    RegisterServices(local);
+    RegisterServices(local, local_reflection_service_.get());
     local_server_ = local.BuildAndStart();
     if (local_server_ == nullptr) {
       return absl::UnavailableError(absl::StrCat(
@@ -338,11 +355,12 @@ void Daemon::AddCommonArguments(grpc::ServerBuilder& builder) const {
                              KeepaliveTimeoutMs(config_.heartbeat_timeout));
 }
 
-void Daemon::RegisterServices(grpc::ServerBuilder& builder) {
+void Daemon::RegisterServices(grpc::ServerBuilder& builder,
+                              ReflectionService* reflection) {
   builder.RegisterService(rank_service_.get());
   builder.RegisterService(peer_service_.get());
   builder.RegisterService(admin_service_.get());
-  builder.RegisterService(reflection_service_.get());
+  builder.RegisterService(reflection);
   if (metrics_ != nullptr) {
     std::vector<
         std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
@@ -357,6 +375,8 @@ DaemonMetrics::HttpOptions Daemon::MetricsOptions() const {
   options.request_timeout =
       absl::Milliseconds(config_.network.metrics_request_timeout_ms);
   options.max_connections = config_.network.metrics_max_connections;
+  options.max_connections_per_address =
+      config_.network.metrics_max_connections_per_address;
   return options;
 }
 

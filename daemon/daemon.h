@@ -77,8 +77,10 @@ class Daemon {
   // What both gRPC servers share: message, stream and metadata limits,
   // keepalive.
   void AddCommonArguments(grpc::ServerBuilder& builder) const;
-  // The Rank, Peer and Admin services (and the metrics interceptor).
-  void RegisterServices(grpc::ServerBuilder& builder);
+  // The Rank, Peer and Admin services, `reflection` (the server's own),
+  // and the metrics interceptor.
+  void RegisterServices(grpc::ServerBuilder& builder,
+                        ReflectionService* reflection);
   DaemonMetrics::HttpOptions MetricsOptions() const;
   // Sets a grpc.health.v1 service's status on both servers.
   void SetHealth(const std::string& service, bool serving);
@@ -97,7 +99,10 @@ class Daemon {
   std::unique_ptr<RankService> rank_service_;
   std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<AdminService> admin_service_;
+  // Server reflection of the TCP server, and of the Unix socket's (null
+  // without a socket): each its own budget of streams.
   std::unique_ptr<ReflectionService> reflection_service_;
+  std::unique_ptr<ReflectionService> local_reflection_service_;
   // The public TCP listener's server.
   std::unique_ptr<grpc::Server> server_;
   // The Unix socket's server (null without a socket).

@@ -141,6 +141,11 @@ ABSL_FLAG(OptionalText, max_reflection_requests_per_stream, OptionalText{},
           "Requests one server reflection stream may carry; the next ends "
           "the stream (RESOURCE_EXHAUSTED). Env "
           "RANKD_MAX_REFLECTION_REQUESTS_PER_STREAM. Default 1024.");
+ABSL_FLAG(OptionalText, max_reflection_streams_per_peer, OptionalText{},
+          "Server reflection streams one peer (a TCP address, an IPv6 /64, "
+          "a process on the Unix socket) may hold on one listener; more are "
+          "refused (RESOURCE_EXHAUSTED). Env "
+          "RANKD_MAX_REFLECTION_STREAMS_PER_PEER. Default 8.");
 ABSL_FLAG(OptionalText, kv_shared_prefixes, OptionalText{},
           "Comma-separated key prefixes the job declares shared: keys under "
           "them belong to no rank and are written with compare-and-set "
@@ -205,6 +210,10 @@ ABSL_FLAG(OptionalText, metrics_max_connections, OptionalText{},
           "Connections the metrics endpoint holds at once; a new one closes "
           "the oldest that has not sent its request. Env "
           "RANKD_METRICS_MAX_CONNECTIONS. Default 64.");
+ABSL_FLAG(OptionalText, metrics_max_connections_per_address, OptionalText{},
+          "Connections the metrics endpoint holds from one address (an IPv6 "
+          "/64); a new one closes that address's oldest. Env "
+          "RANKD_METRICS_MAX_CONNECTIONS_PER_ADDRESS. Default 8.");
 
 namespace rankd {
 
@@ -246,6 +255,8 @@ RawConfig RawConfigFromFlags() {
   raw.max_reflection_streams = absl::GetFlag(FLAGS_max_reflection_streams).text;
   raw.max_reflection_requests_per_stream =
       absl::GetFlag(FLAGS_max_reflection_requests_per_stream).text;
+  raw.max_reflection_streams_per_peer =
+      absl::GetFlag(FLAGS_max_reflection_streams_per_peer).text;
   raw.kv_shared_prefixes = absl::GetFlag(FLAGS_kv_shared_prefixes).text;
   raw.issue_rank_tokens = absl::GetFlag(FLAGS_issue_rank_tokens).text;
   raw.metrics_listen = absl::GetFlag(FLAGS_metrics_listen).text;
@@ -269,6 +280,8 @@ RawConfig RawConfigFromFlags() {
       absl::GetFlag(FLAGS_metrics_request_timeout_ms).text;
   raw.metrics_max_connections =
       absl::GetFlag(FLAGS_metrics_max_connections).text;
+  raw.metrics_max_connections_per_address =
+      absl::GetFlag(FLAGS_metrics_max_connections_per_address).text;
   return raw;
 }
 

@@ -69,6 +69,18 @@ prometheus::ClientMetric Gauge(
   return m;
 }
 
+prometheus::MetricFamily CounterFamily(std::string name, std::string help,
+                                       const std::atomic<uint64_t>& value) {
+  prometheus::MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = prometheus::MetricType::Counter;
+  prometheus::ClientMetric m;
+  m.counter.value = static_cast<double>(value.load(std::memory_order_relaxed));
+  f.metric.push_back(std::move(m));
+  return f;
+}
+
 prometheus::MetricFamily GaugeFamily(std::string name, std::string help) {
   prometheus::MetricFamily f;
   f.name = std::move(name);
@@ -398,8 +410,8 @@ DaemonMetrics::~DaemonMetrics() {
 
 absl::Status DaemonMetrics::Serve(const std::string& address,
                                   HttpOptions options) {
-  auto endpoint =
-      HttpEndpoint::Start(address, options, [this] { return Render(); });
+  auto endpoint = HttpEndpoint::Start(
+      address, options, [this] { return Render(); }, &http_counters_);
   if (!endpoint.ok()) return endpoint.status();
   endpoint_ = *std::move(endpoint);
   port_ = endpoint_->port();
@@ -411,6 +423,22 @@ std::string DaemonMetrics::Render() const {
   for (prometheus::MetricFamily& f : instruments_->registry()->Collect()) {
     families.push_back(std::move(f));
   }
+  // The endpoint's own: what floods of connections cost it.
+  families.push_back(CounterFamily(
+      "rankd_metrics_connections_displaced_total",
+      "metrics connections closed to make room for newer ones "
+      "(--metrics_max_connections, --metrics_max_connections_per_address)",
+      http_counters_.displaced));
+  families.push_back(
+      CounterFamily("rankd_metrics_connections_timed_out_total",
+                    "metrics connections closed at their deadline "
+                    "(--metrics_request_timeout_ms)",
+                    http_counters_.timed_out));
+  families.push_back(CounterFamily(
+      "rankd_metrics_accept_backoffs_total",
+      "times the metrics endpoint could not accept for want of descriptors "
+      "or memory (EMFILE, ENFILE) and paused accepting",
+      http_counters_.accept_backoffs));
   return prometheus::TextSerializer().Serialize(families);
 }
 

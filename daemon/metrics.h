@@ -59,7 +59,7 @@ class DaemonMetrics {
   DaemonMetrics& operator=(const DaemonMetrics&) = delete;
 
   // How the endpoint treats connections (--metrics_request_timeout_ms,
-  // --metrics_max_connections).
+  // --metrics_max_connections, --metrics_max_connections_per_address).
   using HttpOptions = HttpEndpoint::Options;
 
   // Starts serving /metrics on `address` (HOST:PORT, port 0 picks one).
@@ -97,6 +97,9 @@ class DaemonMetrics {
 
   std::shared_ptr<Instruments> instruments_;
   std::shared_ptr<SnapshotCollector> collector_;
+  // What the endpoint counts of its connections (rendered with the rest).
+  // Before endpoint_: the endpoint writes it until it is destroyed.
+  HttpEndpoint::Counters http_counters_;
   std::unique_ptr<HttpEndpoint> endpoint_;
   int port_ = 0;
 };

@@ -1,5 +1,8 @@
 #include "daemon/reflection_service.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 #include <climits>
 #include <deque>
@@ -8,6 +11,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "google/protobuf/descriptor.pb.h"
 
 namespace rankd {
@@ -23,15 +29,20 @@ using google::protobuf::FileDescriptor;
 class ReflectionService::Stream final
     : public grpc::ServerBidiReactor<Request, Response> {
  public:
-  Stream(ReflectionService* service, bool admitted)
-      : service_(service), admitted_(admitted) {
+  // `refused_by` names the limit that refused the stream (nullptr: admitted).
+  Stream(ReflectionService* service, std::string peer, const char* refused_by)
+      : service_(service), peer_(std::move(peer)), admitted_(!refused_by) {
     if (!admitted_) {
+      const bool per_peer =
+          absl::string_view(refused_by) == "max_reflection_streams_per_peer";
       Finish(grpc::Status(
           grpc::StatusCode::RESOURCE_EXHAUSTED,
           absl::StrCat("this daemon serves at most ",
-                       service_->limits_.max_streams,
-                       " reflection streams at once "
-                       "(--max_reflection_streams); try again later")));
+                       per_peer ? service_->limits_.max_streams_per_peer
+                                : service_->limits_.max_streams,
+                       " reflection streams at once",
+                       per_peer ? " from one peer" : " on this listener",
+                       " (--", refused_by, "); try again later")));
       return;
     }
     StartRead(&request_);
@@ -53,7 +64,7 @@ class ReflectionService::Stream final
     }
     // Built afresh: an answer holds what this request asked, nothing of the
     // requests before it.
-    service_->Answer(request_, &response_);
+    service_->Answer(request_, &response_, &sent_);
     StartWrite(&response_);
   }
 
@@ -66,14 +77,17 @@ class ReflectionService::Stream final
   }
 
   void OnDone() override {
-    if (admitted_) service_->open_streams_.fetch_sub(1);
+    if (admitted_) service_->Release(peer_);
     delete this;
   }
 
  private:
   ReflectionService* const service_;
+  const std::string peer_;
   const bool admitted_;
   uint64_t requests_ = 0;
+  // What this stream has sent: imports are sent once a stream.
+  SentFiles sent_;
   Request request_;
   Response response_;
 };
@@ -98,11 +112,14 @@ void SetError(grpc::StatusCode code, std::string message,
 }  // namespace
 
 ReflectionService::ReflectionService(std::vector<std::string> services,
-                                     Limits limits, const DescriptorPool* pool)
+                                     Limits limits, const DescriptorPool* pool,
+                                     PeerKey peer_key)
     : services_(WithOwnName(std::move(services))),
       limits_{std::max<uint32_t>(limits.max_streams, 1),
-              std::max<uint32_t>(limits.max_requests_per_stream, 1)},
-      pool_(pool != nullptr ? pool : DescriptorPool::generated_pool()) {
+              std::max<uint32_t>(limits.max_requests_per_stream, 1),
+              std::max<uint32_t>(limits.max_streams_per_peer, 1)},
+      pool_(pool != nullptr ? pool : DescriptorPool::generated_pool()),
+      peer_key_(peer_key != nullptr ? std::move(peer_key) : PeerAddress) {
   // The served files, then what they import; the names looked up here are
   // the daemon's own, so the pool's failed-lookup sets stay bounded.
   std::deque<const FileDescriptor*> next;
@@ -173,17 +190,63 @@ ReflectionService::~ReflectionService() = default;
 
 grpc::ServerBidiReactor<ReflectionService::Request,
                         ReflectionService::Response>*
-ReflectionService::ServerReflectionInfo(grpc::CallbackServerContext*) {
-  // Admitted when a place is free; counted until the stream is done.
-  size_t open = open_streams_.load();
-  bool admitted = false;
-  while (open < limits_.max_streams) {
-    if (open_streams_.compare_exchange_weak(open, open + 1)) {
-      admitted = true;
-      break;
-    }
+ReflectionService::ServerReflectionInfo(grpc::CallbackServerContext* context) {
+  std::string peer = peer_key_(context->peer());
+  const char* refused_by = nullptr;
+  if (!Admit(peer, &refused_by)) return new Stream(this, "", refused_by);
+  return new Stream(this, std::move(peer), nullptr);
+}
+
+bool ReflectionService::Admit(const std::string& peer, const char** limit) {
+  absl::MutexLock lock(&streams_mu_);
+  if (open_streams_.load() >= limits_.max_streams) {
+    *limit = "max_reflection_streams";
+    return false;
   }
-  return new Stream(this, admitted);
+  uint32_t& mine = streams_by_peer_[peer];
+  if (mine >= limits_.max_streams_per_peer) {
+    *limit = "max_reflection_streams_per_peer";
+    return false;
+  }
+  ++mine;
+  open_streams_.fetch_add(1);
+  return true;
+}
+
+void ReflectionService::Release(const std::string& peer) {
+  absl::MutexLock lock(&streams_mu_);
+  auto it = streams_by_peer_.find(peer);
+  if (it != streams_by_peer_.end() && --it->second == 0) {
+    streams_by_peer_.erase(it);
+  }
+  open_streams_.fetch_sub(1);
+}
+
+std::string ReflectionService::PeerAddress(const std::string& grpc_peer) {
+  absl::string_view rest = grpc_peer;
+  if (absl::ConsumePrefix(&rest, "ipv4:")) {
+    return absl::StrCat("ipv4:", rest.substr(0, rest.rfind(':')));
+  }
+  if (!absl::ConsumePrefix(&rest, "ipv6:")) return grpc_peer;
+  // "[addr]:port", or URI-encoded "%5Baddr%5D:port".
+  std::string host = absl::StrReplaceAll(
+      rest,
+      {{"%5B", "["}, {"%5D", "]"}, {"%5b", "["}, {"%5d", "]"}, {"%25", "%"}});
+  if (!host.empty() && host[0] == '[') {
+    host = host.substr(1, host.find(']') - 1);
+  }
+  host = host.substr(0, host.find('%'));  // no zone
+  in6_addr a{};
+  if (::inet_pton(AF_INET6, host.c_str(), &a) != 1) return grpc_peer;
+  if (IN6_IS_ADDR_V4MAPPED(&a)) {
+    char v4[INET_ADDRSTRLEN];
+    ::inet_ntop(AF_INET, &a.s6_addr[12], v4, sizeof(v4));
+    return absl::StrCat("ipv4:", v4);
+  }
+  std::fill(a.s6_addr + 8, a.s6_addr + 16, 0);  // the /64
+  char v6[INET6_ADDRSTRLEN];
+  ::inet_ntop(AF_INET6, &a, v6, sizeof(v6));
+  return absl::StrCat("ipv6:", v6, "/64");
 }
 
 const std::string& ReflectionService::Serialized(const FileDescriptor* file) {
@@ -198,22 +261,29 @@ const std::string& ReflectionService::Serialized(const FileDescriptor* file) {
 }
 
 void ReflectionService::AddFileWithImports(const FileDescriptor* file,
-                                           Response* response) {
+                                           Response* response,
+                                           SentFiles* sent) {
   auto* files = response->mutable_file_descriptor_response();
+  // The file asked for always (a client may ask again for what it lost);
+  // an import already sent on the stream is not, nor what it imports (it
+  // was sent with it).
   std::set<const FileDescriptor*> added = {file};
   std::deque<const FileDescriptor*> next = {file};
   while (!next.empty()) {
     const FileDescriptor* f = next.front();
     next.pop_front();
     files->add_file_descriptor_proto(Serialized(f));
+    if (sent != nullptr) sent->insert(f);
     for (int i = 0; i < f->dependency_count(); ++i) {
       const FileDescriptor* dependency = f->dependency(i);
+      if (sent != nullptr && sent->count(dependency) != 0) continue;
       if (added.insert(dependency).second) next.push_back(dependency);
     }
   }
 }
 
-void ReflectionService::Answer(const Request& request, Response* response) {
+void ReflectionService::Answer(const Request& request, Response* response,
+                               SentFiles* sent) {
   response->Clear();
   if (request.ByteSizeLong() > kMaxReflectionRequestBytes) {
     SetError(grpc::StatusCode::INVALID_ARGUMENT,
@@ -241,7 +311,7 @@ void ReflectionService::Answer(const Request& request, Response* response) {
                  response);
         return;
       }
-      AddFileWithImports(file, response);
+      AddFileWithImports(file, response, sent);
       return;
     }
     case Request::kFileContainingSymbol: {
@@ -254,7 +324,7 @@ void ReflectionService::Answer(const Request& request, Response* response) {
                  response);
         return;
       }
-      AddFileWithImports(file, response);
+      AddFileWithImports(file, response, sent);
       return;
     }
     case Request::kFileContainingExtension: {
@@ -274,7 +344,7 @@ void ReflectionService::Answer(const Request& request, Response* response) {
                  response);
         return;
       }
-      AddFileWithImports(it->second->file(), response);
+      AddFileWithImports(it->second->file(), response, sent);
       return;
     }
     case Request::kAllExtensionNumbersOfType: {

@@ -18,13 +18,20 @@
 // this build's (the version before issue 36 part B fails every drill).
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <deque>
+#include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -33,6 +40,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/admin_client.h"
@@ -545,6 +553,205 @@ TEST(NetworkFloodDrill, IdleAndHalfSentConnectionsDoNotHoldMetrics) {
   EXPECT_LT(peak.threads - before.threads, 4);
   EXPECT_LT(after.rss - before.rss, int64_t{16} << 20);
   drill.ExpectHealthy();
+}
+
+// ------------------------------------------- 12: unread answers, EMFILE
+
+// A connection to the metrics port that sends its request and never reads
+// the answer, offering a tiny window (receive buffer and segment size set
+// before connecting), so that the endpoint stays writing to it. -1 on
+// error.
+int UnreadScrape(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int small = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  int mss = 88;  // the least Linux allows
+  ::setsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof(mss));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const std::string request =
+      "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+          static_cast<ssize_t>(request.size())) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Item 12, answers never read: a client keeps 200 connections that each
+// sent a request and read nothing, opening a new one every 10 ms (and
+// closing its oldest) for as long as the scrapes run; one address holds at
+// most --metrics_max_connections_per_address, and the connection longest
+// stalled makes room. An answer the endpoint cannot send whole stays
+// "being written", which before held its place until its deadline and
+// closed every newer connection, scrapes included. On loopback the
+// smallest window still takes about 41 KB (SO_RCVBUF 1, TCP_MAXSEG 88,
+// measured), and this job's body is about 11 KB: here the answers go out
+// whole and the daemon before this fix passes too. A larger job's body
+// (more nodes, more series) does not; daemon/http_endpoint_test.cc shows
+// that case with an 8 MiB body, failing with the old loop.
+TEST(NetworkFloodDrill, UnreadMetricsAnswersDoNotHoldMetrics) {
+  FloodDrill drill;
+  ASSERT_NO_FATAL_FAILURE(drill.Start());
+  drill.StartRounds();
+  const pid_t node0 = drill.cluster().daemon(0).pid();
+  const int port = drill.metrics_port(0);
+  const std::string first = ScrapeWithin(port, absl::Seconds(5));
+  ASSERT_TRUE(absl::StrContains(first, "rankd_ready 1"));
+  const ProcFigures before = Figures(node0);
+  Sampler sampler(node0);
+  std::atomic<bool> stop{false};
+  std::atomic<int> opened{0};
+  std::thread flood([&] {
+    std::deque<int> held;
+    while (!stop.load()) {
+      int fd = UnreadScrape(port);
+      if (fd >= 0) {
+        held.push_back(fd);
+        opened.fetch_add(1);
+      }
+      if (held.size() > 200) {
+        ::close(held.front());
+        held.pop_front();
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    for (int fd : held) ::close(fd);
+  });
+  // The flood fills every place first.
+  while (opened.load() < 100) absl::SleepFor(absl::Milliseconds(10));
+  int answered = 0;
+  absl::Duration slowest;
+  for (int i = 0; i < 10; ++i) {
+    const absl::Time start = absl::Now();
+    if (absl::StrContains(ScrapeWithin(port, absl::Seconds(2)),
+                          "rankd_ready 1")) {
+      ++answered;
+    }
+    slowest = std::max(slowest, absl::Now() - start);
+  }
+  stop.store(true);
+  flood.join();
+  drill.StopRounds();
+  const ProcFigures peak = sampler.Stop();
+  const ProcFigures after =
+      SettleNear(node0, before.rss, int64_t{16} << 20, absl::Seconds(10));
+  Report("item12", "node0 rankd metrics, unread answers 100/s", before, peak,
+         after,
+         absl::StrCat(first.size(), "-byte body, ", opened.load(),
+                      " unread scrapes, ", answered,
+                      "/10 scrapes answered within 2 s, slowest ",
+                      absl::FormatDuration(slowest)));
+  EXPECT_EQ(answered, 10) << "scrapes answered within 2 s";
+  EXPECT_EQ(drill.rounds_failed(), 0) << drill.first_failure();
+  EXPECT_LT(peak.threads - before.threads, 4);
+  EXPECT_LT(after.rss - before.rss, int64_t{16} << 20);
+  drill.ExpectHealthy();
+}
+
+// CPU seconds `pid` has used (utime + stime of /proc/PID/stat).
+double CpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(in)),
+                   std::istreambuf_iterator<char>());
+  // Fields after the command's closing parenthesis, from field 3 (state).
+  std::vector<std::string> fields =
+      absl::StrSplit(text.substr(text.rfind(')') + 2), ' ', absl::SkipEmpty());
+  int64_t utime = 0;
+  int64_t stime = 0;
+  if (fields.size() < 13 || !absl::SimpleAtoi(fields[11], &utime) ||
+      !absl::SimpleAtoi(fields[12], &stime)) {
+    return -1;
+  }
+  return static_cast<double>(utime + stime) /
+         static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// The lowest descriptor number `pid` has free: with RLIMIT_NOFILE there,
+// it can open nothing more.
+int LowestFreeDescriptor(pid_t pid) {
+  std::set<int> open;
+  for (const auto& entry : std::filesystem::directory_iterator(
+           absl::StrCat("/proc/", pid, "/fd"))) {
+    int fd = 0;
+    if (absl::SimpleAtoi(entry.path().filename().string(), &fd)) {
+      open.insert(fd);
+    }
+  }
+  int lowest = 0;
+  while (open.count(lowest) != 0) ++lowest;
+  return lowest;
+}
+
+// Item 12, out of descriptors: with node 0's RLIMIT_NOFILE lowered so that
+// it can open no descriptor, 8 connections wait on its metrics port for
+// 2 s. (Before: accept failed with EMFILE, the connection stayed queued,
+// and the endpoint's thread polled and failed again at once, spinning a
+// core.) Now the endpoint leaves the listener alone for a while and counts
+// it; with descriptors back, it accepts them and scrapes are answered.
+TEST(NetworkFloodDrill, MetricsOutOfDescriptorsBacksOff) {
+  FloodDrill drill;
+  ASSERT_NO_FATAL_FAILURE(drill.Start());
+  const pid_t node0 = drill.cluster().daemon(0).pid();
+  const int port = drill.metrics_port(0);
+  ASSERT_TRUE(
+      absl::StrContains(ScrapeWithin(port, absl::Seconds(5)), "rankd_ready 1"));
+  // Sockets made before the limit, connected after it.
+  std::vector<int> waiting;
+  for (int i = 0; i < 8; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    waiting.push_back(fd);
+  }
+  rlimit saved{};
+  ASSERT_EQ(::prlimit(node0, RLIMIT_NOFILE, nullptr, &saved), 0);
+  rlimit none = saved;
+  none.rlim_cur = static_cast<rlim_t>(LowestFreeDescriptor(node0));
+  ASSERT_EQ(::prlimit(node0, RLIMIT_NOFILE, &none, nullptr), 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int fd : waiting) {
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+              0);
+  }
+  const double cpu_before = CpuSeconds(node0);
+  absl::SleepFor(absl::Seconds(2));  // the window measured
+  const double cpu = CpuSeconds(node0) - cpu_before;
+  ASSERT_EQ(::prlimit(node0, RLIMIT_NOFILE, &saved, nullptr), 0);
+  for (int fd : waiting) ::close(fd);
+  // Descriptors back: answered again, and the pauses were counted.
+  std::string text;
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < until &&
+         !absl::StrContains(text = ScrapeWithin(port, absl::Seconds(2)),
+                            "rankd_ready 1")) {
+  }
+  std::optional<double> backoffs;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    double v = 0;
+    if (absl::ConsumePrefix(&line, "rankd_metrics_accept_backoffs_total ") &&
+        absl::SimpleAtod(line, &v)) {
+      backoffs = v;
+    }
+  }
+  std::printf(
+      "FLOOD item12 node0 rankd metrics out of descriptors for 2 s: %.2f s "
+      "of CPU, %s accept backoffs\n",
+      cpu, backoffs.has_value() ? absl::StrCat(*backoffs).c_str() : "no");
+  std::fflush(stdout);
+  EXPECT_TRUE(absl::StrContains(text, "rankd_ready 1"));
+  EXPECT_LT(cpu, 0.5) << "the daemon spun";
+  ASSERT_TRUE(backoffs.has_value()) << text;
+  EXPECT_GE(*backoffs, 2);
+  drill.ExpectHealthy();
+  EXPECT_TRUE(drill.Round().ok());
 }
 
 }  // namespace
