@@ -86,6 +86,12 @@ class LocalRounds {
   // first call counts.
   void Close(const absl::Status& status);
 
+  // The job moved to a new epoch: replies `status` to every frame that has
+  // not gone out yet and forgets every round, so that rounds are numbered
+  // afresh from 1; unlike Close, later contributions are taken. Frames
+  // already with the coordinator are answered by it. No effect after Close.
+  void Restart(const absl::Status& status);
+
   // How many rounds are open (GetJob's open_local_rounds).
   size_t open() const;
 
@@ -102,9 +108,9 @@ class LocalRounds {
   };
 
   // Sends the pending frames of `round` (the flush timer).
-  void Flush(uint64_t round);
+  void Flush(uint64_t round, uint64_t generation);
   // Erases a flushed round once its deadline passed (the retire timer).
-  void Retire(uint64_t round);
+  void Retire(uint64_t round, uint64_t generation);
   void CancelTimersLocked(Round& round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint32_t local_ranks_;
@@ -117,6 +123,9 @@ class LocalRounds {
   // frame for a round at or below it that is no longer held is late.
   uint64_t retired_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
+  // +1 at each Restart, so that a timer of a forgotten round never touches
+  // a new round of the same number.
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace rankd
