@@ -717,6 +717,7 @@ TEST_F(ConfigTest, RecoveryIsOffByDefaultAndValidated) {
   raw_.recovery_deadline_ms = "5m";
   ExpectError({"--recovery_deadline_ms=5m is not a whole number"});
   raw_.recovery_deadline_ms.reset();
+  raw_.recovery.reset();
   env_["RANKD_RECOVERY"] = "on";
   EXPECT_TRUE(MustResolve().recovery);
 }
