@@ -151,11 +151,12 @@ void LocalRounds::Close(const absl::Status& status) {
   for (auto& w : waiters) w.reply(closing);
 }
 
-void LocalRounds::Restart(const absl::Status& status) {
+void LocalRounds::Restart(uint64_t epoch, const absl::Status& status) {
   std::vector<Waiter> waiters;
   {
     absl::MutexLock lock(&mu_);
-    if (!closed_.ok()) return;
+    if (!closed_.ok() || epoch <= epoch_) return;
+    epoch_ = epoch;
     for (auto& [number, round] : rounds_) {
       CancelTimersLocked(round);
       for (auto& w : round.waiters) waiters.push_back(std::move(w));

@@ -86,11 +86,14 @@ class LocalRounds {
   // first call counts.
   void Close(const absl::Status& status);
 
-  // The job moved to a new epoch: replies `status` to every frame that has
-  // not gone out yet and forgets every round, so that rounds are numbered
+  // The job moved to `epoch`: replies `status` to every frame that has not
+  // gone out yet and forgets every round, so that rounds are numbered
   // afresh from 1; unlike Close, later contributions are taken. Frames
-  // already with the coordinator are answered by it. No effect after Close.
-  void Restart(const absl::Status& status);
+  // already with the coordinator are answered by it. Only the first call
+  // for an epoch counts (a daemon learns of a new epoch both from the
+  // event and from a rank's join into it, in either order); no effect
+  // after Close.
+  void Restart(uint64_t epoch, const absl::Status& status);
 
   // How many rounds are open (GetJob's open_local_rounds).
   size_t open() const;
@@ -126,6 +129,8 @@ class LocalRounds {
   // +1 at each Restart, so that a timer of a forgotten round never touches
   // a new round of the same number.
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // The epoch of the rounds held (Restart).
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace rankd

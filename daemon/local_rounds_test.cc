@@ -195,12 +195,15 @@ TEST(LocalRoundsTest, RestartFailsHeldFramesAndNumbersRoundsAfresh) {
   LocalRounds rounds(2, &timer, recorder.sender());
   Outcome held;
   rounds.Contribute(1, Frame(0), held.For(0), absl::Seconds(10));
-  rounds.Restart(absl::AbortedError("epoch 1 ended: rank 3 lost"));
+  rounds.Restart(2, absl::AbortedError("epoch 1 ended: rank 3 lost"));
   ASSERT_TRUE(held.done.HasBeenNotified());
   EXPECT_EQ(held.result.status().message(), "epoch 1 ended: rank 3 lost");
   EXPECT_EQ(rounds.open(), 0u);
   Outcome a, b;
   rounds.Contribute(1, Frame(0), a.For(0), absl::Seconds(10));
+  // The same epoch learnt a second time (event after join) changes nothing.
+  rounds.Restart(2, absl::AbortedError("epoch 1 ended"));
+  EXPECT_FALSE(a.done.HasBeenNotified());
   rounds.Contribute(1, Frame(1), b.For(1), absl::Seconds(10));
   ASSERT_TRUE(recorder.WaitFor(1));
   ASSERT_TRUE(a.done.HasBeenNotified() && b.done.HasBeenNotified());

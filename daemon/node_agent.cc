@@ -435,7 +435,16 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
             member->set_job_id(spec_.job_id);
             member->set_rank(rank);
             member->set_incarnation(incarnation);
+            const uint64_t epoch = m.epoch;
             lock.Release();
+            // A join into a new epoch may be answered before its
+            // JOB_RECOVERING event reaches this daemon: the ended epoch's
+            // rounds held here go first, so that none of them is taken for
+            // a round of the new one (Restart counts once per epoch).
+            rounds_.Restart(
+                epoch, absl::AbortedError(absl::StrCat(
+                           "epoch ", epoch - 1, " ended; the job is at epoch ",
+                           epoch, " (a loss; see the job's events)")));
             reply(std::move(response));
           }));
 }
@@ -814,7 +823,9 @@ void NodeAgent::OnEvent(const v1::JobEvent& event) {
     // with the loss named, and rounds are numbered afresh. Not inline, as
     // for a failure below.
     absl::Status ended = absl::AbortedError(event.message());
-    timer_->Schedule(MonotonicNow(), [this, ended] { rounds_.Restart(ended); });
+    const uint64_t epoch = event.epoch();
+    timer_->Schedule(MonotonicNow(),
+                     [this, epoch, ended] { rounds_.Restart(epoch, ended); });
   }
   if (event.kind() == v1::EVENT_KIND_JOB_FAILED) {
     // Not inline: the coordinator may be calling with its lock held, and
