@@ -682,11 +682,20 @@ absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
         state_ = v1::JOB_STATE_COMPLETED;
         AppendEventLocked(v1::EVENT_KIND_JOB_COMPLETED, std::nullopt, {},
                           "every rank left cleanly");
-      } else if (state_ == v1::JOB_STATE_READY ||
-                 state_ == v1::JOB_STATE_FORMING ||
-                 state_ == v1::JOB_STATE_RECOVERING) {
+      } else if (state_ == v1::JOB_STATE_RECOVERING) {
+        // The job is ending while slots are still lost: they will never be
+        // taken, so it could never complete; it fails, saying why.
         timer_->Cancel(recovery_timer_);
         recovery_timer_ = 0;
+        FailJobLocked(absl::StrCat("rank ", rank,
+                                   " left while the job was RECOVERING at "
+                                   "epoch ",
+                                   epoch_,
+                                   "; never replaced: ", StillLostLocked()));
+        job_failure = JobFailedLocked();
+        failed = true;
+      } else if (state_ == v1::JOB_STATE_READY ||
+                 state_ == v1::JOB_STATE_FORMING) {
         // Rounds need every rank, so the job serves no more: it says so
         // rather than stay READY (or wait to form) with a rank gone.
         state_ = v1::JOB_STATE_DRAINING;

@@ -1626,6 +1626,18 @@ TEST_F(RecoveryTest, EpochScopedKeysAreWrittenOnlyInTheirEpoch) {
   EXPECT_TRUE(KvSet(Member(0), "epoch/2/uid", "b").ok());
 }
 
+TEST_F(RecoveryTest, ALeaveDuringRecoveryFailsTheJobNamingTheLostSlots) {
+  FormWorld();
+  ASSERT_TRUE(Lose(1, 3).ok());
+  ASSERT_TRUE(coord_->ReleaseRank(ReleaseRequest(0, 0, true, "done")).ok());
+  v1::JobStatus job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_TRUE(absl::StrContains(job.failure(),
+                                "rank 0 left while the job was RECOVERING at "
+                                "epoch 2; never replaced: rank 3 (node 1)"))
+      << job.failure();
+}
+
 TEST_F(RecoveryTest, LossWhileFormingStillFailsTheJob) {
   ASSERT_TRUE(Register(0).ok());
   ASSERT_TRUE(Register(1).ok());
