@@ -250,11 +250,15 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
         AppendEventLocked(std::move(registered));
         std::vector<JoinWaiter> released;
         MaybeRecoveredLocked(&released);
+        v1::JoinRankResponse joined;
+        joined.set_job_incarnation(job_incarnation_);
+        joined.set_epoch(epoch_);
         v1::RegisterNodeResponse response;
         response.set_job_incarnation(job_incarnation_);
         response.set_last_event_sequence(events_.last_sequence());
         lock.Release();
         ReleaseAfterFailure();
+        for (auto& w : released) w.reply(joined);
         return response;
       }
       std::string why = absl::StrFormat(
