@@ -13,6 +13,7 @@
 #include <signal.h>
 
 #include <functional>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -313,6 +314,8 @@ TEST(RecoveryTest, KilledRankIsReplacedAndTheJobServesAtTheNextEpoch) {
   ASSERT_TRUE(ready_event.has_value());
   EXPECT_TRUE(absl::StrContains(ready_event->message(), "ready at epoch 2"))
       << ready_event->message();
+  // For the record (not asserted: timing depends on the machine).
+  std::cout << "RECOVERY rank: " << ready_event->message() << std::endl;
 
   // Survivors join again into epoch 2; then a round across every rank,
   // numbered afresh, succeeds.
@@ -446,6 +449,9 @@ TEST(RecoveryTest, RestartedNodeDaemonRegistersAgainAndTheJobRecovers) {
   }
   AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 2));
   AwaitJob(cluster, 1, StateAt(v1::JOB_STATE_READY, 2));
+  auto ready_event = ranks[0]->AwaitEvent(v1::EVENT_KIND_JOB_READY, 2);
+  ASSERT_TRUE(ready_event.has_value());
+  std::cout << "RECOVERY node: " << ready_event->message() << std::endl;
   for (uint32_t r : {0u, 1u}) {
     grpc::Status joined = ranks[r]->Join();
     ASSERT_TRUE(joined.ok()) << joined.error_message();
