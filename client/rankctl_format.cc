@@ -138,6 +138,15 @@ std::string FormatJobStatus(const v1::JobStatus& job) {
       {"INCARNATION", Uint(job.job_incarnation())},
       {"STATE", JobStateName(job.state())},
   };
+  // From a daemon that knows epochs (issue 38): 1 until the first recovery.
+  if (job.epoch() != 0) fields.push_back({"EPOCH", Uint(job.epoch())});
+  if (job.state() == v1::JOB_STATE_RECOVERING &&
+      job.recovery_deadline_left_ms() > 0) {
+    fields.push_back(
+        {"RECOVERY", absl::StrCat("fails in ",
+                                  FormatMillis(job.recovery_deadline_left_ms()),
+                                  " unless every lost slot is taken")});
+  }
   if (job.state() == v1::JOB_STATE_FAILED || !job.failure().empty()) {
     fields.push_back({"FAILURE", job.failure()});
   }
@@ -252,6 +261,7 @@ std::string FormatEvent(const v1::JobEvent& event) {
     }
     absl::StrAppend(&out, " ", message);
   }
+  if (event.epoch() != 0) absl::StrAppend(&out, " (epoch ", event.epoch(), ")");
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "client/rankctl_args.h"
 #include "client/rankctl_format.h"
 #include "gmock/gmock.h"
@@ -214,6 +215,33 @@ TEST(FormatTest, JobStatus) {
             "SERVED_BY    node 0 (coordinator)\n"
             "COORDINATOR  10.0.0.1:7000\n"
             "UPTIME       1m1s\n");
+}
+
+TEST(FormatTest, JobStatusRecoveringShowsEpochAndDeadline) {
+  v1::JobStatus job;
+  job.set_job_id("llama");
+  job.set_job_incarnation(9);
+  job.set_state(v1::JOB_STATE_RECOVERING);
+  job.set_epoch(2);
+  job.set_recovery_deadline_left_ms(61000);
+  job.set_joined_ranks(7);
+  job.set_world_size(8);
+  std::string out = FormatJobStatus(job);
+  EXPECT_TRUE(absl::StrContains(out,
+                                "STATE        RECOVERING\n"
+                                "EPOCH        2\n"
+                                "RECOVERY     fails in 1m1s unless every "
+                                "lost slot is taken\n"))
+      << out;
+  v1::JobEvent event;
+  event.set_sequence(4);
+  event.set_kind(v1::EVENT_KIND_JOB_RECOVERING);
+  event.add_ranks(5);
+  event.set_message("epoch 1 ended");
+  event.set_epoch(2);
+  EXPECT_TRUE(absl::StrContains(
+      FormatEvent(event), "JOB_RECOVERING rank 5 epoch 1 ended (epoch 2)"))
+      << FormatEvent(event);
 }
 
 TEST(FormatTest, Topology) {

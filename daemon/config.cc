@@ -233,8 +233,9 @@ class Resolver {
     for (absl::Status (Resolver::*stage)() :
          {&Resolver::Identity, &Resolver::Sizes, &Resolver::Topology,
           &Resolver::Addresses, &Resolver::Coordinator, &Resolver::Socket,
-          &Resolver::Heartbeat, &Resolver::Security, &Resolver::Limits,
-          &Resolver::Metrics, &Resolver::RoundLink, &Resolver::Network}) {
+          &Resolver::Heartbeat, &Resolver::Recovery, &Resolver::Security,
+          &Resolver::Limits, &Resolver::Metrics, &Resolver::RoundLink,
+          &Resolver::Network}) {
       if (absl::Status s = (this->*stage)(); !s.ok()) return s;
     }
     return c_;
@@ -540,6 +541,29 @@ class Resolver {
     return absl::OkStatus();
   }
 
+  // --recovery (on|off) and its deadline.
+  absl::Status Recovery() {
+    const Setting s = GivenOr(flags_.recovery, "recovery", "off");
+    const std::string v = absl::AsciiStrToLower(s.value);
+    if (v != "on" && v != "off") {
+      return Invalid(absl::StrCat(s.Assignment(), " is not \"on\" or \"off\""));
+    }
+    c_.recovery = v == "on";
+    const Setting sd =
+        GivenOr(flags_.recovery_deadline_ms, "recovery_deadline_ms",
+                absl::StrCat(kDefaultRecoveryDeadlineMs));
+    absl::StatusOr<uint32_t> deadline = ParseUint32(sd);
+    if (!deadline.ok()) return deadline.status();
+    if (*deadline < kMinRecoveryDeadlineMs ||
+        *deadline > kMaxRecoveryDeadlineMs) {
+      return Invalid(absl::StrCat(sd.Assignment(), " must be in ",
+                                  kMinRecoveryDeadlineMs, "..",
+                                  kMaxRecoveryDeadlineMs));
+    }
+    c_.recovery_deadline = absl::Milliseconds(*deadline);
+    return absl::OkStatus();
+  }
+
   // TLS files and the credentials folder (names only; nothing is read here).
   absl::Status Security() {
     const Setting cert = GivenOr(flags_.tls_cert, "tls_cert", "");
@@ -795,7 +819,11 @@ std::string DescribeConfig(const DaemonConfig& c) {
       " advertise=", c.advertise_address,
       " socket=", c.socket_path.empty() ? "off" : c.socket_path,
       " heartbeat=", absl::FormatDuration(c.heartbeat_interval), "/",
-      absl::FormatDuration(c.heartbeat_timeout), " tls=", tls, " credentials=",
+      absl::FormatDuration(c.heartbeat_timeout), " recovery=",
+      c.recovery
+          ? absl::StrCat("on/", absl::FormatDuration(c.recovery_deadline))
+          : "off",
+      " tls=", tls, " credentials=",
       c.allow_unauthenticated     ? "NONE (--allow_unauthenticated)"
       : c.credentials_dir.empty() ? "-"
                                   : c.credentials_dir,

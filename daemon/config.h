@@ -62,6 +62,12 @@ inline constexpr int64_t kDefaultHeartbeatTimeoutMs = 2000;
 // gives up and exits non-zero.
 inline constexpr int64_t kDefaultRegisterTimeoutMs = 300'000;
 inline constexpr int64_t kMinRegisterTimeoutMs = 100;
+// How long a job may stay RECOVERING (--recovery_deadline_ms) and the
+// accepted range: long enough for a replacement to start, short enough that
+// a job never waits unseen for hours.
+inline constexpr int64_t kDefaultRecoveryDeadlineMs = 300'000;
+inline constexpr int64_t kMinRecoveryDeadlineMs = 100;
+inline constexpr int64_t kMaxRecoveryDeadlineMs = 86'400'000;
 
 // Accepted ranges (milliseconds). The timeout must also exceed twice the
 // interval, so that one late heartbeat never declares a node lost.
@@ -150,6 +156,11 @@ struct DaemonConfig {
   absl::Duration heartbeat_timeout = absl::Milliseconds(2000);
   absl::Duration register_timeout =
       absl::Milliseconds(kDefaultRegisterTimeoutMs);
+  // --recovery=on: a lost rank or node makes the job RECOVERING at a new
+  // epoch instead of FAILED (read by the coordinating daemon).
+  bool recovery = false;
+  absl::Duration recovery_deadline =
+      absl::Milliseconds(kDefaultRecoveryDeadlineMs);
 
   TlsFiles tls;
   // Folder holding the job's credentials (common/credentials.h); empty when
@@ -214,6 +225,8 @@ struct RawConfig {
   std::optional<std::string> heartbeat_interval_ms;
   std::optional<std::string> heartbeat_timeout_ms;
   std::optional<std::string> register_timeout_ms;
+  std::optional<std::string> recovery;
+  std::optional<std::string> recovery_deadline_ms;
   std::optional<std::string> tls_cert;
   std::optional<std::string> tls_key;
   std::optional<std::string> tls_ca;

@@ -697,6 +697,31 @@ TEST_F(ConfigTest, HeartbeatBounds) {
   ExpectError({"--heartbeat_timeout_ms=2s is not a whole number"});
 }
 
+// ------------------------------------------------------------ recovery
+
+TEST_F(ConfigTest, RecoveryIsOffByDefaultAndValidated) {
+  raw_.world_size = "1";
+  DaemonConfig c = MustResolve();
+  EXPECT_FALSE(c.recovery);
+  EXPECT_EQ(c.recovery_deadline, absl::Minutes(5));
+  raw_.recovery = "ON";
+  raw_.recovery_deadline_ms = "2500";
+  c = MustResolve();
+  EXPECT_TRUE(c.recovery);
+  EXPECT_EQ(c.recovery_deadline, absl::Milliseconds(2500));
+  raw_.recovery = "maybe";
+  ExpectError({"--recovery=maybe is not \"on\" or \"off\""});
+  raw_.recovery = "off";
+  raw_.recovery_deadline_ms = "99";
+  ExpectError({"--recovery_deadline_ms=99 must be in 100..86400000"});
+  raw_.recovery_deadline_ms = "5m";
+  ExpectError({"--recovery_deadline_ms=5m is not a whole number"});
+  raw_.recovery_deadline_ms.reset();
+  raw_.recovery.reset();
+  env_["RANKD_RECOVERY"] = "on";
+  EXPECT_TRUE(MustResolve().recovery);
+}
+
 // ---------------------------------------------------------- TLS and token
 
 TEST_F(ConfigTest, TlsRules) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -65,7 +67,44 @@ Coordinator::Coordinator(JobSpec spec, std::vector<GroupSpec> groups,
                                       [this] { CheckHeartbeats(); });
 }
 
+// Timers are cancelled by BeginShutdown (tests may stop the timer first).
 Coordinator::~Coordinator() = default;
+
+uint64_t Coordinator::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
+}
+
+absl::Status Coordinator::CheckEpochLocked(uint32_t rank,
+                                           uint64_t member_epoch) const {
+  if (member_epoch == epoch_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "rank ", rank, " joined into epoch ", member_epoch,
+      " but the job is at epoch ", epoch_, " (", v1::JobState_Name(state_),
+      "); a process of an earlier epoch cannot act "
+      "in a later one: join again with the same incarnation to enter epoch ",
+      epoch_));
+}
+
+absl::Status Coordinator::CheckKeyEpochLocked(const std::string& key) const {
+  static constexpr absl::string_view kPrefix = "epoch/";
+  if (!absl::StartsWith(key, kPrefix)) return absl::OkStatus();
+  absl::string_view rest = absl::string_view(key).substr(kPrefix.size());
+  const size_t slash = rest.find('/');
+  uint64_t named = 0;
+  if (slash == absl::string_view::npos ||
+      !absl::SimpleAtoi(rest.substr(0, slash), &named) ||
+      rest.substr(0, slash) != absl::StrCat(named)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key '", key,
+        "' is under the reserved prefix epoch/ but does not "
+        "name an epoch: write epoch-scoped keys as epoch/<epoch>/<name>"));
+  }
+  if (named == epoch_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "key '", key, "' belongs to epoch ", named, " but the job is at epoch ",
+      epoch_, "; epoch-scoped keys are written only in their own epoch"));
+}
 
 uint32_t Coordinator::NodeOfRank(uint32_t rank) const {
   absl::MutexLock lock(&mu_);
@@ -133,7 +172,8 @@ absl::Status Coordinator::CheckMemberLocked(const v1::MemberRef& member) const {
     return absl::FailedPreconditionError(absl::StrCat(
         "rank ", member.rank(), " is ", v1::MemberState_Name(m.state)));
   }
-  return JobFailedLocked();
+  if (auto s = JobFailedLocked(); !s.ok()) return s;
+  return CheckEpochLocked(member.rank(), m.epoch);
 }
 
 absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
@@ -159,7 +199,7 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
     return s;
   }
   {
-    absl::MutexLock lock(&mu_);
+    absl::ReleasableMutexLock lock(&mu_);
     Node& node = nodes_[info.node_index()];
     if (node.state != v1::NODE_STATE_NOT_REGISTERED) {
       if (node.info.daemon_incarnation() == info.daemon_incarnation()) {
@@ -169,6 +209,46 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
         response.set_job_incarnation(job_incarnation_);
         response.set_last_event_sequence(events_.last_sequence());
         return response;  // a retried registration
+      }
+      const bool replace = spec_.recovery && !shutting_down_ &&
+                           (state_ == v1::JOB_STATE_READY ||
+                            state_ == v1::JOB_STATE_RECOVERING) &&
+                           (node.state == v1::NODE_STATE_REGISTERED ||
+                            node.state == v1::NODE_STATE_LOST);
+      if (replace) {
+        // A replacement daemon takes the index over: its predecessor and
+        // that one's ranks are lost (if not already), the job recovers.
+        const uint64_t old_incarnation = node.info.daemon_incarnation();
+        LoseNodeLocked(info.node_index(),
+                       "its daemon restarted (a new daemon incarnation "
+                       "registered)");
+        node.state = v1::NODE_STATE_REGISTERED;
+        node.info = info;
+        node.detail.clear();
+        node.last_heartbeat = MonotonicNow();
+        lost_nodes_.erase(info.node_index());
+        v1::JobEvent registered;
+        registered.set_kind(v1::EVENT_KIND_NODE_REGISTERED);
+        registered.set_node_index(info.node_index());
+        registered.set_message(absl::StrFormat(
+            "%s registered again (daemon incarnation %x replaces %x) at "
+            "epoch %d",
+            NodeName(info.node_index(), info), info.daemon_incarnation(),
+            old_incarnation, epoch_));
+        *registered.mutable_node() = info;
+        AppendEventLocked(std::move(registered));
+        std::vector<JoinWaiter> released;
+        MaybeRecoveredLocked(&released);
+        v1::JoinRankResponse joined;
+        joined.set_job_incarnation(job_incarnation_);
+        joined.set_epoch(epoch_);
+        v1::RegisterNodeResponse response;
+        response.set_job_incarnation(job_incarnation_);
+        response.set_last_event_sequence(events_.last_sequence());
+        lock.Release();
+        ReleaseAfterFailure();
+        for (auto& w : released) w.reply(joined);
+        return response;
       }
       std::string why = absl::StrFormat(
           "its daemon restarted (a new daemon incarnation registered), so "
@@ -295,8 +375,10 @@ void Coordinator::JoinRank(const v1::JoinRankRequest& request,
   {
     absl::MutexLock lock(&mu_);
     status = JoinRankLocked(request, &released);
+    response.set_epoch(epoch_);
     if (status.ok() && request.wait_for_world_ms() > 0 &&
-        state_ == v1::JOB_STATE_FORMING) {
+        (state_ == v1::JOB_STATE_FORMING ||
+         state_ == v1::JOB_STATE_RECOVERING)) {
       uint64_t id = next_waiter_++;
       JoinWaiter& w = join_waiters_[id];
       w.reply = std::move(reply);
@@ -338,18 +420,34 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
   Member& m = members_[rank];
   if (m.state == v1::MEMBER_STATE_JOINED) {
     if (m.incarnation == request.incarnation() && m.node_index == node_index) {
-      return absl::OkStatus();  // a retried join of the same process
+      // A retried join of the same process, or a survivor of a loss
+      // entering the job's new epoch.
+      m.epoch = epoch_;
+      return absl::OkStatus();
     }
     return absl::AlreadyExistsError(absl::StrFormat(
         "rank %d is already held by pid %d on node %d; two processes claim "
         "it",
         rank, m.pid, m.node_index));
   }
-  if (m.state != v1::MEMBER_STATE_NOT_JOINED) {
+  const bool replacing =
+      m.state == v1::MEMBER_STATE_LOST && state_ == v1::JOB_STATE_RECOVERING;
+  if (m.state != v1::MEMBER_STATE_NOT_JOINED && !replacing) {
     return absl::FailedPreconditionError(absl::StrCat(
         "rank ", rank, " already ran in this job incarnation and is ",
         v1::MemberState_Name(m.state),
-        "; a restarted process cannot rejoin: recreate the whole group"));
+        spec_.recovery
+            ? absl::StrCat("; a replacement joins only while the job is "
+                           "RECOVERING (it is ",
+                           v1::JobState_Name(state_), ")")
+            : "; a restarted process cannot rejoin: recreate the whole "
+              "group (or run the coordinator with --recovery=on)"));
+  }
+  if (replacing && m.incarnation == request.incarnation()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "rank %d: incarnation %x was lost; only a new process (a new "
+        "incarnation) can take the rank's slot at epoch %d",
+        rank, request.incarnation(), epoch_));
   }
   if (state_ == v1::JOB_STATE_DRAINING) {
     return absl::FailedPreconditionError(
@@ -368,8 +466,14 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
   m.incarnation = request.incarnation();
   m.pid = request.pid();
   m.device = request.device();
+  m.epoch = epoch_;
+  m.detail.clear();
   ++joined_;
   ++joined_on_node_[node_index];
+  if (replacing) {
+    lost_ranks_.erase(rank);
+    replaced_ranks_.insert(rank);
+  }
   v1::MemberDetails details;
   details.set_local_rank(request.local_rank());
   details.set_incarnation(request.incarnation());
@@ -386,7 +490,39 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
     }
     join_waiters_.clear();
   }
+  MaybeRecoveredLocked(released);
   return absl::OkStatus();
+}
+
+void Coordinator::MaybeRecoveredLocked(std::vector<JoinWaiter>* released) {
+  if (state_ != v1::JOB_STATE_RECOVERING || joined_ != spec_.world_size ||
+      !lost_nodes_.empty() || !lost_ranks_.empty()) {
+    return;
+  }
+  state_ = v1::JOB_STATE_READY;
+  timer_->Cancel(recovery_timer_);
+  recovery_timer_ = 0;
+  std::string replaced =
+      replaced_ranks_.empty()
+          ? std::string("no rank replaced")
+          : absl::StrCat("replaced rank",
+                         replaced_ranks_.size() > 1 ? "s " : " ",
+                         FormatRankList(std::vector<uint32_t>(
+                             replaced_ranks_.begin(), replaced_ranks_.end())));
+  AppendEventLocked(
+      v1::EVENT_KIND_JOB_READY, std::nullopt, {},
+      absl::StrCat(
+          "all ", spec_.world_size, " ranks joined: ready at epoch ", epoch_,
+          " after ",
+          absl::ToInt64Milliseconds(MonotonicNow() - recovering_since_),
+          " ms of recovery (", replaced, ")"));
+  replaced_ranks_.clear();
+  recovery_cause_.clear();
+  for (auto& [id, w] : join_waiters_) {
+    timer_->Cancel(w.timer);
+    released->push_back(std::move(w));
+  }
+  join_waiters_.clear();
 }
 
 void Coordinator::HoldJoinLocked(uint32_t node_index, uint32_t rank,
@@ -435,11 +571,13 @@ void Coordinator::AppendHeldJoinsLocked() {
     event.set_message(absl::StrCat("ranks ", ranks, " joined on nodes ",
                                    FormatRankList(std::move(nodes))));
   }
+  event.set_epoch(epoch_);
   events_.Append(std::move(event));
 }
 
 void Coordinator::AppendEventLocked(v1::JobEvent event) {
   AppendHeldJoinsLocked();
+  event.set_epoch(epoch_);
   events_.Append(std::move(event));
 }
 
@@ -447,8 +585,12 @@ void Coordinator::AppendEventLocked(v1::EventKind kind,
                                     std::optional<uint32_t> node_index,
                                     const std::vector<uint32_t>& ranks,
                                     std::string message) {
-  AppendHeldJoinsLocked();
-  events_.Append(kind, node_index, ranks, std::move(message));
+  v1::JobEvent event;
+  event.set_kind(kind);
+  if (node_index.has_value()) event.set_node_index(*node_index);
+  for (uint32_t r : ranks) event.add_ranks(r);
+  event.set_message(std::move(message));
+  AppendEventLocked(std::move(event));
 }
 
 void Coordinator::ExpireJoinWaiter(uint64_t id) {
@@ -472,7 +614,8 @@ std::string Coordinator::MissingRanksLocked() const {
   std::map<uint32_t, std::vector<uint32_t>> by_node;
   std::vector<uint32_t> all;
   for (uint32_t r = 0; r < members_.size(); ++r) {
-    if (members_[r].state == v1::MEMBER_STATE_NOT_JOINED) {
+    if (members_[r].state == v1::MEMBER_STATE_NOT_JOINED ||
+        lost_ranks_.contains(r)) {
       by_node[members_[r].node_index].push_back(r);
       all.push_back(r);
     }
@@ -532,6 +675,18 @@ absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
         state_ = v1::JOB_STATE_COMPLETED;
         AppendEventLocked(v1::EVENT_KIND_JOB_COMPLETED, std::nullopt, {},
                           "every rank left cleanly");
+      } else if (state_ == v1::JOB_STATE_RECOVERING) {
+        // The job is ending while slots are still lost: they will never be
+        // taken, so it could never complete; it fails, saying why.
+        timer_->Cancel(recovery_timer_);
+        recovery_timer_ = 0;
+        FailJobLocked(absl::StrCat("rank ", rank,
+                                   " left while the job was RECOVERING at "
+                                   "epoch ",
+                                   epoch_,
+                                   "; never replaced: ", StillLostLocked()));
+        job_failure = JobFailedLocked();
+        failed = true;
       } else if (state_ == v1::JOB_STATE_READY ||
                  state_ == v1::JOB_STATE_FORMING) {
         // Rounds need every rank, so the job serves no more: it says so
@@ -550,7 +705,7 @@ absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
           absl::StrCat("rank ", rank, " (pid ", m.pid, " on node ",
                        m.node_index, ") lost: ", request.reason());
       AppendEventLocked(v1::EVENT_KIND_MEMBER_LOST, m.node_index, {rank}, why);
-      FailJobLocked(why);
+      LoseLocked(why, {rank}, std::nullopt);
       failed = true;
     }
   }
@@ -594,8 +749,10 @@ void Coordinator::ContributeWordsShared(
         "a contribution to all_gather_words round ", request.round(),
         " carries no frame; a node contributes its ranks' frames"));
   }
+  uint64_t epoch = 0;
   if (status.ok()) {
     absl::MutexLock lock(&mu_);
+    epoch = epoch_;
     status = CheckNodeLocked(request.node());
     if (status.ok()) status = JobFailedLocked();
     for (const auto& f : request.frames()) {
@@ -609,6 +766,8 @@ void Coordinator::ContributeWordsShared(
         status = absl::FailedPreconditionError(
             absl::StrCat("rank ", f.rank(), " is not a joined member of node ",
                          request.node().node_index()));
+      } else {
+        status = CheckEpochLocked(f.rank(), members_[f.rank()].epoch);
       }
     }
   }
@@ -621,7 +780,7 @@ void Coordinator::ContributeWordsShared(
                                                       request.frames().end()),
                            DeadlineAfterMs(request.timeout_ms()),
                            std::move(done),
-                           absl::Milliseconds(request.waited_ms()));
+                           absl::Milliseconds(request.waited_ms()), epoch);
 }
 
 absl::StatusOr<v1::KvSetResponse> Coordinator::KvSet(
@@ -629,6 +788,7 @@ absl::StatusOr<v1::KvSetResponse> Coordinator::KvSet(
   {
     absl::MutexLock lock(&mu_);
     if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
+    if (auto s = CheckKeyEpochLocked(request.key()); !s.ok()) return s;
   }
   KvCondition condition;
   if (request.has_expected()) condition.expected = request.expected();
@@ -692,6 +852,7 @@ absl::StatusOr<v1::KvAddResponse> Coordinator::KvAdd(
   {
     absl::MutexLock lock(&mu_);
     if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
+    if (auto s = CheckKeyEpochLocked(request.key()); !s.ok()) return s;
   }
   auto value = kv_.Add(request.key(), request.delta(), request.member().rank());
   if (!value.ok()) return value.status();
@@ -705,6 +866,7 @@ absl::StatusOr<v1::KvDeleteResponse> Coordinator::KvDelete(
   {
     absl::MutexLock lock(&mu_);
     if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
+    if (auto s = CheckKeyEpochLocked(request.key()); !s.ok()) return s;
   }
   std::optional<std::string> expected;
   if (request.has_expected()) expected = request.expected();
@@ -737,7 +899,81 @@ void Coordinator::LoseNodeLocked(uint32_t node_index, const std::string& why) {
                     " lost");
   }
   AppendEventLocked(v1::EVENT_KIND_NODE_LOST, node_index, lost, message);
-  if (state_ != v1::JOB_STATE_COMPLETED) FailJobLocked(message);
+  if (state_ != v1::JOB_STATE_COMPLETED) LoseLocked(message, lost, node_index);
+}
+
+void Coordinator::LoseLocked(const std::string& cause,
+                             const std::vector<uint32_t>& ranks,
+                             std::optional<uint32_t> node) {
+  const bool recover =
+      spec_.recovery && !shutting_down_ &&
+      (state_ == v1::JOB_STATE_READY || state_ == v1::JOB_STATE_RECOVERING);
+  if (!recover) return FailJobLocked(cause);
+  for (uint32_t r : ranks) {
+    // The slot is free for a replacement, on whichever node has room.
+    lost_ranks_.insert(r);
+    replaced_ranks_.erase(r);
+    --joined_;
+    --joined_on_node_[members_[r].node_index];
+  }
+  if (node.has_value()) lost_nodes_.insert(*node);
+  const uint64_t ended = epoch_;
+  const bool first = state_ == v1::JOB_STATE_READY;
+  AppendHeldJoinsLocked();  // joins of the ended epoch say so
+  ++epoch_;
+  state_ = v1::JOB_STATE_RECOVERING;
+  if (first) {
+    recovering_since_ = MonotonicNow();
+    recovery_cause_ = cause;
+    recovery_timer_ =
+        timer_->Schedule(recovering_since_ + spec_.recovery_deadline,
+                         [this] { ExpireRecovery(); });
+  }
+  const int64_t left_ms = absl::ToInt64Milliseconds(
+      recovering_since_ + spec_.recovery_deadline - MonotonicNow());
+  std::string message = absl::StrCat(
+      "epoch ", ended, " ended: ", cause, "; recovering at epoch ", epoch_,
+      first ? "" : " (a loss during recovery)", ": waiting for ",
+      StillLostLocked(), ", at most ", std::max<int64_t>(left_ms, 0),
+      " ms more (--recovery_deadline_ms)");
+  epoch_ended_ = absl::AbortedError(message);
+  AppendEventLocked(v1::EVENT_KIND_JOB_RECOVERING, node, ranks, message);
+}
+
+std::string Coordinator::StillLostLocked() const {
+  std::map<uint32_t, std::vector<uint32_t>> by_node;
+  for (uint32_t r : lost_ranks_) by_node[members_[r].node_index].push_back(r);
+  std::vector<std::string> parts;
+  for (auto& [n, ranks] : by_node) {
+    parts.push_back(absl::StrCat("rank", ranks.size() > 1 ? "s " : " ",
+                                 FormatRankList(ranks), " (node ", n, ")"));
+  }
+  if (!lost_nodes_.empty()) {
+    parts.push_back(absl::StrCat("node", lost_nodes_.size() > 1 ? "s " : " ",
+                                 FormatRankList(std::vector<uint32_t>(
+                                     lost_nodes_.begin(), lost_nodes_.end())),
+                                 " to register again"));
+  }
+  if (parts.empty()) return "nothing";
+  return absl::StrJoin(parts, ", ");
+}
+
+void Coordinator::ExpireRecovery() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ != v1::JOB_STATE_RECOVERING ||
+        MonotonicNow() < recovering_since_ + spec_.recovery_deadline) {
+      return;
+    }
+    recovery_timer_ = 0;
+    FailJobLocked(absl::StrCat(
+        "recovery deadline of ",
+        absl::ToInt64Milliseconds(spec_.recovery_deadline),
+        " ms (--recovery_deadline_ms) passed at epoch ", epoch_,
+        " with the job still RECOVERING; never came back: ", StillLostLocked(),
+        " (first loss: ", recovery_cause_, ")"));
+  }
+  ReleaseAfterFailure();
 }
 
 void Coordinator::FailJob(const std::string& cause) {
@@ -758,16 +994,30 @@ void Coordinator::FailJobLocked(const std::string& cause) {
 void Coordinator::ReleaseAfterFailure() {
   absl::Status cause;
   std::map<uint64_t, JoinWaiter> waiters;
+  std::optional<absl::Status> ended;
+  uint64_t epoch = 0;
   {
     absl::MutexLock lock(&mu_);
+    ended.swap(epoch_ended_);
+    epoch = epoch_;
     cause = JobFailedLocked();
-    if (cause.ok()) return;
+    if (cause.ok() && !ended.has_value()) return;
+    // Joins waiting for the world: the job failed, or the epoch they
+    // joined into ended (they join again into the new one).
     waiters.swap(join_waiters_);
     for (auto& [id, w] : waiters) timer_->Cancel(w.timer);
   }
-  rounds_.Fail(cause);
-  kv_.Fail(cause);
-  for (auto& [id, w] : waiters) w.reply(cause);
+  if (ended.has_value()) {
+    // The epoch that ended: its rounds fail with the loss named, and
+    // rounds are numbered afresh in the new one. Not under mu_: WordRounds
+    // calls NodeOfRank under its own lock.
+    rounds_.Restart(epoch, *ended);
+  }
+  if (!cause.ok()) {
+    rounds_.Fail(cause);
+    kv_.Fail(cause);
+  }
+  for (auto& [id, w] : waiters) w.reply(cause.ok() ? *ended : cause);
 }
 
 void Coordinator::BeginShutdown() {
@@ -777,6 +1027,8 @@ void Coordinator::BeginShutdown() {
     shutting_down_ = true;
     timer_->Cancel(heartbeat_timer_);
     heartbeat_timer_ = 0;
+    timer_->Cancel(recovery_timer_);
+    recovery_timer_ = 0;
     closers.swap(stream_closers_);
   }
   ReleaseAfterFailure();
@@ -821,6 +1073,12 @@ v1::JobStatus Coordinator::GetJob() const {
   absl::MutexLock lock(&mu_);
   status.set_state(state_);
   status.set_failure(failure_);
+  status.set_epoch(epoch_);
+  if (state_ == v1::JOB_STATE_RECOVERING) {
+    status.set_recovery_deadline_left_ms(std::max<int64_t>(
+        1, absl::ToInt64Milliseconds(
+               recovering_since_ + spec_.recovery_deadline - MonotonicNow())));
+  }
   status.set_joined_ranks(joined_);
   uint32_t registered = 0;
   for (const Node& n : nodes_) {
@@ -866,6 +1124,7 @@ v1::MemberList Coordinator::ListMembers() const {
     out->set_pid(m.pid);
     *out->mutable_device() = m.device;
     out->set_detail(m.detail);
+    if (m.state == v1::MEMBER_STATE_JOINED) out->set_epoch(m.epoch);
   }
   for (uint32_t n = 0; n < nodes_.size(); ++n) {
     const Node& node = nodes_[n];

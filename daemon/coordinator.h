@@ -7,6 +7,19 @@
 // job fails (a rank or node lost, a daemon restarted) every pending and
 // later wait fails with an Aborted status naming the cause.
 //
+// Epochs (spec.recovery, docs/architecture.md "Epochs and recovery"): the
+// job forms at epoch 1. With recovery on, a loss while READY or RECOVERING
+// does not fail the job: it ends the current epoch (its open rounds fail
+// with Aborted naming the loss), moves the job to RECOVERING at the next
+// epoch and frees the lost slots, which replacement processes (a new
+// incarnation of the same rank) and replacement daemons (a new daemon
+// incarnation of the same node index) then take. Every loss, a second one
+// during recovery included, starts a new epoch; the deadline
+// (spec.recovery_deadline) runs from the first loss. A member acts only in
+// the epoch it joined into: a survivor joins again (same incarnation) to
+// enter the new one. The job is READY again once every slot is held, or
+// FAILED at the deadline naming what never came back.
+//
 // Transport-agnostic: the Peer gRPC service and the coordinating daemon's
 // own NodeAgent call it directly. Replies may be delivered on the calling
 // thread or on the timer thread; they are never invoked with the
@@ -19,6 +32,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,6 +71,8 @@ class Coordinator {
   ~Coordinator();
 
   uint64_t job_incarnation() const { return job_incarnation_; }
+  // The job's current epoch (1 until the first recovery).
+  uint64_t epoch() const;
   const JobSpec& spec() const { return spec_; }
   EventLog& events() { return events_; }
 
@@ -66,7 +82,10 @@ class Coordinator {
   // exceeds a limit (CheckNodeInfo); FailedPrecondition when its
   // configuration differs, the job failed, or its index is held by a live
   // daemon of another incarnation (which also fails the job: a restarted
-  // daemon cannot silently rejoin). Idempotent for the same incarnation.
+  // daemon cannot silently rejoin). With recovery on and the job READY or
+  // RECOVERING, a new daemon incarnation instead takes the index over: the
+  // old daemon and its ranks are lost (the job recovers) and the new one is
+  // registered. Idempotent for the same incarnation.
   absl::StatusOr<v1::RegisterNodeResponse> RegisterNode(
       const v1::RegisterNodeRequest& request);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
@@ -84,6 +103,12 @@ class Coordinator {
                        bool connection_lost, const std::string& reason);
   absl::StatusOr<v1::LeaveNodeResponse> LeaveNode(
       const v1::LeaveNodeRequest& request);
+  // Joins a rank into the current epoch. A joined member's join again
+  // (same incarnation and node) moves it into the current epoch. While
+  // RECOVERING, a lost rank's slot takes a new incarnation (its
+  // replacement); the lost incarnation itself is refused. With
+  // wait_for_world_ms, answers once the job is READY (FORMING or
+  // RECOVERING until then), or Aborted when another loss ends the epoch.
   void JoinRank(const v1::JoinRankRequest& request,
                 Reply<v1::JoinRankResponse> reply);
   absl::StatusOr<v1::ReleaseRankResponse> ReleaseRank(
@@ -95,7 +120,10 @@ class Coordinator {
   void ContributeWordsShared(const v1::ContributeWordsRequest& request,
                              WordRounds::SharedDone done);
   // KvSet and KvAdd count a new key against the calling rank; errors as for
-  // KvStore::Set (ResourceExhausted naming the limit reached).
+  // KvStore::Set (ResourceExhausted naming the limit reached). Every
+  // key-value call is refused (FailedPrecondition naming both epochs) when
+  // the member joined into an earlier epoch than the job's, and a write to
+  // a key under "epoch/<N>/" when N is not the job's epoch.
   absl::StatusOr<v1::KvSetResponse> KvSet(const v1::KvSetRequest& request);
   // Waits at most timeout_ms for the key; a cancelled `cancellation` (may
   // be null) releases the wait at once with Cancelled. ResourceExhausted
@@ -140,6 +168,8 @@ class Coordinator {
     uint32_t pid = 0;
     v1::DeviceInfo device;
     std::string detail;
+    // The epoch this member joined into (0 before it joined).
+    uint64_t epoch = 0;
   };
   struct JoinWaiter {
     Reply<v1::JoinRankResponse> reply;
@@ -158,12 +188,36 @@ class Coordinator {
   absl::Status JoinRankLocked(const v1::JoinRankRequest& request,
                               std::vector<JoinWaiter>* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Marks the node lost and fails the job; returns whether anything changed.
+  // Marks the node lost and fails the job or recovers (LoseLocked).
   void LoseNodeLocked(uint32_t node_index, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `ranks` (and `node`, if set) were lost, their LOST event appended: with
+  // recovery on and the job READY or RECOVERING, frees their slots and
+  // moves the job to RECOVERING at the next epoch (ReleaseAfterFailure
+  // then fails the ended epoch's rounds); otherwise fails the job.
+  void LoseLocked(const std::string& cause, const std::vector<uint32_t>& ranks,
+                  std::optional<uint32_t> node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RECOVERING and every slot held again: READY at this epoch; releases
+  // the joins waiting for it into `released`.
+  void MaybeRecoveredLocked(std::vector<JoinWaiter>* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The recovery deadline timer: fails the job if still RECOVERING.
+  void ExpireRecovery();
+  // "rank 2 joined into epoch 1 but the job is at epoch 2 ..." when
+  // `member_epoch` is behind, else OK.
+  absl::Status CheckEpochLocked(uint32_t rank, uint64_t member_epoch) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A write to "epoch/<N>/..." with N not the current epoch is refused.
+  absl::Status CheckKeyEpochLocked(const std::string& key) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The lost ranks (by node) and nodes still missing, for messages.
+  std::string StillLostLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailJobLocked(const std::string& cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Releases waits after FailJobLocked; call without the lock.
+  // Releases waits after FailJobLocked, and after LoseLocked moved the job
+  // to a new epoch fails the ended epoch's rounds and joins waiting for
+  // the world; call without the lock.
   void ReleaseAfterFailure();
   std::string MissingRanksLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds a join to the held MEMBER_JOINED event (see held_joins_), which
@@ -196,6 +250,20 @@ class Coordinator {
   mutable absl::Mutex mu_;
   v1::JobState state_ ABSL_GUARDED_BY(mu_) = v1::JOB_STATE_FORMING;
   std::string failure_ ABSL_GUARDED_BY(mu_);
+  // Epochs and recovery (see the file comment).
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 1;
+  // Slots freed by losses during this recovery, not yet taken again.
+  std::set<uint32_t> lost_ranks_ ABSL_GUARDED_BY(mu_);
+  std::set<uint32_t> lost_nodes_ ABSL_GUARDED_BY(mu_);
+  // Ranks replaced during this recovery, for the JOB_READY message.
+  std::set<uint32_t> replaced_ranks_ ABSL_GUARDED_BY(mu_);
+  absl::Time recovering_since_ ABSL_GUARDED_BY(mu_);
+  // The first loss of this recovery.
+  std::string recovery_cause_ ABSL_GUARDED_BY(mu_);
+  DeadlineTimer::TimerId recovery_timer_ ABSL_GUARDED_BY(mu_) = 0;
+  // Set by LoseLocked: the rounds of the epoch that ended are to be failed
+  // with this status (ReleaseAfterFailure).
+  std::optional<absl::Status> epoch_ended_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Node> nodes_ ABSL_GUARDED_BY(mu_);
   std::vector<Member> members_ ABSL_GUARDED_BY(mu_);

@@ -1382,5 +1382,269 @@ TEST_F(CoordinatorTest, ShutdownReleasesWaitsWithUnavailable) {
   EXPECT_EQ(JoinNow(1, 2), want);
 }
 
+// ------------------------------------------------------ epochs, recovery
+
+class RecoveryTest : public CoordinatorTest {
+ protected:
+  void SetUp() override {
+    JobSpec spec = DefaultSpec();
+    spec.recovery = true;
+    spec.recovery_deadline = absl::Seconds(600);
+    Start(spec);
+  }
+
+  // Restarts the coordinator with a short recovery deadline.
+  void StartWithDeadline(absl::Duration deadline) {
+    JobSpec spec = DefaultSpec();
+    spec.recovery = true;
+    spec.recovery_deadline = deadline;
+    Start(spec);
+  }
+
+  // Rank `rank` of node `node` lost (its daemon saw its stream break).
+  absl::Status Lose(uint32_t node, uint32_t rank) {
+    return coord_->ReleaseRank(ReleaseRequest(node, rank, false, "test kill"))
+        .status();
+  }
+
+  // The JOB_RECOVERING and JOB_READY events so far.
+  std::vector<v1::JobEvent> EventsOf(v1::EventKind kind) {
+    std::vector<v1::JobEvent> out;
+    for (const auto& e : coord_->events().Since(0)) {
+      if (e.kind() == kind) out.push_back(e);
+    }
+    return out;
+  }
+};
+
+TEST_F(CoordinatorTest, RecoveryOffLostRankFailsTheJobAtEpochOne) {
+  FormWorld();
+  EXPECT_EQ(coord_->GetJob().epoch(), 1u);
+  ASSERT_TRUE(
+      coord_->ReleaseRank(ReleaseRequest(1, 3, false, "test kill")).ok());
+  v1::JobStatus job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.epoch(), 1u);
+  // A replacement cannot join: the message says how recovery would.
+  EXPECT_STATUS(JoinNow(1, 3, 0xbeef), absl::StatusCode::kAborted,
+                "job failed");
+}
+
+TEST_F(RecoveryTest, LostRankRecoversAtTheNextEpochOnceReplaced) {
+  FormWorld();
+  EXPECT_EQ(coord_->GetJob().epoch(), 1u);
+  // A round of epoch 1 pending at the loss fails, naming it.
+  auto pending = Contribute(0, 1, {{0, {10}}, {1, {11}}});
+  ASSERT_FALSE(pending->Ready());
+  ASSERT_TRUE(Lose(1, 3).ok());
+  ASSERT_TRUE(pending->Wait());
+  EXPECT_STATUS(pending->status(), absl::StatusCode::kAborted,
+                "epoch 1 ended: rank 3");
+  EXPECT_TRUE(
+      absl::StrContains(pending->status().message(), "recovering at epoch 2"));
+
+  v1::JobStatus job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_EQ(job.epoch(), 2u);
+  EXPECT_EQ(job.joined_ranks(), 3u);
+  EXPECT_GT(job.recovery_deadline_left_ms(), 0);
+  EXPECT_EQ(MemberStatusOf(3).state(), v1::MEMBER_STATE_LOST);
+  auto recovering = EventsOf(v1::EVENT_KIND_JOB_RECOVERING);
+  ASSERT_EQ(recovering.size(), 1u);
+  EXPECT_EQ(recovering[0].epoch(), 2u);
+  EXPECT_EQ(Ranks(recovering[0]), std::vector<uint32_t>{3});
+  auto lost = EventsOf(v1::EVENT_KIND_MEMBER_LOST);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].epoch(), 1u);  // the loss ended epoch 1
+
+  // Survivors stay joined but are fenced until they join again.
+  EXPECT_STATUS(KvSet(Member(0), "k", "v"),
+                absl::StatusCode::kFailedPrecondition,
+                "rank 0 joined into epoch 1 but the job is at epoch 2");
+  auto stale_round = Contribute(0, 1, {{0, {1}}, {1, {1}}});
+  ASSERT_TRUE(stale_round->Wait());
+  EXPECT_STATUS(stale_round->status(), absl::StatusCode::kFailedPrecondition,
+                "joined into epoch 1 but the job is at epoch 2");
+  // The lost process itself cannot take its slot back.
+  EXPECT_STATUS(JoinNow(1, 3), absl::StatusCode::kFailedPrecondition,
+                "was lost");
+
+  // A survivor's join again enters epoch 2 and, waiting for the world,
+  // is answered once the replacement joined.
+  auto rejoin0 = Join(JoinRequest(0, 0, kLongMs));
+  ASSERT_FALSE(rejoin0->Ready());
+  ASSERT_TRUE(JoinNow(1, 3, 0xbeef).ok());  // the replacement
+  ASSERT_TRUE(rejoin0->Wait());
+  ASSERT_TRUE(rejoin0->value.ok()) << rejoin0->status();
+  EXPECT_EQ(rejoin0->value->epoch(), 2u);
+  job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_READY);
+  EXPECT_EQ(job.epoch(), 2u);
+  auto ready = EventsOf(v1::EVENT_KIND_JOB_READY);
+  ASSERT_EQ(ready.size(), 2u);
+  EXPECT_EQ(ready[0].epoch(), 1u);
+  EXPECT_EQ(ready[1].epoch(), 2u);
+  EXPECT_TRUE(absl::StrContains(ready[1].message(), "replaced rank 3"))
+      << ready[1].message();
+  EXPECT_EQ(MemberStatusOf(3).incarnation(), 0xbeefu);
+  EXPECT_EQ(MemberStatusOf(3).epoch(), 2u);
+  // Rank 1 and 2 have not joined again yet: still fenced.
+  EXPECT_EQ(MemberStatusOf(1).epoch(), 1u);
+  EXPECT_STATUS(KvSet(Member(1), "k", "v"),
+                absl::StatusCode::kFailedPrecondition, "epoch 1");
+
+  ASSERT_TRUE(JoinNow(0, 1).ok());
+  ASSERT_TRUE(JoinNow(1, 2).ok());
+  EXPECT_TRUE(KvSet(Member(1), "k", "v").ok());
+  // Rounds are numbered afresh: round 1 of epoch 2 across every rank.
+  auto a = Contribute(0, 1, {{0, {100}}, {1, {101}}});
+  v1::ContributeWordsRequest b;
+  *b.mutable_node() = Node(1);
+  b.set_round(1);
+  b.set_timeout_ms(kLongMs);
+  for (uint32_t r : {2u, 3u}) {
+    v1::RankFrame* f = b.add_frames();
+    f->set_rank(r);
+    f->add_words(100 + r);
+  }
+  auto bo = std::make_shared<Outcome<v1::AllGatherWordsResponse>>();
+  coord_->ContributeWords(b, Capture(bo));
+  ASSERT_TRUE(a->Wait());
+  ASSERT_TRUE(bo->Wait());
+  ASSERT_TRUE(a->value.ok()) << a->status();
+  EXPECT_EQ(
+      std::vector<uint32_t>(a->value->words().begin(), a->value->words().end()),
+      (std::vector<uint32_t>{100, 101, 102, 103}));
+}
+
+TEST_F(RecoveryTest, DeadlineFailsTheJobNamingTheRankThatNeverCameBack) {
+  StartWithDeadline(absl::Milliseconds(200));
+  coord_->events().Subscribe(0, collector_.Sink());
+  FormWorld();
+  ASSERT_TRUE(Lose(1, 3).ok());
+  // A survivor joining into epoch 2 waits for the world to be whole.
+  auto rejoin = Join(JoinRequest(0, 0, kLongMs));
+  EXPECT_FALSE(rejoin->Ready());
+  ASSERT_TRUE(collector_.WaitFor(v1::EVENT_KIND_JOB_FAILED));
+  v1::JobStatus job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.epoch(), 2u);
+  EXPECT_TRUE(absl::StrContains(job.failure(), "recovery deadline of 200 ms"))
+      << job.failure();
+  EXPECT_TRUE(absl::StrContains(job.failure(),
+                                "never came back: rank 3 "
+                                "(node 1)"))
+      << job.failure();
+  // The join that waited for the world is released with the failure.
+  ASSERT_TRUE(rejoin->Wait());
+  EXPECT_STATUS(rejoin->status(), absl::StatusCode::kAborted,
+                "recovery deadline");
+  EXPECT_STATUS(JoinNow(1, 3, 0xbeef), absl::StatusCode::kAborted,
+                "recovery deadline");
+}
+
+TEST_F(RecoveryTest, SecondLossDuringRecoveryMovesToTheNextEpoch) {
+  FormWorld();
+  ASSERT_TRUE(Lose(1, 3).ok());
+  const int64_t left_after_first = coord_->GetJob().recovery_deadline_left_ms();
+  // Time must pass for a restarted deadline to show (not a synchronization).
+  absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(Lose(0, 1).ok());
+  v1::JobStatus job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_EQ(job.epoch(), 3u);
+  // The deadline runs from the first loss: it did not start again.
+  EXPECT_LT(job.recovery_deadline_left_ms(), left_after_first);
+  auto recovering = EventsOf(v1::EVENT_KIND_JOB_RECOVERING);
+  ASSERT_EQ(recovering.size(), 2u);
+  EXPECT_EQ(recovering[1].epoch(), 3u);
+  EXPECT_TRUE(
+      absl::StrContains(recovering[1].message(), "a loss during recovery"))
+      << recovering[1].message();
+  EXPECT_TRUE(absl::StrContains(recovering[1].message(),
+                                "rank 1 (node 0), rank 3 (node 1)"))
+      << recovering[1].message();
+  // A replacement of the first loss that joined into epoch 2 would be
+  // behind too; here it joins into 3 and the world waits for rank 1.
+  ASSERT_TRUE(JoinNow(1, 3, 0xbeef).ok());
+  EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_RECOVERING);
+  ASSERT_TRUE(JoinNow(0, 1, 0xcafe).ok());
+  job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_READY);
+  EXPECT_EQ(job.epoch(), 3u);
+  auto ready = EventsOf(v1::EVENT_KIND_JOB_READY);
+  ASSERT_FALSE(ready.empty());
+  EXPECT_TRUE(absl::StrContains(ready.back().message(), "replaced ranks 1,3") ||
+              absl::StrContains(ready.back().message(), "replaced ranks 1, 3"))
+      << ready.back().message();
+}
+
+TEST_F(RecoveryTest, RestartedDaemonTakesItsNodeIndexOver) {
+  FormWorld();
+  constexpr uint64_t kNewDaemon = 0x2001;
+  auto registered = Register(1, kNewDaemon);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  v1::JobStatus job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_EQ(job.epoch(), 2u);
+  EXPECT_EQ(MemberStatusOf(2).state(), v1::MEMBER_STATE_LOST);
+  EXPECT_EQ(MemberStatusOf(3).state(), v1::MEMBER_STATE_LOST);
+  EXPECT_EQ(NodeStatusOf(1).state(), v1::NODE_STATE_REGISTERED);
+  // The old daemon is fenced; the new one serves the node.
+  EXPECT_STATUS(Heartbeat(Node(1)).status(),
+                absl::StatusCode::kFailedPrecondition, "stale");
+  EXPECT_TRUE(Heartbeat(Node(1, kNewDaemon)).ok());
+  for (uint32_t r : {2u, 3u}) {
+    v1::JoinRankRequest request = JoinRequest(1, r, 0, 0xd000 + r);
+    *request.mutable_node() = Node(1, kNewDaemon);
+    auto joined = Join(request);
+    ASSERT_TRUE(joined->Ready());
+    ASSERT_TRUE(joined->value.ok()) << joined->status();
+    EXPECT_EQ(joined->value->epoch(), 2u);
+  }
+  job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_READY);
+  EXPECT_EQ(job.epoch(), 2u);
+}
+
+TEST_F(RecoveryTest, EpochScopedKeysAreWrittenOnlyInTheirEpoch) {
+  FormWorld();
+  EXPECT_TRUE(KvSet(Member(0), "epoch/1/uid", "a").ok());
+  EXPECT_STATUS(KvSet(Member(0), "epoch/2/uid", "a"),
+                absl::StatusCode::kFailedPrecondition,
+                "key 'epoch/2/uid' belongs to epoch 2 but the job is at "
+                "epoch 1");
+  EXPECT_STATUS(KvSet(Member(0), "epoch/x/uid", "a"),
+                absl::StatusCode::kInvalidArgument, "does not name an epoch");
+  ASSERT_TRUE(Lose(1, 3).ok());
+  ASSERT_TRUE(JoinNow(0, 0).ok());  // rank 0 enters epoch 2
+  EXPECT_STATUS(KvSet(Member(0), "epoch/1/uid", "b"),
+                absl::StatusCode::kFailedPrecondition,
+                "belongs to epoch 1 but the job is at epoch 2");
+  EXPECT_STATUS(KvAdd(Member(0), "epoch/1/n", 1).status(),
+                absl::StatusCode::kFailedPrecondition, "epoch 1");
+  EXPECT_TRUE(KvSet(Member(0), "epoch/2/uid", "b").ok());
+}
+
+TEST_F(RecoveryTest, ALeaveDuringRecoveryFailsTheJobNamingTheLostSlots) {
+  FormWorld();
+  ASSERT_TRUE(Lose(1, 3).ok());
+  ASSERT_TRUE(coord_->ReleaseRank(ReleaseRequest(0, 0, true, "done")).ok());
+  v1::JobStatus job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_TRUE(absl::StrContains(job.failure(),
+                                "rank 0 left while the job was RECOVERING at "
+                                "epoch 2; never replaced: rank 3 (node 1)"))
+      << job.failure();
+}
+
+TEST_F(RecoveryTest, LossWhileFormingStillFailsTheJob) {
+  ASSERT_TRUE(Register(0).ok());
+  ASSERT_TRUE(Register(1).ok());
+  ASSERT_TRUE(JoinNow(1, 3).ok());
+  ASSERT_TRUE(Lose(1, 3).ok());
+  EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_FAILED);
+}
+
 }  // namespace
 }  // namespace rankd

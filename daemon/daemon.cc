@@ -93,6 +93,8 @@ JobSpec SpecFromConfig(const DaemonConfig& config) {
   spec.topology = config.topology;
   spec.heartbeat_interval = config.heartbeat_interval;
   spec.heartbeat_timeout = config.heartbeat_timeout;
+  spec.recovery = config.recovery;
+  spec.recovery_deadline = config.recovery_deadline;
   spec.limits = config.limits;
   spec.kv_shared_prefixes = config.kv_shared_prefixes;
   return spec;

@@ -89,6 +89,7 @@ std::string DescribeEvent(const v1::JobEvent& event) {
     absl::StrAppend(&out, " ranks=", absl::StrJoin(event.ranks(), ","));
   }
   if (!event.message().empty()) absl::StrAppend(&out, " ", event.message());
+  if (event.epoch() != 0) absl::StrAppend(&out, " (epoch ", event.epoch(), ")");
   return out;
 }
 

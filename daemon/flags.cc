@@ -79,6 +79,14 @@ ABSL_FLAG(OptionalText, register_timeout_ms, OptionalText{},
           "Milliseconds a daemon keeps retrying registration with an "
           "unreachable coordinator before it exits with status 1. Env "
           "RANKD_REGISTER_TIMEOUT_MS. Default 300000.");
+ABSL_FLAG(OptionalText, recovery, OptionalText{},
+          "on: a lost rank or node moves the job to RECOVERING at a new epoch "
+          "and replacements may join its slots; off: it fails the job. Read "
+          "by the coordinator. Env RANKD_RECOVERY. Default off.");
+ABSL_FLAG(OptionalText, recovery_deadline_ms, OptionalText{},
+          "Milliseconds a job may stay RECOVERING before it fails, naming "
+          "what never came back; 100..86400000. Env "
+          "RANKD_RECOVERY_DEADLINE_MS. Default 300000.");
 ABSL_FLAG(OptionalText, tls_cert, OptionalText{},
           "PEM certificate for TLS (needs --tls_key). Env RANKD_TLS_CERT. "
           "Default: no TLS.");
@@ -234,6 +242,8 @@ RawConfig RawConfigFromFlags() {
   raw.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_interval_ms).text;
   raw.heartbeat_timeout_ms = absl::GetFlag(FLAGS_heartbeat_timeout_ms).text;
   raw.register_timeout_ms = absl::GetFlag(FLAGS_register_timeout_ms).text;
+  raw.recovery = absl::GetFlag(FLAGS_recovery).text;
+  raw.recovery_deadline_ms = absl::GetFlag(FLAGS_recovery_deadline_ms).text;
   raw.tls_cert = absl::GetFlag(FLAGS_tls_cert).text;
   raw.tls_key = absl::GetFlag(FLAGS_tls_key).text;
   raw.tls_ca = absl::GetFlag(FLAGS_tls_ca).text;

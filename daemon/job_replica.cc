@@ -28,6 +28,8 @@ void JobReplica::SetNode(const v1::JobEvent& event, v1::NodeState state) {
 }
 
 void JobReplica::Apply(const v1::JobEvent& event) {
+  // Epochs only grow (an event from an older coordinator names none).
+  if (event.epoch() > epoch_) epoch_ = event.epoch();
   switch (event.kind()) {
     case v1::EVENT_KIND_MEMBER_JOINED:
       SetRanks(event, v1::MEMBER_STATE_JOINED);
@@ -54,7 +56,8 @@ void JobReplica::Apply(const v1::JobEvent& event) {
       // As the coordinator: a job a rank left serves no more rounds
       // (JOB_COMPLETED follows once every rank left).
       if (job_state_ == v1::JOB_STATE_READY ||
-          job_state_ == v1::JOB_STATE_FORMING) {
+          job_state_ == v1::JOB_STATE_FORMING ||
+          job_state_ == v1::JOB_STATE_RECOVERING) {
         job_state_ = v1::JOB_STATE_DRAINING;
       }
       break;
@@ -76,8 +79,15 @@ void JobReplica::Apply(const v1::JobEvent& event) {
       SetNode(event, v1::NODE_STATE_LEFT);
       break;
     case v1::EVENT_KIND_JOB_READY:
-      if (job_state_ == v1::JOB_STATE_FORMING) {
+      if (job_state_ == v1::JOB_STATE_FORMING ||
+          job_state_ == v1::JOB_STATE_RECOVERING) {
         job_state_ = v1::JOB_STATE_READY;
+      }
+      break;
+    case v1::EVENT_KIND_JOB_RECOVERING:
+      if (job_state_ != v1::JOB_STATE_FAILED &&
+          job_state_ != v1::JOB_STATE_COMPLETED) {
+        job_state_ = v1::JOB_STATE_RECOVERING;
       }
       break;
     case v1::EVENT_KIND_JOB_COMPLETED:

@@ -31,13 +31,17 @@ class JobReplica {
   explicit JobReplica(const JobSpec& spec);
 
   // Applies one of the coordinator's events: member and node states,
-  // joined members' details, registered nodes' info, and the job's state
-  // (READY from FORMING; COMPLETED unless FAILED; FAILED).
+  // joined members' details, registered nodes' info, the job's state
+  // (READY from FORMING or RECOVERING; RECOVERING unless FAILED or
+  // COMPLETED; COMPLETED unless FAILED; FAILED) and its epoch (the highest
+  // an event named).
   void Apply(const v1::JobEvent& event);
   // The job failed as this daemon saw it (the coordinator was lost).
   void MarkFailed() { job_state_ = v1::JOB_STATE_FAILED; }
 
   v1::JobState job_state() const { return job_state_; }
+  // The job's epoch as the events told it (1 before any named one).
+  uint64_t epoch() const { return epoch_; }
   uint32_t world_size() const { return static_cast<uint32_t>(members_.size()); }
   uint32_t nnodes() const { return static_cast<uint32_t>(nodes_.size()); }
   // `rank` < world_size().
@@ -60,6 +64,7 @@ class JobReplica {
   std::vector<v1::NodeState> nodes_;
   std::vector<v1::NodeInfo> node_info_;
   v1::JobState job_state_ = v1::JOB_STATE_FORMING;
+  uint64_t epoch_ = 1;
 };
 
 }  // namespace rankd

@@ -151,5 +151,37 @@ TEST(JobReplicaTest, EventsOutsideTheJobChangeNothing) {
   EXPECT_EQ(replica.job_state(), v1::JOB_STATE_FORMING);
 }
 
+// Epochs (issue 38): the replica follows RECOVERING and the epoch events
+// name, and READY again once the coordinator says so.
+TEST(JobReplicaTest, FollowsRecoveryAndTheEpoch) {
+  JobReplica replica(TwoByTwo());
+  EXPECT_EQ(replica.epoch(), 1u);
+  v1::JobEvent ready = Event(v1::EVENT_KIND_JOB_READY);
+  ready.set_epoch(1);
+  replica.Apply(ready);
+  v1::JobEvent lost = Event(v1::EVENT_KIND_MEMBER_LOST, {3}, 1);
+  lost.set_epoch(1);
+  replica.Apply(lost);
+  v1::JobEvent recovering = Event(v1::EVENT_KIND_JOB_RECOVERING, {3});
+  recovering.set_epoch(2);
+  replica.Apply(recovering);
+  EXPECT_EQ(replica.job_state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_EQ(replica.epoch(), 2u);
+  EXPECT_EQ(replica.member(3).state, v1::MEMBER_STATE_LOST);
+  v1::JobEvent replaced = Event(v1::EVENT_KIND_MEMBER_JOINED, {3}, 1);
+  replaced.set_epoch(2);
+  replica.Apply(replaced);
+  EXPECT_EQ(replica.member(3).state, v1::MEMBER_STATE_JOINED);
+  ready.set_epoch(2);
+  replica.Apply(ready);
+  EXPECT_EQ(replica.job_state(), v1::JOB_STATE_READY);
+  // An event of an older epoch (replayed) never moves it back.
+  replica.Apply(lost);
+  EXPECT_EQ(replica.epoch(), 2u);
+  replica.Apply(Event(v1::EVENT_KIND_JOB_FAILED));
+  replica.Apply(recovering);
+  EXPECT_EQ(replica.job_state(), v1::JOB_STATE_FAILED);
+}
+
 }  // namespace
 }  // namespace rankd

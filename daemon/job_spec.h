@@ -29,6 +29,10 @@ struct JobSpec {
   // A node (or rank without a watch stream) silent this long is lost.
   absl::Duration heartbeat_timeout = absl::Seconds(2);
   absl::Duration heartbeat_interval = absl::Milliseconds(250);
+  // --recovery: a loss makes the job RECOVERING at a new epoch, for at most
+  // recovery_deadline, instead of FAILED. Only the coordinator's count.
+  bool recovery = false;
+  absl::Duration recovery_deadline = absl::Minutes(5);
   // What callers may make this daemon hold (its --kv_max_* and --max_*
   // flags). Not compared between nodes: each daemon enforces its own, and
   // the coordinator's apply to the job's key-value broker.

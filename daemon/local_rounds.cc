@@ -51,9 +51,9 @@ void LocalRounds::Contribute(uint64_t number, v1::RankFrame frame,
     if (inserted) {
       round.opened = MonotonicNow();
       round.deadline = round.opened + timeout;
-      round.flush_timer =
-          timer_->Schedule(round.deadline - FlushMargin(timeout),
-                           [this, number] { Flush(number); });
+      round.flush_timer = timer_->Schedule(
+          round.deadline - FlushMargin(timeout),
+          [this, number, g = generation_] { Flush(number, g); });
     }
     batch.opened = round.opened;
     batch.deadline = round.deadline;
@@ -79,18 +79,20 @@ void LocalRounds::Contribute(uint64_t number, v1::RankFrame frame,
   if (!batch.frames.empty()) send_(std::move(batch));
 }
 
-void LocalRounds::Flush(uint64_t number) {
+void LocalRounds::Flush(uint64_t number, uint64_t generation) {
   Batch batch;
   batch.round = number;
   {
     absl::MutexLock lock(&mu_);
+    if (generation != generation_) return;
     auto it = rounds_.find(number);
     if (it == rounds_.end()) return;
     Round& round = it->second;
     round.flush_timer = 0;
     round.flushed = true;
-    round.retire_timer =
-        timer_->Schedule(round.deadline, [this, number] { Retire(number); });
+    round.retire_timer = timer_->Schedule(
+        round.deadline,
+        [this, number, generation] { Retire(number, generation); });
     batch.opened = round.opened;
     batch.deadline = round.deadline;
     batch.frames = std::move(round.pending);
@@ -101,8 +103,9 @@ void LocalRounds::Flush(uint64_t number) {
   if (!batch.frames.empty()) send_(std::move(batch));
 }
 
-void LocalRounds::Retire(uint64_t number) {
+void LocalRounds::Retire(uint64_t number, uint64_t generation) {
   absl::MutexLock lock(&mu_);
+  if (generation != generation_) return;
   auto it = rounds_.find(number);
   if (it == rounds_.end()) return;
   // Nothing of it waits here: its flushed frames (and any late ones) went
@@ -146,6 +149,23 @@ void LocalRounds::Close(const absl::Status& status) {
     rounds_.clear();
   }
   for (auto& w : waiters) w.reply(closing);
+}
+
+void LocalRounds::Restart(uint64_t epoch, const absl::Status& status) {
+  std::vector<Waiter> waiters;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!closed_.ok() || epoch <= epoch_) return;
+    epoch_ = epoch;
+    for (auto& [number, round] : rounds_) {
+      CancelTimersLocked(round);
+      for (auto& w : round.waiters) waiters.push_back(std::move(w));
+    }
+    rounds_.clear();
+    retired_ = 0;
+    ++generation_;
+  }
+  for (auto& w : waiters) w.reply(status);
 }
 
 size_t LocalRounds::open() const {

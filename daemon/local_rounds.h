@@ -86,6 +86,15 @@ class LocalRounds {
   // first call counts.
   void Close(const absl::Status& status);
 
+  // The job moved to `epoch`: replies `status` to every frame that has not
+  // gone out yet and forgets every round, so that rounds are numbered
+  // afresh from 1; unlike Close, later contributions are taken. Frames
+  // already with the coordinator are answered by it. Only the first call
+  // for an epoch counts (a daemon learns of a new epoch both from the
+  // event and from a rank's join into it, in either order); no effect
+  // after Close.
+  void Restart(uint64_t epoch, const absl::Status& status);
+
   // How many rounds are open (GetJob's open_local_rounds).
   size_t open() const;
 
@@ -102,9 +111,9 @@ class LocalRounds {
   };
 
   // Sends the pending frames of `round` (the flush timer).
-  void Flush(uint64_t round);
+  void Flush(uint64_t round, uint64_t generation);
   // Erases a flushed round once its deadline passed (the retire timer).
-  void Retire(uint64_t round);
+  void Retire(uint64_t round, uint64_t generation);
   void CancelTimersLocked(Round& round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint32_t local_ranks_;
@@ -117,6 +126,11 @@ class LocalRounds {
   // frame for a round at or below it that is no longer held is late.
   uint64_t retired_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
+  // +1 at each Restart, so that a timer of a forgotten round never touches
+  // a new round of the same number.
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // The epoch of the rounds held (Restart).
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
 }  // namespace rankd

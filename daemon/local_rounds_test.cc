@@ -187,5 +187,29 @@ TEST(LocalRoundsTest, CloseFailsHeldAndLaterFrames) {
   EXPECT_TRUE(recorder.sent().empty()) << "nothing went out";
 }
 
+// A new epoch (issue 38): held frames fail with the loss named, and the
+// same round numbers open afresh (unlike Close, later frames are taken).
+TEST(LocalRoundsTest, RestartFailsHeldFramesAndNumbersRoundsAfresh) {
+  DeadlineTimer timer;
+  Recorder recorder;
+  LocalRounds rounds(2, &timer, recorder.sender());
+  Outcome held;
+  rounds.Contribute(1, Frame(0), held.For(0), absl::Seconds(10));
+  rounds.Restart(2, absl::AbortedError("epoch 1 ended: rank 3 lost"));
+  ASSERT_TRUE(held.done.HasBeenNotified());
+  EXPECT_EQ(held.result.status().message(), "epoch 1 ended: rank 3 lost");
+  EXPECT_EQ(rounds.open(), 0u);
+  Outcome a, b;
+  rounds.Contribute(1, Frame(0), a.For(0), absl::Seconds(10));
+  // The same epoch learnt a second time (event after join) changes nothing.
+  rounds.Restart(2, absl::AbortedError("epoch 1 ended"));
+  EXPECT_FALSE(a.done.HasBeenNotified());
+  rounds.Contribute(1, Frame(1), b.For(1), absl::Seconds(10));
+  ASSERT_TRUE(recorder.WaitFor(1));
+  ASSERT_TRUE(a.done.HasBeenNotified() && b.done.HasBeenNotified());
+  EXPECT_TRUE(a.result.ok()) << a.result.status();
+  EXPECT_EQ(recorder.sent()[0].round, 1u);
+}
+
 }  // namespace
 }  // namespace rankd

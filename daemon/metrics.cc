@@ -268,7 +268,8 @@ class DaemonMetrics::SnapshotCollector : public prometheus::Collectable {
 
     auto state = GaugeFamily(
         "rankd_job_state",
-        "1 for the job's current state (FORMING, READY, FAILED, COMPLETED)");
+        "1 for the job's current state (FORMING, READY, RECOVERING, FAILED, "
+        "DRAINING, COMPLETED)");
     const auto* job_states = v1::JobState_descriptor();
     for (int i = 0; i < job_states->value_count(); ++i) {
       const auto* value = job_states->value(i);
@@ -284,6 +285,10 @@ class DaemonMetrics::SnapshotCollector : public prometheus::Collectable {
       f.metric.push_back(Gauge(value));
       out.push_back(std::move(f));
     };
+    scalar("rankd_job_epoch",
+           "The job's epoch: 1 when it forms, +1 at each loss it recovers "
+           "from (--recovery)",
+           static_cast<double>(job.epoch()));
     scalar("rankd_job_world_size", "Ranks in the job", job.world_size());
     scalar("rankd_job_nodes", "Nodes (daemons) in the job", job.nnodes());
     scalar("rankd_job_ranks_joined", "Ranks that have joined the job",

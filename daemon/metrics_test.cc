@@ -45,6 +45,7 @@ JobSnapshot TwoNodeJob() {
   s.ready = true;
   s.job.set_job_id("llama");
   s.job.set_state(v1::JOB_STATE_READY);
+  s.job.set_epoch(1);
   s.job.set_world_size(4);
   s.job.set_nnodes(2);
   s.job.set_joined_ranks(3);
@@ -76,6 +77,8 @@ TEST(DaemonMetricsTest, ReportsTheJobAsTheSnapshotSeesIt) {
            "rankd_job_state{state=\"READY\"} 1",
            "rankd_job_state{state=\"FAILED\"} 0",
            "rankd_job_state{state=\"FORMING\"} 0",
+           "rankd_job_epoch 1",
+           "rankd_job_state{state=\"RECOVERING\"} 0",
            "rankd_job_world_size 4",
            "rankd_job_nodes 2",
            "rankd_job_ranks_joined 3",

@@ -144,6 +144,17 @@ absl::Status NodeAgent::CheckMemberLocked(const v1::MemberRef& member) const {
     return absl::FailedPreconditionError(
         absl::StrCat("rank ", member.rank(), " was declared lost"));
   }
+  // Behind only: a join into the new epoch may be answered before its
+  // event reaches this daemon (the coordinator checks exactly).
+  if (m.epoch < replica_.epoch()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", member.rank(), " joined into epoch ", m.epoch,
+        " but the job is at epoch ", replica_.epoch(), " (",
+        v1::JobState_Name(replica_.job_state()),
+        "); a process of an earlier epoch cannot act in a later one: join "
+        "again with the same incarnation to enter epoch ",
+        replica_.epoch()));
+  }
   return absl::OkStatus();
 }
 
@@ -300,7 +311,27 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
                          "local rank ",
                          request.local_rank())));
       }
-      if (holder.incarnation != request.incarnation()) {
+      const bool replaces_lost = holder.incarnation != request.incarnation() &&
+                                 holder.state == LocalState::kLost;
+      if (replaces_lost) {
+        // A replacement for a lost rank: the coordinator decides whether
+        // the job recovers (it refuses unless RECOVERING). The slot binds
+        // to the replacement's connection.
+        timer_->Cancel(holder.lease_timer);
+        if (auto l = rank_of_local_.find(holder.local_rank);
+            l != rank_of_local_.end() && l->second == rank) {
+          rank_of_local_.erase(l);
+        }
+        LocalMember& m = it->second;
+        m = LocalMember();
+        m.state = LocalState::kJoining;
+        m.local_rank = request.local_rank();
+        m.incarnation = request.incarnation();
+        m.pid = request.pid();
+        m.device = request.device();
+        m.bound = std::move(caller);
+        rank_of_local_[request.local_rank()] = rank;
+      } else if (holder.incarnation != request.incarnation()) {
         bool live = holder.state == LocalState::kJoining ||
                     holder.state == LocalState::kJoined;
         lock.Release();
@@ -371,6 +402,19 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
             }
             if (m.state == LocalState::kJoining) m.state = LocalState::kJoined;
             if (result.ok()) job_incarnation_ = result->job_incarnation();
+            // The epoch it joined into (a coordinator that names none has
+            // one; a join kept after its wait timed out is in this
+            // daemon's view of it, which the coordinator checks exactly).
+            const uint64_t joined_into =
+                !result.ok() ? std::max<uint64_t>(m.epoch, replica_.epoch())
+                : result->epoch() != 0 ? result->epoch()
+                                       : uint64_t{1};
+            if (m.epoch != 0 && joined_into != m.epoch) {
+              // A survivor's join again into a new epoch: its rounds are
+              // numbered afresh.
+              m.next_round = 1;
+            }
+            m.epoch = joined_into;
             if (m.open_watches == 0 && m.lease_timer == 0) {
               m.lease_timer =
                   timer_->Schedule(MonotonicNow() + spec_.heartbeat_timeout,
@@ -386,11 +430,21 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
             *response.mutable_session() =
                 BuildSessionDescriptor(spec_, groups_, job_incarnation_, rank,
                                        node_.node_index(), m.local_rank);
+            response.mutable_session()->set_epoch(m.epoch);
             v1::MemberRef* member = response.mutable_member();
             member->set_job_id(spec_.job_id);
             member->set_rank(rank);
             member->set_incarnation(incarnation);
+            const uint64_t epoch = m.epoch;
             lock.Release();
+            // A join into a new epoch may be answered before its
+            // JOB_RECOVERING event reaches this daemon: the ended epoch's
+            // rounds held here go first, so that none of them is taken for
+            // a round of the new one (Restart counts once per epoch).
+            rounds_.Restart(
+                epoch, absl::AbortedError(absl::StrCat(
+                           "epoch ", epoch - 1, " ended; the job is at epoch ",
+                           epoch, " (a loss; see the job's events)")));
             reply(std::move(response));
           }));
 }
@@ -400,9 +454,11 @@ absl::StatusOr<v1::SessionDescriptor> NodeAgent::GetDescriptor(
   absl::MutexLock lock(&mu_);
   if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
   const LocalMember& m = members_.at(request.member().rank());
-  return BuildSessionDescriptor(spec_, groups_, job_incarnation_,
-                                request.member().rank(), node_.node_index(),
-                                m.local_rank);
+  v1::SessionDescriptor session = BuildSessionDescriptor(
+      spec_, groups_, job_incarnation_, request.member().rank(),
+      node_.node_index(), m.local_rank);
+  session.set_epoch(m.epoch);
+  return session;
 }
 
 void NodeAgent::ExpireLease(uint32_t rank, uint64_t incarnation) {
@@ -710,6 +766,7 @@ absl::StatusOr<NodeAgent::WatchId> NodeAgent::Attach(
   WatchId id = next_watch_++;
   Watch& watch = watches_[id];
   watch.rank = member.rank();
+  watch.incarnation = member.incarnation();
   watch.on_close = std::move(sink.on_close);
   watch.subscription =
       mirror_.Subscribe(request.after_sequence(), std::move(sink.on_event));
@@ -725,10 +782,11 @@ void NodeAgent::Detach(WatchId id, bool broken, const std::string& reason) {
     auto it = watches_.find(id);
     if (it == watches_.end()) return;
     rank = it->second.rank;
+    const uint64_t leased = it->second.incarnation;
     mirror_.Unsubscribe(it->second.subscription);
     watches_.erase(it);
     auto m = members_.find(rank);
-    if (m == members_.end()) return;
+    if (m == members_.end() || m->second.incarnation != leased) return;
     --m->second.open_watches;
     incarnation = m->second.incarnation;
     lose = broken && !shutting_down_ && m->second.open_watches == 0 &&
@@ -760,6 +818,15 @@ void NodeAgent::OnEvent(const v1::JobEvent& event) {
                      " left the job; all_gather_words needs every rank"));
     timer_->Schedule(MonotonicNow(), [this, left] { rounds_.Close(left); });
   }
+  if (event.kind() == v1::EVENT_KIND_JOB_RECOVERING) {
+    // The epoch ended: what waits here for the node's other ranks fails
+    // with the loss named, and rounds are numbered afresh. Not inline, as
+    // for a failure below.
+    absl::Status ended = absl::AbortedError(event.message());
+    const uint64_t epoch = event.epoch();
+    timer_->Schedule(MonotonicNow(),
+                     [this, epoch, ended] { rounds_.Restart(epoch, ended); });
+  }
   if (event.kind() == v1::EVENT_KIND_JOB_FAILED) {
     // Not inline: the coordinator may be calling with its lock held, and
     // failing waits can run callbacks that call back into it.
@@ -778,7 +845,14 @@ void NodeAgent::OnCoordinatorLost(const std::string& reason) {
     replica_.MarkFailed();
   }
   std::string cause = absl::StrCat("coordinator lost: ", reason);
-  mirror_.Append(v1::EVENT_KIND_JOB_FAILED, std::nullopt, {}, cause);
+  v1::JobEvent failed;
+  failed.set_kind(v1::EVENT_KIND_JOB_FAILED);
+  failed.set_message(cause);
+  {
+    absl::MutexLock lock(&mu_);
+    failed.set_epoch(replica_.epoch());
+  }
+  mirror_.Append(std::move(failed));
   FailLocal(cause);
 }
 
@@ -840,6 +914,7 @@ v1::JobStatus NodeAgent::LocalJob() const {
   absl::MutexLock lock(&mu_);
   status.set_job_incarnation(job_incarnation_);
   status.set_state(replica_.job_state());
+  status.set_epoch(replica_.epoch());
   status.set_failure(failure_);
   status.set_joined_ranks(replica_.joined_ranks());
   status.set_registered_nodes(replica_.registered_nodes());
@@ -873,6 +948,7 @@ v1::MemberList NodeAgent::LocalMembers() const {
     out->set_incarnation(m.incarnation);
     out->set_pid(m.pid);
     *out->mutable_device() = m.device;
+    if (m.state == LocalState::kJoined) out->set_epoch(m.epoch);
     if (m.waiting_round != 0 && replicated.state == v1::MEMBER_STATE_JOINED) {
       out->set_state(v1::MEMBER_STATE_IN_ROUND);
       out->set_round(m.waiting_round);

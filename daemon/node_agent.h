@@ -8,7 +8,11 @@
 // from the coordinator's events, so any daemon can answer admin queries
 // even when the coordinator is gone. After the job fails (event from the
 // coordinator or coordinator lost), every pending and later wait fails at
-// once with an Aborted status naming the cause.
+// once with an Aborted status naming the cause. When the job moves to a
+// new epoch (JOB_RECOVERING, coordinator.h), the rounds held here fail
+// with the loss named, and each local rank acts again only once it joined
+// into the new epoch (a Join with its own incarnation); a lost rank's slot
+// takes its replacement (a new incarnation) through any connection.
 //
 // Transport-agnostic (the Rank gRPC service calls it). Replies never run
 // with the agent's lock held. Thread-safe. Depends on CoordinatorLink, the
@@ -151,6 +155,9 @@ class NodeAgent : public CoordinatorLink::Listener {
     uint64_t incarnation = 0;
     uint32_t pid = 0;
     v1::DeviceInfo device;
+    // The job epoch it joined into (0 while joining); rounds are numbered
+    // from 1 in each epoch.
+    uint64_t epoch = 0;
     uint64_t next_round = 1;
     uint64_t waiting_round = 0;  // 0 = not in a round
     uint32_t open_watches = 0;
@@ -204,6 +211,8 @@ class NodeAgent : public CoordinatorLink::Listener {
   WatchId next_watch_ ABSL_GUARDED_BY(mu_) = 1;
   struct Watch {
     uint32_t rank;
+    // The process it leases for: a replacement's watches are its own.
+    uint64_t incarnation;
     EventLog::SubscriptionId subscription;
     std::function<void(absl::Status)> on_close;
   };

@@ -303,5 +303,81 @@ TEST_F(NodeAgentJoinTest, ARanksRoundsAreBoundedAndReleasedOnCancel) {
   for (auto& a : answers) EXPECT_TRUE(a->has_value());
 }
 
+// Epochs (issue 38): once this daemon hears of a new epoch, its ranks act
+// only after joining into it; a join again (same incarnation) enters it; a
+// lost rank's slot takes a new incarnation, bound to its connection.
+TEST_F(NodeAgentJoinTest, RanksActOnlyInTheEpochTheyJoinedInto) {
+  auto joined = Join(0, 0xc1);
+  Answer(link_.Take(0), absl::OkStatus());
+  ASSERT_TRUE(joined->has_value() && (*joined)->ok());
+  EXPECT_EQ((**joined)->session().epoch(), 1u);
+  const v1::MemberRef member = (**joined)->member();
+  EXPECT_TRUE(agent_->CheckMember(member).ok());
+
+  v1::JobEvent recovering;
+  recovering.set_sequence(1);
+  recovering.set_kind(v1::EVENT_KIND_JOB_RECOVERING);
+  recovering.add_ranks(1);
+  recovering.set_epoch(2);
+  recovering.set_message("epoch 1 ended: rank 1 lost");
+  agent_->OnEvent(recovering);
+  absl::Status fenced = agent_->CheckMember(member);
+  EXPECT_EQ(fenced.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(
+      fenced.message(), "rank 0 joined into epoch 1 but the job is at epoch 2"))
+      << fenced;
+  EXPECT_EQ(agent_->LocalJob().epoch(), 2u);
+  EXPECT_EQ(agent_->LocalJob().state(), v1::JOB_STATE_RECOVERING);
+
+  auto again = Join(0, 0xc1);
+  HeldJoinsLink::HeldJoin held = link_.Take(0);
+  EXPECT_EQ(held.request.incarnation(), 0xc1u);
+  v1::JoinRankResponse into2;
+  into2.set_job_incarnation(0x7777);
+  into2.set_epoch(2);
+  held.reply(into2);
+  ASSERT_TRUE(again->has_value() && (*again)->ok()) << (*again)->status();
+  EXPECT_EQ((**again)->session().epoch(), 2u);
+  EXPECT_TRUE(agent_->CheckMember(member).ok());
+
+  // Rank 1 (local rank 1) joins, then its process goes away: its slot
+  // takes a new incarnation through another connection.
+  RankCaller first{"unix#7", 70, 1000};
+  RankCaller second{"unix#8", 80, 1000};
+  v1::JoinRequest request;
+  request.set_job_id("agent-test");
+  request.set_local_rank(1);
+  request.set_incarnation(0xd1);
+  request.mutable_device()->set_kind("cpu");
+  std::optional<absl::StatusOr<v1::JoinResponse>> r1;
+  agent_->Join(
+      request, [&](absl::StatusOr<v1::JoinResponse> r) { r1 = std::move(r); },
+      first);
+  held = link_.Take(1);
+  held.reply(into2);
+  ASSERT_TRUE(r1.has_value() && r1->ok()) << r1->status();
+  v1::WatchRequest watch;
+  *watch.mutable_member() = (*r1)->member();
+  auto id =
+      agent_->Attach(watch, {[](const v1::JobEvent&) {}, [](absl::Status) {}});
+  ASSERT_TRUE(id.ok()) << id.status();
+  agent_->Detach(*id, /*broken=*/true, "process killed");
+  EXPECT_FALSE(agent_->CheckMember((*r1)->member()).ok());
+  request.set_incarnation(0xd2);
+  std::optional<absl::StatusOr<v1::JoinResponse>> r2;
+  agent_->Join(
+      request, [&](absl::StatusOr<v1::JoinResponse> r) { r2 = std::move(r); },
+      second);
+  ASSERT_EQ(link_.held(), 1u) << "the replacement's join is forwarded";
+  held = link_.Take(1);
+  EXPECT_EQ(held.request.incarnation(), 0xd2u);
+  held.reply(into2);
+  ASSERT_TRUE(r2.has_value() && r2->ok()) << r2->status();
+  EXPECT_TRUE(agent_->CheckCaller(1, second).ok());
+  EXPECT_EQ(agent_->CheckCaller(1, first).code(),
+            absl::StatusCode::kPermissionDenied);
+  absl::Status stale = agent_->CheckMember((*r1)->member());
+  EXPECT_TRUE(absl::StrContains(stale.message(), "stale")) << stale;
+}
 }  // namespace
 }  // namespace rankd

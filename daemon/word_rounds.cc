@@ -123,7 +123,7 @@ void WordRounds::Contribute(uint64_t number, std::vector<v1::RankFrame> frames,
 void WordRounds::ContributeShared(uint64_t number,
                                   std::vector<v1::RankFrame> frames,
                                   absl::Time deadline, SharedDone shared_done,
-                                  absl::Duration waited) {
+                                  absl::Duration waited, uint64_t epoch) {
   // A refusal of this contribution alone.
   auto done = [&shared_done, number](absl::Status refusal) {
     shared_done(std::make_shared<const Outcome>(number, std::move(refusal)));
@@ -155,7 +155,7 @@ void WordRounds::ContributeShared(uint64_t number,
   absl::Status rejected;
   {
     absl::MutexLock lock(&mu_);
-    rejected = CheckAcceptsLocked(number);
+    rejected = CheckAcceptsLocked(number, epoch);
     if (rejected.ok()) {
       auto [it, inserted] = open_.try_emplace(number);
       Round& round = it->second;
@@ -208,8 +208,8 @@ void WordRounds::ContributeShared(uint64_t number,
           if (deadline < round.deadline) {
             timer_->Cancel(round.timer);
             round.deadline = deadline;
-            round.timer =
-                timer_->Schedule(deadline, [this, number] { Expire(number); });
+            round.timer = timer_->Schedule(
+                deadline, [this, number, e = epoch_] { Expire(number, e); });
           }
           return;  // the last contributor completes the round
         }
@@ -229,8 +229,17 @@ void WordRounds::ContributeShared(uint64_t number,
   if (!finished.empty()) Answer(finished, number, std::move(result));
 }
 
-absl::Status WordRounds::CheckAcceptsLocked(uint64_t number) const {
+absl::Status WordRounds::CheckAcceptsLocked(uint64_t number,
+                                            uint64_t epoch) const {
   if (!failure_.ok()) return failure_;
+  if (epoch != 0 && epoch != epoch_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("all_gather_words round ", number, " of epoch ", epoch,
+                     " is refused: the job is at epoch ", epoch_,
+                     restart_cause_.ok() ? "" : " (",
+                     restart_cause_.ok() ? "" : restart_cause_.message(),
+                     restart_cause_.ok() ? "" : ")"));
+  }
   if (auto f = failed_.find(number); f != failed_.end()) return f->second;
   if (open_.contains(number)) return absl::OkStatus();
   if (number <= completed_) {
@@ -292,11 +301,12 @@ void WordRounds::FinishLocked(uint64_t number) {
   while (finished_ahead_.erase(completed_ + 1) > 0) ++completed_;
 }
 
-void WordRounds::Expire(uint64_t number) {
+void WordRounds::Expire(uint64_t number, uint64_t epoch) {
   std::vector<Contributor> failed;
   absl::Status status;
   {
     absl::MutexLock lock(&mu_);
+    if (epoch != epoch_) return;  // a round of an epoch that ended
     auto it = open_.find(number);
     if (it == open_.end()) return;
     Round& round = it->second;
@@ -329,6 +339,28 @@ void WordRounds::Fail(absl::Status cause) {
       ReleaseLocked(round);
     }
     open_.clear();
+  }
+  for (auto& [number, contributors] : failed) {
+    Answer(contributors, number, cause);
+  }
+}
+
+void WordRounds::Restart(uint64_t epoch, absl::Status cause) {
+  std::map<uint64_t, std::vector<Contributor>> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!failure_.ok()) return;
+    epoch_ = epoch;
+    restart_cause_ = cause;
+    for (auto& [number, round] : open_) {
+      timer_->Cancel(round.timer);
+      failed[number] = std::move(round.contributors);
+      ReleaseLocked(round);
+    }
+    open_.clear();
+    failed_.clear();
+    finished_ahead_.clear();
+    completed_ = 0;
   }
   for (auto& [number, contributors] : failed) {
     Answer(contributors, number, cause);

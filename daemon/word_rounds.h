@@ -102,12 +102,22 @@ class WordRounds {
                   absl::Duration waited = absl::ZeroDuration());
   // The same, answering with the round's shared Outcome (no copy of the
   // result per contributor).
+  // `epoch` (0: any) is the job epoch the caller admitted the frames in: a
+  // contribution of another epoch than the current one (see Restart) is
+  // refused with FailedPrecondition naming both.
   void ContributeShared(uint64_t round, std::vector<v1::RankFrame> frames,
                         absl::Time deadline, SharedDone done,
-                        absl::Duration waited = absl::ZeroDuration());
+                        absl::Duration waited = absl::ZeroDuration(),
+                        uint64_t epoch = 0);
 
   // Fails every open round and every later contribution with `cause`.
   void Fail(absl::Status cause);
+
+  // The job moved to `epoch` (a recovery): fails every open round with
+  // `cause` and numbers rounds afresh from 1 (completed_rounds() restarts
+  // at 0). Contributions naming an earlier epoch are refused from now on.
+  // No effect after Fail.
+  void Restart(uint64_t epoch, absl::Status cause);
 
   // Highest round R such that every round up to R has finished (completed,
   // failed or expired); 0 before the first. A round that finishes ahead of
@@ -141,9 +151,9 @@ class WordRounds {
   // Answers every one of `contributors` with one shared outcome.
   static void Answer(std::vector<Contributor>& contributors, uint64_t number,
                      absl::StatusOr<v1::AllGatherWordsResponse> result);
-  void Expire(uint64_t round);
+  void Expire(uint64_t round, uint64_t epoch);
   // OK when `number` may receive contributions.
-  absl::Status CheckAcceptsLocked(uint64_t number) const
+  absl::Status CheckAcceptsLocked(uint64_t number, uint64_t epoch) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RememberFailureLocked(uint64_t number, absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -160,6 +170,9 @@ class WordRounds {
   // Bytes of each rank's frames in open rounds.
   std::vector<size_t> bytes_of_rank_ ABSL_GUARDED_BY(mu_);
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  // The current job epoch (Restart) and why the previous one ended.
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::Status restart_cause_ ABSL_GUARDED_BY(mu_);
   uint64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
   // Rounds above completed_ + 1 that finished already (at most
   // kMaxOpenRounds: rounds open only within that window).

@@ -506,5 +506,43 @@ TEST_F(WordRoundsTest, ConcurrentContributorsAllGetTheSameResult) {
   EXPECT_EQ(rounds_->completed_rounds(), kRounds);
 }
 
+// A new epoch (issue 38): open rounds fail with the cause, numbering
+// starts again at 1, and a contribution admitted in the ended epoch is
+// refused naming both epochs.
+TEST_F(WordRoundsTest, RestartEndsTheEpochAndNumbersRoundsAfresh) {
+  Make(2);
+  auto done = Contribute(*rounds_, 1, {{0, {1}}, {1, {2}}}, Far());
+  ASSERT_TRUE(done->Wait() && done->value.ok());
+  auto open = Contribute(*rounds_, 2, {{0, {1}}}, Far());
+  ASSERT_FALSE(open->Ready());
+  rounds_->Restart(2, absl::AbortedError("epoch 1 ended: rank 1 lost"));
+  ASSERT_TRUE(open->Wait());
+  EXPECT_STATUS(open->status(), absl::StatusCode::kAborted, "epoch 1 ended");
+  EXPECT_EQ(rounds_->completed_rounds(), 0u);
+  // Round 1 again, in epoch 2.
+  auto again = std::make_shared<Outcome>();
+  rounds_->ContributeShared(
+      1, MakeFrames({{0, {5}}, {1, {6}}}), Far(),
+      [again](std::shared_ptr<const WordRounds::Outcome> o) {
+        again->value = o->result();
+        again->done.Notify();
+      },
+      absl::ZeroDuration(), /*epoch=*/2);
+  ASSERT_TRUE(again->Wait());
+  ASSERT_TRUE(again->value.ok()) << again->status();
+  EXPECT_EQ(Words(*again->value), (std::vector<uint32_t>{5, 6}));
+  auto stale = std::make_shared<Outcome>();
+  rounds_->ContributeShared(
+      2, MakeFrames({{0, {5}}}), Far(),
+      [stale](std::shared_ptr<const WordRounds::Outcome> o) {
+        stale->value = o->result();
+        stale->done.Notify();
+      },
+      absl::ZeroDuration(), /*epoch=*/1);
+  ASSERT_TRUE(stale->Wait());
+  EXPECT_STATUS(stale->status(), absl::StatusCode::kFailedPrecondition,
+                "round 2 of epoch 1 is refused: the job is at epoch 2");
+}
+
 }  // namespace
 }  // namespace rankd

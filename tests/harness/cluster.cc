@@ -150,11 +150,30 @@ absl::Status LocalCluster::Start(absl::Duration timeout) {
                                      absl::StrCat(dir_, "/daemon", n, ".log"));
     if (!child.ok()) return child.status();
     daemons_.push_back(*std::move(child));
+    argvs_.push_back(argv);
+    restarts_.push_back(0);
   }
   for (uint32_t n = 0; n < options_.nnodes; ++n) {
     if (auto s = WaitReady(n, deadline); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+absl::Status LocalCluster::RestartDaemon(uint32_t node,
+                                         absl::Duration timeout) {
+  if (node >= daemons_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("no daemon ", node));
+  }
+  if (daemons_[node].running()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("daemon ", node, " still runs"));
+  }
+  auto child = ChildProcess::Spawn(
+      argvs_[node], options_.env,
+      absl::StrCat(dir_, "/daemon", node, ".", ++restarts_[node], ".log"));
+  if (!child.ok()) return child.status();
+  daemons_[node] = *std::move(child);
+  return WaitReady(node, MonotonicNow() + timeout);
 }
 
 absl::Status LocalCluster::WaitReady(uint32_t n, absl::Time deadline) {

@@ -107,6 +107,12 @@ class LocalCluster {
   // "127.0.0.1:PORT"
   std::string tcp_address(uint32_t node) const;
   ChildProcess& daemon(uint32_t node) { return daemons_[node]; }
+  // Starts node `node`'s daemon again with the arguments it first had (the
+  // same port and socket; a new daemon incarnation) once the old one
+  // exited, and waits until it reports readiness. FailedPrecondition while
+  // the old one still runs. Its log is dir()/daemon<N>.<restart>.log.
+  absl::Status RestartDaemon(uint32_t node,
+                             absl::Duration timeout = absl::Seconds(20));
 
   // The environment of a rank process joining as `rank` through `node`:
   // options().env, then `extra`, and the rank's own token in
@@ -135,6 +141,9 @@ class LocalCluster {
   std::string dir_;
   std::vector<int> ports_;
   std::vector<ChildProcess> daemons_;
+  // Each daemon's argv, for RestartDaemon, and how often it restarted.
+  std::vector<std::vector<std::string>> argvs_;
+  std::vector<int> restarts_;
 };
 
 // Waits for every worker to exit within `timeout`; returns their wait
