@@ -232,7 +232,10 @@ absl::Status Daemon::Init() {
   TcpGate::Options gate;
   gate.max_connections = net.max_tcp_connections;
   gate.max_connections_per_peer = net.max_tcp_connections_per_peer;
+  gate.max_unauthenticated = net.max_tcp_unauthenticated;
   gate.max_unauthenticated_per_peer = net.max_tcp_unauthenticated_per_peer;
+  gate.max_health = net.max_tcp_health_connections;
+  gate.max_health_per_peer = net.max_tcp_health_connections_per_peer;
   gate.unauthenticated_bytes = net.tcp_unauthenticated_bytes;
   gate.unauthenticated_time = absl::Milliseconds(net.tcp_unauthenticated_ms);
   gate.require_authentication = auth_->enabled();
@@ -275,7 +278,7 @@ absl::Status Daemon::Init() {
   auto acceptor = builder.experimental().AddExternalConnectionAcceptor(
       grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
       *server_credentials);
-  RegisterServices(builder);
+  RegisterServices(builder, tcp_gate_.get());
   if (metrics_ != nullptr) {
     if (auto s = metrics_->Serve(config_.metrics_address, MetricsOptions());
         !s.ok()) {
@@ -297,7 +300,7 @@ absl::Status Daemon::Init() {
     grpc::ResourceQuota local_quota("rankd-local");
     local_quota.Resize(net.local_memory_bytes);
     local.SetResourceQuota(local_quota);
-    RegisterServices(local);
+    RegisterServices(local, /*gate=*/nullptr);
     local_server_ = local.BuildAndStart();
     if (local_server_ == nullptr) {
       return absl::UnavailableError(absl::StrCat(
@@ -338,16 +341,20 @@ void Daemon::AddCommonArguments(grpc::ServerBuilder& builder) const {
                              KeepaliveTimeoutMs(config_.heartbeat_timeout));
 }
 
-void Daemon::RegisterServices(grpc::ServerBuilder& builder) {
+void Daemon::RegisterServices(grpc::ServerBuilder& builder, TcpGate* gate) {
   builder.RegisterService(rank_service_.get());
   builder.RegisterService(peer_service_.get());
   builder.RegisterService(admin_service_.get());
   builder.RegisterService(reflection_service_.get());
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  // The gate learns which connections call only grpc.health.v1.
+  if (gate != nullptr) interceptors.push_back(gate->MakeInterceptorFactory());
   if (metrics_ != nullptr) {
-    std::vector<
-        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-        interceptors;
     interceptors.push_back(metrics_->MakeInterceptorFactory());
+  }
+  if (!interceptors.empty()) {
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
   }
 }

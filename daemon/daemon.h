@@ -77,8 +77,10 @@ class Daemon {
   // What both gRPC servers share: message, stream and metadata limits,
   // keepalive.
   void AddCommonArguments(grpc::ServerBuilder& builder) const;
-  // The Rank, Peer and Admin services (and the metrics interceptor).
-  void RegisterServices(grpc::ServerBuilder& builder);
+  // The Rank, Peer and Admin services (and the metrics interceptor) on
+  // `builder`; `gate`: the TCP server's, told of every call (nullptr for
+  // the Unix socket's server).
+  void RegisterServices(grpc::ServerBuilder& builder, TcpGate* gate);
   DaemonMetrics::HttpOptions MetricsOptions() const;
   // Sets a grpc.health.v1 service's status on both servers.
   void SetHealth(const std::string& service, bool serving);
