@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/config.h"
+#include "daemon/descriptor_limit.h"
 #include "daemon/log.h"
 
 namespace rankd {
@@ -420,7 +421,8 @@ TcpGate::Tally TcpGate::Count(const TcpPeer& peer) const {
 }
 
 bool TcpGate::MakeRoom(const TcpPeer& peer) {
-  const uint64_t most_held = DescriptorsHeld(options_.max_connections);
+  // Those shut down that gRPC has yet to close included.
+  const uint64_t most_held = TcpListenerDescriptors(options_.max_connections);
   const bool gated = options_.require_authentication;
   Tally t = Count(peer);
   auto over = [&] {

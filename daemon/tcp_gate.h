@@ -77,13 +77,6 @@ class TcpGate {
     bool require_authentication = true;
   };
 
-  // Descriptors the gate may have open for `max_connections`: those
-  // connections, and those it shut down that gRPC has yet to close (a new
-  // connection is refused beyond this, even one that would make room).
-  static constexpr uint64_t DescriptorsHeld(uint32_t max_connections) {
-    return uint64_t{max_connections} + max_connections / 4 + 8;
-  }
-
   // What the gate did so far (logged, and shown by the drills).
   struct Stats {
     uint64_t accepted = 0;
