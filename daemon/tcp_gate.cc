@@ -385,10 +385,12 @@ void TcpGate::AcceptAll(int listen_fd) {
           if (known != by_peer_.end() && known->second == fd) {
             by_peer_.erase(known);
           }
+          SetState(old->second, State::kAuthenticated);  // counts
           connections_.erase(old);
           ++ended_since_trim_;
         }
         by_peer_[c.peer.key()] = fd;
+        if (c.state != State::kAuthenticated) pending_connections_.fetch_add(1);
         connections_[fd] = std::move(c);
       }
     }
@@ -507,6 +509,7 @@ void TcpGate::PruneClosed() {
       if (known != by_peer_.end() && known->second == it->first) {
         by_peer_.erase(known);
       }
+      SetState(it->second, State::kAuthenticated);  // counts
       connections_.erase(it++);
       ++ended_since_trim_;
       last_end_ = absl::Now();
@@ -546,6 +549,14 @@ absl::Duration TcpGate::Sweep() {
                               : kIdleSweepInterval;
 }
 
+void TcpGate::SetState(Connection& c, State state) {
+  if (c.state == State::kHealth) health_connections_.fetch_sub(1);
+  if (state == State::kHealth) health_connections_.fetch_add(1);
+  if (c.state != State::kAuthenticated) pending_connections_.fetch_sub(1);
+  if (state != State::kAuthenticated) pending_connections_.fetch_add(1);
+  c.state = state;
+}
+
 TcpGate::Connection* TcpGate::Find(absl::string_view peer) {
   absl::StatusOr<TcpPeer> p = ParseGrpcPeer(peer);
   if (!p.ok()) return nullptr;
@@ -562,20 +573,28 @@ TcpGate::Connection* TcpGate::Find(absl::string_view peer) {
 }
 
 void TcpGate::MarkAuthenticated(absl::string_view peer) {
+  // Every authenticated call comes here: with every connection
+  // authenticated already there is nothing to mark.
+  if (pending_connections_.load(std::memory_order_acquire) == 0) return;
   absl::MutexLock lock(&mu_);
-  if (Connection* c = Find(peer)) c->state = State::kAuthenticated;
+  if (Connection* c = Find(peer)) SetState(*c, State::kAuthenticated);
 }
 
 void TcpGate::NoteCall(absl::string_view peer, absl::string_view method) {
   if (!options_.require_authentication) return;
   const bool health = absl::StartsWith(method, kHealthService);
+  // Every call on the TCP server comes here (a node's rounds too): with no
+  // health connection there is nothing for another method to end.
+  if (!health && health_connections_.load(std::memory_order_acquire) == 0) {
+    return;
+  }
   absl::MutexLock lock(&mu_);
   Connection* c = Find(peer);
   if (c == nullptr || c->state == State::kAuthenticated) return;
   if (!health) {
     c->ever_other_call = true;
     if (c->state == State::kHealth) {
-      c->state = State::kUnauthenticated;
+      SetState(*c, State::kUnauthenticated);
       c->since = absl::Now();
     }
     return;
@@ -592,7 +611,7 @@ void TcpGate::NoteCall(absl::string_view peer, absl::string_view method) {
       in_group >= options_.max_health_per_peer) {
     return;
   }
-  c->state = State::kHealth;
+  SetState(*c, State::kHealth);
 }
 
 namespace {

@@ -32,6 +32,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -179,6 +180,8 @@ class TcpGate {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ShutDown(int fd, Connection& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PruneClosed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets `c`'s state, keeping health_connections_.
+  void SetState(Connection& c, State state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The open connection gRPC names `peer`; nullptr when unknown.
   Connection* Find(absl::string_view peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -201,6 +204,11 @@ class TcpGate {
   // TcpPeer::key() -> descriptor, for MarkAuthenticated and NoteCall.
   absl::flat_hash_map<std::string, int> by_peer_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
+  // Entries in State::kHealth (written under mu_; read without it by
+  // NoteCall's fast path).
+  std::atomic<uint32_t> health_connections_{0};
+  // ... and not in State::kAuthenticated (MarkAuthenticated's fast path).
+  std::atomic<uint32_t> pending_connections_{0};
 };
 
 }  // namespace rankd

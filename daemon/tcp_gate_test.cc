@@ -349,6 +349,38 @@ TEST_F(TcpGateTest, AHealthWatchOutlivesTheUnauthenticatedTime) {
   for (auto& w : watchers) w->context.TryCancel();
 }
 
+// On a dual-stack listener an IPv4 caller arrives IPv4-mapped; gRPC names it
+// by its IPv4 address, and so does the gate (authentication marks it, and
+// per-address limits count it as that address).
+TEST_F(TcpGateTest, AnIpv4MappedPeerIsItsIpv4Address) {
+  TcpGate::Options options;
+  options.max_unauthenticated_per_peer = 2;
+  // Not Start(): that listens on 127.0.0.1; this one on every address.
+  auto dual = TcpGate::Listen("[::]:0", options);
+  if (!dual.ok()) GTEST_SKIP() << "no IPv6: " << dual.status();
+  gate_ = *std::move(dual);
+  grpc::ServerBuilder builder;
+  auto acceptor = builder.experimental().AddExternalConnectionAcceptor(
+      grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+      grpc::InsecureServerCredentials());
+  builder.RegisterCallbackGenericService(&generic_);
+  server_ = builder.BuildAndStart();
+  ASSERT_NE(server_, nullptr);
+  gate_->Serve(std::move(acceptor));
+  const int a = Open(5);
+  const int b = Open(5);
+  ASSERT_TRUE(Eventually([&] { return gate_->stats().accepted == 2; }));
+  gate_->MarkAuthenticated(PeerName(a));
+  ASSERT_TRUE(Eventually([&] { return gate_->stats().unauthenticated == 1; }));
+  // 127.0.0.5 holds one unauthenticated connection of its 2: one more fits
+  // without shutting b down.
+  const int c = Open(5);
+  ASSERT_TRUE(Eventually([&] { return gate_->stats().accepted == 3; }));
+  EXPECT_FALSE(ClosedWithin(b, absl::Milliseconds(200)));
+  EXPECT_FALSE(ClosedWithin(c, absl::Milliseconds(50)));
+  EXPECT_EQ(gate_->stats().shut_evicted, 0u);
+}
+
 // localhost is 127.0.0.1 and, where the host has it, ::1.
 TEST(TcpGateListenTest, LocalhostListensOnIpv4AndIpv6Loopback) {
   int probe = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
