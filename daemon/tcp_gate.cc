@@ -435,8 +435,14 @@ bool TcpGate::MakeRoom(const TcpPeer& peer) {
              t.group_unauthenticated >= options_.max_unauthenticated_per_peer));
   };
   if (!over()) return true;
-  PruneClosed();
-  t = Count(peer);
+  // Where a connection might be refused, forget those gRPC closed since
+  // the last sweep first (a syscall per connection: not for the
+  // unauthenticated limits, which make room instead).
+  if (t.held >= most_held || t.open >= options_.max_connections ||
+      t.address >= options_.max_connections_per_peer) {
+    PruneClosed();
+    t = Count(peer);
+  }
   if (t.held >= most_held) {
     ++stats_.refused_full;
     return false;
@@ -477,23 +483,30 @@ bool TcpGate::MakeRoom(const TcpPeer& peer) {
 
 template <typename Matches>
 bool TcpGate::EvictOldest(State state, Matches matches) {
-  Connection* oldest = nullptr;
-  int oldest_fd = -1;
-  for (auto& [fd, c] : connections_) {
-    if (c.state != state || c.shut || !matches(c)) continue;
-    if (oldest == nullptr || c.since < oldest->since) {
-      oldest = &c;
-      oldest_fd = fd;
+  while (true) {
+    auto oldest = connections_.end();
+    for (auto it = connections_.begin(); it != connections_.end(); ++it) {
+      const Connection& c = it->second;
+      if (c.state != state || c.shut || !matches(c)) continue;
+      if (oldest == connections_.end() || c.since < oldest->second.since) {
+        oldest = it;
+      }
     }
+    if (oldest == connections_.end()) return false;
+    // gRPC may have closed it since the last sweep, and the number may
+    // name another socket by now: only the connection accepted is shut.
+    if (InodeOf(oldest->first) != oldest->second.inode) {
+      Forget(oldest);
+      continue;
+    }
+    ShutDown(oldest->first, oldest->second);
+    ++stats_.shut_evicted;
+    return true;
   }
-  if (oldest == nullptr) return false;
-  ShutDown(oldest_fd, *oldest);
-  ++stats_.shut_evicted;
-  return true;
 }
 
 void TcpGate::ShutDown(int fd, Connection& c) {
-  // PruneClosed ran just before: the descriptor still names the connection
+  // The caller checked that the descriptor still names the connection
   // accepted; gRPC sees it end and closes it.
   ::shutdown(fd, SHUT_RDWR);
   c.shut = true;
@@ -502,17 +515,21 @@ void TcpGate::ShutDown(int fd, Connection& c) {
   last_end_ = absl::Now();
 }
 
+void TcpGate::Forget(absl::flat_hash_map<int, Connection>::iterator it) {
+  auto known = by_peer_.find(it->second.peer.key());
+  if (known != by_peer_.end() && known->second == it->first) {
+    by_peer_.erase(known);
+  }
+  SetState(it->second, State::kAuthenticated);  // counts
+  connections_.erase(it);
+  ++ended_since_trim_;
+  last_end_ = absl::Now();
+}
+
 void TcpGate::PruneClosed() {
   for (auto it = connections_.begin(); it != connections_.end();) {
     if (InodeOf(it->first) != it->second.inode) {
-      auto known = by_peer_.find(it->second.peer.key());
-      if (known != by_peer_.end() && known->second == it->first) {
-        by_peer_.erase(known);
-      }
-      SetState(it->second, State::kAuthenticated);  // counts
-      connections_.erase(it++);
-      ++ended_since_trim_;
-      last_end_ = absl::Now();
+      Forget(it++);
     } else {
       ++it;
     }

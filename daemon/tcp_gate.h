@@ -174,11 +174,15 @@ class TcpGate {
   // their bounds. Returns the next sweep's interval.
   absl::Duration Sweep() ABSL_LOCKS_EXCLUDED(mu_);
   // Shuts down the oldest connection in `state` that `matches` and the
-  // gate has not shut yet; false when there is none.
+  // gate has not shut yet (forgetting those gRPC closed meanwhile); false
+  // when there is none.
   template <typename Matches>
   bool EvictOldest(State state, Matches matches)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ShutDown(int fd, Connection& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the entry of a connection gRPC closed.
+  void Forget(absl::flat_hash_map<int, Connection>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PruneClosed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets `c`'s state, keeping health_connections_.
   void SetState(Connection& c, State state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
