@@ -483,23 +483,37 @@ bool TcpGate::MakeRoom(const TcpPeer& peer) {
 
 template <typename Matches>
 bool TcpGate::EvictOldest(State state, Matches matches) {
+  // Silent connections (nothing sent yet, as last seen) first, the oldest
+  // of them: an honest caller sends its first bytes (TLS or HTTP/2
+  // preface) as it connects, a flood of idle connections never does.
+  auto before = [](const Connection& a, const Connection& b) {
+    const bool a_silent = a.received == 0, b_silent = b.received == 0;
+    if (a_silent != b_silent) return a_silent;
+    return a.since < b.since;
+  };
   while (true) {
-    auto oldest = connections_.end();
+    auto victim = connections_.end();
     for (auto it = connections_.begin(); it != connections_.end(); ++it) {
       const Connection& c = it->second;
       if (c.state != state || c.shut || !matches(c)) continue;
-      if (oldest == connections_.end() || c.since < oldest->second.since) {
-        oldest = it;
+      if (victim == connections_.end() || before(c, victim->second)) {
+        victim = it;
       }
     }
-    if (oldest == connections_.end()) return false;
+    if (victim == connections_.end()) return false;
     // gRPC may have closed it since the last sweep, and the number may
     // name another socket by now: only the connection accepted is shut.
-    if (InodeOf(oldest->first) != oldest->second.inode) {
-      Forget(oldest);
+    if (InodeOf(victim->first) != victim->second.inode) {
+      Forget(victim);
       continue;
     }
-    ShutDown(oldest->first, oldest->second);
+    // Silent when last seen: still so? (Each connection is looked at once:
+    // one that sent something is silent no more.)
+    if (victim->second.received == 0) {
+      victim->second.received = BytesReceived(victim->first);
+      if (victim->second.received > 0) continue;
+    }
+    ShutDown(victim->first, victim->second);
     ++stats_.shut_evicted;
     return true;
   }
@@ -547,7 +561,8 @@ absl::Duration TcpGate::Sweep() {
     const bool is_health = c.state == State::kHealth;
     const bool too_long =
         !is_health && now - c.since > options_.unauthenticated_time;
-    const bool too_much = BytesReceived(fd) > options_.unauthenticated_bytes;
+    c.received = BytesReceived(fd);
+    const bool too_much = c.received > options_.unauthenticated_bytes;
     if (!too_long && !too_much) {
       (is_health ? health_left : unauthenticated_left) = true;
       ++(is_health ? health : unauthenticated);

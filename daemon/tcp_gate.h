@@ -58,9 +58,10 @@ class TcpGate {
     uint32_t max_connections_per_peer = 64;
     // ... of them not yet authenticated: in all (below max_connections, so
     // that there is always room for nodes), and from one address group.
-    // One more shuts the oldest of them down (in all: any address's; per
-    // group: the group's), as does a new connection to a full listener:
-    // an honest caller authenticates with its first call, within
+    // One more shuts one of them down (in all: any address's; per group:
+    // the group's), as does a new connection to a full listener: the
+    // oldest that has sent nothing yet, else the oldest. An honest caller
+    // sends as it connects and authenticates with its first call, within
     // milliseconds, so a flood cannot lock it out.
     uint32_t max_unauthenticated = 128;
     uint32_t max_unauthenticated_per_peer = 8;
@@ -152,6 +153,8 @@ class TcpGate {
     absl::Time since;
     State state = State::kUnauthenticated;
     bool ever_other_call = false;  // may not become a health connection
+    // Bytes it had sent when last looked at (Sweep, EvictOldest).
+    uint64_t received = 0;
     bool shut = false;  // shut down by the gate; gRPC has yet to close it
   };
   // What the listener holds, as a new connection from `peer` sees it.
@@ -173,9 +176,9 @@ class TcpGate {
   // Drops connections gRPC closed; shuts down unauthenticated ones past
   // their bounds. Returns the next sweep's interval.
   absl::Duration Sweep() ABSL_LOCKS_EXCLUDED(mu_);
-  // Shuts down the oldest connection in `state` that `matches` and the
-  // gate has not shut yet (forgetting those gRPC closed meanwhile); false
-  // when there is none.
+  // Shuts down a connection in `state` that `matches` and the gate has not
+  // shut yet: the oldest that has sent nothing, else the oldest (forgetting
+  // those gRPC closed meanwhile); false when there is none.
   template <typename Matches>
   bool EvictOldest(State state, Matches matches)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

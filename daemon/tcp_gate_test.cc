@@ -243,6 +243,27 @@ TEST_F(TcpGateTest, ManyAddressesCannotHoldMoreThanTheUnauthenticatedCap) {
   EXPECT_EQ(gate_->stats().refused_full, 0u);
 }
 
+// Making room, a connection that has sent nothing goes before an older
+// one that has: an honest caller sends as it connects, and must not lose
+// its connection to a burst of idle ones before its first call is through.
+TEST_F(TcpGateTest, ASilentConnectionGivesWayBeforeOneThatSpoke) {
+  TcpGate::Options options;
+  options.max_unauthenticated = 2;
+  ASSERT_NO_FATAL_FAILURE(Start(options));
+  const int speaker = Open(2);
+  const std::string preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+  ASSERT_EQ(::send(speaker, preface.data(), preface.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(preface.size()));
+  absl::SleepFor(absl::Milliseconds(20));  // accepted in this order
+  const int silent = Open(3);
+  ASSERT_TRUE(Eventually([&] { return gate_->stats().accepted == 2; }));
+  const int newer = Open(4);
+  EXPECT_TRUE(ClosedWithin(silent, absl::Seconds(2)));
+  EXPECT_FALSE(ClosedWithin(speaker, absl::Milliseconds(200)));
+  EXPECT_FALSE(ClosedWithin(newer, absl::Milliseconds(50)));
+  EXPECT_EQ(gate_->stats().shut_evicted, 1u);
+}
+
 // A full listener (connections of nodes and silent ones, under the
 // unauthenticated cap) makes room for a new connection by shutting the
 // oldest unauthenticated one down, of any address; with none left to shut

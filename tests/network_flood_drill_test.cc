@@ -698,6 +698,8 @@ TEST(NetworkFloodDrill, SilentConnectionsFromManyAddressesCannotLockNodesOut) {
   EXPECT_GE(closed, kSlots / 2);
   drill.ExpectHealthy();
   EXPECT_TRUE(drill.Round().ok());
+  EXPECT_LT(after.rss - before.rss, kKeptSlack)
+      << "after " << MiB(after.rss) << " MiB";
   EXPECT_LT(peak.threads - before.threads, 16);
 }
 
