@@ -44,6 +44,10 @@ constexpr uint64_t kTrimAfterEnded = 16;
 constexpr int kMaxAcceptsPerTurn = 64;
 // The methods of a health connection (grpc.health.v1 Check and Watch).
 constexpr absl::string_view kHealthService = "/grpc.health.v1.Health/";
+// Calls a health connection may have in flight: a checker's Watch and a
+// Check. More and it is one no more: calls that never send their message
+// would otherwise wait on it forever.
+constexpr uint32_t kMaxHealthCallsPerConnection = 2;
 
 // The peer of `fd`; an error when it has none.
 absl::StatusOr<TcpPeer> PeerOf(int fd) {
@@ -447,8 +451,8 @@ bool TcpGate::MakeRoom(const TcpPeer& peer) {
     ++stats_.refused_full;
     return false;
   }
-  // Each limit in turn, from the narrowest: the oldest unauthenticated
-  // connection it counts gives way.
+  // Each limit in turn, from the narrowest: an unauthenticated connection
+  // it counts gives way (EvictOldest: silent ones first).
   if (t.address >= options_.max_connections_per_peer) {
     if (!EvictOldest(State::kUnauthenticated, [&](const Connection& c) {
           return c.peer.address == peer.address;
@@ -582,8 +586,6 @@ absl::Duration TcpGate::Sweep() {
 }
 
 void TcpGate::SetState(Connection& c, State state) {
-  if (c.state == State::kHealth) health_connections_.fetch_sub(1);
-  if (state == State::kHealth) health_connections_.fetch_add(1);
   if (c.state != State::kAuthenticated) pending_connections_.fetch_sub(1);
   if (state != State::kAuthenticated) pending_connections_.fetch_add(1);
   c.state = state;
@@ -612,26 +614,28 @@ void TcpGate::MarkAuthenticated(absl::string_view peer) {
   if (Connection* c = Find(peer)) SetState(*c, State::kAuthenticated);
 }
 
-void TcpGate::NoteCall(absl::string_view peer, absl::string_view method) {
-  if (!options_.require_authentication) return;
+bool TcpGate::NoteCall(absl::string_view peer, absl::string_view method) {
+  if (!options_.require_authentication) return false;
+  // Every call on the TCP server comes here (a node's rounds too): with
+  // every connection authenticated there is nothing to note.
+  if (pending_connections_.load(std::memory_order_acquire) == 0) return false;
   const bool health = absl::StartsWith(method, kHealthService);
-  // Every call on the TCP server comes here (a node's rounds too): with no
-  // health connection there is nothing for another method to end.
-  if (!health && health_connections_.load(std::memory_order_acquire) == 0) {
-    return;
-  }
   absl::MutexLock lock(&mu_);
   Connection* c = Find(peer);
-  if (c == nullptr || c->state == State::kAuthenticated) return;
-  if (!health) {
+  if (c == nullptr || c->state == State::kAuthenticated) return false;
+  ++c->calls;
+  // Another method, or more health calls at once than a checker makes: a
+  // health connection no more, for good, with the unauthenticated time
+  // from now (its calls could otherwise wait forever).
+  if (!health || c->calls > kMaxHealthCallsPerConnection) {
     c->ever_other_call = true;
     if (c->state == State::kHealth) {
       SetState(*c, State::kUnauthenticated);
       c->since = absl::Now();
     }
-    return;
+    return true;
   }
-  if (c->state != State::kUnauthenticated || c->ever_other_call) return;
+  if (c->state != State::kUnauthenticated || c->ever_other_call) return true;
   uint32_t in_all = 0, in_group = 0;
   for (const auto& [fd, other] : connections_) {
     if (other.state != State::kHealth || other.shut) continue;
@@ -639,17 +643,39 @@ void TcpGate::NoteCall(absl::string_view peer, absl::string_view method) {
     if (other.peer.group == c->peer.group) ++in_group;
   }
   // No room: it keeps the unauthenticated bounds.
-  if (in_all >= options_.max_health ||
-      in_group >= options_.max_health_per_peer) {
-    return;
+  if (in_all < options_.max_health && in_group < options_.max_health_per_peer) {
+    SetState(*c, State::kHealth);
   }
-  SetState(*c, State::kHealth);
+  return true;
+}
+
+void TcpGate::CallEnded(absl::string_view peer) {
+  absl::MutexLock lock(&mu_);
+  if (Connection* c = Find(peer); c != nullptr && c->calls > 0) --c->calls;
 }
 
 namespace {
 
+// Tells the gate when a call it noted ends (the interceptor lives as long
+// as the call).
+class CallEnd : public grpc::experimental::Interceptor {
+ public:
+  CallEnd(TcpGate* gate, std::string peer)
+      : gate_(gate), peer_(std::move(peer)) {}
+  ~CallEnd() override { gate_->CallEnded(peer_); }
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    methods->Proceed();
+  }
+
+ private:
+  TcpGate* const gate_;
+  const std::string peer_;
+};
+
 // Reports every call's method and peer to the gate, as the call starts
-// (its headers are in; its message may not be).
+// (its headers are in; its message may not be), and the end of those it
+// counts.
 class CallNoter : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
   explicit CallNoter(TcpGate* gate) : gate_(gate) {}
@@ -657,10 +683,10 @@ class CallNoter : public grpc::experimental::ServerInterceptorFactoryInterface {
       grpc::experimental::ServerRpcInfo* info) override {
     const char* method = info->method();
     grpc::ServerContextBase* context = info->server_context();
-    if (method != nullptr && context != nullptr) {
-      gate_->NoteCall(context->peer(), method);
-    }
-    return nullptr;  // nothing to do with the call itself
+    if (method == nullptr || context == nullptr) return nullptr;
+    std::string peer = context->peer();
+    if (!gate_->NoteCall(peer, method)) return nullptr;
+    return new CallEnd(gate_, std::move(peer));  // gRPC owns it
   }
 
  private:

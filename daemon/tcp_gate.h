@@ -130,13 +130,18 @@ class TcpGate {
 
   // A call of `method` ("/grpc.health.v1.Health/Watch") started on the
   // connection gRPC names `peer`. An unauthenticated connection whose
-  // calls are all grpc.health.v1 becomes a health connection while the
-  // health budget has room; one that calls anything else is one no more
-  // (for good), and gets `unauthenticated_time` from then on.
-  void NoteCall(absl::string_view peer, absl::string_view method);
+  // calls are all grpc.health.v1, at most 2 at once, becomes a health
+  // connection while the health budget has room; one that calls anything
+  // else, or more at once, is one no more (for good), and gets
+  // `unauthenticated_time` from then on. Returns whether the call was
+  // counted (its connection is not authenticated): CallEnded must follow.
+  bool NoteCall(absl::string_view peer, absl::string_view method);
+  // A call NoteCall counted on `peer` ended.
+  void CallEnded(absl::string_view peer);
 
   // An interceptor for the gRPC server the gate feeds that reports every
-  // call to NoteCall. The gate must outlive the server.
+  // call to NoteCall, and the end of those it counted to CallEnded. The gate
+  // must outlive the server.
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
   MakeInterceptorFactory();
 
@@ -155,7 +160,8 @@ class TcpGate {
     bool ever_other_call = false;  // may not become a health connection
     // Bytes it had sent when last looked at (Sweep, EvictOldest).
     uint64_t received = 0;
-    bool shut = false;  // shut down by the gate; gRPC has yet to close it
+    uint32_t calls = 0;  // in flight, counted while unauthenticated
+    bool shut = false;   // shut down by the gate; gRPC has yet to close it
   };
   // What the listener holds, as a new connection from `peer` sees it.
   struct Tally {
@@ -187,7 +193,7 @@ class TcpGate {
   void Forget(absl::flat_hash_map<int, Connection>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PruneClosed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sets `c`'s state, keeping health_connections_.
+  // Sets `c`'s state, keeping pending_connections_.
   void SetState(Connection& c, State state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The open connection gRPC names `peer`; nullptr when unknown.
   Connection* Find(absl::string_view peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -211,10 +217,8 @@ class TcpGate {
   // TcpPeer::key() -> descriptor, for MarkAuthenticated and NoteCall.
   absl::flat_hash_map<std::string, int> by_peer_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
-  // Entries in State::kHealth (written under mu_; read without it by
-  // NoteCall's fast path).
-  std::atomic<uint32_t> health_connections_{0};
-  // ... and not in State::kAuthenticated (MarkAuthenticated's fast path).
+  // Entries not in State::kAuthenticated (written under mu_; read without
+  // it by the fast paths of MarkAuthenticated and NoteCall).
   std::atomic<uint32_t> pending_connections_{0};
 };
 

@@ -370,6 +370,33 @@ TEST_F(TcpGateTest, AHealthWatchOutlivesTheUnauthenticatedTime) {
   for (auto& w : watchers) w->context.TryCancel();
 }
 
+// A connection with more health calls at once than a checker makes (they
+// could be calls that never send their message, held forever) is no
+// health connection: it is closed at the unauthenticated time.
+TEST_F(TcpGateTest, ManyHealthCallsAtOnceAreNoHealthConnection) {
+  TcpGate::Options options;
+  options.unauthenticated_time = absl::Milliseconds(500);
+  ASSERT_NO_FATAL_FAILURE(Start(options));
+  server_->GetHealthCheckService()->SetServingStatus("", true);
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", gate_->port()),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<
+      grpc::ClientReader<grpc::health::v1::HealthCheckResponse>>>
+      readers;
+  for (int i = 0; i < 3; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    readers.push_back(stub->Watch(contexts.back().get(), {}));
+    grpc::health::v1::HealthCheckResponse first;
+    ASSERT_TRUE(readers.back()->Read(&first)) << i;
+  }
+  EXPECT_TRUE(Eventually([&] { return gate_->stats().shut_time == 1; },
+                         absl::Seconds(5)));
+  EXPECT_EQ(gate_->stats().health, 0u);
+  for (auto& context : contexts) context->TryCancel();
+}
+
 // On a dual-stack listener an IPv4 caller arrives IPv4-mapped; gRPC names it
 // by its IPv4 address, and so does the gate (authentication marks it, and
 // per-address limits count it as that address).
