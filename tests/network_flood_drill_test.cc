@@ -6,7 +6,9 @@
 //      held past the unauthenticated time limit, then all closed at once;
 //   8. 400 connections x 50 requests declaring 64 MiB messages, each sent
 //      only in part (64 KiB), 1.25 GiB in all;
-//  12. idle and half-sent connections to /metrics while it is scraped.
+//  12. idle and half-sent connections to /metrics while it is scraped;
+// and, from the review of issue 36, silent connections from 64 source
+// addresses filling the coordinator's listener before node 1 joins.
 // Each asserts that the honest ranks keep serving (every round through the
 // flood and after it completes, the job stays READY with no rank or node
 // lost), that the flood is refused or bounded, and that the daemon's memory
