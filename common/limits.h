@@ -48,6 +48,12 @@ inline constexpr uint32_t kMaxTcpConnectionsPerPeer = 64;
 // connection (MaxCallsPerConnection), about 12 KiB of memory each even
 // when the call never sends its message.
 inline constexpr uint32_t kMaxTcpUnauthenticatedPerPeer = 8;
+// TCP connections whose calls are all grpc.health.v1 (probes and load
+// balancers carry no credential) that may stay open past the
+// unauthenticated time: in all (at most; a quarter of the listener's
+// connections when that is fewer) and from one address group.
+inline constexpr uint32_t kMaxTcpHealthConnections = 32;
+inline constexpr uint32_t kMaxTcpHealthConnectionsPerPeer = 4;
 // What a TCP connection may send, and for how long it may stay open, before
 // one of its calls authenticates: room for the largest first request of an
 // honest caller (a node's registration, under 1 MiB).

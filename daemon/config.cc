@@ -780,6 +780,48 @@ class Resolver {
       }
       *f.value = *v;
     }
+    // Unauthenticated and health connections: defaults derived from the
+    // total, and below it, so that there is always room for nodes.
+    const Setting total =
+        GivenOr(flags_.max_tcp_connections, "max_tcp_connections",
+                absl::StrCat(n.max_tcp_connections));
+    if (n.max_tcp_connections < 2) {
+      return Invalid(absl::StrCat(
+          total.Assignment(),
+          " must be >= 2 (room for a node beside an unauthenticated "
+          "connection)"));
+    }
+    n.max_tcp_unauthenticated =
+        std::max<uint32_t>(1, n.max_tcp_connections / 2);
+    n.max_tcp_health_connections =
+        std::min<uint32_t>(kMaxTcpHealthConnections, n.max_tcp_connections / 4);
+    for (const Field& f : {
+             Field{flags_.max_tcp_unauthenticated, "max_tcp_unauthenticated",
+                   &n.max_tcp_unauthenticated, false},
+             Field{flags_.max_tcp_health_connections,
+                   "max_tcp_health_connections", &n.max_tcp_health_connections,
+                   true},
+             Field{flags_.max_tcp_health_connections_per_peer,
+                   "max_tcp_health_connections_per_peer",
+                   &n.max_tcp_health_connections_per_peer, true},
+         }) {
+      const Setting s = GivenOr(f.flag, f.name, absl::StrCat(*f.value));
+      absl::StatusOr<uint32_t> v = ParseUint32(s);
+      if (!v.ok()) return v.status();
+      if (!f.zero_ok) {
+        if (auto positive = RequirePositive(s, *v); !positive.ok()) {
+          return positive;
+        }
+      }
+      if (f.value != &n.max_tcp_health_connections_per_peer &&
+          *v >= n.max_tcp_connections) {
+        return Invalid(
+            absl::StrCat(s.Assignment(), " must be below ",
+                         Ref(total, n.max_tcp_connections),
+                         ", so that nodes always find room on the listener"));
+      }
+      *f.value = *v;
+    }
     return absl::OkStatus();
   }
 
@@ -851,7 +893,10 @@ std::string DescribeConfig(const DaemonConfig& c) {
       c.limits.max_reflection_streams_per_peer, "/peer",
       " tcp=", c.network.max_tcp_connections, "conns,",
       c.network.max_tcp_connections_per_peer, "/peer,",
+      c.network.max_tcp_unauthenticated, "unauthenticated,",
       c.network.max_tcp_unauthenticated_per_peer, "/peer-unauthenticated,",
+      c.network.max_tcp_health_connections, "health,",
+      c.network.max_tcp_health_connections_per_peer, "/peer-health,",
       c.network.tcp_unauthenticated_bytes, "B/",
       c.network.tcp_unauthenticated_ms, "ms-unauthenticated,",
       c.network.tcp_memory_bytes, "B", " host=", or_dash(c.hostname),

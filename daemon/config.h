@@ -98,9 +98,19 @@ struct NetworkLimits {
   uint32_t max_tcp_connections = 0;
   // ... of them from one peer address (--max_tcp_connections_per_peer).
   uint32_t max_tcp_connections_per_peer = kMaxTcpConnectionsPerPeer;
-  // ... of them from one peer address not yet authenticated
-  // (--max_tcp_unauthenticated_per_peer).
+  // ... of them not yet authenticated: in all (--max_tcp_unauthenticated;
+  // 0 until resolved: max(1, max_tcp_connections / 2); always below
+  // max_tcp_connections), and from one address group, an IPv4 address or
+  // an IPv6 /64 (--max_tcp_unauthenticated_per_peer).
+  uint32_t max_tcp_unauthenticated = 0;
   uint32_t max_tcp_unauthenticated_per_peer = kMaxTcpUnauthenticatedPerPeer;
+  // ... of them whose calls are all grpc.health.v1, kept past the
+  // unauthenticated time: in all (--max_tcp_health_connections; 0 until
+  // resolved: min(32, max_tcp_connections / 4)) and from one address group
+  // (--max_tcp_health_connections_per_peer). 0: none.
+  uint32_t max_tcp_health_connections = 0;
+  uint32_t max_tcp_health_connections_per_peer =
+      kMaxTcpHealthConnectionsPerPeer;
   // Bytes a TCP connection may send before one of its calls authenticates
   // (--tcp_unauthenticated_bytes), and how long it may stay open so
   // (--tcp_unauthenticated_ms); beyond either it is closed.
@@ -251,7 +261,10 @@ struct RawConfig {
   std::optional<std::string> round_link_port;
   std::optional<std::string> max_tcp_connections;
   std::optional<std::string> max_tcp_connections_per_peer;
+  std::optional<std::string> max_tcp_unauthenticated;
   std::optional<std::string> max_tcp_unauthenticated_per_peer;
+  std::optional<std::string> max_tcp_health_connections;
+  std::optional<std::string> max_tcp_health_connections_per_peer;
   std::optional<std::string> tcp_unauthenticated_bytes;
   std::optional<std::string> tcp_unauthenticated_ms;
   std::optional<std::string> tcp_max_connection_idle_ms;

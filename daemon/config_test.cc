@@ -923,6 +923,44 @@ TEST_F(ConfigTest, DescribeConfigIsOneInformativeLine) {
   }
 }
 
+// ---------------------------------------------------------------- listeners
+
+TEST_F(ConfigTest, UnauthenticatedAndHealthConnectionsDeriveFromTheTotal) {
+  raw_.world_size = "4";
+  DaemonConfig c = MustResolve();
+  EXPECT_EQ(c.network.max_tcp_connections, 256u);
+  EXPECT_EQ(c.network.max_tcp_unauthenticated, 128u);
+  EXPECT_EQ(c.network.max_tcp_health_connections, 32u);
+  EXPECT_EQ(c.network.max_tcp_health_connections_per_peer, 4u);
+  raw_.max_tcp_connections = "40";
+  c = MustResolve();
+  EXPECT_EQ(c.network.max_tcp_unauthenticated, 20u);
+  EXPECT_EQ(c.network.max_tcp_health_connections, 10u);
+  raw_.max_tcp_unauthenticated = "39";
+  raw_.max_tcp_health_connections = "0";
+  raw_.max_tcp_health_connections_per_peer = "0";
+  c = MustResolve();
+  EXPECT_EQ(c.network.max_tcp_unauthenticated, 39u);
+  EXPECT_EQ(c.network.max_tcp_health_connections, 0u);
+  EXPECT_EQ(c.network.max_tcp_health_connections_per_peer, 0u);
+}
+
+TEST_F(ConfigTest, UnauthenticatedConnectionsStayBelowTheTotal) {
+  raw_.world_size = "4";
+  raw_.max_tcp_connections = "40";
+  raw_.max_tcp_unauthenticated = "40";
+  ExpectError(
+      {"--max_tcp_unauthenticated=40", "below", "--max_tcp_connections(40)"});
+  raw_.max_tcp_unauthenticated = "0";
+  ExpectError({"--max_tcp_unauthenticated=0", ">= 1"});
+  raw_.max_tcp_unauthenticated.reset();
+  raw_.max_tcp_health_connections = "41";
+  ExpectError({"--max_tcp_health_connections=41", "below"});
+  raw_.max_tcp_health_connections.reset();
+  raw_.max_tcp_connections = "1";
+  ExpectError({"--max_tcp_connections=1", ">= 2"});
+}
+
 // ---------------------------------------------------------- environment
 
 TEST(ProcessEnvTest, ReadsProcessEnvironment) {

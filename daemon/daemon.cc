@@ -251,7 +251,10 @@ absl::Status Daemon::Init() {
   TcpGate::Options gate;
   gate.max_connections = net.max_tcp_connections;
   gate.max_connections_per_peer = net.max_tcp_connections_per_peer;
+  gate.max_unauthenticated = net.max_tcp_unauthenticated;
   gate.max_unauthenticated_per_peer = net.max_tcp_unauthenticated_per_peer;
+  gate.max_health = net.max_tcp_health_connections;
+  gate.max_health_per_peer = net.max_tcp_health_connections_per_peer;
   gate.unauthenticated_bytes = net.tcp_unauthenticated_bytes;
   gate.unauthenticated_time = absl::Milliseconds(net.tcp_unauthenticated_ms);
   gate.require_authentication = auth_->enabled();
@@ -294,7 +297,7 @@ absl::Status Daemon::Init() {
   auto acceptor = builder.experimental().AddExternalConnectionAcceptor(
       grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
       *server_credentials);
-  RegisterServices(builder, reflection_service_.get());
+  RegisterServices(builder, reflection_service_.get(), tcp_gate_.get());
   if (metrics_ != nullptr) {
     if (auto s = metrics_->Serve(config_.metrics_address, MetricsOptions());
         !s.ok()) {
@@ -316,7 +319,8 @@ absl::Status Daemon::Init() {
     grpc::ResourceQuota local_quota("rankd-local");
     local_quota.Resize(net.local_memory_bytes);
     local.SetResourceQuota(local_quota);
-    RegisterServices(local, local_reflection_service_.get());
+    RegisterServices(local, local_reflection_service_.get(),
+                     /*gate=*/nullptr);
     local_server_ = local.BuildAndStart();
     if (local_server_ == nullptr) {
       return absl::UnavailableError(absl::StrCat(
@@ -358,16 +362,20 @@ void Daemon::AddCommonArguments(grpc::ServerBuilder& builder) const {
 }
 
 void Daemon::RegisterServices(grpc::ServerBuilder& builder,
-                              ReflectionService* reflection) {
+                              ReflectionService* reflection, TcpGate* gate) {
   builder.RegisterService(rank_service_.get());
   builder.RegisterService(peer_service_.get());
   builder.RegisterService(admin_service_.get());
   builder.RegisterService(reflection);
+  std::vector<
+      std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+      interceptors;
+  // The gate learns which connections call only grpc.health.v1.
+  if (gate != nullptr) interceptors.push_back(gate->MakeInterceptorFactory());
   if (metrics_ != nullptr) {
-    std::vector<
-        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-        interceptors;
     interceptors.push_back(metrics_->MakeInterceptorFactory());
+  }
+  if (!interceptors.empty()) {
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
   }
 }

@@ -78,9 +78,10 @@ class Daemon {
   // keepalive.
   void AddCommonArguments(grpc::ServerBuilder& builder) const;
   // The Rank, Peer and Admin services, `reflection` (the server's own),
-  // and the metrics interceptor.
+  // and the metrics interceptor on `builder`; `gate`: the TCP server's,
+  // told of every call (nullptr for the Unix socket's server).
   void RegisterServices(grpc::ServerBuilder& builder,
-                        ReflectionService* reflection);
+                        ReflectionService* reflection, TcpGate* gate);
   DaemonMetrics::HttpOptions MetricsOptions() const;
   // Sets a grpc.health.v1 service's status on both servers.
   void SetHealth(const std::string& service, bool serving);

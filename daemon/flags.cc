@@ -181,10 +181,26 @@ ABSL_FLAG(OptionalText, max_tcp_connections, OptionalText{},
 ABSL_FLAG(OptionalText, max_tcp_connections_per_peer, OptionalText{},
           "TCP connections one peer address may hold open at once. Env "
           "RANKD_MAX_TCP_CONNECTIONS_PER_PEER. Default 64.");
+ABSL_FLAG(OptionalText, max_tcp_unauthenticated, OptionalText{},
+          "TCP connections the public listener holds at once before one of "
+          "their calls presents a valid credential; below "
+          "--max_tcp_connections. One more closes the oldest of them. Env "
+          "RANKD_MAX_TCP_UNAUTHENTICATED. Default max(1, "
+          "max_tcp_connections / 2).");
 ABSL_FLAG(OptionalText, max_tcp_unauthenticated_per_peer, OptionalText{},
-          "TCP connections one peer address may hold open at once before "
-          "one of their calls presents a valid credential. Env "
+          "TCP connections one peer address (IPv6: one /64) may hold open at "
+          "once before one of their calls presents a valid credential. One "
+          "more closes the oldest of them. Env "
           "RANKD_MAX_TCP_UNAUTHENTICATED_PER_PEER. Default 8.");
+ABSL_FLAG(OptionalText, max_tcp_health_connections, OptionalText{},
+          "TCP connections without a credential whose calls are all "
+          "grpc.health.v1 (probes, load balancers) kept open past "
+          "--tcp_unauthenticated_ms; 0: none. Env "
+          "RANKD_MAX_TCP_HEALTH_CONNECTIONS. Default min(32, "
+          "max_tcp_connections / 4).");
+ABSL_FLAG(OptionalText, max_tcp_health_connections_per_peer, OptionalText{},
+          "... of them from one peer address (IPv6: one /64); 0: none. Env "
+          "RANKD_MAX_TCP_HEALTH_CONNECTIONS_PER_PEER. Default 4.");
 ABSL_FLAG(OptionalText, tcp_unauthenticated_bytes, OptionalText{},
           "Bytes a TCP connection may send before one of its calls presents "
           "a valid credential; beyond them it is closed. Env "
@@ -274,8 +290,14 @@ RawConfig RawConfigFromFlags() {
   raw.max_tcp_connections = absl::GetFlag(FLAGS_max_tcp_connections).text;
   raw.max_tcp_connections_per_peer =
       absl::GetFlag(FLAGS_max_tcp_connections_per_peer).text;
+  raw.max_tcp_unauthenticated =
+      absl::GetFlag(FLAGS_max_tcp_unauthenticated).text;
   raw.max_tcp_unauthenticated_per_peer =
       absl::GetFlag(FLAGS_max_tcp_unauthenticated_per_peer).text;
+  raw.max_tcp_health_connections =
+      absl::GetFlag(FLAGS_max_tcp_health_connections).text;
+  raw.max_tcp_health_connections_per_peer =
+      absl::GetFlag(FLAGS_max_tcp_health_connections_per_peer).text;
   raw.tcp_unauthenticated_bytes =
       absl::GetFlag(FLAGS_tcp_unauthenticated_bytes).text;
   raw.tcp_unauthenticated_ms = absl::GetFlag(FLAGS_tcp_unauthenticated_ms).text;

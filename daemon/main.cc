@@ -12,6 +12,7 @@
 #include "common/command_help.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/descriptor_limit.h"
 #include "daemon/flags.h"
 #include "daemon/log.h"
 
@@ -54,6 +55,14 @@ int main(int argc, char** argv) {
   }
   rankd::SetLogPrefix(absl::StrCat("rankd[", config->job_id, " node ",
                                    config->node_index, "]"));
+  // Open files for what the limits let the daemon hold: the soft limit
+  // raised, or --max_tcp_connections lowered to what the hard limit allows.
+  if (auto lowered = rankd::ApplyDescriptorLimit(&*config); !lowered.ok()) {
+    rankd::Log(absl::StrCat("cannot start: ", lowered.status().message()));
+    return 1;
+  } else if (!lowered->empty()) {
+    rankd::Log(*lowered);
+  }
   rankd::Log(rankd::DescribeConfig(*config));
   auto daemon = rankd::Daemon::Start(*config);
   if (!daemon.ok()) {

@@ -3,9 +3,12 @@
 // the connections itself, then hands each to gRPC through
 // grpc::experimental::ExternalConnectionAcceptor (with the server's own
 // credentials, TLS or not), so that it decides what gRPC 1.51 cannot:
-//   - how many connections the listener holds at once, in all, from one
-//     peer address, and from one peer address before they authenticated:
-//     one beyond any is closed as it arrives;
+//   - how many connections the listener holds at once: in all, from one
+//     address, and before they authenticated: in all and from one address
+//     group (an IPv4 address, an IPv6 /64; TcpPeer). A new connection
+//     never waits on unauthenticated ones: where they hold a limit, the
+//     oldest of them is shut down to make room, so that a node (which
+//     authenticates with its first call) always gets in;
 //   - what a connection may send before it is known: until one of its calls
 //     presents a valid credential (MarkAuthenticated), a connection may send
 //     at most `unauthenticated_bytes` (counted by the kernel, TCP_INFO) and
@@ -13,28 +16,37 @@
 //     gRPC 1.51 buffers a request up to the size its 5-byte prefix declares
 //     before any receive limit or handler sees it, and lets a call that
 //     never sends its message wait forever, so this is where an
-//     unauthenticated caller's requests are bounded.
+//     unauthenticated caller's requests are bounded;
+//   - health checks: a connection whose calls are all grpc.health.v1
+//     (load balancers and probes carry no credential) may stay open past
+//     `unauthenticated_time`, within a small budget of such connections of
+//     its own (in all, per address group); its bytes stay bounded.
 // A connection gRPC has closed is noticed by its descriptor no longer
 // naming the same socket (inode); the gate never closes a descriptor gRPC
-// owns, it only shuts the socket down. It freed memory to the system
-// (malloc_trim) once many connections ended, so that a flood leaves the daemon
-// near its size before. Depends on POSIX sockets, gRPC and absl.
+// owns, it only shuts the socket down. It frees memory to the system
+// (malloc_trim) once many connections ended, so that a flood leaves the
+// daemon near its size before. Depends on POSIX sockets, gRPC, absl and
+// TcpPeer.
 #ifndef RANKD_DAEMON_TCP_GATE_H_
 #define RANKD_DAEMON_TCP_GATE_H_
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/tcp_peer.h"
 #include "grpcpp/server_builder.h"
+#include "grpcpp/support/server_interceptor.h"
 
 namespace rankd {
 
@@ -44,14 +56,24 @@ class TcpGate {
     // Connections held at once, in all and from one peer address.
     uint32_t max_connections = 256;
     uint32_t max_connections_per_peer = 64;
-    // ... of them from one peer address not yet authenticated. One more
-    // from that address shuts the oldest of them down (an honest caller
-    // authenticates with its first call, within milliseconds), so that a
-    // flood from an address cannot lock out an honest caller sharing it.
+    // ... of them not yet authenticated: in all (below max_connections, so
+    // that there is always room for nodes), and from one address group.
+    // One more shuts one of them down (in all: any address's; per group:
+    // the group's), as does a new connection to a full listener: the
+    // oldest that has sent nothing yet, else the oldest. An honest caller
+    // sends as it connects and authenticates with its first call, within
+    // milliseconds, so a flood cannot lock it out.
+    uint32_t max_unauthenticated = 128;
     uint32_t max_unauthenticated_per_peer = 8;
+    // ... of them that called only grpc.health.v1 (NoteCall): in all and
+    // from one address group. Past either such a connection keeps the
+    // unauthenticated bounds. 0: none.
+    uint32_t max_health = 32;
+    uint32_t max_health_per_peer = 4;
     // Until a call authenticates: bytes a connection may send, how long it
-    // may stay open. Not enforced when `require_authentication` is false
-    // (--allow_unauthenticated: no call ever authenticates).
+    // may stay open (a health connection: no time limit). Not enforced when
+    // `require_authentication` is false (--allow_unauthenticated: no call
+    // ever authenticates).
     uint64_t unauthenticated_bytes = 2u << 20;
     absl::Duration unauthenticated_time = absl::Seconds(10);
     bool require_authentication = true;
@@ -60,21 +82,25 @@ class TcpGate {
   // What the gate did so far (logged, and shown by the drills).
   struct Stats {
     uint64_t accepted = 0;
-    // Closed on arrival: the listener, or their peer, held its most.
+    // Closed on arrival: the listener, or their peer address, held its
+    // most and none of it was unauthenticated.
     uint64_t refused_full = 0;
     uint64_t refused_peer = 0;
     // Shut down before authenticating: too many bytes, too long.
     uint64_t shut_bytes = 0;
     uint64_t shut_time = 0;
-    // Shut down for a newer unauthenticated connection from its address.
+    // Shut down to make room for a newer connection.
     uint64_t shut_evicted = 0;
     uint32_t open = 0;
-    uint32_t unauthenticated = 0;
+    uint32_t unauthenticated = 0;  // health connections not included
+    uint32_t health = 0;
   };
 
-  // Binds `address` (HOST:PORT as --listen takes it; 0.0.0.0 and :: listen
-  // on every address, IPv4 and IPv6) and listens. Unavailable naming the
-  // address otherwise.
+  // Binds `address` (HOST:PORT as --listen takes it) and listens. 0.0.0.0
+  // and :: listen on every address, IPv4 and IPv6; a name listens on every
+  // address it resolves to (localhost: 127.0.0.1 and ::1 where the host
+  // has IPv6 loopback), on one port. Unavailable naming the address
+  // otherwise.
   static absl::StatusOr<std::unique_ptr<TcpGate>> Listen(
       const std::string& address, Options options);
   // Stops accepting (Stop).
@@ -84,49 +110,95 @@ class TcpGate {
   TcpGate& operator=(const TcpGate&) = delete;
 
   int port() const { return port_; }
+  // How many sockets it listens on (2 for localhost with IPv6 loopback).
+  size_t listening_sockets() const { return listen_fds_.size(); }
 
   // Starts the gate's thread: every connection let in goes to `acceptor`
   // (whose server must be started, and outlive Stop).
   void Serve(
       std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor);
 
-  // Stops accepting and closes the listening socket. Connections already
+  // Stops accepting and closes the listening sockets. Connections already
   // handed to gRPC stay its own. Idempotent.
   void Stop();
 
   // A call on the connection gRPC names `peer` ("ipv4:10.0.0.1:51234",
-  // "ipv6:%5B::1%5D:51234") presented a valid credential: the connection's
-  // unauthenticated bounds no longer apply. Other peers are ignored.
+  // "ipv6:%5B::1%5D:51234"; ParseGrpcPeer) presented a valid credential:
+  // the connection's unauthenticated bounds no longer apply. Other peers
+  // are ignored.
   void MarkAuthenticated(absl::string_view peer);
+
+  // A call of `method` ("/grpc.health.v1.Health/Watch") started on the
+  // connection gRPC names `peer`. An unauthenticated connection whose
+  // calls are all grpc.health.v1, at most 2 at once, becomes a health
+  // connection while the health budget has room; one that calls anything
+  // else, or more at once, is one no more (for good), and gets
+  // `unauthenticated_time` from then on. Returns whether the call was
+  // counted (its connection is not authenticated): CallEnded must follow.
+  bool NoteCall(absl::string_view peer, absl::string_view method);
+  // A call NoteCall counted on `peer` ended.
+  void CallEnded(absl::string_view peer);
+
+  // An interceptor for the gRPC server the gate feeds that reports every
+  // call to NoteCall, and the end of those it counted to CallEnded. The gate
+  // must outlive the server.
+  std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+  MakeInterceptorFactory();
 
   Stats stats() const;
 
  private:
+  enum class State { kUnauthenticated, kHealth, kAuthenticated };
   struct Connection {
     ino_t inode = 0;
-    std::string host;  // the peer address, as inet_ntop writes it
-    uint16_t port = 0;
-    absl::Time accepted;
-    bool authenticated = false;
-    bool shut = false;  // shut down by the gate; gRPC has yet to close it
+    int listener = -1;
+    TcpPeer peer;
+    // When accepted, or when it stopped being a health connection: its
+    // unauthenticated time runs from here.
+    absl::Time since;
+    State state = State::kUnauthenticated;
+    bool ever_other_call = false;  // may not become a health connection
+    // Bytes it had sent when last looked at (Sweep, EvictOldest).
+    uint64_t received = 0;
+    uint32_t calls = 0;  // in flight, counted while unauthenticated
+    bool shut = false;   // shut down by the gate; gRPC has yet to close it
+  };
+  // What the listener holds, as a new connection from `peer` sees it.
+  struct Tally {
+    uint32_t held = 0;  // every entry, shut ones included
+    uint32_t open = 0;  // not shut
+    uint32_t unauthenticated = 0;
+    uint32_t address = 0;                // open, from the address
+    uint32_t group_unauthenticated = 0;  // ... from the address group
   };
 
-  TcpGate(int listen_fd, int wake_fd, int port, Options options);
+  TcpGate(std::vector<int> listen_fds, int wake_fd, int port, Options options);
   void Loop();
-  void AcceptAll() ABSL_LOCKS_EXCLUDED(mu_);
+  void AcceptAll(int listen_fd) ABSL_LOCKS_EXCLUDED(mu_);
+  // Makes room for a connection from `peer`, shutting unauthenticated ones
+  // down as the limits say; false (and counts why) when there is none.
+  bool MakeRoom(const TcpPeer& peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Tally Count(const TcpPeer& peer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops connections gRPC closed; shuts down unauthenticated ones past
-  // their bounds. Returns whether any connection is still unauthenticated.
-  bool Sweep() ABSL_LOCKS_EXCLUDED(mu_);
-  // Shuts down the oldest unauthenticated connection from `host` that the
-  // gate has not shut yet; false when there is none (mu_ held).
-  bool EvictOldestUnauthenticated(const std::string& host)
+  // their bounds. Returns the next sweep's interval.
+  absl::Duration Sweep() ABSL_LOCKS_EXCLUDED(mu_);
+  // Shuts down a connection in `state` that `matches` and the gate has not
+  // shut yet: the oldest that has sent nothing, else the oldest (forgetting
+  // those gRPC closed meanwhile); false when there is none.
+  template <typename Matches>
+  bool EvictOldest(State state, Matches matches)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ShutDown(int fd, Connection& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the entry of a connection gRPC closed.
+  void Forget(absl::flat_hash_map<int, Connection>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PruneClosed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Whether the listener (`full`) or `host` (`peer_full`) holds its most.
-  void Count(const std::string& host, bool* full, bool* peer_full) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets `c`'s state, keeping pending_connections_.
+  void SetState(Connection& c, State state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The open connection gRPC names `peer`; nullptr when unknown.
+  Connection* Find(absl::string_view peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const int listen_fd_;
+  const std::vector<int> listen_fds_;
   const int wake_fd_;
   const int port_;
   const Options options_;
@@ -142,9 +214,12 @@ class TcpGate {
   mutable absl::Mutex mu_;
   // By file descriptor (gRPC's from hand-over on).
   absl::flat_hash_map<int, Connection> connections_ ABSL_GUARDED_BY(mu_);
-  // "host port" -> descriptor, for MarkAuthenticated.
+  // TcpPeer::key() -> descriptor, for MarkAuthenticated and NoteCall.
   absl::flat_hash_map<std::string, int> by_peer_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
+  // Entries not in State::kAuthenticated (written under mu_; read without
+  // it by the fast paths of MarkAuthenticated and NoteCall).
+  std::atomic<uint32_t> pending_connections_{0};
 };
 
 }  // namespace rankd
