@@ -149,7 +149,8 @@ class Store(dist.Store):
             self._get(self._key(key), deadline - time.monotonic(), key)
 
     def num_keys(self):
-        # The daemon has no call that counts a namespace's keys.
-        raise errors.UnimplementedError(
-            "rankd store: num_keys is not offered (the broker counts no "
-            "namespace's keys); torch's rendezvous does not use it")
+        """The keys in this store's namespace (its prefix): every key set
+        through a store of this rendezvous, on any rank. TCPStore counts
+        its whole store, which also holds one key of its own ("init/");
+        torch 1.13's rendezvous does not call num_keys."""
+        return self._rank.kv_count(self._prefix)

@@ -259,14 +259,38 @@ def test_store_timeout_is_settable(store):
     assert store.timeout == datetime.timedelta(seconds=2)
 
 
+def test_store_num_keys(store):
+    # TCPStore counts a key of its own ("init/"); both count from there.
+    before = store.num_keys()
+    store.set("a", b"1")
+    store.set("b", b"2")
+    store.set("a", b"again")  # a second write adds no key
+    assert store.num_keys() == before + 2
+    assert store.add("n", 1) == 1
+    assert store.num_keys() == before + 3
+    assert store.delete_key("a")
+    assert store.num_keys() == before + 2
+    # What torch's own code holds: a PrefixStore over the store. (Not its
+    # num_keys: torch 1.13's trampoline does not forward it to a Python
+    # store, as it does not delete_key.)
+    dist.PrefixStore("pg", store).set("x", b"1")
+    assert store.num_keys() == before + 3
+
+
 def test_rankd_store_check_and_num_keys(rankd_rank):
     from rankd.torch import Store
     store = Store(rankd_rank, prefix="torch/check/")
     assert not store.check(["a"])
+    assert store.num_keys() == 0
     store.set("a", b"1")
     assert store.check(["a"]) and not store.check(["a", "b"])
-    with pytest.raises(rankd.UnimplementedError, match="num_keys"):
-        store.num_keys()
+    # Only the store's namespace counts: not another store's keys.
+    other = Store(rankd_rank, prefix="torch/check2/")
+    other.set("a", b"1")
+    other.set("b", b"1")
+    assert store.num_keys() == 1 and other.num_keys() == 2
+    assert rankd_rank.kv_count("torch/check") == 3
+    assert rankd_rank.kv_count("") >= 3
 
 
 
