@@ -231,7 +231,8 @@ def rendezvous_handler(url, timeout=datetime.timedelta(minutes=30),
         _rendezvous_count += 1
         prefix = f"{q.get('prefix', DEFAULT_PREFIX)}{_rendezvous_count}/"
     store = Store(watch.rank, prefix=prefix, timeout=timeout,
-                  on_value=watch.note_value)
+                  on_value=watch.note_value,
+                  world_size=watch.rank.world_size)
     # torch keeps only the C++ side of a Python store; without a Python
     # reference its overrides vanish ("Tried to call pure virtual").
     watch.stores.append(store)

@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 
 import pytest
 
@@ -292,6 +293,30 @@ def test_rankd_store_check_and_num_keys(rankd_rank):
     assert rankd_rank.kv_count("torch/check") == 3
     assert rankd_rank.kv_count("") >= 3
 
+
+
+def test_rankd_store_barrier_read_waits_for_the_last_arrival(rankd_rank):
+    # torch's store-based barrier polls add(key, 0) until the count is the
+    # world size; the store answers that read once the last rank arrived.
+    from rankd.torch import Store
+    store = Store(rankd_rank, prefix="torch/barrier/", world_size=2,
+                  timeout=datetime.timedelta(seconds=20))
+    key = "default_pg/store_based_barrier_key:1"
+    assert store.add(key, 1) == 1
+    late = threading.Timer(0.3, lambda: store.add(key, 1))  # "rank 1"
+    late.start()
+    try:
+        assert store.add(key, 0) == 2  # without the wait: 1, at once
+    finally:
+        late.join()
+    assert store.add(key, 0) == 2
+    # A barrier nobody completes: the read ends at the store's timeout
+    # with the count as it is (torch's own timeout then fails it).
+    store.set_timeout(datetime.timedelta(milliseconds=200))
+    assert store.add("default_pg/store_based_barrier_key:2", 1) == 1
+    assert store.add("default_pg/store_based_barrier_key:2", 0) == 1
+    # Other counters are plain.
+    assert store.add("n", 0) == 0
 
 
 def test_store_through_torch_prefix_store(store):
