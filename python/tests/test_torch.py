@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 
@@ -332,3 +333,18 @@ def test_store_through_torch_prefix_store(store):
     p.wait(["a", "c"])
     # (Not delete_key: torch 1.13's trampoline does not forward it to a
     # Python store; torch's own code does not call it.)
+
+
+def test_gpu_kit_torch_script_on_cpu():
+    # The GPU kit's torch.distributed NCCL check (torch_dist_nccl.py), its
+    # same steps on Gloo: a 1 x 2 job, exact collectives, one rank killed
+    # and the survivor's error naming it within the script's deadline.
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                          "torch_dist_nccl.py")
+    env = dict(os.environ, TORCH_DIST_BACKEND="gloo")
+    env.pop("RANKD_REQUIRE_GPU", None)
+    done = subprocess.run([sys.executable, script], env=env, timeout=200,
+                          capture_output=True, text=True)
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 0 and lines and lines[-1] == "PASSED", \
+        done.stdout[-3000:] + done.stderr[-3000:]
