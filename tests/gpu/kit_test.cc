@@ -389,6 +389,8 @@ TEST_F(KitTest, TheRunnerReportsEveryCaseWhenAskedToGoOnWithoutAGpu) {
   // No GPU here: torch (if this python3 has it) has no CUDA device.
   EXPECT_TRUE(absl::StrContains(summary, "SKIPPED  python_torch_nccl  ("))
       << summary;
+  EXPECT_TRUE(absl::StrContains(summary, "SKIPPED  python_torch_dist_nccl  ("))
+      << summary;
   EXPECT_TRUE(absl::StrContains(summary, "SKIPPED  serving_example:nccl"))
       << summary;
   // The one-GPU mode's plumbing, on one stand-in GPU: two rank processes
