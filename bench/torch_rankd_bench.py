@@ -8,7 +8,10 @@
    `import rankd.torch`, wait for a shared start time, then call
    init_process_group; the time is from the start time until the last rank
    returned. Each system runs --repeat times per size, alternating; a rankd
-   repetition uses a fresh job (a rank joins a job once).
+   repetition uses a fresh job (a rank joins a job once). With
+   --compare_barrier_poll, rankd:// also runs as before its store answered
+   torch's store-barrier reads by waiting in the daemon ("rankd://, poll":
+   torch polls the counter every 10 ms), in the same run.
 2. Store latency: set (a new key each time) and get (an existing key) of a
    100-byte value, rankd.torch.Store versus a TCPStore, both served on this
    machine, from one process.
@@ -57,11 +60,14 @@ def layout(size):
 
 def rank_main(system, rank, world, start, env, out_fd):
     os.environ.update(env)
+    if system == "rankd-poll":
+        # No key is a barrier key: torch's own 10 ms polling.
+        rankd.torch_store._BARRIER_KEY = "\0never"
     delay = start - time.time()
     if delay > 0:
         time.sleep(delay)
     timeout = datetime.timedelta(seconds=120)
-    if system == "rankd":
+    if system.startswith("rankd"):
         dist.init_process_group("gloo", init_method="rankd://",
                                 timeout=timeout)
     else:
@@ -79,7 +85,7 @@ def one_init(system, size):
     nnodes, nproc = layout(size)
     job = None
     envs = []
-    if system == "rankd":
+    if system.startswith("rankd"):
         # rankd's default heartbeat timeout (LocalJob's 1 s is for tests).
         job = LocalJob(f"bench-{os.getpid()}-{time.monotonic_ns()}", nnodes,
                        nproc, daemon_flags=["--kv_shared_prefixes=torch/",
@@ -169,21 +175,30 @@ def main():
     p.add_argument("--sizes", default="2,8,16")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--iterations", type=int, default=1000)
+    p.add_argument("--compare_barrier_poll", action="store_true")
     args = p.parse_args()
+    systems = ["rankd", "torch"]
+    if args.compare_barrier_poll:
+        systems.insert(1, "rankd-poll")
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.1f}", flush=True)
     print("init_process_group (s, median of %d; min-max)" % args.repeat)
-    print(f"{'ranks':>5} {'rankd://':>22} {'env://':>22} {'ratio':>6}")
+    names = {"rankd": "rankd://", "rankd-poll": "rankd://, poll",
+             "torch": "env://"}
+    print(f"{'ranks':>5} " + " ".join(f"{names[s]:>22}" for s in systems) +
+          " " + " ".join(f"{s + '/torch':>17}" for s in systems[:-1]))
     for size in [int(s) for s in args.sizes.split(",")]:
-        times = {"rankd": [], "torch": []}
+        times = {s: [] for s in systems}
         for _ in range(args.repeat):
-            for system in ("rankd", "torch"):
+            for system in systems:
                 times[system].append(one_init(system, size))
         med = {s: statistics.median(t) for s, t in times.items()}
         cells = [f"{med[s]:.3f} ({min(times[s]):.3f}-{max(times[s]):.3f})"
-                 for s in ("rankd", "torch")]
-        print(f"{size:>5} {cells[0]:>22} {cells[1]:>22} "
-              f"{med['rankd'] / med['torch']:>5.2f}x", flush=True)
+                 for s in systems]
+        ratios = [f"{med[s] / med['torch']:>16.2f}x" for s in systems[:-1]]
+        print(f"{size:>5} " + " ".join(f"{c:>22}" for c in cells) + " " +
+              " ".join(ratios) + f"  (load {os.getloadavg()[0]:.1f})",
+              flush=True)
     lat = store_latency(args.iterations)
     print(f"store latency (median of {args.iterations}, microseconds)")
     for op in ("set", "get"):

@@ -490,6 +490,18 @@ rankd_status* rankd_kv_delete(rankd_rank* rank, const char* key, int* existed) {
   return nullptr;
 }
 
+rankd_status* rankd_kv_count(rankd_rank* rank, const char* prefix,
+                             uint64_t* count) {
+  constexpr char kFn[] = "rankd_kv_count";
+  if (rank == nullptr) return NullArgument(kFn, "rank");
+  if (prefix == nullptr) return NullArgument(kFn, "prefix");
+  if (count == nullptr) return NullArgument(kFn, "count");
+  auto counted = rank->state->client->KvCount(prefix);
+  if (!counted.ok()) return ToC(counted.status());
+  *count = *counted;
+  return nullptr;
+}
+
 rankd_status* rankd_kv_compare_set(rankd_rank* rank, const char* key,
                                    int if_absent, const void* expected,
                                    size_t expected_size, const void* value,

@@ -378,6 +378,27 @@ absl::StatusOr<bool> Client::KvRemove(
   return response.existed();
 }
 
+absl::StatusOr<uint64_t> Client::KvCount(absl::string_view prefix) {
+  const std::string context = core_->conn->Context("KvCount");
+  if (prefix.size() > kMaxKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, ": prefix is ", prefix.size(), " bytes; at most ",
+                     kMaxKeyBytes, " allowed"));
+  }
+  absl::StatusOr<v1::MemberRef> member = core_->CheckJoined("KvCount");
+  if (!member.ok()) return member.status();
+  v1::KvCountRequest request;
+  *request.mutable_member() = *std::move(member);
+  request.set_prefix(std::string(prefix));
+  const absl::Duration timeout = core_->conn->options().call_timeout;
+  grpc::ClientContext rpc;
+  core_->conn->PrepareContext(&rpc, timeout);
+  v1::KvCountResponse response;
+  grpc::Status status = core_->stub->KvCount(&rpc, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status, context, timeout);
+  return response.keys();
+}
+
 void Client::SetEventCallback(EventCallback callback) {
   auto shared = std::make_shared<const EventCallback>(std::move(callback));
   absl::MutexLock lock(&core_->mu);

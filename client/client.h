@@ -242,6 +242,10 @@ class Client {
   // Removes `key` only when it holds `expected`; returns whether it did.
   absl::StatusOr<bool> KvCompareAndDelete(absl::string_view key,
                                           absl::string_view expected);
+  // KvCount returns how many keys of the job's store start with `prefix`
+  // (empty: every key, the data plane's own included), as of one moment.
+  // InvalidArgument for a prefix over 512 bytes.
+  absl::StatusOr<uint64_t> KvCount(absl::string_view prefix);
 
   // Sets the function called, on the watch thread, with every job event
   // (replayed from the job's first event when the stream opens). Replaces

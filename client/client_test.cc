@@ -156,6 +156,7 @@ TEST_F(ClientTest, CallsBeforeJoinFailWithFailedPrecondition) {
       client->KvGet("k", absl::ZeroDuration()).status(),
       client->KvAdd("k", 1).status(),
       client->KvDelete("k").status(),
+      client->KvCount("").status(),
   };
   for (const absl::Status& s : results) {
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
@@ -421,12 +422,19 @@ TEST_F(ClientTest, KeyValueBroker) {
   EXPECT_EQ(*client->KvAdd("counter", -2), 3);
   EXPECT_EQ(client->KvAdd("nccl/1", 1).status().code(),
             absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(*client->KvCount(""), 2u);
+  EXPECT_EQ(*client->KvCount("nccl/"), 1u);
+  EXPECT_EQ(*client->KvCount("count"), 1u);
+  EXPECT_EQ(*client->KvCount("none/"), 0u);
   EXPECT_TRUE(*client->KvDelete("counter"));
   EXPECT_FALSE(*client->KvDelete("counter"));
+  EXPECT_EQ(*client->KvCount(""), 1u);
 
   const int calls = daemon_->rank().kv_calls();
   EXPECT_EQ(client->KvSet("", "v").code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(client->KvSet(std::string(kMaxKeyBytes + 1, 'k'), "v").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client->KvCount(std::string(kMaxKeyBytes + 1, 'k')).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(client->KvSet("k", std::string(kMaxValueBytes + 1, 'v')).code(),
             absl::StatusCode::kInvalidArgument);

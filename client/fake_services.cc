@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "absl/memory/memory.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -264,6 +265,21 @@ grpc::Status FakeRankService::KvDelete(grpc::ServerContext* context,
   ++kv_calls_;
   if (grpc::Status s = CheckMember(request->member()); !s.ok()) return s;
   response->set_existed(kv_.erase(request->key()) > 0);
+  return grpc::Status::OK;
+}
+
+grpc::Status FakeRankService::KvCount(grpc::ServerContext* context,
+                                      const v1::KvCountRequest* request,
+                                      v1::KvCountResponse* response) {
+  absl::MutexLock lock(&mu_);
+  Record(context);
+  ++kv_calls_;
+  if (grpc::Status s = CheckMember(request->member()); !s.ok()) return s;
+  uint64_t keys = 0;
+  for (const auto& [key, value] : kv_) {
+    if (absl::StartsWith(key, request->prefix())) ++keys;
+  }
+  response->set_keys(keys);
   return grpc::Status::OK;
 }
 

@@ -72,6 +72,9 @@ class FakeRankService final : public v1::Rank::Service {
   grpc::Status KvDelete(grpc::ServerContext* context,
                         const v1::KvDeleteRequest* request,
                         v1::KvDeleteResponse* response) override;
+  grpc::Status KvCount(grpc::ServerContext* context,
+                       const v1::KvCountRequest* request,
+                       v1::KvCountResponse* response) override;
   grpc::Status Watch(grpc::ServerContext* context,
                      const v1::WatchRequest* request,
                      grpc::ServerWriter<v1::JobEvent>* writer) override;

@@ -877,6 +877,19 @@ absl::StatusOr<v1::KvDeleteResponse> Coordinator::KvDelete(
   return response;
 }
 
+absl::StatusOr<v1::KvCountResponse> Coordinator::KvCount(
+    const v1::KvCountRequest& request) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
+  }
+  auto keys = kv_.Count(request.prefix());
+  if (!keys.ok()) return keys.status();
+  v1::KvCountResponse response;
+  response.set_keys(*keys);
+  return response;
+}
+
 void Coordinator::LoseNodeLocked(uint32_t node_index, const std::string& why) {
   Node& node = nodes_[node_index];
   if (node.state != v1::NODE_STATE_REGISTERED) return;

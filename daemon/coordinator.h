@@ -134,6 +134,9 @@ class Coordinator {
   absl::StatusOr<v1::KvAddResponse> KvAdd(const v1::KvAddRequest& request);
   absl::StatusOr<v1::KvDeleteResponse> KvDelete(
       const v1::KvDeleteRequest& request);
+  // Errors as for KvStore::Count.
+  absl::StatusOr<v1::KvCountResponse> KvCount(
+      const v1::KvCountRequest& request);
 
   // --- Admin views ---
   v1::JobStatus GetJob() const;

@@ -96,6 +96,11 @@ void LocalCoordinatorLink::KvDelete(const v1::KvDeleteRequest& request,
   Answer(coordinator_->KvDelete(request), reply);
 }
 
+void LocalCoordinatorLink::KvCount(const v1::KvCountRequest& request,
+                                   Reply<v1::KvCountResponse> reply) {
+  Answer(coordinator_->KvCount(request), reply);
+}
+
 void LocalCoordinatorLink::LeaveNode(const v1::LeaveNodeRequest& request,
                                      Reply<v1::LeaveNodeResponse> reply) {
   auto result = coordinator_->LeaveNode(request);

@@ -58,6 +58,8 @@ class CoordinatorLink {
                      Reply<v1::KvAddResponse> reply) = 0;
   virtual void KvDelete(const v1::KvDeleteRequest& request,
                         Reply<v1::KvDeleteResponse> reply) = 0;
+  virtual void KvCount(const v1::KvCountRequest& request,
+                       Reply<v1::KvCountResponse> reply) = 0;
   // Tells the coordinator this daemon is leaving, then stops heartbeats and
   // the event stream without reporting the coordinator lost.
   virtual void LeaveNode(const v1::LeaveNodeRequest& request,
@@ -95,6 +97,8 @@ class LocalCoordinatorLink : public CoordinatorLink {
              Reply<v1::KvAddResponse> reply) override;
   void KvDelete(const v1::KvDeleteRequest& request,
                 Reply<v1::KvDeleteResponse> reply) override;
+  void KvCount(const v1::KvCountRequest& request,
+               Reply<v1::KvCountResponse> reply) override;
   void LeaveNode(const v1::LeaveNodeRequest& request,
                  Reply<v1::LeaveNodeResponse> reply) override;
   void Stop() override;

@@ -379,6 +379,22 @@ void KvStore::Fail(absl::Status cause) {
   for (auto& [id, w] : failed) w.done(cause);
 }
 
+absl::StatusOr<uint64_t> KvStore::Count(absl::string_view prefix) const {
+  if (prefix.size() > kMaxKeyBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prefix is ", prefix.size(), " bytes; the limit is ", kMaxKeyBytes));
+  }
+  absl::MutexLock lock(&mu_);
+  if (!failure_.ok()) return failure_;
+  uint64_t count = 0;
+  // Keys are ordered: those with the prefix form one run from its bound.
+  for (auto it = values_.lower_bound(prefix);
+       it != values_.end() && absl::StartsWith(it->first, prefix); ++it) {
+    ++count;
+  }
+  return count;
+}
+
 size_t KvStore::size() const {
   absl::MutexLock lock(&mu_);
   return values_.size();

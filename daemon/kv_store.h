@@ -137,6 +137,12 @@ class KvStore {
       absl::string_view key, uint32_t rank = kNoRank,
       const std::optional<std::string>& expected = std::nullopt);
 
+  // The number of keys that start with `prefix` (an empty prefix: every
+  // key). InvalidArgument for a prefix longer than a key may be; the
+  // failure cause when Fail was called. Takes time linear in the keys
+  // counted (at most max_keys), under the store's lock.
+  absl::StatusOr<uint64_t> Count(absl::string_view prefix) const;
+
   // Fails every waiting Get and every later operation with `cause`.
   void Fail(absl::Status cause);
 

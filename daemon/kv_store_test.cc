@@ -328,6 +328,29 @@ TEST_F(KvStoreTest, Delete) {
   EXPECT_EQ(*r->value, "again");
 }
 
+TEST_F(KvStoreTest, CountCountsTheKeysWithAPrefix) {
+  EXPECT_EQ(*kv_.Count(""), 0u);
+  for (const char* key : {"torch/1/a", "torch/1/b", "torch/10/a", "torch/2/a",
+                          "torch/1", "r0/x"}) {
+    ASSERT_TRUE(kv_.Set(key, "v").ok()) << key;
+  }
+  ASSERT_TRUE(kv_.Add("torch/1/n", 1).ok());
+  EXPECT_EQ(*kv_.Count(""), 7u);
+  EXPECT_EQ(*kv_.Count("torch/1/"), 3u);
+  EXPECT_EQ(*kv_.Count("torch/1"), 5u);
+  EXPECT_EQ(*kv_.Count("torch/"), 6u);
+  EXPECT_EQ(*kv_.Count("torch/3/"), 0u);
+  EXPECT_EQ(*kv_.Count("zzz"), 0u);
+  ASSERT_TRUE(*kv_.Delete("torch/1/a"));
+  EXPECT_EQ(*kv_.Count("torch/1/"), 2u);
+  EXPECT_EQ(*kv_.Count(""), 6u);
+  EXPECT_STATUS(kv_.Count(std::string(KvStore::kMaxKeyBytes + 1, 'k')).status(),
+                absl::StatusCode::kInvalidArgument, "prefix is 513 bytes");
+  kv_.Fail(absl::AbortedError("job failed: rank 3 lost"));
+  EXPECT_STATUS(kv_.Count("").status(), absl::StatusCode::kAborted,
+                "rank 3 lost");
+}
+
 TEST_F(KvStoreTest, KeyCountLimit) {
   for (size_t i = 0; i < kMaxKvKeys; ++i) {
     ASSERT_TRUE(kv_.Set(absl::StrCat("k", i), "").ok()) << i;

@@ -190,7 +190,8 @@ class DaemonMetrics::Instruments {
           new std::map<std::string, std::string>{{"KvSet", "set"},
                                                  {"KvGet", "get"},
                                                  {"KvAdd", "add"},
-                                                 {"KvDelete", "delete"}};
+                                                 {"KvDelete", "delete"},
+                                                 {"KvCount", "count"}};
       auto op = kKvOps->find(std::string(method));
       if (op != kKvOps->end()) {
         kv_ops_.Add({{"op", op->second}, {"code", code_name}}).Increment();

@@ -694,6 +694,22 @@ void NodeAgent::KvDelete(const v1::KvDeleteRequest& request,
   link_->KvDelete(request, Relay(std::move(reply)));
 }
 
+void NodeAgent::KvCount(const v1::KvCountRequest& request,
+                        Reply<v1::KvCountResponse> reply) {
+  absl::Status status;
+  if (request.prefix().size() > KvStore::kMaxKeyBytes) {
+    status = absl::InvalidArgumentError(
+        absl::StrCat("prefix is ", request.prefix().size(),
+                     " bytes; the limit is ", KvStore::kMaxKeyBytes));
+  }
+  if (status.ok()) {
+    absl::MutexLock lock(&mu_);
+    status = CheckMemberLocked(request.member());
+  }
+  if (!status.ok()) return reply(status);
+  link_->KvCount(request, Relay(std::move(reply)));
+}
+
 void NodeAgent::Leave(const v1::LeaveRequest& request,
                       Reply<v1::LeaveResponse> reply) {
   const uint32_t rank = request.member().rank();

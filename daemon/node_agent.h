@@ -123,6 +123,8 @@ class NodeAgent : public CoordinatorLink::Listener {
   void KvAdd(const v1::KvAddRequest& request, Reply<v1::KvAddResponse> reply);
   void KvDelete(const v1::KvDeleteRequest& request,
                 Reply<v1::KvDeleteResponse> reply);
+  void KvCount(const v1::KvCountRequest& request,
+               Reply<v1::KvCountResponse> reply);
   void Leave(const v1::LeaveRequest& request, Reply<v1::LeaveResponse> reply);
   // Opens a rank's Watch stream (its liveness lease). ResourceExhausted when
   // the rank holds spec.limits.max_streams_per_caller streams already.

@@ -67,6 +67,10 @@ class HeldJoinsLink : public CoordinatorLink {
                 Reply<v1::KvDeleteResponse> reply) override {
     reply(v1::KvDeleteResponse());
   }
+  void KvCount(const v1::KvCountRequest&,
+               Reply<v1::KvCountResponse> reply) override {
+    reply(v1::KvCountResponse());
+  }
   void LeaveNode(const v1::LeaveNodeRequest&,
                  Reply<v1::LeaveNodeResponse> reply) override {
     reply(v1::LeaveNodeResponse());

@@ -415,6 +415,7 @@ RANKD_FORWARD(ReleaseRank, ReleaseRankRequest, ReleaseRankResponse, kShortCall)
 RANKD_FORWARD(KvSet, KvSetRequest, KvSetResponse, kShortCall)
 RANKD_FORWARD(KvAdd, KvAddRequest, KvAddResponse, kShortCall)
 RANKD_FORWARD(KvDelete, KvDeleteRequest, KvDeleteResponse, kShortCall)
+RANKD_FORWARD(KvCount, KvCountRequest, KvCountResponse, kShortCall)
 
 #undef RANKD_FORWARD
 

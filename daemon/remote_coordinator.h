@@ -55,6 +55,8 @@ class RemoteCoordinatorLink : public CoordinatorLink {
              Reply<v1::KvAddResponse> reply) override;
   void KvDelete(const v1::KvDeleteRequest& request,
                 Reply<v1::KvDeleteResponse> reply) override;
+  void KvCount(const v1::KvCountRequest& request,
+               Reply<v1::KvCountResponse> reply) override;
   void LeaveNode(const v1::LeaveNodeRequest& request,
                  Reply<v1::LeaveNodeResponse> reply) override;
   void Stop() override;

@@ -203,6 +203,15 @@ grpc::ServerUnaryReactor* RankService::KvDelete(
                 });
 }
 
+grpc::ServerUnaryReactor* RankService::KvCount(
+    grpc::CallbackServerContext* context, const v1::KvCountRequest* request,
+    v1::KvCountResponse* response) {
+  return Handle(context, Admit(context, request->member().rank()), response,
+                [&](Reply<v1::KvCountResponse> reply) {
+                  agent_->KvCount(*request, std::move(reply));
+                });
+}
+
 v1::JobEvent RankService::ScrubForRank(const v1::JobEvent& event,
                                        uint32_t own_rank) {
   v1::JobEvent scrubbed = event;
@@ -556,6 +565,15 @@ grpc::ServerUnaryReactor* PeerService::KvDelete(
   return Handle(context, CheckForRank(context, request->member().rank()),
                 response, [&](Reply<v1::KvDeleteResponse> reply) {
                   reply(coordinator_->KvDelete(*request));
+                });
+}
+
+grpc::ServerUnaryReactor* PeerService::KvCount(
+    grpc::CallbackServerContext* context, const v1::KvCountRequest* request,
+    v1::KvCountResponse* response) {
+  return Handle(context, CheckForRank(context, request->member().rank()),
+                response, [&](Reply<v1::KvCountResponse> reply) {
+                  reply(coordinator_->KvCount(*request));
                 });
 }
 

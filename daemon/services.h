@@ -74,6 +74,9 @@ class RankService final : public v1::Rank::CallbackService {
   grpc::ServerUnaryReactor* KvDelete(grpc::CallbackServerContext* context,
                                      const v1::KvDeleteRequest* request,
                                      v1::KvDeleteResponse* response) override;
+  grpc::ServerUnaryReactor* KvCount(grpc::CallbackServerContext* context,
+                                    const v1::KvCountRequest* request,
+                                    v1::KvCountResponse* response) override;
   grpc::ServerWriteReactor<v1::JobEvent>* Watch(
       grpc::CallbackServerContext* context,
       const v1::WatchRequest* request) override;
@@ -123,10 +126,11 @@ using PeerCallbackService = v1::Peer::WithCallbackMethod_RegisterNode<
                                 v1::Peer::WithCallbackMethod_KvSet<
                                     v1::Peer::WithCallbackMethod_KvGet<
                                         v1::Peer::WithCallbackMethod_KvAdd<
-                                            v1::Peer::
-                                                WithCallbackMethod_KvDelete<
-                                                    v1::Peer::
-                                                        Service>>>>>>>>>>>>;
+                                            v1::Peer::WithCallbackMethod_KvDelete<
+                                                v1::Peer::
+                                                    WithCallbackMethod_KvCount<
+                                                        v1::Peer::
+                                                            Service>>>>>>>>>>>>>;
 
 class PeerService final : public PeerCallbackService {
  public:
@@ -179,6 +183,9 @@ class PeerService final : public PeerCallbackService {
   grpc::ServerUnaryReactor* KvDelete(grpc::CallbackServerContext* context,
                                      const v1::KvDeleteRequest* request,
                                      v1::KvDeleteResponse* response) override;
+  grpc::ServerUnaryReactor* KvCount(grpc::CallbackServerContext* context,
+                                    const v1::KvCountRequest* request,
+                                    v1::KvCountResponse* response) override;
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Rounds(
       grpc::CallbackServerContext* context) override;
 

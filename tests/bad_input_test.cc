@@ -229,6 +229,18 @@ class BadInputTest : public ::testing::Test {
     return s;
   }
 
+  grpc::Status KvCount(uint32_t node, const v1::MemberRef& member,
+                       const std::string& prefix, uint64_t* keys = nullptr) {
+    v1::KvCountRequest request;
+    *request.mutable_member() = member;
+    request.set_prefix(prefix);
+    v1::KvCountResponse response;
+    auto context = RankCtx(node, member.rank());
+    grpc::Status s = rank_[node]->KvCount(context.get(), request, &response);
+    if (keys != nullptr) *keys = response.keys();
+    return s;
+  }
+
   grpc::Status Words(uint32_t node, const v1::MemberRef& member, uint64_t round,
                      std::vector<uint32_t> words, uint32_t timeout_ms,
                      v1::AllGatherWordsResponse* response = nullptr) {
@@ -650,6 +662,38 @@ TEST_F(BadInputTest, KvAddOnANonCounterIsFailedPrecondition) {
   ASSERT_RPC_OK(KvAdd(0, member, "counter", 5, &counter));
   ASSERT_RPC_OK(KvAdd(0, member, "counter", -7, &counter));
   EXPECT_EQ(counter, -2);
+  ExpectStillServing();
+}
+
+TEST_F(BadInputTest, KvCountCountsAPrefixFromEveryNodeAndRefusesBadInput) {
+  v1::MemberRef rank0 = MustJoin(0, 0, 0x8101, 810);
+  v1::MemberRef rank2 = MustJoin(1, 0, 0x8102, 811);
+  ASSERT_RPC_OK(KvSet(0, rank0, "count/a", "v"));
+  ASSERT_RPC_OK(KvAdd(1, rank2, "count/b", 1));
+  ASSERT_RPC_OK(KvSet(1, rank2, "counted-not", "v"));
+  uint64_t keys = 0;
+  // Node 1 reaches the coordinator's store over Peer.KvCount.
+  ASSERT_RPC_OK(KvCount(1, rank2, "count/", &keys));
+  EXPECT_EQ(keys, 2u);
+  ASSERT_RPC_OK(KvCount(0, rank0, "count/", &keys));
+  EXPECT_EQ(keys, 2u);
+  ASSERT_RPC_OK(KvCount(0, rank0, "count", &keys));
+  EXPECT_EQ(keys, 3u);
+  ASSERT_RPC_OK(KvCount(1, rank2, "", &keys));
+  EXPECT_GE(keys, 3u);
+  ASSERT_RPC_OK(KvDelete(0, rank0, "count/a"));
+  ASSERT_RPC_OK(KvCount(1, rank2, "count/", &keys));
+  EXPECT_EQ(keys, 1u);
+
+  EXPECT_RPC_ERROR(KvCount(1, rank2, std::string(513, 'p')),
+                   grpc::StatusCode::INVALID_ARGUMENT,
+                   "prefix is 513 bytes; the limit is 512");
+  ASSERT_RPC_OK(KvCount(1, rank2, std::string(512, 'p'), &keys));
+  EXPECT_EQ(keys, 0u);
+  v1::MemberRef stale = rank2;
+  stale.set_incarnation(0x8103);
+  EXPECT_RPC_ERROR(KvCount(1, stale, ""), grpc::StatusCode::FAILED_PRECONDITION,
+                   "incarnation 8103 is stale");
   ExpectStillServing();
 }
 

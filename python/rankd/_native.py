@@ -147,6 +147,8 @@ _PROTOTYPES = {
     "rankd_kv_compare_delete": (_P, [_P, ctypes.c_char_p, ctypes.c_char_p,
                                      ctypes.c_size_t,
                                      ctypes.POINTER(ctypes.c_int)]),
+    "rankd_kv_count": (_P, [_P, ctypes.c_char_p,
+                            ctypes.POINTER(ctypes.c_uint64)]),
     "rankd_job_health": (_P, [_P]),
     "rankd_on_job_failure": (_P, [_P, FailureFn, ctypes.c_void_p]),
     "rankd_session_options_init": (None, [ctypes.POINTER(SessionOptions)]),

@@ -226,6 +226,14 @@ class Rank:
                                           len(want), ctypes.byref(deleted)))
         return bool(deleted.value)
 
+    def kv_count(self, prefix=""):
+        """How many keys of the job's store start with `prefix` ("":
+        every key, the data plane's own included), as of one moment."""
+        count = ctypes.c_uint64()
+        check(lib.rankd_kv_count(self.handle, prefix.encode(),
+                                 ctypes.byref(count)))
+        return count.value
+
     # --- job failure ------------------------------------------------------
 
     def job_health(self):

@@ -13,8 +13,10 @@ When rankd reports the job failed (a lost rank or node), this module shuts
 down the process's Gloo connections, so every pending torch collective ends,
 and torch.distributed's functions then raise JobFailedError with rankd's
 words ("... (MEMBER_LOST, node 1, rank 3, ...): rank 3 (pid ...) lost:
-..."), as do later calls. Torch 1.13 (Debian's) has no process-group abort;
-the shutdown stands in for it (docs/client-api.md, "torch.distributed").
+..."), as do later calls. Where torch has _abort_process_group (torch 2.x)
+it aborts the process groups too, which ends pending NCCL collectives;
+torch 1.13 (Debian's) has no process-group abort, and the shutdown stands
+in for it (docs/client-api.md, "torch.distributed").
 """
 
 import atexit
@@ -108,6 +110,25 @@ def _shut_down_sockets(endpoints):
     return count
 
 
+def _abort_process_groups():
+    """Aborts torch's process groups where this torch can: torch 2.x's
+    _abort_process_group, which aborts the NCCL communicators so that a
+    pending collective ends (torch 1.13 has none; Gloo's sockets are shut
+    down instead). Returns whether it aborted. Never raises: it runs on
+    the library's failure thread."""
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    abort = getattr(c10d, "_abort_process_group", None)
+    if abort is None:
+        return False
+    try:
+        if not dist.is_initialized():
+            return False
+        abort()
+        return True
+    except Exception:  # noqa: BLE001 (torch's own errors; Gloo groups)
+        return False
+
+
 class _Watch:
     """This process's rank: its job failure, once reported, and the Gloo
     endpoints to shut down then."""
@@ -117,6 +138,8 @@ class _Watch:
         self.failure = None
         self.failed = threading.Event()
         self.sockets_shut = 0
+        # Whether torch's process groups were aborted (NCCL, torch 2.x).
+        self.aborted = False
         self.stores = []
         self._lock = threading.Lock()
         self._endpoints = set()
@@ -136,6 +159,7 @@ class _Watch:
             if self.failure is None:
                 self.failure = error
         self._shut_down()
+        self.aborted = _abort_process_groups()
         self.failed.set()
 
     def _shut_down(self):
@@ -231,7 +255,8 @@ def rendezvous_handler(url, timeout=datetime.timedelta(minutes=30),
         _rendezvous_count += 1
         prefix = f"{q.get('prefix', DEFAULT_PREFIX)}{_rendezvous_count}/"
     store = Store(watch.rank, prefix=prefix, timeout=timeout,
-                  on_value=watch.note_value)
+                  on_value=watch.note_value,
+                  world_size=watch.rank.world_size)
     # torch keeps only the C++ side of a Python store; without a Python
     # reference its overrides vanish ("Tried to call pure virtual").
     watch.stores.append(store)

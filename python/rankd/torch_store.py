@@ -22,6 +22,15 @@ __all__ = ["Store", "StoreTimeoutError", "DEFAULT_PREFIX"]
 # The namespace rankrun and the deploy manifests declare shared for torch.
 DEFAULT_PREFIX = "torch/"
 
+# torch's store-based barrier (distributed_c10d._store_based_barrier, after
+# init_process_group and new_group): every rank adds 1 to a counter under
+# a key with this name, then polls it with add(key, 0) every 10 ms until it
+# reaches the world size.
+_BARRIER_KEY = "store_based_barrier_key:"
+# The key the last rank to arrive at such a barrier creates: counter key +
+# this suffix. The others wait for it in the daemon instead of polling.
+_BARRIER_DONE = "/all_arrived"
+
 
 class StoreTimeoutError(errors.DeadlineExceededError, RuntimeError):
     """A get or wait past the store's timeout. A RuntimeError too, as
@@ -43,15 +52,26 @@ class Store(dist.Store):
     raises rankd's AbortedError naming the lost rank. `on_value` (may be
     None) is called with every value this store sets, gets or waits for
     (rankd.torch reads Gloo's addresses from them: a connection's one end
-    is an address its rank published, the other an address it read)."""
+    is an address its rank published, the other an address it read).
+
+    With `world_size` (rankd.torch passes the job's), a read of torch's
+    store-based barrier counter (add(key, 0) on a key named
+    "...store_based_barrier_key:N") that finds fewer arrivals than
+    `world_size` waits in the daemon, up to the store's timeout, until the
+    last rank arrived, and then answers the counter as it is; torch would
+    otherwise poll the counter every 10 ms. The last rank to arrive marks
+    the barrier done with one more key (counter key + "/all_arrived"),
+    which num_keys counts."""
 
     def __init__(self, rank, prefix=DEFAULT_PREFIX,
-                 timeout=datetime.timedelta(seconds=300), on_value=None):
+                 timeout=datetime.timedelta(seconds=300), on_value=None,
+                 world_size=None):
         super().__init__()
         self.set_timeout(timeout)
         self._rank = rank
         self._prefix = prefix
         self._on_value = on_value
+        self._world_size = world_size
 
     @property
     def rank(self):
@@ -108,7 +128,23 @@ class Store(dist.Store):
                 f"{seconds:g} s ({e.message})") from None
 
     def add(self, key, value):
-        return self._rank.kv_add(self._key(key), int(value))
+        delta = int(value)
+        k = self._key(key)
+        count = self._rank.kv_add(k, delta)
+        if self._world_size is None or _BARRIER_KEY not in key:
+            return count
+        if delta > 0 and count == self._world_size:
+            # The last arrival: release the others' waits (create-only, so
+            # a repeated barrier key is harmless).
+            self._rank.kv_compare_set(k + _BARRIER_DONE, None, b"1")
+        elif delta == 0 and count < self._world_size:
+            try:
+                self._rank.kv_get(k + _BARRIER_DONE,
+                                  timeout=max(self._seconds(None), 0.0))
+            except (errors.DeadlineExceededError, errors.NotFoundError):
+                return count  # torch's own timeout check then fails it
+            count = self._rank.kv_add(k, 0)
+        return count
 
     def compare_set(self, key, expected_value, desired_value):
         """TCPStore's semantics: sets `desired_value` when the key holds
@@ -149,7 +185,8 @@ class Store(dist.Store):
             self._get(self._key(key), deadline - time.monotonic(), key)
 
     def num_keys(self):
-        # The daemon has no call that counts a namespace's keys.
-        raise errors.UnimplementedError(
-            "rankd store: num_keys is not offered (the broker counts no "
-            "namespace's keys); torch's rendezvous does not use it")
+        """The keys in this store's namespace (its prefix): every key set
+        through a store of this rendezvous, on any rank. TCPStore counts
+        its whole store, which also holds one key of its own ("init/");
+        torch 1.13's rendezvous does not call num_keys."""
+        return self._rank.kv_count(self._prefix)

@@ -18,7 +18,9 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
+import threading
 
 import pytest
 
@@ -259,15 +261,63 @@ def test_store_timeout_is_settable(store):
     assert store.timeout == datetime.timedelta(seconds=2)
 
 
+def test_store_num_keys(store):
+    # TCPStore counts a key of its own ("init/"); both count from there.
+    before = store.num_keys()
+    store.set("a", b"1")
+    store.set("b", b"2")
+    store.set("a", b"again")  # a second write adds no key
+    assert store.num_keys() == before + 2
+    assert store.add("n", 1) == 1
+    assert store.num_keys() == before + 3
+    assert store.delete_key("a")
+    assert store.num_keys() == before + 2
+    # What torch's own code holds: a PrefixStore over the store. (Not its
+    # num_keys: torch 1.13's trampoline does not forward it to a Python
+    # store, as it does not delete_key.)
+    dist.PrefixStore("pg", store).set("x", b"1")
+    assert store.num_keys() == before + 3
+
+
 def test_rankd_store_check_and_num_keys(rankd_rank):
     from rankd.torch import Store
     store = Store(rankd_rank, prefix="torch/check/")
     assert not store.check(["a"])
+    assert store.num_keys() == 0
     store.set("a", b"1")
     assert store.check(["a"]) and not store.check(["a", "b"])
-    with pytest.raises(rankd.UnimplementedError, match="num_keys"):
-        store.num_keys()
+    # Only the store's namespace counts: not another store's keys.
+    other = Store(rankd_rank, prefix="torch/check2/")
+    other.set("a", b"1")
+    other.set("b", b"1")
+    assert store.num_keys() == 1 and other.num_keys() == 2
+    assert rankd_rank.kv_count("torch/check") == 3
+    assert rankd_rank.kv_count("") >= 3
 
+
+
+def test_rankd_store_barrier_read_waits_for_the_last_arrival(rankd_rank):
+    # torch's store-based barrier polls add(key, 0) until the count is the
+    # world size; the store answers that read once the last rank arrived.
+    from rankd.torch import Store
+    store = Store(rankd_rank, prefix="torch/barrier/", world_size=2,
+                  timeout=datetime.timedelta(seconds=20))
+    key = "default_pg/store_based_barrier_key:1"
+    assert store.add(key, 1) == 1
+    late = threading.Timer(0.3, lambda: store.add(key, 1))  # "rank 1"
+    late.start()
+    try:
+        assert store.add(key, 0) == 2  # without the wait: 1, at once
+    finally:
+        late.join()
+    assert store.add(key, 0) == 2
+    # A barrier nobody completes: the read ends at the store's timeout
+    # with the count as it is (torch's own timeout then fails it).
+    store.set_timeout(datetime.timedelta(milliseconds=200))
+    assert store.add("default_pg/store_based_barrier_key:2", 1) == 1
+    assert store.add("default_pg/store_based_barrier_key:2", 0) == 1
+    # Other counters are plain.
+    assert store.add("n", 0) == 0
 
 
 def test_store_through_torch_prefix_store(store):
@@ -283,3 +333,18 @@ def test_store_through_torch_prefix_store(store):
     p.wait(["a", "c"])
     # (Not delete_key: torch 1.13's trampoline does not forward it to a
     # Python store; torch's own code does not call it.)
+
+
+def test_gpu_kit_torch_script_on_cpu():
+    # The GPU kit's torch.distributed NCCL check (torch_dist_nccl.py), its
+    # same steps on Gloo: a 1 x 2 job, exact collectives, one rank killed
+    # and the survivor's error naming it within the script's deadline.
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                          "torch_dist_nccl.py")
+    env = dict(os.environ, TORCH_DIST_BACKEND="gloo")
+    env.pop("RANKD_REQUIRE_GPU", None)
+    done = subprocess.run([sys.executable, script], env=env, timeout=200,
+                          capture_output=True, text=True)
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 0 and lines and lines[-1] == "PASSED", \
+        done.stdout[-3000:] + done.stderr[-3000:]

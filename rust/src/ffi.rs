@@ -245,6 +245,11 @@ extern "C" {
         key: *const c_char,
         existed: *mut c_int,
     ) -> *mut rankd_status;
+    pub fn rankd_kv_count(
+        rank: *mut rankd_rank,
+        prefix: *const c_char,
+        count: *mut u64,
+    ) -> *mut rankd_status;
 
     pub fn rankd_job_health(rank: *const rankd_rank) -> *mut rankd_status;
     pub fn rankd_on_job_failure(

@@ -378,6 +378,23 @@ impl Rank {
         Ok(existed != 0)
     }
 
+    /// How many keys of the job's store start with `prefix` (`""`: every
+    /// key, the data plane's own included), as of one moment.
+    /// InvalidArgument for a prefix over 512 bytes.
+    pub fn kv_count(&self, prefix: &str) -> Result<u64> {
+        let p = c_string("prefix", prefix)?;
+        let mut count: u64 = 0;
+        // SAFETY: plain out-parameter.
+        unsafe {
+            Error::check(ffi::rankd_kv_count(
+                self.handle.ptr,
+                p.as_ptr(),
+                &mut count,
+            ))?
+        };
+        Ok(count)
+    }
+
     /// `None` while the job is healthy as far as this rank knows, else the
     /// first failure seen (Aborted naming the lost rank or node, Unavailable
     /// when the daemon connection was lost). Never blocks.

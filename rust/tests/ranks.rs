@@ -274,6 +274,10 @@ fn point_to_point(rank: &Rank) {
     let n = rank.kv_add(&format!("r{}/rs/counter", r), 5).unwrap();
     assert_eq!(n, 5);
     rank.all_gather_words(&[r], T).unwrap();
+    // Every rank's counter and rank 0's blob exist now.
+    assert_eq!(rank.kv_count("rs/").unwrap(), 1);
+    assert_eq!(rank.kv_count(&format!("r{}/rs/", r)).unwrap(), 1);
+    assert!(rank.kv_count("").unwrap() >= 2);
     if r == 1 {
         expect_err(
             rank.kv_delete("rs/blob"),

@@ -23,7 +23,7 @@ unset _t
 
 # Source folders copied whole (their *.py files) to the kit's python/: the
 # rankd package (over bin/capi/librankd.so) and its tests, of which the GPU
-# runner runs python/tests/torch_nccl.py.
+# runner runs python/tests/torch_nccl.py and torch_dist_nccl.py.
 KIT_PYTHON_DIRS=(python/rankd python/tests)
 
 # Shared libraries the kit never ships: glibc's, the C++ runtime (any host

@@ -177,7 +177,8 @@ TEST_F(KitTest, HoldsEveryBinaryAndTheRunners) {
   for (const char* f :
        {"run.sh", "tools/run.sh", "kit_contents.sh", "KIT_INFO",
         "python/rankd/__init__.py", "python/rankd/session.py",
-        "python/tests/torch_nccl.py", "python/tests/rank_program.py",
+        "python/tests/torch_nccl.py", "python/tests/torch_dist_nccl.py",
+        "python/rankd/torch.py", "python/tests/rank_program.py",
         "python/tests/local_job.py"}) {
     EXPECT_TRUE(fs::exists(absl::StrCat(*kit_, "/", f))) << f;
   }
@@ -387,6 +388,8 @@ TEST_F(KitTest, TheRunnerReportsEveryCaseWhenAskedToGoOnWithoutAGpu) {
       << summary;
   // No GPU here: torch (if this python3 has it) has no CUDA device.
   EXPECT_TRUE(absl::StrContains(summary, "SKIPPED  python_torch_nccl  ("))
+      << summary;
+  EXPECT_TRUE(absl::StrContains(summary, "SKIPPED  python_torch_dist_nccl  ("))
       << summary;
   EXPECT_TRUE(absl::StrContains(summary, "SKIPPED  serving_example:nccl"))
       << summary;

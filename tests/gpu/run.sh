@@ -259,7 +259,7 @@ PY
   fi
   ((without_gpu)) && with_standin=1
   one_gpu_limit() { echo $((50 + 5 * $1)); }  # nccl_cluster_test, N ranks
-  budget=$((8 * 4 + 55 + 35 + 45 + 30 + 40 + 30))
+  budget=$((8 * 4 + 55 + 35 + 45 + 30 + 40 + 40 + 30))
   if [[ "$one_gpu_ranks" != none ]]; then
     for n in ${one_gpu_ranks//,/ }; do
       budget=$((budget + $(one_gpu_limit "$n") + 30))
@@ -300,27 +300,38 @@ PY
   run_gtest capi_nccl_gpu_test 30 "$bin/capi/capi_nccl_gpu_test"
 
   # ---- the Python package on PyTorch CUDA tensors ---------------------------------
-  # python/tests/torch_nccl.py prints PASSED, "SKIPPED: why" (no torch or
-  # numpy in this python3) or "FAILED: why" last.
-  echo "== python_torch_nccl (at most 40 s)"
-  plog="$logs/python_torch_nccl.log"
-  if ! command -v python3 >/dev/null; then
-    record SKIPPED python_torch_nccl "no python3 on PATH"
-  else
+  # python_check NAME SCRIPT SECONDS: a script of python/tests that prints
+  # PASSED, "SKIPPED: why" (no torch, numpy or CUDA in this python3) or
+  # "FAILED: why" last, run from the kit's copy of the package.
+  python_check() {
+    local name=$1 script=$2 limit=$3
+    echo "== $name (at most $limit s)"
+    local plog="$logs/$name.log"
+    if ! command -v python3 >/dev/null; then
+      record SKIPPED "$name" "no python3 on PATH"
+      return
+    fi
     RANKD_LIBRARY="$bin/capi/librankd.so" \
       PYTHONPATH="$python_root:$python_root/tests" \
-      timeout --kill-after=5 40 python3 "$python_root/tests/torch_nccl.py" > "$plog" 2>&1
-    status=$?
+      timeout --kill-after=5 "$limit" python3 "$python_root/tests/$script" > "$plog" 2>&1
+    local status=$?
+    local last
     last=$(tail -1 "$plog")
     echo "   $last"
     if ((status == 0)) && [[ "$last" == PASSED ]]; then
-      record PASSED python_torch_nccl
+      record PASSED "$name"
     elif ((status == 0)) && [[ "$last" == SKIPPED:* ]]; then
-      record SKIPPED python_torch_nccl "${last#SKIPPED: }"
+      record SKIPPED "$name" "${last#SKIPPED: }"
     else
-      record FAILED python_torch_nccl "exit status $status: $last; see $plog"
+      record FAILED "$name" "exit status $status: $last; see $plog"
     fi
-  fi
+  }
+  # rankd's own Python API on torch CUDA tensors.
+  python_check python_torch_nccl torch_nccl.py 40
+  # torch.distributed itself, init_method="rankd://", NCCL: 2 ranks on GPU
+  # 0 with an NCCL_HOSTID each, all_reduce exact, then one rank killed and
+  # the survivor's pending collective ending in seconds, naming it.
+  python_check python_torch_dist_nccl torch_dist_nccl.py 40
 
   # ---- the serving example on NCCL ------------------------------------------------
   # serving_example NAME RANKS SECONDS [ENV=VALUE...]: one node of RANKS

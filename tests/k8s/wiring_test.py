@@ -13,11 +13,15 @@ stops every rank cleanly with rank 0's self-check passed; the Indexed Job
 serves its steps and completes. The CPU demo also loses a pod's serving
 container and checks that every pod reports the failure and that the other
 pods' serving containers fail (what makes LeaderWorkerSet recreate the
-group).
+group). A plain torch.distributed program (python/tests/torch_program.py,
+changed only in its init line) also runs in the CPU demo's serving
+container in place of the serving example, under the manifests' own
+rankrun line and the ConfigMap's settings.
 """
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,6 +45,33 @@ BINARIES = {
 
 def binaries():
     return {name: manifests.runfile(path) for name, path in BINARIES.items()}
+
+
+def torch_image_files(folder):
+    """What a torch serving image adds, in `folder` (readable by the pods'
+    user): the rankd Python package over librankd.so, and the program.
+    Returns (PYTHONPATH, RANKD_LIBRARY, program path); None when this
+    host's python3 has no torch."""
+    try:
+        subprocess.run(["/usr/bin/python3", "-c", "import torch"], check=True,
+                       capture_output=True, timeout=120)
+    except (subprocess.CalledProcessError, OSError):
+        return None
+    package = os.path.join(folder, "rankd")
+    os.makedirs(package)
+    source = os.path.dirname(manifests.runfile("python/rankd/__init__.py"))
+    for name in os.listdir(source):
+        if name.endswith(".py"):
+            shutil.copy(os.path.join(source, name), package)
+    library = os.path.join(folder, "librankd.so")
+    shutil.copy(manifests.runfile("capi/librankd.so"), library)
+    program = os.path.join(folder, "torch_program.py")
+    shutil.copy(manifests.runfile("python/tests/torch_program.py"), program)
+    for dirpath, dirs, files in os.walk(folder):
+        os.chmod(dirpath, 0o755)
+        for f in files:
+            os.chmod(os.path.join(dirpath, f), 0o644)
+    return folder, library, program
 
 
 def wait_for(predicate, limit_s, what):
@@ -288,6 +319,64 @@ class WiringTest(unittest.TestCase):
             self.assertEqual(c.process.wait(timeout=30), 3, c.read_log()[-2000:])
             self.assertRegex(self.serving_log(cluster, pod),
                              r"(?m)^(FAILED|CAUSE) rank=.* lost")
+        self.stop_all(cluster)
+
+    def test_torch_program_runs_in_the_serving_container(self):
+        # The CPU demo with a torch program in place of the serving
+        # example: the manifests' rankrun line with the program after its
+        # "--"; the rank, world size and store come from rankd://.
+        tmp = tempfile.mkdtemp(prefix="rk-torch-")
+        os.chmod(tmp, 0o755)
+        self.addCleanup(lambda: shutil.rmtree(tmp, ignore_errors=True))
+        files = torch_image_files(tmp)
+        if files is None:
+            self.skipTest("/usr/bin/python3 has no torch (python3-torch)")
+        pythonpath, library, program = files
+        objects = self.deploy.render("overlays/cpu-demo")
+        template = manifests.pod_template(
+            manifests.by_kind(objects, "LeaderWorkerSet")[0])
+        serving = [c for c in template["spec"]["containers"]
+                   if c["name"] == "serving"][0]
+        script, count = re.subn(r"(-- \\\n\s*)serving .*",
+                                r'\1python3 "$TORCH_PROGRAM" ops\n',
+                                serving["args"][0], flags=re.S)
+        self.assertEqual(count, 1, serving["args"][0])
+        serving["args"][0] = script
+        serving["env"] += [
+            {"name": "TORCH_PROGRAM", "value": program},
+            {"name": "TORCH_PROGRAM_TIMEOUT", "value": "120"},
+            {"name": "PYTHONPATH", "value": pythonpath},
+            {"name": "RANKD_LIBRARY", "value": library},
+            {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+        ]
+        if podsim.netns_available():
+            # In a cluster the pod's host name resolves to its IP, which
+            # Gloo binds; here the host name is the machine's.
+            serving["env"].append({"name": "GLOO_SOCKET_IFNAME",
+                                   "value": "eth0"})
+        cluster = podsim.Cluster(objects, binaries())
+        self.addCleanup(cluster.close)
+        self.addCleanup(lambda: self._dump_logs_on_failure(cluster))
+        cluster.start_all()
+        self.wait_ready(cluster)
+        data = self.config(objects)
+        nproc = int(data["RANKD_NPROC_PER_NODE"])
+        world = nproc * len(cluster.pods)
+        self.assertIn("torch/", data["RANKD_KV_SHARED_PREFIXES"])
+        ranks = []
+        for pod in cluster.pods:
+            c = cluster.container(pod, "serving")
+            self.assertEqual(c.process.wait(timeout=180), 0,
+                             c.read_log()[-3000:])
+            found = re.findall(r"^\[rank (\d+)\] TORCH OK (\d+)$",
+                               c.read_log(), re.M)
+            self.assertEqual(len(found), nproc, c.read_log()[-3000:])
+            for label, rank in found:
+                self.assertEqual(label, rank)
+                ranks.append(int(rank))
+        self.assertEqual(sorted(ranks), list(range(world)))
+        job = self.status(cluster, cluster.pods[0])
+        self.assertEqual(job["state"], "JOB_STATE_COMPLETED", job)
         self.stop_all(cluster)
 
     def test_tls_overlay_forms_a_job_over_mutual_tls(self):

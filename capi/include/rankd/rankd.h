@@ -315,6 +315,13 @@ RANKD_EXPORT rankd_status* rankd_kv_compare_delete(rankd_rank* rank,
                                                    const void* expected,
                                                    size_t expected_size,
                                                    int* deleted);
+/* Writes to *count how many keys of the job's store start with `prefix`
+ * (NUL-terminated, 0..512 bytes; "" counts every key, the data plane's
+ * own included), as of one moment: keys set or deleted meanwhile may or
+ * may not be counted. INVALID_ARGUMENT for a longer prefix; the job's
+ * failure (ABORTED naming the lost rank) once it failed. */
+RANKD_EXPORT rankd_status* rankd_kv_count(rankd_rank* rank, const char* prefix,
+                                          uint64_t* count);
 
 /* ---- Job failure ------------------------------------------------------- */
 

@@ -1,0 +1,180 @@
+"""torch.distributed with the NCCL backend on rankd (issue 37, part 6), on a
+GPU host: a one-node job of 2 ranks on GPU 0 (each rank with its own
+NCCL_HOSTID, so NCCL takes them for ranks of two hosts and lets them share
+the one GPU; docs/nccl.md), each a plain torch program whose only rankd
+line is its init:
+
+    dist.init_process_group("nccl", init_method="rankd://")
+
+1. all_reduce, all_gather and broadcast on CUDA tensors, values exact;
+2. rank 1 kills itself (SIGKILL) while rank 0 waits in an all_reduce: rank
+   0's pending collective must end within DEADLINE_S seconds with an error
+   naming rank 1 (rankd.torch aborts the process groups when rankd reports
+   the loss, where torch has _abort_process_group).
+
+The GPU kit's runner (tests/gpu/run.sh) runs it from a copy of the Python
+package, with no Bazel and no pytest:
+
+    RANKD_BIN_DIR=<kit bin/> RANKD_LIBRARY=<librankd.so> \\
+    PYTHONPATH=python:python/tests python3 python/tests/torch_dist_nccl.py
+
+It prints one last line, "PASSED", "SKIPPED: <why>" (no torch, no CUDA
+device, no NCCL in this torch) or "FAILED: <why>", and exits 1 only for
+FAILED; with $RANKD_REQUIRE_GPU=1 a missing device is FAILED. Run with
+"rank" as its first argument it is the rank program. It stops only the
+processes it started (LocalJob, by pid). TORCH_DIST_BACKEND=gloo runs the
+same on CPU tensors (a check of this script on a host without a GPU).
+"""
+
+import datetime
+import os
+import signal
+import sys
+import time
+
+# How long the survivor's collective may take to end after the kill: the
+# loss of a local rank reaches its daemon when the rank's connection
+# closes (milliseconds); the rest is NCCL's abort.
+DEADLINE_S = 10.0
+
+BACKEND = os.environ.get("TORCH_DIST_BACKEND", "nccl")
+
+
+def unavailable():
+    """Why this host cannot run the check, or None."""
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError as e:
+        return f"torch is not importable under {sys.executable} ({e})"
+    if BACKEND == "gloo":
+        return None
+    if not torch.cuda.is_available():
+        return f"torch {torch.__version__} has no usable CUDA device"
+    if not dist.is_available() or not dist.is_nccl_available():
+        return f"torch {torch.__version__} has no NCCL backend"
+    return None
+
+
+def rank_main():
+    # Before anything initializes NCCL: a host id of this rank's own.
+    local = int(os.environ["RANKD_LOCAL_RANK"])
+    os.environ["NCCL_HOSTID"] = f"rankd-kit-torch-rank{local}"
+    # A collective's wait blocks the host (so an abort ends it with an
+    # error rather than leaving a stream waiting).
+    os.environ.setdefault("TORCH_NCCL_BLOCKING_WAIT", "1")
+    import torch
+    import torch.distributed as dist
+    import rankd.torch  # noqa: F401 (registers rankd://)
+
+    if BACKEND == "nccl":
+        torch.cuda.set_device(0)
+        dev = torch.device("cuda", 0)
+        sync = torch.cuda.synchronize
+    else:
+        dev = torch.device("cpu")
+        sync = lambda: None  # noqa: E731
+    dist.init_process_group(BACKEND, init_method="rankd://",
+                            timeout=datetime.timedelta(seconds=30))
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    t = torch.arange(1024, dtype=torch.float32, device=dev) + 1000 * rank
+    dist.all_reduce(t)
+    want = torch.arange(1024, dtype=torch.float32, device=dev) * world + \
+        1000 * sum(range(world))
+    assert torch.equal(t, want), "all_reduce is not exact"
+    parts = [torch.empty(4, dtype=torch.int64, device=dev)
+             for _ in range(world)]
+    dist.all_gather(parts, torch.full((4,), rank, dtype=torch.int64,
+                                      device=dev))
+    for r, p in enumerate(parts):
+        assert torch.equal(p.cpu(), torch.full((4,), r, dtype=torch.int64))
+    b = torch.full((3,), 7.5 if rank == 0 else 0.0, device=dev)
+    dist.broadcast(b, src=0)
+    assert torch.equal(b.cpu(), torch.full((3,), 7.5)), b
+    sync()
+    print(f"TORCH {BACKEND.upper()} OK {rank}", flush=True)
+
+    # The kill drill.
+    dist.barrier()
+    sync()
+    victim = world - 1
+    if rank == victim:
+        time.sleep(1.0)  # the others are waiting in the all_reduce by then
+        print(f"KILLING {rank} {time.time():.6f}", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    started = time.time()
+    try:
+        dist.all_reduce(t)  # the victim never joins this one
+        sync()
+        print(f"SURVIVOR {rank} NO ERROR", flush=True)
+    except Exception as e:  # noqa: BLE001 (reported, not handled)
+        print(f"SURVIVOR {rank} {time.time():.6f} "
+              f"{time.time() - started:.3f} {type(e).__name__}: "
+              f"{str(e).splitlines()[0] if str(e) else ''}", flush=True)
+    os._exit(0)
+
+
+def failures():
+    """Runs the job; returns what went wrong (empty when it passed)."""
+    import rankd
+    from local_job import LocalJob
+    here = os.path.dirname(os.path.abspath(__file__))
+    package = os.path.dirname(os.path.dirname(os.path.abspath(
+        rankd.__file__)))
+    env = {"PYTHONPATH": os.pathsep.join([package, here])}
+    with LocalJob("py-torch-dist-nccl", 1, 2,
+                  daemon_flags=["--kv_shared_prefixes=torch/"]) as job:
+        # Within the runner's 40 s, so that this script, not the runner,
+        # stops the ranks of a hung run.
+        results = job.run_ranks(os.path.abspath(__file__), "rank", env=env,
+                                timeout=32)
+    found = []
+    out0 = results[0][1]
+    for r, (_, output) in enumerate(results):
+        if f"TORCH {BACKEND.upper()} OK {r}" not in output:
+            found.append(f"rank {r}: no exact collectives:\n{output[-3000:]}")
+    killed = [line for line in results[1][1].splitlines()
+              if line.startswith("KILLING 1 ")]
+    survived = [line for line in out0.splitlines()
+                if line.startswith("SURVIVOR 0 ")]
+    if found:
+        return found
+    if not killed or not survived:
+        return [f"the kill drill did not run:\n{out0[-3000:]}"]
+    words = survived[0].split(" ", 4)
+    if words[2] == "NO":
+        return [f"rank 0's collective ended without an error: {survived[0]}"]
+    delay = float(words[2]) - float(killed[0].split()[2])
+    print(f"rank 0's collective ended {delay * 1000:.0f} ms after the kill: "
+          f"{words[4]}")
+    if delay > DEADLINE_S:
+        found.append(f"rank 0's error came {delay:.1f} s after the kill "
+                     f"(at most {DEADLINE_S} s)")
+    if "rank 1" not in words[4] or "JobFailedError" not in words[4]:
+        found.append(f"rank 0's error does not name rank 1 in rankd's "
+                     f"words: {words[4]}")
+    return found
+
+
+def main():
+    if sys.argv[1:] == ["rank"]:
+        rank_main()
+        return 0
+    why = unavailable()
+    if why is not None:
+        if os.environ.get("RANKD_REQUIRE_GPU") == "1":
+            print(f"FAILED: RANKD_REQUIRE_GPU=1 but {why}")
+            return 1
+        print(f"SKIPPED: {why}")
+        return 0
+    found = failures()
+    for failure in found:
+        print(failure)
+    print(f"FAILED: {'; '.join(f.splitlines()[0] for f in found)}"
+          if found else "PASSED")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
