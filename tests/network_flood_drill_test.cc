@@ -755,164 +755,163 @@ TEST(NetworkFloodDrill, MetricsOutOfDescriptorsBacksOff) {
   EXPECT_GE(*backoffs, 2);
   drill.ExpectHealthy();
   EXPECT_TRUE(drill.Round().ok());
+}
 
-  // ------------------------------------------- many source addresses (36, 1)
+// ------------------------------------------- many source addresses (36, 1)
 
-  namespace many_addresses {
+namespace many_addresses {
 
-  // Silent connections to 127.0.0.1:`port`, one from each of `count` source
-  // addresses (127.0.0.2 on: Linux lets a client take any 127/8 address),
-  // each reopened every 100 ms once the daemon closed it, until Stop.
-  class AddressFlood {
-   public:
-    AddressFlood(int port, int count) : port_(port), fds_(count, -1) {
-      thread_ = std::thread([this] {
-        while (!stop_.load()) {
-          Tick();
-          absl::SleepFor(absl::Milliseconds(100));
-        }
-        for (int& fd : fds_) {
-          if (fd >= 0) ::close(fd);
-        }
-      });
-    }
-    ~AddressFlood() { Stop(); }
-    void Stop() {
-      stop_.store(true);
-      if (thread_.joinable()) thread_.join();
-    }
-    int64_t opened() const { return opened_.load(); }
-    int64_t closed_by_server() const { return closed_.load(); }
-    // Connections open now (as the flood sees them).
-    int open() const { return open_.load(); }
-
-   private:
-    void Tick() {
-      int open = 0;
-      for (size_t i = 0; i < fds_.size(); ++i) {
-        int& fd = fds_[i];
-        if (fd >= 0) {
-          // Read what the daemon sent (its HTTP/2 settings) to see its close.
-          char buffer[1024];
-          ssize_t n;
-          do {
-            n = ::recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
-          } while (n > 0);
-          if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
-            ::close(fd);
-            fd = -1;
-            ++closed_;
-          }
-        }
-        if (fd < 0) fd = Open(static_cast<int>(i) + 2);
-        if (fd >= 0) ++open;
+// Silent connections to 127.0.0.1:`port`, one from each of `count` source
+// addresses (127.0.0.2 on: Linux lets a client take any 127/8 address),
+// each reopened every 100 ms once the daemon closed it, until Stop.
+class AddressFlood {
+ public:
+  AddressFlood(int port, int count) : port_(port), fds_(count, -1) {
+    thread_ = std::thread([this] {
+      while (!stop_.load()) {
+        Tick();
+        absl::SleepFor(absl::Milliseconds(100));
       }
-      open_.store(open);
-    }
-    int Open(int source) {
-      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd < 0) return -1;
-      sockaddr_in from{};
-      from.sin_family = AF_INET;
-      from.sin_addr.s_addr =
-          htonl((127u << 24) | static_cast<uint32_t>(source));
-      sockaddr_in to{};
-      to.sin_family = AF_INET;
-      to.sin_port = htons(static_cast<uint16_t>(port_));
-      to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
-          ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
-        ::close(fd);
-        return -1;
+      for (int& fd : fds_) {
+        if (fd >= 0) ::close(fd);
       }
-      ++opened_;
-      return fd;
-    }
-
-    const int port_;
-    std::vector<int> fds_;  // the flood thread's own
-    std::atomic<bool> stop_{false};
-    std::atomic<int64_t> opened_{0};
-    std::atomic<int64_t> closed_{0};
-    std::atomic<int> open_{0};
-    std::thread thread_;
-  };
-
-  }  // namespace many_addresses
-
-  // Review of issue 36, hole 1: silent connections from 64 addresses
-  // (127.0.0.2-65), reopened as soon as they are closed, against a
-  // coordinator listening for --max_tcp_connections=64, from before node 1
-  // starts until the end. (Before: they held every slot, node 1's connection
-  // was refused, and it never joined.) Now: unauthenticated connections hold
-  // at most --max_tcp_unauthenticated (32) and a new connection shuts the
-  // oldest of them down, so node 1 joins, every rank's rounds go on, and an
-  // operator's calls get in.
-  TEST(NetworkFloodDrill,
-       SilentConnectionsFromManyAddressesCannotLockNodesOut) {
-    FloodDrill drill;
-    constexpr int kSlots = 64;
-    ClusterOptions& options = drill.cluster().mutable_options();
-    options.node_flags[0].push_back(
-        absl::StrCat("--max_tcp_connections=", kSlots));
-    std::unique_ptr<many_addresses::AddressFlood> flood;
-    // The flood fills the coordinator's listener before node 1 starts.
-    options.after_coordinator_ready = [&]() -> absl::Status {
-      flood = std::make_unique<many_addresses::AddressFlood>(drill.tcp_port(0),
-                                                             kSlots);
-      const absl::Time deadline = absl::Now() + absl::Seconds(5);
-      while (flood->opened() < kSlots && absl::Now() < deadline) {
-        absl::SleepFor(absl::Milliseconds(20));
-      }
-      if (flood->opened() < kSlots) {
-        return absl::InternalError(
-            absl::StrCat("the flood opened ", flood->opened(), " connections"));
-      }
-      absl::SleepFor(absl::Milliseconds(300));  // the gate has them all
-      return absl::OkStatus();
-    };
-    ASSERT_NO_FATAL_FAILURE(drill.Start());
-    ASSERT_NE(flood, nullptr);
-    const pid_t node0 = drill.cluster().daemon(0).pid();
-    const ProcFigures before = Figures(node0);
-    Sampler sampler(node0);
-    drill.StartRounds();
-    // Rounds and an operator's calls through the flood.
-    const absl::Time until = absl::Now() + absl::Seconds(6);
-    int operator_calls = 0;
-    while (absl::Now() < until) {
-      auto admin = AdminClient::Connect(drill.cluster().AdminOptions(0));
-      ASSERT_TRUE(admin.ok()) << admin.status();
-      auto job = (*admin)->GetJob();
-      EXPECT_TRUE(job.ok()) << job.status();
-      if (job.ok()) ++operator_calls;
-      absl::SleepFor(absl::Milliseconds(500));
-    }
-    const int64_t opened = flood->opened();
-    const int64_t closed = flood->closed_by_server();
-    flood->Stop();
-    drill.StopRounds();
-    const ProcFigures peak = sampler.Stop();
-    const ProcFigures after =
-        SettleNear(node0, before.rss, kKeptSlack, absl::Seconds(10));
-    Report("review36-1",
-           "node0 rankd (--max_tcp_connections=64), silent connections from "
-           "64 addresses",
-           before, peak, after,
-           absl::StrCat(opened, " opened, ", closed, " closed by the daemon, ",
-                        operator_calls, " operator calls, ", drill.rounds_ok(),
-                        " honest rounds, ", drill.rounds_failed(), " failed"));
-    EXPECT_EQ(drill.rounds_failed(), 0) << drill.first_failure();
-    EXPECT_GE(drill.rounds_ok(), 10);
-    EXPECT_GE(operator_calls, 10);
-    // The listener kept making room: the flood's connections were shut.
-    EXPECT_GE(closed, kSlots / 2);
-    drill.ExpectHealthy();
-    EXPECT_TRUE(drill.Round().ok());
-    EXPECT_LT(after.rss - before.rss, kKeptSlack)
-        << "after " << MiB(after.rss) << " MiB";
-    EXPECT_LT(peak.threads - before.threads, 16);
+    });
   }
+  ~AddressFlood() { Stop(); }
+  void Stop() {
+    stop_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  int64_t opened() const { return opened_.load(); }
+  int64_t closed_by_server() const { return closed_.load(); }
+  // Connections open now (as the flood sees them).
+  int open() const { return open_.load(); }
+
+ private:
+  void Tick() {
+    int open = 0;
+    for (size_t i = 0; i < fds_.size(); ++i) {
+      int& fd = fds_[i];
+      if (fd >= 0) {
+        // Read what the daemon sent (its HTTP/2 settings) to see its close.
+        char buffer[1024];
+        ssize_t n;
+        do {
+          n = ::recv(fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+        } while (n > 0);
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+          ::close(fd);
+          fd = -1;
+          ++closed_;
+        }
+      }
+      if (fd < 0) fd = Open(static_cast<int>(i) + 2);
+      if (fd >= 0) ++open;
+    }
+    open_.store(open);
+  }
+  int Open(int source) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_addr.s_addr = htonl((127u << 24) | static_cast<uint32_t>(source));
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(port_));
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0 ||
+        ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+      ::close(fd);
+      return -1;
+    }
+    ++opened_;
+    return fd;
+  }
+
+  const int port_;
+  std::vector<int> fds_;  // the flood thread's own
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> opened_{0};
+  std::atomic<int64_t> closed_{0};
+  std::atomic<int> open_{0};
+  std::thread thread_;
+};
+
+}  // namespace many_addresses
+
+// Review of issue 36, hole 1: silent connections from 64 addresses
+// (127.0.0.2-65), reopened as soon as they are closed, against a
+// coordinator listening for --max_tcp_connections=64, from before node 1
+// starts until the end. (Before: they held every slot, node 1's connection
+// was refused, and it never joined.) Now: unauthenticated connections hold
+// at most --max_tcp_unauthenticated (32) and a new connection shuts the
+// oldest of them down, so node 1 joins, every rank's rounds go on, and an
+// operator's calls get in.
+TEST(NetworkFloodDrill, SilentConnectionsFromManyAddressesCannotLockNodesOut) {
+  FloodDrill drill;
+  constexpr int kSlots = 64;
+  ClusterOptions& options = drill.cluster().mutable_options();
+  options.node_flags[0].push_back(
+      absl::StrCat("--max_tcp_connections=", kSlots));
+  std::unique_ptr<many_addresses::AddressFlood> flood;
+  // The flood fills the coordinator's listener before node 1 starts.
+  options.after_coordinator_ready = [&]() -> absl::Status {
+    flood = std::make_unique<many_addresses::AddressFlood>(drill.tcp_port(0),
+                                                           kSlots);
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (flood->opened() < kSlots && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    if (flood->opened() < kSlots) {
+      return absl::InternalError(
+          absl::StrCat("the flood opened ", flood->opened(), " connections"));
+    }
+    absl::SleepFor(absl::Milliseconds(300));  // the gate has them all
+    return absl::OkStatus();
+  };
+  ASSERT_NO_FATAL_FAILURE(drill.Start());
+  ASSERT_NE(flood, nullptr);
+  const pid_t node0 = drill.cluster().daemon(0).pid();
+  const ProcFigures before = Figures(node0);
+  Sampler sampler(node0);
+  drill.StartRounds();
+  // Rounds and an operator's calls through the flood.
+  const absl::Time until = absl::Now() + absl::Seconds(6);
+  int operator_calls = 0;
+  while (absl::Now() < until) {
+    auto admin = AdminClient::Connect(drill.cluster().AdminOptions(0));
+    ASSERT_TRUE(admin.ok()) << admin.status();
+    auto job = (*admin)->GetJob();
+    EXPECT_TRUE(job.ok()) << job.status();
+    if (job.ok()) ++operator_calls;
+    absl::SleepFor(absl::Milliseconds(500));
+  }
+  const int64_t opened = flood->opened();
+  const int64_t closed = flood->closed_by_server();
+  flood->Stop();
+  drill.StopRounds();
+  const ProcFigures peak = sampler.Stop();
+  const ProcFigures after =
+      SettleNear(node0, before.rss, kKeptSlack, absl::Seconds(10));
+  Report("review36-1",
+         "node0 rankd (--max_tcp_connections=64), silent connections from "
+         "64 addresses",
+         before, peak, after,
+         absl::StrCat(opened, " opened, ", closed, " closed by the daemon, ",
+                      operator_calls, " operator calls, ", drill.rounds_ok(),
+                      " honest rounds, ", drill.rounds_failed(), " failed"));
+  EXPECT_EQ(drill.rounds_failed(), 0) << drill.first_failure();
+  EXPECT_GE(drill.rounds_ok(), 10);
+  EXPECT_GE(operator_calls, 10);
+  // The listener kept making room: the flood's connections were shut.
+  EXPECT_GE(closed, kSlots / 2);
+  drill.ExpectHealthy();
+  EXPECT_TRUE(drill.Round().ok());
+  EXPECT_LT(after.rss - before.rss, kKeptSlack)
+      << "after " << MiB(after.rss) << " MiB";
+  EXPECT_LT(peak.threads - before.threads, 16);
+}
 
 }  // namespace
 }  // namespace rankd::testing
