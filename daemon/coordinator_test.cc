@@ -127,6 +127,12 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   void Start(JobSpec spec) {
+    if (coord_ != nullptr) {
+      // A test that starts a second coordinator: stop the timer first (it
+      // joins its thread, dropping callbacks into the old coordinator, one
+      // of which may be running now), as the destructor does.
+      timer_ = std::make_unique<DeadlineTimer>();
+    }
     auto c = Coordinator::Create(std::move(spec), timer_.get());
     ASSERT_TRUE(c.ok()) << c.status();
     coord_ = *std::move(c);

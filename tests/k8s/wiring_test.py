@@ -74,6 +74,20 @@ def torch_image_files(folder):
     return folder, library, program
 
 
+def sanitizer_preload(library):
+    """The ASan runtime to preload into an uninstrumented Python that loads
+    `library`, when it is a sanitizer build's (it then needs __asan_
+    symbols); None otherwise."""
+    symbols = subprocess.run(["nm", "-D", "--undefined-only", library],
+                             capture_output=True, text=True, check=True)
+    if " __asan_" not in symbols.stdout:
+        return None
+    runtime = subprocess.run(
+        ["clang-14", "-print-file-name=libclang_rt.asan-x86_64.so"],
+        capture_output=True, text=True, check=True)
+    return runtime.stdout.strip()
+
+
 def wait_for(predicate, limit_s, what):
     deadline = time.time() + limit_s
     last = None
@@ -337,8 +351,16 @@ class WiringTest(unittest.TestCase):
             manifests.by_kind(objects, "LeaderWorkerSet")[0])
         serving = [c for c in template["spec"]["containers"]
                    if c["name"] == "serving"][0]
+        # A sanitizer build's librankd.so needs its runtime loaded first,
+        # into Python only (python/run_pytest.sh): rankrun and rankd carry
+        # their own.
+        python = 'python3'
+        preload = sanitizer_preload(library)
+        if preload:
+            python = (f'env LD_PRELOAD={preload} '
+                      'ASAN_OPTIONS=detect_leaks=0 python3')
         script, count = re.subn(r"(-- \\\n\s*)serving .*",
-                                r'\1python3 "$TORCH_PROGRAM" ops\n',
+                                r'\1' + python + r' "$TORCH_PROGRAM" ops\n',
                                 serving["args"][0], flags=re.S)
         self.assertEqual(count, 1, serving["args"][0])
         serving["args"][0] = script
