@@ -470,20 +470,39 @@ bool TcpGate::MakeRoom(const TcpPeer& peer) {
     });
     t = Count(peer);
   }
+  // Past a listener-wide limit the victim comes from the address group
+  // holding the most unauthenticated connections: a flood from many
+  // addresses then makes room from its own connections, and a node's
+  // reconnect (one connection in its group) gives way last, however fast
+  // the flood connects and whatever it sends.
   if (gated && t.unauthenticated >= options_.max_unauthenticated) {
-    EvictOldest(State::kUnauthenticated,
-                [](const Connection&) { return true; });
+    EvictFromLargestGroup();
     t = Count(peer);
   }
   if (t.open >= options_.max_connections) {
     auto any = [](const Connection&) { return true; };
-    if (!EvictOldest(State::kUnauthenticated, any) &&
-        !EvictOldest(State::kHealth, any)) {
+    if (!EvictFromLargestGroup() && !EvictOldest(State::kHealth, any)) {
       ++stats_.refused_full;
       return false;
     }
   }
   return true;
+}
+
+bool TcpGate::EvictFromLargestGroup() {
+  absl::flat_hash_map<std::string, uint32_t> held;
+  uint32_t most = 0;
+  for (const auto& [fd, c] : connections_) {
+    if (c.state != State::kUnauthenticated || c.shut) continue;
+    most = std::max(most, ++held[c.peer.group]);
+  }
+  if (most == 0) return false;
+  // Among the largest groups (all of them, when every address holds one),
+  // EvictOldest's order.
+  return EvictOldest(State::kUnauthenticated, [&](const Connection& c) {
+    auto it = held.find(c.peer.group);
+    return it != held.end() && it->second == most;
+  });
 }
 
 template <typename Matches>

@@ -185,6 +185,9 @@ class TcpGate {
   // Shuts down a connection in `state` that `matches` and the gate has not
   // shut yet: the oldest that has sent nothing, else the oldest (forgetting
   // those gRPC closed meanwhile); false when there is none.
+  // EvictOldest among the unauthenticated connections of the address
+  // groups that hold the most of them. False when there is none.
+  bool EvictFromLargestGroup() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   template <typename Matches>
   bool EvictOldest(State state, Matches matches)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

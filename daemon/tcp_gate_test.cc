@@ -298,6 +298,34 @@ TEST_F(TcpGateTest, AFullListenerMakesRoomFromUnauthenticatedConnections) {
   }
 }
 
+// Past the listener-wide unauthenticated cap, the connection that gives
+// way comes from the address group holding the most: a flood whose
+// connections speak (so silence does not mark them) still makes room from
+// its own connections, and a node's connection, older than all of them and
+// not yet authenticated, stays.
+TEST_F(TcpGateTest, AFloodMakesRoomFromItsOwnAddressesNotANodes) {
+  TcpGate::Options options;
+  options.max_connections = 32;
+  options.max_unauthenticated = 4;
+  ASSERT_NO_FATAL_FAILURE(Start(options));
+  const std::string preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+  const int node = Open(1);
+  ASSERT_EQ(::send(node, preface.data(), preface.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(preface.size()));
+  ASSERT_TRUE(Eventually([&] { return gate_->stats().accepted == 1; }));
+  absl::SleepFor(absl::Milliseconds(20));  // the node's bytes arrived
+  for (int i = 0; i < 12; ++i) {
+    const int fd = Open(2 + i % 2);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::send(fd, preface.data(), preface.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(preface.size()));
+    ASSERT_TRUE(Eventually([&] { return gate_->stats().accepted == 2u + i; }));
+  }
+  ASSERT_TRUE(Eventually([&] { return gate_->stats().shut_evicted == 9u; }));
+  EXPECT_FALSE(ClosedWithin(node, absl::Milliseconds(200)));
+  EXPECT_EQ(gate_->stats().refused_full, 0u);
+}
+
 // A health Watch without a credential (a load balancer's) outlives the
 // unauthenticated time; a connection that calls anything else, or one
 // beyond the health budget, does not.
