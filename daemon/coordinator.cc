@@ -88,7 +88,10 @@ absl::Status Coordinator::CheckEpochLocked(uint32_t rank,
 
 absl::Status Coordinator::CheckKeyEpochLocked(const std::string& key) const {
   static constexpr absl::string_view kPrefix = "epoch/";
-  if (!absl::StartsWith(key, kPrefix)) return absl::OkStatus();
+  // Recovery off: no epoch but 1, and keys behave as before epochs came.
+  if (!spec_.recovery || !absl::StartsWith(key, kPrefix)) {
+    return absl::OkStatus();
+  }
   absl::string_view rest = absl::string_view(key).substr(kPrefix.size());
   const size_t slash = rest.find('/');
   uint64_t named = 0;

@@ -1300,6 +1300,13 @@ TEST_F(CoordinatorTest, BlockingKvGetReleasedBySetFromAnotherRank) {
   EXPECT_EQ(waiter->value->value(), "tcp://10.0.0.1:5000");
 }
 
+// With recovery off, epoch/ is an ordinary prefix, as before epochs.
+TEST_F(CoordinatorTest, EpochPrefixIsOrdinaryWithRecoveryOff) {
+  FormWorld();
+  EXPECT_TRUE(KvSet(Member(0), "epoch/foo", "a").ok());
+  EXPECT_TRUE(KvSet(Member(0), "epoch/2/x", "a").ok());
+}
+
 TEST_F(CoordinatorTest, BlockingKvGetExpiresNamingTheKey) {
   FormWorld();
   auto waiter = KvGet(Member(1), "never", 50);
@@ -1425,7 +1432,7 @@ TEST_F(CoordinatorTest, RecoveryOffLostRankFailsTheJobAtEpochOne) {
   v1::JobStatus job = coord_->GetJob();
   EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(job.epoch(), 1u);
-  // A replacement cannot join: the message says how recovery would.
+  // A replacement cannot join: the job has failed, recovery is off.
   EXPECT_STATUS(JoinNow(1, 3, 0xbeef), absl::StatusCode::kAborted,
                 "job failed");
 }
