@@ -1633,6 +1633,23 @@ TEST_F(RecoveryTest, EpochScopedKeysAreWrittenOnlyInTheirEpoch) {
   EXPECT_TRUE(KvSet(Member(0), "epoch/2/uid", "b").ok());
 }
 
+// An ended epoch's keys can be deleted, so they stop filling the store
+// and their owner's quota; other ranks' still cannot.
+TEST_F(RecoveryTest, AnEndedEpochsKeysCanBeDeletedByTheirOwner) {
+  FormWorld();
+  ASSERT_TRUE(KvSet(Member(0), "epoch/1/uid", "a").ok());
+  ASSERT_TRUE(Lose(1, 3).ok());
+  ASSERT_TRUE(JoinNow(0, 0).ok());  // rank 0 enters epoch 2
+  ASSERT_TRUE(JoinNow(0, 1).ok());  // rank 1 too
+  EXPECT_STATUS(KvDelete(Member(1), "epoch/1/uid").status(),
+                absl::StatusCode::kPermissionDenied, "");
+  auto deleted = KvDelete(Member(0), "epoch/1/uid");
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_TRUE(deleted->existed());
+  EXPECT_STATUS(KvDelete(Member(0), "epoch/3/uid").status(),
+                absl::StatusCode::kFailedPrecondition, "epoch 3");
+}
+
 TEST_F(RecoveryTest, ALeaveDuringRecoveryFailsTheJobNamingTheLostSlots) {
   FormWorld();
   ASSERT_TRUE(Lose(1, 3).ok());
