@@ -51,7 +51,7 @@ Coordinator::Coordinator(JobSpec spec, std::vector<GroupSpec> groups,
           KvLimits{spec_.limits.kv_max_bytes, spec_.limits.kv_max_keys,
                    spec_.limits.kv_max_keys_per_rank,
                    spec_.limits.kv_max_bytes_per_rank},
-          KvRules{spec_.world_size, spec_.kv_shared_prefixes}),
+          KvRules{spec_.world_size, spec_.kv_shared_prefixes, spec_.recovery}),
       rounds_(
           spec_.world_size, [this](uint32_t r) { return NodeOfRank(r); }, timer,
           spec_.limits.max_round_bytes_per_rank) {

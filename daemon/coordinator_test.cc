@@ -1633,6 +1633,14 @@ TEST_F(RecoveryTest, EpochScopedKeysAreWrittenOnlyInTheirEpoch) {
   EXPECT_TRUE(KvSet(Member(0), "epoch/2/uid", "b").ok());
 }
 
+// A rank cannot create another rank's epoch-scoped rendezvous key first.
+TEST_F(RecoveryTest, EpochScopedRankKeysBelongToTheirRank) {
+  FormWorld();
+  EXPECT_STATUS(KvSet(Member(1), "epoch/1/r0/nccl_uid", "poison"),
+                absl::StatusCode::kPermissionDenied, "belong to rank 0");
+  EXPECT_TRUE(KvSet(Member(0), "epoch/1/r0/nccl_uid", "id").ok());
+}
+
 // An ended epoch's keys can be deleted, so they stop filling the store
 // and their owner's quota; other ranks' still cannot.
 TEST_F(RecoveryTest, AnEndedEpochsKeysCanBeDeletedByTheirOwner) {
