@@ -51,7 +51,7 @@ Coordinator::Coordinator(JobSpec spec, std::vector<GroupSpec> groups,
           KvLimits{spec_.limits.kv_max_bytes, spec_.limits.kv_max_keys,
                    spec_.limits.kv_max_keys_per_rank,
                    spec_.limits.kv_max_bytes_per_rank},
-          KvRules{spec_.world_size, spec_.kv_shared_prefixes}),
+          KvRules{spec_.world_size, spec_.kv_shared_prefixes, spec_.recovery}),
       rounds_(
           spec_.world_size, [this](uint32_t r) { return NodeOfRank(r); }, timer,
           spec_.limits.max_round_bytes_per_rank) {
@@ -86,9 +86,13 @@ absl::Status Coordinator::CheckEpochLocked(uint32_t rank,
       epoch_));
 }
 
-absl::Status Coordinator::CheckKeyEpochLocked(const std::string& key) const {
+absl::Status Coordinator::CheckKeyEpochLocked(const std::string& key,
+                                              bool deleting) const {
   static constexpr absl::string_view kPrefix = "epoch/";
-  if (!absl::StartsWith(key, kPrefix)) return absl::OkStatus();
+  // Recovery off: no epoch but 1, and keys behave as before epochs came.
+  if (!spec_.recovery || !absl::StartsWith(key, kPrefix)) {
+    return absl::OkStatus();
+  }
   absl::string_view rest = absl::string_view(key).substr(kPrefix.size());
   const size_t slash = rest.find('/');
   uint64_t named = 0;
@@ -100,7 +104,7 @@ absl::Status Coordinator::CheckKeyEpochLocked(const std::string& key) const {
         "' is under the reserved prefix epoch/ but does not "
         "name an epoch: write epoch-scoped keys as epoch/<epoch>/<name>"));
   }
-  if (named == epoch_) return absl::OkStatus();
+  if (named == epoch_ || (deleting && named < epoch_)) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "key '", key, "' belongs to epoch ", named, " but the job is at epoch ",
       epoch_, "; epoch-scoped keys are written only in their own epoch"));
@@ -866,7 +870,10 @@ absl::StatusOr<v1::KvDeleteResponse> Coordinator::KvDelete(
   {
     absl::MutexLock lock(&mu_);
     if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
-    if (auto s = CheckKeyEpochLocked(request.key()); !s.ok()) return s;
+    if (auto s = CheckKeyEpochLocked(request.key(), /*deleting=*/true);
+        !s.ok()) {
+      return s;
+    }
   }
   std::optional<std::string> expected;
   if (request.has_expected()) expected = request.expected();

@@ -211,8 +211,11 @@ class Coordinator {
   // `member_epoch` is behind, else OK.
   absl::Status CheckEpochLocked(uint32_t rank, uint64_t member_epoch) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A write to "epoch/<N>/..." with N not the current epoch is refused.
-  absl::Status CheckKeyEpochLocked(const std::string& key) const
+  // A write to "epoch/<N>/..." with N not the current epoch is refused;
+  // deleting an older epoch's key is allowed, so those keys (and their
+  // owner's quota charge) need not outlive their epoch.
+  absl::Status CheckKeyEpochLocked(const std::string& key,
+                                   bool deleting = false) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The lost ranks (by node) and nodes still missing, for messages.
   std::string StillLostLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

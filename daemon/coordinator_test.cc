@@ -1306,6 +1306,13 @@ TEST_F(CoordinatorTest, BlockingKvGetReleasedBySetFromAnotherRank) {
   EXPECT_EQ(waiter->value->value(), "tcp://10.0.0.1:5000");
 }
 
+// With recovery off, epoch/ is an ordinary prefix, as before epochs.
+TEST_F(CoordinatorTest, EpochPrefixIsOrdinaryWithRecoveryOff) {
+  FormWorld();
+  EXPECT_TRUE(KvSet(Member(0), "epoch/foo", "a").ok());
+  EXPECT_TRUE(KvSet(Member(0), "epoch/2/x", "a").ok());
+}
+
 TEST_F(CoordinatorTest, BlockingKvGetExpiresNamingTheKey) {
   FormWorld();
   auto waiter = KvGet(Member(1), "never", 50);
@@ -1431,7 +1438,7 @@ TEST_F(CoordinatorTest, RecoveryOffLostRankFailsTheJobAtEpochOne) {
   v1::JobStatus job = coord_->GetJob();
   EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(job.epoch(), 1u);
-  // A replacement cannot join: the message says how recovery would.
+  // A replacement cannot join: the job has failed, recovery is off.
   EXPECT_STATUS(JoinNow(1, 3, 0xbeef), absl::StatusCode::kAborted,
                 "job failed");
 }
@@ -1630,6 +1637,31 @@ TEST_F(RecoveryTest, EpochScopedKeysAreWrittenOnlyInTheirEpoch) {
   EXPECT_STATUS(KvAdd(Member(0), "epoch/1/n", 1).status(),
                 absl::StatusCode::kFailedPrecondition, "epoch 1");
   EXPECT_TRUE(KvSet(Member(0), "epoch/2/uid", "b").ok());
+}
+
+// A rank cannot create another rank's epoch-scoped rendezvous key first.
+TEST_F(RecoveryTest, EpochScopedRankKeysBelongToTheirRank) {
+  FormWorld();
+  EXPECT_STATUS(KvSet(Member(1), "epoch/1/r0/nccl_uid", "poison"),
+                absl::StatusCode::kPermissionDenied, "belong to rank 0");
+  EXPECT_TRUE(KvSet(Member(0), "epoch/1/r0/nccl_uid", "id").ok());
+}
+
+// An ended epoch's keys can be deleted, so they stop filling the store
+// and their owner's quota; other ranks' still cannot.
+TEST_F(RecoveryTest, AnEndedEpochsKeysCanBeDeletedByTheirOwner) {
+  FormWorld();
+  ASSERT_TRUE(KvSet(Member(0), "epoch/1/uid", "a").ok());
+  ASSERT_TRUE(Lose(1, 3).ok());
+  ASSERT_TRUE(JoinNow(0, 0).ok());  // rank 0 enters epoch 2
+  ASSERT_TRUE(JoinNow(0, 1).ok());  // rank 1 too
+  EXPECT_STATUS(KvDelete(Member(1), "epoch/1/uid").status(),
+                absl::StatusCode::kPermissionDenied, "");
+  auto deleted = KvDelete(Member(0), "epoch/1/uid");
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_TRUE(deleted->existed());
+  EXPECT_STATUS(KvDelete(Member(0), "epoch/3/uid").status(),
+                absl::StatusCode::kFailedPrecondition, "epoch 3");
 }
 
 TEST_F(RecoveryTest, ALeaveDuringRecoveryFailsTheJobNamingTheLostSlots) {

@@ -232,7 +232,8 @@ ABSL_FLAG(OptionalText, metrics_request_timeout_ms, OptionalText{},
           "RANKD_METRICS_REQUEST_TIMEOUT_MS. Default 5000.");
 ABSL_FLAG(OptionalText, metrics_max_connections, OptionalText{},
           "Connections the metrics endpoint holds at once; a new one closes "
-          "the oldest that has not sent its request. Env "
+          "one that was answered, else the one longest stalled (sending its "
+          "request or not reading its answer). Env "
           "RANKD_METRICS_MAX_CONNECTIONS. Default 64.");
 ABSL_FLAG(OptionalText, metrics_max_connections_per_address, OptionalText{},
           "Connections the metrics endpoint holds from one address (an IPv6 "

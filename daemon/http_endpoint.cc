@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <list>
 #include <utility>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/monotonic_clock.h"
 #include "daemon/config.h"
 
 namespace rankd {
@@ -125,7 +127,7 @@ class HttpEndpoint::Loop {
     while (true) {
       fds.clear();
       polled.clear();
-      absl::Time now = absl::Now();
+      absl::Time now = MonotonicNow();
       const bool listening = now >= backoff_until_;
       fds.push_back({e_.wake_fd_, POLLIN, 0});
       // Left out while backing off: polling it would wake the loop at once.
@@ -146,9 +148,15 @@ class HttpEndpoint::Loop {
             std::max<int64_t>(0, absl::ToInt64Milliseconds(next - now) + 1));
       }
       int n = ::poll(fds.data(), fds.size(), timeout);
-      if (n < 0 && errno != EINTR) break;
+      if (n < 0 && errno != EINTR) {
+        // The listener stays open but unserved: say why scrapes now hang.
+        // (stderr: daemon/log.h's library depends on this one.)
+        std::fprintf(stderr, "rankd: metrics endpoint stops serving: %s\n",
+                     std::strerror(errno));
+        break;
+      }
       if (n > 0 && fds[0].revents != 0) break;
-      now = absl::Now();
+      now = MonotonicNow();
       for (size_t i = 0; n > 0 && i < polled.size(); ++i) {
         if (fds[i + 2].revents != 0) Serve(polled[i], now);
       }
@@ -308,8 +316,9 @@ class HttpEndpoint::Loop {
         break;
       }
       ++accepted;
-      Raise(e_.counters_->accepted);
       Admit(fd, HttpEndpoint::AddressGroup(peer), now);
+      // After Admit, released: whoever sees `accepted` sees its displacement.
+      e_.counters_->accepted.fetch_add(1, std::memory_order_release);
     }
     auto& most = e_.counters_->most_accepted_in_one_turn;
     if (accepted > most.load(std::memory_order_relaxed)) {

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "common/monotonic_clock.h"
 
 namespace rankd {
@@ -34,6 +35,18 @@ std::optional<std::pair<uint64_t, absl::string_view>> RankPrefix(
     rank = UINT64_MAX;
   }
   return std::make_pair(rank, key.substr(0, slash + 1));
+}
+
+// "epoch/<N>/<rest>" -> <rest>; other keys as they are.
+absl::string_view WithoutEpochScope(absl::string_view key) {
+  absl::string_view rest = key;
+  if (!absl::ConsumePrefix(&rest, "epoch/")) return key;
+  const size_t slash = rest.find('/');
+  if (slash == 0 || slash == absl::string_view::npos) return key;
+  for (char c : rest.substr(0, slash)) {
+    if (!absl::ascii_isdigit(c)) return key;
+  }
+  return rest.substr(slash + 1);
 }
 
 const char* Verb(int write) {
@@ -107,8 +120,10 @@ absl::Status KvStore::CheckOwnerLocked(absl::string_view key, uint32_t rank,
                                        const Entry* existing) const {
   if (rank == kNoRank) return absl::OkStatus();
   const char* verb = Verb(static_cast<int>(write));
+  const absl::string_view owned =
+      rules_.epoch_scoped ? WithoutEpochScope(key) : key;
   if (rules_.world_size > 0) {
-    if (auto owner = RankPrefix(key); owner.has_value()) {
+    if (auto owner = RankPrefix(owned); owner.has_value()) {
       const auto [n, prefix] = *owner;
       if (n >= rules_.world_size || absl::StrCat("r", n, "/") != prefix) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -126,7 +141,7 @@ absl::Status KvStore::CheckOwnerLocked(absl::string_view key, uint32_t rank,
     }
   }
   for (const std::string& shared : rules_.shared_prefixes) {
-    if (!absl::StartsWith(key, shared)) continue;
+    if (!absl::StartsWith(owned, shared)) continue;
     if (write != Write::kAdd && !conditional) {
       return absl::PermissionDeniedError(absl::StrCat(
           "rank ", rank, " cannot ", verb, " key '", key,

@@ -63,6 +63,9 @@ struct KvRules {
   uint32_t world_size = 0;
   // Prefixes of keys that belong to no rank (--kv_shared_prefixes).
   std::vector<std::string> shared_prefixes;
+  // --recovery=on: a key "epoch/<N>/<rest>" is owned as <rest> would be,
+  // so no rank can create another's "epoch/<N>/r<M>/" rendezvous keys.
+  bool epoch_scoped = false;
 };
 
 // When a write happens: always (the default), only when the key holds

@@ -521,6 +521,25 @@ TEST_F(KvStoreTest, EveryKeyHasAnOwner) {
   EXPECT_TRUE(kv.Set("r1/nccl/uid", "daemon", KvStore::kNoRank).ok());
 }
 
+// With recovery on, "epoch/<N>/<rest>" is owned as <rest> is: no rank can
+// create another's rendezvous key of the next epoch first.
+TEST_F(KvStoreTest, EpochScopedKeysAreOwnedByTheirRemainder) {
+  KvStore kv(timer_.get(), KvLimits{}, KvRules{4, {"shared/"}, true});
+  EXPECT_STATUS(kv.Set("epoch/2/r0/nccl_uid", "poison", 1),
+                absl::StatusCode::kPermissionDenied,
+                "keys under 'r0/' belong to rank 0");
+  EXPECT_TRUE(kv.Set("epoch/2/r0/nccl_uid", "id", 0).ok());
+  EXPECT_EQ(kv.Set("epoch/2/r9/x", "v", 0).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_STATUS(kv.Set("epoch/2/shared/leader", "0", 0),
+                absl::StatusCode::kPermissionDenied, "compare-and-set");
+  EXPECT_TRUE(*kv.SetAs("epoch/2/shared/leader", "0", 0, {std::nullopt, true}));
+  EXPECT_TRUE(*kv.SetAs("epoch/2/shared/leader", "1", 1, {"0", false}));
+  // Without recovery, epoch/ is an ordinary prefix: its creator's.
+  KvStore plain(timer_.get(), KvLimits{}, KvRules{4, {"shared/"}});
+  EXPECT_TRUE(plain.Set("epoch/2/r0/nccl_uid", "v", 1).ok());
+}
+
 // A rank's keys and values count against its own quota, so one rank cannot
 // fill the broker and deny the others (issue 36).
 TEST_F(KvStoreTest, BytesPerRankQuota) {

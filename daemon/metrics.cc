@@ -442,8 +442,9 @@ std::string DaemonMetrics::Render() const {
                     http_counters_.timed_out));
   families.push_back(CounterFamily(
       "rankd_metrics_accept_backoffs_total",
-      "times the metrics endpoint could not accept for want of descriptors "
-      "or memory (EMFILE, ENFILE) and paused accepting",
+      "times accept failed with an error not of one connection (EMFILE, "
+      "ENFILE, ENOBUFS, ENOMEM or any other) and the metrics endpoint "
+      "paused accepting",
       http_counters_.accept_backoffs));
   return prometheus::TextSerializer().Serialize(families);
 }

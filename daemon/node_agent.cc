@@ -311,7 +311,9 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
                          "local rank ",
                          request.local_rank())));
       }
-      const bool replaces_lost = holder.incarnation != request.incarnation() &&
+      // Recovery off: refused here, as before epochs, with the record kept.
+      const bool replaces_lost = spec_.recovery &&
+                                 holder.incarnation != request.incarnation() &&
                                  holder.state == LocalState::kLost;
       if (replaces_lost) {
         // A replacement for a lost rank: the coordinator decides whether

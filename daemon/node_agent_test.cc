@@ -112,6 +112,7 @@ class NodeAgentJoinTest : public ::testing::Test {
     spec.topology = ParallelTopology{1, 1, 1, 4};
     // No lease expiry during a test.
     spec.heartbeat_timeout = absl::Hours(1);
+    spec.recovery = Recovery();
     v1::NodeInfo node;
     node.set_node_index(0);
     node.set_daemon_incarnation(0x1234);
@@ -127,6 +128,7 @@ class NodeAgentJoinTest : public ::testing::Test {
     agent_.reset();
     timer_.reset();
   }
+  virtual bool Recovery() const { return true; }
 
   // Sends a Join; its reply lands in the returned slot (at once when the
   // agent answers itself, later when the test releases the held join).
@@ -383,5 +385,47 @@ TEST_F(NodeAgentJoinTest, RanksActOnlyInTheEpochTheyJoinedInto) {
   absl::Status stale = agent_->CheckMember((*r1)->member());
   EXPECT_TRUE(absl::StrContains(stale.message(), "stale")) << stale;
 }
+
+class NodeAgentRecoveryOffTest : public NodeAgentJoinTest {
+ protected:
+  bool Recovery() const override { return false; }
+};
+
+// Recovery off: a new process for a lost rank is refused by this daemon,
+// as before epochs, and the lost rank's record stays.
+TEST_F(NodeAgentRecoveryOffTest, ALostRanksNewProcessIsRefusedLocally) {
+  RankCaller first{"unix#7", 70, 1000};
+  v1::JoinRequest request;
+  request.set_job_id("agent-test");
+  request.set_local_rank(1);
+  request.set_incarnation(0xd1);
+  request.mutable_device()->set_kind("cpu");
+  std::optional<absl::StatusOr<v1::JoinResponse>> r1;
+  agent_->Join(
+      request, [&](absl::StatusOr<v1::JoinResponse> r) { r1 = std::move(r); },
+      first);
+  Answer(link_.Take(1), absl::OkStatus());
+  ASSERT_TRUE(r1.has_value() && r1->ok()) << r1->status();
+  v1::WatchRequest watch;
+  *watch.mutable_member() = (*r1)->member();
+  auto id =
+      agent_->Attach(watch, {[](const v1::JobEvent&) {}, [](absl::Status) {}});
+  ASSERT_TRUE(id.ok()) << id.status();
+  agent_->Detach(*id, /*broken=*/true, "process killed");
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    request.set_incarnation(0xd2);
+    std::optional<absl::StatusOr<v1::JoinResponse>> r2;
+    agent_->Join(
+        request, [&](absl::StatusOr<v1::JoinResponse> r) { r2 = std::move(r); },
+        RankCaller{"unix#8", 80, 1000});
+    EXPECT_EQ(link_.held(), 0u) << "not forwarded";
+    ASSERT_TRUE(r2.has_value());
+    EXPECT_EQ(r2->status().code(), absl::StatusCode::kFailedPrecondition)
+        << r2->status();
+    EXPECT_TRUE(absl::StrContains(r2->status().message(), "already ran"))
+        << r2->status();
+  }
+}
+
 }  // namespace
 }  // namespace rankd
