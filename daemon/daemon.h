@@ -104,12 +104,14 @@ class Daemon {
   // without a socket): each its own budget of streams.
   std::unique_ptr<ReflectionService> reflection_service_;
   std::unique_ptr<ReflectionService> local_reflection_service_;
+  // Accepts and bounds server_'s TCP connections. Declared before the
+  // server, so it outlives it: the server's interceptor tells it of every
+  // call, up to the call's end.
+  std::unique_ptr<TcpGate> tcp_gate_;
   // The public TCP listener's server.
   std::unique_ptr<grpc::Server> server_;
   // The Unix socket's server (null without a socket).
   std::unique_ptr<grpc::Server> local_server_;
-  // Accepts and bounds server_'s TCP connections.
-  std::unique_ptr<TcpGate> tcp_gate_;
   // The Unix socket (null without one): accepted here, served by
   // local_server_.
   std::unique_ptr<LocalSocket> local_socket_;
