@@ -662,11 +662,30 @@ bool TcpGate::NoteCall(absl::string_view peer, absl::string_view method) {
     ++in_all;
     if (other.peer.group == c->peer.group) ++in_group;
   }
-  // No room: it keeps the unauthenticated bounds.
-  if (in_all < options_.max_health && in_group < options_.max_health_per_peer) {
-    SetState(*c, State::kHealth);
+  if (in_group >= options_.max_health_per_peer) return true;  // no room
+  if (in_all >= options_.max_health && !MakeHealthRoom(in_group)) {
+    return true;  // no room: it keeps the unauthenticated bounds
   }
+  SetState(*c, State::kHealth);
   return true;
+}
+
+bool TcpGate::MakeHealthRoom(uint32_t in_group) {
+  // The budget is full. A share for each group: one holding more health
+  // connections than the newcomer's would after it gives its oldest up,
+  // so whoever took the budget first (a flood from a few addresses)
+  // cannot keep a load balancer's Watch out for good.
+  absl::flat_hash_map<std::string, uint32_t> held;
+  uint32_t most = 0;
+  for (const auto& [fd, other] : connections_) {
+    if (other.state != State::kHealth || other.shut) continue;
+    most = std::max(most, ++held[other.peer.group]);
+  }
+  if (most <= in_group + 1) return false;
+  return EvictOldest(State::kHealth, [&](const Connection& other) {
+    auto it = held.find(other.peer.group);
+    return it != held.end() && it->second == most;
+  });
 }
 
 void TcpGate::CallEnded(absl::string_view peer) {

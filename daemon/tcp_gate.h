@@ -185,6 +185,10 @@ class TcpGate {
   // Shuts down a connection in `state` that `matches` and the gate has not
   // shut yet: the oldest that has sent nothing, else the oldest (forgetting
   // those gRPC closed meanwhile); false when there is none.
+  // With the health budget full, shuts down the oldest health connection
+  // of the groups holding the most, when they hold more than a group of
+  // `in_group` would with one more. Whether room was made.
+  bool MakeHealthRoom(uint32_t in_group) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // EvictOldest among the unauthenticated connections of the address
   // groups that hold the most of them. False when there is none.
   bool EvictFromLargestGroup() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -326,6 +326,43 @@ TEST_F(TcpGateTest, AFloodMakesRoomFromItsOwnAddressesNotANodes) {
   EXPECT_EQ(gate_->stats().refused_full, 0u);
 }
 
+// A full health budget makes room by group: connections from the groups
+// holding the most health connections give one up to a newcomer whose
+// group holds fewer, so a few addresses that took the whole budget first
+// cannot keep another checker's Watch out; a newcomer from one of those
+// groups gets none. (Calls noted directly, as the interceptor would.)
+TEST_F(TcpGateTest, AFullHealthBudgetMakesRoomForAnotherAddress) {
+  TcpGate::Options options;
+  options.max_health = 4;
+  options.max_health_per_peer = 2;
+  ASSERT_NO_FATAL_FAILURE(Start(options));
+  constexpr absl::string_view kWatch = "/grpc.health.v1.Health/Watch";
+  std::vector<int> squatters;
+  for (int source : {2, 2, 3, 3}) {
+    squatters.push_back(Open(source));
+    ASSERT_GE(squatters.back(), 0);
+    absl::SleepFor(absl::Milliseconds(20));  // accepted in this order
+  }
+  ASSERT_TRUE(Eventually([&] { return gate_->stats().accepted == 4; }));
+  for (int fd : squatters) gate_->NoteCall(PeerName(fd), kWatch);
+  ASSERT_TRUE(Eventually([&] { return gate_->stats().health == 4; }));
+  // Another address: the oldest of the largest groups gives way.
+  const int checker = Open(4);
+  ASSERT_TRUE(Eventually([&] { return gate_->stats().accepted == 5; }));
+  gate_->NoteCall(PeerName(checker), kWatch);
+  EXPECT_TRUE(ClosedWithin(squatters[0], absl::Seconds(2)));
+  EXPECT_EQ(gate_->stats().shut_evicted, 1u);
+  ASSERT_TRUE(Eventually([&] { return gate_->stats().health == 4; }));
+  // A squatter's group (1 held, 2 with one more; the largest holds 2):
+  // no room for it.
+  const int again = Open(2);
+  ASSERT_TRUE(Eventually([&] { return gate_->stats().accepted == 6; }));
+  gate_->NoteCall(PeerName(again), kWatch);
+  EXPECT_FALSE(ClosedWithin(checker, absl::Milliseconds(200)));
+  EXPECT_EQ(gate_->stats().shut_evicted, 1u);
+  EXPECT_EQ(gate_->stats().health, 4u);
+}
+
 // A health Watch without a credential (a load balancer's) outlives the
 // unauthenticated time; a connection that calls anything else, or one
 // beyond the health budget, does not.
