@@ -443,7 +443,10 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
             : "; a restarted process cannot rejoin: recreate the whole "
               "group (or run the coordinator with --recovery=on)"));
   }
-  if (replacing && m.incarnation == request.incarnation()) {
+  if (replacing &&
+      (m.incarnation == request.incarnation() ||
+       std::find(m.retired_incarnations.begin(), m.retired_incarnations.end(),
+                 request.incarnation()) != m.retired_incarnations.end())) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "rank %d: incarnation %x was lost; only a new process (a new "
         "incarnation) can take the rank's slot at epoch %d",
@@ -459,6 +462,12 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
     return absl::ResourceExhaustedError(
         absl::StrCat("node ", node_index, " already has ", on_node,
                      " ranks (--nproc_per_node=", spec_.nproc_per_node, ")"));
+  }
+  if (replacing) {
+    m.retired_incarnations.push_back(m.incarnation);
+    if (m.retired_incarnations.size() > kMaxRetiredIncarnations) {
+      m.retired_incarnations.pop_front();
+    }
   }
   m.state = v1::MEMBER_STATE_JOINED;
   m.node_index = node_index;

@@ -29,6 +29,7 @@
 #define RANKD_DAEMON_COORDINATOR_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -170,7 +171,13 @@ class Coordinator {
     std::string detail;
     // The epoch this member joined into (0 before it joined).
     uint64_t epoch = 0;
+    // Incarnations that held the rank and were replaced: refused for good,
+    // so a partitioned process of an old epoch cannot come back once its
+    // replacement is lost in turn. Bounded (kMaxRetiredIncarnations, the
+    // most recent kept): memory stays fixed however often a rank is lost.
+    std::deque<uint64_t> retired_incarnations;
   };
+  static constexpr size_t kMaxRetiredIncarnations = 64;
   struct JoinWaiter {
     Reply<v1::JoinRankResponse> reply;
     absl::Time started;

@@ -1517,6 +1517,24 @@ TEST_F(RecoveryTest, LostRankRecoversAtTheNextEpochOnceReplaced) {
       (std::vector<uint32_t>{100, 101, 102, 103}));
 }
 
+TEST_F(RecoveryTest, ALostIncarnationIsRefusedAfterItsReplacementIsLost) {
+  FormWorld();
+  constexpr uint64_t kReplacement = 0xbeef;
+  ASSERT_TRUE(Lose(1, 3).ok());  // X lost, but (partitioned) still alive
+  ASSERT_TRUE(JoinNow(1, 3, kReplacement).ok());  // Y, epoch 2
+  v1::ReleaseRankRequest lose_y = ReleaseRequest(1, 3, false, "test kill");
+  lose_y.set_incarnation(kReplacement);
+  ASSERT_TRUE(coord_->ReleaseRank(lose_y).ok());  // Y lost: epoch 3
+  ASSERT_EQ(coord_->GetJob().epoch(), 3u);
+  // X, a process of epoch 1, must not act in epoch 3; nor Y again.
+  EXPECT_STATUS(JoinNow(1, 3), absl::StatusCode::kFailedPrecondition,
+                "was lost");
+  EXPECT_STATUS(JoinNow(1, 3, kReplacement),
+                absl::StatusCode::kFailedPrecondition, "was lost");
+  EXPECT_TRUE(JoinNow(1, 3, 0xcafe).ok());
+  EXPECT_EQ(MemberStatusOf(3).incarnation(), 0xcafeu);
+}
+
 TEST_F(RecoveryTest, DeadlineFailsTheJobNamingTheRankThatNeverCameBack) {
   StartWithDeadline(absl::Milliseconds(200));
   coord_->events().Subscribe(0, collector_.Sink());
