@@ -202,8 +202,26 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
     absl::ReleasableMutexLock lock(&mu_);
     Node& node = nodes_[info.node_index()];
     if (node.state != v1::NODE_STATE_NOT_REGISTERED) {
+      if (std::find(node.retired_incarnations.begin(),
+                    node.retired_incarnations.end(),
+                    info.daemon_incarnation()) !=
+          node.retired_incarnations.end()) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "node %d: daemon incarnation %x was replaced by %x; a replaced "
+            "daemon cannot serve the node again",
+            info.node_index(), info.daemon_incarnation(),
+            node.info.daemon_incarnation()));
+      }
       if (node.info.daemon_incarnation() == info.daemon_incarnation()) {
         if (auto s = JobFailedLocked(); !s.ok()) return s;
+        if (node.state == v1::NODE_STATE_LOST) {
+          // Its ranks were lost and their slots freed: only a new daemon
+          // (a new incarnation) may serve the node again.
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "node %d: daemon incarnation %x was lost (%s); only a new "
+              "daemon (a new incarnation) can register the node again",
+              info.node_index(), info.daemon_incarnation(), node.detail));
+        }
         node.last_heartbeat = MonotonicNow();
         v1::RegisterNodeResponse response;
         response.set_job_incarnation(job_incarnation_);
@@ -219,6 +237,10 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
         // A replacement daemon takes the index over: its predecessor and
         // that one's ranks are lost (if not already), the job recovers.
         const uint64_t old_incarnation = node.info.daemon_incarnation();
+        node.retired_incarnations.push_back(old_incarnation);
+        if (node.retired_incarnations.size() > kMaxRetiredIncarnations) {
+          node.retired_incarnations.pop_front();
+        }
         LoseNodeLocked(info.node_index(),
                        "its daemon restarted (a new daemon incarnation "
                        "registered)");

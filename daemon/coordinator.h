@@ -160,6 +160,10 @@ class Coordinator {
     std::string detail;
     // Subscribe streams open (at most spec_.limits.max_streams_per_caller).
     uint32_t open_streams = 0;
+    // Daemon incarnations a replacement took the index over from: refused
+    // for good, so a retried registration of an old daemon cannot fence
+    // the live one. The last kMaxRetiredIncarnations kept.
+    std::deque<uint64_t> retired_incarnations;
   };
   struct Member {
     v1::MemberState state = v1::MEMBER_STATE_NOT_JOINED;

@@ -1625,6 +1625,30 @@ TEST_F(RecoveryTest, RestartedDaemonTakesItsNodeIndexOver) {
   EXPECT_EQ(job.epoch(), 2u);
 }
 
+TEST_F(RecoveryTest, AReplacedDaemonCannotRegisterAgain) {
+  FormWorld();
+  constexpr uint64_t kNewDaemon = 0x2001;
+  ASSERT_TRUE(Register(1, kNewDaemon).ok());
+  // The old daemon's registration, retried late, must not fence the new.
+  EXPECT_STATUS(Register(1).status(), absl::StatusCode::kFailedPrecondition,
+                "was replaced by 2001");
+  EXPECT_EQ(NodeStatusOf(1).state(), v1::NODE_STATE_REGISTERED);
+  EXPECT_EQ(coord_->GetJob().epoch(), 2u);
+  EXPECT_TRUE(Heartbeat(Node(1, kNewDaemon)).ok());
+}
+
+TEST_F(RecoveryTest, ALostDaemonCannotRegisterAgain) {
+  FormWorld();
+  v1::LeaveNodeRequest leave;
+  *leave.mutable_node() = Node(1);
+  leave.set_reason("SIGTERM");
+  ASSERT_TRUE(coord_->LeaveNode(leave).ok());
+  ASSERT_EQ(NodeStatusOf(1).state(), v1::NODE_STATE_LOST);
+  EXPECT_STATUS(Register(1).status(), absl::StatusCode::kFailedPrecondition,
+                "was lost");
+  EXPECT_EQ(NodeStatusOf(1).state(), v1::NODE_STATE_LOST);
+}
+
 TEST_F(RecoveryTest, EpochScopedKeysAreWrittenOnlyInTheirEpoch) {
   FormWorld();
   EXPECT_TRUE(KvSet(Member(0), "epoch/1/uid", "a").ok());
