@@ -268,7 +268,7 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
         response.set_job_incarnation(job_incarnation_);
         response.set_last_event_sequence(events_.last_sequence());
         lock.Release();
-        ReleaseAfterFailure();
+        ReleaseEnded();
         for (auto& w : released) w.reply(joined);
         return response;
       }
@@ -300,7 +300,7 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
       return response;
     }
   }
-  ReleaseAfterFailure();
+  ReleaseEnded();
   absl::MutexLock lock(&mu_);
   return AbortedBy(failure_);
 }
@@ -353,7 +353,7 @@ void Coordinator::EndSubscription(EventLog::SubscriptionId id,
     LoseNodeLocked(node.node_index(),
                    absl::StrCat("its event stream closed (", reason, ")"));
   }
-  ReleaseAfterFailure();
+  ReleaseEnded();
 }
 
 absl::StatusOr<v1::LeaveNodeResponse> Coordinator::LeaveNode(
@@ -383,7 +383,7 @@ absl::StatusOr<v1::LeaveNodeResponse> Coordinator::LeaveNode(
       return v1::LeaveNodeResponse();
     }
   }
-  ReleaseAfterFailure();
+  ReleaseEnded();
   return v1::LeaveNodeResponse();
 }
 
@@ -740,7 +740,7 @@ absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
       failed = true;
     }
   }
-  if (failed) ReleaseAfterFailure();
+  if (failed) ReleaseEnded();
   for (auto& w : draining_joins) {
     w.reply(absl::FailedPreconditionError(absl::StrCat(
         "rank ", request.rank(),
@@ -750,7 +750,7 @@ absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
     // Rounds need every rank; once one left, none can complete. A rank
     // that leaves because the job failed must not have its leave reported
     // as the rounds' cause when it wins the race with the failure's own
-    // release of the rounds (ReleaseAfterFailure).
+    // release of the rounds (ReleaseEnded).
     rounds_.Fail(job_failure.ok()
                      ? absl::FailedPreconditionError(absl::StrCat(
                            "rank ", request.rank(),
@@ -939,7 +939,10 @@ void Coordinator::LoseLocked(const std::string& cause,
   const bool recover =
       spec_.recovery && !shutting_down_ &&
       (state_ == v1::JOB_STATE_READY || state_ == v1::JOB_STATE_RECOVERING);
-  if (!recover) return FailJobLocked(cause);
+  if (!recover) {
+    FailJobLocked(cause);
+    return;
+  }
   for (uint32_t r : ranks) {
     // The slot is free for a replacement, on whichever node has room.
     lost_ranks_.insert(r);
@@ -1004,7 +1007,7 @@ void Coordinator::ExpireRecovery() {
         " with the job still RECOVERING; never came back: ", StillLostLocked(),
         " (first loss: ", recovery_cause_, ")"));
   }
-  ReleaseAfterFailure();
+  ReleaseEnded();
 }
 
 void Coordinator::FailJob(const std::string& cause) {
@@ -1012,7 +1015,7 @@ void Coordinator::FailJob(const std::string& cause) {
     absl::MutexLock lock(&mu_);
     FailJobLocked(cause);
   }
-  ReleaseAfterFailure();
+  ReleaseEnded();
 }
 
 void Coordinator::FailJobLocked(const std::string& cause) {
@@ -1022,7 +1025,7 @@ void Coordinator::FailJobLocked(const std::string& cause) {
   AppendEventLocked(v1::EVENT_KIND_JOB_FAILED, std::nullopt, {}, cause);
 }
 
-void Coordinator::ReleaseAfterFailure() {
+void Coordinator::ReleaseEnded() {
   absl::Status cause;
   std::map<uint64_t, JoinWaiter> waiters;
   std::optional<absl::Status> ended;
@@ -1062,7 +1065,7 @@ void Coordinator::BeginShutdown() {
     recovery_timer_ = 0;
     closers.swap(stream_closers_);
   }
-  ReleaseAfterFailure();
+  ReleaseEnded();
   for (auto& [id, close] : closers) {
     close(absl::UnavailableError("the coordinator is shutting down"));
   }
@@ -1089,7 +1092,7 @@ void Coordinator::CheckHeartbeats() {
     heartbeat_timer_ = timer_->Schedule(now + spec_.heartbeat_interval,
                                         [this] { CheckHeartbeats(); });
   }
-  if (failed) ReleaseAfterFailure();
+  if (failed) ReleaseEnded();
 }
 
 v1::JobStatus Coordinator::GetJob() const {
