@@ -206,8 +206,26 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
     absl::ReleasableMutexLock lock(&mu_);
     Node& node = nodes_[info.node_index()];
     if (node.state != v1::NODE_STATE_NOT_REGISTERED) {
+      if (std::find(node.retired_incarnations.begin(),
+                    node.retired_incarnations.end(),
+                    info.daemon_incarnation()) !=
+          node.retired_incarnations.end()) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "node %d: daemon incarnation %x was replaced by %x; a replaced "
+            "daemon cannot serve the node again",
+            info.node_index(), info.daemon_incarnation(),
+            node.info.daemon_incarnation()));
+      }
       if (node.info.daemon_incarnation() == info.daemon_incarnation()) {
         if (auto s = JobFailedLocked(); !s.ok()) return s;
+        if (node.state == v1::NODE_STATE_LOST) {
+          // Its ranks were lost and their slots freed: only a new daemon
+          // (a new incarnation) may serve the node again.
+          return absl::FailedPreconditionError(absl::StrFormat(
+              "node %d: daemon incarnation %x was lost (%s); only a new "
+              "daemon (a new incarnation) can register the node again",
+              info.node_index(), info.daemon_incarnation(), node.detail));
+        }
         node.last_heartbeat = MonotonicNow();
         v1::RegisterNodeResponse response;
         response.set_job_incarnation(job_incarnation_);
@@ -223,6 +241,10 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
         // A replacement daemon takes the index over: its predecessor and
         // that one's ranks are lost (if not already), the job recovers.
         const uint64_t old_incarnation = node.info.daemon_incarnation();
+        node.retired_incarnations.push_back(old_incarnation);
+        if (node.retired_incarnations.size() > kMaxRetiredIncarnations) {
+          node.retired_incarnations.pop_front();
+        }
         LoseNodeLocked(info.node_index(),
                        "its daemon restarted (a new daemon incarnation "
                        "registered)");
@@ -250,7 +272,7 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
         response.set_job_incarnation(job_incarnation_);
         response.set_last_event_sequence(events_.last_sequence());
         lock.Release();
-        ReleaseAfterFailure();
+        ReleaseEnded();
         for (auto& w : released) w.reply(joined);
         return response;
       }
@@ -282,7 +304,7 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
       return response;
     }
   }
-  ReleaseAfterFailure();
+  ReleaseEnded();
   absl::MutexLock lock(&mu_);
   return AbortedBy(failure_);
 }
@@ -335,7 +357,7 @@ void Coordinator::EndSubscription(EventLog::SubscriptionId id,
     LoseNodeLocked(node.node_index(),
                    absl::StrCat("its event stream closed (", reason, ")"));
   }
-  ReleaseAfterFailure();
+  ReleaseEnded();
 }
 
 absl::StatusOr<v1::LeaveNodeResponse> Coordinator::LeaveNode(
@@ -365,7 +387,7 @@ absl::StatusOr<v1::LeaveNodeResponse> Coordinator::LeaveNode(
       return v1::LeaveNodeResponse();
     }
   }
-  ReleaseAfterFailure();
+  ReleaseEnded();
   return v1::LeaveNodeResponse();
 }
 
@@ -447,7 +469,10 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
             : "; a restarted process cannot rejoin: recreate the whole "
               "group (or run the coordinator with --recovery=on)"));
   }
-  if (replacing && m.incarnation == request.incarnation()) {
+  if (replacing &&
+      (m.incarnation == request.incarnation() ||
+       std::find(m.retired_incarnations.begin(), m.retired_incarnations.end(),
+                 request.incarnation()) != m.retired_incarnations.end())) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "rank %d: incarnation %x was lost; only a new process (a new "
         "incarnation) can take the rank's slot at epoch %d",
@@ -463,6 +488,12 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
     return absl::ResourceExhaustedError(
         absl::StrCat("node ", node_index, " already has ", on_node,
                      " ranks (--nproc_per_node=", spec_.nproc_per_node, ")"));
+  }
+  if (replacing) {
+    m.retired_incarnations.push_back(m.incarnation);
+    if (m.retired_incarnations.size() > kMaxRetiredIncarnations) {
+      m.retired_incarnations.pop_front();
+    }
   }
   m.state = v1::MEMBER_STATE_JOINED;
   m.node_index = node_index;
@@ -713,7 +744,7 @@ absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
       failed = true;
     }
   }
-  if (failed) ReleaseAfterFailure();
+  if (failed) ReleaseEnded();
   for (auto& w : draining_joins) {
     w.reply(absl::FailedPreconditionError(absl::StrCat(
         "rank ", request.rank(),
@@ -723,7 +754,7 @@ absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
     // Rounds need every rank; once one left, none can complete. A rank
     // that leaves because the job failed must not have its leave reported
     // as the rounds' cause when it wins the race with the failure's own
-    // release of the rounds (ReleaseAfterFailure).
+    // release of the rounds (ReleaseEnded).
     rounds_.Fail(job_failure.ok()
                      ? absl::FailedPreconditionError(absl::StrCat(
                            "rank ", request.rank(),
@@ -928,7 +959,10 @@ void Coordinator::LoseLocked(const std::string& cause,
   const bool recover =
       spec_.recovery && !shutting_down_ &&
       (state_ == v1::JOB_STATE_READY || state_ == v1::JOB_STATE_RECOVERING);
-  if (!recover) return FailJobLocked(cause);
+  if (!recover) {
+    FailJobLocked(cause);
+    return;
+  }
   for (uint32_t r : ranks) {
     // The slot is free for a replacement, on whichever node has room.
     lost_ranks_.insert(r);
@@ -993,7 +1027,7 @@ void Coordinator::ExpireRecovery() {
         " with the job still RECOVERING; never came back: ", StillLostLocked(),
         " (first loss: ", recovery_cause_, ")"));
   }
-  ReleaseAfterFailure();
+  ReleaseEnded();
 }
 
 void Coordinator::FailJob(const std::string& cause) {
@@ -1001,7 +1035,7 @@ void Coordinator::FailJob(const std::string& cause) {
     absl::MutexLock lock(&mu_);
     FailJobLocked(cause);
   }
-  ReleaseAfterFailure();
+  ReleaseEnded();
 }
 
 void Coordinator::FailJobLocked(const std::string& cause) {
@@ -1011,7 +1045,7 @@ void Coordinator::FailJobLocked(const std::string& cause) {
   AppendEventLocked(v1::EVENT_KIND_JOB_FAILED, std::nullopt, {}, cause);
 }
 
-void Coordinator::ReleaseAfterFailure() {
+void Coordinator::ReleaseEnded() {
   absl::Status cause;
   std::map<uint64_t, JoinWaiter> waiters;
   std::optional<absl::Status> ended;
@@ -1051,7 +1085,7 @@ void Coordinator::BeginShutdown() {
     recovery_timer_ = 0;
     closers.swap(stream_closers_);
   }
-  ReleaseAfterFailure();
+  ReleaseEnded();
   for (auto& [id, close] : closers) {
     close(absl::UnavailableError("the coordinator is shutting down"));
   }
@@ -1078,7 +1112,7 @@ void Coordinator::CheckHeartbeats() {
     heartbeat_timer_ = timer_->Schedule(now + spec_.heartbeat_interval,
                                         [this] { CheckHeartbeats(); });
   }
-  if (failed) ReleaseAfterFailure();
+  if (failed) ReleaseEnded();
 }
 
 v1::JobStatus Coordinator::GetJob() const {

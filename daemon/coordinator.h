@@ -29,6 +29,7 @@
 #define RANKD_DAEMON_COORDINATOR_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -68,6 +69,8 @@ class Coordinator {
   // Generates a random job incarnation and starts the heartbeat monitor.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(
       JobSpec spec, DeadlineTimer* timer);
+  // BeginShutdown must have run: it cancels the recovery deadline timer,
+  // whose callback uses this object.
   ~Coordinator();
 
   uint64_t job_incarnation() const { return job_incarnation_; }
@@ -162,6 +165,10 @@ class Coordinator {
     std::string detail;
     // Subscribe streams open (at most spec_.limits.max_streams_per_caller).
     uint32_t open_streams = 0;
+    // Daemon incarnations a replacement took the index over from: refused
+    // for good, so a retried registration of an old daemon cannot fence
+    // the live one. The last kMaxRetiredIncarnations kept.
+    std::deque<uint64_t> retired_incarnations;
   };
   struct Member {
     v1::MemberState state = v1::MEMBER_STATE_NOT_JOINED;
@@ -173,7 +180,13 @@ class Coordinator {
     std::string detail;
     // The epoch this member joined into (0 before it joined).
     uint64_t epoch = 0;
+    // Incarnations that held the rank and were replaced: refused for good,
+    // so a partitioned process of an old epoch cannot come back once its
+    // replacement is lost in turn. Bounded (kMaxRetiredIncarnations, the
+    // most recent kept): memory stays fixed however often a rank is lost.
+    std::deque<uint64_t> retired_incarnations;
   };
+  static constexpr size_t kMaxRetiredIncarnations = 64;
   struct JoinWaiter {
     Reply<v1::JoinRankResponse> reply;
     absl::Time started;
@@ -191,12 +204,14 @@ class Coordinator {
   absl::Status JoinRankLocked(const v1::JoinRankRequest& request,
                               std::vector<JoinWaiter>* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Marks the node lost and fails the job or recovers (LoseLocked).
+  // Marks a REGISTERED node lost (its joined ranks with it) and fails the
+  // job or recovers (LoseLocked); does nothing for a node in any other
+  // state (not registered, already lost, left).
   void LoseNodeLocked(uint32_t node_index, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `ranks` (and `node`, if set) were lost, their LOST event appended: with
   // recovery on and the job READY or RECOVERING, frees their slots and
-  // moves the job to RECOVERING at the next epoch (ReleaseAfterFailure
+  // moves the job to RECOVERING at the next epoch (ReleaseEnded
   // then fails the ended epoch's rounds); otherwise fails the job.
   void LoseLocked(const std::string& cause, const std::vector<uint32_t>& ranks,
                   std::optional<uint32_t> node)
@@ -221,10 +236,11 @@ class Coordinator {
   std::string StillLostLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailJobLocked(const std::string& cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Releases waits after FailJobLocked, and after LoseLocked moved the job
-  // to a new epoch fails the ended epoch's rounds and joins waiting for
-  // the world; call without the lock.
-  void ReleaseAfterFailure();
+  // Releases what a failed job or an ended epoch leaves waiting: after
+  // FailJobLocked every wait; after LoseLocked moved the job to a new
+  // epoch, the ended epoch's rounds and the joins waiting for the world.
+  // Call without the lock.
+  void ReleaseEnded();
   std::string MissingRanksLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds a join to the held MEMBER_JOINED event (see held_joins_), which
   // goes out kJoinHold after its first join, once it holds kMaxHeldJoins
@@ -268,7 +284,7 @@ class Coordinator {
   std::string recovery_cause_ ABSL_GUARDED_BY(mu_);
   DeadlineTimer::TimerId recovery_timer_ ABSL_GUARDED_BY(mu_) = 0;
   // Set by LoseLocked: the rounds of the epoch that ended are to be failed
-  // with this status (ReleaseAfterFailure).
+  // with this status (ReleaseEnded).
   std::optional<absl::Status> epoch_ended_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Node> nodes_ ABSL_GUARDED_BY(mu_);

@@ -1530,6 +1530,24 @@ TEST_F(RecoveryTest, LostRankRecoversAtTheNextEpochOnceReplaced) {
       (std::vector<uint32_t>{100, 101, 102, 103}));
 }
 
+TEST_F(RecoveryTest, ALostIncarnationIsRefusedAfterItsReplacementIsLost) {
+  FormWorld();
+  constexpr uint64_t kReplacement = 0xbeef;
+  ASSERT_TRUE(Lose(1, 3).ok());  // X lost, but (partitioned) still alive
+  ASSERT_TRUE(JoinNow(1, 3, kReplacement).ok());  // Y, epoch 2
+  v1::ReleaseRankRequest lose_y = ReleaseRequest(1, 3, false, "test kill");
+  lose_y.set_incarnation(kReplacement);
+  ASSERT_TRUE(coord_->ReleaseRank(lose_y).ok());  // Y lost: epoch 3
+  ASSERT_EQ(coord_->GetJob().epoch(), 3u);
+  // X, a process of epoch 1, must not act in epoch 3; nor Y again.
+  EXPECT_STATUS(JoinNow(1, 3), absl::StatusCode::kFailedPrecondition,
+                "was lost");
+  EXPECT_STATUS(JoinNow(1, 3, kReplacement),
+                absl::StatusCode::kFailedPrecondition, "was lost");
+  EXPECT_TRUE(JoinNow(1, 3, 0xcafe).ok());
+  EXPECT_EQ(MemberStatusOf(3).incarnation(), 0xcafeu);
+}
+
 TEST_F(RecoveryTest, DeadlineFailsTheJobNamingTheRankThatNeverCameBack) {
   StartWithDeadline(absl::Milliseconds(200));
   coord_->events().Subscribe(0, collector_.Sink());
@@ -1618,6 +1636,30 @@ TEST_F(RecoveryTest, RestartedDaemonTakesItsNodeIndexOver) {
   job = coord_->GetJob();
   EXPECT_EQ(job.state(), v1::JOB_STATE_READY);
   EXPECT_EQ(job.epoch(), 2u);
+}
+
+TEST_F(RecoveryTest, AReplacedDaemonCannotRegisterAgain) {
+  FormWorld();
+  constexpr uint64_t kNewDaemon = 0x2001;
+  ASSERT_TRUE(Register(1, kNewDaemon).ok());
+  // The old daemon's registration, retried late, must not fence the new.
+  EXPECT_STATUS(Register(1).status(), absl::StatusCode::kFailedPrecondition,
+                "was replaced by 2001");
+  EXPECT_EQ(NodeStatusOf(1).state(), v1::NODE_STATE_REGISTERED);
+  EXPECT_EQ(coord_->GetJob().epoch(), 2u);
+  EXPECT_TRUE(Heartbeat(Node(1, kNewDaemon)).ok());
+}
+
+TEST_F(RecoveryTest, ALostDaemonCannotRegisterAgain) {
+  FormWorld();
+  v1::LeaveNodeRequest leave;
+  *leave.mutable_node() = Node(1);
+  leave.set_reason("SIGTERM");
+  ASSERT_TRUE(coord_->LeaveNode(leave).ok());
+  ASSERT_EQ(NodeStatusOf(1).state(), v1::NODE_STATE_LOST);
+  EXPECT_STATUS(Register(1).status(), absl::StatusCode::kFailedPrecondition,
+                "was lost");
+  EXPECT_EQ(NodeStatusOf(1).state(), v1::NODE_STATE_LOST);
 }
 
 TEST_F(RecoveryTest, EpochScopedKeysAreWrittenOnlyInTheirEpoch) {

@@ -349,7 +349,10 @@ void WordRounds::Restart(uint64_t epoch, absl::Status cause) {
   std::map<uint64_t, std::vector<Contributor>> failed;
   {
     absl::MutexLock lock(&mu_);
-    if (!failure_.ok()) return;
+    // Two losses on different threads may call in either order: an epoch
+    // never moves backwards, or every contribution of the newer one would
+    // be refused.
+    if (!failure_.ok() || epoch <= epoch_) return;
     epoch_ = epoch;
     restart_cause_ = cause;
     for (auto& [number, round] : open_) {

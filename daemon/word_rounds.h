@@ -103,8 +103,8 @@ class WordRounds {
   // The same, answering with the round's shared Outcome (no copy of the
   // result per contributor).
   // `epoch` (0: any) is the job epoch the caller admitted the frames in: a
-  // contribution of another epoch than the current one (see Restart) is
-  // refused with FailedPrecondition naming both.
+  // contribution of any other epoch than the current one, earlier or later
+  // (see Restart), is refused with FailedPrecondition naming both.
   void ContributeShared(uint64_t round, std::vector<v1::RankFrame> frames,
                         absl::Time deadline, SharedDone done,
                         absl::Duration waited = absl::ZeroDuration(),
@@ -115,8 +115,9 @@ class WordRounds {
 
   // The job moved to `epoch` (a recovery): fails every open round with
   // `cause` and numbers rounds afresh from 1 (completed_rounds() restarts
-  // at 0). Contributions naming an earlier epoch are refused from now on.
-  // No effect after Fail.
+  // at 0). Contributions naming any other epoch are refused from now on.
+  // No effect after Fail, nor for an `epoch` not above the current one
+  // (restarts racing on different threads may arrive out of order).
   void Restart(uint64_t epoch, absl::Status cause);
 
   // Highest round R such that every round up to R has finished (completed,

@@ -544,5 +544,23 @@ TEST_F(WordRoundsTest, RestartEndsTheEpochAndNumbersRoundsAfresh) {
                 "round 2 of epoch 1 is refused: the job is at epoch 2");
 }
 
+TEST_F(WordRoundsTest, RestartToAnEarlierEpochIsIgnored) {
+  Make(2);
+  // Two losses on different threads may restart out of order: 3, then 2.
+  rounds_->Restart(3, absl::AbortedError("epoch 2 ended: rank 0 lost"));
+  rounds_->Restart(2, absl::AbortedError("epoch 1 ended: rank 1 lost"));
+  auto current = std::make_shared<Outcome>();
+  rounds_->ContributeShared(
+      1, MakeFrames({{0, {5}}, {1, {6}}}), Far(),
+      [current](std::shared_ptr<const WordRounds::Outcome> o) {
+        current->value = o->result();
+        current->done.Notify();
+      },
+      absl::ZeroDuration(), /*epoch=*/3);
+  ASSERT_TRUE(current->Wait());
+  ASSERT_TRUE(current->value.ok()) << current->status();
+  EXPECT_EQ(Words(*current->value), (std::vector<uint32_t>{5, 6}));
+}
+
 }  // namespace
 }  // namespace rankd
