@@ -236,7 +236,11 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
                            (state_ == v1::JOB_STATE_READY ||
                             state_ == v1::JOB_STATE_RECOVERING) &&
                            (node.state == v1::NODE_STATE_REGISTERED ||
-                            node.state == v1::NODE_STATE_LOST);
+                            node.state == v1::NODE_STATE_LOST ||
+                            // Shut down cleanly once its ranks were lost
+                            // (a pod replaced: SIGTERM, then a new one).
+                            (node.state == v1::NODE_STATE_LEFT &&
+                             state_ == v1::JOB_STATE_RECOVERING));
       if (replace) {
         // A replacement daemon takes the index over: its predecessor and
         // that one's ranks are lost (if not already), the job recovers.

@@ -1662,6 +1662,28 @@ TEST_F(RecoveryTest, ALostDaemonCannotRegisterAgain) {
   EXPECT_EQ(NodeStatusOf(1).state(), v1::NODE_STATE_LOST);
 }
 
+// The ordinary pod replacement: the node's ranks died (the job is
+// RECOVERING), then its daemon got SIGTERM and left cleanly (no rank of
+// it joined any more), then the new pod's daemon registers the index.
+TEST_F(RecoveryTest, ADaemonThatLeftWhileRecoveringIsReplaced) {
+  FormWorld();
+  ASSERT_TRUE(Lose(1, 2).ok());
+  ASSERT_TRUE(Lose(1, 3).ok());
+  ASSERT_EQ(coord_->GetJob().state(), v1::JOB_STATE_RECOVERING);
+  const uint64_t epoch = coord_->GetJob().epoch();
+  v1::LeaveNodeRequest leave;
+  *leave.mutable_node() = Node(1);
+  leave.set_reason("SIGTERM");
+  ASSERT_TRUE(coord_->LeaveNode(leave).ok());
+  ASSERT_EQ(NodeStatusOf(1).state(), v1::NODE_STATE_LEFT);
+  constexpr uint64_t kNewDaemon = 0x3001;
+  ASSERT_TRUE(Register(1, kNewDaemon).ok());
+  EXPECT_EQ(NodeStatusOf(1).state(), v1::NODE_STATE_REGISTERED);
+  EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_EQ(coord_->GetJob().epoch(), epoch);
+  EXPECT_TRUE(Heartbeat(Node(1, kNewDaemon)).ok());
+}
+
 TEST_F(RecoveryTest, EpochScopedKeysAreWrittenOnlyInTheirEpoch) {
   FormWorld();
   EXPECT_TRUE(KvSet(Member(0), "epoch/1/uid", "a").ok());
