@@ -732,6 +732,19 @@ class Resolver {
       uint32_t* value;
       bool zero_ok;
     };
+    // A flag, or its environment variable, or the default in *f.value.
+    auto parse = [&](const Field& f) -> absl::Status {
+      const Setting s = GivenOr(f.flag, f.name, absl::StrCat(*f.value));
+      absl::StatusOr<uint32_t> v = ParseUint32(s);
+      if (!v.ok()) return v.status();
+      if (!f.zero_ok) {
+        if (auto positive = RequirePositive(s, *v); !positive.ok()) {
+          return positive;
+        }
+      }
+      *f.value = *v;
+      return absl::OkStatus();
+    };
     NetworkLimits& n = c_.network;
     n.max_tcp_connections =
         std::max<uint32_t>(256, 2 * static_cast<uint32_t>(nnodes_.value) + 64);
@@ -770,15 +783,7 @@ class Resolver {
                    "metrics_max_connections_per_address",
                    &n.metrics_max_connections_per_address, false},
          }) {
-      const Setting s = GivenOr(f.flag, f.name, absl::StrCat(*f.value));
-      absl::StatusOr<uint32_t> v = ParseUint32(s);
-      if (!v.ok()) return v.status();
-      if (!f.zero_ok) {
-        if (auto positive = RequirePositive(s, *v); !positive.ok()) {
-          return positive;
-        }
-      }
-      *f.value = *v;
+      if (auto st = parse(f); !st.ok()) return st;
     }
     // Unauthenticated and health connections: defaults derived from the
     // total, and below it, so that there is always room for nodes.
@@ -806,21 +811,14 @@ class Resolver {
                    &n.max_tcp_health_connections_per_peer, true},
          }) {
       const Setting s = GivenOr(f.flag, f.name, absl::StrCat(*f.value));
-      absl::StatusOr<uint32_t> v = ParseUint32(s);
-      if (!v.ok()) return v.status();
-      if (!f.zero_ok) {
-        if (auto positive = RequirePositive(s, *v); !positive.ok()) {
-          return positive;
-        }
-      }
+      if (auto st = parse(f); !st.ok()) return st;
       if (f.value != &n.max_tcp_health_connections_per_peer &&
-          *v >= n.max_tcp_connections) {
+          *f.value >= n.max_tcp_connections) {
         return Invalid(
             absl::StrCat(s.Assignment(), " must be below ",
                          Ref(total, n.max_tcp_connections),
                          ", so that nodes always find room on the listener"));
       }
-      *f.value = *v;
     }
     return absl::OkStatus();
   }

@@ -264,6 +264,16 @@ std::vector<grpc::Status> RoundOnAll(const std::vector<RawRank*>& ranks,
   return out;
 }
 
+// Round `round` on the whole world (`ranks`, in rank order): every rank's
+// call succeeds and rank 0 reads every rank's word (100 + rank).
+void ExpectWholeWorldRound(const std::vector<RawRank*>& ranks, uint64_t round) {
+  std::vector<uint32_t> words;
+  for (const grpc::Status& s : RoundOnAll(ranks, round, &words)) {
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_EQ(words, (std::vector<uint32_t>{100, 101, 102, 103}));
+}
+
 TEST(RecoveryTest, KilledRankIsReplacedAndTheJobServesAtTheNextEpoch) {
   LocalCluster cluster(RecoveryOptions(60000));
   ASSERT_TRUE(cluster.Start().ok());
@@ -325,14 +335,9 @@ TEST(RecoveryTest, KilledRankIsReplacedAndTheJobServesAtTheNextEpoch) {
     ASSERT_TRUE(joined.ok()) << joined.error_message();
     EXPECT_EQ(epoch, 2u);
   }
-  std::vector<uint32_t> words;
-  auto results = RoundOnAll({survivors[0].get(), survivors[1].get(),
-                             survivors[2].get(), replacement.get()},
-                            1, &words);
-  for (const grpc::Status& s : results) {
-    EXPECT_TRUE(s.ok()) << s.error_message();
-  }
-  EXPECT_EQ(words, (std::vector<uint32_t>{100, 101, 102, 103}));
+  ExpectWholeWorldRound({survivors[0].get(), survivors[1].get(),
+                         survivors[2].get(), replacement.get()},
+                        1);
 }
 
 TEST(RecoveryTest, ReplacementThatNeverComesFailsTheJobAtTheDeadline) {
@@ -456,14 +461,8 @@ TEST(RecoveryTest, RestartedNodeDaemonRegistersAgainAndTheJobRecovers) {
     grpc::Status joined = ranks[r]->Join();
     ASSERT_TRUE(joined.ok()) << joined.error_message();
   }
-  std::vector<uint32_t> words;
-  auto results = RoundOnAll(
-      {ranks[0].get(), ranks[1].get(), ranks[2].get(), ranks[3].get()}, 1,
-      &words);
-  for (const grpc::Status& s : results) {
-    EXPECT_TRUE(s.ok()) << s.error_message();
-  }
-  EXPECT_EQ(words, (std::vector<uint32_t>{100, 101, 102, 103}));
+  ExpectWholeWorldRound(
+      {ranks[0].get(), ranks[1].get(), ranks[2].get(), ranks[3].get()}, 1);
 }
 
 TEST(RecoveryTest, SecondLossDuringRecoveryIsRecoveredAtTheNextEpoch) {
@@ -503,14 +502,8 @@ TEST(RecoveryTest, SecondLossDuringRecoveryIsRecoveredAtTheNextEpoch) {
   AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 3));
   ASSERT_TRUE(ranks[0]->Join().ok());
   ASSERT_TRUE(ranks[2]->Join().ok());
-  std::vector<uint32_t> words;
-  auto results = RoundOnAll(
-      {ranks[0].get(), ranks[1].get(), ranks[2].get(), ranks[3].get()}, 1,
-      &words);
-  for (const grpc::Status& s : results) {
-    EXPECT_TRUE(s.ok()) << s.error_message();
-  }
-  EXPECT_EQ(words, (std::vector<uint32_t>{100, 101, 102, 103}));
+  ExpectWholeWorldRound(
+      {ranks[0].get(), ranks[1].get(), ranks[2].get(), ranks[3].get()}, 1);
 }
 
 }  // namespace
