@@ -138,8 +138,11 @@ std::string FormatJobStatus(const v1::JobStatus& job) {
       {"INCARNATION", Uint(job.job_incarnation())},
       {"STATE", JobStateName(job.state())},
   };
-  // From a daemon that knows epochs (issue 38): 1 until the first recovery.
-  if (job.epoch() != 0) fields.push_back({"EPOCH", Uint(job.epoch())});
+  // Epochs (issue 38): shown from the first recovery on, so that a job
+  // without --recovery=on (always epoch 1) reads as before.
+  if (job.epoch() > 1 || job.state() == v1::JOB_STATE_RECOVERING) {
+    fields.push_back({"EPOCH", Uint(job.epoch())});
+  }
   if (job.state() == v1::JOB_STATE_RECOVERING &&
       job.recovery_deadline_left_ms() > 0) {
     fields.push_back(
@@ -261,7 +264,8 @@ std::string FormatEvent(const v1::JobEvent& event) {
     }
     absl::StrAppend(&out, " ", message);
   }
-  if (event.epoch() != 0) absl::StrAppend(&out, " (epoch ", event.epoch(), ")");
+  // As the daemon's log: named from the first recovery on.
+  if (event.epoch() > 1) absl::StrAppend(&out, " (epoch ", event.epoch(), ")");
   return out;
 }
 

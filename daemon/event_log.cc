@@ -89,7 +89,9 @@ std::string DescribeEvent(const v1::JobEvent& event) {
     absl::StrAppend(&out, " ranks=", absl::StrJoin(event.ranks(), ","));
   }
   if (!event.message().empty()) absl::StrAppend(&out, " ", event.message());
-  if (event.epoch() != 0) absl::StrAppend(&out, " (epoch ", event.epoch(), ")");
+  // Named once the job has recovered (epoch 1 is every job's first, and
+  // the only one without --recovery=on): logs read as before otherwise.
+  if (event.epoch() > 1) absl::StrAppend(&out, " (epoch ", event.epoch(), ")");
   return out;
 }
 
