@@ -88,7 +88,10 @@ class Coordinator {
   // daemon cannot silently rejoin). With recovery on and the job READY or
   // RECOVERING, a new daemon incarnation instead takes the index over: the
   // old daemon and its ranks are lost (the job recovers) and the new one is
-  // registered. Idempotent for the same incarnation.
+  // registered; so it does for a node that left cleanly while the job
+  // recovers (a pod replaced). A replaced daemon incarnation, or a lost
+  // one's, is refused (FailedPrecondition). Idempotent for the same
+  // incarnation.
   absl::StatusOr<v1::RegisterNodeResponse> RegisterNode(
       const v1::RegisterNodeRequest& request);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
