@@ -257,9 +257,16 @@ TcpGate::TcpGate(std::vector<int> listen_fds, int wake_fd, int port,
     : listen_fds_(std::move(listen_fds)),
       wake_fd_(wake_fd),
       port_(port),
-      options_(options) {}
+      options_(options) {
+  absl::MutexLock lock(&call_reports_->mu);
+  call_reports_->gate = this;
+}
 
 TcpGate::~TcpGate() {
+  {
+    absl::WriterMutexLock lock(&call_reports_->mu);
+    call_reports_->gate = nullptr;
+  }
   Stop();
   ::close(wake_fd_);
 }
@@ -699,16 +706,19 @@ namespace {
 // as the call).
 class CallEnd : public grpc::experimental::Interceptor {
  public:
-  CallEnd(TcpGate* gate, std::string peer)
-      : gate_(gate), peer_(std::move(peer)) {}
-  ~CallEnd() override { gate_->CallEnded(peer_); }
+  CallEnd(std::shared_ptr<TcpGate::CallReports> reports, std::string peer)
+      : reports_(std::move(reports)), peer_(std::move(peer)) {}
+  ~CallEnd() override {
+    absl::ReaderMutexLock lock(&reports_->mu);
+    if (reports_->gate != nullptr) reports_->gate->CallEnded(peer_);
+  }
   void Intercept(
       grpc::experimental::InterceptorBatchMethods* methods) override {
     methods->Proceed();
   }
 
  private:
-  TcpGate* const gate_;
+  const std::shared_ptr<TcpGate::CallReports> reports_;
   const std::string peer_;
 };
 
@@ -717,26 +727,33 @@ class CallEnd : public grpc::experimental::Interceptor {
 // counts.
 class CallNoter : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
-  explicit CallNoter(TcpGate* gate) : gate_(gate) {}
+  explicit CallNoter(std::shared_ptr<TcpGate::CallReports> reports)
+      : reports_(std::move(reports)) {}
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
     const char* method = info->method();
     grpc::ServerContextBase* context = info->server_context();
     if (method == nullptr || context == nullptr) return nullptr;
     std::string peer = context->peer();
-    if (!gate_->NoteCall(peer, method)) return nullptr;
-    return new CallEnd(gate_, std::move(peer));  // gRPC owns it
+    {
+      absl::ReaderMutexLock lock(&reports_->mu);
+      if (reports_->gate == nullptr ||
+          !reports_->gate->NoteCall(peer, method)) {
+        return nullptr;
+      }
+    }
+    return new CallEnd(reports_, std::move(peer));  // gRPC owns it
   }
 
  private:
-  TcpGate* const gate_;
+  const std::shared_ptr<TcpGate::CallReports> reports_;
 };
 
 }  // namespace
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
 TcpGate::MakeInterceptorFactory() {
-  return std::make_unique<CallNoter>(this);
+  return std::make_unique<CallNoter>(call_reports_);
 }
 
 TcpGate::Stats TcpGate::stats() const {

@@ -140,12 +140,22 @@ class TcpGate {
   void CallEnded(absl::string_view peer);
 
   // An interceptor for the gRPC server the gate feeds that reports every
-  // call to NoteCall, and the end of those it counted to CallEnded. The gate
-  // must outlive the server.
+  // call to NoteCall, and the end of those it counted to CallEnded. It may
+  // outlive the gate (gRPC 1.51 can free a call's context on its own
+  // threads after the server is gone): once the gate is destroyed, what it
+  // reports goes nowhere.
   std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
   MakeInterceptorFactory();
 
   Stats stats() const;
+
+  // What the interceptor reports through (shared with it; no other use):
+  // the gate until its destructor clears it under the writer lock, so no
+  // report runs into a gate being destroyed.
+  struct CallReports {
+    absl::Mutex mu;
+    TcpGate* gate ABSL_GUARDED_BY(mu) = nullptr;
+  };
 
  private:
   enum class State { kUnauthenticated, kHealth, kAuthenticated };
@@ -217,6 +227,9 @@ class TcpGate {
   uint64_t ended_since_trim_ = 0;
   absl::Time last_end_ = absl::InfinitePast();
   int trims_due_ = 0;
+
+  const std::shared_ptr<CallReports> call_reports_ =
+      std::make_shared<CallReports>();
 
   mutable absl::Mutex mu_;
   // By file descriptor (gRPC's from hand-over on).
