@@ -244,6 +244,17 @@ auto StateAt(v1::JobState state, uint64_t epoch) {
   };
 }
 
+// Joins ranks 0-3 (incarnations 0x5000 + rank) into `ranks` and waits
+// for the job to be READY at epoch 1.
+void JoinWorld(LocalCluster& cluster,
+               std::vector<std::unique_ptr<RawRank>>* ranks) {
+  for (uint32_t r = 0; r < 4; ++r) {
+    ranks->push_back(JoinRank(cluster, r, 0x5000 + r));
+    ASSERT_NE(ranks->back(), nullptr);
+  }
+  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 1));
+}
+
 // Runs round `round` on every rank at once; returns each rank's status
 // and fills `words` with rank 0's result.
 std::vector<grpc::Status> RoundOnAll(const std::vector<RawRank*>& ranks,
@@ -375,11 +386,7 @@ TEST(RecoveryTest, StaleProcessOfTheEndedEpochIsFenced) {
   LocalCluster cluster(RecoveryOptions(60000));
   ASSERT_TRUE(cluster.Start().ok());
   std::vector<std::unique_ptr<RawRank>> ranks;
-  for (uint32_t r = 0; r < 4; ++r) {
-    ranks.push_back(JoinRank(cluster, r, 0x5000 + r));
-    ASSERT_NE(ranks.back(), nullptr);
-  }
-  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 1));
+  ASSERT_NO_FATAL_FAILURE(JoinWorld(cluster, &ranks));
   ASSERT_TRUE(ranks[0]->KvSet("epoch/1/uid", "one").ok());
   // Rank 3's process loses its lease (a partition, a stall) but lives on.
   RawRank& stale = *ranks[3];
@@ -433,11 +440,7 @@ TEST(RecoveryTest, RestartedNodeDaemonRegistersAgainAndTheJobRecovers) {
   LocalCluster cluster(RecoveryOptions(60000));
   ASSERT_TRUE(cluster.Start().ok());
   std::vector<std::unique_ptr<RawRank>> ranks;
-  for (uint32_t r = 0; r < 4; ++r) {
-    ranks.push_back(JoinRank(cluster, r, 0x5000 + r));
-    ASSERT_NE(ranks.back(), nullptr);
-  }
-  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 1));
+  ASSERT_NO_FATAL_FAILURE(JoinWorld(cluster, &ranks));
   // Node 1's daemon dies with its ranks' connections.
   cluster.daemon(1).Signal(SIGKILL);
   ASSERT_TRUE(cluster.daemon(1).Wait(kPatience).has_value());
@@ -469,11 +472,7 @@ TEST(RecoveryTest, SecondLossDuringRecoveryIsRecoveredAtTheNextEpoch) {
   LocalCluster cluster(RecoveryOptions(60000));
   ASSERT_TRUE(cluster.Start().ok());
   std::vector<std::unique_ptr<RawRank>> ranks;
-  for (uint32_t r = 0; r < 4; ++r) {
-    ranks.push_back(JoinRank(cluster, r, 0x5000 + r));
-    ASSERT_NE(ranks.back(), nullptr);
-  }
-  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 1));
+  ASSERT_NO_FATAL_FAILURE(JoinWorld(cluster, &ranks));
   ranks[3].reset();  // the process goes away
   v1::JobStatus first =
       AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_RECOVERING, 2));
