@@ -45,7 +45,11 @@
 //                   the layer's own cost per operation. Only rank 0 runs it
 //                   (the other ranks wait, blocked, in the next collective), so
 //                   it is measured without the other ranks competing for the
-//                   CPUs.
+//                   CPUs. It runs at least kLocalOpsPerBlock operations per
+//                   block whatever the schedule says: each costs microseconds,
+//                   and the 8 to 50 of a large size's schedule would make its
+//                   p50 the cost of a layer whose memory the size's
+//                   collectives just evicted from the caches, not the layer's.
 //
 // --schedule is "bytes:warmup:iters,..." (the launcher passes the same one
 // to the torch peer). Every rank must get the same flags. Per rank, --out
@@ -272,6 +276,9 @@ struct Turn {
   int iters = 0;
   int block = 0;
 };
+
+// rankd_local's operations per block, at least (see the header comment).
+constexpr int kLocalOpsPerBlock = 64;
 
 struct Runner {
   uint32_t rank = 0;
@@ -523,7 +530,10 @@ int main(int argc, char** argv) {
           // Rank 0 only, so that it has the machine to itself: the others
           // go on to the next collective and wait there (blocked, no CPU).
           if (runner.rank == 0) {
-            s = runner.RunSession(**session, mode, step, turn, *local_scope,
+            Turn local_turn = turn;
+            local_turn.iters = std::max(turn.iters, kLocalOpsPerBlock);
+            s = runner.RunSession(**session, mode, step, local_turn,
+                                  *local_scope,
                                   /*donate=*/true, /*local=*/true);
           }
         } else {

@@ -89,7 +89,10 @@ def pct(sorted_values, q):
 def stats(d, world, iters, nbytes, label, only_rank0=False):
     ranks = d["ops"]
     if only_rank0:
+        # rankd_local: rank 0 alone, with its own count of operations
+        # (allreduce_bench.cc runs at least kLocalOpsPerBlock per block).
         world = 1
+        iters = len(ranks.get(0, []))
     if sorted(ranks) != list(range(world)):
         raise SystemExit(f"{label}: expected ranks 0..{world - 1}, found {sorted(ranks)}")
     for r, rows in ranks.items():
