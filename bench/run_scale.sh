@@ -8,7 +8,7 @@
 # client library on the daemon's Unix socket), and simulates nodes 1..N-1 in
 # at most SIM_PROCS processes (bench/scale_sim.cc: the real Peer protocol,
 # one TCP connection, node token, event stream, heartbeats and round link
-# (daemon/round_link.h) per node). It reports:
+# (daemon/node/round_link.h) per node). It reports:
 #   - register: the simulated nodes' RegisterNode + Subscribe, all of them;
 #   - join-to-ready: first JoinRank sent until every rank of the world holds
 #     its answer (the simulated nodes' JoinRank, which answers only once the

@@ -79,7 +79,7 @@ absl::StatusOr<uint32_t> VerifyRankToken(absl::string_view node_token,
 
 // HMAC-SHA256 of `transcript` under `token`: 32 raw bytes. What a holder of
 // a token shows so the token itself never crosses the wire (the round
-// link's handshake, daemon/round_link_protocol.h).
+// link's handshake, daemon/transport/round_link_protocol.h).
 std::string TokenProof(absl::string_view token, absl::string_view transcript);
 
 // True when `a` equals `b`; the time taken depends only on the lengths.

@@ -95,7 +95,8 @@ inline constexpr uint32_t kMaxKvKeys = 1u << 16;
 inline constexpr uint32_t kMaxKvKeysPerRank = 4096;
 
 // Server reflection streams one daemon serves at once
-// (daemon/reflection_service.h); more are refused with RESOURCE_EXHAUSTED.
+// (daemon/transport/reflection_service.h); more are refused with
+// RESOURCE_EXHAUSTED.
 inline constexpr uint32_t kMaxReflectionStreams = 32;
 // Of those, streams one peer may hold (a TCP address, an IPv6 /64, or a
 // process on the Unix socket).

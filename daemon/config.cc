@@ -686,7 +686,7 @@ class Resolver {
         return Invalid(absl::StrCat(
             s.source, ": a shared prefix is longer than a key (512 bytes)"));
       }
-      // "r<digits>/" keys belong to that rank (daemon/kv_store.h).
+      // "r<digits>/" keys belong to that rank (daemon/coordinator/kv_store.h).
       if (prefix.size() >= 2 && prefix[0] == 'r' &&
           absl::ascii_isdigit(prefix[1])) {
         return Invalid(absl::StrCat(

@@ -174,7 +174,7 @@ struct DaemonConfig {
 
   TlsFiles tls;
   // Folder holding the job's credentials (common/credentials.h); empty when
-  // none were given. Not read here: daemon/security.h loads them.
+  // none were given. Not read here: daemon/transport/security.h loads them.
   std::string credentials_dir;
   // True only when the operator asked to run without credentials.
   bool allow_unauthenticated = false;
@@ -192,7 +192,7 @@ struct DaemonConfig {
   CallerLimits limits;
   // Key prefixes the job declares shared (--kv_shared_prefixes): keys under
   // them belong to no rank and are written with compare-and-set
-  // (daemon/kv_store.h). Empty by default.
+  // (daemon/coordinator/kv_store.h). Empty by default.
   std::vector<std::string> kv_shared_prefixes;
   // Hand this node's rank tokens, once, to the first caller of
   // Rank.IssueRankTokens on the Unix socket (the launcher beside a sidecar
@@ -207,8 +207,8 @@ struct DaemonConfig {
   // host:port of the Prometheus endpoint (daemon/metrics.h); empty when off.
   std::string metrics_address;
 
-  // The coordinator's round link port (daemon/round_link_server.h) on the
-  // listen host: 0 for any free port, -1 when off.
+  // The coordinator's round link port (daemon/transport/round_link_server.h) on
+  // the listen host: 0 for any free port, -1 when off.
   int round_link_port = 0;
 
   // What the network may make the daemon hold (docs/operations.md,

@@ -19,7 +19,7 @@
 #include "absl/time/clock.h"
 #include "common/monotonic_clock.h"
 #include "daemon/config.h"
-#include "daemon/event_log.h"
+#include "daemon/coordinator/event_log.h"
 #include "google/protobuf/descriptor.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"

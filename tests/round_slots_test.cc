@@ -268,7 +268,7 @@ TEST_F(RoundSlotsTest, RoundsGetExactValuesAndTheSameErrorsAsOverGrpc) {
 // watcher when the ranks go quiet. Bursts separated by pauses cross that
 // hand-over both ways many times, and every value must be exact. (A lost
 // wake-up would cost at most the watcher's 1 s member check here;
-// daemon/round_slot_server_test.cc makes it a hang.)
+// daemon/node/round_slot_server_test.cc makes it a hang.)
 TEST_F(RoundSlotsTest, BurstsAndPausesOfBothRanksGetExactValues) {
   v1::MemberRef r0 = MustJoin(0, 0x7251);
   v1::MemberRef r1 = MustJoin(1, 0x7252);

@@ -21,7 +21,7 @@
 #include "absl/time/clock.h"
 #include "client/admin_client.h"
 #include "common/credentials.h"
-#include "daemon/round_link.h"
+#include "daemon/node/round_link.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"

@@ -1,0 +1,331 @@
+// Coordinator: the authoritative state of one job incarnation, run by the
+// coordinating daemon.
+//
+// It registers nodes, assigns and fences ranks, runs all_gather_words
+// rounds, hosts the key-value broker, watches node heartbeats and event
+// streams, and records every membership change in its EventLog. Once the
+// job fails (a rank or node lost, a daemon restarted) every pending and
+// later wait fails with an Aborted status naming the cause.
+//
+// Epochs (spec.recovery, docs/architecture.md "Epochs and recovery"): the
+// job forms at epoch 1. With recovery on, a loss while READY or RECOVERING
+// does not fail the job: it ends the current epoch (its open rounds fail
+// with Aborted naming the loss), moves the job to RECOVERING at the next
+// epoch and frees the lost slots, which replacement processes (a new
+// incarnation of the same rank) and replacement daemons (a new daemon
+// incarnation of the same node index) then take. Every loss, a second one
+// during recovery included, starts a new epoch; the deadline
+// (spec.recovery_deadline) runs from the first loss. A member acts only in
+// the epoch it joined into: a survivor joins again (same incarnation) to
+// enter the new one. The job is READY again once every slot is held, or
+// FAILED at the deadline naming what never came back.
+//
+// Transport-agnostic: the Peer gRPC service and the coordinating daemon's
+// own NodeAgent call it directly. Replies may be delivered on the calling
+// thread or on the timer thread; they are never invoked with the
+// coordinator's lock held. Thread-safe. Depends on the daemon's bookkeeping
+// classes, common/topology and the protos.
+#ifndef RANKD_DAEMON_COORDINATOR_H_
+#define RANKD_DAEMON_COORDINATOR_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/incarnation.h"  // NewIncarnation, for the coordinator's users
+#include "common/topology.h"
+#include "daemon/call_cancellation.h"
+#include "daemon/coordinator/event_log.h"
+#include "daemon/coordinator/job_spec.h"
+#include "daemon/coordinator/kv_store.h"
+#include "daemon/coordinator/word_rounds.h"
+#include "daemon/deadline_timer.h"
+#include "rankd/v1/admin.pb.h"
+#include "rankd/v1/peer.pb.h"
+
+namespace rankd {
+
+template <typename T>
+using Reply = std::function<void(absl::StatusOr<T>)>;
+
+class Coordinator {
+ public:
+  // Longest a MEMBER_JOINED event waits for more joins before it goes out
+  // (see held_joins_); it goes out at once when it holds kMaxHeldJoins
+  // ranks, and before any other event (the job ready included).
+  static constexpr absl::Duration kJoinHold = absl::Milliseconds(20);
+  static constexpr int kMaxHeldJoins = 1024;
+
+  // `spec` must be valid (see ResolveConfig). `timer` must outlive this.
+  // Generates a random job incarnation and starts the heartbeat monitor.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(
+      JobSpec spec, DeadlineTimer* timer);
+  // BeginShutdown must have run: it cancels the recovery deadline timer,
+  // whose callback uses this object.
+  ~Coordinator();
+
+  uint64_t job_incarnation() const { return job_incarnation_; }
+  // The job's current epoch (1 until the first recovery).
+  uint64_t epoch() const;
+  const JobSpec& spec() const { return spec_; }
+  EventLog& events() { return events_; }
+
+  // --- Peer service (calls from node daemons) ---
+
+  // Registers a node. InvalidArgument when what it reports about itself
+  // exceeds a limit (CheckNodeInfo); FailedPrecondition when its
+  // configuration differs, the job failed, or its index is held by a live
+  // daemon of another incarnation (which also fails the job: a restarted
+  // daemon cannot silently rejoin). With recovery on and the job READY or
+  // RECOVERING, a new daemon incarnation instead takes the index over: the
+  // old daemon and its ranks are lost (the job recovers) and the new one is
+  // registered; so it does for a node that left cleanly while the job
+  // recovers (a pod replaced). A replaced daemon incarnation, or a lost
+  // one's, is refused (FailedPrecondition). Idempotent for the same
+  // incarnation.
+  absl::StatusOr<v1::RegisterNodeResponse> RegisterNode(
+      const v1::RegisterNodeRequest& request);
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
+      const v1::HeartbeatRequest& request);
+  // Streams events after request.after_sequence to `sink` (EventLog rules).
+  // `close` (may be empty) ends the stream when the coordinator shuts down.
+  // ResourceExhausted when the node holds spec.limits.max_streams_per_caller
+  // streams already; every successful call needs a matching EndSubscription.
+  absl::StatusOr<EventLog::SubscriptionId> Subscribe(
+      const v1::SubscribeRequest& request, EventLog::Subscriber sink,
+      std::function<void(absl::Status)> close = nullptr);
+  // Ends a subscription. With `connection_lost`, a node still registered
+  // is declared lost (its daemon exited or the network broke).
+  void EndSubscription(EventLog::SubscriptionId id, const v1::NodeRef& node,
+                       bool connection_lost, const std::string& reason);
+  absl::StatusOr<v1::LeaveNodeResponse> LeaveNode(
+      const v1::LeaveNodeRequest& request);
+  // Joins a rank into the current epoch. A joined member's join again
+  // (same incarnation and node) moves it into the current epoch. While
+  // RECOVERING, a lost rank's slot takes a new incarnation (its
+  // replacement); the lost incarnation itself is refused. With
+  // wait_for_world_ms, answers once the job is READY (FORMING or
+  // RECOVERING until then), or Aborted when another loss ends the epoch.
+  void JoinRank(const v1::JoinRankRequest& request,
+                Reply<v1::JoinRankResponse> reply);
+  absl::StatusOr<v1::ReleaseRankResponse> ReleaseRank(
+      const v1::ReleaseRankRequest& request);
+  void ContributeWords(const v1::ContributeWordsRequest& request,
+                       Reply<v1::AllGatherWordsResponse> reply);
+  // The same, answering with the round's outcome shared by every node of the
+  // round (the Rounds stream encodes it once for all of them).
+  void ContributeWordsShared(const v1::ContributeWordsRequest& request,
+                             WordRounds::SharedDone done);
+  // KvSet and KvAdd count a new key against the calling rank; errors as for
+  // KvStore::Set (ResourceExhausted naming the limit reached). Every
+  // key-value call is refused (FailedPrecondition naming both epochs) when
+  // the member joined into an earlier epoch than the job's, and a write to
+  // a key under "epoch/<N>/" when N is not the job's epoch.
+  absl::StatusOr<v1::KvSetResponse> KvSet(const v1::KvSetRequest& request);
+  // Waits at most timeout_ms for the key; a cancelled `cancellation` (may
+  // be null) releases the wait at once with Cancelled. ResourceExhausted
+  // when the rank has spec.limits.max_waiting_gets_per_rank gets waiting
+  // already.
+  void KvGet(const v1::KvGetRequest& request, Reply<v1::KvGetResponse> reply,
+             const CancellationRef& cancellation = nullptr);
+  absl::StatusOr<v1::KvAddResponse> KvAdd(const v1::KvAddRequest& request);
+  absl::StatusOr<v1::KvDeleteResponse> KvDelete(
+      const v1::KvDeleteRequest& request);
+  // Errors as for KvStore::Count.
+  absl::StatusOr<v1::KvCountResponse> KvCount(
+      const v1::KvCountRequest& request);
+
+  // --- Admin views ---
+  v1::JobStatus GetJob() const;
+  v1::Topology GetTopology() const;
+  v1::MemberList ListMembers() const;
+  std::optional<std::string> PeekKey(const std::string& key) const;
+  // The node `rank` joined on, else the node it would default to; 0 for a
+  // rank outside the world (whose requests fail on their own).
+  uint32_t NodeOfRank(uint32_t rank) const;
+
+  // Fails the job with `cause` (first cause wins) and releases every wait.
+  void FailJob(const std::string& cause);
+  // Stops treating closed streams as node loss (the coordinator itself is
+  // shutting down), fails waits with Unavailable and ends the nodes' event
+  // streams, so they learn at once that the coordinator is going away.
+  void BeginShutdown();
+
+ private:
+  struct Node {
+    v1::NodeState state = v1::NODE_STATE_NOT_REGISTERED;
+    v1::NodeInfo info;
+    absl::Time last_heartbeat;
+    std::string detail;
+    // Subscribe streams open (at most spec_.limits.max_streams_per_caller).
+    uint32_t open_streams = 0;
+    // Daemon incarnations a replacement took the index over from: refused
+    // for good, so a retried registration of an old daemon cannot fence
+    // the live one. The last kMaxRetiredIncarnations kept.
+    std::deque<uint64_t> retired_incarnations;
+  };
+  struct Member {
+    v1::MemberState state = v1::MEMBER_STATE_NOT_JOINED;
+    uint32_t node_index = 0;
+    uint32_t local_rank = 0;
+    uint64_t incarnation = 0;
+    uint32_t pid = 0;
+    v1::DeviceInfo device;
+    std::string detail;
+    // The epoch this member joined into (0 before it joined).
+    uint64_t epoch = 0;
+    // Incarnations that held the rank and were replaced: refused for good,
+    // so a partitioned process of an old epoch cannot come back once its
+    // replacement is lost in turn. Bounded (kMaxRetiredIncarnations, the
+    // most recent kept): memory stays fixed however often a rank is lost.
+    std::deque<uint64_t> retired_incarnations;
+  };
+  static constexpr size_t kMaxRetiredIncarnations = 64;
+  struct JoinWaiter {
+    Reply<v1::JoinRankResponse> reply;
+    absl::Time started;
+    DeadlineTimer::TimerId timer = 0;
+  };
+
+  Coordinator(JobSpec spec, std::vector<GroupSpec> groups,
+              DeadlineTimer* timer);
+
+  absl::Status CheckNodeLocked(const v1::NodeRef& node) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckMemberLocked(const v1::MemberRef& member) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status JobFailedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status JoinRankLocked(const v1::JoinRankRequest& request,
+                              std::vector<JoinWaiter>* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Marks a REGISTERED node lost (its joined ranks with it) and fails the
+  // job or recovers (LoseLocked); does nothing for a node in any other
+  // state (not registered, already lost, left).
+  void LoseNodeLocked(uint32_t node_index, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `ranks` (and `node`, if set) were lost, their LOST event appended: with
+  // recovery on and the job READY or RECOVERING, frees their slots and
+  // moves the job to RECOVERING at the next epoch (ReleaseEnded
+  // then fails the ended epoch's rounds); otherwise fails the job.
+  void LoseLocked(const std::string& cause, const std::vector<uint32_t>& ranks,
+                  std::optional<uint32_t> node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RECOVERING and every slot held again: READY at this epoch; releases
+  // the joins waiting for it into `released`.
+  void MaybeRecoveredLocked(std::vector<JoinWaiter>* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The recovery deadline timer: fails the job if still RECOVERING.
+  void ExpireRecovery();
+  // "rank 2 joined into epoch 1 but the job is at epoch 2 ..." when
+  // `member_epoch` is behind, else OK.
+  absl::Status CheckEpochLocked(uint32_t rank, uint64_t member_epoch) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A write to "epoch/<N>/..." with N not the current epoch is refused;
+  // deleting an older epoch's key is allowed, so those keys (and their
+  // owner's quota charge) need not outlive their epoch.
+  absl::Status CheckKeyEpochLocked(const std::string& key,
+                                   bool deleting = false) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The lost ranks (by node) and nodes still missing, for messages.
+  std::string StillLostLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailJobLocked(const std::string& cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases what a failed job or an ended epoch leaves waiting: after
+  // FailJobLocked every wait; after LoseLocked moved the job to a new
+  // epoch, the ended epoch's rounds and the joins waiting for the world.
+  // Call without the lock.
+  void ReleaseEnded();
+  std::string MissingRanksLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds a join to the held MEMBER_JOINED event (see held_joins_), which
+  // goes out kJoinHold after its first join, once it holds kMaxHeldJoins
+  // ranks, or before any other event.
+  void HoldJoinLocked(uint32_t node_index, uint32_t rank,
+                      v1::MemberDetails details)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends the held MEMBER_JOINED event, if any, to the log.
+  void AppendHeldJoinsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends an event after the held joins, so the log keeps the order in
+  // which things happened.
+  void AppendEventLocked(v1::JobEvent event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AppendEventLocked(v1::EventKind kind, std::optional<uint32_t> node_index,
+                         const std::vector<uint32_t>& ranks,
+                         std::string message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CheckHeartbeats();
+  void ExpireJoinWaiter(uint64_t id);
+
+  const JobSpec spec_;
+  const std::vector<GroupSpec> groups_;
+  const uint64_t job_incarnation_;
+  const absl::Time started_;
+  DeadlineTimer* const timer_;
+  EventLog events_;
+  KvStore kv_;
+  WordRounds rounds_;
+
+  mutable absl::Mutex mu_;
+  v1::JobState state_ ABSL_GUARDED_BY(mu_) = v1::JOB_STATE_FORMING;
+  std::string failure_ ABSL_GUARDED_BY(mu_);
+  // Epochs and recovery (see the file comment).
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 1;
+  // Slots freed by losses during this recovery, not yet taken again.
+  std::set<uint32_t> lost_ranks_ ABSL_GUARDED_BY(mu_);
+  std::set<uint32_t> lost_nodes_ ABSL_GUARDED_BY(mu_);
+  // Ranks replaced during this recovery, for the JOB_READY message.
+  std::set<uint32_t> replaced_ranks_ ABSL_GUARDED_BY(mu_);
+  absl::Time recovering_since_ ABSL_GUARDED_BY(mu_);
+  // The first loss of this recovery.
+  std::string recovery_cause_ ABSL_GUARDED_BY(mu_);
+  DeadlineTimer::TimerId recovery_timer_ ABSL_GUARDED_BY(mu_) = 0;
+  // Set by LoseLocked: the rounds of the epoch that ended are to be failed
+  // with this status (ReleaseEnded).
+  std::optional<absl::Status> epoch_ended_ ABSL_GUARDED_BY(mu_);
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Node> nodes_ ABSL_GUARDED_BY(mu_);
+  std::vector<Member> members_ ABSL_GUARDED_BY(mu_);
+  // Ranks that joined through each node in this incarnation, whatever their
+  // state now (a member never returns to NOT_JOINED), so a join checks
+  // --nproc_per_node without scanning every member.
+  std::vector<uint32_t> joined_on_node_ ABSL_GUARDED_BY(mu_);
+  uint32_t joined_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t left_ ABSL_GUARDED_BY(mu_) = 0;
+  // The first rank that left, which made the job DRAINING.
+  uint32_t drained_by_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<uint64_t, JoinWaiter> join_waiters_ ABSL_GUARDED_BY(mu_);
+  // The MEMBER_JOINED event not yet in the log: the ranks that joined
+  // within kJoinHold of its first, on any nodes, so that when thousands of
+  // ranks join, every node's event stream carries a few large events, not
+  // one per rank or per node (each event reaches every node: at 512 nodes x
+  // 8 ranks, one event per rank made 2.1 million deliveries, one per node
+  // 262 thousand; bench/RESULTS.md, "Reading the scale numbers").
+  struct HeldJoins {
+    v1::JobEvent event;  // ranks and members filled (node_index while they
+                         // are all on one node); message and sequence are
+                         // set when it is appended
+    DeadlineTimer::TimerId timer = 0;
+  };
+  HeldJoins held_joins_ ABSL_GUARDED_BY(mu_);
+  DeadlineTimer::TimerId heartbeat_timer_ ABSL_GUARDED_BY(mu_) = 0;
+  // Blocking key-value gets waiting, by rank (at most
+  // spec_.limits.max_waiting_gets_per_rank each). Own lock: released from the
+  // store's callbacks.
+  absl::Mutex kv_gets_mu_;
+  std::map<uint32_t, uint32_t> kv_gets_waiting_ ABSL_GUARDED_BY(kv_gets_mu_);
+  // Closers of the nodes' event streams, by subscription.
+  std::map<EventLog::SubscriptionId, std::function<void(absl::Status)>>
+      stream_closers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace rankd
+
+#endif  // RANKD_DAEMON_COORDINATOR_H_

@@ -1,0 +1,504 @@
+#include "daemon/node/remote_coordinator.h"
+
+#include <algorithm>
+#include <deque>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_deadline.h"
+#include "common/monotonic_clock.h"
+#include "daemon/config.h"
+#include "daemon/log.h"
+#include "daemon/node/pending_rounds.h"
+#include "daemon/transport/security.h"
+
+namespace rankd {
+namespace {
+
+// Extra time given to gRPC beyond a request's own timeout, so that the
+// coordinator's precise timeout error arrives before the transport's.
+constexpr absl::Duration kDeadlineMargin = absl::Seconds(5);
+constexpr absl::Duration kShortCall = absl::Seconds(10);
+// A worker often starts before its coordinator listens: it tries again
+// soon, then less often (the channel reconnects at its own backoff,
+// security.cc).
+constexpr absl::Duration kFirstRegisterRetry = absl::Milliseconds(10);
+constexpr absl::Duration kMaxRegisterRetry = absl::Milliseconds(250);
+
+bool Transient(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE ||
+         code == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+}  // namespace
+
+// Follows the coordinator's Subscribe stream. Owned by the link; the link
+// cancels it and waits for OnDone before destroying it.
+class RemoteCoordinatorLink::EventStream
+    : public grpc::ClientReadReactor<v1::JobEventBatch> {
+ public:
+  EventStream(RemoteCoordinatorLink* link, v1::Peer::Stub* stub,
+              const v1::SubscribeRequest& request, Listener* listener)
+      : link_(link), listener_(listener), request_(request) {
+    AttachBearerToken(&context_, link->bearer_token_);
+    stub->async()->Subscribe(&context_, &request_, this);
+    StartRead(&batch_);
+    StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows
+    for (const v1::JobEvent& event : batch_.events()) listener_->OnEvent(event);
+    StartRead(&batch_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    link_->OnStreamDone(status);
+    done_.Notify();
+  }
+
+  void CancelAndWait() {
+    context_.TryCancel();
+    done_.WaitForNotification();
+  }
+
+ private:
+  RemoteCoordinatorLink* const link_;
+  Listener* const listener_;
+  grpc::ClientContext context_;
+  v1::SubscribeRequest request_;
+  v1::JobEventBatch batch_;
+  absl::Notification done_;
+};
+
+// The node's Peer.Rounds stream: contributions go out one write at a
+// time, in order; each outcome is matched to its contribution by tag.
+// Owned by the link; the link cancels it and waits for OnDone before
+// destroying it.
+class RemoteCoordinatorLink::RoundStream
+    : public grpc::ClientBidiReactor<v1::ContributeWordsRequest,
+                                     v1::RoundOutcome> {
+ public:
+  RoundStream(RemoteCoordinatorLink* link, v1::Peer::Stub* stub)
+      : link_(link), pending_(link->address_) {
+    AttachBearerToken(&context_, link->bearer_token_);
+    stub->async()->Rounds(&context_, this);
+    StartRead(&incoming_);
+    StartCall();
+  }
+
+  // Sends `request`; `reply` runs once with its outcome, or fails at
+  // `deadline`. False (and `reply` untouched) once the stream has ended.
+  bool Send(v1::ContributeWordsRequest request,
+            Reply<v1::AllGatherWordsResponse>& reply, absl::Time deadline) {
+    absl::MutexLock lock(&mu_);
+    const uint64_t tag = pending_.Add(request.round(), deadline, reply);
+    if (tag == 0) return false;
+    request.set_tag(tag);
+    outgoing_.push_back(std::move(request));
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&outgoing_.front());
+    }
+    return true;
+  }
+
+  // Fails the rounds the coordinator left unanswered past their deadline.
+  void ExpireOverdue(absl::Time now) { pending_.ExpireOverdue(now); }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    outgoing_.pop_front();
+    if (ok && !outgoing_.empty()) {
+      StartWrite(&outgoing_.front());
+      return;
+    }
+    // A failed write means the call is over: OnDone fails what waits.
+    writing_ = false;
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows
+    // An unknown tag is a round this side gave up on (ExpireOverdue).
+    pending_.Answer(incoming_);
+    incoming_.Clear();
+    StartRead(&incoming_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    absl::Status why;
+    if (cancelled_.HasBeenNotified()) {
+      why = absl::CancelledError("daemon is shutting down");
+    } else {
+      // UNAVAILABLE unless the coordinator said why it ended the stream.
+      const bool told = !status.ok() &&
+                        status.error_code() != grpc::StatusCode::CANCELLED &&
+                        status.error_code() != grpc::StatusCode::UNKNOWN;
+      why = absl::Status(
+          told ? static_cast<absl::StatusCode>(status.error_code())
+               : absl::StatusCode::kUnavailable,
+          absl::StrCat(
+              "round stream to coordinator at ", link_->address_, " ended: ",
+              status.error_message().empty() ? "connection closed"
+                                             : status.error_message()));
+    }
+    pending_.Abandon(why);
+    done_.Notify();
+  }
+
+  void CancelAndWait() {
+    cancelled_.Notify();
+    context_.TryCancel();
+    done_.WaitForNotification();
+  }
+
+ private:
+  RemoteCoordinatorLink* const link_;
+  grpc::ClientContext context_;
+  v1::RoundOutcome incoming_;  // only the reading side touches it
+  PendingRounds pending_;
+  absl::Notification cancelled_;
+  absl::Notification done_;
+  absl::Mutex mu_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<v1::ContributeWordsRequest> outgoing_ ABSL_GUARDED_BY(mu_);
+};
+
+RemoteCoordinatorLink::RemoteCoordinatorLink(
+    std::string address, std::shared_ptr<grpc::ChannelCredentials> credentials,
+    std::string bearer_token, absl::Duration heartbeat_interval,
+    absl::Duration heartbeat_timeout, DeadlineTimer* timer)
+    : address_(std::move(address)),
+      bearer_token_(std::move(bearer_token)),
+      heartbeat_interval_(heartbeat_interval),
+      heartbeat_timeout_(heartbeat_timeout),
+      timer_(timer) {
+  channel_ = grpc::CreateCustomChannel(
+      address_, credentials, DefaultChannelArguments(heartbeat_timeout));
+  stub_ = v1::Peer::NewStub(channel_);
+}
+
+RemoteCoordinatorLink::~RemoteCoordinatorLink() { Stop(); }
+
+absl::Status RemoteCoordinatorLink::Annotate(const grpc::Status& status) const {
+  if (Transient(status.error_code())) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        absl::StrCat("coordinator at ", address_, ": ",
+                                     status.error_message()));
+  }
+  return FromGrpc(status);
+}
+
+template <typename Request, typename Response, typename Invoke>
+void RemoteCoordinatorLink::Call(const Request& request, absl::Duration timeout,
+                                 Reply<Response> reply, Invoke invoke,
+                                 const CancellationRef& cancellation) {
+  struct State {
+    grpc::ClientContext context;
+    Request request;
+    Response response;
+    Reply<Response> reply;
+  };
+  auto state = std::make_shared<State>();
+  state->request = request;
+  state->reply = std::move(reply);
+  state->context.set_deadline(GrpcDeadlineAfter(timeout));
+  AttachBearerToken(&state->context, bearer_token_);
+  uint64_t id = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopped_) {
+      id = next_call_++;
+      inflight_[id] = &state->context;
+    }
+  }
+  if (id == 0) {
+    return state->reply(absl::CancelledError("daemon is shutting down"));
+  }
+  invoke(&state->context, &state->request, &state->response,
+         [this, state, id](grpc::Status status) {
+           if (status.ok()) {
+             state->reply(std::move(state->response));
+           } else {
+             state->reply(Annotate(status));
+           }
+           absl::MutexLock lock(&mu_);
+           inflight_.erase(id);
+         });
+  if (cancellation != nullptr) {
+    // The caller's cancellation cancels the forwarded call, and so the
+    // coordinator's wait; a call already done is left alone.
+    cancellation->OnCancel([weak = std::weak_ptr<State>(state)] {
+      if (auto alive = weak.lock()) alive->context.TryCancel();
+    });
+  }
+}
+
+void RemoteCoordinatorLink::Start(const v1::RegisterNodeRequest& request,
+                                  absl::Time register_deadline,
+                                  Listener* listener,
+                                  Reply<v1::RegisterNodeResponse> registered) {
+  {
+    absl::MutexLock lock(&mu_);
+    listener_ = listener;
+  }
+  TryRegister(std::make_shared<v1::RegisterNodeRequest>(request),
+              register_deadline, kFirstRegisterRetry, std::move(registered));
+}
+
+void RemoteCoordinatorLink::TryRegister(
+    std::shared_ptr<v1::RegisterNodeRequest> request, absl::Time deadline,
+    absl::Duration retry, Reply<v1::RegisterNodeResponse> done) {
+  Call<v1::RegisterNodeRequest, v1::RegisterNodeResponse>(
+      *request, absl::Seconds(2),
+      [this, request, deadline, retry,
+       done](absl::StatusOr<v1::RegisterNodeResponse> result) {
+        {
+          absl::MutexLock lock(&mu_);
+          if (stopped_) {
+            return done(absl::CancelledError("daemon is shutting down"));
+          }
+        }
+        if (result.ok()) {
+          OnRegistered(*request, *result);
+          return done(result);
+        }
+        bool transient =
+            result.status().code() == absl::StatusCode::kUnavailable ||
+            result.status().code() == absl::StatusCode::kDeadlineExceeded;
+        if (!transient || MonotonicNow() + retry >= deadline) {
+          return done(result.status());
+        }
+        const absl::Duration next = std::min(retry * 2, kMaxRegisterRetry);
+        timer_->Schedule(MonotonicNow() + retry,
+                         [this, request, deadline, next, done] {
+                           TryRegister(request, deadline, next, done);
+                         });
+      },
+      [this](grpc::ClientContext* c, const v1::RegisterNodeRequest* q,
+             v1::RegisterNodeResponse* p, std::function<void(grpc::Status)> f) {
+        stub_->async()->RegisterNode(c, q, p, std::move(f));
+      });
+}
+
+void RemoteCoordinatorLink::OnRegistered(
+    const v1::RegisterNodeRequest& request,
+    const v1::RegisterNodeResponse& response) {
+  absl::MutexLock lock(&mu_);
+  node_.set_job_id(request.config().job_id());
+  node_.set_node_index(request.node().node_index());
+  node_.set_daemon_incarnation(request.node().daemon_incarnation());
+  v1::SubscribeRequest subscribe;
+  *subscribe.mutable_node() = node_;
+  subscribe.set_after_sequence(0);
+  stream_ =
+      std::make_unique<EventStream>(this, stub_.get(), subscribe, listener_);
+  rounds_ = std::make_shared<RoundStream>(this, stub_.get());
+  auto coordinator = ParseHostPort(address_);
+  if (response.round_link_port() != 0 && coordinator.ok() &&
+      response.round_link_port() <= 65535) {
+    // Rounds take the stream until the link is open, and again if it ends.
+    RoundLink::Options options;
+    options.host = coordinator->host;
+    options.port = static_cast<uint16_t>(response.round_link_port());
+    options.coordinator_address = address_;
+    options.node = node_;
+    options.node_token = bearer_token_;
+    const std::string where =
+        absl::StrCat("round link to the coordinator (", options.host, ":",
+                     options.port, ")");
+    options.on_open = [where](const absl::Status& status) {
+      Log(status.ok()
+              ? absl::StrCat(where, " open: this node's rounds go over it")
+              : absl::StrCat(where, " not opened (", status.message(),
+                             "): this node's rounds stay on the Rounds "
+                             "stream"));
+    };
+    options.on_end = [where](const absl::Status& status) {
+      if (status.code() == absl::StatusCode::kCancelled) return;
+      Log(absl::StrCat(where, " ended (", status.message(),
+                       "): this node's rounds go over the Rounds stream"));
+    };
+    round_link_ = std::make_shared<RoundLink>(std::move(options));
+  }
+  last_heartbeat_ok_ = MonotonicNow();
+  heartbeat_timer_ = timer_->Schedule(MonotonicNow() + heartbeat_interval_,
+                                      [this] { Beat(); });
+}
+
+void RemoteCoordinatorLink::Beat() {
+  v1::HeartbeatRequest request;
+  std::string lost_reason;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_ || lost_) return;
+    absl::Duration silent = MonotonicNow() - last_heartbeat_ok_;
+    if (silent > heartbeat_timeout_) {
+      lost_reason = absl::StrCat("coordinator at ", address_,
+                                 " answered no heartbeat for ",
+                                 absl::ToInt64Milliseconds(silent), " ms");
+      if (!last_heartbeat_error_.empty()) {
+        absl::StrAppend(&lost_reason, " (last error: ", last_heartbeat_error_,
+                        ")");
+      }
+    } else {
+      *request.mutable_node() = node_;
+      heartbeat_timer_ = timer_->Schedule(MonotonicNow() + heartbeat_interval_,
+                                          [this] { Beat(); });
+    }
+  }
+  if (!lost_reason.empty()) return ReportLost(lost_reason);
+  std::shared_ptr<RoundStream> rounds;
+  std::shared_ptr<RoundLink> round_link;
+  {
+    absl::MutexLock lock(&mu_);
+    rounds = rounds_;
+    round_link = round_link_;
+  }
+  if (rounds != nullptr) rounds->ExpireOverdue(MonotonicNow());
+  if (round_link != nullptr) round_link->ExpireOverdue(MonotonicNow());
+  Call<v1::HeartbeatRequest, v1::HeartbeatResponse>(
+      request, heartbeat_timeout_,
+      [this](absl::StatusOr<v1::HeartbeatResponse> result) {
+        if (heartbeat_observer_) heartbeat_observer_(result.status().code());
+        absl::MutexLock lock(&mu_);
+        if (result.ok()) {
+          last_heartbeat_ok_ = MonotonicNow();
+          last_heartbeat_error_.clear();
+        } else {
+          last_heartbeat_error_ = result.status().ToString();
+        }
+      },
+      [this](grpc::ClientContext* c, const v1::HeartbeatRequest* q,
+             v1::HeartbeatResponse* p, std::function<void(grpc::Status)> f) {
+        stub_->async()->Heartbeat(c, q, p, std::move(f));
+      });
+}
+
+void RemoteCoordinatorLink::OnStreamDone(const grpc::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+  }
+  ReportLost(
+      absl::StrCat("event stream from coordinator at ", address_, " closed: ",
+                   status.error_message().empty() ? "connection closed"
+                                                  : status.error_message()));
+}
+
+void RemoteCoordinatorLink::ReportLost(const std::string& reason) {
+  Listener* listener = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_ || lost_) return;
+    lost_ = true;
+    timer_->Cancel(heartbeat_timer_);
+    listener = listener_;
+  }
+  if (listener != nullptr) listener->OnCoordinatorLost(reason);
+}
+
+#define RANKD_FORWARD(Method, Request, Response, timeout)                     \
+  void RemoteCoordinatorLink::Method(const v1::Request& request,              \
+                                     Reply<v1::Response> reply) {             \
+    Call<v1::Request, v1::Response>(                                          \
+        request, timeout, std::move(reply),                                   \
+        [this](grpc::ClientContext* c, const v1::Request* q, v1::Response* p, \
+               std::function<void(grpc::Status)> f) {                         \
+          stub_->async()->Method(c, q, p, std::move(f));                      \
+        });                                                                   \
+  }
+
+RANKD_FORWARD(JoinRank, JoinRankRequest, JoinRankResponse,
+              absl::Milliseconds(request.wait_for_world_ms()) + kDeadlineMargin)
+RANKD_FORWARD(ReleaseRank, ReleaseRankRequest, ReleaseRankResponse, kShortCall)
+RANKD_FORWARD(KvSet, KvSetRequest, KvSetResponse, kShortCall)
+RANKD_FORWARD(KvAdd, KvAddRequest, KvAddResponse, kShortCall)
+RANKD_FORWARD(KvDelete, KvDeleteRequest, KvDeleteResponse, kShortCall)
+RANKD_FORWARD(KvCount, KvCountRequest, KvCountResponse, kShortCall)
+
+#undef RANKD_FORWARD
+
+void RemoteCoordinatorLink::ContributeWords(
+    const v1::ContributeWordsRequest& request,
+    Reply<v1::AllGatherWordsResponse> reply) {
+  const absl::Duration timeout =
+      absl::Milliseconds(request.timeout_ms()) + kDeadlineMargin;
+  std::shared_ptr<RoundLink> round_link;
+  std::shared_ptr<RoundStream> rounds;
+  {
+    absl::MutexLock lock(&mu_);
+    round_link = round_link_;
+    rounds = rounds_;
+  }
+  // Both refuse once ended (after Stop too), leaving `reply` untouched.
+  const absl::Time deadline = MonotonicNow() + timeout;
+  if (round_link != nullptr && round_link->Send(request, reply, deadline)) {
+    return;
+  }
+  if (rounds != nullptr && rounds->Send(request, reply, deadline)) return;
+  Call<v1::ContributeWordsRequest, v1::AllGatherWordsResponse>(
+      request, timeout, std::move(reply),
+      [this](grpc::ClientContext* c, const v1::ContributeWordsRequest* q,
+             v1::AllGatherWordsResponse* p,
+             std::function<void(grpc::Status)> f) {
+        stub_->async()->ContributeWords(c, q, p, std::move(f));
+      });
+}
+
+void RemoteCoordinatorLink::KvGet(const v1::KvGetRequest& request,
+                                  Reply<v1::KvGetResponse> reply,
+                                  const CancellationRef& cancellation) {
+  Call<v1::KvGetRequest, v1::KvGetResponse>(
+      request, absl::Milliseconds(request.timeout_ms()) + kDeadlineMargin,
+      std::move(reply),
+      [this](grpc::ClientContext* c, const v1::KvGetRequest* q,
+             v1::KvGetResponse* p, std::function<void(grpc::Status)> f) {
+        stub_->async()->KvGet(c, q, p, std::move(f));
+      },
+      cancellation);
+}
+
+void RemoteCoordinatorLink::LeaveNode(const v1::LeaveNodeRequest& request,
+                                      Reply<v1::LeaveNodeResponse> reply) {
+  {
+    // From here on a closing stream is expected, not a loss.
+    absl::MutexLock lock(&mu_);
+    lost_ = true;
+    timer_->Cancel(heartbeat_timer_);
+  }
+  Call<v1::LeaveNodeRequest, v1::LeaveNodeResponse>(
+      request, kShortCall, std::move(reply),
+      [this](grpc::ClientContext* c, const v1::LeaveNodeRequest* q,
+             v1::LeaveNodeResponse* p, std::function<void(grpc::Status)> f) {
+        stub_->async()->LeaveNode(c, q, p, std::move(f));
+      });
+}
+
+void RemoteCoordinatorLink::Stop() {
+  std::unique_ptr<EventStream> stream;
+  std::shared_ptr<RoundStream> rounds;
+  std::shared_ptr<RoundLink> round_link;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+    timer_->Cancel(heartbeat_timer_);
+    stream = std::move(stream_);
+    rounds = std::move(rounds_);
+    round_link = std::move(round_link_);
+  }
+  if (stream) stream->CancelAndWait();
+  if (rounds) rounds->CancelAndWait();
+  if (round_link) round_link->Stop();
+  // Calls still in flight reference this link: cancel them and wait.
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, context] : inflight_) context->TryCancel();
+  mu_.Await(absl::Condition(
+      +[](std::map<uint64_t, grpc::ClientContext*>* calls) {
+        return calls->empty();
+      },
+      &inflight_));
+}
+
+}  // namespace rankd

@@ -1,0 +1,351 @@
+#include "daemon/node/round_link.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/functional/function_ref.h"
+#include "absl/strings/str_cat.h"
+#include "common/credentials.h"
+#include "common/limits.h"
+#include "common/monotonic_clock.h"
+#include "daemon/transport/round_link_protocol.h"
+
+namespace rankd {
+namespace {
+
+// Connecting and the handshake poll in slices this long, so Stop is seen
+// even before there is a connection to shut down.
+constexpr absl::Duration kOpenPollSlice = absl::Milliseconds(50);
+
+// Sends all of `bytes` (a blocking socket, bounded by its send timeout).
+absl::Status SendAll(int fd, absl::string_view bytes) {
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    ssize_t n =
+        ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+    } else if (n == 0 || errno != EINTR) {
+      return absl::UnavailableError(n == 0 ? "sent nothing"
+                                           : std::strerror(errno));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+RoundLink::RoundLink(Options options)
+    : options_(std::move(options)), pending_(options_.coordinator_address) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+RoundLink::~RoundLink() { Stop(); }
+
+bool RoundLink::Send(v1::ContributeWordsRequest request,
+                     PendingRounds::RoundReply& reply, absl::Time deadline) {
+  absl::MutexLock send_lock(&send_mu_);
+  int fd = -1;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!open_ || ended_) return false;
+    fd = fd_;
+  }
+  const uint64_t tag = pending_.Add(request.round(), deadline, reply);
+  if (tag == 0) return false;
+  request.set_tag(tag);
+  if (!SendAll(fd, RoundLinkFrame(request.SerializeAsString())).ok()) {
+    // Broken, or the coordinator took nothing for send_timeout: the
+    // reader sees the shutdown and fails what waits, this round too.
+    absl::MutexLock lock(&mu_);
+    ::shutdown(fd, SHUT_RDWR);
+  }
+  return true;
+}
+
+absl::Status RoundLink::WaitOpen(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return open_ || ended_;
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&settled), timeout)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("round link to coordinator at ",
+                     options_.coordinator_address, " still opening"));
+  }
+  if (open_) return absl::OkStatus();
+  return open_error_.ok() ? absl::UnavailableError("round link ended")
+                          : open_error_;
+}
+
+void RoundLink::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void RoundLink::Run() {
+  int fd = -1;
+  absl::Status why = Open(&fd);
+  const bool was_open = why.ok();
+  if (options_.on_open) options_.on_open(why);
+  if (was_open) why = ReadOutcomes(fd);
+  {
+    // Not while a Send writes on the socket.
+    absl::MutexLock send_lock(&send_mu_);
+    absl::MutexLock lock(&mu_);
+    ended_ = true;
+    open_ = false;
+    if (stopping_) why = absl::CancelledError("daemon is shutting down");
+    if (!was_open) open_error_ = why;
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  pending_.Abandon(why);
+  if (was_open && options_.on_end) options_.on_end(why);
+}
+
+namespace {
+
+// Waits for `events` on `fd` until `deadline`, in slices, giving up once
+// `stopping` says so.
+absl::Status Await(int fd, short events, absl::Time deadline,
+                   absl::FunctionRef<bool()> stopping) {
+  while (true) {
+    if (stopping()) return absl::CancelledError("daemon is shutting down");
+    absl::Duration left = deadline - MonotonicNow();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError("timed out");
+    }
+    pollfd p{fd, events, 0};
+    int ms = static_cast<int>(
+        absl::ToInt64Milliseconds(std::min(left, kOpenPollSlice)) + 1);
+    int n = ::poll(&p, 1, ms);
+    if (n > 0) return absl::OkStatus();
+    if (n < 0 && errno != EINTR) {
+      return absl::UnavailableError(std::strerror(errno));
+    }
+  }
+}
+
+// Reads exactly `size` bytes; polls with `deadline` first when it is
+// finite (the handshake), else blocks (Stop shuts the socket down).
+absl::Status ReadExactly(int fd, char* out, size_t size, absl::Time deadline,
+                         absl::FunctionRef<bool()> stopping) {
+  size_t got = 0;
+  while (got < size) {
+    if (deadline != absl::InfiniteFuture()) {
+      if (auto s = Await(fd, POLLIN, deadline, stopping); !s.ok()) return s;
+    }
+    ssize_t n = ::recv(fd, out + got, size - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (n == 0) {
+      return absl::UnavailableError("connection closed");
+    } else if (errno != EINTR && errno != EAGAIN) {
+      return absl::UnavailableError(std::strerror(errno));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadFrame(int fd, size_t max_bytes, absl::Time deadline,
+                       absl::FunctionRef<bool()> stopping,
+                       std::string* payload) {
+  char header[kRoundLinkHeaderBytes];
+  if (auto s = ReadExactly(fd, header, sizeof(header), deadline, stopping);
+      !s.ok()) {
+    return s;
+  }
+  const uint32_t length = RoundLinkFrameLength(header);
+  if (length > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a frame of ", length, " bytes (at most ", max_bytes, ")"));
+  }
+  payload->resize(length);
+  return ReadExactly(fd, payload->data(), length, deadline, stopping);
+}
+
+}  // namespace
+
+absl::Status ShakeHandsAsNode(int fd, const v1::NodeRef& node,
+                              absl::string_view node_token, absl::Time deadline,
+                              absl::FunctionRef<bool()> stopping,
+                              absl::string_view where) {
+  auto failed = [&](const absl::Status& s, absl::string_view doing) {
+    return absl::Status(s.code(),
+                        absl::StrCat(where, ": ", doing, ": ", s.message()));
+  };
+  std::string payload;
+  std::string coordinator_nonce;
+  if (auto s = ReadFrame(fd, kMaxRoundLinkHandshakeBytes, deadline, stopping,
+                         &payload);
+      !s.ok()) {
+    return failed(s, "no greeting");
+  }
+  if (auto s = ParseRoundLinkGreeting(payload, &coordinator_nonce); !s.ok()) {
+    return failed(s, "bad greeting");
+  }
+  v1::RoundLinkHello hello;
+  *hello.mutable_node() = node;
+  if (auto s = NewRoundLinkNonce(hello.mutable_nonce()); !s.ok()) return s;
+  if (!node_token.empty()) {
+    hello.set_proof(TokenProof(
+        node_token, NodeTranscript(coordinator_nonce, hello.nonce(), node)));
+  }
+  if (auto s = SendAll(fd, RoundLinkFrame(hello.SerializeAsString()));
+      !s.ok()) {
+    return failed(s, "cannot send hello");
+  }
+  if (auto s = ReadFrame(fd, kMaxRoundLinkHandshakeBytes, deadline, stopping,
+                         &payload);
+      !s.ok()) {
+    return failed(s, "no welcome");
+  }
+  v1::RoundLinkWelcome welcome;
+  if (!welcome.ParseFromString(payload)) {
+    return absl::UnavailableError(
+        absl::StrCat(where, ": the welcome is not a RoundLinkWelcome"));
+  }
+  if (welcome.code() != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(welcome.code()),
+                        absl::StrCat(where, " refused: ", welcome.message()));
+  }
+  if (!node_token.empty() &&
+      !SecretsEqual(
+          welcome.proof(),
+          TokenProof(node_token, CoordinatorTranscript(coordinator_nonce,
+                                                       hello.nonce(), node)))) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(where,
+                     ": the peer could not prove it holds the job's "
+                     "node key"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RoundLink::Open(int* fd_out) {
+  const absl::Time deadline = MonotonicNow() + options_.open_timeout;
+  const std::string where = absl::StrCat("round link to coordinator at ",
+                                         options_.host, ":", options_.port);
+  auto stopping = [this] {
+    absl::MutexLock lock(&mu_);
+    return stopping_;
+  };
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string port = absl::StrCat(options_.port);
+  if (int rc =
+          ::getaddrinfo(options_.host.c_str(), port.c_str(), &hints, &found);
+      rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat(where, ": cannot resolve host: ", ::gai_strerror(rc)));
+  }
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(
+      found, &::freeaddrinfo);
+  absl::Status last = absl::UnavailableError("no address");
+  int fd = -1;
+  for (addrinfo* a = addresses.get(); a != nullptr && fd < 0; a = a->ai_next) {
+    int s = ::socket(a->ai_family,
+                     a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (s < 0) {
+      last = absl::UnavailableError(std::strerror(errno));
+      continue;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_) {
+        ::close(s);
+        return absl::CancelledError("daemon is shutting down");
+      }
+      fd_ = s;  // from here on Run closes it
+    }
+    if (::connect(s, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
+      last = absl::UnavailableError(std::strerror(errno));
+    } else if (auto w = Await(s, POLLOUT, deadline, stopping); !w.ok()) {
+      last = w;
+    } else {
+      int error = 0;
+      socklen_t len = sizeof(error);
+      ::getsockopt(s, SOL_SOCKET, SO_ERROR, &error, &len);
+      if (error == 0) {
+        fd = s;
+        break;
+      }
+      last = absl::UnavailableError(std::strerror(error));
+    }
+    absl::MutexLock lock(&mu_);
+    ::close(s);
+    fd_ = -1;
+  }
+  if (fd < 0) {
+    return absl::Status(
+        last.code(), absl::StrCat(where, ": cannot connect: ", last.message()));
+  }
+  // Frames are small and latency is the point; sends block, bounded.
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  timeval send_timeout = absl::ToTimeval(options_.send_timeout);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout,
+               sizeof(send_timeout));
+
+  if (absl::Status s = ShakeHandsAsNode(fd, options_.node, options_.node_token,
+                                        deadline, stopping, where);
+      !s.ok()) {
+    return s;
+  }
+  *fd_out = fd;
+  absl::MutexLock lock(&mu_);
+  open_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status RoundLink::ReadOutcomes(int fd) {
+  auto never = [] { return false; };
+  std::string payload;
+  v1::RoundOutcome outcome;
+  while (true) {
+    absl::Status s = ReadFrame(fd, static_cast<size_t>(kMaxGrpcMessageBytes),
+                               absl::InfiniteFuture(), never, &payload);
+    if (!s.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("round link to coordinator at ",
+                       options_.coordinator_address, " ended: ", s.message()));
+    }
+    outcome.Clear();
+    if (!outcome.ParseFromString(payload)) {
+      return absl::UnavailableError(absl::StrCat(
+          "round link to coordinator at ", options_.coordinator_address,
+          " ended: it sent a frame that is not a RoundOutcome"));
+    }
+    if (outcome.tag() == 0 && outcome.code() != 0) {
+      // The coordinator's reason for closing.
+      return absl::Status(
+          static_cast<absl::StatusCode>(outcome.code()),
+          absl::StrCat("round link to coordinator at ",
+                       options_.coordinator_address,
+                       " closed by the coordinator: ", outcome.message()));
+    }
+    // An unknown tag is a round this side gave up on (ExpireOverdue).
+    pending_.Answer(outcome);
+  }
+}
+
+}  // namespace rankd

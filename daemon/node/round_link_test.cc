@@ -1,0 +1,560 @@
+// Tests of the round link: RoundLinkServer and RoundLink over real TCP
+// sockets on loopback, with the coordinator stood in for by handlers, and
+// raw sockets playing a misbehaving node.
+#include "daemon/node/round_link.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/credentials.h"
+#include "common/monotonic_clock.h"
+#include "daemon/coordinator/word_rounds.h"
+#include "daemon/node/pending_rounds.h"
+#include "daemon/transport/round_link_protocol.h"
+#include "daemon/transport/round_link_server.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace rankd {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kToken[] = "node-1.secret-of-node-one";
+
+v1::NodeRef Node(uint32_t index) {
+  v1::NodeRef node;
+  node.set_job_id("job");
+  node.set_node_index(index);
+  node.set_daemon_incarnation(7);
+  return node;
+}
+
+// A coordinator stand-in: node 1 must prove kToken; every contribution is
+// answered with its own frames' words (or, with `hold`, kept unanswered).
+struct FakeCoordinator {
+  bool hold = false;
+  bool prove_wrongly = false;
+  absl::Mutex mu;
+  std::vector<WordRounds::SharedDone> held ABSL_GUARDED_BY(mu);
+  std::atomic<int> contributions{0};
+
+  RoundLinkServer::Handlers Handlers() {
+    RoundLinkServer::Handlers h;
+    h.admit = [this](const v1::RoundLinkHello& hello,
+                     absl::string_view node_transcript,
+                     absl::string_view coordinator_transcript)
+        -> absl::StatusOr<RoundLinkServer::Admission> {
+      if (hello.node().node_index() != 1 ||
+          !SecretsEqual(hello.proof(), TokenProof(kToken, node_transcript))) {
+        return absl::UnauthenticatedError("not node 1's token");
+      }
+      return RoundLinkServer::Admission{
+          1u,
+          TokenProof(prove_wrongly ? "other" : kToken, coordinator_transcript)};
+    };
+    h.authorize = [](std::optional<uint32_t> node,
+                     const v1::ContributeWordsRequest& request) {
+      if (node.has_value() && request.node().node_index() != *node) {
+        return absl::PermissionDeniedError("node 1 cannot act as another");
+      }
+      return absl::OkStatus();
+    };
+    h.contribute = [this](const v1::ContributeWordsRequest& request,
+                          WordRounds::SharedDone done) {
+      ++contributions;
+      if (hold) {
+        absl::MutexLock lock(&mu);
+        held.push_back(std::move(done));
+        return;
+      }
+      v1::AllGatherWordsResponse result;
+      result.set_round(request.round());
+      result.set_words_per_rank(1);
+      for (const auto& frame : request.frames()) {
+        for (uint32_t w : frame.words()) result.add_words(w);
+      }
+      done(std::make_shared<WordRounds::Outcome>(request.round(), result));
+    };
+    return h;
+  }
+};
+
+RoundLink::Options LinkOptions(int port, std::string token = kToken) {
+  RoundLink::Options o;
+  o.host = "127.0.0.1";
+  o.port = static_cast<uint16_t>(port);
+  o.coordinator_address = "127.0.0.1:1";
+  o.node = Node(1);
+  o.node_token = std::move(token);
+  return o;
+}
+
+v1::ContributeWordsRequest Contribution(uint64_t round, uint32_t node,
+                                        uint32_t word) {
+  v1::ContributeWordsRequest r;
+  *r.mutable_node() = Node(node);
+  r.set_round(round);
+  auto* frame = r.add_frames();
+  frame->set_rank(node);
+  frame->add_words(word);
+  return r;
+}
+
+// Collects one reply.
+struct Answer {
+  absl::Notification done;
+  absl::StatusOr<v1::AllGatherWordsResponse> result =
+      absl::UnknownError("unset");
+  PendingRounds::RoundReply reply() {
+    return [this](absl::StatusOr<v1::AllGatherWordsResponse> r) {
+      result = std::move(r);
+      done.Notify();
+    };
+  }
+  bool Wait() { return done.WaitForNotificationWithTimeout(absl::Seconds(10)); }
+};
+
+std::unique_ptr<RoundLinkServer> StartServer(FakeCoordinator& coordinator) {
+  auto server = RoundLinkServer::Start("127.0.0.1", 0, coordinator.Handlers());
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? *std::move(server) : nullptr;
+}
+
+TEST(RoundLinkTest, ANodeSendsRoundsAndGetsEachOutcomeByTag) {
+  FakeCoordinator coordinator;
+  auto server = StartServer(coordinator);
+  ASSERT_NE(server, nullptr);
+  RoundLink link(LinkOptions(server->port()));
+  ASSERT_TRUE(link.WaitOpen(absl::Seconds(10)).ok());
+  EXPECT_EQ(server->open_links(), 1u);
+  std::vector<std::unique_ptr<Answer>> answers;
+  for (uint64_t round = 1; round <= 50; ++round) {
+    answers.push_back(std::make_unique<Answer>());
+    auto reply = answers.back()->reply();
+    ASSERT_TRUE(link.Send(Contribution(round, 1, 1000 + round), reply,
+                          absl::InfiniteFuture()));
+    EXPECT_FALSE(reply) << "Send takes the reply";
+  }
+  for (uint64_t round = 1; round <= 50; ++round) {
+    Answer& a = *answers[round - 1];
+    ASSERT_TRUE(a.Wait());
+    ASSERT_TRUE(a.result.ok()) << a.result.status();
+    EXPECT_EQ(a.result->round(), round);
+    EXPECT_THAT(a.result->words(), ::testing::ElementsAre(1000 + round));
+  }
+}
+
+TEST(RoundLinkTest, OutcomesCarryTheirWordsAsFourBytesEach) {
+  // Large words: 4 bytes each is less than their varints.
+  v1::AllGatherWordsResponse words;
+  words.set_round(7);
+  words.set_words_per_rank(2);
+  for (uint32_t w : {0xa0000000u, 0x90000000u, 0x80000000u, 0xffffffffu}) {
+    words.add_words(w);
+  }
+  WordRounds::Outcome outcome(7, words);
+  v1::RoundOutcome sent;
+  ASSERT_TRUE(sent.ParseFromString(outcome.LinkEncoded() +
+                                   WordRounds::Outcome::TagSuffix(3)));
+  EXPECT_EQ(sent.tag(), 3u);
+  EXPECT_EQ(sent.words_le().size(), 16u);
+  EXPECT_EQ(sent.result().words_size(), 0);
+  EXPECT_LT(outcome.LinkEncoded().size(), outcome.Encoded().size());
+  absl::StatusOr<v1::AllGatherWordsResponse> got = TakeOutcomeWords(sent);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->round(), 7u);
+  EXPECT_EQ(got->words_per_rank(), 2u);
+  EXPECT_THAT(got->words(), ::testing::ElementsAre(0xa0000000u, 0x90000000u,
+                                                   0x80000000u, 0xffffffffu));
+
+  // Words that are not whole 4-byte words, or words sent both ways.
+  v1::RoundOutcome torn;
+  torn.set_round(8);
+  torn.set_words_le("abcde");
+  EXPECT_EQ(TakeOutcomeWords(torn).status().code(),
+            absl::StatusCode::kInternal);
+  v1::RoundOutcome both;
+  both.set_words_le("abcd");
+  both.mutable_result()->add_words(1);
+  EXPECT_EQ(TakeOutcomeWords(both).status().code(),
+            absl::StatusCode::kInternal);
+  // Small words stay varints, and a failed round's encoding is the same on
+  // both paths.
+  v1::AllGatherWordsResponse small;
+  small.set_round(8);
+  for (uint32_t w : {1u, 2u, 300u, 0x0fffffffu}) small.add_words(w);
+  WordRounds::Outcome small_outcome(8, small);
+  EXPECT_EQ(small_outcome.LinkEncoded(), small_outcome.Encoded());
+  WordRounds::Outcome failed(9, absl::DeadlineExceededError("late"));
+  EXPECT_EQ(failed.LinkEncoded(), failed.Encoded());
+}
+
+TEST(RoundLinkTest, AWrongTokenIsRefusedWithTheCoordinatorsReason) {
+  FakeCoordinator coordinator;
+  auto server = StartServer(coordinator);
+  ASSERT_NE(server, nullptr);
+  RoundLink link(LinkOptions(server->port(), "node-1.forged"));
+  absl::Status open = link.WaitOpen(absl::Seconds(10));
+  EXPECT_EQ(open.code(), absl::StatusCode::kUnauthenticated) << open;
+  EXPECT_THAT(open.message(), HasSubstr("refused: not node 1's token"));
+  PendingRounds::RoundReply reply =
+      [](absl::StatusOr<v1::AllGatherWordsResponse>) {};
+  EXPECT_FALSE(link.Send(Contribution(1, 1, 1), reply, absl::InfiniteFuture()));
+  EXPECT_TRUE(reply) << "a refused Send leaves the reply to the caller";
+  EXPECT_EQ(server->open_links(), 0u);
+}
+
+TEST(RoundLinkTest, ACoordinatorThatCannotProveTheNodeKeyIsNotTrusted) {
+  FakeCoordinator coordinator;
+  coordinator.prove_wrongly = true;
+  auto server = StartServer(coordinator);
+  ASSERT_NE(server, nullptr);
+  RoundLink link(LinkOptions(server->port()));
+  absl::Status open = link.WaitOpen(absl::Seconds(10));
+  EXPECT_EQ(open.code(), absl::StatusCode::kPermissionDenied) << open;
+  EXPECT_THAT(open.message(), HasSubstr("could not prove"));
+}
+
+TEST(RoundLinkTest, AContributionForAnotherNodeEndsTheLinkSayingWhy) {
+  FakeCoordinator coordinator;
+  auto server = StartServer(coordinator);
+  ASSERT_NE(server, nullptr);
+  RoundLink link(LinkOptions(server->port()));
+  ASSERT_TRUE(link.WaitOpen(absl::Seconds(10)).ok());
+  Answer a;
+  auto reply = a.reply();
+  ASSERT_TRUE(link.Send(Contribution(1, 2, 5), reply, absl::InfiniteFuture()));
+  ASSERT_TRUE(a.Wait());
+  EXPECT_EQ(a.result.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(a.result.status().message(),
+              HasSubstr("closed by the coordinator: node 1 cannot act as"));
+  EXPECT_EQ(coordinator.contributions.load(), 0);
+  // The link stays ended; the caller falls back to another path.
+  PendingRounds::RoundReply next =
+      [](absl::StatusOr<v1::AllGatherWordsResponse>) {};
+  EXPECT_FALSE(link.Send(Contribution(2, 1, 5), next, absl::InfiniteFuture()));
+}
+
+// One node's round 1 waiting at a coordinator that holds it.
+class WaitingRoundTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    coordinator_.hold = true;
+    server_ = StartServer(coordinator_);
+    ASSERT_NE(server_, nullptr);
+    link_ = std::make_unique<RoundLink>(LinkOptions(server_->port()));
+    ASSERT_TRUE(link_->WaitOpen(absl::Seconds(10)).ok());
+    auto reply = answer_.reply();
+    ASSERT_TRUE(
+        link_->Send(Contribution(1, 1, 5), reply, absl::InfiniteFuture()));
+    while (coordinator_.contributions.load() == 0) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  }
+  // Finishes the held round; its outcome must be dropped quietly.
+  void FinishLate() {
+    absl::MutexLock lock(&coordinator_.mu);
+    for (auto& done : coordinator_.held) {
+      done(std::make_shared<WordRounds::Outcome>(
+          1, absl::UnavailableError("late")));
+    }
+  }
+
+  FakeCoordinator coordinator_;
+  std::unique_ptr<RoundLinkServer> server_;
+  std::unique_ptr<RoundLink> link_;
+  Answer answer_;
+};
+
+TEST_F(WaitingRoundTest, StoppingTheNodeFailsItAsShutdown) {
+  link_->Stop();
+  ASSERT_TRUE(answer_.Wait());
+  EXPECT_EQ(answer_.result.status().code(), absl::StatusCode::kCancelled);
+  link_.reset();
+  FinishLate();  // after the node has gone
+}
+
+TEST_F(WaitingRoundTest, TheCoordinatorStoppingFailsItNamingTheCoordinator) {
+  server_->Stop();
+  ASSERT_TRUE(answer_.Wait());
+  EXPECT_EQ(answer_.result.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(answer_.result.status().message(),
+              HasSubstr("round link to coordinator at 127.0.0.1:1 ended"));
+  server_.reset();
+  FinishLate();  // after the server stopped
+}
+
+TEST(RoundLinkTest, OverdueRoundsFailNamingTheRound) {
+  FakeCoordinator coordinator;
+  coordinator.hold = true;
+  auto server = StartServer(coordinator);
+  ASSERT_NE(server, nullptr);
+  RoundLink link(LinkOptions(server->port()));
+  ASSERT_TRUE(link.WaitOpen(absl::Seconds(10)).ok());
+  Answer a;
+  auto reply = a.reply();
+  ASSERT_TRUE(link.Send(Contribution(9, 1, 5), reply,
+                        MonotonicNow() + absl::Milliseconds(1)));
+  link.ExpireOverdue(MonotonicNow() + absl::Seconds(1));
+  ASSERT_TRUE(a.Wait());
+  EXPECT_EQ(a.result.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(a.result.status().message(),
+              HasSubstr("did not answer all_gather_words round 9"));
+}
+
+// A raw TCP client speaking (or not) the protocol.
+class RawNode {
+ public:
+  explicit RawNode(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ =
+        ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    timeval t{10, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof(t));
+  }
+  ~RawNode() { ::close(fd_); }
+  bool connected() const { return connected_; }
+
+  void Send(const std::string& bytes) {
+    ASSERT_EQ(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+  }
+  void SendFrame(const std::string& payload) { Send(RoundLinkFrame(payload)); }
+  // One frame's payload, or nullopt when the connection ended first.
+  std::optional<std::string> ReadFrame() {
+    char header[kRoundLinkHeaderBytes];
+    if (!ReadExactly(header, sizeof(header))) return std::nullopt;
+    std::string payload(RoundLinkFrameLength(header), '\0');
+    if (!ReadExactly(payload.data(), payload.size())) return std::nullopt;
+    return payload;
+  }
+  // True when something (or the end) arrives within `timeout`.
+  bool Readable(absl::Duration timeout) {
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1,
+                  static_cast<int>(absl::ToInt64Milliseconds(timeout))) == 1;
+  }
+  // True when the peer closed (after whatever frames were pending).
+  bool ClosedByPeer() {
+    std::string sink(64 << 10, '\0');
+    while (true) {
+      ssize_t n = ::recv(fd_, sink.data(), sink.size(), 0);
+      if (n == 0) return true;
+      if (n < 0) return errno == ECONNRESET;
+    }
+  }
+  // Shakes hands as node `node` without authentication.
+  v1::RoundLinkWelcome Hello(uint32_t node) {
+    std::optional<std::string> greeting = ReadFrame();
+    EXPECT_TRUE(greeting.has_value());
+    v1::RoundLinkHello hello;
+    *hello.mutable_node() = Node(node);
+    hello.set_nonce(std::string(kRoundLinkNonceBytes, 'n'));
+    SendFrame(hello.SerializeAsString());
+    v1::RoundLinkWelcome welcome;
+    std::optional<std::string> frame = ReadFrame();
+    EXPECT_TRUE(frame.has_value() && welcome.ParseFromString(*frame));
+    return welcome;
+  }
+
+ private:
+  bool ReadExactly(char* out, size_t size) {
+    size_t got = 0;
+    while (got < size) {
+      ssize_t n = ::recv(fd_, out + got, size - got, 0);
+      if (n <= 0) return false;
+      got += static_cast<size_t>(n);
+    }
+    return true;
+  }
+  int fd_ = -1;
+  bool connected_ = false;
+};
+
+// Without authentication every node is admitted as itself.
+RoundLinkServer::Handlers OpenHandlers(FakeCoordinator& coordinator) {
+  RoundLinkServer::Handlers h = coordinator.Handlers();
+  h.admit =
+      [](const v1::RoundLinkHello&, absl::string_view,
+         absl::string_view) -> absl::StatusOr<RoundLinkServer::Admission> {
+    return RoundLinkServer::Admission{std::nullopt, ""};
+  };
+  return h;
+}
+
+// The coordinator's last outcome on `node`'s link says `code` and `why`,
+// then it closes.
+void ExpectLastWords(RawNode& node, absl::StatusCode code,
+                     const std::string& why) {
+  v1::RoundOutcome last;
+  auto frame = node.ReadFrame();
+  ASSERT_TRUE(frame.has_value() && last.ParseFromString(*frame));
+  EXPECT_EQ(last.tag(), 0u);
+  EXPECT_EQ(last.code(), static_cast<int>(code));
+  EXPECT_THAT(last.message(), HasSubstr(why));
+  EXPECT_TRUE(node.ClosedByPeer());
+}
+
+TEST(RoundLinkTest, GarbageAndOversizedFramesAreRefusedAndServingGoesOn) {
+  FakeCoordinator coordinator;
+  auto server =
+      RoundLinkServer::Start("127.0.0.1", 0, OpenHandlers(coordinator));
+  ASSERT_TRUE(server.ok());
+  const int port = (*server)->port();
+  {
+    // A hello that is not one.
+    RawNode node(port);
+    ASSERT_TRUE(node.ReadFrame().has_value());
+    node.SendFrame("not a protobuf \xff\xff\xff");
+    v1::RoundLinkWelcome welcome;
+    auto frame = node.ReadFrame();
+    ASSERT_TRUE(frame.has_value() && welcome.ParseFromString(*frame));
+    EXPECT_EQ(welcome.code(),
+              static_cast<int>(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(welcome.message(), HasSubstr("RoundLinkHello"));
+    EXPECT_TRUE(node.ClosedByPeer());
+  }
+  {
+    // A handshake frame over its bound.
+    RawNode node(port);
+    ASSERT_TRUE(node.ReadFrame().has_value());
+    node.Send(RoundLinkFrameHeader(1 << 20));
+    EXPECT_TRUE(node.ClosedByPeer());
+  }
+  {
+    // After the handshake: a 1 GiB frame, then garbage.
+    RawNode node(port);
+    EXPECT_EQ(node.Hello(1).code(), 0);
+    node.Send(RoundLinkFrameHeader(1u << 30));
+    ExpectLastWords(node, absl::StatusCode::kResourceExhausted,
+                    "frame of 1073741824 bytes");
+  }
+  {
+    RawNode node(port);
+    EXPECT_EQ(node.Hello(1).code(), 0);
+    node.SendFrame("\x0a\xff\xff\xff\xff\xff");
+    ExpectLastWords(node, absl::StatusCode::kInvalidArgument,
+                    "not a ContributeWordsRequest");
+  }
+  EXPECT_EQ(coordinator.contributions.load(), 0);
+  // And a well-behaved node is still served.
+  RawNode node(port);
+  EXPECT_EQ(node.Hello(1).code(), 0);
+  v1::ContributeWordsRequest request = Contribution(3, 1, 42);
+  request.set_tag(77);
+  node.SendFrame(request.SerializeAsString());
+  v1::RoundOutcome outcome;
+  auto frame = node.ReadFrame();
+  ASSERT_TRUE(frame.has_value() && outcome.ParseFromString(*frame));
+  EXPECT_EQ(outcome.tag(), 77u);
+  EXPECT_EQ(outcome.round(), 3u);
+  EXPECT_THAT(outcome.result().words(), ::testing::ElementsAre(42u));
+}
+
+// Issue 36 item 11: connections that never answer their greeting cannot
+// keep a node's link from opening. Each is greeted at once, however many
+// wait; past kMaxHandshakes the oldest is closed; the rest expire.
+TEST(RoundLinkTest, SilentConnectionsNeitherWaitUngreetedNorKeepANodeOut) {
+  // Both ends live in this process: room for both sides' descriptors.
+  const size_t needed = 2 * (RoundLinkServer::kMaxHandshakes + 400) + 64;
+  rlimit files{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &files), 0);
+  if (files.rlim_cur < needed) {
+    files.rlim_cur = std::min<rlim_t>(files.rlim_max, needed);
+    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &files), 0);
+  }
+  if (files.rlim_cur < needed) {
+    GTEST_SKIP() << "needs " << needed << " file descriptors; the hard "
+                 << "limit is " << files.rlim_max;
+  }
+  FakeCoordinator coordinator;
+  auto server = StartServer(coordinator);
+  ASSERT_NE(server, nullptr);
+  const absl::Time start = MonotonicNow();
+  std::vector<std::unique_ptr<RawNode>> silent;
+  for (size_t i = 0; i < RoundLinkServer::kMaxHandshakes + 400; ++i) {
+    silent.push_back(std::make_unique<RawNode>(server->port()));
+    ASSERT_TRUE(silent.back()->connected()) << i;
+  }
+  // The newest is greeted at once (the server waited for none of the
+  // others), and the oldest were closed to make room.
+  ASSERT_TRUE(silent.back()->Readable(absl::Seconds(2)));
+  std::optional<std::string> greeting = silent.back()->ReadFrame();
+  ASSERT_TRUE(greeting.has_value());
+  std::string nonce;
+  EXPECT_TRUE(ParseRoundLinkGreeting(*greeting, &nonce).ok());
+  EXPECT_TRUE(silent.front()->ClosedByPeer());
+  EXPECT_LT(MonotonicNow() - start, kRoundLinkHandshakeTimeout);
+  // A node behind them all opens its link within its open timeout, well
+  // before any silent one expired.
+  RoundLink link(LinkOptions(server->port()));
+  EXPECT_TRUE(link.WaitOpen(absl::Seconds(4)).ok());
+  EXPECT_LT(MonotonicNow() - start, kRoundLinkHandshakeTimeout);
+  Answer answer;
+  auto reply = answer.reply();
+  ASSERT_TRUE(link.Send(Contribution(1, 1, 5), reply,
+                        MonotonicNow() + absl::Seconds(5)));
+  ASSERT_TRUE(answer.Wait());
+  EXPECT_TRUE(answer.result.ok()) << answer.result.status();
+  // The silent ones still open are dropped once their deadline passes.
+  EXPECT_TRUE(silent.back()->ClosedByPeer());
+  EXPECT_GE(MonotonicNow() - start,
+            kRoundLinkHandshakeTimeout - absl::Seconds(1));
+  EXPECT_EQ(server->open_links(), 1u);
+}
+
+TEST(RoundLinkTest, ANodeThatStopsReadingIsCutOffAtTheQueueBound) {
+  FakeCoordinator coordinator;
+  coordinator.hold = true;
+  auto server =
+      RoundLinkServer::Start("127.0.0.1", 0, OpenHandlers(coordinator));
+  ASSERT_TRUE(server.ok());
+  RawNode node((*server)->port());
+  EXPECT_EQ(node.Hello(1).code(), 0);
+  node.SendFrame(Contribution(1, 1, 1).SerializeAsString());
+  while (coordinator.contributions.load() == 0) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  WordRounds::SharedDone done;
+  {
+    absl::MutexLock lock(&coordinator.mu);
+    done = coordinator.held.front();
+  }
+  // A big outcome, delivered far more often than the node reads.
+  v1::AllGatherWordsResponse big;
+  big.set_round(1);
+  big.set_words_per_rank(1);
+  for (int i = 0; i < 16384; ++i) big.add_words(0xffffffffu);
+  auto outcome = std::make_shared<WordRounds::Outcome>(1, big);
+  for (size_t i = 0; i < RoundLinkServer::kMaxQueuedOutcomes + 2048; ++i) {
+    done(outcome);
+  }
+  // The node, reading at last, finds the link closed after what was sent.
+  EXPECT_TRUE(node.ClosedByPeer());
+  const absl::Time give_up = MonotonicNow() + absl::Seconds(10);
+  while ((*server)->open_links() != 0 && MonotonicNow() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ((*server)->open_links(), 0u);
+}
+
+}  // namespace
+}  // namespace rankd

@@ -1,0 +1,153 @@
+// RoundLinkServer: the coordinator's end of the round links
+// (round_link_protocol.h). One thread accepts nodes' connections, shakes
+// hands and reads contributions with epoll; outcomes are written by
+// whichever thread finishes a round, straight to the socket when it has
+// room (most of the time), queued for the thread otherwise. A round's one
+// encoding (WordRounds::Outcome::Encoded) goes to every node by reference,
+// followed by its tag, as on the Rounds stream (round_stream_reactor.h).
+//
+// Bounds (what a connection can make the coordinator hold):
+//   - every connection is accepted as soon as it arrives and greeted at
+//     once; each has kRoundLinkHandshakeTimeout to answer, with frames of
+//     at most kMaxRoundLinkHandshakeBytes. At most kMaxHandshakes
+//     connections are in their handshake at once: one more closes the
+//     oldest of them (as does running out of file descriptors), and at
+//     most kMaxAcceptsPerWake are accepted between reads. So
+//     connections that never answer (hundreds queued on the port) cannot
+//     keep a node's link from opening: a node answers its greeting within
+//     a round trip, long before it is the oldest (issue 36 item 11;
+//     earlier, connections beyond the bound waited unaccepted in the
+//     listen backlog, and a node queued behind 400 silent ones timed out
+//     waiting for its greeting).
+//   - one open link per node: a node's newer link closes its older one;
+//     at most kMaxLinks links in all.
+//   - contribution frames of at most kMaxGrpcMessageBytes (common/limits.h),
+//     as on gRPC; at most kMaxQueuedOutcomes outcomes waiting for a node
+//     that does not read, then its link is closed (RESOURCE_EXHAUSTED).
+// A frame that is not what the protocol expects, or a contribution refused
+// by `authorize`, closes the link after a last outcome saying why.
+//
+// Depends on absl, WordRounds (the shared outcome), the round link
+// protocol, common/limits and the protos. Knows nothing of gRPC.
+#ifndef RANKD_DAEMON_ROUND_LINK_SERVER_H_
+#define RANKD_DAEMON_ROUND_LINK_SERVER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/coordinator/word_rounds.h"
+#include "rankd/v1/peer.pb.h"
+
+namespace rankd {
+
+class RoundLinkServer {
+ public:
+  // Room for every node of a large job connecting at the same moment.
+  static constexpr size_t kMaxHandshakes = 1024;
+  // Connections accepted per wake of the thread, so a stream of new
+  // connections cannot keep it from reading the ones it has.
+  static constexpr size_t kMaxAcceptsPerWake = 64;
+  // Links of any kind at once (with nodes named, one per node anyway).
+  static constexpr size_t kMaxLinks = 65536;
+  static constexpr size_t kMaxQueuedOutcomes = 4096;
+
+  // Who a link acts as once admitted: the node it speaks for (nullopt: any;
+  // a node has one link) and the coordinator's proof for the welcome.
+  struct Admission {
+    std::optional<uint32_t> node;
+    std::string proof;
+  };
+
+  struct Handlers {
+    // Admits the node that sent `hello` (proof checked against
+    // `node_transcript`; the coordinator's own proof made over
+    // `coordinator_transcript`), or says why not. Runs on the server's
+    // thread.
+    std::function<absl::StatusOr<Admission>(
+        const v1::RoundLinkHello& hello, absl::string_view node_transcript,
+        absl::string_view coordinator_transcript)>
+        admit;
+    // OK when a link admitted as `node` may send `request`.
+    std::function<absl::Status(std::optional<uint32_t> node,
+                               const v1::ContributeWordsRequest& request)>
+        authorize;
+    // Hands a contribution to the coordinator; `done` runs exactly once, on
+    // any thread.
+    std::function<void(const v1::ContributeWordsRequest& request,
+                       WordRounds::SharedDone done)>
+        contribute;
+  };
+
+  // Listens on `host`:`port` (port 0: any free port) and starts the
+  // thread. Unavailable naming the address when it cannot listen.
+  static absl::StatusOr<std::unique_ptr<RoundLinkServer>> Start(
+      const std::string& host, int port, Handlers handlers);
+
+  // Stop()s.
+  ~RoundLinkServer();
+  RoundLinkServer(const RoundLinkServer&) = delete;
+  RoundLinkServer& operator=(const RoundLinkServer&) = delete;
+
+  // The port it listens on.
+  int port() const { return port_; }
+
+  // Links open now (admitted and not yet closed). For tests and metrics.
+  size_t open_links() const;
+
+  // Closes the listener and every link and joins the thread; outcomes of
+  // rounds that finish later are dropped. Idempotent.
+  void Stop();
+
+ private:
+  class Connection;
+
+  RoundLinkServer(int listen_fd, int port, Handlers handlers);
+  void Run();
+  void Accept();
+  // Closes the connection that has been in its handshake longest; false
+  // when none is.
+  bool CloseOldestHandshake();
+  // Reads what `c` sent and handles every whole frame; false when `c` is
+  // to be closed.
+  bool OnReadable(const std::shared_ptr<Connection>& c);
+  bool OnHello(const std::shared_ptr<Connection>& c, absl::string_view frame);
+  bool OnContribution(const std::shared_ptr<Connection>& c,
+                      absl::string_view frame);
+  void Close(int fd);
+  void ExpireHandshakes();
+
+  const int listen_fd_;
+  const int port_;
+  const Handlers handlers_;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;  // an eventfd: Stop wakes the thread through it
+  std::thread thread_;
+
+  // Only the server's thread touches these.
+  std::unique_ptr<char[]> read_buffer_;
+  std::map<int, std::shared_ptr<Connection>> connections_;
+  std::map<uint32_t, int> link_of_node_;  // admitted links with a node
+  size_t handshaking_ = 0;
+  // Connections in their handshake, oldest first (so also by deadline);
+  // entries whose connection was closed or got through are skipped.
+  std::deque<std::weak_ptr<Connection>> handshakes_;
+
+  mutable absl::Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  size_t open_links_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace rankd
+
+#endif  // RANKD_DAEMON_ROUND_LINK_SERVER_H_
