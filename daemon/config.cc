@@ -1,3 +1,8 @@
+// daemon/config.cc: ResolveConfig (daemon/config.h): the stages that
+// resolve a daemon's identity, shape, addresses, heartbeat, recovery and
+// security from its settings; the limits' stages are in
+// daemon/internal/limit_settings.cc, the settings' parsing in
+// daemon/internal/setting.cc.
 #include "daemon/config.h"
 
 #include <unistd.h>
@@ -8,15 +13,27 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "common/limits.h"
+#include "daemon/internal/limit_settings.h"
+#include "daemon/internal/setting.h"
 
 namespace rankd {
 namespace {
+
+using config_internal::Default;
+using config_internal::Invalid;
+using config_internal::Number;
+using config_internal::ParseAddress;
+using config_internal::ParseBool;
+using config_internal::ParseOptional;
+using config_internal::ParseUint32;
+using config_internal::Ref;
+using config_internal::RequirePositive;
+using config_internal::ResolveAgreeing;
+using config_internal::Setting;
+using config_internal::Show;
 
 // Kubernetes variables (see config.h).
 constexpr char kLwsLeaderAddress[] = "LWS_LEADER_ADDRESS";
@@ -27,155 +44,6 @@ constexpr char kPodIp[] = "POD_IP";
 constexpr char kPodName[] = "POD_NAME";
 constexpr char kNodeName[] = "NODE_NAME";
 constexpr char kHostname[] = "HOSTNAME";
-
-// Debian's abseil has its own string_view, distinct from std::string_view.
-absl::string_view Av(std::string_view s) { return {s.data(), s.size()}; }
-
-// Renders a value for an error message: as is when it is plain, quoted and
-// escaped when it is empty or has spaces or unprintable characters.
-std::string Show(std::string_view value) {
-  bool plain = !value.empty();
-  for (char c : value) {
-    if (!absl::ascii_isgraph(static_cast<unsigned char>(c)) || c == '"') {
-      plain = false;
-    }
-  }
-  if (plain) return std::string(value);
-  return absl::StrCat("\"", absl::CHexEscape(Av(value)), "\"");
-}
-
-// One setting's value and the name of where it came from: "--world_size"
-// for a flag, "RANKD_WORLD_SIZE" or "LWS_GROUP_SIZE" for a variable, and the
-// flag's name for a default (that is what a person would set to change it).
-struct Setting {
-  std::string value;
-  std::string source;
-
-  // "--world_size=7", "RANKD_WORLD_SIZE=7".
-  std::string Assignment() const {
-    return absl::StrCat(source, "=", Show(value));
-  }
-};
-
-// "--world_size(8)" style reference to an already-parsed number.
-std::string Ref(const Setting& s, uint64_t value) {
-  return absl::StrCat(s.source, "(", value, ")");
-}
-
-std::string FlagName(std::string_view name) {
-  return absl::StrCat("--", Av(name));
-}
-
-std::string EnvName(std::string_view name) {
-  return absl::StrCat("RANKD_", absl::AsciiStrToUpper(Av(name)));
-}
-
-// The explicit value of setting `name`: its flag, else its RANKD_ variable.
-std::optional<Setting> Explicit(const std::optional<std::string>& flag,
-                                std::string_view name, const EnvLookup& env) {
-  if (flag.has_value()) return Setting{*flag, FlagName(name)};
-  std::string env_name = EnvName(name);
-  if (std::optional<std::string> v = env(env_name); v.has_value()) {
-    return Setting{*v, std::move(env_name)};
-  }
-  return std::nullopt;
-}
-
-// A Kubernetes variable; empty counts as absent.
-std::optional<Setting> Kubernetes(std::string_view name, const EnvLookup& env) {
-  std::optional<std::string> v = env(name);
-  if (!v.has_value() || v->empty()) return std::nullopt;
-  return Setting{*v, std::string(name)};
-}
-
-Setting Default(std::string_view name, std::string value) {
-  return Setting{std::move(value), FlagName(name)};
-}
-
-absl::Status Invalid(std::string_view message) {
-  return absl::InvalidArgumentError(Av(message));
-}
-
-// Strict unsigned decimal: digits only, at most 10 of them, <= 2^32-1.
-absl::StatusOr<uint32_t> ParseUint32(const Setting& s) {
-  const std::string& v = s.value;
-  bool digits = !v.empty() && v.size() <= 10;
-  for (char c : v)
-    digits = digits && absl::ascii_isdigit(static_cast<unsigned char>(c));
-  uint64_t n = 0;
-  if (digits) {
-    for (char c : v) n = n * 10 + static_cast<uint64_t>(c - '0');
-  }
-  if (!digits || n > 0xFFFFFFFFull) {
-    return Invalid(absl::StrCat(s.Assignment(),
-                                " is not a whole number in 0..4294967295"));
-  }
-  return static_cast<uint32_t>(n);
-}
-
-absl::StatusOr<bool> ParseBool(const Setting& s) {
-  const std::string v = absl::AsciiStrToLower(s.value);
-  if (v == "true" || v == "1" || v == "yes") return true;
-  if (v == "false" || v == "0" || v == "no") return false;
-  return Invalid(
-      absl::StrCat(s.Assignment(), " is not a boolean (true or false)"));
-}
-
-absl::Status RequirePositive(const Setting& s, uint32_t value) {
-  if (value == 0) return Invalid(absl::StrCat(s.Assignment(), " must be >= 1"));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<HostPort> ParseAddress(const Setting& s) {
-  absl::StatusOr<HostPort> hp = ParseHostPort(s.value);
-  if (!hp.ok()) {
-    return Invalid(absl::StrCat(s.Assignment(),
-                                " is not HOST:PORT: ", hp.status().message()));
-  }
-  return hp;
-}
-
-// Parsed numeric setting plus where it came from.
-struct Number {
-  uint32_t value;
-  Setting setting;
-  std::string Ref() const { return rankd::Ref(setting, value); }
-};
-
-absl::StatusOr<std::optional<Number>> ParseOptional(
-    const std::optional<Setting>& s) {
-  if (!s.has_value()) return std::optional<Number>();
-  absl::StatusOr<uint32_t> v = ParseUint32(*s);
-  if (!v.ok()) return v.status();
-  return std::optional<Number>(Number{*v, *s});
-}
-
-// Resolves a number that may be given explicitly and by Kubernetes
-// variables. All given values must agree; the explicit one wins, then the
-// Kubernetes ones in order, then `fallback`.
-absl::StatusOr<Number> ResolveAgreeing(
-    const std::optional<Setting>& explicit_setting,
-    const std::vector<std::optional<Setting>>& kubernetes,
-    std::string_view name, uint32_t fallback) {
-  std::vector<Number> given;
-  absl::StatusOr<std::optional<Number>> e = ParseOptional(explicit_setting);
-  if (!e.ok()) return e.status();
-  if (e->has_value()) given.push_back(**e);
-  for (const std::optional<Setting>& k : kubernetes) {
-    absl::StatusOr<std::optional<Number>> n = ParseOptional(k);
-    if (!n.ok()) return n.status();
-    if (n->has_value()) given.push_back(**n);
-  }
-  for (size_t i = 1; i < given.size(); ++i) {
-    if (given[i].value != given[0].value) {
-      return Invalid(absl::StrCat(given[0].setting.Assignment(), " but ",
-                                  given[i].setting.Assignment(),
-                                  "; they must agree (drop one or fix it)"));
-    }
-  }
-  if (!given.empty()) return given[0];
-  return Number{fallback, Default(name, absl::StrCat(fallback))};
-}
 
 absl::Status ValidateJobId(const Setting& s) {
   if (!IsJobId(s.value)) {
@@ -227,7 +95,7 @@ namespace {
 class Resolver {
  public:
   Resolver(const RawConfig& flags, const EnvLookup& env)
-      : flags_(flags), env_(env) {}
+      : flags_(flags), lookup_(env) {}
 
   absl::StatusOr<DaemonConfig> Run() {
     for (absl::Status (Resolver::*stage)() :
@@ -244,15 +112,14 @@ class Resolver {
  private:
   std::optional<Setting> Given(const std::optional<std::string>& flag,
                                std::string_view name) const {
-    return Explicit(flag, name, env_);
+    return lookup_.Given(flag, name);
   }
   std::optional<Setting> Kube(std::string_view name) const {
-    return Kubernetes(name, env_);
+    return lookup_.Kube(name);
   }
   Setting GivenOr(const std::optional<std::string>& flag, std::string_view name,
                   std::string fallback) const {
-    std::optional<Setting> s = Given(flag, name);
-    return s.has_value() ? *s : Default(name, std::move(fallback));
+    return lookup_.GivenOr(flag, name, std::move(fallback));
   }
 
   // Job id; host, pod and node names.
@@ -621,82 +488,9 @@ class Resolver {
     return absl::OkStatus();
   }
 
-  // What callers may make this daemon hold; each at least 1. c_.limits
-  // starts with the defaults (CallerLimits), which an unset flag keeps.
   absl::Status Limits() {
-    struct Field {
-      const std::optional<std::string>& flag;
-      const char* name;
-      uint32_t* value;
-    };
-    CallerLimits& l = c_.limits;
-    for (const Field& f : {
-             Field{flags_.kv_max_bytes, "kv_max_bytes", &l.kv_max_bytes},
-             Field{flags_.kv_max_keys, "kv_max_keys", &l.kv_max_keys},
-             Field{flags_.kv_max_keys_per_rank, "kv_max_keys_per_rank",
-                   &l.kv_max_keys_per_rank},
-             Field{flags_.max_waiting_gets_per_rank,
-                   "max_waiting_gets_per_rank", &l.max_waiting_gets_per_rank},
-             Field{flags_.max_streams_per_caller, "max_streams_per_caller",
-                   &l.max_streams_per_caller},
-             Field{flags_.max_operator_streams, "max_operator_streams",
-                   &l.max_operator_streams},
-             Field{flags_.max_round_bytes_per_rank, "max_round_bytes_per_rank",
-                   &l.max_round_bytes_per_rank},
-             Field{flags_.max_reflection_streams, "max_reflection_streams",
-                   &l.max_reflection_streams},
-             Field{flags_.max_reflection_requests_per_stream,
-                   "max_reflection_requests_per_stream",
-                   &l.max_reflection_requests_per_stream},
-             Field{flags_.max_reflection_streams_per_peer,
-                   "max_reflection_streams_per_peer",
-                   &l.max_reflection_streams_per_peer},
-         }) {
-      const Setting s = GivenOr(f.flag, f.name, absl::StrCat(*f.value));
-      absl::StatusOr<uint32_t> v = ParseUint32(s);
-      if (!v.ok()) return v.status();
-      if (auto positive = RequirePositive(s, *v); !positive.ok()) {
-        return positive;
-      }
-      *f.value = *v;
-    }
-    // Every rank's share fits the broker together by default, so no rank
-    // can take room another one is owed.
-    l.kv_max_bytes_per_rank =
-        std::max<uint32_t>(1, l.kv_max_bytes / std::max(c_.world_size, 1u));
-    const Setting per_rank =
-        GivenOr(flags_.kv_max_bytes_per_rank, "kv_max_bytes_per_rank",
-                absl::StrCat(l.kv_max_bytes_per_rank));
-    absl::StatusOr<uint32_t> v = ParseUint32(per_rank);
-    if (!v.ok()) return v.status();
-    if (auto positive = RequirePositive(per_rank, *v); !positive.ok()) {
-      return positive;
-    }
-    l.kv_max_bytes_per_rank = *v;
-    return SharedPrefixes();
-  }
-
-  absl::Status SharedPrefixes() {
-    const Setting s =
-        GivenOr(flags_.kv_shared_prefixes, "kv_shared_prefixes", "");
-    for (absl::string_view prefix :
-         absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
-      prefix = absl::StripAsciiWhitespace(prefix);
-      if (prefix.size() > 512) {
-        return Invalid(absl::StrCat(
-            s.source, ": a shared prefix is longer than a key (512 bytes)"));
-      }
-      // "r<digits>/" keys belong to that rank (daemon/coordinator/kv_store.h).
-      if (prefix.size() >= 2 && prefix[0] == 'r' &&
-          absl::ascii_isdigit(prefix[1])) {
-        return Invalid(absl::StrCat(
-            s.Assignment(), ": '", prefix,
-            "' starts like a rank's own keys (r<rank>/...), which are never "
-            "shared"));
-      }
-      c_.kv_shared_prefixes.emplace_back(prefix);
-    }
-    return absl::OkStatus();
+    return config_internal::ResolveCallerLimits(
+        flags_, lookup_, c_.world_size, &c_.limits, &c_.kv_shared_prefixes);
   }
 
   absl::Status Metrics() {
@@ -723,108 +517,13 @@ class Resolver {
     return absl::OkStatus();
   }
 
-  // The listeners' bounds (NetworkLimits). Idle and age limits may be 0
-  // (none); every other at least 1.
   absl::Status Network() {
-    struct Field {
-      const std::optional<std::string>& flag;
-      const char* name;
-      uint32_t* value;
-      bool zero_ok;
-    };
-    // A flag, or its environment variable, or the default in *f.value.
-    auto parse = [&](const Field& f) -> absl::Status {
-      const Setting s = GivenOr(f.flag, f.name, absl::StrCat(*f.value));
-      absl::StatusOr<uint32_t> v = ParseUint32(s);
-      if (!v.ok()) return v.status();
-      if (!f.zero_ok) {
-        if (auto positive = RequirePositive(s, *v); !positive.ok()) {
-          return positive;
-        }
-      }
-      *f.value = *v;
-      return absl::OkStatus();
-    };
-    NetworkLimits& n = c_.network;
-    n.max_tcp_connections =
-        std::max<uint32_t>(256, 2 * static_cast<uint32_t>(nnodes_.value) + 64);
-    for (const Field& f : {
-             Field{flags_.max_tcp_connections, "max_tcp_connections",
-                   &n.max_tcp_connections, false},
-             Field{flags_.max_tcp_connections_per_peer,
-                   "max_tcp_connections_per_peer",
-                   &n.max_tcp_connections_per_peer, false},
-             Field{flags_.max_tcp_unauthenticated_per_peer,
-                   "max_tcp_unauthenticated_per_peer",
-                   &n.max_tcp_unauthenticated_per_peer, false},
-             Field{flags_.tcp_unauthenticated_bytes,
-                   "tcp_unauthenticated_bytes", &n.tcp_unauthenticated_bytes,
-                   false},
-             Field{flags_.tcp_unauthenticated_ms, "tcp_unauthenticated_ms",
-                   &n.tcp_unauthenticated_ms, false},
-             Field{flags_.tcp_max_connection_idle_ms,
-                   "tcp_max_connection_idle_ms", &n.tcp_max_connection_idle_ms,
-                   true},
-             Field{flags_.tcp_max_connection_age_ms,
-                   "tcp_max_connection_age_ms", &n.tcp_max_connection_age_ms,
-                   true},
-             Field{flags_.tcp_memory_bytes, "tcp_memory_bytes",
-                   &n.tcp_memory_bytes, false},
-             Field{flags_.tcp_max_threads, "tcp_max_threads",
-                   &n.tcp_max_threads, false},
-             Field{flags_.local_memory_bytes, "local_memory_bytes",
-                   &n.local_memory_bytes, false},
-             Field{flags_.metrics_request_timeout_ms,
-                   "metrics_request_timeout_ms", &n.metrics_request_timeout_ms,
-                   false},
-             Field{flags_.metrics_max_connections, "metrics_max_connections",
-                   &n.metrics_max_connections, false},
-             Field{flags_.metrics_max_connections_per_address,
-                   "metrics_max_connections_per_address",
-                   &n.metrics_max_connections_per_address, false},
-         }) {
-      if (auto st = parse(f); !st.ok()) return st;
-    }
-    // Unauthenticated and health connections: defaults derived from the
-    // total, and below it, so that there is always room for nodes.
-    const Setting total =
-        GivenOr(flags_.max_tcp_connections, "max_tcp_connections",
-                absl::StrCat(n.max_tcp_connections));
-    if (n.max_tcp_connections < 2) {
-      return Invalid(absl::StrCat(
-          total.Assignment(),
-          " must be >= 2 (room for a node beside an unauthenticated "
-          "connection)"));
-    }
-    n.max_tcp_unauthenticated =
-        std::max<uint32_t>(1, n.max_tcp_connections / 2);
-    n.max_tcp_health_connections =
-        std::min<uint32_t>(kMaxTcpHealthConnections, n.max_tcp_connections / 4);
-    for (const Field& f : {
-             Field{flags_.max_tcp_unauthenticated, "max_tcp_unauthenticated",
-                   &n.max_tcp_unauthenticated, false},
-             Field{flags_.max_tcp_health_connections,
-                   "max_tcp_health_connections", &n.max_tcp_health_connections,
-                   true},
-             Field{flags_.max_tcp_health_connections_per_peer,
-                   "max_tcp_health_connections_per_peer",
-                   &n.max_tcp_health_connections_per_peer, true},
-         }) {
-      const Setting s = GivenOr(f.flag, f.name, absl::StrCat(*f.value));
-      if (auto st = parse(f); !st.ok()) return st;
-      if (f.value != &n.max_tcp_health_connections_per_peer &&
-          *f.value >= n.max_tcp_connections) {
-        return Invalid(
-            absl::StrCat(s.Assignment(), " must be below ",
-                         Ref(total, n.max_tcp_connections),
-                         ", so that nodes always find room on the listener"));
-      }
-    }
-    return absl::OkStatus();
+    return config_internal::ResolveNetworkLimits(flags_, lookup_, nnodes_.value,
+                                                 &c_.network);
   }
 
   const RawConfig& flags_;
-  const EnvLookup& env_;
+  const config_internal::SettingLookup lookup_;
   DaemonConfig c_;
   // Kept for later stages' checks and error messages.
   Number nnodes_{};
@@ -839,66 +538,6 @@ class Resolver {
 absl::StatusOr<DaemonConfig> ResolveConfig(const RawConfig& flags,
                                            const EnvLookup& env) {
   return Resolver(flags, env).Run();
-}
-
-std::string DescribeConfig(const DaemonConfig& c) {
-  const std::string tls = !c.tls.enabled()            ? "off"
-                          : c.tls.require_client_cert ? "mutual"
-                          : !c.tls.ca_file.empty()    ? "on+ca"
-                                                      : "on";
-  auto or_dash = [](const std::string& s) {
-    return s.empty() ? std::string("-") : s;
-  };
-  return absl::StrCat(
-      "job=", c.job_id, " world_size=", c.world_size, " nnodes=", c.nnodes,
-      " nproc_per_node=", c.nproc_per_node, " node_index=", c.node_index,
-      " tp=", c.topology.tensor, " pp=", c.topology.pipeline,
-      " ep=", c.topology.expert, " dp=", c.topology.data,
-      " role=", c.is_coordinator ? "coordinator" : "worker",
-      " coordinator=", c.coordinator_address, " listen=", c.listen_address,
-      " advertise=", c.advertise_address,
-      " socket=", c.socket_path.empty() ? "off" : c.socket_path,
-      " heartbeat=", absl::FormatDuration(c.heartbeat_interval), "/",
-      absl::FormatDuration(c.heartbeat_timeout), " recovery=",
-      c.recovery
-          ? absl::StrCat("on/", absl::FormatDuration(c.recovery_deadline))
-          : "off",
-      " tls=", tls, " credentials=",
-      c.allow_unauthenticated     ? "NONE (--allow_unauthenticated)"
-      : c.credentials_dir.empty() ? "-"
-                                  : c.credentials_dir,
-      " admin_kv_read=", c.admin_kv_read ? "on" : "off",
-      " kv_limit=", c.limits.kv_max_bytes, "B,", c.limits.kv_max_keys, "keys,",
-      c.limits.kv_max_keys_per_rank,
-      "keys/rank waiting_gets=", c.limits.max_waiting_gets_per_rank,
-      "/rank streams=", c.limits.max_streams_per_caller, "/caller,",
-      c.limits.max_operator_streams, "/operators",
-      " kv_per_rank=", c.limits.kv_max_bytes_per_rank, "B",
-      " round_bytes=", c.limits.max_round_bytes_per_rank, "B/rank",
-      " kv_shared=",
-      c.kv_shared_prefixes.empty() ? "-"
-                                   : absl::StrJoin(c.kv_shared_prefixes, ","),
-      " issue_rank_tokens=", c.issue_rank_tokens ? "on" : "off",
-      " metrics=", c.metrics_address.empty() ? "off" : c.metrics_address,
-      " round_link=",
-      !c.is_coordinator        ? "-"
-      : c.round_link_port < 0  ? "off"
-      : c.tls.enabled()        ? "off(tls)"
-      : c.round_link_port == 0 ? "any-port"
-                               : absl::StrCat(c.round_link_port),
-      " reflection=", c.limits.max_reflection_streams, "streams,",
-      c.limits.max_reflection_requests_per_stream, "requests/stream,",
-      c.limits.max_reflection_streams_per_peer, "/peer",
-      " tcp=", c.network.max_tcp_connections, "conns,",
-      c.network.max_tcp_connections_per_peer, "/peer,",
-      c.network.max_tcp_unauthenticated, "unauthenticated,",
-      c.network.max_tcp_unauthenticated_per_peer, "/peer-unauthenticated,",
-      c.network.max_tcp_health_connections, "health,",
-      c.network.max_tcp_health_connections_per_peer, "/peer-health,",
-      c.network.tcp_unauthenticated_bytes, "B/",
-      c.network.tcp_unauthenticated_ms, "ms-unauthenticated,",
-      c.network.tcp_memory_bytes, "B", " host=", or_dash(c.hostname),
-      " pod=", or_dash(c.pod_name), " node=", or_dash(c.node_name));
 }
 
 }  // namespace rankd
