@@ -113,6 +113,38 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {}
 Daemon::~Daemon() { Shutdown("daemon destroyed", absl::Seconds(2)); }
 
 absl::Status Daemon::Init() {
+  // Who may call, first: every service and listener below checks callers.
+  if (auto s = LoadCredentials(); !s.ok()) return s;
+  auto server_credentials = MakeServerCredentials(config_.tls);
+  if (!server_credentials.ok()) return server_credentials.status();
+  timer_ = std::make_unique<DeadlineTimer>();
+  CreateMetrics();
+  // The job's state (coordinator or link to it, node agent) before anything
+  // that serves it.
+  if (auto s = CreateJobState(); !s.ok()) return s;
+  // The local fast path and the Unix socket before the Rank service that
+  // hands them to ranks.
+  if (auto s = OpenLocalEndpoints(); !s.ok()) return s;
+  CreateServices();
+  // Listeners last: nothing is served before everything a call reaches
+  // exists.
+  if (auto s = ListenTcp(); !s.ok()) return s;
+  if (auto s = ServeMetrics(); !s.ok()) return s;
+  if (auto s = ServeTcp(*server_credentials); !s.ok()) return s;
+  if (auto s = ServeUnixSocket(); !s.ok()) return s;
+  if (auto s = StartRoundLink(); !s.ok()) return s;
+  // Then healthy but not ready, and registration with the coordinator.
+  SetHealth("", true);
+  SetHealth(kReadinessService, false);
+
+  log_subscription_ = agent_->events().Subscribe(
+      0, [this](const v1::JobEvent& e) { WatchJobHealth(e); });
+  agent_->Start(MonotonicNow() + config_.register_timeout,
+                [this](absl::Status s) { OnRegistered(std::move(s)); });
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::LoadCredentials() {
   auto auth = Authenticator::Load(config_);
   if (!auth.ok()) return auth.status();
   auth_ = *std::move(auth);
@@ -125,16 +157,19 @@ absl::Status Daemon::Init() {
                      " is ignored: each rank presents a token of its own "
                      "(docs/operations.md, \"Credentials\")"));
   }
-  auto server_credentials = MakeServerCredentials(config_.tls);
-  if (!server_credentials.ok()) return server_credentials.status();
+  return absl::OkStatus();
+}
 
-  timer_ = std::make_unique<DeadlineTimer>();
+void Daemon::CreateMetrics() {
   if (!config_.metrics_address.empty()) {
     metrics_ = std::make_unique<DaemonMetrics>(
         DaemonMetrics::Identity{config_.job_id, config_.node_index,
                                 config_.is_coordinator},
         [this] { return Snapshot(); });
   }
+}
+
+absl::Status Daemon::CreateJobState() {
   JobSpec spec = SpecFromConfig(config_);
   if (config_.is_coordinator) {
     auto coordinator = Coordinator::Create(spec, timer_.get());
@@ -168,7 +203,10 @@ absl::Status Daemon::Init() {
   auto agent = NodeAgent::Create(spec, node, link_.get(), timer_.get());
   if (!agent.ok()) return agent.status();
   agent_ = *std::move(agent);
+  return absl::OkStatus();
+}
 
+absl::Status Daemon::OpenLocalEndpoints() {
   if (!config_.socket_path.empty()) {
     // The socket is made owner-and-group only (LocalSocket); so are
     // the round-slots files, in a folder next to it that the group may
@@ -205,6 +243,10 @@ absl::Status Daemon::Init() {
     if (!local.ok()) return local.status();
     local_socket_ = *std::move(local);
   }
+  return absl::OkStatus();
+}
+
+void Daemon::CreateServices() {
   rank_service_ = std::make_unique<RankService>(
       agent_.get(), &*auth_, round_slots_.get(), local_socket_.get(),
       config_.issue_rank_tokens);
@@ -242,7 +284,9 @@ absl::Status Daemon::Init() {
                                 : absl::StrCat("connection:", peer->connection);
         });
   }
+}
 
+absl::Status Daemon::ListenTcp() {
   // Two gRPC servers, each with its own memory quota, completion queues and
   // threads (docs/operations.md, "Listeners"): the public TCP listener's,
   // and the Unix socket's for this node's ranks, so that nothing sent to
@@ -266,7 +310,24 @@ absl::Status Daemon::Init() {
       [gate = tcp_gate_.get()](const std::string& peer) {
         gate->MarkAuthenticated(peer);
       });
+  return absl::OkStatus();
+}
 
+absl::Status Daemon::ServeMetrics() {
+  if (metrics_ != nullptr) {
+    if (auto s = metrics_->Serve(config_.metrics_address, MetricsOptions());
+        !s.ok()) {
+      return s;
+    }
+    Log(absl::StrCat("metrics on http://", config_.metrics_address,
+                     "/metrics (port ", metrics_->port(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::ServeTcp(
+    const std::shared_ptr<grpc::ServerCredentials>& credentials) {
+  const NetworkLimits& net = config_.network;
   grpc::ServerBuilder builder;
   AddCommonArguments(builder);
   // The 64 MiB messages the Peer service's rounds need; a connection none
@@ -296,46 +357,32 @@ absl::Status Daemon::Init() {
           2 * uint64_t{net.tcp_unauthenticated_ms} + 1000, INT32_MAX)));
   auto acceptor = builder.experimental().AddExternalConnectionAcceptor(
       grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
-      *server_credentials);
+      credentials);
   RegisterServices(builder, reflection_service_.get(), tcp_gate_.get());
-  if (metrics_ != nullptr) {
-    if (auto s = metrics_->Serve(config_.metrics_address, MetricsOptions());
-        !s.ok()) {
-      return s;
-    }
-    Log(absl::StrCat("metrics on http://", config_.metrics_address,
-                     "/metrics (port ", metrics_->port(), ")"));
-  }
   server_ = builder.BuildAndStart();
   if (server_ == nullptr) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve --listen=", config_.listen_address));
   }
   tcp_gate_->Serve(std::move(acceptor));
+  return absl::OkStatus();
+}
 
-  if (local_socket_ != nullptr) {
-    grpc::ServerBuilder local;
-    AddCommonArguments(local);
-    grpc::ResourceQuota local_quota("rankd-local");
-    local_quota.Resize(net.local_memory_bytes);
-    local.SetResourceQuota(local_quota);
-    RegisterServices(local, local_reflection_service_.get(),
-                     /*gate=*/nullptr);
-    local_server_ = local.BuildAndStart();
-    if (local_server_ == nullptr) {
-      return absl::UnavailableError(absl::StrCat(
-          "cannot serve the Unix socket --socket=", config_.socket_path));
-    }
-    local_socket_->Serve(local_server_.get());
+absl::Status Daemon::ServeUnixSocket() {
+  if (local_socket_ == nullptr) return absl::OkStatus();
+  grpc::ServerBuilder local;
+  AddCommonArguments(local);
+  grpc::ResourceQuota local_quota("rankd-local");
+  local_quota.Resize(config_.network.local_memory_bytes);
+  local.SetResourceQuota(local_quota);
+  RegisterServices(local, local_reflection_service_.get(),
+                   /*gate=*/nullptr);
+  local_server_ = local.BuildAndStart();
+  if (local_server_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot serve the Unix socket --socket=", config_.socket_path));
   }
-  if (auto s = StartRoundLink(); !s.ok()) return s;
-  SetHealth("", true);
-  SetHealth(kReadinessService, false);
-
-  log_subscription_ = agent_->events().Subscribe(
-      0, [this](const v1::JobEvent& e) { WatchJobHealth(e); });
-  agent_->Start(MonotonicNow() + config_.register_timeout,
-                [this](absl::Status s) { OnRegistered(std::move(s)); });
+  local_socket_->Serve(local_server_.get());
   return absl::OkStatus();
 }
 

@@ -69,7 +69,30 @@ class Daemon {
 
  private:
   explicit Daemon(DaemonConfig config);
+  // Starts everything, in the order of the steps below; on error the
+  // daemon is destroyed with whatever started.
   absl::Status Init();
+  // The Authenticator (tokens, the credentials folder); warns when running
+  // without authentication.
+  absl::Status LoadCredentials();
+  // The metrics model, when --metrics_listen is set (not yet served).
+  void CreateMetrics();
+  // The coordinator (on node 0) or the link to it, and the node agent.
+  absl::Status CreateJobState();
+  // With a --socket: the round-slots folder and server (the local fast
+  // path; without them rounds stay on gRPC) and the Unix socket.
+  absl::Status OpenLocalEndpoints();
+  // The Rank, Peer and Admin services and both reflection services.
+  void CreateServices();
+  // The public TCP listener, bounded by its TcpGate.
+  absl::Status ListenTcp();
+  // The metrics endpoint, when configured.
+  absl::Status ServeMetrics();
+  // The TCP listener's gRPC server, with its own memory quota and limits.
+  absl::Status ServeTcp(
+      const std::shared_ptr<grpc::ServerCredentials>& credentials);
+  // The Unix socket's gRPC server, with its own memory quota.
+  absl::Status ServeUnixSocket();
   void OnRegistered(absl::Status status);
   // On the coordinator without TLS, unless --round_link_port=off.
   absl::Status StartRoundLink();
