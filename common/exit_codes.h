@@ -15,6 +15,15 @@ namespace rankd {
 // the GPU needs a reset (drain the node).
 inline constexpr int kExitNativeAbortHung = 86;
 
+// A node daemon (rankd with --recovery=on) was fenced by its coordinator:
+// the coordinator declared its node lost (heartbeats unanswered for the
+// heartbeat timeout: a partition, a paused process) or registered a newer
+// daemon for the node, so this daemon may never serve the node again. It
+// failed its ranks with the reason and exited instead of running on as a
+// daemon of nothing. Restart it (a new daemon incarnation re-registers the
+// node and the job recovers); Kubernetes does so for a failed container.
+inline constexpr int kExitDaemonFenced = 87;
+
 }  // namespace rankd
 
 #endif  // RANKD_COMMON_EXIT_CODES_H_

@@ -22,18 +22,18 @@
 namespace rankd {
 namespace {
 
-using config_internal::Default;
-using config_internal::Invalid;
-using config_internal::Number;
-using config_internal::ParseAddress;
-using config_internal::ParseBool;
-using config_internal::ParseOptional;
-using config_internal::ParseUint32;
-using config_internal::Ref;
-using config_internal::RequirePositive;
-using config_internal::ResolveAgreeing;
-using config_internal::Setting;
-using config_internal::Show;
+using internal::Default;
+using internal::Invalid;
+using internal::Number;
+using internal::ParseAddress;
+using internal::ParseBool;
+using internal::ParseOptional;
+using internal::ParseUint32;
+using internal::Ref;
+using internal::RequirePositive;
+using internal::ResolveAgreeing;
+using internal::Setting;
+using internal::Show;
 
 // Kubernetes variables (see config.h).
 constexpr char kLwsLeaderAddress[] = "LWS_LEADER_ADDRESS";
@@ -489,8 +489,8 @@ class Resolver {
   }
 
   absl::Status Limits() {
-    return config_internal::ResolveCallerLimits(
-        flags_, lookup_, c_.world_size, &c_.limits, &c_.kv_shared_prefixes);
+    return internal::ResolveCallerLimits(flags_, lookup_, c_.world_size,
+                                         &c_.limits, &c_.kv_shared_prefixes);
   }
 
   absl::Status Metrics() {
@@ -518,12 +518,12 @@ class Resolver {
   }
 
   absl::Status Network() {
-    return config_internal::ResolveNetworkLimits(flags_, lookup_, nnodes_.value,
-                                                 &c_.network);
+    return internal::ResolveNetworkLimits(flags_, lookup_, nnodes_.value,
+                                          &c_.network);
   }
 
   const RawConfig& flags_;
-  const config_internal::SettingLookup lookup_;
+  const internal::SettingLookup lookup_;
   DaemonConfig c_;
   // Kept for later stages' checks and error messages.
   Number nnodes_{};

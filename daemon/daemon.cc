@@ -497,6 +497,8 @@ JobSnapshot Daemon::Snapshot() const {
   return snapshot;
 }
 
+std::string Daemon::fenced() const { return agent_->fenced(); }
+
 void Daemon::OnRegistered(absl::Status status) {
   if (status.ok()) {
     Log(absl::StrCat("node ", config_.node_index,

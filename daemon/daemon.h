@@ -66,6 +66,10 @@ class Daemon {
     return metrics_ == nullptr ? 0 : metrics_->port();
   }
   const DaemonConfig& config() const { return config_; }
+  // Why the coordinator fenced this node daemon (--recovery=on; see
+  // NodeAgent::fenced()), or empty. Once set, the daemon has failed its
+  // ranks and main() ends it with kExitDaemonFenced (common/exit_codes.h).
+  std::string fenced() const;
 
  private:
   explicit Daemon(DaemonConfig config);

@@ -10,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/command_help.h"
+#include "common/exit_codes.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/descriptor_limit.h"
@@ -84,6 +85,12 @@ int main(int argc, char** argv) {
                           absl::Seconds(5));
       rankd::Log("stopped");
       return 0;
+    }
+    if (std::string fenced = (*daemon)->fenced(); !fenced.empty()) {
+      rankd::Log(absl::StrCat("fenced by the coordinator, ending (exit status ",
+                              rankd::kExitDaemonFenced, "): ", fenced));
+      (*daemon)->Shutdown("fenced", absl::Seconds(2));
+      return rankd::kExitDaemonFenced;
     }
     if (!registration_checked) {
       absl::Status registered = (*daemon)->WaitRegistered(absl::ZeroDuration());

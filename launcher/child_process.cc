@@ -203,6 +203,12 @@ std::string DescribeWaitStatus(int wait_status) {
                           "communicators go; see docs/operations.md, \"Exit "
                           "statuses\")");
     }
+    if (status == kExitDaemonFenced) {
+      return absl::StrCat("exited with status ", status,
+                          " (a daemon fenced by its coordinator: its node was "
+                          "declared lost or taken over; see "
+                          "docs/operations.md, \"Exit statuses\")");
+    }
     return absl::StrCat("exited with status ", status);
   }
   if (WIFSIGNALED(wait_status)) {

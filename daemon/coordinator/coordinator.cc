@@ -141,9 +141,16 @@ absl::Status Coordinator::CheckNodeLocked(const v1::NodeRef& node) const {
   if (n.info.daemon_incarnation() != node.daemon_incarnation()) {
     // The registered incarnation is not echoed: it is the node's identity.
     return absl::FailedPreconditionError(absl::StrFormat(
-        "node %d: daemon incarnation %x is stale (another is registered); a "
-        "restarted daemon cannot reuse its predecessor's state",
-        node.node_index(), node.daemon_incarnation()));
+        "%snode %d: daemon incarnation %x is stale (another is registered); "
+        "a restarted daemon cannot reuse its predecessor's state",
+        kDaemonFenced, node.node_index(), node.daemon_incarnation()));
+  }
+  if (n.state == v1::NODE_STATE_LOST) {
+    // Its ranks were lost and their slots freed: only a new daemon may
+    // serve the node again.
+    return absl::FailedPreconditionError(absl::StrCat(
+        kDaemonFenced, "node ", node.node_index(), " was declared lost (",
+        n.detail, "); only a new daemon can serve it again"));
   }
   if (n.state != v1::NODE_STATE_REGISTERED) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -54,6 +54,12 @@
 
 namespace rankd {
 
+// How the coordinator's refusal of a daemon that may never serve its node
+// again starts (its node was declared lost, or a newer daemon registered
+// for it): a node daemon that reads it in a refused heartbeat knows it is
+// fenced and ends (common/exit_codes.h, kExitDaemonFenced).
+inline constexpr char kDaemonFenced[] = "daemon fenced: ";
+
 template <typename T>
 using Reply = std::function<void(absl::StatusOr<T>)>;
 

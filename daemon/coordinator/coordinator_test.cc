@@ -502,7 +502,7 @@ TEST_F(CoordinatorTest, ReRegistrationWithNewIncarnationFailsTheJob) {
   // Neither the old nor the new daemon can carry on.
   EXPECT_STATUS(Heartbeat(Node(1)).status(),
                 absl::StatusCode::kFailedPrecondition,
-                "node 1 is NODE_STATE_LOST");
+                "daemon fenced: node 1 was declared lost");
   EXPECT_STATUS(
       Heartbeat(Node(1, 0x2001)).status(),
       absl::StatusCode::kFailedPrecondition,

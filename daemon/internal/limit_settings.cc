@@ -8,7 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "common/limits.h"
 
-namespace rankd::config_internal {
+namespace rankd::internal {
 namespace {
 
 absl::Status ResolveSharedPrefixes(const RawConfig& flags,
@@ -187,4 +187,4 @@ absl::Status ResolveNetworkLimits(const RawConfig& flags,
   return absl::OkStatus();
 }
 
-}  // namespace rankd::config_internal
+}  // namespace rankd::internal

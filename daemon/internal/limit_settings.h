@@ -14,7 +14,7 @@
 #include "daemon/config.h"
 #include "daemon/internal/setting.h"
 
-namespace rankd::config_internal {
+namespace rankd::internal {
 
 // Fills `limits` from `flags` or their variables, each at least 1; an
 // unset one keeps the value `limits` holds (CallerLimits' defaults). The
@@ -36,6 +36,6 @@ absl::Status ResolveNetworkLimits(const RawConfig& flags,
                                   const SettingLookup& lookup, uint32_t nnodes,
                                   NetworkLimits* network);
 
-}  // namespace rankd::config_internal
+}  // namespace rankd::internal
 
 #endif  // RANKD_DAEMON_INTERNAL_LIMIT_SETTINGS_H_

@@ -7,7 +7,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
-namespace rankd::config_internal {
+namespace rankd::internal {
 namespace {
 
 // Debian's abseil has its own string_view, distinct from std::string_view.
@@ -143,4 +143,4 @@ absl::StatusOr<Number> ResolveAgreeing(
   return Number{fallback, Default(name, absl::StrCat(fallback))};
 }
 
-}  // namespace rankd::config_internal
+}  // namespace rankd::internal

@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "daemon/config.h"
 
-namespace rankd::config_internal {
+namespace rankd::internal {
 
 // Renders a value for an error message: as is when it is plain, quoted and
 // escaped when it is empty or has spaces or unprintable characters.
@@ -77,7 +77,7 @@ absl::StatusOr<HostPort> ParseAddress(const Setting& s);
 struct Number {
   uint32_t value;
   Setting setting;
-  std::string Ref() const { return config_internal::Ref(setting, value); }
+  std::string Ref() const { return internal::Ref(setting, value); }
 };
 
 // The number `s` holds, or nullopt when `s` is absent.
@@ -93,6 +93,6 @@ absl::StatusOr<Number> ResolveAgreeing(
     const std::vector<std::optional<Setting>>& kubernetes,
     std::string_view name, uint32_t fallback);
 
-}  // namespace rankd::config_internal
+}  // namespace rankd::internal
 
 #endif  // RANKD_DAEMON_INTERNAL_SETTING_H_

@@ -854,6 +854,25 @@ void NodeAgent::OnEvent(const v1::JobEvent& event) {
 }
 
 void NodeAgent::OnCoordinatorLost(const std::string& reason) {
+  FailJobLocally(absl::StrCat("coordinator lost: ", reason));
+}
+
+void NodeAgent::OnFenced(const std::string& reason) {
+  if (!spec_.recovery) return OnCoordinatorLost(reason);
+  {
+    absl::MutexLock lock(&mu_);
+    if (fenced_.empty()) fenced_ = reason;
+  }
+  FailJobLocally(absl::StrCat("this daemon may not serve node ",
+                              node_.node_index(), " again and ends: ", reason));
+}
+
+std::string NodeAgent::fenced() const {
+  absl::MutexLock lock(&mu_);
+  return fenced_;
+}
+
+void NodeAgent::FailJobLocally(const std::string& cause) {
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_ || !failure_.empty() ||
@@ -862,7 +881,6 @@ void NodeAgent::OnCoordinatorLost(const std::string& reason) {
     }
     replica_.MarkFailed();
   }
-  std::string cause = absl::StrCat("coordinator lost: ", reason);
   v1::JobEvent failed;
   failed.set_kind(v1::EVENT_KIND_JOB_FAILED);
   failed.set_message(cause);

@@ -145,11 +145,24 @@ class NodeAgent : public CoordinatorLink::Listener {
   // pending wait with Unavailable and closes every Watch stream.
   void Shutdown(const std::string& reason, absl::Duration grace);
 
+  // Why the coordinator fenced this daemon (CoordinatorLink::Listener::
+  // OnFenced) when the job recovers from losses (JobSpec::recovery); empty
+  // otherwise. Once set, never changes: this daemon's ranks failed with the
+  // reason and it may never serve the node again (the daemon ends:
+  // common/exit_codes.h, kExitDaemonFenced).
+  std::string fenced() const;
+
   // --- CoordinatorLink::Listener ---
   void OnEvent(const v1::JobEvent& event) override;
   void OnCoordinatorLost(const std::string& reason) override;
+  // Without recovery, as OnCoordinatorLost (the job has failed; the daemon
+  // stays to answer queries about it).
+  void OnFenced(const std::string& reason) override;
 
  private:
+  // Fails the job locally with `cause`: a JOB_FAILED event in the mirror and
+  // every local wait failed (FailLocal).
+  void FailJobLocally(const std::string& cause);
   enum class LocalState { kJoining, kJoined, kLeft, kLost };
   struct LocalMember {
     LocalState state = LocalState::kJoining;
@@ -206,6 +219,7 @@ class NodeAgent : public CoordinatorLink::Listener {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t job_incarnation_ ABSL_GUARDED_BY(mu_) = 0;
   std::string failure_ ABSL_GUARDED_BY(mu_);
+  std::string fenced_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, LocalMember> members_ ABSL_GUARDED_BY(mu_);  // by rank
   std::map<uint32_t, uint32_t> rank_of_local_ ABSL_GUARDED_BY(mu_);
   uint64_t completed_rounds_ ABSL_GUARDED_BY(mu_) = 0;

@@ -4,6 +4,7 @@
 #include <deque>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_deadline.h"
 #include "common/monotonic_clock.h"
@@ -332,6 +333,7 @@ void RemoteCoordinatorLink::Beat() {
   {
     absl::MutexLock lock(&mu_);
     if (stopped_ || lost_) return;
+    *request.mutable_node() = node_;
     absl::Duration silent = MonotonicNow() - last_heartbeat_ok_;
     if (silent > heartbeat_timeout_) {
       lost_reason = absl::StrCat("coordinator at ", address_,
@@ -342,12 +344,30 @@ void RemoteCoordinatorLink::Beat() {
                         ")");
       }
     } else {
-      *request.mutable_node() = node_;
       heartbeat_timer_ = timer_->Schedule(MonotonicNow() + heartbeat_interval_,
                                           [this] { Beat(); });
     }
   }
-  if (!lost_reason.empty()) return ReportLost(lost_reason);
+  if (!lost_reason.empty()) {
+    // One last heartbeat, bounded by an interval, before the coordinator is
+    // called lost: the silence may have been this daemon's own (a paused
+    // process, a partition that healed), and the answer may be that the
+    // coordinator fenced it meanwhile -- which this daemon must tell apart.
+    return SendHeartbeat(
+        request, heartbeat_interval_,
+        [this, lost_reason](const absl::Status& status) {
+          if (IsFencing(status)) {
+            return ReportLost(std::string(status.message()), /*fenced=*/true);
+          }
+          if (!status.ok()) return ReportLost(lost_reason);
+          {
+            absl::MutexLock lock(&mu_);
+            if (stopped_ || lost_) return;
+            heartbeat_timer_ = timer_->Schedule(
+                MonotonicNow() + heartbeat_interval_, [this] { Beat(); });
+          }
+        });
+  }
   std::shared_ptr<RoundStream> rounds;
   std::shared_ptr<RoundLink> round_link;
   {
@@ -357,17 +377,32 @@ void RemoteCoordinatorLink::Beat() {
   }
   if (rounds != nullptr) rounds->ExpireOverdue(MonotonicNow());
   if (round_link != nullptr) round_link->ExpireOverdue(MonotonicNow());
+  SendHeartbeat(request, heartbeat_timeout_,
+                [this](const absl::Status& status) {
+                  if (IsFencing(status)) {
+                    ReportLost(std::string(status.message()), /*fenced=*/true);
+                  }
+                });
+}
+
+void RemoteCoordinatorLink::SendHeartbeat(
+    const v1::HeartbeatRequest& request, absl::Duration timeout,
+    std::function<void(const absl::Status&)> then) {
   Call<v1::HeartbeatRequest, v1::HeartbeatResponse>(
-      request, heartbeat_timeout_,
-      [this](absl::StatusOr<v1::HeartbeatResponse> result) {
+      request, timeout,
+      [this,
+       then = std::move(then)](absl::StatusOr<v1::HeartbeatResponse> result) {
         if (heartbeat_observer_) heartbeat_observer_(result.status().code());
-        absl::MutexLock lock(&mu_);
-        if (result.ok()) {
-          last_heartbeat_ok_ = MonotonicNow();
-          last_heartbeat_error_.clear();
-        } else {
-          last_heartbeat_error_ = result.status().ToString();
+        {
+          absl::MutexLock lock(&mu_);
+          if (result.ok()) {
+            last_heartbeat_ok_ = MonotonicNow();
+            last_heartbeat_error_.clear();
+          } else {
+            last_heartbeat_error_ = result.status().ToString();
+          }
         }
+        then(result.status());
       },
       [this](grpc::ClientContext* c, const v1::HeartbeatRequest* q,
              v1::HeartbeatResponse* p, std::function<void(grpc::Status)> f) {
@@ -380,13 +415,22 @@ void RemoteCoordinatorLink::OnStreamDone(const grpc::Status& status) {
     absl::MutexLock lock(&mu_);
     if (stopped_) return;
   }
+  if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+      absl::StrContains(status.error_message(), kDaemonFenced)) {
+    return ReportLost(status.error_message(), /*fenced=*/true);
+  }
   ReportLost(
       absl::StrCat("event stream from coordinator at ", address_, " closed: ",
                    status.error_message().empty() ? "connection closed"
                                                   : status.error_message()));
 }
 
-void RemoteCoordinatorLink::ReportLost(const std::string& reason) {
+bool RemoteCoordinatorLink::IsFencing(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kFailedPrecondition &&
+         absl::StrContains(status.message(), kDaemonFenced);
+}
+
+void RemoteCoordinatorLink::ReportLost(const std::string& reason, bool fenced) {
   Listener* listener = nullptr;
   {
     absl::MutexLock lock(&mu_);
@@ -395,7 +439,12 @@ void RemoteCoordinatorLink::ReportLost(const std::string& reason) {
     timer_->Cancel(heartbeat_timer_);
     listener = listener_;
   }
-  if (listener != nullptr) listener->OnCoordinatorLost(reason);
+  if (listener == nullptr) return;
+  if (fenced) {
+    listener->OnFenced(reason);
+  } else {
+    listener->OnCoordinatorLost(reason);
+  }
 }
 
 #define RANKD_FORWARD(Method, Request, Response, timeout)                     \

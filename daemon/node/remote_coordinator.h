@@ -86,8 +86,16 @@ class RemoteCoordinatorLink : public CoordinatorLink {
   void OnRegistered(const v1::RegisterNodeRequest& request,
                     const v1::RegisterNodeResponse& response);
   void Beat();
+  // One heartbeat bounded by `timeout`; records its outcome, then `then`.
+  void SendHeartbeat(const v1::HeartbeatRequest& request,
+                     absl::Duration timeout,
+                     std::function<void(const absl::Status&)> then);
   void OnStreamDone(const grpc::Status& status);
-  void ReportLost(const std::string& reason);
+  // Tells the listener once: OnFenced when `fenced`, else
+  // OnCoordinatorLost.
+  void ReportLost(const std::string& reason, bool fenced = false);
+  // A refusal that fences this daemon for good (kDaemonFenced).
+  static bool IsFencing(const absl::Status& status);
   absl::Status Annotate(const grpc::Status& status) const;
 
   const std::string address_;
