@@ -5,8 +5,9 @@
 // survivors see the loss in JobHealth, a replacement Client takes rank 3,
 // the survivors Rejoin into epoch 2 and a round across every rank
 // succeeds, over the round slots and over gRPC. Also: Rejoin before any
-// loss times out naming the epoch, and with recovery off it returns the
-// job's failure at once.
+// loss times out naming the epoch, without a replacement it times out
+// naming the missing rank (and succeeds when retried once one came), and
+// with recovery off it returns the job's failure at once.
 #include <signal.h>
 
 #include <functional>
@@ -240,6 +241,54 @@ TEST(ClientRejoinLimitsTest, RejoinBeforeAnyLossTimesOutNamingTheEpoch) {
   EXPECT_TRUE(world.survivors[0]->JobHealth().ok());
   world.victim.Signal(SIGKILL);
   ASSERT_TRUE(world.victim.Wait(kPatience).has_value());
+}
+
+TEST(ClientRejoinLimitsTest, RejoinWithoutAReplacementNamesTheMissingRank) {
+  LocalCluster cluster(Options(/*recovery=*/true));
+  ASSERT_TRUE(cluster.Start().ok());
+  World world;
+  ASSERT_NO_FATAL_FAILURE(StartWorld(cluster, true, &world));
+  std::vector<std::unique_ptr<Client>>& survivors = world.survivors;
+  world.victim.Signal(SIGKILL);
+  ASSERT_TRUE(world.victim.Wait(kPatience).has_value());
+  for (uint32_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(Eventually([&] { return !survivors[r]->JobHealth().ok(); }));
+  }
+  // Every survivor rejoins but nobody takes rank 3's slot: each times out
+  // naming the epoch and, from the daemon, the rank still missing.
+  std::vector<absl::StatusOr<v1::SessionDescriptor>> rejoined(
+      3, absl::UnknownError("not run"));
+  std::vector<std::thread> rejoins;
+  for (uint32_t r = 0; r < 3; ++r) {
+    rejoins.emplace_back([&, r] {
+      rejoined[r] = survivors[r]->Rejoin(1, absl::Milliseconds(1500));
+    });
+  }
+  for (auto& t : rejoins) t.join();
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(rejoined[r].status().code(), absl::StatusCode::kDeadlineExceeded)
+        << "rank " << r << ": " << rejoined[r].status();
+    EXPECT_THAT(rejoined[r].status().message(), HasSubstr("epoch 2"));
+    EXPECT_THAT(rejoined[r].status().message(),
+                HasSubstr("ranks have not joined: 3 (node 1: 3)"));
+    EXPECT_EQ(survivors[r]->epoch(), 1u);
+  }
+  // A failed Rejoin may be retried: it succeeds once a replacement came.
+  rejoins.clear();
+  for (uint32_t r = 0; r < 3; ++r) {
+    rejoins.emplace_back(
+        [&, r] { rejoined[r] = survivors[r]->Rejoin(1, kPatience); });
+  }
+  std::unique_ptr<Client> replacement = ConnectRank(cluster, 3, true);
+  ASSERT_NE(replacement, nullptr);
+  auto joined = replacement->Join(JoinAs(3, kPatience));
+  for (auto& t : rejoins) t.join();
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  for (uint32_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(rejoined[r].ok())
+        << "rank " << r << ": " << rejoined[r].status();
+    EXPECT_EQ(survivors[r]->epoch(), 2u);
+  }
 }
 
 TEST(ClientRejoinLimitsTest, RejoinWithRecoveryOffReturnsTheJobsFailure) {
