@@ -561,4 +561,17 @@ rankd_status* rankd_on_job_failure(rankd_rank* rank, rankd_failure_fn callback,
   return nullptr;
 }
 
+uint64_t rankd_rank_epoch(const rankd_rank* rank) {
+  return rank == nullptr ? 0 : rank->state->client->epoch();
+}
+
+rankd_status* rankd_rejoin(rankd_rank* rank, uint64_t ended_epoch,
+                           double timeout_seconds) {
+  constexpr char kFn[] = "rankd_rejoin";
+  if (rank == nullptr) return NullArgument(kFn, "rank");
+  auto timeout = ToDuration(timeout_seconds, kFn, "timeout_seconds");
+  if (!timeout.ok()) return ToC(timeout.status());
+  return ToC(rank->state->client->Rejoin(ended_epoch, *timeout).status());
+}
+
 }  // extern "C"

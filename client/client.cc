@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <thread>
 #include <utility>
@@ -147,7 +148,8 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
       case internal::RankConnection::State::kJoined:
         return absl::FailedPreconditionError(absl::StrCat(
             context, ": already joined job ", core_->member.job_id(),
-            " as rank ", core_->member.rank()));
+            " as rank ", core_->member.rank(),
+            "; after a loss, enter the next epoch with Rejoin"));
       case internal::RankConnection::State::kLeft:
         return absl::FailedPreconditionError(absl::StrCat(
             context,
@@ -156,57 +158,31 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
     core_->state = internal::RankConnection::State::kJoining;
   }
 
-  v1::JoinRequest request;
-  request.set_job_id(options.job_id);
-  request.set_local_rank(options.local_rank);
-  if (options.rank.has_value()) request.set_rank(*options.rank);
-  request.set_world_size(options.world_size);
-  *request.mutable_device() = options.device;
-  request.set_incarnation(core_->incarnation);
-  request.set_pid(static_cast<uint32_t>(::getpid()));
-  request.set_wait_for_world_ms(*wait_ms);
-
-  const absl::Duration rpc_timeout =
-      absl::Milliseconds(*wait_ms) + core_->conn->options().call_timeout;
-  grpc::ClientContext rpc;
-  core_->conn->PrepareContext(&rpc, rpc_timeout);
-  v1::JoinResponse response;
-  grpc::Status status = core_->stub->Join(&rpc, request, &response);
-
-  absl::Status error;
-  if (!status.ok()) {
-    error = FromGrpcStatus(status, context, rpc_timeout);
-  } else {
-    const v1::SessionDescriptor& s = response.session();
-    if (s.world_size() == 0 || s.rank() >= s.world_size() ||
-        s.job_id() != options.job_id ||
-        (response.has_member() &&
-         (response.member().incarnation() != core_->incarnation ||
-          response.member().rank() != s.rank()))) {
-      error = absl::InternalError(
-          absl::StrCat(context, ": inconsistent answer from the daemon: ",
-                       response.ShortDebugString()));
-    }
-  }
+  absl::StatusOr<v1::SessionDescriptor> session =
+      SendJoin(context, options, *wait_ms);
   std::pair<std::shared_ptr<internal::RoundSlotClient>, std::string> slots;
-  if (error.ok()) {
+  if (session.ok()) {
     v1::MemberRef member;
-    member.set_job_id(response.session().job_id());
-    member.set_rank(response.session().rank());
+    member.set_job_id(session->job_id());
+    member.set_rank(session->rank());
     member.set_incarnation(core_->incarnation);
-    slots = internal::OpenRoundSlots(*core_->conn, *core_->stub, member,
-                                     response.session());
+    slots =
+        internal::OpenRoundSlots(*core_->conn, *core_->stub, member, *session);
   }
   absl::MutexLock lock(&core_->mu);
-  if (!error.ok()) {
+  if (!session.ok()) {
     core_->state = internal::RankConnection::State::kNotJoined;
-    return error;
+    return session.status();
   }
   core_->round_slots = std::move(slots.first);
   core_->round_path = std::move(slots.second);
-  core_->descriptor = response.session();
-  core_->member.set_job_id(response.session().job_id());
-  core_->member.set_rank(response.session().rank());
+  core_->join_options = options;
+  core_->epoch = session->epoch();
+  core_->job_epoch = std::max(core_->job_epoch, session->epoch());
+  ++core_->generation;
+  core_->InstallDescriptor(*session);
+  core_->member.set_job_id(session->job_id());
+  core_->member.set_rank(session->rank());
   core_->member.set_incarnation(core_->incarnation);
   core_->state = internal::RankConnection::State::kJoined;
 
@@ -224,11 +200,185 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
                    watch = std::move(watch)]() mutable {
         core->WatchLoop(context, std::move(watch));
       });
-  return core_->descriptor;
+  return *std::move(session);
+}
+
+absl::StatusOr<v1::SessionDescriptor> Client::SendJoin(
+    const std::string& context, const JoinOptions& options, uint32_t wait_ms) {
+  v1::JoinRequest request;
+  request.set_job_id(options.job_id);
+  request.set_local_rank(options.local_rank);
+  if (options.rank.has_value()) request.set_rank(*options.rank);
+  request.set_world_size(options.world_size);
+  *request.mutable_device() = options.device;
+  request.set_incarnation(core_->incarnation);
+  request.set_pid(static_cast<uint32_t>(::getpid()));
+  request.set_wait_for_world_ms(wait_ms);
+
+  const absl::Duration rpc_timeout =
+      absl::Milliseconds(wait_ms) + core_->conn->options().call_timeout;
+  grpc::ClientContext rpc;
+  core_->conn->PrepareContext(&rpc, rpc_timeout);
+  v1::JoinResponse response;
+  grpc::Status status = core_->stub->Join(&rpc, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status, context, rpc_timeout);
+  const v1::SessionDescriptor& s = response.session();
+  if (s.world_size() == 0 || s.rank() >= s.world_size() ||
+      s.job_id() != options.job_id ||
+      (response.has_member() &&
+       (response.member().incarnation() != core_->incarnation ||
+        response.member().rank() != s.rank()))) {
+    return absl::InternalError(
+        absl::StrCat(context, ": inconsistent answer from the daemon: ",
+                     response.ShortDebugString()));
+  }
+  return std::move(*response.mutable_session());
+}
+
+absl::StatusOr<v1::SessionDescriptor> Client::Rejoin(uint64_t ended_epoch,
+                                                     absl::Duration timeout) {
+  const std::string context = core_->conn->Context("Rejoin");
+  if (timeout <= absl::ZeroDuration() || timeout == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(context, ": timeout must be positive and finite (got ",
+                     absl::FormatDuration(timeout), ")"));
+  }
+  const absl::Time deadline = MonotonicNow() + timeout;
+  absl::MutexLock rejoin_lock(&core_->rejoin_mu);
+  JoinOptions options;
+  uint32_t rank = 0;
+  // The epoch the job must reach before a join is worth sending.
+  uint64_t want = ended_epoch + 1;
+  while (true) {
+    uint64_t job_epoch = 0;
+    {
+      absl::MutexLock lock(&core_->mu);
+      auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_->mu) {
+        return core_->state != internal::RankConnection::State::kJoined ||
+               core_->epoch > ended_epoch || !core_->terminal.ok() ||
+               core_->job_epoch >= want;
+      };
+      core_->mu.AwaitWithTimeout(absl::Condition(&ready),
+                                 deadline - MonotonicNow());
+      if (core_->state != internal::RankConnection::State::kJoined) {
+        absl::StatusOr<v1::MemberRef> member =
+            core_->CheckJoinedLocked("Rejoin");
+        if (!member.ok()) return member.status();
+      }
+      if (core_->epoch > ended_epoch) return core_->current_descriptor();
+      if (!core_->terminal.ok()) {
+        return absl::Status(
+            core_->terminal.code(),
+            absl::StrCat(context, ": no epoch follows epoch ", ended_epoch,
+                         ": ", core_->terminal.message()));
+      }
+      if (core_->job_epoch < want) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            context, ": rank ", core_->member.rank(), " waited ",
+            absl::FormatDuration(timeout), " for the job to reach epoch ", want,
+            "; it is still at epoch ", core_->job_epoch,
+            " as far as this rank's events tell (is recovery on, and was a "
+            "rank lost?)"));
+      }
+      options = core_->join_options;
+      rank = core_->member.rank();
+      job_epoch = core_->job_epoch;
+    }
+    // The join waits for the world at the new epoch with the time left.
+    const absl::Duration left = deadline - MonotonicNow();
+    if (left < absl::Milliseconds(1)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          context, ": rank ", rank, " had no time left within ",
+          absl::FormatDuration(timeout), " to join epoch ", job_epoch));
+    }
+    const uint32_t wait_ms = static_cast<uint32_t>(std::min<int64_t>(
+        absl::ToInt64Milliseconds(left), std::numeric_limits<uint32_t>::max()));
+    absl::StatusOr<v1::SessionDescriptor> session =
+        SendJoin(context, options, wait_ms);
+    if (!session.ok()) {
+      bool terminal = false;
+      {
+        absl::MutexLock lock(&core_->mu);
+        terminal = !core_->terminal.ok();
+      }
+      if (session.status().code() == absl::StatusCode::kAborted && !terminal &&
+          MonotonicNow() < deadline) {
+        // The epoch it joined into ended too (another loss): wait for the
+        // next one.
+        want = job_epoch + 1;
+        continue;
+      }
+      if (session.status().code() == absl::StatusCode::kDeadlineExceeded) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            context, ": rank ", rank, " joined epoch ", job_epoch,
+            " but its world was not whole within ",
+            absl::FormatDuration(timeout), ": ", session.status().message()));
+      }
+      return session.status();
+    }
+    if (session->epoch() <= ended_epoch) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          context, ": the daemon joined rank ", rank, " into epoch ",
+          session->epoch(), ", not one after epoch ", ended_epoch,
+          " (does it run with --recovery=on?)"));
+    }
+    v1::MemberRef member;
+    member.set_job_id(session->job_id());
+    member.set_rank(session->rank());
+    member.set_incarnation(core_->incarnation);
+    // The daemon closes this rank's earlier round-slots file and opens a
+    // fresh one; the earlier slots broke with the loss anyway.
+    std::pair<std::shared_ptr<internal::RoundSlotClient>, std::string> slots =
+        internal::OpenRoundSlots(*core_->conn, *core_->stub, member, *session);
+    std::shared_ptr<internal::RoundSlotClient> old_slots;
+    absl::Status health;
+    std::shared_ptr<const FailureCallback> callback;
+    std::shared_ptr<internal::RoundSlotClient> new_slots;
+    {
+      absl::MutexLock submit_lock(&core_->submit_mu);
+      absl::MutexLock lock(&core_->mu);
+      if (core_->state != internal::RankConnection::State::kJoined) {
+        absl::StatusOr<v1::MemberRef> joined =
+            core_->CheckJoinedLocked("Rejoin");
+        if (!joined.ok()) return joined.status();
+      }
+      old_slots = std::move(core_->round_slots);
+      core_->round_slots = std::move(slots.first);
+      core_->round_path = std::move(slots.second);
+      core_->epoch = session->epoch();
+      core_->job_epoch = std::max(core_->job_epoch, session->epoch());
+      ++core_->generation;
+      core_->last_round = 0;
+      core_->rounds_failed = absl::OkStatus();
+      core_->health = core_->HealthForEpochLocked();
+      core_->InstallDescriptor(*session);
+      health = core_->health;
+      callback = core_->failure_callback;
+      new_slots = core_->round_slots;
+    }
+    // Rounds of the ended epoch still waiting on the old slots end now.
+    if (old_slots != nullptr) {
+      old_slots->Break(absl::AbortedError(
+          absl::StrCat("epoch ", ended_epoch, " ended; this rank joined epoch ",
+                       session->epoch())));
+    }
+    if (!health.ok()) {
+      // The new epoch ended already (its loss arrived before this join's
+      // answer): this epoch's failure is told as any other.
+      if (new_slots != nullptr) new_slots->Break(health);
+      if (callback != nullptr && *callback) (*callback)(health);
+    }
+    return *std::move(session);
+  }
 }
 
 const v1::SessionDescriptor& Client::descriptor() const {
-  return core_->descriptor;
+  return core_->current_descriptor();
+}
+
+uint64_t Client::epoch() const {
+  absl::MutexLock lock(&core_->mu);
+  return core_->epoch;
 }
 
 v1::MemberRef Client::member() const {

@@ -22,6 +22,11 @@
 // Depends only on the generated rankd.v1 API (//proto:rankd_v1), gRPC and
 // abseil; gRPC types do not appear in this header.
 //
+// Recovery (rankd --recovery=on; docs/architecture.md, "Epochs and
+// recovery"): when a rank or node is lost the job moves to a new epoch and
+// JobHealth() turns failed; a surviving process calls Rejoin to enter the
+// new epoch once the lost slots are taken again, and carries on.
+//
 // Thread safety: every Client method may be called from any thread
 // concurrently, except that descriptor() must not race with Join(), and the
 // destructor must not race with anything. Errors are absl::Status values
@@ -129,8 +134,8 @@ class Client {
 
   // Invoked with each job event the daemon pushes, in sequence order.
   using EventCallback = std::function<void(const v1::JobEvent&)>;
-  // Invoked once, with JobHealth()'s new value, when the job is first seen
-  // failed.
+  // Invoked once per epoch, with JobHealth()'s new value, when the job is
+  // first seen failed in this client's epoch.
   using FailureCallback = std::function<void(const absl::Status&)>;
 
   // Connects to the daemon at options.target (empty = DefaultTarget()) and
@@ -159,9 +164,52 @@ class Client {
   // when wait_for_world passes). A failed Join may be retried.
   absl::StatusOr<v1::SessionDescriptor> Join(const JoinOptions& options);
 
-  // This rank's descriptor. Empty until Join succeeds, then never changes.
-  // The reference is valid for the life of the Client.
+  // Enters the job's next epoch after the epoch `ended_epoch` ended (a
+  // rank or node was lost; rankd --recovery=on) and returns this rank's
+  // descriptor there, whose epoch is later than `ended_epoch`.
+  //
+  // If this client already joined into an epoch later than `ended_epoch`,
+  // returns descriptor() at once, so every user of the client (say, two
+  // data-plane sessions) may call it with the epoch its own failure named.
+  // Otherwise waits until the job has moved past `ended_epoch` (the watch
+  // stream's events name the job's epoch), then joins again with this
+  // client's incarnation and the JoinOptions of its Join, waiting for every
+  // rank of the new epoch (a survivor's join, or a replacement's) for the
+  // rest of `timeout`. A further loss while it waits (that epoch ended too)
+  // is waited out the same way, within `timeout`.
+  //
+  // After success: descriptor() and epoch() are the new epoch's; JobHealth()
+  // is OK again (losses that ended earlier epochs no longer count; one that
+  // ends the new epoch does, and calls the failure callback again); rounds
+  // are numbered from 1 again and a round sequence poisoned in an earlier
+  // epoch is usable again (rounds of the earlier epoch still in flight end
+  // with their own error and poison nothing); the round slots are opened
+  // again (round_path()). Keys are the job's, as before.
+  //
+  // Errors: InvalidArgument for a zero, negative or infinite timeout;
+  // FailedPrecondition before Join, after Leave, or when the daemon answers
+  // with an epoch not later than `ended_epoch`; the job's failure (its code)
+  // at once when the job FAILED (recovery off, or its recovery deadline
+  // passed) or the watch stream was lost, since no epoch follows then;
+  // DeadlineExceeded naming the epoch waited for (and, from the daemon, the
+  // ranks still missing) when `timeout` passes; otherwise the daemon's
+  // rejection of the join (e.g. FailedPrecondition when this process was
+  // itself declared lost). A failed Rejoin leaves the client in its old
+  // epoch and may be retried. Concurrent calls run one after another.
+  absl::StatusOr<v1::SessionDescriptor> Rejoin(uint64_t ended_epoch,
+                                               absl::Duration timeout);
+
+  // This rank's descriptor: empty until Join succeeds, then the descriptor
+  // of the epoch this client joined into last (Join, then each Rejoin).
+  // The object referred to never changes and stays valid for the life of
+  // the Client; a Rejoin makes later calls return a different object, so a
+  // reader concurrent with Rejoin sees either the old or the new epoch's
+  // descriptor, whole.
   const v1::SessionDescriptor& descriptor() const;
+
+  // The epoch this client joined into (descriptor().epoch()); 0 before
+  // Join. Changes only in Rejoin.
+  uint64_t epoch() const;
 
   // The identity sent with every request after Join (empty before).
   v1::MemberRef member() const;
@@ -185,8 +233,9 @@ class Client {
   // until every rank contributed or `timeout` passes. Returns the rank-major
   // concatenation of every rank's frame.
   //
-  // Rounds are numbered 1, 2, 3, ... in the order they are submitted; this
-  // method and SubmitAllGatherWords share the numbering. Every rank must run
+  // Rounds are numbered 1, 2, 3, ... in the order they are submitted (from
+  // 1 again in each epoch Rejoin enters); this method and
+  // SubmitAllGatherWords share the numbering. Every rank must run
   // the same sequence of rounds. Once a submitted round fails (deadline, lost
   // member, frame-length disagreement, cancellation), the numbering can no
   // longer be trusted to match the other ranks', so every later round fails
@@ -261,10 +310,14 @@ class Client {
   void SetFailureCallback(FailureCallback callback);
 
   // OK while the job is healthy as far as this client knows. Otherwise the
-  // first failure seen: Aborted for a JOB_FAILED, MEMBER_LOST or NODE_LOST
-  // event (message names the job, ranks or node and the daemon's cause), or
-  // Unavailable "connection to local rankd daemon lost" when the watch
-  // stream breaks without Leave. Never contacts the daemon.
+  // first failure seen that counts in this client's epoch: Aborted for a
+  // JOB_FAILED event, or a MEMBER_LOST or NODE_LOST event of this client's
+  // epoch or a later one (message names the job, ranks or node and the
+  // daemon's cause), or Unavailable "connection to local rankd daemon lost"
+  // when the watch stream breaks without Leave. A loss that ended an epoch
+  // before the one this client joined into (a replacement's join replays
+  // it) is not this client's failure. Rejoin makes it OK again after a
+  // loss. Never contacts the daemon.
   absl::Status JobHealth() const;
 
   // Leaves the job cleanly: tells the daemon, then closes the watch stream
@@ -272,7 +325,7 @@ class Client {
   // already left. Returns the daemon's error if the Leave call fails (the
   // watch stream is closed anyway, so the daemon will treat the rank as
   // lost). After Leave, calls that need a joined rank fail with
-  // FailedPrecondition, and Join fails too (a new Client is a new
+  // FailedPrecondition, and Join and Rejoin fail too (a new Client is a new
   // incarnation). Rounds already submitted are not cancelled.
   absl::Status Leave();
 
@@ -282,6 +335,10 @@ class Client {
                                absl::string_view value,
                                std::optional<absl::string_view> expected,
                                bool if_absent);
+  // Sends Join with this client's incarnation and validates the answer.
+  absl::StatusOr<v1::SessionDescriptor> SendJoin(const std::string& context,
+                                                 const JoinOptions& options,
+                                                 uint32_t wait_ms);
   absl::StatusOr<bool> KvRemove(absl::string_view method, absl::string_view key,
                                 std::optional<absl::string_view> expected);
 

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -603,6 +604,185 @@ TEST_F(ClientTest, BearerTokenIsSentOnEveryCall) {
   EXPECT_EQ(daemon_->rank().last_authorization(), "Bearer s3cret-token");
   ASSERT_TRUE(client->KvSet("k", "v").ok());
   EXPECT_EQ(daemon_->rank().last_authorization(), "Bearer s3cret-token");
+}
+
+// A job event of `kind` at `epoch`, naming `rank` where it is a loss.
+v1::JobEvent EpochEvent(uint64_t sequence, v1::EventKind kind, uint64_t epoch,
+                        uint32_t rank = 1) {
+  v1::JobEvent event;
+  event.set_sequence(sequence);
+  event.set_kind(kind);
+  event.set_epoch(epoch);
+  event.add_ranks(rank);
+  event.set_message(absl::StrCat("event ", sequence));
+  return event;
+}
+
+TEST_F(ClientTest, RejoinNeedsAJoinedClientAndABoundedTimeout) {
+  std::unique_ptr<Client> client = ConnectOrDie(Options(daemon_->target()));
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(client->epoch(), 0u);
+  auto early = client->Rejoin(1, absl::Seconds(1));
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition)
+      << early.status();
+  EXPECT_THAT(early.status().message(), HasSubstr("rankd Rejoin via"));
+  for (absl::Duration bad :
+       {absl::ZeroDuration(), absl::Seconds(-1), absl::InfiniteDuration()}) {
+    EXPECT_EQ(client->Rejoin(1, bad).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  daemon_->rank().SetEpoch(1);
+  ASSERT_TRUE(client->Join(Join0()).ok());
+  EXPECT_EQ(client->epoch(), 1u);
+  ASSERT_TRUE(client->Leave().ok());
+  EXPECT_EQ(client->Rejoin(1, absl::Seconds(1)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(daemon_->rank().joins(), 1);
+}
+
+TEST_F(ClientTest, RejoinEntersTheNextEpochWithTheSameIncarnation) {
+  daemon_->rank().SetEpoch(1);
+  std::unique_ptr<Client> client = Joined(2);
+  ASSERT_NE(client, nullptr);
+  absl::Mutex mu;
+  std::vector<absl::Status> failures;
+  client->SetFailureCallback([&](const absl::Status& s) {
+    absl::MutexLock lock(&mu);
+    failures.push_back(s);
+  });
+  // Epoch 1: a round fails and poisons the sequence; then rank 1 is lost.
+  daemon_->rank().HoldRounds(true);
+  ASSERT_FALSE(client->AllGatherWords({7}, absl::Milliseconds(50)).ok());
+  daemon_->rank().HoldRounds(false);
+  const v1::SessionDescriptor& epoch1 = client->descriptor();
+  EXPECT_EQ(epoch1.epoch(), 1u);
+  daemon_->rank().PushEvent(
+      EpochEvent(1, v1::EVENT_KIND_MEMBER_LOST, /*epoch=*/1));
+  ASSERT_TRUE(Eventually([&] { return !client->JobHealth().ok(); }));
+  EXPECT_THAT(client->JobHealth().message(), HasSubstr("rank 1"));
+
+  // Rejoin waits for the job to move past epoch 1.
+  absl::StatusOr<v1::SessionDescriptor> rejoined;
+  absl::Notification done;
+  std::thread rejoin([&] {
+    rejoined = client->Rejoin(1, absl::Seconds(10));
+    done.Notify();
+  });
+  EXPECT_FALSE(done.WaitForNotificationWithTimeout(absl::Milliseconds(200)));
+  EXPECT_EQ(daemon_->rank().joins(), 1);
+  daemon_->rank().SetEpoch(2);
+  daemon_->rank().PushEvent(
+      EpochEvent(2, v1::EVENT_KIND_JOB_RECOVERING, /*epoch=*/2));
+  rejoin.join();
+  ASSERT_TRUE(rejoined.ok()) << rejoined.status();
+  EXPECT_EQ(rejoined->epoch(), 2u);
+  EXPECT_EQ(client->epoch(), 2u);
+  EXPECT_EQ(client->descriptor().epoch(), 2u);
+  EXPECT_EQ(epoch1.epoch(), 1u);  // the old reference stays valid
+  EXPECT_EQ(daemon_->rank().joins(), 2);
+  const v1::JoinRequest join = daemon_->rank().last_join();
+  EXPECT_EQ(join.incarnation(), client->incarnation());
+  EXPECT_EQ(join.job_id(), "job-a");
+  EXPECT_EQ(join.world_size(), 2u);
+  EXPECT_GT(join.wait_for_world_ms(), 5000u);  // the time left
+  EXPECT_TRUE(client->JobHealth().ok()) << client->JobHealth();
+
+  // Rounds are numbered from 1 again, the poisoned sequence usable again.
+  auto all = client->AllGatherWords({9}, absl::Seconds(5));
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(*all, (std::vector<uint32_t>{9, 9}));
+  ASSERT_EQ(daemon_->rank().rounds().size(), 2u);
+  EXPECT_EQ(daemon_->rank().rounds()[1].round(), 1u);
+
+  // A second Rejoin for the same ended epoch returns at once.
+  auto again = client->Rejoin(1, absl::Seconds(10));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->epoch(), 2u);
+  EXPECT_EQ(daemon_->rank().joins(), 2);
+
+  // A loss that ends epoch 2 is this client's failure again, told again.
+  daemon_->rank().PushEvent(
+      EpochEvent(3, v1::EVENT_KIND_MEMBER_LOST, /*epoch=*/2));
+  ASSERT_TRUE(Eventually([&] {
+    absl::MutexLock lock(&mu);
+    return failures.size() == 2;
+  }));
+  EXPECT_EQ(client->JobHealth().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(client->JobHealth().message(), HasSubstr("event 3"));
+}
+
+TEST_F(ClientTest, ReplacementDoesNotTakeEarlierEpochsLossesAsItsOwn) {
+  // The stream replays the job's events from the first, epoch 1's loss
+  // included; this process joined into epoch 2.
+  daemon_->rank().PushEvent(
+      EpochEvent(1, v1::EVENT_KIND_MEMBER_LOST, /*epoch=*/1));
+  daemon_->rank().PushEvent(
+      EpochEvent(2, v1::EVENT_KIND_JOB_RECOVERING, /*epoch=*/2));
+  daemon_->rank().SetEpoch(2);
+  std::unique_ptr<Client> client = ConnectOrDie(Options(daemon_->target()));
+  ASSERT_NE(client, nullptr);
+  absl::Mutex mu;
+  int events = 0;
+  client->SetEventCallback([&](const v1::JobEvent&) {
+    absl::MutexLock lock(&mu);
+    ++events;
+  });
+  ASSERT_TRUE(client->Join(Join0()).ok());
+  ASSERT_TRUE(Eventually([&] {
+    absl::MutexLock lock(&mu);
+    return events == 2;
+  }));
+  EXPECT_TRUE(client->JobHealth().ok()) << client->JobHealth();
+  EXPECT_EQ(client->epoch(), 2u);
+  // Its Rejoin for the epoch before its own returns at once.
+  EXPECT_TRUE(client->Rejoin(1, absl::Seconds(1)).ok());
+  EXPECT_EQ(daemon_->rank().joins(), 1);
+  // A loss of its own epoch counts.
+  daemon_->rank().PushEvent(
+      EpochEvent(3, v1::EVENT_KIND_NODE_LOST, /*epoch=*/2));
+  ASSERT_TRUE(Eventually([&] { return !client->JobHealth().ok(); }));
+}
+
+TEST_F(ClientTest, RejoinReturnsTheJobsFailureWithoutWaiting) {
+  daemon_->rank().SetEpoch(1);
+  std::unique_ptr<Client> client = Joined(2);
+  ASSERT_NE(client, nullptr);
+  daemon_->rank().PushEvent(
+      EpochEvent(1, v1::EVENT_KIND_MEMBER_LOST, /*epoch=*/1));
+  v1::JobEvent failed = EpochEvent(2, v1::EVENT_KIND_JOB_FAILED, /*epoch=*/1);
+  failed.set_message("rank 1 lost (recovery off)");
+  daemon_->rank().PushEvent(failed);
+  const absl::Time start = absl::Now();
+  auto rejoined = client->Rejoin(1, absl::Seconds(30));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_EQ(rejoined.status().code(), absl::StatusCode::kAborted)
+      << rejoined.status();
+  EXPECT_THAT(rejoined.status().message(), HasSubstr("rankd Rejoin via"));
+  EXPECT_EQ(daemon_->rank().joins(), 1);
+}
+
+TEST_F(ClientTest, RejoinTimesOutNamingTheEpochItWaitedFor) {
+  daemon_->rank().SetEpoch(1);
+  std::unique_ptr<Client> client = Joined(2);
+  ASSERT_NE(client, nullptr);
+  auto rejoined = client->Rejoin(1, absl::Milliseconds(300));
+  EXPECT_EQ(rejoined.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << rejoined.status();
+  EXPECT_THAT(rejoined.status().message(), HasSubstr("epoch 2"));
+  EXPECT_EQ(daemon_->rank().joins(), 1);
+  EXPECT_EQ(client->epoch(), 1u);
+}
+
+TEST_F(ClientTest, RejoinAfterTheWatchStreamIsLostFailsAtOnce) {
+  daemon_->rank().SetEpoch(1);
+  std::unique_ptr<Client> client = Joined();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(daemon_->rank().WaitForOpenWatchStreams(1, absl::Seconds(5)));
+  daemon_->rank().CloseWatchStreams();
+  ASSERT_TRUE(Eventually([&] { return !client->JobHealth().ok(); }));
+  auto rejoined = client->Rejoin(1, absl::Seconds(30));
+  EXPECT_EQ(rejoined.status().code(), absl::StatusCode::kUnavailable)
+      << rejoined.status();
 }
 
 TEST(ClientTcpTest, KeepaliveConnectionStaysHealthy) {

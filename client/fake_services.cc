@@ -53,6 +53,16 @@ void FakeRankService::CloseWatchStreams() {
   ++watch_generation_;
 }
 
+void FakeRankService::SetEpoch(uint64_t epoch) {
+  absl::MutexLock lock(&mu_);
+  epoch_ = epoch;
+}
+
+int FakeRankService::joins() const {
+  absl::MutexLock lock(&mu_);
+  return joins_;
+}
+
 v1::JoinRequest FakeRankService::last_join() const {
   absl::MutexLock lock(&mu_);
   return last_join_;
@@ -133,6 +143,7 @@ grpc::Status FakeRankService::Join(grpc::ServerContext* context,
   absl::MutexLock lock(&mu_);
   Record(context);
   last_join_ = *request;
+  ++joins_;
   if (!join_error_.ok()) return join_error_;
   joined_ = true;
   v1::SessionDescriptor* s = response->mutable_session();
@@ -143,6 +154,7 @@ grpc::Status FakeRankService::Join(grpc::ServerContext* context,
   s->set_local_rank(request->local_rank());
   s->set_nnodes(1);
   s->set_nproc_per_node(world_size_);
+  s->set_epoch(epoch_);
   v1::MemberRef* m = response->mutable_member();
   m->set_job_id(request->job_id());
   m->set_rank(s->rank());

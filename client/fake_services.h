@@ -33,6 +33,8 @@ class FakeRankService final : public v1::Rank::Service {
   void SetWorldSize(uint32_t world_size);
   // Join answers `status` (when not OK) instead of succeeding.
   void SetJoinError(grpc::Status status);
+  // The epoch later joins report in their descriptor (default 0: none).
+  void SetEpoch(uint64_t epoch);
   // While true, AllGatherWords blocks until released, cancelled or its
   // timeout_ms passes (then DEADLINE_EXCEEDED naming rank 1 as missing).
   void HoldRounds(bool hold);
@@ -43,6 +45,7 @@ class FakeRankService final : public v1::Rank::Service {
 
   // Observations.
   v1::JoinRequest last_join() const;
+  int joins() const;
   std::vector<v1::AllGatherWordsRequest> rounds() const;
   int cancelled_rounds() const;
   int leaves() const;
@@ -90,6 +93,8 @@ class FakeRankService final : public v1::Rank::Service {
   mutable absl::Mutex mu_;
   uint32_t world_size_ ABSL_GUARDED_BY(mu_) = 1;
   grpc::Status join_error_ ABSL_GUARDED_BY(mu_);
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  int joins_ ABSL_GUARDED_BY(mu_) = 0;
   bool hold_rounds_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<v1::JobEvent> events_ ABSL_GUARDED_BY(mu_);
   int watch_generation_ ABSL_GUARDED_BY(mu_) = 0;

@@ -14,6 +14,11 @@
  *                 through every operation, pairing in order; a [2, 0]
  *                 tensor refused; a receive of no rows that rank 0 never
  *                 sends fails naming rank 0; prints "C EMPTY <r> OK".
+ *   c_rank rejoin (rankd --recovery=on) rank 1 dies (exit 3) after a
+ *                 round; rank 0 sees the loss, rankd_rejoin(1) enters
+ *                 epoch 2 once capi_test started a replacement c_rank for
+ *                 rank 1 (which finds itself at epoch 2), and both run a
+ *                 round there; prints "C REJOIN <r> OK".
  *   c_rank narrowed  sessions opened with restrict_capabilities and
  *                 restrict_groups refuse what was left out, naming the
  *                 capability, and run the rest; an ABI-1-sized options
@@ -604,9 +609,53 @@ static void Lost(rankd_rank* rank) {
   rankd_session_free(session);
 }
 
+static void Rejoin(rankd_rank* rank) {
+  uint32_t mine = my_rank, gathered[2];
+  const uint64_t epoch = rankd_rank_epoch(rank);
+  if (rankd_rank_epoch(NULL) != 0) Fail("rankd_rank_epoch(NULL) is not 0");
+  if (epoch == 1) {
+    Refused(rankd_rejoin(NULL, 1, 5), RANKD_INVALID_ARGUMENT, "rank",
+            "rejoin of a NULL rank");
+    Refused(rankd_rejoin(rank, 1, 0), RANKD_INVALID_ARGUMENT, "timeout",
+            "rejoin with a zero timeout");
+    /* Already past epoch 0: at once. */
+    Ok(rankd_rejoin(rank, 0, 5), "rankd_rejoin(0) in epoch 1");
+    Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, 2), "round");
+    if (my_rank == 1) {
+      fflush(stdout);
+      _exit(3); /* dies without leaving */
+    }
+    rankd_status* health = NULL;
+    for (int i = 0; i < 10000 && (health = rankd_job_health(rank)) == NULL;
+         ++i) {
+      usleep(1000);
+    }
+    if (health == NULL) Fail("rankd_job_health never saw rank 1 lost");
+    if (strstr(rankd_status_message(health), "rank 1") == NULL) {
+      Fail("the loss does not name rank 1: %s", rankd_status_message(health));
+    }
+    rankd_status_free(health);
+    Ok(rankd_rejoin(rank, 1, 60), "rankd_rejoin(1)");
+    if (rankd_rank_epoch(rank) != 2) {
+      Fail("epoch %llu after rankd_rejoin(1)",
+           (unsigned long long)rankd_rank_epoch(rank));
+    }
+    Ok(rankd_job_health(rank), "rankd_job_health after rankd_rejoin");
+  } else if (epoch != 2) {
+    Fail("joined into epoch %llu", (unsigned long long)epoch);
+  }
+  /* Round 1 of epoch 2, with the replacement. */
+  Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, 2),
+     "round in epoch 2");
+  if (gathered[0] != 0 || gathered[1] != 1) {
+    Fail("round in epoch 2 gave %u %u", gathered[0], gathered[1]);
+  }
+  printf("C REJOIN %u OK\n", my_rank);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: c_rank ops|lost|empty|narrowed\n");
+    fprintf(stderr, "usage: c_rank ops|lost|empty|narrowed|rejoin\n");
     return 2;
   }
   if (rankd_abi_version() != RANKD_ABI_VERSION) {
@@ -627,6 +676,8 @@ int main(int argc, char** argv) {
     Lost(rank);
   } else if (strcmp(argv[1], "empty") == 0) {
     Empty(rank, d.world_size);
+  } else if (strcmp(argv[1], "rejoin") == 0) {
+    Rejoin(rank);
   } else if (strcmp(argv[1], "narrowed") == 0) {
     Narrowed(rank, d.world_size);
   } else {

@@ -2,6 +2,7 @@
 
 #include "client/internal/rank_connection.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/match.h"
@@ -56,7 +57,25 @@ absl::Duration RoundSpin(const ClientOptions& options, uint32_t local_ranks) {
 RankConnection::RankConnection(std::shared_ptr<const Connection> connection)
     : conn(std::move(connection)),
       stub(v1::Rank::NewStub(conn->channel())),
-      incarnation(NewIncarnation()) {}
+      incarnation(NewIncarnation()) {
+  absl::MutexLock lock(&mu);
+  InstallDescriptor(v1::SessionDescriptor());
+}
+
+void RankConnection::InstallDescriptor(v1::SessionDescriptor session) {
+  descriptors.push_back(
+      std::make_unique<const v1::SessionDescriptor>(std::move(session)));
+  descriptor.store(descriptors.back().get(), std::memory_order_release);
+}
+
+absl::Status RankConnection::HealthForEpochLocked() const {
+  if (!terminal.ok()) return terminal;
+  if (!newest_loss.ok() &&
+      (newest_loss_epoch == 0 || epoch == 0 || newest_loss_epoch >= epoch)) {
+    return newest_loss;
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<v1::MemberRef> RankConnection::CheckJoined(
     absl::string_view method) {
@@ -85,11 +104,24 @@ absl::StatusOr<v1::MemberRef> RankConnection::CheckJoinedLocked(
   return member;
 }
 
-void RankConnection::Fail(absl::Status failure) {
+void RankConnection::Fail(absl::Status failure,
+                          std::optional<uint64_t> loss_epoch) {
   std::shared_ptr<const Client::FailureCallback> callback;
   std::shared_ptr<RoundSlotClient> slots;
   {
     absl::MutexLock lock(&mu);
+    if (!loss_epoch.has_value()) {
+      if (terminal.ok()) terminal = failure;
+    } else {
+      if (newest_loss.ok() || *loss_epoch >= newest_loss_epoch) {
+        newest_loss = failure;
+        newest_loss_epoch = *loss_epoch;
+      }
+      // The loss ended an epoch this client already left (a replacement
+      // replaying the events before its join, or a survivor that joined
+      // again): it is not this client's failure.
+      if (*loss_epoch != 0 && epoch != 0 && *loss_epoch < epoch) return;
+    }
     if (!health.ok()) return;
     health = failure;
     callback = failure_callback;
@@ -101,9 +133,10 @@ void RankConnection::Fail(absl::Status failure) {
   if (callback != nullptr && *callback) (*callback)(failure);
 }
 
-void RankConnection::PoisonRounds(uint64_t round, const absl::Status& cause) {
+void RankConnection::PoisonRounds(uint64_t round_generation, uint64_t round,
+                                  const absl::Status& cause) {
   absl::MutexLock lock(&mu);
-  if (!rounds_failed.ok()) return;
+  if (round_generation != generation || !rounds_failed.ok()) return;
   rounds_failed = absl::FailedPreconditionError(absl::StrCat(
       "all_gather_words round ", round, " failed (", cause.message(),
       "); round numbers can no longer be matched with the other ranks', so "
@@ -117,8 +150,19 @@ void RankConnection::WatchLoop(grpc::ClientContext* context,
   v1::JobEvent event;
   bool completed = false;
   while (reader->Read(&event)) {
+    {
+      // Wakes a Rejoin waiting for the job to move past an epoch.
+      absl::MutexLock lock(&mu);
+      job_epoch = std::max(job_epoch, event.epoch());
+    }
     absl::Status failure = FailureOf(event, request.member().job_id());
-    if (!failure.ok()) Fail(failure);
+    if (!failure.ok()) {
+      // JOB_FAILED is terminal whatever its epoch; a loss belongs to the
+      // epoch it ended (docs/architecture.md, "Epochs and recovery").
+      Fail(failure, event.kind() == v1::EVENT_KIND_JOB_FAILED
+                        ? std::nullopt
+                        : std::optional<uint64_t>(event.epoch()));
+    }
     if (event.kind() == v1::EVENT_KIND_JOB_COMPLETED) completed = true;
     std::shared_ptr<const Client::EventCallback> callback;
     {
@@ -141,9 +185,10 @@ void RankConnection::WatchLoop(grpc::ClientContext* context,
                              status.error_code())),
                          ": ", status.error_message());
   Fail(absl::UnavailableError(absl::StrCat(
-      conn->Context("Watch"), ": connection to local rankd daemon lost (",
-      cause, "); the job will treat rank ", request.member().rank(),
-      " as lost")));
+           conn->Context("Watch"), ": connection to local rankd daemon lost (",
+           cause, "); the job will treat rank ", request.member().rank(),
+           " as lost")),
+       std::nullopt);
 }
 
 std::pair<std::shared_ptr<RoundSlotClient>, std::string> OpenRoundSlots(

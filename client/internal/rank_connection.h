@@ -15,9 +15,11 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -53,16 +55,40 @@ class RankConnection {
   absl::StatusOr<v1::MemberRef> CheckJoinedLocked(absl::string_view method)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
-  // Records the job's first failure (later ones are ignored), breaks the
-  // rounds waiting on the round slots with it, and tells the failure
-  // callback.
-  void Fail(absl::Status failure) ABSL_LOCKS_EXCLUDED(mu);
-
-  // Marks the round sequence unusable after `round` failed with `cause`:
-  // every later round is refused (FailedPrecondition), because round
-  // numbers can no longer be matched with the other ranks'.
-  void PoisonRounds(uint64_t round, const absl::Status& cause)
+  // Records a failure. With `loss_epoch` nullopt it is terminal (the job
+  // FAILED, or the watch stream broke) and no Rejoin undoes it; otherwise
+  // it is the loss of a rank or node that ended epoch `loss_epoch`, which
+  // counts only while this client is in that epoch or an earlier one (0:
+  // a daemon that names no epoch, always counts) and is undone by Rejoin
+  // into a later epoch. The first failure that counts in the current
+  // epoch becomes the health (later ones are ignored), breaks the rounds
+  // waiting on the round slots and tells the failure callback.
+  void Fail(absl::Status failure, std::optional<uint64_t> loss_epoch)
       ABSL_LOCKS_EXCLUDED(mu);
+
+  // Marks the round sequence of join `generation` unusable after `round`
+  // failed with `cause`: every later round of that join is refused
+  // (FailedPrecondition), because round numbers can no longer be matched
+  // with the other ranks'. A round of an earlier join (before a Rejoin)
+  // poisons nothing.
+  void PoisonRounds(uint64_t generation, uint64_t round,
+                    const absl::Status& cause) ABSL_LOCKS_EXCLUDED(mu);
+
+  // The descriptor of the current join: an empty one before Join. The
+  // object never changes and lives as long as this RankConnection; a
+  // Rejoin installs a new one.
+  const v1::SessionDescriptor& current_descriptor() const {
+    return *descriptor.load(std::memory_order_acquire);
+  }
+  // Makes `session` the current descriptor (kept until destruction, so
+  // references handed out earlier stay valid).
+  void InstallDescriptor(v1::SessionDescriptor session)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // The health a client that just joined epoch `epoch` has: the terminal
+  // failure if any, else the loss that ended `epoch` or a later epoch if
+  // one was seen, else OK.
+  absl::Status HealthForEpochLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // Body of the watch thread: reads job events until the stream ends,
   // failing the job on a failure event or when the stream ends before the
@@ -73,20 +99,43 @@ class RankConnection {
   const std::unique_ptr<v1::Rank::Stub> stub;  // Thread-safe.
   const uint64_t incarnation;
 
+  // Held across a whole Rejoin, so concurrent ones run one after another
+  // (the second then finds the new epoch and returns at once).
+  absl::Mutex rejoin_mu ABSL_ACQUIRED_BEFORE(submit_mu);
   // Held across numbering and starting a round; taken before mu.
   absl::Mutex submit_mu ABSL_ACQUIRED_BEFORE(mu);
   absl::Mutex mu;
   State state ABSL_GUARDED_BY(mu) = State::kNotJoined;
-  // Written once by Join, under mu, before state becomes kJoined.
-  v1::SessionDescriptor descriptor;
+  // Every descriptor this client joined with, oldest first; the last is
+  // current. Only appended to, so `descriptor` never dangles.
+  std::vector<std::unique_ptr<const v1::SessionDescriptor>> descriptors
+      ABSL_GUARDED_BY(mu);
+  std::atomic<const v1::SessionDescriptor*> descriptor;
+  // What the first Join asked for; Rejoin asks again.
+  JoinOptions join_options ABSL_GUARDED_BY(mu);
+  // The epoch this client joined into (SessionDescriptor.epoch; 0 before
+  // Join), and the newest epoch any job event named.
+  uint64_t epoch ABSL_GUARDED_BY(mu) = 0;
+  uint64_t job_epoch ABSL_GUARDED_BY(mu) = 0;
+  // +1 at every successful Join or Rejoin: a round remembers the one it
+  // was numbered in.
+  uint64_t generation ABSL_GUARDED_BY(mu) = 0;
+  // A failure no Rejoin undoes (JOB_FAILED, the watch stream lost).
+  absl::Status terminal ABSL_GUARDED_BY(mu);
+  // The loss event of the newest epoch seen, and that epoch.
+  absl::Status newest_loss ABSL_GUARDED_BY(mu);
+  uint64_t newest_loss_epoch ABSL_GUARDED_BY(mu) = 0;
   v1::MemberRef member ABSL_GUARDED_BY(mu);
   uint64_t last_round ABSL_GUARDED_BY(mu) = 0;
-  // Set by Join when the daemon's round slots are mapped; then fixed.
+  // Set by Join (and again by Rejoin) when the daemon's round slots are
+  // mapped.
   std::shared_ptr<RoundSlotClient> round_slots ABSL_GUARDED_BY(mu);
   std::string round_path ABSL_GUARDED_BY(mu) = "grpc (not joined)";
   // gRPC rounds not finished: a slot round must not overtake them.
   std::atomic<int> grpc_rounds_in_flight{0};
+  // Why the current join's round sequence is unusable (OK while usable).
   absl::Status rounds_failed ABSL_GUARDED_BY(mu);
+  // What JobHealth() returns: the failure that counts in `epoch`.
   absl::Status health ABSL_GUARDED_BY(mu);
   bool leaving ABSL_GUARDED_BY(mu) = false;
   std::shared_ptr<const Client::EventCallback> event_callback

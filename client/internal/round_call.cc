@@ -75,7 +75,7 @@ void RoundCall::OnDone(const grpc::Status& status) {
   } else {
     result_ = FromGrpcStatus(status, Context(), rpc_timeout_);
   }
-  if (!result_.ok()) core_->PoisonRounds(round_, result_.status());
+  if (!result_.ok()) core_->PoisonRounds(generation_, round_, result_.status());
   done_.Notify();
 }
 
@@ -117,14 +117,14 @@ bool RoundCall::AwaitSlots(absl::Time deadline) {
 
 void RoundCall::FinishLocked(absl::StatusOr<std::vector<uint32_t>> result) {
   result_ = std::move(result);
-  if (!result_.ok()) core_->PoisonRounds(round_, result_.status());
+  if (!result_.ok()) core_->PoisonRounds(generation_, round_, result_.status());
   done_.Notify();
 }
 
 absl::StatusOr<std::vector<uint32_t>> RoundCall::CheckResult(
     uint64_t round, uint32_t words_per_rank,
     std::vector<uint32_t> words) const {
-  const uint32_t world = core_->descriptor.world_size();
+  const uint32_t world = core_->current_descriptor().world_size();
   if (round != round_ || words_per_rank != frame_words_ ||
       static_cast<uint64_t>(words.size()) !=
           static_cast<uint64_t>(frame_words_) * world) {
@@ -171,7 +171,8 @@ absl::StatusOr<std::shared_ptr<RoundCall>> SubmitRound(
       return absl::FailedPreconditionError(
           absl::StrCat(context, ": ", core->rounds_failed.message()));
     }
-    call = std::make_shared<RoundCall>(core, ++core->last_round, words.size());
+    call = std::make_shared<RoundCall>(core, core->generation,
+                                       ++core->last_round, words.size());
     v1::AllGatherWordsRequest& request = call->request();
     *request.mutable_member() = *std::move(member);
     request.set_round(call->round());
@@ -208,7 +209,7 @@ absl::StatusOr<std::shared_ptr<RoundCall>> SubmitRound(
         // Sending the round anyway would reach the daemon before earlier
         // ones; the numbering is lost either way.
         absl::Status failed = call->InContext(health);
-        core->PoisonRounds(call->round(), failed);
+        core->PoisonRounds(call->generation(), call->round(), failed);
         return failed;
       }
       absl::SleepFor(absl::Microseconds(50));

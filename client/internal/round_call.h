@@ -35,9 +35,14 @@ namespace rankd::internal {
 // waiters read the answer out of the shared file themselves.
 class RoundCall {
  public:
-  RoundCall(std::shared_ptr<RankConnection> core, uint64_t round,
-            size_t frame_words)
-      : core_(std::move(core)), round_(round), frame_words_(frame_words) {}
+  // `generation` is the join (RankConnection::generation) the round was
+  // numbered in.
+  RoundCall(std::shared_ptr<RankConnection> core, uint64_t generation,
+            uint64_t round, size_t frame_words)
+      : core_(std::move(core)),
+        generation_(generation),
+        round_(round),
+        frame_words_(frame_words) {}
 
   // Starts the RPC. `self` must own this object.
   static void Start(const std::shared_ptr<RoundCall>& self,
@@ -50,6 +55,7 @@ class RoundCall {
 
   v1::AllGatherWordsRequest& request() { return request_; }
   uint64_t round() const { return round_; }
+  uint64_t generation() const { return generation_; }
   bool IsDone() {
     if (slots_ != nullptr) return AwaitSlots(absl::InfinitePast());
     return done_.HasBeenNotified();
@@ -105,6 +111,7 @@ class RoundCall {
       std::vector<uint32_t> words) const;
 
   const std::shared_ptr<RankConnection> core_;
+  const uint64_t generation_;
   const uint64_t round_;
   const size_t frame_words_;
   absl::Duration rpc_timeout_;

@@ -1,5 +1,6 @@
 """Joining a job and the control-plane services of a rank: identity and
-groups, all_gather_words, the key-value broker and job failure."""
+groups, all_gather_words, the key-value broker, job failure and recovery
+(rejoining the job's next epoch)."""
 
 import ctypes
 import math
@@ -257,6 +258,30 @@ class Rank:
         with self._lock:
             self._callbacks.append(fn)
         check(lib.rankd_on_job_failure(self.handle, fn, None))
+
+    # --- recovery (rankd --recovery=on) ------------------------------------
+
+    @property
+    def epoch(self):
+        """The job epoch this rank joined into: 1 when the job formed,
+        later after rejoin()."""
+        return lib.rankd_rank_epoch(self.handle)
+
+    def rejoin(self, ended_epoch, timeout=60.0):
+        """Enters the job's next epoch after epoch `ended_epoch` ended (a
+        rank or node was lost; job_health() names it) and returns the new
+        epoch once this rank is joined there and every rank is back. At
+        once when this rank is already in a later epoch. Afterwards
+        job_health() is None again and all_gather_words rounds are numbered
+        afresh; the descriptor (rank, groups, ...) does not change.
+
+        Raises InvalidArgumentError for a timeout that is not positive and
+        finite, FailedPreconditionError after leave(), the job's failure
+        (AbortedError, ...) at once when the job FAILED (recovery off, or
+        its recovery deadline passed), DeadlineExceededError naming the
+        epoch waited for when `timeout` seconds pass."""
+        check(lib.rankd_rejoin(self.handle, int(ended_epoch), float(timeout)))
+        return self.epoch
 
     # --- sessions and lifetime --------------------------------------------
 

@@ -123,26 +123,33 @@ class LocalJob:
         except OSError:
             return ""
 
+    def start_rank(self, program, node, local_rank, *args, env=None,
+                   log_name=None):
+        """Starts `program` (a Python file, under /usr/bin/python3) as local
+        rank `local_rank` of node `node`, its output in `log_name` (default
+        rank<r>.log); returns the process."""
+        r = node * self.nproc_per_node + local_rank
+        e = dict(os.environ)
+        e.update(env or {})
+        e.update({"RANKD_TARGET": self.socket_target(node),
+                  "RANKD_JOB_ID": self.job_id,
+                  "RANKD_LOCAL_RANK": str(local_rank),
+                  # The rank's own token, as rankrun hands it.
+                  "RANKD_RANK_TOKEN": self.rank_token(node, r)})
+        log = open(os.path.join(self.dir, log_name or f"rank{r}.log"), "wb")
+        p = subprocess.Popen([sys.executable, program, *args], env=e,
+                             stdout=log, stderr=subprocess.STDOUT)
+        self._ranks.append(p)
+        return p
+
     def run_ranks(self, program, *args, timeout=90.0, env=None):
         """Runs `program` (a Python file, under /usr/bin/python3) on every
         rank; returns [(exit code, output)] in rank order."""
         procs = []
         for n in range(self.nnodes):
             for l in range(self.nproc_per_node):
-                r = n * self.nproc_per_node + l
-                e = dict(os.environ)
-                e.update(env or {})
-                e.update({"RANKD_TARGET": self.socket_target(n),
-                          "RANKD_JOB_ID": self.job_id,
-                          "RANKD_LOCAL_RANK": str(l),
-                          # The rank's own token, as rankrun hands it.
-                          "RANKD_RANK_TOKEN": self.rank_token(n, r)})
-                log = open(os.path.join(self.dir, f"rank{r}.log"), "wb")
-                p = subprocess.Popen([sys.executable, program, *args],
-                                     env=e, stdout=log,
-                                     stderr=subprocess.STDOUT)
-                procs.append((r, p))
-                self._ranks.append(p)
+                procs.append((n * self.nproc_per_node + l,
+                              self.start_rank(program, n, l, *args, env=env)))
         deadline = time.monotonic() + timeout
         results = []
         for r, p in procs:

@@ -24,6 +24,11 @@ test_rankd.py on every rank with the launcher's environment.
     rank_program.py narrowed  sessions opened with restrict_capabilities
                            refuse what was left out naming the capability
                            and run the rest; prints "PY NARROWED <r> OK"
+    rank_program.py rejoin (rankd --recovery=on) rank 1 dies (exit 3);
+                           rank 0 prints "SAW LOSS" once its job_health
+                           names it, then rejoin(1) enters epoch 2 with the
+                           replacement test_rankd.py starts; both run a
+                           round; prints "PY REJOIN <r> OK"
 
 Exits 1 with a traceback on the first unexpected result.
 """
@@ -31,6 +36,7 @@ Exits 1 with a traceback on the first unexpected result.
 import os
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -284,6 +290,32 @@ def lost(rank):
     session.close()
 
 
+def rejoin(rank):
+    r = rank.rank
+    if rank.epoch == 1:
+        expect_raises(rankd.InvalidArgumentError, "timeout", rank.rejoin, 1,
+                      timeout=0)
+        assert rank.rejoin(0, timeout=5) == 1  # already past epoch 0
+        rank.all_gather_words([r], timeout=30)
+        if r == 1:
+            sys.stdout.flush()
+            os._exit(3)  # dies without leaving
+        deadline = time.monotonic() + 10
+        while rank.job_health() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        health = rank.job_health()
+        assert isinstance(health, rankd.AbortedError), health
+        assert "rank 1" in health.message, health.message
+        print("SAW LOSS", flush=True)  # the test starts a replacement
+        assert rank.rejoin(1, timeout=60) == 2
+        assert rank.job_health() is None, rank.job_health()
+    else:
+        assert rank.epoch == 2, rank.epoch  # the replacement
+    out = rank.all_gather_words([r], timeout=30)
+    assert out.reshape(-1).tolist() == [0, 1], out
+    print(f"PY REJOIN {r} OK", flush=True)
+
+
 def nccl(rank):
     from fake_device import FakeDeviceArray, FakeDLPackArray, StandinCuda
 
@@ -495,7 +527,7 @@ def main():
     scenario = sys.argv[1]
     with rankd.join() as rank:
         {"ops": ops, "lost": lost, "nccl": nccl, "torch": torch_ops,
-         "empty": empty, "narrowed": narrowed}[scenario](rank)
+         "empty": empty, "narrowed": narrowed, "rejoin": rejoin}[scenario](rank)
 
 
 if __name__ == "__main__":

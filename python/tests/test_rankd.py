@@ -8,6 +8,7 @@ named, and refusals that need no daemon. Run by //python:pytest, or by hand:
 """
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -117,6 +118,26 @@ def test_a_lost_rank_is_named():
     assert code0 == 0, out0
     assert "LOST AbortedError: " in out0 and "rank 1" in out0, out0
     assert "CALLBACK AbortedError" in out0, out0
+
+
+def test_a_survivor_rejoins_the_next_epoch():
+    flags = ["--recovery=on", "--recovery_deadline_ms=60000"]
+    with LocalJob("py-rejoin", 1, 2, daemon_flags=flags) as job:
+        survivor = job.start_rank(PROGRAM, 0, 0, "rejoin", env=_env())
+        lost = job.start_rank(PROGRAM, 0, 1, "rejoin", env=_env())
+        assert lost.wait(60) == 3, job.log("rank1.log")
+        # The replacement joins once the survivor saw the slot let go.
+        deadline = time.monotonic() + 20
+        while "SAW LOSS" not in job.log("rank0.log"):
+            assert survivor.poll() is None, job.log("rank0.log")
+            assert time.monotonic() < deadline, job.log("rank0.log")
+            time.sleep(0.01)
+        replacement = job.start_rank(PROGRAM, 0, 1, "rejoin", env=_env(),
+                                     log_name="rank1.replacement.log")
+        assert survivor.wait(60) == 0, job.log("rank0.log")
+        assert replacement.wait(60) == 0, job.log("rank1.replacement.log")
+        assert "PY REJOIN 0 OK" in job.log("rank0.log")
+        assert "PY REJOIN 1 OK" in job.log("rank1.replacement.log")
 
 
 def test_join_without_a_job_id_is_refused(monkeypatch):

@@ -257,6 +257,12 @@ extern "C" {
         callback: rankd_failure_fn,
         user_data: *mut c_void,
     ) -> *mut rankd_status;
+    pub fn rankd_rank_epoch(rank: *const rankd_rank) -> u64;
+    pub fn rankd_rejoin(
+        rank: *mut rankd_rank,
+        ended_epoch: u64,
+        timeout_seconds: f64,
+    ) -> *mut rankd_status;
 
     pub fn rankd_session_options_init(options: *mut rankd_session_options);
     pub fn rankd_session_open(

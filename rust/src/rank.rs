@@ -427,6 +427,41 @@ impl Rank {
         }
     }
 
+    /// The job epoch this rank joined into (docs/architecture.md, "Epochs
+    /// and recovery"): 1 when the job formed, later after `rejoin`. Never
+    /// blocks.
+    pub fn epoch(&self) -> u64 {
+        // SAFETY: a live handle.
+        unsafe { ffi::rankd_rank_epoch(self.handle.ptr) }
+    }
+
+    /// Enters the job's next epoch after epoch `ended_epoch` ended (a rank
+    /// or node was lost under `rankd --recovery=on`; `job_health` names it)
+    /// and returns once this rank is joined there and every rank is back.
+    /// Returns at once when this rank already joined into a later epoch, so
+    /// each user of the rank may call it with the epoch its own failure
+    /// named. Afterwards `epoch` is the new epoch, `job_health` is `None`
+    /// again, and `all_gather_words` rounds are numbered afresh; the rank,
+    /// world size and groups do not change. Sessions opened before are not
+    /// re-formed by it.
+    ///
+    /// Errors: InvalidArgument for a zero timeout; FailedPrecondition after
+    /// `leave`; the job's failure (Aborted, or Unavailable when the daemon
+    /// connection was lost) at once when no epoch can follow (recovery off,
+    /// or its deadline passed); DeadlineExceeded naming the epoch waited
+    /// for and the ranks still missing when `timeout` passes. A failed
+    /// rejoin may be retried.
+    pub fn rejoin(&self, ended_epoch: u64, timeout: Duration) -> Result<()> {
+        // SAFETY: a live handle.
+        unsafe {
+            Error::check(ffi::rankd_rejoin(
+                self.handle.ptr,
+                ended_epoch,
+                seconds(timeout),
+            ))
+        }
+    }
+
     /// Leaves the job cleanly (peers then do not see this rank as lost).
     /// Idempotent; dropping the last handle leaves too. Drop sessions first.
     pub fn leave(&self) -> Result<()> {

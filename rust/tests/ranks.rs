@@ -655,6 +655,54 @@ fn lost(rank: &Rank, killed: bool) {
     println!("RUST RANK {} OK", r);
 }
 
+/// (rankd --recovery=on.) Epoch 1: rank 1 dies (exit 3) after a round;
+/// rank 0 hears of it, prints "LOST", and rejoins into epoch 2 once the
+/// test started a replacement for rank 1, which joins into epoch 2. Both
+/// run a round there.
+fn rejoin(rank: &Rank) {
+    let r = rank.rank();
+    if rank.epoch() == 1 {
+        let (tx, rx) = mpsc::channel();
+        let tx = std::sync::Mutex::new(tx);
+        rank.on_job_failure(move |e| {
+            let _ = tx.lock().unwrap().send(e);
+        })
+        .unwrap();
+        expect_err(
+            rank.rejoin(1, Duration::ZERO),
+            Code::InvalidArgument,
+            "timeout",
+        );
+        // Already past epoch 0: at once.
+        rank.rejoin(0, T).unwrap();
+        assert_eq!(rank.epoch(), 1);
+        rank.all_gather_words(&[r], T).unwrap();
+        if r == 1 {
+            // SAFETY: ends the process on purpose, without leaving.
+            unsafe { _exit(3) };
+        }
+        let lost = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the failure callback");
+        assert!(lost.message().contains("rank 1"), "{}", lost);
+        assert!(rank.job_health().is_some());
+        println!("LOST {}", lost);
+        rank.rejoin(1, Duration::from_secs(60)).unwrap();
+        assert_eq!(rank.epoch(), 2);
+        assert!(rank.job_health().is_none(), "{:?}", rank.job_health());
+        // A second user of the rank naming the same epoch: at once.
+        let start = Instant::now();
+        rank.rejoin(1, Duration::from_secs(60)).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(5));
+    } else {
+        assert_eq!(rank.epoch(), 2, "the replacement's epoch");
+        assert!(rank.job_health().is_none(), "{:?}", rank.job_health());
+    }
+    // Round 1 of epoch 2, with the replacement.
+    assert_eq!(rank.all_gather_words(&[r + 10], T).unwrap(), vec![10, 11]);
+    println!("RUST RANK {} OK", r);
+}
+
 /// The entry the tests run as each rank (not a test case by itself).
 #[test]
 #[ignore]
@@ -673,6 +721,7 @@ fn rank_program() {
         "killed" => lost(&rank, true),
         "empty" => empty(&rank),
         "narrowed" => narrowed(&rank),
+        "rejoin" => rejoin(&rank),
         other => panic!("unknown role {}", other),
     }
 }
@@ -759,6 +808,38 @@ fn a_killed_rank_is_named_as_lost() {
         "{}",
         out
     );
+}
+
+#[test]
+fn a_survivor_rejoins_the_next_epoch_with_a_replacement() {
+    let mut job = LocalJob::start_with_flags(
+        "rs-rejoin",
+        2,
+        &["--recovery=on", "--recovery_deadline_ms=60000"],
+    );
+    job.spawn_role("rejoin");
+    // The survivor heard of the loss, so the job is RECOVERING and rank
+    // 1's slot is free for a replacement.
+    assert!(
+        job.wait_for_output(0, "LOST ", Duration::from_secs(30)),
+        "{}\n{}",
+        job.log("rank0.log"),
+        job.log("rank1.log")
+    );
+    job.spawn_replacement(1, "rejoin");
+    let results = job.wait_ranks(Duration::from_secs(90));
+    assert_eq!(results[1].code, Some(3), "{}", results[1].output);
+    for (i, r) in [(0, 0), (2, 1)] {
+        assert!(
+            results[i].code == Some(0)
+                && results[i].output.contains(&format!("RUST RANK {} OK", r)),
+            "rank {} exited {:?}:\n{}\ndaemon:\n{}",
+            r,
+            results[i].code,
+            results[i].output,
+            job.log("daemon.log")
+        );
+    }
 }
 
 #[test]

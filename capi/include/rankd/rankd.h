@@ -345,6 +345,35 @@ RANKD_EXPORT rankd_status* rankd_on_job_failure(rankd_rank* rank,
                                                 rankd_failure_fn callback,
                                                 void* user_data);
 
+/* ---- Recovery (rankd --recovery=on) ------------------------------------ */
+
+/* The job epoch this rank joined into (docs/architecture.md, "Epochs and
+ * recovery"): 1 when the job formed (0 from a daemon that names no epoch),
+ * later after rankd_rejoin. 0 for a NULL rank. Never blocks. */
+RANKD_EXPORT uint64_t rankd_rank_epoch(const rankd_rank* rank);
+
+/* Enters the job's next epoch after epoch `ended_epoch` ended (a rank or
+ * node was lost: rankd_job_health then names it) and returns once this
+ * rank is joined there and every rank of the job is back, or
+ * `timeout_seconds` passed. Returns NULL at once when this rank already
+ * joined into an epoch later than `ended_epoch` (each data-plane user may
+ * call it with the epoch its own failure named). Otherwise waits for the
+ * job to move past `ended_epoch`, then joins again as the same process.
+ * Afterwards rankd_rank_epoch is the new epoch, rankd_job_health is NULL
+ * again (until a loss ends the new epoch), all_gather_words rounds are
+ * numbered afresh and a round sequence that failed in the ended epoch is
+ * usable again; the descriptor's other fields do not change. Data-plane
+ * sessions opened before are not re-formed by it.
+ * Errors: INVALID_ARGUMENT for a NULL rank or a timeout that is not
+ * positive and finite; FAILED_PRECONDITION after rankd_leave; the job's
+ * failure (ABORTED, or UNAVAILABLE when the connection to the daemon was
+ * lost) at once when no epoch can follow (the job FAILED: recovery off,
+ * or its recovery deadline passed); DEADLINE_EXCEEDED naming the epoch
+ * waited for, and the ranks still missing, when the timeout passes. A
+ * failed rankd_rejoin may be retried. */
+RANKD_EXPORT rankd_status* rankd_rejoin(rankd_rank* rank, uint64_t ended_epoch,
+                                        double timeout_seconds);
+
 /* ---- Data-plane sessions ------------------------------------------------ */
 
 typedef struct rankd_session rankd_session;

@@ -73,18 +73,34 @@ pub struct RankResult {
     pub output: String,
 }
 
+// Runs this test binary's ignored `rank_program` entry alone.
+const ROLE_ARGS: [&str; 5] = [
+    "rank_program",
+    "--exact",
+    "--ignored",
+    "--nocapture",
+    "--test-threads=1",
+];
+
 pub struct LocalJob {
     pub job_id: String,
     pub nproc: u32,
     pub dir: PathBuf,
     daemon: Child,
     ranks: Vec<Child>,
+    // The log each of `ranks` writes, in the same order.
+    logs: Vec<String>,
 }
 
 impl LocalJob {
     /// Starts one daemon for `nproc` ranks of `job_id` and waits (20 s at
     /// most) until it is ready.
     pub fn start(job_id: &str, nproc: u32) -> LocalJob {
+        LocalJob::start_with_flags(job_id, nproc, &[])
+    }
+
+    /// `start`, the daemon also given `flags` ("--recovery=on", ...).
+    pub fn start_with_flags(job_id: &str, nproc: u32, flags: &[&str]) -> LocalJob {
         let out = Command::new("mktemp")
             .args(["-d", "/tmp/rrs.XXXXXX"])
             .output()
@@ -113,6 +129,7 @@ impl LocalJob {
             .arg(format!("--credentials_dir={}", creds.display()))
             .arg("--heartbeat_interval_ms=100")
             .arg("--heartbeat_timeout_ms=1000")
+            .args(flags)
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -123,6 +140,7 @@ impl LocalJob {
             dir,
             daemon,
             ranks: Vec::new(),
+            logs: Vec::new(),
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -178,49 +196,67 @@ impl LocalJob {
     /// Starts `program args` as every rank, with the launcher's
     /// environment plus `env`; returns their pids in rank order.
     pub fn spawn_ranks(&mut self, program: &Path, args: &[&str], env: &[(&str, &str)]) -> Vec<u32> {
-        let mut pids = Vec::new();
-        for local in 0..self.nproc {
-            let log = File::create(self.dir.join(format!("rank{}.log", local))).unwrap();
-            let mut cmd = Command::new(program);
-            cmd.args(args)
-                .env("RANKD_RANK_TOKEN", self.rank_token(local))
-                .env("RANKD_TARGET", self.target())
-                .env("RANKD_JOB_ID", &self.job_id)
-                .env("RANKD_LOCAL_RANK", local.to_string())
-                .env_remove("RANKD_RANK")
-                .env_remove("RANKD_WORLD_SIZE")
-                .env_remove("RANKD_TOKEN_FILE")
-                .env_remove("RANKD_BACKEND")
-                .stdout(log.try_clone().unwrap())
-                .stderr(log);
-            for (k, v) in env {
-                cmd.env(k, v);
-            }
-            let child = cmd.spawn().expect("spawn a rank");
-            pids.push(child.id());
-            self.ranks.push(child);
+        (0..self.nproc)
+            .map(|local| self.spawn_rank(local, &format!("rank{}.log", local), program, args, env))
+            .collect()
+    }
+
+    /// Starts `program args` as rank `local`, writing `log`; returns its
+    /// pid. wait_ranks reports it after those started before it.
+    fn spawn_rank(
+        &mut self,
+        local: u32,
+        log: &str,
+        program: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> u32 {
+        let file = File::create(self.dir.join(log)).unwrap();
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .env("RANKD_RANK_TOKEN", self.rank_token(local))
+            .env("RANKD_TARGET", self.target())
+            .env("RANKD_JOB_ID", &self.job_id)
+            .env("RANKD_LOCAL_RANK", local.to_string())
+            .env_remove("RANKD_RANK")
+            .env_remove("RANKD_WORLD_SIZE")
+            .env_remove("RANKD_TOKEN_FILE")
+            .env_remove("RANKD_BACKEND")
+            .stdout(file.try_clone().unwrap())
+            .stderr(file);
+        for (k, v) in env {
+            cmd.env(k, v);
         }
-        pids
+        let child = cmd.spawn().expect("spawn a rank");
+        let pid = child.id();
+        self.ranks.push(child);
+        self.logs.push(log.to_string());
+        pid
+    }
+
+    /// Runs this test binary's `rank_program` entry with
+    /// `RANKD_RUST_ROLE=role` as a replacement process for rank `local`
+    /// (a new incarnation), writing rank<local>.replacement.log.
+    pub fn spawn_replacement(&mut self, local: u32, role: &str) -> u32 {
+        let me = std::env::current_exe().unwrap();
+        self.spawn_rank(
+            local,
+            &format!("rank{}.replacement.log", local),
+            &me,
+            &ROLE_ARGS,
+            &[("RANKD_RUST_ROLE", role)],
+        )
     }
 
     /// Runs this test binary's `rank_program` entry as every rank, with
     /// `RANKD_RUST_ROLE=role`.
     pub fn spawn_role(&mut self, role: &str) -> Vec<u32> {
         let me = std::env::current_exe().unwrap();
-        self.spawn_ranks(
-            &me,
-            &[
-                "rank_program",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ],
-            &[("RANKD_RUST_ROLE", role)],
-        )
+        self.spawn_ranks(&me, &ROLE_ARGS, &[("RANKD_RUST_ROLE", role)])
     }
 
-    /// Waits for every rank (killing those still running at `timeout`).
+    /// Waits for every rank process started, in the order started
+    /// (killing those still running at `timeout`).
     pub fn wait_ranks(&mut self, timeout: Duration) -> Vec<RankResult> {
         let deadline = Instant::now() + timeout;
         let mut results = Vec::new();
@@ -235,8 +271,7 @@ impl LocalJob {
                 }
                 sleep(Duration::from_millis(20));
             };
-            let output =
-                fs::read_to_string(self.dir.join(format!("rank{}.log", r))).unwrap_or_default();
+            let output = fs::read_to_string(self.dir.join(&self.logs[r])).unwrap_or_default();
             results.push(RankResult { code, output });
         }
         results

@@ -1,0 +1,310 @@
+// Client::Rejoin with real daemons (issue 38, part 2, control plane): two
+// nodes of two ranks with --recovery=on. Ranks 0-2 are rankd::Client
+// objects of this process (each its own connection and incarnation); rank
+// 3 is a real rank_worker process killed with SIGKILL mid-round. The
+// survivors see the loss in JobHealth, a replacement Client takes rank 3,
+// the survivors Rejoin into epoch 2 and a round across every rank
+// succeeds, over the round slots and over gRPC. Also: Rejoin before any
+// loss times out naming the epoch, without a replacement it times out
+// naming the missing rank (and succeeds when retried once one came), and
+// with recovery off it returns the job's failure at once.
+#include <signal.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/admin_client.h"
+#include "client/client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/harness/cluster.h"
+
+namespace rankd::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kJob[] = "itest";
+constexpr uint32_t kWorld = 4;
+constexpr absl::Duration kPatience = absl::Seconds(20);
+
+ClusterOptions Options(bool recovery) {
+  ClusterOptions options;
+  options.nnodes = 2;
+  options.nproc_per_node = 2;
+  if (recovery) {
+    options.extra_flags = {"--recovery=on", "--recovery_deadline_ms=60000"};
+  }
+  return options;
+}
+
+// A Client for `rank` through its node's Unix socket, with its own token.
+std::unique_ptr<Client> ConnectRank(LocalCluster& cluster, uint32_t rank,
+                                    bool shared_memory_rounds) {
+  ClientOptions options;
+  options.target = cluster.socket_target(rank / 2);
+  options.bearer_token = cluster.rank_token(rank);
+  options.shared_memory_rounds = shared_memory_rounds;
+  auto client = Client::Connect(options);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? *std::move(client) : nullptr;
+}
+
+JoinOptions JoinAs(uint32_t rank, absl::Duration wait_for_world) {
+  JoinOptions join;
+  join.job_id = kJob;
+  join.local_rank = rank % 2;
+  join.rank = rank;
+  join.world_size = kWorld;
+  join.device.set_kind("cpu");
+  join.wait_for_world = wait_for_world;
+  return join;
+}
+
+// Polls node `node`'s member list (a condition, not a sleep) until `done`.
+bool AwaitMembers(LocalCluster& cluster, uint32_t node,
+                  const std::function<bool(const v1::MemberList&)>& done) {
+  const absl::Time give_up = absl::Now() + kPatience;
+  while (absl::Now() < give_up) {
+    auto admin = AdminClient::Connect(cluster.AdminOptions(node));
+    if (admin.ok()) {
+      auto members = (*admin)->ListMembers();
+      if (members.ok() && done(*members)) return true;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ADD_FAILURE() << "node " << node << " never listed the members so";
+  return false;
+}
+
+auto InRound(std::vector<uint32_t> ranks) {
+  return [ranks](const v1::MemberList& list) {
+    for (uint32_t r : ranks) {
+      if (list.members(r).state() != v1::MEMBER_STATE_IN_ROUND) return false;
+    }
+    return true;
+  };
+}
+
+// Polls `condition` until it holds or kPatience passes.
+bool Eventually(const std::function<bool()>& condition) {
+  const absl::Time give_up = absl::Now() + kPatience;
+  while (absl::Now() < give_up) {
+    if (condition()) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return condition();
+}
+
+// Survivors 0-2 (Clients) joined with rank 3 a rank_worker process.
+struct World {
+  std::vector<std::unique_ptr<Client>> survivors;
+  ChildProcess victim;
+};
+
+void StartWorld(LocalCluster& cluster, bool shared_memory_rounds,
+                World* world) {
+  auto victim = cluster.StartWorker(1, 1, {"--hold_ms=60000"});
+  ASSERT_TRUE(victim.ok()) << victim.status();
+  world->victim = *std::move(victim);
+  std::vector<absl::Status> joined(3);
+  std::vector<std::thread> joins;
+  for (uint32_t r = 0; r < 3; ++r) {
+    world->survivors.push_back(ConnectRank(cluster, r, shared_memory_rounds));
+    ASSERT_NE(world->survivors.back(), nullptr);
+  }
+  for (uint32_t r = 0; r < 3; ++r) {
+    joins.emplace_back([&, r] {
+      joined[r] = world->survivors[r]->Join(JoinAs(r, kPatience)).status();
+    });
+  }
+  for (auto& t : joins) t.join();
+  for (uint32_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(joined[r].ok()) << "rank " << r << ": " << joined[r];
+    EXPECT_EQ(world->survivors[r]->epoch(), 1u);
+  }
+}
+
+class ClientRejoinTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ClientRejoinTest, SurvivorsRejoinAfterAKilledRankIsReplaced) {
+  const bool shared_memory = GetParam();
+  LocalCluster cluster(Options(/*recovery=*/true));
+  ASSERT_TRUE(cluster.Start().ok());
+  World world;
+  ASSERT_NO_FATAL_FAILURE(StartWorld(cluster, shared_memory, &world));
+  std::vector<std::unique_ptr<Client>>& survivors = world.survivors;
+  for (auto& s : survivors) {
+    EXPECT_EQ(absl::StartsWith(s->round_path(), "shared-memory"), shared_memory)
+        << s->round_path();
+  }
+
+  // A round is pending on every survivor when rank 3's process dies.
+  std::vector<absl::Status> pending(3);
+  std::vector<std::thread> rounds;
+  for (uint32_t r = 0; r < 3; ++r) {
+    rounds.emplace_back([&, r] {
+      pending[r] =
+          survivors[r]->AllGatherWords({r}, absl::Seconds(30)).status();
+    });
+  }
+  AwaitMembers(cluster, 0, InRound({0, 1}));
+  AwaitMembers(cluster, 1, InRound({2}));
+  world.victim.Signal(SIGKILL);
+  for (auto& t : rounds) t.join();
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(pending[r].code(), absl::StatusCode::kAborted)
+        << "rank " << r << ": " << pending[r];
+    ASSERT_TRUE(Eventually([&] { return !survivors[r]->JobHealth().ok(); }));
+    EXPECT_THAT(survivors[r]->JobHealth().message(), HasSubstr("rank 3"));
+  }
+
+  // The survivors wait in Rejoin while the slot is empty.
+  std::vector<absl::StatusOr<v1::SessionDescriptor>> rejoined(
+      3, absl::UnknownError("not run"));
+  std::vector<std::thread> rejoins;
+  for (uint32_t r = 0; r < 3; ++r) {
+    rejoins.emplace_back(
+        [&, r] { rejoined[r] = survivors[r]->Rejoin(1, kPatience); });
+  }
+  // The replacement: a new process (incarnation) for rank 3.
+  std::unique_ptr<Client> replacement = ConnectRank(cluster, 3, shared_memory);
+  ASSERT_NE(replacement, nullptr);
+  auto joined = replacement->Join(JoinAs(3, kPatience));
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->epoch(), 2u);
+  for (auto& t : rejoins) t.join();
+  for (uint32_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(rejoined[r].ok())
+        << "rank " << r << ": " << rejoined[r].status();
+    EXPECT_EQ(rejoined[r]->epoch(), 2u);
+    EXPECT_EQ(rejoined[r]->rank(), r);
+    EXPECT_EQ(survivors[r]->epoch(), 2u);
+    EXPECT_TRUE(survivors[r]->JobHealth().ok()) << survivors[r]->JobHealth();
+    EXPECT_EQ(absl::StartsWith(survivors[r]->round_path(), "shared-memory"),
+              shared_memory)
+        << survivors[r]->round_path();
+  }
+  // The replacement does not take epoch 1's loss for its own.
+  EXPECT_TRUE(replacement->JobHealth().ok()) << replacement->JobHealth();
+
+  // A second Rejoin for the same ended epoch returns at once.
+  const absl::Time start = absl::Now();
+  auto again = survivors[0]->Rejoin(1, kPatience);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->epoch(), 2u);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+
+  // Round 1 of epoch 2 across every rank.
+  std::vector<Client*> all = {survivors[0].get(), survivors[1].get(),
+                              survivors[2].get(), replacement.get()};
+  std::vector<absl::StatusOr<std::vector<uint32_t>>> results(
+      kWorld, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      results[r] = all[r]->AllGatherWords({r, 100 + r}, absl::Seconds(20));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].status();
+    EXPECT_EQ(*results[r],
+              (std::vector<uint32_t>{0, 100, 1, 101, 2, 102, 3, 103}));
+  }
+  ASSERT_TRUE(world.victim.Wait(kPatience).has_value());
+}
+
+INSTANTIATE_TEST_SUITE_P(RoundPath, ClientRejoinTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "SharedMemory" : "Grpc";
+                         });
+
+TEST(ClientRejoinLimitsTest, RejoinBeforeAnyLossTimesOutNamingTheEpoch) {
+  LocalCluster cluster(Options(/*recovery=*/true));
+  ASSERT_TRUE(cluster.Start().ok());
+  World world;
+  ASSERT_NO_FATAL_FAILURE(StartWorld(cluster, true, &world));
+  auto rejoined = world.survivors[0]->Rejoin(1, absl::Milliseconds(500));
+  EXPECT_EQ(rejoined.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << rejoined.status();
+  EXPECT_THAT(rejoined.status().message(), HasSubstr("epoch 2"));
+  EXPECT_EQ(world.survivors[0]->epoch(), 1u);
+  EXPECT_TRUE(world.survivors[0]->JobHealth().ok());
+  world.victim.Signal(SIGKILL);
+  ASSERT_TRUE(world.victim.Wait(kPatience).has_value());
+}
+
+TEST(ClientRejoinLimitsTest, RejoinWithoutAReplacementNamesTheMissingRank) {
+  LocalCluster cluster(Options(/*recovery=*/true));
+  ASSERT_TRUE(cluster.Start().ok());
+  World world;
+  ASSERT_NO_FATAL_FAILURE(StartWorld(cluster, true, &world));
+  std::vector<std::unique_ptr<Client>>& survivors = world.survivors;
+  world.victim.Signal(SIGKILL);
+  ASSERT_TRUE(world.victim.Wait(kPatience).has_value());
+  for (uint32_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(Eventually([&] { return !survivors[r]->JobHealth().ok(); }));
+  }
+  // Every survivor rejoins but nobody takes rank 3's slot: each times out
+  // naming the epoch and, from the daemon, the rank still missing.
+  std::vector<absl::StatusOr<v1::SessionDescriptor>> rejoined(
+      3, absl::UnknownError("not run"));
+  std::vector<std::thread> rejoins;
+  for (uint32_t r = 0; r < 3; ++r) {
+    rejoins.emplace_back([&, r] {
+      rejoined[r] = survivors[r]->Rejoin(1, absl::Milliseconds(1500));
+    });
+  }
+  for (auto& t : rejoins) t.join();
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(rejoined[r].status().code(), absl::StatusCode::kDeadlineExceeded)
+        << "rank " << r << ": " << rejoined[r].status();
+    EXPECT_THAT(rejoined[r].status().message(), HasSubstr("epoch 2"));
+    EXPECT_THAT(rejoined[r].status().message(),
+                HasSubstr("ranks have not joined: 3 (node 1: 3)"));
+    EXPECT_EQ(survivors[r]->epoch(), 1u);
+  }
+  // A failed Rejoin may be retried: it succeeds once a replacement came.
+  rejoins.clear();
+  for (uint32_t r = 0; r < 3; ++r) {
+    rejoins.emplace_back(
+        [&, r] { rejoined[r] = survivors[r]->Rejoin(1, kPatience); });
+  }
+  std::unique_ptr<Client> replacement = ConnectRank(cluster, 3, true);
+  ASSERT_NE(replacement, nullptr);
+  auto joined = replacement->Join(JoinAs(3, kPatience));
+  for (auto& t : rejoins) t.join();
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  for (uint32_t r = 0; r < 3; ++r) {
+    ASSERT_TRUE(rejoined[r].ok())
+        << "rank " << r << ": " << rejoined[r].status();
+    EXPECT_EQ(survivors[r]->epoch(), 2u);
+  }
+}
+
+TEST(ClientRejoinLimitsTest, RejoinWithRecoveryOffReturnsTheJobsFailure) {
+  LocalCluster cluster(Options(/*recovery=*/false));
+  ASSERT_TRUE(cluster.Start().ok());
+  World world;
+  ASSERT_NO_FATAL_FAILURE(StartWorld(cluster, true, &world));
+  world.victim.Signal(SIGKILL);
+  ASSERT_TRUE(world.victim.Wait(kPatience).has_value());
+  const absl::Time start = absl::Now();
+  auto rejoined = world.survivors[0]->Rejoin(1, absl::Seconds(60));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  EXPECT_EQ(rejoined.status().code(), absl::StatusCode::kAborted)
+      << rejoined.status();
+  EXPECT_THAT(rejoined.status().message(), HasSubstr("rank 3"));
+}
+
+}  // namespace
+}  // namespace rankd::testing
