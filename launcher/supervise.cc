@@ -1,8 +1,9 @@
 // supervise.cc: the ranks of a Launch (launcher.h): starting
 // nproc_per_node processes with the environment the rankd libraries read,
 // then supervising them until every one has exited (forwarding signals,
-// stopping the rest when one fails or a started daemon dies, SIGKILL after
-// the grace), and lingering after a clean exit.
+// restarting a failed rank into its rank while --max_restarts allows,
+// else stopping the rest when one fails or a started daemon dies, SIGKILL
+// after the grace), and lingering after a clean exit.
 
 #include <poll.h>
 #include <signal.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -26,47 +28,9 @@ namespace rankd::launcher {
 std::optional<Failure> Launcher::StartRanks(
     const std::vector<std::string>& argv) {
   group_.emplace(o_.prefix_output);
-  const Layout& l = layout_;
-  for (uint32_t local = 0; local < l.nproc_per_node; ++local) {
-    const uint32_t rank = l.node_rank * l.nproc_per_node + local;
-    const std::vector<std::pair<std::string, std::string>> values = {
-        {"{local_rank}", absl::StrCat(local)},
-        {"{rank}", absl::StrCat(rank)},
-        {"{node_rank}", absl::StrCat(l.node_rank)},
-        {"{world_size}", absl::StrCat(l.world_size)},
-        {"{nproc_per_node}", absl::StrCat(l.nproc_per_node)},
-        {"{job_id}", l.job_id},
-        {"{target}", target_},
-    };
-    std::vector<std::string> args = argv;
-    for (size_t i = 1; i < args.size(); ++i) {
-      args[i] = absl::StrReplaceAll(args[i], values);
-    }
-    std::map<std::string, std::string> env = env_;
-    env["RANKD_TARGET"] = target_;
-    env["RANKD_JOB_ID"] = l.job_id;
-    env["RANKD_LOCAL_RANK"] = absl::StrCat(local);
-    env["RANKD_RANK"] = absl::StrCat(rank);
-    env["RANKD_WORLD_SIZE"] = absl::StrCat(l.world_size);
-    env["RANKD_NPROC_PER_NODE"] = absl::StrCat(l.nproc_per_node);
-    env["RANKD_NODE_RANK"] = absl::StrCat(l.node_rank);
-    env["RANKD_NNODES"] = absl::StrCat(l.nnodes);
-    // This rank's own token, in its environment alone; a token file of
-    // rankrun's own environment would name another credential.
-    env.erase("RANKD_TOKEN_FILE");
-    if (local < rank_tokens_.size() && !rank_tokens_[local].empty()) {
-      env[kRankTokenEnv] = rank_tokens_[local];
-    } else {
-      env.erase(kRankTokenEnv);
-    }
-    env["LOCAL_RANK"] = absl::StrCat(local);
-    env["RANK"] = absl::StrCat(rank);
-    env["GROUP_RANK"] = absl::StrCat(l.node_rank);
-    env["WORLD_SIZE"] = absl::StrCat(l.world_size);
-    env["LOCAL_WORLD_SIZE"] = absl::StrCat(l.nproc_per_node);
-    if (absl::Status s = group_->Start(args, EnvList(env),
-                                       absl::StrCat("[rank ", rank, "] "));
-        !s.ok()) {
+  argv_ = argv;
+  for (uint32_t local = 0; local < layout_.nproc_per_node; ++local) {
+    if (absl::Status s = StartRank(local, 0); !s.ok()) {
       const size_t started = group_->size();
       group_->Signal(SIGKILL);
       group_->Finish(absl::Seconds(1));
@@ -81,6 +45,54 @@ std::optional<Failure> Launcher::StartRanks(
   return std::nullopt;
 }
 
+absl::Status Launcher::StartRank(uint32_t local, uint32_t restarts) {
+  const Layout& l = layout_;
+  const uint32_t rank = l.node_rank * l.nproc_per_node + local;
+  const std::vector<std::pair<std::string, std::string>> values = {
+      {"{local_rank}", absl::StrCat(local)},
+      {"{rank}", absl::StrCat(rank)},
+      {"{node_rank}", absl::StrCat(l.node_rank)},
+      {"{world_size}", absl::StrCat(l.world_size)},
+      {"{nproc_per_node}", absl::StrCat(l.nproc_per_node)},
+      {"{job_id}", l.job_id},
+      {"{target}", target_},
+  };
+  std::vector<std::string> args = argv_;
+  for (size_t i = 1; i < args.size(); ++i) {
+    args[i] = absl::StrReplaceAll(args[i], values);
+  }
+  std::map<std::string, std::string> env = env_;
+  env["RANKD_TARGET"] = target_;
+  env["RANKD_JOB_ID"] = l.job_id;
+  env["RANKD_LOCAL_RANK"] = absl::StrCat(local);
+  env["RANKD_RANK"] = absl::StrCat(rank);
+  env["RANKD_WORLD_SIZE"] = absl::StrCat(l.world_size);
+  env["RANKD_NPROC_PER_NODE"] = absl::StrCat(l.nproc_per_node);
+  env["RANKD_NODE_RANK"] = absl::StrCat(l.node_rank);
+  env["RANKD_NNODES"] = absl::StrCat(l.nnodes);
+  // A replacement can tell it is one (and, e.g., rejoin rather than
+  // start from scratch).
+  env["RANKD_RESTART_COUNT"] = absl::StrCat(restarts);
+  // This rank's own token, in its environment alone; a token file of
+  // rankrun's own environment would name another credential. A
+  // replacement gets the same token: the slot, not the process, owns it.
+  env.erase("RANKD_TOKEN_FILE");
+  if (local < rank_tokens_.size() && !rank_tokens_[local].empty()) {
+    env[kRankTokenEnv] = rank_tokens_[local];
+  } else {
+    env.erase(kRankTokenEnv);
+  }
+  env["LOCAL_RANK"] = absl::StrCat(local);
+  env["RANK"] = absl::StrCat(rank);
+  env["GROUP_RANK"] = absl::StrCat(l.node_rank);
+  env["WORLD_SIZE"] = absl::StrCat(l.world_size);
+  env["LOCAL_WORLD_SIZE"] = absl::StrCat(l.nproc_per_node);
+  absl::Status started =
+      group_->Start(args, EnvList(env), absl::StrCat("[rank ", rank, "] "));
+  if (started.ok()) local_of_.push_back(local);
+  return started;
+}
+
 int Launcher::Supervise() {
   ProcessGroup& group = *group_;
   const absl::Duration grace = absl::Milliseconds(o_.stop_grace_ms);
@@ -91,8 +103,21 @@ int Launcher::Supervise() {
   std::optional<absl::Time> kill_at;
   bool killed = false;
   std::optional<size_t> first_nonzero;
+  // --max_restarts: each local rank's restarts so far, and when the next
+  // is due for a rank whose process failed (none while stopping).
+  std::vector<uint32_t> restarts(layout_.nproc_per_node, 0);
+  std::map<uint32_t, absl::Time> restart_at;
+  std::optional<std::string> restart_error;  // A restart that could not run.
+  const auto rank_of = [&](uint32_t local) {
+    return layout_.node_rank * layout_.nproc_per_node + local;
+  };
+  const auto stopping = [&] {
+    return failed.has_value() || stop_signal != 0 ||
+           daemon_status.has_value() || restart_error.has_value();
+  };
 
   auto begin_stop = [&](int sig) {
+    restart_at.clear();
     group.Signal(sig);
     if (!kill_at.has_value()) kill_at = MonotonicNow() + grace;
   };
@@ -100,12 +125,40 @@ int Launcher::Supervise() {
     for (size_t i : group.PollExits()) {
       const int status = *group.status(i);
       if (status == 0) continue;
+      const uint32_t local = local_of_[i];
+      if (!stopping() && restarts[local] < o_.max_restarts) {
+        ++restarts[local];
+        Say(absl::StrCat("rank ", rank_of(local), " (local rank ", local,
+                         ", pid ", group.pid(i), ") ",
+                         DescribeWaitStatus(status),
+                         "; restarting it (restart ", restarts[local], " of ",
+                         o_.max_restarts, ")"));
+        restart_at[local] =
+            MonotonicNow() +
+            absl::Milliseconds(o_.restart_backoff_ms) * restarts[local];
+        continue;
+      }
       if (!first_nonzero.has_value()) first_nonzero = i;
-      if (!failed.has_value() && stop_signal == 0 &&
-          !daemon_status.has_value()) {
+      if (!stopping()) {
         failed = i;
         stopped_others = group.CountRunning();
         if (stopped_others > 0) begin_stop(SIGTERM);
+      }
+    }
+    for (auto it = restart_at.begin(); it != restart_at.end();) {
+      if (MonotonicNow() < it->second) {
+        ++it;
+        continue;
+      }
+      const uint32_t local = it->first;
+      it = restart_at.erase(it);
+      if (absl::Status s = StartRank(local, restarts[local]); !s.ok()) {
+        restart_error =
+            absl::StrCat("cannot restart rank ", rank_of(local),
+                         " (local rank ", local, "): ", s.message());
+        stopped_others = group.CountRunning();
+        begin_stop(SIGTERM);
+        break;
       }
     }
     if (started_daemon_ && !daemon_status.has_value() && !failed.has_value()) {
@@ -115,7 +168,7 @@ int Launcher::Supervise() {
         if (stopped_others > 0) begin_stop(SIGTERM);
       }
     }
-    if (group.CountRunning() == 0) break;
+    if (group.CountRunning() == 0 && restart_at.empty()) break;
     if (kill_at.has_value() && !killed && MonotonicNow() >= *kill_at) {
       group.Signal(SIGKILL);
       killed = true;
@@ -126,6 +179,12 @@ int Launcher::Supervise() {
     if (kill_at.has_value() && !killed) {
       timeout_ms = static_cast<int>(std::clamp<int64_t>(
           absl::ToInt64Milliseconds(*kill_at - MonotonicNow()) + 1, 0, 100));
+    }
+    for (const auto& [local, at] : restart_at) {
+      timeout_ms = std::min(
+          timeout_ms,
+          static_cast<int>(std::clamp<int64_t>(
+              absl::ToInt64Milliseconds(at - MonotonicNow()) + 1, 0, 100)));
     }
     if (::poll(polls.data(), polls.size(), timeout_ms) < 0 && errno != EINTR) {
       Say(absl::StrCat("poll: ", strerror(errno)));
@@ -145,13 +204,22 @@ int Launcher::Supervise() {
   }
   group.Finish(absl::Seconds(2));
 
+  if (restart_error.has_value()) {
+    Say(absl::StrCat(*restart_error, "; stopped the other ", stopped_others,
+                     " process(es)"));
+    return kExitFailure;
+  }
   if (failed.has_value()) {
     const size_t i = *failed;
+    const uint32_t local = local_of_[i];
     const int status = *group.status(i);
-    Say(absl::StrCat("local rank ", i, " (rank ",
-                     layout_.node_rank * layout_.nproc_per_node + i, ", pid ",
-                     group.pid(i), ") ", DescribeWaitStatus(status),
-                     "; stopped the other ", stopped_others, " process(es)"));
+    Say(absl::StrCat(
+        "local rank ", local, " (rank ", rank_of(local), ", pid ", group.pid(i),
+        ") ", DescribeWaitStatus(status),
+        o_.max_restarts > 0
+            ? absl::StrCat(" after ", restarts[local], " restart(s), its last")
+            : "",
+        "; stopped the other ", stopped_others, " process(es)"));
     return ShellStatus(status);
   }
   if (daemon_status.has_value()) {
@@ -165,15 +233,15 @@ int Launcher::Supervise() {
     int code = 0;
     if (first_nonzero.has_value()) {
       const size_t i = *first_nonzero;
+      const uint32_t local = local_of_[i];
       const int status = *group.status(i);
-      outcome =
-          absl::StrCat("local rank ", i, " (rank ",
-                       layout_.node_rank * layout_.nproc_per_node + i, ", pid ",
-                       group.pid(i), ") ", DescribeWaitStatus(status));
+      outcome = absl::StrCat("local rank ", local, " (rank ", rank_of(local),
+                             ", pid ", group.pid(i), ") ",
+                             DescribeWaitStatus(status));
       code = ShellStatus(status);
     }
     Say(absl::StrCat("received ", SignalName(stop_signal),
-                     "; forwarded it to the ", group.size(),
+                     "; forwarded it to the ", layout_.nproc_per_node,
                      " process(es): ", outcome));
     return code;
   }
