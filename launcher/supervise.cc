@@ -18,12 +18,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "client/admin_client.h"
 #include "common/credentials.h"
 #include "common/monotonic_clock.h"
 #include "launcher/child_process.h"
 #include "launcher/launcher.h"
 
 namespace rankd::launcher {
+namespace {
+
+// How long a restart waits, after its backoff, for the daemon to release
+// the lost process's slot before it starts the replacement anyway.
+constexpr absl::Duration kSlotReleaseWait = absl::Seconds(10);
+
+}  // namespace
 
 std::optional<Failure> Launcher::StartRanks(
     const std::vector<std::string>& argv) {
@@ -93,6 +101,33 @@ absl::Status Launcher::StartRank(uint32_t local, uint32_t restarts) {
   return started;
 }
 
+bool Launcher::SlotReleased(uint32_t rank, pid_t old_pid) {
+  ClientOptions options;
+  options.target = target_;
+  options.connect_timeout = absl::Milliseconds(500);
+  options.call_timeout = absl::Milliseconds(500);
+  if (!o_.credentials_dir.empty()) {
+    // Over TCP the Admin service wants the operator's token; the Unix
+    // socket needs none.
+    absl::StatusOr<std::string> token =
+        ReadCredentialFile(o_.credentials_dir, kOperatorTokenFile);
+    if (token.ok()) options.bearer_token = *token;
+  }
+  absl::StatusOr<std::unique_ptr<AdminClient>> admin =
+      AdminClient::Connect(options);
+  if (!admin.ok()) return false;
+  absl::StatusOr<v1::MemberList> members = (*admin)->ListMembers();
+  if (!members.ok()) return false;
+  for (const v1::MemberStatus& m : members->members()) {
+    if (m.rank() == rank && m.pid() == static_cast<uint32_t>(old_pid) &&
+        (m.state() == v1::MEMBER_STATE_JOINED ||
+         m.state() == v1::MEMBER_STATE_IN_ROUND)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 int Launcher::Supervise() {
   ProcessGroup& group = *group_;
   const absl::Duration grace = absl::Milliseconds(o_.stop_grace_ms);
@@ -106,7 +141,12 @@ int Launcher::Supervise() {
   // --max_restarts: each local rank's restarts so far, and when the next
   // is due for a rank whose process failed (none while stopping).
   std::vector<uint32_t> restarts(layout_.nproc_per_node, 0);
-  std::map<uint32_t, absl::Time> restart_at;
+  struct PendingRestart {
+    absl::Time at;       // Not before: the backoff, then the next check.
+    absl::Time give_up;  // Start it then even if the slot still looks held.
+    pid_t old_pid;
+  };
+  std::map<uint32_t, PendingRestart> restart_at;
   std::optional<std::string> restart_error;  // A restart that could not run.
   const auto rank_of = [&](uint32_t local) {
     return layout_.node_rank * layout_.nproc_per_node + local;
@@ -133,9 +173,10 @@ int Launcher::Supervise() {
                          DescribeWaitStatus(status),
                          "; restarting it (restart ", restarts[local], " of ",
                          o_.max_restarts, ")"));
-        restart_at[local] =
+        const absl::Time at =
             MonotonicNow() +
             absl::Milliseconds(o_.restart_backoff_ms) * restarts[local];
+        restart_at[local] = {at, at + kSlotReleaseWait, group.pid(i)};
         continue;
       }
       if (!first_nonzero.has_value()) first_nonzero = i;
@@ -146,11 +187,23 @@ int Launcher::Supervise() {
       }
     }
     for (auto it = restart_at.begin(); it != restart_at.end();) {
-      if (MonotonicNow() < it->second) {
+      PendingRestart& pending = it->second;
+      const absl::Time now = MonotonicNow();
+      if (now < pending.at) {
         ++it;
         continue;
       }
       const uint32_t local = it->first;
+      // The daemon notices the loss a moment after rankrun sees the exit
+      // (at once through the rank's Watch stream, else at the heartbeat
+      // timeout); until then it refuses a replacement's join as another
+      // process acting for a live rank.
+      if (now < pending.give_up &&
+          !SlotReleased(rank_of(local), pending.old_pid)) {
+        pending.at = MonotonicNow() + absl::Milliseconds(50);
+        ++it;
+        continue;
+      }
       it = restart_at.erase(it);
       if (absl::Status s = StartRank(local, restarts[local]); !s.ok()) {
         restart_error =
@@ -180,11 +233,12 @@ int Launcher::Supervise() {
       timeout_ms = static_cast<int>(std::clamp<int64_t>(
           absl::ToInt64Milliseconds(*kill_at - MonotonicNow()) + 1, 0, 100));
     }
-    for (const auto& [local, at] : restart_at) {
+    for (const auto& [local, pending] : restart_at) {
       timeout_ms = std::min(
           timeout_ms,
           static_cast<int>(std::clamp<int64_t>(
-              absl::ToInt64Milliseconds(at - MonotonicNow()) + 1, 0, 100)));
+              absl::ToInt64Milliseconds(pending.at - MonotonicNow()) + 1, 0,
+              100)));
     }
     if (::poll(polls.data(), polls.size(), timeout_ms) < 0 && errno != EINTR) {
       Say(absl::StrCat("poll: ", strerror(errno)));
