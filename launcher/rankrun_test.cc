@@ -687,6 +687,42 @@ TEST(Rankrun, RestartsAKilledRankIntoItsSlotAtTheNextEpoch) {
   ASSERT_TRUE(job.ok()) << job.status() << "\n" << run.Describe();
   EXPECT_EQ(job->state(), v1::JOB_STATE_READY) << job->DebugString();
   EXPECT_EQ(job->epoch(), 2u) << job->DebugString();
+  // The way there, from the event log: READY at epoch 1, RECOVERING at
+  // epoch 2 for rank 1, READY at epoch 2; nothing failed.
+  std::vector<std::string> kinds;
+  {
+    ClientOptions options;
+    options.target = "unix://" + socket;
+    options.connect_timeout = absl::Seconds(5);
+    options.call_timeout = absl::Seconds(5);
+    absl::StatusOr<std::unique_ptr<AdminClient>> admin =
+        AdminClient::Connect(options);
+    ASSERT_TRUE(admin.ok()) << admin.status();
+    ASSERT_TRUE((*admin)
+                    ->WatchEvents(
+                        0,
+                        [&](const v1::JobEvent& e) {
+                          if (e.kind() == v1::EVENT_KIND_JOB_RECOVERING) {
+                            EXPECT_THAT(e.ranks(), ::testing::ElementsAre(1u))
+                                << e.DebugString();
+                          }
+                          if (e.kind() == v1::EVENT_KIND_JOB_READY ||
+                              e.kind() == v1::EVENT_KIND_JOB_RECOVERING ||
+                              e.kind() == v1::EVENT_KIND_JOB_FAILED) {
+                            kinds.push_back(
+                                absl::StrCat(v1::EventKind_Name(e.kind()), "@",
+                                             std::max<uint64_t>(e.epoch(), 1)));
+                          }
+                          // Stop at READY at epoch 2 (already logged).
+                          return !(e.kind() == v1::EVENT_KIND_JOB_READY &&
+                                   e.epoch() == 2);
+                        },
+                        absl::Seconds(10))
+                    .ok());
+  }
+  EXPECT_THAT(kinds, ::testing::ElementsAre("EVENT_KIND_JOB_READY@1",
+                                            "EVENT_KIND_JOB_RECOVERING@2",
+                                            "EVENT_KIND_JOB_READY@2"));
 
   EXPECT_THAT(run.err(), HasSubstr("rank 1 (local rank 1, pid "));
   EXPECT_THAT(run.err(), HasSubstr("was killed by signal 9"));
