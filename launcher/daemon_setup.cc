@@ -132,6 +132,13 @@ std::optional<Failure> Launcher::ReuseDaemon(const ClientOptions& client) {
   }
   layout_ = *layout;
   target_ = client.target;
+  if (o_.max_restarts > 0) {
+    // Its flags are not ours to set, nor visible through DescribeDaemon.
+    Say(absl::StrCat("--max_restarts=", o_.max_restarts,
+                     " with a reused daemon: it must run with --recovery=on, "
+                     "else the loss of a rank rankrun restarts fails the "
+                     "job"));
+  }
   // Each rank's own token: minted here from the job's credentials when
   // rankrun has them, else handed out by the daemon beside it (once, to
   // rankrun, before any rank runs: a Kubernetes sidecar).
@@ -264,6 +271,15 @@ std::optional<Failure> Launcher::StartDaemon(const std::string& given_socket) {
   }
   if (!coordinator.empty()) {
     argv.push_back(absl::StrCat("--coordinator=", coordinator));
+  }
+  // A rank rankrun restarts must find its job waiting for it (RECOVERING),
+  // not failed by its predecessor's loss.
+  if (o_.max_restarts > 0) {
+    argv.push_back("--recovery=on");
+    if (o_.recovery_deadline_ms.has_value()) {
+      argv.push_back(
+          absl::StrCat("--recovery_deadline_ms=", *o_.recovery_deadline_ms));
+    }
   }
   // torch's store keys (python/rankd/torch_store.py) are written by every
   // rank, so rankrun declares their namespace shared; a

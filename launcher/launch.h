@@ -12,9 +12,12 @@
 //   3. Starts nproc_per_node processes in one process group, each with the
 //      environment the rankd libraries read (HelpText() in options.h).
 //   4. Supervises them: forwards SIGINT, SIGTERM and SIGHUP to the group;
-//      when one exits non-zero or by a signal, SIGTERMs the rest and
-//      SIGKILLs what is left after the grace; a daemon rankrun started that
-//      dies stops the job too. Every wait has a deadline.
+//      when one exits non-zero or by a signal, starts a new process for
+//      its rank while options.max_restarts allows (after a backoff,
+//      RANKD_RESTART_COUNT telling it which restart it is), else SIGTERMs
+//      the rest and SIGKILLs what is left after the grace; a daemon rankrun
+//      started that dies stops the job too. Nothing is restarted once
+//      rankrun is stopping. Every wait has a deadline.
 //   5. Cleans up: kills what the processes left in their group, reaps them,
 //      stays options.exit_delay_ms after a clean exit, stops the daemon it
 //      started (SIGTERM, then SIGKILL after the grace) and removes its
@@ -22,6 +25,8 @@
 // Messages go to stderr, prefixed "rankrun: ", e.g.
 //   rankrun: local rank 1 (rank 1, pid 4242) exited with status 3; stopped
 //   the other 1 process(es)
+//   rankrun: rank 5 (local rank 1, pid 4243) was killed by signal 9
+//   (Killed); restarting it (restart 1 of 3)
 //
 // Step 1 is program.h, the job's sizes job_layout.h, step 2
 // daemon_setup.cc, steps 3 and 4 supervise.cc, over one Launcher

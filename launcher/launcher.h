@@ -84,6 +84,15 @@ class Launcher {
   std::optional<Failure> StartDaemon(const std::string& socket);
   std::optional<Failure> ReuseDaemon(const ClientOptions& client);
   std::optional<Failure> StartRanks(const std::vector<std::string>& argv);
+  // Starts local rank `local`'s process (index group_->size()) in the
+  // ranks' group, with RANKD_RESTART_COUNT=`restarts`. Errors as
+  // ProcessGroup::Start.
+  absl::Status StartRank(uint32_t local, uint32_t restarts);
+  // Whether the daemon no longer holds `rank`'s slot for the process
+  // `old_pid` (that member is lost, left, or never joined), so that a
+  // replacement's join can take it; false when the daemon cannot be asked
+  // (within about a second).
+  bool SlotReleased(uint32_t rank, pid_t old_pid);
   int Supervise();
   void Linger();
 
@@ -103,6 +112,12 @@ class Launcher {
   // Fills rank_tokens_ from the node key or node token in `credentials`.
   absl::Status MintRankTokens(const std::string& credentials);
   std::optional<ProcessGroup> group_;
+  // PROGRAM's resolved command line, for every start and restart.
+  std::vector<std::string> argv_;
+  // The local rank of each process in group_, by index: a restarted rank
+  // has a new process (a new index) and keeps its old one, exited, in the
+  // group until the end, so the group's id stays valid.
+  std::vector<uint32_t> local_of_;
 };
 
 }  // namespace rankd::launcher

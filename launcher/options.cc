@@ -161,6 +161,25 @@ constexpr OptionSpec kOptions[] = {
      "prompts and progress bars), and a line a rank writes in pieces (as "
      "print() does unbuffered: the text, then the newline) can then mix "
      "with another rank's."},
+    {"max_restarts", true, "N",
+     "Restart a local rank that exits non-zero or by a signal, into the "
+     "same rank (same RANK, LOCAL_RANK and rank token), at most N times "
+     "per rank; RANKD_RESTART_COUNT tells the new process how many times "
+     "its rank was restarted. A rank that exits 0 is never restarted, nor "
+     "anything once rankrun is stopping (a signal, a rank out of restarts, "
+     "the daemon's exit). Above 0, a daemon rankrun starts runs with "
+     "--recovery=on, so that the job waits for the replacement (RECOVERING "
+     "at the next epoch) instead of failing; a reused daemon must run with "
+     "it already. The other ranks must rejoin the new epoch themselves "
+     "(docs/operations.md, \"Restarting failed ranks\"). Default 0: the "
+     "first failure stops the job."},
+    {"restart_backoff_ms", true, "MS",
+     "Wait k times MS before restart k of a rank (--max_restarts). Default "
+     "1000."},
+    {"recovery_deadline_ms", true, "MS",
+     "--recovery_deadline_ms of a daemon rankrun starts: how long the job "
+     "may stay RECOVERING after a loss before it fails. Needs "
+     "--max_restarts above 0. Default: rankd's."},
     {"help", false, nullptr, "Print this help and exit 0 (also -h)."},
 };
 
@@ -319,6 +338,19 @@ absl::Status Apply(const OptionSpec& spec, const std::string& shown,
   if (name == "daemon_timeout_ms") return millis(o.daemon_timeout_ms, 1);
   if (name == "stop_grace_ms") return millis(o.stop_grace_ms, 0);
   if (name == "exit_delay_ms") return millis(o.exit_delay_ms, 0);
+  if (name == "max_restarts") {
+    absl::StatusOr<int64_t> n = ParseInteger(shown, v, 0, kMaxRestartsLimit);
+    if (!n.ok()) return n.status();
+    o.max_restarts = static_cast<uint32_t>(*n);
+    return absl::OkStatus();
+  }
+  if (name == "restart_backoff_ms") return millis(o.restart_backoff_ms, 0);
+  if (name == "recovery_deadline_ms") {
+    int64_t ms = 0;
+    if (absl::Status s = millis(ms, 1); !s.ok()) return s;
+    o.recovery_deadline_ms = ms;
+    return absl::OkStatus();
+  }
   if (name == "prefix_output") {
     absl::StatusOr<bool> b =
         value.has_value() ? ParseBool(shown, v) : absl::StatusOr<bool>(true);
@@ -364,6 +396,8 @@ absl::Status Validate(const LaunchOptions& o) {
           std::pair{!o.rankd_advertise.empty(), "--rankd_advertise"},
           std::pair{!o.rankd_args.empty(), "--rankd_arg"},
           std::pair{!o.rankd_log.empty(), "--rankd_log"},
+          std::pair{o.recovery_deadline_ms.has_value(),
+                    "--recovery_deadline_ms"},
           std::pair{!o.rankd.empty(), "--rankd"}}) {
       if (set) {
         return Invalid(
@@ -371,6 +405,21 @@ absl::Status Validate(const LaunchOptions& o) {
                          o.target.empty() ? "--daemon=reuse" : "--target",
                          " never starts one"));
       }
+    }
+  }
+  if (o.recovery_deadline_ms.has_value() && o.max_restarts == 0) {
+    return Invalid(absl::StrCat(
+        "--recovery_deadline_ms=", *o.recovery_deadline_ms,
+        " needs --max_restarts above 0 (without restarts the daemon runs "
+        "with --recovery=off)"));
+  }
+  for (const std::string& flag : o.rankd_args) {
+    if (o.max_restarts > 0 && (absl::StartsWith(flag, "--recovery=") ||
+                               absl::StartsWith(flag, "--recovery_deadline"))) {
+      return Invalid(absl::StrCat(
+          "--rankd_arg=", flag, " with --max_restarts=", o.max_restarts,
+          ": rankrun sets --recovery=on itself (use --recovery_deadline_ms "
+          "for the deadline)"));
     }
   }
   if (o.daemon == DaemonMode::kStart && nnodes > 1) {
@@ -471,9 +520,10 @@ std::string HelpText() {
       "a rankd\njob, like torchrun: starts (or reuses) the node's rankd "
       "daemon, gives every\nprocess the environment the rankd libraries "
       "read, forwards SIGINT, SIGTERM\nand SIGHUP to them, and when one "
-      "fails stops the others and exits non-zero\nnaming it. A PROGRAM "
-      "ending in .py runs under $RANKD_PYTHON, else\n/usr/bin/python3. Run "
-      "one rankrun per node.\n"
+      "fails stops the others and exits non-zero\nnaming it (or, with "
+      "--max_restarts, first restarts it into its rank). A\nPROGRAM "
+      "ending in .py runs under $RANKD_PYTHON, else /usr/bin/python3. Run "
+      "\none rankrun per node.\n"
       "\n"
       "Options (--name=value or --name value; '-' and '_' alike in names):\n";
   for (const OptionSpec& spec : kOptions) {
@@ -501,6 +551,9 @@ std::string HelpText() {
       "  RANKD_RANK_TOKEN      this rank's own token (rank-<rank>.<mac>), for "
       "it "
       "alone\n"
+      "  RANKD_RESTART_COUNT   how many times rankrun restarted this rank "
+      "before\n"
+      "                        (0 in its first process; --max_restarts)\n"
       "In ARGS, {local_rank}, {rank}, {node_rank}, {world_size}, "
       "{nproc_per_node},\n{job_id} and {target} are replaced by the "
       "process's values, for programs\nthat take them as flags, e.g. "

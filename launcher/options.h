@@ -42,6 +42,9 @@ inline constexpr int kExitFailure = 1;
 inline constexpr char kDefaultJobId[] = "local";
 inline constexpr int64_t kDefaultStopGraceMs = 10'000;
 inline constexpr int64_t kDefaultDaemonTimeoutMs = 60'000;
+inline constexpr int64_t kDefaultRestartBackoffMs = 1'000;
+// The most restarts --max_restarts may allow each rank.
+inline constexpr uint32_t kMaxRestartsLimit = 1'000;
 
 // Where the node's daemon comes from.
 enum class DaemonMode {
@@ -100,6 +103,17 @@ struct LaunchOptions {
   // only; false: the processes write to rankrun's stdout and stderr
   // directly (launcher/process_group.h).
   bool prefix_output = true;
+
+  // In-place recovery (docs/operations.md, "Restarting failed ranks"): how
+  // many times each local rank may be restarted into its own rank after
+  // it exits non-zero or by a signal (0 = never: any failure stops the
+  // job). Above 0, a daemon rankrun starts runs with --recovery=on.
+  uint32_t max_restarts = 0;
+  // How long rankrun waits before restart k of a rank: k times this.
+  int64_t restart_backoff_ms = kDefaultRestartBackoffMs;
+  // --recovery_deadline_ms for a daemon rankrun starts; nullopt = the
+  // daemon's default.
+  std::optional<int64_t> recovery_deadline_ms;
 
   // PROGRAM and its arguments; never empty after a successful parse.
   std::vector<std::string> command;

@@ -229,5 +229,29 @@ TEST(Options, RulesBetweenOptions) {
   EXPECT_EQ(MustParse({"--nnodes=2", "p"}).nnodes, 2u);
 }
 
+TEST(Options, RestartsAndTheirRecoveryFlags) {
+  LaunchOptions none = MustParse({"prog"});
+  EXPECT_EQ(none.max_restarts, 0u);
+  EXPECT_EQ(none.restart_backoff_ms, kDefaultRestartBackoffMs);
+  EXPECT_FALSE(none.recovery_deadline_ms.has_value());
+
+  LaunchOptions o = MustParse({"--max-restarts=3", "--restart_backoff_ms=0",
+                               "--recovery_deadline_ms=60000", "prog"});
+  EXPECT_EQ(o.max_restarts, 3u);
+  EXPECT_EQ(o.restart_backoff_ms, 0);
+  EXPECT_EQ(o.recovery_deadline_ms, 60000);
+
+  EXPECT_THAT(Error({"--max_restarts=-1", "prog"}),
+              HasSubstr("--max_restarts=-1 is not a whole number in 0..1000"));
+  EXPECT_THAT(Error({"--recovery_deadline_ms=60000", "prog"}),
+              HasSubstr("needs --max_restarts above 0"));
+  EXPECT_THAT(Error({"--max_restarts=1", "--rankd_arg=--recovery=off", "prog"}),
+              HasSubstr("rankrun sets --recovery=on itself"));
+  EXPECT_THAT(Error({"--max_restarts=1", "--recovery_deadline_ms=5000",
+                     "--daemon=reuse", "prog"}),
+              HasSubstr("--recovery_deadline_ms is for a daemon rankrun "
+                        "starts"));
+}
+
 }  // namespace
 }  // namespace rankd::launcher

@@ -16,6 +16,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -27,11 +29,13 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/admin_client.h"
 #include "client/channel.h"
 #include "common/credentials.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/node_daemon.h"
+#include "rankd/v1/common.pb.h"
 
 namespace rankd::launcher {
 namespace {
@@ -618,6 +622,198 @@ TEST(Rankrun, TwoNodesEachWithItsOwnDaemonFormOneJob) {
   EXPECT_EQ(EnvValue(node1.Lines("ENV ").at(0), "RANKD_RANK"), "1");
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
+}
+
+// The job as the daemon at `socket` reports it, until `done` holds or
+// `timeout` passes; the last status read (or error) either way.
+absl::StatusOr<v1::JobStatus> AwaitJob(
+    const std::string& socket,
+    const std::function<bool(const v1::JobStatus&)>& done,
+    absl::Duration timeout = absl::Seconds(30)) {
+  ClientOptions options;
+  options.target = "unix://" + socket;
+  options.connect_timeout = absl::Seconds(5);
+  options.call_timeout = absl::Seconds(5);
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::StatusOr<v1::JobStatus> job = absl::UnavailableError("never asked");
+  while (absl::Now() < deadline) {
+    absl::StatusOr<std::unique_ptr<AdminClient>> admin =
+        AdminClient::Connect(options);
+    if (admin.ok()) {
+      job = (*admin)->GetJob();
+      if (job.ok() && done(*job)) return job;
+    } else {
+      job = admin.status();
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return job;
+}
+
+// Lines of `text` that contain `part`.
+size_t CountLinesWith(const std::string& text, absl::string_view part) {
+  size_t n = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::StrContains(line, part)) ++n;
+  }
+  return n;
+}
+
+// issue 38, part 3: rank 1 joins, then dies by SIGKILL in its first life;
+// rankrun starts a new process for rank 1 (same rank, same token,
+// RANKD_RESTART_COUNT=1), whose join the daemon (--recovery=on, set by
+// rankrun) takes into epoch 2: the job goes RECOVERING, then READY at
+// epoch 2. The survivor, rank 0, holds its place (it cannot rejoin with
+// the client library yet); SIGTERM then ends the run cleanly, restarting
+// nothing.
+TEST(Rankrun, RestartsAKilledRankIntoItsSlotAtTheNextEpoch) {
+  const std::string dir = ShortTempDir();
+  ASSERT_FALSE(dir.empty());
+  const std::string socket = dir + "/rankd.sock";
+  RankrunJob run({"--nproc_per_node=2", "--job_id=restarts", "--max_restarts=1",
+                  "--restart_backoff_ms=100", "--recovery_deadline_ms=30000",
+                  "--stop_grace_ms=5000", "--rankd_socket=" + socket,
+                  "--rankd_log=" + ::testing::TempDir() + "/restarts.log", "--",
+                  kEnvRank, "--join", "--kill_after_join_rank=1",
+                  "--kill_lives=1", "--hold", "--term_exit=0"});
+  // Rank 0 holds, rank 1 joined twice (its first life, then its
+  // replacement).
+  ASSERT_TRUE(run.WaitForLines("JOINED rank=1 ", 2)) << run.Describe();
+  ASSERT_TRUE(run.WaitForLines("JOINED rank=0 ", 1)) << run.Describe();
+  absl::StatusOr<v1::JobStatus> job =
+      AwaitJob(socket, [](const v1::JobStatus& j) {
+        return j.state() == v1::JOB_STATE_READY && j.epoch() == 2;
+      });
+  ASSERT_TRUE(job.ok()) << job.status() << "\n" << run.Describe();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_READY) << job->DebugString();
+  EXPECT_EQ(job->epoch(), 2u) << job->DebugString();
+  // The way there, from the event log: READY at epoch 1, RECOVERING at
+  // epoch 2 for rank 1, READY at epoch 2; nothing failed.
+  std::vector<std::string> kinds;
+  {
+    ClientOptions options;
+    options.target = "unix://" + socket;
+    options.connect_timeout = absl::Seconds(5);
+    options.call_timeout = absl::Seconds(5);
+    absl::StatusOr<std::unique_ptr<AdminClient>> admin =
+        AdminClient::Connect(options);
+    ASSERT_TRUE(admin.ok()) << admin.status();
+    ASSERT_TRUE((*admin)
+                    ->WatchEvents(
+                        0,
+                        [&](const v1::JobEvent& e) {
+                          if (e.kind() == v1::EVENT_KIND_JOB_RECOVERING) {
+                            EXPECT_THAT(e.ranks(), ::testing::ElementsAre(1u))
+                                << e.DebugString();
+                          }
+                          if (e.kind() == v1::EVENT_KIND_JOB_READY ||
+                              e.kind() == v1::EVENT_KIND_JOB_RECOVERING ||
+                              e.kind() == v1::EVENT_KIND_JOB_FAILED) {
+                            kinds.push_back(
+                                absl::StrCat(v1::EventKind_Name(e.kind()), "@",
+                                             std::max<uint64_t>(e.epoch(), 1)));
+                          }
+                          // Stop at READY at epoch 2 (already logged).
+                          return !(e.kind() == v1::EVENT_KIND_JOB_READY &&
+                                   e.epoch() == 2);
+                        },
+                        absl::Seconds(10))
+                    .ok());
+  }
+  EXPECT_THAT(kinds, ::testing::ElementsAre("EVENT_KIND_JOB_READY@1",
+                                            "EVENT_KIND_JOB_RECOVERING@2",
+                                            "EVENT_KIND_JOB_READY@2"));
+
+  EXPECT_THAT(run.err(), HasSubstr("rank 1 (local rank 1, pid "));
+  EXPECT_THAT(run.err(), HasSubstr("was killed by signal 9"));
+  EXPECT_THAT(run.err(), HasSubstr("restarting it (restart 1 of 1)"));
+  std::vector<std::string> rank1_env;
+  for (absl::string_view line : absl::StrSplit(run.out(), '\n')) {
+    if (absl::StartsWith(line, "[rank 1] ENV ")) {
+      rank1_env.emplace_back(line);
+    }
+  }
+  ASSERT_EQ(rank1_env.size(), 2u) << run.Describe();
+  EXPECT_EQ(EnvValue(rank1_env[0], "RANKD_RESTART_COUNT"), "0");
+  EXPECT_EQ(EnvValue(rank1_env[1], "RANKD_RESTART_COUNT"), "1");
+  EXPECT_EQ(EnvValue(rank1_env[1], "RANK"), "1");
+  EXPECT_EQ(EnvValue(rank1_env[1], "LOCAL_RANK"), "1");
+  EXPECT_EQ(EnvValue(rank1_env[1], "RANKD_RANK_TOKEN"), "rank-1");
+  EXPECT_NE(EnvValue(rank1_env[0], "pid"), EnvValue(rank1_env[1], "pid"));
+
+  ASSERT_EQ(::kill(run.pid(), SIGTERM), 0);
+  EXPECT_EQ(run.Wait(), 0) << run.Describe();
+  EXPECT_EQ(CountLinesWith(run.err(), "restarting it"), 1u) << run.Describe();
+  EXPECT_EQ(run.Lines("TERM").size(), 2u) << run.Describe();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+}
+
+// A rank that keeps failing is restarted --max_restarts times and then
+// fails the run as without restarts, naming it. Rank 0 leads the ranks'
+// process group, so its restarts also show that a new process joins the
+// group of an exited leader.
+TEST(Rankrun, ARankOutOfRestartsFailsTheRunNamingIt) {
+  RankrunJob run({"--nproc_per_node=2", "--max_restarts=2",
+                  "--restart_backoff_ms=50", "--stop_grace_ms=2000", kEnvRank,
+                  "--kill_rank=0", "--sleep_ms=60000", "--term_exit=0"});
+  EXPECT_EQ(run.Wait(), 128 + SIGKILL) << run.Describe();
+  EXPECT_THAT(run.err(), HasSubstr("restarting it (restart 1 of 2)"));
+  EXPECT_THAT(run.err(), HasSubstr("restarting it (restart 2 of 2)"));
+  EXPECT_EQ(CountLinesWith(run.err(), "restarting it"), 2u) << run.Describe();
+  EXPECT_THAT(run.err(), HasSubstr("local rank 0 (rank 0, pid "));
+  EXPECT_THAT(run.err(), HasSubstr("after 2 restart(s), its last; stopped "
+                                   "the other 1 process(es)"));
+  size_t rank0_lives = 0;
+  for (absl::string_view line : absl::StrSplit(run.out(), '\n')) {
+    if (absl::StartsWith(line, "[rank 0] ENV ")) ++rank0_lives;
+  }
+  EXPECT_EQ(rank0_lives, 3u) << run.Describe();
+  EXPECT_EQ(run.Lines("TERM").size(), 1u) << run.Describe();
+}
+
+// Restarts are for failures: a rank that exits 0 is done, and the run
+// ends 0 without restarting anything.
+TEST(Rankrun, NeverRestartsARankThatExitedZero) {
+  RankrunJob run({"--nproc_per_node=2", "--job_id=clean", "--max_restarts=3",
+                  "--restart_backoff_ms=50",
+                  "--rankd_log=" + ::testing::TempDir() + "/clean.log",
+                  kEnvRank, "--join", "--gather"});
+  ASSERT_EQ(run.Wait(), 0) << run.Describe();
+  EXPECT_EQ(run.Lines("GATHERED 0,1").size(), 2u) << run.Describe();
+  EXPECT_EQ(run.Lines("ENV ").size(), 2u) << run.Describe();
+  EXPECT_THAT(run.err(), Not(HasSubstr("restarting")));
+}
+
+// Without --max_restarts a killed rank stops the job at once: no restart.
+TEST(Rankrun, WithoutMaxRestartsAFailedRankIsNeverRestarted) {
+  RankrunJob run({"--nproc_per_node=2", "--stop_grace_ms=2000", kEnvRank,
+                  "--kill_rank=1", "--sleep_ms=60000", "--term_exit=0"});
+  EXPECT_EQ(run.Wait(), 128 + SIGKILL) << run.Describe();
+  EXPECT_THAT(run.err(), Not(HasSubstr("restarting")));
+  EXPECT_THAT(run.err(), HasSubstr("local rank 1 (rank 1, pid "));
+  EXPECT_THAT(run.err(), Not(HasSubstr("restart(s)")));
+  // Rank 1 ran once (rank 0 may be stopped before it prints anything).
+  EXPECT_EQ(CountLinesWith(run.out(), "[rank 1] ENV "), 1u) << run.Describe();
+}
+
+TEST(Rankrun, RefusesRecoveryFlagsThatContradictMaxRestarts) {
+  {
+    RankrunJob run({"--recovery_deadline_ms=5000", kEnvRank});
+    EXPECT_EQ(run.Wait(), 2);
+    EXPECT_THAT(run.err(), HasSubstr("needs --max_restarts above 0"));
+  }
+  {
+    RankrunJob run(
+        {"--max_restarts=1", "--rankd_arg=--recovery=off", kEnvRank});
+    EXPECT_EQ(run.Wait(), 2);
+    EXPECT_THAT(run.err(), HasSubstr("rankrun sets --recovery=on itself"));
+  }
+  {
+    RankrunJob run({"--max_restarts=1001", kEnvRank});
+    EXPECT_EQ(run.Wait(), 2);
+    EXPECT_THAT(run.err(), HasSubstr("--max_restarts=1001 is not a whole"));
+  }
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // supervise.cc: the ranks of a Launch (launcher.h): starting
 // nproc_per_node processes with the environment the rankd libraries read,
 // then supervising them until every one has exited (forwarding signals,
-// stopping the rest when one fails or a started daemon dies, SIGKILL after
-// the grace), and lingering after a clean exit.
+// restarting a failed rank into its rank while --max_restarts allows,
+// else stopping the rest when one fails or a started daemon dies, SIGKILL
+// after the grace), and lingering after a clean exit.
 
 #include <poll.h>
 #include <signal.h>
@@ -12,61 +13,32 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "client/admin_client.h"
 #include "common/credentials.h"
 #include "common/monotonic_clock.h"
 #include "launcher/child_process.h"
 #include "launcher/launcher.h"
 
 namespace rankd::launcher {
+namespace {
+
+// How long a restart waits, after its backoff, for the daemon to release
+// the lost process's slot before it starts the replacement anyway.
+constexpr absl::Duration kSlotReleaseWait = absl::Seconds(10);
+
+}  // namespace
 
 std::optional<Failure> Launcher::StartRanks(
     const std::vector<std::string>& argv) {
   group_.emplace(o_.prefix_output);
-  const Layout& l = layout_;
-  for (uint32_t local = 0; local < l.nproc_per_node; ++local) {
-    const uint32_t rank = l.node_rank * l.nproc_per_node + local;
-    const std::vector<std::pair<std::string, std::string>> values = {
-        {"{local_rank}", absl::StrCat(local)},
-        {"{rank}", absl::StrCat(rank)},
-        {"{node_rank}", absl::StrCat(l.node_rank)},
-        {"{world_size}", absl::StrCat(l.world_size)},
-        {"{nproc_per_node}", absl::StrCat(l.nproc_per_node)},
-        {"{job_id}", l.job_id},
-        {"{target}", target_},
-    };
-    std::vector<std::string> args = argv;
-    for (size_t i = 1; i < args.size(); ++i) {
-      args[i] = absl::StrReplaceAll(args[i], values);
-    }
-    std::map<std::string, std::string> env = env_;
-    env["RANKD_TARGET"] = target_;
-    env["RANKD_JOB_ID"] = l.job_id;
-    env["RANKD_LOCAL_RANK"] = absl::StrCat(local);
-    env["RANKD_RANK"] = absl::StrCat(rank);
-    env["RANKD_WORLD_SIZE"] = absl::StrCat(l.world_size);
-    env["RANKD_NPROC_PER_NODE"] = absl::StrCat(l.nproc_per_node);
-    env["RANKD_NODE_RANK"] = absl::StrCat(l.node_rank);
-    env["RANKD_NNODES"] = absl::StrCat(l.nnodes);
-    // This rank's own token, in its environment alone; a token file of
-    // rankrun's own environment would name another credential.
-    env.erase("RANKD_TOKEN_FILE");
-    if (local < rank_tokens_.size() && !rank_tokens_[local].empty()) {
-      env[kRankTokenEnv] = rank_tokens_[local];
-    } else {
-      env.erase(kRankTokenEnv);
-    }
-    env["LOCAL_RANK"] = absl::StrCat(local);
-    env["RANK"] = absl::StrCat(rank);
-    env["GROUP_RANK"] = absl::StrCat(l.node_rank);
-    env["WORLD_SIZE"] = absl::StrCat(l.world_size);
-    env["LOCAL_WORLD_SIZE"] = absl::StrCat(l.nproc_per_node);
-    if (absl::Status s = group_->Start(args, EnvList(env),
-                                       absl::StrCat("[rank ", rank, "] "));
-        !s.ok()) {
+  argv_ = argv;
+  for (uint32_t local = 0; local < layout_.nproc_per_node; ++local) {
+    if (absl::Status s = StartRank(local, 0); !s.ok()) {
       const size_t started = group_->size();
       group_->Signal(SIGKILL);
       group_->Finish(absl::Seconds(1));
@@ -81,6 +53,81 @@ std::optional<Failure> Launcher::StartRanks(
   return std::nullopt;
 }
 
+absl::Status Launcher::StartRank(uint32_t local, uint32_t restarts) {
+  const Layout& l = layout_;
+  const uint32_t rank = l.node_rank * l.nproc_per_node + local;
+  const std::vector<std::pair<std::string, std::string>> values = {
+      {"{local_rank}", absl::StrCat(local)},
+      {"{rank}", absl::StrCat(rank)},
+      {"{node_rank}", absl::StrCat(l.node_rank)},
+      {"{world_size}", absl::StrCat(l.world_size)},
+      {"{nproc_per_node}", absl::StrCat(l.nproc_per_node)},
+      {"{job_id}", l.job_id},
+      {"{target}", target_},
+  };
+  std::vector<std::string> args = argv_;
+  for (size_t i = 1; i < args.size(); ++i) {
+    args[i] = absl::StrReplaceAll(args[i], values);
+  }
+  std::map<std::string, std::string> env = env_;
+  env["RANKD_TARGET"] = target_;
+  env["RANKD_JOB_ID"] = l.job_id;
+  env["RANKD_LOCAL_RANK"] = absl::StrCat(local);
+  env["RANKD_RANK"] = absl::StrCat(rank);
+  env["RANKD_WORLD_SIZE"] = absl::StrCat(l.world_size);
+  env["RANKD_NPROC_PER_NODE"] = absl::StrCat(l.nproc_per_node);
+  env["RANKD_NODE_RANK"] = absl::StrCat(l.node_rank);
+  env["RANKD_NNODES"] = absl::StrCat(l.nnodes);
+  // A replacement can tell it is one (and, e.g., rejoin rather than
+  // start from scratch).
+  env["RANKD_RESTART_COUNT"] = absl::StrCat(restarts);
+  // This rank's own token, in its environment alone; a token file of
+  // rankrun's own environment would name another credential. A
+  // replacement gets the same token: the slot, not the process, owns it.
+  env.erase("RANKD_TOKEN_FILE");
+  if (local < rank_tokens_.size() && !rank_tokens_[local].empty()) {
+    env[kRankTokenEnv] = rank_tokens_[local];
+  } else {
+    env.erase(kRankTokenEnv);
+  }
+  env["LOCAL_RANK"] = absl::StrCat(local);
+  env["RANK"] = absl::StrCat(rank);
+  env["GROUP_RANK"] = absl::StrCat(l.node_rank);
+  env["WORLD_SIZE"] = absl::StrCat(l.world_size);
+  env["LOCAL_WORLD_SIZE"] = absl::StrCat(l.nproc_per_node);
+  absl::Status started =
+      group_->Start(args, EnvList(env), absl::StrCat("[rank ", rank, "] "));
+  if (started.ok()) local_of_.push_back(local);
+  return started;
+}
+
+bool Launcher::SlotReleased(uint32_t rank, pid_t old_pid) {
+  ClientOptions options;
+  options.target = target_;
+  options.connect_timeout = absl::Milliseconds(500);
+  options.call_timeout = absl::Milliseconds(500);
+  if (!o_.credentials_dir.empty()) {
+    // Over TCP the Admin service wants the operator's token; the Unix
+    // socket needs none.
+    absl::StatusOr<std::string> token =
+        ReadCredentialFile(o_.credentials_dir, kOperatorTokenFile);
+    if (token.ok()) options.bearer_token = *token;
+  }
+  absl::StatusOr<std::unique_ptr<AdminClient>> admin =
+      AdminClient::Connect(options);
+  if (!admin.ok()) return false;
+  absl::StatusOr<v1::MemberList> members = (*admin)->ListMembers();
+  if (!members.ok()) return false;
+  for (const v1::MemberStatus& m : members->members()) {
+    if (m.rank() == rank && m.pid() == static_cast<uint32_t>(old_pid) &&
+        (m.state() == v1::MEMBER_STATE_JOINED ||
+         m.state() == v1::MEMBER_STATE_IN_ROUND)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 int Launcher::Supervise() {
   ProcessGroup& group = *group_;
   const absl::Duration grace = absl::Milliseconds(o_.stop_grace_ms);
@@ -91,8 +138,26 @@ int Launcher::Supervise() {
   std::optional<absl::Time> kill_at;
   bool killed = false;
   std::optional<size_t> first_nonzero;
+  // --max_restarts: each local rank's restarts so far, and when the next
+  // is due for a rank whose process failed (none while stopping).
+  std::vector<uint32_t> restarts(layout_.nproc_per_node, 0);
+  struct PendingRestart {
+    absl::Time at;       // Not before: the backoff, then the next check.
+    absl::Time give_up;  // Start it then even if the slot still looks held.
+    pid_t old_pid;
+  };
+  std::map<uint32_t, PendingRestart> restart_at;
+  std::optional<std::string> restart_error;  // A restart that could not run.
+  const auto rank_of = [&](uint32_t local) {
+    return layout_.node_rank * layout_.nproc_per_node + local;
+  };
+  const auto stopping = [&] {
+    return failed.has_value() || stop_signal != 0 ||
+           daemon_status.has_value() || restart_error.has_value();
+  };
 
   auto begin_stop = [&](int sig) {
+    restart_at.clear();
     group.Signal(sig);
     if (!kill_at.has_value()) kill_at = MonotonicNow() + grace;
   };
@@ -100,12 +165,53 @@ int Launcher::Supervise() {
     for (size_t i : group.PollExits()) {
       const int status = *group.status(i);
       if (status == 0) continue;
+      const uint32_t local = local_of_[i];
+      if (!stopping() && restarts[local] < o_.max_restarts) {
+        ++restarts[local];
+        Say(absl::StrCat("rank ", rank_of(local), " (local rank ", local,
+                         ", pid ", group.pid(i), ") ",
+                         DescribeWaitStatus(status),
+                         "; restarting it (restart ", restarts[local], " of ",
+                         o_.max_restarts, ")"));
+        const absl::Time at =
+            MonotonicNow() +
+            absl::Milliseconds(o_.restart_backoff_ms) * restarts[local];
+        restart_at[local] = {at, at + kSlotReleaseWait, group.pid(i)};
+        continue;
+      }
       if (!first_nonzero.has_value()) first_nonzero = i;
-      if (!failed.has_value() && stop_signal == 0 &&
-          !daemon_status.has_value()) {
+      if (!stopping()) {
         failed = i;
         stopped_others = group.CountRunning();
         if (stopped_others > 0) begin_stop(SIGTERM);
+      }
+    }
+    for (auto it = restart_at.begin(); it != restart_at.end();) {
+      PendingRestart& pending = it->second;
+      const absl::Time now = MonotonicNow();
+      if (now < pending.at) {
+        ++it;
+        continue;
+      }
+      const uint32_t local = it->first;
+      // The daemon notices the loss a moment after rankrun sees the exit
+      // (at once through the rank's Watch stream, else at the heartbeat
+      // timeout); until then it refuses a replacement's join as another
+      // process acting for a live rank.
+      if (now < pending.give_up &&
+          !SlotReleased(rank_of(local), pending.old_pid)) {
+        pending.at = MonotonicNow() + absl::Milliseconds(50);
+        ++it;
+        continue;
+      }
+      it = restart_at.erase(it);
+      if (absl::Status s = StartRank(local, restarts[local]); !s.ok()) {
+        restart_error =
+            absl::StrCat("cannot restart rank ", rank_of(local),
+                         " (local rank ", local, "): ", s.message());
+        stopped_others = group.CountRunning();
+        begin_stop(SIGTERM);
+        break;
       }
     }
     if (started_daemon_ && !daemon_status.has_value() && !failed.has_value()) {
@@ -115,7 +221,7 @@ int Launcher::Supervise() {
         if (stopped_others > 0) begin_stop(SIGTERM);
       }
     }
-    if (group.CountRunning() == 0) break;
+    if (group.CountRunning() == 0 && restart_at.empty()) break;
     if (kill_at.has_value() && !killed && MonotonicNow() >= *kill_at) {
       group.Signal(SIGKILL);
       killed = true;
@@ -126,6 +232,13 @@ int Launcher::Supervise() {
     if (kill_at.has_value() && !killed) {
       timeout_ms = static_cast<int>(std::clamp<int64_t>(
           absl::ToInt64Milliseconds(*kill_at - MonotonicNow()) + 1, 0, 100));
+    }
+    for (const auto& [local, pending] : restart_at) {
+      timeout_ms = std::min(
+          timeout_ms,
+          static_cast<int>(std::clamp<int64_t>(
+              absl::ToInt64Milliseconds(pending.at - MonotonicNow()) + 1, 0,
+              100)));
     }
     if (::poll(polls.data(), polls.size(), timeout_ms) < 0 && errno != EINTR) {
       Say(absl::StrCat("poll: ", strerror(errno)));
@@ -145,13 +258,22 @@ int Launcher::Supervise() {
   }
   group.Finish(absl::Seconds(2));
 
+  if (restart_error.has_value()) {
+    Say(absl::StrCat(*restart_error, "; stopped the other ", stopped_others,
+                     " process(es)"));
+    return kExitFailure;
+  }
   if (failed.has_value()) {
     const size_t i = *failed;
+    const uint32_t local = local_of_[i];
     const int status = *group.status(i);
-    Say(absl::StrCat("local rank ", i, " (rank ",
-                     layout_.node_rank * layout_.nproc_per_node + i, ", pid ",
-                     group.pid(i), ") ", DescribeWaitStatus(status),
-                     "; stopped the other ", stopped_others, " process(es)"));
+    Say(absl::StrCat(
+        "local rank ", local, " (rank ", rank_of(local), ", pid ", group.pid(i),
+        ") ", DescribeWaitStatus(status),
+        o_.max_restarts > 0
+            ? absl::StrCat(" after ", restarts[local], " restart(s), its last")
+            : "",
+        "; stopped the other ", stopped_others, " process(es)"));
     return ShellStatus(status);
   }
   if (daemon_status.has_value()) {
@@ -165,15 +287,15 @@ int Launcher::Supervise() {
     int code = 0;
     if (first_nonzero.has_value()) {
       const size_t i = *first_nonzero;
+      const uint32_t local = local_of_[i];
       const int status = *group.status(i);
-      outcome =
-          absl::StrCat("local rank ", i, " (rank ",
-                       layout_.node_rank * layout_.nproc_per_node + i, ", pid ",
-                       group.pid(i), ") ", DescribeWaitStatus(status));
+      outcome = absl::StrCat("local rank ", local, " (rank ", rank_of(local),
+                             ", pid ", group.pid(i), ") ",
+                             DescribeWaitStatus(status));
       code = ShellStatus(status);
     }
     Say(absl::StrCat("received ", SignalName(stop_signal),
-                     "; forwarded it to the ", group.size(),
+                     "; forwarded it to the ", layout_.nproc_per_node,
                      " process(es): ", outcome));
     return code;
   }

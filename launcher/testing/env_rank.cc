@@ -3,15 +3,22 @@
 // from RANKD_* variables) and runs one all_gather_words round, and can fail,
 // sleep, ignore SIGTERM or leave a grandchild behind on purpose, or write
 // long lines in pieces (as Python's print does unbuffered: the text, then
-// the newline) to check that rankrun keeps ranks' lines apart.
+// the newline) to check that rankrun keeps ranks' lines apart. For
+// rankrun --max_restarts, rank R can kill itself with SIGKILL right after
+// it joined (before it leaves) in its first K lives (RANKD_RESTART_COUNT
+// below K), and every rank can hold its place after joining until
+// SIGTERM instead of leaving (a survivor cannot act again until it
+// rejoins the new epoch, which the client library does not offer yet).
 //
 //   env_rank [--join] [--gather] [--fail_rank=R --fail_code=C]
 //            [--kill_rank=R] [--sleep_ms=N] [--term_exit=C]
+//            [--kill_after_join_rank=R [--kill_lives=K]] [--hold]
 //            [--ignore_term] [--grandchild]
 //            [--lines=N --line_bytes=B] [ARGS...]
 //
 // Output lines (stdout): "ENV k=v ...", "ARGS ...", "JOINED rank=R world=W",
-// "GATHERED 0,1,...", "SLEEPING pid=P", "GRANDCHILD pid=P", "TERM"; with
+// "GATHERED 0,1,...", "HOLDING", "SLEEPING pid=P", "GRANDCHILD pid=P",
+// "TERM"; with
 // --lines, N lines LongLine(rank, i, B) and then "TAIL<rank>" with no
 // newline. Exit 0 on success, 4 when the gathered words are not
 // 0..world-1, 5 when a join or round fails, else what was asked.
@@ -20,6 +27,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
 
@@ -104,9 +113,9 @@ int main(int argc, char** argv) {
       // Which rank the token names, not the secret after it.
       " RANKD_RANK_TOKEN=",
       Env("RANKD_RANK_TOKEN").substr(0, Env("RANKD_RANK_TOKEN").find('.')),
-      " LOCAL_RANK=", Env("LOCAL_RANK"), " RANK=", Env("RANK"),
-      " WORLD_SIZE=", Env("WORLD_SIZE"),
-      " LOCAL_WORLD_SIZE=", Env("LOCAL_WORLD_SIZE"), " pid=", getpid()));
+      " LOCAL_RANK=", Env("LOCAL_RANK"), " RANK=", Env("RANK"), " WORLD_SIZE=",
+      Env("WORLD_SIZE"), " LOCAL_WORLD_SIZE=", Env("LOCAL_WORLD_SIZE"),
+      " RANKD_RESTART_COUNT=", Env("RANKD_RESTART_COUNT"), " pid=", getpid()));
   Print(absl::StrCat("ARGS ", absl::StrJoin(args, " ")));
   int rank = -1;
   if (!absl::SimpleAtoi(Env("RANKD_RANK"), &rank)) rank = -1;
@@ -128,6 +137,14 @@ int main(int argc, char** argv) {
     join.rank = static_cast<uint32_t>(rank);
     join.world_size = std::atoi(Env("RANKD_WORLD_SIZE").c_str());
     join.wait_for_world = absl::Seconds(30);
+    // The first event proves the watch stream (the rank's liveness lease)
+    // open: a rank killed before that is lost only when its lease expires
+    // (the daemon's heartbeat timeout), and its replacement's join would
+    // find the slot still held.
+    auto watching = std::make_shared<absl::Notification>();
+    (*client)->SetEventCallback([watching](const rankd::v1::JobEvent&) {
+      if (!watching->HasBeenNotified()) watching->Notify();
+    });
     auto session = (*client)->Join(join);
     if (!session.ok()) {
       Print(absl::StrCat("ERROR join: ", session.status().ToString()));
@@ -135,6 +152,22 @@ int main(int argc, char** argv) {
     }
     Print(absl::StrCat("JOINED rank=", session->rank(),
                        " world=", session->world_size()));
+    int restarts = 0;
+    if (!absl::SimpleAtoi(Env("RANKD_RESTART_COUNT"), &restarts)) restarts = 0;
+    if (rank == Flag(args, "--kill_after_join_rank", -2) &&
+        restarts < Flag(args, "--kill_lives", 1)) {
+      if (!watching->WaitForNotificationWithTimeout(absl::Seconds(10))) {
+        Print("ERROR watch: no job event within 10 s of joining");
+        return 5;
+      }
+      raise(SIGKILL);
+    }
+    if (Has(args, "--hold")) {
+      // Until SIGTERM (--term_exit), at most two minutes.
+      Print("HOLDING");
+      absl::SleepFor(absl::Seconds(120));
+      return 6;
+    }
     if (Has(args, "--gather")) {
       const uint32_t mine = static_cast<uint32_t>(rank);
       auto all = (*client)->AllGatherWords({&mine, 1}, absl::Seconds(30));

@@ -84,6 +84,12 @@ def ports_allowed(rule):
     return ranges or [(1, 65535)]
 
 
+def in_place(rendered):
+    """Whether a rendered deployment recovers in place: its rankd runs with
+    --recovery=on (docs/kubernetes.md, "When a pod dies")."""
+    return rendered.config.get("RANKD_RECOVERY") == "on"
+
+
 class Rendered:
     """One rendered kustomization and its rankd workload."""
 
@@ -133,7 +139,9 @@ class ManifestsTest(unittest.TestCase):
 
     def test_every_kustomization_renders(self):
         expected = {"base", "overlays/cpu-demo", "overlays/gpu", "overlays/tls",
-                    "overlays/monitoring", "variants/statefulset",
+                    "overlays/monitoring", "overlays/in-place-recovery",
+                    "variants/statefulset",
+                    "variants/statefulset-in-place-recovery",
                     "variants/indexed-job"}
         self.assertLessEqual(expected, set(self.rendered))
         for name, r in sorted(self.rendered.items()):
@@ -322,6 +330,7 @@ class ManifestsTest(unittest.TestCase):
                         self.assertEqual(env["LWS_WORKER_INDEX"], str(i))
                         self.assertEqual(w["spec"]["leaderWorkerTemplate"]
                                          ["restartPolicy"],
+                                         "None" if in_place(r) else
                                          "RecreateGroupOnPodRestart")
                         continue
                     self.assertEqual(int(env["RANKD_NNODES"]), len(r.pods))
@@ -465,6 +474,45 @@ class ManifestsTest(unittest.TestCase):
                     self.assertGreater(steps, 0)
                 else:
                     self.assertEqual(steps, 0)
+
+    def test_in_place_recovery_variants_restart_only_what_failed(self):
+        """The in-place variants: the coordinator recovers (RECOVERING at a
+        new epoch, not FAILED), only the failed pod restarts, rankrun
+        restarts a failed rank; every other deployment fails the job on a
+        loss and restarts the whole group (or, for the StatefulSet and the
+        Job, leaves that to the operator)."""
+        variants = {"overlays/in-place-recovery",
+                    "variants/statefulset-in-place-recovery"}
+        self.assertLessEqual(variants, {n for n, _ in self.deployments()})
+        for name, r in self.deployments():
+            with self.subTest(kustomization=name):
+                env = r.env(rankd_of(r.template))
+                serving = [c for c in r.template["spec"]["containers"]
+                           if c["name"] == "serving"][0]
+                restarts = [w for w in serving["args"][0].split()
+                            if w.startswith("--max_restarts=")]
+                if name not in variants:
+                    self.assertFalse(in_place(r))
+                    self.assertEqual(env.get("RANKD_RECOVERY", "off"), "off")
+                    self.assertEqual(restarts, [])
+                    continue
+                self.assertTrue(in_place(r))
+                self.assertEqual(env["RANKD_RECOVERY"], "on")
+                deadline = int(env["RANKD_RECOVERY_DEADLINE_MS"])
+                self.assertGreaterEqual(deadline, 60000)  # a pod's reschedule
+                self.assertLessEqual(deadline, 86400000)
+                self.assertEqual(len(restarts), 1)
+                self.assertGreater(int(restarts[0].split("=")[1]), 0)
+                w = r.workload
+                if w["kind"] == "LeaderWorkerSet":
+                    self.assertEqual(
+                        w["spec"]["leaderWorkerTemplate"]["restartPolicy"],
+                        "None")
+                else:
+                    # A StatefulSet replaces the failed pod alone, under
+                    # its ordinal (its node index), by default.
+                    self.assertEqual(w["kind"], "StatefulSet")
+                    self.assertNotIn("updateStrategy", w["spec"])
 
     def test_gpu_overlay_gives_each_rank_a_gpu(self):
         r = self.rendered["overlays/gpu"]
