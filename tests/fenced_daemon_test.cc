@@ -17,7 +17,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/admin_client.h"
 #include "common/exit_codes.h"
 #include "gtest/gtest.h"
 #include "rankd/v1/admin.pb.h"
@@ -28,25 +27,12 @@ namespace {
 
 constexpr absl::Duration kPatience = absl::Seconds(20);
 
-// Polls node `node`'s view of the job until `done` holds; the last status.
+// The job as node `node` sees it once `done` holds (the harness polls).
 v1::JobStatus AwaitJob(LocalCluster& cluster, uint32_t node,
                        const std::function<bool(const v1::JobStatus&)>& done) {
-  const absl::Time give_up = absl::Now() + kPatience;
-  v1::JobStatus last;
-  while (absl::Now() < give_up) {
-    auto admin = AdminClient::Connect(cluster.AdminOptions(node));
-    if (admin.ok()) {
-      auto job = (*admin)->GetJob();
-      if (job.ok()) {
-        last = *job;
-        if (done(last)) return last;
-      }
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ADD_FAILURE() << "node " << node
-                << " never saw the job so; last: " << last.ShortDebugString();
-  return last;
+  absl::StatusOr<v1::JobStatus> job = cluster.AwaitJob(node, done, kPatience);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return job.ok() ? *job : v1::JobStatus();
 }
 
 ClusterOptions Options(bool recovery) {

@@ -191,26 +191,12 @@ std::unique_ptr<RawRank> JoinRank(LocalCluster& cluster, uint32_t rank,
   return r;
 }
 
-// Polls node `node`'s view of the job (a condition, not a sleep) until
-// `done` holds; returns the last status seen.
+// The job as node `node` sees it once `done` holds (the harness polls).
 v1::JobStatus AwaitJob(LocalCluster& cluster, uint32_t node,
                        const std::function<bool(const v1::JobStatus&)>& done) {
-  const absl::Time give_up = absl::Now() + kPatience;
-  v1::JobStatus last;
-  while (absl::Now() < give_up) {
-    auto admin = AdminClient::Connect(cluster.AdminOptions(node));
-    if (admin.ok()) {
-      auto job = (*admin)->GetJob();
-      if (job.ok()) {
-        last = *job;
-        if (done(last)) return last;
-      }
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ADD_FAILURE() << "node " << node << " never saw the job there; last: "
-                << last.ShortDebugString();
-  return last;
+  absl::StatusOr<v1::JobStatus> job = cluster.AwaitJob(node, done, kPatience);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return job.ok() ? *job : v1::JobStatus();
 }
 
 // Polls node `node`'s member list until `done` holds for it.

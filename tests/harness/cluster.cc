@@ -283,4 +283,25 @@ std::vector<std::string> LinesWithPrefix(const std::string& text,
   return out;
 }
 
+absl::StatusOr<v1::JobStatus> LocalCluster::AwaitJob(
+    uint32_t node, const std::function<bool(const v1::JobStatus&)>& done,
+    absl::Duration patience) {
+  const absl::Time give_up = absl::Now() + patience;
+  v1::JobStatus last;
+  while (absl::Now() < give_up) {
+    auto admin = AdminClient::Connect(AdminOptions(node));
+    if (admin.ok()) {
+      auto job = (*admin)->GetJob();
+      if (job.ok()) {
+        last = *job;
+        if (done(last)) return last;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "node ", node, " never saw the job so in ",
+      absl::FormatDuration(patience), "; last: ", last.ShortDebugString()));
+}
+
 }  // namespace rankd::testing

@@ -15,8 +15,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/channel.h"
+#include "rankd/v1/admin.pb.h"
 #include "tests/harness/process.h"
 
 namespace rankd::testing {
@@ -132,6 +134,13 @@ class LocalCluster {
   // dir()/rank<R>.log.
   absl::StatusOr<std::vector<ChildProcess>> StartAllWorkers(
       const std::vector<std::string>& args);
+
+  // Polls node `node`'s view of the job (Admin.GetJob, every 20 ms: a
+  // condition, not a sleep) until `done` holds for it; returns that status.
+  // DeadlineExceeded after `patience`, with the last status seen.
+  absl::StatusOr<v1::JobStatus> AwaitJob(
+      uint32_t node, const std::function<bool(const v1::JobStatus&)>& done,
+      absl::Duration patience = absl::Seconds(20));
 
  private:
   // Waits until daemon `n` reports readiness, or `deadline` (MonotonicNow).
