@@ -237,42 +237,6 @@ TEST(ControlPlaneRejoinTest, TheDefaultCannotJoinALaterEpoch) {
       << rejoined.status();
 }
 
-// The in-process job's epochs, which the cases above rely on.
-TEST(InProcessJobEpochTest, RejoinFencesAndCallbacksBelongToTheirEpoch) {
-  auto job = InProcessJob::Create(2);
-  auto rank0 = job->ForRank(0);
-  int epoch1_calls = 0, epoch2_calls = 0;
-  rank0->OnJobFailure([&](const absl::Status&) { ++epoch1_calls; });
-  ASSERT_TRUE(job->Lose(1, absl::UnavailableError("rank 1 was lost")).ok());
-  EXPECT_EQ(epoch1_calls, 1);
-  // Fenced until it joins again: key-value calls and health fail.
-  EXPECT_EQ(rank0->JobHealth().code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(rank0->KvSet("k", "v").code(), absl::StatusCode::kUnavailable);
-  // Epoch 2's keys are not epoch 1's to write, nor the other way round.
-  auto replacement = job->Replace(1);
-  ASSERT_TRUE(replacement.ok()) << replacement.status();
-  EXPECT_EQ((*replacement)->KvSet("epoch/3/r1/k", "v").code(),
-            absl::StatusCode::kPermissionDenied);
-  EXPECT_TRUE((*replacement)->KvSet("epoch/2/r1/k", "v").ok());
-  EXPECT_EQ(job->Replace(1).status().code(),
-            absl::StatusCode::kFailedPrecondition);
-  auto rejoined = rank0->Rejoin(1, absl::Seconds(5));
-  ASSERT_TRUE(rejoined.ok()) << rejoined.status();
-  EXPECT_EQ(rejoined->epoch(), 2u);
-  EXPECT_EQ(rejoined->rank(), 0u);
-  EXPECT_TRUE(rank0->JobHealth().ok());
-  // Already past epoch 1: at once.
-  auto again = rank0->Rejoin(1, absl::Milliseconds(1));
-  ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(again->epoch(), 2u);
-  rank0->OnJobFailure([&](const absl::Status&) { ++epoch2_calls; });
-  job->Fail(absl::UnavailableError("the job failed"));
-  EXPECT_EQ(epoch1_calls, 1);
-  EXPECT_EQ(epoch2_calls, 1);
-  EXPECT_EQ(rank0->Rejoin(2, absl::Seconds(1)).status().code(),
-            absl::StatusCode::kUnavailable);
-}
-
 TEST(EpochKeyTest, EpochOneKeysAreUnchangedLaterOnesAreScoped) {
   EXPECT_EQ(EpochKey(1, "r0/x"), "r0/x");
   EXPECT_EQ(OwnedKey(0, "x"), "r0/x");
