@@ -74,18 +74,19 @@ class GlooSession final
   // Re-forms this rank's session after a loss (docs/dataplane.md,
   // "Re-forming after a loss"): `ended`'s job epoch e ended (a rank or node
   // was lost; `rankd --recovery=on`), and this returns the session of epoch
-  // e + 1 on the same executors. In order: aborts `ended` unless it is
-  // poisoned already (its Gloo contexts aborted), destroys it, so that nothing
-  // of epoch e survives; waits through its control plane (ControlPlane::Rejoin)
-  // for the job to pass epoch e and for the world to be whole again; then opens
-  // the new epoch's session as Open does, with the options `ended` was
-  // opened with (an instance Open numbered is numbered again in the new epoch),
-  // through the same control plane. Its keys are epoch e + 1's (EpochKey in
-  // dataplane/control_plane.h): a replacement process that Opens its session
-  // fresh at that epoch meets it. Tensors the caller holds (the weights) are
-  // untouched and stay valid: their memory is never the session's (HostTensor
-  // buffers come from the process-wide HostBufferPool::Default()). Every rank
-  // of the new epoch must re-form (or open) its sessions in the same order.
+  // e + 1 with as many executors, new ones. In order: aborts `ended` unless it
+  // is poisoned already (its Gloo contexts aborted), destroys it, so that
+  // nothing of epoch e survives; waits through its control plane
+  // (ControlPlane::Rejoin) for the job to pass epoch e and for the world to be
+  // whole again; then opens the new epoch's session as Open does, with the
+  // options `ended` was opened with (an instance Open numbered is numbered
+  // again in the new epoch), through the same control plane. Its keys are epoch
+  // e + 1's (EpochKey in dataplane/control_plane.h): a replacement process that
+  // Opens its session fresh at that epoch meets it. Tensors the caller holds
+  // (the weights) are untouched and stay valid: their memory is never the
+  // session's (HostTensor buffers come from the process-wide
+  // HostBufferPool::Default()). Every rank of the new epoch must re-form (or
+  // open) its sessions in the same order.
   //
   // Takes `ended` in every case; on error there is no session. Errors,
   // prefixed "gloo backend: re-forming the session of epoch <e>: ":
