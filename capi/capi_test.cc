@@ -115,6 +115,11 @@ TEST(CApiNarrowedTest, ANarrowedSessionRefusesNamingTheCapability) {
   RunScenario("capi-narrowed", "narrowed", "C NARROWED");
 }
 
+// rankd_session_reform refuses bad arguments before it ends the session.
+TEST(CApiReformTest, BadArgumentsAreRefusedAndTheSessionStays) {
+  RunScenario("capi-reform-args", "reform-args", "C REFORM ARGS");
+}
+
 TEST(CApiLostRankTest, TheSurvivorsWorkFailsNamingTheLostRank) {
   ClusterOptions options;
   options.job_id = "capi-lost";

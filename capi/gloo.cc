@@ -136,6 +136,11 @@ absl::Status CheckCall(const rankd_session* session, void* stream,
   if (work == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(function, ": work is NULL"));
   }
+  if (session->state->gloo == nullptr) {  // a failed rankd_session_reform
+    return absl::Status(session->state->ended.code(),
+                        absl::StrCat(function, ": the session is gone: ",
+                                     session->state->ended.message()));
+  }
   if (stream != nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(function,
@@ -388,6 +393,53 @@ rankd_status* rankd_session_open(rankd_rank* rank,
 void rankd_session_free(rankd_session* session) {
   std::unique_ptr<rankd_session> owned(session);
 }
+
+// ---- rankd_session_reform (issue 38: re-forming after a loss) -------------
+
+rankd_status* rankd_session_reform(rankd_session* session,
+                                   double timeout_seconds) {
+  constexpr char kFn[] = "rankd_session_reform";
+  if (session == nullptr) return NullArgument(kFn, "session");
+  auto timeout = rankd::capi::internal::ToDuration(timeout_seconds, kFn,
+                                                   "timeout_seconds");
+  if (!timeout.ok()) return ToC(timeout.status());
+  std::shared_ptr<rankd::capi::internal::SessionState>& state = session->state;
+  if (state->gloo == nullptr && state->nccl == nullptr) {
+    return Error(absl::StatusCode::kFailedPrecondition, kFn,
+                 absl::StrCat("the session is gone: ", state->ended.message()));
+  }
+  // A new state: works of the ended session keep the old one (and see
+  // their completions fail as the ended session is aborted).
+  auto next = std::make_shared<rankd::capi::internal::SessionState>();
+  next->rank = state->rank;
+  absl::Status failed;
+  if (state->gloo != nullptr) {
+    auto reformed = rankd::dataplane::gloo::GlooSession::Reform(
+        std::move(state->gloo), *timeout);
+    if (reformed.ok()) {
+      next->gloo = *std::move(reformed);
+    } else {
+      failed = reformed.status();
+    }
+  } else {
+    auto reformed = rankd::dataplane::nccl::NcclSession::Reform(
+        std::move(state->nccl), *timeout);
+    if (reformed.ok()) {
+      next->nccl = *std::move(reformed);
+    } else {
+      failed = reformed.status();
+    }
+  }
+  if (!failed.ok()) {
+    // Reform took the ended session in every case.
+    state->ended = failed;
+    return ToC(failed);
+  }
+  state = std::move(next);
+  return nullptr;
+}
+
+// ---- end of rankd_session_reform -------------------------------------------
 
 rankd_status* rankd_session_capabilities(const rankd_session* session,
                                          rankd_capabilities* capabilities) {

@@ -6,8 +6,24 @@
 
 namespace rankd::dataplane {
 
+absl::StatusOr<DistributedSessionDescriptor> ControlPlane::Rejoin(
+    uint64_t ended_epoch, absl::Duration /*timeout*/) {
+  return absl::UnimplementedError(
+      absl::StrCat("this control plane cannot join a later epoch (after epoch ",
+                   ended_epoch, ")"));
+}
+
+std::string EpochKey(uint64_t epoch, absl::string_view key) {
+  if (epoch <= 1) return std::string(key);
+  return absl::StrCat("epoch/", epoch, "/", key);
+}
+
+std::string OwnedKey(uint32_t owner, absl::string_view key, uint64_t epoch) {
+  return EpochKey(epoch, absl::StrCat("r", owner, "/", key));
+}
+
 std::string OwnedKey(uint32_t owner, absl::string_view key) {
-  return absl::StrCat("r", owner, "/", key);
+  return OwnedKey(owner, key, 1);
 }
 
 absl::StatusOr<uint32_t> NextSessionNumber(ControlPlane& control_plane,

@@ -1,7 +1,8 @@
 // ControlPlane: what the data plane needs from rankd's control plane:
 // all_gather_words (scheduling metadata, not tensors), the key-value broker
 // (NCCL unique ids, Gloo rendezvous) and the job's health, including a push
-// notification when a peer is lost so communicators can be aborted.
+// notification when a peer is lost so communicators can be aborted, and
+// joining the next job epoch after a loss (Rejoin).
 // ClientControlPlane implements it on the client library; unit tests may
 // implement it in process. Depends on the client library and absl.
 #ifndef RANKD_DATAPLANE_CONTROL_PLANE_H_
@@ -19,6 +20,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "dataplane/completion.h"
+#include "dataplane/session_descriptor.h"
 
 namespace rankd {
 class Client;
@@ -64,14 +66,50 @@ class ControlPlane {
 
   // A string unique to this job incarnation, to namespace keys.
   virtual std::string Namespace() const = 0;
+
+  // Joins the job epoch after `ended_epoch` (docs/architecture.md, "Epochs
+  // and recovery"): once a lost rank or node moved the job on, this rank's
+  // process stays joined but fenced (its rounds and key-value calls are
+  // refused) until it calls this. Returns at once with the current
+  // descriptor when this rank already joined an epoch after `ended_epoch`;
+  // otherwise waits until the job passed `ended_epoch`, joins again as the
+  // same incarnation, and returns once the world is whole at the new
+  // epoch, with the descriptor of that epoch (epoch() > ended_epoch).
+  // Afterwards JobHealth() is OK again and OnJobFailure registrations made
+  // from then on belong to the new epoch (those of the ended epoch have
+  // run and never run again). Blocks at most `timeout`.
+  //
+  // Errors: DeadlineExceeded naming the epoch waited for (and, where known,
+  // who is missing) when `timeout` passes; the job's failure when it failed
+  // terminally instead of recovering; InvalidArgument for a non-positive
+  // timeout. The default: Unimplemented, for control planes that cannot
+  // join a later epoch.
+  virtual absl::StatusOr<DistributedSessionDescriptor> Rejoin(
+      uint64_t ended_epoch, absl::Duration timeout);
 };
+
+// Where every key of job epoch `epoch` lives in the job's key-value store,
+// the one rule for the whole data plane: `key` itself at epoch 1 (so a job
+// without recovery names its keys as it always did), "epoch/<epoch>/<key>"
+// after. The broker lets a key under "epoch/<N>/" be written only at epoch
+// N, owned as the rest of the key is (docs/operations.md, "Key-value
+// ownership"), so a session of one epoch never reads another epoch's
+// rendezvous addresses, unique ids or session counts: a replacement process
+// opening its sessions fresh at epoch N and a survivor re-forming its own at
+// epoch N name the same keys, and session numbering restarts at 0 in each
+// epoch. Every key the data plane writes or reads goes through it (through
+// OwnedKey below).
+std::string EpochKey(uint64_t epoch, absl::string_view key);
 
 // `key` as a key of rank `owner`: "r<owner>/<key>". The job's key-value
 // broker lets only that rank create, change or delete such a key
 // (docs/operations.md, "Key-value ownership"), so another rank can neither
 // set first, overwrite nor delete a key its peers wait on. Every key the
 // data plane writes is named so, after the rank the protocol names as its
-// writer.
+// writer. The epoch form puts the key under `epoch` (EpochKey:
+// "epoch/<N>/r<owner>/<key>" after epoch 1); the two-argument form is
+// epoch 1's.
+std::string OwnedKey(uint32_t owner, absl::string_view key, uint64_t epoch);
 std::string OwnedKey(uint32_t owner, absl::string_view key);
 
 // The number of sessions this rank opened before this one, counted in the

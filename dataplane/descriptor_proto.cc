@@ -39,6 +39,12 @@ absl::StatusOr<DistributedSessionDescriptor> DescriptorFromProto(
                        placed.message()));
     }
   }
+  // An old daemon sends no epoch (0 on the wire): its jobs never leave
+  // epoch 1.
+  if (proto.epoch() > 1) {
+    absl::Status epoch = descriptor->SetEpoch(proto.epoch());
+    if (!epoch.ok()) return epoch;
+  }
   return descriptor;
 }
 

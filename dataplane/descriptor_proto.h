@@ -11,9 +11,11 @@
 
 namespace rankd::dataplane {
 
-// The descriptor of `proto`'s rank: world size, rank and the groups it
-// belongs to, in the proto's order. InvalidArgument (naming the field) when
-// the proto violates an invariant of session_descriptor.h.
+// The descriptor of `proto`'s rank: world size, rank, the groups it
+// belongs to, in the proto's order, its node placement and the job epoch
+// (an epoch of 0, what a daemon from before recovery sends, is epoch 1).
+// InvalidArgument (naming the field) when the proto violates an invariant of
+// session_descriptor.h.
 absl::StatusOr<DistributedSessionDescriptor> DescriptorFromProto(
     const v1::SessionDescriptor& proto);
 

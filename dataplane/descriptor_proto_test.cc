@@ -34,6 +34,20 @@ TEST(DescriptorFromProtoTest, TakesTheNodePlacement) {
   EXPECT_EQ(d->group(1)->size(), 8u);
 }
 
+TEST(DescriptorFromProtoTest, TakesTheEpoch) {
+  v1::SessionDescriptor p = Proto(4, 1);
+  p.set_epoch(3);
+  auto d = DescriptorFromProto(p);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->epoch(), 3u);
+}
+
+TEST(DescriptorFromProtoTest, AnOldDaemonsEpochZeroIsEpochOne) {
+  auto d = DescriptorFromProto(Proto(4, 1));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->epoch(), 1u);
+}
+
 TEST(DescriptorFromProtoTest, WithoutNprocPerNodeTheWorldIsOneNode) {
   auto d = DescriptorFromProto(Proto(4, 3));
   ASSERT_TRUE(d.ok()) << d.status();

@@ -21,16 +21,19 @@ constexpr absl::Duration kSweepPause = absl::Milliseconds(20);
 
 MismatchDiagnosis::MismatchDiagnosis(ControlPlane* control_plane,
                                      std::string key_prefix,
-                                     absl::Duration grace)
+                                     absl::Duration grace, uint64_t epoch)
     : control_plane_(control_plane),
       key_prefix_(std::move(key_prefix)),
+      epoch_(epoch),
       grace_(grace) {}
 
 std::string MismatchDiagnosis::KeyOf(const SubmittedOperation& op,
                                      uint32_t rank) const {
   // Each report is its member's own key: nobody else can file it.
-  return OwnedKey(rank, absl::StrCat(key_prefix_, "diagnosis/", op.scope_key,
-                                     "/", op.sequence, "/", rank));
+  return OwnedKey(rank,
+                  absl::StrCat(key_prefix_, "diagnosis/", op.scope_key, "/",
+                               op.sequence, "/", rank),
+                  epoch_);
 }
 
 Explanation MismatchDiagnosis::Explain(const SubmittedOperation& op,

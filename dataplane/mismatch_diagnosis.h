@@ -62,10 +62,11 @@ struct Explanation {
 class MismatchDiagnosis {
  public:
   // `control_plane` must outlive this object. `key_prefix` namespaces the
-  // keys (job incarnation and session instance). `grace` bounds how long
+  // keys (job incarnation and session instance), which live under job
+  // epoch `epoch` (EpochKey in control_plane.h). `grace` bounds how long
   // Explain waits for the other members' reports.
   MismatchDiagnosis(ControlPlane* control_plane, std::string key_prefix,
-                    absl::Duration grace);
+                    absl::Duration grace, uint64_t epoch = 1);
 
   // Returns the status the failed operation should report instead of
   // `error` (members_disagree is true in the second case):
@@ -97,6 +98,7 @@ class MismatchDiagnosis {
 
   ControlPlane* const control_plane_;
   const std::string key_prefix_;
+  const uint64_t epoch_;
   const absl::Duration grace_;
   // Set once, never cleared (an aborted session stays poisoned).
   mutable std::atomic<bool> locally_aborted_{false};

@@ -51,6 +51,15 @@ absl::Status DistributedSessionDescriptor::SetNodePlacement(
   return absl::OkStatus();
 }
 
+absl::Status DistributedSessionDescriptor::SetEpoch(uint64_t epoch) {
+  if (epoch == 0) {
+    return absl::InvalidArgumentError(
+        "session descriptor: epoch 0 is not valid (epochs count from 1)");
+  }
+  epoch_ = epoch;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<DistributedSessionDescriptor>
 DistributedSessionDescriptor::FromTopology(const ParallelTopology& topology,
                                            uint32_t world_size, uint32_t rank) {

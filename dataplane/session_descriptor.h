@@ -53,6 +53,14 @@ class DistributedSessionDescriptor {
   // local_rank < ranks_on_node <= world_size.
   absl::Status SetNodePlacement(uint32_t local_rank, uint32_t ranks_on_node);
 
+  // The job epoch this descriptor belongs to (docs/architecture.md, "Epochs
+  // and recovery"): 1 until a recovery moves the job on. A session opened
+  // with it names its keys under that epoch (EpochKey in
+  // dataplane/control_plane.h), so sessions of two epochs never meet.
+  uint64_t epoch() const { return epoch_; }
+  // Records the epoch. InvalidArgument (and no change) for epoch 0.
+  absl::Status SetEpoch(uint64_t epoch);
+
  private:
   DistributedSessionDescriptor(uint32_t world_size, uint32_t rank,
                                std::vector<CollectiveGroupDescriptor> groups)
@@ -65,6 +73,7 @@ class DistributedSessionDescriptor {
   uint32_t rank_;
   uint32_t local_rank_;
   uint32_t ranks_on_node_;
+  uint64_t epoch_ = 1;
   std::vector<CollectiveGroupDescriptor> groups_;
 };
 

@@ -86,5 +86,15 @@ TEST(DistributedSessionDescriptorTest, NodePlacementDefaultsToOneNode) {
   EXPECT_EQ(d->ranks_on_node(), 4u);
 }
 
+TEST(DistributedSessionDescriptorTest, EpochDefaultsToOneAndRefusesZero) {
+  auto d = DistributedSessionDescriptor::Create(2, 0, {});
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->epoch(), 1u);
+  ASSERT_TRUE(d->SetEpoch(4).ok());
+  EXPECT_EQ(d->epoch(), 4u);
+  EXPECT_EQ(d->SetEpoch(0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(d->epoch(), 4u);
+}
+
 }  // namespace
 }  // namespace rankd::dataplane

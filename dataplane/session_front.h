@@ -103,6 +103,20 @@ class SessionFront : public DistributedSession<ValueT> {
   ~SessionFront() override;
   Layer& layer() const { return *layer_; }
 
+  // What every backend's static Reform does (the contract is
+  // GlooSession::Reform's and NcclSession::Reform's), written once: checks
+  // the arguments; aborts `ended` unless it is poisoned already; destroys it
+  // (no executor, context or communicator of the ended epoch survives);
+  // joins the next epoch through the ended session's control plane
+  // (ControlPlane::Rejoin, bounded by `timeout`); then opens the new epoch's
+  // session with `reopen(descriptor, control_plane)`, which the backend
+  // binds to the ended session's options. Errors are prefixed
+  // "<backend> backend: re-forming the session of epoch <e>: ".
+  template <typename Session, typename Reopen>
+  static absl::StatusOr<std::unique_ptr<Session>> ReformSession(
+      std::unique_ptr<Session> ended, absl::Duration timeout,
+      const char* backend, Reopen reopen);
+
  private:
   const std::shared_ptr<Layer> layer_;
 };

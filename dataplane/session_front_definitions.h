@@ -10,11 +10,13 @@
 #ifndef RANKD_DATAPLANE_SESSION_FRONT_DEFINITIONS_H_
 #define RANKD_DATAPLANE_SESSION_FRONT_DEFINITIONS_H_
 
+#include <memory>
 #include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "dataplane/admission.h"
 #include "dataplane/native_layer.h"
 #include "dataplane/session_front.h"
@@ -248,6 +250,67 @@ void SessionFront<V, L>::Poison(const absl::Status& cause) {
 template <typename V, typename L>
 void SessionFront<V, L>::Abort(const absl::Status& cause) {
   if (!cause.ok()) layer_->Abort(cause);
+}
+
+template <typename V, typename L>
+template <typename Session, typename Reopen>
+absl::StatusOr<std::unique_ptr<Session>> SessionFront<V, L>::ReformSession(
+    std::unique_ptr<Session> ended, absl::Duration timeout, const char* backend,
+    Reopen reopen) {
+  if (ended == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        backend, " backend: re-forming a session: there is no session"));
+  }
+  SessionFront& front = *ended;
+  const uint64_t epoch = front.descriptor().epoch();
+  const uint32_t rank = front.descriptor().rank();
+  const std::string prefix = absl::StrCat(
+      backend, " backend: re-forming the session of epoch ", epoch, ": ");
+  if (timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(prefix, "the timeout must be positive; got ",
+                     absl::FormatDuration(timeout)));
+  }
+  ControlPlane* control_plane = front.layer().control_plane();
+  // The ended epoch's cause: what poisoned the session, else the job's
+  // failure at that epoch, else this call ending a healthy session.
+  absl::Status cause = front.poison();
+  if (cause.ok()) cause = control_plane->JobHealth();
+  if (cause.ok()) {
+    cause = absl::AbortedError(absl::StrCat(backend,
+                                            " backend: the session of epoch ",
+                                            epoch, " was ended to re-form it"));
+  }
+  // Aborts every context or communicator once (bounded by the backend's
+  // abort deadline); a poisoned session's are aborted already or now.
+  front.Abort(cause);
+  ended.reset();
+
+  absl::StatusOr<DistributedSessionDescriptor> next =
+      control_plane->Rejoin(epoch, timeout);
+  if (!next.ok()) {
+    const absl::StatusCode code = next.status().code();
+    // A terminal job failure keeps the ended session's error class, so a
+    // caller's handling of it does not change with recovery.
+    const bool terminal = code != absl::StatusCode::kDeadlineExceeded &&
+                          code != absl::StatusCode::kUnimplemented &&
+                          code != absl::StatusCode::kInvalidArgument;
+    return absl::Status(terminal ? cause.code() : code,
+                        absl::StrCat(prefix, "joining epoch ", epoch + 1,
+                                     " or later: ", next.status().message()));
+  }
+  if (next->epoch() <= epoch || next->rank() != rank) {
+    return absl::InternalError(absl::StrCat(
+        prefix, "the control plane rejoined rank ", next->rank(), " at epoch ",
+        next->epoch(), "; expected rank ", rank, " after epoch ", epoch));
+  }
+  absl::StatusOr<std::unique_ptr<Session>> reopened =
+      reopen(*std::move(next), control_plane);
+  if (!reopened.ok()) {
+    return absl::Status(reopened.status().code(),
+                        absl::StrCat(prefix, reopened.status().message()));
+  }
+  return reopened;
 }
 
 }  // namespace rankd::dataplane

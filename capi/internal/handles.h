@@ -54,9 +54,14 @@ struct SessionState {
   std::shared_ptr<RankState> rank;
   std::unique_ptr<dataplane::gloo::GlooSession> gloo;
   std::unique_ptr<dataplane::nccl::NcclSession> nccl;
+  // Set, with neither session, once rankd_session_reform failed: the ended
+  // session is gone and every operation is refused with this.
+  absl::Status ended;
 
   dataplane::DistributedCapabilities capabilities() const {
-    return gloo != nullptr ? gloo->capabilities() : nccl->capabilities();
+    if (gloo != nullptr) return gloo->capabilities();
+    if (nccl != nullptr) return nccl->capabilities();
+    return {};
   }
 };
 

@@ -653,9 +653,44 @@ static void Rejoin(rankd_rank* rank) {
   printf("C REJOIN %u OK\n", my_rank);
 }
 
+/* ---- rankd_session_reform (issue 38) ---- */
+
+/* Bad arguments to rankd_session_reform are refused before anything ends:
+ * the session still sums afterwards. */
+static void ReformArguments(rankd_rank* rank, uint32_t world) {
+  rankd_session_options options;
+  rankd_session_options_init(&options);
+  options.backend = RANKD_BACKEND_GLOO;
+  options.op_timeout_seconds = 30;
+  rankd_session* session = NULL;
+  Ok(rankd_session_open(rank, &options, &session), "a Gloo session");
+  Refused(rankd_session_reform(NULL, 1.0), RANKD_INVALID_ARGUMENT, "session",
+          "reform of no session");
+  Refused(rankd_session_reform(session, 0.0), RANKD_INVALID_ARGUMENT,
+          "timeout_seconds", "reform with a zero timeout");
+  float value = (float)(my_rank + 1), sum = 0;
+  const size_t shape[1] = {1};
+  rankd_tensor in = {&value, RANKD_F32, 1, shape};
+  rankd_tensor out = {&sum, RANKD_F32, 1, shape};
+  rankd_work* work = NULL;
+  Ok(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &in, &out, NULL, &work),
+     "all_reduce_sum after the refusals");
+  Ok(rankd_work_wait(work), "rankd_work_wait");
+  rankd_work_free(work);
+  if (sum != (float)(world * (world + 1) / 2)) Fail("sum %f", sum);
+  uint32_t mine = my_rank, gathered[2];
+  Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, world),
+     "the last round");
+  rankd_session_free(session);
+  printf("C REFORM ARGS %u OK\n", my_rank);
+}
+
+/* ---- end of rankd_session_reform ---- */
+
 int main(int argc, char** argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: c_rank ops|lost|empty|narrowed|rejoin\n");
+    fprintf(stderr,
+            "usage: c_rank ops|lost|empty|narrowed|rejoin|reform-args\n");
     return 2;
   }
   if (rankd_abi_version() != RANKD_ABI_VERSION) {
@@ -680,6 +715,8 @@ int main(int argc, char** argv) {
     Rejoin(rank);
   } else if (strcmp(argv[1], "narrowed") == 0) {
     Narrowed(rank, d.world_size);
+  } else if (strcmp(argv[1], "reform-args") == 0) {
+    ReformArguments(rank, d.world_size);
   } else {
     Fail("unknown scenario %s", argv[1]);
   }

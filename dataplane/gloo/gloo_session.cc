@@ -13,8 +13,9 @@ namespace rankd::dataplane::gloo {
 
 GlooSession::GlooSession(ControlPlane* control_plane,
                          std::unique_ptr<GlooBackend> backend)
-    : SessionFront(std::make_shared<internal::NativeLayer>(
-          control_plane, std::move(backend))) {}
+    : SessionFront(std::make_shared<internal::NativeLayer>(control_plane,
+                                                           std::move(backend))),
+      opened_with_(layer().backend().options()) {}
 
 GlooSession::~GlooSession() = default;
 
@@ -25,7 +26,21 @@ absl::StatusOr<std::unique_ptr<GlooSession>> GlooSession::Open(
     const GlooSessionOptions& options) {
   auto backend = GlooBackend::Open(descriptor, control_plane, options);
   if (!backend.ok()) return backend.status();
-  return std::make_unique<GlooSession>(control_plane, *std::move(backend));
+  auto session =
+      std::make_unique<GlooSession>(control_plane, *std::move(backend));
+  session->opened_with_ = options;
+  return session;
+}
+
+absl::StatusOr<std::unique_ptr<GlooSession>> GlooSession::Reform(
+    std::unique_ptr<GlooSession> ended, absl::Duration timeout) {
+  GlooSessionOptions options;
+  if (ended != nullptr) options = ended->opened_with_;
+  return ReformSession(std::move(ended), timeout, "gloo",
+                       [&options](DistributedSessionDescriptor descriptor,
+                                  ControlPlane* control_plane) {
+                         return Open(descriptor, control_plane, options);
+                       });
 }
 
 }  // namespace rankd::dataplane::gloo

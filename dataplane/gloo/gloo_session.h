@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "dataplane/capabilities.h"
 #include "dataplane/collective_scope.h"
 #include "dataplane/control_plane.h"
@@ -70,8 +71,37 @@ class GlooSession final
       const DistributedSessionDescriptor& descriptor,
       ControlPlane* control_plane, const GlooSessionOptions& options = {});
 
+  // Re-forms this rank's session after a loss (docs/dataplane.md,
+  // "Re-forming after a loss"): `ended`'s job epoch e ended (a rank or node
+  // was lost; `rankd --recovery=on`), and this returns the session of epoch
+  // e + 1 with as many executors, new ones. In order: aborts `ended` unless it
+  // is poisoned already (its Gloo contexts aborted), destroys it, so that
+  // nothing of epoch e survives; waits through its control plane
+  // (ControlPlane::Rejoin) for the job to pass epoch e and for the world to be
+  // whole again; then opens the new epoch's session as Open does, with the
+  // options `ended` was opened with (an instance Open numbered is numbered
+  // again in the new epoch), through the same control plane. Its keys are epoch
+  // e + 1's (EpochKey in dataplane/control_plane.h): a replacement process that
+  // Opens its session fresh at that epoch meets it. Tensors the caller holds
+  // (the weights) are untouched and stay valid: their memory is never the
+  // session's (HostTensor buffers come from the process-wide
+  // HostBufferPool::Default()). Every rank of the new epoch must re-form (or
+  // open) its sessions in the same order.
+  //
+  // Takes `ended` in every case; on error there is no session. Errors,
+  // prefixed "gloo backend: re-forming the session of epoch <e>: ":
+  // InvalidArgument for a null session or a non-positive timeout;
+  // DeadlineExceeded naming the epoch when `timeout` passes before the
+  // world is whole; `ended`'s error class when the job failed for good
+  // instead of recovering; Unimplemented from a control plane that cannot
+  // join a later epoch; Open's errors for the new session (bounded by
+  // options.connect_timeout, as Open is).
+  static absl::StatusOr<std::unique_ptr<GlooSession>> Reform(
+      std::unique_ptr<GlooSession> ended, absl::Duration timeout);
+
   // The session over an open backend; `control_plane` (for
-  // all_gather_words) must outlive it.
+  // all_gather_words) must outlive it. Reform re-opens it with the
+  // backend's options.
   GlooSession(ControlPlane* control_plane,
               std::unique_ptr<GlooBackend> backend);
   ~GlooSession() override;
@@ -79,6 +109,10 @@ class GlooSession final
   // The low-level contract over the same communicators and executor, with
   // the same poison state (poison(), Poison() and Abort() are the front's).
   GlooBackend& backend();
+
+ private:
+  // The options Open was given (instance unset when Open numbered it).
+  GlooSessionOptions opened_with_;
 };
 
 }  // namespace rankd::dataplane::gloo

@@ -42,11 +42,30 @@ const std::shared_ptr<SessionImpl>& NcclSession::impl() const {
 absl::StatusOr<std::unique_ptr<NcclSession>> NcclSession::Create(
     DistributedSessionDescriptor descriptor, ControlPlane* control_plane,
     NcclSessionOptions options) {
+  NcclSessionOptions opened_with = options;
   auto impl = SessionImpl::Create(std::move(descriptor), control_plane,
                                   std::move(options));
   if (!impl.ok()) return impl.status();
-  return std::unique_ptr<NcclSession>(new NcclSession(
+  auto session = std::unique_ptr<NcclSession>(new NcclSession(
       std::make_shared<internal::NativeLayer>(*std::move(impl))));
+  session->opened_with_ = std::move(opened_with);
+  return session;
+}
+
+absl::StatusOr<std::unique_ptr<NcclSession>> NcclSession::Reform(
+    std::unique_ptr<NcclSession> ended, absl::Duration timeout) {
+  NcclSessionOptions options;
+  if (ended != nullptr) {
+    options = ended->opened_with_;
+    // The device the ended session resolved, whatever rule chose it.
+    if (ended->device() >= 0) options.device = ended->device();
+  }
+  return ReformSession(std::move(ended), timeout, kBackendName,
+                       [&options](DistributedSessionDescriptor descriptor,
+                                  ControlPlane* control_plane) {
+                         return Open(std::move(descriptor), control_plane,
+                                     options);
+                       });
 }
 
 absl::StatusOr<std::unique_ptr<NcclSession>> NcclSession::Open(

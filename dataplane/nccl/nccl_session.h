@@ -47,6 +47,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "dataplane/control_plane.h"
 #include "dataplane/nccl/cuda_stream.h"
 #include "dataplane/nccl/device_tensor.h"
@@ -90,6 +91,35 @@ class NcclSession final
   static absl::StatusOr<std::unique_ptr<NcclSession>> Open(
       DistributedSessionDescriptor descriptor, ControlPlane* control_plane,
       NcclSessionOptions options = {});
+  // Re-forms this rank's session after a loss (docs/dataplane.md,
+  // "Re-forming after a loss"): `ended`'s job epoch e ended (a rank or node
+  // was lost; `rankd --recovery=on`), and this returns the session of epoch
+  // e + 1 on the same device. In order: aborts `ended` unless it is
+  // poisoned already (its communicators aborted,
+  // bounded by options.abort_timeout), destroys it, so that nothing of epoch e
+  // survives; waits through its control plane (ControlPlane::Rejoin) for
+  // the job to pass epoch e and for the world to be whole again; then opens
+  // the new epoch's session as Open does, with the options `ended` was
+  // opened with (the same device, a tag Open chose is chosen again in the new
+  // epoch; new communicators from the epoch's own unique ids, on a new session
+  // stream: stream() of the returned session), through the same control plane.
+  // Its keys are epoch e + 1's (EpochKey in dataplane/control_plane.h): a
+  // replacement process that Opens its session fresh at that epoch meets it.
+  // Tensors the caller holds (the weights) are untouched and stay valid: their
+  // memory is never the session's (DeviceTensor memory is the caller's). Every
+  // rank of the new epoch must re-form (or open) its sessions in the same
+  // order.
+  //
+  // Takes `ended` in every case; on error there is no session. Errors,
+  // prefixed "nccl backend: re-forming the session of epoch <e>: ":
+  // InvalidArgument for a null session or a non-positive timeout;
+  // DeadlineExceeded naming the epoch when `timeout` passes before the
+  // world is whole; `ended`'s error class when the job failed for good
+  // instead of recovering; Unimplemented from a control plane that cannot
+  // join a later epoch; Open's errors for the new session (bounded by
+  // options.init_timeout, as Open is).
+  static absl::StatusOr<std::unique_ptr<NcclSession>> Reform(
+      std::unique_ptr<NcclSession> ended, absl::Duration timeout);
   ~NcclSession() override;
 
   bool ready() const;
@@ -143,6 +173,9 @@ class NcclSession final
   friend class testing::NcclSessionPeer;
 
   explicit NcclSession(std::shared_ptr<internal::NativeLayer> layer);
+
+  // The options Open was given (tag unset when Open chose it).
+  NcclSessionOptions opened_with_;
 };
 
 }  // namespace rankd::dataplane::nccl

@@ -36,7 +36,7 @@ absl::StatusOr<std::vector<std::vector<std::string>>> BrokerUniqueIds(
     ControlPlane& control_plane, absl::string_view tag,
     absl::Span<const CommIdRequest> requests,
     const UniqueIdGenerator& generator, absl::Time deadline,
-    const InterruptCheck& interrupt) {
+    const InterruptCheck& interrupt, uint64_t epoch) {
   absl::Status tag_ok = ValidateSessionTag(tag);
   if (!tag_ok.ok()) return tag_ok;
   const std::string ns = control_plane.Namespace();
@@ -62,9 +62,9 @@ absl::StatusOr<std::vector<std::vector<std::string>>> BrokerUniqueIds(
       if (n > 1) {
         // Under the root's own key: no other rank can publish an id
         // first or replace it (docs/operations.md, "Key-value ownership").
-        const std::string key =
-            OwnedKey(req.members[req.rank],
-                     UniqueIdKey(ns, tag, req.comm_name, i, req.plan.count()));
+        const std::string key = OwnedKey(
+            req.members[req.rank],
+            UniqueIdKey(ns, tag, req.comm_name, i, req.plan.count()), epoch);
         absl::Status set = control_plane.KvSet(key, EncodeUniqueId(*id));
         if (!set.ok()) {
           return absl::Status(
@@ -82,9 +82,9 @@ absl::StatusOr<std::vector<std::vector<std::string>>> BrokerUniqueIds(
     for (uint32_t i = 0; i < req.plan.count(); ++i) {
       if (!ids[c][i].empty()) continue;
       const uint32_t root = req.plan.roots[i];
-      const std::string key =
-          OwnedKey(req.members[root],
-                   UniqueIdKey(ns, tag, req.comm_name, i, req.plan.count()));
+      const std::string key = OwnedKey(
+          req.members[root],
+          UniqueIdKey(ns, tag, req.comm_name, i, req.plan.count()), epoch);
       while (true) {
         if (interrupt) {
           absl::Status s = interrupt();

@@ -48,12 +48,14 @@ struct CommIdRequest {
 // communicator's id is generated locally and never published. Fails with
 // DeadlineExceeded naming the key, the id's root and its world rank when a
 // root did not publish by `deadline`; with the interrupt's error when it
-// fires; with InvalidArgument when a key holds something else.
+// fires; with InvalidArgument when a key holds something else. The keys
+// live under job epoch `epoch` (EpochKey in dataplane/control_plane.h), so
+// the communicators of a later epoch get new ids.
 absl::StatusOr<std::vector<std::vector<std::string>>> BrokerUniqueIds(
     ControlPlane& control_plane, absl::string_view tag,
     absl::Span<const CommIdRequest> requests,
     const UniqueIdGenerator& generator, absl::Time deadline,
-    const InterruptCheck& interrupt);
+    const InterruptCheck& interrupt, uint64_t epoch = 1);
 
 }  // namespace rankd::dataplane::nccl
 

@@ -4,6 +4,7 @@
 #include "dataplane/nccl/unique_id_broker.h"
 
 #include <atomic>
+#include <memory>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -73,6 +74,48 @@ TEST(BrokerUniqueIds, RootPublishesOthersFetch) {
   auto stored = job->Peek("r0/job/7/nccl/default/world/uid/0of1");
   ASSERT_TRUE(stored.has_value());
   EXPECT_TRUE(absl::StartsWith(*stored, "nccl-uid-v1:"));
+}
+
+// At epoch 2 the ids live under epoch/2/ (EpochKey): the survivor and the
+// replacement agree on a new id and never read epoch 1's.
+TEST(BrokerUniqueIds, ALaterEpochBrokersNewIdsUnderItsOwnKeys) {
+  constexpr uint32_t kWorld = 2;
+  auto job = InProcessJob::Create(kWorld, "job/7");
+  std::atomic<int> next{0};
+  std::vector<std::unique_ptr<ControlPlane>> cps;
+  for (uint32_t r = 0; r < kWorld; ++r) cps.push_back(job->ForRank(r));
+  auto broker = [&](uint64_t epoch) {
+    std::vector<absl::StatusOr<std::vector<std::vector<std::string>>>> ids(
+        kWorld, absl::UnknownError("not run"));
+    std::vector<std::thread> ranks;
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      ranks.emplace_back([&, r] {
+        ids[r] = BrokerUniqueIds(
+            *cps[r], "default", {Request(Iota(kWorld), r, kWorld)},
+            Counter(&next), absl::Now() + absl::Seconds(10), nullptr, epoch);
+      });
+    }
+    for (auto& t : ranks) t.join();
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      EXPECT_TRUE(ids[r].ok()) << r << ": " << ids[r].status();
+    }
+    return ids;
+  };
+  auto epoch1 = broker(1);
+  ASSERT_TRUE(epoch1[0].ok() && epoch1[1].ok());
+  ASSERT_TRUE(job->Lose(1, absl::UnavailableError("rank 1 was lost")).ok());
+  auto replacement = job->Replace(1);
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  cps[1] = *std::move(replacement);
+  ASSERT_TRUE(cps[0]->Rejoin(1, absl::Seconds(10)).ok());
+  auto epoch2 = broker(2);
+  ASSERT_TRUE(epoch2[0].ok() && epoch2[1].ok());
+  EXPECT_EQ((*epoch2[1])[0][0], (*epoch2[0])[0][0]);
+  EXPECT_NE((*epoch2[0])[0][0], (*epoch1[0])[0][0]);
+  EXPECT_TRUE(job->Peek("r0/job/7/nccl/default/world/uid/0of1").has_value());
+  EXPECT_TRUE(
+      job->Peek("epoch/2/r0/job/7/nccl/default/world/uid/0of1").has_value());
+  EXPECT_EQ(next.load(), 2);  // one id per epoch, by its root
 }
 
 TEST(BrokerUniqueIds, OneIdPer128RanksWithScalableInit) {

@@ -159,6 +159,8 @@ _PROTOTYPES = {
     "rankd_session_capabilities": (_P, [_P, ctypes.POINTER(Capabilities)]),
     "rankd_session_supports_group": (ctypes.c_int, [_P, ctypes.c_uint32]),
     "rankd_session_backend": (ctypes.c_int, [_P]),
+    # rankd_session_reform (issue 38: re-forming after a loss).
+    "rankd_session_reform": (_P, [_P, ctypes.c_double]),
     "rankd_all_reduce_sum": (_P, [_P, ctypes.c_uint32, _T, _T, _P, _PP]),
     "rankd_all_gather": (_P, [_P, ctypes.c_uint32, _T, _T, _P, _PP]),
     "rankd_all_to_all_v": (_P, [_P, ctypes.c_uint32, _T, c_size_p, c_size_p,

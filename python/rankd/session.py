@@ -447,6 +447,33 @@ class Session:
                    for _, t in receive_list]
         return self._work(handle, outputs, (send_list, receive_list, s, r))
 
+    # ---- reform (issue 38: re-forming after a loss) ----
+
+    def reform(self, timeout=300.0):
+        """Replaces this session, in place, by its session of the next job
+        epoch after a lost rank or node moved the job on (rankd
+        --recovery=on; docs/dataplane.md, "Re-forming after a loss"): the
+        ended session is aborted and closed (its pending works fail), then
+        this waits up to `timeout` seconds for the job to pass the ended
+        epoch and for the world to be whole again, and opens the new
+        epoch's session with the same options (NCCL: the same device).
+        Arrays and tensors the caller owns (its weights) are untouched.
+        Every rank must re-form (the replacement: open) its sessions in the
+        same order.
+
+        Raises InvalidArgumentError for a timeout that is not positive,
+        DeadlineExceededError naming the epoch when the world was not whole
+        in time, the ended session's error when the job failed for good,
+        UnimplementedError when the rank cannot join a later epoch. After an
+        error the session is gone: every later call raises that error."""
+        if self._handle is None:
+            raise _native.errors.FailedPreconditionError(
+                "rankd: the session is closed")
+        check(lib.rankd_session_reform(self._handle, float(timeout)))
+        self._nccl = lib.rankd_session_backend(self._handle) == 2
+
+    # ---- end of reform ----
+
     def close(self):
         """Frees the session (it closes once its works are freed too)."""
         handle, self._handle = self._handle, None

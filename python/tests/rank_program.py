@@ -170,6 +170,9 @@ def ops(rank):
                       rank.open_session, backend="nccl")
         expect_raises(ValueError, "backend", rank.open_session,
                       backend="mpi")
+        # reform (issue 38) refuses a bad timeout before it ends anything.
+        expect_raises(ValueError, "timeout_seconds", session.reform,
+                      timeout=0)
 
         # Still usable after the refusals.
         assert session.all_reduce_sum(np.ones(2, np.float32)).wait() \

@@ -277,6 +277,9 @@ extern "C" {
     ) -> *mut rankd_status;
     pub fn rankd_session_supports_group(session: *const rankd_session, group: u32) -> c_int;
     pub fn rankd_session_backend(session: *const rankd_session) -> i32;
+    // rankd_session_reform (issue 38: re-forming after a loss).
+    pub fn rankd_session_reform(session: *mut rankd_session, timeout_seconds: f64)
+        -> *mut rankd_status;
 
     pub fn rankd_dtype_size(dtype: i32) -> usize;
 

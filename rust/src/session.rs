@@ -468,6 +468,35 @@ impl Session {
         // SAFETY: a live handle.
         unsafe { ffi::rankd_session_supports_group(self.handle.ptr, group) != 0 }
     }
+
+    // ---- reform (issue 38: re-forming after a loss) ----
+
+    /// Replaces this session, in place, by its session of the next job
+    /// epoch after a lost rank or node moved the job on (rankd
+    /// --recovery=on; docs/dataplane.md, "Re-forming after a loss"): the
+    /// ended session is aborted and closed (its pending works fail), then
+    /// this waits up to `timeout` for the job to pass the ended epoch and
+    /// for the world to be whole again, and opens the new epoch's session
+    /// with the same options. Tensors the caller owns (its weights) are
+    /// untouched. Every rank must re-form (the replacement: open) its
+    /// sessions in the same order.
+    ///
+    /// Errors: InvalidArgument for a zero timeout; DeadlineExceeded naming
+    /// the epoch when the world was not whole in time; the ended session's
+    /// error when the job failed for good; Unimplemented when the rank
+    /// cannot join a later epoch. After an error the session is gone:
+    /// every later operation fails with that error.
+    pub fn reform(&mut self, timeout: Duration) -> Result<()> {
+        // SAFETY: a live handle, used by no other call meanwhile (&mut).
+        unsafe {
+            Error::check(ffi::rankd_session_reform(
+                self.handle.ptr,
+                seconds(timeout),
+            ))
+        }
+    }
+
+    // ---- end of reform ----
 }
 
 impl DistributedSession for Session {

@@ -465,6 +465,29 @@ RANKD_EXPORT rankd_status* rankd_session_open(
  * with a last all_gather_words round) before closing. */
 RANKD_EXPORT void rankd_session_free(rankd_session* session);
 
+/* ---- Re-forming after a loss (issue 38; docs/dataplane.md, "Re-forming
+ * after a loss") ---- */
+
+/* Replaces *session, in place, by its session of the next job epoch, after
+ * a lost rank or node moved the job on (rankd --recovery=on): aborts and
+ * closes the ended session (its pending works fail), waits up to
+ * timeout_seconds for the job to pass the ended epoch and for the world to
+ * be whole again, then opens the new epoch's session with the same options
+ * on the same backend (NCCL: the same device, a new session stream).
+ * Buffers the caller owns (its weights) are untouched. Every rank must
+ * re-form (the replacement: open) its sessions in the same order. Do not
+ * use the session from another thread meanwhile.
+ * INVALID_ARGUMENT for a NULL session or a timeout that is not positive and
+ * finite; DEADLINE_EXCEEDED naming the epoch when the world was not whole
+ * in time; the ended session's error code when the job failed for good;
+ * UNIMPLEMENTED when the rank's control plane cannot join a later epoch.
+ * After an error the session is gone: every call but rankd_session_free
+ * returns that error (FAILED_PRECONDITION from a second reform). */
+RANKD_EXPORT rankd_status* rankd_session_reform(rankd_session* session,
+                                                double timeout_seconds);
+
+/* ---- end of re-forming after a loss ---- */
+
 /* Fills *capabilities with the session's (set its struct_size first;
  * INVALID_ARGUMENT when it is too small). */
 RANKD_EXPORT rankd_status* rankd_session_capabilities(

@@ -30,11 +30,13 @@ std::string RankdStore::Prefix(absl::string_view name_space, uint32_t instance,
 }
 
 RankdStore::RankdStore(ControlPlane* control_plane, std::string prefix,
-                       absl::Duration timeout, std::vector<uint32_t> members)
+                       absl::Duration timeout, std::vector<uint32_t> members,
+                       uint64_t epoch)
     : control_plane_(control_plane),
       prefix_(std::move(prefix)),
       timeout_(timeout),
-      members_(std::move(members)) {}
+      members_(std::move(members)),
+      epoch_(epoch) {}
 
 std::string RankdStore::FullKey(absl::string_view key) const {
   // Gloo names a member's keys by its index: "<i>" (its addresses for
@@ -46,9 +48,9 @@ std::string RankdStore::FullKey(absl::string_view key) const {
   uint32_t member = 0;
   if (!members_.empty() && !index.empty() && absl::SimpleAtoi(index, &member) &&
       absl::StrCat(member) == index && member < members_.size()) {
-    return OwnedKey(members_[member], absl::StrCat(prefix_, key));
+    return OwnedKey(members_[member], absl::StrCat(prefix_, key), epoch_);
   }
-  return absl::StrCat(prefix_, key);
+  return EpochKey(epoch_, absl::StrCat(prefix_, key));
 }
 
 void RankdStore::set(const std::string& key, const std::vector<char>& data) {

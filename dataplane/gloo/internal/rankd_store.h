@@ -44,11 +44,13 @@ class RankdStore final : public ::gloo::rendezvous::Store {
   // `control_plane` must outlive the store. `timeout` bounds get() and
   // wait() (wait's own timeout applies when shorter). `members` are the
   // world ranks of the context's members, in its order (empty: unknown).
+  // Keys live under job epoch `epoch` (EpochKey in control_plane.h).
   RankdStore(ControlPlane* control_plane, std::string prefix,
-             absl::Duration timeout, std::vector<uint32_t> members = {});
+             absl::Duration timeout, std::vector<uint32_t> members = {},
+             uint64_t epoch = 1);
 
   // The broker key of Gloo's `key`: prefix() + key, owned by the member
-  // the key names when members are known.
+  // the key names when members are known, under the store's epoch.
   std::string FullKey(absl::string_view key) const;
 
   void set(const std::string& key, const std::vector<char>& data) override;
@@ -64,6 +66,7 @@ class RankdStore final : public ::gloo::rendezvous::Store {
   const std::string prefix_;
   const absl::Duration timeout_;
   const std::vector<uint32_t> members_;
+  const uint64_t epoch_;
 };
 
 }  // namespace rankd::dataplane::gloo::internal

@@ -55,7 +55,7 @@ SessionImpl::SessionImpl(ControlPlane* control_plane,
           control_plane_,
           RankdStore::Prefix(control_plane_->Namespace(), *options_.instance,
                              "diagnosis"),
-          options_.failure_attribution_grace)),
+          options_.failure_attribution_grace, descriptor_.epoch())),
       watchdog_(
           Watchdog::Options{
               "gloo", options_.watchdog_interval, options_.op_timeout,
@@ -101,7 +101,8 @@ absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
         OwnedKey(descriptor.rank(),
                  absl::StrCat(RankdStore::Prefix(control_plane->Namespace(), 0,
                                                  "sessions"),
-                              descriptor.rank())),
+                              descriptor.rank()),
+                 descriptor.epoch()),
         "gloo");
     if (!number.ok()) return number.status();
     options.instance = *number;
@@ -201,7 +202,7 @@ absl::StatusOr<std::shared_ptr<::gloo::Context>> SessionImpl::Connect(
       control_plane_,
       RankdStore::Prefix(control_plane_->Namespace(), *options_.instance,
                          lane == 0 ? name : absl::StrCat(name, ".e", lane)),
-      options_.connect_timeout, members);
+      options_.connect_timeout, members, descriptor_.epoch());
   absl::Status s = CatchNative(
       absl::StrCat("gloo backend: connecting ",
                    name == "world" ? name : absl::StrCat("group ", name),

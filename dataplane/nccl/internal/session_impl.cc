@@ -65,7 +65,8 @@ absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
         *control_plane,
         OwnedKey(descriptor.rank(),
                  absl::StrCat(control_plane->Namespace(), "/nccl/sessions/",
-                              descriptor.rank())),
+                              descriptor.rank()),
+                 descriptor.epoch()),
         "nccl");
     if (!number.ok()) return number.status();
     options.tag = absl::StrCat("s", *number);
@@ -117,7 +118,7 @@ SessionImpl::SessionImpl(DistributedSessionDescriptor descriptor,
       diagnosis_(control_plane,
                  absl::StrCat(control_plane->Namespace(), "/nccl/",
                               *options_.tag, "/"),
-                 options_.failure_attribution_grace),
+                 options_.failure_attribution_grace, descriptor_.epoch()),
       record_buffers_(std::make_unique<internal::RecordBuffers>()),
       watchdog_(Watchdog::Options{kBackendName, options_.watchdog_interval,
                                   options_.op_timeout,
@@ -1121,7 +1122,7 @@ absl::Status SessionImpl::InitSplitCommunicators(
   UniqueIdGenerator generator = options_.unique_id_generator;
   if (!generator) generator = [] { return NewNcclUniqueId(); };
   auto ids = BrokerUniqueIds(*control_plane_, *options_.tag, {req}, generator,
-                             deadline, interrupt);
+                             deadline, interrupt, descriptor_.epoch());
   if (!ids.ok()) return ids.status();
   NcclCommunicator::Options o;
   o.name = root->name;
@@ -1263,8 +1264,9 @@ absl::Status SessionImpl::InitBrokeredCommunicators(
   auto interrupt = [this] { return InitInterrupt(); };
   UniqueIdGenerator generator = options_.unique_id_generator;
   if (!generator) generator = [] { return NewNcclUniqueId(); };
-  auto ids = BrokerUniqueIds(*control_plane_, *options_.tag, requests,
-                             generator, deadline, interrupt);
+  auto ids =
+      BrokerUniqueIds(*control_plane_, *options_.tag, requests, generator,
+                      deadline, interrupt, descriptor_.epoch());
   if (!ids.ok()) return ids.status();
   for (size_t c = 0; c < comms.size(); ++c) {
     NcclCommunicator::Options o;
