@@ -3,6 +3,7 @@
 // health go straight to the client; the client's single failure callback is
 // taken over and fanned out to every OnJobFailure registration. Depends on
 // the client library, dataplane/control_plane.h and absl.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/client.h"
 #include "dataplane/control_plane.h"
+#include "dataplane/descriptor_proto.h"
 
 namespace rankd::dataplane {
 namespace {
@@ -62,6 +64,8 @@ struct FailureFanout {
       ABSL_GUARDED_BY(mu);
   absl::Status failure ABSL_GUARDED_BY(mu);
   bool closed ABSL_GUARDED_BY(mu) = false;
+  // The job epoch `failure` and `callbacks` belong to.
+  uint64_t epoch ABSL_GUARDED_BY(mu) = 1;
 
   void Fire(const absl::Status& status) {
     std::vector<std::function<void(const absl::Status&)>> to_run;
@@ -79,6 +83,10 @@ class ClientControlPlane final : public ControlPlane {
  public:
   explicit ClientControlPlane(Client* client)
       : client_(client), fanout_(std::make_shared<FailureFanout>()) {
+    {
+      absl::MutexLock lock(&fanout_->mu);
+      fanout_->epoch = std::max<uint64_t>(1, client_->epoch());
+    }
     std::weak_ptr<FailureFanout> weak = fanout_;
     client_->SetFailureCallback([weak](const absl::Status& status) {
       if (auto fanout = weak.lock()) fanout->Fire(status);
@@ -131,6 +139,27 @@ class ClientControlPlane final : public ControlPlane {
       failure = fanout_->failure;
     }
     callback(failure);  // already failed: run at once, outside the lock
+  }
+
+  // Client::Rejoin, then the new epoch's failure starts afresh: the ended
+  // epoch's registrations ran with its failure and are dropped; the
+  // client's callback fires again for a failure of the new epoch. A second
+  // call for the same ended epoch (another session re-forming) finds the
+  // fan-out already moved on and keeps what was registered since.
+  absl::StatusOr<DistributedSessionDescriptor> Rejoin(
+      uint64_t ended_epoch, absl::Duration timeout) override {
+    absl::StatusOr<v1::SessionDescriptor> joined =
+        client_->Rejoin(ended_epoch, timeout);
+    if (!joined.ok()) return joined.status();
+    {
+      absl::MutexLock lock(&fanout_->mu);
+      if (fanout_->epoch < joined->epoch()) {
+        fanout_->epoch = joined->epoch();
+        fanout_->failure = absl::OkStatus();
+        fanout_->callbacks.clear();
+      }
+    }
+    return DescriptorFromProto(*joined);
   }
 
   std::string Namespace() const override {

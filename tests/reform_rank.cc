@@ -1,0 +1,94 @@
+// A rank process for session_reform_test: joins through its node's daemon
+// with the real client library, opens a Gloo session and sums
+// (rank + 1) x epoch over the world, checking the sum. With --die, it then
+// ends itself with SIGKILL (a lost rank: no Leave); otherwise it leaves.
+// A replacement process is this same program, started while the job
+// recovers: it joins the lost slot and its session opens at the new epoch.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "dataplane/control_plane.h"
+#include "dataplane/descriptor_proto.h"
+#include "dataplane/gloo/gloo_session.h"
+#include "dataplane/host_tensor.h"
+#include "dataplane/value_descriptor.h"
+
+ABSL_FLAG(std::string, target, "", "daemon target");
+ABSL_FLAG(std::string, job_id, "itest", "job id");
+ABSL_FLAG(uint32_t, rank, 0, "rank");
+ABSL_FLAG(uint32_t, local_rank, 0, "local rank");
+ABSL_FLAG(uint32_t, world_size, 0, "world size");
+ABSL_FLAG(bool, die, false, "SIGKILL itself after the sum");
+
+namespace {
+
+using rankd::dataplane::CollectiveScope;
+using rankd::dataplane::HostTensor;
+using rankd::dataplane::TensorDtype;
+using rankd::dataplane::ValueDescriptor;
+
+int Fail(const std::string& what, const absl::Status& status) {
+  std::fprintf(stderr, "REFORM_RANK FAILED %s: %s\n", what.c_str(),
+               status.ToString().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  rankd::ClientOptions options;
+  options.target = absl::GetFlag(FLAGS_target);
+  auto client = rankd::Client::Connect(options);
+  if (!client.ok()) return Fail("connect", client.status());
+  rankd::JoinOptions join;
+  join.job_id = absl::GetFlag(FLAGS_job_id);
+  join.rank = absl::GetFlag(FLAGS_rank);
+  join.local_rank = absl::GetFlag(FLAGS_local_rank);
+  join.world_size = absl::GetFlag(FLAGS_world_size);
+  join.device.set_kind("cpu");
+  auto joined = (*client)->Join(join);
+  if (!joined.ok()) return Fail("join", joined.status());
+  auto descriptor = rankd::dataplane::DescriptorFromProto(*joined);
+  if (!descriptor.ok()) return Fail("descriptor", descriptor.status());
+  auto control_plane = rankd::dataplane::MakeClientControlPlane(client->get());
+  auto session = rankd::dataplane::gloo::GlooSession::Open(*descriptor,
+                                                           control_plane.get());
+  if (!session.ok()) return Fail("open", session.status());
+  const uint64_t epoch = descriptor->epoch();
+  auto shape = ValueDescriptor::Create({1}, TensorDtype::kF32);
+  HostTensor x = HostTensor::Zeros(*shape);
+  *reinterpret_cast<float*>(x.data()) =
+      static_cast<float>((join.rank.value() + 1) * epoch);
+  auto sum = (*session)->AllReduceSum(CollectiveScope::World(), x);
+  if (!sum.ok()) return Fail("all_reduce_sum", sum.status());
+  if (auto s = sum->completion->Wait(); !s.ok()) return Fail("wait", s);
+  const uint32_t n = join.world_size;
+  const float want = static_cast<float>(n * (n + 1) / 2 * epoch);
+  const float got = *reinterpret_cast<const float*>(sum->output.data());
+  if (got != want) {
+    return Fail("sum", absl::InternalError(absl::StrCat(got, " != ", want)));
+  }
+  std::printf("REFORM_RANK %u SUMMED %g AT EPOCH %llu\n", *join.rank, got,
+              static_cast<unsigned long long>(epoch));
+  std::fflush(stdout);
+  if (absl::GetFlag(FLAGS_die)) ::kill(::getpid(), SIGKILL);
+  // Every rank has summed before anyone's session closes.
+  auto done = (*client)->AllGatherWords(std::vector<uint32_t>{*join.rank},
+                                        absl::Seconds(60));
+  if (!done.ok()) return Fail("final round", done.status());
+  session->reset();
+  if (auto s = (*client)->Leave(); !s.ok()) return Fail("leave", s);
+  return 0;
+}
