@@ -1,8 +1,25 @@
 #include "dataplane/capabilities.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 
 namespace rankd::dataplane {
+
+DistributedCapabilities AdvertisedCapabilities(
+    std::set<CollectiveGroupId> groups,
+    const std::optional<DistributedCapabilities>& allow) {
+  DistributedCapabilities caps{true, std::move(groups), true, true, true};
+  if (!allow.has_value()) return caps;
+  caps.world_collectives &= allow->world_collectives;
+  std::erase_if(caps.collective_groups, [&](CollectiveGroupId id) {
+    return !allow->collective_groups.contains(id);
+  });
+  caps.point_to_point &= allow->point_to_point;
+  caps.variable_all_to_all &= allow->variable_all_to_all;
+  caps.exact_completion &= allow->exact_completion;
+  return caps;
+}
 
 absl::Status RequireCapability(bool advertised, const char* backend,
                                const char* operation, const char* capability) {

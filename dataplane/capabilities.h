@@ -5,6 +5,7 @@
 #ifndef RANKD_DATAPLANE_CAPABILITIES_H_
 #define RANKD_DATAPLANE_CAPABILITIES_H_
 
+#include <optional>
 #include <set>
 
 #include "absl/status/status.h"
@@ -22,6 +23,14 @@ struct DistributedCapabilities {
   bool variable_all_to_all = false;
   bool exact_completion = false;
 };
+
+// What a healthy backend advertises: world_collectives, point_to_point,
+// variable_all_to_all, exact_completion and every group of `groups`, each
+// kept only where `allow` (the options' restrict_capabilities) also has it,
+// when set. Pure function.
+DistributedCapabilities AdvertisedCapabilities(
+    std::set<CollectiveGroupId> groups,
+    const std::optional<DistributedCapabilities>& allow);
 
 // OK when `caps` lets `operation` run on `scope` (world_collectives for the
 // world, the group's id in collective_groups for a group). Otherwise

@@ -53,36 +53,22 @@ std::optional<size_t> CheckedSum(absl::Span<const size_t> values) {
 
 // Copies pieces between a member-major buffer (member m's outer blocks of
 // counts[m] slices, one member after another) and a value partitioned along
-// an axis (each outer block holds every member's slices in member order).
-void Scatter(const uint8_t* member_major, uint8_t* by_axis,
-             const std::vector<size_t>& counts, const AxisLayout& layout) {
+// an axis (each outer block holds every member's slices in member order):
+// into the partitioned value when `to_axis`, out of it otherwise.
+void Interleave(const uint8_t* from, uint8_t* to,
+                const std::vector<size_t>& counts, const AxisLayout& layout,
+                bool to_axis) {
   const size_t total = *CheckedSum(counts);
-  size_t src = 0, prefix = 0;
+  size_t packed = 0, prefix = 0;
   for (size_t m = 0; m < counts.size(); ++m) {
     const size_t piece = counts[m] * layout.unit_bytes;
     for (size_t o = 0; o < layout.outer; ++o) {
+      const size_t by_axis = (o * total + prefix) * layout.unit_bytes;
       if (piece > 0) {
-        std::memcpy(by_axis + (o * total + prefix) * layout.unit_bytes,
-                    member_major + src, piece);
+        std::memcpy(to + (to_axis ? by_axis : packed),
+                    from + (to_axis ? packed : by_axis), piece);
       }
-      src += piece;
-    }
-    prefix += counts[m];
-  }
-}
-
-void Gather(const uint8_t* by_axis, uint8_t* member_major,
-            const std::vector<size_t>& counts, const AxisLayout& layout) {
-  const size_t total = *CheckedSum(counts);
-  size_t dst = 0, prefix = 0;
-  for (size_t m = 0; m < counts.size(); ++m) {
-    const size_t piece = counts[m] * layout.unit_bytes;
-    for (size_t o = 0; o < layout.outer; ++o) {
-      if (piece > 0) {
-        std::memcpy(member_major + dst,
-                    by_axis + (o * total + prefix) * layout.unit_bytes, piece);
-      }
-      dst += piece;
+      packed += piece;
     }
     prefix += counts[m];
   }
@@ -158,6 +144,45 @@ SubmittedOperation OnRoute(const GlooRoute& route) {
   return scope;
 }
 
+// What every queued operation needs besides its data: whether to check
+// agreement first, Gloo's timeout, and the diagnosis of a native failure.
+struct RunSettings {
+  bool verify;
+  Milliseconds timeout;
+  std::shared_ptr<const MismatchDiagnosis> diagnosis;
+};
+
+RunSettings SettingsOf(const internal::SessionImpl& impl) {
+  return {impl.options().verify_agreement, Millis(impl.options().op_timeout),
+          impl.diagnosis()};
+}
+
+// Runs `call` (given its Gloo tag) as the next collective of `g`, whose
+// canonical description `canonical` has `fingerprint`, after the agreement
+// check when `run` asks for it.
+TaskResult RunCollective(GlooGroup& g, const RunSettings& run,
+                         const std::string& op, const std::string& canonical,
+                         uint64_t fingerprint,
+                         const std::function<void(uint32_t tag)>& call) {
+  if (run.verify) {
+    TaskResult r = internal::VerifyAgreement(g, op, canonical, run.timeout);
+    if (!r.status.ok()) return r;
+  }
+  const uint32_t sequence = g.NextSequence();
+  const uint32_t tag = OperationTag(sequence, fingerprint);
+  return RunNative(*run.diagnosis, OnGroup(g), sequence, op, canonical,
+                   [&] { call(tag); });
+}
+
+// The submission of `output` once queued as `completion`.
+template <typename T>
+absl::StatusOr<Submission<T, GlooCompletionPtr>> Submitted(
+    absl::StatusOr<GlooCompletionPtr> completion, T output) {
+  if (!completion.ok()) return completion.status();
+  return Submission<T, GlooCompletionPtr>{std::move(output),
+                                          *std::move(completion)};
+}
+
 // The Agreement of agree_success.
 class GlooAgreement final : public Agreement {
  public:
@@ -190,26 +215,10 @@ class GlooAgreement final : public Agreement {
 
 GlooBackend::GlooBackend(std::shared_ptr<internal::SessionImpl> impl)
     : impl_(std::move(impl)) {
-  const GlooSessionOptions& options = impl_->options();
-  caps_.world_collectives = true;
-  for (const auto& g : impl_->descriptor().groups()) {
-    caps_.collective_groups.insert(g.id());
-  }
-  caps_.point_to_point = true;
-  caps_.variable_all_to_all = true;
-  caps_.exact_completion = true;
-  if (options.restrict_capabilities.has_value()) {
-    const DistributedCapabilities& allow = *options.restrict_capabilities;
-    caps_.world_collectives &= allow.world_collectives;
-    std::set<CollectiveGroupId> groups;
-    for (CollectiveGroupId id : caps_.collective_groups) {
-      if (allow.collective_groups.contains(id)) groups.insert(id);
-    }
-    caps_.collective_groups = std::move(groups);
-    caps_.point_to_point &= allow.point_to_point;
-    caps_.variable_all_to_all &= allow.variable_all_to_all;
-    caps_.exact_completion &= allow.exact_completion;
-  }
+  std::set<CollectiveGroupId> groups;
+  for (const auto& g : impl_->descriptor().groups()) groups.insert(g.id());
+  caps_ = AdvertisedCapabilities(std::move(groups),
+                                 impl_->options().restrict_capabilities);
 }
 
 GlooBackend::~GlooBackend() { impl_->Shutdown(); }
@@ -371,8 +380,7 @@ GlooUnitSubmission GlooBackend::SubmitLocalDependencies(
   auto completion =
       executor.Submit("submit_local_dependencies", "submit_local_dependencies",
                       std::move(resources), [] { return TaskResult::Ok(); });
-  if (!completion.ok()) return completion.status();
-  return Submission<Unit, GlooCompletionPtr>{Unit{}, *std::move(completion)};
+  return Submitted(std::move(completion), Unit{});
 }
 
 GlooTensorSubmission GlooBackend::AllReduceSum(const HostTensor& value,
@@ -432,9 +440,7 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(
           return TaskResult::Ok();
         },
         local);
-    if (!completion.ok()) return completion.status();
-    return Submission<HostTensor, GlooCompletionPtr>{output,
-                                                     *std::move(completion)};
+    return Submitted(std::move(completion), output);
   }
   std::string canonical = DescribeOnValue(kind, value.descriptor());
   if (options().all_reduce_bcube_max_bytes != kDefaultAllReduceBcubeMaxBytes ||
@@ -452,36 +458,28 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(
       options().all_reduce_ring_segment_bytes);
   // Members that chose different plans must never pair.
   const uint64_t fingerprint = OperationFingerprint(canonical) ^ plan.salt();
-  const bool verify = options().verify_agreement;
-  const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
       name, op, {value.resource(), output.resource(), g},
       [g, value, output, in_place, kernel, op, canonical = std::move(canonical),
-       fingerprint, plan, verify, timeout, diagnosis = impl_->diagnosis()] {
-        if (verify) {
-          TaskResult r = internal::VerifyAgreement(*g, op, canonical, timeout);
-          if (!r.status.ok()) return r;
-        }
+       fingerprint, plan, run = SettingsOf(*impl_)] {
         const size_t elements = output.descriptor().element_count();
-        const uint32_t sequence = g->NextSequence();
-        const uint32_t tag = OperationTag(sequence, fingerprint);
-        return RunNative(*diagnosis, OnGroup(*g), sequence, op, canonical, [&] {
-          if (elements == 0) {
-            // No rows to sum, but still a collective (docs/contract.md,
-            // "Empty values"): it waits for every member, as NCCL's
-            // agreement record does, so a member that never submits it is
-            // named instead of this one completing alone.
-            internal::NativeBarrier(g->context(), tag, timeout);
-            return;
-          }
-          internal::NativeAllReduce(
-              g->context(), in_place ? nullptr : value.data(), output.data(),
-              elements, kernel, tag, timeout, plan);
-        });
+        const Milliseconds timeout = run.timeout;
+        return RunCollective(
+            *g, run, op, canonical, fingerprint, [&](uint32_t tag) {
+              if (elements == 0) {
+                // No rows to sum, but still a collective (docs/contract.md,
+                // "Empty values"): it waits for every member, as NCCL's
+                // agreement record does, so a member that never submits it is
+                // named instead of this one completing alone.
+                internal::NativeBarrier(g->context(), tag, timeout);
+                return;
+              }
+              internal::NativeAllReduce(
+                  g->context(), in_place ? nullptr : value.data(),
+                  output.data(), elements, kernel, tag, timeout, plan);
+            });
       });
-  if (!completion.ok()) return completion.status();
-  return Submission<HostTensor, GlooCompletionPtr>{output,
-                                                   *std::move(completion)};
+  return Submitted(std::move(completion), output);
 }
 
 GlooTensorSubmission GlooBackend::AllGatherEven(const HostTensor& value,
@@ -561,19 +559,13 @@ GlooTensorSubmission GlooBackend::SubmitGather(
   const std::string canonical =
       DescribeAlongAxis(kind, axis, in_descriptor, counts);
   const uint64_t fingerprint = OperationFingerprint(canonical);
-  const bool verify = options().verify_agreement;
-  const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
       name, op, {value.resource(), output.resource(), g},
-      [g, value, output, counts, layout, op, canonical, fingerprint, verify,
-       timeout, diagnosis = impl_->diagnosis()] {
+      [g, value, output, counts, layout, op, canonical, fingerprint,
+       run = SettingsOf(*impl_)] {
         if (g->context() == nullptr) {
           std::memcpy(output.data(), value.data(), value.byte_size());
           return TaskResult::Ok();
-        }
-        if (verify) {
-          TaskResult r = internal::VerifyAgreement(*g, op, canonical, timeout);
-          if (!r.status.ok()) return r;
         }
         std::vector<size_t> bytes(counts.size());
         size_t all = 0;
@@ -584,22 +576,18 @@ GlooTensorSubmission GlooBackend::SubmitGather(
         // Axis 0 is member-major already; otherwise gather then interleave.
         std::vector<uint8_t> staging(layout.outer == 1 ? 0 : all);
         uint8_t* target = layout.outer == 1 ? output.data() : staging.data();
-        const uint32_t sequence = g->NextSequence();
-        const uint32_t tag = OperationTag(sequence, fingerprint);
-        TaskResult r =
-            RunNative(*diagnosis, OnGroup(*g), sequence, op, canonical, [&] {
+        TaskResult r = RunCollective(
+            *g, run, op, canonical, fingerprint, [&](uint32_t tag) {
               internal::NativeAllGatherV(g->context(), value.data(), target,
-                                         bytes, tag, timeout);
+                                         bytes, tag, run.timeout);
             });
         if (!r.status.ok()) return r;
         if (layout.outer != 1) {
-          Scatter(staging.data(), output.data(), counts, layout);
+          Interleave(staging.data(), output.data(), counts, layout, true);
         }
         return TaskResult::Ok();
       });
-  if (!completion.ok()) return completion.status();
-  return Submission<HostTensor, GlooCompletionPtr>{std::move(output),
-                                                   *std::move(completion)};
+  return Submitted(std::move(completion), std::move(output));
 }
 
 GlooTensorSubmission GlooBackend::VariableAllToAll(const HostTensor& value,
@@ -667,7 +655,7 @@ GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
         std::vector<uint8_t> packed, staging;
         if (!direct) {
           packed.resize(value.byte_size());
-          Gather(value.data(), packed.data(), counts.send, layout);
+          Interleave(value.data(), packed.data(), counts.send, layout, false);
           staging.resize(output.byte_size());
         }
         const uint32_t sequence = g->NextSequence();
@@ -681,13 +669,12 @@ GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
             });
         if (!r.status.ok()) return r;
         if (!direct) {
-          Scatter(staging.data(), output.data(), counts.receive, layout);
+          Interleave(staging.data(), output.data(), counts.receive, layout,
+                     true);
         }
         return TaskResult::Ok();
       });
-  if (!completion.ok()) return completion.status();
-  return Submission<HostTensor, GlooCompletionPtr>{std::move(output),
-                                                   *std::move(completion)};
+  return Submitted(std::move(completion), std::move(output));
 }
 
 GlooTensorSubmission GlooBackend::Broadcast(const HostTensor& value,
@@ -726,32 +713,23 @@ GlooTensorSubmission GlooBackend::BroadcastImpl(const HostTensor& value,
   const std::string canonical =
       DescribeRooted(kind, root_member_index, value.descriptor());
   const uint64_t fingerprint = OperationFingerprint(canonical);
-  const bool verify = options().verify_agreement;
-  const Milliseconds timeout = Millis(options().op_timeout);
   const int root_index = static_cast<int>(root_member_index);
   auto completion = executor.Submit(
       kind, op, {value.resource(), output.resource(), g},
       [g, value, output, copy_in, root_index, op, canonical, fingerprint,
-       verify, timeout, diagnosis = impl_->diagnosis()] {
+       run = SettingsOf(*impl_)] {
         if (copy_in) {
           std::memcpy(output.data(), value.data(), value.byte_size());
         }
         if (g->context() == nullptr) return TaskResult::Ok();
-        if (verify) {
-          TaskResult r = internal::VerifyAgreement(*g, op, canonical, timeout);
-          if (!r.status.ok()) return r;
-        }
-        const uint32_t sequence = g->NextSequence();
-        const uint32_t tag = OperationTag(sequence, fingerprint);
-        return RunNative(*diagnosis, OnGroup(*g), sequence, op, canonical, [&] {
-          internal::NativeBroadcast(g->context(), output.data(),
-                                    output.byte_size(), root_index, tag,
-                                    timeout);
-        });
+        return RunCollective(
+            *g, run, op, canonical, fingerprint, [&](uint32_t tag) {
+              internal::NativeBroadcast(g->context(), output.data(),
+                                        output.byte_size(), root_index, tag,
+                                        run.timeout);
+            });
       });
-  if (!completion.ok()) return completion.status();
-  return Submission<HostTensor, GlooCompletionPtr>{std::move(output),
-                                                   *std::move(completion)};
+  return Submitted(std::move(completion), std::move(output));
 }
 
 GlooUnitSubmission GlooBackend::Barrier(GlooGroup& group,
@@ -760,24 +738,16 @@ GlooUnitSubmission GlooBackend::Barrier(GlooGroup& group,
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   const std::string op = Labeled("", kind, group, executor);
-  const bool verify = options().verify_agreement;
-  const Milliseconds timeout = Millis(options().op_timeout);
-  auto completion = executor.Submit(
-      kind, op, {g}, [g, op, verify, timeout, diagnosis = impl_->diagnosis()] {
+  auto completion =
+      executor.Submit(kind, op, {g}, [g, op, run = SettingsOf(*impl_)] {
         if (g->context() == nullptr) return TaskResult::Ok();
-        if (verify) {
-          TaskResult r = internal::VerifyAgreement(*g, op, "barrier", timeout);
-          if (!r.status.ok()) return r;
-        }
-        const uint32_t sequence = g->NextSequence();
-        const uint32_t tag =
-            OperationTag(sequence, OperationFingerprint("barrier"));
-        return RunNative(*diagnosis, OnGroup(*g), sequence, op, "barrier", [&] {
-          internal::NativeBarrier(g->context(), tag, timeout);
-        });
+        return RunCollective(
+            *g, run, op, "barrier", OperationFingerprint("barrier"),
+            [&](uint32_t tag) {
+              internal::NativeBarrier(g->context(), tag, run.timeout);
+            });
       });
-  if (!completion.ok()) return completion.status();
-  return Submission<Unit, GlooCompletionPtr>{Unit{}, *std::move(completion)};
+  return Submitted(std::move(completion), Unit{});
 }
 
 GlooAgreementSubmission GlooBackend::AgreeSuccess(bool success,
@@ -788,28 +758,18 @@ GlooAgreementSubmission GlooBackend::AgreeSuccess(bool success,
   auto state = std::make_shared<GlooAgreement::State>();
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   const std::string op = Labeled("", kind, group, executor);
-  const bool verify = options().verify_agreement;
-  const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
-      kind, op, {g, state},
-      [g, state, success, op, verify, timeout, diagnosis = impl_->diagnosis()] {
+      kind, op, {g, state}, [g, state, success, op, run = SettingsOf(*impl_)] {
         // Count the false votes: the agreement holds iff there are none.
         uint32_t false_votes = success ? 0 : 1;
         if (g->context() != nullptr) {
-          if (verify) {
-            TaskResult r =
-                internal::VerifyAgreement(*g, op, "agree_success", timeout);
-            if (!r.status.ok()) return r;
-          }
           auto kernel =
               *internal::SumKernelFor(TensorDtype::kU32, "agree_success");
-          const uint32_t sequence = g->NextSequence();
-          const uint32_t tag =
-              OperationTag(sequence, OperationFingerprint("agree_success"));
-          TaskResult r = RunNative(
-              *diagnosis, OnGroup(*g), sequence, op, "agree_success", [&] {
+          TaskResult r = RunCollective(
+              *g, run, op, "agree_success",
+              OperationFingerprint("agree_success"), [&](uint32_t tag) {
                 internal::NativeAllReduce(g->context(), nullptr, &false_votes,
-                                          1, kernel, tag, timeout,
+                                          1, kernel, tag, run.timeout,
                                           internal::AllReducePlan{});
               });
           if (!r.status.ok()) return r;
@@ -975,9 +935,7 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
         }
         return TaskResult::Ok();
       });
-  if (!completion.ok()) return completion.status();
-  return Submission<std::vector<HostTensor>, GlooCompletionPtr>{
-      std::move(tensors), *std::move(completion)};
+  return Submitted(std::move(completion), std::move(tensors));
 }
 
 GlooBundleSubmission GlooBackend::BatchSendReceive(
@@ -1117,9 +1075,7 @@ GlooBundleSubmission GlooBackend::BatchSendReceiveImpl(
         if (!verdict.ok()) return TaskResult::Agreed(std::move(verdict));
         return TaskResult::Ok();
       });
-  if (!completion.ok()) return completion.status();
-  return Submission<std::vector<HostTensor>, GlooCompletionPtr>{
-      std::move(received), *std::move(completion)};
+  return Submitted(std::move(completion), std::move(received));
 }
 
 GlooTensorSubmission GlooBackend::AllGatherEvenInto(const HostTensor& value,

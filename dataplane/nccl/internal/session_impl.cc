@@ -182,24 +182,11 @@ size_t SessionImpl::communicator_count() const {
 
 DistributedCapabilities SessionImpl::capabilities() const {
   absl::MutexLock lock(&mu_);
-  DistributedCapabilities caps;
-  if (!ready_ || poison_.poisoned()) return caps;
-  caps.world_collectives = true;
-  for (const auto& [id, entry] : groups_) caps.collective_groups.insert(id);
-  caps.point_to_point = true;
-  caps.variable_all_to_all = true;
-  caps.exact_completion = true;
-  if (options_.restrict_capabilities.has_value()) {
-    const DistributedCapabilities& allow = *options_.restrict_capabilities;
-    caps.world_collectives &= allow.world_collectives;
-    std::erase_if(caps.collective_groups, [&](CollectiveGroupId id) {
-      return !allow.collective_groups.contains(id);
-    });
-    caps.point_to_point &= allow.point_to_point;
-    caps.variable_all_to_all &= allow.variable_all_to_all;
-    caps.exact_completion &= allow.exact_completion;
-  }
-  return caps;
+  if (!ready_ || poison_.poisoned()) return DistributedCapabilities{};
+  std::set<CollectiveGroupId> groups;
+  for (const auto& [id, entry] : groups_) groups.insert(id);
+  return AdvertisedCapabilities(std::move(groups),
+                                options_.restrict_capabilities);
 }
 
 bool SessionImpl::SupportsQuarantine() const {
