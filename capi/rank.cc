@@ -571,7 +571,10 @@ rankd_status* rankd_rejoin(rankd_rank* rank, uint64_t ended_epoch,
   if (rank == nullptr) return NullArgument(kFn, "rank");
   auto timeout = ToDuration(timeout_seconds, kFn, "timeout_seconds");
   if (!timeout.ok()) return ToC(timeout.status());
-  return ToC(rank->state->client->Rejoin(ended_epoch, *timeout).status());
+  // Through the rank's control plane, so that the failure callbacks
+  // (rankd_on_job_failure) start afresh for the new epoch.
+  return ToC(
+      rank->state->control_plane->Rejoin(ended_epoch, *timeout).status());
 }
 
 }  // extern "C"

@@ -362,8 +362,11 @@ RANKD_EXPORT uint64_t rankd_rank_epoch(const rankd_rank* rank);
  * Afterwards rankd_rank_epoch is the new epoch, rankd_job_health is NULL
  * again (until a loss ends the new epoch), all_gather_words rounds are
  * numbered afresh and a round sequence that failed in the ended epoch is
- * usable again; the descriptor's other fields do not change. Data-plane
- * sessions opened before are not re-formed by it.
+ * usable again; the descriptor's other fields do not change. Callbacks
+ * registered with rankd_on_job_failure in the ended epoch have run and are
+ * dropped; those registered afterwards run for a loss of the new epoch.
+ * Data-plane sessions opened before are not re-formed by it
+ * (rankd_session_reform).
  * Errors: INVALID_ARGUMENT for a NULL rank or a timeout that is not
  * positive and finite; FAILED_PRECONDITION after rankd_leave; the job's
  * failure (ABORTED, or UNAVAILABLE when the connection to the daemon was
