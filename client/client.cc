@@ -248,7 +248,7 @@ absl::StatusOr<v1::SessionDescriptor> Client::Rejoin(uint64_t ended_epoch,
   JoinOptions options;
   uint32_t rank = 0;
   // The epoch the job must reach before a join is worth sending.
-  uint64_t want = ended_epoch + 1;
+  const uint64_t want = ended_epoch + 1;
   while (true) {
     uint64_t job_epoch = 0;
     {
@@ -303,9 +303,12 @@ absl::StatusOr<v1::SessionDescriptor> Client::Rejoin(uint64_t ended_epoch,
       }
       if (session.status().code() == absl::StatusCode::kAborted && !terminal &&
           MonotonicNow() < deadline) {
-        // The epoch it joined into ended too (another loss): wait for the
-        // next one.
-        want = job_epoch + 1;
+        // Either the epoch it joined into ended too (another loss), or the
+        // node released join waiters for the epoch that ended before this
+        // one (its restart can reach a join sent just after the event). A
+        // join always enters the job's current epoch, so join again, after
+        // a moment, until the deadline.
+        absl::SleepFor(absl::Milliseconds(20));
         continue;
       }
       if (session.status().code() == absl::StatusCode::kDeadlineExceeded) {
