@@ -21,7 +21,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/admin_client.h"
 #include "client/client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -72,26 +71,9 @@ JoinOptions JoinAs(uint32_t rank, absl::Duration wait_for_world) {
 // Polls node `node`'s member list (a condition, not a sleep) until `done`.
 bool AwaitMembers(LocalCluster& cluster, uint32_t node,
                   const std::function<bool(const v1::MemberList&)>& done) {
-  const absl::Time give_up = absl::Now() + kPatience;
-  while (absl::Now() < give_up) {
-    auto admin = AdminClient::Connect(cluster.AdminOptions(node));
-    if (admin.ok()) {
-      auto members = (*admin)->ListMembers();
-      if (members.ok() && done(*members)) return true;
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ADD_FAILURE() << "node " << node << " never listed the members so";
-  return false;
-}
-
-auto InRound(std::vector<uint32_t> ranks) {
-  return [ranks](const v1::MemberList& list) {
-    for (uint32_t r : ranks) {
-      if (list.members(r).state() != v1::MEMBER_STATE_IN_ROUND) return false;
-    }
-    return true;
-  };
+  absl::Status listed = cluster.AwaitMembers(node, done, kPatience);
+  EXPECT_TRUE(listed.ok()) << listed;
+  return listed.ok();
 }
 
 // Polls `condition` until it holds or kPatience passes.
@@ -156,8 +138,8 @@ TEST_P(ClientRejoinTest, SurvivorsRejoinAfterAKilledRankIsReplaced) {
           survivors[r]->AllGatherWords({r}, absl::Seconds(30)).status();
     });
   }
-  AwaitMembers(cluster, 0, InRound({0, 1}));
-  AwaitMembers(cluster, 1, InRound({2}));
+  AwaitMembers(cluster, 0, MembersInRound({0, 1}));
+  AwaitMembers(cluster, 1, MembersInRound({2}));
   world.victim.Signal(SIGKILL);
   for (auto& t : rounds) t.join();
   for (uint32_t r = 0; r < 3; ++r) {

@@ -24,7 +24,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "client/admin_client.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rankd/v1/rank.grpc.pb.h"
@@ -202,26 +201,9 @@ v1::JobStatus AwaitJob(LocalCluster& cluster, uint32_t node,
 // Polls node `node`'s member list until `done` holds for it.
 bool AwaitMembers(LocalCluster& cluster, uint32_t node,
                   const std::function<bool(const v1::MemberList&)>& done) {
-  const absl::Time give_up = absl::Now() + kPatience;
-  while (absl::Now() < give_up) {
-    auto admin = AdminClient::Connect(cluster.AdminOptions(node));
-    if (admin.ok()) {
-      auto members = (*admin)->ListMembers();
-      if (members.ok() && done(*members)) return true;
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ADD_FAILURE() << "node " << node << " never listed the members so";
-  return false;
-}
-
-auto InRound(std::vector<uint32_t> ranks) {
-  return [ranks](const v1::MemberList& list) {
-    for (uint32_t r : ranks) {
-      if (list.members(r).state() != v1::MEMBER_STATE_IN_ROUND) return false;
-    }
-    return true;
-  };
+  absl::Status listed = cluster.AwaitMembers(node, done, kPatience);
+  EXPECT_TRUE(listed.ok()) << listed;
+  return listed.ok();
 }
 
 auto StateAt(v1::JobState state, uint64_t epoch) {
@@ -291,8 +273,8 @@ TEST(RecoveryTest, KilledRankIsReplacedAndTheJobServesAtTheNextEpoch) {
                    1, nullptr);
   });
   // Every survivor waits in the round (rank 2 on its node, for rank 3).
-  AwaitMembers(cluster, 0, InRound({0, 1}));
-  AwaitMembers(cluster, 1, InRound({2}));
+  AwaitMembers(cluster, 0, MembersInRound({0, 1}));
+  AwaitMembers(cluster, 1, MembersInRound({2}));
   victim->Signal(SIGKILL);
   pending_round.join();
   for (const grpc::Status& s : pending) {

@@ -304,4 +304,31 @@ absl::StatusOr<v1::JobStatus> LocalCluster::AwaitJob(
       absl::FormatDuration(patience), "; last: ", last.ShortDebugString()));
 }
 
+absl::Status LocalCluster::AwaitMembers(
+    uint32_t node, const std::function<bool(const v1::MemberList&)>& done,
+    absl::Duration patience) {
+  const absl::Time give_up = absl::Now() + patience;
+  while (absl::Now() < give_up) {
+    auto admin = AdminClient::Connect(AdminOptions(node));
+    if (admin.ok()) {
+      auto members = (*admin)->ListMembers();
+      if (members.ok() && done(*members)) return absl::OkStatus();
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("node ", node, " never listed the members so in ",
+                   absl::FormatDuration(patience)));
+}
+
+std::function<bool(const v1::MemberList&)> MembersInRound(
+    std::vector<uint32_t> ranks) {
+  return [ranks = std::move(ranks)](const v1::MemberList& list) {
+    for (uint32_t r : ranks) {
+      if (list.members(r).state() != v1::MEMBER_STATE_IN_ROUND) return false;
+    }
+    return true;
+  };
+}
+
 }  // namespace rankd::testing

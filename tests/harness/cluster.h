@@ -23,6 +23,11 @@
 
 namespace rankd::testing {
 
+// A member-list condition: every rank of `ranks` is in a round (has sent
+// its frame of a round that has not finished).
+std::function<bool(const v1::MemberList&)> MembersInRound(
+    std::vector<uint32_t> ranks);
+
 struct ClusterOptions {
   // How the daemons authenticate callers (docs/operations.md,
   // "Credentials"):
@@ -140,6 +145,12 @@ class LocalCluster {
   // DeadlineExceeded after `patience`, with the last status seen.
   absl::StatusOr<v1::JobStatus> AwaitJob(
       uint32_t node, const std::function<bool(const v1::JobStatus&)>& done,
+      absl::Duration patience = absl::Seconds(20));
+
+  // Polls node `node`'s member list (Admin.ListMembers) the same way until
+  // `done` holds for it. DeadlineExceeded after `patience`.
+  absl::Status AwaitMembers(
+      uint32_t node, const std::function<bool(const v1::MemberList&)>& done,
       absl::Duration patience = absl::Seconds(20));
 
  private:
