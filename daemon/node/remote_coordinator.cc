@@ -415,8 +415,7 @@ void RemoteCoordinatorLink::OnStreamDone(const grpc::Status& status) {
     absl::MutexLock lock(&mu_);
     if (stopped_) return;
   }
-  if (status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-      absl::StrContains(status.error_message(), kDaemonFenced)) {
+  if (IsFencing(FromGrpc(status))) {
     return ReportLost(status.error_message(), /*fenced=*/true);
   }
   ReportLost(
