@@ -6,7 +6,8 @@
 // What the engine owns (one copy, dataplane/): admission (admission.h),
 // argument and shape checks (shape.h, batch.h, caller_output.h), agreement
 // verdicts and refusal telling (agreement.h), sequence numbers
-// (sequence_numbers.h), completion bookkeeping (operation.h), deadlines and
+// (sequence_numbers.h), completion bookkeeping (operation.h), the
+// cancellation modes of a missed bounded wait (cancellation.h), deadlines and
 // job health (operation_ledger.h, watchdog.h), poison (poison.h),
 // quarantine (quarantine.h) and the diagnosis of who submitted what
 // (mismatch_diagnosis.h). A backend supplies only:
@@ -31,7 +32,8 @@
 //      operation fails.
 //
 // and implements the three interfaces below: its session state
-// (OperationOwner), a small adapter for the watchdog (NativeSession), and
+// (OperationOwner, through cancellation.h's CancellingOwner, whose hooks
+// are its native abort and quarantine), a small adapter for the watchdog (NativeSession), and
 // the operations the one session front calls (SessionNativeLayer, a
 // concept: SessionFront<Value, Layer> in session_front.h is every
 // backend's DistributedSession). The conformance suite
@@ -79,6 +81,8 @@ class OperationOwner {
 
   // Whether WaitBounded may use `mode` (completion.h): both modes, unless
   // the native layer cannot cancel or cannot keep work's resources alive.
+  // Backends do not write these two: CancellingOwner (cancellation.h)
+  // implements them once over native hooks.
   virtual bool SupportsCancellation(CancellationMode mode) const = 0;
 
   // Applies `mode` to `op`, which missed a WaitBounded deadline of `missed`

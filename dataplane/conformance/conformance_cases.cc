@@ -418,7 +418,7 @@ void AddFailureCases(std::vector<ConformanceCase>& cases) {
               return Refused(
                   absl::StatusCode::kDeadlineExceeded,
                   "nccl backend: all_reduce_sum on world did not complete "
-                  "within 2s (op_timeout); every communicator of this session "
+                  "within 2s (op_timeout); every communicator of the session "
                   "was aborted and the session is poisoned; rank 1 did not "
                   "report operation #0 on world within 2s (behind, stalled, "
                   "or never submitted it)");

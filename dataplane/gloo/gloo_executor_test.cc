@@ -39,12 +39,13 @@ class FakeHost final : public internal::ExecutionHost {
   void Track(const std::shared_ptr<Operation>&) override {}
   void WorkFinished() override {}
   void Poison(const absl::Status&) override {}
-  bool SupportsCancellation(CancellationMode) const override { return false; }
-  absl::StatusOr<bool> ApplyCancellation(const std::shared_ptr<Operation>&,
-                                         CancellationMode,
-                                         absl::Duration) override {
-    return false;
-  }
+  const char* backend_name() const override { return "gloo"; }
+  bool SupportsNativeCancel() const override { return false; }
+  bool SupportsQuarantine() const override { return false; }
+  void CancelNative(const absl::Status&) override {}
+  std::string abort_effect() const override { return "nothing"; }
+  absl::Duration AbortGrace() const override { return absl::ZeroDuration(); }
+  void Quarantine(std::shared_ptr<Operation>) override {}
   void Unattended(const std::shared_ptr<Operation>&) override {}
   void RunIfNext(const std::shared_ptr<Operation>& op) override {
     executor_->RunIfNext(op);

@@ -29,41 +29,6 @@ std::shared_ptr<Operation> EventOperation(
                                      std::move(probe));
 }
 
-bool NcclOpOwner::SupportsCancellation(CancellationMode mode) const {
-  switch (mode) {
-    case CancellationMode::kNativeCancel:
-      return SupportsNativeCancel();
-    case CancellationMode::kQuarantineUntilComplete:
-      return SupportsQuarantine();
-  }
-  return false;
-}
-
-absl::StatusOr<bool> NcclOpOwner::ApplyCancellation(
-    const std::shared_ptr<Operation>& op, CancellationMode mode,
-    absl::Duration missed) {
-  if (op->Done()) return false;
-  const absl::Status cause = absl::DeadlineExceededError(absl::StrCat(
-      "nccl backend: ", op->operation(), " did not complete within ",
-      absl::FormatDuration(missed), "; ",
-      mode == CancellationMode::kNativeCancel
-          ? "the session's communicators were aborted (NativeCancel)"
-          : "its work was quarantined until it completes "
-            "(QuarantineUntilComplete)",
-      " and the session is poisoned"));
-  if (mode == CancellationMode::kNativeCancel) {
-    CancelNative(cause);
-    op->WaitFor(AbortGrace());
-    op->FailIfRunning(cause);
-    if (!op->Done()) Quarantine(op);
-  } else {
-    Poison(cause);
-    op->FailIfRunning(cause);
-    Quarantine(op);
-  }
-  return true;
-}
-
 void NcclOpOwner::Unattended(const std::shared_ptr<Operation>& op) {
   Quarantine(op);
 }
@@ -83,7 +48,9 @@ class LocalOwner final : public NcclOpOwner {
   absl::Status PoisonStatus() const override { return absl::OkStatus(); }
   void Poison(const absl::Status&) override {}
   bool SupportsNativeCancel() const override { return false; }
+  bool SupportsQuarantine() const override { return true; }
   void CancelNative(const absl::Status&) override {}
+  std::string abort_effect() const override { return "nothing"; }
   void Quarantine(std::shared_ptr<Operation> op) override {
     op->QuarantineIn(quarantine_);
   }

@@ -6,21 +6,15 @@
 //                   resource the work uses (tensors' buffers, output and
 //                   scratch buffers, the stream, the communicator) is
 //                   retained until the event says done.
-//   NcclOpOwner     the OperationOwner of NCCL operations (the session
-//                   core): poison, native cancellation (ncclCommAbort),
-//                   quarantine. It turns a missed WaitBounded deadline into
-//                   the mode's effect:
-//     - kNativeCancel: poisons the session, marks its running operations
-//       failed and aborts its communicators (ncclCommAbort returns after
-//       teardown), then waits up to the owner's abort grace for the aborted
-//       kernels to leave; anything still running is quarantined.
-//     - kQuarantineUntilComplete: poisons the session (the communicators
-//       refuse new work), marks the operation failed and moves it to the
-//       quarantine; the work keeps running and its resources are freed when
-//       the event completes.
-//     An operation whose completion is dropped while the device still runs
-//     it is quarantined too (dataplane/quarantine.h), so no live buffer is
-//     ever freed.
+//   NcclOpOwner     the owner of NCCL operations (the session core): the
+//                   native hooks of the engine's one policy for a missed
+//                   WaitBounded deadline (dataplane/cancellation.h): its
+//                   native cancel marks the running operations failed and
+//                   aborts every communicator (ncclCommAbort returns after
+//                   teardown). An operation whose completion is dropped
+//                   while the device still runs it is quarantined
+//                   (dataplane/quarantine.h), so no live buffer is ever
+//                   freed.
 //   NcclCompletion  OperationCompletion holding its owner (kShared).
 //
 // Exactness: done only once the event reports the device work finished,
@@ -36,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "dataplane/cancellation.h"
 #include "dataplane/completion.h"
 #include "dataplane/nccl/cuda_event.h"
 #include "dataplane/operation.h"
@@ -55,30 +50,20 @@ std::shared_ptr<Operation> EventOperation(
     std::vector<std::shared_ptr<const void>> retained, bool queued = true);
 
 // The session side of NCCL operations.
-class NcclOpOwner : public OperationOwner {
+class NcclOpOwner : public CancellingOwner {
  public:
   // OK while healthy; the original cause once poisoned.
   virtual absl::Status PoisonStatus() const = 0;
-  // Whether CancelNative tears native work down.
-  virtual bool SupportsNativeCancel() const = 0;
-  // Poisons, fails running operations and aborts every communicator;
-  // returns after teardown.
-  virtual void CancelNative(const absl::Status& cause) = 0;
-  // Holds what `op` retains until its work finished.
-  virtual void Quarantine(std::shared_ptr<Operation> op) = 0;
-  // After CancelNative: how long to wait for aborted work to leave.
-  virtual absl::Duration AbortGrace() const = 0;
-  // Whether QuarantineUntilComplete is offered (not where exact_completion
-  // was restricted away).
-  virtual bool SupportsQuarantine() const { return true; }
 
-  // OperationOwner, in terms of the above.
-  bool SupportsCancellation(CancellationMode mode) const final;
-  absl::StatusOr<bool> ApplyCancellation(const std::shared_ptr<Operation>& op,
-                                         CancellationMode mode,
-                                         absl::Duration missed) final;
+  const char* backend_name() const final { return "nccl"; }
+  // Work on a device runs by itself: a dropped completion's resources are
+  // quarantined until its event completes.
   void Unattended(const std::shared_ptr<Operation>& op) final;
 };
+
+// What an NCCL session's native abort does, as messages say it.
+inline constexpr char kNcclAbortEffect[] =
+    "every communicator of the session was aborted";
 
 // The completion of `op`, holding `owner` alive until it is gone.
 std::shared_ptr<NcclCompletion> MakeNcclCompletion(

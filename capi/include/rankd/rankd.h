@@ -621,7 +621,8 @@ RANKD_EXPORT rankd_status* rankd_batch_send_receive(
 /* What happens to work that misses a bounded wait's deadline. */
 typedef enum rankd_cancellation {
   /* The work keeps running, quarantined with its buffers' use until it
-   * completes; the session refuses new work. */
+   * completes; its outcome is the deadline; the session refuses new
+   * work. */
   RANKD_QUARANTINE_UNTIL_COMPLETE = 1,
   /* Native cancellation: communicators are aborted before the wait
    * returns. */
@@ -640,7 +641,9 @@ RANKD_EXPORT rankd_status* rankd_work_wait(rankd_work* work);
 /* Waits at most `timeout_seconds`. NULL when the work completed
  * successfully; its error when it failed; DEADLINE_EXCEEDED, with the mode
  * named, once `mode` was applied after the deadline (the session is then
- * poisoned). INVALID_ARGUMENT for a non-positive timeout and
+ * poisoned); INTERNAL when RANKD_NATIVE_CANCEL's teardown did not finish
+ * in time (the work is then quarantined). INVALID_ARGUMENT for a
+ * non-positive timeout and
  * FAILED_PRECONDITION for a mode the session does not support, both before
  * waiting. */
 RANKD_EXPORT rankd_status* rankd_work_wait_bounded(rankd_work* work,

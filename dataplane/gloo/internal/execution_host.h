@@ -1,11 +1,11 @@
 // ExecutionHost: what the Gloo executor and its completions need from the
 // communicator that owns them: admission (poison and quarantine fence),
 // turning a native failure into the session's poison cause, and, as the
-// operations' OperationOwner (dataplane/operation.h), the two cancellation
-// modes applied when WaitBounded misses its deadline. An interface so that
-// completion and executor do not depend on the communicator (which owns
-// them). Internal to the Gloo backend. Depends on dataplane/operation.h and
-// absl.
+// operations' owner, the native hooks of the engine's one cancellation
+// policy (dataplane/cancellation.h). An interface so that completion and
+// executor do not depend on the communicator (which owns them). Internal to
+// the Gloo backend. Depends on dataplane/cancellation.h,
+// dataplane/operation.h and absl.
 #ifndef RANKD_DATAPLANE_GLOO_EXECUTION_HOST_H_
 #define RANKD_DATAPLANE_GLOO_EXECUTION_HOST_H_
 
@@ -15,12 +15,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "dataplane/cancellation.h"
 #include "dataplane/completion.h"
 #include "dataplane/operation.h"
 
 namespace rankd::dataplane::gloo::internal {
 
-class ExecutionHost : public OperationOwner {
+class ExecutionHost : public CancellingOwner {
  public:
   virtual ~ExecutionHost() = default;
 

@@ -59,7 +59,7 @@ SessionImpl::SessionImpl(ControlPlane* control_plane,
       watchdog_(
           Watchdog::Options{
               "gloo", options_.watchdog_interval, options_.op_timeout,
-              "every Gloo context of the session was aborted",
+              kAbortEffect,
               // Gloo's own failure path may wait twice the grace: for the
               // peers' reports, then for the control plane's notice.
               2 * options_.failure_attribution_grace + absl::Seconds(1)},
@@ -347,58 +347,21 @@ void SessionImpl::StartHeld(const std::shared_ptr<Operation>&) {
   for (auto& executor : executors_) executor->StartHeld();
 }
 
-bool SessionImpl::SupportsCancellation(CancellationMode mode) const {
-  switch (mode) {
-    case CancellationMode::kQuarantineUntilComplete:
-      // The quarantine releases work on exact completion: without that
-      // capability (restricted by the options) the mode is not offered.
-      return !options_.restrict_capabilities.has_value() ||
-             options_.restrict_capabilities->exact_completion;
-    case CancellationMode::kNativeCancel:
-      // AbortGlooContext tears the transport down and the executor unwinds
-      // before ApplyCancellation returns.
-      return true;
-  }
-  return false;
+bool SessionImpl::SupportsQuarantine() const {
+  return !options_.restrict_capabilities.has_value() ||
+         options_.restrict_capabilities->exact_completion;
 }
 
-absl::StatusOr<bool> SessionImpl::ApplyCancellation(
-    const std::shared_ptr<Operation>& op, CancellationMode mode,
-    absl::Duration missed) {
-  if (op->Done()) return false;
-  const std::string deadline = absl::StrCat(
-      "gloo backend: ", op->operation(), " missed its WaitBounded deadline of ",
-      absl::FormatDuration(missed));
-  if (mode == CancellationMode::kQuarantineUntilComplete) {
-    poison_.Poison(absl::DeadlineExceededError(
-        absl::StrCat(deadline,
-                     "; its resources are quarantined until it completes "
-                     "(QuarantineUntilComplete)")));
-    op->QuarantineIn(quarantine_);
-    return true;
-  }
-  const absl::Status cause = absl::DeadlineExceededError(absl::StrCat(
-      deadline,
-      "; cancelled natively (NativeCancel): every Gloo context of the "
-      "session was aborted"));
+void SessionImpl::CancelNative(const absl::Status& cause) {
   poison_.Poison(cause);
-  AbortAll(std::string(cause.message()));
+  AbortAll(std::string(poison_.cause().message()));
   // The running operation now fails at once and queued ones are refused;
   // Gloo's own op timeout bounds anything the abort could not wake.
-  const absl::Duration bound = options_.op_timeout + absl::Seconds(5);
-  const absl::Time until = MonotonicNow() + bound;
-  bool unwound = true;
+  const absl::Time until =
+      MonotonicNow() + options_.op_timeout + absl::Seconds(5);
   for (auto& executor : executors_) {
-    unwound = unwound && executor->WaitIdle(std::max(until - MonotonicNow(),
-                                                     absl::ZeroDuration()));
+    executor->WaitIdle(std::max(until - MonotonicNow(), absl::ZeroDuration()));
   }
-  if (!unwound || !op->WaitFor(absl::Seconds(1))) {
-    return absl::InternalError(absl::StrCat(
-        deadline, "; NativeCancel could not confirm teardown within ",
-        absl::FormatDuration(bound),
-        "; the work's resources stay retained by its completion"));
-  }
-  return true;
 }
 
 }  // namespace rankd::dataplane::gloo::internal

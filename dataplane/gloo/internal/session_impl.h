@@ -22,10 +22,9 @@
 //     failure no notice announced, and when an operation is
 //     op_timeout + 2 x failure_attribution_grace + 1 s past its submission
 //     and Gloo's own timeout (with its diagnosis) did not end it.
-//   - WaitBounded deadlines: QuarantineUntilComplete poisons and moves the
-//     work's resources to the quarantine; NativeCancel poisons, aborts every
-//     context (every lane: work on the other executors fails too) and
-//     returns once every executor has unwound.
+//   - WaitBounded deadlines: the engine's policy (dataplane/cancellation.h);
+//     its native cancel aborts every context (every lane: work on the other
+//     executors fails too) and returns once every executor has unwound.
 //
 // Create blocks until every group is connected. Shutdown() must be called
 // before the last owner lets go (GlooBackend's destructor does). Thread-safe.
@@ -120,13 +119,20 @@ class SessionImpl final : public ExecutionHost,
   void Track(const std::shared_ptr<Operation>& op) override;
   void WorkFinished() override;
   // OperationOwner. Poison only latches: a native failure has already
-  // aborted every context (OnNativeFailure). Unattended work needs nothing:
-  // its executor holds it until it finished.
+  // aborted every context (OnNativeFailure).
   void Poison(const absl::Status& cause) override { poison_.Poison(cause); }
-  bool SupportsCancellation(CancellationMode mode) const override;
-  absl::StatusOr<bool> ApplyCancellation(const std::shared_ptr<Operation>& op,
-                                         CancellationMode mode,
-                                         absl::Duration missed) override;
+  // CancellingOwner's hooks. CancelNative poisons, aborts every context and
+  // waits (bounded by op_timeout + 5 s, Gloo's own timeout and then some)
+  // for every executor to unwind.
+  const char* backend_name() const override { return "gloo"; }
+  bool SupportsNativeCancel() const override { return true; }
+  bool SupportsQuarantine() const override;
+  void CancelNative(const absl::Status& cause) override;
+  std::string abort_effect() const override { return kAbortEffect; }
+  absl::Duration AbortGrace() const override { return absl::Seconds(1); }
+  void Quarantine(std::shared_ptr<Operation> op) override {
+    op->QuarantineIn(quarantine_);
+  }
   // Unattended work needs nothing but a start: its executor holds it until
   // it finished.
   void Unattended(const std::shared_ptr<Operation>& op) override {
@@ -138,6 +144,9 @@ class SessionImpl final : public ExecutionHost,
   void StartHeld(const std::shared_ptr<Operation>& op) override;
 
  private:
+  static constexpr char kAbortEffect[] =
+      "every Gloo context of the session was aborted";
+
   SessionImpl(ControlPlane* control_plane,
               DistributedSessionDescriptor descriptor,
               GlooSessionOptions options);
@@ -171,7 +180,7 @@ class SessionImpl final : public ExecutionHost,
   std::shared_ptr<GlooGroup> world_;
   std::vector<std::shared_ptr<GlooGroup>> groups_;  // ascending id
   PoisonLatch poison_;
-  Quarantine quarantine_;
+  dataplane::Quarantine quarantine_;
   const std::shared_ptr<const MismatchDiagnosis> diagnosis_;
   std::vector<std::unique_ptr<GlooExecutor>> executors_;  // by lane
   // Every submitted operation until it finished, with its deadline.

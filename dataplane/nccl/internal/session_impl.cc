@@ -122,8 +122,7 @@ SessionImpl::SessionImpl(DistributedSessionDescriptor descriptor,
       record_buffers_(std::make_unique<internal::RecordBuffers>()),
       watchdog_(Watchdog::Options{kBackendName, options_.watchdog_interval,
                                   options_.op_timeout,
-                                  "every communicator of this session was "
-                                  "aborted"},
+                                  kNcclAbortEffect},
                 &ledger_, &diagnosis_, &watchdog_session_) {}
 
 SessionImpl::~SessionImpl() {
