@@ -33,10 +33,10 @@
 //
 // and implements the three interfaces below: its session state
 // (OperationOwner, through cancellation.h's CancellingOwner, whose hooks
-// are its native abort and quarantine), a small adapter for the watchdog (NativeSession), and
-// the operations the one session front calls (SessionNativeLayer, a
-// concept: SessionFront<Value, Layer> in session_front.h is every
-// backend's DistributedSession). The conformance suite
+// are its native abort and quarantine), a small adapter for the watchdog
+// (NativeSession), and the operations the one session front calls
+// (SessionNativeLayer, a concept: SessionFront<Value, Layer> in session_front.h
+// is every backend's DistributedSession). The conformance suite
 // (dataplane/conformance/) is what a new backend must pass.
 //
 // Thread-safety: all three are called from any thread (callers, their

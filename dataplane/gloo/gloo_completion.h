@@ -8,12 +8,11 @@
 // communicator weakly: the communicator's executors hold the queued work and
 // finish all of it before the communicator goes away.
 //
-// WaitBounded applies a cancellation mode through the communicator
-// (internal/execution_host.h): QuarantineUntilComplete moves the retained
-// resources to the communicator's quarantine; NativeCancel aborts the
-// communicator's Gloo contexts and returns only after every executor has
-// unwound (see docs/dataplane.md). Thread-safe. Depends on
-// dataplane/operation.h.
+// WaitBounded applies a cancellation mode through the session
+// (dataplane/cancellation.h): QuarantineUntilComplete moves the retained
+// resources to the session's quarantine; NativeCancel aborts the session's
+// Gloo contexts and returns only after every executor has unwound (see
+// docs/dataplane.md). Thread-safe. Depends on dataplane/operation.h.
 #ifndef RANKD_DATAPLANE_GLOO_GLOO_COMPLETION_H_
 #define RANKD_DATAPLANE_GLOO_GLOO_COMPLETION_H_
 

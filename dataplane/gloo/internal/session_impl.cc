@@ -65,7 +65,7 @@ SessionImpl::SessionImpl(ControlPlane* control_plane,
               2 * options_.failure_attribution_grace + absl::Seconds(1)},
           &ledger_, diagnosis_.get(), &watchdog_session_) {
   for (uint32_t lane = 0; lane < options_.executors; ++lane) {
-    executors_.push_back(std::make_unique<GlooExecutor>(lane));
+    executors_.push_back(std::make_unique<GlooExecutor>("gloo", lane));
   }
 }
 

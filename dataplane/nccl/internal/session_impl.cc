@@ -121,8 +121,7 @@ SessionImpl::SessionImpl(DistributedSessionDescriptor descriptor,
                  options_.failure_attribution_grace, descriptor_.epoch()),
       record_buffers_(std::make_unique<internal::RecordBuffers>()),
       watchdog_(Watchdog::Options{kBackendName, options_.watchdog_interval,
-                                  options_.op_timeout,
-                                  kNcclAbortEffect},
+                                  options_.op_timeout, kNcclAbortEffect},
                 &ledger_, &diagnosis_, &watchdog_session_) {}
 
 SessionImpl::~SessionImpl() {

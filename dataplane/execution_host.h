@@ -1,13 +1,12 @@
-// ExecutionHost: what the Gloo executor and its completions need from the
-// communicator that owns them: admission (poison and quarantine fence),
-// turning a native failure into the session's poison cause, and, as the
-// operations' owner, the native hooks of the engine's one cancellation
-// policy (dataplane/cancellation.h). An interface so that completion and
-// executor do not depend on the communicator (which owns them). Internal to
-// the Gloo backend. Depends on dataplane/cancellation.h,
-// dataplane/operation.h and absl.
-#ifndef RANKD_DATAPLANE_GLOO_EXECUTION_HOST_H_
-#define RANKD_DATAPLANE_GLOO_EXECUTION_HOST_H_
+// ExecutionHost: what a host executor (host_executor.h) and its completions
+// need from the session that owns them: admission (poison and quarantine
+// fence), turning a native failure into the session's poison cause, and, as
+// the operations' owner, the native hooks of the engine's one cancellation
+// policy (cancellation.h). An interface so that completion and executor do
+// not depend on the session (which owns them). Gloo's session implements
+// it. Depends on cancellation.h, operation.h and absl.
+#ifndef RANKD_DATAPLANE_EXECUTION_HOST_H_
+#define RANKD_DATAPLANE_EXECUTION_HOST_H_
 
 #include <memory>
 #include <string>
@@ -19,7 +18,7 @@
 #include "dataplane/completion.h"
 #include "dataplane/operation.h"
 
-namespace rankd::dataplane::gloo::internal {
+namespace rankd::dataplane {
 
 class ExecutionHost : public CancellingOwner {
  public:
@@ -51,6 +50,6 @@ class ExecutionHost : public CancellingOwner {
   virtual void WorkFinished() = 0;
 };
 
-}  // namespace rankd::dataplane::gloo::internal
+}  // namespace rankd::dataplane
 
-#endif  // RANKD_DATAPLANE_GLOO_EXECUTION_HOST_H_
+#endif  // RANKD_DATAPLANE_EXECUTION_HOST_H_

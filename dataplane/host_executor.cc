@@ -1,68 +1,69 @@
-#include "dataplane/gloo/gloo_executor.h"
+#include "dataplane/host_executor.h"
 
 #include <algorithm>
 #include <exception>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "dataplane/gloo/internal/execution_host.h"
+#include "dataplane/execution_host.h"
 
-namespace rankd::dataplane::gloo {
+namespace rankd::dataplane {
 namespace {
 
-// Task bodies catch Gloo's exceptions themselves; this catches anything
-// else (e.g. std::bad_alloc while staging buffers) so that nothing escapes
-// the executor thread.
-TaskResult RunTask(const GlooExecutor::Task& task) {
+// Task bodies catch their native library's exceptions themselves; this
+// catches anything else (e.g. std::bad_alloc while staging buffers) so that
+// nothing escapes the executor thread.
+TaskResult RunTask(const char* backend, const HostExecutor::Task& task) {
   try {
     return task();
   } catch (const std::exception& e) {
     return TaskResult::Native(absl::InternalError(
-        absl::StrCat("gloo backend: unexpected exception: ", e.what())));
+        absl::StrCat(backend, " backend: unexpected exception: ", e.what())));
   } catch (...) {
-    return TaskResult::Native(
-        absl::UnknownError("gloo backend: unexpected exception"));
+    return TaskResult::Native(absl::UnknownError(
+        absl::StrCat(backend, " backend: unexpected exception")));
   }
 }
 
 }  // namespace
 
-GlooExecutor::GlooExecutor(uint32_t lane)
-    : lane_(lane), thread_([this] { Loop(); }) {}
+HostExecutor::HostExecutor(const char* backend, uint32_t lane)
+    : backend_(backend), lane_(lane), thread_([this] { Loop(); }) {}
 
-GlooExecutor::~GlooExecutor() {
-  Shutdown(absl::CancelledError("gloo backend: the session was destroyed"));
+HostExecutor::~HostExecutor() {
+  Shutdown(absl::CancelledError(
+      absl::StrCat(backend_, " backend: the session was destroyed")));
 }
 
-void GlooExecutor::Bind(std::weak_ptr<internal::ExecutionHost> host) {
+void HostExecutor::Bind(std::weak_ptr<ExecutionHost> host) {
   absl::MutexLock lock(&mu_);
   host_ = std::move(host);
 }
 
-absl::StatusOr<std::shared_ptr<GlooCompletion>> GlooExecutor::Submit(
+absl::StatusOr<std::shared_ptr<OperationCompletion>> HostExecutor::Submit(
     const char* kind, std::string operation,
     std::vector<std::shared_ptr<const void>> resources, Task task, bool local) {
-  std::weak_ptr<internal::ExecutionHost> weak;
+  std::weak_ptr<ExecutionHost> weak;
   {
     absl::MutexLock lock(&mu_);
     weak = host_;
   }
-  std::shared_ptr<internal::ExecutionHost> host = weak.lock();
+  std::shared_ptr<ExecutionHost> host = weak.lock();
   if (host == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "gloo backend: ", kind, " refused: the executor is shut down"));
+        backend_, " backend: ", kind, " refused: the executor is shut down"));
   }
   if (absl::Status s = host->Admission(kind); !s.ok()) return s;
   auto op =
       std::make_shared<Operation>(std::move(operation), std::move(resources));
-  auto completion = std::make_shared<GlooCompletion>(
-      op, host, GlooCompletion::OwnerRef::kWeak, "gloo");
+  auto completion = std::make_shared<OperationCompletion>(
+      op, host, OperationCompletion::OwnerRef::kWeak, backend_);
   Item item{std::move(op), std::move(task), std::chrono::steady_clock::now()};
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "gloo backend: ", kind, " refused: the executor is shut down"));
+          backend_, " backend: ", kind, " refused: the executor is shut down"));
     }
     host->Track(item.op);
     ++submitted_;
@@ -79,15 +80,15 @@ absl::StatusOr<std::shared_ptr<GlooCompletion>> GlooExecutor::Submit(
     // Shutdown's join) back until it finished, as on the executor thread.
     running_ = true;
   }
-  RunItem(item, absl::OkStatus(), host);
+  RunItem(backend_, item, absl::OkStatus(), host);
   absl::MutexLock lock(&mu_);
   running_ = false;
   return completion;
 }
 
-bool GlooExecutor::RunIfNext(const std::shared_ptr<Operation>& op) {
+bool HostExecutor::RunIfNext(const std::shared_ptr<Operation>& op) {
   Item item;
-  std::shared_ptr<internal::ExecutionHost> host;
+  std::shared_ptr<ExecutionHost> host;
   {
     absl::MutexLock lock(&mu_);
     if (running_ || stopping_ || queue_.empty() || queue_.front().op != op) {
@@ -110,36 +111,36 @@ bool GlooExecutor::RunIfNext(const std::shared_ptr<Operation>& op) {
     taken_by_waiters_.fetch_add(1, std::memory_order_release);
     host = host_.lock();
   }
-  RunItem(item, absl::OkStatus(), host);
+  RunItem(backend_, item, absl::OkStatus(), host);
   host.reset();
   absl::MutexLock lock(&mu_);
   running_ = false;
   return true;
 }
 
-void GlooExecutor::StartHeld() {
+void HostExecutor::StartHeld() {
   absl::MutexLock lock(&mu_);
   ReleaseHeld(std::chrono::steady_clock::duration::zero());
 }
 
-size_t GlooExecutor::held() const {
+size_t HostExecutor::held() const {
   absl::MutexLock lock(&mu_);
   return std::count_if(queue_.begin(), queue_.end(),
                        [](const Item& i) { return i.held; });
 }
 
-bool GlooExecutor::FrontReady() const {
+bool HostExecutor::FrontReady() const {
   return !running_ && !queue_.empty() && !queue_.front().held;
 }
 
-void GlooExecutor::ReleaseHeld(std::chrono::steady_clock::duration age) {
+void HostExecutor::ReleaseHeld(std::chrono::steady_clock::duration age) {
   const auto now = std::chrono::steady_clock::now();
   for (Item& i : queue_) {
     if (i.held && now - i.queued >= age) i.held = false;
   }
 }
 
-void GlooExecutor::Shutdown(const absl::Status& cause) {
+void HostExecutor::Shutdown(const absl::Status& cause) {
   {
     absl::MutexLock lock(&mu_);
     if (!stopping_) {
@@ -150,12 +151,12 @@ void GlooExecutor::Shutdown(const absl::Status& cause) {
   if (thread_.joinable()) thread_.join();
 }
 
-bool GlooExecutor::idle() const {
+bool HostExecutor::idle() const {
   absl::MutexLock lock(&mu_);
   return queue_.empty() && !running_;
 }
 
-bool GlooExecutor::WaitIdle(absl::Duration timeout) const {
+bool HostExecutor::WaitIdle(absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
   auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return queue_.empty() && !running_;
@@ -163,22 +164,22 @@ bool GlooExecutor::WaitIdle(absl::Duration timeout) const {
   return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
 }
 
-void GlooExecutor::RunItem(
-    Item& item, const absl::Status& shutdown,
-    const std::shared_ptr<internal::ExecutionHost>& host) {
+void HostExecutor::RunItem(const char* backend, Item& item,
+                           const absl::Status& shutdown,
+                           const std::shared_ptr<ExecutionHost>& host) {
   absl::Status status;
   const std::string& operation = item.op->operation();
   if (!shutdown.ok()) {
-    status = absl::Status(
-        shutdown.code(),
-        absl::StrCat("gloo ", operation, " not run: ", shutdown.message()));
+    status = absl::Status(shutdown.code(),
+                          absl::StrCat(backend, " ", operation,
+                                       " not run: ", shutdown.message()));
   } else if (host == nullptr) {
     status = absl::CancelledError(
-        absl::StrCat("gloo ", operation, " not run: the session is gone"));
+        absl::StrCat(backend, " ", operation, " not run: the session is gone"));
   } else {
     status = host->BeforeRun(operation);
     if (status.ok()) {
-      TaskResult result = RunTask(item.task);
+      TaskResult result = RunTask(backend, item.task);
       status = std::move(result.status);
       if (!status.ok() && result.native_failure) {
         status = host->OnNativeFailure(operation, status, result.explained);
@@ -192,7 +193,7 @@ void GlooExecutor::RunItem(
   if (host != nullptr) host->WorkFinished();
 }
 
-void GlooExecutor::Loop() {
+void HostExecutor::Loop() {
   using Clock = std::chrono::steady_clock;
   // How long fresh work is left to a submitter that waits for it at once
   // (RunIfNext): it is there a microsecond or two after its submission,
@@ -207,7 +208,7 @@ void GlooExecutor::Loop() {
   while (true) {
     Item item;
     absl::Status shutdown;
-    std::weak_ptr<internal::ExecutionHost> weak;
+    std::weak_ptr<ExecutionHost> weak;
     Clock::duration leave_to_waiter = Clock::duration::zero();
     uint64_t taken = 0;
     {
@@ -282,10 +283,10 @@ void GlooExecutor::Loop() {
           SpinMode::kYield);
       continue;
     }
-    RunItem(item, shutdown, weak.lock());
+    RunItem(backend_, item, shutdown, weak.lock());
     absl::MutexLock lock(&mu_);
     running_ = false;
   }
 }
 
-}  // namespace rankd::dataplane::gloo
+}  // namespace rankd::dataplane

@@ -1,10 +1,10 @@
-// GlooExecutor unit tests, on a host that records what the executor asks:
+// HostExecutor unit tests, on a host that records what the executor asks:
 // local work runs on its submitter only when nothing is ahead of it, a
 // waiter runs only the operation that is next, work held for a caller that
 // waits at once still starts when nobody takes it (or a poll, a waiter
 // behind it or shutdown needs it), and either way every operation runs
 // once, in submission order.
-#include "dataplane/gloo/gloo_executor.h"
+#include "dataplane/host_executor.h"
 
 #include <atomic>
 #include <cstdio>
@@ -16,16 +16,16 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "dataplane/gloo/internal/execution_host.h"
+#include "dataplane/execution_host.h"
 #include "gtest/gtest.h"
 
-namespace rankd::dataplane::gloo {
+namespace rankd::dataplane {
 namespace {
 
 // A healthy session that forwards waiters to its one executor.
-class FakeHost final : public internal::ExecutionHost {
+class FakeHost final : public ExecutionHost {
  public:
-  explicit FakeHost(GlooExecutor* executor) : executor_(executor) {}
+  explicit FakeHost(HostExecutor* executor) : executor_(executor) {}
   absl::Status Admission(const char*) const override {
     return absl::OkStatus();
   }
@@ -39,7 +39,7 @@ class FakeHost final : public internal::ExecutionHost {
   void Track(const std::shared_ptr<Operation>&) override {}
   void WorkFinished() override {}
   void Poison(const absl::Status&) override {}
-  const char* backend_name() const override { return "gloo"; }
+  const char* backend_name() const override { return "test"; }
   bool SupportsNativeCancel() const override { return false; }
   bool SupportsQuarantine() const override { return false; }
   void CancelNative(const absl::Status&) override {}
@@ -55,7 +55,7 @@ class FakeHost final : public internal::ExecutionHost {
   }
 
  private:
-  GlooExecutor* const executor_;
+  HostExecutor* const executor_;
 };
 
 class ExecutorTest : public ::testing::Test {
@@ -68,7 +68,7 @@ class ExecutorTest : public ::testing::Test {
   }
 
   // A task that records its number and thread.
-  GlooExecutor::Task Record(int n) {
+  HostExecutor::Task Record(int n) {
     return [this, n] {
       absl::MutexLock lock(&mu_);
       order_.push_back(n);
@@ -89,7 +89,7 @@ class ExecutorTest : public ::testing::Test {
   // holds the next submission after its caller ran the previous one itself
   // at once: until then, each submission is a no-op that this thread waits
   // for at once.
-  std::shared_ptr<GlooCompletion> SubmitHeld(GlooExecutor::Task task) {
+  std::shared_ptr<OperationCompletion> SubmitHeld(HostExecutor::Task task) {
     for (int i = 0; i < 1000; ++i) {
       auto armed = std::make_shared<std::atomic<bool>>(false);
       auto done = executor_.Submit("test", "op", {}, [armed, task] {
@@ -111,7 +111,7 @@ class ExecutorTest : public ::testing::Test {
     return nullptr;
   }
 
-  GlooExecutor executor_;
+  HostExecutor executor_{"test"};
   std::shared_ptr<FakeHost> host_;
   absl::Mutex mu_;
   std::vector<int> order_ ABSL_GUARDED_BY(mu_);
@@ -219,7 +219,7 @@ TEST_F(ExecutorTest, HeldWorkNobodyTakesStartsOnTheExecutorThread) {
   });
   ASSERT_NE(held, nullptr);
   // Nobody waits, polls or submits: the executor thread starts it once it
-  // is GlooExecutor::kHeldStartBound old.
+  // is HostExecutor::kHeldStartBound old.
   ASSERT_TRUE(ran.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_NE(threads(),
             std::vector<std::thread::id>{std::this_thread::get_id()});
@@ -264,4 +264,4 @@ TEST_F(ExecutorTest, ShutdownFinishesHeldWorkWithoutRunningIt) {
 }
 
 }  // namespace
-}  // namespace rankd::dataplane::gloo
+}  // namespace rankd::dataplane
