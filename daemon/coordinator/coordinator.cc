@@ -284,6 +284,7 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
         response.set_last_event_sequence(events_.last_sequence());
         lock.Release();
         ReleaseEnded();
+        DropEndedEpochKeys();
         for (auto& w : released) w.reply(joined);
         return response;
       }
@@ -425,6 +426,7 @@ void Coordinator::JoinRank(const v1::JoinRankRequest& request,
       wait = true;
     }
   }
+  DropEndedEpochKeys();
   for (auto& w : released) w.reply(response);
   if (wait) return;
   if (!status.ok()) return reply(status);
@@ -564,11 +566,32 @@ void Coordinator::MaybeRecoveredLocked(std::vector<JoinWaiter>* released) {
           " ms of recovery (", replaced, ")"));
   replaced_ranks_.clear();
   recovery_cause_.clear();
+  ready_again_ = epoch_;
   for (auto& [id, w] : join_waiters_) {
     timer_->Cancel(w.timer);
     released->push_back(std::move(w));
   }
   join_waiters_.clear();
+}
+
+void Coordinator::DropEndedEpochKeys() {
+  uint64_t from = 0;
+  uint64_t ready = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!ready_again_.has_value()) return;
+    ready = *ready_again_;
+    ready_again_.reset();
+    from = keys_kept_from_epoch_;
+    keys_kept_from_epoch_ = std::max(keys_kept_from_epoch_, ready);
+  }
+  for (uint64_t ended = from; ended < ready; ++ended) {
+    kv_.DropPrefix(
+        absl::StrCat("epoch/", ended, "/"),
+        absl::FailedPreconditionError(absl::StrCat(
+            "epoch ", ended, " ended: its keys (epoch/", ended,
+            "/...) were dropped when the job became READY at epoch ", ready)));
+  }
 }
 
 void Coordinator::HoldJoinLocked(uint32_t node_index, uint32_t rank,

@@ -226,9 +226,16 @@ class Coordinator {
                   std::optional<uint32_t> node)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RECOVERING and every slot held again: READY at this epoch; releases
-  // the joins waiting for it into `released`.
+  // the joins waiting for it into `released` and marks the ended epochs'
+  // keys for DropEndedEpochKeys.
   void MaybeRecoveredLocked(std::vector<JoinWaiter>* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Once READY again at epoch E: removes every key under "epoch/<K>/" for
+  // K < E not removed yet (their sessions are gone; without this each
+  // recovery would leave its epoch's keys, and their owners' quota charge,
+  // behind for the job's life) and ends Gets waiting for them. Epoch 1's
+  // unprefixed keys stay. Call without the lock.
+  void DropEndedEpochKeys();
   // The recovery deadline timer: fails the job if still RECOVERING.
   void ExpireRecovery();
   // "rank 2 joined into epoch 1 but the job is at epoch 2 ..." when
@@ -295,6 +302,11 @@ class Coordinator {
   // Set by LoseLocked: the rounds of the epoch that ended are to be failed
   // with this status (ReleaseEnded).
   std::optional<absl::Status> epoch_ended_ ABSL_GUARDED_BY(mu_);
+  // Set by MaybeRecoveredLocked: READY again at this epoch, whose earlier
+  // epochs' keys DropEndedEpochKeys removes; the first epoch whose keys it
+  // has not removed yet.
+  std::optional<uint64_t> ready_again_ ABSL_GUARDED_BY(mu_);
+  uint64_t keys_kept_from_epoch_ ABSL_GUARDED_BY(mu_) = 1;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Node> nodes_ ABSL_GUARDED_BY(mu_);
   std::vector<Member> members_ ABSL_GUARDED_BY(mu_);

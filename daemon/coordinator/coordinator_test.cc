@@ -1728,6 +1728,37 @@ TEST_F(RecoveryTest, AnEndedEpochsKeysCanBeDeletedByTheirOwner) {
                 absl::StatusCode::kFailedPrecondition, "epoch 3");
 }
 
+// Once READY again, the ended epochs' keys are gone (their owners' quota
+// with them); the new epoch's and epoch 1's unprefixed keys stay.
+TEST_F(RecoveryTest, AnEndedEpochsKeysAreDroppedOnceReadyAgain) {
+  FormWorld();
+  ASSERT_TRUE(KvSet(Member(0), "r0/epoch-one", "a").ok());
+  ASSERT_TRUE(KvSet(Member(0), "epoch/1/r0/uid", "a").ok());
+  // First recovery: epoch 2. A key written while recovering is epoch 2's.
+  ASSERT_TRUE(Lose(1, 3).ok());
+  for (uint32_t r : {0u, 1u, 2u}) ASSERT_TRUE(JoinNow(r / 2, r).ok());
+  ASSERT_TRUE(KvSet(Member(0), "epoch/2/r0/uid", "b").ok());
+  auto waiting = KvGet(Member(1), "epoch/1/r0/never", kLongMs);
+  ASSERT_TRUE(JoinNow(1, 3, 0xbeef).ok());
+  ASSERT_EQ(coord_->GetJob().state(), v1::JOB_STATE_READY);
+  ASSERT_EQ(coord_->GetJob().epoch(), 2u);
+  EXPECT_FALSE(coord_->PeekKey("epoch/1/r0/uid").has_value());
+  EXPECT_EQ(coord_->PeekKey("epoch/2/r0/uid"), "b");
+  EXPECT_EQ(coord_->PeekKey("r0/epoch-one"), "a");
+  ASSERT_TRUE(waiting->Wait());
+  EXPECT_STATUS(waiting->status(), absl::StatusCode::kFailedPrecondition,
+                "epoch 1 ended: its keys (epoch/1/...) were dropped when the "
+                "job became READY at epoch 2");
+  // Second recovery: epoch 3 drops epoch 2's.
+  ASSERT_TRUE(Lose(1, 2).ok());
+  for (uint32_t r : {0u, 1u}) ASSERT_TRUE(JoinNow(0, r).ok());
+  ASSERT_TRUE(JoinNow(1, 3, 0xbeef).ok());  // the first replacement
+  ASSERT_TRUE(JoinNow(1, 2, 0xfeed).ok());
+  ASSERT_EQ(coord_->GetJob().epoch(), 3u);
+  EXPECT_FALSE(coord_->PeekKey("epoch/2/r0/uid").has_value());
+  EXPECT_EQ(coord_->PeekKey("r0/epoch-one"), "a");
+}
+
 TEST_F(RecoveryTest, ALeaveDuringRecoveryFailsTheJobNamingTheLostSlots) {
   FormWorld();
   ASSERT_TRUE(Lose(1, 3).ok());

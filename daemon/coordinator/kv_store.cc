@@ -383,6 +383,36 @@ absl::Status KvStore::StoreLocked(absl::string_view key, std::string value,
   return absl::OkStatus();
 }
 
+size_t KvStore::DropPrefix(absl::string_view prefix, const absl::Status& why) {
+  if (prefix.empty()) return 0;
+  std::vector<Waiter> ended;
+  size_t dropped = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!failure_.ok()) return 0;
+    // Keys are ordered: those with the prefix form one run from its bound.
+    auto it = values_.lower_bound(prefix);
+    while (it != values_.end() && absl::StartsWith(it->first, prefix)) {
+      const size_t size = it->first.size() + it->second.value.size();
+      bytes_ -= size;
+      ChargeLocked(it->second.creator, -1, -static_cast<int64_t>(size));
+      it = values_.erase(it);
+      ++dropped;
+    }
+    for (auto w = waiters_.begin(); w != waiters_.end();) {
+      if (!absl::StartsWith(w->second.key, prefix)) {
+        ++w;
+        continue;
+      }
+      timer_->Cancel(w->second.timer);
+      ended.push_back(std::move(w->second));
+      w = waiters_.erase(w);
+    }
+  }
+  for (Waiter& w : ended) w.done(why);
+  return dropped;
+}
+
 void KvStore::Fail(absl::Status cause) {
   std::map<uint64_t, Waiter> failed;
   {

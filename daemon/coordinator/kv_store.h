@@ -146,6 +146,12 @@ class KvStore {
   // counted (at most max_keys), under the store's lock.
   absl::StatusOr<uint64_t> Count(absl::string_view prefix) const;
 
+  // Removes every key that starts with `prefix` (a non-empty prefix; their
+  // creators' counts drop) and ends every Get waiting for such a key with
+  // `why`, outside the store's lock. Returns how many keys it removed.
+  // Linear in the keys removed. Nothing after Fail.
+  size_t DropPrefix(absl::string_view prefix, const absl::Status& why);
+
   // Fails every waiting Get and every later operation with `cause`.
   void Fail(absl::Status cause);
 

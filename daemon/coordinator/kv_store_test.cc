@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -349,6 +350,39 @@ TEST_F(KvStoreTest, CountCountsTheKeysWithAPrefix) {
   kv_.Fail(absl::AbortedError("job failed: rank 3 lost"));
   EXPECT_STATUS(kv_.Count("").status(), absl::StatusCode::kAborted,
                 "rank 3 lost");
+}
+
+TEST_F(KvStoreTest, DropPrefixRemovesARunOfKeysAndEndsItsWaiters) {
+  const std::pair<const char*, uint32_t> keys[] = {{"epoch/2/r0/a", 0},
+                                                   {"epoch/2/r1/b", 1},
+                                                   {"epoch/20/r0/a", 0},
+                                                   {"epoch/3/r0/a", 0},
+                                                   {"r0/x", 0}};
+  for (const auto& [key, rank] : keys) {
+    ASSERT_TRUE(kv_.Set(key, "vv", rank).ok()) << key;
+  }
+  const size_t rank0_keys = kv_.keys_of(0);
+  const size_t rank0_bytes = kv_.bytes_of(0);
+  auto dropped_wait = StartGet(kv_, "epoch/2/r1/never", Far());
+  auto kept_wait = StartGet(kv_, "epoch/3/r0/later", Far());
+  const absl::Status why = absl::FailedPreconditionError("epoch 2 ended");
+  EXPECT_EQ(kv_.DropPrefix("epoch/2/", why), 2u);
+  EXPECT_EQ(*kv_.Count(""), 3u);
+  EXPECT_FALSE(kv_.Peek("epoch/2/r0/a").has_value());
+  EXPECT_TRUE(kv_.Peek("epoch/20/r0/a").has_value());  // not epoch 2's
+  // The owners' quota charge goes with the keys.
+  EXPECT_EQ(kv_.keys_of(0), rank0_keys - 1);
+  EXPECT_EQ(kv_.bytes_of(0),
+            rank0_bytes - std::string("epoch/2/r0/a").size() - 2);
+  EXPECT_EQ(kv_.keys_of(1), 0u);
+  ASSERT_TRUE(dropped_wait->Wait());
+  EXPECT_EQ(dropped_wait->value.status(), why);
+  EXPECT_EQ(kv_.waiting(), 1u);            // the other epoch's Get still waits
+  EXPECT_EQ(kv_.DropPrefix("", why), 0u);  // never everything
+  EXPECT_EQ(*kv_.Count(""), 3u);
+  ASSERT_TRUE(kv_.Set("epoch/3/r0/later", "v").ok());
+  ASSERT_TRUE(kept_wait->Wait());
+  EXPECT_EQ(*kept_wait->value, "v");
 }
 
 TEST_F(KvStoreTest, KeyCountLimit) {
