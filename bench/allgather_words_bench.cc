@@ -14,6 +14,13 @@
 //   SUMMARY rank=R rounds=N p50_us=X p99_us=Y
 // and exits 0; on any error it prints "ERROR ..." and exits non-zero.
 //
+// With --recover (the scale benchmark's recovery drill, bench/run_scale.sh
+// --recovery; the daemons run with --recovery=on), after the rounds it
+// waits for the job to lose a rank (Client::JobHealth fails), then
+// re-enters the next epoch as a survivor does (Client::Rejoin), and prints
+//   RECOVERED rank=R seen_ns=S ready_ns=E epoch=N
+// (the loss seen; Rejoin returned: the job READY again) before it leaves.
+//
 // Results of the warmup rounds and of the last timed round are checked word
 // by word (outside the timed region); the others only by size.
 //
@@ -56,6 +63,8 @@ ABSL_FLAG(
     std::string, path, "client",
     "client (product path) or sync_stub (diagnostic, see the file comment)");
 ABSL_FLAG(std::string, out, "", "file for per-round timestamps (required)");
+ABSL_FLAG(bool, recover, false,
+          "after the rounds, wait for a loss and Rejoin the next epoch");
 
 namespace {
 
@@ -211,6 +220,24 @@ int main(int argc, char** argv) {
   std::printf("SUMMARY rank=%u rounds=%d p50_us=%.1f p99_us=%.1f\n", rank,
               rounds, pct(50), pct(99));
   std::fflush(stdout);
+  if (absl::GetFlag(FLAGS_recover)) {
+    const absl::Time until = absl::Now() + absl::Seconds(120);
+    while (client->JobHealth().ok()) {
+      if (absl::Now() > until) {
+        std::printf("ERROR no loss within 120 s\n");
+        return 5;
+      }
+      absl::SleepFor(absl::Microseconds(200));
+    }
+    const int64_t seen = NowNs();
+    auto rejoined = client->Rejoin(client->epoch(), absl::Seconds(120));
+    if (!rejoined.ok()) return Fail("rejoin", rejoined.status());
+    std::printf("RECOVERED rank=%u seen_ns=%lld ready_ns=%lld epoch=%llu\n",
+                rank, static_cast<long long>(seen),
+                static_cast<long long>(NowNs()),
+                static_cast<unsigned long long>(rejoined->epoch()));
+    std::fflush(stdout);
+  }
   auto left = client->Leave();
   if (!left.ok()) return Fail("leave", left);
   return 0;

@@ -32,8 +32,21 @@
 # (512 times one node's work), so this shows what the coordinator itself
 # needs; a real node decodes on its own CPU.
 #
+# With --recovery (issue 38's recovery at scale) the daemon runs with
+# --recovery=on and, after the rounds, one simulated rank is reported lost
+# (node 1's first: its daemon's ReleaseRank, as when a process dies); every
+# rank then re-enters the next epoch: the simulated nodes' survivors and
+# the lost rank's replacement join again, node 0's real ranks through
+# Client::Rejoin. It prints, per size, the control plane's share of an
+# in-place recovery (loss reported -> every rank's join answered, the job
+# READY at epoch 2; and loss -> the last rank saw it) beside the same
+# run's join-to-ready from scratch (the control plane's share of a full
+# restart, which a real restart adds process start and model load to),
+# and writes no results file.
+#
 # usage: bench/run_scale.sh [--nodes=8,64,512] [--nproc_per_node=8]
 #          [--warmup=N] [--rounds=N] [--sim_procs=N] [--undecoded_events]
+#          [--recovery]
 #          [--results=PATH | --no_results] [--keep=DIR] [--skip_setup]
 # Environment defaults: NODES, NPROC_PER_NODE (8), WARMUP (20), ROUNDS
 # (200), SIM_PROCS (4), HEARTBEAT_MS (1000), RESULTS (bench/RESULTS.md),
@@ -55,6 +68,7 @@ MODE=${BAZEL_COMPILATION_MODE:-opt}
 KEEP=""
 SETUP=1
 DECODE_EVENTS=true
+RECOVERY=0
 ORIG_ARGS=("$@")
 
 die() { echo "run_scale: $*" >&2; exit 1; }
@@ -70,7 +84,8 @@ for arg in "$@"; do
     --keep=*) KEEP=${arg#*=} ;;
     --skip_setup) SETUP=0 ;;
     --undecoded_events) DECODE_EVENTS=false ;;
-    -h|--help) sed -n "2,43p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --recovery) RECOVERY=1 ;;
+    -h|--help) sed -n "2,55p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$arg' (see --help)" ;;
   esac
 done
@@ -92,6 +107,15 @@ SIM=$BIN/bench/scale_sim
 JOB=scale
 TSV=$TMP/scale.tsv
 printf 'nodes\tranks\tregister_ms\tjoin_ms\tjoin_cpu_ms\tsim_p50_us\tsim_p99_us\trank_p50_us\trank_p99_us\tcoord_cpu_us\trss_mb\thwm_mb\n' >"$TSV"
+RTSV=$TMP/recovery.tsv
+printf 'nodes\tranks\tjoin_to_ready_ms (from scratch)\tloss_to_all_seen_ms\tloss_to_ready_ms (in place)\tin place / from scratch\tepoch\n' >"$RTSV"
+RECOVERY_DAEMON=()
+RECOVERY_RANK=()
+if ((RECOVERY)); then
+  RESULTS=""
+  RECOVERY_DAEMON=(--recovery=on --recovery_deadline_ms=600000)
+  RECOVERY_RANK=(--recover)
+fi
 
 # Waits until every file in the arguments has a line starting with $WANT,
 # looking every $POLL seconds (default 0.05). Each look uses bash builtins
@@ -141,7 +165,7 @@ for N in "${COUNTS[@]}"; do
     --nproc_per_node="$NPROC_PER_NODE" --listen=127.0.0.1:${PORTS[0]} \
     --socket="$RUN/node0.sock" --credentials_dir="$CREDS" \
     --heartbeat_interval_ms="$HEARTBEAT_MS" --heartbeat_timeout_ms=30000 \
-    >"$RUN/coordinator.log" 2>&1 &
+    "${RECOVERY_DAEMON[@]}" >"$RUN/coordinator.log" 2>&1 &
   COORD=$!
   PIDS+=($COORD)
   DAEMON_PIDS=($COORD)
@@ -163,6 +187,7 @@ for N in "${COUNTS[@]}"; do
     count=$(((N - 1) / procs + (p < (N - 1) % procs ? 1 : 0)))
     extra=()
     ((p == 0)) && extra=(--coordinator_pid="$COORD")
+    ((RECOVERY)) && extra+=(--recover_go_file="$RUN/recover")
     "$SIM" --coordinator=127.0.0.1:${PORTS[0]} --credentials_dir="$CREDS" \
       --job_id=$JOB --nnodes="$N" --nproc_per_node="$NPROC_PER_NODE" \
       --first_node=$first --node_count=$count --warmup="$WARMUP" \
@@ -191,7 +216,7 @@ for N in "${COUNTS[@]}"; do
     "$RANK_BENCH" --target="unix://$RUN/node0.sock" --job_id=$JOB \
       --local_rank=$l --world_size=$WORLD --warmup="$WARMUP" \
       --rounds="$ROUNDS" --round_timeout_ms=60000 --join_wait_ms=300000 \
-      --out="$RUN/rank$l.txt" >"$TMP/rank$l.log" 2>&1 &
+      --out="$RUN/rank$l.txt" "${RECOVERY_RANK[@]}" >"$TMP/rank$l.log" 2>&1 &
     PIDS+=($!)
     RANK_PIDS+=($!)
   done
@@ -202,6 +227,33 @@ for N in "${COUNTS[@]}"; do
   fi
   if ! WANT=DONE POLL=0.5 await_lines 1200 "${SIM_LOGS[@]}"; then
     record_failure "running rounds"; continue
+  fi
+  if ((RECOVERY)); then
+    RANK_LOGS=()
+    for ((l = 0; l < NPROC_PER_NODE; l++)); do RANK_LOGS+=("$TMP/rank$l.log"); done
+    if ! WANT=SUMMARY POLL=0.2 await_lines 600 "${RANK_LOGS[@]}"; then
+      record_failure "running rounds"; continue
+    fi
+    touch "$RUN/recover"
+    if ! WANT=RECOVERED POLL=0.2 await_lines 600 "${SIM_LOGS[@]}" "${RANK_LOGS[@]}"; then
+      record_failure recovering; continue
+    fi
+    "$TORCH_PY" - "$N" "$NPROC_PER_NODE" "${SIM_LOGS[@]}" "${RANK_LOGS[@]}" >>"$RTSV" <<'EOF'
+import re, sys
+n, nproc = int(sys.argv[1]), int(sys.argv[2])
+text = "\n".join(open(p).read() for p in sys.argv[3:])
+joins = [tuple(map(int, m)) for m in re.findall(r"^JOINED start_ns=(\d+) end_ns=(\d+)", text, re.M)]
+join_ms = (max(e for _, e in joins) - min(s for s, _ in joins)) / 1e6
+loss = int(re.search(r"^LOSS ns=(\d+)", text, re.M).group(1))
+seen = [int(s) for s in re.findall(r"^RECOVERED .*seen_ns=(\d+)", text, re.M)]
+ready = [int(s) for s in re.findall(r"^RECOVERED .*(?:end|ready)_ns=(\d+)", text, re.M)]
+epochs = set(re.findall(r"^RECOVERED .*epoch=(\d+)", text, re.M))
+ready_ms = (max(ready) - loss) / 1e6
+print("\t".join(str(x) for x in [
+    n, n * nproc, f"{join_ms:.0f}", f"{(max(seen) - loss) / 1e6:.1f}",
+    f"{ready_ms:.0f}", f"{ready_ms / join_ms:.2f}", ",".join(sorted(epochs))]))
+EOF
+    tail -1 "$RTSV" >&2
   fi
   NNODES=1 wait_ranks
   cp "$TMP"/rank*.log "$RUN"/ 2>/dev/null || true
@@ -239,6 +291,7 @@ EOF
 done
 
 cat "$TSV"
+if ((RECOVERY)); then echo; cat "$RTSV"; fi
 if [[ -n $RESULTS ]]; then
   cmd="bench/run_scale.sh"
   for a in "${ORIG_ARGS[@]}"; do cmd+=" $(printf '%q' "$a")"; done

@@ -22,6 +22,16 @@
 //   4. "COORDINATOR cpu_us_per_round=C rss_kb=K hwm_kb=H" (with
 //      --coordinator_pid).
 //   5. "DONE".
+//   6. With --recover_go_file (the recovery drill; the coordinator runs with
+//      --recovery=on): once that file exists, the process simulating node
+//      1 reports node 1's first rank lost (ReleaseRank, not clean) and
+//      prints "LOSS ns=T"; every process then waits (polling Heartbeat)
+//      until the job is RECOVERING and joins all its ranks again, the lost
+//      one as its replacement (a new incarnation), the others as survivors
+//      entering the new epoch, and prints "RECOVERED seen_ns=S end_ns=E
+//      epoch=N": the loss seen (its JoinRanks sent then), and the last one
+//      answered (the job READY at the new epoch, which needs node 0's
+//      ranks to rejoin too).
 // then keeps heartbeating until it is killed (the job must stay whole while
 // other processes finish). Times are CLOCK_MONOTONIC (steady_clock), so
 // lines from several processes on one machine compare. Each round's result
@@ -88,6 +98,8 @@ ABSL_FLAG(int, heartbeat_ms, 1000, "heartbeat interval per node");
 ABSL_FLAG(int, round_timeout_ms, 60000, "deadline of each round");
 ABSL_FLAG(std::string, go_file, "", "joins start once this file exists");
 ABSL_FLAG(std::string, out, "", "per-round slowest latencies (optional)");
+ABSL_FLAG(std::string, recover_go_file, "",
+          "the recovery drill (phase 6) starts once this file exists");
 ABSL_FLAG(int, coordinator_pid, 0,
           "measure this process's CPU over the timed rounds and its memory");
 
@@ -475,6 +487,126 @@ void RunStreamRounds(std::vector<SimNode>& nodes, const RoundPlan& plan,
 
 }  // namespace
 
+// The incarnation of `rank`'s first process in this run.
+uint64_t Incarnation(uint32_t rank) { return 0x7000000000ull + rank; }
+
+// Sends JoinRank for every rank of `nodes` at once (rank r with incarnation
+// `incarnation(r)`) and waits until every one is answered: the coordinator
+// answers once the whole world joined. Returns the epoch joined into, or
+// the first refusal, naming the rank.
+absl::StatusOr<uint64_t> JoinAll(
+    std::vector<SimNode>& nodes, int nproc,
+    const std::function<uint64_t(uint32_t)>& incarnation) {
+  struct Join {
+    grpc::ClientContext context;
+    v1::JoinRankRequest request;
+    v1::JoinRankResponse response;
+  };
+  std::vector<std::unique_ptr<Join>> joins;
+  absl::Mutex join_mu;
+  int joins_left = static_cast<int>(nodes.size()) * nproc;
+  std::string join_error;
+  for (SimNode& n : nodes) {
+    for (int l = 0; l < nproc; ++l) {
+      auto j = std::make_unique<Join>();
+      j->context.AddMetadata("authorization", "Bearer " + n.token);
+      j->context.set_deadline(
+          absl::ToChronoTime(absl::Now() + absl::Seconds(180)));
+      *j->request.mutable_node() = n.ref;
+      const uint32_t rank = n.index * nproc + l;
+      j->request.set_rank(rank);
+      j->request.set_local_rank(l);
+      j->request.set_incarnation(incarnation(rank));
+      j->request.mutable_device()->set_kind("cpu");
+      j->request.set_pid(getpid());
+      j->request.set_wait_for_world_ms(120000);
+      n.stub->async()->JoinRank(
+          &j->context, &j->request, &j->response, [&, rank](grpc::Status s) {
+            absl::MutexLock lock(&join_mu);
+            if (!s.ok() && join_error.empty()) {
+              join_error =
+                  absl::StrCat("rank ", rank, " JoinRank: ", s.error_message());
+            }
+            --joins_left;
+          });
+      joins.push_back(std::move(j));
+    }
+  }
+  absl::MutexLock lock(&join_mu);
+  join_mu.Await(absl::Condition(
+      +[](int* left) { return *left == 0; }, &joins_left));
+  if (!join_error.empty()) return absl::UnavailableError(join_error);
+  uint64_t epoch = 0;
+  for (const auto& j : joins) epoch = std::max(epoch, j->response.epoch());
+  return epoch;
+}
+
+// The job's state as node `n`'s heartbeat answer reports it.
+absl::StatusOr<v1::JobState> JobStateOf(SimNode& n) {
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", "Bearer " + n.token);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  v1::HeartbeatRequest request;
+  *request.mutable_node() = n.ref;
+  v1::HeartbeatResponse response;
+  grpc::Status s = n.stub->Heartbeat(&context, request, &response);
+  if (!s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("node ", n.index, " Heartbeat: ", s.error_message()));
+  }
+  return response.state();
+}
+
+// Phase 6 (see the file comment): the loss, then every rank joins again.
+void RunRecoveryDrill(std::vector<SimNode>& nodes, int nproc,
+                      const std::string& go_file) {
+  while (access(go_file.c_str(), F_OK) != 0) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  const uint32_t lost = static_cast<uint32_t>(nproc);  // node 1's first rank
+  SimNode& first = nodes.front();
+  if (first.index == 1) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer " + first.token);
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    v1::ReleaseRankRequest request;
+    *request.mutable_node() = first.ref;
+    request.set_rank(lost);
+    request.set_incarnation(Incarnation(lost));
+    request.set_clean(false);
+    request.set_reason("the recovery drill: its process was killed");
+    v1::ReleaseRankResponse response;
+    const int64_t loss = NowNs();
+    grpc::Status s = first.stub->ReleaseRank(&context, request, &response);
+    if (!s.ok()) Die(absl::StrCat("ReleaseRank: ", s.error_message()));
+    std::printf("LOSS ns=%lld\n", static_cast<long long>(loss));
+    std::fflush(stdout);
+  }
+  const absl::Time until = absl::Now() + absl::Seconds(60);
+  for (;;) {
+    absl::StatusOr<v1::JobState> state = JobStateOf(first);
+    if (!state.ok()) Die(state.status().ToString());
+    if (*state == v1::JOB_STATE_RECOVERING) break;
+    if (absl::Now() > until) {
+      Die(absl::StrCat("the job did not start recovering in 60 s: ",
+                       v1::JobState_Name(*state)));
+    }
+    absl::SleepFor(absl::Microseconds(500));
+  }
+  const int64_t seen = NowNs();
+  absl::StatusOr<uint64_t> epoch = JoinAll(nodes, nproc, [&](uint32_t rank) {
+    // The lost rank's replacement is a new process: a new incarnation.
+    return rank == lost ? Incarnation(rank) + 0x100000000ull
+                        : Incarnation(rank);
+  });
+  if (!epoch.ok()) Die(epoch.status().ToString());
+  const int64_t ready = NowNs();
+  std::printf("RECOVERED seen_ns=%lld end_ns=%lld epoch=%llu\n",
+              static_cast<long long>(seen), static_cast<long long>(ready),
+              static_cast<unsigned long long>(*epoch));
+  std::fflush(stdout);
+}
+
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const std::string job = absl::GetFlag(FLAGS_job_id);
@@ -593,47 +725,9 @@ int main(int argc, char** argv) {
   const int64_t join_cpu_before = coordinator > 0 ? CpuUs(coordinator) : 0;
 
   // --- Join every rank at once; the coordinator answers when all joined.
-  struct Join {
-    grpc::ClientContext context;
-    v1::JoinRankRequest request;
-    v1::JoinRankResponse response;
-  };
-  std::vector<std::unique_ptr<Join>> joins;
-  absl::Mutex join_mu;
-  int joins_left = count * nproc;
-  std::string join_error;
   const int64_t join_start = NowNs();
-  for (SimNode& n : nodes) {
-    for (int l = 0; l < nproc; ++l) {
-      auto j = std::make_unique<Join>();
-      j->context.AddMetadata("authorization", "Bearer " + n.token);
-      j->context.set_deadline(
-          absl::ToChronoTime(absl::Now() + absl::Seconds(180)));
-      *j->request.mutable_node() = n.ref;
-      j->request.set_rank(n.index * nproc + l);
-      j->request.set_local_rank(l);
-      j->request.set_incarnation(0x7000000000ull + n.index * nproc + l);
-      j->request.mutable_device()->set_kind("cpu");
-      j->request.set_pid(getpid());
-      j->request.set_wait_for_world_ms(120000);
-      n.stub->async()->JoinRank(
-          &j->context, &j->request, &j->response,
-          [&, rank = j->request.rank()](grpc::Status s) {
-            absl::MutexLock lock(&join_mu);
-            if (!s.ok() && join_error.empty()) {
-              join_error =
-                  absl::StrCat("rank ", rank, " JoinRank: ", s.error_message());
-            }
-            --joins_left;
-          });
-      joins.push_back(std::move(j));
-    }
-  }
-  {
-    absl::MutexLock lock(&join_mu);
-    join_mu.Await(absl::Condition(
-        +[](int* left) { return *left == 0; }, &joins_left));
-    if (!join_error.empty()) Die(join_error);
+  if (auto joined = JoinAll(nodes, nproc, Incarnation); !joined.ok()) {
+    Die(joined.status().ToString());
   }
   const int64_t join_end = NowNs();
   const int64_t join_cpu_us =
@@ -699,5 +793,8 @@ int main(int argc, char** argv) {
   }
   std::printf("DONE\n");
   std::fflush(stdout);
+  if (!absl::GetFlag(FLAGS_recover_go_file).empty()) {
+    RunRecoveryDrill(nodes, nproc, absl::GetFlag(FLAGS_recover_go_file));
+  }
   for (;;) pause();  // heartbeats go on until the launcher stops us
 }
