@@ -25,13 +25,12 @@
 //   6. With --recover_go_file (the recovery drill; the coordinator runs with
 //      --recovery=on): once that file exists, the process simulating node
 //      1 reports node 1's first rank lost (ReleaseRank, not clean) and
-//      prints "LOSS ns=T"; every process then waits (polling Heartbeat)
-//      until the job is RECOVERING and joins all its ranks again, the lost
-//      one as its replacement (a new incarnation), the others as survivors
-//      entering the new epoch, and prints "RECOVERED seen_ns=S end_ns=E
-//      epoch=N": the loss seen (its JoinRanks sent then), and the last one
-//      answered (the job READY at the new epoch, which needs node 0's
-//      ranks to rejoin too).
+//      prints "LOSS ns=T"; every process then waits until its first node's
+//      event stream reports JOB_RECOVERING and joins all its ranks again:
+//      the lost one as its replacement (a new incarnation, answered once
+//      the job is READY at the new epoch), the others as survivors entering
+//      the new epoch. It prints "RECOVERED seen_ns=S end_ns=E epoch=N": the
+//      loss seen (its JoinRanks sent then) and the last one answered.
 // then keeps heartbeating until it is killed (the job must stay whole while
 // other processes finish). Times are CLOCK_MONOTONIC (steady_clock), so
 // lines from several processes on one machine compare. Each round's result
@@ -164,6 +163,10 @@ class EventReader : public grpc::ClientReadReactor<v1::JobEventBatch> {
   void OnReadDone(bool ok) override {
     if (!ok) return;
     for (const v1::JobEvent& event : batch_.events()) {
+      if (event.kind() == v1::EVENT_KIND_JOB_RECOVERING) {
+        int64_t none = 0;
+        recovering_seen_ns_.compare_exchange_strong(none, NowNs());
+      }
       if (event.kind() == v1::EVENT_KIND_JOB_FAILED) {
         Die(absl::StrCat("node ", request_.node().node_index(),
                          " heard the job fail: ", event.message()));
@@ -175,8 +178,12 @@ class EventReader : public grpc::ClientReadReactor<v1::JobEventBatch> {
     Die(absl::StrCat("event stream of node ", request_.node().node_index(),
                      " ended: ", status.error_message()));
   }
+  // When this node's stream first reported JOB_RECOVERING (steady clock,
+  // ns), or 0.
+  int64_t recovering_seen_ns() const { return recovering_seen_ns_.load(); }
 
  private:
+  std::atomic<int64_t> recovering_seen_ns_{0};
   grpc::ClientContext context_;
   v1::SubscribeRequest request_;
   v1::JobEventBatch batch_;
@@ -541,22 +548,6 @@ absl::StatusOr<uint64_t> JoinAll(
   return epoch;
 }
 
-// The job's state as node `n`'s heartbeat answer reports it.
-absl::StatusOr<v1::JobState> JobStateOf(SimNode& n) {
-  grpc::ClientContext context;
-  context.AddMetadata("authorization", "Bearer " + n.token);
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  v1::HeartbeatRequest request;
-  *request.mutable_node() = n.ref;
-  v1::HeartbeatResponse response;
-  grpc::Status s = n.stub->Heartbeat(&context, request, &response);
-  if (!s.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("node ", n.index, " Heartbeat: ", s.error_message()));
-  }
-  return response.state();
-}
-
 // Phase 6 (see the file comment): the loss, then every rank joins again.
 void RunRecoveryDrill(std::vector<SimNode>& nodes, int nproc,
                       const std::string& go_file) {
@@ -582,18 +573,14 @@ void RunRecoveryDrill(std::vector<SimNode>& nodes, int nproc,
     std::printf("LOSS ns=%lld\n", static_cast<long long>(loss));
     std::fflush(stdout);
   }
+  // Each node learns of the loss from its event stream, as a daemon does.
+  if (first.events == nullptr) Die("the recovery drill needs --decode_events");
   const absl::Time until = absl::Now() + absl::Seconds(60);
-  for (;;) {
-    absl::StatusOr<v1::JobState> state = JobStateOf(first);
-    if (!state.ok()) Die(state.status().ToString());
-    if (*state == v1::JOB_STATE_RECOVERING) break;
-    if (absl::Now() > until) {
-      Die(absl::StrCat("the job did not start recovering in 60 s: ",
-                       v1::JobState_Name(*state)));
-    }
-    absl::SleepFor(absl::Microseconds(500));
+  while (first.events->recovering_seen_ns() == 0) {
+    if (absl::Now() > until) Die("no JOB_RECOVERING event within 60 s");
+    absl::SleepFor(absl::Microseconds(200));
   }
-  const int64_t seen = NowNs();
+  const int64_t seen = first.events->recovering_seen_ns();
   absl::StatusOr<uint64_t> epoch = JoinAll(nodes, nproc, [&](uint32_t rank) {
     // The lost rank's replacement is a new process: a new incarnation.
     return rank == lost ? Incarnation(rank) + 0x100000000ull
