@@ -34,15 +34,15 @@ absl::StatusOr<bool> CancellingOwner::ApplyCancellation(
   }
   const absl::Status cause = absl::DeadlineExceededError(absl::StrCat(
       deadline, "; cancelled natively (NativeCancel): ", abort_effect()));
-  CancelNative(cause);
-  const absl::Duration grace = AbortGrace();
-  if (op->WaitFor(grace)) return true;
+  const bool torn_down = CancelNative(cause);
+  if (torn_down && op->WaitFor(AbortGrace())) return true;
   op->FailIfRunning(cause);
   Quarantine(op);
+  if (torn_down) return true;
   return absl::InternalError(absl::StrCat(
-      deadline, "; NativeCancel could not confirm teardown within ",
-      absl::FormatDuration(grace),
-      "; the work's resources are quarantined until it completes"));
+      deadline,
+      "; NativeCancel could not confirm the native teardown; the work's "
+      "resources are quarantined until it completes"));
 }
 
 }  // namespace rankd::dataplane

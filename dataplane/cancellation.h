@@ -9,10 +9,12 @@
 //     for) and moves what it retains to the quarantine, freed only once the
 //     work finished. Nothing is torn down: the work keeps running.
 //   - kNativeCancel: poisons and aborts every native context
-//     (CancelNative), then waits up to AbortGrace() for the work to leave
-//     the native layer. When it does not, the operation is marked failed,
-//     quarantined (its resources are never freed under running work) and
-//     the wait reports INTERNAL: the mode was not completed.
+//     (CancelNative), then waits up to AbortGrace() for the work to end.
+//     Work the teardown finished with but that has not ended (a kernel
+//     still queued on its stream behind other work) is marked failed and
+//     quarantined: its resources are never freed under running work. When
+//     the teardown itself did not finish (CancelNative returns false), the
+//     same, and the wait reports INTERNAL: the mode was not completed.
 //
 // Every message starts "<backend> backend: <operation> missed its
 // WaitBounded deadline of <timeout>; ". A backend's session derives from
@@ -46,9 +48,9 @@ class CancellingOwner : public OperationOwner {
   // releases work on exact completion.
   virtual bool SupportsQuarantine() const = 0;
   // Poisons the session with `cause` (first cause wins) and aborts every
-  // native context, so that every outstanding operation fails; returns once
-  // the native teardown calls returned.
-  virtual void CancelNative(const absl::Status& cause) = 0;
+  // native context, so that every outstanding operation fails. Returns
+  // whether the native teardown finished (within the backend's own bound).
+  virtual bool CancelNative(const absl::Status& cause) = 0;
   // What CancelNative does, as messages say it ("every communicator of the
   // session was aborted").
   virtual std::string abort_effect() const = 0;

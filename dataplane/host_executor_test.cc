@@ -42,7 +42,7 @@ class FakeHost final : public ExecutionHost {
   const char* backend_name() const override { return "test"; }
   bool SupportsNativeCancel() const override { return false; }
   bool SupportsQuarantine() const override { return false; }
-  void CancelNative(const absl::Status&) override {}
+  bool CancelNative(const absl::Status&) override { return true; }
   std::string abort_effect() const override { return "nothing"; }
   absl::Duration AbortGrace() const override { return absl::ZeroDuration(); }
   void Quarantine(std::shared_ptr<Operation>) override {}

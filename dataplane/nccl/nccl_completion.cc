@@ -49,7 +49,7 @@ class LocalOwner final : public NcclOpOwner {
   void Poison(const absl::Status&) override {}
   bool SupportsNativeCancel() const override { return false; }
   bool SupportsQuarantine() const override { return true; }
-  void CancelNative(const absl::Status&) override {}
+  bool CancelNative(const absl::Status&) override { return true; }
   std::string abort_effect() const override { return "nothing"; }
   void Quarantine(std::shared_ptr<Operation> op) override {
     op->QuarantineIn(quarantine_);

@@ -641,8 +641,8 @@ RANKD_EXPORT rankd_status* rankd_work_wait(rankd_work* work);
 /* Waits at most `timeout_seconds`. NULL when the work completed
  * successfully; its error when it failed; DEADLINE_EXCEEDED, with the mode
  * named, once `mode` was applied after the deadline (the session is then
- * poisoned); INTERNAL when RANKD_NATIVE_CANCEL's teardown did not finish
- * in time (the work is then quarantined). INVALID_ARGUMENT for a
+ * poisoned); INTERNAL when RANKD_NATIVE_CANCEL's teardown could not be
+ * confirmed (the work is then quarantined). INVALID_ARGUMENT for a
  * non-positive timeout and
  * FAILED_PRECONDITION for a mode the session does not support, both before
  * waiting. */

@@ -352,16 +352,20 @@ bool SessionImpl::SupportsQuarantine() const {
          options_.restrict_capabilities->exact_completion;
 }
 
-void SessionImpl::CancelNative(const absl::Status& cause) {
+bool SessionImpl::CancelNative(const absl::Status& cause) {
   poison_.Poison(cause);
   AbortAll(std::string(poison_.cause().message()));
   // The running operation now fails at once and queued ones are refused;
   // Gloo's own op timeout bounds anything the abort could not wake.
   const absl::Time until =
       MonotonicNow() + options_.op_timeout + absl::Seconds(5);
+  bool unwound = true;
   for (auto& executor : executors_) {
-    executor->WaitIdle(std::max(until - MonotonicNow(), absl::ZeroDuration()));
+    unwound = executor->WaitIdle(
+                  std::max(until - MonotonicNow(), absl::ZeroDuration())) &&
+              unwound;
   }
+  return unwound;
 }
 
 }  // namespace rankd::dataplane::gloo::internal

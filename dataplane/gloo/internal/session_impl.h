@@ -127,7 +127,7 @@ class SessionImpl final : public ExecutionHost,
   const char* backend_name() const override { return "gloo"; }
   bool SupportsNativeCancel() const override { return true; }
   bool SupportsQuarantine() const override;
-  void CancelNative(const absl::Status& cause) override;
+  bool CancelNative(const absl::Status& cause) override;
   std::string abort_effect() const override { return kAbortEffect; }
   absl::Duration AbortGrace() const override { return absl::Seconds(1); }
   void Quarantine(std::shared_ptr<Operation> op) override {

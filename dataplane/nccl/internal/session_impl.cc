@@ -314,11 +314,13 @@ absl::Status SessionImpl::Fail(const absl::Status& cause) {
   return PoisonStatus();
 }
 
-void SessionImpl::CancelNative(const absl::Status& cause) {
+bool SessionImpl::CancelNative(const absl::Status& cause) {
   Poison(cause);
   const absl::Status poison = PoisonStatus();
   absl::MutexLock lock(&abort_mu_);
-  if (aborted_) return;
+  // Torn down once AbortAll returned: every ncclCommAbort returned, or the
+  // process ended (abort_timeout, dataplane/abort_deadline.h).
+  if (aborted_) return true;
   aborted_ = true;
   // What was running, for the message should the abort itself hang.
   const std::string unfinished = ledger_.DescribeUnfinished(4);
@@ -329,6 +331,7 @@ void SessionImpl::CancelNative(const absl::Status& cause) {
     comms = comms_;
   }
   AbortAll(comms, poison, options_.abort_timeout, unfinished);
+  return true;
 }
 
 void AbortAll(const std::vector<std::shared_ptr<CommEntry>>& comms,

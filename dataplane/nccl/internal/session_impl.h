@@ -274,7 +274,7 @@ class SessionImpl final : public NcclOpOwner,
   absl::Status PoisonStatus() const override;
   void Poison(const absl::Status& cause) override;
   bool SupportsNativeCancel() const override { return true; }
-  void CancelNative(const absl::Status& cause) override;
+  bool CancelNative(const absl::Status& cause) override;
   std::string abort_effect() const override { return kNcclAbortEffect; }
   void Quarantine(std::shared_ptr<Operation> op) override;
   absl::Duration AbortGrace() const override { return options_.abort_grace; }
