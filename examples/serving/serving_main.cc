@@ -184,6 +184,13 @@ uint32_t RestartCount() {
   return count;
 }
 
+// How long a failed operation waits for the job's notice of a failure
+// behind it: to report it, and (--recover) to tell a loss, which is
+// recovered from, from any other error (a node is declared lost after the
+// daemons' --heartbeat_timeout_ms, 2 s by default).
+constexpr absl::Duration kFailureNoticeWait = absl::Seconds(2);
+constexpr absl::Duration kLossNoticeWait = absl::Seconds(10);
+
 // Rank 0 keeps at most twice this many step latencies (the most recent).
 constexpr size_t kMaxLatencySamples = 100000;
 
@@ -246,9 +253,11 @@ class ServingProcess {
                                         bool drain, bool stall);
   // Reports a failed operation and the job failure behind it, if any.
   int Failed(uint32_t step, const absl::Status& status);
-  // The job's failure, waited for up to 2 s (a transport error can beat
-  // the daemon's notice by a moment); OK when the job still looks healthy.
-  absl::Status JobFailure();
+  // The job's failure, waited for up to `wait` (a transport error can beat
+  // the daemon's notice: by a moment for a lost rank, by up to the
+  // daemons' --heartbeat_timeout_ms for a lost node); OK when the job still
+  // looks healthy then.
+  absl::Status JobFailure(absl::Duration wait);
   // --recover: `status` failed step `step`. When a loss behind it ended
   // the job's epoch, re-forms at the next one and agrees that the job
   // resumes at `step`: kExitOk, and the caller serves `step` again.
@@ -656,17 +665,18 @@ int ServingProcess::Failed(uint32_t step, const absl::Status& status) {
               : absl::StrCat("? (local ", absl::GetFlag(FLAGS_local_rank), ")"),
       " step=", step, " unix_ms=", UnixMs(), " ", status.ToString()));
   if (control_plane_ != nullptr) {
-    if (absl::Status cause = JobFailure(); !cause.ok()) {
+    if (absl::Status cause = JobFailure(kFailureNoticeWait); !cause.ok()) {
       Print(absl::StrCat("CAUSE rank=", layout_.rank, " ", cause.ToString()));
     }
   }
   return kExitFailed;
 }
 
-absl::Status ServingProcess::JobFailure() {
+absl::Status ServingProcess::JobFailure(absl::Duration wait) {
+  const absl::Time until = MonotonicNow() + wait;
   absl::Status cause = control_plane_->JobHealth();
-  for (int i = 0; i < 40 && cause.ok(); ++i) {
-    absl::SleepFor(absl::Milliseconds(50));
+  while (cause.ok() && MonotonicNow() < until) {
+    absl::SleepFor(absl::Milliseconds(20));
     cause = control_plane_->JobHealth();
   }
   return cause;
@@ -675,7 +685,7 @@ absl::Status ServingProcess::JobFailure() {
 int ServingProcess::Recover(uint32_t step, const absl::Status& status) {
   // Only a loss ends the epoch; anything else (a self-inflicted error, a
   // deadline with every member alive) is not recovered from.
-  const absl::Status cause = JobFailure();
+  const absl::Status cause = JobFailure(kLossNoticeWait);
   if (cause.ok()) return Failed(step, status);
   Print(absl::StrCat("LOSS rank=", layout_.rank, " step=", step,
                      " epoch=", collectives_->epoch(), " unix_us=", UnixUs(),
@@ -729,7 +739,7 @@ int ServingProcess::Reenter(uint32_t known_step, bool reform,
       return kExitOk;
     }
     // Another loss while the job re-formed ends this epoch too.
-    const absl::Status cause = JobFailure();
+    const absl::Status cause = JobFailure(kLossNoticeWait);
     if (cause.ok()) return Failed(known_step, agreed.status());
     Print(absl::StrCat("LOSS rank=", layout_.rank, " step=", known_step,
                        " epoch=", collectives_->epoch(), " unix_us=", UnixUs(),
