@@ -543,7 +543,7 @@ if ((recover)); then
   for ((n = 0; n < nodes; n++)); do
     if ((codes[n] != 0)); then
       failed=1
-      echo "node $n: rankrun exited with status ${codes[$n]}: $(grep -m1 '^rankrun: ' "$dir/ranks-node$n.log" | cut -c1-400)"
+      echo "node $n: rankrun exited with status ${codes[$n]}: $(grep -H '^rankrun: ' "${rank_logs[@]}" 2>/dev/null | grep -F "/ranks-node$n." | tail -1 | cut -d: -f2- | cut -c1-400)"
     fi
   done
   for ((r = 0; r < world; r++)); do
