@@ -512,17 +512,27 @@ if ((hung)); then
 fi
 codes=()
 if ((recover)); then
-  # SIGTERM first: rankrun forwards it and stops its ranks, by pid.
+  # SIGTERM first: rankrun forwards it and stops its ranks, by pid,
+  # SIGKILL after its --stop_grace_ms (5 s); this waits 10 s.
   for ((n = 0; n < nodes; n++)); do kill -TERM "${rankrun_pids[$n]}" 2>/dev/null || true; done
   for ((n = 0; n < nodes; n++)); do
+    pid=${rankrun_pids[$n]}
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "== rankrun of node $n did not stop within 10 s of SIGTERM; killing it"
+      kill -KILL "$pid" 2>/dev/null || true
+      failed=1
+    fi
     code=0
-    wait "${rankrun_pids[$n]}" 2>/dev/null || code=$?
+    wait "$pid" 2>/dev/null || code=$?
     codes+=("$code")
   done
   split_rank_logs
 else
   for ((r = 0; r < world; r++)); do
-    kill -KILL "${rank_pids[$r]}" 2>/dev/null || true
+    # (The drill's victim was reaped already: its pid may be another's.)
+    [[ "$r" == "$kill_rank" && -n "$killed_at" ]] ||
+      kill -KILL "${rank_pids[$r]}" 2>/dev/null || true
     code=0
     wait "${rank_pids[$r]}" 2>/dev/null || code=$?
     codes+=("$code")
