@@ -3,99 +3,22 @@
 // a normal run whose self-check passes, the failure drill (every survivor
 // names the killed rank), a run whose self-check must fail loudly, the
 // network-namespace mode (root only), and clear refusals. After every run no
-// process that mentions the run's folder and no namespace may be left.
-#include <dirent.h>
-#include <sys/wait.h>
+// process that mentions the run's folder and no namespace may be left. The
+// drills with in-place recovery are //tests:run_sh_recover_test.
+#include "tests/harness/run_sh.h"
+
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <map>
-#include <optional>
-#include <sstream>
 #include <string>
-#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "tests/harness/process.h"
 
 namespace rankd::testing {
 namespace {
-
-struct RunResult {
-  int exit_code = -1;
-  std::string output;
-};
-
-// Runs tools/run.sh with `args`; output (stdout + stderr) to a log.
-RunResult RunScript(const std::vector<std::string>& args) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  const std::string bin_dir =
-      srcdir ? absl::StrCat(srcdir, "/", workspace ? workspace : "rankd") : ".";
-  std::vector<std::string> argv = {"/bin/bash", Runfile("tools/run.sh")};
-  argv.insert(argv.end(), args.begin(), args.end());
-  static int runs = 0;
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string log = absl::StrCat(tmp ? tmp : "/tmp", "/run_sh_", getpid(),
-                                       "_", ++runs, ".log");
-  RunResult result;
-  auto child = ChildProcess::Spawn(argv, {{"RANKD_BIN_DIR", bin_dir}}, log);
-  if (!child.ok()) {
-    result.output = child.status().ToString();
-    return result;
-  }
-  const std::optional<int> status = child->Wait(absl::Seconds(150));
-  result.output = child->ReadLog();
-  if (!status.has_value()) {
-    child->Stop();
-    result.output += "\n(run.sh did not finish within 150 s)";
-    return result;
-  }
-  result.exit_code = WIFEXITED(*status) ? WEXITSTATUS(*status) : -1;
-  return result;
-}
-
-// The run's folder, from the socket paths run.sh prints.
-std::string RunDir(const std::string& output) {
-  const size_t at = output.find("unix:///tmp/rankd-run-");
-  if (at == std::string::npos) return "";
-  const size_t start = at + strlen("unix://");
-  return output.substr(start,
-                       output.find('/', start + strlen("/tmp/")) - start);
-}
-
-// Processes whose command line mentions `needle`.
-std::vector<std::string> ProcessesMentioning(const std::string& needle) {
-  std::vector<std::string> found;
-  DIR* proc = opendir("/proc");
-  if (proc == nullptr) return found;
-  while (dirent* e = readdir(proc)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::ifstream in(absl::StrCat("/proc/", e->d_name, "/cmdline"));
-    std::stringstream s;
-    s << in.rdbuf();
-    std::string cmdline = s.str();
-    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-    if (absl::StrContains(cmdline, needle)) {
-      found.push_back(absl::StrCat(e->d_name, ": ", cmdline));
-    }
-  }
-  closedir(proc);
-  return found;
-}
-
-void ExpectNothingLeft(const RunResult& run) {
-  const std::string dir = RunDir(run.output);
-  ASSERT_FALSE(dir.empty()) << run.output;
-  const std::vector<std::string> left = ProcessesMentioning(dir);
-  EXPECT_TRUE(left.empty()) << "left behind: " << left.front();
-}
 
 TEST(RunShTest, ServesAndPassesTheSelfCheck) {
   const RunResult run =

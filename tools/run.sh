@@ -18,22 +18,41 @@
 #                                   (default: half-way); every other rank
 #                                   must report rank R lost, and everything
 #                                   must shut down without a hang
+#   --recover                       in-place recovery: daemons run with
+#                                   --recovery=on, each node's ranks under
+#                                   rankrun --max_restarts; a lost rank is
+#                                   replaced, the job re-forms at the next
+#                                   epoch and serves the failed step again
+#   --kill-rank=R --recover         kill -9 rank R (not 0) at step S; rankrun
+#                                   restarts it into its rank, it loads its
+#                                   shard and every step must still pass
+#                                   the self-check, no request lost
+#   --kill-node=N --recover         kill -9 node N's daemon, its rankrun and
+#                                   ranks (N >= 1; node 0 coordinates) at
+#                                   step S; a replacement daemon registers
+#                                   node N again, rankrun starts its ranks
+#                                   and the job recovers the same way
+#                                   (with --recover the summary splits the
+#                                   recovery time: detect, replace, re-form,
+#                                   first step)
 #   --keep-logs                     keep the run folder (logs) afterwards
 # Environment: RANKD_BIN_DIR=DIR uses prebuilt binaries DIR/daemon/rankd,
-# DIR/client/rankctl and DIR/examples/serving (no install, no build; the
-# test suite runs it this way).
+# DIR/client/rankctl, DIR/examples/serving and (--recover)
+# DIR/launcher/rankrun (no install, no build; the test suite runs it this
+# way).
 # RANKD_KIT_RANKS_ON_ONE_GPU=1 is the GPU kit's one-GPU mode, for tests
 # only (tests/gpu/run.sh; docs/nccl.md, "One GPU, several ranks"): every
 # rank process sees the first visible GPU alone and gets an NCCL_HOSTID of
 # its own, so that NCCL runs several ranks on one GPU through its socket
 # transport. Never a production setting.
-# Exit status: 0 when the run (or the drill) went as expected, 1 when
-# anything failed, 2 for bad options or an unusable backend / host mode.
+# Exit status: 0 when the run (or the drill) went as expected (with
+# --recover: every step self-checked, no request lost), 1 when anything
+# failed, 2 for bad options or an unusable backend / host mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 nodes=2 ranks_per_node=4 tp="" pp="" ep="" steps=50 backend=gloo hosts=local
-kill_rank="" at_step="" keep_logs=0
+kill_rank="" kill_node="" at_step="" keep_logs=0 recover=0
 example_args=()
 while (($#)); do
   case "$1" in
@@ -46,6 +65,8 @@ while (($#)); do
     --backend=*) backend="${1#*=}" ;;
     --hosts=*) hosts="${1#*=}" ;;
     --kill-rank=*) kill_rank="${1#*=}" ;;
+    --kill-node=*) kill_node="${1#*=}" ;;
+    --recover) recover=1 ;;
     --at-step=*) at_step="${1#*=}" ;;
     --keep-logs) keep_logs=1 ;;
     --) shift; example_args=("$@"); break ;;
@@ -78,15 +99,34 @@ dp=$rest
   usage_error "--backend=$backend: use gloo or nccl"
 [[ "$hosts" == local || "$hosts" == netns ]] ||
   usage_error "--hosts=$hosts: use local or netns"
+[[ -n "$kill_rank" && -n "$kill_node" ]] &&
+  usage_error "--kill-rank and --kill-node: one drill at a time"
 if [[ -n "$kill_rank" ]]; then
   [[ "$kill_rank" =~ ^[0-9]+$ ]] && ((kill_rank < world)) ||
     usage_error "--kill-rank=$kill_rank: must be a rank in 0..$((world - 1))"
   ((world > 1)) || usage_error "--kill-rank needs at least 2 ranks"
+  ((recover && kill_rank == 0)) &&
+    usage_error "--kill-rank=0 --recover: rank 0 checks every step and" \
+      "prints the summary (a replacement could check only the steps after" \
+      "the loss); kill another rank"
+fi
+if [[ -n "$kill_node" ]]; then
+  ((recover)) || usage_error "--kill-node needs --recover"
+  [[ "$kill_node" =~ ^[0-9]+$ ]] && ((kill_node >= 1 && kill_node < nodes)) ||
+    usage_error "--kill-node=$kill_node: must be a node in 1..$((nodes - 1))" \
+      "(node 0's daemon coordinates the job: its loss is always terminal)"
+fi
+if [[ -n "$kill_rank$kill_node" ]]; then
   [[ -n "$at_step" ]] || at_step=$(((steps + 1) / 2))
   is_count "$at_step" && ((at_step <= steps)) ||
     usage_error "--at-step=$at_step: must be in 1..$steps"
 elif [[ -n "$at_step" ]]; then
-  usage_error "--at-step needs --kill-rank"
+  usage_error "--at-step needs --kill-rank or --kill-node"
+fi
+if ((recover)) && [[ -n "${RANKD_KIT_RANKS_ON_ONE_GPU:-}" ]]; then
+  usage_error "--recover starts ranks through rankrun, which gives every" \
+    "rank of a node one environment: RANKD_KIT_RANKS_ON_ONE_GPU is not" \
+    "supported with it"
 fi
 if [[ "$hosts" == netns ]]; then
   if [[ $(id -u) -ne 0 ]]; then
@@ -105,7 +145,7 @@ else
   tools/setup.sh
   echo "== building (bazel -c opt; the first build takes a few minutes)"
   if ! bazel build -c opt //daemon:rankd //client:rankctl //examples:serving \
-      >/tmp/rankd-build.$$.log 2>&1; then
+      //launcher:rankrun >/tmp/rankd-build.$$.log 2>&1; then
     grep -E "ERROR|error:" /tmp/rankd-build.$$.log | head -20 >&2
     rm -f /tmp/rankd-build.$$.log
     echo "run.sh: build failed" >&2
@@ -115,8 +155,10 @@ else
   bin=$(bazel info -c opt bazel-bin 2>/dev/null)
 fi
 rankd="$bin/daemon/rankd" rankctl="$bin/client/rankctl"
-serving="$bin/examples/serving"
-for b in "$rankd" "$rankctl" "$serving"; do
+serving="$bin/examples/serving" rankrun="$bin/launcher/rankrun"
+needed=("$rankd" "$rankctl" "$serving")
+((recover)) && needed+=("$rankrun")
+for b in "${needed[@]}"; do
   [[ -x "$b" ]] || { echo "run.sh: $b is missing (build failed?)" >&2; exit 1; }
 done
 if [[ "$backend" == nccl ]]; then
@@ -235,34 +277,41 @@ for ((n = 1; n < nodes; n++)); do
   node_creds+=("$own")
 done
 echo "== starting $nodes rankd daemons: job '$job', world $world = $nodes nodes x $ranks_per_node ranks, tp$tp pp$pp ep$ep dp$dp, $backend"
-daemon_pids=()
-for ((n = 0; n < nodes; n++)); do
+((recover)) && echo "   in-place recovery: --recovery=on; each node's ranks under rankrun --max_restarts"
+daemon_pids=() daemon_logs=()
+start_daemon() {  # node log: node's daemon, in the background (daemon_pids)
+  local n=$1 args
   args=(--job_id="$job" --nnodes="$nodes" --node_index="$n"
         --nproc_per_node="$ranks_per_node" --tensor_parallel="$tp"
         --pipeline_parallel="$pp" --expert_parallel="$ep"
         --listen="${addr[$n]}" --socket="$dir/node$n.sock"
         --credentials_dir="${node_creds[$n]}")
   ((n > 0)) && args+=(--coordinator="${addr[0]}")
-  ${run_in[$n]} "$rankd" "${args[@]}" >"$dir/daemon$n.log" 2>&1 &
+  # A lost rank or node moves the job to its next epoch instead of failing
+  # it; a recovery that takes over a minute fails it after all.
+  ((recover)) && args+=(--recovery=on --recovery_deadline_ms=60000)
+  ${run_in[$n]} "$rankd" "${args[@]}" >"$2" 2>&1 &
   pids+=($!)
-  daemon_pids+=($!)
-done
-for ((n = 0; n < nodes; n++)); do
-  ready=0
+  daemon_pids[$n]=$!
+  daemon_logs[$n]=$2
+}
+await_daemon() {  # node log: waits until it is ready (registered), else exits 1
+  local n=$1
   for _ in $(seq 150); do
     if "$rankctl" --target="${addr[$n]}" --service=readiness --timeout_ms=1000 \
         health >/dev/null 2>&1; then
-      ready=1
-      break
+      return 0
     fi
     kill -0 "${daemon_pids[$n]}" 2>/dev/null || break
     sleep 0.1
   done
-  if ((!ready)); then
-    echo "run.sh: daemon of node $n (${addr[$n]}) did not become ready:" >&2
-    tail -5 "$dir/daemon$n.log" >&2
-    exit 1
-  fi
+  echo "run.sh: daemon of node $n (${addr[$n]}) did not become ready:" >&2
+  tail -5 "$2" >&2
+  exit 1
+}
+for ((n = 0; n < nodes; n++)); do start_daemon "$n" "$dir/daemon$n.log"; done
+for ((n = 0; n < nodes; n++)); do
+  await_daemon "$n" "$dir/daemon$n.log"
   role=""
   ((n == 0)) && role=" (coordinator)"
   echo "   node $n: rankd at ${addr[$n]}$role, ranks $((n * ranks_per_node))-$(((n + 1) * ranks_per_node - 1)) on unix://$dir/node$n.sock"
@@ -271,62 +320,170 @@ echo "   inspect it while it runs: $rankctl --target=${addr[0]} --token_file=$cr
 echo "                             grpcurl -plaintext -H \"authorization: Bearer \$(cat $creds/operator.token)\" -d '{}' ${addr[0]} rankd.v1.Admin/ListMembers"
 
 # ---- ranks -------------------------------------------------------------------
-echo "== starting $world serving ranks (examples/serving, $steps steps)"
-rank_pids=()
-for ((n = 0; n < nodes; n++)); do
+# The drill's victims: rank R, or every rank of node N.
+victims=()
+if [[ -n "$kill_rank" ]]; then
+  victims=("$kill_rank")
+elif [[ -n "$kill_node" ]]; then
   for ((l = 0; l < ranks_per_node; l++)); do
-    r=$((n * ranks_per_node + l))
-    extra=()
-    [[ "$kill_rank" == "$r" ]] && extra+=(--stall_at_step="$at_step")
-    token=$("$rankctl" credentials rank-token "$creds" "$job" "$n" "$r")
-    gpu_env=()
-    if [[ -n "${RANKD_KIT_RANKS_ON_ONE_GPU:-}" ]]; then
-      visible="${CUDA_VISIBLE_DEVICES:-0}"
-      gpu_env=("CUDA_VISIBLE_DEVICES=${visible%%,*}"
-               "NCCL_HOSTID=rankd-kit-$job-rank$r")
-    fi
-    env "${gpu_env[@]}" RANKD_RANK_TOKEN="$token" ${run_in[$n]} "$serving" --target="unix://$dir/node$n.sock" \
-      --job_id="$job" --local_rank="$l" --world_size="$world" \
-      --backend="$backend" --steps="$steps" --hostname="${ip_of[$n]}" \
-      "${extra[@]}" "${example_args[@]}" >"$dir/rank$r.log" 2>&1 &
-    pids+=($!)
-    rank_pids+=($!)
+    victims+=($((kill_node * ranks_per_node + l)))
   done
-done
+fi
+echo "== starting $world serving ranks (examples/serving, $steps steps)"
+rank_pids=()     # without --recover: rank -> pid
+rankrun_pids=()  # with --recover: node -> pid of its rankrun
+rank_logs=()     # with --recover: every rankrun's output, in start order
+start_rankrun() {  # node log [serving flags...]: node's ranks under rankrun
+  local n=$1 log=$2
+  shift 2
+  # The ranks' output comes labelled "[rank R] " through rankrun; the
+  # loop below files it per rank. A restart (--max_restarts) is the same
+  # command line in a new process, which knows it joined a later epoch.
+  ${run_in[$n]} "$rankrun" --daemon=reuse --rankd_socket="$dir/node$n.sock" \
+    --credentials_dir="${node_creds[$n]}" --max_restarts=3 \
+    --restart_backoff_ms=100 --stop_grace_ms=5000 -- \
+    "$serving" --target="{target}" --local_rank="{local_rank}" \
+    --job_id="$job" --world_size="$world" --backend="$backend" \
+    --steps="$steps" --hostname="${ip_of[$n]}" --recover "$@" \
+    "${example_args[@]}" >"$log" 2>&1 &
+  pids+=($!)
+  rankrun_pids[$n]=$!
+  rank_logs+=("$log")
+}
+if ((recover)); then
+  for ((n = 0; n < nodes; n++)); do
+    extra=()
+    if ((${#victims[@]})); then
+      extra=(--stall_at_step="$at_step"
+             --stall_ranks="$(IFS=,; echo "${victims[*]}")")
+    fi
+    start_rankrun "$n" "$dir/ranks-node$n.log" "${extra[@]}"
+  done
+else
+  for ((n = 0; n < nodes; n++)); do
+    for ((l = 0; l < ranks_per_node; l++)); do
+      r=$((n * ranks_per_node + l))
+      extra=()
+      [[ "$kill_rank" == "$r" ]] && extra+=(--stall_at_step="$at_step")
+      token=$("$rankctl" credentials rank-token "$creds" "$job" "$n" "$r")
+      gpu_env=()
+      if [[ -n "${RANKD_KIT_RANKS_ON_ONE_GPU:-}" ]]; then
+        visible="${CUDA_VISIBLE_DEVICES:-0}"
+        gpu_env=("CUDA_VISIBLE_DEVICES=${visible%%,*}"
+                 "NCCL_HOSTID=rankd-kit-$job-rank$r")
+      fi
+      env "${gpu_env[@]}" RANKD_RANK_TOKEN="$token" ${run_in[$n]} "$serving" --target="unix://$dir/node$n.sock" \
+        --job_id="$job" --local_rank="$l" --world_size="$world" \
+        --backend="$backend" --steps="$steps" --hostname="${ip_of[$n]}" \
+        "${extra[@]}" "${example_args[@]}" >"$dir/rank$r.log" 2>&1 &
+      pids+=($!)
+      rank_pids+=($!)
+    done
+  done
+fi
 
+# With --recover, rankR.log is rebuilt from the rankruns' labelled output
+# (every process that served as rank R, in order).
+split_rank_logs() {
+  ((recover)) || return 0
+  awk -v d="$dir" '/^\[rank [0-9]+\] / {
+      r = $2; sub(/\]$/, "", r); line = $0; sub(/^\[rank [0-9]+\] /, "", line)
+      print line > (d "/rank" r ".log") }' "${rank_logs[@]}"
+}
 # Rank 0's lines (progress, summary) as they come; the operator's view once
 # the job is serving; the drill's kill when the victim stalls.
-shown=0 operator_view=0 killed_at=""
+shown=0 operator_view=0 killed_at="" killed_us="" node_ready_us=""
 show_rank0() {
   local total
+  [[ -f "$dir/rank0.log" ]] || return 0
   total=$(wc -l <"$dir/rank0.log" 2>/dev/null || echo 0)
   if ((total > shown)); then
     # (FAILED / CAUSE lines are reported per rank at the end.)
     sed -n "$((shown + 1)),${total}p" "$dir/rank0.log" |
-      grep -v -E '^(READY|FAILED|CAUSE) ' || true
+      grep -v -E '^(READY|FAILED|CAUSE|LOSS|REFORMED|RESUMING|RESUMED|JOINED) ' || true
     shown=$total
   fi
 }
 running() {
   local pid
-  for pid in "${rank_pids[@]}"; do kill -0 "$pid" 2>/dev/null && return 0; done
+  for pid in "${rank_pids[@]}" "${rankrun_pids[@]}"; do
+    kill -0 "$pid" 2>/dev/null && return 0
+  done
   return 1
+}
+# The pid in the last "STALLING rank=R ... pid=P" line of rank R; empty
+# before it stalls.
+stalled_pid() {
+  sed -nE 's/^STALLING rank=[0-9]+ step=[0-9]+ pid=([0-9]+).*/\1/p' \
+    "$dir/rank$1.log" 2>/dev/null | tail -1
+}
+# Whether `pid` is a process of this run (its command line names the run's
+# folder): a pid read from a log is checked before it is killed.
+ours() { grep -qF -- "$dir" "/proc/$1/cmdline" 2>/dev/null; }
+kill_victims() {  # the drill: kill -9 every victim (and with --kill-node, its node)
+  local r pid targets=() what
+  for r in "${victims[@]}"; do
+    pid=$(stalled_pid "$r")
+    ours "$pid" && targets+=("$pid")
+  done
+  if [[ -n "$kill_node" ]]; then
+    # The node's rankrun first in the list, so it restarts nothing; its
+    # daemon; its ranks.
+    targets=("${rankrun_pids[$kill_node]}" "${daemon_pids[$kill_node]}" "${targets[@]}")
+  fi
+  killed_us=$(date +%s%6N)
+  killed_at=$((killed_us / 1000))
+  kill -KILL "${targets[@]}" 2>/dev/null || true
+  if ((recover)); then
+    what="pid ${targets[*]}"
+    if [[ -n "$kill_node" ]]; then
+      wait "${rankrun_pids[$kill_node]}" "${daemon_pids[$kill_node]}" 2>/dev/null || true
+      forget "${rankrun_pids[$kill_node]}" "${daemon_pids[$kill_node]}"
+      echo "== recovery drill: kill -9 node $kill_node at step $at_step: its daemon (pid ${daemon_pids[$kill_node]}), rankrun (pid ${rankrun_pids[$kill_node]}) and ranks ${victims[*]} (pids ${targets[*]:2})"
+      # As its orchestrator would: a new daemon for the node (the same
+      # index, address and socket; a new incarnation), then its ranks.
+      start_daemon "$kill_node" "$dir/daemon$kill_node.2.log"
+      await_daemon "$kill_node" "$dir/daemon$kill_node.2.log"
+      node_ready_us=$(date +%s%6N)
+      echo "   node $kill_node: replacement rankd (pid ${daemon_pids[$kill_node]}) registered after $(((node_ready_us - killed_us) / 1000)) ms; starting its ranks"
+      start_rankrun "$kill_node" "$dir/ranks-node$kill_node.2.log"
+    else
+      echo "== recovery drill: kill -9 rank $kill_rank ($what, node $((kill_rank / ranks_per_node))) at step $at_step; rankrun restarts it"
+    fi
+  else
+    wait "${rank_pids[$kill_rank]}" 2>/dev/null || true
+    forget "${rank_pids[$kill_rank]}"
+    echo "== failure drill: kill -9 rank $kill_rank (pid ${rank_pids[$kill_rank]}, node $((kill_rank / ranks_per_node))) at step $at_step"
+  fi
+}
+# Drops reaped pids from the cleanup list (a reaped pid may be reused).
+forget() {
+  local gone kept=() pid
+  for pid in "${pids[@]}"; do
+    for gone in "$@"; do [[ "$pid" == "$gone" ]] && continue 2; done
+    kept+=("$pid")
+  done
+  pids=("${kept[@]}")
+}
+all_stalled() {
+  local r
+  for r in "${victims[@]}"; do [[ -n "$(stalled_pid "$r")" ]] || return 1; done
+  return 0
 }
 deadline=$(($(now_ms) + (120 + steps) * 1000))
 hung=0
 while running; do
+  split_rank_logs
   show_rank0
   if ((!operator_view)) && grep -q '^SERVING ' "$dir/rank0.log" 2>/dev/null; then
     operator_view=1
     echo "== the job as an operator sees it now (rankctl --target=${addr[0]} members)"
     "$rankctl" --target="${addr[0]}" "${operator[@]}" members 2>&1 | sed 's/^/   /' || true
   fi
-  if [[ -n "$kill_rank" && -z "$killed_at" ]] &&
-      grep -q '^STALLING ' "$dir/rank$kill_rank.log" 2>/dev/null; then
-    killed_at=$(now_ms)
-    { kill -KILL "${rank_pids[$kill_rank]}" && wait "${rank_pids[$kill_rank]}"; } 2>/dev/null || true
-    echo "== failure drill: kill -9 rank $kill_rank (pid ${rank_pids[$kill_rank]}, node $((kill_rank / ranks_per_node))) at step $at_step"
-    deadline=$((killed_at + 30000))
+  if ((${#victims[@]})) && [[ -z "$killed_at" ]] && all_stalled; then
+    kill_victims
+    # The failure drill ends within 30 s of the kill; a recovery within 60.
+    deadline=$((killed_at + (recover ? 60000 + steps * 1000 : 30000)))
   fi
   if (($(now_ms) > deadline)); then
     hung=1
@@ -334,27 +491,135 @@ while running; do
   fi
   sleep 0.1
 done
+split_rank_logs
 show_rank0
 
 failed=0
 if ((hung)); then
   still=()
-  for ((r = 0; r < world; r++)); do
-    kill -0 "${rank_pids[$r]}" 2>/dev/null && still+=("$r")
-  done
-  echo "== HANG: ranks ${still[*]} still running at the deadline; stopping them"
+  if ((recover)); then
+    for ((n = 0; n < nodes; n++)); do
+      kill -0 "${rankrun_pids[$n]}" 2>/dev/null && still+=("node$n")
+    done
+    echo "== HANG: the ranks of ${still[*]} still running at the deadline; stopping them"
+  else
+    for ((r = 0; r < world; r++)); do
+      kill -0 "${rank_pids[$r]}" 2>/dev/null && still+=("$r")
+    done
+    echo "== HANG: ranks ${still[*]} still running at the deadline; stopping them"
+  fi
   failed=1
 fi
 codes=()
-for ((r = 0; r < world; r++)); do
-  kill -KILL "${rank_pids[$r]}" 2>/dev/null || true
-  code=0
-  wait "${rank_pids[$r]}" 2>/dev/null || code=$?
-  codes+=("$code")
-done
+if ((recover)); then
+  # SIGTERM first: rankrun forwards it and stops its ranks, by pid,
+  # SIGKILL after its --stop_grace_ms (5 s); this waits 10 s.
+  for ((n = 0; n < nodes; n++)); do kill -TERM "${rankrun_pids[$n]}" 2>/dev/null || true; done
+  for ((n = 0; n < nodes; n++)); do
+    pid=${rankrun_pids[$n]}
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "== rankrun of node $n did not stop within 10 s of SIGTERM; killing it"
+      kill -KILL "$pid" 2>/dev/null || true
+      failed=1
+    fi
+    code=0
+    wait "$pid" 2>/dev/null || code=$?
+    codes+=("$code")
+  done
+  split_rank_logs
+else
+  for ((r = 0; r < world; r++)); do
+    # (The drill's victim was reaped already: its pid may be another's.)
+    [[ "$r" == "$kill_rank" && -n "$killed_at" ]] ||
+      kill -KILL "${rank_pids[$r]}" 2>/dev/null || true
+    code=0
+    wait "${rank_pids[$r]}" 2>/dev/null || code=$?
+    codes+=("$code")
+  done
+fi
 
 first_line() { grep -m1 -E "$1" "$2" 2>/dev/null | cut -c1-400 || true; }
-if [[ -z "$kill_rank" ]]; then
+# Largest "unix_us=" stamp of the lines matching `pattern` in every rank's
+# log, and how many there were: "<max> <count>".
+latest_stamp() {
+  local pattern=$1
+  cat "$dir"/rank*.log 2>/dev/null | grep -E "$pattern" |
+    sed -nE 's/.* unix_us=([0-9]+).*/\1/p' |
+    awk 'BEGIN { max = 0; n = 0 } { n++; if ($1 + 0 > max) max = $1 + 0 } END { printf "%.0f %d\n", max, n }'
+}
+ms() { printf '%d.%d' $(($1 / 1000)) $((($1 % 1000) / 100)); }
+if ((recover)); then
+  for ((n = 0; n < nodes; n++)); do
+    if ((codes[n] != 0)); then
+      failed=1
+      echo "node $n: rankrun exited with status ${codes[$n]}: $(grep -H '^rankrun: ' "${rank_logs[@]}" 2>/dev/null | grep -F "/ranks-node$n." | tail -1 | cut -d: -f2- | cut -c1-400)"
+    fi
+  done
+  for ((r = 0; r < world; r++)); do
+    if ! grep -q "^DONE rank=$r " "$dir/rank$r.log" 2>/dev/null; then
+      failed=1
+      why=$(grep -E '^(FAILED|STOPPED|SELF-CHECK|ERROR|REFUSED)' "$dir/rank$r.log" 2>/dev/null | tail -1 | cut -c1-400)
+      echo "rank $r: did not finish: ${why:-$(tail -1 "$dir/rank$r.log" 2>/dev/null)}"
+    fi
+  done
+  if ! grep -q "^  self-check    PASSED: $steps/$steps steps" "$dir/rank0.log"; then
+    echo "== the self-check did not pass for every one of the $steps steps"
+    failed=1
+  fi
+  ledger=$(grep -m1 '^  requests ' "$dir/rank0.log" || true)
+  if ((${#victims[@]})); then
+    if [[ -z "$killed_at" ]]; then
+      echo "== drill: the victims never all reached step $at_step"
+      failed=1
+    fi
+    if [[ "$ledger" =~ ([0-9,]+)\ in\ flight\ at\ the\ loss,\ ([0-9,]+)\ re-run,\ ([0-9,]+)\ lost ]]; then
+      in_flight=${BASH_REMATCH[1]//,/} rerun=${BASH_REMATCH[2]//,/} lost=${BASH_REMATCH[3]//,/}
+      if ((lost != 0 || rerun != in_flight)); then
+        echo "== requests lost: $lost of the $in_flight in flight at the loss were not served again"
+        failed=1
+      fi
+    else
+      echo "== rank 0 reported no recovery: ${ledger:-no summary}"
+      failed=1
+    fi
+    # The recovery's phases, from run.sh's kill and the ranks' stamps
+    # (CLOCK_REALTIME microseconds, comparable on this one host).
+    read -r loss_us losses < <(latest_stamp '^LOSS rank=[0-9]+ step=[0-9]+ epoch=1 ')
+    read -r joined_us joins < <(latest_stamp '^JOINED ')
+    read -r reformed_us reforms < <(latest_stamp '^REFORMED ')
+    read -r resumed_us resumes < <(latest_stamp '^RESUMED ')
+    epoch=$(sed -nE 's/^RESUMED .* epoch=([0-9]+) .*/\1/p' "$dir/rank0.log" | tail -1)
+    if [[ -n "$killed_us" ]] && ((losses > 0 && joins > 0 && reforms > 0 && resumes > 0)); then
+      p1=$((loss_us > killed_us ? loss_us : killed_us))
+      p2=$((joined_us > p1 ? joined_us : p1))
+      p3=$((reformed_us > p2 ? reformed_us : p2))
+      p4=$((resumed_us > p3 ? resumed_us : p3))
+      if [[ -n "$kill_node" ]]; then
+        lost_what="node $kill_node (daemon and ranks ${victims[0]}-${victims[-1]})"
+        replaced="the replacement daemon registered node $kill_node (+$(ms $((node_ready_us - killed_us))) ms) and its $joins ranks joined epoch ${epoch:-?}"
+      else
+        lost_what="rank $kill_rank"
+        replaced="rankrun restarted rank $kill_rank; the replacement joined epoch ${epoch:-?}"
+      fi
+      echo "== recovery: $lost_what killed at step $at_step; serving again after $(ms $((p4 - killed_us))) ms (loss -> first step served at epoch ${epoch:-?})"
+      printf '   %-11s %9s ms  %s\n' \
+        detect "$(ms $((p1 - killed_us)))" "kill -9 -> all $losses surviving ranks saw the loss (LOSS)" \
+        replace "$(ms $((p2 - p1)))" "-> $replaced (JOINED)" \
+        re-form "$(ms $((p3 - p2)))" "-> all $reforms ranks' sessions formed at epoch ${epoch:-?} (REFORMED; survivors kept their shards)" \
+        "first step" "$(ms $((p4 - p3)))" "-> step $at_step served again and self-checked on all $resumes ranks (RESUMED)"
+      echo "   (time stamps: CLOCK_REALTIME microseconds of this host, from run.sh's kill and every rank's log)"
+      echo "   requests: ${ledger#  requests      }"
+      if ((resumes != world)); then
+        echo "== only $resumes of $world ranks served a step after the recovery"
+        failed=1
+      fi
+    else
+      echo "== recovery phases missing: kill=${killed_us:-none} LOSS=$losses JOINED=$joins REFORMED=$reforms RESUMED=$resumes lines"
+      failed=1
+    fi
+  fi
+elif [[ -z "$kill_rank" ]]; then
   for ((r = 0; r < world; r++)); do
     if ((codes[r] != 0)); then
       failed=1
@@ -409,7 +674,7 @@ for ((n = 0; n < nodes; n++)); do
   code=0
   wait "$pid" 2>/dev/null || code=$?
   if ((code != 0)); then
-    echo "== daemon of node $n exited with status $code: $(tail -1 "$dir/daemon$n.log")"
+    echo "== daemon of node $n exited with status $code: $(tail -1 "${daemon_logs[$n]}")"
     failed=1
   fi
 done
@@ -426,7 +691,17 @@ if [[ "$hosts" == netns ]] && ip netns list | grep -q "^rankd-$tag-"; then
 fi
 what="$((${#pids[@]})) processes stopped"
 [[ "$hosts" == netns ]] && what+=", ${#namespaces[@]} network namespaces removed"
-if [[ -z "$kill_rank" ]]; then
+if ((recover)); then
+  if ((failed)); then
+    echo "== FAILED: the run with in-place recovery did not go as expected (logs in $dir)"
+    exit 1
+  fi
+  if ((${#victims[@]})); then
+    echo "== OK: recovered in place from the loss of ${kill_node:+node $kill_node (ranks ${victims[*]})}${kill_rank:+rank $kill_rank}: $world ranks served $steps self-checked steps, no request lost; shut down cleanly, no process left behind ($what)"
+  else
+    echo "== OK: $world ranks served $steps self-checked steps (recovery on, nothing lost); shut down cleanly, no process left behind ($what)"
+  fi
+elif [[ -z "$kill_rank" ]]; then
   if ((failed)); then
     echo "== FAILED (see above; logs in $dir)"
     exit 1

@@ -80,6 +80,23 @@ class Collectives {
   // "gloo" or "nccl".
   virtual const char* backend() const = 0;
 
+  // The job epoch the current session belongs to (1 until a re-form).
+  virtual uint64_t epoch() const = 0;
+
+  // Re-forms the data plane after a loss ended the session's epoch (rankd
+  // --recovery=on; docs/dataplane.md, "Re-forming after a loss"): the ended
+  // session is aborted and dropped, this rank joins the next epoch through
+  // its control plane and a new session is opened there with the same
+  // options (GlooSession::Reform, NcclSession::Reform), all within
+  // `timeout`. Every rank of the new epoch must re-form (a replacement:
+  // open) its session before its next operation. What the caller owns (the
+  // model shard) is untouched; the statistics carry on.
+  // Errors: the backend's Reform errors (DeadlineExceeded naming the epoch
+  // and the missing ranks; the ended session's error class when the job
+  // failed for good). After a failed Reform there is no session: every
+  // later operation fails with FailedPrecondition.
+  virtual absl::Status Reform(absl::Duration timeout) = 0;
+
   // World-wide all_gather_words over the control plane: the rank-major
   // concatenation of every rank's equal-length frame.
   virtual absl::StatusOr<std::vector<uint32_t>> AllGatherWords(

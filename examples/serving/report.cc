@@ -167,6 +167,18 @@ std::string SummaryTable(const RunSummary& s) {
       "self-check", s.check_passed ? "PASSED" : "FAILED", s.checked_steps,
       s.steps, Thousands(s.checked_values), s.max_abs_error, s.tolerance,
       s.checked_steps > 0 ? Ms(s.check_time) / s.checked_steps : 0.0);
+  absl::StrAppendFormat(&out, "  %-13s %s served", "requests",
+                        Thousands(s.requests));
+  if (s.recoveries > 0) {
+    absl::StrAppendFormat(
+        &out,
+        "; %d loss%s recovered in place: %s in flight at the loss, %s "
+        "re-run, %s lost",
+        s.recoveries, s.recoveries == 1 ? "" : "es",
+        Thousands(s.requests_in_flight), Thousands(s.requests_rerun),
+        Thousands(s.requests_lost));
+  }
+  out += "\n";
   absl::StrAppendFormat(&out, "\n  %-17s %-24s %5s %10s %9s %9s %7s\n",
                         "collective", "used for", "ranks", "calls/rank",
                         "ms/call", "ms/rank", "of run");

@@ -69,6 +69,13 @@ struct RunSummary {
   std::string tolerance;
   bool check_passed = true;
   std::vector<RankReport> ranks;
+  // Rank 0's request ledger (request_ledger.h) and the losses this run
+  // recovered from in place (--recover).
+  uint64_t requests = 0;
+  uint32_t recoveries = 0;
+  uint64_t requests_in_flight = 0;
+  uint64_t requests_rerun = 0;
+  uint64_t requests_lost = 0;
 };
 
 // The multi-line summary table (ends with a newline).

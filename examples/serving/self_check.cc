@@ -23,6 +23,12 @@ SelfCheck::SelfCheck(const ModelSpec& spec, const ServingLayout& layout,
   }
 }
 
+void SelfCheck::SkipTo(uint32_t step) {
+  for (uint32_t s = 1; s < step; ++s) {
+    for (RequestStream& stream : streams_) stream.Next();
+  }
+}
+
 StepCheck SelfCheck::Check(const StepPlan& plan, const Matrix& gathered,
                            size_t rows_per_rank) {
   StepCheck result;

@@ -59,6 +59,11 @@ class SelfCheck {
   StepCheck Check(const StepPlan& plan, const Matrix& gathered,
                   size_t rows_per_rank);
 
+  // A rank 0 that replaced a lost one (rankd --recovery=on) starts checking
+  // at `step`: replays the request streams of the steps before it. Only
+  // before the first Check.
+  void SkipTo(uint32_t step);
+
  private:
   ServingLayout layout_;
   Tolerance tolerance_;

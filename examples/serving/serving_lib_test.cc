@@ -1,6 +1,7 @@
 // Unit tests of the serving example's pure parts: model spec, request
 // streams, batch frames, shard math against the reference, expert dispatch
-// plans, the self-check and the report. The multi-process run (real
+// plans, the self-check and the report; what recovery adds (the step to
+// resume at, the request ledger). The multi-process run (real
 // daemons, Gloo) is //tests:run_sh_test.
 #include <cmath>
 #include <cstdint>
@@ -19,7 +20,9 @@
 #include "examples/serving/moe_dispatch.h"
 #include "examples/serving/reference_model.h"
 #include "examples/serving/report.h"
+#include "examples/serving/request_ledger.h"
 #include "examples/serving/request_stream.h"
+#include "examples/serving/resume_agreement.h"
 #include "examples/serving/self_check.h"
 #include "gtest/gtest.h"
 
@@ -154,6 +157,10 @@ TEST(ModelShardTest, TensorSlicesSumToTheFullMlp) {
 class NoCollectives : public Collectives {
  public:
   const char* backend() const override { return "none"; }
+  uint64_t epoch() const override { return 1; }
+  absl::Status Reform(absl::Duration) override {
+    return absl::UnimplementedError("none");
+  }
   absl::StatusOr<std::vector<uint32_t>> AllGatherWords(
       absl::Span<const uint32_t>) override {
     return absl::UnimplementedError("none");
@@ -266,6 +273,121 @@ TEST(SelfCheckTest, NamesADivergedBatch) {
   EXPECT_TRUE(
       absl::StrContains(result.status.message(), "its request stream has"))
       << result.status;
+}
+
+// A replaced rank 0 checks from the step the job resumed at.
+TEST(SelfCheckTest, SkipToStartsAtTheResumedStep) {
+  const ServingLayout layout = MakeLayout({}, 0);
+  const ModelSpec spec = SpecFor({});
+  const ReferenceModel reference(spec);
+  SelfCheck check(spec, layout, Tolerance{});
+  check.SkipTo(4);
+  std::vector<RequestStream> streams;
+  streams.emplace_back(spec.seed, 0, 1);
+  for (uint32_t step = 1; step < 4; ++step) NextPlan(streams, step);
+  const StepPlan plan = NextPlan(streams, 4);
+  const StepCheck result = check.Check(plan, reference.Forward(plan.slots[0]),
+                                       plan.max_slot_tokens());
+  EXPECT_TRUE(result.status.ok()) << result.status;
+}
+
+std::vector<uint32_t> ResumeWords(
+    const std::vector<std::pair<uint32_t, uint64_t>>& frames) {
+  std::vector<uint32_t> words;
+  for (const auto& [step, epoch] : frames) {
+    const std::vector<uint32_t> f = EncodeResumeFrame(step, epoch);
+    words.insert(words.end(), f.begin(), f.end());
+  }
+  return words;
+}
+
+TEST(ResumeAgreementTest, ReplacementsLearnTheSurvivorsStep) {
+  auto step = DecodeResumeFrames(
+      4, 2, ResumeWords({{10, 2}, {kUnknownStep, 2}, {10, 2}, {10, 2}}));
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ(*step, 10u);
+}
+
+TEST(ResumeAgreementTest, RefusesDisagreementAndNamesTheRanks) {
+  auto step = DecodeResumeFrames(
+      5, 3, ResumeWords({{10, 3}, {10, 3}, {11, 3}, {10, 3}, {0, 3}}));
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(
+      absl::StrContains(step.status().message(),
+                        "step 10 from ranks 0-1, 3; step 11 from rank 2"))
+      << step.status();
+
+  step = DecodeResumeFrames(2, 2, ResumeWords({{0, 2}, {0, 2}}));
+  ASSERT_FALSE(step.ok());
+  EXPECT_TRUE(absl::StrContains(step.status().message(), "no rank knows"))
+      << step.status();
+
+  step = DecodeResumeFrames(2, 2, ResumeWords({{4, 2}, {4, 1}}));
+  ASSERT_FALSE(step.ok());
+  EXPECT_TRUE(
+      absl::StrContains(step.status().message(), "rank 1 are at another epoch"))
+      << step.status();
+
+  std::vector<uint32_t> words = ResumeWords({{4, 2}, {4, 2}});
+  words[3] = 0;  // rank 1's magic
+  step = DecodeResumeFrames(2, 2, words);
+  ASSERT_FALSE(step.ok());
+  EXPECT_TRUE(absl::StrContains(step.status().message(),
+                                "malformed frames from rank 1"))
+      << step.status();
+  step = DecodeResumeFrames(3, 2, ResumeWords({{4, 2}, {4, 2}}));
+  EXPECT_FALSE(step.ok());
+}
+
+StepPlan PlanOf(uint32_t step, std::vector<std::vector<RequestSlice>> slots) {
+  StepPlan plan;
+  plan.step = step;
+  for (auto& requests : slots) plan.slots.push_back({std::move(requests)});
+  return plan;
+}
+
+TEST(RequestLedgerTest, CountsServedInFlightReRunAndLost) {
+  RequestLedger ledger;
+  ledger.Completed(PlanOf(1, {{{1, 0, 4}}, {{2, 0, 3}}}));
+  ledger.Completed(PlanOf(2, {{{1, 4, 1}, {3, 0, 2}}, {{2, 3, 1}}}));
+  EXPECT_EQ(ledger.served(), 3u);
+  // Step 3 is interrupted with 3 requests in flight; a second loss during
+  // its re-run counts them once.
+  const StepPlan third = PlanOf(3, {{{1, 5, 1}, {3, 2, 1}}, {{2, 4, 1}}});
+  ledger.Interrupted(third);
+  ledger.Interrupted(third);
+  EXPECT_EQ(ledger.in_flight(), 3u);
+  EXPECT_EQ(ledger.lost(), 3u);  // not served again yet
+  ledger.Completed(third);
+  EXPECT_EQ(ledger.rerun(), 3u);
+  EXPECT_EQ(ledger.lost(), 0u);
+  EXPECT_EQ(ledger.served(), 3u);
+
+  // A re-run that misses a request (or serves other tokens of it) loses it.
+  const StepPlan fourth = PlanOf(4, {{{1, 6, 1}, {5, 0, 3}}, {{2, 5, 1}}});
+  ledger.Interrupted(fourth);
+  ledger.Completed(PlanOf(4, {{{1, 6, 1}}, {{2, 5, 2}}}));
+  EXPECT_EQ(ledger.in_flight(), 6u);
+  EXPECT_EQ(ledger.rerun(), 4u);
+  EXPECT_EQ(ledger.lost(), 2u);
+}
+
+TEST(ReportTest, SummaryCountsRequestsAndRecoveries) {
+  RunSummary summary;
+  summary.layout = MakeLayout({}, 0);
+  summary.requests = 37;
+  std::string table = SummaryTable(summary);
+  EXPECT_TRUE(absl::StrContains(table, "requests      37 served\n")) << table;
+  summary.recoveries = 1;
+  summary.requests_in_flight = 6;
+  summary.requests_rerun = 6;
+  table = SummaryTable(summary);
+  EXPECT_TRUE(absl::StrContains(
+      table,
+      "37 served; 1 loss recovered in place: 6 in flight at the loss, 6 "
+      "re-run, 0 lost"))
+      << table;
 }
 
 TEST(ReportTest, PercentilesAndReportsRoundTrip) {

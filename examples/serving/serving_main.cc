@@ -16,6 +16,20 @@
 //   gather outputs          all_gather, checked by rank 0 against a
 //                           single-process reference (self_check.h)
 //
+// With --recover (the daemons run with --recovery=on; docs/operations.md,
+// "Recovering in place: the demo") a lost rank or node does not end the
+// run: a step that fails because the job lost a member is served again.
+// Each survivor re-forms its session at the job's next epoch
+// (Collectives::Reform: GlooSession::Reform / NcclSession::Reform, which
+// rejoin through Client::Rejoin), keeps its model shard, and re-runs the
+// failed step with the batch it already had. A replacement process (one
+// that joins a recovering job, at epoch 2 or later: rankrun restarted it,
+// or a new node daemon's ranks) loads its shard and opens its session at
+// that epoch. Then every rank agrees on the step to resume at in one round
+// (resume_agreement.h: survivors name the failed step, a replacement says
+// it does not know) and serving goes on; rank 0 counts the requests in
+// flight at the loss and their re-runs (request_ledger.h).
+//
 // It serves --steps steps, or with --steps=0 until it gets SIGTERM or
 // SIGINT (how Kubernetes stops a container). A stop signal does not end the
 // process at once: the rank finishes its current step and says so at the
@@ -33,7 +47,15 @@
 //   PROGRESS step S/N  tokens T  X tokens/s  ranks 8/8 up          (rank 0;
 //                           "PROGRESS step S  ..." with --steps=0)
 //   SELF-CHECK FAILED ...                                          (rank 0)
-//   STALLING rank=R step=S                                   (drill victim)
+//   STALLING rank=R step=S pid=P                             (drill victim)
+//   JOINED rank=R epoch=E unix_us=T restart=N     (a replacement; N from
+//                           $RANKD_RESTART_COUNT, 0 when unset)
+//   LOSS rank=R step=S epoch=E unix_us=T CODE: <op>: <message>  (--recover:
+//                           a survivor saw the loss that ended epoch E)
+//   REFORMED rank=R epoch=E unix_us=T shard=kept|loaded  (session at E)
+//   RESUMING rank=R step=S epoch=E                (the agreed step)
+//   RESUMED rank=R step=S epoch=E unix_us=T       (first step served after
+//                           a recovery, on this rank)
 //   SIGNAL rank=R step=S SIGTERM: every rank stops at this step's agreement
 //   DRAINED rank=R step=S: rank Q got a stop signal; served S-1 steps
 //   FAILED rank=R step=S unix_ms=T CODE: <op>: <message>
@@ -41,10 +63,13 @@
 //   STOPPED rank=R step=S: ...
 //   DONE rank=R tokens=T
 //   == summary ...                                                 (rank 0)
+// The unix_us stamps are CLOCK_REALTIME in microseconds (absl::Now), so
+// tools/run.sh can order them across the processes of one host.
 // Exit status: 0 served (all --steps, or until a stop signal) and the
 // self-check passed; 2 bad flags or backend unavailable; 3 a collective or
 // the job failed (e.g. a peer was lost); 4 the self-check failed.
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -52,13 +77,16 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/admin_client.h"
@@ -73,7 +101,9 @@
 #include "examples/serving/model_shard.h"
 #include "examples/serving/model_spec.h"
 #include "examples/serving/report.h"
+#include "examples/serving/request_ledger.h"
 #include "examples/serving/request_stream.h"
+#include "examples/serving/resume_agreement.h"
 #include "examples/serving/self_check.h"
 
 ABSL_FLAG(std::string, target, "",
@@ -110,7 +140,20 @@ ABSL_FLAG(int, step_interval_ms, 0,
           "paces a long-running server");
 ABSL_FLAG(uint32_t, stall_at_step, 0,
           "failure drill: stall after agreeing on this step (0: never); "
-          "tools/run.sh --kill-rank kills the stalled rank");
+          "tools/run.sh --kill-rank kills the stalled rank. A replacement "
+          "process never stalls");
+ABSL_FLAG(std::string, stall_ranks, "",
+          "the ranks that stall at --stall_at_step, comma-separated (empty: "
+          "this process, whatever its rank); lets one command line, as "
+          "rankrun gives every rank of a node, pick the drill's victims");
+ABSL_FLAG(bool, recover, false,
+          "in-place recovery (the daemons need --recovery=on): after a lost "
+          "rank or node, re-form the session at the next epoch, keep the "
+          "model shard and serve the failed step again");
+ABSL_FLAG(int, recover_timeout_ms, 120000,
+          "the longest one recovery may take, from the failed step to a "
+          "re-formed session and the agreed step (a replacement must join "
+          "within it)");
 ABSL_FLAG(uint32_t, inject_error_at_step, 0,
           "testing the self-check: perturb this rank's outputs at this step "
           "(0: never)");
@@ -129,6 +172,24 @@ void Print(const std::string& line) {
 }
 
 int64_t UnixMs() { return absl::ToUnixMillis(absl::Now()); }
+// CLOCK_REALTIME, the recovery phases' stamps (comparable across processes
+// of one host).
+int64_t UnixUs() { return absl::ToUnixMicros(absl::Now()); }
+
+// $RANKD_RESTART_COUNT, which rankrun sets (0 in a first process).
+uint32_t RestartCount() {
+  const char* value = std::getenv("RANKD_RESTART_COUNT");
+  uint32_t count = 0;
+  if (value == nullptr || !absl::SimpleAtoi(value, &count)) return 0;
+  return count;
+}
+
+// How long a failed operation waits for the job's notice of a failure
+// behind it: to report it, and (--recover) to tell a loss, which is
+// recovered from, from any other error (a node is declared lost after the
+// daemons' --heartbeat_timeout_ms, 2 s by default).
+constexpr absl::Duration kFailureNoticeWait = absl::Seconds(2);
+constexpr absl::Duration kLossNoticeWait = absl::Seconds(10);
 
 // Rank 0 keeps at most twice this many step latencies (the most recent).
 constexpr size_t kMaxLatencySamples = 100000;
@@ -168,6 +229,16 @@ std::string GlooHostname() {
   return hostname;
 }
 
+// What one step came to.
+struct StepOutcome {
+  enum class Kind { kServed, kStopped, kDrained, kStall };
+  Kind kind = Kind::kServed;
+  StepPlan plan;
+  // Every rank's outputs, `rows` rows each (rank 0 checks them).
+  Matrix gathered;
+  size_t rows = 0;
+};
+
 class ServingProcess {
  public:
   int Run();
@@ -175,8 +246,31 @@ class ServingProcess {
  private:
   int Setup();
   int Serve();
+  // One step: agreement, forward, outputs gathered. The first failing
+  // operation's error; the agreed plan is in in_flight_ from the agreement
+  // on.
+  absl::StatusOr<StepOutcome> ServeStep(uint32_t step, const SlotBatch* batch,
+                                        bool drain, bool stall);
   // Reports a failed operation and the job failure behind it, if any.
   int Failed(uint32_t step, const absl::Status& status);
+  // The job's failure, waited for up to `wait` (a transport error can beat
+  // the daemon's notice: by a moment for a lost rank, by up to the
+  // daemons' --heartbeat_timeout_ms for a lost node); OK when the job still
+  // looks healthy then.
+  absl::Status JobFailure(absl::Duration wait);
+  // --recover: `status` failed step `step`. When a loss behind it ended
+  // the job's epoch, re-forms at the next one and agrees that the job
+  // resumes at `step`: kExitOk, and the caller serves `step` again.
+  // Otherwise Failed's exit status.
+  int Recover(uint32_t step, const absl::Status& status);
+  // Enters the current epoch (re-forming first when `reform`; a
+  // replacement's fresh session needs none) and agrees on the step to
+  // resume at, this rank naming `known_step` (kUnknownStep: a
+  // replacement); re-forms again after another loss, all within
+  // --recover_timeout_ms. kExitOk with *resume set, else Failed's status.
+  int Reenter(uint32_t known_step, bool reform, uint32_t* resume);
+  // Whether this process is a drill victim at --stall_at_step.
+  bool StallsHere() const;
   // The drill victim: waits until it is killed (or the job fails).
   int Stall(uint32_t step);
   void MaybeProgress(uint32_t step, bool force);
@@ -190,9 +284,20 @@ class ServingProcess {
   std::unique_ptr<ModelShard> shard_;
   std::unique_ptr<SelfCheck> check_;
   Tolerance tolerance_;
+  // --stall_ranks, parsed (empty: every process given --stall_at_step).
+  std::set<uint32_t> stall_ranks_;
+
+  // Recovery: whether this process replaces a lost one (it joined at epoch
+  // 2 or later), the step it starts at, and the plan of the step in
+  // progress once agreed (the requests in flight should a loss interrupt
+  // it).
+  bool replacement_ = false;
+  uint32_t first_step_ = 1;
+  std::optional<StepPlan> in_flight_;
 
   // Rank 0's view of the run.
   RunSummary summary_;
+  RequestLedger ledger_;
   absl::Time started_;
   absl::Time last_progress_;
   bool joined_ = false;
@@ -223,11 +328,23 @@ int ServingProcess::Run() {
     return kExitOk;
   }
   if (absl::GetFlag(FLAGS_join_wait_ms) <= 0 ||
-      absl::GetFlag(FLAGS_step_interval_ms) < 0) {
+      absl::GetFlag(FLAGS_step_interval_ms) < 0 ||
+      absl::GetFlag(FLAGS_recover_timeout_ms) <= 0) {
     Print(
-        "ERROR --join_wait_ms must be positive and --step_interval_ms "
-        "not negative");
+        "ERROR --join_wait_ms and --recover_timeout_ms must be positive and "
+        "--step_interval_ms not negative");
     return kExitUsage;
+  }
+  for (absl::string_view word : absl::StrSplit(absl::GetFlag(FLAGS_stall_ranks),
+                                               ',', absl::SkipEmpty())) {
+    uint32_t rank = 0;
+    if (!absl::SimpleAtoi(word, &rank)) {
+      Print(
+          absl::StrCat("ERROR --stall_ranks=", absl::GetFlag(FLAGS_stall_ranks),
+                       ": '", word, "' is not a rank"));
+      return kExitUsage;
+    }
+    stall_ranks_.insert(rank);
   }
   if (int code = Setup(); code != kExitOk) return code;
   CatchStopSignals();
@@ -261,6 +378,14 @@ int ServingProcess::Setup() {
   join.wait_for_world = absl::Milliseconds(absl::GetFlag(FLAGS_join_wait_ms));
   auto descriptor = client_->Join(join);
   if (!descriptor.ok()) return Failed(0, descriptor.status());
+  // A job that is past its first epoch lost a member before this process
+  // joined (a loss while forming fails the job): this process replaces it.
+  replacement_ = descriptor->epoch() > 1;
+  if (replacement_) {
+    Print(absl::StrCat("JOINED rank=", descriptor->rank(),
+                       " epoch=", descriptor->epoch(), " unix_us=", UnixUs(),
+                       " restart=", RestartCount()));
+  }
 
   auto layout = LayoutFromDescriptor(*descriptor);
   if (!layout.ok()) return Failed(0, layout.status());
@@ -297,6 +422,17 @@ int ServingProcess::Setup() {
                      layout_.coords.expert,
                      " backend=", collectives_->backend(),
                      nccl ? "" : absl::StrCat(" hostname=", backend.hostname)));
+  if (replacement_) {
+    // Its session was opened at the recovering epoch; the survivors
+    // re-form theirs to meet it. Then the step to start at.
+    Print(absl::StrCat("REFORMED rank=", layout_.rank,
+                       " epoch=", collectives_->epoch(), " unix_us=", UnixUs(),
+                       " shard=loaded"));
+    if (int code = Reenter(kUnknownStep, /*reform=*/false, &first_step_);
+        code != kExitOk) {
+      return code;
+    }
+  }
 
   if (layout_.rank == 0) {
     tolerance_.atol = absl::GetFlag(FLAGS_atol);
@@ -321,19 +457,32 @@ int ServingProcess::Setup() {
 
 int ServingProcess::Serve() {
   const uint32_t steps = absl::GetFlag(FLAGS_steps);
+  const bool recover = absl::GetFlag(FLAGS_recover);
   std::optional<RequestStream> stream;
   if (layout_.is_scheduler()) {
     stream.emplace(spec_.seed, layout_.my_slot(), layout_.num_slots());
+    // A replacement starts where the job resumes: the batches before were
+    // served (the streams are deterministic).
+    for (uint32_t s = 1; s < first_step_; ++s) stream->Next();
   }
+  if (check_ != nullptr) check_->SkipTo(first_step_);
   const absl::Duration interval =
       absl::Milliseconds(absl::GetFlag(FLAGS_step_interval_ms));
   started_ = last_progress_ = MonotonicNow();
   absl::Time step_start = started_;
-  uint32_t done = 0;
+  uint32_t done = first_step_ - 1;
   int code = kExitOk;
   bool signal_seen = false;
-  for (uint32_t step = 1; steps == 0 || step <= steps; ++step) {
-    if (step > 1) absl::SleepFor(step_start + interval - MonotonicNow());
+  // After a recovery: the failed step's batch, served again, and whether
+  // the first step since has yet to complete.
+  std::optional<SlotBatch> retry_batch;
+  bool retrying = false;
+  bool resume_pending = replacement_;
+  uint32_t step = first_step_;
+  while (steps == 0 || step <= steps) {
+    if (step > first_step_) {
+      absl::SleepFor(step_start + interval - MonotonicNow());
+    }
     step_start = MonotonicNow();
     // A stop signal that arrives later is seen at the next step.
     const int signal = stop_signal.load(std::memory_order_relaxed);
@@ -344,48 +493,48 @@ int ServingProcess::Serve() {
                          ": every rank stops at this step's agreement"));
     }
     std::optional<SlotBatch> batch;
-    if (stream) batch = stream->Next();
-    auto plan =
-        AgreeOnBatch(*collectives_, layout_, step, batch ? &*batch : nullptr,
-                     check_failed_, signal_seen);
-    if (!plan.ok()) return Failed(step, plan.status());
-    if (!plan->stop_requested_by.empty()) {
+    if (retrying) {
+      batch = std::move(retry_batch);
+    } else if (stream) {
+      batch = stream->Next();
+    }
+    const bool stall =
+        !retrying && step == absl::GetFlag(FLAGS_stall_at_step) && StallsHere();
+    retrying = false;
+    in_flight_.reset();
+    auto outcome =
+        ServeStep(step, batch ? &*batch : nullptr, signal_seen, stall);
+    if (!outcome.ok()) {
+      if (!recover) return Failed(step, outcome.status());
+      if (int c = Recover(step, outcome.status()); c != kExitOk) return c;
+      retry_batch = std::move(batch);
+      retrying = true;
+      resume_pending = true;
+      continue;
+    }
+    if (outcome->kind == StepOutcome::Kind::kStall) return Stall(step);
+    if (outcome->kind == StepOutcome::Kind::kStopped) {
       Print(absl::StrCat("STOPPED rank=", layout_.rank, " step=", step,
-                         ": rank ", plan->stop_requested_by[0],
+                         ": rank ", outcome->plan.stop_requested_by[0],
                          " asked every rank to stop (its self-check failed)"));
       code = kExitCheckFailed;
       break;
     }
-    if (!plan->drain_requested_by.empty()) {
+    if (outcome->kind == StepOutcome::Kind::kDrained) {
       Print(absl::StrCat("DRAINED rank=", layout_.rank, " step=", step,
-                         ": rank ", plan->drain_requested_by[0],
+                         ": rank ", outcome->plan.drain_requested_by[0],
                          " got a stop signal; served ", done, " steps"));
       break;
     }
-    if (step == absl::GetFlag(FLAGS_stall_at_step)) return Stall(step);
-
-    auto out = ForwardStep(*collectives_, *shard_, layout_, *plan);
-    if (!out.ok()) return Failed(step, out.status());
-    my_tokens_ += plan->slots[layout_.my_slot()].tokens();
-
-    // Every rank's outputs to everyone, padded to the largest slot; only
-    // the last stage's rows are used.
-    const size_t rows = plan->max_slot_tokens();
-    Matrix gathered;
-    if (rows > 0) {
-      Matrix mine = Matrix::Zeros(rows, spec_.hidden);
-      if (layout_.last_stage()) {
-        std::copy(out->values.begin(), out->values.end(), mine.values.begin());
-        if (step == absl::GetFlag(FLAGS_inject_error_at_step) &&
-            out->rows > 0) {
-          mine.values[0] += 1.0f;
-        }
-      }
-      auto all = collectives_->AllGather(mine);
-      if (!all.ok()) return Failed(step, all.status());
-      gathered = *std::move(all);
+    const StepPlan& plan = outcome->plan;
+    my_tokens_ += plan.slots[layout_.my_slot()].tokens();
+    done = step++;
+    if (resume_pending) {
+      resume_pending = false;
+      Print(absl::StrCat("RESUMED rank=", layout_.rank, " step=", done,
+                         " epoch=", collectives_->epoch(),
+                         " unix_us=", UnixUs()));
     }
-    done = step;
     if (layout_.rank != 0) continue;
 
     if (summary_.latency.size() >= 2 * kMaxLatencySamples) {
@@ -393,9 +542,11 @@ int ServingProcess::Serve() {
                              summary_.latency.begin() + kMaxLatencySamples);
     }
     summary_.latency.push_back(MonotonicNow() - step_start);
-    summary_.tokens += plan->total_tokens();
+    summary_.tokens += plan.total_tokens();
+    ledger_.Completed(plan);
     const absl::Time check_start = MonotonicNow();
-    const StepCheck check = check_->Check(*plan, gathered, rows);
+    const StepCheck check =
+        check_->Check(plan, outcome->gathered, outcome->rows);
     summary_.check_time += MonotonicNow() - check_start;
     summary_.checked_values += check.values_checked;
     summary_.max_abs_error =
@@ -407,14 +558,22 @@ int ServingProcess::Serve() {
       Print(absl::StrCat("SELF-CHECK FAILED ", check.status.message()));
     }
     // With --steps=0 the first step is shown at once: serving has begun.
-    MaybeProgress(step, steps == 0 ? step == 1 : step == steps);
+    MaybeProgress(done, steps == 0 ? done == first_step_ : done == steps);
   }
   const absl::Duration wall = MonotonicNow() - started_;
 
-  // End of run: every rank's statistics in one round (also a barrier).
-  auto words = collectives_->AllGatherWords(EncodeReport(
-      collectives_->stats(), my_tokens_, check_failed_ || code != kExitOk));
-  if (!words.ok()) return Failed(done, words.status());
+  // End of run: every rank's statistics in one round (also a barrier). A
+  // loss here is recovered as a step's is, with the step after the last
+  // (a replacement then serves no step); not when serving until stopped,
+  // where a replacement could not tell the end had come.
+  absl::StatusOr<std::vector<uint32_t>> words;
+  while (true) {
+    words = collectives_->AllGatherWords(EncodeReport(
+        collectives_->stats(), my_tokens_, check_failed_ || code != kExitOk));
+    if (words.ok()) break;
+    if (!recover || steps == 0) return Failed(done, words.status());
+    if (int c = Recover(done + 1, words.status()); c != kExitOk) return c;
+  }
   auto reports = DecodeReports(*words, layout_.world_size);
   if (!reports.ok()) return Failed(done, reports.status());
   bool any_failed = false;
@@ -424,12 +583,60 @@ int ServingProcess::Serve() {
     summary_.wall = wall;
     summary_.check_passed = !check_failed_;
     summary_.ranks = *std::move(reports);
+    summary_.requests = ledger_.served();
+    summary_.requests_in_flight = ledger_.in_flight();
+    summary_.requests_rerun = ledger_.rerun();
+    summary_.requests_lost = ledger_.lost();
     std::fputs(SummaryTable(summary_).c_str(), stdout);
     std::fflush(stdout);
   }
   if (any_failed) return kExitCheckFailed;
   Print(absl::StrCat("DONE rank=", layout_.rank, " tokens=", my_tokens_));
   return code;
+}
+
+absl::StatusOr<StepOutcome> ServingProcess::ServeStep(uint32_t step,
+                                                      const SlotBatch* batch,
+                                                      bool drain, bool stall) {
+  StepOutcome outcome;
+  auto plan =
+      AgreeOnBatch(*collectives_, layout_, step, batch, check_failed_, drain);
+  if (!plan.ok()) return plan.status();
+  in_flight_ = *plan;
+  outcome.plan = *std::move(plan);
+  const StepPlan& agreed = outcome.plan;
+  if (!agreed.stop_requested_by.empty()) {
+    outcome.kind = StepOutcome::Kind::kStopped;
+    return outcome;
+  }
+  if (!agreed.drain_requested_by.empty()) {
+    outcome.kind = StepOutcome::Kind::kDrained;
+    return outcome;
+  }
+  if (stall) {
+    outcome.kind = StepOutcome::Kind::kStall;
+    return outcome;
+  }
+
+  auto out = ForwardStep(*collectives_, *shard_, layout_, agreed);
+  if (!out.ok()) return out.status();
+
+  // Every rank's outputs to everyone, padded to the largest slot; only
+  // the last stage's rows are used.
+  outcome.rows = agreed.max_slot_tokens();
+  if (outcome.rows > 0) {
+    Matrix mine = Matrix::Zeros(outcome.rows, spec_.hidden);
+    if (layout_.last_stage()) {
+      std::copy(out->values.begin(), out->values.end(), mine.values.begin());
+      if (step == absl::GetFlag(FLAGS_inject_error_at_step) && out->rows > 0) {
+        mine.values[0] += 1.0f;
+      }
+    }
+    auto all = collectives_->AllGather(mine);
+    if (!all.ok()) return all.status();
+    outcome.gathered = *std::move(all);
+  }
+  return outcome;
 }
 
 void ServingProcess::MaybeProgress(uint32_t step, bool force) {
@@ -458,21 +665,98 @@ int ServingProcess::Failed(uint32_t step, const absl::Status& status) {
               : absl::StrCat("? (local ", absl::GetFlag(FLAGS_local_rank), ")"),
       " step=", step, " unix_ms=", UnixMs(), " ", status.ToString()));
   if (control_plane_ != nullptr) {
-    // A transport error can beat the daemon's notice by a moment.
-    absl::Status cause = control_plane_->JobHealth();
-    for (int i = 0; i < 40 && cause.ok(); ++i) {
-      absl::SleepFor(absl::Milliseconds(50));
-      cause = control_plane_->JobHealth();
-    }
-    if (!cause.ok()) {
+    if (absl::Status cause = JobFailure(kFailureNoticeWait); !cause.ok()) {
       Print(absl::StrCat("CAUSE rank=", layout_.rank, " ", cause.ToString()));
     }
   }
   return kExitFailed;
 }
 
+absl::Status ServingProcess::JobFailure(absl::Duration wait) {
+  const absl::Time until = MonotonicNow() + wait;
+  absl::Status cause = control_plane_->JobHealth();
+  while (cause.ok() && MonotonicNow() < until) {
+    absl::SleepFor(absl::Milliseconds(20));
+    cause = control_plane_->JobHealth();
+  }
+  return cause;
+}
+
+int ServingProcess::Recover(uint32_t step, const absl::Status& status) {
+  // Only a loss ends the epoch; anything else (a self-inflicted error, a
+  // deadline with every member alive) is not recovered from.
+  const absl::Status cause = JobFailure(kLossNoticeWait);
+  if (cause.ok()) return Failed(step, status);
+  Print(absl::StrCat("LOSS rank=", layout_.rank, " step=", step,
+                     " epoch=", collectives_->epoch(), " unix_us=", UnixUs(),
+                     " ", status.ToString()));
+  Print(absl::StrCat("CAUSE rank=", layout_.rank, " ", cause.ToString()));
+  if (layout_.rank == 0 && in_flight_.has_value() && in_flight_->step == step) {
+    ledger_.Interrupted(*in_flight_);
+  }
+  ++summary_.recoveries;
+  uint32_t resume = kUnknownStep;
+  if (int code = Reenter(step, /*reform=*/true, &resume); code != kExitOk) {
+    return code;
+  }
+  if (resume != step) {
+    return Failed(step, absl::FailedPreconditionError(absl::StrCat(
+                            "the job resumes at step ", resume,
+                            " but this rank failed at step ", step)));
+  }
+  return kExitOk;
+}
+
+int ServingProcess::Reenter(uint32_t known_step, bool reform,
+                            uint32_t* resume) {
+  const absl::Time deadline =
+      MonotonicNow() +
+      absl::Milliseconds(absl::GetFlag(FLAGS_recover_timeout_ms));
+  while (true) {
+    if (reform) {
+      const uint64_t ended = collectives_->epoch();
+      const absl::Duration left = deadline - MonotonicNow();
+      if (left <= absl::ZeroDuration()) {
+        return Failed(known_step,
+                      absl::DeadlineExceededError(absl::StrCat(
+                          "recovering from the loss that ended epoch ", ended,
+                          " took longer than --recover_timeout_ms=",
+                          absl::GetFlag(FLAGS_recover_timeout_ms))));
+      }
+      // The shard (the weights) stays as it is: only the session is new.
+      if (absl::Status s = collectives_->Reform(left); !s.ok()) {
+        return Failed(known_step, s);
+      }
+      Print(absl::StrCat("REFORMED rank=", layout_.rank,
+                         " epoch=", collectives_->epoch(),
+                         " unix_us=", UnixUs(), " shard=kept"));
+    }
+    auto agreed = AgreeOnResume(*collectives_, layout_.world_size, known_step);
+    if (agreed.ok()) {
+      *resume = *agreed;
+      Print(absl::StrCat("RESUMING rank=", layout_.rank, " step=", *resume,
+                         " epoch=", collectives_->epoch()));
+      return kExitOk;
+    }
+    // Another loss while the job re-formed ends this epoch too.
+    const absl::Status cause = JobFailure(kLossNoticeWait);
+    if (cause.ok()) return Failed(known_step, agreed.status());
+    Print(absl::StrCat("LOSS rank=", layout_.rank, " step=", known_step,
+                       " epoch=", collectives_->epoch(), " unix_us=", UnixUs(),
+                       " ", agreed.status().ToString()));
+    Print(absl::StrCat("CAUSE rank=", layout_.rank, " ", cause.ToString()));
+    reform = true;
+  }
+}
+
+bool ServingProcess::StallsHere() const {
+  return !replacement_ &&
+         (stall_ranks_.empty() || stall_ranks_.count(layout_.rank) > 0);
+}
+
 int ServingProcess::Stall(uint32_t step) {
-  Print(absl::StrCat("STALLING rank=", layout_.rank, " step=", step));
+  Print(absl::StrCat("STALLING rank=", layout_.rank, " step=", step,
+                     " pid=", ::getpid()));
   const absl::Time until = MonotonicNow() + absl::Seconds(60);
   while (MonotonicNow() < until) {
     if (absl::Status s = control_plane_->JobHealth(); !s.ok()) {

@@ -11,7 +11,8 @@
 //
 // Each operation submits, waits for its completion (the output is
 // authoritative only then), records the elapsed time under its kind and
-// prefixes any error with the operation and group.
+// prefixes any error with the operation and group. Reform replaces the
+// session in place through the backend's own Session::Reform.
 #ifndef RANKD_EXAMPLES_SERVING_SESSION_COLLECTIVES_H_
 #define RANKD_EXAMPLES_SERVING_SESSION_COLLECTIVES_H_
 
@@ -59,10 +60,24 @@ class SessionCollectives final : public Collectives {
       : backend_(backend), session_(std::move(session)) {}
 
   const char* backend() const override { return backend_; }
-  Session& session() { return *session_; }
+  // The current session; not null unless a Reform failed.
+  Session* session() { return session_.get(); }
+
+  uint64_t epoch() const override {
+    return session_ != nullptr ? session_->descriptor().epoch() : 0;
+  }
+
+  absl::Status Reform(absl::Duration timeout) override {
+    if (session_ == nullptr) return NoSession();
+    auto next = Session::Reform(std::move(session_), timeout);
+    if (!next.ok()) return next.status();
+    session_ = *std::move(next);
+    return absl::OkStatus();
+  }
 
   absl::StatusOr<std::vector<uint32_t>> AllGatherWords(
       absl::Span<const uint32_t> frame) override {
+    if (session_ == nullptr) return NoSession();
     const absl::Time start = MonotonicNow();
     auto words = session_->AllGatherWords(frame);
     stats_.Record(CollectiveKind::kAllGatherWords, MonotonicNow() - start);
@@ -93,6 +108,7 @@ class SessionCollectives final : public Collectives {
   }
 
   absl::Status Send(uint32_t group, size_t peer, const Matrix& input) override {
+    if (session_ == nullptr) return NoSession();
     const std::string what =
         absl::StrCat("send to member ", peer, " of group ", group);
     const absl::Time start = MonotonicNow();
@@ -110,6 +126,7 @@ class SessionCollectives final : public Collectives {
 
   absl::StatusOr<Matrix> Receive(uint32_t group, size_t peer, size_t rows,
                                  size_t cols) override {
+    if (session_ == nullptr) return NoSession();
     const std::string what =
         absl::StrCat("receive from member ", peer, " of group ", group);
     const absl::Time start = MonotonicNow();
@@ -154,8 +171,14 @@ class SessionCollectives final : public Collectives {
     return out;
   }
 
+  static absl::Status NoSession() {
+    return absl::FailedPreconditionError(
+        "no data-plane session: re-forming it after a loss failed");
+  }
+
   const char* const backend_;
-  const std::unique_ptr<Session> session_;
+  // Null only after a failed Reform.
+  std::unique_ptr<Session> session_;
 };
 
 }  // namespace rankd::examples

@@ -489,18 +489,27 @@ class ManifestsTest(unittest.TestCase):
                 env = r.env(rankd_of(r.template))
                 serving = [c for c in r.template["spec"]["containers"]
                            if c["name"] == "serving"][0]
-                restarts = [w for w in serving["args"][0].split()
+                words = serving["args"][0].split()
+                restarts = [w for w in words
                             if w.startswith("--max_restarts=")]
+                # The serving example recovers in place only when told to
+                # (examples/serving/serving_main.cc, --recover).
+                recover = [w for w in words if w.startswith("--recover")]
                 if name not in variants:
                     self.assertFalse(in_place(r))
                     self.assertEqual(env.get("RANKD_RECOVERY", "off"), "off")
                     self.assertEqual(restarts, [])
+                    self.assertEqual(recover, [])
                     continue
                 self.assertTrue(in_place(r))
                 self.assertEqual(env["RANKD_RECOVERY"], "on")
                 deadline = int(env["RANKD_RECOVERY_DEADLINE_MS"])
                 self.assertGreaterEqual(deadline, 60000)  # a pod's reschedule
                 self.assertLessEqual(deadline, 86400000)
+                # Each serving process waits for the replacement as long
+                # as rankd does.
+                self.assertIn("--recover", recover)
+                self.assertIn(f"--recover_timeout_ms={deadline}", recover)
                 self.assertEqual(len(restarts), 1)
                 self.assertGreater(int(restarts[0].split("=")[1]), 0)
                 w = r.workload

@@ -1,0 +1,182 @@
+// tools/run.sh --recover (issue 38, part 4: in-place recovery in the main
+// job) at a small size with the binaries this test depends on
+// (RANKD_BIN_DIR): a rank killed with SIGKILL mid-run is restarted by
+// rankrun into its rank and loads its shard, a whole node (daemon,
+// rankrun, ranks) killed is replaced by a new daemon that registers the
+// node again; either way the job re-forms at epoch 2 and serves the failed
+// step again. Each run must exit 0 with every step self-checked, the
+// requests in flight at the loss re-run and none lost, the recovery time
+// split into its four phases, and nothing left running. Real daemons,
+// rankrun and serving processes; nothing is stubbed.
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/harness/run_sh.h"
+
+namespace rankd::testing {
+namespace {
+
+// World 4 (2 nodes x 2 ranks, pp2 ep2): small enough for a 2-core machine.
+const std::vector<std::string> kSmallJob = {
+    "--nodes=2", "--ranks-per-node=2", "--tp=1",    "--pp=2",     "--ep=2",
+    "--steps=8", "--at-step=4",        "--recover", "--keep-logs"};
+
+std::vector<std::string> With(std::vector<std::string> args,
+                              const std::string& drill) {
+  args.push_back(drill);
+  return args;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// What every recovered run must show: all steps checked, the ledger, the
+// four phases with their times, a clean end.
+void ExpectRecovered(const RunResult& run) {
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "self-check    PASSED: 8/8 steps"))
+      << run.output;
+  std::smatch m;
+  const std::regex ledger(
+      "1 loss recovered in place: ([0-9]+) in flight at the loss, ([0-9]+) "
+      "re-run, 0 lost");
+  ASSERT_TRUE(std::regex_search(run.output, m, ledger)) << run.output;
+  EXPECT_GT(std::stoi(m[1]), 0) << "step 4 of seed 2024 serves requests";
+  EXPECT_EQ(m[1], m[2]) << run.output;
+  EXPECT_TRUE(std::regex_search(
+      run.output,
+      std::regex("== recovery: .* killed at step 4; serving again after "
+                 "[0-9]+\\.[0-9] ms")))
+      << run.output;
+  for (const char* phase : {"detect", "replace", "re-form", "first step"}) {
+    EXPECT_TRUE(std::regex_search(
+        run.output,
+        std::regex(absl::StrCat("\n   ", phase, " +[0-9]+\\.[0-9] ms  "))))
+        << phase << "\n"
+        << run.output;
+  }
+  EXPECT_TRUE(absl::StrContains(run.output,
+                                "step 4 served again and self-checked on "
+                                "all 4 ranks"))
+      << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "no process left behind"))
+      << run.output;
+  ExpectNothingLeft(run);
+}
+
+TEST(RunShRecoverTest, AKilledRankIsRestartedAndTheJobServesOn) {
+  const RunResult run = RunScript(With(kSmallJob, "--kill-rank=3"));
+  ExpectRecovered(run);
+  EXPECT_TRUE(absl::StrContains(run.output, "kill -9 rank 3 (pid "))
+      << run.output;
+  EXPECT_TRUE(absl::StrContains(
+      run.output, "rankrun restarted rank 3; the replacement joined epoch 2"))
+      << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "all 3 surviving ranks saw"))
+      << run.output;
+  // The logs: the replacement loaded its shard, every survivor kept its own
+  // and served step 4 again.
+  const std::string dir = RunDir(run.output);
+  ASSERT_FALSE(dir.empty());
+  const std::string rank3 = ReadFile(absl::StrCat(dir, "/rank3.log"));
+  EXPECT_TRUE(absl::StrContains(rank3, "STALLING rank=3 step=4 pid=")) << rank3;
+  EXPECT_TRUE(std::regex_search(
+      rank3, std::regex("JOINED rank=3 epoch=2 unix_us=[0-9]+ restart=1")))
+      << rank3;
+  EXPECT_TRUE(absl::StrContains(rank3, "shard=loaded")) << rank3;
+  EXPECT_TRUE(absl::StrContains(rank3, "RESUMING rank=3 step=4 epoch=2"))
+      << rank3;
+  for (int r : {0, 1, 2}) {
+    const std::string log = ReadFile(absl::StrCat(dir, "/rank", r, ".log"));
+    EXPECT_TRUE(absl::StrContains(
+        log, absl::StrCat("LOSS rank=", r, " step=4 epoch=1 ")))
+        << log;
+    EXPECT_TRUE(absl::StrContains(log, "shard=kept")) << log;
+    EXPECT_FALSE(absl::StrContains(log, "shard=loaded")) << log;
+    EXPECT_TRUE(absl::StrContains(
+        log, absl::StrCat("RESUMED rank=", r, " step=4 epoch=2 ")))
+        << log;
+  }
+  const std::string node1 = ReadFile(absl::StrCat(dir, "/ranks-node1.log"));
+  EXPECT_TRUE(absl::StrContains(node1, "restarting it (restart 1 of 3)"))
+      << node1;
+  std::system(absl::StrCat("rm -rf ", dir).c_str());
+}
+
+TEST(RunShRecoverTest, AKilledNodeIsReplacedAndTheJobServesOn) {
+  const RunResult run = RunScript(With(kSmallJob, "--kill-node=1"));
+  ExpectRecovered(run);
+  EXPECT_TRUE(absl::StrContains(run.output, "kill -9 node 1 at step 4"))
+      << run.output;
+  EXPECT_TRUE(std::regex_search(
+      run.output,
+      std::regex("the replacement daemon registered node 1 \\(\\+[0-9.]+ "
+                 "ms\\) and its 2 ranks joined epoch 2")))
+      << run.output;
+  const std::string dir = RunDir(run.output);
+  ASSERT_FALSE(dir.empty());
+  // The new daemon of node 1 ran, and its ranks joined as replacements.
+  const std::string daemon = ReadFile(absl::StrCat(dir, "/daemon1.2.log"));
+  EXPECT_FALSE(daemon.empty());
+  for (int r : {2, 3}) {
+    const std::string log = ReadFile(absl::StrCat(dir, "/rank", r, ".log"));
+    EXPECT_TRUE(
+        absl::StrContains(log, absl::StrCat("JOINED rank=", r, " epoch=2 ")))
+        << log;
+    EXPECT_TRUE(absl::StrContains(log, "shard=loaded")) << log;
+  }
+  std::system(absl::StrCat("rm -rf ", dir).c_str());
+}
+
+// A recovery that cannot complete (every re-form given 1 ms) fails the
+// run, loudly, and still leaves nothing behind.
+TEST(RunShRecoverTest, ARecoveryThatCannotCompleteFailsTheRun) {
+  std::vector<std::string> args = With(kSmallJob, "--kill-rank=3");
+  args.push_back("--");
+  args.push_back("--recover_timeout_ms=1");
+  const RunResult run = RunScript(args);
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_TRUE(absl::StrContains(
+      run.output, "FAILED: the run with in-place recovery did not go"))
+      << run.output;
+  EXPECT_FALSE(absl::StrContains(run.output, "self-check    PASSED: 8/8"))
+      << run.output;
+  ExpectNothingLeft(run);
+  const std::string dir = RunDir(run.output);
+  if (!dir.empty()) std::system(absl::StrCat("rm -rf ", dir).c_str());
+}
+
+TEST(RunShRecoverTest, RefusesWhatCannotBeRecoveredClearly) {
+  RunResult run = RunScript(
+      {"--nodes=2", "--ranks-per-node=2", "--recover", "--kill-node=0"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "its loss is always terminal"))
+      << run.output;
+  run = RunScript({"--nodes=2", "--ranks-per-node=2", "--kill-node=1"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "--kill-node needs --recover"))
+      << run.output;
+  run = RunScript(
+      {"--nodes=2", "--ranks-per-node=2", "--recover", "--kill-rank=0"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "rank 0 checks every step"))
+      << run.output;
+  run = RunScript({"--nodes=2", "--ranks-per-node=2", "--recover",
+                   "--kill-rank=1", "--kill-node=1"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "one drill at a time"))
+      << run.output;
+}
+
+}  // namespace
+}  // namespace rankd::testing
