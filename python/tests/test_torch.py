@@ -341,7 +341,10 @@ def test_gpu_kit_torch_script_on_cpu():
     # and the survivor's error naming it within the script's deadline.
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                           "torch_dist_nccl.py")
-    env = dict(os.environ, TORCH_DIST_BACKEND="gloo")
+    # The ranks' own bound: importing torch and forming the group under
+    # ASan on a loaded 2-core machine took more than the GPU kit's 32 s.
+    env = dict(os.environ, TORCH_DIST_BACKEND="gloo",
+               RANKD_KIT_RANK_TIMEOUT_S="150")
     env.pop("RANKD_REQUIRE_GPU", None)
     done = subprocess.run([sys.executable, script], env=env, timeout=200,
                           capture_output=True, text=True)
