@@ -34,6 +34,12 @@ inline constexpr size_t kMaxBootIdBytes = 64;
 // Most devices a node may report.
 inline constexpr size_t kMaxDevicesPerNode = 1024;
 
+// Largest key-value key and value (bytes), on every path: the Rank
+// service's calls, the coordinator's store and the key-value channel's
+// frames (common/kv_frame.h).
+inline constexpr size_t kMaxKvKeyBytes = 512;
+inline constexpr size_t kMaxKvValueBytes = size_t{1} << 20;
+
 // Largest gRPC message a daemon sends or receives.
 inline constexpr int kMaxGrpcMessageBytes = 64 << 20;
 // Largest request metadata (headers) a daemon accepts.
