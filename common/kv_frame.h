@@ -20,7 +20,7 @@
 // Both ends are processes that do not trust each other: every decoder
 // checks lengths before use and says precisely what is wrong.
 //
-// Depends on absl and common/limits.
+// Depends on absl and common/kv_limits (part of common/limits).
 #ifndef RANKD_COMMON_KV_FRAME_H_
 #define RANKD_COMMON_KV_FRAME_H_
 
@@ -32,7 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/limits.h"
+#include "common/kv_limits.h"
 
 namespace rankd {
 

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/kv_limits.h"
 
 namespace rankd {
 
@@ -34,11 +35,7 @@ inline constexpr size_t kMaxBootIdBytes = 64;
 // Most devices a node may report.
 inline constexpr size_t kMaxDevicesPerNode = 1024;
 
-// Largest key-value key and value (bytes), on every path: the Rank
-// service's calls, the coordinator's store and the key-value channel's
-// frames (common/kv_frame.h).
-inline constexpr size_t kMaxKvKeyBytes = 512;
-inline constexpr size_t kMaxKvValueBytes = size_t{1} << 20;
+// kMaxKvKeyBytes, kMaxKvValueBytes: common/kv_limits.h (included above).
 
 // Largest gRPC message a daemon sends or receives.
 inline constexpr int kMaxGrpcMessageBytes = 64 << 20;
