@@ -11,10 +11,14 @@
    repetition uses a fresh job (a rank joins a job once). With
    --compare_barrier_poll, rankd:// also runs as before its store answered
    torch's store-barrier reads by waiting in the daemon ("rankd://, poll":
-   torch polls the counter every 10 ms), in the same run.
-2. Store latency: set (a new key each time) and get (an existing key) of a
-   100-byte value, rankd.torch.Store versus a TCPStore, both served on this
-   machine, from one process.
+   torch polls the counter every 10 ms), in the same run. "rankd://" sends
+   the store's calls over the daemon's key-value channel (a framed Unix
+   socket, daemon/transport/kv_socket.h); "rankd://, grpc" is the same
+   build with RANKD_KV_CHANNEL=0, every store call a gRPC unary call as
+   before the channel existed.
+2. Store latency: set (a new key each time), get (an existing key) and add
+   of a 100-byte value, rankd.torch.Store (over the channel and over gRPC)
+   versus a TCPStore, all served on this machine, from one process.
 
 Prints the medians and the ratios rankd / torch. Needs Debian's
 python3-torch and a build (RANKD_BIN_DIR, RANKD_LIBRARY as for
@@ -86,6 +90,7 @@ def one_init(system, size):
     job = None
     envs = []
     if system.startswith("rankd"):
+        grpc = {"RANKD_KV_CHANNEL": "0"} if system == "rankd-grpc" else {}
         # rankd's default heartbeat timeout (LocalJob's 1 s is for tests).
         job = LocalJob(f"bench-{os.getpid()}-{time.monotonic_ns()}", nnodes,
                        nproc, daemon_flags=["--kv_shared_prefixes=torch/",
@@ -96,7 +101,8 @@ def one_init(system, size):
             envs.append({"RANKD_TARGET": job.socket_target(n),
                          "RANKD_JOB_ID": job.job_id,
                          "RANKD_LOCAL_RANK": str(local),
-                         "RANKD_RANK_TOKEN": job.rank_token(n, r)})
+                         "RANKD_RANK_TOKEN": job.rank_token(n, r),
+                         **grpc})
     else:
         port = free_port()
         envs = [{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
@@ -140,33 +146,49 @@ def one_init(system, size):
             job.stop()
 
 
-def store_latency(iterations):
-    """{(system, op): median seconds} for set and get."""
+STORE_OPS = ("set", "get", "add")
+
+
+def measure_store(store, iterations):
+    """{op: median seconds} of `store`'s set, get and add."""
     result = {}
-    with LocalJob(f"bench-store-{os.getpid()}", 1, 1,
-                  daemon_flags=["--kv_shared_prefixes=torch/"]) as job:
-        os.environ.update({"RANKD_TARGET": job.socket_target(0),
-                           "RANKD_JOB_ID": job.job_id,
-                           "RANKD_LOCAL_RANK": "0",
-                           "RANKD_RANK_TOKEN": job.rank_token(0, 0)})
-        with rankd.join() as rank:
-            stores = {
-                "rankd": rankd.torch.Store(rank, prefix="torch/bench/"),
-                "torch": dist.TCPStore("127.0.0.1", 0, 1, True),
-            }
-            value = b"v" * 100
-            for system, store in stores.items():
-                store.set("fixed", value)
-                for op in ("set", "get"):
-                    times = []
-                    for i in range(iterations):
-                        t = time.perf_counter()
-                        if op == "set":
-                            store.set(f"k{i}", value)
-                        else:
-                            store.get("fixed")
-                        times.append(time.perf_counter() - t)
-                    result[(system, op)] = statistics.median(times)
+    value = b"v" * 100
+    store.set("fixed", value)
+    for op in STORE_OPS:
+        times = []
+        for i in range(iterations):
+            t = time.perf_counter()
+            if op == "set":
+                store.set(f"k{i}", value)
+            elif op == "get":
+                store.get("fixed")
+            else:
+                store.add("counter", 1)
+            times.append(time.perf_counter() - t)
+        result[op] = statistics.median(times)
+    return result
+
+
+def store_latency(iterations):
+    """{(system, op): median seconds} for set, get and add."""
+    result = {}
+    for system in ("rankd", "rankd-grpc"):
+        # A fresh job each: the path is chosen when the rank joins.
+        with LocalJob(f"bench-store-{system}-{os.getpid()}", 1, 1,
+                      daemon_flags=["--kv_shared_prefixes=torch/"]) as job:
+            os.environ.update({"RANKD_TARGET": job.socket_target(0),
+                               "RANKD_JOB_ID": job.job_id,
+                               "RANKD_LOCAL_RANK": "0",
+                               "RANKD_RANK_TOKEN": job.rank_token(0, 0),
+                               "RANKD_KV_CHANNEL":
+                                   "0" if system == "rankd-grpc" else "1"})
+            with rankd.join() as rank:
+                store = rankd.torch.Store(rank, prefix="torch/bench/")
+                for op, t in measure_store(store, iterations).items():
+                    result[(system, op)] = t
+    for op, t in measure_store(dist.TCPStore("127.0.0.1", 0, 1, True),
+                               iterations).items():
+        result[("torch", op)] = t
     return result
 
 
@@ -177,14 +199,14 @@ def main():
     p.add_argument("--iterations", type=int, default=1000)
     p.add_argument("--compare_barrier_poll", action="store_true")
     args = p.parse_args()
-    systems = ["rankd", "torch"]
+    systems = ["rankd", "rankd-grpc", "torch"]
     if args.compare_barrier_poll:
         systems.insert(1, "rankd-poll")
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.1f}", flush=True)
     print("init_process_group (s, median of %d; min-max)" % args.repeat)
-    names = {"rankd": "rankd://", "rankd-poll": "rankd://, poll",
-             "torch": "env://"}
+    names = {"rankd": "rankd://", "rankd-grpc": "rankd://, grpc",
+             "rankd-poll": "rankd://, poll", "torch": "env://"}
     print(f"{'ranks':>5} " + " ".join(f"{names[s]:>22}" for s in systems) +
           " " + " ".join(f"{s + '/torch':>17}" for s in systems[:-1]))
     for size in [int(s) for s in args.sizes.split(",")]:
@@ -201,10 +223,11 @@ def main():
               flush=True)
     lat = store_latency(args.iterations)
     print(f"store latency (median of {args.iterations}, microseconds)")
-    for op in ("set", "get"):
-        r, t = lat[("rankd", op)] * 1e6, lat[("torch", op)] * 1e6
-        print(f"  {op}: rankd {r:.0f}, TCPStore {t:.0f}, ratio "
-              f"{r / t:.2f}x", flush=True)
+    for op in STORE_OPS:
+        r, g = lat[("rankd", op)] * 1e6, lat[("rankd-grpc", op)] * 1e6
+        t = lat[("torch", op)] * 1e6
+        print(f"  {op}: rankd {r:.0f} (grpc {g:.0f}), TCPStore {t:.0f}, "
+              f"ratio {r / t:.2f}x (grpc {g / t:.2f}x)", flush=True)
     return 0
 
 
