@@ -17,8 +17,10 @@
    build with RANKD_KV_CHANNEL=0, every store call a gRPC unary call as
    before the channel existed.
 2. Store latency: set (a new key each time), get (an existing key) and add
-   of a 100-byte value, rankd.torch.Store (over the channel and over gRPC)
-   versus a TCPStore, all served on this machine, from one process.
+   of a 100-byte value, rankd.torch.Store (over the channel and over gRPC,
+   from a rank of the coordinator's node and from one of a node that
+   forwards to it) versus a TCPStore, all served on this machine, from one
+   process.
 
 Prints the medians and the ratios rankd / torch. Needs Debian's
 python3-torch and a build (RANKD_BIN_DIR, RANKD_LIBRARY as for
@@ -170,22 +172,38 @@ def measure_store(store, iterations):
 
 
 def store_latency(iterations):
-    """{(system, op): median seconds} for set, get and add."""
+    """{(system, op): median seconds} for set, get and add: "rankd" and
+    "rankd-grpc" from a rank of the coordinator's node (the daemon answers
+    itself), "rankd-fwd" and "rankd-grpc-fwd" from a rank of the other node
+    (its daemon forwards each call to the coordinator over gRPC), "torch"
+    from a TCPStore client in the process that serves it."""
     result = {}
     for system in ("rankd", "rankd-grpc"):
         # A fresh job each: the path is chosen when the rank joins.
-        with LocalJob(f"bench-store-{system}-{os.getpid()}", 1, 1,
+        with LocalJob(f"bench-store-{system}-{os.getpid()}", 2, 1,
                       daemon_flags=["--kv_shared_prefixes=torch/"]) as job:
-            os.environ.update({"RANKD_TARGET": job.socket_target(0),
-                               "RANKD_JOB_ID": job.job_id,
-                               "RANKD_LOCAL_RANK": "0",
-                               "RANKD_RANK_TOKEN": job.rank_token(0, 0),
-                               "RANKD_KV_CHANNEL":
-                                   "0" if system == "rankd-grpc" else "1"})
-            with rankd.join() as rank:
-                store = rankd.torch.Store(rank, prefix="torch/bench/")
-                for op, t in measure_store(store, iterations).items():
-                    result[(system, op)] = t
+            # Both ranks stay joined until both measured: a rank that
+            # leaves drains the job.
+            ranks = []
+            try:
+                for node in (0, 1):
+                    os.environ.update({
+                        "RANKD_TARGET": job.socket_target(node),
+                        "RANKD_JOB_ID": job.job_id,
+                        "RANKD_LOCAL_RANK": "0",
+                        "RANKD_RANK_TOKEN": job.rank_token(node, node),
+                        "RANKD_KV_CHANNEL":
+                            "0" if system == "rankd-grpc" else "1"})
+                    ranks.append(rankd.join(wait_for_world=0))
+                for node, (rank, suffix) in enumerate(zip(ranks,
+                                                          ("", "-fwd"))):
+                    store = rankd.torch.Store(rank,
+                                              prefix=f"torch/bench{node}/")
+                    for op, t in measure_store(store, iterations).items():
+                        result[(system + suffix, op)] = t
+            finally:
+                for rank in ranks:
+                    rank.close()
     for op, t in measure_store(dist.TCPStore("127.0.0.1", 0, 1, True),
                                iterations).items():
         result[("torch", op)] = t
@@ -223,11 +241,15 @@ def main():
               flush=True)
     lat = store_latency(args.iterations)
     print(f"store latency (median of {args.iterations}, microseconds)")
+    print("  (rankd: channel / grpc, from the coordinator's node; fwd: from "
+          "the other node)")
     for op in STORE_OPS:
-        r, g = lat[("rankd", op)] * 1e6, lat[("rankd-grpc", op)] * 1e6
-        t = lat[("torch", op)] * 1e6
-        print(f"  {op}: rankd {r:.0f} (grpc {g:.0f}), TCPStore {t:.0f}, "
-              f"ratio {r / t:.2f}x (grpc {g / t:.2f}x)", flush=True)
+        us = {k: v * 1e6 for (k, o), v in lat.items() if o == op}
+        t = us["torch"]
+        print(f"  {op}: rankd {us['rankd']:.0f} / {us['rankd-grpc']:.0f}, "
+              f"fwd {us['rankd-fwd']:.0f} / {us['rankd-grpc-fwd']:.0f}, "
+              f"TCPStore {t:.0f}; ratio {us['rankd'] / t:.2f}x / "
+              f"{us['rankd-grpc'] / t:.2f}x", flush=True)
     return 0
 
 
