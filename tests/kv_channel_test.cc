@@ -14,6 +14,7 @@
 // raw Rank stub and raw frames.
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -462,6 +463,94 @@ TEST_F(KvChannelGateTest, ATicketOpensOneChannelThatActsOnlyAsItsRank) {
   EXPECT_EQ(get_response.value(), "1");
   ::close(fd);
   ExpectStillServing();
+}
+
+TEST_F(KvChannelGateTest, ATicketWorksOnlyForTheProcessThatAskedForIt) {
+  const v1::MemberRef member = JoinRank1();
+  v1::OpenKvChannelRequest request;
+  *request.mutable_member() = member;
+  v1::OpenKvChannelResponse response;
+  auto context = Ctx(cluster_->rank_token(1));
+  grpc::Status opened = unix_->OpenKvChannel(context.get(), request, &response);
+  ASSERT_TRUE(opened.ok()) << opened.error_message();
+  // Another process (a child of this one, connecting on its own)
+  // presents the ticket: refused, and the ticket is spent.
+  int result[2];
+  ASSERT_EQ(::pipe(result), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(result[0]);
+    int fd = Connect();
+    std::string answer = "no answer";
+    if (fd >= 0) {
+      const std::string hello =
+          EncodeKvFrame(KvFrameKind::kHello, 0, response.ticket());
+      (void)!::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL);
+      if (auto reply = Reply(fd, nullptr)) answer = reply->first.ToString();
+    }
+    (void)!::write(result[1], answer.data(), answer.size());
+    ::_exit(0);
+  }
+  ::close(result[1]);
+  std::string answer;
+  char buffer[1024];
+  ssize_t n;
+  while ((n = ::read(result[0], buffer, sizeof(buffer))) > 0) {
+    answer.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(result[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_THAT(answer,
+              HasSubstr("PERMISSION_DENIED: the key-value channel ticket of "
+                        "rank 1 was issued to pid "));
+  EXPECT_THAT(answer, HasSubstr(absl::StrCat("not to pid ", child)));
+  int fd = Connect();
+  ASSERT_GE(fd, 0);
+  Send(fd, EncodeKvFrame(KvFrameKind::kHello, 0, response.ticket()));
+  auto spent = Reply(fd, nullptr);
+  ASSERT_TRUE(spent.has_value());
+  EXPECT_EQ(spent->first.code(), absl::StatusCode::kUnauthenticated);
+  ::close(fd);
+  ExpectStillServing();
+}
+
+TEST_F(KvChannelGateTest, AfterLeaveTheChannelRefusesAsTheRankServiceDoes) {
+  const v1::MemberRef member = JoinRank1();
+  v1::OpenKvChannelRequest request;
+  *request.mutable_member() = member;
+  v1::OpenKvChannelResponse response;
+  auto context = Ctx(cluster_->rank_token(1));
+  ASSERT_TRUE(unix_->OpenKvChannel(context.get(), request, &response).ok());
+  int fd = Connect();
+  ASSERT_GE(fd, 0);
+  Send(fd, EncodeKvFrame(KvFrameKind::kHello, 0, response.ticket()));
+  auto welcome = Reply(fd, nullptr);
+  ASSERT_TRUE(welcome.has_value());
+  ASSERT_TRUE(welcome->first.ok()) << welcome->first;
+
+  v1::LeaveRequest leave;
+  *leave.mutable_member() = member;
+  v1::LeaveResponse left;
+  auto leave_context = Ctx(cluster_->rank_token(1));
+  ASSERT_TRUE(unix_->Leave(leave_context.get(), leave, &left).ok());
+
+  v1::KvAddRequest add;
+  *add.mutable_member() = member;
+  add.set_key("r1/after");
+  add.set_delta(1);
+  Send(fd, EncodeKvFrame(KvFrameKind::kAdd, 5, add.SerializeAsString()));
+  auto refused = Reply(fd, nullptr);
+  ASSERT_TRUE(refused.has_value());
+  auto grpc_context = Ctx(cluster_->rank_token(1));
+  v1::KvAddResponse unused;
+  grpc::Status grpc_refused = unix_->KvAdd(grpc_context.get(), add, &unused);
+  ASSERT_FALSE(grpc_refused.ok());
+  EXPECT_EQ(static_cast<int>(refused->first.code()),
+            static_cast<int>(grpc_refused.error_code()));
+  EXPECT_EQ(refused->first.message(), grpc_refused.error_message());
+  ::close(fd);
 }
 
 }  // namespace
