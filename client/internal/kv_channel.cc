@@ -63,8 +63,8 @@ absl::StatusOr<std::unique_ptr<KvChannel>> KvChannel::Connect(
                      std::strerror(errno)));
   }
   std::string welcome;
-  grpc::Status status = channel->Call(static_cast<uint8_t>(KvFrameKind::kHello),
-                                      std::string(ticket), deadline, &welcome);
+  grpc::Status status = channel->Call(KvFrameKind::kHello, std::string(ticket),
+                                      deadline, &welcome);
   if (!status.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                         status.error_message());
@@ -156,7 +156,7 @@ absl::Status KvChannel::ReadSome(absl::Time deadline) {
   }
 }
 
-grpc::Status KvChannel::Call(uint8_t kind, const std::string& payload,
+grpc::Status KvChannel::Call(KvFrameKind kind, const std::string& payload,
                              absl::Time deadline, std::string* response) {
   Waiter waiter;
   uint64_t id = 0;
@@ -166,11 +166,11 @@ grpc::Status KvChannel::Call(uint8_t kind, const std::string& payload,
       absl::MutexLock lock(&mu_);
       if (!broken_.ok()) return ToGrpcStatus(broken_);
       // The hello is request 0: the daemon answers it as 0.
-      id = kind == static_cast<uint8_t>(KvFrameKind::kHello) ? 0 : next_id_++;
+      id = kind == KvFrameKind::kHello ? 0 : next_id_++;
       waiters_[id] = &waiter;
     }
-    absl::Status written = WriteFrame(
-        EncodeKvFrame(static_cast<KvFrameKind>(kind), id, payload), deadline);
+    absl::Status written =
+        WriteFrame(EncodeKvFrame(kind, id, payload), deadline);
     if (!written.ok()) {
       absl::MutexLock lock(&mu_);
       waiters_.erase(id);
@@ -231,15 +231,14 @@ grpc::Status Typed(const Request& request, Response* response, CallFn&& call) {
 
 }  // namespace
 
-#define RANKD_KV_CHANNEL_METHOD(Method, Kind)                            \
-  grpc::Status KvChannel::Method(const v1::Kv##Method##Request& request, \
-                                 v1::Kv##Method##Response* response,     \
-                                 absl::Time deadline) {                  \
-    return Typed(request, response,                                      \
-                 [&](const std::string& payload, std::string* bytes) {   \
-                   return Call(static_cast<uint8_t>(KvFrameKind::Kind),  \
-                               payload, deadline, bytes);                \
-                 });                                                     \
+#define RANKD_KV_CHANNEL_METHOD(Method, Kind)                                \
+  grpc::Status KvChannel::Method(const v1::Kv##Method##Request& request,     \
+                                 v1::Kv##Method##Response* response,         \
+                                 absl::Time deadline) {                      \
+    return Typed(request, response,                                          \
+                 [&](const std::string& payload, std::string* bytes) {       \
+                   return Call(KvFrameKind::Kind, payload, deadline, bytes); \
+                 });                                                         \
   }
 
 RANKD_KV_CHANNEL_METHOD(Set, kSet)

@@ -23,12 +23,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/kv_frame.h"
 #include "grpcpp/support/status.h"
 #include "rankd/v1/rank.pb.h"
-
-namespace rankd {
-class KvFrameReader;  // common/kv_frame.h
-}  // namespace rankd
 
 namespace rankd::internal {
 
@@ -76,7 +73,7 @@ class KvChannel {
 
   explicit KvChannel(int fd);
   // Sends a frame of `kind` with `payload` and waits for its reply.
-  grpc::Status Call(uint8_t kind, const std::string& payload,
+  grpc::Status Call(KvFrameKind kind, const std::string& payload,
                     absl::Time deadline, std::string* response);
   // Writes all of `frame`, waiting for room until `deadline`.
   absl::Status WriteFrame(const std::string& frame, absl::Time deadline)
