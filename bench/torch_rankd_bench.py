@@ -11,10 +11,16 @@
    repetition uses a fresh job (a rank joins a job once). With
    --compare_barrier_poll, rankd:// also runs as before its store answered
    torch's store-barrier reads by waiting in the daemon ("rankd://, poll":
-   torch polls the counter every 10 ms), in the same run.
-2. Store latency: set (a new key each time) and get (an existing key) of a
-   100-byte value, rankd.torch.Store versus a TCPStore, both served on this
-   machine, from one process.
+   torch polls the counter every 10 ms), in the same run. "rankd://" sends
+   the store's calls over the daemon's key-value channel (a framed Unix
+   socket, daemon/transport/kv_socket.h); "rankd://, grpc" is the same
+   build with RANKD_KV_CHANNEL=0, every store call a gRPC unary call as
+   before the channel existed.
+2. Store latency: set (a new key each time), get (an existing key) and add
+   of a 100-byte value, rankd.torch.Store (over the channel and over gRPC,
+   from a rank of the coordinator's node and from one of a node that
+   forwards to it) versus a TCPStore, all served on this machine, from one
+   process.
 
 Prints the medians and the ratios rankd / torch. Needs Debian's
 python3-torch and a build (RANKD_BIN_DIR, RANKD_LIBRARY as for
@@ -86,6 +92,7 @@ def one_init(system, size):
     job = None
     envs = []
     if system.startswith("rankd"):
+        grpc = {"RANKD_KV_CHANNEL": "0"} if system == "rankd-grpc" else {}
         # rankd's default heartbeat timeout (LocalJob's 1 s is for tests).
         job = LocalJob(f"bench-{os.getpid()}-{time.monotonic_ns()}", nnodes,
                        nproc, daemon_flags=["--kv_shared_prefixes=torch/",
@@ -96,7 +103,8 @@ def one_init(system, size):
             envs.append({"RANKD_TARGET": job.socket_target(n),
                          "RANKD_JOB_ID": job.job_id,
                          "RANKD_LOCAL_RANK": str(local),
-                         "RANKD_RANK_TOKEN": job.rank_token(n, r)})
+                         "RANKD_RANK_TOKEN": job.rank_token(n, r),
+                         **grpc})
     else:
         port = free_port()
         envs = [{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
@@ -140,33 +148,65 @@ def one_init(system, size):
             job.stop()
 
 
-def store_latency(iterations):
-    """{(system, op): median seconds} for set and get."""
+STORE_OPS = ("set", "get", "add")
+
+
+def measure_store(store, iterations):
+    """{op: median seconds} of `store`'s set, get and add."""
     result = {}
-    with LocalJob(f"bench-store-{os.getpid()}", 1, 1,
-                  daemon_flags=["--kv_shared_prefixes=torch/"]) as job:
-        os.environ.update({"RANKD_TARGET": job.socket_target(0),
-                           "RANKD_JOB_ID": job.job_id,
-                           "RANKD_LOCAL_RANK": "0",
-                           "RANKD_RANK_TOKEN": job.rank_token(0, 0)})
-        with rankd.join() as rank:
-            stores = {
-                "rankd": rankd.torch.Store(rank, prefix="torch/bench/"),
-                "torch": dist.TCPStore("127.0.0.1", 0, 1, True),
-            }
-            value = b"v" * 100
-            for system, store in stores.items():
-                store.set("fixed", value)
-                for op in ("set", "get"):
-                    times = []
-                    for i in range(iterations):
-                        t = time.perf_counter()
-                        if op == "set":
-                            store.set(f"k{i}", value)
-                        else:
-                            store.get("fixed")
-                        times.append(time.perf_counter() - t)
-                    result[(system, op)] = statistics.median(times)
+    value = b"v" * 100
+    store.set("fixed", value)
+    for op in STORE_OPS:
+        times = []
+        for i in range(iterations):
+            t = time.perf_counter()
+            if op == "set":
+                store.set(f"k{i}", value)
+            elif op == "get":
+                store.get("fixed")
+            else:
+                store.add("counter", 1)
+            times.append(time.perf_counter() - t)
+        result[op] = statistics.median(times)
+    return result
+
+
+def store_latency(iterations):
+    """{(system, op): median seconds} for set, get and add: "rankd" and
+    "rankd-grpc" from a rank of the coordinator's node (the daemon answers
+    itself), "rankd-fwd" and "rankd-grpc-fwd" from a rank of the other node
+    (its daemon forwards each call to the coordinator over gRPC), "torch"
+    from a TCPStore client in the process that serves it."""
+    result = {}
+    for system in ("rankd", "rankd-grpc"):
+        # A fresh job each: the path is chosen when the rank joins.
+        with LocalJob(f"bench-store-{system}-{os.getpid()}", 2, 1,
+                      daemon_flags=["--kv_shared_prefixes=torch/"]) as job:
+            # Both ranks stay joined until both measured: a rank that
+            # leaves drains the job.
+            ranks = []
+            try:
+                for node in (0, 1):
+                    os.environ.update({
+                        "RANKD_TARGET": job.socket_target(node),
+                        "RANKD_JOB_ID": job.job_id,
+                        "RANKD_LOCAL_RANK": "0",
+                        "RANKD_RANK_TOKEN": job.rank_token(node, node),
+                        "RANKD_KV_CHANNEL":
+                            "0" if system == "rankd-grpc" else "1"})
+                    ranks.append(rankd.join(wait_for_world=0))
+                for node, (rank, suffix) in enumerate(zip(ranks,
+                                                          ("", "-fwd"))):
+                    store = rankd.torch.Store(rank,
+                                              prefix=f"torch/bench{node}/")
+                    for op, t in measure_store(store, iterations).items():
+                        result[(system + suffix, op)] = t
+            finally:
+                for rank in ranks:
+                    rank.close()
+    for op, t in measure_store(dist.TCPStore("127.0.0.1", 0, 1, True),
+                               iterations).items():
+        result[("torch", op)] = t
     return result
 
 
@@ -177,14 +217,14 @@ def main():
     p.add_argument("--iterations", type=int, default=1000)
     p.add_argument("--compare_barrier_poll", action="store_true")
     args = p.parse_args()
-    systems = ["rankd", "torch"]
+    systems = ["rankd", "rankd-grpc", "torch"]
     if args.compare_barrier_poll:
         systems.insert(1, "rankd-poll")
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, load "
           f"{os.getloadavg()[0]:.1f}", flush=True)
     print("init_process_group (s, median of %d; min-max)" % args.repeat)
-    names = {"rankd": "rankd://", "rankd-poll": "rankd://, poll",
-             "torch": "env://"}
+    names = {"rankd": "rankd://", "rankd-grpc": "rankd://, grpc",
+             "rankd-poll": "rankd://, poll", "torch": "env://"}
     print(f"{'ranks':>5} " + " ".join(f"{names[s]:>22}" for s in systems) +
           " " + " ".join(f"{s + '/torch':>17}" for s in systems[:-1]))
     for size in [int(s) for s in args.sizes.split(",")]:
@@ -201,10 +241,15 @@ def main():
               flush=True)
     lat = store_latency(args.iterations)
     print(f"store latency (median of {args.iterations}, microseconds)")
-    for op in ("set", "get"):
-        r, t = lat[("rankd", op)] * 1e6, lat[("torch", op)] * 1e6
-        print(f"  {op}: rankd {r:.0f}, TCPStore {t:.0f}, ratio "
-              f"{r / t:.2f}x", flush=True)
+    print("  (rankd: channel / grpc, from the coordinator's node; fwd: from "
+          "the other node)")
+    for op in STORE_OPS:
+        us = {k: v * 1e6 for (k, o), v in lat.items() if o == op}
+        t = us["torch"]
+        print(f"  {op}: rankd {us['rankd']:.0f} / {us['rankd-grpc']:.0f}, "
+              f"fwd {us['rankd-fwd']:.0f} / {us['rankd-grpc-fwd']:.0f}, "
+              f"TCPStore {t:.0f}; ratio {us['rankd'] / t:.2f}x / "
+              f"{us['rankd-grpc'] / t:.2f}x", flush=True)
     return 0
 
 

@@ -88,6 +88,12 @@ struct ClientOptions {
   // (Client::round_path() says which path was taken). False keeps every
   // round on gRPC. Ignored for TCP targets.
   bool shared_memory_rounds = true;
+  // On a Unix socket target, Join opens the daemon's key-value channel and
+  // the key-value calls (KvSet, KvGet, ...) use it instead of a gRPC call
+  // each, with the same answers (Client::kv_path() says which path was
+  // taken). False, or the environment variable RANKD_KV_CHANNEL=0, keeps
+  // them on gRPC. Ignored for TCP targets.
+  bool kv_channel = true;
   // How long a thread waiting for a shared-memory round's answer polls
   // (yielding the CPU) before it sleeps. Unset: 30 us when the process may
   // run on at least as many CPUs as its node has ranks (each rank has a

@@ -161,6 +161,8 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
   absl::StatusOr<v1::SessionDescriptor> session =
       SendJoin(context, options, *wait_ms);
   std::pair<std::shared_ptr<internal::RoundSlotClient>, std::string> slots;
+  std::pair<std::shared_ptr<internal::KvChannel>, std::string> kv = {
+      nullptr, "grpc (not joined)"};
   if (session.ok()) {
     v1::MemberRef member;
     member.set_job_id(session->job_id());
@@ -168,6 +170,7 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
     member.set_incarnation(core_->incarnation);
     slots =
         internal::OpenRoundSlots(*core_->conn, *core_->stub, member, *session);
+    kv = internal::OpenKvChannel(*core_->conn, *core_->stub, member);
   }
   absl::MutexLock lock(&core_->mu);
   if (!session.ok()) {
@@ -176,6 +179,8 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
   }
   core_->round_slots = std::move(slots.first);
   core_->round_path = std::move(slots.second);
+  core_->kv_channel = std::move(kv.first);
+  core_->kv_path = std::move(kv.second);
   core_->join_options = options;
   core_->epoch = session->epoch();
   core_->job_epoch = std::max(core_->job_epoch, session->epoch());
@@ -396,6 +401,11 @@ std::string Client::round_path() const {
   return core_->round_path;
 }
 
+std::string Client::kv_path() const {
+  absl::MutexLock lock(&core_->mu);
+  return core_->kv_path;
+}
+
 const std::string& Client::target() const {
   return core_->conn->options().target;
 }
@@ -451,10 +461,15 @@ absl::StatusOr<bool> Client::KvWrite(absl::string_view method,
   if (expected.has_value()) request.set_expected(std::string(*expected));
   request.set_if_absent(if_absent);
   const absl::Duration timeout = core_->conn->options().call_timeout;
-  grpc::ClientContext rpc;
-  core_->conn->PrepareContext(&rpc, timeout);
   v1::KvSetResponse response;
-  grpc::Status status = core_->stub->KvSet(&rpc, request, &response);
+  grpc::Status status;
+  if (auto kv = internal::KvChannelForCall(*core_)) {
+    status = kv->Set(request, &response, MonotonicNow() + timeout);
+  } else {
+    grpc::ClientContext rpc;
+    core_->conn->PrepareContext(&rpc, timeout);
+    status = core_->stub->KvSet(&rpc, request, &response);
+  }
   if (!status.ok()) return FromGrpcStatus(status, context, timeout);
   return response.stored();
 }
@@ -476,10 +491,15 @@ absl::StatusOr<std::string> Client::KvGet(absl::string_view key,
   request.set_timeout_ms(*timeout_ms);
   const absl::Duration rpc_timeout =
       absl::Milliseconds(*timeout_ms) + core_->conn->options().call_timeout;
-  grpc::ClientContext rpc;
-  core_->conn->PrepareContext(&rpc, rpc_timeout);
   v1::KvGetResponse response;
-  grpc::Status status = core_->stub->KvGet(&rpc, request, &response);
+  grpc::Status status;
+  if (auto kv = internal::KvChannelForCall(*core_)) {
+    status = kv->Get(request, &response, MonotonicNow() + rpc_timeout);
+  } else {
+    grpc::ClientContext rpc;
+    core_->conn->PrepareContext(&rpc, rpc_timeout);
+    status = core_->stub->KvGet(&rpc, request, &response);
+  }
   if (!status.ok()) return FromGrpcStatus(status, context, rpc_timeout);
   return std::move(*response.mutable_value());
 }
@@ -494,10 +514,15 @@ absl::StatusOr<int64_t> Client::KvAdd(absl::string_view key, int64_t delta) {
   request.set_key(std::string(key));
   request.set_delta(delta);
   const absl::Duration timeout = core_->conn->options().call_timeout;
-  grpc::ClientContext rpc;
-  core_->conn->PrepareContext(&rpc, timeout);
   v1::KvAddResponse response;
-  grpc::Status status = core_->stub->KvAdd(&rpc, request, &response);
+  grpc::Status status;
+  if (auto kv = internal::KvChannelForCall(*core_)) {
+    status = kv->Add(request, &response, MonotonicNow() + timeout);
+  } else {
+    grpc::ClientContext rpc;
+    core_->conn->PrepareContext(&rpc, timeout);
+    status = core_->stub->KvAdd(&rpc, request, &response);
+  }
   if (!status.ok()) return FromGrpcStatus(status, context, timeout);
   return response.value();
 }
@@ -523,10 +548,15 @@ absl::StatusOr<bool> Client::KvRemove(
   request.set_key(std::string(key));
   if (expected.has_value()) request.set_expected(std::string(*expected));
   const absl::Duration timeout = core_->conn->options().call_timeout;
-  grpc::ClientContext rpc;
-  core_->conn->PrepareContext(&rpc, timeout);
   v1::KvDeleteResponse response;
-  grpc::Status status = core_->stub->KvDelete(&rpc, request, &response);
+  grpc::Status status;
+  if (auto kv = internal::KvChannelForCall(*core_)) {
+    status = kv->Delete(request, &response, MonotonicNow() + timeout);
+  } else {
+    grpc::ClientContext rpc;
+    core_->conn->PrepareContext(&rpc, timeout);
+    status = core_->stub->KvDelete(&rpc, request, &response);
+  }
   if (!status.ok()) return FromGrpcStatus(status, context, timeout);
   return response.existed();
 }
@@ -544,10 +574,15 @@ absl::StatusOr<uint64_t> Client::KvCount(absl::string_view prefix) {
   *request.mutable_member() = *std::move(member);
   request.set_prefix(std::string(prefix));
   const absl::Duration timeout = core_->conn->options().call_timeout;
-  grpc::ClientContext rpc;
-  core_->conn->PrepareContext(&rpc, timeout);
   v1::KvCountResponse response;
-  grpc::Status status = core_->stub->KvCount(&rpc, request, &response);
+  grpc::Status status;
+  if (auto kv = internal::KvChannelForCall(*core_)) {
+    status = kv->Count(request, &response, MonotonicNow() + timeout);
+  } else {
+    grpc::ClientContext rpc;
+    core_->conn->PrepareContext(&rpc, timeout);
+    status = core_->stub->KvCount(&rpc, request, &response);
+  }
   if (!status.ok()) return FromGrpcStatus(status, context, timeout);
   return response.keys();
 }

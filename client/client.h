@@ -49,6 +49,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/channel.h"
+#include "common/kv_limits.h"
 #include "rankd/v1/common.pb.h"
 
 namespace rankd {
@@ -66,8 +67,8 @@ inline constexpr size_t kMaxFrameWords = 65536;
 inline constexpr char kRankTokenEnvVar[] = "RANKD_RANK_TOKEN";
 
 // Largest key-value broker key (bytes) and value (bytes).
-inline constexpr size_t kMaxKeyBytes = 512;
-inline constexpr size_t kMaxValueBytes = 1 << 20;
+inline constexpr size_t kMaxKeyBytes = kMaxKvKeyBytes;
+inline constexpr size_t kMaxValueBytes = kMaxKvValueBytes;
 
 // What a rank says about itself when joining.
 struct JoinOptions {
@@ -224,6 +225,12 @@ class Client {
   // (common/round_slots.h, kRoundSlotFrameWords) go over gRPC either way;
   // both paths have the same semantics.
   std::string round_path() const;
+
+  // How this client's key-value calls reach the daemon: "kv-channel" once
+  // Join opened the daemon's key-value channel (the default on a Unix
+  // socket), otherwise "grpc (<why>)". A channel that breaks leaves the
+  // calls after it on gRPC. Both paths answer alike.
+  std::string kv_path() const;
 
   // The daemon address, as given (or defaulted) in ClientOptions.
   const std::string& target() const;

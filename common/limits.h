@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/kv_limits.h"
 
 namespace rankd {
 
@@ -33,6 +34,8 @@ inline constexpr size_t kMaxUnixSocketPathBytes = 107;
 inline constexpr size_t kMaxBootIdBytes = 64;
 // Most devices a node may report.
 inline constexpr size_t kMaxDevicesPerNode = 1024;
+
+// kMaxKvKeyBytes, kMaxKvValueBytes: common/kv_limits.h (included above).
 
 // Largest gRPC message a daemon sends or receives.
 inline constexpr int kMaxGrpcMessageBytes = 64 << 20;

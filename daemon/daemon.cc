@@ -243,6 +243,23 @@ absl::Status Daemon::OpenLocalEndpoints() {
     if (!local.ok()) return local.status();
     local_socket_ = *std::move(local);
   }
+  if (round_slots_ != nullptr) {
+    // The key-value channel's socket, in the same folder that the group
+    // may enter but not list, named after the daemon's socket so daemons
+    // sharing a folder do not collide. Without it, ranks' key-value calls
+    // stay on gRPC.
+    const std::filesystem::path socket(config_.socket_path);
+    const std::string path =
+        absl::StrCat(socket.parent_path().string(), "/.rankd-rounds/",
+                     socket.filename().string(), ".kv");
+    auto kv = KvSocket::Listen(path, agent_.get());
+    if (kv.ok()) {
+      kv_socket_ = *std::move(kv);
+    } else {
+      Log(absl::StrCat(kv.status().message(),
+                       "; ranks' key-value calls stay on gRPC"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -250,6 +267,7 @@ void Daemon::CreateServices() {
   rank_service_ = std::make_unique<RankService>(
       agent_.get(), &*auth_, round_slots_.get(), local_socket_.get(),
       config_.issue_rank_tokens);
+  rank_service_->set_kv_socket(kv_socket_.get());
   peer_service_ = std::make_unique<PeerService>(
       coordinator_.get(), config_.coordinator_address, config_.node_index,
       &*auth_, timer_.get());
@@ -383,6 +401,7 @@ absl::Status Daemon::ServeUnixSocket() {
         "cannot serve the Unix socket --socket=", config_.socket_path));
   }
   local_socket_->Serve(local_server_.get());
+  if (kv_socket_ != nullptr) kv_socket_->Serve();
   return absl::OkStatus();
 }
 
@@ -538,6 +557,8 @@ void Daemon::Shutdown(const std::string& reason, absl::Duration grace) {
   // After the agent answered every pending round: ranks waiting on their
   // slots find their answers, then see the files closed.
   if (round_slots_ != nullptr) round_slots_->Stop();
+  // Likewise: blocked gets were answered; the channels close.
+  if (kv_socket_ != nullptr) kv_socket_->Stop();
   if (coordinator_ != nullptr) coordinator_->BeginShutdown();
   // After the coordinator answered what waits, so nodes hear why.
   if (round_link_server_ != nullptr) round_link_server_->Stop();

@@ -124,6 +124,9 @@ class Daemon {
   std::unique_ptr<NodeAgent> agent_;
   // Null without a Unix socket. After agent_: its watchers call the agent.
   std::unique_ptr<RoundSlotServer> round_slots_;
+  // The key-value channel's socket (null without a Unix socket, or when
+  // its path would be too long). After agent_, whose methods it calls.
+  std::unique_ptr<KvSocket> kv_socket_;
   std::unique_ptr<RankService> rank_service_;
   std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<AdminService> admin_service_;

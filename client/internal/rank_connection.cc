@@ -3,12 +3,14 @@
 #include "client/internal/rank_connection.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/incarnation.h"
+#include "common/monotonic_clock.h"
 #include "grpcpp/channel.h"
 
 namespace rankd::internal {
@@ -233,6 +235,48 @@ std::pair<std::shared_ptr<RoundSlotClient>, std::string> OpenRoundSlots(
     return {nullptr, absl::StrCat("grpc (", slots.status().message(), ")")};
   }
   return {std::shared_ptr<RoundSlotClient>(*std::move(slots)), "shared-memory"};
+}
+
+std::shared_ptr<KvChannel> KvChannelForCall(RankConnection& core) {
+  absl::MutexLock lock(&core.mu);
+  if (core.kv_channel != nullptr && core.kv_channel->broken()) {
+    core.kv_channel = nullptr;
+    core.kv_path = "grpc (the key-value channel broke)";
+  }
+  return core.kv_channel;
+}
+
+std::pair<std::shared_ptr<KvChannel>, std::string> OpenKvChannel(
+    const Connection& conn, v1::Rank::Stub& stub, const v1::MemberRef& member) {
+  if (!conn.options().kv_channel) {
+    return {nullptr, "grpc (ClientOptions.kv_channel is off)"};
+  }
+  if (const char* env = std::getenv("RANKD_KV_CHANNEL");
+      env != nullptr && std::string(env) == "0") {
+    return {nullptr, "grpc (RANKD_KV_CHANNEL=0)"};
+  }
+  if (conn.target().kind != Target::Kind::kUnix) {
+    return {nullptr, "grpc (the daemon is reached over TCP)"};
+  }
+  v1::OpenKvChannelRequest request;
+  *request.mutable_member() = member;
+  grpc::ClientContext rpc;
+  const absl::Duration timeout = conn.options().call_timeout;
+  conn.PrepareContext(&rpc, timeout);
+  v1::OpenKvChannelResponse response;
+  grpc::Status status = stub.OpenKvChannel(&rpc, request, &response);
+  if (!status.ok()) {
+    return {
+        nullptr,
+        absl::StrCat("grpc (",
+                     FromGrpcStatus(status, "daemon", timeout).message(), ")")};
+  }
+  absl::StatusOr<std::unique_ptr<KvChannel>> channel = KvChannel::Connect(
+      response.path(), response.ticket(), MonotonicNow() + timeout);
+  if (!channel.ok()) {
+    return {nullptr, absl::StrCat("grpc (", channel.status().message(), ")")};
+  }
+  return {std::shared_ptr<KvChannel>(*std::move(channel)), "kv-channel"};
 }
 
 }  // namespace rankd::internal

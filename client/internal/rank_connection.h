@@ -28,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/channel.h"
 #include "client/client.h"
+#include "client/internal/kv_channel.h"
 #include "client/internal/round_slot_client.h"
 #include "grpcpp/client_context.h"
 #include "rankd/v1/rank.grpc.pb.h"
@@ -131,6 +132,10 @@ class RankConnection {
   // mapped.
   std::shared_ptr<RoundSlotClient> round_slots ABSL_GUARDED_BY(mu);
   std::string round_path ABSL_GUARDED_BY(mu) = "grpc (not joined)";
+  // Set by Join when the daemon's key-value channel is open; dropped
+  // (kv_path says why) once it breaks.
+  std::shared_ptr<KvChannel> kv_channel ABSL_GUARDED_BY(mu);
+  std::string kv_path ABSL_GUARDED_BY(mu) = "grpc (not joined)";
   // gRPC rounds not finished: a slot round must not overtake them.
   std::atomic<int> grpc_rounds_in_flight{0};
   // Why the current join's round sequence is unusable (OK while usable).
@@ -154,6 +159,18 @@ class RankConnection {
 std::pair<std::shared_ptr<RoundSlotClient>, std::string> OpenRoundSlots(
     const Connection& conn, v1::Rank::Stub& stub, const v1::MemberRef& member,
     const v1::SessionDescriptor& session);
+
+// The key-value channel a key-value call should use: null for gRPC. Drops
+// a broken channel (saying why in kv_path).
+std::shared_ptr<KvChannel> KvChannelForCall(RankConnection& core)
+    ABSL_LOCKS_EXCLUDED(core.mu);
+
+// Asks the daemon for this rank's key-value channel
+// (daemon/transport/kv_socket.h) and connects it. Returns the channel, or
+// null when key-value calls stay on gRPC, and the path they take:
+// "kv-channel", or "grpc (<why>)". Never fails.
+std::pair<std::shared_ptr<KvChannel>, std::string> OpenKvChannel(
+    const Connection& conn, v1::Rank::Stub& stub, const v1::MemberRef& member);
 
 }  // namespace rankd::internal
 

@@ -78,8 +78,8 @@ struct KvCondition {
 
 class KvStore {
  public:
-  static constexpr size_t kMaxKeyBytes = 512;
-  static constexpr size_t kMaxValueBytes = 1 << 20;
+  static constexpr size_t kMaxKeyBytes = kMaxKvKeyBytes;
+  static constexpr size_t kMaxValueBytes = kMaxKvValueBytes;
   // The creator of a key set for no rank (callers that act for no rank,
   // such as unit tests): it counts toward max_keys and max_bytes only. The
   // coordinator always passes the calling rank.

@@ -170,6 +170,15 @@ absl::StatusOr<std::optional<uint32_t>> Authenticator::AuthenticateRank(
   return std::optional<uint32_t>(*rank);
 }
 
+absl::Status CheckTokenRank(std::optional<uint32_t> token_rank, uint32_t rank) {
+  if (token_rank.has_value() && *token_rank != rank) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the credential of rank ", *token_rank, " cannot act as rank ", rank,
+        " (a rank token names one rank)"));
+  }
+  return absl::OkStatus();
+}
+
 std::string Authenticator::MintRankToken(uint32_t rank) const {
   if (!enabled_) return "";
   return RankToken(node_token_, job_id_, rank);

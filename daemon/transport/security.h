@@ -148,6 +148,12 @@ class Authenticator {
   std::function<void(const std::string& peer)> authenticated_observer_;
 };
 
+// OK when a caller whose rank token named `token_rank` (nullopt:
+// authentication is off) may act as `rank`; PermissionDenied saying that a
+// rank token names one rank otherwise. The Rank service and the key-value
+// channel (daemon/transport/kv_socket.h) refuse with the same words.
+absl::Status CheckTokenRank(std::optional<uint32_t> token_rank, uint32_t rank);
+
 // True when the call came in on the daemon's Unix socket (whose
 // connections daemon/transport/local_socket.h hands to gRPC: peers "fd:<n>").
 bool FromUnixSocket(const grpc::CallbackServerContext* context);

@@ -111,11 +111,7 @@ absl::Status RankService::Admit(const grpc::CallbackServerContext* context,
                                 uint32_t rank) const {
   auto token_rank = auth_->AuthenticateRank(context);
   if (!token_rank.ok()) return token_rank.status();
-  if (token_rank->has_value() && **token_rank != rank) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "the credential of rank ", **token_rank, " cannot act as rank ", rank,
-        " (a rank token names one rank)"));
-  }
+  if (absl::Status s = CheckTokenRank(*token_rank, rank); !s.ok()) return s;
   return agent_->CheckCaller(rank, CallerOf(context));
 }
 
@@ -163,6 +159,27 @@ grpc::ServerUnaryReactor* RankService::OpenRoundSlots(
                         "daemon's Unix socket only; use AllGatherWords"));
                   }
                   reply(round_slots_->Open(*request));
+                });
+}
+
+grpc::ServerUnaryReactor* RankService::OpenKvChannel(
+    grpc::CallbackServerContext* context,
+    const v1::OpenKvChannelRequest* request,
+    v1::OpenKvChannelResponse* response) {
+  const uint32_t rank = request->member().rank();
+  absl::Status admitted = Admit(context, rank);
+  if (admitted.ok()) admitted = agent_->CheckMember(request->member());
+  return Handle(context, admitted, response,
+                [&](Reply<v1::OpenKvChannelResponse> reply) {
+                  if (kv_socket_ == nullptr || !FromUnixSocket(context)) {
+                    return reply(absl::FailedPreconditionError(
+                        "the key-value channel is offered on the daemon's "
+                        "Unix socket only; use the Rank service's Kv calls"));
+                  }
+                  // Admit passed: the token, if any, names `rank`.
+                  auto token_rank = auth_->AuthenticateRank(context);
+                  if (!token_rank.ok()) return reply(token_rank.status());
+                  reply(kv_socket_->Open(rank, *token_rank, CallerOf(context)));
                 });
 }
 

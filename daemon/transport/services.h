@@ -16,6 +16,7 @@
 #include "daemon/node/node_agent.h"
 #include "daemon/node/round_slot_server.h"
 #include "daemon/transport/event_stream_reactor.h"
+#include "daemon/transport/kv_socket.h"
 #include "daemon/transport/local_socket.h"
 #include "daemon/transport/round_link_server.h"
 #include "daemon/transport/round_stream_reactor.h"
@@ -62,6 +63,13 @@ class RankService final : public v1::Rank::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::OpenRoundSlotsRequest* request,
       v1::OpenRoundSlotsResponse* response) override;
+  // A joined member on the Unix socket gets a ticket for the key-value
+  // channel (kv_socket.h); FailedPrecondition elsewhere, or when the
+  // daemon offers none (set_kv_socket).
+  grpc::ServerUnaryReactor* OpenKvChannel(
+      grpc::CallbackServerContext* context,
+      const v1::OpenKvChannelRequest* request,
+      v1::OpenKvChannelResponse* response) override;
   grpc::ServerUnaryReactor* KvSet(grpc::CallbackServerContext* context,
                                   const v1::KvSetRequest* request,
                                   v1::KvSetResponse* response) override;
@@ -88,6 +96,10 @@ class RankService final : public v1::Rank::CallbackService {
       const v1::IssueRankTokensRequest* request,
       v1::IssueRankTokensResponse* response) override;
 
+  // The key-value channel OpenKvChannel hands tickets for (null: none).
+  // Set before the service serves; it must outlive the service.
+  void set_kv_socket(KvSocket* kv_socket) { kv_socket_ = kv_socket; }
+
   // What a Watch stream of rank `own_rank` shows of `event`: no daemon
   // incarnation, and no incarnation of another rank.
   static v1::JobEvent ScrubForRank(const v1::JobEvent& event,
@@ -106,6 +118,7 @@ class RankService final : public v1::Rank::CallbackService {
   RoundSlotServer* const round_slots_;
   const LocalSocket* const local_socket_;
   const bool issue_rank_tokens_;
+  KvSocket* kv_socket_ = nullptr;
   // Who got this node's rank tokens (IssueRankTokens hands them out once).
   absl::Mutex issued_mu_;
   std::optional<NodeAgent::Caller> issued_to_ ABSL_GUARDED_BY(issued_mu_);

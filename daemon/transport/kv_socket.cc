@@ -1,0 +1,539 @@
+#include "daemon/transport/kv_socket.h"
+
+#include <openssl/rand.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/monotonic_clock.h"
+#include "daemon/call_cancellation.h"
+#include "daemon/log.h"
+#include "daemon/transport/security.h"
+
+namespace rankd {
+
+inline constexpr size_t kTicketBytes = 32;
+
+// One accepted connection. Its thread reads and parses requests; replies
+// may be written by any thread (the agent answers from its own), never
+// blocking one: what the socket does not take at once waits in `out_`
+// for the connection's thread, which polls for room. Closing cancels the
+// connection's waits; replies that come later are dropped.
+class KvConnection {
+ public:
+  KvConnection(int fd, int wake_fd) : fd_(fd), wake_fd_(wake_fd) {}
+  ~KvConnection() {
+    if (fd_ >= 0) ::close(fd_);
+    ::close(wake_fd_);
+  }
+  KvConnection(const KvConnection&) = delete;
+  KvConnection& operator=(const KvConnection&) = delete;
+
+  int fd() const { return fd_; }
+  int wake_fd() const { return wake_fd_; }
+
+  // Wakes the connection's thread.
+  void Wake() const {
+    uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof(one));
+  }
+
+  // Registers request `id` as in flight with `cancellation` (may be null);
+  // false when a request of that id is in flight already.
+  bool Begin(uint64_t id, CancellationRef cancellation) {
+    absl::MutexLock lock(&mu_);
+    return in_flight_.emplace(id, std::move(cancellation)).second;
+  }
+
+  // Ends request `id` with `reply` (a reply payload).
+  void Finish(uint64_t id, const std::string& reply) {
+    absl::MutexLock lock(&mu_);
+    in_flight_.erase(id);
+    SendLocked(EncodeKvFrame(KvFrameKind::kReply, id, reply));
+  }
+
+  // Answers a frame that was never in flight.
+  void Answer(uint64_t id, const absl::Status& status) {
+    absl::MutexLock lock(&mu_);
+    SendLocked(
+        EncodeKvFrame(KvFrameKind::kReply, id, EncodeKvReply(status, "")));
+  }
+
+  size_t in_flight() {
+    absl::MutexLock lock(&mu_);
+    return in_flight_.size();
+  }
+  bool has_output() {
+    absl::MutexLock lock(&mu_);
+    return !out_.empty();
+  }
+  bool closed() {
+    absl::MutexLock lock(&mu_);
+    return closed_;
+  }
+
+  // Writes what the socket takes now.
+  void Flush() {
+    absl::MutexLock lock(&mu_);
+    FlushLocked();
+  }
+
+  // Closes the connection: later replies are dropped, waits cancelled.
+  void Close() {
+    std::vector<CancellationRef> waits;
+    {
+      absl::MutexLock lock(&mu_);
+      if (closed_) return;
+      closed_ = true;
+      out_.clear();
+      for (auto& [id, cancellation] : in_flight_) {
+        if (cancellation != nullptr) waits.push_back(cancellation);
+      }
+      ::shutdown(fd_, SHUT_RDWR);
+    }
+    for (const CancellationRef& wait : waits) wait->Cancel();
+  }
+
+ private:
+  void SendLocked(std::string frame) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (closed_) return;
+    const bool was_empty = out_.empty();
+    out_.append(frame);
+    FlushLocked();
+    // The thread polls for room only when it knows there is output.
+    if (was_empty && !out_.empty()) Wake();
+  }
+
+  void FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    size_t sent = 0;
+    while (!closed_ && sent < out_.size()) {
+      ssize_t n = ::send(fd_, out_.data() + sent, out_.size() - sent,
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      // The rank is gone: its thread sees the socket fail and closes.
+      out_.clear();
+      sent = 0;
+      Wake();
+      break;
+    }
+    out_.erase(0, sent);
+  }
+
+  const int fd_;
+  const int wake_fd_;
+  absl::Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::string out_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, CancellationRef> in_flight_
+      ABSL_GUARDED_BY(mu_);
+};
+
+namespace {
+
+// A reply callback for request `id` of `connection`: the agent's answer,
+// serialized, or its status, unchanged.
+template <typename Response>
+Reply<Response> ReplyTo(std::shared_ptr<KvConnection> connection, uint64_t id) {
+  return [connection = std::move(connection),
+          id](absl::StatusOr<Response> result) {
+    connection->Finish(
+        id, result.ok()
+                ? EncodeKvReply(absl::OkStatus(), result->SerializeAsString())
+                : EncodeKvReply(result.status(), ""));
+  };
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KvSocket>> KvSocket::Listen(
+    const std::string& path, NodeAgent* agent, Options options) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the key-value socket ", path, " is longer than a Unix socket path (",
+        sizeof(addr.sun_path) - 1, " bytes)"));
+  }
+  auto failed = [&](absl::string_view what) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot ", what, " the key-value socket ", path, ": ",
+                     std::strerror(errno)));
+  };
+  // The daemon's own socket path was free (PrepareSocketPath), so a socket
+  // file here is a stale one of an earlier daemon on that path.
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the key-value socket path ", path, " holds something else"));
+    }
+    if (::unlink(path.c_str()) != 0) return failed("replace the stale");
+  }
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return failed("create");
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  mode_t old_umask = ::umask(0117);
+  int bound = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::umask(old_umask);
+  if (bound != 0) {
+    absl::Status s = failed("bind");
+    ::close(fd);
+    return s;
+  }
+  if (::chmod(path.c_str(), 0660) != 0 || ::listen(fd, SOMAXCONN) != 0) {
+    absl::Status s = failed("listen on");
+    ::close(fd);
+    ::unlink(path.c_str());
+    return s;
+  }
+  int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake < 0) {
+    absl::Status s = failed("make the wake-up descriptor for");
+    ::close(fd);
+    ::unlink(path.c_str());
+    return s;
+  }
+  return std::unique_ptr<KvSocket>(
+      new KvSocket(path, fd, wake, agent, options));
+}
+
+KvSocket::KvSocket(std::string path, int listen_fd, int wake_fd,
+                   NodeAgent* agent, Options options)
+    : path_(std::move(path)),
+      listen_fd_(listen_fd),
+      wake_fd_(wake_fd),
+      agent_(agent),
+      options_(options) {}
+
+KvSocket::~KvSocket() {
+  Stop();
+  ::close(wake_fd_);
+}
+
+void KvSocket::Serve() {
+  accept_thread_ = std::thread([this] { AcceptLoop(); });
+}
+
+void KvSocket::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  stopping_.store(true);
+  uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof(one));
+  if (accept_thread_.joinable()) accept_thread_.join();
+  ::close(listen_fd_);
+  ::unlink(path_.c_str());
+  absl::flat_hash_map<uint64_t, Served> served;
+  {
+    absl::MutexLock lock(&mu_);
+    served.swap(served_);
+  }
+  for (auto& [id, one_served] : served) one_served.connection->Wake();
+  for (auto& [id, one_served] : served) {
+    if (one_served.thread.joinable()) one_served.thread.join();
+  }
+}
+
+void KvSocket::ReapLocked() {
+  std::vector<uint64_t> ended;
+  for (auto& [id, served] : served_) {
+    if (served.connection->closed()) ended.push_back(id);
+  }
+  for (uint64_t id : ended) {
+    auto it = served_.find(id);
+    // Closed is the thread's last act but one; joining waits for it.
+    if (it->second.thread.joinable()) it->second.thread.join();
+    served_.erase(it);
+  }
+}
+
+void KvSocket::AcceptLoop() {
+  pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+  while (!stopping_.load()) {
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      Log(absl::StrCat(
+          "the key-value socket ", path_,
+          " stops accepting: poll failed: ", std::strerror(errno)));
+      return;
+    }
+    if (fds[1].revents != 0) return;
+    if (fds[0].revents == 0) continue;
+    int fd =
+        ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+          errno == ENOMEM) {
+        ::poll(nullptr, 0, 100);
+      }
+      continue;
+    }
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+      ::close(fd);
+      continue;
+    }
+    int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake < 0) {
+      ::close(fd);
+      continue;
+    }
+    auto connection = std::make_shared<KvConnection>(fd, wake);
+    absl::MutexLock lock(&mu_);
+    ReapLocked();
+    if (served_.size() >= options_.max_connections ||
+        handshakes_.load() >= options_.max_handshakes) {
+      continue;  // `connection` closes the socket
+    }
+    handshakes_.fetch_add(1);
+    Served& served = served_[next_connection_++];
+    served.connection = connection;
+    served.thread = std::thread([this, connection, cred] {
+      ServeConnection(connection, Peer{cred.pid, cred.uid});
+    });
+  }
+}
+
+absl::StatusOr<v1::OpenKvChannelResponse> KvSocket::Open(
+    uint32_t rank, std::optional<uint32_t> token_rank,
+    const RankCaller& caller) {
+  unsigned char bytes[kTicketBytes];
+  if (RAND_bytes(bytes, sizeof(bytes)) != 1) {
+    return absl::InternalError("the random generator failed (RAND_bytes)");
+  }
+  std::string ticket(reinterpret_cast<const char*>(bytes), sizeof(bytes));
+  const absl::Time now = MonotonicNow();
+  absl::MutexLock lock(&mu_);
+  // Expired tickets go; at most one per rank stays.
+  for (auto it = tickets_.begin(); it != tickets_.end();) {
+    if (it->second.expires <= now) {
+      ticket_of_rank_.erase(it->second.binding.rank);
+      tickets_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  if (auto old = ticket_of_rank_.find(rank); old != ticket_of_rank_.end()) {
+    tickets_.erase(old->second);
+  }
+  ticket_of_rank_[rank] = ticket;
+  tickets_[ticket] = Ticket{Binding{rank, token_rank, caller},
+                            now + options_.handshake_timeout};
+  v1::OpenKvChannelResponse response;
+  response.set_path(path_);
+  response.set_ticket(std::move(ticket));
+  return response;
+}
+
+absl::StatusOr<KvSocket::Binding> KvSocket::Redeem(absl::string_view ticket,
+                                                   Peer peer) {
+  absl::MutexLock lock(&mu_);
+  auto it =
+      ticket.size() == kTicketBytes ? tickets_.find(ticket) : tickets_.end();
+  if (it == tickets_.end() || it->second.expires <= MonotonicNow()) {
+    if (it != tickets_.end()) {
+      ticket_of_rank_.erase(it->second.binding.rank);
+      tickets_.erase(it);
+    }
+    return absl::UnauthenticatedError(
+        "the key-value channel needs a ticket from Rank.OpenKvChannel, asked "
+        "for on the connection the rank joined on and presented within "
+        "seconds; this one is not (or no longer) valid");
+  }
+  Binding binding = it->second.binding;
+  ticket_of_rank_.erase(binding.rank);
+  tickets_.erase(it);
+  const RankCaller& caller = binding.caller;
+  if ((caller.pid != 0 && peer.pid != caller.pid) ||
+      (caller.uid.has_value() && peer.uid != *caller.uid)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the key-value channel ticket of rank ", binding.rank,
+                     " was issued to ", caller.Describe(), ", not to pid ",
+                     peer.pid, " (uid ", peer.uid, ")"));
+  }
+  return binding;
+}
+
+void KvSocket::ServeConnection(const std::shared_ptr<KvConnection>& connection,
+                               Peer peer) {
+  const absl::Time handshake_deadline =
+      MonotonicNow() + options_.handshake_timeout;
+  std::optional<Binding> binding;
+  KvFrameReader reader;
+  std::vector<char> buffer(64 << 10);
+  auto end_handshake = [&] {
+    if (!binding.has_value()) handshakes_.fetch_sub(1);
+  };
+  while (!stopping_.load() && !connection->closed()) {
+    const bool room = connection->in_flight() < options_.max_requests_in_flight;
+    short events = room ? POLLIN : 0;
+    if (connection->has_output()) events |= POLLOUT;
+    int timeout_ms = -1;
+    if (!binding.has_value()) {
+      const absl::Duration left = handshake_deadline - MonotonicNow();
+      if (left <= absl::ZeroDuration()) break;
+      timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(left)) + 1;
+    }
+    pollfd fds[2] = {{connection->fd(), events, 0},
+                     {connection->wake_fd(), POLLIN, 0}};
+    if (::poll(fds, 2, timeout_ms) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (fds[1].revents != 0) {
+      uint64_t count;
+      (void)!::read(connection->wake_fd(), &count, sizeof(count));
+    }
+    if (fds[0].revents & POLLOUT) connection->Flush();
+    if (fds[0].revents & (POLLERR | POLLNVAL)) break;
+    if (!(fds[0].revents & (POLLIN | POLLHUP))) continue;
+    if (!room) break;  // hung up while it had its fill in flight
+    ssize_t n =
+        ::recv(connection->fd(), buffer.data(), buffer.size(), MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) break;
+    reader.Append(buffer.data(), static_cast<size_t>(n));
+    bool closing = false;
+    while (!closing) {
+      absl::StatusOr<std::optional<KvFrame>> frame = reader.Next();
+      if (!frame.ok()) {
+        connection->Answer(0, frame.status());
+        closing = true;
+        break;
+      }
+      if (!frame->has_value()) break;
+      KvFrame& next = **frame;
+      if (!binding.has_value()) {
+        absl::StatusOr<Binding> granted =
+            next.kind == KvFrameKind::kHello
+                ? Redeem(next.payload, peer)
+                : absl::UnauthenticatedError(absl::StrCat(
+                      "the key-value channel's first frame must be its "
+                      "hello with a ticket, not ",
+                      KvFrameKindName(next.kind)));
+        if (!granted.ok()) {
+          connection->Answer(next.id, granted.status());
+          closing = true;
+          break;
+        }
+        handshakes_.fetch_sub(1);
+        binding = *std::move(granted);
+        connection->Answer(next.id, absl::OkStatus());
+        continue;
+      }
+      if (next.kind == KvFrameKind::kHello ||
+          next.kind == KvFrameKind::kReply) {
+        connection->Answer(next.id,
+                           absl::InvalidArgumentError(absl::StrCat(
+                               "a ", KvFrameKindName(next.kind),
+                               " frame is not a request on an open key-value "
+                               "channel")));
+        closing = true;
+        break;
+      }
+      Dispatch(connection, *binding, next.kind, next.id, next.payload);
+    }
+    if (closing) {
+      connection->Flush();
+      break;
+    }
+  }
+  end_handshake();
+  connection->Close();
+}
+
+void KvSocket::Dispatch(const std::shared_ptr<KvConnection>& connection,
+                        const Binding& binding, KvFrameKind kind, uint64_t id,
+                        const std::string& payload) {
+  // Parses the request, applies the Rank service's checks, then runs it.
+  auto run = [&](auto request, auto&& call, CancellationRef cancellation) {
+    if (!request.ParseFromString(payload)) {
+      connection->Answer(id, absl::InvalidArgumentError(absl::StrCat(
+                                 "malformed ", KvFrameKindName(kind),
+                                 " request on the key-value channel")));
+      return;
+    }
+    const uint32_t rank = request.member().rank();
+    absl::Status admitted = CheckTokenRank(binding.token_rank, rank);
+    if (admitted.ok()) admitted = agent_->CheckCaller(rank, binding.caller);
+    if (!admitted.ok()) {
+      connection->Answer(id, admitted);
+      return;
+    }
+    if (!connection->Begin(id, cancellation)) {
+      connection->Answer(id, absl::InvalidArgumentError(absl::StrCat(
+                                 "request ", id,
+                                 " is already in flight on this key-value "
+                                 "channel")));
+      return;
+    }
+    call(request);
+  };
+  switch (kind) {
+    case KvFrameKind::kSet:
+      run(
+          v1::KvSetRequest(),
+          [&](const v1::KvSetRequest& request) {
+            agent_->KvSet(request, ReplyTo<v1::KvSetResponse>(connection, id));
+          },
+          nullptr);
+      return;
+    case KvFrameKind::kGet: {
+      auto cancellation = std::make_shared<CallCancellation>();
+      run(
+          v1::KvGetRequest(),
+          [&](const v1::KvGetRequest& request) {
+            agent_->KvGet(request, ReplyTo<v1::KvGetResponse>(connection, id),
+                          cancellation);
+          },
+          cancellation);
+      return;
+    }
+    case KvFrameKind::kAdd:
+      run(
+          v1::KvAddRequest(),
+          [&](const v1::KvAddRequest& request) {
+            agent_->KvAdd(request, ReplyTo<v1::KvAddResponse>(connection, id));
+          },
+          nullptr);
+      return;
+    case KvFrameKind::kDelete:
+      run(
+          v1::KvDeleteRequest(),
+          [&](const v1::KvDeleteRequest& request) {
+            agent_->KvDelete(request,
+                             ReplyTo<v1::KvDeleteResponse>(connection, id));
+          },
+          nullptr);
+      return;
+    case KvFrameKind::kCount:
+      run(
+          v1::KvCountRequest(),
+          [&](const v1::KvCountRequest& request) {
+            agent_->KvCount(request,
+                            ReplyTo<v1::KvCountResponse>(connection, id));
+          },
+          nullptr);
+      return;
+    case KvFrameKind::kHello:
+    case KvFrameKind::kReply:
+      break;
+  }
+}
+
+}  // namespace rankd
