@@ -252,7 +252,16 @@ absl::Status Daemon::OpenLocalEndpoints() {
     const std::string path =
         absl::StrCat(socket.parent_path().string(), "/.rankd-rounds/",
                      socket.filename().string(), ".kv");
-    auto kv = KvSocket::Listen(path, agent_.get());
+    KvSocket::Options options;
+    if (metrics_ != nullptr) {
+      // The channel's calls count as the Rank calls they stand for.
+      options.observe = [metrics = metrics_.get()](absl::string_view method,
+                                                   absl::StatusCode code,
+                                                   absl::Duration elapsed) {
+        metrics->ObserveRpc(method, code, elapsed);
+      };
+    }
+    auto kv = KvSocket::Listen(path, agent_.get(), std::move(options));
     if (kv.ok()) {
       kv_socket_ = *std::move(kv);
     } else {

@@ -145,16 +145,38 @@ class KvConnection {
 namespace {
 
 // A reply callback for request `id` of `connection`: the agent's answer,
-// serialized, or its status, unchanged.
+// serialized, or its status, unchanged; `done` hears its outcome.
 template <typename Response>
-Reply<Response> ReplyTo(std::shared_ptr<KvConnection> connection, uint64_t id) {
-  return [connection = std::move(connection),
-          id](absl::StatusOr<Response> result) {
+Reply<Response> ReplyTo(std::shared_ptr<KvConnection> connection, uint64_t id,
+                        std::function<void(absl::StatusCode)> done) {
+  return [connection = std::move(connection), id,
+          done = std::move(done)](absl::StatusOr<Response> result) {
+    done(result.status().code());
     connection->Finish(
         id, result.ok()
                 ? EncodeKvReply(absl::OkStatus(), result->SerializeAsString())
                 : EncodeKvReply(result.status(), ""));
   };
+}
+
+// The Rank method a request frame stands for, as metrics name it.
+const char* RankMethodOf(KvFrameKind kind) {
+  switch (kind) {
+    case KvFrameKind::kSet:
+      return "/rankd.v1.Rank/KvSet";
+    case KvFrameKind::kGet:
+      return "/rankd.v1.Rank/KvGet";
+    case KvFrameKind::kAdd:
+      return "/rankd.v1.Rank/KvAdd";
+    case KvFrameKind::kDelete:
+      return "/rankd.v1.Rank/KvDelete";
+    case KvFrameKind::kCount:
+      return "/rankd.v1.Rank/KvCount";
+    case KvFrameKind::kHello:
+    case KvFrameKind::kReply:
+      break;
+  }
+  return "/rankd.v1.Rank/unknown";
 }
 
 }  // namespace
@@ -460,26 +482,35 @@ void KvSocket::ServeConnection(const std::shared_ptr<KvConnection>& connection,
 void KvSocket::Dispatch(const std::shared_ptr<KvConnection>& connection,
                         const Binding& binding, KvFrameKind kind, uint64_t id,
                         const std::string& payload) {
+  // Every request is counted as the gRPC call it stands for would be.
+  const absl::Time start = MonotonicNow();
+  std::function<void(absl::StatusCode)> done = [observe = options_.observe,
+                                                method = RankMethodOf(kind),
+                                                start](absl::StatusCode code) {
+    if (observe) observe(method, code, MonotonicNow() - start);
+  };
+  auto refuse = [&](const absl::Status& refusal) {
+    done(refusal.code());
+    connection->Answer(id, refusal);
+  };
   // Parses the request, applies the Rank service's checks, then runs it.
   auto run = [&](auto request, auto&& call, CancellationRef cancellation) {
     if (!request.ParseFromString(payload)) {
-      connection->Answer(id, absl::InvalidArgumentError(absl::StrCat(
-                                 "malformed ", KvFrameKindName(kind),
-                                 " request on the key-value channel")));
+      refuse(absl::InvalidArgumentError(
+          absl::StrCat("malformed ", KvFrameKindName(kind),
+                       " request on the key-value channel")));
       return;
     }
     const uint32_t rank = request.member().rank();
     absl::Status admitted = CheckTokenRank(binding.token_rank, rank);
     if (admitted.ok()) admitted = agent_->CheckCaller(rank, binding.caller);
     if (!admitted.ok()) {
-      connection->Answer(id, admitted);
+      refuse(admitted);
       return;
     }
     if (!connection->Begin(id, cancellation)) {
-      connection->Answer(id, absl::InvalidArgumentError(absl::StrCat(
-                                 "request ", id,
-                                 " is already in flight on this key-value "
-                                 "channel")));
+      refuse(absl::InvalidArgumentError(absl::StrCat(
+          "request ", id, " is already in flight on this key-value channel")));
       return;
     }
     call(request);
@@ -489,7 +520,8 @@ void KvSocket::Dispatch(const std::shared_ptr<KvConnection>& connection,
       run(
           v1::KvSetRequest(),
           [&](const v1::KvSetRequest& request) {
-            agent_->KvSet(request, ReplyTo<v1::KvSetResponse>(connection, id));
+            agent_->KvSet(request,
+                          ReplyTo<v1::KvSetResponse>(connection, id, done));
           },
           nullptr);
       return;
@@ -498,7 +530,8 @@ void KvSocket::Dispatch(const std::shared_ptr<KvConnection>& connection,
       run(
           v1::KvGetRequest(),
           [&](const v1::KvGetRequest& request) {
-            agent_->KvGet(request, ReplyTo<v1::KvGetResponse>(connection, id),
+            agent_->KvGet(request,
+                          ReplyTo<v1::KvGetResponse>(connection, id, done),
                           cancellation);
           },
           cancellation);
@@ -508,7 +541,8 @@ void KvSocket::Dispatch(const std::shared_ptr<KvConnection>& connection,
       run(
           v1::KvAddRequest(),
           [&](const v1::KvAddRequest& request) {
-            agent_->KvAdd(request, ReplyTo<v1::KvAddResponse>(connection, id));
+            agent_->KvAdd(request,
+                          ReplyTo<v1::KvAddResponse>(connection, id, done));
           },
           nullptr);
       return;
@@ -516,8 +550,8 @@ void KvSocket::Dispatch(const std::shared_ptr<KvConnection>& connection,
       run(
           v1::KvDeleteRequest(),
           [&](const v1::KvDeleteRequest& request) {
-            agent_->KvDelete(request,
-                             ReplyTo<v1::KvDeleteResponse>(connection, id));
+            agent_->KvDelete(
+                request, ReplyTo<v1::KvDeleteResponse>(connection, id, done));
           },
           nullptr);
       return;
@@ -526,7 +560,7 @@ void KvSocket::Dispatch(const std::shared_ptr<KvConnection>& connection,
           v1::KvCountRequest(),
           [&](const v1::KvCountRequest& request) {
             agent_->KvCount(request,
-                            ReplyTo<v1::KvCountResponse>(connection, id));
+                            ReplyTo<v1::KvCountResponse>(connection, id, done));
           },
           nullptr);
       return;

@@ -33,6 +33,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,6 +66,13 @@ class KvSocket {
     // included); replies of at most a value each are what it can make
     // the daemon buffer.
     uint32_t max_requests_in_flight = 32;
+    // Called once per request with the Rank method it stands for
+    // ("/rankd.v1.Rank/KvSet"), its outcome and how long it took, as the
+    // gRPC path's metrics interceptor sees a call (DaemonMetrics::
+    // ObserveRpc); may be empty. Runs on the channel's threads.
+    std::function<void(absl::string_view method, absl::StatusCode code,
+                       absl::Duration elapsed)>
+        observe;
   };
 
   // Binds `path` (mode 0660; a stale socket file there is replaced,
