@@ -46,6 +46,9 @@ ABSL_FLAG(int, stall_at_round, 0,
 ABSL_FLAG(int, stall_ms, 30000, "longest stall");
 ABSL_FLAG(int, kv_keys, 0, "keys each rank sets and reads back from all");
 ABSL_FLAG(int, hold_ms, 0, "after the scenario, stay joined this long");
+ABSL_FLAG(bool, hold_through_failure, false,
+          "during --hold_ms, stay (neither leave nor exit) when the job "
+          "fails or starts recovering: a survivor that never rejoins");
 ABSL_FLAG(bool, bounded, false, "use the bounded (submit/wait) round form");
 ABSL_FLAG(bool, shared_memory_rounds, true,
           "send rounds through the daemon's round slots when it offers them "
@@ -247,7 +250,9 @@ int main(int argc, char** argv) {
       absl::Now() + absl::Milliseconds(absl::GetFlag(FLAGS_hold_ms));
   while (absl::Now() < hold_until) {
     absl::Status health = (*client)->JobHealth();
-    if (!health.ok()) return Fail(health, started);
+    if (!health.ok() && !absl::GetFlag(FLAGS_hold_through_failure)) {
+      return Fail(health, started);
+    }
     absl::SleepFor(absl::Milliseconds(10));
   }
   if (std::string path = absl::GetFlag(FLAGS_leave_when_file); !path.empty()) {
