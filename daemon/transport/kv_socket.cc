@@ -18,6 +18,7 @@
 #include "daemon/call_cancellation.h"
 #include "daemon/log.h"
 #include "daemon/transport/security.h"
+#include "daemon/transport/unix_listener.h"
 
 namespace rankd {
 
@@ -204,31 +205,10 @@ absl::StatusOr<std::unique_ptr<KvSocket>> KvSocket::Listen(
     }
     if (::unlink(path.c_str()) != 0) return failed("replace the stale");
   }
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return failed("create");
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.data(), path.size());
-  mode_t old_umask = ::umask(0117);
-  int bound = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  ::umask(old_umask);
-  if (bound != 0) {
-    absl::Status s = failed("bind");
-    ::close(fd);
-    return s;
-  }
-  if (::chmod(path.c_str(), 0660) != 0 || ::listen(fd, SOMAXCONN) != 0) {
-    absl::Status s = failed("listen on");
-    ::close(fd);
-    ::unlink(path.c_str());
-    return s;
-  }
-  int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake < 0) {
-    absl::Status s = failed("make the wake-up descriptor for");
-    ::close(fd);
-    ::unlink(path.c_str());
-    return s;
-  }
+  absl::StatusOr<UnixListener> listener = ListenOnUnixSocket(path, failed);
+  if (!listener.ok()) return listener.status();
+  const int fd = listener->fd;
+  const int wake = listener->wake;
   return std::unique_ptr<KvSocket>(
       new KvSocket(path, fd, wake, agent, options));
 }
