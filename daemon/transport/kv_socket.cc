@@ -264,32 +264,13 @@ void KvSocket::ReapLocked() {
 }
 
 void KvSocket::AcceptLoop() {
-  pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+  const std::string name = absl::StrCat("the key-value socket ", path_);
   while (!stopping_.load()) {
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      Log(absl::StrCat(
-          "the key-value socket ", path_,
-          " stops accepting: poll failed: ", std::strerror(errno)));
-      return;
-    }
-    if (fds[1].revents != 0) return;
-    if (fds[0].revents == 0) continue;
-    int fd =
-        ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
-          errno == ENOMEM) {
-        ::poll(nullptr, 0, 100);
-      }
-      continue;
-    }
-    ucred cred{};
-    socklen_t len = sizeof(cred);
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-      ::close(fd);
-      continue;
-    }
+    std::optional<UnixPeer> peer =
+        AcceptUnixPeer(UnixListener{listen_fd_, wake_fd_}, name);
+    if (!peer.has_value()) return;
+    const int fd = peer->fd;
+    const ucred cred = peer->credentials;
     int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake < 0) {
       ::close(fd);

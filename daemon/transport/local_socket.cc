@@ -1,9 +1,6 @@
 #include "daemon/transport/local_socket.h"
 
-#include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -62,43 +59,17 @@ void LocalSocket::Stop() {
 }
 
 void LocalSocket::AcceptLoop(grpc::Server* server) {
-  pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-  while (true) {
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      Log(absl::StrCat(
-          "the Unix socket ", path_,
-          " stops accepting: poll failed: ", std::strerror(errno)));
-      return;
-    }
-    if (fds[1].revents != 0) return;
-    if (fds[0].revents == 0) continue;
-    int fd =
-        ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) {
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
-          errno == ENOMEM) {
-        // Out of descriptors or memory: try again a little later rather
-        // than spin on a listening socket that stays readable.
-        Log(absl::StrCat("the Unix socket ", path_,
-                         " cannot accept now: ", std::strerror(errno)));
-        ::poll(nullptr, 0, 100);
-      }
-      continue;
-    }
-    ucred cred{};
-    socklen_t len = sizeof(cred);
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-      // Without knowing who connected, the connection cannot be bound.
-      ::close(fd);
-      continue;
-    }
+  const std::string name = absl::StrCat("the Unix socket ", path_);
+  while (std::optional<UnixPeer> peer =
+             AcceptUnixPeer(UnixListener{listen_fd_, wake_fd_}, name)) {
     {
       absl::MutexLock lock(&mu_);
-      peers_[fd] = LocalPeer{next_connection_++, cred.pid, cred.uid, cred.gid};
+      peers_[peer->fd] =
+          LocalPeer{next_connection_++, peer->credentials.pid,
+                    peer->credentials.uid, peer->credentials.gid};
     }
     // gRPC owns the descriptor from here (and closes it).
-    grpc::AddInsecureChannelFromFd(server, fd);
+    grpc::AddInsecureChannelFromFd(server, peer->fd);
   }
 }
 

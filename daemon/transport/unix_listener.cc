@@ -1,12 +1,17 @@
 #include "daemon/transport/unix_listener.h"
 
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/log.h"
 
 namespace rankd {
 
@@ -42,6 +47,40 @@ absl::StatusOr<UnixListener> ListenOnUnixSocket(
     return s;
   }
   return UnixListener{fd, wake};
+}
+
+std::optional<UnixPeer> AcceptUnixPeer(const UnixListener& listener,
+                                       absl::string_view name) {
+  pollfd fds[2] = {{listener.fd, POLLIN, 0}, {listener.wake, POLLIN, 0}};
+  for (;;) {
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      Log(absl::StrCat(
+          name, " stops accepting: poll failed: ", std::strerror(errno)));
+      return std::nullopt;
+    }
+    if (fds[1].revents != 0) return std::nullopt;
+    if (fds[0].revents == 0) continue;
+    int fd =
+        ::accept4(listener.fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+          errno == ENOMEM) {
+        Log(absl::StrCat(name, " cannot accept now: ", std::strerror(errno)));
+        ::poll(nullptr, 0, 100);
+      }
+      continue;
+    }
+    UnixPeer peer;
+    peer.fd = fd;
+    socklen_t len = sizeof(peer.credentials);
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer.credentials, &len) !=
+        0) {
+      ::close(fd);
+      continue;
+    }
+    return peer;
+  }
 }
 
 }  // namespace rankd
