@@ -647,68 +647,67 @@ void NodeAgent::SendBatch(LocalRounds::Batch batch) {
                    }));
 }
 
+absl::Status NodeAgent::AdmitKvCall(absl::Status arguments,
+                                    const v1::MemberRef& member) const {
+  if (!arguments.ok()) return arguments;
+  absl::MutexLock lock(&mu_);
+  return CheckMemberLocked(member);
+}
+
 void NodeAgent::KvSet(const v1::KvSetRequest& request,
                       Reply<v1::KvSetResponse> reply) {
-  absl::Status status = KvStore::ValidateKey(request.key());
-  if (status.ok()) status = KvStore::ValidateValue(request.value());
-  if (status.ok()) {
-    absl::MutexLock lock(&mu_);
-    status = CheckMemberLocked(request.member());
+  absl::Status arguments = KvStore::ValidateKey(request.key());
+  if (arguments.ok()) arguments = KvStore::ValidateValue(request.value());
+  if (auto s = AdmitKvCall(arguments, request.member()); !s.ok()) {
+    return reply(s);
   }
-  if (!status.ok()) return reply(status);
   link_->KvSet(request, Relay(std::move(reply)));
 }
 
 void NodeAgent::KvGet(const v1::KvGetRequest& request,
                       Reply<v1::KvGetResponse> reply,
                       const CancellationRef& cancellation) {
-  absl::Status status = KvStore::ValidateKey(request.key());
-  if (status.ok()) {
-    status = CheckOptionalTimeoutMs(request.timeout_ms(), "timeout_ms");
+  absl::Status arguments = KvStore::ValidateKey(request.key());
+  if (arguments.ok()) {
+    arguments = CheckOptionalTimeoutMs(request.timeout_ms(), "timeout_ms");
   }
-  if (status.ok()) {
-    absl::MutexLock lock(&mu_);
-    status = CheckMemberLocked(request.member());
+  if (auto s = AdmitKvCall(arguments, request.member()); !s.ok()) {
+    return reply(s);
   }
-  if (!status.ok()) return reply(status);
   link_->KvGet(request, Relay(std::move(reply)), cancellation);
 }
 
 void NodeAgent::KvAdd(const v1::KvAddRequest& request,
                       Reply<v1::KvAddResponse> reply) {
-  absl::Status status = KvStore::ValidateKey(request.key());
-  if (status.ok()) {
-    absl::MutexLock lock(&mu_);
-    status = CheckMemberLocked(request.member());
+  if (auto s =
+          AdmitKvCall(KvStore::ValidateKey(request.key()), request.member());
+      !s.ok()) {
+    return reply(s);
   }
-  if (!status.ok()) return reply(status);
   link_->KvAdd(request, Relay(std::move(reply)));
 }
 
 void NodeAgent::KvDelete(const v1::KvDeleteRequest& request,
                          Reply<v1::KvDeleteResponse> reply) {
-  absl::Status status = KvStore::ValidateKey(request.key());
-  if (status.ok()) {
-    absl::MutexLock lock(&mu_);
-    status = CheckMemberLocked(request.member());
+  if (auto s =
+          AdmitKvCall(KvStore::ValidateKey(request.key()), request.member());
+      !s.ok()) {
+    return reply(s);
   }
-  if (!status.ok()) return reply(status);
   link_->KvDelete(request, Relay(std::move(reply)));
 }
 
 void NodeAgent::KvCount(const v1::KvCountRequest& request,
                         Reply<v1::KvCountResponse> reply) {
-  absl::Status status;
+  absl::Status arguments;
   if (request.prefix().size() > KvStore::kMaxKeyBytes) {
-    status = absl::InvalidArgumentError(
+    arguments = absl::InvalidArgumentError(
         absl::StrCat("prefix is ", request.prefix().size(),
                      " bytes; the limit is ", KvStore::kMaxKeyBytes));
   }
-  if (status.ok()) {
-    absl::MutexLock lock(&mu_);
-    status = CheckMemberLocked(request.member());
+  if (auto s = AdmitKvCall(arguments, request.member()); !s.ok()) {
+    return reply(s);
   }
-  if (!status.ok()) return reply(status);
   link_->KvCount(request, Relay(std::move(reply)));
 }
 

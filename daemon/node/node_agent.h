@@ -193,6 +193,11 @@ class NodeAgent : public CoordinatorLink::Listener {
   // and the job has not failed.
   absl::Status CheckMemberLocked(const v1::MemberRef& member) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A key-value call's admission: `arguments` (the request's own checks),
+  // then, if they passed, CheckMemberLocked(member).
+  absl::Status AdmitKvCall(absl::Status arguments,
+                           const v1::MemberRef& member) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status FailureLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
                    Reply<v1::JoinResponse> reply, Caller caller);
