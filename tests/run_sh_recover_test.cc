@@ -6,8 +6,9 @@
 // node again; either way the job re-forms at epoch 2 and serves the failed
 // step again. Each run must exit 0 with every step self-checked, the
 // requests in flight at the loss re-run and none lost, the recovery time
-// split into its four phases, and nothing left running. Real daemons,
-// rankrun and serving processes; nothing is stubbed.
+// split into its four phases, and nothing left running. Also the full
+// restart that in-place recovery is measured against (--full-restart).
+// Real daemons, rankrun and serving processes; nothing is stubbed.
 #include <cstdlib>
 #include <fstream>
 #include <regex>
@@ -138,6 +139,58 @@ TEST(RunShRecoverTest, AKilledNodeIsReplacedAndTheJobServesOn) {
   std::system(absl::StrCat("rm -rf ", dir).c_str());
 }
 
+// The baseline in-place recovery is measured against (bench/run_recovery.sh):
+// the job fails, every daemon and rank is stopped and started again, and
+// the new job serves from the failed step on, self-checked, with the time
+// from the loss split into its five phases.
+TEST(RunShRecoverTest, AFullRestartServesOnFromTheFailedStep) {
+  const RunResult run =
+      RunScript({"--nodes=2", "--ranks-per-node=2", "--tp=1", "--pp=2",
+                 "--ep=2", "--steps=8", "--at-step=4", "--kill-rank=3",
+                 "--full-restart", "--keep-logs"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "self-check    PASSED: 5/5 steps"))
+      << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "served        5 steps (steps 4-8"))
+      << run.output;
+  EXPECT_TRUE(std::regex_search(
+      run.output, std::regex("== full restart: rank 3 killed at step 4; "
+                             "serving again after [0-9]+\\.[0-9] ms")))
+      << run.output;
+  for (const char* phase :
+       {"detect", "stop", "daemons", "ranks", "first step"}) {
+    EXPECT_TRUE(std::regex_search(
+        run.output,
+        std::regex(absl::StrCat("\n   ", phase, " +[0-9]+\\.[0-9] ms  "))))
+        << phase << "\n"
+        << run.output;
+  }
+  const std::string dir = RunDir(run.output);
+  ASSERT_FALSE(dir.empty());
+  // The failed job's survivors named the lost rank; every rank of the new
+  // job loaded its shard and started at step 4; new daemons ran.
+  for (int r : {0, 1, 2}) {
+    const std::string before =
+        ReadFile(absl::StrCat(dir, "/phase1-rank", r, ".log"));
+    EXPECT_TRUE(std::regex_search(before, std::regex("FAILED .*rank 3")))
+        << before;
+  }
+  for (int r : {0, 1, 2, 3}) {
+    const std::string log = ReadFile(absl::StrCat(dir, "/rank", r, ".log"));
+    EXPECT_TRUE(
+        absl::StrContains(log, absl::StrCat("RESTARTED rank=", r, " step=4 ")))
+        << log;
+    EXPECT_TRUE(absl::StrContains(
+        log, absl::StrCat("RESUMED rank=", r, " step=4 epoch=1 ")))
+        << log;
+  }
+  EXPECT_FALSE(ReadFile(absl::StrCat(dir, "/daemon1.2.log")).empty());
+  EXPECT_TRUE(absl::StrContains(run.output, "no process left behind"))
+      << run.output;
+  ExpectNothingLeft(run);
+  std::system(absl::StrCat("rm -rf ", dir).c_str());
+}
+
 // A recovery that cannot complete (every re-form given 1 ms) fails the
 // run, loudly, and still leaves nothing behind.
 TEST(RunShRecoverTest, ARecoveryThatCannotCompleteFailsTheRun) {
@@ -171,6 +224,14 @@ TEST(RunShRecoverTest, RefusesWhatCannotBeRecoveredClearly) {
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_TRUE(absl::StrContains(run.output, "rank 0 checks every step"))
       << run.output;
+  run = RunScript({"--nodes=2", "--ranks-per-node=2", "--full-restart"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "--full-restart needs --kill-rank"))
+      << run.output;
+  run = RunScript({"--nodes=2", "--ranks-per-node=2", "--kill-rank=1",
+                   "--recover", "--full-restart"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "one at a time")) << run.output;
   run = RunScript({"--nodes=2", "--ranks-per-node=2", "--recover",
                    "--kill-rank=1", "--kill-node=1"});
   EXPECT_EQ(run.exit_code, 2) << run.output;

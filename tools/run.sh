@@ -35,6 +35,17 @@
 #                                   (with --recover the summary splits the
 #                                   recovery time: detect, replace, re-form,
 #                                   first step)
+#   --kill-rank=R --full-restart    the baseline in-place recovery is
+#                                   measured against: kill -9 rank R at
+#                                   step S, let the job fail, then do what
+#                                   an orchestrator that recreates the
+#                                   whole group does (LeaderWorkerSet's
+#                                   RecreateGroupOnPodRestart): stop every
+#                                   daemon and rank, start them all again
+#                                   and serve on from step S; the summary
+#                                   splits loss -> serving again into
+#                                   detect, stop, daemons, ranks (start,
+#                                   join, shard load) and first step
 #   --keep-logs                     keep the run folder (logs) afterwards
 # Environment: RANKD_BIN_DIR=DIR uses prebuilt binaries DIR/daemon/rankd,
 # DIR/client/rankctl, DIR/examples/serving and (--recover)
@@ -52,7 +63,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 nodes=2 ranks_per_node=4 tp="" pp="" ep="" steps=50 backend=gloo hosts=local
-kill_rank="" kill_node="" at_step="" keep_logs=0 recover=0
+kill_rank="" kill_node="" at_step="" keep_logs=0 recover=0 full_restart=0
 example_args=()
 while (($#)); do
   case "$1" in
@@ -67,6 +78,7 @@ while (($#)); do
     --kill-rank=*) kill_rank="${1#*=}" ;;
     --kill-node=*) kill_node="${1#*=}" ;;
     --recover) recover=1 ;;
+    --full-restart) full_restart=1 ;;
     --at-step=*) at_step="${1#*=}" ;;
     --keep-logs) keep_logs=1 ;;
     --) shift; example_args=("$@"); break ;;
@@ -115,6 +127,11 @@ if [[ -n "$kill_node" ]]; then
   [[ "$kill_node" =~ ^[0-9]+$ ]] && ((kill_node >= 1 && kill_node < nodes)) ||
     usage_error "--kill-node=$kill_node: must be a node in 1..$((nodes - 1))" \
       "(node 0's daemon coordinates the job: its loss is always terminal)"
+fi
+if ((full_restart)); then
+  [[ -n "$kill_rank" ]] || usage_error "--full-restart needs --kill-rank"
+  ((recover)) && usage_error "--full-restart and --recover: the two ways" \
+    "back from a loss, one at a time"
 fi
 if [[ -n "$kill_rank$kill_node" ]]; then
   [[ -n "$at_step" ]] || at_step=$(((steps + 1) / 2))
@@ -350,21 +367,15 @@ start_rankrun() {  # node log [serving flags...]: node's ranks under rankrun
   rankrun_pids[$n]=$!
   rank_logs+=("$log")
 }
-if ((recover)); then
-  for ((n = 0; n < nodes; n++)); do
-    extra=()
-    if ((${#victims[@]})); then
-      extra=(--stall_at_step="$at_step"
-             --stall_ranks="$(IFS=,; echo "${victims[*]}")")
-    fi
-    start_rankrun "$n" "$dir/ranks-node$n.log" "${extra[@]}"
-  done
-else
+start_ranks() {  # [serving flags...]: every rank as its own process (rank_pids)
+  local n l r token visible gpu_env extra
+  rank_pids=()
   for ((n = 0; n < nodes; n++)); do
     for ((l = 0; l < ranks_per_node; l++)); do
       r=$((n * ranks_per_node + l))
-      extra=()
-      [[ "$kill_rank" == "$r" ]] && extra+=(--stall_at_step="$at_step")
+      extra=("$@")
+      [[ "$kill_rank" == "$r" && -z "${killed_at:-}" ]] &&
+        extra+=(--stall_at_step="$at_step")
       token=$("$rankctl" credentials rank-token "$creds" "$job" "$n" "$r")
       gpu_env=()
       if [[ -n "${RANKD_KIT_RANKS_ON_ONE_GPU:-}" ]]; then
@@ -380,6 +391,18 @@ else
       rank_pids+=($!)
     done
   done
+}
+if ((recover)); then
+  for ((n = 0; n < nodes; n++)); do
+    extra=()
+    if ((${#victims[@]})); then
+      extra=(--stall_at_step="$at_step"
+             --stall_ranks="$(IFS=,; echo "${victims[*]}")")
+    fi
+    start_rankrun "$n" "$dir/ranks-node$n.log" "${extra[@]}"
+  done
+else
+  start_ranks
 fi
 
 # With --recover, rankR.log is rebuilt from the rankruns' labelled output
@@ -470,29 +493,35 @@ all_stalled() {
   for r in "${victims[@]}"; do [[ -n "$(stalled_pid "$r")" ]] || return 1; done
   return 0
 }
-deadline=$(($(now_ms) + (120 + steps) * 1000))
-hung=0
-while running; do
+supervise() {  # until every rank has exited, or the deadline (hung=1)
+  while running; do
+    split_rank_logs
+    show_rank0
+    if ((!operator_view)) && grep -q '^SERVING ' "$dir/rank0.log" 2>/dev/null; then
+      operator_view=1
+      echo "== the job as an operator sees it now (rankctl --target=${addr[0]} members)"
+      "$rankctl" --target="${addr[0]}" "${operator[@]}" members 2>&1 | sed 's/^/   /' || true
+    fi
+    if ((${#victims[@]})) && [[ -z "$killed_at" ]] && all_stalled; then
+      kill_victims
+      # The failure drill ends within 30 s of the kill; a recovery within 60.
+      deadline=$((killed_at + (recover ? 60000 + steps * 1000 : 30000)))
+    fi
+    if (($(now_ms) > deadline)); then
+      hung=1
+      break
+    fi
+    # After the kill, a full restart's timing counts from the moment every
+    # rank has exited: look more often.
+    if [[ -n "$killed_at" ]] && ((full_restart)); then sleep 0.02; else sleep 0.1; fi
+  done
   split_rank_logs
   show_rank0
-  if ((!operator_view)) && grep -q '^SERVING ' "$dir/rank0.log" 2>/dev/null; then
-    operator_view=1
-    echo "== the job as an operator sees it now (rankctl --target=${addr[0]} members)"
-    "$rankctl" --target="${addr[0]}" "${operator[@]}" members 2>&1 | sed 's/^/   /' || true
-  fi
-  if ((${#victims[@]})) && [[ -z "$killed_at" ]] && all_stalled; then
-    kill_victims
-    # The failure drill ends within 30 s of the kill; a recovery within 60.
-    deadline=$((killed_at + (recover ? 60000 + steps * 1000 : 30000)))
-  fi
-  if (($(now_ms) > deadline)); then
-    hung=1
-    break
-  fi
-  sleep 0.1
-done
-split_rank_logs
-show_rank0
+}
+deadline=$(($(now_ms) + (120 + steps) * 1000))
+hung=0
+supervise
+exited_us=$(date +%s%6N)  # (--full-restart: every rank of the job is gone)
 
 failed=0
 if ((hung)); then
@@ -510,7 +539,21 @@ if ((hung)); then
   fi
   failed=1
 fi
-codes=()
+reap_ranks() {  # every rank process (rank_pids) stopped and reaped: codes
+  local r code
+  codes=()
+  for ((r = 0; r < world; r++)); do
+    # (The drill's victim was reaped already: its pid may be another's.)
+    [[ "$r" == "$kill_rank" && -n "$killed_at" && $restarted == 0 ]] ||
+      kill -KILL "${rank_pids[$r]}" 2>/dev/null || true
+    code=0
+    wait "${rank_pids[$r]}" 2>/dev/null || code=$?
+    codes+=("$code")
+  done
+  forget "${rank_pids[@]}"
+  reaped=$((reaped + world))
+}
+codes=() restarted=0 reaped=0
 if ((recover)); then
   # SIGTERM first: rankrun forwards it and stops its ranks, by pid,
   # SIGKILL after its --stop_grace_ms (5 s); this waits 10 s.
@@ -529,17 +572,71 @@ if ((recover)); then
   done
   split_rank_logs
 else
-  for ((r = 0; r < world; r++)); do
-    # (The drill's victim was reaped already: its pid may be another's.)
-    [[ "$r" == "$kill_rank" && -n "$killed_at" ]] ||
-      kill -KILL "${rank_pids[$r]}" 2>/dev/null || true
-    code=0
-    wait "${rank_pids[$r]}" 2>/dev/null || code=$?
-    codes+=("$code")
-  done
+  reap_ranks
 fi
 
 first_line() { grep -m1 -E "$1" "$2" 2>/dev/null | cut -c1-400 || true; }
+check_served() {  # every rank exited 0 and rank 0's self-check passed
+  local r why
+  for ((r = 0; r < world; r++)); do
+    if ((codes[r] != 0)); then
+      failed=1
+      why=$(first_line '^(FAILED|STOPPED|SELF-CHECK|ERROR|REFUSED)' "$dir/rank$r.log")
+      echo "rank $r: exit ${codes[$r]}: ${why:-$(tail -1 "$dir/rank$r.log" 2>/dev/null)}"
+    fi
+  done
+  if ! grep -q '^  self-check    PASSED' "$dir/rank0.log"; then failed=1; fi
+}
+check_drill() {  # every survivor failed promptly, naming the killed rank
+  local r line cause at step message
+  # The drill: every survivor must fail promptly, naming the killed rank.
+  if [[ -z "$killed_at" ]]; then
+    echo "== drill: rank $kill_rank never reached step $at_step"
+    failed=1
+  fi
+  named=0
+  for ((r = 0; r < world; r++)); do
+    ((r == kill_rank)) && continue
+    line=$(first_line '^FAILED ' "$dir/rank$r.log")
+    cause=$(first_line '^CAUSE ' "$dir/rank$r.log")
+    if [[ -z "$line" ]]; then
+      echo "rank $r: exit ${codes[$r]}: did not report the loss: $(tail -1 "$dir/rank$r.log" 2>/dev/null)"
+      failed=1
+      continue
+    fi
+    at=$(sed -E 's/.* unix_ms=([0-9]+).*/\1/' <<<"$line")
+    step=$(sed -E 's/.* step=([0-9]+).*/\1/' <<<"$line")
+    message=${line#* unix_ms=* }
+    if grep -qE "rank $kill_rank([^0-9]|$)" <<<"$line$cause"; then
+      named=$((named + 1))
+      echo "rank $r: detected the loss of rank $kill_rank after $((at - ${killed_at:-at})) ms (step $step): $message"
+    else
+      echo "rank $r: failed without naming rank $kill_rank: $message ${cause#CAUSE rank=$r }"
+      failed=1
+    fi
+  done
+}
+stop_daemons() {  # SIGTERM to every daemon; each must exit 0 within 10 s
+  local n pid code
+  for pid in "${daemon_pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for ((n = 0; n < nodes; n++)); do
+    pid=${daemon_pids[$n]}
+    for _ in $(seq 500); do kill -0 "$pid" 2>/dev/null || break; sleep 0.02; done
+    if kill -0 "$pid" 2>/dev/null; then
+      echo "== daemon of node $n did not stop within 10 s of SIGTERM; killing it"
+      kill -KILL "$pid" 2>/dev/null || true
+      failed=1
+    fi
+    code=0
+    wait "$pid" 2>/dev/null || code=$?
+    forget "$pid"
+    reaped=$((reaped + 1))
+    if ((code != 0)); then
+      echo "== daemon of node $n exited with status $code: $(tail -1 "${daemon_logs[$n]}")"
+      failed=1
+    fi
+  done
+}
 # Largest "unix_us=" stamp of the lines matching `pattern` in every rank's
 # log, and how many there were: "<max> <count>".
 latest_stamp() {
@@ -549,6 +646,58 @@ latest_stamp() {
     awk 'BEGIN { max = 0; n = 0 } { n++; if ($1 + 0 > max) max = $1 + 0 } END { printf "%.0f %d\n", max, n }'
 }
 ms() { printf '%d.%d' $(($1 / 1000)) $((($1 % 1000) / 100)); }
+# ---- --full-restart: the baseline in-place recovery is measured against ------
+# Every rank of the failed job has exited: stop every daemon, start them all
+# again (same addresses and credentials, new incarnations), then every rank,
+# serving from the step the lost job did not finish.
+if ((full_restart && !hung)) && [[ -n "$killed_at" ]]; then
+  check_drill
+  survivors_us=$(cat "$dir"/rank*.log 2>/dev/null |
+    sed -nE 's/^FAILED .* unix_ms=([0-9]+).*/\1/p' | sort -n | tail -1)
+  survivors_us=$((${survivors_us:-0} * 1000))
+  for ((r = 0; r < world; r++)); do
+    mv "$dir/rank$r.log" "$dir/phase1-rank$r.log" 2>/dev/null || true
+  done
+  stop_daemons
+  stopped_us=$(date +%s%6N)
+  echo "== full restart: every rank of the failed job has exited and every daemon stopped; starting all $nodes daemons again, then all $world ranks from step $at_step"
+  for ((n = 0; n < nodes; n++)); do start_daemon "$n" "$dir/daemon$n.2.log"; done
+  for ((n = 0; n < nodes; n++)); do await_daemon "$n" "$dir/daemon$n.2.log"; done
+  daemons_us=$(date +%s%6N)
+  restarted=1 shown=0
+  start_ranks --first_step="$at_step"
+  deadline=$(($(now_ms) + (120 + steps) * 1000))
+  supervise
+  if ((hung)); then
+    still=()
+    for ((r = 0; r < world; r++)); do
+      kill -0 "${rank_pids[$r]}" 2>/dev/null && still+=("$r")
+    done
+    echo "== HANG: restarted ranks ${still[*]} still running at the deadline; stopping them"
+    failed=1
+  fi
+  reap_ranks
+  read -r started_us starts < <(latest_stamp '^RESTARTED ')
+  read -r resumed_us resumes < <(latest_stamp '^RESUMED ')
+  if ((survivors_us > 0 && starts == world && resumes == world)); then
+    p1=$((survivors_us > killed_us ? survivors_us : killed_us))
+    p2=$((stopped_us > p1 ? stopped_us : p1))
+    p3=$((daemons_us > p2 ? daemons_us : p2))
+    p4=$((started_us > p3 ? started_us : p3))
+    p5=$((resumed_us > p4 ? resumed_us : p4))
+    echo "== full restart: rank $kill_rank killed at step $at_step; serving again after $(ms $((p5 - killed_us))) ms (loss -> first step served by the restarted job)"
+    printf '   %-11s %9s ms  %s\n' \
+      detect "$(ms $((p1 - killed_us)))" "kill -9 -> all $((world - 1)) surviving ranks saw the loss (FAILED)" \
+      stop "$(ms $((p2 - p1)))" "-> every rank exited and all $nodes daemons stopped" \
+      daemons "$(ms $((p3 - p2)))" "-> all $nodes daemons started again and ready (registered)" \
+      ranks "$(ms $((p4 - p3)))" "-> all $starts ranks started, joined, formed their sessions and loaded their shards (RESTARTED)" \
+      "first step" "$(ms $((p5 - p4)))" "-> step $at_step served and self-checked on all $resumes ranks (RESUMED)"
+    echo "   (time stamps: CLOCK_REALTIME microseconds of this host, from run.sh's kill, its own view of the processes and every rank's log; ms resolution for FAILED)"
+  else
+    echo "== full restart phases missing: FAILED=${survivors_us} RESTARTED=$starts RESUMED=$resumes of $world"
+    failed=1
+  fi
+fi
 if ((recover)); then
   for ((n = 0; n < nodes; n++)); do
     if ((codes[n] != 0)); then
@@ -619,42 +768,10 @@ if ((recover)); then
       failed=1
     fi
   fi
-elif [[ -z "$kill_rank" ]]; then
-  for ((r = 0; r < world; r++)); do
-    if ((codes[r] != 0)); then
-      failed=1
-      why=$(first_line '^(FAILED|STOPPED|SELF-CHECK|ERROR|REFUSED)' "$dir/rank$r.log")
-      echo "rank $r: exit ${codes[$r]}: ${why:-$(tail -1 "$dir/rank$r.log" 2>/dev/null)}"
-    fi
-  done
-  if ! grep -q '^  self-check    PASSED' "$dir/rank0.log"; then failed=1; fi
+elif [[ -z "$kill_rank" ]] || ((restarted)); then
+  check_served
 else
-  # The drill: every survivor must fail promptly, naming the killed rank.
-  if [[ -z "$killed_at" ]]; then
-    echo "== drill: rank $kill_rank never reached step $at_step"
-    failed=1
-  fi
-  named=0
-  for ((r = 0; r < world; r++)); do
-    ((r == kill_rank)) && continue
-    line=$(first_line '^FAILED ' "$dir/rank$r.log")
-    cause=$(first_line '^CAUSE ' "$dir/rank$r.log")
-    if [[ -z "$line" ]]; then
-      echo "rank $r: exit ${codes[$r]}: did not report the loss: $(tail -1 "$dir/rank$r.log" 2>/dev/null)"
-      failed=1
-      continue
-    fi
-    at=$(sed -E 's/.* unix_ms=([0-9]+).*/\1/' <<<"$line")
-    step=$(sed -E 's/.* step=([0-9]+).*/\1/' <<<"$line")
-    message=${line#* unix_ms=* }
-    if grep -qE "rank $kill_rank([^0-9]|$)" <<<"$line$cause"; then
-      named=$((named + 1))
-      echo "rank $r: detected the loss of rank $kill_rank after $((at - ${killed_at:-at})) ms (step $step): $message"
-    else
-      echo "rank $r: failed without naming rank $kill_rank: $message ${cause#CAUSE rank=$r }"
-      failed=1
-    fi
-  done
+  check_drill
 fi
 
 # ---- shutdown ----------------------------------------------------------------
@@ -662,22 +779,7 @@ if ((operator_view)); then
   echo "== the job after the run (rankctl --target=${addr[0]} status)"
   "$rankctl" --target="${addr[0]}" "${operator[@]}" status 2>&1 | sed 's/^/   /' || true
 fi
-for pid in "${daemon_pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-for ((n = 0; n < nodes; n++)); do
-  pid=${daemon_pids[$n]}
-  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$pid" 2>/dev/null; then
-    echo "== daemon of node $n did not stop within 10 s of SIGTERM; killing it"
-    kill -KILL "$pid" 2>/dev/null || true
-    failed=1
-  fi
-  code=0
-  wait "$pid" 2>/dev/null || code=$?
-  if ((code != 0)); then
-    echo "== daemon of node $n exited with status $code: $(tail -1 "${daemon_logs[$n]}")"
-    failed=1
-  fi
-done
+stop_daemons
 cleanup "$failed"
 left=$(ps -eo pid=,args= | grep -F -- "$dir" | grep -v -e grep -e "ps -eo" || true)
 if [[ -n "$left" ]]; then
@@ -689,7 +791,7 @@ if [[ "$hosts" == netns ]] && ip netns list | grep -q "^rankd-$tag-"; then
   echo "== network namespaces left behind: $(ip netns list | grep "^rankd-$tag-" | tr '\n' ' ')"
   failed=1
 fi
-what="$((${#pids[@]})) processes stopped"
+what="$((${#pids[@]} + reaped)) processes stopped"
 [[ "$hosts" == netns ]] && what+=", ${#namespaces[@]} network namespaces removed"
 if ((recover)); then
   if ((failed)); then
@@ -701,6 +803,12 @@ if ((recover)); then
   else
     echo "== OK: $world ranks served $steps self-checked steps (recovery on, nothing lost); shut down cleanly, no process left behind ($what)"
   fi
+elif ((full_restart)); then
+  if ((failed)); then
+    echo "== FAILED: the full restart did not go as expected (logs in $dir)"
+    exit 1
+  fi
+  echo "== OK: full restart after the loss of rank $kill_rank: every survivor reported it lost; all $nodes daemons and $world ranks started again and served steps $at_step-$steps self-checked; shut down cleanly, no process left behind ($what)"
 elif [[ -z "$kill_rank" ]]; then
   if ((failed)); then
     echo "== FAILED (see above; logs in $dir)"

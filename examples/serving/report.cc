@@ -143,15 +143,22 @@ std::string SummaryTable(const RunSummary& s) {
       &out, "  %-13s %s; per rank: ffn %d, %d layer(s), %d expert(s)/layer\n",
       "model", s.spec.ToString(), s.spec.ffn / l.topology.tensor,
       s.spec.layers / l.topology.pipeline, s.spec.experts / l.topology.expert);
+  // A job started again at --first_step served the steps from there on.
+  const uint32_t served =
+      s.steps >= s.first_step ? s.steps - s.first_step + 1 : 0;
+  const std::string from =
+      s.first_step > 1 ? absl::StrFormat(" (steps %d-%d: started again at %d)",
+                                         s.first_step, s.steps, s.first_step)
+                       : "";
   absl::StrAppendFormat(
       &out,
-      "  %-13s %d steps, %s tokens from %d request streams, %s tokens/s"
+      "  %-13s %d steps%s, %s tokens from %d request streams, %s tokens/s"
       " (%.2f s)\n",
-      "served", s.steps, Thousands(s.tokens), l.num_slots(),
+      "served", served, from, Thousands(s.tokens), l.num_slots(),
       Thousands(seconds > 0 ? static_cast<uint64_t>(s.tokens / seconds) : 0),
       seconds);
   const std::string which =
-      s.latency.size() < s.steps
+      s.latency.size() < served
           ? absl::StrCat("last ", Thousands(s.latency.size()), " steps, ")
           : "";
   absl::StrAppendFormat(
@@ -165,7 +172,7 @@ std::string SummaryTable(const RunSummary& s) {
       "  %-13s %s: %d/%d steps, %s values, max |error| %.2g, tolerance"
       " %s; reference %.2f ms/step on rank 0\n",
       "self-check", s.check_passed ? "PASSED" : "FAILED", s.checked_steps,
-      s.steps, Thousands(s.checked_values), s.max_abs_error, s.tolerance,
+      served, Thousands(s.checked_values), s.max_abs_error, s.tolerance,
       s.checked_steps > 0 ? Ms(s.check_time) / s.checked_steps : 0.0);
   absl::StrAppendFormat(&out, "  %-13s %s served", "requests",
                         Thousands(s.requests));

@@ -56,7 +56,8 @@ struct RunSummary {
   ServingLayout layout;
   ModelSpec spec;
   std::string backend;
-  uint32_t steps = 0;
+  uint32_t steps = 0;       // the last step served
+  uint32_t first_step = 1;  // the first (> 1: --first_step, a restarted job)
   uint64_t tokens = 0;
   absl::Duration wall;  // the serving loop on rank 0
   // Per step on rank 0, without the check: every step, or the most recent

@@ -55,7 +55,11 @@
 //   REFORMED rank=R epoch=E unix_us=T shard=kept|loaded  (session at E)
 //   RESUMING rank=R step=S epoch=E                (the agreed step)
 //   RESUMED rank=R step=S epoch=E unix_us=T       (first step served after
-//                           a recovery, on this rank)
+//                           a recovery or a --first_step start, on this
+//                           rank)
+//   RESTARTED rank=R step=S unix_us=T shard=loaded  (--first_step > 1: a
+//                           job started again after a loss, session open
+//                           and shard loaded)
 //   SIGNAL rank=R step=S SIGTERM: every rank stops at this step's agreement
 //   DRAINED rank=R step=S: rank Q got a stop signal; served S-1 steps
 //   FAILED rank=R step=S unix_ms=T CODE: <op>: <message>
@@ -150,6 +154,11 @@ ABSL_FLAG(bool, recover, false,
           "in-place recovery (the daemons need --recovery=on): after a lost "
           "rank or node, re-form the session at the next epoch, keep the "
           "model shard and serve the failed step again");
+ABSL_FLAG(uint32_t, first_step, 1,
+          "serve steps first_step..steps: a job started again from scratch "
+          "after a loss (tools/run.sh --full-restart, the baseline that "
+          "in-place recovery is measured against) resumes the request "
+          "streams at the step the lost job did not finish");
 ABSL_FLAG(int, recover_timeout_ms, 120000,
           "the longest one recovery may take, from the failed step to a "
           "re-formed session and the agreed step (a replacement must join "
@@ -327,6 +336,14 @@ int ServingProcess::Run() {
     Print(absl::StrCat("BACKEND_OK ", backend, " devices=", devices));
     return kExitOk;
   }
+  const uint32_t steps = absl::GetFlag(FLAGS_steps);
+  first_step_ = absl::GetFlag(FLAGS_first_step);
+  if (first_step_ == 0 || (steps > 0 && first_step_ > steps)) {
+    Print(absl::StrCat("ERROR --first_step=", first_step_, ": must be ",
+                       steps > 0 ? absl::StrCat("in 1..", steps, " (--steps)")
+                                 : "at least 1"));
+    return kExitUsage;
+  }
   if (absl::GetFlag(FLAGS_join_wait_ms) <= 0 ||
       absl::GetFlag(FLAGS_step_interval_ms) < 0 ||
       absl::GetFlag(FLAGS_recover_timeout_ms) <= 0) {
@@ -422,6 +439,10 @@ int ServingProcess::Setup() {
                      layout_.coords.expert,
                      " backend=", collectives_->backend(),
                      nccl ? "" : absl::StrCat(" hostname=", backend.hostname)));
+  if (first_step_ > 1 && !replacement_) {
+    Print(absl::StrCat("RESTARTED rank=", layout_.rank, " step=", first_step_,
+                       " unix_us=", UnixUs(), " shard=loaded"));
+  }
   if (replacement_) {
     // Its session was opened at the recovering epoch; the survivors
     // re-form theirs to meet it. Then the step to start at.
@@ -477,7 +498,7 @@ int ServingProcess::Serve() {
   // the first step since has yet to complete.
   std::optional<SlotBatch> retry_batch;
   bool retrying = false;
-  bool resume_pending = replacement_;
+  bool resume_pending = replacement_ || first_step_ > 1;
   uint32_t step = first_step_;
   while (steps == 0 || step <= steps) {
     if (step > first_step_) {
@@ -580,6 +601,7 @@ int ServingProcess::Serve() {
   for (const RankReport& r : *reports) any_failed |= r.failed != 0;
   if (layout_.rank == 0) {
     summary_.steps = done;
+    summary_.first_step = first_step_;
     summary_.wall = wall;
     summary_.check_passed = !check_failed_;
     summary_.ranks = *std::move(reports);
