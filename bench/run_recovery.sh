@@ -84,8 +84,8 @@ for ((i = 1; i <= repeat; i++)); do
       echo "   $i in place     ${t} ms  (detect $a, replace $b, re-form $c, first step $d)"
     else
       full+=("$line")
-      read -r t a b c d e <<<"$line"
-      echo "   $i full restart ${t} ms  (detect $a, stop $b, daemons $c, ranks $d, first step $e)"
+      read -r t a b c d e f <<<"$line"
+      echo "   $i full restart ${t} ms  (detect $a, exit $b, stop $c, daemons $d, ranks $e, first step $f)"
     fi
   done
 done

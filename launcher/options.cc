@@ -174,8 +174,8 @@ constexpr OptionSpec kOptions[] = {
      "(docs/operations.md, \"Restarting failed ranks\"). Default 0: the "
      "first failure stops the job."},
     {"restart_backoff_ms", true, "MS",
-     "Wait k times MS before restart k of a rank (--max_restarts). Default "
-     "1000."},
+     "Wait (k - 1) times MS before restart k of a rank (--max_restarts): "
+     "the first restart at once, later ones backing off. Default 1000."},
     {"recovery_deadline_ms", true, "MS",
      "--recovery_deadline_ms of a daemon rankrun starts: how long the job "
      "may stay RECOVERING after a loss before it fails. Needs "
@@ -570,6 +570,11 @@ std::string HelpText() {
       "      --credentials_dir=/shared/creds --nproc_per_node=8 --tp=8 "
       "serve.py\n");
   return text;
+}
+
+absl::Duration RestartBackoff(const LaunchOptions& options, uint32_t restart) {
+  if (restart <= 1) return absl::ZeroDuration();
+  return absl::Milliseconds(options.restart_backoff_ms) * (restart - 1);
 }
 
 }  // namespace rankd::launcher

@@ -30,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace rankd::launcher {
 
@@ -109,7 +110,8 @@ struct LaunchOptions {
   // it exits non-zero or by a signal (0 = never: any failure stops the
   // job). Above 0, a daemon rankrun starts runs with --recovery=on.
   uint32_t max_restarts = 0;
-  // How long rankrun waits before restart k of a rank: k times this.
+  // How long rankrun waits before restart k of a rank: (k - 1) times this
+  // (RestartBackoff).
   int64_t restart_backoff_ms = kDefaultRestartBackoffMs;
   // --recovery_deadline_ms for a daemon rankrun starts; nullopt = the
   // daemon's default.
@@ -135,6 +137,13 @@ absl::StatusOr<ParsedCommandLine> ParseOptions(
 // The text -h / --help prints: usage, every option with its default, the
 // environment each process gets, and the exit statuses.
 std::string HelpText();
+
+// How long rankrun waits, after a rank's exit, before restart `restart`
+// (1, 2, ...) of that rank: none before the first (one lost process is the
+// common case, and every moment waited is the whole job's recovery time),
+// then (restart - 1) x options.restart_backoff_ms, so that a process that
+// fails at once over and over does not spin.
+absl::Duration RestartBackoff(const LaunchOptions& options, uint32_t restart);
 
 }  // namespace rankd::launcher
 

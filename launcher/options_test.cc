@@ -241,6 +241,13 @@ TEST(Options, RestartsAndTheirRecoveryFlags) {
   EXPECT_EQ(o.restart_backoff_ms, 0);
   EXPECT_EQ(o.recovery_deadline_ms, 60000);
 
+  // The first restart at once; then (k - 1) x the backoff.
+  LaunchOptions backoff = MustParse({"--max_restarts=3", "prog"});
+  EXPECT_EQ(RestartBackoff(backoff, 1), absl::ZeroDuration());
+  EXPECT_EQ(RestartBackoff(backoff, 2), absl::Milliseconds(1000));
+  EXPECT_EQ(RestartBackoff(backoff, 3), absl::Milliseconds(2000));
+  EXPECT_EQ(RestartBackoff(o, 3), absl::ZeroDuration());
+
   EXPECT_THAT(Error({"--max_restarts=-1", "prog"}),
               HasSubstr("--max_restarts=-1 is not a whole number in 0..1000"));
   EXPECT_THAT(Error({"--recovery_deadline_ms=60000", "prog"}),

@@ -174,8 +174,7 @@ int Launcher::Supervise() {
                          "; restarting it (restart ", restarts[local], " of ",
                          o_.max_restarts, ")"));
         const absl::Time at =
-            MonotonicNow() +
-            absl::Milliseconds(o_.restart_backoff_ms) * restarts[local];
+            MonotonicNow() + RestartBackoff(o_, restarts[local]);
         restart_at[local] = {at, at + kSlotReleaseWait, group.pid(i)};
         continue;
       }
@@ -200,7 +199,7 @@ int Launcher::Supervise() {
       // process acting for a live rank.
       if (now < pending.give_up &&
           !SlotReleased(rank_of(local), pending.old_pid)) {
-        pending.at = MonotonicNow() + absl::Milliseconds(50);
+        pending.at = MonotonicNow() + absl::Milliseconds(20);
         ++it;
         continue;
       }

@@ -142,7 +142,7 @@ TEST(RunShRecoverTest, AKilledNodeIsReplacedAndTheJobServesOn) {
 // The baseline in-place recovery is measured against (bench/run_recovery.sh):
 // the job fails, every daemon and rank is stopped and started again, and
 // the new job serves from the failed step on, self-checked, with the time
-// from the loss split into its five phases.
+// from the loss split into its six phases.
 TEST(RunShRecoverTest, AFullRestartServesOnFromTheFailedStep) {
   const RunResult run =
       RunScript({"--nodes=2", "--ranks-per-node=2", "--tp=1", "--pp=2",
@@ -158,7 +158,7 @@ TEST(RunShRecoverTest, AFullRestartServesOnFromTheFailedStep) {
                              "serving again after [0-9]+\\.[0-9] ms")))
       << run.output;
   for (const char* phase :
-       {"detect", "stop", "daemons", "ranks", "first step"}) {
+       {"detect", "exit", "stop", "daemons", "ranks", "first step"}) {
     EXPECT_TRUE(std::regex_search(
         run.output,
         std::regex(absl::StrCat("\n   ", phase, " +[0-9]+\\.[0-9] ms  "))))

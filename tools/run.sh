@@ -44,7 +44,7 @@
 #                                   daemon and rank, start them all again
 #                                   and serve on from step S; the summary
 #                                   splits loss -> serving again into
-#                                   detect, stop, daemons, ranks (start,
+#                                   detect, exit, stop, daemons, ranks (start,
 #                                   join, shard load) and first step
 #   --keep-logs                     keep the run folder (logs) afterwards
 # Environment: RANKD_BIN_DIR=DIR uses prebuilt binaries DIR/daemon/rankd,
@@ -367,6 +367,7 @@ start_rankrun() {  # node log [serving flags...]: node's ranks under rankrun
   rankrun_pids[$n]=$!
   rank_logs+=("$log")
 }
+rank_tokens=()
 start_ranks() {  # [serving flags...]: every rank as its own process (rank_pids)
   local n l r token visible gpu_env extra
   rank_pids=()
@@ -376,7 +377,11 @@ start_ranks() {  # [serving flags...]: every rank as its own process (rank_pids)
       extra=("$@")
       [[ "$kill_rank" == "$r" && -z "${killed_at:-}" ]] &&
         extra+=(--stall_at_step="$at_step")
-      token=$("$rankctl" credentials rank-token "$creds" "$job" "$n" "$r")
+      # Made once: a restarted rank (--full-restart) presents the same
+      # credential, as a pod restarted with its secret does.
+      [[ -n "${rank_tokens[$r]:-}" ]] ||
+        rank_tokens[$r]=$("$rankctl" credentials rank-token "$creds" "$job" "$n" "$r")
+      token=${rank_tokens[$r]}
       gpu_env=()
       if [[ -n "${RANKD_KIT_RANKS_ON_ONE_GPU:-}" ]]; then
         visible="${CUDA_VISIBLE_DEVICES:-0}"
@@ -554,6 +559,7 @@ reap_ranks() {  # every rank process (rank_pids) stopped and reaped: codes
   reaped=$((reaped + world))
 }
 codes=() restarted=0 reaped=0
+drill_codes=()  # the drill's exit statuses (the failed job's, with --full-restart)
 if ((recover)); then
   # SIGTERM first: rankrun forwards it and stops its ranks, by pid,
   # SIGKILL after its --stop_grace_ms (5 s); this waits 10 s.
@@ -587,8 +593,8 @@ check_served() {  # every rank exited 0 and rank 0's self-check passed
   done
   if ! grep -q '^  self-check    PASSED' "$dir/rank0.log"; then failed=1; fi
 }
-check_drill() {  # every survivor failed promptly, naming the killed rank
-  local r line cause at step message
+check_drill() {  # [log prefix]: every survivor failed promptly, naming the killed rank
+  local r line cause at step message log
   # The drill: every survivor must fail promptly, naming the killed rank.
   if [[ -z "$killed_at" ]]; then
     echo "== drill: rank $kill_rank never reached step $at_step"
@@ -597,10 +603,11 @@ check_drill() {  # every survivor failed promptly, naming the killed rank
   named=0
   for ((r = 0; r < world; r++)); do
     ((r == kill_rank)) && continue
-    line=$(first_line '^FAILED ' "$dir/rank$r.log")
-    cause=$(first_line '^CAUSE ' "$dir/rank$r.log")
+    log="$dir/${1:-}rank$r.log"
+    line=$(first_line '^FAILED ' "$log")
+    cause=$(first_line '^CAUSE ' "$log")
     if [[ -z "$line" ]]; then
-      echo "rank $r: exit ${codes[$r]}: did not report the loss: $(tail -1 "$dir/rank$r.log" 2>/dev/null)"
+      echo "rank $r: exit ${drill_codes[$r]}: did not report the loss: $(tail -1 "$log" 2>/dev/null)"
       failed=1
       continue
     fi
@@ -651,15 +658,14 @@ ms() { printf '%d.%d' $(($1 / 1000)) $((($1 % 1000) / 100)); }
 # again (same addresses and credentials, new incarnations), then every rank,
 # serving from the step the lost job did not finish.
 if ((full_restart && !hung)) && [[ -n "$killed_at" ]]; then
-  check_drill
-  survivors_us=$(cat "$dir"/rank*.log 2>/dev/null |
-    sed -nE 's/^FAILED .* unix_ms=([0-9]+).*/\1/p' | sort -n | tail -1)
-  survivors_us=$((${survivors_us:-0} * 1000))
+  # As fast as an orchestrator would: the checks of the failed job's logs
+  # wait until the new job runs.
+  stop_daemons
+  stopped_us=$(date +%s%6N)
+  drill_codes=("${codes[@]}")
   for ((r = 0; r < world; r++)); do
     mv "$dir/rank$r.log" "$dir/phase1-rank$r.log" 2>/dev/null || true
   done
-  stop_daemons
-  stopped_us=$(date +%s%6N)
   echo "== full restart: every rank of the failed job has exited and every daemon stopped; starting all $nodes daemons again, then all $world ranks from step $at_step"
   for ((n = 0; n < nodes; n++)); do start_daemon "$n" "$dir/daemon$n.2.log"; done
   for ((n = 0; n < nodes; n++)); do await_daemon "$n" "$dir/daemon$n.2.log"; done
@@ -677,18 +683,24 @@ if ((full_restart && !hung)) && [[ -n "$killed_at" ]]; then
     failed=1
   fi
   reap_ranks
+  check_drill phase1-
+  survivors_us=$(cat "$dir"/phase1-rank*.log 2>/dev/null |
+    sed -nE 's/^FAILED .* unix_ms=([0-9]+).*/\1/p' | sort -n | tail -1)
+  survivors_us=$((${survivors_us:-0} * 1000))
   read -r started_us starts < <(latest_stamp '^RESTARTED ')
   read -r resumed_us resumes < <(latest_stamp '^RESUMED ')
   if ((survivors_us > 0 && starts == world && resumes == world)); then
     p1=$((survivors_us > killed_us ? survivors_us : killed_us))
-    p2=$((stopped_us > p1 ? stopped_us : p1))
+    pe=$((exited_us > p1 ? exited_us : p1))
+    p2=$((stopped_us > pe ? stopped_us : pe))
     p3=$((daemons_us > p2 ? daemons_us : p2))
     p4=$((started_us > p3 ? started_us : p3))
     p5=$((resumed_us > p4 ? resumed_us : p4))
     echo "== full restart: rank $kill_rank killed at step $at_step; serving again after $(ms $((p5 - killed_us))) ms (loss -> first step served by the restarted job)"
     printf '   %-11s %9s ms  %s\n' \
       detect "$(ms $((p1 - killed_us)))" "kill -9 -> all $((world - 1)) surviving ranks saw the loss (FAILED)" \
-      stop "$(ms $((p2 - p1)))" "-> every rank exited and all $nodes daemons stopped" \
+      exit "$(ms $((pe - p1)))" "-> every rank process exited (run.sh's view, within 20 ms)" \
+      stop "$(ms $((p2 - pe)))" "-> all $nodes daemons stopped (SIGTERM)" \
       daemons "$(ms $((p3 - p2)))" "-> all $nodes daemons started again and ready (registered)" \
       ranks "$(ms $((p4 - p3)))" "-> all $starts ranks started, joined, formed their sessions and loaded their shards (RESTARTED)" \
       "first step" "$(ms $((p5 - p4)))" "-> step $at_step served and self-checked on all $resumes ranks (RESUMED)"
@@ -771,6 +783,7 @@ if ((recover)); then
 elif [[ -z "$kill_rank" ]] || ((restarted)); then
   check_served
 else
+  drill_codes=("${codes[@]}")
   check_drill
 fi
 
