@@ -16,12 +16,6 @@ std::vector<float> Iota(size_t n, float start) {
   return v;
 }
 
-std::vector<float> Concat(std::vector<std::vector<float>> parts) {
-  std::vector<float> all;
-  for (auto& p : parts) all.insert(all.end(), p.begin(), p.end());
-  return all;
-}
-
 RankCall Call(Operation operation, std::vector<size_t> shape,
               std::vector<float> values = {}) {
   RankCall call;
