@@ -6,6 +6,13 @@
 // GPU) that the test kills with SIGKILL, so that the daemon reports the job
 // failed and every NCCL communicator must be aborted.
 //
+// The re-form case (InPlaceReformAfterALostRank; issue 38, in-place
+// recovery) runs the daemon with --recovery=on and needs 2+ NCCL ranks: it
+// kills the last NCCL rank itself, a replacement process joins its slot, and
+// the survivors re-form their sessions (NcclSession::Reform) at epoch 2. It
+// prints "RECOVERY_MS <ms>", loss to every rank's first all_reduce at epoch
+// 2. It has run on the stand-in only so far, not yet on a GPU.
+//
 // The GPU kit's one-GPU mode (tests/gpu/run.sh, docs/nccl.md "One GPU,
 // several ranks"): with $RANKD_KIT_RANKS_ON_ONE_GPU=N, N NCCL ranks share
 // the first visible GPU, each process with CUDA_VISIBLE_DEVICES set to it
