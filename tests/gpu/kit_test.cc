@@ -406,11 +406,12 @@ TEST_F(KitTest, TheRunnerReportsEveryCaseWhenAskedToGoOnWithoutAGpu) {
       "PASSED   nccl_cluster_one_gpu_2_ranks_test:NcclClusterTest."
       "RanksSharingAGpuWithoutHostIdsAreRefused"))
       << summary;
-  // The NCCL re-form case (issue 38) in the mode the kit runs it in.
+  // The NCCL re-form case (issue 38) in the mode the kit runs it in, its
+  // recovery time on its verdict line.
   EXPECT_TRUE(absl::StrContains(
       summary,
       "PASSED   nccl_cluster_one_gpu_2_ranks_test:NcclClusterTest."
-      "InPlaceReformAfterALostRank"))
+      "InPlaceReformAfterALostRank  (RECOVERY_MS "))
       << summary;
   EXPECT_TRUE(absl::StrContains(r.output, "time limits sum to")) << r.output;
   // Everything comes back in three files: the log, the summary and one

@@ -215,17 +215,21 @@ PY
       "${args[@]}" > "$tlog" 2>&1
     local status=$?
     local -A seen=()
-    local cases=0 failed_cases=0 line test reason
+    local cases=0 failed_cases=0 line test reason note=""
     while IFS= read -r line; do
       # Not the "[  FAILED  ] 2 tests, listed below:" totals.
       [[ "$line" =~ ^\[.*\]\ [0-9]+\ tests?,\ listed ]] && continue
+      # A case's measured figure (the re-form case's recovery time) goes
+      # on its verdict line.
+      [[ "$line" =~ ^\[\ RUN ]] && note=""
+      [[ "$line" =~ ^RECOVERY_MS\  ]] && note=$line
       if [[ "$line" =~ ^\[\ +(OK|FAILED|SKIPPED)\ +\]\ ([A-Za-z0-9_/.]+)(,|\ \(|$) ]]; then
         test=${BASH_REMATCH[2]}
         [[ -n "${seen[$test]:-}" ]] && continue
         seen[$test]=1
         cases=$((cases + 1))
         case "${BASH_REMATCH[1]}" in
-          OK) record PASSED "$name:$test" ;;
+          OK) record PASSED "$name:$test" "$note" ;;
           FAILED) record FAILED "$name:$test" "see $tlog"; failed_cases=$((failed_cases + 1)) ;;
           SKIPPED)
             # gtest prints "<file>: Skipped", the reason, then the SKIPPED
