@@ -54,8 +54,9 @@
 # RANKD_KIT_RANKS_ON_ONE_GPU=1 is the GPU kit's one-GPU mode, for tests
 # only (tests/gpu/run.sh; docs/nccl.md, "One GPU, several ranks"): every
 # rank process sees the first visible GPU alone and gets an NCCL_HOSTID of
-# its own, so that NCCL runs several ranks on one GPU through its socket
-# transport. Never a production setting.
+# its own (with --recover, set per rank through rankrun's {rank}; a
+# restarted rank gets its slot's), so that NCCL runs several ranks on one
+# GPU through its socket transport. Never a production setting.
 # Exit status: 0 when the run (or the drill) went as expected (with
 # --recover: every step self-checked, no request lost), 1 when anything
 # failed, 2 for bad options or an unusable backend / host mode.
@@ -140,11 +141,6 @@ if [[ -n "$kill_rank$kill_node" ]]; then
 elif [[ -n "$at_step" ]]; then
   usage_error "--at-step needs --kill-rank or --kill-node"
 fi
-if ((recover)) && [[ -n "${RANKD_KIT_RANKS_ON_ONE_GPU:-}" ]]; then
-  usage_error "--recover starts ranks through rankrun, which gives every" \
-    "rank of a node one environment: RANKD_KIT_RANKS_ON_ONE_GPU is not" \
-    "supported with it"
-fi
 if [[ "$hosts" == netns ]]; then
   if [[ $(id -u) -ne 0 ]]; then
     echo "run.sh: --hosts=netns needs root: it creates a network namespace" \
@@ -185,7 +181,10 @@ if [[ "$backend" == nccl ]]; then
     exit 2
   fi
   gpus=$(sed -nE 's/.*devices=([0-9]+).*/\1/p' <<<"$probe")
-  if ((world > ${gpus:-0})); then
+  # The kit's one-GPU mode puts every rank on the first GPU.
+  need=$world
+  [[ -n "${RANKD_KIT_RANKS_ON_ONE_GPU:-}" ]] && need=1
+  if ((need > ${gpus:-0})); then
     echo "run.sh: --backend=nccl runs one rank per GPU: world $world needs" \
       "$world GPUs and this machine has ${gpus:-0}; use for example" \
       "--nodes=1 --ranks-per-node=${gpus:-1}, or --backend=gloo" >&2
@@ -353,13 +352,23 @@ rank_logs=()     # with --recover: every rankrun's output, in start order
 start_rankrun() {  # node log [serving flags...]: node's ranks under rankrun
   local n=$1 log=$2
   shift 2
+  # The kit's one-GPU mode: rankrun gives a node's ranks one environment,
+  # so each rank's own NCCL_HOSTID goes through env(1), whose arguments
+  # rankrun fills in per rank ({rank}) as it fills in the server's; env
+  # then execs the server (same pid). A restart gets its slot's again.
+  local one_gpu=()
+  if [[ -n "${RANKD_KIT_RANKS_ON_ONE_GPU:-}" ]]; then
+    local visible="${CUDA_VISIBLE_DEVICES:-0}"
+    one_gpu=("$(command -v env)" "CUDA_VISIBLE_DEVICES=${visible%%,*}"
+             "NCCL_HOSTID=rankd-kit-$job-rank{rank}")
+  fi
   # The ranks' output comes labelled "[rank R] " through rankrun; the
   # loop below files it per rank. A restart (--max_restarts) is the same
   # command line in a new process, which knows it joined a later epoch.
   ${run_in[$n]} "$rankrun" --daemon=reuse --rankd_socket="$dir/node$n.sock" \
     --credentials_dir="${node_creds[$n]}" --max_restarts=3 \
     --restart_backoff_ms=100 --stop_grace_ms=5000 -- \
-    "$serving" --target="{target}" --local_rank="{local_rank}" \
+    "${one_gpu[@]}" "$serving" --target="{target}" --local_rank="{local_rank}" \
     --job_id="$job" --world_size="$world" --backend="$backend" \
     --steps="$steps" --hostname="${ip_of[$n]}" --recover "$@" \
     "${example_args[@]}" >"$log" 2>&1 &

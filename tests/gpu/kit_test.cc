@@ -394,7 +394,8 @@ TEST_F(KitTest, TheRunnerReportsEveryCaseWhenAskedToGoOnWithoutAGpu) {
   EXPECT_TRUE(absl::StrContains(summary, "SKIPPED  serving_example:nccl"))
       << summary;
   // The one-GPU mode's plumbing, on one stand-in GPU: two rank processes
-  // with their own NCCL_HOSTID, and NCCL's refusal without them.
+  // with their own NCCL_HOSTID, NCCL's refusal without them, and a lost
+  // rank replaced with the survivors' sessions re-formed.
   EXPECT_TRUE(absl::StrContains(
       summary,
       "PASSED   nccl_cluster_one_gpu_2_ranks_test:NcclClusterTest."
@@ -404,6 +405,13 @@ TEST_F(KitTest, TheRunnerReportsEveryCaseWhenAskedToGoOnWithoutAGpu) {
       summary,
       "PASSED   nccl_cluster_one_gpu_2_ranks_test:NcclClusterTest."
       "RanksSharingAGpuWithoutHostIdsAreRefused"))
+      << summary;
+  // The NCCL re-form case (issue 38) in the mode the kit runs it in, its
+  // recovery time on its verdict line.
+  EXPECT_TRUE(absl::StrContains(
+      summary,
+      "PASSED   nccl_cluster_one_gpu_2_ranks_test:NcclClusterTest."
+      "InPlaceReformAfterALostRank  (RECOVERY_MS "))
       << summary;
   EXPECT_TRUE(absl::StrContains(r.output, "time limits sum to")) << r.output;
   // Everything comes back in three files: the log, the summary and one

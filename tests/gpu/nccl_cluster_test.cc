@@ -6,6 +6,13 @@
 // GPU) that the test kills with SIGKILL, so that the daemon reports the job
 // failed and every NCCL communicator must be aborted.
 //
+// The re-form case (InPlaceReformAfterALostRank; issue 38, in-place
+// recovery) runs the daemon with --recovery=on and needs 2+ NCCL ranks: it
+// kills the last NCCL rank itself, a replacement process joins its slot, and
+// the survivors re-form their sessions (NcclSession::Reform) at epoch 2. It
+// prints "RECOVERY_MS <ms>", loss to every rank's first all_reduce at epoch
+// 2. It has run on the stand-in only so far, not yet on a GPU.
+//
 // The GPU kit's one-GPU mode (tests/gpu/run.sh, docs/nccl.md "One GPU,
 // several ranks"): with $RANKD_KIT_RANKS_ON_ONE_GPU=N, N NCCL ranks share
 // the first visible GPU, each process with CUDA_VISIBLE_DEVICES set to it
@@ -23,18 +30,22 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "dataplane/nccl/cuda_device.h"
 #include "gtest/gtest.h"
+#include "rankd/v1/admin.pb.h"
 #include "tests/harness/cluster.h"
 #include "tests/harness/process.h"
 
@@ -83,10 +94,7 @@ class NcclClusterTest : public ::testing::Test {
   // A job of `job_world` ranks on one node: ranks below gpus_ run
   // `scenario`, the others are control-only. When `marker` is set, waits
   // until every NCCL rank printed it, then kills the control-only ranks.
-  // With `one_gpu_each`, NCCL rank l sees only GPU l
-  // (CUDA_VISIBLE_DEVICES=l), as a launcher that gives each rank process
-  // its own GPU sets it. When sharing one GPU, every NCCL rank sees that
-  // GPU alone, with its own NCCL_HOSTID unless `without_host_ids`.
+  // `one_gpu_each` and `without_host_ids`: as StartRank.
   Outcome Run(const std::string& scenario, uint32_t job_world,
               const std::vector<std::string>& extra = {},
               const std::string& marker = "", uint32_t tensor_parallel = 1,
@@ -104,27 +112,10 @@ class NcclClusterTest : public ::testing::Test {
     std::vector<ChildProcess> workers, controls;
     for (uint32_t l = 0; l < job_world; ++l) {
       const bool nccl = l < static_cast<uint32_t>(gpus_);
-      std::vector<std::string> argv = {
-          Runfile("tests/gpu/nccl_worker"),
-          absl::StrCat("--target=", cluster.socket_target(0)),
-          absl::StrCat("--job_id=", options.job_id),
-          absl::StrCat("--local_rank=", l),
-          absl::StrCat("--world_size=", job_world),
-          absl::StrCat("--scenario=", nccl ? scenario : "control_only"),
-      };
-      if (nccl) argv.insert(argv.end(), extra.begin(), extra.end());
-      std::map<std::string, std::string> env = cluster.RankEnv(0, l);
-      if (nccl && sharing_one_gpu()) {
-        env["CUDA_VISIBLE_DEVICES"] = shared_gpu_;
-        if (!without_host_ids) {
-          env["NCCL_HOSTID"] = absl::StrCat("rankd-kit-", scenario, "-rank", l);
-        }
-        if (!one_gpu_each) argv.push_back("--device=0");
-      } else if (nccl && one_gpu_each) {
-        env["CUDA_VISIBLE_DEVICES"] = std::to_string(l);
-      }
-      auto child = ChildProcess::Spawn(
-          argv, env, absl::StrCat(cluster.dir(), "/rank", l, ".log"));
+      auto child = StartRank(
+          cluster, nccl ? scenario : "control_only", l, job_world,
+          nccl ? extra : std::vector<std::string>{},
+          absl::StrCat("rank", l, ".log"), one_gpu_each, without_host_ids);
       EXPECT_TRUE(child.ok()) << child.status();
       if (!child.ok()) return outcome;
       (nccl ? workers : controls).push_back(*std::move(child));
@@ -148,6 +139,44 @@ class NcclClusterTest : public ::testing::Test {
     for (auto& c : controls) c.Stop(absl::Seconds(1));
     outcome.daemon_log = cluster.daemon(0).ReadLog();
     return outcome;
+  }
+
+  // Starts local rank `l` of a one-node job of `job_world` ranks as an
+  // nccl_worker running `scenario` (with `extra` flags), logging to
+  // cluster.dir()/`log`. With `one_gpu_each`, an NCCL rank sees only GPU l
+  // (CUDA_VISIBLE_DEVICES=l), as a launcher that gives each rank process
+  // its own GPU sets it. When sharing one GPU, every NCCL rank sees that
+  // GPU alone, with an NCCL_HOSTID of its own slot unless
+  // `without_host_ids` (a replacement in the slot gets the same one).
+  absl::StatusOr<ChildProcess> StartRank(LocalCluster& cluster,
+                                         const std::string& scenario,
+                                         uint32_t l, uint32_t job_world,
+                                         const std::vector<std::string>& extra,
+                                         const std::string& log,
+                                         bool one_gpu_each = false,
+                                         bool without_host_ids = false) {
+    const bool nccl = scenario != "control_only";
+    std::vector<std::string> argv = {
+        Runfile("tests/gpu/nccl_worker"),
+        absl::StrCat("--target=", cluster.socket_target(0)),
+        absl::StrCat("--job_id=", cluster.options().job_id),
+        absl::StrCat("--local_rank=", l),
+        absl::StrCat("--world_size=", job_world),
+        absl::StrCat("--scenario=", scenario),
+    };
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    std::map<std::string, std::string> env = cluster.RankEnv(0, l);
+    if (nccl && sharing_one_gpu()) {
+      env["CUDA_VISIBLE_DEVICES"] = shared_gpu_;
+      if (!without_host_ids) {
+        env["NCCL_HOSTID"] = absl::StrCat("rankd-kit-", scenario, "-rank", l);
+      }
+      if (!one_gpu_each) argv.push_back("--device=0");
+    } else if (nccl && one_gpu_each) {
+      env["CUDA_VISIBLE_DEVICES"] = std::to_string(l);
+    }
+    return ChildProcess::Spawn(argv, env,
+                               absl::StrCat(cluster.dir(), "/", log));
   }
 
   // Every NCCL rank exited 0, printed DONE, and no case failed.
@@ -260,6 +289,126 @@ TEST_F(NcclClusterTest, LostPeerAbortsCommunicatorInit) {
           "INIT_STARTED");
   ExpectAllPassed(outcome, 1);
   ExpectPromptAbort(outcome);
+}
+
+// In-place recovery on NCCL (issue 38; docs/dataplane.md, "Re-forming after
+// a loss"): the daemon runs with --recovery=on and N NCCL ranks sum at
+// epoch 1; the test kills the last one with SIGKILL. The survivors' sessions
+// are poisoned naming it; each re-forms with NcclSession::Reform (epoch 2,
+// the same device, new communicators from new unique ids) while a
+// replacement process joins the lost slot (a new incarnation) and opens its
+// session at epoch 2; every rank sums again, exactly, and a device tensor
+// each survivor allocated before the loss is bit-identical after it. Prints
+// the recovery time, from the kill to the last rank's first all_reduce at
+// epoch 2 (measured, never asserted).
+TEST_F(NcclClusterTest, InPlaceReformAfterALostRank) {
+  if (gpus() < 2) {
+    GTEST_SKIP() << "needs 2+ NCCL ranks (2+ GPUs, or the kit's one-GPU mode "
+                    "with RANKD_KIT_RANKS_ON_ONE_GPU=2+); this run has "
+                 << gpus();
+  }
+  const uint32_t n = gpus();
+  const uint32_t lost = n - 1;
+  ClusterOptions options;
+  options.job_id = "gpu-reform";
+  options.nnodes = 1;
+  options.nproc_per_node = n;
+  options.extra_flags = {"--recovery=on", "--recovery_deadline_ms=60000"};
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  std::vector<ChildProcess> ranks;
+  for (uint32_t l = 0; l < n; ++l) {
+    auto child =
+        StartRank(cluster, "reform", l, n, {}, absl::StrCat("rank", l, ".log"));
+    ASSERT_TRUE(child.ok()) << child.status();
+    ranks.push_back(*std::move(child));
+  }
+  // Every rank summed at epoch 1 (so the victim's part is done), or one
+  // gave up: then there is nothing to recover from.
+  auto all_logs = [&ranks] {
+    std::string logs;
+    for (size_t l = 0; l < ranks.size(); ++l) {
+      absl::StrAppend(&logs, "--- rank ", l, ":\n", ranks[l].ReadLog());
+    }
+    return logs;
+  };
+  const absl::Time give_up = absl::Now() + absl::Seconds(90);
+  std::vector<uint32_t> missing;
+  while (true) {
+    missing.clear();
+    for (uint32_t l = 0; l < n; ++l) {
+      const std::string log = ranks[l].ReadLog();
+      ASSERT_TRUE(LinesWithPrefix(log, "ERROR ").empty() &&
+                  !absl::StrContains(log, " FAIL "))
+          << "rank " << l << " failed before the loss:\n"
+          << all_logs() << "--- daemon:\n"
+          << cluster.daemon(0).ReadLog();
+      if (LinesWithPrefix(log, "SUMMED epoch=1").empty()) missing.push_back(l);
+    }
+    if (missing.empty() || absl::Now() > give_up) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(missing.empty()) << "ranks " << absl::StrJoin(missing, ",")
+                               << " did not sum at epoch 1 within 90 s:\n"
+                               << all_logs();
+
+  const absl::Time killed = absl::Now();
+  ranks[lost].Signal(SIGKILL);
+  std::optional<int> died = ranks[lost].Wait(absl::Seconds(10));
+  ASSERT_TRUE(died.has_value() && WIFSIGNALED(*died)) << ranks[lost].ReadLog();
+  // The replacement may join the slot once the daemon declared the rank
+  // lost; before, its join would be refused (the slot taken).
+  auto recovering = cluster.AwaitJob(
+      0,
+      [](const v1::JobStatus& j) {
+        return j.state() == v1::JOB_STATE_RECOVERING;
+      },
+      absl::Seconds(30));
+  ASSERT_TRUE(recovering.ok()) << recovering.status() << "\n" << all_logs();
+  auto replacement = StartRank(cluster, "reform", lost, n, {"--replacement"},
+                               absl::StrCat("rank", lost, ".2.log"));
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  ranks[lost] = *std::move(replacement);
+
+  Outcome outcome;
+  outcome.statuses = WaitAll(ranks, absl::Seconds(120));
+  for (auto& r : ranks) outcome.logs.push_back(r.ReadLog());
+  outcome.daemon_log = cluster.daemon(0).ReadLog();
+  for (uint32_t l = 0; l < n; ++l) {
+    // Survivors: epoch 1, poisoned, re-formed, epoch 2, weights, ids;
+    // the replacement: opened at epoch 2, epoch 2.
+    const size_t cases = l == lost ? 2 : 6;
+    EXPECT_EQ(LinesWithPrefix(outcome.logs[l], "CASE ").size(), cases)
+        << "rank " << l << ":\n"
+        << outcome.logs[l];
+  }
+  ExpectAllPassed(outcome, 2);
+  if (HasFailure()) return;
+
+  // The recovery time: loss -> every rank's first all_reduce at epoch 2.
+  auto latest = [&](const std::string& prefix, bool survivors_only) {
+    int64_t last = 0;
+    for (uint32_t l = 0; l < n; ++l) {
+      if (survivors_only && l == lost) continue;
+      for (const std::string& line : LinesWithPrefix(outcome.logs[l], prefix)) {
+        int64_t us = 0;
+        std::vector<std::string> words = absl::StrSplit(line, ' ');
+        EXPECT_TRUE(absl::SimpleAtoi(words[0], &us)) << line;
+        last = std::max(last, us);
+      }
+    }
+    return absl::FromUnixMicros(last) - killed;
+  };
+  const absl::Duration detect = latest("POISONED unix_us=", true);
+  const absl::Duration serving = latest("EPOCH2_ALL_REDUCE unix_us=", false);
+  const std::string report = absl::StrCat(
+      "RECOVERY_MS ", absl::ToInt64Milliseconds(serving), " (", n,
+      " ranks; loss -> every rank's first all_reduce at epoch 2; the "
+      "survivors saw the loss after ",
+      absl::ToInt64Milliseconds(detect), " ms)");
+  std::printf("%s\n", report.c_str());
+  RecordProperty("recovery_ms", absl::ToInt64Milliseconds(serving));
+  EXPECT_GT(serving, detect) << report;
 }
 
 }  // namespace

@@ -7,6 +7,9 @@
 //   INIT_OK device=D communicators=C         (the session is ready)
 //   INIT_STARTED                             (init_abort: before Initialize)
 //   POSTED                                   (abort scenarios: work queued)
+//   SUMMED epoch=1                           (reform: summed before the loss)
+//   POISONED unix_us=T <status>              (reform: a survivor saw the loss)
+//   EPOCH2_ALL_REDUCE unix_us=T              (reform: first sum at epoch 2)
 //   CASE <name> OK
 //   CASE <name> FAIL <message>
 //   SKIP <reason>                            exit 5 (no CUDA device)
@@ -35,13 +38,24 @@
 //                  opens on the default device (NcclSessionOptions::device
 //                  -1), which is the process's one GPU, device 0, whatever
 //                  the local rank; an all_reduce across the processes
+//   reform         in-place recovery (the daemon runs with --recovery=on):
+//                  every rank sums at epoch 1; the last rank waits to be
+//                  killed (SIGKILL, by the test); the survivors see their
+//                  session poisoned naming it, re-form it with
+//                  NcclSession::Reform (epoch 2, same device, new unique
+//                  ids) and sum again with a --replacement process that
+//                  took the lost slot and opened its session at epoch 2; a
+//                  device tensor a survivor allocated before the loss is
+//                  bit-identical after it
 //   control_only   joins and stays, without a GPU (killed by the test)
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,6 +75,7 @@
 #include "dataplane/nccl/cuda_stream.h"
 #include "dataplane/nccl/nccl_backend.h"
 #include "dataplane/nccl/nccl_session.h"
+#include "dataplane/nccl/nccl_types.h"
 #include "dataplane/nccl/testing/nccl_session_peer.h"
 #include "dataplane/nccl/testing/stream_stall.h"
 
@@ -77,6 +92,9 @@ ABSL_FLAG(uint32_t, nccl_world, 0,
           "the session is one data-parallel group of nccl_world ranks");
 ABSL_FLAG(std::string, tag, "gpu", "session tag");
 ABSL_FLAG(int, init_timeout_ms, 60000, "communicator init deadline");
+ABSL_FLAG(bool, replacement, false,
+          "reform: this process replaces the lost rank (joins its slot while "
+          "the job recovers)");
 
 namespace {
 
@@ -775,6 +793,169 @@ void AbortPeer(const World& w, Checks& checks) {
   });
 }
 
+// --- in-place re-form after a lost rank --------------------------------------
+
+int64_t UnixMicros() { return absl::ToUnixMicros(absl::Now()); }
+
+// (rank + 1) x epoch in every element, summed over the world: exact in f32.
+absl::Status AllReduceAtEpoch(NcclSession& s, uint32_t rank, uint32_t n,
+                              uint64_t epoch) {
+  const float mine = static_cast<float>((rank + 1) * epoch);
+  ASSIGN_OR_RETURN(
+      x, Upload(Desc({256}), std::vector<float>(256, mine), s.stream()));
+  ASSIGN_OR_RETURN(sum, s.AllReduceSum(CollectiveScope::World(), x));
+  RETURN_IF_ERROR(sum.completion->Wait());
+  ASSIGN_OR_RETURN(got, sum.output.ToHostVector<float>());
+  return ExpectEqual(
+      got, std::vector<float>(256, static_cast<float>(n * (n + 1) / 2 * epoch)),
+      absl::StrCat("sum at epoch ", epoch));
+}
+
+// The world communicator's unique id at `epoch`, as its root (rank 0)
+// published it through the daemon (the key layout of docs/nccl.md, "Unique
+// ids"; one id for a world this small). Read in that epoch.
+absl::StatusOr<std::string> WorldUniqueId(rankd::dataplane::ControlPlane& cp,
+                                          const std::string& tag,
+                                          uint64_t epoch) {
+  using rankd::dataplane::OwnedKey;
+  using rankd::dataplane::nccl::UniqueIdKey;
+  return cp.KvGet(
+      OwnedKey(0, UniqueIdKey(cp.Namespace(), tag, "world", 0, 1), epoch),
+      absl::Seconds(10));
+}
+
+// The job runs with rankd --recovery=on. Every rank sums at epoch 1; the
+// last rank then waits to be killed by the test (SIGKILL). The survivors
+// see their session poisoned naming it, keep a device tensor they
+// allocated before the loss (their "weights"), re-form with
+// NcclSession::Reform and sum at epoch 2 with the replacement, a new
+// process that the test starts into the lost slot (--replacement), which
+// opens its session at epoch 2. Takes the session: Reform consumes it.
+// Returns false when a step failed (later steps would mean nothing).
+bool InPlaceReform(std::unique_ptr<NcclSession>& session,
+                   rankd::dataplane::ControlPlane& control, uint32_t rank,
+                   uint32_t n, bool replacement, Checks& checks) {
+  const uint32_t lost = n - 1;
+  const std::string tag = absl::GetFlag(FLAGS_tag);
+  auto step = [&](const std::string& name,
+                  const std::function<absl::Status()>& fn) {
+    const int before = checks.failures();
+    checks.Run(name, fn);
+    return checks.failures() == before;
+  };
+  if (replacement) {
+    // The test started this process into the lost slot once the job was
+    // RECOVERING: it joined, and opened its session, at epoch 2.
+    return step("opened_at_epoch_2",
+                [&] {
+                  return Expect(session->descriptor().epoch() == 2,
+                                absl::StrCat("opened at epoch ",
+                                             session->descriptor().epoch()));
+                }) &&
+           step("all_reduce_at_epoch_2", [&]() -> absl::Status {
+             RETURN_IF_ERROR(AllReduceAtEpoch(*session, rank, n, 2));
+             Print(absl::StrCat("EPOCH2_ALL_REDUCE unix_us=", UnixMicros()));
+             return absl::OkStatus();
+           });
+  }
+
+  // The weights: on a stream of the process's own, so that nothing of them
+  // is the session's. Values whose every bit matters.
+  const int device = session->device();
+  std::vector<float> weights_host(1 << 16);
+  for (size_t i = 0; i < weights_host.size(); ++i) {
+    weights_host[i] = 1000.0f * (rank + 1) + static_cast<float>(i) / 7.0f;
+  }
+  std::shared_ptr<CudaStream> own_stream;
+  std::optional<DeviceTensor> weights;
+  std::string id_at_epoch_1;
+  if (!step("all_reduce_at_epoch_1", [&]() -> absl::Status {
+        RETURN_IF_ERROR(Expect(
+            session->descriptor().epoch() == 1,
+            absl::StrCat("opened at epoch ", session->descriptor().epoch())));
+        ASSIGN_OR_RETURN(stream, CudaStream::Create(device));
+        own_stream = stream;
+        ASSIGN_OR_RETURN(
+            w, Upload(Desc({weights_host.size()}), weights_host, own_stream));
+        weights = w;
+        RETURN_IF_ERROR(AllReduceAtEpoch(*session, rank, n, 1));
+        ASSIGN_OR_RETURN(id, WorldUniqueId(control, tag, 1));
+        id_at_epoch_1 = id;
+        return absl::OkStatus();
+      })) {
+    return false;
+  }
+  Print("SUMMED epoch=1");
+  if (rank == lost) {
+    // The victim: the test kills it now. Still alive after a minute means
+    // the test never did.
+    absl::SleepFor(absl::Seconds(60));
+    Print("ERROR the lost rank was never killed");
+    return false;
+  }
+
+  if (!step("poisoned_by_the_loss", [&]() -> absl::Status {
+        const absl::Time give_up = absl::Now() + absl::Seconds(60);
+        while (session->poison().ok() && absl::Now() < give_up) {
+          absl::SleepFor(absl::Milliseconds(5));
+        }
+        const absl::Status poison = session->poison();
+        RETURN_IF_ERROR(Expect(
+            !poison.ok(),
+            absl::StrCat("no poison 60 s after rank ", lost, " was killed")));
+        Print(absl::StrCat("POISONED unix_us=", UnixMicros(), " ",
+                           poison.ToString()));
+        RETURN_IF_ERROR(
+            ExpectCode(poison, absl::StatusCode::kAborted, "poison"));
+        const std::string named = absl::StrCat("rank ", lost, " ");
+        return Expect(absl::StrContains(poison.message(), named),
+                      absl::StrCat("the poison does not name the lost ", named,
+                                   ": ", poison.message()));
+      })) {
+    return false;
+  }
+
+  if (!step("reformed_at_epoch_2", [&]() -> absl::Status {
+        auto reformed =
+            NcclSession::Reform(std::move(session), absl::Seconds(60));
+        RETURN_IF_ERROR(reformed.status());
+        session = *std::move(reformed);
+        RETURN_IF_ERROR(Expect(session->descriptor().epoch() == 2,
+                               absl::StrCat("re-formed at epoch ",
+                                            session->descriptor().epoch())));
+        RETURN_IF_ERROR(
+            Expect(session->device() == device,
+                   absl::StrCat("re-formed on device ", session->device(),
+                                ", not ", device)));
+        RETURN_IF_ERROR(Expect(session->ready() && session->poison().ok(),
+                               "the re-formed session is not ready"));
+        return Expect(session->capabilities().world_collectives,
+                      "the re-formed session has no world collectives");
+      })) {
+    return false;
+  }
+
+  return step("all_reduce_at_epoch_2",
+              [&]() -> absl::Status {
+                RETURN_IF_ERROR(AllReduceAtEpoch(*session, rank, n, 2));
+                Print(absl::StrCat("EPOCH2_ALL_REDUCE unix_us=", UnixMicros()));
+                return absl::OkStatus();
+              }) &&
+         step("weights_bit_identical",
+              [&]() -> absl::Status {
+                ASSIGN_OR_RETURN(got, weights->ToHostVector<float>());
+                return Expect(got.size() == weights_host.size() &&
+                                  std::memcmp(got.data(), weights_host.data(),
+                                              got.size() * sizeof(float)) == 0,
+                              "the tensor allocated before the loss changed");
+              }) &&
+         step("new_unique_ids_at_epoch_2", [&]() -> absl::Status {
+           ASSIGN_OR_RETURN(id, WorldUniqueId(control, tag, 2));
+           return Expect(id != id_at_epoch_1,
+                         "epoch 2's world communicator reused epoch 1's id");
+         });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -889,6 +1070,15 @@ int main(int argc, char** argv) {
       Agreement(w, checks);
     } else if (scenario == "one_gpu_each") {
       OneGpuEach(w, checks);
+    } else if (scenario == "reform") {
+      // Reform replaces the session: the scenario owns it from here.
+      std::unique_ptr<NcclSession> owned = *std::move(session);
+      if (!InPlaceReform(owned, *control, rank, descriptor->world_size(),
+                         absl::GetFlag(FLAGS_replacement), checks)) {
+        Print("DONE");
+        return 4;
+      }
+      *session = std::move(owned);
     } else {
       Print(absl::StrCat("ERROR unknown scenario ", scenario));
       return 3;
