@@ -1,10 +1,15 @@
 #include "dataplane/gloo/internal/gloo_abort.h"
 
+#include <algorithm>
+#include <atomic>
 #include <memory>
+#include <system_error>
+#include <thread>
 
 #include "gloo/context.h"
 #include "gloo/transport/context.h"
 #include "gloo/transport/tcp/context.h"
+#include "gloo/transport/tcp/pair.h"
 
 namespace rankd::dataplane::gloo::internal {
 namespace {
@@ -26,6 +31,20 @@ struct TcpContextAccess : ::gloo::transport::tcp::Context {
   }
 };
 
+struct TcpPairAccess : ::gloo::transport::tcp::Pair {
+  static void SignalException(::gloo::transport::tcp::Pair& pair,
+                              const std::string& message) {
+    (pair.*(&TcpPairAccess::signalExceptionExternal))(message);
+  }
+};
+
+// The context's tcp transport, or null.
+::gloo::transport::tcp::Context* TcpTransport(::gloo::Context& context) {
+  std::shared_ptr<::gloo::transport::Context>& transport =
+      ContextAccess::Transport(context);
+  return dynamic_cast<::gloo::transport::tcp::Context*>(transport.get());
+}
+
 }  // namespace
 
 bool AbortGlooContext(::gloo::Context& context, const std::string& reason) {
@@ -35,6 +54,46 @@ bool AbortGlooContext(::gloo::Context& context, const std::string& reason) {
   if (tcp == nullptr) return false;
   TcpContextAccess::SignalException(*tcp, reason);
   return true;
+}
+
+size_t AbortGlooContexts(const std::vector<::gloo::Context*>& contexts,
+                         const std::string& reason) {
+  size_t aborted = 0;
+  std::vector<::gloo::transport::tcp::Pair*> pairs;
+  for (::gloo::Context* context : contexts) {
+    if (context == nullptr) continue;
+    ::gloo::transport::tcp::Context* tcp = TcpTransport(*context);
+    if (tcp == nullptr) continue;
+    ++aborted;
+    for (int rank = 0; rank < context->size; ++rank) {
+      if (rank == context->rank) continue;
+      // The pairs vector is fixed once the context is connected (Gloo's
+      // own signalException relies on the same).
+      std::unique_ptr<::gloo::transport::Pair>& pair = tcp->getPair(rank);
+      if (pair != nullptr) {
+        pairs.push_back(static_cast<::gloo::transport::tcp::Pair*>(pair.get()));
+      }
+    }
+  }
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next.fetch_add(1); i < pairs.size();
+         i = next.fetch_add(1)) {
+      TcpPairAccess::SignalException(*pairs[i], reason);
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t wanted = std::min(pairs.size(), kAbortThreads);
+  for (size_t t = 1; t < wanted; ++t) {
+    try {
+      threads.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // out of threads: the ones started and this one do it all
+    }
+  }
+  work();
+  for (std::thread& thread : threads) thread.join();
+  return aborted;
 }
 
 void SetTransportTimeout(::gloo::Context& context,

@@ -7,6 +7,16 @@
 // operations on the context throw at once. Safe to call from any thread,
 // concurrently with operations running on the context, any number of times.
 //
+// Closing one pair waits for a tick of its device's event loop (Gloo's tcp
+// Loop::unregisterDescriptor; the loop ticks at least every 10 ms), and
+// signalException closes a context's pairs one after another: aborting P
+// pairs in turn takes up to P ticks, and an operation blocked on the last
+// of them waits for all (measured: 40-80 ms from the job's failure notice
+// to a survivor's failed operation at 8 ranks, tp2 pp2 ep2).
+// AbortGlooContexts therefore aborts the pairs of every context given
+// concurrently, so that their waiters are woken at once and their closes
+// share ticks.
+//
 // SetTransportTimeout reaches into the same place for the timeout of waits
 // that carry none of their own (those of Gloo's bcube allreduce): Gloo
 // copies the context's timeout into its transport context once, when it
@@ -18,7 +28,9 @@
 #define RANKD_DATAPLANE_GLOO_GLOO_ABORT_H_
 
 #include <chrono>
+#include <cstddef>
 #include <string>
+#include <vector>
 
 namespace gloo {
 class Context;
@@ -29,6 +41,16 @@ namespace rankd::dataplane::gloo::internal {
 // Returns false (and does nothing) when `context` has no connected tcp
 // transport (not yet connected, or another transport).
 bool AbortGlooContext(::gloo::Context& context, const std::string& reason);
+
+// What AbortGlooContext does to each of `contexts` (null entries and
+// contexts without a connected tcp transport are skipped), with every pair
+// of all of them aborted concurrently: on up to kAbortThreads threads
+// started for the call (fewer when there are fewer pairs; on the calling
+// thread alone when none can be started), all joined before it returns.
+// Returns how many contexts had a tcp transport.
+inline constexpr size_t kAbortThreads = 64;
+size_t AbortGlooContexts(const std::vector<::gloo::Context*>& contexts,
+                         const std::string& reason);
 
 // Sets the timeout of `context`'s transport (connected or not) and of the
 // context itself. Call before operations run on the context.

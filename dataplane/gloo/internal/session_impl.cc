@@ -262,22 +262,24 @@ void SessionImpl::AbortAll(const std::string& reason) {
   diagnosis_->NoteLocalAbort();
   aborted_.store(true);
   const std::string message = absl::StrCat("aborted by rankd: ", reason);
-  auto abort_lane = [&](const std::shared_ptr<GlooGroup>& g) {
-    if (g == nullptr || g->context() == nullptr) return;
-    // Runs on control-plane and executor threads: never let Gloo throw here.
-    CatchNative("gloo backend: abort", [&] {
-      internal::AbortGlooContext(*g->context(), message);
-    }).IgnoreError();
-  };
-  auto abort = [&](const std::shared_ptr<GlooGroup>& g) {
-    abort_lane(g);
+  // Every context of every group and lane at once (gloo_abort.h: one by
+  // one, each pair's close waits for a tick of Gloo's event loop).
+  std::vector<::gloo::Context*> contexts;
+  auto add = [&](const std::shared_ptr<GlooGroup>& g) {
     if (g == nullptr) return;
-    for (const auto& lane : g->lanes()) abort_lane(lane);
+    contexts.push_back(g->context().get());
+    for (const auto& lane : g->lanes()) {
+      if (lane != nullptr) contexts.push_back(lane->context().get());
+    }
   };
-  abort(world_);
+  add(world_);
   for (const auto& g : groups_) {
-    if (g != world_) abort(g);
+    if (g != world_) add(g);
   }
+  // Runs on control-plane and executor threads: never let Gloo throw here.
+  CatchNative("gloo backend: abort", [&] {
+    internal::AbortGlooContexts(contexts, message);
+  }).IgnoreError();
   // Queued work is now refused without running: no caller needs to take it.
   for (auto& executor : executors_) executor->StartHeld();
 }
