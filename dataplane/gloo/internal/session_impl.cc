@@ -180,7 +180,8 @@ absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
   }
 
   // A job failure notice aborts at once, on the notifying thread (aborting
-  // Gloo contexts never blocks), so that the next submission is refused;
+  // Gloo contexts waits for peers never, for a tick of Gloo's event loop at
+  // most: gloo_abort.h), so that the next submission is refused;
   // the watchdog polls JobHealth() for a notice that never comes.
   std::weak_ptr<SessionImpl> weak = comm;
   control_plane->OnJobFailure([weak](const absl::Status& failure) {
