@@ -1,10 +1,9 @@
 #include "dataplane/gloo/internal/gloo_abort.h"
 
-#include <algorithm>
-#include <atomic>
+#include <sys/socket.h>
+
 #include <memory>
-#include <system_error>
-#include <thread>
+#include <mutex>
 
 #include "gloo/context.h"
 #include "gloo/transport/context.h"
@@ -35,6 +34,14 @@ struct TcpPairAccess : ::gloo::transport::tcp::Pair {
   static void SignalException(::gloo::transport::tcp::Pair& pair,
                               const std::string& message) {
     (pair.*(&TcpPairAccess::signalExceptionExternal))(message);
+  }
+  // Shuts the pair's connected socket down (both ways), under the pair's
+  // lock, so its descriptor cannot be closed and reused meanwhile.
+  static void ShutDownSocket(::gloo::transport::tcp::Pair& pair) {
+    std::lock_guard<std::mutex> lock(pair.*(&TcpPairAccess::m_));
+    if (pair.*(&TcpPairAccess::state_) == CONNECTED) {
+      ::shutdown(pair.*(&TcpPairAccess::fd_), SHUT_RDWR);
+    }
   }
 };
 
@@ -75,24 +82,15 @@ size_t AbortGlooContexts(const std::vector<::gloo::Context*>& contexts,
       }
     }
   }
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next.fetch_add(1); i < pairs.size();
-         i = next.fetch_add(1)) {
-      TcpPairAccess::SignalException(*pairs[i], reason);
-    }
-  };
-  std::vector<std::thread> threads;
-  const size_t wanted = std::min(pairs.size(), kAbortThreads);
-  for (size_t t = 1; t < wanted; ++t) {
-    try {
-      threads.emplace_back(work);
-    } catch (const std::system_error&) {
-      break;  // out of threads: the ones started and this one do it all
-    }
+  // Every socket shut down first: each then has an event pending, so the
+  // event loop ticks at once and again until every pair is closed (a close
+  // waits for a tick), and handles most of the failures itself.
+  for (::gloo::transport::tcp::Pair* pair : pairs) {
+    TcpPairAccess::ShutDownSocket(*pair);
   }
-  work();
-  for (std::thread& thread : threads) thread.join();
+  for (::gloo::transport::tcp::Pair* pair : pairs) {
+    TcpPairAccess::SignalException(*pair, reason);
+  }
   return aborted;
 }
 

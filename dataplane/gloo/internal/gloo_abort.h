@@ -8,14 +8,14 @@
 // concurrently with operations running on the context, any number of times.
 //
 // Closing one pair waits for a tick of its device's event loop (Gloo's tcp
-// Loop::unregisterDescriptor; the loop ticks at least every 10 ms), and
+// Loop::unregisterDescriptor; an idle loop ticks every 10 ms), and
 // signalException closes a context's pairs one after another: aborting P
-// pairs in turn takes up to P ticks, and an operation blocked on the last
-// of them waits for all (measured: 40-80 ms from the job's failure notice
-// to a survivor's failed operation at 8 ranks, tp2 pp2 ep2).
-// AbortGlooContexts therefore aborts the pairs of every context given
-// concurrently, so that their waiters are woken at once and their closes
-// share ticks.
+// pairs in turn took up to P ticks, and an operation blocked on the last of
+// them waited for all (measured: 30-60 ms from the job's failure notice to
+// a survivor's failed operation at 8 ranks, tp2 pp2 ep2). AbortGlooContexts
+// therefore shuts every pair's socket down first: each then has an event
+// pending, so the loop ticks at once and keeps ticking until every pair is
+// closed, and mostly closes them itself as it handles those events.
 //
 // SetTransportTimeout reaches into the same place for the timeout of waits
 // that carry none of their own (those of Gloo's bcube allreduce): Gloo
@@ -43,12 +43,11 @@ namespace rankd::dataplane::gloo::internal {
 bool AbortGlooContext(::gloo::Context& context, const std::string& reason);
 
 // What AbortGlooContext does to each of `contexts` (null entries and
-// contexts without a connected tcp transport are skipped), with every pair
-// of all of them aborted concurrently: on up to kAbortThreads threads
-// started for the call (fewer when there are fewer pairs; on the calling
-// thread alone when none can be started), all joined before it returns.
-// Returns how many contexts had a tcp transport.
-inline constexpr size_t kAbortThreads = 64;
+// contexts without a connected tcp transport are skipped), to all of their
+// pairs together: every connected socket shut down (both ways) first, then
+// each pair failed with `reason` where the event loop has not failed it
+// already (its exception then says what the socket saw). Returns how many
+// contexts had a tcp transport.
 size_t AbortGlooContexts(const std::vector<::gloo::Context*>& contexts,
                          const std::string& reason);
 
