@@ -468,8 +468,9 @@ void WordRounds::Restart(uint64_t epoch, absl::Status cause) {
   }
 }
 
-absl::Status WordRounds::LoseDomain(uint32_t domain, uint64_t epoch,
-                                    absl::Status cause) {
+absl::StatusOr<WordRounds::Answers> WordRounds::LoseDomain(uint32_t domain,
+                                                           uint64_t epoch,
+                                                           absl::Status cause) {
   if (!by_domain_) {
     return absl::FailedPreconditionError(
         "rounds are not kept by domain (recovery by domain is off)");
@@ -496,15 +497,19 @@ absl::Status WordRounds::LoseDomain(uint32_t domain, uint64_t epoch,
     // the same answer: no round completes with a membership that changed
     // while it was open.
     FailOpenLocked(cause, &failed);
-    for (auto& [number, contributors] : failed) {
+    for (const auto& [number, contributors] : failed) {
       RememberFailureLocked(number, cause);
       FinishLocked(number);
     }
   }
+  Answers owed;
   for (auto& [number, contributors] : failed) {
-    Answer(contributors, number, cause);
+    owed.sends_.push_back([number = number, cause,
+                           contributors = std::move(contributors)]() mutable {
+      Answer(contributors, number, cause);
+    });
   }
-  return absl::OkStatus();
+  return owed;
 }
 
 absl::Status WordRounds::AdmitDomain(uint32_t domain, uint64_t domain_epoch,

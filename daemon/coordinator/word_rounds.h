@@ -137,14 +137,38 @@ class WordRounds {
   // (restarts racing on different threads may arrive out of order).
   void Restart(uint64_t epoch, absl::Status cause);
 
+  // Answers owed to contributors, made under a caller's lock and sent once
+  // it holds none (Send; the destructor sends what was not sent):
+  // contributors' callbacks must never run under the coordinator's lock.
+  // Move-only.
+  class Answers {
+   public:
+    Answers() = default;
+    Answers(Answers&&) = default;
+    Answers& operator=(Answers&&) = delete;
+    ~Answers() { Send(); }
+    void Send() {
+      std::vector<std::function<void()>> sends;
+      sends.swap(sends_);
+      for (auto& send : sends) send();
+    }
+
+   private:
+    friend class WordRounds;
+    std::vector<std::function<void()>> sends_;
+  };
+
   // Recovery by domain only (else FailedPrecondition; InvalidArgument for
   // a domain outside the job). The job's epoch counter moved to `epoch`
   // by a loss in `domain`: every open round fails with `cause` on every
   // contributor (no round completes with a membership changed while it was
-  // open); the domain serves in no round until AdmitDomain. Numbering goes
-  // on. Also for a domain already lost (a second loss). An `epoch` not
-  // above the current counter only fails the open rounds.
-  absl::Status LoseDomain(uint32_t domain, uint64_t epoch, absl::Status cause);
+  // open; the answers are returned, for the caller to send without its
+  // locks); the domain serves in no round until AdmitDomain. Numbering
+  // goes on. Also for a domain already lost (a second loss). An `epoch`
+  // not above the current counter only fails the open rounds. Never calls
+  // NodeOfRank, so the caller may hold the lock that one takes.
+  absl::StatusOr<Answers> LoseDomain(uint32_t domain, uint64_t epoch,
+                                     absl::Status cause);
 
   // Recovery by domain only: `domain` is whole again at `domain_epoch` and
   // serves in every round from `entry_round` on, which must be past every

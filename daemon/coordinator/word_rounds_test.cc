@@ -612,12 +612,13 @@ TEST_F(DomainRoundsTest, OtherDomainsKeepServingWhileOneRecovers) {
   // Round 1 is in flight at domain 1's loss: it fails on every
   // contributor, domain 0's included, and so does a late contribution.
   auto early = ContributeAt(1, 1, {{0, {10}}, {2, {12}}});
-  ASSERT_TRUE(
-      rounds_
-          ->LoseDomain(
-              1, 2, absl::AbortedError("domain 1 epoch 1 ended: rank 3 lost"))
-          .ok());
-  ASSERT_TRUE(early->Wait());
+  auto owed = rounds_->LoseDomain(
+      1, 2, absl::AbortedError("domain 1 epoch 1 ended: rank 3 lost"));
+  ASSERT_TRUE(owed.ok()) << owed.status();
+  // The answers wait for the caller to send them (it may hold its lock).
+  EXPECT_FALSE(early->Ready());
+  owed->Send();
+  ASSERT_TRUE(early->Ready());
   EXPECT_STATUS(early->status(), absl::StatusCode::kAborted, "rank 3 lost");
   auto late = ContributeAt(2, 1, {{1, {11}}});
   ASSERT_TRUE(late->Ready());
@@ -702,7 +703,7 @@ TEST_F(DomainRoundsTest, ATimeoutNamesOnlyTheServingDomainsRanks) {
 
 TEST_F(WordRoundsTest, WithoutDomainsThereIsNoViewAndNoDomainCalls) {
   Make(2);
-  EXPECT_EQ(rounds_->LoseDomain(0, 2, absl::AbortedError("x")).code(),
+  EXPECT_EQ(rounds_->LoseDomain(0, 2, absl::AbortedError("x")).status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(rounds_->AdmitDomain(0, 2, 1).code(),
             absl::StatusCode::kFailedPrecondition);
