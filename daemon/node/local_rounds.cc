@@ -135,6 +135,35 @@ bool LocalRounds::Withdraw(uint64_t number, uint32_t rank) {
   return false;
 }
 
+size_t LocalRounds::Drop(const std::set<uint32_t>& ranks,
+                         const absl::Status& status) {
+  std::vector<Waiter> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = rounds_.begin(); it != rounds_.end();) {
+      Round& round = it->second;
+      for (size_t i = 0; i < round.waiters.size();) {
+        if (!ranks.contains(round.waiters[i].rank)) {
+          ++i;
+          continue;
+        }
+        dropped.push_back(std::move(round.waiters[i]));
+        round.waiters.erase(round.waiters.begin() + i);
+        round.pending.erase(round.pending.begin() + i);
+        --round.contributed;
+      }
+      if (round.contributed == 0) {
+        CancelTimersLocked(round);
+        it = rounds_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& w : dropped) w.reply(status);
+  return dropped.size();
+}
+
 void LocalRounds::Close(const absl::Status& status) {
   std::vector<Waiter> waiters;
   absl::Status closing = status.ok() ? absl::CancelledError("closed") : status;

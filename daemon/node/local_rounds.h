@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -80,6 +81,13 @@ class LocalRounds {
   // answers it. A round left with no frame is forgotten. Returns whether a
   // frame was dropped.
   bool Withdraw(uint64_t round, uint32_t rank);
+
+  // Recovery by domain: `ranks` (a domain whose epoch ended) lost their
+  // place in every round held here: their frames that have not gone out
+  // are dropped and answered `status`; the rounds go on for the other
+  // ranks (a round left with no frame is forgotten). Rounds keep their
+  // numbers. Returns how many frames were dropped.
+  size_t Drop(const std::set<uint32_t>& ranks, const absl::Status& status);
 
   // Forgets every open round and replies `status` to every frame that has
   // not gone out yet; later contributions get `status` at once. Only the

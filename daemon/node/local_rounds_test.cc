@@ -211,5 +211,34 @@ TEST(LocalRoundsTest, RestartFailsHeldFramesAndNumbersRoundsAfresh) {
   EXPECT_EQ(recorder.sent()[0].round, 1u);
 }
 
+// Recovery by domain: a domain's held frames are answered with its loss;
+// the round goes on for the node's other ranks, under the same number.
+TEST(LocalRoundsTest, DropAnswersADomainsHeldFramesAndKeepsTheRound) {
+  DeadlineTimer timer;
+  Recorder recorder;
+  LocalRounds rounds(3, &timer, recorder.sender());
+  Outcome kept, dropped;
+  rounds.Contribute(1, Frame(0), kept.For(0), absl::Seconds(10));
+  rounds.Contribute(1, Frame(2), dropped.For(2), absl::Seconds(10));
+  EXPECT_EQ(rounds.Drop({2, 3}, absl::AbortedError("domain 1 epoch 1 ended")),
+            1u);
+  ASSERT_TRUE(dropped.done.HasBeenNotified());
+  EXPECT_EQ(dropped.result.status().message(), "domain 1 epoch 1 ended");
+  EXPECT_FALSE(kept.done.HasBeenNotified());
+  EXPECT_EQ(rounds.open(), 1u);
+  // A round left with only dropped frames is forgotten.
+  Outcome alone;
+  rounds.Contribute(2, Frame(3), alone.For(3), absl::Seconds(10));
+  EXPECT_EQ(rounds.Drop({3}, absl::AbortedError("x")), 1u);
+  EXPECT_EQ(rounds.open(), 1u);
+  // Round 1 still needs three frames, rank 2's among them again.
+  Outcome one, two;
+  rounds.Contribute(1, Frame(1), one.For(1), absl::Seconds(10));
+  rounds.Contribute(1, Frame(2), two.For(2), absl::Seconds(10));
+  ASSERT_TRUE(recorder.WaitFor(1));
+  EXPECT_EQ(recorder.sent()[0].ranks, (std::vector<uint32_t>{0, 1, 2}));
+  EXPECT_TRUE(kept.result.ok()) << kept.result.status();
+}
+
 }  // namespace
 }  // namespace rankd
