@@ -205,6 +205,118 @@ TEST_P(ClientRejoinTest, SurvivorsRejoinAfterAKilledRankIsReplaced) {
   ASSERT_TRUE(world.victim.Wait(kPatience).has_value());
 }
 
+// Recovery by domain (docs/contract.md, "Data-parallel domains"): tp 2 on
+// two nodes of two ranks is dp 2, domain 0 = ranks 0-1 (node 0), domain 1 =
+// ranks 2-3 (node 1). Rank 3's loss fails rank 2's health only; ranks 0-1
+// keep their health and their round numbering, and learn from each round
+// which domains it spans; once rank 2 rejoined and a replacement took rank
+// 3, rounds span both domains again.
+TEST(ClientRejoinDomainTest, TheOtherReplicaKeepsItsHealthAndItsRounds) {
+  ClusterOptions options = Options(/*recovery=*/true);
+  options.tensor_parallel = 2;
+  options.extra_flags[0] = "--recovery=domain";
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  World world;
+  ASSERT_NO_FATAL_FAILURE(
+      StartWorld(cluster, /*shared_memory_rounds=*/true, &world));
+  std::vector<std::unique_ptr<Client>>& survivors = world.survivors;
+  for (auto& s : survivors) {
+    // The round slots carry no view: rounds go over gRPC.
+    EXPECT_THAT(s->round_path(), HasSubstr("recovery by domain"));
+  }
+
+  // A round is pending on every survivor when rank 3's process dies: it
+  // fails on all of them, domain 0's included.
+  std::vector<absl::Status> pending(3);
+  std::vector<std::thread> rounds;
+  for (uint32_t r = 0; r < 3; ++r) {
+    rounds.emplace_back([&, r] {
+      pending[r] =
+          survivors[r]->AllGatherWords({r}, absl::Seconds(30)).status();
+    });
+  }
+  AwaitMembers(cluster, 0, MembersInRound({0, 1}));
+  AwaitMembers(cluster, 1, MembersInRound({2}));
+  world.victim.Signal(SIGKILL);
+  for (auto& t : rounds) t.join();
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(pending[r].code(), absl::StatusCode::kAborted)
+        << "rank " << r << ": " << pending[r];
+  }
+  ASSERT_TRUE(Eventually([&] { return !survivors[2]->JobHealth().ok(); }));
+  EXPECT_THAT(survivors[2]->JobHealth().message(), HasSubstr("domain 1"));
+
+  // Domain 0 serves on: rounds 2 and 3 span it alone, and say so.
+  auto round_on = [](const std::vector<Client*>& ranks) {
+    std::vector<absl::StatusOr<Client::WorldWords>> out(
+        ranks.size(), absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      threads.emplace_back([&, i] {
+        const uint32_t r = static_cast<uint32_t>(ranks[i]->descriptor().rank());
+        out[i] =
+            ranks[i]->AllGatherWordsWithView({r, 100 + r}, absl::Seconds(20));
+      });
+    }
+    for (auto& t : threads) t.join();
+    return out;
+  };
+  for (int round = 2; round <= 3; ++round) {
+    for (const auto& result :
+         round_on({survivors[0].get(), survivors[1].get()})) {
+      ASSERT_TRUE(result.ok()) << "round " << round << ": " << result.status();
+      EXPECT_TRUE(result->partial);
+      EXPECT_EQ(result->domains, (std::vector<Client::DomainEpoch>{{0, 1}}));
+      EXPECT_EQ(result->words, (std::vector<uint32_t>{0, 100, 1, 101}));
+    }
+  }
+  // The call that promises the whole world refuses a partial one, naming
+  // what it spanned; the round still counts.
+  std::vector<absl::Status> whole(2);
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      whole[r] = survivors[r]->AllGatherWords({r}, absl::Seconds(20)).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : whole) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_THAT(s.message(), HasSubstr("spanned data-parallel domain 0 "
+                                       "(epoch 1) only"));
+  }
+  EXPECT_TRUE(survivors[0]->JobHealth().ok()) << survivors[0]->JobHealth();
+  EXPECT_TRUE(survivors[1]->JobHealth().ok()) << survivors[1]->JobHealth();
+
+  // Rank 2 rejoins its domain's epoch 2 once a replacement took rank 3.
+  absl::StatusOr<v1::SessionDescriptor> rejoined =
+      absl::UnknownError("not run");
+  std::thread rejoin([&] { rejoined = survivors[2]->Rejoin(1, kPatience); });
+  std::unique_ptr<Client> replacement = ConnectRank(cluster, 3, true);
+  ASSERT_NE(replacement, nullptr);
+  auto joined = replacement->Join(JoinAs(3, kPatience));
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->epoch(), 2u);
+  rejoin.join();
+  ASSERT_TRUE(rejoined.ok()) << rejoined.status();
+  EXPECT_EQ(rejoined->epoch(), 2u);
+  EXPECT_TRUE(survivors[2]->JobHealth().ok()) << survivors[2]->JobHealth();
+
+  // Rounds 1-4 were decided without domain 1: the next round, 5 for
+  // everyone, spans both domains again.
+  for (const auto& result : round_on({survivors[0].get(), survivors[1].get(),
+                                      survivors[2].get(), replacement.get()})) {
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_FALSE(result->partial);
+    EXPECT_EQ(result->domains,
+              (std::vector<Client::DomainEpoch>{{0, 1}, {1, 2}}));
+    EXPECT_EQ(result->words,
+              (std::vector<uint32_t>{0, 100, 1, 101, 2, 102, 3, 103}));
+  }
+  ASSERT_TRUE(world.victim.Wait(kPatience).has_value());
+}
+
 INSTANTIATE_TEST_SUITE_P(RoundPath, ClientRejoinTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "SharedMemory" : "Grpc";
