@@ -1941,6 +1941,50 @@ TEST_F(DomainRecoveryTest, ANodeOfBothDomainsRecoversEachOnItsOwnEpoch) {
   EXPECT_EQ(EventsOf(v1::EVENT_KIND_DOMAIN_READY).size(), 2u);
 }
 
+TEST_F(DomainRecoveryTest, ASecondLossTakesANewEpochAndTheEndedKeysGo) {
+  FormWorld();
+  ASSERT_TRUE(Lose(1, 3).ok());
+  ASSERT_TRUE(JoinNow(1, 2).ok());  // rank 2 into domain 1's epoch 2
+  ASSERT_TRUE(KvSet(Member(2), "epoch/2/r2/uid", "a").ok());
+  ASSERT_TRUE(Lose(1, 2).ok());  // a second loss during its recovery
+  v1::JobStatus job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_READY);
+  EXPECT_EQ(job.domains(1).epoch(), 3u);
+  EXPECT_EQ(job.domains(1).lost_ranks_size(), 2);
+  auto recovering = EventsOf(v1::EVENT_KIND_DOMAIN_RECOVERING);
+  ASSERT_EQ(recovering.size(), 2u);
+  EXPECT_TRUE(
+      absl::StrContains(recovering[1].message(), "epoch 2 ended: rank 2"))
+      << recovering[1].message();
+  EXPECT_TRUE(
+      absl::StrContains(recovering[1].message(), "(a loss during recovery)"))
+      << recovering[1].message();
+  // Domain 0 is still at epoch 1, its keys unprefixed and its own.
+  EXPECT_TRUE(KvSet(Member(0), "r0/step", "7").ok());
+  // Then domain 0 loses a rank too: its own new epoch, 4.
+  ASSERT_TRUE(Lose(0, 1).ok());
+  job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING);  // no domain serves
+  EXPECT_EQ(job.domains(0).epoch(), 4u);
+  // Domain 1 whole again at epoch 3: its ended epoch's keys are dropped.
+  ASSERT_TRUE(JoinNow(1, 2, 0xfeed).ok());
+  ASSERT_TRUE(JoinNow(1, 3, 0xbeef).ok());
+  job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_READY);
+  EXPECT_EQ(job.domains(1).state(), v1::DOMAIN_STATE_SERVING);
+  EXPECT_EQ(job.domains(0).state(), v1::DOMAIN_STATE_RECOVERING);
+  EXPECT_FALSE(coord_->PeekKey("epoch/2/r2/uid").has_value());
+  EXPECT_EQ(coord_->PeekKey("r0/step"), "7");
+  // Domain 1's replacement writes its epoch's keys; domain 0's survivor,
+  // once in epoch 4, its own; neither the other's.
+  ASSERT_TRUE(KvSet(Member(2, 0xfeed), "epoch/3/r2/uid", "b").ok());
+  ASSERT_TRUE(JoinNow(0, 0).ok());
+  EXPECT_TRUE(KvSet(Member(0), "epoch/4/r0/uid", "c").ok());
+  EXPECT_STATUS(KvSet(Member(0), "epoch/3/r0/uid", "d"),
+                absl::StatusCode::kFailedPrecondition,
+                "rank 0's domain 0 is at epoch 4");
+}
+
 TEST_F(DomainRecoveryTest, ADomainPastItsDeadlineFailsTheJob) {
   StartByDomain(absl::Milliseconds(200));
   coord_->events().Subscribe(0, collector_.Sink());
