@@ -174,9 +174,11 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
     core_->state = internal::RankConnection::State::kJoining;
   }
 
+  bool by_domain = false;
+
   uint64_t first_world_round = 0;
   absl::StatusOr<v1::SessionDescriptor> session =
-      SendJoin(context, options, *wait_ms, &first_world_round);
+      SendJoin(context, options, *wait_ms, &by_domain, &first_world_round);
   std::pair<std::shared_ptr<internal::RoundSlotClient>, std::string> slots;
   std::pair<std::shared_ptr<internal::KvChannel>, std::string> kv = {
       nullptr, "grpc (not joined)"};
@@ -186,7 +188,7 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
     member.set_rank(session->rank());
     member.set_incarnation(core_->incarnation);
     // Recovery by domain: rounds over gRPC, whose answers carry the view.
-    slots = first_world_round != 0
+    slots = by_domain
                 ? std::pair<std::shared_ptr<internal::RoundSlotClient>,
                             std::string>(
                       nullptr, std::string("grpc (recovery by domain: the "
@@ -208,7 +210,7 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
   core_->epoch = session->epoch();
   core_->job_epoch = std::max(core_->job_epoch, session->epoch());
   ++core_->generation;
-  core_->InstallDomainLocked(*session, first_world_round);
+  core_->InstallDomainLocked(*session, by_domain, first_world_round);
   core_->InstallDescriptor(*session);
   core_->member.set_job_id(session->job_id());
   core_->member.set_rank(session->rank());
@@ -234,7 +236,7 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
 
 absl::StatusOr<v1::SessionDescriptor> Client::SendJoin(
     const std::string& context, const JoinOptions& options, uint32_t wait_ms,
-    uint64_t* first_world_round) {
+    bool* by_domain, uint64_t* first_world_round) {
   v1::JoinRequest request;
   request.set_job_id(options.job_id);
   request.set_local_rank(options.local_rank);
@@ -263,6 +265,7 @@ absl::StatusOr<v1::SessionDescriptor> Client::SendJoin(
                      response.ShortDebugString()));
   }
   *first_world_round = response.first_world_round();
+  *by_domain = response.recovery_by_domain() || *first_world_round != 0;
   return std::move(*response.mutable_session());
 }
 
@@ -324,9 +327,10 @@ absl::StatusOr<v1::SessionDescriptor> Client::Rejoin(uint64_t ended_epoch,
     }
     const uint32_t wait_ms = static_cast<uint32_t>(std::min<int64_t>(
         absl::ToInt64Milliseconds(left), std::numeric_limits<uint32_t>::max()));
+    bool by_domain = false;
     uint64_t first_world_round = 0;
     absl::StatusOr<v1::SessionDescriptor> session =
-        SendJoin(context, options, wait_ms, &first_world_round);
+        SendJoin(context, options, wait_ms, &by_domain, &first_world_round);
     if (!session.ok()) {
       bool terminal = false;
       {
@@ -364,7 +368,7 @@ absl::StatusOr<v1::SessionDescriptor> Client::Rejoin(uint64_t ended_epoch,
     // The daemon closes this rank's earlier round-slots file and opens a
     // fresh one; the earlier slots broke with the loss anyway.
     std::pair<std::shared_ptr<internal::RoundSlotClient>, std::string> slots =
-        first_world_round != 0
+        by_domain
             ? std::pair<std::shared_ptr<internal::RoundSlotClient>,
                         std::string>(
                   nullptr, std::string("grpc (recovery by domain: the round "
@@ -390,7 +394,7 @@ absl::StatusOr<v1::SessionDescriptor> Client::Rejoin(uint64_t ended_epoch,
       core_->job_epoch = std::max(core_->job_epoch, session->epoch());
       ++core_->generation;
       core_->last_round = 0;
-      core_->InstallDomainLocked(*session, first_world_round);
+      core_->InstallDomainLocked(*session, by_domain, first_world_round);
       core_->rounds_failed = absl::OkStatus();
       core_->health = core_->HealthForEpochLocked();
       core_->InstallDescriptor(*session);

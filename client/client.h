@@ -378,11 +378,12 @@ class Client {
                                std::optional<absl::string_view> expected,
                                bool if_absent);
   // Sends Join with this client's incarnation and validates the answer;
-  // `first_world_round` gets JoinResponse.first_world_round (recovery by
-  // domain; 0 otherwise).
+  // `by_domain` and `first_world_round` get JoinResponse's
+  // recovery_by_domain and first_world_round.
   absl::StatusOr<v1::SessionDescriptor> SendJoin(const std::string& context,
                                                  const JoinOptions& options,
                                                  uint32_t wait_ms,
+                                                 bool* by_domain,
                                                  uint64_t* first_world_round);
   absl::StatusOr<bool> KvRemove(absl::string_view method, absl::string_view key,
                                 std::optional<absl::string_view> expected);

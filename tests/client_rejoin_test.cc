@@ -317,6 +317,83 @@ TEST(ClientRejoinDomainTest, TheOtherReplicaKeepsItsHealthAndItsRounds) {
   ASSERT_TRUE(world.victim.Wait(kPatience).has_value());
 }
 
+// A replacement that joins (without waiting) while its domain still misses
+// a rank takes no round number until the domain is whole; its DOMAIN_READY
+// event gives it the domain's entry round.
+TEST(ClientRejoinDomainTest, AReplacementJoiningEarlyLearnsItsFirstRound) {
+  ClusterOptions options = Options(/*recovery=*/true);
+  options.tensor_parallel = 2;
+  options.extra_flags[0] = "--recovery=domain";
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  World world;
+  ASSERT_NO_FATAL_FAILURE(
+      StartWorld(cluster, /*shared_memory_rounds=*/false, &world));
+  std::vector<std::unique_ptr<Client>>& survivors = world.survivors;
+  // Both ranks of domain 1 go: rank 3's process, and rank 2's client.
+  world.victim.Signal(SIGKILL);
+  ASSERT_TRUE(Eventually([&] { return !survivors[2]->JobHealth().ok(); }));
+  survivors[2].reset();
+  ASSERT_TRUE(cluster
+                  .AwaitJob(
+                      0,
+                      [](const v1::JobStatus& j) {
+                        return j.domains_size() == 2 &&
+                               j.domains(1).lost_ranks_size() == 2;
+                      },
+                      kPatience)
+                  .ok());
+  // Rank 2's replacement joins without waiting: its domain is not whole.
+  std::unique_ptr<Client> early = ConnectRank(cluster, 2, false);
+  ASSERT_NE(early, nullptr);
+  auto joined = early->Join(JoinAs(2, absl::ZeroDuration()));
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  absl::Status refused = early->AllGatherWords({2}, absl::Seconds(5)).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("domain 1 is recovering"));
+  // Meanwhile domain 0 serves: one round, spanning it alone.
+  std::vector<absl::StatusOr<Client::WorldWords>> served(
+      2, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      served[r] = survivors[r]->AllGatherWordsWithView({r}, absl::Seconds(20));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& w : served) {
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_TRUE(w->partial);
+  }
+  // Rank 3's replacement makes the domain whole (entry round 2).
+  std::unique_ptr<Client> last = ConnectRank(cluster, 3, false);
+  ASSERT_NE(last, nullptr);
+  ASSERT_TRUE(last->Join(JoinAs(3, kPatience)).ok());
+  std::vector<Client*> all = {survivors[0].get(), survivors[1].get(),
+                              early.get(), last.get()};
+  std::vector<absl::StatusOr<std::vector<uint32_t>>> results(
+      kWorld, absl::UnknownError("not run"));
+  threads.clear();
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      // The early replacement may see its DOMAIN_READY a moment later.
+      for (int tries = 0; tries < 200; ++tries) {
+        results[r] = all[r]->AllGatherWords({r}, absl::Seconds(20));
+        if (results[r].status().code() != absl::StatusCode::kUnavailable) {
+          break;
+        }
+        absl::SleepFor(absl::Milliseconds(10));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].status();
+    EXPECT_EQ(*results[r], (std::vector<uint32_t>{0, 1, 2, 3}));
+  }
+  ASSERT_TRUE(world.victim.Wait(kPatience).has_value());
+}
+
 INSTANTIATE_TEST_SUITE_P(RoundPath, ClientRejoinTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "SharedMemory" : "Grpc";

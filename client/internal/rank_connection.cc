@@ -148,8 +148,10 @@ void RankConnection::Fail(absl::Status failure,
 }
 
 void RankConnection::InstallDomainLocked(const v1::SessionDescriptor& session,
+                                         bool recovery_by_domain,
                                          uint64_t first_world_round) {
-  by_domain = first_world_round != 0;
+  by_domain = recovery_by_domain;
+  awaiting_first_round = false;
   if (!by_domain) return;
   const v1::ParallelTopology& t = session.topology();
   domain_size = std::max<uint32_t>(1, std::max<uint32_t>(1, t.tensor()) *
@@ -157,8 +159,9 @@ void RankConnection::InstallDomainLocked(const v1::SessionDescriptor& session,
                                           std::max<uint32_t>(1, t.expert()));
   domain = session.rank() / domain_size;
   // The daemon numbers this rank's next world round: its domain's entry
-  // round.
-  last_round = first_world_round - 1;
+  // round (unknown while the domain recovers).
+  awaiting_first_round = first_world_round == 0;
+  if (!awaiting_first_round) last_round = first_world_round - 1;
 }
 
 void RankConnection::PoisonRounds(uint64_t round_generation, uint64_t round,
@@ -189,6 +192,15 @@ void RankConnection::WatchLoop(grpc::ClientContext* context,
       absl::MutexLock lock(&mu);
       job_epoch = std::max(job_epoch, event.epoch());
       if (by_domain) own_domain = domain;
+      // Joined before its domain was whole: the domain's DOMAIN_READY at
+      // this client's epoch names its next round.
+      if (by_domain && awaiting_first_round &&
+          event.kind() == v1::EVENT_KIND_DOMAIN_READY && event.has_domain() &&
+          event.domain() == domain && event.epoch() == epoch &&
+          event.first_world_round() != 0) {
+        last_round = event.first_world_round() - 1;
+        awaiting_first_round = false;
+      }
     }
     absl::Status failure =
         FailureOf(event, request.member().job_id(), own_domain);

@@ -135,9 +135,12 @@ class RankConnection {
   bool by_domain ABSL_GUARDED_BY(mu) = false;
   uint32_t domain ABSL_GUARDED_BY(mu) = 0;
   uint32_t domain_size ABSL_GUARDED_BY(mu) = 0;
-  // Sets the three above and last_round from a Join answer.
+  // Joined while its domain recovered: the next round's number comes with
+  // the domain's DOMAIN_READY event; rounds are refused until then.
+  bool awaiting_first_round ABSL_GUARDED_BY(mu) = false;
+  // Sets the four above and last_round from a Join answer.
   void InstallDomainLocked(const v1::SessionDescriptor& session,
-                           uint64_t first_world_round)
+                           bool recovery_by_domain, uint64_t first_world_round)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Set by Join (and again by Rejoin) when the daemon's round slots are
   // mapped.

@@ -180,6 +180,14 @@ absl::StatusOr<std::shared_ptr<RoundCall>> SubmitRound(
       return absl::FailedPreconditionError(
           absl::StrCat(context, ": ", core->rounds_failed.message()));
     }
+    if (core->awaiting_first_round) {
+      // Recovery by domain: no number is taken before the domain is whole.
+      return absl::UnavailableError(absl::StrCat(
+          context, ": rank ", core->member.rank(), "'s domain ", core->domain,
+          " is recovering at epoch ", core->epoch,
+          "; its world rounds resume once the domain is whole (its "
+          "DOMAIN_READY event)"));
+    }
     call = std::make_shared<RoundCall>(core, core->generation,
                                        ++core->last_round, words.size());
     v1::AllGatherWordsRequest& request = call->request();

@@ -176,6 +176,7 @@ v1::JoinRankResponse Coordinator::JoinAnswerLocked(uint32_t rank) const {
   }
   answer.set_epoch(EpochOfRankLocked(rank));
   if (by_domain_) {
+    answer.set_recovery_by_domain(true);
     answer.set_first_world_round(
         domains_[DomainOfRank(rank)].first_world_round);
   }

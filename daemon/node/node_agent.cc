@@ -424,10 +424,19 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
             // are not restarted: other domains' ranks go on in them.
             const bool by_domain =
                 replica_.by_domain() ||
-                (result.ok() && result->first_world_round() != 0);
+                (result.ok() && (result->recovery_by_domain() ||
+                                 result->first_world_round() != 0));
             if (m.epoch == 0 || joined_into != m.epoch) {
               if (result.ok() && by_domain) {
                 m.next_round = result->first_world_round();
+                // Answered while its domain recovered, but its DOMAIN_READY
+                // may have reached this daemon first.
+                const JobReplica::Domain& d =
+                    replica_.domain(replica_.domain_of(rank));
+                if (m.next_round == 0 && !d.recovering &&
+                    d.epoch == joined_into) {
+                  m.next_round = d.first_world_round;
+                }
               } else if (m.epoch != 0) {
                 // A survivor's join again into a new epoch: its rounds are
                 // numbered afresh.
@@ -451,7 +460,10 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
                 BuildSessionDescriptor(spec_, groups_, job_incarnation_, rank,
                                        node_.node_index(), m.local_rank);
             response.mutable_session()->set_epoch(m.epoch);
-            if (by_domain) response.set_first_world_round(m.next_round);
+            if (by_domain) {
+              response.set_recovery_by_domain(true);
+              response.set_first_world_round(m.next_round);
+            }
             v1::MemberRef* member = response.mutable_member();
             member->set_job_id(spec_.job_id);
             member->set_rank(rank);
