@@ -60,10 +60,13 @@ std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token,
 // liveness lease) read on a thread.
 class RawRank {
  public:
+  // `local_rank`: its slot on `node` (default: rank % nproc_per_node).
   RawRank(LocalCluster& cluster, uint32_t node, uint32_t rank,
-          uint64_t incarnation)
+          uint64_t incarnation,
+          std::optional<uint32_t> local_rank = std::nullopt)
       : rank_(rank),
-        local_rank_(rank % cluster.options().nproc_per_node),
+        local_rank_(
+            local_rank.value_or(rank % cluster.options().nproc_per_node)),
         incarnation_(incarnation),
         token_(cluster.rank_token(rank, node)) {
     grpc::ChannelArguments args;
@@ -608,6 +611,42 @@ TEST(RecoveryTest, ByDomainTheOtherReplicaServesWhileOneRecovers) {
     EXPECT_EQ(
         std::vector<uint32_t>(response.words().begin(), response.words().end()),
         (std::vector<uint32_t>{100, 101, 102, 103}));
+  }
+}
+
+// A node holding ranks of both replicas: node 0 has ranks 0 (domain 0)
+// and 2 (domain 1), node 1 ranks 1 (domain 0) and 3 (domain 1). Once
+// domain 1 recovers, each node's rounds stop waiting for its domain-1
+// rank: domain 0's rounds complete at once, not at the node's flush time
+// (the round's 15 s deadline less 200 ms).
+TEST(RecoveryTest, ByDomainASharedNodeDoesNotHoldTheServingReplicaBack) {
+  LocalCluster cluster(DomainOptions(60000));
+  ASSERT_TRUE(cluster.Start().ok());
+  auto r0 = std::make_unique<RawRank>(cluster, 0, 0, 0x5000, 0);
+  auto r2 = std::make_unique<RawRank>(cluster, 0, 2, 0x5002, 1);
+  auto r1 = std::make_unique<RawRank>(cluster, 1, 1, 0x5001, 0);
+  for (RawRank* r : {r0.get(), r2.get(), r1.get()}) {
+    grpc::Status s = r->Join();
+    ASSERT_TRUE(s.ok()) << "rank " << r->rank() << ": " << s.error_message();
+    r->StartWatch();
+  }
+  auto victim = cluster.StartWorker(1, 1, {"--hold_ms=60000"});  // rank 3
+  ASSERT_TRUE(victim.ok());
+  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 1));
+  victim->Signal(SIGKILL);
+  for (RawRank* r : {r0.get(), r1.get()}) {
+    ASSERT_TRUE(r->AwaitEvent(v1::EVENT_KIND_DOMAIN_RECOVERING, 2).has_value());
+  }
+  for (uint64_t round = 1; round <= 3; ++round) {
+    const absl::Time start = absl::Now();
+    for (const auto& [s, response] : RoundOn({r0.get(), r1.get()}, round)) {
+      ASSERT_TRUE(s.ok()) << "round " << round << ": " << s.error_message();
+      EXPECT_TRUE(response.partial());
+      EXPECT_EQ(std::vector<uint32_t>(response.words().begin(),
+                                      response.words().end()),
+                (std::vector<uint32_t>{100, 101}));
+    }
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "round " << round;
   }
 }
 

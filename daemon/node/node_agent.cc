@@ -900,9 +900,17 @@ void NodeAgent::OnEvent(const v1::JobEvent& event) {
 }
 
 void NodeAgent::OnDomainEvent(const v1::JobEvent& event) {
+  if (!event.has_domain() || event.domain() >= spec_.topology.data) return;
   std::set<uint32_t> ranks;  // this node's ranks of the domain
   {
     absl::MutexLock lock(&mu_);
+    // Its slots on this node (a lost rank's member may be gone), and any
+    // rank of it that joined here from elsewhere.
+    const uint32_t size = DomainSizeOf(spec_.topology);
+    for (uint32_t r = event.domain() * size; r < (event.domain() + 1) * size;
+         ++r) {
+      if (spec_.DefaultNodeOf(r) == node_.node_index()) ranks.insert(r);
+    }
     for (auto& [rank, m] : members_) {
       if (!event.has_domain() || replica_.domain_of(rank) != event.domain()) {
         continue;
@@ -916,12 +924,19 @@ void NodeAgent::OnDomainEvent(const v1::JobEvent& event) {
       }
     }
   }
-  if (event.kind() != v1::EVENT_KIND_DOMAIN_RECOVERING || ranks.empty()) {
+  if (ranks.empty()) return;
+  // Not inline, as for a failure below; the timer runs these in the order
+  // they were scheduled, so a domain's Drop always precedes its Resume.
+  if (event.kind() == v1::EVENT_KIND_DOMAIN_READY) {
+    // Whole again: its ranks take part from its entry round on.
+    const uint64_t first = event.first_world_round();
+    timer_->Schedule(MonotonicNow(),
+                     [this, ranks, first] { rounds_.Resume(ranks, first); });
     return;
   }
   // The domain's epoch ended: its frames held here fail with the loss
-  // named; the node's other ranks go on in the same rounds. Not inline, as
-  // for a failure below.
+  // named, and the node's other ranks go on in the same rounds without
+  // waiting for its ranks.
   absl::Status ended = absl::AbortedError(event.message());
   timer_->Schedule(MonotonicNow(),
                    [this, ranks, ended] { rounds_.Drop(ranks, ended); });

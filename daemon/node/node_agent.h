@@ -166,7 +166,9 @@ class NodeAgent : public CoordinatorLink::Listener {
   void FailJobLocally(const std::string& cause);
   enum class LocalState { kJoining, kJoined, kLeft, kLost };
   // Recovery by domain: a DOMAIN_RECOVERING drops the domain's frames held
-  // here; a DOMAIN_READY gives its members their next round.
+  // here and the node's rounds stop waiting for its ranks; a DOMAIN_READY
+  // gives its members their next round and brings its ranks back into the
+  // node's rounds from the domain's entry round.
   void OnDomainEvent(const v1::JobEvent& event);
   struct LocalMember {
     LocalState state = LocalState::kJoining;
