@@ -133,6 +133,9 @@ class Coordinator {
   // replacement); the lost incarnation itself is refused. With
   // wait_for_world_ms, answers once the job is READY (FORMING or
   // RECOVERING until then), or Aborted when another loss ends the epoch.
+  // With recovery by domain: a lost slot takes a replacement while its
+  // domain recovers, a join waits for its own domain to serve, and the
+  // answer carries the domain's epoch and first world round.
   void JoinRank(const v1::JoinRankRequest& request,
                 Reply<v1::JoinRankResponse> reply);
   absl::StatusOr<v1::ReleaseRankResponse> ReleaseRank(
