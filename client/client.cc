@@ -50,6 +50,20 @@ absl::Status CheckKey(absl::string_view context, absl::string_view key) {
   return absl::OkStatus();
 }
 
+// Recovery by domain: a round that did not span every replica is refused
+// by the calls that promise the whole world, naming what it spanned.
+absl::Status PartialRound(const internal::RoundCall& call) {
+  std::vector<std::string> spans;
+  for (const Client::DomainEpoch& d : call.domains()) {
+    spans.push_back(absl::StrCat(d.domain, " (epoch ", d.epoch, ")"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      call.Context(), ": the round spanned data-parallel domain",
+      spans.size() == 1 ? " " : "s ", absl::StrJoin(spans, ", "),
+      " only, not the whole world (a domain is recovering; docs/contract.md, "
+      "\"Data-parallel domains\"); read it with AllGatherWordsWithView"));
+}
+
 }  // namespace
 }  // namespace internal
 
@@ -79,6 +93,8 @@ absl::StatusOr<std::vector<uint32_t>> Client::PendingWords::Wait(
         "; the round stays in flight until its round timeout (Wait again, or "
         "Cancel)"));
   }
+  if (call_->result().ok() && call_->partial())
+    return internal::PartialRound(*call_);
   return call_->result();
 }
 
@@ -158,8 +174,11 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
     core_->state = internal::RankConnection::State::kJoining;
   }
 
+  bool by_domain = false;
+
+  uint64_t first_world_round = 0;
   absl::StatusOr<v1::SessionDescriptor> session =
-      SendJoin(context, options, *wait_ms);
+      SendJoin(context, options, *wait_ms, &by_domain, &first_world_round);
   std::pair<std::shared_ptr<internal::RoundSlotClient>, std::string> slots;
   std::pair<std::shared_ptr<internal::KvChannel>, std::string> kv = {
       nullptr, "grpc (not joined)"};
@@ -168,8 +187,14 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
     member.set_job_id(session->job_id());
     member.set_rank(session->rank());
     member.set_incarnation(core_->incarnation);
-    slots =
-        internal::OpenRoundSlots(*core_->conn, *core_->stub, member, *session);
+    // Recovery by domain: rounds over gRPC, whose answers carry the view.
+    slots = by_domain
+                ? std::pair<std::shared_ptr<internal::RoundSlotClient>,
+                            std::string>(
+                      nullptr, std::string("grpc (recovery by domain: the "
+                                           "round slots carry no view)"))
+                : internal::OpenRoundSlots(*core_->conn, *core_->stub, member,
+                                           *session);
     kv = internal::OpenKvChannel(*core_->conn, *core_->stub, member);
   }
   absl::MutexLock lock(&core_->mu);
@@ -185,6 +210,7 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
   core_->epoch = session->epoch();
   core_->job_epoch = std::max(core_->job_epoch, session->epoch());
   ++core_->generation;
+  core_->InstallDomainLocked(*session, by_domain, first_world_round);
   core_->InstallDescriptor(*session);
   core_->member.set_job_id(session->job_id());
   core_->member.set_rank(session->rank());
@@ -209,7 +235,8 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
 }
 
 absl::StatusOr<v1::SessionDescriptor> Client::SendJoin(
-    const std::string& context, const JoinOptions& options, uint32_t wait_ms) {
+    const std::string& context, const JoinOptions& options, uint32_t wait_ms,
+    bool* by_domain, uint64_t* first_world_round) {
   v1::JoinRequest request;
   request.set_job_id(options.job_id);
   request.set_local_rank(options.local_rank);
@@ -237,6 +264,8 @@ absl::StatusOr<v1::SessionDescriptor> Client::SendJoin(
         absl::StrCat(context, ": inconsistent answer from the daemon: ",
                      response.ShortDebugString()));
   }
+  *first_world_round = response.first_world_round();
+  *by_domain = response.recovery_by_domain() || *first_world_round != 0;
   return std::move(*response.mutable_session());
 }
 
@@ -298,8 +327,10 @@ absl::StatusOr<v1::SessionDescriptor> Client::Rejoin(uint64_t ended_epoch,
     }
     const uint32_t wait_ms = static_cast<uint32_t>(std::min<int64_t>(
         absl::ToInt64Milliseconds(left), std::numeric_limits<uint32_t>::max()));
+    bool by_domain = false;
+    uint64_t first_world_round = 0;
     absl::StatusOr<v1::SessionDescriptor> session =
-        SendJoin(context, options, wait_ms);
+        SendJoin(context, options, wait_ms, &by_domain, &first_world_round);
     if (!session.ok()) {
       bool terminal = false;
       {
@@ -337,7 +368,13 @@ absl::StatusOr<v1::SessionDescriptor> Client::Rejoin(uint64_t ended_epoch,
     // The daemon closes this rank's earlier round-slots file and opens a
     // fresh one; the earlier slots broke with the loss anyway.
     std::pair<std::shared_ptr<internal::RoundSlotClient>, std::string> slots =
-        internal::OpenRoundSlots(*core_->conn, *core_->stub, member, *session);
+        by_domain
+            ? std::pair<std::shared_ptr<internal::RoundSlotClient>,
+                        std::string>(
+                  nullptr, std::string("grpc (recovery by domain: the round "
+                                       "slots carry no view)"))
+            : internal::OpenRoundSlots(*core_->conn, *core_->stub, member,
+                                       *session);
     std::shared_ptr<internal::RoundSlotClient> old_slots;
     absl::Status health;
     std::shared_ptr<const FailureCallback> callback;
@@ -357,6 +394,7 @@ absl::StatusOr<v1::SessionDescriptor> Client::Rejoin(uint64_t ended_epoch,
       core_->job_epoch = std::max(core_->job_epoch, session->epoch());
       ++core_->generation;
       core_->last_round = 0;
+      core_->InstallDomainLocked(*session, by_domain, first_world_round);
       core_->rounds_failed = absl::OkStatus();
       core_->health = core_->HealthForEpochLocked();
       core_->InstallDescriptor(*session);
@@ -417,7 +455,25 @@ absl::StatusOr<std::vector<uint32_t>> Client::AllGatherWords(
   if (!call.ok()) return call.status();
   // Bounded by the RPC deadline (timeout + grace).
   (*call)->WaitDone();
+  if ((*call)->result().ok() && (*call)->partial()) {
+    return internal::PartialRound(**call);
+  }
   return (*call)->TakeResult();
+}
+
+absl::StatusOr<Client::WorldWords> Client::AllGatherWordsWithView(
+    absl::Span<const uint32_t> words, absl::Duration timeout) {
+  absl::StatusOr<std::shared_ptr<internal::RoundCall>> call =
+      internal::SubmitRound(core_, words, timeout);
+  if (!call.ok()) return call.status();
+  (*call)->WaitDone();
+  absl::StatusOr<std::vector<uint32_t>> result = (*call)->TakeResult();
+  if (!result.ok()) return result.status();
+  WorldWords world;
+  world.words = *std::move(result);
+  world.partial = (*call)->partial();
+  world.domains = (*call)->domains();
+  return world;
 }
 
 absl::StatusOr<std::unique_ptr<Client::PendingWords>>

@@ -253,7 +253,42 @@ class Client {
   // before Join or after Leave; JobHealth() when the job already failed;
   // otherwise the daemon's error (DeadlineExceeded naming the ranks that did
   // not contribute, ...).
+  //
+  // With the daemons' --recovery=domain (docs/contract.md, "Data-parallel
+  // domains") a world round spans the data-parallel replicas serving when
+  // it ran. A round that did not span every replica fails here with
+  // FailedPrecondition naming the replicas it spanned, so that no caller
+  // takes a partial world for the whole (the round still counts as
+  // completed: the numbering stays good); AllGatherWordsWithView returns
+  // it.
   absl::StatusOr<std::vector<uint32_t>> AllGatherWords(
+      absl::Span<const uint32_t> words, absl::Duration timeout);
+
+  // Recovery by domain: one data-parallel replica and the epoch it served
+  // a round at.
+  struct DomainEpoch {
+    uint32_t domain = 0;
+    uint64_t epoch = 0;
+    friend bool operator==(const DomainEpoch&, const DomainEpoch&) = default;
+  };
+  // A world round's result and the serving view it was taken in.
+  struct WorldWords {
+    // Rank-major frames of the ranks of `domains` (every rank's when not
+    // partial). Domains are contiguous rank blocks of T*P*E ranks, so rank
+    // r's frame is block (index of r's domain in `domains`), offset
+    // r mod T*P*E.
+    std::vector<uint32_t> words;
+    // True when the round did not span every replica (one recovered).
+    bool partial = false;
+    // The replicas the round spans, ascending, with their epochs; empty
+    // without recovery by domain.
+    std::vector<DomainEpoch> domains;
+  };
+  // AllGatherWords that returns a partial round too, with its view: the
+  // documented way to learn which replicas serve now. Same numbering,
+  // errors and bounds as AllGatherWords. With recovery by domain, rounds
+  // go over gRPC, never the round slots (whose answers carry no view).
+  absl::StatusOr<WorldWords> AllGatherWordsWithView(
       absl::Span<const uint32_t> words, absl::Duration timeout);
 
   // The bounded form of AllGatherWords: validates and submits the round now
@@ -342,10 +377,14 @@ class Client {
                                absl::string_view value,
                                std::optional<absl::string_view> expected,
                                bool if_absent);
-  // Sends Join with this client's incarnation and validates the answer.
+  // Sends Join with this client's incarnation and validates the answer;
+  // `by_domain` and `first_world_round` get JoinResponse's
+  // recovery_by_domain and first_world_round.
   absl::StatusOr<v1::SessionDescriptor> SendJoin(const std::string& context,
                                                  const JoinOptions& options,
-                                                 uint32_t wait_ms);
+                                                 uint32_t wait_ms,
+                                                 bool* by_domain,
+                                                 uint64_t* first_world_round);
   absl::StatusOr<bool> KvRemove(absl::string_view method, absl::string_view key,
                                 std::optional<absl::string_view> expected);
 

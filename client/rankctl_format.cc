@@ -150,6 +150,33 @@ std::string FormatJobStatus(const v1::JobStatus& job) {
                                   FormatMillis(job.recovery_deadline_left_ms()),
                                   " unless every lost slot is taken")});
   }
+  // Recovery by domain (docs/contract.md, "Data-parallel domains"): each
+  // data-parallel replica's state.
+  if (job.domains_size() > 0) {
+    std::vector<std::string> parts = {absl::StrCat(
+        job.serving_domains(), "/", job.domains_size(), " serving")};
+    for (const v1::DomainStatus& d : job.domains()) {
+      if (d.state() == v1::DOMAIN_STATE_RECOVERING) {
+        std::string part = absl::StrCat("domain ", d.domain(),
+                                        " recovering at epoch ", d.epoch());
+        if (d.lost_ranks_size() > 0) {
+          absl::StrAppend(&part, ", lost rank",
+                          d.lost_ranks_size() > 1 ? "s " : " ",
+                          FormatRankList(d.lost_ranks()));
+        }
+        if (d.recovery_deadline_left_ms() > 0) {
+          absl::StrAppend(&part, ", fails the job in ",
+                          FormatMillis(d.recovery_deadline_left_ms()));
+        }
+        parts.push_back(std::move(part));
+      } else {
+        parts.push_back(absl::StrCat("domain ", d.domain(),
+                                     " serving at epoch ", d.epoch(),
+                                     " from round ", d.first_world_round()));
+      }
+    }
+    fields.push_back({"DOMAINS", absl::StrJoin(parts, "; ")});
+  }
   if (job.state() == v1::JOB_STATE_FAILED || !job.failure().empty()) {
     fields.push_back({"FAILURE", job.failure()});
   }

@@ -244,6 +244,31 @@ TEST(FormatTest, JobStatusRecoveringShowsEpochAndDeadline) {
       << FormatEvent(event);
 }
 
+TEST(FormatTest, JobStatusByDomainShowsEachReplica) {
+  v1::JobStatus job;
+  job.set_job_id("llama");
+  job.set_state(v1::JOB_STATE_READY);
+  job.set_epoch(2);
+  job.set_serving_domains(1);
+  v1::DomainStatus* serving = job.add_domains();
+  serving->set_domain(0);
+  serving->set_state(v1::DOMAIN_STATE_SERVING);
+  serving->set_epoch(1);
+  serving->set_first_world_round(1);
+  v1::DomainStatus* recovering = job.add_domains();
+  recovering->set_domain(1);
+  recovering->set_state(v1::DOMAIN_STATE_RECOVERING);
+  recovering->set_epoch(2);
+  recovering->add_lost_ranks(5);
+  recovering->set_recovery_deadline_left_ms(59000);
+  std::string out = FormatJobStatus(job);
+  EXPECT_TRUE(absl::StrContains(
+      out,
+      "DOMAINS      1/2 serving; domain 0 serving at epoch 1 from round 1; "
+      "domain 1 recovering at epoch 2, lost rank 5, fails the job in 59s\n"))
+      << out;
+}
+
 TEST(FormatTest, Topology) {
   v1::Topology t;
   t.set_job_id("llama");

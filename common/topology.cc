@@ -1,6 +1,5 @@
 #include "common/topology.h"
 
-#include <algorithm>
 #include <array>
 
 #include "absl/strings/str_cat.h"
@@ -150,6 +149,14 @@ RankCoordinates CoordinatesOf(const ParallelTopology& t, uint32_t rank) {
 uint32_t RankOf(const ParallelTopology& t, const RankCoordinates& c) {
   return ((c.data * t.pipeline + c.pipeline) * t.tensor + c.tensor) * t.expert +
          c.expert;
+}
+
+uint32_t DomainSizeOf(const ParallelTopology& t) {
+  return Safe(t.tensor) * Safe(t.pipeline) * Safe(t.expert);
+}
+
+uint32_t DomainOf(const ParallelTopology& t, uint32_t rank) {
+  return rank / DomainSizeOf(t);
 }
 
 uint32_t GroupSizeOf(const ParallelTopology& t, GroupKind kind) {

@@ -109,6 +109,18 @@ uint32_t RankOf(const ParallelTopology& topology,
 // the matching degree otherwise).
 uint32_t GroupSizeOf(const ParallelTopology& topology, GroupKind kind);
 
+// Data-parallel domains (docs/contract.md, "Data-parallel domains"): a
+// domain is one model replica, the ranks sharing a data coordinate. Data is
+// the outermost axis, so domain d is the contiguous ranks
+// [d * DomainSizeOf(t), (d + 1) * DomainSizeOf(t)).
+
+// Ranks per domain: tensor * pipeline * expert (at least 1).
+uint32_t DomainSizeOf(const ParallelTopology& topology);
+
+// The domain of `rank` (its data coordinate). Requires a valid topology;
+// a rank outside the world gives a domain >= topology.data.
+uint32_t DomainOf(const ParallelTopology& topology, uint32_t rank);
+
 // Derives every group of the job, identically on every rank: the world group
 // (id 1), then W/T tensor groups, W/P pipeline groups, W/E expert groups and
 // W/D data groups, ids consecutive. Returns InvalidArgument when

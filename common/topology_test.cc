@@ -415,5 +415,22 @@ TEST(GroupsOfRankTest, UnknownRankOrNoGroups) {
   EXPECT_TRUE(GroupsOfRank({}, 0).empty());
 }
 
+TEST(DomainTest, DomainsAreContiguousBlocksOfTheDataCoordinate) {
+  // tp2 pp2 ep1 dp2: the serving example's 8 ranks, 4 per replica.
+  const ParallelTopology topo = Topo(2, 2, 1, 2);
+  EXPECT_EQ(DomainSizeOf(topo), 4u);
+  for (uint32_t r = 0; r < 8; ++r) {
+    EXPECT_EQ(DomainOf(topo, r), CoordinatesOf(topo, r).data) << r;
+    EXPECT_EQ(DomainOf(topo, r), r / 4) << r;
+  }
+  // dp = 1: one domain, the world.
+  EXPECT_EQ(DomainSizeOf(Topo(2, 2, 2, 1)), 8u);
+  EXPECT_EQ(DomainOf(Topo(2, 2, 2, 1), 7), 0u);
+  // Pure data parallelism: every rank its own domain.
+  EXPECT_EQ(DomainOf(Topo(1, 1, 1, 4), 3), 3u);
+  // An unvalidated zero degree counts as one, never divides by zero.
+  EXPECT_EQ(DomainSizeOf(Topo(0, 1, 1, 1)), 1u);
+}
+
 }  // namespace
 }  // namespace rankd

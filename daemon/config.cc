@@ -412,10 +412,12 @@ class Resolver {
   absl::Status Recovery() {
     const Setting s = GivenOr(flags_.recovery, "recovery", "off");
     const std::string v = absl::AsciiStrToLower(s.value);
-    if (v != "on" && v != "off") {
-      return Invalid(absl::StrCat(s.Assignment(), " is not \"on\" or \"off\""));
+    if (v != "on" && v != "off" && v != "domain") {
+      return Invalid(absl::StrCat(s.Assignment(),
+                                  " is not \"on\", \"domain\" or \"off\""));
     }
-    c_.recovery = v == "on";
+    c_.recovery = v != "off";
+    c_.recovery_by_domain = v == "domain";
     const Setting sd =
         GivenOr(flags_.recovery_deadline_ms, "recovery_deadline_ms",
                 absl::StrCat(kDefaultRecoveryDeadlineMs));

@@ -169,6 +169,10 @@ struct DaemonConfig {
   // --recovery=on: a lost rank or node makes the job RECOVERING at a new
   // epoch instead of FAILED (read by the coordinating daemon).
   bool recovery = false;
+  // --recovery=domain: recovery (above) by data-parallel domain, so that a
+  // loss stops only its replica (docs/contract.md, "Data-parallel
+  // domains").
+  bool recovery_by_domain = false;
   absl::Duration recovery_deadline =
       absl::Milliseconds(kDefaultRecoveryDeadlineMs);
 

@@ -26,9 +26,9 @@ std::string DescribeConfig(const DaemonConfig& c) {
       " socket=", c.socket_path.empty() ? "off" : c.socket_path,
       " heartbeat=", absl::FormatDuration(c.heartbeat_interval), "/",
       absl::FormatDuration(c.heartbeat_timeout), " recovery=",
-      c.recovery
-          ? absl::StrCat("on/", absl::FormatDuration(c.recovery_deadline))
-          : "off",
+      c.recovery ? absl::StrCat(c.recovery_by_domain ? "domain/" : "on/",
+                                absl::FormatDuration(c.recovery_deadline))
+                 : "off",
       " tls=", tls, " credentials=",
       c.allow_unauthenticated     ? "NONE (--allow_unauthenticated)"
       : c.credentials_dir.empty() ? "-"

@@ -710,7 +710,11 @@ TEST_F(ConfigTest, RecoveryIsOffByDefaultAndValidated) {
   EXPECT_TRUE(c.recovery);
   EXPECT_EQ(c.recovery_deadline, absl::Milliseconds(2500));
   raw_.recovery = "maybe";
-  ExpectError({"--recovery=maybe is not \"on\" or \"off\""});
+  ExpectError({"--recovery=maybe is not \"on\", \"domain\" or \"off\""});
+  raw_.recovery = "domain";
+  c = MustResolve();
+  EXPECT_TRUE(c.recovery);
+  EXPECT_TRUE(c.recovery_by_domain);
   raw_.recovery = "off";
   raw_.recovery_deadline_ms = "99";
   ExpectError({"--recovery_deadline_ms=99 must be in 100..86400000"});

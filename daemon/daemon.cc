@@ -94,6 +94,7 @@ JobSpec SpecFromConfig(const DaemonConfig& config) {
   spec.heartbeat_interval = config.heartbeat_interval;
   spec.heartbeat_timeout = config.heartbeat_timeout;
   spec.recovery = config.recovery;
+  spec.recovery_by_domain = config.recovery_by_domain;
   spec.recovery_deadline = config.recovery_deadline;
   spec.limits = config.limits;
   spec.kv_shared_prefixes = config.kv_shared_prefixes;

@@ -81,8 +81,10 @@ ABSL_FLAG(OptionalText, register_timeout_ms, OptionalText{},
           "RANKD_REGISTER_TIMEOUT_MS. Default 300000.");
 ABSL_FLAG(OptionalText, recovery, OptionalText{},
           "on: a lost rank or node moves the job to RECOVERING at a new epoch "
-          "and replacements may join its slots; off: it fails the job. Read "
-          "by the coordinator. Env RANKD_RECOVERY. Default off.");
+          "and replacements may join its slots; domain: the same per "
+          "data-parallel replica, the other replicas serving on "
+          "(docs/contract.md, \"Data-parallel domains\"); off: it fails the "
+          "job. Read by the coordinator. Env RANKD_RECOVERY. Default off.");
 ABSL_FLAG(OptionalText, recovery_deadline_ms, OptionalText{},
           "Milliseconds a job may stay RECOVERING before it fails, naming "
           "what never came back; 100..86400000. Env "

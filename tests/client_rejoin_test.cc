@@ -205,6 +205,195 @@ TEST_P(ClientRejoinTest, SurvivorsRejoinAfterAKilledRankIsReplaced) {
   ASSERT_TRUE(world.victim.Wait(kPatience).has_value());
 }
 
+// Recovery by domain (docs/contract.md, "Data-parallel domains"): tp 2 on
+// two nodes of two ranks is dp 2, domain 0 = ranks 0-1 (node 0), domain 1 =
+// ranks 2-3 (node 1). Rank 3's loss fails rank 2's health only; ranks 0-1
+// keep their health and their round numbering, and learn from each round
+// which domains it spans; once rank 2 rejoined and a replacement took rank
+// 3, rounds span both domains again.
+TEST(ClientRejoinDomainTest, TheOtherReplicaKeepsItsHealthAndItsRounds) {
+  ClusterOptions options = Options(/*recovery=*/true);
+  options.tensor_parallel = 2;
+  options.extra_flags[0] = "--recovery=domain";
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  World world;
+  ASSERT_NO_FATAL_FAILURE(
+      StartWorld(cluster, /*shared_memory_rounds=*/true, &world));
+  std::vector<std::unique_ptr<Client>>& survivors = world.survivors;
+  for (auto& s : survivors) {
+    // The round slots carry no view: rounds go over gRPC.
+    EXPECT_THAT(s->round_path(), HasSubstr("recovery by domain"));
+  }
+
+  // A round is pending on every survivor when rank 3's process dies: it
+  // fails on all of them, domain 0's included.
+  std::vector<absl::Status> pending(3);
+  std::vector<std::thread> rounds;
+  for (uint32_t r = 0; r < 3; ++r) {
+    rounds.emplace_back([&, r] {
+      pending[r] =
+          survivors[r]->AllGatherWords({r}, absl::Seconds(30)).status();
+    });
+  }
+  AwaitMembers(cluster, 0, MembersInRound({0, 1}));
+  AwaitMembers(cluster, 1, MembersInRound({2}));
+  world.victim.Signal(SIGKILL);
+  for (auto& t : rounds) t.join();
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(pending[r].code(), absl::StatusCode::kAborted)
+        << "rank " << r << ": " << pending[r];
+  }
+  ASSERT_TRUE(Eventually([&] { return !survivors[2]->JobHealth().ok(); }));
+  EXPECT_THAT(survivors[2]->JobHealth().message(), HasSubstr("domain 1"));
+
+  // Domain 0 serves on: rounds 2 and 3 span it alone, and say so.
+  auto round_on = [](const std::vector<Client*>& ranks) {
+    std::vector<absl::StatusOr<Client::WorldWords>> out(
+        ranks.size(), absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      threads.emplace_back([&, i] {
+        const uint32_t r = static_cast<uint32_t>(ranks[i]->descriptor().rank());
+        out[i] =
+            ranks[i]->AllGatherWordsWithView({r, 100 + r}, absl::Seconds(20));
+      });
+    }
+    for (auto& t : threads) t.join();
+    return out;
+  };
+  for (int round = 2; round <= 3; ++round) {
+    for (const auto& result :
+         round_on({survivors[0].get(), survivors[1].get()})) {
+      ASSERT_TRUE(result.ok()) << "round " << round << ": " << result.status();
+      EXPECT_TRUE(result->partial);
+      EXPECT_EQ(result->domains, (std::vector<Client::DomainEpoch>{{0, 1}}));
+      EXPECT_EQ(result->words, (std::vector<uint32_t>{0, 100, 1, 101}));
+    }
+  }
+  // The call that promises the whole world refuses a partial one, naming
+  // what it spanned; the round still counts.
+  std::vector<absl::Status> whole(2);
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      whole[r] = survivors[r]->AllGatherWords({r}, absl::Seconds(20)).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : whole) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_THAT(s.message(), HasSubstr("spanned data-parallel domain 0 "
+                                       "(epoch 1) only"));
+  }
+  EXPECT_TRUE(survivors[0]->JobHealth().ok()) << survivors[0]->JobHealth();
+  EXPECT_TRUE(survivors[1]->JobHealth().ok()) << survivors[1]->JobHealth();
+
+  // Rank 2 rejoins its domain's epoch 2 once a replacement took rank 3.
+  absl::StatusOr<v1::SessionDescriptor> rejoined =
+      absl::UnknownError("not run");
+  std::thread rejoin([&] { rejoined = survivors[2]->Rejoin(1, kPatience); });
+  std::unique_ptr<Client> replacement = ConnectRank(cluster, 3, true);
+  ASSERT_NE(replacement, nullptr);
+  auto joined = replacement->Join(JoinAs(3, kPatience));
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->epoch(), 2u);
+  rejoin.join();
+  ASSERT_TRUE(rejoined.ok()) << rejoined.status();
+  EXPECT_EQ(rejoined->epoch(), 2u);
+  EXPECT_TRUE(survivors[2]->JobHealth().ok()) << survivors[2]->JobHealth();
+
+  // Rounds 1-4 were decided without domain 1: the next round, 5 for
+  // everyone, spans both domains again.
+  for (const auto& result : round_on({survivors[0].get(), survivors[1].get(),
+                                      survivors[2].get(), replacement.get()})) {
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_FALSE(result->partial);
+    EXPECT_EQ(result->domains,
+              (std::vector<Client::DomainEpoch>{{0, 1}, {1, 2}}));
+    EXPECT_EQ(result->words,
+              (std::vector<uint32_t>{0, 100, 1, 101, 2, 102, 3, 103}));
+  }
+  ASSERT_TRUE(world.victim.Wait(kPatience).has_value());
+}
+
+// A replacement that joins (without waiting) while its domain still misses
+// a rank takes no round number until the domain is whole; its DOMAIN_READY
+// event gives it the domain's entry round.
+TEST(ClientRejoinDomainTest, AReplacementJoiningEarlyLearnsItsFirstRound) {
+  ClusterOptions options = Options(/*recovery=*/true);
+  options.tensor_parallel = 2;
+  options.extra_flags[0] = "--recovery=domain";
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  World world;
+  ASSERT_NO_FATAL_FAILURE(
+      StartWorld(cluster, /*shared_memory_rounds=*/false, &world));
+  std::vector<std::unique_ptr<Client>>& survivors = world.survivors;
+  // Both ranks of domain 1 go: rank 3's process, and rank 2's client.
+  world.victim.Signal(SIGKILL);
+  ASSERT_TRUE(Eventually([&] { return !survivors[2]->JobHealth().ok(); }));
+  survivors[2].reset();
+  ASSERT_TRUE(cluster
+                  .AwaitJob(
+                      0,
+                      [](const v1::JobStatus& j) {
+                        return j.domains_size() == 2 &&
+                               j.domains(1).lost_ranks_size() == 2;
+                      },
+                      kPatience)
+                  .ok());
+  // Rank 2's replacement joins without waiting: its domain is not whole.
+  std::unique_ptr<Client> early = ConnectRank(cluster, 2, false);
+  ASSERT_NE(early, nullptr);
+  auto joined = early->Join(JoinAs(2, absl::ZeroDuration()));
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  absl::Status refused = early->AllGatherWords({2}, absl::Seconds(5)).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("domain 1 is recovering"));
+  // Meanwhile domain 0 serves: one round, spanning it alone.
+  std::vector<absl::StatusOr<Client::WorldWords>> served(
+      2, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      served[r] = survivors[r]->AllGatherWordsWithView({r}, absl::Seconds(20));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& w : served) {
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_TRUE(w->partial);
+  }
+  // Rank 3's replacement makes the domain whole (entry round 2).
+  std::unique_ptr<Client> last = ConnectRank(cluster, 3, false);
+  ASSERT_NE(last, nullptr);
+  ASSERT_TRUE(last->Join(JoinAs(3, kPatience)).ok());
+  std::vector<Client*> all = {survivors[0].get(), survivors[1].get(),
+                              early.get(), last.get()};
+  std::vector<absl::StatusOr<std::vector<uint32_t>>> results(
+      kWorld, absl::UnknownError("not run"));
+  threads.clear();
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      // The early replacement may see its DOMAIN_READY a moment later.
+      for (int tries = 0; tries < 200; ++tries) {
+        results[r] = all[r]->AllGatherWords({r}, absl::Seconds(20));
+        if (results[r].status().code() != absl::StatusCode::kUnavailable) {
+          break;
+        }
+        absl::SleepFor(absl::Milliseconds(10));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].status();
+    EXPECT_EQ(*results[r], (std::vector<uint32_t>{0, 1, 2, 3}));
+  }
+  ASSERT_TRUE(world.victim.Wait(kPatience).has_value());
+}
+
 INSTANTIATE_TEST_SUITE_P(RoundPath, ClientRejoinTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "SharedMemory" : "Grpc";

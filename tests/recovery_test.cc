@@ -60,10 +60,13 @@ std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token,
 // liveness lease) read on a thread.
 class RawRank {
  public:
+  // `local_rank`: its slot on `node` (default: rank % nproc_per_node).
   RawRank(LocalCluster& cluster, uint32_t node, uint32_t rank,
-          uint64_t incarnation)
+          uint64_t incarnation,
+          std::optional<uint32_t> local_rank = std::nullopt)
       : rank_(rank),
-        local_rank_(rank % cluster.options().nproc_per_node),
+        local_rank_(
+            local_rank.value_or(rank % cluster.options().nproc_per_node)),
         incarnation_(incarnation),
         token_(cluster.rank_token(rank, node)) {
     grpc::ChannelArguments args;
@@ -78,7 +81,8 @@ class RawRank {
 
   // Joins (or joins again, into the job's current epoch) with this
   // process's incarnation; the descriptor's epoch goes to `epoch`.
-  grpc::Status Join(uint32_t wait_ms = 0, uint64_t* epoch = nullptr) {
+  grpc::Status Join(uint32_t wait_ms = 0, uint64_t* epoch = nullptr,
+                    uint64_t* first_world_round = nullptr) {
     v1::JoinRequest request;
     request.set_job_id(kJob);
     request.set_local_rank(local_rank_);
@@ -92,7 +96,11 @@ class RawRank {
     grpc::Status s = stub_->Join(context.get(), request, &response);
     if (s.ok()) {
       member_ = response.member();
+      first_world_round_ = response.first_world_round();
       if (epoch != nullptr) *epoch = response.session().epoch();
+      if (first_world_round != nullptr) {
+        *first_world_round = response.first_world_round();
+      }
     }
     return s;
   }
@@ -121,6 +129,10 @@ class RawRank {
     if (watch_context_ != nullptr) watch_context_->TryCancel();
     if (watch_thread_.joinable()) watch_thread_.join();
   }
+
+  // Its next all_gather_words round, as the daemon told it at its last
+  // join (recovery by domain), else 0.
+  uint64_t first_world_round() const { return first_world_round_; }
 
   // The first event of `kind` its Watch showed within kPatience.
   std::optional<v1::JobEvent> AwaitEvent(v1::EventKind kind,
@@ -170,6 +182,7 @@ class RawRank {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Rank::Stub> stub_;
   v1::MemberRef member_;
+  uint64_t first_world_round_ = 0;
   std::unique_ptr<grpc::ClientContext> watch_context_;
   std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader_;
   std::thread watch_thread_;
@@ -471,6 +484,200 @@ TEST(RecoveryTest, SecondLossDuringRecoveryIsRecoveredAtTheNextEpoch) {
   ASSERT_TRUE(ranks[2]->Join().ok());
   ExpectWholeWorldRound(
       {ranks[0].get(), ranks[1].get(), ranks[2].get(), ranks[3].get()}, 1);
+}
+
+// ------------------------------------------ recovery by domain (part 5)
+
+// Runs round `round` on `ranks` at once; each rank's status and response.
+std::vector<std::pair<grpc::Status, v1::AllGatherWordsResponse>> RoundOn(
+    const std::vector<RawRank*>& ranks, uint64_t round) {
+  std::vector<std::pair<grpc::Status, v1::AllGatherWordsResponse>> out(
+      ranks.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    threads.emplace_back([&, i] {
+      out[i].first =
+          ranks[i]->Round(round, 100 + ranks[i]->rank(), &out[i].second);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+std::vector<std::pair<uint32_t, uint64_t>> View(
+    const v1::AllGatherWordsResponse& r) {
+  std::vector<std::pair<uint32_t, uint64_t>> view;
+  for (const auto& d : r.domains()) view.push_back({d.domain(), d.epoch()});
+  return view;
+}
+
+// tp 2 on 2 nodes of 2 ranks: dp 2, domain 0 = ranks 0-1 on node 0,
+// domain 1 = ranks 2-3 on node 1 (docs/contract.md, "Data-parallel
+// domains").
+ClusterOptions DomainOptions(uint32_t deadline_ms) {
+  ClusterOptions options = RecoveryOptions(deadline_ms);
+  options.tensor_parallel = 2;
+  options.extra_flags[0] = "--recovery=domain";
+  return options;
+}
+
+TEST(RecoveryTest, ByDomainTheOtherReplicaServesWhileOneRecovers) {
+  LocalCluster cluster(DomainOptions(60000));
+  ASSERT_TRUE(cluster.Start().ok());
+  std::vector<std::unique_ptr<RawRank>> ranks;
+  for (uint32_t r = 0; r < 3; ++r) {
+    ranks.push_back(JoinRank(cluster, r, 0x5000 + r));
+    ASSERT_NE(ranks.back(), nullptr);
+  }
+  auto victim = cluster.StartWorker(1, 1, {"--hold_ms=60000"});
+  ASSERT_TRUE(victim.ok());
+  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 1));
+  RawRank* r0 = ranks[0].get();
+  RawRank* r1 = ranks[1].get();
+  RawRank* r2 = ranks[2].get();
+
+  // Round 1 in flight at the loss of rank 3 (domain 1) fails everywhere.
+  std::vector<std::pair<grpc::Status, v1::AllGatherWordsResponse>> pending;
+  std::thread pending_round([&] { pending = RoundOn({r0, r1, r2}, 1); });
+  AwaitMembers(cluster, 0, MembersInRound({0, 1}));
+  AwaitMembers(cluster, 1, MembersInRound({2}));
+  victim->Signal(SIGKILL);
+  pending_round.join();
+  for (const auto& [s, response] : pending) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED) << s.error_message();
+    EXPECT_TRUE(absl::StrContains(s.error_message(),
+                                  "domain 1 (ranks 2-3) epoch 1 ended: rank 3"))
+        << s.error_message();
+  }
+  // The job serves on with domain 0; domain 1 recovers at epoch 2.
+  v1::JobStatus job = AwaitJob(cluster, 0, [](const v1::JobStatus& j) {
+    return j.serving_domains() == 1 && j.domains_size() == 2;
+  });
+  EXPECT_EQ(job.state(), v1::JOB_STATE_READY);
+  EXPECT_EQ(job.domains(1).state(), v1::DOMAIN_STATE_RECOVERING);
+  EXPECT_EQ(job.domains(1).epoch(), 2u);
+  auto recovering = r0->AwaitEvent(v1::EVENT_KIND_DOMAIN_RECOVERING, 2);
+  ASSERT_TRUE(recovering.has_value());
+  EXPECT_EQ(recovering->domain(), 1u);
+
+  // Domain 0 keeps completing world rounds during the recovery, each
+  // saying it spans domain 0 alone, and its keys are not fenced.
+  for (uint64_t round = 2; round <= 4; ++round) {
+    for (const auto& [s, response] : RoundOn({r0, r1}, round)) {
+      ASSERT_TRUE(s.ok()) << "round " << round << ": " << s.error_message();
+      EXPECT_TRUE(response.partial());
+      EXPECT_EQ(View(response),
+                (std::vector<std::pair<uint32_t, uint64_t>>{{0, 1}}));
+      EXPECT_EQ(std::vector<uint32_t>(response.words().begin(),
+                                      response.words().end()),
+                (std::vector<uint32_t>{100, 101}));
+    }
+  }
+  EXPECT_TRUE(r1->KvSet("serving/step", "4").ok());
+  // Domain 1's survivor is fenced until it joins into epoch 2.
+  v1::AllGatherWordsResponse refused;
+  grpc::Status s = r2->Round(2, 102, &refused);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(
+      absl::StrContains(s.error_message(), "its domain 1 is at epoch 2"))
+      << s.error_message();
+
+  // The survivor joins again, waiting for its domain; the replacement
+  // makes it whole. Rounds 1-4 were decided without domain 1: it re-enters
+  // world rounds at round 5.
+  grpc::Status rejoined;
+  uint64_t epoch = 0;
+  uint64_t first_round = 0;
+  std::thread rejoin([&] { rejoined = r2->Join(30000, &epoch, &first_round); });
+  auto replacement = JoinRank(cluster, 3, 0x6003);
+  ASSERT_NE(replacement, nullptr);
+  rejoin.join();
+  ASSERT_TRUE(rejoined.ok()) << rejoined.error_message();
+  EXPECT_EQ(epoch, 2u);
+  EXPECT_EQ(first_round, 5u);
+  EXPECT_EQ(replacement->first_world_round(), 5u);
+  auto ready = r0->AwaitEvent(v1::EVENT_KIND_DOMAIN_READY, 2);
+  ASSERT_TRUE(ready.has_value());
+  EXPECT_EQ(ready->first_world_round(), 5u);
+  std::cout << "RECOVERY domain: " << ready->message() << std::endl;
+
+  // Round 5 spans both domains again, and says so.
+  for (const auto& [rs, response] :
+       RoundOn({r0, r1, r2, replacement.get()}, 5)) {
+    ASSERT_TRUE(rs.ok()) << rs.error_message();
+    EXPECT_FALSE(response.partial());
+    EXPECT_EQ(View(response),
+              (std::vector<std::pair<uint32_t, uint64_t>>{{0, 1}, {1, 2}}));
+    EXPECT_EQ(
+        std::vector<uint32_t>(response.words().begin(), response.words().end()),
+        (std::vector<uint32_t>{100, 101, 102, 103}));
+  }
+}
+
+// A node holding ranks of both replicas: node 0 has ranks 0 (domain 0)
+// and 2 (domain 1), node 1 ranks 1 (domain 0) and 3 (domain 1). Once
+// domain 1 recovers, each node's rounds stop waiting for its domain-1
+// rank: domain 0's rounds complete at once, not at the node's flush time
+// (the round's 15 s deadline less 200 ms).
+TEST(RecoveryTest, ByDomainASharedNodeDoesNotHoldTheServingReplicaBack) {
+  LocalCluster cluster(DomainOptions(60000));
+  ASSERT_TRUE(cluster.Start().ok());
+  auto r0 = std::make_unique<RawRank>(cluster, 0, 0, 0x5000, 0);
+  auto r2 = std::make_unique<RawRank>(cluster, 0, 2, 0x5002, 1);
+  auto r1 = std::make_unique<RawRank>(cluster, 1, 1, 0x5001, 0);
+  for (RawRank* r : {r0.get(), r2.get(), r1.get()}) {
+    grpc::Status s = r->Join();
+    ASSERT_TRUE(s.ok()) << "rank " << r->rank() << ": " << s.error_message();
+    r->StartWatch();
+  }
+  auto victim = cluster.StartWorker(1, 1, {"--hold_ms=60000"});  // rank 3
+  ASSERT_TRUE(victim.ok());
+  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 1));
+  victim->Signal(SIGKILL);
+  for (RawRank* r : {r0.get(), r1.get()}) {
+    ASSERT_TRUE(r->AwaitEvent(v1::EVENT_KIND_DOMAIN_RECOVERING, 2).has_value());
+  }
+  for (uint64_t round = 1; round <= 3; ++round) {
+    const absl::Time start = absl::Now();
+    for (const auto& [s, response] : RoundOn({r0.get(), r1.get()}, round)) {
+      ASSERT_TRUE(s.ok()) << "round " << round << ": " << s.error_message();
+      EXPECT_TRUE(response.partial());
+      EXPECT_EQ(std::vector<uint32_t>(response.words().begin(),
+                                      response.words().end()),
+                (std::vector<uint32_t>{100, 101}));
+    }
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "round " << round;
+  }
+}
+
+TEST(RecoveryTest, ByDomainAReplicaPastItsDeadlineFailsTheJob) {
+  LocalCluster cluster(DomainOptions(1500));
+  ASSERT_TRUE(cluster.Start().ok());
+  std::vector<std::unique_ptr<RawRank>> ranks;
+  for (uint32_t r = 0; r < 3; ++r) {
+    ranks.push_back(JoinRank(cluster, r, 0x5000 + r));
+    ASSERT_NE(ranks.back(), nullptr);
+  }
+  auto victim = cluster.StartWorker(1, 1, {"--hold_ms=60000"});
+  ASSERT_TRUE(victim.ok());
+  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 1));
+  victim->Signal(SIGKILL);
+  AwaitJob(cluster, 0,
+           [](const v1::JobStatus& j) { return j.serving_domains() == 1; });
+  // Domain 0 serves until the deadline...
+  for (const auto& [s, response] :
+       RoundOn({ranks[0].get(), ranks[1].get()}, 1)) {
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_TRUE(response.partial());
+  }
+  // ...which fails the job, naming the domain and the rank never replaced.
+  v1::JobStatus failed = AwaitJob(cluster, 0, [](const v1::JobStatus& j) {
+    return j.state() == v1::JOB_STATE_FAILED;
+  });
+  EXPECT_TRUE(absl::StrContains(failed.failure(),
+                                "passed for domain 1 at epoch 2 with it still "
+                                "RECOVERING; never came back: rank 3"))
+      << failed.failure();
 }
 
 }  // namespace

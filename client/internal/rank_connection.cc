@@ -25,11 +25,23 @@ std::string KindName(v1::EventKind kind) {
 }
 
 // The failure an event announces, or OK for events that are not failures.
-absl::Status FailureOf(const v1::JobEvent& event, absl::string_view job_id) {
+// With recovery by domain (`domain` set: this rank's) a loss is a failure
+// only through its own domain's DOMAIN_RECOVERING; other domains' losses
+// leave this rank serving.
+absl::Status FailureOf(const v1::JobEvent& event, absl::string_view job_id,
+                       std::optional<uint32_t> domain) {
   switch (event.kind()) {
     case v1::EVENT_KIND_JOB_FAILED:
+      break;
     case v1::EVENT_KIND_MEMBER_LOST:
     case v1::EVENT_KIND_NODE_LOST:
+      if (domain.has_value()) return absl::OkStatus();
+      break;
+    case v1::EVENT_KIND_DOMAIN_RECOVERING:
+      if (!domain.has_value() || !event.has_domain() ||
+          event.domain() != *domain) {
+        return absl::OkStatus();
+      }
       break;
     default:
       return absl::OkStatus();
@@ -135,10 +147,32 @@ void RankConnection::Fail(absl::Status failure,
   if (callback != nullptr && *callback) (*callback)(failure);
 }
 
+void RankConnection::InstallDomainLocked(const v1::SessionDescriptor& session,
+                                         bool recovery_by_domain,
+                                         uint64_t first_world_round) {
+  by_domain = recovery_by_domain;
+  awaiting_first_round = false;
+  if (!by_domain) return;
+  const v1::ParallelTopology& t = session.topology();
+  domain_size = std::max<uint32_t>(1, std::max<uint32_t>(1, t.tensor()) *
+                                          std::max<uint32_t>(1, t.pipeline()) *
+                                          std::max<uint32_t>(1, t.expert()));
+  domain = session.rank() / domain_size;
+  // The daemon numbers this rank's next world round: its domain's entry
+  // round (unknown while the domain recovers).
+  awaiting_first_round = first_world_round == 0;
+  if (!awaiting_first_round) last_round = first_world_round - 1;
+}
+
 void RankConnection::PoisonRounds(uint64_t round_generation, uint64_t round,
                                   const absl::Status& cause) {
   absl::MutexLock lock(&mu);
   if (round_generation != generation || !rounds_failed.ok()) return;
+  // Recovery by domain: a round that failed at a loss failed on every one
+  // of its contributors alike (the coordinator remembers it for late
+  // ones), so the numbering still matches; a loss of this rank's own
+  // domain fails its health, and Rejoin renumbers.
+  if (by_domain && cause.code() == absl::StatusCode::kAborted) return;
   rounds_failed = absl::FailedPreconditionError(absl::StrCat(
       "all_gather_words round ", round, " failed (", cause.message(),
       "); round numbers can no longer be matched with the other ranks', so "
@@ -152,17 +186,32 @@ void RankConnection::WatchLoop(grpc::ClientContext* context,
   v1::JobEvent event;
   bool completed = false;
   while (reader->Read(&event)) {
+    std::optional<uint32_t> own_domain;
     {
       // Wakes a Rejoin waiting for the job to move past an epoch.
       absl::MutexLock lock(&mu);
       job_epoch = std::max(job_epoch, event.epoch());
+      if (by_domain) own_domain = domain;
+      // Joined before its domain was whole: the domain's DOMAIN_READY at
+      // this client's epoch names its next round.
+      if (by_domain && awaiting_first_round &&
+          event.kind() == v1::EVENT_KIND_DOMAIN_READY && event.has_domain() &&
+          event.domain() == domain && event.epoch() == epoch &&
+          event.first_world_round() != 0) {
+        last_round = event.first_world_round() - 1;
+        awaiting_first_round = false;
+      }
     }
-    absl::Status failure = FailureOf(event, request.member().job_id());
+    absl::Status failure =
+        FailureOf(event, request.member().job_id(), own_domain);
     if (!failure.ok()) {
       // JOB_FAILED is terminal whatever its epoch; a loss belongs to the
-      // epoch it ended (docs/architecture.md, "Epochs and recovery").
-      Fail(failure, event.kind() == v1::EVENT_KIND_JOB_FAILED
-                        ? std::nullopt
+      // epoch it ended (docs/architecture.md, "Epochs and recovery"). A
+      // DOMAIN_RECOVERING names the domain's new epoch: it ended every
+      // epoch of the domain before it.
+      Fail(failure, event.kind() == v1::EVENT_KIND_JOB_FAILED ? std::nullopt
+                    : event.kind() == v1::EVENT_KIND_DOMAIN_RECOVERING
+                        ? std::optional<uint64_t>(event.epoch() - 1)
                         : std::optional<uint64_t>(event.epoch()));
     }
     if (event.kind() == v1::EVENT_KIND_JOB_COMPLETED) completed = true;

@@ -128,6 +128,20 @@ class RankConnection {
   uint64_t newest_loss_epoch ABSL_GUARDED_BY(mu) = 0;
   v1::MemberRef member ABSL_GUARDED_BY(mu);
   uint64_t last_round ABSL_GUARDED_BY(mu) = 0;
+  // Recovery by domain (docs/contract.md, "Data-parallel domains"), known
+  // from the Join answer (first_world_round set): this rank's domain and
+  // the domain size. Only its own domain's DOMAIN_RECOVERING is its
+  // failure; other domains' losses are not.
+  bool by_domain ABSL_GUARDED_BY(mu) = false;
+  uint32_t domain ABSL_GUARDED_BY(mu) = 0;
+  uint32_t domain_size ABSL_GUARDED_BY(mu) = 0;
+  // Joined while its domain recovered: the next round's number comes with
+  // the domain's DOMAIN_READY event; rounds are refused until then.
+  bool awaiting_first_round ABSL_GUARDED_BY(mu) = false;
+  // Sets the four above and last_round from a Join answer.
+  void InstallDomainLocked(const v1::SessionDescriptor& session,
+                           bool recovery_by_domain, uint64_t first_world_round)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Set by Join (and again by Rejoin) when the daemon's round slots are
   // mapped.
   std::shared_ptr<RoundSlotClient> round_slots ABSL_GUARDED_BY(mu);

@@ -66,6 +66,12 @@ void RoundCall::OnDone(const grpc::Status& status) {
   }
   core_->grpc_rounds_in_flight.fetch_sub(1);
   if (status.ok()) {
+    if (domain_size_ != 0) {
+      partial_ = response_.partial();
+      for (const v1::DomainEpoch& d : response_.domains()) {
+        domains_.push_back({d.domain(), d.epoch()});
+      }
+    }
     result_ = CheckResult(response_.round(), response_.words_per_rank(),
                           std::vector<uint32_t>(response_.words().begin(),
                                                 response_.words().end()));
@@ -124,7 +130,10 @@ void RoundCall::FinishLocked(absl::StatusOr<std::vector<uint32_t>> result) {
 absl::StatusOr<std::vector<uint32_t>> RoundCall::CheckResult(
     uint64_t round, uint32_t words_per_rank,
     std::vector<uint32_t> words) const {
-  const uint32_t world = core_->current_descriptor().world_size();
+  // A partial round (recovery by domain) holds its domains' ranks only.
+  const uint32_t world =
+      partial_ ? static_cast<uint32_t>(domains_.size()) * domain_size_
+               : core_->current_descriptor().world_size();
   if (round != round_ || words_per_rank != frame_words_ ||
       static_cast<uint64_t>(words.size()) !=
           static_cast<uint64_t>(frame_words_) * world) {
@@ -171,12 +180,21 @@ absl::StatusOr<std::shared_ptr<RoundCall>> SubmitRound(
       return absl::FailedPreconditionError(
           absl::StrCat(context, ": ", core->rounds_failed.message()));
     }
+    if (core->awaiting_first_round) {
+      // Recovery by domain: no number is taken before the domain is whole.
+      return absl::UnavailableError(absl::StrCat(
+          context, ": rank ", core->member.rank(), "'s domain ", core->domain,
+          " is recovering at epoch ", core->epoch,
+          "; its world rounds resume once the domain is whole (its "
+          "DOMAIN_READY event)"));
+    }
     call = std::make_shared<RoundCall>(core, core->generation,
                                        ++core->last_round, words.size());
     v1::AllGatherWordsRequest& request = call->request();
     *request.mutable_member() = *std::move(member);
     request.set_round(call->round());
     request.set_timeout_ms(*timeout_ms);
+    if (core->by_domain) call->set_domain_size(core->domain_size);
     slots = core->round_slots;
   }
   const absl::Duration answer_timeout =

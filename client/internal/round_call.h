@@ -80,6 +80,15 @@ class RoundCall {
     return std::move(result_);
   }
 
+  // Recovery by domain: ranks per domain (0: off), set before Start; a
+  // result then may span fewer ranks than the world (partial()).
+  void set_domain_size(uint32_t size) { domain_size_ = size; }
+  // Valid once done with a result: whether the round spanned fewer than
+  // every data-parallel replica, and the replicas it spans (empty without
+  // recovery by domain).
+  bool partial() const { return partial_; }
+  const std::vector<Client::DomainEpoch>& domains() const { return domains_; }
+
   // Ends the round with Cancelled unless it is done; waits until it is.
   void Cancel();
 
@@ -114,6 +123,9 @@ class RoundCall {
   const uint64_t generation_;
   const uint64_t round_;
   const size_t frame_words_;
+  uint32_t domain_size_ = 0;
+  bool partial_ = false;
+  std::vector<Client::DomainEpoch> domains_;
   absl::Duration rpc_timeout_;
   grpc::ClientContext context_;
   v1::AllGatherWordsRequest request_;

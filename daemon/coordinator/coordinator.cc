@@ -47,6 +47,9 @@ Coordinator::Coordinator(JobSpec spec, std::vector<GroupSpec> groups,
       job_incarnation_(NewIncarnation()),
       started_(MonotonicNow()),
       timer_(timer),
+      by_domain_(spec_.recovery && spec_.recovery_by_domain &&
+                 spec_.topology.data > 1),
+      rank_nodes_(spec_.world_size),
       kv_(timer,
           KvLimits{spec_.limits.kv_max_bytes, spec_.limits.kv_max_keys,
                    spec_.limits.kv_max_keys_per_rank,
@@ -54,15 +57,18 @@ Coordinator::Coordinator(JobSpec spec, std::vector<GroupSpec> groups,
           KvRules{spec_.world_size, spec_.kv_shared_prefixes, spec_.recovery}),
       rounds_(
           spec_.world_size, [this](uint32_t r) { return NodeOfRank(r); }, timer,
-          spec_.limits.max_round_bytes_per_rank) {
+          spec_.limits.max_round_bytes_per_rank,
+          by_domain_ ? DomainSizeOf(spec_.topology) : 0) {
+  absl::MutexLock lock(&mu_);
   nodes_.resize(spec_.nnodes);
   joined_on_node_.resize(spec_.nnodes);
   members_.resize(spec_.world_size);
   for (uint32_t r = 0; r < spec_.world_size; ++r) {
     members_[r].node_index = spec_.DefaultNodeOf(r);
     members_[r].local_rank = r % spec_.nproc_per_node;
+    rank_nodes_[r].store(members_[r].node_index, std::memory_order_relaxed);
   }
-  absl::MutexLock lock(&mu_);
+  if (by_domain_) domains_.resize(spec_.topology.data);
   heartbeat_timer_ = timer_->Schedule(MonotonicNow() + spec_.heartbeat_interval,
                                       [this] { CheckHeartbeats(); });
 }
@@ -77,6 +83,18 @@ uint64_t Coordinator::epoch() const {
 
 absl::Status Coordinator::CheckEpochLocked(uint32_t rank,
                                            uint64_t member_epoch) const {
+  if (by_domain_) {
+    const uint32_t d = DomainOfRank(rank);
+    const uint64_t current = domains_[d].epoch;
+    if (member_epoch == current) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", rank, " joined into epoch ", member_epoch, " but its domain ",
+        d, " is at epoch ", current,
+        domains_[d].recovering ? " (RECOVERING)" : " (serving)",
+        "; a process of an earlier epoch cannot act in a later one: join "
+        "again with the same incarnation to enter epoch ",
+        current));
+  }
   if (member_epoch == epoch_) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "rank ", rank, " joined into epoch ", member_epoch,
@@ -87,6 +105,7 @@ absl::Status Coordinator::CheckEpochLocked(uint32_t rank,
 }
 
 absl::Status Coordinator::CheckKeyEpochLocked(const std::string& key,
+                                              uint32_t rank,
                                               bool deleting) const {
   static constexpr absl::string_view kPrefix = "epoch/";
   // Recovery off: no epoch but 1, and keys behave as before epochs came.
@@ -104,6 +123,21 @@ absl::Status Coordinator::CheckKeyEpochLocked(const std::string& key,
         "' is under the reserved prefix epoch/ but does not "
         "name an epoch: write epoch-scoped keys as epoch/<epoch>/<name>"));
   }
+  if (by_domain_) {
+    // Each epoch above 1 belongs to the domain(s) its loss hit: only they
+    // write its keys; a delete may clear an ended epoch's, never a live one.
+    const uint32_t d = DomainOfRank(rank);
+    const uint64_t own = domains_[d].epoch;
+    if (named == own) return absl::OkStatus();
+    bool live = false;
+    for (const Domain& other : domains_) live = live || other.epoch == named;
+    if (deleting && !live && named <= epoch_) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "key '", key, "' belongs to epoch ", named, " but rank ", rank,
+        "'s domain ", d, " is at epoch ", own,
+        "; epoch-scoped keys are written only in their own epoch, by its "
+        "domain"));
+  }
   if (named == epoch_ || (deleting && named < epoch_)) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "key '", key, "' belongs to epoch ", named, " but the job is at epoch ",
@@ -111,8 +145,42 @@ absl::Status Coordinator::CheckKeyEpochLocked(const std::string& key,
 }
 
 uint32_t Coordinator::NodeOfRank(uint32_t rank) const {
-  absl::MutexLock lock(&mu_);
-  return rank < members_.size() ? members_[rank].node_index : 0;
+  return rank < rank_nodes_.size()
+             ? rank_nodes_[rank].load(std::memory_order_relaxed)
+             : 0;
+}
+
+uint64_t Coordinator::EpochOfRankLocked(uint32_t rank) const {
+  return by_domain_ ? domains_[DomainOfRank(rank)].epoch : epoch_;
+}
+
+bool Coordinator::RankRecoveringLocked(uint32_t rank) const {
+  return by_domain_ ? domains_[DomainOfRank(rank)].recovering
+                    : state_ == v1::JOB_STATE_RECOVERING;
+}
+
+bool Coordinator::RecoveringLocked() const {
+  if (!by_domain_) return state_ == v1::JOB_STATE_RECOVERING;
+  for (const Domain& d : domains_) {
+    if (d.recovering) return true;
+  }
+  return false;
+}
+
+v1::JoinRankResponse Coordinator::JoinAnswerLocked(uint32_t rank) const {
+  v1::JoinRankResponse answer;
+  answer.set_job_incarnation(job_incarnation_);
+  if (rank >= spec_.world_size) {
+    answer.set_epoch(epoch_);
+    return answer;
+  }
+  answer.set_epoch(EpochOfRankLocked(rank));
+  if (by_domain_) {
+    answer.set_recovery_by_domain(true);
+    answer.set_first_world_round(
+        domains_[DomainOfRank(rank)].first_world_round);
+  }
+  return answer;
 }
 
 absl::Status Coordinator::JobFailedLocked() const {
@@ -239,15 +307,15 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
         response.set_last_event_sequence(events_.last_sequence());
         return response;  // a retried registration
       }
-      const bool replace = spec_.recovery && !shutting_down_ &&
-                           (state_ == v1::JOB_STATE_READY ||
-                            state_ == v1::JOB_STATE_RECOVERING) &&
-                           (node.state == v1::NODE_STATE_REGISTERED ||
-                            node.state == v1::NODE_STATE_LOST ||
-                            // Shut down cleanly once its ranks were lost
-                            // (a pod replaced: SIGTERM, then a new one).
-                            (node.state == v1::NODE_STATE_LEFT &&
-                             state_ == v1::JOB_STATE_RECOVERING));
+      const bool replace =
+          spec_.recovery && !shutting_down_ &&
+          (state_ == v1::JOB_STATE_READY ||
+           state_ == v1::JOB_STATE_RECOVERING) &&
+          (node.state == v1::NODE_STATE_REGISTERED ||
+           node.state == v1::NODE_STATE_LOST ||
+           // Shut down cleanly once its ranks were lost
+           // (a pod replaced: SIGTERM, then a new one).
+           (node.state == v1::NODE_STATE_LEFT && RecoveringLocked()));
       if (replace) {
         // A replacement daemon takes the index over: its predecessor and
         // that one's ranks are lost (if not already), the job recovers.
@@ -276,16 +344,13 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
         AppendEventLocked(std::move(registered));
         std::vector<JoinWaiter> released;
         MaybeRecoveredLocked(&released);
-        v1::JoinRankResponse joined;
-        joined.set_job_incarnation(job_incarnation_);
-        joined.set_epoch(epoch_);
         v1::RegisterNodeResponse response;
         response.set_job_incarnation(job_incarnation_);
         response.set_last_event_sequence(events_.last_sequence());
         lock.Release();
         ReleaseEnded();
         DropEndedEpochKeys();
-        for (auto& w : released) w.reply(joined);
+        for (auto& w : released) w.reply(w.answer);
         return response;
       }
       std::string why = absl::StrFormat(
@@ -413,12 +478,17 @@ void Coordinator::JoinRank(const v1::JoinRankRequest& request,
   {
     absl::MutexLock lock(&mu_);
     status = JoinRankLocked(request, &released);
-    response.set_epoch(epoch_);
+    response = JoinAnswerLocked(request.rank());
+    // With recovery by domain a join waits for its own domain, not the
+    // world: the others may be serving, or recovering on their own.
     if (status.ok() && request.wait_for_world_ms() > 0 &&
         (state_ == v1::JOB_STATE_FORMING ||
-         state_ == v1::JOB_STATE_RECOVERING)) {
+         (by_domain_ ? state_ != v1::JOB_STATE_FAILED &&
+                           RankRecoveringLocked(request.rank())
+                     : state_ == v1::JOB_STATE_RECOVERING))) {
       uint64_t id = next_waiter_++;
       JoinWaiter& w = join_waiters_[id];
+      w.rank = request.rank();
       w.reply = std::move(reply);
       w.started = MonotonicNow();
       w.timer = timer_->Schedule(DeadlineAfterMs(request.wait_for_world_ms()),
@@ -426,8 +496,9 @@ void Coordinator::JoinRank(const v1::JoinRankRequest& request,
       wait = true;
     }
   }
+  ReleaseEnded();  // a failure found while recovering (never expected)
   DropEndedEpochKeys();
-  for (auto& w : released) w.reply(response);
+  for (auto& w : released) w.reply(w.answer);
   if (wait) return;
   if (!status.ok()) return reply(status);
   reply(response);
@@ -460,8 +531,8 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
   if (m.state == v1::MEMBER_STATE_JOINED) {
     if (m.incarnation == request.incarnation() && m.node_index == node_index) {
       // A retried join of the same process, or a survivor of a loss
-      // entering the job's new epoch.
-      m.epoch = epoch_;
+      // entering the job's (its domain's) new epoch.
+      m.epoch = EpochOfRankLocked(rank);
       return absl::OkStatus();
     }
     return absl::AlreadyExistsError(absl::StrFormat(
@@ -470,7 +541,7 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
         rank, m.pid, m.node_index));
   }
   const bool replacing =
-      m.state == v1::MEMBER_STATE_LOST && state_ == v1::JOB_STATE_RECOVERING;
+      m.state == v1::MEMBER_STATE_LOST && RankRecoveringLocked(rank);
   if (m.state != v1::MEMBER_STATE_NOT_JOINED && !replacing) {
     return absl::FailedPreconditionError(absl::StrCat(
         "rank ", rank, " already ran in this job incarnation and is ",
@@ -489,7 +560,7 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
     return absl::FailedPreconditionError(absl::StrFormat(
         "rank %d: incarnation %x was lost; only a new process (a new "
         "incarnation) can take the rank's slot at epoch %d",
-        rank, request.incarnation(), epoch_));
+        rank, request.incarnation(), EpochOfRankLocked(rank)));
   }
   if (state_ == v1::JOB_STATE_DRAINING) {
     return absl::FailedPreconditionError(
@@ -514,13 +585,19 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
   m.incarnation = request.incarnation();
   m.pid = request.pid();
   m.device = request.device();
-  m.epoch = epoch_;
+  m.epoch = EpochOfRankLocked(rank);
   m.detail.clear();
+  rank_nodes_[rank].store(node_index, std::memory_order_relaxed);
   ++joined_;
   ++joined_on_node_[node_index];
   if (replacing) {
     lost_ranks_.erase(rank);
     replaced_ranks_.insert(rank);
+    if (by_domain_) {
+      Domain& d = domains_[DomainOfRank(rank)];
+      d.lost_ranks.erase(rank);
+      d.replaced_ranks.insert(rank);
+    }
   }
   v1::MemberDetails details;
   details.set_local_rank(request.local_rank());
@@ -534,6 +611,7 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
                       absl::StrCat("all ", spec_.world_size, " ranks joined"));
     for (auto& [id, w] : join_waiters_) {
       timer_->Cancel(w.timer);
+      w.answer = JoinAnswerLocked(w.rank);
       released->push_back(std::move(w));
     }
     join_waiters_.clear();
@@ -543,6 +621,7 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
 }
 
 void Coordinator::MaybeRecoveredLocked(std::vector<JoinWaiter>* released) {
+  if (by_domain_) return MaybeDomainsRecoveredLocked(released);
   if (state_ != v1::JOB_STATE_RECOVERING || joined_ != spec_.world_size ||
       !lost_nodes_.empty() || !lost_ranks_.empty()) {
     return;
@@ -569,6 +648,7 @@ void Coordinator::MaybeRecoveredLocked(std::vector<JoinWaiter>* released) {
   ready_again_ = epoch_;
   for (auto& [id, w] : join_waiters_) {
     timer_->Cancel(w.timer);
+    w.answer = JoinAnswerLocked(w.rank);
     released->push_back(std::move(w));
   }
   join_waiters_.clear();
@@ -577,13 +657,24 @@ void Coordinator::MaybeRecoveredLocked(std::vector<JoinWaiter>* released) {
 void Coordinator::DropEndedEpochKeys() {
   uint64_t from = 0;
   uint64_t ready = 0;
+  std::vector<uint64_t> domain_epochs;  // recovery by domain
   {
     absl::MutexLock lock(&mu_);
-    if (!ready_again_.has_value()) return;
-    ready = *ready_again_;
-    ready_again_.reset();
-    from = keys_kept_from_epoch_;
-    keys_kept_from_epoch_ = std::max(keys_kept_from_epoch_, ready);
+    domain_epochs.swap(epochs_to_drop_);
+    if (!ready_again_.has_value()) {
+      if (domain_epochs.empty()) return;
+    } else {
+      ready = *ready_again_;
+      ready_again_.reset();
+      from = keys_kept_from_epoch_;
+      keys_kept_from_epoch_ = std::max(keys_kept_from_epoch_, ready);
+    }
+  }
+  for (uint64_t ended : domain_epochs) {
+    kv_.DropPrefix(absl::StrCat("epoch/", ended, "/"),
+                   absl::FailedPreconditionError(absl::StrCat(
+                       "epoch ", ended, " ended: its keys (epoch/", ended,
+                       "/...) were dropped when its domain served again")));
   }
   for (uint64_t ended = from; ended < ready; ++ended) {
     kv_.DropPrefix(
@@ -646,7 +737,7 @@ void Coordinator::AppendHeldJoinsLocked() {
 
 void Coordinator::AppendEventLocked(v1::JobEvent event) {
   AppendHeldJoinsLocked();
-  event.set_epoch(epoch_);
+  if (event.epoch() == 0) event.set_epoch(epoch_);  // a domain's set its own
   events_.Append(std::move(event));
 }
 
@@ -744,7 +835,7 @@ absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
         state_ = v1::JOB_STATE_COMPLETED;
         AppendEventLocked(v1::EVENT_KIND_JOB_COMPLETED, std::nullopt, {},
                           "every rank left cleanly");
-      } else if (state_ == v1::JOB_STATE_RECOVERING) {
+      } else if (RecoveringLocked()) {
         // The job is ending while slots are still lost: they will never be
         // taken, so it could never complete; it fails, saying why.
         timer_->Cancel(recovery_timer_);
@@ -839,6 +930,10 @@ void Coordinator::ContributeWordsShared(
         status = CheckEpochLocked(f.rank(), members_[f.rank()].epoch);
       }
     }
+    if (status.ok()) {
+      highest_round_admitted_ =
+          std::max(highest_round_admitted_, request.round());
+    }
   }
   if (!status.ok()) {
     return done(
@@ -857,7 +952,10 @@ absl::StatusOr<v1::KvSetResponse> Coordinator::KvSet(
   {
     absl::MutexLock lock(&mu_);
     if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
-    if (auto s = CheckKeyEpochLocked(request.key()); !s.ok()) return s;
+    if (auto s = CheckKeyEpochLocked(request.key(), request.member().rank());
+        !s.ok()) {
+      return s;
+    }
   }
   KvCondition condition;
   if (request.has_expected()) condition.expected = request.expected();
@@ -921,7 +1019,10 @@ absl::StatusOr<v1::KvAddResponse> Coordinator::KvAdd(
   {
     absl::MutexLock lock(&mu_);
     if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
-    if (auto s = CheckKeyEpochLocked(request.key()); !s.ok()) return s;
+    if (auto s = CheckKeyEpochLocked(request.key(), request.member().rank());
+        !s.ok()) {
+      return s;
+    }
   }
   auto value = kv_.Add(request.key(), request.delta(), request.member().rank());
   if (!value.ok()) return value.status();
@@ -935,7 +1036,8 @@ absl::StatusOr<v1::KvDeleteResponse> Coordinator::KvDelete(
   {
     absl::MutexLock lock(&mu_);
     if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
-    if (auto s = CheckKeyEpochLocked(request.key(), /*deleting=*/true);
+    if (auto s = CheckKeyEpochLocked(request.key(), request.member().rank(),
+                                     /*deleting=*/true);
         !s.ok()) {
       return s;
     }
@@ -997,6 +1099,7 @@ void Coordinator::LoseLocked(const std::string& cause,
     FailJobLocked(cause);
     return;
   }
+  if (by_domain_) return LoseDomainsLocked(cause, ranks, node);
   for (uint32_t r : ranks) {
     // The slot is free for a replacement, on whichever node has room.
     lost_ranks_.insert(r);
@@ -1026,6 +1129,190 @@ void Coordinator::LoseLocked(const std::string& cause,
       " ms more (--recovery_deadline_ms)");
   epoch_ended_ = absl::AbortedError(message);
   AppendEventLocked(v1::EVENT_KIND_JOB_RECOVERING, node, ranks, message);
+}
+
+void Coordinator::LoseDomainsLocked(const std::string& cause,
+                                    const std::vector<uint32_t>& ranks,
+                                    std::optional<uint32_t> node) {
+  if (node.has_value()) lost_nodes_.insert(*node);
+  std::map<uint32_t, std::vector<uint32_t>> hit;  // domain -> its lost ranks
+  for (uint32_t r : ranks) hit[DomainOfRank(r)].push_back(r);
+  AppendHeldJoinsLocked();  // joins of the ended epochs say so
+  const absl::Time now = MonotonicNow();
+  for (auto& [index, lost] : hit) {
+    Domain& d = domains_[index];
+    for (uint32_t r : lost) {
+      // The slot is free for a replacement, on whichever node has room.
+      lost_ranks_.insert(r);
+      replaced_ranks_.erase(r);
+      d.lost_ranks.insert(r);
+      d.replaced_ranks.erase(r);
+      --joined_;
+      --joined_on_node_[members_[r].node_index];
+    }
+    const uint64_t ended = d.epoch;
+    if (ended > 1) d.ended_epochs.push_back(ended);  // epoch 1's keys stay
+    const bool first = !d.recovering;
+    d.recovering = true;
+    // A number of its own: no other domain ever shares a re-form's keys.
+    d.epoch = ++epoch_;
+    d.first_world_round = 0;
+    if (first) {
+      d.recovering_since = now;
+      d.recovery_cause = cause;
+      d.recovery_timer = timer_->Schedule(
+          now + spec_.recovery_deadline,
+          [this, index = index] { ExpireDomainRecovery(index); });
+    }
+    const int64_t left_ms = absl::ToInt64Milliseconds(
+        d.recovering_since + spec_.recovery_deadline - now);
+    const uint32_t size = DomainSizeOf(spec_.topology);
+    const std::string message = absl::StrCat(
+        "domain ", index, " (ranks ", index * size, "-", (index + 1) * size - 1,
+        ") epoch ", ended, " ended: ", cause, "; recovering at epoch ", d.epoch,
+        first ? "" : " (a loss during recovery)", ": waiting for ",
+        StillLostInDomainLocked(index), ", at most ",
+        std::max<int64_t>(left_ms, 0), " ms more (--recovery_deadline_ms)");
+    const absl::Status ended_status = absl::AbortedError(message);
+    // World rounds open now fail on every contributor; later ones span
+    // the serving domains. Under mu_, so that no contribution admitted
+    // after this loss reaches the rounds before it (NodeOfRank, which
+    // WordRounds calls under its lock, takes no lock).
+    absl::StatusOr<WordRounds::Answers> owed =
+        rounds_.LoseDomain(index, d.epoch, ended_status);
+    if (owed.ok()) owed_round_answers_.push_back(*std::move(owed));
+    // Joins of the domain waiting for it: their epoch ended.
+    for (auto it = join_waiters_.begin(); it != join_waiters_.end();) {
+      if (DomainOfRank(it->second.rank) != index) {
+        ++it;
+        continue;
+      }
+      timer_->Cancel(it->second.timer);
+      ended_joins_.emplace_back(std::move(it->second), ended_status);
+      it = join_waiters_.erase(it);
+    }
+    v1::JobEvent event;
+    event.set_kind(v1::EVENT_KIND_DOMAIN_RECOVERING);
+    if (node.has_value()) event.set_node_index(*node);
+    for (uint32_t r : lost) event.add_ranks(r);
+    event.set_message(message);
+    event.set_domain(index);
+    event.set_epoch(d.epoch);
+    AppendEventLocked(std::move(event));
+  }
+  bool serving = false;
+  for (const Domain& d : domains_) serving = serving || !d.recovering;
+  state_ = serving ? v1::JOB_STATE_READY : v1::JOB_STATE_RECOVERING;
+}
+
+void Coordinator::MaybeDomainsRecoveredLocked(
+    std::vector<JoinWaiter>* released) {
+  if (state_ != v1::JOB_STATE_READY && state_ != v1::JOB_STATE_RECOVERING) {
+    return;
+  }
+  const uint32_t size = DomainSizeOf(spec_.topology);
+  for (uint32_t index = 0; index < domains_.size(); ++index) {
+    Domain& d = domains_[index];
+    if (!d.recovering || !d.lost_ranks.empty()) continue;
+    bool whole = true;
+    for (uint32_t r = index * size; r < (index + 1) * size; ++r) {
+      whole = whole && members_[r].state == v1::MEMBER_STATE_JOINED;
+    }
+    if (!whole) continue;
+    // Past every round admitted so far: each round below it was decided
+    // without the domain, every round from it on waits for it.
+    const uint64_t entry = highest_round_admitted_ + 1;
+    if (absl::Status admitted = rounds_.AdmitDomain(index, d.epoch, entry);
+        !admitted.ok()) {
+      // Never expected (every round is admitted here first); if it were,
+      // no round membership could be trusted any more.
+      FailJobLocked(absl::StrCat(
+          "domain ", index,
+          " could not re-enter world rounds: ", admitted.message()));
+      return;
+    }
+    d.recovering = false;
+    timer_->Cancel(d.recovery_timer);
+    d.recovery_timer = 0;
+    d.first_world_round = entry;
+    epochs_to_drop_.insert(epochs_to_drop_.end(), d.ended_epochs.begin(),
+                           d.ended_epochs.end());
+    d.ended_epochs.clear();
+    const std::string replaced =
+        d.replaced_ranks.empty()
+            ? std::string("no rank replaced")
+            : absl::StrCat(
+                  "replaced rank", d.replaced_ranks.size() > 1 ? "s " : " ",
+                  FormatRankList(std::vector<uint32_t>(
+                      d.replaced_ranks.begin(), d.replaced_ranks.end())));
+    v1::JobEvent event;
+    event.set_kind(v1::EVENT_KIND_DOMAIN_READY);
+    event.set_domain(index);
+    event.set_epoch(d.epoch);
+    event.set_first_world_round(entry);
+    event.set_message(absl::StrCat(
+        "domain ", index, " (ranks ", index * size, "-", (index + 1) * size - 1,
+        ") whole again: serving at epoch ", d.epoch, " from world round ",
+        entry, " on, after ",
+        absl::ToInt64Milliseconds(MonotonicNow() - d.recovering_since),
+        " ms of recovery (", replaced, ")"));
+    AppendEventLocked(std::move(event));
+    d.replaced_ranks.clear();
+    d.recovery_cause.clear();
+    for (auto it = join_waiters_.begin(); it != join_waiters_.end();) {
+      if (DomainOfRank(it->second.rank) != index) {
+        ++it;
+        continue;
+      }
+      timer_->Cancel(it->second.timer);
+      it->second.answer = JoinAnswerLocked(it->second.rank);
+      released->push_back(std::move(it->second));
+      it = join_waiters_.erase(it);
+    }
+  }
+  state_ = v1::JOB_STATE_READY;  // at least one domain serves now
+  bool serving = false;
+  for (const Domain& d : domains_) serving = serving || !d.recovering;
+  if (!serving) state_ = v1::JOB_STATE_RECOVERING;
+}
+
+void Coordinator::ExpireDomainRecovery(uint32_t index) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ == v1::JOB_STATE_FAILED || shutting_down_ ||
+        index >= domains_.size()) {
+      return;
+    }
+    Domain& d = domains_[index];
+    if (!d.recovering ||
+        MonotonicNow() < d.recovering_since + spec_.recovery_deadline) {
+      return;
+    }
+    d.recovery_timer = 0;
+    FailJobLocked(absl::StrCat(
+        "recovery deadline of ",
+        absl::ToInt64Milliseconds(spec_.recovery_deadline),
+        " ms (--recovery_deadline_ms) passed for domain ", index, " at epoch ",
+        d.epoch, " with it still RECOVERING; never came back: ",
+        StillLostInDomainLocked(index), " (first loss: ", d.recovery_cause,
+        "); a job short of a data-parallel replica fails, to be recreated "
+        "whole"));
+  }
+  ReleaseEnded();
+}
+
+std::string Coordinator::StillLostInDomainLocked(uint32_t index) const {
+  std::map<uint32_t, std::vector<uint32_t>> by_node;
+  for (uint32_t r : domains_[index].lost_ranks) {
+    by_node[members_[r].node_index].push_back(r);
+  }
+  std::vector<std::string> parts;
+  for (auto& [n, ranks] : by_node) {
+    parts.push_back(absl::StrCat("rank", ranks.size() > 1 ? "s " : " ",
+                                 FormatRankList(ranks), " (node ", n, ")"));
+  }
+  if (parts.empty()) return "its survivors to join again";
+  return absl::StrJoin(parts, ", ");
 }
 
 std::string Coordinator::StillLostLocked() const {
@@ -1084,17 +1371,26 @@ void Coordinator::ReleaseEnded() {
   std::map<uint64_t, JoinWaiter> waiters;
   std::optional<absl::Status> ended;
   uint64_t epoch = 0;
+  std::vector<WordRounds::Answers> owed;
+  std::vector<std::pair<JoinWaiter, absl::Status>> ended_joins;
   {
     absl::MutexLock lock(&mu_);
     ended.swap(epoch_ended_);
+    owed.swap(owed_round_answers_);
+    ended_joins.swap(ended_joins_);
     epoch = epoch_;
     cause = JobFailedLocked();
-    if (cause.ok() && !ended.has_value()) return;
-    // Joins waiting for the world: the job failed, or the epoch they
-    // joined into ended (they join again into the new one).
-    waiters.swap(join_waiters_);
-    for (auto& [id, w] : waiters) timer_->Cancel(w.timer);
+    if (!cause.ok() || ended.has_value()) {
+      // Joins waiting for the world: the job failed, or the epoch they
+      // joined into ended (they join again into the new one).
+      waiters.swap(join_waiters_);
+      for (auto& [id, w] : waiters) timer_->Cancel(w.timer);
+    }
   }
+  // Recovery by domain: what the domains' losses owe.
+  for (WordRounds::Answers& answers : owed) answers.Send();
+  for (auto& [w, status] : ended_joins) w.reply(status);
+  if (cause.ok() && !ended.has_value()) return;
   if (ended.has_value()) {
     // The epoch that ended: its rounds fail with the loss named, and
     // rounds are numbered afresh in the new one. Not under mu_: WordRounds
@@ -1117,6 +1413,10 @@ void Coordinator::BeginShutdown() {
     heartbeat_timer_ = 0;
     timer_->Cancel(recovery_timer_);
     recovery_timer_ = 0;
+    for (Domain& d : domains_) {
+      timer_->Cancel(d.recovery_timer);
+      d.recovery_timer = 0;
+    }
     closers.swap(stream_closers_);
   }
   ReleaseEnded();
@@ -1167,6 +1467,31 @@ v1::JobStatus Coordinator::GetJob() const {
         1, absl::ToInt64Milliseconds(
                recovering_since_ + spec_.recovery_deadline - MonotonicNow())));
   }
+  uint32_t serving = 0;
+  for (uint32_t i = 0; i < domains_.size(); ++i) {
+    const Domain& d = domains_[i];
+    v1::DomainStatus* out = status.add_domains();
+    out->set_domain(i);
+    out->set_state(d.recovering ? v1::DOMAIN_STATE_RECOVERING
+                                : v1::DOMAIN_STATE_SERVING);
+    out->set_epoch(d.epoch);
+    for (uint32_t r : d.lost_ranks) out->add_lost_ranks(r);
+    out->set_first_world_round(d.first_world_round);
+    if (d.recovering) {
+      const int64_t left = std::max<int64_t>(
+          1,
+          absl::ToInt64Milliseconds(d.recovering_since +
+                                    spec_.recovery_deadline - MonotonicNow()));
+      out->set_recovery_deadline_left_ms(left);
+      if (status.recovery_deadline_left_ms() == 0 ||
+          left < status.recovery_deadline_left_ms()) {
+        status.set_recovery_deadline_left_ms(left);
+      }
+    } else {
+      ++serving;
+    }
+  }
+  if (by_domain_) status.set_serving_domains(serving);
   status.set_joined_ranks(joined_);
   uint32_t registered = 0;
   for (const Node& n : nodes_) {

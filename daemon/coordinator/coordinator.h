@@ -20,6 +20,17 @@
 // enter the new one. The job is READY again once every slot is held, or
 // FAILED at the deadline naming what never came back.
 //
+// Recovery by domain (spec.recovery_by_domain with dp > 1; docs/contract.md
+// "Data-parallel domains", docs/architecture.md "Recovery by data-parallel
+// domain"): the same per data-parallel replica. A loss ends only the epochs
+// of the domains it hits, each taking a new number of the job-wide epoch
+// counter, and moves them to RECOVERING (EVENT_KIND_DOMAIN_RECOVERING);
+// the other domains keep serving and the job stays READY while one does.
+// World rounds span the serving domains and say so; a domain whole again
+// serves from an entry round past every round admitted so far
+// (EVENT_KIND_DOMAIN_READY). Each domain has its own deadline, whose expiry
+// fails the job.
+//
 // Transport-agnostic: the Peer gRPC service and the coordinating daemon's
 // own NodeAgent call it directly. Replies may be delivered on the calling
 // thread or on the timer thread; they are never invoked with the
@@ -28,6 +39,7 @@
 #ifndef RANKD_DAEMON_COORDINATOR_H_
 #define RANKD_DAEMON_COORDINATOR_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -121,6 +133,9 @@ class Coordinator {
   // replacement); the lost incarnation itself is refused. With
   // wait_for_world_ms, answers once the job is READY (FORMING or
   // RECOVERING until then), or Aborted when another loss ends the epoch.
+  // With recovery by domain: a lost slot takes a replacement while its
+  // domain recovers, a join waits for its own domain to serve, and the
+  // answer carries the domain's epoch and first world round.
   void JoinRank(const v1::JoinRankRequest& request,
                 Reply<v1::JoinRankResponse> reply);
   absl::StatusOr<v1::ReleaseRankResponse> ReleaseRank(
@@ -200,6 +215,25 @@ class Coordinator {
     Reply<v1::JoinRankResponse> reply;
     absl::Time started;
     DeadlineTimer::TimerId timer = 0;
+    uint32_t rank = 0;
+    // What it is answered once released (JoinAnswerLocked).
+    v1::JoinRankResponse answer;
+  };
+  // One data-parallel replica, with recovery by domain.
+  struct Domain {
+    bool recovering = false;
+    // The epoch it serves (or recovers) at: 1, or the job-wide counter's
+    // value at its latest loss.
+    uint64_t epoch = 1;
+    // The first world round it takes part in (0 while recovering).
+    uint64_t first_world_round = 1;
+    std::set<uint32_t> lost_ranks;      // slots not taken again yet
+    std::set<uint32_t> replaced_ranks;  // for the DOMAIN_READY message
+    // Epochs it left during this recovery, whose keys go once it serves.
+    std::vector<uint64_t> ended_epochs;
+    absl::Time recovering_since;
+    std::string recovery_cause;  // its first loss of this recovery
+    DeadlineTimer::TimerId recovery_timer = 0;
   };
 
   Coordinator(JobSpec spec, std::vector<GroupSpec> groups,
@@ -245,7 +279,9 @@ class Coordinator {
   // A write to "epoch/<N>/..." with N not the current epoch is refused;
   // deleting an older epoch's key is allowed, so those keys (and their
   // owner's quota charge) need not outlive their epoch.
-  absl::Status CheckKeyEpochLocked(const std::string& key,
+  // With recovery by domain, N must be the writer's (`rank`'s) domain's
+  // epoch, and a delete may not touch a key of any domain's current epoch.
+  absl::Status CheckKeyEpochLocked(const std::string& key, uint32_t rank,
                                    bool deleting = false) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The lost ranks (by node) and nodes still missing, for messages.
@@ -274,6 +310,39 @@ class Coordinator {
                          std::string message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CheckHeartbeats();
+  // --- Recovery by domain ---
+  uint32_t DomainOfRank(uint32_t rank) const {
+    return DomainOf(spec_.topology, rank);
+  }
+  // The epoch `rank` acts in: its domain's with recovery by domain, else
+  // the job's. `rank` must be in the world.
+  uint64_t EpochOfRankLocked(uint32_t rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a lost slot of `rank` takes a replacement now.
+  bool RankRecoveringLocked(uint32_t rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the job, or any domain, is recovering.
+  bool RecoveringLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The answer to `rank`'s join: the job incarnation, its epoch and, with
+  // recovery by domain, its domain's first world round (0 while it
+  // recovers).
+  v1::JoinRankResponse JoinAnswerLocked(uint32_t rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // LoseLocked with recovery by domain: every domain holding one of
+  // `ranks` ends its epoch and recovers at a new one.
+  void LoseDomainsLocked(const std::string& cause,
+                         const std::vector<uint32_t>& ranks,
+                         std::optional<uint32_t> node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every recovering domain whose slots are all held again serves from a
+  // new entry round; its waiting joins are released into `released`.
+  void MaybeDomainsRecoveredLocked(std::vector<JoinWaiter>* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A domain's recovery deadline timer: fails the job if it still recovers.
+  void ExpireDomainRecovery(uint32_t domain);
+  // "rank 5 (node 1)" for a domain's slots still lost.
+  std::string StillLostInDomainLocked(uint32_t domain) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireJoinWaiter(uint64_t id);
 
   const JobSpec spec_;
@@ -281,6 +350,12 @@ class Coordinator {
   const uint64_t job_incarnation_;
   const absl::Time started_;
   DeadlineTimer* const timer_;
+  // spec_.recovery && spec_.recovery_by_domain && spec_.topology.data > 1.
+  const bool by_domain_;
+  // The node of each rank (members_[r].node_index), readable without mu_,
+  // so that WordRounds may name nodes under its own lock while this
+  // object calls it under mu_.
+  std::vector<std::atomic<uint32_t>> rank_nodes_;
   EventLog events_;
   KvStore kv_;
   WordRounds rounds_;
@@ -308,6 +383,20 @@ class Coordinator {
   std::optional<uint64_t> ready_again_ ABSL_GUARDED_BY(mu_);
   uint64_t keys_kept_from_epoch_ ABSL_GUARDED_BY(mu_) = 1;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Recovery by domain (see the file comment): one per data-parallel
+  // replica; empty otherwise.
+  std::vector<Domain> domains_ ABSL_GUARDED_BY(mu_);
+  // The highest all_gather_words round number admitted: a recovered
+  // domain enters world rounds one past it.
+  uint64_t highest_round_admitted_ ABSL_GUARDED_BY(mu_) = 0;
+  // What a domain's loss owes, sent by ReleaseEnded without the lock: the
+  // answers of the rounds it failed, and the joins of the ended epoch
+  // that waited for their domain (with the loss).
+  std::vector<WordRounds::Answers> owed_round_answers_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<JoinWaiter, absl::Status>> ended_joins_
+      ABSL_GUARDED_BY(mu_);
+  // Ended domain epochs whose keys DropEndedEpochKeys removes.
+  std::vector<uint64_t> epochs_to_drop_ ABSL_GUARDED_BY(mu_);
   std::vector<Node> nodes_ ABSL_GUARDED_BY(mu_);
   std::vector<Member> members_ ABSL_GUARDED_BY(mu_);
   // Ranks that joined through each node in this incarnation, whatever their

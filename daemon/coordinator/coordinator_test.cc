@@ -1779,5 +1779,249 @@ TEST_F(RecoveryTest, LossWhileFormingStillFailsTheJob) {
   EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_FAILED);
 }
 
+// ------------------------------------------------ recovery by domain
+
+// docs/contract.md, "Data-parallel domains". DefaultSpec is tp2 dp2: domain
+// 0 is ranks 0-1 (node 0), domain 1 ranks 2-3 (node 1).
+class DomainRecoveryTest : public RecoveryTest {
+ protected:
+  void SetUp() override { StartByDomain(absl::Seconds(600)); }
+
+  void StartByDomain(absl::Duration deadline) {
+    JobSpec spec = DefaultSpec();
+    spec.recovery = true;
+    spec.recovery_by_domain = true;
+    spec.recovery_deadline = deadline;
+    Start(spec);
+  }
+
+  static std::vector<std::pair<uint32_t, uint64_t>> View(
+      const v1::AllGatherWordsResponse& r) {
+    std::vector<std::pair<uint32_t, uint64_t>> view;
+    for (const auto& d : r.domains()) view.push_back({d.domain(), d.epoch()});
+    return view;
+  }
+  static std::vector<uint32_t> Words(const v1::AllGatherWordsResponse& r) {
+    return std::vector<uint32_t>(r.words().begin(), r.words().end());
+  }
+};
+
+TEST_F(DomainRecoveryTest, ALossInOneDomainLeavesTheOtherServing) {
+  FormWorld();
+  // Round 1 is in flight at the loss: it fails, domain 0's contributors
+  // included, naming the hit domain and its new epoch.
+  auto pending = Contribute(0, 1, {{0, {10}}, {1, {11}}});
+  ASSERT_FALSE(pending->Ready());
+  ASSERT_TRUE(Lose(1, 3).ok());
+  ASSERT_TRUE(pending->Wait());
+  EXPECT_STATUS(pending->status(), absl::StatusCode::kAborted,
+                "domain 1 (ranks 2-3) epoch 1 ended: rank 3");
+  EXPECT_TRUE(
+      absl::StrContains(pending->status().message(), "recovering at epoch 2"));
+
+  // The job serves on: READY, with domain 1 recovering at epoch 2.
+  v1::JobStatus job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_READY);
+  EXPECT_EQ(job.epoch(), 2u);
+  EXPECT_EQ(job.serving_domains(), 1u);
+  ASSERT_EQ(job.domains_size(), 2);
+  EXPECT_EQ(job.domains(0).state(), v1::DOMAIN_STATE_SERVING);
+  EXPECT_EQ(job.domains(0).epoch(), 1u);
+  EXPECT_EQ(job.domains(1).state(), v1::DOMAIN_STATE_RECOVERING);
+  EXPECT_EQ(job.domains(1).epoch(), 2u);
+  EXPECT_EQ(job.domains(1).lost_ranks_size(), 1);
+  EXPECT_EQ(job.domains(1).first_world_round(), 0u);
+  EXPECT_GT(job.domains(1).recovery_deadline_left_ms(), 0);
+  // Domain events name the domain and its epoch; no job-wide recovery.
+  EXPECT_TRUE(EventsOf(v1::EVENT_KIND_JOB_RECOVERING).empty());
+  auto recovering = EventsOf(v1::EVENT_KIND_DOMAIN_RECOVERING);
+  ASSERT_EQ(recovering.size(), 1u);
+  EXPECT_EQ(recovering[0].domain(), 1u);
+  EXPECT_EQ(recovering[0].epoch(), 2u);
+  EXPECT_EQ(Ranks(recovering[0]), std::vector<uint32_t>{3});
+
+  // Domain 0 is not fenced: its keys and world rounds go on, and the
+  // rounds say they span domain 0 alone.
+  EXPECT_TRUE(KvSet(Member(0), "k", "v").ok());
+  auto r2 = Contribute(0, 2, {{0, {20}}, {1, {21}}});
+  ASSERT_TRUE(r2->Wait());
+  ASSERT_TRUE(r2->value.ok()) << r2->status();
+  EXPECT_TRUE(r2->value->partial());
+  EXPECT_EQ(View(*r2->value),
+            (std::vector<std::pair<uint32_t, uint64_t>>{{0, 1}}));
+  EXPECT_EQ(Words(*r2->value), (std::vector<uint32_t>{20, 21}));
+
+  // Domain 1's survivor is fenced until it joins into epoch 2.
+  EXPECT_STATUS(KvSet(Member(2), "k", "v"),
+                absl::StatusCode::kFailedPrecondition,
+                "rank 2 joined into epoch 1 but its domain 1 is at epoch 2");
+  // Epoch 2's keys are domain 1's: domain 0 cannot write them.
+  EXPECT_STATUS(KvSet(Member(0), "epoch/2/r0/uid", "x"),
+                absl::StatusCode::kFailedPrecondition,
+                "rank 0's domain 0 is at epoch 1");
+}
+
+TEST_F(DomainRecoveryTest, ARecoveredDomainReentersWorldRoundsAtABoundary) {
+  FormWorld();
+  ASSERT_TRUE(Lose(1, 3).ok());
+  auto r1 = Contribute(0, 1, {{0, {10}}, {1, {11}}});
+  ASSERT_TRUE(r1->Wait() && r1->value.ok()) << r1->status();
+  EXPECT_TRUE(r1->value->partial());
+  // The survivor joins into epoch 2 and waits for its domain only.
+  auto rejoin = Join(JoinRequest(1, 2, kLongMs));
+  ASSERT_FALSE(rejoin->Ready());
+  EXPECT_TRUE(KvSet(Member(2), "epoch/2/r2/uid", "u").ok());
+  auto r2 = Contribute(0, 2, {{0, {20}}});  // open: rank 1 not yet in
+  ASSERT_TRUE(JoinNow(1, 3, 0xbeef).ok());  // the replacement
+  ASSERT_TRUE(rejoin->Wait());
+  ASSERT_TRUE(rejoin->value.ok()) << rejoin->status();
+  EXPECT_EQ(rejoin->value->epoch(), 2u);
+  // Rounds 1 and 2 were admitted without domain 1: it enters at round 3.
+  EXPECT_EQ(rejoin->value->first_world_round(), 3u);
+  auto ready = EventsOf(v1::EVENT_KIND_DOMAIN_READY);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].domain(), 1u);
+  EXPECT_EQ(ready[0].epoch(), 2u);
+  EXPECT_EQ(ready[0].first_world_round(), 3u);
+  EXPECT_TRUE(absl::StrContains(ready[0].message(), "replaced rank 3"))
+      << ready[0].message();
+  v1::JobStatus job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_READY);
+  EXPECT_EQ(job.serving_domains(), 2u);
+  EXPECT_EQ(job.domains(1).first_world_round(), 3u);
+
+  // Round 2, opened before, still completes over domain 0 alone.
+  auto r2b = Contribute(0, 2, {{1, {21}}});
+  ASSERT_TRUE(r2->Wait() && r2b->Wait());
+  ASSERT_TRUE(r2->value.ok()) << r2->status();
+  EXPECT_TRUE(r2->value->partial());
+  // Domain 1 before its entry round is refused, naming it.
+  auto early = Contribute(1, 2, {{2, {22}}, {3, {23}}});
+  ASSERT_TRUE(early->Wait());
+  EXPECT_STATUS(early->status(), absl::StatusCode::kFailedPrecondition,
+                "from round 3 on");
+  // Round 3 spans both domains again, and says so.
+  auto a = Contribute(0, 3, {{0, {30}}, {1, {31}}});
+  EXPECT_FALSE(a->Ready());
+  auto b = Contribute(1, 3, {{2, {32}}, {3, {33}}});
+  ASSERT_TRUE(a->Wait() && b->Wait());
+  ASSERT_TRUE(a->value.ok()) << a->status();
+  EXPECT_FALSE(a->value->partial());
+  EXPECT_EQ(View(*a->value),
+            (std::vector<std::pair<uint32_t, uint64_t>>{{0, 1}, {1, 2}}));
+  EXPECT_EQ(Words(*a->value), (std::vector<uint32_t>{30, 31, 32, 33}));
+}
+
+TEST_F(DomainRecoveryTest, ANodeOfBothDomainsRecoversEachOnItsOwnEpoch) {
+  // Ranks 0 and 2 on node 0, 1 and 3 on node 1: node 1 holds a rank of
+  // each domain.
+  ASSERT_TRUE(Register(0).ok());
+  ASSERT_TRUE(Register(1).ok());
+  for (uint32_t r : {0u, 2u}) ASSERT_TRUE(JoinNow(0, r).ok());
+  for (uint32_t r : {1u, 3u}) ASSERT_TRUE(JoinNow(1, r).ok());
+  constexpr uint64_t kNewDaemon = 0x2001;
+  ASSERT_TRUE(Register(1, kNewDaemon).ok());  // node 1's daemon restarted
+  v1::JobStatus job = coord_->GetJob();
+  // No domain serves: the job is RECOVERING; each domain has its epoch.
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_EQ(job.serving_domains(), 0u);
+  EXPECT_EQ(job.domains(0).epoch(), 2u);
+  EXPECT_EQ(job.domains(1).epoch(), 3u);
+  for (uint32_t r : {1u, 3u}) {
+    v1::JoinRankRequest request = JoinRequest(1, r, 0, 0xd000 + r);
+    *request.mutable_node() = Node(1, kNewDaemon);
+    auto joined = Join(request);
+    ASSERT_TRUE(joined->Ready());
+    ASSERT_TRUE(joined->value.ok()) << joined->status();
+    EXPECT_EQ(joined->value->epoch(), r == 1 ? 2u : 3u);
+    EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_READY) << r;
+  }
+  job = coord_->GetJob();
+  EXPECT_EQ(job.serving_domains(), 2u);
+  EXPECT_EQ(EventsOf(v1::EVENT_KIND_DOMAIN_READY).size(), 2u);
+}
+
+TEST_F(DomainRecoveryTest, ASecondLossTakesANewEpochAndTheEndedKeysGo) {
+  FormWorld();
+  ASSERT_TRUE(Lose(1, 3).ok());
+  ASSERT_TRUE(JoinNow(1, 2).ok());  // rank 2 into domain 1's epoch 2
+  ASSERT_TRUE(KvSet(Member(2), "epoch/2/r2/uid", "a").ok());
+  ASSERT_TRUE(Lose(1, 2).ok());  // a second loss during its recovery
+  v1::JobStatus job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_READY);
+  EXPECT_EQ(job.domains(1).epoch(), 3u);
+  EXPECT_EQ(job.domains(1).lost_ranks_size(), 2);
+  auto recovering = EventsOf(v1::EVENT_KIND_DOMAIN_RECOVERING);
+  ASSERT_EQ(recovering.size(), 2u);
+  EXPECT_TRUE(
+      absl::StrContains(recovering[1].message(), "epoch 2 ended: rank 2"))
+      << recovering[1].message();
+  EXPECT_TRUE(
+      absl::StrContains(recovering[1].message(), "(a loss during recovery)"))
+      << recovering[1].message();
+  // Domain 0 is still at epoch 1, its keys unprefixed and its own.
+  EXPECT_TRUE(KvSet(Member(0), "r0/step", "7").ok());
+  // Then domain 0 loses a rank too: its own new epoch, 4.
+  ASSERT_TRUE(Lose(0, 1).ok());
+  job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING);  // no domain serves
+  EXPECT_EQ(job.domains(0).epoch(), 4u);
+  // Domain 1 whole again at epoch 3: its ended epoch's keys are dropped.
+  ASSERT_TRUE(JoinNow(1, 2, 0xfeed).ok());
+  ASSERT_TRUE(JoinNow(1, 3, 0xbeef).ok());
+  job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_READY);
+  EXPECT_EQ(job.domains(1).state(), v1::DOMAIN_STATE_SERVING);
+  EXPECT_EQ(job.domains(0).state(), v1::DOMAIN_STATE_RECOVERING);
+  EXPECT_FALSE(coord_->PeekKey("epoch/2/r2/uid").has_value());
+  EXPECT_EQ(coord_->PeekKey("r0/step"), "7");
+  // Domain 1's replacement writes its epoch's keys; domain 0's survivor,
+  // once in epoch 4, its own; neither the other's.
+  ASSERT_TRUE(KvSet(Member(2, 0xfeed), "epoch/3/r2/uid", "b").ok());
+  ASSERT_TRUE(JoinNow(0, 0).ok());
+  EXPECT_TRUE(KvSet(Member(0), "epoch/4/r0/uid", "c").ok());
+  EXPECT_STATUS(KvSet(Member(0), "epoch/3/r0/uid", "d"),
+                absl::StatusCode::kFailedPrecondition,
+                "rank 0's domain 0 is at epoch 4");
+}
+
+TEST_F(DomainRecoveryTest, ADomainPastItsDeadlineFailsTheJob) {
+  StartByDomain(absl::Milliseconds(200));
+  coord_->events().Subscribe(0, collector_.Sink());
+  FormWorld();
+  ASSERT_TRUE(Lose(1, 3).ok());
+  ASSERT_TRUE(collector_.WaitFor(v1::EVENT_KIND_JOB_FAILED));
+  v1::JobStatus job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_TRUE(absl::StrContains(job.failure(),
+                                "passed for domain 1 at epoch 2 with it still "
+                                "RECOVERING; never came back: rank 3 (node 1)"))
+      << job.failure();
+}
+
+TEST_F(DomainRecoveryTest, ALeaveWhileADomainRecoversFailsTheJob) {
+  FormWorld();
+  ASSERT_TRUE(Lose(1, 3).ok());
+  ASSERT_TRUE(coord_->ReleaseRank(ReleaseRequest(0, 0, true, "done")).ok());
+  EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_FAILED);
+}
+
+TEST_F(DomainRecoveryTest, WithOneDomainItIsRecoveryOn) {
+  JobSpec spec = DefaultSpec();
+  spec.topology.tensor = 4;
+  spec.topology.data = 1;
+  spec.recovery = true;
+  spec.recovery_by_domain = true;
+  spec.recovery_deadline = absl::Seconds(600);
+  Start(spec);
+  FormWorld();
+  ASSERT_TRUE(Lose(1, 3).ok());
+  v1::JobStatus job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_EQ(job.domains_size(), 0);
+  EXPECT_EQ(EventsOf(v1::EVENT_KIND_JOB_RECOVERING).size(), 1u);
+  EXPECT_TRUE(EventsOf(v1::EVENT_KIND_DOMAIN_RECOVERING).empty());
+}
+
 }  // namespace
 }  // namespace rankd

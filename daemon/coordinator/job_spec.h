@@ -33,6 +33,11 @@ struct JobSpec {
   // recovery_deadline, instead of FAILED. Only the coordinator's count.
   bool recovery = false;
   absl::Duration recovery_deadline = absl::Minutes(5);
+  // With `recovery`: recover by data-parallel domain (docs/contract.md,
+  // "Data-parallel domains"): a loss ends only its domain's epoch and the
+  // other domains keep serving. Without effect when topology.data is 1 (the
+  // one domain is the world). Only the coordinator's count.
+  bool recovery_by_domain = false;
   // What callers may make this daemon hold (its --kv_max_* and --max_*
   // flags). Not compared between nodes: each daemon enforces its own, and
   // the coordinator's apply to the job's key-value broker.

@@ -28,13 +28,39 @@ std::string MissingByNode(const std::vector<uint32_t>& missing,
 
 }  // namespace
 
+namespace {
+bool ValidDomainSize(uint32_t world_size, uint32_t domain_size) {
+  return domain_size > 0 && domain_size <= world_size &&
+         world_size % domain_size == 0;
+}
+}  // namespace
+
 WordRounds::WordRounds(uint32_t world_size, NodeOfRank node_of,
-                       DeadlineTimer* timer, size_t max_bytes_per_rank)
+                       DeadlineTimer* timer, size_t max_bytes_per_rank,
+                       uint32_t domain_size)
     : world_size_(world_size),
       node_of_(std::move(node_of)),
       timer_(timer),
       max_bytes_per_rank_(max_bytes_per_rank),
+      domain_size_(ValidDomainSize(world_size, domain_size)
+                       ? domain_size
+                       : std::max<uint32_t>(world_size, 1)),
+      by_domain_(ValidDomainSize(world_size, domain_size)),
+      domains_(std::max<uint32_t>(world_size, 1) / domain_size_),
       bytes_of_rank_(world_size, 0) {}
+
+bool WordRounds::ServesInLocked(uint32_t domain, uint64_t number) const {
+  const Domain& d = domains_[domain];
+  return d.serving && number >= d.entry_round;
+}
+
+uint32_t WordRounds::ExpectedLocked(uint64_t number) const {
+  uint32_t expected = 0;
+  for (uint32_t d = 0; d < domains_.size(); ++d) {
+    if (ServesInLocked(d, number)) expected += domain_size_;
+  }
+  return expected;
+}
 
 void WordRounds::ReleaseLocked(const Round& round) {
   for (uint32_t r = 0; r < world_size_; ++r) {
@@ -80,6 +106,8 @@ const std::string& WordRounds::Outcome::LinkEncoded() const {
     v1::AllGatherWordsResponse* result = message.mutable_result();
     result->set_round(result_->round());
     result->set_words_per_rank(result_->words_per_rank());
+    result->set_partial(result_->partial());
+    *result->mutable_domains() = result_->domains();
     std::string* words = message.mutable_words_le();
     words->resize(4 * static_cast<size_t>(result_->words_size()));
     char* out = words->data();
@@ -155,7 +183,48 @@ void WordRounds::ContributeShared(uint64_t number,
   absl::Status rejected;
   {
     absl::MutexLock lock(&mu_);
-    rejected = CheckAcceptsLocked(number, epoch);
+    if (by_domain_ && epoch != 0 && epoch < epoch_ && failure_.ok() &&
+        number > completed_ && !finished_ahead_.contains(number) &&
+        !failed_.contains(number)) {
+      // Admitted before the latest loss: this round was in flight at it,
+      // so it fails on every contributor, as LoseDomain failed the rounds
+      // open then (never completing with a membership that changed).
+      if (auto it = open_.find(number); it != open_.end()) {
+        timer_->Cancel(it->second.timer);
+        finished = std::move(it->second.contributors);
+        ReleaseLocked(it->second);
+        open_.erase(it);
+      }
+      result = restart_cause_;
+      highest_round_ = std::max(highest_round_, number);
+      RememberFailureLocked(number, restart_cause_);
+      FinishLocked(number);
+      rejected = restart_cause_;
+    }
+    // A frame of a domain outside the round first: that names the cause
+    // (recovering, or before its entry round) better than the round's state.
+    for (const auto& f : frames) {
+      if (!rejected.ok() || !by_domain_) break;
+      const uint32_t d = DomainOfRank(f.rank());
+      if (ServesInLocked(d, number)) continue;
+      rejected = absl::FailedPreconditionError(
+          domains_[d].serving
+              ? absl::StrCat("rank ", f.rank(), " of domain ", d,
+                             " sent all_gather_words round ", number,
+                             ", but domain ", d,
+                             " takes part in world rounds from round ",
+                             domains_[d].entry_round,
+                             " on (the round it re-entered at after its "
+                             "recovery at epoch ",
+                             domains_[d].epoch, ")")
+              : absl::StrCat("rank ", f.rank(), " of domain ", d,
+                             " sent all_gather_words round ", number,
+                             ", but domain ", d, " is recovering at epoch ",
+                             domains_[d].epoch,
+                             ": its ranks take part in world rounds again "
+                             "once it is whole"));
+    }
+    if (rejected.ok()) rejected = CheckAcceptsLocked(number, epoch);
     if (rejected.ok()) {
       auto [it, inserted] = open_.try_emplace(number);
       Round& round = it->second;
@@ -165,6 +234,7 @@ void WordRounds::ContributeShared(uint64_t number,
         round.opened = started;
         round.frames.resize(world_size_);
         round.present.assign(world_size_, false);
+        highest_round_ = std::max(highest_round_, number);
       }
       for (const auto& f : frames) {
         if (round.present[f.rank()]) {
@@ -204,7 +274,7 @@ void WordRounds::ContributeShared(uint64_t number,
         }
         c.done = std::move(shared_done);
         round.contributors.push_back(std::move(c));
-        if (round.contributed < world_size_) {
+        if (round.contributed < ExpectedLocked(number)) {
           if (deadline < round.deadline) {
             timer_->Cancel(round.timer);
             round.deadline = deadline;
@@ -225,14 +295,17 @@ void WordRounds::ContributeShared(uint64_t number,
       }
     }
   }
-  if (!rejected.ok()) return done(rejected);
   if (!finished.empty()) Answer(finished, number, std::move(result));
+  if (!rejected.ok()) return done(rejected);
 }
 
 absl::Status WordRounds::CheckAcceptsLocked(uint64_t number,
                                             uint64_t epoch) const {
   if (!failure_.ok()) return failure_;
-  if (epoch != 0 && epoch != epoch_) {
+  // By domain, the epoch counter moves at every domain's loss and a later
+  // one is a loss LoseDomain is about to apply (ContributeShared handles
+  // an earlier one).
+  if (epoch != 0 && epoch != epoch_ && !by_domain_) {
     return absl::FailedPreconditionError(
         absl::StrCat("all_gather_words round ", number, " of epoch ", epoch,
                      " is refused: the job is at epoch ", epoch_,
@@ -258,15 +331,23 @@ absl::Status WordRounds::CheckAcceptsLocked(uint64_t number,
 }
 
 void WordRounds::RememberFailureLocked(uint64_t number, absl::Status status) {
+  highest_round_ = std::max(highest_round_, number);
   failed_.emplace(number, std::move(status));
   while (failed_.size() > kFailedRoundsKept) failed_.erase(failed_.begin());
 }
 
 absl::StatusOr<v1::AllGatherWordsResponse> WordRounds::Assemble(
     uint64_t number, const Round& round) const {
+  // The round's ranks: every domain serving in it (all, without domains).
+  std::vector<uint32_t> spanned;
+  for (uint32_t d = 0; d < domains_.size(); ++d) {
+    if (ServesInLocked(d, number)) spanned.push_back(d);
+  }
   std::map<size_t, std::vector<uint32_t>> ranks_by_length;
-  for (uint32_t r = 0; r < world_size_; ++r) {
-    ranks_by_length[round.frames[r].size()].push_back(r);
+  for (uint32_t d : spanned) {
+    for (uint32_t r = d * domain_size_; r < (d + 1) * domain_size_; ++r) {
+      ranks_by_length[round.frames[r].size()].push_back(r);
+    }
   }
   if (ranks_by_length.size() > 1) {
     std::vector<std::string> parts;
@@ -282,16 +363,30 @@ absl::StatusOr<v1::AllGatherWordsResponse> WordRounds::Assemble(
   }
   v1::AllGatherWordsResponse response;
   response.set_round(number);
-  const size_t width = round.frames[0].size();
+  const size_t width = ranks_by_length.begin()->first;
   response.set_words_per_rank(static_cast<uint32_t>(width));
-  response.mutable_words()->Reserve(static_cast<int>(width * world_size_));
-  for (const auto& frame : round.frames) {
-    response.mutable_words()->Add(frame.begin(), frame.end());
+  response.mutable_words()->Reserve(
+      static_cast<int>(width * spanned.size() * domain_size_));
+  for (uint32_t d : spanned) {
+    for (uint32_t r = d * domain_size_; r < (d + 1) * domain_size_; ++r) {
+      response.mutable_words()->Add(round.frames[r].begin(),
+                                    round.frames[r].end());
+    }
+  }
+  if (by_domain_) {
+    // The view, so that no caller takes a partial world for the whole.
+    response.set_partial(spanned.size() < domains_.size());
+    for (uint32_t d : spanned) {
+      v1::DomainEpoch* view = response.add_domains();
+      view->set_domain(d);
+      view->set_epoch(domains_[d].epoch);
+    }
   }
   return response;
 }
 
 void WordRounds::FinishLocked(uint64_t number) {
+  highest_round_ = std::max(highest_round_, number);
   if (number <= completed_) return;
   if (number != completed_ + 1) {
     finished_ahead_.insert(number);
@@ -312,7 +407,9 @@ void WordRounds::Expire(uint64_t number, uint64_t epoch) {
     Round& round = it->second;
     std::vector<uint32_t> missing;
     for (uint32_t r = 0; r < world_size_; ++r) {
-      if (!round.present[r]) missing.push_back(r);
+      if (!round.present[r] && ServesInLocked(DomainOfRank(r), number)) {
+        missing.push_back(r);
+      }
     }
     status = absl::DeadlineExceededError(absl::StrCat(
         "all_gather_words round ", number, " timed out after ",
@@ -328,17 +425,23 @@ void WordRounds::Expire(uint64_t number, uint64_t epoch) {
   Answer(failed, number, status);
 }
 
+void WordRounds::FailOpenLocked(
+    const absl::Status& cause,
+    std::map<uint64_t, std::vector<Contributor>>* failed) {
+  for (auto& [number, round] : open_) {
+    timer_->Cancel(round.timer);
+    (*failed)[number] = std::move(round.contributors);
+    ReleaseLocked(round);
+  }
+  open_.clear();
+}
+
 void WordRounds::Fail(absl::Status cause) {
   std::map<uint64_t, std::vector<Contributor>> failed;
   {
     absl::MutexLock lock(&mu_);
     if (failure_.ok()) failure_ = cause;
-    for (auto& [number, round] : open_) {
-      timer_->Cancel(round.timer);
-      failed[number] = std::move(round.contributors);
-      ReleaseLocked(round);
-    }
-    open_.clear();
+    FailOpenLocked(cause, &failed);
   }
   for (auto& [number, contributors] : failed) {
     Answer(contributors, number, cause);
@@ -355,12 +458,7 @@ void WordRounds::Restart(uint64_t epoch, absl::Status cause) {
     if (!failure_.ok() || epoch <= epoch_) return;
     epoch_ = epoch;
     restart_cause_ = cause;
-    for (auto& [number, round] : open_) {
-      timer_->Cancel(round.timer);
-      failed[number] = std::move(round.contributors);
-      ReleaseLocked(round);
-    }
-    open_.clear();
+    FailOpenLocked(cause, &failed);
     failed_.clear();
     finished_ahead_.clear();
     completed_ = 0;
@@ -368,6 +466,83 @@ void WordRounds::Restart(uint64_t epoch, absl::Status cause) {
   for (auto& [number, contributors] : failed) {
     Answer(contributors, number, cause);
   }
+}
+
+absl::StatusOr<WordRounds::Answers> WordRounds::LoseDomain(uint32_t domain,
+                                                           uint64_t epoch,
+                                                           absl::Status cause) {
+  if (!by_domain_) {
+    return absl::FailedPreconditionError(
+        "rounds are not kept by domain (recovery by domain is off)");
+  }
+  std::map<uint64_t, std::vector<Contributor>> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    if (domain >= domains_.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("domain ", domain, " is outside the job's ",
+                       domains_.size(), " domains"));
+    }
+    if (!failure_.ok()) return failure_;
+    if (epoch > epoch_) {
+      epoch_ = epoch;
+      restart_cause_ = cause;
+    }
+    Domain& d = domains_[domain];
+    if (epoch >= d.epoch) {
+      d.serving = false;
+      d.epoch = epoch;
+    }
+    // Every open round fails, remembered so its late contributors get
+    // the same answer: no round completes with a membership that changed
+    // while it was open.
+    FailOpenLocked(cause, &failed);
+    for (const auto& [number, contributors] : failed) {
+      RememberFailureLocked(number, cause);
+      FinishLocked(number);
+    }
+  }
+  Answers owed;
+  for (auto& [number, contributors] : failed) {
+    owed.sends_.push_back([number = number, cause,
+                           contributors = std::move(contributors)]() mutable {
+      Answer(contributors, number, cause);
+    });
+  }
+  return owed;
+}
+
+absl::Status WordRounds::AdmitDomain(uint32_t domain, uint64_t domain_epoch,
+                                     uint64_t entry_round) {
+  if (!by_domain_) {
+    return absl::FailedPreconditionError(
+        "rounds are not kept by domain (recovery by domain is off)");
+  }
+  absl::MutexLock lock(&mu_);
+  if (domain >= domains_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("domain ", domain, " is outside the job's ",
+                     domains_.size(), " domains"));
+  }
+  if (!failure_.ok()) return failure_;
+  Domain& d = domains_[domain];
+  if (d.serving || domain_epoch < d.epoch) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "domain ", domain, " cannot be admitted at epoch ", domain_epoch,
+        ": it is ", d.serving ? "serving" : "recovering", " at epoch ",
+        d.epoch));
+  }
+  if (entry_round <= highest_round_) {
+    // A round at or past it was opened without the domain: admitting it
+    // there would change that round's membership while it is open.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "domain ", domain, " cannot enter world rounds at round ", entry_round,
+        ": round ", highest_round_, " was opened already"));
+  }
+  d.serving = true;
+  d.epoch = domain_epoch;
+  d.entry_round = entry_round;
+  return absl::OkStatus();
 }
 
 uint64_t WordRounds::completed_rounds() const {

@@ -7,7 +7,15 @@
 // ranks. A round that misses its deadline fails on every contributor with
 // DeadlineExceeded naming the missing ranks and their nodes. Every
 // contributor of a round shares one immutable Outcome, so the coordinator
-// encodes a round's answer once however many nodes receive it. Thread-safe.
+// encodes a round's answer once however many nodes receive it.
+//
+// Recovery by domain (docs/contract.md, "Data-parallel domains"; given a
+// domain size): a round spans the ranks of the domains serving in it, and
+// its result says which (AllGatherWordsResponse.partial, .domains).
+// LoseDomain fails every open round and stops counting the domain;
+// AdmitDomain counts it again from an entry round past every round opened
+// so far, so a round's membership never changes while it is open.
+// Thread-safe.
 // Depends on DeadlineTimer, common/limits.h, the rankd.v1 protos and absl.
 #ifndef RANKD_DAEMON_WORD_ROUNDS_H_
 #define RANKD_DAEMON_WORD_ROUNDS_H_
@@ -82,8 +90,12 @@ class WordRounds {
   // at most `max_bytes_per_rank` bytes (0: no limit but the round window);
   // a contribution past it is refused with ResourceExhausted naming the
   // rank (--max_round_bytes_per_rank).
+  //
+  // `domain_size` > 0 turns on recovery by domain: ranks [d * domain_size,
+  // (d + 1) * domain_size) are domain d (it must divide world_size; 0, or
+  // an invalid size, keeps one domain and results without a view).
   WordRounds(uint32_t world_size, NodeOfRank node_of, DeadlineTimer* timer,
-             size_t max_bytes_per_rank = 0);
+             size_t max_bytes_per_rank = 0, uint32_t domain_size = 0);
 
   // Adds `frames` (ranks already validated by the caller: < world size and
   // members of the calling node) to `round`. `done` runs exactly once: with
@@ -104,7 +116,12 @@ class WordRounds {
   // result per contributor).
   // `epoch` (0: any) is the job epoch the caller admitted the frames in: a
   // contribution of any other epoch than the current one, earlier or later
-  // (see Restart), is refused with FailedPrecondition naming both.
+  // (see Restart), is refused with FailedPrecondition naming both. With
+  // recovery by domain, `epoch` is the job's epoch counter at admission: a
+  // contribution admitted before a loss (LoseDomain) counts as in flight at
+  // it, so its round fails on every contributor with the loss's cause; and
+  // a frame of a domain not serving in `round` is refused
+  // (FailedPrecondition naming the domain and its entry round or state).
   void ContributeShared(uint64_t round, std::vector<v1::RankFrame> frames,
                         absl::Time deadline, SharedDone done,
                         absl::Duration waited = absl::ZeroDuration(),
@@ -119,6 +136,50 @@ class WordRounds {
   // No effect after Fail, nor for an `epoch` not above the current one
   // (restarts racing on different threads may arrive out of order).
   void Restart(uint64_t epoch, absl::Status cause);
+
+  // Answers owed to contributors, made under a caller's lock and sent once
+  // it holds none (Send; the destructor sends what was not sent):
+  // contributors' callbacks must never run under the coordinator's lock.
+  // Move-only.
+  class Answers {
+   public:
+    Answers() = default;
+    Answers(Answers&&) = default;
+    Answers& operator=(Answers&&) = delete;
+    ~Answers() { Send(); }
+    void Send() {
+      std::vector<std::function<void()>> sends;
+      sends.swap(sends_);
+      for (auto& send : sends) send();
+    }
+
+   private:
+    friend class WordRounds;
+    std::vector<std::function<void()>> sends_;
+  };
+
+  // Recovery by domain only (else FailedPrecondition; InvalidArgument for
+  // a domain outside the job). The job's epoch counter moved to `epoch`
+  // by a loss in `domain`: every open round fails with `cause` on every
+  // contributor (no round completes with a membership changed while it was
+  // open; the answers are returned, for the caller to send without its
+  // locks); the domain serves in no round until AdmitDomain. Numbering
+  // goes on. Also for a domain already lost (a second loss). An `epoch`
+  // not above the current counter only fails the open rounds. Never calls
+  // NodeOfRank, so the caller may hold the lock that one takes.
+  absl::StatusOr<Answers> LoseDomain(uint32_t domain, uint64_t epoch,
+                                     absl::Status cause);
+
+  // Recovery by domain only: `domain` is whole again at `domain_epoch` and
+  // serves in every round from `entry_round` on, which must be past every
+  // round opened, failed or finished so far (the caller, which admits
+  // every contribution first, picks one past the highest round it
+  // admitted), so every round below it is decided without the domain and
+  // none changes membership while open. Errors as for LoseDomain;
+  // FailedPrecondition for a domain serving, an epoch older than the
+  // domain's, or an entry round not past every round seen.
+  absl::Status AdmitDomain(uint32_t domain, uint64_t domain_epoch,
+                           uint64_t entry_round);
 
   // Highest round R such that every round up to R has finished (completed,
   // failed or expired); 0 before the first. A round that finishes ahead of
@@ -146,13 +207,33 @@ class WordRounds {
     std::vector<Contributor> contributors;
   };
 
-  // The result of a round every rank contributed to.
+  // One domain's part in rounds (recovery by domain).
+  struct Domain {
+    bool serving = true;
+    uint64_t epoch = 1;        // the epoch it serves (or recovers) at
+    uint64_t entry_round = 1;  // the first round it serves in
+  };
+
+  // The result of a round every rank of its domains contributed to.
   absl::StatusOr<v1::AllGatherWordsResponse> Assemble(uint64_t number,
-                                                      const Round& round) const;
+                                                      const Round& round) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Answers every one of `contributors` with one shared outcome.
   static void Answer(std::vector<Contributor>& contributors, uint64_t number,
                      absl::StatusOr<v1::AllGatherWordsResponse> result);
   void Expire(uint64_t round, uint64_t epoch);
+  // Whether `domain` takes part in round `number` (always, without
+  // recovery by domain).
+  bool ServesInLocked(uint32_t domain, uint64_t number) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // How many ranks round `number` needs.
+  uint32_t ExpectedLocked(uint64_t number) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t DomainOfRank(uint32_t rank) const { return rank / domain_size_; }
+  // Fails every open round with `cause`; their contributors into `failed`.
+  void FailOpenLocked(const absl::Status& cause,
+                      std::map<uint64_t, std::vector<Contributor>>* failed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK when `number` may receive contributions.
   absl::Status CheckAcceptsLocked(uint64_t number, uint64_t epoch) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -167,7 +248,14 @@ class WordRounds {
   const NodeOfRank node_of_;
   DeadlineTimer* const timer_;
   const size_t max_bytes_per_rank_;
+  // Ranks per domain (world_size_ without recovery by domain).
+  const uint32_t domain_size_;
+  const bool by_domain_;
   mutable absl::Mutex mu_;
+  std::vector<Domain> domains_ ABSL_GUARDED_BY(mu_);
+  // Highest round number opened, failed or finished (AdmitDomain checks
+  // its entry round against it).
+  uint64_t highest_round_ ABSL_GUARDED_BY(mu_) = 0;
   // Bytes of each rank's frames in open rounds.
   std::vector<size_t> bytes_of_rank_ ABSL_GUARDED_BY(mu_);
   absl::Status failure_ ABSL_GUARDED_BY(mu_);

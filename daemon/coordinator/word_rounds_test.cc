@@ -562,5 +562,156 @@ TEST_F(WordRoundsTest, RestartToAnEarlierEpochIsIgnored) {
   EXPECT_EQ(Words(*current->value), (std::vector<uint32_t>{5, 6}));
 }
 
+// Recovery by domain (docs/contract.md, "Data-parallel domains"): a world
+// of 4 ranks in 2 domains of 2, rank r on node r / 2.
+class DomainRoundsTest : public WordRoundsTest {
+ protected:
+  void SetUp() override {
+    rounds_ = std::make_unique<WordRounds>(
+        4, [](uint32_t rank) { return rank / 2; }, timer_.get(),
+        /*max_bytes_per_rank=*/0, /*domain_size=*/2);
+  }
+
+  // A contribution admitted at the job's epoch counter `epoch`.
+  std::shared_ptr<Outcome> ContributeAt(uint64_t epoch, uint64_t round,
+                                        const Frames& frames,
+                                        absl::Time deadline = Far()) {
+    auto outcome = std::make_shared<Outcome>();
+    rounds_->ContributeShared(
+        round, MakeFrames(frames), deadline,
+        [outcome](std::shared_ptr<const WordRounds::Outcome> o) {
+          if (outcome->calls++ == 0) {
+            outcome->value = o->result();
+            outcome->done.Notify();
+          }
+        },
+        absl::ZeroDuration(), epoch);
+    return outcome;
+  }
+
+  static std::vector<std::pair<uint32_t, uint64_t>> View(
+      const v1::AllGatherWordsResponse& r) {
+    std::vector<std::pair<uint32_t, uint64_t>> view;
+    for (const auto& d : r.domains()) view.push_back({d.domain(), d.epoch()});
+    return view;
+  }
+};
+
+TEST_F(DomainRoundsTest, AWholeRoundSaysItSpansEveryDomain) {
+  auto a = ContributeAt(1, 1, {{0, {10}}, {1, {11}}});
+  auto b = ContributeAt(1, 1, {{2, {12}}, {3, {13}}});
+  ASSERT_TRUE(a->Wait() && b->Wait());
+  ASSERT_TRUE(a->value.ok()) << a->status();
+  EXPECT_EQ(Words(*a->value), (std::vector<uint32_t>{10, 11, 12, 13}));
+  EXPECT_FALSE(a->value->partial());
+  EXPECT_EQ(View(*a->value),
+            (std::vector<std::pair<uint32_t, uint64_t>>{{0, 1}, {1, 1}}));
+}
+
+TEST_F(DomainRoundsTest, OtherDomainsKeepServingWhileOneRecovers) {
+  // Round 1 is in flight at domain 1's loss: it fails on every
+  // contributor, domain 0's included, and so does a late contribution.
+  auto early = ContributeAt(1, 1, {{0, {10}}, {2, {12}}});
+  auto owed = rounds_->LoseDomain(
+      1, 2, absl::AbortedError("domain 1 epoch 1 ended: rank 3 lost"));
+  ASSERT_TRUE(owed.ok()) << owed.status();
+  // The answers wait for the caller to send them (it may hold its lock).
+  EXPECT_FALSE(early->Ready());
+  owed->Send();
+  ASSERT_TRUE(early->Ready());
+  EXPECT_STATUS(early->status(), absl::StatusCode::kAborted, "rank 3 lost");
+  auto late = ContributeAt(2, 1, {{1, {11}}});
+  ASSERT_TRUE(late->Ready());
+  EXPECT_STATUS(late->status(), absl::StatusCode::kAborted, "rank 3 lost");
+
+  // Round 2 spans domain 0 alone, and says so.
+  auto r2 = ContributeAt(2, 2, {{0, {20}}, {1, {21}}});
+  ASSERT_TRUE(r2->Wait());
+  ASSERT_TRUE(r2->value.ok()) << r2->status();
+  EXPECT_EQ(Words(*r2->value), (std::vector<uint32_t>{20, 21}));
+  EXPECT_TRUE(r2->value->partial());
+  EXPECT_EQ(View(*r2->value),
+            (std::vector<std::pair<uint32_t, uint64_t>>{{0, 1}}));
+  // The recovering domain's frames are refused, naming it.
+  auto refused = ContributeAt(2, 3, {{2, {30}}});
+  ASSERT_TRUE(refused->Ready());
+  EXPECT_STATUS(refused->status(), absl::StatusCode::kFailedPrecondition,
+                "domain 1 is recovering at epoch 2");
+  EXPECT_EQ(rounds_->completed_rounds(), 2u);
+}
+
+TEST_F(DomainRoundsTest, ARecoveredDomainReentersAtItsEntryRound) {
+  ASSERT_TRUE(
+      rounds_->LoseDomain(1, 2, absl::AbortedError("rank 2 lost")).ok());
+  auto r1 = ContributeAt(2, 1, {{0, {10}}, {1, {11}}});
+  ASSERT_TRUE(r1->Wait() && r1->value.ok());
+  auto r2 = ContributeAt(2, 2, {{0, {20}}});  // open: rank 1 not yet in
+  // Round 2 was opened without domain 1: an entry at or before it is
+  // refused (it would change an open round's membership).
+  EXPECT_STATUS(rounds_->AdmitDomain(1, 2, 2),
+                absl::StatusCode::kFailedPrecondition, "round 2 was opened");
+  ASSERT_TRUE(rounds_->AdmitDomain(1, 2, 3).ok());
+  EXPECT_STATUS(rounds_->AdmitDomain(1, 2, 4),
+                absl::StatusCode::kFailedPrecondition, "it is serving");
+  // Round 2 still completes with domain 0 alone.
+  auto r2b = ContributeAt(2, 2, {{1, {21}}});
+  ASSERT_TRUE(r2->Wait() && r2b->Wait());
+  ASSERT_TRUE(r2->value.ok()) << r2->status();
+  EXPECT_TRUE(r2->value->partial());
+  // Domain 1 below its entry round is refused, naming the entry round.
+  auto early = ContributeAt(2, 2, {{2, {22}}});
+  ASSERT_TRUE(early->Ready());
+  EXPECT_STATUS(early->status(), absl::StatusCode::kFailedPrecondition,
+                "from round 3 on");
+  // Round 3 needs both domains again: domain 0 alone does not complete it.
+  auto a = ContributeAt(2, 3, {{0, {30}}, {1, {31}}});
+  EXPECT_FALSE(a->Ready());
+  auto b = ContributeAt(2, 3, {{2, {32}}, {3, {33}}});
+  ASSERT_TRUE(a->Wait() && b->Wait());
+  ASSERT_TRUE(a->value.ok()) << a->status();
+  EXPECT_EQ(Words(*a->value), (std::vector<uint32_t>{30, 31, 32, 33}));
+  EXPECT_FALSE(a->value->partial());
+  EXPECT_EQ(View(*a->value),
+            (std::vector<std::pair<uint32_t, uint64_t>>{{0, 1}, {1, 2}}));
+}
+
+TEST_F(DomainRoundsTest, AContributionAdmittedBeforeALossFailsItsRound) {
+  ASSERT_TRUE(
+      rounds_->LoseDomain(1, 2, absl::AbortedError("rank 2 lost")).ok());
+  // Rank 0 admitted after the loss opens round 1; rank 1's frame was
+  // admitted at epoch 1, before it: round 1 was in flight at the loss.
+  auto after = ContributeAt(2, 1, {{0, {10}}});
+  auto before = ContributeAt(1, 1, {{1, {11}}});
+  ASSERT_TRUE(after->Wait() && before->Wait());
+  EXPECT_STATUS(after->status(), absl::StatusCode::kAborted, "rank 2 lost");
+  EXPECT_STATUS(before->status(), absl::StatusCode::kAborted, "rank 2 lost");
+  // Round 2 goes on over domain 0.
+  auto r2 = ContributeAt(2, 2, {{0, {20}}, {1, {21}}});
+  ASSERT_TRUE(r2->Wait());
+  EXPECT_TRUE(r2->value.ok()) << r2->status();
+}
+
+TEST_F(DomainRoundsTest, ATimeoutNamesOnlyTheServingDomainsRanks) {
+  ASSERT_TRUE(
+      rounds_->LoseDomain(0, 2, absl::AbortedError("rank 0 lost")).ok());
+  auto r =
+      ContributeAt(2, 1, {{2, {1}}}, MonotonicNow() + absl::Milliseconds(50));
+  ASSERT_TRUE(r->Wait());
+  EXPECT_STATUS(r->status(), absl::StatusCode::kDeadlineExceeded,
+                "waiting for rank 3 (node 1: 3)");
+}
+
+TEST_F(WordRoundsTest, WithoutDomainsThereIsNoViewAndNoDomainCalls) {
+  Make(2);
+  EXPECT_EQ(rounds_->LoseDomain(0, 2, absl::AbortedError("x")).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(rounds_->AdmitDomain(0, 2, 1).code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto a = Contribute(*rounds_, 1, {{0, {1}}, {1, {2}}}, Far());
+  ASSERT_TRUE(a->Wait() && a->value.ok());
+  EXPECT_FALSE(a->value->partial());
+  EXPECT_EQ(a->value->domains_size(), 0);
+}
+
 }  // namespace
 }  // namespace rankd

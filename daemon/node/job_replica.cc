@@ -1,11 +1,15 @@
 #include "daemon/node/job_replica.h"
 
+#include <algorithm>
+
 namespace rankd {
 
 JobReplica::JobReplica(const JobSpec& spec)
     : members_(spec.world_size),
       nodes_(spec.nnodes, v1::NODE_STATE_NOT_REGISTERED),
-      node_info_(spec.nnodes) {
+      node_info_(spec.nnodes),
+      domain_size_(DomainSizeOf(spec.topology)),
+      domains_(std::max<uint32_t>(1, spec.world_size / domain_size_)) {
   for (uint32_t r = 0; r < spec.world_size; ++r) {
     members_[r].node_index = spec.DefaultNodeOf(r);
   }
@@ -98,6 +102,26 @@ void JobReplica::Apply(const v1::JobEvent& event) {
     case v1::EVENT_KIND_JOB_FAILED:
       job_state_ = v1::JOB_STATE_FAILED;
       break;
+    case v1::EVENT_KIND_DOMAIN_RECOVERING:
+    case v1::EVENT_KIND_DOMAIN_READY: {
+      if (!event.has_domain() || event.domain() >= domains_.size()) break;
+      by_domain_ = true;
+      Domain& d = domains_[event.domain()];
+      if (event.epoch() < d.epoch) break;  // an older one, replayed
+      d.epoch = event.epoch();
+      d.recovering = event.kind() == v1::EVENT_KIND_DOMAIN_RECOVERING;
+      d.first_world_round = d.recovering ? 0 : event.first_world_round();
+      // The job's state follows its domains': READY while one serves.
+      if (job_state_ == v1::JOB_STATE_READY ||
+          job_state_ == v1::JOB_STATE_RECOVERING) {
+        bool serving = false;
+        for (const Domain& other : domains_) {
+          serving = serving || !other.recovering;
+        }
+        job_state_ = serving ? v1::JOB_STATE_READY : v1::JOB_STATE_RECOVERING;
+      }
+      break;
+    }
     default:
       break;
   }

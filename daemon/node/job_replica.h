@@ -42,6 +42,23 @@ class JobReplica {
   v1::JobState job_state() const { return job_state_; }
   // The job's epoch as the events told it (1 before any named one).
   uint64_t epoch() const { return epoch_; }
+
+  // Recovery by domain (docs/contract.md, "Data-parallel domains"), as the
+  // DOMAIN_* events told it: on from the first such event.
+  struct Domain {
+    bool recovering = false;
+    uint64_t epoch = 1;
+    uint64_t first_world_round = 1;  // 0 while recovering
+  };
+  bool by_domain() const { return by_domain_; }
+  // The domain of `rank` (< world_size()).
+  uint32_t domain_of(uint32_t rank) const { return rank / domain_size_; }
+  const Domain& domain(uint32_t index) const { return domains_[index]; }
+  // The epoch `rank` (< world_size()) must act in: its domain's once
+  // recovery by domain showed, else the job's.
+  uint64_t EpochOfRank(uint32_t rank) const {
+    return by_domain_ ? domains_[domain_of(rank)].epoch : epoch_;
+  }
   uint32_t world_size() const { return static_cast<uint32_t>(members_.size()); }
   uint32_t nnodes() const { return static_cast<uint32_t>(nodes_.size()); }
   // `rank` < world_size().
@@ -65,6 +82,9 @@ class JobReplica {
   std::vector<v1::NodeInfo> node_info_;
   v1::JobState job_state_ = v1::JOB_STATE_FORMING;
   uint64_t epoch_ = 1;
+  const uint32_t domain_size_;
+  bool by_domain_ = false;
+  std::vector<Domain> domains_;
 };
 
 }  // namespace rankd

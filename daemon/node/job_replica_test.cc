@@ -183,5 +183,47 @@ TEST(JobReplicaTest, FollowsRecoveryAndTheEpoch) {
   EXPECT_EQ(replica.job_state(), v1::JOB_STATE_FAILED);
 }
 
+TEST(JobReplicaTest, FollowsDomainsWithRecoveryByDomain) {
+  JobSpec spec = TwoByTwo();
+  spec.topology.tensor = 2;
+  spec.topology.data = 2;  // domain 0: ranks 0-1, domain 1: ranks 2-3
+  JobReplica replica(spec);
+  replica.Apply(Event(v1::EVENT_KIND_JOB_READY));
+  EXPECT_FALSE(replica.by_domain());
+  auto domain_event = [](v1::EventKind kind, uint32_t domain, uint64_t epoch,
+                         uint64_t first_round = 0) {
+    v1::JobEvent e = Event(kind);
+    e.set_domain(domain);
+    e.set_epoch(epoch);
+    e.set_first_world_round(first_round);
+    return e;
+  };
+  replica.Apply(domain_event(v1::EVENT_KIND_DOMAIN_RECOVERING, 1, 2));
+  EXPECT_TRUE(replica.by_domain());
+  EXPECT_EQ(replica.job_state(), v1::JOB_STATE_READY);  // domain 0 serves
+  EXPECT_EQ(replica.EpochOfRank(1), 1u);
+  EXPECT_EQ(replica.EpochOfRank(2), 2u);
+  EXPECT_TRUE(replica.domain(1).recovering);
+  EXPECT_EQ(replica.domain(1).first_world_round, 0u);
+  // An event of the job-wide counter does not move domain 0's epoch.
+  v1::JobEvent joined = Event(v1::EVENT_KIND_MEMBER_JOINED, {3}, 1);
+  joined.set_epoch(2);
+  replica.Apply(joined);
+  EXPECT_EQ(replica.epoch(), 2u);
+  EXPECT_EQ(replica.EpochOfRank(0), 1u);
+  // Both domains recovering: the job is RECOVERING.
+  replica.Apply(domain_event(v1::EVENT_KIND_DOMAIN_RECOVERING, 0, 3));
+  EXPECT_EQ(replica.job_state(), v1::JOB_STATE_RECOVERING);
+  replica.Apply(domain_event(v1::EVENT_KIND_DOMAIN_READY, 1, 2, 7));
+  EXPECT_EQ(replica.job_state(), v1::JOB_STATE_READY);
+  EXPECT_FALSE(replica.domain(1).recovering);
+  EXPECT_EQ(replica.domain(1).first_world_round, 7u);
+  // A replayed older event, or a domain outside the job, changes nothing.
+  replica.Apply(domain_event(v1::EVENT_KIND_DOMAIN_RECOVERING, 1, 1));
+  EXPECT_FALSE(replica.domain(1).recovering);
+  replica.Apply(domain_event(v1::EVENT_KIND_DOMAIN_RECOVERING, 9, 9));
+  EXPECT_EQ(replica.EpochOfRank(2), 2u);
+}
+
 }  // namespace
 }  // namespace rankd

@@ -1,6 +1,7 @@
 #include "daemon/node/local_rounds.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "common/monotonic_clock.h"
@@ -17,6 +18,14 @@ LocalRounds::LocalRounds(uint32_t local_ranks, DeadlineTimer* timer, Send send)
 LocalRounds::~LocalRounds() {
   absl::MutexLock lock(&mu_);
   for (auto& [number, round] : rounds_) CancelTimersLocked(round);
+}
+
+uint32_t LocalRounds::ExpectedLocked(uint64_t round) const {
+  uint32_t out = 0;
+  for (const auto& [rank, from] : serves_from_) {
+    if (round < from) ++out;
+  }
+  return local_ranks_ > out ? local_ranks_ - out : 1;
 }
 
 void LocalRounds::CancelTimersLocked(Round& round) {
@@ -65,12 +74,12 @@ void LocalRounds::Contribute(uint64_t number, v1::RankFrame frame,
     } else {
       round.pending.push_back(std::move(frame));
       round.waiters.push_back(std::move(waiter));
-      if (round.contributed == local_ranks_) {
+      if (round.contributed >= ExpectedLocked(number)) {
         batch.frames = std::move(round.pending);
         batch.waiters = std::move(round.waiters);
       }
     }
-    if (round.contributed == local_ranks_) {
+    if (round.contributed >= ExpectedLocked(number)) {
       CancelTimersLocked(round);
       rounds_.erase(it);
       retired_ = std::max(retired_, number);
@@ -133,6 +142,58 @@ bool LocalRounds::Withdraw(uint64_t number, uint32_t rank) {
     return true;
   }
   return false;
+}
+
+size_t LocalRounds::Drop(const std::set<uint32_t>& ranks,
+                         const absl::Status& status) {
+  std::vector<Waiter> dropped;
+  std::vector<Batch> ready;  // rounds that waited only for `ranks`
+  {
+    absl::MutexLock lock(&mu_);
+    for (uint32_t rank : ranks) {
+      serves_from_[rank] = std::numeric_limits<uint64_t>::max();
+    }
+    for (auto it = rounds_.begin(); it != rounds_.end();) {
+      Round& round = it->second;
+      for (size_t i = 0; i < round.waiters.size();) {
+        if (!ranks.contains(round.waiters[i].rank)) {
+          ++i;
+          continue;
+        }
+        dropped.push_back(std::move(round.waiters[i]));
+        round.waiters.erase(round.waiters.begin() + i);
+        round.pending.erase(round.pending.begin() + i);
+        --round.contributed;
+      }
+      if (round.contributed == 0) {
+        CancelTimersLocked(round);
+        it = rounds_.erase(it);
+      } else if (!round.flushed &&
+                 round.contributed >= ExpectedLocked(it->first)) {
+        Batch batch;
+        batch.round = it->first;
+        batch.opened = round.opened;
+        batch.deadline = round.deadline;
+        batch.frames = std::move(round.pending);
+        batch.waiters = std::move(round.waiters);
+        ready.push_back(std::move(batch));
+        CancelTimersLocked(round);
+        retired_ = std::max(retired_, it->first);
+        it = rounds_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& w : dropped) w.reply(status);
+  for (auto& batch : ready) send_(std::move(batch));
+  return dropped.size();
+}
+
+void LocalRounds::Resume(const std::set<uint32_t>& ranks,
+                         uint64_t first_round) {
+  absl::MutexLock lock(&mu_);
+  for (uint32_t rank : ranks) serves_from_[rank] = first_round;
 }
 
 void LocalRounds::Close(const absl::Status& status) {

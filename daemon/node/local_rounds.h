@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -81,6 +82,19 @@ class LocalRounds {
   // frame was dropped.
   bool Withdraw(uint64_t round, uint32_t rank);
 
+  // Recovery by domain: `ranks` (this node's ranks of a domain whose epoch
+  // ended) lost their place in every round held here: their frames that
+  // have not gone out are dropped and answered `status`, and until Resume
+  // no round waits for them (a round they held back goes out now with the
+  // other ranks' frames; a round left with no frame is forgotten). Rounds
+  // keep their numbers. Returns how many frames were dropped.
+  size_t Drop(const std::set<uint32_t>& ranks, const absl::Status& status);
+
+  // Recovery by domain: `ranks` take part again in every round from
+  // `first_round` on (their domain's entry round); earlier rounds go on
+  // without waiting for them.
+  void Resume(const std::set<uint32_t>& ranks, uint64_t first_round);
+
   // Forgets every open round and replies `status` to every frame that has
   // not gone out yet; later contributions get `status` at once. Only the
   // first call counts.
@@ -114,6 +128,10 @@ class LocalRounds {
   void Flush(uint64_t round, uint64_t generation);
   // Erases a flushed round once its deadline passed (the retire timer).
   void Retire(uint64_t round, uint64_t generation);
+  // How many local ranks round `round` waits for: every local rank but
+  // those Drop took out and Resume has not brought back by `round`.
+  uint32_t ExpectedLocked(uint64_t round) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CancelTimersLocked(Round& round) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint32_t local_ranks_;
@@ -131,6 +149,9 @@ class LocalRounds {
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   // The epoch of the rounds held (Restart).
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 1;
+  // Recovery by domain: ranks that take part only from this round on
+  // (UINT64_MAX while their domain recovers); absent ranks always do.
+  std::map<uint32_t, uint64_t> serves_from_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rankd

@@ -211,5 +211,47 @@ TEST(LocalRoundsTest, RestartFailsHeldFramesAndNumbersRoundsAfresh) {
   EXPECT_EQ(recorder.sent()[0].round, 1u);
 }
 
+// Recovery by domain: a domain's held frames are answered with its loss,
+// and the node's other ranks go on under the same round numbers without
+// waiting for the domain's ranks, until Resume brings them back from
+// their domain's entry round.
+TEST(LocalRoundsTest, DropAndResumeADomainsRanks) {
+  DeadlineTimer timer;
+  Recorder recorder;
+  LocalRounds rounds(3, &timer, recorder.sender());
+  Outcome kept, dropped;
+  rounds.Contribute(1, Frame(0), kept.For(0), absl::Seconds(10));
+  rounds.Contribute(1, Frame(2), dropped.For(2), absl::Seconds(10));
+  EXPECT_EQ(rounds.Drop({2, 3}, absl::AbortedError("domain 1 epoch 1 ended")),
+            1u);
+  ASSERT_TRUE(dropped.done.HasBeenNotified());
+  EXPECT_EQ(dropped.result.status().message(), "domain 1 epoch 1 ended");
+  // Round 1 waited only for ranks 2 and 3: it goes out now, rank 0 alone.
+  ASSERT_TRUE(recorder.WaitFor(1));
+  EXPECT_EQ(recorder.sent()[0].round, 1u);
+  EXPECT_EQ(recorder.sent()[0].ranks, (std::vector<uint32_t>{0}));
+  ASSERT_TRUE(kept.done.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_TRUE(kept.result.ok()) << kept.result.status();
+  EXPECT_EQ(rounds.open(), 0u);
+  // Later rounds do not wait for them either...
+  Outcome two;
+  rounds.Contribute(2, Frame(0), two.For(0), absl::Seconds(10));
+  ASSERT_TRUE(recorder.WaitFor(2));
+  EXPECT_EQ(recorder.sent()[1].ranks, (std::vector<uint32_t>{0}));
+  // ...until their domain's entry round, 4.
+  rounds.Resume({2, 3}, 4);
+  Outcome three;
+  rounds.Contribute(3, Frame(0), three.For(0), absl::Seconds(10));
+  ASSERT_TRUE(recorder.WaitFor(3));
+  EXPECT_EQ(recorder.sent()[2].round, 3u);
+  Outcome a, b, c;
+  rounds.Contribute(4, Frame(0), a.For(0), absl::Seconds(10));
+  rounds.Contribute(4, Frame(2), b.For(2), absl::Seconds(10));
+  EXPECT_EQ(recorder.sent().size(), 3u);  // round 4 waits for rank 3
+  rounds.Contribute(4, Frame(3), c.For(3), absl::Seconds(10));
+  ASSERT_TRUE(recorder.WaitFor(4));
+  EXPECT_EQ(recorder.sent()[3].ranks, (std::vector<uint32_t>{0, 2, 3}));
+}
+
 }  // namespace
 }  // namespace rankd

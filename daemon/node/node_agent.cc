@@ -146,14 +146,20 @@ absl::Status NodeAgent::CheckMemberLocked(const v1::MemberRef& member) const {
   }
   // Behind only: a join into the new epoch may be answered before its
   // event reaches this daemon (the coordinator checks exactly).
-  if (m.epoch < replica_.epoch()) {
+  // With recovery by domain, the epoch of the rank's own domain.
+  const uint64_t current = replica_.EpochOfRank(member.rank());
+  if (m.epoch < current) {
     return absl::FailedPreconditionError(absl::StrCat(
         "rank ", member.rank(), " joined into epoch ", m.epoch,
-        " but the job is at epoch ", replica_.epoch(), " (",
-        v1::JobState_Name(replica_.job_state()),
-        "); a process of an earlier epoch cannot act in a later one: join "
+        replica_.by_domain()
+            ? absl::StrCat(" but its domain ",
+                           replica_.domain_of(member.rank()), " is at epoch ",
+                           current)
+            : absl::StrCat(" but the job is at epoch ", current, " (",
+                           v1::JobState_Name(replica_.job_state()), ")"),
+        "; a process of an earlier epoch cannot act in a later one: join "
         "again with the same incarnation to enter epoch ",
-        replica_.epoch()));
+        current));
   }
   return absl::OkStatus();
 }
@@ -408,13 +414,34 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
             // one; a join kept after its wait timed out is in this
             // daemon's view of it, which the coordinator checks exactly).
             const uint64_t joined_into =
-                !result.ok() ? std::max<uint64_t>(m.epoch, replica_.epoch())
+                !result.ok()
+                    ? std::max<uint64_t>(m.epoch, replica_.EpochOfRank(rank))
                 : result->epoch() != 0 ? result->epoch()
                                        : uint64_t{1};
-            if (m.epoch != 0 && joined_into != m.epoch) {
-              // A survivor's join again into a new epoch: its rounds are
-              // numbered afresh.
-              m.next_round = 1;
+            // Recovery by domain: the coordinator names the rank's next
+            // world round (its domain's entry round; 0 until its domain is
+            // whole, then DOMAIN_READY names it), and the node's rounds
+            // are not restarted: other domains' ranks go on in them.
+            const bool by_domain =
+                replica_.by_domain() ||
+                (result.ok() && (result->recovery_by_domain() ||
+                                 result->first_world_round() != 0));
+            if (m.epoch == 0 || joined_into != m.epoch) {
+              if (result.ok() && by_domain) {
+                m.next_round = result->first_world_round();
+                // Answered while its domain recovered, but its DOMAIN_READY
+                // may have reached this daemon first.
+                const JobReplica::Domain& d =
+                    replica_.domain(replica_.domain_of(rank));
+                if (m.next_round == 0 && !d.recovering &&
+                    d.epoch == joined_into) {
+                  m.next_round = d.first_world_round;
+                }
+              } else if (m.epoch != 0) {
+                // A survivor's join again into a new epoch: its rounds are
+                // numbered afresh.
+                m.next_round = 1;
+              }
             }
             m.epoch = joined_into;
             if (m.open_watches == 0 && m.lease_timer == 0) {
@@ -433,12 +460,17 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
                 BuildSessionDescriptor(spec_, groups_, job_incarnation_, rank,
                                        node_.node_index(), m.local_rank);
             response.mutable_session()->set_epoch(m.epoch);
+            if (by_domain) {
+              response.set_recovery_by_domain(true);
+              response.set_first_world_round(m.next_round);
+            }
             v1::MemberRef* member = response.mutable_member();
             member->set_job_id(spec_.job_id);
             member->set_rank(rank);
             member->set_incarnation(incarnation);
             const uint64_t epoch = m.epoch;
             lock.Release();
+            if (by_domain) return reply(std::move(response));
             // A join into a new epoch may be answered before its
             // JOB_RECOVERING event reaches this daemon: the ended epoch's
             // rounds held here go first, so that none of them is taken for
@@ -528,6 +560,17 @@ void NodeAgent::AllGatherWords(const v1::AllGatherWordsRequest& request,
       return reply(s);
     }
     LocalMember& m = members_.at(rank);
+    if (m.next_round == 0) {
+      // Recovery by domain: joined into its domain's new epoch before the
+      // domain was whole; the DOMAIN_READY event names its next round.
+      const uint32_t domain = replica_.domain_of(rank);
+      lock.Release();
+      return reply(absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank, "'s domain ", domain,
+          " is recovering: its world rounds resume once the domain is whole "
+          "(EVENT_KIND_DOMAIN_READY names the round; a join waiting for the "
+          "world answers it as first_world_round)")));
+    }
     if (request.round() != m.next_round) {
       uint64_t expected = m.next_round;
       lock.Release();
@@ -844,12 +887,59 @@ void NodeAgent::OnEvent(const v1::JobEvent& event) {
     timer_->Schedule(MonotonicNow(),
                      [this, epoch, ended] { rounds_.Restart(epoch, ended); });
   }
+  if (event.kind() == v1::EVENT_KIND_DOMAIN_RECOVERING ||
+      event.kind() == v1::EVENT_KIND_DOMAIN_READY) {
+    OnDomainEvent(event);
+  }
   if (event.kind() == v1::EVENT_KIND_JOB_FAILED) {
     // Not inline: the coordinator may be calling with its lock held, and
     // failing waits can run callbacks that call back into it.
     std::string cause = event.message();
     timer_->Schedule(MonotonicNow(), [this, cause] { FailLocal(cause); });
   }
+}
+
+void NodeAgent::OnDomainEvent(const v1::JobEvent& event) {
+  if (!event.has_domain() || event.domain() >= spec_.topology.data) return;
+  std::set<uint32_t> ranks;  // this node's ranks of the domain
+  {
+    absl::MutexLock lock(&mu_);
+    // Its slots on this node (a lost rank's member may be gone), and any
+    // rank of it that joined here from elsewhere.
+    const uint32_t size = DomainSizeOf(spec_.topology);
+    for (uint32_t r = event.domain() * size; r < (event.domain() + 1) * size;
+         ++r) {
+      if (spec_.DefaultNodeOf(r) == node_.node_index()) ranks.insert(r);
+    }
+    for (auto& [rank, m] : members_) {
+      if (!event.has_domain() || replica_.domain_of(rank) != event.domain()) {
+        continue;
+      }
+      ranks.insert(rank);
+      // Whole again: who joined into its epoch before that learns its
+      // next world round.
+      if (event.kind() == v1::EVENT_KIND_DOMAIN_READY &&
+          m.epoch == event.epoch() && m.next_round == 0) {
+        m.next_round = event.first_world_round();
+      }
+    }
+  }
+  if (ranks.empty()) return;
+  // Not inline, as for a failure below; the timer runs these in the order
+  // they were scheduled, so a domain's Drop always precedes its Resume.
+  if (event.kind() == v1::EVENT_KIND_DOMAIN_READY) {
+    // Whole again: its ranks take part from its entry round on.
+    const uint64_t first = event.first_world_round();
+    timer_->Schedule(MonotonicNow(),
+                     [this, ranks, first] { rounds_.Resume(ranks, first); });
+    return;
+  }
+  // The domain's epoch ended: its frames held here fail with the loss
+  // named, and the node's other ranks go on in the same rounds without
+  // waiting for its ranks.
+  absl::Status ended = absl::AbortedError(event.message());
+  timer_->Schedule(MonotonicNow(),
+                   [this, ranks, ended] { rounds_.Drop(ranks, ended); });
 }
 
 void NodeAgent::OnCoordinatorLost(const std::string& reason) {
@@ -950,6 +1040,21 @@ v1::JobStatus NodeAgent::LocalJob() const {
   status.set_job_incarnation(job_incarnation_);
   status.set_state(replica_.job_state());
   status.set_epoch(replica_.epoch());
+  if (replica_.by_domain()) {
+    // As this daemon's events told it (no deadline: the coordinator's).
+    uint32_t serving = 0;
+    for (uint32_t d = 0; d < spec_.topology.data; ++d) {
+      const JobReplica::Domain& domain = replica_.domain(d);
+      v1::DomainStatus* out = status.add_domains();
+      out->set_domain(d);
+      out->set_state(domain.recovering ? v1::DOMAIN_STATE_RECOVERING
+                                       : v1::DOMAIN_STATE_SERVING);
+      out->set_epoch(domain.epoch);
+      out->set_first_world_round(domain.first_world_round);
+      if (!domain.recovering) ++serving;
+    }
+    status.set_serving_domains(serving);
+  }
   status.set_failure(failure_);
   status.set_joined_ranks(replica_.joined_ranks());
   status.set_registered_nodes(replica_.registered_nodes());

@@ -24,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -164,6 +165,11 @@ class NodeAgent : public CoordinatorLink::Listener {
   // every local wait failed (FailLocal).
   void FailJobLocally(const std::string& cause);
   enum class LocalState { kJoining, kJoined, kLeft, kLost };
+  // Recovery by domain: a DOMAIN_RECOVERING drops the domain's frames held
+  // here and the node's rounds stop waiting for its ranks; a DOMAIN_READY
+  // gives its members their next round and brings its ranks back into the
+  // node's rounds from the domain's entry round.
+  void OnDomainEvent(const v1::JobEvent& event);
   struct LocalMember {
     LocalState state = LocalState::kJoining;
     uint32_t local_rank = 0;
