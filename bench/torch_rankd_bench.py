@@ -313,8 +313,15 @@ def store_latency(iterations):
                                                           ("", "-fwd"))):
                     store = rankd.torch.Store(rank,
                                               prefix=f"torch/bench{node}/")
+                    pids = [d.pid for d in job._daemons]
+                    cpu0 = [_process_cpu([p]) for p in pids]
                     for op, t in measure_store(store, iterations).items():
                         result[(system + suffix, op)] = t
+                    # Daemon CPU per call (coordinator's, the other's),
+                    # over the 3 * iterations + 1 calls measure_store made.
+                    result[(system + suffix, "daemon_cpu")] = [
+                        (_process_cpu([p]) - c) / (3 * iterations + 1)
+                        for p, c in zip(pids, cpu0)]
             finally:
                 for rank in ranks:
                     rank.close()
@@ -418,6 +425,10 @@ def main():
               f"fwd {us['rankd-fwd']:.0f} / {us['rankd-grpc-fwd']:.0f}, "
               f"TCPStore {t:.0f}; ratio {us['rankd'] / t:.2f}x / "
               f"{us['rankd-grpc'] / t:.2f}x", flush=True)
+    print("  daemons' CPU per call (us; coordinator's daemon + the other's):")
+    for system in ("rankd", "rankd-grpc", "rankd-fwd", "rankd-grpc-fwd"):
+        cpu = [c * 1e6 for c in lat[(system, "daemon_cpu")]]
+        print(f"    {system}: {cpu[0]:.0f} + {cpu[1]:.0f}", flush=True)
     return 0
 
 
