@@ -22,6 +22,11 @@
    forwards to it) versus a TCPStore, all served on this machine, from one
    process.
 
+With --spawn, each rank is a fresh process that imports torch itself (as
+under a launcher), and the start time is given once every rank imported;
+forking (the default) makes a rank's first allocations copy its parent's
+pages, which costs rankd's gRPC set-up about 10 ms more CPU per rank.
+
 With --breakdown it measures only where the time goes: per size and
 repetition, env://'s TCPStore creation against torch's own work, and for
 rankd:// (channel) each rank's rankd.join, its store calls (how many, how
@@ -49,8 +54,10 @@ import json
 import os
 import resource
 import signal
+import select
 import socket
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -184,6 +191,55 @@ def _process_cpu(pids):
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+# With --spawn, rank processes are started fresh (python3 this file
+# --rank_child), each importing torch itself, as a launcher starts ranks,
+# instead of forked from this process: a forked rank's first allocations
+# copy its parent's pages (about 10 ms more CPU for rankd's gRPC set-up).
+SPAWN = False
+
+
+def spawn_ranks(system, size, envs, out_fd, breakdown, pids):
+    """Starts `size` fresh rank processes, waits until each imported torch
+    and rankd.torch (at most 300 s), then gives them all one start time,
+    which it returns. Appends their pids to `pids`."""
+    children = []
+    for _ in range(size):
+        child = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--rank_child"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, pass_fds=(out_fd,))
+        children.append(child)
+        pids.append(child.pid)
+    deadline = time.monotonic() + 300
+    for child in children:
+        ready, _, _ = select.select([child.stdout], [], [],
+                                    max(0.0, deadline - time.monotonic()))
+        if not ready or child.stdout.readline().strip() != b"ready":
+            raise RuntimeError(f"{system} at {size}: a rank did not start")
+    start = time.time() + 0.3
+    for r, child in enumerate(children):
+        child.stdin.write(json.dumps({
+            "system": system, "rank": r, "world": size, "start": start,
+            "env": envs[r], "out_fd": out_fd,
+            "breakdown": breakdown}).encode() + b"\n")
+        child.stdin.close()
+        child.stdout.close()
+    return start
+
+
+def rank_child():
+    """A --spawn rank: says it is ready, reads its part, runs rank_main."""
+    sys.stdout.buffer.write(b"ready\n")
+    sys.stdout.flush()
+    a = json.loads(sys.stdin.buffer.readline())
+    try:
+        rank_main(a["system"], a["rank"], a["world"], a["start"], a["env"],
+                  a["out_fd"], a["breakdown"])
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(1)
+
+
 def one_init(system, size, breakdown=None):
     """Seconds from the start time until every rank's init returned. With
     `breakdown` (a list), appends each rank's _Phases summary to it."""
@@ -213,7 +269,10 @@ def one_init(system, size, breakdown=None):
     start = time.time() + 1.0 + 0.05 * size
     pids = []
     try:
-        for r in range(size):
+        if SPAWN:
+            start = spawn_ranks(system, size, envs, write_fd,
+                                breakdown is not None, pids)
+        for r in range(0 if SPAWN else size):
             pid = os.fork()
             if pid == 0:
                 os.close(read_fd)
@@ -388,7 +447,11 @@ def main():
     p.add_argument("--compare_barrier_poll", action="store_true")
     p.add_argument("--breakdown", action="store_true",
                    help="only rankd:// (channel): per-phase times")
+    p.add_argument("--spawn", action="store_true",
+                   help="start each rank fresh instead of forking it")
     args = p.parse_args()
+    global SPAWN
+    SPAWN = args.spawn
     if args.breakdown:
         return print_breakdown([int(s) for s in args.sizes.split(",")],
                                args.repeat)
@@ -433,4 +496,6 @@ def main():
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--rank_child"]:
+        rank_child()
     sys.exit(main())
