@@ -168,17 +168,9 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
     member.set_job_id(session->job_id());
     member.set_rank(session->rank());
     member.set_incarnation(core_->incarnation);
-    // The two set-ups are independent (each an RPC, then a mapping or a
-    // socket and its ticket handshake): the key-value channel's runs on a
-    // helper thread beside the round slots', so a join waits for the
-    // slower of the two, not their sum (bench/RESULTS.md, "torch.distributed
-    // on rankd"). Each is bounded by the call timeout.
-    std::thread kv_open([&] {
-      kv = internal::OpenKvChannel(*core_->conn, *core_->stub, member);
-    });
     slots =
         internal::OpenRoundSlots(*core_->conn, *core_->stub, member, *session);
-    kv_open.join();
+    kv = internal::OpenKvChannel(*core_->conn, *core_->stub, member);
   }
   absl::MutexLock lock(&core_->mu);
   if (!session.ok()) {
