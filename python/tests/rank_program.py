@@ -65,6 +65,12 @@ def ops(rank):
     # all_gather_words: [7, 9] on both gives [7, 9, 7, 9].
     frames = rank.all_gather_words([7, 9], timeout=30)
     assert frames.tolist() == [[7, 9], [7, 9]], frames
+    # With its view: without recovery by domain, the whole world and no
+    # domains.
+    frames, partial, domains = rank.all_gather_words_with_view([7, 9],
+                                                               timeout=30)
+    assert frames.tolist() == [[7, 9], [7, 9]], frames
+    assert partial is False and domains == [], (partial, domains)
     pending = rank.submit_all_gather_words([100 + r], timeout=30)
     assert pending.wait().reshape(-1).tolist() == [100, 101]
     assert pending.is_ready()
