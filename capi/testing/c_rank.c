@@ -97,8 +97,8 @@ static void Ops(rankd_rank* rank, uint32_t world) {
   if (memcmp(gathered, want_words, sizeof(gathered)) != 0 || out_words != 4 ||
       partial != 0 || domain_count != 0) {
     Fail("words with view: %u %u %u %u, %zu words, partial %d, %zu domains",
-         gathered[0], gathered[1], gathered[2], gathered[3], out_words,
-         partial, domain_count);
+         gathered[0], gathered[1], gathered[2], gathered[3], out_words, partial,
+         domain_count);
   }
   Refused(rankd_all_gather_words_with_view(rank, words, 2, 30, gathered, 4,
                                            &out_words, &partial, domains, 1,
