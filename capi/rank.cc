@@ -3,6 +3,7 @@
 // the descriptor and groups, all_gather_words, the key-value broker and job
 // failure. Depends on the client library, dataplane/control_plane.h and
 // absl.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -363,6 +364,53 @@ rankd_status* rankd_all_gather_words(rankd_rank* rank, const uint32_t* words,
       absl::MakeConstSpan(words, count), *timeout);
   if (!result.ok()) return ToC(result.status());
   rankd::capi::internal::CopyWords(*result, out);
+  return nullptr;
+}
+
+rankd_status* rankd_all_gather_words_with_view(
+    rankd_rank* rank, const uint32_t* words, size_t count,
+    double timeout_seconds, uint32_t* out, size_t out_capacity,
+    size_t* out_words, int* partial, rankd_domain_epoch* domains,
+    size_t domains_capacity, size_t* domain_count) {
+  constexpr char kFn[] = "rankd_all_gather_words_with_view";
+  if (rank == nullptr) return NullArgument(kFn, "rank");
+  if (out_words == nullptr) return NullArgument(kFn, "out_words");
+  if (partial == nullptr) return NullArgument(kFn, "partial");
+  if (domains == nullptr) return NullArgument(kFn, "domains");
+  if (domain_count == nullptr) return NullArgument(kFn, "domain_count");
+  if (absl::Status s = rankd::capi::internal::CheckWords(kFn, words, count);
+      !s.ok()) {
+    return ToC(s);
+  }
+  absl::Status checked = rankd::capi::internal::CheckResultBuffer(
+      kFn, out, out_capacity,
+      rankd::capi::internal::ResultWords(*rank->state, count));
+  if (!checked.ok()) return ToC(checked);
+  const size_t replicas =
+      std::max<size_t>(1, rank->state->proto.topology().data());
+  if (domains_capacity < replicas) {
+    return ToC(absl::InvalidArgumentError(absl::StrCat(
+        kFn, ": domains holds ", domains_capacity, " entries; the job has ",
+        replicas, " data-parallel replicas (data_parallel)")));
+  }
+  auto timeout = ToDuration(timeout_seconds, kFn, "timeout_seconds");
+  if (!timeout.ok()) return ToC(timeout.status());
+  auto result = rank->state->client->AllGatherWordsWithView(
+      absl::MakeConstSpan(words, count), *timeout);
+  if (!result.ok()) return ToC(result.status());
+  if (result->domains.size() > replicas) {
+    return ToC(absl::InternalError(
+        absl::StrCat(kFn, ": the round lists ", result->domains.size(),
+                     " replicas; the job has ", replicas)));
+  }
+  rankd::capi::internal::CopyWords(result->words, out);
+  *out_words = result->words.size();
+  *partial = result->partial ? 1 : 0;
+  for (size_t i = 0; i < result->domains.size(); ++i) {
+    domains[i].domain = result->domains[i].domain;
+    domains[i].epoch = result->domains[i].epoch;
+  }
+  *domain_count = result->domains.size();
   return nullptr;
 }
 

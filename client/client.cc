@@ -266,6 +266,8 @@ absl::StatusOr<v1::SessionDescriptor> Client::SendJoin(
   }
   *first_world_round = response.first_world_round();
   *by_domain = response.recovery_by_domain() || *first_world_round != 0;
+  // The descriptor says so too: the data plane opens its sessions from it.
+  response.mutable_session()->set_recovery_by_domain(*by_domain);
   return std::move(*response.mutable_session());
 }
 

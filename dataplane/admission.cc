@@ -1,6 +1,7 @@
 #include "dataplane/admission.h"
 
 #include "absl/strings/str_cat.h"
+#include "dataplane/domain_groups.h"
 
 namespace rankd::dataplane {
 namespace {
@@ -23,6 +24,11 @@ absl::Status Admit(const AdmissionRequest& request, const absl::Status& usable,
     // Not a member: ResolveScope's refusal names the rank's groups.
     return Prefixed(ResolveScope(session, request.scope).status(),
                     request.backend, request.operation);
+  }
+  if (absl::Status s =
+          CheckHeld(request.backend, request.operation, session, request.scope);
+      !s.ok()) {
+    return s;
   }
   if (request.flag != nullptr) {
     if (absl::Status s =

@@ -7,13 +7,17 @@
 //      or its quarantine fence (FailedPrecondition);
 //   2. scope membership: NotFound "<backend> backend: <operation>: rank R is
 //      not a member of group G: its groups are ...";
-//   3. capability: Unimplemented naming the backend and the capability
+//   3. the domain rule (domain_groups.h's CheckHeld): under recovery by
+//      domain, FailedPrecondition for the world or a group spanning
+//      domains, which the session does not connect, naming what to use
+//      instead;
+//   4. capability: Unimplemented naming the backend and the capability
 //      (RequireCapability for the operation's own flag, when it has one,
 //      then RequireCollective for the scope).
 // Then the operation checks its own arguments (dtype, shape, counts, peer:
 // CheckPeerOf) and only then submits. Pure functions; thread-safe.
-// Depends on capabilities.h, collective_scope.h, peer_transfer.h,
-// session_descriptor.h and absl.
+// Depends on capabilities.h, collective_scope.h, domain_groups.h,
+// peer_transfer.h, session_descriptor.h and absl.
 #ifndef RANKD_DATAPLANE_ADMISSION_H_
 #define RANKD_DATAPLANE_ADMISSION_H_
 
@@ -39,7 +43,7 @@ struct AdmissionRequest {
   const char* capability = nullptr;
 };
 
-// OK once `request` passed steps 1-3 above; otherwise the first refusal,
+// OK once `request` passed steps 1-4 above; otherwise the first refusal,
 // as described there. Builds nothing on success (it runs on every
 // submission): a caller that needs the scope's members takes them from its
 // own group or communicator.

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/topology.h"
 
 namespace rankd::dataplane {
 
@@ -44,6 +45,24 @@ absl::StatusOr<DistributedSessionDescriptor> DescriptorFromProto(
   if (proto.epoch() > 1) {
     absl::Status epoch = descriptor->SetEpoch(proto.epoch());
     if (!epoch.ok()) return epoch;
+  }
+  // Recovery by domain confines the session to the rank's replica: the
+  // contiguous block of T*P*E ranks (common/topology.h).
+  if (proto.recovery_by_domain()) {
+    ParallelTopology topology;
+    topology.tensor = proto.topology().tensor();
+    topology.pipeline = proto.topology().pipeline();
+    topology.expert = proto.topology().expert();
+    topology.data = proto.topology().data();
+    const uint32_t size = DomainSizeOf(topology);
+    const uint32_t index = proto.rank() / size;
+    absl::Status domain =
+        descriptor->SetRecoveryDomain({index, index * size, size});
+    if (!domain.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("session descriptor of job ", proto.job_id(), ": ",
+                       domain.message()));
+    }
   }
   return descriptor;
 }

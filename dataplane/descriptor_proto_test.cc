@@ -48,6 +48,27 @@ TEST(DescriptorFromProtoTest, AnOldDaemonsEpochZeroIsEpochOne) {
   EXPECT_EQ(d->epoch(), 1u);
 }
 
+TEST(DescriptorFromProtoTest, RecoveryByDomainConfinesToTheRanksReplica) {
+  v1::SessionDescriptor p = Proto(8, 5);
+  p.mutable_topology()->set_tensor(2);
+  p.mutable_topology()->set_pipeline(2);
+  p.mutable_topology()->set_data(2);
+  p.set_recovery_by_domain(true);
+  auto d = DescriptorFromProto(p);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_TRUE(d->recovery_domain().has_value());
+  EXPECT_EQ(*d->recovery_domain(), (RecoveryDomain{1, 4, 4}));
+}
+
+TEST(DescriptorFromProtoTest, WithoutRecoveryByDomainThereIsNoDomain) {
+  v1::SessionDescriptor p = Proto(8, 5);
+  p.mutable_topology()->set_tensor(2);
+  p.mutable_topology()->set_data(4);
+  auto d = DescriptorFromProto(p);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->recovery_domain().has_value());
+}
+
 TEST(DescriptorFromProtoTest, WithoutNprocPerNodeTheWorldIsOneNode) {
   auto d = DescriptorFromProto(Proto(4, 3));
   ASSERT_TRUE(d.ok()) << d.status();

@@ -60,6 +60,20 @@ absl::Status DistributedSessionDescriptor::SetEpoch(uint64_t epoch) {
   return absl::OkStatus();
 }
 
+absl::Status DistributedSessionDescriptor::SetRecoveryDomain(
+    const RecoveryDomain& domain) {
+  if (domain.size == 0 || domain.first_rank >= world_size_ ||
+      domain.size > world_size_ - domain.first_rank ||
+      !domain.Contains(rank_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "session descriptor: recovery domain ", domain.index, " (", domain.size,
+        " ranks from rank ", domain.first_rank, ") is not valid for rank ",
+        rank_, " in a world of ", world_size_));
+  }
+  recovery_domain_ = domain;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<DistributedSessionDescriptor>
 DistributedSessionDescriptor::FromTopology(const ParallelTopology& topology,
                                            uint32_t world_size, uint32_t rank) {

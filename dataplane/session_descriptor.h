@@ -2,11 +2,13 @@
 // session is opened with (docs/contract.md, Types): world size, this rank,
 // the groups it belongs to, and where it runs on its node. Built only by
 // validating factories, so a descriptor that exists is valid. Depends on
-// dataplane/collective_group.h, common/topology.h and absl.
+// dataplane/collective_group.h, dataplane/recovery_domain.h,
+// common/topology.h and absl.
 #ifndef RANKD_DATAPLANE_SESSION_DESCRIPTOR_H_
 #define RANKD_DATAPLANE_SESSION_DESCRIPTOR_H_
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "common/topology.h"
 #include "dataplane/collective_group.h"
+#include "dataplane/recovery_domain.h"
 
 namespace rankd::dataplane {
 
@@ -61,6 +64,18 @@ class DistributedSessionDescriptor {
   // Records the epoch. InvalidArgument (and no change) for epoch 0.
   absl::Status SetEpoch(uint64_t epoch);
 
+  // The data-parallel replica this rank's session is confined to when the
+  // job recovers by domain (docs/contract.md, "Data-parallel domains"), or
+  // nullopt when it does not (the default). groups() still lists every
+  // group of the rank; which of them a session holds is
+  // dataplane/domain_groups.h's rule.
+  const std::optional<RecoveryDomain>& recovery_domain() const {
+    return recovery_domain_;
+  }
+  // Records the domain. InvalidArgument (and no change) unless the domain
+  // is non-empty, lies inside the world and contains rank().
+  absl::Status SetRecoveryDomain(const RecoveryDomain& domain);
+
  private:
   DistributedSessionDescriptor(uint32_t world_size, uint32_t rank,
                                std::vector<CollectiveGroupDescriptor> groups)
@@ -74,6 +89,7 @@ class DistributedSessionDescriptor {
   uint32_t local_rank_;
   uint32_t ranks_on_node_;
   uint64_t epoch_ = 1;
+  std::optional<RecoveryDomain> recovery_domain_;
   std::vector<CollectiveGroupDescriptor> groups_;
 };
 

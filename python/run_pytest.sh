@@ -13,4 +13,4 @@ if nm -D --undefined-only "$RANKD_LIBRARY" | grep ' __asan_' >/dev/null; then
   export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 fi
 exec /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests \
-  --junitxml="${XML_OUTPUT_FILE:-$TEST_TMPDIR/pytest.xml}"
+  --junitxml="${XML_OUTPUT_FILE:-$TEST_TMPDIR/pytest.xml}" "$@"

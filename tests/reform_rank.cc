@@ -4,6 +4,10 @@
 // ends itself with SIGKILL (a lost rank: no Leave); otherwise it leaves.
 // A replacement process is this same program, started while the job
 // recovers: it joins the lost slot and its session opens at the new epoch.
+// With --tensor_parallel=T > 1 (tests/domain_session_test, recovery by
+// domain) it sums over its tensor group instead (its session holds no
+// world), checks that the world is refused, and waits for its group's
+// members through the key-value store before closing.
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,6 +15,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -30,6 +35,8 @@ ABSL_FLAG(uint32_t, rank, 0, "rank");
 ABSL_FLAG(uint32_t, local_rank, 0, "local rank");
 ABSL_FLAG(uint32_t, world_size, 0, "world size");
 ABSL_FLAG(bool, die, false, "SIGKILL itself after the sum");
+ABSL_FLAG(uint32_t, tensor_parallel, 1,
+          "sum over the tensor group of this many ranks, not the world");
 
 namespace {
 
@@ -71,11 +78,42 @@ int main(int argc, char** argv) {
   HostTensor x = HostTensor::Zeros(*shape);
   *reinterpret_cast<float*>(x.data()) =
       static_cast<float>((join.rank.value() + 1) * epoch);
-  auto sum = (*session)->AllReduceSum(CollectiveScope::World(), x);
+  // The world, or the tensor group: ranks [first, first + tp).
+  const uint32_t tp = absl::GetFlag(FLAGS_tensor_parallel);
+  const uint32_t first = *join.rank / tp * tp;
+  CollectiveScope scope = CollectiveScope::World();
+  std::vector<uint32_t> members;
+  for (uint32_t m = 0; m < join.world_size; ++m) members.push_back(m);
+  if (tp > 1) {
+    members.clear();
+    for (uint32_t m = first; m < first + tp; ++m) members.push_back(m);
+    const rankd::dataplane::CollectiveGroupDescriptor* tensor = nullptr;
+    for (const auto& g : descriptor->groups()) {
+      if (g.members() == members) tensor = &g;
+    }
+    if (tensor == nullptr) {
+      return Fail("tensor group", absl::NotFoundError("not in the descriptor"));
+    }
+    scope = CollectiveScope::Group(tensor->id());
+    auto world = (*session)->AllReduceSum(CollectiveScope::World(), x);
+    if (world.ok() ||
+        world.status().code() != absl::StatusCode::kFailedPrecondition ||
+        world.status().message().find(
+            "refused: the job recovers by data-parallel domain") ==
+            std::string::npos) {
+      return Fail("world refusal",
+                  world.ok() ? absl::InternalError("the world was accepted")
+                             : world.status());
+    }
+    std::printf("REFORM_RANK %u WORLD REFUSED: %s\n", *join.rank,
+                std::string(world.status().message()).c_str());
+  }
+  auto sum = (*session)->AllReduceSum(scope, x);
   if (!sum.ok()) return Fail("all_reduce_sum", sum.status());
   if (auto s = sum->completion->Wait(); !s.ok()) return Fail("wait", s);
-  const uint32_t n = join.world_size;
-  const float want = static_cast<float>(n * (n + 1) / 2 * epoch);
+  uint32_t n = 0;
+  for (uint32_t m : members) n += m + 1;
+  const float want = static_cast<float>(n * epoch);
   const float got = *reinterpret_cast<const float*>(sum->output.data());
   if (got != want) {
     return Fail("sum", absl::InternalError(absl::StrCat(got, " != ", want)));
@@ -84,10 +122,24 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(epoch));
   std::fflush(stdout);
   if (absl::GetFlag(FLAGS_die)) ::kill(::getpid(), SIGKILL);
-  // Every rank has summed before anyone's session closes.
-  auto done = (*client)->AllGatherWords(std::vector<uint32_t>{*join.rank},
-                                        absl::Seconds(60));
-  if (!done.ok()) return Fail("final round", done.status());
+  // Every rank has summed before anyone's session closes: a world round,
+  // or with a tensor group its members' keys (a world round's numbering
+  // is not this process's to choose when replicas recover apart).
+  if (tp > 1) {
+    const std::string done = absl::StrCat("reform-rank-done/", epoch, "/");
+    if (auto s = (*client)->KvSet(absl::StrCat(done, *join.rank), "1");
+        !s.ok()) {
+      return Fail("done key", s);
+    }
+    for (uint32_t m : members) {
+      auto seen = (*client)->KvGet(absl::StrCat(done, m), absl::Seconds(60));
+      if (!seen.ok()) return Fail("peer's done key", seen.status());
+    }
+  } else {
+    auto done = (*client)->AllGatherWords(std::vector<uint32_t>{*join.rank},
+                                          absl::Seconds(60));
+    if (!done.ok()) return Fail("final round", done.status());
+  }
   session->reset();
   if (auto s = (*client)->Leave(); !s.ok()) return Fail("leave", s);
   return 0;

@@ -84,6 +84,31 @@ static void Ops(rankd_rank* rank, uint32_t world) {
     Fail("words: %u %u %u %u", gathered[0], gathered[1], gathered[2],
          gathered[3]);
   }
+  /* With its view: a job without recovery by domain spans the whole world
+   * and lists no domains. `domains` holds data_parallel (here 2) entries. */
+  rankd_domain_epoch domains[2] = {{99, 99}, {99, 99}};
+  size_t out_words = 0, domain_count = 7;
+  int partial = 7;
+  memset(gathered, 0, sizeof(gathered));
+  Ok(rankd_all_gather_words_with_view(rank, words, 2, 30, gathered, 4,
+                                      &out_words, &partial, domains, 2,
+                                      &domain_count),
+     "words with view");
+  if (memcmp(gathered, want_words, sizeof(gathered)) != 0 || out_words != 4 ||
+      partial != 0 || domain_count != 0) {
+    Fail("words with view: %u %u %u %u, %zu words, partial %d, %zu domains",
+         gathered[0], gathered[1], gathered[2], gathered[3], out_words, partial,
+         domain_count);
+  }
+  Refused(rankd_all_gather_words_with_view(rank, words, 2, 30, gathered, 4,
+                                           &out_words, &partial, domains, 1,
+                                           &domain_count),
+          RANKD_INVALID_ARGUMENT, "data-parallel replicas",
+          "words with view, no room for domains");
+  Refused(rankd_all_gather_words_with_view(rank, words, 2, 30, gathered, 4,
+                                           &out_words, NULL, domains, 2,
+                                           &domain_count),
+          RANKD_INVALID_ARGUMENT, "partial", "words with view, NULL partial");
   Refused(rankd_all_gather_words(rank, words, 2, 30, gathered, 3),
           RANKD_INVALID_ARGUMENT, "needs 4", "words into a short buffer");
   Refused(rankd_all_gather_words(rank, words, 2, 0, gathered, 4),

@@ -462,6 +462,7 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
             response.mutable_session()->set_epoch(m.epoch);
             if (by_domain) {
               response.set_recovery_by_domain(true);
+              response.mutable_session()->set_recovery_by_domain(true);
               response.set_first_world_round(m.next_round);
             }
             v1::MemberRef* member = response.mutable_member();

@@ -3,6 +3,7 @@
 #include <numeric>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 
 namespace rankd::dataplane::conformance {
@@ -589,6 +590,70 @@ std::string ForBackend(const std::string& message, const std::string& backend) {
   return absl::StrReplaceAll(message, {{"$backend", backend}});
 }
 
+// --- Sessions by domain (dataplane/domain_groups.h): tp 2 x dp 2 on 4
+// ranks; a session holds its domain's groups only. The groups of rank r
+// (common/topology.h's ids): world 1, tensor 2 + r/2, pipeline 4 + r,
+// expert 8 + r, data 12 + r%2.
+
+void AddDomainCases(std::vector<ConformanceCase>& cases) {
+  SessionSetup by_domain;
+  by_domain.domain_size = 2;
+  cases.push_back(
+      {"ByDomainTheTensorGroupSumsWithinItsReplica", 4, by_domain,
+       [](uint32_t r) {
+         RankCall c =
+             Call(Operation::kAllReduceSum, {2}, {1.0f + r, 10.0f * r});
+         c.scope = CollectiveScope::Group(2 + r / 2);
+         return c;
+       },
+       [](uint32_t r) {
+         return r < 2 ? Completes({2}, {3, 10}) : Completes({2}, {7, 50});
+       }});
+  cases.push_back(
+      {"ByDomainTheWorldIsRefusedNamingTheControlPlanesRound", 4, by_domain,
+       [](uint32_t) { return Call(Operation::kAllReduceSum, {1}, {1}); },
+       [](uint32_t r) {
+         const uint32_t d = r / 2;
+         return Refused(
+             absl::StatusCode::kFailedPrecondition,
+             absl::StrCat(
+                 "$backend backend: all_reduce_sum on world refused: the job "
+                 "recovers by data-parallel domain and this session holds "
+                 "only domain ",
+                 d, " (ranks ", 2 * d, "-", 2 * d + 1, ")'s groups (", 2 + d,
+                 ", ", 4 + r, ", ", 8 + r,
+                 "); the world spans every domain and is not connected, so "
+                 "that a replica re-forms alone; exchange world-wide through "
+                 "the control plane's all_gather_words "
+                 "(Client::AllGatherWordsWithView: its result names the "
+                 "domains it spans)"));
+       }});
+  cases.push_back(
+      {"ByDomainADataParallelGroupIsRefusedNamingItsDomains", 4, by_domain,
+       [](uint32_t r) {
+         RankCall c = Call(Operation::kAllGather, {1}, {1});
+         c.scope = CollectiveScope::Group(12 + r % 2);
+         return c;
+       },
+       [](uint32_t r) {
+         const uint32_t d = r / 2;
+         return Refused(
+             absl::StatusCode::kFailedPrecondition,
+             absl::StrCat(
+                 "$backend backend: all_gather on group ", 12 + r % 2,
+                 " refused: the job recovers by data-parallel domain and "
+                 "this session holds only domain ",
+                 d, " (ranks ", 2 * d, "-", 2 * d + 1, ")'s groups (", 2 + d,
+                 ", ", 4 + r, ", ", 8 + r, "); group ", 12 + r % 2,
+                 " (members ", r % 2, ", ", r % 2 + 2,
+                 ") spans domains 0 and 1 and is not connected, so that a "
+                 "replica re-forms alone; exchange world-wide through the "
+                 "control plane's all_gather_words "
+                 "(Client::AllGatherWordsWithView: its result names the "
+                 "domains it spans)"));
+       }});
+}
+
 const std::vector<ConformanceCase>& Cases() {
   static const std::vector<ConformanceCase> cases = [] {
     std::vector<ConformanceCase> all;
@@ -596,6 +661,7 @@ const std::vector<ConformanceCase>& Cases() {
     AddRefusalCases(all);
     AddFailureCases(all);
     AddNoRowCases(all);
+    AddDomainCases(all);
     return all;
   }();
   return cases;

@@ -55,6 +55,11 @@ enum class Operation {
 struct SessionSetup {
   bool verify_agreement = false;
   absl::Duration op_timeout = absl::Seconds(5);
+  // Recovery by domain (dataplane/domain_groups.h) with domains of this
+  // many ranks: the topology is tensor = domain_size, data = world /
+  // domain_size, and each rank's descriptor is confined to its domain.
+  // 0: no domains (the topology is data = world).
+  uint32_t domain_size = 0;
 };
 
 // One rank's call.

@@ -30,7 +30,12 @@ struct GlooUnderTest {
     options.op_timeout = setup.op_timeout;
     ParallelTopology topology;
     topology.data = world;
-    gloo::testing::GlooTestCluster cluster(topology, world, options);
+    if (setup.domain_size > 0) {
+      topology.tensor = setup.domain_size;
+      topology.data = world / setup.domain_size;
+    }
+    gloo::testing::GlooTestCluster cluster(topology, world, options,
+                                           setup.domain_size > 0);
     ASSERT_TRUE(cluster.status().ok()) << cluster.status();
     cluster.Run([&](uint32_t rank) { body(rank, cluster.session(rank)); });
   }

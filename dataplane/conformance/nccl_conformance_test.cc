@@ -49,6 +49,10 @@ struct NcclUnderTest {
     }
     ParallelTopology topology;
     topology.data = world;
+    if (setup.domain_size > 0) {
+      topology.tensor = setup.domain_size;
+      topology.data = world / setup.domain_size;
+    }
     std::shared_ptr<InProcessJob> job = InProcessJob::Create(world);
     std::vector<std::unique_ptr<ControlPlane>> control_planes(world);
     std::vector<std::unique_ptr<nccl::NcclSession>> sessions(world);
@@ -61,6 +65,12 @@ struct NcclUnderTest {
       if (!descriptor.ok()) {
         opened[r] = descriptor.status();
         return;
+      }
+      if (setup.domain_size > 0) {
+        const uint32_t d = r / setup.domain_size;
+        opened[r] = descriptor->SetRecoveryDomain(
+            {d, d * setup.domain_size, setup.domain_size});
+        if (!opened[r].ok()) return;
       }
       nccl::NcclSessionOptions options;
       options.device = static_cast<int>(r);

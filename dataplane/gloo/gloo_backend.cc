@@ -15,6 +15,7 @@
 #include "dataplane/agreement.h"
 #include "dataplane/batch.h"
 #include "dataplane/caller_output.h"
+#include "dataplane/domain_groups.h"
 #include "dataplane/gloo/internal/agreement_check.h"
 #include "dataplane/gloo/internal/native_ops.h"
 #include "dataplane/gloo/internal/session_impl.h"
@@ -215,10 +216,8 @@ class GlooAgreement final : public Agreement {
 
 GlooBackend::GlooBackend(std::shared_ptr<internal::SessionImpl> impl)
     : impl_(std::move(impl)) {
-  std::set<CollectiveGroupId> groups;
-  for (const auto& g : impl_->descriptor().groups()) groups.insert(g.id());
-  caps_ = AdvertisedCapabilities(std::move(groups),
-                                 impl_->options().restrict_capabilities);
+  caps_ = HeldCapabilities(impl_->descriptor(),
+                           impl_->options().restrict_capabilities);
 }
 
 GlooBackend::~GlooBackend() { impl_->Shutdown(); }
@@ -259,6 +258,12 @@ absl::Status GlooBackend::Admission(const char* operation) const {
 absl::StatusOr<GlooGroup*> GlooBackend::group(CollectiveGroupId id) {
   std::shared_ptr<GlooGroup> g = impl_->group(id);
   if (g == nullptr) {
+    // A group of this rank that the session does not hold (domain_groups.h).
+    if (absl::Status held = CheckHeld(kBackend, "resolving a group",
+                                      descriptor(), CollectiveScope::Group(id));
+        !held.ok()) {
+      return held;
+    }
     return absl::NotFoundError(absl::StrCat("gloo backend: rank ",
                                             descriptor().rank(),
                                             " is not a member of group ", id));
@@ -268,7 +273,12 @@ absl::StatusOr<GlooGroup*> GlooBackend::group(CollectiveGroupId id) {
 
 absl::StatusOr<GlooGroup*> GlooBackend::ResolveGroup(
     const CollectiveScope& scope) {
-  if (scope.is_world()) return &world();
+  if (scope.is_world()) {
+    if (impl_->world() == nullptr) {
+      return CheckHeld(kBackend, "resolving a scope", descriptor(), scope);
+    }
+    return &world();
+  }
   return group(scope.group_id());
 }
 

@@ -116,10 +116,13 @@ class GlooBackend {
   // executor.
   absl::StatusOr<GlooExecutor*> executor(uint32_t lane);
   uint32_t executor_count() const;
-  // The world group.
+  // The world group. Requires a session that holds the world
+  // (domain_groups.h's HoldsWorld: always, unless the job recovers by
+  // domain); ResolveGroup refuses the world otherwise.
   GlooGroup& world();
   // The group `id` of the descriptor; NotFound when this rank is not a
-  // member.
+  // member; FailedPrecondition (domain_groups.h's CheckHeld) for a group of
+  // this rank the session does not hold.
   absl::StatusOr<GlooGroup*> group(CollectiveGroupId id);
   // World or group, as a scope names it; NotFound as group().
   absl::StatusOr<GlooGroup*> ResolveGroup(const CollectiveScope& scope);

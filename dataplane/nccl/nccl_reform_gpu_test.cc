@@ -4,13 +4,16 @@
 // re-form while a replacement opens its session at the next epoch; the new
 // communicators come from new unique ids, on the same devices, and sum
 // again; the survivors' own device tensors are untouched. Also: the
-// deadline names the epoch without a replacement.
+// deadline names the epoch without a replacement; and, under recovery by
+// domain (dataplane/domain_groups.h), one replica's sessions re-open their
+// in-domain communicators alone while the other replica keeps summing.
 //
 // Every case skips (GTEST_SKIP with the reason, which says "no GPU") with
 // fewer than 2 CUDA devices. Built twice (nccl_device_test.bzl):
 // nccl_reform_gpu_test for real GPUs and nccl_reform_standin_test against
 // the CPU stand-in; the GPU kit runs them all as nccl_gpu_test.
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -22,6 +25,7 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/topology.h"
 #include "dataplane/collective_scope.h"
 #include "dataplane/control_plane.h"
 #include "dataplane/nccl/cuda_stream.h"
@@ -198,6 +202,107 @@ TEST_F(NcclMultiGpuTest, ReformWithoutAReplacementNamesTheEpoch) {
       << reformed.status();
   EXPECT_TRUE(absl::StrContains(reformed.status().message(), "epoch 2"))
       << reformed.status();
+}
+
+// tp 2 x dp 2 on 4 devices, each session confined to its replica. Replica
+// 1's ranks destroy their sessions and open new ones (new communicators
+// from new unique ids: a re-form's native part) while replica 0's ranks
+// keep all-reducing on their tensor group: replica 1's init waits for its
+// own members only, and replica 0 is never poisoned. The world is refused
+// on both.
+TEST_F(NcclMultiGpuTest, ADomainReopensAloneWhileTheOtherSums) {
+  if (MultiWorld() < 4) {
+    GTEST_SKIP() << "needs 4 devices; this run has " << MultiWorld();
+  }
+  constexpr uint32_t kWorld = 4;
+  ParallelTopology topology;
+  topology.tensor = 2;
+  topology.data = 2;
+  auto job = InProcessJob::Create(kWorld);
+  auto descriptor = [&](uint32_t r) {
+    auto d = DistributedSessionDescriptor::FromTopology(topology, kWorld, r);
+    EXPECT_TRUE(d.ok()) << d.status();
+    EXPECT_TRUE(d->SetRecoveryDomain({r / 2, r / 2 * 2, 2}).ok());
+    return *d;
+  };
+  // Rank r's tensor group: id 2 + r / 2 (common/topology.h).
+  auto tensor = [](uint32_t r) { return CollectiveScope::Group(2 + r / 2); };
+  // Sums {r + 1, flag} on the tensor group; the sums.
+  auto sum = [&](NcclSession& session, uint32_t r,
+                 float flag) -> absl::StatusOr<std::vector<float>> {
+    auto x =
+        Upload(Desc({2}), std::vector<float>{static_cast<float>(r + 1), flag},
+               session.stream());
+    auto out = session.AllReduceSum(tensor(r), x);
+    if (!out.ok()) return out.status();
+    if (absl::Status s = out->completion->Wait(); !s.ok()) return s;
+    return Download<float>(out->output);
+  };
+  std::vector<std::unique_ptr<ControlPlane>> control_planes;
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    control_planes.push_back(job->ForRank(r));
+  }
+  std::vector<std::unique_ptr<NcclSession>> sessions(kWorld);
+  EachRank(kWorld, [&](uint32_t r) {
+    auto session =
+        NcclSession::Open(descriptor(r), control_planes[r].get(), OnDevice(r));
+    ASSERT_TRUE(session.ok()) << session.status();
+    sessions[r] = *std::move(session);
+  });
+  for (const auto& s : sessions) ASSERT_NE(s, nullptr);
+
+  std::atomic<bool> reopening{false};
+  std::atomic<bool> stop{false};
+  std::atomic<int> sums_while_reopening{0};
+  EachRank(kWorld, [&](uint32_t r) {
+    NcclSession& session = *sessions[r];
+    auto world = session.AllReduceSum(
+        CollectiveScope::World(),
+        Upload(Desc({1}), std::vector<float>{1.0f}, session.stream()));
+    ASSERT_EQ(world.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_TRUE(absl::StrContains(world.status().message(),
+                                  "the world spans every domain and is not "
+                                  "connected"))
+        << world.status();
+    EXPECT_FALSE(session.capabilities().world_collectives);
+    if (r < 2) {
+      // Replica 0: sums until both agree to stop (the flag is summed).
+      while (true) {
+        const bool during = reopening.load();
+        auto got = sum(session, r, stop.load() ? 1.0f : 0.0f);
+        ASSERT_TRUE(got.ok()) << got.status();
+        ASSERT_EQ((*got)[0], 3.0f);
+        ASSERT_TRUE(session.poison().ok()) << session.poison();
+        if (during && reopening.load()) ++sums_while_reopening;
+        if ((*got)[1] > 0.0f) break;
+      }
+      return;
+    }
+    // Replica 1: sums, closes and re-opens its communicators, sums again.
+    auto before = sum(session, r, 0.0f);
+    ASSERT_TRUE(before.ok()) << before.status();
+    EXPECT_EQ((*before)[0], 7.0f);
+    if (r == 2) reopening = true;
+    // Both members of replica 1 have seen replica 0 sum during the
+    // re-open before the new session forms (bounded).
+    const absl::Time give_up = absl::Now() + absl::Seconds(20);
+    sessions[r].reset();
+    while (sums_while_reopening.load() < 6 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    auto reopened =
+        NcclSession::Open(descriptor(r), control_planes[r].get(), OnDevice(r));
+    ASSERT_TRUE(reopened.ok()) << reopened.status();
+    auto after = sum(**reopened, r, 0.0f);
+    ASSERT_TRUE(after.ok()) << after.status();
+    EXPECT_EQ((*after)[0], 7.0f);
+    sessions[r] = *std::move(reopened);
+    if (r == 2) {
+      reopening = false;
+      stop = true;
+    }
+  });
+  EXPECT_GE(sums_while_reopening.load(), 6);
 }
 
 }  // namespace

@@ -64,6 +64,13 @@ class Group(ctypes.Structure):
     ]
 
 
+class DomainEpoch(ctypes.Structure):
+    _fields_ = [
+        ("domain", ctypes.c_uint32),
+        ("epoch", ctypes.c_uint64),
+    ]
+
+
 class Capabilities(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
@@ -124,6 +131,11 @@ _PROTOTYPES = {
     "rankd_all_gather_words": (_P, [_P, c_uint32_p, ctypes.c_size_t,
                                     ctypes.c_double, c_uint32_p,
                                     ctypes.c_size_t]),
+    "rankd_all_gather_words_with_view": (
+        _P, [_P, c_uint32_p, ctypes.c_size_t, ctypes.c_double, c_uint32_p,
+             ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t),
+             ctypes.POINTER(ctypes.c_int), ctypes.POINTER(DomainEpoch),
+             ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]),
     "rankd_submit_all_gather_words": (_P, [_P, c_uint32_p, ctypes.c_size_t,
                                            ctypes.c_double, _PP]),
     "rankd_pending_words_is_ready": (ctypes.c_int, [_P]),

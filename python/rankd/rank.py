@@ -154,6 +154,35 @@ class Rank:
             out.ctypes.data_as(_native.c_uint32_p), out.size))
         return out
 
+    def all_gather_words_with_view(self, words, timeout=60.0):
+        """all_gather_words that returns a partial round too, with its view
+        (docs/contract.md, "Data-parallel domains"): under the daemons'
+        --recovery=domain a world round spans the data-parallel replicas
+        serving when it ran, and all_gather_words refuses one that did not
+        span them all. Returns (frames, partial, domains): frames is a
+        (ranks, count) uint32 array, one row per rank of the listed
+        domains in rank order (every rank's unless partial); partial is
+        True when the round did not span every replica; domains lists
+        (domain, epoch) pairs, ascending, empty without recovery by
+        domain. Errors as all_gather_words."""
+        array, pointer = _words(words)
+        out = np.empty((self.world_size, array.size), dtype=np.uint32)
+        replicas = max(1, self.layout["data"])
+        domains = (_native.DomainEpoch * replicas)()
+        out_words = ctypes.c_size_t()
+        partial = ctypes.c_int()
+        domain_count = ctypes.c_size_t()
+        check(lib.rankd_all_gather_words_with_view(
+            self.handle, pointer, array.size, float(timeout),
+            out.ctypes.data_as(_native.c_uint32_p), out.size,
+            ctypes.byref(out_words), ctypes.byref(partial), domains,
+            replicas, ctypes.byref(domain_count)))
+        rows = out_words.value // array.size if array.size else 0
+        frames = out[:rows].copy()
+        view = [(domains[i].domain, domains[i].epoch)
+                for i in range(domain_count.value)]
+        return frames, bool(partial.value), view
+
     def submit_all_gather_words(self, words, timeout=60.0):
         """The bounded form: submits the round now; `timeout` bounds the
         whole round. Returns a PendingWords."""

@@ -24,6 +24,12 @@ test_rankd.py on every rank with the launcher's environment.
     rank_program.py narrowed  sessions opened with restrict_capabilities
                            refuse what was left out naming the capability
                            and run the rest; prints "PY NARROWED <r> OK"
+    rank_program.py domain_view (rankd --recovery=domain, tp 2 x dp 2)
+                           rank 3 dies (exit 3), rank 2 exits once its
+                           health names it; ranks 0 and 1 get a partial
+                           world round with its view (replica 0 at epoch
+                           1) and all_gather_words refusing one; print
+                           "PY DOMAIN <r> OK"
     rank_program.py rejoin (rankd --recovery=on) rank 1 dies (exit 3);
                            rank 0 prints "SAW LOSS" once its job_health
                            names it, then rejoin(1) enters epoch 2 with the
@@ -65,6 +71,12 @@ def ops(rank):
     # all_gather_words: [7, 9] on both gives [7, 9, 7, 9].
     frames = rank.all_gather_words([7, 9], timeout=30)
     assert frames.tolist() == [[7, 9], [7, 9]], frames
+    # With its view: without recovery by domain, the whole world and no
+    # domains.
+    frames, partial, domains = rank.all_gather_words_with_view([7, 9],
+                                                               timeout=30)
+    assert frames.tolist() == [[7, 9], [7, 9]], frames
+    assert partial is False and domains == [], (partial, domains)
     pending = rank.submit_all_gather_words([100 + r], timeout=30)
     assert pending.wait().reshape(-1).tolist() == [100, 101]
     assert pending.is_ready()
@@ -319,6 +331,42 @@ def rejoin(rank):
     print(f"PY REJOIN {r} OK", flush=True)
 
 
+def domain_view(rank):
+    r = rank.rank
+    assert rank.layout["data"] == 2 and rank.layout["tensor"] == 2, rank.layout
+    if r == 3:
+        sys.stdout.flush()
+        os._exit(3)  # dies without leaving: replica 1 recovers
+    if r == 2:
+        # Its own replica's loss is its failure; it ends without leaving (a
+        # clean leave while a replica recovers would fail the job).
+        deadline = time.monotonic() + 30
+        while rank.job_health() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "rank 3" in rank.job_health().message, rank.job_health()
+        print("PY DOMAIN 2 SAW LOSS", flush=True)
+        os._exit(0)
+    # Replica 0 serves on: a round in flight at a loss fails (ABORTED) and
+    # the next spans replica 0 alone, saying so.
+    deadline = time.monotonic() + 30
+    while True:
+        assert time.monotonic() < deadline, "no partial round within 30 s"
+        try:
+            frames, partial, domains = rank.all_gather_words_with_view(
+                [10 + r], timeout=30)
+        except rankd.AbortedError:
+            continue
+        if partial:
+            break
+    assert frames.tolist() == [[10], [11]], frames
+    assert domains == [(0, 1)], domains
+    assert rank.job_health() is None, rank.job_health()
+    # all_gather_words promises the whole world: it refuses a partial round.
+    expect_raises(rankd.FailedPreconditionError, "domain",
+                  rank.all_gather_words, [r], timeout=30)
+    print(f"PY DOMAIN {r} OK", flush=True)
+
+
 def nccl(rank):
     from fake_device import FakeDeviceArray, FakeDLPackArray, StandinCuda
 
@@ -530,7 +578,8 @@ def main():
     scenario = sys.argv[1]
     with rankd.join() as rank:
         {"ops": ops, "lost": lost, "nccl": nccl, "torch": torch_ops,
-         "empty": empty, "narrowed": narrowed, "rejoin": rejoin}[scenario](rank)
+         "empty": empty, "narrowed": narrowed, "rejoin": rejoin,
+         "domain_view": domain_view}[scenario](rank)
 
 
 if __name__ == "__main__":

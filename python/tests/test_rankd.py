@@ -140,6 +140,19 @@ def test_a_survivor_rejoins_the_next_epoch():
         assert "PY REJOIN 1 OK" in job.log("rank1.replacement.log")
 
 
+def test_a_partial_world_round_says_which_replicas_it_spans():
+    flags = ["--recovery=domain", "--recovery_deadline_ms=60000",
+             "--tensor_parallel=2"]
+    with LocalJob("py-domain", 2, 2, daemon_flags=flags) as job:
+        results = job.run_ranks(PROGRAM, "domain_view", env=_env(),
+                                timeout=60)
+        codes = [code for code, _ in results]
+        assert codes == [0, 0, 0, 3], "\n".join(log for _, log in results)
+        for r in (0, 1):
+            assert f"PY DOMAIN {r} OK" in results[r][1], results[r][1]
+        assert "PY DOMAIN 2 SAW LOSS" in results[2][1], results[2][1]
+
+
 def test_join_without_a_job_id_is_refused(monkeypatch):
     monkeypatch.delenv("RANKD_JOB_ID", raising=False)
     with pytest.raises(rankd.InvalidArgumentError, match="RANKD_JOB_ID"):

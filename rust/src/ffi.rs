@@ -119,6 +119,13 @@ pub struct rankd_descriptor {
 }
 
 #[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct rankd_domain_epoch {
+    pub domain: u32,
+    pub epoch: u64,
+}
+
+#[repr(C)]
 pub struct rankd_group {
     pub id: u32,
     pub kind: *const c_char,
@@ -202,6 +209,20 @@ extern "C" {
         timeout_seconds: f64,
         out: *mut u32,
         out_capacity: usize,
+    ) -> *mut rankd_status;
+    #[allow(clippy::too_many_arguments)]
+    pub fn rankd_all_gather_words_with_view(
+        rank: *mut rankd_rank,
+        words: *const u32,
+        count: usize,
+        timeout_seconds: f64,
+        out: *mut u32,
+        out_capacity: usize,
+        out_words: *mut usize,
+        partial: *mut c_int,
+        domains: *mut rankd_domain_epoch,
+        domains_capacity: usize,
+        domain_count: *mut usize,
     ) -> *mut rankd_status;
     pub fn rankd_submit_all_gather_words(
         rank: *mut rankd_rank,

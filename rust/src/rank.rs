@@ -88,6 +88,29 @@ pub struct RankDescriptor {
     pub data_parallel: u32,
 }
 
+/// Recovery by domain (docs/contract.md, "Data-parallel domains"): one
+/// data-parallel replica a world round spans and the epoch it served at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DomainEpoch {
+    pub domain: u32,
+    pub epoch: u64,
+}
+
+/// A world round's result and the serving view it was taken in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorldWords {
+    /// Rank-major frames of the ranks of `domains` (every rank's unless
+    /// `partial`). A domain is a contiguous block of tensor x pipeline x
+    /// expert ranks, so rank r's frame is block (index of r's domain in
+    /// `domains`), offset r mod that block's size.
+    pub words: Vec<u32>,
+    /// True when the round did not span every replica (one was recovering).
+    pub partial: bool,
+    /// The replicas the round spans, ascending, with their epochs; empty
+    /// without recovery by domain.
+    pub domains: Vec<DomainEpoch>,
+}
+
 type FailureCallback = Box<dyn Fn(Error) + Send + Sync>;
 
 /// The shared owner of the `rankd_rank` handle.
@@ -291,6 +314,53 @@ impl Rank {
     /// the ranks that did not contribute within `timeout`.
     pub fn all_gather_words(&self, words: &[u32], timeout: Duration) -> Result<Vec<u32>> {
         all_gather_words(&self.handle, self.world_size() as usize, words, timeout)
+    }
+
+    /// `all_gather_words` that returns a partial round too, with its view:
+    /// under the daemons' `--recovery=domain` a world round spans the
+    /// data-parallel replicas serving when it ran, and `all_gather_words`
+    /// refuses one that did not span them all (FailedPrecondition naming
+    /// those it spanned). Same numbering, errors and bounds.
+    pub fn all_gather_words_with_view(
+        &self,
+        words: &[u32],
+        timeout: Duration,
+    ) -> Result<WorldWords> {
+        let capacity = words.len() * self.world_size() as usize;
+        let mut out = vec![0u32; capacity];
+        let replicas = self.descriptor.data_parallel.max(1) as usize;
+        let mut domains = vec![ffi::rankd_domain_epoch::default(); replicas];
+        let mut out_words = 0usize;
+        let mut partial: c_int = 0;
+        let mut domain_count = 0usize;
+        // SAFETY: every buffer is valid for the length given with it.
+        unsafe {
+            Error::check(ffi::rankd_all_gather_words_with_view(
+                self.handle.ptr,
+                words.as_ptr(),
+                words.len(),
+                seconds(timeout),
+                out.as_mut_ptr(),
+                capacity,
+                &mut out_words,
+                &mut partial,
+                domains.as_mut_ptr(),
+                replicas,
+                &mut domain_count,
+            ))?
+        };
+        out.truncate(out_words);
+        Ok(WorldWords {
+            words: out,
+            partial: partial != 0,
+            domains: domains[..domain_count]
+                .iter()
+                .map(|d| DomainEpoch {
+                    domain: d.domain,
+                    epoch: d.epoch,
+                })
+                .collect(),
+        })
     }
 
     /// The bounded form: submits the round now (`round_timeout` bounds it

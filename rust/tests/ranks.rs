@@ -64,6 +64,16 @@ fn collectives(rank: &Rank) {
         );
         rank.all_gather_words(&[r], T).unwrap();
     }
+    // With its view: without recovery by domain, the whole world and no
+    // domains.
+    assert_eq!(
+        rank.all_gather_words_with_view(&[7, 9], T).unwrap(),
+        rankd::WorldWords {
+            words: vec![7, 9, 7, 9],
+            partial: false,
+            domains: vec![],
+        }
+    );
     let s = session(rank);
     let contract: &Contract = &s; // through the trait object
     let d = contract.descriptor();

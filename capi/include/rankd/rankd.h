@@ -248,6 +248,35 @@ RANKD_EXPORT rankd_status* rankd_all_gather_words(
     rankd_rank* rank, const uint32_t* words, size_t count,
     double timeout_seconds, uint32_t* out, size_t out_capacity);
 
+/* Recovery by domain (docs/contract.md, "Data-parallel domains"): one
+ * data-parallel replica a world round spans and the epoch it served at. */
+typedef struct rankd_domain_epoch {
+  uint32_t domain;
+  uint64_t epoch;
+} rankd_domain_epoch;
+
+/* rankd_all_gather_words that returns a partial round too, with the view it
+ * was taken in: under the daemons' --recovery=domain a world round spans the
+ * data-parallel replicas serving when it ran (rankd_all_gather_words fails
+ * a round that did not span every replica, with FAILED_PRECONDITION naming
+ * those it spanned). `out` must hold world_size * count words (the most a
+ * round gives) and `domains` data_parallel entries (rankd_descriptor);
+ * INVALID_ARGUMENT otherwise, or for a NULL out_words, partial or
+ * domain_count, before any round is used. On success: *out_words is the
+ * number of words written to `out`, the rank-major frames of the ranks of
+ * the listed domains (every rank's unless partial; a domain is a contiguous
+ * block of tensor x pipeline x expert ranks, so rank r's frame is at block
+ * <index of r's domain in `domains`>, offset r mod that block's size);
+ * *partial is 1 when the round did not span every replica, else 0; and
+ * *domain_count is the number of entries written to `domains`, ascending
+ * (0 without recovery by domain). Same numbering, errors and bounds as
+ * rankd_all_gather_words. */
+RANKD_EXPORT rankd_status* rankd_all_gather_words_with_view(
+    rankd_rank* rank, const uint32_t* words, size_t count,
+    double timeout_seconds, uint32_t* out, size_t out_capacity,
+    size_t* out_words, int* partial, rankd_domain_epoch* domains,
+    size_t domains_capacity, size_t* domain_count);
+
 typedef struct rankd_pending_words rankd_pending_words;
 
 /* The bounded form: submits the round now and returns at once;

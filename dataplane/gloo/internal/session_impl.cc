@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/monotonic_clock.h"
+#include "dataplane/domain_groups.h"
 #include "dataplane/gloo/internal/gloo_abort.h"
 #include "dataplane/gloo/internal/native_ops.h"
 #include "dataplane/gloo/internal/rankd_store.h"
@@ -128,8 +129,9 @@ absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
   const DistributedSessionDescriptor& d = comm->descriptor_;
   std::vector<uint32_t> everyone(d.world_size());
   std::iota(everyone.begin(), everyone.end(), 0u);
-  std::vector<const CollectiveGroupDescriptor*> sorted;
-  for (const auto& g : d.groups()) sorted.push_back(&g);
+  // Only the groups the session holds (domain_groups.h: under recovery by
+  // domain, those inside the rank's domain, never the world).
+  std::vector<const CollectiveGroupDescriptor*> sorted = HeldGroups(d);
   std::sort(sorted.begin(), sorted.end(),
             [](const auto* a, const auto* b) { return a->id() < b->id(); });
   const CollectiveGroupDescriptor* world_group = nullptr;
@@ -156,7 +158,7 @@ absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
     }
     return group;
   };
-  if (world_group == nullptr) {
+  if (world_group == nullptr && HoldsWorld(d)) {
     auto world = connect("world", d.rank(), everyone,
                          [&](std::shared_ptr<::gloo::Context> context) {
                            return std::make_shared<GlooGroup>(

@@ -93,7 +93,8 @@ class SessionImpl final : public ExecutionHost,
     return diagnosis_;
   }
 
-  // The world group.
+  // The world group; null when the session does not hold the world
+  // (domain_groups.h's HoldsWorld).
   const std::shared_ptr<GlooGroup>& world() const { return world_; }
   // The group with `id` this rank belongs to, or null.
   std::shared_ptr<GlooGroup> group(CollectiveGroupId id) const;

@@ -14,12 +14,15 @@ GlooSessionOptions GlooTestCluster::DefaultOptions() {
 }
 
 GlooTestCluster::GlooTestCluster(ParallelTopology topology, uint32_t world_size,
-                                 GlooSessionOptions options)
+                                 GlooSessionOptions options,
+                                 bool recovery_by_domain)
     : GlooTestCluster(topology,
-                      std::vector<GlooSessionOptions>(world_size, options)) {}
+                      std::vector<GlooSessionOptions>(world_size, options),
+                      recovery_by_domain) {}
 
 GlooTestCluster::GlooTestCluster(ParallelTopology topology,
-                                 std::vector<GlooSessionOptions> per_rank)
+                                 std::vector<GlooSessionOptions> per_rank,
+                                 bool recovery_by_domain)
     : world_size_(static_cast<uint32_t>(per_rank.size())),
       job_(InProcessJob::Create(world_size_)) {
   const uint32_t world_size = world_size_;
@@ -34,6 +37,16 @@ GlooTestCluster::GlooTestCluster(ParallelTopology topology,
     if (!descriptor.ok()) {
       statuses[r] = descriptor.status();
       return;
+    }
+    if (recovery_by_domain) {
+      const uint32_t size = DomainSizeOf(topology);
+      const uint32_t domain = r / size;
+      if (absl::Status s =
+              descriptor->SetRecoveryDomain({domain, domain * size, size});
+          !s.ok()) {
+        statuses[r] = s;
+        return;
+      }
     }
     auto session =
         GlooSession::Open(*descriptor, control_planes_[r].get(), per_rank[r]);

@@ -22,12 +22,17 @@ using ::rankd::dataplane::testing::InProcessJob;
 
 class GlooTestCluster {
  public:
+  // With `recovery_by_domain`, each rank's descriptor is confined to its
+  // data-parallel domain of `topology` (session_descriptor.h's
+  // recovery_domain()), as under the daemons' --recovery=domain.
   GlooTestCluster(ParallelTopology topology, uint32_t world_size,
-                  GlooSessionOptions options = DefaultOptions());
+                  GlooSessionOptions options = DefaultOptions(),
+                  bool recovery_by_domain = false);
   // Rank r's session gets `per_rank[r]` (one entry per rank): for tests of
   // members whose options differ.
   GlooTestCluster(ParallelTopology topology,
-                  std::vector<GlooSessionOptions> per_rank);
+                  std::vector<GlooSessionOptions> per_rank,
+                  bool recovery_by_domain = false);
 
   // Short timeouts so failing tests fail fast.
   static GlooSessionOptions DefaultOptions();

@@ -14,6 +14,7 @@
 #include "dataplane/admission.h"
 #include "dataplane/agreement.h"
 #include "dataplane/caller_output.h"
+#include "dataplane/domain_groups.h"
 #include "dataplane/nccl/internal/operation_agreement.h"
 
 namespace rankd::dataplane::nccl::internal {
@@ -181,10 +182,9 @@ size_t SessionImpl::communicator_count() const {
 DistributedCapabilities SessionImpl::capabilities() const {
   absl::MutexLock lock(&mu_);
   if (!ready_ || poison_.poisoned()) return DistributedCapabilities{};
-  std::set<CollectiveGroupId> groups;
-  for (const auto& [id, entry] : groups_) groups.insert(id);
-  return AdvertisedCapabilities(std::move(groups),
-                                options_.restrict_capabilities);
+  // groups_ holds exactly the held groups (InitBrokeredCommunicators,
+  // InitSplitCommunicators).
+  return HeldCapabilities(descriptor_, options_.restrict_capabilities);
 }
 
 bool SessionImpl::SupportsQuarantine() const {
@@ -983,8 +983,11 @@ absl::Status SessionImpl::InitializeLocked() {
   std::shared_ptr<CommEntry> world;
   std::map<CollectiveGroupId, std::shared_ptr<CommEntry>> groups;
   std::vector<std::shared_ptr<CommEntry>> comms;
+  // Splitting needs a world root, which a session confined to its domain
+  // (domain_groups.h) does not connect: it brokers each held group's own
+  // unique ids instead.
   absl::Status made =
-      SplitSupported()
+      SplitSupported() && HoldsWorld(descriptor_)
           ? InitSplitCommunicators(device, deadline, &world, &groups, &comms)
           : InitBrokeredCommunicators(device, deadline, &world, &groups,
                                       &comms);
@@ -1233,9 +1236,11 @@ absl::Status SessionImpl::InitBrokeredCommunicators(
   };
   std::vector<uint32_t> all(world_size);
   std::iota(all.begin(), all.end(), 0u);
-  *world = entry_for(all, descriptor_.rank());
-  for (const auto& g : descriptor_.groups()) {
-    (*groups)[g.id()] = entry_for(g.members(), g.local_rank());
+  // Only what the session holds (domain_groups.h): under recovery by
+  // domain, no world and no group spanning domains.
+  if (HoldsWorld(descriptor_)) *world = entry_for(all, descriptor_.rank());
+  for (const CollectiveGroupDescriptor* g : HeldGroups(descriptor_)) {
+    (*groups)[g->id()] = entry_for(g->members(), g->local_rank());
   }
 
   std::vector<CommIdRequest> requests;
