@@ -553,6 +553,17 @@ if ((hung)); then
   fi
   failed=1
 fi
+await_stop() {  # what pid: sent SIGTERM; reaped within 10 s (else SIGKILL, failed=1) into $code
+  local what=$1 pid=$2
+  for _ in $(seq 500); do kill -0 "$pid" 2>/dev/null || break; sleep 0.02; done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "== $what did not stop within 10 s of SIGTERM; killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+    failed=1
+  fi
+  code=0
+  wait "$pid" 2>/dev/null || code=$?
+}
 reap_ranks() {  # every rank process (rank_pids) stopped and reaped: codes
   local r code
   codes=()
@@ -574,15 +585,7 @@ if ((recover)); then
   # SIGKILL after its --stop_grace_ms (5 s); this waits 10 s.
   for ((n = 0; n < nodes; n++)); do kill -TERM "${rankrun_pids[$n]}" 2>/dev/null || true; done
   for ((n = 0; n < nodes; n++)); do
-    pid=${rankrun_pids[$n]}
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$pid" 2>/dev/null; then
-      echo "== rankrun of node $n did not stop within 10 s of SIGTERM; killing it"
-      kill -KILL "$pid" 2>/dev/null || true
-      failed=1
-    fi
-    code=0
-    wait "$pid" 2>/dev/null || code=$?
+    await_stop "rankrun of node $n" "${rankrun_pids[$n]}"
     codes+=("$code")
   done
   split_rank_logs
@@ -637,14 +640,7 @@ stop_daemons() {  # SIGTERM to every daemon; each must exit 0 within 10 s
   for pid in "${daemon_pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for ((n = 0; n < nodes; n++)); do
     pid=${daemon_pids[$n]}
-    for _ in $(seq 500); do kill -0 "$pid" 2>/dev/null || break; sleep 0.02; done
-    if kill -0 "$pid" 2>/dev/null; then
-      echo "== daemon of node $n did not stop within 10 s of SIGTERM; killing it"
-      kill -KILL "$pid" 2>/dev/null || true
-      failed=1
-    fi
-    code=0
-    wait "$pid" 2>/dev/null || code=$?
+    await_stop "daemon of node $n" "$pid"
     forget "$pid"
     reaped=$((reaped + 1))
     if ((code != 0)); then
