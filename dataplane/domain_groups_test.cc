@@ -117,8 +117,8 @@ TEST(DomainGroupsTest, AdmissionRefusesBeforeCapabilityAndKeepsMembership) {
   EXPECT_EQ(Admit(world, absl::OkStatus(), d, caps).code(),
             absl::StatusCode::kFailedPrecondition);
   // A group this rank is not in is still admission's NotFound.
-  const CollectiveGroupDescriptor* other =
-      WithMembers(Descriptor(3, true), {2, 3});
+  const DistributedSessionDescriptor rank3 = Descriptor(3, true);
+  const CollectiveGroupDescriptor* other = WithMembers(rank3, {2, 3});
   ASSERT_NE(other, nullptr);
   AdmissionRequest foreign{"gloo", "all_gather",
                            CollectiveScope::Group(other->id())};
