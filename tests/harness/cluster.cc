@@ -98,6 +98,25 @@ std::string LocalCluster::tcp_address(uint32_t node) const {
 }
 
 absl::Status LocalCluster::Start(absl::Duration timeout) {
+  // FreePort's port is free when it returns, not when the daemon binds it:
+  // another test's connection may take it meanwhile. Then every daemon
+  // started is stopped (by pid) and the cluster starts again on new ports.
+  absl::Status started;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    started = StartOnce(timeout);
+    if (started.ok() ||
+        !absl::StrContains(started.message(), "Address already in use")) {
+      return started;
+    }
+    daemons_.clear();
+    argvs_.clear();
+    restarts_.clear();
+    ports_.clear();
+  }
+  return started;
+}
+
+absl::Status LocalCluster::StartOnce(absl::Duration timeout) {
   // Distinct ports (FreePort never repeats one): a node listening on the
   // coordinator's address would take the coordinator's role.
   for (uint32_t n = 0; n < options_.nnodes; ++n) ports_.push_back(FreePort());

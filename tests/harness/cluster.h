@@ -80,6 +80,8 @@ class LocalCluster {
 
   // Starts every daemon and waits until each reports readiness (registered
   // with the coordinator) through grpc.health.v1.
+  // A daemon that lost its port to another process (FreePort's race) makes
+  // it start the whole cluster again on new ports, at most three times.
   absl::Status Start(absl::Duration timeout = absl::Seconds(20));
 
   const ClusterOptions& options() const { return options_; }
@@ -156,6 +158,9 @@ class LocalCluster {
  private:
   // Waits until daemon `n` reports readiness, or `deadline` (MonotonicNow).
   absl::Status WaitReady(uint32_t n, absl::Time deadline);
+
+  // One try of Start.
+  absl::Status StartOnce(absl::Duration timeout);
 
   ClusterOptions options_;
   std::string dir_;
