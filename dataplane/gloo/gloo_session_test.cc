@@ -930,6 +930,25 @@ TEST(RendezvousKeysTest, KeysArePrefixedByNamespaceInstanceAndGroup) {
   EXPECT_EQ(internal::RankdStore::Prefix("j@7", 0, "5"), "gloo/j@7/5/");
 }
 
+// A full-mesh connect waits for each member's addresses and then reads
+// them: the store reads each key from the broker once, and a later get
+// reads it again.
+TEST(RendezvousKeysTest, WaitThenGetReadsEachKeyFromTheBrokerOnce) {
+  std::shared_ptr<InProcessJob> job = InProcessJob::Create(2, "job@1");
+  std::unique_ptr<ControlPlane> rank0 = job->ForRank(0);
+  std::unique_ptr<ControlPlane> rank1 = job->ForRank(1);
+  const std::string prefix = internal::RankdStore::Prefix("job@1", 0, "2");
+  internal::RankdStore store0(rank0.get(), prefix, absl::Seconds(5), {0, 1});
+  internal::RankdStore store1(rank1.get(), prefix, absl::Seconds(5), {0, 1});
+  store1.set("1", {'a', 'b'});
+  const int before = job->kv_gets();
+  store0.wait({"1"});
+  EXPECT_EQ(store0.get("1"), std::vector<char>({'a', 'b'}));
+  EXPECT_EQ(job->kv_gets() - before, 1);
+  EXPECT_EQ(store0.get("1"), std::vector<char>({'a', 'b'}));
+  EXPECT_EQ(job->kv_gets() - before, 2);
+}
+
 // Sessions a rank opens one after another number themselves (instance
 // unset): the second one rendezvouses under keys of its own, so a rank that
 // opens it while its peer is still late never reads the first session's

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "dataplane/control_plane.h"
@@ -62,6 +63,10 @@ class RankdStore final : public ::gloo::rendezvous::Store {
   const std::string& prefix() const { return prefix_; }
 
  private:
+  // Values wait() read, for the get() Gloo issues right after it: one
+  // broker round trip per key instead of two (a full-mesh connect waits for
+  // and then reads every member's addresses).
+  absl::flat_hash_map<std::string, std::string> fetched_;
   ControlPlane* const control_plane_;
   const std::string prefix_;
   const absl::Duration timeout_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -138,47 +139,72 @@ absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
   for (const auto* g : sorted) {
     if (g->id() == kWorldGroupId && g->members() == everyone) world_group = g;
   }
-  // Without a group 1 holding every rank, the world gets its own context,
-  // connected first. Lane 0 keeps the rendezvous names of a one-executor
+  // Without a group 1 holding every rank, the world gets its own context.
+  // Lane 0 keeps the rendezvous names of a one-executor
   // session; lane e appends ".e<e>".
   const uint32_t lanes = comm->executor_count();
-  // Connects `group` (lane 0 made by `make`) on every lane.
-  auto connect = [&](const std::string& name, uint32_t rank,
-                     const std::vector<uint32_t>& members,
-                     auto make) -> absl::StatusOr<std::shared_ptr<GlooGroup>> {
+  // One group to connect: its rendezvous name, this rank's place in it,
+  // its members and its descriptor (null for a world of its own).
+  struct Pending {
+    std::string name;
+    uint32_t rank;
+    std::vector<uint32_t> members;
+    const CollectiveGroupDescriptor* descriptor;
+    absl::StatusOr<std::shared_ptr<GlooGroup>> group =
+        absl::UnknownError("not connected");
+  };
+  std::vector<Pending> pending;
+  if (world_group == nullptr && HoldsWorld(d)) {
+    pending.push_back({"world", d.rank(), everyone, nullptr});
+  }
+  for (const auto* g : sorted) {
+    pending.push_back(
+        {absl::StrCat(g->id()), g->local_rank(), g->members(), g});
+  }
+  // Connects one group on every lane.
+  auto connect = [&comm, lanes, world_group](Pending& p) {
+    const bool world = p.descriptor == nullptr || p.descriptor == world_group;
+    const uint32_t id =
+        p.descriptor == nullptr ? kWorldGroupId : p.descriptor->id();
     std::shared_ptr<GlooGroup> group;
     for (uint32_t lane = 0; lane < lanes; ++lane) {
-      auto context = comm->Connect(name, lane, rank, members);
-      if (!context.ok()) return context.status();
+      auto context = comm->Connect(p.name, lane, p.rank, p.members);
+      if (!context.ok()) {
+        p.group = context.status();
+        return;
+      }
       if (lane == 0) {
-        group = make(*std::move(context));
+        group = std::make_shared<GlooGroup>(comm.get(), id, world, p.members,
+                                            p.rank, *std::move(context));
       } else {
         group->AddLane(*std::move(context));
       }
     }
-    return group;
+    p.group = std::move(group);
   };
-  if (world_group == nullptr && HoldsWorld(d)) {
-    auto world = connect("world", d.rank(), everyone,
-                         [&](std::shared_ptr<::gloo::Context> context) {
-                           return std::make_shared<GlooGroup>(
-                               comm.get(), kWorldGroupId, true, everyone,
-                               d.rank(), std::move(context));
-                         });
-    if (!world.ok()) return world.status();
-    comm->world_ = *std::move(world);
+  // Every group at once, each on a thread of its own (a rank holds a few:
+  // one per parallel dimension, and the world). One after another, each
+  // group's full-mesh connect waited for members still busy with their
+  // previous group, a convoy that cost a re-form about as much again as
+  // the slowest group (docs/dataplane.md, "Connecting").
+  {
+    std::vector<std::thread> threads;
+    for (size_t i = 1; i < pending.size(); ++i) {
+      threads.emplace_back(connect, std::ref(pending[i]));
+    }
+    if (!pending.empty()) connect(pending[0]);
+    for (auto& t : threads) t.join();
   }
-  for (const auto* g : sorted) {
-    auto group =
-        connect(absl::StrCat(g->id()), g->local_rank(), g->members(),
-                [&](std::shared_ptr<::gloo::Context> context) {
-                  return std::make_shared<GlooGroup>(
-                      comm.get(), g->id(), g == world_group, g->members(),
-                      g->local_rank(), std::move(context));
-                });
-    if (!group.ok()) return group.status();
-    if (g == world_group) comm->world_ = *group;
-    comm->groups_.push_back(*std::move(group));
+  for (Pending& p : pending) {
+    if (!p.group.ok()) return p.group.status();
+  }
+  for (Pending& p : pending) {
+    if (p.descriptor == nullptr) {
+      comm->world_ = *std::move(p.group);
+      continue;
+    }
+    if (p.descriptor == world_group) comm->world_ = *p.group;
+    comm->groups_.push_back(*std::move(p.group));
   }
 
   // A job failure notice aborts at once, on the notifying thread (aborting
