@@ -62,10 +62,13 @@ void RankdStore::set(const std::string& key, const std::vector<char>& data) {
 
 std::vector<char> RankdStore::get(const std::string& key) {
   const std::string full = FullKey(key);
-  if (auto it = fetched_.find(full); it != fetched_.end()) {
-    std::vector<char> data(it->second.begin(), it->second.end());
-    fetched_.erase(it);
-    return data;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = fetched_.find(full); it != fetched_.end()) {
+      std::vector<char> data(it->second.begin(), it->second.end());
+      fetched_.erase(it);
+      return data;
+    }
   }
   auto value = control_plane_->KvGet(full, timeout_);
   if (!value.ok()) Throw(value.status(), absl::StrCat("get ", full));
@@ -88,6 +91,7 @@ void RankdStore::wait(const std::vector<std::string>& keys,
     if (left <= absl::ZeroDuration()) left = absl::Milliseconds(1);
     auto value = control_plane_->KvGet(full, left);
     if (!value.ok()) Throw(value.status(), absl::StrCat("wait for ", full));
+    absl::MutexLock lock(&mu_);
     fetched_[full] = *std::move(value);
   }
 }

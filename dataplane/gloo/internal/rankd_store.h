@@ -14,9 +14,9 @@
 // Gloo's store interface can only report errors by throwing, so failures
 // (deadline passed, job failed, broker unreachable) are thrown as
 // ::gloo::IoException whose message names the key and carries the broker's
-// status; callers catch them (see session_impl.cc). Thread-compatible;
-// used by one connecting thread at a time. Depends on Gloo's store header,
-// dataplane/control_plane.h and absl.
+// status; callers catch them (see session_impl.cc). Thread-safe (a
+// MeshContext's pair connects share one) when the control plane is. Depends on
+// Gloo's store header, dataplane/control_plane.h and absl.
 #ifndef RANKD_DATAPLANE_GLOO_RANKD_STORE_H_
 #define RANKD_DATAPLANE_GLOO_RANKD_STORE_H_
 
@@ -27,6 +27,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "dataplane/control_plane.h"
 #include "gloo/rendezvous/store.h"
@@ -66,7 +67,8 @@ class RankdStore final : public ::gloo::rendezvous::Store {
   // Values wait() read, for the get() Gloo issues right after it: one
   // broker round trip per key instead of two (a full-mesh connect waits for
   // and then reads every member's addresses).
-  absl::flat_hash_map<std::string, std::string> fetched_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::string> fetched_ ABSL_GUARDED_BY(mu_);
   ControlPlane* const control_plane_;
   const std::string prefix_;
   const absl::Duration timeout_;

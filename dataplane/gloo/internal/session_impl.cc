@@ -14,9 +14,9 @@
 #include "common/monotonic_clock.h"
 #include "dataplane/domain_groups.h"
 #include "dataplane/gloo/internal/gloo_abort.h"
+#include "dataplane/gloo/internal/mesh_context.h"
 #include "dataplane/gloo/internal/native_ops.h"
 #include "dataplane/gloo/internal/rankd_store.h"
-#include "gloo/rendezvous/context.h"
 #include "gloo/transport/tcp/device.h"
 
 namespace rankd::dataplane::gloo::internal {
@@ -224,8 +224,8 @@ absl::StatusOr<std::shared_ptr<::gloo::Context>> SessionImpl::Connect(
     const std::vector<uint32_t>& members) {
   const uint32_t size = static_cast<uint32_t>(members.size());
   if (size <= 1) return std::shared_ptr<::gloo::Context>();
-  auto context = std::make_shared<::gloo::rendezvous::Context>(
-      static_cast<int>(rank), static_cast<int>(size));
+  auto context = std::make_shared<MeshContext>(static_cast<int>(rank),
+                                               static_cast<int>(size));
   context->setTimeout(Millis(options_.connect_timeout));
   RankdStore store(
       control_plane_,
@@ -239,7 +239,7 @@ absl::StatusOr<std::shared_ptr<::gloo::Context>> SessionImpl::Connect(
                    size, " members, this rank is member ", rank, ")"),
       [&] {
         std::shared_ptr<::gloo::transport::Device> device = device_;
-        context->connectFullMesh(store, device);
+        context->ConnectFullMesh(store, device);
       });
   if (!s.ok()) {
     // Prefer the job's failure (naming the lost rank) when there is one.

@@ -1,7 +1,7 @@
 // SessionImpl: everything a Gloo session shares. It owns the TCP
-// transport device, one connected ::gloo::rendezvous::Context per group this
-// rank belongs to and executor lane (created in ascending group-id order,
-// lane by lane, every rendezvous going through RankdStore with the connect
+// transport device, one connected ::gloo::Context (a MeshContext) per group
+// this rank belongs to and executor lane (the groups connected at once, lane
+// by lane, every rendezvous going through RankdStore with the connect
 // timeout), the in-order executors, the poison latch and the quarantine. It is
 // the ExecutionHost of its executor and completions:
 //

@@ -1,0 +1,52 @@
+// MeshContext: a Gloo context whose full mesh connects its pairs at once.
+//
+// Gloo's rendezvous::Context::connectFullMesh connects a member's pairs one
+// after another, in member order, each call blocking until that pair is
+// connected; the side of a pair that listens waits for its peer to reach
+// the pair in its own order. Across a group that chains the members'
+// progress: in the 8-rank demo's re-form, the world's mesh took 85-134 ms
+// after its last member arrived (docs/dataplane.md, "Connecting").
+// MeshContext publishes the same thing (one key per member holding its
+// address for every other member, in member order) and connects up to
+// kMaxConcurrentPairConnects pairs at a time, taking them in member order,
+// so that every member always works on its lowest unconnected pairs and no
+// two members can wait for each other in a cycle.
+//
+// Every member of a group must use MeshContext (the key layout is its
+// own). Depends on Gloo's context, store and transport headers.
+#ifndef RANKD_DATAPLANE_GLOO_INTERNAL_MESH_CONTEXT_H_
+#define RANKD_DATAPLANE_GLOO_INTERNAL_MESH_CONTEXT_H_
+
+#include <memory>
+
+#include "gloo/context.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/device.h"
+
+namespace rankd::dataplane::gloo::internal {
+
+// Pairs one member connects at once (more gain nothing on the hosts a
+// group's members share, and each costs a thread while it connects).
+inline constexpr int kMaxConcurrentPairConnects = 8;
+
+class MeshContext final : public ::gloo::Context {
+ public:
+  // Member `rank` of `size` (0 <= rank < size, size >= 2).
+  MeshContext(int rank, int size);
+
+  // Creates a pair for every other member, publishes their addresses under
+  // key "<rank>" in `store`, and connects every pair, waiting for each
+  // peer's key and its side of the pair; each wait is bounded by the
+  // context's timeout (setTimeout). On success the context is usable for
+  // Gloo's collectives on `device`. On failure throws the first
+  // ::gloo::Exception a pair or the store threw (pairs still connecting
+  // then finish or fail first: the call returns only when none is in
+  // flight), and the context must not be used. Call once.
+  void ConnectFullMesh(
+      ::gloo::rendezvous::Store& store,
+      const std::shared_ptr<::gloo::transport::Device>& device);
+};
+
+}  // namespace rankd::dataplane::gloo::internal
+
+#endif  // RANKD_DATAPLANE_GLOO_INTERNAL_MESH_CONTEXT_H_
