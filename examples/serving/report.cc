@@ -187,7 +187,7 @@ std::string SummaryTable(const RunSummary& s) {
         "", s.counted_by);
   }
   const std::string which =
-      s.latency.size() < served
+      s.latency.size() < (by_replica ? s.steps_per_replica : served)
           ? absl::StrCat("last ", Thousands(s.latency.size()), " steps, ")
           : "";
   absl::StrAppendFormat(
