@@ -196,10 +196,16 @@ TEST(RunShRecoverTest, AFullRestartServesOnFromTheFailedStep) {
 // Recovery by replica (--recovery=domain): world 4 = 2 replicas of a pp2
 // pipeline (replica 0 = ranks 0-1 on node 0, replica 1 = ranks 2-3 on
 // node 1).
-const std::vector<std::string> kTwoReplicas = {
-    "--nodes=2", "--ranks-per-node=2", "--tp=1",    "--pp=2",
-    "--ep=1",    "--steps=8",          "--at-step=4", "--recover",
-    "--recovery=domain", "--keep-logs"};
+const std::vector<std::string> kTwoReplicas = {"--nodes=2",
+                                               "--ranks-per-node=2",
+                                               "--tp=1",
+                                               "--pp=2",
+                                               "--ep=1",
+                                               "--steps=8",
+                                               "--at-step=4",
+                                               "--recover",
+                                               "--recovery=domain",
+                                               "--keep-logs"};
 
 // What every run recovered by replica must show: both replicas' steps
 // checked, the other replica served steps meanwhile (read from the
@@ -207,22 +213,24 @@ const std::vector<std::string> kTwoReplicas = {
 // ranks never lost, re-formed or resumed anything.
 void ExpectRecoveredByReplica(const RunResult& run, int hit, int other) {
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_TRUE(absl::StrContains(run.output,
-                                "self-check    PASSED: 16/16 steps"))
+  EXPECT_TRUE(
+      absl::StrContains(run.output, "self-check    PASSED: 16/16 steps"))
       << run.output;
-  EXPECT_TRUE(absl::StrContains(run.output,
-                                "served        2 replicas x 8 steps"))
+  EXPECT_TRUE(
+      absl::StrContains(run.output, "served        2 replicas x 8 steps"))
       << run.output;
   std::smatch m;
-  const std::regex meanwhile(absl::StrCat(
-      "replica ", other, " +ranks [0-9]+-[0-9]+, epoch 1: 8 steps served, 8 "
-      "self-checked; served ([0-9]+) of them while replica ", hit,
-      " recovered"));
+  const std::regex meanwhile(
+      absl::StrCat("replica ", other,
+                   " +ranks [0-9]+-[0-9]+, epoch 1: 8 steps served, 8 "
+                   "self-checked; served ([0-9]+) of them while replica ",
+                   hit, " recovered"));
   ASSERT_TRUE(std::regex_search(run.output, m, meanwhile)) << run.output;
   EXPECT_GT(std::stoi(m[1]), 0) << run.output;
   EXPECT_TRUE(std::regex_search(
       run.output,
-      std::regex(absl::StrCat("replica ", hit, " +ranks [0-9]+-[0-9]+, epoch "
+      std::regex(absl::StrCat("replica ", hit,
+                              " +ranks [0-9]+-[0-9]+, epoch "
                               "2: 8 steps served, 8 self-checked; 1 loss "
                               "recovered in place"))))
       << run.output;
@@ -259,8 +267,7 @@ void ExpectRecoveredByReplica(const RunResult& run, int hit, int other) {
   ASSERT_FALSE(dir.empty());
   for (int r : {2 * other, 2 * other + 1}) {
     const std::string log = ReadFile(absl::StrCat(dir, "/rank", r, ".log"));
-    EXPECT_TRUE(absl::StrContains(log, absl::StrCat("DONE rank=", r)))
-        << log;
+    EXPECT_TRUE(absl::StrContains(log, absl::StrCat("DONE rank=", r))) << log;
     for (const char* never : {"LOSS ", "REFORMED ", "RESUMED ", "JOINED "}) {
       EXPECT_FALSE(absl::StrContains(log, never)) << never << "\n" << log;
     }
@@ -344,14 +351,15 @@ TEST(RunShRecoverTest, RefusesWhatCannotBeRecoveredClearly) {
                    "--recover", "--recovery=domain"});
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_TRUE(absl::StrContains(run.output, "leaves dp=1")) << run.output;
-  run = RunScript({"--nodes=2", "--ranks-per-node=2", "--tp=1", "--pp=2",
-                   "--ep=1", "--recover", "--recovery=domain",
-                   "--kill-node=1"});
+  run =
+      RunScript({"--nodes=2", "--ranks-per-node=2", "--tp=1", "--pp=2",
+                 "--ep=1", "--recover", "--recovery=domain", "--kill-node=1"});
   EXPECT_EQ(run.exit_code, 2) << run.output;
-  EXPECT_TRUE(absl::StrContains(run.output, "--kill-node with --recovery=domain"))
+  EXPECT_TRUE(
+      absl::StrContains(run.output, "--kill-node with --recovery=domain"))
       << run.output;
-  run = RunScript({"--nodes=2", "--ranks-per-node=2", "--recover",
-                   "--recovery=replica"});
+  run = RunScript(
+      {"--nodes=2", "--ranks-per-node=2", "--recover", "--recovery=replica"});
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_TRUE(absl::StrContains(run.output, "--recovery=replica: use on"))
       << run.output;

@@ -60,11 +60,10 @@ absl::StatusOr<StepPlan> DecodeRankFrames(const ServingLayout& layout,
   };
   if (stride < kFrameWords || words.size() != size_t{count} * stride ||
       first_rank + count > layout.world_size) {
-    return fail(absl::StrCat("got ", words.size(), " words; expected ", count,
-                             " frames of ", std::max(stride, kFrameWords),
-                             " (ranks ", first_rank, "-",
-                             first_rank + count - 1, " of world ",
-                             layout.world_size, ")"));
+    return fail(absl::StrCat(
+        "got ", words.size(), " words; expected ", count, " frames of ",
+        std::max(stride, kFrameWords), " (ranks ", first_rank, "-",
+        first_rank + count - 1, " of world ", layout.world_size, ")"));
   }
   StepPlan plan;
   plan.step = step;

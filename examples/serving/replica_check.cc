@@ -39,10 +39,10 @@ StepCheck ReplicaCheck::Check(uint32_t step, const SlotBatch& agreed,
   if (agreed.tokens() == 0) return result;
   const Matrix want = reference_.Forward(agreed);
   if (outputs.rows != want.rows || outputs.cols != want.cols) {
-    result.status = absl::DataLossError(absl::StrCat(
-        "self-check failed at step ", step, ": ", who, " has outputs of ",
-        outputs.rows, " x ", outputs.cols, "; the reference ", want.rows,
-        " x ", want.cols));
+    result.status = absl::DataLossError(
+        absl::StrCat("self-check failed at step ", step, ": ", who,
+                     " has outputs of ", outputs.rows, " x ", outputs.cols,
+                     "; the reference ", want.rows, " x ", want.cols));
     return result;
   }
   const std::vector<TokenRef> tokens = agreed.TokenRefs();

@@ -61,8 +61,8 @@ std::vector<uint32_t> EncodeReplicaFrame(const ReplicaFrame& f) {
   words.push_back(static_cast<uint32_t>(f.checks.values >> 32));
   words.push_back(FloatBits(f.checks.max_abs_error));
   const CollectiveStats none;
-  const std::vector<uint32_t> report = EncodeReport(
-      f.stats != nullptr ? *f.stats : none, f.tokens, f.failed);
+  const std::vector<uint32_t> report =
+      EncodeReport(f.stats != nullptr ? *f.stats : none, f.tokens, f.failed);
   words.insert(words.end(), report.begin(), report.end());
   return words;
 }
@@ -93,10 +93,9 @@ absl::StatusOr<ReplicaRound> DecodeReplicaRound(
   };
   if (replicas.size() != epochs.size() || replicas.empty() ||
       words.size() != replicas.size() * size * kReplicaFrameWords) {
-    return fail(absl::StrCat("got ", words.size(), " words for ",
-                             replicas.size(), " replicas of ", size,
-                             " ranks; expected frames of ",
-                             kReplicaFrameWords, " words"));
+    return fail(absl::StrCat(
+        "got ", words.size(), " words for ", replicas.size(), " replicas of ",
+        size, " ranks; expected frames of ", kReplicaFrameWords, " words"));
   }
   ReplicaRound round;
   round.partial = partial;
@@ -107,8 +106,8 @@ absl::StatusOr<ReplicaRound> DecodeReplicaRound(
                                " are not ascending replicas of ",
                                layout.topology.data));
     }
-    absl::Span<const uint32_t> block = words.subspan(
-        i * size * kReplicaFrameWords, size * kReplicaFrameWords);
+    absl::Span<const uint32_t> block =
+        words.subspan(i * size * kReplicaFrameWords, size * kReplicaFrameWords);
     ReplicaInRound replica;
     replica.replica = d;
     replica.epoch = epochs[i];
@@ -147,10 +146,10 @@ absl::StatusOr<ReplicaRound> DecodeReplicaRound(
     for (uint32_t j = 0; j < size; ++j) {
       const RankInRound& r = first[j];
       if (KindOf(r.flags) != replica.kind) {
-        return fail(absl::StrCat(
-            "replica ", d, " disagrees: rank ", first->rank, " sent a ",
-            KindName(replica.kind), " frame, rank ", r.rank, " a ",
-            KindName(KindOf(r.flags)), " frame"));
+        return fail(
+            absl::StrCat("replica ", d, " disagrees: rank ", first->rank,
+                         " sent a ", KindName(replica.kind), " frame, rank ",
+                         r.rank, " a ", KindName(KindOf(r.flags)), " frame"));
       }
     }
     const uint32_t first_step = block[1];
@@ -159,7 +158,8 @@ absl::StatusOr<ReplicaRound> DecodeReplicaRound(
         auto plan = DecodeRankFrames(layout, first_step, d * size, size,
                                      kReplicaFrameWords, block);
         if (!plan.ok()) {
-          return fail(absl::StrCat("replica ", d, ": ", plan.status().message()));
+          return fail(
+              absl::StrCat("replica ", d, ": ", plan.status().message()));
         }
         replica.plan = *std::move(plan);
         replica.step = first_step;
@@ -177,7 +177,8 @@ absl::StatusOr<ReplicaRound> DecodeReplicaRound(
         }
         auto step = DecodeResumeFrames(size, first->epoch, resume);
         if (!step.ok()) {
-          return fail(absl::StrCat("replica ", d, ": ", step.status().message()));
+          return fail(
+              absl::StrCat("replica ", d, ": ", step.status().message()));
         }
         replica.step = *step;
         break;

@@ -66,9 +66,12 @@ void ReplicaTally::Observe(const ReplicaRound& round) {
     RankCounts& c = ranks_[in.rank];
     const bool same = c.generation == in.generation;
     const CheckCounts& from = same ? c.last : CheckCounts{};
-    c.total.passed += in.checks.passed - std::min(in.checks.passed, from.passed);
-    c.total.failed += in.checks.failed - std::min(in.checks.failed, from.failed);
-    c.total.values += in.checks.values - std::min(in.checks.values, from.values);
+    c.total.passed +=
+        in.checks.passed - std::min(in.checks.passed, from.passed);
+    c.total.failed +=
+        in.checks.failed - std::min(in.checks.failed, from.failed);
+    c.total.values +=
+        in.checks.values - std::min(in.checks.values, from.values);
     c.total.max_abs_error =
         std::max(c.total.max_abs_error, in.checks.max_abs_error);
     c.generation = in.generation;

@@ -175,9 +175,10 @@ std::string SummaryTable(const RunSummary& s) {
                             r.recoveries, r.recoveries == 1 ? "" : "es");
     }
     absl::StrAppendFormat(
-        &out, "  %-13s ranks %d-%d, epoch %d: %d steps served, %d self-checked%s\n",
-        absl::StrCat("replica ", r.replica), r.first_rank, r.last_rank,
-        r.epoch, r.steps, r.checked_steps, meanwhile);
+        &out,
+        "  %-13s ranks %d-%d, epoch %d: %d steps served, %d self-checked%s\n",
+        absl::StrCat("replica ", r.replica), r.first_rank, r.last_rank, r.epoch,
+        r.steps, r.checked_steps, meanwhile);
   }
   if (by_replica && !s.counted_every_round) {
     absl::StrAppendFormat(
@@ -191,8 +192,7 @@ std::string SummaryTable(const RunSummary& s) {
           ? absl::StrCat("last ", Thousands(s.latency.size()), " steps, ")
           : "";
   absl::StrAppendFormat(
-      &out,
-      "  %-13s p50 %.2f ms, p99 %.2f ms, max %.2f ms (rank %d, %s%s)\n",
+      &out, "  %-13s p50 %.2f ms, p99 %.2f ms, max %.2f ms (rank %d, %s%s)\n",
       "step latency", Ms(Percentile(s.latency, 0.5)),
       Ms(Percentile(s.latency, 0.99)), Ms(Percentile(s.latency, 1.0)),
       by_replica ? s.counted_by : 0, which,
@@ -206,13 +206,13 @@ std::string SummaryTable(const RunSummary& s) {
         "self-check", s.check_passed ? "PASSED" : "FAILED", s.checked_steps,
         served, Thousands(s.checked_values), s.max_abs_error, s.tolerance);
   } else {
-  absl::StrAppendFormat(
-      &out,
-      "  %-13s %s: %d/%d steps, %s values, max |error| %.2g, tolerance"
-      " %s; reference %.2f ms/step on rank 0\n",
-      "self-check", s.check_passed ? "PASSED" : "FAILED", s.checked_steps,
-      served, Thousands(s.checked_values), s.max_abs_error, s.tolerance,
-      s.checked_steps > 0 ? Ms(s.check_time) / s.checked_steps : 0.0);
+    absl::StrAppendFormat(
+        &out,
+        "  %-13s %s: %d/%d steps, %s values, max |error| %.2g, tolerance"
+        " %s; reference %.2f ms/step on rank 0\n",
+        "self-check", s.check_passed ? "PASSED" : "FAILED", s.checked_steps,
+        served, Thousands(s.checked_values), s.max_abs_error, s.tolerance,
+        s.checked_steps > 0 ? Ms(s.check_time) / s.checked_steps : 0.0);
   }
   absl::StrAppendFormat(&out, "  %-13s %s served", "requests",
                         Thousands(s.requests));

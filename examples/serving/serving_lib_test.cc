@@ -463,7 +463,8 @@ SlotBatch ReplicaBatch(uint32_t replica, uint32_t step) {
 
 // The frames of both ranks of `replica` (rank 2d schedules its slot).
 std::vector<uint32_t> ReplicaWords(uint32_t replica, ReplicaFrame::Kind kind,
-                                   uint32_t step, std::vector<uint32_t> out = {},
+                                   uint32_t step,
+                                   std::vector<uint32_t> out = {},
                                    CheckCounts last_stage_checks = {},
                                    uint64_t last_stage_generation = 1) {
   const SlotBatch batch = ReplicaBatch(replica, step);
@@ -495,8 +496,8 @@ ReplicaRound Decoded(bool partial, std::vector<uint32_t> replicas,
 }
 
 TEST(ReplicaRoundTest, EachReplicaAgreesOnItsOwnStep) {
-  CheckCounts checks{.passed = 6, .failed = 0, .values = 1ull << 33,
-                     .max_abs_error = 0.25f};
+  CheckCounts checks{
+      .passed = 6, .failed = 0, .values = 1ull << 33, .max_abs_error = 0.25f};
   std::vector<uint32_t> words =
       ReplicaWords(0, ReplicaFrame::Kind::kStep, 7, {}, checks);
   words = ReplicaWords(1, ReplicaFrame::Kind::kStep, 3, words);
@@ -517,8 +518,8 @@ TEST(ReplicaRoundTest, EachReplicaAgreesOnItsOwnStep) {
   EXPECT_FALSE(round.AllIdle());
 
   // A partial round holds the serving replicas only.
-  const ReplicaRound partial = Decoded(
-      true, {1}, {2}, ReplicaWords(1, ReplicaFrame::Kind::kIdle, 3));
+  const ReplicaRound partial =
+      Decoded(true, {1}, {2}, ReplicaWords(1, ReplicaFrame::Kind::kIdle, 3));
   EXPECT_TRUE(partial.partial);
   EXPECT_EQ(partial.Find(0), nullptr);
   ASSERT_NE(partial.Find(1), nullptr);
@@ -540,8 +541,8 @@ TEST(ReplicaRoundTest, RefusesAReplicaThatDisagrees) {
                                 "frame, rank 3 a idle frame"))
       << round.status();
   // The wrong number of words for the view.
-  round = DecodeReplicaRound(MakeLayout(kTwoReplicas, 0), true, {0}, {1},
-                             words);
+  round =
+      DecodeReplicaRound(MakeLayout(kTwoReplicas, 0), true, {0}, {1}, words);
   EXPECT_FALSE(round.ok());
 }
 
@@ -549,9 +550,9 @@ TEST(ReplicaRoundTest, AReEnteringReplicaLearnsItsSurvivorsStep) {
   std::vector<uint32_t> words = ReplicaWords(0, ReplicaFrame::Kind::kStep, 9);
   std::vector<uint32_t> resume =
       ReplicaWords(1, ReplicaFrame::Kind::kResume, 4, {}, {}, 2);
-  resume[1] = 4;                              // the survivor, rank 2
+  resume[1] = 4;                                  // the survivor, rank 2
   resume[kReplicaFrameWords + 1] = kUnknownStep;  // the replacement, rank 3
-  resume[kFrameWords + 1] = 2;                // both at epoch 2
+  resume[kFrameWords + 1] = 2;                    // both at epoch 2
   words.insert(words.end(), resume.begin(), resume.end());
   const ReplicaRound round = Decoded(false, {0, 1}, {1, 2}, words);
   ASSERT_NE(round.Find(1), nullptr);
@@ -572,9 +573,9 @@ TEST(ReplicaTallyTest, CountsEachReplicaAndTheReRunOfItsInterruptedStep) {
     tally.Observe(Decoded(false, {0, 1}, {1, g1}, words));
   };
   const auto only_0 = [&](uint32_t s0) {
-    tally.Observe(Decoded(
-        true, {0}, {1},
-        ReplicaWords(0, Kind::kStep, s0, {}, {.passed = s0 - 1})));
+    tally.Observe(
+        Decoded(true, {0}, {1},
+                ReplicaWords(0, Kind::kStep, s0, {}, {.passed = s0 - 1})));
   };
   both(Kind::kStep, 1, Kind::kStep, 1);
   both(Kind::kStep, 2, Kind::kStep, 2, {.passed = 1});
@@ -655,12 +656,21 @@ TEST(ReportTest, SummaryByReplica) {
   summary.steps_per_replica = 5;
   summary.wall = absl::Seconds(1);
   summary.recoveries = 1;
-  summary.replicas = {
-      {.replica = 0, .first_rank = 0, .last_rank = 1, .epoch = 1, .steps = 5,
-       .checked_steps = 5, .steps_while_others_recovered = 2,
-       .recovered_meanwhile = "1"},
-      {.replica = 1, .first_rank = 2, .last_rank = 3, .epoch = 2, .steps = 5,
-       .checked_steps = 5, .recoveries = 1}};
+  summary.replicas = {{.replica = 0,
+                       .first_rank = 0,
+                       .last_rank = 1,
+                       .epoch = 1,
+                       .steps = 5,
+                       .checked_steps = 5,
+                       .steps_while_others_recovered = 2,
+                       .recovered_meanwhile = "1"},
+                      {.replica = 1,
+                       .first_rank = 2,
+                       .last_rank = 3,
+                       .epoch = 2,
+                       .steps = 5,
+                       .checked_steps = 5,
+                       .recoveries = 1}};
   const std::string table = SummaryTable(summary);
   EXPECT_TRUE(absl::StrContains(
       table, "served        2 replicas x 5 steps (10 replica steps)"))

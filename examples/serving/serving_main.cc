@@ -497,7 +497,8 @@ int ServingProcess::Setup() {
   if (by_replica_) {
     tally_ = std::make_unique<ReplicaTally>(layout_);
     if (layout_.last_stage()) {
-      replica_check_ = std::make_unique<ReplicaCheck>(spec_, layout_, tolerance_);
+      replica_check_ =
+          std::make_unique<ReplicaCheck>(spec_, layout_, tolerance_);
     }
   }
   Print(absl::StrCat("READY rank=", layout_.rank, " node=", layout_.node_index,
@@ -537,7 +538,8 @@ int ServingProcess::Setup() {
     Print(absl::StrCat(
         "SERVING world ", layout_.world_size, " (",
         DescribeTopology(layout_.topology), "), ", spec_.ToString(), ", ",
-        steps > 0 ? absl::StrCat(steps, " steps") : std::string("until stopped (SIGTERM)"),
+        steps > 0 ? absl::StrCat(steps, " steps")
+                  : std::string("until stopped (SIGTERM)"),
         by_replica_ ? absl::StrCat(" per replica, recovery by replica (",
                                    layout_.topology.data, " replicas)")
                     : std::string(),
@@ -709,8 +711,7 @@ int ServingProcess::ServeByReplica() {
     // No step to serve: this replica served its steps, or a stop or drain
     // request ends the run; the rounds go on until every replica is there
     // and idle.
-    const bool idle =
-        stop_seen_ || drain_seen_ || (steps > 0 && step > steps);
+    const bool idle = stop_seen_ || drain_seen_ || (steps > 0 && step > steps);
     if (idle) {
       if (!last_round_active) absl::SleepFor(kIdleRoundPace);
     } else if (step > first_step_) {
@@ -739,10 +740,9 @@ int ServingProcess::ServeByReplica() {
     retrying = false;
     in_flight_.reset();
     absl::Status failed;
-    auto round =
-        WorldRound(MyFrame(idle ? ReplicaFrame::Kind::kIdle
-                                : ReplicaFrame::Kind::kStep,
-                           idle ? step - 1 : step, batch ? &*batch : nullptr));
+    auto round = WorldRound(
+        MyFrame(idle ? ReplicaFrame::Kind::kIdle : ReplicaFrame::Kind::kStep,
+                idle ? step - 1 : step, batch ? &*batch : nullptr));
     if (round.ok()) {
       ObserveRound(*round, step);
       last_round_active = round->AnyActive();
@@ -776,8 +776,9 @@ int ServingProcess::ServeByReplica() {
           const StepCheck check = replica_check_->Check(
               step, plan.slots[layout_.my_slot()], outputs);
           my_checks_.values += check.values_checked;
-          my_checks_.max_abs_error = std::max(
-              my_checks_.max_abs_error, static_cast<float>(check.max_abs_error));
+          my_checks_.max_abs_error =
+              std::max(my_checks_.max_abs_error,
+                       static_cast<float>(check.max_abs_error));
           if (check.status.ok()) {
             ++my_checks_.passed;
           } else {
@@ -850,9 +851,9 @@ absl::StatusOr<ReplicaRound> ServingProcess::WorldRound(
         !absl::StrContains(result.status().message(), mine)) {
       continue;
     }
-    return absl::Status(
-        result.status().code(),
-        absl::StrCat("all_gather_words by replica: ", result.status().message()));
+    return absl::Status(result.status().code(),
+                        absl::StrCat("all_gather_words by replica: ",
+                                     result.status().message()));
   }
 }
 
@@ -878,14 +879,14 @@ void ServingProcess::ObserveRound(const ReplicaRound& round, uint32_t step) {
   tally_->Observe(round);
   if (!round.stop_requested_by.empty() && !stop_seen_) {
     stop_seen_ = true;
-    Print(absl::StrCat("STOPPED rank=", layout_.rank, " step=", step,
-                       ": rank ", round.stop_requested_by[0],
+    Print(absl::StrCat("STOPPED rank=", layout_.rank, " step=", step, ": rank ",
+                       round.stop_requested_by[0],
                        " asked every rank to stop (a self-check failed)"));
   }
   if (!round.drain_requested_by.empty() && !drain_seen_) {
     drain_seen_ = true;
-    Print(absl::StrCat("DRAINED rank=", layout_.rank, " step=", step,
-                       ": rank ", round.drain_requested_by[0],
+    Print(absl::StrCat("DRAINED rank=", layout_.rank, " step=", step, ": rank ",
+                       round.drain_requested_by[0],
                        " got a stop signal; replica ", replica_, " served ",
                        step - 1, " steps"));
   }
@@ -901,12 +902,12 @@ void ServingProcess::ObserveRound(const ReplicaRound& round, uint32_t step) {
     for (uint32_t d = 0; d < layout_.topology.data; ++d) {
       if (!now.contains(d)) away.push_back(absl::StrCat(d));
     }
-    Print(absl::StrCat("REPLICAS rank=", layout_.rank, " step=", step,
-                       " unix_us=", UnixUs(), ": serving ",
-                       absl::StrJoin(serving, ", "),
-                       away.empty() ? std::string()
-                                    : absl::StrCat("; recovering ",
-                                                   absl::StrJoin(away, ", "))));
+    Print(absl::StrCat(
+        "REPLICAS rank=", layout_.rank, " step=", step, " unix_us=", UnixUs(),
+        ": serving ", absl::StrJoin(serving, ", "),
+        away.empty()
+            ? std::string()
+            : absl::StrCat("; recovering ", absl::StrJoin(away, ", "))));
   }
   replicas_seen_ = std::move(now);
 }
@@ -1105,8 +1106,8 @@ int ServingProcess::Reenter(uint32_t known_step, bool reform,
     if (by_replica_) {
       // The replica's first round at its new epoch (its entry round): its
       // ranks send resume frames while the other replicas serve on.
-      auto round = WorldRound(MyFrame(ReplicaFrame::Kind::kResume, known_step,
-                                      nullptr));
+      auto round =
+          WorldRound(MyFrame(ReplicaFrame::Kind::kResume, known_step, nullptr));
       if (round.ok()) {
         ObserveRound(*round, known_step);
         const ReplicaInRound* mine = round->Find(replica_);
