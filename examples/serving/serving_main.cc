@@ -30,6 +30,17 @@
 // it does not know) and serving goes on; rank 0 counts the requests in
 // flight at the loss and their re-runs (request_ledger.h).
 //
+// When the job recovers by data-parallel domain (rankd --recovery=domain,
+// dp > 1; the Join answer says so) it serves by replica instead
+// (ServeByReplica; docs/operations.md, "By replica"): each replica serves
+// its own request streams, --steps steps each, in world rounds that span
+// the replicas serving (Client::AllGatherWordsWithView; replica_round.h);
+// the session holds only its replica's groups, so every last-stage rank
+// checks its own outputs (replica_check.h) and the counts travel in the
+// rounds; a loss re-forms the hit replica alone, which re-enters at its
+// entry round with the resume agreement while the others serve on; the
+// lowest rank that saw every round prints the summary (replica_tally.h).
+//
 // It serves --steps steps, or with --steps=0 until it gets SIGTERM or
 // SIGINT (how Kubernetes stops a container). A stop signal does not end the
 // process at once: the rank finishes its current step and says so at the
@@ -43,7 +54,12 @@
 //   BACKEND_OK B devices=N                           (--probe_backend)
 //   REFUSED <why the backend cannot run here>        (exit 2)
 //   READY rank=R node=N coords=dD pP tT eE backend=B [hostname=H (Gloo)]
-//   SERVING world W (...), <model>, N steps|until stopped, backend B (rank 0)
+//   SERVING world W (...), <model>, N steps|until stopped[ per replica,
+//                           recovery by replica (D replicas)], backend B
+//                           (rank 0)
+//   REPLICAS rank=R step=S unix_us=T: serving 0 (epoch 1)[; recovering 1]
+//                           (by replica: the first rank of each replica,
+//                           when the replicas in the rounds change)
 //   PROGRESS step S/N  tokens T  X tokens/s  ranks 8/8 up          (rank 0;
 //                           "PROGRESS step S  ..." with --steps=0)
 //   SELF-CHECK FAILED ...                                          (rank 0)
@@ -66,7 +82,8 @@
 //   CAUSE rank=R CODE: <the job failure, naming the lost rank or node>
 //   STOPPED rank=R step=S: ...
 //   DONE rank=R tokens=T
-//   == summary ...                                                 (rank 0)
+//   == summary ...          (rank 0; by replica, the lowest rank that saw
+//                           every round)
 // The unix_us stamps are CLOCK_REALTIME in microseconds (absl::Now), so
 // tools/run.sh can order them across the processes of one host.
 // Exit status: 0 served (all --steps, or until a stop signal) and the
