@@ -784,12 +784,12 @@ if ((recover)); then
       echo "== summary by ${summary_log##*/} (the lowest rank that saw every world round)"
       sed -n '/^== summary/,/^DONE /p' "$summary_log" | grep -v '^DONE '
     fi
-    checked_steps=$((steps * dp))
+    checked_steps=$((steps * dp)) per_replica=" ($dp replicas x $steps)"
   else
-    checked_steps=$steps
+    checked_steps=$steps per_replica=""
   fi
   if ! grep -q "^  self-check    PASSED: $checked_steps/$checked_steps steps" "$summary_log"; then
-    echo "== the self-check did not pass for every one of the $checked_steps steps${by_domain:+ ($dp replicas x $steps)}"
+    echo "== the self-check did not pass for every one of the $checked_steps steps$per_replica"
     failed=1
   fi
   ledger=$(grep -m1 '^  requests ' "$summary_log" || true)
@@ -911,7 +911,7 @@ if ((recover)); then
       echo "== OK: recovered in place from the loss of ${kill_node:+node $kill_node (ranks ${victims[*]})}${kill_rank:+rank $kill_rank}: $world ranks served $steps self-checked steps, no request lost; shut down cleanly, no process left behind ($what)"
     fi
   else
-    echo "== OK: $world ranks served $steps self-checked steps${by_domain:+ in each of $dp replicas} (recovery ${recovery:-on}, nothing lost); shut down cleanly, no process left behind ($what)"
+    echo "== OK: $world ranks served $steps self-checked steps$( ((by_domain)) && echo " in each of $dp replicas") (recovery ${recovery:-on}, nothing lost); shut down cleanly, no process left behind ($what)"
   fi
 elif ((full_restart)); then
   if ((failed)); then
