@@ -43,7 +43,10 @@ void ReplicaTally::Observe(const ReplicaRound& round) {
         }
         break;
       case ReplicaFrame::Kind::kIdle:
-        if (r.last.has_value()) Complete(r);
+        // Idle frames name the last step served: a step agreed in the
+        // round that asked every rank to stop was never served.
+        if (r.last.has_value() && r.last->step <= in.step) Complete(r);
+        r.last.reset();
         break;
       case ReplicaFrame::Kind::kResume:
         ++r.recoveries;

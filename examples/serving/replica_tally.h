@@ -6,8 +6,8 @@
 //
 // Per replica:
 //   - steps      a step agreed in one round completes when a later round
-//                shows the replica at another step, idle, or re-entering
-//                one step further; each step counts once
+//                shows the replica at another step, idle past it, or
+//                re-entering one step further; each step counts once
 //   - requests   a RequestLedger (request_ledger.h) of the replica's slots:
 //                when a replica re-enters at the step it was last seen
 //                agreeing on (resume frames), that step's requests were in

@@ -611,6 +611,22 @@ TEST(ReplicaTallyTest, CountsEachReplicaAndTheReRunOfItsInterruptedStep) {
   EXPECT_EQ(tally.tokens(), 5u * 1 + 3u * 2);
 }
 
+TEST(ReplicaTallyTest, AStepAgreedWhenTheRunStoppedWasNotServed) {
+  ReplicaTally tally(MakeLayout(kTwoReplicas, 0));
+  using Kind = ReplicaFrame::Kind;
+  for (uint32_t step : {1, 2}) {
+    tally.Observe(Decoded(false, {0, 1}, {1, 1},
+                          ReplicaWords(1, Kind::kStep, step,
+                                       ReplicaWords(0, Kind::kStep, step))));
+  }
+  // Step 2's round asked every rank to stop: the idle frames name step 1.
+  tally.Observe(Decoded(
+      false, {0, 1}, {1, 1},
+      ReplicaWords(1, Kind::kIdle, 1, ReplicaWords(0, Kind::kIdle, 1))));
+  EXPECT_EQ(tally.Summary(0).steps, 1u);
+  EXPECT_EQ(tally.Summary(1).steps, 1u);
+}
+
 TEST(ReplicaCheckTest, ChecksItsOwnOutputsAndBatch) {
   const ParallelTopology t = kTwoReplicas;
   const ServingLayout layout = MakeLayout(t, 3);  // replica 1, last stage
