@@ -23,7 +23,8 @@
 #                                   rankrun --max_restarts; a lost rank is
 #                                   replaced, the job re-forms at the next
 #                                   epoch and serves the failed step again
-#   --kill-rank=R --recover         kill -9 rank R (not 0) at step S; rankrun
+#   --kill-rank=R --recover         kill -9 rank R (not 0, unless
+#                                   --recovery=domain) at step S; rankrun
 #                                   restarts it into its rank, it loads its
 #                                   shard and every step must still pass
 #                                   the self-check, no request lost
