@@ -8,6 +8,8 @@
 // requests in flight at the loss re-run and none lost, the recovery time
 // split into its four phases, and nothing left running. Also the full
 // restart that in-place recovery is measured against (--full-restart).
+// With --recovery=domain (issue 38, part 5) only the hit data-parallel
+// replica re-forms while the other serves on.
 // Real daemons, rankrun and serving processes; nothing is stubbed.
 #include <cstdlib>
 #include <fstream>
@@ -191,6 +193,107 @@ TEST(RunShRecoverTest, AFullRestartServesOnFromTheFailedStep) {
   std::system(absl::StrCat("rm -rf ", dir).c_str());
 }
 
+// Recovery by replica (--recovery=domain): world 4 = 2 replicas of a pp2
+// pipeline (replica 0 = ranks 0-1 on node 0, replica 1 = ranks 2-3 on
+// node 1).
+const std::vector<std::string> kTwoReplicas = {"--nodes=2",
+                                               "--ranks-per-node=2",
+                                               "--tp=1",
+                                               "--pp=2",
+                                               "--ep=1",
+                                               "--steps=8",
+                                               "--at-step=4",
+                                               "--recover",
+                                               "--recovery=domain",
+                                               "--keep-logs"};
+
+// What every run recovered by replica must show: both replicas' steps
+// checked, the other replica served steps meanwhile (read from the
+// summary), the ledger, the phases, a clean end; the other replica's
+// ranks never lost, re-formed or resumed anything.
+void ExpectRecoveredByReplica(const RunResult& run, int hit, int other) {
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(
+      absl::StrContains(run.output, "self-check    PASSED: 16/16 steps"))
+      << run.output;
+  EXPECT_TRUE(
+      absl::StrContains(run.output, "served        2 replicas x 8 steps"))
+      << run.output;
+  std::smatch m;
+  const std::regex meanwhile(
+      absl::StrCat("replica ", other,
+                   " +ranks [0-9]+-[0-9]+, epoch 1: 8 steps served, 8 "
+                   "self-checked; served ([0-9]+) of them while replica ",
+                   hit, " recovered"));
+  ASSERT_TRUE(std::regex_search(run.output, m, meanwhile)) << run.output;
+  EXPECT_GT(std::stoi(m[1]), 0) << run.output;
+  EXPECT_TRUE(std::regex_search(
+      run.output,
+      std::regex(absl::StrCat("replica ", hit,
+                              " +ranks [0-9]+-[0-9]+, epoch "
+                              "2: 8 steps served, 8 self-checked; 1 loss "
+                              "recovered in place"))))
+      << run.output;
+  const std::regex ledger(
+      "1 loss recovered in place: ([0-9]+) in flight at the loss, ([0-9]+) "
+      "re-run, 0 lost");
+  ASSERT_TRUE(std::regex_search(run.output, m, ledger)) << run.output;
+  EXPECT_GT(std::stoi(m[1]), 0) << "step 4 of seed 2024 serves requests";
+  EXPECT_EQ(m[1], m[2]) << run.output;
+  EXPECT_TRUE(std::regex_search(
+      run.output,
+      std::regex(absl::StrCat("== recovery: rank [0-9]+ \\(replica ", hit,
+                              ", ranks [0-9]+-[0-9]+\\) killed at step 4; "
+                              "serving again after [0-9]+\\.[0-9] ms"))))
+      << run.output;
+  for (const char* phase : {"detect", "replace", "re-form", "first step"}) {
+    EXPECT_TRUE(std::regex_search(
+        run.output,
+        std::regex(absl::StrCat("\n   ", phase, " +[0-9]+\\.[0-9] ms  "))))
+        << phase << "\n"
+        << run.output;
+  }
+  EXPECT_TRUE(absl::StrContains(
+      run.output, absl::StrCat("step 4 served again and self-checked on all 2 "
+                               "ranks of replica ",
+                               hit)))
+      << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "== OK: recovered by replica"))
+      << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "no process left behind"))
+      << run.output;
+  ExpectNothingLeft(run);
+  const std::string dir = RunDir(run.output);
+  ASSERT_FALSE(dir.empty());
+  for (int r : {2 * other, 2 * other + 1}) {
+    const std::string log = ReadFile(absl::StrCat(dir, "/rank", r, ".log"));
+    EXPECT_TRUE(absl::StrContains(log, absl::StrCat("DONE rank=", r))) << log;
+    for (const char* never : {"LOSS ", "REFORMED ", "RESUMED ", "JOINED "}) {
+      EXPECT_FALSE(absl::StrContains(log, never)) << never << "\n" << log;
+    }
+  }
+  std::system(absl::StrCat("rm -rf ", dir).c_str());
+}
+
+TEST(RunShRecoverTest, ByReplicaTheHitReplicaReFormsAloneAndTheOtherServes) {
+  const RunResult run = RunScript(With(kTwoReplicas, "--kill-rank=3"));
+  ExpectRecoveredByReplica(run, /*hit=*/1, /*other=*/0);
+  EXPECT_TRUE(absl::StrContains(run.output, "--recovery=domain (2 replicas"))
+      << run.output;
+  EXPECT_TRUE(
+      absl::StrContains(run.output, "all 1 surviving ranks saw the loss"))
+      << run.output;
+}
+
+// Rank 0 too: the summary comes from the lowest rank that saw every round
+// (rank 2), through the world rounds' words.
+TEST(RunShRecoverTest, ByReplicaRankZeroMayBeKilled) {
+  const RunResult run = RunScript(With(kTwoReplicas, "--kill-rank=0"));
+  ExpectRecoveredByReplica(run, /*hit=*/0, /*other=*/1);
+  EXPECT_TRUE(absl::StrContains(run.output, "== summary by rank2.log"))
+      << run.output;
+}
+
 // A recovery that cannot complete (every re-form given 1 ms) fails the
 // run, loudly, and still leaves nothing behind.
 TEST(RunShRecoverTest, ARecoveryThatCannotCompleteFailsTheRun) {
@@ -236,6 +339,29 @@ TEST(RunShRecoverTest, RefusesWhatCannotBeRecoveredClearly) {
                    "--kill-rank=1", "--kill-node=1"});
   EXPECT_EQ(run.exit_code, 2) << run.output;
   EXPECT_TRUE(absl::StrContains(run.output, "one drill at a time"))
+      << run.output;
+  // Recovery by replica: needs --recover, two replicas, and a rank (not a
+  // node, which may hold a whole replica).
+  run = RunScript({"--nodes=2", "--ranks-per-node=2", "--recovery=domain"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(
+      absl::StrContains(run.output, "--recovery=domain needs --recover"))
+      << run.output;
+  run = RunScript({"--nodes=2", "--ranks-per-node=2", "--tp=2", "--pp=2",
+                   "--recover", "--recovery=domain"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "leaves dp=1")) << run.output;
+  run =
+      RunScript({"--nodes=2", "--ranks-per-node=2", "--tp=1", "--pp=2",
+                 "--ep=1", "--recover", "--recovery=domain", "--kill-node=1"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(
+      absl::StrContains(run.output, "--kill-node with --recovery=domain"))
+      << run.output;
+  run = RunScript(
+      {"--nodes=2", "--ranks-per-node=2", "--recover", "--recovery=replica"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "--recovery=replica: use on"))
       << run.output;
 }
 

@@ -23,7 +23,8 @@
 #                                   rankrun --max_restarts; a lost rank is
 #                                   replaced, the job re-forms at the next
 #                                   epoch and serves the failed step again
-#   --kill-rank=R --recover         kill -9 rank R (not 0) at step S; rankrun
+#   --kill-rank=R --recover         kill -9 rank R (not 0, unless
+#                                   --recovery=domain) at step S; rankrun
 #                                   restarts it into its rank, it loads its
 #                                   shard and every step must still pass
 #                                   the self-check, no request lost
@@ -35,6 +36,22 @@
 #                                   (with --recover the summary splits the
 #                                   recovery time: detect, replace, re-form,
 #                                   first step)
+#   --recover --recovery=domain     recovery by data-parallel replica
+#                                   (needs dp >= 2; the default is
+#                                   --recovery=on, the whole job): daemons
+#                                   run with --recovery=domain, each replica
+#                                   serves its own request streams, --steps
+#                                   steps each; with --kill-rank=R (any
+#                                   rank) only R's replica re-forms, at its
+#                                   own epoch, while the others keep serving
+#                                   (no loss, no re-form there); then it
+#                                   re-enters the world rounds and serves
+#                                   on. Every last-stage rank self-checks
+#                                   its own outputs; the summary says how
+#                                   many steps the other replicas served
+#                                   meanwhile. Not with --kill-node (a node
+#                                   may hold a whole replica, which then has
+#                                   no survivor to resume from)
 #   --kill-rank=R --full-restart    the baseline in-place recovery is
 #                                   measured against: kill -9 rank R at
 #                                   step S, let the job fail, then do what
@@ -65,6 +82,7 @@ cd "$(dirname "$0")/.."
 
 nodes=2 ranks_per_node=4 tp="" pp="" ep="" steps=50 backend=gloo hosts=local
 kill_rank="" kill_node="" at_step="" keep_logs=0 recover=0 full_restart=0
+recovery=""
 example_args=()
 while (($#)); do
   case "$1" in
@@ -79,6 +97,7 @@ while (($#)); do
     --kill-rank=*) kill_rank="${1#*=}" ;;
     --kill-node=*) kill_node="${1#*=}" ;;
     --recover) recover=1 ;;
+    --recovery=*) recovery="${1#*=}" ;;
     --full-restart) full_restart=1 ;;
     --at-step=*) at_step="${1#*=}" ;;
     --keep-logs) keep_logs=1 ;;
@@ -114,11 +133,30 @@ dp=$rest
   usage_error "--hosts=$hosts: use local or netns"
 [[ -n "$kill_rank" && -n "$kill_node" ]] &&
   usage_error "--kill-rank and --kill-node: one drill at a time"
+by_domain=0
+if [[ -n "$recovery" ]]; then
+  [[ "$recovery" == on || "$recovery" == domain ]] ||
+    usage_error "--recovery=$recovery: use on (the whole job re-forms) or" \
+      "domain (only the hit data-parallel replica re-forms)"
+  ((recover)) || usage_error "--recovery=$recovery needs --recover (without" \
+    "it a loss ends the job)"
+  if [[ "$recovery" == domain ]]; then
+    ((dp >= 2)) || usage_error "--recovery=domain needs at least 2" \
+      "data-parallel replicas; tp$tp pp$pp ep$ep of world $world leaves" \
+      "dp=$dp, whose one replica is the whole job (it would recover as" \
+      "--recovery=on does): lower --tp/--pp/--ep or add ranks"
+    [[ -n "$kill_node" ]] && usage_error "--kill-node with --recovery=domain:" \
+      "a node may hold a whole replica, which then has no survivor to" \
+      "resume its request streams from; kill a rank (--kill-rank)"
+    by_domain=1
+  fi
+fi
+domain_size=$((tp * pp * ep))
 if [[ -n "$kill_rank" ]]; then
   [[ "$kill_rank" =~ ^[0-9]+$ ]] && ((kill_rank < world)) ||
     usage_error "--kill-rank=$kill_rank: must be a rank in 0..$((world - 1))"
   ((world > 1)) || usage_error "--kill-rank needs at least 2 ranks"
-  ((recover && kill_rank == 0)) &&
+  ((recover && !by_domain && kill_rank == 0)) &&
     usage_error "--kill-rank=0 --recover: rank 0 checks every step and" \
       "prints the summary (a replacement could check only the steps after" \
       "the loss); kill another rank"
@@ -293,7 +331,11 @@ for ((n = 1; n < nodes; n++)); do
   node_creds+=("$own")
 done
 echo "== starting $nodes rankd daemons: job '$job', world $world = $nodes nodes x $ranks_per_node ranks, tp$tp pp$pp ep$ep dp$dp, $backend"
-((recover)) && echo "   in-place recovery: --recovery=on; each node's ranks under rankrun --max_restarts"
+if ((by_domain)); then
+  echo "   in-place recovery by data-parallel replica: --recovery=domain ($dp replicas of $domain_size ranks: replica d = ranks d*$domain_size..d*$domain_size+$((domain_size - 1))); each node's ranks under rankrun --max_restarts"
+elif ((recover)); then
+  echo "   in-place recovery: --recovery=on; each node's ranks under rankrun --max_restarts"
+fi
 daemon_pids=() daemon_logs=()
 start_daemon() {  # node log: node's daemon, in the background (daemon_pids)
   local n=$1 args
@@ -305,7 +347,11 @@ start_daemon() {  # node log: node's daemon, in the background (daemon_pids)
   ((n > 0)) && args+=(--coordinator="${addr[0]}")
   # A lost rank or node moves the job to its next epoch instead of failing
   # it; a recovery that takes over a minute fails it after all.
-  ((recover)) && args+=(--recovery=on --recovery_deadline_ms=60000)
+  if ((by_domain)); then
+    args+=(--recovery=domain --recovery_deadline_ms=60000)
+  elif ((recover)); then
+    args+=(--recovery=on --recovery_deadline_ms=60000)
+  fi
   ${run_in[$n]} "$rankd" "${args[@]}" >"$2" 2>&1 &
   pids+=($!)
   daemon_pids[$n]=$!
@@ -729,11 +775,25 @@ if ((recover)); then
       echo "rank $r: did not finish: ${why:-$(tail -1 "$dir/rank$r.log" 2>/dev/null)}"
     fi
   done
-  if ! grep -q "^  self-check    PASSED: $steps/$steps steps" "$dir/rank0.log"; then
-    echo "== the self-check did not pass for every one of the $steps steps"
+  # The summary: rank 0's; by replica, the rank's that saw every round
+  # (the lowest rank of a replica that never recovered).
+  summary_log="$dir/rank0.log"
+  if ((by_domain)); then
+    summary_log=$(grep -l '^== summary' "$dir"/rank*.log 2>/dev/null | head -1 || true)
+    summary_log=${summary_log:-$dir/rank0.log}
+    if [[ "$summary_log" != "$dir/rank0.log" ]]; then
+      echo "== summary by ${summary_log##*/} (the lowest rank that saw every world round)"
+      sed -n '/^== summary/,/^DONE /p' "$summary_log" | grep -v '^DONE '
+    fi
+    checked_steps=$((steps * dp)) per_replica=" ($dp replicas x $steps)"
+  else
+    checked_steps=$steps per_replica=""
+  fi
+  if ! grep -q "^  self-check    PASSED: $checked_steps/$checked_steps steps" "$summary_log"; then
+    echo "== the self-check did not pass for every one of the $checked_steps steps$per_replica"
     failed=1
   fi
-  ledger=$(grep -m1 '^  requests ' "$dir/rank0.log" || true)
+  ledger=$(grep -m1 '^  requests ' "$summary_log" || true)
   if ((${#victims[@]})); then
     if [[ -z "$killed_at" ]]; then
       echo "== drill: the victims never all reached step $at_step"
@@ -751,11 +811,37 @@ if ((recover)); then
     fi
     # The recovery's phases, from run.sh's kill and the ranks' stamps
     # (CLOCK_REALTIME microseconds, comparable on this one host).
+    # By replica: only the hit replica's ranks lose, re-form and resume;
+    # every other replica must show none of it, and served steps meanwhile.
+    hit_ranks=$world hit_what=""
+    if ((by_domain)); then
+      hit=$((kill_rank / domain_size))
+      hit_ranks=$domain_size
+      hit_what=" (replica $hit, ranks $((hit * domain_size))-$(((hit + 1) * domain_size - 1)))"
+      for ((r = 0; r < world; r++)); do
+        ((r / domain_size == hit)) && continue
+        if grep -qE '^(LOSS|REFORMED|RESUMING|RESUMED|JOINED|STALLING) ' "$dir/rank$r.log" 2>/dev/null; then
+          echo "== rank $r of replica $((r / domain_size)) lost, re-formed or resumed although only replica $hit was hit: $(grep -m1 -E '^(LOSS|REFORMED|RESUMING|RESUMED|JOINED) ' "$dir/rank$r.log" | cut -c1-300)"
+          failed=1
+        fi
+      done
+      meanwhile=()
+      for ((d = 0; d < dp; d++)); do
+        ((d == hit)) && continue
+        line=$(grep -m1 -E "^  replica $d +ranks " "$summary_log" || true)
+        if [[ "$line" =~ served\ ([0-9]+)\ of\ them\ while\ replica\ ([0-9, ]+)\ recovered ]] && ((BASH_REMATCH[1] > 0)); then
+          meanwhile+=("replica $d served ${BASH_REMATCH[1]} steps")
+        else
+          echo "== replica $d served no step while replica $hit recovered: ${line:-no summary line}"
+          failed=1
+        fi
+      done
+    fi
     read -r loss_us losses < <(latest_stamp '^LOSS rank=[0-9]+ step=[0-9]+ epoch=1 ')
     read -r joined_us joins < <(latest_stamp '^JOINED ')
     read -r reformed_us reforms < <(latest_stamp '^REFORMED ')
     read -r resumed_us resumes < <(latest_stamp '^RESUMED ')
-    epoch=$(sed -nE 's/^RESUMED .* epoch=([0-9]+) .*/\1/p' "$dir/rank0.log" | tail -1)
+    epoch=$(sed -nE 's/^RESUMED .* epoch=([0-9]+) .*/\1/p' "$dir/rank${victims[0]}.log" | tail -1)
     if [[ -n "$killed_us" ]] && ((losses > 0 && joins > 0 && reforms > 0 && resumes > 0)); then
       p1=$((loss_us > killed_us ? loss_us : killed_us))
       p2=$((joined_us > p1 ? joined_us : p1))
@@ -765,7 +851,7 @@ if ((recover)); then
         lost_what="node $kill_node (daemon and ranks ${victims[0]}-${victims[-1]})"
         replaced="the replacement daemon registered node $kill_node (+$(ms $((node_ready_us - killed_us))) ms) and its $joins ranks joined epoch ${epoch:-?}"
       else
-        lost_what="rank $kill_rank"
+        lost_what="rank $kill_rank$hit_what"
         replaced="rankrun restarted rank $kill_rank; the replacement joined epoch ${epoch:-?}"
       fi
       echo "== recovery: $lost_what killed at step $at_step; serving again after $(ms $((p4 - killed_us))) ms (loss -> first step served at epoch ${epoch:-?})"
@@ -773,11 +859,14 @@ if ((recover)); then
         detect "$(ms $((p1 - killed_us)))" "kill -9 -> all $losses surviving ranks saw the loss (LOSS)" \
         replace "$(ms $((p2 - p1)))" "-> $replaced (JOINED)" \
         re-form "$(ms $((p3 - p2)))" "-> all $reforms ranks' sessions formed at epoch ${epoch:-?} (REFORMED; survivors kept their shards)" \
-        "first step" "$(ms $((p4 - p3)))" "-> step $at_step served again and self-checked on all $resumes ranks (RESUMED)"
+        "first step" "$(ms $((p4 - p3)))" "-> step $at_step served again and self-checked on all $resumes ranks${hit_what:+ of replica $hit} (RESUMED)"
+      if ((by_domain)); then
+        printf '   %-11s %9s     %s\n' meanwhile "" "$(IFS=';'; echo "${meanwhile[*]:-nothing}" | sed 's/;/; /g') while replica $hit recovered (never lost, re-formed or stopped: no LOSS, REFORMED or RESUMED line in its logs)"
+      fi
       echo "   (time stamps: CLOCK_REALTIME microseconds of this host, from run.sh's kill and every rank's log)"
       echo "   requests: ${ledger#  requests      }"
-      if ((resumes != world)); then
-        echo "== only $resumes of $world ranks served a step after the recovery"
+      if ((resumes != hit_ranks)); then
+        echo "== only $resumes of $hit_ranks ranks served a step after the recovery"
         failed=1
       fi
     else
@@ -817,9 +906,13 @@ if ((recover)); then
     exit 1
   fi
   if ((${#victims[@]})); then
-    echo "== OK: recovered in place from the loss of ${kill_node:+node $kill_node (ranks ${victims[*]})}${kill_rank:+rank $kill_rank}: $world ranks served $steps self-checked steps, no request lost; shut down cleanly, no process left behind ($what)"
+    if ((by_domain)); then
+      echo "== OK: recovered by replica from the loss of rank $kill_rank$hit_what: it re-formed alone while $(IFS=';'; echo "${meanwhile[*]}" | sed 's/;/, /g'); $dp replicas served $steps self-checked steps each, no request lost; shut down cleanly, no process left behind ($what)"
+    else
+      echo "== OK: recovered in place from the loss of ${kill_node:+node $kill_node (ranks ${victims[*]})}${kill_rank:+rank $kill_rank}: $world ranks served $steps self-checked steps, no request lost; shut down cleanly, no process left behind ($what)"
+    fi
   else
-    echo "== OK: $world ranks served $steps self-checked steps (recovery on, nothing lost); shut down cleanly, no process left behind ($what)"
+    echo "== OK: $world ranks served $steps self-checked steps$( ((by_domain)) && echo " in each of $dp replicas") (recovery ${recovery:-on}, nothing lost); shut down cleanly, no process left behind ($what)"
   fi
 elif ((full_restart)); then
   if ((failed)); then

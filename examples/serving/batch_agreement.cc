@@ -46,20 +46,32 @@ std::vector<uint32_t> EncodeFrame(uint32_t step, const SlotBatch* batch,
 absl::StatusOr<StepPlan> DecodeFrames(const ServingLayout& layout,
                                       uint32_t step,
                                       absl::Span<const uint32_t> words) {
+  return DecodeRankFrames(layout, step, 0, layout.world_size, kFrameWords,
+                          words);
+}
+
+absl::StatusOr<StepPlan> DecodeRankFrames(const ServingLayout& layout,
+                                          uint32_t step, uint32_t first_rank,
+                                          uint32_t count, size_t stride,
+                                          absl::Span<const uint32_t> words) {
   const auto fail = [&](const std::string& what) {
     return absl::FailedPreconditionError(
         absl::StrCat("batch agreement for step ", step, ": ", what));
   };
-  if (words.size() != size_t{layout.world_size} * kFrameWords) {
-    return fail(absl::StrCat("got ", words.size(), " words; expected ",
-                             layout.world_size, " frames of ", kFrameWords));
+  if (stride < kFrameWords || words.size() != size_t{count} * stride ||
+      first_rank + count > layout.world_size) {
+    return fail(absl::StrCat(
+        "got ", words.size(), " words; expected ", count, " frames of ",
+        std::max(stride, kFrameWords), " (ranks ", first_rank, "-",
+        first_rank + count - 1, " of world ", layout.world_size, ")"));
   }
   StepPlan plan;
   plan.step = step;
   plan.slots.resize(layout.num_slots());
   std::vector<uint32_t> other_step, bad;
-  for (uint32_t r = 0; r < layout.world_size; ++r) {
-    absl::Span<const uint32_t> f = words.subspan(r * kFrameWords, kFrameWords);
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint32_t r = first_rank + i;
+    absl::Span<const uint32_t> f = words.subspan(i * stride, kFrameWords);
     if (f[0] != kFrameMagic || f[3] > kMaxRequestsPerStep) {
       bad.push_back(r);
       continue;

@@ -67,6 +67,16 @@ absl::StatusOr<StepPlan> DecodeFrames(const ServingLayout& layout,
                                       uint32_t step,
                                       absl::Span<const uint32_t> words);
 
+// The same for the `count` ranks from `first_rank` on (one data-parallel
+// replica under recovery by domain: replica_round.h), whose frames start
+// every `stride` words of `words` (stride >= kFrameWords: longer frames
+// carry more after the batch frame). The plan holds every slot; those of
+// other ranks stay empty. Same errors, naming the ranks.
+absl::StatusOr<StepPlan> DecodeRankFrames(const ServingLayout& layout,
+                                          uint32_t step, uint32_t first_rank,
+                                          uint32_t count, size_t stride,
+                                          absl::Span<const uint32_t> words);
+
 // One agreement round: encode, all_gather_words, decode.
 absl::StatusOr<StepPlan> AgreeOnBatch(Collectives& collectives,
                                       const ServingLayout& layout,

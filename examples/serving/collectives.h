@@ -119,6 +119,11 @@ class Collectives {
   virtual absl::StatusOr<Matrix> AllGather(const Matrix& input) = 0;
 
   const CollectiveStats& stats() const { return stats_; }
+  // Times an operation the caller ran outside the session (the world
+  // round by replica, on the client: replica_round.h) under `kind`.
+  void Record(CollectiveKind kind, absl::Duration elapsed) {
+    stats_.Record(kind, elapsed);
+  }
 
  protected:
   CollectiveStats stats_;

@@ -17,7 +17,7 @@ namespace {
 // Per kind: calls, total microseconds (low and high word), max
 // microseconds; then tokens and the failed flag.
 constexpr size_t kWordsPerKind = 4;
-constexpr size_t kReportWords = kWordsPerKind * kNumCollectiveKinds + 2;
+static_assert(kReportWords == kWordsPerKind * kNumCollectiveKinds + 2);
 
 uint32_t Micros(absl::Duration d) {
   const int64_t us = absl::ToInt64Microseconds(d);
@@ -150,30 +150,70 @@ std::string SummaryTable(const RunSummary& s) {
       s.first_step > 1 ? absl::StrFormat(" (steps %d-%d: started again at %d)",
                                          s.first_step, s.steps, s.first_step)
                        : "";
+  const bool by_replica = !s.replicas.empty();
+  const std::string what =
+      by_replica
+          ? absl::StrFormat("%d replicas x %d steps (%d replica steps)",
+                            s.replicas.size(), s.steps_per_replica, served)
+          : absl::StrCat(served, " steps", from);
   absl::StrAppendFormat(
       &out,
-      "  %-13s %d steps%s, %s tokens from %d request streams, %s tokens/s"
+      "  %-13s %s, %s tokens from %d request streams, %s tokens/s"
       " (%.2f s)\n",
-      "served", served, from, Thousands(s.tokens), l.num_slots(),
+      "served", what, Thousands(s.tokens), l.num_slots(),
       Thousands(seconds > 0 ? static_cast<uint64_t>(s.tokens / seconds) : 0),
       seconds);
+  for (const ReplicaSummary& r : s.replicas) {
+    std::string meanwhile;
+    if (!r.recovered_meanwhile.empty()) {
+      meanwhile = absl::StrFormat(
+          "; served %d of them while replica %s recovered",
+          r.steps_while_others_recovered, r.recovered_meanwhile);
+    }
+    if (r.recoveries > 0) {
+      absl::StrAppendFormat(&meanwhile, "; %d loss%s recovered in place",
+                            r.recoveries, r.recoveries == 1 ? "" : "es");
+    }
+    absl::StrAppendFormat(
+        &out,
+        "  %-13s ranks %d-%d, epoch %d: %d steps served, %d self-checked%s\n",
+        absl::StrCat("replica ", r.replica), r.first_rank, r.last_rank, r.epoch,
+        r.steps, r.checked_steps, meanwhile);
+  }
+  if (by_replica && !s.counted_every_round) {
+    absl::StrAppendFormat(
+        &out,
+        "  %-13s counted by rank %d, which missed the rounds while its own "
+        "replica recovered (every replica recovered once)\n",
+        "", s.counted_by);
+  }
   const std::string which =
-      s.latency.size() < served
+      s.latency.size() < (by_replica ? s.steps_per_replica : served)
           ? absl::StrCat("last ", Thousands(s.latency.size()), " steps, ")
           : "";
   absl::StrAppendFormat(
-      &out,
-      "  %-13s p50 %.2f ms, p99 %.2f ms, max %.2f ms (rank 0, %sagreement"
-      " to outputs gathered)\n",
+      &out, "  %-13s p50 %.2f ms, p99 %.2f ms, max %.2f ms (rank %d, %s%s)\n",
       "step latency", Ms(Percentile(s.latency, 0.5)),
-      Ms(Percentile(s.latency, 0.99)), Ms(Percentile(s.latency, 1.0)), which);
-  absl::StrAppendFormat(
-      &out,
-      "  %-13s %s: %d/%d steps, %s values, max |error| %.2g, tolerance"
-      " %s; reference %.2f ms/step on rank 0\n",
-      "self-check", s.check_passed ? "PASSED" : "FAILED", s.checked_steps,
-      served, Thousands(s.checked_values), s.max_abs_error, s.tolerance,
-      s.checked_steps > 0 ? Ms(s.check_time) / s.checked_steps : 0.0);
+      Ms(Percentile(s.latency, 0.99)), Ms(Percentile(s.latency, 1.0)),
+      by_replica ? s.counted_by : 0, which,
+      by_replica ? "agreement to its replica's step done"
+                 : "agreement to outputs gathered");
+  if (by_replica) {
+    absl::StrAppendFormat(
+        &out,
+        "  %-13s %s: %d/%d steps (every replica's, by its last-stage ranks),"
+        " %s values, max |error| %.2g, tolerance %s\n",
+        "self-check", s.check_passed ? "PASSED" : "FAILED", s.checked_steps,
+        served, Thousands(s.checked_values), s.max_abs_error, s.tolerance);
+  } else {
+    absl::StrAppendFormat(
+        &out,
+        "  %-13s %s: %d/%d steps, %s values, max |error| %.2g, tolerance"
+        " %s; reference %.2f ms/step on rank 0\n",
+        "self-check", s.check_passed ? "PASSED" : "FAILED", s.checked_steps,
+        served, Thousands(s.checked_values), s.max_abs_error, s.tolerance,
+        s.checked_steps > 0 ? Ms(s.check_time) / s.checked_steps : 0.0);
+  }
   absl::StrAppendFormat(&out, "  %-13s %s served", "requests",
                         Thousands(s.requests));
   if (s.recoveries > 0) {

@@ -45,11 +45,32 @@ struct RankReport {
   uint32_t failed = 0;
 };
 
-// The end-of-run frame (fixed length) and its decoding (rank-major).
+// The end-of-run frame (kReportWords long) and its decoding (rank-major).
+// Per kind: calls, total microseconds (low and high word), max
+// microseconds; then tokens and the failed flag.
+inline constexpr size_t kReportWords = 4 * kNumCollectiveKinds + 2;
 std::vector<uint32_t> EncodeReport(const CollectiveStats& stats,
                                    uint64_t tokens, bool failed);
 absl::StatusOr<std::vector<RankReport>> DecodeReports(
     absl::Span<const uint32_t> words, uint32_t world_size);
+
+// Recovery by domain (replica_tally.h): what one data-parallel replica
+// served, as the rank printing the summary counted it from the world
+// rounds.
+struct ReplicaSummary {
+  uint32_t replica = 0;
+  uint32_t first_rank = 0;
+  uint32_t last_rank = 0;
+  uint64_t epoch = 0;  // its epoch in the last round
+  uint32_t steps = 0;  // steps it completed
+  uint32_t checked_steps = 0;
+  uint32_t recoveries = 0;
+  // Steps it served while another replica recovered (agreed in rounds
+  // that did not span every replica), and which replicas those were
+  // ("1", "1, 2").
+  uint32_t steps_while_others_recovered = 0;
+  std::string recovered_meanwhile;
+};
 
 // Everything the summary table shows.
 struct RunSummary {
@@ -77,6 +98,16 @@ struct RunSummary {
   uint64_t requests_in_flight = 0;
   uint64_t requests_rerun = 0;
   uint64_t requests_lost = 0;
+  // Recovery by domain with dp > 1: one entry per replica; then `steps`
+  // and `checked_steps` count replica steps (every replica's together),
+  // each replica served `steps_per_replica` steps, and the self-check is
+  // every last-stage rank's own (replica_check.h).
+  std::vector<ReplicaSummary> replicas;
+  uint32_t steps_per_replica = 0;
+  // Which rank counted the rounds (the lowest that saw every one), and
+  // whether any rank did.
+  uint32_t counted_by = 0;
+  bool counted_every_round = true;
 };
 
 // The multi-line summary table (ends with a newline).

@@ -1,7 +1,9 @@
 // Unit tests of the serving example's pure parts: model spec, request
 // streams, batch frames, shard math against the reference, expert dispatch
 // plans, the self-check and the report; what recovery adds (the step to
-// resume at, the request ledger). The multi-process run (real
+// resume at, the request ledger); what recovery by replica adds (the world
+// round by replica, its tally, the last stage's own check). The
+// multi-process run (real
 // daemons, Gloo) is //tests:run_sh_test.
 #include <cmath>
 #include <cstdint>
@@ -19,6 +21,9 @@
 #include "examples/serving/model_spec.h"
 #include "examples/serving/moe_dispatch.h"
 #include "examples/serving/reference_model.h"
+#include "examples/serving/replica_check.h"
+#include "examples/serving/replica_round.h"
+#include "examples/serving/replica_tally.h"
 #include "examples/serving/report.h"
 #include "examples/serving/request_ledger.h"
 #include "examples/serving/request_stream.h"
@@ -446,6 +451,258 @@ TEST(ReportTest, PercentilesAndReportsRoundTrip) {
   EXPECT_TRUE(absl::StrContains(SummaryTable(summary),
                                 "(rank 0, last 100 steps, agreement"))
       << SummaryTable(summary);
+}
+
+// Recovery by replica: world 4 = 2 replicas (dp2) of a pp2 pipeline.
+constexpr ParallelTopology kTwoReplicas = {.pipeline = 2, .data = 2};
+
+// Replica d's slot (d) batch at `step`: request ids grow with the step.
+SlotBatch ReplicaBatch(uint32_t replica, uint32_t step) {
+  return SlotBatch{{{replica * 100 + step, 0, replica + 1}}};
+}
+
+// The frames of both ranks of `replica` (rank 2d schedules its slot).
+std::vector<uint32_t> ReplicaWords(uint32_t replica, ReplicaFrame::Kind kind,
+                                   uint32_t step,
+                                   std::vector<uint32_t> out = {},
+                                   CheckCounts last_stage_checks = {},
+                                   uint64_t last_stage_generation = 1) {
+  const SlotBatch batch = ReplicaBatch(replica, step);
+  for (uint32_t i = 0; i < 2; ++i) {
+    ReplicaFrame f;
+    f.kind = kind;
+    f.step = step;
+    f.batch = i == 0 ? &batch : nullptr;
+    f.epoch = replica + 1;
+    if (i == 1) {
+      f.checks = last_stage_checks;
+      f.generation = last_stage_generation;
+      f.epoch = std::max<uint64_t>(f.epoch, last_stage_generation);
+    }
+    f.tokens = 10 * replica + i;
+    const std::vector<uint32_t> w = EncodeReplicaFrame(f);
+    out.insert(out.end(), w.begin(), w.end());
+  }
+  return out;
+}
+
+ReplicaRound Decoded(bool partial, std::vector<uint32_t> replicas,
+                     std::vector<uint64_t> epochs,
+                     const std::vector<uint32_t>& words) {
+  auto round = DecodeReplicaRound(MakeLayout(kTwoReplicas, 0), partial,
+                                  replicas, epochs, words);
+  EXPECT_TRUE(round.ok()) << round.status();
+  return round.ok() ? *round : ReplicaRound{};
+}
+
+TEST(ReplicaRoundTest, EachReplicaAgreesOnItsOwnStep) {
+  CheckCounts checks{
+      .passed = 6, .failed = 0, .values = 1ull << 33, .max_abs_error = 0.25f};
+  std::vector<uint32_t> words =
+      ReplicaWords(0, ReplicaFrame::Kind::kStep, 7, {}, checks);
+  words = ReplicaWords(1, ReplicaFrame::Kind::kStep, 3, words);
+  ASSERT_EQ(words.size(), 4 * kReplicaFrameWords);
+  const ReplicaRound round = Decoded(false, {0, 1}, {1, 2}, words);
+  ASSERT_EQ(round.replicas.size(), 2u);
+  EXPECT_EQ(round.replicas[0].plan.step, 7u);
+  EXPECT_EQ(round.replicas[0].plan.slots[0], ReplicaBatch(0, 7));
+  EXPECT_TRUE(round.replicas[0].plan.slots[1].requests.empty());
+  EXPECT_EQ(round.replicas[1].plan.step, 3u);
+  EXPECT_EQ(round.replicas[1].plan.slots[1], ReplicaBatch(1, 3));
+  EXPECT_EQ(round.replicas[1].epoch, 2u);
+  ASSERT_EQ(round.ranks.size(), 4u);
+  EXPECT_EQ(round.ranks[1].checks.passed, 6u);
+  EXPECT_EQ(round.ranks[1].checks.values, 1ull << 33);
+  EXPECT_EQ(round.ranks[1].checks.max_abs_error, 0.25f);
+  EXPECT_EQ(round.ranks[3].report.tokens, 11u);
+  EXPECT_FALSE(round.AllIdle());
+
+  // A partial round holds the serving replicas only.
+  const ReplicaRound partial =
+      Decoded(true, {1}, {2}, ReplicaWords(1, ReplicaFrame::Kind::kIdle, 3));
+  EXPECT_TRUE(partial.partial);
+  EXPECT_EQ(partial.Find(0), nullptr);
+  ASSERT_NE(partial.Find(1), nullptr);
+  EXPECT_EQ(partial.Find(1)->step, 3u);
+  EXPECT_TRUE(partial.AllIdle());
+}
+
+TEST(ReplicaRoundTest, RefusesAReplicaThatDisagrees) {
+  std::vector<uint32_t> words = ReplicaWords(0, ReplicaFrame::Kind::kStep, 1);
+  std::vector<uint32_t> other = ReplicaWords(1, ReplicaFrame::Kind::kStep, 1);
+  // Rank 3 idles while rank 2 serves step 1.
+  other[kReplicaFrameWords + 2] |= kFlagIdle;
+  words.insert(words.end(), other.begin(), other.end());
+  auto round = DecodeReplicaRound(MakeLayout(kTwoReplicas, 0), false, {0, 1},
+                                  {1, 1}, words);
+  ASSERT_FALSE(round.ok());
+  EXPECT_TRUE(absl::StrContains(round.status().message(),
+                                "replica 1 disagrees: rank 2 sent a step "
+                                "frame, rank 3 a idle frame"))
+      << round.status();
+  // The wrong number of words for the view.
+  round =
+      DecodeReplicaRound(MakeLayout(kTwoReplicas, 0), true, {0}, {1}, words);
+  EXPECT_FALSE(round.ok());
+}
+
+TEST(ReplicaRoundTest, AReEnteringReplicaLearnsItsSurvivorsStep) {
+  std::vector<uint32_t> words = ReplicaWords(0, ReplicaFrame::Kind::kStep, 9);
+  std::vector<uint32_t> resume =
+      ReplicaWords(1, ReplicaFrame::Kind::kResume, 4, {}, {}, 2);
+  resume[1] = 4;                                  // the survivor, rank 2
+  resume[kReplicaFrameWords + 1] = kUnknownStep;  // the replacement, rank 3
+  resume[kFrameWords + 1] = 2;                    // both at epoch 2
+  words.insert(words.end(), resume.begin(), resume.end());
+  const ReplicaRound round = Decoded(false, {0, 1}, {1, 2}, words);
+  ASSERT_NE(round.Find(1), nullptr);
+  EXPECT_EQ(round.Find(1)->kind, ReplicaFrame::Kind::kResume);
+  EXPECT_EQ(round.Find(1)->step, 4u);
+  EXPECT_EQ(round.Find(0)->plan.step, 9u);
+}
+
+TEST(ReplicaTallyTest, CountsEachReplicaAndTheReRunOfItsInterruptedStep) {
+  const ServingLayout layout = MakeLayout(kTwoReplicas, 0);
+  ReplicaTally tally(layout);
+  using Kind = ReplicaFrame::Kind;
+  const auto both = [&](Kind k0, uint32_t s0, Kind k1, uint32_t s1,
+                        CheckCounts c1 = {}, uint64_t g1 = 1) {
+    std::vector<uint32_t> words =
+        ReplicaWords(0, k0, s0, {}, {.passed = s0 - (k0 == Kind::kStep)});
+    words = ReplicaWords(1, k1, s1, words, c1, g1);
+    tally.Observe(Decoded(false, {0, 1}, {1, g1}, words));
+  };
+  const auto only_0 = [&](uint32_t s0) {
+    tally.Observe(
+        Decoded(true, {0}, {1},
+                ReplicaWords(0, Kind::kStep, s0, {}, {.passed = s0 - 1})));
+  };
+  both(Kind::kStep, 1, Kind::kStep, 1);
+  both(Kind::kStep, 2, Kind::kStep, 2, {.passed = 1});
+  // Rank 3 is lost during step 2: replica 0 serves 3 and 4 alone.
+  only_0(3);
+  only_0(4);
+  // Replica 1 re-enters at step 2 (its replacement of rank 3 checked
+  // nothing yet), serves it again and step 3; replica 0 finishes at 5.
+  both(Kind::kStep, 5, Kind::kResume, 2, {}, 2);
+  both(Kind::kIdle, 5, Kind::kStep, 2, {}, 2);
+  both(Kind::kIdle, 5, Kind::kStep, 3, {.passed = 1}, 2);
+  both(Kind::kIdle, 5, Kind::kIdle, 3, {.passed = 2}, 2);
+
+  const ReplicaSummary r0 = tally.Summary(0);
+  EXPECT_EQ(r0.steps, 5u);
+  EXPECT_EQ(r0.checked_steps, 5u);
+  EXPECT_EQ(r0.steps_while_others_recovered, 2u);
+  EXPECT_EQ(r0.recovered_meanwhile, "1");
+  EXPECT_EQ(r0.recoveries, 0u);
+  const ReplicaSummary r1 = tally.Summary(1);
+  EXPECT_EQ(r1.steps, 3u);
+  // Rank 3's first process checked step 1, its replacement steps 2 and 3.
+  EXPECT_EQ(r1.checked_steps, 3u);
+  EXPECT_EQ(r1.recoveries, 1u);
+  EXPECT_EQ(r1.epoch, 2u);
+  EXPECT_EQ(r1.first_rank, 2u);
+  EXPECT_EQ(r1.last_rank, 3u);
+  EXPECT_EQ(tally.recoveries(), 1u);
+  EXPECT_EQ(tally.requests_in_flight(), 1u);  // request 102, step 2
+  EXPECT_EQ(tally.requests_rerun(), 1u);
+  EXPECT_EQ(tally.requests_lost(), 0u);
+  EXPECT_EQ(tally.requests_served(), 8u);
+  EXPECT_EQ(tally.tokens(), 5u * 1 + 3u * 2);
+}
+
+TEST(ReplicaTallyTest, AStepAgreedWhenTheRunStoppedWasNotServed) {
+  ReplicaTally tally(MakeLayout(kTwoReplicas, 0));
+  using Kind = ReplicaFrame::Kind;
+  for (uint32_t step : {1, 2}) {
+    tally.Observe(Decoded(false, {0, 1}, {1, 1},
+                          ReplicaWords(1, Kind::kStep, step,
+                                       ReplicaWords(0, Kind::kStep, step))));
+  }
+  // Step 2's round asked every rank to stop: the idle frames name step 1.
+  tally.Observe(Decoded(
+      false, {0, 1}, {1, 1},
+      ReplicaWords(1, Kind::kIdle, 1, ReplicaWords(0, Kind::kIdle, 1))));
+  EXPECT_EQ(tally.Summary(0).steps, 1u);
+  EXPECT_EQ(tally.Summary(1).steps, 1u);
+}
+
+TEST(ReplicaCheckTest, ChecksItsOwnOutputsAndBatch) {
+  const ParallelTopology t = kTwoReplicas;
+  const ServingLayout layout = MakeLayout(t, 3);  // replica 1, last stage
+  const ModelSpec spec = SpecFor(t);
+  ReplicaCheck check(spec, layout, Tolerance{});
+  RequestStream stream(spec.seed, layout.my_slot(), layout.num_slots());
+  const ReferenceModel reference(spec);
+  uint32_t step = 1;
+  SlotBatch batch = stream.Next();
+  for (; batch.tokens() == 0; ++step) {
+    EXPECT_TRUE(check.Check(step, batch, Matrix{}).status.ok());
+    batch = stream.Next();
+  }
+  Matrix out = reference.Forward(batch);
+  const StepCheck good = check.Check(step, batch, out);
+  EXPECT_TRUE(good.status.ok()) << good.status;
+  EXPECT_EQ(good.values_checked, out.values.size());
+
+  // The next step with a corrupted value, then a batch its stream lacks.
+  batch = stream.Next();
+  out = reference.Forward(batch);
+  if (!out.values.empty()) {
+    out.values[0] += 1.0f;
+    const StepCheck bad = check.Check(step + 1, batch, out);
+    EXPECT_EQ(bad.status.code(), absl::StatusCode::kDataLoss);
+    EXPECT_TRUE(absl::StrContains(bad.status.message(), "rank 3 (d1 p1"))
+        << bad.status;
+  }
+  const StepCheck diverged =
+      check.Check(step + 2, ReplicaBatch(1, 99), Matrix{});
+  EXPECT_TRUE(absl::StrContains(diverged.status.message(),
+                                "but its request stream has"))
+      << diverged.status;
+}
+
+TEST(ReportTest, SummaryByReplica) {
+  RunSummary summary;
+  summary.layout = MakeLayout(kTwoReplicas, 0);
+  summary.spec = SpecFor(kTwoReplicas);
+  summary.backend = "gloo";
+  summary.steps = 10;
+  summary.checked_steps = 10;
+  summary.steps_per_replica = 5;
+  summary.wall = absl::Seconds(1);
+  summary.recoveries = 1;
+  summary.replicas = {{.replica = 0,
+                       .first_rank = 0,
+                       .last_rank = 1,
+                       .epoch = 1,
+                       .steps = 5,
+                       .checked_steps = 5,
+                       .steps_while_others_recovered = 2,
+                       .recovered_meanwhile = "1"},
+                      {.replica = 1,
+                       .first_rank = 2,
+                       .last_rank = 3,
+                       .epoch = 2,
+                       .steps = 5,
+                       .checked_steps = 5,
+                       .recoveries = 1}};
+  const std::string table = SummaryTable(summary);
+  EXPECT_TRUE(absl::StrContains(
+      table, "served        2 replicas x 5 steps (10 replica steps)"))
+      << table;
+  EXPECT_TRUE(absl::StrContains(
+      table,
+      "  replica 0     ranks 0-1, epoch 1: 5 steps served, 5 self-checked; "
+      "served 2 of them while replica 1 recovered\n"))
+      << table;
+  EXPECT_TRUE(absl::StrContains(
+      table,
+      "  replica 1     ranks 2-3, epoch 2: 5 steps served, 5 self-checked; 1 "
+      "loss recovered in place\n"))
+      << table;
+  EXPECT_TRUE(absl::StrContains(table, "self-check    PASSED: 10/10 steps"))
+      << table;
 }
 
 }  // namespace

@@ -30,6 +30,17 @@
 // it does not know) and serving goes on; rank 0 counts the requests in
 // flight at the loss and their re-runs (request_ledger.h).
 //
+// When the job recovers by data-parallel domain (rankd --recovery=domain,
+// dp > 1; the Join answer says so) it serves by replica instead
+// (ServeByReplica; docs/operations.md, "By replica"): each replica serves
+// its own request streams, --steps steps each, in world rounds that span
+// the replicas serving (Client::AllGatherWordsWithView; replica_round.h);
+// the session holds only its replica's groups, so every last-stage rank
+// checks its own outputs (replica_check.h) and the counts travel in the
+// rounds; a loss re-forms the hit replica alone, which re-enters at its
+// entry round with the resume agreement while the others serve on; the
+// lowest rank that saw every round prints the summary (replica_tally.h).
+//
 // It serves --steps steps, or with --steps=0 until it gets SIGTERM or
 // SIGINT (how Kubernetes stops a container). A stop signal does not end the
 // process at once: the rank finishes its current step and says so at the
@@ -43,7 +54,12 @@
 //   BACKEND_OK B devices=N                           (--probe_backend)
 //   REFUSED <why the backend cannot run here>        (exit 2)
 //   READY rank=R node=N coords=dD pP tT eE backend=B [hostname=H (Gloo)]
-//   SERVING world W (...), <model>, N steps|until stopped, backend B (rank 0)
+//   SERVING world W (...), <model>, N steps|until stopped[ per replica,
+//                           recovery by replica (D replicas)], backend B
+//                           (rank 0)
+//   REPLICAS rank=R step=S unix_us=T: serving 0 (epoch 1)[; recovering 1]
+//                           (by replica: the first rank of each replica,
+//                           when the replicas in the rounds change)
 //   PROGRESS step S/N  tokens T  X tokens/s  ranks 8/8 up          (rank 0;
 //                           "PROGRESS step S  ..." with --steps=0)
 //   SELF-CHECK FAILED ...                                          (rank 0)
@@ -66,7 +82,8 @@
 //   CAUSE rank=R CODE: <the job failure, naming the lost rank or node>
 //   STOPPED rank=R step=S: ...
 //   DONE rank=R tokens=T
-//   == summary ...                                                 (rank 0)
+//   == summary ...          (rank 0; by replica, the lowest rank that saw
+//                           every round)
 // The unix_us stamps are CLOCK_REALTIME in microseconds (absl::Now), so
 // tools/run.sh can order them across the processes of one host.
 // Exit status: 0 served (all --steps, or until a stop signal) and the
@@ -88,8 +105,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -104,6 +123,9 @@
 #include "examples/serving/layout.h"
 #include "examples/serving/model_shard.h"
 #include "examples/serving/model_spec.h"
+#include "examples/serving/replica_check.h"
+#include "examples/serving/replica_round.h"
+#include "examples/serving/replica_tally.h"
 #include "examples/serving/report.h"
 #include "examples/serving/request_ledger.h"
 #include "examples/serving/request_stream.h"
@@ -203,6 +225,11 @@ constexpr absl::Duration kLossNoticeWait = absl::Seconds(10);
 // Rank 0 keeps at most twice this many step latencies (the most recent).
 constexpr size_t kMaxLatencySamples = 100000;
 
+// Recovery by domain: how long a rank with no step to serve waits before
+// its next world round when the last one had no replica serving (the
+// others recover, or every one is done and one is still missing).
+constexpr absl::Duration kIdleRoundPace = absl::Milliseconds(10);
+
 // The stop signal (SIGTERM or SIGINT) received once serving started; 0:
 // none. Set by the handler, read by the serving loop.
 std::atomic<int> stop_signal{0};
@@ -255,6 +282,23 @@ class ServingProcess {
  private:
   int Setup();
   int Serve();
+  // Serve under recovery by domain with dp > 1 (replica_round.h): every
+  // replica serves its own steps in world rounds that span the replicas
+  // serving; a loss re-forms this rank's replica alone.
+  int ServeByReplica();
+  // One world round by replica: this rank's frame, AllGatherWordsWithView,
+  // decoded. A round failed by another replica's loss (ABORTED naming that
+  // domain) is run again at once, at the next round number, as every
+  // member of the serving replicas does. Any other error is returned.
+  absl::StatusOr<ReplicaRound> WorldRound(const ReplicaFrame& frame);
+  // This rank's frame of `kind` at `step`, with its counts and flags.
+  ReplicaFrame MyFrame(ReplicaFrame::Kind kind, uint32_t step,
+                       const SlotBatch* batch) const;
+  // Counts a round (the tally) and takes in its stop and drain flags.
+  void ObserveRound(const ReplicaRound& round, uint32_t step);
+  // The summary from the final round (every replica there, all idle), by
+  // the lowest rank that saw every round. kExitOk or kExitCheckFailed.
+  int FinishByReplica(const ReplicaRound& final_round, absl::Duration wall);
   // One step: agreement, forward, outputs gathered. The first failing
   // operation's error; the agreed plan is in in_flight_ from the agreement
   // on.
@@ -295,6 +339,22 @@ class ServingProcess {
   Tolerance tolerance_;
   // --stall_ranks, parsed (empty: every process given --stall_at_step).
   std::set<uint32_t> stall_ranks_;
+
+  // Recovery by domain with dp > 1 (the Join answer says so): this rank's
+  // replica, its process's generation (the epoch it joined at), whether it
+  // saw every world round, its own checks (last stage), the tally of the
+  // rounds, and the stop and drain requests seen in any round.
+  bool by_replica_ = false;
+  uint32_t replica_ = 0;
+  uint64_t generation_ = 1;
+  bool fresh_ = true;
+  std::unique_ptr<ReplicaCheck> replica_check_;
+  CheckCounts my_checks_;
+  std::unique_ptr<ReplicaTally> tally_;
+  bool stop_seen_ = false;
+  bool drain_seen_ = false;
+  bool signal_seen_ = false;
+  std::set<uint32_t> replicas_seen_;
 
   // Recovery: whether this process replaces a lost one (it joined at epoch
   // 2 or later), the step it starts at, and the plan of the step in
@@ -365,7 +425,7 @@ int ServingProcess::Run() {
   }
   if (int code = Setup(); code != kExitOk) return code;
   CatchStopSignals();
-  const int code = Serve();
+  const int code = by_replica_ ? ServeByReplica() : Serve();
   // Every rank is past its last data-plane operation (the end-of-run round
   // is a barrier) before anyone closes its session.
   collectives_.reset();
@@ -408,6 +468,22 @@ int ServingProcess::Setup() {
   if (!layout.ok()) return Failed(0, layout.status());
   layout_ = *layout;
   joined_ = true;
+  by_replica_ = descriptor->recovery_by_domain() && layout_.topology.data > 1;
+  replica_ = layout_.coords.data;
+  generation_ = descriptor->epoch();
+  fresh_ = !replacement_;
+  if (by_replica_ && !absl::GetFlag(FLAGS_recover)) {
+    Print(
+        "ERROR the job recovers by data-parallel domain (rankd "
+        "--recovery=domain): run every rank with --recover");
+    return kExitUsage;
+  }
+  if (by_replica_ && absl::GetFlag(FLAGS_first_step) != 1) {
+    Print(
+        "ERROR --first_step: a job that recovers by data-parallel domain "
+        "starts at step 1 (its replicas count their own steps)");
+    return kExitUsage;
+  }
   ModelSpec requested;
   requested.hidden = absl::GetFlag(FLAGS_hidden);
   requested.ffn = absl::GetFlag(FLAGS_ffn);
@@ -433,6 +509,15 @@ int ServingProcess::Setup() {
   if (!collectives.ok()) return Failed(0, collectives.status());
   collectives_ = *std::move(collectives);
   shard_ = std::make_unique<ModelShard>(spec_, layout_);
+  tolerance_.atol = absl::GetFlag(FLAGS_atol);
+  tolerance_.rtol = absl::GetFlag(FLAGS_rtol);
+  if (by_replica_) {
+    tally_ = std::make_unique<ReplicaTally>(layout_);
+    if (layout_.last_stage()) {
+      replica_check_ =
+          std::make_unique<ReplicaCheck>(spec_, layout_, tolerance_);
+    }
+  }
   Print(absl::StrCat("READY rank=", layout_.rank, " node=", layout_.node_index,
                      " coords=d", layout_.coords.data, " p",
                      layout_.coords.pipeline, " t", layout_.coords.tensor, " e",
@@ -455,23 +540,27 @@ int ServingProcess::Setup() {
     }
   }
 
+  // Under recovery by replica any rank may print the summary.
+  summary_.layout = layout_;
+  summary_.spec = spec_;
+  summary_.backend = collectives_->backend();
+  summary_.tolerance = tolerance_.ToString();
   if (layout_.rank == 0) {
-    tolerance_.atol = absl::GetFlag(FLAGS_atol);
-    tolerance_.rtol = absl::GetFlag(FLAGS_rtol);
-    check_ = std::make_unique<SelfCheck>(spec_, layout_, tolerance_);
+    if (!by_replica_) {
+      check_ = std::make_unique<SelfCheck>(spec_, layout_, tolerance_);
+    }
     auto admin = AdminClient::Connect(options);
     if (admin.ok()) admin_ = *std::move(admin);
-    summary_.layout = layout_;
-    summary_.spec = spec_;
-    summary_.backend = collectives_->backend();
-    summary_.tolerance = tolerance_.ToString();
     const uint32_t steps = absl::GetFlag(FLAGS_steps);
-    Print(absl::StrCat("SERVING world ", layout_.world_size, " (",
-                       DescribeTopology(layout_.topology), "), ",
-                       spec_.ToString(), ", ",
-                       steps > 0 ? absl::StrCat(steps, " steps")
-                                 : std::string("until stopped (SIGTERM)"),
-                       ", backend ", collectives_->backend()));
+    Print(absl::StrCat(
+        "SERVING world ", layout_.world_size, " (",
+        DescribeTopology(layout_.topology), "), ", spec_.ToString(), ", ",
+        steps > 0 ? absl::StrCat(steps, " steps")
+                  : std::string("until stopped (SIGTERM)"),
+        by_replica_ ? absl::StrCat(" per replica, recovery by replica (",
+                                   layout_.topology.data, " replicas)")
+                    : std::string(),
+        ", backend ", collectives_->backend()));
   }
   return kExitOk;
 }
@@ -617,6 +706,280 @@ int ServingProcess::Serve() {
   return code;
 }
 
+int ServingProcess::ServeByReplica() {
+  const uint32_t steps = absl::GetFlag(FLAGS_steps);
+  std::optional<RequestStream> stream;
+  if (layout_.is_scheduler()) {
+    stream.emplace(spec_.seed, layout_.my_slot(), layout_.num_slots());
+    // A replacement starts where its replica resumes.
+    for (uint32_t s = 1; s < first_step_; ++s) stream->Next();
+  }
+  if (replica_check_ != nullptr) replica_check_->SkipTo(first_step_);
+  const absl::Duration interval =
+      absl::Milliseconds(absl::GetFlag(FLAGS_step_interval_ms));
+  started_ = last_progress_ = MonotonicNow();
+  absl::Time step_start = started_;
+  uint32_t step = first_step_;
+  std::optional<SlotBatch> retry_batch;
+  bool retrying = false;
+  bool resume_pending = replacement_;
+  bool last_round_active = true;
+  while (true) {
+    // No step to serve: this replica served its steps, or a stop or drain
+    // request ends the run; the rounds go on until every replica is there
+    // and idle.
+    const bool idle = stop_seen_ || drain_seen_ || (steps > 0 && step > steps);
+    if (idle) {
+      if (!last_round_active) absl::SleepFor(kIdleRoundPace);
+    } else if (step > first_step_) {
+      absl::SleepFor(step_start + interval - MonotonicNow());
+    }
+    step_start = MonotonicNow();
+    const int signal = stop_signal.load(std::memory_order_relaxed);
+    if (signal != 0 && !signal_seen_) {
+      signal_seen_ = true;
+      Print(absl::StrCat("SIGNAL rank=", layout_.rank, " step=", step, " ",
+                         SignalName(signal),
+                         ": every rank stops at the next round that spans "
+                         "every replica"));
+    }
+    std::optional<SlotBatch> batch;
+    if (!idle) {
+      if (retrying) {
+        batch = std::move(retry_batch);
+      } else if (stream) {
+        batch = stream->Next();
+      }
+    }
+    const bool stall = !idle && !retrying &&
+                       step == absl::GetFlag(FLAGS_stall_at_step) &&
+                       StallsHere();
+    retrying = false;
+    in_flight_.reset();
+    absl::Status failed;
+    auto round = WorldRound(
+        MyFrame(idle ? ReplicaFrame::Kind::kIdle : ReplicaFrame::Kind::kStep,
+                idle ? step - 1 : step, batch ? &*batch : nullptr));
+    if (round.ok()) {
+      ObserveRound(*round, step);
+      last_round_active = round->AnyActive();
+      if (!round->partial && round->AllIdle()) {
+        return FinishByReplica(*round, MonotonicNow() - started_);
+      }
+      if (idle) continue;
+      if (stop_seen_ || drain_seen_) {
+        // Asked in this very round: the step is not served (its requests
+        // were never started).
+        continue;
+      }
+      const ReplicaInRound* mine = round->Find(replica_);
+      if (mine == nullptr || mine->kind != ReplicaFrame::Kind::kStep ||
+          mine->plan.step != step) {
+        return Failed(step, absl::FailedPreconditionError(absl::StrCat(
+                                "world round by replica: replica ", replica_,
+                                " is not at step ", step, " in it")));
+      }
+      in_flight_ = mine->plan;
+      if (stall) return Stall(step);
+      auto out = ForwardStep(*collectives_, *shard_, layout_, mine->plan);
+      if (out.ok()) {
+        const StepPlan& plan = mine->plan;
+        if (replica_check_ != nullptr) {
+          Matrix outputs = *std::move(out);
+          if (step == absl::GetFlag(FLAGS_inject_error_at_step) &&
+              !outputs.values.empty()) {
+            outputs.values[0] += 1.0f;
+          }
+          const StepCheck check = replica_check_->Check(
+              step, plan.slots[layout_.my_slot()], outputs);
+          my_checks_.values += check.values_checked;
+          my_checks_.max_abs_error =
+              std::max(my_checks_.max_abs_error,
+                       static_cast<float>(check.max_abs_error));
+          if (check.status.ok()) {
+            ++my_checks_.passed;
+          } else {
+            ++my_checks_.failed;
+            if (!check_failed_) {
+              check_failed_ = true;
+              Print(absl::StrCat("SELF-CHECK FAILED ", check.status.message()));
+            }
+          }
+        }
+        my_tokens_ += plan.slots[layout_.my_slot()].tokens();
+        const uint32_t done = step++;
+        if (resume_pending) {
+          resume_pending = false;
+          Print(absl::StrCat("RESUMED rank=", layout_.rank, " step=", done,
+                             " epoch=", collectives_->epoch(),
+                             " unix_us=", UnixUs()));
+        }
+        if (summary_.latency.size() >= 2 * kMaxLatencySamples) {
+          summary_.latency.erase(summary_.latency.begin(),
+                                 summary_.latency.begin() + kMaxLatencySamples);
+        }
+        summary_.latency.push_back(MonotonicNow() - step_start);
+        if (layout_.rank == 0) {
+          summary_.tokens = tally_->tokens();
+          MaybeProgress(done, steps == 0 ? done == first_step_ : done == steps);
+        }
+        continue;
+      }
+      failed = out.status();
+    } else {
+      failed = round.status();
+    }
+    // Only a loss in this replica gets here: recover it and serve the
+    // step again (with the same batch), or go on idling.
+    if (int c = Recover(step, failed); c != kExitOk) return c;
+    if (!idle) {
+      retry_batch = std::move(batch);
+      retrying = true;
+      resume_pending = true;
+    }
+    last_round_active = true;
+  }
+}
+
+absl::StatusOr<ReplicaRound> ServingProcess::WorldRound(
+    const ReplicaFrame& frame) {
+  const std::vector<uint32_t> words = EncodeReplicaFrame(frame);
+  const absl::Duration timeout =
+      absl::Milliseconds(absl::GetFlag(FLAGS_op_timeout_ms));
+  const std::string mine = absl::StrCat("domain ", replica_, " (ranks ");
+  while (true) {
+    const absl::Time start = MonotonicNow();
+    auto result = client_->AllGatherWordsWithView(words, timeout);
+    collectives_->Record(CollectiveKind::kAllGatherWords,
+                         MonotonicNow() - start);
+    if (result.ok()) {
+      std::vector<uint32_t> replicas;
+      std::vector<uint64_t> epochs;
+      for (const Client::DomainEpoch& d : result->domains) {
+        replicas.push_back(d.domain);
+        epochs.push_back(d.epoch);
+      }
+      return DecodeReplicaRound(layout_, result->partial, replicas, epochs,
+                                result->words);
+    }
+    // Another replica's loss failed the round on every contributor; the
+    // next round spans the replicas still serving.
+    if (result.status().code() == absl::StatusCode::kAborted &&
+        !absl::StrContains(result.status().message(), mine)) {
+      continue;
+    }
+    return absl::Status(result.status().code(),
+                        absl::StrCat("all_gather_words by replica: ",
+                                     result.status().message()));
+  }
+}
+
+ReplicaFrame ServingProcess::MyFrame(ReplicaFrame::Kind kind, uint32_t step,
+                                     const SlotBatch* batch) const {
+  ReplicaFrame f;
+  f.kind = kind;
+  f.step = step;
+  f.batch = batch;
+  f.stop = check_failed_ || stop_seen_;
+  f.drain = signal_seen_ || drain_seen_;
+  f.fresh = fresh_;
+  f.generation = generation_;
+  f.epoch = collectives_->epoch();
+  f.checks = my_checks_;
+  f.stats = &collectives_->stats();
+  f.tokens = my_tokens_;
+  f.failed = check_failed_ || stop_seen_;
+  return f;
+}
+
+void ServingProcess::ObserveRound(const ReplicaRound& round, uint32_t step) {
+  tally_->Observe(round);
+  if (!round.stop_requested_by.empty() && !stop_seen_) {
+    stop_seen_ = true;
+    Print(absl::StrCat("STOPPED rank=", layout_.rank, " step=", step, ": rank ",
+                       round.stop_requested_by[0],
+                       " asked every rank to stop (a self-check failed)"));
+  }
+  if (!round.drain_requested_by.empty() && !drain_seen_) {
+    drain_seen_ = true;
+    Print(absl::StrCat("DRAINED rank=", layout_.rank, " step=", step, ": rank ",
+                       round.drain_requested_by[0],
+                       " got a stop signal; replica ", replica_, " served ",
+                       step - 1, " steps"));
+  }
+  // The first rank of each replica says when the serving replicas change.
+  std::set<uint32_t> now;
+  for (const ReplicaInRound& r : round.replicas) now.insert(r.replica);
+  if (now != replicas_seen_ &&
+      layout_.rank == replica_ * DomainSizeOf(layout_.topology)) {
+    std::vector<std::string> serving, away;
+    for (const ReplicaInRound& r : round.replicas) {
+      serving.push_back(absl::StrCat(r.replica, " (epoch ", r.epoch, ")"));
+    }
+    for (uint32_t d = 0; d < layout_.topology.data; ++d) {
+      if (!now.contains(d)) away.push_back(absl::StrCat(d));
+    }
+    Print(absl::StrCat(
+        "REPLICAS rank=", layout_.rank, " step=", step, " unix_us=", UnixUs(),
+        ": serving ", absl::StrJoin(serving, ", "),
+        away.empty()
+            ? std::string()
+            : absl::StrCat("; recovering ", absl::StrJoin(away, ", "))));
+  }
+  replicas_seen_ = std::move(now);
+}
+
+int ServingProcess::FinishByReplica(const ReplicaRound& final_round,
+                                    absl::Duration wall) {
+  // The lowest rank that saw every round counts for the summary; every
+  // rank reads the same final round, so every rank names the same one.
+  uint32_t printer = 0;
+  bool found = false;
+  bool any_failed = stop_seen_;
+  for (const RankInRound& r : final_round.ranks) {
+    any_failed |= r.report.failed != 0 || r.checks.failed != 0;
+    if (!found && (r.flags & kFlagFresh) != 0) {
+      printer = r.rank;
+      found = true;
+    }
+  }
+  if (layout_.rank == printer) {
+    const uint32_t steps = absl::GetFlag(FLAGS_steps);
+    summary_.first_step = 1;
+    summary_.steps = 0;
+    summary_.checked_steps = 0;
+    summary_.replicas.clear();
+    for (uint32_t d = 0; d < layout_.topology.data; ++d) {
+      ReplicaSummary replica = tally_->Summary(d);
+      summary_.steps += replica.steps;
+      summary_.checked_steps += replica.checked_steps;
+      summary_.replicas.push_back(std::move(replica));
+    }
+    summary_.steps_per_replica = steps;
+    summary_.counted_by = printer;
+    summary_.counted_every_round = found;
+    summary_.wall = wall;
+    summary_.tokens = tally_->tokens();
+    const CheckCounts checks = tally_->checks();
+    summary_.checked_values = checks.values;
+    summary_.max_abs_error = checks.max_abs_error;
+    summary_.check_passed = !any_failed;
+    for (const RankInRound& r : final_round.ranks) {
+      summary_.ranks.push_back(r.report);
+    }
+    summary_.requests = tally_->requests_served();
+    summary_.recoveries = tally_->recoveries();
+    summary_.requests_in_flight = tally_->requests_in_flight();
+    summary_.requests_rerun = tally_->requests_rerun();
+    summary_.requests_lost = tally_->requests_lost();
+    std::fputs(SummaryTable(summary_).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  if (any_failed) return kExitCheckFailed;
+  Print(absl::StrCat("DONE rank=", layout_.rank, " tokens=", my_tokens_));
+  return kExitOk;
+}
+
 absl::StatusOr<StepOutcome> ServingProcess::ServeStep(uint32_t step,
                                                       const SlotBatch* batch,
                                                       bool drain, bool stall) {
@@ -713,9 +1076,12 @@ int ServingProcess::Recover(uint32_t step, const absl::Status& status) {
                      " epoch=", collectives_->epoch(), " unix_us=", UnixUs(),
                      " ", status.ToString()));
   Print(absl::StrCat("CAUSE rank=", layout_.rank, " ", cause.ToString()));
-  if (layout_.rank == 0 && in_flight_.has_value() && in_flight_->step == step) {
+  if (!by_replica_ && layout_.rank == 0 && in_flight_.has_value() &&
+      in_flight_->step == step) {
     ledger_.Interrupted(*in_flight_);
   }
+  // This process misses the rounds until its replica is back.
+  fresh_ = false;
   ++summary_.recoveries;
   uint32_t resume = kUnknownStep;
   if (int code = Reenter(step, /*reform=*/true, &resume); code != kExitOk) {
@@ -753,7 +1119,27 @@ int ServingProcess::Reenter(uint32_t known_step, bool reform,
                          " epoch=", collectives_->epoch(),
                          " unix_us=", UnixUs(), " shard=kept"));
     }
-    auto agreed = AgreeOnResume(*collectives_, layout_.world_size, known_step);
+    absl::StatusOr<uint32_t> agreed = absl::UnknownError("not run");
+    if (by_replica_) {
+      // The replica's first round at its new epoch (its entry round): its
+      // ranks send resume frames while the other replicas serve on.
+      auto round =
+          WorldRound(MyFrame(ReplicaFrame::Kind::kResume, known_step, nullptr));
+      if (round.ok()) {
+        ObserveRound(*round, known_step);
+        const ReplicaInRound* mine = round->Find(replica_);
+        agreed = mine != nullptr && mine->kind == ReplicaFrame::Kind::kResume
+                     ? absl::StatusOr<uint32_t>(mine->step)
+                     : absl::FailedPreconditionError(absl::StrCat(
+                           "replica ", replica_,
+                           " is not re-entering in its first round at epoch ",
+                           collectives_->epoch()));
+      } else {
+        agreed = round.status();
+      }
+    } else {
+      agreed = AgreeOnResume(*collectives_, layout_.world_size, known_step);
+    }
     if (agreed.ok()) {
       *resume = *agreed;
       Print(absl::StrCat("RESUMING rank=", layout_.rank, " step=", *resume,

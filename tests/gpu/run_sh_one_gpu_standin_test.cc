@@ -8,8 +8,11 @@
 // that every rank had an id of its own, also with --recover, where rankrun
 // starts a node's ranks with one environment and run.sh gives each its id
 // through rankrun's {rank}; rank 1 is then killed, restarted into its slot
-// and the job serves on. Test-only settings and libraries: no proof that
-// the GPU path works. Depends on the run.sh test harness.
+// and the job serves on; and with --recovery=domain (two replicas of a pp2
+// pipeline, four ranks on the GPU), a rank of replica 1 is killed and its
+// replica re-forms its NCCL sessions alone while replica 0 serves on.
+// Test-only settings and libraries: no proof that the GPU path works. Depends
+// on the run.sh test harness.
 #include <string>
 #include <vector>
 
@@ -45,6 +48,24 @@ TEST(RunShOneGpuStandinTest, AKilledRankIsRestartedIntoItsSlotAndServesOn) {
                                 "all 2 ranks"))
       << run.output;
   EXPECT_TRUE(absl::StrContains(run.output, "== OK: recovered in place"))
+      << run.output;
+  ExpectNothingLeft(run);
+}
+
+TEST(RunShOneGpuStandinTest, ByReplicaOnlyTheHitReplicaReFormsItsSessions) {
+  const RunResult run =
+      RunScript({"--backend=nccl", "--nodes=1", "--ranks-per-node=4", "--tp=1",
+                 "--pp=2", "--ep=1", "--steps=8", "--recover",
+                 "--recovery=domain", "--kill-rank=3", "--at-step=4"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(
+      absl::StrContains(run.output, "self-check    PASSED: 16/16 steps"))
+      << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output,
+                                "step 4 served again and self-checked on "
+                                "all 2 ranks of replica 1"))
+      << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "== OK: recovered by replica"))
       << run.output;
   ExpectNothingLeft(run);
 }
