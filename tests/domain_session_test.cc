@@ -17,12 +17,12 @@
 //     //dataplane/nccl:libcuda_nccl_standin.so in $RANKD_CUDART_LIBRARY and
 //     $RANKD_NCCL_LIBRARY, 4 stand-in GPUs, rank r on GPU r, the processes'
 //     communicators meeting in $RANKD_STANDIN_CLIQUE_DIR). The stand-in is
-//     test-only: it checks rankd's NCCL sequencing (which communicators a
-//     session by domain makes, its unique ids brokered per held group and
-//     per epoch, Reform of one domain while the other's communicators run)
-//     and is never the proof that the GPU path works; the GPU kit's
-//     NcclClusterTest.OneReplicaReformsAloneWhileTheOtherSums
-//     (tests/gpu/nccl_cluster_test.cc) is that.
+//     test-only: it runs rankd's own NCCL sequencing (the communicators of
+//     the held groups only, unique ids brokered per held group and per
+//     epoch through the daemons, Reform of one domain while the other's
+//     communicators run) and is never the proof that the GPU path works:
+//     the GPU kit's NcclClusterTest.OneReplicaReformsAloneWhileTheOtherSums
+//     (tests/gpu/nccl_cluster_test.cc) is, once it runs on a GPU.
 // The backends must behave alike here; the only difference is the backend's
 // name in the refusals' words ("gloo backend: ..." / "nccl backend: ...").
 // Without a CUDA device (or with fewer than 4) the NCCL case skips, saying
