@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,6 +53,11 @@
 #include "tests/harness/process.h"
 
 namespace rankd::testing {
+
+// gtest names the parameter in failures by this (found by argument-dependent
+// lookup, so not in the unnamed namespace).
+void PrintTo(Backend backend, std::ostream* os) { *os << BackendName(backend); }
+
 namespace {
 
 using dataplane::CollectiveGroupDescriptor;
