@@ -210,6 +210,16 @@ size_t ResultWords(const RankState& rank, size_t count) {
   return size_t{rank.proto.world_size()} * count;
 }
 
+// A blocking round's buffers, as both blocking forms check them: its frame
+// (`count` words at `words`), then `out`, which must take the result.
+absl::Status CheckRoundBuffers(const char* function, const RankState& rank,
+                               const uint32_t* words, size_t count,
+                               const uint32_t* out, size_t out_capacity) {
+  if (absl::Status s = CheckWords(function, words, count); !s.ok()) return s;
+  return CheckResultBuffer(function, out, out_capacity,
+                           ResultWords(rank, count));
+}
+
 void CopyWords(const std::vector<uint32_t>& result, uint32_t* out) {
   if (!result.empty()) {
     std::memcpy(out, result.data(), result.size() * sizeof(uint32_t));
@@ -350,14 +360,11 @@ rankd_status* rankd_all_gather_words(rankd_rank* rank, const uint32_t* words,
                                      uint32_t* out, size_t out_capacity) {
   constexpr char kFn[] = "rankd_all_gather_words";
   if (rank == nullptr) return NullArgument(kFn, "rank");
-  if (absl::Status s = rankd::capi::internal::CheckWords(kFn, words, count);
+  if (absl::Status s = rankd::capi::internal::CheckRoundBuffers(
+          kFn, *rank->state, words, count, out, out_capacity);
       !s.ok()) {
     return ToC(s);
   }
-  absl::Status checked = rankd::capi::internal::CheckResultBuffer(
-      kFn, out, out_capacity,
-      rankd::capi::internal::ResultWords(*rank->state, count));
-  if (!checked.ok()) return ToC(checked);
   auto timeout = ToDuration(timeout_seconds, kFn, "timeout_seconds");
   if (!timeout.ok()) return ToC(timeout.status());
   auto result = rank->state->client->AllGatherWords(
@@ -378,14 +385,11 @@ rankd_status* rankd_all_gather_words_with_view(
   if (partial == nullptr) return NullArgument(kFn, "partial");
   if (domains == nullptr) return NullArgument(kFn, "domains");
   if (domain_count == nullptr) return NullArgument(kFn, "domain_count");
-  if (absl::Status s = rankd::capi::internal::CheckWords(kFn, words, count);
+  if (absl::Status s = rankd::capi::internal::CheckRoundBuffers(
+          kFn, *rank->state, words, count, out, out_capacity);
       !s.ok()) {
     return ToC(s);
   }
-  absl::Status checked = rankd::capi::internal::CheckResultBuffer(
-      kFn, out, out_capacity,
-      rankd::capi::internal::ResultWords(*rank->state, count));
-  if (!checked.ok()) return ToC(checked);
   const size_t replicas =
       std::max<size_t>(1, rank->state->proto.topology().data());
   if (domains_capacity < replicas) {

@@ -1,19 +1,39 @@
 // Data-plane sessions by data-parallel domain (issue 38, part 5;
 // docs/contract.md, "Data-parallel domains"), end to end: real daemons with
 // --recovery=domain, dp 2 x tp 2 on two nodes, the real client library and
-// Gloo moving real bytes. Replica 0 is ranks 0 and 1 (this test's threads),
-// replica 1 is rank 2 (a thread) and rank 3 (tests/reform_rank, a process
-// that sums once and dies with SIGKILL). Every session holds only its
-// replica's groups: the world and the data-parallel groups are refused on
-// both replicas. While replica 1 recovers, replica 0 keeps summing on its
+// a real backend moving real bytes. Replica 0 is ranks 0 and 1 (this test's
+// threads), replica 1 is rank 2 (a thread) and rank 3 (tests/reform_rank, a
+// process that sums once and dies with SIGKILL). Every session holds only
+// its replica's groups: the world and the data-parallel groups are refused
+// on both replicas. While replica 1 recovers, replica 0 keeps summing on its
 // tensor group, never poisoned and never re-formed; rank 2 re-forms its
 // session alone, a replacement for rank 3 opens its own at the new epoch,
 // and replica 1 sums again exactly.
+//
+// One body, two backends (tests/backend_session.h), each its own target:
+//   - Gloo (//tests:domain_session_test);
+//   - NCCL on the CPU stand-in for CUDA and NCCL
+//     (//tests:domain_session_nccl_standin_test, with
+//     //dataplane/nccl:libcuda_nccl_standin.so in $RANKD_CUDART_LIBRARY and
+//     $RANKD_NCCL_LIBRARY, 4 stand-in GPUs, rank r on GPU r, the processes'
+//     communicators meeting in $RANKD_STANDIN_CLIQUE_DIR). The stand-in is
+//     test-only: it runs rankd's own NCCL sequencing (the communicators of
+//     the held groups only, unique ids brokered per held group and per
+//     epoch through the daemons, Reform of one domain while the other's
+//     communicators run) and is never the proof that the GPU path works:
+//     the GPU kit's NcclClusterTest.OneReplicaReformsAloneWhileTheOtherSums
+//     (tests/gpu/nccl_cluster_test.cc) is, once it runs on a GPU.
+// The backends must behave alike here; the only difference is the backend's
+// name in the refusals' words ("gloo backend: ..." / "nccl backend: ...").
+// Without a CUDA device (or with fewer than 4) the NCCL case skips, saying
+// why, unless RANKD_REQUIRE_GPU=1 (its target sets it): then it fails.
 #include <sys/wait.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,23 +46,23 @@
 #include "client/client.h"
 #include "dataplane/control_plane.h"
 #include "dataplane/descriptor_proto.h"
-#include "dataplane/gloo/gloo_session.h"
-#include "dataplane/host_tensor.h"
-#include "dataplane/value_descriptor.h"
+#include "dataplane/nccl/cuda_device.h"
 #include "gtest/gtest.h"
+#include "tests/backend_session.h"
 #include "tests/harness/cluster.h"
 #include "tests/harness/process.h"
 
 namespace rankd::testing {
+
+// gtest names the parameter in failures by this (found by argument-dependent
+// lookup, so not in the unnamed namespace).
+void PrintTo(Backend backend, std::ostream* os) { *os << BackendName(backend); }
+
 namespace {
 
 using dataplane::CollectiveGroupDescriptor;
 using dataplane::CollectiveScope;
 using dataplane::DistributedSessionDescriptor;
-using dataplane::HostTensor;
-using dataplane::TensorDtype;
-using dataplane::ValueDescriptor;
-using dataplane::gloo::GlooSession;
 
 constexpr char kJob[] = "itest";
 constexpr uint32_t kWorld = 4;
@@ -51,6 +71,8 @@ constexpr absl::Duration kPatience = absl::Seconds(60);
 
 // What the threads share with the test body.
 struct Shared {
+  explicit Shared(Backend b) : backend(b) {}
+  const Backend backend;
   // Set once domain 1 is RECOVERING, cleared once its survivor re-formed
   // and summed again.
   std::atomic<bool> recovering{false};
@@ -76,28 +98,14 @@ std::vector<uint32_t> TensorMembers(uint32_t rank) {
   return {first, first + 1};
 }
 
-// All-reduces `values` on `scope`; the sums or an error.
-absl::StatusOr<std::vector<float>> Sum(GlooSession& session,
-                                       const CollectiveScope& scope,
-                                       const std::vector<float>& values) {
-  auto shape = ValueDescriptor::Create({values.size()}, TensorDtype::kF32);
-  HostTensor x = HostTensor::Zeros(*shape);
-  float* p = reinterpret_cast<float*>(x.data());
-  for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];
-  auto sum = session.AllReduceSum(scope, x);
-  if (!sum.ok()) return sum.status();
-  if (absl::Status s = sum->completion->Wait(); !s.ok()) return s;
-  const float* out = reinterpret_cast<const float*>(sum->output.data());
-  return std::vector<float>(out, out + values.size());
-}
-
 // OK when the world and the rank's data-parallel group are refused with
 // the domain rule's words (domain_groups.h).
-absl::Status CheckRefusals(GlooSession& session, uint32_t rank) {
+absl::Status CheckRefusals(BackendSession& session, uint32_t rank) {
   const uint32_t domain = rank / kTensor;
-  auto world = Sum(session, CollectiveScope::World(), {1.0f});
+  auto world = session.Sum(CollectiveScope::World(), {1.0f});
   const std::string held = absl::StrCat(
-      "gloo backend: all_reduce_sum on world refused: the job recovers by "
+      BackendName(session.backend()),
+      " backend: all_reduce_sum on world refused: the job recovers by "
       "data-parallel domain and this session holds only domain ",
       domain, " (ranks ", domain * kTensor, "-", domain * kTensor + 1,
       ")'s groups (");
@@ -116,7 +124,7 @@ absl::Status CheckRefusals(GlooSession& session, uint32_t rank) {
   const CollectiveGroupDescriptor* data =
       GroupWith(session.descriptor(), {rank % kTensor, rank % kTensor + 2});
   if (data == nullptr) return absl::NotFoundError("no data-parallel group");
-  auto across = Sum(session, CollectiveScope::Group(data->id()), {1.0f});
+  auto across = session.Sum(CollectiveScope::Group(data->id()), {1.0f});
   if (across.ok() ||
       across.status().code() != absl::StatusCode::kFailedPrecondition ||
       !absl::StrContains(across.status().message(),
@@ -148,10 +156,14 @@ absl::Status Barrier(Client& client, uint32_t rank, uint64_t epoch) {
 struct Joined {
   std::unique_ptr<Client> client;
   std::unique_ptr<dataplane::ControlPlane> control_plane;
-  std::unique_ptr<GlooSession> session;
+  std::unique_ptr<BackendSession> session;
 };
 
-absl::StatusOr<Joined> JoinAndOpen(LocalCluster& cluster, uint32_t rank) {
+// Joins as `rank` through its node's daemon and opens its session on
+// `backend` (NCCL: on stand-in GPU `rank`, so that no two ranks of this
+// process share one).
+absl::StatusOr<Joined> JoinAndOpen(LocalCluster& cluster, uint32_t rank,
+                                   Backend backend) {
   const uint32_t node = rank / kTensor;
   ClientOptions options;
   options.target = cluster.socket_target(node);
@@ -163,7 +175,12 @@ absl::StatusOr<Joined> JoinAndOpen(LocalCluster& cluster, uint32_t rank) {
   join.rank = rank;
   join.local_rank = rank % kTensor;
   join.world_size = kWorld;
-  join.device.set_kind("cpu");
+  if (backend == Backend::kNccl) {
+    join.device.set_kind("cuda");
+    join.device.set_index(rank);
+  } else {
+    join.device.set_kind("cpu");
+  }
   join.wait_for_world = kPatience;
   auto proto = (*client)->Join(join);
   if (!proto.ok()) return proto.status();
@@ -176,7 +193,8 @@ absl::StatusOr<Joined> JoinAndOpen(LocalCluster& cluster, uint32_t rank) {
   Joined joined;
   joined.client = *std::move(client);
   joined.control_plane = dataplane::MakeClientControlPlane(joined.client.get());
-  auto session = GlooSession::Open(*descriptor, joined.control_plane.get());
+  auto session = BackendSession::Open(
+      backend, *descriptor, joined.control_plane.get(), static_cast<int>(rank));
   if (!session.ok()) return session.status();
   joined.session = *std::move(session);
   return joined;
@@ -189,9 +207,9 @@ void ServingReplica(LocalCluster* cluster, uint32_t rank, Shared* shared) {
   auto fail = [&](const std::string& what, const absl::Status& s) {
     error = absl::StrCat("rank ", rank, " ", what, ": ", s.ToString());
   };
-  auto joined = JoinAndOpen(*cluster, rank);
+  auto joined = JoinAndOpen(*cluster, rank, shared->backend);
   if (!joined.ok()) return fail("join and open", joined.status());
-  GlooSession& session = *joined->session;
+  BackendSession& session = *joined->session;
   if (absl::Status s = CheckRefusals(session, rank); !s.ok()) {
     return fail("refusals", s);
   }
@@ -203,8 +221,8 @@ void ServingReplica(LocalCluster* cluster, uint32_t rank, Shared* shared) {
   // either was asked to.
   while (true) {
     const bool recovering = shared->recovering.load();
-    auto sum = Sum(session, scope,
-                   {static_cast<float>(rank + 1), shared->stop ? 1.0f : 0.0f});
+    auto sum = session.Sum(
+        scope, {static_cast<float>(rank + 1), shared->stop ? 1.0f : 0.0f});
     if (!sum.ok()) return fail("sum on its tensor group", sum.status());
     if ((*sum)[0] != 3.0f) {
       return fail("sum", absl::InternalError(absl::StrCat((*sum)[0])));
@@ -238,16 +256,16 @@ void RecoveringReplica(LocalCluster* cluster, Shared* shared) {
   auto fail = [&](const std::string& what, const absl::Status& s) {
     error = absl::StrCat("rank 2 ", what, ": ", s.ToString());
   };
-  auto joined = JoinAndOpen(*cluster, kRank);
+  auto joined = JoinAndOpen(*cluster, kRank, shared->backend);
   if (!joined.ok()) return fail("join and open", joined.status());
   if (absl::Status s = CheckRefusals(*joined->session, kRank); !s.ok()) {
     return fail("refusals at epoch 1", s);
   }
-  auto scope_of = [](const GlooSession& session) {
+  auto scope_of = [](const BackendSession& session) {
     return CollectiveScope::Group(
         GroupWith(session.descriptor(), TensorMembers(kRank))->id());
   };
-  auto first = Sum(*joined->session, scope_of(*joined->session), {3.0f});
+  auto first = joined->session->Sum(scope_of(*joined->session), {3.0f});
   if (!first.ok()) return fail("sum at epoch 1", first.status());
   if ((*first)[0] != 7.0f) {
     return fail("sum at epoch 1",
@@ -262,16 +280,16 @@ void RecoveringReplica(LocalCluster* cluster, Shared* shared) {
   if (!absl::StrContains(health.message(), "rank 3")) {
     return fail("health after the loss", health);
   }
-  auto reformed = GlooSession::Reform(std::move(joined->session), kPatience);
+  auto reformed = BackendSession::Reform(std::move(joined->session), kPatience);
   if (!reformed.ok()) return fail("reform", reformed.status());
-  std::unique_ptr<GlooSession> session = *std::move(reformed);
+  std::unique_ptr<BackendSession> session = *std::move(reformed);
   if (session->descriptor().epoch() != 2 ||
       !session->descriptor().recovery_domain().has_value()) {
     return fail("re-formed descriptor",
                 absl::InternalError(
                     absl::StrCat("epoch ", session->descriptor().epoch())));
   }
-  auto second = Sum(*session, scope_of(*session), {6.0f});
+  auto second = session->Sum(scope_of(*session), {6.0f});
   if (!second.ok()) return fail("sum at epoch 2", second.status());
   if ((*second)[0] != 14.0f) {
     return fail("sum at epoch 2",
@@ -288,8 +306,9 @@ void RecoveringReplica(LocalCluster* cluster, Shared* shared) {
     return fail("leave", s);
 }
 
-absl::StatusOr<ChildProcess> StartRank3(LocalCluster& cluster, bool die,
-                                        const std::string& log) {
+// Rank 3, on `backend` (NCCL: stand-in GPU 3 of its process).
+absl::StatusOr<ChildProcess> StartRank3(LocalCluster& cluster, Backend backend,
+                                        bool die, const std::string& log) {
   std::vector<std::string> argv = {
       Runfile("tests/reform_rank"),
       absl::StrCat("--target=", cluster.socket_target(1)),
@@ -298,13 +317,36 @@ absl::StatusOr<ChildProcess> StartRank3(LocalCluster& cluster, bool die,
       "--local_rank=1",
       absl::StrCat("--world_size=", kWorld),
       absl::StrCat("--tensor_parallel=", kTensor),
+      absl::StrCat("--backend=", BackendName(backend)),
+      "--device=3",
   };
   if (die) argv.push_back("--die");
   return ChildProcess::Spawn(argv, cluster.RankEnv(1, 3),
                              absl::StrCat(cluster.dir(), "/", log));
 }
 
-TEST(DomainSessionTest, OneReplicaReformsAloneWhileTheOtherSums) {
+class DomainSessionTest : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override {
+    if (GetParam() != Backend::kNccl) return;
+    // Ranks 0 to 2 are threads of this process, each on its own GPU.
+    const auto probe = dataplane::nccl::ProbeDevices();
+    if (probe.device_count >= static_cast<int>(kWorld)) return;
+    const std::string why =
+        absl::StrCat("NCCL needs ", kWorld,
+                     " CUDA devices (or the stand-in's: see the "
+                     "header); this process sees ",
+                     probe.device_count, ": ", probe.reason);
+    const char* require = std::getenv("RANKD_REQUIRE_GPU");
+    if (require != nullptr && std::string(require) == "1") {
+      GTEST_FAIL() << "RANKD_REQUIRE_GPU=1: " << why;
+    }
+    GTEST_SKIP() << why;
+  }
+};
+
+TEST_P(DomainSessionTest, OneReplicaReformsAloneWhileTheOtherSums) {
+  const Backend backend = GetParam();
   ClusterOptions options;
   options.nnodes = 2;
   options.nproc_per_node = 2;
@@ -313,9 +355,9 @@ TEST(DomainSessionTest, OneReplicaReformsAloneWhileTheOtherSums) {
   LocalCluster cluster(options);
   ASSERT_TRUE(cluster.Start().ok());
 
-  auto lost = StartRank3(cluster, /*die=*/true, "rank3.log");
+  auto lost = StartRank3(cluster, backend, /*die=*/true, "rank3.log");
   ASSERT_TRUE(lost.ok()) << lost.status();
-  Shared shared;
+  Shared shared(backend);
   std::vector<std::thread> threads;
   threads.emplace_back(ServingReplica, &cluster, 0, &shared);
   threads.emplace_back(ServingReplica, &cluster, 1, &shared);
@@ -352,7 +394,7 @@ TEST(DomainSessionTest, OneReplicaReformsAloneWhileTheOtherSums) {
   EXPECT_GE(shared.sums_while_recovering[0], 3);
   EXPECT_GE(shared.sums_while_recovering[1], 3);
 
-  auto replacement = StartRank3(cluster, /*die=*/false, "rank3.2.log");
+  auto replacement = StartRank3(cluster, backend, /*die=*/false, "rank3.2.log");
   ASSERT_TRUE(replacement.ok()) << replacement.status();
   survivor.join();
   shared.recovering = false;
@@ -369,10 +411,20 @@ TEST(DomainSessionTest, OneReplicaReformsAloneWhileTheOtherSums) {
   EXPECT_TRUE(absl::StrContains(replacement->ReadLog(),
                                 "REFORM_RANK 3 SUMMED 14 AT EPOCH 2"))
       << replacement->ReadLog();
-  EXPECT_TRUE(
-      absl::StrContains(replacement->ReadLog(), "REFORM_RANK 3 WORLD REFUSED"))
+  // On its own backend: the refusal names it.
+  EXPECT_TRUE(absl::StrContains(
+      replacement->ReadLog(),
+      absl::StrCat("REFORM_RANK 3 WORLD REFUSED: ", BackendName(backend),
+                   " backend: all_reduce_sum on world refused")))
       << replacement->ReadLog();
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, DomainSessionTest,
+    ::testing::Values(Backend::kGloo, Backend::kNccl),
+    [](const ::testing::TestParamInfo<Backend>& info) -> std::string {
+      return info.param == Backend::kGloo ? "Gloo" : "Nccl";
+    });
 
 }  // namespace
 }  // namespace rankd::testing

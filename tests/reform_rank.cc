@@ -1,5 +1,7 @@
 // A rank process for session_reform_test: joins through its node's daemon
-// with the real client library, opens a Gloo session and sums
+// with the real client library, opens a data-plane session (Gloo, or with
+// --backend=nccl an NCCL session on CUDA device --device; tests run that on
+// the CPU stand-in, see tests/backend_session.h) and sums
 // (rank + 1) x epoch over the world, checking the sum. With --die, it then
 // ends itself with SIGKILL (a lost rank: no Leave); otherwise it leaves.
 // A replacement process is this same program, started while the job
@@ -11,6 +13,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -25,9 +28,7 @@
 #include "client/client.h"
 #include "dataplane/control_plane.h"
 #include "dataplane/descriptor_proto.h"
-#include "dataplane/gloo/gloo_session.h"
-#include "dataplane/host_tensor.h"
-#include "dataplane/value_descriptor.h"
+#include "tests/backend_session.h"
 
 ABSL_FLAG(std::string, target, "", "daemon target");
 ABSL_FLAG(std::string, job_id, "itest", "job id");
@@ -37,13 +38,14 @@ ABSL_FLAG(uint32_t, world_size, 0, "world size");
 ABSL_FLAG(bool, die, false, "SIGKILL itself after the sum");
 ABSL_FLAG(uint32_t, tensor_parallel, 1,
           "sum over the tensor group of this many ranks, not the world");
+ABSL_FLAG(std::string, backend, "gloo", "gloo | nccl");
+ABSL_FLAG(int, device, -1, "nccl: the CUDA device (-1: the default rule)");
 
 namespace {
 
 using rankd::dataplane::CollectiveScope;
-using rankd::dataplane::HostTensor;
-using rankd::dataplane::TensorDtype;
-using rankd::dataplane::ValueDescriptor;
+using rankd::testing::Backend;
+using rankd::testing::BackendSession;
 
 int Fail(const std::string& what, const absl::Status& status) {
   std::fprintf(stderr, "REFORM_RANK FAILED %s: %s\n", what.c_str(),
@@ -55,6 +57,8 @@ int Fail(const std::string& what, const absl::Status& status) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  auto backend = rankd::testing::ParseBackend(absl::GetFlag(FLAGS_backend));
+  if (!backend.ok()) return Fail("--backend", backend.status());
   rankd::ClientOptions options;
   options.target = absl::GetFlag(FLAGS_target);
   auto client = rankd::Client::Connect(options);
@@ -64,20 +68,23 @@ int main(int argc, char** argv) {
   join.rank = absl::GetFlag(FLAGS_rank);
   join.local_rank = absl::GetFlag(FLAGS_local_rank);
   join.world_size = absl::GetFlag(FLAGS_world_size);
-  join.device.set_kind("cpu");
+  if (*backend == Backend::kNccl) {
+    join.device.set_kind("cuda");
+    join.device.set_index(std::max(absl::GetFlag(FLAGS_device), 0));
+  } else {
+    join.device.set_kind("cpu");
+  }
   auto joined = (*client)->Join(join);
   if (!joined.ok()) return Fail("join", joined.status());
   auto descriptor = rankd::dataplane::DescriptorFromProto(*joined);
   if (!descriptor.ok()) return Fail("descriptor", descriptor.status());
   auto control_plane = rankd::dataplane::MakeClientControlPlane(client->get());
-  auto session = rankd::dataplane::gloo::GlooSession::Open(*descriptor,
-                                                           control_plane.get());
+  auto session = BackendSession::Open(
+      *backend, *descriptor, control_plane.get(), absl::GetFlag(FLAGS_device));
   if (!session.ok()) return Fail("open", session.status());
   const uint64_t epoch = descriptor->epoch();
-  auto shape = ValueDescriptor::Create({1}, TensorDtype::kF32);
-  HostTensor x = HostTensor::Zeros(*shape);
-  *reinterpret_cast<float*>(x.data()) =
-      static_cast<float>((join.rank.value() + 1) * epoch);
+  const std::vector<float> x = {
+      static_cast<float>((join.rank.value() + 1) * epoch)};
   // The world, or the tensor group: ranks [first, first + tp).
   const uint32_t tp = absl::GetFlag(FLAGS_tensor_parallel);
   const uint32_t first = *join.rank / tp * tp;
@@ -95,7 +102,7 @@ int main(int argc, char** argv) {
       return Fail("tensor group", absl::NotFoundError("not in the descriptor"));
     }
     scope = CollectiveScope::Group(tensor->id());
-    auto world = (*session)->AllReduceSum(CollectiveScope::World(), x);
+    auto world = (*session)->Sum(CollectiveScope::World(), x);
     if (world.ok() ||
         world.status().code() != absl::StatusCode::kFailedPrecondition ||
         world.status().message().find(
@@ -108,13 +115,12 @@ int main(int argc, char** argv) {
     std::printf("REFORM_RANK %u WORLD REFUSED: %s\n", *join.rank,
                 std::string(world.status().message()).c_str());
   }
-  auto sum = (*session)->AllReduceSum(scope, x);
+  auto sum = (*session)->Sum(scope, x);
   if (!sum.ok()) return Fail("all_reduce_sum", sum.status());
-  if (auto s = sum->completion->Wait(); !s.ok()) return Fail("wait", s);
   uint32_t n = 0;
   for (uint32_t m : members) n += m + 1;
   const float want = static_cast<float>(n * epoch);
-  const float got = *reinterpret_cast<const float*>(sum->output.data());
+  const float got = (*sum)[0];
   if (got != want) {
     return Fail("sum", absl::InternalError(absl::StrCat(got, " != ", want)));
   }

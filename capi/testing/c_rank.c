@@ -109,8 +109,30 @@ static void Ops(rankd_rank* rank, uint32_t world) {
                                            &out_words, NULL, domains, 2,
                                            &domain_count),
           RANKD_INVALID_ARGUMENT, "partial", "words with view, NULL partial");
+  /* Both blocking forms check their buffers alike (capi/rank.cc,
+   * CheckRoundBuffers), naming themselves. */
   Refused(rankd_all_gather_words(rank, words, 2, 30, gathered, 3),
-          RANKD_INVALID_ARGUMENT, "needs 4", "words into a short buffer");
+          RANKD_INVALID_ARGUMENT,
+          "rankd_all_gather_words: out holds 3 words; the result needs 4 "
+          "(world size x words per rank)",
+          "words into a short buffer");
+  Refused(rankd_all_gather_words_with_view(rank, words, 2, 30, gathered, 3,
+                                           &out_words, &partial, domains, 2,
+                                           &domain_count),
+          RANKD_INVALID_ARGUMENT,
+          "rankd_all_gather_words_with_view: out holds 3 words; the result "
+          "needs 4 (world size x words per rank)",
+          "words with view into a short buffer");
+  Refused(rankd_all_gather_words(rank, NULL, 2, 30, gathered, 4),
+          RANKD_INVALID_ARGUMENT,
+          "rankd_all_gather_words: words is NULL with count 2",
+          "words, NULL words");
+  Refused(rankd_all_gather_words_with_view(rank, NULL, 2, 30, gathered, 4,
+                                           &out_words, &partial, domains, 2,
+                                           &domain_count),
+          RANKD_INVALID_ARGUMENT,
+          "rankd_all_gather_words_with_view: words is NULL with count 2",
+          "words with view, NULL words");
   Refused(rankd_all_gather_words(rank, words, 2, 0, gathered, 4),
           RANKD_INVALID_ARGUMENT, "timeout_seconds", "words, zero timeout");
   uint32_t mine = 100 + r;

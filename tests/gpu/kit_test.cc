@@ -413,6 +413,14 @@ TEST_F(KitTest, TheRunnerReportsEveryCaseWhenAskedToGoOnWithoutAGpu) {
       "PASSED   nccl_cluster_one_gpu_2_ranks_test:NcclClusterTest."
       "InPlaceReformAfterALostRank  (RECOVERY_MS "))
       << summary;
+  // The domain case needs 4 NCCL ranks: with the twin's 2 stand-in GPUs it
+  // skips, and the summary says why (CI runs it with 4:
+  // nccl_cluster_domain_standin_test).
+  EXPECT_TRUE(absl::StrContains(
+      summary,
+      "SKIPPED  nccl_cluster_standin_test:NcclClusterTest."
+      "OneReplicaReformsAloneWhileTheOtherSums  (needs 4 NCCL ranks"))
+      << summary;
   EXPECT_TRUE(absl::StrContains(r.output, "time limits sum to")) << r.output;
   // Everything comes back in three files: the log, the summary and one
   // archive of the tests' own logs.

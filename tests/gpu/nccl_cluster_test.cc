@@ -13,6 +13,13 @@
 // prints "RECOVERY_MS <ms>", loss to every rank's first all_reduce at epoch
 // 2. It has run on the stand-in only so far, not yet on a GPU.
 //
+// The domain case (OneReplicaReformsAloneWhileTheOtherSums; issue 38, part
+// 5) runs the daemon with --recovery=domain, dp 2 x tp 2, and needs 4 NCCL
+// ranks (4+ GPUs, or the one-GPU mode below with 4+ ranks): it kills rank
+// 3, and replica 1 re-forms alone while replica 0 sums on. It prints
+// "RECOVERY_MS <ms>" too. It has run on the stand-in only so far
+// (nccl_cluster_domain_standin_test), not yet on a GPU.
+//
 // The GPU kit's one-GPU mode (tests/gpu/run.sh, docs/nccl.md "One GPU,
 // several ranks"): with $RANKD_KIT_RANKS_ON_ONE_GPU=N, N NCCL ranks share
 // the first visible GPU, each process with CUDA_VISIBLE_DEVICES set to it
@@ -409,6 +416,153 @@ TEST_F(NcclClusterTest, InPlaceReformAfterALostRank) {
   std::printf("%s\n", report.c_str());
   RecordProperty("recovery_ms", absl::ToInt64Milliseconds(serving));
   EXPECT_GT(serving, detect) << report;
+}
+
+// Recovery by data-parallel domain on NCCL (issue 38, part 5;
+// docs/contract.md, "Data-parallel domains"; the GPU twin of
+// tests/domain_session_test.cc): the daemon runs with --recovery=domain,
+// dp 2 x tp 2 on 4 NCCL ranks, and every session holds only its replica's
+// tensor group (the world and the data-parallel groups refused). Replica 1
+// (ranks 2, 3) sums at epoch 1 and the test kills rank 3 with SIGKILL: the
+// job stays READY with domain 1 RECOVERING, and replica 0 (ranks 0, 1) sums
+// on while replica 1 has no rank 3 at all. Rank 2 re-forms its session
+// alone (epoch 2, new communicators from new unique ids), a replacement
+// process joins the lost slot, and replica 1 sums again exactly; replica 0
+// was never poisoned. Prints the recovery time, from the kill to both of
+// replica 1's ranks' first all_reduce at epoch 2 (measured, never
+// asserted).
+TEST_F(NcclClusterTest, OneReplicaReformsAloneWhileTheOtherSums) {
+  constexpr uint32_t kRanks = 4, kLost = 3;
+  if (gpus() < kRanks) {
+    GTEST_SKIP() << "needs 4 NCCL ranks (4+ GPUs, or the kit's one-GPU mode "
+                    "with RANKD_KIT_RANKS_ON_ONE_GPU=4+); this run has "
+                 << gpus();
+  }
+  ClusterOptions options;
+  options.job_id = "gpu-domain";
+  options.nnodes = 1;
+  options.nproc_per_node = kRanks;
+  options.tensor_parallel = 2;
+  options.extra_flags = {"--recovery=domain", "--recovery_deadline_ms=60000"};
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  std::vector<ChildProcess> ranks;
+  for (uint32_t l = 0; l < kRanks; ++l) {
+    auto child = StartRank(cluster, "domain_reform", l, kRanks, {},
+                           absl::StrCat("rank", l, ".log"));
+    ASSERT_TRUE(child.ok()) << child.status();
+    ranks.push_back(*std::move(child));
+  }
+  auto all_logs = [&ranks] {
+    std::string logs;
+    for (size_t l = 0; l < ranks.size(); ++l) {
+      absl::StrAppend(&logs, "--- rank ", l, ":\n", ranks[l].ReadLog());
+    }
+    return logs;
+  };
+  auto sums_of = [&ranks](uint32_t l) {
+    return LinesWithPrefix(ranks[l].ReadLog(), "TENSOR_SUM ").size();
+  };
+  // Replica 0 serves and replica 1 summed at epoch 1 (so rank 3's part is
+  // done), or one gave up: then there is nothing to recover from.
+  const absl::Time give_up = absl::Now() + absl::Seconds(90);
+  std::vector<uint32_t> missing;
+  while (true) {
+    missing.clear();
+    for (uint32_t l = 0; l < kRanks; ++l) {
+      const std::string log = ranks[l].ReadLog();
+      ASSERT_TRUE(LinesWithPrefix(log, "ERROR ").empty() &&
+                  !absl::StrContains(log, " FAIL "))
+          << "rank " << l << " failed before the loss:\n"
+          << all_logs() << "--- daemon:\n"
+          << cluster.daemon(0).ReadLog();
+      const char* ready = l < 2 ? "TENSOR_SUM " : "SUMMED epoch=1";
+      if (LinesWithPrefix(log, ready).empty()) missing.push_back(l);
+    }
+    if (missing.empty() || absl::Now() > give_up) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(missing.empty())
+      << "ranks " << absl::StrJoin(missing, ",")
+      << " did not sum within 90 s (replica 0 on its tensor group, replica "
+         "1 at epoch 1):\n"
+      << all_logs();
+
+  const absl::Time killed = absl::Now();
+  ranks[kLost].Signal(SIGKILL);
+  std::optional<int> died = ranks[kLost].Wait(absl::Seconds(10));
+  ASSERT_TRUE(died.has_value() && WIFSIGNALED(*died)) << ranks[kLost].ReadLog();
+  // Only domain 1 recovers: the job stays READY, domain 0 serving.
+  auto domain_1_recovering = [](const v1::JobStatus& j) {
+    return j.serving_domains() == 1 && j.domains_size() == 2 &&
+           j.domains(1).state() == v1::DOMAIN_STATE_RECOVERING;
+  };
+  auto recovering = cluster.AwaitJob(0, domain_1_recovering, absl::Seconds(30));
+  ASSERT_TRUE(recovering.ok()) << recovering.status() << "\n" << all_logs();
+  EXPECT_EQ(recovering->state(), v1::JOB_STATE_READY);
+  // Replica 0 sums while replica 1 has no rank 3 (the replacement is not
+  // started yet, so domain 1 cannot serve again meanwhile).
+  const size_t before[2] = {sums_of(0), sums_of(1)};
+  const absl::Time sums_due = absl::Now() + absl::Seconds(20);
+  while ((sums_of(0) < before[0] + 3 || sums_of(1) < before[1] + 3) &&
+         absl::Now() < sums_due) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const size_t while_recovering =
+      std::min(sums_of(0) - before[0], sums_of(1) - before[1]);
+  EXPECT_GE(while_recovering, 3u)
+      << "replica 0 stopped summing while replica 1 recovered:\n"
+      << all_logs();
+  auto still = cluster.AwaitJob(0, domain_1_recovering, absl::Seconds(1));
+  EXPECT_TRUE(still.ok()) << still.status();
+
+  auto replacement =
+      StartRank(cluster, "domain_reform", kLost, kRanks, {"--replacement"},
+                absl::StrCat("rank", kLost, ".2.log"));
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  ranks[kLost] = *std::move(replacement);
+
+  Outcome outcome;
+  outcome.statuses = WaitAll(ranks, absl::Seconds(120));
+  for (auto& r : ranks) outcome.logs.push_back(r.ReadLog());
+  outcome.daemon_log = cluster.daemon(0).ReadLog();
+  // Replica 0: held only its domain, served throughout, done; rank 2:
+  // held, epoch 1, poisoned, re-formed alone, epoch 2, done; the
+  // replacement: opened at epoch 2, held, epoch 2, done.
+  const size_t cases[kRanks] = {3, 3, 6, 4};
+  for (uint32_t l = 0; l < kRanks; ++l) {
+    EXPECT_EQ(LinesWithPrefix(outcome.logs[l], "CASE ").size(), cases[l])
+        << "rank " << l << ":\n"
+        << outcome.logs[l];
+  }
+  ExpectAllPassed(outcome, 3);
+  auto serving = cluster.AwaitJob(
+      0, [](const v1::JobStatus& j) { return j.serving_domains() == 2; },
+      absl::Seconds(10));
+  EXPECT_TRUE(serving.ok()) << serving.status();
+  if (HasFailure()) return;
+
+  // The recovery time: loss -> replica 1's first all_reduce at epoch 2.
+  int64_t last_us = 0;
+  for (uint32_t l = 2; l < kRanks; ++l) {
+    for (const std::string& line :
+         LinesWithPrefix(outcome.logs[l], "EPOCH2_ALL_REDUCE unix_us=")) {
+      int64_t us = 0;
+      std::vector<std::string> words = absl::StrSplit(line, ' ');
+      EXPECT_TRUE(absl::SimpleAtoi(words[0], &us)) << line;
+      last_us = std::max(last_us, us);
+    }
+  }
+  const int64_t ms =
+      absl::ToInt64Milliseconds(absl::FromUnixMicros(last_us) - killed);
+  const std::string report = absl::StrCat(
+      "RECOVERY_MS ", ms,
+      " (replica 1 of dp 2 x tp 2; loss -> both its ranks' first all_reduce "
+      "at epoch 2; replica 0 summed on, at least ",
+      while_recovering, " times each while replica 1 was RECOVERING)");
+  std::printf("%s\n", report.c_str());
+  RecordProperty("recovery_ms", ms);
+  EXPECT_GT(ms, 0) << report;
 }
 
 }  // namespace

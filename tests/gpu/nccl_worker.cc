@@ -7,9 +7,14 @@
 //   INIT_OK device=D communicators=C         (the session is ready)
 //   INIT_STARTED                             (init_abort: before Initialize)
 //   POSTED                                   (abort scenarios: work queued)
-//   SUMMED epoch=1                           (reform: summed before the loss)
-//   POISONED unix_us=T <status>              (reform: a survivor saw the loss)
-//   EPOCH2_ALL_REDUCE unix_us=T              (reform: first sum at epoch 2)
+//   SUMMED epoch=1                           (reform, domain_reform: summed
+//                                            before the loss)
+//   POISONED unix_us=T <status>              (reform, domain_reform: a
+//                                            survivor saw the loss)
+//   EPOCH2_ALL_REDUCE unix_us=T              (reform, domain_reform: first
+//                                            sum at epoch 2)
+//   TENSOR_SUM n=K                           (domain_reform, replica 0: its
+//                                            K-th sum)
 //   CASE <name> OK
 //   CASE <name> FAIL <message>
 //   SKIP <reason>                            exit 5 (no CUDA device)
@@ -47,6 +52,20 @@
 //                  took the lost slot and opened its session at epoch 2; a
 //                  device tensor a survivor allocated before the loss is
 //                  bit-identical after it
+//   domain_reform  recovery by data-parallel domain (the daemon runs with
+//                  --recovery=domain; dp 2 x tp 2, 4 ranks): every session
+//                  holds only its replica's tensor group (the world and the
+//                  data-parallel group refused with the rule's words, not
+//                  advertised). Replica 0 sums on its tensor group
+//                  throughout, never poisoned, its job health OK, until
+//                  rank 2 says replica 1 re-formed. Replica 1 sums at epoch
+//                  1; the test kills rank 3 (SIGKILL); rank 2 sees its
+//                  session poisoned naming it, re-forms it alone
+//                  (NcclSession::Reform: epoch 2, still confined to domain
+//                  1) and sums again with a --replacement process in the
+//                  lost slot, opened at epoch 2. Each tensor group's
+//                  members wait for each other through the key-value store
+//                  before closing
 //   control_only   joins and stays, without a GPU (killed by the test)
 #include <algorithm>
 #include <atomic>
@@ -93,8 +112,8 @@ ABSL_FLAG(uint32_t, nccl_world, 0,
 ABSL_FLAG(std::string, tag, "gpu", "session tag");
 ABSL_FLAG(int, init_timeout_ms, 60000, "communicator init deadline");
 ABSL_FLAG(bool, replacement, false,
-          "reform: this process replaces the lost rank (joins its slot while "
-          "the job recovers)");
+          "reform, domain_reform: this process replaces the lost rank "
+          "(joins its slot while the job recovers)");
 
 namespace {
 
@@ -956,6 +975,235 @@ bool InPlaceReform(std::unique_ptr<NcclSession>& session,
          });
 }
 
+// --- one replica re-forms alone (recovery by domain) ------------------------
+
+// dp 2 x tp 2: domain d is ranks 2d and 2d + 1, one tensor group.
+constexpr uint32_t kDomainTensor = 2;
+
+// The key rank 2 sets once replica 1 summed at epoch 2 (its own key,
+// docs/operations.md "Key-value ownership"): replica 0 stops then.
+constexpr char kReplicaReformedKey[] = "r2/domain-reform/reformed";
+
+// The group of the session's descriptor whose members are `members`.
+absl::StatusOr<uint32_t> GroupWith(const DistributedSessionDescriptor& d,
+                                   const std::vector<uint32_t>& members) {
+  for (const auto& g : d.groups()) {
+    if (g.members() == members) return g.id();
+  }
+  return absl::NotFoundError(absl::StrCat("no group of members ",
+                                          absl::StrJoin(members, ","),
+                                          " in the descriptor"));
+}
+
+// The session holds only its domain's groups (docs/contract.md,
+// "Data-parallel domains"): the descriptor is confined to the domain, the
+// capabilities advertise neither the world nor the data-parallel group, and
+// both are refused at submission with the rule's words.
+absl::Status HeldOnlyItsDomain(NcclSession& s, uint32_t rank) {
+  const uint32_t domain = rank / kDomainTensor;
+  const uint32_t first = domain * kDomainTensor;
+  const auto& confined = s.descriptor().recovery_domain();
+  RETURN_IF_ERROR(Expect(
+      confined.has_value() && confined->index == domain,
+      absl::StrCat("the descriptor is not confined to domain ", domain)));
+  ASSIGN_OR_RETURN(tensor, GroupWith(s.descriptor(), {first, first + 1}));
+  const uint32_t peer = rank % kDomainTensor;
+  ASSIGN_OR_RETURN(across, GroupWith(s.descriptor(), {peer, peer + 2}));
+  const DistributedCapabilities caps = s.capabilities();
+  RETURN_IF_ERROR(Expect(!caps.world_collectives &&
+                             caps.collective_groups.count(tensor) == 1 &&
+                             caps.collective_groups.count(across) == 0,
+                         "the capabilities are not the domain's groups"));
+  ASSIGN_OR_RETURN(x, Upload(Desc({1}), std::vector<float>{1.0f}, s.stream()));
+  const absl::Status world =
+      s.AllReduceSum(CollectiveScope::World(), x).status();
+  RETURN_IF_ERROR(ExpectCode(world, absl::StatusCode::kFailedPrecondition,
+                             "all_reduce_sum on the world"));
+  RETURN_IF_ERROR(Expect(
+      absl::StartsWith(
+          world.message(),
+          absl::StrCat("nccl backend: all_reduce_sum on world refused: the "
+                       "job recovers by data-parallel domain and this "
+                       "session holds only domain ",
+                       domain, " (ranks ", first, "-", first + 1,
+                       ")'s groups (")) &&
+          absl::StrContains(world.message(),
+                            "; the world spans every domain and is not "
+                            "connected"),
+      absl::StrCat("the world's refusal: ", world.message())));
+  const absl::Status data =
+      s.AllReduceSum(CollectiveScope::Group(across), x).status();
+  RETURN_IF_ERROR(ExpectCode(data, absl::StatusCode::kFailedPrecondition,
+                             "all_reduce_sum on the data-parallel group"));
+  RETURN_IF_ERROR(Expect(
+      absl::StrContains(
+          data.message(),
+          absl::StrCat("; group ", across, " (members ", peer, ", ", peer + 2,
+                       ") spans domains 0 and 1 and is not "
+                       "connected")),
+      absl::StrCat("the data-parallel group's refusal: ", data.message())));
+  return Expect(s.poison().ok(), "a refusal poisoned the session");
+}
+
+// Sums `values` on the rank's tensor group; the sums.
+absl::StatusOr<std::vector<float>> TensorSum(NcclSession& s, uint32_t rank,
+                                             const std::vector<float>& values) {
+  const uint32_t first = rank / kDomainTensor * kDomainTensor;
+  ASSIGN_OR_RETURN(tensor, GroupWith(s.descriptor(), {first, first + 1}));
+  ASSIGN_OR_RETURN(x, Upload(Desc({values.size()}), values, s.stream()));
+  ASSIGN_OR_RETURN(sum, s.AllReduceSum(CollectiveScope::Group(tensor), x));
+  RETURN_IF_ERROR(sum.completion->Wait());
+  return sum.output.ToHostVector<float>();
+}
+
+// Both members of the rank's tensor group reached the end at their epoch
+// (a key each, read back): nobody's session closes under a peer's work. A
+// world round would not do: replicas recover apart, so its numbering is not
+// one replica's to choose.
+absl::Status TensorGroupDone(rankd::Client& client, uint32_t rank,
+                             uint64_t epoch) {
+  const std::string done = absl::StrCat("domain-reform-done/", epoch, "/");
+  RETURN_IF_ERROR(client.KvSet(absl::StrCat(done, rank), "1"));
+  const uint32_t first = rank / kDomainTensor * kDomainTensor;
+  for (uint32_t m = first; m < first + kDomainTensor; ++m) {
+    auto seen = client.KvGet(absl::StrCat(done, m), absl::Seconds(60));
+    if (!seen.ok()) {
+      return absl::Status(seen.status().code(),
+                          absl::StrCat("rank ", m, " never finished: ",
+                                       seen.status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The job runs with rankd --recovery=domain, dp 2 x tp 2 (4 ranks): every
+// session holds only its replica's tensor group. Replica 0 (ranks 0, 1)
+// sums {rank + 1, stop} on it, printing TENSOR_SUM for each, until rank 2
+// says replica 1 re-formed; its session must never be poisoned and its job
+// health stay OK. Replica 1 (ranks 2, 3) sums once at epoch 1; rank 3 then
+// waits to be killed by the test (SIGKILL). Rank 2 sees its session
+// poisoned naming rank 3, re-forms it alone (NcclSession::Reform: epoch 2,
+// still confined to domain 1) and sums at epoch 2 with the --replacement
+// process the test started into the lost slot. Returns false when a step
+// failed (later steps would mean nothing).
+bool DomainReform(std::unique_ptr<NcclSession>& session, rankd::Client& client,
+                  rankd::dataplane::ControlPlane& control, uint32_t rank,
+                  bool replacement, Checks& checks) {
+  auto step = [&](const std::string& name,
+                  const std::function<absl::Status()>& fn) {
+    const int before = checks.failures();
+    checks.Run(name, fn);
+    return checks.failures() == before;
+  };
+  if (!step("held_only_its_domain",
+            [&] { return HeldOnlyItsDomain(*session, rank); })) {
+    return false;
+  }
+  if (rank < kDomainTensor) {
+    // Replica 0: serves throughout, at epoch 1.
+    return step("served_throughout",
+                [&]() -> absl::Status {
+                  const absl::Time give_up = absl::Now() + absl::Seconds(150);
+                  for (int n = 1;; ++n) {
+                    const bool stop =
+                        client.KvGet(kReplicaReformedKey, absl::ZeroDuration())
+                            .ok();
+                    ASSIGN_OR_RETURN(sum,
+                                     TensorSum(*session, rank,
+                                               {static_cast<float>(rank + 1),
+                                                stop ? 1.0f : 0.0f}));
+                    RETURN_IF_ERROR(Expect(
+                        sum[0] == 3.0f, absl::StrCat("sum ", n, ": ", sum[0])));
+                    RETURN_IF_ERROR(session->poison());
+                    RETURN_IF_ERROR(control.JobHealth());
+                    Print(absl::StrCat("TENSOR_SUM n=", n));
+                    if (sum[1] > 0.0f) break;
+                    RETURN_IF_ERROR(
+                        Expect(absl::Now() < give_up,
+                               "replica 1 did not re-form within 150 s"));
+                    absl::SleepFor(absl::Milliseconds(10));
+                  }
+                  return Expect(session->descriptor().epoch() == 1,
+                                "replica 0's session left epoch 1");
+                }) &&
+           step("tensor_group_done",
+                [&] { return TensorGroupDone(client, rank, 1); });
+  }
+
+  auto sum_at = [&](uint64_t epoch) -> absl::Status {
+    const float mine = static_cast<float>((rank + 1) * epoch);
+    ASSIGN_OR_RETURN(sum, TensorSum(*session, rank, {mine}));
+    return ExpectEqual(sum, std::vector<float>{7.0f * epoch},
+                       absl::StrCat("sum at epoch ", epoch));
+  };
+  auto epoch_2 = [&]() -> absl::Status {
+    RETURN_IF_ERROR(sum_at(2));
+    Print(absl::StrCat("EPOCH2_ALL_REDUCE unix_us=", UnixMicros()));
+    if (rank == 2) {
+      RETURN_IF_ERROR(client.KvSet(kReplicaReformedKey, "1"));
+    }
+    return absl::OkStatus();
+  };
+  if (replacement) {
+    return step("opened_at_epoch_2",
+                [&] {
+                  return Expect(session->descriptor().epoch() == 2,
+                                absl::StrCat("opened at epoch ",
+                                             session->descriptor().epoch()));
+                }) &&
+           step("all_reduce_at_epoch_2", epoch_2) &&
+           step("tensor_group_done",
+                [&] { return TensorGroupDone(client, rank, 2); });
+  }
+  if (!step("all_reduce_at_epoch_1", [&] { return sum_at(1); })) return false;
+  Print("SUMMED epoch=1");
+  if (rank == 3) {
+    // The victim: the test kills it now. Still alive after a minute means
+    // the test never did.
+    absl::SleepFor(absl::Seconds(60));
+    Print("ERROR the lost rank was never killed");
+    return false;
+  }
+  return step("poisoned_by_the_loss",
+              [&]() -> absl::Status {
+                const absl::Time give_up = absl::Now() + absl::Seconds(60);
+                while (session->poison().ok() && absl::Now() < give_up) {
+                  absl::SleepFor(absl::Milliseconds(5));
+                }
+                const absl::Status poison = session->poison();
+                RETURN_IF_ERROR(Expect(
+                    !poison.ok(), "no poison 60 s after rank 3 was killed"));
+                Print(absl::StrCat("POISONED unix_us=", UnixMicros(), " ",
+                                   poison.ToString()));
+                RETURN_IF_ERROR(
+                    ExpectCode(poison, absl::StatusCode::kAborted, "poison"));
+                return Expect(absl::StrContains(poison.message(), "rank 3 "),
+                              absl::StrCat("the poison does not name rank 3: ",
+                                           poison.message()));
+              }) &&
+         step("reformed_alone_at_epoch_2",
+              [&]() -> absl::Status {
+                const int device = session->device();
+                auto reformed =
+                    NcclSession::Reform(std::move(session), absl::Seconds(60));
+                RETURN_IF_ERROR(reformed.status());
+                session = *std::move(reformed);
+                RETURN_IF_ERROR(
+                    Expect(session->descriptor().epoch() == 2,
+                           absl::StrCat("re-formed at epoch ",
+                                        session->descriptor().epoch())));
+                RETURN_IF_ERROR(
+                    Expect(session->device() == device && session->ready() &&
+                               session->poison().ok(),
+                           "the re-formed session is not ready on its device"));
+                // Still one domain's session: the rule holds at epoch 2.
+                return HeldOnlyItsDomain(*session, rank);
+              }) &&
+         step("all_reduce_at_epoch_2", epoch_2) &&
+         step("tensor_group_done",
+              [&] { return TensorGroupDone(client, rank, 2); });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -1070,6 +1318,16 @@ int main(int argc, char** argv) {
       Agreement(w, checks);
     } else if (scenario == "one_gpu_each") {
       OneGpuEach(w, checks);
+    } else if (scenario == "domain_reform") {
+      // Reform replaces the session: the scenario owns it from here.
+      std::unique_ptr<NcclSession> owned = *std::move(session);
+      const bool ok = DomainReform(owned, **client, *control, rank,
+                                   absl::GetFlag(FLAGS_replacement), checks);
+      *session = std::move(owned);
+      if (!ok) {
+        Print("DONE");
+        return 4;
+      }
     } else if (scenario == "reform") {
       // Reform replaces the session: the scenario owns it from here.
       std::unique_ptr<NcclSession> owned = *std::move(session);
@@ -1085,7 +1343,9 @@ int main(int argc, char** argv) {
     }
     // Keep every rank in the job until all finished (the control plane
     // still works after the data plane was poisoned, unless the job failed).
-    if (scenario != "abort_peer") {
+    // domain_reform waited for its tensor group instead: its replicas'
+    // epochs differ, so a world round is no single replica's to number.
+    if (scenario != "abort_peer" && scenario != "domain_reform") {
       std::vector<uint32_t> token = {rank};
       auto done = (*session)->AllGatherWords(token);
       if (!done.ok()) {

@@ -263,9 +263,17 @@ PY
   fi
   ((without_gpu)) && with_standin=1
   # nccl_cluster_test with N ranks on one GPU; the re-form case initializes
-  # every communicator twice and starts a replacement process.
-  one_gpu_limit() { echo $((55 + 7 * $1)); }
-  budget=$((8 * 4 + 55 + 35 + 55 + 30 + 40 + 40 + 30))
+  # every communicator twice and starts a replacement process. With 4+
+  # ranks the domain case (OneReplicaReformsAloneWhileTheOtherSums: the
+  # same again for one replica while the other sums on) runs too: 10 s
+  # more, and that run leaves out NCCL's duplicate-GPU refusal, which does
+  # not depend on the rank count and the 2-rank run checks.
+  one_gpu_limit() { echo $((55 + 7 * $1 + ($1 >= 4 ? 10 : 0))); }
+  # nccl_cluster_test on one GPU each: with 4+ GPUs the domain case runs
+  # too (10 s more; the one-GPU mode does not run on such a host).
+  cluster_limit=55
+  ((gpus >= 4)) && cluster_limit=65
+  budget=$((8 * 4 + 55 + 35 + cluster_limit + 30 + 40 + 40 + 30))
   if [[ "$one_gpu_ranks" != none ]]; then
     for n in ${one_gpu_ranks//,/ }; do
       budget=$((budget + $(one_gpu_limit "$n") + 30))
@@ -302,7 +310,7 @@ PY
   fi
   run_gtest nccl_gpu_test 55 "$bin/dataplane/nccl/nccl_gpu_test"
   run_gtest nccl_conformance_gpu_test 35 "$conformance"
-  run_gtest nccl_cluster_test 55 "$bin/tests/gpu/nccl_cluster_test"
+  run_gtest nccl_cluster_test "$cluster_limit" "$bin/tests/gpu/nccl_cluster_test"
   run_gtest capi_nccl_gpu_test 30 "$bin/capi/capi_nccl_gpu_test"
 
   # ---- the Python package on PyTorch CUDA tensors ---------------------------------
@@ -372,8 +380,12 @@ PY
   # transport over loopback: correct, with millisecond latency. Set here,
   # for tests only (tests/gpu/nccl_cluster_test.cc, tools/run.sh).
   if [[ "$one_gpu_ranks" != none ]]; then
-    local_filter="*SessionCollectives:*BackendOperations:*RanksSharingAGpuWithoutHostIdsAreRefused:*LostPeerAbortsRunningCollectives:*BoundedWaitNativeCancelAborts:*BoundedWaitQuarantinesUntilComplete:*InPlaceReformAfterALostRank"
+    local_filter="*SessionCollectives:*BackendOperations:*LostPeerAbortsRunningCollectives:*BoundedWaitNativeCancelAborts:*BoundedWaitQuarantinesUntilComplete:*InPlaceReformAfterALostRank"
     for n in ${one_gpu_ranks//,/ }; do
+      # Below 4 ranks NCCL's duplicate-GPU refusal; from 4 the domain case
+      # (one_gpu_limit).
+      filter="$local_filter:*RanksSharingAGpuWithoutHostIdsAreRefused"
+      ((n >= 4)) && filter="$local_filter:*OneReplicaReformsAloneWhileTheOtherSums"
       one_env=(RANKD_KIT_RANKS_ON_ONE_GPU="$n")
       if ((gpus == 0)); then
         # No GPU (--without-gpu): the stand-in's one GPU instead.
@@ -383,7 +395,7 @@ PY
       fi
       run_gtest "nccl_cluster_one_gpu_${n}_ranks_test" "$(one_gpu_limit "$n")" \
         "$bin/tests/gpu/nccl_cluster_test" "${one_env[@]}" \
-        --gtest_filter="$local_filter"
+        --gtest_filter="$filter"
       if ((gpus == 0)); then
         rm -rf "${one_env[-1]#*=}"
         record SKIPPED "serving_example:nccl_one_gpu_${n}_ranks" "no GPU (--without-gpu)"
