@@ -2,7 +2,6 @@
 #include "examples/serving/replica_check.h"
 
 #include <cmath>
-#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -52,16 +51,8 @@ StepCheck ReplicaCheck::Check(uint32_t step, const SlotBatch& agreed,
     for (size_t i = 0; i < want.cols; ++i) {
       const float got = outputs.row(r)[i];
       const float ref = want.row(r)[i];
+      if (CountWithinTolerance(tolerance_, got, ref, result)) continue;
       const double err = std::fabs(double{got} - double{ref});
-      ++result.values_checked;
-      // NaN compares false: counted as a mismatch too.
-      if (err <= tolerance_.atol + tolerance_.rtol * std::fabs(ref)) {
-        result.max_abs_error = std::max(result.max_abs_error, err);
-        continue;
-      }
-      result.max_abs_error = std::max(
-          result.max_abs_error,
-          std::isnan(err) ? std::numeric_limits<double>::infinity() : err);
       if (mismatches++ == 0) {
         first = absl::StrFormat(
             "%s, token %d (request %d position %d), element %d: got %.7g, "

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,18 @@ namespace rankd::examples {
 
 std::string Tolerance::ToString() const {
   return absl::StrCat("|got - ref| <= ", atol, " + ", rtol, " * |ref|");
+}
+
+bool CountWithinTolerance(const Tolerance& tolerance, double got, double ref,
+                          StepCheck& check) {
+  const double err = std::fabs(got - ref);
+  ++check.values_checked;
+  // NaN compares false: a mismatch too, and the largest error there is.
+  const bool ok = err <= tolerance.atol + tolerance.rtol * std::fabs(ref);
+  check.max_abs_error =
+      std::max(check.max_abs_error,
+               std::isnan(err) ? std::numeric_limits<double>::infinity() : err);
+  return ok;
 }
 
 SelfCheck::SelfCheck(const ModelSpec& spec, const ServingLayout& layout,
@@ -56,18 +69,10 @@ StepCheck SelfCheck::Check(const StepPlan& plan, const Matrix& gathered,
         const float* got = gathered.row(rank * rows_per_rank + r);
         const float* ref = want.row(r);
         for (size_t i = 0; i < want.cols; ++i) {
-          const double err = std::fabs(double{got[i]} - double{ref[i]});
-          ++result.values_checked;
-          // NaN compares false: count it as a mismatch too.
-          const bool ok =
-              err <= tolerance_.atol + tolerance_.rtol * std::fabs(ref[i]);
-          if (ok) {
-            result.max_abs_error = std::max(result.max_abs_error, err);
+          if (CountWithinTolerance(tolerance_, got[i], ref[i], result)) {
             continue;
           }
-          result.max_abs_error = std::max(
-              result.max_abs_error,
-              std::isnan(err) ? std::numeric_limits<double>::infinity() : err);
+          const double err = std::fabs(double{got[i]} - double{ref[i]});
           if (mismatches++ == 0) {
             first = absl::StrFormat(
                 "slot %d, output of rank %d (%s), token %d (request %d "

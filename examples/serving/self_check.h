@@ -47,6 +47,12 @@ struct StepCheck {
   size_t values_checked = 0;
 };
 
+// Counts one output value of a step against its reference: adds it to
+// `check`'s values_checked and |got - ref| to its max_abs_error (a NaN as
+// infinity). Returns whether it is within `tolerance` (a NaN never is).
+bool CountWithinTolerance(const Tolerance& tolerance, double got, double ref,
+                          StepCheck& check);
+
 class SelfCheck {
  public:
   SelfCheck(const ModelSpec& spec, const ServingLayout& layout,
