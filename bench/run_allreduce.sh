@@ -31,7 +31,7 @@
 #          [--phases=N]
 #          [--nnodes=N] [--nproc_per_node=N] [--results=PATH | --no_results]
 #          [--note=TEXT] [--keep=DIR] [--skip_setup] [--skip_torch]
-#          [--rank_env=NAME=VALUE ...]
+#          [--rank_env=NAME=VALUE ...] [--pin]
 # Environment defaults: SIZES (16 B, then 1 KiB to 64 MiB in powers of 4),
 # BYTES_PER_SIZE (256 MiB: timed iterations = BYTES_PER_SIZE / size, clamped
 # to [MIN_ITERS (32), MAX_ITERS (200)]; warmup = iterations / 10, clamped to
@@ -42,6 +42,11 @@
 # (diagnostic) runs rankd only and writes no results. --rank_env (diagnostic,
 # repeatable) sets an environment variable for the rankd rank processes only,
 # e.g. GLIBC_TUNABLES=glibc.malloc.hugetlb=1; it is recorded with the run.
+# --pin binds rank r's process (all its threads), rankd's and torch's alike,
+# to CPU r mod the CPU count (taskset / sched_setaffinity); the daemons are
+# not pinned. With one rank per CPU (1 x 2 or 2 x 1 on 2 CPUs) the
+# scheduler no longer moves a rank's threads between CPUs between
+# operations (a diagnostic of the run-to-run spread on a shared VM).
 #
 # It stops only what it started, by pid (TERM, then KILL after 5 s), and
 # removes its temp folder, on success, failure or interruption.
@@ -63,6 +68,7 @@ KEEP=""
 SETUP=1
 TORCH=1
 RANK_ENV=()
+PIN=0
 ORIG_ARGS=("$@")
 
 die() { echo "run_allreduce: $*" >&2; exit 1; }
@@ -83,7 +89,8 @@ for arg in "$@"; do
     --skip_setup) SETUP=0 ;;
     --skip_torch) TORCH=0; RESULTS="" ;;
     --rank_env=*=*) RANK_ENV+=("${arg#*=}") ;;
-    -h|--help) sed -n "2,46p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --pin) PIN=1 ;;
+    -h|--help) sed -n "2,51p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$arg' (see --help)" ;;
   esac
 done
@@ -139,7 +146,9 @@ for ((phase = 0; phase < PHASES; phase++)); do
   for ((n = 0; n < NNODES; n++)); do
     for ((l = 0; l < NPROC_PER_NODE; l++)); do
       r=$((n * NPROC_PER_NODE + l))
-      env ${RANK_ENV[@]+"${RANK_ENV[@]}"} \
+      pin=()
+      ((PIN)) && pin=(taskset -c "$((r % $(nproc)))")
+      ${pin[@]+"${pin[@]}"} env ${RANK_ENV[@]+"${RANK_ENV[@]}"} \
         RANKD_RANK_TOKEN=$(rank_token "$n" "$r") \
         timeout -k 5 "$RUN_LIMIT" "$RANK_BENCH" --target="unix://$TMP/node$n.sock" \
         --job_id=$JOB --local_rank=$l --world_size=$WORLD \
@@ -161,7 +170,8 @@ for ((phase = 0; phase < PHASES; phase++)); do
     timeout -k 5 "$((RUN_LIMIT + 10))" "$TORCH_PY" bench/torch_allreduce.py \
       --world="$WORLD" --schedule="${PHASE_SCHEDULE[$phase]}" \
       --port="${PORTS[$NNODES]}" --block="$phase" \
-      --out_dir="$TMP" --timeout_s="$RUN_LIMIT" >>"$TMP/torch.log" 2>&1 &
+      --out_dir="$TMP" --timeout_s="$RUN_LIMIT" $( ((PIN)) && echo --pin) \
+      >>"$TMP/torch.log" 2>&1 &
     PIDS+=($!)
     rc=0; wait "$!" || rc=$?
     forget "$!"
@@ -193,6 +203,8 @@ meta=(
   --meta "torch=$TORCH_VERSION (Debian python3-torch, links the same libgloo0), Gloo over TCP on lo, TCPStore init, torch.set_num_threads(1)"
   --meta "command=$cmd"
 )
+((PIN == 0)) ||
+  meta+=(--meta "pinning=rank r's process (rankd and torch) on CPU r mod $(nproc); daemons not pinned")
 ((${#RANK_ENV[@]} == 0)) ||
   meta+=(--meta "rank environment=DIAGNOSTIC, rankd rank processes only (not torch): ${RANK_ENV[*]}")
 [[ -z "$NOTE" ]] || meta+=(--meta "note=$NOTE")

@@ -52,6 +52,9 @@ def parse_schedule(text):
 
 
 def rank_main(rank, args):
+    if args.pin:
+        # As run_allreduce.sh --pin does for rankd's ranks.
+        os.sched_setaffinity(0, {rank % os.cpu_count()})
     torch, dist = enter_rank(args)
     dist.init_process_group(
         "gloo",
@@ -124,6 +127,8 @@ def main():
     p.add_argument("--block", type=int, default=0,
                    help="block number written with every timed call")
     p.add_argument("--out_dir", required=True)
+    p.add_argument("--pin", action="store_true",
+                   help="bind rank r to CPU r mod the CPU count")
     p.add_argument("--timeout_s", type=int, default=600,
                    help="whole-run limit, and Gloo's per-operation timeout")
     args = p.parse_args()
