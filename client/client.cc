@@ -341,11 +341,9 @@ absl::StatusOr<v1::SessionDescriptor> Client::Rejoin(uint64_t ended_epoch,
       }
       if (session.status().code() == absl::StatusCode::kAborted && !terminal &&
           MonotonicNow() < deadline) {
-        // Either the epoch it joined into ended too (another loss), or the
-        // node released join waiters for the epoch that ended before this
-        // one (its restart can reach a join sent just after the event). A
-        // join always enters the job's current epoch, so join again, after
-        // a moment, until the deadline.
+        // The epoch it joined into ended too (another loss). A join
+        // always enters the job's current epoch, so join again, after a
+        // moment, until the deadline.
         absl::SleepFor(absl::Milliseconds(20));
         continue;
       }

@@ -1128,6 +1128,15 @@ void Coordinator::LoseLocked(const std::string& cause,
       StillLostLocked(), ", at most ", std::max<int64_t>(left_ms, 0),
       " ms more (--recovery_deadline_ms)");
   epoch_ended_ = absl::AbortedError(message);
+  // Joins waiting for the world of the ended epoch: answered by
+  // ReleaseEnded (they join again into the new one). Taken now, under mu_:
+  // a join that arrives before ReleaseEnded runs waits for the new epoch
+  // and must stay.
+  for (auto& [id, w] : join_waiters_) {
+    timer_->Cancel(w.timer);
+    ended_joins_.emplace_back(std::move(w), *epoch_ended_);
+  }
+  join_waiters_.clear();
   AppendEventLocked(v1::EVENT_KIND_JOB_RECOVERING, node, ranks, message);
 }
 
@@ -1380,9 +1389,9 @@ void Coordinator::ReleaseEnded() {
     ended_joins.swap(ended_joins_);
     epoch = epoch_;
     cause = JobFailedLocked();
-    if (!cause.ok() || ended.has_value()) {
-      // Joins waiting for the world: the job failed, or the epoch they
-      // joined into ended (they join again into the new one).
+    if (!cause.ok()) {
+      // Joins waiting for the world: the job failed. (Those of an epoch
+      // that ended are in ended_joins, taken when it ended.)
       waiters.swap(join_waiters_);
       for (auto& [id, w] : waiters) timer_->Cancel(w.timer);
     }
@@ -1401,7 +1410,7 @@ void Coordinator::ReleaseEnded() {
     rounds_.Fail(cause);
     kv_.Fail(cause);
   }
-  for (auto& [id, w] : waiters) w.reply(cause.ok() ? *ended : cause);
+  for (auto& [id, w] : waiters) w.reply(cause);
 }
 
 void Coordinator::BeginShutdown() {

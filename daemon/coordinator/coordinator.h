@@ -389,9 +389,10 @@ class Coordinator {
   // The highest all_gather_words round number admitted: a recovered
   // domain enters world rounds one past it.
   uint64_t highest_round_admitted_ ABSL_GUARDED_BY(mu_) = 0;
-  // What a domain's loss owes, sent by ReleaseEnded without the lock: the
-  // answers of the rounds it failed, and the joins of the ended epoch
-  // that waited for their domain (with the loss).
+  // What a loss owes, sent by ReleaseEnded without the lock: the answers of
+  // the rounds a domain's loss failed, and the joins of the ended epoch
+  // that waited for their domain or the world (with the loss), taken when
+  // the epoch ended so that a join into the next one stays.
   std::vector<WordRounds::Answers> owed_round_answers_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<JoinWaiter, absl::Status>> ended_joins_
       ABSL_GUARDED_BY(mu_);
