@@ -16,11 +16,13 @@
 #include <unistd.h>
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "client/admin_client.h"
 #include "client/channel.h"
 #include "launcher/job_layout.h"
 #include "launcher/launch.h"
@@ -109,6 +111,10 @@ class Launcher {
   // Each local rank's own token (docs/operations.md, "Credentials"); empty
   // when the daemon runs without authentication.
   std::vector<std::string> rank_tokens_;
+  // SlotReleased's connection to the daemon, kept while restarts wait (a
+  // new channel per poll cost more than the poll); dropped when a call on
+  // it fails and once no restart waits.
+  std::unique_ptr<AdminClient> slot_admin_;
   // Fills rank_tokens_ from the node key or node token in `credentials`.
   absl::Status MintRankTokens(const std::string& credentials);
   std::optional<ProcessGroup> group_;

@@ -30,6 +30,10 @@ namespace {
 // How long a restart waits, after its backoff, for the daemon to release
 // the lost process's slot before it starts the replacement anyway.
 constexpr absl::Duration kSlotReleaseWait = absl::Seconds(10);
+// How often it asks meanwhile: the daemon releases the slot within
+// milliseconds of the exit (the rank's Watch stream closes), and each poll
+// lists every member (ListMembers), which a large job makes costly.
+constexpr absl::Duration kSlotPollInterval = absl::Milliseconds(10);
 
 }  // namespace
 
@@ -102,22 +106,28 @@ absl::Status Launcher::StartRank(uint32_t local, uint32_t restarts) {
 }
 
 bool Launcher::SlotReleased(uint32_t rank, pid_t old_pid) {
-  ClientOptions options;
-  options.target = target_;
-  options.connect_timeout = absl::Milliseconds(500);
-  options.call_timeout = absl::Milliseconds(500);
-  if (!o_.credentials_dir.empty()) {
-    // Over TCP the Admin service wants the operator's token; the Unix
-    // socket needs none.
-    absl::StatusOr<std::string> token =
-        ReadCredentialFile(o_.credentials_dir, kOperatorTokenFile);
-    if (token.ok()) options.bearer_token = *token;
+  if (slot_admin_ == nullptr) {
+    ClientOptions options;
+    options.target = target_;
+    options.connect_timeout = absl::Milliseconds(500);
+    options.call_timeout = absl::Milliseconds(500);
+    if (!o_.credentials_dir.empty()) {
+      // Over TCP the Admin service wants the operator's token; the Unix
+      // socket needs none.
+      absl::StatusOr<std::string> token =
+          ReadCredentialFile(o_.credentials_dir, kOperatorTokenFile);
+      if (token.ok()) options.bearer_token = *token;
+    }
+    absl::StatusOr<std::unique_ptr<AdminClient>> admin =
+        AdminClient::Connect(options);
+    if (!admin.ok()) return false;
+    slot_admin_ = *std::move(admin);
   }
-  absl::StatusOr<std::unique_ptr<AdminClient>> admin =
-      AdminClient::Connect(options);
-  if (!admin.ok()) return false;
-  absl::StatusOr<v1::MemberList> members = (*admin)->ListMembers();
-  if (!members.ok()) return false;
+  absl::StatusOr<v1::MemberList> members = slot_admin_->ListMembers();
+  if (!members.ok()) {
+    slot_admin_.reset();  // connect again at the next poll
+    return false;
+  }
   for (const v1::MemberStatus& m : members->members()) {
     if (m.rank() == rank && m.pid() == static_cast<uint32_t>(old_pid) &&
         (m.state() == v1::MEMBER_STATE_JOINED ||
@@ -199,7 +209,7 @@ int Launcher::Supervise() {
       // process acting for a live rank.
       if (now < pending.give_up &&
           !SlotReleased(rank_of(local), pending.old_pid)) {
-        pending.at = MonotonicNow() + absl::Milliseconds(20);
+        pending.at = MonotonicNow() + kSlotPollInterval;
         ++it;
         continue;
       }
@@ -220,6 +230,7 @@ int Launcher::Supervise() {
         if (stopped_others > 0) begin_stop(SIGTERM);
       }
     }
+    if (restart_at.empty()) slot_admin_.reset();  // no restart waits
     if (group.CountRunning() == 0 && restart_at.empty()) break;
     if (kill_at.has_value() && !killed && MonotonicNow() >= *kill_at) {
       group.Signal(SIGKILL);
