@@ -39,6 +39,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -225,6 +226,39 @@ class NcclClusterTest : public ::testing::Test {
   std::string shared_gpu_;  // the GPU the kit's one-GPU mode shares, or ""
 };
 
+// Every rank's log, labelled, for failure messages.
+std::string AllLogs(const std::vector<ChildProcess>& ranks) {
+  std::string logs;
+  for (size_t l = 0; l < ranks.size(); ++l) {
+    absl::StrAppend(&logs, "--- rank ", l, ":\n", ranks[l].ReadLog());
+  }
+  return logs;
+}
+
+// Waits up to `patience` for every rank l's log to have a line starting
+// with ready(l), polling; fails the test at once (a fatal failure) when a
+// rank logged an error first. `missing`: the ranks without it at the end.
+void AwaitReadyLines(const std::vector<ChildProcess>& ranks,
+                     LocalCluster& cluster,
+                     const std::function<const char*(uint32_t)>& ready,
+                     absl::Duration patience, std::vector<uint32_t>* missing) {
+  const absl::Time give_up = absl::Now() + patience;
+  while (true) {
+    missing->clear();
+    for (uint32_t l = 0; l < ranks.size(); ++l) {
+      const std::string log = ranks[l].ReadLog();
+      ASSERT_TRUE(LinesWithPrefix(log, "ERROR ").empty() &&
+                  !absl::StrContains(log, " FAIL "))
+          << "rank " << l << " failed before the loss:\n"
+          << AllLogs(ranks) << "--- daemon:\n"
+          << cluster.daemon(0).ReadLog();
+      if (LinesWithPrefix(log, ready(l)).empty()) missing->push_back(l);
+    }
+    if (missing->empty() || absl::Now() > give_up) return;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
 TEST_F(NcclClusterTest, SessionCollectives) {
   Outcome outcome = Run("collectives", gpus(), {}, "", tensor_parallel());
   ExpectAllPassed(outcome, gpus() >= 2 ? 13 : 12);
@@ -332,32 +366,14 @@ TEST_F(NcclClusterTest, InPlaceReformAfterALostRank) {
   }
   // Every rank summed at epoch 1 (so the victim's part is done), or one
   // gave up: then there is nothing to recover from.
-  auto all_logs = [&ranks] {
-    std::string logs;
-    for (size_t l = 0; l < ranks.size(); ++l) {
-      absl::StrAppend(&logs, "--- rank ", l, ":\n", ranks[l].ReadLog());
-    }
-    return logs;
-  };
-  const absl::Time give_up = absl::Now() + absl::Seconds(90);
   std::vector<uint32_t> missing;
-  while (true) {
-    missing.clear();
-    for (uint32_t l = 0; l < n; ++l) {
-      const std::string log = ranks[l].ReadLog();
-      ASSERT_TRUE(LinesWithPrefix(log, "ERROR ").empty() &&
-                  !absl::StrContains(log, " FAIL "))
-          << "rank " << l << " failed before the loss:\n"
-          << all_logs() << "--- daemon:\n"
-          << cluster.daemon(0).ReadLog();
-      if (LinesWithPrefix(log, "SUMMED epoch=1").empty()) missing.push_back(l);
-    }
-    if (missing.empty() || absl::Now() > give_up) break;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  AwaitReadyLines(
+      ranks, cluster, [](uint32_t) { return "SUMMED epoch=1"; },
+      absl::Seconds(90), &missing);
+  ASSERT_FALSE(HasFatalFailure());
   ASSERT_TRUE(missing.empty()) << "ranks " << absl::StrJoin(missing, ",")
                                << " did not sum at epoch 1 within 90 s:\n"
-                               << all_logs();
+                               << AllLogs(ranks);
 
   const absl::Time killed = absl::Now();
   ranks[lost].Signal(SIGKILL);
@@ -371,7 +387,7 @@ TEST_F(NcclClusterTest, InPlaceReformAfterALostRank) {
         return j.state() == v1::JOB_STATE_RECOVERING;
       },
       absl::Seconds(30));
-  ASSERT_TRUE(recovering.ok()) << recovering.status() << "\n" << all_logs();
+  ASSERT_TRUE(recovering.ok()) << recovering.status() << "\n" << AllLogs(ranks);
   auto replacement = StartRank(cluster, "reform", lost, n, {"--replacement"},
                                absl::StrCat("rank", lost, ".2.log"));
   ASSERT_TRUE(replacement.ok()) << replacement.status();
@@ -453,40 +469,22 @@ TEST_F(NcclClusterTest, OneReplicaReformsAloneWhileTheOtherSums) {
     ASSERT_TRUE(child.ok()) << child.status();
     ranks.push_back(*std::move(child));
   }
-  auto all_logs = [&ranks] {
-    std::string logs;
-    for (size_t l = 0; l < ranks.size(); ++l) {
-      absl::StrAppend(&logs, "--- rank ", l, ":\n", ranks[l].ReadLog());
-    }
-    return logs;
-  };
   auto sums_of = [&ranks](uint32_t l) {
     return LinesWithPrefix(ranks[l].ReadLog(), "TENSOR_SUM ").size();
   };
   // Replica 0 serves and replica 1 summed at epoch 1 (so rank 3's part is
   // done), or one gave up: then there is nothing to recover from.
-  const absl::Time give_up = absl::Now() + absl::Seconds(90);
   std::vector<uint32_t> missing;
-  while (true) {
-    missing.clear();
-    for (uint32_t l = 0; l < kRanks; ++l) {
-      const std::string log = ranks[l].ReadLog();
-      ASSERT_TRUE(LinesWithPrefix(log, "ERROR ").empty() &&
-                  !absl::StrContains(log, " FAIL "))
-          << "rank " << l << " failed before the loss:\n"
-          << all_logs() << "--- daemon:\n"
-          << cluster.daemon(0).ReadLog();
-      const char* ready = l < 2 ? "TENSOR_SUM " : "SUMMED epoch=1";
-      if (LinesWithPrefix(log, ready).empty()) missing.push_back(l);
-    }
-    if (missing.empty() || absl::Now() > give_up) break;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  AwaitReadyLines(
+      ranks, cluster,
+      [](uint32_t l) { return l < 2 ? "TENSOR_SUM " : "SUMMED epoch=1"; },
+      absl::Seconds(90), &missing);
+  ASSERT_FALSE(HasFatalFailure());
   ASSERT_TRUE(missing.empty())
       << "ranks " << absl::StrJoin(missing, ",")
       << " did not sum within 90 s (replica 0 on its tensor group, replica "
          "1 at epoch 1):\n"
-      << all_logs();
+      << AllLogs(ranks);
 
   const absl::Time killed = absl::Now();
   ranks[kLost].Signal(SIGKILL);
@@ -498,7 +496,7 @@ TEST_F(NcclClusterTest, OneReplicaReformsAloneWhileTheOtherSums) {
            j.domains(1).state() == v1::DOMAIN_STATE_RECOVERING;
   };
   auto recovering = cluster.AwaitJob(0, domain_1_recovering, absl::Seconds(30));
-  ASSERT_TRUE(recovering.ok()) << recovering.status() << "\n" << all_logs();
+  ASSERT_TRUE(recovering.ok()) << recovering.status() << "\n" << AllLogs(ranks);
   EXPECT_EQ(recovering->state(), v1::JOB_STATE_READY);
   // Replica 0 sums while replica 1 has no rank 3 (the replacement is not
   // started yet, so domain 1 cannot serve again meanwhile).
@@ -512,7 +510,7 @@ TEST_F(NcclClusterTest, OneReplicaReformsAloneWhileTheOtherSums) {
       std::min(sums_of(0) - before[0], sums_of(1) - before[1]);
   EXPECT_GE(while_recovering, 3u)
       << "replica 0 stopped summing while replica 1 recovered:\n"
-      << all_logs();
+      << AllLogs(ranks);
   auto still = cluster.AwaitJob(0, domain_1_recovering, absl::Seconds(1));
   EXPECT_TRUE(still.ok()) << still.status();
 
