@@ -121,28 +121,27 @@ uint32_t ReplicaTally::recoveries() const {
   return n;
 }
 
-uint64_t ReplicaTally::requests_served() const {
+uint64_t ReplicaTally::SumOfLedgers(uint64_t (RequestLedger::*count)()
+                                        const) const {
   uint64_t n = 0;
-  for (const Replica& r : replicas_) n += r.ledger.served();
+  for (const Replica& r : replicas_) n += (r.ledger.*count)();
   return n;
+}
+
+uint64_t ReplicaTally::requests_served() const {
+  return SumOfLedgers(&RequestLedger::served);
 }
 
 uint64_t ReplicaTally::requests_in_flight() const {
-  uint64_t n = 0;
-  for (const Replica& r : replicas_) n += r.ledger.in_flight();
-  return n;
+  return SumOfLedgers(&RequestLedger::in_flight);
 }
 
 uint64_t ReplicaTally::requests_rerun() const {
-  uint64_t n = 0;
-  for (const Replica& r : replicas_) n += r.ledger.rerun();
-  return n;
+  return SumOfLedgers(&RequestLedger::rerun);
 }
 
 uint64_t ReplicaTally::requests_lost() const {
-  uint64_t n = 0;
-  for (const Replica& r : replicas_) n += r.ledger.lost();
-  return n;
+  return SumOfLedgers(&RequestLedger::lost);
 }
 
 CheckCounts ReplicaTally::checks() const {

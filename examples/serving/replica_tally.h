@@ -73,6 +73,8 @@ class ReplicaTally {
     CheckCounts total;        // over every process
   };
   static void Complete(Replica& replica);
+  // `count` of every replica's ledger, added up.
+  uint64_t SumOfLedgers(uint64_t (RequestLedger::*count)() const) const;
 
   ServingLayout layout_;
   std::vector<Replica> replicas_;
