@@ -282,6 +282,10 @@ class ServingProcess {
  private:
   int Setup();
   int Serve();
+  // A scheduler's request stream, at first_step_: a replacement starts
+  // where the job (or its replica) resumes, the batches before it served
+  // (the streams are deterministic). Empty on other ranks.
+  std::optional<RequestStream> StreamFromFirstStep() const;
   // Serve under recovery by domain with dp > 1 (replica_round.h): every
   // replica serves its own steps in world rounds that span the replicas
   // serving; a loss re-forms this rank's replica alone.
@@ -565,16 +569,19 @@ int ServingProcess::Setup() {
   return kExitOk;
 }
 
-int ServingProcess::Serve() {
-  const uint32_t steps = absl::GetFlag(FLAGS_steps);
-  const bool recover = absl::GetFlag(FLAGS_recover);
+std::optional<RequestStream> ServingProcess::StreamFromFirstStep() const {
   std::optional<RequestStream> stream;
   if (layout_.is_scheduler()) {
     stream.emplace(spec_.seed, layout_.my_slot(), layout_.num_slots());
-    // A replacement starts where the job resumes: the batches before were
-    // served (the streams are deterministic).
     for (uint32_t s = 1; s < first_step_; ++s) stream->Next();
   }
+  return stream;
+}
+
+int ServingProcess::Serve() {
+  const uint32_t steps = absl::GetFlag(FLAGS_steps);
+  const bool recover = absl::GetFlag(FLAGS_recover);
+  std::optional<RequestStream> stream = StreamFromFirstStep();
   if (check_ != nullptr) check_->SkipTo(first_step_);
   const absl::Duration interval =
       absl::Milliseconds(absl::GetFlag(FLAGS_step_interval_ms));
@@ -708,12 +715,7 @@ int ServingProcess::Serve() {
 
 int ServingProcess::ServeByReplica() {
   const uint32_t steps = absl::GetFlag(FLAGS_steps);
-  std::optional<RequestStream> stream;
-  if (layout_.is_scheduler()) {
-    stream.emplace(spec_.seed, layout_.my_slot(), layout_.num_slots());
-    // A replacement starts where its replica resumes.
-    for (uint32_t s = 1; s < first_step_; ++s) stream->Next();
-  }
+  std::optional<RequestStream> stream = StreamFromFirstStep();
   if (replica_check_ != nullptr) replica_check_->SkipTo(first_step_);
   const absl::Duration interval =
       absl::Milliseconds(absl::GetFlag(FLAGS_step_interval_ms));
