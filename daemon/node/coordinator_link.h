@@ -30,9 +30,10 @@ class CoordinatorLink {
     // The coordinator cannot be reached any more (heartbeats unanswered for
     // the heartbeat timeout, or its event stream broke). Called once.
     virtual void OnCoordinatorLost(const std::string& reason) = 0;
-    // The coordinator refused this daemon for good (a heartbeat answered
-    // with kDaemonFenced: its node was declared lost, or a newer daemon
-    // registered for it). Called once, instead of OnCoordinatorLost.
+    // The coordinator refused this daemon for good: its node was declared
+    // lost, or a newer daemon registered for it (a heartbeat answered with
+    // kDaemonFenced, or the event stream said so after this daemon's own
+    // registration). Called once, instead of OnCoordinatorLost.
     virtual void OnFenced(const std::string& reason) {
       OnCoordinatorLost(reason);
     }

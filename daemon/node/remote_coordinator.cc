@@ -49,7 +49,10 @@ class RemoteCoordinatorLink::EventStream
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows
-    for (const v1::JobEvent& event : batch_.events()) listener_->OnEvent(event);
+    for (const v1::JobEvent& event : batch_.events()) {
+      listener_->OnEvent(event);
+      link_->WatchForFencing(event);
+    }
     StartRead(&batch_);
   }
 
@@ -422,6 +425,34 @@ void RemoteCoordinatorLink::OnStreamDone(const grpc::Status& status) {
       absl::StrCat("event stream from coordinator at ", address_, " closed: ",
                    status.error_message().empty() ? "connection closed"
                                                   : status.error_message()));
+}
+
+void RemoteCoordinatorLink::WatchForFencing(const v1::JobEvent& event) {
+  std::string reason;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!event.has_node_index() || event.node_index() != node_.node_index()) {
+      return;
+    }
+    if (event.kind() == v1::EVENT_KIND_NODE_REGISTERED) {
+      // The stream replays the job from its start: only what follows this
+      // daemon's own registration is about this daemon.
+      if (event.node().daemon_incarnation() == node_.daemon_incarnation()) {
+        own_registration_seen_ = true;
+        return;
+      }
+      if (own_registration_seen_) {
+        reason = absl::StrCat(kDaemonFenced, "node ", node_.node_index(),
+                              " was registered by a newer daemon");
+      }
+    } else if (event.kind() == v1::EVENT_KIND_NODE_LOST &&
+               own_registration_seen_) {
+      reason = absl::StrCat(kDaemonFenced, "node ", node_.node_index(),
+                            " was declared lost (", event.message(),
+                            "); only a new daemon can serve it again");
+    }
+  }
+  if (!reason.empty()) ReportLost(reason, /*fenced=*/true);
 }
 
 bool RemoteCoordinatorLink::IsFencing(const absl::Status& status) {

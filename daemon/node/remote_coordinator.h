@@ -91,6 +91,11 @@ class RemoteCoordinatorLink : public CoordinatorLink {
                      absl::Duration timeout,
                      std::function<void(const absl::Status&)> then);
   void OnStreamDone(const grpc::Status& status);
+  // Fences this daemon when the event stream says, after this daemon's own
+  // registration, that its node was declared lost or registered by another
+  // daemon: the same verdict a heartbeat's refusal brings, but it does not
+  // race this daemon's own silence timer when it runs again after a pause.
+  void WatchForFencing(const v1::JobEvent& event);
   // Tells the listener once: OnFenced when `fenced`, else
   // OnCoordinatorLost.
   void ReportLost(const std::string& reason, bool fenced = false);
@@ -112,6 +117,8 @@ class RemoteCoordinatorLink : public CoordinatorLink {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   bool lost_ ABSL_GUARDED_BY(mu_) = false;
   v1::NodeRef node_ ABSL_GUARDED_BY(mu_);
+  // The event stream has shown this daemon's own NODE_REGISTERED.
+  bool own_registration_seen_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_heartbeat_ok_ ABSL_GUARDED_BY(mu_);
   std::string last_heartbeat_error_ ABSL_GUARDED_BY(mu_);
   DeadlineTimer::TimerId heartbeat_timer_ ABSL_GUARDED_BY(mu_) = 0;
