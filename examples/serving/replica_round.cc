@@ -175,7 +175,7 @@ absl::StatusOr<ReplicaRound> DecodeReplicaRound(
               block[j * kReplicaFrameWords + 1], first[j].epoch);
           resume.insert(resume.end(), one.begin(), one.end());
         }
-        auto step = DecodeResumeFrames(size, first->epoch, resume);
+        auto step = DecodeResumeFrames(size, first->epoch, resume, first->rank);
         if (!step.ok()) {
           return fail(
               absl::StrCat("replica ", d, ": ", step.status().message()));

@@ -32,7 +32,8 @@ std::vector<uint32_t> EncodeResumeFrame(uint32_t step, uint64_t epoch) {
 }
 
 absl::StatusOr<uint32_t> DecodeResumeFrames(uint32_t world_size, uint64_t epoch,
-                                            absl::Span<const uint32_t> words) {
+                                            absl::Span<const uint32_t> words,
+                                            uint32_t first_rank) {
   const auto fail = [&](const std::string& what) {
     return absl::FailedPreconditionError(absl::StrCat(
         "agreeing on the step to resume at epoch ", epoch, ": ", what));
@@ -46,11 +47,11 @@ absl::StatusOr<uint32_t> DecodeResumeFrames(uint32_t world_size, uint64_t epoch,
   for (uint32_t r = 0; r < world_size; ++r) {
     const uint32_t* f = &words[r * kResumeFrameWords];
     if (f[0] != kResumeMagic) {
-      bad.push_back(r);
+      bad.push_back(first_rank + r);
     } else if (f[2] != static_cast<uint32_t>(epoch)) {
-      other_epoch.push_back(r);
+      other_epoch.push_back(first_rank + r);
     } else if (f[1] != kUnknownStep) {
-      ranks_by_step[f[1]].push_back(r);
+      ranks_by_step[f[1]].push_back(first_rank + r);
     }
   }
   if (!bad.empty())

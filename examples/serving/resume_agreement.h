@@ -33,13 +33,16 @@ inline constexpr uint32_t kUnknownStep = 0;
 std::vector<uint32_t> EncodeResumeFrame(uint32_t step, uint64_t epoch);
 
 // The step every rank resumes at, from the rank-major concatenation of
-// every rank's frame: the one step every rank that knows one named.
+// `world_size` ranks' frames, of ranks first_rank, first_rank + 1, ...
+// (a replica's ranks when it resumes alone): the one step every rank that
+// knows one named. Errors name job ranks, first_rank + the frame's index.
 // FailedPrecondition when the frames are malformed or of another epoch
 // (naming the ranks), when no rank knows the step (every rank is a
 // replacement: the job lost all its state), or when ranks name different
 // steps ("step 10 from ranks 0-3, 6; step 11 from rank 5").
 absl::StatusOr<uint32_t> DecodeResumeFrames(uint32_t world_size, uint64_t epoch,
-                                            absl::Span<const uint32_t> words);
+                                            absl::Span<const uint32_t> words,
+                                            uint32_t first_rank = 0);
 
 // One agreement round: encode, all_gather_words, decode. The round's own
 // error (e.g. another loss) keeps its code.

@@ -343,6 +343,14 @@ TEST(ResumeAgreementTest, RefusesDisagreementAndNamesTheRanks) {
       << step.status();
   step = DecodeResumeFrames(3, 2, ResumeWords({{4, 2}, {4, 2}}));
   EXPECT_FALSE(step.ok());
+
+  // The frames of ranks 4 and 5 (a replica resuming alone).
+  step = DecodeResumeFrames(2, 2, ResumeWords({{4, 2}, {4, 1}}),
+                            /*first_rank=*/4);
+  ASSERT_FALSE(step.ok());
+  EXPECT_TRUE(
+      absl::StrContains(step.status().message(), "rank 5 are at another epoch"))
+      << step.status();
 }
 
 StepPlan PlanOf(uint32_t step, std::vector<std::vector<RequestSlice>> slots) {
@@ -559,6 +567,20 @@ TEST(ReplicaRoundTest, AReEnteringReplicaLearnsItsSurvivorsStep) {
   EXPECT_EQ(round.Find(1)->kind, ReplicaFrame::Kind::kResume);
   EXPECT_EQ(round.Find(1)->step, 4u);
   EXPECT_EQ(round.Find(0)->plan.step, 9u);
+
+  // Replica 1's two ranks name different steps: the error names them as
+  // the job's ranks 2 and 3, not as the replica's 0 and 1.
+  words = ReplicaWords(0, ReplicaFrame::Kind::kStep, 9);
+  resume[kReplicaFrameWords + 1] = 5;
+  words.insert(words.end(), resume.begin(), resume.end());
+  auto refused = DecodeReplicaRound(MakeLayout(kTwoReplicas, 0), false, {0, 1},
+                                    {1, 2}, words);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "replica 1: agreeing on the step to resume at "
+                                "epoch 2: the survivors name different steps: "
+                                "step 4 from rank 2; step 5 from rank 3"))
+      << refused.status();
 }
 
 TEST(ReplicaTallyTest, CountsEachReplicaAndTheReRunOfItsInterruptedStep) {
