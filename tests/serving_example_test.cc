@@ -5,7 +5,8 @@
 // and exit 0, with rank 0's summary and a passed self-check, and leave the
 // job cleanly (COMPLETED). SIGTERM to one rank (one pod deleted) stops every
 // rank the same way. The Gloo address defaults to $POD_IP. Stops only the
-// processes it started, by pid.
+// processes it started, by pid. The same by replica (rankd
+// --recovery=domain, dp 2): SIGTERM to one rank stops both replicas.
 #include <signal.h>
 
 #include <map>
@@ -75,6 +76,11 @@ std::vector<ChildProcess> StartServing(LocalCluster& cluster,
 }
 
 Rank Loopback(uint32_t) { return {{"--hostname=127.0.0.1"}, {}}; }
+
+// As the job runs with recovery on (a loss re-forms in place).
+Rank Recovering(uint32_t) {
+  return {{"--hostname=127.0.0.1", "--recover"}, {}};
+}
 
 // No --hostname: node n's ranks get POD_IP=127.0.0.<n+1> (every 127/8
 // address is this machine's loopback).
@@ -191,6 +197,53 @@ TEST(ServingExampleTest, SigtermToOneRankStopsEveryRankAndPodIpIsTheDefault) {
         << ranks[r].ReadLog();
     EXPECT_EQ(absl::StrContains(ranks[r].ReadLog(), "SIGNAL rank="), r == 3)
         << ranks[r].ReadLog();
+  }
+}
+
+// Serving by replica (rankd --recovery=domain, dp 2 = one replica of tp 2
+// per node) until stopped: each replica serves its own steps in world
+// rounds that span the replicas; SIGTERM to one rank stops every rank of
+// both replicas at the same world round, with the summary of both.
+TEST(ServingExampleTest, ByReplicaServesUntilSigtermThenEveryRankStops) {
+  ClusterOptions options = TwoNodes("serve-by-replica");
+  options.pipeline_parallel = 1;
+  options.extra_flags = {"--recovery=domain", "--recovery_deadline_ms=60000"};
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  std::vector<ChildProcess> ranks = StartServing(cluster, Recovering);
+  ASSERT_EQ(ranks.size(), 4u);
+  ASSERT_TRUE(WaitForLog(ranks[0], "PROGRESS step 3 ", absl::Seconds(60)))
+      << Logs(ranks);
+  EXPECT_TRUE(absl::StrContains(ranks[0].ReadLog(), "recovery by replica"))
+      << ranks[0].ReadLog();
+  ranks[2].Signal(SIGTERM);
+  const std::vector<int> statuses = WaitAll(ranks, absl::Seconds(30));
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    EXPECT_EQ(ExitCode(statuses[r]), 0) << "rank " << r << "\n" << Logs(ranks);
+    EXPECT_TRUE(absl::StrContains(ranks[r].ReadLog(),
+                                  absl::StrCat("DONE rank=", r, " ")))
+        << ranks[r].ReadLog();
+  }
+  // Every rank stopped at the same world round, after its replica's steps.
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    EXPECT_TRUE(absl::StrContains(ranks[r].ReadLog(),
+                                  absl::StrCat("DRAINED rank=", r, " step=")))
+        << ranks[r].ReadLog();
+    EXPECT_TRUE(absl::StrContains(ranks[r].ReadLog(),
+                                  ": rank 2 got a stop signal; replica "))
+        << ranks[r].ReadLog();
+  }
+  const std::vector<int> drained = DrainedSteps(ranks);
+  EXPECT_EQ(std::set<int>(drained.begin(), drained.end()).size(), 1u)
+      << Logs(ranks);
+  const std::string log = ranks[0].ReadLog();
+  EXPECT_TRUE(absl::StrContains(log, "served        2 replicas until stopped"))
+      << log;
+  EXPECT_TRUE(absl::StrContains(log, "self-check    PASSED: ")) << log;
+  EXPECT_TRUE(absl::StrContains(log, "  replica 1     ranks 2-3, epoch 1: "))
+      << log;
+  for (uint32_t n = 0; n < cluster.options().nnodes; ++n) {
+    EXPECT_EQ(JobState(cluster, n), v1::JOB_STATE_COMPLETED) << "node " << n;
   }
 }
 

@@ -153,8 +153,14 @@ std::string SummaryTable(const RunSummary& s) {
   const bool by_replica = !s.replicas.empty();
   const std::string what =
       by_replica
-          ? absl::StrFormat("%d replicas x %d steps (%d replica steps)",
-                            s.replicas.size(), s.steps_per_replica, served)
+          ? (s.steps_per_replica == 0
+                 // Served until stopped: the replicas' counts differ.
+                 ? absl::StrFormat("%d replicas until stopped (%d replica "
+                                   "steps)",
+                                   s.replicas.size(), served)
+                 : absl::StrFormat("%d replicas x %d steps (%d replica steps)",
+                                   s.replicas.size(), s.steps_per_replica,
+                                   served))
           : absl::StrCat(served, " steps", from);
   absl::StrAppendFormat(
       &out,

@@ -100,7 +100,8 @@ struct RunSummary {
   uint64_t requests_lost = 0;
   // Recovery by domain with dp > 1: one entry per replica; then `steps`
   // and `checked_steps` count replica steps (every replica's together),
-  // each replica served `steps_per_replica` steps, and the self-check is
+  // each replica served `steps_per_replica` steps (0: served until
+  // stopped, each replica its own count), and the self-check is
   // every last-stage rank's own (replica_check.h).
   std::vector<ReplicaSummary> replicas;
   uint32_t steps_per_replica = 0;

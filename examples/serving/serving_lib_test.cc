@@ -725,6 +725,12 @@ TEST(ReportTest, SummaryByReplica) {
       << table;
   EXPECT_TRUE(absl::StrContains(table, "self-check    PASSED: 10/10 steps"))
       << table;
+  // Served until stopped (--steps=0): each replica's own count only.
+  summary.steps_per_replica = 0;
+  EXPECT_TRUE(absl::StrContains(
+      SummaryTable(summary),
+      "served        2 replicas until stopped (10 replica steps)"))
+      << SummaryTable(summary);
 }
 
 }  // namespace
