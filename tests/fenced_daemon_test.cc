@@ -5,7 +5,9 @@
 // heartbeats are refused for good, and instead of running on as a daemon of
 // nothing, saying "coordinator lost", it fails its ranks and exits with
 // kExitDaemonFenced (common/exit_codes.h), so that its orchestrator starts a
-// new daemon that can register the node again. Real daemons and ranks.
+// new daemon that can register the node again; it learns it from a
+// refused heartbeat or, first, from the job's event stream. Real daemons
+// and ranks.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -81,6 +83,29 @@ TEST(FencedDaemonTest, APartitionedDaemonEndsWithItsStatusOnceRunAgain) {
   });
   EXPECT_EQ(job.epoch(), 2u);
   for (auto& w : *workers) w.Stop(absl::Seconds(2));
+}
+
+// The event stream fences too: node 1 heartbeats only every 5 s, so the
+// coordinator (1 s timeout) declares it lost about a second after it
+// registered, long before its next heartbeat could be refused; the job's
+// NODE_LOST event for its own node tells it, and it ends at once.
+TEST(FencedDaemonTest, ItsOwnNodeLostEventEndsTheDaemonBeforeAHeartbeat) {
+  ClusterOptions options = Options(/*recovery=*/true);
+  options.node_flags = {
+      {}, {"--heartbeat_interval_ms=5000", "--heartbeat_timeout_ms=20000"}};
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  const absl::Time started = absl::Now();
+  std::optional<int> status = cluster.daemon(1).Wait(absl::Milliseconds(4500));
+  ASSERT_TRUE(status.has_value())
+      << "node 1's daemon kept running for 4.5 s (till its next heartbeat):\n"
+      << cluster.daemon(1).ReadLog();
+  ASSERT_TRUE(WIFEXITED(*status)) << *status;
+  EXPECT_EQ(WEXITSTATUS(*status), kExitDaemonFenced);
+  EXPECT_LT(absl::Now() - started, absl::Seconds(4.5));
+  const std::string log = cluster.daemon(1).ReadLog();
+  EXPECT_TRUE(absl::StrContains(log, "node 1 was declared lost (node 1 "))
+      << log;
 }
 
 // Without recovery the job failed for good: the daemon stays to answer
