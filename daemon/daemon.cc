@@ -486,8 +486,17 @@ absl::Status Daemon::StartRoundLink() {
   }
   auto listen = ParseHostPort(config_.listen_address);
   if (!listen.ok()) return listen.status();
+  RoundLinkServer::Handlers handlers = peer_service_->RoundLinkHandlers();
+  if (metrics_ != nullptr) {
+    // Forwarded key-value calls count as the Peer calls they stand for.
+    handlers.observe = [metrics = metrics_.get()](absl::string_view method,
+                                                  absl::StatusCode code,
+                                                  absl::Duration elapsed) {
+      metrics->ObserveRpc(method, code, elapsed);
+    };
+  }
   auto server = RoundLinkServer::Start(listen->host, config_.round_link_port,
-                                       peer_service_->RoundLinkHandlers());
+                                       std::move(handlers));
   if (!server.ok()) {
     return absl::UnavailableError(absl::StrCat(
         server.status().message(), " (--round_link_port=off serves none)"));

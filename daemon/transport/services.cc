@@ -545,7 +545,88 @@ RoundLinkServer::Handlers PeerService::RoundLinkHandlers() {
                                       WordRounds::SharedDone done) {
     coordinator->ContributeWordsShared(request, std::move(done));
   };
+  handlers.kv = [this](std::optional<uint32_t> caller,
+                       const v1::KvLinkRequest& request,
+                       const CancellationRef& cancellation,
+                       RoundLinkServer::KvDone done) {
+    RunKvLinkCall(caller, request, cancellation, std::move(done));
+  };
   return handlers;
+}
+
+namespace {
+
+// A forwarded key-value call's reply: `result`'s status, and its response
+// in the reply's field `response` when OK.
+template <typename T>
+v1::KvLinkReply KvLinkReplyOf(absl::StatusOr<T> result,
+                              T* (v1::KvLinkReply::*response)()) {
+  v1::KvLinkReply reply;
+  if (!result.ok()) {
+    reply.set_code(static_cast<int>(result.status().code()));
+    reply.set_message(std::string(result.status().message()));
+  } else {
+    *(reply.*response)() = *std::move(result);
+  }
+  return reply;
+}
+
+}  // namespace
+
+void PeerService::RunKvLinkCall(std::optional<uint32_t> caller,
+                                const v1::KvLinkRequest& request,
+                                const CancellationRef& cancellation,
+                                RoundLinkServer::KvDone done) const {
+  // The unary calls' checks (CheckForRank) for the node the link's
+  // handshake proved: the coordinator is this daemon, the node is not its
+  // own (both settled when the link was admitted), the rank is the node's.
+  auto refused = [&](const v1::MemberRef& member) {
+    return CheckClaims(caller, std::nullopt, member.rank());
+  };
+  using R = v1::KvLinkReply;
+  switch (request.call_case()) {
+    case v1::KvLinkRequest::kKvSet: {
+      absl::Status s = refused(request.kv_set().member());
+      return done(KvLinkReplyOf<v1::KvSetResponse>(
+          s.ok() ? coordinator_->KvSet(request.kv_set()) : s,
+          &R::mutable_kv_set));
+    }
+    case v1::KvLinkRequest::kKvAdd: {
+      absl::Status s = refused(request.kv_add().member());
+      return done(KvLinkReplyOf<v1::KvAddResponse>(
+          s.ok() ? coordinator_->KvAdd(request.kv_add()) : s,
+          &R::mutable_kv_add));
+    }
+    case v1::KvLinkRequest::kKvDelete: {
+      absl::Status s = refused(request.kv_delete().member());
+      return done(KvLinkReplyOf<v1::KvDeleteResponse>(
+          s.ok() ? coordinator_->KvDelete(request.kv_delete()) : s,
+          &R::mutable_kv_delete));
+    }
+    case v1::KvLinkRequest::kKvCount: {
+      absl::Status s = refused(request.kv_count().member());
+      return done(KvLinkReplyOf<v1::KvCountResponse>(
+          s.ok() ? coordinator_->KvCount(request.kv_count()) : s,
+          &R::mutable_kv_count));
+    }
+    case v1::KvLinkRequest::kKvGet: {
+      auto reply =
+          [done = std::move(done)](absl::StatusOr<v1::KvGetResponse> result) {
+            done(KvLinkReplyOf(std::move(result), &R::mutable_kv_get));
+          };
+      if (absl::Status s = refused(request.kv_get().member()); !s.ok()) {
+        return reply(s);
+      }
+      // Waits in the coordinator, not on the link's thread.
+      return coordinator_->KvGet(request.kv_get(), std::move(reply),
+                                 cancellation);
+    }
+    case v1::KvLinkRequest::CALL_NOT_SET:
+      break;
+  }
+  done(KvLinkReplyOf<v1::KvCountResponse>(
+      absl::InvalidArgumentError("a KvLinkRequest without a call"),
+      &R::mutable_kv_count));
 }
 
 grpc::ServerUnaryReactor* PeerService::KvSet(
