@@ -40,6 +40,7 @@
 #include "gtest/gtest.h"
 #include "rankd/v1/rank.grpc.pb.h"
 #include "tests/harness/cluster.h"
+#include "tests/harness/process.h"
 
 namespace rankd::testing {
 namespace {
@@ -165,16 +166,14 @@ std::vector<std::string> RunJob(bool kv_channel, bool round_link = true) {
   if (!started.ok()) return {};
   // Node 1's forwarding path is the one asked for: the link opens just
   // after the node registers; the script starts once it has.
-  auto linked = [&] {
-    return absl::StrContains(cluster.daemon(1).ReadLog(),
-                             "open: this node's rounds and forwarded "
-                             "key-value calls go over it");
-  };
-  const absl::Time give_up = absl::Now() + absl::Seconds(10);
-  while (round_link && !linked() && absl::Now() < give_up) {
-    absl::SleepFor(absl::Milliseconds(10));
+  const std::string linked =
+      "open: this node's rounds and forwarded key-value calls go over it";
+  if (round_link) {
+    EXPECT_TRUE(WaitForLog(cluster.daemon(1), linked, absl::Seconds(10)))
+        << cluster.daemon(1).ReadLog();
+  } else {
+    EXPECT_THAT(cluster.daemon(1).ReadLog(), ::testing::Not(HasSubstr(linked)));
   }
-  EXPECT_EQ(linked(), round_link) << cluster.daemon(1).ReadLog();
   std::unique_ptr<Client> rank0 = MustJoin(cluster, 0, 0, kv_channel);
   std::unique_ptr<Client> rank2 = MustJoin(cluster, 1, 2, kv_channel);
   if (rank0 == nullptr || rank2 == nullptr) return {};

@@ -4,20 +4,20 @@
 // its deadline passes, or the link ends. At most a fixed number wait at
 // once (kMaxKvCallsPerRoundLink on a daemon), so that what a node's ranks
 // forward is bounded on both ends of the link. Thread-safe; replies run
-// outside its lock. Depends on absl and the protos only.
+// outside its lock. Depends on absl, the protos and
+// internal/pending_calls.h.
 #ifndef RANKD_DAEMON_PENDING_KV_CALLS_H_
 #define RANKD_DAEMON_PENDING_KV_CALLS_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/node/internal/pending_calls.h"
 #include "rankd/v1/peer.pb.h"
 
 namespace rankd {
@@ -64,10 +64,7 @@ class PendingKvCalls {
 
   const std::string link_;
   const size_t max_in_flight_;
-  absl::Mutex mu_;
-  bool abandoned_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  std::map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  internal::PendingCalls<Pending> pending_;  // by id
 };
 
 }  // namespace rankd

@@ -543,53 +543,39 @@ TEST(RoundLinkTest, GarbageAndOversizedFramesAreRefusedAndServingGoesOn) {
     ExpectLastWords(node, absl::StatusCode::kInvalidArgument,
                     "not a ContributeWordsRequest");
   }
-  {
-    // A frame without a type, and one of a type only the coordinator sends.
+  // Typed frames that are not what a node may send.
+  v1::KvLinkRequest no_call;
+  no_call.set_id(4);
+  const struct {
+    std::string bytes;  // after the handshake
+    absl::StatusCode code;
+    std::string why;
+  } bad[] = {
+      {RoundLinkFrame(""), absl::StatusCode::kInvalidArgument,
+       "an empty round link frame"},
+      {RoundLinkTypedFrame(RoundLinkFrameType::kOutcome, ""),
+       absl::StatusCode::kInvalidArgument,
+       "a round link frame of outcome, which the node does not send"},
+      {RoundLinkFrameHeader(2) + "\x63x", absl::StatusCode::kInvalidArgument,
+       "a round link frame of type 99"},
+      // A key-value request over its bound is refused on its header.
+      {RoundLinkTypedFrameHeader(RoundLinkFrameType::kKvRequest,
+                                 kMaxRoundLinkKvRequestBytes),
+       absl::StatusCode::kResourceExhausted,
+       "a round link kv request frame of"},
+      {RoundLinkTypedFrame(RoundLinkFrameType::kKvRequest,
+                           no_call.SerializeAsString()),
+       absl::StatusCode::kInvalidArgument,
+       "not a KvLinkRequest with an id and a call"},
+      {RoundLinkTypedFrame(RoundLinkFrameType::kKvCancel, "\x08"),
+       absl::StatusCode::kInvalidArgument, "not a KvLinkCancel"},
+  };
+  for (const auto& frame : bad) {
+    SCOPED_TRACE(frame.why);
     RawNode node(port);
     EXPECT_EQ(node.Hello(1).code(), 0);
-    node.SendFrame("");
-    ExpectLastWords(node, absl::StatusCode::kInvalidArgument,
-                    "an empty round link frame");
-  }
-  {
-    RawNode node(port);
-    EXPECT_EQ(node.Hello(1).code(), 0);
-    node.SendTyped(RoundLinkFrameType::kOutcome, "");
-    ExpectLastWords(node, absl::StatusCode::kInvalidArgument,
-                    "a round link frame of outcome, which the node does not "
-                    "send");
-  }
-  {
-    RawNode node(port);
-    EXPECT_EQ(node.Hello(1).code(), 0);
-    node.Send(RoundLinkFrameHeader(2) + "\x63x");
-    ExpectLastWords(node, absl::StatusCode::kInvalidArgument,
-                    "a round link frame of type 99");
-  }
-  {
-    // A key-value request over its bound is refused on its header.
-    RawNode node(port);
-    EXPECT_EQ(node.Hello(1).code(), 0);
-    node.Send(RoundLinkTypedFrameHeader(RoundLinkFrameType::kKvRequest,
-                                        kMaxRoundLinkKvRequestBytes));
-    ExpectLastWords(node, absl::StatusCode::kResourceExhausted,
-                    "a round link kv request frame of");
-  }
-  {
-    RawNode node(port);
-    EXPECT_EQ(node.Hello(1).code(), 0);
-    v1::KvLinkRequest no_call;
-    no_call.set_id(4);
-    node.SendTyped(RoundLinkFrameType::kKvRequest, no_call.SerializeAsString());
-    ExpectLastWords(node, absl::StatusCode::kInvalidArgument,
-                    "not a KvLinkRequest with an id and a call");
-  }
-  {
-    RawNode node(port);
-    EXPECT_EQ(node.Hello(1).code(), 0);
-    node.SendTyped(RoundLinkFrameType::kKvCancel, "\x08");
-    ExpectLastWords(node, absl::StatusCode::kInvalidArgument,
-                    "not a KvLinkCancel");
+    node.Send(frame.bytes);
+    ExpectLastWords(node, frame.code, frame.why);
   }
   EXPECT_EQ(coordinator.contributions.load(), 0);
   // And a well-behaved node is still served.
@@ -740,33 +726,42 @@ absl::StatusOr<v1::KvLinkReply> Call(RoundLink& link,
   return a.result;
 }
 
-TEST(RoundLinkKvTest, CallsAreAnsweredByIdWithTheCoordinatorsCodeAndText) {
-  FakeCoordinator coordinator;
-  auto server = StartServer(coordinator);
-  ASSERT_NE(server, nullptr);
-  RoundLink link(LinkOptions(server->port()));
-  ASSERT_TRUE(link.WaitOpen(absl::Seconds(10)).ok());
+// A node's link open to a coordinator stand-in.
+class RoundLinkKvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = StartServer(coordinator_);
+    ASSERT_NE(server_, nullptr);
+    link_ = std::make_unique<RoundLink>(LinkOptions(server_->port()));
+    ASSERT_TRUE(link_->WaitOpen(absl::Seconds(10)).ok());
+  }
 
-  auto set = Call(link, KvSet("k", "v"));
+  FakeCoordinator coordinator_;
+  std::unique_ptr<RoundLinkServer> server_;
+  std::unique_ptr<RoundLink> link_;
+};
+
+TEST_F(RoundLinkKvTest, CallsAreAnsweredByIdWithTheCoordinatorsCodeAndText) {
+  auto set = Call(*link_, KvSet("k", "v"));
   ASSERT_TRUE(set.ok()) << set.status();
   EXPECT_EQ(set->code(), 0);
   EXPECT_TRUE(set->kv_set().stored());
-  auto got = Call(link, KvGet("k", 0));
+  auto got = Call(*link_, KvGet("k", 0));
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->kv_get().value(), "v");
   v1::KvLinkRequest add;
   add.mutable_kv_add()->mutable_member()->set_rank(1);
   add.mutable_kv_add()->set_delta(41);
-  auto added = Call(link, add);
+  auto added = Call(*link_, add);
   ASSERT_TRUE(added.ok()) << added.status();
   EXPECT_EQ(added->kv_add().value(), 42);
   // The coordinator's refusals come back as they are, the link stays.
-  auto refused = Call(link, KvSet("k", "v", /*rank=*/3));
+  auto refused = Call(*link_, KvSet("k", "v", /*rank=*/3));
   ASSERT_TRUE(refused.ok()) << refused.status();
   EXPECT_EQ(refused->code(),
             static_cast<int>(absl::StatusCode::kPermissionDenied));
   EXPECT_EQ(refused->message(), "not node 1's rank");
-  auto missing = Call(link, KvGet("nothing", 0));
+  auto missing = Call(*link_, KvGet("nothing", 0));
   ASSERT_TRUE(missing.ok());
   EXPECT_EQ(missing->code(), static_cast<int>(absl::StatusCode::kNotFound));
   // Many at once, each matched to its own reply.
@@ -777,7 +772,7 @@ TEST(RoundLinkKvTest, CallsAreAnsweredByIdWithTheCoordinatorsCodeAndText) {
     v1::KvLinkRequest r;
     r.mutable_kv_add()->mutable_member()->set_rank(1);
     r.mutable_kv_add()->set_delta(i);
-    ASSERT_TRUE(link.SendKv(r, reply, absl::InfiniteFuture(), nullptr));
+    ASSERT_TRUE(link_->SendKv(r, reply, absl::InfiniteFuture(), nullptr));
     EXPECT_FALSE(reply) << "SendKv takes the reply";
   }
   for (int i = 0; i < 100; ++i) {
@@ -785,27 +780,22 @@ TEST(RoundLinkKvTest, CallsAreAnsweredByIdWithTheCoordinatorsCodeAndText) {
     ASSERT_TRUE(answers[i]->result.ok());
     EXPECT_EQ(answers[i]->result->kv_add().value(), i + 1);
   }
-  EXPECT_EQ(link.waiting_kv_calls(), 0u);
-  EXPECT_EQ(server->open_links(), 1u);
+  EXPECT_EQ(link_->waiting_kv_calls(), 0u);
+  EXPECT_EQ(server_->open_links(), 1u);
 }
 
-TEST(RoundLinkKvTest, AWaitingGetDoesNotHoldUpTheLinkAndItsCancelReleasesIt) {
-  FakeCoordinator coordinator;
-  auto server = StartServer(coordinator);
-  ASSERT_NE(server, nullptr);
-  RoundLink link(LinkOptions(server->port()));
-  ASSERT_TRUE(link.WaitOpen(absl::Seconds(10)).ok());
+TEST_F(RoundLinkKvTest, AWaitingGetDoesNotHoldUpTheLinkAndItsCancelReleasesIt) {
   // Two gets wait in the coordinator; a set answers one of them, and the
   // link's other traffic goes on meanwhile.
   KvAnswer first, second;
   auto cancellation = std::make_shared<CallCancellation>();
   auto reply1 = first.reply();
   auto reply2 = second.reply();
-  ASSERT_TRUE(link.SendKv(KvGet("later", 60000), reply1, absl::InfiniteFuture(),
-                          nullptr));
-  ASSERT_TRUE(link.SendKv(KvGet("never", 60000), reply2, absl::InfiniteFuture(),
-                          cancellation));
-  auto set = Call(link, KvSet("later", "z"));
+  ASSERT_TRUE(link_->SendKv(KvGet("later", 60000), reply1,
+                            absl::InfiniteFuture(), nullptr));
+  ASSERT_TRUE(link_->SendKv(KvGet("never", 60000), reply2,
+                            absl::InfiniteFuture(), cancellation));
+  auto set = Call(*link_, KvSet("later", "z"));
   ASSERT_TRUE(set.ok() && set->code() == 0);
   ASSERT_TRUE(first.Wait());
   ASSERT_TRUE(first.result.ok());
@@ -818,34 +808,29 @@ TEST(RoundLinkKvTest, AWaitingGetDoesNotHoldUpTheLinkAndItsCancelReleasesIt) {
   ASSERT_TRUE(second.result.ok()) << second.result.status();
   EXPECT_EQ(second.result->code(),
             static_cast<int>(absl::StatusCode::kCancelled));
-  EXPECT_EQ(coordinator.released.load(), 1);
-  EXPECT_EQ(link.waiting_kv_calls(), 0u);
+  EXPECT_EQ(coordinator_.released.load(), 1);
+  EXPECT_EQ(link_->waiting_kv_calls(), 0u);
   // A cancellation after the answer sends nothing the coordinator minds.
   auto late = std::make_shared<CallCancellation>();
   KvAnswer third;
   auto reply3 = third.reply();
   ASSERT_TRUE(
-      link.SendKv(KvGet("later", 0), reply3, absl::InfiniteFuture(), late));
+      link_->SendKv(KvGet("later", 0), reply3, absl::InfiniteFuture(), late));
   ASSERT_TRUE(third.Wait());
   late->Cancel();
-  EXPECT_TRUE(Call(link, KvGet("later", 0)).ok());
-  EXPECT_EQ(server->open_links(), 1u);
+  EXPECT_TRUE(Call(*link_, KvGet("later", 0)).ok());
+  EXPECT_EQ(server_->open_links(), 1u);
 }
 
-TEST(RoundLinkKvTest, TheLinksEndFailsWaitingCallsAndReleasesTheirWaits) {
-  FakeCoordinator coordinator;
-  auto server = StartServer(coordinator);
-  ASSERT_NE(server, nullptr);
-  RoundLink link(LinkOptions(server->port()));
-  ASSERT_TRUE(link.WaitOpen(absl::Seconds(10)).ok());
+TEST_F(RoundLinkKvTest, TheLinksEndFailsWaitingCallsAndReleasesTheirWaits) {
   KvAnswer waiting;
   auto reply = waiting.reply();
-  ASSERT_TRUE(link.SendKv(KvGet("never", 60000), reply, absl::InfiniteFuture(),
-                          nullptr));
-  while (coordinator.kv_calls.load() == 0) {
+  ASSERT_TRUE(link_->SendKv(KvGet("never", 60000), reply,
+                            absl::InfiniteFuture(), nullptr));
+  while (coordinator_.kv_calls.load() == 0) {
     absl::SleepFor(absl::Milliseconds(1));
   }
-  server->Stop();
+  server_->Stop();
   ASSERT_TRUE(waiting.Wait());
   EXPECT_EQ(waiting.result.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(waiting.result.status().message(),
@@ -853,43 +838,38 @@ TEST(RoundLinkKvTest, TheLinksEndFailsWaitingCallsAndReleasesTheirWaits) {
                         "before the coordinator answered this key-value call "
                         "(it may have been applied)"));
   // The coordinator dropped the link's waiter.
-  EXPECT_EQ(coordinator.released.load(), 1);
+  EXPECT_EQ(coordinator_.released.load(), 1);
   {
-    absl::MutexLock lock(&coordinator.mu);
-    EXPECT_TRUE(coordinator.waiting.empty());
+    absl::MutexLock lock(&coordinator_.mu);
+    EXPECT_TRUE(coordinator_.waiting.empty());
   }
   // Once ended, the link refuses calls, which the caller sends another way.
   PendingKvCalls::KvReply next = [](absl::StatusOr<v1::KvLinkReply>) {};
   EXPECT_FALSE(
-      link.SendKv(KvSet("k", "v"), next, absl::InfiniteFuture(), nullptr));
+      link_->SendKv(KvSet("k", "v"), next, absl::InfiniteFuture(), nullptr));
   EXPECT_TRUE(next) << "a refused SendKv leaves the reply to the caller";
 }
 
-TEST(RoundLinkKvTest, OverdueCallsFailAndStoppingCancelsTheRest) {
-  FakeCoordinator coordinator;
-  auto server = StartServer(coordinator);
-  ASSERT_NE(server, nullptr);
-  RoundLink link(LinkOptions(server->port()));
-  ASSERT_TRUE(link.WaitOpen(absl::Seconds(10)).ok());
+TEST_F(RoundLinkKvTest, OverdueCallsFailAndStoppingCancelsTheRest) {
   KvAnswer overdue, stopped;
   auto reply1 = overdue.reply();
   auto reply2 = stopped.reply();
-  ASSERT_TRUE(link.SendKv(KvGet("a", 60000), reply1,
-                          MonotonicNow() + absl::Milliseconds(1), nullptr));
-  ASSERT_TRUE(
-      link.SendKv(KvGet("b", 60000), reply2, absl::InfiniteFuture(), nullptr));
-  link.ExpireOverdue(MonotonicNow() + absl::Seconds(1));
+  ASSERT_TRUE(link_->SendKv(KvGet("a", 60000), reply1,
+                            MonotonicNow() + absl::Milliseconds(1), nullptr));
+  ASSERT_TRUE(link_->SendKv(KvGet("b", 60000), reply2, absl::InfiniteFuture(),
+                            nullptr));
+  link_->ExpireOverdue(MonotonicNow() + absl::Seconds(1));
   ASSERT_TRUE(overdue.Wait());
   EXPECT_EQ(overdue.result.status().code(),
             absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(overdue.result.status().message(),
               HasSubstr("did not answer a key-value call within its timeout"));
-  link.Stop();
+  link_->Stop();
   ASSERT_TRUE(stopped.Wait());
   EXPECT_EQ(stopped.result.status().code(), absl::StatusCode::kCancelled);
 }
 
-TEST(RoundLinkKvTest, CallsInFlightAreBoundedOnTheNode) {
+TEST(RoundLinkKvBoundTest, CallsInFlightAreBoundedOnTheNode) {
   FakeCoordinator coordinator;
   auto server = StartServer(coordinator);
   ASSERT_NE(server, nullptr);
@@ -914,7 +894,7 @@ TEST(RoundLinkKvTest, CallsInFlightAreBoundedOnTheNode) {
   link.Stop();
 }
 
-TEST(RoundLinkKvTest, ANodeOverTheBoundOrReusingAnIdIsCutOff) {
+TEST(RoundLinkKvBoundTest, ANodeOverTheBoundOrReusingAnIdIsCutOff) {
   FakeCoordinator coordinator;
   auto server =
       RoundLinkServer::Start("127.0.0.1", 0, OpenHandlers(coordinator));

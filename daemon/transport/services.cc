@@ -1,6 +1,7 @@
 #include "daemon/transport/services.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -584,31 +585,26 @@ void PeerService::RunKvLinkCall(std::optional<uint32_t> caller,
     return CheckClaims(caller, std::nullopt, member.rank());
   };
   using R = v1::KvLinkReply;
+  // A call the coordinator answers at once.
+  auto answer = [&](const auto& call, auto method, auto response) {
+    using Response =
+        std::remove_pointer_t<decltype((std::declval<R&>().*response)())>;
+    absl::Status s = refused(call.member());
+    done(KvLinkReplyOf<Response>(
+        s.ok() ? (coordinator_->*method)(call) : absl::StatusOr<Response>(s),
+        response));
+  };
   switch (request.call_case()) {
-    case v1::KvLinkRequest::kKvSet: {
-      absl::Status s = refused(request.kv_set().member());
-      return done(KvLinkReplyOf<v1::KvSetResponse>(
-          s.ok() ? coordinator_->KvSet(request.kv_set()) : s,
-          &R::mutable_kv_set));
-    }
-    case v1::KvLinkRequest::kKvAdd: {
-      absl::Status s = refused(request.kv_add().member());
-      return done(KvLinkReplyOf<v1::KvAddResponse>(
-          s.ok() ? coordinator_->KvAdd(request.kv_add()) : s,
-          &R::mutable_kv_add));
-    }
-    case v1::KvLinkRequest::kKvDelete: {
-      absl::Status s = refused(request.kv_delete().member());
-      return done(KvLinkReplyOf<v1::KvDeleteResponse>(
-          s.ok() ? coordinator_->KvDelete(request.kv_delete()) : s,
-          &R::mutable_kv_delete));
-    }
-    case v1::KvLinkRequest::kKvCount: {
-      absl::Status s = refused(request.kv_count().member());
-      return done(KvLinkReplyOf<v1::KvCountResponse>(
-          s.ok() ? coordinator_->KvCount(request.kv_count()) : s,
-          &R::mutable_kv_count));
-    }
+    case v1::KvLinkRequest::kKvSet:
+      return answer(request.kv_set(), &Coordinator::KvSet, &R::mutable_kv_set);
+    case v1::KvLinkRequest::kKvAdd:
+      return answer(request.kv_add(), &Coordinator::KvAdd, &R::mutable_kv_add);
+    case v1::KvLinkRequest::kKvDelete:
+      return answer(request.kv_delete(), &Coordinator::KvDelete,
+                    &R::mutable_kv_delete);
+    case v1::KvLinkRequest::kKvCount:
+      return answer(request.kv_count(), &Coordinator::KvCount,
+                    &R::mutable_kv_count);
     case v1::KvLinkRequest::kKvGet: {
       auto reply =
           [done = std::move(done)](absl::StatusOr<v1::KvGetResponse> result) {
