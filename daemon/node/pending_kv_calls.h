@@ -5,7 +5,7 @@
 // once (kMaxKvCallsPerRoundLink on a daemon), so that what a node's ranks
 // forward is bounded on both ends of the link. Thread-safe; replies run
 // outside its lock. Depends on absl, the protos and
-// internal/pending_calls.h.
+// pending_calls.h.
 #ifndef RANKD_DAEMON_PENDING_KV_CALLS_H_
 #define RANKD_DAEMON_PENDING_KV_CALLS_H_
 
@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "daemon/node/internal/pending_calls.h"
+#include "daemon/node/pending_calls.h"
 #include "rankd/v1/peer.pb.h"
 
 namespace rankd {
@@ -64,7 +64,7 @@ class PendingKvCalls {
 
   const std::string link_;
   const size_t max_in_flight_;
-  internal::PendingCalls<Pending> pending_;  // by id
+  PendingCalls<Pending> pending_;  // by id
 };
 
 }  // namespace rankd

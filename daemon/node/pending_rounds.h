@@ -2,7 +2,7 @@
 // stream (the Rounds stream or the round link) and not yet answered, by tag.
 // Each waits with its reply until the coordinator's RoundOutcome with its
 // tag arrives, its deadline passes, or the stream ends. Thread-safe.
-// Depends on absl, the protos and internal/pending_calls.h only (the
+// Depends on absl, the protos and pending_calls.h only (the
 // scale benchmark's simulated
 // nodes use it through round_link.h, next to the client library).
 #ifndef RANKD_DAEMON_PENDING_ROUNDS_H_
@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "daemon/node/internal/pending_calls.h"
+#include "daemon/node/pending_calls.h"
 #include "rankd/v1/peer.pb.h"
 #include "rankd/v1/rank.pb.h"
 
@@ -63,7 +63,7 @@ class PendingRounds {
   };
 
   const std::string coordinator_;
-  internal::PendingCalls<Pending> pending_;  // by tag
+  PendingCalls<Pending> pending_;  // by tag
 };
 
 }  // namespace rankd

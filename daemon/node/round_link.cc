@@ -195,10 +195,9 @@ void RoundLink::Run() {
   kv_calls_.Abandon(why.code() == absl::StatusCode::kCancelled
                         ? why
                         : absl::UnavailableError(absl::StrCat(
-                              name_,
-                              " ended before the coordinator answered this "
-                              "key-value call (it may have been applied): ",
-                              why.message())));
+                              why.message(),
+                              " (before the coordinator answered this "
+                              "key-value call, which may have been applied)")));
   if (was_open && options_.on_end) options_.on_end(why);
 }
 
@@ -402,28 +401,27 @@ absl::Status RoundLink::Open(int* fd_out) {
 
 absl::Status RoundLink::ReadFrames(int fd) {
   auto never = [] { return false; };
-  auto ended = [this](absl::StatusCode code, absl::string_view why) {
-    return absl::Status(code, absl::StrCat(name_, " ended: ", why));
+  auto ended = [this](absl::string_view why) {
+    return absl::UnavailableError(absl::StrCat(name_, " ended: ", why));
   };
   std::string payload;
   v1::RoundOutcome outcome;
   while (true) {
     absl::Status s = ReadFrame(fd, static_cast<size_t>(kMaxGrpcMessageBytes),
                                absl::InfiniteFuture(), never, &payload);
-    if (!s.ok()) return ended(absl::StatusCode::kUnavailable, s.message());
+    if (!s.ok()) return ended(s.message());
     RoundLinkFrameType type;
     absl::string_view message;
     if (s = ParseRoundLinkFrame(payload, "coordinator", kCoordinatorFrameTypes,
                                 &type, &message);
         !s.ok()) {
-      return ended(absl::StatusCode::kUnavailable, s.message());
+      return ended(s.message());
     }
     if (type == RoundLinkFrameType::kKvReply) {
       v1::KvLinkReply reply;
       if (!reply.ParseFromArray(message.data(),
                                 static_cast<int>(message.size()))) {
-        return ended(absl::StatusCode::kUnavailable,
-                     "it sent a kv reply frame that is not a KvLinkReply");
+        return ended("it sent a kv reply frame that is not a KvLinkReply");
       }
       // An unknown id is a call this side gave up on (ExpireOverdue).
       kv_calls_.Answer(std::move(reply));
@@ -432,8 +430,7 @@ absl::Status RoundLink::ReadFrames(int fd) {
     outcome.Clear();
     if (!outcome.ParseFromArray(message.data(),
                                 static_cast<int>(message.size()))) {
-      return ended(absl::StatusCode::kUnavailable,
-                   "it sent an outcome frame that is not a RoundOutcome");
+      return ended("it sent an outcome frame that is not a RoundOutcome");
     }
     if (outcome.tag() == 0 && outcome.code() != 0) {
       // The coordinator's reason for closing.

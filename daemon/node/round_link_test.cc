@@ -408,6 +408,18 @@ class RawNode {
     timeval t{10, 0};
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof(t));
   }
+  // The next connection `listener` accepts, played by hand (a raw
+  // coordinator); null when none comes within 10 s.
+  static std::unique_ptr<RawNode> Accept(int listener) {
+    pollfd p{listener, POLLIN, 0};
+    if (::poll(&p, 1, 10000) != 1) return nullptr;
+    auto peer = std::unique_ptr<RawNode>(new RawNode());
+    peer->fd_ = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    peer->connected_ = peer->fd_ >= 0;
+    timeval t{10, 0};
+    ::setsockopt(peer->fd_, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof(t));
+    return peer;
+  }
   ~RawNode() { ::close(fd_); }
   bool connected() const { return connected_; }
 
@@ -464,6 +476,7 @@ class RawNode {
   }
 
  private:
+  RawNode() = default;
   bool ReadExactly(char* out, size_t size) {
     size_t got = 0;
     while (got < size) {
@@ -834,9 +847,10 @@ TEST_F(RoundLinkKvTest, TheLinksEndFailsWaitingCallsAndReleasesTheirWaits) {
   ASSERT_TRUE(waiting.Wait());
   EXPECT_EQ(waiting.result.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(waiting.result.status().message(),
-              HasSubstr("round link to coordinator at 127.0.0.1:1 ended "
-                        "before the coordinator answered this key-value call "
-                        "(it may have been applied)"));
+              HasSubstr("round link to coordinator at 127.0.0.1:1 ended: "));
+  EXPECT_THAT(waiting.result.status().message(),
+              HasSubstr("(before the coordinator answered this key-value "
+                        "call, which may have been applied)"));
   // The coordinator dropped the link's waiter.
   EXPECT_EQ(coordinator_.released.load(), 1);
   {
@@ -933,6 +947,60 @@ TEST(RoundLinkKvBoundTest, ANodeOverTheBoundOrReusingAnIdIsCutOff) {
   absl::MutexLock lock(&coordinator.mu);
   EXPECT_TRUE(coordinator.waiting.empty());
   EXPECT_EQ(coordinator.released.load(), all);
+}
+
+TEST(RoundLinkNodeTest, AFrameTheCoordinatorMayNotSendEndsTheLinkSayingWhy) {
+  const struct {
+    std::string frame;
+    std::string why;
+  } bad[] = {
+      {RoundLinkTypedFrame(RoundLinkFrameType::kKvRequest, ""),
+       "a round link frame of kv request, which the coordinator does not "
+       "send"},
+      {RoundLinkFrame(""), "an empty round link frame"},
+      {RoundLinkTypedFrame(RoundLinkFrameType::kKvReply, "\x08"),
+       "a kv reply frame that is not a KvLinkReply"},
+  };
+  for (const auto& frame : bad) {
+    SCOPED_TRACE(frame.why);
+    // A coordinator played by hand, on a port of its own.
+    int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t size = sizeof(a);
+    ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    ASSERT_EQ(::listen(listener, 1), 0);
+    ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &size),
+              0);
+    absl::Notification ended;
+    absl::Status why;
+    RoundLink::Options options = LinkOptions(ntohs(a.sin_port), /*token=*/"");
+    options.on_end = [&](const absl::Status& s) {
+      why = s;
+      ended.Notify();
+    };
+    RoundLink link(std::move(options));
+    std::unique_ptr<RawNode> coordinator = RawNode::Accept(listener);
+    ::close(listener);
+    ASSERT_NE(coordinator, nullptr);
+    coordinator->SendFrame(
+        RoundLinkGreeting(std::string(kRoundLinkNonceBytes, 'c')));
+    ASSERT_TRUE(coordinator->ReadFrame().has_value());  // the hello
+    coordinator->SendFrame(v1::RoundLinkWelcome().SerializeAsString());
+    ASSERT_TRUE(link.WaitOpen(absl::Seconds(10)).ok());
+    KvAnswer waiting;
+    auto reply = waiting.reply();
+    ASSERT_TRUE(
+        link.SendKv(KvGet("k", 1000), reply, absl::InfiniteFuture(), nullptr));
+    coordinator->Send(frame.frame);
+    ASSERT_TRUE(ended.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    EXPECT_EQ(why.code(), absl::StatusCode::kUnavailable) << why;
+    EXPECT_THAT(why.message(), HasSubstr(frame.why));
+    ASSERT_TRUE(waiting.Wait());
+    EXPECT_EQ(waiting.result.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(waiting.result.status().message(), HasSubstr(frame.why));
+  }
 }
 
 }  // namespace

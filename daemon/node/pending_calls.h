@@ -1,11 +1,10 @@
-// internal::PendingCalls: the bookkeeping PendingRounds and PendingKvCalls
-// share: calls a node has sent on a stream (the Rounds stream, the round
-// link) and not yet had answered, by a number of this side's choosing
-// (never 0), each an `Entry` with an `absl::Time deadline`. It hands
-// entries out and never runs them, so that their replies run outside its
-// lock. Thread-safe. Depends on absl only.
-#ifndef RANKD_DAEMON_NODE_INTERNAL_PENDING_CALLS_H_
-#define RANKD_DAEMON_NODE_INTERNAL_PENDING_CALLS_H_
+// PendingCalls: the bookkeeping PendingRounds and PendingKvCalls share: calls a
+// node has sent on a stream (the Rounds stream, the round link) and not yet had
+// answered, by a number of this side's choosing (never 0), each an `Entry` with
+// an `absl::Time deadline`. It hands entries out and never runs them, so that
+// their replies run outside its lock. Thread-safe. Depends on absl only.
+#ifndef RANKD_DAEMON_PENDING_CALLS_H_
+#define RANKD_DAEMON_PENDING_CALLS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -18,7 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
-namespace rankd::internal {
+namespace rankd {
 
 template <typename Entry>
 class PendingCalls {
@@ -96,6 +95,6 @@ class PendingCalls {
   std::map<uint64_t, Entry> entries_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace rankd::internal
+}  // namespace rankd
 
-#endif  // RANKD_DAEMON_NODE_INTERNAL_PENDING_CALLS_H_
+#endif  // RANKD_DAEMON_PENDING_CALLS_H_
