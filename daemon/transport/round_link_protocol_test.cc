@@ -24,10 +24,10 @@ TEST(RoundLinkProtocolTest, ATypedFrameIsLengthThenTypeThenMessage) {
   EXPECT_EQ(frame.substr(0, kRoundLinkTypedHeaderBytes),
             RoundLinkTypedFrameHeader(RoundLinkFrameType::kKvReply, 3));
   RoundLinkFrameType type;
-  absl::string_view message;
-  ASSERT_TRUE(ParseRoundLinkFrame(frame.substr(kRoundLinkHeaderBytes),
-                                  "coordinator", kCoordinatorFrameTypes, &type,
-                                  &message)
+  absl::string_view message;  // points into the payload
+  const std::string payload = frame.substr(kRoundLinkHeaderBytes);
+  ASSERT_TRUE(ParseRoundLinkFrame(payload, "coordinator",
+                                  kCoordinatorFrameTypes, &type, &message)
                   .ok());
   EXPECT_EQ(type, RoundLinkFrameType::kKvReply);
   EXPECT_EQ(message, "abc");
@@ -36,10 +36,10 @@ TEST(RoundLinkProtocolTest, ATypedFrameIsLengthThenTypeThenMessage) {
                   .ok());
   // Every node type parses on the coordinator's side, with an empty message.
   for (RoundLinkFrameType t : kNodeFrameTypes) {
-    const std::string f = RoundLinkTypedFrame(t, "");
-    EXPECT_TRUE(ParseRoundLinkFrame(f.substr(kRoundLinkHeaderBytes), "node",
-                                    kNodeFrameTypes, &type, &message)
-                    .ok());
+    const std::string f =
+        RoundLinkTypedFrame(t, "").substr(kRoundLinkHeaderBytes);
+    EXPECT_TRUE(
+        ParseRoundLinkFrame(f, "node", kNodeFrameTypes, &type, &message).ok());
     EXPECT_EQ(type, t);
     EXPECT_TRUE(message.empty());
   }
