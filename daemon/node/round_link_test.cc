@@ -949,6 +949,21 @@ TEST(RoundLinkKvBoundTest, ANodeOverTheBoundOrReusingAnIdIsCutOff) {
   EXPECT_EQ(coordinator.released.load(), all);
 }
 
+TEST(RoundLinkKvBoundTest, ALinkServingNoKeyValueCallsSaysSo) {
+  FakeCoordinator coordinator;
+  RoundLinkServer::Handlers rounds_only = OpenHandlers(coordinator);
+  rounds_only.kv = nullptr;
+  auto server = RoundLinkServer::Start("127.0.0.1", 0, rounds_only);
+  ASSERT_TRUE(server.ok());
+  RawNode node((*server)->port());
+  EXPECT_EQ(node.Hello(1).code(), 0);
+  v1::KvLinkRequest get = KvGet("k", 0);
+  get.set_id(1);
+  node.SendTyped(RoundLinkFrameType::kKvRequest, get.SerializeAsString());
+  ExpectLastWords(node, absl::StatusCode::kUnimplemented,
+                  "serves no key-value calls");
+}
+
 TEST(RoundLinkNodeTest, AFrameTheCoordinatorMayNotSendEndsTheLinkSayingWhy) {
   const struct {
     std::string frame;

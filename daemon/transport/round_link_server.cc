@@ -581,6 +581,11 @@ bool RoundLinkServer::OnKvRequest(const std::shared_ptr<Connection>& c,
         "id and a call"));
     return false;
   }
+  if (!handlers_.kv) {
+    c->SendLastWords(
+        absl::UnimplementedError("this round link serves no key-value calls"));
+    return false;
+  }
   auto cancellation = std::make_shared<CallCancellation>();
   if (absl::Status s = c->StartKv(request.id(), cancellation); !s.ok()) {
     c->SendLastWords(s);

@@ -112,7 +112,8 @@ class RoundLinkServer {
     // node would, and answers what that call would. `done` runs exactly
     // once, on any thread; `cancellation` is cancelled when the node
     // cancels the call or its link closes. Must not block (a waiting get
-    // waits in the coordinator).
+    // waits in the coordinator). Unset: a key-value request closes the
+    // link (UNIMPLEMENTED).
     std::function<void(std::optional<uint32_t> node,
                        const v1::KvLinkRequest& request,
                        const CancellationRef& cancellation, KvDone done)>
