@@ -372,7 +372,8 @@ void RunLinkRounds(std::vector<SimNode>& nodes, const RoundPlan& plan,
       FillContribution(nodes[i], plan, k, link.request);
       link.request.set_tag(k + 1);
       const std::string frame =
-          rankd::RoundLinkFrame(link.request.SerializeAsString());
+          rankd::RoundLinkTypedFrame(rankd::RoundLinkFrameType::kContribution,
+                                     link.request.SerializeAsString());
       link.sent_ns = NowNs();
       if (::send(link.fd, frame.data(), frame.size(), MSG_NOSIGNAL) !=
           static_cast<ssize_t>(frame.size())) {
@@ -419,10 +420,18 @@ void RunLinkRounds(std::vector<SimNode>& nodes, const RoundPlan& plan,
           const size_t whole = rankd::kRoundLinkHeaderBytes + length;
           if (link.used - start < whole) break;
           const int64_t now = NowNs();
-          if (!outcome.ParseFromArray(
-                  link.in.data() + start + rankd::kRoundLinkHeaderBytes,
-                  static_cast<int>(length))) {
-            Die(absl::StrCat("node ", n.index, ": not a RoundOutcome"));
+          rankd::RoundLinkFrameType type;
+          absl::string_view message;
+          if (absl::Status s = rankd::ParseRoundLinkFrame(
+                  absl::string_view(
+                      link.in.data() + start + rankd::kRoundLinkHeaderBytes,
+                      length),
+                  "coordinator", rankd::kCoordinatorFrameTypes, &type,
+                  &message);
+              !s.ok() || type != rankd::RoundLinkFrameType::kOutcome ||
+              !outcome.ParseFromArray(message.data(),
+                                      static_cast<int>(message.size()))) {
+            Die(absl::StrCat("node ", n.index, ": not a RoundOutcome frame"));
           }
           start += whole;
           if (outcome.code() != 0) {

@@ -39,6 +39,21 @@ inline constexpr size_t kMaxDevicesPerNode = 1024;
 
 // Largest gRPC message a daemon sends or receives.
 inline constexpr int kMaxGrpcMessageBytes = 64 << 20;
+
+// Key-value calls a node's daemon may have forwarded over its round link
+// and not yet answered (daemon/transport/round_link_protocol.h): room for
+// 64 local ranks with kMaxWaitingGetsPerRank gets waiting each. The node
+// refuses the next with RESOURCE_EXHAUSTED naming this limit; a link that
+// sends more anyway is closed by the coordinator.
+inline constexpr uint32_t kMaxKvCallsPerRoundLink = 4096;
+// Largest forwarded key-value request frame: a compare-and-set's value and
+// expected value (kMaxKvValueBytes each), its key and the member it names,
+// with room to spare for the encoding.
+inline constexpr size_t kMaxRoundLinkKvRequestBytes =
+    2 * kMaxKvValueBytes + (64 << 10);
+// Bytes of key-value replies the coordinator queues for one node that does
+// not read them; beyond this it closes that node's round link.
+inline constexpr size_t kMaxRoundLinkQueuedKvReplyBytes = 64 << 20;
 // Largest request metadata (headers) a daemon accepts.
 inline constexpr int kMaxMetadataBytes = 16 << 10;
 

@@ -127,13 +127,17 @@ absl::Status Daemon::Init() {
   // hands them to ranks.
   if (auto s = OpenLocalEndpoints(); !s.ok()) return s;
   CreateServices();
+  // The round link before the TCP listener: a node learns its port when it
+  // registers, so a node registering as soon as the coordinator serves
+  // must find it offered (else its rounds and key-value calls would stay
+  // on gRPC for good).
+  if (auto s = StartRoundLink(); !s.ok()) return s;
   // Listeners last: nothing is served before everything a call reaches
   // exists.
   if (auto s = ListenTcp(); !s.ok()) return s;
   if (auto s = ServeMetrics(); !s.ok()) return s;
   if (auto s = ServeTcp(*server_credentials); !s.ok()) return s;
   if (auto s = ServeUnixSocket(); !s.ok()) return s;
-  if (auto s = StartRoundLink(); !s.ok()) return s;
   // Then healthy but not ready, and registration with the coordinator.
   SetHealth("", true);
   SetHealth(kReadinessService, false);
@@ -486,8 +490,17 @@ absl::Status Daemon::StartRoundLink() {
   }
   auto listen = ParseHostPort(config_.listen_address);
   if (!listen.ok()) return listen.status();
+  RoundLinkServer::Handlers handlers = peer_service_->RoundLinkHandlers();
+  if (metrics_ != nullptr) {
+    // Forwarded key-value calls count as the Peer calls they stand for.
+    handlers.observe = [metrics = metrics_.get()](absl::string_view method,
+                                                  absl::StatusCode code,
+                                                  absl::Duration elapsed) {
+      metrics->ObserveRpc(method, code, elapsed);
+    };
+  }
   auto server = RoundLinkServer::Start(listen->host, config_.round_link_port,
-                                       peer_service_->RoundLinkHandlers());
+                                       std::move(handlers));
   if (!server.ok()) {
     return absl::UnavailableError(absl::StrCat(
         server.status().message(), " (--round_link_port=off serves none)"));

@@ -50,7 +50,8 @@ class ClusterTest : public ::testing::TestWithParam<bool> {
                               LocalCluster& cluster) {
     for (uint32_t n = 1; n < cluster.options().nnodes; ++n) {
       const bool linked = absl::StrContains(
-          cluster.daemon(n).ReadLog(), "open: this node's rounds go over it");
+          cluster.daemon(n).ReadLog(),
+          "open: this node's rounds and forwarded key-value calls go over it");
       EXPECT_EQ(linked, GetParam()) << "node " << n << "\n"
                                     << cluster.daemon(n).ReadLog();
     }

@@ -3,7 +3,10 @@
 // script of key-value calls runs once with every call on the channel and
 // once on gRPC, in two jobs alike, and must give the same answers byte for
 // byte (values, statuses and their messages), on the coordinator's node
-// and on a node that forwards to it. Then the channel's gate, with raw
+// and on a node that forwards to it; and a third time with the channel but
+// without the round link, so the node forwards over unary Peer calls
+// instead of the link (daemon/transport/round_link_protocol.h): the
+// answers are again the same. Then the channel's gate, with raw
 // frames: a connection that has not presented a valid ticket gets only
 // its refusal, a ticket works once, a rank's channel acts only as that
 // rank (refused with the Rank service's words), and bad frames get a
@@ -37,6 +40,7 @@
 #include "gtest/gtest.h"
 #include "rankd/v1/rank.grpc.pb.h"
 #include "tests/harness/cluster.h"
+#include "tests/harness/process.h"
 
 namespace rankd::testing {
 namespace {
@@ -150,12 +154,26 @@ std::vector<std::string> Script(Client& client, uint32_t rank, uint32_t other) {
 }
 
 // Runs the script on ranks 0 (coordinator's node) and 2 (the other node)
-// of a fresh job, every key-value call on the channel or on gRPC.
-std::vector<std::string> RunJob(bool kv_channel) {
-  LocalCluster cluster(JobOptions());
+// of a fresh job, every key-value call on the channel or on gRPC; node 1
+// forwards over the round link, or (`round_link` false: the coordinator
+// offers none) over unary Peer calls.
+std::vector<std::string> RunJob(bool kv_channel, bool round_link = true) {
+  ClusterOptions options = JobOptions();
+  if (!round_link) options.node_flags = {{"--round_link_port=off"}};
+  LocalCluster cluster(options);
   absl::Status started = cluster.Start();
   EXPECT_TRUE(started.ok()) << started;
   if (!started.ok()) return {};
+  // Node 1's forwarding path is the one asked for: the link opens just
+  // after the node registers; the script starts once it has.
+  const std::string linked =
+      "open: this node's rounds and forwarded key-value calls go over it";
+  if (round_link) {
+    EXPECT_TRUE(WaitForLog(cluster.daemon(1), linked, absl::Seconds(10)))
+        << cluster.daemon(1).ReadLog();
+  } else {
+    EXPECT_THAT(cluster.daemon(1).ReadLog(), ::testing::Not(HasSubstr(linked)));
+  }
   std::unique_ptr<Client> rank0 = MustJoin(cluster, 0, 0, kv_channel);
   std::unique_ptr<Client> rank2 = MustJoin(cluster, 1, 2, kv_channel);
   if (rank0 == nullptr || rank2 == nullptr) return {};
@@ -184,10 +202,15 @@ std::vector<std::string> RunJob(bool kv_channel) {
 TEST(KvChannelTest, EveryCallAnswersAsOnGrpc) {
   const std::vector<std::string> channel = RunJob(/*kv_channel=*/true);
   const std::vector<std::string> grpc = RunJob(/*kv_channel=*/false);
+  const std::vector<std::string> unlinked =
+      RunJob(/*kv_channel=*/true, /*round_link=*/false);
   ASSERT_EQ(channel.size(), grpc.size());
+  ASSERT_EQ(channel.size(), unlinked.size());
   ASSERT_FALSE(channel.empty());
   for (size_t i = 0; i < channel.size(); ++i) {
     EXPECT_EQ(channel[i], grpc[i]) << "line " << i;
+    EXPECT_EQ(channel[i], unlinked[i])
+        << "line " << i << ": forwarded over the round link, then not";
   }
   // And the answers are the store's, not merely alike.
   auto line = [&](absl::string_view prefix) {

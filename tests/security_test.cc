@@ -794,6 +794,34 @@ TEST_F(HeldJobTest, ANodeCanActOnlyAsItself) {
     auto again = Ctx(as_node1);
     expect_refused(peer->KvDelete(again.get(), del, &del_response),
                    not_its_rank);
+    // Forwarded over node 1's round link instead: the same check, the same
+    // words, and the link stays open (a refused call is an answer, not a
+    // protocol error). A get that would wait is refused before it waits.
+    std::unique_ptr<RoundLink> link;
+    absl::Status opened =
+        OpenRoundLink(cluster, "itself", 1, NodeTokenOf(cluster, 1), &link);
+    ASSERT_TRUE(opened.ok()) << opened;
+    v1::KvLinkRequest set_call, get_call, delete_call;
+    *set_call.mutable_kv_set() = request;
+    get_call.mutable_kv_get()->mutable_member()->set_job_id("itself");
+    get_call.mutable_kv_get()->mutable_member()->set_rank(rank_on_0);
+    get_call.mutable_kv_get()->set_key("k");
+    get_call.mutable_kv_get()->set_timeout_ms(60000);
+    *delete_call.mutable_kv_delete() = del;
+    for (const v1::KvLinkRequest& call : {set_call, get_call, delete_call}) {
+      absl::Notification answered;
+      absl::StatusOr<v1::KvLinkReply> reply;
+      PendingKvCalls::KvReply done = [&](absl::StatusOr<v1::KvLinkReply> r) {
+        reply = std::move(r);
+        answered.Notify();
+      };
+      ASSERT_TRUE(link->SendKv(call, done, absl::InfiniteFuture(), nullptr));
+      ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(10)));
+      ASSERT_TRUE(reply.ok()) << reply.status();
+      EXPECT_EQ(reply->code(),
+                static_cast<int>(absl::StatusCode::kPermissionDenied));
+      EXPECT_EQ(reply->message(), not_its_rank);
+    }
   }
   // The job is unaffected, and the ranks finish their rounds.
   auto job = admin->GetJob();

@@ -2,7 +2,8 @@
 //
 // Two implementations: LocalCoordinatorLink for the coordinating daemon
 // (in-process calls) and RemoteCoordinatorLink (remote_coordinator.h) for
-// every other daemon (gRPC to the coordinator's Peer service). Both
+// every other daemon (gRPC to the coordinator's Peer service, rounds and
+// key-value calls over the round link while it is open). Both
 // register the node, heartbeat, follow the coordinator's event stream, and
 // forward rank requests. Replies may run on any thread, never with the
 // link's locks held. Depends on Coordinator and the protos.

@@ -1,7 +1,7 @@
 #include "daemon/node/pending_rounds.h"
 
+#include <optional>
 #include <utility>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -9,11 +9,11 @@ namespace rankd {
 
 uint64_t PendingRounds::Add(uint64_t round, absl::Time deadline,
                             RoundReply& reply) {
-  absl::MutexLock lock(&mu_);
-  if (abandoned_) return 0;
-  const uint64_t tag = next_tag_++;
-  pending_[tag] = Pending{round, deadline, std::move(reply)};
-  return tag;
+  return pending_
+      .Add([&] {
+        return Pending{round, deadline, std::move(reply)};
+      })
+      .id;
 }
 
 absl::StatusOr<v1::AllGatherWordsResponse> TakeOutcomeWords(
@@ -38,37 +38,19 @@ absl::StatusOr<v1::AllGatherWordsResponse> TakeOutcomeWords(
 }
 
 bool PendingRounds::Answer(v1::RoundOutcome& outcome) {
-  RoundReply reply;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = pending_.find(outcome.tag());
-    if (it == pending_.end()) return false;
-    reply = std::move(it->second.reply);
-    pending_.erase(it);
-  }
+  std::optional<Pending> answered = pending_.Take(outcome.tag());
+  if (!answered.has_value()) return false;
   if (outcome.code() == 0) {
-    reply(TakeOutcomeWords(outcome));
+    answered->reply(TakeOutcomeWords(outcome));
   } else {
-    reply(absl::Status(static_cast<absl::StatusCode>(outcome.code()),
-                       outcome.message()));
+    answered->reply(absl::Status(static_cast<absl::StatusCode>(outcome.code()),
+                                 outcome.message()));
   }
   return true;
 }
 
 void PendingRounds::ExpireOverdue(absl::Time now) {
-  std::vector<Pending> overdue;
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      if (it->second.deadline > now) {
-        ++it;
-        continue;
-      }
-      overdue.push_back(std::move(it->second));
-      it = pending_.erase(it);
-    }
-  }
-  for (Pending& p : overdue) {
+  for (Pending& p : pending_.TakeOverdue(now)) {
     p.reply(absl::DeadlineExceededError(
         absl::StrCat("coordinator at ", coordinator_,
                      " did not answer all_gather_words round ", p.round,
@@ -77,13 +59,7 @@ void PendingRounds::ExpireOverdue(absl::Time now) {
 }
 
 void PendingRounds::Abandon(const absl::Status& why) {
-  std::map<uint64_t, Pending> abandoned;
-  {
-    absl::MutexLock lock(&mu_);
-    abandoned_ = true;
-    abandoned.swap(pending_);
-  }
-  for (auto& [tag, p] : abandoned) p.reply(why);
+  for (Pending& p : pending_.Abandon()) p.reply(why);
 }
 
 }  // namespace rankd

@@ -2,20 +2,20 @@
 // stream (the Rounds stream or the round link) and not yet answered, by tag.
 // Each waits with its reply until the coordinator's RoundOutcome with its
 // tag arrives, its deadline passes, or the stream ends. Thread-safe.
-// Depends on absl and the protos only (the scale benchmark's simulated
+// Depends on absl, the protos and pending_calls.h only (the
+// scale benchmark's simulated
 // nodes use it through round_link.h, next to the client library).
 #ifndef RANKD_DAEMON_PENDING_ROUNDS_H_
 #define RANKD_DAEMON_PENDING_ROUNDS_H_
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/node/pending_calls.h"
 #include "rankd/v1/peer.pb.h"
 #include "rankd/v1/rank.pb.h"
 
@@ -63,10 +63,7 @@ class PendingRounds {
   };
 
   const std::string coordinator_;
-  absl::Mutex mu_;
-  bool abandoned_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t next_tag_ ABSL_GUARDED_BY(mu_) = 1;
-  std::map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  PendingCalls<Pending> pending_;  // by tag
 };
 
 }  // namespace rankd

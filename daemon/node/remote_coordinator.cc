@@ -185,12 +185,51 @@ RemoteCoordinatorLink::RemoteCoordinatorLink(
 RemoteCoordinatorLink::~RemoteCoordinatorLink() { Stop(); }
 
 absl::Status RemoteCoordinatorLink::Annotate(const grpc::Status& status) const {
-  if (Transient(status.error_code())) {
-    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                        absl::StrCat("coordinator at ", address_, ": ",
-                                     status.error_message()));
+  return AnnotateCoordinatorError(address_, FromGrpc(status));
+}
+
+absl::Status RemoteCoordinatorLink::AnnotateCoordinatorError(
+    absl::string_view address, const absl::Status& status) {
+  if (Transient(static_cast<grpc::StatusCode>(status.code()))) {
+    return absl::Status(status.code(), absl::StrCat("coordinator at ", address,
+                                                    ": ", status.message()));
   }
-  return FromGrpc(status);
+  return status;
+}
+
+template <typename Response>
+bool RemoteCoordinatorLink::ForwardOverLink(
+    v1::KvLinkRequest request, absl::Duration timeout, Reply<Response>& reply,
+    Response* (v1::KvLinkReply::*response)(),
+    v1::KvLinkReply::ResponseCase response_case,
+    const CancellationRef& cancellation) {
+  std::shared_ptr<RoundLink> round_link;
+  {
+    absl::MutexLock lock(&mu_);
+    round_link = round_link_;
+  }
+  if (round_link == nullptr) return false;
+  // The coordinator's answer as the unary call would give it: a
+  // transient code gets the same "coordinator at" annotation.
+  PendingKvCalls::KvReply answer = [address = address_, reply, response,
+                                    response_case](
+                                       absl::StatusOr<v1::KvLinkReply> result) {
+    if (!result.ok()) return reply(result.status());
+    if (result->code() != 0) {
+      return reply(AnnotateCoordinatorError(
+          address, absl::Status(static_cast<absl::StatusCode>(result->code()),
+                                result->message())));
+    }
+    if (result->response_case() != response_case) {
+      return reply(absl::InternalError(absl::StrCat(
+          "round link to coordinator at ", address,
+          ": a key-value reply of another kind than its request")));
+    }
+    reply(std::move(*((*result).*response)()));
+  };
+  // Refused (leaving `answer` unused) while the link is not open.
+  return round_link->SendKv(std::move(request), answer,
+                            MonotonicNow() + timeout, cancellation);
 }
 
 template <typename Request, typename Response, typename Invoke>
@@ -313,15 +352,18 @@ void RemoteCoordinatorLink::OnRegistered(
                      options.port, ")");
     options.on_open = [where](const absl::Status& status) {
       Log(status.ok()
-              ? absl::StrCat(where, " open: this node's rounds go over it")
+              ? absl::StrCat(where,
+                             " open: this node's rounds and forwarded "
+                             "key-value calls go over it")
               : absl::StrCat(where, " not opened (", status.message(),
                              "): this node's rounds stay on the Rounds "
-                             "stream"));
+                             "stream, its key-value calls on unary calls"));
     };
     options.on_end = [where](const absl::Status& status) {
       if (status.code() == absl::StatusCode::kCancelled) return;
       Log(absl::StrCat(where, " ended (", status.message(),
-                       "): this node's rounds go over the Rounds stream"));
+                       "): this node's rounds go over the Rounds stream, "
+                       "its key-value calls over unary calls"));
     };
     round_link_ = std::make_shared<RoundLink>(std::move(options));
   }
@@ -491,12 +533,35 @@ void RemoteCoordinatorLink::ReportLost(const std::string& reason, bool fenced) {
 RANKD_FORWARD(JoinRank, JoinRankRequest, JoinRankResponse,
               absl::Milliseconds(request.wait_for_world_ms()) + kDeadlineMargin)
 RANKD_FORWARD(ReleaseRank, ReleaseRankRequest, ReleaseRankResponse, kShortCall)
-RANKD_FORWARD(KvSet, KvSetRequest, KvSetResponse, kShortCall)
-RANKD_FORWARD(KvAdd, KvAddRequest, KvAddResponse, kShortCall)
-RANKD_FORWARD(KvDelete, KvDeleteRequest, KvDeleteResponse, kShortCall)
-RANKD_FORWARD(KvCount, KvCountRequest, KvCountResponse, kShortCall)
 
 #undef RANKD_FORWARD
+
+// A key-value call goes over the round link while it is open, else (before
+// it opens, after it ends, or without one) as a unary Peer call.
+#define RANKD_FORWARD_KV(Method, field, Case)                                  \
+  void RemoteCoordinatorLink::Method(const v1::Method##Request& request,       \
+                                     Reply<v1::Method##Response> reply) {      \
+    v1::KvLinkRequest call;                                                    \
+    *call.mutable_##field() = request;                                         \
+    if (ForwardOverLink(std::move(call), kShortCall, reply,                    \
+                        &v1::KvLinkReply::mutable_##field,                     \
+                        v1::KvLinkReply::Case, nullptr)) {                     \
+      return;                                                                  \
+    }                                                                          \
+    Call<v1::Method##Request, v1::Method##Response>(                           \
+        request, kShortCall, std::move(reply),                                 \
+        [this](grpc::ClientContext* c, const v1::Method##Request* q,           \
+               v1::Method##Response* p, std::function<void(grpc::Status)> f) { \
+          stub_->async()->Method(c, q, p, std::move(f));                       \
+        });                                                                    \
+  }
+
+RANKD_FORWARD_KV(KvSet, kv_set, kKvSet)
+RANKD_FORWARD_KV(KvAdd, kv_add, kKvAdd)
+RANKD_FORWARD_KV(KvDelete, kv_delete, kKvDelete)
+RANKD_FORWARD_KV(KvCount, kv_count, kKvCount)
+
+#undef RANKD_FORWARD_KV
 
 void RemoteCoordinatorLink::ContributeWords(
     const v1::ContributeWordsRequest& request,
@@ -528,9 +593,17 @@ void RemoteCoordinatorLink::ContributeWords(
 void RemoteCoordinatorLink::KvGet(const v1::KvGetRequest& request,
                                   Reply<v1::KvGetResponse> reply,
                                   const CancellationRef& cancellation) {
+  const absl::Duration timeout =
+      absl::Milliseconds(request.timeout_ms()) + kDeadlineMargin;
+  v1::KvLinkRequest call;
+  *call.mutable_kv_get() = request;
+  if (ForwardOverLink(std::move(call), timeout, reply,
+                      &v1::KvLinkReply::mutable_kv_get, v1::KvLinkReply::kKvGet,
+                      cancellation)) {
+    return;
+  }
   Call<v1::KvGetRequest, v1::KvGetResponse>(
-      request, absl::Milliseconds(request.timeout_ms()) + kDeadlineMargin,
-      std::move(reply),
+      request, timeout, std::move(reply),
       [this](grpc::ClientContext* c, const v1::KvGetRequest* q,
              v1::KvGetResponse* p, std::function<void(grpc::Status)> f) {
         stub_->async()->KvGet(c, q, p, std::move(f));

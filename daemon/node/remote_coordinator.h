@@ -8,6 +8,10 @@
 // set-up); before that, or once both have ended, over unary
 // ContributeWords. A round the coordinator has not answered by its timeout
 // plus a margin fails with DeadlineExceeded (checked at each heartbeat).
+// Forwarded key-value calls likewise take the round link while it is open
+// and a unary Peer call otherwise, answering the same either way (a call
+// in flight when the link ends fails with Unavailable, never re-sent: it
+// may have been applied).
 // Depends on gRPC, the protos, daemon/security and the round link.
 #ifndef RANKD_DAEMON_REMOTE_COORDINATOR_H_
 #define RANKD_DAEMON_REMOTE_COORDINATOR_H_
@@ -102,6 +106,22 @@ class RemoteCoordinatorLink : public CoordinatorLink {
   // A refusal that fences this daemon for good (kDaemonFenced).
   static bool IsFencing(const absl::Status& status);
   absl::Status Annotate(const grpc::Status& status) const;
+  // The coordinator's error as a forwarded call's caller sees it, whichever
+  // path it took: a transient code (Unavailable, DeadlineExceeded) names
+  // the coordinator at `address`; any other is the coordinator's own.
+  static absl::Status AnnotateCoordinatorError(absl::string_view address,
+                                               const absl::Status& status);
+  // Forwards a key-value call over the round link while it is open (the
+  // reply's `response` field, of case `response_case`, is the answer);
+  // false, leaving `reply` untouched and nothing sent, when it is not (the
+  // caller then makes the unary Peer call). `cancellation` (may be null)
+  // releases the coordinator's wait.
+  template <typename Response>
+  bool ForwardOverLink(v1::KvLinkRequest request, absl::Duration timeout,
+                       Reply<Response>& reply,
+                       Response* (v1::KvLinkReply::*response)(),
+                       v1::KvLinkReply::ResponseCase response_case,
+                       const CancellationRef& cancellation);
 
   const std::string address_;
   const std::string bearer_token_;

@@ -46,31 +46,101 @@ absl::Status SendAll(int fd, absl::string_view bytes) {
 }  // namespace
 
 RoundLink::RoundLink(Options options)
-    : options_(std::move(options)), pending_(options_.coordinator_address) {
+    : options_(std::move(options)),
+      name_(absl::StrCat("round link to coordinator at ",
+                         options_.coordinator_address)),
+      pending_(options_.coordinator_address),
+      kv_calls_(name_, options_.max_kv_calls != 0 ? options_.max_kv_calls
+                                                  : kMaxKvCallsPerRoundLink),
+      cancel_target_(std::make_shared<CancelTarget>()) {
+  {
+    absl::MutexLock lock(&cancel_target_->mu);
+    cancel_target_->link = this;
+  }
   thread_ = std::thread([this] { Run(); });
 }
 
 RoundLink::~RoundLink() { Stop(); }
 
-bool RoundLink::Send(v1::ContributeWordsRequest request,
-                     PendingRounds::RoundReply& reply, absl::Time deadline) {
-  absl::MutexLock send_lock(&send_mu_);
+bool RoundLink::SendFrame(const std::string& frame) {
   int fd = -1;
   {
     absl::MutexLock lock(&mu_);
     if (!open_ || ended_) return false;
     fd = fd_;
   }
-  const uint64_t tag = pending_.Add(request.round(), deadline, reply);
-  if (tag == 0) return false;
-  request.set_tag(tag);
-  if (!SendAll(fd, RoundLinkFrame(request.SerializeAsString())).ok()) {
+  if (!SendAll(fd, frame).ok()) {
     // Broken, or the coordinator took nothing for send_timeout: the
-    // reader sees the shutdown and fails what waits, this round too.
+    // reader sees the shutdown and fails what waits, this frame's too.
     absl::MutexLock lock(&mu_);
     ::shutdown(fd, SHUT_RDWR);
   }
   return true;
+}
+
+bool RoundLink::Send(v1::ContributeWordsRequest request,
+                     PendingRounds::RoundReply& reply, absl::Time deadline) {
+  absl::MutexLock send_lock(&send_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!open_ || ended_) return false;
+  }
+  const uint64_t tag = pending_.Add(request.round(), deadline, reply);
+  if (tag == 0) return false;
+  request.set_tag(tag);
+  SendFrame(RoundLinkTypedFrame(RoundLinkFrameType::kContribution,
+                                request.SerializeAsString()));
+  return true;
+}
+
+bool RoundLink::SendKv(v1::KvLinkRequest request,
+                       PendingKvCalls::KvReply& reply, absl::Time deadline,
+                       const CancellationRef& cancellation) {
+  absl::Status refused;
+  uint64_t id = 0;
+  {
+    absl::MutexLock send_lock(&send_mu_);
+    {
+      absl::MutexLock lock(&mu_);
+      if (!open_ || ended_) return false;
+    }
+    absl::StatusOr<uint64_t> added = kv_calls_.Add(deadline, reply);
+    if (!added.ok()) {
+      refused = added.status();
+    } else if (*added == 0) {
+      return false;  // the link ended: never sent
+    } else {
+      id = *added;
+      request.set_id(id);
+      SendFrame(RoundLinkTypedFrame(RoundLinkFrameType::kKvRequest,
+                                    request.SerializeAsString()));
+    }
+  }
+  if (!refused.ok()) {
+    reply(refused);
+    return true;
+  }
+  if (cancellation != nullptr) {
+    cancellation->OnCancel([target = cancel_target_, id] {
+      absl::MutexLock lock(&target->mu);
+      if (target->link != nullptr) target->link->CancelKv(id);
+    });
+  }
+  return true;
+}
+
+void RoundLink::CancelKv(uint64_t id) {
+  if (!kv_calls_.Waiting(id)) return;  // answered already
+  v1::KvLinkCancel cancel;
+  cancel.set_id(id);
+  absl::MutexLock send_lock(&send_mu_);
+  SendFrame(RoundLinkTypedFrame(RoundLinkFrameType::kKvCancel,
+                                cancel.SerializeAsString()));
+}
+
+void RoundLink::ExpireOverdue(absl::Time now) {
+  pending_.ExpireOverdue(now);
+  kv_calls_.ExpireOverdue(now);
 }
 
 absl::Status RoundLink::WaitOpen(absl::Duration timeout) {
@@ -90,6 +160,11 @@ absl::Status RoundLink::WaitOpen(absl::Duration timeout) {
 
 void RoundLink::Stop() {
   {
+    // Cancellations that fire from now on find no link.
+    absl::MutexLock lock(&cancel_target_->mu);
+    cancel_target_->link = nullptr;
+  }
+  {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
@@ -103,7 +178,7 @@ void RoundLink::Run() {
   absl::Status why = Open(&fd);
   const bool was_open = why.ok();
   if (options_.on_open) options_.on_open(why);
-  if (was_open) why = ReadOutcomes(fd);
+  if (was_open) why = ReadFrames(fd);
   {
     // Not while a Send writes on the socket.
     absl::MutexLock send_lock(&send_mu_);
@@ -116,6 +191,13 @@ void RoundLink::Run() {
     fd_ = -1;
   }
   pending_.Abandon(why);
+  // A forwarded call may have been applied: it fails, never sent again.
+  kv_calls_.Abandon(why.code() == absl::StatusCode::kCancelled
+                        ? why
+                        : absl::UnavailableError(absl::StrCat(
+                              why.message(),
+                              " (before the coordinator answered this "
+                              "key-value call, which may have been applied)")));
   if (was_open && options_.on_end) options_.on_end(why);
 }
 
@@ -317,31 +399,44 @@ absl::Status RoundLink::Open(int* fd_out) {
   return absl::OkStatus();
 }
 
-absl::Status RoundLink::ReadOutcomes(int fd) {
+absl::Status RoundLink::ReadFrames(int fd) {
   auto never = [] { return false; };
+  auto ended = [this](absl::string_view why) {
+    return absl::UnavailableError(absl::StrCat(name_, " ended: ", why));
+  };
   std::string payload;
   v1::RoundOutcome outcome;
   while (true) {
     absl::Status s = ReadFrame(fd, static_cast<size_t>(kMaxGrpcMessageBytes),
                                absl::InfiniteFuture(), never, &payload);
-    if (!s.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("round link to coordinator at ",
-                       options_.coordinator_address, " ended: ", s.message()));
+    if (!s.ok()) return ended(s.message());
+    RoundLinkFrameType type;
+    absl::string_view message;
+    if (s = ParseRoundLinkFrame(payload, "coordinator", kCoordinatorFrameTypes,
+                                &type, &message);
+        !s.ok()) {
+      return ended(s.message());
+    }
+    if (type == RoundLinkFrameType::kKvReply) {
+      v1::KvLinkReply reply;
+      if (!reply.ParseFromArray(message.data(),
+                                static_cast<int>(message.size()))) {
+        return ended("it sent a kv reply frame that is not a KvLinkReply");
+      }
+      // An unknown id is a call this side gave up on (ExpireOverdue).
+      kv_calls_.Answer(std::move(reply));
+      continue;
     }
     outcome.Clear();
-    if (!outcome.ParseFromString(payload)) {
-      return absl::UnavailableError(absl::StrCat(
-          "round link to coordinator at ", options_.coordinator_address,
-          " ended: it sent a frame that is not a RoundOutcome"));
+    if (!outcome.ParseFromArray(message.data(),
+                                static_cast<int>(message.size()))) {
+      return ended("it sent an outcome frame that is not a RoundOutcome");
     }
     if (outcome.tag() == 0 && outcome.code() != 0) {
       // The coordinator's reason for closing.
-      return absl::Status(
-          static_cast<absl::StatusCode>(outcome.code()),
-          absl::StrCat("round link to coordinator at ",
-                       options_.coordinator_address,
-                       " closed by the coordinator: ", outcome.message()));
+      return absl::Status(static_cast<absl::StatusCode>(outcome.code()),
+                          absl::StrCat(name_, " closed by the coordinator: ",
+                                       outcome.message()));
     }
     // An unknown tag is a round this side gave up on (ExpireOverdue).
     pending_.Answer(outcome);

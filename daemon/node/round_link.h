@@ -1,17 +1,21 @@
 // RoundLink: a node's end of the round link to the coordinator
 // (round_link_protocol.h): one TCP connection over which the node's
 // daemon sends each round's contribution as one frame and reads every
-// outcome, matched by tag. It exists because a gRPC stream message costs
+// outcome, matched by tag, and forwards its ranks' key-value calls, each
+// answered by a reply matched by id. It exists because a gRPC message costs
 // the coordinator and the node far more CPU and latency than a frame on a
-// socket (bench/RESULTS.md, "Rounds between nodes").
+// socket (bench/RESULTS.md, "Rounds between nodes" and "Forwarded
+// key-value calls").
 //
 // The link connects and shakes hands on its own thread, which then reads
-// outcomes; until the handshake is done, and once the link has ended,
-// Send refuses and the caller uses another path (the Rounds stream). The
-// link never reconnects: one that ends stays ended.
+// what the coordinator sends; until the handshake is done, and once the
+// link has ended, Send and SendKv refuse and the caller uses another path
+// (the Rounds stream, a unary Peer call). The link never reconnects: one
+// that ends stays ended.
 //
-// Depends on absl, daemon/pending_rounds, the round link protocol,
-// common/credentials and the protos.
+// Depends on absl, daemon/pending_rounds, daemon/pending_kv_calls,
+// daemon/call_cancellation, the round link protocol, common/credentials
+// and the protos.
 #ifndef RANKD_DAEMON_ROUND_LINK_H_
 #define RANKD_DAEMON_ROUND_LINK_H_
 
@@ -26,6 +30,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/call_cancellation.h"
+#include "daemon/node/pending_kv_calls.h"
 #include "daemon/node/pending_rounds.h"
 #include "rankd/v1/peer.pb.h"
 
@@ -61,6 +67,10 @@ class RoundLink {
     absl::Duration open_timeout = absl::Seconds(5);
     // A send the coordinator does not take within this ends the link.
     absl::Duration send_timeout = absl::Seconds(5);
+    // Key-value calls waiting for the coordinator at once (SendKv); 0:
+    // kMaxKvCallsPerRoundLink (common/limits.h, which this header does not
+    // include: the scale benchmark includes it next to client.h).
+    size_t max_kv_calls = 0;
     // Each runs at most once, on the link's thread, outside its locks:
     // on_open with OK once the handshake is done or with why the link could
     // not open; on_end with why an open link ended (Cancelled after Stop).
@@ -83,26 +93,62 @@ class RoundLink {
   bool Send(v1::ContributeWordsRequest request,
             PendingRounds::RoundReply& reply, absl::Time deadline);
 
-  // Fails the contributions left unanswered past their deadline.
-  void ExpireOverdue(absl::Time now) { pending_.ExpireOverdue(now); }
+  // Forwards a rank's key-value call (its id is set here); `reply` runs
+  // once, on the link's thread or the caller's, with the coordinator's
+  // KvLinkReply (whose code is the call's outcome), or: ResourceExhausted
+  // when Options::max_kv_calls calls wait already; DeadlineExceeded once
+  // ExpireOverdue sees `deadline` pass; when the link ends first,
+  // Unavailable naming the link and saying the call may have been applied
+  // (Cancelled after Stop). Once `cancellation` (may be null) is cancelled
+  // while the call waits, the link asks the coordinator to release its
+  // wait (a kKvCancel frame); the coordinator's reply still ends the call.
+  // Returns false, leaving `reply` untouched and the call unsent, while
+  // the link is not open.
+  bool SendKv(v1::KvLinkRequest request, PendingKvCalls::KvReply& reply,
+              absl::Time deadline, const CancellationRef& cancellation);
+
+  // Fails the contributions and key-value calls left unanswered past their
+  // deadline.
+  void ExpireOverdue(absl::Time now);
+
+  // Key-value calls waiting for their reply now (for tests).
+  size_t waiting_kv_calls() { return kv_calls_.size(); }
 
   // Waits until the handshake is done (OK) or failed, or `timeout` passed
   // (DeadlineExceeded). After failure: why the link could not open.
   absl::Status WaitOpen(absl::Duration timeout);
 
-  // Ends the link: waiting contributions fail with Cancelled ("daemon is
-  // shutting down") and the thread is joined. Idempotent.
+  // Ends the link: waiting contributions and key-value calls fail with
+  // Cancelled ("daemon is shutting down") and the thread is joined.
+  // Idempotent.
   void Stop();
 
  private:
+  // What a caller's cancellation reaches: this link until Stop, then
+  // nothing (a cancellation may fire after the link is gone).
+  struct CancelTarget {
+    absl::Mutex mu;
+    RoundLink* link ABSL_GUARDED_BY(mu) = nullptr;
+  };
+
   void Run();
   // Connects and shakes hands; the connected socket or why not.
   absl::Status Open(int* fd);
-  // Reads outcomes until the link ends; returns why it ended.
-  absl::Status ReadOutcomes(int fd);
+  // Reads outcomes and key-value replies until the link ends; returns why
+  // it ended.
+  absl::Status ReadFrames(int fd);
+  // Sends a whole frame; a failed send shuts the socket down (the reader
+  // then fails what waits). False while the link is not open.
+  bool SendFrame(const std::string& frame)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(send_mu_);
+  // Asks the coordinator to release call `id`'s wait, if it still waits.
+  void CancelKv(uint64_t id);
 
   const Options options_;
+  const std::string name_;  // "round link to coordinator at host:port"
   PendingRounds pending_;
+  PendingKvCalls kv_calls_;
+  const std::shared_ptr<CancelTarget> cancel_target_;
 
   absl::Mutex mu_;
   int fd_ ABSL_GUARDED_BY(mu_) = -1;

@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/credentials.h"
+#include "common/limits.h"
 #include "common/monotonic_clock.h"
 #include "daemon/coordinator/word_rounds.h"
 #include "daemon/node/pending_rounds.h"
@@ -51,6 +54,75 @@ struct FakeCoordinator {
   absl::Mutex mu;
   std::vector<WordRounds::SharedDone> held ABSL_GUARDED_BY(mu);
   std::atomic<int> contributions{0};
+  // Key-value calls: a store of its own; a get of a missing key with a
+  // timeout waits until released (its cancellation, or a set of the key).
+  std::map<std::string, std::string> store ABSL_GUARDED_BY(mu);
+  std::map<std::string, RoundLinkServer::KvDone> waiting ABSL_GUARDED_BY(mu);
+  std::atomic<int> kv_calls{0};
+  std::atomic<int> released{0};  // waits released by their cancellation
+
+  static v1::KvLinkReply Refused(absl::Status s) {
+    v1::KvLinkReply reply;
+    reply.set_code(static_cast<int>(s.code()));
+    reply.set_message(std::string(s.message()));
+    return reply;
+  }
+
+  void Kv(std::optional<uint32_t> node, const v1::KvLinkRequest& request,
+          const CancellationRef& cancellation, RoundLinkServer::KvDone done) {
+    ++kv_calls;
+    v1::KvLinkReply reply;
+    absl::MutexLock lock(&mu);
+    switch (request.call_case()) {
+      case v1::KvLinkRequest::kKvSet: {
+        if (node.has_value() && request.kv_set().member().rank() != *node) {
+          reply = Refused(absl::PermissionDeniedError("not node 1's rank"));
+          break;
+        }
+        store[request.kv_set().key()] = request.kv_set().value();
+        reply.mutable_kv_set()->set_stored(true);
+        auto w = waiting.find(request.kv_set().key());
+        if (w != waiting.end()) {
+          v1::KvLinkReply got;
+          got.mutable_kv_get()->set_value(request.kv_set().value());
+          w->second(got);
+          waiting.erase(w);
+        }
+        break;
+      }
+      case v1::KvLinkRequest::kKvAdd:
+        reply.mutable_kv_add()->set_value(request.kv_add().delta() + 1);
+        break;
+      case v1::KvLinkRequest::kKvGet: {
+        const std::string& key = request.kv_get().key();
+        auto it = store.find(key);
+        if (it != store.end()) {
+          reply.mutable_kv_get()->set_value(it->second);
+        } else if (request.kv_get().timeout_ms() == 0) {
+          reply = Refused(absl::NotFoundError("no key " + key));
+        } else {
+          waiting[key] = std::move(done);
+          cancellation->OnCancel([this, key] {
+            RoundLinkServer::KvDone released_done;
+            {
+              absl::MutexLock lock(&mu);
+              auto w = waiting.find(key);
+              if (w == waiting.end()) return;
+              released_done = std::move(w->second);
+              waiting.erase(w);
+            }
+            ++released;
+            released_done(Refused(absl::CancelledError("wait released")));
+          });
+          return;
+        }
+        break;
+      }
+      default:
+        reply = Refused(absl::UnimplementedError("not in this fake"));
+    }
+    done(reply);
+  }
 
   RoundLinkServer::Handlers Handlers() {
     RoundLinkServer::Handlers h;
@@ -88,6 +160,12 @@ struct FakeCoordinator {
         for (uint32_t w : frame.words()) result.add_words(w);
       }
       done(std::make_shared<WordRounds::Outcome>(request.round(), result));
+    };
+    h.kv = [this](std::optional<uint32_t> node,
+                  const v1::KvLinkRequest& request,
+                  const CancellationRef& cancellation,
+                  RoundLinkServer::KvDone done) {
+      Kv(node, request, cancellation, std::move(done));
     };
     return h;
   }
@@ -330,6 +408,18 @@ class RawNode {
     timeval t{10, 0};
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof(t));
   }
+  // The next connection `listener` accepts, played by hand (a raw
+  // coordinator); null when none comes within 10 s.
+  static std::unique_ptr<RawNode> Accept(int listener) {
+    pollfd p{listener, POLLIN, 0};
+    if (::poll(&p, 1, 10000) != 1) return nullptr;
+    auto peer = std::unique_ptr<RawNode>(new RawNode());
+    peer->fd_ = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    peer->connected_ = peer->fd_ >= 0;
+    timeval t{10, 0};
+    ::setsockopt(peer->fd_, SOL_SOCKET, SO_RCVTIMEO, &t, sizeof(t));
+    return peer;
+  }
   ~RawNode() { ::close(fd_); }
   bool connected() const { return connected_; }
 
@@ -338,6 +428,16 @@ class RawNode {
               static_cast<ssize_t>(bytes.size()));
   }
   void SendFrame(const std::string& payload) { Send(RoundLinkFrame(payload)); }
+  void SendTyped(RoundLinkFrameType type, const std::string& message) {
+    Send(RoundLinkTypedFrame(type, message));
+  }
+  // The message of the next typed frame, which must be of `type`.
+  std::optional<std::string> ReadTyped(RoundLinkFrameType type) {
+    std::optional<std::string> payload = ReadFrame();
+    if (!payload.has_value() || payload->empty()) return std::nullopt;
+    EXPECT_EQ(static_cast<int>((*payload)[0]), static_cast<int>(type));
+    return payload->substr(1);
+  }
   // One frame's payload, or nullopt when the connection ended first.
   std::optional<std::string> ReadFrame() {
     char header[kRoundLinkHeaderBytes];
@@ -376,6 +476,7 @@ class RawNode {
   }
 
  private:
+  RawNode() = default;
   bool ReadExactly(char* out, size_t size) {
     size_t got = 0;
     while (got < size) {
@@ -405,7 +506,7 @@ RoundLinkServer::Handlers OpenHandlers(FakeCoordinator& coordinator) {
 void ExpectLastWords(RawNode& node, absl::StatusCode code,
                      const std::string& why) {
   v1::RoundOutcome last;
-  auto frame = node.ReadFrame();
+  auto frame = node.ReadTyped(RoundLinkFrameType::kOutcome);
   ASSERT_TRUE(frame.has_value() && last.ParseFromString(*frame));
   EXPECT_EQ(last.tag(), 0u);
   EXPECT_EQ(last.code(), static_cast<int>(code));
@@ -450,9 +551,44 @@ TEST(RoundLinkTest, GarbageAndOversizedFramesAreRefusedAndServingGoesOn) {
   {
     RawNode node(port);
     EXPECT_EQ(node.Hello(1).code(), 0);
-    node.SendFrame("\x0a\xff\xff\xff\xff\xff");
+    node.SendTyped(RoundLinkFrameType::kContribution,
+                   "\x0a\xff\xff\xff\xff\xff");
     ExpectLastWords(node, absl::StatusCode::kInvalidArgument,
                     "not a ContributeWordsRequest");
+  }
+  // Typed frames that are not what a node may send.
+  v1::KvLinkRequest no_call;
+  no_call.set_id(4);
+  const struct {
+    std::string bytes;  // after the handshake
+    absl::StatusCode code;
+    std::string why;
+  } bad[] = {
+      {RoundLinkFrame(""), absl::StatusCode::kInvalidArgument,
+       "an empty round link frame"},
+      {RoundLinkTypedFrame(RoundLinkFrameType::kOutcome, ""),
+       absl::StatusCode::kInvalidArgument,
+       "a round link frame of outcome, which the node does not send"},
+      {RoundLinkFrameHeader(2) + "\x63x", absl::StatusCode::kInvalidArgument,
+       "a round link frame of type 99"},
+      // A key-value request over its bound is refused on its header.
+      {RoundLinkTypedFrameHeader(RoundLinkFrameType::kKvRequest,
+                                 kMaxRoundLinkKvRequestBytes),
+       absl::StatusCode::kResourceExhausted,
+       "a round link kv request frame of"},
+      {RoundLinkTypedFrame(RoundLinkFrameType::kKvRequest,
+                           no_call.SerializeAsString()),
+       absl::StatusCode::kInvalidArgument,
+       "not a KvLinkRequest with an id and a call"},
+      {RoundLinkTypedFrame(RoundLinkFrameType::kKvCancel, "\x08"),
+       absl::StatusCode::kInvalidArgument, "not a KvLinkCancel"},
+  };
+  for (const auto& frame : bad) {
+    SCOPED_TRACE(frame.why);
+    RawNode node(port);
+    EXPECT_EQ(node.Hello(1).code(), 0);
+    node.Send(frame.bytes);
+    ExpectLastWords(node, frame.code, frame.why);
   }
   EXPECT_EQ(coordinator.contributions.load(), 0);
   // And a well-behaved node is still served.
@@ -460,9 +596,10 @@ TEST(RoundLinkTest, GarbageAndOversizedFramesAreRefusedAndServingGoesOn) {
   EXPECT_EQ(node.Hello(1).code(), 0);
   v1::ContributeWordsRequest request = Contribution(3, 1, 42);
   request.set_tag(77);
-  node.SendFrame(request.SerializeAsString());
+  node.SendTyped(RoundLinkFrameType::kContribution,
+                 request.SerializeAsString());
   v1::RoundOutcome outcome;
-  auto frame = node.ReadFrame();
+  auto frame = node.ReadTyped(RoundLinkFrameType::kOutcome);
   ASSERT_TRUE(frame.has_value() && outcome.ParseFromString(*frame));
   EXPECT_EQ(outcome.tag(), 77u);
   EXPECT_EQ(outcome.round(), 3u);
@@ -529,7 +666,8 @@ TEST(RoundLinkTest, ANodeThatStopsReadingIsCutOffAtTheQueueBound) {
   ASSERT_TRUE(server.ok());
   RawNode node((*server)->port());
   EXPECT_EQ(node.Hello(1).code(), 0);
-  node.SendFrame(Contribution(1, 1, 1).SerializeAsString());
+  node.SendTyped(RoundLinkFrameType::kContribution,
+                 Contribution(1, 1, 1).SerializeAsString());
   while (coordinator.contributions.load() == 0) {
     absl::SleepFor(absl::Milliseconds(1));
   }
@@ -554,6 +692,330 @@ TEST(RoundLinkTest, ANodeThatStopsReadingIsCutOffAtTheQueueBound) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   EXPECT_EQ((*server)->open_links(), 0u);
+}
+
+// ---------------------------------------------------------- key-value calls
+
+v1::KvLinkRequest KvSet(const std::string& key, const std::string& value,
+                        uint32_t rank = 1) {
+  v1::KvLinkRequest r;
+  r.mutable_kv_set()->mutable_member()->set_rank(rank);
+  r.mutable_kv_set()->set_key(key);
+  r.mutable_kv_set()->set_value(value);
+  return r;
+}
+
+v1::KvLinkRequest KvGet(const std::string& key, uint32_t timeout_ms) {
+  v1::KvLinkRequest r;
+  r.mutable_kv_get()->mutable_member()->set_rank(1);
+  r.mutable_kv_get()->set_key(key);
+  r.mutable_kv_get()->set_timeout_ms(timeout_ms);
+  return r;
+}
+
+// Collects one key-value reply.
+struct KvAnswer {
+  absl::Notification done;
+  absl::StatusOr<v1::KvLinkReply> result = absl::UnknownError("unset");
+  PendingKvCalls::KvReply reply() {
+    return [this](absl::StatusOr<v1::KvLinkReply> r) {
+      result = std::move(r);
+      done.Notify();
+    };
+  }
+  bool Wait() { return done.WaitForNotificationWithTimeout(absl::Seconds(10)); }
+};
+
+// Sends `request` on `link` and waits for its answer.
+absl::StatusOr<v1::KvLinkReply> Call(RoundLink& link,
+                                     v1::KvLinkRequest request) {
+  KvAnswer a;
+  auto reply = a.reply();
+  if (!link.SendKv(std::move(request), reply, absl::InfiniteFuture(),
+                   nullptr)) {
+    return absl::FailedPreconditionError("the link refused the call");
+  }
+  if (!a.Wait()) return absl::DeadlineExceededError("no answer in 10 s");
+  return a.result;
+}
+
+// A node's link open to a coordinator stand-in.
+class RoundLinkKvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = StartServer(coordinator_);
+    ASSERT_NE(server_, nullptr);
+    link_ = std::make_unique<RoundLink>(LinkOptions(server_->port()));
+    ASSERT_TRUE(link_->WaitOpen(absl::Seconds(10)).ok());
+  }
+
+  FakeCoordinator coordinator_;
+  std::unique_ptr<RoundLinkServer> server_;
+  std::unique_ptr<RoundLink> link_;
+};
+
+TEST_F(RoundLinkKvTest, CallsAreAnsweredByIdWithTheCoordinatorsCodeAndText) {
+  auto set = Call(*link_, KvSet("k", "v"));
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->code(), 0);
+  EXPECT_TRUE(set->kv_set().stored());
+  auto got = Call(*link_, KvGet("k", 0));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->kv_get().value(), "v");
+  v1::KvLinkRequest add;
+  add.mutable_kv_add()->mutable_member()->set_rank(1);
+  add.mutable_kv_add()->set_delta(41);
+  auto added = Call(*link_, add);
+  ASSERT_TRUE(added.ok()) << added.status();
+  EXPECT_EQ(added->kv_add().value(), 42);
+  // The coordinator's refusals come back as they are, the link stays.
+  auto refused = Call(*link_, KvSet("k", "v", /*rank=*/3));
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_EQ(refused->code(),
+            static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_EQ(refused->message(), "not node 1's rank");
+  auto missing = Call(*link_, KvGet("nothing", 0));
+  ASSERT_TRUE(missing.ok());
+  EXPECT_EQ(missing->code(), static_cast<int>(absl::StatusCode::kNotFound));
+  // Many at once, each matched to its own reply.
+  std::vector<std::unique_ptr<KvAnswer>> answers;
+  for (int i = 0; i < 100; ++i) {
+    answers.push_back(std::make_unique<KvAnswer>());
+    auto reply = answers.back()->reply();
+    v1::KvLinkRequest r;
+    r.mutable_kv_add()->mutable_member()->set_rank(1);
+    r.mutable_kv_add()->set_delta(i);
+    ASSERT_TRUE(link_->SendKv(r, reply, absl::InfiniteFuture(), nullptr));
+    EXPECT_FALSE(reply) << "SendKv takes the reply";
+  }
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(answers[i]->Wait());
+    ASSERT_TRUE(answers[i]->result.ok());
+    EXPECT_EQ(answers[i]->result->kv_add().value(), i + 1);
+  }
+  EXPECT_EQ(link_->waiting_kv_calls(), 0u);
+  EXPECT_EQ(server_->open_links(), 1u);
+}
+
+TEST_F(RoundLinkKvTest, AWaitingGetDoesNotHoldUpTheLinkAndItsCancelReleasesIt) {
+  // Two gets wait in the coordinator; a set answers one of them, and the
+  // link's other traffic goes on meanwhile.
+  KvAnswer first, second;
+  auto cancellation = std::make_shared<CallCancellation>();
+  auto reply1 = first.reply();
+  auto reply2 = second.reply();
+  ASSERT_TRUE(link_->SendKv(KvGet("later", 60000), reply1,
+                            absl::InfiniteFuture(), nullptr));
+  ASSERT_TRUE(link_->SendKv(KvGet("never", 60000), reply2,
+                            absl::InfiniteFuture(), cancellation));
+  auto set = Call(*link_, KvSet("later", "z"));
+  ASSERT_TRUE(set.ok() && set->code() == 0);
+  ASSERT_TRUE(first.Wait());
+  ASSERT_TRUE(first.result.ok());
+  EXPECT_EQ(first.result->kv_get().value(), "z");
+  EXPECT_FALSE(second.done.HasBeenNotified());
+  // The rank cancels: the coordinator's wait is released, and its answer
+  // ends the call.
+  cancellation->Cancel();
+  ASSERT_TRUE(second.Wait());
+  ASSERT_TRUE(second.result.ok()) << second.result.status();
+  EXPECT_EQ(second.result->code(),
+            static_cast<int>(absl::StatusCode::kCancelled));
+  EXPECT_EQ(coordinator_.released.load(), 1);
+  EXPECT_EQ(link_->waiting_kv_calls(), 0u);
+  // A cancellation after the answer sends nothing the coordinator minds.
+  auto late = std::make_shared<CallCancellation>();
+  KvAnswer third;
+  auto reply3 = third.reply();
+  ASSERT_TRUE(
+      link_->SendKv(KvGet("later", 0), reply3, absl::InfiniteFuture(), late));
+  ASSERT_TRUE(third.Wait());
+  late->Cancel();
+  EXPECT_TRUE(Call(*link_, KvGet("later", 0)).ok());
+  EXPECT_EQ(server_->open_links(), 1u);
+}
+
+TEST_F(RoundLinkKvTest, TheLinksEndFailsWaitingCallsAndReleasesTheirWaits) {
+  KvAnswer waiting;
+  auto reply = waiting.reply();
+  ASSERT_TRUE(link_->SendKv(KvGet("never", 60000), reply,
+                            absl::InfiniteFuture(), nullptr));
+  while (coordinator_.kv_calls.load() == 0) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  server_->Stop();
+  ASSERT_TRUE(waiting.Wait());
+  EXPECT_EQ(waiting.result.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(waiting.result.status().message(),
+              HasSubstr("round link to coordinator at 127.0.0.1:1 ended: "));
+  EXPECT_THAT(waiting.result.status().message(),
+              HasSubstr("(before the coordinator answered this key-value "
+                        "call, which may have been applied)"));
+  // The coordinator dropped the link's waiter.
+  EXPECT_EQ(coordinator_.released.load(), 1);
+  {
+    absl::MutexLock lock(&coordinator_.mu);
+    EXPECT_TRUE(coordinator_.waiting.empty());
+  }
+  // Once ended, the link refuses calls, which the caller sends another way.
+  PendingKvCalls::KvReply next = [](absl::StatusOr<v1::KvLinkReply>) {};
+  EXPECT_FALSE(
+      link_->SendKv(KvSet("k", "v"), next, absl::InfiniteFuture(), nullptr));
+  EXPECT_TRUE(next) << "a refused SendKv leaves the reply to the caller";
+}
+
+TEST_F(RoundLinkKvTest, OverdueCallsFailAndStoppingCancelsTheRest) {
+  KvAnswer overdue, stopped;
+  auto reply1 = overdue.reply();
+  auto reply2 = stopped.reply();
+  ASSERT_TRUE(link_->SendKv(KvGet("a", 60000), reply1,
+                            MonotonicNow() + absl::Milliseconds(1), nullptr));
+  ASSERT_TRUE(link_->SendKv(KvGet("b", 60000), reply2, absl::InfiniteFuture(),
+                            nullptr));
+  link_->ExpireOverdue(MonotonicNow() + absl::Seconds(1));
+  ASSERT_TRUE(overdue.Wait());
+  EXPECT_EQ(overdue.result.status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(overdue.result.status().message(),
+              HasSubstr("did not answer a key-value call within its timeout"));
+  link_->Stop();
+  ASSERT_TRUE(stopped.Wait());
+  EXPECT_EQ(stopped.result.status().code(), absl::StatusCode::kCancelled);
+}
+
+TEST(RoundLinkKvBoundTest, CallsInFlightAreBoundedOnTheNode) {
+  FakeCoordinator coordinator;
+  auto server = StartServer(coordinator);
+  ASSERT_NE(server, nullptr);
+  RoundLink::Options options = LinkOptions(server->port());
+  options.max_kv_calls = 2;
+  RoundLink link(std::move(options));
+  ASSERT_TRUE(link.WaitOpen(absl::Seconds(10)).ok());
+  KvAnswer a, b;
+  auto ra = a.reply();
+  auto rb = b.reply();
+  ASSERT_TRUE(
+      link.SendKv(KvGet("x", 60000), ra, absl::InfiniteFuture(), nullptr));
+  ASSERT_TRUE(
+      link.SendKv(KvGet("y", 60000), rb, absl::InfiniteFuture(), nullptr));
+  auto third = Call(link, KvSet("x", "1"));
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(third.status().message(),
+              HasSubstr("2 key-value calls of this node are already waiting "
+                        "for the coordinator (the limit, "
+                        "kMaxKvCallsPerRoundLink)"));
+  EXPECT_EQ(link.waiting_kv_calls(), 2u);
+  link.Stop();
+}
+
+TEST(RoundLinkKvBoundTest, ANodeOverTheBoundOrReusingAnIdIsCutOff) {
+  FakeCoordinator coordinator;
+  auto server =
+      RoundLinkServer::Start("127.0.0.1", 0, OpenHandlers(coordinator));
+  ASSERT_TRUE(server.ok());
+  {
+    RawNode node((*server)->port());
+    EXPECT_EQ(node.Hello(1).code(), 0);
+    v1::KvLinkRequest get = KvGet("never", 60000);
+    get.set_id(5);
+    node.SendTyped(RoundLinkFrameType::kKvRequest, get.SerializeAsString());
+    node.SendTyped(RoundLinkFrameType::kKvRequest, get.SerializeAsString());
+    ExpectLastWords(node, absl::StatusCode::kInvalidArgument,
+                    "a kv request with id 5, which a call in flight has");
+  }
+  {
+    RawNode node((*server)->port());
+    EXPECT_EQ(node.Hello(1).code(), 0);
+    std::string frames;
+    for (uint64_t id = 1; id <= kMaxKvCallsPerRoundLink + 1; ++id) {
+      v1::KvLinkRequest get = KvGet(absl::StrCat("never", id), 60000);
+      get.set_id(id);
+      frames += RoundLinkTypedFrame(RoundLinkFrameType::kKvRequest,
+                                    get.SerializeAsString());
+    }
+    node.Send(frames);
+    ExpectLastWords(node, absl::StatusCode::kResourceExhausted,
+                    "key-value calls in flight on one round link "
+                    "(kMaxKvCallsPerRoundLink)");
+  }
+  // Every wait of the closed links was released (after the links closed).
+  const int all = static_cast<int>(kMaxKvCallsPerRoundLink) + 1;
+  const absl::Time give_up = MonotonicNow() + absl::Seconds(10);
+  while (coordinator.released.load() < all && MonotonicNow() < give_up) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  absl::MutexLock lock(&coordinator.mu);
+  EXPECT_TRUE(coordinator.waiting.empty());
+  EXPECT_EQ(coordinator.released.load(), all);
+}
+
+TEST(RoundLinkKvBoundTest, ALinkServingNoKeyValueCallsSaysSo) {
+  FakeCoordinator coordinator;
+  RoundLinkServer::Handlers rounds_only = OpenHandlers(coordinator);
+  rounds_only.kv = nullptr;
+  auto server = RoundLinkServer::Start("127.0.0.1", 0, rounds_only);
+  ASSERT_TRUE(server.ok());
+  RawNode node((*server)->port());
+  EXPECT_EQ(node.Hello(1).code(), 0);
+  v1::KvLinkRequest get = KvGet("k", 0);
+  get.set_id(1);
+  node.SendTyped(RoundLinkFrameType::kKvRequest, get.SerializeAsString());
+  ExpectLastWords(node, absl::StatusCode::kUnimplemented,
+                  "serves no key-value calls");
+}
+
+TEST(RoundLinkNodeTest, AFrameTheCoordinatorMayNotSendEndsTheLinkSayingWhy) {
+  const struct {
+    std::string frame;
+    std::string why;
+  } bad[] = {
+      {RoundLinkTypedFrame(RoundLinkFrameType::kKvRequest, ""),
+       "a round link frame of kv request, which the coordinator does not "
+       "send"},
+      {RoundLinkFrame(""), "an empty round link frame"},
+      {RoundLinkTypedFrame(RoundLinkFrameType::kKvReply, "\x08"),
+       "a kv reply frame that is not a KvLinkReply"},
+  };
+  for (const auto& frame : bad) {
+    SCOPED_TRACE(frame.why);
+    // A coordinator played by hand, on a port of its own.
+    int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t size = sizeof(a);
+    ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    ASSERT_EQ(::listen(listener, 1), 0);
+    ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &size),
+              0);
+    absl::Notification ended;
+    absl::Status why;
+    RoundLink::Options options = LinkOptions(ntohs(a.sin_port), /*token=*/"");
+    options.on_end = [&](const absl::Status& s) {
+      why = s;
+      ended.Notify();
+    };
+    RoundLink link(std::move(options));
+    std::unique_ptr<RawNode> coordinator = RawNode::Accept(listener);
+    ::close(listener);
+    ASSERT_NE(coordinator, nullptr);
+    coordinator->SendFrame(
+        RoundLinkGreeting(std::string(kRoundLinkNonceBytes, 'c')));
+    ASSERT_TRUE(coordinator->ReadFrame().has_value());  // the hello
+    coordinator->SendFrame(v1::RoundLinkWelcome().SerializeAsString());
+    ASSERT_TRUE(link.WaitOpen(absl::Seconds(10)).ok());
+    KvAnswer waiting;
+    auto reply = waiting.reply();
+    ASSERT_TRUE(
+        link.SendKv(KvGet("k", 1000), reply, absl::InfiniteFuture(), nullptr));
+    coordinator->Send(frame.frame);
+    ASSERT_TRUE(ended.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    EXPECT_EQ(why.code(), absl::StatusCode::kUnavailable) << why;
+    EXPECT_THAT(why.message(), HasSubstr(frame.why));
+    ASSERT_TRUE(waiting.Wait());
+    EXPECT_EQ(waiting.result.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(waiting.result.status().message(), HasSubstr(frame.why));
+  }
 }
 
 }  // namespace

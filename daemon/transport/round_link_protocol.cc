@@ -3,6 +3,7 @@
 #include <openssl/rand.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/limits.h"
 
 namespace rankd {
 namespace {
@@ -39,6 +40,108 @@ uint32_t RoundLinkFrameLength(const char* header) {
               << (8 * i);
   }
   return length;
+}
+
+std::string RoundLinkTypedFrameHeader(RoundLinkFrameType type,
+                                      size_t message_length) {
+  std::string head =
+      RoundLinkFrameHeader(static_cast<uint32_t>(message_length + 1));
+  head.push_back(static_cast<char>(type));
+  return head;
+}
+
+std::string RoundLinkTypedFrame(RoundLinkFrameType type,
+                                absl::string_view message) {
+  return absl::StrCat(RoundLinkTypedFrameHeader(type, message.size()), message);
+}
+
+std::string RoundLinkFrameTypeName(uint8_t type) {
+  switch (static_cast<RoundLinkFrameType>(type)) {
+    case RoundLinkFrameType::kContribution:
+      return "contribution";
+    case RoundLinkFrameType::kOutcome:
+      return "outcome";
+    case RoundLinkFrameType::kKvRequest:
+      return "kv request";
+    case RoundLinkFrameType::kKvCancel:
+      return "kv cancel";
+    case RoundLinkFrameType::kKvReply:
+      return "kv reply";
+  }
+  return absl::StrCat("type ", type);
+}
+
+size_t MaxRoundLinkFrameBytes(RoundLinkFrameType type) {
+  switch (type) {
+    case RoundLinkFrameType::kKvRequest:
+      return kMaxRoundLinkKvRequestBytes;
+    case RoundLinkFrameType::kKvCancel:
+      return 64;
+    default:
+      return static_cast<size_t>(kMaxGrpcMessageBytes);
+  }
+}
+
+namespace {
+
+absl::Status EmptyFrameError() {
+  return absl::InvalidArgumentError(
+      "an empty round link frame (every frame after the handshake starts "
+      "with its type)");
+}
+
+// OK when `type` is one of `allowed` and `length` fits it.
+absl::Status CheckTypeAndLength(uint8_t type, size_t length,
+                                absl::string_view from,
+                                absl::Span<const RoundLinkFrameType> allowed) {
+  bool known = false;
+  for (RoundLinkFrameType t : allowed) {
+    known = known || static_cast<uint8_t>(t) == type;
+  }
+  if (!known) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a round link frame of ", RoundLinkFrameTypeName(type),
+                     ", which the ", from, " does not send"));
+  }
+  const size_t limit =
+      MaxRoundLinkFrameBytes(static_cast<RoundLinkFrameType>(type));
+  if (length > limit) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a round link ", RoundLinkFrameTypeName(type),
+                     " frame of ", length, " bytes (at most ", limit, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseRoundLinkFrame(absl::string_view payload,
+                                 absl::string_view from,
+                                 absl::Span<const RoundLinkFrameType> allowed,
+                                 RoundLinkFrameType* type,
+                                 absl::string_view* message) {
+  if (payload.empty()) {
+    return EmptyFrameError();
+  }
+  const uint8_t byte = static_cast<uint8_t>(payload[0]);
+  if (auto s = CheckTypeAndLength(byte, payload.size(), from, allowed);
+      !s.ok()) {
+    return s;
+  }
+  *type = static_cast<RoundLinkFrameType>(byte);
+  *message = payload.substr(1);
+  return absl::OkStatus();
+}
+
+absl::Status CheckRoundLinkFrameStart(
+    const char* start, absl::string_view from,
+    absl::Span<const RoundLinkFrameType> allowed) {
+  const uint32_t length = RoundLinkFrameLength(start);
+  if (length == 0) {
+    return EmptyFrameError();
+  }
+  return CheckTypeAndLength(static_cast<uint8_t>(start[kRoundLinkHeaderBytes]),
+                            length, from, allowed);
 }
 
 std::string RoundLinkGreeting(absl::string_view nonce) {

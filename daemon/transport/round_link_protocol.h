@@ -14,18 +14,37 @@
 //      and carries TokenProof(node token, CoordinatorTranscript(...)), so
 //      the node knows it talks to a holder of the node key; any other code
 //      says why the node was refused, and the coordinator closes.
-//   4. Then the node sends v1::ContributeWordsRequests and the coordinator
-//      v1::RoundOutcomes, as on Peer.Rounds except that an outcome's words
-//      come as RoundOutcome.words_le (4 bytes each; WordRounds::Outcome::
-//      LinkEncoded, read by TakeOutcomeWords). An outcome with tag 0 and a
-//      non-zero code is the coordinator's last word: why it closes.
+//   4. Then every frame is typed: its payload's first byte is a
+//      RoundLinkFrameType, the rest that type's message. The handshake's
+//      frames (1-3) have no type byte: their order says what they are.
+//        node -> coordinator
+//          1 kContribution  v1::ContributeWordsRequest (a round), as on
+//                           Peer.Rounds.
+//          3 kKvRequest     v1::KvLinkRequest: a rank's key-value call the
+//                           node forwards, named by the node's id.
+//          4 kKvCancel      v1::KvLinkCancel: release that call's wait.
+//        coordinator -> node
+//          2 kOutcome       v1::RoundOutcome, as on Peer.Rounds except that
+//                           its words come as RoundOutcome.words_le (4 bytes
+//                           each; WordRounds::Outcome::LinkEncoded, read by
+//                           TakeOutcomeWords). An outcome with tag 0 and a
+//                           non-zero code is the coordinator's last word:
+//                           why it closes.
+//          5 kKvReply       v1::KvLinkReply: the answer to a kKvRequest,
+//                           by id (code, message, response), exactly what
+//                           the Peer service's unary call would answer.
+//      A frame of a type the receiver does not take in its direction, an
+//      empty one, or one whose message does not parse closes the link with
+//      an error naming it (ParseRoundLinkFrame). Each type has its own
+//      largest size (MaxRoundLinkFrameBytes), so a key-value request is
+//      refused as soon as its header arrives, before its body is buffered.
 // Without authentication (--allow_unauthenticated) proofs are empty.
 //
 // What a link protects: like the gRPC listener without TLS, the link has
 // no confidentiality; a coordinator with TLS configured offers no link, so
 // its rounds stay on the TLS-protected Rounds stream.
 //
-// Depends on absl, common/credentials and the protos.
+// Depends on absl, common/credentials, common/limits and the protos.
 #ifndef RANKD_DAEMON_ROUND_LINK_PROTOCOL_H_
 #define RANKD_DAEMON_ROUND_LINK_PROTOCOL_H_
 
@@ -36,6 +55,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "rankd/v1/peer.pb.h"
 
 namespace rankd {
@@ -49,12 +69,64 @@ inline constexpr size_t kMaxRoundLinkHandshakeBytes = 4096;
 // How long a node has to complete the handshake once connected.
 inline constexpr absl::Duration kRoundLinkHandshakeTimeout = absl::Seconds(5);
 
+// What a frame after the handshake carries: its payload's first byte.
+enum class RoundLinkFrameType : uint8_t {
+  kContribution = 1,  // node -> coordinator: v1::ContributeWordsRequest
+  kOutcome = 2,       // coordinator -> node: v1::RoundOutcome
+  kKvRequest = 3,     // node -> coordinator: v1::KvLinkRequest
+  kKvCancel = 4,      // node -> coordinator: v1::KvLinkCancel
+  kKvReply = 5,       // coordinator -> node: v1::KvLinkReply
+};
+// Header and type byte: what precedes a typed frame's message.
+inline constexpr size_t kRoundLinkTypedHeaderBytes = kRoundLinkHeaderBytes + 1;
+
 // The 4-byte frame header for a payload of `length` bytes.
 std::string RoundLinkFrameHeader(uint32_t length);
-// A whole frame: the header, then `payload`.
+// A whole untyped frame (the handshake's): the header, then `payload`.
 std::string RoundLinkFrame(absl::string_view payload);
 // The length a frame header (kRoundLinkHeaderBytes at `header`) announces.
 uint32_t RoundLinkFrameLength(const char* header);
+
+// The header and type byte of a typed frame whose message is
+// `message_length` bytes (the message follows them).
+std::string RoundLinkTypedFrameHeader(RoundLinkFrameType type,
+                                      size_t message_length);
+// A whole typed frame: header, type byte, then `message`.
+std::string RoundLinkTypedFrame(RoundLinkFrameType type,
+                                absl::string_view message);
+
+// The type's name in messages ("kv request"); "type <n>" for a byte that
+// names no type.
+std::string RoundLinkFrameTypeName(uint8_t type);
+
+// The largest payload (type byte and message) a receiver accepts in a frame
+// of `type`: kMaxRoundLinkKvRequestBytes for a key-value request, 64 bytes
+// for a cancel, kMaxGrpcMessageBytes otherwise (common/limits.h).
+size_t MaxRoundLinkFrameBytes(RoundLinkFrameType type);
+
+// Splits a typed frame's `payload` into its type and message. `from`
+// ("node", "coordinator") names the sender for messages; `allowed` lists the
+// types that sender may send. InvalidArgument naming what is wrong: an empty
+// payload, a type byte that names no type or one `from` does not send, or
+// a payload over MaxRoundLinkFrameBytes of its type.
+absl::Status ParseRoundLinkFrame(absl::string_view payload,
+                                 absl::string_view from,
+                                 absl::Span<const RoundLinkFrameType> allowed,
+                                 RoundLinkFrameType* type,
+                                 absl::string_view* message);
+// The same check on a frame's header and type byte alone (the first
+// kRoundLinkTypedHeaderBytes of a frame), before its message has arrived:
+// ResourceExhausted when the header announces more than the type allows.
+absl::Status CheckRoundLinkFrameStart(
+    const char* start, absl::string_view from,
+    absl::Span<const RoundLinkFrameType> allowed);
+
+// What a node sends and what a coordinator sends after the handshake.
+inline constexpr RoundLinkFrameType kNodeFrameTypes[] = {
+    RoundLinkFrameType::kContribution, RoundLinkFrameType::kKvRequest,
+    RoundLinkFrameType::kKvCancel};
+inline constexpr RoundLinkFrameType kCoordinatorFrameTypes[] = {
+    RoundLinkFrameType::kOutcome, RoundLinkFrameType::kKvReply};
 
 // The greeting's payload: the magic followed by `nonce`.
 std::string RoundLinkGreeting(absl::string_view nonce);

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -29,6 +30,25 @@ namespace {
 constexpr size_t kReadChunkBytes = 64 << 10;
 // iovecs per sendmsg: up to this many queued frames go out in one call.
 constexpr size_t kMaxFramesPerWrite = 64;
+
+// The Peer call a forwarded key-value call stands for (for metrics).
+std::string KvLinkMethod(const v1::KvLinkRequest& request) {
+  switch (request.call_case()) {
+    case v1::KvLinkRequest::kKvSet:
+      return "/rankd.v1.Peer/KvSet";
+    case v1::KvLinkRequest::kKvGet:
+      return "/rankd.v1.Peer/KvGet";
+    case v1::KvLinkRequest::kKvAdd:
+      return "/rankd.v1.Peer/KvAdd";
+    case v1::KvLinkRequest::kKvDelete:
+      return "/rankd.v1.Peer/KvDelete";
+    case v1::KvLinkRequest::kKvCount:
+      return "/rankd.v1.Peer/KvCount";
+    case v1::KvLinkRequest::CALL_NOT_SET:
+      break;
+  }
+  return "/rankd.v1.Peer/Kv";
+}
 
 }  // namespace
 
@@ -47,9 +67,9 @@ class RoundLinkServer::Connection {
                uint64_t tag) {
     const std::string& body = outcome->LinkEncoded();
     std::string tail = WordRounds::Outcome::TagSuffix(tag);
-    Out out{
-        RoundLinkFrameHeader(static_cast<uint32_t>(body.size() + tail.size())),
-        std::move(outcome), std::move(tail)};
+    Out out{RoundLinkTypedFrameHeader(RoundLinkFrameType::kOutcome,
+                                      body.size() + tail.size()),
+            std::move(outcome), std::move(tail)};
     absl::MutexLock lock(&mu_);
     if (closed_) return;
     if (out_.size() >= kMaxQueuedOutcomes) {
@@ -63,12 +83,12 @@ class RoundLinkServer::Connection {
     if (out_.size() == 1) FlushLocked();
   }
 
-  // Queues a whole frame of `payload` (handshake, last words) and writes
-  // what the socket takes.
-  void SendFrame(const std::string& payload) {
+  // Queues a whole `frame` (handshake, last words) and writes what the
+  // socket takes.
+  void SendFrame(std::string frame) {
     absl::MutexLock lock(&mu_);
     if (closed_) return;
-    out_.push_back(Out{RoundLinkFrame(payload), nullptr, ""});
+    out_.push_back(Out{std::move(frame), nullptr, ""});
     if (out_.size() == 1) FlushLocked();
   }
 
@@ -78,7 +98,60 @@ class RoundLinkServer::Connection {
     v1::RoundOutcome last;
     last.set_code(static_cast<int>(why.code()));
     last.set_message(std::string(why.message()));
-    SendFrame(last.SerializeAsString());
+    SendFrame(RoundLinkTypedFrame(RoundLinkFrameType::kOutcome,
+                                  last.SerializeAsString()));
+  }
+
+  // Records key-value call `id` as in flight with its `cancellation`.
+  // InvalidArgument when a call with that id is in flight already,
+  // ResourceExhausted when kMaxKvCallsPerRoundLink are.
+  absl::Status StartKv(uint64_t id, CancellationRef cancellation) {
+    absl::MutexLock lock(&mu_);
+    if (kv_calls_.contains(id)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a kv request with id ", id, ", which a call in flight has"));
+    }
+    if (kv_calls_.size() >= kMaxKvCallsPerRoundLink) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("more than ", kMaxKvCallsPerRoundLink,
+                       " key-value calls in flight on one round link "
+                       "(kMaxKvCallsPerRoundLink)"));
+    }
+    kv_calls_.emplace(id, std::move(cancellation));
+    return absl::OkStatus();
+  }
+
+  // Sends call `reply.id()`'s reply (any thread); dropped once the
+  // connection is closed. Replies queued beyond
+  // kMaxRoundLinkQueuedKvReplyBytes (a node that does not read) end the
+  // link.
+  void FinishKv(const v1::KvLinkReply& reply) {
+    std::string frame = RoundLinkTypedFrame(RoundLinkFrameType::kKvReply,
+                                            reply.SerializeAsString());
+    absl::MutexLock lock(&mu_);
+    kv_calls_.erase(reply.id());
+    if (closed_) return;
+    if (queued_kv_bytes_ + frame.size() > kMaxRoundLinkQueuedKvReplyBytes) {
+      closed_ = true;  // the server's thread sees the shutdown and closes
+      ::shutdown(fd_, SHUT_RDWR);
+      return;
+    }
+    queued_kv_bytes_ += frame.size();
+    const size_t size = frame.size();
+    out_.push_back(Out{std::move(frame), nullptr, "", size});
+    if (out_.size() == 1) FlushLocked();
+  }
+
+  // Releases call `id`'s wait, if it is in flight (server thread).
+  void CancelKv(uint64_t id) {
+    CancellationRef cancellation;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = kv_calls_.find(id);
+      if (it == kv_calls_.end()) return;  // its reply crossed the cancel
+      cancellation = it->second;
+    }
+    cancellation->Cancel();  // may answer at once: not under mu_
   }
 
   // The socket has room again (server thread).
@@ -87,13 +160,20 @@ class RoundLinkServer::Connection {
     if (!closed_) FlushLocked();
   }
 
-  // Drops what is queued and closes the socket (server thread, once).
+  // Drops what is queued, closes the socket and releases the waits of the
+  // key-value calls in flight (server thread, once).
   void Close() {
-    absl::MutexLock lock(&mu_);
-    closed_ = true;
-    out_.clear();
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd_, nullptr);
-    ::close(fd_);
+    std::map<uint64_t, CancellationRef> in_flight;
+    {
+      absl::MutexLock lock(&mu_);
+      closed_ = true;
+      out_.clear();
+      queued_kv_bytes_ = 0;
+      in_flight.swap(kv_calls_);
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd_, nullptr);
+      ::close(fd_);
+    }
+    for (auto& [id, cancellation] : in_flight) cancellation->Cancel();
   }
 
   // Reading side: only the server's thread touches these.
@@ -110,6 +190,7 @@ class RoundLinkServer::Connection {
     std::string head;  // frame header, or a whole small frame
     std::shared_ptr<const WordRounds::Outcome> outcome;  // may be null
     std::string tail;
+    size_t kv_bytes = 0;  // of a key-value reply: counted in queued_kv_bytes_
   };
 
   void FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -147,6 +228,7 @@ class RoundLinkServer::Connection {
         closed_ = true;  // broken: the server's thread sees it and closes
         ::shutdown(fd_, SHUT_RDWR);
         out_.clear();
+        queued_kv_bytes_ = 0;
         return;
       }
       // Retire the frames the write finished.
@@ -157,6 +239,7 @@ class RoundLinkServer::Connection {
                       (o.outcome ? o.outcome->LinkEncoded().size() : 0);
         if (done < size) break;
         done -= size;
+        queued_kv_bytes_ -= o.kv_bytes;
         out_.pop_front();
       }
       written_ = done;
@@ -179,6 +262,9 @@ class RoundLinkServer::Connection {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<Out> out_ ABSL_GUARDED_BY(mu_);
   size_t written_ ABSL_GUARDED_BY(mu_) = 0;  // of out_.front()
+  size_t queued_kv_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Key-value calls in flight, by the node's id.
+  std::map<uint64_t, CancellationRef> kv_calls_ ABSL_GUARDED_BY(mu_);
   bool watching_writable_ ABSL_GUARDED_BY(mu_) = false;
 };
 
@@ -354,7 +440,7 @@ void RoundLinkServer::Accept() {
     connections_[fd] = c;
     ++handshaking_;
     handshakes_.push_back(c);
-    c->SendFrame(RoundLinkGreeting(c->coordinator_nonce));
+    c->SendFrame(RoundLinkFrame(RoundLinkGreeting(c->coordinator_nonce)));
   }
 }
 
@@ -373,22 +459,39 @@ bool RoundLinkServer::OnReadable(const std::shared_ptr<Connection>& c) {
     // more than one frame's worth.
     size_t start = 0;
     while (c->in.size() - start >= kRoundLinkHeaderBytes) {
-      const size_t limit = c->phase == Connection::Phase::kHello
-                               ? kMaxRoundLinkHandshakeBytes
-                               : static_cast<size_t>(kMaxGrpcMessageBytes);
+      const size_t available = c->in.size() - start;
       const uint32_t length = RoundLinkFrameLength(c->in.data() + start);
-      if (length > limit) {
-        c->SendLastWords(absl::ResourceExhaustedError(absl::StrCat(
-            "a round link frame of ", length, " bytes (at most ", limit, ")")));
+      if (c->phase == Connection::Phase::kHello) {
+        if (length > kMaxRoundLinkHandshakeBytes) {
+          c->SendLastWords(absl::ResourceExhaustedError(
+              absl::StrCat("a round link frame of ", length, " bytes (at most ",
+                           kMaxRoundLinkHandshakeBytes, ")")));
+          return false;
+        }
+      } else if (length == 0 || available >= kRoundLinkTypedHeaderBytes) {
+        // Its type's limit as soon as the type byte is here.
+        if (absl::Status s = CheckRoundLinkFrameStart(c->in.data() + start,
+                                                      "node", kNodeFrameTypes);
+            !s.ok()) {
+          c->SendLastWords(s);
+          return false;
+        }
+      } else if (length > static_cast<size_t>(kMaxGrpcMessageBytes)) {
+        // Too large for any type, before its type byte.
+        c->SendLastWords(absl::ResourceExhaustedError(
+            absl::StrCat("a round link frame of ", length, " bytes (at most ",
+                         kMaxGrpcMessageBytes, ")")));
         return false;
+      } else {
+        break;  // the type byte is still to come
       }
-      if (c->in.size() - start < kRoundLinkHeaderBytes + length) break;
+      if (available < kRoundLinkHeaderBytes + length) break;
       absl::string_view frame(c->in.data() + start + kRoundLinkHeaderBytes,
                               length);
       start += kRoundLinkHeaderBytes + length;
       const bool keep = c->phase == Connection::Phase::kHello
                             ? OnHello(c, frame)
-                            : OnContribution(c, frame);
+                            : OnFrame(c, frame);
       if (!keep) return false;
     }
     c->in.erase(0, start);
@@ -417,7 +520,7 @@ bool RoundLinkServer::OnHello(const std::shared_ptr<Connection>& c,
   if (!admission.ok()) {
     welcome.set_code(static_cast<int>(admission.status().code()));
     welcome.set_message(std::string(admission.status().message()));
-    c->SendFrame(welcome.SerializeAsString());
+    c->SendFrame(RoundLinkFrame(welcome.SerializeAsString()));
     c->phase = Connection::Phase::kOpen;  // no longer counted as handshaking
     return false;
   }
@@ -443,7 +546,78 @@ bool RoundLinkServer::OnHello(const std::shared_ptr<Connection>& c,
     ++open_links_;
   }
   welcome.set_proof(admission->proof);
-  c->SendFrame(welcome.SerializeAsString());
+  c->SendFrame(RoundLinkFrame(welcome.SerializeAsString()));
+  return true;
+}
+
+bool RoundLinkServer::OnFrame(const std::shared_ptr<Connection>& c,
+                              absl::string_view frame) {
+  RoundLinkFrameType type;
+  absl::string_view message;
+  if (absl::Status s =
+          ParseRoundLinkFrame(frame, "node", kNodeFrameTypes, &type, &message);
+      !s.ok()) {
+    c->SendLastWords(s);
+    return false;
+  }
+  switch (type) {
+    case RoundLinkFrameType::kKvRequest:
+      return OnKvRequest(c, message);
+    case RoundLinkFrameType::kKvCancel:
+      return OnKvCancel(c, message);
+    default:
+      return OnContribution(c, message);
+  }
+}
+
+bool RoundLinkServer::OnKvRequest(const std::shared_ptr<Connection>& c,
+                                  absl::string_view frame) {
+  v1::KvLinkRequest request;
+  if (!request.ParseFromArray(frame.data(), static_cast<int>(frame.size())) ||
+      request.id() == 0 ||
+      request.call_case() == v1::KvLinkRequest::CALL_NOT_SET) {
+    c->SendLastWords(absl::InvalidArgumentError(
+        "a round link kv request frame that is not a KvLinkRequest with an "
+        "id and a call"));
+    return false;
+  }
+  if (!handlers_.kv) {
+    c->SendLastWords(
+        absl::UnimplementedError("this round link serves no key-value calls"));
+    return false;
+  }
+  auto cancellation = std::make_shared<CallCancellation>();
+  if (absl::Status s = c->StartKv(request.id(), cancellation); !s.ok()) {
+    c->SendLastWords(s);
+    return false;
+  }
+  // The reply may come after the link is gone: it then finds the
+  // connection closed (or already freed) and is dropped.
+  std::weak_ptr<Connection> link = c;
+  const uint64_t id = request.id();
+  const absl::Time received = MonotonicNow();
+  handlers_.kv(c->node, request, cancellation,
+               [link, id, received, method = KvLinkMethod(request),
+                observe = handlers_.observe](v1::KvLinkReply reply) {
+                 if (observe) {
+                   observe(method, static_cast<absl::StatusCode>(reply.code()),
+                           MonotonicNow() - received);
+                 }
+                 reply.set_id(id);
+                 if (auto c = link.lock()) c->FinishKv(reply);
+               });
+  return true;
+}
+
+bool RoundLinkServer::OnKvCancel(const std::shared_ptr<Connection>& c,
+                                 absl::string_view frame) {
+  v1::KvLinkCancel cancel;
+  if (!cancel.ParseFromArray(frame.data(), static_cast<int>(frame.size()))) {
+    c->SendLastWords(absl::InvalidArgumentError(
+        "a round link kv cancel frame that is not a KvLinkCancel"));
+    return false;
+  }
+  c->CancelKv(cancel.id());
   return true;
 }
 

@@ -1,10 +1,14 @@
 // RoundLinkServer: the coordinator's end of the round links
 // (round_link_protocol.h). One thread accepts nodes' connections, shakes
-// hands and reads contributions with epoll; outcomes are written by
-// whichever thread finishes a round, straight to the socket when it has
-// room (most of the time), queued for the thread otherwise. A round's one
-// encoding (WordRounds::Outcome::Encoded) goes to every node by reference,
-// followed by its tag, as on the Rounds stream (round_stream_reactor.h).
+// hands and reads contributions and forwarded key-value calls with epoll;
+// outcomes and key-value replies are written by whichever thread finishes
+// a round or a call, straight to the socket when it has room (most of the
+// time), queued for the thread otherwise. A round's one encoding
+// (WordRounds::Outcome::Encoded) goes to every node by reference, followed
+// by its tag, as on the Rounds stream (round_stream_reactor.h). A
+// key-value call is handed to Handlers::kv with a cancellation that the
+// node's kKvCancel frame, or the link's end, cancels: a blocked get waits
+// in the coordinator, never on the server's thread.
 //
 // Bounds (what a connection can make the coordinator hold):
 //   - every connection is accepted as soon as it arrives and greeted at
@@ -24,11 +28,21 @@
 //   - contribution frames of at most kMaxGrpcMessageBytes (common/limits.h),
 //     as on gRPC; at most kMaxQueuedOutcomes outcomes waiting for a node
 //     that does not read, then its link is closed (RESOURCE_EXHAUSTED).
-// A frame that is not what the protocol expects, or a contribution refused
-// by `authorize`, closes the link after a last outcome saying why.
+//   - key-value request frames of at most kMaxRoundLinkKvRequestBytes,
+//     refused on their header; at most kMaxKvCallsPerRoundLink calls of a
+//     link in flight (its node refuses more itself, so one more is a
+//     misbehaving node: its link is closed, RESOURCE_EXHAUSTED); at most
+//     kMaxRoundLinkQueuedKvReplyBytes of replies queued for a node that
+//     does not read, then its link is closed.
+// A frame that is not what the protocol expects, a contribution refused by
+// `authorize`, or a key-value request that reuses an id in flight, closes
+// the link after a last outcome saying why. A key-value call the
+// coordinator refuses (not the node's rank, not a member) is answered with
+// that error, as the Peer service's unary call would be, and the link stays.
 //
 // Depends on absl, WordRounds (the shared outcome), the round link
-// protocol, common/limits and the protos. Knows nothing of gRPC.
+// protocol, daemon/call_cancellation, common/limits and the protos. Knows
+// nothing of gRPC.
 #ifndef RANKD_DAEMON_ROUND_LINK_SERVER_H_
 #define RANKD_DAEMON_ROUND_LINK_SERVER_H_
 
@@ -46,6 +60,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/call_cancellation.h"
 #include "daemon/coordinator/word_rounds.h"
 #include "rankd/v1/peer.pb.h"
 
@@ -69,6 +85,10 @@ class RoundLinkServer {
     std::string proof;
   };
 
+  // Answers a forwarded key-value call: the reply's code, message and
+  // response (its id is the server's to set).
+  using KvDone = std::function<void(v1::KvLinkReply reply)>;
+
   struct Handlers {
     // Admits the node that sent `hello` (proof checked against
     // `node_transcript`; the coordinator's own proof made over
@@ -87,6 +107,23 @@ class RoundLinkServer {
     std::function<void(const v1::ContributeWordsRequest& request,
                        WordRounds::SharedDone done)>
         contribute;
+    // Runs a key-value call forwarded by a link admitted as `node` (its
+    // oneof is set): checks it as the Peer service's unary call for that
+    // node would, and answers what that call would. `done` runs exactly
+    // once, on any thread; `cancellation` is cancelled when the node
+    // cancels the call or its link closes. Must not block (a waiting get
+    // waits in the coordinator). Unset: a key-value request closes the
+    // link (UNIMPLEMENTED).
+    std::function<void(std::optional<uint32_t> node,
+                       const v1::KvLinkRequest& request,
+                       const CancellationRef& cancellation, KvDone done)>
+        kv;
+    // Optional: counts each finished key-value call as the Peer call it
+    // stands for ("/rankd.v1.Peer/KvSet"), with its code and time from
+    // receipt to answer. Any thread.
+    std::function<void(absl::string_view method, absl::StatusCode code,
+                       absl::Duration elapsed)>
+        observe;
   };
 
   // Listens on `host`:`port` (port 0: any free port) and starts the
@@ -122,8 +159,14 @@ class RoundLinkServer {
   // to be closed.
   bool OnReadable(const std::shared_ptr<Connection>& c);
   bool OnHello(const std::shared_ptr<Connection>& c, absl::string_view frame);
+  // A frame after the handshake: checks its type and hands its message on.
+  bool OnFrame(const std::shared_ptr<Connection>& c, absl::string_view frame);
   bool OnContribution(const std::shared_ptr<Connection>& c,
                       absl::string_view frame);
+  bool OnKvRequest(const std::shared_ptr<Connection>& c,
+                   absl::string_view frame);
+  bool OnKvCancel(const std::shared_ptr<Connection>& c,
+                  absl::string_view frame);
   void Close(int fd);
   void ExpireHandshakes();
 

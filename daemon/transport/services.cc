@@ -1,6 +1,7 @@
 #include "daemon/transport/services.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -545,7 +546,83 @@ RoundLinkServer::Handlers PeerService::RoundLinkHandlers() {
                                       WordRounds::SharedDone done) {
     coordinator->ContributeWordsShared(request, std::move(done));
   };
+  handlers.kv = [this](std::optional<uint32_t> caller,
+                       const v1::KvLinkRequest& request,
+                       const CancellationRef& cancellation,
+                       RoundLinkServer::KvDone done) {
+    RunKvLinkCall(caller, request, cancellation, std::move(done));
+  };
   return handlers;
+}
+
+namespace {
+
+// A forwarded key-value call's reply: `result`'s status, and its response
+// in the reply's field `response` when OK.
+template <typename T>
+v1::KvLinkReply KvLinkReplyOf(absl::StatusOr<T> result,
+                              T* (v1::KvLinkReply::*response)()) {
+  v1::KvLinkReply reply;
+  if (!result.ok()) {
+    reply.set_code(static_cast<int>(result.status().code()));
+    reply.set_message(std::string(result.status().message()));
+  } else {
+    *(reply.*response)() = *std::move(result);
+  }
+  return reply;
+}
+
+}  // namespace
+
+void PeerService::RunKvLinkCall(std::optional<uint32_t> caller,
+                                const v1::KvLinkRequest& request,
+                                const CancellationRef& cancellation,
+                                RoundLinkServer::KvDone done) const {
+  // The unary calls' checks (CheckForRank) for the node the link's
+  // handshake proved: the coordinator is this daemon, the node is not its
+  // own (both settled when the link was admitted), the rank is the node's.
+  auto refused = [&](const v1::MemberRef& member) {
+    return CheckClaims(caller, std::nullopt, member.rank());
+  };
+  using R = v1::KvLinkReply;
+  // A call the coordinator answers at once.
+  auto answer = [&](const auto& call, auto method, auto response) {
+    using Response =
+        std::remove_pointer_t<decltype((std::declval<R&>().*response)())>;
+    absl::Status s = refused(call.member());
+    done(KvLinkReplyOf<Response>(
+        s.ok() ? (coordinator_->*method)(call) : absl::StatusOr<Response>(s),
+        response));
+  };
+  switch (request.call_case()) {
+    case v1::KvLinkRequest::kKvSet:
+      return answer(request.kv_set(), &Coordinator::KvSet, &R::mutable_kv_set);
+    case v1::KvLinkRequest::kKvAdd:
+      return answer(request.kv_add(), &Coordinator::KvAdd, &R::mutable_kv_add);
+    case v1::KvLinkRequest::kKvDelete:
+      return answer(request.kv_delete(), &Coordinator::KvDelete,
+                    &R::mutable_kv_delete);
+    case v1::KvLinkRequest::kKvCount:
+      return answer(request.kv_count(), &Coordinator::KvCount,
+                    &R::mutable_kv_count);
+    case v1::KvLinkRequest::kKvGet: {
+      auto reply =
+          [done = std::move(done)](absl::StatusOr<v1::KvGetResponse> result) {
+            done(KvLinkReplyOf(std::move(result), &R::mutable_kv_get));
+          };
+      if (absl::Status s = refused(request.kv_get().member()); !s.ok()) {
+        return reply(s);
+      }
+      // Waits in the coordinator, not on the link's thread.
+      return coordinator_->KvGet(request.kv_get(), std::move(reply),
+                                 cancellation);
+    }
+    case v1::KvLinkRequest::CALL_NOT_SET:
+      break;
+  }
+  done(KvLinkReplyOf<v1::KvCountResponse>(
+      absl::InvalidArgumentError("a KvLinkRequest without a call"),
+      &R::mutable_kv_count));
 }
 
 grpc::ServerUnaryReactor* PeerService::KvSet(

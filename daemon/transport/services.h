@@ -204,8 +204,10 @@ class PeerService final : public PeerCallbackService {
 
   // What the coordinator's round link server runs: the same checks as the
   // Rounds stream (a node of this job, not this daemon's own, proving its
-  // token; every contribution naming that node) and the same coordinator.
-  // The service must outlive the server.
+  // token; every contribution naming that node) and the same coordinator;
+  // for forwarded key-value calls, those of the unary Kv calls (the rank
+  // must be the link's node's). `observe` is left unset (the daemon sets
+  // it). The service must outlive the server.
   RoundLinkServer::Handlers RoundLinkHandlers();
 
   // The round link port RegisterNode offers (0: none). Set before nodes
@@ -213,6 +215,16 @@ class PeerService final : public PeerCallbackService {
   void set_round_link_port(int port) { round_link_port_.store(port); }
 
  private:
+  // Runs a key-value call forwarded over a round link admitted as node
+  // `caller`: the checks of the Peer service's unary call (CheckClaims for
+  // the request's rank), then the coordinator's call; `done` gets what the
+  // unary call would answer. Never blocks (a waiting get waits in the
+  // coordinator, released by `cancellation`).
+  void RunKvLinkCall(std::optional<uint32_t> caller,
+                     const v1::KvLinkRequest& request,
+                     const CancellationRef& cancellation,
+                     RoundLinkServer::KvDone done) const;
+
   // Authenticates the caller as a node (FailedPrecondition first when
   // this daemon does not coordinate) and checks that it is not this
   // daemon's own node, that it names itself (`claimed_node`) and that

@@ -1,0 +1,97 @@
+// Tests of the round link's typed frames (round_link_protocol.h): how a
+// frame after the handshake is built and split, and how a frame of the
+// wrong type, an empty one or one over its type's bound is refused.
+#include "daemon/transport/round_link_protocol.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/limits.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace rankd {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(RoundLinkProtocolTest, ATypedFrameIsLengthThenTypeThenMessage) {
+  const std::string frame =
+      RoundLinkTypedFrame(RoundLinkFrameType::kKvReply, "abc");
+  ASSERT_EQ(frame.size(), kRoundLinkTypedHeaderBytes + 3);
+  EXPECT_EQ(RoundLinkFrameLength(frame.data()), 4u);
+  EXPECT_EQ(frame[kRoundLinkHeaderBytes], '\x05');
+  EXPECT_EQ(frame.substr(0, kRoundLinkTypedHeaderBytes),
+            RoundLinkTypedFrameHeader(RoundLinkFrameType::kKvReply, 3));
+  RoundLinkFrameType type;
+  absl::string_view message;  // points into the payload
+  const std::string payload = frame.substr(kRoundLinkHeaderBytes);
+  ASSERT_TRUE(ParseRoundLinkFrame(payload, "coordinator",
+                                  kCoordinatorFrameTypes, &type, &message)
+                  .ok());
+  EXPECT_EQ(type, RoundLinkFrameType::kKvReply);
+  EXPECT_EQ(message, "abc");
+  EXPECT_TRUE(CheckRoundLinkFrameStart(frame.data(), "coordinator",
+                                       kCoordinatorFrameTypes)
+                  .ok());
+  // Every node type parses on the coordinator's side, with an empty message.
+  for (RoundLinkFrameType t : kNodeFrameTypes) {
+    const std::string f =
+        RoundLinkTypedFrame(t, "").substr(kRoundLinkHeaderBytes);
+    EXPECT_TRUE(
+        ParseRoundLinkFrame(f, "node", kNodeFrameTypes, &type, &message).ok());
+    EXPECT_EQ(type, t);
+    EXPECT_TRUE(message.empty());
+  }
+}
+
+TEST(RoundLinkProtocolTest, MalformedFramesAreRefusedNamingWhatIsWrong) {
+  RoundLinkFrameType type;
+  absl::string_view message;
+  absl::Status empty =
+      ParseRoundLinkFrame("", "node", kNodeFrameTypes, &type, &message);
+  EXPECT_EQ(empty.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(empty.message(), HasSubstr("an empty round link frame"));
+  absl::Status unknown = ParseRoundLinkFrame(
+      absl::string_view("\x00x", 2), "node", kNodeFrameTypes, &type, &message);
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(unknown.message(),
+              HasSubstr("a round link frame of type 0, which the node does "
+                        "not send"));
+  // A type of the other direction.
+  absl::Status wrong_way = ParseRoundLinkFrame(
+      "\x03request", "coordinator", kCoordinatorFrameTypes, &type, &message);
+  EXPECT_EQ(wrong_way.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wrong_way.message(),
+              HasSubstr("a round link frame of kv request, which the "
+                        "coordinator does not send"));
+  // Over its type's bound: refused on the header and type byte alone.
+  const std::string big = RoundLinkTypedFrameHeader(
+      RoundLinkFrameType::kKvRequest, kMaxRoundLinkKvRequestBytes);
+  absl::Status over =
+      CheckRoundLinkFrameStart(big.data(), "node", kNodeFrameTypes);
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(
+      over.message(),
+      HasSubstr(absl::StrCat(
+          "a round link kv request frame of ", kMaxRoundLinkKvRequestBytes + 1,
+          " bytes (at most ", kMaxRoundLinkKvRequestBytes, ")")));
+  const std::string at_bound = RoundLinkTypedFrameHeader(
+      RoundLinkFrameType::kKvRequest, kMaxRoundLinkKvRequestBytes - 1);
+  EXPECT_TRUE(
+      CheckRoundLinkFrameStart(at_bound.data(), "node", kNodeFrameTypes).ok());
+  const std::string cancel(100, '\x04');
+  EXPECT_EQ(
+      ParseRoundLinkFrame(cancel, "node", kNodeFrameTypes, &type, &message)
+          .code(),
+      absl::StatusCode::kResourceExhausted);
+  const std::string zero = RoundLinkFrameHeader(0);
+  EXPECT_EQ(
+      CheckRoundLinkFrameStart(zero.data(), "node", kNodeFrameTypes).code(),
+      absl::StatusCode::kInvalidArgument);
+  // A value of the largest size fits a key-value request.
+  EXPECT_GE(kMaxRoundLinkKvRequestBytes, 2 * kMaxKvValueBytes + kMaxKvKeyBytes);
+}
+
+}  // namespace
+}  // namespace rankd
