@@ -2,9 +2,9 @@
 // stream (the Rounds stream or the round link) and not yet answered, by tag.
 // Each waits with its reply until the coordinator's RoundOutcome with its
 // tag arrives, its deadline passes, or the stream ends. Thread-safe.
-// Depends on absl, the protos and pending_calls.h only (the
-// scale benchmark's simulated
-// nodes use it through round_link.h, next to the client library).
+// Depends on absl, the protos and pending_calls.h only (the scale
+// benchmark's simulated nodes use it through round_link.h, next to the
+// client library).
 #ifndef RANKD_DAEMON_PENDING_ROUNDS_H_
 #define RANKD_DAEMON_PENDING_ROUNDS_H_
 

@@ -151,17 +151,15 @@ std::string SummaryTable(const RunSummary& s) {
                                          s.first_step, s.steps, s.first_step)
                        : "";
   const bool by_replica = !s.replicas.empty();
-  const std::string what =
-      by_replica
-          ? (s.steps_per_replica == 0
-                 // Served until stopped: the replicas' counts differ.
-                 ? absl::StrFormat("%d replicas until stopped (%d replica "
-                                   "steps)",
-                                   s.replicas.size(), served)
-                 : absl::StrFormat("%d replicas x %d steps (%d replica steps)",
-                                   s.replicas.size(), s.steps_per_replica,
-                                   served))
-          : absl::StrCat(served, " steps", from);
+  std::string what = absl::StrCat(served, " steps", from);
+  if (by_replica && s.steps_per_replica == 0) {
+    // Served until stopped: the replicas' counts differ.
+    what = absl::StrFormat("%d replicas until stopped (%d replica steps)",
+                           s.replicas.size(), served);
+  } else if (by_replica) {
+    what = absl::StrFormat("%d replicas x %d steps (%d replica steps)",
+                           s.replicas.size(), s.steps_per_replica, served);
+  }
   absl::StrAppendFormat(
       &out,
       "  %-13s %s, %s tokens from %d request streams, %s tokens/s"
