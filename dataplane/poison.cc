@@ -4,11 +4,16 @@
 
 namespace rankd::dataplane {
 
+absl::Status AsPoisonCause(absl::Status cause) {
+  if (cause.code() != absl::StatusCode::kInvalidArgument) return cause;
+  return absl::FailedPreconditionError(cause.message());
+}
+
 bool PoisonLatch::Poison(absl::Status cause) {
   if (cause.ok()) return false;
   absl::MutexLock lock(&mu_);
   if (!cause_.ok()) return false;
-  cause_ = std::move(cause);
+  cause_ = AsPoisonCause(std::move(cause));
   poisoned_.store(true, std::memory_order_release);
   return true;
 }

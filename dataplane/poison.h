@@ -14,20 +14,30 @@
 
 namespace rankd::dataplane {
 
+// What `cause` answers once it poisons a session. The contract keeps
+// InvalidArgument for "refused, the session is still usable"
+// (docs/contract.md), so a poisoning InvalidArgument (a disagreement found
+// after the payload moved, or by op_timeout's diagnosis) keeps its message
+// and becomes FailedPrecondition: the session must be reopened. Any other
+// cause is returned as is.
+absl::Status AsPoisonCause(absl::Status cause);
+
 class PoisonLatch {
  public:
   PoisonLatch() = default;
   PoisonLatch(const PoisonLatch&) = delete;
   PoisonLatch& operator=(const PoisonLatch&) = delete;
 
-  // Poisons with `cause` (an error) unless already poisoned. Returns true
-  // when this call poisoned. An OK `cause` is ignored (returns false).
+  // Poisons with AsPoisonCause(`cause`) (an error) unless already poisoned.
+  // Returns true when this call poisoned. An OK `cause` is ignored (returns
+  // false).
   bool Poison(absl::Status cause);
 
   // True once poisoned. Never blocks on other threads for long.
   bool poisoned() const { return poisoned_.load(std::memory_order_acquire); }
 
-  // OK while healthy; the original cause once poisoned.
+  // OK while healthy; the original cause (as AsPoisonCause left it) once
+  // poisoned: never InvalidArgument.
   absl::Status cause() const;
 
   // OK while healthy. Once poisoned, an error with the cause's code whose

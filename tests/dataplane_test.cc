@@ -212,7 +212,7 @@ TEST(DataplaneTest, DisagreeingRankIsNamedByEveryRankThroughTheDaemons) {
     auto failed = LinesWithPrefix(log, "OP_FAILED ");
     ASSERT_EQ(failed.size(), 1u) << log;
     if (r == 0) std::printf("rank 0: OP_FAILED %s\n", failed[0].c_str());
-    EXPECT_TRUE(absl::StrContains(failed[0], "code=INVALID_ARGUMENT"))
+    EXPECT_TRUE(absl::StrContains(failed[0], "code=FAILED_PRECONDITION"))
         << failed[0];
     EXPECT_TRUE(absl::StrContains(failed[0],
                                   "members disagree on operation #2 on world"))

@@ -328,7 +328,7 @@ TEST(BundleDisagreementTest, WithoutVerifyTheyNeverPairAndBothEndsAreNamed) {
     if (r > 1) return;
     GlooBackend& b = cluster.session(r).backend();
     absl::Status s = SendMismatchedBundle(b, r);
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
     EXPECT_TRUE(absl::StrContains(
         s.message(),
         "members disagree on operation #0 on route 0->1 in group 2"))

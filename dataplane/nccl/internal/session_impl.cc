@@ -16,21 +16,9 @@
 #include "dataplane/caller_output.h"
 #include "dataplane/domain_groups.h"
 #include "dataplane/nccl/internal/operation_agreement.h"
+#include "dataplane/poison.h"
 
 namespace rankd::dataplane::nccl::internal {
-namespace {
-
-// What a cause that poisons the session answers. The contract keeps
-// InvalidArgument for a refusal that leaves the session usable
-// (docs/contract.md), so a poisoning disagreement (found after the payload
-// moved, or by op_timeout's diagnosis) keeps its message but becomes
-// FailedPrecondition: the session must be reopened.
-absl::Status AsPoisonCause(const absl::Status& cause) {
-  if (cause.code() != absl::StatusCode::kInvalidArgument) return cause;
-  return absl::FailedPreconditionError(cause.message());
-}
-
-}  // namespace
 
 absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
     DistributedSessionDescriptor descriptor, ControlPlane* control_plane,
