@@ -33,8 +33,8 @@ TEST(PoisonLatchTest, APoisoningInvalidArgumentBecomesFailedPrecondition) {
   // InvalidArgument means "refused, the session is still usable": a
   // poisoned session never answers it, on any backend.
   PoisonLatch latch;
-  EXPECT_TRUE(latch.Poison(absl::InvalidArgumentError(
-      "members disagree on operation #1 on world")));
+  EXPECT_TRUE(latch.Poison(
+      absl::InvalidArgumentError("members disagree on operation #1 on world")));
   EXPECT_EQ(latch.cause().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(latch.cause().message(),
             "members disagree on operation #1 on world");
