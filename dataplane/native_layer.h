@@ -177,7 +177,8 @@ concept SessionNativeLayer = requires(
   {
     const_layer.descriptor()
     } -> std::convertible_to<const DistributedSessionDescriptor&>;
-  // What the session advertises now (fail-closed: nothing it cannot do).
+  // What the session advertises now (fail-closed: nothing it cannot do, so
+  // nothing at all once poisoned).
   {
     const_layer.capabilities()
     } -> std::convertible_to<DistributedCapabilities>;

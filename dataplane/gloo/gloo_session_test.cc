@@ -327,6 +327,18 @@ TEST_F(SingleRankTest, JobFailureFromTheControlPlanePoisons) {
   EXPECT_TRUE(absl::StrContains(sum.status().message(), "node 2 lost"));
 }
 
+TEST_F(SingleRankTest, APoisonedSessionAdvertisesNothing) {
+  // Fail-closed, the same on NCCL (nccl_fail_closed_test.cc).
+  EXPECT_TRUE(session_->capabilities().world_collectives);
+  session_->Poison(absl::AbortedError("rank 4 lost"));
+  const DistributedCapabilities caps = session_->capabilities();
+  EXPECT_FALSE(caps.world_collectives);
+  EXPECT_TRUE(caps.collective_groups.empty());
+  EXPECT_FALSE(caps.point_to_point);
+  EXPECT_FALSE(caps.variable_all_to_all);
+  EXPECT_FALSE(caps.exact_completion);
+}
+
 TEST(GlooSessionCreateTest, FailedJobRefusesToConnect) {
   auto job = InProcessJob::Create(2);
   job->Fail(absl::AbortedError("rank 1 lost"));

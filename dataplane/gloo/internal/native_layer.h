@@ -44,7 +44,9 @@ class NativeLayer {
   const DistributedSessionDescriptor& descriptor() const {
     return backend_->descriptor();
   }
+  // Fail-closed, as on NCCL: nothing once the session is poisoned.
   DistributedCapabilities capabilities() const {
+    if (!backend_->poison().ok()) return DistributedCapabilities{};
     return backend_->capabilities();
   }
   absl::StatusOr<GlooGroup*> Admit(const AdmissionRequest& request);
