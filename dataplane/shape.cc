@@ -155,6 +155,21 @@ absl::StatusOr<UnevenGatherLayout> LayoutUnevenGather(
   return UnevenGatherLayout{*along, *std::move(offsets), *std::move(output)};
 }
 
+absl::StatusOr<ValueDescriptor> LayoutEvenGather(const ValueDescriptor& input,
+                                                 size_t axis, size_t members,
+                                                 absl::string_view backend,
+                                                 absl::string_view operation) {
+  auto along = LayoutAlong(input, axis, backend, operation);
+  if (!along.ok()) return along.status();
+  if (members != 0 &&
+      along->extent > std::numeric_limits<size_t>::max() / members) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        backend, " backend: ", operation, ": the gathered extent along axis ",
+        axis, " (", along->extent, " x ", members, " members) overflows"));
+  }
+  return WithExtent(input, axis, along->extent * members, backend, operation);
+}
+
 ValueDescriptor AllGatherOutput(const ValueDescriptor& input,
                                 uint32_t members) {
   if (input.shape().empty()) {

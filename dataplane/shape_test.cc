@@ -120,6 +120,28 @@ TEST(AllToAllLayoutTest, Refusals) {
       "zero extent along axis 1"));
 }
 
+TEST(LayoutEvenGatherTest, GathersAlongTheAxisAndRefusesAnOverflow) {
+  auto m = *ValueDescriptor::Create({2, 3}, TensorDtype::kF32);
+  auto rows = LayoutEvenGather(m, 0, 4, "gloo", "all_gather_even");
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_EQ(rows->shape(), (std::vector<size_t>{8, 3}));
+  auto columns = LayoutEvenGather(m, 1, 4, "nccl", "all_gather_even");
+  ASSERT_TRUE(columns.ok()) << columns.status();
+  EXPECT_EQ(columns->shape(), (std::vector<size_t>{2, 12}));
+  auto scalar = *ValueDescriptor::Create({}, TensorDtype::kF32);
+  EXPECT_EQ(LayoutEvenGather(scalar, 0, 4, "gloo", "g")->shape(),
+            (std::vector<size_t>{4}));
+
+  auto wide = *ValueDescriptor::Create({size_t{1} << 62}, TensorDtype::kU8);
+  auto overflow = LayoutEvenGather(wide, 0, 8, "nccl", "all_gather_even");
+  EXPECT_EQ(overflow.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(overflow.status().message(),
+            "nccl backend: all_gather_even: the gathered extent along axis 0 "
+            "(4611686018427387904 x 8 members) overflows");
+  EXPECT_EQ(LayoutEvenGather(m, 2, 4, "gloo", "g").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(AllGatherOutputTest, ScalarAndRows) {
   auto scalar = *ValueDescriptor::Create({}, TensorDtype::kI32);
   EXPECT_EQ(AllGatherOutput(scalar, 4).shape(), (std::vector<size_t>{4}));

@@ -505,13 +505,17 @@ GlooTensorSubmission GlooBackend::AllGatherEvenImpl(
     GlooExecutor& executor) {
   if (absl::Status s = Precheck(name, group, executor); !s.ok()) return s;
   const std::string op = Labeled(std::move(label), name, group, executor);
-  auto layout = LayoutAlong(value.descriptor(), axis, kBackend, op);
-  if (!layout.ok()) {
+  auto gathered =
+      LayoutEvenGather(value.descriptor(), axis, group.size(), kBackend, op);
+  if (!gathered.ok()) {
     return RefuseWithPeers(name, op, group, executor,
-                           AgreementCheck::kCollective, layout.status());
+                           AgreementCheck::kCollective, gathered.status());
   }
+  // The axis is valid: LayoutEvenGather checked it.
+  const size_t extent =
+      LayoutAlong(value.descriptor(), axis, kBackend, op)->extent;
   return SubmitGather("all_gather_even", name, op, value,
-                      std::vector<size_t>(group.size(), layout->extent), axis,
+                      std::vector<size_t>(group.size(), extent), axis,
                       std::move(output), group, executor);
 }
 
@@ -550,12 +554,10 @@ GlooTensorSubmission GlooBackend::SubmitGather(
     return RefuseWithPeers(name, op, group, executor,
                            AgreementCheck::kCollective, refusal);
   };
-  auto total = CheckedSum(counts);
-  if (!total.has_value()) {
-    return refuse(absl::InvalidArgumentError(
-        absl::StrCat("gloo backend: ", op, ": counts overflow")));
-  }
-  auto out_descriptor = WithExtent(d, axis, *total, kBackend, op);
+  // The callers checked the counts' sum (LayoutEvenGather,
+  // LayoutUnevenGather).
+  const size_t total = *CheckedSum(counts);
+  auto out_descriptor = WithExtent(d, axis, total, kBackend, op);
   if (!out_descriptor.ok()) return refuse(out_descriptor.status());
   // A scalar gathers as [1].
   const ValueDescriptor in_descriptor =

@@ -140,12 +140,11 @@ TensorResult SubmitAllGatherEven(SessionImpl& core,
   const Refusal refuse(core, comm, stream, name);
   absl::Status valid = core.CheckTensor(input, name);
   if (!valid.ok()) return refuse.Refuse(valid);
-  auto layout = LayoutAlong(input.descriptor(), axis, kBackend, name);
-  if (!layout.ok()) return refuse.Refuse(layout.status());
   const size_t n = comm->members.size();
-  auto out_desc =
-      WithExtent(input.descriptor(), axis, layout->extent * n, kBackend, name);
+  auto out_desc = LayoutEvenGather(input.descriptor(), axis, n, kBackend, name);
   if (!out_desc.ok()) return refuse.Refuse(out_desc.status());
+  // The axis is valid: LayoutEvenGather checked it.
+  const auto layout = LayoutAlong(input.descriptor(), axis, kBackend, name);
   auto out =
       core.OutputFor(*out_desc, into, &input, /*in_place=*/false, stream, name);
   if (!out.ok()) return refuse.Refuse(out.status());
