@@ -2,7 +2,7 @@
 // them (DtypeOf<T>). Float16 and BFloat16 are 16-bit storage types with
 // round-to-nearest-even conversions from float; Complex64 is two f32 (real,
 // imaginary). Used by HostTensor's typed accessors and by backends that
-// reduce on the host. Depends on dataplane/types.h only.
+// reduce on the host. Depends on dataplane/dtype.h only.
 #ifndef RANKD_DATAPLANE_ELEMENT_TYPES_H_
 #define RANKD_DATAPLANE_ELEMENT_TYPES_H_
 

@@ -176,7 +176,7 @@ class OperationCompletion final : public BoundedCompletion {
  public:
   // How the completion refers to its owner.
   enum class OwnerRef {
-    // Keeps the owner alive (NCCL: the session core must outlive work the
+    // Keeps the owner alive (NCCL: the session state must outlive work the
     // device may still run, to quarantine it).
     kShared,
     // Does not (Gloo: the owner's executors hold the completions' work and

@@ -277,7 +277,7 @@ class GlooBackend {
   // agreement before the payload, they wait for this member's record, so
   // it is queued on `executor` (taking the operation's sequence number)
   // saying that this member refused (kRefusedCanonical,
-  // dataplane/mismatch_diagnosis.h): the peers refuse the operation too,
+  // dataplane/agreement.h): the peers refuse the operation too,
   // naming this member, instead of waiting for op_timeout. Otherwise
   // nothing is queued: the peers wait for this member's next submission
   // (a corrected retry pairs with theirs) or op_timeout.

@@ -15,7 +15,7 @@ namespace rankd::dataplane::nccl {
 struct BatchTransfer {
   uint32_t peer = 0;  // member index of the other end
   bool send = false;  // this member is the source
-  // OperationFingerprint(canonical) (dataplane/mismatch_diagnosis.h): the two
+  // OperationFingerprint(canonical) (dataplane/agreement.h): the two
   // ends agree when theirs are equal.
   uint64_t fingerprint = 0;
   std::string canonical;  // what this end submitted

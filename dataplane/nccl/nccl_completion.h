@@ -6,7 +6,8 @@
 //                   resource the work uses (tensors' buffers, output and
 //                   scratch buffers, the stream, the communicator) is
 //                   retained until the event says done.
-//   NcclOpOwner     the owner of NCCL operations (the session core): the
+//   NcclOpOwner     the owner of NCCL operations (the session state,
+//                   internal::SessionImpl): the
 //                   native hooks of the engine's one policy for a missed
 //                   WaitBounded deadline (dataplane/cancellation.h): its
 //                   native cancel marks the running operations failed and

@@ -17,7 +17,7 @@
 // members stay in step and the session stays usable (a TaskResult::Agreed
 // failure). A transport failure during the check is a native failure.
 // A member that refused the operation on its own arguments takes part with
-// kRefusedCanonical (dataplane/mismatch_diagnosis.h), and the others' check
+// kRefusedCanonical (dataplane/agreement.h), and the others' check
 // fails naming it as such.
 // Internal to the Gloo backend; executor thread only.
 // Depends on gloo_group.h, gloo_executor.h (TaskResult), native_ops.h, absl.

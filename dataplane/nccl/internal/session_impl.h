@@ -256,7 +256,7 @@ class SessionImpl final : public NcclOpOwner,
   // all_to_all_v and uneven all_gather) wait in Submit for every member's
   // record. So while the session is usable, this member still takes the
   // operation's sequence number and sends a record saying that it refused
-  // (kRefusedCanonical, dataplane/mismatch_diagnosis.h): its peers refuse the
+  // (kRefusedCanonical, dataplane/agreement.h): its peers refuse the
   // operation too, with an InvalidArgument naming this member, and nobody waits
   // for op_timeout. Otherwise nothing is sent and no sequence number is taken,
   // as on Gloo: the peers' operation waits for this member's next
