@@ -491,8 +491,9 @@ class Session:
         or, with `message`, its class, a code's name or its value
         (poison("UNAVAILABLE", "drained")). InvalidArgumentError, before
         anything is latched, for an OK code, INVALID_ARGUMENT (it means
-        "refused, the session is still usable"; use FAILED_PRECONDITION)
-        or a code that is none."""
+        "refused, the session is still usable"; use FAILED_PRECONDITION),
+        a code that is none or a message with a NUL;
+        FailedPreconditionError once the session is closed."""
         self._latch(lib.rankd_session_poison, cause, message)
 
     def abort(self, cause, message=None):
@@ -510,7 +511,9 @@ class Session:
         """None while the session is healthy; once poisoned, the first
         cause as the exception its operations are refused with (its code's
         class, its message unchanged), whether poison(), abort(), a native
-        failure, a missed deadline or a lost peer poisoned it."""
+        failure, a missed deadline or a lost peer poisoned it. Raises
+        FailedPreconditionError once the session is closed, and a failed
+        reform()'s error after one."""
         status = lib.rankd_session_poison_status(self._live())
         return _native.take_error(status) if status else None
 
