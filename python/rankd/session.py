@@ -511,9 +511,9 @@ class Session:
         """None while the session is healthy; once poisoned, the first
         cause as the exception its operations are refused with (its code's
         class, its message unchanged), whether poison(), abort(), a native
-        failure, a missed deadline or a lost peer poisoned it. Raises
-        FailedPreconditionError once the session is closed, and a failed
-        reform()'s error after one."""
+        failure, a missed deadline or a lost peer poisoned it; after a
+        failed reform(), that error. Raises FailedPreconditionError once
+        the session is closed."""
         status = lib.rankd_session_poison_status(self._live())
         return _native.take_error(status) if status else None
 
