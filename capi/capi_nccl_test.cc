@@ -135,5 +135,18 @@ TEST_F(CApiNcclTest, ANarrowedSessionRefusesNamingTheCapability) {
   }
 }
 
+// rankd_session_poison, rankd_session_abort and rankd_session_poison_status
+// (issue 33) on NCCL sessions: the same promises as on Gloo.
+TEST_F(CApiNcclTest, PoisonRefusesWithTheCauseAndAbortFailsPendingWork) {
+  for (const std::string& log : Run("poison", "poison OK")) {
+    for (const char* c :
+         {"CAUSE poison_status after poison", "CAUSE poison_status after abort",
+          "REFUSED all_reduce_sum on a poisoned session: ",
+          "REFUSED the held work after abort: "}) {
+      EXPECT_TRUE(absl::StrContains(log, c)) << c << "\n" << log;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace rankd::testing

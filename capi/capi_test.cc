@@ -83,9 +83,10 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CApiTest,
                          });
 
 // Runs c_rank `scenario` on a 1 x 2 job; every rank must print `ok_line`
-// followed by its rank.
+// followed by its rank. `logs`, when given, gets each rank's log.
 void RunScenario(const std::string& job, const std::string& scenario,
-                 const std::string& ok_line) {
+                 const std::string& ok_line,
+                 std::vector<std::string>* logs = nullptr) {
   ClusterOptions options;
   options.job_id = job;
   options.nnodes = 1;
@@ -100,6 +101,7 @@ void RunScenario(const std::string& job, const std::string& scenario,
     EXPECT_EQ(ExitCode(statuses[r]), 0) << "rank " << r << ":\n" << log;
     EXPECT_TRUE(absl::StrContains(log, absl::StrCat(ok_line, " ", r, " OK")))
         << log;
+    if (logs != nullptr) logs->push_back(log);
   }
 }
 
@@ -118,6 +120,20 @@ TEST(CApiNarrowedTest, ANarrowedSessionRefusesNamingTheCapability) {
 // rankd_session_reform refuses bad arguments before it ends the session.
 TEST(CApiReformTest, BadArgumentsAreRefusedAndTheSessionStays) {
   RunScenario("capi-reform-args", "reform-args", "C REFORM ARGS");
+}
+
+// rankd_session_poison, rankd_session_abort and rankd_session_poison_status
+// (issue 33) on Gloo sessions.
+TEST(CApiPoisonTest, PoisonRefusesWithTheCauseAndAbortEndsPendingWork) {
+  std::vector<std::string> logs;
+  RunScenario("capi-poison", "poison", "C POISON", &logs);
+  ASSERT_EQ(logs.size(), 2u);
+  // Rank 0's receive that nobody sends ended with the abort's cause.
+  EXPECT_TRUE(absl::StrContains(
+      logs[0],
+      "REFUSED the pending receive after abort: gloo receive from member 1 "))
+      << logs[0];
+  std::cout << "rank 0's log:\n" << logs[0];
 }
 
 TEST(CApiLostRankTest, TheSurvivorsWorkFailsNamingTheLostRank) {

@@ -63,6 +63,26 @@ struct SessionState {
     if (nccl != nullptr) return nccl->capabilities();
     return {};
   }
+
+  // The session's failure state, on whichever backend it is (SessionFront's
+  // poison, Poison and Abort). A session must be set (not `ended`).
+  absl::Status poison() const {
+    return gloo != nullptr ? gloo->poison() : nccl->poison();
+  }
+  void Poison(const absl::Status& cause) {
+    if (gloo != nullptr) {
+      gloo->Poison(cause);
+    } else {
+      nccl->Poison(cause);
+    }
+  }
+  void Abort(const absl::Status& cause) {
+    if (gloo != nullptr) {
+      gloo->Abort(cause);
+    } else {
+      nccl->Abort(cause);
+    }
+  }
 };
 
 // A status the caller owns; NULL for OK. `function` prefixes messages of

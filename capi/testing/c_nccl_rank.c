@@ -25,6 +25,12 @@
  *                           runs collectives, and offers no quarantine
  *                           without exact_completion; prints
  *                           "C NCCL RANK <r> narrowed OK"
+ *   c_nccl_rank poison      rankd_session_poison, rankd_session_abort and
+ *                           rankd_session_poison_status: their refusals; a
+ *                           poisoned session refuses operations with the
+ *                           cause, which stays the first; an abort fails
+ *                           work queued behind a held stream with its
+ *                           cause; prints "C NCCL RANK <r> poison OK"
  *
  * Exits 1 with "FAILED: ..." on the first unexpected result. */
 #define _DEFAULT_SOURCE /* usleep */
@@ -653,9 +659,83 @@ static void Narrowed(rankd_rank* rank, uint32_t world) {
   printf("C NCCL RANK %u narrowed OK\n", r);
 }
 
+/* ---- poisoning and aborting a session (issue 33) ------------------------ */
+
+static void PoisonAndAbort(rankd_rank* rank, uint32_t world) {
+  const uint32_t r = my_rank;
+  rankd_session* session = OpenNccl(rank, 30);
+  LoadCuda();
+  copies = NewStream();
+  Stream stream = NewStream();
+  const size_t shape[1] = {2};
+  float x[2] = {1, 2}, y[2] = {0, 0};
+  float* d = DeviceAlloc(sizeof(x));
+  Upload(d, x, sizeof(x));
+  rankd_tensor t = Tensor(d, RANKD_F32, 1, shape);
+  rankd_work* work = NULL;
+  uint32_t word = r, words[8];
+  char cause[128];
+
+  /* Refusals latch nothing: the session still sums. */
+  ExpectPoisonRefusals(session);
+  Ok(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &t, &t, NULL, &work),
+     "all_reduce_sum after the refusals");
+  Wait(work, "all_reduce_sum after the refusals");
+  Download(y, d, sizeof(y));
+  const float want[2] = {1.0f * world, 2.0f * world};
+  ExpectFloats(y, want, 2, "all_reduce_sum after the refusals");
+
+  /* Poison: operations are refused at once with the cause's code and
+   * words; the first cause stays. */
+  snprintf(cause, sizeof(cause), "rank %u drained by its scheduler", r);
+  Ok(rankd_session_poison(session, RANKD_UNAVAILABLE, cause), "poison");
+  ExpectCause(rankd_session_poison_status(session), RANKD_UNAVAILABLE, cause,
+              "poison_status after poison");
+  Refused(
+      rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &t, &t, stream, &work),
+      RANKD_UNAVAILABLE, cause, "all_reduce_sum on a poisoned session");
+  Ok(rankd_session_poison(session, RANKD_DATA_LOSS, "a second cause"),
+     "a second poison");
+  ExpectCause(rankd_session_poison_status(session), RANKD_UNAVAILABLE, cause,
+              "poison_status after a second poison");
+  Ok(rankd_all_gather_words(rank, &word, 1, 30, words, world), "barrier");
+  rankd_session_free(session);
+
+  /* Abort: work queued behind the caller's held stream fails with the
+   * cause once the stream moves, instead of running. Each rank aborts
+   * before its stream is released, so the cause is always its own. */
+  session = OpenNccl(rank, 30);
+  snprintf(cause, sizeof(cause), "rank %u: its peer was declared gone", r);
+  HoldStream(stream);
+  Ok(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &t, &t, stream, &work),
+     "all_reduce_sum behind a held stream");
+  Ok(rankd_session_abort(session, RANKD_ABORTED, cause), "abort");
+  ReleaseStream();
+  Refused(rankd_work_wait(work), RANKD_ABORTED, cause,
+          "the held work after abort");
+  rankd_work_free(work);
+  ExpectCause(rankd_session_poison_status(session), RANKD_ABORTED, cause,
+              "poison_status after abort");
+  Ok(rankd_session_poison(session, RANKD_DATA_LOSS, "a later cause"),
+     "poison after abort");
+  Ok(rankd_session_abort(session, RANKD_DATA_LOSS, "a later cause"),
+     "a second abort");
+  ExpectCause(rankd_session_poison_status(session), RANKD_ABORTED, cause,
+              "poison_status after a later poison and abort");
+  Refused(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &t, &t, NULL, &work),
+          RANKD_ABORTED, cause, "all_reduce_sum on an aborted session");
+  Cuda(cuda.StreamSynchronize(stream), "sync");
+  Ok(rankd_all_gather_words(rank, &word, 1, 30, words, world), "barrier");
+  rankd_session_free(session);
+  Cuda(cuda.StreamDestroy(stream), "cudaStreamDestroy");
+  Cuda(cuda.Free(d), "cudaFree");
+  printf("C NCCL RANK %u poison OK\n", r);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: c_nccl_rank ops|quarantine|native|narrowed\n");
+    fprintf(stderr,
+            "usage: c_nccl_rank ops|quarantine|native|narrowed|poison\n");
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -677,6 +757,8 @@ int main(int argc, char** argv) {
     Bounded(rank, d.world_size, RANKD_NATIVE_CANCEL, "native");
   } else if (strcmp(argv[1], "narrowed") == 0) {
     Narrowed(rank, d.world_size);
+  } else if (strcmp(argv[1], "poison") == 0) {
+    PoisonAndAbort(rank, d.world_size);
   } else {
     Fail("unknown scenario %s", argv[1]);
   }

@@ -23,6 +23,11 @@
  *                 restrict_groups refuse what was left out, naming the
  *                 capability, and run the rest; an ABI-1-sized options
  *                 struct is read; prints "C NARROWED <r> OK".
+ *   c_rank poison rankd_session_poison, rankd_session_abort and
+ *                 rankd_session_poison_status: their refusals; a poisoned
+ *                 session refuses operations with the cause, which stays
+ *                 the first; an abort ends rank 0's pending receive at once
+ *                 with its cause; prints "C POISON <r> OK".
  *
  * Exits 1 with "FAILED: ..." on the first unexpected result. */
 #define _DEFAULT_SOURCE /* usleep, setenv */
@@ -32,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "capi/testing/c_checks.h"
@@ -734,10 +740,104 @@ static void ReformArguments(rankd_rank* rank, uint32_t world) {
 
 /* ---- end of rankd_session_reform ---- */
 
+/* ---- Poisoning and aborting a session (issue 33) ---- */
+
+static double MonotonicSeconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static rankd_session* OpenGloo(rankd_rank* rank, double op_timeout) {
+  rankd_session_options options;
+  rankd_session_options_init(&options);
+  options.backend = RANKD_BACKEND_GLOO;
+  options.op_timeout_seconds = op_timeout;
+  rankd_session* session = NULL;
+  Ok(rankd_session_open(rank, &options, &session), "a Gloo session");
+  return session;
+}
+
+static void PoisonAndAbort(rankd_rank* rank, uint32_t world) {
+  if (world != 2) Fail("poison needs a world of 2, got %u", world);
+  const uint32_t r = my_rank;
+  uint32_t mine = r, gathered[2];
+  float x[2] = {1, 2}, y[2] = {0, 0};
+  const size_t two[1] = {2};
+  rankd_tensor in = F32(x, 1, two), out = F32(y, 1, two);
+  rankd_work* work = NULL;
+  char cause[128];
+
+  /* Refusals latch nothing: the session still sums. */
+  rankd_session* session = OpenGloo(rank, 30);
+  ExpectPoisonRefusals(session);
+  Ok(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &in, &out, NULL, &work),
+     "all_reduce_sum after the refusals");
+  Wait(work, "all_reduce_sum after the refusals");
+  const float want[2] = {2, 4};
+  ExpectFloats(y, want, 2, "all_reduce_sum after the refusals");
+
+  /* Poison: operations are refused at once with the cause's code and
+   * words; the first cause stays. */
+  snprintf(cause, sizeof(cause), "rank %u drained by its scheduler", r);
+  Ok(rankd_session_poison(session, RANKD_UNAVAILABLE, cause), "poison");
+  ExpectCause(rankd_session_poison_status(session), RANKD_UNAVAILABLE, cause,
+              "poison_status after poison");
+  Refused(
+      rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &in, &out, NULL, &work),
+      RANKD_UNAVAILABLE, cause, "all_reduce_sum on a poisoned session");
+  Refused(rankd_send(session, RANKD_WORLD_GROUP, 1 - r, &in, NULL, &work),
+          RANKD_UNAVAILABLE, cause, "send on a poisoned session");
+  Ok(rankd_session_poison(session, RANKD_DATA_LOSS, "a second cause"),
+     "a second poison");
+  ExpectCause(rankd_session_poison_status(session), RANKD_UNAVAILABLE, cause,
+              "poison_status after a second poison");
+  Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, 2), "barrier");
+  rankd_session_free(session);
+
+  /* Abort: rank 0's receive that rank 1 never sends fails now with the
+   * cause, not at op_timeout (60 s). Rank 1 aborts only after the barrier,
+   * so that its teardown cannot fail rank 0's receive first. */
+  session = OpenGloo(rank, 60);
+  snprintf(cause, sizeof(cause), "rank %u: its peer was declared gone", r);
+  if (r == 0) {
+    Ok(rankd_receive(session, RANKD_WORLD_GROUP, 1, &out, NULL, &work),
+       "a receive nobody sends");
+    /* Most likely running by now (else it is refused as it comes up). */
+    usleep(300 * 1000);
+    const double start = MonotonicSeconds();
+    Ok(rankd_session_abort(session, RANKD_ABORTED, cause), "abort");
+    rankd_status* failed = rankd_work_wait(work);
+    const double took = MonotonicSeconds() - start;
+    Refused(failed, RANKD_ABORTED, cause, "the pending receive after abort");
+    if (took > 20) Fail("the aborted receive took %.1f s to fail", took);
+    rankd_work_free(work);
+  }
+  Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, 2), "barrier");
+  if (r == 1) Ok(rankd_session_abort(session, RANKD_ABORTED, cause), "abort");
+  ExpectCause(rankd_session_poison_status(session), RANKD_ABORTED, cause,
+              "poison_status after abort");
+  Ok(rankd_session_poison(session, RANKD_DATA_LOSS, "a later cause"),
+     "poison after abort");
+  Ok(rankd_session_abort(session, RANKD_DATA_LOSS, "a later cause"),
+     "a second abort");
+  ExpectCause(rankd_session_poison_status(session), RANKD_ABORTED, cause,
+              "poison_status after a later poison and abort");
+  Refused(
+      rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &in, &out, NULL, &work),
+      RANKD_ABORTED, cause, "all_reduce_sum on an aborted session");
+  Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, 2), "barrier");
+  rankd_session_free(session);
+  printf("C POISON %u OK\n", r);
+}
+
+/* ---- end of poisoning and aborting a session ---- */
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     fprintf(stderr,
-            "usage: c_rank ops|lost|empty|narrowed|rejoin|reform-args\n");
+            "usage: c_rank "
+            "ops|lost|empty|narrowed|rejoin|reform-args|poison\n");
     return 2;
   }
   if (rankd_abi_version() != RANKD_ABI_VERSION) {
@@ -764,6 +864,8 @@ int main(int argc, char** argv) {
     Narrowed(rank, d.world_size);
   } else if (strcmp(argv[1], "reform-args") == 0) {
     ReformArguments(rank, d.world_size);
+  } else if (strcmp(argv[1], "poison") == 0) {
+    PoisonAndAbort(rank, d.world_size);
   } else {
     Fail("unknown scenario %s", argv[1]);
   }

@@ -173,6 +173,10 @@ _PROTOTYPES = {
     "rankd_session_backend": (ctypes.c_int, [_P]),
     # rankd_session_reform (issue 38: re-forming after a loss).
     "rankd_session_reform": (_P, [_P, ctypes.c_double]),
+    # Poisoning and aborting a session (issue 33).
+    "rankd_session_poison": (_P, [_P, ctypes.c_int32, ctypes.c_char_p]),
+    "rankd_session_abort": (_P, [_P, ctypes.c_int32, ctypes.c_char_p]),
+    "rankd_session_poison_status": (_P, [_P]),
     "rankd_all_reduce_sum": (_P, [_P, ctypes.c_uint32, _T, _T, _P, _PP]),
     "rankd_all_gather": (_P, [_P, ctypes.c_uint32, _T, _T, _P, _PP]),
     "rankd_all_to_all_v": (_P, [_P, ctypes.c_uint32, _T, c_size_p, c_size_p,

@@ -27,6 +27,7 @@ __all__ = [
     "UnavailableError",
     "DataLossError",
     "UnauthenticatedError",
+    "code_of",
     "error_for",
 ]
 
@@ -138,6 +139,30 @@ _BY_CODE = {
     15: DataLossError,
     16: UnauthenticatedError,
 }
+
+
+def code_of(cause):
+    """The C ABI's rankd_code value of `cause`: a RankdError class or
+    instance, a code's name ("ABORTED") or its value. InvalidArgumentError
+    for anything else."""
+    if isinstance(cause, RankdError) or (
+            isinstance(cause, type) and issubclass(cause, RankdError)):
+        cause = cause.code
+    if isinstance(cause, str):
+        for value, kind in _BY_CODE.items():
+            if kind.code == cause:
+                return value
+        raise InvalidArgumentError(
+            f"rankd: {cause!r} is not a status code's name; use one of "
+            f"{', '.join(k.code for k in _BY_CODE.values())}")
+    if isinstance(cause, int) and not isinstance(cause, bool):
+        if not -2**31 <= cause < 2**31:
+            raise InvalidArgumentError(
+                f"rankd: code {cause} does not fit the C ABI's int32_t")
+        return cause  # the library checks it is a rankd_code
+    raise InvalidArgumentError(
+        f"rankd: a cause's code must be a RankdError class or instance, a "
+        f"code's name or its value, not {cause!r}")
 
 
 def error_for(code, message, wait_timeout=False):

@@ -474,6 +474,71 @@ class Session:
 
     # ---- end of reform ----
 
+    # ---- poison and abort (issue 33; docs/contract.md, "Failures: one
+    # vocabulary") ----
+
+    def poison(self, cause, message=None):
+        """Poisons the session with `cause` and tears nothing down: every
+        later operation raises the cause's class with a message ending in
+        the cause's message, before any data moves; work already running is
+        not interrupted. For a caller that decided the session must not be
+        used any more but whose submitted work is still good (a scheduler
+        draining a rank). The first cause wins: on a session already
+        poisoned this changes nothing. Only this rank's session: peers are
+        not told.
+
+        `cause` is a RankdError (poison(rankd.UnavailableError("drained")))
+        or, with `message`, its class, a code's name or its value
+        (poison("UNAVAILABLE", "drained")). InvalidArgumentError, before
+        anything is latched, for an OK code, INVALID_ARGUMENT (it means
+        "refused, the session is still usable"; use FAILED_PRECONDITION),
+        a code that is none or a message with a NUL;
+        FailedPreconditionError once the session is closed."""
+        self._latch(lib.rankd_session_poison, cause, message)
+
+    def abort(self, cause, message=None):
+        """poison(cause, message), then aborts the session's native
+        contexts (Gloo's contexts, NCCL's communicators) so that its
+        pending works fail now, with the cause, instead of waiting for a
+        peer or the op timeout: for a caller that knows a peer is gone. On
+        a session already poisoned the first cause stays and the contexts
+        are aborted if they were not yet. Same arguments and errors as
+        poison()."""
+        self._latch(lib.rankd_session_abort, cause, message)
+
+    @property
+    def poison_cause(self):
+        """None while the session is healthy; once poisoned, the first
+        cause as the exception its operations are refused with (its code's
+        class, its message unchanged), whether poison(), abort(), a native
+        failure, a missed deadline or a lost peer poisoned it; after a
+        failed reform(), that error. Raises FailedPreconditionError once
+        the session is closed."""
+        status = lib.rankd_session_poison_status(self._live())
+        return _native.take_error(status) if status else None
+
+    def _live(self):
+        if self._handle is None:
+            raise _native.errors.FailedPreconditionError(
+                "rankd: the session is closed")
+        return self._handle
+
+    def _latch(self, fn, cause, message):
+        if message is None:
+            if not isinstance(cause, _native.errors.RankdError):
+                raise _native.errors.InvalidArgumentError(
+                    "rankd: a cause is a RankdError, or a code with a "
+                    "message")
+            message = cause.message
+        code = _native.errors.code_of(cause)
+        message = str(message)
+        if "\0" in message:
+            raise _native.errors.InvalidArgumentError(
+                "rankd: a cause's message must not contain NUL")
+        check(fn(self._live(), code, message.encode()))
+
+    # ---- end of poison and abort ----
+
     def close(self):
         """Frees the session (it closes once its works are freed too)."""
         handle, self._handle = self._handle, None

@@ -35,6 +35,12 @@ test_rankd.py on every rank with the launcher's environment.
                            names it, then rejoin(1) enters epoch 2 with the
                            replacement test_rankd.py starts; both run a
                            round; prints "PY REJOIN <r> OK"
+    rank_program.py poison Session.poison, Session.abort and
+                           Session.poison_cause: refusals; a poisoned
+                           session raises the cause's class with its words,
+                           the first cause stays; abort ends rank 0's
+                           pending receive at once with its cause; prints
+                           "PY POISON <r> OK"
 
 Exits 1 with a traceback on the first unexpected result.
 """
@@ -574,12 +580,81 @@ def torch_ops(rank):
     print(f"PY TORCH RANK {r} OK", flush=True)
 
 
+def poison(rank):
+    """Session.poison / abort / poison_cause (issue 33)."""
+    assert rank.world_size == 2, rank
+    r, peer = rank.rank, 1 - rank.rank
+    x = np.array([1, 2], np.float32)
+    with rank.open_session(op_timeout=30) as session:
+        assert session.poison_cause is None
+        # Refused before anything is latched.
+        for latch in (session.poison, session.abort):
+            expect_raises(rankd.InvalidArgumentError, "code is RANKD_OK",
+                          latch, 0, "m")
+            expect_raises(rankd.InvalidArgumentError,
+                          "use RANKD_FAILED_PRECONDITION", latch,
+                          rankd.InvalidArgumentError("m"))
+            expect_raises(rankd.InvalidArgumentError,
+                          "code is 17, not a rankd_code", latch, 17, "m")
+            expect_raises(rankd.InvalidArgumentError,
+                          "'BROKEN' is not a status code's name", latch,
+                          "BROKEN", "m")
+            expect_raises(rankd.InvalidArgumentError, "a code with a message",
+                          latch, "ABORTED")
+            expect_raises(rankd.InvalidArgumentError, "NUL", latch,
+                          "ABORTED", "a\0b")
+        assert session.poison_cause is None, session.poison_cause
+        assert session.all_reduce_sum(x).wait().tolist() == [2, 4]
+
+        # Poison: operations raise the cause's class with its words; the
+        # first cause stays.
+        cause = f"rank {r} drained by its scheduler"
+        session.poison(rankd.UnavailableError(cause))
+        got = session.poison_cause
+        assert isinstance(got, rankd.UnavailableError), got
+        assert got.message == cause, got
+        e = expect_raises(rankd.UnavailableError, cause,
+                          session.all_reduce_sum, x)
+        print(f"POISONED {e}", flush=True)
+        expect_raises(rankd.UnavailableError, cause, session.send, x,
+                      peer=peer)
+        session.poison("DATA_LOSS", "a second cause")
+        assert session.poison_cause.message == cause, session.poison_cause
+        rank.all_gather_words([r], timeout=30)
+
+    # Abort: rank 0's receive that rank 1 never sends fails now with the
+    # cause, not at op_timeout (60 s); rank 1 aborts after the barrier.
+    with rank.open_session(op_timeout=60) as session:
+        cause = f"rank {r}: its peer was declared gone"
+        if r == 0:
+            work = session.receive(1, shape=(2,), dtype=np.float32)
+            time.sleep(0.3)  # most likely running by now
+            start = time.monotonic()
+            session.abort(rankd.AbortedError, cause)
+            e = expect_raises(rankd.AbortedError, cause, work.wait)
+            assert time.monotonic() - start < 20, time.monotonic() - start
+            print(f"ABORTED {e}", flush=True)
+        rank.all_gather_words([r], timeout=30)
+        if r == 1:
+            session.abort("ABORTED", cause)
+        session.poison(rankd.DataLossError("a later cause"))
+        session.abort(rankd.DataLossError("a later cause"))
+        got = session.poison_cause
+        assert isinstance(got, rankd.AbortedError) and got.message == cause, \
+            got
+        expect_raises(rankd.AbortedError, cause, session.all_reduce_sum, x)
+        rank.all_gather_words([r], timeout=30)
+    expect_raises(rankd.FailedPreconditionError, "closed",
+                  lambda: session.poison_cause)
+    print(f"PY POISON {r} OK", flush=True)
+
+
 def main():
     scenario = sys.argv[1]
     with rankd.join() as rank:
         {"ops": ops, "lost": lost, "nccl": nccl, "torch": torch_ops,
          "empty": empty, "narrowed": narrowed, "rejoin": rejoin,
-         "domain_view": domain_view}[scenario](rank)
+         "domain_view": domain_view, "poison": poison}[scenario](rank)
 
 
 if __name__ == "__main__":

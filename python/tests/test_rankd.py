@@ -110,6 +110,34 @@ def test_nccl_sessions_take_torch_cuda_tensors():
     assert not found, "\n".join(found)
 
 
+def test_poison_refuses_with_the_cause_and_abort_ends_pending_work():
+    # Session.poison / abort / poison_cause (issue 33).
+    with LocalJob("py-poison", 1, 2) as job:
+        results = job.run_ranks(PROGRAM, "poison", env=_env())
+    for r, (code, output) in enumerate(results):
+        assert code == 0, f"rank {r}:\n{output}"
+        assert f"PY POISON {r} OK" in output, output
+        assert f"POISONED UNAVAILABLE: gloo backend: all_reduce_sum " \
+            f"refused: session poisoned by an earlier failure: rank {r} " \
+            "drained by its scheduler" in output, output
+    assert "ABORTED ABORTED: gloo receive from member 1 " in results[0][1], \
+        results[0][1]
+
+
+def test_poison_causes_are_read_as_codes():
+    assert rankd.errors.code_of(rankd.AbortedError("m")) == 10
+    assert rankd.errors.code_of(rankd.UnavailableError) == 14
+    assert rankd.errors.code_of(rankd.errors.WaitTimeoutError("m")) == 4
+    assert rankd.errors.code_of("FAILED_PRECONDITION") == 9
+    assert rankd.errors.code_of(16) == 16
+    with pytest.raises(rankd.InvalidArgumentError, match="status code"):
+        rankd.errors.code_of("OK")
+    with pytest.raises(rankd.InvalidArgumentError, match="int32_t"):
+        rankd.errors.code_of(2**32 + 10)
+    with pytest.raises(rankd.InvalidArgumentError, match="not 1.5"):
+        rankd.errors.code_of(1.5)
+
+
 def test_a_lost_rank_is_named():
     with LocalJob("py-lost", 1, 2) as job:
         results = job.run_ranks(PROGRAM, "lost", env=_env(), timeout=60)

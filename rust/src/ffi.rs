@@ -301,6 +301,18 @@ extern "C" {
     // rankd_session_reform (issue 38: re-forming after a loss).
     pub fn rankd_session_reform(session: *mut rankd_session, timeout_seconds: f64)
         -> *mut rankd_status;
+    // Poisoning and aborting a session (issue 33).
+    pub fn rankd_session_poison(
+        session: *mut rankd_session,
+        code: i32,
+        message: *const c_char,
+    ) -> *mut rankd_status;
+    pub fn rankd_session_abort(
+        session: *mut rankd_session,
+        code: i32,
+        message: *const c_char,
+    ) -> *mut rankd_status;
+    pub fn rankd_session_poison_status(session: *const rankd_session) -> *mut rankd_status;
 
     pub fn rankd_dtype_size(dtype: i32) -> usize;
 

@@ -12,7 +12,7 @@
 //! every call from any thread, so `Session` and `Work` are `Send + Sync`.
 
 use std::ffi::CString;
-use std::os::raw::c_void;
+use std::os::raw::{c_char, c_void};
 use std::ptr;
 use std::sync::{Arc, MutexGuard};
 use std::time::Duration;
@@ -226,6 +226,10 @@ type TransferFn = unsafe extern "C" fn(
     *mut c_void,
     *mut *mut ffi::rankd_work,
 ) -> *mut ffi::rankd_status;
+
+/// The C ABI's signature of rankd_session_poison and rankd_session_abort.
+type LatchFn =
+    unsafe extern "C" fn(*mut ffi::rankd_session, i32, *const c_char) -> *mut ffi::rankd_status;
 
 /// Whether a transfer's tensor is read during the call (a send) or written
 /// by the work (a receive).
@@ -497,6 +501,53 @@ impl Session {
     }
 
     // ---- end of reform ----
+
+    // ---- poison and abort (issue 33; docs/contract.md, "Failures: one
+    // vocabulary") ----
+
+    /// Poisons the session with `cause` and tears nothing down: every later
+    /// operation fails at once, before any data moves, with the cause's
+    /// code and a message ending in the cause's message; work already
+    /// running is not interrupted. For a caller that decided the session
+    /// must not be used any more but whose submitted work is still good (a
+    /// scheduler draining a rank). The first cause wins: on a session
+    /// already poisoned this changes nothing. Only this rank's session:
+    /// peers are not told.
+    ///
+    /// Errors, before anything is latched: InvalidArgument for a cause
+    /// whose code is InvalidArgument (it means "refused, the session is
+    /// still usable"; use FailedPrecondition) or whose message contains a
+    /// NUL byte.
+    pub fn poison(&self, cause: &Error) -> Result<()> {
+        self.latch(ffi::rankd_session_poison, cause)
+    }
+
+    /// `poison(cause)`, then aborts the session's native contexts (Gloo's
+    /// contexts) so that its pending works fail now, with the cause,
+    /// instead of waiting for a peer or the op timeout: for a caller that
+    /// knows a peer is gone. On a session already poisoned the first cause
+    /// stays and the contexts are aborted if they were not yet. Errors as
+    /// `poison`.
+    pub fn abort(&self, cause: &Error) -> Result<()> {
+        self.latch(ffi::rankd_session_abort, cause)
+    }
+
+    /// None while the session is healthy; once poisoned, the first cause,
+    /// its code and message unchanged, whether `poison`, `abort`, a native
+    /// failure, a missed deadline or a lost peer poisoned it. After a
+    /// failed `reform`, that error.
+    pub fn poison_cause(&self) -> Option<Error> {
+        // SAFETY: a live handle; the status returned is ours to free.
+        unsafe { Error::check(ffi::rankd_session_poison_status(self.handle.ptr)) }.err()
+    }
+
+    fn latch(&self, call: LatchFn, cause: &Error) -> Result<()> {
+        let message = c_string("the cause's message", cause.message())?;
+        // SAFETY: a live handle; the message is read during the call.
+        unsafe { Error::check(call(self.handle.ptr, cause.code().raw(), message.as_ptr())) }
+    }
+
+    // ---- end of poison and abort ----
 }
 
 impl DistributedSession for Session {

@@ -723,6 +723,102 @@ fn rejoin(rank: &Rank) {
     println!("RUST RANK {} OK", r);
 }
 
+/// Session::poison, abort and poison_cause (issue 33): refusals; a
+/// poisoned session fails operations with the cause's code and words, the
+/// first cause stays; an abort ends rank 0's pending receive at once with
+/// its cause.
+fn poison(rank: &Rank) {
+    assert_eq!(rank.world_size(), 2);
+    let r = rank.rank();
+    let peer = 1 - r as usize;
+    let x = HostTensor::from_vec(vec![1.0f32, 2.0]);
+    {
+        let s = session(rank);
+        assert_eq!(s.poison_cause(), None);
+        // Refused before anything is latched.
+        for latch in [Session::poison, Session::abort] {
+            expect_err(
+                latch(&s, &Error::new(Code::InvalidArgument, "m")),
+                Code::InvalidArgument,
+                "use RANKD_FAILED_PRECONDITION",
+            );
+            expect_err(
+                latch(&s, &Error::new(Code::Aborted, "a\0b")),
+                Code::InvalidArgument,
+                "contains a NUL byte",
+            );
+        }
+        assert_eq!(s.poison_cause(), None);
+        let sum = s.all_reduce_sum(World, &x).unwrap().wait().unwrap();
+        assert_eq!(f32s(&sum), vec![2.0, 4.0]);
+
+        // Poison: operations fail with the cause's code and words; the
+        // first cause stays.
+        let cause = Error::new(
+            Code::Unavailable,
+            format!("rank {} drained by its scheduler", r),
+        );
+        s.poison(&cause).unwrap();
+        assert_eq!(s.poison_cause(), Some(cause.clone()));
+        let e = expect_err(
+            s.all_reduce_sum(World, &x).map(|_| ()),
+            Code::Unavailable,
+            cause.message(),
+        );
+        println!("POISONED {}", e);
+        expect_err(
+            s.send(World, peer, &x).map(|_| ()),
+            Code::Unavailable,
+            cause.message(),
+        );
+        s.poison(&Error::new(Code::DataLoss, "a second cause"))
+            .unwrap();
+        assert_eq!(s.poison_cause(), Some(cause));
+        rank.all_gather_words(&[r], T).unwrap();
+    }
+    // Abort: rank 0's receive that rank 1 never sends fails now with the
+    // cause, not at op_timeout (60 s); rank 1 aborts after the barrier.
+    let options = SessionOptions {
+        op_timeout: Some(Duration::from_secs(60)),
+        ..SessionOptions::default()
+    };
+    let s = rank.open_session(&options).unwrap();
+    let cause = Error::new(
+        Code::Aborted,
+        format!("rank {}: its peer was declared gone", r),
+    );
+    if r == 0 {
+        let d = ValueDescriptor::new(vec![2], TensorDtype::F32).unwrap();
+        let sub = s.receive(World, 1, &d).unwrap();
+        std::thread::sleep(Duration::from_millis(300)); // most likely running
+        let start = Instant::now();
+        s.abort(&cause).unwrap();
+        let e = expect_err(sub.completion.wait(), Code::Aborted, cause.message());
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            start.elapsed()
+        );
+        println!("ABORTED {}", e);
+    }
+    rank.all_gather_words(&[r], T).unwrap();
+    if r == 1 {
+        s.abort(&cause).unwrap();
+    }
+    s.poison(&Error::new(Code::DataLoss, "a later cause"))
+        .unwrap();
+    s.abort(&Error::new(Code::DataLoss, "a later cause"))
+        .unwrap();
+    assert_eq!(s.poison_cause(), Some(cause.clone()));
+    expect_err(
+        s.all_reduce_sum(World, &x).map(|_| ()),
+        Code::Aborted,
+        cause.message(),
+    );
+    rank.all_gather_words(&[r], T).unwrap();
+    println!("RUST RANK {} OK", r);
+}
+
 /// The entry the tests run as each rank (not a test case by itself).
 #[test]
 #[ignore]
@@ -742,6 +838,7 @@ fn rank_program() {
         "empty" => empty(&rank),
         "narrowed" => narrowed(&rank),
         "rejoin" => rejoin(&rank),
+        "poison" => poison(&rank),
         other => panic!("unknown role {}", other),
     }
 }
@@ -791,6 +888,26 @@ fn a_missed_bounded_wait_is_deadline_exceeded_and_poisons() {
     job.run_role_ok("deadline");
     let out = job.log("rank0.log");
     assert!(out.contains("POISONED "), "{}", out);
+}
+
+#[test]
+fn poison_refuses_with_the_cause_and_abort_ends_pending_work() {
+    let mut job = LocalJob::start("rs-poison", 2);
+    job.run_role_ok("poison");
+    let out = job.log("rank0.log");
+    assert!(
+        out.contains(
+            "POISONED UNAVAILABLE: gloo backend: all_reduce_sum refused: session poisoned by an \
+             earlier failure: rank 0 drained by its scheduler"
+        ),
+        "{}",
+        out
+    );
+    assert!(
+        out.contains("ABORTED ABORTED: gloo receive from member 1 "),
+        "{}",
+        out
+    );
 }
 
 #[test]

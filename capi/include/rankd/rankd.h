@@ -531,6 +531,57 @@ RANKD_EXPORT int rankd_session_supports_group(const rankd_session* session,
 /* The session's rankd_backend. */
 RANKD_EXPORT int32_t rankd_session_backend(const rankd_session* session);
 
+/* ---- Poisoning and aborting a session (issue 33; docs/contract.md,
+ * "Failures: one vocabulary") ---- */
+
+/* A poisoned session refuses every later operation, at once and before any
+ * data moves, with its cause's code and a message that ends with the
+ * cause's message. The first cause wins and is kept for the session's life:
+ * whatever poisons it first (these two functions, a native failure, a
+ * missed deadline, a lost peer) is the cause rankd_session_poison_status
+ * returns. Both functions act on this rank's session only: peers are not
+ * told. */
+
+/* Poisons the session with the cause (`code`, `message`) and tears nothing
+ * down: work already running is not interrupted (on Gloo, work still
+ * queued behind it fails with the cause instead of starting). For a caller that
+ * decided the session must not be used any more but whose submitted work is
+ * still good (a scheduler draining a rank). `message` is copied. On a session
+ * already poisoned it changes nothing and returns NULL.
+ * INVALID_ARGUMENT, before anything is latched, for a NULL session, a NULL
+ * message, a value outside rankd_code, RANKD_OK (a cause is an error) or
+ * RANKD_INVALID_ARGUMENT (which means "refused, the session is still
+ * usable", docs/contract.md, so a poisoned session never answers it; use
+ * RANKD_FAILED_PRECONDITION). After a failed rankd_session_reform: that
+ * error (the session is gone). */
+RANKD_EXPORT rankd_status* rankd_session_poison(rankd_session* session,
+                                                int32_t code,
+                                                const char* message);
+
+/* rankd_session_poison, then aborts the session's native contexts (Gloo's
+ * contexts, NCCL's communicators) so that its pending works fail now
+ * instead of waiting for a peer or for the op timeout: what a native
+ * failure or a missed deadline does. For a caller that knows a peer is
+ * gone. On a session already poisoned, the first cause stays and the
+ * contexts are aborted if they were not yet (they are aborted once).
+ * Returns once they are (NCCL: within the session's abort deadline).
+ * Errors as rankd_session_poison, checked before anything is latched or
+ * aborted. */
+RANKD_EXPORT rankd_status* rankd_session_abort(rankd_session* session,
+                                               int32_t code,
+                                               const char* message);
+
+/* NULL while the session is healthy. Once it is poisoned, a new status the
+ * caller owns (rankd_status_free) carrying the first cause, unchanged: the
+ * code and message given to rankd_session_poison or rankd_session_abort,
+ * or the native failure, missed deadline or lost peer that poisoned it.
+ * Waits for nothing. INVALID_ARGUMENT for a NULL session (so NULL always means
+ * healthy); after a failed rankd_session_reform, that error. */
+RANKD_EXPORT rankd_status* rankd_session_poison_status(
+    const rankd_session* session);
+
+/* ---- end of poisoning and aborting a session ---- */
+
 /* Element types. */
 typedef enum rankd_dtype {
   RANKD_BOOL = 0,
