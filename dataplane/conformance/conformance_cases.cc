@@ -333,6 +333,47 @@ void AddRefusalCases(std::vector<ConformanceCase>& cases) {
                                         std::to_string(r) +
                                         " is this rank itself");
                    }});
+  // A group that is not the world names itself, never the communicator
+  // under it: group 8 is the data-parallel group of a 2-rank job, with the
+  // world's members (common/topology.h), so NCCL may serve it with the
+  // world's communicator or split one of its own.
+  {
+    auto outcome = [](uint32_t) {
+      return Refused(kInvalid,
+                     "$backend backend: all_to_all_v on group 8: send counts "
+                     "have 1 entries and receive counts 2; both need one per "
+                     "member (2) (the other members of group 8 are told and "
+                     "refuse it too)");
+    };
+    cases.push_back({"AnAllToAllVRefusedOnAGroupIsToldToThatGroup",
+                     2,
+                     {},
+                     [](uint32_t) {
+                       RankCall c =
+                           Call(Operation::kAllToAllV, {2}, Iota(2, 0));
+                       c.scope = CollectiveScope::Group(8);
+                       c.send_counts = {2};
+                       c.receive_counts = {1, 1};
+                       return c;
+                     },
+                     outcome});
+  }
+  cases.push_back({"ABatchWithAPeerOutsideAGroupNamesTheGroup",
+                   2,
+                   {},
+                   [](uint32_t r) {
+                     RankCall c = Call(Operation::kBatchSendReceive, {1}, {1});
+                     c.scope = CollectiveScope::Group(8);
+                     c.peer = 5;
+                     c.source = 1 - r;
+                     return c;
+                   },
+                   [](uint32_t) {
+                     return Refused(kInvalid,
+                                    "$backend backend: batch_send_receive on "
+                                    "group 8: send 0 names member 5, which is "
+                                    "outside group 8 (2 members)");
+                   }});
   cases.push_back({"AGroupThisRankIsNotIn",
                    2,
                    {},
@@ -578,6 +619,13 @@ void AddNoRowCases(std::vector<ConformanceCase>& cases) {
                    short_timeout, alone(Call(Operation::kAllReduceSum, {0, 2})),
                    names_rank_0("world"),
                    refused_on_nccl(names_rank_0("world"))});
+  // On a group, the deadline names the group (group 8: see
+  // AnAllToAllVRefusedOnAGroupIsToldToThatGroup).
+  RankCall on_group = Call(Operation::kAllReduceSum, {0, 2});
+  on_group.scope = CollectiveScope::Group(8);
+  cases.push_back({"AnAllReduceSumOnAGroupWaitsForEveryMember", 2,
+                   short_timeout, alone(on_group), names_rank_0("group 8"),
+                   refused_on_nccl(names_rank_0("group 8"))});
   cases.push_back({"AnAllGatherOfNoRowsWaitsForEveryMember", 2, short_timeout,
                    alone(Call(Operation::kAllGather, {0, 2})),
                    names_rank_0("world"),

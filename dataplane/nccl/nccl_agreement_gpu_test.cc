@@ -278,13 +278,16 @@ TEST_F(NcclMultiGpuTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
         auto stream = s.stream();
         const CollectiveScope world = CollectiveScope::World();
         const absl::Time start = absl::Now();
-        auto told = [](const absl::Status& refused, absl::string_view why) {
+        // Told to the scope's members, or on a route to its other end, in
+        // the words Gloo uses (dataplane/agreement.h, RefusalAfterTelling).
+        auto told = [](const absl::Status& refused, absl::string_view why,
+                       absl::string_view to =
+                           " (the other members of world are told and "
+                           "refuse it too)") {
           EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument)
               << refused;
           EXPECT_TRUE(absl::StrContains(refused.message(), why)) << refused;
-          EXPECT_TRUE(absl::StrContains(refused.message(),
-                                        "the other members of world are told"))
-              << refused;
+          EXPECT_TRUE(absl::EndsWith(refused.message(), to)) << refused;
         };
         auto named = [](const absl::Status& waited, absl::string_view what) {
           EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument)
@@ -312,7 +315,9 @@ TEST_F(NcclMultiGpuTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
           ASSERT_TRUE(elsewhere.ok()) << elsewhere.status();
           moved = s.Send(world, 1, Upload(Desc({4}), Floats(4), *elsewhere));
           ASSERT_FALSE(moved.ok());
-          told(moved.status(), "is not on this session's device");
+          told(moved.status(), "is not on this session's device",
+               " (the other end of route 0->1 in world is told and refuses "
+               "it too)");
         } else {
           moved = s.Receive(world, 0, Desc({4}));
           ASSERT_TRUE(moved.ok()) << moved.status();
@@ -370,6 +375,66 @@ TEST_F(NcclMultiGpuTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
         ASSERT_TRUE(good.ok()) << good.status();
         ASSERT_OK(good->completion->Wait());
         EXPECT_EQ(Download<float>(good->output), (std::vector<float>{1, 3, 5}));
+      },
+      nullptr, options);
+}
+
+// A refusal on a group that is not the world names that group, and one on a
+// route names the route, as on Gloo: never the communicator under them
+// (group 8, the data-parallel group of 2 ranks, has the world's members, so
+// NCCL splits it a communicator of its own, "g8-world", or shares the
+// world's).
+TEST_F(NcclMultiGpuTest, ARefusalOnAGroupOrARouteNamesItNotTheCommunicator) {
+  NcclSessionOptions options;
+  options.verify_agreement = true;
+  options.op_timeout = absl::Seconds(60);
+  RunRanks(
+      2, DataParallel(2),
+      [](uint32_t r, NcclSession& s, InProcessJob&) {
+        auto stream = s.stream();
+        const CollectiveScope group = CollectiveScope::Group(8);
+        auto refused_by_peer = [](const absl::Status& waited) {
+          EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument)
+              << waited;
+          EXPECT_TRUE(absl::StrContains(waited.message(),
+                                        "refused it on its own arguments"))
+              << waited;
+        };
+        // A route of group 8: the tensor rank 0 sends is on the other
+        // device.
+        absl::StatusOr<NcclSession::ValueSubmission> moved;
+        if (r == 0) {
+          auto elsewhere = CudaStream::Create(1);
+          ASSERT_TRUE(elsewhere.ok()) << elsewhere.status();
+          moved = s.Send(group, 1, Upload(Desc({4}), Floats(4), *elsewhere));
+          ASSERT_FALSE(moved.ok());
+          EXPECT_EQ(moved.status().code(), absl::StatusCode::kInvalidArgument);
+          EXPECT_TRUE(absl::EndsWith(moved.status().message(),
+                                     " (the other end of route 0->1 in group "
+                                     "8 is told and refuses it too)"))
+              << moved.status();
+        } else {
+          moved = s.Receive(group, 0, Desc({4}));
+          ASSERT_TRUE(moved.ok()) << moved.status();
+          refused_by_peer(moved->completion->Wait());
+        }
+        ASSERT_OK(s.poison());
+        // A collective of group 8: rank 1's output has the wrong shape.
+        auto x = Upload(Desc({4}), Floats(4, 1), stream);
+        auto wrong = Upload(Desc({8}), Floats(8), stream);
+        auto sum = r == 1 ? s.AllReduceSumInto(group, x, wrong)
+                          : s.AllReduceSum(group, x);
+        if (r == 1) {
+          ASSERT_FALSE(sum.ok());
+          EXPECT_TRUE(absl::EndsWith(sum.status().message(),
+                                     " (the other members of group 8 are told "
+                                     "and refuse it too)"))
+              << sum.status();
+        } else {
+          ASSERT_TRUE(sum.ok()) << sum.status();
+          refused_by_peer(sum->completion->Wait());
+        }
+        ASSERT_OK(s.poison());
       },
       nullptr, options);
 }

@@ -97,7 +97,7 @@ absl::StatusOr<NcclRoute> NcclBackend::Route(const CollectiveScope& scope,
                    static_cast<uint32_t>(destination));
 }
 
-absl::StatusOr<std::shared_ptr<CommEntry>> NcclBackend::Check(
+absl::StatusOr<internal::ScopedComm> NcclBackend::Check(
     const NcclGroup& group, const CudaExecutor& executor, const char* operation,
     bool DistributedCapabilities::*flag, const char* capability) const {
   if (group.impl_ != impl_) {
@@ -128,7 +128,9 @@ absl::StatusOr<std::shared_ptr<CommEntry>> NcclBackend::Check(
       !s.ok()) {
     return s;
   }
-  return impl_->LaneComm(group.comm_, executor.lane(), operation);
+  auto comm = impl_->LaneComm(group.comm_, executor.lane(), operation);
+  if (!comm.ok()) return comm.status();
+  return internal::ScopedComm{*std::move(comm), GroupName(group)};
 }
 
 TensorSubmission<NcclBackend> NcclBackend::AllReduceSum(

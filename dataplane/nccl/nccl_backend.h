@@ -43,6 +43,7 @@ namespace rankd::dataplane::nccl {
 namespace internal {
 class SessionImpl;  // internal/session_impl.h: private to this package
 struct CommEntry;
+struct ScopedComm;
 }  // namespace internal
 
 // The executor: a CUDA stream on an executor lane. Copies share the
@@ -260,8 +261,9 @@ class NcclBackend {
       absl::Span<const DeviceTensor> receive_into, const NcclRoute& route,
       CudaExecutor& executor);
   // Poison, ownership and capability checks shared by the operations;
-  // then the communicator of `group` on the executor's lane.
-  absl::StatusOr<std::shared_ptr<internal::CommEntry>> Check(
+  // then the communicator of `group` on the executor's lane, with the
+  // group's words ("group 3") for the operation's messages.
+  absl::StatusOr<internal::ScopedComm> Check(
       const NcclGroup& group, const CudaExecutor& executor,
       const char* operation, bool DistributedCapabilities::*flag,
       const char* capability) const;

@@ -17,6 +17,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "dataplane/collective_scope.h"
+#include "dataplane/nccl/nccl_backend.h"
+#include "dataplane/nccl/nccl_comm.h"
 #include "dataplane/nccl/nccl_session.h"
 #include "dataplane/nccl/testing/nccl_test_util.h"
 #include "dataplane/nccl/testing/stream_stall.h"
@@ -149,6 +151,49 @@ TEST_F(NcclMultiGpuTest, AnOperationPastItsDeadlineNamesWhoDidNotFinish) {
                                       "on world"))
             << waited;
         EXPECT_EQ(s.poison(), waited);
+      },
+      nullptr, options);
+}
+
+// On a group's executor lane, the deadline names the group and the lane,
+// as Gloo does ("group 8 on executor 1"), never the communicator under
+// them (group 8 has the world's members: its lane-1 communicator is
+// "g8-world-e1").
+TEST_F(NcclMultiGpuTest, AnOperationOnAGroupsLanePastItsDeadlineNamesThem) {
+  if (!SplitSupported()) GTEST_SKIP() << "needs ncclCommSplit (NCCL 2.18)";
+  NcclSessionOptions options;
+  options.executors = 2;
+  options.op_timeout = absl::Seconds(1);
+  options.failure_attribution_grace = absl::Milliseconds(500);
+  absl::Barrier* warmed = new absl::Barrier(2);
+  RunRanks(
+      2, DataParallel(2),
+      [&](uint32_t r, NcclSession& s, InProcessJob&) {
+        NcclBackend backend(s);
+        auto group = backend.Group(CollectiveScope::Group(8));
+        ASSERT_TRUE(group.ok()) << group.status();
+        auto lane1 = CudaExecutor::Create(s.device(), 1);
+        ASSERT_TRUE(lane1.ok()) << lane1.status();
+        auto x = Upload(Desc({4}), Floats(4), s.stream());
+        {
+          auto warm = backend.AllReduceSum(x, *group, *lane1);
+          ASSERT_TRUE(warm.ok()) << warm.status();
+          ASSERT_OK(warm->completion->Wait());
+        }
+        if (warmed->Block()) delete warmed;
+        if (r == 1) return;  // never submits operation #1
+        auto stuck = backend.AllReduceSum(x, *group, *lane1);
+        ASSERT_TRUE(stuck.ok()) << stuck.status();
+        absl::Status waited = stuck->completion->Wait();
+        EXPECT_EQ(waited.code(), absl::StatusCode::kDeadlineExceeded) << waited;
+        EXPECT_TRUE(absl::StrContains(waited.message(),
+                                      "all_reduce_sum on group 8 did not "
+                                      "complete within 1s (op_timeout)"))
+            << waited;
+        EXPECT_TRUE(absl::StrContains(waited.message(),
+                                      "rank 1 did not report operation #1 "
+                                      "on group 8 on executor 1 within"))
+            << waited;
       },
       nullptr, options);
 }

@@ -24,6 +24,7 @@
 namespace rankd::dataplane::nccl {
 using internal::BundleEnd;
 using internal::CommEntry;
+using internal::ScopedComm;
 using internal::SessionImpl;
 
 namespace {
@@ -301,10 +302,11 @@ class NcclValidation : public ::testing::Test {
     auto session = testing::NcclSessionPeer::Create(Descriptor(), cp_.get());
     ASSERT_TRUE(session.ok());
     session_ = *std::move(session);
-    comm_ = std::make_shared<CommEntry>();
-    comm_->name = "test";
-    comm_->members = {0, 1, 2};
-    comm_->local_rank = 1;
+    auto entry = std::make_shared<CommEntry>();
+    entry->name = "test";
+    entry->members = {0, 1, 2};
+    entry->local_rank = 1;
+    comm_ = {std::move(entry), "group 3"};
   }
   void TearDown() override {
     EXPECT_TRUE(session_->poison().ok()) << session_->poison();
@@ -319,7 +321,7 @@ class NcclValidation : public ::testing::Test {
   std::shared_ptr<InProcessJob> job_;
   std::unique_ptr<ControlPlane> cp_;
   std::unique_ptr<NcclSession> session_;
-  std::shared_ptr<CommEntry> comm_;
+  ScopedComm comm_;
 };
 
 TEST_F(NcclValidation, AllReduceSumRejectsUnsummableDtypes) {

@@ -93,6 +93,7 @@ absl::Status NcclSession::Refuse(const CollectiveScope& scope,
   OpPlan plan;
   plan.name = absl::StrCat("a refused operation on ", scope.ToString());
   plan.comm = *comm;
+  plan.scope = scope.ToString();
   plan.stream = layer().impl()->stream();
   switch (what.kind) {
     case Kind::kCollective:

@@ -27,14 +27,14 @@ absl::StatusOr<NativeLayer::Scope> NativeLayer::Admit(
     const AdmissionRequest& request) {
   auto comm = impl_->CommFor(request.scope, request.operation, request.flag,
                              request.capability);
-  if (!comm.ok()) return comm;
+  if (!comm.ok()) return comm.status();
   // Not told to the peers: their records would go on this same stream.
   absl::Status capture = impl_->RefuseIfCapturing(
       impl_->stream(),
       absl::StrCat(request.operation, " on ", request.scope.ToString()),
       "the session's stream");
   if (!capture.ok()) return capture;
-  return comm;
+  return ScopedComm{*std::move(comm), request.scope.ToString()};
 }
 
 absl::StatusOr<ValueSubmission> NativeLayer::AllReduceSum(

@@ -32,7 +32,9 @@ namespace rankd::dataplane::nccl::internal {
 class NativeLayer {
  public:
   using Value = DeviceTensor;
-  using Scope = std::shared_ptr<CommEntry>;
+  // The communicator and the scope's words ("group 3"), which every
+  // message of the operation uses.
+  using Scope = ScopedComm;
   using ValueSubmission = DistributedSession<DeviceTensor>::ValueSubmission;
   using ValuesSubmission = DistributedSession<DeviceTensor>::ValuesSubmission;
 
@@ -54,8 +56,8 @@ class NativeLayer {
   // when the session's stream takes part in a CUDA graph capture (refused
   // before any native work; the session stays usable).
   absl::StatusOr<Scope> Admit(const AdmissionRequest& request);
-  size_t MemberCount(const Scope& comm) const { return comm->members.size(); }
-  size_t LocalMember(const Scope& comm) const { return comm->local_rank; }
+  size_t MemberCount(const Scope& on) const { return on.comm->members.size(); }
+  size_t LocalMember(const Scope& on) const { return on.comm->local_rank; }
 
   absl::StatusOr<ValueSubmission> AllReduceSum(const Scope& comm,
                                                std::string label,

@@ -49,11 +49,11 @@ absl::StatusOr<std::shared_ptr<DeviceBuffer>> Scratch(
 // happens); everything it points to must outlive it.
 class Refusal {
  public:
-  Refusal(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
+  Refusal(SessionImpl& core, const ScopedComm& on,
           const std::shared_ptr<CudaStream>& stream, const std::string& name,
           bool agree_first = false)
       : core_(&core),
-        comm_(&comm),
+        on_(&on),
         stream_(&stream),
         name_(&name),
         agree_first_(agree_first) {}
@@ -69,7 +69,8 @@ class Refusal {
   absl::Status Refuse(const absl::Status& refusal) const {
     OpPlan plan;
     plan.name = *name_;
-    plan.comm = *comm_;
+    plan.comm = on_->comm;
+    plan.scope = on_->scope;
     plan.stream = *stream_;
     plan.agree_first = agree_first_;
     plan.route = route_;
@@ -79,7 +80,7 @@ class Refusal {
 
  private:
   SessionImpl* core_;
-  const std::shared_ptr<CommEntry>* comm_;
+  const ScopedComm* on_;
   const std::shared_ptr<CudaStream>* stream_;
   const std::string* name_;
   bool agree_first_;
@@ -96,12 +97,12 @@ TensorResult Finish(absl::StatusOr<Submitted> submitted,
 
 }  // namespace
 
-TensorResult SubmitAllReduceSum(SessionImpl& core,
-                                const std::shared_ptr<CommEntry>& comm,
+TensorResult SubmitAllReduceSum(SessionImpl& core, const ScopedComm& on,
                                 const DeviceTensor& input,
                                 const std::shared_ptr<CudaStream>& stream,
                                 std::string name, const DeviceTensor* into) {
-  const Refusal refuse(core, comm, stream, name);
+  const std::shared_ptr<CommEntry>& comm = on.comm;
+  const Refusal refuse(core, on, stream, name);
   absl::Status valid = core.CheckTensor(input, name);
   if (!valid.ok()) return refuse.Refuse(valid);
   auto sum = SumTypeFor(input.descriptor().dtype(), NcclRuntimeVersion());
@@ -113,6 +114,7 @@ TensorResult SubmitAllReduceSum(SessionImpl& core,
   plan.canonical = DescribeOnValue("all_reduce_sum", input.descriptor());
   plan.name = std::move(name);
   plan.comm = comm;
+  plan.scope = on.scope;
   plan.stream = stream;
   plan.inputs = {input};
   plan.outputs = {*out};
@@ -132,12 +134,12 @@ TensorResult SubmitAllReduceSum(SessionImpl& core,
   return Finish(core.Submit(std::move(plan)), *out);
 }
 
-TensorResult SubmitAllGatherEven(SessionImpl& core,
-                                 const std::shared_ptr<CommEntry>& comm,
+TensorResult SubmitAllGatherEven(SessionImpl& core, const ScopedComm& on,
                                  const DeviceTensor& input, size_t axis,
                                  const std::shared_ptr<CudaStream>& stream,
                                  std::string name, const DeviceTensor* into) {
-  const Refusal refuse(core, comm, stream, name);
+  const std::shared_ptr<CommEntry>& comm = on.comm;
+  const Refusal refuse(core, on, stream, name);
   absl::Status valid = core.CheckTensor(input, name);
   if (!valid.ok()) return refuse.Refuse(valid);
   const size_t n = comm->members.size();
@@ -151,6 +153,7 @@ TensorResult SubmitAllGatherEven(SessionImpl& core,
   const size_t bytes = input.byte_size();
   OpPlan plan;
   plan.comm = comm;
+  plan.scope = on.scope;
   plan.stream = stream;
   plan.inputs = {input};
   plan.outputs = {*out};
@@ -197,13 +200,13 @@ TensorResult SubmitAllGatherEven(SessionImpl& core,
   return Finish(core.Submit(std::move(plan)), *out);
 }
 
-TensorResult SubmitAllGatherUneven(SessionImpl& core,
-                                   const std::shared_ptr<CommEntry>& comm,
+TensorResult SubmitAllGatherUneven(SessionImpl& core, const ScopedComm& on,
                                    const DeviceTensor& input,
                                    absl::Span<const size_t> counts, size_t axis,
                                    const std::shared_ptr<CudaStream>& stream,
                                    std::string name, const DeviceTensor* into) {
-  const Refusal refuse(core, comm, stream, name, /*agree_first=*/true);
+  const std::shared_ptr<CommEntry>& comm = on.comm;
+  const Refusal refuse(core, on, stream, name, /*agree_first=*/true);
   absl::Status valid = core.CheckTensor(input, name);
   if (!valid.ok()) return refuse.Refuse(valid);
   const size_t n = comm->members.size();
@@ -227,6 +230,7 @@ TensorResult SubmitAllGatherUneven(SessionImpl& core,
   }
   OpPlan plan;
   plan.comm = comm;
+  plan.scope = on.scope;
   plan.stream = stream;
   plan.inputs = {input};
   plan.outputs = {*out};
@@ -293,15 +297,15 @@ TensorResult SubmitAllGatherUneven(SessionImpl& core,
   return Finish(core.Submit(std::move(plan)), *out);
 }
 
-TensorResult SubmitAllToAll(SessionImpl& core,
-                            const std::shared_ptr<CommEntry>& comm,
+TensorResult SubmitAllToAll(SessionImpl& core, const ScopedComm& on,
                             const DeviceTensor& input,
                             absl::Span<const size_t> send_counts,
                             absl::Span<const size_t> receive_counts,
                             size_t axis,
                             const std::shared_ptr<CudaStream>& stream,
                             std::string name, const DeviceTensor* into) {
-  const Refusal refuse(core, comm, stream, name, /*agree_first=*/true);
+  const std::shared_ptr<CommEntry>& comm = on.comm;
+  const Refusal refuse(core, on, stream, name, /*agree_first=*/true);
   absl::Status valid = core.CheckTensor(input, name);
   if (!valid.ok()) return refuse.Refuse(valid);
   const size_t n = comm->members.size();
@@ -322,6 +326,7 @@ TensorResult SubmitAllToAll(SessionImpl& core,
   const size_t out_extent = recv_off[n];
   OpPlan plan;
   plan.comm = comm;
+  plan.scope = on.scope;
   plan.stream = stream;
   plan.inputs = {input};
   plan.outputs = {*out};
@@ -422,20 +427,21 @@ TensorResult SubmitAllToAll(SessionImpl& core,
   return Finish(core.Submit(std::move(plan)), *out);
 }
 
-TensorResult SubmitSend(SessionImpl& core,
-                        const std::shared_ptr<CommEntry>& comm, uint32_t peer,
+TensorResult SubmitSend(SessionImpl& core, const ScopedComm& on, uint32_t peer,
                         const DeviceTensor& input,
                         const std::shared_ptr<CudaStream>& stream,
                         std::string name) {
+  const std::shared_ptr<CommEntry>& comm = on.comm;
   absl::Status valid = core.CheckTensor(input, name);
   if (!valid.ok()) {
-    return Refusal(core, comm, stream, name)
+    return Refusal(core, on, stream, name)
         .Route(comm->local_rank, peer)
         .Refuse(valid);
   }
   OpPlan plan;
   plan.name = std::move(name);
   plan.comm = comm;
+  plan.scope = on.scope;
   plan.stream = stream;
   plan.inputs = {input};
   plan.route = {{comm->local_rank, peer}};
@@ -452,20 +458,21 @@ TensorResult SubmitSend(SessionImpl& core,
   return Finish(core.Submit(std::move(plan)), input);
 }
 
-TensorResult SubmitReceive(SessionImpl& core,
-                           const std::shared_ptr<CommEntry>& comm,
+TensorResult SubmitReceive(SessionImpl& core, const ScopedComm& on,
                            uint32_t peer, const ValueDescriptor& descriptor,
                            const std::shared_ptr<CudaStream>& stream,
                            std::string name, const DeviceTensor* into) {
+  const std::shared_ptr<CommEntry>& comm = on.comm;
   auto out = core.OutputFor(descriptor, into, nullptr, false, stream, name);
   if (!out.ok()) {
-    return Refusal(core, comm, stream, name)
+    return Refusal(core, on, stream, name)
         .Route(peer, comm->local_rank)
         .Refuse(out.status());
   }
   OpPlan plan;
   plan.name = std::move(name);
   plan.comm = comm;
+  plan.scope = on.scope;
   plan.stream = stream;
   plan.outputs = {*out};
   plan.route = {{peer, comm->local_rank}};
@@ -482,12 +489,12 @@ TensorResult SubmitReceive(SessionImpl& core,
   return Finish(core.Submit(std::move(plan)), *out);
 }
 
-TensorResult SubmitBroadcast(SessionImpl& core,
-                             const std::shared_ptr<CommEntry>& comm,
+TensorResult SubmitBroadcast(SessionImpl& core, const ScopedComm& on,
                              const DeviceTensor& input, size_t root,
                              const std::shared_ptr<CudaStream>& stream,
                              std::string name, const DeviceTensor* into) {
-  const Refusal refuse(core, comm, stream, name);
+  const std::shared_ptr<CommEntry>& comm = on.comm;
+  const Refusal refuse(core, on, stream, name);
   absl::Status valid = core.CheckTensor(input, name);
   if (!valid.ok()) return refuse.Refuse(valid);
   if (root >= comm->members.size()) {
@@ -503,6 +510,7 @@ TensorResult SubmitBroadcast(SessionImpl& core,
                                   input.descriptor());
   plan.name = std::move(name);
   plan.comm = comm;
+  plan.scope = on.scope;
   plan.stream = stream;
   plan.inputs = {input};
   plan.outputs = {*out};
@@ -520,16 +528,17 @@ TensorResult SubmitBroadcast(SessionImpl& core,
   return Finish(core.Submit(std::move(plan)), *out);
 }
 
-UnitResult SubmitBarrier(SessionImpl& core,
-                         const std::shared_ptr<CommEntry>& comm,
+UnitResult SubmitBarrier(SessionImpl& core, const ScopedComm& on,
                          const std::shared_ptr<CudaStream>& stream,
                          std::string name) {
+  const std::shared_ptr<CommEntry>& comm = on.comm;
   auto flag = Scratch(core, 1, stream, name);
   if (!flag.ok()) return flag.status();
   OpPlan plan;
   plan.canonical = "barrier";
   plan.name = std::move(name);
   plan.comm = comm;
+  plan.scope = on.scope;
   plan.stream = stream;
   plan.retained = {Retain(*flag)};
   void* data = (*flag)->data();
@@ -571,15 +580,17 @@ absl::StatusOr<bool> NcclAgreement::Resolve() const {
 
 absl::StatusOr<Submission<std::shared_ptr<const Agreement>,
                           std::shared_ptr<NcclCompletion>>>
-SubmitAgreeSuccess(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
-                   bool success, const std::shared_ptr<CudaStream>& stream,
+SubmitAgreeSuccess(SessionImpl& core, const ScopedComm& on, bool success,
+                   const std::shared_ptr<CudaStream>& stream,
                    std::string name) {
+  const std::shared_ptr<CommEntry>& comm = on.comm;
   auto flag = Scratch(core, 1, stream, name);
   if (!flag.ok()) return flag.status();
   OpPlan plan;
   plan.canonical = "agree_success";
   plan.name = std::move(name);
   plan.comm = comm;
+  plan.scope = on.scope;
   plan.stream = stream;
   plan.retained = {Retain(*flag)};
   void* data = (*flag)->data();
@@ -604,9 +615,10 @@ SubmitAgreeSuccess(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
 
 absl::StatusOr<
     Submission<std::vector<DeviceTensor>, std::shared_ptr<NcclCompletion>>>
-SubmitBundle(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
-             const BundleEnd& end, uint32_t source, uint32_t destination,
+SubmitBundle(SessionImpl& core, const ScopedComm& on, const BundleEnd& end,
+             uint32_t source, uint32_t destination,
              const std::shared_ptr<CudaStream>& stream, std::string name) {
+  const std::shared_ptr<CommEntry>& comm = on.comm;
   const uint32_t n = static_cast<uint32_t>(comm->members.size());
   const uint32_t me = comm->local_rank;
   if (source >= n || destination >= n || source == destination) {
@@ -622,7 +634,7 @@ SubmitBundle(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
   }
   const bool sending = me == source;
   const bool into = !sending && !end.receive_into.empty();
-  Refusal refuse(core, comm, stream, name);
+  Refusal refuse(core, on, stream, name);
   refuse.Route(source, destination);
   if (into && end.receive_into.size() != end.receive.size()) {
     return refuse.Refuse(absl::InvalidArgumentError(
@@ -639,6 +651,7 @@ SubmitBundle(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
   OpPlan plan;
   plan.name = name;  // `refuse` still points at `name`
   plan.comm = comm;
+  plan.scope = on.scope;
   plan.stream = stream;
   plan.route = {{source, destination}};
   std::vector<ValueDescriptor> described;
@@ -713,15 +726,16 @@ SubmitBundle(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
 
 absl::StatusOr<
     Submission<std::vector<DeviceTensor>, std::shared_ptr<NcclCompletion>>>
-SubmitBatch(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
+SubmitBatch(SessionImpl& core, const ScopedComm& on,
             absl::Span<const PeerValue<DeviceTensor>> sends,
             absl::Span<const PeerValue<DeviceTensor>> receives,
             const std::shared_ptr<CudaStream>& stream, std::string name) {
+  const std::shared_ptr<CommEntry>& comm = on.comm;
   const uint32_t n = static_cast<uint32_t>(comm->members.size());
   const uint32_t me = comm->local_rank;
   // Its peers first: a batch whose peers are wrong names no one to tell.
   if (absl::Status s =
-          CheckBatchPeers(sends, receives, n, me, comm->name, kBackend, name);
+          CheckBatchPeers(sends, receives, n, me, on.scope, kBackend, name);
       !s.ok()) {
     return s;
   }
@@ -736,7 +750,7 @@ SubmitBatch(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
       (sending ? plan.inputs : plan.outputs).push_back(t.value);
     }
   }
-  Refusal refuse(core, comm, stream, name);
+  Refusal refuse(core, on, stream, name);
   refuse.Batch(&plan.batch);
   for (const auto* list : {&receives, &sends}) {
     for (const PeerValue<DeviceTensor>& t : *list) {
@@ -751,6 +765,7 @@ SubmitBatch(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
   }
   plan.name = std::move(name);
   plan.comm = comm;
+  plan.scope = on.scope;
   plan.stream = stream;
   const auto& first = plan.batch.front();
   plan.route = first.send ? std::make_pair(me, first.peer)

@@ -64,6 +64,22 @@ absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
       std::move(descriptor), control_plane, std::move(options)));
 }
 
+namespace {
+
+// "route <source>-><destination> in <scope>", the route of `plan` in world
+// ranks, as Gloo's GlooRoute::ToString. Callers validated the route's
+// member indices; one that is not a member stays an index.
+std::string RouteWords(const OpPlan& plan, absl::string_view scope) {
+  const std::vector<uint32_t>& members = plan.comm->members;
+  auto rank = [&](uint32_t index) {
+    return index < members.size() ? members[index] : index;
+  };
+  return absl::StrCat("route ", rank(plan.route->first), "->",
+                      rank(plan.route->second), " in ", scope);
+}
+
+}  // namespace
+
 SubmittedOperation SessionImpl::Describe(const OpPlan& plan) const {
   SubmittedOperation what;
   if (plan.comm == nullptr) return what;
@@ -75,17 +91,22 @@ SubmittedOperation SessionImpl::Describe(const OpPlan& plan) const {
       absl::StrAppend(&what.canonical, " ", input.descriptor().ToString());
     }
   }
+  // Keyed by communicator, whose sequence numbers these are; named by
+  // scope, on its executor lane, as Gloo names them.
+  std::string scope = plan.scope;
+  if (plan.comm->lane > 0) {
+    absl::StrAppend(&scope, " on executor ", plan.comm->lane);
+  }
   if (plan.route.has_value()) {
     const auto [source, destination] = *plan.route;
     what.scope_key =
         absl::StrCat(plan.comm->name, "-r", source, "-", destination);
-    what.scope_name = absl::StrCat("route ", source, "->", destination, " in ",
-                                   plan.comm->name);
+    what.scope_name = RouteWords(plan, scope);
     what.members = {plan.comm->members[source],
                     plan.comm->members[destination]};
   } else {
     what.scope_key = plan.comm->name;
-    what.scope_name = plan.comm->name;
+    what.scope_name = std::move(scope);
     what.members = plan.comm->members;
   }
   return what;
@@ -593,6 +614,12 @@ absl::Status SessionImpl::RefuseWithPeers(OpPlan plan,
     return refusal;
   }
   plan.canonical = kRefusedCanonical;
+  // Told on a route (its one peer, "the other end of route 0->1 in world"),
+  // or to the scope's members (a collective, or a batch, which may have
+  // several peers), in Gloo's words (RefusalAfterTelling).
+  const bool on_route = plan.route.has_value() && plan.batch.empty();
+  const std::string told_scope =
+      on_route ? RouteWords(plan, plan.scope) : plan.scope;
   // A batch is described by its first transfer's route, as SubmitBatch does.
   if (!plan.batch.empty()) {
     const auto& first = plan.batch.front();
@@ -614,7 +641,6 @@ absl::Status SessionImpl::RefuseWithPeers(OpPlan plan,
   plan.before = nullptr;
   plan.nccl = nullptr;
   plan.after = nullptr;
-  const std::string scope = plan.comm->name;
   auto told = Submit(std::move(plan));
   absl::Status sent = told.ok() ? told->completion->Wait() : told.status();
   // The peers' records differ from this one unless they refused too: that
@@ -624,7 +650,7 @@ absl::Status SessionImpl::RefuseWithPeers(OpPlan plan,
       sent.ok() ||
       (told.ok() && sent.code() == absl::StatusCode::kInvalidArgument &&
        PoisonStatus().ok());
-  return RefusalAfterTelling(refusal, scope, /*route=*/false,
+  return RefusalAfterTelling(refusal, told_scope, on_route,
                              heard ? absl::OkStatus() : sent);
 }
 
@@ -1325,6 +1351,7 @@ absl::StatusOr<std::shared_ptr<CommEntry>> SessionImpl::LaneComm(
       entry->name = o.name;
       entry->members = scope_comm->members;
       entry->local_rank = scope_comm->local_rank;
+      entry->lane = l;
       entry->comm = *std::move(comm);
       {
         absl::MutexLock state(&mu_);

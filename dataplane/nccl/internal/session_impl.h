@@ -90,9 +90,14 @@ class RecordBuffers;
 // ncclCommSplit exists every scope has its own; otherwise groups with the
 // same member list share one (docs/nccl.md, "Communicators and order").
 struct CommEntry {
+  // The communicator's own name, for NCCL's init, split and abort messages
+  // only: "world", "g3-m2-<hash>", "m2-<hash>", "<name>-e1". Messages about
+  // an operation name its scope instead (ScopedComm).
   std::string name;
   std::vector<uint32_t> members;
   uint32_t local_rank = 0;
+  // The executor lane this communicator serves (0: the scope's own).
+  uint32_t lane = 0;
   std::unique_ptr<NcclCommunicator> comm;
 
   // This scope's communicators of executor lanes 1, 2, ... (index lane -
@@ -111,6 +116,17 @@ struct CommEntry {
  private:
   absl::Mutex sequence_mu_;
   SequenceNumbers sequence_ ABSL_GUARDED_BY(sequence_mu_);
+};
+
+// A communicator as one operation uses it: the entry, and the scope the
+// caller named, in the words every message uses ("world", "group 3":
+// CollectiveScope::ToString, as Gloo's GlooGroup::ToString). Messages
+// never name the entry itself: one entry can serve two scopes (where NCCL
+// cannot split, groups with the same members share one, and a group with
+// the world's members shares "world"), and a group's own is a hash.
+struct ScopedComm {
+  std::shared_ptr<CommEntry> comm;
+  std::string scope;
 };
 
 // What one submission does, in order, on `stream`: wait for every input's
@@ -146,6 +162,11 @@ struct OpPlan {
   // too); otherwise it stays empty.
   std::shared_ptr<std::vector<bool>> refused_transfers;
   std::shared_ptr<CommEntry> comm;
+  // The scope as messages name it (ScopedComm::scope): the refusal told to
+  // the peers, the diagnosis and the missed deadline say it, or for a
+  // transfer "route <source>-><destination> in <scope>" (world ranks), as
+  // Gloo's GlooRoute::ToString.
+  std::string scope;
   std::shared_ptr<CudaStream> stream;
   std::vector<DeviceTensor> inputs;
   // What the work writes (allocated or the caller's): retained, and the
@@ -249,8 +270,8 @@ class SessionImpl final : public NcclOpOwner,
   // Refuses an operation on this member's own arguments (validation can
   // differ between members: another shape, an output of the wrong size, a
   // tensor on another device). `plan` says what was refused: its name,
-  // communicator, stream, route or batch (peers and directions; its route
-  // is derived) and agree_first; its payload is ignored.
+  // communicator, scope, stream, route or batch (peers and directions; its
+  // route is derived) and agree_first; its payload is ignored.
   //
   // Members that check agreement first (verify_agreement, or agree_first:
   // all_to_all_v and uneven all_gather) wait in Submit for every member's
@@ -422,27 +443,25 @@ void AbortAll(const std::vector<std::shared_ptr<CommEntry>>& comms,
 // before any native call and returns the output with its completion; a
 // refusal on this member's own arguments goes through
 // SessionImpl::RefuseWithPeers. The scope/group/capability resolution is
-// the caller's.
+// the caller's; `on` is its result: the communicator, and the scope the
+// operation's messages name.
 //
 // Element-wise sum (dtype mapping: SumTypeFor).
-TensorResult SubmitAllReduceSum(SessionImpl& core,
-                                const std::shared_ptr<CommEntry>& comm,
+TensorResult SubmitAllReduceSum(SessionImpl& core, const ScopedComm& on,
                                 const DeviceTensor& input,
                                 const std::shared_ptr<CudaStream>& stream,
                                 std::string name,
                                 const DeviceTensor* into = nullptr);
 // Equal parts concatenated along `axis` in member order (axis 0 of a
 // scalar gives [members]).
-TensorResult SubmitAllGatherEven(SessionImpl& core,
-                                 const std::shared_ptr<CommEntry>& comm,
+TensorResult SubmitAllGatherEven(SessionImpl& core, const ScopedComm& on,
                                  const DeviceTensor& input, size_t axis,
                                  const std::shared_ptr<CudaStream>& stream,
                                  std::string name,
                                  const DeviceTensor* into = nullptr);
 // counts[m] = member m's extent along `axis` (this rank's must match its
 // input).
-TensorResult SubmitAllGatherUneven(SessionImpl& core,
-                                   const std::shared_ptr<CommEntry>& comm,
+TensorResult SubmitAllGatherUneven(SessionImpl& core, const ScopedComm& on,
                                    const DeviceTensor& input,
                                    absl::Span<const size_t> counts, size_t axis,
                                    const std::shared_ptr<CudaStream>& stream,
@@ -450,32 +469,30 @@ TensorResult SubmitAllGatherUneven(SessionImpl& core,
                                    const DeviceTensor* into = nullptr);
 // Exact per-peer partitions along `axis`, grouped ncclSend/ncclRecv plus a
 // self copy.
-TensorResult SubmitAllToAll(
-    SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
-    const DeviceTensor& input, absl::Span<const size_t> send_counts,
-    absl::Span<const size_t> receive_counts, size_t axis,
-    const std::shared_ptr<CudaStream>& stream, std::string name,
-    const DeviceTensor* into = nullptr);
+TensorResult SubmitAllToAll(SessionImpl& core, const ScopedComm& on,
+                            const DeviceTensor& input,
+                            absl::Span<const size_t> send_counts,
+                            absl::Span<const size_t> receive_counts,
+                            size_t axis,
+                            const std::shared_ptr<CudaStream>& stream,
+                            std::string name,
+                            const DeviceTensor* into = nullptr);
 // Point-to-point; `peer` is a communicator rank (validated by the caller).
-TensorResult SubmitSend(SessionImpl& core,
-                        const std::shared_ptr<CommEntry>& comm, uint32_t peer,
+TensorResult SubmitSend(SessionImpl& core, const ScopedComm& on, uint32_t peer,
                         const DeviceTensor& input,
                         const std::shared_ptr<CudaStream>& stream,
                         std::string name);
-TensorResult SubmitReceive(SessionImpl& core,
-                           const std::shared_ptr<CommEntry>& comm,
+TensorResult SubmitReceive(SessionImpl& core, const ScopedComm& on,
                            uint32_t peer, const ValueDescriptor& descriptor,
                            const std::shared_ptr<CudaStream>& stream,
                            std::string name,
                            const DeviceTensor* into = nullptr);
-TensorResult SubmitBroadcast(SessionImpl& core,
-                             const std::shared_ptr<CommEntry>& comm,
+TensorResult SubmitBroadcast(SessionImpl& core, const ScopedComm& on,
                              const DeviceTensor& input, size_t root,
                              const std::shared_ptr<CudaStream>& stream,
                              std::string name,
                              const DeviceTensor* into = nullptr);
-UnitResult SubmitBarrier(SessionImpl& core,
-                         const std::shared_ptr<CommEntry>& comm,
+UnitResult SubmitBarrier(SessionImpl& core, const ScopedComm& on,
                          const std::shared_ptr<CudaStream>& stream,
                          std::string name);
 
@@ -496,9 +513,8 @@ class NcclAgreement final : public Agreement {
 };
 absl::StatusOr<Submission<std::shared_ptr<const Agreement>,
                           std::shared_ptr<NcclCompletion>>>
-SubmitAgreeSuccess(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
-                   bool success, const std::shared_ptr<CudaStream>& stream,
-                   std::string name);
+SubmitAgreeSuccess(SessionImpl& core, const ScopedComm& on, bool success,
+                   const std::shared_ptr<CudaStream>& stream, std::string name);
 // This member's end of an ordered bundle on a route (spans the caller
 // keeps alive for the call): the source's tensors to `send`; the
 // destination's descriptors to `receive`, into fresh tensors or, when
@@ -516,8 +532,8 @@ struct BundleEnd {
 // themselves).
 absl::StatusOr<
     Submission<std::vector<DeviceTensor>, std::shared_ptr<NcclCompletion>>>
-SubmitBundle(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
-             const BundleEnd& end, uint32_t source, uint32_t destination,
+SubmitBundle(SessionImpl& core, const ScopedComm& on, const BundleEnd& end,
+             uint32_t source, uint32_t destination,
              const std::shared_ptr<CudaStream>& stream, std::string name);
 // Every transfer at once in one NCCL group: `sends` go to member `peer`,
 // `receives` land in the caller's tensors from member `peer` (see
@@ -525,7 +541,7 @@ SubmitBundle(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
 // receive tensors, in order.
 absl::StatusOr<
     Submission<std::vector<DeviceTensor>, std::shared_ptr<NcclCompletion>>>
-SubmitBatch(SessionImpl& core, const std::shared_ptr<CommEntry>& comm,
+SubmitBatch(SessionImpl& core, const ScopedComm& on,
             absl::Span<const PeerValue<DeviceTensor>> sends,
             absl::Span<const PeerValue<DeviceTensor>> receives,
             const std::shared_ptr<CudaStream>& stream, std::string name);
