@@ -26,7 +26,7 @@ absl::Status Gone(const SessionState& state, const char* function) {
 
 // Checks what rankd_session_poison and rankd_session_abort are given, as
 // rankd.h says, before anything is latched: a live session, a message, and
-// a code that is an error other than INVALID_ARGUMENT. (Not a
+// a code that is an error. (Not a
 // StatusOr<Status>: its error and its value would both be a Status.)
 absl::Status CheckCause(const rankd_session* session, int32_t code,
                         const char* message, const char* function) {
@@ -45,13 +45,6 @@ absl::Status CheckCause(const rankd_session* session, int32_t code,
   if (code == RANKD_OK) {
     return absl::InvalidArgumentError(absl::StrCat(
         function, ": code is RANKD_OK; a cause must be an error code"));
-  }
-  if (code == RANKD_INVALID_ARGUMENT) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        function,
-        ": code is RANKD_INVALID_ARGUMENT, which means \"refused, the "
-        "session is still usable\" and which a poisoned session never "
-        "answers (docs/contract.md); use RANKD_FAILED_PRECONDITION"));
   }
   const SessionState& state = *session->state;
   if (state.gloo == nullptr && state.nccl == nullptr) {

@@ -84,9 +84,6 @@ static void ExpectPoisonRefusals(rankd_session* session) {
             needle, "a NULL message");
     Refused(latches[i](session, RANKD_OK, "m"), RANKD_INVALID_ARGUMENT,
             "code is RANKD_OK; a cause must be an error code", "an OK cause");
-    Refused(latches[i](session, RANKD_INVALID_ARGUMENT, "m"),
-            RANKD_INVALID_ARGUMENT, "use RANKD_FAILED_PRECONDITION",
-            "an INVALID_ARGUMENT cause");
     Refused(latches[i](session, 17, "m"), RANKD_INVALID_ARGUMENT,
             "code is 17, not a rankd_code", "a code past rankd_code");
     Refused(latches[i](session, -1, "m"), RANKD_INVALID_ARGUMENT,

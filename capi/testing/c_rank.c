@@ -828,6 +828,21 @@ static void PoisonAndAbort(rankd_rank* rank, uint32_t world) {
       RANKD_ABORTED, cause, "all_reduce_sum on an aborted session");
   Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, 2), "barrier");
   rankd_session_free(session);
+
+  /* An INVALID_ARGUMENT cause is latched as FAILED_PRECONDITION, words
+   * kept: a poisoned session never answers INVALID_ARGUMENT ("refused, the
+   * session is still usable", docs/contract.md). */
+  session = OpenGloo(rank, 30);
+  Ok(rankd_session_poison(session, RANKD_INVALID_ARGUMENT, "members disagree"),
+     "an INVALID_ARGUMENT cause");
+  ExpectCause(rankd_session_poison_status(session), RANKD_FAILED_PRECONDITION,
+              "members disagree", "poison_status of an INVALID_ARGUMENT cause");
+  Refused(
+      rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &in, &out, NULL, &work),
+      RANKD_FAILED_PRECONDITION, "members disagree",
+      "all_reduce_sum after an INVALID_ARGUMENT cause");
+  Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, 2), "barrier");
+  rankd_session_free(session);
   printf("C POISON %u OK\n", r);
 }
 

@@ -489,10 +489,11 @@ class Session:
 
         `cause` is a RankdError (poison(rankd.UnavailableError("drained")))
         or, with `message`, its class, a code's name or its value
-        (poison("UNAVAILABLE", "drained")). InvalidArgumentError, before
-        anything is latched, for an OK code, INVALID_ARGUMENT (it means
-        "refused, the session is still usable"; use FAILED_PRECONDITION),
-        a code that is none or a message with a NUL;
+        (poison("UNAVAILABLE", "drained")). An INVALID_ARGUMENT cause is
+        latched as FAILED_PRECONDITION with its words (a poisoned session
+        never answers INVALID_ARGUMENT, "refused, the session is still
+        usable"). InvalidArgumentError, before anything is latched, for an
+        OK code, a code that is none or a message with a NUL;
         FailedPreconditionError once the session is closed."""
         self._latch(lib.rankd_session_poison, cause, message)
 

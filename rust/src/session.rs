@@ -514,10 +514,12 @@ impl Session {
     /// already poisoned this changes nothing. Only this rank's session:
     /// peers are not told.
     ///
+    /// A cause whose code is InvalidArgument is latched as
+    /// FailedPrecondition with its message (a poisoned session never
+    /// answers InvalidArgument, "refused, the session is still usable").
+    ///
     /// Errors, before anything is latched: InvalidArgument for a cause
-    /// whose code is InvalidArgument (it means "refused, the session is
-    /// still usable"; use FailedPrecondition) or whose message contains a
-    /// NUL byte.
+    /// whose message contains a NUL byte.
     pub fn poison(&self, cause: &Error) -> Result<()> {
         self.latch(ffi::rankd_session_poison, cause)
     }

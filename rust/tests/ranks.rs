@@ -738,11 +738,6 @@ fn poison(rank: &Rank) {
         // Refused before anything is latched.
         for latch in [Session::poison, Session::abort] {
             expect_err(
-                latch(&s, &Error::new(Code::InvalidArgument, "m")),
-                Code::InvalidArgument,
-                "use RANKD_FAILED_PRECONDITION",
-            );
-            expect_err(
                 latch(&s, &Error::new(Code::Aborted, "a\0b")),
                 Code::InvalidArgument,
                 "contains a NUL byte",

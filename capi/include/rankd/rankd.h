@@ -549,11 +549,12 @@ RANKD_EXPORT int32_t rankd_session_backend(const rankd_session* session);
  * still good (a scheduler draining a rank). `message` is copied. On a session
  * already poisoned it changes nothing and returns NULL.
  * INVALID_ARGUMENT, before anything is latched, for a NULL session, a NULL
- * message, a value outside rankd_code, RANKD_OK (a cause is an error) or
- * RANKD_INVALID_ARGUMENT (which means "refused, the session is still
- * usable", docs/contract.md, so a poisoned session never answers it; use
- * RANKD_FAILED_PRECONDITION). After a failed rankd_session_reform: that
- * error (the session is gone). */
+ * message, a value outside rankd_code or RANKD_OK (a cause is an error).
+ * A RANKD_INVALID_ARGUMENT cause is latched as RANKD_FAILED_PRECONDITION
+ * with its message: INVALID_ARGUMENT means "refused, the session is still
+ * usable" (docs/contract.md), which a poisoned session never answers, the
+ * same in C++. After a failed rankd_session_reform: that error (the session
+ * is gone). */
 RANKD_EXPORT rankd_status* rankd_session_poison(rankd_session* session,
                                                 int32_t code,
                                                 const char* message);
@@ -572,8 +573,9 @@ RANKD_EXPORT rankd_status* rankd_session_abort(rankd_session* session,
                                                const char* message);
 
 /* NULL while the session is healthy. Once it is poisoned, a new status the
- * caller owns (rankd_status_free) carrying the first cause, unchanged: the
- * code and message given to rankd_session_poison or rankd_session_abort,
+ * caller owns (rankd_status_free) carrying the first cause: the code
+ * (RANKD_INVALID_ARGUMENT latched as RANKD_FAILED_PRECONDITION) and message
+ * given to rankd_session_poison or rankd_session_abort,
  * or the native failure, missed deadline or lost peer that poisoned it.
  * Waits for nothing. INVALID_ARGUMENT for a NULL session (so NULL always means
  * healthy); after a failed rankd_session_reform, that error. */
