@@ -1,18 +1,20 @@
 // Fuzzes both ends of the round link (daemon/transport/round_link_protocol.h)
 // with bytes an untrusted peer could send over TCP. The input's first byte
-// picks the end (its low bit) and the size of the chunks the rest is
-// written in (1 + the other bits % 64); the rest is the peer's bytes.
-//   - coordinator end (low bit 0): a real RoundLinkServer, started once on
-//     127.0.0.1 with unit-level stub handlers, gets the bytes as a node's
-//     connection, then the node's half-close. The admit stub admits a hello
-//     whose proof is kNodeProof, so seeds reach the typed frames. Checked:
-//     no crash; the server closes within kCloseBound of the node's EOF;
-//     what it sent parses as frames, the greeting first, then the welcome
-//     and typed frames, any last words (a refusing welcome or an outcome
-//     with tag 0 and a code) last; when it closed before taking every byte
-//     it said why; and after every input a new connection completes a
-//     well-formed handshake (liveness).
-//   - node end (low bit 1): a real RoundLink connects to a fake coordinator
+// picks the end (bit 0), the size of the chunks the rest is written in
+// (1 + bits 1-6) and, at the coordinator's end, whether a second link
+// replaces the first (bit 7); the rest is the peer's bytes.
+//   - coordinator end (bit 0 clear): a real RoundLinkServer, started once
+//     on 127.0.0.1 with unit-level stub handlers, gets the bytes as a
+//     node's connection, then the node's half-close. The admit stub admits
+//     a hello whose proof is kNodeProof, so seeds reach the typed frames.
+//     Checked: no crash; the server closes within kCloseBound of the
+//     node's end; what it sent parses as frames, the greeting first, then
+//     the welcome and typed frames, any last words (a refusing welcome or
+//     an outcome with tag 0 and a code) last; when it closed before taking
+//     every byte it said why; and a new connection completes a well-formed
+//     handshake after every input (with bit 7: while the input's link is
+//     open, as the same node, replacing it).
+//   - node end (bit 0 set): a real RoundLink connects to a fake coordinator
 //     socket that sends the bytes, then the end of its stream. Once the
 //     link opens it sends a contribution and a key-value call, so outcomes
 //     and replies can match them. Checked: no crash; the node closes within
@@ -21,8 +23,8 @@
 // Every socket wait has a deadline; nothing outlives an input but the
 // server, its thread and the two listening sockets.
 //
-// Depends on the round link's two ends, its protocol, common/limits and
-// the protos.
+// Depends on absl, the round link's two ends and protocol, WordRounds'
+// outcome, call cancellation and the protos.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -52,6 +54,7 @@
 #include "daemon/node/round_link.h"
 #include "daemon/transport/round_link_protocol.h"
 #include "daemon/transport/round_link_server.h"
+#include "google/protobuf/stubs/logging.h"
 #include "rankd/v1/peer.pb.h"
 
 namespace rankd {
@@ -399,8 +402,10 @@ std::string HelloFrame(absl::string_view job) {
   return RoundLinkFrame(hello.SerializeAsString());
 }
 
-// A well-formed node completes its handshake on a new connection.
-void CheckServerLive() {
+// A well-formed node completes its handshake on a new connection. With
+// `job` "fuzz" the link speaks for node 7, as the seeds' hello does, so it
+// replaces an open link of theirs; with "" it speaks for no node.
+void CheckServerLive(absl::string_view job) {
   Fd fd(ConnectLocal(Server().port()));
   Require(fd.get() >= 0, "the server accepts a new connection");
   const absl::Time deadline = absl::Now() + kCloseBound;
@@ -408,8 +413,7 @@ void CheckServerLive() {
   Require(ReadFrameBy(fd.get(), deadline, &payload) &&
               ParseRoundLinkGreeting(payload, &nonce).ok(),
           "the server greets a new connection");
-  // Any job: the liveness link speaks for no node, so it replaces none.
-  Require(WriteInChunks(fd.get(), HelloFrame(""), 4096),
+  Require(WriteInChunks(fd.get(), HelloFrame(job), 4096),
           "the server takes a hello");
   v1::RoundLinkWelcome welcome;
   Require(ReadFrameBy(fd.get(), deadline, &payload) &&
@@ -418,11 +422,14 @@ void CheckServerLive() {
           "the server welcomes a well-formed hello");
 }
 
-void FuzzServer(absl::string_view bytes, size_t chunk) {
+// `replace`: the liveness link opens while the input's is still open, as
+// node 7 (a restarted daemon's link replacing its older one).
+void FuzzServer(absl::string_view bytes, size_t chunk, bool replace) {
   {
     Fd fd(ConnectLocal(Server().port()));
     Require(fd.get() >= 0, "the server accepts the node's connection");
     const bool took_all = WriteInChunks(fd.get(), bytes, chunk);
+    if (replace) CheckServerLive("fuzz");
     ::shutdown(fd.get(), SHUT_WR);
     std::string out;
     bool reset = false;
@@ -432,7 +439,7 @@ void FuzzServer(absl::string_view bytes, size_t chunk) {
     Require(took_all || last_words,
             "a server that closes before the node is done says why");
   }
-  CheckServerLive();
+  if (!replace) CheckServerLive("");
 }
 
 // ---- The node's end ----------------------------------------------------
@@ -555,15 +562,24 @@ void FuzzNode(absl::string_view bytes, size_t chunk) {
 }  // namespace
 }  // namespace rankd
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // Strings that are not UTF-8 are every other input here: protobuf's log
+  // line for each would cost more than the input (before any thread, as
+  // SetLogHandler is not thread-safe).
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const bool node_end = (data[0] & 1) != 0;
-  const size_t chunk = 1 + (data[0] >> 1) % 64;
+  const size_t chunk = 1 + ((data[0] >> 1) & 63);
+  const bool replace = (data[0] & 0x80) != 0;
   absl::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
   if (node_end) {
     rankd::FuzzNode(bytes, chunk);
   } else {
-    rankd::FuzzServer(bytes, chunk);
+    rankd::FuzzServer(bytes, chunk, replace);
   }
   return 0;
 }

@@ -3,8 +3,9 @@
 
 Usage: fuzz/internal/write_round_link_seeds.py fuzz/corpus/round_link_fuzzer
 
-Deterministic. Each seed is one byte (low bit: 0 the coordinator's end, 1
-the node's; the other bits pick the chunk size) and then what the peer
+Deterministic. Each seed is one byte (bit 0: 0 the coordinator's end, 1
+the node's; bits 1-6 the chunk size less 1; bit 7 at the coordinator's end:
+a second link of the same node replaces the first) and then what the peer
 sends: protobuf encoded by hand (the field numbers of proto/rankd/v1), so
 the script needs nothing but Python.
 """
@@ -141,9 +142,9 @@ def kv_reply(id_, code=0, value=None):
     return typed(KV_REPLY, out)
 
 
-# Mode byte: low bit the end, then (chunk - 1) << 1.
-def server(chunk=64):
-    return bytes([((chunk - 1) % 64) << 1])
+# Mode byte: bit 0 the end, bits 1-6 chunk - 1, bit 7 the replacement.
+def server(chunk=64, replace=False):
+    return bytes([((chunk - 1) % 64) << 1 | (0x80 if replace else 0)])
 
 
 def node(chunk=64):
@@ -190,6 +191,9 @@ SEEDS = {
     "server_frame_unknown_type": server() + hello() + typed(9, b"x"),
     "server_frame_truncated": server() + hello() + contribution(5, 1)[:9],
     "server_typed_before_hello": server() + contribution(5, 1),
+    "server_replaced": server(replace=True) + hello() + kv_get(
+        9, timeout_ms=1000) + contribution(5, 1),
+    "server_replaced_in_handshake": server(replace=True) + hello()[:30],
     "server_one_byte_chunks": server(1) + hello() + kv_set(1) +
     contribution(2, 1),
     # The node's end: what a coordinator sends.
