@@ -1,8 +1,9 @@
 // Fuzzes both ends of the round link (daemon/transport/round_link_protocol.h)
 // with bytes an untrusted peer could send over TCP. The input's first byte
 // picks the end (bit 0), the size of the chunks the rest is written in
-// (1 + bits 1-6) and, at the coordinator's end, whether a second link
-// replaces the first (bit 7); the rest is the peer's bytes.
+// (1 + bits 1-6) and bit 7: at the coordinator's end, whether a second
+// link replaces the first; at the node's, whether the node holds a token;
+// the rest is the peer's bytes.
 //   - coordinator end (bit 0 clear): a real RoundLinkServer, started once
 //     on 127.0.0.1 with unit-level stub handlers, gets the bytes as a
 //     node's connection, then the node's half-close. The admit stub admits
@@ -15,9 +16,10 @@
 //     handshake after every input (with bit 7: while the input's link is
 //     open, as the same node, replacing it).
 //   - node end (bit 0 set): a real RoundLink connects to a fake coordinator
-//     socket that sends the bytes, then the end of its stream. Once the
-//     link opens it sends a contribution and a key-value call, so outcomes
-//     and replies can match them. Checked: no crash; the node closes within
+//     socket that sends the bytes, then the end of its stream (with bit 7,
+//     the node holds a token, so a welcome's proof fails). Once the link
+//     opens it sends a contribution and a key-value call, so outcomes and
+//     replies can match them. Checked: no crash; the node closes within
 //     kCloseBound of the stream's end, the link ends with an error (never
 //     OK), and each waiting call is answered exactly once.
 // Every socket wait has a deadline; nothing outlives an input but the
@@ -470,7 +472,9 @@ struct LinkRecord {
   int kv_replies = 0;
 };
 
-void FuzzNode(absl::string_view bytes, size_t chunk) {
+// `with_token`: the node holds a token, so it checks the welcome's proof
+// (which bytes chosen before the node's random nonce cannot make).
+void FuzzNode(absl::string_view bytes, size_t chunk, bool with_token) {
   FakeCoordinator& coordinator = Coordinator();
   auto record = std::make_shared<LinkRecord>();
   // Set once the link exists, before its thread can open (that takes the
@@ -482,6 +486,7 @@ void FuzzNode(absl::string_view bytes, size_t chunk) {
   options.coordinator_address = "fuzz-coordinator";
   options.node.set_job_id("fuzz");
   options.node.set_node_index(7);
+  if (with_token) options.node_token = "fuzz-node-token";
   options.open_timeout = kCloseBound;
   options.send_timeout = absl::Milliseconds(500);
   // Once open, a contribution and a key-value call wait (tag 1, id 1), so
@@ -576,12 +581,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const bool node_end = (data[0] & 1) != 0;
   const size_t chunk = 1 + ((data[0] >> 1) & 63);
-  const bool replace = (data[0] & 0x80) != 0;
+  const bool bit7 = (data[0] & 0x80) != 0;
   absl::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
   if (node_end) {
-    rankd::FuzzNode(bytes, chunk);
+    rankd::FuzzNode(bytes, chunk, /*with_token=*/bit7);
   } else {
-    rankd::FuzzServer(bytes, chunk, replace);
+    rankd::FuzzServer(bytes, chunk, /*replace=*/bit7);
   }
   return 0;
 }

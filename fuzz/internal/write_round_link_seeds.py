@@ -5,9 +5,10 @@ Usage: fuzz/internal/write_round_link_seeds.py fuzz/corpus/round_link_fuzzer
 
 Deterministic. Each seed is one byte (bit 0: 0 the coordinator's end, 1
 the node's; bits 1-6 the chunk size less 1; bit 7 at the coordinator's end:
-a second link of the same node replaces the first) and then what the peer
-sends: protobuf encoded by hand (the field numbers of proto/rankd/v1), so
-the script needs nothing but Python.
+a second link of the same node replaces the first, at the node's end: the
+node holds a token) and then what the peer sends: protobuf encoded by hand
+(the field numbers of proto/rankd/v1), so the script needs nothing but
+Python.
 """
 import os
 import struct
@@ -147,8 +148,8 @@ def server(chunk=64, replace=False):
     return bytes([((chunk - 1) % 64) << 1 | (0x80 if replace else 0)])
 
 
-def node(chunk=64):
-    return bytes([((chunk - 1) % 64) << 1 | 1])
+def node(chunk=64, token=False):
+    return bytes([((chunk - 1) % 64) << 1 | 1 | (0x80 if token else 0)])
 
 
 SEEDS = {
@@ -219,6 +220,8 @@ SEEDS = {
     struct.pack("<I", 0x7FFFFFFF),
     "node_kv_reply_not_proto": node() + greeting() + welcome() +
     typed(KV_REPLY, b"\xff"),
+    "node_token_bad_proof": node(token=True) + greeting() +
+    welcome(proof=b"p" * 32) + outcome(1),
     "node_one_byte_chunks": node(1) + greeting() + welcome() + outcome(1) +
     kv_reply(1),
 }
