@@ -275,7 +275,7 @@ std::optional<Failure> Launcher::StartDaemon(const std::string& given_socket) {
   // A rank rankrun restarts must find its job waiting for it (RECOVERING),
   // not failed by its predecessor's loss.
   if (o_.max_restarts > 0) {
-    argv.push_back("--recovery=on");
+    argv.push_back(absl::StrCat("--recovery=", o_.recovery.value_or("on")));
     if (o_.recovery_deadline_ms.has_value()) {
       argv.push_back(
           absl::StrCat("--recovery_deadline_ms=", *o_.recovery_deadline_ms));

@@ -176,6 +176,11 @@ constexpr OptionSpec kOptions[] = {
     {"restart_backoff_ms", true, "MS",
      "Wait (k - 1) times MS before restart k of a rank (--max_restarts): "
      "the first restart at once, later ones backing off. Default 1000."},
+    {"recovery", true, "on|domain",
+     "--recovery of a daemon rankrun starts with --max_restarts above 0: "
+     "on (a loss moves the whole job to its next epoch) or domain (only "
+     "the lost rank's data-parallel replica re-forms; the others serve "
+     "on). Default on."},
     {"recovery_deadline_ms", true, "MS",
      "--recovery_deadline_ms of a daemon rankrun starts: how long the job "
      "may stay RECOVERING after a loss before it fails. Needs "
@@ -345,6 +350,15 @@ absl::Status Apply(const OptionSpec& spec, const std::string& shown,
     return absl::OkStatus();
   }
   if (name == "restart_backoff_ms") return millis(o.restart_backoff_ms, 0);
+  if (name == "recovery") {
+    if (v != "on" && v != "domain") {
+      return Invalid(absl::StrCat(shown, "=", v,
+                                  " is not a recovery mode rankrun starts a "
+                                  "daemon with: on or domain"));
+    }
+    o.recovery = std::string(v);
+    return absl::OkStatus();
+  }
   if (name == "recovery_deadline_ms") {
     int64_t ms = 0;
     if (absl::Status s = millis(ms, 1); !s.ok()) return s;
@@ -398,6 +412,7 @@ absl::Status Validate(const LaunchOptions& o) {
           std::pair{!o.rankd_log.empty(), "--rankd_log"},
           std::pair{o.recovery_deadline_ms.has_value(),
                     "--recovery_deadline_ms"},
+          std::pair{o.recovery.has_value(), "--recovery"},
           std::pair{!o.rankd.empty(), "--rankd"}}) {
       if (set) {
         return Invalid(
@@ -413,13 +428,19 @@ absl::Status Validate(const LaunchOptions& o) {
         " needs --max_restarts above 0 (without restarts the daemon runs "
         "with --recovery=off)"));
   }
+  if (o.recovery.has_value() && o.max_restarts == 0) {
+    return Invalid(absl::StrCat(
+        "--recovery=", *o.recovery,
+        " needs --max_restarts above 0 (without restarts the daemon runs "
+        "with --recovery=off)"));
+  }
   for (const std::string& flag : o.rankd_args) {
     if (o.max_restarts > 0 && (absl::StartsWith(flag, "--recovery=") ||
                                absl::StartsWith(flag, "--recovery_deadline"))) {
       return Invalid(absl::StrCat(
           "--rankd_arg=", flag, " with --max_restarts=", o.max_restarts,
-          ": rankrun sets --recovery=on itself (use --recovery_deadline_ms "
-          "for the deadline)"));
+          ": rankrun sets the daemon's --recovery itself (use --recovery=on|"
+          "domain and --recovery_deadline_ms)"));
     }
   }
   if (o.daemon == DaemonMode::kStart && nnodes > 1) {

@@ -116,6 +116,10 @@ struct LaunchOptions {
   // --recovery_deadline_ms for a daemon rankrun starts; nullopt = the
   // daemon's default.
   std::optional<int64_t> recovery_deadline_ms;
+  // The --recovery mode of a daemon rankrun starts with restarts: "on" (the
+  // whole job re-forms) or "domain" (only the hit data-parallel replica:
+  // docs/operations.md, "By replica"); nullopt = "on".
+  std::optional<std::string> recovery;
 
   // PROGRAM and its arguments; never empty after a successful parse.
   std::vector<std::string> command;

@@ -253,7 +253,19 @@ TEST(Options, RestartsAndTheirRecoveryFlags) {
   EXPECT_THAT(Error({"--recovery_deadline_ms=60000", "prog"}),
               HasSubstr("needs --max_restarts above 0"));
   EXPECT_THAT(Error({"--max_restarts=1", "--rankd_arg=--recovery=off", "prog"}),
-              HasSubstr("rankrun sets --recovery=on itself"));
+              HasSubstr("rankrun sets the daemon's --recovery itself"));
+  EXPECT_FALSE(o.recovery.has_value());  // on
+  EXPECT_EQ(
+      MustParse({"--max_restarts=1", "--recovery=domain", "prog"}).recovery,
+      "domain");
+  EXPECT_THAT(Error({"--max_restarts=1", "--recovery=off", "prog"}),
+              HasSubstr("--recovery=off is not a recovery mode rankrun starts "
+                        "a daemon with: on or domain"));
+  EXPECT_THAT(Error({"--recovery=domain", "prog"}),
+              HasSubstr("--recovery=domain needs --max_restarts above 0"));
+  EXPECT_THAT(Error({"--max_restarts=1", "--recovery=domain", "--daemon=reuse",
+                     "prog"}),
+              HasSubstr("--recovery is for a daemon rankrun starts"));
   EXPECT_THAT(Error({"--max_restarts=1", "--recovery_deadline_ms=5000",
                      "--daemon=reuse", "prog"}),
               HasSubstr("--recovery_deadline_ms is for a daemon rankrun "

@@ -797,6 +797,23 @@ TEST(Rankrun, WithoutMaxRestartsAFailedRankIsNeverRestarted) {
   EXPECT_EQ(CountLinesWith(run.out(), "[rank 1] ENV "), 1u) << run.Describe();
 }
 
+// --recovery=domain starts the daemon recovering by replica: with dp = 2
+// (two ranks of the default topology) the join says so.
+TEST(Rankrun, RecoveryByDomainReachesTheDaemonItStarts) {
+  RankrunJob run({"--nproc_per_node=2", "--job_id=by-domain",
+                  "--max_restarts=1", "--recovery=domain",
+                  "--stop_grace_ms=5000", "--", kEnvRank, "--join", "--hold",
+                  "--term_exit=0"});
+  ASSERT_TRUE(run.WaitForLines("HOLDING", 2)) << run.Describe();
+  const std::vector<std::string> joined = run.Lines("JOINED rank=");
+  ASSERT_EQ(joined.size(), 2u) << run.Describe();
+  for (const std::string& line : joined) {
+    EXPECT_THAT(line, HasSubstr("recovery_by_domain=1")) << run.Describe();
+  }
+  ASSERT_EQ(::kill(run.pid(), SIGTERM), 0);
+  EXPECT_EQ(run.Wait(), 0) << run.Describe();
+}
+
 TEST(Rankrun, RefusesRecoveryFlagsThatContradictMaxRestarts) {
   {
     RankrunJob run({"--recovery_deadline_ms=5000", kEnvRank});
@@ -807,7 +824,8 @@ TEST(Rankrun, RefusesRecoveryFlagsThatContradictMaxRestarts) {
     RankrunJob run(
         {"--max_restarts=1", "--rankd_arg=--recovery=off", kEnvRank});
     EXPECT_EQ(run.Wait(), 2);
-    EXPECT_THAT(run.err(), HasSubstr("rankrun sets --recovery=on itself"));
+    EXPECT_THAT(run.err(),
+                HasSubstr("rankrun sets the daemon's --recovery itself"));
   }
   {
     RankrunJob run({"--max_restarts=1001", kEnvRank});

@@ -150,8 +150,9 @@ int main(int argc, char** argv) {
       Print(absl::StrCat("ERROR join: ", session.status().ToString()));
       return 5;
     }
-    Print(absl::StrCat("JOINED rank=", session->rank(),
-                       " world=", session->world_size()));
+    Print(absl::StrCat(
+        "JOINED rank=", session->rank(), " world=", session->world_size(),
+        " recovery_by_domain=", session->recovery_by_domain() ? 1 : 0));
     int restarts = 0;
     if (!absl::SimpleAtoi(Env("RANKD_RESTART_COUNT"), &restarts)) restarts = 0;
     if (rank == Flag(args, "--kill_after_join_rank", -2) &&
