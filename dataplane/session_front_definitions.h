@@ -10,18 +10,26 @@
 #ifndef RANKD_DATAPLANE_SESSION_FRONT_DEFINITIONS_H_
 #define RANKD_DATAPLANE_SESSION_FRONT_DEFINITIONS_H_
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/monotonic_clock.h"
 #include "dataplane/admission.h"
 #include "dataplane/native_layer.h"
 #include "dataplane/session_front.h"
 
 namespace rankd::dataplane {
+
+// How long ReformSession waits for the job's loss notice when the job still
+// looks healthy (the notice can trail a native failure by a moment).
+inline constexpr absl::Duration kReformLossNoticeGrace = absl::Seconds(2);
+
 namespace session_front_steps {
 
 template <typename Layer>
@@ -272,10 +280,22 @@ absl::StatusOr<std::unique_ptr<Session>> SessionFront<V, L>::ReformSession(
                      absl::FormatDuration(timeout)));
   }
   ControlPlane* control_plane = front.layer().control_plane();
+  // Only a loss moves the job past this epoch. A session poisoned while the
+  // job stays healthy (a stalled peer, a disagreement, its owner's Poison)
+  // has no later epoch to re-form into, and waiting for one would take the
+  // whole timeout. The job's loss notice can trail the native failure that
+  // poisoned the session by a moment: wait a little for it.
+  absl::Status health = control_plane->JobHealth();
+  const absl::Time notice_by =
+      MonotonicNow() + std::min(timeout, kReformLossNoticeGrace);
+  while (health.ok() && MonotonicNow() < notice_by) {
+    absl::SleepFor(absl::Milliseconds(10));
+    health = control_plane->JobHealth();
+  }
   // The ended epoch's cause: what poisoned the session, else the job's
   // failure at that epoch, else this call ending a healthy session.
   absl::Status cause = front.poison();
-  if (cause.ok()) cause = control_plane->JobHealth();
+  if (cause.ok()) cause = health;
   if (cause.ok()) {
     cause = absl::AbortedError(absl::StrCat(backend,
                                             " backend: the session of epoch ",
@@ -285,6 +305,13 @@ absl::StatusOr<std::unique_ptr<Session>> SessionFront<V, L>::ReformSession(
   // abort deadline); a poisoned session's are aborted already or now.
   front.Abort(cause);
   ended.reset();
+  if (health.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        prefix, "the job is healthy at epoch ", epoch,
+        " (no rank or node of this session's job was lost), so there is no "
+        "later epoch to re-form into; the session ended with: ",
+        cause.message()));
+  }
 
   absl::StatusOr<DistributedSessionDescriptor> next =
       control_plane->Rejoin(epoch, timeout);

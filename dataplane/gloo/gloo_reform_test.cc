@@ -188,6 +188,28 @@ TEST(GlooReformTest, ATerminalFailureKeepsTheSessionsErrorClass) {
       << reformed.status();
 }
 
+// Only a loss moves the job on: a session poisoned while the job stays
+// healthy (here its owner's Poison; a stalled peer or a disagreement alike)
+// is refused at once, not after the whole timeout waiting for an epoch that
+// never comes.
+TEST(GlooReformTest, AHealthyJobHasNoEpochToReformInto) {
+  auto job = InProcessJob::Create(1);
+  auto control_plane = job->ForRank(0);
+  auto session = GlooSession::Open(Descriptor(1, 0, 1), control_plane.get(),
+                                   GlooTestCluster::DefaultOptions());
+  ASSERT_TRUE(session.ok()) << session.status();
+  (*session)->Poison(absl::DeadlineExceededError("rank 3 stalled"));
+  const absl::Time start = absl::Now();
+  auto reformed = GlooSession::Reform(*std::move(session), absl::Minutes(5));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  EXPECT_EQ(reformed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(reformed.status().message(),
+                                "the job is healthy at epoch 1"))
+      << reformed.status();
+  EXPECT_TRUE(absl::StrContains(reformed.status().message(), "rank 3 stalled"))
+      << reformed.status();
+}
+
 TEST(GlooReformTest, BadArgumentsAreRefused) {
   auto none = GlooSession::Reform(nullptr, absl::Seconds(1));
   EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);

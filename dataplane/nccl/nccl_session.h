@@ -113,7 +113,8 @@ class NcclSession final
   // Takes `ended` in every case; on error there is no session. Errors,
   // prefixed "nccl backend: re-forming the session of epoch <e>: ":
   // InvalidArgument for a null session or a non-positive timeout;
-  // DeadlineExceeded naming the epoch when `timeout` passes before the
+  // FailedPrecondition when the job is still healthy at the ended epoch
+  // (GlooSession::Reform says when); DeadlineExceeded naming the epoch when `timeout` passes before the
   // world is whole; `ended`'s error class when the job failed for good
   // instead of recovering; Unimplemented from a control plane that cannot
   // join a later epoch; Open's errors for the new session (bounded by

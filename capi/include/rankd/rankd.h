@@ -510,8 +510,11 @@ RANKD_EXPORT void rankd_session_free(rankd_session* session);
  * re-form (the replacement: open) its sessions in the same order. Do not
  * use the session from another thread meanwhile.
  * INVALID_ARGUMENT for a NULL session or a timeout that is not positive and
- * finite; DEADLINE_EXCEEDED naming the epoch when the world was not whole
- * in time; the ended session's error code when the job failed for good;
+ * finite; FAILED_PRECONDITION when the job is still healthy at the ended
+ * epoch (nothing was lost, so there is no later epoch: a session poisoned
+ * by a stalled peer or a disagreement), after at most 2 s for a loss notice
+ * on its way; DEADLINE_EXCEEDED naming the epoch when the world was not
+ * whole in time; the ended session's error code when the job failed for good;
  * UNIMPLEMENTED when the rank's control plane cannot join a later epoch.
  * After an error the session is gone: every call but rankd_session_free
  * returns that error (FAILED_PRECONDITION from a second reform). */
