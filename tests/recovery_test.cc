@@ -307,9 +307,17 @@ TEST(RecoveryTest, KilledRankIsReplacedAndTheJobServesAtTheNextEpoch) {
   EXPECT_TRUE(absl::StrContains(recovering->message(), "waiting for rank 3"))
       << recovering->message();
 
-  // The replacement: a new process (incarnation) for the same rank.
+  // The replacement: a new process (incarnation) for the same rank. Every
+  // slot is held, but the job is READY at epoch 2 only once the survivors
+  // joined again into it.
   auto replacement = JoinRank(cluster, 3, 0x6003);
   ASSERT_NE(replacement, nullptr);
+  for (auto& s : survivors) {
+    uint64_t epoch = 0;
+    grpc::Status joined = s->Join(0, &epoch);
+    ASSERT_TRUE(joined.ok()) << joined.error_message();
+    EXPECT_EQ(epoch, 2u);
+  }
   v1::JobStatus ready = AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 2));
   EXPECT_EQ(ready.joined_ranks(), 4u);
   auto ready_event = survivors[1]->AwaitEvent(v1::EVENT_KIND_JOB_READY, 2);
@@ -319,14 +327,7 @@ TEST(RecoveryTest, KilledRankIsReplacedAndTheJobServesAtTheNextEpoch) {
   // For the record (not asserted: timing depends on the machine).
   std::cout << "RECOVERY rank: " << ready_event->message() << std::endl;
 
-  // Survivors join again into epoch 2; then a round across every rank,
-  // numbered afresh, succeeds.
-  for (auto& s : survivors) {
-    uint64_t epoch = 0;
-    grpc::Status joined = s->Join(0, &epoch);
-    ASSERT_TRUE(joined.ok()) << joined.error_message();
-    EXPECT_EQ(epoch, 2u);
-  }
+  // A round across every rank, numbered afresh, succeeds.
   ExpectWholeWorldRound({survivors[0].get(), survivors[1].get(),
                          survivors[2].get(), replacement.get()},
                         1);
@@ -361,6 +362,47 @@ TEST(RecoveryTest, ReplacementThatNeverComesFailsTheJobAtTheDeadline) {
       << refused.error_message();
   EXPECT_TRUE(absl::StrContains(refused.error_message(), "recovery deadline"))
       << refused.error_message();
+}
+
+// Every slot taken again is not enough: a survivor that never joins into
+// the new epoch (hung) keeps the job RECOVERING, and the deadline fails it
+// naming that rank, rather than the job sitting READY with every round
+// timing out.
+TEST(RecoveryTest, SurvivorThatNeverJoinsAgainFailsTheJobAtTheDeadline) {
+  LocalCluster cluster(RecoveryOptions(3000));
+  ASSERT_TRUE(cluster.Start().ok());
+  std::vector<std::unique_ptr<RawRank>> ranks;
+  ASSERT_NO_FATAL_FAILURE(JoinWorld(cluster, &ranks));
+  ranks[3].reset();  // the process goes away
+  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_RECOVERING, 2));
+  auto replacement = JoinRank(cluster, 3, 0x6003);
+  ASSERT_NE(replacement, nullptr);
+  // Ranks 0 and 1 join again, waiting for the world; rank 2 hangs.
+  std::vector<grpc::Status> waited(2);
+  std::vector<std::thread> rejoins;
+  for (uint32_t r : {0u, 1u}) {
+    rejoins.emplace_back([&, r] { waited[r] = ranks[r]->Join(30000); });
+  }
+  v1::JobStatus job = AwaitJob(
+      cluster, 0, [](const v1::JobStatus& j) { return j.joined_ranks() == 4; });
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_EQ(job.epoch(), 2u);
+  v1::JobStatus failed = AwaitJob(cluster, 1, [](const v1::JobStatus& j) {
+    return j.state() == v1::JOB_STATE_FAILED;
+  });
+  EXPECT_TRUE(
+      absl::StrContains(failed.failure(), "recovery deadline of 3000 ms"))
+      << failed.failure();
+  EXPECT_TRUE(absl::StrContains(failed.failure(),
+                                "never came back: surviving rank 2 to join "
+                                "again into epoch 2"))
+      << failed.failure();
+  for (auto& t : rejoins) t.join();
+  for (const grpc::Status& s : waited) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED) << s.error_message();
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "surviving rank 2"))
+        << s.error_message();
+  }
 }
 
 TEST(RecoveryTest, StaleProcessOfTheEndedEpochIsFenced) {
@@ -399,6 +441,7 @@ TEST(RecoveryTest, StaleProcessOfTheEndedEpochIsFenced) {
 
   auto replacement = JoinRank(cluster, 3, 0x6003);
   ASSERT_NE(replacement, nullptr);
+  for (uint32_t r = 0; r < 3; ++r) ASSERT_TRUE(ranks[r]->Join().ok());
   AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 2));
   // Its slot now belongs to the replacement and its connection.
   s = stale.KvSet("r3/x", "v");
@@ -408,7 +451,6 @@ TEST(RecoveryTest, StaleProcessOfTheEndedEpochIsFenced) {
       << s.error_message();
   EXPECT_TRUE(replacement->KvSet("r3/x", "v").ok());
   // A survivor that joined again writes in epoch 2, never in epoch 1.
-  ASSERT_TRUE(ranks[0]->Join().ok());
   EXPECT_TRUE(ranks[0]->KvSet("epoch/2/uid", "two").ok());
   s = ranks[0]->KvSet("epoch/1/uid", "late");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
@@ -436,15 +478,15 @@ TEST(RecoveryTest, RestartedNodeDaemonRegistersAgainAndTheJobRecovers) {
     ranks[r] = JoinRank(cluster, r, 0x7000 + r);
     ASSERT_NE(ranks[r], nullptr);
   }
+  for (uint32_t r : {0u, 1u}) {
+    grpc::Status joined = ranks[r]->Join();
+    ASSERT_TRUE(joined.ok()) << joined.error_message();
+  }
   AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 2));
   AwaitJob(cluster, 1, StateAt(v1::JOB_STATE_READY, 2));
   auto ready_event = ranks[0]->AwaitEvent(v1::EVENT_KIND_JOB_READY, 2);
   ASSERT_TRUE(ready_event.has_value());
   std::cout << "RECOVERY node: " << ready_event->message() << std::endl;
-  for (uint32_t r : {0u, 1u}) {
-    grpc::Status joined = ranks[r]->Join();
-    ASSERT_TRUE(joined.ok()) << joined.error_message();
-  }
   ExpectWholeWorldRound(
       {ranks[0].get(), ranks[1].get(), ranks[2].get(), ranks[3].get()}, 1);
 }
@@ -479,9 +521,9 @@ TEST(RecoveryTest, SecondLossDuringRecoveryIsRecoveredAtTheNextEpoch) {
   ranks[3] = JoinRank(cluster, 3, 0x6003);
   ASSERT_NE(ranks[1], nullptr);
   ASSERT_NE(ranks[3], nullptr);
-  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 3));
   ASSERT_TRUE(ranks[0]->Join().ok());
   ASSERT_TRUE(ranks[2]->Join().ok());
+  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 3));
   ExpectWholeWorldRound(
       {ranks[0].get(), ranks[1].get(), ranks[2].get(), ranks[3].get()}, 1);
 }
@@ -589,6 +631,11 @@ TEST(RecoveryTest, ByDomainTheOtherReplicaServesWhileOneRecovers) {
   uint64_t epoch = 0;
   uint64_t first_round = 0;
   std::thread rejoin([&] { rejoined = r2->Join(30000, &epoch, &first_round); });
+  // Its join reached the coordinator: the replacement's makes the domain
+  // whole (a domain serves once its survivors joined again too).
+  AwaitMembers(cluster, 0, [](const v1::MemberList& list) {
+    return list.members(2).epoch() == 2;
+  });
   auto replacement = JoinRank(cluster, 3, 0x6003);
   ASSERT_NE(replacement, nullptr);
   rejoin.join();
