@@ -12,6 +12,8 @@
 // part 2). The ranks that are killed are real rank_worker processes.
 #include <signal.h>
 
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -219,6 +221,25 @@ bool AwaitMembers(LocalCluster& cluster, uint32_t node,
   return listed.ok();
 }
 
+// Whether every thread of process `pid` is stopped (SIGSTOP is delivered
+// asynchronously: a thread may still run a moment after kill returns).
+bool AllThreadsStopped(pid_t pid) {
+  std::error_code error;
+  const std::filesystem::path tasks =
+      std::filesystem::path("/proc") / std::to_string(pid) / "task";
+  bool any = false;
+  for (const auto& task : std::filesystem::directory_iterator(tasks, error)) {
+    std::ifstream stat(task.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t paren = line.rfind(')');
+    if (paren == std::string::npos || paren + 2 >= line.size()) return false;
+    if (line[paren + 2] != 'T') return false;
+    any = true;
+  }
+  return !error && any;
+}
+
 auto StateAt(v1::JobState state, uint64_t epoch) {
   return [state, epoch](const v1::JobStatus& j) {
     return j.state() == state && j.epoch() == epoch;
@@ -307,9 +328,17 @@ TEST(RecoveryTest, KilledRankIsReplacedAndTheJobServesAtTheNextEpoch) {
   EXPECT_TRUE(absl::StrContains(recovering->message(), "waiting for rank 3"))
       << recovering->message();
 
-  // The replacement: a new process (incarnation) for the same rank.
+  // The replacement: a new process (incarnation) for the same rank. Every
+  // slot is held, but the job is READY at epoch 2 only once the survivors
+  // joined again into it.
   auto replacement = JoinRank(cluster, 3, 0x6003);
   ASSERT_NE(replacement, nullptr);
+  for (auto& s : survivors) {
+    uint64_t epoch = 0;
+    grpc::Status joined = s->Join(0, &epoch);
+    ASSERT_TRUE(joined.ok()) << joined.error_message();
+    EXPECT_EQ(epoch, 2u);
+  }
   v1::JobStatus ready = AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 2));
   EXPECT_EQ(ready.joined_ranks(), 4u);
   auto ready_event = survivors[1]->AwaitEvent(v1::EVENT_KIND_JOB_READY, 2);
@@ -319,14 +348,7 @@ TEST(RecoveryTest, KilledRankIsReplacedAndTheJobServesAtTheNextEpoch) {
   // For the record (not asserted: timing depends on the machine).
   std::cout << "RECOVERY rank: " << ready_event->message() << std::endl;
 
-  // Survivors join again into epoch 2; then a round across every rank,
-  // numbered afresh, succeeds.
-  for (auto& s : survivors) {
-    uint64_t epoch = 0;
-    grpc::Status joined = s->Join(0, &epoch);
-    ASSERT_TRUE(joined.ok()) << joined.error_message();
-    EXPECT_EQ(epoch, 2u);
-  }
+  // A round across every rank, numbered afresh, succeeds.
   ExpectWholeWorldRound({survivors[0].get(), survivors[1].get(),
                          survivors[2].get(), replacement.get()},
                         1);
@@ -361,6 +383,47 @@ TEST(RecoveryTest, ReplacementThatNeverComesFailsTheJobAtTheDeadline) {
       << refused.error_message();
   EXPECT_TRUE(absl::StrContains(refused.error_message(), "recovery deadline"))
       << refused.error_message();
+}
+
+// Every slot taken again is not enough: a survivor that never joins into
+// the new epoch (hung) keeps the job RECOVERING, and the deadline fails it
+// naming that rank, rather than the job sitting READY with every round
+// timing out.
+TEST(RecoveryTest, SurvivorThatNeverJoinsAgainFailsTheJobAtTheDeadline) {
+  LocalCluster cluster(RecoveryOptions(3000));
+  ASSERT_TRUE(cluster.Start().ok());
+  std::vector<std::unique_ptr<RawRank>> ranks;
+  ASSERT_NO_FATAL_FAILURE(JoinWorld(cluster, &ranks));
+  ranks[3].reset();  // the process goes away
+  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_RECOVERING, 2));
+  auto replacement = JoinRank(cluster, 3, 0x6003);
+  ASSERT_NE(replacement, nullptr);
+  // Ranks 0 and 1 join again, waiting for the world; rank 2 hangs.
+  std::vector<grpc::Status> waited(2);
+  std::vector<std::thread> rejoins;
+  for (uint32_t r : {0u, 1u}) {
+    rejoins.emplace_back([&, r] { waited[r] = ranks[r]->Join(30000); });
+  }
+  v1::JobStatus job = AwaitJob(
+      cluster, 0, [](const v1::JobStatus& j) { return j.joined_ranks() == 4; });
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_EQ(job.epoch(), 2u);
+  v1::JobStatus failed = AwaitJob(cluster, 1, [](const v1::JobStatus& j) {
+    return j.state() == v1::JOB_STATE_FAILED;
+  });
+  EXPECT_TRUE(
+      absl::StrContains(failed.failure(), "recovery deadline of 3000 ms"))
+      << failed.failure();
+  EXPECT_TRUE(absl::StrContains(failed.failure(),
+                                "never came back: surviving rank 2 to join "
+                                "again into epoch 2"))
+      << failed.failure();
+  for (auto& t : rejoins) t.join();
+  for (const grpc::Status& s : waited) {
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED) << s.error_message();
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "surviving rank 2"))
+        << s.error_message();
+  }
 }
 
 TEST(RecoveryTest, StaleProcessOfTheEndedEpochIsFenced) {
@@ -399,6 +462,7 @@ TEST(RecoveryTest, StaleProcessOfTheEndedEpochIsFenced) {
 
   auto replacement = JoinRank(cluster, 3, 0x6003);
   ASSERT_NE(replacement, nullptr);
+  for (uint32_t r = 0; r < 3; ++r) ASSERT_TRUE(ranks[r]->Join().ok());
   AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 2));
   // Its slot now belongs to the replacement and its connection.
   s = stale.KvSet("r3/x", "v");
@@ -408,7 +472,6 @@ TEST(RecoveryTest, StaleProcessOfTheEndedEpochIsFenced) {
       << s.error_message();
   EXPECT_TRUE(replacement->KvSet("r3/x", "v").ok());
   // A survivor that joined again writes in epoch 2, never in epoch 1.
-  ASSERT_TRUE(ranks[0]->Join().ok());
   EXPECT_TRUE(ranks[0]->KvSet("epoch/2/uid", "two").ok());
   s = ranks[0]->KvSet("epoch/1/uid", "late");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
@@ -436,15 +499,15 @@ TEST(RecoveryTest, RestartedNodeDaemonRegistersAgainAndTheJobRecovers) {
     ranks[r] = JoinRank(cluster, r, 0x7000 + r);
     ASSERT_NE(ranks[r], nullptr);
   }
+  for (uint32_t r : {0u, 1u}) {
+    grpc::Status joined = ranks[r]->Join();
+    ASSERT_TRUE(joined.ok()) << joined.error_message();
+  }
   AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 2));
   AwaitJob(cluster, 1, StateAt(v1::JOB_STATE_READY, 2));
   auto ready_event = ranks[0]->AwaitEvent(v1::EVENT_KIND_JOB_READY, 2);
   ASSERT_TRUE(ready_event.has_value());
   std::cout << "RECOVERY node: " << ready_event->message() << std::endl;
-  for (uint32_t r : {0u, 1u}) {
-    grpc::Status joined = ranks[r]->Join();
-    ASSERT_TRUE(joined.ok()) << joined.error_message();
-  }
   ExpectWholeWorldRound(
       {ranks[0].get(), ranks[1].get(), ranks[2].get(), ranks[3].get()}, 1);
 }
@@ -479,9 +542,9 @@ TEST(RecoveryTest, SecondLossDuringRecoveryIsRecoveredAtTheNextEpoch) {
   ranks[3] = JoinRank(cluster, 3, 0x6003);
   ASSERT_NE(ranks[1], nullptr);
   ASSERT_NE(ranks[3], nullptr);
-  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 3));
   ASSERT_TRUE(ranks[0]->Join().ok());
   ASSERT_TRUE(ranks[2]->Join().ok());
+  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 3));
   ExpectWholeWorldRound(
       {ranks[0].get(), ranks[1].get(), ranks[2].get(), ranks[3].get()}, 1);
 }
@@ -589,6 +652,11 @@ TEST(RecoveryTest, ByDomainTheOtherReplicaServesWhileOneRecovers) {
   uint64_t epoch = 0;
   uint64_t first_round = 0;
   std::thread rejoin([&] { rejoined = r2->Join(30000, &epoch, &first_round); });
+  // Its join reached the coordinator: the replacement's makes the domain
+  // whole (a domain serves once its survivors joined again too).
+  AwaitMembers(cluster, 0, [](const v1::MemberList& list) {
+    return list.members(2).epoch() == 2;
+  });
   auto replacement = JoinRank(cluster, 3, 0x6003);
   ASSERT_NE(replacement, nullptr);
   rejoin.join();
@@ -647,6 +715,97 @@ TEST(RecoveryTest, ByDomainASharedNodeDoesNotHoldTheServingReplicaBack) {
                 (std::vector<uint32_t>{100, 101}));
     }
     EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "round " << round;
+  }
+}
+
+// A node holding ranks of both replicas contributes right after a loss,
+// before it has seen the loss: node 1 holds ranks 1 (domain 0) and 3
+// (domain 1); rank 2 (domain 1, node 0) is lost while node 1's daemon is
+// stopped, so its ranks' frames of round 1 reach it before the loss's
+// event does. Rank 3's frame is of an ended epoch: it alone is refused,
+// and rank 1's goes on: domain 0's rounds keep completing. (When node 1
+// sent one contribution mixing both replicas, the coordinator refused it
+// whole: rank 1 got FAILED_PRECONDITION, which ends a client's round
+// sequence, and rank 0 timed out waiting for it.) Whether node 1 takes
+// the frames or the event first after SIGCONT is up to it; either way
+// domain 0 must not notice.
+TEST(RecoveryTest, ByDomainAStaleFrameDoesNotRefuseTheServingReplicasFrames) {
+  ClusterOptions options = DomainOptions(60000);
+  options.heartbeat_timeout_ms = 20000;  // node 1 is stopped for a while
+  LocalCluster cluster(options);
+  ASSERT_TRUE(cluster.Start().ok());
+  auto r0 = std::make_unique<RawRank>(cluster, 0, 0, 0x5000, 0);
+  auto r2 = std::make_unique<RawRank>(cluster, 0, 2, 0x5002, 1);
+  auto r1 = std::make_unique<RawRank>(cluster, 1, 1, 0x5001, 0);
+  auto r3 = std::make_unique<RawRank>(cluster, 1, 3, 0x5003, 1);
+  for (RawRank* r : {r0.get(), r2.get(), r1.get(), r3.get()}) {
+    grpc::Status s = r->Join();
+    ASSERT_TRUE(s.ok()) << "rank " << r->rank() << ": " << s.error_message();
+    r->StartWatch();
+  }
+  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 1));
+
+  ChildProcess& node1 = cluster.daemon(1);
+  node1.Signal(SIGSTOP);
+  struct Continue {
+    ChildProcess& process;
+    ~Continue() { process.Signal(SIGCONT); }
+  } resume_node1{node1};
+  const absl::Time stop_deadline = absl::Now() + kPatience;
+  while (!AllThreadsStopped(node1.pid()) && absl::Now() < stop_deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE(AllThreadsStopped(node1.pid()));
+  // Node 1 takes its ranks' frames of round 1 only once it runs again.
+  grpc::Status stale;
+  v1::AllGatherWordsResponse from_r1;
+  grpc::Status r1_status;
+  std::thread node1_contributors([&] {
+    std::thread stale_rank([&] {
+      v1::AllGatherWordsResponse ignored;
+      stale = r3->Round(1, 103, &ignored);
+    });
+    r1_status = r1->Round(1, 101, &from_r1);
+    stale_rank.join();
+  });
+  // Rank 2's process goes away: the coordinator (node 0) ends domain 1's
+  // epoch while node 1 cannot hear of it.
+  r2->StopWatch();
+  AwaitJob(cluster, 0, [](const v1::JobStatus& j) {
+    return j.domains_size() == 2 &&
+           j.domains(1).state() == v1::DOMAIN_STATE_RECOVERING;
+  });
+  // Rank 0 contributes after the loss (a round in flight at it would fail
+  // with ABORTED on every rank, as it should).
+  v1::AllGatherWordsResponse from_r0;
+  grpc::Status r0_status;
+  std::thread node0_contributor(
+      [&] { r0_status = r0->Round(1, 100, &from_r0); });
+  node1.Signal(SIGCONT);
+  node0_contributor.join();
+  node1_contributors.join();
+  for (const auto& [s, response] : {std::make_pair(r0_status, from_r0),
+                                    std::make_pair(r1_status, from_r1)}) {
+    ASSERT_TRUE(s.ok()) << "round 1: " << s.error_message();
+    EXPECT_TRUE(response.partial());
+    EXPECT_EQ(
+        std::vector<uint32_t>(response.words().begin(), response.words().end()),
+        (std::vector<uint32_t>{100, 101}));
+  }
+  EXPECT_EQ(stale.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << stale.error_message();
+  EXPECT_TRUE(absl::StrContains(stale.error_message(),
+                                "rank 3 joined into epoch 1 but its domain 1 "
+                                "is at epoch 2"))
+      << stale.error_message();
+  // For the record: "(RECOVERING)" when the coordinator refused it (node 1
+  // took the frames first), not when node 1 did.
+  std::cout << "STALE FRAME: " << stale.error_message() << std::endl;
+  for (uint64_t round = 2; round <= 3; ++round) {
+    for (const auto& [s, response] : RoundOn({r0.get(), r1.get()}, round)) {
+      ASSERT_TRUE(s.ok()) << "round " << round << ": " << s.error_message();
+      EXPECT_TRUE(response.partial());
+    }
   }
 }
 

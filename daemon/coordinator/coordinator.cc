@@ -531,8 +531,10 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
   if (m.state == v1::MEMBER_STATE_JOINED) {
     if (m.incarnation == request.incarnation() && m.node_index == node_index) {
       // A retried join of the same process, or a survivor of a loss
-      // entering the job's (its domain's) new epoch.
+      // entering the job's (its domain's) new epoch: the last survivor to
+      // do so may make the world whole.
       m.epoch = EpochOfRankLocked(rank);
+      MaybeRecoveredLocked(released);
       return absl::OkStatus();
     }
     return absl::AlreadyExistsError(absl::StrFormat(
@@ -623,7 +625,11 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
 void Coordinator::MaybeRecoveredLocked(std::vector<JoinWaiter>* released) {
   if (by_domain_) return MaybeDomainsRecoveredLocked(released);
   if (state_ != v1::JOB_STATE_RECOVERING || joined_ != spec_.world_size ||
-      !lost_nodes_.empty() || !lost_ranks_.empty()) {
+      !lost_nodes_.empty() || !lost_ranks_.empty() ||
+      !NotRejoinedLocked(std::nullopt).empty()) {
+    // A slot still free, or a survivor not in this epoch yet (one that
+    // hangs must not leave the job READY with no deadline): the recovery
+    // deadline keeps running.
     return;
   }
   state_ = v1::JOB_STATE_READY;
@@ -796,6 +802,13 @@ std::string Coordinator::MissingRanksLocked() const {
   if (!unregistered.empty()) {
     absl::StrAppend(&out,
                     "; nodes never registered: ", FormatRankList(unregistered));
+  }
+  if (std::vector<uint32_t> behind = NotRejoinedLocked(std::nullopt);
+      !behind.empty()) {
+    absl::StrAppend(
+        &out, "; surviving rank", behind.size() > 1 ? "s " : " ",
+        FormatRankList(behind), " not joined again into ",
+        by_domain_ ? "their domain's epoch" : absl::StrCat("epoch ", epoch_));
   }
   return out;
 }
@@ -1223,9 +1236,12 @@ void Coordinator::MaybeDomainsRecoveredLocked(
   for (uint32_t index = 0; index < domains_.size(); ++index) {
     Domain& d = domains_[index];
     if (!d.recovering || !d.lost_ranks.empty()) continue;
+    // Every slot held, and every member in the domain's epoch: its
+    // survivors joined again too (the domain's deadline runs until then).
     bool whole = true;
     for (uint32_t r = index * size; r < (index + 1) * size; ++r) {
-      whole = whole && members_[r].state == v1::MEMBER_STATE_JOINED;
+      whole = whole && members_[r].state == v1::MEMBER_STATE_JOINED &&
+              members_[r].epoch == d.epoch;
     }
     if (!whole) continue;
     // Past every round admitted so far: each round below it was decided
@@ -1311,8 +1327,9 @@ void Coordinator::ExpireDomainRecovery(uint32_t index) {
 }
 
 std::string Coordinator::StillLostInDomainLocked(uint32_t index) const {
+  const Domain& d = domains_[index];
   std::map<uint32_t, std::vector<uint32_t>> by_node;
-  for (uint32_t r : domains_[index].lost_ranks) {
+  for (uint32_t r : d.lost_ranks) {
     by_node[members_[r].node_index].push_back(r);
   }
   std::vector<std::string> parts;
@@ -1320,8 +1337,39 @@ std::string Coordinator::StillLostInDomainLocked(uint32_t index) const {
     parts.push_back(absl::StrCat("rank", ranks.size() > 1 ? "s " : " ",
                                  FormatRankList(ranks), " (node ", n, ")"));
   }
-  if (parts.empty()) return "its survivors to join again";
+  if (std::string survivors = RejoinText(NotRejoinedLocked(index), d.epoch);
+      !survivors.empty()) {
+    parts.push_back(std::move(survivors));
+  }
+  if (parts.empty()) return "nothing";
   return absl::StrJoin(parts, ", ");
+}
+
+std::vector<uint32_t> Coordinator::NotRejoinedLocked(
+    std::optional<uint32_t> domain) const {
+  std::vector<uint32_t> out;
+  uint32_t from = 0;
+  uint32_t to = spec_.world_size;
+  if (domain.has_value()) {
+    from = *domain * DomainSizeOf(spec_.topology);
+    to = from + DomainSizeOf(spec_.topology);
+  }
+  for (uint32_t r = from; r < to; ++r) {
+    const Member& m = members_[r];
+    if (m.state == v1::MEMBER_STATE_JOINED && m.epoch < EpochOfRankLocked(r)) {
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+std::string Coordinator::RejoinText(const std::vector<uint32_t>& ranks,
+                                    uint64_t epoch) {
+  if (ranks.empty()) return "";
+  // A list, not by node: right after a loss it names nearly every rank.
+  return absl::StrCat("surviving rank", ranks.size() > 1 ? "s " : " ",
+                      FormatRankList(ranks), " to join again into epoch ",
+                      epoch);
 }
 
 std::string Coordinator::StillLostLocked() const {
@@ -1337,6 +1385,11 @@ std::string Coordinator::StillLostLocked() const {
                                  FormatRankList(std::vector<uint32_t>(
                                      lost_nodes_.begin(), lost_nodes_.end())),
                                  " to register again"));
+  }
+  if (std::string survivors =
+          RejoinText(NotRejoinedLocked(std::nullopt), epoch_);
+      !survivors.empty()) {
+    parts.push_back(std::move(survivors));
   }
   if (parts.empty()) return "nothing";
   return absl::StrJoin(parts, ", ");

@@ -17,8 +17,10 @@
 // during recovery included, starts a new epoch; the deadline
 // (spec.recovery_deadline) runs from the first loss. A member acts only in
 // the epoch it joined into: a survivor joins again (same incarnation) to
-// enter the new one. The job is READY again once every slot is held, or
-// FAILED at the deadline naming what never came back.
+// enter the new one. The job is READY again once every slot is held and
+// every member is in the new epoch (the replacements, and the survivors
+// that joined again), or FAILED at the deadline naming what never came
+// back: a lost slot not taken, or a survivor that never joined again.
 //
 // Recovery by domain (spec.recovery_by_domain with dp > 1; docs/contract.md
 // "Data-parallel domains", docs/architecture.md "Recovery by data-parallel
@@ -132,7 +134,8 @@ class Coordinator {
   // RECOVERING, a lost rank's slot takes a new incarnation (its
   // replacement); the lost incarnation itself is refused. With
   // wait_for_world_ms, answers once the job is READY (FORMING or
-  // RECOVERING until then), or Aborted when another loss ends the epoch.
+  // RECOVERING until then: every survivor's join again counts towards it),
+  // or Aborted when another loss ends the epoch.
   // With recovery by domain: a lost slot takes a replacement while its
   // domain recovers, a join waits for its own domain to serve, and the
   // answer carries the domain's epoch and first world round.
@@ -259,7 +262,8 @@ class Coordinator {
   void LoseLocked(const std::string& cause, const std::vector<uint32_t>& ranks,
                   std::optional<uint32_t> node)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // RECOVERING and every slot held again: READY at this epoch; releases
+  // RECOVERING, every slot held again and every member (replacements and
+  // survivors alike) joined into this epoch: READY at it; releases
   // the joins waiting for it into `released` and marks the ended epochs'
   // keys for DropEndedEpochKeys.
   void MaybeRecoveredLocked(std::vector<JoinWaiter>* released)
@@ -284,7 +288,8 @@ class Coordinator {
   absl::Status CheckKeyEpochLocked(const std::string& key, uint32_t rank,
                                    bool deleting = false) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The lost ranks (by node) and nodes still missing, for messages.
+  // The lost ranks (by node), nodes still missing and survivors not yet
+  // joined into this epoch, for messages.
   std::string StillLostLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailJobLocked(const std::string& cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -334,15 +339,24 @@ class Coordinator {
                          const std::vector<uint32_t>& ranks,
                          std::optional<uint32_t> node)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Every recovering domain whose slots are all held again serves from a
-  // new entry round; its waiting joins are released into `released`.
+  // Every recovering domain whose slots are all held again, each by a
+  // member of its epoch, serves from a new entry round; its waiting joins
+  // are released into `released`.
   void MaybeDomainsRecoveredLocked(std::vector<JoinWaiter>* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A domain's recovery deadline timer: fails the job if it still recovers.
   void ExpireDomainRecovery(uint32_t domain);
-  // "rank 5 (node 1)" for a domain's slots still lost.
+  // "rank 5 (node 1)" for a domain's slots still lost, then its survivors
+  // not yet joined into its epoch.
   std::string StillLostInDomainLocked(uint32_t domain) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Joined members (of `domain`, else of the world) whose epoch is behind
+  // the one they act in: survivors of a loss that have not joined again.
+  std::vector<uint32_t> NotRejoinedLocked(std::optional<uint32_t> domain) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // "surviving ranks 0-2 to join again into epoch 2"; empty for no rank.
+  static std::string RejoinText(const std::vector<uint32_t>& ranks,
+                                uint64_t epoch);
   void ExpireJoinWaiter(uint64_t id);
 
   const JobSpec spec_;

@@ -1483,10 +1483,25 @@ TEST_F(RecoveryTest, LostRankRecoversAtTheNextEpochOnceReplaced) {
                 "was lost");
 
   // A survivor's join again enters epoch 2 and, waiting for the world,
-  // is answered once the replacement joined.
+  // is answered once the replacement joined and every other survivor
+  // joined again.
   auto rejoin0 = Join(JoinRequest(0, 0, kLongMs));
   ASSERT_FALSE(rejoin0->Ready());
   ASSERT_TRUE(JoinNow(1, 3, 0xbeef).ok());  // the replacement
+  EXPECT_FALSE(rejoin0->Ready());
+  // Every slot is held, but ranks 1 and 2 have not joined again yet:
+  // still RECOVERING (its deadline running), and still fenced.
+  job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_GT(job.recovery_deadline_left_ms(), 0);
+  EXPECT_EQ(MemberStatusOf(3).incarnation(), 0xbeefu);
+  EXPECT_EQ(MemberStatusOf(3).epoch(), 2u);
+  EXPECT_EQ(MemberStatusOf(1).epoch(), 1u);
+  EXPECT_STATUS(KvSet(Member(1), "k", "v"),
+                absl::StatusCode::kFailedPrecondition, "epoch 1");
+  ASSERT_TRUE(JoinNow(0, 1).ok());
+  EXPECT_FALSE(rejoin0->Ready());
+  ASSERT_TRUE(JoinNow(1, 2).ok());  // the last survivor: the world is whole
   ASSERT_TRUE(rejoin0->Wait());
   ASSERT_TRUE(rejoin0->value.ok()) << rejoin0->status();
   EXPECT_EQ(rejoin0->value->epoch(), 2u);
@@ -1499,15 +1514,6 @@ TEST_F(RecoveryTest, LostRankRecoversAtTheNextEpochOnceReplaced) {
   EXPECT_EQ(ready[1].epoch(), 2u);
   EXPECT_TRUE(absl::StrContains(ready[1].message(), "replaced rank 3"))
       << ready[1].message();
-  EXPECT_EQ(MemberStatusOf(3).incarnation(), 0xbeefu);
-  EXPECT_EQ(MemberStatusOf(3).epoch(), 2u);
-  // Rank 1 and 2 have not joined again yet: still fenced.
-  EXPECT_EQ(MemberStatusOf(1).epoch(), 1u);
-  EXPECT_STATUS(KvSet(Member(1), "k", "v"),
-                absl::StatusCode::kFailedPrecondition, "epoch 1");
-
-  ASSERT_TRUE(JoinNow(0, 1).ok());
-  ASSERT_TRUE(JoinNow(1, 2).ok());
   EXPECT_TRUE(KvSet(Member(1), "k", "v").ok());
   // Rounds are numbered afresh: round 1 of epoch 2 across every rank.
   auto a = Contribute(0, 1, {{0, {100}}, {1, {101}}});
@@ -1574,6 +1580,36 @@ TEST_F(RecoveryTest, DeadlineFailsTheJobNamingTheRankThatNeverCameBack) {
                 "recovery deadline");
 }
 
+// Every slot held is not enough: a survivor that never joins into the new
+// epoch (a hung process) would leave the job READY with no deadline, and
+// every round timing out. The job stays RECOVERING and fails at the
+// deadline naming it.
+TEST_F(RecoveryTest, ASurvivorThatNeverJoinsAgainFailsTheJobAtTheDeadline) {
+  StartWithDeadline(absl::Milliseconds(300));
+  coord_->events().Subscribe(0, collector_.Sink());
+  FormWorld();
+  ASSERT_TRUE(Lose(1, 3).ok());
+  auto rejoin = Join(JoinRequest(0, 0, kLongMs));
+  ASSERT_TRUE(JoinNow(1, 3, 0xbeef).ok());  // the replacement
+  ASSERT_TRUE(JoinNow(0, 1).ok());
+  // Rank 2 never joins again.
+  v1::JobStatus job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING);
+  EXPECT_EQ(job.joined_ranks(), 4u);
+  EXPECT_FALSE(rejoin->Ready());
+  ASSERT_TRUE(collector_.WaitFor(v1::EVENT_KIND_JOB_FAILED));
+  job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_TRUE(absl::StrContains(job.failure(),
+                                "never came back: surviving rank 2 to join "
+                                "again into epoch 2"))
+      << job.failure();
+  EXPECT_TRUE(EventsOf(v1::EVENT_KIND_JOB_READY).size() == 1u);  // epoch 1's
+  ASSERT_TRUE(rejoin->Wait());
+  EXPECT_STATUS(rejoin->status(), absl::StatusCode::kAborted,
+                "surviving rank 2");
+}
+
 TEST_F(RecoveryTest, SecondLossDuringRecoveryMovesToTheNextEpoch) {
   FormWorld();
   ASSERT_TRUE(Lose(1, 3).ok());
@@ -1596,10 +1632,14 @@ TEST_F(RecoveryTest, SecondLossDuringRecoveryMovesToTheNextEpoch) {
                                 "rank 1 (node 0), rank 3 (node 1)"))
       << recovering[1].message();
   // A replacement of the first loss that joined into epoch 2 would be
-  // behind too; here it joins into 3 and the world waits for rank 1.
+  // behind too; here it joins into 3 and the world waits for rank 1, then
+  // for the survivors to join into epoch 3.
   ASSERT_TRUE(JoinNow(1, 3, 0xbeef).ok());
   EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_RECOVERING);
   ASSERT_TRUE(JoinNow(0, 1, 0xcafe).ok());
+  EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_RECOVERING);
+  ASSERT_TRUE(JoinNow(0, 0).ok());
+  ASSERT_TRUE(JoinNow(1, 2).ok());
   job = coord_->GetJob();
   EXPECT_EQ(job.state(), v1::JOB_STATE_READY);
   EXPECT_EQ(job.epoch(), 3u);
@@ -1631,6 +1671,8 @@ TEST_F(RecoveryTest, AnEndedEpochReleasesOnlyItsOwnJoinWaiters) {
   ASSERT_TRUE(JoinNow(1, 3, 0xbeef).ok());
   EXPECT_FALSE(at_three->Ready());
   ASSERT_TRUE(JoinNow(0, 1, 0xcafe).ok());
+  EXPECT_FALSE(at_three->Ready());  // rank 2 has not joined into epoch 3
+  ASSERT_TRUE(JoinNow(1, 2).ok());
   ASSERT_TRUE(at_three->Wait());
   ASSERT_TRUE(at_three->value.ok()) << at_three->status();
   EXPECT_EQ(at_three->value->epoch(), 3u);
@@ -1659,6 +1701,8 @@ TEST_F(RecoveryTest, RestartedDaemonTakesItsNodeIndexOver) {
     ASSERT_TRUE(joined->value.ok()) << joined->status();
     EXPECT_EQ(joined->value->epoch(), 2u);
   }
+  EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_RECOVERING);
+  for (uint32_t r : {0u, 1u}) ASSERT_TRUE(JoinNow(0, r).ok());  // survivors
   job = coord_->GetJob();
   EXPECT_EQ(job.state(), v1::JOB_STATE_READY);
   EXPECT_EQ(job.epoch(), 2u);
@@ -1960,6 +2004,9 @@ TEST_F(DomainRecoveryTest, ANodeOfBothDomainsRecoversEachOnItsOwnEpoch) {
     ASSERT_TRUE(joined->Ready());
     ASSERT_TRUE(joined->value.ok()) << joined->status();
     EXPECT_EQ(joined->value->epoch(), r == 1 ? 2u : 3u);
+    // Each domain serves once its survivor on node 0 joined again too.
+    EXPECT_EQ(coord_->GetJob().serving_domains(), r == 1 ? 0u : 1u) << r;
+    ASSERT_TRUE(JoinNow(0, r - 1).ok());
     EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_READY) << r;
   }
   job = coord_->GetJob();
@@ -2022,6 +2069,27 @@ TEST_F(DomainRecoveryTest, ADomainPastItsDeadlineFailsTheJob) {
   EXPECT_TRUE(absl::StrContains(job.failure(),
                                 "passed for domain 1 at epoch 2 with it still "
                                 "RECOVERING; never came back: rank 3 (node 1)"))
+      << job.failure();
+}
+
+TEST_F(DomainRecoveryTest, ASurvivorThatNeverJoinsAgainFailsTheJob) {
+  StartByDomain(absl::Milliseconds(300));
+  coord_->events().Subscribe(0, collector_.Sink());
+  FormWorld();
+  ASSERT_TRUE(Lose(1, 3).ok());
+  ASSERT_TRUE(JoinNow(1, 3, 0xbeef).ok());  // rank 2 never joins again
+  v1::JobStatus job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_READY);  // domain 0 serves
+  EXPECT_EQ(job.serving_domains(), 1u);
+  EXPECT_EQ(job.domains(1).state(), v1::DOMAIN_STATE_RECOVERING);
+  EXPECT_TRUE(EventsOf(v1::EVENT_KIND_DOMAIN_READY).empty());
+  ASSERT_TRUE(collector_.WaitFor(v1::EVENT_KIND_JOB_FAILED));
+  job = coord_->GetJob();
+  EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
+  EXPECT_TRUE(absl::StrContains(job.failure(),
+                                "passed for domain 1 at epoch 2 with it still "
+                                "RECOVERING; never came back: surviving rank "
+                                "2 to join again into epoch 2"))
       << job.failure();
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
+#include <map>
 #include <memory>
 #include <utility>
 
@@ -426,6 +427,7 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
                 replica_.by_domain() ||
                 (result.ok() && (result->recovery_by_domain() ||
                                  result->first_world_round() != 0));
+            recovery_by_domain_ = recovery_by_domain_ || by_domain;
             if (m.epoch == 0 || joined_into != m.epoch) {
               if (result.ok() && by_domain) {
                 m.next_round = result->first_world_round();
@@ -651,6 +653,31 @@ void NodeAgent::AllGatherWords(const v1::AllGatherWordsRequest& request,
 }
 
 void NodeAgent::SendBatch(LocalRounds::Batch batch) {
+  std::map<uint32_t, LocalRounds::Batch> by_domain;  // domain -> its part
+  {
+    absl::MutexLock lock(&mu_);
+    if (recovery_by_domain_ || replica_.by_domain()) {
+      // One waiter per frame, in the same order.
+      for (size_t i = 0; i < batch.frames.size(); ++i) {
+        const uint32_t rank = batch.frames[i].rank();
+        auto [it, inserted] = by_domain.try_emplace(
+            rank < replica_.world_size() ? replica_.domain_of(rank) : 0);
+        LocalRounds::Batch& part = it->second;
+        if (inserted) {
+          part.round = batch.round;
+          part.opened = batch.opened;
+          part.deadline = batch.deadline;
+        }
+        part.frames.push_back(std::move(batch.frames[i]));
+        part.waiters.push_back(std::move(batch.waiters[i]));
+      }
+    }
+  }
+  if (by_domain.empty()) return SendContribution(std::move(batch));
+  for (auto& [domain, part] : by_domain) SendContribution(std::move(part));
+}
+
+void NodeAgent::SendContribution(LocalRounds::Batch batch) {
   const uint64_t number = batch.round;
   v1::ContributeWordsRequest request;
   {

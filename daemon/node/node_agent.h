@@ -209,8 +209,14 @@ class NodeAgent : public CoordinatorLink::Listener {
                    Reply<v1::JoinResponse> reply, Caller caller);
   void ExpireLease(uint32_t rank, uint64_t incarnation);
   void LoseRank(uint32_t rank, uint64_t incarnation, const std::string& reason);
-  // Sends one round's frames to the coordinator (LocalRounds' Send).
+  // Sends one round's frames to the coordinator (LocalRounds' Send). With
+  // recovery by domain, each data-parallel replica's frames in a
+  // contribution of their own (SendContribution each): the coordinator
+  // answers a contribution as one, so a frame of a replica whose epoch
+  // moved on (sent before this daemon saw the loss) would otherwise get
+  // the serving replica's frames refused with it.
   void SendBatch(LocalRounds::Batch batch);
+  void SendContribution(LocalRounds::Batch batch);
   // Wraps a forwarded reply: a transport failure means the coordinator is
   // gone; a failure after the job failed reports the job's cause.
   template <typename T>
@@ -248,6 +254,10 @@ class NodeAgent : public CoordinatorLink::Listener {
   std::vector<std::function<void(absl::Status)>> until_registered_
       ABSL_GUARDED_BY(mu_);
   absl::Status registration_ ABSL_GUARDED_BY(mu_);  // error once it failed
+  // The job recovers by data-parallel domain: a join answer said so (before
+  // any loss, when the replica has seen no domain event yet), or the
+  // replica did.
+  bool recovery_by_domain_ ABSL_GUARDED_BY(mu_) = false;
   // Last: destroyed first (it calls SendBatch, which uses the members
   // above).
   LocalRounds rounds_;
