@@ -842,6 +842,18 @@ if ((recover)); then
     read -r reformed_us reforms < <(latest_stamp '^REFORMED ')
     read -r resumed_us resumes < <(latest_stamp '^RESUMED ')
     epoch=$(sed -nE 's/^RESUMED .* epoch=([0-9]+) .*/\1/p' "$dir/rank${victims[0]}.log" | tail -1)
+    # A run may see more than one loss (another one during or after this
+    # recovery): count the ranks that served at the last epoch, once each,
+    # not every RESUMED line.
+    resumed_ranks=$(cat "$dir"/rank*.log 2>/dev/null |
+      sed -nE "s/^RESUMED rank=([0-9]+) .* epoch=${epoch:-0} .*/\1/p" | sort -u | wc -l || true)
+    # Survivors re-form in place: their last REFORMED line says shard=kept.
+    reloaded=()
+    for ((r = 0; r < world; r++)); do
+      [[ " ${victims[*]} " == *" $r "* ]] && continue
+      last=$(grep -E '^REFORMED ' "$dir/rank$r.log" 2>/dev/null | tail -1 || true)
+      [[ -n "$last" && "$last" != *shard=kept* ]] && reloaded+=("$r")
+    done
     if [[ -n "$killed_us" ]] && ((losses > 0 && joins > 0 && reforms > 0 && resumes > 0)); then
       p1=$((loss_us > killed_us ? loss_us : killed_us))
       p2=$((joined_us > p1 ? joined_us : p1))
@@ -859,14 +871,18 @@ if ((recover)); then
         detect "$(ms $((p1 - killed_us)))" "kill -9 -> all $losses surviving ranks saw the loss (LOSS)" \
         replace "$(ms $((p2 - p1)))" "-> $replaced (JOINED)" \
         re-form "$(ms $((p3 - p2)))" "-> all $reforms ranks' sessions formed at epoch ${epoch:-?} (REFORMED; survivors kept their shards)" \
-        "first step" "$(ms $((p4 - p3)))" "-> step $at_step served again and self-checked on all $resumes ranks${hit_what:+ of replica $hit} (RESUMED)"
+        "first step" "$(ms $((p4 - p3)))" "-> step $at_step served again and self-checked on all $resumed_ranks ranks${hit_what:+ of replica $hit} (RESUMED)"
       if ((by_domain)); then
         printf '   %-11s %9s     %s\n' meanwhile "" "$(IFS=';'; echo "${meanwhile[*]:-nothing}" | sed 's/;/; /g') while replica $hit recovered (never lost, re-formed or stopped: no LOSS, REFORMED or RESUMED line in its logs)"
       fi
       echo "   (time stamps: CLOCK_REALTIME microseconds of this host, from run.sh's kill and every rank's log)"
       echo "   requests: ${ledger#  requests      }"
-      if ((resumes != hit_ranks)); then
-        echo "== only $resumes of $hit_ranks ranks served a step after the recovery"
+      if ((resumed_ranks != hit_ranks)); then
+        echo "== only $resumed_ranks of $hit_ranks ranks served a step at epoch ${epoch:-?} after the recovery"
+        failed=1
+      fi
+      if ((${#reloaded[@]} > 0)); then
+        echo "== surviving ranks ${reloaded[*]} loaded their shard again instead of keeping it (REFORMED without shard=kept)"
         failed=1
       fi
     else
