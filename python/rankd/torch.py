@@ -24,6 +24,7 @@ import datetime
 import functools
 import importlib
 import os
+import signal
 import socket
 import stat
 import sys
@@ -184,21 +185,93 @@ def use_rank(rank):
                 f"{_watch.rank.rank}")
         if _watch is None:
             _watch = _Watch(rank)
+            _exit.install()
             atexit.register(_leave_at_exit)
 
 
+class _ExitWatch:
+    """How the program is ending: whether an uncaught exception reached
+    sys.excepthook (the interpreter's status is then 1) or sys.exit was
+    called with a failure status. Python gives an atexit handler neither,
+    so both hooks are wrapped once a rank is joined."""
+
+    def __init__(self):
+        self.status = 0
+        self.signal = None  # SIGINT for an uncaught KeyboardInterrupt
+        self._installed = False
+
+    def install(self):
+        if self._installed:
+            return
+        self._installed = True
+        excepthook, exit_ = sys.excepthook, sys.exit
+
+        def rankd_excepthook(kind, value, traceback):
+            if issubclass(kind, KeyboardInterrupt):
+                self.signal = signal.SIGINT
+            self.status = 1
+            excepthook(kind, value, traceback)
+
+        def rankd_exit(status=None):
+            self.status = _exit_status(status)
+            exit_(status)
+
+        sys.excepthook = rankd_excepthook
+        sys.exit = rankd_exit
+
+
+def _exit_status(code):
+    """The process's exit status for SystemExit(code), as Python's."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    return 1  # a message: Python prints it and exits 1
+
+
+_exit = _ExitWatch()
+
+
 def _leave_at_exit():
-    # Leave cleanly before the interpreter goes away: peers then do not
-    # see this rank as lost, and the library calls no Python callback
-    # into a finalizing interpreter.
+    """At interpreter exit: a program that ended cleanly leaves the job (its
+    peers do not see it as lost; the job drains). One that ended of an
+    uncaught exception or sys.exit with a failure status must be seen as
+    lost instead, as a killed one is, or its peers would wait on it (a
+    leave only drains the job; NCCL peers would hang): it ends the process
+    at once, with the interpreter's exit status, without leaving or
+    closing the rank, so the daemon names it lost (MEMBER_LOST) when its
+    connection closes. Freeing the rank would leave (rankd_rank_free), and
+    keeping it open through finalization would let the library call into
+    a finalizing interpreter."""
     watch = _watch
     if watch is None or watch.rank._handle is None:
         return
+    if _exit.status != 0:
+        _die(_exit.status, _exit.signal)
     try:
         watch.rank.leave()
     except errors.RankdError:
         pass  # the job failed or the rank left already
     watch.rank.close()
+
+
+def _die(status, sig):
+    """Ends the process now, as the interpreter would have: output flushed,
+    by `sig` (SIGINT for an uncaught KeyboardInterrupt) or with `status`.
+    The atexit handlers registered before the rendezvous do not run, as on
+    a kill; logging's buffers are flushed first."""
+    logging = sys.modules.get("logging")
+    for flush in (getattr(logging, "shutdown", None), sys.stdout.flush,
+                  sys.stderr.flush):
+        try:
+            if flush is not None:
+                flush()
+        except Exception:  # noqa: BLE001 (a closed stream: nothing to do)
+            pass
+    if sig is not None:
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(status)
 
 
 def joined_rank():

@@ -98,7 +98,8 @@ def _pids_of(pattern):
 
 def _survivor_delays(output):
     """{rank: (seconds from the kill to its error, error line)}."""
-    killed = float(re.search(r"KILLING \d+ ([0-9.]+)", output).group(1))
+    killed = float(re.search(r"(?:KILLING|RAISING|EXITING) \d+ ([0-9.]+)",
+                             output).group(1))
     return {int(r): (float(t) - killed, line) for r, t, line in re.findall(
         r"SURVIVOR (\d+) ([0-9.]+) (.*)", output)}
 
@@ -132,6 +133,32 @@ def test_torch_on_two_nodes_then_a_lost_rank_is_named(tmp):
     print("rankd: kill -9 of rank %d to each survivor's error: %s" % (
         VICTIM, ", ".join(f"rank {r} {s * 1000:.0f} ms"
                           for r, (s, _) in sorted(delays.items()))))
+    assert _pids_of(PROGRAM) == [], "rank processes left running"
+
+
+@pytest.mark.parametrize("how,status", [("raise", 1), ("exit", 3)])
+def test_a_rank_that_ends_with_an_error_is_named_lost(tmp, how, status):
+    # The kill drill with a victim that ends of an uncaught exception or
+    # sys.exit(3): it must not leave the job (a leave only drains it, and
+    # survivors of a dead NCCL peer would hang), so rankd names it lost.
+    job = f"torch-{how}"
+    results = _run_two_nodes(tmp, job, [f"ops-{how}", str(VICTIM)])
+    output = "\n".join(out for _, out in results)
+    for r in range(4):
+        assert f"TORCH OK {r}" in output, output
+    if how == "raise":
+        assert f"RuntimeError: rank {VICTIM} gave up" in output, output
+    assert results[0][0] == 0, output
+    # The victim's exit status is its own, not a signal's.
+    assert results[1][0] == status, output
+    delays = _survivor_delays(output)
+    assert sorted(delays) == [0, 1, 3], output
+    for r, (seconds, line) in delays.items():
+        assert line.startswith(
+            "JobFailedError: ABORTED: torch.distributed.all_reduce: job "
+            f"{job} failed (MEMBER_LOST, node 1, rank {VICTIM}, "), line
+        assert f"rank {VICTIM} (pid " in line, line
+        assert 0 <= seconds < SURVIVOR_LIMIT_S, (r, seconds, output)
     assert _pids_of(PROGRAM) == [], "rank processes left running"
 
 
