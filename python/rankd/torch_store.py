@@ -22,14 +22,32 @@ __all__ = ["Store", "StoreTimeoutError", "DEFAULT_PREFIX"]
 # The namespace rankrun and the deploy manifests declare shared for torch.
 DEFAULT_PREFIX = "torch/"
 
-# torch's store-based barrier (distributed_c10d._store_based_barrier, after
-# init_process_group and new_group): every rank adds 1 to a counter under
-# a key with this name, then polls it with add(key, 0) every 10 ms until it
-# reaches the world size.
+# torch 1.13's store-based barrier (distributed_c10d._store_based_barrier,
+# after init_process_group and new_group): every rank adds 1 to a counter
+# under a key with this name, then polls it with add(key, 0) every 10 ms
+# until it reaches the world size.
 _BARRIER_KEY = "store_based_barrier_key:"
 # The key the last rank to arrive at such a barrier creates: counter key +
 # this suffix. The others wait for it in the daemon instead of polling.
 _BARRIER_DONE = "/all_arrived"
+# The longest one such read waits in the daemon. torch's loop keeps its
+# own deadline (from after its first read), so a read must not use it up.
+_BARRIER_READ_SECONDS = 1.0
+
+
+def _barrier_counts_the_world():
+    """Whether this torch's store-based barrier waits for the whole world
+    by polling the counter (torch 1.13). torch >= 2's takes a
+    rendezvous_count (fewer than the world for new_group(...,
+    use_local_synchronization=True)) and waits on a key of its own, so
+    the store must not wait for the world there."""
+    import inspect
+    barrier = getattr(dist.distributed_c10d, "_store_based_barrier", None)
+    try:
+        parameters = inspect.signature(barrier).parameters
+    except (TypeError, ValueError):
+        return False
+    return "rendezvous_count" not in parameters
 
 
 class StoreTimeoutError(errors.DeadlineExceededError, RuntimeError):
@@ -54,14 +72,16 @@ class Store(dist.Store):
     (rankd.torch reads Gloo's addresses from them: a connection's one end
     is an address its rank published, the other an address it read).
 
-    With `world_size` (rankd.torch passes the job's), a read of torch's
-    store-based barrier counter (add(key, 0) on a key named
-    "...store_based_barrier_key:N") that finds fewer arrivals than
-    `world_size` waits in the daemon, up to the store's timeout, until the
-    last rank arrived, and then answers the counter as it is; torch would
-    otherwise poll the counter every 10 ms. The last rank to arrive marks
-    the barrier done with one more key (counter key + "/all_arrived"),
-    which num_keys counts."""
+    With `world_size` (rankd.torch passes the job's) and a torch whose
+    store-based barrier polls for the whole world (torch 1.13; not torch
+    >= 2, whose barrier takes a rendezvous_count), a read of the barrier's
+    counter (add(key, 0) on a key named "...store_based_barrier_key:N")
+    that finds fewer arrivals than `world_size` waits in the daemon, at
+    most about a second, until the last rank arrived, and then answers
+    the counter as it is; torch would otherwise poll the counter every
+    10 ms, and its own deadline still bounds the loop. The last rank to
+    arrive marks the barrier done with one more key (counter key +
+    "/all_arrived"), which num_keys counts."""
 
     def __init__(self, rank, prefix=DEFAULT_PREFIX,
                  timeout=datetime.timedelta(seconds=300), on_value=None,
@@ -71,7 +91,9 @@ class Store(dist.Store):
         self._rank = rank
         self._prefix = prefix
         self._on_value = on_value
-        self._world_size = world_size
+        # The world a barrier read waits for (None: no such waits).
+        self._world_size = world_size if _barrier_counts_the_world() \
+            else None
 
     @property
     def rank(self):
@@ -139,8 +161,8 @@ class Store(dist.Store):
             self._rank.kv_compare_set(k + _BARRIER_DONE, None, b"1")
         elif delta == 0 and count < self._world_size:
             try:
-                self._rank.kv_get(k + _BARRIER_DONE,
-                                  timeout=max(self._seconds(None), 0.0))
+                self._rank.kv_get(k + _BARRIER_DONE, timeout=max(min(
+                    self._seconds(None), _BARRIER_READ_SECONDS), 0.0))
             except (errors.DeadlineExceededError, errors.NotFoundError):
                 return count  # torch's own timeout check then fails it
             count = self._rank.kv_add(k, 0)

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 import pytest
 
@@ -324,9 +325,13 @@ def test_rankd_store_check_and_num_keys(rankd_rank):
 
 
 def test_rankd_store_barrier_read_waits_for_the_last_arrival(rankd_rank):
-    # torch's store-based barrier polls add(key, 0) until the count is the
-    # world size; the store answers that read once the last rank arrived.
+    # torch 1.13's store-based barrier polls add(key, 0) until the count is
+    # the world size; the store answers that read once the last rank
+    # arrived, or after about a second, whichever is first.
     from rankd.torch import Store
+    if not _barrier_counts_the_world():
+        pytest.skip("this torch's store-based barrier takes "
+                    "rendezvous_count: no read waits")
     store = Store(rankd_rank, prefix="torch/barrier/", world_size=2,
                   timeout=datetime.timedelta(seconds=20))
     key = "default_pg/store_based_barrier_key:1"
@@ -338,13 +343,44 @@ def test_rankd_store_barrier_read_waits_for_the_last_arrival(rankd_rank):
     finally:
         late.join()
     assert store.add(key, 0) == 2
-    # A barrier nobody completes: the read ends at the store's timeout
-    # with the count as it is (torch's own timeout then fails it).
-    store.set_timeout(datetime.timedelta(milliseconds=200))
+    # A barrier nobody completes: each read ends after about a second with
+    # the count as it is, never the store's whole timeout (torch's loop
+    # keeps its own deadline, which starts after the first read).
     assert store.add("default_pg/store_based_barrier_key:2", 1) == 1
+    started = time.monotonic()
     assert store.add("default_pg/store_based_barrier_key:2", 0) == 1
+    assert 0.5 <= time.monotonic() - started < 3.0
     # Other counters are plain.
     assert store.add("n", 0) == 0
+
+
+def _barrier_counts_the_world():
+    import inspect
+    return "rendezvous_count" not in inspect.signature(
+        dist.distributed_c10d._store_based_barrier).parameters
+
+
+def test_rankd_store_no_barrier_wait_when_torch_counts_rendezvous(
+        rankd_rank, monkeypatch):
+    # torch >= 2's barrier takes rendezvous_count (new_group with
+    # use_local_synchronization=True counts fewer ranks than the world)
+    # and waits on a key of its own: the store must not wait for the
+    # world there.
+    from rankd.torch import Store
+
+    def barrier(rank, store, group_name, rendezvous_count, timeout,
+                logging_interval=None):
+        pass
+
+    monkeypatch.setattr(dist.distributed_c10d, "_store_based_barrier",
+                        barrier)
+    store = Store(rankd_rank, prefix="torch/barrier2/", world_size=2,
+                  timeout=datetime.timedelta(seconds=20))
+    key = "default_pg/store_based_barrier_key:1"
+    assert store.add(key, 1) == 1
+    started = time.monotonic()
+    assert store.add(key, 0) == 1
+    assert time.monotonic() - started < 0.5
 
 
 def test_store_through_torch_prefix_store(store):
