@@ -324,6 +324,25 @@ def test_rankd_store_check_and_num_keys(rankd_rank):
 
 
 
+def test_a_key_with_a_nul_byte_is_refused(rankd_rank):
+    # Keys cross the C ABI as C strings: "a\0b" would silently be "a".
+    from rankd.torch import Store
+    store = Store(rankd_rank, prefix="torch/nul/")
+    calls = [lambda: rankd_rank.kv_set("torch/nul/a\0b", b"1"),
+             lambda: rankd_rank.kv_get("torch/nul/a\0b", timeout=0),
+             lambda: rankd_rank.kv_add("torch/nul/a\0b", 1),
+             lambda: rankd_rank.kv_delete("torch/nul/a\0b"),
+             lambda: rankd_rank.kv_compare_set("torch/nul/a\0b", None, b"1"),
+             lambda: rankd_rank.kv_compare_delete("torch/nul/a\0b", b"1"),
+             lambda: rankd_rank.kv_count("torch/nul/\0"),
+             lambda: store.set("a\0b", b"1"),
+             lambda: store.add("a\0b", 1)]
+    for call in calls:
+        with pytest.raises(rankd.InvalidArgumentError, match="NUL"):
+            call()
+    assert rankd_rank.kv_count("torch/nul/") == 0
+
+
 def test_rankd_store_barrier_read_waits_for_the_last_arrival(rankd_rank):
     # torch 1.13's store-based barrier polls add(key, 0) until the count is
     # the world size; the store answers that read once the last rank
