@@ -38,9 +38,11 @@ _torch_rendezvous = importlib.import_module("torch.distributed.rendezvous")
 
 from . import errors
 from .rank import join
-from .torch_store import DEFAULT_PREFIX, Store, StoreTimeoutError
+from .torch_store import (DEFAULT_PREFIX, JobFailedError, Store, StoreError,
+                          StoreTimeoutError)
 
-__all__ = ["JobFailedError", "Store", "StoreTimeoutError", "DEFAULT_PREFIX",
+__all__ = ["JobFailedError", "Store", "StoreError", "StoreTimeoutError",
+           "DEFAULT_PREFIX",
            "rendezvous_handler", "use_rank", "joined_rank",
            "failure_grace_seconds"]
 
@@ -48,12 +50,6 @@ __all__ = ["JobFailedError", "Store", "StoreTimeoutError", "DEFAULT_PREFIX",
 # (a local rank's loss arrives in milliseconds, a node's within the
 # heartbeat timeout) before it is raised as torch's.
 failure_grace_seconds = 2.0
-
-
-class JobFailedError(errors.AbortedError, RuntimeError):
-    """A torch.distributed call ended because the rankd job failed; the
-    message is rankd's, naming the lost rank. A RuntimeError, like the
-    errors torch raises for failed collectives."""
 
 
 # gloo's tcp Address: a sockaddr_storage (128 bytes), then a sequence

@@ -11,13 +11,15 @@ the same cases on both). Values are bytes, at most 1 MiB (rankd's limit).
 """
 
 import datetime
+import functools
 import time
 
 import torch.distributed as dist
 
 from . import errors
 
-__all__ = ["Store", "StoreTimeoutError", "DEFAULT_PREFIX"]
+__all__ = ["Store", "StoreError", "StoreTimeoutError", "JobFailedError",
+           "DEFAULT_PREFIX"]
 
 # The namespace rankrun and the deploy manifests declare shared for torch.
 DEFAULT_PREFIX = "torch/"
@@ -50,9 +52,83 @@ def _barrier_counts_the_world():
     return "rendezvous_count" not in parameters
 
 
-class StoreTimeoutError(errors.DeadlineExceededError, RuntimeError):
-    """A get or wait past the store's timeout. A RuntimeError too, as
-    TCPStore's timeouts are, so torch code catching those catches it."""
+# torch 2.x raises DistStoreError (a RuntimeError) for a store's failures;
+# torch 1.13 a plain RuntimeError.
+_TorchStoreError = getattr(dist, "DistStoreError", RuntimeError)
+
+
+class StoreError(_TorchStoreError):
+    """Mixed into every error a Store call raises, JobFailedError aside: a
+    RuntimeError, and torch's DistStoreError where torch has it (torch
+    2.x), as TCPStore's errors are, so torch code catching those catches
+    it. The error keeps rankd's class too (PermissionDeniedError, ...;
+    rankd.RankdError), its code and message."""
+
+
+class StoreTimeoutError(errors.DeadlineExceededError, StoreError):
+    """A get or wait past the store's timeout."""
+
+
+class JobFailedError(errors.AbortedError, RuntimeError):
+    """A torch.distributed call or store call ended because the rankd job
+    failed; the message is rankd's, naming the lost rank. A RuntimeError,
+    like the errors torch raises for failed collectives."""
+
+
+# rankd's class -> its StoreError form (made on first use).
+_store_errors = {}
+
+
+def _store_error_class(cls):
+    """`cls` (a rankd.RankdError class) with StoreError mixed in."""
+    if issubclass(cls, StoreError):
+        return cls
+    found = _store_errors.get(cls)
+    if found is None:
+        found = type(cls.__name__, (cls, StoreError), {
+            "__module__": __name__,
+            "__doc__": f"rankd's {cls.__name__} from a Store call."})
+        _store_errors[cls] = found
+    return found
+
+
+# How long a store call the daemon aborted waits for the job's failure to
+# reach this rank (its watch stream may be a moment behind the call's
+# answer), to raise it in the failure's own words (naming MEMBER_LOST ...).
+_FAILURE_GRACE_SECONDS = 2.0
+
+
+def _job_failure(rank, fallback):
+    """The message of `rank`'s job failure, once it arrived (at most
+    _FAILURE_GRACE_SECONDS from now); `fallback` when it did not."""
+    deadline = time.monotonic() + _FAILURE_GRACE_SECONDS
+    while True:
+        failure = rank.job_health()
+        if isinstance(failure, errors.RankdError):
+            return failure.message
+        if time.monotonic() >= deadline:
+            return fallback
+        time.sleep(0.01)
+
+
+def _translates_errors(method):
+    """Store `method` raising JobFailedError, in the words of the job's
+    failure, for rankd's AbortedError (the job failed), and every other
+    rankd error with StoreError mixed in."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (StoreError, JobFailedError):
+            raise
+        except errors.AbortedError as e:
+            raise JobFailedError(
+                f"rankd store {method.__name__}: "
+                f"{_job_failure(self._rank, e.message)}") from e
+        except errors.RankdError as e:
+            raise _store_error_class(type(e))(e.message).with_traceback(
+                e.__traceback__) from None
+    return call
 
 
 def _data(value):
@@ -67,7 +143,10 @@ class Store(dist.Store):
     first write another rank owns). get and wait block up to the store's
     timeout (set_timeout; `timeout` at first) and then raise
     StoreTimeoutError naming the key. After the job failed every operation
-    raises rankd's AbortedError naming the lost rank. `on_value` (may be
+    (and one pending then) raises JobFailedError in the words of the job's
+    failure, naming the lost rank; any other error is rankd's class with
+    StoreError mixed in (a RuntimeError; torch's DistStoreError where torch
+    has it). `on_value` (may be
     None) is called with every value this store sets, gets or waits for
     (rankd.torch reads Gloo's addresses from them: a connection's one end
     is an address its rank published, the other an address it read).
@@ -121,6 +200,7 @@ class Store(dist.Store):
             return timeout.total_seconds()
         return float(timeout)
 
+    @_translates_errors
     def set(self, key, value):
         data = _data(value)
         if self._on_value is not None:
@@ -134,6 +214,7 @@ class Store(dist.Store):
             if self._rank.kv_compare_set(k, current, data):
                 return
 
+    @_translates_errors
     def get(self, key):
         return self._get(self._key(key), self._seconds(None), key)
 
@@ -149,6 +230,7 @@ class Store(dist.Store):
                 f"rankd store: key {key!r} was not set within "
                 f"{seconds:g} s ({e.message})") from None
 
+    @_translates_errors
     def add(self, key, value):
         delta = int(value)
         k = self._key(key)
@@ -168,6 +250,7 @@ class Store(dist.Store):
             count = self._rank.kv_add(k, 0)
         return count
 
+    @_translates_errors
     def compare_set(self, key, expected_value, desired_value):
         """TCPStore's semantics: sets `desired_value` when the key holds
         `expected_value`, or when it is absent and `expected_value` is
@@ -188,6 +271,7 @@ class Store(dist.Store):
             else:
                 return current
 
+    @_translates_errors
     def delete_key(self, key):
         k = self._key(key)
         while True:
@@ -197,15 +281,18 @@ class Store(dist.Store):
             if self._rank.kv_compare_delete(k, current):
                 return True
 
+    @_translates_errors
     def check(self, keys):
         return all(self._peek(self._key(k)) is not None for k in keys)
 
+    @_translates_errors
     def wait(self, keys, timeout=None):
         seconds = self._seconds(timeout)
         deadline = time.monotonic() + seconds
         for key in keys:
             self._get(self._key(key), deadline - time.monotonic(), key)
 
+    @_translates_errors
     def num_keys(self):
         """The keys in this store's namespace (its prefix): every key set
         through a store of this rendezvous, on any rank. TCPStore counts

@@ -324,6 +324,67 @@ def test_rankd_store_check_and_num_keys(rankd_rank):
 
 
 
+def test_store_errors_are_runtime_errors(rankd_rank):
+    # torch code catches RuntimeError (torch 2.x: DistStoreError) from a
+    # store; rankd's own classes still match too.
+    from rankd.torch import Store
+    store = Store(rankd_rank, prefix="torch/errors/",
+                  timeout=datetime.timedelta(milliseconds=200))
+    store_error = getattr(dist, "DistStoreError", RuntimeError)
+    with pytest.raises(rankd.InvalidArgumentError) as bad_key:
+        store.set("a\0b", b"1")
+    with pytest.raises(rankd.RankdError) as too_big:
+        store.set("big", b"x" * (2 << 20))
+    with pytest.raises(rankd.DeadlineExceededError) as late:
+        store.get("never")
+    for e in (bad_key.value, too_big.value, late.value):
+        assert isinstance(e, RuntimeError) and isinstance(e, store_error), \
+            type(e).__mro__
+
+
+def test_store_calls_after_a_lost_rank_raise_job_failed(tmp):
+    # A store call pending when a rank is lost, and every later one, raise
+    # rankd.torch.JobFailedError (a RuntimeError) naming the lost rank.
+    from rankd.torch import JobFailedError, Store
+    program = os.path.join(tmp, "lost_rank.py")
+    with open(program, "w") as f:
+        f.write("import os, sys, time, rankd\n"
+                "rank = rankd.join()\n"
+                "time.sleep(1.0)\n"
+                "sys.stdout.flush()\n"
+                "os._exit(3)  # dies without leaving\n")
+    with LocalJob("torch-store-lost", 1, 2,
+                  daemon_flags=["--kv_shared_prefixes=torch/"]) as job:
+        lost = job.start_rank(program, 0, 1, env={"PYTHONPATH": PYTHONPATH})
+        saved = dict(os.environ)
+        os.environ.update({"RANKD_TARGET": job.socket_target(0),
+                           "RANKD_JOB_ID": job.job_id,
+                           "RANKD_LOCAL_RANK": "0",
+                           "RANKD_RANK_TOKEN": job.rank_token(0, 0)})
+        try:
+            rank = rankd.join(wait_for_world=30)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        try:
+            store = Store(rank, prefix="torch/lost/",
+                          timeout=datetime.timedelta(seconds=30))
+            started = time.monotonic()
+            with pytest.raises(JobFailedError) as pending:
+                store.get("never")  # rank 1 dies meanwhile
+            assert time.monotonic() - started < 10, pending.value
+            with pytest.raises(JobFailedError) as later:
+                store.set("k", b"v")
+            for e in (pending.value, later.value):
+                assert isinstance(e, RuntimeError), type(e).__mro__
+                assert isinstance(e, rankd.AbortedError), type(e).__mro__
+                assert "MEMBER_LOST" in str(e) and "rank 1" in str(e), e
+            assert "rankd store get" in str(pending.value), pending.value
+            assert lost.wait(10) == 3, job.log("rank1.log")
+        finally:
+            rank.close()
+
+
 def test_a_key_with_a_nul_byte_is_refused(rankd_rank):
     # Keys cross the C ABI as C strings: "a\0b" would silently be "a".
     from rankd.torch import Store
