@@ -275,9 +275,39 @@ def joined_rank():
     return None if _watch is None else _watch.rank
 
 
+# The query parameters a rankd:// URL may carry: the integers, then the
+# strings.
+_INT_PARAMETERS = ("rank", "world_size", "local_rank")
+_PARAMETERS = _INT_PARAMETERS + ("job_id", "token_file", "prefix")
+
+
 def _query(url):
-    return {k: v[-1] for k, v in urllib.parse.parse_qs(
-        urllib.parse.urlparse(url).query).items()}
+    """The URL's query parameters as {name: value}, integers as int.
+    InvalidArgumentError naming the parameter for one not in _PARAMETERS,
+    one given twice, or an integer that is not a non-negative one."""
+    pairs = urllib.parse.parse_qsl(urllib.parse.urlparse(url).query,
+                                   keep_blank_values=True)
+    unknown = sorted({name for name, _ in pairs} - set(_PARAMETERS))
+    if unknown:
+        raise errors.InvalidArgumentError(
+            f"rankd.torch: {url!r}: unknown parameter"
+            f"{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(n) for n in unknown)}; a rankd:// URL takes "
+            f"{', '.join(sorted(_PARAMETERS))}")
+    q = {}
+    for name, value in pairs:
+        if name in q:
+            raise errors.InvalidArgumentError(
+                f"rankd.torch: {url!r}: parameter {name} is given more than "
+                "once")
+        if name in _INT_PARAMETERS:
+            if not (value.isascii() and value.isdigit()):
+                raise errors.InvalidArgumentError(
+                    f"rankd.torch: {url!r}: {name}={value!r}; it must be a "
+                    "non-negative integer")
+            value = int(value)
+        q[name] = value
+    return q
 
 
 def rendezvous_handler(url, timeout=datetime.timedelta(minutes=30),
@@ -293,6 +323,9 @@ def rendezvous_handler(url, timeout=datetime.timedelta(minutes=30),
     (InvalidArgumentError). The store's keys live under P (default
     "torch/", which the job must declare shared) plus a count of this
     process's rendezvous, so a second init_process_group gets fresh keys.
+    Any other parameter, one given twice, or an integer (rank, world_size,
+    local_rank) that is not a non-negative one: InvalidArgumentError
+    naming it, before anything is joined.
     """
     global _rendezvous_count
     parsed = urllib.parse.urlparse(url)
@@ -316,7 +349,7 @@ def rendezvous_handler(url, timeout=datetime.timedelta(minutes=30),
     else:
         for name, have in (("rank", watch.rank.rank),
                            ("world_size", watch.rank.world_size)):
-            if name in q and int(q[name]) != have:
+            if name in q and q[name] != have:
                 raise errors.InvalidArgumentError(
                     f"rankd.torch: {name}={q[name]} but this process is "
                     f"{name} {have} of job {watch.rank.job_id!r}")

@@ -186,6 +186,26 @@ def test_torch_alone_kill_drill_for_comparison(tmp):
     assert _pids_of(PROGRAM) == [], "rank processes left running"
 
 
+@pytest.mark.parametrize("url,words", [
+    ("rankd://?rank=0&wrld_size=2&colour=red",
+     ["unknown parameters 'colour', 'wrld_size'", "job_id", "local_rank",
+      "prefix", "rank", "token_file", "world_size"]),
+    ("rankd://?rank=x", ["rank='x'", "non-negative integer"]),
+    ("rankd://?world_size=-2", ["world_size='-2'", "non-negative integer"]),
+    ("rankd://?local_rank=", ["local_rank=''", "non-negative integer"]),
+    ("rankd://?rank=1&rank=2", ["rank", "more than once"]),
+])
+def test_rankd_url_parameters_are_checked(url, words, monkeypatch):
+    # Refused before anything is joined: no daemon is needed.
+    import rankd.torch
+    monkeypatch.setenv("RANKD_TARGET", "unix:///nonexistent/rankd.sock")
+    with pytest.raises(rankd.InvalidArgumentError) as refused:
+        next(rankd.torch.rendezvous_handler(url))
+    for w in words:
+        assert w in str(refused.value), refused.value
+    assert rankd.torch.joined_rank() is None
+
+
 # --- store conformance: the same cases on rankd's Store and TCPStore ------
 
 
