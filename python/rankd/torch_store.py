@@ -160,7 +160,10 @@ class Store(dist.Store):
     the counter as it is; torch would otherwise poll the counter every
     10 ms, and its own deadline still bounds the loop. The last rank to
     arrive marks the barrier done with one more key (counter key +
-    "/all_arrived"), which num_keys counts."""
+    "/all_arrived"), which num_keys counts.
+
+    append, multi_get, multi_set and clone are there on any torch; torch
+    2.x's C++ side calls them (torch 1.13's has none of them)."""
 
     def __init__(self, rank, prefix=DEFAULT_PREFIX,
                  timeout=datetime.timedelta(seconds=300), on_value=None,
@@ -170,6 +173,10 @@ class Store(dist.Store):
         self._rank = rank
         self._prefix = prefix
         self._on_value = on_value
+        self._world_size_given = world_size
+        # This store and its clones, each holding the list: torch keeps
+        # only a clone's C++ side, whose Python overrides need the object.
+        self._clones = [self]
         # The world a barrier read waits for (None: no such waits).
         self._world_size = world_size if _barrier_counts_the_world() \
             else None
@@ -291,6 +298,50 @@ class Store(dist.Store):
         deadline = time.monotonic() + seconds
         for key in keys:
             self._get(self._key(key), deadline - time.monotonic(), key)
+
+    @_translates_errors
+    def append(self, key, value):
+        """Appends `value` to the bytes at `key` (creating it), as
+        TCPStore does; a compare-and-set loop, like set."""
+        data = _data(value)
+        k = self._key(key)
+        while True:
+            current = self._peek(k)
+            if self._rank.kv_compare_set(k, current, (current or b"") + data):
+                return
+
+    @_translates_errors
+    def multi_get(self, keys):
+        """The values at `keys`, in order, each waited for as get does,
+        all within one store timeout (StoreTimeoutError naming the first
+        key missing then)."""
+        seconds = self._seconds(None)
+        deadline = time.monotonic() + seconds
+        return [self._get(self._key(key), deadline - time.monotonic(), key)
+                for key in keys]
+
+    @_translates_errors
+    def multi_set(self, keys, values):
+        """Sets each of `keys` to the value at the same index, one after
+        another (not as one atomic write, unlike TCPStore)."""
+        keys, values = list(keys), list(values)
+        if len(keys) != len(values):
+            raise errors.InvalidArgumentError(
+                f"rankd store multi_set: {len(keys)} keys but "
+                f"{len(values)} values")
+        for key, value in zip(keys, values):
+            self.set(key, value)
+
+    def clone(self):
+        """A Store over the same rank connection, namespace, timeout and
+        world size (torch 2.x clones a store in PrefixStore::clone, for
+        split groups). It stays referenced as long as this store."""
+        twin = Store(self._rank, prefix=self._prefix, timeout=self.timeout,
+                     on_value=self._on_value,
+                     world_size=self._world_size_given)
+        twin._clones = self._clones
+        self._clones.append(twin)
+        return twin
 
     @_translates_errors
     def num_keys(self):

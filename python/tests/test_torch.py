@@ -327,6 +327,68 @@ def test_store_num_keys(store):
     assert store.num_keys() == before + 3
 
 
+def _needs_torch_store(name):
+    """Skips unless this torch's Store has `name` (torch 2.x's multi- and
+    append-forms; torch 1.13 has none)."""
+    if not hasattr(dist.Store, name):
+        pytest.skip(f"this torch's Store has no {name}")
+
+
+def test_store_append(store):
+    _needs_torch_store("append")
+    store.append("log", b"ab")  # absent: created
+    store.append("log", b"\x00cd")
+    assert store.get("log") == b"ab\x00cd"
+
+
+def test_store_multi_set_get(store):
+    _needs_torch_store("multi_get")
+    store.multi_set(["x", "y"], [b"1", b"\x002"])
+    assert store.multi_get(["y", "x"]) == [b"\x002", b"1"]
+    with pytest.raises(RuntimeError):
+        store.multi_get(["x", "never"])
+
+
+def test_store_clone_through_torch(store):
+    # torch 2.x clones a store in PrefixStore::clone (splitGroup): the
+    # clone sees the same keys.
+    if not hasattr(dist.PrefixStore, "clone"):
+        pytest.skip("this torch's PrefixStore has no clone")
+    p = dist.PrefixStore("pg", store)
+    p.set("a", b"1")
+    c = p.clone()
+    assert c.get("a") == b"1"
+    c.set("b", b"2")
+    assert p.get("b") == b"2"
+
+
+def test_rankd_store_append_multi_and_clone(rankd_rank):
+    # The same forms called from Python, on any torch: append creates and
+    # extends, multi_get waits for every key within one timeout, multi_set
+    # sets each, and a clone is a store over the same rank, namespace,
+    # timeout and world.
+    from rankd.torch import Store, StoreTimeoutError
+    store = Store(rankd_rank, prefix="torch/forms/", world_size=3,
+                  timeout=datetime.timedelta(milliseconds=300))
+    store.append("log", b"ab")
+    store.append("log", "cd")
+    assert store.get("log") == b"abcd"
+    store.multi_set(["x", "y"], [b"1", "2"])
+    assert store.multi_get(["y", "x", "log"]) == [b"2", b"1", b"abcd"]
+    with pytest.raises(StoreTimeoutError, match="never"):
+        store.multi_get(["x", "never"])
+    with pytest.raises(rankd.InvalidArgumentError, match="2 keys but 1"):
+        store.multi_set(["x", "y"], [b"1"])
+    clone = store.clone()
+    assert isinstance(clone, Store) and clone is not store
+    assert (clone.rank, clone.prefix, clone.timeout) == \
+        (store.rank, store.prefix, store.timeout)
+    assert clone.get("x") == b"1"
+    clone.set("z", b"3")
+    assert store.get("z") == b"3"
+    assert clone.num_keys() == store.num_keys() == 4
+
+
 def test_rankd_store_check_and_num_keys(rankd_rank):
     from rankd.torch import Store
     store = Store(rankd_rank, prefix="torch/check/")
