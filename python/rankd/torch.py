@@ -187,9 +187,11 @@ def use_rank(rank):
 
 class _ExitWatch:
     """How the program is ending: whether an uncaught exception reached
-    sys.excepthook (the interpreter's status is then 1) or sys.exit was
-    called with a failure status. Python gives an atexit handler neither,
-    so both hooks are wrapped once a rank is joined."""
+    sys.excepthook (the interpreter's status is then 1) or the main
+    thread's last sys.exit call had a failure status. Python gives an
+    atexit handler neither, so both are wrapped once a rank is joined. (A
+    failing sys.exit that the program catches and outlives, ending
+    normally afterwards, still counts.)"""
 
     def __init__(self):
         self.status = 0
@@ -209,7 +211,9 @@ class _ExitWatch:
             excepthook(kind, value, traceback)
 
         def rankd_exit(status=None):
-            self.status = _exit_status(status)
+            # Elsewhere it ends only its thread.
+            if threading.current_thread() is threading.main_thread():
+                self.status = _exit_status(status)
             exit_(status)
 
         sys.excepthook = rankd_excepthook
