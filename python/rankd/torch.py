@@ -17,6 +17,10 @@ words ("... (MEMBER_LOST, node 1, rank 3, ...): rank 3 (pid ...) lost:
 it aborts the process groups too, which ends pending NCCL collectives;
 torch 1.13 (Debian's) has no process-group abort, and the shutdown stands
 in for it (docs/client-api.md, "torch.distributed").
+
+At exit a rank leaves the job when the program ended cleanly; one that
+ended of an uncaught exception or a failing sys.exit ends at once without
+leaving, so that its peers see it lost, as a killed one (_leave_at_exit).
 """
 
 import atexit
@@ -353,7 +357,10 @@ def rendezvous_handler(url, timeout=datetime.timedelta(minutes=30),
     else:
         for name, have in (("rank", watch.rank.rank),
                            ("world_size", watch.rank.world_size)):
-            if name in q and q[name] != have:
+            given = q.get(name)
+            if given is None or (name == "world_size" and given == 0):
+                continue  # not given (world_size=0 too, as for rankd.join)
+            if given != have:
                 raise errors.InvalidArgumentError(
                     f"rankd.torch: {name}={q[name]} but this process is "
                     f"{name} {have} of job {watch.rank.job_id!r}")
