@@ -7,8 +7,13 @@
   and later collective fails naming it in rankd's words, nothing left
   running; with RANKD_TORCH_COMPARE=1 also the same drill with torch alone
   (env://, TCPStore), timed in the same run, for comparison;
+- the same drill with a victim that ends of an uncaught exception, or of
+  sys.exit(3): named lost too (it must not leave the job);
+- rankd:// URL parameters: unknown, repeated or bad ones refused;
 - store conformance: the same cases on rankd.torch.Store and on torch's
-  TCPStore.
+  TCPStore (the multi-, append- and clone forms where this torch has
+  them), and the store's own behaviour: barrier reads, NUL keys, errors
+  as RuntimeErrors, JobFailedError after a lost rank.
 
 Skipped where torch is not installed.
 """
