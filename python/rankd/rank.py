@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 
-from . import _native
+from . import _native, errors
 from ._native import check, lib
 
 __all__ = ["WORLD", "Group", "Rank", "PendingWords", "join"]
@@ -39,6 +39,17 @@ class Group:
 
 def _bytes(text):
     return None if text is None else str(text).encode()
+
+
+def _key(key, what="key"):
+    """`key` (a str) as the C string the library takes. The C ABI ends a
+    key at its first NUL byte, so a key holding one would silently name
+    another key: InvalidArgumentError instead."""
+    if "\0" in key:
+        raise errors.InvalidArgumentError(
+            f"rankd: {what} {key!r} contains a NUL byte (\\0); keys are C "
+            "strings and cannot hold one")
+    return key.encode()
 
 
 def _words(words):
@@ -194,18 +205,20 @@ class Rank:
         return PendingWords(self, handle, array.size)
 
     # --- key-value broker -------------------------------------------------
+    # A key (or prefix) holding a NUL byte raises InvalidArgumentError: the
+    # C ABI takes keys as C strings (_key).
 
     def kv_set(self, key, value):
         """Stores `value` (bytes or str, at most 1 MiB) at `key`."""
         data = value.encode() if isinstance(value, str) else bytes(value)
-        check(lib.rankd_kv_set(self.handle, key.encode(), data, len(data)))
+        check(lib.rankd_kv_set(self.handle, _key(key), data, len(data)))
 
     def kv_get(self, key, timeout=60.0):
         """The bytes at `key`, waiting up to `timeout` for it to exist
         (DeadlineExceededError naming the key); `timeout` 0 does not wait
         (NotFoundError when absent)."""
         handle = ctypes.c_void_p()
-        check(lib.rankd_kv_get(self.handle, key.encode(), float(timeout),
+        check(lib.rankd_kv_get(self.handle, _key(key), float(timeout),
                                ctypes.byref(handle)))
         try:
             size = lib.rankd_bytes_size(handle)
@@ -217,14 +230,14 @@ class Rank:
         """Adds `delta` to the integer at `key` (0 when absent); returns
         the new value."""
         result = ctypes.c_int64()
-        check(lib.rankd_kv_add(self.handle, key.encode(), int(delta),
+        check(lib.rankd_kv_add(self.handle, _key(key), int(delta),
                                ctypes.byref(result)))
         return result.value
 
     def kv_delete(self, key):
         """Deletes `key`; True when it existed."""
         existed = ctypes.c_int()
-        check(lib.rankd_kv_delete(self.handle, key.encode(),
+        check(lib.rankd_kv_delete(self.handle, _key(key),
                                   ctypes.byref(existed)))
         return bool(existed.value)
 
@@ -241,7 +254,7 @@ class Rank:
                 bytes(expected)
             if_absent = 0
         stored = ctypes.c_int()
-        check(lib.rankd_kv_compare_set(self.handle, key.encode(), if_absent,
+        check(lib.rankd_kv_compare_set(self.handle, _key(key), if_absent,
                                        want, len(want), data, len(data),
                                        ctypes.byref(stored)))
         return bool(stored.value)
@@ -252,7 +265,7 @@ class Rank:
         want = expected.encode() if isinstance(expected, str) else \
             bytes(expected)
         deleted = ctypes.c_int()
-        check(lib.rankd_kv_compare_delete(self.handle, key.encode(), want,
+        check(lib.rankd_kv_compare_delete(self.handle, _key(key), want,
                                           len(want), ctypes.byref(deleted)))
         return bool(deleted.value)
 
@@ -260,7 +273,7 @@ class Rank:
         """How many keys of the job's store start with `prefix` ("":
         every key, the data plane's own included), as of one moment."""
         count = ctypes.c_uint64()
-        check(lib.rankd_kv_count(self.handle, prefix.encode(),
+        check(lib.rankd_kv_count(self.handle, _key(prefix, "prefix"),
                                  ctypes.byref(count)))
         return count.value
 

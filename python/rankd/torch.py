@@ -17,6 +17,10 @@ words ("... (MEMBER_LOST, node 1, rank 3, ...): rank 3 (pid ...) lost:
 it aborts the process groups too, which ends pending NCCL collectives;
 torch 1.13 (Debian's) has no process-group abort, and the shutdown stands
 in for it (docs/client-api.md, "torch.distributed").
+
+At exit a rank leaves the job when the program ended cleanly; one that
+ended of an uncaught exception or a failing sys.exit ends at once without
+leaving, so that its peers see it lost, as a killed one (_leave_at_exit).
 """
 
 import atexit
@@ -24,6 +28,7 @@ import datetime
 import functools
 import importlib
 import os
+import signal
 import socket
 import stat
 import sys
@@ -37,9 +42,11 @@ _torch_rendezvous = importlib.import_module("torch.distributed.rendezvous")
 
 from . import errors
 from .rank import join
-from .torch_store import DEFAULT_PREFIX, Store, StoreTimeoutError
+from .torch_store import (DEFAULT_PREFIX, JobFailedError, Store, StoreError,
+                          StoreTimeoutError)
 
-__all__ = ["JobFailedError", "Store", "StoreTimeoutError", "DEFAULT_PREFIX",
+__all__ = ["JobFailedError", "Store", "StoreError", "StoreTimeoutError",
+           "DEFAULT_PREFIX",
            "rendezvous_handler", "use_rank", "joined_rank",
            "failure_grace_seconds"]
 
@@ -47,12 +54,6 @@ __all__ = ["JobFailedError", "Store", "StoreTimeoutError", "DEFAULT_PREFIX",
 # (a local rank's loss arrives in milliseconds, a node's within the
 # heartbeat timeout) before it is raised as torch's.
 failure_grace_seconds = 2.0
-
-
-class JobFailedError(errors.AbortedError, RuntimeError):
-    """A torch.distributed call ended because the rankd job failed; the
-    message is rankd's, naming the lost rank. A RuntimeError, like the
-    errors torch raises for failed collectives."""
 
 
 # gloo's tcp Address: a sockaddr_storage (128 bytes), then a sequence
@@ -184,16 +185,73 @@ def use_rank(rank):
                 f"{_watch.rank.rank}")
         if _watch is None:
             _watch = _Watch(rank)
+            _exit.install()
             atexit.register(_leave_at_exit)
 
 
+class _ExitWatch:
+    """How the program is ending: whether an uncaught exception reached
+    sys.excepthook (the interpreter's status is then 1) or the main
+    thread's last sys.exit call had a failure status. Python gives an
+    atexit handler neither, so both are wrapped once a rank is joined. (A
+    failing sys.exit that the program catches and outlives, ending
+    normally afterwards, still counts.)"""
+
+    def __init__(self):
+        self.status = 0
+        self.signal = None  # SIGINT for an uncaught KeyboardInterrupt
+        self._installed = False
+
+    def install(self):
+        if self._installed:
+            return
+        self._installed = True
+        excepthook, exit_ = sys.excepthook, sys.exit
+
+        def rankd_excepthook(kind, value, traceback):
+            if issubclass(kind, KeyboardInterrupt):
+                self.signal = signal.SIGINT
+            self.status = 1
+            excepthook(kind, value, traceback)
+
+        def rankd_exit(status=None):
+            # Elsewhere it ends only its thread.
+            if threading.current_thread() is threading.main_thread():
+                self.status = _exit_status(status)
+            exit_(status)
+
+        sys.excepthook = rankd_excepthook
+        sys.exit = rankd_exit
+
+
+def _exit_status(code):
+    """The process's exit status for SystemExit(code), as Python's."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    return 1  # a message: Python prints it and exits 1
+
+
+_exit = _ExitWatch()
+
+
 def _leave_at_exit():
-    # Leave cleanly before the interpreter goes away: peers then do not
-    # see this rank as lost, and the library calls no Python callback
-    # into a finalizing interpreter.
+    """At interpreter exit: a program that ended cleanly leaves the job (its
+    peers do not see it as lost; the job drains). One that ended of an
+    uncaught exception or sys.exit with a failure status must be seen as
+    lost instead, as a killed one is, or its peers would wait on it (a
+    leave only drains the job; NCCL peers would hang): it ends the process
+    at once, with the interpreter's exit status, without leaving or
+    closing the rank, so the daemon names it lost (MEMBER_LOST) when its
+    connection closes. Freeing the rank would leave (rankd_rank_free), and
+    keeping it open through finalization would let the library call into
+    a finalizing interpreter."""
     watch = _watch
     if watch is None or watch.rank._handle is None:
         return
+    if _exit.status != 0:
+        _die(_exit.status, _exit.signal)
     try:
         watch.rank.leave()
     except errors.RankdError:
@@ -201,14 +259,63 @@ def _leave_at_exit():
     watch.rank.close()
 
 
+def _die(status, sig):
+    """Ends the process now, as the interpreter would have: output flushed,
+    by `sig` (SIGINT for an uncaught KeyboardInterrupt) or with `status`.
+    The atexit handlers registered before the rendezvous do not run, as on
+    a kill; logging's buffers are flushed first."""
+    logging = sys.modules.get("logging")
+    for flush in (getattr(logging, "shutdown", None), sys.stdout.flush,
+                  sys.stderr.flush):
+        try:
+            if flush is not None:
+                flush()
+        except Exception:  # noqa: BLE001 (a closed stream: nothing to do)
+            pass
+    if sig is not None:
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(status)
+
+
 def joined_rank():
     """The rankd.Rank the `rankd://` rendezvous joined (None before)."""
     return None if _watch is None else _watch.rank
 
 
+# The query parameters a rankd:// URL may carry: the integers, then the
+# strings.
+_INT_PARAMETERS = ("rank", "world_size", "local_rank")
+_PARAMETERS = _INT_PARAMETERS + ("job_id", "token_file", "prefix")
+
+
 def _query(url):
-    return {k: v[-1] for k, v in urllib.parse.parse_qs(
-        urllib.parse.urlparse(url).query).items()}
+    """The URL's query parameters as {name: value}, integers as int.
+    InvalidArgumentError naming the parameter for one not in _PARAMETERS,
+    one given twice, or an integer that is not a non-negative one."""
+    pairs = urllib.parse.parse_qsl(urllib.parse.urlparse(url).query,
+                                   keep_blank_values=True)
+    unknown = sorted({name for name, _ in pairs} - set(_PARAMETERS))
+    if unknown:
+        raise errors.InvalidArgumentError(
+            f"rankd.torch: {url!r}: unknown parameter"
+            f"{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(n) for n in unknown)}; a rankd:// URL takes "
+            f"{', '.join(sorted(_PARAMETERS))}")
+    q = {}
+    for name, value in pairs:
+        if name in q:
+            raise errors.InvalidArgumentError(
+                f"rankd.torch: {url!r}: parameter {name} is given more than "
+                "once")
+        if name in _INT_PARAMETERS:
+            if not (value.isascii() and value.isdigit()):
+                raise errors.InvalidArgumentError(
+                    f"rankd.torch: {url!r}: {name}={value!r}; it must be a "
+                    "non-negative integer")
+            value = int(value)
+        q[name] = value
+    return q
 
 
 def rendezvous_handler(url, timeout=datetime.timedelta(minutes=30),
@@ -224,6 +331,9 @@ def rendezvous_handler(url, timeout=datetime.timedelta(minutes=30),
     (InvalidArgumentError). The store's keys live under P (default
     "torch/", which the job must declare shared) plus a count of this
     process's rendezvous, so a second init_process_group gets fresh keys.
+    Any other parameter, one given twice, or an integer (rank, world_size,
+    local_rank) that is not a non-negative one: InvalidArgumentError
+    naming it, before anything is joined.
     """
     global _rendezvous_count
     parsed = urllib.parse.urlparse(url)
@@ -247,7 +357,10 @@ def rendezvous_handler(url, timeout=datetime.timedelta(minutes=30),
     else:
         for name, have in (("rank", watch.rank.rank),
                            ("world_size", watch.rank.world_size)):
-            if name in q and int(q[name]) != have:
+            given = q.get(name)
+            if given is None or (name == "world_size" and given == 0):
+                continue  # not given (world_size=0 too, as for rankd.join)
+            if given != have:
                 raise errors.InvalidArgumentError(
                     f"rankd.torch: {name}={q[name]} but this process is "
                     f"{name} {have} of job {watch.rank.job_id!r}")

@@ -11,30 +11,124 @@ the same cases on both). Values are bytes, at most 1 MiB (rankd's limit).
 """
 
 import datetime
+import functools
 import time
 
 import torch.distributed as dist
 
 from . import errors
 
-__all__ = ["Store", "StoreTimeoutError", "DEFAULT_PREFIX"]
+__all__ = ["Store", "StoreError", "StoreTimeoutError", "JobFailedError",
+           "DEFAULT_PREFIX"]
 
 # The namespace rankrun and the deploy manifests declare shared for torch.
 DEFAULT_PREFIX = "torch/"
 
-# torch's store-based barrier (distributed_c10d._store_based_barrier, after
-# init_process_group and new_group): every rank adds 1 to a counter under
-# a key with this name, then polls it with add(key, 0) every 10 ms until it
-# reaches the world size.
+# torch 1.13's store-based barrier (distributed_c10d._store_based_barrier,
+# after init_process_group and new_group): every rank adds 1 to a counter
+# under a key with this name, then polls it with add(key, 0) every 10 ms
+# until it reaches the world size.
 _BARRIER_KEY = "store_based_barrier_key:"
 # The key the last rank to arrive at such a barrier creates: counter key +
 # this suffix. The others wait for it in the daemon instead of polling.
 _BARRIER_DONE = "/all_arrived"
+# The longest one such read waits in the daemon. torch's loop keeps its
+# own deadline (from after its first read), so a read must not use it up.
+_BARRIER_READ_SECONDS = 1.0
 
 
-class StoreTimeoutError(errors.DeadlineExceededError, RuntimeError):
-    """A get or wait past the store's timeout. A RuntimeError too, as
-    TCPStore's timeouts are, so torch code catching those catches it."""
+def _barrier_counts_the_world():
+    """Whether this torch's store-based barrier waits for the whole world
+    by polling the counter (torch 1.13). torch >= 2's takes a
+    rendezvous_count (fewer than the world for new_group(...,
+    use_local_synchronization=True)) and waits on a key of its own, so
+    the store must not wait for the world there."""
+    import inspect
+    barrier = getattr(dist.distributed_c10d, "_store_based_barrier", None)
+    try:
+        parameters = inspect.signature(barrier).parameters
+    except (TypeError, ValueError):
+        return False
+    return "rendezvous_count" not in parameters
+
+
+# torch 2.x raises DistStoreError (a RuntimeError) for a store's failures;
+# torch 1.13 a plain RuntimeError.
+_TorchStoreError = getattr(dist, "DistStoreError", RuntimeError)
+
+
+class StoreError(_TorchStoreError):
+    """Mixed into every error a Store call raises, JobFailedError aside: a
+    RuntimeError, and torch's DistStoreError where torch has it (torch
+    2.x), as TCPStore's errors are, so torch code catching those catches
+    it. The error keeps rankd's class too (PermissionDeniedError, ...;
+    rankd.RankdError), its code and message."""
+
+
+class StoreTimeoutError(errors.DeadlineExceededError, StoreError):
+    """A get or wait past the store's timeout."""
+
+
+class JobFailedError(errors.AbortedError, RuntimeError):
+    """A torch.distributed call or store call ended because the rankd job
+    failed; the message is rankd's, naming the lost rank. A RuntimeError,
+    like the errors torch raises for failed collectives."""
+
+
+# rankd's class -> its StoreError form (made on first use).
+_store_errors = {}
+
+
+def _store_error_class(cls):
+    """`cls` (a rankd.RankdError class) with StoreError mixed in."""
+    if issubclass(cls, StoreError):
+        return cls
+    found = _store_errors.get(cls)
+    if found is None:
+        found = type(cls.__name__, (cls, StoreError), {
+            "__module__": __name__,
+            "__doc__": f"rankd's {cls.__name__} from a Store call."})
+        _store_errors[cls] = found
+    return found
+
+
+# How long a store call the daemon aborted waits for the job's failure to
+# reach this rank (its watch stream may be a moment behind the call's
+# answer), to raise it in the failure's own words (naming MEMBER_LOST ...).
+_FAILURE_GRACE_SECONDS = 2.0
+
+
+def _job_failure(rank, fallback):
+    """The message of `rank`'s job failure, once it arrived (at most
+    _FAILURE_GRACE_SECONDS from now); `fallback` when it did not."""
+    deadline = time.monotonic() + _FAILURE_GRACE_SECONDS
+    while True:
+        failure = rank.job_health()
+        if isinstance(failure, errors.RankdError):
+            return failure.message
+        if time.monotonic() >= deadline:
+            return fallback
+        time.sleep(0.01)
+
+
+def _translates_errors(method):
+    """Store `method` raising JobFailedError, in the words of the job's
+    failure, for rankd's AbortedError (the job failed), and every other
+    rankd error with StoreError mixed in."""
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (StoreError, JobFailedError):
+            raise
+        except errors.AbortedError as e:
+            raise JobFailedError(
+                f"rankd store {method.__name__}: "
+                f"{_job_failure(self._rank, e.message)}") from e
+        except errors.RankdError as e:
+            raise _store_error_class(type(e))(e.message).with_traceback(
+                e.__traceback__) from None
+    return call
 
 
 def _data(value):
@@ -49,19 +143,27 @@ class Store(dist.Store):
     first write another rank owns). get and wait block up to the store's
     timeout (set_timeout; `timeout` at first) and then raise
     StoreTimeoutError naming the key. After the job failed every operation
-    raises rankd's AbortedError naming the lost rank. `on_value` (may be
+    (and one pending then) raises JobFailedError in the words of the job's
+    failure, naming the lost rank; any other error is rankd's class with
+    StoreError mixed in (a RuntimeError; torch's DistStoreError where torch
+    has it). `on_value` (may be
     None) is called with every value this store sets, gets or waits for
     (rankd.torch reads Gloo's addresses from them: a connection's one end
     is an address its rank published, the other an address it read).
 
-    With `world_size` (rankd.torch passes the job's), a read of torch's
-    store-based barrier counter (add(key, 0) on a key named
-    "...store_based_barrier_key:N") that finds fewer arrivals than
-    `world_size` waits in the daemon, up to the store's timeout, until the
-    last rank arrived, and then answers the counter as it is; torch would
-    otherwise poll the counter every 10 ms. The last rank to arrive marks
-    the barrier done with one more key (counter key + "/all_arrived"),
-    which num_keys counts."""
+    With `world_size` (rankd.torch passes the job's) and a torch whose
+    store-based barrier polls for the whole world (torch 1.13; not torch
+    >= 2, whose barrier takes a rendezvous_count), a read of the barrier's
+    counter (add(key, 0) on a key named "...store_based_barrier_key:N")
+    that finds fewer arrivals than `world_size` waits in the daemon, at
+    most about a second, until the last rank arrived, and then answers
+    the counter as it is; torch would otherwise poll the counter every
+    10 ms, and its own deadline still bounds the loop. The last rank to
+    arrive marks the barrier done with one more key (counter key +
+    "/all_arrived"), which num_keys counts.
+
+    append, multi_get, multi_set and clone are there on any torch; torch
+    2.x's C++ side calls them (torch 1.13's has none of them)."""
 
     def __init__(self, rank, prefix=DEFAULT_PREFIX,
                  timeout=datetime.timedelta(seconds=300), on_value=None,
@@ -71,7 +173,13 @@ class Store(dist.Store):
         self._rank = rank
         self._prefix = prefix
         self._on_value = on_value
-        self._world_size = world_size
+        self._world_size_given = world_size
+        # This store and its clones, each holding the list: torch keeps
+        # only a clone's C++ side, whose Python overrides need the object.
+        self._clones = [self]
+        # The world a barrier read waits for (None: no such waits).
+        self._world_size = world_size if _barrier_counts_the_world() \
+            else None
 
     @property
     def rank(self):
@@ -99,6 +207,7 @@ class Store(dist.Store):
             return timeout.total_seconds()
         return float(timeout)
 
+    @_translates_errors
     def set(self, key, value):
         data = _data(value)
         if self._on_value is not None:
@@ -112,6 +221,7 @@ class Store(dist.Store):
             if self._rank.kv_compare_set(k, current, data):
                 return
 
+    @_translates_errors
     def get(self, key):
         return self._get(self._key(key), self._seconds(None), key)
 
@@ -127,6 +237,7 @@ class Store(dist.Store):
                 f"rankd store: key {key!r} was not set within "
                 f"{seconds:g} s ({e.message})") from None
 
+    @_translates_errors
     def add(self, key, value):
         delta = int(value)
         k = self._key(key)
@@ -139,13 +250,14 @@ class Store(dist.Store):
             self._rank.kv_compare_set(k + _BARRIER_DONE, None, b"1")
         elif delta == 0 and count < self._world_size:
             try:
-                self._rank.kv_get(k + _BARRIER_DONE,
-                                  timeout=max(self._seconds(None), 0.0))
+                self._rank.kv_get(k + _BARRIER_DONE, timeout=max(min(
+                    self._seconds(None), _BARRIER_READ_SECONDS), 0.0))
             except (errors.DeadlineExceededError, errors.NotFoundError):
                 return count  # torch's own timeout check then fails it
             count = self._rank.kv_add(k, 0)
         return count
 
+    @_translates_errors
     def compare_set(self, key, expected_value, desired_value):
         """TCPStore's semantics: sets `desired_value` when the key holds
         `expected_value`, or when it is absent and `expected_value` is
@@ -166,6 +278,7 @@ class Store(dist.Store):
             else:
                 return current
 
+    @_translates_errors
     def delete_key(self, key):
         k = self._key(key)
         while True:
@@ -175,15 +288,62 @@ class Store(dist.Store):
             if self._rank.kv_compare_delete(k, current):
                 return True
 
+    @_translates_errors
     def check(self, keys):
         return all(self._peek(self._key(k)) is not None for k in keys)
 
+    @_translates_errors
     def wait(self, keys, timeout=None):
         seconds = self._seconds(timeout)
         deadline = time.monotonic() + seconds
         for key in keys:
             self._get(self._key(key), deadline - time.monotonic(), key)
 
+    @_translates_errors
+    def append(self, key, value):
+        """Appends `value` to the bytes at `key` (creating it), as
+        TCPStore does; a compare-and-set loop, like set."""
+        data = _data(value)
+        k = self._key(key)
+        while True:
+            current = self._peek(k)
+            if self._rank.kv_compare_set(k, current, (current or b"") + data):
+                return
+
+    @_translates_errors
+    def multi_get(self, keys):
+        """The values at `keys`, in order, each waited for as get does,
+        all within one store timeout (StoreTimeoutError naming the first
+        key missing then)."""
+        seconds = self._seconds(None)
+        deadline = time.monotonic() + seconds
+        return [self._get(self._key(key), deadline - time.monotonic(), key)
+                for key in keys]
+
+    @_translates_errors
+    def multi_set(self, keys, values):
+        """Sets each of `keys` to the value at the same index, one after
+        another (not as one atomic write, unlike TCPStore)."""
+        keys, values = list(keys), list(values)
+        if len(keys) != len(values):
+            raise errors.InvalidArgumentError(
+                f"rankd store multi_set: {len(keys)} keys but "
+                f"{len(values)} values")
+        for key, value in zip(keys, values):
+            self.set(key, value)
+
+    def clone(self):
+        """A Store over the same rank connection, namespace, timeout and
+        world size (torch 2.x clones a store in PrefixStore::clone, for
+        split groups). It stays referenced as long as this store."""
+        twin = Store(self._rank, prefix=self._prefix, timeout=self.timeout,
+                     on_value=self._on_value,
+                     world_size=self._world_size_given)
+        twin._clones = self._clones
+        self._clones.append(twin)
+        return twin
+
+    @_translates_errors
     def num_keys(self):
         """The keys in this store's namespace (its prefix): every key set
         through a store of this rendezvous, on any rank. TCPStore counts

@@ -7,8 +7,13 @@
   and later collective fails naming it in rankd's words, nothing left
   running; with RANKD_TORCH_COMPARE=1 also the same drill with torch alone
   (env://, TCPStore), timed in the same run, for comparison;
+- the same drill with a victim that ends of an uncaught exception, or of
+  sys.exit(3): named lost too (it must not leave the job);
+- rankd:// URL parameters: unknown, repeated or bad ones refused;
 - store conformance: the same cases on rankd.torch.Store and on torch's
-  TCPStore.
+  TCPStore (the multi-, append- and clone forms where this torch has
+  them), and the store's own behaviour: barrier reads, NUL keys, errors
+  as RuntimeErrors, JobFailedError after a lost rank.
 
 Skipped where torch is not installed.
 """
@@ -21,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 import pytest
 
@@ -98,7 +104,8 @@ def _pids_of(pattern):
 
 def _survivor_delays(output):
     """{rank: (seconds from the kill to its error, error line)}."""
-    killed = float(re.search(r"KILLING \d+ ([0-9.]+)", output).group(1))
+    killed = float(re.search(r"(?:KILLING|RAISING|EXITING) \d+ ([0-9.]+)",
+                             output).group(1))
     return {int(r): (float(t) - killed, line) for r, t, line in re.findall(
         r"SURVIVOR (\d+) ([0-9.]+) (.*)", output)}
 
@@ -135,6 +142,32 @@ def test_torch_on_two_nodes_then_a_lost_rank_is_named(tmp):
     assert _pids_of(PROGRAM) == [], "rank processes left running"
 
 
+@pytest.mark.parametrize("how,status", [("raise", 1), ("exit", 3)])
+def test_a_rank_that_ends_with_an_error_is_named_lost(tmp, how, status):
+    # The kill drill with a victim that ends of an uncaught exception or
+    # sys.exit(3): it must not leave the job (a leave only drains it, and
+    # survivors of a dead NCCL peer would hang), so rankd names it lost.
+    job = f"torch-{how}"
+    results = _run_two_nodes(tmp, job, [f"ops-{how}", str(VICTIM)])
+    output = "\n".join(out for _, out in results)
+    for r in range(4):
+        assert f"TORCH OK {r}" in output, output
+    if how == "raise":
+        assert f"RuntimeError: rank {VICTIM} gave up" in output, output
+    assert results[0][0] == 0, output
+    # The victim's exit status is its own, not a signal's.
+    assert results[1][0] == status, output
+    delays = _survivor_delays(output)
+    assert sorted(delays) == [0, 1, 3], output
+    for r, (seconds, line) in delays.items():
+        assert line.startswith(
+            "JobFailedError: ABORTED: torch.distributed.all_reduce: job "
+            f"{job} failed (MEMBER_LOST, node 1, rank {VICTIM}, "), line
+        assert f"rank {VICTIM} (pid " in line, line
+        assert 0 <= seconds < SURVIVOR_LIMIT_S, (r, seconds, output)
+    assert _pids_of(PROGRAM) == [], "rank processes left running"
+
+
 @pytest.mark.skipif(os.environ.get("RANKD_TORCH_COMPARE") != "1",
                     reason="a measurement (bench/RESULTS.md), not a check: "
                     "RANKD_TORCH_COMPARE=1 runs it")
@@ -156,6 +189,26 @@ def test_torch_alone_kill_drill_for_comparison(tmp):
         VICTIM, "; ".join(f"rank {r} {s * 1000:.0f} ms ({line[:90]})"
                           for r, (s, line) in sorted(delays.items()))))
     assert _pids_of(PROGRAM) == [], "rank processes left running"
+
+
+@pytest.mark.parametrize("url,words", [
+    ("rankd://?rank=0&wrld_size=2&colour=red",
+     ["unknown parameters 'colour', 'wrld_size'", "job_id", "local_rank",
+      "prefix", "rank", "token_file", "world_size"]),
+    ("rankd://?rank=x", ["rank='x'", "non-negative integer"]),
+    ("rankd://?world_size=-2", ["world_size='-2'", "non-negative integer"]),
+    ("rankd://?local_rank=", ["local_rank=''", "non-negative integer"]),
+    ("rankd://?rank=1&rank=2", ["rank", "more than once"]),
+])
+def test_rankd_url_parameters_are_checked(url, words, monkeypatch):
+    # Refused before anything is joined: no daemon is needed.
+    import rankd.torch
+    monkeypatch.setenv("RANKD_TARGET", "unix:///nonexistent/rankd.sock")
+    with pytest.raises(rankd.InvalidArgumentError) as refused:
+        next(rankd.torch.rendezvous_handler(url))
+    for w in words:
+        assert w in str(refused.value), refused.value
+    assert rankd.torch.joined_rank() is None
 
 
 # --- store conformance: the same cases on rankd's Store and TCPStore ------
@@ -279,6 +332,68 @@ def test_store_num_keys(store):
     assert store.num_keys() == before + 3
 
 
+def _needs_torch_store(name):
+    """Skips unless this torch's Store has `name` (torch 2.x's multi- and
+    append-forms; torch 1.13 has none)."""
+    if not hasattr(dist.Store, name):
+        pytest.skip(f"this torch's Store has no {name}")
+
+
+def test_store_append(store):
+    _needs_torch_store("append")
+    store.append("log", b"ab")  # absent: created
+    store.append("log", b"\x00cd")
+    assert store.get("log") == b"ab\x00cd"
+
+
+def test_store_multi_set_get(store):
+    _needs_torch_store("multi_get")
+    store.multi_set(["x", "y"], [b"1", b"\x002"])
+    assert store.multi_get(["y", "x"]) == [b"\x002", b"1"]
+    with pytest.raises(RuntimeError):
+        store.multi_get(["x", "never"])
+
+
+def test_store_clone_through_torch(store):
+    # torch 2.x clones a store in PrefixStore::clone (splitGroup): the
+    # clone sees the same keys.
+    if not hasattr(dist.PrefixStore, "clone"):
+        pytest.skip("this torch's PrefixStore has no clone")
+    p = dist.PrefixStore("pg", store)
+    p.set("a", b"1")
+    c = p.clone()
+    assert c.get("a") == b"1"
+    c.set("b", b"2")
+    assert p.get("b") == b"2"
+
+
+def test_rankd_store_append_multi_and_clone(rankd_rank):
+    # The same forms called from Python, on any torch: append creates and
+    # extends, multi_get waits for every key within one timeout, multi_set
+    # sets each, and a clone is a store over the same rank, namespace,
+    # timeout and world.
+    from rankd.torch import Store, StoreTimeoutError
+    store = Store(rankd_rank, prefix="torch/forms/", world_size=3,
+                  timeout=datetime.timedelta(milliseconds=300))
+    store.append("log", b"ab")
+    store.append("log", "cd")
+    assert store.get("log") == b"abcd"
+    store.multi_set(["x", "y"], [b"1", "2"])
+    assert store.multi_get(["y", "x", "log"]) == [b"2", b"1", b"abcd"]
+    with pytest.raises(StoreTimeoutError, match="never"):
+        store.multi_get(["x", "never"])
+    with pytest.raises(rankd.InvalidArgumentError, match="2 keys but 1"):
+        store.multi_set(["x", "y"], [b"1"])
+    clone = store.clone()
+    assert isinstance(clone, Store) and clone is not store
+    assert (clone.rank, clone.prefix, clone.timeout) == \
+        (store.rank, store.prefix, store.timeout)
+    assert clone.get("x") == b"1"
+    clone.set("z", b"3")
+    assert store.get("z") == b"3"
+    assert clone.num_keys() == store.num_keys() == 4
+
+
 def test_rankd_store_check_and_num_keys(rankd_rank):
     from rankd.torch import Store
     store = Store(rankd_rank, prefix="torch/check/")
@@ -296,10 +411,94 @@ def test_rankd_store_check_and_num_keys(rankd_rank):
 
 
 
-def test_rankd_store_barrier_read_waits_for_the_last_arrival(rankd_rank):
-    # torch's store-based barrier polls add(key, 0) until the count is the
-    # world size; the store answers that read once the last rank arrived.
+def test_store_errors_are_runtime_errors(rankd_rank):
+    # torch code catches RuntimeError (torch 2.x: DistStoreError) from a
+    # store; rankd's own classes still match too.
     from rankd.torch import Store
+    store = Store(rankd_rank, prefix="torch/errors/",
+                  timeout=datetime.timedelta(milliseconds=200))
+    store_error = getattr(dist, "DistStoreError", RuntimeError)
+    with pytest.raises(rankd.InvalidArgumentError) as bad_key:
+        store.set("a\0b", b"1")
+    with pytest.raises(rankd.RankdError) as too_big:
+        store.set("big", b"x" * (2 << 20))
+    with pytest.raises(rankd.DeadlineExceededError) as late:
+        store.get("never")
+    for e in (bad_key.value, too_big.value, late.value):
+        assert isinstance(e, RuntimeError) and isinstance(e, store_error), \
+            type(e).__mro__
+
+
+def test_store_calls_after_a_lost_rank_raise_job_failed(tmp):
+    # A store call pending when a rank is lost, and every later one, raise
+    # rankd.torch.JobFailedError (a RuntimeError) naming the lost rank.
+    from rankd.torch import JobFailedError, Store
+    program = os.path.join(tmp, "lost_rank.py")
+    with open(program, "w") as f:
+        f.write("import os, sys, time, rankd\n"
+                "rank = rankd.join()\n"
+                "time.sleep(1.0)\n"
+                "sys.stdout.flush()\n"
+                "os._exit(3)  # dies without leaving\n")
+    with LocalJob("torch-store-lost", 1, 2,
+                  daemon_flags=["--kv_shared_prefixes=torch/"]) as job:
+        lost = job.start_rank(program, 0, 1, env={"PYTHONPATH": PYTHONPATH})
+        saved = dict(os.environ)
+        os.environ.update({"RANKD_TARGET": job.socket_target(0),
+                           "RANKD_JOB_ID": job.job_id,
+                           "RANKD_LOCAL_RANK": "0",
+                           "RANKD_RANK_TOKEN": job.rank_token(0, 0)})
+        try:
+            rank = rankd.join(wait_for_world=30)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        try:
+            store = Store(rank, prefix="torch/lost/",
+                          timeout=datetime.timedelta(seconds=30))
+            started = time.monotonic()
+            with pytest.raises(JobFailedError) as pending:
+                store.get("never")  # rank 1 dies meanwhile
+            assert time.monotonic() - started < 10, pending.value
+            with pytest.raises(JobFailedError) as later:
+                store.set("k", b"v")
+            for e in (pending.value, later.value):
+                assert isinstance(e, RuntimeError), type(e).__mro__
+                assert isinstance(e, rankd.AbortedError), type(e).__mro__
+                assert "MEMBER_LOST" in str(e) and "rank 1" in str(e), e
+            assert "rankd store get" in str(pending.value), pending.value
+            assert lost.wait(10) == 3, job.log("rank1.log")
+        finally:
+            rank.close()
+
+
+def test_a_key_with_a_nul_byte_is_refused(rankd_rank):
+    # Keys cross the C ABI as C strings: "a\0b" would silently be "a".
+    from rankd.torch import Store
+    store = Store(rankd_rank, prefix="torch/nul/")
+    calls = [lambda: rankd_rank.kv_set("torch/nul/a\0b", b"1"),
+             lambda: rankd_rank.kv_get("torch/nul/a\0b", timeout=0),
+             lambda: rankd_rank.kv_add("torch/nul/a\0b", 1),
+             lambda: rankd_rank.kv_delete("torch/nul/a\0b"),
+             lambda: rankd_rank.kv_compare_set("torch/nul/a\0b", None, b"1"),
+             lambda: rankd_rank.kv_compare_delete("torch/nul/a\0b", b"1"),
+             lambda: rankd_rank.kv_count("torch/nul/\0"),
+             lambda: store.set("a\0b", b"1"),
+             lambda: store.add("a\0b", 1)]
+    for call in calls:
+        with pytest.raises(rankd.InvalidArgumentError, match="NUL"):
+            call()
+    assert rankd_rank.kv_count("torch/nul/") == 0
+
+
+def test_rankd_store_barrier_read_waits_for_the_last_arrival(rankd_rank):
+    # torch 1.13's store-based barrier polls add(key, 0) until the count is
+    # the world size; the store answers that read once the last rank
+    # arrived, or after about a second, whichever is first.
+    from rankd.torch import Store
+    if not _barrier_counts_the_world():
+        pytest.skip("this torch's store-based barrier takes "
+                    "rendezvous_count: no read waits")
     store = Store(rankd_rank, prefix="torch/barrier/", world_size=2,
                   timeout=datetime.timedelta(seconds=20))
     key = "default_pg/store_based_barrier_key:1"
@@ -311,13 +510,44 @@ def test_rankd_store_barrier_read_waits_for_the_last_arrival(rankd_rank):
     finally:
         late.join()
     assert store.add(key, 0) == 2
-    # A barrier nobody completes: the read ends at the store's timeout
-    # with the count as it is (torch's own timeout then fails it).
-    store.set_timeout(datetime.timedelta(milliseconds=200))
+    # A barrier nobody completes: each read ends after about a second with
+    # the count as it is, never the store's whole timeout (torch's loop
+    # keeps its own deadline, which starts after the first read).
     assert store.add("default_pg/store_based_barrier_key:2", 1) == 1
+    started = time.monotonic()
     assert store.add("default_pg/store_based_barrier_key:2", 0) == 1
+    assert 0.5 <= time.monotonic() - started < 3.0
     # Other counters are plain.
     assert store.add("n", 0) == 0
+
+
+def _barrier_counts_the_world():
+    import inspect
+    return "rendezvous_count" not in inspect.signature(
+        dist.distributed_c10d._store_based_barrier).parameters
+
+
+def test_rankd_store_no_barrier_wait_when_torch_counts_rendezvous(
+        rankd_rank, monkeypatch):
+    # torch >= 2's barrier takes rendezvous_count (new_group with
+    # use_local_synchronization=True counts fewer ranks than the world)
+    # and waits on a key of its own: the store must not wait for the
+    # world there.
+    from rankd.torch import Store
+
+    def barrier(rank, store, group_name, rendezvous_count, timeout,
+                logging_interval=None):
+        pass
+
+    monkeypatch.setattr(dist.distributed_c10d, "_store_based_barrier",
+                        barrier)
+    store = Store(rankd_rank, prefix="torch/barrier2/", world_size=2,
+                  timeout=datetime.timedelta(seconds=20))
+    key = "default_pg/store_based_barrier_key:1"
+    assert store.add(key, 1) == 1
+    started = time.monotonic()
+    assert store.add(key, 0) == 1
+    assert time.monotonic() - started < 0.5
 
 
 def test_store_through_torch_prefix_store(store):

@@ -8,6 +8,11 @@ python/tests/test_torch.py runs on every rank (under rankrun or LocalJob):
                                  (SIGKILL) while the others wait in an
                                  all_reduce: "KILLING V <time>", and each
                                  survivor "SURVIVOR <rank> <time> <error>"
+    torch_program.py ops-raise V the same as ops-kill, but rank V ends
+                                 of an uncaught exception ("RAISING V
+                                 <time>"), not a signal
+    torch_program.py ops-exit V  the same, rank V calling sys.exit(3)
+                                 ("EXITING V <time>")
     torch_program.py tcp-kill V  the kill alone, rendezvous through torch
                                  alone (env://, TCPStore on rank 0), to
                                  compare
@@ -78,7 +83,7 @@ def ops(rank, world):
     print(f"TORCH OK {rank}", flush=True)
 
 
-def kill(rank, world, victim):
+def kill(rank, world, victim, how="kill"):
     # A launcher stops a failed rank's siblings with SIGTERM; a survivor
     # stays to report (rankrun sends SIGKILL after --stop_grace_ms).
     signal.signal(signal.SIGTERM, lambda *_: None)
@@ -88,6 +93,12 @@ def kill(rank, world, victim):
     dist.barrier()
     if rank == victim:
         time.sleep(0.5)  # the others are inside all_reduce by then
+        if how == "raise":
+            print(f"RAISING {rank} {time.time():.6f}", flush=True)
+            raise RuntimeError(f"rank {rank} gave up")  # uncaught
+        if how == "exit":
+            print(f"EXITING {rank} {time.time():.6f}", flush=True)
+            sys.exit(3)
         print(f"KILLING {rank} {time.time():.6f}", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     try:
@@ -113,7 +124,7 @@ def kill(rank, world, victim):
 
 if __name__ == "__main__":
     mode = sys.argv[1]
-    if mode not in ("ops", "ops-kill", "tcp-kill"):
+    if mode not in ("ops", "ops-kill", "ops-raise", "ops-exit", "tcp-kill"):
         sys.exit(f"unknown mode {mode!r}")
     rank, world = init(mode == "tcp-kill")
     if mode != "tcp-kill":
@@ -121,4 +132,5 @@ if __name__ == "__main__":
     if mode == "ops":
         dist.destroy_process_group()
     else:
-        kill(rank, world, int(sys.argv[2]))
+        kill(rank, world, int(sys.argv[2]),
+             {"ops-raise": "raise", "ops-exit": "exit"}.get(mode, "kill"))
