@@ -396,6 +396,81 @@ void AddRefusalCases(std::vector<ConformanceCase>& cases) {
                    }});
 }
 
+// --- The peer side of refusal telling (docs/contract.md, "Rules for every
+// backend"): only rank 0 refuses its own arguments; rank 1's call is valid,
+// but where members check agreement first (verify_agreement, and always for
+// all_to_all_v) rank 0's refusal record reaches it and rank 1 refuses the
+// same operation, naming rank 0 (dataplane/agreement.h, CollectiveVerdict),
+// instead of waiting for op_timeout.
+
+void AddToldRefusalCases(std::vector<ConformanceCase>& cases) {
+  SessionSetup verify;
+  verify.verify_agreement = true;
+  // Rank 0's output is one element short; rank 1's is right.
+  auto gather_into = [](CollectiveScope scope) {
+    return [scope](uint32_t r) {
+      RankCall c = Call(Operation::kAllGatherInto, {2}, Iota(2, 0));
+      c.scope = scope;
+      c.output_shape = {r == 0 ? 3u : 4u};
+      return c;
+    };
+  };
+  auto gather_told = [](const std::string& scope) {
+    return [scope](uint32_t r) {
+      if (r == 0) {
+        return Refused(kInvalid, "$backend backend: all_gather on " + scope +
+                                     ": the output is f32[3] but the result "
+                                     "is f32[4] (the other members of " +
+                                     scope + " are told and refuse it too)");
+      }
+      return Fails(kInvalid, "$backend all_gather on " + scope +
+                                 ": rank 0 refused it on its own arguments "
+                                 "(its error says why); nothing moved");
+    };
+  };
+  cases.push_back({"AnAllGatherRefusedByOneRankIsToldToTheOther", 2, verify,
+                   gather_into(CollectiveScope::World()),
+                   gather_told("world")});
+  cases.push_back({"AnAllGatherRefusedByOneRankOnAGroupIsToldToThatGroup", 2,
+                   verify, gather_into(CollectiveScope::Group(8)),
+                   gather_told("group 8")});
+  // all_to_all_v checks its counts first without verify_agreement too.
+  auto all_to_all = [](CollectiveScope scope) {
+    return [scope](uint32_t r) {
+      RankCall c = Call(Operation::kAllToAllV, {2}, Iota(2, 0));
+      c.scope = scope;
+      c.send_counts =
+          r == 0 ? std::vector<size_t>{2} : std::vector<size_t>{1, 1};
+      c.receive_counts = {1, 1};
+      return c;
+    };
+  };
+  auto all_to_all_told = [](const std::string& scope) {
+    return [scope](uint32_t r) {
+      if (r == 0) {
+        return Refused(kInvalid, "$backend backend: all_to_all_v on " + scope +
+                                     ": send counts have 1 entries and "
+                                     "receive counts 2; both need one per "
+                                     "member (2) (the other members of " +
+                                     scope + " are told and refuse it too)");
+      }
+      return Fails(kInvalid, "$backend all_to_all_v on " + scope +
+                                 ": rank 0 refused it on its own arguments "
+                                 "(its error says why); nothing moved");
+    };
+  };
+  cases.push_back({"AnAllToAllVRefusedByOneRankIsToldToTheOther",
+                   2,
+                   {},
+                   all_to_all(CollectiveScope::World()),
+                   all_to_all_told("world")});
+  cases.push_back({"AnAllToAllVRefusedByOneRankOnAGroupIsToldToThatGroup",
+                   2,
+                   {},
+                   all_to_all(CollectiveScope::Group(8)),
+                   all_to_all_told("group 8")});
+}
+
 // --- Poison, bounded waits and agreement failures.
 
 void AddFailureCases(std::vector<ConformanceCase>& cases) {
@@ -707,6 +782,7 @@ const std::vector<ConformanceCase>& Cases() {
     std::vector<ConformanceCase> all;
     AddValueCases(all);
     AddRefusalCases(all);
+    AddToldRefusalCases(all);
     AddFailureCases(all);
     AddNoRowCases(all);
     AddDomainCases(all);
