@@ -86,7 +86,9 @@ struct RankCall {
   std::optional<absl::Status> poison_first;
   // Calls this rank makes first, one at a time, each of which must be
   // accepted and complete successfully (outputs unchecked): for cases
-  // about what earlier work leaves behind, such as a route's order.
+  // about what earlier work leaves behind, such as a route's order, or a
+  // warm-up that connects the world before a member stops submitting (a
+  // kNone rank makes these too).
   std::vector<RankCall> first;
 };
 

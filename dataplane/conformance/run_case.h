@@ -155,15 +155,17 @@ class CaseRunner {
 
   static void OnRank(const RankCall& call, const RankOutcome& want,
                      Session& session) {
-    if (call.operation == Operation::kNone) return;
-    if (call.poison_first.has_value()) {
-      Backend::Poison(session, *call.poison_first);
-    }
+    // A member that submits nothing still makes its earlier calls: a peer
+    // that warmed up with it and then stopped showing up.
     for (const RankCall& earlier : call.first) {
       auto done = Submit(earlier, session);
       ASSERT_TRUE(done.ok()) << "an earlier call: " << done.status();
       absl::Status waited = done->completion->Wait();
       ASSERT_TRUE(waited.ok()) << "an earlier call: " << waited;
+    }
+    if (call.operation == Operation::kNone) return;
+    if (call.poison_first.has_value()) {
+      Backend::Poison(session, *call.poison_first);
     }
     auto submitted = Submit(call, session);
     using When = RankOutcome::When;
