@@ -471,24 +471,141 @@ void AddToldRefusalCases(std::vector<ConformanceCase>& cases) {
                    all_to_all_told("group 8")});
 }
 
-// --- Poison, bounded waits and agreement failures.
+// --- The failure vocabulary (docs/contract.md, "Failures: one
+// vocabulary"): Poison(cause) only latches, Abort(cause) latches and tears
+// down, poison() returns the cause; a poisoned session advertises nothing.
 
-void AddFailureCases(std::vector<ConformanceCase>& cases) {
+void AddPoisonCases(std::vector<ConformanceCase>& cases) {
+  cases.push_back({"APoisonedSessionRefusesWithTheCause",
+                   2,
+                   {},
+                   [](uint32_t) {
+                     RankCall c = Call(Operation::kAllReduceSum, {1}, {1});
+                     c.before = {{SessionAction::Kind::kPoison,
+                                  absl::AbortedError("the scheduler gave up")}};
+                     return c;
+                   },
+                   [](uint32_t) {
+                     RankOutcome o =
+                         Refused(absl::StatusCode::kAborted,
+                                 "$backend backend: all_reduce_sum refused: "
+                                 "session poisoned by an earlier failure: the "
+                                 "scheduler gave up");
+                     o.poison = absl::AbortedError("the scheduler gave up");
+                     return o;
+                   }});
+  // InvalidArgument means "refused, the session is still usable", which a
+  // poisoned session never answers: the cause keeps its words and becomes
+  // FailedPrecondition (dataplane/poison.h, AsPoisonCause).
   cases.push_back(
-      {"APoisonedSessionRefusesWithTheCause",
+      {"AnInvalidArgumentPoisonCauseIsAFailedPrecondition",
        2,
        {},
        [](uint32_t) {
-         RankCall c = Call(Operation::kAllReduceSum, {1}, {1});
-         c.poison_first = absl::AbortedError("the scheduler gave up");
+         RankCall c = Call(Operation::kAllGather, {1}, {1});
+         c.before = {{SessionAction::Kind::kPoison,
+                      absl::InvalidArgumentError("the plan was wrong")}};
          return c;
        },
        [](uint32_t) {
-         return Refused(absl::StatusCode::kAborted,
-                        "$backend backend: all_reduce_sum refused: session "
-                        "poisoned by an earlier failure: the scheduler gave "
-                        "up");
+         RankOutcome o = Refused(absl::StatusCode::kFailedPrecondition,
+                                 "$backend backend: all_gather refused: "
+                                 "session poisoned by an earlier failure: the "
+                                 "plan was wrong");
+         o.poison = absl::FailedPreconditionError("the plan was wrong");
+         return o;
        }});
+  // The first cause wins: a later Poison or Abort changes nothing.
+  cases.push_back(
+      {"AnAbortedSessionRefusesWithTheCause",
+       2,
+       {},
+       [](uint32_t r) {
+         RankCall c = Call(Operation::kSend, {1}, {1});
+         if (r == 1) c.operation = Operation::kReceive;
+         c.peer = 1 - r;
+         c.before = {
+             {SessionAction::Kind::kAbort,
+              absl::UnavailableError("rank 3's host is gone")},
+             {SessionAction::Kind::kPoison, absl::AbortedError("too late")},
+             {SessionAction::Kind::kAbort, absl::InternalError("later")}};
+         return c;
+       },
+       [](uint32_t r) {
+         RankOutcome o = Refused(absl::StatusCode::kUnavailable,
+                                 std::string("$backend backend: ") +
+                                     (r == 0 ? "send" : "receive") +
+                                     " refused: session poisoned by an "
+                                     "earlier failure: rank 3's host is gone");
+         o.poison = absl::UnavailableError("rank 3's host is gone");
+         return o;
+       }});
+  // Poison only latches: work already submitted still runs and completes
+  // (on both members), and only what comes after is refused: "a caller
+  // ... whose submitted work is still good (a scheduler draining a rank)"
+  // (docs/contract.md).
+  SessionSetup short_timeout;
+  short_timeout.op_timeout = absl::Seconds(2);
+  cases.push_back(
+      {"PoisonDoesNotInterruptSubmittedWork",
+       2,
+       short_timeout,
+       [](uint32_t r) {
+         RankCall c = Call(Operation::kAllReduceSum, {2}, {1, 2});
+         if (r == 0) {
+           c.after_submit = SessionAction{SessionAction::Kind::kPoison,
+                                          absl::AbortedError("draining")};
+         }
+         return c;
+       },
+       [](uint32_t r) {
+         RankOutcome o = Completes({2}, {2, 4});
+         o.poison = r == 0 ? absl::AbortedError("draining") : absl::OkStatus();
+         return o;
+       },
+       {{"gloo",
+         {[](uint32_t r) {
+            RankOutcome o = Ignored();
+            if (r == 0) o.poison = absl::AbortedError("draining");
+            return o;
+          },
+          "A defect, reported, not a design: Gloo's executor checks the "
+          "poison latch before it starts each queued operation "
+          "(ExecutionHost::BeforeRun, dataplane/execution_host.h), so an "
+          "operation accepted before Poison but not yet started fails \"not "
+          "run: session poisoned by an earlier failure: draining\" and its "
+          "peer waits for it until op_timeout, while NCCL's, already on its "
+          "stream, completes; whether it starts first is a race, so nothing "
+          "of the call is checked on Gloo."}}}});
+  // Abort tears down: work pending on a peer that stopped submitting fails
+  // now, with the cause, long before op_timeout (a minute here). Both ranks
+  // first connect the world, so rank 0's submission is accepted.
+  SessionSetup long_timeout;
+  long_timeout.op_timeout = absl::Seconds(60);
+  cases.push_back(
+      {"AbortFailsPendingWorkWithTheCause", 2, long_timeout,
+       [](uint32_t r) {
+         RankCall c = r == 1 ? Call(Operation::kNone, {})
+                             : Call(Operation::kAllReduceSum, {2}, {1, 2});
+         c.first = {Call(Operation::kAllReduceSum, {1}, {1})};
+         c.after_submit =
+             SessionAction{SessionAction::Kind::kAbort,
+                           absl::UnavailableError("rank 1's host is gone")};
+         return c;
+       },
+       [](uint32_t r) {
+         if (r == 1) return Ignored();
+         RankOutcome o =
+             Fails(absl::StatusCode::kUnavailable, "rank 1's host is gone");
+         o.message_is_suffix = true;
+         o.poison = absl::UnavailableError("rank 1's host is gone");
+         return o;
+       }});
+}
+
+// --- Bounded waits and agreement failures.
+
+void AddFailureCases(std::vector<ConformanceCase>& cases) {
   SessionSetup short_timeout;
   short_timeout.op_timeout = absl::Seconds(2);
   for (CancellationMode mode : {CancellationMode::kQuarantineUntilComplete,
@@ -788,6 +905,7 @@ const std::vector<ConformanceCase>& Cases() {
     AddValueCases(all);
     AddRefusalCases(all);
     AddToldRefusalCases(all);
+    AddPoisonCases(all);
     AddFailureCases(all);
     AddNoRowCases(all);
     AddDomainCases(all);

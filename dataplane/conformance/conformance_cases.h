@@ -62,6 +62,17 @@ struct SessionSetup {
   uint32_t domain_size = 0;
 };
 
+// A call on the session itself, in the failure vocabulary every backend
+// shares (docs/contract.md, "Failures: one vocabulary").
+struct SessionAction {
+  enum class Kind {
+    kPoison,  // Poison(cause): only latches
+    kAbort,   // Abort(cause): latches and tears every native context down
+  };
+  Kind kind = Kind::kPoison;
+  absl::Status cause;
+};
+
 // One rank's call.
 struct RankCall {
   Operation operation = Operation::kAllReduceSum;
@@ -81,9 +92,11 @@ struct RankCall {
   // an unbounded Wait (bounded-wait cases).
   std::optional<absl::Duration> bounded_wait;
   CancellationMode mode = CancellationMode::kQuarantineUntilComplete;
-  // Before submitting: poison the session with this cause (Poison only
-  // latches).
-  std::optional<absl::Status> poison_first;
+  // Before submitting (after `first`): calls on the session itself, in
+  // order.
+  std::vector<SessionAction> before;
+  // Right after a successful submission, before waiting on it.
+  std::optional<SessionAction> after_submit;
   // Calls this rank makes first, one at a time, each of which must be
   // accepted and complete successfully (outputs unchecked): for cases
   // about what earlier work leaves behind, such as a route's order, or a
@@ -114,6 +127,10 @@ struct RankOutcome {
   // the world) must be refused with: the session is poisoned.
   absl::StatusCode next_code = absl::StatusCode::kOk;
   std::string next_message_prefix;
+  // When set, checked once the call's outcome was: what the session's
+  // poison() returns (code and message), and what capabilities() then
+  // advertises: nothing once poisoned, world_collectives while healthy.
+  std::optional<absl::Status> poison;
 };
 
 // A backend that differs from the table in one case, and why.

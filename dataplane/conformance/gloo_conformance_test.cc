@@ -52,6 +52,14 @@ struct GlooUnderTest {
   static void Poison(Session& session, const absl::Status& cause) {
     static_cast<gloo::GlooSession&>(session).Poison(cause);
   }
+
+  static void Abort(Session& session, const absl::Status& cause) {
+    static_cast<gloo::GlooSession&>(session).Abort(cause);
+  }
+
+  static absl::Status PoisonCause(Session& session) {
+    return static_cast<gloo::GlooSession&>(session).poison();
+  }
 };
 
 class GlooConformanceTest : public ::testing::TestWithParam<ConformanceCase> {};

@@ -105,6 +105,14 @@ struct NcclUnderTest {
     static_cast<nccl::NcclSession&>(session).Poison(cause);
   }
 
+  static void Abort(Session& session, const absl::Status& cause) {
+    static_cast<nccl::NcclSession&>(session).Abort(cause);
+  }
+
+  static absl::Status PoisonCause(Session& session) {
+    return static_cast<nccl::NcclSession&>(session).poison();
+  }
+
  private:
   static void EachRank(uint32_t world,
                        const std::function<void(uint32_t)>& fn) {

@@ -17,10 +17,15 @@
 //                                     const std::vector<uint8_t>& bytes);
 //   // The bytes of a completed output.
 //   static absl::StatusOr<std::vector<uint8_t>> Read(const Value& value);
-//   // Latches `cause`: every later call is refused with it.
+//   // The session's failure vocabulary (docs/contract.md, "Failures: one
+//   // vocabulary"): Poison only latches `cause`; Abort latches it and
+//   // tears every native context down; PoisonCause is poison().
 //   static void Poison(Session& session, const absl::Status& cause);
+//   static void Abort(Session& session, const absl::Status& cause);
+//   static absl::Status PoisonCause(Session& session);
 //
-// Testonly. Depends on conformance_cases.h, dataplane/session.h, gtest.
+// Testonly. Depends on conformance_cases.h, dataplane/session.h,
+// dataplane/capabilities.h, gtest.
 #ifndef RANKD_DATAPLANE_CONFORMANCE_RUN_CASE_H_
 #define RANKD_DATAPLANE_CONFORMANCE_RUN_CASE_H_
 
@@ -33,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "dataplane/capabilities.h"
 #include "dataplane/conformance/conformance_cases.h"
 #include "dataplane/peer_transfer.h"
 #include "dataplane/session.h"
@@ -153,7 +159,38 @@ class CaseRunner {
     EXPECT_EQ(std::string(status.message()), Expected(want.message));
   }
 
+  static void Act(const SessionAction& action, Session& session) {
+    switch (action.kind) {
+      case SessionAction::Kind::kPoison:
+        Backend::Poison(session, action.cause);
+        return;
+      case SessionAction::Kind::kAbort:
+        Backend::Abort(session, action.cause);
+        return;
+    }
+  }
+
   static void OnRank(const RankCall& call, const RankOutcome& want,
+                     Session& session) {
+    OnCall(call, want, session);
+    if (!want.poison.has_value()) return;
+    const absl::Status poison = Backend::PoisonCause(session);
+    EXPECT_EQ(poison.code(), want.poison->code()) << poison;
+    EXPECT_EQ(poison.message(), want.poison->message()) << poison;
+    const DistributedCapabilities caps = session.capabilities();
+    if (want.poison->ok()) {
+      EXPECT_TRUE(caps.world_collectives) << "a healthy session";
+      return;
+    }
+    // A poisoned session advertises nothing (docs/contract.md).
+    EXPECT_FALSE(caps.world_collectives);
+    EXPECT_TRUE(caps.collective_groups.empty());
+    EXPECT_FALSE(caps.point_to_point);
+    EXPECT_FALSE(caps.variable_all_to_all);
+    EXPECT_FALSE(caps.exact_completion);
+  }
+
+  static void OnCall(const RankCall& call, const RankOutcome& want,
                      Session& session) {
     // A member that submits nothing still makes its earlier calls: a peer
     // that warmed up with it and then stopped showing up.
@@ -164,12 +201,13 @@ class CaseRunner {
       ASSERT_TRUE(waited.ok()) << "an earlier call: " << waited;
     }
     if (call.operation == Operation::kNone) return;
-    if (call.poison_first.has_value()) {
-      Backend::Poison(session, *call.poison_first);
-    }
+    for (const SessionAction& action : call.before) Act(action, session);
     auto submitted = Submit(call, session);
     using When = RankOutcome::When;
     if (want.when == When::kIgnored) {
+      if (submitted.ok() && call.after_submit.has_value()) {
+        Act(*call.after_submit, session);
+      }
       if (submitted.ok()) submitted->completion->Wait().IgnoreError();
       return;
     }
@@ -179,6 +217,7 @@ class CaseRunner {
       return;
     }
     ASSERT_TRUE(submitted.ok()) << submitted.status();
+    if (call.after_submit.has_value()) Act(*call.after_submit, session);
     if (want.when == When::kMissesDeadline) {
       auto waited =
           submitted->completion->WaitBounded(*call.bounded_wait, call.mode);
