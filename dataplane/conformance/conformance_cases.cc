@@ -471,6 +471,120 @@ void AddToldRefusalCases(std::vector<ConformanceCase>& cases) {
                    all_to_all_told("group 8")});
 }
 
+// --- Capabilities (docs/contract.md, "Capabilities"): a session opened
+// narrowed to fewer capabilities (restrict_capabilities) advertises only
+// those, and refuses the rest with Unimplemented naming the capability,
+// before any native work; the session stays usable.
+
+void AddCapabilityCases(std::vector<ConformanceCase>& cases) {
+  // Everything a 2-rank data-parallel job can do, but `drop`; rank r's
+  // groups are 1, 2 + r, 4 + r, 6 + r and 8 (common/topology.h).
+  auto narrowed = [](std::function<void(DistributedCapabilities&)> drop) {
+    DistributedCapabilities allow{
+        true, {1, 2, 3, 4, 5, 6, 7, 8}, true, true, true};
+    drop(allow);
+    SessionSetup setup;
+    setup.restrict_capabilities = allow;
+    return setup;
+  };
+  auto advertised = [](uint32_t r,
+                       std::function<void(DistributedCapabilities&)> drop) {
+    DistributedCapabilities caps{
+        true, {1, 2 + r, 4 + r, 6 + r, 8}, true, true, true};
+    drop(caps);
+    return caps;
+  };
+  auto refused = [advertised](
+                     std::function<void(DistributedCapabilities&)> drop,
+                     std::function<std::string(uint32_t)> message) {
+    return [=](uint32_t r) {
+      RankOutcome o = Refused(absl::StatusCode::kUnimplemented, message(r));
+      o.advertises = advertised(r, drop);
+      o.poison = absl::OkStatus();
+      return o;
+    };
+  };
+  {
+    auto drop = [](DistributedCapabilities& c) { c.point_to_point = false; };
+    cases.push_back({"AnUnadvertisedPointToPointIsRefusedNamingIt", 2,
+                     narrowed(drop),
+                     [](uint32_t r) {
+                       RankCall c = r == 0 ? Call(Operation::kSend, {1}, {1})
+                                           : Call(Operation::kReceive, {1});
+                       c.peer = 1 - r;
+                       return c;
+                     },
+                     refused(drop, [](uint32_t r) {
+                       return std::string("$backend backend: ") +
+                              (r == 0 ? "send" : "receive") +
+                              " needs capability 'point_to_point', which "
+                              "this backend does not advertise";
+                     })});
+    cases.push_back({"AnUnadvertisedBatchIsRefusedNamingIt", 2, narrowed(drop),
+                     [](uint32_t r) {
+                       RankCall c =
+                           Call(Operation::kBatchSendReceive, {1}, {1});
+                       c.peer = 1 - r;
+                       c.source = 1 - r;
+                       return c;
+                     },
+                     refused(drop, [](uint32_t) {
+                       return std::string(
+                           "$backend backend: batch_send_receive needs "
+                           "capability 'point_to_point', which this backend "
+                           "does not advertise");
+                     })});
+  }
+  {
+    auto drop = [](DistributedCapabilities& c) {
+      c.variable_all_to_all = false;
+    };
+    cases.push_back(
+        {"AnUnadvertisedAllToAllVIsRefusedNamingIt", 2, narrowed(drop),
+         [](uint32_t) {
+           RankCall c = Call(Operation::kAllToAllV, {2}, Iota(2, 0));
+           c.send_counts = {1, 1};
+           c.receive_counts = {1, 1};
+           return c;
+         },
+         refused(drop, [](uint32_t) {
+           return std::string(
+               "$backend backend: all_to_all_v needs capability "
+               "'variable_all_to_all', which this backend does "
+               "not advertise");
+         })});
+  }
+  {
+    auto drop = [](DistributedCapabilities& c) { c.world_collectives = false; };
+    cases.push_back(
+        {"AnUnadvertisedWorldCollectiveIsRefusedNamingIt", 2, narrowed(drop),
+         [](uint32_t) { return Call(Operation::kAllReduceSum, {1}, {1}); },
+         refused(drop, [](uint32_t) {
+           return std::string(
+               "$backend backend: all_reduce_sum needs capability "
+               "'world_collectives', which this backend does not "
+               "advertise");
+         })});
+  }
+  {
+    auto drop = [](DistributedCapabilities& c) {
+      c.collective_groups.erase(8);
+    };
+    cases.push_back({"AnUnadvertisedGroupIsRefusedNamingIt", 2, narrowed(drop),
+                     [](uint32_t) {
+                       RankCall c = Call(Operation::kAllGather, {1}, {1});
+                       c.scope = CollectiveScope::Group(8);
+                       return c;
+                     },
+                     refused(drop, [](uint32_t) {
+                       return std::string(
+                           "$backend backend: all_gather on group 8 needs "
+                           "capability 'collective_groups' to include it, "
+                           "which this backend does not advertise");
+                     })});
+  }
+}
+
 // --- The failure vocabulary (docs/contract.md, "Failures: one
 // vocabulary"): Poison(cause) only latches, Abort(cause) latches and tears
 // down, poison() returns the cause; a poisoned session advertises nothing.
@@ -905,6 +1019,7 @@ const std::vector<ConformanceCase>& Cases() {
     AddValueCases(all);
     AddRefusalCases(all);
     AddToldRefusalCases(all);
+    AddCapabilityCases(all);
     AddPoisonCases(all);
     AddFailureCases(all);
     AddNoRowCases(all);

@@ -13,8 +13,8 @@
 // backend legitimately differs, the case declares it in `differences`,
 // with the reason; nothing else may differ.
 //
-// Testonly. Depends on dataplane/collective_scope.h, dtype.h, completion.h
-// and absl.
+// Testonly. Depends on dataplane/capabilities.h, collective_scope.h,
+// dtype.h, completion.h and absl.
 #ifndef RANKD_DATAPLANE_CONFORMANCE_CONFORMANCE_CASES_H_
 #define RANKD_DATAPLANE_CONFORMANCE_CONFORMANCE_CASES_H_
 
@@ -29,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "dataplane/capabilities.h"
 #include "dataplane/collective_scope.h"
 #include "dataplane/completion.h"
 #include "dataplane/dtype.h"
@@ -60,6 +61,9 @@ struct SessionSetup {
   // domain_size, and each rank's descriptor is confined to its domain.
   // 0: no domains (the topology is data = world).
   uint32_t domain_size = 0;
+  // The session is opened narrowed to these capabilities (both backends'
+  // options.restrict_capabilities).
+  std::optional<DistributedCapabilities> restrict_capabilities;
 };
 
 // A call on the session itself, in the failure vocabulary every backend
@@ -129,8 +133,11 @@ struct RankOutcome {
   std::string next_message_prefix;
   // When set, checked once the call's outcome was: what the session's
   // poison() returns (code and message), and what capabilities() then
-  // advertises: nothing once poisoned, world_collectives while healthy.
+  // advertises: nothing once poisoned, something while healthy.
   std::optional<absl::Status> poison;
+  // When set, checked once the call's outcome was: exactly what
+  // capabilities() advertises.
+  std::optional<DistributedCapabilities> advertises;
 };
 
 // A backend that differs from the table in one case, and why.

@@ -27,6 +27,7 @@ struct GlooUnderTest {
     gloo::GlooSessionOptions options =
         gloo::testing::GlooTestCluster::DefaultOptions();
     options.verify_agreement = setup.verify_agreement;
+    options.restrict_capabilities = setup.restrict_capabilities;
     options.op_timeout = setup.op_timeout;
     ParallelTopology topology;
     topology.data = world;

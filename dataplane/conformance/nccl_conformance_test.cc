@@ -77,6 +77,7 @@ struct NcclUnderTest {
       options.init_timeout = absl::Seconds(60);
       options.op_timeout = setup.op_timeout;
       options.verify_agreement = setup.verify_agreement;
+      options.restrict_capabilities = setup.restrict_capabilities;
       auto session = nccl::NcclSession::Open(*descriptor,
                                              control_planes[r].get(), options);
       if (!session.ok()) {
