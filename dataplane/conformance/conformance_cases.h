@@ -8,10 +8,13 @@
 // A case describes, per rank, one call on DistributedSession (operation,
 // scope, input values, counts, peer, caller-owned output) and what that
 // rank must see: the output's shape and values, or the exact error, either
-// at submission (a refusal) or from the completion. Messages are exact;
-// "$backend" stands for the backend's name ("gloo", "nccl"). Where a
-// backend legitimately differs, the case declares it in `differences`,
-// with the reason; nothing else may differ.
+// at submission (a refusal) or from the completion, and optionally what
+// the session's poison() and capabilities() say afterwards. Around the
+// call a rank may use the session's failure vocabulary (Poison, Abort),
+// and a case may open its sessions narrowed (restrict_capabilities).
+// Messages are exact; "$backend" stands for the backend's name ("gloo",
+// "nccl"). Where a backend legitimately differs, the case declares it in
+// `differences`, with the reason; nothing else may differ.
 //
 // Testonly. Depends on dataplane/capabilities.h, collective_scope.h,
 // dtype.h, completion.h and absl.
