@@ -8,13 +8,16 @@
 // A case describes, per rank, one call on DistributedSession (operation,
 // scope, input values, counts, peer, caller-owned output) and what that
 // rank must see: the output's shape and values, or the exact error, either
-// at submission (a refusal) or from the completion. Messages are exact;
-// "$backend" stands for the backend's name ("gloo", "nccl"). Where a
-// backend legitimately differs, the case declares it in `differences`,
-// with the reason; nothing else may differ.
+// at submission (a refusal) or from the completion, and optionally what
+// the session's poison() and capabilities() say afterwards. Around the
+// call a rank may use the session's failure vocabulary (Poison, Abort),
+// and a case may open its sessions narrowed (restrict_capabilities).
+// Messages are exact; "$backend" stands for the backend's name ("gloo",
+// "nccl"). Where a backend legitimately differs, the case declares it in
+// `differences`, with the reason; nothing else may differ.
 //
-// Testonly. Depends on dataplane/collective_scope.h, dtype.h, completion.h
-// and absl.
+// Testonly. Depends on dataplane/capabilities.h, collective_scope.h,
+// dtype.h, completion.h and absl.
 #ifndef RANKD_DATAPLANE_CONFORMANCE_CONFORMANCE_CASES_H_
 #define RANKD_DATAPLANE_CONFORMANCE_CONFORMANCE_CASES_H_
 
@@ -29,6 +32,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "dataplane/capabilities.h"
 #include "dataplane/collective_scope.h"
 #include "dataplane/completion.h"
 #include "dataplane/dtype.h"
@@ -60,6 +64,20 @@ struct SessionSetup {
   // domain_size, and each rank's descriptor is confined to its domain.
   // 0: no domains (the topology is data = world).
   uint32_t domain_size = 0;
+  // The session is opened narrowed to these capabilities (both backends'
+  // options.restrict_capabilities).
+  std::optional<DistributedCapabilities> restrict_capabilities;
+};
+
+// A call on the session itself, in the failure vocabulary every backend
+// shares (docs/contract.md, "Failures: one vocabulary").
+struct SessionAction {
+  enum class Kind {
+    kPoison,  // Poison(cause): only latches
+    kAbort,   // Abort(cause): latches and tears every native context down
+  };
+  Kind kind = Kind::kPoison;
+  absl::Status cause;
 };
 
 // One rank's call.
@@ -81,12 +99,16 @@ struct RankCall {
   // an unbounded Wait (bounded-wait cases).
   std::optional<absl::Duration> bounded_wait;
   CancellationMode mode = CancellationMode::kQuarantineUntilComplete;
-  // Before submitting: poison the session with this cause (Poison only
-  // latches).
-  std::optional<absl::Status> poison_first;
+  // Before submitting (after `first`): calls on the session itself, in
+  // order.
+  std::vector<SessionAction> before;
+  // Right after a successful submission, before waiting on it.
+  std::optional<SessionAction> after_submit;
   // Calls this rank makes first, one at a time, each of which must be
   // accepted and complete successfully (outputs unchecked): for cases
-  // about what earlier work leaves behind, such as a route's order.
+  // about what earlier work leaves behind, such as a route's order, or a
+  // warm-up that connects the world before a member stops submitting (a
+  // kNone rank makes these too).
   std::vector<RankCall> first;
 };
 
@@ -112,6 +134,13 @@ struct RankOutcome {
   // the world) must be refused with: the session is poisoned.
   absl::StatusCode next_code = absl::StatusCode::kOk;
   std::string next_message_prefix;
+  // When set, checked once the call's outcome was: what the session's
+  // poison() returns (code and message), and what capabilities() then
+  // advertises: nothing once poisoned, something while healthy.
+  std::optional<absl::Status> poison;
+  // When set, checked once the call's outcome was: exactly what
+  // capabilities() advertises.
+  std::optional<DistributedCapabilities> advertises;
 };
 
 // A backend that differs from the table in one case, and why.

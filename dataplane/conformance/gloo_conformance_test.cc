@@ -27,6 +27,7 @@ struct GlooUnderTest {
     gloo::GlooSessionOptions options =
         gloo::testing::GlooTestCluster::DefaultOptions();
     options.verify_agreement = setup.verify_agreement;
+    options.restrict_capabilities = setup.restrict_capabilities;
     options.op_timeout = setup.op_timeout;
     ParallelTopology topology;
     topology.data = world;
@@ -51,6 +52,14 @@ struct GlooUnderTest {
 
   static void Poison(Session& session, const absl::Status& cause) {
     static_cast<gloo::GlooSession&>(session).Poison(cause);
+  }
+
+  static void Abort(Session& session, const absl::Status& cause) {
+    static_cast<gloo::GlooSession&>(session).Abort(cause);
+  }
+
+  static absl::Status PoisonCause(Session& session) {
+    return static_cast<gloo::GlooSession&>(session).poison();
   }
 };
 

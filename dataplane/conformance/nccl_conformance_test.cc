@@ -77,6 +77,7 @@ struct NcclUnderTest {
       options.init_timeout = absl::Seconds(60);
       options.op_timeout = setup.op_timeout;
       options.verify_agreement = setup.verify_agreement;
+      options.restrict_capabilities = setup.restrict_capabilities;
       auto session = nccl::NcclSession::Open(*descriptor,
                                              control_planes[r].get(), options);
       if (!session.ok()) {
@@ -103,6 +104,14 @@ struct NcclUnderTest {
 
   static void Poison(Session& session, const absl::Status& cause) {
     static_cast<nccl::NcclSession&>(session).Poison(cause);
+  }
+
+  static void Abort(Session& session, const absl::Status& cause) {
+    static_cast<nccl::NcclSession&>(session).Abort(cause);
+  }
+
+  static absl::Status PoisonCause(Session& session) {
+    return static_cast<nccl::NcclSession&>(session).poison();
   }
 
  private:

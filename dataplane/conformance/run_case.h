@@ -17,10 +17,15 @@
 //                                     const std::vector<uint8_t>& bytes);
 //   // The bytes of a completed output.
 //   static absl::StatusOr<std::vector<uint8_t>> Read(const Value& value);
-//   // Latches `cause`: every later call is refused with it.
+//   // The session's failure vocabulary (docs/contract.md, "Failures: one
+//   // vocabulary"): Poison only latches `cause`; Abort latches it and
+//   // tears every native context down; PoisonCause is poison().
 //   static void Poison(Session& session, const absl::Status& cause);
+//   static void Abort(Session& session, const absl::Status& cause);
+//   static absl::Status PoisonCause(Session& session);
 //
-// Testonly. Depends on conformance_cases.h, dataplane/session.h, gtest.
+// Testonly. Depends on conformance_cases.h, dataplane/session.h,
+// dataplane/capabilities.h, gtest.
 #ifndef RANKD_DATAPLANE_CONFORMANCE_RUN_CASE_H_
 #define RANKD_DATAPLANE_CONFORMANCE_RUN_CASE_H_
 
@@ -33,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "dataplane/capabilities.h"
 #include "dataplane/conformance/conformance_cases.h"
 #include "dataplane/peer_transfer.h"
 #include "dataplane/session.h"
@@ -153,21 +159,63 @@ class CaseRunner {
     EXPECT_EQ(std::string(status.message()), Expected(want.message));
   }
 
+  static void Act(const SessionAction& action, Session& session) {
+    switch (action.kind) {
+      case SessionAction::Kind::kPoison:
+        Backend::Poison(session, action.cause);
+        return;
+      case SessionAction::Kind::kAbort:
+        Backend::Abort(session, action.cause);
+        return;
+    }
+  }
+
   static void OnRank(const RankCall& call, const RankOutcome& want,
                      Session& session) {
-    if (call.operation == Operation::kNone) return;
-    if (call.poison_first.has_value()) {
-      Backend::Poison(session, *call.poison_first);
+    OnCall(call, want, session);
+    if (want.advertises.has_value()) {
+      const DistributedCapabilities caps = session.capabilities();
+      EXPECT_EQ(caps.world_collectives, want.advertises->world_collectives);
+      EXPECT_EQ(caps.collective_groups, want.advertises->collective_groups);
+      EXPECT_EQ(caps.point_to_point, want.advertises->point_to_point);
+      EXPECT_EQ(caps.variable_all_to_all, want.advertises->variable_all_to_all);
+      EXPECT_EQ(caps.exact_completion, want.advertises->exact_completion);
     }
+    if (!want.poison.has_value()) return;
+    const absl::Status poison = Backend::PoisonCause(session);
+    EXPECT_EQ(poison.code(), want.poison->code()) << poison;
+    EXPECT_EQ(poison.message(), want.poison->message()) << poison;
+    const DistributedCapabilities caps = session.capabilities();
+    const bool advertises_any =
+        caps.world_collectives || !caps.collective_groups.empty() ||
+        caps.point_to_point || caps.variable_all_to_all ||
+        caps.exact_completion;
+    if (want.poison->ok()) {
+      EXPECT_TRUE(advertises_any) << "a healthy session advertises nothing";
+      return;
+    }
+    // A poisoned session advertises nothing (docs/contract.md).
+    EXPECT_FALSE(advertises_any) << "a poisoned session advertises something";
+  }
+
+  static void OnCall(const RankCall& call, const RankOutcome& want,
+                     Session& session) {
+    // A member that submits nothing still makes its earlier calls: a peer
+    // that warmed up with it and then stopped showing up.
     for (const RankCall& earlier : call.first) {
       auto done = Submit(earlier, session);
       ASSERT_TRUE(done.ok()) << "an earlier call: " << done.status();
       absl::Status waited = done->completion->Wait();
       ASSERT_TRUE(waited.ok()) << "an earlier call: " << waited;
     }
+    if (call.operation == Operation::kNone) return;
+    for (const SessionAction& action : call.before) Act(action, session);
     auto submitted = Submit(call, session);
     using When = RankOutcome::When;
     if (want.when == When::kIgnored) {
+      if (submitted.ok() && call.after_submit.has_value()) {
+        Act(*call.after_submit, session);
+      }
       if (submitted.ok()) submitted->completion->Wait().IgnoreError();
       return;
     }
@@ -177,6 +225,7 @@ class CaseRunner {
       return;
     }
     ASSERT_TRUE(submitted.ok()) << submitted.status();
+    if (call.after_submit.has_value()) Act(*call.after_submit, session);
     if (want.when == When::kMissesDeadline) {
       auto waited =
           submitted->completion->WaitBounded(*call.bounded_wait, call.mode);
