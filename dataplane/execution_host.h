@@ -28,7 +28,9 @@ class ExecutionHost : public CancellingOwner {
   // poisoned and nothing is quarantined.
   virtual absl::Status Admission(const char* operation) const = 0;
 
-  // OK when queued work may start now; the poison cause otherwise (the work
+  // OK when queued work may start now: the session's native contexts are
+  // not aborted (a poison alone only latches, so work submitted before it
+  // still runs, as on NCCL's stream). The poison cause otherwise (the work
   // is then finished with it without running).
   virtual absl::Status BeforeRun(const std::string& operation) const = 0;
 

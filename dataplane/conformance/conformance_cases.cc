@@ -676,21 +676,7 @@ void AddPoisonCases(std::vector<ConformanceCase>& cases) {
          RankOutcome o = Completes({2}, {2, 4});
          o.poison = r == 0 ? absl::AbortedError("draining") : absl::OkStatus();
          return o;
-       },
-       {{"gloo",
-         {[](uint32_t r) {
-            RankOutcome o = Ignored();
-            if (r == 0) o.poison = absl::AbortedError("draining");
-            return o;
-          },
-          "A defect, reported, not a design: Gloo's executor checks the "
-          "poison latch before it starts each queued operation "
-          "(ExecutionHost::BeforeRun, dataplane/execution_host.h), so an "
-          "operation accepted before Poison but not yet started fails \"not "
-          "run: session poisoned by an earlier failure: draining\" and its "
-          "peer waits for it until op_timeout, while NCCL's, already on its "
-          "stream, completes; whether it starts first is a race, so nothing "
-          "of the call is checked on Gloo."}}}});
+       }});
   // Abort tears down: work pending on a peer that stopped submitting fails
   // now, with the cause, long before op_timeout (a minute here). Both ranks
   // first connect the world, so rank 0's submission is accepted.

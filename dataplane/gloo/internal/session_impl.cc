@@ -325,7 +325,10 @@ absl::Status SessionImpl::Admission(const char* operation) const {
 }
 
 absl::Status SessionImpl::BeforeRun(const std::string& operation) const {
-  if (!poison_.poisoned()) return absl::OkStatus();
+  // Poison alone only latches: work submitted before it is still good and
+  // runs, as NCCL's, already on its stream, does (docs/contract.md). Once
+  // the contexts are aborted nothing queued can run.
+  if (!aborted_.load()) return absl::OkStatus();
   return absl::Status(
       poison_.cause().code(),
       absl::StrCat("gloo ", operation,
