@@ -160,7 +160,8 @@ def check_namespaces(root, files):
 
 
 def _strings(node):
-    """The string constants of a list expression (glob() etc. give none)."""
+    """The string constants of a list expression, and of glob()'s patterns
+    (its first argument or include=), with their lines."""
     out = []
     if isinstance(node, (ast.List, ast.Tuple)):
         for e in node.elts:
@@ -168,7 +169,24 @@ def _strings(node):
                 out.append((e.value, e.lineno))
     elif isinstance(node, ast.BinOp):
         out += _strings(node.left) + _strings(node.right)
+    elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "glob":
+        patterns = node.args[:1] + [kw.value for kw in node.keywords
+                                    if kw.arg == "include"]
+        for p in patterns:
+            out += _strings(p)
     return out
+
+
+def _is_literal(node):
+    """Whether a label list is written out: a list or tuple of string
+    constants, or a sum of such. A variable, select() or a call is not: the
+    checker cannot know what it holds."""
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return all(isinstance(e, ast.Constant) and isinstance(e.value, str)
+                   for e in node.elts)
+    if isinstance(node, ast.BinOp):
+        return _is_literal(node.left) and _is_literal(node.right)
+    return False
 
 
 def private_visibility(labels, package):
@@ -213,12 +231,20 @@ def check_build_files(root, packages):
                         default = [s for s, _ in _strings(kw.value)]
         for call in calls:
             keywords = {kw.arg: kw.value for kw in call.keywords}
-            if "hdrs" not in keywords:
+            if "hdrs" not in keywords and "textual_hdrs" not in keywords:
                 continue
-            visibility = (
-                [s for s, _ in _strings(keywords["visibility"])]
-                if "visibility" in keywords else default)
-            hdrs = _strings(keywords["hdrs"])
+            if "visibility" in keywords:
+                if _is_literal(keywords["visibility"]):
+                    visibility = [s for s, _ in _strings(keywords["visibility"])]
+                else:
+                    # Unknown labels: count the target as visible outside.
+                    visibility = ["<not a written-out list>"]
+            else:
+                visibility = default
+            hdrs = []
+            for attribute in ("hdrs", "textual_hdrs"):
+                if attribute in keywords:
+                    hdrs += _strings(keywords[attribute])
             internal = [(s, line) for s, line in hdrs
                         if "internal" in s.split("/")[:-1]]
             if not private_visibility(visibility, package):

@@ -121,6 +121,33 @@ class CheckerTest(unittest.TestCase):
                       "a target visible outside //lib (//app:__pkg__)",
                       violations[0])
 
+    def test_visibility_not_written_out_counts_as_visible(self):
+        # A variable (or select()) could name any package.
+        tree = dict(GOOD)
+        tree["lib/BUILD.bazel"] = "VIS = [\"//app:__pkg__\"]\n" + GOOD[
+            "lib/BUILD.bazel"].replace(
+                'name = "helper", hdrs = ["internal/helper.h"]',
+                'name = "helper", hdrs = ["internal/helper.h"], '
+                'visibility = VIS')
+        violations, _ = check(tree)
+        self.assertEqual(len(violations), 1, violations)
+        self.assertIn("internal/helper.h is in the hdrs of a target visible "
+                      "outside //lib (<not a written-out list>)",
+                      violations[0])
+
+    def test_internal_headers_by_glob_or_textual_hdrs_fail(self):
+        for attribute in ('hdrs = glob(["internal/*.h"])',
+                          'textual_hdrs = ["internal/helper.h"]'):
+            tree = dict(GOOD)
+            tree["lib/BUILD.bazel"] = GOOD["lib/BUILD.bazel"].replace(
+                'name = "helper", hdrs = ["internal/helper.h"]',
+                'name = "helper", ' + attribute +
+                ', visibility = ["//app:__pkg__"]')
+            violations, _ = check(tree)
+            self.assertEqual(len(violations), 1, (attribute, violations))
+            self.assertIn("is in the hdrs of a target visible outside //lib",
+                          violations[0])
+
     def test_public_header_including_internal_fails(self):
         tree = dict(GOOD)
         tree["lib/lib.h"] = '#include "lib/internal/helper.h"\n'
