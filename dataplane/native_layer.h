@@ -159,6 +159,33 @@ class NativeSession {
 // except a refusal's record for the peers. `output` is the caller's output
 // (the *Into forms), or null for a new one. The layer does not own the
 // caller's values: it retains them through the completion.
+//
+// Errors every operation returns, by code (docs/contract.md is the
+// contract; the conformance suite checks the words):
+//   InvalidArgument     refused on its own arguments by the engine's checks
+//                       (shape.h, caller_output.h, batch.h) or an agreement
+//                       verdict before the payload moved; nothing was
+//                       queued but the refusal's record, and the session
+//                       stays usable. Never returned by a poisoned session.
+//   Unimplemented       a capability the session does not advertise
+//                       (capabilities.h), before any other check.
+//   the poison's code   the session is poisoned (poison.h: the first
+//                       cause, InvalidArgument latched as
+//                       FailedPrecondition); refused before any native work.
+//   ResourceExhausted   a bound the layer keeps (scratch memory, a bundle
+//                       of too many tensors).
+//   Internal            the native library refused what the engine had
+//                       validated: the layer's own defect.
+// A completion fails with the native failure as OnNativeFailure /
+// the watchdog attribute it (Aborted or Unavailable naming a lost rank,
+// DeadlineExceeded naming who did not report), and a poison alone never
+// fails work submitted before it: only Abort does.
+//
+// A backend also offers the fine-grained CommunicationBackend surface
+// (communication_backend.h: groups, routes, broadcast, barrier,
+// agree_success, uneven all_gather, send_receive, ReceiveBundle) over the
+// same native contexts; it admits and checks through the same engine
+// headers, so its refusals read as the session's.
 template <typename Layer>
 concept SessionNativeLayer = requires(
     Layer& layer, const Layer& const_layer, const AdmissionRequest& request,
