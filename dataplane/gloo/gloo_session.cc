@@ -26,8 +26,9 @@ absl::StatusOr<std::unique_ptr<GlooSession>> GlooSession::Open(
     const GlooSessionOptions& options) {
   auto backend = GlooBackend::Open(descriptor, control_plane, options);
   if (!backend.ok()) return backend.status();
-  auto session =
-      std::make_unique<GlooSession>(control_plane, *std::move(backend));
+  // The constructor is private (Open is the only way to make a session).
+  auto session = std::unique_ptr<GlooSession>(
+      new GlooSession(control_plane, *std::move(backend)));
   session->opened_with_ = options;
   return session;
 }

@@ -94,19 +94,14 @@ class GlooSession final
   // FailedPrecondition when the job is still healthy at the ended epoch
   // (no loss, so no later epoch: a session poisoned by a stalled peer or a
   // disagreement), after at most kReformLossNoticeGrace (2 s) for a loss
-  // notice still on its way; DeadlineExceeded naming the epoch when `timeout` passes before the
-  // world is whole; `ended`'s error class when the job failed for good
-  // instead of recovering; Unimplemented from a control plane that cannot
-  // join a later epoch; Open's errors for the new session (bounded by
+  // notice still on its way; DeadlineExceeded naming the epoch when `timeout`
+  // passes before the world is whole; `ended`'s error class when the job failed
+  // for good instead of recovering; Unimplemented from a control plane that
+  // cannot join a later epoch; Open's errors for the new session (bounded by
   // options.connect_timeout, as Open is).
   static absl::StatusOr<std::unique_ptr<GlooSession>> Reform(
       std::unique_ptr<GlooSession> ended, absl::Duration timeout);
 
-  // The session over an open backend; `control_plane` (for
-  // all_gather_words) must outlive it. Reform re-opens it with the
-  // backend's options.
-  GlooSession(ControlPlane* control_plane,
-              std::unique_ptr<GlooBackend> backend);
   ~GlooSession() override;
 
   // The low-level contract over the same communicators and executor, with
@@ -114,6 +109,11 @@ class GlooSession final
   GlooBackend& backend();
 
  private:
+  // The session over an open backend (Open is the one way to make one, as
+  // NcclSession's); `control_plane` (for all_gather_words) must outlive it.
+  GlooSession(ControlPlane* control_plane,
+              std::unique_ptr<GlooBackend> backend);
+
   // The options Open was given (instance unset when Open numbered it).
   GlooSessionOptions opened_with_;
 };
