@@ -22,6 +22,7 @@
 #include "dataplane/gloo/internal/sum_kernels.h"
 #include "dataplane/mismatch_diagnosis.h"
 #include "dataplane/operation_description.h"
+#include "dataplane/route.h"
 #include "dataplane/shape.h"
 
 namespace rankd::dataplane::gloo {
@@ -289,25 +290,12 @@ absl::StatusOr<GlooRoute> GlooBackend::Route(GlooGroup& group,
     return absl::InvalidArgumentError(
         "gloo backend: route: the group does not belong to this backend");
   }
-  auto source = group.IndexOf(source_rank);
-  auto destination = group.IndexOf(destination_rank);
-  if (!source.has_value() || !destination.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: route ", source_rank, "->", destination_rank,
-        ": both ends must be members of ", group.ToString(), " (members ",
-        absl::StrJoin(group.members(), ", "), ")"));
-  }
-  if (source_rank == destination_rank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: route ", source_rank, "->", destination_rank,
-        ": source and destination are the same"));
-  }
-  if (group.rank() != source_rank && group.rank() != destination_rank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: route ", source_rank, "->", destination_rank,
-        ": this rank (", group.rank(), ") is neither end"));
-  }
-  return GlooRoute(group.shared_from_this(), *source, *destination);
+  auto ends =
+      RouteBetweenRanks(kBackend, "route", group.ToString(), group.members(),
+                        source_rank, destination_rank, group.local_rank());
+  if (!ends.ok()) return ends.status();
+  return GlooRoute(group.shared_from_this(), static_cast<uint32_t>(ends->first),
+                   static_cast<uint32_t>(ends->second));
 }
 
 absl::Status GlooBackend::Precheck(const char* name, const GlooGroup& group,

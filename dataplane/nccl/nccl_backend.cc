@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dataplane/nccl/internal/session_impl.h"
+#include "dataplane/route.h"
 
 namespace rankd::dataplane::nccl {
 
@@ -78,17 +79,11 @@ absl::StatusOr<NcclRoute> NcclBackend::Route(const CollectiveScope& scope,
                              &DistributedCapabilities::point_to_point,
                              "point_to_point");
   if (!comm.ok()) return comm.status();
-  const size_t n = (*comm)->members.size();
-  const size_t me = (*comm)->local_rank;
-  if (source >= n || destination >= n || source == destination) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: route ", source, " -> ", destination, " on ",
-        scope.ToString(), " needs two different member indices below ", n));
-  }
-  if (me != source && me != destination) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: route ", source, " -> ", destination, " on ",
-        scope.ToString(), " does not involve this member (", me, ")"));
+  if (absl::Status s =
+          CheckRoute("nccl", "route", scope.ToString(), (*comm)->members,
+                     source, destination, (*comm)->local_rank);
+      !s.ok()) {
+    return s;
   }
   NcclGroup group(impl_, *std::move(comm),
                   scope.is_world() ? kWorldGroupId : scope.group_id(),

@@ -415,20 +415,24 @@ TEST_F(NcclValidation, BroadcastRootInRange) {
 }
 
 TEST_F(NcclValidation, BundleRoutes) {
+  // The engine's route words (dataplane/route.h), as Gloo's.
   const DeviceTensor x = Fake(Desc({2}), -1);
   std::vector<DeviceTensor> bundle = {x};
   ExpectInvalid(SubmitBundle(core(), comm_, BundleEnd{bundle, {}, {}}, 1, 1,
                              nullptr, "send_receive")
                     .status(),
-                "two different");
+                "nccl backend: send_receive: route 1 -> 1 on group 3: the "
+                "source and the destination are the same member (rank 1)");
   ExpectInvalid(SubmitBundle(core(), comm_, BundleEnd{bundle, {}, {}}, 0, 3,
                              nullptr, "send_receive")
                     .status(),
-                "two different");
+                "nccl backend: send_receive: route 0 -> 3 on group 3: member "
+                "3 is outside the scope's 3 members");
   ExpectInvalid(SubmitBundle(core(), comm_, BundleEnd{bundle, {}, {}}, 0, 2,
                              nullptr, "send_receive")
                     .status(),
-                "neither the source nor the destination");
+                "nccl backend: send_receive: route 0 -> 2 on group 3: this "
+                "member (1, rank 1) is neither end");
 }
 
 // --- Completion and quarantine logic, with an operation whose event never

@@ -12,6 +12,7 @@
 #include "dataplane/nccl/cuda_copy.h"
 #include "dataplane/nccl/internal/session_impl.h"
 #include "dataplane/operation_description.h"
+#include "dataplane/route.h"
 
 namespace rankd::dataplane::nccl::internal {
 namespace {
@@ -619,18 +620,11 @@ SubmitBundle(SessionImpl& core, const ScopedComm& on, const BundleEnd& end,
              uint32_t source, uint32_t destination,
              const std::shared_ptr<CudaStream>& stream, std::string name) {
   const std::shared_ptr<CommEntry>& comm = on.comm;
-  const uint32_t n = static_cast<uint32_t>(comm->members.size());
   const uint32_t me = comm->local_rank;
-  if (source >= n || destination >= n || source == destination) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: ", name, ": route ", source, " -> ", destination,
-        " needs two different member indices below ", n));
-  }
-  if (me != source && me != destination) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("nccl backend: ", name, ": this member (", me,
-                     ") is neither the source nor the destination of route ",
-                     source, " -> ", destination));
+  if (absl::Status s = CheckRoute(kBackend, name, on.scope, comm->members,
+                                  source, destination, me);
+      !s.ok()) {
+    return s;
   }
   const bool sending = me == source;
   const bool into = !sending && !end.receive_into.empty();
