@@ -64,4 +64,18 @@ absl::StatusOr<std::pair<size_t, size_t>> RouteBetweenRanks(
   return std::make_pair(ends[0], ends[1]);
 }
 
+absl::Status CheckRouteDestination(absl::string_view backend,
+                                   absl::string_view operation,
+                                   absl::string_view scope,
+                                   absl::Span<const uint32_t> member_ranks,
+                                   size_t source, size_t destination,
+                                   size_t me) {
+  if (me == destination) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      backend, " backend: ", operation, ": route ", source, " -> ", destination,
+      " on ", scope, ": this member (", me, ", rank ",
+      me < member_ranks.size() ? absl::StrCat(member_ranks[me]) : "?",
+      ") is not its destination"));
+}
+
 }  // namespace rankd::dataplane

@@ -42,6 +42,18 @@ absl::StatusOr<std::pair<size_t, size_t>> RouteBetweenRanks(
     absl::string_view scope, absl::Span<const uint32_t> member_ranks,
     uint32_t source_rank, uint32_t destination_rank, size_t me);
 
+// OK when this member (index `me`) is the destination of route `source` ->
+// `destination` of `scope` (receive_bundle, receive_bundle_into);
+// otherwise InvalidArgument "<backend> backend: <operation>: route S -> D on
+// <scope>: this member (M, rank R) is not its destination". The route
+// itself passed CheckRoute.
+absl::Status CheckRouteDestination(absl::string_view backend,
+                                   absl::string_view operation,
+                                   absl::string_view scope,
+                                   absl::Span<const uint32_t> member_ranks,
+                                   size_t source, size_t destination,
+                                   size_t me);
+
 }  // namespace rankd::dataplane
 
 #endif  // RANKD_DATAPLANE_ROUTE_H_

@@ -70,5 +70,17 @@ TEST(RouteBetweenRanks, RefusesAsCheckRouteDoes) {
       "is neither end");
 }
 
+TEST(CheckRouteDestination, OnlyTheDestinationReceives) {
+  EXPECT_TRUE(CheckRouteDestination("gloo", "receive_bundle", "group 3",
+                                    kMembers, 0, 2, 2)
+                  .ok());
+  absl::Status s = CheckRouteDestination("nccl", "receive_bundle_into",
+                                         "group 3", kMembers, 0, 2, 0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "nccl backend: receive_bundle_into: route 0 -> 2 on group 3: this "
+            "member (0, rank 4) is not its destination");
+}
+
 }  // namespace
 }  // namespace rankd::dataplane

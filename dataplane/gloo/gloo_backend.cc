@@ -8,12 +8,12 @@
 #include <string>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "dataplane/agreement.h"
 #include "dataplane/batch.h"
+#include "dataplane/bundle.h"
 #include "dataplane/caller_output.h"
 #include "dataplane/domain_groups.h"
 #include "dataplane/gloo/internal/agreement_check.h"
@@ -784,6 +784,16 @@ GlooAgreementSubmission GlooBackend::AgreeSuccess(bool success,
       std::move(agreement), *std::move(completion)};
 }
 
+absl::Status GlooBackend::CheckDestination(const char* name,
+                                           const GlooRoute& route) const {
+  // A route of another backend is refused by SubmitBundle.
+  const GlooGroup* g = route.group().get();
+  if (g == nullptr || g->owner() != impl_.get()) return absl::OkStatus();
+  return CheckRouteDestination(kBackend, name, g->ToString(), g->members(),
+                               route.source_index(), route.destination_index(),
+                               g->local_rank());
+}
+
 GlooBundleSubmission GlooBackend::SendReceive(
     absl::Span<const HostTensor> tensors, const GlooRoute& route,
     GlooExecutor& executor) {
@@ -798,18 +808,18 @@ GlooBundleSubmission GlooBackend::SendReceive(
 GlooBundleSubmission GlooBackend::ReceiveBundle(
     absl::Span<const ValueDescriptor> descriptors, const GlooRoute& route,
     GlooExecutor& executor) {
+  if (absl::Status s = CheckDestination("receive_bundle", route); !s.ok()) {
+    return s;
+  }
   return SubmitBundle("send_receive", "", {}, descriptors, {}, route, executor);
 }
 
 GlooBundleSubmission GlooBackend::ReceiveBundleInto(
     absl::Span<const HostTensor> outputs, const GlooRoute& route,
     GlooExecutor& executor) {
-  if (route.group() != nullptr &&
-      route.group()->rank() != route.destination()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: receive_bundle_into: this rank is not the destination "
-        "of ",
-        route.ToString()));
+  if (absl::Status s = CheckDestination("receive_bundle_into", route);
+      !s.ok()) {
+    return s;
   }
   std::vector<ValueDescriptor> descriptors;
   for (const HostTensor& t : outputs) descriptors.push_back(t.descriptor());
@@ -847,12 +857,8 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
                              : std::move(label);
   const bool is_source = g->rank() == route.source();
   const size_t count = is_source ? send.size() : receive.size();
-  if (count > 60000) {
-    return RefuseWithPeer(
-        name, op, route, executor,
-        absl::InvalidArgumentError(absl::StrCat(
-            "gloo backend: ", op,
-            ": a bundle holds at most 60000 tensors; got ", count)));
+  if (absl::Status s = CheckBundleSize(kBackend, op, count); !s.ok()) {
+    return RefuseWithPeer(name, op, route, executor, s);
   }
   std::vector<HostTensor> tensors;
   std::vector<ValueDescriptor> described;
@@ -865,18 +871,10 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
     }
   } else {
     if (!receive_into.empty()) {
-      // Two outputs of one bundle must not share a buffer.
-      absl::flat_hash_set<const uint8_t*> seen;
-      for (size_t i = 0; i < receive_into.size(); ++i) {
-        if (receive_into[i].byte_size() > 0 &&
-            !seen.insert(receive_into[i].data()).second) {
-          return RefuseWithPeer(
-              name, op, route, executor,
-              absl::InvalidArgumentError(absl::StrCat(
-                  "gloo backend: ", op, ": output ", i,
-                  " shares its buffer with an earlier output of the "
-                  "bundle")));
-        }
+      if (absl::Status s =
+              CheckBundleOutputs(kBackend, op, receive_into, receive.size());
+          !s.ok()) {
+        return RefuseWithPeer(name, op, route, executor, s);
       }
     }
     for (size_t i = 0; i < receive.size(); ++i) {

@@ -269,6 +269,10 @@ class GlooBackend {
   // capability.
   absl::Status Precheck(const char* name, const GlooGroup& group,
                         const GlooExecutor& executor) const;
+  // OK when this member is the destination of `route` (receive_bundle,
+  // receive_bundle_into, under `name`): the engine's words
+  // (dataplane/route.h).
+  absl::Status CheckDestination(const char* name, const GlooRoute& route) const;
   // What a refused operation's peers check before the payload, when they
   // do (verify_agreement; variable_all_to_all always).
   enum class AgreementCheck { kCollective, kAllToAll };

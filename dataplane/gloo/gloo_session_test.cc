@@ -1163,7 +1163,9 @@ TEST(RefusalTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
           auto received =
               backend.ReceiveBundleInto(outputs, *route, backend.executor());
           ASSERT_FALSE(received.ok());
-          refused_here(received.status(), "shares its buffer",
+          refused_here(received.status(),
+                       "send_receive on route 1->0 in world: output 1 "
+                       "overlaps output 0 of the bundle",
                        "is told and refuses it too");
         } else {
           auto route = backend.Route(backend.world(), 1, 0);

@@ -292,11 +292,12 @@ BundleSubmission<NcclBackend> NcclBackend::SendReceive(
 BundleSubmission<NcclBackend> NcclBackend::ReceiveBundle(
     absl::Span<const ValueDescriptor> descriptors, const NcclRoute& route,
     CudaExecutor& executor) {
-  if (route.group().local_rank() != route.destination()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: receive_bundle: this member (",
-        route.group().local_rank(), ") is not the destination of route ",
-        route.source(), " -> ", route.destination()));
+  if (absl::Status s = CheckRouteDestination(
+          "nccl", "receive_bundle", GroupName(route.group()),
+          route.group().members(), route.source(), route.destination(),
+          route.group().local_rank());
+      !s.ok()) {
+    return s;
   }
   return SubmitRoute({}, descriptors, {}, route, executor);
 }
@@ -304,11 +305,12 @@ BundleSubmission<NcclBackend> NcclBackend::ReceiveBundle(
 BundleSubmission<NcclBackend> NcclBackend::ReceiveBundleInto(
     absl::Span<const DeviceTensor> outputs, const NcclRoute& route,
     CudaExecutor& executor) {
-  if (route.group().local_rank() != route.destination()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: receive_bundle_into: this member (",
-        route.group().local_rank(), ") is not the destination of route ",
-        route.source(), " -> ", route.destination()));
+  if (absl::Status s = CheckRouteDestination(
+          "nccl", "receive_bundle_into", GroupName(route.group()),
+          route.group().members(), route.source(), route.destination(),
+          route.group().local_rank());
+      !s.ok()) {
+    return s;
   }
   std::vector<ValueDescriptor> descriptors;
   descriptors.reserve(outputs.size());
