@@ -53,6 +53,59 @@ std::optional<size_t> CheckedSum(absl::Span<const size_t> values) {
   return total;
 }
 
+// One transfer of a batch as its agreement check sees it: the other
+// member (index) and whether this member sends.
+struct BatchEnd {
+  uint32_t peer;
+  bool send;
+};
+
+// The route numbers of a batch's transfers, in order: each takes the next
+// number of its route. Executor thread only.
+std::vector<uint32_t> NumberBatch(GlooGroup& g,
+                                  absl::Span<const BatchEnd> ends) {
+  const uint32_t me = g.local_rank();
+  std::vector<uint32_t> sequence;
+  sequence.reserve(ends.size());
+  for (const BatchEnd& t : ends) {
+    sequence.push_back(t.send ? g.NextRouteSequence(me, t.peer)
+                              : g.NextRouteSequence(t.peer, me));
+  }
+  return sequence;
+}
+
+// A batch's agreement check: the two ends of each transfer exchange
+// fingerprints on the check slots of the transfer's number on its route,
+// as SendReceive's check does (so either form pairs with the other).
+// Sends mine[i] for transfer i and receives the peer's into theirs[i]; a
+// transport failure is returned as is.
+absl::Status ExchangeBatchFingerprints(GlooGroup& g, const std::string& op,
+                                       absl::Span<const BatchEnd> ends,
+                                       absl::Span<const uint32_t> sequence,
+                                       std::vector<uint64_t>& mine,
+                                       std::vector<uint64_t>& theirs,
+                                       Milliseconds timeout) {
+  using internal::PostedTransfer;
+  using internal::RouteSlot;
+  const uint32_t me = g.local_rank();
+  theirs.assign(ends.size(), 0);
+  std::vector<PostedTransfer> checks;
+  for (size_t i = 0; i < ends.size(); ++i) {
+    const BatchEnd& t = ends[i];
+    const bool ascending = t.send ? me < t.peer : t.peer < me;
+    const uint32_t check_tag =
+        OperationTag(sequence[i], OperationFingerprint("agreement check"));
+    const int peer = static_cast<int>(t.peer);
+    checks.push_back({peer, RouteSlot(ascending, check_tag, t.send ? 0 : 1),
+                      &mine[i], sizeof(uint64_t), true});
+    checks.push_back({peer, RouteSlot(ascending, check_tag, t.send ? 1 : 0),
+                      &theirs[i], sizeof(uint64_t), false});
+  }
+  return CatchNative(absl::StrCat("gloo ", op, " (agreement check)"), [&] {
+    internal::NativeTransfers(g.context(), checks, timeout);
+  });
+}
+
 // Copies pieces between a member-major buffer (member m's outer blocks of
 // counts[m] slices, one member after another) and a value partitioned along
 // an axis (each outer block holds every member's slices in member order):
@@ -361,6 +414,43 @@ absl::Status GlooBackend::RefuseWithPeer(const char* name,
             destination, kRefusedCanonical, timeout);
       });
   return RefusalAfterTelling(refusal, route.ToString(), /*route=*/true,
+                             told.status());
+}
+
+absl::Status GlooBackend::RefuseBatchWithPeers(
+    const char* name, const std::string& op, GlooGroup& group,
+    GlooExecutor& executor, absl::Span<const PeerValue<HostTensor>> sends,
+    absl::Span<const PeerValue<HostTensor>> receives,
+    const absl::Status& refusal) {
+  // Each transfer's peer checks it as a route does (its two ends).
+  if (refusal.ok() || impl_->poisoned() ||
+      !PeersAwaitRecord(group.size(), options().verify_agreement,
+                        /*checks_first=*/false)) {
+    return refusal;
+  }
+  // In BatchSendReceiveImpl's order, so that each transfer takes the same
+  // number on its route as it would have.
+  std::vector<BatchEnd> ends;
+  for (const auto* list : {&sends, &receives}) {
+    for (const PeerValue<HostTensor>& t : *list) {
+      ends.push_back({static_cast<uint32_t>(t.peer), list == &sends});
+    }
+  }
+  std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
+  const Milliseconds timeout = Millis(options().op_timeout);
+  auto told =
+      executor.Submit(name, op, {g}, [g, op, ends = std::move(ends), timeout] {
+        const std::vector<uint32_t> sequence = NumberBatch(*g, ends);
+        std::vector<uint64_t> mine(ends.size(),
+                                   OperationFingerprint(kRefusedCanonical));
+        std::vector<uint64_t> theirs;
+        absl::Status s = ExchangeBatchFingerprints(*g, op, ends, sequence, mine,
+                                                   theirs, timeout);
+        // The peers' check now fails naming this member; nothing moves.
+        if (!s.ok()) return TaskResult::Native(s);
+        return TaskResult::Ok();
+      });
+  return RefusalAfterTelling(refusal, group.ToString(), /*route=*/false,
                              told.status());
 }
 
@@ -956,11 +1046,16 @@ GlooBundleSubmission GlooBackend::BatchSendReceiveImpl(
     return s;
   }
   const std::string op = Labeled(std::move(label), name, group, executor);
+  // Its peers first: a batch whose peers are wrong names no one to tell.
   if (absl::Status s =
-          CheckBatch(sends, receives, group.size(), group.local_rank(),
-                     group.ToString(), kBackend, op);
+          CheckBatchPeers(sends, receives, group.size(), group.local_rank(),
+                          group.ToString(), kBackend, op);
       !s.ok()) {
     return s;
+  }
+  if (absl::Status s = CheckBatchBuffers(sends, receives, kBackend, op);
+      !s.ok()) {
+    return RefuseBatchWithPeers(name, op, group, executor, sends, receives, s);
   }
   // What each transfer is, as the peer's single-tensor SendReceive
   // describes it, so either form pairs with the other.
@@ -993,14 +1088,13 @@ GlooBundleSubmission GlooBackend::BatchSendReceiveImpl(
         using internal::RouteSlot;
         const uint32_t me = g->local_rank();
         const size_t n = transfers.size();
+        std::vector<BatchEnd> ends;
+        for (const Transfer& t : transfers) ends.push_back({t.peer, t.send});
         // Route order: every transfer takes the next number of its route.
-        std::vector<uint32_t> sequence(n);
+        const std::vector<uint32_t> sequence = NumberBatch(*g, ends);
         std::vector<uint64_t> fingerprint(n);
         for (size_t i = 0; i < n; ++i) {
-          const Transfer& t = transfers[i];
-          sequence[i] = t.send ? g->NextRouteSequence(me, t.peer)
-                               : g->NextRouteSequence(t.peer, me);
-          fingerprint[i] = OperationFingerprint(t.canonical);
+          fingerprint[i] = OperationFingerprint(transfers[i].canonical);
         }
         auto ascending = [&](const Transfer& t) {
           return t.send ? me < t.peer : t.peer < me;
@@ -1008,26 +1102,10 @@ GlooBundleSubmission GlooBackend::BatchSendReceiveImpl(
         std::vector<bool> agreed(n, true);
         absl::Status verdict;
         if (verify) {
-          // As SendReceive does: each end sends the other its fingerprint.
-          std::vector<uint64_t> theirs(n, 0);
           std::vector<uint64_t> mine = fingerprint;
-          std::vector<PostedTransfer> checks;
-          for (size_t i = 0; i < n; ++i) {
-            const Transfer& t = transfers[i];
-            const uint32_t check_tag = OperationTag(
-                sequence[i], OperationFingerprint("agreement check"));
-            const int peer = static_cast<int>(t.peer);
-            checks.push_back(
-                {peer, RouteSlot(ascending(t), check_tag, t.send ? 0 : 1),
-                 &mine[i], sizeof(uint64_t), true});
-            checks.push_back(
-                {peer, RouteSlot(ascending(t), check_tag, t.send ? 1 : 0),
-                 &theirs[i], sizeof(uint64_t), false});
-          }
-          absl::Status s =
-              CatchNative(absl::StrCat("gloo ", op, " (agreement check)"), [&] {
-                internal::NativeTransfers(g->context(), checks, timeout);
-              });
+          std::vector<uint64_t> theirs;
+          absl::Status s = ExchangeBatchFingerprints(*g, op, ends, sequence,
+                                                     mine, theirs, timeout);
           if (!s.ok()) return TaskResult::Native(s);
           std::vector<TransferRecord> records;
           for (size_t i = 0; i < n; ++i) {

@@ -289,6 +289,16 @@ class GlooBackend {
                                GlooGroup& group, GlooExecutor& executor,
                                AgreementCheck check,
                                const absl::Status& refusal);
+  // The same for a batch refused on its buffers (CheckBatchBuffers; a batch
+  // whose peers are wrong names no one to tell): each of its transfers
+  // exchanges the refusal's fingerprint with its peer on its route's next
+  // number, as the batch's own check would have, so every peer of the
+  // batch refuses its side at once.
+  absl::Status RefuseBatchWithPeers(
+      const char* name, const std::string& op, GlooGroup& group,
+      GlooExecutor& executor, absl::Span<const PeerValue<HostTensor>> sends,
+      absl::Span<const PeerValue<HostTensor>> receives,
+      const absl::Status& refusal);
   // The same for a transfer on `route` (both ends exchange fingerprints).
   absl::Status RefuseWithPeer(const char* name, const std::string& op,
                               const GlooRoute& route, GlooExecutor& executor,

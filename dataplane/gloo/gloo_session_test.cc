@@ -1182,6 +1182,29 @@ TEST(RefusalTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
               "f32[2])`, the other end refused it on its own arguments"))
               << waited;
         }
+        // A batch whose buffers are wrong: rank 0's two receives write the
+        // same bytes. Rank 1's sends are told, as on NCCL.
+        if (r == 0) {
+          const std::vector<PeerValue<HostTensor>> twice = {{1, out}, {1, out}};
+          auto refused = s.BatchSendReceive(world, {}, twice);
+          ASSERT_FALSE(refused.ok());
+          refused_here(refused.status(),
+                       "receive 1 overlaps the output of receive 0",
+                       " (the other members of world are told and refuse it "
+                       "too)");
+        } else {
+          const std::vector<PeerValue<HostTensor>> two = {{0, x}, {0, x}};
+          auto sent = s.BatchSendReceive(world, two, {});
+          ASSERT_TRUE(sent.ok()) << sent.status();
+          absl::Status waited = sent->completion->Wait();
+          EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument)
+              << waited;
+          EXPECT_TRUE(absl::StrContains(
+              waited.message(),
+              "the send to member 0 (rank 0): this end has `bundle(f32[2])`, "
+              "the other end refused it on its own arguments"))
+              << waited;
+        }
       }
       // all_to_all_v checks its counts first whatever the options: rank 0
       // sends 3 rows of its 2.
