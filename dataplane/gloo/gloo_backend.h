@@ -128,7 +128,8 @@ class GlooBackend {
   absl::StatusOr<GlooGroup*> ResolveGroup(const CollectiveScope& scope);
   // The directed route source_rank -> destination_rank (world ranks) in
   // `group`. InvalidArgument unless both are members and differ, and this
-  // rank is one of them.
+  // rank is one of them, in the engine's words (dataplane/route.h's
+  // RouteBetweenRanks).
   absl::StatusOr<GlooRoute> Route(GlooGroup& group, uint32_t source_rank,
                                   uint32_t destination_rank);
 
@@ -176,11 +177,14 @@ class GlooBackend {
   // An ordered bundle over `route`. On the source, `tensors` are sent and
   // returned as the output. On the destination, `tensors` only give the
   // descriptors to receive and the output holds fresh tensors with the data.
-  // Both ends must pass the same descriptors in the same order.
+  // Both ends must pass the same descriptors in the same order. At most
+  // kMaxBundleTensors tensors (dataplane/bundle.h).
   GlooBundleSubmission SendReceive(absl::Span<const HostTensor> tensors,
                                    const GlooRoute& route,
                                    GlooExecutor& executor);
   // The destination end of SendReceive, from descriptors alone.
+  // InvalidArgument on the source (dataplane/route.h's
+  // CheckRouteDestination).
   GlooBundleSubmission ReceiveBundle(
       absl::Span<const ValueDescriptor> descriptors, const GlooRoute& route,
       GlooExecutor& executor);
@@ -212,8 +216,8 @@ class GlooBackend {
                                      const HostTensor& output, GlooGroup& group,
                                      GlooExecutor& executor);
   // The destination end of SendReceive into `outputs` (their descriptors
-  // are the ones received; no two may share a buffer). InvalidArgument on
-  // the source.
+  // are the ones received; no two may share a byte: dataplane/bundle.h's
+  // CheckBundleOutputs). InvalidArgument on the source.
   GlooBundleSubmission ReceiveBundleInto(absl::Span<const HostTensor> outputs,
                                          const GlooRoute& route,
                                          GlooExecutor& executor);
