@@ -8,12 +8,12 @@
 #include <string>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "dataplane/agreement.h"
 #include "dataplane/batch.h"
+#include "dataplane/bundle.h"
 #include "dataplane/caller_output.h"
 #include "dataplane/domain_groups.h"
 #include "dataplane/gloo/internal/agreement_check.h"
@@ -22,6 +22,7 @@
 #include "dataplane/gloo/internal/sum_kernels.h"
 #include "dataplane/mismatch_diagnosis.h"
 #include "dataplane/operation_description.h"
+#include "dataplane/route.h"
 #include "dataplane/shape.h"
 
 namespace rankd::dataplane::gloo {
@@ -50,6 +51,59 @@ std::optional<size_t> CheckedSum(absl::Span<const size_t> values) {
     total += v;
   }
   return total;
+}
+
+// One transfer of a batch as its agreement check sees it: the other
+// member (index) and whether this member sends.
+struct BatchEnd {
+  uint32_t peer;
+  bool send;
+};
+
+// The route numbers of a batch's transfers, in order: each takes the next
+// number of its route. Executor thread only.
+std::vector<uint32_t> NumberBatch(GlooGroup& g,
+                                  absl::Span<const BatchEnd> ends) {
+  const uint32_t me = g.local_rank();
+  std::vector<uint32_t> sequence;
+  sequence.reserve(ends.size());
+  for (const BatchEnd& t : ends) {
+    sequence.push_back(t.send ? g.NextRouteSequence(me, t.peer)
+                              : g.NextRouteSequence(t.peer, me));
+  }
+  return sequence;
+}
+
+// A batch's agreement check: the two ends of each transfer exchange
+// fingerprints on the check slots of the transfer's number on its route,
+// as SendReceive's check does (so either form pairs with the other).
+// Sends mine[i] for transfer i and receives the peer's into theirs[i]; a
+// transport failure is returned as is.
+absl::Status ExchangeBatchFingerprints(GlooGroup& g, const std::string& op,
+                                       absl::Span<const BatchEnd> ends,
+                                       absl::Span<const uint32_t> sequence,
+                                       std::vector<uint64_t>& mine,
+                                       std::vector<uint64_t>& theirs,
+                                       Milliseconds timeout) {
+  using internal::PostedTransfer;
+  using internal::RouteSlot;
+  const uint32_t me = g.local_rank();
+  theirs.assign(ends.size(), 0);
+  std::vector<PostedTransfer> checks;
+  for (size_t i = 0; i < ends.size(); ++i) {
+    const BatchEnd& t = ends[i];
+    const bool ascending = t.send ? me < t.peer : t.peer < me;
+    const uint32_t check_tag =
+        OperationTag(sequence[i], OperationFingerprint("agreement check"));
+    const int peer = static_cast<int>(t.peer);
+    checks.push_back({peer, RouteSlot(ascending, check_tag, t.send ? 0 : 1),
+                      &mine[i], sizeof(uint64_t), true});
+    checks.push_back({peer, RouteSlot(ascending, check_tag, t.send ? 1 : 0),
+                      &theirs[i], sizeof(uint64_t), false});
+  }
+  return CatchNative(absl::StrCat("gloo ", op, " (agreement check)"), [&] {
+    internal::NativeTransfers(g.context(), checks, timeout);
+  });
 }
 
 // Copies pieces between a member-major buffer (member m's outer blocks of
@@ -289,25 +343,12 @@ absl::StatusOr<GlooRoute> GlooBackend::Route(GlooGroup& group,
     return absl::InvalidArgumentError(
         "gloo backend: route: the group does not belong to this backend");
   }
-  auto source = group.IndexOf(source_rank);
-  auto destination = group.IndexOf(destination_rank);
-  if (!source.has_value() || !destination.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: route ", source_rank, "->", destination_rank,
-        ": both ends must be members of ", group.ToString(), " (members ",
-        absl::StrJoin(group.members(), ", "), ")"));
-  }
-  if (source_rank == destination_rank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: route ", source_rank, "->", destination_rank,
-        ": source and destination are the same"));
-  }
-  if (group.rank() != source_rank && group.rank() != destination_rank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: route ", source_rank, "->", destination_rank,
-        ": this rank (", group.rank(), ") is neither end"));
-  }
-  return GlooRoute(group.shared_from_this(), *source, *destination);
+  auto ends =
+      RouteBetweenRanks(kBackend, "route", group.ToString(), group.members(),
+                        source_rank, destination_rank, group.local_rank());
+  if (!ends.ok()) return ends.status();
+  return GlooRoute(group.shared_from_this(), static_cast<uint32_t>(ends->first),
+                   static_cast<uint32_t>(ends->second));
 }
 
 absl::Status GlooBackend::Precheck(const char* name, const GlooGroup& group,
@@ -373,6 +414,43 @@ absl::Status GlooBackend::RefuseWithPeer(const char* name,
             destination, kRefusedCanonical, timeout);
       });
   return RefusalAfterTelling(refusal, route.ToString(), /*route=*/true,
+                             told.status());
+}
+
+absl::Status GlooBackend::RefuseBatchWithPeers(
+    const char* name, const std::string& op, GlooGroup& group,
+    GlooExecutor& executor, absl::Span<const PeerValue<HostTensor>> sends,
+    absl::Span<const PeerValue<HostTensor>> receives,
+    const absl::Status& refusal) {
+  // Each transfer's peer checks it as a route does (its two ends).
+  if (refusal.ok() || impl_->poisoned() ||
+      !PeersAwaitRecord(group.size(), options().verify_agreement,
+                        /*checks_first=*/false)) {
+    return refusal;
+  }
+  // In BatchSendReceiveImpl's order, so that each transfer takes the same
+  // number on its route as it would have.
+  std::vector<BatchEnd> ends;
+  for (const auto* list : {&sends, &receives}) {
+    for (const PeerValue<HostTensor>& t : *list) {
+      ends.push_back({static_cast<uint32_t>(t.peer), list == &sends});
+    }
+  }
+  std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
+  const Milliseconds timeout = Millis(options().op_timeout);
+  auto told =
+      executor.Submit(name, op, {g}, [g, op, ends = std::move(ends), timeout] {
+        const std::vector<uint32_t> sequence = NumberBatch(*g, ends);
+        std::vector<uint64_t> mine(ends.size(),
+                                   OperationFingerprint(kRefusedCanonical));
+        std::vector<uint64_t> theirs;
+        absl::Status s = ExchangeBatchFingerprints(*g, op, ends, sequence, mine,
+                                                   theirs, timeout);
+        // The peers' check now fails naming this member; nothing moves.
+        if (!s.ok()) return TaskResult::Native(s);
+        return TaskResult::Ok();
+      });
+  return RefusalAfterTelling(refusal, group.ToString(), /*route=*/false,
                              told.status());
 }
 
@@ -796,6 +874,16 @@ GlooAgreementSubmission GlooBackend::AgreeSuccess(bool success,
       std::move(agreement), *std::move(completion)};
 }
 
+absl::Status GlooBackend::CheckDestination(const char* name,
+                                           const GlooRoute& route) const {
+  // A route of another backend is refused by SubmitBundle.
+  const GlooGroup* g = route.group().get();
+  if (g == nullptr || g->owner() != impl_.get()) return absl::OkStatus();
+  return CheckRouteDestination(kBackend, name, g->ToString(), g->members(),
+                               route.source_index(), route.destination_index(),
+                               g->local_rank());
+}
+
 GlooBundleSubmission GlooBackend::SendReceive(
     absl::Span<const HostTensor> tensors, const GlooRoute& route,
     GlooExecutor& executor) {
@@ -810,18 +898,18 @@ GlooBundleSubmission GlooBackend::SendReceive(
 GlooBundleSubmission GlooBackend::ReceiveBundle(
     absl::Span<const ValueDescriptor> descriptors, const GlooRoute& route,
     GlooExecutor& executor) {
+  if (absl::Status s = CheckDestination("receive_bundle", route); !s.ok()) {
+    return s;
+  }
   return SubmitBundle("send_receive", "", {}, descriptors, {}, route, executor);
 }
 
 GlooBundleSubmission GlooBackend::ReceiveBundleInto(
     absl::Span<const HostTensor> outputs, const GlooRoute& route,
     GlooExecutor& executor) {
-  if (route.group() != nullptr &&
-      route.group()->rank() != route.destination()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: receive_bundle_into: this rank is not the destination "
-        "of ",
-        route.ToString()));
+  if (absl::Status s = CheckDestination("receive_bundle_into", route);
+      !s.ok()) {
+    return s;
   }
   std::vector<ValueDescriptor> descriptors;
   for (const HostTensor& t : outputs) descriptors.push_back(t.descriptor());
@@ -859,12 +947,8 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
                              : std::move(label);
   const bool is_source = g->rank() == route.source();
   const size_t count = is_source ? send.size() : receive.size();
-  if (count > 60000) {
-    return RefuseWithPeer(
-        name, op, route, executor,
-        absl::InvalidArgumentError(absl::StrCat(
-            "gloo backend: ", op,
-            ": a bundle holds at most 60000 tensors; got ", count)));
+  if (absl::Status s = CheckBundleSize(kBackend, op, count); !s.ok()) {
+    return RefuseWithPeer(name, op, route, executor, s);
   }
   std::vector<HostTensor> tensors;
   std::vector<ValueDescriptor> described;
@@ -877,18 +961,10 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
     }
   } else {
     if (!receive_into.empty()) {
-      // Two outputs of one bundle must not share a buffer.
-      absl::flat_hash_set<const uint8_t*> seen;
-      for (size_t i = 0; i < receive_into.size(); ++i) {
-        if (receive_into[i].byte_size() > 0 &&
-            !seen.insert(receive_into[i].data()).second) {
-          return RefuseWithPeer(
-              name, op, route, executor,
-              absl::InvalidArgumentError(absl::StrCat(
-                  "gloo backend: ", op, ": output ", i,
-                  " shares its buffer with an earlier output of the "
-                  "bundle")));
-        }
+      if (absl::Status s =
+              CheckBundleOutputs(kBackend, op, receive_into, receive.size());
+          !s.ok()) {
+        return RefuseWithPeer(name, op, route, executor, s);
       }
     }
     for (size_t i = 0; i < receive.size(); ++i) {
@@ -970,11 +1046,16 @@ GlooBundleSubmission GlooBackend::BatchSendReceiveImpl(
     return s;
   }
   const std::string op = Labeled(std::move(label), name, group, executor);
+  // Its peers first: a batch whose peers are wrong names no one to tell.
   if (absl::Status s =
-          CheckBatch(sends, receives, group.size(), group.local_rank(),
-                     group.ToString(), kBackend, op);
+          CheckBatchPeers(sends, receives, group.size(), group.local_rank(),
+                          group.ToString(), kBackend, op);
       !s.ok()) {
     return s;
+  }
+  if (absl::Status s = CheckBatchBuffers(sends, receives, kBackend, op);
+      !s.ok()) {
+    return RefuseBatchWithPeers(name, op, group, executor, sends, receives, s);
   }
   // What each transfer is, as the peer's single-tensor SendReceive
   // describes it, so either form pairs with the other.
@@ -1007,14 +1088,13 @@ GlooBundleSubmission GlooBackend::BatchSendReceiveImpl(
         using internal::RouteSlot;
         const uint32_t me = g->local_rank();
         const size_t n = transfers.size();
+        std::vector<BatchEnd> ends;
+        for (const Transfer& t : transfers) ends.push_back({t.peer, t.send});
         // Route order: every transfer takes the next number of its route.
-        std::vector<uint32_t> sequence(n);
+        const std::vector<uint32_t> sequence = NumberBatch(*g, ends);
         std::vector<uint64_t> fingerprint(n);
         for (size_t i = 0; i < n; ++i) {
-          const Transfer& t = transfers[i];
-          sequence[i] = t.send ? g->NextRouteSequence(me, t.peer)
-                               : g->NextRouteSequence(t.peer, me);
-          fingerprint[i] = OperationFingerprint(t.canonical);
+          fingerprint[i] = OperationFingerprint(transfers[i].canonical);
         }
         auto ascending = [&](const Transfer& t) {
           return t.send ? me < t.peer : t.peer < me;
@@ -1022,26 +1102,10 @@ GlooBundleSubmission GlooBackend::BatchSendReceiveImpl(
         std::vector<bool> agreed(n, true);
         absl::Status verdict;
         if (verify) {
-          // As SendReceive does: each end sends the other its fingerprint.
-          std::vector<uint64_t> theirs(n, 0);
           std::vector<uint64_t> mine = fingerprint;
-          std::vector<PostedTransfer> checks;
-          for (size_t i = 0; i < n; ++i) {
-            const Transfer& t = transfers[i];
-            const uint32_t check_tag = OperationTag(
-                sequence[i], OperationFingerprint("agreement check"));
-            const int peer = static_cast<int>(t.peer);
-            checks.push_back(
-                {peer, RouteSlot(ascending(t), check_tag, t.send ? 0 : 1),
-                 &mine[i], sizeof(uint64_t), true});
-            checks.push_back(
-                {peer, RouteSlot(ascending(t), check_tag, t.send ? 1 : 0),
-                 &theirs[i], sizeof(uint64_t), false});
-          }
-          absl::Status s =
-              CatchNative(absl::StrCat("gloo ", op, " (agreement check)"), [&] {
-                internal::NativeTransfers(g->context(), checks, timeout);
-              });
+          std::vector<uint64_t> theirs;
+          absl::Status s = ExchangeBatchFingerprints(*g, op, ends, sequence,
+                                                     mine, theirs, timeout);
           if (!s.ok()) return TaskResult::Native(s);
           std::vector<TransferRecord> records;
           for (size_t i = 0; i < n; ++i) {

@@ -128,7 +128,8 @@ class GlooBackend {
   absl::StatusOr<GlooGroup*> ResolveGroup(const CollectiveScope& scope);
   // The directed route source_rank -> destination_rank (world ranks) in
   // `group`. InvalidArgument unless both are members and differ, and this
-  // rank is one of them.
+  // rank is one of them, in the engine's words (dataplane/route.h's
+  // RouteBetweenRanks).
   absl::StatusOr<GlooRoute> Route(GlooGroup& group, uint32_t source_rank,
                                   uint32_t destination_rank);
 
@@ -176,11 +177,14 @@ class GlooBackend {
   // An ordered bundle over `route`. On the source, `tensors` are sent and
   // returned as the output. On the destination, `tensors` only give the
   // descriptors to receive and the output holds fresh tensors with the data.
-  // Both ends must pass the same descriptors in the same order.
+  // Both ends must pass the same descriptors in the same order. At most
+  // kMaxBundleTensors tensors (dataplane/bundle.h).
   GlooBundleSubmission SendReceive(absl::Span<const HostTensor> tensors,
                                    const GlooRoute& route,
                                    GlooExecutor& executor);
   // The destination end of SendReceive, from descriptors alone.
+  // InvalidArgument on the source (dataplane/route.h's
+  // CheckRouteDestination).
   GlooBundleSubmission ReceiveBundle(
       absl::Span<const ValueDescriptor> descriptors, const GlooRoute& route,
       GlooExecutor& executor);
@@ -212,8 +216,8 @@ class GlooBackend {
                                      const HostTensor& output, GlooGroup& group,
                                      GlooExecutor& executor);
   // The destination end of SendReceive into `outputs` (their descriptors
-  // are the ones received; no two may share a buffer). InvalidArgument on
-  // the source.
+  // are the ones received; no two may share a byte: dataplane/bundle.h's
+  // CheckBundleOutputs). InvalidArgument on the source.
   GlooBundleSubmission ReceiveBundleInto(absl::Span<const HostTensor> outputs,
                                          const GlooRoute& route,
                                          GlooExecutor& executor);
@@ -269,6 +273,10 @@ class GlooBackend {
   // capability.
   absl::Status Precheck(const char* name, const GlooGroup& group,
                         const GlooExecutor& executor) const;
+  // OK when this member is the destination of `route` (receive_bundle,
+  // receive_bundle_into, under `name`): the engine's words
+  // (dataplane/route.h).
+  absl::Status CheckDestination(const char* name, const GlooRoute& route) const;
   // What a refused operation's peers check before the payload, when they
   // do (verify_agreement; variable_all_to_all always).
   enum class AgreementCheck { kCollective, kAllToAll };
@@ -285,6 +293,16 @@ class GlooBackend {
                                GlooGroup& group, GlooExecutor& executor,
                                AgreementCheck check,
                                const absl::Status& refusal);
+  // The same for a batch refused on its buffers (CheckBatchBuffers; a batch
+  // whose peers are wrong names no one to tell): each of its transfers
+  // exchanges the refusal's fingerprint with its peer on its route's next
+  // number, as the batch's own check would have, so every peer of the
+  // batch refuses its side at once.
+  absl::Status RefuseBatchWithPeers(
+      const char* name, const std::string& op, GlooGroup& group,
+      GlooExecutor& executor, absl::Span<const PeerValue<HostTensor>> sends,
+      absl::Span<const PeerValue<HostTensor>> receives,
+      const absl::Status& refusal);
   // The same for a transfer on `route` (both ends exchange fingerprints).
   absl::Status RefuseWithPeer(const char* name, const std::string& op,
                               const GlooRoute& route, GlooExecutor& executor,

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "dataplane/gloo/testing/gloo_test_cluster.h"
+#include "dataplane/peer_transfer.h"
 #include "gtest/gtest.h"
 
 namespace rankd::dataplane::gloo {
@@ -73,15 +74,43 @@ TEST_F(BackendTest, ValidationBeforeAnyNativeWork) {
             absl::StatusCode::kInvalidArgument);
   // Routes: both ends members, distinct, and this rank one of them.
   GlooGroup& tp = **b.group(2);
-  EXPECT_EQ(b.Route(tp, 0, 2).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(b.Route(tp, 1, 1).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(b.Route(b.world(), 1, 2).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  // The engine's words (dataplane/route.h), as NCCL's.
+  EXPECT_EQ(b.Route(tp, 0, 2).status(),
+            absl::InvalidArgumentError(
+                "gloo backend: route: route rank 0 -> rank 2 on group 2: rank "
+                "2 is not a member (its members: ranks 0-1)"));
+  EXPECT_EQ(b.Route(tp, 1, 1).status(),
+            absl::InvalidArgumentError(
+                "gloo backend: route: route 1 -> 1 on group 2: the source and "
+                "the destination are the same member (rank 1)"));
+  EXPECT_EQ(b.Route(b.world(), 1, 2).status(),
+            absl::InvalidArgumentError(
+                "gloo backend: route: route 1 -> 2 on world: this member (0, "
+                "rank 0) is neither end"));
   EXPECT_TRUE(b.Route(tp, 0, 1).ok());
   EXPECT_EQ(b.Route(other.world(), 0, 1).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // Bundles: only the destination receives, and the engine's bundle rules
+  // (dataplane/bundle.h), as NCCL's.
+  auto outbound = b.Route(b.world(), 0, 1);
+  ASSERT_TRUE(outbound.ok()) << outbound.status();
+  const std::vector<ValueDescriptor> one = {x.descriptor()};
+  EXPECT_EQ(b.ReceiveBundle(one, *outbound, e).status(),
+            absl::InvalidArgumentError(
+                "gloo backend: receive_bundle: route 0 -> 1 on world: this "
+                "member (0, rank 0) is not its destination"));
+  EXPECT_EQ(b.ReceiveBundleInto({x}, *outbound, e).status(),
+            absl::InvalidArgumentError(
+                "gloo backend: receive_bundle_into: route 0 -> 1 on world: "
+                "this member (0, rank 0) is not its destination"));
+  auto inbound = b.Route(b.world(), 1, 0);
+  ASSERT_TRUE(inbound.ok()) << inbound.status();
+  const std::vector<ValueDescriptor> many(kMaxBundleTensors + 1,
+                                          x.descriptor());
+  EXPECT_EQ(b.ReceiveBundle(many, *inbound, e).status(),
+            absl::InvalidArgumentError(
+                "gloo backend: send_receive on route 1->0 in world: a bundle "
+                "holds at most 60000 tensors; got 60001"));
   // Local dependencies: null values are refused.
   const HostTensor* none[] = {nullptr};
   EXPECT_EQ(GlooBackend::SubmitLocalDependencies(none, e).status().code(),

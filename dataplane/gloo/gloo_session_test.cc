@@ -1163,7 +1163,9 @@ TEST(RefusalTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
           auto received =
               backend.ReceiveBundleInto(outputs, *route, backend.executor());
           ASSERT_FALSE(received.ok());
-          refused_here(received.status(), "shares its buffer",
+          refused_here(received.status(),
+                       "send_receive on route 1->0 in world: output 1 "
+                       "overlaps output 0 of the bundle",
                        "is told and refuses it too");
         } else {
           auto route = backend.Route(backend.world(), 1, 0);
@@ -1178,6 +1180,29 @@ TEST(RefusalTest, AMemberThatRefusesItsOwnArgumentsIsNamedByItsPeers) {
               waited.message(),
               "the send to member 0 (rank 0): this end has `bundle(f32[2], "
               "f32[2])`, the other end refused it on its own arguments"))
+              << waited;
+        }
+        // A batch whose buffers are wrong: rank 0's two receives write the
+        // same bytes. Rank 1's sends are told, as on NCCL.
+        if (r == 0) {
+          const std::vector<PeerValue<HostTensor>> twice = {{1, out}, {1, out}};
+          auto refused = s.BatchSendReceive(world, {}, twice);
+          ASSERT_FALSE(refused.ok());
+          refused_here(refused.status(),
+                       "receive 1 overlaps the output of receive 0",
+                       " (the other members of world are told and refuse it "
+                       "too)");
+        } else {
+          const std::vector<PeerValue<HostTensor>> two = {{0, x}, {0, x}};
+          auto sent = s.BatchSendReceive(world, two, {});
+          ASSERT_TRUE(sent.ok()) << sent.status();
+          absl::Status waited = sent->completion->Wait();
+          EXPECT_EQ(waited.code(), absl::StatusCode::kInvalidArgument)
+              << waited;
+          EXPECT_TRUE(absl::StrContains(
+              waited.message(),
+              "the send to member 0 (rank 0): this end has `bundle(f32[2])`, "
+              "the other end refused it on its own arguments"))
               << waited;
         }
       }

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "dataplane/nccl/internal/session_impl.h"
+#include "dataplane/route.h"
 
 namespace rankd::dataplane::nccl {
 
@@ -78,17 +79,11 @@ absl::StatusOr<NcclRoute> NcclBackend::Route(const CollectiveScope& scope,
                              &DistributedCapabilities::point_to_point,
                              "point_to_point");
   if (!comm.ok()) return comm.status();
-  const size_t n = (*comm)->members.size();
-  const size_t me = (*comm)->local_rank;
-  if (source >= n || destination >= n || source == destination) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: route ", source, " -> ", destination, " on ",
-        scope.ToString(), " needs two different member indices below ", n));
-  }
-  if (me != source && me != destination) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: route ", source, " -> ", destination, " on ",
-        scope.ToString(), " does not involve this member (", me, ")"));
+  if (absl::Status s =
+          CheckRoute("nccl", "route", scope.ToString(), (*comm)->members,
+                     source, destination, (*comm)->local_rank);
+      !s.ok()) {
+    return s;
   }
   NcclGroup group(impl_, *std::move(comm),
                   scope.is_world() ? kWorldGroupId : scope.group_id(),
@@ -297,11 +292,12 @@ BundleSubmission<NcclBackend> NcclBackend::SendReceive(
 BundleSubmission<NcclBackend> NcclBackend::ReceiveBundle(
     absl::Span<const ValueDescriptor> descriptors, const NcclRoute& route,
     CudaExecutor& executor) {
-  if (route.group().local_rank() != route.destination()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: receive_bundle: this member (",
-        route.group().local_rank(), ") is not the destination of route ",
-        route.source(), " -> ", route.destination()));
+  if (absl::Status s = CheckRouteDestination(
+          "nccl", "receive_bundle", GroupName(route.group()),
+          route.group().members(), route.source(), route.destination(),
+          route.group().local_rank());
+      !s.ok()) {
+    return s;
   }
   return SubmitRoute({}, descriptors, {}, route, executor);
 }
@@ -309,11 +305,12 @@ BundleSubmission<NcclBackend> NcclBackend::ReceiveBundle(
 BundleSubmission<NcclBackend> NcclBackend::ReceiveBundleInto(
     absl::Span<const DeviceTensor> outputs, const NcclRoute& route,
     CudaExecutor& executor) {
-  if (route.group().local_rank() != route.destination()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: receive_bundle_into: this member (",
-        route.group().local_rank(), ") is not the destination of route ",
-        route.source(), " -> ", route.destination()));
+  if (absl::Status s = CheckRouteDestination(
+          "nccl", "receive_bundle_into", GroupName(route.group()),
+          route.group().members(), route.source(), route.destination(),
+          route.group().local_rank());
+      !s.ok()) {
+    return s;
   }
   std::vector<ValueDescriptor> descriptors;
   descriptors.reserve(outputs.size());

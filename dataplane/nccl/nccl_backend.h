@@ -128,7 +128,8 @@ class NcclBackend {
   // is not in).
   absl::StatusOr<NcclGroup> Group(const CollectiveScope& scope) const;
   // A route `source` -> `destination` (member indices of the scope); this
-  // rank must be one of them. Needs point_to_point.
+  // rank must be one of them (InvalidArgument in the engine's words,
+  // dataplane/route.h's CheckRoute). Needs point_to_point.
   absl::StatusOr<NcclRoute> Route(const CollectiveScope& scope, size_t source,
                                   size_t destination) const;
 
@@ -157,7 +158,8 @@ class NcclBackend {
   // returned as the output. On the destination, `tensors` only give the
   // descriptors to receive (as ReceiveBundle) and the output holds fresh
   // device tensors with the data. Both ends must pass the same descriptors
-  // in the same order.
+  // in the same order. At most kMaxBundleTensors tensors
+  // (dataplane/bundle.h).
   BundleSubmission<NcclBackend> SendReceive(
       absl::Span<const DeviceTensor> tensors, const NcclRoute& route,
       CudaExecutor& executor);
@@ -211,8 +213,8 @@ class NcclBackend {
                                               NcclGroup& group,
                                               CudaExecutor& executor);
   // The destination end of SendReceive into `outputs` (their descriptors
-  // are the ones received; they must not overlap). InvalidArgument on the
-  // source.
+  // are the ones received; no two may share a byte: dataplane/bundle.h's
+  // CheckBundleOutputs). InvalidArgument on the source.
   BundleSubmission<NcclBackend> ReceiveBundleInto(
       absl::Span<const DeviceTensor> outputs, const NcclRoute& route,
       CudaExecutor& executor);

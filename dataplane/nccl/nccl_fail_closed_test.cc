@@ -415,20 +415,54 @@ TEST_F(NcclValidation, BroadcastRootInRange) {
 }
 
 TEST_F(NcclValidation, BundleRoutes) {
+  // The engine's route words (dataplane/route.h), as Gloo's.
   const DeviceTensor x = Fake(Desc({2}), -1);
   std::vector<DeviceTensor> bundle = {x};
   ExpectInvalid(SubmitBundle(core(), comm_, BundleEnd{bundle, {}, {}}, 1, 1,
                              nullptr, "send_receive")
                     .status(),
-                "two different");
+                "nccl backend: send_receive: route 1 -> 1 on group 3: the "
+                "source and the destination are the same member (rank 1)");
   ExpectInvalid(SubmitBundle(core(), comm_, BundleEnd{bundle, {}, {}}, 0, 3,
                              nullptr, "send_receive")
                     .status(),
-                "two different");
+                "nccl backend: send_receive: route 0 -> 3 on group 3: member "
+                "3 is outside the scope's 3 members");
   ExpectInvalid(SubmitBundle(core(), comm_, BundleEnd{bundle, {}, {}}, 0, 2,
                              nullptr, "send_receive")
                     .status(),
-                "neither the source nor the destination");
+                "nccl backend: send_receive: route 0 -> 2 on group 3: this "
+                "member (1, rank 1) is neither end");
+}
+
+TEST_F(NcclValidation, BundleSizeAndOutputs) {
+  // The engine's bundle rules (dataplane/bundle.h), as Gloo's: at most
+  // kMaxBundleTensors tensors, and outputs that share no byte (here the
+  // second starts inside the first, which a same-start rule would miss).
+  const std::vector<ValueDescriptor> many(kMaxBundleTensors + 1, Desc({0}));
+  ExpectInvalid(SubmitBundle(core(), comm_, BundleEnd{{}, many, {}}, 0, 1,
+                             nullptr, "receive_bundle")
+                    .status(),
+                "nccl backend: receive_bundle: a bundle holds at most 60000 "
+                "tensors; got 60001");
+  static char bytes[16];
+  const std::vector<ValueDescriptor> two(2, Desc({2}));
+  std::vector<DeviceTensor> outputs;
+  for (char* at : {bytes, bytes + 4}) {
+    outputs.push_back(*DeviceTensor::Wrap(
+        DeviceBuffer::External(at, two[0].byte_size(), -1), two[0]));
+  }
+  ExpectInvalid(SubmitBundle(core(), comm_, BundleEnd{{}, two, outputs}, 0, 1,
+                             nullptr, "receive_bundle_into")
+                    .status(),
+                "nccl backend: receive_bundle_into: output 1 overlaps output 0 "
+                "of the bundle");
+  ExpectInvalid(
+      SubmitBundle(core(), comm_,
+                   BundleEnd{{}, two, absl::MakeConstSpan(outputs).subspan(1)},
+                   0, 1, nullptr, "receive_bundle_into")
+          .status(),
+      "nccl backend: receive_bundle_into: 1 outputs for a bundle of 2 values");
 }
 
 // --- Completion and quarantine logic, with an operation whose event never

@@ -509,11 +509,41 @@ TEST_F(NcclMultiGpuTest, CollectivesAcrossRanks) {
           EXPECT_EQ(Download<int32_t>(again->output[1]),
                     std::vector<int32_t>{42});
           if (r == 0) {
-            // The source has tensors to send: refused, nothing queued.
+            // The source has tensors to send: refused, nothing queued, in
+            // the engine's words (dataplane/route.h), as Gloo's.
             auto wrong_end = backend.ReceiveBundle(shapes, *route, executor);
-            EXPECT_EQ(wrong_end.status().code(),
-                      absl::StatusCode::kInvalidArgument)
-                << wrong_end.status();
+            EXPECT_EQ(wrong_end.status(),
+                      absl::InvalidArgumentError(
+                          "nccl backend: receive_bundle: route 0 -> 1 on "
+                          "world: this member (0, rank 0) is not its "
+                          "destination"));
+          } else {
+            // The engine's bundle rules (dataplane/bundle.h), as Gloo's:
+            // refused on this end alone (nothing is told without
+            // verify_agreement), so the source's next bundle pairs with
+            // the ReceiveBundleInto below.
+            const std::vector<ValueDescriptor> many(kMaxBundleTensors + 1,
+                                                    Desc({0}));
+            EXPECT_EQ(backend.ReceiveBundle(many, *route, executor).status(),
+                      absl::InvalidArgumentError(
+                          "nccl backend: send_receive 0 -> 1 on world: a "
+                          "bundle holds at most 60000 tensors; got 60001"));
+            // Outputs that share bytes without sharing a start.
+            auto block = Upload(Desc({3}), std::vector<float>{0, 0, 0}, stream);
+            std::vector<DeviceTensor> overlapping;
+            for (size_t at : {0, 1}) {
+              overlapping.push_back(*DeviceTensor::Wrap(
+                  DeviceBuffer::External(static_cast<float*>(block.data()) + at,
+                                         2 * sizeof(float), block.device(),
+                                         block.buffer()),
+                  Desc({2})));
+            }
+            EXPECT_EQ(
+                backend.ReceiveBundleInto(overlapping, *route, executor)
+                    .status(),
+                absl::InvalidArgumentError(
+                    "nccl backend: send_receive 0 -> 1 on world: output 1 "
+                    "overlaps output 0 of the bundle"));
           }
 
           // ... and into the destination's own tensors (ReceiveBundleInto).

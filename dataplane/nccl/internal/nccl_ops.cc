@@ -9,9 +9,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "dataplane/batch.h"
+#include "dataplane/bundle.h"
 #include "dataplane/nccl/cuda_copy.h"
 #include "dataplane/nccl/internal/session_impl.h"
 #include "dataplane/operation_description.h"
+#include "dataplane/route.h"
 
 namespace rankd::dataplane::nccl::internal {
 namespace {
@@ -619,27 +621,27 @@ SubmitBundle(SessionImpl& core, const ScopedComm& on, const BundleEnd& end,
              uint32_t source, uint32_t destination,
              const std::shared_ptr<CudaStream>& stream, std::string name) {
   const std::shared_ptr<CommEntry>& comm = on.comm;
-  const uint32_t n = static_cast<uint32_t>(comm->members.size());
   const uint32_t me = comm->local_rank;
-  if (source >= n || destination >= n || source == destination) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "nccl backend: ", name, ": route ", source, " -> ", destination,
-        " needs two different member indices below ", n));
-  }
-  if (me != source && me != destination) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("nccl backend: ", name, ": this member (", me,
-                     ") is neither the source nor the destination of route ",
-                     source, " -> ", destination));
+  if (absl::Status s = CheckRoute(kBackend, name, on.scope, comm->members,
+                                  source, destination, me);
+      !s.ok()) {
+    return s;
   }
   const bool sending = me == source;
   const bool into = !sending && !end.receive_into.empty();
   Refusal refuse(core, on, stream, name);
   refuse.Route(source, destination);
-  if (into && end.receive_into.size() != end.receive.size()) {
-    return refuse.Refuse(absl::InvalidArgumentError(
-        absl::StrCat("nccl backend: ", name, ": ", end.receive_into.size(),
-                     " outputs for a bundle of ", end.receive.size())));
+  if (absl::Status s = CheckBundleSize(
+          kBackend, name, sending ? end.send.size() : end.receive.size());
+      !s.ok()) {
+    return refuse.Refuse(s);
+  }
+  if (into) {
+    if (absl::Status s = CheckBundleOutputs(kBackend, name, end.receive_into,
+                                            end.receive.size());
+        !s.ok()) {
+      return refuse.Refuse(s);
+    }
   }
   // The tensors this member hands to NCCL: sent, or received into.
   const absl::Span<const DeviceTensor> given =
@@ -669,20 +671,7 @@ SubmitBundle(SessionImpl& core, const ScopedComm& on, const BundleEnd& end,
     for (const DeviceTensor& t : end.send)
       buffers.emplace_back(t.data(), t.byte_size());
   } else if (into) {
-    // The caller's tensors are the outputs; no two may overlap.
-    std::vector<std::pair<const char*, size_t>> ranges;
-    for (const DeviceTensor& t : end.receive_into) {
-      if (t.byte_size() == 0) continue;
-      ranges.emplace_back(static_cast<const char*>(t.data()), t.byte_size());
-    }
-    std::sort(ranges.begin(), ranges.end());
-    for (size_t i = 1; i < ranges.size(); ++i) {
-      if (ranges[i - 1].first + ranges[i - 1].second > ranges[i].first) {
-        return refuse.Refuse(absl::InvalidArgumentError(
-            absl::StrCat("nccl backend: ", plan.name,
-                         ": two outputs of the bundle overlap")));
-      }
-    }
+    // The caller's tensors are the outputs (CheckBundleOutputs above).
     plan.outputs.assign(end.receive_into.begin(), end.receive_into.end());
     outputs.assign(end.receive_into.begin(), end.receive_into.end());
     for (const DeviceTensor& t : end.receive_into)
