@@ -19,8 +19,10 @@ std::string Check(size_t source, size_t destination, size_t me) {
 }
 
 TEST(CheckRoute, AcceptsTwoMembersOfWhichThisIsOne) {
-  EXPECT_TRUE(CheckRoute("gloo", "route", "group 3", kMembers, 0, 2, 0).ok());
-  EXPECT_TRUE(CheckRoute("gloo", "route", "group 3", kMembers, 2, 0, 0).ok());
+  EXPECT_TRUE(
+      CheckRoute("gloo", "opening a route", "group 3", kMembers, 0, 2, 0).ok());
+  EXPECT_TRUE(
+      CheckRoute("gloo", "opening a route", "group 3", kMembers, 2, 0, 0).ok());
 }
 
 TEST(CheckRoute, NamesTheBrokenRule) {
@@ -42,31 +44,37 @@ TEST(CheckRoute, NamesTheBrokenRule) {
 }
 
 TEST(RouteBetweenRanks, GivesTheEndsMemberIndices) {
-  auto ends = RouteBetweenRanks("gloo", "route", "group 3", kMembers, 7, 4, 0);
+  auto ends = RouteBetweenRanks("gloo", "opening a route", "group 3", kMembers,
+                                7, 4, 0);
   ASSERT_TRUE(ends.ok()) << ends.status();
   EXPECT_EQ(ends->first, 2u);
   EXPECT_EQ(ends->second, 0u);
 }
 
 TEST(RouteBetweenRanks, RefusesARankOutsideTheScopeNamingItsMembers) {
-  auto ends = RouteBetweenRanks("gloo", "route", "group 3", kMembers, 4, 6, 0);
+  auto ends = RouteBetweenRanks("gloo", "opening a route", "group 3", kMembers,
+                                4, 6, 0);
   EXPECT_EQ(ends.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ends.status().message(),
-            "gloo backend: route: route rank 4 -> rank 6 on group 3: rank 6 "
+            "gloo backend: opening a route: route rank 4 -> rank 6 on group 3: "
+            "rank 6 "
             "is not a member (its members: ranks 4-5, 7)");
 }
 
 TEST(RouteBetweenRanks, RefusesAsCheckRouteDoes) {
-  EXPECT_EQ(RouteBetweenRanks("gloo", "route", "group 3", kMembers, 5, 5, 1)
-                .status()
-                .message(),
-            "gloo backend: route: route 1 -> 1 on group 3: the source and the "
-            "destination are the same member (rank 5)");
   EXPECT_EQ(
-      RouteBetweenRanks("gloo", "route", "group 3", kMembers, 4, 5, 2)
+      RouteBetweenRanks("gloo", "opening a route", "group 3", kMembers, 5, 5, 1)
           .status()
           .message(),
-      "gloo backend: route: route 0 -> 1 on group 3: this member (2, rank 7) "
+      "gloo backend: opening a route: route 1 -> 1 on group 3: the "
+      "source and the "
+      "destination are the same member (rank 5)");
+  EXPECT_EQ(
+      RouteBetweenRanks("gloo", "opening a route", "group 3", kMembers, 4, 5, 2)
+          .status()
+          .message(),
+      "gloo backend: opening a route: route 0 -> 1 on group 3: this "
+      "member (2, rank 7) "
       "is neither end");
 }
 

@@ -343,9 +343,9 @@ absl::StatusOr<GlooRoute> GlooBackend::Route(GlooGroup& group,
     return absl::InvalidArgumentError(
         "gloo backend: route: the group does not belong to this backend");
   }
-  auto ends =
-      RouteBetweenRanks(kBackend, "route", group.ToString(), group.members(),
-                        source_rank, destination_rank, group.local_rank());
+  auto ends = RouteBetweenRanks(kBackend, "opening a route", group.ToString(),
+                                group.members(), source_rank, destination_rank,
+                                group.local_rank());
   if (!ends.ok()) return ends.status();
   return GlooRoute(group.shared_from_this(), static_cast<uint32_t>(ends->first),
                    static_cast<uint32_t>(ends->second));

@@ -79,9 +79,9 @@ absl::StatusOr<NcclRoute> NcclBackend::Route(const CollectiveScope& scope,
                              &DistributedCapabilities::point_to_point,
                              "point_to_point");
   if (!comm.ok()) return comm.status();
-  if (absl::Status s =
-          CheckRoute("nccl", "route", scope.ToString(), (*comm)->members,
-                     source, destination, (*comm)->local_rank);
+  if (absl::Status s = CheckRoute("nccl", "opening a route", scope.ToString(),
+                                  (*comm)->members, source, destination,
+                                  (*comm)->local_rank);
       !s.ok()) {
     return s;
   }
