@@ -158,7 +158,11 @@ class Coordinator {
   // Waits at most timeout_ms for the key; a cancelled `cancellation` (may
   // be null) releases the wait at once with Cancelled. ResourceExhausted
   // when the rank has spec.limits.max_waiting_gets_per_rank gets waiting
-  // already.
+  // already. A loss that ends the epoch the get was admitted in (the
+  // job's, or with recovery by domain its domain's) ends it with Aborted
+  // in the words its rounds fail with ("epoch 1 ended: ...; recovering at
+  // epoch 2 ..."), waiting or not yet answered: a get of an ended epoch is
+  // never answered with a value, so it cannot read the next epoch's keys.
   void KvGet(const v1::KvGetRequest& request, Reply<v1::KvGetResponse> reply,
              const CancellationRef& cancellation = nullptr);
   absl::StatusOr<v1::KvAddResponse> KvAdd(const v1::KvAddRequest& request);
@@ -319,6 +323,9 @@ class Coordinator {
   uint32_t DomainOfRank(uint32_t rank) const {
     return DomainOf(spec_.topology, rank);
   }
+  // `rank`'s fence in the key-value store: its domain (with recovery by
+  // domain, else 0) and the epoch it acts in. `rank` must be in the world.
+  KvReader ReaderLocked(uint32_t rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The epoch `rank` acts in: its domain's with recovery by domain, else
   // the job's. `rank` must be in the world.
   uint64_t EpochOfRankLocked(uint32_t rank) const
@@ -410,6 +417,9 @@ class Coordinator {
   std::vector<WordRounds::Answers> owed_round_answers_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<JoinWaiter, absl::Status>> ended_joins_
       ABSL_GUARDED_BY(mu_);
+  // The key-value gets an ended epoch took from the store (LoseLocked),
+  // answered by ReleaseEnded without the lock.
+  std::vector<KvStore::EndedGets> ended_gets_ ABSL_GUARDED_BY(mu_);
   // Ended domain epochs whose keys DropEndedEpochKeys removes.
   std::vector<uint64_t> epochs_to_drop_ ABSL_GUARDED_BY(mu_);
   std::vector<Node> nodes_ ABSL_GUARDED_BY(mu_);
