@@ -9,15 +9,15 @@
 //
 // Epochs (spec.recovery, docs/architecture.md "Epochs and recovery"): the
 // job forms at epoch 1. With recovery on, a loss while READY or RECOVERING
-// does not fail the job: it ends the current epoch (its open rounds fail
-// with Aborted naming the loss), moves the job to RECOVERING at the next
-// epoch and frees the lost slots, which replacement processes (a new
-// incarnation of the same rank) and replacement daemons (a new daemon
-// incarnation of the same node index) then take. Every loss, a second one
-// during recovery included, starts a new epoch; the deadline
-// (spec.recovery_deadline) runs from the first loss. A member acts only in
-// the epoch it joined into: a survivor joins again (same incarnation) to
-// enter the new one. The job is READY again once every slot is held and
+// does not fail the job: it ends the current epoch (its open rounds and
+// the key-value gets waiting from it fail with Aborted naming the loss),
+// moves the job to RECOVERING at the next epoch and frees the lost slots,
+// which replacement processes (a new incarnation of the same rank) and
+// replacement daemons (a new daemon incarnation of the same node index)
+// then take. Every loss, a second one during recovery included, starts a
+// new epoch; the deadline (spec.recovery_deadline) runs from the first
+// loss. A member acts only in the epoch it joined into: a survivor joins
+// again (same incarnation) to enter the new one. The job is READY again once every slot is held and
 // every member is in the new epoch (the replacements, and the survivors
 // that joined again), or FAILED at the deadline naming what never came
 // back: a lost slot not taken, or a survivor that never joined again.
@@ -262,7 +262,8 @@ class Coordinator {
   // `ranks` (and `node`, if set) were lost, their LOST event appended: with
   // recovery on and the job READY or RECOVERING, frees their slots and
   // moves the job to RECOVERING at the next epoch (ReleaseEnded
-  // then fails the ended epoch's rounds); otherwise fails the job.
+  // then fails the ended epoch's rounds and the gets it took from the
+  // store); otherwise fails the job.
   void LoseLocked(const std::string& cause, const std::vector<uint32_t>& ranks,
                   std::optional<uint32_t> node)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -299,8 +300,8 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases what a failed job or an ended epoch leaves waiting: after
   // FailJobLocked every wait; after LoseLocked moved the job to a new
-  // epoch, the ended epoch's rounds and the joins waiting for the world.
-  // Call without the lock.
+  // epoch, the ended epoch's rounds, key-value gets and the joins waiting
+  // for the world. Call without the lock.
   void ReleaseEnded();
   std::string MissingRanksLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds a join to the held MEMBER_JOINED event (see held_joins_), which
