@@ -17,10 +17,11 @@
 // then take. Every loss, a second one during recovery included, starts a
 // new epoch; the deadline (spec.recovery_deadline) runs from the first
 // loss. A member acts only in the epoch it joined into: a survivor joins
-// again (same incarnation) to enter the new one. The job is READY again once every slot is held and
-// every member is in the new epoch (the replacements, and the survivors
-// that joined again), or FAILED at the deadline naming what never came
-// back: a lost slot not taken, or a survivor that never joined again.
+// again (same incarnation) to enter the new one. The job is READY again
+// once every slot is held and every member is in the new epoch (the
+// replacements, and the survivors that joined again), or FAILED at the
+// deadline naming what never came back: a lost slot not taken, or a
+// survivor that never joined again.
 //
 // Recovery by domain (spec.recovery_by_domain with dp > 1; docs/contract.md
 // "Data-parallel domains", docs/architecture.md "Recovery by data-parallel
