@@ -166,6 +166,20 @@ class RawRank {
     return stub_->AllGatherWords(context.get(), request, response);
   }
 
+  // A blocking get of `key`, waiting at most `timeout_ms`.
+  grpc::Status KvGet(const std::string& key, uint32_t timeout_ms,
+                     std::string* value) {
+    v1::KvGetRequest request;
+    *request.mutable_member() = member_;
+    request.set_key(key);
+    request.set_timeout_ms(timeout_ms);
+    v1::KvGetResponse response;
+    auto context = Ctx(token_, absl::Milliseconds(timeout_ms) + kPatience);
+    grpc::Status s = stub_->KvGet(context.get(), request, &response);
+    if (s.ok() && value != nullptr) *value = response.value();
+    return s;
+  }
+
   grpc::Status KvSet(const std::string& key, const std::string& value) {
     v1::KvSetRequest request;
     *request.mutable_member() = member_;
@@ -478,6 +492,67 @@ TEST(RecoveryTest, StaleProcessOfTheEndedEpochIsFenced) {
   EXPECT_TRUE(absl::StrContains(s.error_message(),
                                 "belongs to epoch 1 but the job is at epoch 2"))
       << s.error_message();
+}
+
+// A survivor's get waiting for a key the killed rank never published (a
+// Gloo rendezvous address) ends with the loss, not at its own timeout:
+// on the coordinator's node and on the other node, whose daemon forwards
+// it. Once recovered, a survivor reads what the replacement publishes.
+TEST(RecoveryTest, AGetWaitingForAKilledRanksKeyEndsWithTheLoss) {
+  LocalCluster cluster(RecoveryOptions(60000));
+  ASSERT_TRUE(cluster.Start().ok());
+  std::vector<std::unique_ptr<RawRank>> survivors;
+  for (uint32_t r = 0; r < 3; ++r) {
+    survivors.push_back(JoinRank(cluster, r, 0x5000 + r));
+    ASSERT_NE(survivors.back(), nullptr);
+  }
+  auto victim = cluster.StartWorker(1, 1, {"--hold_ms=60000"});
+  ASSERT_TRUE(victim.ok());
+  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 1));
+
+  constexpr uint32_t kGetTimeoutMs = 60000;
+  std::vector<grpc::Status> got(2);
+  std::vector<absl::Time> ended(2);
+  std::vector<std::thread> gets;
+  for (uint32_t i = 0; i < 2; ++i) {
+    // Rank 0 on the coordinator's node, rank 2 on node 1.
+    gets.emplace_back([&, i] {
+      got[i] = survivors[i * 2]->KvGet("r3/gloo/addr", kGetTimeoutMs, nullptr);
+      ended[i] = absl::Now();
+    });
+  }
+  // Both wait at the coordinator before the loss.
+  AwaitJob(cluster, 0,
+           [](const v1::JobStatus& j) { return j.kv_waiters() == 2; });
+  const absl::Time killed = absl::Now();
+  victim->Signal(SIGKILL);
+  for (auto& t : gets) t.join();
+  for (uint32_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(got[i].error_code(), grpc::StatusCode::ABORTED)
+        << got[i].error_message();
+    EXPECT_TRUE(
+        absl::StrContains(got[i].error_message(), "epoch 1 ended: rank 3"))
+        << got[i].error_message();
+    EXPECT_TRUE(
+        absl::StrContains(got[i].error_message(), "recovering at epoch 2"))
+        << got[i].error_message();
+    EXPECT_LT(ended[i] - killed, absl::Seconds(1))
+        << "rank " << i * 2 << "'s get ended "
+        << absl::FormatDuration(ended[i] - killed) << " after the kill";
+  }
+
+  auto replacement = JoinRank(cluster, 3, 0x6003);
+  ASSERT_NE(replacement, nullptr);
+  for (auto& s : survivors) ASSERT_TRUE(s->Join().ok());
+  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 2));
+  std::string value;
+  std::thread get([&] {
+    got[0] = survivors[2]->KvGet("r3/gloo/addr", kGetTimeoutMs, &value);
+  });
+  ASSERT_TRUE(replacement->KvSet("r3/gloo/addr", "of epoch 2").ok());
+  get.join();
+  EXPECT_TRUE(got[0].ok()) << got[0].error_message();
+  EXPECT_EQ(value, "of epoch 2");
 }
 
 TEST(RecoveryTest, RestartedNodeDaemonRegistersAgainAndTheJobRecovers) {

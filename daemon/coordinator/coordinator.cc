@@ -986,9 +986,13 @@ void Coordinator::KvGet(const v1::KvGetRequest& request,
                         const CancellationRef& cancellation) {
   absl::Status status =
       CheckOptionalTimeoutMs(request.timeout_ms(), "timeout_ms");
+  KvReader reader;
   if (status.ok()) {
     absl::MutexLock lock(&mu_);
     status = CheckMemberLocked(request.member());
+    // The epoch the get is admitted in: a loss that ends it ends the get
+    // (LoseLocked), even one that ends it before the store sees the get.
+    if (status.ok()) reader = ReaderLocked(request.member().rank());
   }
   if (!status.ok()) return reply(status);
   const uint32_t rank = request.member().rank();
@@ -1024,7 +1028,11 @@ void Coordinator::KvGet(const v1::KvGetRequest& request,
         response.set_value(*std::move(value));
         reply(response);
       },
-      cancellation);
+      cancellation, reader);
+}
+
+KvReader Coordinator::ReaderLocked(uint32_t rank) const {
+  return KvReader{by_domain_ ? DomainOfRank(rank) : 0, EpochOfRankLocked(rank)};
 }
 
 absl::StatusOr<v1::KvAddResponse> Coordinator::KvAdd(
@@ -1141,6 +1149,9 @@ void Coordinator::LoseLocked(const std::string& cause,
       StillLostLocked(), ", at most ", std::max<int64_t>(left_ms, 0),
       " ms more (--recovery_deadline_ms)");
   epoch_ended_ = absl::AbortedError(message);
+  // Gets waiting from the ended epoch end with the loss, in this step, so
+  // that none is answered with what the next epoch writes.
+  ended_gets_.push_back(kv_.EndEpoch(0, ended, *epoch_ended_));
   // Joins waiting for the world of the ended epoch: answered by
   // ReleaseEnded (they join again into the new one). Taken now, under mu_:
   // a join that arrives before ReleaseEnded runs waits for the new epoch
@@ -1203,6 +1214,8 @@ void Coordinator::LoseDomainsLocked(const std::string& cause,
     absl::StatusOr<WordRounds::Answers> owed =
         rounds_.LoseDomain(index, d.epoch, ended_status);
     if (owed.ok()) owed_round_answers_.push_back(*std::move(owed));
+    // Gets waiting from the domain's ended epoch end with its loss.
+    ended_gets_.push_back(kv_.EndEpoch(index, ended, ended_status));
     // Joins of the domain waiting for it: their epoch ended.
     for (auto it = join_waiters_.begin(); it != join_waiters_.end();) {
       if (DomainOfRank(it->second.rank) != index) {
@@ -1435,11 +1448,13 @@ void Coordinator::ReleaseEnded() {
   uint64_t epoch = 0;
   std::vector<WordRounds::Answers> owed;
   std::vector<std::pair<JoinWaiter, absl::Status>> ended_joins;
+  std::vector<KvStore::EndedGets> ended_gets;
   {
     absl::MutexLock lock(&mu_);
     ended.swap(epoch_ended_);
     owed.swap(owed_round_answers_);
     ended_joins.swap(ended_joins_);
+    ended_gets.swap(ended_gets_);
     epoch = epoch_;
     cause = JobFailedLocked();
     if (!cause.ok()) {
@@ -1452,6 +1467,7 @@ void Coordinator::ReleaseEnded() {
   // Recovery by domain: what the domains' losses owe.
   for (WordRounds::Answers& answers : owed) answers.Send();
   for (auto& [w, status] : ended_joins) w.reply(status);
+  for (KvStore::EndedGets& gets : ended_gets) gets.Send();
   if (cause.ok() && !ended.has_value()) return;
   if (ended.has_value()) {
     // The epoch that ended: its rounds fail with the loss named, and

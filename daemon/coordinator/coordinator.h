@@ -9,18 +9,19 @@
 //
 // Epochs (spec.recovery, docs/architecture.md "Epochs and recovery"): the
 // job forms at epoch 1. With recovery on, a loss while READY or RECOVERING
-// does not fail the job: it ends the current epoch (its open rounds fail
-// with Aborted naming the loss), moves the job to RECOVERING at the next
-// epoch and frees the lost slots, which replacement processes (a new
-// incarnation of the same rank) and replacement daemons (a new daemon
-// incarnation of the same node index) then take. Every loss, a second one
-// during recovery included, starts a new epoch; the deadline
-// (spec.recovery_deadline) runs from the first loss. A member acts only in
-// the epoch it joined into: a survivor joins again (same incarnation) to
-// enter the new one. The job is READY again once every slot is held and
-// every member is in the new epoch (the replacements, and the survivors
-// that joined again), or FAILED at the deadline naming what never came
-// back: a lost slot not taken, or a survivor that never joined again.
+// does not fail the job: it ends the current epoch (its open rounds and
+// the key-value gets waiting from it fail with Aborted naming the loss),
+// moves the job to RECOVERING at the next epoch and frees the lost slots,
+// which replacement processes (a new incarnation of the same rank) and
+// replacement daemons (a new daemon incarnation of the same node index)
+// then take. Every loss, a second one during recovery included, starts a
+// new epoch; the deadline (spec.recovery_deadline) runs from the first
+// loss. A member acts only in the epoch it joined into: a survivor joins
+// again (same incarnation) to enter the new one. The job is READY again
+// once every slot is held and every member is in the new epoch (the
+// replacements, and the survivors that joined again), or FAILED at the
+// deadline naming what never came back: a lost slot not taken, or a
+// survivor that never joined again.
 //
 // Recovery by domain (spec.recovery_by_domain with dp > 1; docs/contract.md
 // "Data-parallel domains", docs/architecture.md "Recovery by data-parallel
@@ -158,7 +159,11 @@ class Coordinator {
   // Waits at most timeout_ms for the key; a cancelled `cancellation` (may
   // be null) releases the wait at once with Cancelled. ResourceExhausted
   // when the rank has spec.limits.max_waiting_gets_per_rank gets waiting
-  // already.
+  // already. A loss that ends the epoch the get was admitted in (the
+  // job's, or with recovery by domain its domain's) ends it with Aborted
+  // in the words its rounds fail with ("epoch 1 ended: ...; recovering at
+  // epoch 2 ..."), waiting or not yet answered: a get of an ended epoch is
+  // never answered with a value, so it cannot read the next epoch's keys.
   void KvGet(const v1::KvGetRequest& request, Reply<v1::KvGetResponse> reply,
              const CancellationRef& cancellation = nullptr);
   absl::StatusOr<v1::KvAddResponse> KvAdd(const v1::KvAddRequest& request);
@@ -258,7 +263,8 @@ class Coordinator {
   // `ranks` (and `node`, if set) were lost, their LOST event appended: with
   // recovery on and the job READY or RECOVERING, frees their slots and
   // moves the job to RECOVERING at the next epoch (ReleaseEnded
-  // then fails the ended epoch's rounds); otherwise fails the job.
+  // then fails the ended epoch's rounds and the gets it took from the
+  // store); otherwise fails the job.
   void LoseLocked(const std::string& cause, const std::vector<uint32_t>& ranks,
                   std::optional<uint32_t> node)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -295,8 +301,8 @@ class Coordinator {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases what a failed job or an ended epoch leaves waiting: after
   // FailJobLocked every wait; after LoseLocked moved the job to a new
-  // epoch, the ended epoch's rounds and the joins waiting for the world.
-  // Call without the lock.
+  // epoch, the ended epoch's rounds, key-value gets and the joins waiting
+  // for the world. Call without the lock.
   void ReleaseEnded();
   std::string MissingRanksLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds a join to the held MEMBER_JOINED event (see held_joins_), which
@@ -319,6 +325,9 @@ class Coordinator {
   uint32_t DomainOfRank(uint32_t rank) const {
     return DomainOf(spec_.topology, rank);
   }
+  // `rank`'s fence in the key-value store: its domain (with recovery by
+  // domain, else 0) and the epoch it acts in. `rank` must be in the world.
+  KvReader ReaderLocked(uint32_t rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The epoch `rank` acts in: its domain's with recovery by domain, else
   // the job's. `rank` must be in the world.
   uint64_t EpochOfRankLocked(uint32_t rank) const
@@ -410,6 +419,9 @@ class Coordinator {
   std::vector<WordRounds::Answers> owed_round_answers_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<JoinWaiter, absl::Status>> ended_joins_
       ABSL_GUARDED_BY(mu_);
+  // The key-value gets an ended epoch took from the store (LoseLocked),
+  // answered by ReleaseEnded without the lock.
+  std::vector<KvStore::EndedGets> ended_gets_ ABSL_GUARDED_BY(mu_);
   // Ended domain epochs whose keys DropEndedEpochKeys removes.
   std::vector<uint64_t> epochs_to_drop_ ABSL_GUARDED_BY(mu_);
   std::vector<Node> nodes_ ABSL_GUARDED_BY(mu_);

@@ -1829,6 +1829,73 @@ TEST_F(RecoveryTest, AnEndedEpochsKeysAreDroppedOnceReadyAgain) {
   EXPECT_EQ(coord_->PeekKey("r0/epoch-one"), "a");
 }
 
+// A get waiting from epoch 1 once waited on past the loss that ended it
+// (stalling a survivor's Gloo rendezvous for its whole timeout), and a
+// key written in epoch 2 then answered it.
+TEST_F(RecoveryTest, AGetWaitingAtALossEndsWithTheLossNotItsTimeout) {
+  FormWorld();
+  auto for_dead_rank = KvGet(Member(0), "r3/addr", kLongMs);
+  auto for_shared = KvGet(Member(1), "plain", kLongMs);
+  auto round = Contribute(0, 1, {{0, {10}}, {1, {11}}});
+  ASSERT_FALSE(for_dead_rank->Ready());
+  ASSERT_FALSE(for_shared->Ready());
+  EXPECT_EQ(coord_->GetJob().kv_waiters(), 2u);
+  ASSERT_TRUE(Lose(1, 3).ok());
+  ASSERT_TRUE(for_dead_rank->Wait());
+  ASSERT_TRUE(for_shared->Wait());
+  ASSERT_TRUE(round->Wait());
+  // The words the loss ends the epoch's rounds with.
+  EXPECT_STATUS(for_dead_rank->status(), absl::StatusCode::kAborted,
+                "epoch 1 ended: rank 3");
+  EXPECT_TRUE(absl::StrContains(for_dead_rank->status().message(),
+                                "recovering at epoch 2"));
+  EXPECT_EQ(for_dead_rank->status(), round->status());
+  EXPECT_EQ(for_shared->status(), round->status());
+  EXPECT_EQ(coord_->GetJob().kv_waiters(), 0u);
+
+  // Epoch 2: a survivor's get waits again and the replacement answers it;
+  // the ended gets are not answered a second time.
+  ASSERT_TRUE(JoinNow(0, 0).ok());
+  auto again = KvGet(Member(0), "r3/addr", kLongMs);
+  ASSERT_TRUE(JoinNow(1, 3, 0xbeef).ok());
+  ASSERT_TRUE(KvSet(Member(3, 0xbeef), "r3/addr", "of epoch 2").ok());
+  ASSERT_TRUE(KvSet(Member(0), "plain", "of epoch 2").ok());
+  ASSERT_TRUE(again->Wait());
+  ASSERT_TRUE(again->value.ok()) << again->status();
+  EXPECT_EQ(again->value->value(), "of epoch 2");
+  EXPECT_EQ(for_dead_rank->calls.load(), 1);
+  EXPECT_EQ(for_shared->calls.load(), 1);
+  EXPECT_EQ(coord_->GetJob().kv_waiters(), 0u);
+}
+
+// A second loss during recovery ends epoch 2's gets too, with its own
+// words; a get of the ended epoch is never left waiting.
+TEST_F(RecoveryTest, ASecondLossEndsTheGetsOfTheEpochItEnds) {
+  FormWorld();
+  ASSERT_TRUE(Lose(1, 3).ok());
+  ASSERT_TRUE(JoinNow(0, 0).ok());  // into epoch 2
+  auto of_epoch2 = KvGet(Member(0), "r3/addr", kLongMs);
+  ASSERT_FALSE(of_epoch2->Ready());
+  ASSERT_TRUE(Lose(1, 2).ok());
+  ASSERT_TRUE(of_epoch2->Wait());
+  EXPECT_STATUS(of_epoch2->status(), absl::StatusCode::kAborted,
+                "epoch 2 ended: rank 2");
+  EXPECT_TRUE(absl::StrContains(of_epoch2->status().message(),
+                                "recovering at epoch 3"));
+  EXPECT_EQ(coord_->GetJob().kv_waiters(), 0u);
+}
+
+// With recovery off a loss fails the job: the gets end with its failure,
+// as before epochs.
+TEST_F(CoordinatorTest, RecoveryOffAGetWaitingAtALossEndsWithTheFailure) {
+  FormWorld();
+  auto waiting = KvGet(Member(0), "r3/addr", kLongMs);
+  ASSERT_TRUE(
+      coord_->ReleaseRank(ReleaseRequest(1, 3, false, "test kill")).ok());
+  ASSERT_TRUE(waiting->Wait());
+  EXPECT_STATUS(waiting->status(), absl::StatusCode::kAborted, "job failed");
+}
+
 TEST_F(RecoveryTest, ALeaveDuringRecoveryFailsTheJobNamingTheLostSlots) {
   FormWorld();
   ASSERT_TRUE(Lose(1, 3).ok());
@@ -1929,6 +1996,49 @@ TEST_F(DomainRecoveryTest, ALossInOneDomainLeavesTheOtherServing) {
   EXPECT_STATUS(KvSet(Member(0), "epoch/2/r0/uid", "x"),
                 absl::StatusCode::kFailedPrecondition,
                 "rank 0's domain 0 is at epoch 1");
+}
+
+// A loss ends the gets of the domains it hits, in their rounds' words;
+// the serving domain's gets wait on and are answered.
+TEST_F(DomainRecoveryTest, ALossEndsOnlyTheHitDomainsGets) {
+  FormWorld();
+  auto hit = KvGet(Member(2), "r3/addr", kLongMs);
+  auto serving = KvGet(Member(0), "r1/addr", kLongMs);
+  auto round = Contribute(1, 1, {{2, {12}}, {3, {13}}});
+  ASSERT_TRUE(Lose(1, 3).ok());
+  ASSERT_TRUE(hit->Wait());
+  ASSERT_TRUE(round->Wait());
+  EXPECT_STATUS(hit->status(), absl::StatusCode::kAborted,
+                "domain 1 (ranks 2-3) epoch 1 ended: rank 3");
+  EXPECT_EQ(hit->status(), round->status());
+  EXPECT_FALSE(serving->Ready());
+  EXPECT_EQ(coord_->GetJob().kv_waiters(), 1u);
+  ASSERT_TRUE(KvSet(Member(1), "r1/addr", "still epoch 1").ok());
+  ASSERT_TRUE(serving->Wait());
+  ASSERT_TRUE(serving->value.ok()) << serving->status();
+  EXPECT_EQ(serving->value->value(), "still epoch 1");
+
+  // Domain 1's survivor, joined into its epoch 2, waits again; a second
+  // loss in domain 1 ends that get, and domain 0's still wait.
+  ASSERT_TRUE(JoinNow(1, 2).ok());
+  auto of_epoch2 = KvGet(Member(2), "r3/addr", kLongMs);
+  auto serving2 = KvGet(Member(0), "r1/other", kLongMs);
+  ASSERT_TRUE(JoinNow(1, 3, 0xbeef).ok());  // domain 1 whole again
+  ASSERT_TRUE(coord_
+                  ->ReleaseRank([&] {
+                    v1::ReleaseRankRequest r =
+                        ReleaseRequest(1, 3, false, "test kill");
+                    r.set_incarnation(0xbeef);
+                    return r;
+                  }())
+                  .ok());
+  ASSERT_TRUE(of_epoch2->Wait());
+  EXPECT_STATUS(of_epoch2->status(), absl::StatusCode::kAborted,
+                "epoch 2 ended");
+  EXPECT_FALSE(serving2->Ready());
+  ASSERT_TRUE(KvSet(Member(1), "r1/other", "x").ok());
+  ASSERT_TRUE(serving2->Wait());
+  EXPECT_TRUE(serving2->value.ok()) << serving2->status();
 }
 
 TEST_F(DomainRecoveryTest, ARecoveredDomainReentersWorldRoundsAtABoundary) {

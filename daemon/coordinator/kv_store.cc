@@ -165,7 +165,7 @@ absl::Status KvStore::CheckOwnerLocked(absl::string_view key, uint32_t rank,
 }
 
 void KvStore::Get(absl::string_view key, absl::Time deadline, GetCallback done,
-                  const CancellationRef& cancellation) {
+                  const CancellationRef& cancellation, KvReader reader) {
   if (auto s = ValidateKey(key); !s.ok()) return done(s);
   absl::StatusOr<std::string> immediate;
   uint64_t parked = 0;
@@ -173,6 +173,11 @@ void KvStore::Get(absl::string_view key, absl::Time deadline, GetCallback done,
     absl::MutexLock lock(&mu_);
     if (!failure_.ok()) {
       immediate = failure_;
+    } else if (std::optional<absl::Status> ended = EndedLocked(reader);
+               ended.has_value()) {
+      // Admitted before its epoch ended, arriving after: the same answer
+      // as a get that waited across the end.
+      immediate = *std::move(ended);
     } else if (auto it = values_.find(key); it != values_.end()) {
       immediate = it->second.value;
     } else if (deadline <= MonotonicNow()) {
@@ -186,6 +191,7 @@ void KvStore::Get(absl::string_view key, absl::Time deadline, GetCallback done,
       w.done = std::move(done);
       w.timer = timer_->Schedule(deadline,
                                  [this, id, waited] { Expire(id, waited); });
+      w.reader = reader;
       parked = id;
     }
   }
@@ -197,6 +203,44 @@ void KvStore::Get(absl::string_view key, absl::Time deadline, GetCallback done,
     return;
   }
   done(std::move(immediate));
+}
+
+std::optional<absl::Status> KvStore::EndedLocked(const KvReader& reader) const {
+  if (reader.epoch == 0) return std::nullopt;
+  auto it = ended_.find(reader.group);
+  if (it == ended_.end() || reader.epoch > it->second.epoch) {
+    return std::nullopt;
+  }
+  return it->second.why;
+}
+
+KvStore::EndedGets KvStore::EndEpoch(uint32_t group, uint64_t epoch,
+                                     absl::Status why) {
+  EndedGets ended;
+  ended.why_ = why;
+  absl::MutexLock lock(&mu_);
+  if (!failure_.ok() || epoch == 0) return ended;
+  EndedEpoch& last = ended_[group];
+  if (epoch <= last.epoch) return ended;
+  last.epoch = epoch;
+  last.why = std::move(why);
+  for (auto w = waiters_.begin(); w != waiters_.end();) {
+    const KvReader& reader = w->second.reader;
+    if (reader.epoch == 0 || reader.group != group || reader.epoch > epoch) {
+      ++w;
+      continue;
+    }
+    timer_->Cancel(w->second.timer);
+    ended.done_.push_back(std::move(w->second.done));
+    w = waiters_.erase(w);
+  }
+  return ended;
+}
+
+void KvStore::EndedGets::Send() {
+  std::vector<GetCallback> done;
+  done.swap(done_);
+  for (GetCallback& d : done) d(why_);
 }
 
 void KvStore::CancelWait(uint64_t waiter_id) {

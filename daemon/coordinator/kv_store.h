@@ -20,8 +20,14 @@
 //   - any other key belongs to the rank that created it until it is
 //     deleted.
 // Everyone reads every key. Calls for no rank (kNoRank: the daemon itself,
-// unit tests) are not held to owners. Thread-safe. Depends on
-// DeadlineTimer, common/limits and absl.
+// unit tests) are not held to owners.
+//
+// A blocking get is fenced by its reader's epoch (KvReader): when that
+// epoch ends (EndEpoch, a loss), every get waiting from it ends with the
+// loss, and a later get from it is answered with the loss too, so a reader
+// of an ended epoch never waits on past the loss nor reads what the next
+// epoch writes. Thread-safe. Depends on DeadlineTimer, common/limits and
+// absl.
 #ifndef RANKD_DAEMON_KV_STORE_H_
 #define RANKD_DAEMON_KV_STORE_H_
 
@@ -76,6 +82,14 @@ struct KvCondition {
   bool conditional() const { return expected.has_value() || if_absent; }
 };
 
+// Who reads: the fence group the reader's epochs count in (its
+// data-parallel domain with recovery by domain, else 0) and the epoch it
+// acts in. Epoch 0: not fenced (the daemon itself, unit tests).
+struct KvReader {
+  uint32_t group = 0;
+  uint64_t epoch = 0;
+};
+
 class KvStore {
  public:
   static constexpr size_t kMaxKeyBytes = kMaxKvKeyBytes;
@@ -113,11 +127,40 @@ class KvStore {
   // Calls `done` with the value once `key` exists (at once if it does), or
   // with DeadlineExceeded naming the key at `deadline`, or with the failure
   // cause if the store fails first, or with Cancelled as soon as
-  // `cancellation` (may be null) is cancelled. `done` runs exactly once,
-  // possibly on the calling thread, without the store's lock held. The
-  // store must outlive `cancellation`'s last Cancel().
+  // `cancellation` (may be null) is cancelled, or with EndEpoch's `why`
+  // once `reader`'s epoch has ended (at once if it has: before the value,
+  // which may be the next epoch's). `done` runs exactly once, possibly on
+  // the calling thread, without the store's lock held. The store must
+  // outlive `cancellation`'s last Cancel().
   void Get(absl::string_view key, absl::Time deadline, GetCallback done,
-           const CancellationRef& cancellation = nullptr);
+           const CancellationRef& cancellation = nullptr, KvReader reader = {});
+
+  // The gets an EndEpoch ended, answered by Send (once, without any lock
+  // the callbacks' owner takes). Move-only; dropping it unsent loses the
+  // answers, so the caller always sends.
+  class EndedGets {
+   public:
+    EndedGets() = default;
+    EndedGets(EndedGets&&) = default;
+    EndedGets& operator=(EndedGets&&) = default;
+    void Send();
+    size_t size() const { return done_.size(); }
+
+   private:
+    friend class KvStore;
+    std::vector<GetCallback> done_;
+    absl::Status why_;
+  };
+  // Epoch `epoch` of fence group `group` (and every earlier one of it)
+  // ended: takes every get waiting from a reader of such an epoch (their
+  // timers cancelled) to be answered with `why` (an error) by the returned
+  // EndedGets, and answers every later get of such a reader with `why` at
+  // once. A group's ended epochs only grow: ending one at or below the last
+  // ended takes the gets of nothing more. Safe under the caller's own lock
+  // (it runs no callback), so that the caller can end an epoch in the same
+  // step that moves its readers to the next one. Nothing after Fail.
+  [[nodiscard]] EndedGets EndEpoch(uint32_t group, uint64_t epoch,
+                                   absl::Status why);
 
   // Blocking Gets waiting now.
   size_t waiting() const;
@@ -173,7 +216,17 @@ class KvStore {
     std::string key;
     GetCallback done;
     DeadlineTimer::TimerId timer = 0;
+    KvReader reader;
   };
+  // The last epoch EndEpoch ended in a fence group, and why.
+  struct EndedEpoch {
+    uint64_t epoch = 0;
+    absl::Status why;
+  };
+  // Why `reader`'s epoch ended; nullopt while it has not (or for an
+  // unfenced reader).
+  std::optional<absl::Status> EndedLocked(const KvReader& reader) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   void Expire(uint64_t waiter_id, absl::Duration waited);
   // Releases a waiting Get whose caller cancelled it.
@@ -213,6 +266,8 @@ class KvStore {
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  // By fence group: one entry per data-parallel domain at most.
+  std::map<uint32_t, EndedEpoch> ended_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace rankd

@@ -41,7 +41,7 @@ struct GetResult {
 
 std::shared_ptr<GetResult> StartGet(
     KvStore& kv, absl::string_view key, absl::Time deadline,
-    const CancellationRef& cancellation = nullptr) {
+    const CancellationRef& cancellation = nullptr, KvReader reader = {}) {
   auto result = std::make_shared<GetResult>();
   kv.Get(
       key, deadline,
@@ -51,7 +51,7 @@ std::shared_ptr<GetResult> StartGet(
           result->done.Notify();
         }
       },
-      cancellation);
+      cancellation, reader);
   return result;
 }
 
@@ -171,6 +171,73 @@ TEST_F(KvStoreTest, BlockingGetReleasedByLaterSet) {
   EXPECT_EQ(*other->value, "x");
   EXPECT_EQ(r1->calls.load(), 1);
   EXPECT_EQ(r2->calls.load(), 1);
+}
+
+// A get waiting from epoch 1 once waited on past the loss that ended it
+// (until its own deadline), and a write of epoch 2 then answered it.
+TEST_F(KvStoreTest, EndEpochEndsTheGetsWaitingFromItAndNoOthers) {
+  auto of_epoch1 = StartGet(kv_, "late", Far(), nullptr, KvReader{0, 1});
+  auto of_epoch2 = StartGet(kv_, "late", Far(), nullptr, KvReader{0, 2});
+  auto other_group = StartGet(kv_, "late", Far(), nullptr, KvReader{1, 1});
+  auto unfenced = StartGet(kv_, "late", Far());
+  EXPECT_EQ(kv_.waiting(), 4u);
+  const absl::Status loss =
+      absl::AbortedError("epoch 1 ended: rank 3 lost; recovering at epoch 2");
+  KvStore::EndedGets ended = kv_.EndEpoch(0, 1, loss);
+  EXPECT_EQ(ended.size(), 1u);
+  EXPECT_EQ(kv_.waiting(), 3u);
+  // Taken, not answered: the caller sends outside its own lock.
+  EXPECT_FALSE(of_epoch1->done.HasBeenNotified());
+  ended.Send();
+  ASSERT_TRUE(of_epoch1->done.HasBeenNotified());
+  EXPECT_EQ(of_epoch1->value.status(), loss);
+  ended.Send();  // again: nothing
+  EXPECT_EQ(of_epoch1->calls.load(), 1);
+
+  // The next epoch's write answers the rest, never the ended reader.
+  ASSERT_TRUE(kv_.Set("late", "of epoch 2").ok());
+  for (auto& get : {of_epoch2, other_group, unfenced}) {
+    ASSERT_TRUE(get->Wait());
+    EXPECT_EQ(*get->value, "of epoch 2");
+  }
+  EXPECT_EQ(of_epoch1->calls.load(), 1);
+  EXPECT_EQ(kv_.waiting(), 0u);
+}
+
+// A get admitted in epoch 1 that reaches the store after the loss ended
+// epoch 1 would have read epoch 2's value, or waited to its deadline.
+TEST_F(KvStoreTest, GetOfAnEndedEpochIsAnsweredWithTheLossAtOnce) {
+  const absl::Status loss = absl::AbortedError("epoch 2 ended: node 1 lost");
+  kv_.EndEpoch(0, 2, loss).Send();
+  ASSERT_TRUE(kv_.Set("k", "of epoch 3").ok());
+  for (uint64_t epoch : {1u, 2u}) {
+    auto present = StartGet(kv_, "k", Far(), nullptr, KvReader{0, epoch});
+    ASSERT_TRUE(present->done.HasBeenNotified());
+    EXPECT_EQ(present->value.status(), loss);
+    auto absent = StartGet(kv_, "absent", Far(), nullptr, KvReader{0, epoch});
+    ASSERT_TRUE(absent->done.HasBeenNotified());
+    EXPECT_EQ(absent->value.status(), loss);
+  }
+  EXPECT_EQ(kv_.waiting(), 0u);
+  auto current = StartGet(kv_, "k", Far(), nullptr, KvReader{0, 3});
+  ASSERT_TRUE(current->value.ok());
+  EXPECT_EQ(*current->value, "of epoch 3");
+  auto other_group = StartGet(kv_, "k", Far(), nullptr, KvReader{1, 2});
+  ASSERT_TRUE(other_group->value.ok());
+
+  // Ended epochs only grow: ending an older one again changes nothing.
+  auto waiting = StartGet(kv_, "later", Far(), nullptr, KvReader{0, 3});
+  EXPECT_EQ(kv_.EndEpoch(0, 1, absl::AbortedError("old")).size(), 0u);
+  auto again = StartGet(kv_, "k", Far(), nullptr, KvReader{0, 2});
+  EXPECT_EQ(again->value.status(), loss);
+  EXPECT_EQ(kv_.waiting(), 1u);
+  KvStore::EndedGets next =
+      kv_.EndEpoch(0, 3, absl::AbortedError("epoch 3 ended"));
+  EXPECT_EQ(next.size(), 1u);
+  next.Send();
+  ASSERT_TRUE(waiting->done.HasBeenNotified());
+  EXPECT_STATUS(waiting->value.status(), absl::StatusCode::kAborted,
+                "epoch 3 ended");
 }
 
 // 2000 gets of an hour, each abandoned by its client, once stayed parked
