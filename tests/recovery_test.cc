@@ -536,7 +536,9 @@ TEST(RecoveryTest, AGetWaitingForAKilledRanksKeyEndsWithTheLoss) {
     EXPECT_TRUE(
         absl::StrContains(got[i].error_message(), "recovering at epoch 2"))
         << got[i].error_message();
-    EXPECT_LT(ended[i] - killed, absl::Seconds(1))
+    // Well under the get's own 60 s (about 0.1 s here; the bound leaves room
+    // for a loaded sanitizer run).
+    EXPECT_LT(ended[i] - killed, absl::Seconds(15))
         << "rank " << i * 2 << "'s get ended "
         << absl::FormatDuration(ended[i] - killed) << " after the kill";
   }
