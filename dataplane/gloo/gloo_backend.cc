@@ -487,8 +487,11 @@ GlooTensorSubmission GlooBackend::AllReduceSumInto(const HostTensor& value,
 
 GlooTensorSubmission GlooBackend::AllReduceSumImpl(
     const char* name, std::string label, const HostTensor& value,
-    std::optional<HostTensor> into, GlooGroup& group, GlooExecutor& executor) {
-  if (absl::Status s = Precheck(name, group, executor); !s.ok()) return s;
+    std::optional<HostTensor> into, GlooGroup& group, GlooExecutor& executor,
+    Caller caller) {
+  if (caller == Caller::kBackendSurface) {
+    if (absl::Status s = Precheck(name, group, executor); !s.ok()) return s;
+  }
   const std::string op = Labeled(std::move(label), name, group, executor);
   auto refuse = [&](const absl::Status& refusal) {
     return RefuseWithPeers(name, op, group, executor,
@@ -579,9 +582,11 @@ GlooTensorSubmission GlooBackend::AllGatherEven(const HostTensor& value,
 
 GlooTensorSubmission GlooBackend::AllGatherEvenImpl(
     const char* name, std::string label, const HostTensor& value, size_t axis,
-    std::optional<HostTensor> output, GlooGroup& group,
-    GlooExecutor& executor) {
-  if (absl::Status s = Precheck(name, group, executor); !s.ok()) return s;
+    std::optional<HostTensor> output, GlooGroup& group, GlooExecutor& executor,
+    Caller caller) {
+  if (caller == Caller::kBackendSurface) {
+    if (absl::Status s = Precheck(name, group, executor); !s.ok()) return s;
+  }
   const std::string op = Labeled(std::move(label), name, group, executor);
   auto gathered =
       LayoutEvenGather(value.descriptor(), axis, group.size(), kBackend, op);
@@ -692,13 +697,15 @@ GlooTensorSubmission GlooBackend::VariableAllToAll(const HostTensor& value,
 GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
     const char* name, std::string label, const HostTensor& value,
     const PeerCounts& counts, size_t axis, std::optional<HostTensor> into,
-    GlooGroup& group, GlooExecutor& executor) {
+    GlooGroup& group, GlooExecutor& executor, Caller caller) {
   constexpr char kind[] = "variable_all_to_all";
-  if (absl::Status s = Precheck(name, group, executor); !s.ok()) return s;
-  if (absl::Status s = RequireCapability(caps_.variable_all_to_all, kBackend,
-                                         name, "variable_all_to_all");
-      !s.ok()) {
-    return s;
+  if (caller == Caller::kBackendSurface) {
+    if (absl::Status s = Precheck(name, group, executor); !s.ok()) return s;
+    if (absl::Status s = RequireCapability(caps_.variable_all_to_all, kBackend,
+                                           name, "variable_all_to_all");
+        !s.ok()) {
+      return s;
+    }
   }
   const std::string op = Labeled(std::move(label), name, group, executor);
   const ValueDescriptor& d = value.descriptor();
@@ -921,22 +928,25 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
     const char* name, std::string label, absl::Span<const HostTensor> send,
     absl::Span<const ValueDescriptor> receive,
     absl::Span<const HostTensor> receive_into, const GlooRoute& route,
-    GlooExecutor& executor) {
-  if (absl::Status s = impl_->Admission(name); !s.ok()) return s;
-  if (route.group() == nullptr || route.group()->owner() != impl_.get() ||
-      route.group()->lane() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo backend: ", name, ": the route does not belong to this backend"));
-  }
-  if (!impl_->Owns(executor)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gloo backend: ", name,
-                     ": the executor does not belong to this backend"));
-  }
-  if (absl::Status s = RequireCapability(caps_.point_to_point, kBackend, name,
-                                         "point_to_point");
-      !s.ok()) {
-    return s;
+    GlooExecutor& executor, Caller caller) {
+  if (caller == Caller::kBackendSurface) {
+    if (absl::Status s = impl_->Admission(name); !s.ok()) return s;
+    if (route.group() == nullptr || route.group()->owner() != impl_.get() ||
+        route.group()->lane() != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gloo backend: ", name,
+                       ": the route does not belong to this backend"));
+    }
+    if (!impl_->Owns(executor)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gloo backend: ", name,
+                       ": the executor does not belong to this backend"));
+    }
+    if (absl::Status s = RequireCapability(caps_.point_to_point, kBackend, name,
+                                           "point_to_point");
+        !s.ok()) {
+      return s;
+    }
   }
   std::shared_ptr<GlooGroup> g = route.group()->OnLane(executor.lane());
   const std::string op = label.empty()
@@ -1038,12 +1048,14 @@ GlooBundleSubmission GlooBackend::BatchSendReceiveImpl(
     const char* name, std::string label,
     absl::Span<const PeerValue<HostTensor>> sends,
     absl::Span<const PeerValue<HostTensor>> receives, GlooGroup& group,
-    GlooExecutor& executor) {
-  if (absl::Status s = Precheck(name, group, executor); !s.ok()) return s;
-  if (absl::Status s = RequireCapability(caps_.point_to_point, kBackend, name,
-                                         "point_to_point");
-      !s.ok()) {
-    return s;
+    GlooExecutor& executor, Caller caller) {
+  if (caller == Caller::kBackendSurface) {
+    if (absl::Status s = Precheck(name, group, executor); !s.ok()) return s;
+    if (absl::Status s = RequireCapability(caps_.point_to_point, kBackend, name,
+                                           "point_to_point");
+        !s.ok()) {
+      return s;
+    }
   }
   const std::string op = Labeled(std::move(label), name, group, executor);
   // Its peers first: a batch whose peers are wrong names no one to tell.

@@ -308,21 +308,26 @@ class GlooBackend {
                               const GlooRoute& route, GlooExecutor& executor,
                               const absl::Status& refusal);
 
+  // Who calls an operation below: this class's public surface, whose
+  // caller's group and executor must be checked and the operation admitted
+  // (Precheck), or the session front, which admitted it already
+  // (dataplane/admission.h, NativeLayer::Admit) on its own group and
+  // executor: one admission per operation.
+  enum class Caller { kBackendSurface, kSessionFront };
+
   // The operations. `name` is what admission calls the operation (the
   // caller's: "all_gather" from the session, "all_gather_even" from the
   // public functions); `label` is what every other message calls it, the
   // operation and its scope ("all_gather on world"), or empty for `name`
   // on the group. `output`: the caller's, or (nullopt) a new one.
-  GlooTensorSubmission AllReduceSumImpl(const char* name, std::string label,
-                                        const HostTensor& value,
-                                        std::optional<HostTensor> output,
-                                        GlooGroup& group,
-                                        GlooExecutor& executor);
-  GlooTensorSubmission AllGatherEvenImpl(const char* name, std::string label,
-                                         const HostTensor& value, size_t axis,
-                                         std::optional<HostTensor> output,
-                                         GlooGroup& group,
-                                         GlooExecutor& executor);
+  GlooTensorSubmission AllReduceSumImpl(
+      const char* name, std::string label, const HostTensor& value,
+      std::optional<HostTensor> output, GlooGroup& group,
+      GlooExecutor& executor, Caller caller = Caller::kBackendSurface);
+  GlooTensorSubmission AllGatherEvenImpl(
+      const char* name, std::string label, const HostTensor& value, size_t axis,
+      std::optional<HostTensor> output, GlooGroup& group,
+      GlooExecutor& executor, Caller caller = Caller::kBackendSurface);
   GlooTensorSubmission AllGatherUnevenImpl(const HostTensor& value,
                                            absl::Span<const size_t> counts,
                                            size_t axis,
@@ -332,7 +337,8 @@ class GlooBackend {
   GlooTensorSubmission VariableAllToAllImpl(
       const char* name, std::string label, const HostTensor& value,
       const PeerCounts& counts, size_t axis, std::optional<HostTensor> output,
-      GlooGroup& group, GlooExecutor& executor);
+      GlooGroup& group, GlooExecutor& executor,
+      Caller caller = Caller::kBackendSurface);
   GlooTensorSubmission BroadcastImpl(const HostTensor& value,
                                      size_t root_member_index,
                                      std::optional<HostTensor> output,
@@ -344,12 +350,13 @@ class GlooBackend {
                                     absl::Span<const ValueDescriptor> receive,
                                     absl::Span<const HostTensor> receive_into,
                                     const GlooRoute& route,
-                                    GlooExecutor& executor);
+                                    GlooExecutor& executor,
+                                    Caller caller = Caller::kBackendSurface);
   GlooBundleSubmission BatchSendReceiveImpl(
       const char* name, std::string label,
       absl::Span<const PeerValue<HostTensor>> sends,
       absl::Span<const PeerValue<HostTensor>> receives, GlooGroup& group,
-      GlooExecutor& executor);
+      GlooExecutor& executor, Caller caller = Caller::kBackendSurface);
   // The queued work of the sums and the gathers, once checked. `kind` is
   // the backend operation (what the members' fingerprints describe).
   GlooTensorSubmission SubmitAllReduce(const char* name, const std::string& op,

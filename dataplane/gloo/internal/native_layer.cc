@@ -33,6 +33,9 @@ NativeLayer::NativeLayer(ControlPlane* control_plane,
                          std::unique_ptr<GlooBackend> backend)
     : control_plane_(control_plane), backend_(std::move(backend)) {}
 
+// The session front calls Admit first, on this layer's own group and
+// executor: the operations below pass Caller::kSessionFront, so the backend
+// does not admit them again.
 absl::StatusOr<GlooGroup*> NativeLayer::Admit(const AdmissionRequest& request) {
   if (absl::Status s =
           dataplane::Admit(request, backend_->Admission(request.operation),
@@ -46,17 +49,17 @@ absl::StatusOr<GlooGroup*> NativeLayer::Admit(const AdmissionRequest& request) {
 absl::StatusOr<ValueSubmission> NativeLayer::AllReduceSum(
     GlooGroup* group, std::string label, const HostTensor& input,
     const HostTensor* output) {
-  return Widen(backend_->AllReduceSumImpl("all_reduce_sum", std::move(label),
-                                          input, Optional(output), *group,
-                                          backend_->executor()));
+  return Widen(backend_->AllReduceSumImpl(
+      "all_reduce_sum", std::move(label), input, Optional(output), *group,
+      backend_->executor(), GlooBackend::Caller::kSessionFront));
 }
 
 absl::StatusOr<ValueSubmission> NativeLayer::AllGather(
     GlooGroup* group, std::string label, const HostTensor& input,
     const HostTensor* output) {
-  return Widen(backend_->AllGatherEvenImpl("all_gather", std::move(label),
-                                           input, 0, Optional(output), *group,
-                                           backend_->executor()));
+  return Widen(backend_->AllGatherEvenImpl(
+      "all_gather", std::move(label), input, 0, Optional(output), *group,
+      backend_->executor(), GlooBackend::Caller::kSessionFront));
 }
 
 absl::StatusOr<ValueSubmission> NativeLayer::AllToAllV(
@@ -69,7 +72,7 @@ absl::StatusOr<ValueSubmission> NativeLayer::AllToAllV(
       std::vector<size_t>(receive_counts.begin(), receive_counts.end())};
   return Widen(backend_->VariableAllToAllImpl(
       "all_to_all_v", std::move(label), input, counts, 0, Optional(output),
-      *group, backend_->executor()));
+      *group, backend_->executor(), GlooBackend::Caller::kSessionFront));
 }
 
 absl::StatusOr<ValueSubmission> NativeLayer::Send(GlooGroup* group,
@@ -78,9 +81,9 @@ absl::StatusOr<ValueSubmission> NativeLayer::Send(GlooGroup* group,
                                                   const HostTensor& input) {
   auto route = backend_->Route(*group, group->rank(), group->members()[peer]);
   if (!route.ok()) return route.status();
-  return Single(backend_->SubmitBundle("send", std::move(label),
-                                       absl::MakeConstSpan(&input, 1), {}, {},
-                                       *route, backend_->executor()));
+  return Single(backend_->SubmitBundle(
+      "send", std::move(label), absl::MakeConstSpan(&input, 1), {}, {}, *route,
+      backend_->executor(), GlooBackend::Caller::kSessionFront));
 }
 
 absl::StatusOr<ValueSubmission> NativeLayer::Receive(
@@ -92,16 +95,16 @@ absl::StatusOr<ValueSubmission> NativeLayer::Receive(
       "receive", std::move(label), {}, absl::MakeConstSpan(&descriptor, 1),
       output == nullptr ? absl::Span<const HostTensor>()
                         : absl::MakeConstSpan(output, 1),
-      *route, backend_->executor()));
+      *route, backend_->executor(), GlooBackend::Caller::kSessionFront));
 }
 
 absl::StatusOr<NativeLayer::ValuesSubmission> NativeLayer::BatchSendReceive(
     GlooGroup* group, std::string label,
     absl::Span<const PeerValue<HostTensor>> sends,
     absl::Span<const PeerValue<HostTensor>> receives) {
-  auto batch = backend_->BatchSendReceiveImpl("batch_send_receive",
-                                              std::move(label), sends, receives,
-                                              *group, backend_->executor());
+  auto batch = backend_->BatchSendReceiveImpl(
+      "batch_send_receive", std::move(label), sends, receives, *group,
+      backend_->executor(), GlooBackend::Caller::kSessionFront);
   if (!batch.ok()) return batch.status();
   return ValuesSubmission{std::move(batch->output),
                           std::move(batch->completion)};
