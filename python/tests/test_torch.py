@@ -211,6 +211,59 @@ def test_rankd_url_parameters_are_checked(url, words, monkeypatch):
     assert rankd.torch.joined_rank() is None
 
 
+def test_an_explicit_tcp_url_rendezvous_through_the_daemon(tmp):
+    """rankd://HOST:PORT?job_id=J&rank=R&world_size=W&token_file=F, with no
+    launcher and no RANKD_* environment: the ranks reach their daemon over
+    TCP and run the collectives."""
+    with LocalJob("torch-url", 1, 2,
+                  daemon_flags=["--kv_shared_prefixes=torch/"]) as job:
+        python = ["/usr/bin/python3"]
+        if os.environ.get("LD_PRELOAD"):
+            python = ["env", f"LD_PRELOAD={os.environ['LD_PRELOAD']}"] + \
+                python
+        base = {k: v for k, v in os.environ.items()
+                if not k.startswith("RANKD_") or k == "RANKD_LIBRARY"}
+        procs = []
+        for r in range(2):
+            token = os.path.join(tmp, f"rank{r}.token")
+            with open(token, "w") as f:
+                f.write(job.rank_token(0, r))
+            url = (f"rankd://{job.addresses[0]}?job_id={job.job_id}"
+                   f"&rank={r}&local_rank={r}&world_size=2&token_file={token}")
+            env = dict(base, PYTHONPATH=PYTHONPATH,
+                       TORCH_PROGRAM_INIT_METHOD=url)
+            procs.append(subprocess.Popen(
+                [*python, PROGRAM, "ops"], env=env, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True))
+        for r, p in enumerate(procs):
+            try:
+                out, _ = p.communicate(timeout=90)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, _ = p.communicate()
+            assert p.returncode == 0, out
+            assert f"TORCH OK {r}" in out, out
+
+
+def test_an_unreachable_daemon_is_named(monkeypatch):
+    """A rankd:// URL whose daemon does not answer fails init_process_group
+    with UNAVAILABLE naming the address, within the connect bound."""
+    import rankd.torch  # noqa: F401
+    port = _free_port()
+    for name in list(os.environ):
+        if name.startswith("RANKD_") and name != "RANKD_LIBRARY":
+            monkeypatch.delenv(name)
+    start = time.monotonic()
+    with pytest.raises(rankd.UnavailableError) as refused:
+        dist.init_process_group(
+            "gloo", init_method=f"rankd://127.0.0.1:{port}?job_id=j&rank=0"
+                                "&world_size=1",
+            timeout=datetime.timedelta(seconds=5))
+    assert f"127.0.0.1:{port}" in str(refused.value), refused.value
+    assert time.monotonic() - start < 60
+    assert rankd.torch.joined_rank() is None
+
+
 # --- store conformance: the same cases on rankd's Store and TCPStore ------
 
 

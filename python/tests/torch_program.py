@@ -40,8 +40,12 @@ def init(tcp):
                                 timeout=timeout)
     else:
         import rankd.torch  # noqa: F401 (registers rankd://)
-        dist.init_process_group("gloo", init_method="rankd://",
-                                timeout=timeout)
+        # TORCH_PROGRAM_INIT_METHOD: an explicit rankd://HOST:PORT?... URL
+        # (test_torch.py), as a program outside a launcher would pass it.
+        dist.init_process_group(
+            "gloo",
+            init_method=os.environ.get("TORCH_PROGRAM_INIT_METHOD", "rankd://"),
+            timeout=timeout)
     return dist.get_rank(), dist.get_world_size()
 
 
