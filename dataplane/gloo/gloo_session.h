@@ -94,11 +94,14 @@ class GlooSession final
   // FailedPrecondition when the job is still healthy at the ended epoch
   // (no loss, so no later epoch: a session poisoned by a stalled peer or a
   // disagreement), after at most kReformLossNoticeGrace (2 s) for a loss
-  // notice still on its way; DeadlineExceeded naming the epoch when `timeout` passes before the
-  // world is whole; `ended`'s error class when the job failed for good
-  // instead of recovering; Unimplemented from a control plane that cannot
-  // join a later epoch; Open's errors for the new session (bounded by
-  // options.connect_timeout, as Open is).
+  // notice still on its way; DeadlineExceeded naming the epoch when `timeout`
+  // passes before the world is whole; `ended`'s error class when the job failed
+  // for good instead of recovering; Unimplemented from a control plane that
+  // cannot join a later epoch; Open's errors for the new session (bounded by
+  // options.connect_timeout, as Open is, and by the time left of `timeout`)
+  // when the job is healthy at the new epoch. When the new epoch ends too
+  // while its session opens (a second loss), this joins the epoch after it
+  // and opens there, again and again, within the same `timeout`.
   static absl::StatusOr<std::unique_ptr<GlooSession>> Reform(
       std::unique_ptr<GlooSession> ended, absl::Duration timeout);
 
