@@ -67,6 +67,8 @@
 //                           "PROGRESS step S  ..." with --steps=0)
 //   SELF-CHECK FAILED ...                                          (rank 0)
 //   STALLING rank=R step=S pid=P                             (drill victim)
+//   DYING rank=R epoch=E unix_us=T pid=P    (--die_at_epoch's victim, then
+//                           SIGKILL)
 //   JOINED rank=R epoch=E unix_us=T restart=N     (a replacement; N from
 //                           $RANKD_RESTART_COUNT, 0 when unset)
 //   LOSS rank=R step=S epoch=E unix_us=T CODE: <op>: <message>  (--recover:
@@ -106,6 +108,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -191,6 +194,17 @@ ABSL_FLAG(int, recover_timeout_ms, 120000,
           "the longest one recovery may take, from the failed step to a "
           "re-formed session and the agreed step (a replacement must join "
           "within it)");
+ABSL_FLAG(uint32_t, die_at_epoch, 0,
+          "failure drill, a second loss during recovery: rank --die_rank "
+          "kills itself with SIGKILL the moment its client joined this epoch "
+          "(0: never), before its re-formed session connects. A replacement "
+          "process never does");
+ABSL_FLAG(int, die_rank, -1, "the rank that --die_at_epoch kills");
+ABSL_FLAG(int, hold_replacement_open_ms, 0,
+          "failure drill: a replacement that joined at epoch 2 waits this "
+          "long before opening its session (0: not at all), so that a "
+          "--die_at_epoch=2 loss lands while every session of epoch 2 is "
+          "still connecting");
 ABSL_FLAG(uint32_t, inject_error_at_step, 0,
           "testing the self-check: perturb this rank's outputs at this step "
           "(0: never)");
@@ -357,6 +371,9 @@ class ServingProcess {
   Tolerance tolerance_;
   // --stall_ranks, parsed (empty: every process given --stall_at_step).
   std::set<uint32_t> stall_ranks_;
+  // --die_at_epoch's watch of this rank's epoch (stopped and joined before
+  // the client it reads is destroyed).
+  std::jthread second_loss_drill_;
 
   // Recovery by domain with dp > 1 (the Join answer says so): this rank's
   // replica, its process's generation (the epoch it joined at), whether it
@@ -515,12 +532,32 @@ int ServingProcess::Setup() {
   }
   spec_ = *spec;
 
+  if (const uint64_t die_at = absl::GetFlag(FLAGS_die_at_epoch);
+      die_at > 1 && !replacement_ &&
+      absl::GetFlag(FLAGS_die_rank) == static_cast<int>(layout_.rank)) {
+    // Client::Rejoin moves epoch() on once the world is whole again: the
+    // moment every session of that epoch starts connecting.
+    second_loss_drill_ = std::jthread([this, die_at](std::stop_token stop) {
+      while (!stop.stop_requested()) {
+        if (const uint64_t epoch = client_->epoch(); epoch >= die_at) {
+          Print(absl::StrCat("DYING rank=", layout_.rank, " epoch=", epoch,
+                             " unix_us=", UnixUs(), " pid=", ::getpid()));
+          ::raise(SIGKILL);
+        }
+        absl::SleepFor(absl::Milliseconds(2));
+      }
+    });
+  }
   control_plane_ = dataplane::MakeClientControlPlane(client_.get());
   BackendOptions backend;
   backend.hostname = GlooHostname();
   backend.connect_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_connect_timeout_ms));
   backend.op_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_op_timeout_ms));
+  if (const int hold = absl::GetFlag(FLAGS_hold_replacement_open_ms);
+      hold > 0 && replacement_ && descriptor->epoch() == 2) {
+    absl::SleepFor(absl::Milliseconds(hold));
+  }
   auto collectives = OpenFirstSession(*descriptor, backend);
   if (!collectives.ok()) return Failed(0, collectives.status());
   collectives_ = *std::move(collectives);
