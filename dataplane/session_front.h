@@ -108,10 +108,16 @@ class SessionFront : public DistributedSession<ValueT> {
   // the arguments; aborts `ended` unless it is poisoned already; destroys it
   // (no executor, context or communicator of the ended epoch survives);
   // joins the next epoch through the ended session's control plane
-  // (ControlPlane::Rejoin, bounded by `timeout`); then opens the new epoch's
-  // session with `reopen(descriptor, control_plane)`, which the backend
-  // binds to the ended session's options. Errors are prefixed
-  // "<backend> backend: re-forming the session of epoch <e>: ".
+  // (ControlPlane::Rejoin); then opens the new epoch's session with
+  // `reopen(descriptor, control_plane, open_bound)`, which the backend binds
+  // to the ended session's options, its connect or init timeout cut to
+  // `open_bound` (the time left) when that is shorter. When that open fails
+  // because the new epoch ended too (a second loss: JobHealth() fails at
+  // it, after up to kReformLossNoticeGrace for the notice), it rejoins and
+  // opens again, as often as it takes; everything within the one `timeout`.
+  // Errors are prefixed
+  // "<backend> backend: re-forming the session of epoch <e>: ", then the
+  // epochs that ended while their session opened.
   template <typename Session, typename Reopen>
   static absl::StatusOr<std::unique_ptr<Session>> ReformSession(
       std::unique_ptr<Session> ended, absl::Duration timeout,

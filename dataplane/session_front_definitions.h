@@ -32,6 +32,21 @@ inline constexpr absl::Duration kReformLossNoticeGrace = absl::Seconds(2);
 
 namespace session_front_steps {
 
+// The job's health at the epoch `control_plane` joined, waiting up to
+// kReformLossNoticeGrace (and never past `deadline`) while it is OK: the
+// loss notice can trail the native failure it caused by a moment.
+inline absl::Status LossNotice(const ControlPlane& control_plane,
+                               absl::Time deadline) {
+  const absl::Time notice_by =
+      std::min(deadline, MonotonicNow() + kReformLossNoticeGrace);
+  absl::Status health = control_plane.JobHealth();
+  while (health.ok() && MonotonicNow() < notice_by) {
+    absl::SleepFor(absl::Milliseconds(10));
+    health = control_plane.JobHealth();
+  }
+  return health;
+}
+
 template <typename Layer>
 using SubmissionOf = absl::StatusOr<
     typename DistributedSession<typename Layer::Value>::ValueSubmission>;
@@ -280,18 +295,14 @@ absl::StatusOr<std::unique_ptr<Session>> SessionFront<V, L>::ReformSession(
                      absl::FormatDuration(timeout)));
   }
   ControlPlane* control_plane = front.layer().control_plane();
+  const absl::Time deadline = MonotonicNow() + timeout;
   // Only a loss moves the job past this epoch. A session poisoned while the
   // job stays healthy (a stalled peer, a disagreement, its owner's Poison)
   // has no later epoch to re-form into, and waiting for one would take the
   // whole timeout. The job's loss notice can trail the native failure that
   // poisoned the session by a moment: wait a little for it.
-  absl::Status health = control_plane->JobHealth();
-  const absl::Time notice_by =
-      MonotonicNow() + std::min(timeout, kReformLossNoticeGrace);
-  while (health.ok() && MonotonicNow() < notice_by) {
-    absl::SleepFor(absl::Milliseconds(10));
-    health = control_plane->JobHealth();
-  }
+  absl::Status health =
+      session_front_steps::LossNotice(*control_plane, deadline);
   // The ended epoch's cause: what poisoned the session, else the job's
   // failure at that epoch, else this call ending a healthy session.
   absl::Status cause = front.poison();
@@ -313,31 +324,59 @@ absl::StatusOr<std::unique_ptr<Session>> SessionFront<V, L>::ReformSession(
         cause.message()));
   }
 
-  absl::StatusOr<DistributedSessionDescriptor> next =
-      control_plane->Rejoin(epoch, timeout);
-  if (!next.ok()) {
-    const absl::StatusCode code = next.status().code();
-    // A terminal job failure keeps the ended session's error class, so a
-    // caller's handling of it does not change with recovery.
-    const bool terminal = code != absl::StatusCode::kDeadlineExceeded &&
-                          code != absl::StatusCode::kUnimplemented &&
-                          code != absl::StatusCode::kInvalidArgument;
-    return absl::Status(terminal ? cause.code() : code,
-                        absl::StrCat(prefix, "joining epoch ", epoch + 1,
-                                     " or later: ", next.status().message()));
+  // Joins the next epoch and opens its session; a second loss while the
+  // session opens ends that epoch too, and then the next one is joined, all
+  // within `timeout`.
+  uint64_t joined_from = epoch;
+  std::string earlier;  // the epochs that ended while their session opened
+  while (true) {
+    const absl::Duration left = deadline - MonotonicNow();
+    absl::StatusOr<DistributedSessionDescriptor> next =
+        left > absl::ZeroDuration()
+            ? control_plane->Rejoin(joined_from, left)
+            : absl::StatusOr<DistributedSessionDescriptor>(
+                  absl::DeadlineExceededError(absl::StrCat(
+                      "the timeout (", absl::FormatDuration(timeout),
+                      ") passed before epoch ", joined_from + 1,
+                      " was joined")));
+    if (!next.ok()) {
+      const absl::StatusCode code = next.status().code();
+      // A terminal job failure keeps the ended session's error class, so a
+      // caller's handling of it does not change with recovery.
+      const bool terminal = code != absl::StatusCode::kDeadlineExceeded &&
+                            code != absl::StatusCode::kUnimplemented &&
+                            code != absl::StatusCode::kInvalidArgument;
+      return absl::Status(
+          terminal ? cause.code() : code,
+          absl::StrCat(prefix, earlier, "joining epoch ", joined_from + 1,
+                       " or later: ", next.status().message()));
+    }
+    if (next->epoch() <= joined_from || next->rank() != rank) {
+      return absl::InternalError(
+          absl::StrCat(prefix, earlier, "the control plane rejoined rank ",
+                       next->rank(), " at epoch ", next->epoch(),
+                       "; expected rank ", rank, " after epoch ", joined_from));
+    }
+    const uint64_t joined = next->epoch();
+    // The reopen's own connect or init bound must not outlast the caller's.
+    const absl::Duration open_bound =
+        std::max(deadline - MonotonicNow(), absl::Milliseconds(1));
+    absl::StatusOr<std::unique_ptr<Session>> reopened =
+        reopen(*std::move(next), control_plane, open_bound);
+    if (reopened.ok()) return reopened;
+    // A failure with the job healthy at the joined epoch is the new
+    // session's own (returned as it is); one because that epoch ended too
+    // (a second loss) is recovered from like the first.
+    if (session_front_steps::LossNotice(*control_plane, deadline).ok()) {
+      return absl::Status(
+          reopened.status().code(),
+          absl::StrCat(prefix, earlier, reopened.status().message()));
+    }
+    absl::StrAppend(&earlier, "epoch ", joined,
+                    " ended while its session opened (",
+                    reopened.status().message(), "); ");
+    joined_from = joined;
   }
-  if (next->epoch() <= epoch || next->rank() != rank) {
-    return absl::InternalError(absl::StrCat(
-        prefix, "the control plane rejoined rank ", next->rank(), " at epoch ",
-        next->epoch(), "; expected rank ", rank, " after epoch ", epoch));
-  }
-  absl::StatusOr<std::unique_ptr<Session>> reopened =
-      reopen(*std::move(next), control_plane);
-  if (!reopened.ok()) {
-    return absl::Status(reopened.status().code(),
-                        absl::StrCat(prefix, reopened.status().message()));
-  }
-  return reopened;
 }
 
 }  // namespace rankd::dataplane

@@ -9,7 +9,9 @@
 // split into its four phases, and nothing left running. Also the full
 // restart that in-place recovery is measured against (--full-restart).
 // With --recovery=domain (issue 38, part 5) only the hit data-parallel
-// replica re-forms while the other serves on.
+// replica re-forms while the other serves on. A second loss while the
+// sessions re-form (a survivor dies as the replacement joins) is recovered
+// at the epoch after it with no survivor restarted.
 // Real daemons, rankrun and serving processes; nothing is stubbed.
 #include <cstdlib>
 #include <fstream>
@@ -149,6 +151,91 @@ TEST(RunShRecoverTest, AKilledNodeIsReplacedAndTheJobServesOn) {
         << log;
     EXPECT_TRUE(absl::StrContains(log, "shard=loaded")) << log;
   }
+  std::system(absl::StrCat("rm -rf ", dir).c_str());
+}
+
+// A second loss during recovery, at the data-plane level: rank 3 is killed
+// at step 4; the moment the job is whole again at epoch 2 (rank 3's
+// replacement joined), survivor rank 1 kills itself (the example's
+// --die_at_epoch=2 --die_rank=1 drill: its client's epoch is polled every
+// 2 ms, so it dies right after its Rejoin returns). What makes it land
+// while the sessions of epoch 2 connect, every time: the replacement holds
+// its first open for 3 s (--hold_replacement_open_ms), so no session of
+// epoch 2 can finish connecting before rank 1 is gone. Survivors 0 and 2
+// re-form at epoch 3 in the same Reform call and keep their shards (one
+// REFORMED line each, epoch=3 shard=kept); rank 3's replacement opens at
+// epoch 3 instead of exiting (its open at epoch 2 fails: LOSS step=0
+// epoch=2), so it is restarted once and loads its shard once; rankrun
+// restarts only rank 1. (--connect_timeout_ms=10000: a survivor whose pair
+// with rank 1 was half made when rank 1 died waits for it until the connect
+// timeout; docs/dataplane.md, "Re-forming after a loss".)
+TEST(RunShRecoverTest, ASecondLossWhileTheSessionsReformIsRecoveredInPlace) {
+  std::vector<std::string> args = With(kSmallJob, "--kill-rank=3");
+  for (const char* flag :
+       {"--", "--die_at_epoch=2", "--die_rank=1",
+        "--hold_replacement_open_ms=3000", "--connect_timeout_ms=10000"}) {
+    args.push_back(flag);
+  }
+  const RunResult run = RunScript(args);
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output, "self-check    PASSED: 8/8 steps"))
+      << run.output;
+  EXPECT_TRUE(absl::StrContains(run.output,
+                                "step 4 served again and self-checked on "
+                                "all 4 ranks"))
+      << run.output;
+  EXPECT_TRUE(std::regex_search(run.output, std::regex("EPOCH +3\n")))
+      << run.output;
+  ExpectNothingLeft(run);
+  const std::string dir = RunDir(run.output);
+  ASSERT_FALSE(dir.empty());
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos;
+         at = text.find(what, at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  // The survivors: one re-form, at epoch 3, shard kept, never restarted.
+  for (int r : {0, 2}) {
+    const std::string log = ReadFile(absl::StrCat(dir, "/rank", r, ".log"));
+    EXPECT_EQ(count(log, "READY "), 1u) << log;
+    EXPECT_EQ(count(log, "REFORMED "), 1u) << log;
+    EXPECT_TRUE(std::regex_search(
+        log, std::regex(absl::StrCat("REFORMED rank=", r,
+                                     " epoch=3 unix_us=[0-9]+ shard=kept"))))
+        << log;
+    EXPECT_FALSE(absl::StrContains(log, "FAILED")) << log;
+    EXPECT_TRUE(absl::StrContains(
+        log, absl::StrCat("RESUMED rank=", r, " step=4 epoch=3 ")))
+        << log;
+  }
+  // The second victim, restarted into epoch 3.
+  const std::string rank1 = ReadFile(absl::StrCat(dir, "/rank1.log"));
+  EXPECT_TRUE(absl::StrContains(rank1, "DYING rank=1 epoch=2 ")) << rank1;
+  EXPECT_TRUE(std::regex_search(
+      rank1, std::regex("JOINED rank=1 epoch=3 unix_us=[0-9]+ restart=1")))
+      << rank1;
+  // Rank 3's replacement: joined epoch 2, saw it end before its session
+  // connected, opened at epoch 3 in the same process.
+  const std::string rank3 = ReadFile(absl::StrCat(dir, "/rank3.log"));
+  EXPECT_EQ(count(rank3, "JOINED "), 1u) << rank3;
+  EXPECT_TRUE(std::regex_search(
+      rank3, std::regex("JOINED rank=3 epoch=2 unix_us=[0-9]+ restart=1")))
+      << rank3;
+  EXPECT_TRUE(absl::StrContains(rank3, "LOSS rank=3 step=0 epoch=2 ")) << rank3;
+  EXPECT_EQ(count(rank3, "shard=loaded"), 1u) << rank3;
+  EXPECT_TRUE(std::regex_search(
+      rank3, std::regex("REFORMED rank=3 epoch=3 unix_us=[0-9]+ shard=loaded")))
+      << rank3;
+  EXPECT_FALSE(absl::StrContains(rank3, "FAILED")) << rank3;
+  // rankrun restarted rank 1 once and rank 3 once, nothing else.
+  const std::string node0 = ReadFile(absl::StrCat(dir, "/ranks-node0.log"));
+  const std::string node1 = ReadFile(absl::StrCat(dir, "/ranks-node1.log"));
+  EXPECT_EQ(count(node0, "restarting it"), 1u) << node0;
+  EXPECT_TRUE(absl::StrContains(node0, "rank 1 (local rank 1")) << node0;
+  EXPECT_EQ(count(node1, "restarting it"), 1u) << node1;
   std::system(absl::StrCat("rm -rf ", dir).c_str());
 }
 

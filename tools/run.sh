@@ -851,6 +851,9 @@ if ((recover)); then
     reloaded=()
     for ((r = 0; r < world; r++)); do
       [[ " ${victims[*]} " == *" $r "* ]] && continue
+      # A rank the example's --die_at_epoch drill killed (a second loss
+      # during recovery) was lost too: rankrun restarted it.
+      grep -qE '^DYING ' "$dir/rank$r.log" 2>/dev/null && continue
       last=$(grep -E '^REFORMED ' "$dir/rank$r.log" 2>/dev/null | tail -1 || true)
       [[ -n "$last" && "$last" != *shard=kept* ]] && reloaded+=("$r")
     done

@@ -3,7 +3,9 @@
 // that models epochs. A rank is lost, the survivors re-form their sessions
 // while a replacement opens its own at the next epoch, and the three sum
 // again; the survivors' own tensors are untouched and the epochs' keys
-// never meet. Also: the deadline, a terminal failure, bad arguments.
+// never meet. A second loss while the survivors reopen is re-formed from in
+// the same call. Also: the deadline (the reopen's included), a terminal
+// failure, bad arguments.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -14,6 +16,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "dataplane/gloo/gloo_session.h"
 #include "dataplane/gloo/internal/rankd_store.h"
 #include "dataplane/gloo/testing/gloo_test_cluster.h"
@@ -144,6 +148,120 @@ TEST(GlooReformTest, SurvivorsAndAReplacementFormTheNextEpoch) {
     EXPECT_EQ(job->Peek(OwnedKey(r, counter, 2)), "1") << r;
     EXPECT_EQ(job->Peek(OwnedKey(r, counter)), "1") << r;
   }
+}
+
+// Waits until every rank in `ranks` wrote a key under "epoch/<epoch>/r<r>/":
+// it rejoined at that epoch and is opening its session there.
+bool AwaitOpening(const InProcessJob& job, uint64_t epoch,
+                  const std::vector<uint32_t>& ranks) {
+  const absl::Time until = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < until) {
+    size_t opening = 0;
+    const std::vector<std::string> keys = job.Keys();
+    for (uint32_t r : ranks) {
+      const std::string prefix = absl::StrCat("epoch/", epoch, "/r", r, "/");
+      opening += std::any_of(keys.begin(), keys.end(),
+                             [&prefix](const std::string& key) {
+                               return absl::StartsWith(key, prefix);
+                             });
+    }
+    if (opening == ranks.size()) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return false;
+}
+
+// A second loss while the survivors open their sessions at epoch 2 (the
+// first replacement dies after joining, before it connects) ends epoch 2
+// too. Each survivor's one Reform call joins epoch 3 and opens there with
+// a second replacement; before, the call returned the open's error.
+TEST(GlooReformTest, ASecondLossWhileReopeningReformsAtTheEpochAfter) {
+  auto job = InProcessJob::Create(3);
+  std::vector<std::unique_ptr<ControlPlane>> control_planes;
+  for (uint32_t r = 0; r < 3; ++r) control_planes.push_back(job->ForRank(r));
+  std::vector<std::unique_ptr<GlooSession>> sessions(3);
+  RunRanks({0, 1, 2}, [&](uint32_t r) {
+    auto session =
+        GlooSession::Open(Descriptor(3, r, 1), control_planes[r].get(),
+                          GlooTestCluster::DefaultOptions());
+    ASSERT_TRUE(session.ok()) << session.status();
+    sessions[r] = *std::move(session);
+  });
+  ASSERT_TRUE(sessions[0] && sessions[1] && sessions[2]);
+  sessions[2].reset();
+  control_planes[2].reset();
+  ASSERT_TRUE(job->Lose(2, absl::UnavailableError("rank 2 was lost")).ok());
+  // The first replacement joins epoch 2, so the survivors' Rejoin returns
+  // and they open their sessions there, waiting for its rendezvous.
+  auto first_replacement = job->Replace(2);
+  ASSERT_TRUE(first_replacement.ok()) << first_replacement.status();
+
+  std::vector<absl::Status> outcomes(2);
+  std::vector<std::thread> survivors;
+  for (uint32_t r = 0; r < 2; ++r) {
+    survivors.emplace_back([&, r] {
+      auto reformed =
+          GlooSession::Reform(std::move(sessions[r]), absl::Seconds(30));
+      outcomes[r] = reformed.status();
+      if (reformed.ok()) sessions[r] = *std::move(reformed);
+    });
+  }
+  const bool opening = AwaitOpening(*job, 2, {0, 1});
+  EXPECT_TRUE(opening);
+  // The first replacement dies before it connects: epoch 2 ends too.
+  first_replacement->reset();
+  ASSERT_TRUE(
+      job->Lose(2, absl::UnavailableError("rank 2's replacement was lost"))
+          .ok());
+  ASSERT_EQ(job->epoch(), 3u);
+  auto second_replacement = job->Replace(2);
+  ASSERT_TRUE(second_replacement.ok()) << second_replacement.status();
+  control_planes[2] = *std::move(second_replacement);
+  auto opened = GlooSession::Open(Descriptor(3, 2, 3), control_planes[2].get(),
+                                  GlooTestCluster::DefaultOptions());
+  for (std::thread& t : survivors) t.join();
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  sessions[2] = *std::move(opened);
+  for (uint32_t r = 0; r < 2; ++r) {
+    ASSERT_TRUE(outcomes[r].ok()) << r << ": " << outcomes[r];
+  }
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ(sessions[r]->descriptor().epoch(), 3u);
+    EXPECT_TRUE(control_planes[r]->JobHealth().ok());
+  }
+  ExpectWorldSum(sessions);
+}
+
+// The reopen's own connect bound (20 s here) does not outlast the caller's
+// timeout: a replacement that joined but never opens (the job healthy at
+// the new epoch) ends the call when its timeout passes, with Open's error.
+TEST(GlooReformTest, TheReopenIsBoundedByTheCallersTimeout) {
+  auto job = InProcessJob::Create(2);
+  std::vector<std::unique_ptr<ControlPlane>> control_planes;
+  for (uint32_t r = 0; r < 2; ++r) control_planes.push_back(job->ForRank(r));
+  std::vector<std::unique_ptr<GlooSession>> sessions(2);
+  RunRanks({0, 1}, [&](uint32_t r) {
+    auto session =
+        GlooSession::Open(Descriptor(2, r, 1), control_planes[r].get(),
+                          GlooTestCluster::DefaultOptions());
+    ASSERT_TRUE(session.ok()) << session.status();
+    sessions[r] = *std::move(session);
+  });
+  ASSERT_TRUE(sessions[0] && sessions[1]);
+  sessions[1].reset();
+  ASSERT_TRUE(job->Lose(1, absl::UnavailableError("rank 1 was lost")).ok());
+  auto silent_replacement = job->Replace(1);
+  ASSERT_TRUE(silent_replacement.ok()) << silent_replacement.status();
+  const absl::Time start = absl::Now();
+  auto reformed =
+      GlooSession::Reform(std::move(sessions[0]), absl::Milliseconds(1500));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(8));
+  // Open's error for the world it could not connect, as Open names it.
+  EXPECT_FALSE(reformed.ok());
+  EXPECT_TRUE(absl::StrContains(reformed.status().message(),
+                                "re-forming the session of epoch 1: gloo "
+                                "backend: connecting world"))
+      << reformed.status();
 }
 
 TEST(GlooReformTest, WithoutAReplacementTheDeadlineNamesTheEpoch) {

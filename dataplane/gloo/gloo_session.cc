@@ -1,5 +1,6 @@
 #include "dataplane/gloo/gloo_session.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "dataplane/gloo/internal/native_layer.h"
@@ -37,11 +38,17 @@ absl::StatusOr<std::unique_ptr<GlooSession>> GlooSession::Reform(
     std::unique_ptr<GlooSession> ended, absl::Duration timeout) {
   GlooSessionOptions options;
   if (ended != nullptr) options = ended->opened_with_;
-  return ReformSession(std::move(ended), timeout, "gloo",
-                       [&options](DistributedSessionDescriptor descriptor,
-                                  ControlPlane* control_plane) {
-                         return Open(descriptor, control_plane, options);
-                       });
+  return ReformSession(
+      std::move(ended), timeout, "gloo",
+      [&options](DistributedSessionDescriptor descriptor,
+                 ControlPlane* control_plane, absl::Duration open_bound) {
+        GlooSessionOptions bounded = options;
+        bounded.connect_timeout = std::min(options.connect_timeout, open_bound);
+        auto session = Open(descriptor, control_plane, bounded);
+        // A later Reform bounds itself afresh.
+        if (session.ok()) (*session)->opened_with_ = options;
+        return session;
+      });
 }
 
 }  // namespace rankd::dataplane::gloo

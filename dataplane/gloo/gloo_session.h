@@ -98,7 +98,10 @@ class GlooSession final
   // passes before the world is whole; `ended`'s error class when the job failed
   // for good instead of recovering; Unimplemented from a control plane that
   // cannot join a later epoch; Open's errors for the new session (bounded by
-  // options.connect_timeout, as Open is).
+  // options.connect_timeout, as Open is, and by the time left of `timeout`)
+  // when the job is healthy at the new epoch. When the new epoch ends too
+  // while its session opens (a second loss), this joins the epoch after it
+  // and opens there, again and again, within the same `timeout`.
   static absl::StatusOr<std::unique_ptr<GlooSession>> Reform(
       std::unique_ptr<GlooSession> ended, absl::Duration timeout);
 

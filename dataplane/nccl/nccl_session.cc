@@ -1,5 +1,6 @@
 #include "dataplane/nccl/nccl_session.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -60,12 +61,17 @@ absl::StatusOr<std::unique_ptr<NcclSession>> NcclSession::Reform(
     // The device the ended session resolved, whatever rule chose it.
     if (ended->device() >= 0) options.device = ended->device();
   }
-  return ReformSession(std::move(ended), timeout, kBackendName,
-                       [&options](DistributedSessionDescriptor descriptor,
-                                  ControlPlane* control_plane) {
-                         return Open(std::move(descriptor), control_plane,
-                                     options);
-                       });
+  return ReformSession(
+      std::move(ended), timeout, kBackendName,
+      [&options](DistributedSessionDescriptor descriptor,
+                 ControlPlane* control_plane, absl::Duration open_bound) {
+        NcclSessionOptions bounded = options;
+        bounded.init_timeout = std::min(options.init_timeout, open_bound);
+        auto session = Open(std::move(descriptor), control_plane, bounded);
+        // A later Reform bounds itself afresh.
+        if (session.ok()) (*session)->opened_with_ = options;
+        return session;
+      });
 }
 
 absl::StatusOr<std::unique_ptr<NcclSession>> NcclSession::Open(

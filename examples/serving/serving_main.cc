@@ -25,10 +25,13 @@
 // failed step with the batch it already had. A replacement process (one
 // that joins a recovering job, at epoch 2 or later: rankrun restarted it,
 // or a new node daemon's ranks) loads its shard and opens its session at
-// that epoch. Then every rank agrees on the step to resume at in one round
-// (resume_agreement.h: survivors name the failed step, a replacement says
-// it does not know) and serving goes on; rank 0 counts the requests in
-// flight at the loss and their re-runs (request_ledger.h).
+// that epoch (when that epoch ends too before its session connects, a
+// second loss, it joins the next one and opens there, keeping its process
+// and shard; REFORMED then names the epoch it opened at). Then every rank
+// agrees on the step to resume at in one round (resume_agreement.h: survivors
+// name the failed step, a replacement says it does not know) and serving goes
+// on; rank 0 counts the requests in flight at the loss and their re-runs
+// (request_ledger.h).
 //
 // When the job recovers by data-parallel domain (rankd --recovery=domain,
 // dp > 1; the Join answer says so) it serves by replica instead
@@ -64,10 +67,15 @@
 //                           "PROGRESS step S  ..." with --steps=0)
 //   SELF-CHECK FAILED ...                                          (rank 0)
 //   STALLING rank=R step=S pid=P                             (drill victim)
+//   DYING rank=R epoch=E unix_us=T pid=P    (--die_at_epoch's victim, then
+//                           SIGKILL)
 //   JOINED rank=R epoch=E unix_us=T restart=N     (a replacement; N from
 //                           $RANKD_RESTART_COUNT, 0 when unset)
 //   LOSS rank=R step=S epoch=E unix_us=T CODE: <op>: <message>  (--recover:
-//                           a survivor saw the loss that ended epoch E)
+//                           a survivor saw the loss that ended epoch E; or
+//                           step=0: a replacement's first open failed
+//                           because epoch E ended too, and it joins the
+//                           next epoch instead of exiting)
 //   REFORMED rank=R epoch=E unix_us=T shard=kept|loaded  (session at E)
 //   RESUMING rank=R step=S epoch=E                (the agreed step)
 //   RESUMED rank=R step=S epoch=E unix_us=T       (first step served after
@@ -100,6 +108,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -185,6 +194,17 @@ ABSL_FLAG(int, recover_timeout_ms, 120000,
           "the longest one recovery may take, from the failed step to a "
           "re-formed session and the agreed step (a replacement must join "
           "within it)");
+ABSL_FLAG(uint32_t, die_at_epoch, 0,
+          "failure drill, a second loss during recovery: rank --die_rank "
+          "kills itself with SIGKILL the moment its client joined this epoch "
+          "(0: never), before its re-formed session connects. A replacement "
+          "process never does");
+ABSL_FLAG(int, die_rank, -1, "the rank that --die_at_epoch kills");
+ABSL_FLAG(int, hold_replacement_open_ms, 0,
+          "failure drill: a replacement that joined at epoch 2 waits this "
+          "long before opening its session (0: not at all), so that a "
+          "--die_at_epoch=2 loss lands while every session of epoch 2 is "
+          "still connecting");
 ABSL_FLAG(uint32_t, inject_error_at_step, 0,
           "testing the self-check: perturb this rank's outputs at this step "
           "(0: never)");
@@ -315,6 +335,14 @@ class ServingProcess {
   // daemons' --heartbeat_timeout_ms for a lost node); OK when the job still
   // looks healthy then.
   absl::Status JobFailure(absl::Duration wait);
+  // Opens this process's first session at the epoch it joined (`joined`).
+  // A replacement whose open fails because that epoch ended too (a second
+  // loss while the job re-forms) joins the next epoch (ControlPlane::Rejoin)
+  // and opens there, within --recover_timeout_ms (each open's connect bound
+  // cut to the time left), printing LOSS and CAUSE for each such epoch.
+  // Otherwise the open's error, or Rejoin's.
+  absl::StatusOr<std::unique_ptr<Collectives>> OpenFirstSession(
+      const v1::SessionDescriptor& joined, const BackendOptions& backend);
   // --recover: `status` failed step `step`. When a loss behind it ended
   // the job's epoch, re-forms at the next one and agrees that the job
   // resumes at `step`: kExitOk, and the caller serves `step` again.
@@ -343,6 +371,9 @@ class ServingProcess {
   Tolerance tolerance_;
   // --stall_ranks, parsed (empty: every process given --stall_at_step).
   std::set<uint32_t> stall_ranks_;
+  // --die_at_epoch's watch of this rank's epoch (stopped and joined before
+  // the client it reads is destroyed).
+  std::jthread second_loss_drill_;
 
   // Recovery by domain with dp > 1 (the Join answer says so): this rank's
   // replica, its process's generation (the epoch it joined at), whether it
@@ -501,15 +532,33 @@ int ServingProcess::Setup() {
   }
   spec_ = *spec;
 
+  if (const uint64_t die_at = absl::GetFlag(FLAGS_die_at_epoch);
+      die_at > 1 && !replacement_ &&
+      absl::GetFlag(FLAGS_die_rank) == static_cast<int>(layout_.rank)) {
+    // Client::Rejoin moves epoch() on once the world is whole again: the
+    // moment every session of that epoch starts connecting.
+    second_loss_drill_ = std::jthread([this, die_at](std::stop_token stop) {
+      while (!stop.stop_requested()) {
+        if (const uint64_t epoch = client_->epoch(); epoch >= die_at) {
+          Print(absl::StrCat("DYING rank=", layout_.rank, " epoch=", epoch,
+                             " unix_us=", UnixUs(), " pid=", ::getpid()));
+          ::raise(SIGKILL);
+        }
+        absl::SleepFor(absl::Milliseconds(2));
+      }
+    });
+  }
   control_plane_ = dataplane::MakeClientControlPlane(client_.get());
   BackendOptions backend;
   backend.hostname = GlooHostname();
   backend.connect_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_connect_timeout_ms));
   backend.op_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_op_timeout_ms));
-  auto collectives =
-      nccl ? OpenNcclCollectives(control_plane_.get(), *descriptor, backend)
-           : OpenGlooCollectives(control_plane_.get(), *descriptor, backend);
+  if (const int hold = absl::GetFlag(FLAGS_hold_replacement_open_ms);
+      hold > 0 && replacement_ && descriptor->epoch() == 2) {
+    absl::SleepFor(absl::Milliseconds(hold));
+  }
+  auto collectives = OpenFirstSession(*descriptor, backend);
   if (!collectives.ok()) return Failed(0, collectives.status());
   collectives_ = *std::move(collectives);
   shard_ = std::make_unique<ModelShard>(spec_, layout_);
@@ -1057,6 +1106,46 @@ int ServingProcess::Failed(uint32_t step, const absl::Status& status) {
     }
   }
   return kExitFailed;
+}
+
+absl::StatusOr<std::unique_ptr<Collectives>> ServingProcess::OpenFirstSession(
+    const v1::SessionDescriptor& joined, const BackendOptions& backend) {
+  const bool nccl = absl::GetFlag(FLAGS_backend) == "nccl";
+  const absl::Time open_by =
+      MonotonicNow() +
+      absl::Milliseconds(absl::GetFlag(FLAGS_recover_timeout_ms));
+  v1::SessionDescriptor descriptor = joined;
+  while (true) {
+    BackendOptions bounded = backend;
+    if (replacement_) {
+      // The whole recovery budget, however many epochs it takes.
+      bounded.connect_timeout =
+          std::min(backend.connect_timeout,
+                   std::max(open_by - MonotonicNow(), absl::Milliseconds(1)));
+    }
+    auto collectives =
+        nccl ? OpenNcclCollectives(control_plane_.get(), descriptor, bounded)
+             : OpenGlooCollectives(control_plane_.get(), descriptor, bounded);
+    if (collectives.ok() || !replacement_) return collectives;
+    // A replacement joined a recovering job; a second loss while the job
+    // re-forms (another rank lost before every session connected) ends that
+    // epoch too. Then it joins the epoch after it, as a survivor's Reform
+    // does, instead of exiting (and being restarted to load its shard
+    // again).
+    const absl::Status cause =
+        JobFailure(std::min(kLossNoticeWait, std::max(open_by - MonotonicNow(),
+                                                      absl::ZeroDuration())));
+    const absl::Duration left = open_by - MonotonicNow();
+    if (cause.ok() || left <= absl::ZeroDuration()) return collectives;
+    Print(absl::StrCat(
+        "LOSS rank=", descriptor.rank(), " step=0 epoch=", descriptor.epoch(),
+        " unix_us=", UnixUs(), " ", collectives.status().ToString()));
+    Print(
+        absl::StrCat("CAUSE rank=", descriptor.rank(), " ", cause.ToString()));
+    auto next = control_plane_->Rejoin(descriptor.epoch(), left);
+    if (!next.ok()) return next.status();
+    descriptor = client_->descriptor();
+  }
 }
 
 absl::Status ServingProcess::JobFailure(absl::Duration wait) {

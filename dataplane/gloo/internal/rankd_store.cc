@@ -53,6 +53,30 @@ std::string RankdStore::FullKey(absl::string_view key) const {
   return EpochKey(epoch_, absl::StrCat(prefix_, key));
 }
 
+absl::StatusOr<std::string> RankdStore::Await(const std::string& full,
+                                              absl::Duration bound) {
+  const absl::Time deadline = MonotonicNow() + bound;
+  while (true) {
+    const absl::Duration left = deadline - MonotonicNow();
+    const absl::Duration slice =
+        std::clamp(left, absl::Milliseconds(1), kRendezvousHealthEvery);
+    absl::StatusOr<std::string> value = control_plane_->KvGet(full, slice);
+    if (value.ok() ||
+        value.status().code() != absl::StatusCode::kDeadlineExceeded) {
+      return value;
+    }
+    if (MonotonicNow() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "key ", full, " not set within ", absl::FormatDuration(bound)));
+    }
+    // The broker does not end a wait when the job's epoch ends; a session
+    // that cannot connect any more should not wait out its whole timeout.
+    if (absl::Status health = control_plane_->JobHealth(); !health.ok()) {
+      return health;
+    }
+  }
+}
+
 void RankdStore::set(const std::string& key, const std::vector<char>& data) {
   const std::string full = FullKey(key);
   absl::Status s =
@@ -70,7 +94,7 @@ std::vector<char> RankdStore::get(const std::string& key) {
       return data;
     }
   }
-  auto value = control_plane_->KvGet(full, timeout_);
+  auto value = Await(full, timeout_);
   if (!value.ok()) Throw(value.status(), absl::StrCat("get ", full));
   return std::vector<char>(value->begin(), value->end());
 }
@@ -89,7 +113,7 @@ void RankdStore::wait(const std::vector<std::string>& keys,
     const std::string full = FullKey(key);
     absl::Duration left = deadline - MonotonicNow();
     if (left <= absl::ZeroDuration()) left = absl::Milliseconds(1);
-    auto value = control_plane_->KvGet(full, left);
+    auto value = Await(full, left);
     if (!value.ok()) Throw(value.status(), absl::StrCat("wait for ", full));
     absl::MutexLock lock(&mu_);
     fetched_[full] = *std::move(value);

@@ -2,7 +2,10 @@
 // key-value broker, reached through the data plane's ControlPlane. Every key
 // is prefixed "gloo/<namespace>/<group>/" so that jobs, job incarnations,
 // session instances and groups never see each other's keys. Reads block
-// until the key is set, bounded by a deadline.
+// until the key is set, bounded by a deadline, or until the job fails (a
+// loss ending the store's epoch while a session connects: the broker's own
+// wait would outlast it; JobHealth is checked every
+// kRendezvousHealthEvery).
 //
 // Given the group's members, a key Gloo names after a member ("<i>",
 // "<i>/<j>", "rank_<i>": member i's addresses) is also that member's own
@@ -26,6 +29,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -33,6 +37,10 @@
 #include "gloo/rendezvous/store.h"
 
 namespace rankd::dataplane::gloo::internal {
+
+// How often a read waiting for a key checks the job's health.
+inline constexpr absl::Duration kRendezvousHealthEvery =
+    absl::Milliseconds(200);
 
 class RankdStore final : public ::gloo::rendezvous::Store {
  public:
@@ -64,6 +72,12 @@ class RankdStore final : public ::gloo::rendezvous::Store {
   const std::string& prefix() const { return prefix_; }
 
  private:
+  // KvGet(full) until it is set or `bound` passes (DeadlineExceeded naming
+  // the key), in slices of kRendezvousHealthEvery: the job's failure
+  // (JobHealth) as soon as a slice ends with the job failed.
+  absl::StatusOr<std::string> Await(const std::string& full,
+                                    absl::Duration bound);
+
   // Values wait() read, for the get() Gloo issues right after it: one
   // broker round trip per key instead of two (a full-mesh connect waits for
   // and then reads every member's addresses).
