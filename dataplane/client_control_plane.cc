@@ -162,6 +162,11 @@ class ClientControlPlane final : public ControlPlane {
     return DescriptorFromProto(*joined);
   }
 
+  uint64_t JoinedEpoch() const override {
+    absl::MutexLock lock(&fanout_->mu);
+    return fanout_->epoch;
+  }
+
   std::string Namespace() const override {
     const v1::SessionDescriptor& d = client_->descriptor();
     return absl::StrCat(d.job_id(), "@", d.job_incarnation());

@@ -86,6 +86,12 @@ class ControlPlane {
   // join a later epoch.
   virtual absl::StatusOr<DistributedSessionDescriptor> Rejoin(
       uint64_t ended_epoch, absl::Duration timeout);
+
+  // The job epoch this rank's process is joined into now: its Join's, then
+  // each Rejoin's. A session of an earlier epoch re-forms into it without
+  // waiting for a loss (another session of the process re-formed first).
+  // The default: 0, for control planes that do not know epochs.
+  virtual uint64_t JoinedEpoch() const { return 0; }
 };
 
 // Where every key of job epoch `epoch` lives in the job's key-value store,

@@ -27,8 +27,10 @@
 namespace rankd::dataplane {
 
 // How long ReformSession waits for the job's loss notice when the job still
-// looks healthy (the notice can trail a native failure by a moment).
-inline constexpr absl::Duration kReformLossNoticeGrace = absl::Seconds(2);
+// looks healthy: the notice can trail a native failure by a moment, or, for
+// a node lost to silence, by up to the daemons' heartbeat timeout (2 s by
+// default, docs/operations.md).
+inline constexpr absl::Duration kReformLossNoticeGrace = absl::Seconds(10);
 
 namespace session_front_steps {
 
@@ -300,9 +302,17 @@ absl::StatusOr<std::unique_ptr<Session>> SessionFront<V, L>::ReformSession(
   // job stays healthy (a stalled peer, a disagreement, its owner's Poison)
   // has no later epoch to re-form into, and waiting for one would take the
   // whole timeout. The job's loss notice can trail the native failure that
-  // poisoned the session by a moment: wait a little for it.
+  // poisoned the session by a moment: wait a little for it. Unless this
+  // process already joined a later epoch (another of its sessions
+  // re-formed first): its health is then the new epoch's, and Rejoin
+  // returns that epoch at once.
+  const bool moved_on = control_plane->JoinedEpoch() > epoch;
   absl::Status health =
-      session_front_steps::LossNotice(*control_plane, deadline);
+      moved_on
+          ? absl::AbortedError(absl::StrCat(
+                "this process already joined epoch ",
+                control_plane->JoinedEpoch(), " after epoch ", epoch, " ended"))
+          : session_front_steps::LossNotice(*control_plane, deadline);
   // The ended epoch's cause: what poisoned the session, else the job's
   // failure at that epoch, else this call ending a healthy session.
   absl::Status cause = front.poison();

@@ -253,8 +253,8 @@ class GlooBackend {
   absl::Status poison() const;
   // Latches `cause` (an error; an OK cause does nothing; the first cause
   // wins): every later operation is refused with it, nothing queued.
-  // Nothing is torn down (no Gloo context is aborted): running work is not
-  // interrupted; queued work that has not started is refused with `cause`.
+  // Nothing is torn down (no Gloo context is aborted): work already
+  // submitted, running or queued, still runs (as on NCCL).
   void Poison(const absl::Status& cause);
   // Poison(cause), then aborts every Gloo context so pending operations
   // fail now instead of waiting for a peer: what a native failure or a job

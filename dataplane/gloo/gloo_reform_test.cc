@@ -264,6 +264,68 @@ TEST(GlooReformTest, TheReopenIsBoundedByTheCallersTimeout) {
       << reformed.status();
 }
 
+// A process with two sessions re-forms both, in order: the second finds
+// its process already at the new epoch (the first's Rejoin) and re-forms
+// into it at once, though the job looks healthy by then.
+TEST(GlooReformTest, AProcessReformsEveryOneOfItsSessions) {
+  auto job = InProcessJob::Create(2);
+  std::vector<std::unique_ptr<ControlPlane>> control_planes;
+  for (uint32_t r = 0; r < 2; ++r) control_planes.push_back(job->ForRank(r));
+  std::vector<std::vector<std::unique_ptr<GlooSession>>> sessions(2);
+  RunRanks({0, 1}, [&](uint32_t r) {
+    for (int s = 0; s < 2; ++s) {
+      auto session =
+          GlooSession::Open(Descriptor(2, r, 1), control_planes[r].get(),
+                            GlooTestCluster::DefaultOptions());
+      ASSERT_TRUE(session.ok()) << session.status();
+      sessions[r].push_back(*std::move(session));
+    }
+  });
+  ASSERT_EQ(sessions[0].size(), 2u);
+  ASSERT_EQ(sessions[1].size(), 2u);
+  sessions[1].clear();
+  control_planes[1].reset();
+  ASSERT_TRUE(job->Lose(1, absl::UnavailableError("rank 1 was lost")).ok());
+  const absl::Time start = absl::Now();
+  RunRanks({0, 1}, [&](uint32_t r) {
+    if (r == 1) {
+      auto control_plane = job->Replace(1);
+      ASSERT_TRUE(control_plane.ok()) << control_plane.status();
+      control_planes[1] = *std::move(control_plane);
+      for (int s = 0; s < 2; ++s) {
+        auto session = GlooSession::Open(Descriptor(2, 1, job->epoch()),
+                                         control_planes[1].get(),
+                                         GlooTestCluster::DefaultOptions());
+        ASSERT_TRUE(session.ok()) << session.status();
+        sessions[1].push_back(*std::move(session));
+      }
+      return;
+    }
+    for (int s = 0; s < 2; ++s) {
+      auto reformed =
+          GlooSession::Reform(std::move(sessions[0][s]), absl::Seconds(20));
+      ASSERT_TRUE(reformed.ok())
+          << "session " << s << ": " << reformed.status();
+      sessions[0][s] = *std::move(reformed);
+    }
+  });
+  // No loss-notice grace was waited for the second session.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(8));
+  ASSERT_EQ(sessions[1].size(), 2u);
+  for (int s = 0; s < 2; ++s) {
+    ASSERT_NE(sessions[0][s], nullptr);
+    EXPECT_EQ(sessions[0][s]->descriptor().epoch(), 2u);
+    RunRanks({0, 1}, [&](uint32_t r) {
+      auto sum = sessions[r][s]->AllReduceSum(
+          CollectiveScope::World(), *HostTensor::FromVector<float>({1}, {1}));
+      ASSERT_TRUE(sum.ok()) << sum.status();
+      ASSERT_TRUE(sum->completion->Wait().ok());
+      EXPECT_EQ(*sum->output.Values<float>(),
+                absl::MakeConstSpan(std::vector<float>{2.0f}));
+    });
+  }
+}
+
 TEST(GlooReformTest, WithoutAReplacementTheDeadlineNamesTheEpoch) {
   auto job = InProcessJob::Create(2);
   std::vector<std::unique_ptr<ControlPlane>> control_planes;

@@ -93,7 +93,7 @@ class GlooSession final
   // InvalidArgument for a null session or a non-positive timeout;
   // FailedPrecondition when the job is still healthy at the ended epoch
   // (no loss, so no later epoch: a session poisoned by a stalled peer or a
-  // disagreement), after at most kReformLossNoticeGrace (2 s) for a loss
+  // disagreement), after at most kReformLossNoticeGrace (10 s) for a loss
   // notice still on its way; DeadlineExceeded naming the epoch when `timeout`
   // passes before the world is whole; `ended`'s error class when the job failed
   // for good instead of recovering; Unimplemented from a control plane that

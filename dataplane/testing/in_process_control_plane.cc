@@ -118,6 +118,7 @@ class InProcessControlPlane final : public ControlPlane {
     }
     return descriptor;
   }
+  uint64_t JoinedEpoch() const override { return epoch_; }
 
  private:
   std::shared_ptr<InProcessJob> job_;

@@ -24,6 +24,8 @@ leaving, so that its peers see it lost, as a killed one (_leave_at_exit).
 """
 
 import atexit
+import builtins
+import ctypes
 import datetime
 import functools
 import importlib
@@ -222,6 +224,35 @@ class _ExitWatch:
 
         sys.excepthook = rankd_excepthook
         sys.exit = rankd_exit
+        # The exit() and quit() builtins (site's) raise SystemExit the same
+        # way; a hand-written `raise SystemExit(n)` is not seen.
+        for name in ("exit", "quit"):
+            quitter = getattr(builtins, name, None)
+            if quitter is not None:
+                setattr(builtins, name, self._wrap_quitter(quitter))
+
+    def _wrap_quitter(self, quitter):
+        def rankd_quitter(status=None):
+            if threading.current_thread() is threading.main_thread():
+                self.status = _exit_status(status)
+            quitter(status)
+        return rankd_quitter
+
+    def failed(self):
+        """(status, signal) of the program's end: a failure recorded by the
+        wrappers, else an uncaught exception the interpreter recorded in
+        sys.last_value before calling its excepthook (seen even when a
+        library replaced the hook without calling rankd's), else (0, None).
+        """
+        if self.status != 0:
+            return self.status, self.signal
+        last = getattr(sys, "last_value", None)
+        if isinstance(last, KeyboardInterrupt):
+            return 1, signal.SIGINT
+        if isinstance(last, BaseException) and \
+                not isinstance(last, SystemExit):
+            return 1, None
+        return 0, None
 
 
 def _exit_status(code):
@@ -250,8 +281,9 @@ def _leave_at_exit():
     watch = _watch
     if watch is None or watch.rank._handle is None:
         return
-    if _exit.status != 0:
-        _die(_exit.status, _exit.signal)
+    status, sig = _exit.failed()
+    if status != 0:
+        _die(status, sig)
     try:
         watch.rank.leave()
     except errors.RankdError:
@@ -263,10 +295,12 @@ def _die(status, sig):
     """Ends the process now, as the interpreter would have: output flushed,
     by `sig` (SIGINT for an uncaught KeyboardInterrupt) or with `status`.
     The atexit handlers registered before the rendezvous do not run, as on
-    a kill; logging's buffers are flushed first."""
+    a kill; logging's buffers, Python's and C's standard streams are
+    flushed, and multiprocessing's daemonic children (DataLoader workers,
+    pools) are terminated as at a normal exit, first."""
     logging = sys.modules.get("logging")
-    for flush in (getattr(logging, "shutdown", None), sys.stdout.flush,
-                  sys.stderr.flush):
+    for flush in (getattr(logging, "shutdown", None), _end_daemonic_children,
+                  sys.stdout.flush, sys.stderr.flush, _flush_c_streams):
         try:
             if flush is not None:
                 flush()
@@ -274,8 +308,27 @@ def _die(status, sig):
             pass
     if sig is not None:
         signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
+        # Delivered to this thread at once, whatever other threads block.
+        signal.raise_signal(sig)
     os._exit(status)
+
+
+def _end_daemonic_children():
+    """Terminates multiprocessing's daemonic children (DataLoader workers,
+    pools), as a normal exit would; children that are not daemonic are
+    left, since joining them could hold the loss back indefinitely."""
+    mp = sys.modules.get("multiprocessing")
+    if mp is None:
+        return
+    for child in mp.active_children():
+        if child.daemon:
+            child.terminate()
+
+
+def _flush_c_streams():
+    """fflush(NULL): what C code (NCCL's debug output, the library's)
+    buffered in stdio, which os._exit would drop."""
+    ctypes.CDLL(None).fflush(None)
 
 
 def joined_rank():

@@ -600,7 +600,7 @@ def test_rankd_store_no_barrier_wait_when_torch_counts_rendezvous(
     assert store.add(key, 1) == 1
     started = time.monotonic()
     assert store.add(key, 0) == 1
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 0.9  # the capped wait is ~1 s
 
 
 def test_store_through_torch_prefix_store(store):

@@ -512,7 +512,7 @@ RANKD_EXPORT void rankd_session_free(rankd_session* session);
  * INVALID_ARGUMENT for a NULL session or a timeout that is not positive and
  * finite; FAILED_PRECONDITION when the job is still healthy at the ended
  * epoch (nothing was lost, so there is no later epoch: a session poisoned
- * by a stalled peer or a disagreement), after at most 2 s for a loss notice
+ * by a stalled peer or a disagreement), after at most 10 s for a loss notice
  * on its way; DEADLINE_EXCEEDED naming the epoch when the world was not
  * whole in time; the ended session's error code when the job failed for good;
  * UNIMPLEMENTED when the rank's control plane cannot join a later epoch.
@@ -546,8 +546,8 @@ RANKD_EXPORT int32_t rankd_session_backend(const rankd_session* session);
  * told. */
 
 /* Poisons the session with the cause (`code`, `message`) and tears nothing
- * down: work already running is not interrupted (on Gloo, work still
- * queued behind it fails with the cause instead of starting). For a caller that
+ * down: work already submitted (running or queued) still runs, on both
+ * backends; only later calls are refused. For a caller that
  * decided the session must not be used any more but whose submitted work is
  * still good (a scheduler draining a rank). `message` is copied. On a session
  * already poisoned it changes nothing and returns NULL.
