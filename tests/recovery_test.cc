@@ -404,7 +404,9 @@ TEST(RecoveryTest, ReplacementThatNeverComesFailsTheJobAtTheDeadline) {
 // naming that rank, rather than the job sitting READY with every round
 // timing out.
 TEST(RecoveryTest, SurvivorThatNeverJoinsAgainFailsTheJobAtTheDeadline) {
-  LocalCluster cluster(RecoveryOptions(3000));
+  // Long enough for ranks 0 and 1 to join again under a loaded sanitizer
+  // run, so that rank 2 alone is named.
+  LocalCluster cluster(RecoveryOptions(8000));
   ASSERT_TRUE(cluster.Start().ok());
   std::vector<std::unique_ptr<RawRank>> ranks;
   ASSERT_NO_FATAL_FAILURE(JoinWorld(cluster, &ranks));
@@ -418,6 +420,14 @@ TEST(RecoveryTest, SurvivorThatNeverJoinsAgainFailsTheJobAtTheDeadline) {
   for (uint32_t r : {0u, 1u}) {
     rejoins.emplace_back([&, r] { waited[r] = ranks[r]->Join(30000); });
   }
+  // Survivors stay counted as joined: wait for ranks 0 and 1 at epoch 2.
+  AwaitMembers(cluster, 0, [](const v1::MemberList& list) {
+    int at_two = 0;
+    for (const auto& m : list.members()) {
+      if ((m.rank() == 0 || m.rank() == 1) && m.epoch() == 2) ++at_two;
+    }
+    return at_two == 2;
+  });
   v1::JobStatus job = AwaitJob(
       cluster, 0, [](const v1::JobStatus& j) { return j.joined_ranks() == 4; });
   EXPECT_EQ(job.state(), v1::JOB_STATE_RECOVERING);
@@ -426,7 +436,7 @@ TEST(RecoveryTest, SurvivorThatNeverJoinsAgainFailsTheJobAtTheDeadline) {
     return j.state() == v1::JOB_STATE_FAILED;
   });
   EXPECT_TRUE(
-      absl::StrContains(failed.failure(), "recovery deadline of 3000 ms"))
+      absl::StrContains(failed.failure(), "recovery deadline of 8000 ms"))
       << failed.failure();
   EXPECT_TRUE(absl::StrContains(failed.failure(),
                                 "never came back: surviving rank 2 to join "

@@ -851,9 +851,10 @@ if ((recover)); then
     reloaded=()
     for ((r = 0; r < world; r++)); do
       [[ " ${victims[*]} " == *" $r "* ]] && continue
-      # A rank the example's --die_at_epoch drill killed (a second loss
-      # during recovery) was lost too: rankrun restarted it.
-      grep -qE '^DYING ' "$dir/rank$r.log" 2>/dev/null && continue
+      # A rank lost too (a second loss: the example's --die_at_epoch drill,
+      # or any other) was restarted by rankrun: its replacement's JOINED
+      # line says so, and it loaded its shard as a replacement does.
+      grep -qE '^(DYING|JOINED) ' "$dir/rank$r.log" 2>/dev/null && continue
       last=$(grep -E '^REFORMED ' "$dir/rank$r.log" 2>/dev/null | tail -1 || true)
       [[ -n "$last" && "$last" != *shard=kept* ]] && reloaded+=("$r")
     done

@@ -1585,7 +1585,7 @@ TEST_F(RecoveryTest, DeadlineFailsTheJobNamingTheRankThatNeverCameBack) {
 // every round timing out. The job stays RECOVERING and fails at the
 // deadline naming it.
 TEST_F(RecoveryTest, ASurvivorThatNeverJoinsAgainFailsTheJobAtTheDeadline) {
-  StartWithDeadline(absl::Milliseconds(300));
+  StartWithDeadline(absl::Seconds(3));  // room for a loaded TSan run
   coord_->events().Subscribe(0, collector_.Sink());
   FormWorld();
   ASSERT_TRUE(Lose(1, 3).ok());
@@ -2183,7 +2183,7 @@ TEST_F(DomainRecoveryTest, ADomainPastItsDeadlineFailsTheJob) {
 }
 
 TEST_F(DomainRecoveryTest, ASurvivorThatNeverJoinsAgainFailsTheJob) {
-  StartByDomain(absl::Milliseconds(300));
+  StartByDomain(absl::Seconds(3));  // room for a loaded TSan run
   coord_->events().Subscribe(0, collector_.Sink());
   FormWorld();
   ASSERT_TRUE(Lose(1, 3).ok());

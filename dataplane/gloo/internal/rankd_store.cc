@@ -69,8 +69,10 @@ absl::StatusOr<std::string> RankdStore::Await(const std::string& full,
       return absl::DeadlineExceededError(absl::StrCat(
           "key ", full, " not set within ", absl::FormatDuration(bound)));
     }
-    // The broker does not end a wait when the job's epoch ends; a session
-    // that cannot connect any more should not wait out its whole timeout.
+    // A daemon ends a wait when the job's epoch ends (KvStore::EndEpoch);
+    // the slices also stop a wait whose failure this process learned
+    // another way (its control plane's failure, an older daemon), so a
+    // session that cannot connect any more never waits out its timeout.
     if (absl::Status health = control_plane_->JobHealth(); !health.ok()) {
       return health;
     }
