@@ -333,7 +333,7 @@ BundleSubmission<NcclBackend> NcclBackend::SubmitRoute(
                    " on ", GroupName(route.group())));
 }
 
-absl::Status NcclBackend::poison() const { return impl_->PoisonStatus(); }
+absl::Status NcclBackend::poison() const { return impl_->poison(); }
 
 void NcclBackend::Poison(const absl::Status& cause) {
   if (!cause.ok()) impl_->Poison(cause);

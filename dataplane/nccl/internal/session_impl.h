@@ -65,6 +65,8 @@
 #include "dataplane/nccl/cuda_stream.h"
 #include "dataplane/nccl/device_buffer.h"
 #include "dataplane/nccl/device_tensor.h"
+#include "dataplane/nccl/internal/event_operation.h"
+#include "dataplane/nccl/internal/op_owner.h"
 #include "dataplane/nccl/nccl_comm.h"
 #include "dataplane/nccl/nccl_completion.h"
 #include "dataplane/nccl/nccl_options.h"
@@ -292,7 +294,7 @@ class SessionImpl final : public NcclOpOwner,
   absl::Status Fail(const absl::Status& cause);
 
   // NcclOpOwner.
-  absl::Status PoisonStatus() const override;
+  absl::Status poison() const override;
   void Poison(const absl::Status& cause) override;
   bool SupportsNativeCancel() const override { return true; }
   bool CancelNative(const absl::Status& cause) override;
