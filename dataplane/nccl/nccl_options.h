@@ -2,7 +2,7 @@
 // timeouts, agreement checking, unique-id brokering), the counterpart of
 // gloo_options.h's GlooSessionOptions. Every rank of a job must use the same
 // values where a field says so. Depends on nccl_types.h,
-// unique_id_broker.h (the id generator), dataplane/capabilities.h and absl.
+// dataplane/capabilities.h and absl.
 #ifndef RANKD_DATAPLANE_NCCL_NCCL_OPTIONS_H_
 #define RANKD_DATAPLANE_NCCL_NCCL_OPTIONS_H_
 
@@ -13,7 +13,6 @@
 #include "absl/time/time.h"
 #include "dataplane/capabilities.h"
 #include "dataplane/nccl/nccl_types.h"
-#include "dataplane/nccl/unique_id_broker.h"
 
 namespace rankd::dataplane::nccl {
 

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,9 @@ std::string UniqueIdKey(absl::string_view ns, absl::string_view tag,
 
 // Bytes in an ncclUniqueId (NCCL_UNIQUE_ID_BYTES).
 inline constexpr size_t kNcclUniqueIdBytes = 128;
+// Returns kNcclUniqueIdBytes raw bytes (NewNcclUniqueId in production;
+// NcclSessionOptions::unique_id_generator replaces it in tests).
+using UniqueIdGenerator = std::function<absl::StatusOr<std::string>()>;
 // "nccl-uid-v1:" + lowercase hex of the 128 bytes.
 std::string EncodeUniqueId(absl::string_view id_bytes);
 // InvalidArgument naming the key for anything else.

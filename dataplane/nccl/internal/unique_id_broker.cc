@@ -1,4 +1,4 @@
-#include "dataplane/nccl/unique_id_broker.h"
+#include "dataplane/nccl/internal/unique_id_broker.h"
 
 #include <algorithm>
 
@@ -6,7 +6,7 @@
 #include "absl/time/clock.h"
 #include "common/monotonic_clock.h"
 
-namespace rankd::dataplane::nccl {
+namespace rankd::dataplane::nccl::internal {
 namespace {
 
 // Longest single KvGet, so that the interrupt is checked regularly even if
@@ -121,4 +121,4 @@ absl::StatusOr<std::vector<std::vector<std::string>>> BrokerUniqueIds(
   return ids;
 }
 
-}  // namespace rankd::dataplane::nccl
+}  // namespace rankd::dataplane::nccl::internal

@@ -11,9 +11,10 @@
 // Namespace() and the session tag (UniqueIdKey).
 //
 // The id generator is injected so that the brokering is tested without
-// NCCL. Depends on dataplane/control_plane.h and nccl_types.h.
-#ifndef RANKD_DATAPLANE_NCCL_UNIQUE_ID_BROKER_H_
-#define RANKD_DATAPLANE_NCCL_UNIQUE_ID_BROKER_H_
+// NCCL. Private to dataplane/nccl. Depends on dataplane/control_plane.h
+// and nccl_types.h.
+#ifndef RANKD_DATAPLANE_NCCL_INTERNAL_UNIQUE_ID_BROKER_H_
+#define RANKD_DATAPLANE_NCCL_INTERNAL_UNIQUE_ID_BROKER_H_
 
 #include <cstdint>
 #include <functional>
@@ -27,10 +28,8 @@
 #include "dataplane/control_plane.h"
 #include "dataplane/nccl/nccl_types.h"
 
-namespace rankd::dataplane::nccl {
+namespace rankd::dataplane::nccl::internal {
 
-// Returns kNcclUniqueIdBytes raw bytes (NewNcclUniqueId in production).
-using UniqueIdGenerator = std::function<absl::StatusOr<std::string>()>;
 // OK to keep waiting; an error (e.g. the job failed) ends the wait with it.
 using InterruptCheck = std::function<absl::Status()>;
 
@@ -57,6 +56,6 @@ absl::StatusOr<std::vector<std::vector<std::string>>> BrokerUniqueIds(
     const UniqueIdGenerator& generator, absl::Time deadline,
     const InterruptCheck& interrupt, uint64_t epoch = 1);
 
-}  // namespace rankd::dataplane::nccl
+}  // namespace rankd::dataplane::nccl::internal
 
-#endif  // RANKD_DATAPLANE_NCCL_UNIQUE_ID_BROKER_H_
+#endif  // RANKD_DATAPLANE_NCCL_INTERNAL_UNIQUE_ID_BROKER_H_

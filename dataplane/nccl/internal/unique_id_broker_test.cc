@@ -1,7 +1,7 @@
 // Unique-id brokering through the control plane's key-value broker, with
 // simulated ranks (threads) on an in-process control plane and a fake id
 // generator. Runs on every machine (no CUDA needed).
-#include "dataplane/nccl/unique_id_broker.h"
+#include "dataplane/nccl/internal/unique_id_broker.h"
 
 #include <atomic>
 #include <memory>
@@ -15,7 +15,7 @@
 #include "dataplane/testing/in_process_control_plane.h"
 #include "gtest/gtest.h"
 
-namespace rankd::dataplane::nccl {
+namespace rankd::dataplane::nccl::internal {
 namespace {
 
 using ::rankd::dataplane::testing::InProcessJob;
@@ -315,4 +315,4 @@ TEST(BrokerUniqueIds, GeneratorErrorsPropagate) {
 }
 
 }  // namespace
-}  // namespace rankd::dataplane::nccl
+}  // namespace rankd::dataplane::nccl::internal
