@@ -15,7 +15,11 @@
 #include "dataplane/agreement.h"
 #include "dataplane/caller_output.h"
 #include "dataplane/domain_groups.h"
+#include "dataplane/nccl/default_device.h"
+#include "dataplane/nccl/internal/comm_name.h"
 #include "dataplane/nccl/internal/operation_agreement.h"
+#include "dataplane/nccl/internal/session_tag.h"
+#include "dataplane/nccl/internal/unique_id_plan.h"
 #include "dataplane/poison.h"
 
 namespace rankd::dataplane::nccl::internal {
@@ -949,7 +953,7 @@ absl::Status SessionImpl::InitializeLocked() {
                      "; every NCCL capability is reported false"));
   }
   // One GPU per rank. By default the visible device count decides
-  // (DefaultDevice, nccl_types.h): the local rank's device where the
+  // (DefaultDevice, default_device.h): the local rank's device where the
   // process sees its node's GPUs, its one device where it sees one; an
   // ambiguous count fails here, before any communicator exists (sharing a
   // GPU would fail later inside NCCL, with an error that does not say why).

@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "dataplane/nccl/internal/comm_name.h"
 #include "dataplane/testing/in_process_control_plane.h"
 #include "gtest/gtest.h"
 
