@@ -661,9 +661,7 @@ void AddPoisonCases(std::vector<ConformanceCase>& cases) {
   SessionSetup short_timeout;
   short_timeout.op_timeout = absl::Seconds(2);
   cases.push_back(
-      {"PoisonDoesNotInterruptSubmittedWork",
-       2,
-       short_timeout,
+      {"PoisonDoesNotInterruptSubmittedWork", 2, short_timeout,
        [](uint32_t r) {
          RankCall c = Call(Operation::kAllReduceSum, {2}, {1, 2});
          if (r == 0) {

@@ -114,11 +114,11 @@ class NcclSession final
   // prefixed "nccl backend: re-forming the session of epoch <e>: ":
   // InvalidArgument for a null session or a non-positive timeout;
   // FailedPrecondition when the job is still healthy at the ended epoch
-  // (GlooSession::Reform says when); DeadlineExceeded naming the epoch when `timeout` passes before the
-  // world is whole; `ended`'s error class when the job failed for good
-  // instead of recovering; Unimplemented from a control plane that cannot
-  // join a later epoch; Open's errors for the new session (bounded by
-  // options.init_timeout, as Open is).
+  // (GlooSession::Reform says when); DeadlineExceeded naming the epoch when
+  // `timeout` passes before the world is whole; `ended`'s error class when the
+  // job failed for good instead of recovering; Unimplemented from a control
+  // plane that cannot join a later epoch; Open's errors for the new session
+  // (bounded by options.init_timeout, as Open is).
   static absl::StatusOr<std::unique_ptr<NcclSession>> Reform(
       std::unique_ptr<NcclSession> ended, absl::Duration timeout);
   ~NcclSession() override;
