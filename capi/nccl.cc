@@ -241,7 +241,8 @@ absl::StatusOr<std::unique_ptr<nc::NcclSession>> OpenNccl(
   auto descriptor = dataplane::DescriptorFromProto(rank.proto);
   if (!descriptor.ok()) return descriptor.status();
   nc::NcclSessionOptions nccl;
-  // -1: the visible device count decides (DefaultDevice, nccl_types.h).
+  // -1: the visible device count decides (DefaultDevice,
+  // dataplane/nccl/default_device.h).
   nccl.device = rank.cuda_device;
   nccl.op_timeout = op_timeout;
   nccl.verify_agreement = options.verify_agreement != 0;

@@ -132,7 +132,7 @@ absl::StatusOr<JoinPlan> PlanJoin(const rankd_join_options& o) {
   plan.join.device.set_index(o.device_index);
   if (o.device_index == -1) {
     // The device an NCCL session will choose (DefaultDevice,
-    // dataplane/nccl/nccl_types.h), for the daemon's record: the process's
+    // dataplane/nccl/default_device.h), for the daemon's record: the process's
     // one GPU when it sees one, else its local rank's. The node's rank
     // count is known only once joined; the session applies the whole rule.
     int index = static_cast<int32_t>(plan.join.local_rank);

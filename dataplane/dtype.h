@@ -1,10 +1,6 @@
 // TensorDtype: the element types a data-plane value may hold, with their
 // sizes and names (docs/contract.md, Types). The vocabulary every other
 // contract header builds on. Depends on nothing but the C++ library.
-//
-// Also read, not built by Bazel, by
-// //dataplane/nccl:native_abi_conformance_test (through nccl_types.h), whose
-// data lists this file: a rankd header included here must be listed there too.
 #ifndef RANKD_DATAPLANE_DTYPE_H_
 #define RANKD_DATAPLANE_DTYPE_H_
 

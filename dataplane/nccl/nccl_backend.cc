@@ -36,26 +36,7 @@ std::string GroupName(const NcclGroup& group) {
 
 }  // namespace
 
-NcclGroup::NcclGroup(std::shared_ptr<internal::SessionImpl> impl,
-                     std::shared_ptr<internal::CommEntry> comm,
-                     CollectiveGroupId id, bool world)
-    : impl_(std::move(impl)), comm_(std::move(comm)), id_(id), world_(world) {}
-const std::vector<uint32_t>& NcclGroup::members() const {
-  return comm_->members;
-}
-uint32_t NcclGroup::local_rank() const { return comm_->local_rank; }
-uint32_t NcclGroup::size() const {
-  return static_cast<uint32_t>(comm_->members.size());
-}
-const std::string& NcclGroup::communicator_name() const { return comm_->name; }
-
 NcclBackend::NcclBackend(NcclSession& session) : impl_(session.impl()) {}
-
-absl::StatusOr<CudaExecutor> CudaExecutor::Create(int device, uint32_t lane) {
-  auto stream = CudaStream::Create(device);
-  if (!stream.ok()) return stream.status();
-  return CudaExecutor(*std::move(stream), lane);
-}
 
 absl::StatusOr<Submission<Unit, std::shared_ptr<NcclCompletion>>>
 NcclBackend::SubmitLocalDependencies(
@@ -333,7 +314,7 @@ BundleSubmission<NcclBackend> NcclBackend::SubmitRoute(
                    " on ", GroupName(route.group())));
 }
 
-absl::Status NcclBackend::poison() const { return impl_->PoisonStatus(); }
+absl::Status NcclBackend::poison() const { return impl_->poison(); }
 
 void NcclBackend::Poison(const absl::Status& cause) {
   if (!cause.ok()) impl_->Poison(cause);

@@ -23,7 +23,10 @@
 // come from Group()/Route(), which fail closed (Unimplemented naming "nccl"
 // and the capability) while the session has no capability. The session
 // must outlive the backend, its groups and routes (after it is destroyed
-// they refuse new work).
+// they refuse new work). The executor is nccl_executor.h, groups and routes
+// nccl_group.h, the completion nccl_completion.h. Depends on
+// dataplane/communication_backend.h and the public headers of
+// dataplane/nccl.
 #ifndef RANKD_DATAPLANE_NCCL_NCCL_BACKEND_H_
 #define RANKD_DATAPLANE_NCCL_NCCL_BACKEND_H_
 
@@ -33,79 +36,20 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "dataplane/communication_backend.h"
-#include "dataplane/nccl/cuda_stream.h"
 #include "dataplane/nccl/device_tensor.h"
 #include "dataplane/nccl/nccl_completion.h"
+#include "dataplane/nccl/nccl_executor.h"
+#include "dataplane/nccl/nccl_group.h"
 #include "dataplane/nccl/nccl_session.h"
 
 namespace rankd::dataplane::nccl {
 
 namespace internal {
 class SessionImpl;  // internal/session_impl.h: private to this package
-struct CommEntry;
 struct ScopedComm;
 }  // namespace internal
 
-// The executor: a CUDA stream on an executor lane. Copies share the
-// stream. Operations pair by lane, as Gloo's executors do: an operation a
-// member submits on lane e pairs with the others' on lane e, and each lane
-// is its own ordering domain (docs/contract.md, "Ordering"; lane 0 is the
-// session's own). Streams of one lane share its order: NCCL runs their
-// work in submission order. Lanes below NcclSessionOptions::executors.
-class CudaExecutor {
- public:
-  explicit CudaExecutor(std::shared_ptr<CudaStream> stream, uint32_t lane = 0)
-      : stream_(std::move(stream)), lane_(lane) {}
-  // A new non-blocking stream on `device`, on executor lane `lane`.
-  static absl::StatusOr<CudaExecutor> Create(int device, uint32_t lane = 0);
-  const std::shared_ptr<CudaStream>& stream() const { return stream_; }
-  int device() const { return stream_ == nullptr ? -1 : stream_->device(); }
-  uint32_t lane() const { return lane_; }
-
- private:
-  std::shared_ptr<CudaStream> stream_;
-  uint32_t lane_ = 0;
-};
-
-// One collective group (or the world) of a session, realized as an NCCL
-// communicator.
-class NcclGroup {
- public:
-  // kWorldGroupId for the world.
-  CollectiveGroupId id() const { return id_; }
-  bool is_world() const { return world_; }
-  const std::vector<uint32_t>& members() const;
-  uint32_t local_rank() const;
-  uint32_t size() const;
-  const std::string& communicator_name() const;
-
- private:
-  friend class NcclBackend;
-  NcclGroup(std::shared_ptr<internal::SessionImpl> impl,
-            std::shared_ptr<internal::CommEntry> comm, CollectiveGroupId id,
-            bool world);
-  std::shared_ptr<internal::SessionImpl> impl_;
-  std::shared_ptr<internal::CommEntry> comm_;
-  CollectiveGroupId id_;
-  bool world_;
-};
-
-// A directed route between two members of a group (member indices).
-class NcclRoute {
- public:
-  const NcclGroup& group() const { return group_; }
-  uint32_t source() const { return source_; }
-  uint32_t destination() const { return destination_; }
-
- private:
-  friend class NcclBackend;
-  NcclRoute(NcclGroup group, uint32_t source, uint32_t destination)
-      : group_(std::move(group)), source_(source), destination_(destination) {}
-  NcclGroup group_;
-  uint32_t source_;
-  uint32_t destination_;
-};
-
+// The backend over one session (the contract's CommunicationBackend).
 class NcclBackend {
  public:
   using Tensor = DeviceTensor;

@@ -12,11 +12,15 @@
 #include "dataplane/nccl/cuda_stream.h"
 #include "dataplane/nccl/internal/native_abi.h"
 #include "dataplane/nccl/internal/native_library.h"
-#include "dataplane/nccl/nccl_types.h"
+#include "dataplane/nccl/internal/nccl_version.h"
+#include "dataplane/nccl/internal/result_codes.h"
 
 namespace rankd::dataplane::nccl {
 
+using internal::kNcclScalableInitVersion;
 using internal::NcclResult;
+using internal::NcclResultCode;
+using internal::NcclResultCodeOf;
 
 static_assert(internal::kNcclUniqueIdSize == kNcclUniqueIdBytes);
 static_assert(internal::kNcclSuccess == kNcclSuccess);
@@ -24,7 +28,7 @@ static_assert(internal::kNcclInProgress == kNcclInProgress);
 static_assert(internal::kNcclSplitNoColor == kNcclSplitNoColor);
 static_assert(static_cast<int>(NcclRedOp::kSum) == internal::kNcclSum);
 static_assert(static_cast<int>(NcclRedOp::kMin) == internal::kNcclMin);
-// The result table (nccl_types.h) names nccl.h's values.
+// The result table (internal/result_codes.h) names nccl.h's values.
 static_assert(internal::kNcclUnhandledCudaError == 1 &&
               internal::kNcclSystemError == 2 &&
               internal::kNcclInternalError == 3 &&

@@ -40,7 +40,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "dataplane/nccl/cuda_stream.h"
-#include "dataplane/nccl/nccl_types.h"
+#include "dataplane/nccl/nccl_data_type.h"
+#include "dataplane/nccl/nccl_unique_id.h"
 
 // As declared by nccl.h (typedef struct ncclComm* ncclComm_t).
 struct ncclComm;
@@ -62,7 +63,7 @@ bool SplitSupported();
 absl::StatusOr<std::string> NewNcclUniqueId();
 
 // "nccl: <what>: ncclSystemError (text)[; last NCCL error: ...]" with the
-// code NcclResultCodeOf (nccl_types.h) gives the result: never
+// code NcclResultCodeOf (internal/result_codes.h) gives the result: never
 // InvalidArgument, since an NCCL failure poisons the session.
 absl::Status NcclStatus(int nccl_result, absl::string_view what,
                         NcclCommHandle comm = nullptr);

@@ -11,6 +11,7 @@ testing/nccl_test_util.h.
 
 # What every NCCL device test links.
 NCCL_DEVICE_TEST_DEPS = [
+    ":comm_name",
     ":cuda_copy",
     ":cuda_device",
     ":cuda_event",
@@ -21,6 +22,9 @@ NCCL_DEVICE_TEST_DEPS = [
     ":nccl",
     ":nccl_session_peer",
     ":nccl_test_util",
+    ":nccl_unique_id",
+    ":nccl_version",
+    ":result_codes",
     ":standin_control",
     ":stream_capture",
     ":stream_stall",

@@ -27,6 +27,7 @@
 #include "dataplane/nccl/cuda_stream.h"
 #include "dataplane/nccl/device_buffer.h"
 #include "dataplane/nccl/device_tensor.h"
+#include "dataplane/nccl/internal/nccl_version.h"
 #include "dataplane/nccl/native_runtime.h"
 #include "dataplane/nccl/nccl_session.h"
 #include "dataplane/nccl/testing/nccl_test_util.h"
@@ -62,7 +63,7 @@ TEST_F(NcclGpuTest, CudaHandles) {
   EXPECT_TRUE(report.cuda_loaded()) << report.cuda_error;
   EXPECT_TRUE(report.nccl_loaded()) << report.nccl_error;
   EXPECT_EQ(report.gpus.size(), static_cast<size_t>(probe.device_count));
-  EXPECT_GE(report.nccl_version, NcclVersionCode(2, 14, 0));
+  EXPECT_GE(report.nccl_version, internal::NcclVersionCode(2, 14, 0));
   auto stream = CudaStream::Create(0);
   ASSERT_TRUE(stream.ok()) << stream.status();
   auto event = CudaEvent::Create(0);

@@ -13,6 +13,8 @@
 #include "dataplane/nccl/cuda_stream.h"
 #include "dataplane/nccl/device_buffer.h"
 #include "dataplane/nccl/device_tensor.h"
+#include "dataplane/nccl/internal/event_operation.h"
+#include "dataplane/nccl/internal/op_owner.h"
 #include "dataplane/nccl/internal/session_impl.h"
 #include "dataplane/nccl/nccl_backend.h"
 #include "dataplane/nccl/nccl_completion.h"
@@ -24,6 +26,10 @@
 namespace rankd::dataplane::nccl {
 using internal::BundleEnd;
 using internal::CommEntry;
+using internal::EventOperation;
+using internal::kNcclAbortEffect;
+using internal::MakeNcclCompletion;
+using internal::NcclOpOwner;
 using internal::ScopedComm;
 using internal::SessionImpl;
 
@@ -471,7 +477,7 @@ TEST_F(NcclValidation, BundleSizeAndOutputs) {
 class RecordingOwner : public NcclOpOwner {
  public:
   explicit RecordingOwner(bool native) : native_(native) {}
-  absl::Status PoisonStatus() const override { return poison_; }
+  absl::Status poison() const override { return poison_; }
   void Poison(const absl::Status& cause) override {
     if (poison_.ok()) poison_ = cause;
   }
@@ -517,7 +523,7 @@ TEST(NcclCompletionLogic, BoundedWaitArgumentsAreChecked) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(owner->PoisonStatus().ok());
+  EXPECT_TRUE(owner->poison().ok());
   EXPECT_EQ(owner->cancels, 0);
   // Dropping the unfinished completion quarantines its operation.
 }
@@ -539,9 +545,8 @@ TEST(NcclCompletionLogic, QuarantineModePoisonsAndKeepsResources) {
     EXPECT_FALSE(outcome->completed());
     EXPECT_EQ(outcome->mode(), CancellationMode::kQuarantineUntilComplete);
     EXPECT_FALSE(c->IsComplete());
-    EXPECT_EQ(owner->PoisonStatus().code(),
-              absl::StatusCode::kDeadlineExceeded);
-    EXPECT_TRUE(absl::StrContains(owner->PoisonStatus().message(),
+    EXPECT_EQ(owner->poison().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_TRUE(absl::StrContains(owner->poison().message(),
                                   "all_reduce_sum on world"));
     EXPECT_EQ(owner->cancels, 0);  // the work keeps running
     EXPECT_EQ(owner->quarantine.size(), 1u);
@@ -568,12 +573,12 @@ TEST(NcclCompletionLogic, NativeCancelAbortsThenQuarantinesWhatStillRuns) {
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_FALSE(outcome->completed());
   EXPECT_EQ(outcome->mode(), CancellationMode::kNativeCancel);
-  EXPECT_EQ(owner->PoisonStatus().message(),
+  EXPECT_EQ(owner->poison().message(),
             "nccl backend: all_reduce_sum on world missed its WaitBounded "
             "deadline of 10ms; cancelled natively (NativeCancel): every "
             "communicator of the session was aborted");
   EXPECT_EQ(owner->cancels, 1);
-  EXPECT_EQ(owner->PoisonStatus().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(owner->poison().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(owner->quarantine.size(), 1u);
   EXPECT_EQ(op->status().code(), absl::StatusCode::kDeadlineExceeded);
   owner->quarantine.Abandon();
@@ -587,7 +592,7 @@ TEST(NcclCompletionLogic, UnsupportedModeIsRefusedBeforeWaiting) {
       c->WaitBounded(absl::Seconds(10), CancellationMode::kNativeCancel);
   EXPECT_EQ(outcome.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(absl::StrContains(outcome.status().message(), "nccl"));
-  EXPECT_TRUE(owner->PoisonStatus().ok());
+  EXPECT_TRUE(owner->poison().ok());
 }
 
 TEST(NcclCompletionLogic, DroppingAnUnfinishedCompletionQuarantines) {

@@ -27,9 +27,9 @@
 #include "common/exit_codes.h"
 #include "common/topology.h"
 #include "dataplane/collective_scope.h"
+#include "dataplane/nccl/internal/result_codes.h"
 #include "dataplane/nccl/nccl_comm.h"
 #include "dataplane/nccl/nccl_session.h"
-#include "dataplane/nccl/nccl_types.h"
 #include "dataplane/nccl/testing/nccl_session_peer.h"
 #include "dataplane/nccl/testing/nccl_test_util.h"
 #include "dataplane/nccl/testing/standin_control.h"
@@ -41,6 +41,8 @@
 namespace rankd::dataplane::nccl {
 namespace {
 
+using internal::NcclResultCode;
+using internal::NcclResultCodes;
 using ::rankd::dataplane::testing::InProcessJob;
 using testing::DataParallel;
 using testing::Desc;
@@ -55,8 +57,8 @@ using testing::Standin;
 using testing::Upload;
 
 // Every NCCL result an operation meets becomes the code of one table
-// (NcclResultCodes, nccl_types.h), whether the call returns it or NCCL
-// reports it later (ncclCommGetAsyncError, seen by the watchdog), and so
+// (NcclResultCodes, internal/result_codes.h), whether the call returns it or
+// NCCL reports it later (ncclCommGetAsyncError, seen by the watchdog), and so
 // does a failed communicator init. The session is poisoned, and a
 // poisoned session never answers InvalidArgument, which the contract keeps
 // for "refused, session still usable" (issue 34, defect 6): ncclInvalidUsage

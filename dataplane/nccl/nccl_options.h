@@ -1,8 +1,8 @@
 // NcclSessionOptions: what an NCCL session is opened with (device, tag,
 // timeouts, agreement checking, unique-id brokering), the counterpart of
 // gloo_options.h's GlooSessionOptions. Every rank of a job must use the same
-// values where a field says so. Depends on nccl_types.h,
-// unique_id_broker.h (the id generator), dataplane/capabilities.h and absl.
+// values where a field says so. Depends on nccl_unique_id.h,
+// dataplane/capabilities.h and absl.
 #ifndef RANKD_DATAPLANE_NCCL_NCCL_OPTIONS_H_
 #define RANKD_DATAPLANE_NCCL_NCCL_OPTIONS_H_
 
@@ -12,8 +12,7 @@
 
 #include "absl/time/time.h"
 #include "dataplane/capabilities.h"
-#include "dataplane/nccl/nccl_types.h"
-#include "dataplane/nccl/unique_id_broker.h"
+#include "dataplane/nccl/nccl_unique_id.h"
 
 namespace rankd::dataplane::nccl {
 
@@ -23,7 +22,7 @@ inline constexpr uint32_t kMaxNcclExecutors = 8;
 struct NcclSessionOptions {
   // CUDA device of this rank (an ordinal among the devices this process
   // sees). -1, the default, lets the visible device count decide, as
-  // torchrun users expect (DefaultDevice in nccl_types.h; docs/nccl.md,
+  // torchrun users expect (DefaultDevice in default_device.h; docs/nccl.md,
   // "The default device"): the rank's index on its node (descriptor
   // local_rank) when the process sees at least as many GPUs as the node
   // runs ranks; device 0 when it sees exactly one (a launcher or

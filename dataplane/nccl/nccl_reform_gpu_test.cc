@@ -29,8 +29,9 @@
 #include "dataplane/collective_scope.h"
 #include "dataplane/control_plane.h"
 #include "dataplane/nccl/cuda_stream.h"
+#include "dataplane/nccl/internal/comm_name.h"
 #include "dataplane/nccl/nccl_session.h"
-#include "dataplane/nccl/nccl_types.h"
+#include "dataplane/nccl/nccl_unique_id.h"
 #include "dataplane/nccl/testing/nccl_test_util.h"
 #include "dataplane/session_descriptor.h"
 #include "dataplane/testing/in_process_control_plane.h"
@@ -39,6 +40,7 @@
 namespace rankd::dataplane::nccl {
 namespace {
 
+using internal::CommName;
 using ::rankd::dataplane::testing::InProcessJob;
 using testing::Desc;
 using testing::Download;

@@ -1,16 +1,40 @@
 // Pure helpers of the NCCL backend: dtype mapping, unique-id plans, key
-// naming and encoding, tags. Runs on every machine (no CUDA needed).
-#include "dataplane/nccl/nccl_types.h"
-
+// naming and encoding, tags, the default device, the result-code table
+// (one header each, public or internal/). Runs on every machine (no CUDA
+// needed).
 #include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "dataplane/nccl/default_device.h"
+#include "dataplane/nccl/internal/comm_name.h"
+#include "dataplane/nccl/internal/nccl_version.h"
+#include "dataplane/nccl/internal/result_codes.h"
+#include "dataplane/nccl/internal/session_tag.h"
+#include "dataplane/nccl/internal/sum_type.h"
+#include "dataplane/nccl/internal/unique_id_broker.h"
+#include "dataplane/nccl/internal/unique_id_plan.h"
+#include "dataplane/nccl/nccl_data_type.h"
+#include "dataplane/nccl/nccl_unique_id.h"
 #include "gtest/gtest.h"
 
 namespace rankd::dataplane::nccl {
 namespace {
+
+using internal::CommName;
+using internal::DecodeUniqueId;
+using internal::EncodeUniqueId;
+using internal::kNcclBf16Version;
+using internal::kNcclScalableInitVersion;
+using internal::NcclResultCode;
+using internal::NcclResultCodeOf;
+using internal::NcclResultCodes;
+using internal::NcclVersionCode;
+using internal::PlanUniqueIds;
+using internal::SumTypeFor;
+using internal::UniqueIdPlan;
+using internal::ValidateSessionTag;
 
 constexpr int kNccl2_28 = NcclVersionCode(2, 28, 9);
 constexpr int kNccl2_9 = NcclVersionCode(2, 9, 9);

@@ -94,7 +94,7 @@
 #include "dataplane/nccl/cuda_stream.h"
 #include "dataplane/nccl/nccl_backend.h"
 #include "dataplane/nccl/nccl_session.h"
-#include "dataplane/nccl/nccl_types.h"
+#include "dataplane/nccl/nccl_unique_id.h"
 #include "dataplane/nccl/testing/nccl_session_peer.h"
 #include "dataplane/nccl/testing/stream_stall.h"
 

@@ -170,7 +170,7 @@ inline constexpr int kNcclSplitVersion = 21800;
 // ncclRedOp_t
 inline constexpr int kNcclSum = 0;
 inline constexpr int kNcclMin = 3;
-// ncclDataType_t values are NcclDataType (nccl_types.h).
+// ncclDataType_t values are NcclDataType (nccl_data_type.h).
 
 }  // namespace rankd::dataplane::nccl::internal
 

@@ -13,7 +13,9 @@
 
 #include "dataplane/nccl/internal/native_abi.h"
 #include "dataplane/nccl/internal/native_library.h"
-#include "dataplane/nccl/nccl_types.h"
+#include "dataplane/nccl/internal/nccl_version.h"
+#include "dataplane/nccl/nccl_data_type.h"
+#include "dataplane/nccl/nccl_unique_id.h"
 
 namespace native = rankd::dataplane::nccl::internal;
 namespace nccl = rankd::dataplane::nccl;
@@ -239,7 +241,7 @@ static_assert(ncclFloat32 == static_cast<int>(nccl::NcclDataType::kFloat32));
 static_assert(ncclFloat64 == static_cast<int>(nccl::NcclDataType::kFloat64));
 static_assert(ncclBfloat16 == static_cast<int>(nccl::NcclDataType::kBfloat16));
 static_assert(NCCL_VERSION_CODE ==
-              nccl::NcclVersionCode(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH));
+              native::NcclVersionCode(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH));
 
 // ncclConfig_t: rankd's 2.14 prefix has the header's offsets, and the
 // constants the initializer uses.

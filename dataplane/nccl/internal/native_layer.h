@@ -86,7 +86,7 @@ class NativeLayer {
   absl::Duration words_timeout() const {
     return impl_->options().words_timeout;
   }
-  absl::Status poison() const { return impl_->PoisonStatus(); }
+  absl::Status poison() const { return impl_->poison(); }
   void Poison(const absl::Status& cause) { impl_->Poison(cause); }
   void Abort(const absl::Status& cause) { impl_->CancelNative(cause); }
 

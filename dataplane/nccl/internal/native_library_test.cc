@@ -13,9 +13,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "dataplane/nccl/cuda_device.h"
+#include "dataplane/nccl/internal/nccl_version.h"
 #include "dataplane/nccl/native_runtime.h"
 #include "dataplane/nccl/nccl_comm.h"
-#include "dataplane/nccl/nccl_types.h"
+#include "dataplane/nccl/nccl_unique_id.h"
 #include "gtest/gtest.h"
 
 namespace rankd::dataplane::nccl::internal {

@@ -8,7 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "dataplane/agreement.h"
 #include "dataplane/nccl/cuda_copy.h"
-#include "dataplane/nccl/nccl_types.h"
+#include "dataplane/nccl/nccl_data_type.h"
 
 namespace rankd::dataplane::nccl::internal {
 namespace {

@@ -29,9 +29,10 @@
 // fingerprint of kRefusedCanonical (dataplane/agreement.h), which
 // Verify names as a refusal.
 //
-// Private to dataplane/nccl. Depends on batch_transfer.h, cuda_stream.h,
-// device_buffer.h, nccl_comm.h, dataplane/agreement.h (the fingerprint and
-// the verdicts), absl; operation_agreement.cc also on cuda_copy.h.
+// Private to dataplane/nccl. Depends on internal/batch_transfer.h,
+// cuda_stream.h, device_buffer.h, nccl_comm.h, dataplane/agreement.h (the
+// fingerprint and the verdicts), absl; operation_agreement.cc also on
+// cuda_copy.h.
 #ifndef RANKD_DATAPLANE_NCCL_INTERNAL_OPERATION_AGREEMENT_H_
 #define RANKD_DATAPLANE_NCCL_INTERNAL_OPERATION_AGREEMENT_H_
 
@@ -44,9 +45,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "dataplane/agreement.h"
-#include "dataplane/nccl/batch_transfer.h"
 #include "dataplane/nccl/cuda_stream.h"
 #include "dataplane/nccl/device_buffer.h"
+#include "dataplane/nccl/internal/batch_transfer.h"
 #include "dataplane/nccl/nccl_comm.h"
 
 namespace rankd::dataplane::nccl::internal {

@@ -15,7 +15,11 @@
 #include "dataplane/agreement.h"
 #include "dataplane/caller_output.h"
 #include "dataplane/domain_groups.h"
+#include "dataplane/nccl/default_device.h"
+#include "dataplane/nccl/internal/comm_name.h"
 #include "dataplane/nccl/internal/operation_agreement.h"
+#include "dataplane/nccl/internal/session_tag.h"
+#include "dataplane/nccl/internal/unique_id_plan.h"
 #include "dataplane/poison.h"
 
 namespace rankd::dataplane::nccl::internal {
@@ -141,9 +145,9 @@ SessionImpl::~SessionImpl() {
     // would wait for peers that are gone.
     absl::Status cause = SignalCause();
     if (!cause.ok()) Poison(cause);
-    absl::Status poison = PoisonStatus();
-    if (!poison.ok()) {
-      CancelNative(poison);
+    absl::Status latched = poison();
+    if (!latched.ok()) {
+      CancelNative(latched);
     } else {
       // Concurrently, like AbortAll: a Close whose finalize times out
       // aborts, and an abort waits for every kernel on the device.
@@ -204,7 +208,7 @@ bool SessionImpl::SupportsQuarantine() const {
          options_.restrict_capabilities->exact_completion;
 }
 
-absl::Status SessionImpl::PoisonStatus() const { return poison_.cause(); }
+absl::Status SessionImpl::poison() const { return poison_.cause(); }
 
 void SessionImpl::Poison(const absl::Status& cause) {
   poison_.Poison(cause.ok() ? absl::InternalError(
@@ -285,7 +289,7 @@ absl::Status SessionImpl::JobHealth() const {
 void SessionImpl::Detach() {
   // Last look at the job while the control plane still exists: a failure
   // the watchdog has not acted on yet makes the destructor abort.
-  if (ready() && PoisonStatus().ok() && !detached_.load()) {
+  if (ready() && poison().ok() && !detached_.load()) {
     absl::Status health = SignalCause();
     if (health.ok()) health = control_plane_->JobHealth();
     if (!health.ok()) CancelNative(health);
@@ -297,14 +301,14 @@ void SessionImpl::Detach() {
 }
 
 absl::Status SessionImpl::CheckUsable() {
-  absl::Status poison = PoisonStatus();
-  if (!poison.ok()) return poison;
+  absl::Status latched = poison();
+  if (!latched.ok()) return latched;
   if (detached_.load()) return JobHealth();
   absl::Status cause = SignalCause();
   if (cause.ok()) cause = JobHealth();
   if (!cause.ok()) {
     CancelNative(cause);
-    return PoisonStatus();
+    return poison();
   }
   return absl::OkStatus();
 }
@@ -320,12 +324,12 @@ absl::Status SessionImpl::RefuseIfCapturing(
 
 absl::Status SessionImpl::Fail(const absl::Status& cause) {
   CancelNative(cause);
-  return PoisonStatus();
+  return poison();
 }
 
 bool SessionImpl::CancelNative(const absl::Status& cause) {
   Poison(cause);
-  const absl::Status poison = PoisonStatus();
+  const absl::Status latched = poison();
   absl::MutexLock lock(&abort_mu_);
   // Torn down once AbortAll returned: every ncclCommAbort returned, or the
   // process ended (abort_timeout, dataplane/abort_deadline.h).
@@ -333,13 +337,13 @@ bool SessionImpl::CancelNative(const absl::Status& cause) {
   aborted_ = true;
   // What was running, for the message should the abort itself hang.
   const std::string unfinished = ledger_.DescribeUnfinished(4);
-  ledger_.FailAll(poison);
+  ledger_.FailAll(latched);
   std::vector<std::shared_ptr<CommEntry>> comms;
   {
     absl::MutexLock state(&mu_);
     comms = comms_;
   }
-  AbortAll(comms, poison, options_.abort_timeout, unfinished);
+  AbortAll(comms, latched, options_.abort_timeout, unfinished);
   return true;
 }
 
@@ -418,7 +422,7 @@ absl::StatusOr<DeviceTensor> SessionImpl::OutputFor(
 
 std::function<absl::Status()> SessionImpl::EnqueueInterrupt() const {
   return [this]() -> absl::Status {
-    absl::Status s = PoisonStatus();
+    absl::Status s = poison();
     if (!s.ok()) return s;
     return SignalCause();
   };
@@ -600,7 +604,7 @@ absl::Status SessionImpl::RefuseWithPeers(OpPlan plan,
       plan.comm != nullptr && plan.comm->comm != nullptr &&
       PeersAwaitRecord(plan.comm->members.size(), options_.verify_agreement,
                        plan.agree_first);
-  if (!peers_wait || !PoisonStatus().ok() || detached_.load()) return refusal;
+  if (!peers_wait || !poison().ok() || detached_.load()) return refusal;
   // The record goes on the session's stream when the operation's own one
   // is what was wrong.
   if (plan.stream == nullptr || plan.stream->device() != device() ||
@@ -649,7 +653,7 @@ absl::Status SessionImpl::RefuseWithPeers(OpPlan plan,
   const bool heard =
       sent.ok() ||
       (told.ok() && sent.code() == absl::StatusCode::kInvalidArgument &&
-       PoisonStatus().ok());
+       poison().ok());
   return RefusalAfterTelling(refusal, told_scope, on_route,
                              heard ? absl::OkStatus() : sent);
 }
@@ -949,7 +953,7 @@ absl::Status SessionImpl::InitializeLocked() {
                      "; every NCCL capability is reported false"));
   }
   // One GPU per rank. By default the visible device count decides
-  // (DefaultDevice, nccl_types.h): the local rank's device where the
+  // (DefaultDevice, default_device.h): the local rank's device where the
   // process sees its node's GPUs, its one device where it sees one; an
   // ambiguous count fails here, before any communicator exists (sharing a
   // GPU would fail later inside NCCL, with an error that does not say why).
@@ -1364,7 +1368,7 @@ absl::StatusOr<std::shared_ptr<CommEntry>> SessionImpl::LaneComm(
 }
 
 absl::Status SessionImpl::WatchdogSession::NativeHealth() {
-  if (!core_->PoisonStatus().ok()) return absl::OkStatus();
+  if (!core_->poison().ok()) return absl::OkStatus();
   DeviceGuard guard(core_->device());
   // Records that went ahead and arrived disagreeing: their payload may
   // never pair, so abort now rather than at op_timeout.

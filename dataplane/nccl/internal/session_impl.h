@@ -59,17 +59,19 @@
 #include "dataplane/completion.h"
 #include "dataplane/control_plane.h"
 #include "dataplane/mismatch_diagnosis.h"
-#include "dataplane/nccl/batch_transfer.h"
 #include "dataplane/nccl/cuda_device.h"
 #include "dataplane/nccl/cuda_event.h"
 #include "dataplane/nccl/cuda_stream.h"
 #include "dataplane/nccl/device_buffer.h"
 #include "dataplane/nccl/device_tensor.h"
+#include "dataplane/nccl/internal/batch_transfer.h"
+#include "dataplane/nccl/internal/event_operation.h"
+#include "dataplane/nccl/internal/op_owner.h"
+#include "dataplane/nccl/internal/sum_type.h"
+#include "dataplane/nccl/internal/unique_id_broker.h"
 #include "dataplane/nccl/nccl_comm.h"
 #include "dataplane/nccl/nccl_completion.h"
 #include "dataplane/nccl/nccl_options.h"
-#include "dataplane/nccl/nccl_types.h"
-#include "dataplane/nccl/unique_id_broker.h"
 #include "dataplane/operation_ledger.h"
 #include "dataplane/peer_transfer.h"
 #include "dataplane/poison.h"
@@ -292,7 +294,7 @@ class SessionImpl final : public NcclOpOwner,
   absl::Status Fail(const absl::Status& cause);
 
   // NcclOpOwner.
-  absl::Status PoisonStatus() const override;
+  absl::Status poison() const override;
   void Poison(const absl::Status& cause) override;
   bool SupportsNativeCancel() const override { return true; }
   bool CancelNative(const absl::Status& cause) override;

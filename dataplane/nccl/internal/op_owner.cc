@@ -1,33 +1,12 @@
-#include "dataplane/nccl/nccl_completion.h"
+#include "dataplane/nccl/internal/op_owner.h"
 
+#include <string>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "dataplane/quarantine.h"
 
-namespace rankd::dataplane::nccl {
-
-std::shared_ptr<Operation> EventOperation(
-    std::string operation, std::shared_ptr<CudaEvent> event,
-    std::vector<std::shared_ptr<const void>> retained, bool queued) {
-  Operation::Probe probe = [event, operation]() -> absl::StatusOr<bool> {
-    if (event == nullptr) return false;
-    absl::StatusOr<bool> finished = event->Query();
-    if (!finished.ok()) {
-      return absl::Status(
-          finished.status().code(),
-          absl::StrCat("nccl backend: ", operation,
-                       " failed on the device: ", finished.status().message()));
-    }
-    return finished;
-  };
-  if (!queued) {
-    return Operation::Pending(std::move(operation), std::move(retained),
-                              std::move(probe));
-  }
-  return std::make_shared<Operation>(std::move(operation), std::move(retained),
-                                     std::move(probe));
-}
+namespace rankd::dataplane::nccl::internal {
 
 void NcclOpOwner::Unattended(const std::shared_ptr<Operation>& op) {
   Quarantine(op);
@@ -45,7 +24,7 @@ namespace {
 // reaper thread starts on first use.
 class LocalOwner final : public NcclOpOwner {
  public:
-  absl::Status PoisonStatus() const override { return absl::OkStatus(); }
+  absl::Status poison() const override { return absl::OkStatus(); }
   void Poison(const absl::Status&) override {}
   bool SupportsNativeCancel() const override { return false; }
   bool SupportsQuarantine() const override { return true; }
@@ -68,4 +47,4 @@ std::shared_ptr<NcclOpOwner> LocalOpOwner() {
   return *owner;
 }
 
-}  // namespace rankd::dataplane::nccl
+}  // namespace rankd::dataplane::nccl::internal

@@ -1,12 +1,48 @@
-#include "dataplane/nccl/unique_id_broker.h"
+#include "dataplane/nccl/internal/unique_id_broker.h"
 
 #include <algorithm>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/monotonic_clock.h"
+#include "dataplane/nccl/internal/session_tag.h"
 
-namespace rankd::dataplane::nccl {
+namespace rankd::dataplane::nccl::internal {
+
+namespace {
+constexpr absl::string_view kUniqueIdPrefix = "nccl-uid-v1:";
+}  // namespace
+
+std::string EncodeUniqueId(absl::string_view id_bytes) {
+  return absl::StrCat(kUniqueIdPrefix, absl::BytesToHexString(id_bytes));
+}
+
+absl::StatusOr<std::string> DecodeUniqueId(absl::string_view value,
+                                           absl::string_view key) {
+  if (!absl::StartsWith(value, kUniqueIdPrefix)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl backend: key '", key,
+                     "' does not hold an NCCL unique id (expected the prefix '",
+                     kUniqueIdPrefix, "')"));
+  }
+  absl::string_view hex = value.substr(kUniqueIdPrefix.size());
+  if (hex.size() != 2 * kNcclUniqueIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "nccl backend: key '", key, "' holds ", hex.size() / 2,
+        " bytes of unique id; NCCL ids have ", kNcclUniqueIdBytes));
+  }
+  for (char c : hex) {
+    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "nccl backend: key '", key, "' holds a unique id that is not hex"));
+    }
+  }
+  return absl::HexStringToBytes(hex);
+}
+
 namespace {
 
 // Longest single KvGet, so that the interrupt is checked regularly even if
@@ -121,4 +157,4 @@ absl::StatusOr<std::vector<std::vector<std::string>>> BrokerUniqueIds(
   return ids;
 }
 
-}  // namespace rankd::dataplane::nccl
+}  // namespace rankd::dataplane::nccl::internal

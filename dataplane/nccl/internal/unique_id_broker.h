@@ -3,17 +3,19 @@
 // ncclGetUniqueId and publishes it; the others wait for it with a deadline.
 // Above kDefaultRanksPerUniqueId ranks a communicator uses one id per that
 // many ranks (ncclCommInitRankScalable), each created by its own root (see
-// PlanUniqueIds in nccl_types.h).
+// PlanUniqueIds in internal/unique_id_plan.h).
 //
 // Several communicators are brokered together: every rank first publishes
 // the ids it is root for, then fetches the rest, so no order of
 // communicators can deadlock. Keys are namespaced by the control plane's
-// Namespace() and the session tag (UniqueIdKey).
+// Namespace() and the session tag (UniqueIdKey, nccl_unique_id.h); the
+// values are versioned hex (EncodeUniqueId).
 //
 // The id generator is injected so that the brokering is tested without
-// NCCL. Depends on dataplane/control_plane.h and nccl_types.h.
-#ifndef RANKD_DATAPLANE_NCCL_UNIQUE_ID_BROKER_H_
-#define RANKD_DATAPLANE_NCCL_UNIQUE_ID_BROKER_H_
+// NCCL. Private to dataplane/nccl. Depends on dataplane/control_plane.h,
+// nccl_unique_id.h and internal/unique_id_plan.h.
+#ifndef RANKD_DATAPLANE_NCCL_INTERNAL_UNIQUE_ID_BROKER_H_
+#define RANKD_DATAPLANE_NCCL_INTERNAL_UNIQUE_ID_BROKER_H_
 
 #include <cstdint>
 #include <functional>
@@ -25,12 +27,19 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "dataplane/control_plane.h"
-#include "dataplane/nccl/nccl_types.h"
+#include "dataplane/nccl/internal/unique_id_plan.h"
+#include "dataplane/nccl/nccl_unique_id.h"
 
-namespace rankd::dataplane::nccl {
+namespace rankd::dataplane::nccl::internal {
 
-// Returns kNcclUniqueIdBytes raw bytes (NewNcclUniqueId in production).
-using UniqueIdGenerator = std::function<absl::StatusOr<std::string>()>;
+// The value a unique id is published as: "nccl-uid-v1:" + lowercase hex of
+// its kNcclUniqueIdBytes bytes.
+std::string EncodeUniqueId(absl::string_view id_bytes);
+// The id bytes of a published value; InvalidArgument naming `key` for
+// anything else (another prefix, another length, not hex).
+absl::StatusOr<std::string> DecodeUniqueId(absl::string_view value,
+                                           absl::string_view key);
+
 // OK to keep waiting; an error (e.g. the job failed) ends the wait with it.
 using InterruptCheck = std::function<absl::Status()>;
 
@@ -57,6 +66,6 @@ absl::StatusOr<std::vector<std::vector<std::string>>> BrokerUniqueIds(
     const UniqueIdGenerator& generator, absl::Time deadline,
     const InterruptCheck& interrupt, uint64_t epoch = 1);
 
-}  // namespace rankd::dataplane::nccl
+}  // namespace rankd::dataplane::nccl::internal
 
-#endif  // RANKD_DATAPLANE_NCCL_UNIQUE_ID_BROKER_H_
+#endif  // RANKD_DATAPLANE_NCCL_INTERNAL_UNIQUE_ID_BROKER_H_

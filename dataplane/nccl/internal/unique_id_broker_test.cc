@@ -1,7 +1,7 @@
 // Unique-id brokering through the control plane's key-value broker, with
 // simulated ranks (threads) on an in-process control plane and a fake id
 // generator. Runs on every machine (no CUDA needed).
-#include "dataplane/nccl/unique_id_broker.h"
+#include "dataplane/nccl/internal/unique_id_broker.h"
 
 #include <atomic>
 #include <memory>
@@ -12,10 +12,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "dataplane/nccl/internal/comm_name.h"
 #include "dataplane/testing/in_process_control_plane.h"
 #include "gtest/gtest.h"
 
-namespace rankd::dataplane::nccl {
+namespace rankd::dataplane::nccl::internal {
 namespace {
 
 using ::rankd::dataplane::testing::InProcessJob;
@@ -315,4 +316,4 @@ TEST(BrokerUniqueIds, GeneratorErrorsPropagate) {
 }
 
 }  // namespace
-}  // namespace rankd::dataplane::nccl
+}  // namespace rankd::dataplane::nccl::internal

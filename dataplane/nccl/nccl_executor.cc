@@ -1,0 +1,13 @@
+#include "dataplane/nccl/nccl_executor.h"
+
+#include <utility>
+
+namespace rankd::dataplane::nccl {
+
+absl::StatusOr<CudaExecutor> CudaExecutor::Create(int device, uint32_t lane) {
+  auto stream = CudaStream::Create(device);
+  if (!stream.ok()) return stream.status();
+  return CudaExecutor(*std::move(stream), lane);
+}
+
+}  // namespace rankd::dataplane::nccl
