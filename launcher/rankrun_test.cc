@@ -663,9 +663,9 @@ size_t CountLinesWith(const std::string& text, absl::string_view part) {
 // rankrun starts a new process for rank 1 (same rank, same token,
 // RANKD_RESTART_COUNT=1), whose join the daemon (--recovery=on, set by
 // rankrun) takes into epoch 2: the job goes RECOVERING, then READY at
-// epoch 2. The survivor, rank 0, holds its place (it cannot rejoin with
-// the client library yet); SIGTERM then ends the run cleanly, restarting
-// nothing.
+// epoch 2 once the survivor, rank 0, joined epoch 2 again (Client::Rejoin,
+// as a serving process does); SIGTERM then ends the run cleanly,
+// restarting nothing.
 TEST(Rankrun, RestartsAKilledRankIntoItsSlotAtTheNextEpoch) {
   const std::string dir = ShortTempDir();
   ASSERT_FALSE(dir.empty());
@@ -675,7 +675,7 @@ TEST(Rankrun, RestartsAKilledRankIntoItsSlotAtTheNextEpoch) {
                   "--stop_grace_ms=5000", "--rankd_socket=" + socket,
                   "--rankd_log=" + ::testing::TempDir() + "/restarts.log", "--",
                   kEnvRank, "--join", "--kill_after_join_rank=1",
-                  "--kill_lives=1", "--hold", "--term_exit=0"});
+                  "--kill_lives=1", "--hold", "--rejoin", "--term_exit=0"});
   // Rank 0 holds, rank 1 joined twice (its first life, then its
   // replacement).
   ASSERT_TRUE(run.WaitForLines("JOINED rank=1 ", 2)) << run.Describe();

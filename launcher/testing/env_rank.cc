@@ -7,17 +7,18 @@
 // rankrun --max_restarts, rank R can kill itself with SIGKILL right after
 // it joined (before it leaves) in its first K lives (RANKD_RESTART_COUNT
 // below K), and every rank can hold its place after joining until
-// SIGTERM instead of leaving (a survivor cannot act again until it
-// rejoins the new epoch, which the client library does not offer yet).
+// SIGTERM instead of leaving (--hold), joining every new epoch again
+// (--rejoin: Client::Rejoin once a loss moved the job on).
 //
 //   env_rank [--join] [--gather] [--fail_rank=R --fail_code=C]
 //            [--kill_rank=R] [--sleep_ms=N] [--term_exit=C]
-//            [--kill_after_join_rank=R [--kill_lives=K]] [--hold]
+//            [--kill_after_join_rank=R [--kill_lives=K]] [--hold [--rejoin]]
 //            [--ignore_term] [--grandchild]
 //            [--lines=N --line_bytes=B] [ARGS...]
 //
 // Output lines (stdout): "ENV k=v ...", "ARGS ...", "JOINED rank=R world=W",
-// "GATHERED 0,1,...", "HOLDING", "SLEEPING pid=P", "GRANDCHILD pid=P",
+// "GATHERED 0,1,...", "HOLDING", "REJOINED rank=R epoch=E",
+// "SLEEPING pid=P", "GRANDCHILD pid=P",
 // "TERM"; with
 // --lines, N lines LongLine(rank, i, B) and then "TAIL<rank>" with no
 // newline. Exit 0 on success, 4 when the gathered words are not
@@ -164,9 +165,24 @@ int main(int argc, char** argv) {
       raise(SIGKILL);
     }
     if (Has(args, "--hold")) {
-      // Until SIGTERM (--term_exit), at most two minutes.
+      // Until SIGTERM (--term_exit), at most two minutes. With --rejoin, a
+      // survivor whose job moved to a new epoch (a lost rank) joins it
+      // again, as a serving process does before it re-forms.
       Print("HOLDING");
-      absl::SleepFor(absl::Seconds(120));
+      const absl::Time until = absl::Now() + absl::Seconds(120);
+      while (absl::Now() < until) {
+        if (Has(args, "--rejoin") && !(*client)->JobHealth().ok()) {
+          const uint64_t ended = (*client)->epoch();
+          auto joined = (*client)->Rejoin(ended, absl::Seconds(30));
+          if (!joined.ok()) {
+            Print(absl::StrCat("ERROR rejoin: ", joined.status().ToString()));
+            return 5;
+          }
+          Print(absl::StrCat("REJOINED rank=", joined->rank(),
+                             " epoch=", joined->epoch()));
+        }
+        absl::SleepFor(absl::Milliseconds(20));
+      }
       return 6;
     }
     if (Has(args, "--gather")) {
