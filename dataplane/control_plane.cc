@@ -1,8 +1,10 @@
 #include "dataplane/control_plane.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/monotonic_clock.h"
 
 namespace rankd::dataplane {
 
@@ -24,6 +26,29 @@ std::string OwnedKey(uint32_t owner, absl::string_view key, uint64_t epoch) {
 
 std::string OwnedKey(uint32_t owner, absl::string_view key) {
   return OwnedKey(owner, key, 1);
+}
+
+absl::StatusOr<std::string> AwaitKey(
+    ControlPlane& control_plane, absl::string_view key, absl::Duration bound,
+    absl::Duration slice, const std::function<absl::Status()>& stop) {
+  const absl::Time deadline = MonotonicNow() + bound;
+  while (true) {
+    if (stop) {
+      if (absl::Status s = stop(); !s.ok()) return s;
+    }
+    const absl::Duration left = deadline - MonotonicNow();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "key ", key, " not set within ", absl::FormatDuration(bound)));
+    }
+    absl::StatusOr<std::string> value =
+        control_plane.KvGet(key, std::min(left, slice));
+    if (value.ok() ||
+        (value.status().code() != absl::StatusCode::kDeadlineExceeded &&
+         value.status().code() != absl::StatusCode::kNotFound)) {
+      return value;
+    }
+  }
 }
 
 absl::StatusOr<uint32_t> NextSessionNumber(ControlPlane& control_plane,

@@ -118,6 +118,19 @@ std::string EpochKey(uint64_t epoch, absl::string_view key);
 std::string OwnedKey(uint32_t owner, absl::string_view key, uint64_t epoch);
 std::string OwnedKey(uint32_t owner, absl::string_view key);
 
+// Waits for `key` as KvGet does, for at most `bound`, in KvGets of at most
+// `slice` each, calling `stop` (when set) before each one: a wait the broker
+// would not end by itself (a failure this process learned another way, an
+// owner's interrupt) ends with stop's error. Returns the value; stop's
+// error; a KvGet error other than DeadlineExceeded and NotFound (which a
+// broker answers a get whose deadline passed on its way); or
+// DeadlineExceeded once `bound` passed, for the caller to word. The data
+// plane's rendezvous (Gloo's store, NCCL's unique ids) waits through it.
+absl::StatusOr<std::string> AwaitKey(ControlPlane& control_plane,
+                                     absl::string_view key,
+                                     absl::Duration bound, absl::Duration slice,
+                                     const std::function<absl::Status()>& stop);
+
 // The number of sessions this rank opened before this one, counted in the
 // job's key-value store under `key` (one key per rank and backend): the
 // n-th call returns n - 1. Sessions name their keys with it, so a rank's

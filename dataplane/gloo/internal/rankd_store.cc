@@ -55,28 +55,12 @@ std::string RankdStore::FullKey(absl::string_view key) const {
 
 absl::StatusOr<std::string> RankdStore::Await(const std::string& full,
                                               absl::Duration bound) {
-  const absl::Time deadline = MonotonicNow() + bound;
-  while (true) {
-    const absl::Duration left = deadline - MonotonicNow();
-    const absl::Duration slice =
-        std::clamp(left, absl::Milliseconds(1), kRendezvousHealthEvery);
-    absl::StatusOr<std::string> value = control_plane_->KvGet(full, slice);
-    if (value.ok() ||
-        value.status().code() != absl::StatusCode::kDeadlineExceeded) {
-      return value;
-    }
-    if (MonotonicNow() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "key ", full, " not set within ", absl::FormatDuration(bound)));
-    }
-    // A daemon ends a wait when the job's epoch ends (KvStore::EndEpoch);
-    // the slices also stop a wait whose failure this process learned
-    // another way (its control plane's failure, an older daemon), so a
-    // session that cannot connect any more never waits out its timeout.
-    if (absl::Status health = control_plane_->JobHealth(); !health.ok()) {
-      return health;
-    }
-  }
+  // A daemon ends a wait when the job's epoch ends (KvStore::EndEpoch); the
+  // slices also stop a wait whose failure this process learned another way
+  // (its control plane's failure, an older daemon), so a session that
+  // cannot connect any more never waits out its timeout.
+  return AwaitKey(*control_plane_, full, bound, kRendezvousHealthEvery,
+                  [this] { return control_plane_->JobHealth(); });
 }
 
 void RankdStore::set(const std::string& key, const std::vector<char>& data) {

@@ -72,9 +72,9 @@ class RankdStore final : public ::gloo::rendezvous::Store {
   const std::string& prefix() const { return prefix_; }
 
  private:
-  // KvGet(full) until it is set or `bound` passes (DeadlineExceeded naming
-  // the key), in slices of kRendezvousHealthEvery: the job's failure
-  // (JobHealth) as soon as a slice ends with the job failed.
+  // AwaitKey (control_plane.h) for `full`, at most `bound` (DeadlineExceeded
+  // naming the key), in slices of kRendezvousHealthEvery: the job's failure
+  // (JobHealth) as soon as it shows between slices.
   absl::StatusOr<std::string> Await(const std::string& full,
                                     absl::Duration bound);
 

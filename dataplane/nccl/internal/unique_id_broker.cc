@@ -1,6 +1,7 @@
 #include "dataplane/nccl/internal/unique_id_broker.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -121,13 +122,16 @@ absl::StatusOr<std::vector<std::vector<std::string>>> BrokerUniqueIds(
       const std::string key = OwnedKey(
           req.members[root],
           UniqueIdKey(ns, tag, req.comm_name, i, req.plan.count()), epoch);
-      while (true) {
-        if (interrupt) {
-          absl::Status s = interrupt();
-          if (!s.ok()) return s;
-        }
-        const absl::Duration left = deadline - MonotonicNow();
-        if (left <= absl::ZeroDuration()) {
+      absl::Status interrupted;
+      std::function<absl::Status()> stop;
+      if (interrupt) {
+        stop = [&] { return interrupted = interrupt(); };
+      }
+      absl::StatusOr<std::string> value = AwaitKey(
+          control_plane, key, deadline - MonotonicNow(), kGetSlice, stop);
+      if (!value.ok()) {
+        if (!interrupted.ok()) return interrupted;
+        if (value.status().code() == absl::StatusCode::kDeadlineExceeded) {
           return absl::DeadlineExceededError(
               absl::StrCat("nccl backend: unique id '", key,
                            "' of communicator ", req.comm_name,
@@ -136,22 +140,14 @@ absl::StatusOr<std::vector<std::vector<std::string>>> BrokerUniqueIds(
                            root, ", world rank ", req.members[root],
                            ") before the init deadline"));
         }
-        absl::StatusOr<std::string> value =
-            control_plane.KvGet(key, std::min(left, kGetSlice));
-        if (value.ok()) {
-          auto decoded = DecodeUniqueId(*value, key);
-          if (!decoded.ok()) return decoded.status();
-          ids[c][i] = *std::move(decoded);
-          break;
-        }
-        if (value.status().code() != absl::StatusCode::kDeadlineExceeded &&
-            value.status().code() != absl::StatusCode::kNotFound) {
-          return absl::Status(
-              value.status().code(),
-              absl::StrCat("nccl backend: waiting for unique id '", key,
-                           "': ", value.status().message()));
-        }
+        return absl::Status(
+            value.status().code(),
+            absl::StrCat("nccl backend: waiting for unique id '", key,
+                         "': ", value.status().message()));
       }
+      auto decoded = DecodeUniqueId(*value, key);
+      if (!decoded.ok()) return decoded.status();
+      ids[c][i] = *std::move(decoded);
     }
   }
   return ids;
