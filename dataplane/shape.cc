@@ -155,10 +155,10 @@ absl::StatusOr<UnevenGatherLayout> LayoutUnevenGather(
   return UnevenGatherLayout{*along, *std::move(offsets), *std::move(output)};
 }
 
-absl::StatusOr<ValueDescriptor> LayoutEvenGather(const ValueDescriptor& input,
-                                                 size_t axis, size_t members,
-                                                 absl::string_view backend,
-                                                 absl::string_view operation) {
+absl::StatusOr<EvenGatherLayout> LayoutEvenGather(const ValueDescriptor& input,
+                                                  size_t axis, size_t members,
+                                                  absl::string_view backend,
+                                                  absl::string_view operation) {
   auto along = LayoutAlong(input, axis, backend, operation);
   if (!along.ok()) return along.status();
   if (members != 0 &&
@@ -167,7 +167,10 @@ absl::StatusOr<ValueDescriptor> LayoutEvenGather(const ValueDescriptor& input,
         backend, " backend: ", operation, ": the gathered extent along axis ",
         axis, " (", along->extent, " x ", members, " members) overflows"));
   }
-  return WithExtent(input, axis, along->extent * members, backend, operation);
+  auto output =
+      WithExtent(input, axis, along->extent * members, backend, operation);
+  if (!output.ok()) return output.status();
+  return EvenGatherLayout{*along, *std::move(output)};
 }
 
 ValueDescriptor AllGatherOutput(const ValueDescriptor& input,

@@ -88,16 +88,23 @@ absl::StatusOr<UnevenGatherLayout> LayoutUnevenGather(
     size_t members, size_t me, absl::string_view backend,
     absl::string_view operation);
 
-// The output of an even all_gather of `input` along `axis` over `members`
-// members: the input with `members` x its extent along the axis (a scalar
-// gathers as [members]). InvalidArgument "<backend> backend: <operation>:
-// ..." when the axis is out of range (LayoutAlong), the gathered extent
-// overflows, or the output would be invalid (WithExtent). Both backends'
-// even all_gather check their arguments here.
-absl::StatusOr<ValueDescriptor> LayoutEvenGather(const ValueDescriptor& input,
-                                                 size_t axis, size_t members,
-                                                 absl::string_view backend,
-                                                 absl::string_view operation);
+// An even all_gather along an axis: the input's layout along it and the
+// output.
+struct EvenGatherLayout {
+  AxisLayout input;
+  ValueDescriptor output;
+};
+
+// The layout of an even all_gather of `input` along `axis` over `members`
+// members: the output is the input with `members` x its extent along the
+// axis (a scalar gathers as [members]). InvalidArgument "<backend> backend:
+// <operation>: ..." when the axis is out of range (LayoutAlong), the
+// gathered extent overflows, or the output would be invalid (WithExtent).
+// Both backends' even all_gather check their arguments here.
+absl::StatusOr<EvenGatherLayout> LayoutEvenGather(const ValueDescriptor& input,
+                                                  size_t axis, size_t members,
+                                                  absl::string_view backend,
+                                                  absl::string_view operation);
 
 // The output descriptor of an all_gather over `members` members of
 // `input`: [members * n, ...] for a [n, ...] input, and [members] for a

@@ -124,12 +124,14 @@ TEST(LayoutEvenGatherTest, GathersAlongTheAxisAndRefusesAnOverflow) {
   auto m = *ValueDescriptor::Create({2, 3}, TensorDtype::kF32);
   auto rows = LayoutEvenGather(m, 0, 4, "gloo", "all_gather_even");
   ASSERT_TRUE(rows.ok()) << rows.status();
-  EXPECT_EQ(rows->shape(), (std::vector<size_t>{8, 3}));
+  EXPECT_EQ(rows->output.shape(), (std::vector<size_t>{8, 3}));
+  EXPECT_EQ(rows->input.extent, 2u);
   auto columns = LayoutEvenGather(m, 1, 4, "nccl", "all_gather_even");
   ASSERT_TRUE(columns.ok()) << columns.status();
-  EXPECT_EQ(columns->shape(), (std::vector<size_t>{2, 12}));
+  EXPECT_EQ(columns->output.shape(), (std::vector<size_t>{2, 12}));
+  EXPECT_EQ(columns->input.extent, 3u);
   auto scalar = *ValueDescriptor::Create({}, TensorDtype::kF32);
-  EXPECT_EQ(LayoutEvenGather(scalar, 0, 4, "gloo", "g")->shape(),
+  EXPECT_EQ(LayoutEvenGather(scalar, 0, 4, "gloo", "g")->output.shape(),
             (std::vector<size_t>{4}));
 
   auto wide = *ValueDescriptor::Create({size_t{1} << 62}, TensorDtype::kU8);

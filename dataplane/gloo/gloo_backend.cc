@@ -594,12 +594,9 @@ GlooTensorSubmission GlooBackend::AllGatherEvenImpl(
     return RefuseWithPeers(name, op, group, executor,
                            AgreementCheck::kCollective, gathered.status());
   }
-  // The axis is valid: LayoutEvenGather checked it.
-  const size_t extent =
-      LayoutAlong(value.descriptor(), axis, kBackend, op)->extent;
   return SubmitGather("all_gather_even", name, op, value,
-                      std::vector<size_t>(group.size(), extent), axis,
-                      std::move(output), group, executor);
+                      std::vector<size_t>(group.size(), gathered->input.extent),
+                      axis, std::move(output), group, executor);
 }
 
 GlooTensorSubmission GlooBackend::AllGatherUneven(

@@ -145,12 +145,10 @@ TensorResult SubmitAllGatherEven(SessionImpl& core, const ScopedComm& on,
   absl::Status valid = core.CheckTensor(input, name);
   if (!valid.ok()) return refuse.Refuse(valid);
   const size_t n = comm->members.size();
-  auto out_desc = LayoutEvenGather(input.descriptor(), axis, n, kBackend, name);
-  if (!out_desc.ok()) return refuse.Refuse(out_desc.status());
-  // The axis is valid: LayoutEvenGather checked it.
-  const auto layout = LayoutAlong(input.descriptor(), axis, kBackend, name);
-  auto out =
-      core.OutputFor(*out_desc, into, &input, /*in_place=*/false, stream, name);
+  auto layout = LayoutEvenGather(input.descriptor(), axis, n, kBackend, name);
+  if (!layout.ok()) return refuse.Refuse(layout.status());
+  auto out = core.OutputFor(layout->output, into, &input, /*in_place=*/false,
+                            stream, name);
   if (!out.ok()) return refuse.Refuse(out.status());
   const size_t bytes = input.byte_size();
   OpPlan plan;
@@ -162,7 +160,7 @@ TensorResult SubmitAllGatherEven(SessionImpl& core, const ScopedComm& on,
   const void* send = input.data();
   CudaStreamHandle s = stream->get();
   if (bytes > 0) {
-    if (layout->outer == 1) {
+    if (layout->input.outer == 1) {
       // Along the leading (or a leading-equivalent) axis: members' parts
       // are contiguous in member order.
       void* recv = out->data();
@@ -179,8 +177,8 @@ TensorResult SubmitAllGatherEven(SessionImpl& core, const ScopedComm& on,
       };
       // gathered is [member][outer][extent*unit]; the output is
       // [outer][member][extent*unit].
-      const size_t part = layout->extent * layout->unit_bytes;
-      const size_t outer = layout->outer;
+      const size_t part = layout->input.extent * layout->input.unit_bytes;
+      const size_t outer = layout->input.outer;
       void* dst = out->data();
       plan.after = [=](const CudaStream& st) {
         for (size_t m = 0; m < n; ++m) {
@@ -197,7 +195,7 @@ TensorResult SubmitAllGatherEven(SessionImpl& core, const ScopedComm& on,
   // same extent) the counts.
   plan.canonical =
       DescribeAlongAxis("all_gather_even", axis, input.descriptor(),
-                        std::vector<size_t>(n, layout->extent));
+                        std::vector<size_t>(n, layout->input.extent));
   plan.name = std::move(name);
   return Finish(core.Submit(std::move(plan)), *out);
 }
