@@ -771,7 +771,7 @@ if ((recover)); then
   for ((r = 0; r < world; r++)); do
     if ! grep -q "^DONE rank=$r " "$dir/rank$r.log" 2>/dev/null; then
       failed=1
-      why=$(grep -E '^(FAILED|STOPPED|SELF-CHECK|ERROR|REFUSED)' "$dir/rank$r.log" 2>/dev/null | tail -1 | cut -c1-400)
+      why=$(grep -E '^(FAILED|STOPPED|SELF-CHECK|ERROR|REFUSED)' "$dir/rank$r.log" 2>/dev/null | tail -1 | cut -c1-400 || true)
       echo "rank $r: did not finish: ${why:-$(tail -1 "$dir/rank$r.log" 2>/dev/null)}"
     fi
   done
