@@ -12,13 +12,25 @@
 // so that every member always works on its lowest unconnected pairs and no
 // two members can wait for each other in a cycle.
 //
+// A job failure while pairs connect must not hold the connect for Gloo's
+// own connect timeout (five times the context's timeout, 150 s with the
+// default 30 s): a pair whose peer died waits for it that long. Gloo cannot
+// safely fail a pair that is still connecting (a connect starting on a
+// closed pair leaves its socket registered with the device's event loop),
+// so the connect gives up waiting instead: the workers still connecting are
+// left to finish or time out on their own, owning all they use (the
+// transport context, its pairs and device), never the store.
+//
 // Every member of a group must use MeshContext (the key layout is its
-// own). Depends on Gloo's context, store and transport headers.
+// own). Depends on Gloo's context, store and transport headers and absl.
 #ifndef RANKD_DATAPLANE_GLOO_INTERNAL_MESH_CONTEXT_H_
 #define RANKD_DATAPLANE_GLOO_INTERNAL_MESH_CONTEXT_H_
 
+#include <functional>
 #include <memory>
 
+#include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "gloo/context.h"
 #include "gloo/rendezvous/store.h"
 #include "gloo/transport/device.h"
@@ -28,6 +40,9 @@ namespace rankd::dataplane::gloo::internal {
 // Pairs one member connects at once (more gain nothing on the hosts a
 // group's members share, and each costs a thread while it connects).
 inline constexpr int kMaxConcurrentPairConnects = 8;
+
+// How often a connect asks `health` (ConnectFullMesh) whether to go on.
+inline constexpr absl::Duration kConnectHealthEvery = absl::Milliseconds(20);
 
 class MeshContext final : public ::gloo::Context {
  public:
@@ -42,9 +57,18 @@ class MeshContext final : public ::gloo::Context {
   // ::gloo::Exception a pair or the store threw (pairs still connecting
   // then finish or fail first: the call returns only when none is in
   // flight), and the context must not be used. Call once.
-  void ConnectFullMesh(
-      ::gloo::rendezvous::Store& store,
-      const std::shared_ptr<::gloo::transport::Device>& device);
+  //
+  // `health`, when given, is asked every kConnectHealthEvery while pairs
+  // connect (from the calling thread, never concurrently). Once it returns
+  // an error the call stops: it waits only for the store reads in flight
+  // (the store must bound them; RankdStore's end when the job fails), then
+  // throws a ::gloo::IoException carrying that error's message. Pair
+  // connects still in flight are abandoned to their own threads, which end
+  // when Gloo's connect does (at the latest its timeout, five times the
+  // context's).
+  void ConnectFullMesh(::gloo::rendezvous::Store& store,
+                       const std::shared_ptr<::gloo::transport::Device>& device,
+                       std::function<absl::Status()> health = nullptr);
 };
 
 }  // namespace rankd::dataplane::gloo::internal

@@ -2,10 +2,18 @@
 // through the rendezvous store on an in-process broker, get a context
 // Gloo's collectives run on; a member that never comes, or one that
 // publishes malformed addresses, fails the connect with Gloo's exception
-// naming what went wrong. Ranks are threads; Gloo moves real bytes over
-// loopback TCP.
+// naming what went wrong; a failure the caller's health check reports
+// stops a connect still waiting for a dead peer's pair at once. Ranks are
+// threads; Gloo moves real bytes over loopback TCP.
 #include "dataplane/gloo/internal/mesh_context.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -18,6 +26,7 @@
 #include "gloo/allreduce.h"
 #include "gloo/common/error.h"
 #include "gloo/math.h"
+#include "gloo/transport/tcp/address.h"
 #include "gloo/transport/tcp/device.h"
 #include "gtest/gtest.h"
 
@@ -108,6 +117,73 @@ TEST(MeshContextTest, MalformedAddressesFailTheConnect) {
     EXPECT_TRUE(absl::StrContains(e.what(), "member 1 published 3 bytes"))
         << e.what();
   }
+}
+
+// Member 1 publishes an address and dies before connecting: member 0, the
+// pair's listening side (Gloo's lower address listens; no port is above
+// 65535), would wait for it for five times its timeout. The job's failure,
+// reported by the health check, ends the connect at once, with its words.
+TEST(MeshContextTest, AFailureStopsAConnectWaitingForADeadPeer) {
+  std::shared_ptr<InProcessJob> job = InProcessJob::Create(2);
+  std::unique_ptr<ControlPlane> rank0 = job->ForRank(0);
+  std::unique_ptr<ControlPlane> rank1 = job->ForRank(1);
+  RankdStore store0(rank0.get(), Prefix(), absl::Seconds(20), Members(2));
+  RankdStore store1(rank1.get(), Prefix(), absl::Seconds(20), Members(2));
+  sockaddr_storage storage{};
+  auto* in = reinterpret_cast<sockaddr_in*>(&storage);
+  in->sin_family = AF_INET;
+  in->sin_port = htons(65535);
+  in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  store1.set("1", ::gloo::transport::tcp::Address(storage, 1).bytes());
+
+  auto context = std::make_shared<MeshContext>(0, 2);
+  context->setTimeout(std::chrono::seconds(20));
+  const auto start = std::chrono::steady_clock::now();
+  const auto lost_at = start + std::chrono::milliseconds(300);
+  std::atomic<int> asked{0};
+  try {
+    context->ConnectFullMesh(store0, LoopbackDevice(), [&] {
+      ++asked;
+      return std::chrono::steady_clock::now() < lost_at
+                 ? absl::OkStatus()
+                 : absl::AbortedError("rank 1 (pid 7 on node 0) lost");
+    });
+    FAIL() << "connected to a member that never connected";
+  } catch (const ::gloo::IoException& e) {
+    EXPECT_TRUE(absl::StrContains(e.what(), "rank 1 (pid 7 on node 0) lost"))
+        << e.what();
+    EXPECT_TRUE(absl::StrContains(e.what(), "1 pair connect(s) abandoned"))
+        << e.what();
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  // Well under the context's own timeout (20 s; Gloo's connect waits 100).
+  EXPECT_LT(took, std::chrono::seconds(5));
+  EXPECT_GE(took, std::chrono::milliseconds(300));
+  EXPECT_GT(asked.load(), 1);
+}
+
+// A check that stays healthy changes nothing.
+TEST(MeshContextTest, AHealthyCheckLetsMembersConnect) {
+  std::shared_ptr<InProcessJob> job = InProcessJob::Create(3);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.emplace_back([&, r] {
+      std::unique_ptr<ControlPlane> control_plane = job->ForRank(r);
+      RankdStore store(control_plane.get(), Prefix(), absl::Seconds(20),
+                       Members(3));
+      auto context = std::make_shared<MeshContext>(r, 3);
+      context->setTimeout(std::chrono::seconds(20));
+      try {
+        context->ConnectFullMesh(store, LoopbackDevice(),
+                                 [] { return absl::OkStatus(); });
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -239,12 +240,19 @@ absl::StatusOr<std::shared_ptr<::gloo::Context>> SessionImpl::Connect(
                    size, " members, this rank is member ", rank, ")"),
       [&] {
         std::shared_ptr<::gloo::transport::Device> device = device_;
-        context->ConnectFullMesh(store, device);
+        // A failure notice stops the connect at once: a pair whose peer
+        // died would otherwise wait for Gloo's connect timeout.
+        context->ConnectFullMesh(
+            store, device, [this] { return control_plane_->JobHealth(); });
       });
   if (!s.ok()) {
     // Prefer the job's failure (naming the lost rank) when there is one.
     absl::Status health = control_plane_->JobHealth();
     if (!health.ok()) {
+      // A connect the failure stopped already carries its words.
+      if (absl::StrContains(s.message(), health.message())) {
+        return absl::Status(health.code(), s.message());
+      }
       return absl::Status(health.code(),
                           absl::StrCat(s.message(), ": ", health.message()));
     }
