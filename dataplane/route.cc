@@ -7,14 +7,19 @@
 
 namespace rankd::dataplane {
 
-absl::Status CheckRoute(absl::string_view backend, absl::string_view operation,
-                        absl::string_view scope,
-                        absl::Span<const uint32_t> member_ranks, size_t source,
-                        size_t destination, size_t me) {
+namespace {
+
+// CheckRoute's rules, its refusals naming the route as `route` ("route
+// S -> D" by member indices, "route rank S -> rank D" by world ranks).
+absl::Status CheckRouteNamed(absl::string_view backend,
+                             absl::string_view operation,
+                             absl::string_view scope, absl::string_view route,
+                             absl::Span<const uint32_t> member_ranks,
+                             size_t source, size_t destination, size_t me) {
   auto refuse = [&](auto&&... parts) {
     return absl::InvalidArgumentError(
-        absl::StrCat(backend, " backend: ", operation, ": route ", source,
-                     " -> ", destination, " on ", scope, ": ", parts...));
+        absl::StrCat(backend, " backend: ", operation, ": ", route, " on ",
+                     scope, ": ", parts...));
   };
   const size_t members = member_ranks.size();
   for (size_t end : {source, destination}) {
@@ -33,6 +38,17 @@ absl::Status CheckRoute(absl::string_view backend, absl::string_view operation,
                   ") is neither end");
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckRoute(absl::string_view backend, absl::string_view operation,
+                        absl::string_view scope,
+                        absl::Span<const uint32_t> member_ranks, size_t source,
+                        size_t destination, size_t me) {
+  return CheckRouteNamed(backend, operation, scope,
+                         absl::StrCat("route ", source, " -> ", destination),
+                         member_ranks, source, destination, me);
 }
 
 absl::StatusOr<std::pair<size_t, size_t>> RouteBetweenRanks(
@@ -56,8 +72,11 @@ absl::StatusOr<std::pair<size_t, size_t>> RouteBetweenRanks(
           ")"));
     }
   }
-  if (absl::Status s = CheckRoute(backend, operation, scope, member_ranks,
-                                  ends[0], ends[1], me);
+  if (absl::Status s =
+          CheckRouteNamed(backend, operation, scope,
+                          absl::StrCat("route rank ", source_rank, " -> rank ",
+                                       destination_rank),
+                          member_ranks, ends[0], ends[1], me);
       !s.ok()) {
     return s;
   }

@@ -36,7 +36,8 @@ absl::Status CheckRoute(absl::string_view backend, absl::string_view operation,
 // CheckRoute accepts them. Otherwise InvalidArgument, "<backend> backend:
 // <operation>: route rank S -> rank D on <scope>: rank X is not a member
 // (its members: ranks ...)" for a rank outside the scope, else
-// CheckRoute's refusal (which names member indices).
+// CheckRoute's refusal, naming the route as the caller did: "route rank S
+// -> rank D on <scope>: ...".
 absl::StatusOr<std::pair<size_t, size_t>> RouteBetweenRanks(
     absl::string_view backend, absl::string_view operation,
     absl::string_view scope, absl::Span<const uint32_t> member_ranks,

@@ -61,21 +61,20 @@ TEST(RouteBetweenRanks, RefusesARankOutsideTheScopeNamingItsMembers) {
             "is not a member (its members: ranks 4-5, 7)");
 }
 
-TEST(RouteBetweenRanks, RefusesAsCheckRouteDoes) {
+// CheckRoute's rules, the route named by the ranks the caller gave.
+TEST(RouteBetweenRanks, RefusesAsCheckRouteDoesNamingTheRanks) {
   EXPECT_EQ(
       RouteBetweenRanks("gloo", "opening a route", "group 3", kMembers, 5, 5, 1)
           .status()
           .message(),
-      "gloo backend: opening a route: route 1 -> 1 on group 3: the "
-      "source and the "
-      "destination are the same member (rank 5)");
+      "gloo backend: opening a route: route rank 5 -> rank 5 on group 3: "
+      "the source and the destination are the same member (rank 5)");
   EXPECT_EQ(
       RouteBetweenRanks("gloo", "opening a route", "group 3", kMembers, 4, 5, 2)
           .status()
           .message(),
-      "gloo backend: opening a route: route 0 -> 1 on group 3: this "
-      "member (2, rank 7) "
-      "is neither end");
+      "gloo backend: opening a route: route rank 4 -> rank 5 on group 3: "
+      "this member (2, rank 7) is neither end");
 }
 
 TEST(CheckRouteDestination, OnlyTheDestinationReceives) {

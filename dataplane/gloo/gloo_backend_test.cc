@@ -82,13 +82,13 @@ TEST_F(BackendTest, ValidationBeforeAnyNativeWork) {
                                  "2 is not a member (its members: ranks 0-1)"));
   EXPECT_EQ(b.Route(tp, 1, 1).status(),
             absl::InvalidArgumentError(
-                "gloo backend: opening a route: route 1 -> 1 on group 2: the "
-                "source and "
-                "the destination are the same member (rank 1)"));
+                "gloo backend: opening a route: route rank 1 -> rank 1 on "
+                "group 2: the source and the destination are the same member "
+                "(rank 1)"));
   EXPECT_EQ(b.Route(b.world(), 1, 2).status(),
-            absl::InvalidArgumentError("gloo backend: opening a route: route 1 "
-                                       "-> 2 on world: this member (0, "
-                                       "rank 0) is neither end"));
+            absl::InvalidArgumentError(
+                "gloo backend: opening a route: route rank 1 -> rank 2 on "
+                "world: this member (0, rank 0) is neither end"));
   EXPECT_TRUE(b.Route(tp, 0, 1).ok());
   EXPECT_EQ(b.Route(other.world(), 0, 1).status().code(),
             absl::StatusCode::kInvalidArgument);
