@@ -106,7 +106,7 @@ absl::StatusOr<JoinPlan> PlanJoin(const rankd_join_options& o) {
   }
   auto local_rank = IndexField(o.local_rank, "local_rank", "RANKD_LOCAL_RANK");
   if (!local_rank.ok()) return local_rank.status();
-  plan.join.local_rank = local_rank->value_or(0);
+  plan.join.local_rank = *local_rank;
   auto rank = IndexField(o.rank, "rank", "RANKD_RANK");
   if (!rank.ok()) return rank.status();
   if (rank->has_value()) plan.join.rank = **rank;
@@ -135,7 +135,7 @@ absl::StatusOr<JoinPlan> PlanJoin(const rankd_join_options& o) {
     // dataplane/nccl/default_device.h), for the daemon's record: the process's
     // one GPU when it sees one, else its local rank's. The node's rank
     // count is known only once joined; the session applies the whole rule.
-    int index = static_cast<int32_t>(plan.join.local_rank);
+    int index = static_cast<int32_t>(plan.join.local_rank.value_or(0));
     if (kind == "cuda" &&
         rankd::dataplane::nccl::ProbeDevices().device_count == 1) {
       index = 0;

@@ -239,7 +239,9 @@ absl::StatusOr<v1::SessionDescriptor> Client::SendJoin(
     bool* by_domain, uint64_t* first_world_round) {
   v1::JoinRequest request;
   request.set_job_id(options.job_id);
-  request.set_local_rank(options.local_rank);
+  if (options.local_rank.has_value()) {
+    request.set_local_rank(*options.local_rank);
+  }
   if (options.rank.has_value()) request.set_rank(*options.rank);
   request.set_world_size(options.world_size);
   *request.mutable_device() = options.device;

@@ -74,8 +74,11 @@ inline constexpr size_t kMaxValueBytes = kMaxKvValueBytes;
 struct JoinOptions {
   // The job to join; must match the daemon's job id. Required.
   std::string job_id;
-  // Index of this process on its node, in [0, nproc_per_node).
-  uint32_t local_rank = 0;
+  // Index of this process on its node, in [0, nproc_per_node). Absent:
+  // 0, or with `rank` given, a slot the daemon picks (the rank's earlier
+  // slot on this node, else its default one, rank % nproc_per_node, when
+  // free and the rank is in this node's block, else the lowest free one).
+  std::optional<uint32_t> local_rank;
   // Explicit world rank; when absent the daemon assigns
   // node_index * nproc_per_node + local_rank.
   std::optional<uint32_t> rank;

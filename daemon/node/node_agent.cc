@@ -231,7 +231,8 @@ void NodeAgent::Join(const v1::JoinRequest& request,
         "world_size ", request.world_size(), " does not match job '",
         spec_.job_id, "', which has ", spec_.world_size, " ranks")));
   }
-  if (request.local_rank() >= spec_.nproc_per_node) {
+  if (request.has_local_rank() &&
+      request.local_rank() >= spec_.nproc_per_node) {
     return reply(absl::InvalidArgumentError(absl::StrCat(
         "local_rank ", request.local_rank(), " is outside [0, ",
         spec_.nproc_per_node, ") (the daemon's --nproc_per_node)")));
@@ -276,12 +277,52 @@ void NodeAgent::Join(const v1::JoinRequest& request,
   ForwardJoin(request, rank, std::move(reply), std::move(caller));
 }
 
+absl::StatusOr<uint32_t> NodeAgent::LocalRankOfLocked(
+    const v1::JoinRequest& request, uint32_t rank) const {
+  if (request.has_local_rank() || !request.has_rank()) {
+    return request.local_rank();
+  }
+  // A process that names only its rank: the slot its rank held here
+  // before (a replacement takes its predecessor's), else the rank's
+  // default slot when this node's block holds the rank and the slot is
+  // free, else the lowest free one.
+  if (auto it = members_.find(rank); it != members_.end()) {
+    return it->second.local_rank;
+  }
+  auto free = [&](uint32_t local) {
+    auto held = rank_of_local_.find(local);
+    if (held == rank_of_local_.end()) return true;
+    auto holder = members_.find(held->second);
+    return holder == members_.end() ||
+           (holder->second.state != LocalState::kJoining &&
+            holder->second.state != LocalState::kJoined);
+  };
+  const uint32_t nproc = spec_.nproc_per_node;
+  if (rank / nproc == node_.node_index() && free(rank % nproc)) {
+    return rank % nproc;
+  }
+  for (uint32_t local = 0; local < nproc; ++local) {
+    if (free(local)) return local;
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("rank ", rank, " names no local_rank and every one of node ",
+                   node_.node_index(), "'s ", nproc,
+                   " local ranks is held (--nproc_per_node)"));
+}
+
 void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
                             Reply<v1::JoinResponse> reply, Caller caller) {
   v1::JoinRankRequest forward;
+  uint32_t local_rank = 0;
   {
     absl::ReleasableMutexLock lock(&mu_);
-    auto local = rank_of_local_.find(request.local_rank());
+    absl::StatusOr<uint32_t> slot = LocalRankOfLocked(request, rank);
+    if (!slot.ok()) {
+      lock.Release();
+      return reply(slot.status());
+    }
+    local_rank = *slot;
+    auto local = rank_of_local_.find(local_rank);
     auto held_by = local == rank_of_local_.end() ? members_.end()
                                                  : members_.find(local->second);
     if (held_by != members_.end()) {
@@ -292,8 +333,8 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
       if (live && holder.incarnation == request.incarnation() && held != rank) {
         lock.Release();
         return reply(absl::InvalidArgumentError(absl::StrCat(
-            "local rank ", request.local_rank(), " on node ",
-            node_.node_index(), " already holds rank ", held,
+            "local rank ", local_rank, " on node ", node_.node_index(),
+            " already holds rank ", held,
             "; the same process cannot join rank ", rank, " with it")));
       }
       if (live && holder.incarnation != request.incarnation()) {
@@ -302,13 +343,13 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
         return reply(absl::AlreadyExistsError(absl::StrFormat(
             "local rank %d on node %d is already held by pid %d (rank %d); "
             "two processes claim it",
-            request.local_rank(), node_.node_index(), pid, held)));
+            local_rank, node_.node_index(), pid, held)));
       }
     }
     if (auto it = members_.find(rank); it != members_.end()) {
       const LocalMember& holder = it->second;
       if (holder.incarnation == request.incarnation() &&
-          holder.local_rank != request.local_rank()) {
+          holder.local_rank != local_rank) {
         const uint32_t held = holder.local_rank;
         lock.Release();
         return reply(absl::InvalidArgumentError(
@@ -316,7 +357,7 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
                          " on node ", node_.node_index(),
                          "; the same process cannot join it again as "
                          "local rank ",
-                         request.local_rank())));
+                         local_rank)));
       }
       // Recovery off: refused here, as before epochs, with the record kept.
       const bool replaces_lost = spec_.recovery &&
@@ -334,12 +375,12 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
         LocalMember& m = it->second;
         m = LocalMember();
         m.state = LocalState::kJoining;
-        m.local_rank = request.local_rank();
+        m.local_rank = local_rank;
         m.incarnation = request.incarnation();
         m.pid = request.pid();
         m.device = request.device();
         m.bound = std::move(caller);
-        rank_of_local_[request.local_rank()] = rank;
+        rank_of_local_[local_rank] = rank;
       } else if (holder.incarnation != request.incarnation()) {
         bool live = holder.state == LocalState::kJoining ||
                     holder.state == LocalState::kJoined;
@@ -358,25 +399,24 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
     } else {
       LocalMember& m = members_[rank];
       m.state = LocalState::kJoining;
-      m.local_rank = request.local_rank();
+      m.local_rank = local_rank;
       m.incarnation = request.incarnation();
       m.pid = request.pid();
       m.device = request.device();
       // The first join of a slot binds it: from now on only this
       // connection acts for the rank.
       m.bound = std::move(caller);
-      rank_of_local_[request.local_rank()] = rank;
+      rank_of_local_[local_rank] = rank;
     }
     *forward.mutable_node() = NodeRefLocked();
   }
   forward.set_rank(rank);
-  forward.set_local_rank(request.local_rank());
+  forward.set_local_rank(local_rank);
   forward.set_incarnation(request.incarnation());
   *forward.mutable_device() = request.device();
   forward.set_pid(request.pid());
   forward.set_wait_for_world_ms(request.wait_for_world_ms());
   const uint64_t incarnation = request.incarnation();
-  const uint32_t local_rank = request.local_rank();
   const bool waited = request.wait_for_world_ms() > 0;
   link_->JoinRank(
       forward,

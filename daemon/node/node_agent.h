@@ -207,6 +207,12 @@ class NodeAgent : public CoordinatorLink::Listener {
   absl::Status FailureLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
                    Reply<v1::JoinResponse> reply, Caller caller);
+  // The local rank (slot on this node) `request` joins `rank` into: its
+  // own, else as JoinRequest.local_rank's comment says. ResourceExhausted
+  // when it names none and every slot is held.
+  absl::StatusOr<uint32_t> LocalRankOfLocked(const v1::JoinRequest& request,
+                                             uint32_t rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLease(uint32_t rank, uint64_t incarnation);
   void LoseRank(uint32_t rank, uint64_t incarnation, const std::string& reason);
   // Sends one round's frames to the coordinator (LocalRounds' Send). With

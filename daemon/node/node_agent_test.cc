@@ -132,15 +132,16 @@ class NodeAgentJoinTest : public ::testing::Test {
 
   // Sends a Join; its reply lands in the returned slot (at once when the
   // agent answers itself, later when the test releases the held join).
+  // A nullopt `local_rank` names none (a process that names only its rank).
   std::shared_ptr<std::optional<absl::StatusOr<v1::JoinResponse>>> Join(
-      uint32_t local_rank, uint64_t incarnation,
+      std::optional<uint32_t> local_rank, uint64_t incarnation,
       std::optional<uint32_t> rank = std::nullopt) {
     v1::JoinRequest request;
     request.set_job_id("agent-test");
-    request.set_local_rank(local_rank);
+    if (local_rank.has_value()) request.set_local_rank(*local_rank);
     if (rank.has_value()) request.set_rank(*rank);
     request.set_incarnation(incarnation);
-    request.set_pid(1000 + local_rank);
+    request.set_pid(1000 + local_rank.value_or(rank.value_or(0)));
     request.mutable_device()->set_kind("cpu");
     auto slot =
         std::make_shared<std::optional<absl::StatusOr<v1::JoinResponse>>>();
@@ -203,6 +204,43 @@ TEST_F(NodeAgentJoinTest, ReorderedRepliesKeepEachLocalRanksMapping) {
   EXPECT_TRUE(absl::StrContains((*claim)->status().message(),
                                 "already held by pid 1000 (rank 0)"))
       << (*claim)->status();
+  EXPECT_EQ(link_.held(), 0u);
+}
+
+// Processes that name only their rank (a rankd:// URL's rank=, no
+// local_rank=) get distinct slots: the rank's own slot in this node's
+// block when free, else the lowest free one; a rank joining again keeps
+// its slot; a full node names its limit.
+TEST_F(NodeAgentJoinTest, ARankWithoutALocalRankGetsAFreeSlot) {
+  auto one = Join(std::nullopt, 0xf1, 1);
+  ASSERT_EQ(link_.held(), 1u);
+  HeldJoinsLink::HeldJoin held_one = link_.Take(1);
+  EXPECT_EQ(held_one.request.local_rank(), 1u);
+  // Rank 2 belongs to node 1's block: the lowest free slot here, 0.
+  auto two = Join(std::nullopt, 0xf2, 2);
+  ASSERT_EQ(link_.held(), 1u);
+  HeldJoinsLink::HeldJoin held_two = link_.Take(2);
+  EXPECT_EQ(held_two.request.local_rank(), 0u);
+  Answer(std::move(held_one), absl::OkStatus());
+  Answer(std::move(held_two), absl::OkStatus());
+  ASSERT_TRUE(one->has_value() && (*one)->ok());
+  ASSERT_TRUE(two->has_value() && (*two)->ok());
+  // The same process joining rank 1 again keeps its slot.
+  auto again = Join(std::nullopt, 0xf1, 1);
+  if (link_.held() == 1u) {
+    HeldJoinsLink::HeldJoin held = link_.Take(1);
+    EXPECT_EQ(held.request.local_rank(), 1u);
+    Answer(std::move(held), absl::OkStatus());
+  }
+  ASSERT_TRUE(again->has_value());
+  EXPECT_TRUE((*again)->ok()) << (*again)->status();
+  // Both slots are held: a third rank is refused, naming the limit.
+  auto full = Join(std::nullopt, 0xf3, 0);
+  ASSERT_TRUE(full->has_value());
+  EXPECT_EQ((*full)->status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains((*full)->status().message(),
+                                "every one of node 0's 2 local ranks is held"))
+      << (*full)->status();
   EXPECT_EQ(link_.held(), 0u);
 }
 

@@ -486,7 +486,7 @@ int ServingProcess::Setup() {
   join.local_rank = absl::GetFlag(FLAGS_local_rank);
   join.world_size = absl::GetFlag(FLAGS_world_size);
   join.device.set_kind(nccl ? "cuda" : "cpu");
-  join.device.set_index(static_cast<int32_t>(join.local_rank));
+  join.device.set_index(static_cast<int32_t>(*join.local_rank));
   join.wait_for_world = absl::Milliseconds(absl::GetFlag(FLAGS_join_wait_ms));
   auto descriptor = client_->Join(join);
   if (!descriptor.ok()) return Failed(0, descriptor.status());

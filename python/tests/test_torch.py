@@ -211,10 +211,13 @@ def test_rankd_url_parameters_are_checked(url, words, monkeypatch):
     assert rankd.torch.joined_rank() is None
 
 
-def test_an_explicit_tcp_url_rendezvous_through_the_daemon(tmp):
+@pytest.mark.parametrize("local_rank", [True, False],
+                         ids=["with_local_rank", "rank_only"])
+def test_an_explicit_tcp_url_rendezvous_through_the_daemon(tmp, local_rank):
     """rankd://HOST:PORT?job_id=J&rank=R&world_size=W&token_file=F, with no
     launcher and no RANKD_* environment: the ranks reach their daemon over
-    TCP and run the collectives."""
+    TCP and run the collectives. Without local_rank= the daemon gives each
+    rank its own slot on the node (both used to claim slot 0)."""
     with LocalJob("torch-url", 1, 2,
                   daemon_flags=["--kv_shared_prefixes=torch/"]) as job:
         python = ["/usr/bin/python3"]
@@ -229,7 +232,8 @@ def test_an_explicit_tcp_url_rendezvous_through_the_daemon(tmp):
             with open(token, "w") as f:
                 f.write(job.rank_token(0, r))
             url = (f"rankd://{job.addresses[0]}?job_id={job.job_id}"
-                   f"&rank={r}&local_rank={r}&world_size=2&token_file={token}")
+                   f"&rank={r}&world_size=2&token_file={token}"
+                   + (f"&local_rank={r}" if local_rank else ""))
             env = dict(base, PYTHONPATH=PYTHONPATH,
                        TORCH_PROGRAM_INIT_METHOD=url)
             procs.append(subprocess.Popen(

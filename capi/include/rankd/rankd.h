@@ -131,7 +131,9 @@ typedef struct rankd_join_options {
   const char* target;
   /* The job to join. NULL: $RANKD_JOB_ID; required one way or the other. */
   const char* job_id;
-  /* This process's index on its node. -1: $RANKD_LOCAL_RANK, else 0. */
+  /* This process's index on its node. -1: $RANKD_LOCAL_RANK, else the
+   * daemon's choice: 0, or with a rank given, the rank's slot on the node
+   * (its default one when free, else the lowest free one). */
   int64_t local_rank;
   /* The world rank to claim. -1: $RANKD_RANK when set, else the daemon
    * assigns node_index * nproc_per_node + local_rank. */
