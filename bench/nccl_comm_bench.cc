@@ -68,9 +68,9 @@ using dataplane::CollectiveScope;
 using dataplane::DistributedSessionDescriptor;
 using dataplane::TensorDtype;
 using dataplane::ValueDescriptor;
-using dataplane::nccl::CudaExecutor;
 using dataplane::nccl::DeviceTensor;
 using dataplane::nccl::NcclBackend;
+using dataplane::nccl::NcclExecutor;
 using dataplane::nccl::NcclSession;
 using dataplane::nccl::NcclSessionOptions;
 using dataplane::testing::InProcessJob;
@@ -150,7 +150,7 @@ Sample RunOnce(int ranks, const ParallelTopology& topology, int executors,
       if (executors > 1) {
         NcclBackend backend(**session);
         auto world = backend.Group(CollectiveScope::World());
-        auto lane1 = CudaExecutor::Create(r, 1);
+        auto lane1 = NcclExecutor::Create(r, 1);
         if (!world.ok() || !lane1.ok()) Die("world group or lane 1");
         auto desc = ValueDescriptor::Create({4}, TensorDtype::kF32);
         auto x = DeviceTensor::FromHostVector(

@@ -40,7 +40,7 @@ NcclBackend::NcclBackend(NcclSession& session) : impl_(session.impl()) {}
 
 absl::StatusOr<Submission<Unit, std::shared_ptr<NcclCompletion>>>
 NcclBackend::SubmitLocalDependencies(
-    absl::Span<const DeviceTensor* const> values, CudaExecutor& executor) {
+    absl::Span<const DeviceTensor* const> values, NcclExecutor& executor) {
   return SubmitLocal(values, executor.stream());
 }
 
@@ -74,7 +74,7 @@ absl::StatusOr<NcclRoute> NcclBackend::Route(const CollectiveScope& scope,
 }
 
 absl::StatusOr<internal::ScopedComm> NcclBackend::Check(
-    const NcclGroup& group, const CudaExecutor& executor, const char* operation,
+    const NcclGroup& group, const NcclExecutor& executor, const char* operation,
     bool DistributedCapabilities::*flag, const char* capability) const {
   if (group.impl_ != impl_) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -110,19 +110,19 @@ absl::StatusOr<internal::ScopedComm> NcclBackend::Check(
 }
 
 TensorSubmission<NcclBackend> NcclBackend::AllReduceSum(
-    const DeviceTensor& value, NcclGroup& group, CudaExecutor& executor) {
+    const DeviceTensor& value, NcclGroup& group, NcclExecutor& executor) {
   return AllReduceSumImpl(value, nullptr, group, executor);
 }
 
 TensorSubmission<NcclBackend> NcclBackend::AllReduceSumInto(
     const DeviceTensor& value, const DeviceTensor& output, NcclGroup& group,
-    CudaExecutor& executor) {
+    NcclExecutor& executor) {
   return AllReduceSumImpl(value, &output, group, executor);
 }
 
 TensorSubmission<NcclBackend> NcclBackend::AllReduceSumImpl(
     const DeviceTensor& value, const DeviceTensor* output, NcclGroup& group,
-    CudaExecutor& executor) {
+    NcclExecutor& executor) {
   auto comm = Check(group, executor, "all_reduce_sum", nullptr, nullptr);
   if (!comm.ok()) return comm.status();
   return SubmitAllReduceSum(
@@ -132,19 +132,19 @@ TensorSubmission<NcclBackend> NcclBackend::AllReduceSumImpl(
 
 TensorSubmission<NcclBackend> NcclBackend::AllGatherEven(
     const DeviceTensor& value, size_t axis, NcclGroup& group,
-    CudaExecutor& executor) {
+    NcclExecutor& executor) {
   return AllGatherEvenImpl(value, axis, nullptr, group, executor);
 }
 
 TensorSubmission<NcclBackend> NcclBackend::AllGatherEvenInto(
     const DeviceTensor& value, size_t axis, const DeviceTensor& output,
-    NcclGroup& group, CudaExecutor& executor) {
+    NcclGroup& group, NcclExecutor& executor) {
   return AllGatherEvenImpl(value, axis, &output, group, executor);
 }
 
 TensorSubmission<NcclBackend> NcclBackend::AllGatherEvenImpl(
     const DeviceTensor& value, size_t axis, const DeviceTensor* output,
-    NcclGroup& group, CudaExecutor& executor) {
+    NcclGroup& group, NcclExecutor& executor) {
   auto comm = Check(group, executor, "all_gather_even", nullptr, nullptr);
   if (!comm.ok()) return comm.status();
   return SubmitAllGatherEven(
@@ -155,19 +155,19 @@ TensorSubmission<NcclBackend> NcclBackend::AllGatherEvenImpl(
 
 TensorSubmission<NcclBackend> NcclBackend::AllGatherUneven(
     const DeviceTensor& value, absl::Span<const size_t> counts, size_t axis,
-    NcclGroup& group, CudaExecutor& executor) {
+    NcclGroup& group, NcclExecutor& executor) {
   return AllGatherUnevenImpl(value, counts, axis, nullptr, group, executor);
 }
 
 TensorSubmission<NcclBackend> NcclBackend::AllGatherUnevenInto(
     const DeviceTensor& value, absl::Span<const size_t> counts, size_t axis,
-    const DeviceTensor& output, NcclGroup& group, CudaExecutor& executor) {
+    const DeviceTensor& output, NcclGroup& group, NcclExecutor& executor) {
   return AllGatherUnevenImpl(value, counts, axis, &output, group, executor);
 }
 
 TensorSubmission<NcclBackend> NcclBackend::AllGatherUnevenImpl(
     const DeviceTensor& value, absl::Span<const size_t> counts, size_t axis,
-    const DeviceTensor* output, NcclGroup& group, CudaExecutor& executor) {
+    const DeviceTensor* output, NcclGroup& group, NcclExecutor& executor) {
   auto comm = Check(group, executor, "all_gather_uneven", nullptr, nullptr);
   if (!comm.ok()) return comm.status();
   return SubmitAllGatherUneven(
@@ -178,19 +178,19 @@ TensorSubmission<NcclBackend> NcclBackend::AllGatherUnevenImpl(
 
 TensorSubmission<NcclBackend> NcclBackend::VariableAllToAll(
     const DeviceTensor& value, const PeerCounts& counts, size_t axis,
-    NcclGroup& group, CudaExecutor& executor) {
+    NcclGroup& group, NcclExecutor& executor) {
   return VariableAllToAllImpl(value, counts, axis, nullptr, group, executor);
 }
 
 TensorSubmission<NcclBackend> NcclBackend::VariableAllToAllInto(
     const DeviceTensor& value, const PeerCounts& counts, size_t axis,
-    const DeviceTensor& output, NcclGroup& group, CudaExecutor& executor) {
+    const DeviceTensor& output, NcclGroup& group, NcclExecutor& executor) {
   return VariableAllToAllImpl(value, counts, axis, &output, group, executor);
 }
 
 TensorSubmission<NcclBackend> NcclBackend::VariableAllToAllImpl(
     const DeviceTensor& value, const PeerCounts& counts, size_t axis,
-    const DeviceTensor* output, NcclGroup& group, CudaExecutor& executor) {
+    const DeviceTensor* output, NcclGroup& group, NcclExecutor& executor) {
   auto comm = Check(group, executor, "variable_all_to_all",
                     &DistributedCapabilities::variable_all_to_all,
                     "variable_all_to_all");
@@ -205,19 +205,19 @@ TensorSubmission<NcclBackend> NcclBackend::VariableAllToAllImpl(
 TensorSubmission<NcclBackend> NcclBackend::Broadcast(const DeviceTensor& value,
                                                      size_t root_member_index,
                                                      NcclGroup& group,
-                                                     CudaExecutor& executor) {
+                                                     NcclExecutor& executor) {
   return BroadcastImpl(value, root_member_index, nullptr, group, executor);
 }
 
 TensorSubmission<NcclBackend> NcclBackend::BroadcastInto(
     const DeviceTensor& value, size_t root_member_index,
-    const DeviceTensor& output, NcclGroup& group, CudaExecutor& executor) {
+    const DeviceTensor& output, NcclGroup& group, NcclExecutor& executor) {
   return BroadcastImpl(value, root_member_index, &output, group, executor);
 }
 
 TensorSubmission<NcclBackend> NcclBackend::BroadcastImpl(
     const DeviceTensor& value, size_t root_member_index,
-    const DeviceTensor* output, NcclGroup& group, CudaExecutor& executor) {
+    const DeviceTensor* output, NcclGroup& group, NcclExecutor& executor) {
   auto comm = Check(group, executor, "broadcast", nullptr, nullptr);
   if (!comm.ok()) return comm.status();
   // SubmitBroadcast checks the root (and tells the peers when it is wrong).
@@ -229,7 +229,7 @@ TensorSubmission<NcclBackend> NcclBackend::BroadcastImpl(
 }
 
 UnitSubmission<NcclBackend> NcclBackend::Barrier(NcclGroup& group,
-                                                 CudaExecutor& executor) {
+                                                 NcclExecutor& executor) {
   auto comm = Check(group, executor, "barrier", nullptr, nullptr);
   if (!comm.ok()) return comm.status();
   return SubmitBarrier(*impl_, *comm, executor.stream(),
@@ -237,7 +237,7 @@ UnitSubmission<NcclBackend> NcclBackend::Barrier(NcclGroup& group,
 }
 
 AgreementSubmission<NcclBackend> NcclBackend::AgreeSuccess(
-    bool success, NcclGroup& group, CudaExecutor& executor) {
+    bool success, NcclGroup& group, NcclExecutor& executor) {
   auto comm = Check(group, executor, "agree_success", nullptr, nullptr);
   if (!comm.ok()) return comm.status();
   return SubmitAgreeSuccess(
@@ -248,7 +248,7 @@ AgreementSubmission<NcclBackend> NcclBackend::AgreeSuccess(
 BundleSubmission<NcclBackend> NcclBackend::BatchSendReceive(
     absl::Span<const PeerValue<DeviceTensor>> sends,
     absl::Span<const PeerValue<DeviceTensor>> receives, NcclGroup& group,
-    CudaExecutor& executor) {
+    NcclExecutor& executor) {
   auto comm = Check(group, executor, "batch_send_receive",
                     &DistributedCapabilities::point_to_point, "point_to_point");
   if (!comm.ok()) return comm.status();
@@ -258,7 +258,7 @@ BundleSubmission<NcclBackend> NcclBackend::BatchSendReceive(
 
 BundleSubmission<NcclBackend> NcclBackend::SendReceive(
     absl::Span<const DeviceTensor> tensors, const NcclRoute& route,
-    CudaExecutor& executor) {
+    NcclExecutor& executor) {
   if (route.group().local_rank() == route.source()) {
     return SubmitRoute(tensors, {}, {}, route, executor);
   }
@@ -272,7 +272,7 @@ BundleSubmission<NcclBackend> NcclBackend::SendReceive(
 
 BundleSubmission<NcclBackend> NcclBackend::ReceiveBundle(
     absl::Span<const ValueDescriptor> descriptors, const NcclRoute& route,
-    CudaExecutor& executor) {
+    NcclExecutor& executor) {
   if (absl::Status s = CheckRouteDestination(
           "nccl", "receive_bundle", GroupName(route.group()),
           route.group().members(), route.source(), route.destination(),
@@ -285,7 +285,7 @@ BundleSubmission<NcclBackend> NcclBackend::ReceiveBundle(
 
 BundleSubmission<NcclBackend> NcclBackend::ReceiveBundleInto(
     absl::Span<const DeviceTensor> outputs, const NcclRoute& route,
-    CudaExecutor& executor) {
+    NcclExecutor& executor) {
   if (absl::Status s = CheckRouteDestination(
           "nccl", "receive_bundle_into", GroupName(route.group()),
           route.group().members(), route.source(), route.destination(),
@@ -303,7 +303,7 @@ BundleSubmission<NcclBackend> NcclBackend::SubmitRoute(
     absl::Span<const DeviceTensor> send,
     absl::Span<const ValueDescriptor> receive,
     absl::Span<const DeviceTensor> receive_into, const NcclRoute& route,
-    CudaExecutor& executor) {
+    NcclExecutor& executor) {
   auto comm = Check(route.group(), executor, "send_receive",
                     &DistributedCapabilities::point_to_point, "point_to_point");
   if (!comm.ok()) return comm.status();

@@ -1,7 +1,7 @@
 // NcclBackend: the CommunicationBackend contract (docs/contract.md) on NCCL.
 //
 //   Tensor                   = DeviceTensor
-//   Executor                 = CudaExecutor (a CUDA stream)
+//   Executor                 = NcclExecutor (a CUDA stream)
 //   CommunicationGroup       = NcclGroup (a scope resolved to a communicator)
 //   CommunicationRoute       = NcclRoute (group + source -> destination)
 //   CommunicationCompletion  = NcclCompletion (CUDA event + retained
@@ -53,7 +53,7 @@ struct ScopedComm;
 class NcclBackend {
  public:
   using Tensor = DeviceTensor;
-  using Executor = CudaExecutor;
+  using Executor = NcclExecutor;
   using CommunicationGroup = NcclGroup;
   using CommunicationRoute = NcclRoute;
   using CommunicationCompletion = NcclCompletion;
@@ -66,7 +66,7 @@ class NcclBackend {
   // on another device.
   static absl::StatusOr<Submission<Unit, std::shared_ptr<NcclCompletion>>>
   SubmitLocalDependencies(absl::Span<const DeviceTensor* const> values,
-                          CudaExecutor& executor);
+                          NcclExecutor& executor);
 
   // The group serving `scope` (fail closed; NotFound for a group this rank
   // is not in).
@@ -79,25 +79,25 @@ class NcclBackend {
 
   TensorSubmission<NcclBackend> AllReduceSum(const DeviceTensor& value,
                                              NcclGroup& group,
-                                             CudaExecutor& executor);
+                                             NcclExecutor& executor);
   TensorSubmission<NcclBackend> AllGatherEven(const DeviceTensor& value,
                                               size_t axis, NcclGroup& group,
-                                              CudaExecutor& executor);
+                                              NcclExecutor& executor);
   TensorSubmission<NcclBackend> AllGatherUneven(const DeviceTensor& value,
                                                 absl::Span<const size_t> counts,
                                                 size_t axis, NcclGroup& group,
-                                                CudaExecutor& executor);
+                                                NcclExecutor& executor);
   TensorSubmission<NcclBackend> VariableAllToAll(const DeviceTensor& value,
                                                  const PeerCounts& counts,
                                                  size_t axis, NcclGroup& group,
-                                                 CudaExecutor& executor);
+                                                 NcclExecutor& executor);
   TensorSubmission<NcclBackend> Broadcast(const DeviceTensor& value,
                                           size_t root_member_index,
                                           NcclGroup& group,
-                                          CudaExecutor& executor);
-  UnitSubmission<NcclBackend> Barrier(NcclGroup& group, CudaExecutor& executor);
+                                          NcclExecutor& executor);
+  UnitSubmission<NcclBackend> Barrier(NcclGroup& group, NcclExecutor& executor);
   AgreementSubmission<NcclBackend> AgreeSuccess(bool success, NcclGroup& group,
-                                                CudaExecutor& executor);
+                                                NcclExecutor& executor);
   // An ordered bundle over `route`. On the source, `tensors` are sent and
   // returned as the output. On the destination, `tensors` only give the
   // descriptors to receive (as ReceiveBundle) and the output holds fresh
@@ -106,13 +106,13 @@ class NcclBackend {
   // (dataplane/bundle.h).
   BundleSubmission<NcclBackend> SendReceive(
       absl::Span<const DeviceTensor> tensors, const NcclRoute& route,
-      CudaExecutor& executor);
+      NcclExecutor& executor);
   // The destination end of SendReceive, from descriptors alone, as on
   // GlooBackend: the output holds fresh tensors on this device.
   // InvalidArgument on the source (it has tensors to send: SendReceive).
   BundleSubmission<NcclBackend> ReceiveBundle(
       absl::Span<const ValueDescriptor> descriptors, const NcclRoute& route,
-      CudaExecutor& executor);
+      NcclExecutor& executor);
 
   // Point-to-point in both directions at once, as GlooBackend's: every
   // transfer is posted in one NCCL group. NCCL matches sends and receives
@@ -125,7 +125,7 @@ class NcclBackend {
   BundleSubmission<NcclBackend> BatchSendReceive(
       absl::Span<const PeerValue<DeviceTensor>> sends,
       absl::Span<const PeerValue<DeviceTensor>> receives, NcclGroup& group,
-      CudaExecutor& executor);
+      NcclExecutor& executor);
 
   // Caller-owned outputs (docs/nccl.md, "Caller-owned outputs"), as on
   // GlooBackend: the operations above writing into `output` (on this
@@ -139,29 +139,29 @@ class NcclBackend {
   TensorSubmission<NcclBackend> AllReduceSumInto(const DeviceTensor& value,
                                                  const DeviceTensor& output,
                                                  NcclGroup& group,
-                                                 CudaExecutor& executor);
+                                                 NcclExecutor& executor);
   TensorSubmission<NcclBackend> AllGatherEvenInto(const DeviceTensor& value,
                                                   size_t axis,
                                                   const DeviceTensor& output,
                                                   NcclGroup& group,
-                                                  CudaExecutor& executor);
+                                                  NcclExecutor& executor);
   TensorSubmission<NcclBackend> AllGatherUnevenInto(
       const DeviceTensor& value, absl::Span<const size_t> counts, size_t axis,
-      const DeviceTensor& output, NcclGroup& group, CudaExecutor& executor);
+      const DeviceTensor& output, NcclGroup& group, NcclExecutor& executor);
   TensorSubmission<NcclBackend> VariableAllToAllInto(
       const DeviceTensor& value, const PeerCounts& counts, size_t axis,
-      const DeviceTensor& output, NcclGroup& group, CudaExecutor& executor);
+      const DeviceTensor& output, NcclGroup& group, NcclExecutor& executor);
   TensorSubmission<NcclBackend> BroadcastInto(const DeviceTensor& value,
                                               size_t root_member_index,
                                               const DeviceTensor& output,
                                               NcclGroup& group,
-                                              CudaExecutor& executor);
+                                              NcclExecutor& executor);
   // The destination end of SendReceive into `outputs` (their descriptors
   // are the ones received; no two may share a byte: dataplane/bundle.h's
   // CheckBundleOutputs). InvalidArgument on the source.
   BundleSubmission<NcclBackend> ReceiveBundleInto(
       absl::Span<const DeviceTensor> outputs, const NcclRoute& route,
-      CudaExecutor& executor);
+      NcclExecutor& executor);
 
   // The session's failure state, as GlooBackend's (the backend and its
   // session share one poison; NcclSession has the same three).
@@ -182,35 +182,35 @@ class NcclBackend {
   TensorSubmission<NcclBackend> AllReduceSumImpl(const DeviceTensor& value,
                                                  const DeviceTensor* output,
                                                  NcclGroup& group,
-                                                 CudaExecutor& executor);
+                                                 NcclExecutor& executor);
   TensorSubmission<NcclBackend> AllGatherEvenImpl(const DeviceTensor& value,
                                                   size_t axis,
                                                   const DeviceTensor* output,
                                                   NcclGroup& group,
-                                                  CudaExecutor& executor);
+                                                  NcclExecutor& executor);
   TensorSubmission<NcclBackend> AllGatherUnevenImpl(
       const DeviceTensor& value, absl::Span<const size_t> counts, size_t axis,
-      const DeviceTensor* output, NcclGroup& group, CudaExecutor& executor);
+      const DeviceTensor* output, NcclGroup& group, NcclExecutor& executor);
   TensorSubmission<NcclBackend> VariableAllToAllImpl(
       const DeviceTensor& value, const PeerCounts& counts, size_t axis,
-      const DeviceTensor* output, NcclGroup& group, CudaExecutor& executor);
+      const DeviceTensor* output, NcclGroup& group, NcclExecutor& executor);
   TensorSubmission<NcclBackend> BroadcastImpl(const DeviceTensor& value,
                                               size_t root_member_index,
                                               const DeviceTensor* output,
                                               NcclGroup& group,
-                                              CudaExecutor& executor);
+                                              NcclExecutor& executor);
   // SendReceive's two ends: the source sends `send`; the destination
   // receives `receive` into fresh tensors, or into `receive_into`.
   BundleSubmission<NcclBackend> SubmitRoute(
       absl::Span<const DeviceTensor> send,
       absl::Span<const ValueDescriptor> receive,
       absl::Span<const DeviceTensor> receive_into, const NcclRoute& route,
-      CudaExecutor& executor);
+      NcclExecutor& executor);
   // Poison, ownership and capability checks shared by the operations;
   // then the communicator of `group` on the executor's lane, with the
   // group's words ("group 3") for the operation's messages.
   absl::StatusOr<internal::ScopedComm> Check(
-      const NcclGroup& group, const CudaExecutor& executor,
+      const NcclGroup& group, const NcclExecutor& executor,
       const char* operation, bool DistributedCapabilities::*flag,
       const char* capability) const;
   std::shared_ptr<internal::SessionImpl> impl_;

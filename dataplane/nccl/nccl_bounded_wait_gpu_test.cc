@@ -172,7 +172,7 @@ TEST_F(NcclMultiGpuTest, AnOperationOnAGroupsLanePastItsDeadlineNamesThem) {
         NcclBackend backend(s);
         auto group = backend.Group(CollectiveScope::Group(8));
         ASSERT_TRUE(group.ok()) << group.status();
-        auto lane1 = CudaExecutor::Create(s.device(), 1);
+        auto lane1 = NcclExecutor::Create(s.device(), 1);
         ASSERT_TRUE(lane1.ok()) << lane1.status();
         auto x = Upload(Desc({4}), Floats(4), s.stream());
         {

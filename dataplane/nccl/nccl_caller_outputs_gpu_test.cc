@@ -59,7 +59,7 @@ TEST_F(NcclMultiGpuTest, CallerOwnedOutputsAllocateNoDeviceMemoryPerStep) {
     NcclBackend backend = s.backend();
     auto group = backend.Group(world);
     ASSERT_TRUE(group.ok()) << group.status();
-    CudaExecutor executor(stream);
+    NcclExecutor executor(stream);
     const std::vector<size_t> counts = {1, 1};
     auto step = [&](int k) {
       std::vector<float> mine(4);

@@ -4,10 +4,10 @@
 
 namespace rankd::dataplane::nccl {
 
-absl::StatusOr<CudaExecutor> CudaExecutor::Create(int device, uint32_t lane) {
+absl::StatusOr<NcclExecutor> NcclExecutor::Create(int device, uint32_t lane) {
   auto stream = CudaStream::Create(device);
   if (!stream.ok()) return stream.status();
-  return CudaExecutor(*std::move(stream), lane);
+  return NcclExecutor(*std::move(stream), lane);
 }
 
 }  // namespace rankd::dataplane::nccl

@@ -1,4 +1,4 @@
-// CudaExecutor: the NCCL backend's Executor (the "stream" of the
+// NcclExecutor: the NCCL backend's Executor (the "stream" of the
 // CommunicationBackend contract, as gloo_executor.h is Gloo's): a CUDA
 // stream on an executor lane. Copies share the stream. Operations pair by
 // lane, as Gloo's executors do: an operation a member submits on lane e
@@ -19,14 +19,14 @@
 
 namespace rankd::dataplane::nccl {
 
-class CudaExecutor {
+class NcclExecutor {
  public:
   // Runs on `stream` (shared, kept alive by the executor) on lane `lane`.
-  explicit CudaExecutor(std::shared_ptr<CudaStream> stream, uint32_t lane = 0)
+  explicit NcclExecutor(std::shared_ptr<CudaStream> stream, uint32_t lane = 0)
       : stream_(std::move(stream)), lane_(lane) {}
   // A new non-blocking stream on `device`, on executor lane `lane`; the
   // stream's creation error (CudaStream::Create) otherwise.
-  static absl::StatusOr<CudaExecutor> Create(int device, uint32_t lane = 0);
+  static absl::StatusOr<NcclExecutor> Create(int device, uint32_t lane = 0);
   const std::shared_ptr<CudaStream>& stream() const { return stream_; }
   // The stream's device; -1 without a stream.
   int device() const { return stream_ == nullptr ? -1 : stream_->device(); }

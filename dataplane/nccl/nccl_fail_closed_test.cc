@@ -284,14 +284,14 @@ TEST(NcclFailClosed, OptionsAreValidated) {
 }
 
 TEST(NcclFailClosed, LocalDependenciesNeedAStreamAndValidTensors) {
-  CudaExecutor no_stream(nullptr);
+  NcclExecutor no_stream(nullptr);
   const DeviceTensor x = Fake(Desc({2}));
   const DeviceTensor* values[] = {&x};
   EXPECT_EQ(
       NcclBackend::SubmitLocalDependencies(values, no_stream).status().code(),
       absl::StatusCode::kInvalidArgument);
   if (!HasDevice()) {
-    auto executor = CudaExecutor::Create(0);
+    auto executor = NcclExecutor::Create(0);
     EXPECT_FALSE(executor.ok());
   }
 }

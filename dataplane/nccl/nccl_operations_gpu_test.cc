@@ -223,7 +223,7 @@ TEST_F(NcclGpuTest, PointToPointNeedsAPeer) {
 TEST_F(NcclGpuTest, ChainedOperationsFollowReadyEvents) {
   auto session = OpenWorld1();
   ASSERT_NE(session, nullptr);
-  auto executor = CudaExecutor::Create(0);
+  auto executor = NcclExecutor::Create(0);
   ASSERT_TRUE(executor.ok());
   const std::vector<float> values = Floats(1024, 3);
   auto x = Upload(Desc({1024}), values, executor->stream());
@@ -247,7 +247,7 @@ TEST_F(NcclGpuTest, BackendOperations) {
   auto group = backend.Group(CollectiveScope::World());
   ASSERT_TRUE(group.ok()) << group.status();
   EXPECT_EQ(group->size(), 1u);
-  auto executor = CudaExecutor::Create(0);
+  auto executor = NcclExecutor::Create(0);
   ASSERT_TRUE(executor.ok());
   const std::vector<float> values = Floats(6, 1);
   auto x = Upload(Desc({2, 3}), values, executor->stream());
@@ -357,7 +357,7 @@ TEST_F(NcclGpuTest, AnOperationOnACapturingStreamIsRefused) {
   NcclBackend backend(*session);
   auto group = backend.Group(CollectiveScope::World());
   ASSERT_TRUE(group.ok()) << group.status();
-  auto executor = CudaExecutor::Create(0);
+  auto executor = NcclExecutor::Create(0);
   ASSERT_TRUE(executor.ok()) << executor.status();
   {
     StreamCapture capture(*executor->stream());
@@ -460,7 +460,7 @@ TEST_F(NcclMultiGpuTest, CollectivesAcrossRanks) {
         NcclBackend backend(s);
         auto group = backend.Group(CollectiveScope::World());
         ASSERT_TRUE(group.ok());
-        CudaExecutor executor(stream);
+        NcclExecutor executor(stream);
         auto b = backend.Broadcast(x, 1, *group, executor);
         ASSERT_TRUE(b.ok()) << b.status();
         ASSERT_OK(b->completion->Wait());
@@ -668,7 +668,7 @@ TEST_F(NcclMultiGpuTest, InnerAxisGatherBeyondTheMaximumPitch) {
       NcclBackend backend(s);
       auto group = backend.Group(CollectiveScope::World());
       ASSERT_TRUE(group.ok());
-      CudaExecutor executor(s.stream());
+      NcclExecutor executor(s.stream());
       auto gathered = backend.AllGatherEven(x, 1, *group, executor);
       ASSERT_TRUE(gathered.ok()) << gathered.status();
       ASSERT_OK(gathered->completion->Wait());

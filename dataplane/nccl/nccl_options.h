@@ -97,7 +97,7 @@ struct NcclSessionOptions {
   // (Unimplemented naming the capability); without exact_completion,
   // completions do not offer QuarantineUntilComplete.
   std::optional<DistributedCapabilities> restrict_capabilities;
-  // Executor lanes (CudaExecutor::lane), as GlooSessionOptions::executors:
+  // Executor lanes (NcclExecutor::lane), as GlooSessionOptions::executors:
   // operations pair by lane, and each lane is its own ordering domain (its
   // own communicators: docs/nccl.md, "Communicators and order"), so work on
   // different lanes never waits for work on another. Lane 0 is the

@@ -76,8 +76,8 @@ TEST_F(NcclMultiGpuTest, TwoGroupsOnTwoLanesInEitherOrderComplete) {
         ASSERT_TRUE(group1.ok() && group2.ok());
         // Their own communicators, although their members are the same.
         EXPECT_NE(group1->communicator_name(), group2->communicator_name());
-        auto lane0 = CudaExecutor::Create(s.device(), 0);
-        auto lane1 = CudaExecutor::Create(s.device(), 1);
+        auto lane0 = NcclExecutor::Create(s.device(), 0);
+        auto lane1 = NcclExecutor::Create(s.device(), 1);
         ASSERT_TRUE(lane0.ok() && lane1.ok());
         auto x = Upload(Desc({4}), std::vector<float>(4, 1.0f + r), s.stream());
         auto y = Upload(Desc({3}), std::vector<float>(3, 10.0f * (r + 1)),
@@ -136,8 +136,8 @@ TEST_F(NcclMultiGpuTest, TwoGroupsOnOneLaneInDifferentOrdersFailAtOpTimeout) {
         auto group2 = backend.Group(CollectiveScope::Group(g2.id()));
         ASSERT_TRUE(group1.ok() && group2.ok());
         // Two streams, both lane 0.
-        auto a = CudaExecutor::Create(s.device(), 0);
-        auto b = CudaExecutor::Create(s.device(), 0);
+        auto a = NcclExecutor::Create(s.device(), 0);
+        auto b = NcclExecutor::Create(s.device(), 0);
         ASSERT_TRUE(a.ok() && b.ok());
         auto x = Upload(Desc({4}), std::vector<float>(4, 1.0f), s.stream());
         auto y = Upload(Desc({3}), std::vector<float>(3, 1.0f), s.stream());
@@ -230,7 +230,7 @@ TEST_F(NcclMultiGpuTest, ALaneBeyondTheExecutorsIsRefused) {
              NcclBackend backend(s);
              auto world = backend.Group(CollectiveScope::World());
              ASSERT_TRUE(world.ok());
-             auto lane3 = CudaExecutor::Create(s.device(), 3);
+             auto lane3 = NcclExecutor::Create(s.device(), 3);
              ASSERT_TRUE(lane3.ok());
              auto x =
                  Upload(Desc({2}), std::vector<float>(2, 1.0f), s.stream());

@@ -124,10 +124,10 @@ using rankd::dataplane::DistributedSessionDescriptor;
 using rankd::dataplane::PeerCounts;
 using rankd::dataplane::TensorDtype;
 using rankd::dataplane::ValueDescriptor;
-using rankd::dataplane::nccl::CudaExecutor;
 using rankd::dataplane::nccl::CudaStream;
 using rankd::dataplane::nccl::DeviceTensor;
 using rankd::dataplane::nccl::NcclBackend;
+using rankd::dataplane::nccl::NcclExecutor;
 using rankd::dataplane::nccl::NcclSession;
 using rankd::dataplane::nccl::NcclSessionOptions;
 using rankd::dataplane::nccl::testing::Stall;
@@ -468,12 +468,12 @@ void Backend(const World& w, Checks& checks) {
   NcclSession& s = *w.session;
   const uint32_t r = w.rank, n = w.size;
   NcclBackend backend(s);
-  auto executor_or = CudaExecutor::Create(s.device());
+  auto executor_or = NcclExecutor::Create(s.device());
   if (!executor_or.ok()) {
     checks.Run("executor", [&] { return executor_or.status(); });
     return;
   }
-  CudaExecutor executor = *executor_or;
+  NcclExecutor executor = *executor_or;
   auto stream = executor.stream();
   auto group_or = backend.Group(CollectiveScope::World());
   if (!group_or.ok()) {
