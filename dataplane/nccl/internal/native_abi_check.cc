@@ -3,8 +3,14 @@
 // function signature native_abi.h and native_library.h declare must match
 // cuda_runtime_api.h, cuda.h and nccl.h. Not part of the Bazel build (rankd
 // builds without those headers).
+//
+// With RANKD_ABI_CHECK_NCCL_ONLY defined, only the NCCL side is compared:
+// nccl_header_abi_check.sh builds it so against nccl.h made from a NCCL
+// checkout's nccl.h.in, with a stand-in for the few CUDA types nccl.h names.
+#ifndef RANKD_ABI_CHECK_NCCL_ONLY
 #include <cuda.h>
 #include <cuda_runtime_api.h>
+#endif
 #include <nccl.h>
 
 #include <cstddef>
@@ -57,6 +63,7 @@ struct SameAbi<R1 (*)(A1...), R2 (*)(A2...)> {
                         decltype(native::api::member)>::value,   \
                 #real)
 
+#ifndef RANKD_ABI_CHECK_NCCL_ONLY
 CHECK_FN(cudaGetDeviceCount, GetDeviceCount, CudaRuntimeApi);
 CHECK_FN(cudaGetDevice, GetDevice, CudaRuntimeApi);
 CHECK_FN(cudaSetDevice, SetDevice, CudaRuntimeApi);
@@ -107,12 +114,19 @@ CHECK_FN(cuDeviceGet, CuDeviceGet, CudaRuntimeApi);
 CHECK_FN(cuDeviceGetName, CuDeviceGetName, CudaRuntimeApi);
 CHECK_FN(cuDevicePrimaryCtxGetState, CuDevicePrimaryCtxGetState,
          CudaRuntimeApi);
+#endif  // RANKD_ABI_CHECK_NCCL_ONLY
 
 CHECK_FN(ncclGetVersion, GetVersion, NcclApi);
 CHECK_FN(ncclGetUniqueId, GetUniqueId, NcclApi);
 CHECK_FN(ncclCommInitRankConfig, CommInitRankConfig, NcclApi);
+// Loaded only from the version that has it (kNcclScalableInitVersion).
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 23, 4)
 CHECK_FN(ncclCommInitRankScalable, CommInitRankScalable, NcclApi);
+#endif
+// Loaded only from the version that has it (kNcclSplitVersion).
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
 CHECK_FN(ncclCommSplit, CommSplit, NcclApi);
+#endif
 CHECK_FN(ncclCommGetAsyncError, CommGetAsyncError, NcclApi);
 CHECK_FN(ncclCommFinalize, CommFinalize, NcclApi);
 CHECK_FN(ncclCommDestroy, CommDestroy, NcclApi);
@@ -128,15 +142,18 @@ CHECK_FN(ncclGroupStart, GroupStart, NcclApi);
 CHECK_FN(ncclGroupEnd, GroupEnd, NcclApi);
 
 // Handles and the by-value unique id.
+#ifndef RANKD_ABI_CHECK_NCCL_ONLY
 static_assert(std::is_same_v<cudaStream_t, native::CudaStream>);
 static_assert(std::is_same_v<cudaEvent_t, native::CudaEvent>);
 static_assert(std::is_same_v<cudaGraph_t, native::CudaGraph>);
+#endif
 static_assert(std::is_same_v<ncclComm_t, native::NcclComm>);
 static_assert(sizeof(ncclUniqueId) == sizeof(native::NcclUniqueId));
 static_assert(NCCL_UNIQUE_ID_BYTES == native::kNcclUniqueIdSize);
 static_assert(NCCL_UNIQUE_ID_BYTES == nccl::kNcclUniqueIdBytes);
 
 // Values.
+#ifndef RANKD_ABI_CHECK_NCCL_ONLY
 static_assert(cudaSuccess == native::kCudaSuccess);
 static_assert(cudaErrorMemoryAllocation == native::kCudaErrorMemoryAllocation);
 static_assert(cudaErrorInsufficientDriver ==
@@ -220,6 +237,7 @@ static_assert(offsetof(cudaMemAccessDesc, flags) ==
 static_assert(offsetof(cudaMemLocation, id) ==
               offsetof(native::CudaMemLocation, id));
 static_assert(sizeof(cudaMemLocation) == sizeof(native::CudaMemLocation));
+#endif  // RANKD_ABI_CHECK_NCCL_ONLY
 static_assert(ncclSuccess == native::kNcclSuccess);
 static_assert(ncclUnhandledCudaError == native::kNcclUnhandledCudaError);
 static_assert(ncclSystemError == native::kNcclSystemError);
@@ -254,20 +272,33 @@ static_assert(offsetof(ncclConfig_t, version) ==
 static_assert(offsetof(ncclConfig_t, blocking) ==
               offsetof(native::NcclConfig, blocking));
 static_assert(sizeof(ncclConfig_t) >= sizeof(native::NcclConfig));
-// The 2.17 prefix (splitShare, for ncclCommSplit).
+constexpr ncclConfig_t kInitializer = NCCL_CONFIG_INITIALIZER;
+static_assert(kInitializer.magic == native::kNcclConfigMagic);
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 17, 0)
+// The undefined value (2.14's initializer set blocking to 1; rankd always
+// sets blocking itself).
+static_assert(kInitializer.blocking == native::kNcclConfigUndefInt);
+static_assert(NCCL_CONFIG_UNDEF_INT == native::kNcclConfigUndefInt);
+#endif
+// The prefix with splitShare, for ncclCommSplit: NCCL 2.18's layout
+// (whose struct NCCL still tags ncclConfig_v21700: the version rankd
+// sets, under which no later NCCL resets splitShare to its default).
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
 static_assert(offsetof(ncclConfig_t, splitShare) ==
               offsetof(native::NcclConfigWithSplitShare, split_share));
 static_assert(offsetof(ncclConfig_t, netName) ==
               offsetof(native::NcclConfigWithSplitShare, net_name));
 static_assert(sizeof(ncclConfig_t) >= sizeof(native::NcclConfigWithSplitShare));
 static_assert(NCCL_SPLIT_NOCOLOR == native::kNcclSplitNoColor);
-constexpr ncclConfig_t kInitializer = NCCL_CONFIG_INITIALIZER;
-static_assert(kInitializer.magic == native::kNcclConfigMagic);
-static_assert(kInitializer.blocking == native::kNcclConfigUndefInt);
-static_assert(NCCL_CONFIG_UNDEF_INT == native::kNcclConfigUndefInt);
+#endif
 
 int main() {
+#ifdef RANKD_ABI_CHECK_NCCL_ONLY
+  std::printf("native ABI matches NCCL %d.%d.%d's nccl.h\n", NCCL_MAJOR,
+              NCCL_MINOR, NCCL_PATCH);
+#else
   std::printf("native ABI matches CUDA runtime %d and NCCL %d.%d.%d headers\n",
               CUDART_VERSION, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+#endif
   return 0;
 }
