@@ -52,9 +52,9 @@ c10::intrusive_ptr<Store> Store::Create(std::shared_ptr<Client> client,
     throw StoreError(absl::InvalidArgumentError("rankd store: null client"));
   }
   if (options.prefix.empty() || options.prefix.size() >= kMaxKeyBytes) {
-    throw StoreError(absl::InvalidArgumentError(absl::StrCat(
-        "rankd store: the prefix must be 1 to ", kMaxKeyBytes - 1,
-        " bytes, not ", options.prefix.size())));
+    throw StoreError(absl::InvalidArgumentError(
+        absl::StrCat("rankd store: the prefix must be 1 to ", kMaxKeyBytes - 1,
+                     " bytes, not ", options.prefix.size())));
   }
   if (client->epoch() == 0) {
     throw StoreError(absl::FailedPreconditionError(
@@ -90,8 +90,8 @@ auto Store::Call(const char* method, Operation operation) {
     watch_->Fail(failure);
     absl::Status first = watch_->failure();
     throw JobFailedError(absl::Status(
-        first.code(), absl::StrCat("rankd store ", method, ": ",
-                                   first.message())));
+        first.code(),
+        absl::StrCat("rankd store ", method, ": ", first.message())));
   };
   if (absl::Status failure = watch_->failure(); !failure.ok()) {
     job_failed(failure);
@@ -154,9 +154,9 @@ absl::StatusOr<std::string> Store::Await(const std::string& key,
       return value.status();
     }
     if (!unbounded) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "rankd store: key '", key, "' was not set within ",
-          Seconds(timeout), " (", value.status().message(), ")"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("rankd store: key '", key, "' was not set within ",
+                       Seconds(timeout), " (", value.status().message(), ")"));
     }
   }
 }
@@ -212,10 +212,9 @@ std::vector<uint8_t> Store::compareSet(const std::string& key,
 std::vector<uint8_t> Store::get(const std::string& key) {
   return Call("get", [&]() -> absl::StatusOr<std::vector<uint8_t>> {
     const std::chrono::milliseconds timeout = timeout_;
-    const absl::Time deadline =
-        timeout == kNoTimeout
-            ? absl::InfiniteFuture()
-            : absl::Now() + absl::FromChrono(timeout);
+    const absl::Time deadline = timeout == kNoTimeout
+                                    ? absl::InfiniteFuture()
+                                    : absl::Now() + absl::FromChrono(timeout);
     absl::StatusOr<std::string> value = Await(key, deadline, timeout);
     if (!value.ok()) return value.status();
     return Bytes(*value);
@@ -259,16 +258,14 @@ int64_t Store::getNumKeys() {
   });
 }
 
-void Store::wait(const std::vector<std::string>& keys) {
-  wait(keys, timeout_);
-}
+void Store::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 
 void Store::wait(const std::vector<std::string>& keys,
                  const std::chrono::milliseconds& timeout) {
   Call("wait", [&]() -> absl::StatusOr<bool> {
-    const absl::Time deadline =
-        timeout == kNoTimeout ? absl::InfiniteFuture()
-                              : absl::Now() + absl::FromChrono(timeout);
+    const absl::Time deadline = timeout == kNoTimeout
+                                    ? absl::InfiniteFuture()
+                                    : absl::Now() + absl::FromChrono(timeout);
     for (const std::string& key : keys) {
       absl::StatusOr<std::string> value = Await(key, deadline, timeout);
       if (!value.ok()) return value.status();
@@ -277,7 +274,8 @@ void Store::wait(const std::vector<std::string>& keys,
   });
 }
 
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
 void Store::append(const std::string& key, const std::vector<uint8_t>& value) {
   Call("append", [&]() -> absl::StatusOr<bool> {
     const std::string full_key = prefix_ + key;
@@ -299,22 +297,20 @@ void Store::append(const std::string& key, const std::vector<uint8_t>& value) {
 
 std::vector<std::vector<uint8_t>> Store::multiGet(
     const std::vector<std::string>& keys) {
-  return Call("multiGet",
-              [&]() -> absl::StatusOr<std::vector<std::vector<uint8_t>>> {
-                const std::chrono::milliseconds timeout = timeout_;
-                const absl::Time deadline =
-                    timeout == kNoTimeout
-                        ? absl::InfiniteFuture()
-                        : absl::Now() + absl::FromChrono(timeout);
-                std::vector<std::vector<uint8_t>> values;
-                for (const std::string& key : keys) {
-                  absl::StatusOr<std::string> value =
-                      Await(key, deadline, timeout);
-                  if (!value.ok()) return value.status();
-                  values.push_back(Bytes(*value));
-                }
-                return values;
-              });
+  return Call(
+      "multiGet", [&]() -> absl::StatusOr<std::vector<std::vector<uint8_t>>> {
+        const std::chrono::milliseconds timeout = timeout_;
+        const absl::Time deadline =
+            timeout == kNoTimeout ? absl::InfiniteFuture()
+                                  : absl::Now() + absl::FromChrono(timeout);
+        std::vector<std::vector<uint8_t>> values;
+        for (const std::string& key : keys) {
+          absl::StatusOr<std::string> value = Await(key, deadline, timeout);
+          if (!value.ok()) return value.status();
+          values.push_back(Bytes(*value));
+        }
+        return values;
+      });
 }
 
 void Store::multiSet(const std::vector<std::string>& keys,

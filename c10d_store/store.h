@@ -141,7 +141,8 @@ class Store : public c10d::Store {
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override;
 
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+#if TORCH_VERSION_MAJOR > 2 || \
+    (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
   // torch >= 2.1's extended API (not compiled against torch 1.13, which
   // has none of it): append is a compare-and-set loop like set; multiGet
   // waits for every key within one store timeout; multiSet sets one key
@@ -180,8 +181,7 @@ class Store : public c10d::Store {
   // Waits until `deadline` (absl::InfiniteFuture(): without limit) for
   // `key` and returns its value; a timeout is a StoreTimeoutError naming
   // `key` and `timeout`.
-  absl::StatusOr<std::string> Await(const std::string& key,
-                                    absl::Time deadline,
+  absl::StatusOr<std::string> Await(const std::string& key, absl::Time deadline,
                                     std::chrono::milliseconds timeout);
   // Notes the Gloo addresses in a value this store sets or reads.
   void NoteValue(const std::string& value);

@@ -183,8 +183,7 @@ TEST_P(StoreConformanceTest, WaitCheckDelete) {
   store_->wait({"k"}, milliseconds(1000));
   EXPECT_TRUE(store_->check({"k", "k2"}));
   EXPECT_FALSE(store_->check({"k", "missing"}));
-  EXPECT_THROW(store_->wait({"k", "missing"}, milliseconds(300)),
-               c10::Error);
+  EXPECT_THROW(store_->wait({"k", "missing"}, milliseconds(300)), c10::Error);
   EXPECT_TRUE(store_->deleteKey("k"));
   EXPECT_FALSE(store_->deleteKey("k"));
   EXPECT_FALSE(Has("k"));
@@ -221,16 +220,13 @@ TEST_P(StoreConformanceTest, NumKeys) {
 INSTANTIATE_TEST_SUITE_P(BothStores, StoreConformanceTest,
                          ::testing::Values(Kind::kRankd, Kind::kTcp),
                          [](const ::testing::TestParamInfo<Kind>& info) {
-                           return info.param == Kind::kRankd ? "Rankd"
-                                                             : "Tcp";
+                           return info.param == Kind::kRankd ? "Rankd" : "Tcp";
                          });
 
 // rankd's own: errors carry rankd's code and words.
 class RankdStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    ASSERT_NE(RankdJob::Get().client(), nullptr);
-  }
+  void SetUp() override { ASSERT_NE(RankdJob::Get().client(), nullptr); }
   c10::intrusive_ptr<Store> Make(const std::string& prefix,
                                  milliseconds timeout = milliseconds(200)) {
     StoreOptions options;
@@ -268,7 +264,8 @@ TEST_F(RankdStoreTest, RankdRefusalsAreStoreErrorsWithItsCode) {
     store->set("big", too_big);
     FAIL() << "accepted a value over 1 MiB";
   } catch (const StoreError& e) {
-    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << e.what();
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument)
+        << e.what();
   }
   // A key past rankd's key limit (with the prefix).
   EXPECT_THROW(store->set(std::string(kMaxKeyBytes, 'k'), B("1")), StoreError);

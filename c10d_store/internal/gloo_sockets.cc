@@ -60,8 +60,7 @@ std::vector<Endpoint> GlooEndpoints(absl::Span<const uint8_t> value) {
   std::vector<Endpoint> found;
   if (value.empty() || value.size() % kGlooAddressBytes != 0) return found;
   for (size_t i = 0; i < value.size(); i += kGlooAddressBytes) {
-    Endpoint endpoint =
-        EndpointOf(value.data() + i, sizeof(sockaddr_storage));
+    Endpoint endpoint = EndpointOf(value.data() + i, sizeof(sockaddr_storage));
     if (endpoint.family == 0) return {};
     found.push_back(endpoint);
   }

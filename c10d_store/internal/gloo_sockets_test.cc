@@ -66,9 +66,9 @@ struct Listener {
 
 int Connect(const sockaddr_storage& to) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
-  EXPECT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&to),
-                    sizeof(sockaddr_in)),
-            0);
+  EXPECT_EQ(
+      connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof(sockaddr_in)),
+      0);
   return fd;
 }
 
@@ -119,8 +119,8 @@ TEST(GlooEndpointsTest, OtherValuesAreNoAddresses) {
 }
 
 TEST(ShutDownSocketsAtTest, EndsOnlyConnectionsWithAnEndThere) {
-  Listener gloo;    // a Gloo pair's listening address
-  Listener other;   // someone else's
+  Listener gloo;   // a Gloo pair's listening address
+  Listener other;  // someone else's
   Fd dialed(Connect(gloo.address));
   Fd accepted(accept(gloo.fd.get(), nullptr, nullptr));
   Fd unrelated(Connect(other.address));
