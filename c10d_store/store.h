@@ -100,7 +100,8 @@ class Store : public c10d::Store {
   // for rankd's refusals (InvalidArgument for a key or value over rankd's
   // limits, PermissionDenied, ResourceExhausted for the key quota,
   // FailedPrecondition after Leave, ...). Every call may be made from any
-  // thread concurrently.
+  // thread concurrently, except setTimeout, which must not race with
+  // calls that read the timeout (c10d::Store keeps it as a plain member).
 
   // Stores `value` under `key`, replacing any previous value (a
   // compare-and-set loop: shared keys are written only so).
@@ -120,7 +121,8 @@ class Store : public c10d::Store {
 
   // Adds `value` to the counter at `key` (absent: 0) and returns the new
   // count; get then reads it as decimal text, as from TCPStore. StoreError
-  // (InvalidArgument) when `key` holds a value that is not a counter.
+  // (FailedPrecondition) when `key` holds a value that is not a decimal
+  // counter.
   int64_t add(const std::string& key, int64_t value) override;
 
   // Removes `key`; returns whether it existed.

@@ -1,8 +1,14 @@
 // Store conformance: the same cases on c10d::TCPStore and on rankd's
 // c10d store (a real rankd daemon, a joined rank), expecting the same
 // results (the C++ twin of python/tests/test_torch.py's store cases);
-// then rankd's own errors.
+// then rankd's own: errors, and what a job failure does to the store.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -269,13 +275,17 @@ TEST_F(RankdStoreTest, RankdRefusalsAreStoreErrorsWithItsCode) {
   }
   // A key past rankd's key limit (with the prefix).
   EXPECT_THROW(store->set(std::string(kMaxKeyBytes, 'k'), B("1")), StoreError);
-  // A counter read as text and then written as a counter again.
+  // A value that is no counter cannot be added to.
   store->set("text", B("not a number"));
   try {
     store->add("text", 1);
     FAIL() << "added to a value that is no counter";
   } catch (const StoreError& e) {
-    EXPECT_NE(e.status().code(), absl::StatusCode::kOk);
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("not a decimal counter"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -303,6 +313,61 @@ TEST_F(RankdStoreTest, KeysLiveUnderThePrefix) {
                                                absl::ZeroDuration());
   ASSERT_TRUE(value.ok()) << value.status();
   EXPECT_EQ(*value, "1");
+}
+
+TEST_F(RankdStoreTest, AJobFailureFailsEveryCallAndEndsGlooConnections) {
+  auto store = Make("torch/failure/");
+  // A Gloo pair's listening address, published as ProcessGroupGloo does (a
+  // tcp Address record: sockaddr_storage, then a sequence number), and a
+  // connection to it.
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(
+      bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)),
+      0);
+  ASSERT_EQ(listen(listener, 1), 0);
+  sockaddr_storage published{};
+  socklen_t length = sizeof(published);
+  getsockname(listener, reinterpret_cast<sockaddr*>(&published), &length);
+  const int dialed = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(connect(dialed, reinterpret_cast<sockaddr*>(&published), length),
+            0);
+  const int accepted = accept(listener, nullptr, nullptr);
+  ASSERT_GE(accepted, 0);
+  std::vector<uint8_t> record(sizeof(published) + sizeof(int64_t), 0);
+  std::memcpy(record.data(), &published, sizeof(published));
+  store->set("rank_0", record);
+  EXPECT_EQ(store->sockets_shut_down(), 0);
+
+  store->OnJobFailure(absl::AbortedError(
+      "job J failed (MEMBER_LOST, node 0, rank 1, event 9): rank 1 lost"));
+  // The listener and both ends of the connection.
+  EXPECT_EQ(store->sockets_shut_down(), 3);
+  char byte;
+  EXPECT_EQ(recv(dialed, &byte, 1, 0), 0);  // the end of the stream
+  for (int fd : {dialed, accepted, listener}) close(fd);
+
+  try {
+    store->get("rank_0");
+    FAIL() << "a call after the failure went through";
+  } catch (const JobFailedError& e) {
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kAborted);
+    EXPECT_EQ(std::string(e.what()).substr(0, e.status().message().size()),
+              "rankd store get: job J failed (MEMBER_LOST, node 0, rank 1, "
+              "event 9): rank 1 lost");
+  }
+  EXPECT_THROW(store->set("k", B("v")), JobFailedError);
+  EXPECT_THROW(store->add("n", 1), c10::Error);  // torch's class, as ever
+  // Only the first failure counts.
+  store->OnJobFailure(absl::UnavailableError("another"));
+  try {
+    store->check({"k"});
+    FAIL() << "a call after the failure went through";
+  } catch (const JobFailedError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 lost"), std::string::npos);
+  }
 }
 
 }  // namespace
