@@ -16,6 +16,9 @@
 // declares "torch/"), so set and deleteKey are compare-and-set loops;
 // values are bytes, at most rankd's limit (1 MiB); results are TCPStore's
 // (c10d_store/store_conformance_test.cc runs the same cases on both).
+// The Python store's wait in barrier reads (add(key, 0) on torch 1.13's
+// store_based_barrier_key) is not here: that barrier is Python's
+// (init_process_group, new_group); c10d's C++ process groups run none.
 //
 // Job failure: once rankd reports the job failed (a lost rank or node), a
 // pending store call and every later one throw JobFailedError in rankd's
