@@ -1,8 +1,9 @@
 """Rules that turn Bazel's C++ targets into an installable tree.
 
-cc_objects: every object file of the workspace's own libraries behind `deps`,
-so that one shared library can carry all of them (Bazel's own shared-library
-link keeps only the objects something references).
+cc_objects: every object file of the workspace's own libraries behind `deps`
+(or of some packages only), so that one shared library can carry all of them
+(Bazel's own shared-library link keeps only the objects something
+references).
 
 cc_headers: every header of the workspace's own libraries behind `deps`
 (sources and generated proto headers), each under its path in the workspace.
@@ -21,19 +22,35 @@ def _own(f):
 def _linker_inputs(deps):
     return depset(transitive = [d[CcInfo].linking_context.linker_inputs for d in deps]).to_list()
 
+def _in_packages(f, packages):
+    # Whether `f` belongs to one of `packages` (or a subpackage); every
+    # file when `packages` is empty.
+    if not packages:
+        return True
+    package = f.owner.package
+    for p in packages:
+        if package == p or package.startswith(p + "/"):
+            return True
+    return False
+
 def _cc_objects_impl(ctx):
     objects = []
     for linker_input in _linker_inputs(ctx.attr.deps):
         for lib in linker_input.libraries:
             # The PIC objects: they go into a shared library.
             for o in (lib.pic_objects or lib.objects or []):
-                if _own(o) and o not in objects:
+                if _own(o) and _in_packages(o, ctx.attr.packages) and o not in objects:
                     objects.append(o)
     return [DefaultInfo(files = depset(objects))]
 
 cc_objects = rule(
     implementation = _cc_objects_impl,
-    attrs = {"deps": attr.label_list(providers = [CcInfo])},
+    attrs = {
+        "deps": attr.label_list(providers = [CcInfo]),
+        # Only these packages' objects (empty: all), for a library that
+        # links another one for the rest.
+        "packages": attr.string_list(),
+    },
 )
 
 def _cc_headers_impl(ctx):
@@ -41,12 +58,20 @@ def _cc_headers_impl(ctx):
         d[CcInfo].compilation_context.headers
         for d in ctx.attr.deps
     ])
-    own = [h for h in headers.to_list() if _own(h) and not h.short_path.startswith("third_party/")]
+    own = [
+        h
+        for h in headers.to_list()
+        if _own(h) and not h.short_path.startswith("third_party/") and _in_packages(h, ctx.attr.packages)
+    ]
     return [DefaultInfo(files = depset(own))]
 
 cc_headers = rule(
     implementation = _cc_headers_impl,
-    attrs = {"deps": attr.label_list(providers = [CcInfo])},
+    attrs = {
+        "deps": attr.label_list(providers = [CcInfo]),
+        # Only these packages' headers (empty: all).
+        "packages": attr.string_list(),
+    },
 )
 
 def _cc_link_flags_impl(ctx):

@@ -7,6 +7,8 @@
 #   - an out-of-tree CMake project (testdata/consumer) builds hello.c against
 #     rankd::rankd and hello.cc against rankd::cpp; both build with
 #     pkg-config too;
+#   - a C++ libtorch program (testdata/c10d_hello.cc) builds with
+#     pkg-config's rankd-c10d (rankd's c10d::Store);
 #   - the Rust crate (rust/, copied) builds its hello example with no
 #     RANKD_LIB_DIR, finding the install through pkg-config
 #     (PKG_CONFIG_PATH) as C programs do, and a package that depends on the
@@ -68,6 +70,7 @@ versions_agree() {
   [[ -n "$version" ]] &&
     [[ $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --modversion rankd) == "$version" ]] &&
     [[ $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --modversion rankd-cpp) == "$version" ]] &&
+    [[ $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --modversion rankd-c10d) == "$version" ]] &&
     grep -q "PACKAGE_VERSION \"$version\"" "$prefix/lib/cmake/rankd/rankdConfigVersion.cmake"
 }
 check versions_agree versions_agree
@@ -99,6 +102,14 @@ pkg_config_cpp_build() {
     clang++-14 -std=c++20 $san_flags "$hello/hello.cc" $flags -o "$work/hello_cpp_pc"
 }
 check pkg_config_cpp_builds pkg_config_cpp_build
+# A C++ libtorch program over rankd's c10d store (rankd-c10d: the store,
+# rankd-cpp and Debian's libtorch).
+pkg_config_c10d_build() {
+  local flags
+  flags=$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs rankd-c10d) &&
+    clang++-14 -std=c++20 $san_flags "$runfiles/install/testdata/c10d_hello.cc" $flags -o "$work/c10d_hello"
+}
+check pkg_config_c10d_builds pkg_config_c10d_build
 
 # The Rust crate and a package that depends on it, side by side as a user
 # would have them, built with Debian's cargo, offline. No RANKD_LIB_DIR:
@@ -159,6 +170,9 @@ want_format="dependent: rank %d of 2: words [40, 41]"
 check rust_dependent_runs_without_ld_library_path run_job rust-dependent \
   env -u LD_LIBRARY_PATH ${preload:+LD_PRELOAD=$preload} \
   "$rust/rust_dependent/target/debug/rankd-dependent"
+
+want_format="rank %d of 2: c10d all_reduce [3 30]"
+check c10d_hello_runs run_job c10d-hello "$work/c10d_hello"
 
 # ---- results --------------------------------------------------------------------
 xml="${XML_OUTPUT_FILE:-$work/test.xml}"

@@ -28,6 +28,8 @@ packages=(
   # torch.distributed on rankd (python/rankd/torch.py) and its tests, with
   # Debian's torch (Gloo on CPUs).
   python3-torch
+  # The C++ c10d::Store over rankd (c10d_store/): libtorch's headers and libs.
+  libtorch-dev
   # The Rust crate (rust/) and its cargo tests, with Debian's toolchain
   # (/usr/bin/cargo, rustc 1.63), offline.
   cargo

@@ -1,0 +1,34 @@
+// The store's record of the job failure (c10d_store/internal/failure_watch.h).
+#include "c10d_store/internal/failure_watch.h"
+
+namespace rankd::c10d_store::internal {
+
+void FailureWatch::Fail(const absl::Status& failure) {
+  if (failure.ok()) return;
+  std::set<Endpoint> endpoints;
+  {
+    absl::MutexLock lock(&mu_);
+    if (failure_.ok()) failure_ = failure;
+    endpoints = endpoints_;
+  }
+  // Outside the lock: syscalls over every descriptor of the process.
+  shut_ += ShutDownSocketsAt(endpoints);
+}
+
+absl::Status FailureWatch::failure() const {
+  absl::MutexLock lock(&mu_);
+  return failure_;
+}
+
+void FailureWatch::NoteEndpoints(const std::vector<Endpoint>& endpoints) {
+  if (endpoints.empty()) return;
+  bool failed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    endpoints_.insert(endpoints.begin(), endpoints.end());
+    failed = !failure_.ok();
+  }
+  if (failed) shut_ += ShutDownSocketsAt({endpoints.begin(), endpoints.end()});
+}
+
+}  // namespace rankd::c10d_store::internal
