@@ -13,7 +13,10 @@
 - store conformance: the same cases on rankd.torch.Store and on torch's
   TCPStore (the multi-, append- and clone forms where this torch has
   them), and the store's own behaviour: barrier reads, NUL keys, errors
-  as RuntimeErrors, JobFailedError after a lost rank.
+  as RuntimeErrors, JobFailedError after a lost rank;
+- torch 2.x's paths with its API stood in on this torch (1.13): the
+  process-group abort at a failure, the barrier read's rule, and store
+  errors that are torch 2.x's DistStoreError.
 
 Skipped where torch is not installed.
 """
@@ -638,3 +641,77 @@ def test_gpu_kit_torch_script_on_cpu():
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 0 and lines and lines[-1] == "PASSED", \
         done.stdout[-3000:] + done.stderr[-3000:]
+
+
+# --- torch 2.x's paths, on this torch (1.13) with torch 2.x's API stood in --
+
+
+def test_a_failure_aborts_the_process_groups_where_torch_can(monkeypatch):
+    """torch 2.x has _abort_process_group (it aborts the NCCL
+    communicators, so a pending collective ends): rankd.torch calls it at
+    the job's failure once a default group exists, and never raises from
+    the failure thread. torch 1.13 has none: nothing is called."""
+    import rankd.torch as rt
+    c10d = sys.modules["torch.distributed.distributed_c10d"]
+    calls = []
+    monkeypatch.setattr(c10d, "_abort_process_group",
+                        lambda *a, **k: calls.append(a), raising=False)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    assert rt._abort_process_groups() is True
+    assert calls == [()]
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    assert rt._abort_process_groups() is False
+    assert calls == [()]
+
+    def broken(*a, **k):
+        raise RuntimeError("ProcessGroupGloo does not support abort")
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(c10d, "_abort_process_group", broken)
+    assert rt._abort_process_groups() is False
+    monkeypatch.delattr(c10d, "_abort_process_group")
+    assert rt._abort_process_groups() is False
+
+
+def test_the_barrier_read_waits_for_the_world_only_on_torch_1(monkeypatch):
+    """torch 1.13's store barrier polls add(key, 0) until the world
+    arrived, so the store waits for the world in the daemon; torch 2.x's
+    takes a rendezvous_count (new_group(use_local_synchronization=True)
+    counts fewer ranks) and the store must not wait for the world there."""
+    import rankd.torch_store as ts
+    c10d = sys.modules["torch.distributed.distributed_c10d"]
+
+    def torch1(rank, store, timeout):
+        pass
+
+    def torch2(rank, store, group_name, rendezvous_count, timeout,
+               logging_interval=None):
+        pass
+    monkeypatch.setattr(c10d, "_store_based_barrier", torch1)
+    assert ts._barrier_counts_the_world() is True
+    monkeypatch.setattr(c10d, "_store_based_barrier", torch2)
+    assert ts._barrier_counts_the_world() is False
+    monkeypatch.setattr(c10d, "_store_based_barrier", None)
+    assert ts._barrier_counts_the_world() is False
+
+
+def test_store_errors_are_torch_2s_dist_store_error_where_it_exists():
+    """torch 2.x raises DistStoreError (a RuntimeError) for store failures:
+    rankd's StoreError is one there, so torch code catching it catches
+    rankd's; on torch 1.13 it is a RuntimeError. Checked in a fresh
+    process, with torch 2.x's class stood in before rankd is imported."""
+    program = (
+        "import torch.distributed as dist\n"
+        "class DistStoreError(RuntimeError): pass\n"
+        "dist.DistStoreError = DistStoreError\n"
+        "from rankd import torch_store as ts\n"
+        "assert issubclass(ts.StoreError, DistStoreError)\n"
+        "assert issubclass(ts.StoreTimeoutError, DistStoreError)\n"
+        "e = ts._store_error_class(ts.errors.NotFoundError)('x')\n"
+        "assert isinstance(e, DistStoreError), type(e).__mro__\n"
+        "print('OK')\n")
+    env = dict(_native_env(), PYTHONPATH=PYTHONPATH)
+    out = subprocess.run(["/usr/bin/python3", "-c", program], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), \
+        out.stdout
