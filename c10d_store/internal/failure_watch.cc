@@ -8,7 +8,11 @@ void FailureWatch::Fail(const absl::Status& failure) {
   std::set<Endpoint> endpoints;
   {
     absl::MutexLock lock(&mu_);
-    if (failure_.ok()) failure_ = failure;
+    // Only the first: every later store call reports the failure again,
+    // and the sockets known then are shut down already (a group's made
+    // later are, as NoteEndpoints sees them).
+    if (!failure_.ok()) return;
+    failure_ = failure;
     endpoints = endpoints_;
   }
   // Outside the lock: syscalls over every descriptor of the process.

@@ -19,8 +19,9 @@ namespace rankd::c10d_store::internal {
 class FailureWatch {
  public:
   // Records `failure` (non-OK; an OK status is ignored) when it is the
-  // first, and shuts down this process's sockets at every endpoint noted
-  // so far. Thread-safe; never blocks on anything but syscalls.
+  // first, and then shuts down this process's sockets at every endpoint
+  // noted so far; a later failure changes nothing. Thread-safe; never
+  // blocks on anything but syscalls.
   void Fail(const absl::Status& failure);
 
   // The first failure recorded; OK while none was.
