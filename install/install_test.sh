@@ -8,7 +8,8 @@
 #     rankd::rankd and hello.cc against rankd::cpp; both build with
 #     pkg-config too;
 #   - a C++ libtorch program (testdata/c10d_hello.cc) builds with
-#     pkg-config's rankd-c10d (rankd's c10d::Store);
+#     pkg-config's rankd-c10d and with CMake's rankd::c10d (rankd's
+#     c10d::Store);
 #   - the Rust crate (rust/, copied) builds its hello example with no
 #     RANKD_LIB_DIR, finding the install through pkg-config
 #     (PKG_CONFIG_PATH) as C programs do, and a package that depends on the
@@ -85,6 +86,7 @@ build="$work/build"
 cmake_build() {
   cmake -S "$runfiles/install/testdata/consumer" -B "$build" \
     -DCMAKE_PREFIX_PATH="$prefix" -DHELLO_DIR="$hello" \
+    -DC10D_HELLO="$runfiles/install/testdata/c10d_hello.cc" \
     -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
     -DCMAKE_EXE_LINKER_FLAGS="$san_flags" -DCMAKE_BUILD_TYPE=Release &&
     cmake --build "$build" -j 2
