@@ -13,6 +13,8 @@
 #include "absl/time/clock.h"
 #include "c10d_store/internal/failure_watch.h"
 #include "c10d_store/internal/gloo_sockets.h"
+#include "common/limits.h"
+#include "common/monotonic_clock.h"
 
 namespace rankd::c10d_store {
 namespace {
@@ -21,9 +23,11 @@ namespace {
 // reach this rank (its watch stream may be a moment behind the call's
 // answer), to throw it in the failure's own words.
 constexpr absl::Duration kFailureGrace = absl::Seconds(2);
-// The longest single KvGet of a wait without limit (kNoTimeout); the wait
-// goes on in such slices.
-constexpr absl::Duration kUnboundedSlice = absl::Minutes(10);
+// The longest single KvGet (the daemon refuses waits over kMaxTimeoutMs);
+// a longer wait, or one without limit (kNoTimeout), goes on in such
+// slices.
+constexpr absl::Duration kWaitSlice = absl::Minutes(10);
+static_assert(kWaitSlice <= absl::Milliseconds(kMaxTimeoutMs));
 
 std::string Text(const std::vector<uint8_t>& bytes) {
   return std::string(bytes.begin(), bytes.end());
@@ -106,13 +110,14 @@ auto Store::Call(const char* method, Operation operation) {
   // a call the daemon aborted may arrive before the watch stream's news.
   absl::Status health = client_->JobHealth();
   if (health.ok() && error.code() == absl::StatusCode::kAborted) {
-    const absl::Time deadline = absl::Now() + kFailureGrace;
-    while (health.ok() && absl::Now() < deadline) {
+    const absl::Time deadline = MonotonicNow() + kFailureGrace;
+    while (health.ok() && MonotonicNow() < deadline) {
       absl::SleepFor(absl::Milliseconds(10));
       health = client_->JobHealth();
     }
-    if (health.ok()) health = error;
   }
+  // Only a failure the client confirms latches the store (and shuts its
+  // Gloo connections down); an abort it never confirms is this call's.
   if (!health.ok()) job_failed(health);
   Throw(error);
 }
@@ -138,11 +143,10 @@ absl::StatusOr<std::string> Store::Await(const std::string& key,
                                          std::chrono::milliseconds timeout) {
   const std::string full_key = prefix_ + key;
   while (true) {
-    const absl::Time now = absl::Now();
-    absl::Duration left = std::max(deadline - now, absl::ZeroDuration());
-    const bool unbounded = deadline == absl::InfiniteFuture();
-    if (unbounded) left = kUnboundedSlice;
-    absl::StatusOr<std::string> value = client_->KvGet(full_key, left);
+    const absl::Duration left =
+        std::max(deadline - MonotonicNow(), absl::ZeroDuration());
+    absl::StatusOr<std::string> value =
+        client_->KvGet(full_key, std::min(left, kWaitSlice));
     if (value.ok()) {
       NoteValue(*value);
       return value;
@@ -153,7 +157,7 @@ absl::StatusOr<std::string> Store::Await(const std::string& key,
         code != absl::StatusCode::kNotFound) {
       return value.status();
     }
-    if (!unbounded) {
+    if (MonotonicNow() >= deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("rankd store: key '", key, "' was not set within ",
                        Seconds(timeout), " (", value.status().message(), ")"));
@@ -212,9 +216,9 @@ std::vector<uint8_t> Store::compareSet(const std::string& key,
 std::vector<uint8_t> Store::get(const std::string& key) {
   return Call("get", [&]() -> absl::StatusOr<std::vector<uint8_t>> {
     const std::chrono::milliseconds timeout = timeout_;
-    const absl::Time deadline = timeout == kNoTimeout
-                                    ? absl::InfiniteFuture()
-                                    : absl::Now() + absl::FromChrono(timeout);
+    const absl::Time deadline =
+        timeout == kNoTimeout ? absl::InfiniteFuture()
+                              : MonotonicNow() + absl::FromChrono(timeout);
     absl::StatusOr<std::string> value = Await(key, deadline, timeout);
     if (!value.ok()) return value.status();
     return Bytes(*value);
@@ -263,9 +267,9 @@ void Store::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 void Store::wait(const std::vector<std::string>& keys,
                  const std::chrono::milliseconds& timeout) {
   Call("wait", [&]() -> absl::StatusOr<bool> {
-    const absl::Time deadline = timeout == kNoTimeout
-                                    ? absl::InfiniteFuture()
-                                    : absl::Now() + absl::FromChrono(timeout);
+    const absl::Time deadline =
+        timeout == kNoTimeout ? absl::InfiniteFuture()
+                              : MonotonicNow() + absl::FromChrono(timeout);
     for (const std::string& key : keys) {
       absl::StatusOr<std::string> value = Await(key, deadline, timeout);
       if (!value.ok()) return value.status();
@@ -302,7 +306,7 @@ std::vector<std::vector<uint8_t>> Store::multiGet(
         const std::chrono::milliseconds timeout = timeout_;
         const absl::Time deadline =
             timeout == kNoTimeout ? absl::InfiniteFuture()
-                                  : absl::Now() + absl::FromChrono(timeout);
+                                  : MonotonicNow() + absl::FromChrono(timeout);
         std::vector<std::vector<uint8_t>> values;
         for (const std::string& key : keys) {
           absl::StatusOr<std::string> value = Await(key, deadline, timeout);

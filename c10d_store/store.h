@@ -81,7 +81,9 @@ class Store : public c10d::Store {
   // the client: the client lives at least as long as the store; the
   // program may keep using it (its own keys, rounds) meanwhile. Leaving
   // the job (Client::Leave) makes later store calls fail with
-  // FailedPrecondition.
+  // FailedPrecondition. A store belongs to the job epoch its client is in:
+  // once it saw the job fail it stays failed, also after Client::Rejoin
+  // (in-place recovery); make a new Store, and new process groups, then.
   //
   // Returned as c10's intrusive pointer, which c10d::ProcessGroupGloo and
   // c10d::PrefixStore take.

@@ -201,6 +201,17 @@ TEST_P(StoreConformanceTest, TimeoutIsSettable) {
   EXPECT_EQ(store_->getTimeout(), milliseconds(2000));
 }
 
+// Timeouts longer than one wait the daemon takes (an hour): the store
+// waits in slices (ProcessGroupGloo's timeout reaches wait(keys, timeout)).
+TEST_P(StoreConformanceTest, TimeoutsOverAnHourWork) {
+  const milliseconds two_hours(2 * 3600 * 1000);
+  store_->set("k", B("v"));
+  store_->setTimeout(two_hours);
+  EXPECT_EQ(store_->get("k"), B("v"));
+  store_->wait({"k"}, two_hours);
+  store_->wait({"k"});
+}
+
 TEST_P(StoreConformanceTest, NumKeys) {
   // TCPStore counts a key of its own ("init/"); both count from there.
   const int64_t before = store_->getNumKeys();

@@ -50,6 +50,7 @@
 #include "absl/types/span.h"
 #include "client/channel.h"
 #include "common/kv_limits.h"
+#include "common/round_limits.h"
 #include "rankd/v1/common.pb.h"
 
 namespace rankd {
@@ -59,8 +60,8 @@ class RankConnection;
 class RoundCall;
 }  // namespace internal
 
-// Largest all_gather_words frame, in words, that a rank may contribute.
-inline constexpr size_t kMaxFrameWords = 65536;
+// kMaxFrameWords (common/round_limits.h): the largest all_gather_words
+// frame, in words, that a rank may contribute.
 // The environment variable holding this rank's own token, which Connect
 // presents when ClientOptions::bearer_token is empty (launchers set it per
 // rank: docs/operations.md, "Credentials").

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "common/kv_limits.h"
+#include "common/round_limits.h"
 
 namespace rankd {
 
@@ -148,8 +149,8 @@ struct CallerLimits {
   uint32_t max_reflection_streams_per_peer = kMaxReflectionStreamsPerPeer;
 };
 
-// Largest frame one rank may send in one all_gather_words round.
-inline constexpr uint32_t kMaxFrameWords = 65536;
+// kMaxFrameWords (the largest frame one rank may send in one
+// all_gather_words round) is in common/round_limits.h.
 // Largest all_gather_words result, every rank's frame together: 8 Mi words
 // (32 MiB of words; at most 5 bytes each encoded, so a reply of about
 // 40 MiB always fits the 64 MiB gRPC message limit).

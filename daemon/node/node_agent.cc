@@ -283,20 +283,21 @@ absl::StatusOr<uint32_t> NodeAgent::LocalRankOfLocked(
     return request.local_rank();
   }
   // A process that names only its rank: the slot its rank held here
-  // before (a replacement takes its predecessor's), else the rank's
-  // default slot when this node's block holds the rank and the slot is
-  // free, else the lowest free one.
-  if (auto it = members_.find(rank); it != members_.end()) {
-    return it->second.local_rank;
-  }
+  // before (a replacement takes its predecessor's) unless another rank
+  // took it since, else the rank's default slot when this node's block
+  // holds the rank and the slot is free, else the lowest free one.
   auto free = [&](uint32_t local) {
     auto held = rank_of_local_.find(local);
-    if (held == rank_of_local_.end()) return true;
+    if (held == rank_of_local_.end() || held->second == rank) return true;
     auto holder = members_.find(held->second);
     return holder == members_.end() ||
            (holder->second.state != LocalState::kJoining &&
             holder->second.state != LocalState::kJoined);
   };
+  if (auto it = members_.find(rank);
+      it != members_.end() && free(it->second.local_rank)) {
+    return it->second.local_rank;
+  }
   const uint32_t nproc = spec_.nproc_per_node;
   if (rank / nproc == node_.node_index() && free(rank % nproc)) {
     return rank % nproc;

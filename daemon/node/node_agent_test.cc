@@ -244,6 +244,37 @@ TEST_F(NodeAgentJoinTest, ARankWithoutALocalRankGetsAFreeSlot) {
   EXPECT_EQ(link_.held(), 0u);
 }
 
+// A lost rank's slot may be taken by a rank that names none; the lost
+// rank's replacement then gets a free slot, not its predecessor's (held).
+TEST_F(NodeAgentJoinTest, AReplacementWhoseSlotWasTakenGetsAFreeOne) {
+  auto lost = Join(std::nullopt, 0xa2, 2);
+  HeldJoinsLink::HeldJoin held = link_.Take(2);
+  EXPECT_EQ(held.request.local_rank(), 0u);
+  Answer(std::move(held), absl::OkStatus());
+  ASSERT_TRUE(lost->has_value() && (*lost)->ok()) << (*lost)->status();
+  v1::WatchRequest watch;
+  *watch.mutable_member() = (**lost)->member();
+  auto id =
+      agent_->Attach(watch, {[](const v1::JobEvent&) {}, [](absl::Status) {}});
+  ASSERT_TRUE(id.ok()) << id.status();
+  agent_->Detach(*id, /*broken=*/true, "process killed");
+  // Rank 3 (node 1's block) names no slot: the lowest free, 0.
+  auto taker = Join(std::nullopt, 0xa3, 3);
+  held = link_.Take(3);
+  EXPECT_EQ(held.request.local_rank(), 0u);
+  Answer(std::move(held), absl::OkStatus());
+  ASSERT_TRUE(taker->has_value() && (*taker)->ok()) << (*taker)->status();
+  // Rank 2's replacement: slot 1.
+  auto replacement = Join(std::nullopt, 0xb2, 2);
+  ASSERT_EQ(link_.held(), 1u)
+      << (replacement->has_value() ? (*replacement)->status().ToString() : "");
+  held = link_.Take(2);
+  EXPECT_EQ(held.request.local_rank(), 1u);
+  Answer(std::move(held), absl::OkStatus());
+  ASSERT_TRUE(replacement->has_value());
+  EXPECT_TRUE((*replacement)->ok()) << (*replacement)->status();
+}
+
 TEST_F(NodeAgentJoinTest, AFailedJoinFreesItsLocalRankEvenWhenAnotherWaits) {
   // Two processes race for local rank 0: the second is refused while the
   // first is in flight; the first then fails at the coordinator, and a

@@ -32,6 +32,9 @@ _BARRIER_KEY = "store_based_barrier_key:"
 # The key the last rank to arrive at such a barrier creates: counter key +
 # this suffix. The others wait for it in the daemon instead of polling.
 _BARRIER_DONE = "/all_arrived"
+# The longest single wait a get asks of the daemon (which refuses waits
+# over an hour, rankd's kMaxTimeoutMs); longer ones go on in such slices.
+_WAIT_SLICE_SECONDS = 600.0
 # The longest one such read waits in the daemon. torch's loop keeps its
 # own deadline (from after its first read), so a read must not use it up.
 _BARRIER_READ_SECONDS = 1.0
@@ -226,16 +229,23 @@ class Store(dist.Store):
         return self._get(self._key(key), self._seconds(None), key)
 
     def _get(self, full_key, seconds, key):
-        try:
-            value = self._rank.kv_get(full_key, timeout=max(seconds, 0.0))
-            if self._on_value is not None:
-                self._on_value(value)
-            return value
-        except (errors.DeadlineExceededError, errors.NotFoundError) as e:
-            # NotFound: a wait whose time was used up by earlier keys.
-            raise StoreTimeoutError(
-                f"rankd store: key {key!r} was not set within "
-                f"{seconds:g} s ({e.message})") from None
+        deadline = time.monotonic() + max(seconds, 0.0)
+        while True:
+            left = max(deadline - time.monotonic(), 0.0)
+            try:
+                # In slices: the daemon takes waits of at most an hour.
+                value = self._rank.kv_get(
+                    full_key, timeout=min(left, _WAIT_SLICE_SECONDS))
+                if self._on_value is not None:
+                    self._on_value(value)
+                return value
+            except (errors.DeadlineExceededError, errors.NotFoundError) as e:
+                if time.monotonic() < deadline:
+                    continue
+                # NotFound: a wait whose time was used up by earlier keys.
+                raise StoreTimeoutError(
+                    f"rankd store: key {key!r} was not set within "
+                    f"{seconds:g} s ({e.message})") from None
 
     @_translates_errors
     def add(self, key, value):

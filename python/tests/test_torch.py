@@ -374,6 +374,16 @@ def test_store_timeout_is_settable(store):
     assert store.timeout == datetime.timedelta(seconds=2)
 
 
+def test_store_timeouts_over_an_hour_work(store):
+    # The daemon takes waits of at most an hour; the store waits in slices.
+    two_hours = datetime.timedelta(hours=2)
+    store.set("k", b"v")
+    store.set_timeout(two_hours)
+    assert store.get("k") == b"v"
+    store.wait(["k"], two_hours)
+    store.wait(["k"])
+
+
 def test_store_num_keys(store):
     # TCPStore counts a key of its own ("init/"); both count from there.
     before = store.num_keys()

@@ -133,7 +133,8 @@ typedef struct rankd_join_options {
   const char* job_id;
   /* This process's index on its node. -1: $RANKD_LOCAL_RANK, else the
    * daemon's choice: 0, or with a rank given, the rank's slot on the node
-   * (its default one when free, else the lowest free one). */
+   * (its earlier one, else its default one when free, else the lowest
+   * free one; device_index -1 then records device 0). */
   int64_t local_rank;
   /* The world rank to claim. -1: $RANKD_RANK when set, else the daemon
    * assigns node_index * nproc_per_node + local_rank. */

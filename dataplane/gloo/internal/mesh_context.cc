@@ -10,7 +10,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "gloo/common/error.h"
 #include "gloo/transport/context.h"
 

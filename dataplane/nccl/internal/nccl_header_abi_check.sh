@@ -46,6 +46,11 @@ for ref in "$@"; do
   fi
   read -r major minor patch < <(git -C "$repo" show "$ref:makefiles/version.mk" |
     awk '$1=="NCCL_MAJOR"{M=$3} $1=="NCCL_MINOR"{m=$3} $1=="NCCL_PATCH"{p=$3} END{print M, m, p}')
+  if ! [[ "$major" =~ ^[0-9]+$ && "$minor" =~ ^[0-9]+$ && "$patch" =~ ^[0-9]+$ ]]; then
+    echo "$ref: cannot read the version from makefiles/version.mk"
+    failed=1
+    continue
+  fi
   code=$((major * 10000 + minor * 100 + patch))
   sed -e "s/\${nccl:Major}/$major/; s/\${nccl:Minor}/$minor/" \
       -e "s/\${nccl:Patch}/$patch/; s/\${nccl:Suffix}//" \
