@@ -719,7 +719,9 @@ def test_store_errors_are_torch_2s_dist_store_error_where_it_exists():
         "e = ts._store_error_class(ts.errors.NotFoundError)('x')\n"
         "assert isinstance(e, DistStoreError), type(e).__mro__\n"
         "print('OK')\n")
-    env = dict(_native_env(), PYTHONPATH=PYTHONPATH)
+    # A Python process: it keeps the sanitizer runtime a sanitizer build
+    # preloads (python/run_pytest.sh).
+    env = dict(os.environ, PYTHONPATH=PYTHONPATH)
     out = subprocess.run(["/usr/bin/python3", "-c", program], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, timeout=120)
