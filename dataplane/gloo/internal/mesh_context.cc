@@ -6,6 +6,7 @@
 #include <exception>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -137,13 +138,25 @@ void MeshContext::ConnectFullMesh(
   const int workers = std::min(kMaxConcurrentPairConnects, size - 1);
   c->running = workers;
   std::vector<std::thread> threads;
-  for (int i = 0; i < workers; ++i) {
-    threads.emplace_back([c, &store] { ConnectPairs(c, store); });
+  absl::Status gave_up;
+  try {
+    for (int i = 0; i < workers; ++i) {
+      threads.emplace_back([c, &store] { ConnectPairs(c, store); });
+    }
+  } catch (const std::system_error& e) {
+    // No thread to spare: give up as at a failure, leaving the workers
+    // that did start (a joinable thread destroyed in unwinding would end
+    // the process).
+    gave_up = absl::ResourceExhaustedError(
+        std::string("cannot start a pair-connect thread: ") + e.what());
   }
   const auto every = absl::ToChronoMilliseconds(kConnectHealthEvery);
-  absl::Status gave_up;
   std::unique_lock<std::mutex> lock(c->mu);
-  while (c->running > 0) {
+  if (!gave_up.ok()) {
+    c->stopped = true;
+    c->running -= workers - static_cast<int>(threads.size());
+  }
+  while (gave_up.ok() && c->running > 0) {
     if (health == nullptr) {
       c->changed.wait(lock, [&] { return c->running == 0; });
       break;

@@ -65,7 +65,8 @@ class MeshContext final : public ::gloo::Context {
   // throws a ::gloo::IoException carrying that error's message. Pair
   // connects still in flight are abandoned to their own threads, which end
   // when Gloo's connect does (at the latest its timeout, five times the
-  // context's).
+  // context's). A thread that cannot be started ends the call the same
+  // way, its message naming the cause.
   void ConnectFullMesh(::gloo::rendezvous::Store& store,
                        const std::shared_ptr<::gloo::transport::Device>& device,
                        std::function<absl::Status()> health = nullptr);
