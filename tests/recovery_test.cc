@@ -30,6 +30,7 @@
 #include "gtest/gtest.h"
 #include "rankd/v1/rank.grpc.pb.h"
 #include "tests/harness/cluster.h"
+#include "tests/harness/process.h"
 
 namespace rankd::testing {
 namespace {
@@ -271,6 +272,23 @@ void JoinWorld(LocalCluster& cluster,
   AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 1));
 }
 
+// Joins ranks 0-2 (incarnations 0x5000 + rank) into `ranks` and starts
+// rank 3 as a worker process on node 1 (`victim`, which holds its slot
+// until killed), then waits for the job to be READY at epoch 1.
+void JoinWorldWithAVictim(LocalCluster& cluster,
+                          std::vector<std::unique_ptr<RawRank>>* ranks,
+                          std::optional<ChildProcess>* victim) {
+  for (uint32_t r = 0; r < 3; ++r) {
+    ranks->push_back(JoinRank(cluster, r, 0x5000 + r));
+    ASSERT_NE(ranks->back(), nullptr);
+  }
+  absl::StatusOr<ChildProcess> worker =
+      cluster.StartWorker(1, 1, {"--hold_ms=60000"});
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  victim->emplace(*std::move(worker));
+  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 1));
+}
+
 // Runs round `round` on every rank at once; returns each rank's status
 // and fills `words` with rank 0's result.
 std::vector<grpc::Status> RoundOnAll(const std::vector<RawRank*>& ranks,
@@ -305,13 +323,8 @@ TEST(RecoveryTest, KilledRankIsReplacedAndTheJobServesAtTheNextEpoch) {
   LocalCluster cluster(RecoveryOptions(60000));
   ASSERT_TRUE(cluster.Start().ok());
   std::vector<std::unique_ptr<RawRank>> survivors;
-  for (uint32_t r = 0; r < 3; ++r) {
-    survivors.push_back(JoinRank(cluster, r, 0x5000 + r));
-    ASSERT_NE(survivors.back(), nullptr);
-  }
-  auto victim = cluster.StartWorker(1, 1, {"--hold_ms=60000"});
-  ASSERT_TRUE(victim.ok());
-  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 1));
+  std::optional<ChildProcess> victim;
+  ASSERT_NO_FATAL_FAILURE(JoinWorldWithAVictim(cluster, &survivors, &victim));
 
   // Rounds pending at the loss fail, naming it.
   std::vector<grpc::Status> pending;
@@ -372,13 +385,8 @@ TEST(RecoveryTest, ReplacementThatNeverComesFailsTheJobAtTheDeadline) {
   LocalCluster cluster(RecoveryOptions(1500));
   ASSERT_TRUE(cluster.Start().ok());
   std::vector<std::unique_ptr<RawRank>> survivors;
-  for (uint32_t r = 0; r < 3; ++r) {
-    survivors.push_back(JoinRank(cluster, r, 0x5000 + r));
-    ASSERT_NE(survivors.back(), nullptr);
-  }
-  auto victim = cluster.StartWorker(1, 1, {"--hold_ms=60000"});
-  ASSERT_TRUE(victim.ok());
-  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 1));
+  std::optional<ChildProcess> victim;
+  ASSERT_NO_FATAL_FAILURE(JoinWorldWithAVictim(cluster, &survivors, &victim));
   victim->Signal(SIGKILL);
   AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_RECOVERING, 2));
   v1::JobStatus failed = AwaitJob(cluster, 1, [](const v1::JobStatus& j) {
@@ -512,13 +520,8 @@ TEST(RecoveryTest, AGetWaitingForAKilledRanksKeyEndsWithTheLoss) {
   LocalCluster cluster(RecoveryOptions(60000));
   ASSERT_TRUE(cluster.Start().ok());
   std::vector<std::unique_ptr<RawRank>> survivors;
-  for (uint32_t r = 0; r < 3; ++r) {
-    survivors.push_back(JoinRank(cluster, r, 0x5000 + r));
-    ASSERT_NE(survivors.back(), nullptr);
-  }
-  auto victim = cluster.StartWorker(1, 1, {"--hold_ms=60000"});
-  ASSERT_TRUE(victim.ok());
-  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 1));
+  std::optional<ChildProcess> victim;
+  ASSERT_NO_FATAL_FAILURE(JoinWorldWithAVictim(cluster, &survivors, &victim));
 
   constexpr uint32_t kGetTimeoutMs = 60000;
   std::vector<grpc::Status> got(2);
@@ -675,13 +678,8 @@ TEST(RecoveryTest, ByDomainTheOtherReplicaServesWhileOneRecovers) {
   LocalCluster cluster(DomainOptions(60000));
   ASSERT_TRUE(cluster.Start().ok());
   std::vector<std::unique_ptr<RawRank>> ranks;
-  for (uint32_t r = 0; r < 3; ++r) {
-    ranks.push_back(JoinRank(cluster, r, 0x5000 + r));
-    ASSERT_NE(ranks.back(), nullptr);
-  }
-  auto victim = cluster.StartWorker(1, 1, {"--hold_ms=60000"});
-  ASSERT_TRUE(victim.ok());
-  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 1));
+  std::optional<ChildProcess> victim;
+  ASSERT_NO_FATAL_FAILURE(JoinWorldWithAVictim(cluster, &ranks, &victim));
   RawRank* r0 = ranks[0].get();
   RawRank* r1 = ranks[1].get();
   RawRank* r2 = ranks[2].get();
@@ -900,13 +898,8 @@ TEST(RecoveryTest, ByDomainAReplicaPastItsDeadlineFailsTheJob) {
   LocalCluster cluster(DomainOptions(1500));
   ASSERT_TRUE(cluster.Start().ok());
   std::vector<std::unique_ptr<RawRank>> ranks;
-  for (uint32_t r = 0; r < 3; ++r) {
-    ranks.push_back(JoinRank(cluster, r, 0x5000 + r));
-    ASSERT_NE(ranks.back(), nullptr);
-  }
-  auto victim = cluster.StartWorker(1, 1, {"--hold_ms=60000"});
-  ASSERT_TRUE(victim.ok());
-  AwaitJob(cluster, 0, StateAt(v1::JOB_STATE_READY, 1));
+  std::optional<ChildProcess> victim;
+  ASSERT_NO_FATAL_FAILURE(JoinWorldWithAVictim(cluster, &ranks, &victim));
   victim->Signal(SIGKILL);
   AwaitJob(cluster, 0,
            [](const v1::JobStatus& j) { return j.serving_domains() == 1; });
