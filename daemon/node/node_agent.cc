@@ -206,9 +206,7 @@ absl::Status NodeAgent::CheckCaller(uint32_t rank, const Caller& caller) const {
   // Only a live member is worth impersonating: a call for one that left,
   // was lost or whose job failed is refused by its own checks, with the
   // cause (which a restarted process should hear).
-  if (it == members_.end() || !failure_.empty() ||
-      (it->second.state != LocalState::kJoining &&
-       it->second.state != LocalState::kJoined)) {
+  if (it == members_.end() || !failure_.empty() || !it->second.live()) {
     return absl::OkStatus();
   }
   const Caller& bound = it->second.bound;
@@ -290,9 +288,7 @@ absl::StatusOr<uint32_t> NodeAgent::LocalRankOfLocked(
     auto held = rank_of_local_.find(local);
     if (held == rank_of_local_.end() || held->second == rank) return true;
     auto holder = members_.find(held->second);
-    return holder == members_.end() ||
-           (holder->second.state != LocalState::kJoining &&
-            holder->second.state != LocalState::kJoined);
+    return holder == members_.end() || !holder->second.live();
   };
   if (auto it = members_.find(rank);
       it != members_.end() && free(it->second.local_rank)) {
@@ -329,8 +325,7 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
     if (held_by != members_.end()) {
       const uint32_t held = held_by->first;
       const LocalMember& holder = held_by->second;
-      bool live = holder.state == LocalState::kJoining ||
-                  holder.state == LocalState::kJoined;
+      const bool live = holder.live();
       if (live && holder.incarnation == request.incarnation() && held != rank) {
         lock.Release();
         return reply(absl::InvalidArgumentError(absl::StrCat(
@@ -383,8 +378,7 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
         m.bound = std::move(caller);
         rank_of_local_[local_rank] = rank;
       } else if (holder.incarnation != request.incarnation()) {
-        bool live = holder.state == LocalState::kJoining ||
-                    holder.state == LocalState::kJoined;
+        const bool live = holder.live();
         lock.Release();
         if (live) {
           return reply(absl::AlreadyExistsError(absl::StrFormat(

@@ -189,6 +189,10 @@ class NodeAgent : public CoordinatorLink::Listener {
     // their frames (bounded, see AllGatherWords).
     uint32_t rounds_in_flight = 0;
     size_t round_bytes = 0;
+    // Joining or joined: the process holds its rank and slot.
+    bool live() const {
+      return state == LocalState::kJoining || state == LocalState::kJoined;
+    }
   };
 
   NodeAgent(JobSpec spec, std::vector<GroupSpec> groups, v1::NodeInfo node,
