@@ -44,8 +44,8 @@ struct Connect {
   int connecting = 0;
   std::exception_ptr first_error;
 
-  void Fail(std::exception_ptr error) {
-    std::lock_guard<std::mutex> lock(mu);
+  // Keeps the first error and stops the connect; mu held.
+  void FailLocked(std::exception_ptr error) {
     if (!first_error) first_error = std::move(error);
     stopped = true;
   }
@@ -91,10 +91,7 @@ void ConnectPairs(const std::shared_ptr<Connect>& c,
     {
       std::lock_guard<std::mutex> lock(c->mu);
       --c->reading_store;
-      if (error) {
-        if (!c->first_error) c->first_error = error;
-        c->stopped = true;
-      }
+      if (error) c->FailLocked(std::move(error));
       c->changed.notify_all();
       if (c->stopped) break;
       ++c->connecting;
@@ -102,10 +99,11 @@ void ConnectPairs(const std::shared_ptr<Connect>& c,
     try {
       c->transport->getPair(peer)->connect(address);
     } catch (...) {
-      c->Fail(std::current_exception());
+      error = std::current_exception();
     }
     std::lock_guard<std::mutex> lock(c->mu);
     --c->connecting;
+    if (error) c->FailLocked(std::move(error));
   }
   std::lock_guard<std::mutex> lock(c->mu);
   --c->running;
