@@ -617,6 +617,10 @@ uint64_t rankd_rank_epoch(const rankd_rank* rank) {
   return rank == nullptr ? 0 : rank->state->client->epoch();
 }
 
+int rankd_rank_recovers_in_place(const rankd_rank* rank) {
+  return rank != nullptr && rank->state->proto.recovers_in_place() ? 1 : 0;
+}
+
 rankd_status* rankd_rejoin(rankd_rank* rank, uint64_t ended_epoch,
                            double timeout_seconds) {
   constexpr char kFn[] = "rankd_rejoin";

@@ -30,6 +30,7 @@ namespace rankd::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kJob[] = "itest";
 constexpr uint32_t kWorld = 4;
@@ -146,7 +147,12 @@ TEST_P(ClientRejoinTest, SurvivorsRejoinAfterAKilledRankIsReplaced) {
     EXPECT_EQ(pending[r].code(), absl::StatusCode::kAborted)
         << "rank " << r << ": " << pending[r];
     ASSERT_TRUE(Eventually([&] { return !survivors[r]->JobHealth().ok(); }));
-    EXPECT_THAT(survivors[r]->JobHealth().message(), HasSubstr("rank 3"));
+    // The job did not fail: the loss ended its epoch.
+    EXPECT_TRUE(survivors[r]->descriptor().recovers_in_place());
+    EXPECT_THAT(survivors[r]->JobHealth().message(),
+                HasSubstr(" epoch 1 ended (MEMBER_LOST, node 1, rank 3, "));
+    EXPECT_THAT(survivors[r]->JobHealth().message(),
+                Not(HasSubstr(" failed (")));
   }
 
   // The survivors wait in Rejoin while the slot is empty.
@@ -245,7 +251,10 @@ TEST(ClientRejoinDomainTest, TheOtherReplicaKeepsItsHealthAndItsRounds) {
         << "rank " << r << ": " << pending[r];
   }
   ASSERT_TRUE(Eventually([&] { return !survivors[2]->JobHealth().ok(); }));
+  EXPECT_THAT(survivors[2]->JobHealth().message(),
+              HasSubstr(" (DOMAIN_RECOVERING, rank 3, "));
   EXPECT_THAT(survivors[2]->JobHealth().message(), HasSubstr("domain 1"));
+  EXPECT_THAT(survivors[2]->JobHealth().message(), Not(HasSubstr(" failed (")));
 
   // Domain 0 serves on: rounds 2 and 3 span it alone, and say so.
   auto round_on = [](const std::vector<Client*>& ranks) {
@@ -475,6 +484,10 @@ TEST(ClientRejoinLimitsTest, RejoinWithRecoveryOffReturnsTheJobsFailure) {
   EXPECT_EQ(rejoined.status().code(), absl::StatusCode::kAborted)
       << rejoined.status();
   EXPECT_THAT(rejoined.status().message(), HasSubstr("rank 3"));
+  // Without recovery a loss fails the job, and the words say so.
+  EXPECT_FALSE(world.survivors[0]->descriptor().recovers_in_place());
+  EXPECT_THAT(world.survivors[0]->JobHealth().message(),
+              HasSubstr(" failed (MEMBER_LOST, node 1, rank 3, "));
 }
 
 }  // namespace

@@ -666,6 +666,12 @@ static void Rejoin(rankd_rank* rank) {
   uint32_t mine = my_rank, gathered[2];
   const uint64_t epoch = rankd_rank_epoch(rank);
   if (rankd_rank_epoch(NULL) != 0) Fail("rankd_rank_epoch(NULL) is not 0");
+  if (rankd_rank_recovers_in_place(NULL) != 0) {
+    Fail("rankd_rank_recovers_in_place(NULL) is not 0");
+  }
+  if (rankd_rank_recovers_in_place(rank) != 1) {
+    Fail("rankd_rank_recovers_in_place is 0 in a job with --recovery=on");
+  }
   if (epoch == 1) {
     Refused(rankd_rejoin(NULL, 1, 5), RANKD_INVALID_ARGUMENT, "rank",
             "rejoin of a NULL rank");
@@ -686,6 +692,10 @@ static void Rejoin(rankd_rank* rank) {
     if (health == NULL) Fail("rankd_job_health never saw rank 1 lost");
     if (strstr(rankd_status_message(health), "rank 1") == NULL) {
       Fail("the loss does not name rank 1: %s", rankd_status_message(health));
+    }
+    if (strstr(rankd_status_message(health), " epoch 1 ended (") == NULL) {
+      Fail("the loss does not say epoch 1 ended: %s",
+           rankd_status_message(health));
     }
     rankd_status_free(health);
     Ok(rankd_rejoin(rank, 1, 60), "rankd_rejoin(1)");

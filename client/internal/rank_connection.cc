@@ -27,9 +27,10 @@ std::string KindName(v1::EventKind kind) {
 // The failure an event announces, or OK for events that are not failures.
 // With recovery by domain (`domain` set: this rank's) a loss is a failure
 // only through its own domain's DOMAIN_RECOVERING; other domains' losses
-// leave this rank serving.
+// leave this rank serving. A job that `recovers_in_place` does not fail
+// at a loss: the loss ends its epoch, and the words say so.
 absl::Status FailureOf(const v1::JobEvent& event, absl::string_view job_id,
-                       std::optional<uint32_t> domain) {
+                       std::optional<uint32_t> domain, bool recovers_in_place) {
   switch (event.kind()) {
     case v1::EVENT_KIND_JOB_FAILED:
       break;
@@ -55,8 +56,14 @@ absl::Status FailureOf(const v1::JobEvent& event, absl::string_view job_id,
                     absl::StrJoin(event.ranks(), ","));
   }
   absl::StrAppend(&what, ", event ", event.sequence());
+  // DOMAIN_RECOVERING's own message says which epoch ended.
+  const std::string outcome =
+      event.kind() == v1::EVENT_KIND_DOMAIN_RECOVERING ? ""
+      : event.kind() != v1::EVENT_KIND_JOB_FAILED && recovers_in_place
+          ? absl::StrCat(" epoch ", event.epoch(), " ended")
+          : " failed";
   return absl::AbortedError(absl::StrCat(
-      "job ", job_id, " failed (", what,
+      "job ", job_id, outcome, " (", what,
       "): ", event.message().empty() ? "no cause given" : event.message()));
 }
 
@@ -187,6 +194,7 @@ void RankConnection::WatchLoop(grpc::ClientContext* context,
   bool completed = false;
   while (reader->Read(&event)) {
     std::optional<uint32_t> own_domain;
+    const bool recovers_in_place = current_descriptor().recovers_in_place();
     {
       // Wakes a Rejoin waiting for the job to move past an epoch.
       absl::MutexLock lock(&mu);
@@ -203,7 +211,8 @@ void RankConnection::WatchLoop(grpc::ClientContext* context,
       }
     }
     absl::Status failure =
-        FailureOf(event, request.member().job_id(), own_domain);
+        FailureOf(event, request.member().job_id(), own_domain,
+                  recovers_in_place);
     if (!failure.ok()) {
       // JOB_FAILED is terminal whatever its epoch; a loss belongs to the
       // epoch it ended (docs/architecture.md, "Epochs and recovery"). A

@@ -170,6 +170,7 @@ bool Coordinator::RecoveringLocked() const {
 v1::JoinRankResponse Coordinator::JoinAnswerLocked(uint32_t rank) const {
   v1::JoinRankResponse answer;
   answer.set_job_incarnation(job_incarnation_);
+  answer.set_recovers_in_place(spec_.recovery);
   if (rank >= spec_.world_size) {
     answer.set_epoch(epoch_);
     return answer;

@@ -463,6 +463,8 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
                 (result.ok() && (result->recovery_by_domain() ||
                                  result->first_world_round() != 0));
             recovery_by_domain_ = recovery_by_domain_ || by_domain;
+            recovers_in_place_ =
+                recovers_in_place_ || (result.ok() && result->recovers_in_place());
             if (m.epoch == 0 || joined_into != m.epoch) {
               if (result.ok() && by_domain) {
                 m.next_round = result->first_world_round();
@@ -497,6 +499,8 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
                 BuildSessionDescriptor(spec_, groups_, job_incarnation_, rank,
                                        node_.node_index(), m.local_rank);
             response.mutable_session()->set_epoch(m.epoch);
+            response.mutable_session()->set_recovers_in_place(
+                recovers_in_place_);
             if (by_domain) {
               response.set_recovery_by_domain(true);
               response.mutable_session()->set_recovery_by_domain(true);
@@ -530,6 +534,8 @@ absl::StatusOr<v1::SessionDescriptor> NodeAgent::GetDescriptor(
       spec_, groups_, job_incarnation_, request.member().rank(),
       node_.node_index(), m.local_rank);
   session.set_epoch(m.epoch);
+  session.set_recovers_in_place(recovers_in_place_);
+  session.set_recovery_by_domain(recovery_by_domain_);
   return session;
 }
 

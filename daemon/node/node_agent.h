@@ -268,6 +268,8 @@ class NodeAgent : public CoordinatorLink::Listener {
   // any loss, when the replica has seen no domain event yet), or the
   // replica did.
   bool recovery_by_domain_ ABSL_GUARDED_BY(mu_) = false;
+  // The job recovers in place (a join answer said so): descriptors say it.
+  bool recovers_in_place_ ABSL_GUARDED_BY(mu_) = false;
   // Last: destroyed first (it calls SendBatch, which uses the members
   // above).
   LocalRounds rounds_;

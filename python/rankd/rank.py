@@ -309,6 +309,14 @@ class Rank:
         later after rejoin()."""
         return lib.rankd_rank_epoch(self.handle)
 
+    @property
+    def recovers_in_place(self):
+        """Whether the job recovers in place (rankd --recovery=on or
+        domain): a loss then ends the epoch (job_health() says "job J
+        epoch E ended (...)") and rejoin() continues; False when a loss
+        fails the job (--recovery=off)."""
+        return bool(lib.rankd_rank_recovers_in_place(self.handle))
+
     def rejoin(self, ended_epoch, timeout=60.0):
         """Enters the job's next epoch after epoch `ended_epoch` ended (a
         rank or node was lost; job_health() names it) and returns the new

@@ -305,6 +305,9 @@ def lost(rank):
     print(f"LOST {type(error).__name__}: {error.message}", flush=True)
     health = rank.job_health()
     assert isinstance(health, rankd.AbortedError), health
+    # Without recovery a loss fails the job.
+    assert not rank.recovers_in_place
+    assert " failed (MEMBER_LOST" in health.message, health.message
     assert called.wait(10), "the failure callback was not called"
     assert isinstance(seen[0], rankd.AbortedError), seen
     print("CALLBACK AbortedError", flush=True)
@@ -313,6 +316,7 @@ def lost(rank):
 
 def rejoin(rank):
     r = rank.rank
+    assert rank.recovers_in_place, "recovers_in_place under --recovery=on"
     if rank.epoch == 1:
         expect_raises(rankd.InvalidArgumentError, "timeout", rank.rejoin, 1,
                       timeout=0)
@@ -327,6 +331,7 @@ def rejoin(rank):
         health = rank.job_health()
         assert isinstance(health, rankd.AbortedError), health
         assert "rank 1" in health.message, health.message
+        assert " epoch 1 ended (MEMBER_LOST" in health.message, health.message
         print("SAW LOSS", flush=True)  # the test starts a replacement
         assert rank.rejoin(1, timeout=60) == 2
         assert rank.job_health() is None, rank.job_health()

@@ -279,6 +279,7 @@ extern "C" {
         user_data: *mut c_void,
     ) -> *mut rankd_status;
     pub fn rankd_rank_epoch(rank: *const rankd_rank) -> u64;
+    pub fn rankd_rank_recovers_in_place(rank: *const rankd_rank) -> c_int;
     pub fn rankd_rejoin(
         rank: *mut rankd_rank,
         ended_epoch: u64,

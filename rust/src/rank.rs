@@ -505,6 +505,15 @@ impl Rank {
         unsafe { ffi::rankd_rank_epoch(self.handle.ptr) }
     }
 
+    /// Whether the job recovers in place (`rankd --recovery=on` or
+    /// `domain`): a loss then ends the epoch (`job_health` says "job J
+    /// epoch E ended (...)") and `rejoin` continues; false when a loss
+    /// fails the job (`--recovery=off`). Fixed at join.
+    pub fn recovers_in_place(&self) -> bool {
+        // SAFETY: a live handle.
+        unsafe { ffi::rankd_rank_recovers_in_place(self.handle.ptr) != 0 }
+    }
+
     /// Enters the job's next epoch after epoch `ended_epoch` ended (a rank
     /// or node was lost under `rankd --recovery=on`; `job_health` names it)
     /// and returns once this rank is joined there and every rank is back.

@@ -681,6 +681,7 @@ fn lost(rank: &Rank, killed: bool) {
 /// run a round there.
 fn rejoin(rank: &Rank) {
     let r = rank.rank();
+    assert!(rank.recovers_in_place(), "under rankd --recovery=on");
     if rank.epoch() == 1 {
         let (tx, rx) = mpsc::channel();
         let tx = std::sync::Mutex::new(tx);
@@ -705,6 +706,7 @@ fn rejoin(rank: &Rank) {
             .recv_timeout(Duration::from_secs(20))
             .expect("the failure callback");
         assert!(lost.message().contains("rank 1"), "{}", lost);
+        assert!(lost.message().contains(" epoch 1 ended ("), "{}", lost);
         assert!(rank.job_health().is_some());
         println!("LOST {}", lost);
         rank.rejoin(1, Duration::from_secs(60)).unwrap();
