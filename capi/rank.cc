@@ -617,8 +617,12 @@ uint64_t rankd_rank_epoch(const rankd_rank* rank) {
   return rank == nullptr ? 0 : rank->state->client->epoch();
 }
 
-int rankd_rank_recovers_in_place(const rankd_rank* rank) {
-  return rank != nullptr && rank->state->proto.recovers_in_place() ? 1 : 0;
+rankd_recovery rankd_rank_recovery(const rankd_rank* rank) {
+  if (rank == nullptr || !rank->state->proto.recovers_in_place()) {
+    return RANKD_RECOVERY_OFF;
+  }
+  return rank->state->proto.recovery_by_domain() ? RANKD_RECOVERY_DOMAIN
+                                                 : RANKD_RECOVERY_JOB;
 }
 
 rankd_status* rankd_rejoin(rankd_rank* rank, uint64_t ended_epoch,

@@ -361,11 +361,11 @@ class Client {
   // epoch or a later one (message names the job, ranks or node and the
   // daemon's cause: "job J failed (MEMBER_LOST, ...): ...", or, where the
   // job recovers in place (descriptor().recovers_in_place()), "job J
-  // epoch E ended (MEMBER_LOST, ...): ..."), or Unavailable "connection to local rankd daemon lost"
-  // when the watch stream breaks without Leave. A loss that ended an epoch
-  // before the one this client joined into (a replacement's join replays
-  // it) is not this client's failure. Rejoin makes it OK again after a
-  // loss. Never contacts the daemon.
+  // epoch E ended (MEMBER_LOST, ...): ..."), or Unavailable "connection to
+  // local rankd daemon lost" when the watch stream breaks without Leave. A loss
+  // that ended an epoch before the one this client joined into (a replacement's
+  // join replays it) is not this client's failure. Rejoin makes it OK again
+  // after a loss. Never contacts the daemon.
   absl::Status JobHealth() const;
 
   // Leaves the job cleanly: tells the daemon, then closes the watch stream

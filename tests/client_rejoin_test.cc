@@ -230,6 +230,8 @@ TEST(ClientRejoinDomainTest, TheOtherReplicaKeepsItsHealthAndItsRounds) {
   for (auto& s : survivors) {
     // The round slots carry no view: rounds go over gRPC.
     EXPECT_THAT(s->round_path(), HasSubstr("recovery by domain"));
+    EXPECT_TRUE(s->descriptor().recovers_in_place());
+    EXPECT_TRUE(s->descriptor().recovery_by_domain());
   }
 
   // A round is pending on every survivor when rank 3's process dies: it

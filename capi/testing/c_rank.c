@@ -666,11 +666,12 @@ static void Rejoin(rankd_rank* rank) {
   uint32_t mine = my_rank, gathered[2];
   const uint64_t epoch = rankd_rank_epoch(rank);
   if (rankd_rank_epoch(NULL) != 0) Fail("rankd_rank_epoch(NULL) is not 0");
-  if (rankd_rank_recovers_in_place(NULL) != 0) {
-    Fail("rankd_rank_recovers_in_place(NULL) is not 0");
+  if (rankd_rank_recovery(NULL) != RANKD_RECOVERY_OFF) {
+    Fail("rankd_rank_recovery(NULL) is not RANKD_RECOVERY_OFF");
   }
-  if (rankd_rank_recovers_in_place(rank) != 1) {
-    Fail("rankd_rank_recovers_in_place is 0 in a job with --recovery=on");
+  if (rankd_rank_recovery(rank) != RANKD_RECOVERY_JOB) {
+    Fail("rankd_rank_recovery is %d in a job with --recovery=on",
+         (int)rankd_rank_recovery(rank));
   }
   if (epoch == 1) {
     Refused(rankd_rejoin(NULL, 1, 5), RANKD_INVALID_ARGUMENT, "rank",

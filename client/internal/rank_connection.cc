@@ -210,9 +210,8 @@ void RankConnection::WatchLoop(grpc::ClientContext* context,
         awaiting_first_round = false;
       }
     }
-    absl::Status failure =
-        FailureOf(event, request.member().job_id(), own_domain,
-                  recovers_in_place);
+    absl::Status failure = FailureOf(event, request.member().job_id(),
+                                     own_domain, recovers_in_place);
     if (!failure.ok()) {
       // JOB_FAILED is terminal whatever its epoch; a loss belongs to the
       // epoch it ended (docs/architecture.md, "Epochs and recovery"). A

@@ -463,8 +463,8 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
                 (result.ok() && (result->recovery_by_domain() ||
                                  result->first_world_round() != 0));
             recovery_by_domain_ = recovery_by_domain_ || by_domain;
-            recovers_in_place_ =
-                recovers_in_place_ || (result.ok() && result->recovers_in_place());
+            recovers_in_place_ = recovers_in_place_ ||
+                                 (result.ok() && result->recovers_in_place());
             if (m.epoch == 0 || joined_into != m.epoch) {
               if (result.ok() && by_domain) {
                 m.next_round = result->first_world_round();

@@ -164,7 +164,7 @@ _PROTOTYPES = {
     "rankd_job_health": (_P, [_P]),
     "rankd_on_job_failure": (_P, [_P, FailureFn, ctypes.c_void_p]),
     "rankd_rank_epoch": (ctypes.c_uint64, [_P]),
-    "rankd_rank_recovers_in_place": (ctypes.c_int, [_P]),
+    "rankd_rank_recovery": (ctypes.c_int, [_P]),
     "rankd_rejoin": (_P, [_P, ctypes.c_uint64, ctypes.c_double]),
     "rankd_session_options_init": (None, [ctypes.POINTER(SessionOptions)]),
     "rankd_session_open": (_P, [_P, ctypes.POINTER(SessionOptions), _PP]),

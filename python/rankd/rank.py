@@ -16,6 +16,9 @@ __all__ = ["WORLD", "Group", "Rank", "PendingWords", "join"]
 # The group id of the whole world (RANKD_WORLD_GROUP).
 WORLD = 1
 
+# rankd_recovery -> Rank.recovery.
+_RECOVERY = {0: "off", 1: "job", 2: "domain"}
+
 
 class Group:
     """A collective group this rank belongs to: `id`, `kind` ("world",
@@ -310,12 +313,19 @@ class Rank:
         return lib.rankd_rank_epoch(self.handle)
 
     @property
+    def recovery(self):
+        """What a loss does to the job (the daemons' --recovery, fixed at
+        join): "off", it fails the job (job_health() says "job J failed
+        (...)"); "job", it ends the whole job's epoch ("job J epoch E
+        ended (...)") and rejoin() continues; "domain", it ends only the
+        lost rank's data-parallel replica's epoch."""
+        return _RECOVERY.get(lib.rankd_rank_recovery(self.handle), "off")
+
+    @property
     def recovers_in_place(self):
-        """Whether the job recovers in place (rankd --recovery=on or
-        domain): a loss then ends the epoch (job_health() says "job J
-        epoch E ended (...)") and rejoin() continues; False when a loss
-        fails the job (--recovery=off)."""
-        return bool(lib.rankd_rank_recovers_in_place(self.handle))
+        """Whether a loss ends an epoch (recovery "job" or "domain")
+        instead of failing the job."""
+        return self.recovery != "off"
 
     def rejoin(self, ended_epoch, timeout=60.0):
         """Enters the job's next epoch after epoch `ended_epoch` ended (a

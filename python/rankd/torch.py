@@ -18,6 +18,14 @@ it aborts the process groups too, which ends pending NCCL collectives;
 torch 1.13 (Debian's) has no process-group abort, and the shutdown stands
 in for it (docs/client-api.md, "torch.distributed").
 
+Where the job recovers in place (rankd --recovery=on; rankrun
+--max_restarts), the same calls raise EpochEndedError (a JobFailedError:
+"... job J epoch 1 ended (MEMBER_LOST, ...): ..."), and the survivor goes
+on in the same process, its tensors kept: rejoin() destroys torch's
+process groups and waits until the lost rank's replacement joined, then
+init_process_group(..., init_method="rankd://") again forms the next
+epoch's groups (docs/client-api.md, "Recovering in place").
+
 At exit a rank leaves the job when the program ended cleanly; one that
 ended of an uncaught exception or a failing sys.exit ends at once without
 leaving, so that its peers see it lost, as a killed one (_leave_at_exit).
@@ -44,12 +52,13 @@ _torch_rendezvous = importlib.import_module("torch.distributed.rendezvous")
 
 from . import errors
 from .rank import join
-from .torch_store import (DEFAULT_PREFIX, JobFailedError, Store, StoreError,
-                          StoreTimeoutError)
+from .torch_store import (DEFAULT_PREFIX, EpochEndedError, JobFailedError,
+                          Store, StoreError, StoreTimeoutError,
+                          failure_error_class)
 
-__all__ = ["JobFailedError", "Store", "StoreError", "StoreTimeoutError",
-           "DEFAULT_PREFIX",
-           "rendezvous_handler", "use_rank", "joined_rank",
+__all__ = ["JobFailedError", "EpochEndedError", "Store", "StoreError",
+           "StoreTimeoutError", "DEFAULT_PREFIX",
+           "rendezvous_handler", "use_rank", "joined_rank", "rejoin",
            "failure_grace_seconds"]
 
 # How long a collective's own transport error waits for rankd's verdict
@@ -144,9 +153,28 @@ class _Watch:
         # Whether torch's process groups were aborted (NCCL, torch 2.x).
         self.aborted = False
         self.stores = []
+        # Stores of ended epochs: retired, and kept referenced, since a
+        # process group of theirs the program still holds calls into them.
+        self.retired_stores = []
         self._lock = threading.Lock()
         self._endpoints = set()
         rank.on_job_failure(self._on_failure)
+
+    def next_epoch(self):
+        """After the rank rejoined: forgets the ended epoch's failure and
+        Gloo endpoints (their connections are gone), retires its stores,
+        and listens for a loss of the new epoch (the rank dropped the
+        ended epoch's callback)."""
+        with self._lock:
+            failure, self.failure = self.failure, None
+            self._endpoints = set()
+            stores, self.stores = self.stores, []
+        self.failed.clear()
+        self.aborted = False
+        for store in stores:
+            store.retire(failure.message)
+        self.retired_stores.extend(stores)
+        self.rank.on_job_failure(self._on_failure)
 
     def note_value(self, data):
         found = _gloo_endpoints(data)
@@ -173,6 +201,11 @@ class _Watch:
 
 _lock = threading.Lock()
 _watch = None
+# The epoch of this process's latest rendezvous, and how many it made in
+# that epoch: the store's keys are under [epoch/<epoch>/]<prefix><count>/,
+# the same on every rank (a replacement's first rendezvous of an epoch and
+# a survivor's first after rejoin() alike).
+_rendezvous_epoch = 0
 _rendezvous_count = 0
 
 
@@ -382,13 +415,19 @@ def rendezvous_handler(url, timeout=datetime.timedelta(minutes=30),
     world size) once every rank joined (at most `timeout`). rank and
     world_size given to init_process_group are checked against the job's
     (InvalidArgumentError). The store's keys live under P (default
-    "torch/", which the job must declare shared) plus a count of this
-    process's rendezvous, so a second init_process_group gets fresh keys.
+    "torch/", which the job must declare shared) plus "<n>/", a count of
+    this process's rendezvous in its job epoch, so a second
+    init_process_group gets fresh keys; where the job recovers in place,
+    under "epoch/<e>/" + that (e: the rank's epoch). After the job failed
+    (or, recovering in place, before rejoin()): JobFailedError
+    (EpochEndedError) in the failure's words. A job that recovers by
+    data-parallel domain (rankd --recovery=domain) is refused
+    (FailedPreconditionError): torch's groups span the world.
     Any other parameter, one given twice, or an integer (rank, world_size,
     local_rank) that is not a non-negative one: InvalidArgumentError
     naming it, before anything is joined.
     """
-    global _rendezvous_count
+    global _rendezvous_count, _rendezvous_epoch
     parsed = urllib.parse.urlparse(url)
     q = _query(url)
     target = None
@@ -405,6 +444,15 @@ def rendezvous_handler(url, timeout=datetime.timedelta(minutes=30),
                     local_rank=q.get("local_rank"), rank=q.get("rank"),
                     world_size=q.get("world_size"),
                     token_file=q.get("token_file"), wait_for_world=seconds)
+        if rank.recovery == "domain":
+            job = rank.job_id
+            rank.close()  # leaves the job
+            raise errors.FailedPreconditionError(
+                f"rankd.torch: job {job!r} recovers by data-parallel domain "
+                "(rankd --recovery=domain), where a loss ends only its "
+                "replica's epoch, but torch's process groups span the "
+                "world; run the daemons with --recovery=on (rankrun "
+                "--recovery=on) or off")
         use_rank(rank)
         watch = _watch
     else:
@@ -417,9 +465,24 @@ def rendezvous_handler(url, timeout=datetime.timedelta(minutes=30),
                 raise errors.InvalidArgumentError(
                     f"rankd.torch: {name}={q[name]} but this process is "
                     f"{name} {have} of job {watch.rank.job_id!r}")
+    failure = watch.failure
+    if failure is not None:
+        hint = "; call rankd.torch.rejoin() first" \
+            if watch.rank.recovers_in_place else ""
+        raise failure_error_class(watch.rank)(
+            f"rankd.torch: rankd:// rendezvous: {failure.message}{hint}")
     with _lock:
+        epoch = watch.rank.epoch
+        if epoch != _rendezvous_epoch:
+            _rendezvous_epoch, _rendezvous_count = epoch, 0
         _rendezvous_count += 1
         prefix = f"{q.get('prefix', DEFAULT_PREFIX)}{_rendezvous_count}/"
+    if watch.rank.recovers_in_place:
+        # Epoch-scoped (docs/operations.md, "Recovery: job epochs"): written
+        # only while the job is at this epoch, so a process of an ended
+        # epoch cannot write into the next one's rendezvous, and dropped
+        # once the job is READY at a later epoch.
+        prefix = f"epoch/{epoch}/{prefix}"
     store = Store(watch.rank, prefix=prefix, timeout=timeout,
                   on_value=watch.note_value,
                   world_size=watch.rank.world_size)
@@ -449,8 +512,55 @@ def _job_failure(exc):
 
 
 def _raise_failed(op, failure, cause):
-    raise JobFailedError(
+    raise failure_error_class(_watch.rank)(
         f"torch.distributed.{op}: {failure.message}") from cause
+
+
+def rejoin(timeout=60.0):
+    """Moves this process into the job's next epoch after an
+    EpochEndedError (the job recovers in place: rankd --recovery=on, or
+    rankrun --max_restarts): destroys torch's process groups of the ended
+    epoch (dist.destroy_process_group(): the default group and every
+    new_group), then waits, at most `timeout` seconds, until the lost
+    rank's replacement (or node's) joined and this rank is joined into the
+    next epoch (rankd.Rank.rejoin), and returns that epoch. Then call
+    init_process_group(..., init_method="rankd://") again, and new_group
+    for the subgroups, as at the start; the replacement process does the
+    same from its start. Tensors are untouched; the ended epoch's stores
+    raise EpochEndedError from now on.
+
+    Raises FailedPreconditionError when no rankd:// rendezvous joined this
+    process, or when its epoch has not ended (no loss reported within
+    failure_grace_seconds); JobFailedError when the job does not recover
+    in place (--recovery=off) or FAILED meanwhile (its recovery deadline
+    passed, or the coordinator was lost); rankd.DeadlineExceededError
+    naming the epoch and the ranks still missing when `timeout` passes
+    (rejoin() may then be called again)."""
+    watch = _watch
+    if watch is None:
+        raise errors.FailedPreconditionError(
+            "rankd.torch.rejoin: no rankd:// rendezvous joined this process")
+    rank = watch.rank
+    ended = rank.epoch
+    # A torch call may have seen the loss (the daemon's answer) a moment
+    # before the rank's failure notice.
+    if not watch.failed.wait(failure_grace_seconds):
+        raise errors.FailedPreconditionError(
+            f"rankd.torch.rejoin: epoch {ended} of job {rank.job_id!r} has "
+            "not ended; rejoin() follows an EpochEndedError")
+    if not rank.recovers_in_place:
+        raise JobFailedError(
+            f"rankd.torch.rejoin: {watch.failure.message} (job "
+            f"{rank.job_id!r} does not recover in place: its daemons run "
+            "with --recovery=off)")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    try:
+        epoch = rank.rejoin(ended, timeout=timeout)
+    except errors.AbortedError as e:
+        raise JobFailedError(f"rankd.torch.rejoin: {e.message}") from e
+    watch.next_epoch()
+    return epoch
 
 
 class _GuardedWork:

@@ -19,7 +19,7 @@ import torch.distributed as dist
 from . import errors
 
 __all__ = ["Store", "StoreError", "StoreTimeoutError", "JobFailedError",
-           "DEFAULT_PREFIX"]
+           "EpochEndedError", "DEFAULT_PREFIX"]
 
 # The namespace rankrun and the deploy manifests declare shared for torch.
 DEFAULT_PREFIX = "torch/"
@@ -78,6 +78,21 @@ class JobFailedError(errors.AbortedError, RuntimeError):
     like the errors torch raises for failed collectives."""
 
 
+class EpochEndedError(JobFailedError):
+    """JobFailedError of a job that recovers in place (rankd
+    --recovery=on, or rankrun --max_restarts): the loss ended the job's
+    epoch ("job J epoch E ended (MEMBER_LOST, ...): ..."), and the job
+    waits for a replacement. This process's process groups are gone, its
+    tensors are not: rankd.torch.rejoin(), then init_process_group(...,
+    init_method="rankd://") again, continue in the next epoch."""
+
+
+def failure_error_class(rank):
+    """The error a failure of `rank`'s job is raised as: EpochEndedError
+    where the job recovers in place, else JobFailedError."""
+    return EpochEndedError if rank.recovers_in_place else JobFailedError
+
+
 # rankd's class -> its StoreError form (made on first use).
 _store_errors = {}
 
@@ -120,12 +135,18 @@ def _translates_errors(method):
     rankd error with StoreError mixed in."""
     @functools.wraps(method)
     def call(self, *args, **kwargs):
+        if self._retired is not None:
+            raise EpochEndedError(
+                f"rankd store {method.__name__}: this store belongs to an "
+                f"ended epoch ({self._retired}); rankd.torch.rejoin() "
+                "moved this process on, and a new init_process_group "
+                "gives the new epoch's store")
         try:
             return method(self, *args, **kwargs)
         except (StoreError, JobFailedError):
             raise
         except errors.AbortedError as e:
-            raise JobFailedError(
+            raise failure_error_class(self._rank)(
                 f"rankd store {method.__name__}: "
                 f"{_job_failure(self._rank, e.message)}") from e
         except errors.RankdError as e:
@@ -147,7 +168,9 @@ class Store(dist.Store):
     timeout (set_timeout; `timeout` at first) and then raise
     StoreTimeoutError naming the key. After the job failed every operation
     (and one pending then) raises JobFailedError in the words of the job's
-    failure, naming the lost rank; any other error is rankd's class with
+    failure, naming the lost rank (EpochEndedError where the job recovers
+    in place; after retire(), every call raises it); any other error is
+    rankd's class with
     StoreError mixed in (a RuntimeError; torch's DistStoreError where torch
     has it). `on_value` (may be
     None) is called with every value this store sets, gets or waits for
@@ -180,6 +203,8 @@ class Store(dist.Store):
         # This store and its clones, each holding the list: torch keeps
         # only a clone's C++ side, whose Python overrides need the object.
         self._clones = [self]
+        # The ended epoch's failure, once retire()d.
+        self._retired = None
         # The world a barrier read waits for (None: no such waits).
         self._world_size = world_size if _barrier_counts_the_world() \
             else None
@@ -188,6 +213,15 @@ class Store(dist.Store):
     def rank(self):
         """The joined rankd.Rank this store talks through."""
         return self._rank
+
+    def retire(self, failure):
+        """Ends this store and its clones with the epoch it served
+        (rankd.torch.rejoin calls it): from now on every call raises
+        EpochEndedError naming `failure` (the ended epoch's words), so
+        that a process group of the ended epoch, still referenced, never
+        reads the next epoch's keys."""
+        for store in self._clones:
+            store._retired = failure
 
     @property
     def prefix(self):

@@ -306,7 +306,7 @@ def lost(rank):
     health = rank.job_health()
     assert isinstance(health, rankd.AbortedError), health
     # Without recovery a loss fails the job.
-    assert not rank.recovers_in_place
+    assert rank.recovery == "off" and not rank.recovers_in_place
     assert " failed (MEMBER_LOST" in health.message, health.message
     assert called.wait(10), "the failure callback was not called"
     assert isinstance(seen[0], rankd.AbortedError), seen
@@ -316,7 +316,7 @@ def lost(rank):
 
 def rejoin(rank):
     r = rank.rank
-    assert rank.recovers_in_place, "recovers_in_place under --recovery=on"
+    assert rank.recovery == "job", rank.recovery  # --recovery=on
     if rank.epoch == 1:
         expect_raises(rankd.InvalidArgumentError, "timeout", rank.rejoin, 1,
                       timeout=0)
@@ -345,6 +345,7 @@ def rejoin(rank):
 def domain_view(rank):
     r = rank.rank
     assert rank.layout["data"] == 2 and rank.layout["tensor"] == 2, rank.layout
+    assert rank.recovery == "domain" and rank.recovers_in_place, rank.recovery
     if r == 3:
         sys.stdout.flush()
         os._exit(3)  # dies without leaving: replica 1 recovers

@@ -9,6 +9,11 @@
   (env://, TCPStore), timed in the same run, for comparison;
 - the same drill with a victim that ends of an uncaught exception, or of
   sys.exit(3): named lost too (it must not leave the job);
+- recovering in place (rankrun --max_restarts=1): the survivors of a
+  killed rank catch EpochEndedError, rankd.torch.rejoin() and
+  init_process_group again, and serve on with their processes and
+  tensors, beside the killed rank's replacement; a job that recovers by
+  domain is refused;
 - rankd:// URL parameters: unknown, repeated or bad ones refused;
 - store conformance: the same cases on rankd.torch.Store and on torch's
   TCPStore (the multi-, append- and clone forms where this torch has
@@ -48,10 +53,11 @@ VICTIM = 2  # node 1's first rank: node 0's ranks learn of it from rankd
 SURVIVOR_LIMIT_S = 6.0
 
 
-def _run_two_nodes(tmp, job_id, args, env=None, timeout=150):
+def _run_two_nodes(tmp, job_id, args, env=None, timeout=150,
+                   rankrun_args=()):
     """Runs `args` (after python3 PROGRAM) on 2 nodes x 2 ranks: one
-    rankrun per node, each starting its node's daemon. Returns the two
-    rankruns' (exit status, output)."""
+    rankrun per node (with `rankrun_args` too), each starting its node's
+    daemon. Returns the two rankruns' (exit status, output)."""
     rankrun = _binary("rankrun", "launcher")
     rankctl = _binary("rankctl", "client")
     creds = os.path.join(tmp, "creds")
@@ -74,7 +80,8 @@ def _run_two_nodes(tmp, job_id, args, env=None, timeout=150):
              f"--rankd={_binary('rankd', 'daemon')}",
              f"--rankd_log={tmp}/rankd{node}.log", "--stop_grace_ms=8000",
              # The coordinator stays until node 1's ranks left.
-             f"--exit_delay_ms={2000 if node == 0 else 0}", "--",
+             f"--exit_delay_ms={2000 if node == 0 else 0}", *rankrun_args,
+             "--",
              *python, PROGRAM, *args],
             stdout=out, stderr=subprocess.STDOUT, env=e), out))
     results = []
@@ -169,6 +176,65 @@ def test_a_rank_that_ends_with_an_error_is_named_lost(tmp, how, status):
         assert f"rank {VICTIM} (pid " in line, line
         assert 0 <= seconds < SURVIVOR_LIMIT_S, (r, seconds, output)
     assert _pids_of(PROGRAM) == [], "rank processes left running"
+
+
+def test_a_lost_rank_is_replaced_and_the_survivors_serve_on_in_place(tmp):
+    # rankrun --max_restarts=1 (its daemons recover in place): rank 2 kills
+    # itself mid-step; the survivors catch EpochEndedError, rankd.torch.
+    # rejoin(), init_process_group again, and serve on from the failed step
+    # in the same processes with the same tensors; rankrun restarted rank 2,
+    # whose new process joins epoch 2 and starts at that step.
+    job = "torch-recover"
+    results = _run_two_nodes(tmp, job, ["recover", str(VICTIM)],
+                             rankrun_args=["--max_restarts=1"])
+    output = "\n".join(out for _, out in results)
+    assert [code for code, _ in results] == [0, 0], output
+    starts = {}
+    for r, pid, epoch in re.findall(r"START (\d+) pid (\d+) epoch (\d+)",
+                                    output):
+        starts.setdefault(int(r), []).append((int(pid), int(epoch)))
+    assert sorted(starts) == [0, 1, 2, 3], output
+    # The victim started twice: epoch 1, then its replacement at epoch 2.
+    assert [e for _, e in starts[VICTIM]] == [1, 2], output
+    recovered = {int(r): (int(e), int(pid), int(n)) for r, e, pid, n in
+                 re.findall(r"RECOVERED (\d+) epoch (\d+) pid (\d+) "
+                            r"restarts (\d+)", output)}
+    assert sorted(recovered) == [0, 1, 2, 3], output
+    for r in (0, 1, 3):
+        # Same process, never restarted, now at epoch 2.
+        assert recovered[r] == (2, starts[r][0][0], 0), (r, output)
+        loss = re.search(rf"LOSS {r} (.*)", output)
+        assert loss, output
+        assert re.match(
+            r"EpochEndedError: ABORTED: torch\.distributed\.all_reduce: job "
+            rf"{job} epoch 1 ended \(MEMBER_LOST, node 1, rank {VICTIM}, ",
+            loss.group(1)), loss.group(1)
+    assert recovered[VICTIM] == (2, starts[VICTIM][1][0], 1), output
+    killed = float(re.search(r"KILLING \d+ ([0-9.]+)", output).group(1))
+    resumed = {int(r): (int(step), float(t)) for r, step, t in
+               re.findall(r"RESUMED (\d+) (\d+) ([0-9.]+)", output)}
+    assert sorted(resumed) == [0, 1, 2, 3], output
+    assert {step for step, _ in resumed.values()} == {5}, output
+    print("rankd: kill -9 of rank %d to every rank serving step 5 again: "
+          "%.0f ms" % (VICTIM, (max(t for _, t in resumed.values()) -
+                                killed) * 1000))
+    assert _pids_of(PROGRAM) == [], "rank processes left running"
+
+
+def test_a_job_that_recovers_by_domain_is_refused_at_the_rendezvous():
+    # --recovery=domain with dp 2: a loss would end one replica's epoch
+    # only, while torch's groups span the world.
+    with LocalJob("torch-domain", 1, 2,
+                  daemon_flags=["--kv_shared_prefixes=torch/",
+                                "--recovery=domain"]) as job:
+        results = job.run_ranks(PROGRAM, "ops",
+                                env={"PYTHONPATH": PYTHONPATH}, timeout=60)
+    for code, out in results:
+        assert code == 1, out
+        assert "FailedPreconditionError" in out, out
+        assert "recovers by data-parallel domain (rankd --recovery=domain)" \
+            in out, out
+        assert "TORCH OK" not in out, out
 
 
 @pytest.mark.skipif(os.environ.get("RANKD_TORCH_COMPARE") != "1",
@@ -499,10 +565,17 @@ def test_store_errors_are_runtime_errors(rankd_rank):
             type(e).__mro__
 
 
-def test_store_calls_after_a_lost_rank_raise_job_failed(tmp):
+@pytest.mark.parametrize("recovery", ["off", "on"])
+def test_store_calls_after_a_lost_rank_raise_job_failed(tmp, recovery,
+                                                        monkeypatch):
     # A store call pending when a rank is lost, and every later one, raise
-    # rankd.torch.JobFailedError (a RuntimeError) naming the lost rank.
-    from rankd.torch import JobFailedError, Store
+    # rankd.torch.JobFailedError (a RuntimeError) naming the lost rank;
+    # where the job recovers in place, its EpochEndedError, in the words of
+    # an ended epoch. rankd.torch.rejoin() then refuses a job that does not
+    # recover; one that does it leaves waiting for the replacement (no
+    # replacement comes here) and retires the store.
+    import rankd.torch
+    from rankd.torch import EpochEndedError, JobFailedError, Store
     program = os.path.join(tmp, "lost_rank.py")
     with open(program, "w") as f:
         f.write("import os, sys, time, rankd\n"
@@ -511,7 +584,8 @@ def test_store_calls_after_a_lost_rank_raise_job_failed(tmp):
                 "sys.stdout.flush()\n"
                 "os._exit(3)  # dies without leaving\n")
     with LocalJob("torch-store-lost", 1, 2,
-                  daemon_flags=["--kv_shared_prefixes=torch/"]) as job:
+                  daemon_flags=["--kv_shared_prefixes=torch/",
+                                f"--recovery={recovery}"]) as job:
         lost = job.start_rank(program, 0, 1, env={"PYTHONPATH": PYTHONPATH})
         saved = dict(os.environ)
         os.environ.update({"RANKD_TARGET": job.socket_target(0),
@@ -536,10 +610,49 @@ def test_store_calls_after_a_lost_rank_raise_job_failed(tmp):
                 assert isinstance(e, RuntimeError), type(e).__mro__
                 assert isinstance(e, rankd.AbortedError), type(e).__mro__
                 assert "MEMBER_LOST" in str(e) and "rank 1" in str(e), e
+                assert isinstance(e, EpochEndedError) == (recovery == "on"), \
+                    type(e).__mro__
+                assert (" epoch 1 ended (MEMBER_LOST" if recovery == "on"
+                        else " failed (MEMBER_LOST") in str(e), e
             assert "rankd store get" in str(pending.value), pending.value
             assert lost.wait(10) == 3, job.log("rank1.log")
+            # rejoin(): this process's rankd:// rendezvous, stood in for.
+            watch = rankd.torch._Watch(rank)
+            monkeypatch.setattr(rankd.torch, "_watch", watch)
+            watch.stores.append(store)
+            if recovery == "off":
+                with pytest.raises(JobFailedError,
+                                   match="does not recover in place") as no:
+                    rankd.torch.rejoin(timeout=1)
+                assert "rank 1" in str(no.value), no.value
+                return
+            with pytest.raises(rankd.DeadlineExceededError,
+                               match=r"epoch 2[\s\S]*\b1\b"):
+                rankd.torch.rejoin(timeout=0.5)
+            # Still in epoch 1: the store is not retired yet.
+            assert watch.failure is not None and rank.epoch == 1
+            watch.next_epoch()  # as a rejoin that succeeded does
+            with pytest.raises(EpochEndedError,
+                               match="belongs to an ended epoch") as ended:
+                store.get("k")
+            assert "rank 1" in str(ended.value), ended.value
+            assert watch.retired_stores == [store] and watch.stores == []
         finally:
             rank.close()
+
+
+def test_rejoin_needs_a_rendezvous_and_an_ended_epoch(rankd_rank,
+                                                      monkeypatch):
+    import rankd.torch
+    monkeypatch.setattr(rankd.torch, "_watch", None)
+    with pytest.raises(rankd.FailedPreconditionError,
+                       match="no rankd:// rendezvous"):
+        rankd.torch.rejoin()
+    monkeypatch.setattr(rankd.torch, "_watch", rankd.torch._Watch(rankd_rank))
+    monkeypatch.setattr(rankd.torch, "failure_grace_seconds", 0.05)
+    with pytest.raises(rankd.FailedPreconditionError,
+                       match="epoch 1 of job .* has not ended"):
+        rankd.torch.rejoin()
 
 
 def test_a_key_with_a_nul_byte_is_refused(rankd_rank):

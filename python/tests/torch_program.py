@@ -16,6 +16,19 @@ python/tests/test_torch.py runs on every rank (under rankrun or LocalJob):
     torch_program.py tcp-kill V  the kill alone, rendezvous through torch
                                  alone (env://, TCPStore on rank 0), to
                                  compare
+    torch_program.py recover V   (under rankrun --max_restarts, so the job
+                                 recovers in place) steps of all_reduce on
+                                 the world and on a subgroup, values
+                                 checked; rank V kills itself at step
+                                 KILL_AT of epoch 1 ("KILLING V <time>");
+                                 each survivor catches EpochEndedError
+                                 ("LOSS <rank> <error>"), rejoins, forms
+                                 its groups again and serves on from the
+                                 failed step with the same process and
+                                 tensors ("RESUMED <rank> <step> <time>"),
+                                 as does V's replacement; at the end
+                                 "RECOVERED <rank> epoch <e> pid <pid>
+                                 restarts <n>"
 
 The rank and world size come from the rendezvous, never from the program.
 """
@@ -126,11 +139,72 @@ def kill(rank, world, victim, how="kill"):
     os._exit(0)
 
 
+STEPS = 12
+KILL_AT = 5
+
+
+def recover(rank, world, victim):
+    import rankd.torch
+    # What a serving process keeps across the recovery: its shard.
+    weights = torch.full((1 << 16,), float(rank))
+    where = weights.data_ptr()
+    step, resumed_at = 0, None
+
+    def form(step):
+        """The subgroups, and the step every rank (re)starts at: the
+        furthest any rank got (a replacement starts from 0)."""
+        at = torch.tensor([step], dtype=torch.int64)
+        dist.all_reduce(at, op=dist.ReduceOp.MAX)
+        evens = dist.new_group(list(range(0, world, 2)))
+        odds = dist.new_group(list(range(1, world, 2)))
+        return int(at.item()), evens if rank % 2 == 0 else odds
+
+    print(f"START {rank} pid {os.getpid()} epoch "
+          f"{rankd.torch.joined_rank().epoch}", flush=True)
+    step, mine = form(step)
+    if rankd.torch.joined_rank().epoch > 1:
+        resumed_at = step
+    while step < STEPS:
+        try:
+            if rank == victim and step == KILL_AT and \
+                    rankd.torch.joined_rank().epoch == 1:
+                time.sleep(0.3)  # the others are inside all_reduce by then
+                print(f"KILLING {rank} {time.time():.6f}", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            t = torch.full((4,), float(rank + 10 * step))
+            dist.all_reduce(t)
+            want = float(sum(range(world)) + 10 * step * world)
+            assert torch.equal(t, torch.full((4,), want)), (step, t, want)
+            s = torch.tensor([float(rank)])
+            dist.all_reduce(s, group=mine)
+            assert s.item() == float(sum(range(rank % 2, world, 2))), s
+            if resumed_at == step:
+                print(f"RESUMED {rank} {step} {time.time():.6f}", flush=True)
+            step += 1
+        except rankd.torch.EpochEndedError as e:
+            print(f"LOSS {rank} {type(e).__name__}: "
+                  f"{str(e).splitlines()[0]}", flush=True)
+            rankd.torch.rejoin(timeout=60)
+            dist.init_process_group("gloo", init_method="rankd://")
+            step, mine = form(step)
+            resumed_at = step
+    assert weights.data_ptr() == where, "the shard was reallocated"
+    assert torch.equal(weights, torch.full((1 << 16,), float(rank)))
+    print(f"RECOVERED {rank} epoch {rankd.torch.joined_rank().epoch} "
+          f"pid {os.getpid()} restarts "
+          f"{os.environ.get('RANKD_RESTART_COUNT', '0')}", flush=True)
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
-    if mode not in ("ops", "ops-kill", "ops-raise", "ops-exit", "tcp-kill"):
+    if mode not in ("ops", "ops-kill", "ops-raise", "ops-exit", "tcp-kill",
+                    "recover"):
         sys.exit(f"unknown mode {mode!r}")
     rank, world = init(mode == "tcp-kill")
+    if mode == "recover":
+        recover(rank, world, int(sys.argv[2]))
+        sys.exit(0)
     if mode != "tcp-kill":
         ops(rank, world)
     if mode == "ops":

@@ -35,7 +35,9 @@ pub use contract::{
     WORLD_GROUP_ID,
 };
 pub use error::{Code, Error, Result};
-pub use rank::{DomainEpoch, Group, JoinOptions, PendingWords, Rank, RankDescriptor, WorldWords};
+pub use rank::{
+    DomainEpoch, Group, JoinOptions, PendingWords, Rank, RankDescriptor, Recovery, WorldWords,
+};
 pub use session::{Session, SessionOptions, Work};
 pub use tensor::{Element, HostTensor};
 

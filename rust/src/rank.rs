@@ -88,6 +88,20 @@ pub struct RankDescriptor {
     pub data_parallel: u32,
 }
 
+/// What a loss does to the job (the daemons' `--recovery`; fixed at join).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recovery {
+    /// It fails the job: `job_health` says "job J failed (...)"
+    /// (`--recovery=off`).
+    Off,
+    /// It ends the whole job's epoch ("job J epoch E ended (...)"); the
+    /// survivors continue with `rejoin` (`--recovery=on`).
+    Job,
+    /// It ends only the lost rank's data-parallel replica's epoch
+    /// (`--recovery=domain` with data_parallel > 1).
+    Domain,
+}
+
 /// Recovery by domain (docs/contract.md, "Data-parallel domains"): one
 /// data-parallel replica a world round spans and the epoch it served at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -505,13 +519,14 @@ impl Rank {
         unsafe { ffi::rankd_rank_epoch(self.handle.ptr) }
     }
 
-    /// Whether the job recovers in place (`rankd --recovery=on` or
-    /// `domain`): a loss then ends the epoch (`job_health` says "job J
-    /// epoch E ended (...)") and `rejoin` continues; false when a loss
-    /// fails the job (`--recovery=off`). Fixed at join.
-    pub fn recovers_in_place(&self) -> bool {
+    /// What a loss does to the job (`Recovery`). Never blocks.
+    pub fn recovery(&self) -> Recovery {
         // SAFETY: a live handle.
-        unsafe { ffi::rankd_rank_recovers_in_place(self.handle.ptr) != 0 }
+        match unsafe { ffi::rankd_rank_recovery(self.handle.ptr) } {
+            ffi::RANKD_RECOVERY_JOB => Recovery::Job,
+            ffi::RANKD_RECOVERY_DOMAIN => Recovery::Domain,
+            _ => Recovery::Off,
+        }
     }
 
     /// Enters the job's next epoch after epoch `ended_epoch` ended (a rank

@@ -13,8 +13,8 @@ use common::LocalJob;
 use rankd::CollectiveScope::{Group, World};
 use rankd::{
     BoundedCompletion, CancellationMode, Code, Completion, DistributedCapabilities,
-    DistributedSession, Error, HostTensor, PeerValue, Rank, Session, SessionOptions, TensorDtype,
-    ValueDescriptor, WaitOutcome, Work,
+    DistributedSession, Error, HostTensor, PeerValue, Rank, Recovery, Session, SessionOptions,
+    TensorDtype, ValueDescriptor, WaitOutcome, Work,
 };
 
 const T: Duration = Duration::from_secs(30);
@@ -681,7 +681,7 @@ fn lost(rank: &Rank, killed: bool) {
 /// run a round there.
 fn rejoin(rank: &Rank) {
     let r = rank.rank();
-    assert!(rank.recovers_in_place(), "under rankd --recovery=on");
+    assert_eq!(rank.recovery(), Recovery::Job, "under rankd --recovery=on");
     if rank.epoch() == 1 {
         let (tx, rx) = mpsc::channel();
         let tx = std::sync::Mutex::new(tx);

@@ -384,13 +384,24 @@ RANKD_EXPORT rankd_status* rankd_on_job_failure(rankd_rank* rank,
  * later after rankd_rejoin. 0 for a NULL rank. Never blocks. */
 RANKD_EXPORT uint64_t rankd_rank_epoch(const rankd_rank* rank);
 
-/* 1 when the job recovers in place (the daemons' --recovery=on or
- * domain): a lost rank or node then ends the job's epoch, rankd_job_health
- * says "job J epoch E ended (...)", and the survivors continue with
- * rankd_rejoin. 0 when a loss fails the job ("job J failed (...)";
- * --recovery=off), for a NULL rank, and with a daemon that does not say.
- * Fixed at join. Never blocks. */
-RANKD_EXPORT int rankd_rank_recovers_in_place(const rankd_rank* rank);
+/* What a loss does to the job (the daemons' --recovery; fixed at join). */
+typedef enum rankd_recovery {
+  /* It fails the job: rankd_job_health says "job J failed (...)"
+   * (--recovery=off). Also for a NULL rank, and from a daemon that does
+   * not say. */
+  RANKD_RECOVERY_OFF = 0,
+  /* It ends the whole job's epoch: rankd_job_health says "job J epoch E
+   * ended (...)", and the survivors continue with rankd_rejoin
+   * (--recovery=on). */
+  RANKD_RECOVERY_JOB = 1,
+  /* It ends the epoch of the lost rank's data-parallel replica only; the
+   * other replicas serve on (--recovery=domain with data_parallel > 1;
+   * docs/contract.md, "Data-parallel domains"). */
+  RANKD_RECOVERY_DOMAIN = 2
+} rankd_recovery;
+
+/* The job's rankd_recovery. Never blocks. */
+RANKD_EXPORT rankd_recovery rankd_rank_recovery(const rankd_rank* rank);
 
 /* Enters the job's next epoch after epoch `ended_epoch` ended (a rank or
  * node was lost: rankd_job_health then names it) and returns once this
