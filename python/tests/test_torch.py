@@ -30,6 +30,7 @@ import datetime
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -48,16 +49,15 @@ PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                        "torch_program.py")
 PYTHONPATH = os.path.dirname(os.path.dirname(os.path.abspath(rankd.__file__)))
 VICTIM = 2  # node 1's first rank: node 0's ranks learn of it from rankd
-# One heartbeat timeout (rankd's default, 5 s) plus a margin: every
+# One heartbeat timeout (rankd's default, 2 s) plus a margin: every
 # survivor's pending collective must end within it.
 SURVIVOR_LIMIT_S = 6.0
 
 
-def _run_two_nodes(tmp, job_id, args, env=None, timeout=150,
-                   rankrun_args=()):
-    """Runs `args` (after python3 PROGRAM) on 2 nodes x 2 ranks: one
+def _start_two_nodes(tmp, job_id, args, env=None, rankrun_args=()):
+    """Starts `args` (after python3 PROGRAM) on 2 nodes x 2 ranks: one
     rankrun per node (with `rankrun_args` too), each starting its node's
-    daemon. Returns the two rankruns' (exit status, output)."""
+    daemon. Returns [(rankrun process, its output file)] by node."""
     rankrun = _binary("rankrun", "launcher")
     rankctl = _binary("rankctl", "client")
     creds = os.path.join(tmp, "creds")
@@ -84,6 +84,12 @@ def _run_two_nodes(tmp, job_id, args, env=None, timeout=150,
              "--",
              *python, PROGRAM, *args],
             stdout=out, stderr=subprocess.STDOUT, env=e), out))
+    return procs
+
+
+def _finish(procs, timeout=150):
+    """Waits for the rankruns of _start_two_nodes (killing one still
+    running after `timeout` s); returns their (exit status, output)."""
     results = []
     for p, out in procs:
         try:
@@ -95,6 +101,14 @@ def _run_two_nodes(tmp, job_id, args, env=None, timeout=150,
         with open(out.name, errors="replace") as f:
             results.append((code, f.read()))
     return results
+
+
+def _run_two_nodes(tmp, job_id, args, env=None, timeout=150,
+                   rankrun_args=()):
+    """Runs `args` on 2 nodes x 2 ranks (_start_two_nodes) to the end.
+    Returns the two rankruns' (exit status, output)."""
+    return _finish(_start_two_nodes(tmp, job_id, args, env, rankrun_args),
+                   timeout)
 
 
 def _pids_of(pattern):
@@ -149,6 +163,49 @@ def test_torch_on_two_nodes_then_a_lost_rank_is_named(tmp):
     print("rankd: kill -9 of rank %d to each survivor's error: %s" % (
         VICTIM, ", ".join(f"rank {r} {s * 1000:.0f} ms"
                           for r, (s, _) in sorted(delays.items()))))
+    assert _pids_of(PROGRAM) == [], "rank processes left running"
+
+
+def test_a_lost_node_is_named_within_a_heartbeat_timeout(tmp):
+    # Node 1 dies whole (kill -9 of its rankrun, daemon and both ranks)
+    # while node 0's ranks wait in an all_reduce: rankd names the node
+    # lost and every survivor's collective ends with it.
+    job = "torch-node"
+    procs = _start_two_nodes(tmp, job, ["node-kill"])
+    try:
+        ready = {}
+        deadline = time.monotonic() + 120
+        while len(ready) < 4:
+            assert time.monotonic() < deadline, [
+                open(out.name, errors="replace").read() for _, out in procs]
+            time.sleep(0.05)
+            for _, out in procs:
+                with open(out.name, errors="replace") as f:
+                    ready.update({int(r): int(pid) for r, pid in re.findall(
+                        r"READY (\d+) pid (\d+)", f.read())})
+        time.sleep(0.5)  # node 0's ranks are inside all_reduce by then
+        with open(procs[1][1].name, errors="replace") as f:
+            daemon = int(re.search(r"started rankd \(pid (\d+)\)",
+                                   f.read()).group(1))
+        killed = time.time()
+        for pid in (procs[1][0].pid, daemon, ready[2], ready[3]):
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        results = _finish(procs)
+    output = "\n".join(out for _, out in results)
+    assert results[0][0] == 0, output
+    delays = {int(r): (float(t) - killed, line) for r, t, line in
+              re.findall(r"SURVIVOR (\d+) ([0-9.]+) (.*)", output)}
+    assert sorted(delays) == [0, 1], output
+    for r, (seconds, line) in delays.items():
+        assert re.match(
+            r"JobFailedError: ABORTED: torch\.distributed\.all_reduce: job "
+            rf"{job} failed \(NODE_LOST, node 1, ranks 2,3, ", line), line
+        assert 0 <= seconds < SURVIVOR_LIMIT_S, (r, seconds, output)
+    for r in (0, 1):
+        assert re.search(rf"LATER {r} \d+ ms JobFailedError", output), output
+    print("rankd: kill -9 of node 1 to each survivor's error: %s" % ", ".join(
+        f"rank {r} {s * 1000:.0f} ms" for r, (s, _) in sorted(delays.items())))
     assert _pids_of(PROGRAM) == [], "rank processes left running"
 
 

@@ -13,6 +13,11 @@ python/tests/test_torch.py runs on every rank (under rankrun or LocalJob):
                                  <time>"), not a signal
     torch_program.py ops-exit V  the same, rank V calling sys.exit(3)
                                  ("EXITING V <time>")
+    torch_program.py node-kill   the same as ops-kill, but the test kills
+                                 node 1 whole (its rankrun, daemon and
+                                 ranks) once every rank printed "READY
+                                 <rank> pid <pid>"; node 1's ranks wait
+                                 for it, node 0's in an all_reduce
     torch_program.py tcp-kill V  the kill alone, rendezvous through torch
                                  alone (env://, TCPStore on rank 0), to
                                  compare
@@ -108,7 +113,12 @@ def kill(rank, world, victim, how="kill"):
     dist.all_reduce(t)
     assert t[0].item() == world
     dist.barrier()
-    if rank == victim:
+    if how == "node":
+        print(f"READY {rank} pid {os.getpid()}", flush=True)
+        if rank >= world // 2:  # node 1: the test kills it
+            time.sleep(600)
+            os._exit(1)
+    elif rank == victim:
         time.sleep(0.5)  # the others are inside all_reduce by then
         if how == "raise":
             print(f"RAISING {rank} {time.time():.6f}", flush=True)
@@ -198,8 +208,8 @@ def recover(rank, world, victim):
 
 if __name__ == "__main__":
     mode = sys.argv[1]
-    if mode not in ("ops", "ops-kill", "ops-raise", "ops-exit", "tcp-kill",
-                    "recover"):
+    if mode not in ("ops", "ops-kill", "ops-raise", "ops-exit", "node-kill",
+                    "tcp-kill", "recover"):
         sys.exit(f"unknown mode {mode!r}")
     rank, world = init(mode == "tcp-kill")
     if mode == "recover":
@@ -210,5 +220,6 @@ if __name__ == "__main__":
     if mode == "ops":
         dist.destroy_process_group()
     else:
-        kill(rank, world, int(sys.argv[2]),
-             {"ops-raise": "raise", "ops-exit": "exit"}.get(mode, "kill"))
+        kill(rank, world, int(sys.argv[2]) if len(sys.argv) > 2 else -1,
+             {"ops-raise": "raise", "ops-exit": "exit",
+              "node-kill": "node"}.get(mode, "kill"))
