@@ -133,12 +133,18 @@ absl::StatusOr<JoinPlan> PlanJoin(const rankd_join_options& o) {
   if (o.device_index == -1) {
     // The device an NCCL session will choose (DefaultDevice,
     // dataplane/nccl/default_device.h), for the daemon's record: the process's
-    // one GPU when it sees one, else its local rank's. The node's rank
-    // count is known only once joined; the session applies the whole rule.
-    int index = static_cast<int32_t>(plan.join.local_rank.value_or(0));
+    // one GPU when it sees one, else its local rank's; -1 (the daemon
+    // records the slot it gives) when the join names no local rank. The
+    // node's rank count is known only once joined; the session applies the
+    // whole rule.
+    int index = plan.join.local_rank.has_value()
+                    ? static_cast<int32_t>(*plan.join.local_rank)
+                    : -1;
     if (kind == "cuda" &&
         rankd::dataplane::nccl::ProbeDevices().device_count == 1) {
       index = 0;
+    } else if (kind == "cpu") {
+      index = std::max(index, 0);
     }
     plan.join.device.set_index(index);
   }

@@ -86,6 +86,9 @@ struct JoinOptions {
   // When non-zero, must equal the job's world size.
   uint32_t world_size = 0;
   // The device this rank drives (kind "cpu" or "cuda", index, uuid, ...).
+  // A "cuda" device with a negative index is recorded as the GPU of the
+  // rank's local slot (the daemon chooses the slot when local_rank is
+  // unset).
   v1::DeviceInfo device;
   // How long Join waits for every rank of the job to join before returning.
   // Zero returns as soon as this rank is registered. Must be finite.

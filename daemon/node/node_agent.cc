@@ -25,6 +25,16 @@ absl::Status AbortedBy(const std::string& cause) {
   return absl::AbortedError(absl::StrCat("job failed: ", cause));
 }
 
+// The device a join records: a "cuda" one with a negative index ("the
+// session decides", as for a rank that names no local slot) is the GPU of
+// the slot it got, the default-device rule's choice on a multi-GPU node.
+v1::DeviceInfo DeviceOfSlot(v1::DeviceInfo device, uint32_t local_rank) {
+  if (device.kind() == "cuda" && device.index() < 0) {
+    device.set_index(static_cast<int32_t>(local_rank));
+  }
+  return device;
+}
+
 }  // namespace
 
 std::string RankCaller::Describe() const {
@@ -374,7 +384,7 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
         m.local_rank = local_rank;
         m.incarnation = request.incarnation();
         m.pid = request.pid();
-        m.device = request.device();
+        m.device = DeviceOfSlot(request.device(), local_rank);
         m.bound = std::move(caller);
         rank_of_local_[local_rank] = rank;
       } else if (holder.incarnation != request.incarnation()) {
@@ -397,7 +407,7 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
       m.local_rank = local_rank;
       m.incarnation = request.incarnation();
       m.pid = request.pid();
-      m.device = request.device();
+      m.device = DeviceOfSlot(request.device(), local_rank);
       // The first join of a slot binds it: from now on only this
       // connection acts for the rank.
       m.bound = std::move(caller);
@@ -408,7 +418,7 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
   forward.set_rank(rank);
   forward.set_local_rank(local_rank);
   forward.set_incarnation(request.incarnation());
-  *forward.mutable_device() = request.device();
+  *forward.mutable_device() = DeviceOfSlot(request.device(), local_rank);
   forward.set_pid(request.pid());
   forward.set_wait_for_world_ms(request.wait_for_world_ms());
   const uint64_t incarnation = request.incarnation();

@@ -133,16 +133,20 @@ class NodeAgentJoinTest : public ::testing::Test {
   // Sends a Join; its reply lands in the returned slot (at once when the
   // agent answers itself, later when the test releases the held join).
   // A nullopt `local_rank` names none (a process that names only its rank).
+  // The device is "cpu", or "cuda" with index `cuda_index` when given.
   std::shared_ptr<std::optional<absl::StatusOr<v1::JoinResponse>>> Join(
       std::optional<uint32_t> local_rank, uint64_t incarnation,
-      std::optional<uint32_t> rank = std::nullopt) {
+      std::optional<uint32_t> rank = std::nullopt,
+      std::optional<int32_t> cuda_index = std::nullopt) {
     v1::JoinRequest request;
     request.set_job_id("agent-test");
     if (local_rank.has_value()) request.set_local_rank(*local_rank);
     if (rank.has_value()) request.set_rank(*rank);
     request.set_incarnation(incarnation);
     request.set_pid(1000 + local_rank.value_or(rank.value_or(0)));
-    request.mutable_device()->set_kind("cpu");
+    request.mutable_device()->set_kind(cuda_index.has_value() ? "cuda" : "cpu");
+    if (cuda_index.has_value())
+      request.mutable_device()->set_index(*cuda_index);
     auto slot =
         std::make_shared<std::optional<absl::StatusOr<v1::JoinResponse>>>();
     agent_->Join(request, [slot](absl::StatusOr<v1::JoinResponse> r) {
@@ -242,6 +246,27 @@ TEST_F(NodeAgentJoinTest, ARankWithoutALocalRankGetsAFreeSlot) {
                                 "every one of node 0's 2 local ranks is held"))
       << (*full)->status();
   EXPECT_EQ(link_.held(), 0u);
+}
+
+// A "cuda" device of index -1 (the process leaves the choice to the
+// default-device rule) is recorded as its slot's GPU, also for a rank
+// whose slot the daemon chose; an explicit index is kept.
+TEST_F(NodeAgentJoinTest, AnUnnamedGpuIsRecordedAsTheSlotsGpu) {
+  auto named = Join(0, 0xe1, std::nullopt, /*cuda_index=*/5);
+  ASSERT_EQ(link_.held(), 1u);
+  HeldJoinsLink::HeldJoin held_named = link_.Take(0);
+  EXPECT_EQ(held_named.request.device().index(), 5);
+  // Rank 2 (node 1's block) names no slot: it gets slot 1, and slot 1's GPU.
+  auto unnamed = Join(std::nullopt, 0xe2, 2, /*cuda_index=*/-1);
+  ASSERT_EQ(link_.held(), 1u);
+  HeldJoinsLink::HeldJoin held_unnamed = link_.Take(2);
+  EXPECT_EQ(held_unnamed.request.local_rank(), 1u);
+  EXPECT_EQ(held_unnamed.request.device().kind(), "cuda");
+  EXPECT_EQ(held_unnamed.request.device().index(), 1);
+  Answer(std::move(held_named), absl::OkStatus());
+  Answer(std::move(held_unnamed), absl::OkStatus());
+  ASSERT_TRUE(named->has_value() && (*named)->ok());
+  ASSERT_TRUE(unnamed->has_value() && (*unnamed)->ok());
 }
 
 // A lost rank's slot may be taken by a rank that names none; the lost
