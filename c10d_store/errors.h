@@ -40,6 +40,15 @@ class JobFailedError : public StoreError {
   using StoreError::StoreError;
 };
 
+// JobFailedError of a job that recovers in place (rankd --recovery=on):
+// the loss ended the job's epoch ("job J epoch E ended (MEMBER_LOST,
+// ...)"); after Client::Rejoin a new Store (and new process groups)
+// continue in the next epoch.
+class EpochEndedError : public JobFailedError {
+ public:
+  using JobFailedError::JobFailedError;
+};
+
 }  // namespace rankd::c10d_store
 
 #endif  // RANKD_C10D_STORE_ERRORS_H_

@@ -64,6 +64,17 @@ c10::intrusive_ptr<Store> Store::Create(std::shared_ptr<Client> client,
     throw StoreError(absl::FailedPreconditionError(
         "rankd store: the client has not joined the job"));
   }
+  if (client->descriptor().recovers_in_place()) {
+    options.prefix =
+        absl::StrCat("epoch/", client->epoch(), "/", options.prefix);
+    if (options.prefix.size() >= kMaxKeyBytes) {
+      throw StoreError(absl::InvalidArgumentError(absl::StrCat(
+          "rankd store: the prefix '", options.prefix,
+          "' (epoch-scoped: the "
+          "job recovers in place) is ",
+          options.prefix.size(), " bytes; at most ", kMaxKeyBytes - 1)));
+    }
+  }
   const bool install = options.install_failure_callback;
   c10::intrusive_ptr<Store> store = c10::make_intrusive<Store>(
       Token(), std::move(client), std::move(options));
@@ -93,9 +104,12 @@ auto Store::Call(const char* method, Operation operation) {
   auto job_failed = [&](const absl::Status& failure) {
     watch_->Fail(failure);
     absl::Status first = watch_->failure();
-    throw JobFailedError(absl::Status(
-        first.code(),
-        absl::StrCat("rankd store ", method, ": ", first.message())));
+    absl::Status error(first.code(), absl::StrCat("rankd store ", method, ": ",
+                                                  first.message()));
+    if (client_->descriptor().recovers_in_place()) {
+      throw EpochEndedError(std::move(error));
+    }
+    throw JobFailedError(std::move(error));
   };
   if (absl::Status failure = watch_->failure(); !failure.ok()) {
     job_failed(failure);

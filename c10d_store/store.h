@@ -59,7 +59,13 @@ struct StoreOptions {
   // the prefix shared (else the first write of a key another rank created
   // throws StoreError with code PermissionDenied, naming the rule). Use a
   // fresh prefix per rendezvous (e.g. "torch/run3/") when a process brings
-  // process groups up more than once: nothing deletes old keys.
+  // process groups up more than once: nothing deletes old keys. Where the
+  // job recovers in place (Client::descriptor().recovers_in_place()),
+  // Create puts it under "epoch/<e>/", e the client's epoch
+  // (Store::prefix() is the whole): such keys are written only while the
+  // job is at epoch e, and dropped once it is READY at a later one
+  // (docs/operations.md, "Recovery: job epochs"), so a replacement and the
+  // survivors that rejoined meet under the same fresh keys.
   std::string prefix = kDefaultPrefix;
   // The store's timeout (getTimeout/setTimeout): how long get and the
   // one-argument wait wait for a key. c10d::Store::kNoTimeout (zero) waits
@@ -101,9 +107,10 @@ class Store : public c10d::Store {
 
   // Every call below may throw: JobFailedError once the job failed (in
   // the failure's words: "rankd store get: job J failed (MEMBER_LOST,
-  // node 0, rank 1, ...): ..."); StoreError with rankd's code and message
-  // for rankd's refusals (InvalidArgument for a key or value over rankd's
-  // limits, PermissionDenied, ResourceExhausted for the key quota,
+  // node 0, rank 1, ...): ..."; EpochEndedError, "... job J epoch 1 ended
+  // (...)", where the job recovers in place); StoreError with rankd's code and
+  // message for rankd's refusals (InvalidArgument for a key or value over
+  // rankd's limits, PermissionDenied, ResourceExhausted for the key quota,
   // FailedPrecondition after Leave, ...). Every call may be made from any
   // thread concurrently, except setTimeout, which must not race with
   // calls that read the timeout (c10d::Store keeps it as a plain member).

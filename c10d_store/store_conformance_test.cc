@@ -38,22 +38,28 @@ std::vector<uint8_t> B(const std::string& text) {
 
 // One rankd job (one node, one rank) for the whole test program, and its
 // joined rank; stopped at exit (the rank leaves, then the daemon stops).
+// Recovering(): another such job whose daemon recovers in place.
 class RankdJob {
  public:
   static RankdJob& Get() {
-    static RankdJob job;
+    static RankdJob job(/*recovery=*/false);
+    return job;
+  }
+  static RankdJob& Recovering() {
+    static RankdJob job(/*recovery=*/true);
     return job;
   }
   const std::shared_ptr<Client>& client() const { return client_; }
 
  private:
-  RankdJob() {
+  explicit RankdJob(bool recovery) {
     ClusterOptions options;
     options.job_id = kJob;
     options.nnodes = 1;
     options.nproc_per_node = 1;
     options.declare_shared_prefix = false;
-    options.extra_flags = {"--kv_shared_prefixes=torch/"};
+    options.extra_flags = {"--kv_shared_prefixes=torch/",
+                           recovery ? "--recovery=on" : "--recovery=off"};
     cluster_ = std::make_unique<LocalCluster>(options);
     absl::Status started = cluster_->Start();
     if (!started.ok()) {
@@ -371,6 +377,13 @@ TEST_F(RankdStoreTest, AJobFailureFailsEveryCallAndEndsGlooConnections) {
   }
   EXPECT_THROW(store->set("k", B("v")), JobFailedError);
   EXPECT_THROW(store->add("n", 1), c10::Error);  // torch's class, as ever
+  EXPECT_THROW(store->add("n", 1), JobFailedError);
+  try {
+    store->add("n", 1);
+  } catch (const EpochEndedError& e) {
+    ADD_FAILURE() << "the job does not recover in place: " << e.what();
+  } catch (const JobFailedError&) {
+  }
   // Only the first failure counts.
   store->OnJobFailure(absl::UnavailableError("another"));
   try {
@@ -378,6 +391,38 @@ TEST_F(RankdStoreTest, AJobFailureFailsEveryCallAndEndsGlooConnections) {
     FAIL() << "a call after the failure went through";
   } catch (const JobFailedError& e) {
     EXPECT_NE(std::string(e.what()).find("rank 1 lost"), std::string::npos);
+  }
+}
+
+// Where the job recovers in place, the store's keys are epoch-scoped and a
+// loss is an EpochEndedError.
+TEST(RecoveringRankdStoreTest, KeysAreEpochScopedAndALossEndsTheEpoch) {
+  const std::shared_ptr<Client>& client = RankdJob::Recovering().client();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->descriptor().recovers_in_place());
+  StoreOptions options;
+  options.prefix = "torch/recovering/";
+  options.install_failure_callback = false;
+  auto store = Store::Create(client, options);
+  EXPECT_EQ(store->prefix(), "epoch/1/torch/recovering/");
+  store->set("k", B("v"));
+  absl::StatusOr<std::string> raw =
+      client->KvGet("epoch/1/torch/recovering/k", absl::ZeroDuration());
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  EXPECT_EQ(*raw, "v");
+  EXPECT_EQ(store->get("k"), B("v"));
+  store->OnJobFailure(absl::AbortedError(
+      "job J epoch 1 ended (MEMBER_LOST, node 0, rank 1, event 9): rank 1 "
+      "lost"));
+  try {
+    store->get("k");
+    FAIL() << "a call after the loss went through";
+  } catch (const EpochEndedError& e) {
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kAborted);
+    EXPECT_NE(std::string(e.what()).find(
+                  "rankd store get: job J epoch 1 ended (MEMBER_LOST"),
+              std::string::npos)
+        << e.what();
   }
 }
 
