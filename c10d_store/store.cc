@@ -69,10 +69,9 @@ c10::intrusive_ptr<Store> Store::Create(std::shared_ptr<Client> client,
         absl::StrCat("epoch/", client->epoch(), "/", options.prefix);
     if (options.prefix.size() >= kMaxKeyBytes) {
       throw StoreError(absl::InvalidArgumentError(absl::StrCat(
-          "rankd store: the prefix '", options.prefix,
-          "' (epoch-scoped: the "
-          "job recovers in place) is ",
-          options.prefix.size(), " bytes; at most ", kMaxKeyBytes - 1)));
+          "rankd store: the epoch-scoped prefix '", options.prefix,
+          "' (the job recovers in place) is ", options.prefix.size(),
+          " bytes; at most ", kMaxKeyBytes - 1)));
     }
   }
   const bool install = options.install_failure_callback;

@@ -170,10 +170,9 @@ class Store(dist.Store):
     (and one pending then) raises JobFailedError in the words of the job's
     failure, naming the lost rank (EpochEndedError where the job recovers
     in place; after retire(), every call raises it); any other error is
-    rankd's class with
-    StoreError mixed in (a RuntimeError; torch's DistStoreError where torch
-    has it). `on_value` (may be
-    None) is called with every value this store sets, gets or waits for
+    rankd's class with StoreError mixed in (a RuntimeError; torch's
+    DistStoreError where torch has it). `on_value` (may be None) is
+    called with every value this store sets, gets or waits for
     (rankd.torch reads Gloo's addresses from them: a connection's one end
     is an address its rank published, the other an address it read).
 
