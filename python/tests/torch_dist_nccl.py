@@ -10,7 +10,12 @@ line is its init:
 2. rank 1 kills itself (SIGKILL) while rank 0 waits in an all_reduce: rank
    0's pending collective must end within DEADLINE_S seconds with an error
    naming rank 1 (rankd.torch aborts the process groups when rankd reports
-   the loss, where torch has _abort_process_group).
+   the loss, where torch has _abort_process_group);
+3. the same in a job that recovers in place (rankd --recovery=on; issue
+   38): rank 0's error is an EpochEndedError, it calls rankd.torch.rejoin()
+   and init_process_group again, this script starts rank 1's replacement,
+   and both run an exact all_reduce at epoch 2, rank 0 in the same process
+   with the same CUDA tensor.
 
 The GPU kit's runner (tests/gpu/run.sh) runs it from a copy of the Python
 package, with no Bazel and no pytest:
@@ -21,7 +26,8 @@ package, with no Bazel and no pytest:
 It prints one last line, "PASSED", "SKIPPED: <why>" (no torch, no CUDA
 device, no NCCL in this torch) or "FAILED: <why>", and exits 1 only for
 FAILED; with $RANKD_REQUIRE_GPU=1 a missing device is FAILED. Run with
-"rank" as its first argument it is the rank program. It stops only the
+"rank" ("recover-rank") as its first argument it is the rank program of
+steps 1-2 (3). It stops only the
 processes it started (LocalJob, by pid). TORCH_DIST_BACKEND=gloo runs the
 same on CPU tensors (a check of this script on a host without a GPU).
 """
@@ -29,6 +35,7 @@ same on CPU tensors (a check of this script on a host without a GPU).
 import datetime
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -56,7 +63,8 @@ def unavailable():
     return None
 
 
-def rank_main():
+def rank_setup():
+    """(torch, dist, device, sync) for a rank, its process group formed."""
     # Before anything initializes NCCL: a host id of this rank's own.
     local = int(os.environ["RANKD_LOCAL_RANK"])
     os.environ["NCCL_HOSTID"] = f"rankd-kit-torch-rank{local}"
@@ -76,6 +84,11 @@ def rank_main():
         sync = lambda: None  # noqa: E731
     dist.init_process_group(BACKEND, init_method="rankd://",
                             timeout=datetime.timedelta(seconds=30))
+    return torch, dist, dev, sync
+
+
+def rank_main():
+    torch, dist, dev, sync = rank_setup()
     rank, world = dist.get_rank(), dist.get_world_size()
 
     t = torch.arange(1024, dtype=torch.float32, device=dev) + 1000 * rank
@@ -115,6 +128,103 @@ def rank_main():
     os._exit(0)
 
 
+def recover_rank_main():
+    """Step 3's rank program: rank 1 of epoch 1 kills itself; rank 0
+    rejoins; rank 1's replacement (started by recovery_failures) joins
+    epoch 2 directly."""
+    torch, dist, dev, sync = rank_setup()
+    import rankd.torch
+    rank, world = dist.get_rank(), dist.get_world_size()
+    epoch = rankd.torch.joined_rank().epoch
+
+    def exact_all_reduce(step):
+        t = torch.full((256,), float(rank + 10 * step), device=dev)
+        dist.all_reduce(t)
+        sync()
+        want = float(sum(range(world)) + 10 * step * world)
+        assert torch.equal(t.cpu(), torch.full((256,), want)), (step, t)
+
+    # What a serving process keeps across the recovery: its weights.
+    weights = torch.full((1 << 16,), float(rank), device=dev)
+    where = weights.data_ptr()
+    if epoch == 1:
+        exact_all_reduce(0)
+        dist.barrier()
+        sync()
+        if rank == world - 1:
+            time.sleep(1.0)  # the others are waiting in the all_reduce
+            print(f"KILLING {rank} {time.time():.6f}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            exact_all_reduce(1)
+            print(f"LOSS {rank} NO ERROR", flush=True)
+            os._exit(1)
+        except rankd.torch.EpochEndedError as e:
+            print(f"LOSS {rank} {time.time():.6f} {type(e).__name__}: "
+                  f"{str(e).splitlines()[0]}", flush=True)
+        epoch = rankd.torch.rejoin(timeout=60)
+        dist.init_process_group(BACKEND, init_method="rankd://",
+                                timeout=datetime.timedelta(seconds=30))
+    exact_all_reduce(1)
+    sync()
+    assert weights.data_ptr() == where, "the weights were reallocated"
+    assert torch.equal(weights.cpu(), torch.full((1 << 16,), float(rank)))
+    print(f"RECOVERED {rank} epoch {epoch} {time.time():.6f}", flush=True)
+    dist.destroy_process_group()
+
+
+def recovery_failures(env, timeout):
+    """Step 3; returns what went wrong (empty when it passed)."""
+    from local_job import LocalJob
+    script = os.path.abspath(__file__)
+    with LocalJob("py-torch-dist-recover", 1, 2,
+                  daemon_flags=["--kv_shared_prefixes=torch/",
+                                "--recovery=on",
+                                "--recovery_deadline_ms=60000"]) as job:
+        deadline = time.monotonic() + timeout
+        survivor = job.start_rank(script, 0, 0, "recover-rank", env=env)
+        job.start_rank(script, 0, 1, "recover-rank", env=env)
+        while "LOSS 0 " not in job.log("rank0.log"):
+            if survivor.poll() is not None or time.monotonic() > deadline:
+                return ["step 3: rank 0 saw no loss:\n"
+                        f"{job.log('rank0.log')[-3000:]}\n"
+                        f"{job.log('rank1.log')[-2000:]}"]
+            time.sleep(0.05)
+        replacement = job.start_rank(script, 0, 1, "recover-rank", env=env,
+                                     log_name="rank1.replacement.log")
+        for p in (survivor, replacement):
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        out0 = job.log("rank0.log")
+        out1 = job.log("rank1.log")
+        replaced = job.log("rank1.replacement.log")
+    found = []
+    loss = [line for line in out0.splitlines() if line.startswith("LOSS 0 ")]
+    killed = [line for line in out1.splitlines()
+              if line.startswith("KILLING 1 ")]
+    if not loss or not killed or "NO ERROR" in loss[0]:
+        return [f"step 3: the kill drill did not run:\n{out0[-3000:]}"]
+    words = loss[0].split(" ", 3)
+    delay = float(words[2]) - float(killed[0].split()[2])
+    print(f"step 3: rank 0's collective ended {delay * 1000:.0f} ms after "
+          f"the kill: {words[3]}")
+    if delay > DEADLINE_S:
+        found.append(f"step 3: rank 0's error came {delay:.1f} s after the "
+                     f"kill (at most {DEADLINE_S} s)")
+    if not words[3].startswith("EpochEndedError") or \
+            "epoch 1 ended" not in words[3] or "rank 1" not in words[3]:
+        found.append(f"step 3: rank 0's error is not the end of epoch 1 "
+                     f"naming rank 1: {words[3]}")
+    for r, output in ((0, out0), (1, replaced)):
+        if f"RECOVERED {r} epoch 2 " not in output:
+            found.append(f"step 3: rank {r} did not serve at epoch 2:\n"
+                         f"{output[-3000:]}")
+    return found
+
+
 def failures():
     """Runs the job; returns what went wrong (empty when it passed)."""
     import rankd
@@ -123,14 +233,17 @@ def failures():
     package = os.path.dirname(os.path.dirname(os.path.abspath(
         rankd.__file__)))
     env = {"PYTHONPATH": os.pathsep.join([package, here])}
+    # All steps within the GPU runner's 40 s, so that this script, not the
+    # runner, stops the ranks of a hung run; the CPU test, under a
+    # sanitizer on a loaded machine, gives more (RANKD_KIT_RANK_TIMEOUT_S).
+    # Steps 1-2 may take a little over half of it, step 3 the rest.
+    total = float(os.environ.get("RANKD_KIT_RANK_TIMEOUT_S", "34"))
+    deadline = time.monotonic() + total
     with LocalJob("py-torch-dist-nccl", 1, 2,
                   daemon_flags=["--kv_shared_prefixes=torch/"]) as job:
-        # Within the GPU runner's 40 s, so that this script, not the runner,
-        # stops the ranks of a hung run; the CPU test, under a sanitizer on
-        # a loaded machine, gives more (RANKD_KIT_RANK_TIMEOUT_S).
         results = job.run_ranks(
             os.path.abspath(__file__), "rank", env=env,
-            timeout=float(os.environ.get("RANKD_KIT_RANK_TIMEOUT_S", "32")))
+            timeout=0.55 * total)
     found = []
     out0 = results[0][1]
     for r, (_, output) in enumerate(results):
@@ -156,12 +269,15 @@ def failures():
     if "rank 1" not in words[4] or "JobFailedError" not in words[4]:
         found.append(f"rank 0's error does not name rank 1 in rankd's "
                      f"words: {words[4]}")
-    return found
+    return found + recovery_failures(env, deadline - time.monotonic())
 
 
 def main():
     if sys.argv[1:] == ["rank"]:
         rank_main()
+        return 0
+    if sys.argv[1:] == ["recover-rank"]:
+        recover_rank_main()
         return 0
     why = unavailable()
     if why is not None:
