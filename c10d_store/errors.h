@@ -40,10 +40,11 @@ class JobFailedError : public StoreError {
   using StoreError::StoreError;
 };
 
-// JobFailedError of a job that recovers in place (rankd --recovery=on):
-// the loss ended the job's epoch ("job J epoch E ended (MEMBER_LOST,
-// ...)"); after Client::Rejoin a new Store (and new process groups)
-// continue in the next epoch.
+// JobFailedError of a loss the job recovers from in place (rankd
+// --recovery=on or domain, the job serving; Client::EndsAnEpoch): it ended
+// the job's epoch ("job J epoch E ended (MEMBER_LOST, ...)"); after
+// Client::Rejoin a new Store (and new process groups) continue in the next
+// epoch.
 class EpochEndedError : public JobFailedError {
  public:
   using JobFailedError::JobFailedError;

@@ -33,7 +33,7 @@ constexpr uint32_t kNodes = 2;
 constexpr uint32_t kRanksPerNode = 2;
 constexpr uint32_t kWorld = kNodes * kRanksPerNode;
 
-ClusterOptions JobOptions(const std::string& job_id) {
+ClusterOptions JobOptions(const std::string& job_id, bool recovery = false) {
   ClusterOptions options;
   options.job_id = job_id;
   options.nnodes = kNodes;
@@ -41,7 +41,8 @@ ClusterOptions JobOptions(const std::string& job_id) {
   // torch's keys are written by every rank: the job declares "torch/"
   // shared, as rankrun does.
   options.declare_shared_prefix = false;
-  options.extra_flags = {"--kv_shared_prefixes=torch/"};
+  options.extra_flags = {"--kv_shared_prefixes=torch/",
+                         recovery ? "--recovery=on" : "--recovery=off"};
   return options;
 }
 
@@ -98,8 +99,13 @@ TEST(ProcessGroupGlooTest, CollectivesGiveExactValues) {
   }
 }
 
-TEST(ProcessGroupGlooTest, AKilledRankEndsEverySurvivorsCollective) {
-  LocalCluster cluster(JobOptions("c10d-kill"));
+// With and without recovery in place: the store's error is then an
+// EpochEndedError in the words of an ended epoch (its keys epoch-scoped).
+class KillDrillTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(KillDrillTest, AKilledRankEndsEverySurvivorsCollective) {
+  const bool recovery = GetParam();
+  LocalCluster cluster(JobOptions("c10d-kill", recovery));
   ASSERT_TRUE(cluster.Start().ok());
   constexpr uint32_t kVictim = 2;  // node 1's first rank
   std::vector<ChildProcess> ranks = StartRanks(
@@ -146,10 +152,16 @@ TEST(ProcessGroupGlooTest, AKilledRankEndsEverySurvivorsCollective) {
     if (r == 1) store_errors.push_back(ended);
     for (const std::string& error : store_errors) {
       EXPECT_TRUE(absl::StrContains(error, "rankd store get: ")) << error;
-      EXPECT_TRUE(absl::StrContains(error, "MEMBER_LOST")) << error;
+      EXPECT_TRUE(absl::StrContains(error, recovery
+                                               ? " epoch 1 ended (MEMBER_LOST"
+                                               : " failed (MEMBER_LOST"))
+          << error;
       EXPECT_TRUE(absl::StrContains(error, absl::StrCat("rank ", kVictim)))
           << error;
     }
+    EXPECT_TRUE(absl::StartsWith(
+        store_errors[0], recovery ? "EpochEndedError: " : "JobFailedError: "))
+        << store_errors[0];
     int shut = 0;
     ASSERT_TRUE(absl::SimpleAtoi(Line(ranks[r], "SOCKETS_SHUT "), &shut));
     shut_in_all += shut;
@@ -163,6 +175,11 @@ TEST(ProcessGroupGlooTest, AKilledRankEndsEverySurvivorsCollective) {
   EXPECT_GT(shut_in_all, 0) << Logs(ranks);
   std::cout << Logs(ranks);  // what each rank saw, for the record
 }
+
+INSTANTIATE_TEST_SUITE_P(Recovery, KillDrillTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "InPlace" : "Off";
+                         });
 
 }  // namespace
 }  // namespace rankd::c10d_store

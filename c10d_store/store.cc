@@ -105,9 +105,7 @@ auto Store::Call(const char* method, Operation operation) {
     absl::Status first = watch_->failure();
     absl::Status error(first.code(), absl::StrCat("rankd store ", method, ": ",
                                                   first.message()));
-    if (client_->descriptor().recovers_in_place()) {
-      throw EpochEndedError(std::move(error));
-    }
+    if (Client::EndsAnEpoch(first)) throw EpochEndedError(std::move(error));
     throw JobFailedError(std::move(error));
   };
   if (absl::Status failure = watch_->failure(); !failure.ok()) {

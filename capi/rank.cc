@@ -137,14 +137,15 @@ absl::StatusOr<JoinPlan> PlanJoin(const rankd_join_options& o) {
     // records the slot it gives) when the join names no local rank. The
     // node's rank count is known only once joined; the session applies the
     // whole rule.
-    int index = plan.join.local_rank.has_value()
-                    ? static_cast<int32_t>(*plan.join.local_rank)
-                    : -1;
+    int32_t index = -1;
+    if (plan.join.local_rank.has_value()) {
+      index = static_cast<int32_t>(*plan.join.local_rank);
+    }
     if (kind == "cuda" &&
         rankd::dataplane::nccl::ProbeDevices().device_count == 1) {
       index = 0;
     } else if (kind == "cpu") {
-      index = std::max(index, 0);
+      index = std::max(index, 0);  // a CPU rank records no GPU to choose
     }
     plan.join.device.set_index(index);
   }

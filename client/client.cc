@@ -669,6 +669,11 @@ absl::Status Client::JobHealth() const {
   return core_->health;
 }
 
+bool Client::EndsAnEpoch(const absl::Status& failure) {
+  return !failure.ok() &&
+         failure.GetPayload(internal::kEndsAnEpochPayload).has_value();
+}
+
 absl::Status Client::Leave() {
   v1::LeaveRequest request;
   {

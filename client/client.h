@@ -362,14 +362,22 @@ class Client {
   // first failure seen that counts in this client's epoch: Aborted for a
   // JOB_FAILED event, or a MEMBER_LOST or NODE_LOST event of this client's
   // epoch or a later one (message names the job, ranks or node and the
-  // daemon's cause: "job J failed (MEMBER_LOST, ...): ...", or, where the
-  // job recovers in place (descriptor().recovers_in_place()), "job J
-  // epoch E ended (MEMBER_LOST, ...): ..."), or Unavailable "connection to
-  // local rankd daemon lost" when the watch stream breaks without Leave. A loss
-  // that ended an epoch before the one this client joined into (a replacement's
-  // join replays it) is not this client's failure. Rejoin makes it OK again
-  // after a loss. Never contacts the daemon.
+  // daemon's cause: "job J failed (MEMBER_LOST, ...): ...", or, for a loss
+  // the job recovers from in place (JobEvent.ends_epoch; see
+  // descriptor().recovers_in_place()), "job J epoch E ended (MEMBER_LOST,
+  // ...): ...", by domain "job J (DOMAIN_RECOVERING, ...): ..."; see
+  // EndsAnEpoch), or Unavailable "connection to local rankd daemon lost"
+  // when the watch stream breaks without Leave. A loss that ended an epoch
+  // before the one this client joined into (a replacement's join replays
+  // it) is not this client's failure. Rejoin makes it OK again after a
+  // loss. Never contacts the daemon.
   absl::Status JobHealth() const;
+
+  // Whether `failure` (JobHealth()'s, or what the failure callback got) is
+  // a loss the job recovers from in place: it ended this client's epoch,
+  // and Rejoin continues; false for a failed job, a lost daemon connection
+  // and OK.
+  static bool EndsAnEpoch(const absl::Status& failure);
 
   // Leaves the job cleanly: tells the daemon, then closes the watch stream
   // and joins the watch thread. Idempotent: returns OK when not joined or

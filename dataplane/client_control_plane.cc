@@ -159,6 +159,12 @@ class ClientControlPlane final : public ControlPlane {
         fanout_->callbacks.clear();
       }
     }
+    // A loss of the new epoch that reached the client before the reset
+    // above (Client::Rejoin tells its callback at once) was dropped by the
+    // fan-out, still failed for the ended epoch: tell it now.
+    if (absl::Status health = client_->JobHealth(); !health.ok()) {
+      fanout_->Fire(health);
+    }
     return DescriptorFromProto(*joined);
   }
 

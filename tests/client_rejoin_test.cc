@@ -153,6 +153,7 @@ TEST_P(ClientRejoinTest, SurvivorsRejoinAfterAKilledRankIsReplaced) {
                 HasSubstr(" epoch 1 ended (MEMBER_LOST, node 1, rank 3, "));
     EXPECT_THAT(survivors[r]->JobHealth().message(),
                 Not(HasSubstr(" failed (")));
+    EXPECT_TRUE(Client::EndsAnEpoch(survivors[r]->JobHealth()));
   }
 
   // The survivors wait in Rejoin while the slot is empty.
@@ -257,6 +258,7 @@ TEST(ClientRejoinDomainTest, TheOtherReplicaKeepsItsHealthAndItsRounds) {
               HasSubstr(" (DOMAIN_RECOVERING, rank 3, "));
   EXPECT_THAT(survivors[2]->JobHealth().message(), HasSubstr("domain 1"));
   EXPECT_THAT(survivors[2]->JobHealth().message(), Not(HasSubstr(" failed (")));
+  EXPECT_TRUE(Client::EndsAnEpoch(survivors[2]->JobHealth()));
 
   // Domain 0 serves on: rounds 2 and 3 span it alone, and say so.
   auto round_on = [](const std::vector<Client*>& ranks) {
@@ -490,6 +492,8 @@ TEST(ClientRejoinLimitsTest, RejoinWithRecoveryOffReturnsTheJobsFailure) {
   EXPECT_FALSE(world.survivors[0]->descriptor().recovers_in_place());
   EXPECT_THAT(world.survivors[0]->JobHealth().message(),
               HasSubstr(" failed (MEMBER_LOST, node 1, rank 3, "));
+  EXPECT_FALSE(Client::EndsAnEpoch(world.survivors[0]->JobHealth()));
+  EXPECT_FALSE(Client::EndsAnEpoch(absl::OkStatus()));
 }
 
 }  // namespace

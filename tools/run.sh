@@ -411,6 +411,9 @@ start_rankrun() {  # node log [serving flags...]: node's ranks under rankrun
   # The ranks' output comes labelled "[rank R] " through rankrun; the
   # loop below files it per rank. A restart (--max_restarts) is the same
   # command line in a new process, which knows it joined a later epoch.
+  # The log exists before the loop first reads it (the background job
+  # below opens it only once it runs).
+  : >"$log"
   ${run_in[$n]} "$rankrun" --daemon=reuse --rankd_socket="$dir/node$n.sock" \
     --credentials_dir="${node_creds[$n]}" --max_restarts=3 \
     --restart_backoff_ms=100 --stop_grace_ms=5000 -- \

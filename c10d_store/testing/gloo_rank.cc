@@ -206,8 +206,10 @@ void KillDrill(const c10::intrusive_ptr<Store>& store, int rank, int world,
   try {
     store->get("after-the-failure");
     Say("STORE_ERROR (none)");
+  } catch (const rankd::c10d_store::EpochEndedError& e) {
+    Say(absl::StrCat("STORE_ERROR EpochEndedError: ", FirstLine(e.what())));
   } catch (const rankd::c10d_store::JobFailedError& e) {
-    Say(absl::StrCat("STORE_ERROR ", FirstLine(e.what())));
+    Say(absl::StrCat("STORE_ERROR JobFailedError: ", FirstLine(e.what())));
   } catch (const std::exception& e) {
     Say(absl::StrCat("STORE_ERROR (not JobFailedError) ", FirstLine(e.what())));
   }

@@ -27,10 +27,11 @@ std::string KindName(v1::EventKind kind) {
 // The failure an event announces, or OK for events that are not failures.
 // With recovery by domain (`domain` set: this rank's) a loss is a failure
 // only through its own domain's DOMAIN_RECOVERING; other domains' losses
-// leave this rank serving. A job that `recovers_in_place` does not fail
-// at a loss: the loss ends its epoch, and the words say so.
+// leave this rank serving. A loss the job recovers from in place
+// (JobEvent.ends_epoch) ended its epoch, not the job, and the words say so
+// (client.h, JobHealth).
 absl::Status FailureOf(const v1::JobEvent& event, absl::string_view job_id,
-                       std::optional<uint32_t> domain, bool recovers_in_place) {
+                       std::optional<uint32_t> domain) {
   switch (event.kind()) {
     case v1::EVENT_KIND_JOB_FAILED:
       break;
@@ -56,15 +57,19 @@ absl::Status FailureOf(const v1::JobEvent& event, absl::string_view job_id,
                     absl::StrJoin(event.ranks(), ","));
   }
   absl::StrAppend(&what, ", event ", event.sequence());
-  // DOMAIN_RECOVERING's own message says which epoch ended.
-  const std::string outcome =
-      event.kind() == v1::EVENT_KIND_DOMAIN_RECOVERING ? ""
-      : event.kind() != v1::EVENT_KIND_JOB_FAILED && recovers_in_place
-          ? absl::StrCat(" epoch ", event.epoch(), " ended")
-          : " failed";
-  return absl::AbortedError(absl::StrCat(
+  std::string outcome = " failed";
+  if (event.kind() == v1::EVENT_KIND_DOMAIN_RECOVERING) {
+    outcome = "";  // its own message says which epoch ended
+  } else if (event.ends_epoch()) {
+    outcome = absl::StrCat(" epoch ", event.epoch(), " ended");
+  }
+  absl::Status failure = absl::AbortedError(absl::StrCat(
       "job ", job_id, outcome, " (", what,
       "): ", event.message().empty() ? "no cause given" : event.message()));
+  if (event.kind() == v1::EVENT_KIND_DOMAIN_RECOVERING || event.ends_epoch()) {
+    failure.SetPayload(kEndsAnEpochPayload, absl::Cord(outcome));
+  }
+  return failure;
 }
 
 // ClientOptions::round_spin, resolved for a node of `local_ranks` ranks.
@@ -194,7 +199,6 @@ void RankConnection::WatchLoop(grpc::ClientContext* context,
   bool completed = false;
   while (reader->Read(&event)) {
     std::optional<uint32_t> own_domain;
-    const bool recovers_in_place = current_descriptor().recovers_in_place();
     {
       // Wakes a Rejoin waiting for the job to move past an epoch.
       absl::MutexLock lock(&mu);
@@ -210,8 +214,8 @@ void RankConnection::WatchLoop(grpc::ClientContext* context,
         awaiting_first_round = false;
       }
     }
-    absl::Status failure = FailureOf(event, request.member().job_id(),
-                                     own_domain, recovers_in_place);
+    absl::Status failure =
+        FailureOf(event, request.member().job_id(), own_domain);
     if (!failure.ok()) {
       // JOB_FAILED is terminal whatever its epoch; a loss belongs to the
       // epoch it ended (docs/architecture.md, "Epochs and recovery"). A

@@ -878,7 +878,7 @@ absl::StatusOr<v1::ReleaseRankResponse> Coordinator::ReleaseRank(
       std::string why =
           absl::StrCat("rank ", rank, " (pid ", m.pid, " on node ",
                        m.node_index, ") lost: ", request.reason());
-      AppendEventLocked(v1::EVENT_KIND_MEMBER_LOST, m.node_index, {rank}, why);
+      AppendLossLocked(v1::EVENT_KIND_MEMBER_LOST, m.node_index, {rank}, why);
       LoseLocked(why, {rank}, std::nullopt);
       failed = true;
     }
@@ -1107,17 +1107,31 @@ void Coordinator::LoseNodeLocked(uint32_t node_index, const std::string& why) {
                     FormatRankList(lost), lost.size() > 1 ? " are" : " is",
                     " lost");
   }
-  AppendEventLocked(v1::EVENT_KIND_NODE_LOST, node_index, lost, message);
+  AppendLossLocked(v1::EVENT_KIND_NODE_LOST, node_index, lost, message);
   if (state_ != v1::JOB_STATE_COMPLETED) LoseLocked(message, lost, node_index);
+}
+
+bool Coordinator::LossRecoversLocked() const {
+  return spec_.recovery && !shutting_down_ &&
+         (state_ == v1::JOB_STATE_READY || state_ == v1::JOB_STATE_RECOVERING);
+}
+
+void Coordinator::AppendLossLocked(v1::EventKind kind, uint32_t node_index,
+                                   const std::vector<uint32_t>& ranks,
+                                   std::string message) {
+  v1::JobEvent event;
+  event.set_kind(kind);
+  event.set_node_index(node_index);
+  for (uint32_t r : ranks) event.add_ranks(r);
+  event.set_message(std::move(message));
+  event.set_ends_epoch(LossRecoversLocked());
+  AppendEventLocked(std::move(event));
 }
 
 void Coordinator::LoseLocked(const std::string& cause,
                              const std::vector<uint32_t>& ranks,
                              std::optional<uint32_t> node) {
-  const bool recover =
-      spec_.recovery && !shutting_down_ &&
-      (state_ == v1::JOB_STATE_READY || state_ == v1::JOB_STATE_RECOVERING);
-  if (!recover) {
+  if (!LossRecoversLocked()) {
     FailJobLocked(cause);
     return;
   }

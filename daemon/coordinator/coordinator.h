@@ -268,6 +268,13 @@ class Coordinator {
   void LoseLocked(const std::string& cause, const std::vector<uint32_t>& ranks,
                   std::optional<uint32_t> node)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a loss now ends the epoch (LoseLocked recovers) rather than
+  // failing the job: its LOST event says so (JobEvent.ends_epoch).
+  bool LossRecoversLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends the MEMBER_LOST or NODE_LOST event of a loss.
+  void AppendLossLocked(v1::EventKind kind, uint32_t node_index,
+                        const std::vector<uint32_t>& ranks, std::string message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RECOVERING, every slot held again and every member (replacements and
   // survivors alike) joined into this epoch: READY at it; releases
   // the joins waiting for it into `released` and marks the ended epochs'

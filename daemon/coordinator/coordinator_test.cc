@@ -1438,9 +1438,34 @@ TEST_F(CoordinatorTest, RecoveryOffLostRankFailsTheJobAtEpochOne) {
   v1::JobStatus job = coord_->GetJob();
   EXPECT_EQ(job.state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(job.epoch(), 1u);
+  // The loss says it failed the job (client_rejoin_test checks that the
+  // join answers say the job does not recover).
+  int losses = 0;
+  for (const v1::JobEvent& e : coord_->events().Since(0)) {
+    if (e.kind() != v1::EVENT_KIND_MEMBER_LOST) continue;
+    ++losses;
+    EXPECT_FALSE(e.ends_epoch());
+  }
+  EXPECT_EQ(losses, 1);
   // A replacement cannot join: the job has failed, recovery is off.
   EXPECT_STATUS(JoinNow(1, 3, 0xbeef), absl::StatusCode::kAborted,
                 "job failed");
+}
+
+// Recovery covers a job that served: a loss while it still forms fails
+// it, and its LOST event says the loss did not end an epoch (a rank then
+// reads "job J failed (...)", not "epoch 1 ended").
+TEST_F(RecoveryTest, ALossWhileTheJobFormsFailsItAndSaysSo) {
+  ASSERT_TRUE(Register(0).ok());
+  ASSERT_TRUE(Register(1).ok());
+  ASSERT_TRUE(JoinNow(0, 0).ok());
+  ASSERT_TRUE(JoinNow(1, 3).ok());
+  ASSERT_EQ(coord_->GetJob().state(), v1::JOB_STATE_FORMING);
+  ASSERT_TRUE(Lose(1, 3).ok());
+  EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_FAILED);
+  auto lost = EventsOf(v1::EVENT_KIND_MEMBER_LOST);
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_FALSE(lost[0].ends_epoch());
 }
 
 TEST_F(RecoveryTest, LostRankRecoversAtTheNextEpochOnceReplaced) {
@@ -1469,6 +1494,7 @@ TEST_F(RecoveryTest, LostRankRecoversAtTheNextEpochOnceReplaced) {
   auto lost = EventsOf(v1::EVENT_KIND_MEMBER_LOST);
   ASSERT_EQ(lost.size(), 1u);
   EXPECT_EQ(lost[0].epoch(), 1u);  // the loss ended epoch 1
+  EXPECT_TRUE(lost[0].ends_epoch());
 
   // Survivors stay joined but are fenced until they join again.
   EXPECT_STATUS(KvSet(Member(0), "k", "v"),
@@ -1505,6 +1531,7 @@ TEST_F(RecoveryTest, LostRankRecoversAtTheNextEpochOnceReplaced) {
   ASSERT_TRUE(rejoin0->Wait());
   ASSERT_TRUE(rejoin0->value.ok()) << rejoin0->status();
   EXPECT_EQ(rejoin0->value->epoch(), 2u);
+  EXPECT_TRUE(rejoin0->value->recovers_in_place());
   job = coord_->GetJob();
   EXPECT_EQ(job.state(), v1::JOB_STATE_READY);
   EXPECT_EQ(job.epoch(), 2u);

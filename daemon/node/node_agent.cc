@@ -329,6 +329,7 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
       return reply(slot.status());
     }
     local_rank = *slot;
+    *forward.mutable_device() = DeviceOfSlot(request.device(), local_rank);
     auto local = rank_of_local_.find(local_rank);
     auto held_by = local == rank_of_local_.end() ? members_.end()
                                                  : members_.find(local->second);
@@ -384,7 +385,7 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
         m.local_rank = local_rank;
         m.incarnation = request.incarnation();
         m.pid = request.pid();
-        m.device = DeviceOfSlot(request.device(), local_rank);
+        m.device = forward.device();
         m.bound = std::move(caller);
         rank_of_local_[local_rank] = rank;
       } else if (holder.incarnation != request.incarnation()) {
@@ -407,7 +408,7 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
       m.local_rank = local_rank;
       m.incarnation = request.incarnation();
       m.pid = request.pid();
-      m.device = DeviceOfSlot(request.device(), local_rank);
+      m.device = forward.device();
       // The first join of a slot binds it: from now on only this
       // connection acts for the rank.
       m.bound = std::move(caller);
@@ -418,7 +419,6 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
   forward.set_rank(rank);
   forward.set_local_rank(local_rank);
   forward.set_incarnation(request.incarnation());
-  *forward.mutable_device() = DeviceOfSlot(request.device(), local_rank);
   forward.set_pid(request.pid());
   forward.set_wait_for_world_ms(request.wait_for_world_ms());
   const uint64_t incarnation = request.incarnation();

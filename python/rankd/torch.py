@@ -43,6 +43,7 @@ import socket
 import stat
 import sys
 import threading
+import time
 import urllib.parse
 
 import torch.distributed as dist
@@ -54,7 +55,7 @@ from . import errors
 from .rank import join
 from .torch_store import (DEFAULT_PREFIX, EpochEndedError, JobFailedError,
                           Store, StoreError, StoreTimeoutError,
-                          failure_error_class)
+                          error_class_for)
 
 __all__ = ["JobFailedError", "EpochEndedError", "Store", "StoreError",
            "StoreTimeoutError", "DEFAULT_PREFIX",
@@ -211,8 +212,19 @@ _rendezvous_count = 0
 
 def use_rank(rank):
     """Makes `rank` (a joined rankd.Rank of a program that also uses rankd
-    directly) the one `rankd://` rendezvous uses, instead of joining."""
+    directly) the one `rankd://` rendezvous uses, instead of joining.
+    FailedPreconditionError when this process already uses another rank,
+    or when the job recovers by data-parallel domain (rankd
+    --recovery=domain: a loss there ends only its replica's epoch, but
+    torch's process groups span the world)."""
     global _watch
+    if rank.recovery == "domain":
+        raise errors.FailedPreconditionError(
+            f"rankd.torch: job {rank.job_id!r} recovers by data-parallel "
+            "domain (rankd --recovery=domain), where a loss ends only its "
+            "replica's epoch, but torch's process groups span the world; "
+            "run the daemons with --recovery=on (rankrun --recovery=on) or "
+            "off")
     with _lock:
         if _watch is not None and _watch.rank is not rank:
             raise errors.FailedPreconditionError(
@@ -444,16 +456,11 @@ def rendezvous_handler(url, timeout=datetime.timedelta(minutes=30),
                     local_rank=q.get("local_rank"), rank=q.get("rank"),
                     world_size=q.get("world_size"),
                     token_file=q.get("token_file"), wait_for_world=seconds)
-        if rank.recovery == "domain":
-            job = rank.job_id
+        try:
+            use_rank(rank)
+        except errors.FailedPreconditionError:
             rank.close()  # leaves the job
-            raise errors.FailedPreconditionError(
-                f"rankd.torch: job {job!r} recovers by data-parallel domain "
-                "(rankd --recovery=domain), where a loss ends only its "
-                "replica's epoch, but torch's process groups span the "
-                "world; run the daemons with --recovery=on (rankrun "
-                "--recovery=on) or off")
-        use_rank(rank)
+            raise
         watch = _watch
     else:
         for name, have in (("rank", watch.rank.rank),
@@ -467,9 +474,10 @@ def rendezvous_handler(url, timeout=datetime.timedelta(minutes=30),
                     f"{name} {have} of job {watch.rank.job_id!r}")
     failure = watch.failure
     if failure is not None:
+        cls = error_class_for(failure.message)
         hint = "; call rankd.torch.rejoin() first" \
-            if watch.rank.recovers_in_place else ""
-        raise failure_error_class(watch.rank)(
+            if cls is EpochEndedError else ""
+        raise cls(
             f"rankd.torch: rankd:// rendezvous: {failure.message}{hint}")
     with _lock:
         epoch = watch.rank.epoch
@@ -512,7 +520,7 @@ def _job_failure(exc):
 
 
 def _raise_failed(op, failure, cause):
-    raise failure_error_class(_watch.rank)(
+    raise error_class_for(failure.message)(
         f"torch.distributed.{op}: {failure.message}") from cause
 
 
@@ -533,9 +541,10 @@ def rejoin(timeout=60.0):
     process, or when its epoch has not ended (no loss reported within
     failure_grace_seconds); JobFailedError when the job does not recover
     in place (--recovery=off) or FAILED meanwhile (its recovery deadline
-    passed, or the coordinator was lost); rankd.DeadlineExceededError
-    naming the epoch and the ranks still missing when `timeout` passes
-    (rejoin() may then be called again)."""
+    passed, or the coordinator was lost); rankd.UnavailableError when
+    this process lost its daemon; rankd.DeadlineExceededError naming the
+    epoch and the ranks still missing when `timeout` passes (rejoin() may
+    then be called again)."""
     watch = _watch
     if watch is None:
         raise errors.FailedPreconditionError(
@@ -544,15 +553,18 @@ def rejoin(timeout=60.0):
     ended = rank.epoch
     # A torch call may have seen the loss (the daemon's answer) a moment
     # before the rank's failure notice.
-    if not watch.failed.wait(failure_grace_seconds):
-        raise errors.FailedPreconditionError(
-            f"rankd.torch.rejoin: epoch {ended} of job {rank.job_id!r} has "
-            "not ended; rejoin() follows an EpochEndedError")
+    deadline = time.monotonic() + failure_grace_seconds
+    while (failure := watch.failure or rank.job_health()) is None:
+        if time.monotonic() >= deadline:
+            raise errors.FailedPreconditionError(
+                f"rankd.torch.rejoin: epoch {ended} of job {rank.job_id!r} "
+                "has not ended; rejoin() follows an EpochEndedError")
+        watch.failed.wait(0.01)
     if not rank.recovers_in_place:
         raise JobFailedError(
-            f"rankd.torch.rejoin: {watch.failure.message} (job "
-            f"{rank.job_id!r} does not recover in place: its daemons run "
-            "with --recovery=off)")
+            f"rankd.torch.rejoin: {failure.message} (job {rank.job_id!r} "
+            "does not recover in place: its daemons run with "
+            "--recovery=off)")
     if dist.is_initialized():
         dist.destroy_process_group()
     try:

@@ -12,6 +12,7 @@ the same cases on both). Values are bytes, at most 1 MiB (rankd's limit).
 
 import datetime
 import functools
+import re
 import time
 
 import torch.distributed as dist
@@ -79,18 +80,27 @@ class JobFailedError(errors.AbortedError, RuntimeError):
 
 
 class EpochEndedError(JobFailedError):
-    """JobFailedError of a job that recovers in place (rankd
-    --recovery=on, or rankrun --max_restarts): the loss ended the job's
-    epoch ("job J epoch E ended (MEMBER_LOST, ...): ..."), and the job
-    waits for a replacement. This process's process groups are gone, its
-    tensors are not: rankd.torch.rejoin(), then init_process_group(...,
-    init_method="rankd://") again, continue in the next epoch."""
+    """JobFailedError of a loss the job recovers from in place (rankd
+    --recovery=on, or rankrun --max_restarts; the job was serving): it
+    ended the job's epoch ("job J epoch E ended (MEMBER_LOST, ...): ..."),
+    and the job waits for a replacement. This process's process groups
+    are gone, its tensors are not: rankd.torch.rejoin(), then
+    init_process_group(..., init_method="rankd://") again, continue in the
+    next epoch."""
 
 
-def failure_error_class(rank):
-    """The error a failure of `rank`'s job is raised as: EpochEndedError
-    where the job recovers in place, else JobFailedError."""
-    return EpochEndedError if rank.recovers_in_place else JobFailedError
+# How the client library words a loss that ended an epoch, not the job
+# (client/client.h, Client::JobHealth and Client::EndsAnEpoch): "job J
+# epoch E ended (...)", by domain "job J (DOMAIN_RECOVERING, ...)".
+_ENDS_AN_EPOCH = re.compile(r"job \S+ (epoch \d+ ended|\(DOMAIN_RECOVERING)")
+
+
+def error_class_for(failure):
+    """The error class a job failure (its message, as the rank reported
+    it) is raised as: EpochEndedError for a loss that ended an epoch,
+    else JobFailedError (the job failed, or the daemon was lost)."""
+    return EpochEndedError if _ENDS_AN_EPOCH.match(failure) \
+        else JobFailedError
 
 
 # rankd's class -> its StoreError form (made on first use).
@@ -118,7 +128,8 @@ _FAILURE_GRACE_SECONDS = 2.0
 
 def _job_failure(rank, fallback):
     """The message of `rank`'s job failure, once it arrived (at most
-    _FAILURE_GRACE_SECONDS from now); `fallback` when it did not."""
+    _FAILURE_GRACE_SECONDS from now); `fallback` (may be None) when it did
+    not."""
     deadline = time.monotonic() + _FAILURE_GRACE_SECONDS
     while True:
         failure = rank.job_health()
@@ -129,10 +140,29 @@ def _job_failure(rank, fallback):
         time.sleep(0.01)
 
 
+def _failure_behind(rank, error):
+    """The words of the job failure behind `error` (a rankd error from a
+    store call), or None when the error is the call's own. Any error while
+    the rank knows of a failure; an AbortedError (the daemon's answer for a
+    failed job); a FAILED_PRECONDITION for an ended epoch (a recovering
+    job's daemon fences it, at times a moment before the rank's notice).
+    The last two wait for the notice (_job_failure)."""
+    health = rank.job_health()
+    if health is not None:
+        return health.message
+    if isinstance(error, errors.AbortedError):
+        return _job_failure(rank, error.message)
+    if isinstance(error, errors.FailedPreconditionError) and \
+            "but the job is at epoch" in error.message:
+        return _job_failure(rank, None)
+    return None
+
+
 def _translates_errors(method):
-    """Store `method` raising JobFailedError, in the words of the job's
-    failure, for rankd's AbortedError (the job failed), and every other
-    rankd error with StoreError mixed in."""
+    """Store `method` raising JobFailedError (EpochEndedError), in the words
+    of the job's failure, for an error the failure is behind
+    (_failure_behind), and every other rankd error with StoreError mixed
+    in."""
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         if self._retired is not None:
@@ -145,11 +175,11 @@ def _translates_errors(method):
             return method(self, *args, **kwargs)
         except (StoreError, JobFailedError):
             raise
-        except errors.AbortedError as e:
-            raise failure_error_class(self._rank)(
-                f"rankd store {method.__name__}: "
-                f"{_job_failure(self._rank, e.message)}") from e
         except errors.RankdError as e:
+            failure = _failure_behind(self._rank, e)
+            if failure is not None:
+                raise error_class_for(failure)(
+                    f"rankd store {method.__name__}: {failure}") from e
             raise _store_error_class(type(e))(e.message).with_traceback(
                 e.__traceback__) from None
     return call
@@ -382,6 +412,7 @@ class Store(dist.Store):
         twin = Store(self._rank, prefix=self._prefix, timeout=self.timeout,
                      on_value=self._on_value,
                      world_size=self._world_size_given)
+        twin._retired = self._retired
         twin._clones = self._clones
         self._clones.append(twin)
         return twin

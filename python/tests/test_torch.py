@@ -172,8 +172,8 @@ def test_a_lost_node_is_named_within_a_heartbeat_timeout(tmp):
     # lost and every survivor's collective ends with it.
     job = "torch-node"
     procs = _start_two_nodes(tmp, job, ["node-kill"])
+    ready, daemon = {}, None
     try:
-        ready = {}
         deadline = time.monotonic() + 120
         while len(ready) < 4:
             assert time.monotonic() < deadline, [
@@ -185,13 +185,25 @@ def test_a_lost_node_is_named_within_a_heartbeat_timeout(tmp):
                         r"READY (\d+) pid (\d+)", f.read())})
         time.sleep(0.5)  # node 0's ranks are inside all_reduce by then
         with open(procs[1][1].name, errors="replace") as f:
-            daemon = int(re.search(r"started rankd \(pid (\d+)\)",
-                                   f.read()).group(1))
+            started = re.search(r"started rankd \(pid (\d+)\)", f.read())
+        assert started, "node 1's rankrun named no daemon"
+        daemon = int(started.group(1))
         killed = time.time()
         for pid in (procs[1][0].pid, daemon, ready[2], ready[3]):
             os.kill(pid, signal.SIGKILL)
-    finally:
-        results = _finish(procs)
+    except BaseException:
+        # Stops what this test started before failing: both rankruns and
+        # node 1's daemon and ranks (node 0's go with their rankrun).
+        for pid in [p.pid for p, _ in procs] + [daemon] + [
+                ready.get(r) for r in (2, 3)]:
+            if pid is not None:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        _finish(procs, timeout=30)
+        raise
+    results = _finish(procs)
     output = "\n".join(out for _, out in results)
     assert results[0][0] == 0, output
     delays = {int(r): (float(t) - killed, line) for r, t, line in
@@ -683,9 +695,11 @@ def test_store_calls_after_a_lost_rank_raise_job_failed(tmp, recovery,
                     rankd.torch.rejoin(timeout=1)
                 assert "rank 1" in str(no.value), no.value
                 return
-            with pytest.raises(rankd.DeadlineExceededError,
-                               match=r"epoch 2[\s\S]*\b1\b"):
+            with pytest.raises(rankd.DeadlineExceededError) as late:
                 rankd.torch.rejoin(timeout=0.5)
+            assert "epoch 2" in late.value.message, late.value
+            assert "ranks have not joined: 1 (node 0: 1)" in \
+                late.value.message, late.value
             # Still in epoch 1: the store is not retired yet.
             assert watch.failure is not None and rank.epoch == 1
             watch.next_epoch()  # as a rejoin that succeeded does
@@ -808,15 +822,18 @@ def test_store_through_torch_prefix_store(store):
 def test_gpu_kit_torch_script_on_cpu():
     # The GPU kit's torch.distributed NCCL check (torch_dist_nccl.py), its
     # same steps on Gloo: a 1 x 2 job, exact collectives, one rank killed
-    # and the survivor's error naming it within the script's deadline.
+    # and the survivor's error naming it within the script's deadline; then
+    # the same in a job that recovers in place, the survivor rejoining
+    # beside the killed rank's replacement.
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                           "torch_dist_nccl.py")
-    # The ranks' own bound: importing torch and forming the group under
-    # ASan on a loaded 2-core machine took more than the GPU kit's 32 s.
+    # The ranks' own bound, for all three steps: importing torch and
+    # forming the group under ASan on a loaded 2-core machine took more
+    # than the GPU kit's 34 s for one step alone.
     env = dict(os.environ, TORCH_DIST_BACKEND="gloo",
-               RANKD_KIT_RANK_TIMEOUT_S="150")
+               RANKD_KIT_RANK_TIMEOUT_S="300")
     env.pop("RANKD_REQUIRE_GPU", None)
-    done = subprocess.run([sys.executable, script], env=env, timeout=200,
+    done = subprocess.run([sys.executable, script], env=env, timeout=360,
                           capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 0 and lines and lines[-1] == "PASSED", \

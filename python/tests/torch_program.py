@@ -195,7 +195,7 @@ def recover(rank, world, victim):
             print(f"LOSS {rank} {type(e).__name__}: "
                   f"{str(e).splitlines()[0]}", flush=True)
             rankd.torch.rejoin(timeout=60)
-            dist.init_process_group("gloo", init_method="rankd://")
+            init(tcp=False)
             step, mine = form(step)
             resumed_at = step
     assert weights.data_ptr() == where, "the shard was reallocated"

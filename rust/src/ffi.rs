@@ -56,10 +56,11 @@ pub const RANKD_COMPLEX64: i32 = 13;
 pub const RANKD_QUARANTINE_UNTIL_COMPLETE: i32 = 1;
 pub const RANKD_NATIVE_CANCEL: i32 = 2;
 
-// rankd_recovery.
-pub const RANKD_RECOVERY_OFF: i32 = 0;
-pub const RANKD_RECOVERY_JOB: i32 = 1;
-pub const RANKD_RECOVERY_DOMAIN: i32 = 2;
+/// `rankd_recovery` is a C enum: int-sized on every ABI rankd supports.
+pub type rankd_recovery = c_int;
+pub const RANKD_RECOVERY_OFF: rankd_recovery = 0;
+pub const RANKD_RECOVERY_JOB: rankd_recovery = 1;
+pub const RANKD_RECOVERY_DOMAIN: rankd_recovery = 2;
 
 /// `rankd_code` is a C enum: int-sized on every ABI rankd supports.
 pub type rankd_code = c_int;
@@ -284,7 +285,7 @@ extern "C" {
         user_data: *mut c_void,
     ) -> *mut rankd_status;
     pub fn rankd_rank_epoch(rank: *const rankd_rank) -> u64;
-    pub fn rankd_rank_recovery(rank: *const rankd_rank) -> c_int;
+    pub fn rankd_rank_recovery(rank: *const rankd_rank) -> rankd_recovery;
     pub fn rankd_rejoin(
         rank: *mut rankd_rank,
         ended_epoch: u64,

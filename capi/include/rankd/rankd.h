@@ -134,8 +134,8 @@ typedef struct rankd_join_options {
   /* This process's index on its node. -1: $RANKD_LOCAL_RANK, else the
    * daemon's choice: 0, or with a rank given, the rank's slot on the node
    * (its earlier one, else its default one when free, else the lowest
-   * free one; device_index -1 then records the slot's device, unless the
-   * process sees one GPU). */
+   * free one; a "cuda" device_index -1 then records the slot's GPU,
+   * unless the process sees one GPU). */
   int64_t local_rank;
   /* The world rank to claim. -1: $RANKD_RANK when set, else the daemon
    * assigns node_index * nproc_per_node + local_rank. */
