@@ -20,7 +20,7 @@ import torch.distributed as dist
 from . import errors
 
 __all__ = ["Store", "StoreError", "StoreTimeoutError", "JobFailedError",
-           "EpochEndedError", "DEFAULT_PREFIX"]
+           "EpochEndedError", "DEFAULT_PREFIX", "error_class_for"]
 
 # The namespace rankrun and the deploy manifests declare shared for torch.
 DEFAULT_PREFIX = "torch/"
