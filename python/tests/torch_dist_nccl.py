@@ -173,6 +173,25 @@ def recover_rank_main():
     dist.destroy_process_group()
 
 
+def survivor_failures(step, killed, ended_at, error, kind, outcome):
+    """What is wrong with rank 0's `error` (its collective ended at
+    `ended_at`, s), given the victim's KILLING line: later than DEADLINE_S
+    after the kill, or not a `kind` whose words name rank 1 with
+    `outcome` (" failed (", " epoch 1 ended ("). `step` prefixes it."""
+    delay = ended_at - float(killed.split()[2])
+    print(f"{step}rank 0's collective ended {delay * 1000:.0f} ms after the "
+          f"kill: {error}")
+    found = []
+    if delay > DEADLINE_S:
+        found.append(f"{step}rank 0's error came {delay:.1f} s after the "
+                     f"kill (at most {DEADLINE_S} s)")
+    if not error.startswith(kind + ":") or outcome not in error or \
+            "rank 1" not in error:
+        found.append(f"{step}rank 0's error is not a {kind} naming rank 1 "
+                     f"in rankd's words ({outcome.strip()}): {error}")
+    return found
+
+
 def recovery_failures(env, timeout):
     """Step 3; returns what went wrong (empty when it passed)."""
     from local_job import LocalJob
@@ -208,16 +227,8 @@ def recovery_failures(env, timeout):
     if not loss or not killed or "NO ERROR" in loss[0]:
         return [f"step 3: the kill drill did not run:\n{out0[-3000:]}"]
     words = loss[0].split(" ", 3)
-    delay = float(words[2]) - float(killed[0].split()[2])
-    print(f"step 3: rank 0's collective ended {delay * 1000:.0f} ms after "
-          f"the kill: {words[3]}")
-    if delay > DEADLINE_S:
-        found.append(f"step 3: rank 0's error came {delay:.1f} s after the "
-                     f"kill (at most {DEADLINE_S} s)")
-    if not words[3].startswith("EpochEndedError") or \
-            "epoch 1 ended" not in words[3] or "rank 1" not in words[3]:
-        found.append(f"step 3: rank 0's error is not the end of epoch 1 "
-                     f"naming rank 1: {words[3]}")
+    found += survivor_failures("step 3: ", killed[0], float(words[2]),
+                               words[3], "EpochEndedError", " epoch 1 ended (")
     for r, output in ((0, out0), (1, replaced)):
         if f"RECOVERED {r} epoch 2 " not in output:
             found.append(f"step 3: rank {r} did not serve at epoch 2:\n"
@@ -260,15 +271,8 @@ def failures():
     words = survived[0].split(" ", 4)
     if words[2] == "NO":
         return [f"rank 0's collective ended without an error: {survived[0]}"]
-    delay = float(words[2]) - float(killed[0].split()[2])
-    print(f"rank 0's collective ended {delay * 1000:.0f} ms after the kill: "
-          f"{words[4]}")
-    if delay > DEADLINE_S:
-        found.append(f"rank 0's error came {delay:.1f} s after the kill "
-                     f"(at most {DEADLINE_S} s)")
-    if "rank 1" not in words[4] or "JobFailedError" not in words[4]:
-        found.append(f"rank 0's error does not name rank 1 in rankd's "
-                     f"words: {words[4]}")
+    found += survivor_failures("", killed[0], float(words[2]), words[4],
+                               "JobFailedError", " failed (")
     left = deadline - time.monotonic()
     if left <= 0:
         return [f"steps 1-2 took the whole {total:g} s; step 3 did not run"]
