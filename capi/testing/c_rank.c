@@ -619,6 +619,10 @@ static void OnFailure(void* user_data, rankd_code code, const char* message) {
 }
 
 static void Lost(rankd_rank* rank) {
+  if (rankd_rank_recovery(rank) != RANKD_RECOVERY_OFF) {
+    Fail("rankd_rank_recovery is %d in a job with --recovery=off",
+         (int)rankd_rank_recovery(rank));
+  }
   Ok(rankd_on_job_failure(rank, OnFailure, &failures_seen), "on_job_failure");
   rankd_session* session = NULL;
   Ok(rankd_session_open(rank, NULL, &session), "rankd_session_open");

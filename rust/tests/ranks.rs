@@ -636,6 +636,8 @@ fn narrowed(rank: &Rank) {
 /// session; rank 0's receive fails naming it, within a deadline.
 fn lost(rank: &Rank, killed: bool) {
     let r = rank.rank();
+    // Without recovery a loss fails the job.
+    assert_eq!(rank.recovery(), Recovery::Off);
     let (tx, rx) = mpsc::channel();
     let tx = std::sync::Mutex::new(tx);
     rank.on_job_failure(move |e| {
