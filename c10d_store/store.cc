@@ -37,6 +37,14 @@ std::vector<uint8_t> Bytes(const std::string& text) {
   return std::vector<uint8_t>(text.begin(), text.end());
 }
 
+// When a wait of `timeout` that starts now ends (c10d::Store::kNoTimeout:
+// never).
+absl::Time DeadlineAfter(std::chrono::milliseconds timeout) {
+  return timeout == c10d::Store::kNoTimeout
+             ? absl::InfiniteFuture()
+             : MonotonicNow() + absl::FromChrono(timeout);
+}
+
 std::string Seconds(std::chrono::milliseconds timeout) {
   return absl::StrFormat("%g s", timeout.count() / 1000.0);
 }
@@ -227,9 +235,7 @@ std::vector<uint8_t> Store::compareSet(const std::string& key,
 std::vector<uint8_t> Store::get(const std::string& key) {
   return Call("get", [&]() -> absl::StatusOr<std::vector<uint8_t>> {
     const std::chrono::milliseconds timeout = timeout_;
-    const absl::Time deadline =
-        timeout == kNoTimeout ? absl::InfiniteFuture()
-                              : MonotonicNow() + absl::FromChrono(timeout);
+    const absl::Time deadline = DeadlineAfter(timeout);
     absl::StatusOr<std::string> value = Await(key, deadline, timeout);
     if (!value.ok()) return value.status();
     return Bytes(*value);
@@ -278,9 +284,7 @@ void Store::wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
 void Store::wait(const std::vector<std::string>& keys,
                  const std::chrono::milliseconds& timeout) {
   Call("wait", [&]() -> absl::StatusOr<bool> {
-    const absl::Time deadline =
-        timeout == kNoTimeout ? absl::InfiniteFuture()
-                              : MonotonicNow() + absl::FromChrono(timeout);
+    const absl::Time deadline = DeadlineAfter(timeout);
     for (const std::string& key : keys) {
       absl::StatusOr<std::string> value = Await(key, deadline, timeout);
       if (!value.ok()) return value.status();
@@ -315,9 +319,7 @@ std::vector<std::vector<uint8_t>> Store::multiGet(
   return Call(
       "multiGet", [&]() -> absl::StatusOr<std::vector<std::vector<uint8_t>>> {
         const std::chrono::milliseconds timeout = timeout_;
-        const absl::Time deadline =
-            timeout == kNoTimeout ? absl::InfiniteFuture()
-                                  : MonotonicNow() + absl::FromChrono(timeout);
+        const absl::Time deadline = DeadlineAfter(timeout);
         std::vector<std::vector<uint8_t>> values;
         for (const std::string& key : keys) {
           absl::StatusOr<std::string> value = Await(key, deadline, timeout);
