@@ -161,13 +161,15 @@ class _Watch:
         self._endpoints = set()
         rank.on_job_failure(self._on_failure)
 
-    def next_epoch(self):
-        """After the rank rejoined: forgets the ended epoch's failure and
-        Gloo endpoints (their connections are gone), retires its stores,
+    def next_epoch(self, failure):
+        """After the rank rejoined: forgets the ended epoch's failure
+        (`failure`, a rankd error; the watch may not have seen it, when the
+        rank's own health told first) and Gloo endpoints (their
+        connections are gone), retires its stores with `failure`'s words,
         and listens for a loss of the new epoch (the rank dropped the
         ended epoch's callback)."""
         with self._lock:
-            failure, self.failure = self.failure, None
+            self.failure = None
             self._endpoints = set()
             stores, self.stores = self.stores, []
         self.failed.clear()
@@ -571,7 +573,7 @@ def rejoin(timeout=60.0):
         epoch = rank.rejoin(ended, timeout=timeout)
     except errors.AbortedError as e:
         raise JobFailedError(f"rankd.torch.rejoin: {e.message}") from e
-    watch.next_epoch()
+    watch.next_epoch(failure)
     return epoch
 
 

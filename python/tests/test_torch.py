@@ -702,7 +702,7 @@ def test_store_calls_after_a_lost_rank_raise_job_failed(tmp, recovery,
                 late.value.message, late.value
             # Still in epoch 1: the store is not retired yet.
             assert watch.failure is not None and rank.epoch == 1
-            watch.next_epoch()  # as a rejoin that succeeded does
+            watch.next_epoch(watch.failure)  # as a successful rejoin does
             with pytest.raises(EpochEndedError,
                                match="belongs to an ended epoch") as ended:
                 store.get("k")
