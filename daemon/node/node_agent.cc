@@ -285,6 +285,13 @@ void NodeAgent::Join(const v1::JoinRequest& request,
   ForwardJoin(request, rank, std::move(reply), std::move(caller));
 }
 
+bool NodeAgent::SlotFreeForLocked(uint32_t local, uint32_t rank) const {
+  auto held = rank_of_local_.find(local);
+  if (held == rank_of_local_.end() || held->second == rank) return true;
+  auto holder = members_.find(held->second);
+  return holder == members_.end() || !holder->second.live();
+}
+
 absl::StatusOr<uint32_t> NodeAgent::LocalRankOfLocked(
     const v1::JoinRequest& request, uint32_t rank) const {
   if (request.has_local_rank() || !request.has_rank()) {
@@ -294,22 +301,17 @@ absl::StatusOr<uint32_t> NodeAgent::LocalRankOfLocked(
   // before (a replacement takes its predecessor's) unless another rank
   // took it since, else the rank's default slot when this node's block
   // holds the rank and the slot is free, else the lowest free one.
-  auto free = [&](uint32_t local) {
-    auto held = rank_of_local_.find(local);
-    if (held == rank_of_local_.end() || held->second == rank) return true;
-    auto holder = members_.find(held->second);
-    return holder == members_.end() || !holder->second.live();
-  };
   if (auto it = members_.find(rank);
-      it != members_.end() && free(it->second.local_rank)) {
+      it != members_.end() && SlotFreeForLocked(it->second.local_rank, rank)) {
     return it->second.local_rank;
   }
   const uint32_t nproc = spec_.nproc_per_node;
-  if (rank / nproc == node_.node_index() && free(rank % nproc)) {
+  if (rank / nproc == node_.node_index() &&
+      SlotFreeForLocked(rank % nproc, rank)) {
     return rank % nproc;
   }
   for (uint32_t local = 0; local < nproc; ++local) {
-    if (free(local)) return local;
+    if (SlotFreeForLocked(local, rank)) return local;
   }
   return absl::ResourceExhaustedError(
       absl::StrCat("rank ", rank, " names no local_rank and every one of node ",

@@ -217,6 +217,10 @@ class NodeAgent : public CoordinatorLink::Listener {
   absl::StatusOr<uint32_t> LocalRankOfLocked(const v1::JoinRequest& request,
                                              uint32_t rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether slot `local` is free for `rank`: no live member holds it, or
+  // `rank` does.
+  bool SlotFreeForLocked(uint32_t local, uint32_t rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLease(uint32_t rank, uint64_t incarnation);
   void LoseRank(uint32_t rank, uint64_t incarnation, const std::string& reason);
   // Sends one round's frames to the coordinator (LocalRounds' Send). With
