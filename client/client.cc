@@ -28,6 +28,7 @@
 #include "client/internal/rank_connection.h"
 #include "client/internal/round_call.h"
 #include "client/internal/round_slot_client.h"
+#include "common/lock_order_checks.h"
 #include "common/monotonic_clock.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
@@ -108,6 +109,8 @@ Client::Client(std::shared_ptr<internal::RankConnection> core)
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     const ClientOptions& given) {
+  // Before the rank's first operation (common/lock_order_checks.h).
+  UseReleaseLockOrderChecks();
   ClientOptions options = given;
   if (options.bearer_token.empty()) {
     // The token the launcher minted for this rank alone.

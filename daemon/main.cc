@@ -8,9 +8,9 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "common/command_help.h"
 #include "common/exit_codes.h"
+#include "common/lock_order_checks.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/descriptor_limit.h"
@@ -25,13 +25,8 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-#ifdef NDEBUG
-  // Debian's abseil is built with its lock-order (deadlock) detection on,
-  // which records every lock acquisition in a graph: about 4% of a busy
-  // coordinator's CPU (bench/RESULTS.md, scale). Optimized builds skip it;
-  // the test builds (no NDEBUG) keep it.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-#endif
+  // Abseil's lock-order checker: about 4% of a busy coordinator's CPU.
+  rankd::UseReleaseLockOrderChecks();
 
   constexpr absl::string_view kUsage =
       "rankd: per-node control-plane daemon of a distributed serving job.\n"
