@@ -1,5 +1,6 @@
 #include "dataplane/operation_description.h"
 
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,22 @@ namespace rankd::dataplane {
 std::string DescribeOnValue(absl::string_view kind,
                             const ValueDescriptor& value) {
   return absl::StrCat(kind, " ", value.ToString());
+}
+
+const std::string& DescribeOnValueRemembered(const char* kind,
+                                             const ValueDescriptor& value) {
+  struct Remembered {
+    const char* kind = nullptr;
+    std::optional<ValueDescriptor> value;
+    std::string description;
+  };
+  thread_local Remembered last;
+  if (last.kind != kind || !last.value.has_value() || !(*last.value == value)) {
+    last.description = DescribeOnValue(kind, value);
+    last.kind = kind;
+    last.value = value;
+  }
+  return last.description;
 }
 
 std::string DescribeRooted(absl::string_view kind, uint32_t root,

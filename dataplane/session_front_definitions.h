@@ -65,9 +65,28 @@ absl::StatusOr<typename Layer::Scope> Admitted(
 }
 
 // The words every message of a collective uses: "all_gather on world".
+// Remembered per thread for the last (operation, scope) asked: a serving
+// loop labels the same operation on the same scope every step, and the
+// format costs more than the copy (`operation` is a string literal,
+// compared by address).
 inline std::string OnScope(const char* operation,
                            const CollectiveScope& scope) {
-  return absl::StrCat(operation, " on ", scope.ToString());
+  struct Remembered {
+    const char* operation = nullptr;
+    bool world = false;
+    CollectiveGroupId group = 0;
+    std::string label;
+  };
+  thread_local Remembered last;
+  const CollectiveGroupId group = scope.is_world() ? 0 : scope.group_id();
+  if (last.operation != operation || last.world != scope.is_world() ||
+      last.group != group) {
+    last.label = absl::StrCat(operation, " on ", scope.ToString());
+    last.operation = operation;
+    last.world = scope.is_world();
+    last.group = group;
+  }
+  return last.label;
 }
 
 // Admission of a transfer with member `peer` of `scope` (CheckPeerOf).

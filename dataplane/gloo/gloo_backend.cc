@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -160,15 +161,19 @@ absl::StatusOr<HostTensor> OutputFor(const std::string& op,
   return *std::move(into);
 }
 
-// Runs `call`, the Gloo call of operation number `sequence` on `scope`
-// (described by `canonical`). A native failure is handed to `diagnosis`,
-// which names the members that submitted something else, if any did.
+// Runs `call`, the Gloo call of operation number `sequence` on the group
+// or route `scope_of` describes (described by `canonical`). A native
+// failure is handed to `diagnosis`, which names the members that submitted
+// something else, if any did. Nothing is described unless the call failed:
+// this runs once per operation.
 TaskResult RunNative(const MismatchDiagnosis& diagnosis,
-                     SubmittedOperation scope, uint32_t sequence,
-                     const std::string& op, const std::string& canonical,
+                     absl::FunctionRef<SubmittedOperation()> scope_of,
+                     uint32_t sequence, const std::string& op,
+                     const std::string& canonical,
                      const std::function<void()>& call) {
-  absl::Status s = CatchNative(absl::StrCat("gloo ", op), call);
+  absl::Status s = CatchNative("gloo", op, call);
   if (s.ok()) return TaskResult::Ok();
+  SubmittedOperation scope = scope_of();
   scope.sequence = sequence;
   scope.canonical = canonical;
   Explanation why = diagnosis.Explain(scope, s);
@@ -225,8 +230,9 @@ TaskResult RunCollective(GlooGroup& g, const RunSettings& run,
   }
   const uint32_t sequence = g.NextSequence();
   const uint32_t tag = OperationTag(sequence, fingerprint);
-  return RunNative(*run.diagnosis, OnGroup(g), sequence, op, canonical,
-                   [&] { call(tag); });
+  return RunNative(
+      *run.diagnosis, [&] { return OnGroup(g); }, sequence, op, canonical,
+      [&] { call(tag); });
 }
 
 // The submission of `output` once queued as `completion`.
@@ -533,7 +539,7 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(
         local);
     return Submitted(std::move(completion), output);
   }
-  std::string canonical = DescribeOnValue(kind, value.descriptor());
+  std::string canonical = DescribeOnValueRemembered(kind, value.descriptor());
   if (options().all_reduce_bcube_max_bytes != kDefaultAllReduceBcubeMaxBytes ||
       options().all_reduce_ring_segment_bytes !=
           kDefaultAllReduceRingSegmentBytes) {
@@ -549,11 +555,16 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(
       options().all_reduce_ring_segment_bytes);
   // Members that chose different plans must never pair.
   const uint64_t fingerprint = OperationFingerprint(canonical) ^ plan.salt();
+  // The buffers, not the tensors: the operation retains both until the
+  // work finished (HostExecutor::Submit), so the work needs no copy of
+  // their descriptors.
+  const void* const in = in_place ? nullptr : value.data();
+  void* const out = output.data();
+  const size_t elements = output.descriptor().element_count();
   auto completion = executor.Submit(
       name, op, {value.resource(), output.resource(), g},
-      [g, value, output, in_place, kernel, op, canonical = std::move(canonical),
+      [g, in, out, elements, kernel, op, canonical = std::move(canonical),
        fingerprint, plan, run = SettingsOf(*impl_)] {
-        const size_t elements = output.descriptor().element_count();
         const Milliseconds timeout = run.timeout;
         return RunCollective(
             *g, run, op, canonical, fingerprint, [&](uint32_t tag) {
@@ -565,9 +576,8 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(
                 internal::NativeBarrier(g->context(), tag, timeout);
                 return;
               }
-              internal::NativeAllReduce(
-                  g->context(), in_place ? nullptr : value.data(),
-                  output.data(), elements, kernel, tag, timeout, plan);
+              internal::NativeAllReduce(g->context(), in, out, elements, kernel,
+                                        tag, timeout, plan);
             });
       });
   return Submitted(std::move(completion), output);
@@ -754,8 +764,9 @@ GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
         }
         const uint32_t sequence = g->NextSequence();
         const uint32_t tag = OperationTag(sequence, fingerprint);
-        TaskResult r =
-            RunNative(*diagnosis, OnGroup(*g), sequence, op, canonical, [&] {
+        TaskResult r = RunNative(
+            *diagnosis, [&] { return OnGroup(*g); }, sequence, op, canonical,
+            [&] {
               internal::NativeAllToAllV(
                   g->context(), direct ? value.data() : packed.data(),
                   send_bytes, direct ? output.data() : staging.data(),
@@ -1016,8 +1027,9 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
           const size_t bytes = i < tensors.size() ? tensors[i].byte_size() : 0;
           const uint64_t slot =
               internal::RouteSlot(ascending, tag, static_cast<uint16_t>(2 + i));
-          TaskResult r =
-              RunNative(*diagnosis, scope, sequence, op, canonical, [&] {
+          TaskResult r = RunNative(
+              *diagnosis, [&] { return scope; }, sequence, op, canonical,
+              [&] {
                 if (is_source) {
                   internal::NativeSend(g->context(), peer, slot, data, bytes,
                                        timeout);
@@ -1150,11 +1162,12 @@ GlooBundleSubmission GlooBackend::BatchSendReceiveImpl(
           const Transfer& first = transfers[named];
           GlooRoute route(g, first.send ? me : first.peer,
                           first.send ? first.peer : me);
-          TaskResult r = RunNative(*diagnosis, OnRoute(route), sequence[named],
-                                   op, first.canonical, [&] {
-                                     internal::NativeTransfers(
-                                         g->context(), payloads, timeout);
-                                   });
+          TaskResult r = RunNative(
+              *diagnosis, [&] { return OnRoute(route); }, sequence[named], op,
+              first.canonical,
+              [&] {
+                internal::NativeTransfers(g->context(), payloads, timeout);
+              });
           if (!r.status.ok()) return r;
         }
         if (!verdict.ok()) return TaskResult::Agreed(std::move(verdict));

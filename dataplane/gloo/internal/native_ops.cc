@@ -75,24 +75,33 @@ AllReducePlan AllReducePlanFor(size_t bytes, size_t bcube_max_bytes,
 
 absl::Status CatchNative(absl::string_view what,
                          const std::function<void()>& fn) {
+  return CatchNative(what, "", fn);
+}
+
+absl::Status CatchNative(absl::string_view prefix, absl::string_view subject,
+                         const std::function<void()>& fn) {
+  auto what = [&] {
+    return subject.empty() ? std::string(prefix)
+                           : absl::StrCat(prefix, " ", subject);
+  };
   try {
     fn();
     return absl::OkStatus();
   } catch (const ::gloo::IoException& e) {
     const std::string text = e.what();
     if (absl::StrContains(text, "Timed out")) {
-      return absl::DeadlineExceededError(absl::StrCat(what, ": ", text));
+      return absl::DeadlineExceededError(absl::StrCat(what(), ": ", text));
     }
-    return absl::UnavailableError(absl::StrCat(what, ": ", text));
+    return absl::UnavailableError(absl::StrCat(what(), ": ", text));
   } catch (const ::gloo::Exception& e) {
-    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+    return absl::InternalError(absl::StrCat(what(), ": ", e.what()));
   } catch (const ::gloo::EnforceNotMet& e) {
-    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+    return absl::InternalError(absl::StrCat(what(), ": ", e.what()));
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+    return absl::InternalError(absl::StrCat(what(), ": ", e.what()));
   } catch (...) {
     return absl::UnknownError(
-        absl::StrCat(what, ": an unknown exception was thrown"));
+        absl::StrCat(what(), ": an unknown exception was thrown"));
   }
 }
 

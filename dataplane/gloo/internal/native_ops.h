@@ -38,6 +38,12 @@ using Milliseconds = std::chrono::milliseconds;
 absl::Status CatchNative(absl::string_view what,
                          const std::function<void()>& fn);
 
+// The same, with "<what>" = "<prefix> <subject>", joined only when `fn`
+// threw: the form a per-operation call uses, so that a call that succeeds
+// builds no message.
+absl::Status CatchNative(absl::string_view prefix, absl::string_view subject,
+                         const std::function<void()>& fn);
+
 // Gloo's allreduce algorithms. kBcube is recursive halving/doubling: Gloo
 // takes out every factor 2 of the member count as one pairwise step each
 // and exchanges directly within what remains, so a power of two needs
