@@ -94,7 +94,9 @@ bazel build -c "$MODE" //daemon:rankd //client:rankctl //bench:$BENCH_TARGET \
 BIN=$(bazel info -c "$MODE" bazel-bin 2>/dev/null)
 RANKD=$BIN/daemon/rankd
 RANKCTL=$BIN/client/rankctl
-RANK_BENCH=$BIN/bench/$BENCH_TARGET
+# RANK_BENCH_OVERRIDE (diagnostic): another build's rank program, for a
+# same-run comparison of two builds.
+RANK_BENCH=${RANK_BENCH_OVERRIDE:-$BIN/bench/$BENCH_TARGET}
 for b in "$RANKD" "$RANKCTL" "$RANK_BENCH"; do [[ -x $b ]] || die "missing $b"; done
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -31,7 +31,7 @@
 #          [--phases=N]
 #          [--nnodes=N] [--nproc_per_node=N] [--results=PATH | --no_results]
 #          [--note=TEXT] [--keep=DIR] [--skip_setup] [--skip_torch]
-#          [--rank_env=NAME=VALUE ...] [--pin]
+#          [--rank_env=NAME=VALUE ...] [--pin] [--blocks=N]
 # Environment defaults: SIZES (16 B, then 1 KiB to 64 MiB in powers of 4),
 # BYTES_PER_SIZE (256 MiB: timed iterations = BYTES_PER_SIZE / size, clamped
 # to [MIN_ITERS (32), MAX_ITERS (200)]; warmup = iterations / 10, clamped to
@@ -42,6 +42,14 @@
 # (diagnostic) runs rankd only and writes no results. --rank_env (diagnostic,
 # repeatable) sets an environment variable for the rankd rank processes only,
 # e.g. GLIBC_TUNABLES=glibc.malloc.hugetlb=1; it is recorded with the run.
+# --blocks=N (default 4) splits each size's timed operations into N blocks,
+# the modes taking turns block by block; N at least the operation count
+# makes them take turns operation by operation, so that every mode meets the
+# same machine state (the fairest same-run comparison on a noisy host; the
+# "Paired by block" table then pairs single operations).
+# RANK_BENCH_OVERRIDE=PATH (diagnostic) runs PATH as the rankd rank program
+# instead of this build's (for example one built at another commit, for a
+# same-run comparison of two builds; bench/bench_lib.sh).
 # --pin binds rank r's process (all its threads), rankd's and torch's alike,
 # to CPU r mod the CPU count (taskset / sched_setaffinity); the daemons are
 # not pinned. With one rank per CPU (1 x 2 or 2 x 1 on 2 CPUs) the
@@ -69,6 +77,7 @@ SETUP=1
 TORCH=1
 RANK_ENV=()
 PIN=0
+BLOCKS=4        # allreduce_bench.cc's --blocks default
 ORIG_ARGS=("$@")
 
 die() { echo "run_allreduce: $*" >&2; exit 1; }
@@ -90,16 +99,17 @@ for arg in "$@"; do
     --skip_torch) TORCH=0; RESULTS="" ;;
     --rank_env=*=*) RANK_ENV+=("${arg#*=}") ;;
     --pin) PIN=1 ;;
-    -h|--help) sed -n "2,51p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --blocks=*) BLOCKS=${arg#*=} ;;
+    -h|--help) sed -n "2,60p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$arg' (see --help)" ;;
   esac
 done
-for v in BYTES_PER_SIZE MIN_ITERS MAX_ITERS PHASES NNODES NPROC_PER_NODE; do
+for v in BYTES_PER_SIZE MIN_ITERS MAX_ITERS PHASES NNODES NPROC_PER_NODE BLOCKS; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a number, got '${!v}'"
 done
-((MIN_ITERS >= 1 && MAX_ITERS >= MIN_ITERS && NNODES >= 1 && NPROC_PER_NODE >= 1 &&
+((MIN_ITERS >= 1 && MAX_ITERS >= MIN_ITERS && NNODES >= 1 && NPROC_PER_NODE >= 1 && BLOCKS >= 1 &&
   PHASES >= 1 && MIN_ITERS >= PHASES)) ||
-  die "need 1 <= phases <= min_iters <= max_iters, nnodes >= 1, nproc_per_node >= 1"
+  die "need 1 <= phases <= min_iters <= max_iters, nnodes >= 1, nproc_per_node >= 1, blocks >= 1"
 M='(rankd|direct|rankd_copy|rankd_verify|rankd_local)'
 [[ $MODES =~ ^$M(,$M)*$ ]] ||
   die "--modes: a comma-separated list of rankd, direct, rankd_copy, rankd_verify, rankd_local"
@@ -137,7 +147,6 @@ source bench/bench_lib.sh  # the repository root is the working folder
 echo "rankd: $NNODES daemon(s) ready; $WORLD ranks, modes $MODES, schedule $SCHEDULE in $PHASES phases ..." >&2
 
 RUN_LIMIT=600   # seconds, per system and phase; generous
-BLOCKS=4        # allreduce_bench.cc's --blocks default
 LOAD_MID=""
 for ((phase = 0; phase < PHASES; phase++)); do
   ((phase == 0)) || start_daemons
@@ -199,7 +208,7 @@ meta=(
   --meta "layout=$NNODES daemon(s) x $NPROC_PER_NODE ranks = $WORLD ranks, loopback (ranks on Unix sockets to their daemon; Gloo over 127.0.0.1 TCP between rank processes)"
   --meta "payload=float32; in place for rankd (donated input), direct and torch, out of place for rankd_copy; schedule bytes:warmup:iters = $SCHEDULE, run as $PHASES phases (rankd then torch, alternating), each timing its share after its own warmup"
   --meta "rankd=git $rev, bazel -c $MODE, Gloo $(dpkg-query -W -f='${Version}' libgloo0 2>/dev/null || echo '?') (Debian libgloo0)"
-  --meta "rankd modes=$MODES"
+  --meta "rankd modes=$MODES, taking turns in $BLOCKS block(s) per size and phase"
   --meta "torch=$TORCH_VERSION (Debian python3-torch, links the same libgloo0), Gloo over TCP on lo, TCPStore init, torch.set_num_threads(1)"
   --meta "command=$cmd"
 )
