@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/monotonic_clock.h"
 #include "dataplane/execution_host.h"
 
 namespace rankd::dataplane {
@@ -24,6 +25,12 @@ TaskResult RunTask(const char* backend, const HostExecutor::Task& task) {
         absl::StrCat(backend, " backend: unexpected exception")));
   }
 }
+
+// kPromptWait for the steady clock (absl's conversion is an out-of-line
+// call, and RunIfNext compares with it every operation).
+constexpr std::chrono::microseconds kPromptWaitChrono{100};
+static_assert(absl::Microseconds(kPromptWaitChrono.count()) ==
+              HostExecutor::kPromptWait);
 
 }  // namespace
 
@@ -74,6 +81,7 @@ absl::StatusOr<std::shared_ptr<OperationCompletion>> HostExecutor::Submit(
       item.held = !local && prompt_waiter_;
       item.submitted_held = item.held;
       queue_.push_back(std::move(item));
+      NotifyLocked();
       return completion;
     }
     // Nothing ahead of it: run it here. running_ holds later work (and
@@ -83,6 +91,7 @@ absl::StatusOr<std::shared_ptr<OperationCompletion>> HostExecutor::Submit(
   RunItem(backend_, item, absl::OkStatus(), host);
   absl::MutexLock lock(&mu_);
   running_ = false;
+  NotifyLocked();
   return completion;
 }
 
@@ -97,6 +106,7 @@ bool HostExecutor::RunIfNext(const std::shared_ptr<Operation>& op) {
       if (std::any_of(queue_.begin(), queue_.end(),
                       [&op](const Item& i) { return i.op == op; })) {
         ReleaseHeld(std::chrono::steady_clock::duration::zero());
+        NotifyLocked();
       }
       return false;
     }
@@ -105,9 +115,8 @@ bool HostExecutor::RunIfNext(const std::shared_ptr<Operation>& op) {
     running_ = true;
     waiter_started_ = std::chrono::steady_clock::now();
     // Won against the woken executor thread, or took held work at once.
-    prompt_waiter_ =
-        !item.submitted_held ||
-        waiter_started_ - item.queued <= absl::ToChronoNanoseconds(kPromptWait);
+    prompt_waiter_ = !item.submitted_held ||
+                     waiter_started_ - item.queued <= kPromptWaitChrono;
     taken_by_waiters_.fetch_add(1, std::memory_order_release);
     host = host_.lock();
   }
@@ -115,12 +124,14 @@ bool HostExecutor::RunIfNext(const std::shared_ptr<Operation>& op) {
   host.reset();
   absl::MutexLock lock(&mu_);
   running_ = false;
+  NotifyLocked();
   return true;
 }
 
 void HostExecutor::StartHeld() {
   absl::MutexLock lock(&mu_);
   ReleaseHeld(std::chrono::steady_clock::duration::zero());
+  NotifyLocked();
 }
 
 size_t HostExecutor::held() const {
@@ -146,6 +157,7 @@ void HostExecutor::Shutdown(const absl::Status& cause) {
     if (!stopping_) {
       stopping_ = true;
       shutdown_cause_ = cause;
+      NotifyLocked();
     }
   }
   if (thread_.joinable()) thread_.join();
@@ -156,12 +168,34 @@ bool HostExecutor::idle() const {
   return queue_.empty() && !running_;
 }
 
+void HostExecutor::NotifyLocked() {
+  bool due = false;
+  switch (awaiting_) {
+    case Awaiting::kNothing:
+      break;
+    case Awaiting::kWork:
+      due = !running_ && (stopping_ || !queue_.empty());
+      break;
+    case Awaiting::kEnd:
+      due = !running_;
+      break;
+    case Awaiting::kReady:
+      due = stopping_ ? !running_ : FrontReady();
+      break;
+  }
+  if (due) thread_cv_.Signal();
+  if (queue_.empty() && !running_) idle_cv_.SignalAll();
+}
+
 bool HostExecutor::WaitIdle(absl::Duration timeout) const {
+  const absl::Time deadline = MonotonicNow() + timeout;
   absl::MutexLock lock(&mu_);
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return queue_.empty() && !running_;
-  };
-  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+  while (!queue_.empty() || running_) {
+    const absl::Time now = MonotonicNow();
+    if (now >= deadline) return false;
+    idle_cv_.WaitWithTimeout(&mu_, deadline - now);
+  }
+  return true;
 }
 
 void HostExecutor::RunItem(const char* backend, Item& item,
@@ -223,10 +257,11 @@ void HostExecutor::Loop() {
                                        [](const Item& i) { return i.held; });
         if (held == queue_.end() && (paused || !prompt_waiter_)) {
           // Nothing held: sleep until work is queued (held or not).
-          auto work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-            return !running_ && (stopping_ || !queue_.empty());
-          };
-          mu_.Await(absl::Condition(&work));
+          awaiting_ = Awaiting::kWork;
+          while (running_ || (!stopping_ && queue_.empty())) {
+            thread_cv_.Wait(&mu_);
+          }
+          awaiting_ = Awaiting::kNothing;
           paused = false;
           continue;
         }
@@ -235,10 +270,9 @@ void HostExecutor::Loop() {
           // A caller has been running its work for a while (a large
           // operation): nothing starts before it ends, so sleep until then
           // instead of looking every kHeldStartBound.
-          auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-            return !running_;
-          };
-          mu_.Await(absl::Condition(&ended));
+          awaiting_ = Awaiting::kEnd;
+          while (running_) thread_cv_.Wait(&mu_);
+          awaiting_ = Awaiting::kNothing;
           continue;
         }
         // Work is (or will be) held for callers that wait at once: look
@@ -249,10 +283,16 @@ void HostExecutor::Loop() {
                                  : std::max(held->queued + held_bound - now,
                                             Clock::duration::zero());
         const uint64_t submitted = submitted_;
-        if (mu_.AwaitWithTimeout(absl::Condition(&ready),
-                                 absl::FromChrono(due))) {
-          break;
+        const Clock::time_point until = now + due;
+        awaiting_ = Awaiting::kReady;
+        bool became_ready = ready();
+        for (Clock::time_point t = now; !became_ready && t < until;
+             t = Clock::now()) {
+          thread_cv_.WaitWithTimeout(&mu_, absl::FromChrono(until - t));
+          became_ready = ready();
         }
+        awaiting_ = Awaiting::kNothing;
+        if (became_ready) break;
         // Nobody took what is due: its caller does not wait for it.
         ReleaseHeld(held_bound / 2);
         paused = !running_ && queue_.empty() && submitted_ == submitted;
@@ -286,6 +326,7 @@ void HostExecutor::Loop() {
     RunItem(backend_, item, shutdown, weak.lock());
     absl::MutexLock lock(&mu_);
     running_ = false;
+    NotifyLocked();
   }
 }
 
