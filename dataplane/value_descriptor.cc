@@ -52,21 +52,22 @@ absl::StatusOr<ValueDescriptor> ValueDescriptor::Rows(
 
 ValueDescriptor ValueDescriptor::RowDescriptor() const {
   std::vector<size_t> row;
-  if (shape_.size() > 1) row.assign(shape_.begin() + 1, shape_.end());
+  if (shape_->size() > 1) row.assign(shape_->begin() + 1, shape_->end());
   size_t elements = 1;
   for (size_t d : row) elements *= d;
   return ValueDescriptor(std::move(row), dtype_, elements);
 }
 
 size_t ValueDescriptor::row_elements() const {
-  if (shape_.empty()) return 1;
+  if (shape_->empty()) return 1;
   size_t elements = 1;
-  for (size_t i = 1; i < shape_.size(); ++i) elements *= shape_[i];
+  for (size_t i = 1; i < shape_->size(); ++i) elements *= (*shape_)[i];
   return elements;
 }
 
 std::string ValueDescriptor::ToString() const {
-  return absl::StrCat(DtypeName(dtype_), "[", absl::StrJoin(shape_, ", "), "]");
+  return absl::StrCat(DtypeName(dtype_), "[", absl::StrJoin(*shape_, ", "),
+                      "]");
 }
 
 }  // namespace rankd::dataplane

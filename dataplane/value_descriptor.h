@@ -7,6 +7,7 @@
 #define RANKD_DATAPLANE_VALUE_DESCRIPTOR_H_
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,25 +37,34 @@ class ValueDescriptor {
   // row for a 1-D value or a scalar). Never fails.
   ValueDescriptor RowDescriptor() const;
 
-  const std::vector<size_t>& shape() const { return shape_; }
+  // Copies share one immutable shape (a reference count, no allocation:
+  // a descriptor is copied with every tensor, several times per
+  // operation). A moved-from descriptor is still this descriptor.
+  ValueDescriptor(const ValueDescriptor&) = default;
+  ValueDescriptor& operator=(const ValueDescriptor&) = default;
+
+  const std::vector<size_t>& shape() const { return *shape_; }
   TensorDtype dtype() const { return dtype_; }
   size_t element_count() const { return elements_; }
   size_t byte_size() const { return elements_ * DtypeSize(dtype_); }
   // Elements in one row of the leading axis (all elements for a scalar).
   size_t row_elements() const;
   // Length of the leading axis (1 for a scalar).
-  size_t rows() const { return shape_.empty() ? 1 : shape_[0]; }
+  size_t rows() const { return shape_->empty() ? 1 : (*shape_)[0]; }
   // "f32[4, 8]"
   std::string ToString() const;
 
   friend bool operator==(const ValueDescriptor& a, const ValueDescriptor& b) {
-    return a.shape_ == b.shape_ && a.dtype_ == b.dtype_;
+    return a.dtype_ == b.dtype_ &&
+           (a.shape_ == b.shape_ || *a.shape_ == *b.shape_);
   }
 
  private:
   ValueDescriptor(std::vector<size_t> shape, TensorDtype dtype, size_t elements)
-      : shape_(std::move(shape)), dtype_(dtype), elements_(elements) {}
-  std::vector<size_t> shape_;
+      : shape_(std::make_shared<const std::vector<size_t>>(std::move(shape))),
+        dtype_(dtype),
+        elements_(elements) {}
+  std::shared_ptr<const std::vector<size_t>> shape_;  // never null
   TensorDtype dtype_;
   size_t elements_;
 };
