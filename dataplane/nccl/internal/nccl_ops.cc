@@ -113,7 +113,8 @@ TensorResult SubmitAllReduceSum(SessionImpl& core, const ScopedComm& on,
                             stream, name);
   if (!out.ok()) return refuse.Refuse(out.status());
   OpPlan plan;
-  plan.canonical = DescribeOnValue("all_reduce_sum", input.descriptor());
+  plan.canonical =
+      DescribeOnValueRemembered("all_reduce_sum", input.descriptor());
   plan.name = std::move(name);
   plan.comm = comm;
   plan.scope = on.scope;
