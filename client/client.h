@@ -152,6 +152,9 @@ class Client {
   // rank's own token from $RANKD_RANK_TOKEN (kRankTokenEnvVar).
   // Returns InvalidArgument for bad options and Unavailable when the daemon
   // cannot be reached in time; both name the target. Does not join.
+  // In an optimized build of rankd, the first call turns abseil's
+  // process-wide lock-order checker off (common/lock_order_checks.h;
+  // RANKD_LOCK_ORDER_CHECKS=keep leaves it alone).
   static absl::StatusOr<std::unique_ptr<Client>> Connect(
       const ClientOptions& options);
 

@@ -13,17 +13,21 @@ std::string DescribeOnValue(absl::string_view kind,
   return absl::StrCat(kind, " ", value.ToString());
 }
 
-const std::string& DescribeOnValueRemembered(const char* kind,
+const std::string& DescribeOnValueRemembered(absl::string_view kind,
                                              const ValueDescriptor& value) {
   struct Remembered {
-    const char* kind = nullptr;
+    std::string kind;
     std::optional<ValueDescriptor> value;
     std::string description;
   };
   thread_local Remembered last;
-  if (last.kind != kind || !last.value.has_value() || !(*last.value == value)) {
-    last.description = DescribeOnValue(kind, value);
-    last.kind = kind;
+  if (!last.value.has_value() || last.kind != kind || !(*last.value == value)) {
+    // Built first, then moved in (no throw): an allocation failure leaves
+    // the last entry whole.
+    std::string description = DescribeOnValue(kind, value);
+    std::string key(kind);
+    last.description = std::move(description);
+    last.kind = std::move(key);
     last.value = value;
   }
   return last.description;

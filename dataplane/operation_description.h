@@ -26,13 +26,12 @@ std::string DescribeOnValue(absl::string_view kind,
                             const ValueDescriptor& value);
 
 // DescribeOnValue(kind, value), remembered per thread: the description
-// this thread made last, when `kind` is the same pointer (pass a string
-// literal) and `value` equals its descriptor, else a new one. A serving
-// loop submits the same work over and over, and a description is a
-// format of the kind and every dimension (about a microsecond, a fifth of
-// a Gloo operation's host time): this makes it a comparison. The reference
-// is valid until this thread's next call; copy it to keep it.
-const std::string& DescribeOnValueRemembered(const char* kind,
+// this thread made last, when `kind` and `value` equal the last call's,
+// else a new one. A serving loop submits the same work over and over, and
+// a description is a format of the kind and every dimension (about a
+// microsecond on the benchmark machine): this makes it two comparisons.
+// The reference is valid until this thread's next call; copy it to keep it.
+const std::string& DescribeOnValueRemembered(absl::string_view kind,
                                              const ValueDescriptor& value);
 
 // Work on one value shared by every member, with a root member index

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/monotonic_clock.h"
@@ -67,24 +68,29 @@ absl::StatusOr<typename Layer::Scope> Admitted(
 // The words every message of a collective uses: "all_gather on world".
 // Remembered per thread for the last (operation, scope) asked: a serving
 // loop labels the same operation on the same scope every step, and the
-// format costs more than the copy (`operation` is a string literal,
-// compared by address).
-inline std::string OnScope(const char* operation,
+// format costs more than the comparison and the copy.
+inline std::string OnScope(absl::string_view operation,
                            const CollectiveScope& scope) {
   struct Remembered {
-    const char* operation = nullptr;
+    std::string operation;
+    bool valid = false;
     bool world = false;
     CollectiveGroupId group = 0;
     std::string label;
   };
   thread_local Remembered last;
   const CollectiveGroupId group = scope.is_world() ? 0 : scope.group_id();
-  if (last.operation != operation || last.world != scope.is_world() ||
-      last.group != group) {
-    last.label = absl::StrCat(operation, " on ", scope.ToString());
-    last.operation = operation;
+  if (!last.valid || last.world != scope.is_world() || last.group != group ||
+      last.operation != operation) {
+    // Built first, then moved in (no throw): an allocation failure leaves
+    // the last entry whole.
+    std::string label = absl::StrCat(operation, " on ", scope.ToString());
+    std::string key(operation);
+    last.label = std::move(label);
+    last.operation = std::move(key);
     last.world = scope.is_world();
     last.group = group;
+    last.valid = true;
   }
   return last.label;
 }
