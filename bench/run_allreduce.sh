@@ -46,7 +46,8 @@
 # the modes taking turns block by block; N at least the operation count
 # makes them take turns operation by operation, so that every mode meets the
 # same machine state (the fairest same-run comparison on a noisy host; the
-# "Paired by block" table then pairs single operations).
+# "Paired by block" table then pairs single operations; each turn ends with
+# one untimed, checked operation, so that doubles the work).
 # RANK_BENCH_OVERRIDE=PATH (diagnostic) runs PATH as the rankd rank program
 # instead of this build's (for example one built at another commit, for a
 # same-run comparison of two builds; bench/bench_lib.sh).
