@@ -101,7 +101,7 @@ for arg in "$@"; do
     --rank_env=*=*) RANK_ENV+=("${arg#*=}") ;;
     --pin) PIN=1 ;;
     --blocks=*) BLOCKS=${arg#*=} ;;
-    -h|--help) sed -n "2,60p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n "2,61p" "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$arg' (see --help)" ;;
   esac
 done
