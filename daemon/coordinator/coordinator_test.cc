@@ -1935,14 +1935,6 @@ TEST_F(RecoveryTest, ALeaveDuringRecoveryFailsTheJobNamingTheLostSlots) {
       << job.failure();
 }
 
-TEST_F(RecoveryTest, LossWhileFormingStillFailsTheJob) {
-  ASSERT_TRUE(Register(0).ok());
-  ASSERT_TRUE(Register(1).ok());
-  ASSERT_TRUE(JoinNow(1, 3).ok());
-  ASSERT_TRUE(Lose(1, 3).ok());
-  EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_FAILED);
-}
-
 // ------------------------------------------------ recovery by domain
 
 // docs/contract.md, "Data-parallel domains". DefaultSpec is tp2 dp2: domain
