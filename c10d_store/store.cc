@@ -35,6 +35,7 @@ bool FencedByALaterEpoch(const absl::Status& error) {
   return error.code() == absl::StatusCode::kFailedPrecondition &&
          absl::StrContains(error.message(), " but the job is at epoch ");
 }
+
 // The longest single KvGet (the daemon refuses waits over kMaxTimeoutMs);
 // a longer wait, or one without limit (kNoTimeout), goes on in such
 // slices.
