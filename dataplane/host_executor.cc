@@ -201,30 +201,50 @@ bool HostExecutor::WaitIdle(absl::Duration timeout) const {
 void HostExecutor::RunItem(const char* backend, Item& item,
                            const absl::Status& shutdown,
                            const std::shared_ptr<ExecutionHost>& host) {
-  absl::Status status;
-  const std::string& operation = item.op->operation();
-  if (!shutdown.ok()) {
-    status = absl::Status(shutdown.code(),
-                          absl::StrCat(backend, " ", operation,
-                                       " not run: ", shutdown.message()));
-  } else if (host == nullptr) {
-    status = absl::CancelledError(
-        absl::StrCat(backend, " ", operation, " not run: the session is gone"));
-  } else {
-    status = host->BeforeRun(operation);
-    if (status.ok()) {
-      TaskResult result = RunTask(backend, item.task);
-      status = std::move(result.status);
-      if (!status.ok() && result.native_failure) {
-        status = host->OnNativeFailure(operation, status, result.explained);
-      } else if (!status.ok()) {
-        item.op->Refuse(status);
+  // Everything here but the task (which RunTask guards) may still throw
+  // std::bad_alloc while building a message. Escaping, it would end the
+  // executor thread's process, or leave a submitter's or waiter's running_
+  // set for good (every later operation then waits forever): so the item
+  // is finished with the failure instead, and the executor goes on.
+  try {
+    absl::Status status;
+    const std::string& operation = item.op->operation();
+    if (!shutdown.ok()) {
+      status = absl::Status(shutdown.code(),
+                            absl::StrCat(backend, " ", operation,
+                                         " not run: ", shutdown.message()));
+    } else if (host == nullptr) {
+      status = absl::CancelledError(absl::StrCat(
+          backend, " ", operation, " not run: the session is gone"));
+    } else {
+      status = host->BeforeRun(operation);
+      if (status.ok()) {
+        TaskResult result = RunTask(backend, item.task);
+        status = std::move(result.status);
+        if (!status.ok() && result.native_failure) {
+          status = host->OnNativeFailure(operation, status, result.explained);
+        } else if (!status.ok()) {
+          item.op->Refuse(status);
+        }
       }
     }
+    item.task = nullptr;  // drop the body's references first
+    item.op->Finish(std::move(status));
+    if (host != nullptr) host->WorkFinished();
+  } catch (...) {
+    // A fixed message: building another could throw again. Finish is a
+    // no-op when the throw came after it.
+    item.task = nullptr;
+    try {
+      item.op->Finish(absl::InternalError(
+          "host executor: an unexpected exception while running the "
+          "operation; it did not complete"));
+      if (host != nullptr) host->WorkFinished();
+    } catch (...) {
+      // Out of memory twice: the operation stays unfinished, and its
+      // waiters end at their own deadlines.
+    }
   }
-  item.task = nullptr;  // drop the body's references first
-  item.op->Finish(status);
-  if (host != nullptr) host->WorkFinished();
 }
 
 void HostExecutor::Loop() {

@@ -181,7 +181,9 @@ class HostExecutor {
   // operation on the benchmark machine.)
   void NotifyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs (or, with `shutdown` an error or the host gone, refuses) one item
-  // and finishes its operation; `running_` is set for it.
+  // and finishes its operation; `running_` is set for it. Never throws: an
+  // exception outside the task (which RunTask guards) finishes the item
+  // with an internal error, so that running_ is always cleared after.
   static void RunItem(const char* backend, Item& item,
                       const absl::Status& shutdown,
                       const std::shared_ptr<ExecutionHost>& host);

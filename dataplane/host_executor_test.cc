@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdio>
 #include <memory>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -30,6 +31,7 @@ class FakeHost final : public ExecutionHost {
     return absl::OkStatus();
   }
   absl::Status BeforeRun(const std::string&) const override {
+    if (throw_before_run_.exchange(false)) throw std::bad_alloc();
     return absl::OkStatus();
   }
   absl::Status OnNativeFailure(const std::string&, const absl::Status& error,
@@ -54,7 +56,12 @@ class FakeHost final : public ExecutionHost {
     executor_->StartHeld();
   }
 
+  // The next BeforeRun throws std::bad_alloc (outside the task, which the
+  // executor guards separately).
+  void ThrowBeforeNextRun() { throw_before_run_.store(true); }
+
  private:
+  mutable std::atomic<bool> throw_before_run_{false};
   HostExecutor* const executor_;
 };
 
@@ -261,6 +268,36 @@ TEST_F(ExecutorTest, ShutdownFinishesHeldWorkWithoutRunningIt) {
   const absl::Status s = held->Wait();
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
   EXPECT_TRUE(order().empty());
+}
+
+TEST_F(ExecutorTest,
+       AnExceptionOutsideTheTaskFinishesItsItemAndTheExecutorGoesOn) {
+  // On the submitter (local work), on a waiter (RunIfNext) and on the
+  // executor thread: the item ends with an internal error, nothing escapes,
+  // and the next operation still runs (running_ was cleared).
+  host_->ThrowBeforeNextRun();
+  auto local = executor_.Submit("test", "local op", {}, Record(1),
+                                /*local=*/true);
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ((*local)->Wait().code(), absl::StatusCode::kInternal);
+
+  host_->ThrowBeforeNextRun();
+  auto waited = executor_.Submit("test", "waited op", {}, Record(2));
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_EQ((*waited)->Wait().code(), absl::StatusCode::kInternal);
+
+  host_->ThrowBeforeNextRun();
+  auto unwaited = executor_.Submit("test", "unwaited op", {}, Record(3));
+  ASSERT_TRUE(unwaited.ok()) << unwaited.status();
+  // A bounded wait leaves it to the executor thread.
+  ASSERT_TRUE((*unwaited)->WaitFor(absl::Seconds(10)));
+  EXPECT_EQ((*unwaited)->Wait().code(), absl::StatusCode::kInternal);
+
+  auto next = executor_.Submit("test", "next op", {}, Record(4));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_TRUE((*next)->Wait().ok());
+  EXPECT_EQ(order(), std::vector<int>{4});
+  EXPECT_TRUE(executor_.WaitIdle(absl::Seconds(10)));
 }
 
 }  // namespace
