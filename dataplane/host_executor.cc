@@ -14,9 +14,10 @@ namespace {
 // Task bodies catch their native library's exceptions themselves; this
 // catches anything else (e.g. std::bad_alloc while staging buffers) so that
 // nothing escapes the executor thread.
-TaskResult RunTask(const char* backend, const HostExecutor::Task& task) {
+TaskResult RunTask(const char* backend, const HostExecutor::Task& task,
+                   const std::string& operation) {
   try {
-    return task();
+    return task(operation);
   } catch (const std::exception& e) {
     return TaskResult::Native(absl::InternalError(
         absl::StrCat(backend, " backend: unexpected exception: ", e.what())));
@@ -219,7 +220,7 @@ void HostExecutor::RunItem(const char* backend, Item& item,
     } else {
       status = host->BeforeRun(operation);
       if (status.ok()) {
-        TaskResult result = RunTask(backend, item.task);
+        TaskResult result = RunTask(backend, item.task, operation);
         status = std::move(result.status);
         if (!status.ok() && result.native_failure) {
           status = host->OnNativeFailure(operation, status, result.explained);

@@ -78,7 +78,10 @@ struct TaskResult {
 
 class HostExecutor {
  public:
-  using Task = std::function<TaskResult()>;
+  // An operation's body. It is given the operation's name (Submit's
+  // `operation`, the subject of its messages), which the executor keeps for
+  // it: a body needs no copy of its own.
+  using Task = std::function<TaskResult(const std::string& operation)>;
 
   // Executor number `lane` of its backend (0 is the default one); its
   // operations use the native contexts of that lane. `backend` ("gloo", a

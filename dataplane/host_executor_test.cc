@@ -76,7 +76,7 @@ class ExecutorTest : public ::testing::Test {
 
   // A task that records its number and thread.
   HostExecutor::Task Record(int n) {
-    return [this, n] {
+    return [this, n](const std::string&) {
       absl::MutexLock lock(&mu_);
       order_.push_back(n);
       threads_.push_back(std::this_thread::get_id());
@@ -99,9 +99,10 @@ class ExecutorTest : public ::testing::Test {
   std::shared_ptr<OperationCompletion> SubmitHeld(HostExecutor::Task task) {
     for (int i = 0; i < 1000; ++i) {
       auto armed = std::make_shared<std::atomic<bool>>(false);
-      auto done = executor_.Submit("test", "op", {}, [armed, task] {
-        return armed->load() ? task() : TaskResult::Ok();
-      });
+      auto done = executor_.Submit(
+          "test", "op", {}, [armed, task](const std::string& op) {
+            return armed->load() ? task(op) : TaskResult::Ok();
+          });
       if (!done.ok()) {
         ADD_FAILURE() << done.status();
         return nullptr;
@@ -140,10 +141,11 @@ TEST_F(ExecutorTest, LocalWorkRunsOnTheSubmitterWhenIdle) {
 
 TEST_F(ExecutorTest, LocalWorkWaitsBehindEarlierWork) {
   absl::Notification release;
-  auto blocker = executor_.Submit("test", "blocker", {}, [this, &release] {
-    release.WaitForNotification();
-    return Record(1)();
-  });
+  auto blocker = executor_.Submit("test", "blocker", {},
+                                  [this, &release](const std::string& op) {
+                                    release.WaitForNotification();
+                                    return Record(1)(op);
+                                  });
   ASSERT_TRUE(blocker.ok());
   auto local = executor_.Submit("test", "local op", {}, Record(2),
                                 /*local=*/true);
@@ -158,10 +160,10 @@ TEST_F(ExecutorTest, LocalWorkWaitsBehindEarlierWork) {
 
 TEST_F(ExecutorTest, WaiterRunsOnlyTheNextOperation) {
   absl::Notification started, release;
-  auto a = executor_.Submit("test", "a", {}, [&, this] {
+  auto a = executor_.Submit("test", "a", {}, [&, this](const std::string& op) {
     started.Notify();
     release.WaitForNotification();
-    return Record(1)();
+    return Record(1)(op);
   });
   ASSERT_TRUE(a.ok());
   started.WaitForNotification();  // a runs on the executor thread
@@ -219,8 +221,8 @@ TEST_F(ExecutorTest, HeldWorkRunsOnItsWaiter) {
 
 TEST_F(ExecutorTest, HeldWorkNobodyTakesStartsOnTheExecutorThread) {
   absl::Notification ran;
-  auto held = SubmitHeld([this, &ran] {
-    TaskResult r = Record(1)();
+  auto held = SubmitHeld([this, &ran](const std::string& op) {
+    TaskResult r = Record(1)(op);
     ran.Notify();
     return r;
   });

@@ -114,6 +114,7 @@ void Operation::Refuse(absl::Status refusal) {
 }
 
 bool Operation::refused() const {
+  if (finished_.load(std::memory_order_acquire)) return final_refused();
   absl::MutexLock lock(&mu_);
   return refused_;
 }
@@ -156,12 +157,14 @@ void Operation::ProbeLocked() {
 }
 
 bool Operation::Done() {
+  if (finished_.load(std::memory_order_acquire)) return true;
   absl::MutexLock lock(&mu_);
   ProbeLocked();
   return done_;
 }
 
 absl::Status Operation::status() const {
+  if (finished_.load(std::memory_order_acquire)) return final_status();
   absl::MutexLock lock(&mu_);
   return status_;
 }

@@ -154,6 +154,15 @@ class Operation : public std::enable_shared_from_this<Operation> {
   void FinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Asks the probe (when queued) and finishes on its answer.
   void ProbeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The outcome once finished_ is set, read without the lock: every writer
+  // of status_ and refused_ returns once done_ is set, and both are written
+  // before finished_ (release), so a reader that saw finished_ (acquire)
+  // reads their final values. The waiting caller reads the outcome several
+  // times per operation; each lock is an atomic exchange.
+  const absl::Status& final_status() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return status_;
+  }
+  bool final_refused() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return refused_; }
 
   const std::string operation_;
   const Probe probe_;
@@ -161,8 +170,8 @@ class Operation : public std::enable_shared_from_this<Operation> {
   bool queued_ ABSL_GUARDED_BY(mu_) = true;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
-  // done_, published once the outcome is final, for WaitFor to poll
-  // without the lock.
+  // done_, published once the outcome is final, for WaitFor, Done,
+  // status and refused to read without the lock.
   std::atomic<bool> finished_{false};
   bool refused_ ABSL_GUARDED_BY(mu_) = false;
   bool quarantined_ ABSL_GUARDED_BY(mu_) = false;

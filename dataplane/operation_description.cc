@@ -13,18 +13,19 @@ std::string DescribeOnValue(absl::string_view kind,
   return absl::StrCat(kind, " ", value.ToString());
 }
 
-const std::string& DescribeOnValueRemembered(absl::string_view kind,
-                                             const ValueDescriptor& value) {
+std::shared_ptr<const std::string> DescribeOnValueRemembered(
+    absl::string_view kind, const ValueDescriptor& value) {
   struct Remembered {
     std::string kind;
     std::optional<ValueDescriptor> value;
-    std::string description;
+    std::shared_ptr<const std::string> description;
   };
   thread_local Remembered last;
   if (!last.value.has_value() || last.kind != kind || !(*last.value == value)) {
     // Built first, then moved in (no throw): an allocation failure leaves
     // the last entry whole.
-    std::string description = DescribeOnValue(kind, value);
+    auto description =
+        std::make_shared<const std::string>(DescribeOnValue(kind, value));
     std::string key(kind);
     last.description = std::move(description);
     last.kind = std::move(key);

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -30,9 +31,10 @@ std::string DescribeOnValue(absl::string_view kind,
 // else a new one. A serving loop submits the same work over and over, and
 // a description is a format of the kind and every dimension (about a
 // microsecond on the benchmark machine): this makes it two comparisons.
-// The reference is valid until this thread's next call; copy it to keep it.
-const std::string& DescribeOnValueRemembered(absl::string_view kind,
-                                             const ValueDescriptor& value);
+// Shared and immutable: keeping it (in an operation's queued work) costs a
+// reference count, not a copy. Never null.
+std::shared_ptr<const std::string> DescribeOnValueRemembered(
+    absl::string_view kind, const ValueDescriptor& value);
 
 // Work on one value shared by every member, with a root member index
 // ("broadcast root=1 f32[4]").

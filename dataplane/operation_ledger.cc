@@ -9,8 +9,9 @@ namespace rankd::dataplane {
 
 OperationLedger::SequenceCell OperationLedger::Add(
     const std::shared_ptr<Operation>& op, absl::Time deadline,
-    SubmittedOperation what) {
-  auto sequence = std::make_shared<std::atomic<int64_t>>(-1);
+    SubmittedOperation what, bool records_sequence) {
+  SequenceCell sequence =
+      records_sequence ? std::make_shared<std::atomic<int64_t>>(-1) : nullptr;
   absl::MutexLock lock(&mu_);
   if (entries_.size() >= prune_at_) {
     // Cheap here, on the submitting thread: only destroyed operations (no
@@ -35,7 +36,7 @@ std::optional<OperationLedger::Expired> OperationLedger::FirstExpired(
     std::shared_ptr<Operation> op = e.op.lock();
     if (op == nullptr || op->Done()) continue;
     Expired expired{std::move(op), e.what, false};
-    const int64_t sequence = e.sequence->load();
+    const int64_t sequence = e.recorded();
     expired.ordered = sequence >= 0;
     expired.what.sequence =
         static_cast<uint32_t>(std::max<int64_t>(sequence, 0));
@@ -52,7 +53,7 @@ std::string OperationLedger::DescribeUnfinished(size_t most) const {
     std::shared_ptr<Operation> op = e.op.lock();
     if (op == nullptr || op->Done()) continue;
     if (++unfinished > most) continue;
-    const int64_t sequence = e.sequence->load();
+    const int64_t sequence = e.recorded();
     absl::StrAppend(&described, described.empty() ? "" : ", ",
                     sequence >= 0 ? absl::StrCat("#", sequence, " ") : "",
                     "on ", e.what.scope_name, ": ", e.what.canonical);

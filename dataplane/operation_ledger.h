@@ -71,9 +71,12 @@ class OperationLedger {
 
   // Registers `op`, due by `deadline`, before its native work is queued.
   // The ledger holds it weakly (its completion owns it). When FailAll was
-  // called before, `op` is failed with that cause at once.
+  // called before, `op` is failed with that cause at once. Returns the cell
+  // for its sequence number, or null without `records_sequence` (a backend
+  // that never records one, Gloo's: no cell is made, and the operation
+  // counts as never ordered).
   SequenceCell Add(const std::shared_ptr<Operation>& op, absl::Time deadline,
-                   SubmittedOperation what);
+                   SubmittedOperation what, bool records_sequence = true);
 
   // The first registered operation that is unfinished at `now` and past its
   // deadline, or nullopt.
@@ -100,7 +103,9 @@ class OperationLedger {
     std::weak_ptr<Operation> op;
     absl::Time deadline;
     SubmittedOperation what;
-    SequenceCell sequence;
+    SequenceCell sequence;  // null: never recorded
+    // The recorded sequence number, -1 when none was.
+    int64_t recorded() const { return sequence ? sequence->load() : -1; }
   };
   void PruneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -61,6 +61,24 @@ TEST(OperationLedgerTest, FirstExpiredIsTheFirstUnfinishedPastItsDeadline) {
   due_later->Finish(absl::OkStatus());
 }
 
+TEST(OperationLedgerTest, AnOperationWithoutASequenceCellIsNeverOrdered) {
+  OperationLedger ledger;
+  const absl::Time now = MonotonicNow();
+  auto late = Running("all_reduce_sum on world");
+  EXPECT_EQ(
+      ledger.Add(late, now - absl::Seconds(1), What("all_reduce_sum f32[4]"),
+                 /*records_sequence=*/false),
+      nullptr);
+  std::optional<OperationLedger::Expired> expired = ledger.FirstExpired(now);
+  ASSERT_TRUE(expired.has_value());
+  EXPECT_EQ(expired->op, late);
+  EXPECT_FALSE(expired->ordered);
+  EXPECT_EQ(expired->what.sequence, 0u);
+  EXPECT_EQ(ledger.DescribeUnfinished(2), "on world: all_reduce_sum f32[4]");
+  late->Finish(absl::OkStatus());
+  EXPECT_FALSE(ledger.FirstExpired(now).has_value());
+}
+
 TEST(OperationLedgerTest, DescribeUnfinishedNamesTheOldestOnes) {
   OperationLedger ledger;
   EXPECT_EQ(ledger.DescribeUnfinished(2), "no operation outstanding");

@@ -25,12 +25,16 @@ void Quarantine::Admit(std::shared_ptr<const Completion> completion,
   absl::MutexLock lock(&mu_);
   items_.push_back(Item{std::move(completion), std::move(resources),
                         std::move(description)});
+  held_.store(items_.size(), std::memory_order_release);
   ++admitted_;
   nudged_ = true;
   if (!reaper_.joinable()) reaper_ = std::thread([this] { ReaperLoop(); });
 }
 
 void Quarantine::Notify() {
+  // Nothing quarantined: nothing for the reaper to look at (an Admit that
+  // races with this nudges it itself).
+  if (held_.load(std::memory_order_acquire) == 0) return;
   absl::MutexLock lock(&mu_);
   nudged_ = true;
 }
@@ -46,6 +50,8 @@ size_t Quarantine::admitted() const {
 }
 
 absl::Status Quarantine::Fence(const char* backend) const {
+  // Every admission asks, and almost always nothing is quarantined.
+  if (held_.load(std::memory_order_acquire) == 0) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
   if (items_.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(
@@ -68,6 +74,7 @@ size_t Quarantine::Abandon() {
   {
     absl::MutexLock lock(&mu_);
     items.swap(items_);
+    held_.store(0, std::memory_order_release);
   }
   size_t abandoned = 0;
   for (Item& item : items) {
@@ -109,6 +116,7 @@ void Quarantine::ReaperLoop() {
           ++it;
         }
       }
+      held_.store(items_.size(), std::memory_order_release);
       if (stopping && items_.empty() && done.empty()) return;
     }
     // Release outside the lock: resources first, then the completion.

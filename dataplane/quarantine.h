@@ -21,6 +21,7 @@
 #ifndef RANKD_DATAPLANE_QUARANTINE_H_
 #define RANKD_DATAPLANE_QUARANTINE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -88,6 +89,9 @@ class Quarantine {
   const absl::Duration poll_interval_;
   mutable absl::Mutex mu_;
   std::vector<Item> items_ ABSL_GUARDED_BY(mu_);
+  // items_.size(), written under mu_, for Fence and Notify to read without
+  // it: they run for every operation.
+  std::atomic<size_t> held_{0};
   size_t admitted_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool nudged_ ABSL_GUARDED_BY(mu_) = false;

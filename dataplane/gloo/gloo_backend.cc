@@ -170,7 +170,7 @@ TaskResult RunNative(const MismatchDiagnosis& diagnosis,
                      absl::FunctionRef<SubmittedOperation()> scope_of,
                      uint32_t sequence, const std::string& op,
                      const std::string& canonical,
-                     const std::function<void()>& call) {
+                     absl::FunctionRef<void()> call) {
   absl::Status s = CatchNative("gloo", op, call);
   if (s.ok()) return TaskResult::Ok();
   SubmittedOperation scope = scope_of();
@@ -223,7 +223,7 @@ RunSettings SettingsOf(const internal::SessionImpl& impl) {
 TaskResult RunCollective(GlooGroup& g, const RunSettings& run,
                          const std::string& op, const std::string& canonical,
                          uint64_t fingerprint,
-                         const std::function<void(uint32_t tag)>& call) {
+                         absl::FunctionRef<void(uint32_t tag)> call) {
   if (run.verify) {
     TaskResult r = internal::VerifyAgreement(g, op, canonical, run.timeout);
     if (!r.status.ok()) return r;
@@ -386,14 +386,15 @@ absl::Status GlooBackend::RefuseWithPeers(
   const Milliseconds timeout = Millis(options().op_timeout);
   // What the peers' check gathers: the fingerprint (and for
   // all_to_all_v, counts, here zeros) of what this member "submitted".
-  auto told = executor.Submit(name, op, {g}, [g, op, check, timeout] {
-    if (check == AgreementCheck::kAllToAll) {
-      const std::vector<size_t> none(g->size(), 0);
-      return internal::VerifyAllToAllCounts(*g, op, kRefusedCanonical, none,
-                                            none, timeout);
-    }
-    return internal::VerifyAgreement(*g, op, kRefusedCanonical, timeout);
-  });
+  auto told = executor.Submit(
+      name, op, {g}, [g, check, timeout](const std::string& op) {
+        if (check == AgreementCheck::kAllToAll) {
+          const std::vector<size_t> none(g->size(), 0);
+          return internal::VerifyAllToAllCounts(*g, op, kRefusedCanonical, none,
+                                                none, timeout);
+        }
+        return internal::VerifyAgreement(*g, op, kRefusedCanonical, timeout);
+      });
   return RefusalAfterTelling(refusal, group.ToString(), /*route=*/false,
                              told.status());
 }
@@ -413,8 +414,8 @@ absl::Status GlooBackend::RefuseWithPeer(const char* name,
   const uint32_t source = route.source_index();
   const uint32_t destination = route.destination_index();
   const Milliseconds timeout = Millis(options().op_timeout);
-  auto told =
-      executor.Submit(name, op, {g}, [g, op, source, destination, timeout] {
+  auto told = executor.Submit(
+      name, op, {g}, [g, source, destination, timeout](const std::string& op) {
         return internal::ExchangeRouteFingerprints(
             *g, op, g->NextRouteSequence(source, destination), source,
             destination, kRefusedCanonical, timeout);
@@ -444,8 +445,9 @@ absl::Status GlooBackend::RefuseBatchWithPeers(
   }
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   const Milliseconds timeout = Millis(options().op_timeout);
-  auto told =
-      executor.Submit(name, op, {g}, [g, op, ends = std::move(ends), timeout] {
+  auto told = executor.Submit(
+      name, op, {g},
+      [g, ends = std::move(ends), timeout](const std::string& op) {
         const std::vector<uint32_t> sequence = NumberBatch(*g, ends);
         std::vector<uint64_t> mine(ends.size(),
                                    OperationFingerprint(kRefusedCanonical));
@@ -473,7 +475,8 @@ GlooUnitSubmission GlooBackend::SubmitLocalDependencies(
   // Host tensors are evaluated already; the task only orders.
   auto completion =
       executor.Submit("submit_local_dependencies", "submit_local_dependencies",
-                      std::move(resources), [] { return TaskResult::Ok(); });
+                      std::move(resources),
+                      [](const std::string&) { return TaskResult::Ok(); });
   return Submitted(std::move(completion), Unit{});
 }
 
@@ -498,7 +501,7 @@ GlooTensorSubmission GlooBackend::AllReduceSumImpl(
   if (caller == Caller::kBackendSurface) {
     if (absl::Status s = Precheck(name, group, executor); !s.ok()) return s;
   }
-  const std::string op = Labeled(std::move(label), name, group, executor);
+  std::string op = Labeled(std::move(label), name, group, executor);
   auto refuse = [&](const absl::Status& refusal) {
     return RefuseWithPeers(name, op, group, executor,
                            AgreementCheck::kCollective, refusal);
@@ -512,11 +515,12 @@ GlooTensorSubmission GlooBackend::AllReduceSumImpl(
   auto output = OutputFor(op, std::move(into), value.descriptor(), value,
                           /*in_place=*/true);
   if (!output.ok()) return refuse(output.status());
-  return SubmitAllReduce(name, op, value, *output, *kernel, group, executor);
+  return SubmitAllReduce(name, std::move(op), value, *output, *kernel, group,
+                         executor);
 }
 
 GlooTensorSubmission GlooBackend::SubmitAllReduce(
-    const char* name, const std::string& op, const HostTensor& value,
+    const char* name, std::string op, const HostTensor& value,
     const HostTensor& output, const internal::SumKernel& kernel,
     GlooGroup& group, GlooExecutor& executor) {
   constexpr char kind[] = "all_reduce_sum";
@@ -529,8 +533,8 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(
     // a large copy is better overlapped on the executor thread.
     const bool local = in_place || value.byte_size() <= kLocalCopyMaxBytes;
     auto completion = executor.Submit(
-        name, op, {value.resource(), output.resource(), g},
-        [value, output, in_place] {
+        name, std::move(op), {value.resource(), output.resource(), g},
+        [value, output, in_place](const std::string&) {
           if (!in_place) {
             std::memcpy(output.data(), value.data(), value.byte_size());
           }
@@ -539,22 +543,24 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(
         local);
     return Submitted(std::move(completion), output);
   }
-  std::string canonical = DescribeOnValueRemembered(kind, value.descriptor());
+  std::shared_ptr<const std::string> canonical =
+      DescribeOnValueRemembered(kind, value.descriptor());
   if (options().all_reduce_bcube_max_bytes != kDefaultAllReduceBcubeMaxBytes ||
       options().all_reduce_ring_segment_bytes !=
           kDefaultAllReduceRingSegmentBytes) {
     // So that verify_agreement and the diagnosis tell members whose plan
     // options differ apart (the salt below only keeps them from pairing).
-    absl::StrAppend(&canonical, " (all_reduce_bcube_max_bytes ",
-                    options().all_reduce_bcube_max_bytes,
-                    ", all_reduce_ring_segment_bytes ",
-                    options().all_reduce_ring_segment_bytes, ")");
+    canonical = std::make_shared<const std::string>(
+        absl::StrCat(*canonical, " (all_reduce_bcube_max_bytes ",
+                     options().all_reduce_bcube_max_bytes,
+                     ", all_reduce_ring_segment_bytes ",
+                     options().all_reduce_ring_segment_bytes, ")"));
   }
   const internal::AllReducePlan plan = internal::AllReducePlanFor(
       value.byte_size(), options().all_reduce_bcube_max_bytes,
       options().all_reduce_ring_segment_bytes);
   // Members that chose different plans must never pair.
-  const uint64_t fingerprint = OperationFingerprint(canonical) ^ plan.salt();
+  const uint64_t fingerprint = OperationFingerprint(*canonical) ^ plan.salt();
   // The buffers, not the tensors: the operation retains both until the
   // work finished (HostExecutor::Submit), so the work needs no copy of
   // their descriptors.
@@ -562,12 +568,12 @@ GlooTensorSubmission GlooBackend::SubmitAllReduce(
   void* const out = output.data();
   const size_t elements = output.descriptor().element_count();
   auto completion = executor.Submit(
-      name, op, {value.resource(), output.resource(), g},
-      [g, in, out, elements, kernel, op, canonical = std::move(canonical),
-       fingerprint, plan, run = SettingsOf(*impl_)] {
+      name, std::move(op), {value.resource(), output.resource(), g},
+      [g, in, out, elements, kernel, canonical = std::move(canonical),
+       fingerprint, plan, run = SettingsOf(*impl_)](const std::string& op) {
         const Milliseconds timeout = run.timeout;
         return RunCollective(
-            *g, run, op, canonical, fingerprint, [&](uint32_t tag) {
+            *g, run, op, *canonical, fingerprint, [&](uint32_t tag) {
               if (elements == 0) {
                 // No rows to sum, but still a collective (docs/contract.md,
                 // "Empty values"): it waits for every member, as NCCL's
@@ -663,8 +669,8 @@ GlooTensorSubmission GlooBackend::SubmitGather(
   const uint64_t fingerprint = OperationFingerprint(canonical);
   auto completion = executor.Submit(
       name, op, {value.resource(), output.resource(), g},
-      [g, value, output, counts, layout, op, canonical, fingerprint,
-       run = SettingsOf(*impl_)] {
+      [g, value, output, counts, layout, canonical, fingerprint,
+       run = SettingsOf(*impl_)](const std::string& op) {
         if (g->context() == nullptr) {
           std::memcpy(output.data(), value.data(), value.byte_size());
           return TaskResult::Ok();
@@ -737,8 +743,8 @@ GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
       name, op, {value.resource(), output.resource(), g},
-      [g, value, output, counts, layout, op, canonical, fingerprint, timeout,
-       diagnosis = impl_->diagnosis()] {
+      [g, value, output, counts, layout, canonical, fingerprint, timeout,
+       diagnosis = impl_->diagnosis()](const std::string& op) {
         if (g->context() == nullptr) {
           std::memcpy(output.data(), value.data(), value.byte_size());
           return TaskResult::Ok();
@@ -821,8 +827,8 @@ GlooTensorSubmission GlooBackend::BroadcastImpl(const HostTensor& value,
   const int root_index = static_cast<int>(root_member_index);
   auto completion = executor.Submit(
       kind, op, {value.resource(), output.resource(), g},
-      [g, value, output, copy_in, root_index, op, canonical, fingerprint,
-       run = SettingsOf(*impl_)] {
+      [g, value, output, copy_in, root_index, canonical, fingerprint,
+       run = SettingsOf(*impl_)](const std::string& op) {
         if (copy_in) {
           std::memcpy(output.data(), value.data(), value.byte_size());
         }
@@ -843,8 +849,8 @@ GlooUnitSubmission GlooBackend::Barrier(GlooGroup& group,
   if (absl::Status s = Precheck(kind, group, executor); !s.ok()) return s;
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   const std::string op = Labeled("", kind, group, executor);
-  auto completion =
-      executor.Submit(kind, op, {g}, [g, op, run = SettingsOf(*impl_)] {
+  auto completion = executor.Submit(
+      kind, op, {g}, [g, run = SettingsOf(*impl_)](const std::string& op) {
         if (g->context() == nullptr) return TaskResult::Ok();
         return RunCollective(
             *g, run, op, "barrier", OperationFingerprint("barrier"),
@@ -864,7 +870,8 @@ GlooAgreementSubmission GlooBackend::AgreeSuccess(bool success,
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   const std::string op = Labeled("", kind, group, executor);
   auto completion = executor.Submit(
-      kind, op, {g, state}, [g, state, success, op, run = SettingsOf(*impl_)] {
+      kind, op, {g, state},
+      [g, state, success, run = SettingsOf(*impl_)](const std::string& op) {
         // Count the false votes: the agreement holds iff there are none.
         uint32_t false_votes = success ? 0 : 1;
         if (g->context() != nullptr) {
@@ -1001,10 +1008,11 @@ GlooBundleSubmission GlooBackend::SubmitBundle(
   const uint32_t destination = route.destination_index();
   auto completion = executor.Submit(
       name, op, std::move(resources),
-      [g, tensors, is_source, source, destination, op, canonical, fingerprint,
+      [g, tensors, is_source, source, destination, canonical, fingerprint,
        verify, timeout, diagnosis = impl_->diagnosis(),
        scope = OnRoute(
-           GlooRoute(g, route.source_index(), route.destination_index()))] {
+           GlooRoute(g, route.source_index(), route.destination_index()))](
+          const std::string& op) {
         const uint32_t sequence = g->NextRouteSequence(source, destination);
         const bool ascending = source < destination;
         const int peer = static_cast<int>(is_source ? destination : source);
@@ -1103,8 +1111,8 @@ GlooBundleSubmission GlooBackend::BatchSendReceiveImpl(
   const Milliseconds timeout = Millis(options().op_timeout);
   auto completion = executor.Submit(
       name, op, std::move(resources),
-      [g, transfers = std::move(transfers), op, verify, timeout,
-       diagnosis = impl_->diagnosis()] {
+      [g, transfers = std::move(transfers), verify, timeout,
+       diagnosis = impl_->diagnosis()](const std::string& op) {
         using internal::PostedTransfer;
         using internal::RouteSlot;
         const uint32_t me = g->local_rank();

@@ -359,7 +359,7 @@ class GlooBackend {
       GlooExecutor& executor, Caller caller = Caller::kBackendSurface);
   // The queued work of the sums and the gathers, once checked. `kind` is
   // the backend operation (what the members' fingerprints describe).
-  GlooTensorSubmission SubmitAllReduce(const char* name, const std::string& op,
+  GlooTensorSubmission SubmitAllReduce(const char* name, std::string op,
                                        const HostTensor& value,
                                        const HostTensor& output,
                                        const internal::SumKernel& kernel,

@@ -170,8 +170,8 @@ TEST(WatchdogBackstopTest, WorkGlooCannotEndIsAbortedPastItsDeadline) {
   GlooBackend& b = cluster.session(0).backend();
   absl::Notification release;
   const absl::Time submitted = absl::Now();
-  auto stuck =
-      b.executor().Submit("stuck_task", "stuck_task on world", {}, [&release] {
+  auto stuck = b.executor().Submit(
+      "stuck_task", "stuck_task on world", {}, [&release](const std::string&) {
         release.WaitForNotificationWithTimeout(absl::Seconds(30));
         return TaskResult::Ok();
       });

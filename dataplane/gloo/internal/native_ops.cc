@@ -73,13 +73,12 @@ AllReducePlan AllReducePlanFor(size_t bytes, size_t bcube_max_bytes,
   return plan;
 }
 
-absl::Status CatchNative(absl::string_view what,
-                         const std::function<void()>& fn) {
+absl::Status CatchNative(absl::string_view what, absl::FunctionRef<void()> fn) {
   return CatchNative(what, "", fn);
 }
 
 absl::Status CatchNative(absl::string_view prefix, absl::string_view subject,
-                         const std::function<void()>& fn) {
+                         absl::FunctionRef<void()> fn) {
   auto what = [&] {
     return subject.empty() ? std::string(prefix)
                            : absl::StrCat(prefix, " ", subject);

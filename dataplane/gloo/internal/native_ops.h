@@ -14,10 +14,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "dataplane/gloo/internal/sum_kernels.h"
@@ -35,14 +35,13 @@ using Milliseconds = std::chrono::milliseconds;
 // Unavailable for other Gloo I/O errors (peer closed, connection reset,
 // aborted), Internal for Gloo assertions and other std::exceptions, Unknown
 // for anything else.
-absl::Status CatchNative(absl::string_view what,
-                         const std::function<void()>& fn);
+absl::Status CatchNative(absl::string_view what, absl::FunctionRef<void()> fn);
 
 // The same, with "<what>" = "<prefix> <subject>", joined only when `fn`
 // threw: the form a per-operation call uses, so that a call that succeeds
 // builds no message.
 absl::Status CatchNative(absl::string_view prefix, absl::string_view subject,
-                         const std::function<void()>& fn);
+                         absl::FunctionRef<void()> fn);
 
 // Gloo's allreduce algorithms. kBcube is recursive halving/doubling: Gloo
 // takes out every factor 2 of the member count as one pairwise step each

@@ -374,7 +374,8 @@ absl::Status SessionImpl::OnNativeFailure(const std::string& operation,
 }
 
 void SessionImpl::Track(const std::shared_ptr<Operation>& op) {
-  ledger_.Add(op, MonotonicNow() + options_.op_timeout, SubmittedOperation{});
+  ledger_.Add(op, MonotonicNow() + options_.op_timeout, SubmittedOperation{},
+              /*records_sequence=*/false);
 }
 
 void SessionImpl::WorkFinished() { quarantine_.Notify(); }

@@ -114,7 +114,7 @@ TensorResult SubmitAllReduceSum(SessionImpl& core, const ScopedComm& on,
   if (!out.ok()) return refuse.Refuse(out.status());
   OpPlan plan;
   plan.canonical =
-      DescribeOnValueRemembered("all_reduce_sum", input.descriptor());
+      *DescribeOnValueRemembered("all_reduce_sum", input.descriptor());
   plan.name = std::move(name);
   plan.comm = comm;
   plan.scope = on.scope;
