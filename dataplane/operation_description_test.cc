@@ -20,6 +20,22 @@ TEST(OperationDescriptionTest, OnValueAndRooted) {
             "broadcast root=1 i32[2, 3]");
 }
 
+TEST(OperationDescriptionTest, RememberedIsSharedUntilTheWorkChanges) {
+  const ValueDescriptor v = Desc({2, 3}, TensorDtype::kF32);
+  auto first = DescribeOnValueRemembered("all_reduce_sum", v);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(*first, DescribeOnValue("all_reduce_sum", v));
+  // The same work again: the same description, not a copy.
+  EXPECT_EQ(DescribeOnValueRemembered("all_reduce_sum", v), first);
+  // Another kind or another value: a new one; the one handed out stays.
+  auto other_kind = DescribeOnValueRemembered("all_gather", v);
+  EXPECT_EQ(*other_kind, DescribeOnValue("all_gather", v));
+  const ValueDescriptor w = Desc({2, 4}, TensorDtype::kF32);
+  auto other_value = DescribeOnValueRemembered("all_gather", w);
+  EXPECT_EQ(*other_value, DescribeOnValue("all_gather", w));
+  EXPECT_EQ(*first, DescribeOnValue("all_reduce_sum", v));
+}
+
 TEST(OperationDescriptionTest, AlongAxisLeavesThePartitionedAxisOpen) {
   const ValueDescriptor d = Desc({2, 4}, TensorDtype::kF32);
   EXPECT_EQ(DescribeAlongAxis("variable_all_to_all", 0, d),
