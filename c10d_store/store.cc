@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -25,16 +24,6 @@ namespace {
 // be a moment behind the call's answer), to throw it in the failure's own
 // words.
 constexpr absl::Duration kFailureGrace = absl::Seconds(2);
-
-// Whether `error` is a recovering job's fence of an ended epoch ("rank 3
-// joined into epoch 1 but the job is at epoch 2 ...", the daemon's words):
-// the daemon can fence a call a moment before the rank hears of the loss
-// that ended the epoch, which the call then reports instead (as the Python
-// store does, rankd/torch_store.py _failure_behind).
-bool FencedByALaterEpoch(const absl::Status& error) {
-  return error.code() == absl::StatusCode::kFailedPrecondition &&
-         absl::StrContains(error.message(), " but the job is at epoch ");
-}
 
 // The longest single KvGet (the daemon refuses waits over kMaxTimeoutMs);
 // a longer wait, or one without limit (kNoTimeout), goes on in such
@@ -139,11 +128,13 @@ auto Store::Call(const char* method, Operation operation) {
   if (result.ok()) return *std::move(result);
   const absl::Status& error = result.status();
   // The job's failure: the client answers with JobHealth() once it knows;
-  // a call the daemon aborted, or fenced as of an ended epoch, may arrive
-  // before the watch stream's news.
+  // a call the daemon aborted, or fenced as of an ended epoch
+  // (Client::FencedByALaterEpoch), may arrive before the watch stream's
+  // news, which the call then reports instead (as the Python store does,
+  // rankd/torch_store.py _failure_behind).
   absl::Status health = client_->JobHealth();
   if (health.ok() && (error.code() == absl::StatusCode::kAborted ||
-                      FencedByALaterEpoch(error))) {
+                      Client::FencedByALaterEpoch(error))) {
     const absl::Time deadline = MonotonicNow() + kFailureGrace;
     while (health.ok() && MonotonicNow() < deadline) {
       absl::SleepFor(absl::Milliseconds(10));

@@ -1,5 +1,6 @@
 // The C ABI's statuses, codes, version and the conversions every entry point
-// shares (capi/internal/handles.h). Depends on absl and rankd.h.
+// shares (capi/internal/handles.h). Depends on absl, the client library
+// (error reasons) and rankd.h.
 #include "absl/status/status.h"
 
 #include <cmath>
@@ -8,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "capi/internal/handles.h"
+#include "client/client.h"
 #include "dataplane/dtype.h"
 #include "rankd/rankd.h"
 
@@ -81,6 +83,12 @@ const char* rankd_status_message(const rankd_status* status) {
 
 int rankd_status_is_wait_timeout(const rankd_status* status) {
   return status != nullptr && status->wait_timeout ? 1 : 0;
+}
+
+int rankd_status_is_epoch_fence(const rankd_status* status) {
+  return status != nullptr && rankd::Client::FencedByALaterEpoch(status->status)
+             ? 1
+             : 0;
 }
 
 void rankd_status_free(rankd_status* status) {

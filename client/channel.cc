@@ -24,6 +24,7 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "grpcpp/support/status.h"
+#include "proto/status_details.h"
 
 namespace rankd {
 namespace {
@@ -257,7 +258,7 @@ absl::Status FromGrpcStatus(const grpc::Status& status,
     absl::StrAppend(&message,
                     " (is the rankd daemon running and reachable there?)");
   }
-  return absl::Status(code, message);
+  return WithDetails(absl::Status(code, message), status.error_details());
 }
 
 Connection::Connection(Passkey, ClientOptions options, Target target,

@@ -126,9 +126,11 @@ absl::StatusOr<Target> ParseTarget(absl::string_view target);
 // returned as 0; callers that need a positive value check for it.
 absl::StatusOr<uint32_t> ToMillis32(absl::Duration d, absl::string_view what);
 
-// Converts a gRPC status into an absl::Status with the same code. The message
-// becomes "<context>: <grpc message>"; a deadline expiring in the client adds
-// how long was waited, and UNAVAILABLE adds a hint to check the daemon.
+// Converts a gRPC status into an absl::Status with the same code and the
+// daemon's reason, if it sent one (common/error_reason.h, in the status's
+// details). The message becomes "<context>: <grpc message>"; a deadline
+// expiring in the client adds how long was waited, and UNAVAILABLE adds a
+// hint to check the daemon.
 absl::Status FromGrpcStatus(const grpc::Status& status,
                             absl::string_view context,
                             absl::Duration waited = absl::ZeroDuration());

@@ -28,6 +28,7 @@
 #include "client/internal/rank_connection.h"
 #include "client/internal/round_call.h"
 #include "client/internal/round_slot_client.h"
+#include "common/error_reason.h"
 #include "common/lock_order_checks.h"
 #include "common/monotonic_clock.h"
 #include "grpcpp/channel.h"
@@ -675,6 +676,10 @@ absl::Status Client::JobHealth() const {
 bool Client::EndsAnEpoch(const absl::Status& failure) {
   return !failure.ok() &&
          failure.GetPayload(internal::kEndsAnEpochPayload).has_value();
+}
+
+bool Client::FencedByALaterEpoch(const absl::Status& error) {
+  return ReasonOf(error) == ErrorReason::kEpochFenced;
 }
 
 absl::Status Client::Leave() {

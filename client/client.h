@@ -382,6 +382,17 @@ class Client {
   // and OK.
   static bool EndsAnEpoch(const absl::Status& failure);
 
+  // Whether `error` (any call's) is a recovering job's fence between its
+  // epochs: the daemon refused this process, which joined an epoch the job
+  // has left behind (FAILED_PRECONDITION "rank R joined into epoch E but the
+  // job is at epoch F ...", by domain "... but its domain D is at epoch F",
+  // or a write to an ended epoch's epoch/<E>/ key). The daemon marks it
+  // (common/error_reason.h); the message is not read. The loss that ended
+  // the epoch reaches JobHealth() on the watch stream, possibly a moment
+  // after such an answer: a caller that wants to report the loss waits for
+  // it briefly.
+  static bool FencedByALaterEpoch(const absl::Status& error);
+
   // Leaves the job cleanly: tells the daemon, then closes the watch stream
   // and joins the watch thread. Idempotent: returns OK when not joined or
   // already left. Returns the daemon's error if the Leave call fails (the

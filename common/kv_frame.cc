@@ -1,6 +1,9 @@
 #include "common/kv_frame.h"
 
+#include <utility>
+
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 
 namespace rankd {
 namespace {
@@ -70,7 +73,12 @@ std::string EncodeKvReply(const absl::Status& status,
   PutLe(&payload, static_cast<uint32_t>(status.code()), 4);
   PutLe(&payload, message.size(), 4);
   payload.append(message.data(), message.size());
-  if (status.ok()) payload.append(response.data(), response.size());
+  if (status.ok()) {
+    payload.append(response.data(), response.size());
+  } else if (const ErrorReason reason = ReasonOf(status);
+             reason != ErrorReason::kUnspecified) {
+    payload.push_back(static_cast<char>(reason));
+  }
   return payload;
 }
 
@@ -104,7 +112,13 @@ absl::Status DecodeKvReply(absl::string_view payload, absl::Status* status,
   }
   *status = absl::Status(status_code, payload.substr(8, length));
   *response = payload.substr(8 + length);
-  if (!status->ok() && !response->empty()) {
+  if (!status->ok() && response->size() == 1) {
+    // The error's reason; one this build does not know reads as none.
+    *status =
+        WithReason(std::move(*status),
+                   ErrorReasonFromWire(static_cast<uint8_t>((*response)[0])));
+    *response = absl::string_view();
+  } else if (!status->ok() && !response->empty()) {
     return absl::InvalidArgumentError(
         "key-value reply carries a response with an error status");
   }

@@ -20,7 +20,8 @@
 // Both ends are processes that do not trust each other: every decoder
 // checks lengths before use and says precisely what is wrong.
 //
-// Depends on absl and common/kv_limits (part of common/limits).
+// Depends on absl, common/error_reason and common/kv_limits (part of
+// common/limits).
 #ifndef RANKD_COMMON_KV_FRAME_H_
 #define RANKD_COMMON_KV_FRAME_H_
 
@@ -72,13 +73,17 @@ std::string EncodeKvFrame(KvFrameKind kind, uint64_t id,
 
 // A reply's payload: the status code (4 bytes), the message's length
 // (4 bytes) and the message (cut to kMaxKvReplyMessageBytes), then
-// `response` (the serialized response; empty unless `status` is OK).
+// `response` (the serialized response) when `status` is OK, or, for an
+// error that carries a reason (common/error_reason.h), that reason's number
+// (1 byte; nothing after the message when it carries none).
 std::string EncodeKvReply(const absl::Status& status,
                           absl::string_view response);
-// Splits a reply payload into the daemon's status and the response bytes
-// (a view into `payload`). InvalidArgument naming what is wrong when the
-// payload is truncated, its code is not a status code, or its message is
-// longer than allowed or than the payload.
+// Splits a reply payload into the daemon's status (with its reason, if it
+// sent one; a number this build does not know reads as none) and the
+// response bytes (a view into `payload`; empty for an error).
+// InvalidArgument naming what is wrong when the payload is truncated, its
+// code is not a status code, its message is longer than allowed or than the
+// payload, or an error carries more than a reason after its message.
 absl::Status DecodeKvReply(absl::string_view payload, absl::Status* status,
                            absl::string_view* response);
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -104,6 +105,32 @@ TEST(KvFrameTest, RepliesRoundTrip) {
   EXPECT_EQ(response, "");
 }
 
+TEST(KvFrameTest, AnErrorsReasonRoundTrips) {
+  absl::Status status;
+  absl::string_view response;
+  const std::string fenced = EncodeKvReply(
+      WithReason(absl::FailedPreconditionError("rank 0 joined into epoch 1"),
+                 ErrorReason::kEpochFenced),
+      "ignored");
+  ASSERT_TRUE(DecodeKvReply(fenced, &status, &response).ok());
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(status.message(), "rank 0 joined into epoch 1");
+  EXPECT_EQ(ReasonOf(status), ErrorReason::kEpochFenced);
+  EXPECT_EQ(response, "");
+  // A reason this build does not know (a newer daemon's): the error alone.
+  std::string newer = fenced;
+  newer.back() = 57;
+  ASSERT_TRUE(DecodeKvReply(newer, &status, &response).ok());
+  EXPECT_EQ(status,
+            absl::FailedPreconditionError("rank 0 joined into epoch 1"));
+  EXPECT_EQ(ReasonOf(status), ErrorReason::kUnspecified);
+  // OK replies never carry one.
+  ASSERT_TRUE(
+      DecodeKvReply(EncodeKvReply(absl::OkStatus(), ""), &status, &response)
+          .ok());
+  EXPECT_EQ(ReasonOf(status), ErrorReason::kUnspecified);
+}
+
 TEST(KvFrameTest, LongMessagesAreCut) {
   absl::Status status;
   absl::string_view response;
@@ -132,7 +159,7 @@ TEST(KvFrameTest, BadRepliesGetPreciseErrors) {
   long_message[6] = 0x7f;
   EXPECT_THAT(DecodeKvReply(long_message, &status, &response).message(),
               HasSubstr("-byte message; at most"));
-  EXPECT_EQ(DecodeKvReply(reply + "x", &status, &response).message(),
+  EXPECT_EQ(DecodeKvReply(reply + "xy", &status, &response).message(),
             "key-value reply carries a response with an error status");
 }
 

@@ -26,14 +26,25 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/error_reason.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/status_details.h"
 #include "rankd/v1/rank.grpc.pb.h"
 #include "tests/harness/cluster.h"
 #include "tests/harness/process.h"
 
 namespace rankd::testing {
 namespace {
+
+// Whether the daemon marked `s` as an epoch's fence (common/error_reason.h,
+// in the status's details), as the client library reads it.
+bool Fenced(const grpc::Status& s) {
+  return ReasonOf(WithDetails(
+             absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                          s.error_message()),
+             s.error_details())) == ErrorReason::kEpochFenced;
+}
 
 constexpr char kJob[] = "itest";
 constexpr absl::Duration kPatience = absl::Seconds(20);
@@ -477,6 +488,9 @@ TEST(RecoveryTest, StaleProcessOfTheEndedEpochIsFenced) {
       absl::StrContains(s.error_message(),
                         "rank 0 joined into epoch 1 but the job is at epoch 2"))
       << s.error_message();
+  // Marked on the wire (the status's details), for the client library's
+  // Client::FencedByALaterEpoch.
+  EXPECT_TRUE(Fenced(s)) << s.error_message();
   v1::AllGatherWordsResponse ignored;
   s = ranks[1]->Round(1, 1, &ignored);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
@@ -487,6 +501,7 @@ TEST(RecoveryTest, StaleProcessOfTheEndedEpochIsFenced) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_TRUE(absl::StrContains(s.error_message(), "lost"))
       << s.error_message();
+  EXPECT_FALSE(Fenced(s)) << s.error_message();
   s = stale.Join();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_TRUE(absl::StrContains(s.error_message(), "was lost"))
@@ -510,6 +525,15 @@ TEST(RecoveryTest, StaleProcessOfTheEndedEpochIsFenced) {
   EXPECT_TRUE(absl::StrContains(s.error_message(),
                                 "belongs to epoch 1 but the job is at epoch 2"))
       << s.error_message();
+  EXPECT_TRUE(Fenced(s)) << s.error_message();
+  // The same refusal for a rank of the other node: its daemon forwards the
+  // call, and the coordinator's mark comes back with the answer.
+  s = ranks[2]->KvSet("epoch/1/uid", "late");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_TRUE(absl::StrContains(s.error_message(),
+                                "belongs to epoch 1 but the job is at epoch 2"))
+      << s.error_message();
+  EXPECT_TRUE(Fenced(s)) << s.error_message();
 }
 
 // A survivor's get waiting for a key the killed rank never published (a

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/kv_frame.h"
 #include "common/monotonic_clock.h"
+#include "proto/status_details.h"
 
 namespace rankd::internal {
 namespace {
@@ -28,7 +29,7 @@ int PollTimeout(absl::Time deadline) {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+                      std::string(status.message()), StatusDetailsOf(status));
 }
 
 const grpc::Status kDeadlineExceeded(grpc::StatusCode::DEADLINE_EXCEEDED,

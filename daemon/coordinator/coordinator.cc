@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/error_reason.h"
 #include "common/limits.h"
 #include "common/monotonic_clock.h"
 #include "common/rank_list.h"
@@ -87,21 +88,25 @@ absl::Status Coordinator::CheckEpochLocked(uint32_t rank,
     const uint32_t d = DomainOfRank(rank);
     const uint64_t current = domains_[d].epoch;
     if (member_epoch == current) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank, " joined into epoch ", member_epoch, " but its domain ",
-        d, " is at epoch ", current,
-        domains_[d].recovering ? " (RECOVERING)" : " (serving)",
-        "; a process of an earlier epoch cannot act in a later one: join "
-        "again with the same incarnation to enter epoch ",
-        current));
+    return WithReason(
+        absl::FailedPreconditionError(absl::StrCat(
+            "rank ", rank, " joined into epoch ", member_epoch,
+            " but its domain ", d, " is at epoch ", current,
+            domains_[d].recovering ? " (RECOVERING)" : " (serving)",
+            "; a process of an earlier epoch cannot act in a later one: join "
+            "again with the same incarnation to enter epoch ",
+            current)),
+        ErrorReason::kEpochFenced);
   }
   if (member_epoch == epoch_) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "rank ", rank, " joined into epoch ", member_epoch,
-      " but the job is at epoch ", epoch_, " (", v1::JobState_Name(state_),
-      "); a process of an earlier epoch cannot act "
-      "in a later one: join again with the same incarnation to enter epoch ",
-      epoch_));
+  return WithReason(
+      absl::FailedPreconditionError(absl::StrCat(
+          "rank ", rank, " joined into epoch ", member_epoch,
+          " but the job is at epoch ", epoch_, " (", v1::JobState_Name(state_),
+          "); a process of an earlier epoch cannot act in a later one: join "
+          "again with the same incarnation to enter epoch ",
+          epoch_)),
+      ErrorReason::kEpochFenced);
 }
 
 absl::Status Coordinator::CheckKeyEpochLocked(const std::string& key,
@@ -132,16 +137,23 @@ absl::Status Coordinator::CheckKeyEpochLocked(const std::string& key,
     bool live = false;
     for (const Domain& other : domains_) live = live || other.epoch == named;
     if (deleting && !live && named <= epoch_) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "key '", key, "' belongs to epoch ", named, " but rank ", rank,
-        "'s domain ", d, " is at epoch ", own,
-        "; epoch-scoped keys are written only in their own epoch, by its "
-        "domain"));
+    // A key of an epoch the domain left behind: its writer is a process of
+    // that epoch (one of the current epoch reads it at most), fenced.
+    return WithReason(
+        absl::FailedPreconditionError(absl::StrCat(
+            "key '", key, "' belongs to epoch ", named, " but rank ", rank,
+            "'s domain ", d, " is at epoch ", own,
+            "; epoch-scoped keys are written only in their own epoch, by its "
+            "domain")),
+        named < own ? ErrorReason::kEpochFenced : ErrorReason::kUnspecified);
   }
   if (named == epoch_ || (deleting && named < epoch_)) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "key '", key, "' belongs to epoch ", named, " but the job is at epoch ",
-      epoch_, "; epoch-scoped keys are written only in their own epoch"));
+  return WithReason(
+      absl::FailedPreconditionError(absl::StrCat(
+          "key '", key, "' belongs to epoch ", named,
+          " but the job is at epoch ", epoch_,
+          "; epoch-scoped keys are written only in their own epoch")),
+      named < epoch_ ? ErrorReason::kEpochFenced : ErrorReason::kUnspecified);
 }
 
 uint32_t Coordinator::NodeOfRank(uint32_t rank) const {

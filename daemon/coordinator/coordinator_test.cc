@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/error_reason.h"
 #include "common/limits.h"
 #include "common/monotonic_clock.h"
 #include "daemon/coordinator/event_log.h"
@@ -1500,6 +1501,8 @@ TEST_F(RecoveryTest, LostRankRecoversAtTheNextEpochOnceReplaced) {
   EXPECT_STATUS(KvSet(Member(0), "k", "v"),
                 absl::StatusCode::kFailedPrecondition,
                 "rank 0 joined into epoch 1 but the job is at epoch 2");
+  // Marked, so that a store waits for the loss instead of reading words.
+  EXPECT_EQ(ReasonOf(KvSet(Member(0), "k", "v")), ErrorReason::kEpochFenced);
   auto stale_round = Contribute(0, 1, {{0, {1}}, {1, {1}}});
   ASSERT_TRUE(stale_round->Wait());
   EXPECT_STATUS(stale_round->status(), absl::StatusCode::kFailedPrecondition,
@@ -1788,6 +1791,9 @@ TEST_F(RecoveryTest, EpochScopedKeysAreWrittenOnlyInTheirEpoch) {
                 absl::StatusCode::kFailedPrecondition,
                 "key 'epoch/2/uid' belongs to epoch 2 but the job is at "
                 "epoch 1");
+  // A later epoch's key is misuse, not a fence.
+  EXPECT_EQ(ReasonOf(KvSet(Member(0), "epoch/2/uid", "a")),
+            ErrorReason::kUnspecified);
   EXPECT_STATUS(KvSet(Member(0), "epoch/x/uid", "a"),
                 absl::StatusCode::kInvalidArgument, "does not name an epoch");
   ASSERT_TRUE(Lose(1, 3).ok());
@@ -1795,6 +1801,9 @@ TEST_F(RecoveryTest, EpochScopedKeysAreWrittenOnlyInTheirEpoch) {
   EXPECT_STATUS(KvSet(Member(0), "epoch/1/uid", "b"),
                 absl::StatusCode::kFailedPrecondition,
                 "belongs to epoch 1 but the job is at epoch 2");
+  // An ended epoch's key: its writer is a process of that epoch, fenced.
+  EXPECT_EQ(ReasonOf(KvSet(Member(0), "epoch/1/uid", "b")),
+            ErrorReason::kEpochFenced);
   EXPECT_STATUS(KvAdd(Member(0), "epoch/1/n", 1).status(),
                 absl::StatusCode::kFailedPrecondition, "epoch 1");
   EXPECT_TRUE(KvSet(Member(0), "epoch/2/uid", "b").ok());
@@ -2011,6 +2020,7 @@ TEST_F(DomainRecoveryTest, ALossInOneDomainLeavesTheOtherServing) {
   EXPECT_STATUS(KvSet(Member(2), "k", "v"),
                 absl::StatusCode::kFailedPrecondition,
                 "rank 2 joined into epoch 1 but its domain 1 is at epoch 2");
+  EXPECT_EQ(ReasonOf(KvSet(Member(2), "k", "v")), ErrorReason::kEpochFenced);
   // Epoch 2's keys are domain 1's: domain 0 cannot write them.
   EXPECT_STATUS(KvSet(Member(0), "epoch/2/r0/uid", "x"),
                 absl::StatusCode::kFailedPrecondition,

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "common/error_reason.h"
 #include "common/limits.h"
 #include "common/monotonic_clock.h"
 #include "common/rank_list.h"
@@ -160,17 +161,19 @@ absl::Status NodeAgent::CheckMemberLocked(const v1::MemberRef& member) const {
   // With recovery by domain, the epoch of the rank's own domain.
   const uint64_t current = replica_.EpochOfRank(member.rank());
   if (m.epoch < current) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", member.rank(), " joined into epoch ", m.epoch,
-        replica_.by_domain()
-            ? absl::StrCat(" but its domain ",
-                           replica_.domain_of(member.rank()), " is at epoch ",
-                           current)
-            : absl::StrCat(" but the job is at epoch ", current, " (",
-                           v1::JobState_Name(replica_.job_state()), ")"),
-        "; a process of an earlier epoch cannot act in a later one: join "
-        "again with the same incarnation to enter epoch ",
-        current));
+    return WithReason(
+        absl::FailedPreconditionError(absl::StrCat(
+            "rank ", member.rank(), " joined into epoch ", m.epoch,
+            replica_.by_domain()
+                ? absl::StrCat(" but its domain ",
+                               replica_.domain_of(member.rank()),
+                               " is at epoch ", current)
+                : absl::StrCat(" but the job is at epoch ", current, " (",
+                               v1::JobState_Name(replica_.job_state()), ")"),
+            "; a process of an earlier epoch cannot act in a later one: join "
+            "again with the same incarnation to enter epoch ",
+            current)),
+        ErrorReason::kEpochFenced);
   }
   return absl::OkStatus();
 }

@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/error_reason.h"
 #include "common/monotonic_clock.h"
 #include "daemon/coordinator/job_spec.h"
 #include "daemon/deadline_timer.h"
@@ -426,6 +427,7 @@ TEST_F(NodeAgentJoinTest, RanksActOnlyInTheEpochTheyJoinedInto) {
   EXPECT_TRUE(absl::StrContains(
       fenced.message(), "rank 0 joined into epoch 1 but the job is at epoch 2"))
       << fenced;
+  EXPECT_EQ(ReasonOf(fenced), ErrorReason::kEpochFenced);
   EXPECT_EQ(agent_->LocalJob().epoch(), 2u);
   EXPECT_EQ(agent_->LocalJob().state(), v1::JOB_STATE_RECOVERING);
 

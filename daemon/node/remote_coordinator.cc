@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/grpc_deadline.h"
 #include "common/monotonic_clock.h"
 #include "daemon/config.h"
@@ -191,8 +192,10 @@ absl::Status RemoteCoordinatorLink::Annotate(const grpc::Status& status) const {
 absl::Status RemoteCoordinatorLink::AnnotateCoordinatorError(
     absl::string_view address, const absl::Status& status) {
   if (Transient(static_cast<grpc::StatusCode>(status.code()))) {
-    return absl::Status(status.code(), absl::StrCat("coordinator at ", address,
-                                                    ": ", status.message()));
+    return KeepReason(
+        status,
+        absl::Status(status.code(), absl::StrCat("coordinator at ", address,
+                                                 ": ", status.message())));
   }
   return status;
 }
@@ -217,8 +220,11 @@ bool RemoteCoordinatorLink::ForwardOverLink(
     if (!result.ok()) return reply(result.status());
     if (result->code() != 0) {
       return reply(AnnotateCoordinatorError(
-          address, absl::Status(static_cast<absl::StatusCode>(result->code()),
-                                result->message())));
+          address,
+          WithReason(
+              absl::Status(static_cast<absl::StatusCode>(result->code()),
+                           result->message()),
+              ErrorReasonFromWire(static_cast<uint32_t>(result->reason())))));
     }
     if (result->response_case() != response_case) {
       return reply(absl::InternalError(absl::StrCat(

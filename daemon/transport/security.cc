@@ -9,6 +9,7 @@
 #include "absl/strings/strip.h"
 #include "common/credentials.h"
 #include "common/limits.h"
+#include "proto/status_details.h"
 
 namespace rankd {
 namespace {
@@ -288,13 +289,15 @@ void AttachBearerToken(grpc::ClientContext* context, const std::string& token) {
 grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+                      std::string(status.message()), StatusDetailsOf(status));
 }
 
 absl::Status FromGrpc(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
+  return WithDetails(
+      absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                   status.error_message()),
+      status.error_details());
 }
 
 int KeepaliveTimeoutMs(absl::Duration heartbeat_timeout) {

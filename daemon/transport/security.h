@@ -161,7 +161,8 @@ bool FromUnixSocket(const grpc::CallbackServerContext* context);
 // Adds a bearer credential to an outgoing call (no-op when empty).
 void AttachBearerToken(grpc::ClientContext* context, const std::string& token);
 
-// absl::Status <-> grpc::Status, keeping code and message.
+// absl::Status <-> grpc::Status, keeping code, message and the status's
+// reason (common/error_reason.h, in the gRPC status's details).
 grpc::Status ToGrpc(const absl::Status& status);
 absl::Status FromGrpc(const grpc::Status& status);
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/limits.h"
 #include "daemon/coordinator/kv_store.h"
 #include "daemon/request_limits.h"
@@ -566,6 +567,7 @@ v1::KvLinkReply KvLinkReplyOf(absl::StatusOr<T> result,
   if (!result.ok()) {
     reply.set_code(static_cast<int>(result.status().code()));
     reply.set_message(std::string(result.status().message()));
+    reply.set_reason(static_cast<v1::ErrorReason>(ReasonOf(result.status())));
   } else {
     *(reply.*response)() = *std::move(result);
   }

@@ -121,6 +121,7 @@ _PROTOTYPES = {
     "rankd_status_message": (ctypes.c_char_p, [_P]),
     "rankd_status_free": (None, [_P]),
     "rankd_status_is_wait_timeout": (ctypes.c_int, [_P]),
+    "rankd_status_is_epoch_fence": (ctypes.c_int, [_P]),
     "rankd_join_options_init": (None, [ctypes.POINTER(JoinOptions)]),
     "rankd_join": (_P, [ctypes.POINTER(JoinOptions), _PP]),
     "rankd_leave": (_P, [_P]),
@@ -250,5 +251,6 @@ def take_error(status):
     code = lib.rankd_status_code(status)
     message = lib.rankd_status_message(status).decode("utf-8", "replace")
     wait_timeout = bool(lib.rankd_status_is_wait_timeout(status))
+    epoch_fence = bool(lib.rankd_status_is_epoch_fence(status))
     lib.rankd_status_free(status)
-    return errors.error_for(code, message, wait_timeout)
+    return errors.error_for(code, message, wait_timeout, epoch_fence)

@@ -20,6 +20,7 @@ __all__ = [
     "PermissionDeniedError",
     "ResourceExhaustedError",
     "FailedPreconditionError",
+    "EpochFencedError",
     "AbortedError",
     "OutOfRangeError",
     "UnimplementedError",
@@ -87,6 +88,15 @@ class ResourceExhaustedError(RankdError):
 
 class FailedPreconditionError(RankdError):
     code = "FAILED_PRECONDITION"
+
+
+class EpochFencedError(FailedPreconditionError):
+    """A recovering job's fence between its epochs: the daemon refused this
+    process, which joined an epoch the job has left behind ("rank R joined
+    into epoch E but the job is at epoch F ..."). The daemon marks it (the
+    C ABI's rankd_status_is_epoch_fence); the message is not read. The loss
+    that ended the epoch reaches Rank.job_health() possibly a moment after
+    such an answer."""
 
 
 class AbortedError(RankdError):
@@ -165,10 +175,12 @@ def code_of(cause):
         f"code's name or its value, not {cause!r}")
 
 
-def error_for(code, message, wait_timeout=False):
+def error_for(code, message, wait_timeout=False, epoch_fence=False):
     """The exception for status `code` (an int) with `message`;
     WaitTimeoutError when `wait_timeout` marks a bounded wait's own
-    timeout."""
+    timeout, EpochFencedError when `epoch_fence` marks an epoch's fence."""
     if wait_timeout and code == 4:
         return WaitTimeoutError(message)
+    if epoch_fence and code == 9:
+        return EpochFencedError(message)
     return _BY_CODE.get(code, UnknownError)(message)

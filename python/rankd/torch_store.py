@@ -144,16 +144,15 @@ def _failure_behind(rank, error):
     """The words of the job failure behind `error` (a rankd error from a
     store call), or None when the error is the call's own. Any error while
     the rank knows of a failure; an AbortedError (the daemon's answer for a
-    failed job); a FAILED_PRECONDITION for an ended epoch (a recovering
-    job's daemon fences it, at times a moment before the rank's notice).
+    failed job); an EpochFencedError (a recovering job's daemon fences a
+    process of an ended epoch, at times a moment before the rank's notice).
     The last two wait for the notice (_job_failure)."""
     health = rank.job_health()
     if health is not None:
         return health.message
     if isinstance(error, errors.AbortedError):
         return _job_failure(rank, error.message)
-    if isinstance(error, errors.FailedPreconditionError) and \
-            "but the job is at epoch" in error.message:
+    if isinstance(error, errors.EpochFencedError):
         return _job_failure(rank, None)
     return None
 

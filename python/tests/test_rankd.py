@@ -209,6 +209,13 @@ def test_exceptions_follow_status_codes():
     assert isinstance(e, rankd.AbortedError) and e.message == "rank 3 lost"
     assert str(e) == "ABORTED: rank 3 lost"
     assert isinstance(rankd.errors.error_for(99, "m"), rankd.UnknownError)
+    # The C ABI's marks: a bounded wait's timeout, an epoch's fence.
+    assert isinstance(rankd.errors.error_for(4, "m", wait_timeout=True),
+                      rankd.WaitTimeoutError)
+    fence = rankd.errors.error_for(9, "m", epoch_fence=True)
+    assert isinstance(fence, rankd.EpochFencedError)
+    assert isinstance(fence, rankd.FailedPreconditionError)
+    assert type(rankd.errors.error_for(9, "m")) is rankd.FailedPreconditionError
 
 
 class _Interface:

@@ -112,6 +112,7 @@ pub struct Error {
     code: Code,
     message: String,
     wait_timeout: bool,
+    epoch_fence: bool,
 }
 
 impl Error {
@@ -120,6 +121,7 @@ impl Error {
             code,
             message: message.into(),
             wait_timeout: false,
+            epoch_fence: false,
         }
     }
 
@@ -137,6 +139,16 @@ impl Error {
     /// code (a rank that never submitted): rankd_status_is_wait_timeout.
     pub fn is_wait_timeout(&self) -> bool {
         self.wait_timeout
+    }
+
+    /// Whether this is a recovering job's fence between its epochs: the
+    /// daemon refused this process, which joined an epoch the job has left
+    /// behind (FailedPrecondition, "rank R joined into epoch E but the job
+    /// is at epoch F ..."); the daemon marks it, the message is not read:
+    /// rankd_status_is_epoch_fence. The loss that ended the epoch reaches
+    /// `Rank::job_health` possibly a moment after such an answer.
+    pub fn is_epoch_fence(&self) -> bool {
+        self.epoch_fence
     }
 
     pub(crate) fn invalid_argument(message: impl Into<String>) -> Error {
@@ -157,11 +169,13 @@ impl Error {
             .to_string_lossy()
             .into_owned();
         let wait_timeout = ffi::rankd_status_is_wait_timeout(status) != 0;
+        let epoch_fence = ffi::rankd_status_is_epoch_fence(status) != 0;
         ffi::rankd_status_free(status);
         Err(Error {
             code,
             message,
             wait_timeout,
+            epoch_fence,
         })
     }
 }

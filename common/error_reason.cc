@@ -1,0 +1,53 @@
+#include "common/error_reason.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/cord.h"
+
+namespace rankd {
+namespace {
+
+// The payload's type URL; its value is the reason's number, in decimal.
+constexpr char kReasonPayload[] = "rankd/error_reason";
+
+}  // namespace
+
+ErrorReason ErrorReasonFromWire(uint32_t value) {
+  switch (value) {
+    case static_cast<uint32_t>(ErrorReason::kEpochFenced):
+      return ErrorReason::kEpochFenced;
+    default:
+      return ErrorReason::kUnspecified;
+  }
+}
+
+absl::Status WithReason(absl::Status status, ErrorReason reason) {
+  if (status.ok()) return status;
+  if (reason == ErrorReason::kUnspecified) {
+    status.ErasePayload(kReasonPayload);
+    return status;
+  }
+  status.SetPayload(kReasonPayload,
+                    absl::Cord(std::to_string(static_cast<int>(reason))));
+  return status;
+}
+
+ErrorReason ReasonOf(const absl::Status& status) {
+  const auto payload = status.GetPayload(kReasonPayload);
+  if (!payload.has_value()) return ErrorReason::kUnspecified;
+  const std::string text(*payload);
+  if (text.empty() || text.size() > 3) return ErrorReason::kUnspecified;
+  uint32_t value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return ErrorReason::kUnspecified;
+    value = value * 10 + static_cast<uint32_t>(c - '0');
+  }
+  return ErrorReasonFromWire(value);
+}
+
+absl::Status KeepReason(const absl::Status& from, absl::Status to) {
+  return WithReason(std::move(to), ReasonOf(from));
+}
+
+}  // namespace rankd
