@@ -19,8 +19,8 @@
 //   ...
 //   auto all = (*client)->AllGatherWords(my_words, absl::Seconds(30));
 //
-// Depends only on the generated rankd.v1 API (//proto:rankd_v1), gRPC and
-// abseil; gRPC types do not appear in this header.
+// Depends only on //proto (the generated rankd.v1 API, status_details),
+// //common, gRPC and abseil; gRPC types do not appear in this header.
 //
 // Recovery (rankd --recovery=on; docs/architecture.md, "Epochs and
 // recovery"): when a rank or node is lost the job moves to a new epoch and
@@ -382,15 +382,16 @@ class Client {
   // and OK.
   static bool EndsAnEpoch(const absl::Status& failure);
 
-  // Whether `error` (any call's) is a recovering job's fence between its
-  // epochs: the daemon refused this process, which joined an epoch the job
-  // has left behind (FAILED_PRECONDITION "rank R joined into epoch E but the
-  // job is at epoch F ...", by domain "... but its domain D is at epoch F",
-  // or a write to an ended epoch's epoch/<E>/ key). The daemon marks it
-  // (common/error_reason.h); the message is not read. The loss that ended
-  // the epoch reaches JobHealth() on the watch stream, possibly a moment
-  // after such an answer: a caller that wants to report the loss waits for
-  // it briefly.
+  // Whether `error` (a key-value call's) is a recovering job's fence
+  // between its epochs: the daemon refused this process, which joined an
+  // epoch the job has left behind (FAILED_PRECONDITION "rank R joined into
+  // epoch E but the job is at epoch F ...", by domain "... but its domain D
+  // is at epoch F"). The daemon marks it (common/error_reason.h); the
+  // message is not read. (A round's fence has the same words but no mark:
+  // rounds carry code and message only.) The loss that ended the epoch
+  // reaches JobHealth() on the watch stream, possibly a moment after such
+  // an answer: a caller that wants to report the loss waits for it
+  // briefly.
   static bool FencedByALaterEpoch(const absl::Status& error);
 
   // Leaves the job cleanly: tells the daemon, then closes the watch stream

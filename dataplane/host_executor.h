@@ -79,8 +79,9 @@ struct TaskResult {
 class HostExecutor {
  public:
   // An operation's body. It is given the operation's name (Submit's
-  // `operation`, the subject of its messages), which the executor keeps for
-  // it: a body needs no copy of its own.
+  // `operation`, the subject of its messages; the reference is valid while
+  // the body runs), which the operation keeps: a body needs no copy of its
+  // own.
   using Task = std::function<TaskResult(const std::string& operation)>;
 
   // Executor number `lane` of its backend (0 is the default one); its

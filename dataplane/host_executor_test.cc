@@ -283,10 +283,12 @@ TEST_F(ExecutorTest,
   ASSERT_TRUE(local.ok()) << local.status();
   EXPECT_EQ((*local)->Wait().code(), absl::StatusCode::kInternal);
 
+  // Held for this thread, so that its waiter runs it (RunIfNext); the
+  // throw is armed after SubmitHeld's own no-op submissions ran.
+  auto waited = SubmitHeld(Record(2));
+  ASSERT_NE(waited, nullptr);
   host_->ThrowBeforeNextRun();
-  auto waited = executor_.Submit("test", "waited op", {}, Record(2));
-  ASSERT_TRUE(waited.ok()) << waited.status();
-  EXPECT_EQ((*waited)->Wait().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(waited->Wait().code(), absl::StatusCode::kInternal);
 
   host_->ThrowBeforeNextRun();
   auto unwaited = executor_.Submit("test", "unwaited op", {}, Record(3));

@@ -27,9 +27,10 @@ std::shared_ptr<const std::string> DescribeOnValueRemembered(
     auto description =
         std::make_shared<const std::string>(DescribeOnValue(kind, value));
     std::string key(kind);
+    std::optional<ValueDescriptor> copy(value);
     last.description = std::move(description);
     last.kind = std::move(key);
-    last.value = value;
+    last.value = std::move(copy);
   }
   return last.description;
 }

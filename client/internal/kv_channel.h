@@ -8,8 +8,8 @@
 // the others theirs, so a blocked get does not hold up a set behind it and
 // a lone caller is never woken by another thread.
 //
-// Depends on common/kv_frame, the generated rankd.v1 messages, gRPC's
-// Status type, absl and POSIX sockets.
+// Depends on common/kv_frame, the generated rankd.v1 messages,
+// proto/status_details, gRPC's Status type, absl and POSIX sockets.
 #ifndef RANKD_CLIENT_INTERNAL_KV_CHANNEL_H_
 #define RANKD_CLIENT_INTERNAL_KV_CHANNEL_H_
 

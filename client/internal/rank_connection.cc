@@ -321,6 +321,7 @@ std::pair<std::shared_ptr<KvChannel>, std::string> OpenKvChannel(
   }
   v1::OpenKvChannelRequest request;
   *request.mutable_member() = member;
+  request.set_error_reasons(true);  // KvChannel decodes them
   grpc::ClientContext rpc;
   const absl::Duration timeout = conn.options().call_timeout;
   conn.PrepareContext(&rpc, timeout);

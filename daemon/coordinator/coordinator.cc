@@ -137,23 +137,18 @@ absl::Status Coordinator::CheckKeyEpochLocked(const std::string& key,
     bool live = false;
     for (const Domain& other : domains_) live = live || other.epoch == named;
     if (deleting && !live && named <= epoch_) return absl::OkStatus();
-    // A key of an epoch the domain left behind: its writer is a process of
-    // that epoch (one of the current epoch reads it at most), fenced.
-    return WithReason(
-        absl::FailedPreconditionError(absl::StrCat(
-            "key '", key, "' belongs to epoch ", named, " but rank ", rank,
-            "'s domain ", d, " is at epoch ", own,
-            "; epoch-scoped keys are written only in their own epoch, by its "
-            "domain")),
-        named < own ? ErrorReason::kEpochFenced : ErrorReason::kUnspecified);
+    // Unmarked (no ErrorReason): the writer passed CheckEpochLocked, so it
+    // is a process of the current epoch misusing a key, not one fenced.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "key '", key, "' belongs to epoch ", named, " but rank ", rank,
+        "'s domain ", d, " is at epoch ", own,
+        "; epoch-scoped keys are written only in their own epoch, by its "
+        "domain"));
   }
   if (named == epoch_ || (deleting && named < epoch_)) return absl::OkStatus();
-  return WithReason(
-      absl::FailedPreconditionError(absl::StrCat(
-          "key '", key, "' belongs to epoch ", named,
-          " but the job is at epoch ", epoch_,
-          "; epoch-scoped keys are written only in their own epoch")),
-      named < epoch_ ? ErrorReason::kEpochFenced : ErrorReason::kUnspecified);
+  return absl::FailedPreconditionError(absl::StrCat(
+      "key '", key, "' belongs to epoch ", named, " but the job is at epoch ",
+      epoch_, "; epoch-scoped keys are written only in their own epoch"));
 }
 
 uint32_t Coordinator::NodeOfRank(uint32_t rank) const {

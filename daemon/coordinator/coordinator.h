@@ -38,7 +38,7 @@
 // own NodeAgent call it directly. Replies may be delivered on the calling
 // thread or on the timer thread; they are never invoked with the
 // coordinator's lock held. Thread-safe. Depends on the daemon's bookkeeping
-// classes, common/topology and the protos.
+// classes, common/topology, common/error_reason and the protos.
 #ifndef RANKD_DAEMON_COORDINATOR_H_
 #define RANKD_DAEMON_COORDINATOR_H_
 
@@ -290,7 +290,9 @@ class Coordinator {
   // The recovery deadline timer: fails the job if still RECOVERING.
   void ExpireRecovery();
   // "rank 2 joined into epoch 1 but the job is at epoch 2 ..." when
-  // `member_epoch` is behind, else OK.
+  // `member_epoch` is behind (marked ErrorReason::kEpochFenced,
+  // common/error_reason.h: the caller's stores wait for the loss notice),
+  // else OK.
   absl::Status CheckEpochLocked(uint32_t rank, uint64_t member_epoch) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A write to "epoch/<N>/..." with N not the current epoch is refused;
@@ -298,6 +300,8 @@ class Coordinator {
   // owner's quota charge) need not outlive their epoch.
   // With recovery by domain, N must be the writer's (`rank`'s) domain's
   // epoch, and a delete may not touch a key of any domain's current epoch.
+  // Unmarked: the writer passed CheckEpochLocked (a current member's
+  // misuse, not a fence).
   absl::Status CheckKeyEpochLocked(const std::string& key, uint32_t rank,
                                    bool deleting = false) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

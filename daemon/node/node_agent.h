@@ -16,7 +16,7 @@
 //
 // Transport-agnostic (the Rank gRPC service calls it). Replies never run
 // with the agent's lock held. Thread-safe. Depends on CoordinatorLink, the
-// daemon core and the protos.
+// daemon core, common/error_reason and the protos.
 #ifndef RANKD_DAEMON_NODE_AGENT_H_
 #define RANKD_DAEMON_NODE_AGENT_H_
 

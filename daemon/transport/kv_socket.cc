@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/monotonic_clock.h"
 #include "daemon/call_cancellation.h"
 #include "daemon/log.h"
@@ -145,18 +146,30 @@ class KvConnection {
 
 namespace {
 
+// `status` as a channel whose library does (`error_reasons`) or does not
+// read an error's reason may get it: an older library's decoder refuses
+// the reason's byte (OpenKvChannelRequest.error_reasons).
+absl::Status ForTheChannel(absl::Status status, bool error_reasons) {
+  return error_reasons
+             ? status
+             : WithReason(std::move(status), ErrorReason::kUnspecified);
+}
+
 // A reply callback for request `id` of `connection`: the agent's answer,
-// serialized, or its status, unchanged; `done` hears its outcome.
+// serialized, or its status, unchanged but for a reason the channel does not
+// read (ForTheChannel); `done` hears its outcome.
 template <typename Response>
 Reply<Response> ReplyTo(std::shared_ptr<KvConnection> connection, uint64_t id,
-                        std::function<void(absl::StatusCode)> done) {
-  return [connection = std::move(connection), id,
-          done = std::move(done)](absl::StatusOr<Response> result) {
+                        std::function<void(absl::StatusCode)> done,
+                        bool error_reasons) {
+  return [connection = std::move(connection), id, done = std::move(done),
+          error_reasons](absl::StatusOr<Response> result) {
     done(result.status().code());
     connection->Finish(
-        id, result.ok()
-                ? EncodeKvReply(absl::OkStatus(), result->SerializeAsString())
-                : EncodeKvReply(result.status(), ""));
+        id,
+        result.ok()
+            ? EncodeKvReply(absl::OkStatus(), result->SerializeAsString())
+            : EncodeKvReply(ForTheChannel(result.status(), error_reasons), ""));
   };
 }
 
@@ -293,8 +306,8 @@ void KvSocket::AcceptLoop() {
 }
 
 absl::StatusOr<v1::OpenKvChannelResponse> KvSocket::Open(
-    uint32_t rank, std::optional<uint32_t> token_rank,
-    const RankCaller& caller) {
+    uint32_t rank, std::optional<uint32_t> token_rank, const RankCaller& caller,
+    bool error_reasons) {
   unsigned char bytes[kTicketBytes];
   if (RAND_bytes(bytes, sizeof(bytes)) != 1) {
     return absl::InternalError("the random generator failed (RAND_bytes)");
@@ -315,7 +328,7 @@ absl::StatusOr<v1::OpenKvChannelResponse> KvSocket::Open(
     tickets_.erase(old->second);
   }
   ticket_of_rank_[rank] = ticket;
-  tickets_[ticket] = Ticket{Binding{rank, token_rank, caller},
+  tickets_[ticket] = Ticket{Binding{rank, token_rank, caller, error_reasons},
                             now + options_.handshake_timeout};
   v1::OpenKvChannelResponse response;
   response.set_path(path_);
@@ -452,7 +465,7 @@ void KvSocket::Dispatch(const std::shared_ptr<KvConnection>& connection,
   };
   auto refuse = [&](const absl::Status& refusal) {
     done(refusal.code());
-    connection->Answer(id, refusal);
+    connection->Answer(id, ForTheChannel(refusal, binding.error_reasons));
   };
   // Parses the request, applies the Rank service's checks, then runs it.
   auto run = [&](auto request, auto&& call, CancellationRef cancellation) {
@@ -482,7 +495,8 @@ void KvSocket::Dispatch(const std::shared_ptr<KvConnection>& connection,
           v1::KvSetRequest(),
           [&](const v1::KvSetRequest& request) {
             agent_->KvSet(request,
-                          ReplyTo<v1::KvSetResponse>(connection, id, done));
+                          ReplyTo<v1::KvSetResponse>(connection, id, done,
+                                                     binding.error_reasons));
           },
           nullptr);
       return;
@@ -492,7 +506,8 @@ void KvSocket::Dispatch(const std::shared_ptr<KvConnection>& connection,
           v1::KvGetRequest(),
           [&](const v1::KvGetRequest& request) {
             agent_->KvGet(request,
-                          ReplyTo<v1::KvGetResponse>(connection, id, done),
+                          ReplyTo<v1::KvGetResponse>(connection, id, done,
+                                                     binding.error_reasons),
                           cancellation);
           },
           cancellation);
@@ -503,7 +518,8 @@ void KvSocket::Dispatch(const std::shared_ptr<KvConnection>& connection,
           v1::KvAddRequest(),
           [&](const v1::KvAddRequest& request) {
             agent_->KvAdd(request,
-                          ReplyTo<v1::KvAddResponse>(connection, id, done));
+                          ReplyTo<v1::KvAddResponse>(connection, id, done,
+                                                     binding.error_reasons));
           },
           nullptr);
       return;
@@ -512,7 +528,8 @@ void KvSocket::Dispatch(const std::shared_ptr<KvConnection>& connection,
           v1::KvDeleteRequest(),
           [&](const v1::KvDeleteRequest& request) {
             agent_->KvDelete(
-                request, ReplyTo<v1::KvDeleteResponse>(connection, id, done));
+                request, ReplyTo<v1::KvDeleteResponse>(connection, id, done,
+                                                       binding.error_reasons));
           },
           nullptr);
       return;
@@ -520,8 +537,9 @@ void KvSocket::Dispatch(const std::shared_ptr<KvConnection>& connection,
       run(
           v1::KvCountRequest(),
           [&](const v1::KvCountRequest& request) {
-            agent_->KvCount(request,
-                            ReplyTo<v1::KvCountResponse>(connection, id, done));
+            agent_->KvCount(
+                request, ReplyTo<v1::KvCountResponse>(connection, id, done,
+                                                      binding.error_reasons));
           },
           nullptr);
       return;

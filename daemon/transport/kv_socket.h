@@ -100,9 +100,12 @@ class KvSocket {
   // for `rank`: its token named `token_rank` (nullopt: authentication is
   // off) and it came on `caller`'s connection. A fresh ticket, replacing
   // any earlier one of `rank`; Internal when the random generator fails.
+  // `error_reasons`: the rank's library reads an error's reason
+  // (OpenKvChannelRequest.error_reasons); the channel's replies carry none
+  // otherwise.
   absl::StatusOr<v1::OpenKvChannelResponse> Open(
       uint32_t rank, std::optional<uint32_t> token_rank,
-      const RankCaller& caller);
+      const RankCaller& caller, bool error_reasons);
 
   const std::string& path() const { return path_; }
 
@@ -112,6 +115,7 @@ class KvSocket {
     uint32_t rank = 0;
     std::optional<uint32_t> token_rank;
     RankCaller caller;
+    bool error_reasons = false;
   };
   struct Ticket {
     Binding binding;

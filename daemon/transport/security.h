@@ -1,7 +1,8 @@
 // Transport security and authentication for the daemon: TLS credentials for
 // its TCP listener and its channel to the coordinator, and the Authenticator
 // that decides which role a call comes from (docs/operations.md,
-// "Credentials"). Depends on gRPC, absl, common/credentials and
+// "Credentials"). Depends on gRPC, absl, common/credentials,
+// proto/status_details (a status's reason in its gRPC details) and
 // daemon/config.
 #ifndef RANKD_DAEMON_SECURITY_H_
 #define RANKD_DAEMON_SECURITY_H_

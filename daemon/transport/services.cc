@@ -181,7 +181,8 @@ grpc::ServerUnaryReactor* RankService::OpenKvChannel(
                   // Admit passed: the token, if any, names `rank`.
                   auto token_rank = auth_->AuthenticateRank(context);
                   if (!token_rank.ok()) return reply(token_rank.status());
-                  reply(kv_socket_->Open(rank, *token_rank, CallerOf(context)));
+                  reply(kv_socket_->Open(rank, *token_rank, CallerOf(context),
+                                         request->error_reasons()));
                 });
 }
 

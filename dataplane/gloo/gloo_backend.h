@@ -357,8 +357,8 @@ class GlooBackend {
       absl::Span<const PeerValue<HostTensor>> sends,
       absl::Span<const PeerValue<HostTensor>> receives, GlooGroup& group,
       GlooExecutor& executor, Caller caller = Caller::kBackendSurface);
-  // The queued work of the sums and the gathers, once checked. `kind` is
-  // the backend operation (what the members' fingerprints describe).
+  // The queued work of the sum, once checked. `op` (its label) becomes
+  // the operation's name: moved in, not copied.
   GlooTensorSubmission SubmitAllReduce(const char* name, std::string op,
                                        const HostTensor& value,
                                        const HostTensor& output,

@@ -112,10 +112,11 @@ RANKD_EXPORT void rankd_status_free(rankd_status* status);
  * fail with (a rank that never submitted); this tells them apart without
  * reading the message. 0 for every other status and for NULL. */
 RANKD_EXPORT int rankd_status_is_wait_timeout(const rankd_status* status);
-/* 1 when `status` is a recovering job's fence between its epochs: the
- * daemon refused this process, which joined an epoch the job has left
- * behind (FAILED_PRECONDITION, "rank R joined into epoch E but the job is at
- * epoch F ..."). The daemon marks it; this reads the mark, not the message.
+/* 1 when `status` (a key-value call's) is a recovering job's fence between
+ * its epochs: the daemon refused this process, which joined an epoch the
+ * job has left behind (FAILED_PRECONDITION, "rank R joined into epoch E but
+ * the job is at epoch F ..."). The daemon marks it; this reads the mark, not
+ * the message.
  * The loss that ended the epoch reaches rankd_job_health (and the failure
  * callback) possibly a moment after such an answer: a caller that wants to
  * report the loss waits for it briefly. 0 for every other status and for
