@@ -10,13 +10,22 @@ void FailureWatch::Fail(const absl::Status& failure) {
     absl::MutexLock lock(&mu_);
     // Only the first: every later store call reports the failure again,
     // and the sockets known then are shut down already (a group's made
-    // later are, as NoteEndpoints sees them).
-    if (!failure_.ok()) return;
+    // later are, as NoteEndpoints sees them). A later caller returns once
+    // the first caller's shutdown finished, so that whoever reports the
+    // failure reports it with the connections shut (syscalls only: the
+    // bound is never reached in practice).
+    if (!failure_.ok()) {
+      mu_.AwaitWithTimeout(absl::Condition(&shut_down_), kShutdownBound);
+      return;
+    }
     failure_ = failure;
     endpoints = endpoints_;
   }
   // Outside the lock: syscalls over every descriptor of the process.
-  shut_ += ShutDownSocketsAt(endpoints);
+  const int shut = ShutDownSocketsAt(endpoints);
+  absl::MutexLock lock(&mu_);
+  shut_ += shut;
+  shut_down_ = true;
 }
 
 absl::Status FailureWatch::failure() const {

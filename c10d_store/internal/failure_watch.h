@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "c10d_store/internal/gloo_sockets.h"
 
 namespace rankd::c10d_store::internal {
@@ -20,9 +21,15 @@ class FailureWatch {
  public:
   // Records `failure` (non-OK; an OK status is ignored) when it is the
   // first, and then shuts down this process's sockets at every endpoint
-  // noted so far; a later failure changes nothing. Thread-safe; never
-  // blocks on anything but syscalls.
+  // noted so far. A later failure changes nothing, but its call returns
+  // only once the first one's shutdown finished (at most kShutdownBound):
+  // a caller that then reports the failure reports it with the
+  // connections shut, and sockets_shut_down() counts them. Thread-safe;
+  // never blocks on anything but syscalls.
   void Fail(const absl::Status& failure);
+
+  // How long a later Fail waits for the first one's shutdown.
+  static constexpr absl::Duration kShutdownBound = absl::Seconds(10);
 
   // The first failure recorded; OK while none was.
   absl::Status failure() const;
@@ -38,6 +45,8 @@ class FailureWatch {
   mutable absl::Mutex mu_;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   std::set<Endpoint> endpoints_ ABSL_GUARDED_BY(mu_);
+  // The first Fail's shutdown finished.
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<int> shut_{0};
 };
 
