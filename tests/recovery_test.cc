@@ -11,7 +11,12 @@
 // own incarnation, which the client library does not offer yet (issue 38,
 // part 2). The ranks that are killed are real rank_worker processes.
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -27,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/error_reason.h"
+#include "common/kv_frame.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/status_details.h"
@@ -89,7 +95,10 @@ class RawRank {
         cluster.socket_target(node), grpc::InsecureChannelCredentials(), args);
     stub_ = v1::Rank::NewStub(channel_);
   }
-  ~RawRank() { StopWatch(); }
+  ~RawRank() {
+    StopWatch();
+    if (kv_fd_ >= 0) ::close(kv_fd_);
+  }
 
   uint32_t rank() const { return rank_; }
 
@@ -202,7 +211,73 @@ class RawRank {
     return stub_->KvSet(context.get(), request, &response);
   }
 
+  // Opens this rank's key-value channel (a raw socket, as the client
+  // library's KvChannel does), asking for errors' reasons or not.
+  absl::Status OpenKvChannel(bool error_reasons) {
+    v1::OpenKvChannelRequest request;
+    *request.mutable_member() = member_;
+    request.set_error_reasons(error_reasons);
+    v1::OpenKvChannelResponse response;
+    auto context = Ctx(token_, kPatience);
+    grpc::Status opened =
+        stub_->OpenKvChannel(context.get(), request, &response);
+    if (!opened.ok()) return absl::InternalError(opened.error_message());
+    kv_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (response.path().size() >= sizeof(addr.sun_path)) {
+      return absl::InternalError("socket path too long");
+    }
+    std::memcpy(addr.sun_path, response.path().data(), response.path().size());
+    timeval tv{20, 0};
+    ::setsockopt(kv_fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (::connect(kv_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) !=
+        0) {
+      return absl::InternalError(absl::StrCat("connect: ", errno));
+    }
+    absl::StatusOr<std::string> welcome =
+        KvFrameCall(KvFrameKind::kHello, 0, response.ticket());
+    if (!welcome.ok()) return welcome.status();
+    absl::Status status;
+    absl::string_view body;
+    if (absl::Status d = DecodeKvReply(*welcome, &status, &body); !d.ok()) {
+      return d;
+    }
+    return status;
+  }
+
+  // A KvSet on the channel: the reply's raw payload (EncodeKvReply's).
+  absl::StatusOr<std::string> KvSetOnChannel(const std::string& key,
+                                             const std::string& value) {
+    v1::KvSetRequest request;
+    *request.mutable_member() = member_;
+    request.set_key(key);
+    request.set_value(value);
+    return KvFrameCall(KvFrameKind::kSet, ++kv_id_,
+                       request.SerializeAsString());
+  }
+
  private:
+  // Sends one frame on the key-value channel and returns its reply's
+  // payload.
+  absl::StatusOr<std::string> KvFrameCall(KvFrameKind kind, uint64_t id,
+                                          const std::string& payload) {
+    const std::string frame = EncodeKvFrame(kind, id, payload);
+    if (::send(kv_fd_, frame.data(), frame.size(), MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(frame.size())) {
+      return absl::InternalError("send on the key-value channel failed");
+    }
+    while (true) {
+      absl::StatusOr<std::optional<KvFrame>> next = kv_reader_.Next();
+      if (!next.ok()) return next.status();
+      if (next->has_value()) return (*next)->payload;
+      char buffer[4096];
+      const ssize_t n = ::recv(kv_fd_, buffer, sizeof(buffer), 0);
+      if (n <= 0) return absl::InternalError("the key-value channel ended");
+      kv_reader_.Append(buffer, static_cast<size_t>(n));
+    }
+  }
+
   const uint32_t rank_;
   const uint32_t local_rank_;
   const uint64_t incarnation_;
@@ -216,6 +291,9 @@ class RawRank {
   std::thread watch_thread_;
   mutable absl::Mutex mu_;
   std::vector<v1::JobEvent> events_ ABSL_GUARDED_BY(mu_);
+  int kv_fd_ = -1;
+  uint64_t kv_id_ = 0;
+  KvFrameReader kv_reader_;
 };
 
 // Joins `rank` through its default node as a new process and opens its
@@ -475,6 +553,10 @@ TEST(RecoveryTest, StaleProcessOfTheEndedEpochIsFenced) {
   std::vector<std::unique_ptr<RawRank>> ranks;
   ASSERT_NO_FATAL_FAILURE(JoinWorld(cluster, &ranks));
   ASSERT_TRUE(ranks[0]->KvSet("epoch/1/uid", "one").ok());
+  // Key-value channels: rank 0's library reads errors' reasons, rank 1's
+  // is one that does not (an older one, whose decoder refuses the byte).
+  ASSERT_TRUE(ranks[0]->OpenKvChannel(/*error_reasons=*/true).ok());
+  ASSERT_TRUE(ranks[1]->OpenKvChannel(/*error_reasons=*/false).ok());
   // Rank 3's process loses its lease (a partition, a stall) but lives on.
   RawRank& stale = *ranks[3];
   stale.StopWatch();
@@ -491,6 +573,25 @@ TEST(RecoveryTest, StaleProcessOfTheEndedEpochIsFenced) {
   // Marked on the wire (the status's details), for the client library's
   // Client::FencedByALaterEpoch.
   EXPECT_TRUE(Fenced(s)) << s.error_message();
+  // On the key-value channel: the reason follows the message for the
+  // library that asked; the other gets the message alone.
+  for (uint32_t r : {0u, 1u}) {
+    absl::StatusOr<std::string> reply =
+        ranks[r]->KvSetOnChannel(absl::StrCat("r", r, "/late"), "v");
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    absl::Status fenced;
+    absl::string_view rest;
+    ASSERT_TRUE(DecodeKvReply(*reply, &fenced, &rest).ok());
+    EXPECT_EQ(fenced.code(), absl::StatusCode::kFailedPrecondition) << fenced;
+    EXPECT_TRUE(absl::StrContains(
+        fenced.message(), absl::StrCat("rank ", r, " joined into epoch 1")))
+        << fenced;
+    const bool asked = r == 0;
+    EXPECT_EQ(ReasonOf(fenced) == ErrorReason::kEpochFenced, asked) << fenced;
+    // Exactly the code, the length and the message, then the reason's one
+    // byte only where it was asked for.
+    EXPECT_EQ(reply->size(), 8 + fenced.message().size() + (asked ? 1 : 0));
+  }
   v1::AllGatherWordsResponse ignored;
   s = ranks[1]->Round(1, 1, &ignored);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
