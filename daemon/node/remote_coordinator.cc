@@ -12,6 +12,7 @@
 #include "daemon/config.h"
 #include "daemon/log.h"
 #include "daemon/node/pending_rounds.h"
+#include "daemon/transport/round_link_protocol.h"
 #include "daemon/transport/security.h"
 
 namespace rankd {
@@ -214,25 +215,21 @@ bool RemoteCoordinatorLink::ForwardOverLink(
   if (round_link == nullptr) return false;
   // The coordinator's answer as the unary call would give it: a
   // transient code gets the same "coordinator at" annotation.
-  PendingKvCalls::KvReply answer = [address = address_, reply, response,
-                                    response_case](
-                                       absl::StatusOr<v1::KvLinkReply> result) {
-    if (!result.ok()) return reply(result.status());
-    if (result->code() != 0) {
-      return reply(AnnotateCoordinatorError(
-          address,
-          WithReason(
-              absl::Status(static_cast<absl::StatusCode>(result->code()),
-                           result->message()),
-              ErrorReasonFromWire(static_cast<uint32_t>(result->reason())))));
-    }
-    if (result->response_case() != response_case) {
-      return reply(absl::InternalError(absl::StrCat(
-          "round link to coordinator at ", address,
-          ": a key-value reply of another kind than its request")));
-    }
-    reply(std::move(*((*result).*response)()));
-  };
+  PendingKvCalls::KvReply answer =
+      [address = address_, reply, response,
+       response_case](absl::StatusOr<v1::KvLinkReply> result) {
+        if (!result.ok()) return reply(result.status());
+        if (result->code() != 0) {
+          return reply(
+              AnnotateCoordinatorError(address, KvLinkReplyStatus(*result)));
+        }
+        if (result->response_case() != response_case) {
+          return reply(absl::InternalError(absl::StrCat(
+              "round link to coordinator at ", address,
+              ": a key-value reply of another kind than its request")));
+        }
+        reply(std::move(*((*result).*response)()));
+      };
   // Refused (leaving `answer` unused) while the link is not open.
   return round_link->SendKv(std::move(request), answer,
                             MonotonicNow() + timeout, cancellation);

@@ -3,6 +3,7 @@
 #include <openssl/rand.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/limits.h"
 
 namespace rankd {
@@ -181,6 +182,19 @@ absl::Status NewRoundLinkNonce(std::string* nonce) {
   }
   nonce->assign(reinterpret_cast<const char*>(bytes), sizeof(bytes));
   return absl::OkStatus();
+}
+
+void SetKvLinkError(const absl::Status& status, v1::KvLinkReply* reply) {
+  reply->set_code(static_cast<int>(status.code()));
+  reply->set_message(std::string(status.message()));
+  reply->set_reason(static_cast<v1::ErrorReason>(ReasonOf(status)));
+}
+
+absl::Status KvLinkReplyStatus(const v1::KvLinkReply& reply) {
+  if (reply.code() == 0) return absl::OkStatus();
+  return WithReason(absl::Status(static_cast<absl::StatusCode>(reply.code()),
+                                 reply.message()),
+                    ErrorReasonFromWire(static_cast<uint32_t>(reply.reason())));
 }
 
 }  // namespace rankd

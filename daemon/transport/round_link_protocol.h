@@ -31,8 +31,9 @@
 //                           non-zero code is the coordinator's last word:
 //                           why it closes.
 //          5 kKvReply       v1::KvLinkReply: the answer to a kKvRequest,
-//                           by id (code, message, response), exactly what
-//                           the Peer service's unary call would answer.
+//                           by id (code, message, reason, response),
+//                           exactly what the Peer service's unary call
+//                           would answer.
 //      A frame of a type the receiver does not take in its direction, an
 //      empty one, or one whose message does not parse closes the link with
 //      an error naming it (ParseRoundLinkFrame). Each type has its own
@@ -44,7 +45,8 @@
 // no confidentiality; a coordinator with TLS configured offers no link, so
 // its rounds stay on the TLS-protected Rounds stream.
 //
-// Depends on absl, common/credentials, common/limits and the protos.
+// Depends on absl, common/credentials, common/error_reason, common/limits
+// and the protos.
 #ifndef RANKD_DAEMON_ROUND_LINK_PROTOCOL_H_
 #define RANKD_DAEMON_ROUND_LINK_PROTOCOL_H_
 
@@ -127,6 +129,13 @@ inline constexpr RoundLinkFrameType kNodeFrameTypes[] = {
     RoundLinkFrameType::kKvCancel};
 inline constexpr RoundLinkFrameType kCoordinatorFrameTypes[] = {
     RoundLinkFrameType::kOutcome, RoundLinkFrameType::kKvReply};
+
+// A kKvReply's error, both ends' way: `status` (not OK) sets the reply's
+// code, message and reason (common/error_reason.h, KvLinkReply.reason);
+// KvLinkReplyStatus reads them back (OK when the code is 0; a reason this
+// build does not know reads as none).
+void SetKvLinkError(const absl::Status& status, v1::KvLinkReply* reply);
+absl::Status KvLinkReplyStatus(const v1::KvLinkReply& reply);
 
 // The greeting's payload: the magic followed by `nonce`.
 std::string RoundLinkGreeting(absl::string_view nonce);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/error_reason.h"
 #include "common/limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -91,6 +92,27 @@ TEST(RoundLinkProtocolTest, MalformedFramesAreRefusedNamingWhatIsWrong) {
       absl::StatusCode::kInvalidArgument);
   // A value of the largest size fits a key-value request.
   EXPECT_GE(kMaxRoundLinkKvRequestBytes, 2 * kMaxKvValueBytes + kMaxKvKeyBytes);
+}
+
+TEST(RoundLinkProtocolTest, AKvReplysErrorKeepsCodeMessageAndReason) {
+  v1::KvLinkReply reply;
+  EXPECT_TRUE(KvLinkReplyStatus(reply).ok());
+  SetKvLinkError(
+      WithReason(absl::FailedPreconditionError("rank 2 joined into epoch 1"),
+                 ErrorReason::kEpochFenced),
+      &reply);
+  v1::KvLinkReply received;
+  ASSERT_TRUE(received.ParseFromString(reply.SerializeAsString()));
+  const absl::Status fenced = KvLinkReplyStatus(received);
+  EXPECT_EQ(fenced.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(fenced.message(), "rank 2 joined into epoch 1");
+  EXPECT_EQ(ReasonOf(fenced), ErrorReason::kEpochFenced);
+  // Without a reason, and with one this build does not know.
+  SetKvLinkError(absl::PermissionDeniedError("not node 1's rank"), &reply);
+  EXPECT_EQ(ReasonOf(KvLinkReplyStatus(reply)), ErrorReason::kUnspecified);
+  reply.set_reason(static_cast<v1::ErrorReason>(57));
+  EXPECT_EQ(KvLinkReplyStatus(reply),
+            absl::PermissionDeniedError("not node 1's rank"));
 }
 
 }  // namespace

@@ -6,11 +6,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/error_reason.h"
 #include "common/limits.h"
 #include "daemon/coordinator/kv_store.h"
 #include "daemon/request_limits.h"
 #include "daemon/transport/event_stream_reactor.h"
+#include "daemon/transport/round_link_protocol.h"
 #include "daemon/transport/security.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 
@@ -566,9 +566,7 @@ v1::KvLinkReply KvLinkReplyOf(absl::StatusOr<T> result,
                               T* (v1::KvLinkReply::*response)()) {
   v1::KvLinkReply reply;
   if (!result.ok()) {
-    reply.set_code(static_cast<int>(result.status().code()));
-    reply.set_message(std::string(result.status().message()));
-    reply.set_reason(static_cast<v1::ErrorReason>(ReasonOf(result.status())));
+    SetKvLinkError(result.status(), &reply);
   } else {
     *(reply.*response)() = *std::move(result);
   }
