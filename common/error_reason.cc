@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
 
 namespace rankd {
 namespace {
@@ -35,13 +36,10 @@ absl::Status WithReason(absl::Status status, ErrorReason reason) {
 
 ErrorReason ReasonOf(const absl::Status& status) {
   const auto payload = status.GetPayload(kReasonPayload);
-  if (!payload.has_value()) return ErrorReason::kUnspecified;
-  const std::string text(*payload);
-  if (text.empty() || text.size() > 3) return ErrorReason::kUnspecified;
   uint32_t value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return ErrorReason::kUnspecified;
-    value = value * 10 + static_cast<uint32_t>(c - '0');
+  if (!payload.has_value() ||
+      !absl::SimpleAtoi(std::string(*payload), &value)) {
+    return ErrorReason::kUnspecified;
   }
   return ErrorReasonFromWire(value);
 }
