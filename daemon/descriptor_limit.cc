@@ -28,10 +28,10 @@ absl::StatusOr<DescriptorPlan> PlanDescriptors(const DaemonConfig& config,
   plan.max_tcp_connections = config.network.max_tcp_connections;
   if (hard != RLIM_INFINITY &&
       TcpListenerDescriptors(plan.max_tcp_connections) + other > hard) {
-    // The most connections m that fit: m + m / 4 + 8 <= hard - other.
+    // The most connections m that fit: 2m + m / 4 + 8 <= hard - other.
     const uint64_t room = hard > other + 8 ? hard - other - 8 : 0;
-    uint64_t most = room * 4 / 5 + 1;
-    while (most > 0 && most + most / 4 > room) --most;
+    uint64_t most = room * 4 / 9 + 1;
+    while (most > 0 && 2 * most + most / 4 > room) --most;
     most = std::min<uint64_t>(most, UINT32_MAX);
     if (most < MinTcpConnections(config)) {
       return absl::FailedPreconditionError(absl::StrCat(

@@ -16,11 +16,18 @@
 
 namespace rankd {
 
-// Descriptors the public TCP listener may hold for `max_tcp_connections`:
-// the connections, and those it shut down that gRPC has yet to close
-// (TcpGate refuses a new connection beyond this).
-constexpr uint64_t TcpListenerDescriptors(uint32_t max_tcp_connections) {
+// Connections the public TCP listener may hold for `max_tcp_connections`:
+// those open and those it shut down that gRPC has yet to close (TcpGate
+// refuses a new connection beyond this).
+constexpr uint64_t TcpListenerConnections(uint32_t max_tcp_connections) {
   return uint64_t{max_tcp_connections} + max_tcp_connections / 4 + 8;
+}
+
+// Descriptors the public TCP listener may hold for `max_tcp_connections`:
+// its connections, and the gate's own duplicate of each one not
+// authenticated yet (at most one per open connection).
+constexpr uint64_t TcpListenerDescriptors(uint32_t max_tcp_connections) {
+  return TcpListenerConnections(max_tcp_connections) + max_tcp_connections;
 }
 
 // Descriptors the daemon holds besides the TCP listener's connections: the

@@ -88,7 +88,11 @@ TEST(TcpListenerLimitsTest, LowersMaxTcpConnectionsToTheHardLimit) {
       << log;
   EXPECT_TRUE(absl::StrContains(log, "hard limit (RLIMIT_NOFILE) of 1024"))
       << log;
-  EXPECT_EQ(OpenFilesLimit(cluster.daemon(0).pid()).first, 1024u);
+  // As many connections as fit: what one more needs (its descriptor, the
+  // gate's duplicate, and one in four for a shut one) would not.
+  const uint64_t soft = OpenFilesLimit(cluster.daemon(0).pid()).first;
+  EXPECT_LE(soft, 1024u);
+  EXPECT_GT(soft + 3, 1024u);
 }
 
 TEST(TcpListenerLimitsTest, RefusesToStartWhenNotEvenTheNodesFit) {

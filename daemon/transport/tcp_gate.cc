@@ -1,6 +1,7 @@
 #include "daemon/transport/tcp_gate.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <linux/tcp.h>
 #include <malloc.h>
 #include <netdb.h>
@@ -226,6 +227,34 @@ int BoundPort(int fd) {
 
 }  // namespace
 
+// The gate's own descriptor of a connection: a duplicate of gRPC's, so that
+// the socket's bytes are read and the socket shut down through a number
+// that names it until the gate lets go, whatever gRPC closed meanwhile and
+// the kernel handed out again. While the gate holds it, the socket stays
+// open (its inode unique) even after gRPC closed its number; the gate lets
+// go when the connection authenticates, is shut down, or is forgotten.
+class TcpGate::OwnDescriptor {
+ public:
+  // Takes `fd` (owned).
+  explicit OwnDescriptor(int fd) : fd_(fd) {}
+  ~OwnDescriptor() { ::close(fd_); }
+  OwnDescriptor(const OwnDescriptor&) = delete;
+  OwnDescriptor& operator=(const OwnDescriptor&) = delete;
+
+  // A close-on-exec duplicate of `fd`; nullptr when the process has no
+  // descriptor to spare.
+  static std::shared_ptr<const OwnDescriptor> Duplicate(int fd) {
+    const int own = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0) return nullptr;
+    return std::make_shared<const OwnDescriptor>(own);
+  }
+
+  int fd() const { return fd_; }
+
+ private:
+  const int fd_;
+};
+
 absl::StatusOr<std::unique_ptr<TcpGate>> TcpGate::Listen(
     const std::string& address, Options options) {
   absl::StatusOr<HostPort> hp = ParseHostPort(address);
@@ -384,11 +413,28 @@ void TcpGate::AcceptAll(int listen_fd) {
       continue;
     }
     c.peer = *std::move(peer);
-    bool admitted = false;
-    {
+    if (c.state != State::kAuthenticated) {
+      c.own = OwnDescriptor::Duplicate(fd);
+      if (c.own == nullptr) {
+        // Out of descriptors: a connection the gate could not bound is not
+        // let in, and the backlog waits, as for accept's EMFILE.
+        ::close(fd);
+        {
+          absl::MutexLock lock(&mu_);
+          ++stats_.refused_full;
+        }
+        ::poll(nullptr, 0, 20);
+        return;
+      }
+    }
+    // A limit that refuses first forgets the connections gRPC closed, with
+    // no lock held for the system calls that takes.
+    Room room = Room::kPruneFirst;
+    for (bool pruned = false; room == Room::kPruneFirst; pruned = true) {
+      if (pruned) PruneClosed();
       absl::MutexLock lock(&mu_);
-      admitted = MakeRoom(c.peer);
-      if (admitted) {
+      room = MakeRoom(c.peer, pruned);
+      if (room == Room::kMade) {
         ++stats_.accepted;
         // gRPC closed the connection this descriptor named before (the
         // kernel reuses the lowest free number): forget it, peer entry too.
@@ -406,8 +452,8 @@ void TcpGate::AcceptAll(int listen_fd) {
         connections_[fd] = std::move(c);
       }
     }
-    if (!admitted) {
-      ::close(fd);  // never handed over: still ours
+    if (room != Room::kMade) {
+      ::close(fd);  // never handed over: still ours (c.own goes with c)
       continue;
     }
     grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters p;
@@ -434,9 +480,9 @@ TcpGate::Tally TcpGate::Count(const TcpPeer& peer) const {
   return t;
 }
 
-bool TcpGate::MakeRoom(const TcpPeer& peer) {
+TcpGate::Room TcpGate::MakeRoom(const TcpPeer& peer, bool pruned) {
   // Those shut down that gRPC has yet to close included.
-  const uint64_t most_held = TcpListenerDescriptors(options_.max_connections);
+  const uint64_t most_held = TcpListenerConnections(options_.max_connections);
   const bool gated = options_.require_authentication;
   Tally t = Count(peer);
   auto over = [&] {
@@ -446,18 +492,17 @@ bool TcpGate::MakeRoom(const TcpPeer& peer) {
             (t.unauthenticated >= options_.max_unauthenticated ||
              t.group_unauthenticated >= options_.max_unauthenticated_per_peer));
   };
-  if (!over()) return true;
+  if (!over()) return Room::kMade;
   // Where a connection might be refused, forget those gRPC closed since
-  // the last sweep first (a syscall per connection: not for the
+  // the last sweep first (a system call per connection: not for the
   // unauthenticated limits, which make room instead).
-  if (t.held >= most_held || t.open >= options_.max_connections ||
-      t.address >= options_.max_connections_per_peer) {
-    PruneClosed();
-    t = Count(peer);
+  if (!pruned && (t.held >= most_held || t.open >= options_.max_connections ||
+                  t.address >= options_.max_connections_per_peer)) {
+    return Room::kPruneFirst;
   }
   if (t.held >= most_held) {
     ++stats_.refused_full;
-    return false;
+    return Room::kNone;
   }
   // Each limit in turn, from the narrowest: an unauthenticated connection
   // it counts gives way (EvictOldest: silent ones first).
@@ -466,7 +511,7 @@ bool TcpGate::MakeRoom(const TcpPeer& peer) {
           return c.peer.address == peer.address;
         })) {
       ++stats_.refused_peer;
-      return false;
+      return Room::kNone;
     }
     t = Count(peer);
   }
@@ -490,10 +535,10 @@ bool TcpGate::MakeRoom(const TcpPeer& peer) {
     auto any = [](const Connection&) { return true; };
     if (!EvictFromLargestGroup() && !EvictOldest(State::kHealth, any)) {
       ++stats_.refused_full;
-      return false;
+      return Room::kNone;
     }
   }
-  return true;
+  return Room::kMade;
 }
 
 bool TcpGate::EvictFromLargestGroup() {
@@ -526,14 +571,16 @@ bool TcpGate::EvictOldest(State state, Matches matches) {
     auto victim = connections_.end();
     for (auto it = connections_.begin(); it != connections_.end(); ++it) {
       const Connection& c = it->second;
-      if (c.state != state || c.shut || !matches(c)) continue;
+      if (c.state != state || c.shut || c.own == nullptr || !matches(c)) {
+        continue;
+      }
       if (victim == connections_.end() || before(c, victim->second)) {
         victim = it;
       }
     }
     if (victim == connections_.end()) return false;
-    // gRPC may have closed it since the last sweep, and the number may
-    // name another socket by now: only the connection accepted is shut.
+    // gRPC may have closed it since the last sweep: forgotten, it makes no
+    // room (its descriptor is gone already).
     if (InodeOf(victim->first) != victim->second.inode) {
       Forget(victim);
       continue;
@@ -541,20 +588,21 @@ bool TcpGate::EvictOldest(State state, Matches matches) {
     // Silent when last seen: still so? (Each connection is looked at once:
     // one that sent something is silent no more.)
     if (victim->second.received == 0) {
-      victim->second.received = BytesReceived(victim->first);
+      victim->second.received = BytesReceived(victim->second.own->fd());
       if (victim->second.received > 0) continue;
     }
-    ShutDown(victim->first, victim->second);
+    ShutDown(victim->second);
     ++stats_.shut_evicted;
     return true;
   }
 }
 
-void TcpGate::ShutDown(int fd, Connection& c) {
-  // The caller checked that the descriptor still names the connection
-  // accepted; gRPC sees it end and closes it.
-  ::shutdown(fd, SHUT_RDWR);
+void TcpGate::ShutDown(Connection& c) {
+  // Through the gate's own descriptor: the connection accepted, whatever
+  // gRPC's number names now. gRPC sees it end and closes its own.
+  ::shutdown(c.own->fd(), SHUT_RDWR);
   c.shut = true;
+  c.own.reset();
   // What it held is worth giving back once gRPC freed it.
   ended_since_trim_ += kTrimAfterEnded;
   last_end_ = absl::Now();
@@ -571,51 +619,84 @@ void TcpGate::Forget(absl::flat_hash_map<int, Connection>::iterator it) {
   last_end_ = absl::Now();
 }
 
-void TcpGate::PruneClosed() {
-  for (auto it = connections_.begin(); it != connections_.end();) {
-    if (InodeOf(it->first) != it->second.inode) {
-      Forget(it++);
-    } else {
-      ++it;
+std::vector<TcpGate::Look> TcpGate::ReadSockets(bool bytes) {
+  std::vector<Look> looks;
+  {
+    absl::MutexLock lock(&mu_);
+    looks.reserve(connections_.size());
+    for (const auto& [fd, c] : connections_) {
+      looks.push_back({fd, c.inode, bytes ? c.own : nullptr});
     }
+  }
+  // No lock from here: a look may be out of date when it is acted on, and
+  // the caller checks what changed. `own` stays open while the look holds
+  // it, whoever lets go of it meanwhile.
+  for (Look& l : looks) {
+    l.open = InodeOf(l.fd) == l.inode;
+    if (l.open && l.own != nullptr) l.received = BytesReceived(l.own->fd());
+  }
+  return looks;
+}
+
+void TcpGate::PruneClosed() {
+  const std::vector<Look> looks = ReadSockets(/*bytes=*/false);
+  absl::MutexLock lock(&mu_);
+  for (const Look& l : looks) {
+    if (l.open) continue;
+    auto it = connections_.find(l.fd);
+    if (it != connections_.end() && it->second.inode == l.inode) Forget(it);
   }
 }
 
 absl::Duration TcpGate::Sweep() {
+  // Declared before the lock: the descriptors the looks held are let go
+  // (closed, where the gate was their last holder) after it is released.
+  const std::vector<Look> looks = ReadSockets(/*bytes=*/true);
+  if (options_.after_reading_sockets) options_.after_reading_sockets();
   const absl::Time now = absl::Now();
-  bool unauthenticated_left = false, health_left = false;
   absl::MutexLock lock(&mu_);
-  PruneClosed();
-  uint32_t unauthenticated = 0, health = 0;
-  for (auto& [fd, c] : connections_) {
-    if (c.state == State::kAuthenticated || c.shut) continue;
-    const bool is_health = c.state == State::kHealth;
-    const bool too_long =
-        !is_health && now - c.since > options_.unauthenticated_time;
-    c.received = BytesReceived(fd);
-    const bool too_much = c.received > options_.unauthenticated_bytes;
-    if (!too_long && !too_much) {
-      (is_health ? health_left : unauthenticated_left) = true;
-      ++(is_health ? health : unauthenticated);
+  for (const Look& l : looks) {
+    auto it = connections_.find(l.fd);
+    // Forgotten meanwhile (the gate's own thread alone adds entries, so
+    // the same descriptor and inode are the same connection).
+    if (it == connections_.end() || it->second.inode != l.inode) continue;
+    if (!l.open) {
+      Forget(it);
       continue;
     }
-    // Checked just above (PruneClosed): the descriptor still names the
-    // connection accepted.
-    ShutDown(fd, c);
+    Connection& c = it->second;
+    // Authenticated or shut down since it was read: nothing to bound.
+    if (c.state == State::kAuthenticated || c.shut || l.own == nullptr) {
+      continue;
+    }
+    c.received = l.received;
+    const bool too_long = c.state != State::kHealth &&
+                          now - c.since > options_.unauthenticated_time;
+    const bool too_much = c.received > options_.unauthenticated_bytes;
+    if (!too_long && !too_much) continue;
+    ShutDown(c);
     ++(too_much ? stats_.shut_bytes : stats_.shut_time);
+  }
+  uint32_t unauthenticated = 0, health = 0;
+  for (const auto& [fd, c] : connections_) {
+    if (c.shut) continue;
+    if (c.state == State::kUnauthenticated) ++unauthenticated;
+    if (c.state == State::kHealth) ++health;
   }
   stats_.open = static_cast<uint32_t>(connections_.size());
   stats_.unauthenticated = unauthenticated;
   stats_.health = health;
-  return unauthenticated_left ? kSweepInterval
-         : health_left        ? kHealthSweepInterval
-                              : kIdleSweepInterval;
+  return unauthenticated > 0 ? kSweepInterval
+         : health > 0        ? kHealthSweepInterval
+                             : kIdleSweepInterval;
 }
 
 void TcpGate::SetState(Connection& c, State state) {
   if (c.state != State::kAuthenticated) pending_connections_.fetch_sub(1);
   if (state != State::kAuthenticated) pending_connections_.fetch_add(1);
   c.state = state;
+  // The gate never acts on an authenticated connection again.
+  if (state == State::kAuthenticated) c.own.reset();
 }
 
 TcpGate::Connection* TcpGate::Find(absl::string_view peer) {

@@ -21,12 +21,16 @@
 //     (load balancers and probes carry no credential) may stay open past
 //     `unauthenticated_time`, within a small budget of such connections of
 //     its own (in all, per address group); its bytes stay bounded.
-// A connection gRPC has closed is noticed by its descriptor no longer
-// naming the same socket (inode); the gate never closes a descriptor gRPC
-// owns, it only shuts the socket down. It frees memory to the system
-// (malloc_trim) once many connections ended, so that a flood leaves the
-// daemon near its size before. Depends on POSIX sockets, gRPC, absl and
-// TcpPeer.
+// The gate never closes or shuts down a descriptor gRPC owns. While it may
+// still act on a connection (not authenticated yet), it holds a duplicate
+// of gRPC's descriptor and reads and shuts the socket through that, so a
+// number gRPC closed and the kernel gave to another socket is never
+// touched; a connection gRPC has closed is noticed by gRPC's number no
+// longer naming the socket (inode). Its sweeps read every socket with no
+// lock held, so that calls noting or authenticating a connection never wait
+// on a sweep's system calls. It frees memory to the system (malloc_trim)
+// once many connections ended, so that a flood leaves the daemon near its
+// size before. Depends on POSIX sockets, gRPC, absl and TcpPeer.
 #ifndef RANKD_DAEMON_TCP_GATE_H_
 #define RANKD_DAEMON_TCP_GATE_H_
 
@@ -34,6 +38,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -77,6 +82,9 @@ class TcpGate {
     uint64_t unauthenticated_bytes = 2u << 20;
     absl::Duration unauthenticated_time = absl::Seconds(10);
     bool require_authentication = true;
+    // Tests only: called by each sweep after it read the sockets and before
+    // it acts on what it read, with no lock of the gate held.
+    std::function<void()> after_reading_sockets;
   };
 
   // What the gate did so far (logged, and shown by the drills).
@@ -159,8 +167,16 @@ class TcpGate {
 
  private:
   enum class State { kUnauthenticated, kHealth, kAuthenticated };
+  // The gate's own descriptor of a connection (tcp_gate.cc): a duplicate of
+  // gRPC's, closed when the last holder lets it go.
+  class OwnDescriptor;
   struct Connection {
     ino_t inode = 0;
+    // While the gate may still shut it down (not authenticated, not shut):
+    // every read of its bytes and its shutdown go through this, never
+    // through gRPC's number. Shared: a sweep reading it outside mu_ keeps
+    // it open.
+    std::shared_ptr<const OwnDescriptor> own;
     int listener = -1;
     TcpPeer peer;
     // When accepted, or when it stopped being a health connection: its
@@ -185,9 +201,13 @@ class TcpGate {
   TcpGate(std::vector<int> listen_fds, int wake_fd, int port, Options options);
   void Loop();
   void AcceptAll(int listen_fd) ABSL_LOCKS_EXCLUDED(mu_);
+  enum class Room { kMade, kNone, kPruneFirst };
   // Makes room for a connection from `peer`, shutting unauthenticated ones
-  // down as the limits say; false (and counts why) when there is none.
-  bool MakeRoom(const TcpPeer& peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // down as the limits say; kNone (and counts why) when there is none.
+  // kPruneFirst (nothing done) when a limit that refuses is reached and
+  // `pruned` is false: PruneClosed, then ask again.
+  Room MakeRoom(const TcpPeer& peer, bool pruned)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Tally Count(const TcpPeer& peer) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops connections gRPC closed; shuts down unauthenticated ones past
   // their bounds. Returns the next sweep's interval.
@@ -205,12 +225,26 @@ class TcpGate {
   template <typename Matches>
   bool EvictOldest(State state, Matches matches)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ShutDown(int fd, Connection& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ShutDown(Connection& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the entry of a connection gRPC closed.
   void Forget(absl::flat_hash_map<int, Connection>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PruneClosed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sets `c`'s state, keeping pending_connections_.
+  // What a sweep read of one connection, outside mu_.
+  struct Look {
+    int fd = -1;
+    ino_t inode = 0;
+    std::shared_ptr<const OwnDescriptor> own;  // null: bytes not read
+    bool open = false;  // gRPC's number still names the socket
+    uint64_t received = 0;
+  };
+  // Reads every connection's state (its bytes where `bytes` and the gate
+  // may shut it down) with mu_ released between taking the list and
+  // returning it.
+  std::vector<Look> ReadSockets(bool bytes) ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets the connections gRPC closed (a system call each, outside mu_).
+  void PruneClosed() ABSL_LOCKS_EXCLUDED(mu_);
+  // Sets `c`'s state, keeping pending_connections_ (and dropping its own
+  // descriptor once authenticated).
   void SetState(Connection& c, State state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The open connection gRPC names `peer`; nullptr when unknown.
   Connection* Find(absl::string_view peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -3,7 +3,9 @@
 // served): connection limits in all, per address and before
 // authentication, making room by shutting the oldest unauthenticated
 // connection down, the unauthenticated byte and time budgets, health
-// connections, MarkAuthenticated, listening on localhost.
+// connections, MarkAuthenticated, listening on localhost. With a stand-in
+// acceptor in gRPC's place: the gate acts on the socket it accepted, never
+// on a number gRPC closed, and sweeps read the sockets with no lock held.
 #include "daemon/transport/tcp_gate.h"
 
 #include <arpa/inet.h>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/async_generic_service.h"
@@ -492,6 +495,142 @@ TEST_F(TcpGateTest, AnIpv4MappedPeerIsItsIpv4Address) {
   EXPECT_FALSE(ClosedWithin(b, absl::Milliseconds(200)));
   EXPECT_FALSE(ClosedWithin(c, absl::Milliseconds(50)));
   EXPECT_EQ(gate_->stats().shut_evicted, 0u);
+}
+
+// Plays gRPC's part for the tests below: takes each connection's
+// descriptor and keeps it, so that a test decides when "gRPC" closes it.
+class KeepingAcceptor : public grpc::experimental::ExternalConnectionAcceptor {
+ public:
+  void HandleNewConnection(NewConnectionParameters* p) override {
+    absl::MutexLock lock(&mu_);
+    fds_.push_back(p->fd);
+  }
+  // The descriptor of the connection accepted `i`-th; -1 before.
+  int fd(size_t i) {
+    absl::MutexLock lock(&mu_);
+    return i < fds_.size() ? fds_[i] : -1;
+  }
+  ~KeepingAcceptor() override {
+    for (int fd : fds_) ::close(fd);
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<int> fds_;
+};
+
+// The gate acts on the connection it accepted, never on the number gRPC
+// held: here "gRPC" closes its descriptor between a sweep's read and its
+// action, and the number at once names another socket (the kernel reuses
+// the lowest free number; dup2 forces it). The sweep shuts the accepted
+// connection down, past its time, and the other socket stays whole.
+TEST(TcpGateOwnDescriptorTest, ASweepNeverShutsDownANumberGrpcClosed) {
+  TcpGate::Options options;
+  options.unauthenticated_time = absl::Milliseconds(200);
+  // Before the connection was accepted: once this is past its time, so is
+  // it, or nearly (the sweep decides with a later clock).
+  absl::Time connected = absl::InfiniteFuture();
+  absl::Mutex connected_mu;
+  auto past_its_time = [&] {
+    absl::MutexLock lock(&connected_mu);
+    return absl::Now() - connected > options.unauthenticated_time;
+  };
+  std::atomic<int> reused{-1};
+  int other[2] = {-1, -1};
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, other), 0);
+  KeepingAcceptor* acceptor = nullptr;
+  options.after_reading_sockets = [&] {
+    const int fd = acceptor == nullptr ? -1 : acceptor->fd(0);
+    // Before any sweep could find it too old.
+    if (fd < 0 || !past_its_time() || reused.load() >= 0) return;
+    // gRPC closes it; the number names the other socket from now on.
+    ASSERT_EQ(::dup2(other[0], fd), fd);
+    reused.store(fd);
+  };
+  auto gate = TcpGate::Listen("127.0.0.1:0", options);
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  auto keeping = std::make_unique<KeepingAcceptor>();
+  acceptor = keeping.get();
+  (*gate)->Serve(std::move(keeping));
+  {
+    absl::MutexLock lock(&connected_mu);
+    connected = absl::Now();
+  }
+  const int client = Connect((*gate)->port());
+  ASSERT_GE(client, 0);
+  EXPECT_TRUE(ClosedWithin(client, absl::Seconds(3)));
+  ASSERT_TRUE(Eventually([&] { return reused.load() >= 0; }));
+  EXPECT_EQ((*gate)->stats().shut_time, 1u);
+  // The socket now under gRPC's old number still carries bytes both ways.
+  const char ping = 'p';
+  ASSERT_EQ(::send(reused.load(), &ping, 1, MSG_NOSIGNAL), 1);
+  char got = 0;
+  ASSERT_EQ(::recv(other[1], &got, 1, 0), 1);
+  EXPECT_EQ(got, 'p');
+  ASSERT_EQ(::send(other[1], &ping, 1, MSG_NOSIGNAL), 1);
+  ASSERT_EQ(::recv(reused.load(), &got, 1, 0), 1);
+  // A later sweep forgets the connection (its number names another socket).
+  EXPECT_TRUE(Eventually([&] { return (*gate)->stats().open == 0; }));
+  (*gate)->Stop();
+  ::close(client);
+  ::close(other[0]);
+  ::close(other[1]);
+}
+
+// A sweep reads the sockets with no lock held: a call authenticating a
+// connection then (here from inside the sweep, on its own thread) does not
+// wait for it, and the sweep does not shut down the connection it read as
+// too old once it is authenticated.
+TEST(TcpGateOwnDescriptorTest, ASweepReadsTheSocketsWithNoLockHeld) {
+  TcpGate::Options options;
+  options.unauthenticated_time = absl::Milliseconds(200);
+  absl::Time connected = absl::InfiniteFuture();
+  absl::Mutex connected_mu;
+  auto past_its_time = [&] {
+    absl::MutexLock lock(&connected_mu);
+    return absl::Now() - connected > options.unauthenticated_time;
+  };
+  std::atomic<int> marked{0};
+  std::string peer;
+  TcpGate* gate_seen = nullptr;
+  options.after_reading_sockets = [&] {
+    // In the first sweep that could find it too old.
+    if (!past_its_time() || marked.load() > 0) return;
+    // Takes the gate's lock: were the sweep holding it, this would never
+    // return.
+    std::string name;
+    {
+      absl::MutexLock lock(&connected_mu);
+      name = peer;
+    }
+    if (name.empty()) return;
+    gate_seen->MarkAuthenticated(name);
+    EXPECT_EQ(gate_seen->stats().accepted, 1u);
+    marked.store(1);
+  };
+  auto gate = TcpGate::Listen("127.0.0.1:0", options);
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  gate_seen = gate->get();
+  auto keeping = std::make_unique<KeepingAcceptor>();
+  KeepingAcceptor* acceptor = keeping.get();
+  (*gate)->Serve(std::move(keeping));
+  {
+    absl::MutexLock lock(&connected_mu);
+    connected = absl::Now();
+  }
+  const int client = Connect((*gate)->port());
+  ASSERT_GE(client, 0);
+  {
+    absl::MutexLock lock(&connected_mu);
+    peer = PeerName(client);
+  }
+  ASSERT_TRUE(Eventually([&] { return acceptor->fd(0) >= 0; }));
+  ASSERT_TRUE(Eventually([&] { return marked.load() > 0; }));
+  EXPECT_FALSE(ClosedWithin(client, absl::Milliseconds(300)));
+  EXPECT_EQ((*gate)->stats().shut_time, 0u);
+  EXPECT_EQ((*gate)->stats().unauthenticated, 0u);
+  (*gate)->Stop();
+  ::close(client);
 }
 
 // localhost is 127.0.0.1 and, where the host has it, ::1.
