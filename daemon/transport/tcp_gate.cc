@@ -358,7 +358,8 @@ void TcpGate::Loop() {
           s.refused_peer != logged.refused_peer ||
           s.shut_bytes != logged.shut_bytes ||
           s.shut_time != logged.shut_time ||
-          s.shut_evicted != logged.shut_evicted) {
+          s.shut_evicted != logged.shut_evicted ||
+          s.refused_descriptors != logged.refused_descriptors) {
         Log(absl::StrCat(
             "TCP listener: ", s.refused_full - logged.refused_full,
             " connections refused (--max_tcp_connections=",
@@ -376,9 +377,11 @@ void TcpGate::Loop() {
             "(--max_tcp_unauthenticated=",
             options_.max_unauthenticated,
             ", --max_tcp_unauthenticated_per_peer=",
-            options_.max_unauthenticated_per_peer, ", or a full listener); ",
-            s.open, " open, ", s.unauthenticated, " unauthenticated, ",
-            s.health, " health checks"));
+            options_.max_unauthenticated_per_peer, ", or a full listener), ",
+            s.refused_descriptors - logged.refused_descriptors,
+            " refused for want of a file descriptor (RLIMIT_NOFILE); ", s.open,
+            " open, ", s.unauthenticated, " unauthenticated, ", s.health,
+            " health checks"));
         logged = s;
         last_log = now;
       }
@@ -421,7 +424,7 @@ void TcpGate::AcceptAll(int listen_fd) {
         ::close(fd);
         {
           absl::MutexLock lock(&mu_);
-          ++stats_.refused_full;
+          ++stats_.refused_descriptors;
         }
         ::poll(nullptr, 0, 20);
         return;
@@ -599,8 +602,9 @@ bool TcpGate::EvictOldest(State state, Matches matches) {
 
 void TcpGate::ShutDown(Connection& c) {
   // Through the gate's own descriptor: the connection accepted, whatever
-  // gRPC's number names now. gRPC sees it end and closes its own.
-  ::shutdown(c.own->fd(), SHUT_RDWR);
+  // gRPC's number names now. gRPC sees it end and closes its own. (Every
+  // connection the gate may shut down holds one: Connection::own.)
+  if (c.own != nullptr) ::shutdown(c.own->fd(), SHUT_RDWR);
   c.shut = true;
   c.own.reset();
   // What it held is worth giving back once gRPC freed it.
@@ -640,11 +644,16 @@ std::vector<TcpGate::Look> TcpGate::ReadSockets(bool bytes) {
 
 void TcpGate::PruneClosed() {
   const std::vector<Look> looks = ReadSockets(/*bytes=*/false);
+  // Closed after the lock is released: the gate may hold the last
+  // descriptor of a socket gRPC closed, and closing it closes the socket.
+  std::vector<std::shared_ptr<const OwnDescriptor>> released;
   absl::MutexLock lock(&mu_);
   for (const Look& l : looks) {
     if (l.open) continue;
     auto it = connections_.find(l.fd);
-    if (it != connections_.end() && it->second.inode == l.inode) Forget(it);
+    if (it == connections_.end() || it->second.inode != l.inode) continue;
+    released.push_back(std::move(it->second.own));
+    Forget(it);
   }
 }
 
@@ -654,6 +663,7 @@ absl::Duration TcpGate::Sweep() {
   const std::vector<Look> looks = ReadSockets(/*bytes=*/true);
   if (options_.after_reading_sockets) options_.after_reading_sockets();
   const absl::Time now = absl::Now();
+  std::vector<std::shared_ptr<const OwnDescriptor>> released;  // as above
   absl::MutexLock lock(&mu_);
   for (const Look& l : looks) {
     auto it = connections_.find(l.fd);
@@ -661,6 +671,7 @@ absl::Duration TcpGate::Sweep() {
     // the same descriptor and inode are the same connection).
     if (it == connections_.end() || it->second.inode != l.inode) continue;
     if (!l.open) {
+      released.push_back(std::move(it->second.own));
       Forget(it);
       continue;
     }
@@ -669,7 +680,8 @@ absl::Duration TcpGate::Sweep() {
     if (c.state == State::kAuthenticated || c.shut || l.own == nullptr) {
       continue;
     }
-    c.received = l.received;
+    // Bytes only grow: an eviction may have read a newer count meanwhile.
+    c.received = std::max(c.received, l.received);
     const bool too_long = c.state != State::kHealth &&
                           now - c.since > options_.unauthenticated_time;
     const bool too_much = c.received > options_.unauthenticated_bytes;

@@ -27,10 +27,11 @@
 // number gRPC closed and the kernel gave to another socket is never
 // touched; a connection gRPC has closed is noticed by gRPC's number no
 // longer naming the socket (inode). Its sweeps read every socket with no
-// lock held, so that calls noting or authenticating a connection never wait
-// on a sweep's system calls. It frees memory to the system (malloc_trim)
-// once many connections ended, so that a flood leaves the daemon near its
-// size before. Depends on POSIX sockets, gRPC, absl and TcpPeer.
+// lock held, so that calls noting or authenticating a connection wait for
+// walks of its table, not for a sweep's reads of the sockets. It frees memory
+// to the system (malloc_trim) once many connections ended, so that a flood
+// leaves the daemon near its size before. Depends on POSIX sockets, gRPC, absl
+// and TcpPeer.
 #ifndef RANKD_DAEMON_TCP_GATE_H_
 #define RANKD_DAEMON_TCP_GATE_H_
 
@@ -94,6 +95,9 @@ class TcpGate {
     // most and none of it was unauthenticated.
     uint64_t refused_full = 0;
     uint64_t refused_peer = 0;
+    // Closed on arrival: the process had no descriptor left for the gate's
+    // own (Connection::own).
+    uint64_t refused_descriptors = 0;
     // Shut down before authenticating: too many bytes, too long.
     uint64_t shut_bytes = 0;
     uint64_t shut_time = 0;
@@ -172,10 +176,13 @@ class TcpGate {
   class OwnDescriptor;
   struct Connection {
     ino_t inode = 0;
-    // While the gate may still shut it down (not authenticated, not shut):
-    // every read of its bytes and its shutdown go through this, never
-    // through gRPC's number. Shared: a sweep reading it outside mu_ keeps
-    // it open.
+    // Set exactly while the gate may still shut it down (state not
+    // kAuthenticated, not shut; with require_authentication): every read of
+    // its bytes and its shutdown go through this, never through gRPC's
+    // number. Shared: a sweep reading it outside mu_ keeps it open. While
+    // the gate holds it, a socket gRPC closed stays open (and in gRPC's
+    // epoll set, which may then see its last events) until the next sweep
+    // lets go; the gate lets go at once of a socket it shuts down.
     std::shared_ptr<const OwnDescriptor> own;
     int listener = -1;
     TcpPeer peer;

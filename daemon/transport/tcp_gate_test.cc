@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -504,11 +505,18 @@ class KeepingAcceptor : public grpc::experimental::ExternalConnectionAcceptor {
   void HandleNewConnection(NewConnectionParameters* p) override {
     absl::MutexLock lock(&mu_);
     fds_.push_back(p->fd);
+    if (fds_.size() == 1) first_ = absl::Now();
   }
   // The descriptor of the connection accepted `i`-th; -1 before.
   int fd(size_t i) {
     absl::MutexLock lock(&mu_);
     return i < fds_.size() ? fds_[i] : -1;
+  }
+  // Whether the first connection was handed over more than `age` ago: it
+  // is then at least that old for the gate, which timed it before.
+  bool FirstOlderThan(absl::Duration age) {
+    absl::MutexLock lock(&mu_);
+    return !fds_.empty() && absl::Now() - first_ > age;
   }
   ~KeepingAcceptor() override {
     for (int fd : fds_) ::close(fd);
@@ -517,7 +525,19 @@ class KeepingAcceptor : public grpc::experimental::ExternalConnectionAcceptor {
  private:
   absl::Mutex mu_;
   std::vector<int> fds_;
+  absl::Time first_;
 };
+
+// The descriptors this process holds.
+int OpenDescriptors() {
+  int n = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc/self/fd")) {
+    (void)entry;
+    ++n;
+  }
+  return n;
+}
 
 // The gate acts on the connection it accepted, never on the number gRPC
 // held: here "gRPC" closes its descriptor between a sweep's read and its
@@ -527,22 +547,17 @@ class KeepingAcceptor : public grpc::experimental::ExternalConnectionAcceptor {
 TEST(TcpGateOwnDescriptorTest, ASweepNeverShutsDownANumberGrpcClosed) {
   TcpGate::Options options;
   options.unauthenticated_time = absl::Milliseconds(200);
-  // Before the connection was accepted: once this is past its time, so is
-  // it, or nearly (the sweep decides with a later clock).
-  absl::Time connected = absl::InfiniteFuture();
-  absl::Mutex connected_mu;
-  auto past_its_time = [&] {
-    absl::MutexLock lock(&connected_mu);
-    return absl::Now() - connected > options.unauthenticated_time;
-  };
   std::atomic<int> reused{-1};
   int other[2] = {-1, -1};
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, other), 0);
   KeepingAcceptor* acceptor = nullptr;
   options.after_reading_sockets = [&] {
     const int fd = acceptor == nullptr ? -1 : acceptor->fd(0);
-    // Before any sweep could find it too old.
-    if (fd < 0 || !past_its_time() || reused.load() >= 0) return;
+    // In a sweep that finds it too old (the sweep reads its clock later).
+    if (fd < 0 || reused.load() >= 0 ||
+        !acceptor->FirstOlderThan(options.unauthenticated_time)) {
+      return;
+    }
     // gRPC closes it; the number names the other socket from now on.
     ASSERT_EQ(::dup2(other[0], fd), fd);
     reused.store(fd);
@@ -552,10 +567,7 @@ TEST(TcpGateOwnDescriptorTest, ASweepNeverShutsDownANumberGrpcClosed) {
   auto keeping = std::make_unique<KeepingAcceptor>();
   acceptor = keeping.get();
   (*gate)->Serve(std::move(keeping));
-  {
-    absl::MutexLock lock(&connected_mu);
-    connected = absl::Now();
-  }
+  const int before = OpenDescriptors();
   const int client = Connect((*gate)->port());
   ASSERT_GE(client, 0);
   EXPECT_TRUE(ClosedWithin(client, absl::Seconds(3)));
@@ -571,6 +583,9 @@ TEST(TcpGateOwnDescriptorTest, ASweepNeverShutsDownANumberGrpcClosed) {
   ASSERT_EQ(::recv(reused.load(), &got, 1, 0), 1);
   // A later sweep forgets the connection (its number names another socket).
   EXPECT_TRUE(Eventually([&] { return (*gate)->stats().open == 0; }));
+  // The gate let its own descriptor go: the client's and the number gRPC
+  // had (another socket now) are all that the connection left open.
+  EXPECT_EQ(OpenDescriptors(), before + 2);
   (*gate)->Stop();
   ::close(client);
   ::close(other[0]);
@@ -584,23 +599,22 @@ TEST(TcpGateOwnDescriptorTest, ASweepNeverShutsDownANumberGrpcClosed) {
 TEST(TcpGateOwnDescriptorTest, ASweepReadsTheSocketsWithNoLockHeld) {
   TcpGate::Options options;
   options.unauthenticated_time = absl::Milliseconds(200);
-  absl::Time connected = absl::InfiniteFuture();
-  absl::Mutex connected_mu;
-  auto past_its_time = [&] {
-    absl::MutexLock lock(&connected_mu);
-    return absl::Now() - connected > options.unauthenticated_time;
-  };
+  absl::Mutex peer_mu;
   std::atomic<int> marked{0};
   std::string peer;
   TcpGate* gate_seen = nullptr;
+  KeepingAcceptor* acceptor = nullptr;
   options.after_reading_sockets = [&] {
-    // In the first sweep that could find it too old.
-    if (!past_its_time() || marked.load() > 0) return;
+    // In a sweep that finds it too old (the sweep reads its clock later).
+    if (acceptor == nullptr || marked.load() > 0 ||
+        !acceptor->FirstOlderThan(options.unauthenticated_time)) {
+      return;
+    }
     // Takes the gate's lock: were the sweep holding it, this would never
     // return.
     std::string name;
     {
-      absl::MutexLock lock(&connected_mu);
+      absl::MutexLock lock(&peer_mu);
       name = peer;
     }
     if (name.empty()) return;
@@ -612,16 +626,13 @@ TEST(TcpGateOwnDescriptorTest, ASweepReadsTheSocketsWithNoLockHeld) {
   ASSERT_TRUE(gate.ok()) << gate.status();
   gate_seen = gate->get();
   auto keeping = std::make_unique<KeepingAcceptor>();
-  KeepingAcceptor* acceptor = keeping.get();
+  acceptor = keeping.get();
   (*gate)->Serve(std::move(keeping));
-  {
-    absl::MutexLock lock(&connected_mu);
-    connected = absl::Now();
-  }
+  const int before = OpenDescriptors();
   const int client = Connect((*gate)->port());
   ASSERT_GE(client, 0);
   {
-    absl::MutexLock lock(&connected_mu);
+    absl::MutexLock lock(&peer_mu);
     peer = PeerName(client);
   }
   ASSERT_TRUE(Eventually([&] { return acceptor->fd(0) >= 0; }));
@@ -629,6 +640,10 @@ TEST(TcpGateOwnDescriptorTest, ASweepReadsTheSocketsWithNoLockHeld) {
   EXPECT_FALSE(ClosedWithin(client, absl::Milliseconds(300)));
   EXPECT_EQ((*gate)->stats().shut_time, 0u);
   EXPECT_EQ((*gate)->stats().unauthenticated, 0u);
+  // Authenticated, the connection no longer holds the gate's descriptor:
+  // the client's and gRPC's remain.
+  EXPECT_TRUE(Eventually([&] { return OpenDescriptors() == before + 2; }))
+      << OpenDescriptors() << " open, " << before << " before";
   (*gate)->Stop();
   ::close(client);
 }
