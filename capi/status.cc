@@ -91,6 +91,11 @@ int rankd_status_is_epoch_fence(const rankd_status* status) {
              : 0;
 }
 
+int rankd_status_ends_an_epoch(const rankd_status* status) {
+  return status != nullptr && rankd::Client::EndsAnEpoch(status->status) ? 1
+                                                                         : 0;
+}
+
 void rankd_status_free(rankd_status* status) {
   std::unique_ptr<rankd_status> owned(status);
 }

@@ -674,8 +674,7 @@ absl::Status Client::JobHealth() const {
 }
 
 bool Client::EndsAnEpoch(const absl::Status& failure) {
-  return !failure.ok() &&
-         failure.GetPayload(internal::kEndsAnEpochPayload).has_value();
+  return ReasonOf(failure) == ErrorReason::kEpochEnded;
 }
 
 bool Client::FencedByALaterEpoch(const absl::Status& error) {

@@ -379,7 +379,9 @@ class Client {
   // Whether `failure` (JobHealth()'s, or what the failure callback got) is
   // a loss the job recovers from in place: it ended this client's epoch,
   // and Rejoin continues; false for a failed job, a lost daemon connection
-  // and OK.
+  // and OK. The client marks such a failure (ErrorReason::kEpochEnded,
+  // common/error_reason.h; code that rewrites its message keeps the mark
+  // with KeepReason); the message is not read.
   static bool EndsAnEpoch(const absl::Status& failure);
 
   // Whether `error` (a key-value call's) is a recovering job's fence

@@ -18,6 +18,8 @@ ErrorReason ErrorReasonFromWire(uint32_t value) {
   switch (value) {
     case static_cast<uint32_t>(ErrorReason::kEpochFenced):
       return ErrorReason::kEpochFenced;
+    case static_cast<uint32_t>(ErrorReason::kEpochEnded):
+      return ErrorReason::kEpochEnded;
     default:
       return ErrorReason::kUnspecified;
   }

@@ -40,8 +40,9 @@ TEST(ErrorReasonTest, UnspecifiedErasesAndKeepReasonCarriesItOver) {
 TEST(ErrorReasonTest, WireNumbers) {
   EXPECT_EQ(ErrorReasonFromWire(0), ErrorReason::kUnspecified);
   EXPECT_EQ(ErrorReasonFromWire(1), ErrorReason::kEpochFenced);
+  EXPECT_EQ(ErrorReasonFromWire(2), ErrorReason::kEpochEnded);
   // A newer daemon's reason this build does not know: the code decides.
-  EXPECT_EQ(ErrorReasonFromWire(2), ErrorReason::kUnspecified);
+  EXPECT_EQ(ErrorReasonFromWire(3), ErrorReason::kUnspecified);
   EXPECT_EQ(ErrorReasonFromWire(0xffffffffu), ErrorReason::kUnspecified);
 }
 

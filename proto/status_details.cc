@@ -12,6 +12,8 @@ constexpr char kErrorInfoType[] = "type.googleapis.com/rankd.v1.ErrorInfo";
 
 static_assert(static_cast<int>(ErrorReason::kEpochFenced) ==
               v1::ERROR_REASON_EPOCH_FENCED);
+static_assert(static_cast<int>(ErrorReason::kEpochEnded) ==
+              v1::ERROR_REASON_EPOCH_ENDED);
 
 }  // namespace
 

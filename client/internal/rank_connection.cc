@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/error_reason.h"
 #include "common/incarnation.h"
 #include "common/monotonic_clock.h"
 #include "grpcpp/channel.h"
@@ -67,7 +68,7 @@ absl::Status FailureOf(const v1::JobEvent& event, absl::string_view job_id,
       "job ", job_id, outcome, " (", what,
       "): ", event.message().empty() ? "no cause given" : event.message()));
   if (event.kind() == v1::EVENT_KIND_DOMAIN_RECOVERING || event.ends_epoch()) {
-    failure.SetPayload(kEndsAnEpochPayload, absl::Cord(outcome));
+    return WithReason(std::move(failure), ErrorReason::kEpochEnded);
   }
   return failure;
 }

@@ -35,10 +35,6 @@
 
 namespace rankd::internal {
 
-// The absl::Status payload that marks a loss the job recovers from in
-// place (Client::EndsAnEpoch).
-inline constexpr char kEndsAnEpochPayload[] = "rankd/ends_an_epoch";
-
 // The state a joined rank shares between its Client, its watch thread and
 // every all_gather_words round in flight (RoundCall): the daemon
 // connection and stub, the join state, the job's health, the callbacks.

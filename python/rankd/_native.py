@@ -122,6 +122,7 @@ _PROTOTYPES = {
     "rankd_status_free": (None, [_P]),
     "rankd_status_is_wait_timeout": (ctypes.c_int, [_P]),
     "rankd_status_is_epoch_fence": (ctypes.c_int, [_P]),
+    "rankd_status_ends_an_epoch": (ctypes.c_int, [_P]),
     "rankd_join_options_init": (None, [ctypes.POINTER(JoinOptions)]),
     "rankd_join": (_P, [ctypes.POINTER(JoinOptions), _PP]),
     "rankd_leave": (_P, [_P]),
@@ -252,5 +253,7 @@ def take_error(status):
     message = lib.rankd_status_message(status).decode("utf-8", "replace")
     wait_timeout = bool(lib.rankd_status_is_wait_timeout(status))
     epoch_fence = bool(lib.rankd_status_is_epoch_fence(status))
+    epoch_ended = bool(lib.rankd_status_ends_an_epoch(status))
     lib.rankd_status_free(status)
-    return errors.error_for(code, message, wait_timeout, epoch_fence)
+    return errors.error_for(code, message, wait_timeout, epoch_fence,
+                            epoch_ended)

@@ -22,6 +22,7 @@ __all__ = [
     "FailedPreconditionError",
     "EpochFencedError",
     "AbortedError",
+    "EpochEndedError",
     "OutOfRangeError",
     "UnimplementedError",
     "InternalError",
@@ -106,6 +107,14 @@ class AbortedError(RankdError):
     code = "ABORTED"
 
 
+class EpochEndedError(AbortedError):
+    """A loss the job recovers from in place (rankd --recovery=on or
+    domain): it ended this rank's epoch, not the job ("job J epoch E ended
+    (MEMBER_LOST, ...)", by domain "job J (DOMAIN_RECOVERING, ...)"), and
+    Rank.rejoin() continues. The library marks it (the C ABI's
+    rankd_status_ends_an_epoch); the message is not read."""
+
+
 class OutOfRangeError(RankdError, IndexError):
     code = "OUT_OF_RANGE"
 
@@ -175,12 +184,16 @@ def code_of(cause):
         f"code's name or its value, not {cause!r}")
 
 
-def error_for(code, message, wait_timeout=False, epoch_fence=False):
+def error_for(code, message, wait_timeout=False, epoch_fence=False,
+              epoch_ended=False):
     """The exception for status `code` (an int) with `message`;
     WaitTimeoutError when `wait_timeout` marks a bounded wait's own
-    timeout, EpochFencedError when `epoch_fence` marks an epoch's fence."""
+    timeout, EpochFencedError when `epoch_fence` marks an epoch's fence,
+    EpochEndedError when `epoch_ended` marks a loss that ended an epoch."""
     if wait_timeout and code == 4:
         return WaitTimeoutError(message)
     if epoch_fence and code == 9:
         return EpochFencedError(message)
+    if epoch_ended and code == 10:
+        return EpochEndedError(message)
     return _BY_CODE.get(code, UnknownError)(message)

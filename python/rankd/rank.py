@@ -284,18 +284,26 @@ class Rank:
 
     def job_health(self):
         """None while the job is healthy; otherwise the failure as an
-        exception instance (AbortedError naming the lost rank, ...), not
-        raised. Never blocks."""
+        exception instance (AbortedError naming the lost rank, ...;
+        EpochEndedError where the loss ended an epoch the job recovers
+        from), not raised. Never blocks."""
         status = lib.rankd_job_health(self.handle)
         return _native.take_error(status) if status else None
 
     def on_job_failure(self, callback):
         """Calls `callback(error)` once, on a library thread, when the job
-        fails (at once if it already has). It must return quickly."""
+        fails (at once if it already has), with the failure job_health()
+        reports (EpochEndedError where the loss ended an epoch). It must
+        return quickly."""
         def thunk(_, code, message):
             try:
-                callback(_native.errors.error_for(
-                    code, message.decode("utf-8", "replace")))
+                # The C callback carries code and message only; the
+                # failure's mark comes with job_health(), set by then.
+                error = self.job_health()
+                if error is None:
+                    error = _native.errors.error_for(
+                        code, message.decode("utf-8", "replace"))
+                callback(error)
             except Exception:  # never unwind into the library
                 pass
 

@@ -476,7 +476,7 @@ def rendezvous_handler(url, timeout=datetime.timedelta(minutes=30),
                     f"{name} {have} of job {watch.rank.job_id!r}")
     failure = watch.failure
     if failure is not None:
-        cls = error_class_for(failure.message)
+        cls = error_class_for(failure)
         hint = "; call rankd.torch.rejoin() first" \
             if cls is EpochEndedError else ""
         raise cls(
@@ -522,7 +522,7 @@ def _job_failure(exc):
 
 
 def _raise_failed(op, failure, cause):
-    raise error_class_for(failure.message)(
+    raise error_class_for(failure)(
         f"torch.distributed.{op}: {failure.message}") from cause
 
 

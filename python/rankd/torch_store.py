@@ -12,7 +12,6 @@ the same cases on both). Values are bytes, at most 1 MiB (rankd's limit).
 
 import datetime
 import functools
-import re
 import time
 
 import torch.distributed as dist
@@ -79,27 +78,22 @@ class JobFailedError(errors.AbortedError, RuntimeError):
     like the errors torch raises for failed collectives."""
 
 
-class EpochEndedError(JobFailedError):
+class EpochEndedError(JobFailedError, errors.EpochEndedError):
     """JobFailedError of a loss the job recovers from in place (rankd
     --recovery=on, or rankrun --max_restarts; the job was serving): it
     ended the job's epoch ("job J epoch E ended (MEMBER_LOST, ...): ..."),
     and the job waits for a replacement. This process's process groups
     are gone, its tensors are not: rankd.torch.rejoin(), then
     init_process_group(..., init_method="rankd://") again, continue in the
-    next epoch."""
-
-
-# How the client library words a loss that ended an epoch, not the job
-# (client/client.h, Client::JobHealth and Client::EndsAnEpoch): "job J
-# epoch E ended (...)", by domain "job J (DOMAIN_RECOVERING, ...)".
-_ENDS_AN_EPOCH = re.compile(r"job \S+ (epoch \d+ ended|\(DOMAIN_RECOVERING)")
+    next epoch. Also a rankd.EpochEndedError."""
 
 
 def error_class_for(failure):
-    """The error class a job failure (its message, as the rank reported
-    it) is raised as: EpochEndedError for a loss that ended an epoch,
-    else JobFailedError (the job failed, or the daemon was lost)."""
-    return EpochEndedError if _ENDS_AN_EPOCH.match(failure) \
+    """The error class a job failure (a rankd error, as the rank reported
+    it) is raised as: EpochEndedError for a loss that ended an epoch (the
+    library marks it: rankd.EpochEndedError; the words are not read), else
+    JobFailedError (the job failed, or the daemon was lost)."""
+    return EpochEndedError if isinstance(failure, errors.EpochEndedError) \
         else JobFailedError
 
 
@@ -127,21 +121,21 @@ _FAILURE_GRACE_SECONDS = 2.0
 
 
 def _job_failure(rank, fallback):
-    """The message of `rank`'s job failure, once it arrived (at most
+    """`rank`'s job failure (a rankd error), once it arrived (at most
     _FAILURE_GRACE_SECONDS from now); `fallback` (may be None) when it did
     not."""
     deadline = time.monotonic() + _FAILURE_GRACE_SECONDS
     while True:
         failure = rank.job_health()
         if isinstance(failure, errors.RankdError):
-            return failure.message
+            return failure
         if time.monotonic() >= deadline:
             return fallback
         time.sleep(0.01)
 
 
 def _failure_behind(rank, error):
-    """The words of the job failure behind `error` (a rankd error from a
+    """The job failure (a rankd error) behind `error` (a rankd error from a
     store call), or None when the error is the call's own. Any error while
     the rank knows of a failure; an AbortedError (the daemon's answer for a
     failed job); an EpochFencedError (a recovering job's daemon fences a
@@ -149,9 +143,9 @@ def _failure_behind(rank, error):
     The last two wait for the notice (_job_failure)."""
     health = rank.job_health()
     if health is not None:
-        return health.message
+        return health
     if isinstance(error, errors.AbortedError):
-        return _job_failure(rank, error.message)
+        return _job_failure(rank, error)
     if isinstance(error, errors.EpochFencedError):
         return _job_failure(rank, None)
     return None
@@ -178,7 +172,8 @@ def _translates_errors(method):
             failure = _failure_behind(self._rank, e)
             if failure is not None:
                 raise error_class_for(failure)(
-                    f"rankd store {method.__name__}: {failure}") from e
+                    f"rankd store {method.__name__}: {failure.message}"
+                ) from e
             raise _store_error_class(type(e))(e.message).with_traceback(
                 e.__traceback__) from None
     return call

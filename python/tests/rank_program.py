@@ -308,8 +308,10 @@ def lost(rank):
     # Without recovery a loss fails the job.
     assert rank.recovery == "off" and not rank.recovers_in_place
     assert " failed (MEMBER_LOST" in health.message, health.message
+    assert not isinstance(health, rankd.EpochEndedError), health
     assert called.wait(10), "the failure callback was not called"
     assert isinstance(seen[0], rankd.AbortedError), seen
+    assert not isinstance(seen[0], rankd.EpochEndedError), seen
     print("CALLBACK AbortedError", flush=True)
     session.close()
 
@@ -318,6 +320,14 @@ def rejoin(rank):
     r = rank.rank
     assert rank.recovery == "job", rank.recovery  # --recovery=on
     if rank.epoch == 1:
+        seen = []
+        called = threading.Event()
+
+        def on_failure(error):
+            seen.append(error)
+            called.set()
+
+        rank.on_job_failure(on_failure)
         expect_raises(rankd.InvalidArgumentError, "timeout", rank.rejoin, 1,
                       timeout=0)
         assert rank.rejoin(0, timeout=5) == 1  # already past epoch 0
@@ -329,9 +339,13 @@ def rejoin(rank):
         while rank.job_health() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         health = rank.job_health()
+        # The library's mark (rankd_status_ends_an_epoch), not the words.
+        assert isinstance(health, rankd.EpochEndedError), health
         assert isinstance(health, rankd.AbortedError), health
         assert "rank 1" in health.message, health.message
         assert " epoch 1 ended (MEMBER_LOST" in health.message, health.message
+        assert called.wait(10), "the failure callback was not called"
+        assert isinstance(seen[0], rankd.EpochEndedError), seen
         print("SAW LOSS", flush=True)  # the test starts a replacement
         assert rank.rejoin(1, timeout=60) == 2
         assert rank.job_health() is None, rank.job_health()

@@ -216,6 +216,13 @@ def test_exceptions_follow_status_codes():
     assert isinstance(fence, rankd.EpochFencedError)
     assert isinstance(fence, rankd.FailedPreconditionError)
     assert type(rankd.errors.error_for(9, "m")) is rankd.FailedPreconditionError
+    # ... and a loss that ended an epoch: the mark, never the words.
+    ended = rankd.errors.error_for(10, "job j epoch 1 ended (MEMBER_LOST)",
+                                   epoch_ended=True)
+    assert isinstance(ended, rankd.EpochEndedError)
+    assert isinstance(ended, rankd.AbortedError)
+    assert type(rankd.errors.error_for(
+        10, "job j epoch 1 ended (MEMBER_LOST)")) is rankd.AbortedError
 
 
 class _Interface:

@@ -113,6 +113,7 @@ pub struct Error {
     message: String,
     wait_timeout: bool,
     epoch_fence: bool,
+    epoch_ended: bool,
 }
 
 impl Error {
@@ -122,6 +123,7 @@ impl Error {
             message: message.into(),
             wait_timeout: false,
             epoch_fence: false,
+            epoch_ended: false,
         }
     }
 
@@ -151,6 +153,17 @@ impl Error {
         self.epoch_fence
     }
 
+    /// Whether this (`Rank::job_health`'s) is a loss the job recovers from
+    /// in place: it ended this rank's epoch ("job J epoch E ended (...)",
+    /// by domain "job J (DOMAIN_RECOVERING, ...)"), and `Rank::rejoin`
+    /// continues; false for a failed job or a lost daemon connection. The
+    /// library marks it, the message is not read:
+    /// rankd_status_ends_an_epoch. (The failure callback's `Error` carries
+    /// code and message only: ask `Rank::job_health` there.)
+    pub fn ends_an_epoch(&self) -> bool {
+        self.epoch_ended
+    }
+
     pub(crate) fn invalid_argument(message: impl Into<String>) -> Error {
         Error::new(Code::InvalidArgument, message)
     }
@@ -170,12 +183,14 @@ impl Error {
             .into_owned();
         let wait_timeout = ffi::rankd_status_is_wait_timeout(status) != 0;
         let epoch_fence = ffi::rankd_status_is_epoch_fence(status) != 0;
+        let epoch_ended = ffi::rankd_status_ends_an_epoch(status) != 0;
         ffi::rankd_status_free(status);
         Err(Error {
             code,
             message,
             wait_timeout,
             epoch_fence,
+            epoch_ended,
         })
     }
 }

@@ -189,6 +189,7 @@ extern "C" {
     pub fn rankd_status_free(status: *mut rankd_status);
     pub fn rankd_status_is_wait_timeout(status: *const rankd_status) -> c_int;
     pub fn rankd_status_is_epoch_fence(status: *const rankd_status) -> c_int;
+    pub fn rankd_status_ends_an_epoch(status: *const rankd_status) -> c_int;
     pub fn rankd_code_name(code: i32) -> *const c_char;
 
     pub fn rankd_join_options_init(options: *mut rankd_join_options);

@@ -669,6 +669,7 @@ fn lost(rank: &Rank, killed: bool) {
     println!("LOST {}", e);
     let health = rank.job_health().expect("the job failed");
     assert_eq!(health.code(), Code::Aborted, "{}", health);
+    assert!(!health.ends_an_epoch(), "{}", health);
     let seen = rx
         .recv_timeout(Duration::from_secs(10))
         .expect("the failure callback");
@@ -709,7 +710,9 @@ fn rejoin(rank: &Rank) {
             .expect("the failure callback");
         assert!(lost.message().contains("rank 1"), "{}", lost);
         assert!(lost.message().contains(" epoch 1 ended ("), "{}", lost);
-        assert!(rank.job_health().is_some());
+        // The library's mark (rankd_status_ends_an_epoch), not the words.
+        let health = rank.job_health().expect("the epoch ended");
+        assert!(health.ends_an_epoch(), "{}", health);
         println!("LOST {}", lost);
         rank.rejoin(1, Duration::from_secs(60)).unwrap();
         assert_eq!(rank.epoch(), 2);

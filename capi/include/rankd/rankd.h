@@ -122,6 +122,14 @@ RANKD_EXPORT int rankd_status_is_wait_timeout(const rankd_status* status);
  * report the loss waits for it briefly. 0 for every other status and for
  * NULL. */
 RANKD_EXPORT int rankd_status_is_epoch_fence(const rankd_status* status);
+/* 1 when `status` (rankd_job_health's) is a loss the job recovers from in
+ * place: it ended this rank's epoch (ABORTED, "job J epoch E ended
+ * (MEMBER_LOST, ...)", by domain "job J (DOMAIN_RECOVERING, ...)"), and
+ * rankd_rejoin continues; 0 for a failed job, a lost daemon connection,
+ * every other status and NULL. The library marks such a failure; this reads
+ * the mark, not the message. (The failure callback gets code and message
+ * only: it may call rankd_job_health for the status.) */
+RANKD_EXPORT int rankd_status_ends_an_epoch(const rankd_status* status);
 /* "OK", "INVALID_ARGUMENT", ...; "UNKNOWN_CODE" for a value outside
  * rankd_code. Static storage. */
 RANKD_EXPORT const char* rankd_code_name(int32_t code);
