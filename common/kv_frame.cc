@@ -145,11 +145,11 @@ absl::StatusOr<std::optional<KvFrame>> KvFrameReader::Next() {
     return absl::InvalidArgumentError(
         "key-value frame with nonzero reserved header bytes");
   }
-  if (length > kMaxKvFramePayloadBytes) {
+  if (length > max_payload_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "key-value ", KvFrameKindName(static_cast<KvFrameKind>(kind)),
-        " frame announces ", length, " bytes; at most ",
-        kMaxKvFramePayloadBytes, " allowed"));
+        " frame announces ", length, " bytes; at most ", max_payload_,
+        " allowed"));
   }
   if (available - kKvFrameHeaderBytes < length) return std::nullopt;
   KvFrame frame;

@@ -93,11 +93,19 @@ class KvFrameReader {
  public:
   void Append(const char* data, size_t size) { buffer_.append(data, size); }
 
+  // The longest payload Next accepts from now on (at most, and by default,
+  // kMaxKvFramePayloadBytes): the daemon takes no more than a ticket's
+  // bytes before a channel presented one.
+  void LimitPayload(size_t bytes) {
+    max_payload_ =
+        bytes < kMaxKvFramePayloadBytes ? bytes : kMaxKvFramePayloadBytes;
+  }
+
   // The next whole frame, nullopt when more bytes are needed, or
   // InvalidArgument when the bytes cannot be a frame: an unknown kind,
-  // nonzero reserved bytes, or a payload longer than
-  // kMaxKvFramePayloadBytes (said as soon as the header arrives, before
-  // any of the payload is held). After an error the stream is unusable.
+  // nonzero reserved bytes, or a payload longer than the limit
+  // (LimitPayload; said as soon as the header arrives, before any of the
+  // payload is held). After an error the stream is unusable.
   absl::StatusOr<std::optional<KvFrame>> Next();
 
   // Bytes received but not yet returned as a frame (a truncated frame
@@ -107,6 +115,7 @@ class KvFrameReader {
  private:
   std::string buffer_;
   size_t consumed_ = 0;
+  size_t max_payload_ = kMaxKvFramePayloadBytes;
 };
 
 }  // namespace rankd

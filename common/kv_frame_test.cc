@@ -76,6 +76,38 @@ TEST(KvFrameTest, OversizedFrameIsRefusedFromItsHeaderAlone) {
                    " bytes; at most ", kMaxKvFramePayloadBytes, " allowed"));
 }
 
+TEST(KvFrameTest, ALimitedReaderRefusesALongerFrameFromItsHeader) {
+  // As the daemon reads a channel before its ticket: a hello of at most
+  // kMaxKvTicketBytes.
+  KvFrameReader reader;
+  reader.LimitPayload(kMaxKvTicketBytes);
+  const std::string ticket(kMaxKvTicketBytes, 't');
+  const std::string fits = EncodeKvFrame(KvFrameKind::kHello, 0, ticket);
+  reader.Append(fits.data(), fits.size());
+  absl::StatusOr<std::optional<KvFrame>> next = reader.Next();
+  ASSERT_TRUE(next.ok()) << next.status();
+  ASSERT_TRUE(next->has_value());
+  EXPECT_EQ((*next)->payload, ticket);
+  const std::string header = EncodeKvFrame(KvFrameKind::kHello, 0, ticket + "x")
+                                 .substr(0, kKvFrameHeaderBytes);
+  reader.Append(header.data(), header.size());
+  next = reader.Next();
+  ASSERT_FALSE(next.ok());
+  EXPECT_EQ(
+      next.status().message(),
+      absl::StrCat("key-value hello frame announces ", kMaxKvTicketBytes + 1,
+                   " bytes; at most ", kMaxKvTicketBytes, " allowed"));
+  // No limit above the protocol's own.
+  KvFrameReader wide;
+  wide.LimitPayload(~size_t{0});
+  std::string too_long = header;
+  const uint32_t length = kMaxKvFramePayloadBytes + 1;
+  for (int i = 0; i < 4; ++i)
+    too_long[i] = static_cast<char>(length >> (8 * i));
+  wide.Append(too_long.data(), too_long.size());
+  EXPECT_FALSE(wide.Next().ok());
+}
+
 TEST(KvFrameTest, UnknownKindAndReservedBytesAreRefused) {
   std::string frame = EncodeKvFrame(KvFrameKind::kSet, 1, "x");
   frame[4] = 42;

@@ -22,9 +22,11 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -295,12 +297,36 @@ class KvChannelGateTest : public ::testing::Test {
               static_cast<ssize_t>(bytes.size()));
   }
 
+  // An open channel of `member` (rank 1): a fresh ticket presented on a
+  // new connection, welcomed; -1 on failure. Its replies read with
+  // `reader`.
+  int OpenChannel(const v1::MemberRef& member, KvFrameReader& reader) {
+    v1::OpenKvChannelRequest request;
+    *request.mutable_member() = member;
+    v1::OpenKvChannelResponse response;
+    auto context = Ctx(cluster_->rank_token(1));
+    grpc::Status opened =
+        unix_->OpenKvChannel(context.get(), request, &response);
+    EXPECT_TRUE(opened.ok()) << opened.error_message();
+    if (!opened.ok()) return -1;
+    int fd = Connect();
+    if (fd < 0) return -1;
+    Send(fd, EncodeKvFrame(KvFrameKind::kHello, 0, response.ticket()));
+    auto welcome = Reply(fd, nullptr, reader);
+    EXPECT_TRUE(welcome.has_value() && welcome->first.ok());
+    return fd;
+  }
+
   // The next reply's status and response, or nullopt once the daemon
   // closed the connection (or 10 s passed).
   std::optional<std::pair<absl::Status, std::string>> Reply(int fd,
                                                             uint64_t* id) {
+    return Reply(fd, id, reader_);
+  }
+  std::optional<std::pair<absl::Status, std::string>> Reply(
+      int fd, uint64_t* id, KvFrameReader& reader) {
     while (true) {
-      auto frame = reader_.Next();
+      auto frame = reader.Next();
       EXPECT_TRUE(frame.ok()) << frame.status();
       if (!frame.ok()) return std::nullopt;
       if (frame->has_value()) {
@@ -316,7 +342,7 @@ class KvChannelGateTest : public ::testing::Test {
       char buffer[4096];
       ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
       if (n <= 0) return std::nullopt;
-      reader_.Append(buffer, static_cast<size_t>(n));
+      reader.Append(buffer, static_cast<size_t>(n));
     }
   }
 
@@ -574,6 +600,138 @@ TEST_F(KvChannelGateTest, AfterLeaveTheChannelRefusesAsTheRankServiceDoes) {
             static_cast<int>(grpc_refused.error_code()));
   EXPECT_EQ(refused->first.message(), grpc_refused.error_message());
   ::close(fd);
+}
+
+// A channel with its fill of requests in flight (32 blocked gets) reads
+// no more of its socket; once they end (the key is set over gRPC), it
+// reads again at once: the request sent behind them is answered.
+TEST_F(KvChannelGateTest, AChannelAtItsFillReadsAgainWhenItsCallsEnd) {
+  const v1::MemberRef member = JoinRank1();
+  KvFrameReader reader;
+  const int fd = OpenChannel(member, reader);
+  ASSERT_GE(fd, 0);
+  constexpr uint64_t kFill = 32;  // KvSocket::Options::max_requests_in_flight
+  v1::KvGetRequest wait;
+  *wait.mutable_member() = member;
+  wait.set_key("r1/later");
+  wait.set_timeout_ms(60000);
+  for (uint64_t id = 1; id <= kFill; ++id) {
+    Send(fd, EncodeKvFrame(KvFrameKind::kGet, id, wait.SerializeAsString()));
+  }
+  v1::KvGetRequest absent;
+  *absent.mutable_member() = member;
+  absent.set_key("r1/absent");
+  Send(fd, EncodeKvFrame(KvFrameKind::kGet, 100, absent.SerializeAsString()));
+  // Not read yet: the fill is in flight.
+  timeval quick{0, 300'000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &quick, sizeof(quick));
+  char byte;
+  EXPECT_LT(::recv(fd, &byte, 1, MSG_PEEK), 0);
+  timeval patient{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &patient, sizeof(patient));
+
+  v1::KvSetRequest set;
+  *set.mutable_member() = member;
+  set.set_key("r1/later");
+  set.set_value("v");
+  v1::KvSetResponse stored;
+  auto context = Ctx(cluster_->rank_token(1));
+  ASSERT_TRUE(unix_->KvSet(context.get(), set, &stored).ok());
+  std::set<uint64_t> answered;
+  for (uint64_t i = 0; i <= kFill; ++i) {
+    uint64_t id = 0;
+    auto reply = Reply(fd, &id, reader);
+    ASSERT_TRUE(reply.has_value()) << "after " << answered.size() << " replies";
+    answered.insert(id);
+    if (id == 100) {
+      EXPECT_EQ(reply->first.code(), absl::StatusCode::kNotFound)
+          << reply->first;
+    } else {
+      EXPECT_TRUE(reply->first.ok()) << reply->first;
+    }
+  }
+  EXPECT_EQ(answered.size(), kFill + 1);
+  EXPECT_EQ(answered.count(100), 1u);
+  ::close(fd);
+  ExpectStillServing();
+}
+
+// A rank that stops reading its replies stops having its requests read:
+// 300 gets of a 1 MiB value, never read, leave the daemon holding a few
+// MiB of replies, not 300 MiB; the daemon serves on.
+TEST_F(KvChannelGateTest, ARankThatReadsNoRepliesHoldsBoundedDaemonMemory) {
+  const v1::MemberRef member = JoinRank1();
+  v1::KvSetRequest set;
+  *set.mutable_member() = member;
+  set.set_key("r1/big");
+  set.set_value(std::string(1 << 20, 'b'));
+  v1::KvSetResponse stored;
+  auto context = Ctx(cluster_->rank_token(1));
+  ASSERT_TRUE(unix_->KvSet(context.get(), set, &stored).ok());
+  auto resident_kib = [&] {
+    std::ifstream status(
+        absl::StrCat("/proc/", cluster_->daemon(0).pid(), "/status"));
+    std::string line;
+    while (std::getline(status, line)) {
+      if (absl::StartsWith(line, "VmRSS:")) {
+        return std::stol(line.substr(6));
+      }
+    }
+    return 0L;
+  };
+  KvFrameReader reader;
+  const int fd = OpenChannel(member, reader);
+  ASSERT_GE(fd, 0);
+  const long before = resident_kib();
+  v1::KvGetRequest get;
+  *get.mutable_member() = member;
+  get.set_key("r1/big");
+  std::string frames;
+  for (uint64_t id = 1; id <= 300; ++id) {
+    frames += EncodeKvFrame(KvFrameKind::kGet, id, get.SerializeAsString());
+  }
+  // All of it fits the socket's buffer: the daemon decides what it reads.
+  Send(fd, frames);
+  absl::SleepFor(absl::Seconds(2));
+  const long grown = resident_kib() - before;
+  EXPECT_LT(grown, 64 << 10) << "KiB held for the unread replies";
+  // Reading now, the rank gets its replies in order of their requests'
+  // ends, all of them.
+  for (int i = 0; i < 300; ++i) {
+    uint64_t id = 0;
+    auto reply = Reply(fd, &id, reader);
+    ASSERT_TRUE(reply.has_value()) << "after " << i << " replies";
+    ASSERT_TRUE(reply->first.ok()) << reply->first;
+  }
+  ::close(fd);
+  ExpectStillServing();
+}
+
+// A rank has one channel: its next one closes the earlier (whose waits
+// end), and serves.
+TEST_F(KvChannelGateTest, ARanksNewChannelClosesItsEarlierOne) {
+  const v1::MemberRef member = JoinRank1();
+  KvFrameReader first_reader, second_reader;
+  const int first = OpenChannel(member, first_reader);
+  ASSERT_GE(first, 0);
+  v1::KvGetRequest wait;
+  *wait.mutable_member() = member;
+  wait.set_key("r1/never");
+  wait.set_timeout_ms(60000);
+  Send(first, EncodeKvFrame(KvFrameKind::kGet, 1, wait.SerializeAsString()));
+  const int second = OpenChannel(member, second_reader);
+  ASSERT_GE(second, 0);
+  EXPECT_FALSE(Reply(first, nullptr, first_reader).has_value());
+  v1::KvGetRequest absent;
+  *absent.mutable_member() = member;
+  absent.set_key("r1/absent");
+  Send(second, EncodeKvFrame(KvFrameKind::kGet, 2, absent.SerializeAsString()));
+  auto reply = Reply(second, nullptr, second_reader);
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(reply->first.code(), absl::StatusCode::kNotFound);
+  ::close(first);
+  ::close(second);
+  ExpectStillServing();
 }
 
 }  // namespace

@@ -25,14 +25,20 @@ namespace rankd {
 
 inline constexpr size_t kTicketBytes = 32;
 
-// One accepted connection. Its thread reads and parses requests; replies
-// may be written by any thread (the agent answers from its own), never
-// blocking one: what the socket does not take at once waits in `out_`
-// for the connection's thread, which polls for room. Closing cancels the
-// connection's waits; replies that come later are dropped.
+// One accepted connection. Its thread reads and parses requests while the
+// connection has room (HasRoom); replies may be written by any thread (the
+// agent answers from its own), never blocking one: what the socket does
+// not take at once waits in `out_` for the connection's thread, which polls
+// for room. Closing cancels the connection's waits; replies that come later
+// are dropped.
 class KvConnection {
  public:
-  KvConnection(int fd, int wake_fd) : fd_(fd), wake_fd_(wake_fd) {}
+  KvConnection(int fd, int wake_fd, size_t max_in_flight,
+               size_t max_queued_bytes)
+      : fd_(fd),
+        wake_fd_(wake_fd),
+        max_in_flight_(max_in_flight),
+        max_queued_bytes_(max_queued_bytes) {}
   ~KvConnection() {
     if (fd_ >= 0) ::close(fd_);
     ::close(wake_fd_);
@@ -59,8 +65,12 @@ class KvConnection {
   // Ends request `id` with `reply` (a reply payload).
   void Finish(uint64_t id, const std::string& reply) {
     absl::MutexLock lock(&mu_);
+    const bool was_full = in_flight_.size() >= max_in_flight_;
     in_flight_.erase(id);
     SendLocked(EncodeKvFrame(KvFrameKind::kReply, id, reply));
+    // The thread stopped reading at its fill and polls for nothing but
+    // output: it must look again now that a request ended.
+    if (was_full) Wake();
   }
 
   // Answers a frame that was never in flight.
@@ -70,9 +80,12 @@ class KvConnection {
         EncodeKvFrame(KvFrameKind::kReply, id, EncodeKvReply(status, "")));
   }
 
-  size_t in_flight() {
+  // Whether the thread may read and start more requests: fewer than its
+  // fill in flight, and fewer than max_queued_bytes of replies unread.
+  bool HasRoom() {
     absl::MutexLock lock(&mu_);
-    return in_flight_.size();
+    return in_flight_.size() < max_in_flight_ &&
+           out_.size() < max_queued_bytes_;
   }
   bool has_output() {
     absl::MutexLock lock(&mu_);
@@ -137,6 +150,8 @@ class KvConnection {
 
   const int fd_;
   const int wake_fd_;
+  const size_t max_in_flight_;
+  const size_t max_queued_bytes_;
   absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::string out_ ABSL_GUARDED_BY(mu_);
@@ -289,7 +304,9 @@ void KvSocket::AcceptLoop() {
       ::close(fd);
       continue;
     }
-    auto connection = std::make_shared<KvConnection>(fd, wake);
+    auto connection = std::make_shared<KvConnection>(
+        fd, wake, options_.max_requests_in_flight,
+        options_.max_queued_reply_bytes);
     absl::MutexLock lock(&mu_);
     ReapLocked();
     if (served_.size() >= options_.max_connections ||
@@ -365,18 +382,93 @@ absl::StatusOr<KvSocket::Binding> KvSocket::Redeem(absl::string_view ticket,
   return binding;
 }
 
+void KvSocket::AdoptChannel(uint32_t rank,
+                            const std::shared_ptr<KvConnection>& connection) {
+  std::shared_ptr<KvConnection> earlier;
+  {
+    absl::MutexLock lock(&mu_);
+    std::weak_ptr<KvConnection>& held = channel_of_rank_[rank];
+    earlier = held.lock();
+    held = connection;
+    // Forget ranks whose channel ended, so the map stays within the ranks
+    // that have one.
+    for (auto it = channel_of_rank_.begin(); it != channel_of_rank_.end();) {
+      if (it->second.expired()) {
+        channel_of_rank_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  // A process has one channel per rank (it joined once): an earlier one is
+  // a stale process's, or one the library replaced. Its waits end now.
+  if (earlier != nullptr && earlier != connection) earlier->Close();
+}
+
 void KvSocket::ServeConnection(const std::shared_ptr<KvConnection>& connection,
                                Peer peer) {
   const absl::Time handshake_deadline =
       MonotonicNow() + options_.handshake_timeout;
   std::optional<Binding> binding;
   KvFrameReader reader;
+  // Nothing longer than a ticket before the ticket.
+  reader.LimitPayload(kMaxKvTicketBytes);
   std::vector<char> buffer(64 << 10);
   auto end_handshake = [&] {
     if (!binding.has_value()) handshakes_.fetch_sub(1);
   };
+  // Takes the frames read so far, one at a time while the connection has
+  // room (the rest wait in `reader` for room); false when it must close.
+  auto take_frames = [&]() -> bool {
+    while (connection->HasRoom()) {
+      absl::StatusOr<std::optional<KvFrame>> frame = reader.Next();
+      if (!frame.ok()) {
+        connection->Answer(0, frame.status());
+        return false;
+      }
+      if (!frame->has_value()) return true;
+      KvFrame& next = **frame;
+      if (!binding.has_value()) {
+        absl::StatusOr<Binding> granted =
+            next.kind == KvFrameKind::kHello
+                ? Redeem(next.payload, peer)
+                : absl::UnauthenticatedError(absl::StrCat(
+                      "the key-value channel's first frame must be its "
+                      "hello with a ticket, not ",
+                      KvFrameKindName(next.kind)));
+        if (!granted.ok()) {
+          connection->Answer(next.id, granted.status());
+          return false;
+        }
+        handshakes_.fetch_sub(1);
+        binding = *std::move(granted);
+        reader.LimitPayload(kMaxKvFramePayloadBytes);
+        AdoptChannel(binding->rank, connection);
+        connection->Answer(next.id, absl::OkStatus());
+        continue;
+      }
+      if (next.kind == KvFrameKind::kHello ||
+          next.kind == KvFrameKind::kReply) {
+        connection->Answer(next.id,
+                           absl::InvalidArgumentError(absl::StrCat(
+                               "a ", KvFrameKindName(next.kind),
+                               " frame is not a request on an open key-value "
+                               "channel")));
+        return false;
+      }
+      Dispatch(connection, *binding, next.kind, next.id, next.payload);
+    }
+    return true;
+  };
   while (!stopping_.load() && !connection->closed()) {
-    const bool room = connection->in_flight() < options_.max_requests_in_flight;
+    if (!take_frames()) {
+      connection->Flush();
+      break;
+    }
+    // Without room the socket is not read: the thread waits for a request
+    // to end (KvConnection::Finish wakes it) or for the rank to take its
+    // replies (POLLOUT).
+    const bool room = connection->HasRoom();
     short events = room ? POLLIN : 0;
     if (connection->has_output()) events |= POLLOUT;
     int timeout_ms = -1;
@@ -398,56 +490,12 @@ void KvSocket::ServeConnection(const std::shared_ptr<KvConnection>& connection,
     if (fds[0].revents & POLLOUT) connection->Flush();
     if (fds[0].revents & (POLLERR | POLLNVAL)) break;
     if (!(fds[0].revents & (POLLIN | POLLHUP))) continue;
-    if (!room) break;  // hung up while it had its fill in flight
+    if (!room) break;  // hung up while it had its fill
     ssize_t n =
         ::recv(connection->fd(), buffer.data(), buffer.size(), MSG_DONTWAIT);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) break;
     reader.Append(buffer.data(), static_cast<size_t>(n));
-    bool closing = false;
-    while (!closing) {
-      absl::StatusOr<std::optional<KvFrame>> frame = reader.Next();
-      if (!frame.ok()) {
-        connection->Answer(0, frame.status());
-        closing = true;
-        break;
-      }
-      if (!frame->has_value()) break;
-      KvFrame& next = **frame;
-      if (!binding.has_value()) {
-        absl::StatusOr<Binding> granted =
-            next.kind == KvFrameKind::kHello
-                ? Redeem(next.payload, peer)
-                : absl::UnauthenticatedError(absl::StrCat(
-                      "the key-value channel's first frame must be its "
-                      "hello with a ticket, not ",
-                      KvFrameKindName(next.kind)));
-        if (!granted.ok()) {
-          connection->Answer(next.id, granted.status());
-          closing = true;
-          break;
-        }
-        handshakes_.fetch_sub(1);
-        binding = *std::move(granted);
-        connection->Answer(next.id, absl::OkStatus());
-        continue;
-      }
-      if (next.kind == KvFrameKind::kHello ||
-          next.kind == KvFrameKind::kReply) {
-        connection->Answer(next.id,
-                           absl::InvalidArgumentError(absl::StrCat(
-                               "a ", KvFrameKindName(next.kind),
-                               " frame is not a request on an open key-value "
-                               "channel")));
-        closing = true;
-        break;
-      }
-      Dispatch(connection, *binding, next.kind, next.id, next.payload);
-    }
-    if (closing) {
-      connection->Flush();
-      break;
-    }
   }
   end_handshake();
   connection->Close();

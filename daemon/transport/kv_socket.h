@@ -19,12 +19,16 @@
 // refusal, and is closed.
 //
 // Bounds: connections at once (and of those, ones still to present their
-// ticket, each for at most the handshake timeout), frames of at most
-// kMaxKvFramePayloadBytes, requests in flight per connection (the socket
-// is not read while a connection has that many: back-pressure, not an
-// error), one ticket per rank. A blocked get's deadline is the request's
-// own (bounded by the agent), and a connection that closes cancels its
-// waits at once.
+// ticket, each for at most the handshake timeout, with a hello of at most
+// kMaxKvTicketBytes), frames of at most kMaxKvFramePayloadBytes, one ticket
+// and one open channel per rank (a rank's new channel closes its old one),
+// and per connection requests in flight and replies the rank has not read:
+// the socket is not read while a connection has its fill of either (back-
+// pressure, not an error), so a rank that stops reading its replies stops
+// having its requests read, and holds at most about
+// max_queued_reply_bytes plus a reply per request in flight. A blocked
+// get's deadline is the request's own (bounded by the agent), and a
+// connection that closes cancels its waits at once.
 //
 // Depends on NodeAgent, daemon/transport/security, common/kv_frame, the
 // protos, absl and POSIX sockets.
@@ -63,9 +67,11 @@ class KvSocket {
     // ticket stays valid.
     absl::Duration handshake_timeout = absl::Seconds(5);
     // Requests one connection may have in flight (its blocked gets
-    // included); replies of at most a value each are what it can make
-    // the daemon buffer.
+    // included).
     uint32_t max_requests_in_flight = 32;
+    // Replies one connection has not taken from its socket yet, in bytes,
+    // beyond which its requests are not read.
+    size_t max_queued_reply_bytes = 4 << 20;
     // Called once per request with the Rank method it stands for
     // ("/rankd.v1.Rank/KvSet"), its outcome and how long it took, as the
     // gRPC path's metrics interceptor sees a call (DaemonMetrics::
@@ -141,6 +147,10 @@ class KvSocket {
   // The binding the ticket in a hello grants to `peer`, or why not (the
   // ticket is used up either way).
   absl::StatusOr<Binding> Redeem(absl::string_view ticket, Peer peer);
+  // Records `connection` as `rank`'s channel; closes the rank's earlier
+  // one, if still open.
+  void AdoptChannel(uint32_t rank,
+                    const std::shared_ptr<KvConnection>& connection);
   // Checks and runs one request, answering on `connection`.
   void Dispatch(const std::shared_ptr<KvConnection>& connection,
                 const Binding& binding, KvFrameKind kind, uint64_t id,
@@ -162,6 +172,9 @@ class KvSocket {
   // By ticket, and each rank's current ticket.
   absl::flat_hash_map<std::string, Ticket> tickets_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint32_t, std::string> ticket_of_rank_
+      ABSL_GUARDED_BY(mu_);
+  // Each rank's open channel.
+  absl::flat_hash_map<uint32_t, std::weak_ptr<KvConnection>> channel_of_rank_
       ABSL_GUARDED_BY(mu_);
 };
 
