@@ -181,8 +181,23 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
   bool by_domain = false;
 
   uint64_t first_world_round = 0;
+  const absl::Time wait_until = MonotonicNow() + options.wait_for_world;
   absl::StatusOr<v1::SessionDescriptor> session =
       SendJoin(context, options, *wait_ms, &by_domain, &first_world_round);
+  // A join into a recovering job (a replacement) that waited for the world
+  // while another loss ended that epoch: the coordinator gave it the slot,
+  // and a join always enters the job's current epoch, so it joins again
+  // (this process's own incarnation keeps the slot) with the time left.
+  while (!session.ok() && EndsAnEpoch(session.status())) {
+    const absl::Duration left = wait_until - MonotonicNow();
+    if (left < absl::Milliseconds(1)) break;
+    absl::SleepFor(std::min(left, absl::Milliseconds(20)));
+    const uint32_t wait_left = static_cast<uint32_t>(std::clamp<int64_t>(
+        absl::ToInt64Milliseconds(wait_until - MonotonicNow()), 1,
+        std::numeric_limits<uint32_t>::max()));
+    session =
+        SendJoin(context, options, wait_left, &by_domain, &first_world_round);
+  }
   std::pair<std::shared_ptr<internal::RoundSlotClient>, std::string> slots;
   std::pair<std::shared_ptr<internal::KvChannel>, std::string> kv = {
       nullptr, "grpc (not joined)"};

@@ -212,6 +212,108 @@ TEST_P(ClientRejoinTest, SurvivorsRejoinAfterAKilledRankIsReplaced) {
   ASSERT_TRUE(world.victim.Wait(kPatience).has_value());
 }
 
+// A replacement that joined a recovering job waits for the world; a second
+// loss meanwhile ends the epoch it joined into. The coordinator had given
+// it the slot, so it must not just be told ABORTED and dropped (a new
+// process for the rank would then find the slot held by the old
+// incarnation, and the job would never be whole again): its join goes on
+// into the next epoch, and the job recovers once the second rank is
+// replaced too. Ranks 0-1 are Clients, 2-3 rank_worker processes.
+TEST(ClientRejoinSecondLossTest,
+     AReplacementWaitingWhenItsEpochEndsJoinsTheNext) {
+  LocalCluster cluster(Options(/*recovery=*/true));
+  ASSERT_TRUE(cluster.Start().ok());
+  std::vector<ChildProcess> workers;
+  for (uint32_t local = 0; local < 2; ++local) {
+    auto worker = cluster.StartWorker(
+        1, local, {"--hold_ms=60000", "--hold_through_failure"});
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    workers.push_back(*std::move(worker));
+  }
+  std::vector<std::unique_ptr<Client>> survivors;
+  std::vector<absl::Status> joined(2);
+  std::vector<std::thread> joins;
+  for (uint32_t r = 0; r < 2; ++r) {
+    survivors.push_back(ConnectRank(cluster, r, /*shared_memory_rounds=*/true));
+    ASSERT_NE(survivors.back(), nullptr);
+  }
+  for (uint32_t r = 0; r < 2; ++r) {
+    joins.emplace_back([&, r] {
+      joined[r] = survivors[r]->Join(JoinAs(r, kPatience)).status();
+    });
+  }
+  for (auto& t : joins) t.join();
+  for (uint32_t r = 0; r < 2; ++r) ASSERT_TRUE(joined[r].ok()) << joined[r];
+
+  // Rank 3 is lost: epoch 1 ends.
+  workers[1].Signal(SIGKILL);
+  ASSERT_TRUE(Eventually([&] { return !survivors[0]->JobHealth().ok(); }));
+  // Its replacement joins and waits for the world (the survivors have not
+  // rejoined), holding the slot at the coordinator.
+  std::unique_ptr<Client> replacement = ConnectRank(cluster, 3, true);
+  ASSERT_NE(replacement, nullptr);
+  absl::StatusOr<v1::SessionDescriptor> replaced =
+      absl::UnknownError("not run");
+  std::thread waiting(
+      [&] { replaced = replacement->Join(JoinAs(3, absl::Seconds(60))); });
+  ASSERT_TRUE(AwaitMembers(cluster, 0, [](const v1::MemberList& list) {
+    for (const auto& m : list.members()) {
+      if (m.rank() == 3 && m.epoch() == 2 &&
+          m.state() == v1::MEMBER_STATE_JOINED) {
+        return true;
+      }
+    }
+    return false;
+  }));
+  // Rank 2 is lost too: epoch 2 ends while the replacement waits.
+  workers[0].Signal(SIGKILL);
+  // The survivors rejoin, a replacement takes rank 2: the job is whole.
+  std::vector<absl::StatusOr<v1::SessionDescriptor>> rejoined(
+      2, absl::UnknownError("not run"));
+  std::vector<std::thread> rejoins;
+  for (uint32_t r = 0; r < 2; ++r) {
+    rejoins.emplace_back(
+        [&, r] { rejoined[r] = survivors[r]->Rejoin(1, absl::Seconds(60)); });
+  }
+  ASSERT_TRUE(AwaitMembers(cluster, 0, [](const v1::MemberList& list) {
+    for (const auto& m : list.members()) {
+      if (m.rank() == 2 && m.state() == v1::MEMBER_STATE_LOST) return true;
+    }
+    return false;
+  }));
+  std::unique_ptr<Client> second = ConnectRank(cluster, 2, true);
+  ASSERT_NE(second, nullptr);
+  auto second_joined = second->Join(JoinAs(2, absl::Seconds(60)));
+  for (auto& t : rejoins) t.join();
+  waiting.join();
+  ASSERT_TRUE(second_joined.ok()) << second_joined.status();
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  EXPECT_EQ(replaced->epoch(), 3u);
+  EXPECT_EQ(second_joined->epoch(), 3u);
+  for (uint32_t r = 0; r < 2; ++r) {
+    ASSERT_TRUE(rejoined[r].ok())
+        << "rank " << r << ": " << rejoined[r].status();
+    EXPECT_EQ(rejoined[r]->epoch(), 3u);
+  }
+  // A round across the whole world of epoch 3.
+  std::vector<Client*> all = {survivors[0].get(), survivors[1].get(),
+                              second.get(), replacement.get()};
+  std::vector<absl::StatusOr<std::vector<uint32_t>>> results(
+      kWorld, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    threads.emplace_back([&, r] {
+      results[r] = all[r]->AllGatherWords({r}, absl::Seconds(20));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r].status();
+    EXPECT_EQ(*results[r], (std::vector<uint32_t>{0, 1, 2, 3}));
+  }
+  for (auto& worker : workers) ASSERT_TRUE(worker.Wait(kPatience).has_value());
+}
+
 // Recovery by domain (docs/contract.md, "Data-parallel domains"): tp 2 on
 // two nodes of two ranks is dp 2, domain 0 = ranks 0-1 (node 0), domain 1 =
 // ranks 2-3 (node 1). Rank 3's loss fails rank 2's health only; ranks 0-1

@@ -1170,7 +1170,10 @@ void Coordinator::LoseLocked(const std::string& cause,
       first ? "" : " (a loss during recovery)", ": waiting for ",
       StillLostLocked(), ", at most ", std::max<int64_t>(left_ms, 0),
       " ms more (--recovery_deadline_ms)");
-  epoch_ended_ = absl::AbortedError(message);
+  // Marked (common/error_reason.h): what it answers (gets, joins waiting
+  // for the world of the ended epoch) ended with the epoch, not the job.
+  epoch_ended_ =
+      WithReason(absl::AbortedError(message), ErrorReason::kEpochEnded);
   // Gets waiting from the ended epoch end with the loss, in this step, so
   // that none is answered with what the next epoch writes.
   ended_gets_.push_back(kv_.EndEpoch(0, ended, *epoch_ended_));
@@ -1228,7 +1231,8 @@ void Coordinator::LoseDomainsLocked(const std::string& cause,
         first ? "" : " (a loss during recovery)", ": waiting for ",
         StillLostInDomainLocked(index), ", at most ",
         std::max<int64_t>(left_ms, 0), " ms more (--recovery_deadline_ms)");
-    const absl::Status ended_status = absl::AbortedError(message);
+    const absl::Status ended_status =
+        WithReason(absl::AbortedError(message), ErrorReason::kEpochEnded);
     // World rounds open now fail on every contributor; later ones span
     // the serving domains. Under mu_, so that no contribution admitted
     // after this loss reaches the rounds before it (NodeOfRank, which

@@ -430,114 +430,114 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
   const bool waited = request.wait_for_world_ms() > 0;
   link_->JoinRank(
       forward,
-      Relay<v1::JoinRankResponse>(
-          [this, rank, incarnation, local_rank, waited,
-           reply](absl::StatusOr<v1::JoinRankResponse> result) {
-            absl::ReleasableMutexLock lock(&mu_);
-            auto it = members_.find(rank);
-            if (it == members_.end() || it->second.incarnation != incarnation) {
-              lock.Release();
-              return reply(absl::AbortedError(
-                  absl::StrCat("rank ", rank, " changed while joining")));
+      Relay<v1::JoinRankResponse>([this, rank, incarnation, local_rank, waited,
+                                   reply](absl::StatusOr<v1::JoinRankResponse>
+                                              result) {
+        absl::ReleasableMutexLock lock(&mu_);
+        auto it = members_.find(rank);
+        if (it == members_.end() || it->second.incarnation != incarnation) {
+          lock.Release();
+          return reply(absl::AbortedError(
+              absl::StrCat("rank ", rank, " changed while joining")));
+        }
+        LocalMember& m = it->second;
+        // A join whose wait for the world timed out, or whose epoch
+        // ended while it waited (another loss: marked kEpochEnded),
+        // still holds its rank at the coordinator; keep it, leased, so
+        // that a process that gives up is noticed (and its slot freed
+        // for the next process of the rank).
+        bool keep =
+            result.ok() ||
+            (waited &&
+             (result.status().code() == absl::StatusCode::kDeadlineExceeded ||
+              ReasonOf(result.status()) == ErrorReason::kEpochEnded));
+        if (!keep) {
+          if (m.state == LocalState::kJoining) {
+            members_.erase(it);
+            // Only this rank's own mapping.
+            if (auto l = rank_of_local_.find(local_rank);
+                l != rank_of_local_.end() && l->second == rank) {
+              rank_of_local_.erase(l);
             }
-            LocalMember& m = it->second;
-            // A join whose wait for the world timed out still holds its
-            // rank at the coordinator; keep it, leased, so that a process
-            // that gives up is noticed.
-            bool keep = result.ok() ||
-                        (waited && result.status().code() ==
-                                       absl::StatusCode::kDeadlineExceeded);
-            if (!keep) {
-              if (m.state == LocalState::kJoining) {
-                members_.erase(it);
-                // Only this rank's own mapping.
-                if (auto l = rank_of_local_.find(local_rank);
-                    l != rank_of_local_.end() && l->second == rank) {
-                  rank_of_local_.erase(l);
-                }
-              }
-              lock.Release();
-              return reply(result.status());
+          }
+          lock.Release();
+          return reply(result.status());
+        }
+        if (m.state == LocalState::kJoining) m.state = LocalState::kJoined;
+        if (result.ok()) job_incarnation_ = result->job_incarnation();
+        // The epoch it joined into (a coordinator that names none has
+        // one; a join kept after its wait timed out is in this
+        // daemon's view of it, which the coordinator checks exactly).
+        const uint64_t joined_into =
+            !result.ok()
+                ? std::max<uint64_t>(m.epoch, replica_.EpochOfRank(rank))
+            : result->epoch() != 0 ? result->epoch()
+                                   : uint64_t{1};
+        // Recovery by domain: the coordinator names the rank's next
+        // world round (its domain's entry round; 0 until its domain is
+        // whole, then DOMAIN_READY names it), and the node's rounds
+        // are not restarted: other domains' ranks go on in them.
+        const bool by_domain =
+            replica_.by_domain() ||
+            (result.ok() && (result->recovery_by_domain() ||
+                             result->first_world_round() != 0));
+        recovery_by_domain_ = recovery_by_domain_ || by_domain;
+        recovers_in_place_ =
+            recovers_in_place_ || (result.ok() && result->recovers_in_place());
+        if (m.epoch == 0 || joined_into != m.epoch) {
+          if (result.ok() && by_domain) {
+            m.next_round = result->first_world_round();
+            // Answered while its domain recovered, but its DOMAIN_READY
+            // may have reached this daemon first.
+            const JobReplica::Domain& d =
+                replica_.domain(replica_.domain_of(rank));
+            if (m.next_round == 0 && !d.recovering && d.epoch == joined_into) {
+              m.next_round = d.first_world_round;
             }
-            if (m.state == LocalState::kJoining) m.state = LocalState::kJoined;
-            if (result.ok()) job_incarnation_ = result->job_incarnation();
-            // The epoch it joined into (a coordinator that names none has
-            // one; a join kept after its wait timed out is in this
-            // daemon's view of it, which the coordinator checks exactly).
-            const uint64_t joined_into =
-                !result.ok()
-                    ? std::max<uint64_t>(m.epoch, replica_.EpochOfRank(rank))
-                : result->epoch() != 0 ? result->epoch()
-                                       : uint64_t{1};
-            // Recovery by domain: the coordinator names the rank's next
-            // world round (its domain's entry round; 0 until its domain is
-            // whole, then DOMAIN_READY names it), and the node's rounds
-            // are not restarted: other domains' ranks go on in them.
-            const bool by_domain =
-                replica_.by_domain() ||
-                (result.ok() && (result->recovery_by_domain() ||
-                                 result->first_world_round() != 0));
-            recovery_by_domain_ = recovery_by_domain_ || by_domain;
-            recovers_in_place_ = recovers_in_place_ ||
-                                 (result.ok() && result->recovers_in_place());
-            if (m.epoch == 0 || joined_into != m.epoch) {
-              if (result.ok() && by_domain) {
-                m.next_round = result->first_world_round();
-                // Answered while its domain recovered, but its DOMAIN_READY
-                // may have reached this daemon first.
-                const JobReplica::Domain& d =
-                    replica_.domain(replica_.domain_of(rank));
-                if (m.next_round == 0 && !d.recovering &&
-                    d.epoch == joined_into) {
-                  m.next_round = d.first_world_round;
-                }
-              } else if (m.epoch != 0) {
-                // A survivor's join again into a new epoch: its rounds are
-                // numbered afresh.
-                m.next_round = 1;
-              }
-            }
-            m.epoch = joined_into;
-            if (m.open_watches == 0 && m.lease_timer == 0) {
-              m.lease_timer =
-                  timer_->Schedule(MonotonicNow() + spec_.heartbeat_timeout,
-                                   [this, rank, incarnation] {
-                                     ExpireLease(rank, incarnation);
-                                   });
-            }
-            if (!result.ok()) {
-              lock.Release();
-              return reply(result.status());
-            }
-            v1::JoinResponse response;
-            *response.mutable_session() =
-                BuildSessionDescriptor(spec_, groups_, job_incarnation_, rank,
-                                       node_.node_index(), m.local_rank);
-            response.mutable_session()->set_epoch(m.epoch);
-            response.mutable_session()->set_recovers_in_place(
-                recovers_in_place_);
-            if (by_domain) {
-              response.set_recovery_by_domain(true);
-              response.mutable_session()->set_recovery_by_domain(true);
-              response.set_first_world_round(m.next_round);
-            }
-            v1::MemberRef* member = response.mutable_member();
-            member->set_job_id(spec_.job_id);
-            member->set_rank(rank);
-            member->set_incarnation(incarnation);
-            const uint64_t epoch = m.epoch;
-            lock.Release();
-            if (by_domain) return reply(std::move(response));
-            // A join into a new epoch may be answered before its
-            // JOB_RECOVERING event reaches this daemon: the ended epoch's
-            // rounds held here go first, so that none of them is taken for
-            // a round of the new one (Restart counts once per epoch).
-            rounds_.Restart(
-                epoch, absl::AbortedError(absl::StrCat(
-                           "epoch ", epoch - 1, " ended; the job is at epoch ",
-                           epoch, " (a loss; see the job's events)")));
-            reply(std::move(response));
-          }));
+          } else if (m.epoch != 0) {
+            // A survivor's join again into a new epoch: its rounds are
+            // numbered afresh.
+            m.next_round = 1;
+          }
+        }
+        m.epoch = joined_into;
+        if (m.open_watches == 0 && m.lease_timer == 0) {
+          m.lease_timer = timer_->Schedule(
+              MonotonicNow() + spec_.heartbeat_timeout,
+              [this, rank, incarnation] { ExpireLease(rank, incarnation); });
+        }
+        if (!result.ok()) {
+          lock.Release();
+          return reply(result.status());
+        }
+        v1::JoinResponse response;
+        *response.mutable_session() =
+            BuildSessionDescriptor(spec_, groups_, job_incarnation_, rank,
+                                   node_.node_index(), m.local_rank);
+        response.mutable_session()->set_epoch(m.epoch);
+        response.mutable_session()->set_recovers_in_place(recovers_in_place_);
+        if (by_domain) {
+          response.set_recovery_by_domain(true);
+          response.mutable_session()->set_recovery_by_domain(true);
+          response.set_first_world_round(m.next_round);
+        }
+        v1::MemberRef* member = response.mutable_member();
+        member->set_job_id(spec_.job_id);
+        member->set_rank(rank);
+        member->set_incarnation(incarnation);
+        const uint64_t epoch = m.epoch;
+        lock.Release();
+        if (by_domain) return reply(std::move(response));
+        // A join into a new epoch may be answered before its
+        // JOB_RECOVERING event reaches this daemon: the ended epoch's
+        // rounds held here go first, so that none of them is taken for
+        // a round of the new one (Restart counts once per epoch).
+        rounds_.Restart(epoch,
+                        absl::AbortedError(absl::StrCat(
+                            "epoch ", epoch - 1, " ended; the job is at epoch ",
+                            epoch, " (a loss; see the job's events)")));
+        reply(std::move(response));
+      }));
 }
 
 absl::StatusOr<v1::SessionDescriptor> NodeAgent::GetDescriptor(
