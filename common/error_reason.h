@@ -19,7 +19,9 @@
 //   - kEpochEnded, that notice: the failure the client library reports for
 //     a loss that ended the job's epoch (or its rank's domain's) rather than
 //     the job, ABORTED "job J epoch 1 ended (MEMBER_LOST, ...)": the rank
-//     rejoins and serves on (Client::EndsAnEpoch).
+//     rejoins and serves on (Client::EndsAnEpoch). The coordinator marks
+//     what the epoch's end cut short so too (gets and joins that waited in
+//     it): a replacement's join then joins the next epoch.
 //
 // Depends only on absl.
 #ifndef RANKD_COMMON_ERROR_REASON_H_
