@@ -970,6 +970,7 @@ void Coordinator::ContributeWordsShared(
 
 absl::StatusOr<v1::KvSetResponse> Coordinator::KvSet(
     const v1::KvSetRequest& request) {
+  KvReader writer;
   {
     absl::MutexLock lock(&mu_);
     if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
@@ -977,12 +978,15 @@ absl::StatusOr<v1::KvSetResponse> Coordinator::KvSet(
         !s.ok()) {
       return s;
     }
+    // The epoch the write is admitted in: the store refuses it if a loss
+    // ends that epoch before it lands.
+    writer = ReaderLocked(request.member().rank());
   }
   KvCondition condition;
   if (request.has_expected()) condition.expected = request.expected();
   condition.if_absent = request.if_absent();
   auto stored = kv_.SetAs(request.key(), request.value(),
-                          request.member().rank(), condition);
+                          request.member().rank(), condition, writer);
   if (!stored.ok()) return stored.status();
   v1::KvSetResponse response;
   response.set_stored(*stored);
@@ -1045,6 +1049,7 @@ KvReader Coordinator::ReaderLocked(uint32_t rank) const {
 
 absl::StatusOr<v1::KvAddResponse> Coordinator::KvAdd(
     const v1::KvAddRequest& request) {
+  KvReader writer;
   {
     absl::MutexLock lock(&mu_);
     if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
@@ -1052,8 +1057,10 @@ absl::StatusOr<v1::KvAddResponse> Coordinator::KvAdd(
         !s.ok()) {
       return s;
     }
+    writer = ReaderLocked(request.member().rank());  // as KvSet's
   }
-  auto value = kv_.Add(request.key(), request.delta(), request.member().rank());
+  auto value =
+      kv_.Add(request.key(), request.delta(), request.member().rank(), writer);
   if (!value.ok()) return value.status();
   v1::KvAddResponse response;
   response.set_value(*value);
@@ -1062,6 +1069,7 @@ absl::StatusOr<v1::KvAddResponse> Coordinator::KvAdd(
 
 absl::StatusOr<v1::KvDeleteResponse> Coordinator::KvDelete(
     const v1::KvDeleteRequest& request) {
+  KvReader writer;
   {
     absl::MutexLock lock(&mu_);
     if (auto s = CheckMemberLocked(request.member()); !s.ok()) return s;
@@ -1070,10 +1078,12 @@ absl::StatusOr<v1::KvDeleteResponse> Coordinator::KvDelete(
         !s.ok()) {
       return s;
     }
+    writer = ReaderLocked(request.member().rank());  // as KvSet's
   }
   std::optional<std::string> expected;
   if (request.has_expected()) expected = request.expected();
-  auto existed = kv_.Delete(request.key(), request.member().rank(), expected);
+  auto existed =
+      kv_.Delete(request.key(), request.member().rank(), expected, writer);
   if (!existed.ok()) return existed.status();
   v1::KvDeleteResponse response;
   response.set_existed(*existed);

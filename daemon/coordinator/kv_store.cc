@@ -89,13 +89,17 @@ absl::Status KvStore::Set(absl::string_view key, absl::string_view value,
 
 absl::StatusOr<bool> KvStore::SetAs(absl::string_view key,
                                     absl::string_view value, uint32_t rank,
-                                    const KvCondition& condition) {
+                                    const KvCondition& condition,
+                                    KvReader writer) {
   if (auto s = ValidateKey(key); !s.ok()) return s;
   if (auto s = ValidateValue(value); !s.ok()) return s;
   std::vector<GetCallback> released;
   {
     absl::MutexLock lock(&mu_);
     if (!failure_.ok()) return failure_;
+    if (std::optional<absl::Status> ended = EndedLocked(writer)) {
+      return *std::move(ended);
+    }
     auto it = values_.find(key);
     const Entry* existing = it == values_.end() ? nullptr : &it->second;
     if (auto s = CheckOwnerLocked(key, rank, Write::kSet,
@@ -294,13 +298,16 @@ std::optional<std::string> KvStore::Peek(absl::string_view key) const {
 }
 
 absl::StatusOr<int64_t> KvStore::Add(absl::string_view key, int64_t delta,
-                                     uint32_t rank) {
+                                     uint32_t rank, KvReader writer) {
   if (auto s = ValidateKey(key); !s.ok()) return s;
   int64_t updated = 0;
   std::vector<GetCallback> released;
   {
     absl::MutexLock lock(&mu_);
     if (!failure_.ok()) return failure_;
+    if (std::optional<absl::Status> ended = EndedLocked(writer)) {
+      return *std::move(ended);
+    }
     int64_t current = 0;
     auto it = values_.find(key);
     if (auto s = CheckOwnerLocked(key, rank, Write::kAdd, false,
@@ -328,12 +335,15 @@ absl::StatusOr<int64_t> KvStore::Add(absl::string_view key, int64_t delta,
   return updated;
 }
 
-absl::StatusOr<bool> KvStore::Delete(
-    absl::string_view key, uint32_t rank,
-    const std::optional<std::string>& expected) {
+absl::StatusOr<bool> KvStore::Delete(absl::string_view key, uint32_t rank,
+                                     const std::optional<std::string>& expected,
+                                     KvReader writer) {
   if (auto s = ValidateKey(key); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (!failure_.ok()) return failure_;
+  if (std::optional<absl::Status> ended = EndedLocked(writer)) {
+    return *std::move(ended);
+  }
   auto it = values_.find(key);
   if (auto s = CheckOwnerLocked(key, rank, Write::kDelete, expected.has_value(),
                                 it == values_.end() ? nullptr : &it->second);

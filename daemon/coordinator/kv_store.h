@@ -120,9 +120,12 @@ class KvStore {
   // stored, false when the condition did not hold (nothing stored).
   // PermissionDenied naming the rank, the key and the rule when `rank` may
   // not write the key; InvalidArgument for an "r<N>/" key naming no rank
-  // of the job; otherwise as Set.
+  // of the job; EndEpoch's `why` when `writer`'s epoch has ended (checked
+  // with the write, so a writer admitted just before a loss cannot land
+  // after it); otherwise as Set.
   absl::StatusOr<bool> SetAs(absl::string_view key, absl::string_view value,
-                             uint32_t rank, const KvCondition& condition = {});
+                             uint32_t rank, const KvCondition& condition = {},
+                             KvReader writer = {});
 
   // Calls `done` with the value once `key` exists (at once if it does), or
   // with DeadlineExceeded naming the key at `deadline`, or with the failure
@@ -172,16 +175,18 @@ class KvStore {
   // returns the new value. FailedPrecondition if the key holds something
   // that is not a decimal int64; OutOfRange on overflow; ResourceExhausted
   // as for Set (a new counter counts against `rank`); PermissionDenied when
-  // `rank` may not write the key.
+  // `rank` may not write the key; EndEpoch's `why` as for SetAs.
   absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta,
-                              uint32_t rank = kNoRank);
+                              uint32_t rank = kNoRank, KvReader writer = {});
 
   // Removes `key` (its creator's count drops); returns whether it existed.
   // With `expected`, only when the key holds it (false otherwise).
-  // PermissionDenied when `rank` may not delete the key.
+  // PermissionDenied when `rank` may not delete the key; EndEpoch's `why`
+  // as for SetAs.
   absl::StatusOr<bool> Delete(
       absl::string_view key, uint32_t rank = kNoRank,
-      const std::optional<std::string>& expected = std::nullopt);
+      const std::optional<std::string>& expected = std::nullopt,
+      KvReader writer = {});
 
   // The number of keys that start with `prefix` (an empty prefix: every
   // key). InvalidArgument for a prefix longer than a key may be; the

@@ -240,6 +240,29 @@ TEST_F(KvStoreTest, GetOfAnEndedEpochIsAnsweredWithTheLossAtOnce) {
                 "epoch 3 ended");
 }
 
+// A write admitted in epoch 1 that reaches the store after the loss ended
+// epoch 1 once landed in epoch 2 (an "epoch/1/" key past its drop, a
+// survivor's unscoped key after the fence): it is refused with the loss,
+// set, add and delete alike, and nothing is written.
+TEST_F(KvStoreTest, AWriteOfAnEndedEpochIsRefusedWithTheLoss) {
+  ASSERT_TRUE(kv_.Set("kept", "v").ok());
+  const absl::Status loss = absl::AbortedError("epoch 1 ended: rank 3 lost");
+  kv_.EndEpoch(0, 1, loss).Send();
+  const KvReader ended{0, 1}, current{0, 2}, other_group{1, 1};
+  EXPECT_EQ(kv_.SetAs("late", "x", 0, {}, ended).status(), loss);
+  EXPECT_EQ(kv_.Add("count", 1, 0, ended).status(), loss);
+  EXPECT_EQ(kv_.Delete("kept", KvStore::kNoRank, std::nullopt, ended).status(),
+            loss);
+  EXPECT_FALSE(kv_.Peek("late").has_value());
+  EXPECT_FALSE(kv_.Peek("count").has_value());
+  EXPECT_EQ(kv_.Peek("kept"), "v");
+  EXPECT_EQ(kv_.keys_of(0), 0u);
+  // The current epoch, another fence group and unfenced callers write.
+  EXPECT_TRUE(*kv_.SetAs("late", "x", 0, {}, current));
+  EXPECT_EQ(*kv_.Add("count", 1, 0, other_group), 1);
+  EXPECT_TRUE(*kv_.Delete("kept"));
+}
+
 // 2000 gets of an hour, each abandoned by its client, once stayed parked
 // until a later set: a cancelled call releases its waiter at once.
 TEST_F(KvStoreTest, CancelledGetIsReleasedAtOnceAndOnlyOnce) {
