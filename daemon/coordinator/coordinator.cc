@@ -1576,7 +1576,9 @@ v1::JobStatus Coordinator::GetJob() const {
   status.set_state(state_);
   status.set_failure(failure_);
   status.set_epoch(epoch_);
-  if (state_ == v1::JOB_STATE_RECOVERING) {
+  // By domain each recovering domain has its own deadline: the job's is
+  // the nearest of them (below).
+  if (state_ == v1::JOB_STATE_RECOVERING && !by_domain_) {
     status.set_recovery_deadline_left_ms(std::max<int64_t>(
         1, absl::ToInt64Milliseconds(
                recovering_since_ + spec_.recovery_deadline - MonotonicNow())));
