@@ -58,16 +58,17 @@ class PendingCalls {
     return entries_.contains(id);
   }
 
-  // Removes and returns the entries whose deadline is at or before `now`.
-  std::vector<Entry> TakeOverdue(absl::Time now) {
-    std::vector<Entry> overdue;
+  // Removes and returns the entries whose deadline is at or before `now`,
+  // with their ids.
+  std::vector<std::pair<uint64_t, Entry>> TakeOverdue(absl::Time now) {
+    std::vector<std::pair<uint64_t, Entry>> overdue;
     absl::MutexLock lock(&mu_);
     for (auto it = entries_.begin(); it != entries_.end();) {
       if (it->second.deadline > now) {
         ++it;
         continue;
       }
-      overdue.push_back(std::move(it->second));
+      overdue.emplace_back(it->first, std::move(it->second));
       it = entries_.erase(it);
     }
     return overdue;

@@ -32,13 +32,16 @@ bool PendingKvCalls::Answer(v1::KvLinkReply reply) {
 
 bool PendingKvCalls::Waiting(uint64_t id) { return pending_.Contains(id); }
 
-void PendingKvCalls::ExpireOverdue(absl::Time now) {
-  for (Pending& p : pending_.TakeOverdue(now)) {
+std::vector<uint64_t> PendingKvCalls::ExpireOverdue(absl::Time now) {
+  std::vector<uint64_t> expired;
+  for (auto& [id, p] : pending_.TakeOverdue(now)) {
+    expired.push_back(id);
     p.reply(absl::DeadlineExceededError(
         absl::StrCat(link_,
                      ": the coordinator did not answer a key-value call within "
                      "its timeout")));
   }
+  return expired;
 }
 
 void PendingKvCalls::Abandon(const absl::Status& why) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -47,8 +48,9 @@ class PendingKvCalls {
   bool Waiting(uint64_t id);
 
   // Fails every call whose deadline is at or before `now` with
-  // DeadlineExceeded naming the link.
-  void ExpireOverdue(absl::Time now);
+  // DeadlineExceeded naming the link; returns their ids (the coordinator
+  // still holds them until told: RoundLink cancels them there).
+  std::vector<uint64_t> ExpireOverdue(absl::Time now);
 
   // Fails every waiting call with `why` and refuses later Adds.
   void Abandon(const absl::Status& why);

@@ -50,7 +50,7 @@ bool PendingRounds::Answer(v1::RoundOutcome& outcome) {
 }
 
 void PendingRounds::ExpireOverdue(absl::Time now) {
-  for (Pending& p : pending_.TakeOverdue(now)) {
+  for (auto& [tag, p] : pending_.TakeOverdue(now)) {
     p.reply(absl::DeadlineExceededError(
         absl::StrCat("coordinator at ", coordinator_,
                      " did not answer all_gather_words round ", p.round,

@@ -140,7 +140,19 @@ void RoundLink::CancelKv(uint64_t id) {
 
 void RoundLink::ExpireOverdue(absl::Time now) {
   pending_.ExpireOverdue(now);
-  kv_calls_.ExpireOverdue(now);
+  // The coordinator counts a call against the link until it answers or is
+  // cancelled: calls given up on here are cancelled there too, so that the
+  // node's count of its calls in flight (which it keeps within the bound)
+  // is never below the coordinator's (which cuts a node off above it).
+  const std::vector<uint64_t> expired = kv_calls_.ExpireOverdue(now);
+  if (expired.empty()) return;
+  absl::MutexLock send_lock(&send_mu_);
+  for (uint64_t id : expired) {
+    v1::KvLinkCancel cancel;
+    cancel.set_id(id);
+    SendFrame(RoundLinkTypedFrame(RoundLinkFrameType::kKvCancel,
+                                  cancel.SerializeAsString()));
+  }
 }
 
 absl::Status RoundLink::WaitOpen(absl::Duration timeout) {

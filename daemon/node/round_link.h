@@ -108,7 +108,7 @@ class RoundLink {
               absl::Time deadline, const CancellationRef& cancellation);
 
   // Fails the contributions and key-value calls left unanswered past their
-  // deadline.
+  // deadline, and cancels those calls at the coordinator.
   void ExpireOverdue(absl::Time now);
 
   // Key-value calls waiting for their reply now (for tests).

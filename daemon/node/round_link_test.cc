@@ -878,6 +878,13 @@ TEST_F(RoundLinkKvTest, OverdueCallsFailAndStoppingCancelsTheRest) {
             absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(overdue.result.status().message(),
               HasSubstr("did not answer a key-value call within its timeout"));
+  // The coordinator is told: its wait is released (it would otherwise count
+  // against the link until its own deadline), the other's is not.
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (coordinator_.released.load() < 1 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(coordinator_.released.load(), 1);
   link_->Stop();
   ASSERT_TRUE(stopped.Wait());
   EXPECT_EQ(stopped.result.status().code(), absl::StatusCode::kCancelled);
