@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -43,7 +45,8 @@ std::vector<char*> CStrings(const std::vector<std::string>& strings) {
   if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail();
   // rankrun died before prctl took effect: do not run at all.
   if (::getppid() != parent) ::_exit(127);
-  const int null_fd = ::open("/dev/null", O_RDONLY);
+  // Close-on-exec: the dup below is what PROGRAM keeps.
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (null_fd < 0 || ::dup2(null_fd, STDIN_FILENO) < 0) fail();
   if (options.stdout_fd >= 0 && ::dup2(options.stdout_fd, STDOUT_FILENO) < 0) {
     fail();
@@ -225,6 +228,22 @@ int ShellStatus(int wait_status) {
   if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
   if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
   return 1;
+}
+
+size_t ReapAdoptedOrphans(absl::FunctionRef<bool(pid_t)> is_ours) {
+  // The kernel lists a process's children per thread; orphans are adopted
+  // by the main one. Without the file (a kernel without
+  // CONFIG_PROC_CHILDREN) nothing is reaped here.
+  std::ifstream children(
+      absl::StrCat("/proc/self/task/", ::getpid(), "/children"));
+  size_t reaped = 0;
+  pid_t pid = 0;
+  while (children >> pid) {
+    if (pid <= 0 || is_ours(pid)) continue;
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) ++reaped;
+  }
+  return reaped;
 }
 
 }  // namespace rankd::launcher

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
@@ -96,6 +97,13 @@ std::string DescribeWaitStatus(int wait_status);
 
 // The shell's view of a wait status: the exit status, or 128 + signal.
 int ShellStatus(int wait_status);
+
+// For rankrun as PID 1 (a container's first process), which the kernel
+// makes the parent of every orphan in the container, such as a worker a
+// dead rank left: reaps those that exited, never a child `is_ours` names
+// (its own, which it reaps itself). Returns how many it reaped. Never
+// blocks.
+size_t ReapAdoptedOrphans(absl::FunctionRef<bool(pid_t)> is_ours);
 
 }  // namespace rankd::launcher
 

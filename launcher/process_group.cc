@@ -39,7 +39,7 @@ absl::Status ProcessGroup::Start(std::vector<std::string> argv,
   SpawnOptions options;
   options.argv = std::move(argv);
   options.env = std::move(env);
-  options.process_group = members_.empty() ? 0 : members_[0]->child.pid();
+  options.process_group = 0;  // its own
   std::vector<UniqueFd> write_ends;
   if (prefix_output_) {
     for (int to_fd : {STDOUT_FILENO, STDERR_FILENO}) {
@@ -86,9 +86,19 @@ std::vector<size_t> ProcessGroup::PollExits() {
 }
 
 void ProcessGroup::Signal(int signal) {
-  if (members_.empty()) return;
-  // The leader is unreaped until Finish(), so the group id is still ours.
-  members_[0]->child.SignalGroup(signal);
+  // Each leader is unreaped until Finish(), so its group id is still ours.
+  for (auto& m : members_) m->child.SignalGroup(signal);
+}
+
+void ProcessGroup::KillGroupOf(size_t index) {
+  members_[index]->child.SignalGroup(SIGKILL);
+}
+
+bool ProcessGroup::Contains(pid_t pid) const {
+  for (const auto& m : members_) {
+    if (m->child.pid() == pid) return true;
+  }
+  return false;
 }
 
 std::vector<int> ProcessGroup::OutputFds() const {
@@ -129,8 +139,8 @@ void ProcessGroup::Pump(int fd) {
 }
 
 void ProcessGroup::Finish(absl::Duration drain) {
-  // What the ranks left running in their group (the ranks themselves have
-  // exited; their unreaped leader keeps the group id ours).
+  // What the ranks left running in their groups (the ranks themselves have
+  // exited; each unreaped leader keeps its group id ours).
   Signal(SIGKILL);
   const absl::Time deadline = MonotonicNow() + drain;
   while (true) {

@@ -1,16 +1,18 @@
 // ProcessGroup: the ranks rankrun starts on one node, as one unit.
 //
-// Every process joins one process group, led by the first, so that a signal
-// to the group also reaches what the ranks started themselves, and Finish()
-// can leave nothing of theirs behind. With prefix_output (rankrun's
-// default), each process's stdout and stderr are pipes whose lines rankrun
-// copies to its own stdout and stderr, whole and each labelled "[rank N] "
-// (launcher/line_prefixer.h), so two processes' bytes never share a line;
-// without it, the processes write to rankrun's stdout and stderr directly
-// (byte for byte, but a line written in pieces can mix with another's).
+// Every process leads a process group of its own, so that a signal to the
+// ranks also reaches what each started itself, a failed rank's leftovers
+// can be stopped before it is restarted without touching the other ranks
+// (KillGroupOf), and Finish() can leave nothing of theirs behind. With
+// prefix_output (rankrun's default), each process's stdout and stderr are pipes
+// whose lines rankrun copies to its own stdout and stderr, whole and each
+// labelled "[rank N] " (launcher/line_prefixer.h), so two processes' bytes
+// never share a line; without it, the processes write to rankrun's stdout and
+// stderr directly (byte for byte, but a line written in pieces can mix with
+// another's).
 //
 // Exits are noticed without reaping (launcher/child_process.h) until
-// Finish(), so the group id stays valid for signals all along. The
+// Finish(), so the group ids stay valid for signals all along. The
 // destructor kills and reaps whatever Finish() did not.
 //
 // Not thread-safe; rankrun's main loop drives it (launcher/launch.h).
@@ -58,9 +60,14 @@ class ProcessGroup {
   // ascending; each exit is reported once. Never blocks.
   std::vector<size_t> PollExits();
 
-  // Sends `signal` to the whole group (every process still there and what
-  // they started in the group).
+  // Sends `signal` to every process's group (every process still there and
+  // what they started in their groups).
   void Signal(int signal);
+  // SIGKILLs what process `index` (which has exited) left running in its
+  // group.
+  void KillGroupOf(size_t index);
+  // Whether `pid` is one of the processes started (exited or not).
+  bool Contains(pid_t pid) const;
 
   // The read ends of the output pipes still open (none without
   // prefix_output), for poll(2).

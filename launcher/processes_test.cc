@@ -1,9 +1,11 @@
 // ChildProcess, ProcessGroup and LinePrefixer with real processes
 // (/bin/sh, /bin/sleep) and real pipes.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -137,7 +139,9 @@ TEST(ProcessGroup, SignalsTheGroupAndFinishKillsWhatIsLeft) {
           .ok());
   ASSERT_TRUE(group.Start({"/bin/sleep", "30"}, {}, "[rank 1] ").ok());
   EXPECT_EQ(group.size(), 2u);
-  EXPECT_EQ(::getpgid(group.pid(1)), group.pid(0));
+  // Each leads its own group.
+  EXPECT_EQ(::getpgid(group.pid(0)), group.pid(0));
+  EXPECT_EQ(::getpgid(group.pid(1)), group.pid(1));
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   std::vector<size_t> exits;
   while (exits.empty() && absl::Now() < deadline) {
@@ -169,6 +173,93 @@ TEST(ProcessGroup, SignalsTheGroupAndFinishKillsWhatIsLeft) {
   group.Finish(absl::Seconds(1));
   EXPECT_TRUE(GoneWithin(grandchild, absl::Seconds(10)));
   EXPECT_FALSE(Alive(first));
+}
+
+// The pid `path` holds, once a process wrote it (0 after 10 s).
+pid_t PidIn(const std::string& path) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    pid_t pid = 0;
+    if (FILE* in = std::fopen(path.c_str(), "r")) {
+      if (std::fscanf(in, "%d", &pid) != 1) pid = 0;
+      std::fclose(in);
+    }
+    if (pid > 0) return pid;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return 0;
+}
+
+// A failed rank's leftovers go before its restart: KillGroupOf stops what
+// one process left running, and nothing of another's.
+TEST(ProcessGroup, KillGroupOfStopsOneProcesssLeftoversOnly) {
+  ProcessGroup group(/*prefix_output=*/false);
+  const std::string dir = ::testing::TempDir();
+  const std::string left0 = dir + "/left0.pid", left1 = dir + "/left1.pid";
+  ::unlink(left0.c_str());
+  ::unlink(left1.c_str());
+  ASSERT_TRUE(group
+                  .Start({"/bin/sh", "-c", "sleep 30 & echo $! > " + left0}, {},
+                         "[rank 0] ")
+                  .ok());
+  ASSERT_TRUE(group
+                  .Start({"/bin/sh", "-c",
+                          "sleep 30 & echo $! > " + left1 + "; exec sleep 30"},
+                         {}, "[rank 1] ")
+                  .ok());
+  const pid_t worker0 = PidIn(left0), worker1 = PidIn(left1);
+  ASSERT_GT(worker0, 0);
+  ASSERT_GT(worker1, 0);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  std::vector<size_t> exits;
+  while (exits.empty() && absl::Now() < deadline) {
+    exits = group.PollExits();
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(exits, std::vector<size_t>{0});
+  EXPECT_TRUE(Alive(worker0));
+  group.KillGroupOf(0);
+  EXPECT_TRUE(GoneWithin(worker0, absl::Seconds(10)));
+  EXPECT_TRUE(Alive(worker1));
+  EXPECT_TRUE(Alive(group.pid(1)));
+  EXPECT_TRUE(group.Contains(group.pid(1)));
+  EXPECT_FALSE(group.Contains(worker1));
+  group.Signal(SIGKILL);
+  group.Finish(absl::Seconds(1));
+  EXPECT_TRUE(GoneWithin(worker1, absl::Seconds(10)));
+}
+
+// rankrun as PID 1 is the parent of every orphan; here this process plays
+// it as a subreaper: the orphan a child leaves is adopted, and reaped once
+// it exits, while the process's own children are left to it.
+TEST(ReapAdoptedOrphans, ReapsOrphansAndNeverOwnChildren) {
+  ASSERT_EQ(::prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+  const std::string path = ::testing::TempDir() + "/orphan.pid";
+  ::unlink(path.c_str());
+  absl::StatusOr<ChildProcess> own =
+      ChildProcess::Spawn({{"/bin/sleep", "0.2"}, {}, 0, -1, -1});
+  ASSERT_TRUE(own.ok());
+  // Its parent exits at once; the orphan lives half a second.
+  absl::StatusOr<ChildProcess> parent = ChildProcess::Spawn(
+      {{"/bin/sh", "-c", "sleep 0.5 & echo $! > " + path}, {}, 0, -1, -1});
+  ASSERT_TRUE(parent.ok());
+  const pid_t orphan = PidIn(path);
+  ASSERT_GT(orphan, 0);
+  ASSERT_EQ(parent->WaitFor(absl::Seconds(10)), 0);
+  ASSERT_TRUE(own->WaitFor(absl::Seconds(10)).has_value());
+  const pid_t mine = own->pid();
+  auto is_ours = [&](pid_t pid) { return pid == mine || pid == parent->pid(); };
+  size_t reaped = 0;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (Alive(orphan) && absl::Now() < deadline) {
+    reaped += ReapAdoptedOrphans(is_ours);
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_FALSE(Alive(orphan)) << "pid " << orphan << " left a zombie";
+  EXPECT_EQ(reaped, 1u);
+  // The own child is still there to be reaped by its owner.
+  EXPECT_TRUE(own->Reap().has_value());
+  ::prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
 TEST(ProcessGroup, PrefixesEveryLine) {

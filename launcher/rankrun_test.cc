@@ -772,6 +772,45 @@ TEST(Rankrun, ARankOutOfRestartsFailsTheRunNamingIt) {
   EXPECT_EQ(run.Lines("TERM").size(), 1u) << run.Describe();
 }
 
+// Whether `pid` is a process that has not exited (a zombie has).
+bool Running(pid_t pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() &&
+         line[paren + 2] != 'Z';
+}
+
+// What a failed rank started itself (a worker still holding its memory,
+// ports and token) is stopped before its replacement starts, and the other
+// rank's own worker is left alone.
+TEST(Rankrun, ARestartStopsWhatTheFailedRankLeftRunning) {
+  RankrunJob run({"--nproc_per_node=2", "--max_restarts=1",
+                  "--restart_backoff_ms=50", "--stop_grace_ms=2000", kEnvRank,
+                  "--grandchild", "--kill_rank=0", "--kill_lives=1",
+                  "--sleep_ms=60000", "--term_exit=0"});
+  // Rank 0's first life and rank 1 each started a worker; rank 0's second
+  // life (which lives on) starts one too.
+  ASSERT_TRUE(run.WaitForLines("GRANDCHILD pid=", 3)) << run.Describe();
+  std::vector<int> workers;
+  for (absl::string_view line : absl::StrSplit(run.out(), '\n')) {
+    int pid = 0;
+    if (absl::ConsumePrefix(&line, "[rank 0] GRANDCHILD pid=") &&
+        absl::SimpleAtoi(line, &pid)) {
+      workers.push_back(pid);
+    }
+  }
+  ASSERT_GE(workers.size(), 1u) << run.Describe();
+  ASSERT_EQ(workers.size(), 2u) << run.Describe();
+  // While the second life runs, the first life's worker is gone and the
+  // second's is not.
+  EXPECT_FALSE(Running(workers[0])) << "pid " << workers[0];
+  EXPECT_TRUE(Running(workers[1])) << "pid " << workers[1];
+  ::kill(run.pid(), SIGTERM);
+  EXPECT_GE(run.Wait(), 0) << run.Describe();
+}
+
 // Restarts are for failures: a rank that exits 0 is done, and the run
 // ends 0 without restarting anything.
 TEST(Rankrun, NeverRestartsARankThatExitedZero) {

@@ -166,6 +166,8 @@ int Launcher::Supervise() {
            daemon_status.has_value() || restart_error.has_value();
   };
 
+  // As a container's first process rankrun is every orphan's parent.
+  const bool reaps_orphans = ::getpid() == 1;
   auto begin_stop = [&](int sig) {
     restart_at.clear();
     group.Signal(sig);
@@ -183,6 +185,10 @@ int Launcher::Supervise() {
                          DescribeWaitStatus(status),
                          "; restarting it (restart ", restarts[local], " of ",
                          o_.max_restarts, ")"));
+        // What it started itself (workers holding memory, ports, its
+        // token) goes before its replacement comes; the other ranks' groups
+        // are untouched.
+        group.KillGroupOf(i);
         const absl::Time at =
             MonotonicNow() + RestartBackoff(o_, restarts[local]);
         restart_at[local] = {at, at + kSlotReleaseWait, group.pid(i)};
@@ -256,6 +262,11 @@ int Launcher::Supervise() {
     }
     for (size_t p = 1; p < polls.size(); ++p) {
       if (polls[p].revents != 0) group.Pump(polls[p].fd);
+    }
+    if (reaps_orphans) {
+      ReapAdoptedOrphans([&](pid_t pid) {
+        return group.Contains(pid) || (started_daemon_ && pid == daemon_.pid());
+      });
     }
     signalfd_siginfo info;
     while (::read(signal_fd_.get(), &info, sizeof(info)) == sizeof(info)) {

@@ -11,7 +11,7 @@
 // (--rejoin: Client::Rejoin once a loss moved the job on).
 //
 //   env_rank [--join] [--gather] [--fail_rank=R --fail_code=C]
-//            [--kill_rank=R] [--sleep_ms=N] [--term_exit=C]
+//            [--kill_rank=R [--kill_lives=K]] [--sleep_ms=N] [--term_exit=C]
 //            [--kill_after_join_rank=R [--kill_lives=K]] [--hold [--rejoin]]
 //            [--ignore_term] [--grandchild]
 //            [--lines=N --line_bytes=B] [ARGS...]
@@ -211,7 +211,12 @@ int main(int argc, char** argv) {
     }
     Print(absl::StrCat("GRANDCHILD pid=", pid));
   }
-  if (rank == Flag(args, "--kill_rank", -2)) raise(SIGKILL);
+  if (rank == Flag(args, "--kill_rank", -2)) {
+    // In its first --kill_lives lives only (every life without it).
+    int life = 0;
+    if (!absl::SimpleAtoi(Env("RANKD_RESTART_COUNT"), &life)) life = 0;
+    if (life < Flag(args, "--kill_lives", 1 << 30)) raise(SIGKILL);
+  }
   if (rank == Flag(args, "--fail_rank", -2)) {
     return Flag(args, "--fail_code", 1);
   }
