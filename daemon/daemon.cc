@@ -1,5 +1,6 @@
 #include "daemon/daemon.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -211,7 +212,48 @@ absl::Status Daemon::CreateJobState() {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The folder of the round-slots files and the key-value channel's socket:
+// made if missing, and then it must be this daemon's own directory (not a
+// link, not one another user made first in a shared folder such as /tmp),
+// made owner-and-group only, enter but not list for the group.
+absl::Status PrepareRoundsFolder(const std::string& folder) {
+  if (::mkdir(folder.c_str(), 0710) != 0 && errno != EEXIST) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot make ", folder, ": ", strerror(errno)));
+  }
+  const int fd =
+      ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot open ", folder, " as a directory: ", strerror(errno)));
+  }
+  struct stat st;
+  absl::Status status;
+  if (::fstat(fd, &st) != 0) {
+    status = absl::FailedPreconditionError(
+        absl::StrCat("cannot stat ", folder, ": ", strerror(errno)));
+  } else if (st.st_uid != ::geteuid()) {
+    status = absl::PermissionDeniedError(
+        absl::StrCat(folder, " belongs to uid ", st.st_uid,
+                     ", not to this daemon's (uid ", ::geteuid(), ")"));
+  } else if (::fchmod(fd, 0710) != 0) {
+    status = absl::FailedPreconditionError(
+        absl::StrCat("cannot chmod ", folder, ": ", strerror(errno)));
+  }
+  ::close(fd);
+  return status;
+}
+
+}  // namespace
+
 absl::Status Daemon::OpenLocalEndpoints() {
+  // The socket's folder first (it may not exist yet after a reboot: /run is
+  // a tmpfs), then the rounds' folder in it.
+  if (!config_.socket_path.empty()) {
+    if (auto s = PrepareSocketPath(config_.socket_path); !s.ok()) return s;
+  }
   if (!config_.socket_path.empty()) {
     // The socket is made owner-and-group only (LocalSocket); so are
     // the round-slots files, in a folder next to it that the group may
@@ -219,12 +261,10 @@ absl::Status Daemon::OpenLocalEndpoints() {
     const std::string folder = absl::StrCat(
         std::filesystem::path(config_.socket_path).parent_path().string(),
         "/.rankd-rounds");
-    struct stat st;
-    if ((::mkdir(folder.c_str(), 0710) != 0 && errno != EEXIST) ||
-        ::lstat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
-        ::chmod(folder.c_str(), 0710) != 0) {
-      Log(absl::StrCat("cannot prepare ", folder, " (", strerror(errno),
-                       "); ranks' rounds stay on gRPC"));
+    if (absl::Status prepared = PrepareRoundsFolder(folder); !prepared.ok()) {
+      Log(absl::StrCat(prepared.message(),
+                       "; ranks' rounds and key-value "
+                       "calls stay on gRPC"));
     } else {
       round_slots_ = std::make_unique<RoundSlotServer>(
           agent_.get(), folder, 0660,
@@ -241,7 +281,6 @@ absl::Status Daemon::OpenLocalEndpoints() {
     }
   }
   if (!config_.socket_path.empty()) {
-    if (auto s = PrepareSocketPath(config_.socket_path); !s.ok()) return s;
     // Accepted by LocalSocket, not gRPC, so that every connection's process
     // is known and a rank can be bound to the connection it joined on.
     auto local = LocalSocket::Listen(config_.socket_path);

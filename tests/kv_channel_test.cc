@@ -48,6 +48,7 @@ namespace rankd::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kJob[] = "kvchan";
 
@@ -234,6 +235,48 @@ TEST(KvChannelTest, EveryCallAnswersAsOnGrpc) {
   EXPECT_EQ(line("delete again"), "delete again -> OK 0");
   EXPECT_THAT(line("set other's"), HasSubstr("PERMISSION_DENIED"));
   EXPECT_EQ(line("the waiting get"), "the waiting get -> OK z");
+}
+
+// A daemon's --socket folder that does not exist yet (the first start after
+// a reboot: /run is a tmpfs) once left the round slots and the key-value
+// channel off for the daemon's whole life: their folder was made before
+// the socket's. Both are on.
+TEST(KvChannelFolderTest, ADaemonWhoseSocketFolderIsNewOpensTheFastPaths) {
+  ClusterOptions options;
+  options.job_id = kJob;
+  options.nnodes = 1;
+  options.nproc_per_node = 1;
+  // Short: a Unix socket's path has room for 107 bytes. Removed once the
+  // daemon is gone (the cluster's destructor, before the guard's).
+  const std::string root = absl::StrCat("/tmp/rankd-fresh-", ::getpid());
+  std::filesystem::remove_all(root);
+  struct RemoveAfter {
+    std::string path;
+    ~RemoveAfter() { std::filesystem::remove_all(path); }
+  } remove_after{root};
+  const std::string fresh = root + "/run/rankd/node0.sock";
+  options.node_flags = {{"--socket=" + fresh}};
+  LocalCluster cluster(options);
+  absl::Status started = cluster.Start();
+  ASSERT_TRUE(started.ok()) << started;
+  ClientOptions client_options;
+  client_options.target = "unix://" + fresh;
+  client_options.bearer_token = cluster.rank_token(0);
+  auto client = Client::Connect(client_options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  JoinOptions join;
+  join.job_id = kJob;
+  join.local_rank = 0;
+  join.world_size = 1;
+  join.device.set_kind("cpu");
+  auto joined = (*client)->Join(join);
+  ASSERT_TRUE(joined.ok()) << joined.status() << cluster.daemon(0).ReadLog();
+  EXPECT_TRUE(absl::StartsWith((*client)->round_path(), "shared-memory"))
+      << (*client)->round_path() << "\n"
+      << cluster.daemon(0).ReadLog();
+  EXPECT_THAT((*client)->kv_path(), Not(HasSubstr("grpc")))
+      << cluster.daemon(0).ReadLog();
+  ASSERT_TRUE((*client)->Leave().ok());
 }
 
 // The channel's gate and its frames, with raw sockets.
