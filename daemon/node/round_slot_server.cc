@@ -279,16 +279,22 @@ class RoundSlotServer::Channel {
     request.set_timeout_ms(taken->timeout_ms);
     request.mutable_words()->Add(taken->words.begin(), taken->words.end());
     const uint64_t round = taken->round;
+    // The reply does not keep the file mapped: a channel closed (the rank
+    // gone, or a new file opened) is unmapped at once, however long its
+    // rounds may still wait (up to an hour each).
+    std::weak_ptr<RoundSlots> answer_to = slots;
     agent_->AllGatherWords(
-        request, [slots, ledger, sequence, round, observe = observe_,
+        request, [answer_to, ledger, sequence, round, observe = observe_,
                   taken_at = MonotonicNow()](
                      absl::StatusOr<v1::AllGatherWordsResponse> result) {
           ledger->Answered(sequence);
-          if (!result.ok()) {
-            slots->Answer(sequence, round, 0, {}, result.status());
-          } else {
-            slots->Answer(sequence, result->round(), result->words_per_rank(),
-                          result->words(), absl::OkStatus());
+          if (std::shared_ptr<RoundSlots> slots = answer_to.lock()) {
+            if (!result.ok()) {
+              slots->Answer(sequence, round, 0, {}, result.status());
+            } else {
+              slots->Answer(sequence, result->round(), result->words_per_rank(),
+                            result->words(), absl::OkStatus());
+            }
           }
           if (*observe)
             (*observe)(result.status().code(), MonotonicNow() - taken_at);

@@ -13,6 +13,7 @@
 
 #include <stdlib.h>
 
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -123,7 +124,8 @@ class RoundSlotServerTest : public ::testing::TestWithParam<absl::Duration> {
     server_ = std::make_unique<RoundSlotServer>(agent_.get(), folder_, 0600,
                                                 nullptr, options);
     for (uint32_t r = 0; r < 2; ++r) {
-      slots_[r] = Map(Join(r));
+      members_[r] = Join(r);
+      slots_[r] = Map(members_[r]);
       ASSERT_NE(slots_[r], nullptr);
     }
   }
@@ -164,6 +166,7 @@ class RoundSlotServerTest : public ::testing::TestWithParam<absl::Duration> {
     absl::StatusOr<v1::OpenRoundSlotsResponse> opened = server_->Open(request);
     EXPECT_TRUE(opened.ok()) << opened.status();
     if (!opened.ok()) return nullptr;
+    paths_[member.rank()] = opened->path();
     auto slots =
         RoundSlots::Open(opened->path(), RoundSlotsGeometry::ForWorld(2));
     EXPECT_TRUE(slots.ok()) << slots.status();
@@ -187,8 +190,22 @@ class RoundSlotServerTest : public ::testing::TestWithParam<absl::Duration> {
   std::unique_ptr<NodeAgent> agent_;
   std::string folder_;
   std::unique_ptr<RoundSlotServer> server_;
+  v1::MemberRef members_[2];
+  std::string paths_[2];  // each rank's latest file
   std::unique_ptr<RoundSlots> slots_[2];
 };
+
+// How many mappings of `path` this process holds (the server's and the
+// test's own are both here).
+int MappingsOf(const std::string& path) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  int count = 0;
+  while (std::getline(maps, line)) {
+    if (line.find(path) != std::string::npos) ++count;
+  }
+  return count;
+}
 
 // Bursts of rounds separated by pauses, longer than the poller's 30 us
 // (rank 0) or not always (rank 1): with a poller, the files are handed to
@@ -265,6 +282,29 @@ TEST_P(RoundSlotServerTest, ARankBreakingTheProtocolInABurstIsCutOff) {
   ASSERT_TRUE(answer->status.ok()) << answer->status;
   EXPECT_EQ(answer->words, (std::vector<uint32_t>{0, 1}));
   ExpectPolledIfPolling();
+}
+
+// A rank that opens a new file while a round of its old one waits (up to
+// an hour) once kept the old file mapped in the daemon until the round
+// ended: opening over and over held 64 files' worth of shared memory. The
+// old file is unmapped at once; the round still ends when its partner
+// comes.
+TEST_P(RoundSlotServerTest, AReplacedFileIsUnmappedWhileItsRoundWaits) {
+  slots_[0]->Post(0, 1, 60000, {0});  // rank 1 stays away
+  ASSERT_TRUE(Eventually([&] { return slots_[0]->consumed() == 1; }));
+  const std::string old_path = paths_[0];
+  EXPECT_EQ(MappingsOf(old_path), 2);  // the server's and this test's
+  std::unique_ptr<RoundSlots> replaced = std::move(slots_[0]);
+  slots_[0] = Map(members_[0]);
+  ASSERT_NE(slots_[0], nullptr);
+  EXPECT_TRUE(Eventually([&] { return MappingsOf(old_path) == 1; }))
+      << MappingsOf(old_path) << " mappings of " << old_path;
+  // The round is still the agent's: rank 1 completes it, and the answer
+  // goes nowhere (the old file is gone from the daemon).
+  slots_[1]->Post(0, 1, 5000, {1});
+  std::optional<SlotAnswer> answer = Await(*slots_[1], 0);
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_TRUE(answer->status.ok()) << answer->status;
 }
 
 INSTANTIATE_TEST_SUITE_P(
