@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "client/admin_client.h"
 #include "client/channel.h"
 #include "launcher/job_layout.h"
@@ -32,6 +33,7 @@
 #include "launcher/program.h"
 #include "launcher/temp_dir.h"
 #include "launcher/unique_fd.h"
+#include "rankd/v1/admin.pb.h"
 
 namespace rankd::launcher {
 
@@ -90,11 +92,14 @@ class Launcher {
   // ranks' group, with RANKD_RESTART_COUNT=`restarts`. Errors as
   // ProcessGroup::Start.
   absl::Status StartRank(uint32_t local, uint32_t restarts);
-  // Whether the daemon no longer holds `rank`'s slot for the process
+  // The daemon's members, for SlotReleased; an error when it cannot be
+  // asked (within about a second).
+  absl::StatusOr<v1::MemberList> ListMembers();
+  // Whether `members` no longer holds `rank`'s slot for the process
   // `old_pid` (that member is lost, left, or never joined), so that a
-  // replacement's join can take it; false when the daemon cannot be asked
-  // (within about a second).
-  bool SlotReleased(uint32_t rank, pid_t old_pid);
+  // replacement's join can take it.
+  static bool SlotReleased(const v1::MemberList& members, uint32_t rank,
+                           pid_t old_pid);
   int Supervise();
   void Linger();
 

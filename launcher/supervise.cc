@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -105,7 +106,7 @@ absl::Status Launcher::StartRank(uint32_t local, uint32_t restarts) {
   return started;
 }
 
-bool Launcher::SlotReleased(uint32_t rank, pid_t old_pid) {
+absl::StatusOr<v1::MemberList> Launcher::ListMembers() {
   if (slot_admin_ == nullptr) {
     ClientOptions options;
     options.target = target_;
@@ -120,15 +121,17 @@ bool Launcher::SlotReleased(uint32_t rank, pid_t old_pid) {
     }
     absl::StatusOr<std::unique_ptr<AdminClient>> admin =
         AdminClient::Connect(options);
-    if (!admin.ok()) return false;
+    if (!admin.ok()) return admin.status();
     slot_admin_ = *std::move(admin);
   }
   absl::StatusOr<v1::MemberList> members = slot_admin_->ListMembers();
-  if (!members.ok()) {
-    slot_admin_.reset();  // connect again at the next poll
-    return false;
-  }
-  for (const v1::MemberStatus& m : members->members()) {
+  if (!members.ok()) slot_admin_.reset();  // connect again at the next poll
+  return members;
+}
+
+bool Launcher::SlotReleased(const v1::MemberList& members, uint32_t rank,
+                            pid_t old_pid) {
+  for (const v1::MemberStatus& m : members.members()) {
     if (m.rank() == rank && m.pid() == static_cast<uint32_t>(old_pid) &&
         (m.state() == v1::MEMBER_STATE_JOINED ||
          m.state() == v1::MEMBER_STATE_IN_ROUND)) {
@@ -201,6 +204,10 @@ int Launcher::Supervise() {
         if (stopped_others > 0) begin_stop(SIGTERM);
       }
     }
+    // Asked at most once per turn of the loop, whatever number of restarts
+    // wait: a daemon that does not answer costs a turn about a second, not
+    // a second per restart (signals and the stop grace wait for the turn).
+    std::optional<absl::StatusOr<v1::MemberList>> members;
     for (auto it = restart_at.begin(); it != restart_at.end();) {
       PendingRestart& pending = it->second;
       const absl::Time now = MonotonicNow();
@@ -213,8 +220,12 @@ int Launcher::Supervise() {
       // (at once through the rank's Watch stream, else at the heartbeat
       // timeout); until then it refuses a replacement's join as another
       // process acting for a live rank.
+      if (now < pending.give_up && !members.has_value()) {
+        members = ListMembers();
+      }
       if (now < pending.give_up &&
-          !SlotReleased(rank_of(local), pending.old_pid)) {
+          (!members->ok() ||
+           !SlotReleased(**members, rank_of(local), pending.old_pid))) {
         pending.at = MonotonicNow() + kSlotPollInterval;
         ++it;
         continue;
