@@ -125,6 +125,17 @@ bool GoneWithin(pid_t pid, absl::Duration timeout) {
   return true;
 }
 
+// The first exits PollExits reports (within 10 s; none after).
+std::vector<size_t> FirstExits(ProcessGroup& group) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  std::vector<size_t> exits;
+  while (exits.empty() && absl::Now() < deadline) {
+    exits = group.PollExits();
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return exits;
+}
+
 TEST(ProcessGroup, SignalsTheGroupAndFinishKillsWhatIsLeft) {
   ProcessGroup group(/*prefix_output=*/false);
   const std::string pidfile = ::testing::TempDir() + "/grandchild.pid";
@@ -143,11 +154,7 @@ TEST(ProcessGroup, SignalsTheGroupAndFinishKillsWhatIsLeft) {
   EXPECT_EQ(::getpgid(group.pid(0)), group.pid(0));
   EXPECT_EQ(::getpgid(group.pid(1)), group.pid(1));
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  std::vector<size_t> exits;
-  while (exits.empty() && absl::Now() < deadline) {
-    exits = group.PollExits();
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  std::vector<size_t> exits = FirstExits(group);
   ASSERT_EQ(exits, std::vector<size_t>{0});
   EXPECT_EQ(group.status(0), 0);
   EXPECT_TRUE(group.PollExits().empty());  // Each exit is reported once.
@@ -210,12 +217,7 @@ TEST(ProcessGroup, KillGroupOfStopsOneProcesssLeftoversOnly) {
   const pid_t worker0 = PidIn(left0), worker1 = PidIn(left1);
   ASSERT_GT(worker0, 0);
   ASSERT_GT(worker1, 0);
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  std::vector<size_t> exits;
-  while (exits.empty() && absl::Now() < deadline) {
-    exits = group.PollExits();
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  std::vector<size_t> exits = FirstExits(group);
   ASSERT_EQ(exits, std::vector<size_t>{0});
   EXPECT_TRUE(Alive(worker0));
   group.KillGroupOf(0);

@@ -539,6 +539,15 @@ int OpenDescriptors() {
   return n;
 }
 
+// Serves `gate` to a KeepingAcceptor (set in `*acceptor` before the gate's
+// thread starts) and connects one client to it; the client's descriptor.
+int ServeAndConnect(TcpGate& gate, KeepingAcceptor** acceptor) {
+  auto keeping = std::make_unique<KeepingAcceptor>();
+  *acceptor = keeping.get();
+  gate.Serve(std::move(keeping));
+  return Connect(gate.port());
+}
+
 // The gate acts on the connection it accepted, never on the number gRPC
 // held: here "gRPC" closes its descriptor between a sweep's read and its
 // action, and the number at once names another socket (the kernel reuses
@@ -564,11 +573,8 @@ TEST(TcpGateOwnDescriptorTest, ASweepNeverShutsDownANumberGrpcClosed) {
   };
   auto gate = TcpGate::Listen("127.0.0.1:0", options);
   ASSERT_TRUE(gate.ok()) << gate.status();
-  auto keeping = std::make_unique<KeepingAcceptor>();
-  acceptor = keeping.get();
-  (*gate)->Serve(std::move(keeping));
   const int before = OpenDescriptors();
-  const int client = Connect((*gate)->port());
+  const int client = ServeAndConnect(**gate, &acceptor);
   ASSERT_GE(client, 0);
   EXPECT_TRUE(ClosedWithin(client, absl::Seconds(3)));
   ASSERT_TRUE(Eventually([&] { return reused.load() >= 0; }));
@@ -625,11 +631,8 @@ TEST(TcpGateOwnDescriptorTest, ASweepReadsTheSocketsWithNoLockHeld) {
   auto gate = TcpGate::Listen("127.0.0.1:0", options);
   ASSERT_TRUE(gate.ok()) << gate.status();
   gate_seen = gate->get();
-  auto keeping = std::make_unique<KeepingAcceptor>();
-  acceptor = keeping.get();
-  (*gate)->Serve(std::move(keeping));
   const int before = OpenDescriptors();
-  const int client = Connect((*gate)->port());
+  const int client = ServeAndConnect(**gate, &acceptor);
   ASSERT_GE(client, 0);
   {
     absl::MutexLock lock(&peer_mu);

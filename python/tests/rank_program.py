@@ -286,7 +286,9 @@ def narrowed(rank):
     print(f"PY NARROWED {r} OK", flush=True)
 
 
-def lost(rank):
+def watch_failures(rank):
+    """The failures `rank`'s callback got (a list) and an Event set by the
+    first."""
     seen = []
     called = threading.Event()
 
@@ -295,6 +297,11 @@ def lost(rank):
         called.set()
 
     rank.on_job_failure(on_failure)
+    return seen, called
+
+
+def lost(rank):
+    seen, called = watch_failures(rank)
     session = rank.open_session()
     rank.all_gather_words([rank.rank], timeout=30)
     if rank.rank == 1:
@@ -320,14 +327,7 @@ def rejoin(rank):
     r = rank.rank
     assert rank.recovery == "job", rank.recovery  # --recovery=on
     if rank.epoch == 1:
-        seen = []
-        called = threading.Event()
-
-        def on_failure(error):
-            seen.append(error)
-            called.set()
-
-        rank.on_job_failure(on_failure)
+        seen, called = watch_failures(rank)
         expect_raises(rankd.InvalidArgumentError, "timeout", rank.rejoin, 1,
                       timeout=0)
         assert rank.rejoin(0, timeout=5) == 1  # already past epoch 0
