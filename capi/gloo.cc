@@ -52,6 +52,9 @@ using dataplane::PeerValue;
 using dataplane::TensorDtype;
 using dataplane::ValueDescriptor;
 
+// More dimensions than any tensor a serving program passes has.
+constexpr size_t kMaxTensorDims = 64;
+
 // The descriptor of a caller's tensor: `what` ("input", "sends[2]", ...)
 // names it in errors.
 absl::StatusOr<ValueDescriptor> DescriptorOf(const rankd_tensor* t,
@@ -64,6 +67,13 @@ absl::StatusOr<ValueDescriptor> DescriptorOf(const rankd_tensor* t,
   if (t->dtype < RANKD_BOOL || t->dtype > RANKD_COMPLEX64) {
     return absl::InvalidArgumentError(absl::StrCat(
         function, ": ", what, ".dtype is ", t->dtype, ", not a rankd_dtype"));
+  }
+  // Before copying the extents: a garbage ndim must not become an
+  // allocation that throws across the C boundary.
+  if (t->ndim > kMaxTensorDims) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(function, ": ", what, ".ndim is ", t->ndim, "; at most ",
+                     kMaxTensorDims, " dimensions"));
   }
   if (t->ndim > 0 && t->shape == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -351,7 +361,10 @@ rankd_status* rankd_session_open(rankd_rank* rank,
   auto op_timeout = rankd::capi::internal::ToDuration(
       o.op_timeout_seconds, kFn, "options->op_timeout_seconds");
   if (!op_timeout.ok()) return ToC(op_timeout.status());
-  auto descriptor = rankd::dataplane::DescriptorFromProto(rank->state->proto);
+  // The epoch the rank is in now (after rankd_rejoin, a later one than
+  // its join's): a session's keys are the epoch's.
+  auto descriptor =
+      rankd::dataplane::DescriptorFromProto(rank->state->client->descriptor());
   if (!descriptor.ok()) return ToC(descriptor.status());
   auto restriction = rankd::capi::internal::RestrictionOf(o, *descriptor, kFn);
   if (!restriction.ok()) return ToC(restriction.status());

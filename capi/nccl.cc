@@ -238,7 +238,8 @@ absl::StatusOr<std::unique_ptr<nc::NcclSession>> OpenNccl(
     RankState& rank, const rankd_session_options& options,
     absl::Duration op_timeout,
     std::optional<dataplane::DistributedCapabilities> restriction) {
-  auto descriptor = dataplane::DescriptorFromProto(rank.proto);
+  // The epoch the rank is in now (after rankd_rejoin, a later one).
+  auto descriptor = dataplane::DescriptorFromProto(rank.client->descriptor());
   if (!descriptor.ok()) return descriptor.status();
   nc::NcclSessionOptions nccl;
   // -1: the visible device count decides (DefaultDevice,

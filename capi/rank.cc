@@ -214,7 +214,10 @@ absl::Status CheckResultBuffer(const char* function, const uint32_t* out,
 }
 
 size_t ResultWords(const RankState& rank, size_t count) {
-  return size_t{rank.proto.world_size()} * count;
+  const size_t world = rank.proto.world_size();
+  // Saturating: a count no buffer can take asks for more than any holds.
+  if (world != 0 && count > SIZE_MAX / world) return SIZE_MAX;
+  return world * count;
 }
 
 // A blocking round's buffers, as both blocking forms check them: its frame
@@ -227,10 +230,21 @@ absl::Status CheckRoundBuffers(const char* function, const RankState& rank,
                            ResultWords(rank, count));
 }
 
-void CopyWords(const std::vector<uint32_t>& result, uint32_t* out) {
+// Copies `result` into `out` (room for `out_capacity` words, checked
+// against what the round was asked for); never past it, whatever the round
+// answered.
+absl::Status CopyWords(const char* function,
+                       const std::vector<uint32_t>& result, uint32_t* out,
+                       size_t out_capacity) {
+  if (result.size() > out_capacity) {
+    return absl::InternalError(absl::StrCat(function, ": the round answered ",
+                                            result.size(), " words; out holds ",
+                                            out_capacity));
+  }
   if (!result.empty()) {
     std::memcpy(out, result.data(), result.size() * sizeof(uint32_t));
   }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -377,8 +391,7 @@ rankd_status* rankd_all_gather_words(rankd_rank* rank, const uint32_t* words,
   auto result = rank->state->client->AllGatherWords(
       absl::MakeConstSpan(words, count), *timeout);
   if (!result.ok()) return ToC(result.status());
-  rankd::capi::internal::CopyWords(*result, out);
-  return nullptr;
+  return ToC(rankd::capi::internal::CopyWords(kFn, *result, out, out_capacity));
 }
 
 rankd_status* rankd_all_gather_words_with_view(
@@ -414,7 +427,11 @@ rankd_status* rankd_all_gather_words_with_view(
         absl::StrCat(kFn, ": the round lists ", result->domains.size(),
                      " replicas; the job has ", replicas)));
   }
-  rankd::capi::internal::CopyWords(result->words, out);
+  if (absl::Status s = rankd::capi::internal::CopyWords(kFn, result->words, out,
+                                                        out_capacity);
+      !s.ok()) {
+    return ToC(s);
+  }
   *out_words = result->words.size();
   *partial = result->partial ? 1 : 0;
   for (size_t i = 0; i < result->domains.size(); ++i) {
@@ -476,8 +493,7 @@ rankd_status* rankd_pending_words_wait(rankd_pending_words* pending,
     }
     return ToC(result.status());
   }
-  rankd::capi::internal::CopyWords(*result, out);
-  return nullptr;
+  return ToC(rankd::capi::internal::CopyWords(kFn, *result, out, out_capacity));
 }
 
 void rankd_pending_words_free(rankd_pending_words* pending) {

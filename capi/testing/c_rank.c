@@ -718,6 +718,26 @@ static void Rejoin(rankd_rank* rank) {
   if (gathered[0] != 0 || gathered[1] != 1) {
     Fail("round in epoch 2 gave %u %u", gathered[0], gathered[1]);
   }
+  /* A session opened in epoch 2 (not one of epoch 1 re-formed): the
+   * survivor's and the replacement's opens meet in the epoch both are in
+   * (the survivor's once used its join's epoch, and its open timed out). */
+  rankd_session_options options;
+  rankd_session_options_init(&options);
+  options.backend = RANKD_BACKEND_GLOO;
+  options.op_timeout_seconds = 30;
+  rankd_session* session = NULL;
+  Ok(rankd_session_open(rank, &options, &session), "a session in epoch 2");
+  float value = (float)(my_rank + 1), sum = 0;
+  const size_t shape[1] = {1};
+  rankd_tensor in = {&value, RANKD_F32, 1, shape};
+  rankd_tensor out = {&sum, RANKD_F32, 1, shape};
+  rankd_work* work = NULL;
+  Ok(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &in, &out, NULL, &work),
+     "all_reduce_sum in epoch 2");
+  Ok(rankd_work_wait(work), "rankd_work_wait in epoch 2");
+  rankd_work_free(work);
+  if (sum != 3.0f) Fail("epoch 2 sum %f", sum);
+  rankd_session_free(session);
   printf("C REJOIN %u OK\n", my_rank);
 }
 

@@ -298,8 +298,10 @@ class Rank:
         def thunk(_, code, message):
             try:
                 # The C callback carries code and message only; the
-                # failure's mark comes with job_health(), set by then.
-                error = self.job_health()
+                # failure's mark comes with job_health(), set by then
+                # (unless the rank is being freed).
+                error = self.job_health() if self._handle is not None \
+                    else None
                 if error is None:
                     error = _native.errors.error_for(
                         code, message.decode("utf-8", "replace"))
@@ -397,10 +399,13 @@ class Rank:
             self.close()
 
     def __del__(self):
-        # Sessions hold their Rank, so no session outlives this.
-        if getattr(self, "_handle", None) is not None:
-            lib.rankd_rank_free(self._handle)
-            self._handle = None
+        # Sessions hold their Rank, so no session outlives this. The handle
+        # is cleared first: a failure callback running while the library
+        # frees it must not use it (close()'s order).
+        handle = getattr(self, "_handle", None)
+        self._handle = None
+        if handle is not None:
+            lib.rankd_rank_free(handle)
 
 
 class PendingWords:

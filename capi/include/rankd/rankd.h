@@ -385,7 +385,10 @@ RANKD_EXPORT rankd_status* rankd_job_health(const rankd_rank* rank);
 /* Called once, on a library thread, when the job fails: `code` and
  * `message` as rankd_job_health would return them (the message is valid
  * during the call only). It must return quickly and must not free the rank
- * or any handle made from it. */
+ * or any handle made from it. It may run while another thread is in
+ * rankd_rank_free for the rank (the job failed as it was being freed): a
+ * callback that calls functions on the rank must know that it is not being
+ * freed. */
 typedef void (*rankd_failure_fn)(void* user_data, rankd_code code,
                                  const char* message);
 
@@ -650,7 +653,8 @@ typedef enum rankd_dtype {
 RANKD_EXPORT size_t rankd_dtype_size(int32_t dtype);
 
 /* A dense row-major tensor the caller owns: host memory for Gloo, device
- * memory for NCCL. `shape` has `ndim` extents (ndim 0 is a scalar). Only
+ * memory for NCCL. `shape` has `ndim` extents (ndim 0 is a scalar; at most
+ * 64, more is INVALID_ARGUMENT). Only
  * the leading extent may be 0: a tensor of no rows is valid for every
  * operation and pairs like any other (a receive of no rows waits for its
  * send); any other zero extent is INVALID_ARGUMENT naming the dimension
