@@ -343,11 +343,13 @@ absl::StatusOr<v1::RegisterNodeResponse> Coordinator::RegisterNode(
         v1::JobEvent registered;
         registered.set_kind(v1::EVENT_KIND_NODE_REGISTERED);
         registered.set_node_index(info.node_index());
-        registered.set_message(absl::StrFormat(
-            "%s registered again (daemon incarnation %x replaces %x) at "
-            "epoch %d",
-            NodeName(info.node_index(), info), info.daemon_incarnation(),
-            old_incarnation, epoch_));
+        // No incarnation in the words: ranks and operators read events, and
+        // a daemon's incarnation is not theirs to learn (docs/operations.md,
+        // "Credentials"); the structured field is scrubbed for them.
+        registered.set_message(
+            absl::StrFormat("%s registered again (a new daemon incarnation) at "
+                            "epoch %d",
+                            NodeName(info.node_index(), info), epoch_));
         *registered.mutable_node() = info;
         AppendEventLocked(std::move(registered));
         std::vector<JoinWaiter> released;

@@ -566,10 +566,10 @@ void NodeAgent::ExpireLease(uint32_t rank, uint64_t incarnation) {
     }
   }
   LoseRank(rank, incarnation,
-           absl::StrCat("it opened no Watch stream within ",
+           absl::StrCat("it had no Watch stream open for ",
                         absl::ToInt64Milliseconds(spec_.heartbeat_timeout),
-                        " ms of joining (a joined process must stay "
-                        "connected to its daemon)"));
+                        " ms after joining or after its last one ended (a "
+                        "joined process must stay connected to its daemon)"));
 }
 
 void NodeAgent::LoseRank(uint32_t rank, uint64_t incarnation,
@@ -935,6 +935,17 @@ void NodeAgent::Detach(WatchId id, bool broken, const std::string& reason) {
     incarnation = m->second.incarnation;
     lose = broken && !shutting_down_ && m->second.open_watches == 0 &&
            m->second.state == LocalState::kJoined;
+    // Its last Watch ended without the process going away (the daemon
+    // closed it: a reader that fell too far behind): leased again, so
+    // that the process opens another in time or is lost, and a process
+    // that dies meanwhile is noticed.
+    LocalMember& member = m->second;
+    if (!lose && !shutting_down_ && member.open_watches == 0 &&
+        member.state == LocalState::kJoined && member.lease_timer == 0) {
+      member.lease_timer = timer_->Schedule(
+          MonotonicNow() + spec_.heartbeat_timeout,
+          [this, rank, incarnation] { ExpireLease(rank, incarnation); });
+    }
   }
   if (lose) {
     LoseRank(rank, incarnation,

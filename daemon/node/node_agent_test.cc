@@ -21,10 +21,13 @@
 #include "daemon/coordinator/job_spec.h"
 #include "daemon/deadline_timer.h"
 #include "daemon/node/coordinator_link.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace rankd {
 namespace {
+
+using ::testing::HasSubstr;
 
 // Registers at once and answers every call OK, except JoinRank: those wait
 // in `joins` until the test releases them.
@@ -46,9 +49,18 @@ class HeldJoinsLink : public CoordinatorLink {
     absl::MutexLock lock(&mu_);
     joins_.push_back({request, std::move(reply)});
   }
-  void ReleaseRank(const v1::ReleaseRankRequest&,
+  void ReleaseRank(const v1::ReleaseRankRequest& request,
                    Reply<v1::ReleaseRankResponse> reply) override {
+    {
+      absl::MutexLock lock(&mu_);
+      released_.push_back(request);
+    }
     reply(v1::ReleaseRankResponse());
+  }
+  // The ReleaseRank calls so far (a lost or leaving rank each).
+  std::vector<v1::ReleaseRankRequest> released() {
+    absl::MutexLock lock(&mu_);
+    return released_;
   }
   void ContributeWords(const v1::ContributeWordsRequest&,
                        Reply<v1::AllGatherWordsResponse> reply) override {
@@ -100,6 +112,7 @@ class HeldJoinsLink : public CoordinatorLink {
  private:
   absl::Mutex mu_;
   std::deque<HeldJoin> joins_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::ReleaseRankRequest> released_ ABSL_GUARDED_BY(mu_);
 };
 
 class NodeAgentJoinTest : public ::testing::Test {
@@ -111,8 +124,8 @@ class NodeAgentJoinTest : public ::testing::Test {
     spec.nnodes = 2;
     spec.nproc_per_node = 2;
     spec.topology = ParallelTopology{1, 1, 1, 4};
-    // No lease expiry during a test.
-    spec.heartbeat_timeout = absl::Hours(1);
+    // No lease expiry during a test, unless it asks for one.
+    spec.heartbeat_timeout = HeartbeatTimeout();
     spec.recovery = Recovery();
     v1::NodeInfo node;
     node.set_node_index(0);
@@ -130,6 +143,7 @@ class NodeAgentJoinTest : public ::testing::Test {
     timer_.reset();
   }
   virtual bool Recovery() const { return true; }
+  virtual absl::Duration HeartbeatTimeout() const { return absl::Hours(1); }
 
   // Sends a Join; its reply lands in the returned slot (at once when the
   // agent answers itself, later when the test releases the held join).
@@ -268,6 +282,42 @@ TEST_F(NodeAgentJoinTest, AnUnnamedGpuIsRecordedAsTheSlotsGpu) {
   Answer(std::move(held_unnamed), absl::OkStatus());
   ASSERT_TRUE(named->has_value() && (*named)->ok());
   ASSERT_TRUE(unnamed->has_value() && (*unnamed)->ok());
+}
+
+// A rank whose last Watch the daemon itself closed (a reader too far
+// behind) once kept its slot with no liveness check at all: a process that
+// then died was never declared lost. It is leased again: lost unless it
+// opens another Watch within the heartbeat timeout.
+class NodeAgentLeaseTest : public NodeAgentJoinTest {
+ protected:
+  absl::Duration HeartbeatTimeout() const override {
+    return absl::Milliseconds(200);
+  }
+};
+
+TEST_F(NodeAgentLeaseTest, ARankWhoseWatchTheDaemonClosedIsLeasedAgain) {
+  auto joined = Join(0, 0xc0, 0);
+  HeldJoinsLink::HeldJoin held = link_.Take(0);
+  Answer(std::move(held), absl::OkStatus());
+  ASSERT_TRUE(joined->has_value() && (*joined)->ok()) << (*joined)->status();
+  v1::WatchRequest watch;
+  *watch.mutable_member() = (**joined)->member();
+  auto id =
+      agent_->Attach(watch, {[](const v1::JobEvent&) {}, [](absl::Status) {}});
+  ASSERT_TRUE(id.ok()) << id.status();
+  // Past the join's lease: the open Watch keeps it.
+  absl::SleepFor(absl::Milliseconds(400));
+  EXPECT_TRUE(link_.released().empty());
+  agent_->Detach(*id, /*broken=*/false, "the reader fell too far behind");
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (link_.released().empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  const std::vector<v1::ReleaseRankRequest> released = link_.released();
+  ASSERT_EQ(released.size(), 1u);
+  EXPECT_EQ(released[0].rank(), 0u);
+  EXPECT_FALSE(released[0].clean());
+  EXPECT_THAT(released[0].reason(), HasSubstr("had no Watch stream open"));
 }
 
 // A lost rank's slot may be taken by a rank that names none; the lost
