@@ -283,7 +283,12 @@ absl::Status Daemon::OpenLocalEndpoints() {
   if (!config_.socket_path.empty()) {
     // Accepted by LocalSocket, not gRPC, so that every connection's process
     // is known and a rank can be bound to the connection it joined on.
-    auto local = LocalSocket::Listen(config_.socket_path);
+    // Within the open files the daemon planned for its ranks' connections
+    // (4 each) and part of its slack (daemon/descriptor_limit.h).
+    LocalSocket::Options local_options;
+    local_options.max_connections = 4 * config_.nproc_per_node + 128;
+    local_options.max_per_process = 64;
+    auto local = LocalSocket::Listen(config_.socket_path, local_options);
     if (!local.ok()) return local.status();
     local_socket_ = *std::move(local);
   }

@@ -1,6 +1,7 @@
 #include "daemon/transport/local_socket.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -18,8 +19,18 @@
 
 namespace rankd {
 
+namespace {
+
+ino_t InodeOf(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return 0;
+  return st.st_ino;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<LocalSocket>> LocalSocket::Listen(
-    const std::string& path) {
+    const std::string& path, Options options) {
   sockaddr_un addr{};
   if (path.size() >= sizeof(addr.sun_path)) {
     return absl::FailedPreconditionError(
@@ -34,11 +45,15 @@ absl::StatusOr<std::unique_ptr<LocalSocket>> LocalSocket::Listen(
   if (!listener.ok()) return listener.status();
   const int fd = listener->fd;
   const int wake = listener->wake;
-  return std::unique_ptr<LocalSocket>(new LocalSocket(path, fd, wake));
+  return std::unique_ptr<LocalSocket>(new LocalSocket(path, fd, wake, options));
 }
 
-LocalSocket::LocalSocket(std::string path, int listen_fd, int wake_fd)
-    : path_(std::move(path)), listen_fd_(listen_fd), wake_fd_(wake_fd) {}
+LocalSocket::LocalSocket(std::string path, int listen_fd, int wake_fd,
+                         Options options)
+    : path_(std::move(path)),
+      listen_fd_(listen_fd),
+      wake_fd_(wake_fd),
+      options_(options) {}
 
 LocalSocket::~LocalSocket() {
   Stop();
@@ -58,19 +73,70 @@ void LocalSocket::Stop() {
   ::close(listen_fd_);
 }
 
+bool LocalSocket::HasRoomLocked(int32_t pid) {
+  auto fits = [&] {
+    uint32_t all = 0, of_pid = 0;
+    for (const auto& [fd, e] : peers_) {
+      ++all;
+      if (pid != 0 && e.peer.pid == pid) ++of_pid;
+    }
+    return all < options_.max_connections && of_pid < options_.max_per_process;
+  };
+  if (fits()) return true;
+  // Entries stay until their number is accepted again; at a bound, forget
+  // those gRPC closed (their number names no socket, or another one).
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    if (InodeOf(it->first) != it->second.inode) {
+      peers_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  return fits();
+}
+
 void LocalSocket::AcceptLoop(grpc::Server* server) {
   const std::string name = absl::StrCat("the Unix socket ", path_);
+  absl::Time last_log = absl::InfinitePast();
   while (std::optional<UnixPeer> peer =
              AcceptUnixPeer(UnixListener{listen_fd_, wake_fd_}, name)) {
+    const int32_t pid = peer->credentials.pid;
+    bool admitted = false;
+    uint64_t refused = 0;
     {
       absl::MutexLock lock(&mu_);
-      peers_[peer->fd] =
-          LocalPeer{next_connection_++, peer->credentials.pid,
-                    peer->credentials.uid, peer->credentials.gid};
+      // A connection that arrives on a number is a new one: whatever held
+      // the number before is gone.
+      peers_.erase(peer->fd);
+      admitted = HasRoomLocked(pid);
+      if (admitted) {
+        peers_[peer->fd] =
+            Entry{LocalPeer{next_connection_++, pid, peer->credentials.uid,
+                            peer->credentials.gid},
+                  InodeOf(peer->fd)};
+      } else {
+        refused = ++refused_;
+      }
+    }
+    if (!admitted) {
+      ::close(peer->fd);
+      if (absl::Now() - last_log >= absl::Seconds(1)) {
+        last_log = absl::Now();
+        Log(absl::StrCat("refused a connection on ", name, " from pid ", pid,
+                         ": at most ", options_.max_connections,
+                         " connections at once, ", options_.max_per_process,
+                         " from one process (", refused, " refused so far)"));
+      }
+      continue;
     }
     // gRPC owns the descriptor from here (and closes it).
     grpc::AddInsecureChannelFromFd(server, peer->fd);
   }
+}
+
+uint64_t LocalSocket::refused() const {
+  absl::MutexLock lock(&mu_);
+  return refused_;
 }
 
 std::optional<LocalPeer> LocalSocket::PeerOf(
@@ -83,7 +149,7 @@ std::optional<LocalPeer> LocalSocket::PeerOf(
   absl::MutexLock lock(&mu_);
   auto it = peers_.find(fd);
   if (it == peers_.end()) return std::nullopt;
-  return it->second;
+  return it->second.peer;
 }
 
 }  // namespace rankd

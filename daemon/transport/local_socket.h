@@ -8,9 +8,16 @@
 // the connection it joined on (docs/operations.md, "Credentials"), which
 // needs exactly this; so the socket's connections must never be closed
 // for age or idleness (a rank's Watch stream keeps its connection busy).
-// Depends on gRPC, absl and POSIX sockets.
+// Instead, connections are bounded as they arrive: at most
+// `max_connections` at once, and `max_per_process` from one process (where
+// its pid is visible), so that one process in the socket's group cannot take
+// the daemon's file descriptors; a connection beyond either is closed at
+// once (logged, at most once a second). Depends on gRPC, absl and POSIX
+// sockets.
 #ifndef RANKD_DAEMON_LOCAL_SOCKET_H_
 #define RANKD_DAEMON_LOCAL_SOCKET_H_
+
+#include <sys/types.h>
 
 #include <cstdint>
 #include <memory>
@@ -40,11 +47,21 @@ struct LocalPeer {
 
 class LocalSocket {
  public:
+  struct Options {
+    // Connections open at once, and from one process.
+    uint32_t max_connections = 1024;
+    uint32_t max_per_process = 64;
+  };
+
   // Binds `path` (which PrepareSocketPath made free), owner and group only
   // (mode 0660: file permissions are the socket's first gate), and
   // listens. FailedPrecondition naming the path and the error otherwise.
   static absl::StatusOr<std::unique_ptr<LocalSocket>> Listen(
-      const std::string& path);
+      const std::string& path, Options options);
+  static absl::StatusOr<std::unique_ptr<LocalSocket>> Listen(
+      const std::string& path) {
+    return Listen(path, Options());
+  }
   // Stops accepting (Stop).
   ~LocalSocket();
 
@@ -65,13 +82,24 @@ class LocalSocket {
 
   const std::string& path() const { return path_; }
 
+  // Connections refused so far for the bounds above.
+  uint64_t refused() const;
+
  private:
-  LocalSocket(std::string path, int listen_fd, int wake_fd);
+  struct Entry {
+    LocalPeer peer;
+    ino_t inode = 0;  // the socket accepted: the number may name another
+  };
+  LocalSocket(std::string path, int listen_fd, int wake_fd, Options options);
   void AcceptLoop(grpc::Server* server);
+  // Whether a connection from `pid` fits the bounds, forgetting first the
+  // connections gRPC closed when one is reached.
+  bool HasRoomLocked(int32_t pid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
   const int listen_fd_;
   const int wake_fd_;  // eventfd that ends AcceptLoop
+  const Options options_;
   std::thread thread_;
   bool stopped_ = false;  // only Stop (one thread) touches it
 
@@ -80,7 +108,8 @@ class LocalSocket {
   // By file descriptor. An entry stays until its number is accepted again:
   // gRPC closes a connection's descriptor only after the last call on it
   // ended, so a call's "fd:<n>" always names the connection it came on.
-  absl::flat_hash_map<int, LocalPeer> peers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, Entry> peers_ ABSL_GUARDED_BY(mu_);
+  uint64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace rankd
