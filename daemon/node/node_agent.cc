@@ -898,6 +898,12 @@ absl::StatusOr<NodeAgent::WatchId> NodeAgent::Attach(
   }
   if (shutting_down_) return FailureLocked();
   LocalMember& m = it->second;
+  // A rank that left has nothing to watch (its process may not hold new
+  // streams on the daemon after it is done).
+  if (m.state == LocalState::kLeft) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", member.rank(), " has left the job"));
+  }
   if (m.open_watches >= spec_.limits.max_streams_per_caller) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "rank ", member.rank(), " has ", m.open_watches,

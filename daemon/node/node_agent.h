@@ -128,7 +128,8 @@ class NodeAgent : public CoordinatorLink::Listener {
                Reply<v1::KvCountResponse> reply);
   void Leave(const v1::LeaveRequest& request, Reply<v1::LeaveResponse> reply);
   // Opens a rank's Watch stream (its liveness lease). ResourceExhausted when
-  // the rank holds spec.limits.max_streams_per_caller streams already.
+  // the rank holds spec.limits.max_streams_per_caller streams already;
+  // FailedPrecondition once the rank left.
   absl::StatusOr<WatchId> Attach(const v1::WatchRequest& request,
                                  WatchSink sink);
   // The stream ended. When `broken` (the client went away) and the rank

@@ -320,6 +320,30 @@ TEST_F(NodeAgentLeaseTest, ARankWhoseWatchTheDaemonClosedIsLeasedAgain) {
   EXPECT_THAT(released[0].reason(), HasSubstr("had no Watch stream open"));
 }
 
+// After its Leave a rank opens no new Watch stream (its process may not
+// keep holding streams on the daemon).
+TEST_F(NodeAgentJoinTest, ARankThatLeftOpensNoWatch) {
+  auto joined = Join(0, 0xd0, 0);
+  Answer(link_.Take(0), absl::OkStatus());
+  ASSERT_TRUE(joined->has_value() && (*joined)->ok()) << (*joined)->status();
+  v1::WatchRequest watch;
+  *watch.mutable_member() = (**joined)->member();
+  auto first =
+      agent_->Attach(watch, {[](const v1::JobEvent&) {}, [](absl::Status) {}});
+  ASSERT_TRUE(first.ok()) << first.status();
+  v1::LeaveRequest leave;
+  *leave.mutable_member() = (**joined)->member();
+  std::optional<absl::StatusOr<v1::LeaveResponse>> left;
+  agent_->Leave(
+      leave, [&](absl::StatusOr<v1::LeaveResponse> r) { left = std::move(r); });
+  ASSERT_TRUE(left.has_value() && left->ok());
+  auto again =
+      agent_->Attach(watch, {[](const v1::JobEvent&) {}, [](absl::Status) {}});
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(again.status().message(), HasSubstr("has left the job"));
+  agent_->Detach(*first, /*broken=*/true, "closed");
+}
+
 // A lost rank's slot may be taken by a rank that names none; the lost
 // rank's replacement then gets a free slot, not its predecessor's (held).
 TEST_F(NodeAgentJoinTest, AReplacementWhoseSlotWasTakenGetsAFreeOne) {
