@@ -233,7 +233,8 @@ absl::Status NodeAgent::CheckCaller(uint32_t rank, const Caller& caller) const {
 }
 
 void NodeAgent::Join(const v1::JoinRequest& request,
-                     Reply<v1::JoinResponse> reply, Caller caller) {
+                     Reply<v1::JoinResponse> reply, Caller caller,
+                     CancellationRef cancellation) {
   if (auto s = CheckJobId(request.job_id(), spec_.job_id, "daemon"); !s.ok()) {
     return reply(s);
   }
@@ -275,17 +276,18 @@ void NodeAgent::Join(const v1::JoinRequest& request,
     absl::MutexLock lock(&mu_);
     early = registration_.ok() ? FailureLocked() : registration_;
     if (early.ok() && !registered_) {
-      until_registered_.push_back(
-          [this, request, rank, reply, caller](absl::Status registered) {
-            if (!registered.ok()) return reply(registered);
-            ForwardJoin(request, rank, reply, caller);
-          });
+      until_registered_.push_back([this, request, rank, reply, caller,
+                                   cancellation](absl::Status registered) {
+        if (!registered.ok()) return reply(registered);
+        ForwardJoin(request, rank, reply, caller, cancellation);
+      });
       queued = true;
     }
   }
   if (!early.ok()) return reply(early);
   if (queued) return;
-  ForwardJoin(request, rank, std::move(reply), std::move(caller));
+  ForwardJoin(request, rank, std::move(reply), std::move(caller),
+              std::move(cancellation));
 }
 
 bool NodeAgent::SlotFreeForLocked(uint32_t local, uint32_t rank) const {
@@ -323,7 +325,8 @@ absl::StatusOr<uint32_t> NodeAgent::LocalRankOfLocked(
 }
 
 void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
-                            Reply<v1::JoinResponse> reply, Caller caller) {
+                            Reply<v1::JoinResponse> reply, Caller caller,
+                            CancellationRef cancellation) {
   v1::JoinRankRequest forward;
   uint32_t local_rank = 0;
   {
@@ -428,6 +431,12 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
   forward.set_wait_for_world_ms(request.wait_for_world_ms());
   const uint64_t incarnation = request.incarnation();
   const bool waited = request.wait_for_world_ms() > 0;
+  if (waited && cancellation != nullptr) {
+    // Only a join still waiting is released (CancelJoin checks): a caller
+    // that goes away once answered is a Watch's business.
+    cancellation->OnCancel(
+        [this, rank, incarnation] { CancelJoin(rank, incarnation); });
+  }
   link_->JoinRank(
       forward,
       Relay<v1::JoinRankResponse>([this, rank, incarnation, local_rank, waited,
@@ -570,6 +579,24 @@ void NodeAgent::ExpireLease(uint32_t rank, uint64_t incarnation) {
                         absl::ToInt64Milliseconds(spec_.heartbeat_timeout),
                         " ms after joining or after its last one ended (a "
                         "joined process must stay connected to its daemon)"));
+}
+
+void NodeAgent::CancelJoin(uint32_t rank, uint64_t incarnation) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = members_.find(rank);
+    if (it == members_.end() || it->second.incarnation != incarnation ||
+        it->second.state != LocalState::kJoining || shutting_down_) {
+      return;
+    }
+    // The coordinator holds the rank (its join waits there): released as
+    // a loss, as a joined process that went away is.
+    it->second.state = LocalState::kJoined;
+  }
+  LoseRank(rank, incarnation,
+           absl::StrCat("its process went away while its join waited for the "
+                        "world (its connection to the rankd daemon on node ",
+                        node_.node_index(), " closed)"));
 }
 
 void NodeAgent::LoseRank(uint32_t rank, uint64_t incarnation,

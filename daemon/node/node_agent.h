@@ -92,8 +92,13 @@ class NodeAgent : public CoordinatorLink::Listener {
 
   // --- Rank service ---
   // A join binds the rank to `caller`'s connection (see Caller).
+  //
+  // `cancellation` (may be null) is the call's: a join that waits for the
+  // world and whose caller goes away meanwhile (its process died) releases
+  // its rank as lost at once, rather than holding the slot at the
+  // coordinator until its wait ends (up to an hour).
   void Join(const v1::JoinRequest& request, Reply<v1::JoinResponse> reply,
-            Caller caller = {});
+            Caller caller = {}, CancellationRef cancellation = nullptr);
   // The rank `request` joins as: its explicit rank, else node_index *
   // nproc_per_node + local_rank.
   uint32_t JoinRankOf(const v1::JoinRequest& request) const;
@@ -211,7 +216,11 @@ class NodeAgent : public CoordinatorLink::Listener {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status FailureLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
-                   Reply<v1::JoinResponse> reply, Caller caller);
+                   Reply<v1::JoinResponse> reply, Caller caller,
+                   CancellationRef cancellation);
+  // The caller of a join of `rank` (`incarnation`) that still waits went
+  // away: the rank is lost (Join).
+  void CancelJoin(uint32_t rank, uint64_t incarnation);
   // The local rank (slot on this node) `request` joins `rank` into: its
   // own, else as JoinRequest.local_rank's comment says. ResourceExhausted
   // when it names none and every slot is held.

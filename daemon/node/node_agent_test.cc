@@ -320,6 +320,56 @@ TEST_F(NodeAgentLeaseTest, ARankWhoseWatchTheDaemonClosedIsLeasedAgain) {
   EXPECT_THAT(released[0].reason(), HasSubstr("had no Watch stream open"));
 }
 
+// A join that waits for the world, whose process dies meanwhile, once held
+// its slot at the coordinator until the wait ended (up to an hour): the
+// call's cancellation releases the rank as lost at once, and a new process
+// of the rank joins.
+TEST_F(NodeAgentJoinTest, AWaitingJoinWhoseCallerWentAwayReleasesItsRank) {
+  v1::JoinRequest request;
+  request.set_job_id("agent-test");
+  request.set_local_rank(1);
+  request.set_incarnation(0xe1);
+  request.set_pid(1001);
+  request.set_wait_for_world_ms(60000);
+  request.mutable_device()->set_kind("cpu");
+  auto cancellation = std::make_shared<CallCancellation>();
+  std::optional<absl::StatusOr<v1::JoinResponse>> answer;
+  agent_->Join(
+      request,
+      [&](absl::StatusOr<v1::JoinResponse> r) { answer = std::move(r); },
+      NodeAgent::Caller{}, cancellation);
+  ASSERT_EQ(link_.held(), 1u);
+  EXPECT_TRUE(link_.released().empty());
+  cancellation->Cancel();  // the process died: its connection closed
+  const std::vector<v1::ReleaseRankRequest> released = link_.released();
+  ASSERT_EQ(released.size(), 1u);
+  EXPECT_EQ(released[0].rank(), 1u);
+  EXPECT_EQ(released[0].incarnation(), 0xe1u);
+  EXPECT_FALSE(released[0].clean());
+  EXPECT_THAT(released[0].reason(),
+              HasSubstr("went away while its join waited for the world"));
+  // The coordinator answers the waiting join at last: nothing changes.
+  Answer(link_.Take(1), absl::OkStatus());
+  // A new process of the rank takes the slot.
+  auto replacement = Join(1, 0xe2, 1);
+  Answer(link_.Take(1), absl::OkStatus());
+  ASSERT_TRUE(replacement->has_value() && (*replacement)->ok())
+      << (*replacement)->status();
+  // A join answered before its caller went away is not released by it.
+  auto later = std::make_shared<CallCancellation>();
+  request.set_local_rank(0);
+  request.set_incarnation(0xe3);
+  std::optional<absl::StatusOr<v1::JoinResponse>> joined;
+  agent_->Join(
+      request,
+      [&](absl::StatusOr<v1::JoinResponse> r) { joined = std::move(r); },
+      NodeAgent::Caller{}, later);
+  Answer(link_.Take(0), absl::OkStatus());
+  ASSERT_TRUE(joined.has_value() && joined->ok()) << joined->status();
+  later->Cancel();
+  EXPECT_EQ(link_.released().size(), 1u);
+}
+
 // After its Leave a rank opens no new Watch stream (its process may not
 // keep holding streams on the daemon).
 TEST_F(NodeAgentJoinTest, ARankThatLeftOpensNoWatch) {

@@ -120,10 +120,14 @@ absl::Status RankService::Admit(const grpc::CallbackServerContext* context,
 grpc::ServerUnaryReactor* RankService::Join(
     grpc::CallbackServerContext* context, const v1::JoinRequest* request,
     v1::JoinResponse* response) {
-  return Handle(context, Admit(context, agent_->JoinRankOf(*request)), response,
-                [&](Reply<v1::JoinResponse> reply) {
-                  agent_->Join(*request, std::move(reply), CallerOf(context));
-                });
+  // Cancellable: a process that dies while its join waits for the world
+  // gives its slot back at once (NodeAgent::Join).
+  return HandleWait(
+      Admit(context, agent_->JoinRankOf(*request)), response,
+      [&](Reply<v1::JoinResponse> reply, const CancellationRef& cancellation) {
+        agent_->Join(*request, std::move(reply), CallerOf(context),
+                     cancellation);
+      });
 }
 
 grpc::ServerUnaryReactor* RankService::GetDescriptor(
