@@ -66,6 +66,31 @@ static void Wait(rankd_work* work, const char* what) {
   rankd_work_free(work);
 }
 
+static rankd_session* OpenGloo(rankd_rank* rank, double op_timeout) {
+  rankd_session_options options;
+  rankd_session_options_init(&options);
+  options.backend = RANKD_BACKEND_GLOO;
+  options.op_timeout_seconds = op_timeout;
+  rankd_session* session = NULL;
+  Ok(rankd_session_open(rank, &options, &session), "a Gloo session");
+  return session;
+}
+
+/* Every rank contributes its rank + 1 to a sum over the world: the sum of
+ * 1..world, or Fail naming `what`. */
+static void ExpectRankSum(rankd_session* session, uint32_t world,
+                          const char* what) {
+  float value = (float)(my_rank + 1), sum = 0;
+  const size_t shape[1] = {1};
+  rankd_tensor in = {&value, RANKD_F32, 1, shape};
+  rankd_tensor out = {&sum, RANKD_F32, 1, shape};
+  rankd_work* work = NULL;
+  Ok(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &in, &out, NULL, &work),
+     what);
+  Wait(work, what);
+  if (sum != (float)(world * (world + 1) / 2)) Fail("%s: sum %f", what, sum);
+}
+
 static void Ops(rankd_rank* rank, uint32_t world) {
   if (world != 2) Fail("ops needs a world of 2, got %u", world);
   const uint32_t r = my_rank, peer = 1 - my_rank;
@@ -721,22 +746,8 @@ static void Rejoin(rankd_rank* rank) {
   /* A session opened in epoch 2 (not one of epoch 1 re-formed): the
    * survivor's and the replacement's opens meet in the epoch both are in
    * (the survivor's once used its join's epoch, and its open timed out). */
-  rankd_session_options options;
-  rankd_session_options_init(&options);
-  options.backend = RANKD_BACKEND_GLOO;
-  options.op_timeout_seconds = 30;
-  rankd_session* session = NULL;
-  Ok(rankd_session_open(rank, &options, &session), "a session in epoch 2");
-  float value = (float)(my_rank + 1), sum = 0;
-  const size_t shape[1] = {1};
-  rankd_tensor in = {&value, RANKD_F32, 1, shape};
-  rankd_tensor out = {&sum, RANKD_F32, 1, shape};
-  rankd_work* work = NULL;
-  Ok(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &in, &out, NULL, &work),
-     "all_reduce_sum in epoch 2");
-  Ok(rankd_work_wait(work), "rankd_work_wait in epoch 2");
-  rankd_work_free(work);
-  if (sum != 3.0f) Fail("epoch 2 sum %f", sum);
+  rankd_session* session = OpenGloo(rank, 30);
+  ExpectRankSum(session, 2, "all_reduce_sum in epoch 2");
   rankd_session_free(session);
   printf("C REJOIN %u OK\n", my_rank);
 }
@@ -746,26 +757,12 @@ static void Rejoin(rankd_rank* rank) {
 /* Bad arguments to rankd_session_reform are refused before anything ends:
  * the session still sums afterwards. */
 static void ReformArguments(rankd_rank* rank, uint32_t world) {
-  rankd_session_options options;
-  rankd_session_options_init(&options);
-  options.backend = RANKD_BACKEND_GLOO;
-  options.op_timeout_seconds = 30;
-  rankd_session* session = NULL;
-  Ok(rankd_session_open(rank, &options, &session), "a Gloo session");
+  rankd_session* session = OpenGloo(rank, 30);
   Refused(rankd_session_reform(NULL, 1.0), RANKD_INVALID_ARGUMENT, "session",
           "reform of no session");
   Refused(rankd_session_reform(session, 0.0), RANKD_INVALID_ARGUMENT,
           "timeout_seconds", "reform with a zero timeout");
-  float value = (float)(my_rank + 1), sum = 0;
-  const size_t shape[1] = {1};
-  rankd_tensor in = {&value, RANKD_F32, 1, shape};
-  rankd_tensor out = {&sum, RANKD_F32, 1, shape};
-  rankd_work* work = NULL;
-  Ok(rankd_all_reduce_sum(session, RANKD_WORLD_GROUP, &in, &out, NULL, &work),
-     "all_reduce_sum after the refusals");
-  Ok(rankd_work_wait(work), "rankd_work_wait");
-  rankd_work_free(work);
-  if (sum != (float)(world * (world + 1) / 2)) Fail("sum %f", sum);
+  ExpectRankSum(session, world, "all_reduce_sum after the refusals");
   uint32_t mine = my_rank, gathered[2];
   Ok(rankd_all_gather_words(rank, &mine, 1, 30, gathered, world),
      "the last round");
@@ -781,16 +778,6 @@ static double MonotonicSeconds(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static rankd_session* OpenGloo(rankd_rank* rank, double op_timeout) {
-  rankd_session_options options;
-  rankd_session_options_init(&options);
-  options.backend = RANKD_BACKEND_GLOO;
-  options.op_timeout_seconds = op_timeout;
-  rankd_session* session = NULL;
-  Ok(rankd_session_open(rank, &options, &session), "a Gloo session");
-  return session;
 }
 
 static void PoisonAndAbort(rankd_rank* rank, uint32_t world) {
