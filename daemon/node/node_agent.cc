@@ -510,11 +510,7 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
           }
         }
         m.epoch = joined_into;
-        if (m.open_watches == 0 && m.lease_timer == 0) {
-          m.lease_timer = timer_->Schedule(
-              MonotonicNow() + spec_.heartbeat_timeout,
-              [this, rank, incarnation] { ExpireLease(rank, incarnation); });
-        }
+        LeaseLocked(m, rank);
         if (!result.ok()) {
           lock.Release();
           return reply(result.status());
@@ -561,6 +557,14 @@ absl::StatusOr<v1::SessionDescriptor> NodeAgent::GetDescriptor(
   session.set_recovers_in_place(recovers_in_place_);
   session.set_recovery_by_domain(recovery_by_domain_);
   return session;
+}
+
+void NodeAgent::LeaseLocked(LocalMember& m, uint32_t rank) {
+  if (m.open_watches > 0 || m.lease_timer != 0) return;
+  m.lease_timer = timer_->Schedule(MonotonicNow() + spec_.heartbeat_timeout,
+                                   [this, rank, incarnation = m.incarnation] {
+                                     ExpireLease(rank, incarnation);
+                                   });
 }
 
 void NodeAgent::ExpireLease(uint32_t rank, uint64_t incarnation) {
@@ -972,12 +976,8 @@ void NodeAgent::Detach(WatchId id, bool broken, const std::string& reason) {
     // closed it: a reader that fell too far behind): leased again, so
     // that the process opens another in time or is lost, and a process
     // that dies meanwhile is noticed.
-    LocalMember& member = m->second;
-    if (!lose && !shutting_down_ && member.open_watches == 0 &&
-        member.state == LocalState::kJoined && member.lease_timer == 0) {
-      member.lease_timer = timer_->Schedule(
-          MonotonicNow() + spec_.heartbeat_timeout,
-          [this, rank, incarnation] { ExpireLease(rank, incarnation); });
+    if (!lose && !shutting_down_ && m->second.state == LocalState::kJoined) {
+      LeaseLocked(m->second, rank);
     }
   }
   if (lose) {

@@ -232,6 +232,10 @@ class NodeAgent : public CoordinatorLink::Listener {
   bool SlotFreeForLocked(uint32_t local, uint32_t rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLease(uint32_t rank, uint64_t incarnation);
+  // Starts `m`'s (rank `rank`) lease unless it holds a Watch or a lease
+  // already: ExpireLease at the heartbeat timeout.
+  void LeaseLocked(LocalMember& m, uint32_t rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LoseRank(uint32_t rank, uint64_t incarnation, const std::string& reason);
   // Sends one round's frames to the coordinator (LocalRounds' Send). With
   // recovery by domain, each data-parallel replica's frames in a
