@@ -1,7 +1,6 @@
 #include "daemon/transport/local_socket.h"
 
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -14,20 +13,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "daemon/log.h"
+#include "daemon/transport/socket_inode.h"
 #include "daemon/transport/unix_listener.h"
 #include "grpcpp/server_posix.h"
 
 namespace rankd {
-
-namespace {
-
-ino_t InodeOf(int fd) {
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return 0;
-  return st.st_ino;
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<LocalSocket>> LocalSocket::Listen(
     const std::string& path, Options options) {
@@ -74,7 +64,7 @@ void LocalSocket::Stop() {
 }
 
 bool LocalSocket::HasRoomLocked(int32_t pid) {
-  auto fits = [&] {
+  auto fits = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     uint32_t all = 0, of_pid = 0;
     for (const auto& [fd, e] : peers_) {
       ++all;
@@ -86,7 +76,7 @@ bool LocalSocket::HasRoomLocked(int32_t pid) {
   // Entries stay until their number is accepted again; at a bound, forget
   // those gRPC closed (their number names no socket, or another one).
   for (auto it = peers_.begin(); it != peers_.end();) {
-    if (InodeOf(it->first) != it->second.inode) {
+    if (SocketInode(it->first) != it->second.inode) {
       peers_.erase(it++);
     } else {
       ++it;
@@ -113,7 +103,7 @@ void LocalSocket::AcceptLoop(grpc::Server* server) {
         peers_[peer->fd] =
             Entry{LocalPeer{next_connection_++, pid, peer->credentials.uid,
                             peer->credentials.gid},
-                  InodeOf(peer->fd)};
+                  SocketInode(peer->fd)};
       } else {
         refused = ++refused_;
       }

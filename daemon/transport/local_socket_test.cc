@@ -14,12 +14,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/transport/testing/closed_within.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 
 namespace rankd {
 namespace {
+
+using ::rankd::testing::ClosedWithin;
 
 // A connected socket to `path` (-1 on failure).
 int Connect(const std::string& path) {
@@ -32,22 +35,6 @@ int Connect(const std::string& path) {
     return -1;
   }
   return fd;
-}
-
-// True when the daemon's end closed `fd` within `timeout`.
-bool ClosedWithin(int fd, absl::Duration timeout) {
-  timeval tv{0, 50'000};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  const absl::Time deadline = absl::Now() + timeout;
-  char buffer[256];
-  while (absl::Now() < deadline) {
-    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
-    if (n == 0) return true;
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      return true;
-    }
-  }
-  return false;
 }
 
 class LocalSocketTest : public ::testing::Test {

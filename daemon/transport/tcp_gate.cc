@@ -9,7 +9,6 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +23,7 @@
 #include "daemon/config.h"
 #include "daemon/descriptor_limit.h"
 #include "daemon/log.h"
+#include "daemon/transport/socket_inode.h"
 
 namespace rankd {
 namespace {
@@ -59,12 +59,6 @@ absl::StatusOr<TcpPeer> PeerOf(int fd) {
     return absl::UnavailableError(std::strerror(errno));
   }
   return TcpPeerFromSockaddr(reinterpret_cast<const sockaddr*>(&addr), len);
-}
-
-ino_t InodeOf(int fd) {
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) return 0;
-  return st.st_ino;
 }
 
 // Bytes the kernel received on `fd` so far; 0 when unknown.
@@ -405,7 +399,7 @@ void TcpGate::AcceptAll(int listen_fd) {
       return;
     }
     Connection c;
-    c.inode = InodeOf(fd);
+    c.inode = SocketInode(fd);
     c.listener = listen_fd;
     c.since = absl::Now();
     c.state = options_.require_authentication ? State::kUnauthenticated
@@ -584,7 +578,7 @@ bool TcpGate::EvictOldest(State state, Matches matches) {
     if (victim == connections_.end()) return false;
     // gRPC may have closed it since the last sweep: forgotten, it makes no
     // room (its descriptor is gone already).
-    if (InodeOf(victim->first) != victim->second.inode) {
+    if (SocketInode(victim->first) != victim->second.inode) {
       Forget(victim);
       continue;
     }
@@ -636,7 +630,7 @@ std::vector<TcpGate::Look> TcpGate::ReadSockets(bool bytes) {
   // the caller checks what changed. `own` stays open while the look holds
   // it, whoever lets go of it meanwhile.
   for (Look& l : looks) {
-    l.open = InodeOf(l.fd) == l.inode;
+    l.open = SocketInode(l.fd) == l.inode;
     if (l.open && l.own != nullptr) l.received = BytesReceived(l.own->fd());
   }
   return looks;

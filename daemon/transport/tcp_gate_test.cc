@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "daemon/transport/testing/closed_within.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -30,6 +31,8 @@
 
 namespace rankd {
 namespace {
+
+using ::rankd::testing::ClosedWithin;
 
 // Connects to 127.0.0.1:`port` (blocking) from 127.0.0.`source` (Linux
 // lets a client take any 127/8 address as its own); -1 on failure.
@@ -51,23 +54,6 @@ int Connect(int port, int source = 1) {
     return -1;
   }
   return fd;
-}
-
-// True when the server closed `fd` within `timeout` (EOF or reset).
-bool ClosedWithin(int fd, absl::Duration timeout) {
-  timeval tv{};
-  tv.tv_usec = 50'000;
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  const absl::Time deadline = absl::Now() + timeout;
-  char buffer[4096];
-  while (absl::Now() < deadline) {
-    ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
-    if (n == 0) return true;
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      return true;
-    }
-  }
-  return false;
 }
 
 // The local address of `fd` as gRPC names the connection's peer.
