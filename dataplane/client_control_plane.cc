@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -57,7 +58,9 @@ class ClientPendingWords final : public PendingWords {
 };
 
 // Shared with the client's failure callback, which may outlive the control
-// plane object.
+// plane object. Close() waits for callbacks already running on other
+// threads, so that nothing a registration captured (a C caller's user_data)
+// is used after the control plane is gone.
 struct FailureFanout {
   absl::Mutex mu;
   std::vector<std::function<void(const absl::Status&)>> callbacks
@@ -66,16 +69,36 @@ struct FailureFanout {
   bool closed ABSL_GUARDED_BY(mu) = false;
   // The job epoch `failure` and `callbacks` belong to.
   uint64_t epoch ABSL_GUARDED_BY(mu) = 1;
+  // Threads running callbacks now (one per Fire in progress).
+  std::vector<std::thread::id> firing ABSL_GUARDED_BY(mu);
 
   void Fire(const absl::Status& status) {
     std::vector<std::function<void(const absl::Status&)>> to_run;
+    const std::thread::id self = std::this_thread::get_id();
     {
       absl::MutexLock lock(&mu);
       if (closed || !failure.ok()) return;
       failure = status;
       to_run.swap(callbacks);
+      firing.push_back(self);
     }
     for (auto& callback : to_run) callback(status);
+    absl::MutexLock lock(&mu);
+    firing.erase(std::find(firing.begin(), firing.end(), self));
+  }
+
+  // No callback runs after this returns, except on this thread (a callback
+  // that closes the control plane cannot wait for itself).
+  void Close() {
+    const std::thread::id self = std::this_thread::get_id();
+    absl::MutexLock lock(&mu);
+    closed = true;
+    callbacks.clear();
+    auto only_this_thread = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      return std::all_of(firing.begin(), firing.end(),
+                         [&](std::thread::id id) { return id == self; });
+    };
+    mu.Await(absl::Condition(&only_this_thread));
   }
 };
 
@@ -93,11 +116,7 @@ class ClientControlPlane final : public ControlPlane {
     });
   }
 
-  ~ClientControlPlane() override {
-    absl::MutexLock lock(&fanout_->mu);
-    fanout_->closed = true;
-    fanout_->callbacks.clear();
-  }
+  ~ClientControlPlane() override { fanout_->Close(); }
 
   absl::StatusOr<std::vector<uint32_t>> AllGatherWords(
       absl::Span<const uint32_t> local, absl::Duration timeout) override {

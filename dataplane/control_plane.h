@@ -144,7 +144,10 @@ absl::StatusOr<uint32_t> NextSessionNumber(ControlPlane& control_plane,
 // The control plane through a joined rankd::Client. `client` must be joined
 // and outlive the returned object. It takes over the client's (single)
 // failure callback, Client::SetFailureCallback, to fan it out to every
-// OnJobFailure registration.
+// OnJobFailure registration. Destroying it drops the registrations and waits
+// for those running on other threads to return, so that nothing they
+// captured is used afterwards (a registration that destroys the object runs
+// on).
 std::unique_ptr<ControlPlane> MakeClientControlPlane(Client* client);
 
 }  // namespace rankd::dataplane
