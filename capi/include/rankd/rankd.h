@@ -388,8 +388,9 @@ RANKD_EXPORT rankd_status* rankd_job_health(const rankd_rank* rank);
  * or any handle made from it. It may run while another thread is in
  * rankd_rank_free for the rank (the job failed as it was being freed): a
  * callback that calls functions on the rank must know that it is not being
- * freed. rankd_rank_free returns only after every call already running has
- * returned, so `user_data` may be freed once it has. */
+ * freed. Whichever of rankd_rank_free and the rank's sessions'
+ * rankd_session_free frees the last of them returns only after every call
+ * already running has returned: `user_data` may be freed once it has. */
 typedef void (*rankd_failure_fn)(void* user_data, rankd_code code,
                                  const char* message);
 
