@@ -304,6 +304,7 @@ std::string GlooHostname(const char* option) {
 using rankd::capi::internal::CheckCall;
 using rankd::capi::internal::CopyIn;
 using rankd::capi::internal::Error;
+using rankd::capi::internal::Guarded;
 using rankd::capi::internal::HandOut;
 using rankd::capi::internal::MakeWork;
 using rankd::capi::internal::NullArgument;
@@ -327,80 +328,83 @@ void rankd_session_options_init(rankd_session_options* options) {
 rankd_status* rankd_session_open(rankd_rank* rank,
                                  const rankd_session_options* options,
                                  rankd_session** session) {
-  constexpr char kFn[] = "rankd_session_open";
-  if (rank == nullptr) return NullArgument(kFn, "rank");
-  if (session == nullptr) return NullArgument(kFn, "session");
-  rankd_session_options o;
-  rankd_session_options_init(&o);
-  if (options != nullptr) {
-    // A caller built against an older header has a smaller struct: its
-    // fields are read, the later ones keep their defaults (rankd.h).
-    constexpr size_t kAbi1Size =
-        offsetof(rankd_session_options, gloo_hostname) +
-        sizeof(o.gloo_hostname);
-    if (options->struct_size < kAbi1Size) {
-      return Error(
-          absl::StatusCode::kInvalidArgument, kFn,
-          absl::StrCat("options->struct_size is ", options->struct_size,
-                       "; expected at least ", kAbi1Size,
-                       " (call rankd_session_options_init)"));
+  return Guarded("rankd_session_open", [&]() -> rankd_status* {
+    constexpr char kFn[] = "rankd_session_open";
+    if (rank == nullptr) return NullArgument(kFn, "rank");
+    if (session == nullptr) return NullArgument(kFn, "session");
+    rankd_session_options o;
+    rankd_session_options_init(&o);
+    if (options != nullptr) {
+      // A caller built against an older header has a smaller struct: its
+      // fields are read, the later ones keep their defaults (rankd.h).
+      constexpr size_t kAbi1Size =
+          offsetof(rankd_session_options, gloo_hostname) +
+          sizeof(o.gloo_hostname);
+      if (options->struct_size < kAbi1Size) {
+        return Error(
+            absl::StatusCode::kInvalidArgument, kFn,
+            absl::StrCat("options->struct_size is ", options->struct_size,
+                         "; expected at least ", kAbi1Size,
+                         " (call rankd_session_options_init)"));
+      }
+      std::memcpy(&o, options, std::min(options->struct_size, sizeof(o)));
     }
-    std::memcpy(&o, options, std::min(options->struct_size, sizeof(o)));
-  }
-  int32_t backend = o.backend;
-  if (backend == 0) {
-    auto from_env = rankd::capi::internal::BackendFromEnvironment();
-    if (!from_env.ok()) return ToC(from_env.status());
-    backend = *from_env;
-  }
-  if (backend != RANKD_BACKEND_GLOO && backend != RANKD_BACKEND_NCCL) {
-    return Error(
-        absl::StatusCode::kInvalidArgument, kFn,
-        absl::StrCat("options->backend is ", backend, ", not a rankd_backend"));
-  }
-  auto op_timeout = rankd::capi::internal::ToDuration(
-      o.op_timeout_seconds, kFn, "options->op_timeout_seconds");
-  if (!op_timeout.ok()) return ToC(op_timeout.status());
-  // The epoch the rank is in now (after rankd_rejoin, a later one than
-  // its join's): a session's keys are the epoch's.
-  auto descriptor =
-      rankd::dataplane::DescriptorFromProto(rank->state->client->descriptor());
-  if (!descriptor.ok()) return ToC(descriptor.status());
-  auto restriction = rankd::capi::internal::RestrictionOf(o, *descriptor, kFn);
-  if (!restriction.ok()) return ToC(restriction.status());
-  if (backend == RANKD_BACKEND_NCCL) {
-    auto opened = rankd::capi::internal::OpenNccl(*rank->state, o, *op_timeout,
-                                                  *restriction);
-    if (!opened.ok()) {
-      return Error(
-          opened.status().code(), kFn,
-          absl::StrCat("opening an NCCL session: ", opened.status().message()));
+    int32_t backend = o.backend;
+    if (backend == 0) {
+      auto from_env = rankd::capi::internal::BackendFromEnvironment();
+      if (!from_env.ok()) return ToC(from_env.status());
+      backend = *from_env;
     }
+    if (backend != RANKD_BACKEND_GLOO && backend != RANKD_BACKEND_NCCL) {
+      return Error(absl::StatusCode::kInvalidArgument, kFn,
+                   absl::StrCat("options->backend is ", backend,
+                                ", not a rankd_backend"));
+    }
+    auto op_timeout = rankd::capi::internal::ToDuration(
+        o.op_timeout_seconds, kFn, "options->op_timeout_seconds");
+    if (!op_timeout.ok()) return ToC(op_timeout.status());
+    // The epoch the rank is in now (after rankd_rejoin, a later one than
+    // its join's): a session's keys are the epoch's.
+    auto descriptor = rankd::dataplane::DescriptorFromProto(
+        rank->state->client->descriptor());
+    if (!descriptor.ok()) return ToC(descriptor.status());
+    auto restriction =
+        rankd::capi::internal::RestrictionOf(o, *descriptor, kFn);
+    if (!restriction.ok()) return ToC(restriction.status());
+    if (backend == RANKD_BACKEND_NCCL) {
+      auto opened = rankd::capi::internal::OpenNccl(*rank->state, o,
+                                                    *op_timeout, *restriction);
+      if (!opened.ok()) {
+        return Error(opened.status().code(), kFn,
+                     absl::StrCat("opening an NCCL session: ",
+                                  opened.status().message()));
+      }
+      auto state = std::make_shared<rankd::capi::internal::SessionState>();
+      state->rank = rank->state;
+      state->nccl = *std::move(opened);
+      auto handle = std::make_unique<rankd_session>();
+      handle->state = std::move(state);
+      *session = handle.release();  // rankd_session_free
+      return nullptr;
+    }
+    rankd::dataplane::gloo::GlooSessionOptions gloo;
+    gloo.op_timeout = *op_timeout;
+    gloo.restrict_capabilities = *restriction;
+    gloo.verify_agreement = o.verify_agreement != 0;
+    gloo.hostname = rankd::capi::internal::GlooHostname(o.gloo_hostname);
+    // gloo.instance unset: the session numbers itself (a second one never
+    // reads the first one's addresses).
+    auto opened = rankd::dataplane::gloo::GlooSession::Open(
+        *descriptor, rank->state->control_plane.get(), gloo);
+    if (!opened.ok()) return ToC(opened.status());
     auto state = std::make_shared<rankd::capi::internal::SessionState>();
     state->rank = rank->state;
-    state->nccl = *std::move(opened);
+    state->gloo = *std::move(opened);
     auto handle = std::make_unique<rankd_session>();
     handle->state = std::move(state);
     *session = handle.release();  // rankd_session_free
     return nullptr;
-  }
-  rankd::dataplane::gloo::GlooSessionOptions gloo;
-  gloo.op_timeout = *op_timeout;
-  gloo.restrict_capabilities = *restriction;
-  gloo.verify_agreement = o.verify_agreement != 0;
-  gloo.hostname = rankd::capi::internal::GlooHostname(o.gloo_hostname);
-  // gloo.instance unset: the session numbers itself (a second one never
-  // reads the first one's addresses).
-  auto opened = rankd::dataplane::gloo::GlooSession::Open(
-      *descriptor, rank->state->control_plane.get(), gloo);
-  if (!opened.ok()) return ToC(opened.status());
-  auto state = std::make_shared<rankd::capi::internal::SessionState>();
-  state->rank = rank->state;
-  state->gloo = *std::move(opened);
-  auto handle = std::make_unique<rankd_session>();
-  handle->state = std::move(state);
-  *session = handle.release();  // rankd_session_free
-  return nullptr;
+  });
 }
 
 void rankd_session_free(rankd_session* session) {
@@ -411,68 +415,74 @@ void rankd_session_free(rankd_session* session) {
 
 rankd_status* rankd_session_reform(rankd_session* session,
                                    double timeout_seconds) {
-  constexpr char kFn[] = "rankd_session_reform";
-  if (session == nullptr) return NullArgument(kFn, "session");
-  auto timeout = rankd::capi::internal::ToDuration(timeout_seconds, kFn,
-                                                   "timeout_seconds");
-  if (!timeout.ok()) return ToC(timeout.status());
-  std::shared_ptr<rankd::capi::internal::SessionState>& state = session->state;
-  if (state->gloo == nullptr && state->nccl == nullptr) {
-    return Error(absl::StatusCode::kFailedPrecondition, kFn,
-                 absl::StrCat("the session is gone: ", state->ended.message()));
-  }
-  // A new state: works of the ended session keep the old one (and see
-  // their completions fail as the ended session is aborted).
-  auto next = std::make_shared<rankd::capi::internal::SessionState>();
-  next->rank = state->rank;
-  absl::Status failed;
-  if (state->gloo != nullptr) {
-    auto reformed = rankd::dataplane::gloo::GlooSession::Reform(
-        std::move(state->gloo), *timeout);
-    if (reformed.ok()) {
-      next->gloo = *std::move(reformed);
-    } else {
-      failed = reformed.status();
+  return Guarded("rankd_session_reform", [&]() -> rankd_status* {
+    constexpr char kFn[] = "rankd_session_reform";
+    if (session == nullptr) return NullArgument(kFn, "session");
+    auto timeout = rankd::capi::internal::ToDuration(timeout_seconds, kFn,
+                                                     "timeout_seconds");
+    if (!timeout.ok()) return ToC(timeout.status());
+    std::shared_ptr<rankd::capi::internal::SessionState>& state =
+        session->state;
+    if (state->gloo == nullptr && state->nccl == nullptr) {
+      return Error(
+          absl::StatusCode::kFailedPrecondition, kFn,
+          absl::StrCat("the session is gone: ", state->ended.message()));
     }
-  } else {
-    auto reformed = rankd::dataplane::nccl::NcclSession::Reform(
-        std::move(state->nccl), *timeout);
-    if (reformed.ok()) {
-      next->nccl = *std::move(reformed);
+    // A new state: works of the ended session keep the old one (and see
+    // their completions fail as the ended session is aborted).
+    auto next = std::make_shared<rankd::capi::internal::SessionState>();
+    next->rank = state->rank;
+    absl::Status failed;
+    if (state->gloo != nullptr) {
+      auto reformed = rankd::dataplane::gloo::GlooSession::Reform(
+          std::move(state->gloo), *timeout);
+      if (reformed.ok()) {
+        next->gloo = *std::move(reformed);
+      } else {
+        failed = reformed.status();
+      }
     } else {
-      failed = reformed.status();
+      auto reformed = rankd::dataplane::nccl::NcclSession::Reform(
+          std::move(state->nccl), *timeout);
+      if (reformed.ok()) {
+        next->nccl = *std::move(reformed);
+      } else {
+        failed = reformed.status();
+      }
     }
-  }
-  if (!failed.ok()) {
-    // Reform took the ended session in every case.
-    state->ended = failed;
-    return ToC(failed);
-  }
-  state = std::move(next);
-  return nullptr;
+    if (!failed.ok()) {
+      // Reform took the ended session in every case.
+      state->ended = failed;
+      return ToC(failed);
+    }
+    state = std::move(next);
+    return nullptr;
+  });
 }
 
 // ---- end of rankd_session_reform -------------------------------------------
 
 rankd_status* rankd_session_capabilities(const rankd_session* session,
                                          rankd_capabilities* capabilities) {
-  constexpr char kFn[] = "rankd_session_capabilities";
-  if (session == nullptr) return NullArgument(kFn, "session");
-  if (capabilities == nullptr) return NullArgument(kFn, "capabilities");
-  if (capabilities->struct_size < sizeof(rankd_capabilities)) {
-    return Error(
-        absl::StatusCode::kInvalidArgument, kFn,
-        absl::StrCat("capabilities->struct_size is ", capabilities->struct_size,
-                     "; set it to sizeof(rankd_capabilities), ",
-                     sizeof(rankd_capabilities)));
-  }
-  const rankd::dataplane::DistributedCapabilities caps =
-      session->state->capabilities();
-  capabilities->world_collectives = caps.world_collectives ? 1 : 0;
-  capabilities->point_to_point = caps.point_to_point ? 1 : 0;
-  capabilities->variable_all_to_all = caps.variable_all_to_all ? 1 : 0;
-  capabilities->exact_completion = caps.exact_completion ? 1 : 0;
-  return nullptr;
+  return Guarded("rankd_session_capabilities", [&]() -> rankd_status* {
+    constexpr char kFn[] = "rankd_session_capabilities";
+    if (session == nullptr) return NullArgument(kFn, "session");
+    if (capabilities == nullptr) return NullArgument(kFn, "capabilities");
+    if (capabilities->struct_size < sizeof(rankd_capabilities)) {
+      return Error(absl::StatusCode::kInvalidArgument, kFn,
+                   absl::StrCat("capabilities->struct_size is ",
+                                capabilities->struct_size,
+                                "; set it to sizeof(rankd_capabilities), ",
+                                sizeof(rankd_capabilities)));
+    }
+    const rankd::dataplane::DistributedCapabilities caps =
+        session->state->capabilities();
+    capabilities->world_collectives = caps.world_collectives ? 1 : 0;
+    capabilities->point_to_point = caps.point_to_point ? 1 : 0;
+    capabilities->variable_all_to_all = caps.variable_all_to_all ? 1 : 0;
+    capabilities->exact_completion = caps.exact_completion ? 1 : 0;
+    return nullptr;
+  });
 }
 
 int rankd_session_supports_group(const rankd_session* session, uint32_t group) {
@@ -493,42 +503,46 @@ rankd_status* rankd_all_reduce_sum(rankd_session* session, uint32_t group,
                                    const rankd_tensor* input,
                                    const rankd_tensor* output, void* stream,
                                    rankd_work** work) {
-  constexpr char kFn[] = "rankd_all_reduce_sum";
-  if (session != nullptr && session->state->nccl != nullptr) {
-    return rankd::capi::internal::NcclAllReduceSum(session, group, input,
-                                                   output, stream, work);
-  }
-  auto operands = Prepare(session, stream, work, kFn, input, output);
-  if (!operands.ok()) return ToC(operands.status());
-  const HostTensor& in = operands->input;
-  const HostTensor& out = operands->output;
-  // In place on the library's copy (the caller's output is written at
-  // delivery either way); an output of another shape at the same address
-  // goes to the session, which refuses it.
-  const bool in_place =
-      output->data == input->data && out.descriptor() == in.descriptor();
-  return MakeWork(session,
-                  session->state->gloo->AllReduceSumInto(ScopeOf(group), in,
-                                                         in_place ? in : out),
-                  output->data, work);
+  return Guarded("rankd_all_reduce_sum", [&]() -> rankd_status* {
+    constexpr char kFn[] = "rankd_all_reduce_sum";
+    if (session != nullptr && session->state->nccl != nullptr) {
+      return rankd::capi::internal::NcclAllReduceSum(session, group, input,
+                                                     output, stream, work);
+    }
+    auto operands = Prepare(session, stream, work, kFn, input, output);
+    if (!operands.ok()) return ToC(operands.status());
+    const HostTensor& in = operands->input;
+    const HostTensor& out = operands->output;
+    // In place on the library's copy (the caller's output is written at
+    // delivery either way); an output of another shape at the same address
+    // goes to the session, which refuses it.
+    const bool in_place =
+        output->data == input->data && out.descriptor() == in.descriptor();
+    return MakeWork(session,
+                    session->state->gloo->AllReduceSumInto(ScopeOf(group), in,
+                                                           in_place ? in : out),
+                    output->data, work);
+  });
 }
 
 rankd_status* rankd_all_gather(rankd_session* session, uint32_t group,
                                const rankd_tensor* input,
                                const rankd_tensor* output, void* stream,
                                rankd_work** work) {
-  constexpr char kFn[] = "rankd_all_gather";
-  if (session != nullptr && session->state->nccl != nullptr) {
-    return rankd::capi::internal::NcclAllGather(session, group, input, output,
-                                                stream, work);
-  }
-  auto operands = Prepare(session, stream, work, kFn, input, output);
-  if (!operands.ok()) return ToC(operands.status());
-  const HostTensor& in = operands->input;
-  const HostTensor& out = operands->output;
-  return MakeWork(session,
-                  session->state->gloo->AllGatherInto(ScopeOf(group), in, out),
-                  output->data, work);
+  return Guarded("rankd_all_gather", [&]() -> rankd_status* {
+    constexpr char kFn[] = "rankd_all_gather";
+    if (session != nullptr && session->state->nccl != nullptr) {
+      return rankd::capi::internal::NcclAllGather(session, group, input, output,
+                                                  stream, work);
+    }
+    auto operands = Prepare(session, stream, work, kFn, input, output);
+    if (!operands.ok()) return ToC(operands.status());
+    const HostTensor& in = operands->input;
+    const HostTensor& out = operands->output;
+    return MakeWork(
+        session, session->state->gloo->AllGatherInto(ScopeOf(group), in, out),
+        output->data, work);
+  });
 }
 
 rankd_status* rankd_all_to_all_v(rankd_session* session, uint32_t group,
@@ -537,65 +551,71 @@ rankd_status* rankd_all_to_all_v(rankd_session* session, uint32_t group,
                                  const size_t* receive_counts, size_t members,
                                  const rankd_tensor* output, void* stream,
                                  rankd_work** work) {
-  constexpr char kFn[] = "rankd_all_to_all_v";
-  // The counts are checked here for both backends.
-  if (members > 0 && send_counts == nullptr) {
-    return NullArgument(kFn, "send_counts");
-  }
-  if (members > 0 && receive_counts == nullptr) {
-    return NullArgument(kFn, "receive_counts");
-  }
-  if (session != nullptr && session->state->nccl != nullptr) {
-    return rankd::capi::internal::NcclAllToAllV(session, group, input,
-                                                send_counts, receive_counts,
-                                                members, output, stream, work);
-  }
-  auto operands = Prepare(session, stream, work, kFn, input, output);
-  if (!operands.ok()) return ToC(operands.status());
-  const HostTensor& in = operands->input;
-  const HostTensor& out = operands->output;
-  return MakeWork(
-      session,
-      session->state->gloo->AllToAllVInto(
-          ScopeOf(group), in, absl::MakeConstSpan(send_counts, members),
-          absl::MakeConstSpan(receive_counts, members), out),
-      output->data, work);
+  return Guarded("rankd_all_to_all_v", [&]() -> rankd_status* {
+    constexpr char kFn[] = "rankd_all_to_all_v";
+    // The counts are checked here for both backends.
+    if (members > 0 && send_counts == nullptr) {
+      return NullArgument(kFn, "send_counts");
+    }
+    if (members > 0 && receive_counts == nullptr) {
+      return NullArgument(kFn, "receive_counts");
+    }
+    if (session != nullptr && session->state->nccl != nullptr) {
+      return rankd::capi::internal::NcclAllToAllV(
+          session, group, input, send_counts, receive_counts, members, output,
+          stream, work);
+    }
+    auto operands = Prepare(session, stream, work, kFn, input, output);
+    if (!operands.ok()) return ToC(operands.status());
+    const HostTensor& in = operands->input;
+    const HostTensor& out = operands->output;
+    return MakeWork(
+        session,
+        session->state->gloo->AllToAllVInto(
+            ScopeOf(group), in, absl::MakeConstSpan(send_counts, members),
+            absl::MakeConstSpan(receive_counts, members), out),
+        output->data, work);
+  });
 }
 
 rankd_status* rankd_send(rankd_session* session, uint32_t group, size_t peer,
                          const rankd_tensor* input, void* stream,
                          rankd_work** work) {
-  constexpr char kFn[] = "rankd_send";
-  if (session != nullptr && session->state->nccl != nullptr) {
-    return rankd::capi::internal::NcclSend(session, group, peer, input, stream,
-                                           work);
-  }
-  if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
-    return ToC(s);
-  }
-  auto in = CopyIn(input, kFn, "input");
-  if (!in.ok()) return ToC(in.status());
-  return MakeWork(session,
-                  session->state->gloo->Send(ScopeOf(group), peer, *in),
-                  /*destination=*/nullptr, work);
+  return Guarded("rankd_send", [&]() -> rankd_status* {
+    constexpr char kFn[] = "rankd_send";
+    if (session != nullptr && session->state->nccl != nullptr) {
+      return rankd::capi::internal::NcclSend(session, group, peer, input,
+                                             stream, work);
+    }
+    if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
+      return ToC(s);
+    }
+    auto in = CopyIn(input, kFn, "input");
+    if (!in.ok()) return ToC(in.status());
+    return MakeWork(session,
+                    session->state->gloo->Send(ScopeOf(group), peer, *in),
+                    /*destination=*/nullptr, work);
+  });
 }
 
 rankd_status* rankd_receive(rankd_session* session, uint32_t group, size_t peer,
                             const rankd_tensor* output, void* stream,
                             rankd_work** work) {
-  constexpr char kFn[] = "rankd_receive";
-  if (session != nullptr && session->state->nccl != nullptr) {
-    return rankd::capi::internal::NcclReceive(session, group, peer, output,
-                                              stream, work);
-  }
-  if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
-    return ToC(s);
-  }
-  auto out = OutputLike(output, kFn, "output");
-  if (!out.ok()) return ToC(out.status());
-  return MakeWork(session,
-                  session->state->gloo->ReceiveInto(ScopeOf(group), peer, *out),
-                  output->data, work);
+  return Guarded("rankd_receive", [&]() -> rankd_status* {
+    constexpr char kFn[] = "rankd_receive";
+    if (session != nullptr && session->state->nccl != nullptr) {
+      return rankd::capi::internal::NcclReceive(session, group, peer, output,
+                                                stream, work);
+    }
+    if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
+      return ToC(s);
+    }
+    auto out = OutputLike(output, kFn, "output");
+    if (!out.ok()) return ToC(out.status());
+    return MakeWork(
+        session, session->state->gloo->ReceiveInto(ScopeOf(group), peer, *out),
+        output->data, work);
+  });
 }
 
 rankd_status* rankd_batch_send_receive(rankd_session* session, uint32_t group,
@@ -604,51 +624,53 @@ rankd_status* rankd_batch_send_receive(rankd_session* session, uint32_t group,
                                        const rankd_peer_tensor* receives,
                                        size_t receive_count, void* stream,
                                        rankd_work** work) {
-  constexpr char kFn[] = "rankd_batch_send_receive";
-  if (session != nullptr && session->state->nccl != nullptr) {
-    return rankd::capi::internal::NcclBatchSendReceive(
-        session, group, sends, send_count, receives, receive_count, stream,
-        work);
-  }
-  if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
-    return ToC(s);
-  }
-  if (send_count > 0 && sends == nullptr) return NullArgument(kFn, "sends");
-  if (receive_count > 0 && receives == nullptr) {
-    return NullArgument(kFn, "receives");
-  }
-  // The session checks the batch's size, peers and shared outputs; these
-  // bounds only keep the copies below from growing without limit first.
-  if (send_count > rankd::dataplane::kMaxBatchTransfers ||
-      receive_count > rankd::dataplane::kMaxBatchTransfers) {
-    return Error(
-        absl::StatusCode::kInvalidArgument, kFn,
-        absl::StrCat("a batch holds at most ",
-                     rankd::dataplane::kMaxBatchTransfers, " transfers; got ",
-                     send_count, " sends and ", receive_count, " receives"));
-  }
-  std::vector<PeerValue<HostTensor>> send_values, receive_values;
-  for (size_t i = 0; i < send_count; ++i) {
-    auto in = CopyIn(&sends[i].tensor, kFn, absl::StrCat("sends[", i, "]"));
-    if (!in.ok()) return ToC(in.status());
-    send_values.push_back({sends[i].peer, *std::move(in)});
-  }
-  for (size_t i = 0; i < receive_count; ++i) {
-    auto out =
-        OutputLike(&receives[i].tensor, kFn, absl::StrCat("receives[", i, "]"));
-    if (!out.ok()) return ToC(out.status());
-    receive_values.push_back({receives[i].peer, *std::move(out)});
-  }
-  auto submitted = session->state->gloo->BatchSendReceive(
-      ScopeOf(group), send_values, receive_values);
-  if (!submitted.ok()) return ToC(submitted.status());
-  std::vector<rankd_work::Delivery> deliveries;
-  for (size_t i = 0; i < receive_count; ++i) {
-    deliveries.push_back(
-        {std::move(submitted->output[i]), receives[i].tensor.data});
-  }
-  return HandOut(session, std::move(submitted->completion),
-                 std::move(deliveries), work);
+  return Guarded("rankd_batch_send_receive", [&]() -> rankd_status* {
+    constexpr char kFn[] = "rankd_batch_send_receive";
+    if (session != nullptr && session->state->nccl != nullptr) {
+      return rankd::capi::internal::NcclBatchSendReceive(
+          session, group, sends, send_count, receives, receive_count, stream,
+          work);
+    }
+    if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
+      return ToC(s);
+    }
+    if (send_count > 0 && sends == nullptr) return NullArgument(kFn, "sends");
+    if (receive_count > 0 && receives == nullptr) {
+      return NullArgument(kFn, "receives");
+    }
+    // The session checks the batch's size, peers and shared outputs; these
+    // bounds only keep the copies below from growing without limit first.
+    if (send_count > rankd::dataplane::kMaxBatchTransfers ||
+        receive_count > rankd::dataplane::kMaxBatchTransfers) {
+      return Error(
+          absl::StatusCode::kInvalidArgument, kFn,
+          absl::StrCat("a batch holds at most ",
+                       rankd::dataplane::kMaxBatchTransfers, " transfers; got ",
+                       send_count, " sends and ", receive_count, " receives"));
+    }
+    std::vector<PeerValue<HostTensor>> send_values, receive_values;
+    for (size_t i = 0; i < send_count; ++i) {
+      auto in = CopyIn(&sends[i].tensor, kFn, absl::StrCat("sends[", i, "]"));
+      if (!in.ok()) return ToC(in.status());
+      send_values.push_back({sends[i].peer, *std::move(in)});
+    }
+    for (size_t i = 0; i < receive_count; ++i) {
+      auto out = OutputLike(&receives[i].tensor, kFn,
+                            absl::StrCat("receives[", i, "]"));
+      if (!out.ok()) return ToC(out.status());
+      receive_values.push_back({receives[i].peer, *std::move(out)});
+    }
+    auto submitted = session->state->gloo->BatchSendReceive(
+        ScopeOf(group), send_values, receive_values);
+    if (!submitted.ok()) return ToC(submitted.status());
+    std::vector<rankd_work::Delivery> deliveries;
+    for (size_t i = 0; i < receive_count; ++i) {
+      deliveries.push_back(
+          {std::move(submitted->output[i]), receives[i].tensor.data});
+    }
+    return HandOut(session, std::move(submitted->completion),
+                   std::move(deliveries), work);
+  });
 }
 
 int rankd_work_is_complete(rankd_work* work) {
@@ -659,37 +681,42 @@ int rankd_work_is_complete(rankd_work* work) {
 }
 
 rankd_status* rankd_work_wait(rankd_work* work) {
-  if (work == nullptr) return NullArgument("rankd_work_wait", "work");
-  absl::Status s = work->completion->Wait();
-  if (s.ok()) rankd::capi::internal::Deliver(*work);
-  return ToC(s);
+  return Guarded("rankd_work_wait", [&]() -> rankd_status* {
+    if (work == nullptr) return NullArgument("rankd_work_wait", "work");
+    absl::Status s = work->completion->Wait();
+    if (s.ok()) rankd::capi::internal::Deliver(*work);
+    return ToC(s);
+  });
 }
 
 rankd_status* rankd_work_wait_bounded(rankd_work* work, double timeout_seconds,
                                       int32_t mode) {
-  constexpr char kFn[] = "rankd_work_wait_bounded";
-  if (work == nullptr) return NullArgument(kFn, "work");
-  std::optional<rankd::dataplane::CancellationMode> m =
-      rankd::capi::internal::ModeOf(mode);
-  if (!m.has_value()) {
-    return Error(absl::StatusCode::kInvalidArgument, kFn,
-                 absl::StrCat("mode is ", mode, ", not a rankd_cancellation"));
-  }
-  auto timeout = rankd::capi::internal::ToDuration(timeout_seconds, kFn,
-                                                   "timeout_seconds");
-  if (!timeout.ok()) return ToC(timeout.status());
-  auto outcome = work->completion->WaitBounded(*timeout, *m);
-  if (!outcome.ok()) return ToC(outcome.status());
-  if (!outcome->completed()) {
-    return rankd::capi::internal::AsWaitTimeout(
-        Error(absl::StatusCode::kDeadlineExceeded, kFn,
-              absl::StrCat("the work did not complete within ",
-                           absl::FormatDuration(*timeout), "; ",
-                           rankd::dataplane::CancellationModeName(*m),
-                           " applied, and the session is poisoned")));
-  }
-  rankd::capi::internal::Deliver(*work);
-  return nullptr;
+  return Guarded("rankd_work_wait_bounded", [&]() -> rankd_status* {
+    constexpr char kFn[] = "rankd_work_wait_bounded";
+    if (work == nullptr) return NullArgument(kFn, "work");
+    std::optional<rankd::dataplane::CancellationMode> m =
+        rankd::capi::internal::ModeOf(mode);
+    if (!m.has_value()) {
+      return Error(
+          absl::StatusCode::kInvalidArgument, kFn,
+          absl::StrCat("mode is ", mode, ", not a rankd_cancellation"));
+    }
+    auto timeout = rankd::capi::internal::ToDuration(timeout_seconds, kFn,
+                                                     "timeout_seconds");
+    if (!timeout.ok()) return ToC(timeout.status());
+    auto outcome = work->completion->WaitBounded(*timeout, *m);
+    if (!outcome.ok()) return ToC(outcome.status());
+    if (!outcome->completed()) {
+      return rankd::capi::internal::AsWaitTimeout(
+          Error(absl::StatusCode::kDeadlineExceeded, kFn,
+                absl::StrCat("the work did not complete within ",
+                             absl::FormatDuration(*timeout), "; ",
+                             rankd::dataplane::CancellationModeName(*m),
+                             " applied, and the session is poisoned")));
+    }
+    rankd::capi::internal::Deliver(*work);
+    return nullptr;
+  });
 }
 
 int rankd_work_supports_cancellation(const rankd_work* work, int32_t mode) {

@@ -57,42 +57,49 @@ absl::Status CheckCause(const rankd_session* session, int32_t code,
 }  // namespace rankd::capi::internal
 
 using rankd::capi::internal::CheckCause;
+using rankd::capi::internal::Guarded;
 using rankd::capi::internal::ToC;
 
 extern "C" {
 
 rankd_status* rankd_session_poison(rankd_session* session, int32_t code,
                                    const char* message) {
-  constexpr char kFn[] = "rankd_session_poison";
-  if (absl::Status s = CheckCause(session, code, message, kFn); !s.ok()) {
-    return ToC(s);
-  }
-  session->state->Poison(
-      absl::Status(static_cast<absl::StatusCode>(code), message));
-  return nullptr;
+  return Guarded("rankd_session_poison", [&]() -> rankd_status* {
+    constexpr char kFn[] = "rankd_session_poison";
+    if (absl::Status s = CheckCause(session, code, message, kFn); !s.ok()) {
+      return ToC(s);
+    }
+    session->state->Poison(
+        absl::Status(static_cast<absl::StatusCode>(code), message));
+    return nullptr;
+  });
 }
 
 rankd_status* rankd_session_abort(rankd_session* session, int32_t code,
                                   const char* message) {
-  constexpr char kFn[] = "rankd_session_abort";
-  if (absl::Status s = CheckCause(session, code, message, kFn); !s.ok()) {
-    return ToC(s);
-  }
-  session->state->Abort(
-      absl::Status(static_cast<absl::StatusCode>(code), message));
-  return nullptr;
+  return Guarded("rankd_session_abort", [&]() -> rankd_status* {
+    constexpr char kFn[] = "rankd_session_abort";
+    if (absl::Status s = CheckCause(session, code, message, kFn); !s.ok()) {
+      return ToC(s);
+    }
+    session->state->Abort(
+        absl::Status(static_cast<absl::StatusCode>(code), message));
+    return nullptr;
+  });
 }
 
 rankd_status* rankd_session_poison_status(const rankd_session* session) {
-  constexpr char kFn[] = "rankd_session_poison_status";
-  if (session == nullptr) {
-    return rankd::capi::internal::NullArgument(kFn, "session");
-  }
-  const rankd::capi::internal::SessionState& state = *session->state;
-  if (state.gloo == nullptr && state.nccl == nullptr) {
-    return ToC(rankd::capi::internal::Gone(state, kFn));
-  }
-  return ToC(state.poison());
+  return Guarded("rankd_session_poison_status", [&]() -> rankd_status* {
+    constexpr char kFn[] = "rankd_session_poison_status";
+    if (session == nullptr) {
+      return rankd::capi::internal::NullArgument(kFn, "session");
+    }
+    const rankd::capi::internal::SessionState& state = *session->state;
+    if (state.gloo == nullptr && state.nccl == nullptr) {
+      return ToC(rankd::capi::internal::Gone(state, kFn));
+    }
+    return ToC(state.poison());
+  });
 }
 
 }  // extern "C"

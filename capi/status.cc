@@ -44,6 +44,41 @@ rankd_status* NullArgument(const char* function, const char* argument) {
                absl::StrCat(argument, " is NULL"));
 }
 
+namespace {
+
+// Made when the library loads, while memory is still there to make it.
+rankd_status* OutOfMemorySentinel() {
+  static rankd_status* const sentinel = [] {
+    auto made = std::make_unique<rankd_status>();
+    made->status = absl::ResourceExhaustedError("rankd: out of memory");
+    made->message = std::string(made->status.message());
+    return made.release();  // never freed: rankd_status_free skips it
+  }();
+  return sentinel;
+}
+[[maybe_unused]] rankd_status* const kOutOfMemoryMadeAtLoad =
+    OutOfMemorySentinel();
+
+}  // namespace
+
+rankd_status* OutOfMemory(const char* function) noexcept {
+  try {
+    return Error(absl::StatusCode::kResourceExhausted, function,
+                 "out of memory");
+  } catch (...) {
+    return OutOfMemorySentinel();
+  }
+}
+
+rankd_status* Unexpected(const char* function, const char* what) noexcept {
+  try {
+    return Error(absl::StatusCode::kInternal, function,
+                 absl::StrCat("unexpected C++ exception: ", what));
+  } catch (...) {
+    return OutOfMemorySentinel();
+  }
+}
+
 rankd_status* AsWaitTimeout(rankd_status* status) {
   status->wait_timeout = true;
   return status;
@@ -97,6 +132,7 @@ int rankd_status_ends_an_epoch(const rankd_status* status) {
 }
 
 void rankd_status_free(rankd_status* status) {
+  if (status == rankd::capi::internal::OutOfMemorySentinel()) return;
   std::unique_ptr<rankd_status> owned(status);
 }
 

@@ -13,7 +13,9 @@
 #define RANKD_CAPI_INTERNAL_HANDLES_H_
 
 #include <cstdint>
+#include <exception>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -91,6 +93,31 @@ rankd_status* ToC(const absl::Status& status);
 rankd_status* Error(absl::StatusCode code, const char* function,
                     absl::string_view message);
 rankd_status* NullArgument(const char* function, const char* argument);
+// The status of an entry point that ran out of memory: RESOURCE_EXHAUSTED,
+// "<function>: out of memory". When even that status cannot be allocated,
+// one made when the library loaded, which rankd_status_free leaves alone.
+rankd_status* OutOfMemory(const char* function) noexcept;
+// The status of an entry point whose C++ code threw something other than
+// std::bad_alloc (none is expected): INTERNAL, naming `function`.
+rankd_status* Unexpected(const char* function, const char* what) noexcept;
+
+// Runs `body`, an entry point's work returning its status, so that no C++
+// exception unwinds into the C caller (undefined behaviour there): the
+// entry point returns OutOfMemory or Unexpected instead. Every exported
+// function returning rankd_status* runs its body through this.
+template <typename Body>
+rankd_status* Guarded(const char* function, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory(function);
+  } catch (const std::exception& e) {
+    return Unexpected(function, e.what());
+  } catch (...) {
+    return Unexpected(function, "an unknown exception");
+  }
+}
+
 // `status` (a DEADLINE_EXCEEDED) marked as a bounded wait's own timeout,
 // for rankd_status_is_wait_timeout.
 rankd_status* AsWaitTimeout(rankd_status* status);

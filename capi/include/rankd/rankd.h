@@ -21,7 +21,10 @@
  *     rankd_status_free. Its code is one of rankd_code (the same codes as
  *     the C++ library's absl::Status and gRPC); its message is owned by the
  *     status and names the operation and the cause. Out-parameters are
- *     written only on success.
+ *     written only on success. No C++ exception leaves the library: a
+ *     function that runs out of memory returns RESOURCE_EXHAUSTED ("<function>:
+ *     out of memory", or "rankd: out of memory" when even that status could
+ *     not be made; freeing that one is harmless too).
  *   - Handles. Every handle (rankd_rank, rankd_session, rankd_work,
  *     rankd_pending_words, rankd_bytes) is opaque, created by the library and
  *     freed by its own *_free function, which accepts NULL. A handle may be
