@@ -305,6 +305,7 @@ using rankd::capi::internal::CheckCall;
 using rankd::capi::internal::CopyIn;
 using rankd::capi::internal::Error;
 using rankd::capi::internal::Guarded;
+using rankd::capi::internal::GuardedCall;
 using rankd::capi::internal::HandOut;
 using rankd::capi::internal::MakeWork;
 using rankd::capi::internal::NullArgument;
@@ -384,6 +385,7 @@ rankd_status* rankd_session_open(rankd_rank* rank,
       state->nccl = *std::move(opened);
       auto handle = std::make_unique<rankd_session>();
       handle->state = std::move(state);
+      handle->backend = RANKD_BACKEND_NCCL;
       *session = handle.release();  // rankd_session_free
       return nullptr;
     }
@@ -402,6 +404,7 @@ rankd_status* rankd_session_open(rankd_rank* rank,
     state->gloo = *std::move(opened);
     auto handle = std::make_unique<rankd_session>();
     handle->state = std::move(state);
+    handle->backend = RANKD_BACKEND_GLOO;
     *session = handle.release();  // rankd_session_free
     return nullptr;
   });
@@ -421,6 +424,18 @@ rankd_status* rankd_session_reform(rankd_session* session,
     auto timeout = rankd::capi::internal::ToDuration(timeout_seconds, kFn,
                                                      "timeout_seconds");
     if (!timeout.ok()) return ToC(timeout.status());
+    if (session->reforming.exchange(true)) {
+      return Error(absl::StatusCode::kFailedPrecondition, kFn,
+                   "the session is being re-formed already (on another "
+                   "thread)");
+    }
+    struct Reformed {
+      rankd_session& session;
+      ~Reformed() { session.reforming = false; }
+    } reformed_at_exit{*session};
+    // Waits for calls already in progress (a submission: short); calls
+    // from now on are refused until this returns (GuardedCall).
+    absl::MutexLock exclusive(&session->use);
     std::shared_ptr<rankd::capi::internal::SessionState>& state =
         session->state;
     if (state->gloo == nullptr && state->nccl == nullptr) {
@@ -464,46 +479,46 @@ rankd_status* rankd_session_reform(rankd_session* session,
 
 rankd_status* rankd_session_capabilities(const rankd_session* session,
                                          rankd_capabilities* capabilities) {
-  return Guarded("rankd_session_capabilities", [&]() -> rankd_status* {
-    constexpr char kFn[] = "rankd_session_capabilities";
-    if (session == nullptr) return NullArgument(kFn, "session");
-    if (capabilities == nullptr) return NullArgument(kFn, "capabilities");
-    if (capabilities->struct_size < sizeof(rankd_capabilities)) {
-      return Error(absl::StatusCode::kInvalidArgument, kFn,
-                   absl::StrCat("capabilities->struct_size is ",
-                                capabilities->struct_size,
-                                "; set it to sizeof(rankd_capabilities), ",
-                                sizeof(rankd_capabilities)));
-    }
-    const rankd::dataplane::DistributedCapabilities caps =
-        session->state->capabilities();
-    capabilities->world_collectives = caps.world_collectives ? 1 : 0;
-    capabilities->point_to_point = caps.point_to_point ? 1 : 0;
-    capabilities->variable_all_to_all = caps.variable_all_to_all ? 1 : 0;
-    capabilities->exact_completion = caps.exact_completion ? 1 : 0;
-    return nullptr;
-  });
+  return GuardedCall(
+      "rankd_session_capabilities", session, [&]() -> rankd_status* {
+        constexpr char kFn[] = "rankd_session_capabilities";
+        if (session == nullptr) return NullArgument(kFn, "session");
+        if (capabilities == nullptr) return NullArgument(kFn, "capabilities");
+        if (capabilities->struct_size < sizeof(rankd_capabilities)) {
+          return Error(absl::StatusCode::kInvalidArgument, kFn,
+                       absl::StrCat("capabilities->struct_size is ",
+                                    capabilities->struct_size,
+                                    "; set it to sizeof(rankd_capabilities), ",
+                                    sizeof(rankd_capabilities)));
+        }
+        const rankd::dataplane::DistributedCapabilities caps =
+            session->state->capabilities();
+        capabilities->world_collectives = caps.world_collectives ? 1 : 0;
+        capabilities->point_to_point = caps.point_to_point ? 1 : 0;
+        capabilities->variable_all_to_all = caps.variable_all_to_all ? 1 : 0;
+        capabilities->exact_completion = caps.exact_completion ? 1 : 0;
+        return nullptr;
+      });
 }
 
 int rankd_session_supports_group(const rankd_session* session, uint32_t group) {
-  if (session == nullptr) return 0;
+  if (session == nullptr || !session->use.ReaderTryLock()) return 0;
   const rankd::dataplane::DistributedCapabilities caps =
       session->state->capabilities();
+  session->use.ReaderUnlock();
   if (group == RANKD_WORLD_GROUP) return caps.world_collectives ? 1 : 0;
   return caps.collective_groups.count(group) > 0 ? 1 : 0;
 }
 
 int32_t rankd_session_backend(const rankd_session* session) {
-  if (session == nullptr) return 0;
-  return session->state->nccl != nullptr ? RANKD_BACKEND_NCCL
-                                         : RANKD_BACKEND_GLOO;
+  return session == nullptr ? 0 : session->backend;
 }
 
 rankd_status* rankd_all_reduce_sum(rankd_session* session, uint32_t group,
                                    const rankd_tensor* input,
                                    const rankd_tensor* output, void* stream,
                                    rankd_work** work) {
-  return Guarded("rankd_all_reduce_sum", [&]() -> rankd_status* {
+  return GuardedCall("rankd_all_reduce_sum", session, [&]() -> rankd_status* {
     constexpr char kFn[] = "rankd_all_reduce_sum";
     if (session != nullptr && session->state->nccl != nullptr) {
       return rankd::capi::internal::NcclAllReduceSum(session, group, input,
@@ -529,7 +544,7 @@ rankd_status* rankd_all_gather(rankd_session* session, uint32_t group,
                                const rankd_tensor* input,
                                const rankd_tensor* output, void* stream,
                                rankd_work** work) {
-  return Guarded("rankd_all_gather", [&]() -> rankd_status* {
+  return GuardedCall("rankd_all_gather", session, [&]() -> rankd_status* {
     constexpr char kFn[] = "rankd_all_gather";
     if (session != nullptr && session->state->nccl != nullptr) {
       return rankd::capi::internal::NcclAllGather(session, group, input, output,
@@ -551,7 +566,7 @@ rankd_status* rankd_all_to_all_v(rankd_session* session, uint32_t group,
                                  const size_t* receive_counts, size_t members,
                                  const rankd_tensor* output, void* stream,
                                  rankd_work** work) {
-  return Guarded("rankd_all_to_all_v", [&]() -> rankd_status* {
+  return GuardedCall("rankd_all_to_all_v", session, [&]() -> rankd_status* {
     constexpr char kFn[] = "rankd_all_to_all_v";
     // The counts are checked here for both backends.
     if (members > 0 && send_counts == nullptr) {
@@ -581,7 +596,7 @@ rankd_status* rankd_all_to_all_v(rankd_session* session, uint32_t group,
 rankd_status* rankd_send(rankd_session* session, uint32_t group, size_t peer,
                          const rankd_tensor* input, void* stream,
                          rankd_work** work) {
-  return Guarded("rankd_send", [&]() -> rankd_status* {
+  return GuardedCall("rankd_send", session, [&]() -> rankd_status* {
     constexpr char kFn[] = "rankd_send";
     if (session != nullptr && session->state->nccl != nullptr) {
       return rankd::capi::internal::NcclSend(session, group, peer, input,
@@ -601,7 +616,7 @@ rankd_status* rankd_send(rankd_session* session, uint32_t group, size_t peer,
 rankd_status* rankd_receive(rankd_session* session, uint32_t group, size_t peer,
                             const rankd_tensor* output, void* stream,
                             rankd_work** work) {
-  return Guarded("rankd_receive", [&]() -> rankd_status* {
+  return GuardedCall("rankd_receive", session, [&]() -> rankd_status* {
     constexpr char kFn[] = "rankd_receive";
     if (session != nullptr && session->state->nccl != nullptr) {
       return rankd::capi::internal::NcclReceive(session, group, peer, output,
@@ -624,53 +639,56 @@ rankd_status* rankd_batch_send_receive(rankd_session* session, uint32_t group,
                                        const rankd_peer_tensor* receives,
                                        size_t receive_count, void* stream,
                                        rankd_work** work) {
-  return Guarded("rankd_batch_send_receive", [&]() -> rankd_status* {
-    constexpr char kFn[] = "rankd_batch_send_receive";
-    if (session != nullptr && session->state->nccl != nullptr) {
-      return rankd::capi::internal::NcclBatchSendReceive(
-          session, group, sends, send_count, receives, receive_count, stream,
-          work);
-    }
-    if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
-      return ToC(s);
-    }
-    if (send_count > 0 && sends == nullptr) return NullArgument(kFn, "sends");
-    if (receive_count > 0 && receives == nullptr) {
-      return NullArgument(kFn, "receives");
-    }
-    // The session checks the batch's size, peers and shared outputs; these
-    // bounds only keep the copies below from growing without limit first.
-    if (send_count > rankd::dataplane::kMaxBatchTransfers ||
-        receive_count > rankd::dataplane::kMaxBatchTransfers) {
-      return Error(
-          absl::StatusCode::kInvalidArgument, kFn,
-          absl::StrCat("a batch holds at most ",
-                       rankd::dataplane::kMaxBatchTransfers, " transfers; got ",
-                       send_count, " sends and ", receive_count, " receives"));
-    }
-    std::vector<PeerValue<HostTensor>> send_values, receive_values;
-    for (size_t i = 0; i < send_count; ++i) {
-      auto in = CopyIn(&sends[i].tensor, kFn, absl::StrCat("sends[", i, "]"));
-      if (!in.ok()) return ToC(in.status());
-      send_values.push_back({sends[i].peer, *std::move(in)});
-    }
-    for (size_t i = 0; i < receive_count; ++i) {
-      auto out = OutputLike(&receives[i].tensor, kFn,
-                            absl::StrCat("receives[", i, "]"));
-      if (!out.ok()) return ToC(out.status());
-      receive_values.push_back({receives[i].peer, *std::move(out)});
-    }
-    auto submitted = session->state->gloo->BatchSendReceive(
-        ScopeOf(group), send_values, receive_values);
-    if (!submitted.ok()) return ToC(submitted.status());
-    std::vector<rankd_work::Delivery> deliveries;
-    for (size_t i = 0; i < receive_count; ++i) {
-      deliveries.push_back(
-          {std::move(submitted->output[i]), receives[i].tensor.data});
-    }
-    return HandOut(session, std::move(submitted->completion),
-                   std::move(deliveries), work);
-  });
+  return GuardedCall(
+      "rankd_batch_send_receive", session, [&]() -> rankd_status* {
+        constexpr char kFn[] = "rankd_batch_send_receive";
+        if (session != nullptr && session->state->nccl != nullptr) {
+          return rankd::capi::internal::NcclBatchSendReceive(
+              session, group, sends, send_count, receives, receive_count,
+              stream, work);
+        }
+        if (absl::Status s = CheckCall(session, stream, work, kFn); !s.ok()) {
+          return ToC(s);
+        }
+        if (send_count > 0 && sends == nullptr)
+          return NullArgument(kFn, "sends");
+        if (receive_count > 0 && receives == nullptr) {
+          return NullArgument(kFn, "receives");
+        }
+        // The session checks the batch's size, peers and shared outputs; these
+        // bounds only keep the copies below from growing without limit first.
+        if (send_count > rankd::dataplane::kMaxBatchTransfers ||
+            receive_count > rankd::dataplane::kMaxBatchTransfers) {
+          return Error(absl::StatusCode::kInvalidArgument, kFn,
+                       absl::StrCat("a batch holds at most ",
+                                    rankd::dataplane::kMaxBatchTransfers,
+                                    " transfers; got ", send_count,
+                                    " sends and ", receive_count, " receives"));
+        }
+        std::vector<PeerValue<HostTensor>> send_values, receive_values;
+        for (size_t i = 0; i < send_count; ++i) {
+          auto in =
+              CopyIn(&sends[i].tensor, kFn, absl::StrCat("sends[", i, "]"));
+          if (!in.ok()) return ToC(in.status());
+          send_values.push_back({sends[i].peer, *std::move(in)});
+        }
+        for (size_t i = 0; i < receive_count; ++i) {
+          auto out = OutputLike(&receives[i].tensor, kFn,
+                                absl::StrCat("receives[", i, "]"));
+          if (!out.ok()) return ToC(out.status());
+          receive_values.push_back({receives[i].peer, *std::move(out)});
+        }
+        auto submitted = session->state->gloo->BatchSendReceive(
+            ScopeOf(group), send_values, receive_values);
+        if (!submitted.ok()) return ToC(submitted.status());
+        std::vector<rankd_work::Delivery> deliveries;
+        for (size_t i = 0; i < receive_count; ++i) {
+          deliveries.push_back(
+              {std::move(submitted->output[i]), receives[i].tensor.data});
+        }
+        return HandOut(session, std::move(submitted->completion),
+                       std::move(deliveries), work);
+      });
 }
 
 int rankd_work_is_complete(rankd_work* work) {

@@ -58,13 +58,14 @@ absl::Status CheckCause(const rankd_session* session, int32_t code,
 
 using rankd::capi::internal::CheckCause;
 using rankd::capi::internal::Guarded;
+using rankd::capi::internal::GuardedCall;
 using rankd::capi::internal::ToC;
 
 extern "C" {
 
 rankd_status* rankd_session_poison(rankd_session* session, int32_t code,
                                    const char* message) {
-  return Guarded("rankd_session_poison", [&]() -> rankd_status* {
+  return GuardedCall("rankd_session_poison", session, [&]() -> rankd_status* {
     constexpr char kFn[] = "rankd_session_poison";
     if (absl::Status s = CheckCause(session, code, message, kFn); !s.ok()) {
       return ToC(s);
@@ -77,7 +78,7 @@ rankd_status* rankd_session_poison(rankd_session* session, int32_t code,
 
 rankd_status* rankd_session_abort(rankd_session* session, int32_t code,
                                   const char* message) {
-  return Guarded("rankd_session_abort", [&]() -> rankd_status* {
+  return GuardedCall("rankd_session_abort", session, [&]() -> rankd_status* {
     constexpr char kFn[] = "rankd_session_abort";
     if (absl::Status s = CheckCause(session, code, message, kFn); !s.ok()) {
       return ToC(s);
@@ -89,17 +90,18 @@ rankd_status* rankd_session_abort(rankd_session* session, int32_t code,
 }
 
 rankd_status* rankd_session_poison_status(const rankd_session* session) {
-  return Guarded("rankd_session_poison_status", [&]() -> rankd_status* {
-    constexpr char kFn[] = "rankd_session_poison_status";
-    if (session == nullptr) {
-      return rankd::capi::internal::NullArgument(kFn, "session");
-    }
-    const rankd::capi::internal::SessionState& state = *session->state;
-    if (state.gloo == nullptr && state.nccl == nullptr) {
-      return ToC(rankd::capi::internal::Gone(state, kFn));
-    }
-    return ToC(state.poison());
-  });
+  return GuardedCall(
+      "rankd_session_poison_status", session, [&]() -> rankd_status* {
+        constexpr char kFn[] = "rankd_session_poison_status";
+        if (session == nullptr) {
+          return rankd::capi::internal::NullArgument(kFn, "session");
+        }
+        const rankd::capi::internal::SessionState& state = *session->state;
+        if (state.gloo == nullptr && state.nccl == nullptr) {
+          return ToC(rankd::capi::internal::Gone(state, kFn));
+        }
+        return ToC(state.poison());
+      });
 }
 
 }  // extern "C"

@@ -79,6 +79,13 @@ rankd_status* Unexpected(const char* function, const char* what) noexcept {
   }
 }
 
+absl::Status ReformInProgress(const char* function) {
+  return absl::FailedPreconditionError(
+      absl::StrCat(function,
+                   ": the session is being re-formed (rankd_session_reform "
+                   "on another thread); call again once that returned"));
+}
+
 rankd_status* AsWaitTimeout(rankd_status* status) {
   status->wait_timeout = true;
   return status;

@@ -12,6 +12,7 @@
 #ifndef RANKD_CAPI_INTERNAL_HANDLES_H_
 #define RANKD_CAPI_INTERNAL_HANDLES_H_
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -152,8 +153,54 @@ struct rankd_rank {
 };
 
 struct rankd_session {
+  // Replaced only by rankd_session_reform, holding `use` exclusively.
   std::shared_ptr<rankd::capi::internal::SessionState> state;
+  // Held shared by every other call on the session for its duration, taken
+  // without waiting (GuardedCall); held exclusively by rankd_session_reform,
+  // so that a call on another thread is refused instead of racing with the
+  // ended session's teardown.
+  mutable absl::Mutex use;
+  // Set while rankd_session_reform runs: a second one is refused.
+  std::atomic<bool> reforming{false};
+  // RANKD_BACKEND_GLOO or RANKD_BACKEND_NCCL, for the session's life (a
+  // re-formed session keeps its backend).
+  int32_t backend = 0;
 };
+
+namespace rankd::capi::internal {
+
+// The refusal of a call made while rankd_session_reform runs on another
+// thread: FAILED_PRECONDITION naming `function`.
+absl::Status ReformInProgress(const char* function);
+
+// Runs `body` holding `session.use` shared, or refuses without running it
+// (GuardedCall). The analysis cannot follow a lock released by a guard on
+// the exception path.
+template <typename Body>
+rankd_status* RunSharing(const rankd_session& session, const char* function,
+                         Body& body) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (!session.use.ReaderTryLock()) return ToC(ReformInProgress(function));
+  struct Release {
+    absl::Mutex& mu;
+    ~Release() { mu.ReaderUnlock(); }
+  } release{session.use};
+  return body();
+}
+
+// Guarded, for a call on `session`: runs `body` sharing the session with
+// other calls, or returns ReformInProgress without running it while
+// rankd_session_reform holds the session. Never waits. A NULL session runs
+// `body` as is (it reports the NULL).
+template <typename Body>
+rankd_status* GuardedCall(const char* function, const rankd_session* session,
+                          Body&& body) noexcept {
+  return Guarded(function, [&]() -> rankd_status* {
+    if (session == nullptr) return body();
+    return RunSharing(*session, function, body);
+  });
+}
+
+}  // namespace rankd::capi::internal
 
 struct rankd_pending_words {
   std::shared_ptr<rankd::capi::internal::RankState> rank;

@@ -459,7 +459,9 @@ class Session:
         epoch's session with the same options (NCCL: the same device).
         Arrays and tensors the caller owns (its weights) are untouched.
         Every rank must re-form (the replacement: open) its sessions in the
-        same order.
+        same order. Meanwhile, calls on this session from other threads
+        (a second reform included) raise FailedPreconditionError ("the
+        session is being re-formed") at once.
 
         Raises InvalidArgumentError for a timeout that is not positive,
         DeadlineExceededError naming the epoch when the world was not whole

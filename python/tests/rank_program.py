@@ -666,12 +666,60 @@ def poison(rank):
     print(f"PY POISON {r} OK", flush=True)
 
 
+def reform_busy(rank):
+    """Session.reform on one thread while another uses the session: the
+    other calls are refused, never run against the ended session's
+    teardown (rankd.h, rankd_session_reform)."""
+    assert rank.world_size == 2, rank
+    r = rank.rank
+    x = np.array([1, 2], np.float32)
+    session = rank.open_session(op_timeout=30)
+    assert session.all_reduce_sum(x).wait().tolist() == [2, 4]
+    rank.all_gather_words([r], timeout=30)  # both summed before reforming
+    outcome = []
+
+    def reform():
+        # The job is healthy: after `timeout` without a loss notice, the
+        # re-form gives up with FAILED_PRECONDITION.
+        start = time.monotonic()
+        try:
+            session.reform(timeout=2)
+        except rankd.FailedPreconditionError as e:
+            outcome.append(("refused", time.monotonic() - start, str(e)))
+        else:
+            outcome.append(("reformed", time.monotonic() - start, ""))
+
+    thread = threading.Thread(target=reform)
+    thread.start()
+    time.sleep(0.5)  # the re-form waits 2 s for a loss notice
+    e = expect_raises(rankd.FailedPreconditionError,
+                      "the session is being re-formed", session.all_reduce_sum,
+                      x)
+    print(f"BUSY {e}", flush=True)
+    expect_raises(rankd.FailedPreconditionError,
+                  "the session is being re-formed already", session.reform,
+                  timeout=5)
+    expect_raises(rankd.FailedPreconditionError,
+                  "the session is being re-formed", session.poison,
+                  rankd.UnavailableError("drained"))
+    thread.join(30)
+    assert not thread.is_alive()
+    assert len(outcome) == 1 and outcome[0][0] == "refused", outcome
+    # After the failed re-form the session is gone, and says so.
+    expect_raises(rankd.FailedPreconditionError, "the session is gone",
+                  session.all_reduce_sum, x)
+    session.close()
+    rank.all_gather_words([r], timeout=30)
+    print(f"PY REFORM BUSY {r} OK", flush=True)
+
+
 def main():
     scenario = sys.argv[1]
     with rankd.join() as rank:
         {"ops": ops, "lost": lost, "nccl": nccl, "torch": torch_ops,
          "empty": empty, "narrowed": narrowed, "rejoin": rejoin,
-         "domain_view": domain_view, "poison": poison}[scenario](rank)
+         "domain_view": domain_view, "poison": poison,
+         "reform_busy": reform_busy}[scenario](rank)
 
 
 if __name__ == "__main__":

@@ -124,6 +124,19 @@ def test_poison_refuses_with_the_cause_and_abort_ends_pending_work():
         results[0][1]
 
 
+def test_calls_during_a_reform_on_another_thread_are_refused():
+    flags = ["--recovery=on", "--recovery_deadline_ms=60000"]
+    with LocalJob("py-reform-busy", 1, 2, daemon_flags=flags) as job:
+        results = job.run_ranks(PROGRAM, "reform_busy", env=_env(),
+                                timeout=60)
+    for r, (code, output) in enumerate(results):
+        assert code == 0, f"rank {r}:\n{output}"
+        assert f"PY REFORM BUSY {r} OK" in output, output
+        assert "BUSY FAILED_PRECONDITION: rankd_all_reduce_sum: the session " \
+            "is being re-formed (rankd_session_reform on another thread)" \
+            in output, output
+
+
 def test_poison_causes_are_read_as_codes():
     assert rankd.errors.code_of(rankd.AbortedError("m")) == 10
     assert rankd.errors.code_of(rankd.UnavailableError) == 14

@@ -556,8 +556,12 @@ RANKD_EXPORT void rankd_session_free(rankd_session* session);
  * be whole again, then opens the new epoch's session with the same options
  * on the same backend (NCCL: the same device, a new session stream).
  * Buffers the caller owns (its weights) are untouched. Every rank must
- * re-form (the replacement: open) its sessions in the same order. Do not
- * use the session from another thread meanwhile.
+ * re-form (the replacement: open) its sessions in the same order. It waits
+ * for calls on the session already running on other threads (submissions:
+ * short); calls made meanwhile on other threads, a second
+ * rankd_session_reform included, return FAILED_PRECONDITION ("the session
+ * is being re-formed") at once and do nothing (rankd_session_supports_group
+ * returns 0); works already submitted are not held by this.
  * INVALID_ARGUMENT for a NULL session or a timeout that is not positive and
  * finite; FAILED_PRECONDITION when the job is still healthy at the ended
  * epoch (nothing was lost, so there is no later epoch: a session poisoned
