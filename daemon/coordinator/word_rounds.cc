@@ -203,9 +203,11 @@ void WordRounds::ContributeShared(uint64_t number,
     }
     // A frame of a domain outside the round first: that names the cause
     // (recovering, or before its entry round) better than the round's state.
+    uint64_t entry_round = 0;  // the latest entry among the frames' domains
     for (const auto& f : frames) {
       if (!rejected.ok() || !by_domain_) break;
       const uint32_t d = DomainOfRank(f.rank());
+      entry_round = std::max(entry_round, domains_[d].entry_round);
       if (ServesInLocked(d, number)) continue;
       rejected = absl::FailedPreconditionError(
           domains_[d].serving
@@ -224,7 +226,9 @@ void WordRounds::ContributeShared(uint64_t number,
                              ": its ranks take part in world rounds again "
                              "once it is whole"));
     }
-    if (rejected.ok()) rejected = CheckAcceptsLocked(number, epoch);
+    if (rejected.ok()) {
+      rejected = CheckAcceptsLocked(number, epoch, entry_round);
+    }
     if (rejected.ok()) {
       auto [it, inserted] = open_.try_emplace(number);
       Round& round = it->second;
@@ -299,8 +303,8 @@ void WordRounds::ContributeShared(uint64_t number,
   if (!rejected.ok()) return done(rejected);
 }
 
-absl::Status WordRounds::CheckAcceptsLocked(uint64_t number,
-                                            uint64_t epoch) const {
+absl::Status WordRounds::CheckAcceptsLocked(uint64_t number, uint64_t epoch,
+                                            uint64_t entry_round) const {
   if (!failure_.ok()) return failure_;
   // By domain, the epoch counter moves at every domain's loss and a later
   // one is a loss LoseDomain is about to apply (ContributeShared handles
@@ -322,10 +326,17 @@ absl::Status WordRounds::CheckAcceptsLocked(uint64_t number,
         "rank and this one was sent twice or out of order"));
   }
   uint64_t base = open_.empty() ? completed_ : open_.begin()->first - 1;
+  // A domain that re-entered counts its window from its entry round, which
+  // was picked past every round admitted: up to a full window past the
+  // oldest open round, when a serving rank ran that far ahead of another.
+  const bool from_entry = entry_round > base + 1;
+  if (from_entry) base = entry_round - 1;
   if (number > base + kMaxOpenRounds) {
     return absl::FailedPreconditionError(absl::StrCat(
         "all_gather_words round ", number, " is more than ", kMaxOpenRounds,
-        " rounds ahead of round ", base + 1, ", the oldest one still open"));
+        " rounds ahead of round ", base + 1,
+        from_entry ? ", the round its domain re-entered world rounds at"
+                   : ", the oldest one still open"));
   }
   return absl::OkStatus();
 }

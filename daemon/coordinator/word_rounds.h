@@ -44,7 +44,10 @@ class WordRounds {
   // Largest frame one rank may send in one round (smaller in worlds too
   // large for that: common/limits.h MaxFrameWords).
   static constexpr uint32_t kMaxWordsPerRank = kMaxFrameWords;
-  // Rounds may run ahead of the oldest open round by at most this many.
+  // Rounds may run ahead of the oldest open round by at most this many; a
+  // domain's ranks, after it re-entered (AdmitDomain), as many ahead of its
+  // entry round, when that is later. So at most this many rounds are open
+  // per domain re-entered since the last loss, and one more window.
   static constexpr uint64_t kMaxOpenRounds = 64;
 
   // What one contribution came to: the round's result, or an error (the
@@ -234,8 +237,10 @@ class WordRounds {
   void FailOpenLocked(const absl::Status& cause,
                       std::map<uint64_t, std::vector<Contributor>>* failed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // OK when `number` may receive contributions.
-  absl::Status CheckAcceptsLocked(uint64_t number, uint64_t epoch) const
+  // OK when `number` may receive contributions from ranks whose domains
+  // entered world rounds at `entry_round` at the latest (0 or 1: never left).
+  absl::Status CheckAcceptsLocked(uint64_t number, uint64_t epoch,
+                                  uint64_t entry_round) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RememberFailureLocked(uint64_t number, absl::Status status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -675,6 +675,44 @@ TEST_F(DomainRoundsTest, ARecoveredDomainReentersAtItsEntryRound) {
             (std::vector<std::pair<uint32_t, uint64_t>>{{0, 1}, {1, 2}}));
 }
 
+TEST_F(DomainRoundsTest, ADomainEntersBeyondTheWindowOfTheOldestOpenRound) {
+  // While domain 1 recovers, rank 0 runs the full window ahead (rounds
+  // 1..64 open) and rank 1 has sent none: the entry round past every round
+  // admitted is 65, more than the window past round 1, the oldest open.
+  ASSERT_TRUE(
+      rounds_->LoseDomain(1, 2, absl::AbortedError("rank 2 lost")).ok());
+  const uint64_t window = WordRounds::kMaxOpenRounds;
+  std::vector<std::shared_ptr<Outcome>> ahead;
+  for (uint64_t n = 1; n <= window; ++n) {
+    ahead.push_back(ContributeAt(2, n, {{0, {static_cast<uint32_t>(n)}}}));
+  }
+  const uint64_t entry = window + 1;
+  ASSERT_TRUE(rounds_->AdmitDomain(1, 2, entry).ok());
+  // The entering domain's first rounds are taken (its own window starts at
+  // its entry round), not refused as too far ahead of round 1.
+  auto entered = ContributeAt(2, entry, {{2, {100}}, {3, {101}}});
+  auto next = ContributeAt(2, entry + 1, {{2, {102}}, {3, {103}}});
+  EXPECT_FALSE(entered->Ready()) << entered->status();
+  EXPECT_FALSE(next->Ready()) << next->status();
+  // Far beyond its own window is still refused.
+  auto far = ContributeAt(2, entry + window, {{2, {1}}});
+  ASSERT_TRUE(far->Ready());
+  EXPECT_STATUS(far->status(), absl::StatusCode::kFailedPrecondition,
+                "rounds ahead of round 65");
+  // Rank 1 catches up; rank 0 sends the entry round: it completes over
+  // both domains.
+  for (uint64_t n = 1; n <= window; ++n) {
+    ContributeAt(2, n, {{1, {static_cast<uint32_t>(n)}}});
+  }
+  for (auto& o : ahead) ASSERT_TRUE(o->Wait() && o->value.ok()) << o->status();
+  auto mine = ContributeAt(2, entry, {{0, {98}}, {1, {99}}});
+  ASSERT_TRUE(mine->Wait() && entered->Wait());
+  ASSERT_TRUE(entered->value.ok()) << entered->status();
+  EXPECT_EQ(Words(*entered->value), (std::vector<uint32_t>{98, 99, 100, 101}));
+  EXPECT_EQ(View(*entered->value),
+            (std::vector<std::pair<uint32_t, uint64_t>>{{0, 1}, {1, 2}}));
+}
+
 TEST_F(DomainRoundsTest, AContributionAdmittedBeforeALossFailsItsRound) {
   ASSERT_TRUE(
       rounds_->LoseDomain(1, 2, absl::AbortedError("rank 2 lost")).ok());
