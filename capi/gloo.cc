@@ -424,18 +424,16 @@ rankd_status* rankd_session_reform(rankd_session* session,
     auto timeout = rankd::capi::internal::ToDuration(timeout_seconds, kFn,
                                                      "timeout_seconds");
     if (!timeout.ok()) return ToC(timeout.status());
-    if (session->reforming.exchange(true)) {
+    if (!session->gate.Close()) {
       return Error(absl::StatusCode::kFailedPrecondition, kFn,
                    "the session is being re-formed already (on another "
                    "thread)");
     }
-    struct Reformed {
-      rankd_session& session;
-      ~Reformed() { session.reforming = false; }
-    } reformed_at_exit{*session};
-    // Waits for calls already in progress (a submission: short); calls
-    // from now on are refused until this returns (GuardedCall).
-    absl::MutexLock exclusive(&session->use);
+    // Calls from now on are refused until this returns (GuardedCall).
+    struct Reopen {
+      rankd::capi::internal::ReformGate& gate;
+      ~Reopen() { gate.Reopen(); }
+    } reopen{session->gate};
     std::shared_ptr<rankd::capi::internal::SessionState>& state =
         session->state;
     if (state->gloo == nullptr && state->nccl == nullptr) {
@@ -502,10 +500,10 @@ rankd_status* rankd_session_capabilities(const rankd_session* session,
 }
 
 int rankd_session_supports_group(const rankd_session* session, uint32_t group) {
-  if (session == nullptr || !session->use.ReaderTryLock()) return 0;
+  if (session == nullptr || !session->gate.Enter()) return 0;
   const rankd::dataplane::DistributedCapabilities caps =
       session->state->capabilities();
-  session->use.ReaderUnlock();
+  session->gate.Leave();
   if (group == RANKD_WORLD_GROUP) return caps.world_collectives ? 1 : 0;
   return caps.collective_groups.count(group) > 0 ? 1 : 0;
 }

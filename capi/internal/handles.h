@@ -12,7 +12,6 @@
 #ifndef RANKD_CAPI_INTERNAL_HANDLES_H_
 #define RANKD_CAPI_INTERNAL_HANDLES_H_
 
-#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -25,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "capi/internal/reform_gate.h"
 #include "client/client.h"
 #include "dataplane/capabilities.h"
 #include "dataplane/collective_scope.h"
@@ -153,15 +153,13 @@ struct rankd_rank {
 };
 
 struct rankd_session {
-  // Replaced only by rankd_session_reform, holding `use` exclusively.
+  // Replaced only by rankd_session_reform, holding `gate` closed.
   std::shared_ptr<rankd::capi::internal::SessionState> state;
-  // Held shared by every other call on the session for its duration, taken
-  // without waiting (GuardedCall); held exclusively by rankd_session_reform,
-  // so that a call on another thread is refused instead of racing with the
-  // ended session's teardown.
-  mutable absl::Mutex use;
-  // Set while rankd_session_reform runs: a second one is refused.
-  std::atomic<bool> reforming{false};
+  // Every other call on the session enters it for its duration
+  // (GuardedCall); rankd_session_reform closes it, so that a call on
+  // another thread is refused instead of racing with the ended session's
+  // teardown.
+  mutable rankd::capi::internal::ReformGate gate;
   // RANKD_BACKEND_GLOO or RANKD_BACKEND_NCCL, for the session's life (a
   // re-formed session keeps its backend).
   int32_t backend = 0;
@@ -173,22 +171,8 @@ namespace rankd::capi::internal {
 // thread: FAILED_PRECONDITION naming `function`.
 absl::Status ReformInProgress(const char* function);
 
-// Runs `body` holding `session.use` shared, or refuses without running it
-// (GuardedCall). The analysis cannot follow a lock released by a guard on
-// the exception path.
-template <typename Body>
-rankd_status* RunSharing(const rankd_session& session, const char* function,
-                         Body& body) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  if (!session.use.ReaderTryLock()) return ToC(ReformInProgress(function));
-  struct Release {
-    absl::Mutex& mu;
-    ~Release() { mu.ReaderUnlock(); }
-  } release{session.use};
-  return body();
-}
-
-// Guarded, for a call on `session`: runs `body` sharing the session with
-// other calls, or returns ReformInProgress without running it while
+// Guarded, for a call on `session`: runs `body` admitted by the session's
+// gate, or returns ReformInProgress without running it while
 // rankd_session_reform holds the session. Never waits. A NULL session runs
 // `body` as is (it reports the NULL).
 template <typename Body>
@@ -196,7 +180,12 @@ rankd_status* GuardedCall(const char* function, const rankd_session* session,
                           Body&& body) noexcept {
   return Guarded(function, [&]() -> rankd_status* {
     if (session == nullptr) return body();
-    return RunSharing(*session, function, body);
+    if (!session->gate.Enter()) return ToC(ReformInProgress(function));
+    struct Leave {
+      ReformGate& gate;
+      ~Leave() { gate.Leave(); }
+    } leave{session->gate};
+    return body();
   });
 }
 
