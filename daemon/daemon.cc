@@ -24,6 +24,7 @@
 #include "common/monotonic_clock.h"
 #include "common/round_slots.h"
 #include "daemon/coordinator/event_log.h"
+#include "daemon/descriptor_limit.h"
 #include "daemon/log.h"
 #include "daemon/node/remote_coordinator.h"
 #include "daemon/transport/security.h"
@@ -543,8 +544,11 @@ absl::Status Daemon::StartRoundLink() {
       metrics->ObserveRpc(method, code, elapsed);
     };
   }
+  RoundLinkServer::Limits limits;
+  limits.max_handshakes = std::min<size_t>(RoundLinkHandshakes(config_),
+                                           RoundLinkServer::kMaxHandshakes);
   auto server = RoundLinkServer::Start(listen->host, config_.round_link_port,
-                                       std::move(handlers));
+                                       std::move(handlers), limits);
   if (!server.ok()) {
     return absl::UnavailableError(absl::StrCat(
         server.status().message(), " (--round_link_port=off serves none)"));

@@ -13,8 +13,12 @@ namespace rankd {
 
 uint64_t OtherDescriptors(const DaemonConfig& config) {
   return uint64_t{config.network.metrics_max_connections} + 1 +
-         4 * uint64_t{config.nnodes} + 4 * uint64_t{config.nproc_per_node} +
-         256;
+         4 * uint64_t{config.nnodes} + RoundLinkHandshakes(config) +
+         4 * uint64_t{config.nproc_per_node} + 256;
+}
+
+uint32_t RoundLinkHandshakes(const DaemonConfig& config) {
+  return 2 * config.nnodes + 16;
 }
 
 uint32_t MinTcpConnections(const DaemonConfig& config) {

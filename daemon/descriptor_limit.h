@@ -32,9 +32,15 @@ constexpr uint64_t TcpListenerDescriptors(uint32_t max_tcp_connections) {
 
 // Descriptors the daemon holds besides the TCP listener's connections: the
 // metrics endpoint's connections, four per node (round link, peer
-// channels), four per local rank (Unix socket connections), and 256 for
-// files, listening sockets and gRPC's own.
+// channels), the round link's handshakes (RoundLinkHandshakes), four per
+// local rank (Unix socket connections), and 256 for files, listening
+// sockets and gRPC's own.
 uint64_t OtherDescriptors(const DaemonConfig& config);
+
+// Round link connections in their handshake at once on the coordinator
+// (RoundLinkServer::Limits): two per node, as the TCP listener's minimum,
+// and room for a node reconnecting while probes knock.
+uint32_t RoundLinkHandshakes(const DaemonConfig& config);
 
 // The fewest TCP connections a job needs: two per node and room for
 // operators and probes.

@@ -27,8 +27,9 @@ DaemonConfig Config(uint32_t max_tcp_connections) {
 TEST(DescriptorLimitTest, RaisesTheSoftLimitToWhatTheLimitsNeed) {
   const DaemonConfig c = Config(256);
   const uint64_t needed = TcpListenerDescriptors(256) + OtherDescriptors(c);
-  // 2 x 256 + 64 + 8 for the listener; metrics 65, nodes 16, ranks 32, 256.
-  EXPECT_EQ(needed, 584u + 65 + 16 + 32 + 256);
+  // 2 x 256 + 64 + 8 for the listener; metrics 65, nodes 16, the round
+  // link's handshakes 2 x 4 + 16, ranks 32, 256.
+  EXPECT_EQ(needed, 584u + 65 + 16 + 24 + 32 + 256);
   auto plan = PlanDescriptors(c, /*soft=*/64, /*hard=*/4096);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->needed, needed);

@@ -3,6 +3,7 @@
 // raw sockets playing a misbehaving node.
 #include "daemon/node/round_link.h"
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/resource.h>
@@ -15,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -397,8 +399,18 @@ TEST(RoundLinkTest, OverdueRoundsFailNamingTheRound) {
 // A raw TCP client speaking (or not) the protocol.
 class RawNode {
  public:
-  explicit RawNode(int port) {
+  // Connects to the server on loopback; from `source` (another loopback
+  // address, "127.0.0.2": another address group) when given.
+  explicit RawNode(int port, const char* source = nullptr) {
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (source != nullptr) {
+      sockaddr_in from{};
+      from.sin_family = AF_INET;
+      ::inet_pton(AF_INET, source, &from.sin_addr);
+      EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof(from)),
+                0)
+          << source;
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(static_cast<uint16_t>(port));
@@ -422,6 +434,9 @@ class RawNode {
   }
   ~RawNode() { ::close(fd_); }
   bool connected() const { return connected_; }
+  int fd() const { return fd_; }
+  // Ends both directions (a sender blocked in send returns).
+  void Shutdown() { ::shutdown(fd_, SHUT_RDWR); }
 
   void Send(const std::string& bytes) {
     ASSERT_EQ(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL),
@@ -656,6 +671,125 @@ TEST(RoundLinkTest, SilentConnectionsNeitherWaitUngreetedNorKeepANodeOut) {
   EXPECT_GE(MonotonicNow() - start,
             kRoundLinkHandshakeTimeout - absl::Seconds(1));
   EXPECT_EQ(server->open_links(), 1u);
+}
+
+// Handshakes are bounded per address group: one more from an address at
+// its bound closes that address's oldest, never another address's.
+TEST(RoundLinkTest, OneAddressHoldsAtMostItsShareOfHandshakes) {
+  FakeCoordinator coordinator;
+  RoundLinkServer::Limits limits;
+  limits.max_handshakes = 64;
+  limits.max_handshakes_per_address = 3;
+  auto server =
+      RoundLinkServer::Start("127.0.0.1", 0, coordinator.Handlers(), limits);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  std::vector<std::unique_ptr<RawNode>> flood;
+  for (int i = 0; i < 4; ++i) {
+    flood.push_back(std::make_unique<RawNode>(port, "127.0.0.2"));
+    ASSERT_TRUE(flood.back()->connected());
+    ASSERT_TRUE(flood.back()->ReadFrame().has_value()) << i;  // greeted
+  }
+  RawNode other(port, "127.0.0.3");
+  ASSERT_TRUE(other.ReadFrame().has_value());
+  // The fourth from 127.0.0.2 closed that address's first.
+  EXPECT_TRUE(flood[0]->ClosedByPeer());
+  for (int i = 1; i < 4; ++i) {
+    EXPECT_FALSE(flood[i]->Readable(absl::Milliseconds(50))) << i;
+  }
+  EXPECT_FALSE(other.Readable(absl::Milliseconds(50)));
+  // A node from a third address opens its link.
+  RoundLink link(LinkOptions(port));
+  EXPECT_TRUE(link.WaitOpen(absl::Seconds(4)).ok());
+  EXPECT_FALSE(other.Readable(absl::Milliseconds(50)));
+}
+
+// At the bound on all handshakes, the address group holding the most
+// makes room, so many connections from a few addresses cannot push out a
+// node's handshake or another address's.
+TEST(RoundLinkTest, AtTheHandshakeBoundTheBusiestAddressMakesRoom) {
+  FakeCoordinator coordinator;
+  RoundLinkServer::Limits limits;
+  limits.max_handshakes = 4;
+  limits.max_handshakes_per_address = 8;
+  auto server =
+      RoundLinkServer::Start("127.0.0.1", 0, coordinator.Handlers(), limits);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  RawNode lone(port, "127.0.0.3");
+  ASSERT_TRUE(lone.ReadFrame().has_value());
+  std::vector<std::unique_ptr<RawNode>> busy;
+  for (int i = 0; i < 3; ++i) {
+    busy.push_back(std::make_unique<RawNode>(port, "127.0.0.2"));
+    ASSERT_TRUE(busy.back()->ReadFrame().has_value()) << i;
+  }
+  // Full: a node's connection (127.0.0.1) closes 127.0.0.2's oldest, not
+  // the older handshake of 127.0.0.3.
+  RoundLink link(LinkOptions(port));
+  EXPECT_TRUE(link.WaitOpen(absl::Seconds(4)).ok());
+  EXPECT_TRUE(busy[0]->ClosedByPeer());
+  EXPECT_FALSE(lone.Readable(absl::Milliseconds(50)));
+  EXPECT_FALSE(busy[1]->Readable(absl::Milliseconds(50)));
+  EXPECT_EQ((*server)->open_links(), 1u);
+}
+
+// A node that sends without pause (cheap cancel frames, faster than they
+// are handled) gets at most kMaxReadBytesPerWake read per turn: another
+// node's round is answered meanwhile. (Read until EAGAIN, the flood kept
+// the server's thread to itself.)
+TEST(RoundLinkTest, ANodeSendingWithoutPauseCannotKeepTheThreadToItself) {
+  FakeCoordinator coordinator;
+  auto server =
+      RoundLinkServer::Start("127.0.0.1", 0, OpenHandlers(coordinator));
+  ASSERT_TRUE(server.ok()) << server.status();
+  RawNode node((*server)->port());
+  ASSERT_EQ(node.Hello(1).code(), 0);
+  RawNode flooder((*server)->port());
+  ASSERT_EQ(flooder.Hello(2).code(), 0);
+  v1::KvLinkCancel cancel;
+  cancel.set_id(12345);  // never in flight: nothing to cancel
+  const std::string one = RoundLinkTypedFrame(RoundLinkFrameType::kKvCancel,
+                                              cancel.SerializeAsString());
+  std::string batch;
+  while (batch.size() < (1 << 20)) batch += one;
+  std::atomic<bool> stop{false};
+  std::thread flood([&] {
+    while (!stop) {
+      if (::send(flooder.fd(), batch.data(), batch.size(), MSG_NOSIGNAL) < 0) {
+        return;
+      }
+    }
+  });
+  absl::SleepFor(absl::Milliseconds(300));  // the flood under way
+  v1::ContributeWordsRequest request = Contribution(1, 1, 5);
+  request.set_tag(9);
+  node.SendTyped(RoundLinkFrameType::kContribution,
+                 request.SerializeAsString());
+  // The outcome comes within 3 s (the flood goes on for as long).
+  const bool answered = node.Readable(absl::Seconds(3));
+  stop = true;
+  flooder.Shutdown();
+  flood.join();
+  ASSERT_TRUE(answered) << "no outcome within 3 s of a flood";
+  v1::RoundOutcome outcome;
+  auto frame = node.ReadTyped(RoundLinkFrameType::kOutcome);
+  ASSERT_TRUE(frame.has_value() && outcome.ParseFromString(*frame));
+  EXPECT_EQ(outcome.tag(), 9u);
+  EXPECT_EQ(outcome.code(), 0);
+}
+
+TEST(RoundLinkTest, LimitsOutOfRangeAreRefused) {
+  FakeCoordinator coordinator;
+  RoundLinkServer::Limits limits;
+  limits.max_handshakes = RoundLinkServer::kMaxHandshakes + 1;
+  auto server =
+      RoundLinkServer::Start("127.0.0.1", 0, coordinator.Handlers(), limits);
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  limits.max_handshakes = 4;
+  limits.max_handshakes_per_address = 0;
+  server =
+      RoundLinkServer::Start("127.0.0.1", 0, coordinator.Handlers(), limits);
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(RoundLinkTest, ANodeThatStopsReadingIsCutOffAtTheQueueBound) {

@@ -22,6 +22,7 @@
 #include "common/limits.h"
 #include "common/monotonic_clock.h"
 #include "daemon/transport/round_link_protocol.h"
+#include "daemon/transport/tcp_peer.h"
 
 namespace rankd {
 namespace {
@@ -182,6 +183,7 @@ class RoundLinkServer::Connection {
   std::string in;
   std::string coordinator_nonce;
   absl::Time handshake_deadline;
+  std::string group;  // the peer's address group (TcpPeer::group)
   std::optional<uint32_t> node;
   bool admitted = false;  // counted in open_links_
 
@@ -269,8 +271,15 @@ class RoundLinkServer::Connection {
 };
 
 absl::StatusOr<std::unique_ptr<RoundLinkServer>> RoundLinkServer::Start(
-    const std::string& host, int port, Handlers handlers) {
+    const std::string& host, int port, Handlers handlers, Limits limits) {
   const std::string where = absl::StrCat(host, ":", port);
+  if (limits.max_handshakes == 0 || limits.max_handshakes > kMaxHandshakes ||
+      limits.max_handshakes_per_address == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "round link: max_handshakes ", limits.max_handshakes, " (1 to ",
+        kMaxHandshakes, ") and max_handshakes_per_address ",
+        limits.max_handshakes_per_address, " (at least 1)"));
+  }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -306,7 +315,7 @@ absl::StatusOr<std::unique_ptr<RoundLinkServer>> RoundLinkServer::Start(
             ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
             : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
     auto server = std::unique_ptr<RoundLinkServer>(
-        new RoundLinkServer(fd, bound_port, std::move(handlers)));
+        new RoundLinkServer(fd, bound_port, std::move(handlers), limits));
     if (server->epoll_fd_ < 0 || server->wake_fd_ < 0) {
       return absl::UnavailableError(
           absl::StrCat("round link: epoll/eventfd: ", std::strerror(errno)));
@@ -318,8 +327,12 @@ absl::StatusOr<std::unique_ptr<RoundLinkServer>> RoundLinkServer::Start(
       absl::StrCat("round link: cannot listen on ", where, ": ", last_error));
 }
 
-RoundLinkServer::RoundLinkServer(int listen_fd, int port, Handlers handlers)
-    : listen_fd_(listen_fd), port_(port), handlers_(std::move(handlers)) {
+RoundLinkServer::RoundLinkServer(int listen_fd, int port, Handlers handlers,
+                                 Limits limits)
+    : listen_fd_(listen_fd),
+      port_(port),
+      handlers_(std::move(handlers)),
+      limits_(limits) {
   read_buffer_ = std::make_unique<char[]>(kReadChunkBytes);
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -388,15 +401,36 @@ void RoundLinkServer::Run() {
   for (int fd : fds) Close(fd);
 }
 
-bool RoundLinkServer::CloseOldestHandshake() {
-  while (!handshakes_.empty()) {
-    std::shared_ptr<Connection> c = handshakes_.front().lock();
-    handshakes_.pop_front();
+bool RoundLinkServer::CloseOldestHandshake(const std::string* group) {
+  for (const std::weak_ptr<Connection>& entry : handshakes_) {
+    std::shared_ptr<Connection> c = entry.lock();
     if (c == nullptr || c->phase != Connection::Phase::kHello) continue;
+    if (group != nullptr && c->group != *group) continue;
+    // Its entry stays until it reaches the front (ExpireHandshakes).
     Close(c->fd());
     return true;
   }
   return false;
+}
+
+const std::string* RoundLinkServer::BusiestGroup() const {
+  const std::string* busiest = nullptr;
+  size_t most = 0;
+  for (const auto& [group, count] : handshakes_of_group_) {
+    if (count > most) {
+      most = count;
+      busiest = &group;
+    }
+  }
+  return busiest;
+}
+
+void RoundLinkServer::EndHandshake(Connection& c) {
+  --handshaking_;
+  auto it = handshakes_of_group_.find(c.group);
+  if (it != handshakes_of_group_.end() && --it->second == 0) {
+    handshakes_of_group_.erase(it);
+  }
 }
 
 void RoundLinkServer::Accept() {
@@ -421,7 +455,27 @@ void RoundLinkServer::Accept() {
       ::close(fd);
       continue;
     }
-    if (handshaking_ >= kMaxHandshakes) CloseOldestHandshake();
+    std::string group;  // "" when the peer cannot be named
+    {
+      sockaddr_storage addr{};
+      socklen_t len = sizeof(addr);
+      if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+        absl::StatusOr<TcpPeer> peer =
+            TcpPeerFromSockaddr(reinterpret_cast<const sockaddr*>(&addr), len);
+        if (peer.ok()) group = std::move(peer->group);
+      }
+    }
+    if (auto it = handshakes_of_group_.find(group);
+        it != handshakes_of_group_.end() &&
+        it->second >= limits_.max_handshakes_per_address) {
+      CloseOldestHandshake(&it->first);
+    } else if (handshaking_ >= limits_.max_handshakes) {
+      // Copied: closing may end the busiest group's entry.
+      if (const std::string* busiest = BusiestGroup(); busiest != nullptr) {
+        const std::string victim = *busiest;
+        CloseOldestHandshake(&victim);
+      }
+    }
     int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     auto c = std::make_shared<Connection>(fd, epoll_fd_);
@@ -437,16 +491,19 @@ void RoundLinkServer::Accept() {
       ::close(fd);
       continue;
     }
+    c->group = std::move(group);
     connections_[fd] = c;
     ++handshaking_;
+    ++handshakes_of_group_[c->group];
     handshakes_.push_back(c);
     c->SendFrame(RoundLinkFrame(RoundLinkGreeting(c->coordinator_nonce)));
   }
 }
 
 bool RoundLinkServer::OnReadable(const std::shared_ptr<Connection>& c) {
-  // Reads what is there, then handles every whole frame.
-  while (true) {
+  // Reads what is there, then handles every whole frame; at most
+  // kMaxReadBytesPerWake, then the other connections' turn.
+  for (size_t read = 0; read < kMaxReadBytesPerWake;) {
     ssize_t n = ::recv(c->fd(), read_buffer_.get(), kReadChunkBytes, 0);
     if (n == 0) return false;  // the node closed
     if (n < 0) {
@@ -454,6 +511,7 @@ bool RoundLinkServer::OnReadable(const std::shared_ptr<Connection>& c) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       return false;
     }
+    read += static_cast<size_t>(n);
     c->in.append(read_buffer_.get(), static_cast<size_t>(n));
     // Handle frames as they complete, so a node cannot make us buffer
     // more than one frame's worth.
@@ -516,7 +574,7 @@ bool RoundLinkServer::OnHello(const std::shared_ptr<Connection>& c,
         CoordinatorTranscript(c->coordinator_nonce, hello.nonce(),
                               hello.node()));
   }
-  --handshaking_;
+  EndHandshake(*c);
   if (!admission.ok()) {
     welcome.set_code(static_cast<int>(admission.status().code()));
     welcome.set_message(std::string(admission.status().message()));
@@ -651,7 +709,7 @@ void RoundLinkServer::Close(int fd) {
   if (it == connections_.end()) return;
   std::shared_ptr<Connection> c = std::move(it->second);
   connections_.erase(it);
-  if (c->phase == Connection::Phase::kHello) --handshaking_;
+  if (c->phase == Connection::Phase::kHello) EndHandshake(*c);
   if (c->admitted) {
     absl::MutexLock lock(&mu_);
     --open_links_;

@@ -13,16 +13,20 @@
 // Bounds (what a connection can make the coordinator hold):
 //   - every connection is accepted as soon as it arrives and greeted at
 //     once; each has kRoundLinkHandshakeTimeout to answer, with frames of
-//     at most kMaxRoundLinkHandshakeBytes. At most kMaxHandshakes
-//     connections are in their handshake at once: one more closes the
-//     oldest of them (as does running out of file descriptors), and at
-//     most kMaxAcceptsPerWake are accepted between reads. So
+//     at most kMaxRoundLinkHandshakeBytes. At most Limits'
+//     max_handshakes connections are in their handshake at once, and
+//     max_handshakes_per_address of one address group: one more closes
+//     the oldest handshake of its own group, or of the group holding the
+//     most (running out of file descriptors closes the oldest of all),
+//     and at most kMaxAcceptsPerWake are accepted between reads. So
 //     connections that never answer (hundreds queued on the port) cannot
 //     keep a node's link from opening: a node answers its greeting within
 //     a round trip, long before it is the oldest (issue 36 item 11;
 //     earlier, connections beyond the bound waited unaccepted in the
 //     listen backlog, and a node queued behind 400 silent ones timed out
 //     waiting for its greeting).
+//   - at most kMaxReadBytesPerWake read from one connection before the
+//     thread turns to the others.
 //   - one open link per node: a node's newer link closes its older one;
 //     at most kMaxLinks links in all.
 //   - contribution frames of at most kMaxGrpcMessageBytes (common/limits.h),
@@ -55,6 +59,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -69,8 +74,27 @@ namespace rankd {
 
 class RoundLinkServer {
  public:
-  // Room for every node of a large job connecting at the same moment.
+  // The most handshakes at once that Limits may ask for.
   static constexpr size_t kMaxHandshakes = 1024;
+
+  // What unauthenticated connections may hold (the daemon's plan of open
+  // files counts them: daemon/descriptor_limit.h).
+  struct Limits {
+    // Connections in their handshake at once; one more closes the oldest
+    // handshake of the address group holding the most (so connections
+    // from a few addresses cannot push out a node's). At most
+    // kMaxHandshakes. The daemon's: RoundLinkHandshakes, room for every
+    // node connecting at the same moment and more.
+    size_t max_handshakes = kMaxHandshakes;
+    // Of one address group (an IPv4 address, an IPv6 /64: TcpPeer::group)
+    // at once; one more closes that group's oldest handshake. A node
+    // opens one link at a time.
+    size_t max_handshakes_per_address = 8;
+  };
+  // Bytes read from one connection per wake of the thread, so a node
+  // sending without pause cannot keep the thread from the others (epoll is
+  // level-triggered: the rest is read at the next wake).
+  static constexpr size_t kMaxReadBytesPerWake = 256 << 10;
   // Connections accepted per wake of the thread, so a stream of new
   // connections cannot keep it from reading the ones it has.
   static constexpr size_t kMaxAcceptsPerWake = 64;
@@ -127,9 +151,15 @@ class RoundLinkServer {
   };
 
   // Listens on `host`:`port` (port 0: any free port) and starts the
-  // thread. Unavailable naming the address when it cannot listen.
+  // thread. Unavailable naming the address when it cannot listen;
+  // InvalidArgument for limits of zero or above kMaxHandshakes.
   static absl::StatusOr<std::unique_ptr<RoundLinkServer>> Start(
-      const std::string& host, int port, Handlers handlers);
+      const std::string& host, int port, Handlers handlers, Limits limits);
+  // With the default Limits.
+  static absl::StatusOr<std::unique_ptr<RoundLinkServer>> Start(
+      const std::string& host, int port, Handlers handlers) {
+    return Start(host, port, std::move(handlers), Limits());
+  }
 
   // Stop()s.
   ~RoundLinkServer();
@@ -149,12 +179,16 @@ class RoundLinkServer {
  private:
   class Connection;
 
-  RoundLinkServer(int listen_fd, int port, Handlers handlers);
+  RoundLinkServer(int listen_fd, int port, Handlers handlers, Limits limits);
   void Run();
   void Accept();
-  // Closes the connection that has been in its handshake longest; false
-  // when none is.
-  bool CloseOldestHandshake();
+  // Closes the connection that has been in its handshake longest (of
+  // address group `group`, when given); false when none is.
+  bool CloseOldestHandshake(const std::string* group = nullptr);
+  // The address group with the most connections in their handshake.
+  const std::string* BusiestGroup() const;
+  // `c`'s handshake ended (admitted, refused or closed).
+  void EndHandshake(Connection& c);
   // Reads what `c` sent and handles every whole frame; false when `c` is
   // to be closed.
   bool OnReadable(const std::shared_ptr<Connection>& c);
@@ -173,6 +207,7 @@ class RoundLinkServer {
   const int listen_fd_;
   const int port_;
   const Handlers handlers_;
+  const Limits limits_;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;  // an eventfd: Stop wakes the thread through it
   std::thread thread_;
@@ -182,6 +217,8 @@ class RoundLinkServer {
   std::map<int, std::shared_ptr<Connection>> connections_;
   std::map<uint32_t, int> link_of_node_;  // admitted links with a node
   size_t handshaking_ = 0;
+  // Connections in their handshake by address group ("" when unknown).
+  std::map<std::string, size_t> handshakes_of_group_;
   // Connections in their handshake, oldest first (so also by deadline);
   // entries whose connection was closed or got through are skipped.
   std::deque<std::weak_ptr<Connection>> handshakes_;
