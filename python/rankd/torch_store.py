@@ -12,6 +12,7 @@ the same cases on both). Values are bytes, at most 1 MiB (rankd's limit).
 
 import datetime
 import functools
+import math
 import time
 
 import torch.distributed as dist
@@ -261,11 +262,16 @@ class Store(dist.Store):
             return None
 
     def _seconds(self, timeout):
+        """`timeout` (the store's when None) in seconds; zero is no limit,
+        as torch's c10d::Store::kNoTimeout and this package's C++ store
+        read it."""
         if timeout is None:
             timeout = self.timeout
         if isinstance(timeout, datetime.timedelta):
-            return timeout.total_seconds()
-        return float(timeout)
+            seconds = timeout.total_seconds()
+        else:
+            seconds = float(timeout)
+        return math.inf if seconds == 0 else seconds
 
     @_translates_errors
     def set(self, key, value):
@@ -285,8 +291,12 @@ class Store(dist.Store):
     def get(self, key):
         return self._get(self._key(key), self._seconds(None), key)
 
-    def _get(self, full_key, seconds, key):
-        deadline = time.monotonic() + max(seconds, 0.0)
+    def _get(self, full_key, seconds, key, deadline=None):
+        """The value at `full_key`, waited for until `deadline` (monotonic;
+        `seconds` from now when None); StoreTimeoutError naming `key` and
+        `seconds`, the timeout the caller was given, after it."""
+        if deadline is None:
+            deadline = time.monotonic() + max(seconds, 0.0)
         while True:
             left = max(deadline - time.monotonic(), 0.0)
             try:
@@ -362,9 +372,9 @@ class Store(dist.Store):
     @_translates_errors
     def wait(self, keys, timeout=None):
         seconds = self._seconds(timeout)
-        deadline = time.monotonic() + seconds
+        deadline = time.monotonic() + max(seconds, 0.0)
         for key in keys:
-            self._get(self._key(key), deadline - time.monotonic(), key)
+            self._get(self._key(key), seconds, key, deadline)
 
     @_translates_errors
     def append(self, key, value):
@@ -383,8 +393,8 @@ class Store(dist.Store):
         all within one store timeout (StoreTimeoutError naming the first
         key missing then)."""
         seconds = self._seconds(None)
-        deadline = time.monotonic() + seconds
-        return [self._get(self._key(key), deadline - time.monotonic(), key)
+        deadline = time.monotonic() + max(seconds, 0.0)
+        return [self._get(self._key(key), seconds, key, deadline)
                 for key in keys]
 
     @_translates_errors

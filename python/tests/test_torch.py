@@ -572,6 +572,38 @@ def test_store_clone_through_torch(store):
     assert p.get("b") == b"2"
 
 
+def test_rankd_store_zero_timeout_is_no_limit(rankd_rank):
+    # torch's c10d::Store::kNoTimeout, as this package's C++ store reads
+    # it: a get with the store's timeout at zero waits for the key, however
+    # long (here 1.5 s). A declared difference: torch 1.13's Python
+    # TCPStore keeps its previous socket timeout instead (a get then fails
+    # after it, "Socket Timeout").
+    from rankd.torch import Store
+    store = Store(rankd_rank, prefix="torch/zero/",
+                  timeout=datetime.timedelta(0))
+    writer = threading.Timer(1.5, store.clone().set, args=("late", b"v"))
+    writer.start()
+    try:
+        assert store.get("late") == b"v"
+        store.wait(["late"], datetime.timedelta(0))
+    finally:
+        writer.join()
+
+
+def test_rankd_store_timeouts_name_the_timeout_given(rankd_rank):
+    # wait and multi_get report the timeout they were given, not the time
+    # left for their last key.
+    from rankd.torch import Store, StoreTimeoutError
+    store = Store(rankd_rank, prefix="torch/timeouts/",
+                  timeout=datetime.timedelta(milliseconds=400))
+    store.set("a", b"1")
+    with pytest.raises(StoreTimeoutError, match=r"'b' was not set within 1 s"):
+        store.wait(["a", "b"], datetime.timedelta(seconds=1))
+    with pytest.raises(StoreTimeoutError,
+                       match=r"'b' was not set within 0.4 s"):
+        store.multi_get(["a", "b"])
+
+
 def test_rankd_store_append_multi_and_clone(rankd_rank):
     # The same forms called from Python, on any torch: append creates and
     # extends, multi_get waits for every key within one timeout, multi_set
