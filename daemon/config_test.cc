@@ -965,6 +965,23 @@ TEST_F(ConfigTest, UnauthenticatedConnectionsStayBelowTheTotal) {
   ExpectError({"--max_tcp_connections=1", ">= 2"});
 }
 
+TEST_F(ConfigTest, LimitsHandedOnAsAnIntStopAtInt32Max) {
+  raw_.world_size = "4";
+  raw_.tcp_max_connection_age_ms = "2147483647";
+  EXPECT_EQ(MustResolve().network.tcp_max_connection_age_ms, 2147483647u);
+  raw_.tcp_max_connection_age_ms = "3000000000";
+  ExpectError({"--tcp_max_connection_age_ms=3000000000", "above 2147483647"});
+  raw_.tcp_max_connection_age_ms.reset();
+  raw_.tcp_max_connection_idle_ms = "2147483648";
+  ExpectError({"--tcp_max_connection_idle_ms=2147483648", "above"});
+  raw_.tcp_max_connection_idle_ms.reset();
+  raw_.tcp_max_threads = "4294967295";
+  ExpectError({"--tcp_max_threads=4294967295", "above"});
+  raw_.tcp_max_threads.reset();
+  raw_.metrics_request_timeout_ms = "3000000000";
+  ExpectError({"--metrics_request_timeout_ms=3000000000", "above"});
+}
+
 // ---------------------------------------------------------- environment
 
 TEST(ProcessEnvTest, ReadsProcessEnvironment) {

@@ -2,6 +2,7 @@
 #include "daemon/internal/limit_settings.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -102,6 +103,9 @@ absl::Status ResolveNetworkLimits(const RawConfig& flags,
     const char* name;
     uint32_t* value;
     bool zero_ok;
+    // Values handed on as an int (gRPC's arguments, poll's timeout) stop
+    // at INT32_MAX, which is refused above.
+    uint32_t most = UINT32_MAX;
   };
   // A flag, or its environment variable, or the default in *f.value.
   auto parse = [&](const Field& f) -> absl::Status {
@@ -113,9 +117,14 @@ absl::Status ResolveNetworkLimits(const RawConfig& flags,
         return positive;
       }
     }
+    if (*v > f.most) {
+      return Invalid(absl::StrCat(s.Assignment(), " is above ", f.most,
+                                  ", the most it may be"));
+    }
     *f.value = *v;
     return absl::OkStatus();
   };
+  constexpr uint32_t kIntMost = INT32_MAX;
   NetworkLimits& n = *network;
   n.max_tcp_connections =
       std::max<uint32_t>(256, 2 * static_cast<uint32_t>(nnodes) + 64);
@@ -133,17 +142,17 @@ absl::Status ResolveNetworkLimits(const RawConfig& flags,
            Field{flags.tcp_unauthenticated_ms, "tcp_unauthenticated_ms",
                  &n.tcp_unauthenticated_ms, false},
            Field{flags.tcp_max_connection_idle_ms, "tcp_max_connection_idle_ms",
-                 &n.tcp_max_connection_idle_ms, true},
+                 &n.tcp_max_connection_idle_ms, true, kIntMost},
            Field{flags.tcp_max_connection_age_ms, "tcp_max_connection_age_ms",
-                 &n.tcp_max_connection_age_ms, true},
+                 &n.tcp_max_connection_age_ms, true, kIntMost},
            Field{flags.tcp_memory_bytes, "tcp_memory_bytes",
                  &n.tcp_memory_bytes, false},
            Field{flags.tcp_max_threads, "tcp_max_threads", &n.tcp_max_threads,
-                 false},
+                 false, kIntMost},
            Field{flags.local_memory_bytes, "local_memory_bytes",
                  &n.local_memory_bytes, false},
            Field{flags.metrics_request_timeout_ms, "metrics_request_timeout_ms",
-                 &n.metrics_request_timeout_ms, false},
+                 &n.metrics_request_timeout_ms, false, kIntMost},
            Field{flags.metrics_max_connections, "metrics_max_connections",
                  &n.metrics_max_connections, false},
            Field{flags.metrics_max_connections_per_address,
