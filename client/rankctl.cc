@@ -6,9 +6,7 @@
 // libraries.
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -99,18 +97,14 @@ int Run(const RankctlArgs& args) {
   options.connect_timeout = timeout;
   options.call_timeout = timeout;
   if (!args.token_file.empty()) {
-    std::ifstream in(args.token_file);
-    if (!in) {
+    // A credential file's checks: a regular file of one short line (never
+    // a device or a pipe, which would be read without end).
+    absl::StatusOr<std::string> token = ReadCredentialPath(args.token_file);
+    if (!token.ok()) {
       return UsageError(
-          absl::StrCat("cannot read --token_file ", args.token_file));
+          absl::StrCat("--token_file: ", token.status().message()));
     }
-    std::stringstream token;
-    token << in.rdbuf();
-    options.bearer_token = std::string(absl::StripAsciiWhitespace(token.str()));
-    if (options.bearer_token.empty()) {
-      return UsageError(
-          absl::StrCat("--token_file ", args.token_file, " is empty"));
-    }
+    options.bearer_token = *std::move(token);
   }
   options.tls_ca_file = args.tls_ca;
   options.tls_cert_file = args.tls_cert;

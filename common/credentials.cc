@@ -166,7 +166,10 @@ bool SecretsEqual(absl::string_view a, absl::string_view b) {
 
 absl::StatusOr<std::string> ReadCredentialFile(const std::string& dir,
                                                absl::string_view name) {
-  std::string path = absl::StrCat(dir, "/", name);
+  return ReadCredentialPath(absl::StrCat(dir, "/", name));
+}
+
+absl::StatusOr<std::string> ReadCredentialPath(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT)

@@ -92,6 +92,9 @@ bool SecretsEqual(absl::string_view a, absl::string_view b);
 // the contents.
 absl::StatusOr<std::string> ReadCredentialFile(const std::string& dir,
                                                absl::string_view name);
+// The same for the file at `path` (a token file named on a command line):
+// a regular file only, so a device or a pipe is refused before any read.
+absl::StatusOr<std::string> ReadCredentialPath(const std::string& path);
 
 // Creates `dir` (mode 0700) holding a fresh node.key and operator.token
 // (mode 0600). AlreadyExists when any of them is already

@@ -473,6 +473,14 @@ TEST_F(RankctlTest, ErrorExitStatuses) {
       {{"--target=no-port", "status"}, "no-port"},
       {{"--target=" + cluster_->tcp_address(0), "--timeout_ms=soon", "status"},
        "--timeout_ms must be a non-negative integer, got \"soon\""},
+      // A token file is a regular file of one short line: a device is
+      // refused before it is read (it was read without end).
+      {{"--target=" + cluster_->tcp_address(0), "--token_file=/dev/zero",
+        "status"},
+       "--token_file: /dev/zero is not a credential file"},
+      {{"--target=" + cluster_->tcp_address(0),
+        "--token_file=" + cluster_->dir() + "/no-such-token", "status"},
+       "--token_file: " + cluster_->dir() + "/no-such-token does not exist"},
   };
   for (const Usage& u : usage) {
     SCOPED_TRACE(absl::StrJoin(u.args, " "));
