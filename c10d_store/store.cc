@@ -89,9 +89,10 @@ c10::intrusive_ptr<Store> Store::Create(std::shared_ptr<Client> client,
       Token(), std::move(client), std::move(options));
   if (install) {
     std::weak_ptr<internal::FailureWatch> watch = store->watch_;
-    store->client_->SetFailureCallback([watch](const absl::Status& failure) {
-      if (auto alive = watch.lock()) alive->Fail(failure);
-    });
+    store->failure_callback_ = store->client_->AddFailureCallback(
+        [watch](const absl::Status& failure) {
+          if (auto alive = watch.lock()) alive->Fail(failure);
+        });
   }
   return store;
 }
@@ -102,7 +103,9 @@ Store::Store(Token, std::shared_ptr<Client> client, StoreOptions options)
       prefix_(std::move(options.prefix)),
       watch_(std::make_shared<internal::FailureWatch>()) {}
 
-Store::~Store() = default;
+Store::~Store() {
+  if (failure_callback_ != 0) client_->RemoveFailureCallback(failure_callback_);
+}
 
 void Store::OnJobFailure(const absl::Status& failure) { watch_->Fail(failure); }
 

@@ -71,11 +71,12 @@ struct StoreOptions {
   // one-argument wait wait for a key. c10d::Store::kNoTimeout (zero) waits
   // without limit, as TCPStore does.
   std::chrono::milliseconds timeout = c10d::Store::kDefaultTimeout;
-  // Whether Create installs the client's failure callback
-  // (Client::SetFailureCallback, which replaces any earlier one). A
-  // program with a failure callback of its own sets this false and calls
-  // Store::OnJobFailure from it. Either way every store call checks
-  // Client::JobHealth first.
+  // Whether Create adds a failure callback to the client
+  // (Client::AddFailureCallback, beside any other: several stores and a
+  // data-plane session on one client each hear of a failure), removed when
+  // the store is destroyed. A program that tells the store itself sets
+  // this false and calls Store::OnJobFailure. Either way every store call
+  // checks Client::JobHealth first.
   bool install_failure_callback = true;
 };
 
@@ -205,6 +206,8 @@ class Store : public c10d::Store {
   // Shared with the client's failure callback, which may outlive the
   // store.
   const std::shared_ptr<internal::FailureWatch> watch_;
+  // Client::AddFailureCallback's id; 0 when Create added none.
+  uint64_t failure_callback_ = 0;
 };
 
 }  // namespace rankd::c10d_store

@@ -104,7 +104,8 @@ class StoreConformanceTest : public ::testing::TestWithParam<Kind> {
       StoreOptions options;
       options.prefix = absl::StrCat("torch/case", cases, "/");
       options.timeout = timeout;
-      // Two stores over one client: neither takes the failure callback.
+      // Two stores over one client (each would add a failure callback;
+      // these tests fail no job).
       options.install_failure_callback = false;
       store_ = Store::Create(RankdJob::Get().client(), options);
       peer_ = Store::Create(RankdJob::Get().client(), options);

@@ -398,7 +398,7 @@ absl::StatusOr<v1::SessionDescriptor> Client::Rejoin(uint64_t ended_epoch,
                                        *session);
     std::shared_ptr<internal::RoundSlotClient> old_slots;
     absl::Status health;
-    std::shared_ptr<const FailureCallback> callback;
+    std::vector<std::shared_ptr<const FailureCallback>> callbacks;
     std::shared_ptr<internal::RoundSlotClient> new_slots;
     {
       absl::MutexLock submit_lock(&core_->submit_mu);
@@ -420,7 +420,7 @@ absl::StatusOr<v1::SessionDescriptor> Client::Rejoin(uint64_t ended_epoch,
       core_->health = core_->HealthForEpochLocked();
       core_->InstallDescriptor(*session);
       health = core_->health;
-      callback = core_->failure_callback;
+      callbacks = core_->FailureCallbacksLocked();
       new_slots = core_->round_slots;
     }
     // Rounds of the ended epoch still waiting on the old slots end now.
@@ -433,7 +433,9 @@ absl::StatusOr<v1::SessionDescriptor> Client::Rejoin(uint64_t ended_epoch,
       // The new epoch ended already (its loss arrived before this join's
       // answer): this epoch's failure is told as any other.
       if (new_slots != nullptr) new_slots->Break(health);
-      if (callback != nullptr && *callback) (*callback)(health);
+      for (const auto& callback : callbacks) {
+        if (*callback) (*callback)(health);
+      }
     }
     return *std::move(session);
   }
@@ -675,12 +677,37 @@ void Client::SetFailureCallback(FailureCallback callback) {
   absl::Status failure;
   {
     absl::MutexLock lock(&core_->mu);
-    core_->failure_callback = shared;
+    if (*shared) {
+      core_->failure_callbacks[0] = shared;
+    } else {
+      core_->failure_callbacks.erase(0);
+    }
     failure = core_->health;
   }
-  // Fail() calls the callback it finds only when health was OK, so exactly
+  // Fail() calls the callbacks it finds only when health was OK, so exactly
   // one of Fail() and this call runs the new callback.
   if (!failure.ok() && *shared) (*shared)(failure);
+}
+
+uint64_t Client::AddFailureCallback(FailureCallback callback) {
+  auto shared = std::make_shared<const FailureCallback>(std::move(callback));
+  absl::Status failure;
+  uint64_t id = 0;
+  {
+    absl::MutexLock lock(&core_->mu);
+    id = core_->next_failure_callback++;
+    core_->failure_callbacks[id] = shared;
+    failure = core_->health;
+  }
+  // As SetFailureCallback: exactly one of Fail() and this call runs it.
+  if (!failure.ok() && *shared) (*shared)(failure);
+  return id;
+}
+
+void Client::RemoveFailureCallback(uint64_t id) {
+  if (id == 0) return;  // SetFailureCallback's: cleared by an empty one
+  absl::MutexLock lock(&core_->mu);
+  core_->failure_callbacks.erase(id);
 }
 
 absl::Status Client::JobHealth() const {

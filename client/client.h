@@ -358,8 +358,20 @@ class Client {
   // Sets the function called once, on the thread that notices it (usually
   // the watch thread), when JobHealth() first becomes non-OK; called at once
   // on this thread if it already is. Meant for aborting data-plane
-  // communicators. Same rules as the event callback.
+  // communicators. Same rules as the event callback. Replaces what an
+  // earlier SetFailureCallback set (an empty function clears it); those
+  // AddFailureCallback added stay.
   void SetFailureCallback(FailureCallback callback);
+
+  // Adds a failure callback called as SetFailureCallback's is, beside it
+  // and every other one added, so that each user of one client (the data
+  // plane's control plane, c10d stores) hears of the failure. Returns its
+  // id for RemoveFailureCallback, never 0.
+  uint64_t AddFailureCallback(FailureCallback callback);
+  // Removes the callback AddFailureCallback returned `id` for; a call of it
+  // already running on another thread may still run after this returns.
+  // An id not added (or removed already) is ignored.
+  void RemoveFailureCallback(uint64_t id);
 
   // OK while the job is healthy as far as this client knows. Otherwise the
   // first failure seen that counts in this client's epoch: Aborted for a

@@ -517,6 +517,46 @@ TEST_F(ClientTest, FailureEventFailsFastWithoutContactingTheDaemon) {
   EXPECT_EQ(late, 1);
 }
 
+// Several users of one client (a data-plane control plane, c10d stores)
+// each hear of a failure: callbacks added beside the one set, once each; a
+// removed one is not called; one added after the failure is called at once.
+TEST_F(ClientTest, EveryAddedFailureCallbackIsCalledOnce) {
+  std::unique_ptr<Client> client = Joined(2);
+  ASSERT_NE(client, nullptr);
+  std::atomic<int> set{0}, first{0}, second{0}, removed{0};
+  client->SetFailureCallback([&](const absl::Status&) { ++set; });
+  const uint64_t a =
+      client->AddFailureCallback([&](const absl::Status&) { ++first; });
+  const uint64_t b =
+      client->AddFailureCallback([&](const absl::Status&) { ++removed; });
+  const uint64_t c =
+      client->AddFailureCallback([&](const absl::Status&) { ++second; });
+  EXPECT_NE(a, 0u);
+  EXPECT_NE(a, b);
+  EXPECT_NE(b, c);
+  client->RemoveFailureCallback(b);
+  client->RemoveFailureCallback(b);  // again: ignored
+
+  v1::JobEvent lost;
+  lost.set_sequence(1);
+  lost.set_kind(v1::EVENT_KIND_MEMBER_LOST);
+  lost.set_node_index(0);
+  lost.add_ranks(1);
+  lost.set_message("rank 1 lost");
+  daemon_->rank().PushEvent(lost);
+  ASSERT_TRUE(
+      Eventually([&] { return set == 1 && first == 1 && second == 1; }));
+  EXPECT_EQ(removed.load(), 0);
+  std::atomic<int> late{0};
+  client->AddFailureCallback([&](const absl::Status& s) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+    ++late;
+  });
+  EXPECT_EQ(late.load(), 1);
+  EXPECT_EQ(set.load(), 1);
+  EXPECT_EQ(first.load(), 1);
+}
+
 TEST_F(ClientTest, LosingTheDaemonIsReported) {
   std::unique_ptr<Client> client = Joined();
   ASSERT_NE(client, nullptr);

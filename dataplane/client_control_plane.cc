@@ -1,7 +1,7 @@
 // ClientControlPlane: the data plane's ControlPlane (control_plane.h) over a
 // joined rankd::Client. all_gather_words rounds, the key-value broker and job
-// health go straight to the client; the client's single failure callback is
-// taken over and fanned out to every OnJobFailure registration. Depends on
+// health go straight to the client; one failure callback added to the
+// client is fanned out to every OnJobFailure registration. Depends on
 // the client library, dataplane/control_plane.h and absl.
 #include <algorithm>
 #include <memory>
@@ -111,12 +111,16 @@ class ClientControlPlane final : public ControlPlane {
       fanout_->epoch = std::max<uint64_t>(1, client_->epoch());
     }
     std::weak_ptr<FailureFanout> weak = fanout_;
-    client_->SetFailureCallback([weak](const absl::Status& status) {
-      if (auto fanout = weak.lock()) fanout->Fire(status);
-    });
+    failure_callback_ =
+        client_->AddFailureCallback([weak](const absl::Status& status) {
+          if (auto fanout = weak.lock()) fanout->Fire(status);
+        });
   }
 
-  ~ClientControlPlane() override { fanout_->Close(); }
+  ~ClientControlPlane() override {
+    client_->RemoveFailureCallback(failure_callback_);
+    fanout_->Close();
+  }
 
   absl::StatusOr<std::vector<uint32_t>> AllGatherWords(
       absl::Span<const uint32_t> local, absl::Duration timeout) override {
@@ -200,6 +204,7 @@ class ClientControlPlane final : public ControlPlane {
  private:
   Client* const client_;
   const std::shared_ptr<FailureFanout> fanout_;
+  uint64_t failure_callback_ = 0;  // Client::AddFailureCallback's id
 };
 
 }  // namespace

@@ -142,8 +142,8 @@ absl::StatusOr<uint32_t> NextSessionNumber(ControlPlane& control_plane,
                                            absl::string_view backend);
 
 // The control plane through a joined rankd::Client. `client` must be joined
-// and outlive the returned object. It takes over the client's (single)
-// failure callback, Client::SetFailureCallback, to fan it out to every
+// and outlive the returned object. It adds one failure callback to the
+// client (Client::AddFailureCallback, beside any other), fanned out to every
 // OnJobFailure registration. Destroying it drops the registrations and waits
 // for those running on other threads to return, so that nothing they
 // captured is used afterwards (a registration that destroys the object runs

@@ -3,7 +3,9 @@
 // and a rank_worker process as rank 1, killed with SIGKILL so that the job
 // fails. The fan-out's contract on destruction is checked end to end: a
 // failure registration still running on the client's watch thread when the
-// control plane is destroyed has returned before the destructor does.
+// control plane is destroyed has returned before the destructor does; and
+// the control plane hears of the failure beside the client's other failure
+// callbacks.
 #include <signal.h>
 
 #include <atomic>
@@ -60,6 +62,12 @@ TEST(ClientControlPlaneTest, DestructionWaitsForAFailureCallbackRunning) {
     returned = true;
   });
 
+  // Another user of the same client sets its own failure callback (a c10d
+  // store made without one of its own): the control plane still hears of
+  // the failure, and so does it.
+  std::atomic<int> other{0};
+  (*client)->SetFailureCallback([&](const absl::Status&) { ++other; });
+
   peer->Signal(SIGKILL);
   const absl::Time give_up = absl::Now() + kPatience;
   while (!started && absl::Now() < give_up) {
@@ -70,6 +78,7 @@ TEST(ClientControlPlaneTest, DestructionWaitsForAFailureCallbackRunning) {
   EXPECT_TRUE(returned) << "the control plane was destroyed while its "
                            "failure callback still ran";
   EXPECT_FALSE((*client)->JobHealth().ok());
+  EXPECT_EQ(other.load(), 1);
 }
 
 }  // namespace

@@ -131,9 +131,17 @@ absl::StatusOr<v1::MemberRef> RankConnection::CheckJoinedLocked(
   return member;
 }
 
+std::vector<std::shared_ptr<const Client::FailureCallback>>
+RankConnection::FailureCallbacksLocked() const {
+  std::vector<std::shared_ptr<const Client::FailureCallback>> all;
+  all.reserve(failure_callbacks.size());
+  for (const auto& [id, callback] : failure_callbacks) all.push_back(callback);
+  return all;
+}
+
 void RankConnection::Fail(absl::Status failure,
                           std::optional<uint64_t> loss_epoch) {
-  std::shared_ptr<const Client::FailureCallback> callback;
+  std::vector<std::shared_ptr<const Client::FailureCallback>> callbacks;
   std::shared_ptr<RoundSlotClient> slots;
   {
     absl::MutexLock lock(&mu);
@@ -151,13 +159,15 @@ void RankConnection::Fail(absl::Status failure,
     }
     if (!health.ok()) return;
     health = failure;
-    callback = failure_callback;
+    callbacks = FailureCallbacksLocked();
     slots = round_slots;
   }
   // Rounds waiting on the slots end now, as gRPC rounds would on the
   // daemon's answer.
   if (slots != nullptr) slots->Break(failure);
-  if (callback != nullptr && *callback) (*callback)(failure);
+  for (const auto& callback : callbacks) {
+    if (*callback) (*callback)(failure);
+  }
 }
 
 void RankConnection::InstallDomainLocked(const v1::SessionDescriptor& session,

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -159,8 +160,14 @@ class RankConnection {
   bool leaving ABSL_GUARDED_BY(mu) = false;
   std::shared_ptr<const Client::EventCallback> event_callback
       ABSL_GUARDED_BY(mu);
-  std::shared_ptr<const Client::FailureCallback> failure_callback
-      ABSL_GUARDED_BY(mu);
+  // Failure callbacks by id: 0 is SetFailureCallback's, the others
+  // AddFailureCallback's.
+  std::map<uint64_t, std::shared_ptr<const Client::FailureCallback>>
+      failure_callbacks ABSL_GUARDED_BY(mu);
+  uint64_t next_failure_callback ABSL_GUARDED_BY(mu) = 1;
+  // Every failure callback, to call outside the lock.
+  std::vector<std::shared_ptr<const Client::FailureCallback>>
+  FailureCallbacksLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // The watch stream's context; created by Join, cancelled by Leave.
   std::unique_ptr<grpc::ClientContext> watch_context ABSL_GUARDED_BY(mu);
   std::thread watch_thread ABSL_GUARDED_BY(mu);
