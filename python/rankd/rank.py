@@ -98,13 +98,17 @@ def join(*, target=None, job_id=None, local_rank=None, rank=None,
 
 class Rank:
     """A joined rank. Use it as a context manager (leaves the job on exit)
-    or call leave() and close(). Thread-safe, except that close() must not
-    race with other calls."""
+    or call leave() and close(). Thread-safe: close() on one thread waits
+    for calls running on others."""
 
     def __init__(self, handle):
         self._handle = handle
         self._callbacks = []  # ctypes thunks the library may call
         self._lock = threading.Lock()
+        # Calls using the handle now (_call); close() waits for none.
+        self._idle = threading.Condition(self._lock)
+        self._calls = 0
+        self._closing = False
         d = _native.Descriptor()
         d.struct_size = ctypes.sizeof(d)
         check(lib.rankd_rank_descriptor(handle, ctypes.byref(d)))
@@ -150,9 +154,28 @@ class Rank:
 
     @property
     def handle(self):
+        """The C handle (rankd_rank*), for ctypes callers; it is freed by
+        close(), which does not wait for a caller holding it (use _call)."""
         if self._handle is None:
             raise ValueError("rankd: this Rank is closed")
         return self._handle
+
+    def _call(self, fn, *args):
+        """fn(handle, *args), the handle kept alive meanwhile: close() on
+        another thread waits for this call to return. ValueError once the
+        rank is closed or closing."""
+        with self._idle:
+            if self._handle is None or self._closing:
+                raise ValueError("rankd: this Rank is closed")
+            self._calls += 1
+            handle = self._handle
+        try:
+            return fn(handle, *args)
+        finally:
+            with self._idle:
+                self._calls -= 1
+                if self._calls == 0:
+                    self._idle.notify_all()
 
     # --- all_gather_words -------------------------------------------------
 
@@ -163,8 +186,8 @@ class Rank:
         not contribute."""
         array, pointer = _words(words)
         out = np.empty((self.world_size, array.size), dtype=np.uint32)
-        check(lib.rankd_all_gather_words(
-            self.handle, pointer, array.size, float(timeout),
+        check(self._call(
+            lib.rankd_all_gather_words, pointer, array.size, float(timeout),
             out.ctypes.data_as(_native.c_uint32_p), out.size))
         return out
 
@@ -186,9 +209,9 @@ class Rank:
         out_words = ctypes.c_size_t()
         partial = ctypes.c_int()
         domain_count = ctypes.c_size_t()
-        check(lib.rankd_all_gather_words_with_view(
-            self.handle, pointer, array.size, float(timeout),
-            out.ctypes.data_as(_native.c_uint32_p), out.size,
+        check(self._call(
+            lib.rankd_all_gather_words_with_view, pointer, array.size,
+            float(timeout), out.ctypes.data_as(_native.c_uint32_p), out.size,
             ctypes.byref(out_words), ctypes.byref(partial), domains,
             replicas, ctypes.byref(domain_count)))
         rows = out_words.value // array.size if array.size else 0
@@ -202,9 +225,9 @@ class Rank:
         whole round. Returns a PendingWords."""
         array, pointer = _words(words)
         handle = ctypes.c_void_p()
-        check(lib.rankd_submit_all_gather_words(
-            self.handle, pointer, array.size, float(timeout),
-            ctypes.byref(handle)))
+        check(self._call(
+            lib.rankd_submit_all_gather_words, pointer, array.size,
+            float(timeout), ctypes.byref(handle)))
         return PendingWords(self, handle, array.size)
 
     # --- key-value broker -------------------------------------------------
@@ -214,15 +237,15 @@ class Rank:
     def kv_set(self, key, value):
         """Stores `value` (bytes or str, at most 1 MiB) at `key`."""
         data = value.encode() if isinstance(value, str) else bytes(value)
-        check(lib.rankd_kv_set(self.handle, _key(key), data, len(data)))
+        check(self._call(lib.rankd_kv_set, _key(key), data, len(data)))
 
     def kv_get(self, key, timeout=60.0):
         """The bytes at `key`, waiting up to `timeout` for it to exist
         (DeadlineExceededError naming the key); `timeout` 0 does not wait
         (NotFoundError when absent)."""
         handle = ctypes.c_void_p()
-        check(lib.rankd_kv_get(self.handle, _key(key), float(timeout),
-                               ctypes.byref(handle)))
+        check(self._call(lib.rankd_kv_get, _key(key), float(timeout),
+                         ctypes.byref(handle)))
         try:
             size = lib.rankd_bytes_size(handle)
             return ctypes.string_at(lib.rankd_bytes_data(handle), size)
@@ -233,15 +256,15 @@ class Rank:
         """Adds `delta` to the integer at `key` (0 when absent); returns
         the new value."""
         result = ctypes.c_int64()
-        check(lib.rankd_kv_add(self.handle, _key(key), int(delta),
-                               ctypes.byref(result)))
+        check(self._call(lib.rankd_kv_add, _key(key), int(delta),
+                         ctypes.byref(result)))
         return result.value
 
     def kv_delete(self, key):
         """Deletes `key`; True when it existed."""
         existed = ctypes.c_int()
-        check(lib.rankd_kv_delete(self.handle, _key(key),
-                                  ctypes.byref(existed)))
+        check(self._call(lib.rankd_kv_delete, _key(key),
+                         ctypes.byref(existed)))
         return bool(existed.value)
 
     def kv_compare_set(self, key, expected, value):
@@ -257,9 +280,9 @@ class Rank:
                 bytes(expected)
             if_absent = 0
         stored = ctypes.c_int()
-        check(lib.rankd_kv_compare_set(self.handle, _key(key), if_absent,
-                                       want, len(want), data, len(data),
-                                       ctypes.byref(stored)))
+        check(self._call(lib.rankd_kv_compare_set, _key(key), if_absent,
+                         want, len(want), data, len(data),
+                         ctypes.byref(stored)))
         return bool(stored.value)
 
     def kv_compare_delete(self, key, expected):
@@ -268,16 +291,16 @@ class Rank:
         want = expected.encode() if isinstance(expected, str) else \
             bytes(expected)
         deleted = ctypes.c_int()
-        check(lib.rankd_kv_compare_delete(self.handle, _key(key), want,
-                                          len(want), ctypes.byref(deleted)))
+        check(self._call(lib.rankd_kv_compare_delete, _key(key), want,
+                         len(want), ctypes.byref(deleted)))
         return bool(deleted.value)
 
     def kv_count(self, prefix=""):
         """How many keys of the job's store start with `prefix` ("":
         every key, the data plane's own included), as of one moment."""
         count = ctypes.c_uint64()
-        check(lib.rankd_kv_count(self.handle, _key(prefix, "prefix"),
-                                 ctypes.byref(count)))
+        check(self._call(lib.rankd_kv_count, _key(prefix, "prefix"),
+                         ctypes.byref(count)))
         return count.value
 
     # --- job failure ------------------------------------------------------
@@ -287,7 +310,7 @@ class Rank:
         exception instance (AbortedError naming the lost rank, ...;
         EpochEndedError where the loss ended an epoch the job recovers
         from), not raised. Never blocks."""
-        status = lib.rankd_job_health(self.handle)
+        status = self._call(lib.rankd_job_health)
         return _native.take_error(status) if status else None
 
     def on_job_failure(self, callback):
@@ -300,8 +323,10 @@ class Rank:
                 # The C callback carries code and message only; the
                 # failure's mark comes with job_health(), set by then
                 # (unless the rank is being freed).
-                error = self.job_health() if self._handle is not None \
-                    else None
+                try:
+                    error = self.job_health()
+                except ValueError:  # the rank is being closed
+                    error = None
                 if error is None:
                     error = _native.errors.error_for(
                         code, message.decode("utf-8", "replace"))
@@ -312,7 +337,7 @@ class Rank:
         fn = _native.FailureFn(thunk)
         with self._lock:
             self._callbacks.append(fn)
-        check(lib.rankd_on_job_failure(self.handle, fn, None))
+        check(self._call(lib.rankd_on_job_failure, fn, None))
 
     # --- recovery (rankd --recovery=on) ------------------------------------
 
@@ -320,7 +345,7 @@ class Rank:
     def epoch(self):
         """The job epoch this rank joined into: 1 when the job formed,
         later after rejoin()."""
-        return lib.rankd_rank_epoch(self.handle)
+        return self._call(lib.rankd_rank_epoch)
 
     @property
     def recovery(self):
@@ -329,7 +354,7 @@ class Rank:
         (...)"); "job", it ends the whole job's epoch ("job J epoch E
         ended (...)") and rejoin() continues; "domain", it ends only the
         lost rank's data-parallel replica's epoch."""
-        return _RECOVERY.get(lib.rankd_rank_recovery(self.handle), "off")
+        return _RECOVERY.get(self._call(lib.rankd_rank_recovery), "off")
 
     @property
     def recovers_in_place(self):
@@ -350,7 +375,7 @@ class Rank:
         (AbortedError, ...) at once when the job FAILED (recovery off, or
         its recovery deadline passed), DeadlineExceededError naming the
         epoch waited for when `timeout` seconds pass."""
-        check(lib.rankd_rejoin(self.handle, int(ended_epoch), float(timeout)))
+        check(self._call(lib.rankd_rejoin, int(ended_epoch), float(timeout)))
         return self.epoch
 
     # --- sessions and lifetime --------------------------------------------
@@ -378,15 +403,21 @@ class Rank:
 
     def leave(self):
         """Leaves the job cleanly (peers do not see this rank as lost)."""
-        check(lib.rankd_leave(self.handle))
+        check(self._call(lib.rankd_leave))
 
     def close(self):
         """Frees the handle. Once its sessions are closed too, the rank
         leaves the job (ignoring errors; call leave() to see them) and the
-        connection closes."""
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            lib.rankd_rank_free(handle)
+        connection closes. Calls running on other threads are waited for
+        (each returns within its own timeout); later calls raise
+        ValueError."""
+        with self._idle:
+            if self._handle is None or self._closing:
+                return
+            self._closing = True
+            self._idle.wait_for(lambda: self._calls == 0)
+            handle, self._handle = self._handle, None
+        lib.rankd_rank_free(handle)
 
     def __enter__(self):
         return self

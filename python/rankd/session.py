@@ -236,8 +236,8 @@ class Session:
             gloo_hostname.encode()
         keep = _restriction(o, restrict_capabilities)
         handle = ctypes.c_void_p()
-        check(lib.rankd_session_open(rank.handle, ctypes.byref(o),
-                                     ctypes.byref(handle)))
+        check(rank._call(lib.rankd_session_open, ctypes.byref(o),
+                         ctypes.byref(handle)))
         del keep  # read during the open only
         self._handle = handle
         self._nccl = lib.rankd_session_backend(handle) == 2

@@ -713,13 +713,42 @@ def reform_busy(rank):
     print(f"PY REFORM BUSY {r} OK", flush=True)
 
 
+def close_busy(rank):
+    """Rank.close() while another thread waits in a call on the rank: the
+    close waits for that call to return (its own timeout) instead of
+    freeing the handle under it; later calls raise ValueError."""
+    r = rank.rank
+    rank.all_gather_words([r], timeout=30)  # both joined
+    outcome = []
+
+    def wait_for_a_key_never_set():
+        try:
+            rank.kv_get(f"never/{r}", timeout=2)
+        except rankd.DeadlineExceededError as e:
+            outcome.append(("timeout", e))
+        except Exception as e:  # noqa: BLE001 - reported below
+            outcome.append(("other", e))
+
+    thread = threading.Thread(target=wait_for_a_key_never_set)
+    thread.start()
+    time.sleep(0.3)  # the get is waiting in the daemon
+    start = time.monotonic()
+    rank.close()
+    took = time.monotonic() - start
+    thread.join(30)
+    assert outcome and outcome[0][0] == "timeout", outcome
+    assert took >= 1.0, f"close returned after {took:.2f} s, under the get"
+    expect_raises(ValueError, "closed", rank.kv_get, "k", 0)
+    print(f"PY CLOSE BUSY {r} OK waited {took:.1f} s", flush=True)
+
+
 def main():
     scenario = sys.argv[1]
     with rankd.join() as rank:
         {"ops": ops, "lost": lost, "nccl": nccl, "torch": torch_ops,
          "empty": empty, "narrowed": narrowed, "rejoin": rejoin,
          "domain_view": domain_view, "poison": poison,
-         "reform_busy": reform_busy}[scenario](rank)
+         "reform_busy": reform_busy, "close_busy": close_busy}[scenario](rank)
 
 
 if __name__ == "__main__":

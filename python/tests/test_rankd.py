@@ -137,6 +137,15 @@ def test_calls_during_a_reform_on_another_thread_are_refused():
             in output, output
 
 
+def test_close_waits_for_a_call_on_another_thread():
+    with LocalJob("py-close-busy", 1, 2) as job:
+        results = job.run_ranks(PROGRAM, "close_busy", env=_env(),
+                                timeout=60)
+    for r, (code, output) in enumerate(results):
+        assert code == 0, f"rank {r}:\n{output}"
+        assert f"PY CLOSE BUSY {r} OK" in output, output
+
+
 def test_poison_causes_are_read_as_codes():
     assert rankd.errors.code_of(rankd.AbortedError("m")) == 10
     assert rankd.errors.code_of(rankd.UnavailableError) == 14
