@@ -591,8 +591,9 @@ std::string Daemon::fenced() const { return agent_->fenced(); }
 
 void Daemon::OnRegistered(absl::Status status) {
   if (status.ok()) {
-    Log(absl::StrCat("node ", config_.node_index,
-                     " registered with the coordinator at ",
+    Log(absl::StrCat("node ", config_.node_index, " (daemon incarnation ",
+                     absl::Hex(agent_->daemon_incarnation()),
+                     ") registered with the coordinator at ",
                      link_->coordinator_address()));
     SetHealth(kReadinessService, true);
   } else {

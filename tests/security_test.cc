@@ -271,18 +271,36 @@ int RoundLinkPort(LocalCluster& cluster) {
   return absl::SimpleAtoi(digits, &port) ? port : 0;
 }
 
+// Node `node`'s daemon incarnation, from its log ("node N (daemon
+// incarnation HEX) registered"); 0 when not found.
+uint64_t DaemonIncarnation(LocalCluster& cluster, uint32_t node) {
+  const std::string log = cluster.daemon(node).ReadLog();
+  const std::string marker = "(daemon incarnation ";
+  const size_t at = log.find(marker);
+  if (at == std::string::npos) return 0;
+  const size_t begin = at + marker.size();
+  uint64_t incarnation = 0;
+  return absl::SimpleHexAtoi(log.substr(begin, log.find(')', begin) - begin),
+                             &incarnation)
+             ? incarnation
+             : 0;
+}
+
 // A round link to `cluster`'s coordinator as node `node` of `job` with
-// `token`, waited on until it opened or was refused.
+// `token`, waited on until it opened or was refused; as the node's live
+// daemon (its incarnation) unless `incarnation` names another.
 absl::Status OpenRoundLink(LocalCluster& cluster, const std::string& job,
                            uint32_t node, const std::string& token,
-                           std::unique_ptr<RoundLink>* link) {
+                           std::unique_ptr<RoundLink>* link,
+                           uint64_t incarnation = 0) {
   RoundLink::Options options;
   options.host = "127.0.0.1";
   options.port = static_cast<uint16_t>(RoundLinkPort(cluster));
   options.coordinator_address = cluster.tcp_address(0);
   options.node.set_job_id(job);
   options.node.set_node_index(node);
-  options.node.set_daemon_incarnation(99);
+  options.node.set_daemon_incarnation(
+      incarnation != 0 ? incarnation : DaemonIncarnation(cluster, node));
   options.node_token = token;
   *link = std::make_unique<RoundLink>(std::move(options));
   return (*link)->WaitOpen(absl::Seconds(10));
@@ -762,6 +780,15 @@ TEST_F(HeldJobTest, ANodeCanActOnlyAsItself) {
         OpenRoundLink(cluster, "itself", 1, "node-1.0123456789abcdef", &link);
     EXPECT_EQ(forged.code(), absl::StatusCode::kUnauthenticated) << forged;
     EXPECT_THAT(forged.message(), HasSubstr("not node 1's token"));
+    // Node 1's token with another daemon incarnation than the one serving
+    // node 1 (a fenced predecessor's): refused, so it cannot replace the
+    // live daemon's link.
+    ASSERT_NE(DaemonIncarnation(cluster, 1), 0u) << cluster.daemon(1).ReadLog();
+    absl::Status stale =
+        OpenRoundLink(cluster, "itself", 1, NodeTokenOf(cluster, 1), &link,
+                      DaemonIncarnation(cluster, 1) ^ 1);
+    EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition) << stale;
+    EXPECT_THAT(stale.message(), HasSubstr("is stale"));
   }
   // Naming itself but a rank of node 0: the release and key-value calls.
   const uint32_t rank_on_0 = RankOnNode(*admin, 0);

@@ -199,6 +199,11 @@ absl::Status Coordinator::JobFailedLocked() const {
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::CheckNode(const v1::NodeRef& node) const {
+  absl::MutexLock lock(&mu_);
+  return CheckNodeLocked(node);
+}
+
 absl::Status Coordinator::CheckNodeLocked(const v1::NodeRef& node) const {
   if (auto s = CheckJobId(node.job_id(), spec_.job_id, "coordinator");
       !s.ok()) {

@@ -97,6 +97,11 @@ class Coordinator {
   uint64_t job_incarnation() const { return job_incarnation_; }
   // The job's current epoch (1 until the first recovery).
   uint64_t epoch() const;
+  // OK when `node` names a node registered with this daemon incarnation and
+  // serving (not lost, not left); otherwise FailedPrecondition saying why
+  // (a stale incarnation's message is marked as a fence), InvalidArgument
+  // for an index outside the job. What every Peer call of a node checks.
+  absl::Status CheckNode(const v1::NodeRef& node) const;
   const JobSpec& spec() const { return spec_; }
   EventLog& events() { return events_; }
 

@@ -65,6 +65,10 @@ struct RankCaller {
 
 class NodeAgent : public CoordinatorLink::Listener {
  public:
+  // This daemon's incarnation (NodeInfo.daemon_incarnation), fixed at
+  // start: in its registration log line, for operators and tests.
+  uint64_t daemon_incarnation() const { return node_.daemon_incarnation(); }
+
   using Caller = RankCaller;
 
   // A Watch stream's sink: `on_event` gets events in order; `on_close` ends

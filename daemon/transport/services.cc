@@ -538,6 +538,11 @@ RoundLinkServer::Handlers PeerService::RoundLinkHandlers() {
         !s.ok()) {
       return s;
     }
+    // The daemon serving the node now, not a fenced predecessor that still
+    // holds the node's token: its link would replace the live one's.
+    if (absl::Status s = coordinator_->CheckNode(hello.node()); !s.ok()) {
+      return s;
+    }
     // Without authentication too, a link speaks for the node it named
     // (and a node has one link).
     return RoundLinkServer::Admission{
