@@ -25,7 +25,8 @@ namespace rankd {
 namespace {
 
 int Fail(const absl::Status& status) {
-  std::cerr << "rankctl: " << status.message() << " ["
+  // The message may come from the daemon: no escape sequences through.
+  std::cerr << "rankctl: " << TerminalSafe(status.message()) << " ["
             << absl::StatusCodeToString(status.code()) << "]\n";
   return kExitRpcError;
 }

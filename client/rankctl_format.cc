@@ -14,15 +14,20 @@
 #include "google/protobuf/util/json_util.h"
 
 namespace rankd {
-namespace {
 
-std::string Cell(absl::string_view text) {
-  if (text.empty()) return "-";
+std::string TerminalSafe(absl::string_view text) {
   std::string out(text);
   for (char& c : out) {
     if (static_cast<unsigned char>(c) < ' ' || c == '\x7f') c = ' ';
   }
   return out;
+}
+
+namespace {
+
+std::string Cell(absl::string_view text) {
+  if (text.empty()) return "-";
+  return TerminalSafe(text);
 }
 
 std::string StripPrefix(std::string name, absl::string_view prefix, int value) {
@@ -285,11 +290,7 @@ std::string FormatEvent(const v1::JobEvent& event) {
                     FormatRankList(event.ranks()));
   }
   if (!event.message().empty()) {
-    std::string message = event.message();
-    for (char& c : message) {
-      if (static_cast<unsigned char>(c) < ' ') c = ' ';
-    }
-    absl::StrAppend(&out, " ", message);
+    absl::StrAppend(&out, " ", TerminalSafe(event.message()));
   }
   // As the daemon's log: named from the first recovery on.
   if (event.epoch() > 1) absl::StrAppend(&out, " (epoch ", event.epoch(), ")");

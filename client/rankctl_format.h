@@ -25,6 +25,11 @@
 
 namespace rankd {
 
+// `text` with every control character (below 0x20, and DEL) replaced by a
+// space: what a daemon or a peer sent, printed to an operator's terminal,
+// cannot carry escape sequences.
+std::string TerminalSafe(absl::string_view text);
+
 // Left-aligned table: `header` then `rows`, each line ending in '\n'.
 // Columns are as wide as their widest cell and separated by two spaces; the
 // last column is not padded. Empty cells print as "-"; tabs, newlines and

@@ -334,6 +334,16 @@ TEST(FormatTest, EventLine) {
   joined.add_ranks(3);
   EXPECT_EQ(FormatEvent(joined),
             "#1 1970-01-01T00:00:00.000Z MEMBER_JOINED rank 3");
+  // No escape sequence (ESC, BEL, DEL) reaches the terminal.
+  joined.set_message("\x1b]0;owned\x07 x\x7f");
+  EXPECT_EQ(FormatEvent(joined),
+            "#1 1970-01-01T00:00:00.000Z MEMBER_JOINED rank 3  ]0;owned  x ");
+}
+
+TEST(FormatTest, TerminalSafeReplacesEveryControlCharacter) {
+  EXPECT_EQ(TerminalSafe("a\x1b[31mb\tc\nd\x7f\x01"), "a [31mb c d  ");
+  EXPECT_EQ(TerminalSafe("plain: words [OK]"), "plain: words [OK]");
+  EXPECT_EQ(TerminalSafe(""), "");
 }
 
 TEST(FormatTest, JsonPrintsEveryField) {
