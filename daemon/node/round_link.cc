@@ -392,9 +392,8 @@ absl::Status RoundLink::Open(int* fd_out) {
     return absl::Status(
         last.code(), absl::StrCat(where, ": cannot connect: ", last.message()));
   }
-  // Frames are small and latency is the point; sends block, bounded.
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // Sends block, bounded; a coordinator whose host went away is noticed.
+  SetRoundLinkSocketOptions(fd);
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   timeval send_timeout = absl::ToTimeval(options_.send_timeout);
   ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout,

@@ -1,6 +1,9 @@
 #include "daemon/transport/round_link_protocol.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/rand.h>
+#include <sys/socket.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/error_reason.h"
@@ -195,6 +198,20 @@ absl::Status KvLinkReplyStatus(const v1::KvLinkReply& reply) {
   return WithReason(absl::Status(static_cast<absl::StatusCode>(reply.code()),
                                  reply.message()),
                     ErrorReasonFromWire(static_cast<uint32_t>(reply.reason())));
+}
+
+void SetRoundLinkSocketOptions(int fd) {
+  const int one = 1;
+  const int idle_s = 5, interval_s = 2, probes = 5;
+  const unsigned int user_timeout_ms = static_cast<unsigned int>(
+      absl::ToInt64Milliseconds(kRoundLinkDeadPeerTimeout));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms,
+               sizeof(user_timeout_ms));
 }
 
 }  // namespace rankd

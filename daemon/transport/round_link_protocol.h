@@ -71,6 +71,17 @@ inline constexpr size_t kMaxRoundLinkHandshakeBytes = 4096;
 // How long a node has to complete the handshake once connected.
 inline constexpr absl::Duration kRoundLinkHandshakeTimeout = absl::Seconds(5);
 
+// A link whose peer's host went away (no FIN, no RST: powered off, cut
+// off) is noticed within about this long, by TCP keepalive on an idle link
+// and the user timeout on data not acknowledged, instead of never.
+inline constexpr absl::Duration kRoundLinkDeadPeerTimeout = absl::Seconds(15);
+
+// Sets a round link socket's options, on both ends: no Nagle delay (frames
+// are small and latency is the point), keepalive probes after 5 s idle,
+// every 2 s, 5 lost (15 s), and a user timeout of kRoundLinkDeadPeerTimeout.
+// Best effort: an option the kernel refuses is skipped.
+void SetRoundLinkSocketOptions(int fd);
+
 // What a frame after the handshake carries: its payload's first byte.
 enum class RoundLinkFrameType : uint8_t {
   kContribution = 1,  // node -> coordinator: v1::ContributeWordsRequest

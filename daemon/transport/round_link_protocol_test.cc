@@ -3,6 +3,11 @@
 // wrong type, an empty one or one over its type's bound is refused.
 #include "daemon/transport/round_link_protocol.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -44,6 +49,28 @@ TEST(RoundLinkProtocolTest, ATypedFrameIsLengthThenTypeThenMessage) {
     EXPECT_EQ(type, t);
     EXPECT_TRUE(message.empty());
   }
+}
+
+TEST(RoundLinkProtocolTest, SocketOptionsNoticeADeadPeer) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  SetRoundLinkSocketOptions(fd);
+  auto option = [fd](int level, int name) {
+    int value = -1;
+    socklen_t len = sizeof(value);
+    EXPECT_EQ(::getsockopt(fd, level, name, &value, &len), 0) << name;
+    return value;
+  };
+  EXPECT_EQ(option(IPPROTO_TCP, TCP_NODELAY), 1);
+  EXPECT_EQ(option(SOL_SOCKET, SO_KEEPALIVE), 1);
+  const int idle = option(IPPROTO_TCP, TCP_KEEPIDLE);
+  const int interval = option(IPPROTO_TCP, TCP_KEEPINTVL);
+  const int probes = option(IPPROTO_TCP, TCP_KEEPCNT);
+  // Keepalive gives up on an idle link within the dead-peer time.
+  EXPECT_LE(absl::Seconds(idle + interval * probes), kRoundLinkDeadPeerTimeout);
+  EXPECT_EQ(absl::Milliseconds(option(IPPROTO_TCP, TCP_USER_TIMEOUT)),
+            kRoundLinkDeadPeerTimeout);
+  ::close(fd);
 }
 
 TEST(RoundLinkProtocolTest, MalformedFramesAreRefusedNamingWhatIsWrong) {

@@ -476,8 +476,8 @@ void RoundLinkServer::Accept() {
         CloseOldestHandshake(&victim);
       }
     }
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    // A node whose host went away is noticed (its link closed).
+    SetRoundLinkSocketOptions(fd);
     auto c = std::make_shared<Connection>(fd, epoll_fd_);
     c->handshake_deadline = MonotonicNow() + kRoundLinkHandshakeTimeout;
     if (!NewRoundLinkNonce(&c->coordinator_nonce).ok()) {
