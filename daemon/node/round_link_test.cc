@@ -798,6 +798,7 @@ TEST(RoundLinkTest, ANodeThatStopsReadingIsCutOffAtTheQueueBound) {
   auto server =
       RoundLinkServer::Start("127.0.0.1", 0, OpenHandlers(coordinator));
   ASSERT_TRUE(server.ok());
+  ::testing::internal::CaptureStderr();  // the coordinator's log
   RawNode node((*server)->port());
   EXPECT_EQ(node.Hello(1).code(), 0);
   node.SendTyped(RoundLinkFrameType::kContribution,
@@ -826,6 +827,10 @@ TEST(RoundLinkTest, ANodeThatStopsReadingIsCutOffAtTheQueueBound) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   EXPECT_EQ((*server)->open_links(), 0u);
+  (*server)->Stop();  // its thread, which logs the close, has ended
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              HasSubstr("round link of a node closed: RESOURCE_EXHAUSTED: "
+                        "its node stopped reading; 4096 outcomes queued"));
 }
 
 // ---------------------------------------------------------- key-value calls

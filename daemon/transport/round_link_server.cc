@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "common/limits.h"
 #include "common/monotonic_clock.h"
+#include "daemon/log.h"
 #include "daemon/transport/round_link_protocol.h"
 #include "daemon/transport/tcp_peer.h"
 
@@ -76,6 +77,9 @@ class RoundLinkServer::Connection {
     if (out_.size() >= kMaxQueuedOutcomes) {
       // The node stopped reading: end the link (the server's thread sees
       // the shutdown and closes it).
+      NoteEndLocked(absl::StrCat(
+          "RESOURCE_EXHAUSTED: its node stopped reading; ", kMaxQueuedOutcomes,
+          " outcomes queued (kMaxQueuedOutcomes)"));
       closed_ = true;
       ::shutdown(fd_, SHUT_RDWR);
       return;
@@ -96,6 +100,10 @@ class RoundLinkServer::Connection {
   // Queues the coordinator's last words before it closes the link: an
   // outcome with tag 0 carrying `why`.
   void SendLastWords(const absl::Status& why) {
+    {
+      absl::MutexLock lock(&mu_);
+      NoteEndLocked(why.ToString());
+    }
     v1::RoundOutcome last;
     last.set_code(static_cast<int>(why.code()));
     last.set_message(std::string(why.message()));
@@ -133,6 +141,10 @@ class RoundLinkServer::Connection {
     kv_calls_.erase(reply.id());
     if (closed_) return;
     if (queued_kv_bytes_ + frame.size() > kMaxRoundLinkQueuedKvReplyBytes) {
+      NoteEndLocked(absl::StrCat(
+          "RESOURCE_EXHAUSTED: its node stopped reading; more than ",
+          kMaxRoundLinkQueuedKvReplyBytes,
+          " bytes of key-value replies queued"));
       closed_ = true;  // the server's thread sees the shutdown and closes
       ::shutdown(fd_, SHUT_RDWR);
       return;
@@ -163,6 +175,16 @@ class RoundLinkServer::Connection {
 
   // Drops what is queued, closes the socket and releases the waits of the
   // key-value calls in flight (server thread, once).
+  // Why the link ends, the first reason noted (any thread).
+  void NoteEnd(std::string why) {
+    absl::MutexLock lock(&mu_);
+    NoteEndLocked(std::move(why));
+  }
+  std::string end_reason() const {
+    absl::MutexLock lock(&mu_);
+    return end_reason_;
+  }
+
   void Close() {
     std::map<uint64_t, CancellationRef> in_flight;
     {
@@ -227,6 +249,8 @@ class RoundLinkServer::Connection {
           WatchWritable(true);
           return;
         }
+        NoteEndLocked(
+            absl::StrCat("a write to its node failed: ", std::strerror(errno)));
         closed_ = true;  // broken: the server's thread sees it and closes
         ::shutdown(fd_, SHUT_RDWR);
         out_.clear();
@@ -258,10 +282,15 @@ class RoundLinkServer::Connection {
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd_, &e);
   }
 
+  void NoteEndLocked(std::string why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (end_reason_.empty()) end_reason_ = std::move(why);
+  }
+
   const int fd_;
   const int epoll_fd_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::string end_reason_ ABSL_GUARDED_BY(mu_);
   std::deque<Out> out_ ABSL_GUARDED_BY(mu_);
   size_t written_ ABSL_GUARDED_BY(mu_) = 0;  // of out_.front()
   size_t queued_kv_bytes_ ABSL_GUARDED_BY(mu_) = 0;
@@ -505,10 +534,15 @@ bool RoundLinkServer::OnReadable(const std::shared_ptr<Connection>& c) {
   // kMaxReadBytesPerWake, then the other connections' turn.
   for (size_t read = 0; read < kMaxReadBytesPerWake;) {
     ssize_t n = ::recv(c->fd(), read_buffer_.get(), kReadChunkBytes, 0);
-    if (n == 0) return false;  // the node closed
+    if (n == 0) {
+      c->NoteEnd("its node closed it");
+      return false;
+    }
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      c->NoteEnd(
+          absl::StrCat("a read from its node failed: ", std::strerror(errno)));
       return false;
     }
     read += static_cast<size_t>(n);
@@ -711,8 +745,21 @@ void RoundLinkServer::Close(int fd) {
   connections_.erase(it);
   if (c->phase == Connection::Phase::kHello) EndHandshake(*c);
   if (c->admitted) {
-    absl::MutexLock lock(&mu_);
-    --open_links_;
+    bool stopping = false;
+    {
+      absl::MutexLock lock(&mu_);
+      --open_links_;
+      stopping = stopped_;
+    }
+    // Admitted links only (a node, at most one each): handshakes that end
+    // are not logged, so unauthenticated connections cannot flood the log.
+    if (!stopping) {
+      const std::string why = c->end_reason();
+      Log(absl::StrCat("round link of ",
+                       c->node.has_value() ? absl::StrCat("node ", *c->node)
+                                           : std::string("a node"),
+                       " closed: ", why.empty() ? "by the coordinator" : why));
+    }
   }
   if (c->node.has_value()) {
     auto link = link_of_node_.find(*c->node);
