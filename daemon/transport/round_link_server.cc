@@ -206,6 +206,8 @@ class RoundLinkServer::Connection {
   std::string coordinator_nonce;
   absl::Time handshake_deadline;
   std::string group;  // the peer's address group (TcpPeer::group)
+  // Its entry in the server's handshakes_ while in its handshake.
+  std::list<std::weak_ptr<Connection>>::iterator handshake_entry;
   std::optional<uint32_t> node;
   bool admitted = false;  // counted in open_links_
 
@@ -433,10 +435,8 @@ void RoundLinkServer::Run() {
 bool RoundLinkServer::CloseOldestHandshake(const std::string* group) {
   for (const std::weak_ptr<Connection>& entry : handshakes_) {
     std::shared_ptr<Connection> c = entry.lock();
-    if (c == nullptr || c->phase != Connection::Phase::kHello) continue;
-    if (group != nullptr && c->group != *group) continue;
-    // Its entry stays until it reaches the front (ExpireHandshakes).
-    Close(c->fd());
+    if (c == nullptr || (group != nullptr && c->group != *group)) continue;
+    Close(c->fd());  // ends its handshake: its entry goes
     return true;
   }
   return false;
@@ -456,6 +456,7 @@ const std::string* RoundLinkServer::BusiestGroup() const {
 
 void RoundLinkServer::EndHandshake(Connection& c) {
   --handshaking_;
+  handshakes_.erase(c.handshake_entry);
   auto it = handshakes_of_group_.find(c.group);
   if (it != handshakes_of_group_.end() && --it->second == 0) {
     handshakes_of_group_.erase(it);
@@ -524,7 +525,7 @@ void RoundLinkServer::Accept() {
     connections_[fd] = c;
     ++handshaking_;
     ++handshakes_of_group_[c->group];
-    handshakes_.push_back(c);
+    c->handshake_entry = handshakes_.insert(handshakes_.end(), c);
     c->SendFrame(RoundLinkFrame(RoundLinkGreeting(c->coordinator_nonce)));
   }
 }
@@ -775,13 +776,12 @@ void RoundLinkServer::ExpireHandshakes() {
   const absl::Time now = MonotonicNow();
   while (!handshakes_.empty()) {
     std::shared_ptr<Connection> c = handshakes_.front().lock();
-    if (c != nullptr && c->phase == Connection::Phase::kHello) {
-      if (c->handshake_deadline >= now) return;
+    if (c != nullptr && c->handshake_deadline >= now) return;
+    if (c != nullptr) Close(c->fd());  // ends its handshake: its entry goes
+    // Never expected (an entry goes with its handshake), but never a loop.
+    if (!handshakes_.empty() && handshakes_.front().lock() == c) {
       handshakes_.pop_front();
-      Close(c->fd());
-      continue;
     }
-    handshakes_.pop_front();
   }
 }
 

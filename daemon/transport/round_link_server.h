@@ -54,6 +54,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -219,9 +220,11 @@ class RoundLinkServer {
   size_t handshaking_ = 0;
   // Connections in their handshake by address group ("" when unknown).
   std::map<std::string, size_t> handshakes_of_group_;
-  // Connections in their handshake, oldest first (so also by deadline);
-  // entries whose connection was closed or got through are skipped.
-  std::deque<std::weak_ptr<Connection>> handshakes_;
+  // Connections in their handshake, oldest first (so also by deadline).
+  // A connection's entry goes when its handshake ends (EndHandshake), so
+  // the list holds exactly the handshakes under way, however many were
+  // closed to make room.
+  std::list<std::weak_ptr<Connection>> handshakes_;
 
   mutable absl::Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
