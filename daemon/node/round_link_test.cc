@@ -778,6 +778,44 @@ TEST(RoundLinkTest, ANodeSendingWithoutPauseCannotKeepTheThreadToItself) {
   EXPECT_EQ(outcome.code(), 0);
 }
 
+// Many address groups holding one handshake each (the bound filled from
+// many addresses): the oldest handshake makes room, not the group whose
+// address sorts first, so a node's new handshake is never the one closed.
+TEST(RoundLinkTest, AtTheBoundAmongEqualGroupsTheOldestMakesRoom) {
+  FakeCoordinator coordinator;
+  RoundLinkServer::Limits limits;
+  limits.max_handshakes = 3;
+  auto server =
+      RoundLinkServer::Start("127.0.0.1", 0, coordinator.Handlers(), limits);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  // One handshake each, older ones from addresses that sort later (so that
+  // "first by address" and "oldest" differ).
+  RawNode oldest(port, "127.0.0.9");
+  ASSERT_TRUE(oldest.ReadFrame().has_value());
+  RawNode second(port, "127.0.0.8");
+  ASSERT_TRUE(second.ReadFrame().has_value());
+  RawNode third(port, "127.0.0.7");
+  ASSERT_TRUE(third.ReadFrame().has_value());
+  // The node's connection (127.0.0.1) closes the oldest and opens.
+  RoundLink link(LinkOptions(port));
+  EXPECT_TRUE(link.WaitOpen(absl::Seconds(4)).ok());
+  ASSERT_TRUE(oldest.Readable(absl::Seconds(2)));
+  EXPECT_TRUE(oldest.ClosedByPeer());
+  EXPECT_FALSE(third.Readable(absl::Milliseconds(50)));
+  // A fourth address fills the bound again, and a fifth closes the oldest
+  // left (127.0.0.8).
+  RawNode fourth(port, "127.0.0.6");
+  ASSERT_TRUE(fourth.ReadFrame().has_value());
+  RawNode fifth(port, "127.0.0.5");
+  ASSERT_TRUE(fifth.ReadFrame().has_value());
+  ASSERT_TRUE(second.Readable(absl::Seconds(2)));
+  EXPECT_TRUE(second.ClosedByPeer());
+  EXPECT_FALSE(third.Readable(absl::Milliseconds(50)));
+  EXPECT_FALSE(fourth.Readable(absl::Milliseconds(50)));
+  EXPECT_EQ((*server)->open_links(), 1u);
+}
+
 TEST(RoundLinkTest, LimitsOutOfRangeAreRefused) {
   FakeCoordinator coordinator;
   RoundLinkServer::Limits limits;

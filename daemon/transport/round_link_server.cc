@@ -10,6 +10,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -442,16 +443,22 @@ bool RoundLinkServer::CloseOldestHandshake(const std::string* group) {
   return false;
 }
 
-const std::string* RoundLinkServer::BusiestGroup() const {
-  const std::string* busiest = nullptr;
+bool RoundLinkServer::CloseOldestOfBusiestGroup() {
   size_t most = 0;
   for (const auto& [group, count] : handshakes_of_group_) {
-    if (count > most) {
-      most = count;
-      busiest = &group;
-    }
+    most = std::max(most, count);
   }
-  return busiest;
+  // Oldest first among the groups holding the most: a tie (many groups of
+  // one each) closes the oldest handshake, never a node's newest.
+  for (const std::weak_ptr<Connection>& entry : handshakes_) {
+    std::shared_ptr<Connection> c = entry.lock();
+    if (c == nullptr) continue;
+    auto it = handshakes_of_group_.find(c->group);
+    if (it == handshakes_of_group_.end() || it->second != most) continue;
+    Close(c->fd());  // ends its handshake: its entry goes
+    return true;
+  }
+  return false;
 }
 
 void RoundLinkServer::EndHandshake(Connection& c) {
@@ -500,11 +507,7 @@ void RoundLinkServer::Accept() {
         it->second >= limits_.max_handshakes_per_address) {
       CloseOldestHandshake(&it->first);
     } else if (handshaking_ >= limits_.max_handshakes) {
-      // Copied: closing may end the busiest group's entry.
-      if (const std::string* busiest = BusiestGroup(); busiest != nullptr) {
-        const std::string victim = *busiest;
-        CloseOldestHandshake(&victim);
-      }
+      CloseOldestOfBusiestGroup();
     }
     // A node whose host went away is noticed (its link closed).
     SetRoundLinkSocketOptions(fd);

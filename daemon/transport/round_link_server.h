@@ -16,8 +16,9 @@
 //     at most kMaxRoundLinkHandshakeBytes. At most Limits'
 //     max_handshakes connections are in their handshake at once, and
 //     max_handshakes_per_address of one address group: one more closes
-//     the oldest handshake of its own group, or of the group holding the
-//     most (running out of file descriptors closes the oldest of all),
+//     the oldest handshake of its own group, or the oldest of the groups
+//     holding the most (running out of file descriptors closes the oldest
+//     of all),
 //     and at most kMaxAcceptsPerWake are accepted between reads. So
 //     connections that never answer (hundreds queued on the port) cannot
 //     keep a node's link from opening: a node answers its greeting within
@@ -82,8 +83,9 @@ class RoundLinkServer {
   // files counts them: daemon/descriptor_limit.h).
   struct Limits {
     // Connections in their handshake at once; one more closes the oldest
-    // handshake of the address group holding the most (so connections
-    // from a few addresses cannot push out a node's). At most
+    // handshake of the address groups holding the most (so connections
+    // from a few addresses cannot push out a node's, and from many, only
+    // ones older than it). At most
     // kMaxHandshakes. The daemon's: RoundLinkHandshakes, room for every
     // node connecting at the same moment and more.
     size_t max_handshakes = kMaxHandshakes;
@@ -186,8 +188,9 @@ class RoundLinkServer {
   // Closes the connection that has been in its handshake longest (of
   // address group `group`, when given); false when none is.
   bool CloseOldestHandshake(const std::string* group = nullptr);
-  // The address group with the most connections in their handshake.
-  const std::string* BusiestGroup() const;
+  // Closes the oldest handshake of the address groups holding the most
+  // handshakes; false when none is under way.
+  bool CloseOldestOfBusiestGroup();
   // `c`'s handshake ended (admitted, refused or closed).
   void EndHandshake(Connection& c);
   // Reads what `c` sent and handles every whole frame; false when `c` is
