@@ -500,12 +500,21 @@ rankd_status* rankd_session_capabilities(const rankd_session* session,
 }
 
 int rankd_session_supports_group(const rankd_session* session, uint32_t group) {
-  if (session == nullptr || !session->gate.Enter()) return 0;
-  const rankd::dataplane::DistributedCapabilities caps =
-      session->state->capabilities();
-  session->gate.Leave();
-  if (group == RANKD_WORLD_GROUP) return caps.world_collectives ? 1 : 0;
-  return caps.collective_groups.count(group) > 0 ? 1 : 0;
+  // As a status-returning call, through the gate and the guard (copying
+  // the capabilities allocates); 0 for any failure.
+  int supported = 0;
+  rankd_status* failed = GuardedCall(
+      "rankd_session_supports_group", session, [&]() -> rankd_status* {
+        if (session == nullptr) return nullptr;
+        const rankd::dataplane::DistributedCapabilities caps =
+            session->state->capabilities();
+        supported = group == RANKD_WORLD_GROUP
+                        ? caps.world_collectives
+                        : caps.collective_groups.count(group) > 0;
+        return nullptr;
+      });
+  rankd_status_free(failed);
+  return supported;
 }
 
 int32_t rankd_session_backend(const rankd_session* session) {

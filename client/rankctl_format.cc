@@ -17,8 +17,17 @@ namespace rankd {
 
 std::string TerminalSafe(absl::string_view text) {
   std::string out(text);
-  for (char& c : out) {
-    if (static_cast<unsigned char>(c) < ' ' || c == '\x7f') c = ' ';
+  for (size_t i = 0; i < out.size(); ++i) {
+    const auto c = static_cast<unsigned char>(out[i]);
+    if (c < ' ' || c == 0x7f) {
+      out[i] = ' ';
+    } else if (c == 0xc2 && i + 1 < out.size() &&
+               static_cast<unsigned char>(out[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(out[i + 1]) <= 0x9f) {
+      // A C1 control character in UTF-8 (U+0080-U+009F: U+009B is CSI).
+      out[i] = out[i + 1] = ' ';
+      ++i;
+    }
   }
   return out;
 }

@@ -25,9 +25,10 @@
 
 namespace rankd {
 
-// `text` with every control character (below 0x20, and DEL) replaced by a
-// space: what a daemon or a peer sent, printed to an operator's terminal,
-// cannot carry escape sequences.
+// `text` with every control character replaced by spaces: the C0 ones
+// (below 0x20), DEL and the C1 ones as UTF-8 encodes them (U+0080-U+009F),
+// so what a daemon or a peer sent, printed to an operator's (ASCII or
+// UTF-8) terminal, carries no escape sequence. Other bytes are kept.
 std::string TerminalSafe(absl::string_view text);
 
 // Left-aligned table: `header` then `rows`, each line ending in '\n'.

@@ -344,6 +344,10 @@ TEST(FormatTest, TerminalSafeReplacesEveryControlCharacter) {
   EXPECT_EQ(TerminalSafe("a\x1b[31mb\tc\nd\x7f\x01"), "a [31mb c d  ");
   EXPECT_EQ(TerminalSafe("plain: words [OK]"), "plain: words [OK]");
   EXPECT_EQ(TerminalSafe(""), "");
+  // U+009B (CSI) in UTF-8; other UTF-8 stays.
+  EXPECT_EQ(TerminalSafe("a\xc2\x9b"
+                         "2Jb \xc3\xa9"),
+            "a  2Jb \xc3\xa9");
 }
 
 TEST(FormatTest, JsonPrintsEveryField) {

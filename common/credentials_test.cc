@@ -159,6 +159,21 @@ TEST(CredentialsTest, ReadingRefusesMissingEmptyOversizedAndBinaryFiles) {
   EXPECT_FALSE(ReadCredentialFile(dir, "spaced").ok());
   write("good", "  tok3n-value\n");
   EXPECT_EQ(*ReadCredentialFile(dir, "good"), "tok3n-value");
+  EXPECT_EQ(*ReadCredentialPath(dir + "/good"), "tok3n-value");
+}
+
+TEST(CredentialsTest, APipeOrADeviceIsRefusedWithoutReadingIt) {
+  // A pipe with no writer: opening or reading it would wait for good.
+  const std::string fifo = TempDir() + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto piped = ReadCredentialPath(fifo);
+  EXPECT_EQ(piped.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(piped.status().message(), HasSubstr("not a credential file"));
+  // A device that never ends.
+  EXPECT_EQ(ReadCredentialPath("/dev/zero").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadCredentialPath(TempDir()).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -82,9 +82,18 @@ struct FailureFanout {
       to_run.swap(callbacks);
       firing.push_back(self);
     }
+    // Taken off `firing` however the callbacks end (one that throws too),
+    // or Close would wait for this thread for good.
+    struct Fired {
+      FailureFanout& fanout;
+      std::thread::id self;
+      ~Fired() {
+        absl::MutexLock lock(&fanout.mu);
+        fanout.firing.erase(
+            std::find(fanout.firing.begin(), fanout.firing.end(), self));
+      }
+    } fired{*this, self};
     for (auto& callback : to_run) callback(status);
-    absl::MutexLock lock(&mu);
-    firing.erase(std::find(firing.begin(), firing.end(), self));
   }
 
   // No callback runs after this returns, except on this thread (a callback

@@ -683,7 +683,7 @@ def reform_busy(rank):
         # re-form gives up with FAILED_PRECONDITION.
         start = time.monotonic()
         try:
-            session.reform(timeout=2)
+            session.reform(timeout=6)
         except rankd.FailedPreconditionError as e:
             outcome.append(("refused", time.monotonic() - start, str(e)))
         else:
@@ -691,7 +691,16 @@ def reform_busy(rank):
 
     thread = threading.Thread(target=reform)
     thread.start()
-    time.sleep(0.5)  # the re-form waits 2 s for a loss notice
+    # Until the re-form holds the session (a call that touches no peer).
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            _ = session.capabilities  # a property: a call through the gate
+        except rankd.FailedPreconditionError as busy:
+            assert "being re-formed" in str(busy), busy
+            break
+        assert time.monotonic() < deadline, "the re-form never started"
+        time.sleep(0.01)
     e = expect_raises(rankd.FailedPreconditionError,
                       "the session is being re-formed", session.all_reduce_sum,
                       x)
@@ -721,9 +730,12 @@ def close_busy(rank):
     rank.all_gather_words([r], timeout=30)  # both joined
     outcome = []
 
+    calling = threading.Event()
+
     def wait_for_a_key_never_set():
+        calling.set()
         try:
-            rank.kv_get(f"never/{r}", timeout=2)
+            rank.kv_get(f"never/{r}", timeout=3)
         except rankd.DeadlineExceededError as e:
             outcome.append(("timeout", e))
         except Exception as e:  # noqa: BLE001 - reported below
@@ -731,7 +743,8 @@ def close_busy(rank):
 
     thread = threading.Thread(target=wait_for_a_key_never_set)
     thread.start()
-    time.sleep(0.3)  # the get is waiting in the daemon
+    assert calling.wait(10)
+    time.sleep(0.3)  # the get is most likely waiting in the daemon by now
     start = time.monotonic()
     rank.close()
     took = time.monotonic() - start
