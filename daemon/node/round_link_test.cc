@@ -673,17 +673,27 @@ TEST(RoundLinkTest, SilentConnectionsNeitherWaitUngreetedNorKeepANodeOut) {
   EXPECT_EQ(server->open_links(), 1u);
 }
 
+// A server on loopback with handshake limits `max` in all and
+// `per_address` of one address group.
+std::unique_ptr<RoundLinkServer> StartWithLimits(FakeCoordinator& coordinator,
+                                                 size_t max,
+                                                 size_t per_address = 8) {
+  RoundLinkServer::Limits limits;
+  limits.max_handshakes = max;
+  limits.max_handshakes_per_address = per_address;
+  auto server =
+      RoundLinkServer::Start("127.0.0.1", 0, coordinator.Handlers(), limits);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? *std::move(server) : nullptr;
+}
+
 // Handshakes are bounded per address group: one more from an address at
 // its bound closes that address's oldest, never another address's.
 TEST(RoundLinkTest, OneAddressHoldsAtMostItsShareOfHandshakes) {
   FakeCoordinator coordinator;
-  RoundLinkServer::Limits limits;
-  limits.max_handshakes = 64;
-  limits.max_handshakes_per_address = 3;
-  auto server =
-      RoundLinkServer::Start("127.0.0.1", 0, coordinator.Handlers(), limits);
-  ASSERT_TRUE(server.ok()) << server.status();
-  const int port = (*server)->port();
+  auto server = StartWithLimits(coordinator, 64, 3);
+  ASSERT_NE(server, nullptr);
+  const int port = server->port();
   std::vector<std::unique_ptr<RawNode>> flood;
   for (int i = 0; i < 4; ++i) {
     flood.push_back(std::make_unique<RawNode>(port, "127.0.0.2"));
@@ -709,13 +719,9 @@ TEST(RoundLinkTest, OneAddressHoldsAtMostItsShareOfHandshakes) {
 // node's handshake or another address's.
 TEST(RoundLinkTest, AtTheHandshakeBoundTheBusiestAddressMakesRoom) {
   FakeCoordinator coordinator;
-  RoundLinkServer::Limits limits;
-  limits.max_handshakes = 4;
-  limits.max_handshakes_per_address = 8;
-  auto server =
-      RoundLinkServer::Start("127.0.0.1", 0, coordinator.Handlers(), limits);
-  ASSERT_TRUE(server.ok()) << server.status();
-  const int port = (*server)->port();
+  auto server = StartWithLimits(coordinator, 4, 8);
+  ASSERT_NE(server, nullptr);
+  const int port = server->port();
   RawNode lone(port, "127.0.0.3");
   ASSERT_TRUE(lone.ReadFrame().has_value());
   std::vector<std::unique_ptr<RawNode>> busy;
@@ -730,7 +736,7 @@ TEST(RoundLinkTest, AtTheHandshakeBoundTheBusiestAddressMakesRoom) {
   EXPECT_TRUE(busy[0]->ClosedByPeer());
   EXPECT_FALSE(lone.Readable(absl::Milliseconds(50)));
   EXPECT_FALSE(busy[1]->Readable(absl::Milliseconds(50)));
-  EXPECT_EQ((*server)->open_links(), 1u);
+  EXPECT_EQ(server->open_links(), 1u);
 }
 
 // A node that sends without pause (cheap cancel frames, faster than they
@@ -783,12 +789,9 @@ TEST(RoundLinkTest, ANodeSendingWithoutPauseCannotKeepTheThreadToItself) {
 // address sorts first, so a node's new handshake is never the one closed.
 TEST(RoundLinkTest, AtTheBoundAmongEqualGroupsTheOldestMakesRoom) {
   FakeCoordinator coordinator;
-  RoundLinkServer::Limits limits;
-  limits.max_handshakes = 3;
-  auto server =
-      RoundLinkServer::Start("127.0.0.1", 0, coordinator.Handlers(), limits);
-  ASSERT_TRUE(server.ok()) << server.status();
-  const int port = (*server)->port();
+  auto server = StartWithLimits(coordinator, 3);
+  ASSERT_NE(server, nullptr);
+  const int port = server->port();
   // One handshake each, older ones from addresses that sort later (so that
   // "first by address" and "oldest" differ).
   RawNode oldest(port, "127.0.0.9");
@@ -813,7 +816,7 @@ TEST(RoundLinkTest, AtTheBoundAmongEqualGroupsTheOldestMakesRoom) {
   EXPECT_TRUE(second.ClosedByPeer());
   EXPECT_FALSE(third.Readable(absl::Milliseconds(50)));
   EXPECT_FALSE(fourth.Readable(absl::Milliseconds(50)));
-  EXPECT_EQ((*server)->open_links(), 1u);
+  EXPECT_EQ(server->open_links(), 1u);
 }
 
 TEST(RoundLinkTest, LimitsOutOfRangeAreRefused) {
