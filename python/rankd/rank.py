@@ -98,14 +98,15 @@ def join(*, target=None, job_id=None, local_rank=None, rank=None,
 
 class Rank:
     """A joined rank. Use it as a context manager (leaves the job on exit)
-    or call leave() and close(). Thread-safe: close() on one thread waits
-    for calls running on others."""
+    or call leave() and close(). Thread-safe: a close() while calls run on
+    other threads frees the handle once the last of them returns."""
 
     def __init__(self, handle):
         self._handle = handle
         self._callbacks = []  # ctypes thunks the library may call
         self._lock = threading.Lock()
-        # Calls using the handle now (_call); close() waits for none.
+        # Calls using the handle now (_call): the handle is freed only when
+        # none is (close(), or the last call after it).
         self._idle = threading.Condition(self._lock)
         self._calls = 0
         self._closing = False
@@ -154,16 +155,16 @@ class Rank:
 
     @property
     def handle(self):
-        """The C handle (rankd_rank*), for ctypes callers; it is freed by
-        close(), which does not wait for a caller holding it (use _call)."""
+        """The C handle (rankd_rank*), for ctypes callers; close() frees it
+        without knowing of a caller holding it this way (use _call)."""
         if self._handle is None:
             raise ValueError("rankd: this Rank is closed")
         return self._handle
 
     def _call(self, fn, *args):
-        """fn(handle, *args), the handle kept alive meanwhile: close() on
-        another thread waits for this call to return. ValueError once the
-        rank is closed or closing."""
+        """fn(handle, *args), the handle kept alive meanwhile: a close() on
+        another thread leaves its freeing to the last call running.
+        ValueError once the rank is closed."""
         with self._idle:
             if self._handle is None or self._closing:
                 raise ValueError("rankd: this Rank is closed")
@@ -172,10 +173,13 @@ class Rank:
         try:
             return fn(handle, *args)
         finally:
+            release = None
             with self._idle:
                 self._calls -= 1
-                if self._calls == 0:
-                    self._idle.notify_all()
+                if self._calls == 0 and self._closing:
+                    release, self._handle = self._handle, None
+            if release is not None:
+                lib.rankd_rank_free(release)
 
     # --- all_gather_words -------------------------------------------------
 
@@ -408,14 +412,15 @@ class Rank:
     def close(self):
         """Frees the handle. Once its sessions are closed too, the rank
         leaves the job (ignoring errors; call leave() to see them) and the
-        connection closes. Calls running on other threads are waited for
-        (each returns within its own timeout); later calls raise
-        ValueError."""
+        connection closes. Never waits: while calls run on other threads
+        (each returns within its own timeout), the last of them frees the
+        handle as it returns. Later calls raise ValueError."""
         with self._idle:
             if self._handle is None or self._closing:
                 return
             self._closing = True
-            self._idle.wait_for(lambda: self._calls == 0)
+            if self._calls:
+                return  # the last call running frees it (_call)
             handle, self._handle = self._handle, None
         lib.rankd_rank_free(handle)
 
