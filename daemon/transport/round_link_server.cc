@@ -433,28 +433,11 @@ void RoundLinkServer::Run() {
   for (int fd : fds) Close(fd);
 }
 
-bool RoundLinkServer::CloseOldestHandshake(const std::string* group) {
+bool RoundLinkServer::CloseOldestHandshake(
+    absl::FunctionRef<bool(const Connection&)> which) {
   for (const std::weak_ptr<Connection>& entry : handshakes_) {
     std::shared_ptr<Connection> c = entry.lock();
-    if (c == nullptr || (group != nullptr && c->group != *group)) continue;
-    Close(c->fd());  // ends its handshake: its entry goes
-    return true;
-  }
-  return false;
-}
-
-bool RoundLinkServer::CloseOldestOfBusiestGroup() {
-  size_t most = 0;
-  for (const auto& [group, count] : handshakes_of_group_) {
-    most = std::max(most, count);
-  }
-  // Oldest first among the groups holding the most: a tie (many groups of
-  // one each) closes the oldest handshake, never a node's newest.
-  for (const std::weak_ptr<Connection>& entry : handshakes_) {
-    std::shared_ptr<Connection> c = entry.lock();
-    if (c == nullptr) continue;
-    auto it = handshakes_of_group_.find(c->group);
-    if (it == handshakes_of_group_.end() || it->second != most) continue;
+    if (c == nullptr || !which(*c)) continue;
     Close(c->fd());  // ends its handshake: its entry goes
     return true;
   }
@@ -483,7 +466,9 @@ void RoundLinkServer::Accept() {
       // none to free, pause rather than spin (the listener stays readable).
       // EAGAIN: every pending connection taken.
       if (errno == EMFILE || errno == ENFILE) {
-        if (CloseOldestHandshake()) continue;
+        if (CloseOldestHandshake([](const Connection&) { return true; })) {
+          continue;
+        }
         absl::SleepFor(absl::Milliseconds(10));
       }
       return;
@@ -492,22 +477,24 @@ void RoundLinkServer::Accept() {
       ::close(fd);
       continue;
     }
-    std::string group;  // "" when the peer cannot be named
-    {
-      sockaddr_storage addr{};
-      socklen_t len = sizeof(addr);
-      if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-        absl::StatusOr<TcpPeer> peer =
-            TcpPeerFromSockaddr(reinterpret_cast<const sockaddr*>(&addr), len);
-        if (peer.ok()) group = std::move(peer->group);
-      }
-    }
+    absl::StatusOr<TcpPeer> peer = TcpPeerOfSocket(fd);
+    std::string group = peer.ok() ? peer->group : "";  // "": not named
     if (auto it = handshakes_of_group_.find(group);
         it != handshakes_of_group_.end() &&
         it->second >= limits_.max_handshakes_per_address) {
-      CloseOldestHandshake(&it->first);
+      CloseOldestHandshake(
+          [&](const Connection& c) { return c.group == group; });
     } else if (handshaking_ >= limits_.max_handshakes) {
-      CloseOldestOfBusiestGroup();
+      // The oldest among the groups holding the most: a tie (many groups
+      // of one each) closes the oldest handshake, never a node's newest.
+      size_t most = 0;
+      for (const auto& [g, count] : handshakes_of_group_) {
+        most = std::max(most, count);
+      }
+      CloseOldestHandshake([&](const Connection& c) {
+        auto held = handshakes_of_group_.find(c.group);
+        return held != handshakes_of_group_.end() && held->second == most;
+      });
     }
     // A node whose host went away is noticed (its link closed).
     SetRoundLinkSocketOptions(fd);

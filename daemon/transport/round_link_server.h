@@ -63,6 +63,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -185,12 +186,9 @@ class RoundLinkServer {
   RoundLinkServer(int listen_fd, int port, Handlers handlers, Limits limits);
   void Run();
   void Accept();
-  // Closes the connection that has been in its handshake longest (of
-  // address group `group`, when given); false when none is.
-  bool CloseOldestHandshake(const std::string* group = nullptr);
-  // Closes the oldest handshake of the address groups holding the most
-  // handshakes; false when none is under way.
-  bool CloseOldestOfBusiestGroup();
+  // Closes the connection that has been in its handshake longest of those
+  // `which` picks; false when none is.
+  bool CloseOldestHandshake(absl::FunctionRef<bool(const Connection&)> which);
   // `c`'s handshake ended (admitted, refused or closed).
   void EndHandshake(Connection& c);
   // Reads what `c` sent and handles every whole frame; false when `c` is

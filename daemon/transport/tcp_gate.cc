@@ -51,16 +51,6 @@ constexpr absl::string_view kHealthService = "/grpc.health.v1.Health/";
 // would otherwise wait on it forever.
 constexpr uint32_t kMaxHealthCallsPerConnection = 2;
 
-// The peer of `fd`; an error when it has none.
-absl::StatusOr<TcpPeer> PeerOf(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    return absl::UnavailableError(std::strerror(errno));
-  }
-  return TcpPeerFromSockaddr(reinterpret_cast<const sockaddr*>(&addr), len);
-}
-
 // Bytes the kernel received on `fd` so far; 0 when unknown.
 uint64_t BytesReceived(int fd) {
   tcp_info info{};
@@ -404,7 +394,7 @@ void TcpGate::AcceptAll(int listen_fd) {
     c.since = absl::Now();
     c.state = options_.require_authentication ? State::kUnauthenticated
                                               : State::kAuthenticated;
-    absl::StatusOr<TcpPeer> peer = PeerOf(fd);
+    absl::StatusOr<TcpPeer> peer = TcpPeerOfSocket(fd);
     if (c.inode == 0 || !peer.ok()) {
       ::close(fd);
       continue;

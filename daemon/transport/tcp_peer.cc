@@ -4,6 +4,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 
+#include <cerrno>
 #include <cstring>
 #include <optional>
 
@@ -81,6 +82,15 @@ absl::Status Invalid(absl::string_view peer, absl::string_view why) {
 }  // namespace
 
 std::string TcpPeer::key() const { return absl::StrCat(address, " ", port); }
+
+absl::StatusOr<TcpPeer> TcpPeerOfSocket(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return absl::UnavailableError(std::strerror(errno));
+  }
+  return TcpPeerFromSockaddr(reinterpret_cast<const sockaddr*>(&addr), len);
+}
 
 absl::StatusOr<TcpPeer> TcpPeerFromSockaddr(const sockaddr* addr,
                                             socklen_t len) {

@@ -38,6 +38,11 @@ struct TcpPeer {
 absl::StatusOr<TcpPeer> TcpPeerFromSockaddr(const sockaddr* addr,
                                             socklen_t len);
 
+// The peer of connected socket `fd` (getpeername). Unavailable with the
+// system's reason when it has none (closed, not connected); the errors of
+// TcpPeerFromSockaddr otherwise.
+absl::StatusOr<TcpPeer> TcpPeerOfSocket(int fd);
+
 // The peer in gRPC's name for a TCP connection: "ipv4:10.0.0.1:51234",
 // "ipv6:%5B2001:db8::1%5D:51234". gRPC (1.51) writes the address as a URI
 // path, percent-encoded, and a scoped IPv6 address in it as RFC 6874 does
