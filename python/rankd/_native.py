@@ -11,6 +11,7 @@ RTLD_LOCAL, so its symbols never mix with other extensions'.
 
 import ctypes
 import os
+import threading
 
 from . import errors
 
@@ -257,3 +258,65 @@ def take_error(status):
     lib.rankd_status_free(status)
     return errors.error_for(code, message, wait_timeout, epoch_fence,
                             epoch_ended)
+
+
+class Handle:
+    """A C handle that close() may free while calls on other threads use
+    it: the C ABI forbids freeing a handle under a running call, so the
+    last call running frees it as it returns, and close() never waits
+    (a call may block for its own timeout). Thread-safe.
+
+    `free` is the C function that frees the handle; `closed` makes the
+    exception raised by a call after close()."""
+
+    def __init__(self, handle, free, closed):
+        self._lock = threading.Lock()
+        self._handle = handle  # None once freed
+        self._free = free
+        self._closed = closed
+        self._calls = 0  # calls using the handle now
+        self._closing = False
+
+    @property
+    def value(self):
+        """The handle while it is not freed (it may be closing), else None.
+        """
+        return self._handle
+
+    def call(self, fn, *args):
+        """fn(handle, *args), the handle kept alive meanwhile. Raises
+        closed() once close() was called."""
+        with self._lock:
+            if self._handle is None or self._closing:
+                raise self._closed()
+            self._calls += 1
+            handle = self._handle
+        try:
+            return fn(handle, *args)
+        finally:
+            release = None
+            with self._lock:
+                self._calls -= 1
+                if self._calls == 0 and self._closing:
+                    release, self._handle = self._handle, None
+            if release is not None:
+                self._free(release)
+
+    def close(self):
+        """Frees the handle now, or (while calls run) as the last of them
+        returns; later calls raise. Idempotent; never waits."""
+        with self._lock:
+            if self._handle is None or self._closing:
+                return
+            self._closing = True
+            if self._calls:
+                return  # the last call running frees it (call)
+            handle, self._handle = self._handle, None
+        self._free(handle)
+
+    def discard(self):
+        """For a finalizer: frees the handle unless it is gone. No call can
+        be running then (each holds a reference to the handle's owner)."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            self._free(handle)

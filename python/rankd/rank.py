@@ -102,14 +102,13 @@ class Rank:
     other threads frees the handle once the last of them returns."""
 
     def __init__(self, handle):
-        self._handle = handle
+        # Freed only when no call uses it (close(), or the last call after
+        # it: _native.Handle).
+        self._guard = _native.Handle(
+            handle, lib.rankd_rank_free,
+            lambda: ValueError("rankd: this Rank is closed"))
         self._callbacks = []  # ctypes thunks the library may call
-        self._lock = threading.Lock()
-        # Calls using the handle now (_call): the handle is freed only when
-        # none is (close(), or the last call after it).
-        self._idle = threading.Condition(self._lock)
-        self._calls = 0
-        self._closing = False
+        self._lock = threading.Lock()  # guards _callbacks
         d = _native.Descriptor()
         d.struct_size = ctypes.sizeof(d)
         check(lib.rankd_rank_descriptor(handle, ctypes.byref(d)))
@@ -154,6 +153,11 @@ class Rank:
         return None
 
     @property
+    def _handle(self):
+        """The C handle until it is freed (it may be closing), else None."""
+        return self._guard.value
+
+    @property
     def handle(self):
         """The C handle (rankd_rank*), for ctypes callers; close() frees it
         without knowing of a caller holding it this way (use _call)."""
@@ -165,21 +169,7 @@ class Rank:
         """fn(handle, *args), the handle kept alive meanwhile: a close() on
         another thread leaves its freeing to the last call running.
         ValueError once the rank is closed."""
-        with self._idle:
-            if self._handle is None or self._closing:
-                raise ValueError("rankd: this Rank is closed")
-            self._calls += 1
-            handle = self._handle
-        try:
-            return fn(handle, *args)
-        finally:
-            release = None
-            with self._idle:
-                self._calls -= 1
-                if self._calls == 0 and self._closing:
-                    release, self._handle = self._handle, None
-            if release is not None:
-                lib.rankd_rank_free(release)
+        return self._guard.call(fn, *args)
 
     # --- all_gather_words -------------------------------------------------
 
@@ -415,14 +405,7 @@ class Rank:
         connection closes. Never waits: while calls run on other threads
         (each returns within its own timeout), the last of them frees the
         handle as it returns. Later calls raise ValueError."""
-        with self._idle:
-            if self._handle is None or self._closing:
-                return
-            self._closing = True
-            if self._calls:
-                return  # the last call running frees it (_call)
-            handle, self._handle = self._handle, None
-        lib.rankd_rank_free(handle)
+        self._guard.close()
 
     def __enter__(self):
         return self
@@ -438,10 +421,9 @@ class Rank:
         # Sessions hold their Rank, so no session outlives this. The handle
         # is cleared first: a failure callback running while the library
         # frees it must not use it (close()'s order).
-        handle = getattr(self, "_handle", None)
-        self._handle = None
-        if handle is not None:
-            lib.rankd_rank_free(handle)
+        guard = getattr(self, "_guard", None)
+        if guard is not None:
+            guard.discard()
 
 
 class PendingWords:

@@ -239,7 +239,12 @@ class Session:
         check(rank._call(lib.rankd_session_open, ctypes.byref(o),
                          ctypes.byref(handle)))
         del keep  # read during the open only
-        self._handle = handle
+        # Freed only when no call uses it (close(), or the last call after
+        # it: _native.Handle); the C ABI forbids freeing it under a call.
+        self._guard = _native.Handle(
+            handle, lib.rankd_session_free,
+            lambda: _native.errors.FailedPreconditionError(
+                "rankd: the session is closed"))
         self._nccl = lib.rankd_session_backend(handle) == 2
 
     @property
@@ -247,8 +252,19 @@ class Session:
         return self._rank
 
     @property
+    def _handle(self):
+        """The C handle until it is freed (it may be closing), else None."""
+        return self._guard.value
+
+    def _call(self, fn, *args):
+        """fn(handle, *args), the handle kept alive meanwhile: a close() on
+        another thread leaves its freeing to the last call running.
+        FailedPreconditionError once the session is closed."""
+        return self._guard.call(fn, *args)
+
+    @property
     def backend(self):
-        return {1: "gloo", 2: "nccl"}[lib.rankd_session_backend(self._handle)]
+        return {1: "gloo", 2: "nccl"}[self._call(lib.rankd_session_backend)]
 
     @property
     def capabilities(self):
@@ -257,11 +273,11 @@ class Session:
         naming the capability (supports_group for groups)."""
         c = _native.Capabilities()
         c.struct_size = ctypes.sizeof(c)
-        check(lib.rankd_session_capabilities(self._handle, ctypes.byref(c)))
+        check(self._call(lib.rankd_session_capabilities, ctypes.byref(c)))
         return {name: bool(getattr(c, name)) for name, _ in c._fields_[1:]}
 
     def supports_group(self, group):
-        return bool(lib.rankd_session_supports_group(self._handle, group))
+        return bool(self._call(lib.rankd_session_supports_group, group))
 
     def _work(self, handle, output, keep):
         return Work(self, handle, output, keep)
@@ -297,17 +313,17 @@ class Session:
             cy = cx if out is value else _device_output(
                 out, cx.device_tensor, cx.device_tensor.shape, "out", stream)
             handle = ctypes.c_void_p()
-            check(lib.rankd_all_reduce_sum(
-                self._handle, group, cx.pointer, cy.pointer,
-                self._stream(stream, (cx, cy)), ctypes.byref(handle)))
+            check(self._call(lib.rankd_all_reduce_sum, group, cx.pointer,
+                             cy.pointer, self._stream(stream, (cx, cy)),
+                             ctypes.byref(handle)))
             return self._work(handle, cy.source, (cx, cy))
         x = _host_array(value, "value")
         y = _output(out, x.shape, x.dtype, "out")
         cx, cy = _CTensor(x), _CTensor(y)
         handle = ctypes.c_void_p()
-        check(lib.rankd_all_reduce_sum(self._handle, group, cx.pointer,
-                                       cy.pointer, _device.stream_handle(
-                                           stream), ctypes.byref(handle)))
+        check(self._call(lib.rankd_all_reduce_sum, group, cx.pointer,
+                         cy.pointer, _device.stream_handle(stream),
+                         ctypes.byref(handle)))
         return self._work(handle, y, (cx, cy))
 
     def all_gather(self, value, group=WORLD, out=None, stream=None):
@@ -320,9 +336,9 @@ class Session:
             shape = (members,) if not s else (members * s[0],) + s[1:]
             cy = _device_output(out, cx.device_tensor, shape, "out", stream)
             handle = ctypes.c_void_p()
-            check(lib.rankd_all_gather(
-                self._handle, group, cx.pointer, cy.pointer,
-                self._stream(stream, (cx, cy)), ctypes.byref(handle)))
+            check(self._call(lib.rankd_all_gather, group, cx.pointer,
+                             cy.pointer, self._stream(stream, (cx, cy)),
+                             ctypes.byref(handle)))
             return self._work(handle, cy.source, (cx, cy))
         x = _host_array(value, "value")
         shape = (members,) if x.ndim == 0 else \
@@ -330,9 +346,9 @@ class Session:
         y = _output(out, shape, x.dtype, "out")
         cx, cy = _CTensor(x), _CTensor(y)
         handle = ctypes.c_void_p()
-        check(lib.rankd_all_gather(self._handle, group, cx.pointer,
-                                   cy.pointer, _device.stream_handle(stream),
-                                   ctypes.byref(handle)))
+        check(self._call(lib.rankd_all_gather, group, cx.pointer,
+                         cy.pointer, _device.stream_handle(stream),
+                         ctypes.byref(handle)))
         return self._work(handle, y, (cx, cy))
 
     def all_to_all_v(self, value, send_counts, receive_counts, group=WORLD,
@@ -363,11 +379,10 @@ class Session:
             c_stream = _device.stream_handle(stream)
             result = y
         handle = ctypes.c_void_p()
-        check(lib.rankd_all_to_all_v(
-            self._handle, group, cx.pointer,
-            ctypes.cast(sends, _native.c_size_p),
-            ctypes.cast(receives, _native.c_size_p), n, cy.pointer, c_stream,
-            ctypes.byref(handle)))
+        check(self._call(lib.rankd_all_to_all_v, group, cx.pointer,
+                         ctypes.cast(sends, _native.c_size_p),
+                         ctypes.cast(receives, _native.c_size_p), n,
+                         cy.pointer, c_stream, ctypes.byref(handle)))
         return self._work(handle, result, (cx, cy, sends, receives))
 
     def send(self, value, peer, group=WORLD, stream=None):
@@ -381,8 +396,8 @@ class Session:
             cx = _CTensor(x)
             c_stream, result = _device.stream_handle(stream), x
         handle = ctypes.c_void_p()
-        check(lib.rankd_send(self._handle, group, peer, cx.pointer, c_stream,
-                             ctypes.byref(handle)))
+        check(self._call(lib.rankd_send, group, peer, cx.pointer, c_stream,
+                         ctypes.byref(handle)))
         return self._work(handle, result, (cx,))
 
     def receive(self, peer, shape=None, dtype=None, group=WORLD, out=None,
@@ -392,9 +407,9 @@ class Session:
         if self._nccl:
             cy = _device_output(out, None, shape, "out", stream)
             handle = ctypes.c_void_p()
-            check(lib.rankd_receive(self._handle, group, peer, cy.pointer,
-                                    self._stream(stream, (cy,)),
-                                    ctypes.byref(handle)))
+            check(self._call(lib.rankd_receive, group, peer, cy.pointer,
+                             self._stream(stream, (cy,)),
+                             ctypes.byref(handle)))
             return self._work(handle, cy.source, (cy,))
         if out is None:
             if shape is None or dtype is None:
@@ -407,9 +422,9 @@ class Session:
                 f"rankd: out has dtype {y.dtype}, which rankd does not carry")
         cy = _CTensor(y)
         handle = ctypes.c_void_p()
-        check(lib.rankd_receive(self._handle, group, peer, cy.pointer,
-                                _device.stream_handle(stream),
-                                ctypes.byref(handle)))
+        check(self._call(lib.rankd_receive, group, peer, cy.pointer,
+                         _device.stream_handle(stream),
+                         ctypes.byref(handle)))
         return self._work(handle, y, (cy,))
 
     def batch_send_receive(self, sends, receives, group=WORLD, stream=None):
@@ -440,9 +455,9 @@ class Session:
         r = (_native.PeerTensor * max(len(receive_list), 1))(
             *[_native.PeerTensor(p, t.tensor) for p, t in receive_list])
         handle = ctypes.c_void_p()
-        check(lib.rankd_batch_send_receive(
-            self._handle, group, s, len(send_list), r, len(receive_list),
-            c_stream, ctypes.byref(handle)))
+        check(self._call(lib.rankd_batch_send_receive, group, s,
+                         len(send_list), r, len(receive_list), c_stream,
+                         ctypes.byref(handle)))
         outputs = [t.source if self._nccl else t.array
                    for _, t in receive_list]
         return self._work(handle, outputs, (send_list, receive_list, s, r))
@@ -468,11 +483,10 @@ class Session:
         in time, the ended session's error when the job failed for good,
         UnimplementedError when the rank cannot join a later epoch. After an
         error the session is gone: every later call raises that error."""
-        if self._handle is None:
-            raise _native.errors.FailedPreconditionError(
-                "rankd: the session is closed")
-        check(lib.rankd_session_reform(self._handle, float(timeout)))
-        self._nccl = lib.rankd_session_backend(self._handle) == 2
+        def reform(handle):
+            check(lib.rankd_session_reform(handle, float(timeout)))
+            self._nccl = lib.rankd_session_backend(handle) == 2
+        self._call(reform)
 
     # ---- end of reform ----
 
@@ -517,14 +531,8 @@ class Session:
         failure, a missed deadline or a lost peer poisoned it; after a
         failed reform(), that error. Raises FailedPreconditionError once
         the session is closed."""
-        status = lib.rankd_session_poison_status(self._live())
+        status = self._call(lib.rankd_session_poison_status)
         return _native.take_error(status) if status else None
-
-    def _live(self):
-        if self._handle is None:
-            raise _native.errors.FailedPreconditionError(
-                "rankd: the session is closed")
-        return self._handle
 
     def _latch(self, fn, cause, message):
         if message is None:
@@ -538,15 +546,16 @@ class Session:
         if "\0" in message:
             raise _native.errors.InvalidArgumentError(
                 "rankd: a cause's message must not contain NUL")
-        check(fn(self._live(), code, message.encode()))
+        check(self._call(fn, code, message.encode()))
 
     # ---- end of poison and abort ----
 
     def close(self):
-        """Frees the session (it closes once its works are freed too)."""
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            lib.rankd_session_free(handle)
+        """Frees the session (it closes once its works are freed too).
+        Never waits: while calls run on other threads (a reform() waiting
+        for the next epoch, say), the last of them frees it as it returns.
+        Later calls raise FailedPreconditionError. Idempotent."""
+        self._guard.close()
 
     def __enter__(self):
         return self
@@ -555,6 +564,6 @@ class Session:
         self.close()
 
     def __del__(self):
-        if getattr(self, "_handle", None) is not None:
-            lib.rankd_session_free(self._handle)
-            self._handle = None
+        guard = getattr(self, "_guard", None)
+        if guard is not None:
+            guard.discard()

@@ -757,13 +757,62 @@ def close_busy(rank):
     print(f"PY CLOSE BUSY {r} OK", flush=True)
 
 
+def session_close_busy(rank):
+    """Session.close() while another thread waits in reform() on it: the
+    close returns at once, the re-form goes on to its own timeout, and the
+    session is freed as it returns, not under it; later calls raise
+    FailedPreconditionError."""
+    r = rank.rank
+    session = rank.open_session(op_timeout=30)
+    rank.all_gather_words([r], timeout=30)  # both opened
+    outcome = []
+
+    def reform():
+        # The job is healthy: the re-form gives up after its timeout.
+        try:
+            session.reform(timeout=3)
+        except rankd.FailedPreconditionError as e:
+            outcome.append(("refused", e))
+        except Exception as e:  # noqa: BLE001 - reported below
+            outcome.append(("other", e))
+        else:
+            outcome.append(("reformed", None))
+
+    thread = threading.Thread(target=reform)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while True:  # until the re-form holds the session
+        try:
+            _ = session.capabilities
+        except rankd.FailedPreconditionError as busy:
+            assert "being re-formed" in str(busy), busy
+            break
+        assert time.monotonic() < deadline, "the re-form never started"
+        time.sleep(0.01)
+    start = time.monotonic()
+    session.close()
+    took = time.monotonic() - start
+    assert took < 1.0, f"close waited {took:.2f} s"
+    assert session._handle is not None, "freed under the waiting re-form"
+    expect_raises(rankd.FailedPreconditionError, "the session is closed",
+                  session.all_reduce_sum, np.array([1], np.float32))
+    thread.join(30)
+    assert not thread.is_alive()
+    assert len(outcome) == 1 and outcome[0][0] == "refused", outcome
+    assert session._handle is None, "not freed once the re-form returned"
+    session.close()  # idempotent
+    rank.all_gather_words([r], timeout=30)
+    print(f"PY SESSION CLOSE BUSY {r} OK", flush=True)
+
+
 def main():
     scenario = sys.argv[1]
     with rankd.join() as rank:
         {"ops": ops, "lost": lost, "nccl": nccl, "torch": torch_ops,
          "empty": empty, "narrowed": narrowed, "rejoin": rejoin,
          "domain_view": domain_view, "poison": poison,
-         "reform_busy": reform_busy, "close_busy": close_busy}[scenario](rank)
+         "reform_busy": reform_busy, "close_busy": close_busy,
+         "session_close_busy": session_close_busy}[scenario](rank)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ named, and refusals that need no daemon. Run by //python:pytest, or by hand:
 """
 
 import os
+import threading
 import time
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 
 import rankd
 from local_job import LocalJob
+from rankd import _native
 
 PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                        "rank_program.py")
@@ -144,6 +146,47 @@ def test_close_waits_for_a_call_on_another_thread():
     for r, (code, output) in enumerate(results):
         assert code == 0, f"rank {r}:\n{output}"
         assert f"PY CLOSE BUSY {r} OK" in output, output
+
+
+def test_session_close_leaves_the_freeing_to_a_call_on_another_thread():
+    flags = ["--recovery=on", "--recovery_deadline_ms=60000"]
+    with LocalJob("py-session-close-busy", 1, 2,
+                  daemon_flags=flags) as job:
+        results = job.run_ranks(PROGRAM, "session_close_busy", env=_env(),
+                                timeout=60)
+    for r, (code, output) in enumerate(results):
+        assert code == 0, f"rank {r}:\n{output}"
+        assert f"PY SESSION CLOSE BUSY {r} OK" in output, output
+
+
+def test_a_handle_is_freed_once_by_the_last_call():
+    freed = []
+    handle = _native.Handle(7, freed.append, lambda: ValueError("closed"))
+    inside = threading.Event()
+    release = threading.Event()
+
+    def blocking(h):
+        inside.set()
+        assert release.wait(10)
+        return h
+
+    thread = threading.Thread(target=handle.call, args=(blocking,))
+    thread.start()
+    assert inside.wait(10)
+    handle.close()
+    handle.close()
+    assert freed == [] and handle.value == 7  # a call still uses it
+    with pytest.raises(ValueError, match="closed"):
+        handle.call(lambda h: h)
+    release.set()
+    thread.join(10)
+    assert freed == [7] and handle.value is None
+    handle.discard()
+    assert freed == [7]
+    idle = _native.Handle(8, freed.append, lambda: ValueError("closed"))
+    assert idle.call(lambda h, x: h + x, 1) == 9
+    idle.close()
+    assert freed == [7, 8]
 
 
 def test_poison_causes_are_read_as_codes():
