@@ -1065,6 +1065,51 @@ TEST_F(ConfigTest, MetricsLimitsComeFromFlagsOrEnvironment) {
   EXPECT_FALSE(Resolve().ok());
 }
 
+// A per-address bound above its total bounds nothing: given, it is
+// refused naming both; by default it is lowered to the total.
+TEST_F(ConfigTest, PerAddressBoundsAreAtMostTheirTotals) {
+  raw_.world_size = "1";
+  raw_.metrics_max_connections = "4";
+  DaemonConfig c = MustResolve();
+  EXPECT_EQ(c.network.metrics_max_connections_per_address, 4u);
+  raw_.metrics_max_connections_per_address = "4";
+  EXPECT_EQ(MustResolve().network.metrics_max_connections_per_address, 4u);
+  raw_.metrics_max_connections_per_address = "5";
+  absl::StatusOr<DaemonConfig> refused = Resolve();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      absl::StrContains(refused.status().message(),
+                        "--metrics_max_connections_per_address=5 must be at "
+                        "most --metrics_max_connections(4)"))
+      << refused.status();
+  raw_.metrics_max_connections_per_address.reset();
+  raw_.metrics_max_connections.reset();
+  env_["RANKD_MAX_TCP_CONNECTIONS"] = "16";
+  c = MustResolve();
+  EXPECT_EQ(c.network.max_tcp_connections_per_peer, 16u);
+  EXPECT_EQ(c.network.max_tcp_unauthenticated, 8u);
+  EXPECT_LE(c.network.max_tcp_unauthenticated_per_peer, 8u);
+  raw_.max_tcp_connections_per_peer = "17";
+  refused = Resolve();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(
+      absl::StrContains(refused.status().message(),
+                        "--max_tcp_connections_per_peer=17 must be at most "
+                        "RANKD_MAX_TCP_CONNECTIONS(16)"))
+      << refused.status();
+  raw_.max_tcp_connections_per_peer.reset();
+  raw_.max_tcp_unauthenticated = "3";
+  raw_.max_tcp_unauthenticated_per_peer = "4";
+  refused = Resolve();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(
+      absl::StrContains(refused.status().message(),
+                        "--max_tcp_unauthenticated_per_peer=4 must be at "
+                        "most --max_tcp_unauthenticated(3)"))
+      << refused.status();
+}
+
 // Server reflection's bounds (issue 36 items 9, 10).
 TEST_F(ConfigTest, ReflectionLimitsComeFromFlagsOrEnvironment) {
   raw_.world_size = "1";

@@ -193,6 +193,45 @@ absl::Status ResolveNetworkLimits(const RawConfig& flags,
           ", so that nodes always find room on the listener"));
     }
   }
+  // A per-address bound above its total bounds nothing: one address could
+  // take every connection. A given one is refused; a default is lowered to
+  // the total.
+  struct Share {
+    const std::optional<std::string>& flag;
+    const char* name;
+    uint32_t* value;
+    const std::optional<std::string>& total_flag;
+    const char* total_name;
+    uint32_t total;
+  };
+  for (const Share& share : {
+           Share{flags.max_tcp_connections_per_peer,
+                 "max_tcp_connections_per_peer",
+                 &n.max_tcp_connections_per_peer, flags.max_tcp_connections,
+                 "max_tcp_connections", n.max_tcp_connections},
+           Share{flags.max_tcp_unauthenticated_per_peer,
+                 "max_tcp_unauthenticated_per_peer",
+                 &n.max_tcp_unauthenticated_per_peer,
+                 flags.max_tcp_unauthenticated, "max_tcp_unauthenticated",
+                 n.max_tcp_unauthenticated},
+           Share{flags.metrics_max_connections_per_address,
+                 "metrics_max_connections_per_address",
+                 &n.metrics_max_connections_per_address,
+                 flags.metrics_max_connections, "metrics_max_connections",
+                 n.metrics_max_connections},
+       }) {
+    if (*share.value <= share.total) continue;
+    const std::optional<Setting> given = lookup.Given(share.flag, share.name);
+    if (!given.has_value()) {
+      *share.value = share.total;
+      continue;
+    }
+    const Setting total = lookup.GivenOr(share.total_flag, share.total_name,
+                                         absl::StrCat(share.total));
+    return Invalid(absl::StrCat(given->Assignment(), " must be at most ",
+                                Ref(total, share.total),
+                                ": one address may not hold more than all"));
+  }
   return absl::OkStatus();
 }
 
