@@ -914,7 +914,29 @@ void NodeAgent::Leave(const v1::LeaveRequest& request,
 
 absl::StatusOr<NodeAgent::WatchId> NodeAgent::Attach(
     const v1::WatchRequest& request, WatchSink sink) {
+  WatchId id;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<WatchId> admitted = AdmitWatchLocked(request, sink);
+    if (!admitted.ok()) return admitted.status();
+    id = *admitted;
+  }
+  // The replay (up to the mirror's capacity of kept events, each copied
+  // into the stream's queue) runs without the agent's lock, which every
+  // rank request takes: a rank opening streams from sequence 0 must not
+  // hold the others up. An event appended meanwhile is in the mirror by
+  // then and is replayed, so none is missed.
+  const EventLog::SubscriptionId subscription =
+      mirror_.Subscribe(request.after_sequence(), std::move(sink.on_event));
   absl::MutexLock lock(&mu_);
+  // Only Detach removes a watch, and only with this id, which its stream
+  // learns when this returns.
+  watches_.at(id).subscription = subscription;
+  return id;
+}
+
+absl::StatusOr<NodeAgent::WatchId> NodeAgent::AdmitWatchLocked(
+    const v1::WatchRequest& request, WatchSink& sink) {
   const v1::MemberRef& member = request.member();
   if (auto s = CheckJobId(member.job_id(), spec_.job_id, "daemon"); !s.ok()) {
     return s;
@@ -949,8 +971,7 @@ absl::StatusOr<NodeAgent::WatchId> NodeAgent::Attach(
   watch.rank = member.rank();
   watch.incarnation = member.incarnation();
   watch.on_close = std::move(sink.on_close);
-  watch.subscription =
-      mirror_.Subscribe(request.after_sequence(), std::move(sink.on_event));
+  watch.subscription = 0;  // none yet: Attach subscribes after this
   return id;
 }
 

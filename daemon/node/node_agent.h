@@ -241,6 +241,11 @@ class NodeAgent : public CoordinatorLink::Listener {
   void LeaseLocked(LocalMember& m, uint32_t rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LoseRank(uint32_t rank, uint64_t incarnation, const std::string& reason);
+  // Attach's checks and bookkeeping: a watch for the request's rank, with
+  // sink.on_close taken and no subscription yet; returns its id.
+  absl::StatusOr<WatchId> AdmitWatchLocked(const v1::WatchRequest& request,
+                                           WatchSink& sink)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends one round's frames to the coordinator (LocalRounds' Send). With
   // recovery by domain, each data-parallel replica's frames in a
   // contribution of their own (SendContribution each): the coordinator
@@ -278,7 +283,8 @@ class NodeAgent : public CoordinatorLink::Listener {
     uint32_t rank;
     // The process it leases for: a replacement's watches are its own.
     uint64_t incarnation;
-    EventLog::SubscriptionId subscription;
+    // 0 until Attach subscribed (EventLog never hands out 0).
+    EventLog::SubscriptionId subscription = 0;
     std::function<void(absl::Status)> on_close;
   };
   std::map<WatchId, Watch> watches_ ABSL_GUARDED_BY(mu_);

@@ -9,12 +9,14 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/error_reason.h"
 #include "common/monotonic_clock.h"
@@ -282,6 +284,41 @@ TEST_F(NodeAgentJoinTest, AnUnnamedGpuIsRecordedAsTheSlotsGpu) {
   Answer(std::move(held_unnamed), absl::OkStatus());
   ASSERT_TRUE(named->has_value() && (*named)->ok());
   ASSERT_TRUE(unnamed->has_value() && (*unnamed)->ok());
+}
+
+// Opening a Watch replays the mirror's kept events (up to thousands) into
+// the stream's queue; that ran under the agent's lock, which every rank
+// request takes, so a rank re-opening streams from sequence 0 could hold
+// the node's other ranks up. A request made during the replay is answered
+// during it.
+TEST_F(NodeAgentJoinTest, AWatchReplaysItsEventsWithoutTheAgentsLock) {
+  auto joined = Join(0, 0xc0, 0);
+  HeldJoinsLink::HeldJoin held = link_.Take(0);
+  Answer(std::move(held), absl::OkStatus());
+  ASSERT_TRUE(joined->has_value() && (*joined)->ok()) << (*joined)->status();
+  agent_->events().Append(v1::EVENT_KIND_NODE_REGISTERED, 0u, {}, "replayed");
+  v1::WatchRequest watch;
+  *watch.mutable_member() = (**joined)->member();
+  watch.set_after_sequence(0);
+  int replayed = 0;
+  bool answered_during_replay = false;
+  auto on_event = [&](const v1::JobEvent&) {
+    if (replayed++ > 0) return;
+    // Another request, on another thread, while the replay runs.
+    absl::Notification answered;
+    std::thread other([&] {
+      agent_->LocalJob();
+      answered.Notify();
+    });
+    answered_during_replay =
+        answered.WaitForNotificationWithTimeout(absl::Seconds(5));
+    other.join();
+  };
+  auto id = agent_->Attach(watch, {on_event, [](absl::Status) {}});
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_GE(replayed, 1);
+  EXPECT_TRUE(answered_during_replay);
+  agent_->Detach(*id, /*broken=*/false, "done");
 }
 
 // A rank whose last Watch the daemon itself closed (a reader too far
