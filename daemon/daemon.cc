@@ -267,6 +267,11 @@ absl::Status Daemon::OpenLocalEndpoints() {
                        "; ranks' rounds and key-value "
                        "calls stay on gRPC"));
     } else {
+      if (const size_t stale = RoundSlotServer::RemoveStaleFiles(folder);
+          stale > 0) {
+        Log(absl::StrCat("removed ", stale, " round-slots file(s) in ", folder,
+                         " that a killed daemon left behind"));
+      }
       round_slots_ = std::make_unique<RoundSlotServer>(
           agent_.get(), folder, 0660,
           [this](absl::StatusCode code, absl::Duration elapsed) {

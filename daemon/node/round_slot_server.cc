@@ -1,8 +1,11 @@
 // daemon/node/round_slot_server.cc: see round_slot_server.h.
 #include "daemon/node/round_slot_server.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/monotonic_clock.h"
 #include "common/round_slots.h"
@@ -26,12 +30,15 @@ namespace {
 // its watcher busy on purpose.
 constexpr int kMaxEmptyRings = 1000;
 
+// Every round-slots file's name starts so (RandomName, RemoveStaleFiles).
+constexpr absl::string_view kFilePrefix = ".rankd-rounds-";
+
 absl::StatusOr<std::string> RandomName() {
   char bytes[16];
   if (getrandom(bytes, sizeof(bytes), 0) != sizeof(bytes)) {
     return absl::UnavailableError("cannot draw a random round-slots name");
   }
-  return absl::StrCat(".rankd-rounds-",
+  return absl::StrCat(kFilePrefix,
                       absl::BytesToHexString(absl::string_view(bytes, 16)));
 }
 
@@ -419,6 +426,32 @@ RoundSlotServer::RoundSlotServer(NodeAgent* agent, std::string folder,
                   : nullptr) {}
 
 RoundSlotServer::~RoundSlotServer() { Stop(); }
+
+size_t RoundSlotServer::RemoveStaleFiles(const std::string& folder,
+                                         absl::Duration older_than) {
+  const int dir_fd =
+      ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (dir_fd < 0) return 0;
+  DIR* dir = ::fdopendir(dir_fd);
+  if (dir == nullptr) {
+    ::close(dir_fd);
+    return 0;
+  }
+  const absl::Time before = absl::Now() - older_than;
+  size_t removed = 0;
+  while (const struct dirent* entry = ::readdir(dir)) {
+    if (!absl::StartsWith(entry->d_name, kFilePrefix)) continue;
+    struct stat st;
+    if (::fstatat(dir_fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+        absl::TimeFromTimespec(st.st_mtim) >= before) {
+      continue;
+    }
+    if (::unlinkat(dir_fd, entry->d_name, 0) == 0) ++removed;
+  }
+  ::closedir(dir);  // closes dir_fd
+  return removed;
+}
 
 absl::StatusOr<v1::OpenRoundSlotsResponse> RoundSlotServer::Open(
     const v1::OpenRoundSlotsRequest& request) {

@@ -101,6 +101,17 @@ class RoundSlotServer {
   // that Open. Idempotent.
   void Stop();
 
+  // Removes the round-slots files in `folder` last modified more than
+  // `older_than` ago, of this user: a daemon unlinks its own once its rank
+  // mapped them or kAttachTimeout after making them, so an older one is
+  // what a daemon killed meanwhile (SIGKILL, a crash) left, which nobody
+  // else would remove. Daemons sharing the folder lose nothing: their files
+  // are younger. Returns how many it removed; a folder it cannot read
+  // removes none.
+  static size_t RemoveStaleFiles(const std::string& folder,
+                                 absl::Duration older_than = 6 *
+                                                             kAttachTimeout);
+
   // Files open now.
   size_t open() const;
   // Requests the poller has taken so far (for tests).

@@ -11,7 +11,9 @@
 // and a watcher leaves its rank waiting, and the test fails.
 #include "daemon/node/round_slot_server.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <memory>
@@ -314,6 +316,42 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param == absl::ZeroDuration() ? std::string("Watchers")
                                                 : std::string("Poller");
     });
+
+// A daemon killed between making a file and its rank mapping it leaves the
+// file behind; the next daemon on the folder removes such files once they
+// are older than any live daemon's, and nothing else.
+TEST(RoundSlotFilesTest, OnlyStaleRoundSlotFilesAreRemoved) {
+  const std::string folder =
+      absl::StrCat(getenv("TEST_TMPDIR"), "/stale-slots");
+  ASSERT_EQ(mkdir(folder.c_str(), 0700), 0);
+  auto make = [&](const std::string& name, absl::Duration age) {
+    const std::string path = absl::StrCat(folder, "/", name);
+    std::ofstream(path) << "x";
+    const timespec then = absl::ToTimespec(absl::Now() - age);
+    const timespec times[2] = {then, then};
+    EXPECT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0) << path;
+    return path;
+  };
+  auto exists = [](const std::string& path) {
+    struct stat st;
+    return stat(path.c_str(), &st) == 0;
+  };
+  const std::string stale = make(".rankd-rounds-00aa", absl::Minutes(5));
+  const std::string live = make(".rankd-rounds-00bb", absl::Seconds(2));
+  const std::string other = make("node0.sock.kv", absl::Minutes(5));
+  ASSERT_EQ(mkdir((folder + "/.rankd-rounds-dir").c_str(), 0700), 0);
+  const timespec old = absl::ToTimespec(absl::Now() - absl::Minutes(5));
+  const timespec times[2] = {old, old};
+  ASSERT_EQ(
+      utimensat(AT_FDCWD, (folder + "/.rankd-rounds-dir").c_str(), times, 0),
+      0);
+  EXPECT_EQ(RoundSlotServer::RemoveStaleFiles(folder), 1u);
+  EXPECT_FALSE(exists(stale));
+  EXPECT_TRUE(exists(live));
+  EXPECT_TRUE(exists(other));
+  EXPECT_TRUE(exists(folder + "/.rankd-rounds-dir"));
+  EXPECT_EQ(RoundSlotServer::RemoveStaleFiles(folder + "/missing"), 0u);
+}
 
 }  // namespace
 }  // namespace rankd
