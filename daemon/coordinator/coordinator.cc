@@ -958,7 +958,10 @@ void Coordinator::ContributeWordsShared(
         status = CheckEpochLocked(f.rank(), members_[f.rank()].epoch);
       }
     }
-    if (status.ok()) {
+    // Only a round the rounds may accept moves where a recovered domain
+    // re-enters: a refused one far ahead (a misbehaving node) would put
+    // the entry past rounds the other domains reach, or wrap it to 0.
+    if (status.ok() && request.round() <= rounds_.HighestAcceptable()) {
       highest_round_admitted_ =
           std::max(highest_round_admitted_, request.round());
     }
@@ -1302,6 +1305,7 @@ void Coordinator::MaybeDomainsRecoveredLocked(
     if (!whole) continue;
     // Past every round admitted so far: each round below it was decided
     // without the domain, every round from it on waits for it.
+    // (Never UINT64_MAX: WordRounds accepts no round that far.)
     const uint64_t entry = highest_round_admitted_ + 1;
     if (absl::Status admitted = rounds_.AdmitDomain(index, d.epoch, entry);
         !admitted.ok()) {

@@ -2121,6 +2121,32 @@ TEST_F(DomainRecoveryTest, ARecoveredDomainReentersWorldRoundsAtABoundary) {
   EXPECT_EQ(Words(*a->value), (std::vector<uint32_t>{30, 31, 32, 33}));
 }
 
+// A round refused as too far ahead (a misbehaving node's) must not move
+// where a recovered domain re-enters: it once put the entry past every
+// round the other domains would reach, or (round UINT64_MAX) wrapped it
+// to 0 and failed the job.
+TEST_F(DomainRecoveryTest, ARefusedRoundFarAheadDoesNotMoveTheEntryRound) {
+  FormWorld();
+  for (uint64_t far : {uint64_t{1000000}, UINT64_MAX}) {
+    auto refused = Contribute(0, far, {{0, {1}}, {1, {2}}});
+    ASSERT_TRUE(refused->Wait());
+    EXPECT_STATUS(refused->status(), absl::StatusCode::kFailedPrecondition,
+                  "rounds ahead of round 1");
+  }
+  auto r1 = Contribute(0, 1, {{0, {10}}, {1, {11}}});
+  auto r1b = Contribute(1, 1, {{2, {12}}, {3, {13}}});
+  ASSERT_TRUE(r1->Wait() && r1b->Wait());
+  ASSERT_TRUE(r1->value.ok()) << r1->status();
+  ASSERT_TRUE(Lose(1, 3).ok());
+  auto rejoin = Join(JoinRequest(1, 2, kLongMs));
+  ASSERT_TRUE(JoinNow(1, 3, 0xbeef).ok());
+  ASSERT_TRUE(rejoin->Wait());
+  ASSERT_TRUE(rejoin->value.ok()) << rejoin->status();
+  EXPECT_EQ(rejoin->value->first_world_round(), 2u);
+  EXPECT_EQ(coord_->GetJob().state(), v1::JOB_STATE_READY);
+  EXPECT_EQ(coord_->GetJob().serving_domains(), 2u);
+}
+
 TEST_F(DomainRecoveryTest, ANodeOfBothDomainsRecoversEachOnItsOwnEpoch) {
   // Ranks 0 and 2 on node 0, 1 and 3 on node 1: node 1 holds a rank of
   // each domain.

@@ -303,6 +303,16 @@ void WordRounds::ContributeShared(uint64_t number,
   if (!rejected.ok()) return done(rejected);
 }
 
+uint64_t WordRounds::HighestAcceptable() const {
+  absl::MutexLock lock(&mu_);
+  uint64_t base = open_.empty() ? completed_ : open_.begin()->first - 1;
+  for (const auto& d : domains_) {
+    if (d.entry_round > 0) base = std::max(base, d.entry_round - 1);
+  }
+  return base > UINT64_MAX - kMaxOpenRounds ? UINT64_MAX
+                                            : base + kMaxOpenRounds;
+}
+
 absl::Status WordRounds::CheckAcceptsLocked(uint64_t number, uint64_t epoch,
                                             uint64_t entry_round) const {
   if (!failure_.ok()) return failure_;
