@@ -231,9 +231,21 @@ absl::StatusOr<std::string> ReadCredentialPath(const std::string& path) {
 }
 
 absl::Status CreateCredentials(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot create ", dir, ": ", std::strerror(errno)));
+  if (::mkdir(dir.c_str(), 0700) != 0) {
+    if (errno != EEXIST) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create ", dir, ": ", std::strerror(errno)));
+    }
+    // A folder made before: whoever may write to it could swap the key in
+    // after us, so it must be ours alone.
+    struct stat st;
+    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+        st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          dir,
+          " exists but is not a folder of this user that only it may write "
+          "to; credentials go in a new folder or one of mode 0700"));
+    }
   }
   for (const char* name : {kNodeKeyFile, kOperatorTokenFile}) {
     std::string path = absl::StrCat(dir, "/", name);
@@ -248,6 +260,21 @@ absl::Status CreateCredentials(const std::string& dir) {
     if (auto s = WriteSecretFile(absl::StrCat(dir, "/", name)); !s.ok()) {
       return s;
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoveCredentials(const std::string& dir) {
+  for (const char* name : {kNodeKeyFile, kOperatorTokenFile}) {
+    const std::string path = absl::StrCat(dir, "/", name);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot remove ", path, ": ", std::strerror(errno)));
+    }
+  }
+  if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot remove ", dir, ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }

@@ -100,8 +100,16 @@ absl::StatusOr<std::string> ReadCredentialPath(const std::string& path);
 // (mode 0600). AlreadyExists when any of them is already
 // there (credentials are never overwritten: rotate them on purpose);
 // FailedPrecondition naming the path when the folder or a file cannot be
-// written.
+// written, or when `dir` exists but is not a folder of this user that no
+// one else may write to (its owner could replace the key).
 absl::Status CreateCredentials(const std::string& dir);
+
+// Removes what CreateCredentials made in `dir`, then `dir` (which must
+// hold nothing else): for a launcher that made credentials for a daemon,
+// once the daemon has read them, so that no process started later finds
+// the node key. What is already gone is fine; FailedPrecondition naming the
+// path otherwise.
+absl::Status RemoveCredentials(const std::string& dir);
 
 }  // namespace rankd
 

@@ -138,6 +138,35 @@ TEST(CredentialsTest, CreateWritesPrivateFilesOnceAndReadsThemBack) {
   EXPECT_EQ(*ReadCredentialFile(dir, kNodeKeyFile), before);
 }
 
+// A folder that exists already must be this user's and writable by no one
+// else: its owner, or anyone who may write to it, could swap the key in.
+TEST(CredentialsTest, AnExistingFolderOthersMayWriteToIsRefused) {
+  const std::string open_dir = TempDir() + "/shared-creds";
+  ASSERT_EQ(::mkdir(open_dir.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(open_dir.c_str(), 0777), 0);
+  absl::Status refused = CreateCredentials(open_dir);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), open_dir)) << refused;
+  EXPECT_EQ(ReadCredentialFile(open_dir, kNodeKeyFile).status().code(),
+            absl::StatusCode::kNotFound);
+  const std::string link = TempDir() + "/creds-link";
+  ASSERT_EQ(::symlink(open_dir.c_str(), link.c_str()), 0);
+  ASSERT_EQ(::chmod(open_dir.c_str(), 0700), 0);
+  EXPECT_EQ(CreateCredentials(link).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A private folder made beforehand is fine.
+  EXPECT_TRUE(CreateCredentials(open_dir).ok());
+}
+
+TEST(CredentialsTest, RemoveTakesWhatCreateMadeAndTheFolder) {
+  const std::string dir = TempDir() + "/to-remove";
+  ASSERT_TRUE(CreateCredentials(dir).ok());
+  ASSERT_TRUE(RemoveCredentials(dir).ok());
+  struct stat st {};
+  EXPECT_NE(::stat(dir.c_str(), &st), 0);
+  EXPECT_TRUE(RemoveCredentials(dir).ok());  // already gone
+}
+
 TEST(CredentialsTest, ReadingRefusesMissingEmptyOversizedAndBinaryFiles) {
   std::string dir = TempDir();
   auto write = [&](const char* name, const std::string& contents) {

@@ -345,6 +345,15 @@ std::optional<Failure> Launcher::StartDaemon(const std::string& given_socket) {
   if (absl::Status s = MintRankTokens(credentials); !s.ok()) {
     return Failure{kExitFailure, std::string(s.message())};
   }
+  if (o_.credentials_dir.empty()) {
+    // Made here, and read by the daemon as it started (it never reads them
+    // again): gone before any rank starts, so that a rank, which runs as
+    // this user and can read the daemon's --credentials_dir, finds no node
+    // key to mint other ranks' tokens from. The ranks' tokens are minted.
+    if (absl::Status s = RemoveCredentials(credentials); !s.ok()) {
+      return Failure{kExitFailure, std::string(s.message())};
+    }
+  }
   return std::nullopt;
 }
 

@@ -118,7 +118,8 @@ constexpr OptionSpec kOptions[] = {
     {"credentials_dir", true, "DIR",
      "The job's credentials (rankctl credentials create DIR), shared by "
      "every node: required to start a daemon when nnodes > 1. A single-node "
-     "job without one gets fresh credentials in a private temporary folder. "
+     "job without one gets fresh credentials in a private temporary folder, "
+     "removed once its daemon has read them, before any rank starts. "
      "rankrun mints each rank's own token from it (RANKD_RANK_TOKEN); "
      "without it, a reused daemon must hand them out "
      "(rankd --issue_rank_tokens)."},

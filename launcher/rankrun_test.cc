@@ -221,6 +221,21 @@ TEST(Rankrun, StartsADaemonAndTwoRanksThatJoinAndGather) {
               HasSubstr(" kv_shared=torch/ "));
 }
 
+// The credentials rankrun makes for its daemon are gone before any rank
+// starts: a rank runs as the same user and can read the daemon's
+// --credentials_dir (/proc/PID/cmdline), and with the node key it could
+// mint every other rank's token. Its own token is all it gets.
+TEST(Rankrun, NoRankFindsTheNodeKeyOfTheCredentialsItMade) {
+  RankrunJob run(
+      {"--nproc_per_node=1", "--job_id=keyless", "--", "/bin/sh", "-c",
+       "d=$(dirname \"${RANKD_TARGET#unix://}\"); "
+       "if [ -e \"$d/credentials\" ]; then ls -a \"$d/credentials\"; "
+       "echo KEY_FOUND; exit 3; fi; "
+       "[ -n \"$RANKD_RANK_TOKEN\" ] && echo KEYLESS"});
+  ASSERT_EQ(run.Wait(), 0) << run.Describe();
+  EXPECT_THAT(run.out(), HasSubstr("KEYLESS")) << run.Describe();
+}
+
 TEST(Rankrun, AddsTorchToTheSharedPrefixesTheUserDeclares) {
   RankrunJob run({"--nproc_per_node=1", "--job_id=prefixes",
                   "--rankd_arg=--kv_shared_prefixes=mine/,leases/",
