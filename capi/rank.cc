@@ -1,28 +1,26 @@
 // The C ABI's rank functions (capi/include/rankd/rankd.h, "Joining a job"
 // through "Job failure"): join from options or the launcher's environment,
 // the descriptor and groups, all_gather_words, the key-value broker and job
-// failure. Depends on the client library, dataplane/control_plane.h and
-// absl.
+// failure. Depends on the client library, dataplane/control_plane.h,
+// common/credentials.h (token files) and absl.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "capi/internal/handles.h"
 #include "client/client.h"
+#include "common/credentials.h"
 #include "dataplane/control_plane.h"
 #include "dataplane/nccl/cuda_device.h"
 #include "rankd/rankd.h"
@@ -71,15 +69,16 @@ absl::StatusOr<std::optional<uint32_t>> IndexField(int64_t field,
   return EnvIndex(env_name);
 }
 
+// The token in the file at `path`: a regular file of one line, bounded
+// (common/credentials.h), so a device or a pipe named by mistake is refused
+// instead of read without end or waited on.
 absl::StatusOr<std::string> ReadToken(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
+  absl::StatusOr<std::string> token = ReadCredentialPath(path);
+  if (!token.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(kJoin, ": cannot read the token file ", path));
+        absl::StrCat(kJoin, ": the token file: ", token.status().message()));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  return std::string(absl::StripAsciiWhitespace(text.str()));
+  return token;
 }
 
 // What rankd_join connects and joins with.

@@ -179,7 +179,10 @@ typedef struct rankd_join_options {
   double connect_timeout_seconds;
   /* A file holding this rank's own token (rank-<rank>.<mac>; `rankctl
    * credentials rank-token`). NULL: $RANKD_TOKEN_FILE when set, else the
-   * token in $RANKD_RANK_TOKEN, which rankrun sets for each rank. */
+   * token in $RANKD_RANK_TOKEN, which rankrun sets for each rank. A
+   * regular file of one line of at most 512 characters; anything else (a
+   * missing file, a device, a pipe) makes rankd_join return
+   * RANKD_INVALID_ARGUMENT naming the path, without reading it. */
   const char* token_file;
 } rankd_join_options;
 
