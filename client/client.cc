@@ -198,58 +198,60 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
     session =
         SendJoin(context, options, wait_left, &by_domain, &first_world_round);
   }
-  std::pair<std::shared_ptr<internal::RoundSlotClient>, std::string> slots;
-  std::pair<std::shared_ptr<internal::KvChannel>, std::string> kv = {
-      nullptr, "grpc (not joined)"};
-  if (session.ok()) {
-    v1::MemberRef member;
-    member.set_job_id(session->job_id());
-    member.set_rank(session->rank());
-    member.set_incarnation(core_->incarnation);
-    // Recovery by domain: rounds over gRPC, whose answers carry the view.
-    slots = by_domain
-                ? std::pair<std::shared_ptr<internal::RoundSlotClient>,
-                            std::string>(
-                      nullptr, std::string("grpc (recovery by domain: the "
-                                           "round slots carry no view)"))
-                : internal::OpenRoundSlots(*core_->conn, *core_->stub, member,
-                                           *session);
-    kv = internal::OpenKvChannel(*core_->conn, *core_->stub, member);
+  v1::MemberRef member;
+  {
+    absl::MutexLock lock(&core_->mu);
+    if (!session.ok()) {
+      core_->state = internal::RankConnection::State::kNotJoined;
+      return session.status();
+    }
+    core_->join_options = options;
+    core_->epoch = session->epoch();
+    core_->job_epoch = std::max(core_->job_epoch, session->epoch());
+    ++core_->generation;
+    core_->InstallDomainLocked(*session, by_domain, first_world_round);
+    core_->InstallDescriptor(*session);
+    core_->member.set_job_id(session->job_id());
+    core_->member.set_rank(session->rank());
+    core_->member.set_incarnation(core_->incarnation);
+    core_->state = internal::RankConnection::State::kJoined;
+    member = core_->member;
+
+    // The watch stream: job events, and this rank's liveness lease, which
+    // the daemon started as it answered the join (the heartbeat timeout,
+    // 2 s by default): so it opens first, before the fast paths below,
+    // which a loaded daemon may take longer than that to open. It has no
+    // deadline on purpose; keepalive (TCP) or the socket closing (Unix)
+    // bounds how long a dead daemon goes unnoticed.
+    core_->watch_context = std::make_unique<grpc::ClientContext>();
+    core_->conn->PrepareContext(core_->watch_context.get(),
+                                absl::InfiniteDuration());
+    v1::WatchRequest watch;
+    *watch.mutable_member() = member;
+    watch.set_after_sequence(0);
+    core_->watch_thread =
+        std::thread([core = core_, context = core_->watch_context.get(),
+                     watch = std::move(watch)]() mutable {
+          core->WatchLoop(context, std::move(watch));
+        });
   }
+  // The fast paths, without the lock (calls made meanwhile -- none before
+  // Join returns but a failure callback's -- take gRPC).
+  // Recovery by domain: rounds over gRPC, whose answers carry the view.
+  std::pair<std::shared_ptr<internal::RoundSlotClient>, std::string> slots =
+      by_domain
+          ? std::pair<std::shared_ptr<internal::RoundSlotClient>, std::string>(
+                nullptr, std::string("grpc (recovery by domain: the round "
+                                     "slots carry no view)"))
+          : internal::OpenRoundSlots(*core_->conn, *core_->stub, member,
+                                     *session);
+  std::pair<std::shared_ptr<internal::KvChannel>, std::string> kv =
+      internal::OpenKvChannel(*core_->conn, *core_->stub, member);
   absl::MutexLock lock(&core_->mu);
-  if (!session.ok()) {
-    core_->state = internal::RankConnection::State::kNotJoined;
-    return session.status();
-  }
   core_->round_slots = std::move(slots.first);
   core_->round_path = std::move(slots.second);
   core_->kv_channel = std::move(kv.first);
   core_->kv_path = std::move(kv.second);
-  core_->join_options = options;
-  core_->epoch = session->epoch();
-  core_->job_epoch = std::max(core_->job_epoch, session->epoch());
-  ++core_->generation;
-  core_->InstallDomainLocked(*session, by_domain, first_world_round);
-  core_->InstallDescriptor(*session);
-  core_->member.set_job_id(session->job_id());
-  core_->member.set_rank(session->rank());
-  core_->member.set_incarnation(core_->incarnation);
-  core_->state = internal::RankConnection::State::kJoined;
-
-  // The watch stream: job events, and this rank's liveness lease. It has no
-  // deadline on purpose; keepalive (TCP) or the socket closing (Unix)
-  // bounds how long a dead daemon goes unnoticed.
-  core_->watch_context = std::make_unique<grpc::ClientContext>();
-  core_->conn->PrepareContext(core_->watch_context.get(),
-                              absl::InfiniteDuration());
-  v1::WatchRequest watch;
-  *watch.mutable_member() = core_->member;
-  watch.set_after_sequence(0);
-  core_->watch_thread =
-      std::thread([core = core_, context = core_->watch_context.get(),
-                   watch = std::move(watch)]() mutable {
-        core->WatchLoop(context, std::move(watch));
-      });
   return *std::move(session);
 }
 
@@ -299,6 +301,19 @@ absl::StatusOr<v1::SessionDescriptor> Client::Rejoin(uint64_t ended_epoch,
     return absl::InvalidArgumentError(
         absl::StrCat(context, ": timeout must be positive and finite (got ",
                      absl::FormatDuration(timeout), ")"));
+  }
+  {
+    // The watch thread reads the events that move the job on: waiting for
+    // them on it (an event or failure callback calling Rejoin) could only
+    // time out, with no later event (a JOB_FAILED) seen meanwhile.
+    absl::MutexLock lock(&core_->mu);
+    if (core_->watch_thread.get_id() == std::this_thread::get_id()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          context,
+          ": called on the watch thread (from an event or failure "
+          "callback), which reads the events Rejoin waits for; call it from "
+          "another thread"));
+    }
   }
   const absl::Time deadline = MonotonicNow() + timeout;
   absl::MutexLock rejoin_lock(&core_->rejoin_mu);

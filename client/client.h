@@ -198,8 +198,10 @@ class Client {
   // again (round_path()). Keys are the job's, as before.
   //
   // Errors: InvalidArgument for a zero, negative or infinite timeout;
-  // FailedPrecondition before Join, after Leave, or when the daemon answers
-  // with an epoch not later than `ended_epoch`; the job's failure (its code)
+  // FailedPrecondition before Join, after Leave, on the watch thread (from
+  // an event or failure callback: it reads the events this waits for), or
+  // when the daemon answers with an epoch not later than `ended_epoch`;
+  // the job's failure (its code)
   // at once when the job FAILED (recovery off, or its recovery deadline
   // passed) or the watch stream was lost, since no epoch follows then;
   // DeadlineExceeded naming the epoch waited for (and, from the daemon, the
@@ -352,7 +354,7 @@ class Client {
   // (replayed from the job's first event when the stream opens). Replaces
   // any previous callback; an empty function clears it. The callback should
   // return quickly (it delays the next event) and may call any Client
-  // method, Leave() included.
+  // method, Leave() included, but Rejoin (FailedPrecondition there).
   void SetEventCallback(EventCallback callback);
 
   // Sets the function called once, on the thread that notices it (usually

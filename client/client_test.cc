@@ -207,6 +207,21 @@ TEST_F(ClientTest, JoinSendsIdentityAndOpensWatchStream) {
   EXPECT_THAT(again.status().message(), HasSubstr("already joined"));
 }
 
+// The daemon leases a joined rank from its join's answer until its Watch
+// stream opens (the heartbeat timeout): the stream opens first, before the
+// fast paths, which a loaded daemon may take longer than that to open (the
+// rank was then lost right after joining).
+TEST_F(ClientTest, TheWatchStreamOpensBeforeTheFastPaths) {
+  std::unique_ptr<Client> client = ConnectOrDie(Options(daemon_->target()));
+  ASSERT_NE(client, nullptr);
+  auto session = client->Join(Join0(1));
+  ASSERT_TRUE(session.ok()) << session.status();
+  EXPECT_EQ(daemon_->rank().watch_open_at_fast_path_opens(),
+            std::optional<bool>(true));
+  EXPECT_THAT(client->round_path(), HasSubstr("grpc"));
+  EXPECT_THAT(client->kv_path(), HasSubstr("grpc"));
+}
+
 TEST_F(ClientTest, JoinRejectionKeepsCodeAndAddsContextAndMayBeRetried) {
   daemon_->rank().SetJoinError(grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
                                             "rank 0 is already claimed"));
@@ -781,6 +796,39 @@ TEST_F(ClientTest, ReplacementDoesNotTakeEarlierEpochsLossesAsItsOwn) {
   daemon_->rank().PushEvent(
       EpochEvent(3, v1::EVENT_KIND_NODE_LOST, /*epoch=*/2));
   ASSERT_TRUE(Eventually([&] { return !client->JobHealth().ok(); }));
+}
+
+// A failure callback runs on the watch thread, which reads the events a
+// Rejoin waits for: a Rejoin there could only time out (10 s here), so it
+// is refused at once, naming the thread.
+TEST_F(ClientTest, RejoinOnTheWatchThreadIsRefusedAtOnce) {
+  daemon_->rank().SetEpoch(1);
+  std::unique_ptr<Client> client = Joined(2);
+  ASSERT_NE(client, nullptr);
+  absl::Notification called;
+  absl::StatusOr<v1::SessionDescriptor> rejoined =
+      absl::UnknownError("not called");
+  absl::Duration took;
+  client->SetFailureCallback([&](const absl::Status&) {
+    const absl::Time start = absl::Now();
+    rejoined = client->Rejoin(1, absl::Seconds(10));
+    took = absl::Now() - start;
+    called.Notify();
+  });
+  daemon_->rank().PushEvent(
+      EpochEvent(1, v1::EVENT_KIND_MEMBER_LOST, /*epoch=*/1));
+  ASSERT_TRUE(called.WaitForNotificationWithTimeout(absl::Seconds(20)));
+  EXPECT_EQ(rejoined.status().code(), absl::StatusCode::kFailedPrecondition)
+      << rejoined.status();
+  EXPECT_THAT(rejoined.status().message(), HasSubstr("on the watch thread"));
+  EXPECT_LT(took, absl::Seconds(1));
+  // From another thread it works as ever.
+  daemon_->rank().SetEpoch(2);
+  daemon_->rank().PushEvent(
+      EpochEvent(2, v1::EVENT_KIND_JOB_RECOVERING, /*epoch=*/2));
+  auto again = client->Rejoin(1, absl::Seconds(10));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->epoch(), 2u);
 }
 
 TEST_F(ClientTest, RejoinReturnsTheJobsFailureWithoutWaiting) {

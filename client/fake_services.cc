@@ -115,6 +115,41 @@ bool FakeRankService::WaitForOpenWatchStreams(int n,
   return mu_.AwaitWithTimeout(absl::Condition(&reached), timeout);
 }
 
+std::optional<bool> FakeRankService::watch_open_at_fast_path_opens() const {
+  absl::MutexLock lock(&mu_);
+  return watch_open_at_fast_path_opens_;
+}
+
+void FakeRankService::NoteFastPathOpen() {
+  auto open = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return open_watch_streams_ > 0;
+  };
+  const bool watching =
+      mu_.AwaitWithTimeout(absl::Condition(&open), absl::Seconds(5));
+  watch_open_at_fast_path_opens_ =
+      watch_open_at_fast_path_opens_.value_or(true) && watching;
+}
+
+grpc::Status FakeRankService::OpenRoundSlots(grpc::ServerContext* context,
+                                             const v1::OpenRoundSlotsRequest*,
+                                             v1::OpenRoundSlotsResponse*) {
+  absl::MutexLock lock(&mu_);
+  Record(context);
+  NoteFastPathOpen();
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      "the fake serves no round slots");
+}
+
+grpc::Status FakeRankService::OpenKvChannel(grpc::ServerContext* context,
+                                            const v1::OpenKvChannelRequest*,
+                                            v1::OpenKvChannelResponse*) {
+  absl::MutexLock lock(&mu_);
+  Record(context);
+  NoteFastPathOpen();
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      "the fake serves no key-value channel");
+}
+
 void FakeRankService::Record(grpc::ServerContext* context) {
   last_authorization_.clear();
   auto it = context->client_metadata().find("authorization");

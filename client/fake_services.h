@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,11 @@ class FakeRankService final : public v1::Rank::Service {
   // Blocks until `n` rounds arrived or `timeout` passes; returns success.
   bool WaitForRounds(size_t n, absl::Duration timeout) const;
   bool WaitForOpenWatchStreams(int n, absl::Duration timeout) const;
+  // Whether, when the fast paths were asked for (OpenRoundSlots, then
+  // OpenKvChannel, which the fake does not serve), the rank's Watch stream
+  // was open (each waits up to 5 s for it): the daemon's liveness lease
+  // runs from the join's answer until then. nullopt before any was asked.
+  std::optional<bool> watch_open_at_fast_path_opens() const;
 
   grpc::Status Join(grpc::ServerContext* context,
                     const v1::JoinRequest* request,
@@ -84,9 +90,18 @@ class FakeRankService final : public v1::Rank::Service {
   grpc::Status Leave(grpc::ServerContext* context,
                      const v1::LeaveRequest* request,
                      v1::LeaveResponse* response) override;
+  grpc::Status OpenRoundSlots(grpc::ServerContext* context,
+                              const v1::OpenRoundSlotsRequest* request,
+                              v1::OpenRoundSlotsResponse* response) override;
+  grpc::Status OpenKvChannel(grpc::ServerContext* context,
+                             const v1::OpenKvChannelRequest* request,
+                             v1::OpenKvChannelResponse* response) override;
 
  private:
   void Record(grpc::ServerContext* context) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A fast path was asked for: notes whether a Watch stream is open by
+  // then (waiting up to 5 s for one).
+  void NoteFastPathOpen() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   grpc::Status CheckMember(const v1::MemberRef& member) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -107,6 +122,7 @@ class FakeRankService final : public v1::Rank::Service {
   int kv_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::string last_authorization_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> kv_ ABSL_GUARDED_BY(mu_);
+  std::optional<bool> watch_open_at_fast_path_opens_ ABSL_GUARDED_BY(mu_);
 };
 
 class FakeAdminService final : public v1::Admin::Service {

@@ -192,8 +192,11 @@ grpc::Status KvChannel::Call(KvFrameKind kind, const std::string& payload,
       return kDeadlineExceeded;
     }
     if (reading_) {
-      // Another thread reads; it hands this thread its reply.
-      replied_.WaitWithDeadline(&mu_, deadline);
+      // Another thread reads; it hands this thread its reply. A timeout,
+      // not the deadline: `deadline` is on MonotonicNow's clock, which
+      // absl would read as wall-clock time (a step of the wall clock would
+      // make this spin, or sleep past the deadline).
+      replied_.WaitWithTimeout(&mu_, deadline - MonotonicNow());
       continue;
     }
     reading_ = true;

@@ -231,11 +231,14 @@ void RankConnection::WatchLoop(grpc::ClientContext* context,
       // JOB_FAILED is terminal whatever its epoch; a loss belongs to the
       // epoch it ended (docs/architecture.md, "Epochs and recovery"). A
       // DOMAIN_RECOVERING names the domain's new epoch: it ended every
-      // epoch of the domain before it.
-      Fail(failure, event.kind() == v1::EVENT_KIND_JOB_FAILED ? std::nullopt
-                    : event.kind() == v1::EVENT_KIND_DOMAIN_RECOVERING
-                        ? std::optional<uint64_t>(event.epoch() - 1)
-                        : std::optional<uint64_t>(event.epoch()));
+      // epoch of the domain before it (none, for a malformed epoch 0,
+      // which must not wrap to the last epoch there is and end them all).
+      const uint64_t ended = event.kind() == v1::EVENT_KIND_DOMAIN_RECOVERING
+                                 ? std::max<uint64_t>(event.epoch(), 1) - 1
+                                 : event.epoch();
+      Fail(failure, event.kind() == v1::EVENT_KIND_JOB_FAILED
+                        ? std::nullopt
+                        : std::optional<uint64_t>(ended));
     }
     if (event.kind() == v1::EVENT_KIND_JOB_COMPLETED) completed = true;
     std::shared_ptr<const Client::EventCallback> callback;
