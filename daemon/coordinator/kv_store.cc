@@ -93,6 +93,14 @@ absl::StatusOr<bool> KvStore::SetAs(absl::string_view key,
                                     KvReader writer) {
   if (auto s = ValidateKey(key); !s.ok()) return s;
   if (auto s = ValidateValue(value); !s.ok()) return s;
+  if (condition.if_absent && condition.expected.has_value()) {
+    // No key both is absent and holds a value: the caller mixed up two
+    // writes, which must not pass as a condition that did not hold.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key '", key,
+        "': a write is either create-only (if_absent) or compare-and-set "
+        "(expected), not both"));
+  }
   std::vector<GetCallback> released;
   {
     absl::MutexLock lock(&mu_);
@@ -192,6 +200,7 @@ void KvStore::Get(absl::string_view key, absl::Time deadline, GetCallback done,
       absl::Duration waited = deadline - MonotonicNow();
       Waiter& w = waiters_[id];
       w.key = std::string(key);
+      w.by_key = waiters_by_key_.emplace(w.key, id);
       w.done = std::move(done);
       w.timer = timer_->Schedule(deadline,
                                  [this, id, waited] { Expire(id, waited); });
@@ -236,7 +245,7 @@ KvStore::EndedGets KvStore::EndEpoch(uint32_t group, uint64_t epoch,
     }
     timer_->Cancel(w->second.timer);
     ended.done_.push_back(std::move(w->second.done));
-    w = waiters_.erase(w);
+    w = EraseWaiterLocked(w);
   }
   return ended;
 }
@@ -260,8 +269,14 @@ std::optional<KvStore::Waiter> KvStore::TakeWaiter(uint64_t waiter_id) {
   auto it = waiters_.find(waiter_id);
   if (it == waiters_.end()) return std::nullopt;
   Waiter waiter = std::move(it->second);
-  waiters_.erase(it);
+  EraseWaiterLocked(it);
   return waiter;
+}
+
+std::map<uint64_t, KvStore::Waiter>::iterator KvStore::EraseWaiterLocked(
+    std::map<uint64_t, Waiter>::iterator it) {
+  waiters_by_key_.erase(it->second.by_key);
+  return waiters_.erase(it);
 }
 
 size_t KvStore::waiting() const {
@@ -271,14 +286,14 @@ size_t KvStore::waiting() const {
 
 void KvStore::TakeWaitersLocked(absl::string_view key,
                                 std::vector<GetCallback>* released) {
-  for (auto w = waiters_.begin(); w != waiters_.end();) {
-    if (w->second.key == key) {
-      timer_->Cancel(w->second.timer);
-      released->push_back(std::move(w->second.done));
-      w = waiters_.erase(w);
-    } else {
-      ++w;
-    }
+  auto [first, last] = waiters_by_key_.equal_range(key);
+  std::vector<uint64_t> ids;
+  for (auto k = first; k != last; ++k) ids.push_back(k->second);
+  for (uint64_t id : ids) {
+    auto w = waiters_.find(id);
+    timer_->Cancel(w->second.timer);
+    released->push_back(std::move(w->second.done));
+    EraseWaiterLocked(w);
   }
 }
 
@@ -429,7 +444,9 @@ absl::Status KvStore::StoreLocked(absl::string_view key, std::string value,
       ChargeLocked(rank, 1, static_cast<int64_t>(size));
       it->second.creator = rank;
     } else {
-      ChargeLocked(rank, 0,
+      // The key's holder: the writer, or (a write for no rank) whoever it
+      // is charged to, whose tally must follow the value's size.
+      ChargeLocked(charged_before, 0,
                    static_cast<int64_t>(size) - static_cast<int64_t>(held));
     }
     it->second.value = std::move(value);
@@ -460,7 +477,7 @@ size_t KvStore::DropPrefix(absl::string_view prefix, const absl::Status& why) {
       }
       timer_->Cancel(w->second.timer);
       ended.push_back(std::move(w->second));
-      w = waiters_.erase(w);
+      w = EraseWaiterLocked(w);
     }
   }
   for (Waiter& w : ended) w.done(why);
@@ -473,6 +490,7 @@ void KvStore::Fail(absl::Status cause) {
     absl::MutexLock lock(&mu_);
     if (failure_.ok()) failure_ = cause;
     failed.swap(waiters_);
+    waiters_by_key_.clear();
     for (auto& [id, w] : failed) timer_->Cancel(w.timer);
   }
   for (auto& [id, w] : failed) w.done(cause);

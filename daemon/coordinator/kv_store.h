@@ -217,11 +217,15 @@ class KvStore {
     uint32_t creator = kNoRank;
   };
   enum class Write { kSet, kAdd, kDelete };
+  // Waiting gets by key (id of each), so that a write finds its key's
+  // waiters without walking every waiting get.
+  using WaitersByKey = std::multimap<std::string, uint64_t, std::less<>>;
   struct Waiter {
     std::string key;
     GetCallback done;
     DeadlineTimer::TimerId timer = 0;
     KvReader reader;
+    WaitersByKey::iterator by_key;  // its entry in waiters_by_key_
   };
   // The last epoch EndEpoch ended in a fence group, and why.
   struct EndedEpoch {
@@ -238,6 +242,10 @@ class KvStore {
   void CancelWait(uint64_t waiter_id);
   // Removes and returns waiter `waiter_id`, if it still waits.
   std::optional<Waiter> TakeWaiter(uint64_t waiter_id);
+  // Removes waiter `it` (and its entry by key); returns the next one.
+  std::map<uint64_t, Waiter>::iterator EraseWaiterLocked(
+      std::map<uint64_t, Waiter>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets `key` to `value` within limits_, a new key counting against
   // `rank`.
   absl::Status StoreLocked(absl::string_view key, std::string value,
@@ -271,6 +279,7 @@ class KvStore {
   size_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  WaitersByKey waiters_by_key_ ABSL_GUARDED_BY(mu_);
   // By fence group: one entry per data-parallel domain at most.
   std::map<uint32_t, EndedEpoch> ended_ ABSL_GUARDED_BY(mu_);
 };

@@ -400,6 +400,33 @@ TEST_F(KvStoreTest, AddRejectsBadKey) {
                 "key must not be empty");
 }
 
+// A write for no rank (the daemon's own) leaves a key charged to its
+// creator, whose byte tally must follow the new size: it once kept the old
+// one, and the creator's delete then took more than it held (its tally
+// wrapped, over quota for good).
+TEST_F(KvStoreTest, AWriteForNoRankMovesTheCreatorsTally) {
+  ASSERT_TRUE(kv_.Set("k", "x", 1).ok());
+  EXPECT_EQ(kv_.bytes_of(1), 2u);
+  ASSERT_TRUE(kv_.Set("k", std::string(100, 'v')).ok());
+  EXPECT_EQ(kv_.bytes_of(1), 101u);
+  EXPECT_EQ(kv_.keys_of(1), 1u);
+  ASSERT_TRUE(kv_.Delete("k", 1).ok());
+  EXPECT_EQ(kv_.bytes_of(1), 0u);
+  EXPECT_EQ(kv_.keys_of(1), 0u);
+}
+
+// No key both is absent and holds a value: such a write is refused, not
+// answered as a condition that did not hold.
+TEST_F(KvStoreTest, CreateOnlyAndCompareAndSetTogetherAreRefused) {
+  KvCondition both;
+  both.if_absent = true;
+  both.expected = "x";
+  EXPECT_STATUS(kv_.SetAs("k", "v", 1, both).status(),
+                absl::StatusCode::kInvalidArgument,
+                "either create-only (if_absent) or compare-and-set");
+  EXPECT_EQ(kv_.Peek("k"), std::nullopt);
+}
+
 TEST_F(KvStoreTest, Delete) {
   ASSERT_TRUE(kv_.Set("k", "v").ok());
   absl::StatusOr<bool> existed = kv_.Delete("k");
