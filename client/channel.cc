@@ -7,14 +7,13 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <string_view>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/bounded_file.h"
 #include "common/grpc_deadline.h"
 #include "common/host_port.h"
 #include "common/limits.h"
@@ -68,20 +67,22 @@ absl::Status CheckHostPort(absl::string_view original, absl::string_view hp) {
   return absl::OkStatus();
 }
 
+// A TLS file of the options: bounded, a regular file only
+// (common/bounded_file.h); InvalidArgument naming `what` otherwise.
 absl::StatusOr<std::string> ReadFile(absl::string_view what,
                                      const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot read ", what, " \"", path, "\": ", std::strerror(errno)));
+  absl::StatusOr<std::string> contents =
+      ReadBoundedFile(path, kMaxTlsFileBytes);
+  if (!contents.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read ", what, " \"", path,
+                     "\": ", contents.status().message()));
   }
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (contents.str().empty()) {
+  if (contents->empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " \"", path, "\" is empty"));
   }
-  return contents.str();
+  return contents;
 }
 
 absl::Status CheckOptions(const ClientOptions& o, const Target& target) {

@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/bounded_file.h"
 
 namespace rankd {
 namespace {
@@ -170,50 +171,17 @@ absl::StatusOr<std::string> ReadCredentialFile(const std::string& dir,
 }
 
 absl::StatusOr<std::string> ReadCredentialPath(const std::string& path) {
-  // Opened first, then checked through the descriptor: a file swapped for
-  // a pipe or a device after a check by path is refused all the same
-  // (O_NONBLOCK: opening a pipe does not wait for a writer).
-  const int fd =
-      ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) {
-    if (errno == ENOENT)
-      return absl::NotFoundError(absl::StrCat(path, " does not exist"));
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-  }
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  const size_t most = 4 * kMaxCredentialBytes;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
-      static_cast<uint64_t>(st.st_size) > most) {
+  absl::StatusOr<std::string> raw =
+      ReadBoundedFile(path, 4 * kMaxCredentialBytes);
+  if (absl::IsInvalidArgument(raw.status())) {
     return absl::InvalidArgumentError(
         absl::StrCat(path,
                      " is not a credential file (a regular file of one "
                      "line of at most ",
                      kMaxCredentialBytes, " characters)"));
   }
-  // At most one byte past the bound is read, however the file grows.
-  std::string raw(most + 1, '\0');
-  size_t got = 0;
-  while (got < raw.size()) {
-    const ssize_t n = ::read(fd, raw.data() + got, raw.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-    }
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  if (got > most) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " holds more than ", kMaxCredentialBytes, " bytes"));
-  }
-  raw.resize(got);
-  std::string value(absl::StripAsciiWhitespace(raw));
+  if (!raw.ok()) return raw.status();
+  std::string value(absl::StripAsciiWhitespace(*raw));
   if (value.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is empty"));
   }

@@ -26,6 +26,10 @@ inline constexpr size_t kMaxDeviceFieldBytes = 256;
 
 // Longest host name (a DNS name) and pod name a node may report.
 inline constexpr size_t kMaxHostNameBytes = 253;
+// A TLS certificate, key or CA bundle file (the daemon's --tls_* flags, a
+// client's ClientOptions::tls_*_file): read whole, so bounded (a bundle of
+// hundreds of certificates fits).
+inline constexpr size_t kMaxTlsFileBytes = 1 << 20;
 // Longest address a node may report: "[<host name>]:65535".
 inline constexpr size_t kMaxAddressBytes = kMaxHostNameBytes + 8;
 // Longest Unix socket path the daemon, rankrun and the client accept: the

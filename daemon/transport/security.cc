@@ -1,12 +1,11 @@
 #include "daemon/transport/security.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/bounded_file.h"
 #include "common/credentials.h"
 #include "common/limits.h"
 #include "proto/status_details.h"
@@ -56,14 +55,14 @@ absl::StatusOr<std::string> OptionalCredential(const std::string& dir,
 
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path,
                                            const std::string& flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read ", flag, "=", path,
-                                            ": file missing or not readable"));
+  absl::StatusOr<std::string> contents =
+      ReadBoundedFile(path, kMaxTlsFileBytes);
+  if (!contents.ok()) {
+    return absl::Status(
+        contents.status().code(),
+        absl::StrCat(flag, "=", path, ": ", contents.status().message()));
   }
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
+  return contents;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(

@@ -22,7 +22,9 @@
 
 namespace rankd {
 
-// Reads a whole file; NotFound / PermissionDenied naming the path and flag.
+// Reads a whole TLS file of at most kMaxTlsFileBytes (common/limits.h);
+// ReadBoundedFile's errors (NotFound, PermissionDenied, InvalidArgument for
+// a device, a pipe or a larger file), naming the flag and the path.
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path,
                                            const std::string& flag);
 
