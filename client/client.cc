@@ -18,6 +18,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/memory/memory.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -316,7 +317,23 @@ absl::StatusOr<v1::SessionDescriptor> Client::Rejoin(uint64_t ended_epoch,
     }
   }
   const absl::Time deadline = MonotonicNow() + timeout;
-  absl::MutexLock rejoin_lock(&core_->rejoin_mu);
+  {
+    absl::MutexLock lock(&core_->mu);
+    auto free = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_->mu) {
+      return !core_->rejoining;
+    };
+    if (!core_->mu.AwaitWithTimeout(absl::Condition(&free),
+                                    deadline - MonotonicNow())) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(context, ": waited ", absl::FormatDuration(timeout),
+                       " for another Rejoin on this client to finish"));
+    }
+    core_->rejoining = true;
+  }
+  absl::Cleanup done = [this] {
+    absl::MutexLock lock(&core_->mu);
+    core_->rejoining = false;
+  };
   JoinOptions options;
   uint32_t rank = 0;
   // The epoch the job must reach before a join is worth sending.

@@ -861,6 +861,28 @@ TEST_F(ClientTest, RejoinTimesOutNamingTheEpochItWaitedFor) {
   EXPECT_EQ(client->epoch(), 1u);
 }
 
+// Concurrent Rejoins run one after another, but one waiting for another
+// still ends at its own deadline (it waited for the first one's whole
+// timeout before).
+TEST_F(ClientTest, ARejoinWaitingForAnotherEndsAtItsOwnDeadline) {
+  daemon_->rank().SetEpoch(1);
+  std::unique_ptr<Client> client = Joined(2);
+  ASSERT_NE(client, nullptr);
+  std::thread first([&] {
+    auto long_one = client->Rejoin(1, absl::Seconds(4));
+    EXPECT_EQ(long_one.status().code(), absl::StatusCode::kDeadlineExceeded);
+  });
+  absl::SleepFor(absl::Milliseconds(200));  // the first one waits by now
+  const absl::Time start = absl::Now();
+  auto short_one = client->Rejoin(1, absl::Milliseconds(300));
+  const absl::Duration took = absl::Now() - start;
+  first.join();
+  EXPECT_EQ(short_one.status().code(), absl::StatusCode::kDeadlineExceeded)
+      << short_one.status();
+  EXPECT_THAT(short_one.status().message(), HasSubstr("another Rejoin"));
+  EXPECT_LT(took, absl::Seconds(2));
+}
+
 TEST_F(ClientTest, RejoinAfterTheWatchStreamIsLostFailsAtOnce) {
   daemon_->rank().SetEpoch(1);
   std::unique_ptr<Client> client = Joined();

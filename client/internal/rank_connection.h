@@ -101,13 +101,15 @@ class RankConnection {
   const std::unique_ptr<v1::Rank::Stub> stub;  // Thread-safe.
   const uint64_t incarnation;
 
-  // Held across a whole Rejoin, so concurrent ones run one after another
-  // (the second then finds the new epoch and returns at once).
-  absl::Mutex rejoin_mu ABSL_ACQUIRED_BEFORE(submit_mu);
   // Held across numbering and starting a round; taken before mu.
   absl::Mutex submit_mu ABSL_ACQUIRED_BEFORE(mu);
   absl::Mutex mu;
   State state ABSL_GUARDED_BY(mu) = State::kNotJoined;
+  // Set across a whole Rejoin, so concurrent ones run one after another
+  // (the second then finds the new epoch and returns at once); a waiting
+  // one still ends at its own deadline (a flag awaited with a timeout, not
+  // a mutex held across the first one's wait).
+  bool rejoining ABSL_GUARDED_BY(mu) = false;
   // Every descriptor this client joined with, oldest first; the last is
   // current. Only appended to, so `descriptor` never dangles.
   std::vector<std::unique_ptr<const v1::SessionDescriptor>> descriptors
