@@ -816,6 +816,9 @@ void NodeAgent::KvSet(const v1::KvSetRequest& request,
                       Reply<v1::KvSetResponse> reply) {
   absl::Status arguments = KvStore::ValidateKey(request.key());
   if (arguments.ok()) arguments = KvStore::ValidateValue(request.value());
+  if (arguments.ok() && request.has_expected()) {
+    arguments = KvStore::ValidateValue(request.expected());
+  }
   if (auto s = AdmitKvCall(arguments, request.member()); !s.ok()) {
     return reply(s);
   }
@@ -847,9 +850,11 @@ void NodeAgent::KvAdd(const v1::KvAddRequest& request,
 
 void NodeAgent::KvDelete(const v1::KvDeleteRequest& request,
                          Reply<v1::KvDeleteResponse> reply) {
-  if (auto s =
-          AdmitKvCall(KvStore::ValidateKey(request.key()), request.member());
-      !s.ok()) {
+  absl::Status arguments = KvStore::ValidateKey(request.key());
+  if (arguments.ok() && request.has_expected()) {
+    arguments = KvStore::ValidateValue(request.expected());
+  }
+  if (auto s = AdmitKvCall(arguments, request.member()); !s.ok()) {
     return reply(s);
   }
   link_->KvDelete(request, Relay(std::move(reply)));

@@ -19,6 +19,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/error_reason.h"
+#include "common/kv_limits.h"
 #include "common/monotonic_clock.h"
 #include "daemon/coordinator/job_spec.h"
 #include "daemon/deadline_timer.h"
@@ -284,6 +285,42 @@ TEST_F(NodeAgentJoinTest, AnUnnamedGpuIsRecordedAsTheSlotsGpu) {
   Answer(std::move(held_unnamed), absl::OkStatus());
   ASSERT_TRUE(named->has_value() && (*named)->ok());
   ASSERT_TRUE(unnamed->has_value() && (*unnamed)->ok());
+}
+
+// A compare-and-set's or compare-and-delete's expected value is bounded as
+// a value is: a larger one (a gRPC request carries up to 64 MiB) is refused
+// here, never forwarded.
+TEST_F(NodeAgentJoinTest, AnExpectedValueOverTheLimitIsRefused) {
+  auto joined = Join(0, 0xc0, 0);
+  HeldJoinsLink::HeldJoin held = link_.Take(0);
+  Answer(std::move(held), absl::OkStatus());
+  ASSERT_TRUE(joined->has_value() && (*joined)->ok()) << (*joined)->status();
+  v1::KvSetRequest set;
+  *set.mutable_member() = (**joined)->member();
+  set.set_key("k");
+  set.set_value("v");
+  set.set_expected(std::string(kMaxKvValueBytes + 1, 'x'));
+  absl::Status set_status = absl::UnknownError("no reply");
+  agent_->KvSet(set, [&](absl::StatusOr<v1::KvSetResponse> r) {
+    set_status = r.status();
+  });
+  EXPECT_EQ(set_status.code(), absl::StatusCode::kInvalidArgument)
+      << set_status;
+  v1::KvDeleteRequest del;
+  *del.mutable_member() = (**joined)->member();
+  del.set_key("k");
+  del.set_expected(std::string(kMaxKvValueBytes + 1, 'x'));
+  absl::Status del_status = absl::UnknownError("no reply");
+  agent_->KvDelete(del, [&](absl::StatusOr<v1::KvDeleteResponse> r) {
+    del_status = r.status();
+  });
+  EXPECT_EQ(del_status.code(), absl::StatusCode::kInvalidArgument)
+      << del_status;
+  set.set_expected("v");  // within the limit: forwarded (the fake answers)
+  agent_->KvSet(set, [&](absl::StatusOr<v1::KvSetResponse> r) {
+    set_status = r.status();
+  });
+  EXPECT_TRUE(set_status.ok()) << set_status;
 }
 
 // Opening a Watch replays the mirror's kept events (up to thousands) into

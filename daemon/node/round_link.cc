@@ -98,6 +98,19 @@ bool RoundLink::SendKv(v1::KvLinkRequest request,
                        const CancellationRef& cancellation) {
   absl::Status refused;
   uint64_t id = 0;
+  // The coordinator closes a link that sends a larger request (with every
+  // local rank's calls on it): one rank's oversized call (a gRPC request
+  // carries up to 64 MiB, unknown fields included) is refused alone here.
+  // The id field still to be set takes at most 11 bytes.
+  if (const size_t bytes = request.ByteSizeLong() + 11;
+      bytes > kMaxRoundLinkKvRequestBytes) {
+    PendingKvCalls::KvReply taken = std::move(reply);
+    taken(absl::InvalidArgumentError(
+        absl::StrCat("a key-value request of ", bytes,
+                     " bytes is larger than the round link carries (",
+                     kMaxRoundLinkKvRequestBytes, " bytes)")));
+    return true;
+  }
   {
     absl::MutexLock send_lock(&send_mu_);
     {

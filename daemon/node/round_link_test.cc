@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -974,6 +975,29 @@ TEST_F(RoundLinkKvTest, CallsAreAnsweredByIdWithTheCoordinatorsCodeAndText) {
     EXPECT_EQ(answers[i]->result->kv_add().value(), i + 1);
   }
   EXPECT_EQ(link_->waiting_kv_calls(), 0u);
+  EXPECT_EQ(server_->open_links(), 1u);
+}
+
+// The coordinator closes a link that sends a request over its bound, and
+// with it every local rank's calls: one rank's oversized call (a 3 MiB
+// expected value reaches the node over gRPC) is refused alone, and the
+// link carries on.
+TEST_F(RoundLinkKvTest, AnOversizedCallIsRefusedAloneAndTheLinkStays) {
+  v1::KvLinkRequest big = KvSet("k", "v");
+  big.mutable_kv_set()->set_expected(std::string(3 << 20, 'x'));
+  KvAnswer a;
+  auto reply = a.reply();
+  ASSERT_TRUE(link_->SendKv(big, reply, absl::InfiniteFuture(), nullptr));
+  EXPECT_FALSE(reply) << "SendKv takes the reply";
+  ASSERT_TRUE(a.Wait());
+  EXPECT_EQ(a.result.status().code(), absl::StatusCode::kInvalidArgument)
+      << a.result.status();
+  EXPECT_TRUE(absl::StrContains(a.result.status().message(),
+                                "larger than the round link carries"))
+      << a.result.status();
+  auto set = Call(*link_, KvSet("k", "v"));
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->code(), 0);
   EXPECT_EQ(server_->open_links(), 1u);
 }
 
