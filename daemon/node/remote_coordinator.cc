@@ -306,7 +306,9 @@ void RemoteCoordinatorLink::TryRegister(
           }
         }
         if (result.ok()) {
-          OnRegistered(*request, *result);
+          if (!OnRegistered(*request, *result)) {
+            return done(absl::CancelledError("daemon is shutting down"));
+          }
           return done(result);
         }
         bool transient =
@@ -327,10 +329,14 @@ void RemoteCoordinatorLink::TryRegister(
       });
 }
 
-void RemoteCoordinatorLink::OnRegistered(
+bool RemoteCoordinatorLink::OnRegistered(
     const v1::RegisterNodeRequest& request,
     const v1::RegisterNodeResponse& response) {
   absl::MutexLock lock(&mu_);
+  // A Stop that ran since the check above (it waits for this call, in
+  // flight, with the lock released) found no streams to stop: none may
+  // start now, or they would outlive it.
+  if (stopped_) return false;
   node_.set_job_id(request.config().job_id());
   node_.set_node_index(request.node().node_index());
   node_.set_daemon_incarnation(request.node().daemon_incarnation());
@@ -373,6 +379,7 @@ void RemoteCoordinatorLink::OnRegistered(
   last_heartbeat_ok_ = MonotonicNow();
   heartbeat_timer_ = timer_->Schedule(MonotonicNow() + heartbeat_interval_,
                                       [this] { Beat(); });
+  return true;
 }
 
 void RemoteCoordinatorLink::Beat() {
@@ -507,12 +514,22 @@ bool RemoteCoordinatorLink::IsFencing(const absl::Status& status) {
 
 void RemoteCoordinatorLink::ReportLost(const std::string& reason, bool fenced) {
   Listener* listener = nullptr;
+  std::shared_ptr<RoundLink> round_link;
   {
     absl::MutexLock lock(&mu_);
     if (stopped_ || lost_) return;
     lost_ = true;
     timer_->Cancel(heartbeat_timer_);
     listener = listener_;
+    round_link = round_link_;
+  }
+  // What waits on the round link ends now: with the heartbeats, the sweep
+  // of overdue calls stops, and a hung coordinator whose host still keeps
+  // the connection (keepalive answered, data acknowledged) would never end
+  // them. The Rounds stream ends by gRPC's keepalive.
+  if (round_link != nullptr) {
+    round_link->End(absl::UnavailableError(
+        absl::StrCat("the coordinator was lost: ", reason)));
   }
   if (listener == nullptr) return;
   if (fenced) {

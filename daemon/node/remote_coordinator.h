@@ -87,7 +87,9 @@ class RemoteCoordinatorLink : public CoordinatorLink {
   void TryRegister(std::shared_ptr<v1::RegisterNodeRequest> request,
                    absl::Time deadline, absl::Duration retry,
                    Reply<v1::RegisterNodeResponse> done);
-  void OnRegistered(const v1::RegisterNodeRequest& request,
+  // Starts the streams, the round link and the heartbeats of a registered
+  // node; false (nothing started) once Stop ran.
+  bool OnRegistered(const v1::RegisterNodeRequest& request,
                     const v1::RegisterNodeResponse& response);
   void Beat();
   // One heartbeat bounded by `timeout`; records its outcome, then `then`.

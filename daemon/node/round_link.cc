@@ -198,6 +198,13 @@ void RoundLink::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void RoundLink::End(absl::Status why) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_ || ended_ || !ended_by_.ok() || why.ok()) return;
+  ended_by_ = std::move(why);
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
 void RoundLink::Run() {
   int fd = -1;
   absl::Status why = Open(&fd);
@@ -210,7 +217,11 @@ void RoundLink::Run() {
     absl::MutexLock lock(&mu_);
     ended_ = true;
     open_ = false;
-    if (stopping_) why = absl::CancelledError("daemon is shutting down");
+    if (stopping_) {
+      why = absl::CancelledError("daemon is shutting down");
+    } else if (!ended_by_.ok()) {
+      why = ended_by_;
+    }
     if (!was_open) open_error_ = why;
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
@@ -351,7 +362,7 @@ absl::Status RoundLink::Open(int* fd_out) {
                                          options_.host, ":", options_.port);
   auto stopping = [this] {
     absl::MutexLock lock(&mu_);
-    return stopping_;
+    return stopping_ || !ended_by_.ok();
   };
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -377,7 +388,7 @@ absl::Status RoundLink::Open(int* fd_out) {
     }
     {
       absl::MutexLock lock(&mu_);
-      if (stopping_) {
+      if (stopping_ || !ended_by_.ok()) {
         ::close(s);
         return absl::CancelledError("daemon is shutting down");
       }

@@ -123,6 +123,14 @@ class RoundLink {
   // Idempotent.
   void Stop();
 
+  // Ends the link without waiting for its thread, which fails the waiting
+  // contributions and key-value calls with `why` (a key-value call's
+  // message says it may have been applied): for a coordinator declared
+  // lost, whose host may still keep the connection open, so that nothing
+  // read from it would ever end them. No effect after Stop or the link's
+  // end; a later Stop still joins the thread.
+  void End(absl::Status why);
+
  private:
   // What a caller's cancellation reaches: this link until Stop, then
   // nothing (a cancellation may fire after the link is gone).
@@ -155,6 +163,8 @@ class RoundLink {
   bool open_ ABSL_GUARDED_BY(mu_) = false;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Why End ended the link (OK until then).
+  absl::Status ended_by_ ABSL_GUARDED_BY(mu_);
   absl::Status open_error_ ABSL_GUARDED_BY(mu_);
   // Serializes writers so frames never interleave; held across a send.
   absl::Mutex send_mu_ ABSL_ACQUIRED_BEFORE(mu_);

@@ -1068,6 +1068,29 @@ TEST_F(RoundLinkKvTest, TheLinksEndFailsWaitingCallsAndReleasesTheirWaits) {
   EXPECT_TRUE(next) << "a refused SendKv leaves the reply to the caller";
 }
 
+// A coordinator declared lost may keep its connection open (a hung
+// process on a live host): End fails what waits on the link with the
+// loss's words, without the coordinator's help, and Stop still joins.
+TEST_F(RoundLinkKvTest, EndingTheLinkFailsWaitingCallsWithTheGivenCause) {
+  KvAnswer waiting;
+  auto reply = waiting.reply();
+  ASSERT_TRUE(link_->SendKv(KvGet("never", 60000), reply,
+                            absl::InfiniteFuture(), nullptr));
+  while (coordinator_.kv_calls.load() == 0) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  link_->End(absl::UnavailableError("the coordinator was lost: silent"));
+  ASSERT_TRUE(waiting.Wait());
+  EXPECT_EQ(waiting.result.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(waiting.result.status().message(),
+              HasSubstr("the coordinator was lost: silent (before the "
+                        "coordinator answered this key-value call"));
+  PendingKvCalls::KvReply next = [](absl::StatusOr<v1::KvLinkReply>) {};
+  EXPECT_FALSE(
+      link_->SendKv(KvSet("k", "v"), next, absl::InfiniteFuture(), nullptr));
+  link_->Stop();
+}
+
 TEST_F(RoundLinkKvTest, OverdueCallsFailAndStoppingCancelsTheRest) {
   KvAnswer overdue, stopped;
   auto reply1 = overdue.reply();

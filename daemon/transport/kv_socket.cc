@@ -278,17 +278,20 @@ void KvSocket::Stop() {
   }
 }
 
-void KvSocket::ReapLocked() {
-  std::vector<uint64_t> ended;
-  for (auto& [id, served] : served_) {
-    if (served.connection->closed()) ended.push_back(id);
-  }
-  for (uint64_t id : ended) {
-    auto it = served_.find(id);
+std::vector<std::thread> KvSocket::ReapLocked() {
+  std::vector<std::thread> threads;
+  for (auto it = served_.begin(); it != served_.end();) {
+    if (!it->second.connection->closed()) {
+      ++it;
+      continue;
+    }
     // Closed is the thread's last act but one; joining waits for it.
-    if (it->second.thread.joinable()) it->second.thread.join();
-    served_.erase(it);
+    if (it->second.thread.joinable()) {
+      threads.push_back(std::move(it->second.thread));
+    }
+    served_.erase(it++);
   }
+  return threads;
 }
 
 void KvSocket::AcceptLoop() {
@@ -307,18 +310,21 @@ void KvSocket::AcceptLoop() {
     auto connection = std::make_shared<KvConnection>(
         fd, wake, options_.max_requests_in_flight,
         options_.max_queued_reply_bytes);
-    absl::MutexLock lock(&mu_);
-    ReapLocked();
-    if (served_.size() >= options_.max_connections ||
-        handshakes_.load() >= options_.max_handshakes) {
-      continue;  // `connection` closes the socket
+    std::vector<std::thread> ended;
+    {
+      absl::MutexLock lock(&mu_);
+      ended = ReapLocked();
+      if (served_.size() < options_.max_connections &&
+          handshakes_.load() < options_.max_handshakes) {
+        handshakes_.fetch_add(1);
+        Served& served = served_[next_connection_++];
+        served.connection = connection;
+        served.thread = std::thread([this, connection, cred] {
+          ServeConnection(connection, Peer{cred.pid, cred.uid});
+        });
+      }  // else `connection` closes the socket
     }
-    handshakes_.fetch_add(1);
-    Served& served = served_[next_connection_++];
-    served.connection = connection;
-    served.thread = std::thread([this, connection, cred] {
-      ServeConnection(connection, Peer{cred.pid, cred.uid});
-    });
+    for (std::thread& thread : ended) thread.join();
   }
 }
 

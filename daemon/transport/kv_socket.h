@@ -139,8 +139,10 @@ class KvSocket {
   KvSocket(std::string path, int listen_fd, int wake_fd, NodeAgent* agent,
            Options options);
   void AcceptLoop();
-  // Joins and forgets connections whose thread ended.
-  void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets connections that closed; returns their threads, for the
+  // caller to join without the lock (a closed connection's thread may
+  // still be finishing a call, which must not hold up Open and Redeem).
+  std::vector<std::thread> ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One connection's life: the ticket, then its requests.
   void ServeConnection(const std::shared_ptr<KvConnection>& connection,
                        Peer peer);
