@@ -9,8 +9,10 @@
 //! allows calls from any thread on the same handle, so `Rank` is `Send`
 //! and `Sync`.
 
+use std::cell::Cell;
 use std::ffi::{CStr, CString};
 use std::os::raw::{c_char, c_int, c_void};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::ptr;
 use std::sync::{Arc, Mutex};
@@ -51,6 +53,35 @@ pub struct JoinOptions {
 pub(crate) fn c_string(what: &str, s: &str) -> Result<CString> {
     CString::new(s)
         .map_err(|_| Error::invalid_argument(format!("{} contains a NUL byte: {:?}", what, s)))
+}
+
+thread_local! {
+    // Set while this thread runs a failure callback (call_failure).
+    static IN_FAILURE_CALLBACK: Cell<bool> = Cell::new(false);
+}
+
+/// A raw handle moved to the thread that frees it.
+pub(crate) struct SendPtr<T>(pub(crate) *mut T);
+// SAFETY: the C ABI allows freeing a handle from any thread.
+unsafe impl<T> Send for SendPtr<T> {}
+impl<T> SendPtr<T> {
+    pub(crate) fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+/// Runs `free` (the freeing of a library handle) now, or on a thread of its
+/// own when this thread is running a failure callback: the library forbids
+/// freeing any of its handles there (rankd.h, rankd_on_job_failure), and a
+/// callback dropping the last `Rank`, `Session` or `Work` it holds is safe
+/// Rust. Freed from another thread, the rank's handle waits for the
+/// callback to return before the callback's memory goes.
+pub(crate) fn free_handle<F: FnOnce() + Send + 'static>(free: F) {
+    if IN_FAILURE_CALLBACK.with(|c| c.get()) {
+        std::thread::spawn(free);
+    } else {
+        free();
+    }
 }
 
 /// Seconds for the C ABI, which refuses a non-positive or non-finite value
@@ -142,15 +173,26 @@ unsafe impl Sync for RankHandle {}
 
 impl Drop for RankHandle {
     fn drop(&mut self) {
-        // SAFETY: we own the handle; every session and work made from it is
-        // gone (they hold this Arc), so the library leaves the job, stops
-        // its threads and calls no callback afterwards.
-        unsafe { ffi::rankd_rank_free(self.ptr) };
-        let callbacks = self.callbacks.get_mut().unwrap_or_else(|e| e.into_inner());
-        for c in callbacks.drain(..) {
-            // SAFETY: made by Box::into_raw in on_job_failure.
-            drop(unsafe { Box::from_raw(c) });
-        }
+        let ptr = SendPtr(self.ptr);
+        let callbacks: Vec<SendPtr<FailureCallback>> = self
+            .callbacks
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .map(SendPtr)
+            .collect();
+        free_handle(move || {
+            // SAFETY: we own the handle; every session and work made from
+            // it is gone (they hold this Arc), so the library leaves the
+            // job, stops its threads (waiting for a callback running on
+            // one: this is never a callback's thread, free_handle) and
+            // calls no callback afterwards.
+            unsafe { ffi::rankd_rank_free(ptr.get()) };
+            for c in callbacks {
+                // SAFETY: made by Box::into_raw in on_job_failure.
+                drop(unsafe { Box::from_raw(c.get()) });
+            }
+        });
     }
 }
 
@@ -192,7 +234,11 @@ impl Rank {
             .map(|s| c_string("device_kind", s))
             .transpose()?;
         let token_file = match &options.token_file {
-            Some(p) => Some(c_string("token_file", &p.to_string_lossy())?),
+            // The path's bytes as they are: a lossy conversion would name
+            // another file.
+            Some(p) => Some(CString::new(p.as_os_str().as_bytes()).map_err(|_| {
+                Error::invalid_argument(format!("token_file contains a NUL byte: {:?}", p))
+            })?),
             None => None,
         };
         // SAFETY: init writes every field of a struct of the header's layout.
@@ -490,6 +536,11 @@ impl Rank {
     /// Calls `callback` once, on a library thread, when the job fails (at
     /// once, on this thread, when it already failed). It must return
     /// quickly; a panic in it aborts the process (it cannot unwind into C).
+    /// It may drop the last `Rank`, `Session` or `Work` it holds (they are
+    /// then freed on a thread of their own, once it returned). It lives as
+    /// long as the rank: a strong reference it holds to this rank or to a
+    /// session of it (an `Arc`) is a cycle that keeps the rank joined until
+    /// the process ends; hold a `Weak` and upgrade it in the callback.
     pub fn on_job_failure<F>(&self, callback: F) -> Result<()>
     where
         F: Fn(Error) + Send + Sync + 'static,
@@ -593,11 +644,14 @@ unsafe extern "C" fn call_failure(
     message: *const c_char,
 ) {
     let result = std::panic::catch_unwind(|| {
-        // SAFETY: user_data is a FailureCallback (on_job_failure); the
-        // message is valid during the call.
+        // SAFETY: user_data is a FailureCallback (on_job_failure), alive
+        // until the rank's handle is freed, which waits for this call
+        // (free_handle); the message is valid during the call.
         let callback = &*(user_data as *const FailureCallback);
         let message = CStr::from_ptr(message).to_string_lossy().into_owned();
+        let outer = IN_FAILURE_CALLBACK.with(|c| c.replace(true));
         callback(Error::new(Code::from_raw(code), message));
+        IN_FAILURE_CALLBACK.with(|c| c.set(outer));
     });
     if result.is_err() {
         std::process::abort();
@@ -677,7 +731,8 @@ impl PendingWords {
 
 impl Drop for PendingWords {
     fn drop(&mut self) {
+        let ptr = SendPtr(self.ptr);
         // SAFETY: ours, freed once.
-        unsafe { ffi::rankd_pending_words_free(self.ptr) };
+        free_handle(move || unsafe { ffi::rankd_pending_words_free(ptr.get()) });
     }
 }

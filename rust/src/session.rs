@@ -14,7 +14,7 @@
 use std::ffi::CString;
 use std::os::raw::{c_char, c_void};
 use std::ptr;
-use std::sync::{Arc, MutexGuard};
+use std::sync::{Arc, MutexGuard, TryLockError};
 use std::time::Duration;
 
 use crate::contract::{
@@ -24,7 +24,9 @@ use crate::contract::{
 };
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::rank::{all_gather_words, c_string, seconds, PendingWords, Rank, RankHandle};
+use crate::rank::{
+    all_gather_words, c_string, free_handle, seconds, PendingWords, Rank, RankHandle, SendPtr,
+};
 use crate::tensor::{lock, Buffer, HostTensor, Storage};
 
 /// How to open a session. The backend is always Gloo (host memory):
@@ -77,8 +79,9 @@ unsafe impl Sync for SessionHandle {}
 
 impl Drop for SessionHandle {
     fn drop(&mut self) {
+        let ptr = SendPtr(self.ptr);
         // SAFETY: ours; every work made from it is gone (they hold this Arc).
-        unsafe { ffi::rankd_session_free(self.ptr) };
+        free_handle(move || unsafe { ffi::rankd_session_free(ptr.get()) });
     }
 }
 
@@ -718,9 +721,22 @@ impl Work {
 impl Completion for Work {
     type Error = Error;
 
+    /// Never blocks: while another call holds an output (a `wait` on
+    /// another thread, a reader of the output), the work reads as not
+    /// complete yet, which is never early.
     fn is_complete(&self) -> bool {
+        let mut guards: Vec<MutexGuard<'_, Buffer>> = Vec::with_capacity(self.outputs.len());
+        for storage in &self.outputs {
+            match storage.try_lock() {
+                Ok(guard) => guards.push(guard),
+                Err(TryLockError::Poisoned(poisoned)) => guards.push(poisoned.into_inner()),
+                Err(TryLockError::WouldBlock) => return false,
+            }
+        }
         // SAFETY: as in bounded.
-        self.delivering(|| unsafe { ffi::rankd_work_is_complete(self.ptr) != 0 })
+        let complete = unsafe { ffi::rankd_work_is_complete(self.ptr) != 0 };
+        drop(guards);
+        complete
     }
 
     /// Blocks until the work completed (the session's op_timeout bounds
@@ -753,8 +769,11 @@ impl BoundedCompletion for Work {
 
 impl Drop for Work {
     fn drop(&mut self) {
-        // SAFETY: ours, freed once; the outputs outlive it (dropped after).
-        unsafe { ffi::rankd_work_free(self.ptr) };
+        let ptr = SendPtr(self.ptr);
+        // SAFETY: ours, freed once. The library writes the outputs only in
+        // the calls `delivering` wraps, none of which runs any more, so they
+        // may go before a free deferred by free_handle.
+        free_handle(move || unsafe { ffi::rankd_work_free(ptr.get()) });
     }
 }
 

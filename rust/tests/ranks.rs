@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use common::LocalJob;
@@ -821,6 +821,43 @@ fn poison(rank: &Rank) {
     println!("RUST RANK {} OK", r);
 }
 
+/// Rank 1 dies once both opened a session; rank 0's failure callback holds
+/// rank 0's last `Rank` and `Session` and drops them itself, then uses
+/// what it captured: the handles are freed off the callback's thread
+/// (the library forbids freeing them on it), after the callback returned.
+fn dropped_in_callback(rank: Rank) {
+    let r = rank.rank();
+    let s = session(&rank);
+    rank.all_gather_words(&[r], T).unwrap();
+    if r == 1 {
+        // SAFETY: ends the process on purpose, without leaving.
+        unsafe { _exit(3) };
+    }
+    let held = Arc::new(std::sync::Mutex::new(Some((s, rank))));
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let in_callback = held.clone();
+    held.lock()
+        .unwrap()
+        .as_ref()
+        .unwrap()
+        .1
+        .on_job_failure(move |e| {
+            let last = in_callback.lock().unwrap().take();
+            drop(last); // the last Session, then the last Rank
+            let _ = tx.lock().unwrap().send(format!("{}", e.code()));
+        })
+        .unwrap();
+    drop(held);
+    let code = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the failure callback");
+    println!("DROPPED IN CALLBACK {}", code);
+    // The deferred frees run on a thread of their own meanwhile.
+    std::thread::sleep(Duration::from_millis(200));
+    println!("RUST RANK {} OK", r);
+}
+
 /// The entry the tests run as each rank (not a test case by itself).
 #[test]
 #[ignore]
@@ -830,6 +867,9 @@ fn rank_program() {
         Err(_) => return,
     };
     let rank = Rank::join_from_env().unwrap();
+    if role == "dropped_in_callback" {
+        return dropped_in_callback(rank);
+    }
     match role.as_str() {
         "collectives" => collectives(&rank),
         "point_to_point" => point_to_point(&rank),
@@ -926,6 +966,18 @@ fn a_rank_that_exits_is_named_as_lost() {
         out
     );
     assert!(out.contains("CALLBACK ABORTED"), "{}", out);
+}
+
+#[test]
+fn a_failure_callback_may_drop_the_last_handles() {
+    let mut job = LocalJob::start("rs-drop-cb", 2);
+    job.spawn_role("dropped_in_callback");
+    let results = job.wait_ranks(Duration::from_secs(60));
+    assert_eq!(results[1].code, Some(3), "{}", results[1].output);
+    let out = &results[0].output;
+    assert_eq!(results[0].code, Some(0), "{}", out);
+    assert!(out.contains("DROPPED IN CALLBACK ABORTED"), "{}", out);
+    assert!(out.contains("RUST RANK 0 OK"), "{}", out);
 }
 
 #[test]
