@@ -260,11 +260,42 @@ def take_error(status):
                             epoch_ended)
 
 
+# Set on a thread while it runs a failure callback (in_failure_callback).
+_callback_state = threading.local()
+
+
+class in_failure_callback:
+    """Marks this thread as running a failure callback while the `with`
+    block runs: a handle freed meanwhile (the callback closed or dropped
+    the last reference to a Rank or Session) is freed on a thread of its
+    own, since the C ABI forbids freeing any handle inside the callback
+    (rankd.h, rankd_on_job_failure); the rank's free then waits for the
+    callback to return."""
+
+    def __enter__(self):
+        self._outer = getattr(_callback_state, "active", False)
+        _callback_state.active = True
+
+    def __exit__(self, *exc):
+        _callback_state.active = self._outer
+
+
+def release(free, handle):
+    """free(handle) now, or on a thread of its own inside a failure
+    callback (in_failure_callback)."""
+    if getattr(_callback_state, "active", False):
+        threading.Thread(target=free, args=(handle,), daemon=True,
+                         name="rankd-free").start()
+    else:
+        free(handle)
+
+
 class Handle:
     """A C handle that close() may free while calls on other threads use
     it: the C ABI forbids freeing a handle under a running call, so the
     last call running frees it as it returns, and close() never waits
-    (a call may block for its own timeout). Thread-safe.
+    (a call may block for its own timeout). Inside a failure callback the
+    free happens on a thread of its own (in_failure_callback). Thread-safe.
 
     `free` is the C function that frees the handle; `closed` makes the
     exception raised by a call after close()."""
@@ -294,13 +325,13 @@ class Handle:
         try:
             return fn(handle, *args)
         finally:
-            release = None
+            last = None
             with self._lock:
                 self._calls -= 1
                 if self._calls == 0 and self._closing:
-                    release, self._handle = self._handle, None
-            if release is not None:
-                self._free(release)
+                    last, self._handle = self._handle, None
+            if last is not None:
+                release(self._free, last)
 
     def close(self):
         """Frees the handle now, or (while calls run) as the last of them
@@ -312,11 +343,11 @@ class Handle:
             if self._calls:
                 return  # the last call running frees it (call)
             handle, self._handle = self._handle, None
-        self._free(handle)
+        release(self._free, handle)
 
     def discard(self):
         """For a finalizer: frees the handle unless it is gone. No call can
         be running then (each holds a reference to the handle's owner)."""
         handle, self._handle = self._handle, None
         if handle is not None:
-            self._free(handle)
+            release(self._free, handle)

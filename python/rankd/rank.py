@@ -324,7 +324,8 @@ class Rank:
                 if error is None:
                     error = _native.errors.error_for(
                         code, message.decode("utf-8", "replace"))
-                callback(error)
+                with _native.in_failure_callback():
+                    callback(error)
             except Exception:  # never unwind into the library
                 pass
 
@@ -451,6 +452,6 @@ class PendingWords:
         return out
 
     def __del__(self):
-        if getattr(self, "_handle", None) is not None:
-            lib.rankd_pending_words_free(self._handle)
-            self._handle = None
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle is not None:
+            _native.release(lib.rankd_pending_words_free, handle)

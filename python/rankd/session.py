@@ -211,9 +211,9 @@ class Work:
         return bool(lib.rankd_work_supports_cancellation(self._handle, mode))
 
     def __del__(self):
-        if getattr(self, "_handle", None) is not None:
-            lib.rankd_work_free(self._handle)
-            self._handle = None
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle is not None:
+            _native.release(lib.rankd_work_free, handle)
 
 
 class Session:

@@ -323,6 +323,34 @@ def lost(rank):
     session.close()
 
 
+def closed_in_callback(rank):
+    """Rank 1 dies; rank 0's failure callback closes its session and its
+    rank itself (the C ABI forbids freeing a handle inside the callback:
+    the frees run on a thread of their own, after it returned)."""
+    session = rank.open_session()
+    rank.all_gather_words([rank.rank], timeout=30)
+    if rank.rank == 1:
+        sys.stdout.flush()
+        os._exit(3)  # dies without leaving
+    done = threading.Event()
+    seen = []
+
+    def on_failure(error):
+        session.close()
+        rank.close()
+        seen.append(type(error).__name__)
+        done.set()
+
+    rank.on_job_failure(on_failure)
+    assert done.wait(20), "the failure callback was not called"
+    deadline = time.monotonic() + 10
+    while rank._handle is not None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert rank._handle is None, "the rank was never freed"
+    expect_raises(ValueError, "closed", rank.job_health)
+    print(f"CLOSED IN CALLBACK {seen[0]}", flush=True)
+
+
 def rejoin(rank):
     r = rank.rank
     assert rank.recovery == "job", rank.recovery  # --recovery=on
@@ -812,7 +840,8 @@ def main():
          "empty": empty, "narrowed": narrowed, "rejoin": rejoin,
          "domain_view": domain_view, "poison": poison,
          "reform_busy": reform_busy, "close_busy": close_busy,
-         "session_close_busy": session_close_busy}[scenario](rank)
+         "session_close_busy": session_close_busy,
+         "closed_in_callback": closed_in_callback}[scenario](rank)
 
 
 if __name__ == "__main__":

@@ -213,6 +213,32 @@ def test_a_lost_rank_is_named():
     assert "CALLBACK AbortedError" in out0, out0
 
 
+def test_a_failure_callback_may_close_the_session_and_the_rank():
+    with LocalJob("py-closed-cb", 1, 2) as job:
+        results = job.run_ranks(PROGRAM, "closed_in_callback", env=_env(),
+                                timeout=60)
+    (code0, out0), (code1, out1) = results
+    assert code1 == 3, out1
+    assert code0 == 0, out0
+    assert "CLOSED IN CALLBACK AbortedError" in out0, out0
+
+
+def test_inside_a_failure_callback_a_handle_is_freed_on_another_thread():
+    freed_on = []
+    done = threading.Event()
+
+    def free(handle):
+        freed_on.append((handle, threading.current_thread().name))
+        done.set()
+
+    with _native.in_failure_callback():
+        _native.Handle(5, free, lambda: ValueError("closed")).close()
+    assert done.wait(10)
+    assert freed_on == [(5, "rankd-free")], freed_on
+    _native.Handle(6, free, lambda: ValueError("closed")).close()
+    assert freed_on[1] == (6, threading.current_thread().name), freed_on
+
+
 def test_a_survivor_rejoins_the_next_epoch():
     flags = ["--recovery=on", "--recovery_deadline_ms=60000"]
     with LocalJob("py-rejoin", 1, 2, daemon_flags=flags) as job:
