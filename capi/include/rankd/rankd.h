@@ -396,7 +396,10 @@ RANKD_EXPORT rankd_status* rankd_job_health(const rankd_rank* rank);
  * callback that calls functions on the rank must know that it is not being
  * freed. Whichever of rankd_rank_free and the rank's sessions'
  * rankd_session_free frees the last of them returns only after every call
- * already running has returned: `user_data` may be freed once it has. */
+ * already running has returned: `user_data` may be freed once it has.
+ * rankd_rejoin called from it on the library's event thread returns
+ * RANKD_FAILED_PRECONDITION at once: that thread reads the events a rejoin
+ * waits for. */
 typedef void (*rankd_failure_fn)(void* user_data, rankd_code code,
                                  const char* message);
 
