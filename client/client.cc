@@ -200,6 +200,7 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
         SendJoin(context, options, wait_left, &by_domain, &first_world_round);
   }
   v1::MemberRef member;
+  uint64_t generation = 0;
   {
     absl::MutexLock lock(&core_->mu);
     if (!session.ok()) {
@@ -209,7 +210,7 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
     core_->join_options = options;
     core_->epoch = session->epoch();
     core_->job_epoch = std::max(core_->job_epoch, session->epoch());
-    ++core_->generation;
+    generation = ++core_->generation;
     core_->InstallDomainLocked(*session, by_domain, first_world_round);
     core_->InstallDescriptor(*session);
     core_->member.set_job_id(session->job_id());
@@ -248,11 +249,29 @@ absl::StatusOr<v1::SessionDescriptor> Client::Join(const JoinOptions& options) {
                                      *session);
   std::pair<std::shared_ptr<internal::KvChannel>, std::string> kv =
       internal::OpenKvChannel(*core_->conn, *core_->stub, member);
-  absl::MutexLock lock(&core_->mu);
-  core_->round_slots = std::move(slots.first);
-  core_->round_path = std::move(slots.second);
-  core_->kv_channel = std::move(kv.first);
-  core_->kv_path = std::move(kv.second);
+  absl::Status health;
+  bool installed = false;
+  {
+    absl::MutexLock submit_lock(&core_->submit_mu);
+    absl::MutexLock lock(&core_->mu);
+    // A failure callback may have left meanwhile (or a loss failed the
+    // job): the fast paths go only to the join that opened them, and
+    // rounds on them end with a failure seen meanwhile, as Fail ends them.
+    if (core_->state == internal::RankConnection::State::kJoined &&
+        core_->generation == generation) {
+      core_->round_slots = slots.first;
+      core_->round_path = std::move(slots.second);
+      core_->kv_channel = std::move(kv.first);
+      core_->kv_path = std::move(kv.second);
+      health = core_->health;
+      installed = true;
+    }
+  }
+  if (slots.first != nullptr && (!installed || !health.ok())) {
+    slots.first->Break(installed ? health
+                                 : absl::FailedPreconditionError(
+                                       "the client left the job as it joined"));
+  }
   return *std::move(session);
 }
 

@@ -1099,6 +1099,20 @@ TEST_F(ConfigTest, PerAddressBoundsAreAtMostTheirTotals) {
                         "RANKD_MAX_TCP_CONNECTIONS(16)"))
       << refused.status();
   raw_.max_tcp_connections_per_peer.reset();
+  raw_.max_tcp_health_connections = "2";
+  EXPECT_EQ(MustResolve().network.max_tcp_health_connections_per_peer, 2u);
+  raw_.max_tcp_health_connections_per_peer = "3";
+  refused = Resolve();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::StrContains(
+      refused.status().message(),
+      "--max_tcp_health_connections_per_peer=3 must be at most "
+      "--max_tcp_health_connections(2)"))
+      << refused.status();
+  raw_.max_tcp_health_connections = "0";  // none: the bound says nothing
+  EXPECT_TRUE(Resolve().ok());
+  raw_.max_tcp_health_connections.reset();
+  raw_.max_tcp_health_connections_per_peer.reset();
   raw_.max_tcp_unauthenticated = "3";
   raw_.max_tcp_unauthenticated_per_peer = "4";
   refused = Resolve();

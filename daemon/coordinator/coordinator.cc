@@ -961,7 +961,8 @@ void Coordinator::ContributeWordsShared(
     // Only a round the rounds may accept moves where a recovered domain
     // re-enters: a refused one far ahead (a misbehaving node) would put
     // the entry past rounds the other domains reach, or wrap it to 0.
-    if (status.ok() && request.round() <= rounds_.HighestAcceptable()) {
+    if (status.ok() &&
+        request.round() <= rounds_.HighestAcceptable(request.frames())) {
       highest_round_admitted_ =
           std::max(highest_round_admitted_, request.round());
     }

@@ -303,11 +303,16 @@ void WordRounds::ContributeShared(uint64_t number,
   if (!rejected.ok()) return done(rejected);
 }
 
-uint64_t WordRounds::HighestAcceptable() const {
+uint64_t WordRounds::HighestAcceptable(
+    const google::protobuf::RepeatedPtrField<v1::RankFrame>& frames) const {
   absl::MutexLock lock(&mu_);
   uint64_t base = open_.empty() ? completed_ : open_.begin()->first - 1;
-  for (const auto& d : domains_) {
-    if (d.entry_round > 0) base = std::max(base, d.entry_round - 1);
+  // As CheckAcceptsLocked: from the latest entry round among the frames'
+  // domains, where that is later.
+  for (const v1::RankFrame& f : frames) {
+    if (!by_domain_ || f.rank() >= world_size_) continue;
+    const uint64_t entry = domains_[DomainOfRank(f.rank())].entry_round;
+    if (entry > 0) base = std::max(base, entry - 1);
   }
   return base > UINT64_MAX - kMaxOpenRounds ? UINT64_MAX
                                             : base + kMaxOpenRounds;

@@ -194,14 +194,16 @@ class WordRounds {
   // Ranks that contributed to an open round and wait for it: rank -> round.
   std::map<uint32_t, uint64_t> WaitingRanks() const;
 
-  // The highest round number a contribution may be accepted for now: a
-  // full window (kMaxOpenRounds) past the oldest open round, or past the
-  // last finished one, or past the latest domain entry round (less one),
-  // whichever is latest; UINT64_MAX where that would pass it. A later
-  // round is refused as too far ahead. Never calls NodeOfRank: a caller
-  // admitting contributions under its own lock counts only rounds at most
-  // this (so that a refused one does not move where a domain re-enters).
-  uint64_t HighestAcceptable() const;
+  // The highest round number a contribution of `frames` may be accepted
+  // for now: a full window (kMaxOpenRounds) past the oldest open round, or
+  // past the last finished one, or past the latest entry round (less one)
+  // of the frames' domains, whichever is latest; UINT64_MAX where that
+  // would pass it. A later round is refused as too far ahead. Never calls
+  // NodeOfRank: a caller admitting contributions under its own lock counts
+  // only rounds at most this (so that a refused one does not move where a
+  // domain re-enters).
+  uint64_t HighestAcceptable(
+      const google::protobuf::RepeatedPtrField<v1::RankFrame>& frames) const;
 
  private:
   struct Contributor {

@@ -232,6 +232,24 @@ absl::Status ResolveNetworkLimits(const RawConfig& flags,
                                 Ref(total, share.total),
                                 ": one address may not hold more than all"));
   }
+  // Health connections likewise, where there are any (0: none, whatever
+  // the per-address bound says).
+  if (n.max_tcp_health_connections > 0 &&
+      n.max_tcp_health_connections_per_peer > n.max_tcp_health_connections) {
+    const std::optional<Setting> given =
+        lookup.Given(flags.max_tcp_health_connections_per_peer,
+                     "max_tcp_health_connections_per_peer");
+    if (!given.has_value()) {
+      n.max_tcp_health_connections_per_peer = n.max_tcp_health_connections;
+    } else {
+      const Setting total = lookup.GivenOr(
+          flags.max_tcp_health_connections, "max_tcp_health_connections",
+          absl::StrCat(n.max_tcp_health_connections));
+      return Invalid(absl::StrCat(given->Assignment(), " must be at most ",
+                                  Ref(total, n.max_tcp_health_connections),
+                                  ": one address may not hold more than all"));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -101,8 +101,9 @@ bool RoundLink::SendKv(v1::KvLinkRequest request,
   // The coordinator closes a link that sends a larger request (with every
   // local rank's calls on it): one rank's oversized call (a gRPC request
   // carries up to 64 MiB, unknown fields included) is refused alone here.
-  // The id field still to be set takes at most 11 bytes.
-  if (const size_t bytes = request.ByteSizeLong() + 11;
+  // The id field still to be set takes at most 11 bytes, and the frame's
+  // type byte counts against the bound too.
+  if (const size_t bytes = request.ByteSizeLong() + 11 + 1;
       bytes > kMaxRoundLinkKvRequestBytes) {
     PendingKvCalls::KvReply taken = std::move(reply);
     taken(absl::InvalidArgumentError(

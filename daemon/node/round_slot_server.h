@@ -106,8 +106,10 @@ class RoundSlotServer {
   // mapped them or kAttachTimeout after making them, so an older one is
   // what a daemon killed meanwhile (SIGKILL, a crash) left, which nobody
   // else would remove. Daemons sharing the folder lose nothing: their files
-  // are younger. Returns how many it removed; a folder it cannot read
-  // removes none.
+  // are younger (the age is read on the wall clock: a step of it forward by
+  // more than `older_than` while another daemon's file waits to be mapped
+  // would make that file look stale). Returns how many it removed; a folder
+  // it cannot read removes none.
   static size_t RemoveStaleFiles(const std::string& folder,
                                  absl::Duration older_than = 6 *
                                                              kAttachTimeout);

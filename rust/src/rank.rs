@@ -732,7 +732,12 @@ impl PendingWords {
 impl Drop for PendingWords {
     fn drop(&mut self) {
         let ptr = SendPtr(self.ptr);
-        // SAFETY: ours, freed once.
-        free_handle(move || unsafe { ffi::rankd_pending_words_free(ptr.get()) });
+        // Kept until the round is freed: the rank goes after it.
+        let rank = Arc::clone(&self._rank);
+        free_handle(move || {
+            // SAFETY: ours, freed once.
+            unsafe { ffi::rankd_pending_words_free(ptr.get()) };
+            drop(rank);
+        });
     }
 }

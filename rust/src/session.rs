@@ -80,8 +80,15 @@ unsafe impl Sync for SessionHandle {}
 impl Drop for SessionHandle {
     fn drop(&mut self) {
         let ptr = SendPtr(self.ptr);
-        // SAFETY: ours; every work made from it is gone (they hold this Arc).
-        free_handle(move || unsafe { ffi::rankd_session_free(ptr.get()) });
+        // Kept until the session is freed, where free_handle defers that:
+        // the rank is freed after its sessions, on whichever thread.
+        let rank = Arc::clone(&self.rank);
+        free_handle(move || {
+            // SAFETY: ours; every work made from it is gone (they hold this
+            // Arc).
+            unsafe { ffi::rankd_session_free(ptr.get()) };
+            drop(rank);
+        });
     }
 }
 
@@ -770,10 +777,15 @@ impl BoundedCompletion for Work {
 impl Drop for Work {
     fn drop(&mut self) {
         let ptr = SendPtr(self.ptr);
-        // SAFETY: ours, freed once. The library writes the outputs only in
-        // the calls `delivering` wraps, none of which runs any more, so they
-        // may go before a free deferred by free_handle.
-        free_handle(move || unsafe { ffi::rankd_work_free(ptr.get()) });
+        // Kept until the work is freed: its session goes after it.
+        let session = Arc::clone(&self._session);
+        free_handle(move || {
+            // SAFETY: ours, freed once. The library writes the outputs only
+            // in the calls `delivering` wraps, none of which runs any more,
+            // so they may go before a free deferred by free_handle.
+            unsafe { ffi::rankd_work_free(ptr.get()) };
+            drop(session);
+        });
     }
 }
 
