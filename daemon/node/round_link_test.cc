@@ -930,6 +930,17 @@ class RoundLinkKvTest : public ::testing::Test {
     ASSERT_TRUE(link_->WaitOpen(absl::Seconds(10)).ok());
   }
 
+  // Sends a get of a key nobody sets, answered into `waiting`, and returns
+  // once it waits at the coordinator.
+  void SendAGetThatWaits(KvAnswer& waiting) {
+    auto reply = waiting.reply();
+    ASSERT_TRUE(link_->SendKv(KvGet("never", 60000), reply,
+                              absl::InfiniteFuture(), nullptr));
+    while (coordinator_.kv_calls.load() == 0) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  }
+
   FakeCoordinator coordinator_;
   std::unique_ptr<RoundLinkServer> server_;
   std::unique_ptr<RoundLink> link_;
@@ -1041,12 +1052,7 @@ TEST_F(RoundLinkKvTest, AWaitingGetDoesNotHoldUpTheLinkAndItsCancelReleasesIt) {
 
 TEST_F(RoundLinkKvTest, TheLinksEndFailsWaitingCallsAndReleasesTheirWaits) {
   KvAnswer waiting;
-  auto reply = waiting.reply();
-  ASSERT_TRUE(link_->SendKv(KvGet("never", 60000), reply,
-                            absl::InfiniteFuture(), nullptr));
-  while (coordinator_.kv_calls.load() == 0) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  ASSERT_NO_FATAL_FAILURE(SendAGetThatWaits(waiting));
   server_->Stop();
   ASSERT_TRUE(waiting.Wait());
   EXPECT_EQ(waiting.result.status().code(), absl::StatusCode::kUnavailable);
@@ -1073,12 +1079,7 @@ TEST_F(RoundLinkKvTest, TheLinksEndFailsWaitingCallsAndReleasesTheirWaits) {
 // loss's words, without the coordinator's help, and Stop still joins.
 TEST_F(RoundLinkKvTest, EndingTheLinkFailsWaitingCallsWithTheGivenCause) {
   KvAnswer waiting;
-  auto reply = waiting.reply();
-  ASSERT_TRUE(link_->SendKv(KvGet("never", 60000), reply,
-                            absl::InfiniteFuture(), nullptr));
-  while (coordinator_.kv_calls.load() == 0) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  ASSERT_NO_FATAL_FAILURE(SendAGetThatWaits(waiting));
   link_->End(absl::UnavailableError("the coordinator was lost: silent"));
   ASSERT_TRUE(waiting.Wait());
   EXPECT_EQ(waiting.result.status().code(), absl::StatusCode::kUnavailable);
