@@ -219,8 +219,18 @@ absl::Status ResolveNetworkLimits(const RawConfig& flags,
                  &n.metrics_max_connections_per_address,
                  flags.metrics_max_connections, "metrics_max_connections",
                  n.metrics_max_connections},
+           // (0 health connections is none, whatever the bound per address.)
+           Share{flags.max_tcp_health_connections_per_peer,
+                 "max_tcp_health_connections_per_peer",
+                 &n.max_tcp_health_connections_per_peer,
+                 flags.max_tcp_health_connections, "max_tcp_health_connections",
+                 n.max_tcp_health_connections},
        }) {
     if (*share.value <= share.total) continue;
+    if (share.total == 0 &&
+        share.value == &n.max_tcp_health_connections_per_peer) {
+      continue;
+    }
     const std::optional<Setting> given = lookup.Given(share.flag, share.name);
     if (!given.has_value()) {
       *share.value = share.total;
@@ -231,24 +241,6 @@ absl::Status ResolveNetworkLimits(const RawConfig& flags,
     return Invalid(absl::StrCat(given->Assignment(), " must be at most ",
                                 Ref(total, share.total),
                                 ": one address may not hold more than all"));
-  }
-  // Health connections likewise, where there are any (0: none, whatever
-  // the per-address bound says).
-  if (n.max_tcp_health_connections > 0 &&
-      n.max_tcp_health_connections_per_peer > n.max_tcp_health_connections) {
-    const std::optional<Setting> given =
-        lookup.Given(flags.max_tcp_health_connections_per_peer,
-                     "max_tcp_health_connections_per_peer");
-    if (!given.has_value()) {
-      n.max_tcp_health_connections_per_peer = n.max_tcp_health_connections;
-    } else {
-      const Setting total = lookup.GivenOr(
-          flags.max_tcp_health_connections, "max_tcp_health_connections",
-          absl::StrCat(n.max_tcp_health_connections));
-      return Invalid(absl::StrCat(given->Assignment(), " must be at most ",
-                                  Ref(total, n.max_tcp_health_connections),
-                                  ": one address may not hold more than all"));
-    }
   }
   return absl::OkStatus();
 }
