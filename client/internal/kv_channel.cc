@@ -82,6 +82,7 @@ void KvChannel::BreakLocked(absl::Status why) {
   if (broken_.ok()) broken_ = std::move(why);
   ::shutdown(fd_, SHUT_RDWR);
   replied_.SignalAll();
+  written_.SignalAll();
 }
 
 absl::Status KvChannel::WriteFrame(const std::string& frame,
@@ -162,26 +163,29 @@ grpc::Status KvChannel::Call(KvFrameKind kind, const std::string& payload,
   Waiter waiter;
   uint64_t id = 0;
   {
-    absl::MutexLock write_lock(&write_mu_);
-    {
-      absl::MutexLock lock(&mu_);
-      if (!broken_.ok()) return ToGrpcStatus(broken_);
-      // The hello is request 0: the daemon answers it as 0.
-      id = kind == KvFrameKind::kHello ? 0 : next_id_++;
-      waiters_[id] = &waiter;
+    absl::MutexLock lock(&mu_);
+    while (writing_ && broken_.ok()) {
+      if (MonotonicNow() >= deadline) return kDeadlineExceeded;
+      // A timeout, not the deadline (see below).
+      written_.WaitWithTimeout(&mu_, deadline - MonotonicNow());
     }
-    absl::Status written =
-        WriteFrame(EncodeKvFrame(kind, id, payload), deadline);
-    if (!written.ok()) {
-      absl::MutexLock lock(&mu_);
-      waiters_.erase(id);
-      if (written.code() != absl::StatusCode::kDeadlineExceeded) {
-        BreakLocked(written);
-      }
-      return ToGrpcStatus(written);
-    }
+    if (!broken_.ok()) return ToGrpcStatus(broken_);
+    writing_ = true;
+    // The hello is request 0: the daemon answers it as 0.
+    id = kind == KvFrameKind::kHello ? 0 : next_id_++;
+    waiters_[id] = &waiter;
   }
+  absl::Status written = WriteFrame(EncodeKvFrame(kind, id, payload), deadline);
   absl::MutexLock lock(&mu_);
+  writing_ = false;
+  written_.SignalAll();  // one of them writes next
+  if (!written.ok()) {
+    waiters_.erase(id);
+    if (written.code() != absl::StatusCode::kDeadlineExceeded) {
+      BreakLocked(written);
+    }
+    return ToGrpcStatus(written);
+  }
   while (!waiter.done) {
     if (!broken_.ok()) {
       waiters_.erase(id);

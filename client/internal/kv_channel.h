@@ -75,9 +75,9 @@ class KvChannel {
   // Sends a frame of `kind` with `payload` and waits for its reply.
   grpc::Status Call(KvFrameKind kind, const std::string& payload,
                     absl::Time deadline, std::string* response);
-  // Writes all of `frame`, waiting for room until `deadline`.
-  absl::Status WriteFrame(const std::string& frame, absl::Time deadline)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_);
+  // Writes all of `frame`, waiting for room until `deadline`. Only the
+  // caller that set writing_ calls it.
+  absl::Status WriteFrame(const std::string& frame, absl::Time deadline);
   // Reads what the socket has (waiting until `deadline`) and hands every
   // whole reply to its waiter. Called by the one reading thread, without
   // mu_ held.
@@ -85,9 +85,14 @@ class KvChannel {
   void BreakLocked(absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int fd_;
-  absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   absl::CondVar replied_;
+  // One frame is written at a time: a caller sets writing_ for its write
+  // and the others wait, each until its own deadline (a flag, not a mutex
+  // held across a write that may wait for room until its caller's
+  // deadline), woken by written_.
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  absl::CondVar written_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool reading_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
