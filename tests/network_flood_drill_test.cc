@@ -95,7 +95,10 @@ double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 #endif
 #ifdef RANKD_DRILL_ASAN
 constexpr int64_t kSanitizerFactor = 2;
-constexpr int64_t kKeptSlack = int64_t{192} << 20;
+// ASan's quarantine keeps up to 256 MiB of freed memory resident by
+// default, so what stays after a flood varies with it (106-199 MiB over
+// four runs of item7): the bound is the quarantine and a margin.
+constexpr int64_t kKeptSlack = int64_t{288} << 20;
 #else
 constexpr int64_t kSanitizerFactor = 1;
 constexpr int64_t kKeptSlack = int64_t{32} << 20;

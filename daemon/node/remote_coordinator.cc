@@ -517,8 +517,13 @@ void RemoteCoordinatorLink::ReportLost(const std::string& reason, bool fenced) {
   std::shared_ptr<RoundLink> round_link;
   {
     absl::MutexLock lock(&mu_);
-    if (stopped_ || lost_) return;
+    // Called lost on silence (its last heartbeat may have timed out as the
+    // process came back from a pause), this daemon still learns later that
+    // it was fenced (its own NODE_LOST event, a refused stream): that is
+    // the answer that counts, and it ends the daemon.
+    if (stopped_ || fenced_ || (lost_ && !fenced)) return;
     lost_ = true;
+    fenced_ = fenced;
     timer_->Cancel(heartbeat_timer_);
     listener = listener_;
     round_link = round_link_;

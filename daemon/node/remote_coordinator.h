@@ -138,6 +138,8 @@ class RemoteCoordinatorLink : public CoordinatorLink {
   Listener* listener_ ABSL_GUARDED_BY(mu_) = nullptr;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   bool lost_ ABSL_GUARDED_BY(mu_) = false;
+  // Reported fenced (ReportLost): after lost_, the one change still told.
+  bool fenced_ ABSL_GUARDED_BY(mu_) = false;
   v1::NodeRef node_ ABSL_GUARDED_BY(mu_);
   // The event stream has shown this daemon's own NODE_REGISTERED.
   bool own_registration_seen_ ABSL_GUARDED_BY(mu_) = false;
