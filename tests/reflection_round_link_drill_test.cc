@@ -61,6 +61,21 @@ constexpr size_t kDefaultReflectionStreamsPerPeer = 8;
 constexpr int kDefaultUnauthenticatedPerPeer =
     8;  // --max_tcp_unauthenticated_per_peer
 
+// What a flood may leave resident once it is over. AddressSanitizer
+// (--config=asan, the suite's own run) pads allocations and gives memory
+// back to the system in whole regions only: the 2,000-stream drill kept
+// 32.3 MiB above its baseline there once (CI, 2026-12-07), about its peak.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RANKD_DRILL_ASAN 1
+#endif
+#endif
+#ifdef RANKD_DRILL_ASAN
+constexpr int64_t kKeptBytes = int64_t{64} << 20;
+#else
+constexpr int64_t kKeptBytes = int64_t{32} << 20;
+#endif
+
 ClusterOptions DrillOptions(uint32_t nnodes, uint32_t nproc_per_node) {
   ClusterOptions o;
   o.job_id = "flood";
@@ -313,7 +328,7 @@ TEST(ReflectionRoundLinkDrill, TwoThousandReflectionStreamsAreBounded) {
       WaitThreadsAtMost(daemon, before.threads + 8, absl::Seconds(10));
   Report("reflection_streams", "after", after);
   EXPECT_LE(after.threads, before.threads + 8);
-  EXPECT_LT(after.rss_bytes, before.rss_bytes + (32 << 20));
+  EXPECT_LT(after.rss_bytes, before.rss_bytes + kKeptBytes);
 }
 
 // Item 10.
@@ -397,7 +412,7 @@ TEST(ReflectionRoundLinkDrill, SixThousandReflectionRequestsStayFlat) {
   EXPECT_EQ(streams,
             static_cast<int>((kRequests + kDefaultRequestsPerStream - 1) /
                              kDefaultRequestsPerStream));
-  EXPECT_LT(after.rss_bytes, before.rss_bytes + (32 << 20));
+  EXPECT_LT(after.rss_bytes, before.rss_bytes + kKeptBytes);
   EXPECT_LE(after.threads, before.threads + 8);
 }
 
@@ -471,7 +486,7 @@ TEST(ReflectionRoundLinkDrill, QueuedRoundLinkConnectionsDoNotKeepANodeOut) {
   Report("round_link_queue", "after", after);
   EXPECT_LE(during.threads, before.threads + 16);
   EXPECT_LT(during.rss_bytes, before.rss_bytes + (64 << 20));
-  EXPECT_LT(after.rss_bytes, before.rss_bytes + (32 << 20));
+  EXPECT_LT(after.rss_bytes, before.rss_bytes + kKeptBytes);
 }
 
 }  // namespace
