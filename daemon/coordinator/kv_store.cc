@@ -415,13 +415,17 @@ absl::Status KvStore::StoreLocked(absl::string_view key, std::string value,
           "longer needed"));
     }
   }
-  if (rank != kNoRank && limits_.max_bytes_per_rank > 0) {
-    auto it_bytes = bytes_of_rank_.find(rank);
+  // The rank whose byte tally the write changes: the writer, or (a write
+  // for no rank to a rank's key) the rank the key is charged to, which the
+  // write must not push past its quota either.
+  const uint32_t payer = created || moves ? rank : charged_before;
+  if (payer != kNoRank && limits_.max_bytes_per_rank > 0) {
+    auto it_bytes = bytes_of_rank_.find(payer);
     const size_t mine = it_bytes == bytes_of_rank_.end() ? 0 : it_bytes->second;
     const size_t after = mine - (moves || created ? 0 : held) + size;
     if (after > limits_.max_bytes_per_rank) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "rank ", rank, " holds ", mine,
+          "rank ", payer, " holds ", mine,
           " bytes of keys and values; setting key '", key, "' (", size,
           " bytes) would pass its quota of ", limits_.max_bytes_per_rank,
           " bytes (--kv_max_bytes_per_rank); delete keys it no longer "
@@ -470,14 +474,18 @@ size_t KvStore::DropPrefix(absl::string_view prefix, const absl::Status& why) {
       it = values_.erase(it);
       ++dropped;
     }
-    for (auto w = waiters_.begin(); w != waiters_.end();) {
-      if (!absl::StartsWith(w->second.key, prefix)) {
-        ++w;
-        continue;
-      }
+    // Waiting gets by key are ordered too: one run from the same bound.
+    std::vector<uint64_t> ids;
+    for (auto k = waiters_by_key_.lower_bound(prefix);
+         k != waiters_by_key_.end() && absl::StartsWith(k->first, prefix);
+         ++k) {
+      ids.push_back(k->second);
+    }
+    for (uint64_t id : ids) {
+      auto w = waiters_.find(id);
       timer_->Cancel(w->second.timer);
       ended.push_back(std::move(w->second));
-      w = EraseWaiterLocked(w);
+      EraseWaiterLocked(w);
     }
   }
   for (Waiter& w : ended) w.done(why);
@@ -503,6 +511,8 @@ absl::StatusOr<uint64_t> KvStore::Count(absl::string_view prefix) const {
   }
   absl::MutexLock lock(&mu_);
   if (!failure_.ok()) return failure_;
+  // Every key: no walk (torch's num_keys() asks this of the whole store).
+  if (prefix.empty()) return values_.size();
   uint64_t count = 0;
   // Keys are ordered: those with the prefix form one run from its bound.
   for (auto it = values_.lower_bound(prefix);

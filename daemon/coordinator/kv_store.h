@@ -191,13 +191,14 @@ class KvStore {
   // The number of keys that start with `prefix` (an empty prefix: every
   // key). InvalidArgument for a prefix longer than a key may be; the
   // failure cause when Fail was called. Takes time linear in the keys
-  // counted (at most max_keys), under the store's lock.
+  // counted (at most max_keys), under the store's lock; constant for the
+  // empty prefix.
   absl::StatusOr<uint64_t> Count(absl::string_view prefix) const;
 
   // Removes every key that starts with `prefix` (a non-empty prefix; their
   // creators' counts drop) and ends every Get waiting for such a key with
   // `why`, outside the store's lock. Returns how many keys it removed.
-  // Linear in the keys removed. Nothing after Fail.
+  // Linear in the keys removed and the gets ended. Nothing after Fail.
   size_t DropPrefix(absl::string_view prefix, const absl::Status& why);
 
   // Fails every waiting Get and every later operation with `cause`.

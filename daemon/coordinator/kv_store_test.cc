@@ -482,6 +482,9 @@ TEST_F(KvStoreTest, DropPrefixRemovesARunOfKeysAndEndsItsWaiters) {
   const size_t rank0_bytes = kv_.bytes_of(0);
   auto dropped_wait = StartGet(kv_, "epoch/2/r1/never", Far());
   auto kept_wait = StartGet(kv_, "epoch/3/r0/later", Far());
+  // Waiting just before and just after the prefix's run of keys.
+  auto before_wait = StartGet(kv_, "epoch/1/r0/x", Far());
+  auto after_wait = StartGet(kv_, "epoch/20/r0/x", Far());
   const absl::Status why = absl::FailedPreconditionError("epoch 2 ended");
   EXPECT_EQ(kv_.DropPrefix("epoch/2/", why), 2u);
   EXPECT_EQ(*kv_.Count(""), 3u);
@@ -494,12 +497,18 @@ TEST_F(KvStoreTest, DropPrefixRemovesARunOfKeysAndEndsItsWaiters) {
   EXPECT_EQ(kv_.keys_of(1), 0u);
   ASSERT_TRUE(dropped_wait->Wait());
   EXPECT_EQ(dropped_wait->value.status(), why);
-  EXPECT_EQ(kv_.waiting(), 1u);            // the other epoch's Get still waits
+  EXPECT_EQ(kv_.waiting(), 3u);            // the other epochs' Gets still wait
   EXPECT_EQ(kv_.DropPrefix("", why), 0u);  // never everything
   EXPECT_EQ(*kv_.Count(""), 3u);
   ASSERT_TRUE(kv_.Set("epoch/3/r0/later", "v").ok());
   ASSERT_TRUE(kept_wait->Wait());
   EXPECT_EQ(*kept_wait->value, "v");
+  ASSERT_TRUE(kv_.Set("epoch/1/r0/x", "b").ok());
+  ASSERT_TRUE(kv_.Set("epoch/20/r0/x", "a").ok());
+  ASSERT_TRUE(before_wait->Wait());
+  ASSERT_TRUE(after_wait->Wait());
+  EXPECT_EQ(*before_wait->value, "b");
+  EXPECT_EQ(*after_wait->value, "a");
 }
 
 TEST_F(KvStoreTest, KeyCountLimit) {
@@ -720,6 +729,25 @@ TEST_F(KvStoreTest, BytesPerRankQuota) {
   EXPECT_TRUE(*kv.Delete("r0/a", 0));
   EXPECT_EQ(kv.bytes_of(0), 0u);
   EXPECT_TRUE(kv.Set("r0/b", std::string(100, 'y'), 0).ok());
+}
+
+// A write for no rank (the daemon's) to a rank's key changes that rank's
+// tally, so the rank's quota bounds it too. (Before, it pushed rank 0 to
+// 1,004 bytes of its 1,000.)
+TEST_F(KvStoreTest, AWriteForNoRankKeepsTheChargedRankInsideItsQuota) {
+  KvStore kv(timer_.get(), KvLimits{1 << 20, 1000, 1000, 1000},
+             KvRules{4, {"shared/"}});
+  ASSERT_TRUE(kv.Set("r0/a", "x", 0).ok());
+  EXPECT_STATUS(kv.Set("r0/a", std::string(1000, 'y')),
+                absl::StatusCode::kResourceExhausted,
+                "rank 0 holds 5 bytes of keys and values; setting key "
+                "'r0/a' (1004 bytes) would pass its quota of 1000 bytes");
+  EXPECT_EQ(kv.bytes_of(0), 5u);
+  EXPECT_EQ(*kv.Peek("r0/a"), "x");
+  EXPECT_TRUE(kv.Set("r0/a", std::string(996, 'y')).ok());
+  EXPECT_EQ(kv.bytes_of(0), 1000u);
+  // A key of no rank is bounded by the store's totals only.
+  EXPECT_TRUE(kv.Set("daemon/k", std::string(2000, 'z')).ok());
 }
 
 }  // namespace
