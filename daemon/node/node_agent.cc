@@ -934,6 +934,12 @@ absl::StatusOr<NodeAgent::WatchId> NodeAgent::Attach(
   const EventLog::SubscriptionId subscription =
       mirror_.Subscribe(request.after_sequence(), std::move(sink.on_event));
   absl::MutexLock lock(&mu_);
+  // A Shutdown meanwhile closed the stream already: it gets no events
+  // after its close (Detach, with this id, removes the rest).
+  if (shutting_down_) {
+    mirror_.Unsubscribe(subscription);
+    return id;
+  }
   // Only Detach removes a watch, and only with this id, which its stream
   // learns when this returns.
   watches_.at(id).subscription = subscription;
