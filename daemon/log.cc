@@ -1,7 +1,16 @@
 #include "daemon/log.h"
 
+#include <limits.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
-#include <cstdio>
+#include <cerrno>
+#include <cstdlib>
+#include <deque>
+#include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -12,28 +21,152 @@
 namespace rankd {
 namespace {
 
-absl::Mutex log_mu(absl::kConstInit);
-std::string* log_prefix ABSL_GUARDED_BY(log_mu) = nullptr;
+// What one Log call may wait for at most at exit, for lines still queued.
+constexpr absl::Duration kExitFlush = absl::Seconds(2);
+
 std::atomic<bool> log_enabled{true};
+
+// Lines wait here only while stderr does not take them at once; the
+// writer thread hands them on in order.
+struct LogState {
+  absl::Mutex mu;
+  std::string prefix ABSL_GUARDED_BY(mu) = "rankd";
+  std::deque<std::string> queued ABSL_GUARDED_BY(mu);
+  size_t queued_bytes ABSL_GUARDED_BY(mu) = 0;
+  // The writer thread holds lines taken off the queue (outside the lock).
+  bool writing ABSL_GUARDED_BY(mu) = false;
+  bool writer_started ABSL_GUARDED_BY(mu) = false;
+  // Lines dropped since the last notice was queued.
+  uint64_t dropped ABSL_GUARDED_BY(mu) = 0;
+};
+
+LogState& State() {
+  static LogState& state = *new LogState;  // lives forever: the writer runs
+  return state;                            // past static destruction
+}
+
+// Writes what stderr takes now, in pieces a pipe takes whole; returns how
+// many bytes it wrote. A closed or failed stderr counts as written.
+size_t WriteWithoutWaiting(absl::string_view text) {
+  size_t written = 0;
+  while (written < text.size()) {
+    pollfd p{STDERR_FILENO, POLLOUT, 0};
+    const int ready = ::poll(&p, 1, 0);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) return written;  // full: a reader falls behind
+    if (ready < 0 || (p.revents & (POLLERR | POLLNVAL | POLLHUP)) != 0) {
+      return text.size();
+    }
+    const size_t piece = std::min<size_t>(text.size() - written, PIPE_BUF);
+    const ssize_t n = ::write(STDERR_FILENO, text.data() + written, piece);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return text.size();
+    written += static_cast<size_t>(n);
+  }
+  return written;
+}
+
+// Writes all of `text`, waiting as long as stderr makes it.
+void WriteAll(absl::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = ::write(STDERR_FILENO, text.data(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    text.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+std::string DroppedNotice(absl::string_view prefix, uint64_t dropped) {
+  return absl::StrCat(
+      absl::FormatTime(kTimestampFormat, absl::Now(), absl::UTCTimeZone()), " ",
+      prefix, " ", dropped,
+      " log line(s) dropped: stderr was not read for a while (at most ",
+      kMaxQueuedLogBytes, " bytes wait)\n");
+}
+
+// Queues `text` behind what waits, or counts it dropped when that is full.
+void QueueLocked(LogState& s, std::string text)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+  if (s.queued_bytes + text.size() > kMaxQueuedLogBytes) {
+    ++s.dropped;
+    return;
+  }
+  if (s.dropped > 0) {
+    std::string notice = DroppedNotice(s.prefix, s.dropped);
+    s.dropped = 0;
+    s.queued_bytes += notice.size();
+    s.queued.push_back(std::move(notice));
+  }
+  s.queued_bytes += text.size();
+  s.queued.push_back(std::move(text));
+}
+
+void WriterLoop() {
+  LogState& s = State();
+  absl::MutexLock lock(&s.mu);
+  while (true) {
+    s.mu.Await(absl::Condition(
+        +[](LogState* st)
+             ABSL_NO_THREAD_SAFETY_ANALYSIS { return !st->queued.empty(); },
+        &s));
+    std::string text;
+    for (const std::string& line : s.queued) text += line;
+    s.queued.clear();
+    s.queued_bytes = 0;
+    if (s.dropped > 0) {
+      text += DroppedNotice(s.prefix, s.dropped);
+      s.dropped = 0;
+    }
+    s.writing = true;
+    s.mu.Unlock();
+    WriteAll(text);
+    s.mu.Lock();
+    s.writing = false;
+  }
+}
+
+// At exit: lets queued lines out, for a bounded time.
+void FlushAtExit() {
+  LogState& s = State();
+  absl::MutexLock lock(&s.mu);
+  s.mu.AwaitWithTimeout(absl::Condition(
+                            +[](LogState* st) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                              return st->queued.empty() && !st->writing;
+                            },
+                            &s),
+                        kExitFlush);
+}
 
 }  // namespace
 
 void SetLogPrefix(std::string prefix) {
-  absl::MutexLock lock(&log_mu);
-  if (log_prefix == nullptr) log_prefix = new std::string;  // lives forever
-  *log_prefix = std::move(prefix);
+  LogState& s = State();
+  absl::MutexLock lock(&s.mu);
+  s.prefix = std::move(prefix);
 }
 
 void Log(absl::string_view message) {
   if (!log_enabled.load(std::memory_order_relaxed)) return;
+  LogState& s = State();
   std::string line = absl::StrCat(
       absl::FormatTime(kTimestampFormat, absl::Now(), absl::UTCTimeZone()),
       " ");
-  absl::MutexLock lock(&log_mu);
-  absl::StrAppend(&line, log_prefix ? *log_prefix : "rankd", " ", message,
-                  "\n");
-  std::fwrite(line.data(), 1, line.size(), stderr);
-  std::fflush(stderr);
+  absl::MutexLock lock(&s.mu);
+  absl::StrAppend(&line, s.prefix, " ", message, "\n");
+  if (s.queued.empty() && !s.writing) {
+    // Nothing waits: the line goes out before Log returns, as far as
+    // stderr takes it without waiting (a line logged just before a crash
+    // is not lost).
+    const size_t written = WriteWithoutWaiting(line);
+    if (written == line.size()) return;
+    line.erase(0, written);
+  }
+  QueueLocked(s, std::move(line));
+  if (!s.writer_started) {
+    s.writer_started = true;
+    std::thread(WriterLoop).detach();
+    std::atexit(FlushAtExit);
+  }
 }
 
 void SetLogEnabled(bool enabled) {
