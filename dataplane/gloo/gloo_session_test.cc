@@ -649,6 +649,41 @@ TEST(DisagreementTest, WithVerifyAgreementEveryMemberFailsAtOnce) {
   });
 }
 
+// all_to_all_v's check also exchanges every member's counts, more words
+// than any other check: a member at all_reduce_sum where another is at
+// all_to_all_v must still be told at once, not sent more bytes than it
+// posted for (which ended the process on Gloo's I/O thread).
+TEST(DisagreementTest, WithVerifyAgreementAllToAllVAgainstASumFailsAtOnce) {
+  GlooSessionOptions options = GlooTestCluster::DefaultOptions();
+  options.verify_agreement = true;
+  GlooTestCluster cluster({2, 1, 1, 2}, 4, options);
+  ASSERT_TRUE(cluster.status().ok()) << cluster.status();
+  cluster.Run([&](uint32_t r) {
+    GlooSession& s = cluster.session(r);
+    absl::StatusOr<GlooSession::ValueSubmission> submitted;
+    if (r == 3) {
+      submitted = s.AllToAllV(
+          CollectiveScope::World(),
+          *HostTensor::FromVector<float>({4}, {1.0f, 2.0f, 3.0f, 4.0f}),
+          {1, 1, 1, 1}, {1, 1, 1, 1});
+    } else {
+      submitted = s.AllReduceSum(CollectiveScope::World(),
+                                 *HostTensor::FromVector<float>({1}, {1.0f}));
+    }
+    ASSERT_TRUE(submitted.ok()) << submitted.status();
+    const absl::Status status = submitted->completion->Wait();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), "disagree")) << status;
+    EXPECT_TRUE(s.backend().poison().ok());
+    // And the session still works: all agree now.
+    auto sum = s.AllReduceSum(CollectiveScope::World(),
+                              *HostTensor::FromVector<float>({1}, {1.0f}));
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    ASSERT_TRUE(sum->completion->Wait().ok()) << sum->completion->Wait();
+    EXPECT_EQ(ValuesOf<float>(sum->output)[0], 4.0f);
+  });
+}
+
 TEST(DisagreementTest,
      WithoutVerifyTheyNeverPairAndTheErrorSaysWhoSubmittedWhat) {
   GlooSessionOptions options = GlooTestCluster::DefaultOptions();

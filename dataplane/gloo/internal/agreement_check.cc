@@ -4,21 +4,28 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "dataplane/agreement.h"
 
 namespace rankd::dataplane::gloo::internal {
 namespace {
 
 // Gathers `words` (the same count on every member) from every member.
+// Every check of every operation gathers under one tag, so it pairs
+// whatever the members are about to do; each posts for the words it sends,
+// so under that tag every member gathers one word (its fingerprint) only: a
+// longer message than a peer posted for ends the process on Gloo's I/O
+// thread. What is longer goes under a tag of its own (`check`), once the
+// fingerprints agreed.
 absl::Status GatherWords(GlooGroup& group, const std::string& operation,
                          const std::vector<uint64_t>& words,
-                         std::vector<uint64_t>* all, Milliseconds timeout) {
+                         std::vector<uint64_t>* all, Milliseconds timeout,
+                         absl::string_view check = "agreement check") {
   const size_t n = group.size();
   all->assign(n * words.size(), 0);
   std::vector<size_t> bytes(n, words.size() * sizeof(uint64_t));
-  // The check itself must pair whatever the members are about to do.
-  const uint32_t tag = OperationTag(group.NextSequence(),
-                                    OperationFingerprint("agreement check"));
+  const uint32_t tag =
+      OperationTag(group.NextSequence(), OperationFingerprint(check));
   return CatchNative(absl::StrCat("gloo ", operation, " (agreement check)"),
                      [&] {
                        NativeAllGatherV(group.context(), words.data(),
@@ -96,33 +103,32 @@ TaskResult VerifyAllToAllCounts(GlooGroup& group, const std::string& operation,
                                 const std::vector<size_t>& send,
                                 const std::vector<size_t>& receive,
                                 Milliseconds timeout) {
+  // First the fingerprints, as every check: a member at another operation
+  // (or refusing this one) pairs with it and is told.
+  TaskResult agreed = VerifyAgreement(group, operation, canonical, timeout);
+  if (!agreed.status.ok()) return agreed;
+  // Every member is at this all_to_all_v now: n send and n receive counts
+  // each, the same length on all.
   const size_t n = group.size();
   std::vector<uint64_t> words;
-  words.reserve(1 + 2 * n);
-  words.push_back(OperationFingerprint(canonical));
+  words.reserve(2 * n);
   for (size_t c : send) words.push_back(c);
   for (size_t c : receive) words.push_back(c);
   std::vector<uint64_t> all;
-  absl::Status s = GatherWords(group, operation, words, &all, timeout);
+  absl::Status s = GatherWords(group, operation, words, &all, timeout,
+                               "all_to_all_v counts check");
   if (!s.ok()) return TaskResult::Native(s);
-  // Member m's record: its fingerprint, n send counts, n receive counts.
-  const size_t stride = 1 + 2 * n;
-  std::vector<uint64_t> fingerprints(n), sends(n * n), receives(n * n);
+  // Member m's record: n send counts, then n receive counts.
+  std::vector<uint64_t> sends(n * n), receives(n * n);
   for (size_t m = 0; m < n; ++m) {
-    fingerprints[m] = all[m * stride];
     for (size_t p = 0; p < n; ++p) {
-      sends[m * n + p] = all[m * stride + 1 + p];
-      receives[m * n + p] = all[m * stride + 1 + n + p];
+      sends[m * n + p] = all[m * 2 * n + p];
+      receives[m * n + p] = all[m * 2 * n + n + p];
     }
   }
-  absl::Status verdict = CollectiveVerdict(
-      Where(operation), canonical, group.members(), group.local_rank(),
-      fingerprints, VerdictPoint::kBeforePayload);
-  if (verdict.ok()) {
-    verdict = CountMatrixVerdict(Where(operation), group.members(), sends,
-                                 receives, VerdictPoint::kBeforePayload);
-  }
-  return FromVerdict(std::move(verdict));
+  return FromVerdict(CountMatrixVerdict(Where(operation), group.members(),
+                                        sends, receives,
+                                        VerdictPoint::kBeforePayload));
 }
 
 }  // namespace rankd::dataplane::gloo::internal

@@ -58,7 +58,9 @@ TaskResult ExchangeRouteFingerprints(GlooGroup& group,
 
 // all_to_all_v: besides `canonical` (dtype, row shape, axis), member s's
 // send[d] must equal member d's receive[s] for every pair; a mismatch names
-// both members (and world ranks) identically on every member.
+// both members (and world ranks) identically on every member. Two
+// gathers: the fingerprints (pairing with any other operation's check),
+// then, once they agree, the counts under a tag of their own.
 TaskResult VerifyAllToAllCounts(GlooGroup& group, const std::string& operation,
                                 const std::string& canonical,
                                 const std::vector<size_t>& send,
