@@ -49,11 +49,20 @@ absl::StatusOr<DistributedSessionDescriptor> DescriptorFromProto(
   // Recovery by domain confines the session to the rank's replica: the
   // contiguous block of T*P*E ranks (common/topology.h).
   if (proto.recovery_by_domain()) {
+    // An unset degree (0 on the wire) is 1.
+    auto degree = [](uint32_t d) { return d == 0 ? 1u : d; };
     ParallelTopology topology;
-    topology.tensor = proto.topology().tensor();
-    topology.pipeline = proto.topology().pipeline();
-    topology.expert = proto.topology().expert();
-    topology.data = proto.topology().data();
+    topology.tensor = degree(proto.topology().tensor());
+    topology.pipeline = degree(proto.topology().pipeline());
+    topology.expert = degree(proto.topology().expert());
+    topology.data = degree(proto.topology().data());
+    // Checked first: degrees whose product wraps to 0 would divide by it.
+    if (absl::Status valid = ValidateTopology(topology, proto.world_size());
+        !valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("session descriptor of job ", proto.job_id(),
+                       ": recovery by domain: ", valid.message()));
+    }
     const uint32_t size = DomainSizeOf(topology);
     const uint32_t index = proto.rank() / size;
     absl::Status domain =

@@ -60,6 +60,25 @@ TEST(DescriptorFromProtoTest, RecoveryByDomainConfinesToTheRanksReplica) {
   EXPECT_EQ(*d->recovery_domain(), (RecoveryDomain{1, 4, 4}));
 }
 
+// Degrees whose product wraps to 0 in 32 bits (65536 * 65536) divided by
+// it: SIGFPE before anything was checked.
+TEST(DescriptorFromProtoTest, ADomainOfImpossibleDegreesIsRefused) {
+  v1::SessionDescriptor p = Proto(8, 5);
+  p.mutable_topology()->set_tensor(65536);
+  p.mutable_topology()->set_pipeline(65536);
+  p.mutable_topology()->set_data(2);
+  p.set_recovery_by_domain(true);
+  auto d = DescriptorFromProto(p);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(d.status().message(),
+                                "job job: recovery by domain: tensor(65536)"))
+      << d.status();
+  p.mutable_topology()->set_tensor(2);
+  p.mutable_topology()->set_pipeline(3);
+  EXPECT_EQ(DescriptorFromProto(p).status().code(),
+            absl::StatusCode::kInvalidArgument);  // 12 ranks, not 8
+}
+
 TEST(DescriptorFromProtoTest, WithoutRecoveryByDomainThereIsNoDomain) {
   v1::SessionDescriptor p = Proto(8, 5);
   p.mutable_topology()->set_tensor(2);
