@@ -565,6 +565,17 @@ absl::Status Daemon::StartRoundLink() {
 }
 
 void Daemon::WatchJobHealth(const v1::JobEvent& event) {
+  if (!saw_event_.exchange(true) && event.sequence() > 1) {
+    // This daemon registered after the coordinator's log dropped the job's
+    // first events: its mirror, and what it answers from it, lacks them.
+    Log(absl::StrCat(
+        "this daemon's view of the job starts at event #", event.sequence(),
+        ": the coordinator no longer keeps events 1-", event.sequence() - 1,
+        " (it keeps the last ", EventLog::kDefaultCapacity,
+        "), so status, members and topology answered here may lack nodes "
+        "and ranks those events named; the coordinator's node answers in "
+        "full"));
+  }
   Log(DescribeEvent(event));
   if (metrics_ != nullptr) metrics_->ObserveEvent(event);
   if (event.kind() == v1::EVENT_KIND_JOB_FAILED) {

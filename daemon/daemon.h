@@ -17,6 +17,7 @@
 #ifndef RANKD_DAEMON_DAEMON_H_
 #define RANKD_DAEMON_DAEMON_H_
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -149,6 +150,8 @@ class Daemon {
   std::unique_ptr<RoundLinkServer> round_link_server_;
   int tcp_port_ = 0;
   EventLog::SubscriptionId log_subscription_ = 0;
+  // Whether WatchJobHealth saw an event yet (it runs one event at a time).
+  std::atomic<bool> saw_event_{false};
 
   absl::Mutex mu_;
   bool registration_done_ ABSL_GUARDED_BY(mu_) = false;

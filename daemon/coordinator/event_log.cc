@@ -42,7 +42,9 @@ bool EventLog::Mirror(const v1::JobEvent& event) {
 void EventLog::DeliverLocked(const v1::JobEvent& event) {
   events_.push_back(event);
   while (events_.size() > capacity_) events_.pop_front();
-  for (auto& [id, subscriber] : subscribers_) subscriber(event);
+  for (auto& [id, subscription] : subscribers_) {
+    if (event.sequence() > subscription.after) subscription.deliver(event);
+  }
 }
 
 uint64_t EventLog::last_sequence() const {
@@ -62,12 +64,42 @@ std::vector<v1::JobEvent> EventLog::Since(uint64_t after) const {
 EventLog::SubscriptionId EventLog::Subscribe(uint64_t after,
                                              Subscriber subscriber) {
   absl::MutexLock lock(&mu_);
+  return SubscribeLocked(after, std::move(subscriber));
+}
+
+absl::StatusOr<EventLog::SubscriptionId> EventLog::Resume(
+    uint64_t after, Subscriber subscriber) {
+  absl::MutexLock lock(&mu_);
+  const uint64_t first = FirstKeptLocked();
+  if (after > 0 && after + 1 < first) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "events ", after + 1, "-", first - 1,
+        " are no longer kept (this daemon keeps the last ", capacity_,
+        "; the oldest is #", first,
+        "): read the job's state (rankctl status, members) and watch from "
+        "sequence ",
+        first - 1));
+  }
+  return SubscribeLocked(after, std::move(subscriber));
+}
+
+EventLog::SubscriptionId EventLog::SubscribeLocked(uint64_t after,
+                                                   Subscriber subscriber) {
   for (const auto& e : events_) {
     if (e.sequence() > after) subscriber(e);
   }
   SubscriptionId id = next_subscription_++;
-  subscribers_.emplace(id, std::move(subscriber));
+  subscribers_.emplace(id, Subscription{after, std::move(subscriber)});
   return id;
+}
+
+uint64_t EventLog::first_kept() const {
+  absl::MutexLock lock(&mu_);
+  return FirstKeptLocked();
+}
+
+uint64_t EventLog::FirstKeptLocked() const {
+  return events_.empty() ? last_sequence_ + 1 : events_.front().sequence();
 }
 
 void EventLog::Unsubscribe(SubscriptionId id) {

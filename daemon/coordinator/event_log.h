@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "rankd/v1/common.pb.h"
 
@@ -25,9 +26,14 @@ class EventLog {
   using Subscriber = std::function<void(const v1::JobEvent&)>;
   using SubscriptionId = uint64_t;
 
+  // Events kept for replay by default (a new stream replays them all at
+  // once, so a stream queues at least this many).
+  static constexpr size_t kDefaultCapacity = 8192;
+
   // Keeps at most `capacity` events for replay; older ones are dropped
-  // (subscribers that ask for them get the oldest kept onwards).
-  explicit EventLog(size_t capacity = 4096);
+  // (Subscribe from before them gets the oldest kept onwards; Resume
+  // refuses).
+  explicit EventLog(size_t capacity = kDefaultCapacity);
 
   // Appends a new event numbered last_sequence()+1, stamped now, and hands
   // it to every subscriber before returning. Returns the event.
@@ -49,10 +55,21 @@ class EventLog {
   std::vector<v1::JobEvent> Since(uint64_t after) const;
 
   // Calls `subscriber` with every kept event after `after`, then with every
-  // later event as it is appended, in order, from the appending thread while
-  // the log's lock is held: the subscriber must only queue the event and
-  // must not call back into this log.
+  // later event after `after` as it is appended, in order, from the
+  // appending thread while the log's lock is held: the subscriber must only
+  // queue the event and must not call back into this log. Events after
+  // `after` that were dropped already are skipped (see Resume).
   SubscriptionId Subscribe(uint64_t after, Subscriber subscriber);
+
+  // Subscribe for a client that has seen every event up to `after` (> 0):
+  // OutOfRange, naming the oldest kept event, when events after `after`
+  // were dropped already (it would miss them unseen). `after` 0 is
+  // Subscribe.
+  absl::StatusOr<SubscriptionId> Resume(uint64_t after, Subscriber subscriber);
+
+  // The oldest kept event's sequence number; last_sequence()+1 when none is
+  // kept. Events before it were dropped (or never existed: 1).
+  uint64_t first_kept() const;
 
   // Stops deliveries; when it returns, the subscriber is not running and
   // will not be called again. Unknown ids are ignored.
@@ -67,7 +84,15 @@ class EventLog {
   std::deque<v1::JobEvent> events_ ABSL_GUARDED_BY(mu_);
   uint64_t last_sequence_ ABSL_GUARDED_BY(mu_) = 0;
   SubscriptionId next_subscription_ ABSL_GUARDED_BY(mu_) = 1;
-  std::map<SubscriptionId, Subscriber> subscribers_ ABSL_GUARDED_BY(mu_);
+  struct Subscription {
+    uint64_t after;  // events up to this one are not wanted
+    Subscriber deliver;
+  };
+  SubscriptionId SubscribeLocked(uint64_t after, Subscriber subscriber)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t FirstKeptLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::map<SubscriptionId, Subscription> subscribers_ ABSL_GUARDED_BY(mu_);
 };
 
 // "MEMBER_LOST" etc. without the EVENT_KIND_ prefix.

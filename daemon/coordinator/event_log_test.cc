@@ -126,6 +126,54 @@ TEST(EventLogTest, CapacityDropsOldestEvents) {
   log.Unsubscribe(id);
 }
 
+// A resume from an event the log dropped would miss the events between:
+// refused, naming the oldest kept. From an event still kept (or its
+// predecessor), or from 0, it is a subscription.
+TEST(EventLogTest, ResumeRefusesAGapAndSubscribesOtherwise) {
+  EventLog log(3);
+  EXPECT_EQ(log.first_kept(), 1u);
+  for (int i = 0; i < 5; ++i) {
+    log.Append(v1::EVENT_KIND_MEMBER_JOINED, std::nullopt, {}, "");
+  }
+  EXPECT_EQ(log.first_kept(), 3u);
+  Collector collector;
+  absl::StatusOr<EventLog::SubscriptionId> gap =
+      log.Resume(1, collector.Sink());
+  EXPECT_EQ(gap.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(gap.status().message(),
+            "events 2-2 are no longer kept (this daemon keeps the last 3; the "
+            "oldest is #3): read the job's state (rankctl status, members) "
+            "and watch from sequence 2");
+  EXPECT_TRUE(collector.sequences().empty());
+  absl::StatusOr<EventLog::SubscriptionId> resumed =
+      log.Resume(2, collector.Sink());
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(collector.sequences(), (std::vector<uint64_t>{3, 4, 5}));
+  log.Unsubscribe(*resumed);
+  Collector from_start;
+  absl::StatusOr<EventLog::SubscriptionId> all =
+      log.Resume(0, from_start.Sink());
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(from_start.sequences(), (std::vector<uint64_t>{3, 4, 5}));
+  log.Unsubscribe(*all);
+}
+
+// Live events are filtered by `after` as the replay is: a client that saw
+// up to #10 from another daemon and watches a mirror that is at #2 gets
+// #11 on, not #3-#10 again.
+TEST(EventLogTest, LiveEventsUpToAfterAreNotDelivered) {
+  EventLog log;
+  log.Append(v1::EVENT_KIND_NODE_REGISTERED, 0u, {}, "");
+  log.Append(v1::EVENT_KIND_NODE_REGISTERED, 1u, {}, "");
+  Collector collector;
+  EventLog::SubscriptionId id = log.Subscribe(10, collector.Sink());
+  for (int i = 0; i < 10; ++i) {
+    log.Append(v1::EVENT_KIND_MEMBER_JOINED, std::nullopt, {}, "");
+  }
+  EXPECT_EQ(collector.sequences(), (std::vector<uint64_t>{11, 12}));
+  log.Unsubscribe(id);
+}
+
 TEST(EventLogTest, SubscribeReplaysThenDeliversLiveInOrder) {
   EventLog log;
   log.Append(v1::EVENT_KIND_NODE_REGISTERED, 0u, {}, "one");

@@ -94,7 +94,9 @@ void EventStreamReactorOf<Message>::Deliver(const v1::JobEvent& event) {
         grpc::StatusCode::RESOURCE_EXHAUSTED,
         absl::StrCat("more than ", kMaxQueuedEvents,
                      " events waited for this stream's client; resume from "
-                     "the last sequence number received"));
+                     "the last sequence number received (refused with "
+                     "OUT_OF_RANGE where the events after it are no longer "
+                     "kept)"));
     FinishWhenIdleLocked();
     return;
   }

@@ -12,7 +12,9 @@
 //
 // Bounds: at most kMaxQueuedEvents events wait for a client; one more ends
 // the stream with RESOURCE_EXHAUSTED (a client that stopped reading; it may
-// subscribe again from its last sequence number). A close lets the events
+// subscribe again from its last sequence number, which is refused with
+// OUT_OF_RANGE where the events after it are no longer kept: EventLog::
+// Resume). A close lets the events
 // queued before it go out first.
 //
 // Two message shapes: EventStreamReactor writes one JobEvent per message
@@ -43,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/coordinator/event_log.h"
 #include "daemon/deadline_timer.h"
 #include "grpcpp/grpcpp.h"
 #include "rankd/v1/common.pb.h"
@@ -74,7 +77,8 @@ class EventStreamReactorOf : public grpc::ServerWriteReactor<Message> {
   // Events one stream may hold for a client that does not keep up: four
   // times the event logs' history (daemon/coordinator/event_log.h keeps 4096),
   // so the full replay a new subscription starts with fits with room to spare.
-  static constexpr size_t kMaxQueuedEvents = 16384;
+  // A whole replay of the log, and as many live events again.
+  static constexpr size_t kMaxQueuedEvents = 2 * EventLog::kDefaultCapacity;
   // Most events one JobEventBatch carries.
   static constexpr size_t kMaxBatchEvents = 1024;
   // How long a formation event waits for more to share its message: a lone

@@ -210,8 +210,9 @@ TEST_F(EventStreamReactorTest, AClientThatDoesNotReadIsCutOffNotBuffered) {
 }
 
 TEST_F(EventStreamReactorTest, AFullHistoryReplayFitsTheQueue) {
-  // A new subscription replays up to 4096 events of history at once, and
-  // the job goes on publishing meanwhile: none of it ends the stream.
+  // A new subscription replays up to EventLog::kDefaultCapacity events of
+  // history at once, and the job goes on publishing meanwhile: none of it
+  // ends the stream.
   StreamService& service = Serve();
   ASSERT_NE(server_, nullptr);
   grpc::ClientContext context;
@@ -219,7 +220,7 @@ TEST_F(EventStreamReactorTest, AFullHistoryReplayFitsTheQueue) {
   v1::JobEvent event;
   ASSERT_TRUE(reader->Read(&event));
   EventStreamReactor::Sinks sinks = service.sinks();
-  constexpr uint64_t kEvents = 4096 + 500;
+  constexpr uint64_t kEvents = EventLog::kDefaultCapacity + 500;
   for (uint64_t s = 2; s < 2 + kEvents; ++s) {
     v1::JobEvent next;
     next.set_sequence(s);

@@ -777,27 +777,34 @@ grpc::ServerWriteReactor<v1::JobEvent>* AdminService::WatchEvents(
                            " WatchEvents streams already (the limit, "
                            "--max_operator_streams)"));
         }
-        return events->Subscribe(after, [deliver = std::move(sinks.deliver)](
-                                            const v1::JobEvent& event) {
-          if (!event.has_member() && event.members_size() == 0 &&
-              !event.has_node()) {
-            return deliver(event);
-          }
-          // Operators see who joined and registered, not the incarnations
-          // that identify them: neither a lone member's nor those of the
-          // ranks that joined together (MemberDetails in `members`).
-          v1::JobEvent scrubbed = event;
-          if (scrubbed.has_member()) {
-            scrubbed.mutable_member()->clear_incarnation();
-          }
-          for (v1::MemberDetails& m : *scrubbed.mutable_members()) {
-            m.clear_incarnation();
-          }
-          if (scrubbed.has_node()) {
-            scrubbed.mutable_node()->clear_daemon_incarnation();
-          }
-          deliver(scrubbed);
-        });
+        // A resume from an event this daemon no longer keeps is refused
+        // (OUT_OF_RANGE), not answered with a silent gap.
+        absl::StatusOr<uint64_t> id = events->Resume(
+            after,
+            [deliver = std::move(sinks.deliver)](const v1::JobEvent& event) {
+              if (!event.has_member() && event.members_size() == 0 &&
+                  !event.has_node()) {
+                return deliver(event);
+              }
+              // Operators see who joined and registered, not the incarnations
+              // that identify them: neither a lone member's nor those of the
+              // ranks that joined together (MemberDetails in `members`).
+              v1::JobEvent scrubbed = event;
+              if (scrubbed.has_member()) {
+                scrubbed.mutable_member()->clear_incarnation();
+              }
+              for (v1::MemberDetails& m : *scrubbed.mutable_members()) {
+                m.clear_incarnation();
+              }
+              if (scrubbed.has_node()) {
+                scrubbed.mutable_node()->clear_daemon_incarnation();
+              }
+              deliver(scrubbed);
+            });
+        // The stream ends without a subscription: its place is given back
+        // here, not by the end callback.
+        if (!id.ok()) open_streams->fetch_sub(1);
+        return id;
       },
       [events, open_streams](uint64_t id, bool, const std::string&) {
         events->Unsubscribe(id);
