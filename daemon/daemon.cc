@@ -528,6 +528,20 @@ void Daemon::SetHealth(const std::string& service, bool serving) {
   }
 }
 
+void Daemon::MarkReady() {
+  absl::MutexLock lock(&readiness_mu_);
+  // A failure or shutdown seen first (the registration's answer can come
+  // after the job's failure event) is not undone.
+  if (readiness_ended_) return;
+  SetHealth(kReadinessService, true);
+}
+
+void Daemon::EndReadiness() {
+  absl::MutexLock lock(&readiness_mu_);
+  readiness_ended_ = true;
+  SetHealth(kReadinessService, false);
+}
+
 absl::Status Daemon::StartRoundLink() {
   if (coordinator_ == nullptr || config_.round_link_port < 0) {
     return absl::OkStatus();
@@ -578,9 +592,7 @@ void Daemon::WatchJobHealth(const v1::JobEvent& event) {
   }
   Log(DescribeEvent(event));
   if (metrics_ != nullptr) metrics_->ObserveEvent(event);
-  if (event.kind() == v1::EVENT_KIND_JOB_FAILED) {
-    SetHealth(kReadinessService, false);
-  }
+  if (event.kind() == v1::EVENT_KIND_JOB_FAILED) EndReadiness();
 }
 
 JobSnapshot Daemon::Snapshot() const {
@@ -611,7 +623,7 @@ void Daemon::OnRegistered(absl::Status status) {
                      absl::Hex(agent_->daemon_incarnation()),
                      ") registered with the coordinator at ",
                      link_->coordinator_address()));
-    SetHealth(kReadinessService, true);
+    MarkReady();
   } else {
     Log(absl::StrCat("registration failed: ", status.ToString()));
   }
@@ -634,7 +646,7 @@ void Daemon::Shutdown(const std::string& reason, absl::Duration grace) {
     if (shut_down_) return;
     shut_down_ = true;
   }
-  SetHealth(kReadinessService, false);
+  EndReadiness();
   // No new local connections while draining; those open keep being served.
   if (local_socket_ != nullptr) local_socket_->Stop();
   if (agent_ != nullptr) {

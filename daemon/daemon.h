@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/config.h"
 #include "daemon/coordinator/coordinator.h"
@@ -113,6 +114,10 @@ class Daemon {
   DaemonMetrics::HttpOptions MetricsOptions() const;
   // Sets a grpc.health.v1 service's status on both servers.
   void SetHealth(const std::string& service, bool serving);
+  // The readiness service: MarkReady once registered; EndReadiness when
+  // the job failed or the daemon shuts down, after which it stays down.
+  void MarkReady();
+  void EndReadiness();
   // The job as the metrics endpoint reports it.
   JobSnapshot Snapshot() const;
 
@@ -150,6 +155,10 @@ class Daemon {
   std::unique_ptr<RoundLinkServer> round_link_server_;
   int tcp_port_ = 0;
   EventLog::SubscriptionId log_subscription_ = 0;
+  // The readiness service: serving once registered, until the job fails or
+  // the daemon shuts down, for good (MarkReady after that does nothing).
+  absl::Mutex readiness_mu_;
+  bool readiness_ended_ ABSL_GUARDED_BY(readiness_mu_) = false;
   // Whether WatchJobHealth saw an event yet (it runs one event at a time).
   std::atomic<bool> saw_event_{false};
 
