@@ -114,7 +114,18 @@ absl::Status RankService::Admit(const grpc::CallbackServerContext* context,
   auto token_rank = auth_->AuthenticateRank(context);
   if (!token_rank.ok()) return token_rank.status();
   if (absl::Status s = CheckTokenRank(*token_rank, rank); !s.ok()) return s;
-  return agent_->CheckCaller(rank, CallerOf(context));
+  const NodeAgent::Caller caller = CallerOf(context);
+  // A call on the Unix socket whose connection the daemon cannot name
+  // (LocalSocket keeps every accepted one while gRPC holds it) acts for no
+  // rank: binding a rank to no connection would let every connection act
+  // for it.
+  if (caller.connection.empty() && local_socket_ != nullptr &&
+      absl::StartsWith(context->peer(), "fd:")) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("this call's local connection (", context->peer(),
+                     ") is not one the daemon accepted; it acts for no rank"));
+  }
+  return agent_->CheckCaller(rank, caller);
 }
 
 grpc::ServerUnaryReactor* RankService::Join(
