@@ -56,6 +56,8 @@ TEST(MeshContextTest, MembersConnectAndReduce) {
   std::shared_ptr<InProcessJob> job = InProcessJob::Create(kSize);
   std::vector<std::string> errors(kSize);
   std::vector<float> sums(kSize);
+  // Kept until every member returned (see AHealthyCheckLetsMembersConnect).
+  std::vector<std::shared_ptr<MeshContext>> contexts(kSize);
   std::vector<std::thread> ranks;
   for (int r = 0; r < kSize; ++r) {
     ranks.emplace_back([&, r] {
@@ -63,6 +65,7 @@ TEST(MeshContextTest, MembersConnectAndReduce) {
       RankdStore store(control_plane.get(), Prefix(), absl::Seconds(20),
                        Members(kSize));
       auto context = std::make_shared<MeshContext>(r, kSize);
+      contexts[r] = context;
       context->setTimeout(std::chrono::seconds(20));
       try {
         context->ConnectFullMesh(store, LoopbackDevice());
@@ -166,6 +169,10 @@ TEST(MeshContextTest, AFailureStopsAConnectWaitingForADeadPeer) {
 TEST(MeshContextTest, AHealthyCheckLetsMembersConnect) {
   std::shared_ptr<InProcessJob> job = InProcessJob::Create(3);
   std::vector<std::string> errors(3);
+  // Kept until every member returned: a member that closed its context at
+  // once could close a pair whose other end was still connecting ("closed
+  // by peer" there, under TSan's slower threads).
+  std::vector<std::shared_ptr<MeshContext>> contexts(3);
   std::vector<std::thread> ranks;
   for (int r = 0; r < 3; ++r) {
     ranks.emplace_back([&, r] {
@@ -173,6 +180,7 @@ TEST(MeshContextTest, AHealthyCheckLetsMembersConnect) {
       RankdStore store(control_plane.get(), Prefix(), absl::Seconds(20),
                        Members(3));
       auto context = std::make_shared<MeshContext>(r, 3);
+      contexts[r] = context;
       context->setTimeout(std::chrono::seconds(20));
       try {
         context->ConnectFullMesh(store, LoopbackDevice(),
