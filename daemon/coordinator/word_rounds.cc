@@ -183,9 +183,12 @@ void WordRounds::ContributeShared(uint64_t number,
   absl::Status rejected;
   {
     absl::MutexLock lock(&mu_);
+    // Only a round inside the window (as any round admitted then was): a
+    // far-ahead number must not move the rounds' mark (it is refused below).
     if (by_domain_ && epoch != 0 && epoch < epoch_ && failure_.ok() &&
         number > completed_ && !finished_ahead_.contains(number) &&
-        !failed_.contains(number)) {
+        !failed_.contains(number) &&
+        (open_.contains(number) || number <= HighestAcceptableLocked(frames))) {
       // Admitted before the latest loss: this round was in flight at it,
       // so it fails on every contributor, as LoseDomain failed the rounds
       // open then (never completing with a membership that changed).
@@ -306,6 +309,11 @@ void WordRounds::ContributeShared(uint64_t number,
 uint64_t WordRounds::HighestAcceptable(
     const google::protobuf::RepeatedPtrField<v1::RankFrame>& frames) const {
   absl::MutexLock lock(&mu_);
+  return HighestAcceptableLocked(frames);
+}
+
+template <typename Frames>
+uint64_t WordRounds::HighestAcceptableLocked(const Frames& frames) const {
   uint64_t base = open_.empty() ? completed_ : open_.begin()->first - 1;
   // As CheckAcceptsLocked: from the latest entry round among the frames'
   // domains, where that is later.

@@ -206,6 +206,10 @@ class WordRounds {
       const google::protobuf::RepeatedPtrField<v1::RankFrame>& frames) const;
 
  private:
+  // HighestAcceptable for any container of RankFrames.
+  template <typename Frames>
+  uint64_t HighestAcceptableLocked(const Frames& frames) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct Contributor {
     std::vector<uint32_t> ranks;
     SharedDone done;

@@ -729,6 +729,25 @@ TEST_F(DomainRoundsTest, AContributionAdmittedBeforeALossFailsItsRound) {
   EXPECT_TRUE(r2->value.ok()) << r2->status();
 }
 
+// A contribution of the epoch before a loss whose round is far beyond the
+// window was never admitted then: it is refused as too far ahead, and does
+// not move the rounds' mark (before, it failed "round UINT64_MAX" and set
+// the highest round to it, so the recovered domain's entry at round 2 was
+// refused as opened already, failing the job).
+TEST_F(DomainRoundsTest, AFarAheadRoundOfTheEpochBeforeALossIsRefused) {
+  ASSERT_TRUE(
+      rounds_->LoseDomain(1, 2, absl::AbortedError("rank 2 lost")).ok());
+  for (uint64_t number : {uint64_t{1000}, UINT64_MAX}) {
+    auto far = ContributeAt(1, number, {{0, {10}}});
+    ASSERT_TRUE(far->Ready());
+    EXPECT_STATUS(far->status(), absl::StatusCode::kFailedPrecondition,
+                  "rounds ahead of round 1");
+  }
+  auto r1 = ContributeAt(2, 1, {{0, {10}}, {1, {11}}});
+  ASSERT_TRUE(r1->Wait() && r1->value.ok()) << r1->status();
+  EXPECT_TRUE(rounds_->AdmitDomain(1, 2, 2).ok());
+}
+
 TEST_F(DomainRoundsTest, ATimeoutNamesOnlyTheServingDomainsRanks) {
   ASSERT_TRUE(
       rounds_->LoseDomain(0, 2, absl::AbortedError("rank 0 lost")).ok());
