@@ -71,7 +71,9 @@ absl::StatusOr<EventLog::SubscriptionId> EventLog::Resume(
     uint64_t after, Subscriber subscriber) {
   absl::MutexLock lock(&mu_);
   const uint64_t first = FirstKeptLocked();
-  if (after > 0 && after + 1 < first) {
+  // (after < first - 1: no wrap for an `after` of UINT64_MAX, which is
+  // past every event and so no gap.)
+  if (after > 0 && after < first - 1) {
     return absl::OutOfRangeError(absl::StrCat(
         "events ", after + 1, "-", first - 1,
         " are no longer kept (this daemon keeps the last ", capacity_,

@@ -156,6 +156,13 @@ TEST(EventLogTest, ResumeRefusesAGapAndSubscribesOtherwise) {
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(from_start.sequences(), (std::vector<uint64_t>{3, 4, 5}));
   log.Unsubscribe(*all);
+  // Past every event: nothing missed (no wrap of after + 1).
+  Collector past;
+  absl::StatusOr<EventLog::SubscriptionId> beyond =
+      log.Resume(UINT64_MAX, past.Sink());
+  ASSERT_TRUE(beyond.ok()) << beyond.status();
+  EXPECT_TRUE(past.sequences().empty());
+  log.Unsubscribe(*beyond);
 }
 
 // Live events are filtered by `after` as the replay is: a client that saw

@@ -931,8 +931,16 @@ absl::StatusOr<NodeAgent::WatchId> NodeAgent::Attach(
   // rank request takes: a rank opening streams from sequence 0 must not
   // hold the others up. An event appended meanwhile is in the mirror by
   // then and is replayed, so none is missed.
-  const EventLog::SubscriptionId subscription =
-      mirror_.Subscribe(request.after_sequence(), std::move(sink.on_event));
+  // A resume past what the mirror keeps is refused (OUT_OF_RANGE), not
+  // answered with a gap; the admission is given back (and the rank leased
+  // again, to open another stream in time).
+  absl::StatusOr<EventLog::SubscriptionId> resumed =
+      mirror_.Resume(request.after_sequence(), std::move(sink.on_event));
+  if (!resumed.ok()) {
+    Detach(id, /*broken=*/false, "its Watch was refused");
+    return resumed.status();
+  }
+  const EventLog::SubscriptionId subscription = *resumed;
   absl::MutexLock lock(&mu_);
   // A Shutdown meanwhile closed the stream already: it gets no events
   // after its close (Detach, with this id, removes the rest).

@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "common/error_reason.h"
 #include "common/kv_limits.h"
+#include "common/limits.h"
 #include "common/monotonic_clock.h"
 #include "daemon/coordinator/job_spec.h"
 #include "daemon/deadline_timer.h"
@@ -355,6 +356,37 @@ TEST_F(NodeAgentJoinTest, AWatchReplaysItsEventsWithoutTheAgentsLock) {
   ASSERT_TRUE(id.ok()) << id.status();
   EXPECT_GE(replayed, 1);
   EXPECT_TRUE(answered_during_replay);
+  agent_->Detach(*id, /*broken=*/false, "done");
+}
+
+// A Watch resuming after an event the daemon no longer keeps is refused
+// naming the oldest kept (before: it opened with the gap unseen), and the
+// refusal gives its place back.
+TEST_F(NodeAgentJoinTest, AWatchResumingPastTheKeptEventsIsOutOfRange) {
+  auto joined = Join(0, 0xc0, 0);
+  HeldJoinsLink::HeldJoin held = link_.Take(0);
+  Answer(std::move(held), absl::OkStatus());
+  ASSERT_TRUE(joined->has_value() && (*joined)->ok()) << (*joined)->status();
+  for (size_t i = 0; i < EventLog::kDefaultCapacity + 5; ++i) {
+    agent_->events().Append(v1::EVENT_KIND_NODE_REGISTERED, 0u, {}, "");
+  }
+  v1::WatchRequest watch;
+  *watch.mutable_member() = (**joined)->member();
+  watch.set_after_sequence(2);
+  for (uint32_t i = 0; i < 2 * kMaxStreamsPerCaller; ++i) {
+    auto refused = agent_->Attach(
+        watch, {[](const v1::JobEvent&) {}, [](absl::Status) {}});
+    ASSERT_EQ(refused.status().code(), absl::StatusCode::kOutOfRange)
+        << refused.status();
+    EXPECT_THAT(std::string(refused.status().message()),
+                HasSubstr("are no longer kept"));
+  }
+  watch.set_after_sequence(agent_->events().last_sequence() - 1);
+  int delivered = 0;
+  auto id = agent_->Attach(
+      watch, {[&](const v1::JobEvent&) { ++delivered; }, [](absl::Status) {}});
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(delivered, 1);
   agent_->Detach(*id, /*broken=*/false, "done");
 }
 
