@@ -539,6 +539,13 @@ absl::Status Coordinator::JoinRankLocked(const v1::JoinRankRequest& request,
     return absl::InvalidArgumentError(absl::StrCat(
         "rank ", rank, " is outside the world of size ", spec_.world_size));
   }
+  // Shown in members, events and every node's view: a node's daemon
+  // checks it, and so does the coordinator, which trusts no node for it.
+  if (request.local_rank() >= spec_.nproc_per_node) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("local_rank ", request.local_rank(), " is outside [0, ",
+                     spec_.nproc_per_node, ") (nproc_per_node)"));
+  }
   if (request.incarnation() == 0) {
     return absl::InvalidArgumentError("incarnation must be non-zero");
   }

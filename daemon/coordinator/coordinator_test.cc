@@ -725,6 +725,16 @@ TEST_F(CoordinatorTest, JoinRankRejectsOutOfRangeRankAndZeroIncarnation) {
   ASSERT_TRUE(zero->Ready());
   EXPECT_STATUS(zero->status(), absl::StatusCode::kInvalidArgument,
                 "incarnation must be non-zero");
+  // A local rank past the node's (accepted before, and shown in members
+  // and events on every node).
+  auto local = Join([&] {
+    v1::JoinRankRequest r = JoinRequest(0, 0);
+    r.set_local_rank(4000000000u);
+    return r;
+  }());
+  ASSERT_TRUE(local->Ready());
+  EXPECT_STATUS(local->status(), absl::StatusCode::kInvalidArgument,
+                "local_rank 4000000000 is outside [0, 2) (nproc_per_node)");
   EXPECT_EQ(coord_->GetJob().joined_ranks(), 0u);
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/limits.h"
 #include "common/monotonic_clock.h"
 #include "common/rank_list.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -235,8 +236,11 @@ void WordRounds::ContributeShared(uint64_t number,
     if (rejected.ok()) {
       auto [it, inserted] = open_.try_emplace(number);
       Round& round = it->second;
+      // What the node says its ranks waited already, within what any wait
+      // may last (a caller's figure, shown in timeouts).
       const absl::Time started =
-          MonotonicNow() - std::max(waited, absl::ZeroDuration());
+          MonotonicNow() - std::clamp(waited, absl::ZeroDuration(),
+                                      absl::Milliseconds(kMaxTimeoutMs));
       if (inserted) {
         round.opened = started;
         round.frames.resize(world_size_);
