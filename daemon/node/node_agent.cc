@@ -422,6 +422,16 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
       m.bound = std::move(caller);
       rank_of_local_[local_rank] = rank;
     }
+    LocalMember& joining = members_.at(rank);
+    if (joining.joins_in_flight >= kMaxJoinsInFlightPerRank) {
+      const uint32_t in_flight = joining.joins_in_flight;
+      lock.Release();
+      return reply(absl::ResourceExhaustedError(
+          absl::StrCat("rank ", rank, " has ", in_flight,
+                       " joins waiting for their answer already; the limit is ",
+                       kMaxJoinsInFlightPerRank, " per process")));
+    }
+    ++joining.joins_in_flight;
     *forward.mutable_node() = NodeRefLocked();
   }
   forward.set_rank(rank);
@@ -450,6 +460,7 @@ void NodeAgent::ForwardJoin(const v1::JoinRequest& request, uint32_t rank,
               absl::StrCat("rank ", rank, " changed while joining")));
         }
         LocalMember& m = it->second;
+        if (m.joins_in_flight > 0) --m.joins_in_flight;
         // A join whose wait for the world timed out, or whose epoch
         // ended while it waited (another loss: marked kEpochEnded),
         // still holds its rank at the coordinator; keep it, leased, so

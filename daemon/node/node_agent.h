@@ -65,6 +65,11 @@ struct RankCaller {
 
 class NodeAgent : public CoordinatorLink::Listener {
  public:
+  // Joins of one rank's process that may wait at the coordinator at once:
+  // each holds a waiter there and a call on the node's connection to it,
+  // which the node's other ranks share.
+  static constexpr uint32_t kMaxJoinsInFlightPerRank = 4;
+
   // This daemon's incarnation (NodeInfo.daemon_incarnation), fixed at
   // start: in its registration log line, for operators and tests.
   uint64_t daemon_incarnation() const { return node_.daemon_incarnation(); }
@@ -199,6 +204,10 @@ class NodeAgent : public CoordinatorLink::Listener {
     // their frames (bounded, see AllGatherWords).
     uint32_t rounds_in_flight = 0;
     size_t round_bytes = 0;
+    // Joins of this process forwarded to the coordinator and not answered
+    // yet (a retry while one waits for the world adds one; bounded by
+    // kMaxJoinsInFlightPerRank).
+    uint32_t joins_in_flight = 0;
     // Joining or joined: the process holds its rank and slot.
     bool live() const {
       return state == LocalState::kJoining || state == LocalState::kJoined;

@@ -359,6 +359,34 @@ TEST_F(NodeAgentJoinTest, AWatchReplaysItsEventsWithoutTheAgentsLock) {
   agent_->Detach(*id, /*broken=*/false, "done");
 }
 
+// Retries of one process's join while earlier ones wait at the coordinator
+// are bounded: each held a waiter there and a call on the node's shared
+// connection (before: thousands could wait at once). An answer gives its
+// place back.
+TEST_F(NodeAgentJoinTest, JoinsOfOneProcessWaitingAtOnceAreBounded) {
+  std::vector<std::shared_ptr<std::optional<absl::StatusOr<v1::JoinResponse>>>>
+      joins;
+  for (uint32_t i = 0; i < NodeAgent::kMaxJoinsInFlightPerRank; ++i) {
+    joins.push_back(Join(0, 0xc0, 0));
+    EXPECT_FALSE(joins.back()->has_value());
+  }
+  EXPECT_EQ(link_.held(), NodeAgent::kMaxJoinsInFlightPerRank);
+  auto refused = Join(0, 0xc0, 0);
+  ASSERT_TRUE(refused->has_value());
+  EXPECT_EQ((*refused)->status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string((*refused)->status().message()),
+              HasSubstr("rank 0 has 4 joins waiting for their answer already"));
+  Answer(link_.Take(0), absl::OkStatus());
+  auto again = Join(0, 0xc0, 0);
+  EXPECT_FALSE(again->has_value());
+  while (link_.held() > 0) Answer(link_.Take(0), absl::OkStatus());
+  for (auto& j : joins) {
+    ASSERT_TRUE(j->has_value());
+    EXPECT_TRUE((*j)->ok()) << (*j)->status();
+  }
+  ASSERT_TRUE(again->has_value() && (*again)->ok());
+}
+
 // A Watch resuming after an event the daemon no longer keeps is refused
 // naming the oldest kept (before: it opened with the gap unseen), and the
 // refusal gives its place back.
