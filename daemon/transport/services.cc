@@ -388,6 +388,13 @@ absl::Status PeerService::CheckClaims(std::optional<uint32_t> caller,
     return absl::PermissionDeniedError(absl::StrCat(
         "node ", *caller, "'s credential cannot act as node ", *claimed_node));
   }
+  // Outside the world: the caller's mistake, named as the coordinator
+  // would (its node is nobody's).
+  if (rank.has_value() && *rank >= coordinator_->spec().world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", *rank, " is outside the world of size ",
+                     coordinator_->spec().world_size));
+  }
   if (rank.has_value() && coordinator_->NodeOfRank(*rank) != *caller) {
     return absl::PermissionDeniedError(
         absl::StrCat("node ", *caller, "'s credential cannot act for rank ",
