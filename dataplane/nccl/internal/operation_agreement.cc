@@ -64,6 +64,15 @@ struct IdleSlot {
 }  // namespace
 
 struct RecordBuffers::State {
+  // The idle slots' pinned memory waits for the next pool, as a slot's
+  // handed back after its pool is gone does (before, a session's idle
+  // slots took theirs with them, up to kMaxIdle per session).
+  ~State() {
+    absl::MutexLock lock(&mu);
+    for (auto& [size, slot] : idle) {
+      GivePinned(slot.device->device(), slot.device->size(), slot.host);
+    }
+  }
   mutable absl::Mutex mu;
   std::multimap<size_t, IdleSlot> idle ABSL_GUARDED_BY(mu);
 };

@@ -1335,6 +1335,11 @@ absl::StatusOr<std::shared_ptr<CommEntry>> SessionImpl::LaneComm(
     // on different lanes, but they all make the same splits in the same
     // order (collective over the scope's members only).
     const absl::Time deadline = MonotonicNow() + options_.init_timeout;
+    // Kept only once every lane is made: after a failed split the next
+    // caller finds none and is refused with the poison, never indexes a
+    // lane that was not made. (The lanes made are in comms_, torn down
+    // with the session.)
+    std::vector<std::shared_ptr<CommEntry>> lanes;
     for (uint32_t l = 1; l < options_.executors; ++l) {
       NcclCommunicator::Options o;
       o.name = absl::StrCat(scope_comm->name, "-e", l);
@@ -1361,8 +1366,9 @@ absl::StatusOr<std::shared_ptr<CommEntry>> SessionImpl::LaneComm(
         absl::MutexLock state(&mu_);
         comms_.push_back(entry);
       }
-      scope_comm->lanes.push_back(std::move(entry));
+      lanes.push_back(std::move(entry));
     }
+    scope_comm->lanes = std::move(lanes);
   }
   return scope_comm->lanes[lane - 1];
 }
