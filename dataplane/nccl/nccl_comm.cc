@@ -273,7 +273,10 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Split(
   while (true) {
     {
       absl::MutexLock lock(&mu_);
-      if (!closed_.ok()) return closed_;
+      // Aborted by another thread meanwhile: that abort joined the split
+      // thread, which may have written the child's handle first; the child
+      // is aborted too, not left behind.
+      if (!closed_.ok()) return abandon(closed_);
       NcclResult state = kNcclSuccess;
       NcclResult r = Nccl().CommGetAsyncError(comm_, &state);
       if (r != kNcclSuccess) return abandon(NcclStatus(r, what, comm_));
