@@ -4,28 +4,34 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
 #include "dataplane/agreement.h"
 
 namespace rankd::dataplane::gloo::internal {
 namespace {
 
-// Gathers `words` (the same count on every member) from every member.
-// Every check of every operation gathers under one tag, so it pairs
-// whatever the members are about to do; each posts for the words it sends,
-// so under that tag every member gathers one word (its fingerprint) only: a
-// longer message than a peer posted for ends the process on Gloo's I/O
-// thread. What is longer goes under a tag of its own (`check`), once the
-// fingerprints agreed.
-absl::Status GatherWords(GlooGroup& group, const std::string& operation,
-                         const std::vector<uint64_t>& words,
-                         std::vector<uint64_t>* all, Milliseconds timeout,
-                         absl::string_view check = "agreement check") {
+// Every member's record of one check: its fingerprint, then n send and n
+// receive counts (all_to_all_v's; zeros for any other operation). Every
+// check of every operation gathers under one tag, so that it pairs
+// whatever the members are about to do; so every record in a group has
+// this one length: a longer message than a peer posted for ends the
+// process on Gloo's I/O thread (an all_reduce_sum's check paired with an
+// all_to_all_v's did). `all` gets member m's record at m * (1 + 2n).
+absl::Status GatherRecords(GlooGroup& group, const std::string& operation,
+                           uint64_t fingerprint,
+                           const std::vector<size_t>& send,
+                           const std::vector<size_t>& receive,
+                           std::vector<uint64_t>* all, Milliseconds timeout) {
   const size_t n = group.size();
+  std::vector<uint64_t> words(1 + 2 * n, 0);
+  words[0] = fingerprint;
+  for (size_t p = 0; p < send.size() && p < n; ++p) words[1 + p] = send[p];
+  for (size_t p = 0; p < receive.size() && p < n; ++p) {
+    words[1 + n + p] = receive[p];
+  }
   all->assign(n * words.size(), 0);
   std::vector<size_t> bytes(n, words.size() * sizeof(uint64_t));
-  const uint32_t tag =
-      OperationTag(group.NextSequence(), OperationFingerprint(check));
+  const uint32_t tag = OperationTag(group.NextSequence(),
+                                    OperationFingerprint("agreement check"));
   return CatchNative(absl::StrCat("gloo ", operation, " (agreement check)"),
                      [&] {
                        NativeAllGatherV(group.context(), words.data(),
@@ -90,12 +96,15 @@ uint32_t OperationTag(uint32_t sequence, uint64_t fingerprint) {
 TaskResult VerifyAgreement(GlooGroup& group, const std::string& operation,
                            const std::string& canonical, Milliseconds timeout) {
   std::vector<uint64_t> all;
-  absl::Status s = GatherWords(
-      group, operation, {OperationFingerprint(canonical)}, &all, timeout);
+  absl::Status s = GatherRecords(
+      group, operation, OperationFingerprint(canonical), {}, {}, &all, timeout);
   if (!s.ok()) return TaskResult::Native(s);
-  return FromVerdict(CollectiveVerdict(Where(operation), canonical,
-                                       group.members(), group.local_rank(), all,
-                                       VerdictPoint::kBeforePayload));
+  const size_t n = group.size();
+  std::vector<uint64_t> fingerprints(n);
+  for (size_t m = 0; m < n; ++m) fingerprints[m] = all[m * (1 + 2 * n)];
+  return FromVerdict(CollectiveVerdict(
+      Where(operation), canonical, group.members(), group.local_rank(),
+      fingerprints, VerdictPoint::kBeforePayload));
 }
 
 TaskResult VerifyAllToAllCounts(GlooGroup& group, const std::string& operation,
@@ -103,32 +112,30 @@ TaskResult VerifyAllToAllCounts(GlooGroup& group, const std::string& operation,
                                 const std::vector<size_t>& send,
                                 const std::vector<size_t>& receive,
                                 Milliseconds timeout) {
-  // First the fingerprints, as every check: a member at another operation
-  // (or refusing this one) pairs with it and is told.
-  TaskResult agreed = VerifyAgreement(group, operation, canonical, timeout);
-  if (!agreed.status.ok()) return agreed;
-  // Every member is at this all_to_all_v now: n send and n receive counts
-  // each, the same length on all.
-  const size_t n = group.size();
-  std::vector<uint64_t> words;
-  words.reserve(2 * n);
-  for (size_t c : send) words.push_back(c);
-  for (size_t c : receive) words.push_back(c);
   std::vector<uint64_t> all;
-  absl::Status s = GatherWords(group, operation, words, &all, timeout,
-                               "all_to_all_v counts check");
+  absl::Status s =
+      GatherRecords(group, operation, OperationFingerprint(canonical), send,
+                    receive, &all, timeout);
   if (!s.ok()) return TaskResult::Native(s);
-  // Member m's record: n send counts, then n receive counts.
-  std::vector<uint64_t> sends(n * n), receives(n * n);
+  // Member m's record: its fingerprint, n send counts, n receive counts.
+  const size_t n = group.size();
+  const size_t stride = 1 + 2 * n;
+  std::vector<uint64_t> fingerprints(n), sends(n * n), receives(n * n);
   for (size_t m = 0; m < n; ++m) {
+    fingerprints[m] = all[m * stride];
     for (size_t p = 0; p < n; ++p) {
-      sends[m * n + p] = all[m * 2 * n + p];
-      receives[m * n + p] = all[m * 2 * n + n + p];
+      sends[m * n + p] = all[m * stride + 1 + p];
+      receives[m * n + p] = all[m * stride + 1 + n + p];
     }
   }
-  return FromVerdict(CountMatrixVerdict(Where(operation), group.members(),
-                                        sends, receives,
-                                        VerdictPoint::kBeforePayload));
+  absl::Status verdict = CollectiveVerdict(
+      Where(operation), canonical, group.members(), group.local_rank(),
+      fingerprints, VerdictPoint::kBeforePayload);
+  if (verdict.ok()) {
+    verdict = CountMatrixVerdict(Where(operation), group.members(), sends,
+                                 receives, VerdictPoint::kBeforePayload);
+  }
+  return FromVerdict(std::move(verdict));
 }
 
 }  // namespace rankd::dataplane::gloo::internal

@@ -42,7 +42,8 @@ namespace rankd::dataplane::gloo::internal {
 // number get different tags unless their fingerprints collide in 32 bits.
 uint32_t OperationTag(uint32_t sequence, uint64_t fingerprint);
 
-// Every member of `group` must pass the same `canonical` description.
+// Every member of `group` must pass the same `canonical` description. Its
+// record is padded to all_to_all_v's (1 + 2n words for n members).
 TaskResult VerifyAgreement(GlooGroup& group, const std::string& operation,
                            const std::string& canonical, Milliseconds timeout);
 
@@ -58,9 +59,9 @@ TaskResult ExchangeRouteFingerprints(GlooGroup& group,
 
 // all_to_all_v: besides `canonical` (dtype, row shape, axis), member s's
 // send[d] must equal member d's receive[s] for every pair; a mismatch names
-// both members (and world ranks) identically on every member. Two
-// gathers: the fingerprints (pairing with any other operation's check),
-// then, once they agree, the counts under a tag of their own.
+// both members (and world ranks) identically on every member. One gather
+// of 1 + 2n words per member, as every check of the group gathers (its
+// records are padded to that length), so it pairs with any of them.
 TaskResult VerifyAllToAllCounts(GlooGroup& group, const std::string& operation,
                                 const std::string& canonical,
                                 const std::vector<size_t>& send,
