@@ -49,21 +49,26 @@ absl::StatusOr<DistributedSessionDescriptor> DescriptorFromProto(
   // Recovery by domain confines the session to the rank's replica: the
   // contiguous block of T*P*E ranks (common/topology.h).
   if (proto.recovery_by_domain()) {
-    // An unset degree (0 on the wire) is 1.
-    auto degree = [](uint32_t d) { return d == 0 ? 1u : d; };
-    ParallelTopology topology;
-    topology.tensor = degree(proto.topology().tensor());
-    topology.pipeline = degree(proto.topology().pipeline());
-    topology.expert = degree(proto.topology().expert());
-    topology.data = degree(proto.topology().data());
-    // Checked first: degrees whose product wraps to 0 would divide by it.
-    if (absl::Status valid = ValidateTopology(topology, proto.world_size());
-        !valid.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("session descriptor of job ", proto.job_id(),
-                       ": recovery by domain: ", valid.message()));
+    // A replica is T*P*E ranks (an unset degree, 0 on the wire, is 1),
+    // which must tile the world. Checked before dividing by it: degrees
+    // whose 32-bit product wraps to 0 divided by zero.
+    uint64_t replica = 1;
+    for (uint32_t d : {proto.topology().tensor(), proto.topology().pipeline(),
+                       proto.topology().expert()}) {
+      replica *= d == 0 ? 1u : d;
+      if (replica > proto.world_size()) break;
     }
-    const uint32_t size = DomainSizeOf(topology);
+    if (replica > proto.world_size() || proto.world_size() % replica != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "session descriptor of job ", proto.job_id(),
+          ": recovery by domain: tensor(", proto.topology().tensor(),
+          ") * pipeline(", proto.topology().pipeline(), ") * expert(",
+          proto.topology().expert(),
+          ") ranks per replica do not tile the "
+          "world of ",
+          proto.world_size()));
+    }
+    const uint32_t size = static_cast<uint32_t>(replica);
     const uint32_t index = proto.rank() / size;
     absl::Status domain =
         descriptor->SetRecoveryDomain({index, index * size, size});

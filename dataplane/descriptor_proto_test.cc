@@ -70,13 +70,15 @@ TEST(DescriptorFromProtoTest, ADomainOfImpossibleDegreesIsRefused) {
   p.set_recovery_by_domain(true);
   auto d = DescriptorFromProto(p);
   EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(absl::StrContains(d.status().message(),
-                                "job job: recovery by domain: tensor(65536)"))
+  EXPECT_TRUE(absl::StrContains(
+      d.status().message(),
+      "job job: recovery by domain: tensor(65536) * pipeline(65536) * "
+      "expert(0) ranks per replica do not tile the world of 8"))
       << d.status();
-  p.mutable_topology()->set_tensor(2);
-  p.mutable_topology()->set_pipeline(3);
+  p.mutable_topology()->set_tensor(3);
+  p.mutable_topology()->set_pipeline(1);
   EXPECT_EQ(DescriptorFromProto(p).status().code(),
-            absl::StatusCode::kInvalidArgument);  // 12 ranks, not 8
+            absl::StatusCode::kInvalidArgument);  // 3 does not divide 8
 }
 
 TEST(DescriptorFromProtoTest, WithoutRecoveryByDomainThereIsNoDomain) {

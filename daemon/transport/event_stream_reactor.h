@@ -74,10 +74,10 @@ class EventEncoder {
 template <typename Message>
 class EventStreamReactorOf : public grpc::ServerWriteReactor<Message> {
  public:
-  // Events one stream may hold for a client that does not keep up: four
-  // times the event logs' history (daemon/coordinator/event_log.h keeps 4096),
-  // so the full replay a new subscription starts with fits with room to spare.
-  // A whole replay of the log, and as many live events again.
+  // Events one stream may hold for a client that does not keep up: twice
+  // the event log's history (EventLog::kDefaultCapacity), so the full
+  // replay a new subscription starts with fits, and as many live events
+  // again.
   static constexpr size_t kMaxQueuedEvents = 2 * EventLog::kDefaultCapacity;
   // Most events one JobEventBatch carries.
   static constexpr size_t kMaxBatchEvents = 1024;
