@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <deque>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -46,7 +47,9 @@ LogState& State() {
 }
 
 // Writes what stderr takes now, in pieces a pipe takes whole; returns how
-// many bytes it wrote. A closed or failed stderr counts as written.
+// many bytes it wrote. A closed or failed stderr counts as written. (A
+// process sharing the pipe may fill it between the poll and the write,
+// which then waits: a narrow window, where the daemon's stderr is shared.)
 size_t WriteWithoutWaiting(absl::string_view text) {
   size_t written = 0;
   while (written < text.size()) {
@@ -163,8 +166,14 @@ void Log(absl::string_view message) {
   }
   QueueLocked(s, std::move(line));
   if (!s.writer_started) {
+    // No thread to be had (the process's limit): the lines wait, and the
+    // next Log tries again; Log itself never throws.
+    try {
+      std::thread(WriterLoop).detach();
+    } catch (const std::system_error&) {
+      return;
+    }
     s.writer_started = true;
-    std::thread(WriterLoop).detach();
     std::atexit(FlushAtExit);
   }
 }
