@@ -9,34 +9,54 @@
 namespace rankd::dataplane::gloo::internal {
 namespace {
 
-// Every member's record of one check: its fingerprint, then n send and n
-// receive counts (all_to_all_v's; zeros for any other operation). Every
-// check of every operation gathers under one tag, so that it pairs
-// whatever the members are about to do; so every record in a group has
-// this one length: a longer message than a peer posted for ends the
-// process on Gloo's I/O thread (an all_reduce_sum's check paired with an
-// all_to_all_v's did). `all` gets member m's record at m * (1 + 2n).
+// Groups up to this size pad every check's record to all_to_all_v's
+// (1 + 2n words: at most 1,032 bytes a member); larger ones gather the
+// fingerprints alone and all_to_all_v's counts in a second gather, rather
+// than n * (1 + 2n) words before every collective.
+constexpr size_t kMaxPaddedMembers = 64;
+
+// Gathers `words` (the same count on every member) from every member under
+// the tag of `check` at the group's next sequence number.
+absl::Status GatherWords(GlooGroup& group, const std::string& operation,
+                         const std::vector<uint64_t>& words,
+                         std::vector<uint64_t>* all, Milliseconds timeout,
+                         absl::string_view check) {
+  const size_t n = group.size();
+  all->assign(n * words.size(), 0);
+  std::vector<size_t> bytes(n, words.size() * sizeof(uint64_t));
+  const uint32_t tag =
+      OperationTag(group.NextSequence(), OperationFingerprint(check));
+  return CatchNative(absl::StrCat("gloo ", operation, " (agreement check)"),
+                     [&] {
+                       NativeAllGatherV(group.context(), words.data(),
+                                        all->data(), bytes, tag, timeout);
+                     });
+}
+
+// Every member's record of one check, gathered under the one tag every
+// check of every operation uses (so that it pairs whatever the members are
+// about to do): its fingerprint, then, in a group of at most
+// kMaxPaddedMembers, n send and n receive counts (all_to_all_v's; zeros for
+// any other operation). Every record of a group has one length: a longer
+// message than a peer posted for ends the process on Gloo's I/O thread (an
+// all_reduce_sum's check paired with an all_to_all_v's did). `all` gets
+// member m's record at m * RecordWords(n).
+size_t RecordWords(size_t n) { return n <= kMaxPaddedMembers ? 1 + 2 * n : 1; }
 absl::Status GatherRecords(GlooGroup& group, const std::string& operation,
                            uint64_t fingerprint,
                            const std::vector<size_t>& send,
                            const std::vector<size_t>& receive,
                            std::vector<uint64_t>* all, Milliseconds timeout) {
   const size_t n = group.size();
-  std::vector<uint64_t> words(1 + 2 * n, 0);
+  std::vector<uint64_t> words(RecordWords(n), 0);
   words[0] = fingerprint;
-  for (size_t p = 0; p < send.size() && p < n; ++p) words[1 + p] = send[p];
-  for (size_t p = 0; p < receive.size() && p < n; ++p) {
-    words[1 + n + p] = receive[p];
+  if (words.size() > 1) {
+    for (size_t p = 0; p < send.size() && p < n; ++p) words[1 + p] = send[p];
+    for (size_t p = 0; p < receive.size() && p < n; ++p) {
+      words[1 + n + p] = receive[p];
+    }
   }
-  all->assign(n * words.size(), 0);
-  std::vector<size_t> bytes(n, words.size() * sizeof(uint64_t));
-  const uint32_t tag = OperationTag(group.NextSequence(),
-                                    OperationFingerprint("agreement check"));
-  return CatchNative(absl::StrCat("gloo ", operation, " (agreement check)"),
-                     [&] {
-                       NativeAllGatherV(group.context(), words.data(),
-                                        all->data(), bytes, tag, timeout);
-                     });
+  return GatherWords(group, operation, words, all, timeout, "agreement check");
 }
 
 // A verdict as the executor reports it: a disagreement fails the operation
@@ -101,7 +121,7 @@ TaskResult VerifyAgreement(GlooGroup& group, const std::string& operation,
   if (!s.ok()) return TaskResult::Native(s);
   const size_t n = group.size();
   std::vector<uint64_t> fingerprints(n);
-  for (size_t m = 0; m < n; ++m) fingerprints[m] = all[m * (1 + 2 * n)];
+  for (size_t m = 0; m < n; ++m) fingerprints[m] = all[m * RecordWords(n)];
   return FromVerdict(CollectiveVerdict(
       Where(operation), canonical, group.members(), group.local_rank(),
       fingerprints, VerdictPoint::kBeforePayload));
@@ -112,30 +132,47 @@ TaskResult VerifyAllToAllCounts(GlooGroup& group, const std::string& operation,
                                 const std::vector<size_t>& send,
                                 const std::vector<size_t>& receive,
                                 Milliseconds timeout) {
-  std::vector<uint64_t> all;
-  absl::Status s =
-      GatherRecords(group, operation, OperationFingerprint(canonical), send,
-                    receive, &all, timeout);
-  if (!s.ok()) return TaskResult::Native(s);
-  // Member m's record: its fingerprint, n send counts, n receive counts.
   const size_t n = group.size();
-  const size_t stride = 1 + 2 * n;
   std::vector<uint64_t> fingerprints(n), sends(n * n), receives(n * n);
+  std::vector<uint64_t> all;
+  // Member m's counts in `all`: n sends from `first`, then n receives.
+  size_t stride = 0, first = 0;
+  if (RecordWords(n) > 1) {
+    // One gather: fingerprints and counts in the records.
+    absl::Status s =
+        GatherRecords(group, operation, OperationFingerprint(canonical), send,
+                      receive, &all, timeout);
+    if (!s.ok()) return TaskResult::Native(s);
+    stride = RecordWords(n);
+    first = 1;
+    for (size_t m = 0; m < n; ++m) fingerprints[m] = all[m * stride];
+    absl::Status verdict = CollectiveVerdict(
+        Where(operation), canonical, group.members(), group.local_rank(),
+        fingerprints, VerdictPoint::kBeforePayload);
+    if (!verdict.ok()) return FromVerdict(std::move(verdict));
+  } else {
+    // The fingerprints as every check gathers them; once they agree,
+    // every member is here, and the counts go under a tag of their own.
+    TaskResult agreed = VerifyAgreement(group, operation, canonical, timeout);
+    if (!agreed.status.ok()) return agreed;
+    std::vector<uint64_t> words;
+    words.reserve(2 * n);
+    for (size_t c : send) words.push_back(c);
+    for (size_t c : receive) words.push_back(c);
+    absl::Status s = GatherWords(group, operation, words, &all, timeout,
+                                 "all_to_all_v counts check");
+    if (!s.ok()) return TaskResult::Native(s);
+    stride = 2 * n;
+  }
   for (size_t m = 0; m < n; ++m) {
-    fingerprints[m] = all[m * stride];
     for (size_t p = 0; p < n; ++p) {
-      sends[m * n + p] = all[m * stride + 1 + p];
-      receives[m * n + p] = all[m * stride + 1 + n + p];
+      sends[m * n + p] = all[m * stride + first + p];
+      receives[m * n + p] = all[m * stride + first + n + p];
     }
   }
-  absl::Status verdict = CollectiveVerdict(
-      Where(operation), canonical, group.members(), group.local_rank(),
-      fingerprints, VerdictPoint::kBeforePayload);
-  if (verdict.ok()) {
-    verdict = CountMatrixVerdict(Where(operation), group.members(), sends,
-                                 receives, VerdictPoint::kBeforePayload);
-  }
-  return FromVerdict(std::move(verdict));
+  return FromVerdict(CountMatrixVerdict(Where(operation), group.members(),
+                                        sends, receives,
+                                        VerdictPoint::kBeforePayload));
 }
 
 }  // namespace rankd::dataplane::gloo::internal

@@ -42,8 +42,9 @@ namespace rankd::dataplane::gloo::internal {
 // number get different tags unless their fingerprints collide in 32 bits.
 uint32_t OperationTag(uint32_t sequence, uint64_t fingerprint);
 
-// Every member of `group` must pass the same `canonical` description. Its
-// record is padded to all_to_all_v's (1 + 2n words for n members).
+// Every member of `group` must pass the same `canonical` description. In a
+// group of at most 64 members its record is padded to all_to_all_v's
+// (1 + 2n words).
 TaskResult VerifyAgreement(GlooGroup& group, const std::string& operation,
                            const std::string& canonical, Milliseconds timeout);
 
@@ -59,9 +60,11 @@ TaskResult ExchangeRouteFingerprints(GlooGroup& group,
 
 // all_to_all_v: besides `canonical` (dtype, row shape, axis), member s's
 // send[d] must equal member d's receive[s] for every pair; a mismatch names
-// both members (and world ranks) identically on every member. One gather
-// of 1 + 2n words per member, as every check of the group gathers (its
-// records are padded to that length), so it pairs with any of them.
+// both members (and world ranks) identically on every member. In a group
+// of at most 64 members, one gather of 1 + 2n words a member, the length
+// every check of the group pads its record to; in a larger one, the
+// fingerprints as every check gathers them, then the counts under a tag of
+// their own. Either way it pairs with any other operation's check.
 TaskResult VerifyAllToAllCounts(GlooGroup& group, const std::string& operation,
                                 const std::string& canonical,
                                 const std::vector<size_t>& send,
