@@ -384,14 +384,17 @@ absl::Status GlooBackend::RefuseWithPeers(
   if (refusal.ok() || !peers_wait || impl_->poisoned()) return refusal;
   std::shared_ptr<GlooGroup> g = group.OnLane(executor.lane());
   const Milliseconds timeout = Millis(options().op_timeout);
+  const bool every_operation_checks = options().verify_agreement;
   // What the peers' check gathers: the fingerprint (and for
   // all_to_all_v, counts, here zeros) of what this member "submitted".
   auto told = executor.Submit(
-      name, op, {g}, [g, check, timeout](const std::string& op) {
+      name, op, {g},
+      [g, check, timeout, every_operation_checks](const std::string& op) {
         if (check == AgreementCheck::kAllToAll) {
           const std::vector<size_t> none(g->size(), 0);
           return internal::VerifyAllToAllCounts(*g, op, kRefusedCanonical, none,
-                                                none, timeout);
+                                                none, timeout,
+                                                every_operation_checks);
         }
         return internal::VerifyAgreement(*g, op, kRefusedCanonical, timeout);
       });
@@ -741,9 +744,11 @@ GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
   const std::string canonical = DescribeAlongAxis(kind, axis, d);
   const uint64_t fingerprint = OperationFingerprint(canonical);
   const Milliseconds timeout = Millis(options().op_timeout);
+  const bool every_operation_checks = options().verify_agreement;
   auto completion = executor.Submit(
       name, op, {value.resource(), output.resource(), g},
       [g, value, output, counts, layout, canonical, fingerprint, timeout,
+       every_operation_checks,
        diagnosis = impl_->diagnosis()](const std::string& op) {
         if (g->context() == nullptr) {
           std::memcpy(output.data(), value.data(), value.byte_size());
@@ -753,7 +758,8 @@ GlooTensorSubmission GlooBackend::VariableAllToAllImpl(
         // carry it, and a message longer than the receive posted for it
         // would end the process on Gloo's I/O thread.
         TaskResult check = internal::VerifyAllToAllCounts(
-            *g, op, canonical, counts.send, counts.receive, timeout);
+            *g, op, canonical, counts.send, counts.receive, timeout,
+            every_operation_checks);
         if (!check.status.ok()) return check;
         const size_t n = counts.send.size();
         std::vector<int64_t> send_bytes(n), recv_bytes(n);

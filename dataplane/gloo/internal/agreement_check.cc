@@ -40,15 +40,18 @@ absl::Status GatherWords(GlooGroup& group, const std::string& operation,
 // any other operation). Every record of a group has one length: a longer
 // message than a peer posted for ends the process on Gloo's I/O thread (an
 // all_reduce_sum's check paired with an all_to_all_v's did). `all` gets
-// member m's record at m * RecordWords(n).
+// member m's record at m * RecordWords(n). (Where no other operation
+// checks, only all_to_all_v's checks gather under the tag: they take the
+// full record whatever the group's size, `full`.)
 size_t RecordWords(size_t n) { return n <= kMaxPaddedMembers ? 1 + 2 * n : 1; }
 absl::Status GatherRecords(GlooGroup& group, const std::string& operation,
                            uint64_t fingerprint,
                            const std::vector<size_t>& send,
                            const std::vector<size_t>& receive,
-                           std::vector<uint64_t>* all, Milliseconds timeout) {
+                           std::vector<uint64_t>* all, Milliseconds timeout,
+                           bool full = false) {
   const size_t n = group.size();
-  std::vector<uint64_t> words(RecordWords(n), 0);
+  std::vector<uint64_t> words(full ? 1 + 2 * n : RecordWords(n), 0);
   words[0] = fingerprint;
   if (words.size() > 1) {
     for (size_t p = 0; p < send.size() && p < n; ++p) words[1 + p] = send[p];
@@ -131,19 +134,20 @@ TaskResult VerifyAllToAllCounts(GlooGroup& group, const std::string& operation,
                                 const std::string& canonical,
                                 const std::vector<size_t>& send,
                                 const std::vector<size_t>& receive,
-                                Milliseconds timeout) {
+                                Milliseconds timeout,
+                                bool every_operation_checks) {
   const size_t n = group.size();
   std::vector<uint64_t> fingerprints(n), sends(n * n), receives(n * n);
   std::vector<uint64_t> all;
   // Member m's counts in `all`: n sends from `first`, then n receives.
   size_t stride = 0, first = 0;
-  if (RecordWords(n) > 1) {
+  if (RecordWords(n) > 1 || !every_operation_checks) {
     // One gather: fingerprints and counts in the records.
     absl::Status s =
         GatherRecords(group, operation, OperationFingerprint(canonical), send,
-                      receive, &all, timeout);
+                      receive, &all, timeout, /*full=*/true);
     if (!s.ok()) return TaskResult::Native(s);
-    stride = RecordWords(n);
+    stride = 1 + 2 * n;
     first = 1;
     for (size_t m = 0; m < n; ++m) fingerprints[m] = all[m * stride];
     absl::Status verdict = CollectiveVerdict(

@@ -60,16 +60,19 @@ TaskResult ExchangeRouteFingerprints(GlooGroup& group,
 
 // all_to_all_v: besides `canonical` (dtype, row shape, axis), member s's
 // send[d] must equal member d's receive[s] for every pair; a mismatch names
-// both members (and world ranks) identically on every member. In a group
-// of at most 64 members, one gather of 1 + 2n words a member, the length
-// every check of the group pads its record to; in a larger one, the
-// fingerprints as every check gathers them, then the counts under a tag of
-// their own. Either way it pairs with any other operation's check.
+// both members (and world ranks) identically on every member. One gather
+// of 1 + 2n words a member, the length every check of a group of at most
+// 64 members pads its record to; in a larger group where
+// `every_operation_checks` (verify_agreement: other operations' checks
+// gather the fingerprint alone), the fingerprints first and, once they
+// agree, the counts under a tag of their own. Either way it pairs with
+// any other operation's check.
 TaskResult VerifyAllToAllCounts(GlooGroup& group, const std::string& operation,
                                 const std::string& canonical,
                                 const std::vector<size_t>& send,
                                 const std::vector<size_t>& receive,
-                                Milliseconds timeout);
+                                Milliseconds timeout,
+                                bool every_operation_checks);
 
 }  // namespace rankd::dataplane::gloo::internal
 
