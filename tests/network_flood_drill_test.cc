@@ -51,6 +51,7 @@
 #include "gtest/gtest.h"
 #include "tests/harness/cluster.h"
 #include "tests/harness/raw_h2.h"
+#include "tests/harness/sanitizers.h"
 
 namespace rankd::testing {
 namespace {
@@ -88,21 +89,12 @@ double MiB(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 // the peak and 96-122 MiB kept above the baseline with it, 152 and 9 MiB
 // without). The bounds below allow for it; the uninstrumented build keeps
 // the tight ones.
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define RANKD_DRILL_ASAN 1
-#endif
-#endif
-#ifdef RANKD_DRILL_ASAN
-constexpr int64_t kSanitizerFactor = 2;
+constexpr int64_t kSanitizerFactor = kAddressSanitizer ? 2 : 1;
 // ASan's quarantine keeps up to 256 MiB of freed memory resident by
 // default, so what stays after a flood varies with it (106-199 MiB over
 // four runs of item7): the bound is the quarantine and a margin.
-constexpr int64_t kKeptSlack = int64_t{288} << 20;
-#else
-constexpr int64_t kSanitizerFactor = 1;
-constexpr int64_t kKeptSlack = int64_t{32} << 20;
-#endif
+constexpr int64_t kKeptSlack =
+    kAddressSanitizer ? int64_t{288} << 20 : int64_t{32} << 20;
 
 // Samples a process's figures every 50 ms until stopped; keeps the peak.
 class Sampler {

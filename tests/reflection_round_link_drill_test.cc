@@ -45,6 +45,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/harness/cluster.h"
+#include "tests/harness/sanitizers.h"
 
 namespace rankd::testing {
 namespace {
@@ -65,16 +66,8 @@ constexpr int kDefaultUnauthenticatedPerPeer =
 // (--config=asan, the suite's own run) pads allocations and gives memory
 // back to the system in whole regions only: the 2,000-stream drill kept
 // 32.3 MiB above its baseline there once (CI, 2026-12-07), about its peak.
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define RANKD_DRILL_ASAN 1
-#endif
-#endif
-#ifdef RANKD_DRILL_ASAN
-constexpr int64_t kKeptBytes = int64_t{64} << 20;
-#else
-constexpr int64_t kKeptBytes = int64_t{32} << 20;
-#endif
+constexpr int64_t kKeptBytes =
+    kAddressSanitizer ? int64_t{64} << 20 : int64_t{32} << 20;
 
 ClusterOptions DrillOptions(uint32_t nnodes, uint32_t nproc_per_node) {
   ClusterOptions o;
