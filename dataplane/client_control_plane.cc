@@ -1,21 +1,20 @@
 // ClientControlPlane: the data plane's ControlPlane (control_plane.h) over a
 // joined rankd::Client. all_gather_words rounds, the key-value broker and job
 // health go straight to the client; one failure callback added to the
-// client is fanned out to every OnJobFailure registration. Depends on
-// the client library, dataplane/control_plane.h and absl.
+// client is fanned out to every OnJobFailure registration
+// (internal/failure_fanout.h). Depends on the client library,
+// dataplane/control_plane.h and absl.
 #include <algorithm>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "client/client.h"
 #include "dataplane/control_plane.h"
 #include "dataplane/descriptor_proto.h"
+#include "dataplane/internal/failure_fanout.h"
 
 namespace rankd::dataplane {
 namespace {
@@ -57,69 +56,17 @@ class ClientPendingWords final : public PendingWords {
   const std::unique_ptr<Client::PendingWords> pending_;
 };
 
-// Shared with the client's failure callback, which may outlive the control
-// plane object. Close() waits for callbacks already running on other
-// threads, so that nothing a registration captured (a C caller's user_data)
-// is used after the control plane is gone.
-struct FailureFanout {
-  absl::Mutex mu;
-  std::vector<std::function<void(const absl::Status&)>> callbacks
-      ABSL_GUARDED_BY(mu);
-  absl::Status failure ABSL_GUARDED_BY(mu);
-  bool closed ABSL_GUARDED_BY(mu) = false;
-  // The job epoch `failure` and `callbacks` belong to.
-  uint64_t epoch ABSL_GUARDED_BY(mu) = 1;
-  // Threads running callbacks now (one per Fire in progress).
-  std::vector<std::thread::id> firing ABSL_GUARDED_BY(mu);
-
-  void Fire(const absl::Status& status) {
-    std::vector<std::function<void(const absl::Status&)>> to_run;
-    const std::thread::id self = std::this_thread::get_id();
-    {
-      absl::MutexLock lock(&mu);
-      if (closed || !failure.ok()) return;
-      failure = status;
-      to_run.swap(callbacks);
-      firing.push_back(self);
-    }
-    // Taken off `firing` however the callbacks end (one that throws too),
-    // or Close would wait for this thread for good.
-    struct Fired {
-      FailureFanout& fanout;
-      std::thread::id self;
-      ~Fired() {
-        absl::MutexLock lock(&fanout.mu);
-        fanout.firing.erase(
-            std::find(fanout.firing.begin(), fanout.firing.end(), self));
-      }
-    } fired{*this, self};
-    for (auto& callback : to_run) callback(status);
-  }
-
-  // No callback runs after this returns, except on this thread (a callback
-  // that closes the control plane cannot wait for itself).
-  void Close() {
-    const std::thread::id self = std::this_thread::get_id();
-    absl::MutexLock lock(&mu);
-    closed = true;
-    callbacks.clear();
-    auto only_this_thread = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-      return std::all_of(firing.begin(), firing.end(),
-                         [&](std::thread::id id) { return id == self; });
-    };
-    mu.Await(absl::Condition(&only_this_thread));
-  }
-};
-
 class ClientControlPlane final : public ControlPlane {
  public:
+  // The fan-out is shared with the client's failure callback, which may
+  // outlive this object; Close() waits for callbacks already running on
+  // other threads, so that nothing a registration captured (a C caller's
+  // user_data) is used after the control plane is gone.
   explicit ClientControlPlane(Client* client)
-      : client_(client), fanout_(std::make_shared<FailureFanout>()) {
-    {
-      absl::MutexLock lock(&fanout_->mu);
-      fanout_->epoch = std::max<uint64_t>(1, client_->epoch());
-    }
-    std::weak_ptr<FailureFanout> weak = fanout_;
+      : client_(client),
+        fanout_(std::make_shared<internal::FailureFanout>(
+            std::max<uint64_t>(1, client->epoch()))) {
+    std::weak_ptr<internal::FailureFanout> weak = fanout_;
     failure_callback_ =
         client_->AddFailureCallback([weak](const absl::Status& status) {
           if (auto fanout = weak.lock()) fanout->Fire(status);
@@ -161,16 +108,12 @@ class ClientControlPlane final : public ControlPlane {
 
   void OnJobFailure(
       std::function<void(const absl::Status&)> callback) override {
-    absl::Status failure;
-    {
-      absl::MutexLock lock(&fanout_->mu);
-      if (fanout_->failure.ok()) {
-        fanout_->callbacks.push_back(std::move(callback));
-        return;
-      }
-      failure = fanout_->failure;
-    }
-    callback(failure);  // already failed: run at once, outside the lock
+    fanout_->Register(std::move(callback));
+  }
+
+  void OnJobFailureWhileAlive(std::function<void(const absl::Status&)> callback,
+                              std::weak_ptr<const void> owner) override {
+    fanout_->RegisterOwned(std::move(callback), std::move(owner));
   }
 
   // Client::Rejoin, then the new epoch's failure starts afresh: the ended
@@ -183,14 +126,7 @@ class ClientControlPlane final : public ControlPlane {
     absl::StatusOr<v1::SessionDescriptor> joined =
         client_->Rejoin(ended_epoch, timeout);
     if (!joined.ok()) return joined.status();
-    {
-      absl::MutexLock lock(&fanout_->mu);
-      if (fanout_->epoch < joined->epoch()) {
-        fanout_->epoch = joined->epoch();
-        fanout_->failure = absl::OkStatus();
-        fanout_->callbacks.clear();
-      }
-    }
+    fanout_->StartEpoch(joined->epoch());
     // A loss of the new epoch that reached the client before the reset
     // above (Client::Rejoin tells its callback at once) was dropped by the
     // fan-out, still failed for the ended epoch: tell it now.
@@ -200,10 +136,7 @@ class ClientControlPlane final : public ControlPlane {
     return DescriptorFromProto(*joined);
   }
 
-  uint64_t JoinedEpoch() const override {
-    absl::MutexLock lock(&fanout_->mu);
-    return fanout_->epoch;
-  }
+  uint64_t JoinedEpoch() const override { return fanout_->epoch(); }
 
   std::string Namespace() const override {
     const v1::SessionDescriptor& d = client_->descriptor();
@@ -212,7 +145,7 @@ class ClientControlPlane final : public ControlPlane {
 
  private:
   Client* const client_;
-  const std::shared_ptr<FailureFanout> fanout_;
+  const std::shared_ptr<internal::FailureFanout> fanout_;
   uint64_t failure_callback_ = 0;  // Client::AddFailureCallback's id
 };
 

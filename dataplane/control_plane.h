@@ -63,6 +63,15 @@ class ControlPlane {
   // job fails. It must not block.
   virtual void OnJobFailure(
       std::function<void(const absl::Status&)> callback) = 0;
+  // OnJobFailure, for a callback that does nothing once `owner` is gone (a
+  // session's): the control plane may drop it then, so that a process
+  // opening and closing sessions keeps no registration per closed one.
+  // The default keeps it (OnJobFailure).
+  virtual void OnJobFailureWhileAlive(
+      std::function<void(const absl::Status&)> callback,
+      std::weak_ptr<const void> owner) {
+    OnJobFailure(std::move(callback));
+  }
 
   // A string unique to this job incarnation, to namespace keys.
   virtual std::string Namespace() const = 0;

@@ -91,6 +91,9 @@ class Watchdog {
   // failure and wakes the thread. It holds no reference to the watchdog or
   // the session, so it may outlive both (it is then a no-op).
   std::function<void(const absl::Status&)> JobFailureCallback() const;
+  // What that callback serves (ControlPlane::OnJobFailureWhileAlive): gone
+  // with the watchdog, after which the callback does nothing.
+  std::weak_ptr<const void> JobFailureOwner() const { return signal_; }
   // The failure the control plane notified, or OK.
   absl::Status notified_failure() const;
 

@@ -213,9 +213,11 @@ absl::StatusOr<std::shared_ptr<SessionImpl>> SessionImpl::Create(
   // most: gloo_abort.h), so that the next submission is refused;
   // the watchdog polls JobHealth() for a notice that never comes.
   std::weak_ptr<SessionImpl> weak = comm;
-  control_plane->OnJobFailure([weak](const absl::Status& failure) {
-    if (auto c = weak.lock()) c->Abort(failure);
-  });
+  control_plane->OnJobFailureWhileAlive(
+      [weak](const absl::Status& failure) {
+        if (auto c = weak.lock()) c->Abort(failure);
+      },
+      weak);
   comm->watchdog_.Start();
   return comm;
 }

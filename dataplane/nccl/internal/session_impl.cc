@@ -940,7 +940,8 @@ absl::Status SessionImpl::Initialize() {
 absl::Status SessionImpl::InitializeLocked() {
   // Job failure notifications reach the watchdog only (the callback holds
   // no reference to this core).
-  control_plane_->OnJobFailure(watchdog_.JobFailureCallback());
+  control_plane_->OnJobFailureWhileAlive(watchdog_.JobFailureCallback(),
+                                         watchdog_.JobFailureOwner());
 
   DeviceProbe probe = ProbeDevices();
   if (probe.device_count == 0) {
