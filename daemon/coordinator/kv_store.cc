@@ -287,6 +287,12 @@ size_t KvStore::waiting() const {
 void KvStore::TakeWaitersLocked(absl::string_view key,
                                 std::vector<GetCallback>* released) {
   auto [first, last] = waiters_by_key_.equal_range(key);
+  TakeWaitersLocked(first, last, released);
+}
+
+void KvStore::TakeWaitersLocked(WaitersByKey::iterator first,
+                                WaitersByKey::iterator last,
+                                std::vector<GetCallback>* released) {
   std::vector<uint64_t> ids;
   for (auto k = first; k != last; ++k) ids.push_back(k->second);
   for (uint64_t id : ids) {
@@ -460,7 +466,7 @@ absl::Status KvStore::StoreLocked(absl::string_view key, std::string value,
 
 size_t KvStore::DropPrefix(absl::string_view prefix, const absl::Status& why) {
   if (prefix.empty()) return 0;
-  std::vector<Waiter> ended;
+  std::vector<GetCallback> ended;
   size_t dropped = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -475,20 +481,15 @@ size_t KvStore::DropPrefix(absl::string_view prefix, const absl::Status& why) {
       ++dropped;
     }
     // Waiting gets by key are ordered too: one run from the same bound.
-    std::vector<uint64_t> ids;
-    for (auto k = waiters_by_key_.lower_bound(prefix);
-         k != waiters_by_key_.end() && absl::StartsWith(k->first, prefix);
-         ++k) {
-      ids.push_back(k->second);
+    auto first = waiters_by_key_.lower_bound(prefix);
+    auto last = first;
+    while (last != waiters_by_key_.end() &&
+           absl::StartsWith(last->first, prefix)) {
+      ++last;
     }
-    for (uint64_t id : ids) {
-      auto w = waiters_.find(id);
-      timer_->Cancel(w->second.timer);
-      ended.push_back(std::move(w->second));
-      EraseWaiterLocked(w);
-    }
+    TakeWaitersLocked(first, last, &ended);
   }
-  for (Waiter& w : ended) w.done(why);
+  for (GetCallback& done : ended) done(why);
   return dropped;
 }
 

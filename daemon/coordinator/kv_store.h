@@ -265,6 +265,11 @@ class KvStore {
   void TakeWaitersLocked(absl::string_view key,
                          std::vector<GetCallback>* released)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The same for the waiting gets in [first, last) of waiters_by_key_.
+  void TakeWaitersLocked(WaitersByKey::iterator first,
+                         WaitersByKey::iterator last,
+                         std::vector<GetCallback>* released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   DeadlineTimer* const timer_;
   const KvLimits limits_;
