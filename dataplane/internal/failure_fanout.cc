@@ -27,7 +27,7 @@ void FailureFanout::Add(Registration registration) {
                              return r.owned && r.owner.expired();
                            }),
             registrations_.end());
-        prune_at_ = std::max<size_t>(64, 2 * registrations_.size());
+        prune_at_ = std::max(kMinPruneAt, 2 * registrations_.size());
       }
       registrations_.push_back(std::move(registration));
       return;
@@ -46,7 +46,7 @@ void FailureFanout::Fire(const absl::Status& status) {
     if (closed_ || !failure_.ok()) return;
     failure_ = status;
     to_run.swap(registrations_);
-    prune_at_ = 64;
+    prune_at_ = kMinPruneAt;
     firing_.push_back(self);
   }
   // Taken off `firing_` however the callbacks end (one that throws too),
@@ -72,7 +72,7 @@ bool FailureFanout::StartEpoch(uint64_t epoch) {
   epoch_ = epoch;
   failure_ = absl::OkStatus();
   registrations_.clear();
-  prune_at_ = 64;
+  prune_at_ = kMinPruneAt;
   return true;
 }
 

@@ -63,8 +63,10 @@ class FailureFanout {
 
   mutable absl::Mutex mu_;
   std::vector<Registration> registrations_ ABSL_GUARDED_BY(mu_);
-  // Registrations at which those of owners gone are dropped next.
-  size_t prune_at_ ABSL_GUARDED_BY(mu_) = 64;
+  // Registrations at which those of owners gone are dropped next (at
+  // least kMinPruneAt, twice the registrations kept by the last pruning).
+  static constexpr size_t kMinPruneAt = 64;
+  size_t prune_at_ ABSL_GUARDED_BY(mu_) = kMinPruneAt;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   // The job epoch `failure_` and `registrations_` belong to.

@@ -35,31 +35,31 @@ absl::Status GatherWords(GlooGroup& group, const std::string& operation,
 
 // Every member's record of one check, gathered under the one tag every
 // check of every operation uses (so that it pairs whatever the members are
-// about to do): its fingerprint, then, in a group of at most
-// kMaxPaddedMembers, n send and n receive counts (all_to_all_v's; zeros for
-// any other operation). Every record of a group has one length: a longer
-// message than a peer posted for ends the process on Gloo's I/O thread (an
-// all_reduce_sum's check paired with an all_to_all_v's did). `all` gets
-// member m's record at m * RecordWords(n). (Where no other operation
-// checks, only all_to_all_v's checks gather under the tag: they take the
-// full record whatever the group's size, `full`.)
+// about to do): its fingerprint, then n send and n receive counts
+// (all_to_all_v's; zeros for any other operation) where `words` leaves
+// room for them. Every record of a group has one length: a longer message
+// than a peer posted for ends the process on Gloo's I/O thread (an
+// all_reduce_sum's check paired with an all_to_all_v's did). That length
+// is RecordWords(n) where every operation checks (all_to_all_v's
+// 1 + 2n in a group of at most kMaxPaddedMembers, else the fingerprint
+// alone); where only all_to_all_v checks, always 1 + 2n. `all` gets
+// member m's record at m * words.
 size_t RecordWords(size_t n) { return n <= kMaxPaddedMembers ? 1 + 2 * n : 1; }
 absl::Status GatherRecords(GlooGroup& group, const std::string& operation,
-                           uint64_t fingerprint,
+                           size_t words, uint64_t fingerprint,
                            const std::vector<size_t>& send,
                            const std::vector<size_t>& receive,
-                           std::vector<uint64_t>* all, Milliseconds timeout,
-                           bool full = false) {
+                           std::vector<uint64_t>* all, Milliseconds timeout) {
   const size_t n = group.size();
-  std::vector<uint64_t> words(full ? 1 + 2 * n : RecordWords(n), 0);
-  words[0] = fingerprint;
-  if (words.size() > 1) {
-    for (size_t p = 0; p < send.size() && p < n; ++p) words[1 + p] = send[p];
-    for (size_t p = 0; p < receive.size() && p < n; ++p) {
-      words[1 + n + p] = receive[p];
+  std::vector<uint64_t> record(words, 0);
+  record[0] = fingerprint;
+  if (words == 1 + 2 * n) {
+    for (size_t p = 0; p < n; ++p) {
+      if (p < send.size()) record[1 + p] = send[p];
+      if (p < receive.size()) record[1 + n + p] = receive[p];
     }
   }
-  return GatherWords(group, operation, words, all, timeout, "agreement check");
+  return GatherWords(group, operation, record, all, timeout, "agreement check");
 }
 
 // A verdict as the executor reports it: a disagreement fails the operation
@@ -119,10 +119,11 @@ uint32_t OperationTag(uint32_t sequence, uint64_t fingerprint) {
 TaskResult VerifyAgreement(GlooGroup& group, const std::string& operation,
                            const std::string& canonical, Milliseconds timeout) {
   std::vector<uint64_t> all;
-  absl::Status s = GatherRecords(
-      group, operation, OperationFingerprint(canonical), {}, {}, &all, timeout);
-  if (!s.ok()) return TaskResult::Native(s);
   const size_t n = group.size();
+  absl::Status s =
+      GatherRecords(group, operation, RecordWords(n),
+                    OperationFingerprint(canonical), {}, {}, &all, timeout);
+  if (!s.ok()) return TaskResult::Native(s);
   std::vector<uint64_t> fingerprints(n);
   for (size_t m = 0; m < n; ++m) fingerprints[m] = all[m * RecordWords(n)];
   return FromVerdict(CollectiveVerdict(
@@ -143,11 +144,11 @@ TaskResult VerifyAllToAllCounts(GlooGroup& group, const std::string& operation,
   size_t stride = 0, first = 0;
   if (RecordWords(n) > 1 || !every_operation_checks) {
     // One gather: fingerprints and counts in the records.
-    absl::Status s =
-        GatherRecords(group, operation, OperationFingerprint(canonical), send,
-                      receive, &all, timeout, /*full=*/true);
-    if (!s.ok()) return TaskResult::Native(s);
     stride = 1 + 2 * n;
+    absl::Status s =
+        GatherRecords(group, operation, stride, OperationFingerprint(canonical),
+                      send, receive, &all, timeout);
+    if (!s.ok()) return TaskResult::Native(s);
     first = 1;
     for (size_t m = 0; m < n; ++m) fingerprints[m] = all[m * stride];
     absl::Status verdict = CollectiveVerdict(
